@@ -1,0 +1,97 @@
+"""Helpers shared by the AG-GEMM and GEMM-RS examples: groups, side streams, chunking, symm-mem checks."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+_SYMM_MEM_GROUPS: set[str] = set()
+CONFIG_KEYS = ("algo", "splits", "gemm_config")
+LAST_CONFIG: dict[str, dict[str, Any]] = {}
+"""Function name -> config entries of its most recent call through :func:`recording_config`.
+
+After a tuned call returns, this is the config the tuner chose (its last call is the chosen config)."""
+
+
+def group_rank_size(group: dist.ProcessGroup | None) -> tuple[int, int]:
+    """This process's rank in ``group`` (None: the default group) and the group's size."""
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def group_name(group: dist.ProcessGroup | None) -> str:
+    """The c10d name of ``group`` (None: the default group), as the ``symm_mem`` ops want it."""
+    return (group if group is not None else dist.group.WORLD).group_name
+
+
+def split_rows(rows: int, splits: int) -> list[tuple[int, int]]:
+    """Cut ``rows`` into at most ``splits`` near-equal non-empty chunks, as (start, length) pairs."""
+    if splits < 1:
+        raise ValueError(f"splits must be >= 1, got {splits}")
+    base, extra = divmod(rows, splits)
+    chunks, start = [], 0
+    for i in range(splits):
+        length = base + (1 if i < extra else 0)
+        if length:
+            chunks.append((start, length))
+        start += length
+    return chunks
+
+
+def side_stream(device: torch.device) -> torch.cuda.Stream:
+    """A per-device communication stream, created once and reused."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return _SIDE_STREAMS[index]
+
+
+def symm_mem_available(t: torch.Tensor, group: dist.ProcessGroup | None, op: str) -> bool:
+    """True when ``torch.ops.symm_mem.<op>`` can run on ``t`` over ``group`` (CUDA tensors, NCCL group)."""
+    if not t.is_cuda or not dist.is_available() or not dist.is_initialized():
+        return False
+    try:
+        if dist.get_backend(group) != "nccl":
+            return False
+        import torch.distributed._symmetric_memory  # noqa: F401  (registers the symm_mem ops)
+    except (ImportError, RuntimeError, ValueError):
+        return False
+    return hasattr(torch.ops.symm_mem, op)
+
+
+def enable_symm_mem(group: dist.ProcessGroup | None) -> str:
+    """Enable symmetric memory for ``group`` once (a no-op on torch versions where it is automatic)."""
+    name = group_name(group)
+    if name not in _SYMM_MEM_GROUPS:
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        if hasattr(symm_mem, "enable_symm_mem_for_group"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                symm_mem.enable_symm_mem_for_group(name)
+        _SYMM_MEM_GROUPS.add(name)
+    return name
+
+
+def tuning_key(A: torch.Tensor, B: torch.Tensor, *args: Any, **kwargs: Any) -> tuple:
+    """Tuning key (``key_fn``) of the examples: A's and B's shape/dtype/device and the group size."""
+    import triton_dist_tune
+
+    world = dist.get_world_size(kwargs.get("group")) if dist.is_initialized() else 1
+    return (triton_dist_tune.to_hashable(A), triton_dist_tune.to_hashable(B), world)
+
+
+def recording_config(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``fn`` so that each call stores its config entries in ``LAST_CONFIG[fn.__name__]``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        LAST_CONFIG[fn.__name__] = {k: kwargs[k] for k in CONFIG_KEYS if k in kwargs}
+        return fn(*args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,188 @@
+"""AllGather-GEMM: ``C = all_gather(A) @ B`` with A row-sharded over a process group.
+
+Each rank holds ``A_local`` ``[M_local, K]`` and the same-shaped local ``B`` ``[K, N]`` (in tensor
+parallelism usually a column shard of the full weight). The result is ``[world * M_local, N]``, rows
+in rank order. Algorithms (the ``algo`` config entry):
+
+* ``"sequential"``: ``all_gather_into_tensor`` then one Triton GEMM.
+* ``"chunked"``: each rank's rows are cut into ``splits`` chunks, gathered one collective per chunk
+  on a side stream while the compute stream first multiplies the local shard (which needs no
+  communication) and then each chunk as its event fires. On CPU the same steps run in order.
+* ``"torch_fused"``: ``torch.ops.symm_mem.fused_all_gather_matmul`` (CUDA + NCCL only).
+* ``"torch"``: ``all_gather_into_tensor`` + ``torch.matmul``, the baseline.
+
+``gemm_config`` is a Triton tile string (see :mod:`examples.gemm_kernels`) or ``"torch"`` for
+``torch.matmul`` chunks. :func:`ag_gemm` takes every config entry explicitly; ``tuned_ag_gemm``
+(built on first access, needs the ``triton_dist_tune`` package) tunes them per shape over the group
+given as ``autotune_pg=``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from examples._dist_common import (
+    enable_symm_mem,
+    group_rank_size,
+    recording_config,
+    side_stream,
+    split_rows,
+    symm_mem_available,
+    tuning_key,
+)
+from examples.gemm_kernels import TORCH_GEMM, gemm, gemm_config_specs, tile_usable
+
+ALGOS = ("chunked", "sequential", "torch_fused", "torch")
+SPLITS = (1, 2, 4)
+
+
+def ag_gemm(
+    A: torch.Tensor,
+    B: torch.Tensor,
+    *,
+    group: dist.ProcessGroup | None = None,
+    algo: str = "chunked",
+    splits: int = 1,
+    gemm_config: str = TORCH_GEMM,
+) -> torch.Tensor:
+    """Return ``all_gather(A, group) @ B`` (``[world * M_local, N]``) with the given algorithm.
+
+    Args:
+        A: this rank's row shard ``[M_local, K]``; every rank must pass the same shape.
+        B: ``[K, N]``, same dtype and device as ``A``.
+        group: the process group (None: the default group).
+        algo: one of :data:`ALGOS`.
+        splits: chunks per rank for ``"chunked"`` (uneven chunks are allowed); must be 1 otherwise.
+        gemm_config: Triton tile string or ``"torch"``; ignored by the ``torch*`` algorithms.
+    """
+    if A.dim() != 2 or B.dim() != 2 or A.shape[1] != B.shape[0]:
+        raise ValueError(f"ag_gemm: need A [M_local, K] and B [K, N], got {tuple(A.shape)}, {tuple(B.shape)}")
+    if A.dtype != B.dtype or A.device != B.device:
+        raise ValueError("ag_gemm: A and B must share dtype and device")
+    if algo not in ALGOS:
+        raise ValueError(f"ag_gemm: unknown algo {algo!r}; expected one of {ALGOS}")
+    if algo != "chunked" and splits != 1:
+        raise ValueError(f"ag_gemm: splits={splits} only applies to algo='chunked'")
+    if A.shape[0] == 0:
+        raise ValueError("ag_gemm: A has no rows")
+    A = A.contiguous()
+    rank, world = group_rank_size(group)
+    m_local, k = A.shape
+    n = B.shape[1]
+    if algo == "torch_fused":
+        if not symm_mem_available(A, group, "fused_all_gather_matmul"):
+            raise RuntimeError(
+                "ag_gemm: algo='torch_fused' needs CUDA tensors, an NCCL group, torch symm_mem"
+            )
+        _, (out,) = torch.ops.symm_mem.fused_all_gather_matmul(A, [B], 0, enable_symm_mem(group))
+        return out
+    out = torch.empty(world * m_local, n, dtype=A.dtype, device=A.device)
+    if algo == "chunked":
+        return _chunked(A, B, out, group, rank, world, splits, gemm_config)
+    gathered = torch.empty(world * m_local, k, dtype=A.dtype, device=A.device)
+    dist.all_gather_into_tensor(gathered, A, group=group)
+    return gemm(gathered, B, out, TORCH_GEMM if algo == "torch" else gemm_config)
+
+
+def _chunked(
+    A: torch.Tensor,
+    B: torch.Tensor,
+    out: torch.Tensor,
+    group: dist.ProcessGroup | None,
+    rank: int,
+    world: int,
+    splits: int,
+    gemm_config: str,
+) -> torch.Tensor:
+    """Overlap per-chunk all-gathers (side stream) with per-chunk GEMMs (current stream)."""
+    m_local, k = A.shape
+    out3 = out.view(world, m_local, out.shape[1])
+    chunks = split_rows(m_local, splits)
+    # Buffers are allocated on the current stream; it waits on every comm event below before the
+    # buffers can be freed and reused, so no record_stream is needed.
+    bufs = [torch.empty(world, rows, k, dtype=A.dtype, device=A.device) for _, rows in chunks]
+    comm = side_stream(A.device) if A.is_cuda else None
+    compute = torch.cuda.current_stream(A.device) if A.is_cuda else None
+
+    def gather(i: int) -> None:
+        start, rows = chunks[i]
+        dist.all_gather_into_tensor(bufs[i].view(world * rows, k), A[start : start + rows], group=group)
+
+    events = []
+    if comm is not None:
+        comm.wait_stream(compute)  # A (and whatever produced it) is ready
+        with torch.cuda.stream(comm):
+            for i in range(len(chunks)):
+                gather(i)
+                events.append(torch.cuda.Event())
+                events[-1].record(comm)
+    gemm(A, B, out3[rank], gemm_config)  # the local shard needs no communication: overlaps the gathers
+    for i, (start, rows) in enumerate(chunks):
+        if comm is not None:
+            compute.wait_event(events[i])
+        else:
+            gather(i)  # CPU: the same steps, in order
+        # Peers' rows of this chunk: ranks [0, rank) and (rank, world), one batched launch each.
+        for lo, hi in ((0, rank), (rank + 1, world)):
+            if hi > lo:
+                gemm(bufs[i][lo:hi], B, out3[lo:hi, start : start + rows], gemm_config)
+    return out
+
+
+def ag_gemm_config_space(device: str | torch.device | None = None) -> list[dict[str, Any]]:
+    """Every (algo, splits, gemm_config) combination; :func:`ag_gemm_prune` drops the invalid ones.
+
+    The first entry (chunked, 1 split, torch.matmul chunks) is valid for every input.
+    """
+    tiles = [TORCH_GEMM, *gemm_config_specs(device)]
+    space = [
+        {"algo": algo, "splits": splits, "gemm_config": tile}
+        for algo, splits, tile in itertools.product(ALGOS, SPLITS, tiles)
+    ]
+    return space
+
+
+def ag_gemm_prune(
+    config: dict[str, Any], A: torch.Tensor, B: torch.Tensor, *args: Any, **kwargs: Any
+) -> bool:
+    """Keep ``config`` for this call? (prune_fn signature of ``triton_dist_tune.autotune``)."""
+    algo, splits, tile = config["algo"], config["splits"], config["gemm_config"]
+    if algo in ("torch", "torch_fused"):
+        if splits != 1 or tile != TORCH_GEMM:
+            return False  # neither knob matters: keep a single entry
+        return algo == "torch" or symm_mem_available(A, kwargs.get("group"), "fused_all_gather_matmul")
+    m_local = A.shape[0]
+    if algo == "sequential" and splits != 1:
+        return False
+    if m_local % splits:
+        return False
+    world = dist.get_world_size(kwargs.get("group")) if dist.is_initialized() else 1
+    rows = m_local * world if algo == "sequential" else m_local // splits
+    return tile_usable(tile, A, rows)
+
+
+_TUNED: dict[str, Callable[..., torch.Tensor]] = {}
+
+
+def make_tuned_ag_gemm(**autotune_kwargs: Any) -> Callable[..., torch.Tensor]:
+    """Wrap :func:`ag_gemm` with ``triton_dist_tune.autotune`` over :func:`ag_gemm_config_space`."""
+    import triton_dist_tune
+
+    options: dict[str, Any] = {"n_warmup": 3, "n_repeat": 10, **autotune_kwargs}
+    return triton_dist_tune.autotune(
+        config_space=ag_gemm_config_space(), key_fn=tuning_key, prune_fn=ag_gemm_prune, **options
+    )(recording_config(ag_gemm))
+
+
+def __getattr__(name: str) -> Any:
+    """Build ``tuned_ag_gemm`` lazily, so that importing this module does not need the tuner."""
+    if name == "tuned_ag_gemm":
+        if name not in _TUNED:
+            _TUNED[name] = make_tuned_ag_gemm()
+        return _TUNED[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

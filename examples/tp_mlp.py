@@ -1,0 +1,134 @@
+"""A tensor-parallel MLP block built from the tuned AG-GEMM and GEMM-RS examples (inference only).
+
+The input is sequence-parallel: each rank of the TP group holds ``x_local`` ``[M_local, hidden]``.
+The up projection is column-parallel (AG-GEMM: gather the rows, multiply by this rank's column shard
+of ``W_up``), then the activation, then the row-parallel down projection (GEMM-RS: multiply by this
+rank's row shard of ``W_down`` and reduce-scatter the partial sums by rows). The output is again
+sequence-parallel, ``[M_local, hidden]``. Both GEMMs are tuned over the TP group (``autotune_pg``).
+
+Demo: ``torchrun --nproc-per-node 4 examples/tp_mlp.py`` (or ``bash launch.sh --nproc 4 ...``): the
+4 ranks form two TP groups of 2, each tunes on its own, checks against a dense reference and prints
+one line per rank with the configs it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+if __package__ in (None, ""):  # run as a script: make `examples` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from examples._dist_common import LAST_CONFIG  # noqa: E402
+
+GemmFn = Callable[..., torch.Tensor]
+
+
+class TPMLP(nn.Module):
+    """``down(act(up(x)))`` with ``up`` column-parallel (AG-GEMM) and ``down`` row-parallel (GEMM-RS).
+
+    Args:
+        w_up: this rank's column shard of the up projection, ``[hidden, ffn / tp]``.
+        w_down: this rank's row shard of the down projection, ``[ffn / tp, hidden]``.
+        group: the tensor-parallel process group; also the group the GEMMs are tuned over.
+        ag_gemm_fn / gemm_rs_fn: the tuned functions (default: ``tuned_ag_gemm`` / ``tuned_gemm_rs``).
+    """
+
+    def __init__(
+        self,
+        w_up: torch.Tensor,
+        w_down: torch.Tensor,
+        group: dist.ProcessGroup,
+        ag_gemm_fn: GemmFn | None = None,
+        gemm_rs_fn: GemmFn | None = None,
+    ) -> None:
+        super().__init__()
+        if w_up.shape[1] != w_down.shape[0] or w_up.shape[0] != w_down.shape[1]:
+            raise ValueError(f"TPMLP: w_up {tuple(w_up.shape)} and w_down {tuple(w_down.shape)} do not chain")
+        self.w_up = nn.Parameter(w_up, requires_grad=False)
+        self.w_down = nn.Parameter(w_down, requires_grad=False)
+        self.group = group
+        if ag_gemm_fn is None:
+            from examples.ag_gemm import tuned_ag_gemm as ag_gemm_fn
+        if gemm_rs_fn is None:
+            from examples.gemm_rs import tuned_gemm_rs as gemm_rs_fn
+        self.ag_gemm_fn, self.gemm_rs_fn = ag_gemm_fn, gemm_rs_fn
+
+    @classmethod
+    def from_dense(cls, w_up: torch.Tensor, w_down: torch.Tensor, group: dist.ProcessGroup, **kw) -> TPMLP:
+        """Build this rank's shard from the full ``[hidden, ffn]`` and ``[ffn, hidden]`` weights."""
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        if w_up.shape[1] % world:
+            raise ValueError(f"TPMLP: ffn={w_up.shape[1]} is not divisible by the TP size {world}")
+        cols = w_up.shape[1] // world
+        shard = slice(rank * cols, (rank + 1) * cols)
+        return cls(w_up[:, shard].contiguous(), w_down[shard].contiguous(), group, **kw)
+
+    def forward(self, x_local: torch.Tensor) -> torch.Tensor:
+        """``[M_local, hidden]`` in, ``[M_local, hidden]`` out (this rank's rows of the block's output)."""
+        h = self.ag_gemm_fn(x_local, self.w_up, group=self.group, autotune_pg=self.group)
+        h = F.gelu(h, approximate="tanh")
+        return self.gemm_rs_fn(h, self.w_down, group=self.group, autotune_pg=self.group)
+
+
+def reference(x_full: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
+    """The dense block in float32."""
+    return F.gelu(x_full.float() @ w_up.float(), approximate="tanh") @ w_down.float()
+
+
+def main() -> int:
+    """4 ranks, two TP groups of 2: tune, check against the dense block, print one line per rank."""
+    from examples.ag_gemm import make_tuned_ag_gemm
+    from examples.gemm_rs import make_tuned_gemm_rs
+
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    tp = 2 if world % 2 == 0 else 1
+    groups = [dist.new_group(list(range(g, g + tp))) for g in range(0, world, tp)]  # every rank creates all
+    index, group = rank // tp, groups[rank // tp]
+    tp_rank = dist.get_rank(group)
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    dtype, tol = (torch.bfloat16, 2e-2) if cuda else (torch.float32, 1e-4)
+    m_local, hidden, ffn = (512, 1024, 4096) if cuda else (8, 32, 64)
+
+    # The same weights and input on every rank of a TP group; each group gets its own.
+    gen = torch.Generator().manual_seed(100 + index)
+    w_up = (torch.randn(hidden, ffn, generator=gen) / hidden**0.5).to(device, dtype)
+    w_down = (torch.randn(ffn, hidden, generator=gen) / ffn**0.5).to(device, dtype)
+    x_full = torch.randn(tp * m_local, hidden, generator=gen).to(device, dtype)
+    rows = slice(tp_rank * m_local, (tp_rank + 1) * m_local)
+
+    quick = {} if cuda else {"n_warmup": 1, "n_repeat": 3}  # the interpreter is slow
+    mlp = TPMLP.from_dense(
+        w_up, w_down, group, ag_gemm_fn=make_tuned_ag_gemm(**quick), gemm_rs_fn=make_tuned_gemm_rs(**quick)
+    )
+    with torch.no_grad():
+        y = mlp(x_full[rows])
+        ag_config, rs_config = LAST_CONFIG.get("ag_gemm"), LAST_CONFIG.get("gemm_rs")
+        y = mlp(x_full[rows])  # a second call takes the decided configs (no tuning)
+    ref = reference(x_full, w_up, w_down)[rows]
+    err = ((y.float() - ref).norm() / ref.norm()).item()
+    ok = err <= tol
+    print(
+        f"tp_mlp rank {rank} group {index} (tp rank {tp_rank}/{tp}): {'OK' if ok else 'FAIL'} rel err {err:.2e}; "
+        f"ag_gemm {ag_config}; gemm_rs {rs_config}",
+        flush=True,
+    )
+    bad = torch.tensor([0 if ok else 1], device=device)
+    dist.all_reduce(bad)
+    dist.destroy_process_group()
+    return int(bad.item() > 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Start one rank per GPU (or N CPU ranks) of a Python script under torchrun.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: bash launch.sh [--nproc N] [--cpu] script.py [args...]
+
+Runs script.py under torchrun, one process per rank:
+  * with GPUs: one rank per visible GPU (NCCL), unless --nproc N says otherwise;
+  * without GPUs (or with --cpu): N CPU ranks (default 2) with gloo and TRITON_INTERPRET=1.
+Always exports NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+(NVLink multicast stays off).
+
+Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT (default 29500) on every node; they are
+passed to torchrun as --nnodes/--node-rank/--master-addr/--master-port. Otherwise --standalone is used.
+Environment: PYTHON (default python3) picks the interpreter.
+EOF
+}
+
+nproc=""
+force_cpu=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --nproc) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; nproc="$2"; shift 2 ;;
+    --nproc=*) nproc="${1#--nproc=}"; shift ;;
+    --cpu) force_cpu=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    -*) echo "launch.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+if [[ $# -lt 1 ]]; then
+  usage >&2
+  exit 2
+fi
+if [[ -n "$nproc" && ! "$nproc" =~ ^[1-9][0-9]*$ ]]; then
+  echo "launch.sh: --nproc needs a positive integer, got '$nproc'" >&2
+  exit 2
+fi
+
+count_gpus() {
+  if [[ "${CUDA_VISIBLE_DEVICES+set}" == set ]]; then
+    # An explicit (possibly empty) list decides.
+    local list="${CUDA_VISIBLE_DEVICES//[[:space:]]/}"
+    [[ -z "$list" || "$list" == "-1" ]] && { echo 0; return; }
+    awk -F, '{print NF}' <<<"$list"
+  elif command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
+  else
+    "${PYTHON:-python3}" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0
+  fi
+}
+
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+gpus=0
+[[ $force_cpu -eq 1 ]] || gpus="$(count_gpus)"
+if [[ "$gpus" -gt 0 ]]; then
+  nproc="${nproc:-$gpus}"
+else
+  # CPU ranks: hide GPUs so that the scripts pick gloo, and run Triton kernels in its interpreter.
+  export CUDA_VISIBLE_DEVICES="" TRITON_INTERPRET=1
+  nproc="${nproc:-2}"
+fi
+
+if [[ -n "${NNODES:-}" || -n "${MASTER_ADDR:-}" ]]; then
+  rdzv=(--nnodes "${NNODES:-1}" --node-rank "${NODE_RANK:-0}"
+        --master-addr "${MASTER_ADDR:-127.0.0.1}" --master-port "${MASTER_PORT:-29500}")
+else
+  rdzv=(--standalone)
+fi
+
+script="$1"
+shift
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+exec "${PYTHON:-python3}" -m torch.distributed.run "${rdzv[@]}" --nproc-per-node "$nproc" "$script" "$@"

@@ -1,0 +1,88 @@
+"""Start real ranks as separate processes and collect what they print.
+
+``run_ranks`` starts ``n`` Python processes of one script with the variables torchrun would give them
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), waits at most ``timeout`` seconds, kills every rank on
+a timeout, and returns each rank's exit status, output and the ``RESULT {json}`` lines it printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RankResult:
+    rank: int
+    returncode: int | None
+    stdout: str
+    stderr: str
+    results: list[Any] = field(default_factory=list)
+
+    @property
+    def result(self) -> Any:
+        assert self.results, f"rank {self.rank} printed no RESULT (rc={self.returncode}):\n{self.stderr[-3000:]}"
+        return self.results[-1]
+
+
+def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"PYTHONPATH": f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", "PYTHONUNBUFFERED": "1",
+                "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"})
+    env.pop("TORCHELASTIC_RESTART_COUNT", None)
+    env.update(extra or {})
+    return env
+
+
+def parse_results(stdout: str) -> list[Any]:
+    return [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+
+
+def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: dict[str, str] | None = None,
+              timeout: float = 120.0, per_rank_env: dict[int, dict[str, str]] | None = None) -> list[RankResult]:
+    """Run ``n`` ranks of ``script``; raise TimeoutError (after killing them) if they outlive ``timeout``."""
+    port = free_port()
+    procs = []
+    for rank in range(n):
+        rank_env = base_env(env)
+        rank_env.update({"RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
+                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        rank_env.update((per_rank_env or {}).get(rank, {}))
+        procs.append(subprocess.Popen([sys.executable, str(script), *(args or [])], env=rank_env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + timeout
+    outputs = []
+    timed_out = False
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            for p in procs:
+                p.kill()
+            out, err = proc.communicate()
+        outputs.append((proc.returncode, out, err))
+    if timed_out:
+        detail = "\n".join(f"--- rank {r} rc={rc}\n{err[-2000:]}" for r, (rc, _, err) in enumerate(outputs))
+        raise TimeoutError(f"{script} did not finish within {timeout} s\n{detail}")
+    return [RankResult(r, rc, out, err, parse_results(out)) for r, (rc, out, err) in enumerate(outputs)]
+
+
+def describe(results: list[RankResult]) -> str:
+    return "\n".join(f"--- rank {r.rank} rc={r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-3000:]}" for r in results)

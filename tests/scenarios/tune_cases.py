@@ -1,0 +1,223 @@
+"""Multi-rank scenarios for ``autotune``, run as real processes by tests/test_tune_dist.py.
+
+Usage: python tune_cases.py CASE  (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set, or under mpiexec for
+``mpi_*`` cases). Each rank prints ``RESULT {json}`` lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import triton_dist_tune as tdt
+
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def emit(**fields) -> None:
+    print("RESULT " + json.dumps(fields), flush=True)
+
+
+# Sleep times in ms per (rank, config): alone, rank 0 would pick config 0 and rank 1 config 1; the group max
+# is least for config 2.
+SLEEP_MS = {0: [2, 16, 8], 1: [24, 3, 8], 2: [2, 16, 8], 3: [24, 3, 8]}
+
+
+def sleepy_space():
+    return [{"variant": v} for v in range(3)]
+
+
+def make_sleepy(name="sleepy", collective=True, **options):
+    @tdt.autotune(config_space=sleepy_space(), key_fn=lambda x, **k: tuple(x.shape), n_warmup=1, n_repeat=3,
+                  name=name, **options)
+    def sleepy(x, *, variant, group=None):
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        time.sleep(SLEEP_MS[rank % 4][variant] / 1e3)
+        y = x * (variant + 1)
+        if collective and dist.is_initialized():
+            dist.all_reduce(y, group=group)
+        return y
+
+    return sleepy
+
+
+@case
+def agree():
+    """Each rank alone would choose differently; the group must agree on config 2 for every key."""
+    tdt.init_distributed()
+    sleepy = make_sleepy()
+    for n in (4, 8):
+        out = sleepy(torch.ones(n))
+        emit(key=n, chosen=sleepy.tuner.decided[(n,)]["variant"], out=out.tolist())
+    t0 = time.perf_counter()
+    for _ in range(1000):
+        sleepy.tuner.decided[(4,)]  # noqa: B018 (sanity: decided keys stay)
+    emit(hot=(time.perf_counter() - t0))
+
+
+@case
+def cache_reuse():
+    """Second process: must load from disk (no tuning run): every config counter stays 1 (final call only)."""
+    tdt.init_distributed()
+    calls = []
+
+    @tdt.autotune(config_space=sleepy_space(), key_fn=lambda x: tuple(x.shape), n_warmup=1, n_repeat=2,
+                  name="reuse")
+    def f(x, *, variant):
+        calls.append(variant)
+        time.sleep(SLEEP_MS[dist.get_rank() % 4][variant] / 1e3)
+        return x + variant
+
+    f(torch.zeros(3))
+    emit(calls=calls, chosen=f.tuner.decided[(3,)]["variant"])
+
+
+@case
+def subgroups():
+    """4 ranks, two groups {0,1} and {2,3}, each tuning on its own through autotune_pg."""
+    tdt.init_distributed()
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    mine = groups[dist.get_rank() // 2]
+    sleepy = make_sleepy(name="sub")
+    out = sleepy(torch.ones(2), group=mine, autotune_pg=mine)
+    emit(chosen=[c["variant"] for c in sleepy.tuner.decided_in.values()], out=out.tolist())
+
+
+@case
+def fail_one_rank():
+    """Config 2 (the group's best) raises on rank 1 only: every rank must leave it out and choose the same."""
+    tdt.init_distributed()
+
+    @tdt.autotune(config_space=sleepy_space(), key_fn=lambda x: 0, n_warmup=1, n_repeat=2, name="failone")
+    def f(x, *, variant):
+        if variant == 2 and dist.get_rank() == 1:
+            raise RuntimeError("out of resources on rank 1")
+        time.sleep(SLEEP_MS[dist.get_rank() % 4][variant] / 1e3)
+        return x
+
+    f(torch.zeros(1))
+    rows = f.tuner.tables[next(iter(f.tuner.tables))]
+    emit(chosen=f.tuner.decided[0]["variant"], states=[r["state"] for r in rows], errors=[r.get("error") for r in rows])
+
+
+@case
+def all_fail():
+    tdt.init_distributed()
+
+    @tdt.autotune(config_space=sleepy_space(), key_fn=lambda x: 0, n_warmup=1, n_repeat=1, name="allfail")
+    def f(x, *, variant):
+        if dist.get_rank() == variant % 2:
+            raise ValueError(f"bad variant {variant}")
+        return x
+
+    try:
+        f(torch.zeros(1))
+        emit(error=None)
+    except tdt.AllConfigsFailedError as exc:
+        emit(error=type(exc).__name__, message=str(exc))
+
+
+@case
+def key_mismatch():
+    tdt.init_distributed()
+    sleepy = make_sleepy(name="mismatch", collective=False)
+    try:
+        sleepy(torch.ones(2 + dist.get_rank()))
+        emit(error=None)
+    except tdt.MismatchError as exc:
+        emit(error=type(exc).__name__, message=str(exc))
+
+
+@case
+def bad_input():
+    """Each bad input raises the same clear error on every rank."""
+    tdt.init_distributed()
+    rank = dist.get_rank()
+    seen = {}
+
+    def attempt(label, call):
+        try:
+            call()
+            seen[label] = None
+        except tdt.AutotuneError as exc:
+            seen[label] = type(exc).__name__
+
+    def flaky_key(x):
+        if rank == 1:
+            raise KeyError("no key on rank 1")
+        return 1
+
+    f1 = tdt.autotune(sleepy_space(), key_fn=flaky_key, name="bad1")(lambda x, *, variant: x)
+    attempt("key_fn_raises", lambda: f1(0))
+    f2 = tdt.autotune(sleepy_space(), key_fn=lambda x: [x], name="bad2")(lambda x, *, variant: x)
+    attempt("unhashable_key", lambda: f2(0))
+    f3 = tdt.autotune(sleepy_space(), key_fn=lambda x, **k: 0, prune_fn=lambda c, x, **k: c["variant"] != rank,
+                      name="bad3")(lambda x, **k: x)
+    attempt("prune_all_on_some_rank", lambda: f3(0))  # rank r removes config r: config 2 survives with 2 ranks
+    f4 = tdt.autotune(sleepy_space(), key_fn=lambda x, **k: 0, prune_fn=lambda c, x, **k: False,
+                      name="bad4")(lambda x, **k: x)
+    attempt("prune_removes_all", lambda: f4(0))
+    f5 = tdt.autotune(sleepy_space(), key_fn=lambda x, **k: 0, name="bad5")(lambda x, **k: x)
+    attempt("clash", lambda: f5(0, variant=1))
+    for label in ("empty_space", "not_a_list"):
+        try:
+            tdt.autotune([] if label == "empty_space" else {"a": 1}, key_fn=lambda x: 0)(lambda x: x)
+            seen[label] = None
+        except tdt.BadInputError as exc:
+            seen[label] = type(exc).__name__
+    emit(**seen)
+
+
+@case
+def cache_dirs():
+    """Ranks whose cache folders differ: only rank 0's is read, so all ranks follow it."""
+    tdt.init_distributed()
+    sleepy = make_sleepy(name="dirs", collective=False)
+    sleepy(torch.ones(5))
+    emit(chosen=sleepy.tuner.decided[(5,)]["variant"], folder=str(sleepy.tuner.cache.folder))
+
+
+@case
+def mpi_agree():
+    """Under mpiexec with an mpi4py communicator (no torch.distributed at all)."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    calls = []
+
+    @tdt.autotune(config_space=sleepy_space(), key_fn=lambda x: x, n_warmup=1, n_repeat=2, name="mpi")
+    def f(x, *, variant):
+        calls.append(variant)
+        time.sleep(SLEEP_MS[comm.Get_rank() % 4][variant] / 1e3)
+        return comm.allreduce(x * variant)
+
+    out = f(1, autotune_pg=comm)
+    emit(chosen=next(iter(f.tuner.decided_in.values()))["variant"], out=out, calls=len(calls))
+
+
+@case
+def single():
+    """No torch.distributed: a single process tunes alone."""
+    sleepy = make_sleepy(name="single", collective=False)
+    out = sleepy(torch.ones(2), autotune_verbose=True)
+    emit(chosen=sleepy.tuner.decided[(2,)]["variant"], out=out.tolist())
+
+
+if __name__ == "__main__":
+    CASES[sys.argv[1]]()
+    if dist.is_initialized():
+        dist.barrier()  # rank 0 hosts the store: it must not leave while others still use it
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    if not sys.argv[1].startswith("mpi"):
+        os._exit(0)  # skip slow interpreter teardown; MPI ranks must exit normally to finalize

@@ -1,0 +1,234 @@
+"""AllGather-GEMM tests, runnable as a pytest module or as a multi-rank script.
+
+Script (one process per rank)::
+
+    bash launch.sh tests/test_ag_gemm.py --case check   # every algo/config vs all_gather + matmul
+    bash launch.sh tests/test_ag_gemm.py --case perf    # timings of every config the tuner would try (GPU)
+
+As pytest, the ``check`` case runs through ``launch.sh`` on 2 CPU ranks (gloo, Triton interpreter);
+the GPU parts skip without CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+# CPU shapes (M_local, K, N): awkward rows (37 is no multiple of any tile), K and N not multiples of
+# the tile, a single row per rank, and an even case.
+CPU_SHAPES = [(37, 24, 20), (1, 16, 16), (5, 7, 3), (16, 32, 48)]
+GPU_SHAPES = [(37, 200, 136), (256, 512, 384), (192, 1024, 1000)]
+PERF_SHAPES = [(4096, 8192, 4096), (16384, 3584, 4096), (64, 8192, 4096)]
+
+
+def init_distributed() -> torch.device:
+    """Start the default process group from torchrun's variables; one GPU per rank when there are GPUs."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``||out - ref|| / ||ref||`` in float64 (NaN or inf when out has unwritten / bad elements)."""
+    out64, ref64 = out.double(), ref.double()
+    return ((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30)).item()
+
+
+def runnable_configs(space: list[dict[str, Any]], A: torch.Tensor, group: Any, fused_op: str) -> list[dict]:
+    """Every config that can run on A's device (uneven splits included: the functions support them)."""
+    from examples._dist_common import symm_mem_available
+    from examples.gemm_kernels import TORCH_GEMM, prune_by_shared_memory, shared_memory_limit
+
+    keep = []
+    for cfg in space:
+        algo, splits, tile = cfg["algo"], cfg["splits"], cfg["gemm_config"]
+        if algo in ("torch", "torch_fused"):
+            ok = splits == 1 and tile == TORCH_GEMM
+            ok = ok and (algo == "torch" or symm_mem_available(A, group, fused_op))
+        else:
+            ok = (algo == "chunked" or splits == 1) and (
+                tile == TORCH_GEMM
+                or prune_by_shared_memory(tile, A.element_size(), shared_memory_limit(A.device))
+            )
+        if ok:
+            keep.append(cfg)
+    return keep
+
+
+def check(group: Any = None) -> int:
+    """Check every config of ag_gemm against all_gather + matmul at several shapes; return #failures."""
+    from examples.ag_gemm import ag_gemm, ag_gemm_config_space, ag_gemm_prune
+
+    device = init_distributed()
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    cuda = device.type == "cuda"
+    dtype, tol = (torch.bfloat16, 1e-2) if cuda else (torch.float32, 1e-5)
+    torch.use_deterministic_algorithms(True, warn_only=True)  # torch.empty is filled with NaN
+    gen = torch.Generator(device="cpu").manual_seed(1234 + rank)
+    failures = 0
+    for m_local, k, n in GPU_SHAPES if cuda else CPU_SHAPES:
+        A = torch.randn(m_local, k, generator=gen).to(device, dtype)
+        B = torch.randn(k, n, generator=gen).to(device, dtype) / k**0.5
+        gathered = torch.empty(world * m_local, k, dtype=dtype, device=device)
+        dist.all_gather_into_tensor(gathered, A, group=group)
+        ref = gathered.float() @ B.float()
+        space = ag_gemm_config_space(device)
+        kept = [c for c in space if ag_gemm_prune(c, A, B, group=group)]
+        assert kept and kept[0] == space[0], "prune_fn must keep the first (default) config"
+        configs = runnable_configs(space, A, group, "fused_all_gather_matmul")
+        for cfg in configs:
+            try:
+                out = ag_gemm(A, B, group=group, **cfg)
+                err = relative_error(out, ref) if out.shape == ref.shape else float("inf")
+            except Exception as exc:  # report and go on: one bad config must not hide the others
+                err, out = float("nan"), None
+                print(f"[rank {rank}] ERROR {cfg} at {(m_local, k, n)}: {type(exc).__name__}: {exc}", flush=True)
+            if not err <= tol:
+                failures += 1
+                print(f"[rank {rank}] FAIL ag_gemm {cfg} at M_local,K,N={(m_local, k, n)}: rel err {err:.3g}")
+        if rank == 0:
+            print(f"ag_gemm check {(m_local, k, n)} x{world} ranks: {len(configs)} configs, {len(kept)} kept by prune")
+    failures += check_tuned(device, dtype, tol, group)
+    total = torch.tensor([failures], dtype=torch.int64, device=device)
+    dist.all_reduce(total, group=group)
+    if rank == 0:
+        print("ag_gemm check: " + ("PASSED" if total.item() == 0 else f"FAILED ({total.item()} failures)"))
+    return int(total.item())
+
+
+def check_tuned(device: torch.device, dtype: torch.dtype, tol: float, group: Any) -> int:
+    """Tune one small shape with triton_dist_tune (when the package is there) and check the result."""
+    try:
+        import triton_dist_tune  # noqa: F401
+    except ImportError:
+        if dist.get_rank(group) == 0:
+            print("ag_gemm check: triton_dist_tune not importable, tuned path skipped")
+        return 0
+    from examples._dist_common import LAST_CONFIG
+    from examples.ag_gemm import tuned_ag_gemm
+
+    gen = torch.Generator(device="cpu").manual_seed(99 + dist.get_rank(group))
+    A = torch.randn(16, 16, generator=gen).to(device, dtype)
+    B = torch.randn(16, 16, generator=gen).to(device, dtype)
+    gathered = torch.empty(dist.get_world_size(group) * 16, 16, dtype=dtype, device=device)
+    dist.all_gather_into_tensor(gathered, A, group=group)
+    ref = gathered.float() @ B.float()
+    failures = 0
+    for _ in range(2):  # tune, then the hot path
+        err = relative_error(tuned_ag_gemm(A, B, group=group, autotune_pg=group), ref)
+        if not err <= tol:
+            failures += 1
+            print(f"[rank {dist.get_rank(group)}] FAIL tuned ag_gemm: rel err {err:.3g}")
+    if dist.get_rank(group) == 0:
+        print(f"ag_gemm tuned: chose {LAST_CONFIG.get('ag_gemm')}")
+    return failures
+
+
+def time_ms(fn: Any, warmup: int = 5, repeat: int = 30) -> float:
+    """Median time of ``fn()`` in ms over ``repeat`` runs (CUDA events, barrier before each run)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        dist.barrier()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def perf() -> None:
+    """Print the time of every config the tuner would try, per shape (GPU only)."""
+    from examples.ag_gemm import ag_gemm, ag_gemm_config_space, ag_gemm_prune
+
+    device = init_distributed()
+    if device.type != "cuda":
+        raise SystemExit("--case perf needs GPUs")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for m_local, k, n in PERF_SHAPES:
+        A = torch.randn(m_local, k, device=device, dtype=torch.bfloat16)
+        B = torch.randn(k, n, device=device, dtype=torch.bfloat16)
+        rows = []
+        for cfg in [c for c in ag_gemm_config_space(device) if ag_gemm_prune(c, A, B)]:
+            t = torch.tensor([time_ms(lambda cfg=cfg: ag_gemm(A, B, **cfg))], device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            rows.append((t.item(), cfg))
+        if rank == 0:
+            tflops = lambda ms: 2 * world * m_local * k * n / ms / 1e9  # noqa: E731
+            print(f"\nag_gemm M={world * m_local} K={k} N={n} on {world} GPUs (group max of per-rank medians)")
+            for ms, cfg in sorted(rows, key=lambda r: r[0]):
+                print(f"  {ms:8.3f} ms {tflops(ms):7.1f} TFLOP/s  {cfg}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Script entry: ``--case check`` or ``--case perf``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=("check", "perf"), default="check")
+    args = parser.parse_args(argv)
+    try:
+        if args.case == "check":
+            return 1 if check() else 0
+        perf()
+        return 0
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pytest side: real ranks through launch.sh (CPU: gloo + Triton interpreter).
+
+
+def launch(args: list[str], nproc: int, timeout: float, cpu: bool = True, **env: str) -> subprocess.CompletedProcess:
+    """Run ``bash launch.sh --nproc N args...`` (``--cpu``: gloo ranks, Triton interpreter) and capture it."""
+    run_env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK")}
+    run_env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **env)
+    return subprocess.run(
+        ["bash", str(ROOT / "launch.sh"), *(["--cpu"] if cpu else []), "--nproc", str(nproc), *args],
+        cwd=ROOT,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.timeout(240)
+def test_ag_gemm_check_cpu_two_ranks(tmp_path: Path) -> None:
+    proc = launch(["tests/test_ag_gemm.py", "--case", "check"], 2, 220, TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "ag_gemm check: PASSED" in proc.stdout, output[-4000:]
+    assert "FAIL" not in proc.stdout, output[-4000:]
+
+
+@pytest.mark.timeout(600)
+def test_ag_gemm_check_gpu(tmp_path: Path) -> None:
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 CUDA GPUs")
+    proc = launch(["tests/test_ag_gemm.py", "--case", "check"], 2, 580, cpu=False,
+                  TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path))
+    assert proc.returncode == 0 and "ag_gemm check: PASSED" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Multi-rank tests of ``autotune`` with real processes (gloo over TCP, one process per rank)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from harness import HERE, base_env, describe, run_ranks
+
+CASES = HERE / "scenarios" / "tune_cases.py"
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
+            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs"), "TRITON_DIST_AUTOTUNE_TIMEOUT": "20"}
+
+
+def run(case, n, env, **kw):
+    results = run_ranks(CASES, n, [case], env=env, timeout=kw.pop("timeout", 90), **kw)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return results
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 4])
+def test_ranks_agree_where_each_alone_would_differ(env, n, tmp_path):
+    results = run("agree", n, env)
+    for r in results:
+        chosen = [x["chosen"] for x in r.results if "chosen" in x]
+        assert chosen == [2, 2], describe(results)  # alone: rank 0 picks 0, rank 1 picks 1
+        assert r.results[0]["out"] == [3.0 * n] * 4
+    logs = sorted(os.listdir(tmp_path / "logs"))
+    assert logs == [f"rank-{i}.log" for i in range(n)]
+    text = (tmp_path / "logs" / "rank-1.log").read_text()
+    assert "decision: config 2" in text and "group" in text
+
+
+@pytest.mark.timeout(120)
+def test_cache_is_reused_by_a_new_job_and_always_tune_forces_tuning(env):
+    first = run("cache_reuse", 2, env)
+    assert [r.result["calls"] for r in first] == [[0, 0, 0, 1, 1, 1, 2, 2, 2, 2]] * 2
+    second = run("cache_reuse", 2, env)
+    assert [r.result["calls"] for r in second] == [[2], [2]]  # only the final call: no measurement at all
+    forced = run("cache_reuse", 2, {**env, "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1"})
+    assert [len(r.result["calls"]) for r in forced] == [10, 10]
+
+
+@pytest.mark.timeout(120)
+def test_cache_file_is_standard_json_and_corrupt_files_retune(env, tmp_path):
+    run("cache_reuse", 2, env)
+    files = list((tmp_path / "cache" / "reuse").glob("*.json"))
+    assert len(files) == 1
+    data = json.loads(files[0].read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
+    assert data["index"] == 2 and data["group_size"] == 2 and len(data["measurements"]) == 3
+    for damage in ("{not json", "", json.dumps({"format": 1, "index": 99})):
+        files[0].write_text(damage)
+        again = run("cache_reuse", 2, env)
+        assert [r.result["chosen"] for r in again] == [2, 2]
+        assert len(again[0].result["calls"]) == 10  # tuned again
+        assert "tuning again" in again[0].stderr
+
+
+@pytest.mark.timeout(120)
+def test_ranks_with_different_cache_folders_follow_rank_0(env, tmp_path):
+    folders = {r: {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / f"home{r}")} for r in range(2)}
+    run("cache_dirs", 2, env, per_rank_env=folders)
+    # a decision only in rank 1's folder must not be used: rank 0 reads none, so both tune again, together
+    shutil.rmtree(tmp_path / "home0")
+    results = run("cache_dirs", 2, env, per_rank_env=folders)
+    assert [r.result["chosen"] for r in results] == [2, 2]
+    assert (tmp_path / "home0" / "dirs").is_dir()
+
+
+@pytest.mark.timeout(120)
+def test_subgroups_tune_independently(env):
+    results = run("subgroups", 4, env)
+    for r in results:
+        assert r.result["chosen"] == [2]
+        assert r.result["out"] == [6.0, 6.0]  # all_reduce over a group of 2, variant 2 multiplies by 3
+
+
+@pytest.mark.timeout(120)
+def test_config_failing_on_one_rank_is_left_out_everywhere(env):
+    results = run("fail_one_rank", 2, env)
+    assert [r.result["chosen"] for r in results] == [1, 1]
+    for r in results:
+        assert r.result["states"] == ["measured", "measured", "failed"]
+        assert "rank 1: RuntimeError: out of resources" in r.result["errors"][2]
+
+
+@pytest.mark.timeout(120)
+def test_every_config_failing_raises_the_same_error_everywhere(env):
+    results = run("all_fail", 2, env)
+    messages = {r.result["message"] for r in results}
+    assert len(messages) == 1 and "config 1 ({variant: 1}): rank 1: ValueError" in messages.pop()
+
+
+@pytest.mark.timeout(120)
+def test_key_mismatch_raises_on_every_rank(env):
+    results = run("key_mismatch", 2, env)
+    for r in results:
+        assert r.result["error"] == "MismatchError"
+        assert "ranks [0]: (2,); ranks [1]: (3,)" in r.result["message"]
+
+
+@pytest.mark.timeout(120)
+def test_bad_input_raises_clear_errors_on_every_rank(env):
+    results = run("bad_input", 2, env)
+    for r in results:
+        assert r.result == {"key_fn_raises": "BadInputError", "unhashable_key": "BadInputError",
+                            "prune_all_on_some_rank": None, "prune_removes_all": "BadInputError",
+                            "clash": "BadInputError", "empty_space": "BadInputError",
+                            "not_a_list": "BadInputError"}
+
+
+@pytest.mark.timeout(60)
+def test_single_process_without_torch_distributed(env):
+    proc = subprocess.run([sys.executable, str(CASES), "single"], env=base_env(env), capture_output=True,
+                          text=True, timeout=50)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert result == {"chosen": 0, "out": [1.0, 1.0]}  # alone, rank 0's sleep times make config 0 fastest
+    assert "chose config 0" in proc.stderr and "->" in proc.stderr  # verbose summary table
+
+
+@pytest.mark.timeout(120)
+def test_mpi4py_communicator(env):
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("mpiexec not installed")
+    extra = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
+    proc = subprocess.run([mpiexec, "-n", "2", "--oversubscribe", sys.executable, str(CASES), "mpi_agree"],
+                          env=base_env(extra), capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(results) == 2
+    assert all(r["chosen"] == 2 and r["out"] == 4 and r["calls"] == 10 for r in results)

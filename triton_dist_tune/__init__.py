@@ -1,0 +1,29 @@
+"""triton-dist-tune: autotuning for distributed GPU kernels, with every rank in agreement.
+
+- :func:`autotune`: tune a whole function (collectives and Triton kernels inside) over a config space.
+- :func:`init_distributed`: a restart-safe ``init_process_group``.
+"""
+
+__version__ = "0.1.0"
+
+from .dist import init_distributed  # noqa: E402
+from .errors import (  # noqa: E402
+    AllConfigsFailedError,
+    AutotuneError,
+    BadInputError,
+    GroupTimeoutError,
+    MismatchError,
+)
+from .tune import autotune, to_hashable  # noqa: E402
+
+__all__ = [
+    "AllConfigsFailedError",
+    "AutotuneError",
+    "BadInputError",
+    "GroupTimeoutError",
+    "MismatchError",
+    "__version__",
+    "autotune",
+    "init_distributed",
+    "to_hashable",
+]

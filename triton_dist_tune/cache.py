@@ -1,0 +1,158 @@
+"""The disk cache of decisions: one standard-JSON file per (function, key, space, group size, hardware).
+
+Only group rank 0 reads it and broadcasts what it found (see ``tune.py``), so ranks whose disks differ never split.
+Files are written atomically (a temporary file in the same folder, then ``os.replace``), so any number of
+processes may write one folder. An unreadable or corrupt file is a warning and a re-tune, never a crash.
+
+The software versions (torch, triton, CUDA, NCCL, this package) are recorded in each file, not in its name: a file
+written under other versions is used with a warning, or re-tuned when ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .space import fingerprint
+
+log = logging.getLogger("triton_dist_tune")
+
+FORMAT = 1
+
+
+def env_flag(name: str) -> bool:
+    """Whether environment variable ``name`` is set to a true value."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def cache_root() -> Path:
+    """``TRITON_DIST_AUTOTUNE_CACHE_DIR``, or ``~/.triton_dist/autotune``."""
+    override = os.environ.get("TRITON_DIST_AUTOTUNE_CACHE_DIR")
+    return Path(override) if override else Path.home() / ".triton_dist" / "autotune"
+
+
+@functools.lru_cache(maxsize=1)
+def hardware() -> dict[str, Any]:
+    """The GPU model and count this process sees ("cpu" and 0 without CUDA)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return {"gpu": torch.cuda.get_device_name(), "gpu_count": torch.cuda.device_count()}
+    except Exception:
+        pass
+    return {"gpu": "cpu", "gpu_count": 0}
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict[str, str]:
+    """Versions of the software a decision depends on."""
+    found = {"triton_dist_tune": __version__}
+    try:
+        import torch
+
+        found["torch"] = torch.__version__
+        found["cuda"] = str(torch.version.cuda)
+        nccl = torch.cuda.nccl.version() if torch.cuda.is_available() else None
+        found["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+    except Exception:
+        pass
+    try:
+        import triton
+
+        found["triton"] = triton.__version__
+    except Exception:
+        pass
+    return found
+
+
+def source_of(fn: Any) -> str:
+    """The function's source text, or its bytecode where no source is available."""
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        return repr(code.co_code) if code is not None else getattr(fn, "__qualname__", repr(fn))
+
+
+def entry_id(fn_source: str, key_text: str, space_text: str, group_size: int) -> str:
+    """The file name (without suffix) of one decision; versions are deliberately not part of it."""
+    hw = hardware()
+    return fingerprint("\n".join([fn_source, key_text, space_text, str(group_size), hw["gpu"], str(hw["gpu_count"])]))
+
+
+class DiskCache:
+    """The decisions of one tuned function, in ``<root>/<name>/<entry id>.json``."""
+
+    def __init__(self, name: str, root: Path | None = None) -> None:
+        self.folder = (root or cache_root()) / name
+
+    def path(self, entry: str) -> Path:
+        """Where the decision ``entry`` lives."""
+        return self.folder / f"{entry}.json"
+
+    def load(self, entry: str, space_text: str) -> dict[str, Any] | None:
+        """The stored decision, or None when absent, unreadable, for another space, or from other versions
+        under ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``."""
+        path = self.path(entry)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("triton_dist_tune: ignoring unreadable cache file %s (%s); tuning again", path, exc)
+            return None
+        if not _well_formed(data) or data.get("space") != fingerprint(space_text):
+            log.warning("triton_dist_tune: ignoring malformed cache file %s; tuning again", path)
+            return None
+        if data["versions"] != versions():
+            if env_flag("TRITON_DIST_AUTOTUNE_VERSION_CHECK"):
+                log.warning("triton_dist_tune: %s was tuned under %s, now %s; tuning again",
+                            path, data["versions"], versions())
+                return None
+            log.warning("triton_dist_tune: %s was tuned under other versions (%s, now %s); using it "
+                        "(set TRITON_DIST_AUTOTUNE_VERSION_CHECK=1 to re-tune)", path, data["versions"], versions())
+        return data
+
+    def store(self, entry: str, decision: dict[str, Any], space_text: str) -> Path:
+        """Write ``decision`` atomically; returns the file's path."""
+        data = {"format": FORMAT, "space": fingerprint(space_text), "versions": versions(), **hardware(),
+                **decision}
+        return write_json_atomic(self.path(entry), data)
+
+
+def _well_formed(data: Any) -> bool:
+    return (
+        isinstance(data, dict)
+        and data.get("format") == FORMAT
+        and isinstance(data.get("index"), int)
+        and isinstance(data.get("config"), str)
+        and isinstance(data.get("versions"), dict)
+    )
+
+
+def write_json_atomic(path: Path, data: Any) -> Path:
+    """Write ``data`` as standard JSON (no NaN or Infinity) to ``path`` so that readers never see half a file."""
+    text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path

@@ -1,0 +1,27 @@
+"""Exceptions raised by triton-dist-tune.
+
+Every error that ends a tuning is raised on every rank of the group with the same message, so that no rank is
+left waiting for the others.
+"""
+
+from __future__ import annotations
+
+
+class AutotuneError(RuntimeError):
+    """Base class of every error the tuner raises."""
+
+
+class BadInputError(AutotuneError, ValueError):
+    """The config space, a callback or a call's arguments are unusable (raised before any measurement)."""
+
+
+class MismatchError(AutotuneError):
+    """The ranks of a group called the tuned function with different keys, config spaces or group sizes."""
+
+
+class AllConfigsFailedError(AutotuneError):
+    """Every config was pruned, failed, crashed or hung on some rank: nothing is left to choose from."""
+
+
+class GroupTimeoutError(AutotuneError):
+    """Some ranks did not reach a step of the tuning protocol in time (a hang, a crash, or a wrong group)."""

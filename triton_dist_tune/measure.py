@@ -1,0 +1,215 @@
+"""Measuring configs: the lock-step protocol for functions with collectives, and sharded tuning for rank-local ones.
+
+Lock-step, for every config in the agreed order, on every rank:
+
+1. journal ``started``; warm up ``n_warmup`` times (plus one checked run when ``ref_prog`` is given), under the
+   watchdog;
+2. exchange "ok or error" (this exchange also aligns the ranks before timing); a config that failed anywhere is
+   failed everywhere;
+3. time ``n_repeat`` runs under the watchdog; with early stopping, the first quarter of them is exchanged first and
+   the group stops the config when it is already ``early_stop`` times slower than the best so far;
+4. exchange each rank's median; the group time is the MAX over ranks; journal the outcome.
+
+Sharded: each rank measures the configs ``i`` with ``i % size == rank`` on its own, and one exchange at the end
+shares every result (only for functions that talk to no other rank).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .comm import Group
+from .journal import Journal
+from .side_effects import ArgumentState
+from .timing import median
+from .watchdog import WATCHDOG
+
+Row = dict[str, Any]
+
+
+@dataclass
+class Plan:
+    """How each config is measured; identical on every rank."""
+
+    n_warmup: int
+    n_repeat: int
+    timeout: float
+    early_stop: float | None = None
+
+
+class Reference:
+    """The reference result of ``ref_prog``, against which each config's first run is checked."""
+
+    def __init__(self, value: Any, rtol: float | None, atol: float | None) -> None:
+        self.value = _detach_copy(value)
+        self.rtol, self.atol = rtol, atol
+
+    def mismatch(self, value: Any) -> str | None:
+        """None when ``value`` matches the reference, else what differs."""
+        import torch
+
+        try:
+            torch.testing.assert_close(value, self.value, rtol=self.rtol, atol=self.atol, check_device=False)
+        except (AssertionError, TypeError, ValueError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()
+            return "wrong result: " + (first[0] if first else type(exc).__name__)
+        return None
+
+
+@dataclass
+class Trial:
+    """One tuning call: the function, its arguments and everything that runs around each measured call."""
+
+    fn: Callable[..., Any]
+    args: tuple
+    kwargs: dict[str, Any]
+    timer: Any
+    state: ArgumentState | None = None
+    pre_hook: Callable[..., Any] | None = None
+    post_hook: Callable[..., Any] | None = None
+    reference: Reference | None = None
+
+    def run(self, config: dict[str, Any]) -> tuple[float, Any]:
+        """Prepare the arguments, run once with ``config`` and return (ms, result)."""
+        if self.state is not None:
+            self.state.before_run()
+        if self.pre_hook is not None:
+            self.pre_hook(config, *self.args, **self.kwargs)
+        ms, out = self.timer.time_call(lambda: self.fn(*self.args, **self.kwargs, **config))
+        if self.post_hook is not None:
+            self.post_hook(config, *self.args, **self.kwargs)
+        return ms, out
+
+    def checked_run(self, config: dict[str, Any]) -> str | None:
+        """One untimed run compared against the reference; None when it matches."""
+        _, out = self.run(config)
+        self.timer.synchronize()
+        produced = (out, *self.state.outputs) if self.state is not None else (out,)
+        return self.reference.mismatch(produced) if self.reference is not None else None
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line description of an exception, for logs, journals and error messages."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500]
+
+
+class Measurer:
+    """Runs the measurement protocols for one tuning call of one key."""
+
+    def __init__(self, group: Group, trial: Trial, plan: Plan, journal: Journal, log: logging.Logger,
+                 label: str) -> None:
+        self.group, self.trial, self.plan, self.journal, self.log, self.label = group, trial, plan, journal, log, label
+
+    def _guarded(self, index: int, desc: str, phase: str, runs: Callable[[], Any]) -> tuple[Any, str | None]:
+        """Run ``runs`` under the watchdog; returns (its result, None) or (None, error)."""
+        def on_fire() -> None:
+            self.journal.append(index, "hung", config=desc, error=f"{phase} exceeded {self.plan.timeout:g} s")
+            self.log.error("%s config %d %s: HUNG past %g s: %s", self.label, index, phase, self.plan.timeout, desc)
+
+        WATCHDOG.arm(self.plan.timeout, f"{self.label} config {index} ({desc}) {phase}", on_fire)
+        try:
+            result = runs()
+            self.trial.timer.synchronize()
+            return result, None
+        except Exception as exc:  # a failing config is data, not a crash
+            return None, describe_error(exc)
+        finally:
+            WATCHDOG.disarm()
+
+    def _warmup(self, config: dict[str, Any]) -> str | None:
+        if self.trial.reference is not None:
+            wrong = self.trial.checked_run(config)
+            if wrong:
+                return wrong
+        for _ in range(self.plan.n_warmup):
+            self.trial.run(config)
+        return None
+
+    def _timed(self, config: dict[str, Any], count: int) -> list[float]:
+        return [self.trial.run(config)[0] for _ in range(count)]
+
+    def lockstep(self, index: int, config: dict[str, Any], desc: str, best: float | None) -> Row:
+        """Measure one config in lock-step with the group; returns its row (identical on every rank but 'own')."""
+        group, plan = self.group, self.plan
+        self.journal.append(index, "started", config=desc)
+        wrong, error = self._guarded(index, desc, "warmup", lambda: self._warmup(config))
+        error = error or wrong
+        if error:
+            self.journal.append(index, "local_failure", config=desc, error=error)
+        errors = group.allgather(error, f"{self.label} config {index} warmup")
+        if any(errors):
+            return self._failed(index, desc, errors)
+
+        first = plan.n_repeat
+        if plan.early_stop and best is not None and plan.n_repeat >= 4:
+            first = max(1, plan.n_repeat // 4)
+        samples, error = self._guarded(index, desc, "timing", lambda: self._timed(config, first))
+        results = group.allgather(error or median(samples), f"{self.label} config {index} timing")
+        if any(isinstance(r, str) for r in results):
+            return self._failed(index, desc, [r if isinstance(r, str) else None for r in results])
+        if first < plan.n_repeat:
+            partial = max(results)
+            if partial > plan.early_stop * best:
+                return self._measured(index, desc, results, median(samples), early_stop=True)
+            more, error = self._guarded(index, desc, "timing", lambda: self._timed(config, plan.n_repeat - first))
+            if error is None:
+                samples = samples + more
+            results = group.allgather(error or median(samples), f"{self.label} config {index} timing (rest)")
+            if any(isinstance(r, str) for r in results):
+                return self._failed(index, desc, [r if isinstance(r, str) else None for r in results])
+        return self._measured(index, desc, results, median(samples))
+
+    def sharded(self, todo: Sequence[tuple[int, dict[str, Any], str]]) -> list[Row]:
+        """Measure this rank's share of ``todo`` alone, then share all results; returns rows for all of them."""
+        mine = []
+        for position, (index, config, desc) in enumerate(todo):
+            if position % self.group.size != self.group.rank:
+                continue
+            self.journal.append(index, "started", config=desc)
+            samples, error = self._guarded(
+                index, desc, "sharded", lambda c=config: (self._warmup(c), self._timed(c, self.plan.n_repeat))
+            )
+            if samples is not None and samples[0]:
+                error = samples[0]
+            if error:
+                row = self._failed(index, desc, [error], sharded=True)
+            else:
+                row = self._measured(index, desc, [median(samples[1])], median(samples[1]), sharded=True)
+            mine.append(row)
+        shared = self.group.allgather(mine, f"{self.label} sharded results")
+        return sorted((row for rows in shared for row in rows), key=lambda r: r["index"])
+
+    def _failed(self, index: int, desc: str, errors: Sequence[str | None], sharded: bool = False) -> Row:
+        failures = {r: e for r, e in enumerate(errors) if e}
+        if sharded:
+            failures = {self.group.rank: errors[0]}
+        text = "; ".join(f"rank {r}: {e}" for r, e in failures.items())
+        row = {"index": index, "config": desc, "state": "failed", "time": None, "own": None, "error": text}
+        self.journal.append(index, "failed", config=desc, error=text)
+        self.log.info("%s config %d FAILED (%s): %s", self.label, index, text, desc)
+        return row
+
+    def _measured(self, index: int, desc: str, per_rank: Sequence[float], own: float, early_stop: bool = False,
+                  sharded: bool = False) -> Row:
+        group_time = float(max(per_rank))
+        row = {"index": index, "config": desc, "state": "measured", "time": group_time, "own": own,
+               "per_rank": [float(t) for t in per_rank], "early_stop": early_stop}
+        self.journal.append(index, "measured", config=desc, time=group_time, per_rank=row["per_rank"],
+                            early_stop=early_stop)
+        self.log.info("%s config %d: own %.4f ms, group %.4f ms%s%s: %s", self.label, index, own, group_time,
+                      " (stopped early)" if early_stop else "", " (sharded)" if sharded else "", desc)
+        return row
+
+
+def _detach_copy(value: Any) -> Any:
+    if hasattr(value, "detach") and hasattr(value, "clone"):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detach_copy(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detach_copy(v) for k, v in value.items()}
+    return value
