@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from harness import HERE, base_env, describe, run_ranks
 
 CASES = HERE / "scenarios" / "tune_cases.py"
