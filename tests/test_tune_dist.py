@@ -125,7 +125,7 @@ def test_single_process_without_torch_distributed(env):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.split("RESULT ", 1)[1])
     assert result == {"chosen": 0, "out": [1.0, 1.0]}  # alone, rank 0's sleep times make config 0 fastest
-    assert "chose config 0" in proc.stderr and "->" in proc.stderr  # verbose summary table
+    assert "best config selected: {variant: 0}" in proc.stderr and "->" in proc.stderr  # verbose summary table
 
 
 @pytest.mark.timeout(120)

@@ -142,7 +142,7 @@ class Measurer:
             self.journal.append(index, "local_failure", config=desc, error=error)
         errors = group.allgather(error, f"{self.label} config {index} warmup")
         if any(errors):
-            return self._failed(index, desc, errors)
+            return self._failed(index, desc, by_rank(errors))
 
         first = plan.n_repeat
         if plan.early_stop and best is not None and plan.n_repeat >= 4:
@@ -150,7 +150,7 @@ class Measurer:
         samples, error = self._guarded(index, desc, "timing", lambda: self._timed(config, first))
         results = group.allgather(error or median(samples), f"{self.label} config {index} timing")
         if any(isinstance(r, str) for r in results):
-            return self._failed(index, desc, [r if isinstance(r, str) else None for r in results])
+            return self._failed(index, desc, by_rank([r if isinstance(r, str) else None for r in results]))
         if first < plan.n_repeat:
             partial = max(results)
             if partial > plan.early_stop * best:
@@ -160,7 +160,7 @@ class Measurer:
                 samples = samples + more
             results = group.allgather(error or median(samples), f"{self.label} config {index} timing (rest)")
             if any(isinstance(r, str) for r in results):
-                return self._failed(index, desc, [r if isinstance(r, str) else None for r in results])
+                return self._failed(index, desc, by_rank([r if isinstance(r, str) else None for r in results]))
         return self._measured(index, desc, results, median(samples))
 
     def sharded(self, todo: Sequence[tuple[int, dict[str, Any], str]]) -> list[Row]:
@@ -176,18 +176,18 @@ class Measurer:
             if samples is not None and samples[0]:
                 error = samples[0]
             if error:
-                row = self._failed(index, desc, [error], sharded=True)
+                row = self._failed(index, desc, f"rank {self.group.rank}: {error}")
             else:
                 row = self._measured(index, desc, [median(samples[1])], median(samples[1]), sharded=True)
             mine.append(row)
         shared = self.group.allgather(mine, f"{self.label} sharded results")
         return sorted((row for rows in shared for row in rows), key=lambda r: r["index"])
 
-    def _failed(self, index: int, desc: str, errors: Sequence[str | None], sharded: bool = False) -> Row:
-        failures = {r: e for r, e in enumerate(errors) if e}
-        if sharded:
-            failures = {self.group.rank: errors[0]}
-        text = "; ".join(f"rank {r}: {e}" for r, e in failures.items())
+    def fail(self, index: int, desc: str, error: str) -> Row:
+        """Record a config the group already knows to be failed (e.g. it did not compile on some rank)."""
+        return self._failed(index, desc, error)
+
+    def _failed(self, index: int, desc: str, text: str) -> Row:
         row = {"index": index, "config": desc, "state": "failed", "time": None, "own": None, "error": text}
         self.journal.append(index, "failed", config=desc, error=text)
         self.log.info("%s config %d FAILED (%s): %s", self.label, index, text, desc)
@@ -203,6 +203,11 @@ class Measurer:
         self.log.info("%s config %d: own %.4f ms, group %.4f ms%s%s: %s", self.label, index, own, group_time,
                       " (stopped early)" if early_stop else "", " (sharded)" if sharded else "", desc)
         return row
+
+
+def by_rank(errors: Sequence[str | None]) -> str:
+    """'rank r: error; ...' for the ranks whose entry is an error."""
+    return "; ".join(f"rank {r}: {e}" for r, e in enumerate(errors) if e)
 
 
 def _detach_copy(value: Any) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from .comm import Group, default_timeout, resolve_group
 from .errors import AllConfigsFailedError, BadInputError, MismatchError
 from .journal import Journal, merge
 from .measure import Measurer, Plan, Reference, Trial, describe_error
+from .precompile import precompile
 from .side_effects import ArgumentState, check_names, named_arguments
 from .space import CALL_KEYWORDS, check_no_clash, describe, validate_space
 from .timing import make_timer
@@ -49,7 +51,8 @@ class Tuner:
                  n_repeat: int, timeout: float | None, reset_to_zero: Iterable[str], restore_value: Iterable[str],
                  pre_hook: Callable[..., Any] | None, post_hook: Callable[..., Any] | None,
                  ref_prog: Callable[..., Any] | None, rtol: float | None, atol: float | None,
-                 early_stop: float | None, sharded: bool, name: str | None) -> None:
+                 early_stop: float | None, sharded: bool, precompile_fn: Callable[..., Any] | None,
+                 compile_threads: int | None, name: str | None) -> None:
         if not callable(key_fn):
             raise BadInputError("key_fn must be callable")
         if prune_fn is not None and not callable(prune_fn):
@@ -71,6 +74,7 @@ class Tuner:
         self.pre_hook, self.post_hook = pre_hook, post_hook
         self.ref_prog, self.rtol, self.atol = ref_prog, rtol, atol
         self.sharded = sharded
+        self.precompile_fn, self.compile_threads = precompile_fn, compile_threads
         self.name = name or fn.__name__
         self.cache = DiskCache(self.name)
         self.source = source_of(fn)
@@ -120,6 +124,7 @@ class Tuner:
 
     def _tune(self, group: Group, key: Any, key_error: str | None, args: tuple, kwargs: dict[str, Any],
               verbose: bool | None) -> dict[str, Any]:
+        started = time.perf_counter()
         rank_log = logs.rank_log()
         key_text = repr(key)
         label = f"[{self.name} key={key_text}]"
@@ -149,8 +154,10 @@ class Tuner:
         journal.remove()
         self.tables[(group.name, key)] = rows
         if group.rank == 0 and logs.printing_enabled(verbose):
-            logs.console().info("triton_dist_tune: %s chose config %d on %d rank(s):\n%s", label, index,
-                                group.size, logs.format_table(rows, index))
+            logs.console().info(
+                "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group "
+                "'%s',\nbest config selected: %s;\n%s", self.name, key_text, time.perf_counter() - started,
+                group.size, group.name, self.descriptions[index], logs.format_table(rows, index))
         return self.space[index]
 
     def _agree(self, group: Group, key_text: str, key_error: str | None, kwargs: dict[str, Any]) -> None:
@@ -214,6 +221,11 @@ class Tuner:
                 logs.rank_log().info("%s config %d from the journal: %s", label, i, row)
             else:
                 todo.append((i, self.space[i], self.descriptions[i]))
+        if self.precompile_fn is not None and todo:
+            failed = precompile(group, label, self.precompile_fn, todo, args, kwargs, self.compile_threads, timeout)
+            for i, error in sorted(failed.items()):
+                rows.append(measurer.fail(i, self.descriptions[i], error))
+            todo = [t for t in todo if t[0] not in failed]
         progress = logs.Progress(label, len(todo), group.rank == 0 and logs.printing_enabled(verbose))
         try:
             if self.sharded:
@@ -264,6 +276,7 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
              pre_hook: Callable[..., Any] | None = None, post_hook: Callable[..., Any] | None = None,
              ref_prog: Callable[..., Any] | None = None, rtol: float | None = None, atol: float | None = None,
              early_stop: float | None = None, sharded: bool = False,
+             precompile_fn: Callable[..., Any] | None = None, compile_threads: int | None = None,
              name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Tune a whole (distributed) function over ``config_space``, with every rank of the group in lock-step.
 
@@ -286,6 +299,11 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
         early_stop: a factor: a config whose first quarter of timed runs is already this much slower than the
             best so far is stopped, by group decision.
         sharded: for functions that talk to no other rank: each rank measures its share of the configs.
+        precompile_fn: ``precompile_fn(config, *args, **kwargs)`` compiles a config's kernels (e.g. with
+            ``kernel.warmup(..., grid=...)``); run for every config in a thread pool before measuring, and a
+            config that fails to compile on any rank is left out on every rank.
+        compile_threads: threads for ``precompile_fn`` (default ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or
+            min(8, CPUs)).
         name: the cache folder's name (default: the function's name).
 
     Call-time keywords: ``autotune=False`` runs the first config ``prune_fn`` keeps, with no tuning and no
@@ -298,7 +316,7 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
         tuner = Tuner(fn, config_space, key_fn, prune_fn, n_warmup=n_warmup, n_repeat=n_repeat, timeout=timeout,
                       reset_to_zero=reset_to_zero, restore_value=restore_value, pre_hook=pre_hook,
                       post_hook=post_hook, ref_prog=ref_prog, rtol=rtol, atol=atol, early_stop=early_stop,
-                      sharded=sharded, name=name)
+                      sharded=sharded, precompile_fn=precompile_fn, compile_threads=compile_threads, name=name)
         decided, slow, keywords = tuner.decided, tuner.call, CALL_KEYWORDS
 
         @functools.wraps(fn)

@@ -1,0 +1,110 @@
+"""Per-call overhead of a decided key: ``autotune``'s wrapper against a plain call (and, on a GPU, against stock
+``triton.autotune`` around the same kernel launch).
+
+Usage: python benchmarks/bench_hot_path.py [--out DIR]. Single process. Prints a table; writes hot_path.json.
+Overhead = (time of the tuned call - time of a plain call with the same key_fn work) per call; each figure is the
+median of 7 rounds of N calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("TRITON_DIST_AUTOTUNE_CACHE_DIR", tempfile.mkdtemp())
+os.environ.setdefault("TRITON_DIST_AUTOTUNE_LOG_DIR", tempfile.mkdtemp())
+
+import torch  # noqa: E402
+
+import triton_dist_tune as tdt  # noqa: E402
+
+
+def per_call_us(fn, n: int) -> float:
+    rounds = []
+    for _ in range(7):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        rounds.append((time.perf_counter() - start) / n * 1e6)
+    return statistics.median(rounds)
+
+
+def python_overhead(n: int) -> dict[str, float]:
+    x = torch.empty(16)
+
+    def key_fn(x):
+        return x.shape[0]
+
+    def plain(x, *, block):
+        return block
+
+    tuned = tdt.autotune([{"block": 1}, {"block": 2}], key_fn=key_fn, n_warmup=0, n_repeat=1)(plain)
+    tuned(x)  # decide
+
+    def plain_with_key():
+        key_fn(x)
+        return plain(x, block=1)
+
+    base = per_call_us(plain_with_key, n)
+    ours = per_call_us(lambda: tuned(x), n)
+    return {"plain_call_with_key_fn_us": base, "tuned_call_us": ours, "overhead_us": ours - base}
+
+
+def gpu_overhead(n: int) -> dict[str, float]:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+    configs = [triton.Config({"BLOCK": b}) for b in (128, 256, 512)]
+    stock = triton.autotune(configs=configs, key=["n"])(add)
+    x = torch.randn(4096, device="cuda")
+    y = torch.empty_like(x)
+    n_el = x.numel()
+
+    def launch(x, y, *, cfg):
+        add[(triton.cdiv(n_el, cfg.kwargs["BLOCK"]),)](x, y, n_el, **cfg.kwargs)
+
+    tuned = tdt.autotune([{"cfg": c} for c in configs], key_fn=lambda x, y: x.numel(), n_warmup=1, n_repeat=3)(launch)
+    tuned(x, y)
+    stock[lambda m: (triton.cdiv(n_el, m["BLOCK"]),)](x, y, n_el)
+    torch.cuda.synchronize()
+    direct = per_call_us(lambda: launch(x, y, cfg=configs[0]), n)
+    ours = per_call_us(lambda: tuned(x, y), n)
+    theirs = per_call_us(lambda: stock[lambda m: (triton.cdiv(n_el, m["BLOCK"]),)](x, y, n_el), n)
+    torch.cuda.synchronize()
+    return {"direct_launch_us": direct, "tdt_autotune_launch_us": ours, "stock_autotune_launch_us": theirs,
+            "tdt_overhead_us": ours - direct, "stock_overhead_us": theirs - direct}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--calls", type=int, default=200_000)
+    args = parser.parse_args()
+    result = {"machine": platform.node(), "python": platform.python_version(), "torch": torch.__version__,
+              "python_wrapper": python_overhead(args.calls)}
+    if torch.cuda.is_available():
+        result["gpu"] = torch.cuda.get_device_name()
+        result["kernel_launch"] = gpu_overhead(args.calls // 10)
+    for section, figures in result.items():
+        if isinstance(figures, dict):
+            for name, value in figures.items():
+                print(f"{section:16} {name:28} {value:8.3f}")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "hot_path.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

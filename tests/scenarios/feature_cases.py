@@ -1,0 +1,168 @@
+"""Multi-rank scenarios for side effects, correctness checks, compilation, early stopping and sharded tuning.
+
+Usage: python feature_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Prints ``RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import triton
+import triton.language as tl
+
+import triton_dist_tune as tdt
+
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def emit(**fields) -> None:
+    print("RESULT " + json.dumps(fields), flush=True)
+
+
+def space(n=3):
+    return [{"variant": v} for v in range(n)]
+
+
+@case
+def restore_value():
+    """An in-place update is applied exactly once, tuning or not; without restore_value it is applied per run."""
+    tdt.init_distributed()
+    out = {}
+    for label, options in (("restored", {"restore_value": ["x"]}), ("plain", {})):
+        @tdt.autotune(space(), key_fn=lambda x: 0, n_warmup=1, n_repeat=2, name=f"inplace_{label}", **options)
+        def bump(x, *, variant):
+            time.sleep(0.001 * (variant + 1))
+            x.add_(1.0)
+            dist.all_reduce(torch.zeros(1))
+            return x.sum()
+
+        x = torch.arange(4.0)
+        total = bump(x)
+        out[label] = {"x": x.tolist(), "total": float(total)}
+    emit(**out)
+
+
+@case
+def reset_to_zero():
+    """An accumulating output holds exactly one call's contribution after tuning."""
+    tdt.init_distributed()
+    out = {}
+    for label, options in (("reset", {"reset_to_zero": ["acc"]}), ("plain", {})):
+        @tdt.autotune(space(), key_fn=lambda a, acc: 0, n_warmup=1, n_repeat=2, name=f"acc_{label}", **options)
+        def accumulate(a, acc, *, variant):
+            time.sleep(0.001 * (variant + 1))
+            acc += a
+            return None
+
+        a, acc = torch.full((3,), 2.0), torch.zeros(3)
+        accumulate(a, acc)
+        out[label] = acc.tolist()
+    emit(**out)
+
+
+@case
+def wrong_on_one_rank():
+    """The fastest config gives a wrong result on rank 1 only: left out everywhere."""
+    tdt.init_distributed()
+    rank = dist.get_rank()
+
+    def reference(x):
+        return x * 2
+
+    @tdt.autotune(space(), key_fn=lambda x: 0, n_warmup=1, n_repeat=2, ref_prog=reference, rtol=0, atol=0,
+                  name="wrong")
+    def double(x, *, variant):
+        time.sleep(0.001 * (3 - variant))  # config 2 is fastest, config 1 next
+        if variant == 2 and rank == 1:
+            return x * 2 + 1
+        return x * 2
+
+    y = double(torch.ones(4))
+    rows = next(iter(double.tuner.tables.values()))
+    emit(chosen=double.tuner.decided[0]["variant"], out=y.tolist(), states=[r["state"] for r in rows],
+         error=rows[2].get("error"))
+
+
+@triton.jit
+def _copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+
+@case
+def compile_failure():
+    """A config whose kernel does not compile (BLOCK=3 is no power of two) is skipped everywhere, unmeasured."""
+    tdt.init_distributed()
+    launched = collections.Counter()
+
+    def precompile(config, src, dst):
+        _copy_kernel[(1,)](src[:1], dst[:1], 1, BLOCK=config["BLOCK"])  # the interpreter checks it as it runs
+
+    @tdt.autotune([{"BLOCK": b} for b in (3, 4, 8)], key_fn=lambda src, dst: src.numel(), n_warmup=1, n_repeat=2,
+                  precompile_fn=precompile, name="compile")
+    def copy(src, dst, *, BLOCK):
+        launched[BLOCK] += 1
+        _copy_kernel[(triton.cdiv(src.numel(), BLOCK),)](src, dst, src.numel(), BLOCK=BLOCK)
+        return dst
+
+    src = torch.arange(10.0)
+    dst = copy(src, torch.zeros(10))
+    rows = next(iter(copy.tuner.tables.values()))
+    emit(ok=dst.tolist() == src.tolist(), launched={str(k): v for k, v in launched.items()},
+         states=[r["state"] for r in rows], error=rows[0].get("error"))
+
+
+@case
+def early_stop():
+    """A config far slower than the best so far is stopped by the group after its first quarter of runs."""
+    tdt.init_distributed()
+    calls = collections.Counter()
+
+    @tdt.autotune(space(), key_fn=lambda: 0, n_warmup=1, n_repeat=8, early_stop=2.0, name="early")
+    def f(*, variant):
+        calls[variant] += 1
+        time.sleep([0.004, 0.040, 0.005][variant])
+
+    f()
+    rows = next(iter(f.tuner.tables.values()))
+    emit(calls=[calls[v] for v in range(3)], stopped=[bool(r.get("early_stop")) for r in rows],
+         chosen=f.tuner.decided[0]["variant"])
+
+
+@case
+def sharded():
+    """A rank-local function tuned lock-step and sharded: the same choice, sharded in about 1/N of the time."""
+    tdt.init_distributed()
+    timings = {}
+    chosen = {}
+    for mode in (False, True):
+        @tdt.autotune(space(8), key_fn=lambda: 0, n_warmup=0, n_repeat=2, sharded=mode, name=f"sharded_{mode}")
+        def local(*, variant):
+            time.sleep(0.015 + 0.001 * abs(variant - 5))
+
+        dist.barrier()
+        start = time.perf_counter()
+        local()
+        timings[str(mode)] = time.perf_counter() - start
+        chosen[str(mode)] = local.tuner.decided[0]["variant"]
+    emit(timings=timings, chosen=chosen)
+
+
+if __name__ == "__main__":
+    CASES[sys.argv[1]]()
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)

@@ -1,0 +1,68 @@
+"""Side effects, correctness checks, parallel compilation, early stopping and sharded tuning, on real gloo ranks."""
+
+from __future__ import annotations
+
+import pytest
+from harness import HERE, describe, run_ranks
+
+CASES = HERE / "scenarios" / "feature_cases.py"
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
+            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs"), "TRITON_DIST_AUTOTUNE_TIMEOUT": "30"}
+
+
+def run(case, env, n=2):
+    results = run_ranks(CASES, n, [case], env=env, timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return [r.result for r in results]
+
+
+@pytest.mark.timeout(120)
+def test_restore_value_applies_an_in_place_update_exactly_once(env):
+    for result in run("restore_value", env):
+        assert result["restored"] == {"x": [1.0, 2.0, 3.0, 4.0], "total": 10.0}
+        assert result["plain"]["x"] != [1.0, 2.0, 3.0, 4.0]  # without it, every measured run bumps x
+
+
+@pytest.mark.timeout(120)
+def test_reset_to_zero_leaves_one_contribution(env):
+    for result in run("reset_to_zero", env):
+        assert result["reset"] == [2.0, 2.0, 2.0]
+        assert result["plain"][0] > 2.0
+
+
+@pytest.mark.timeout(120)
+def test_config_wrong_on_one_rank_is_left_out_everywhere(env):
+    for result in run("wrong_on_one_rank", env):
+        assert result["chosen"] == 1 and result["out"] == [2.0] * 4
+        assert result["states"] == ["measured", "measured", "failed"]
+        assert result["error"].startswith("rank 1: wrong result")
+
+
+@pytest.mark.timeout(120)
+def test_config_that_does_not_compile_is_skipped_everywhere(env):
+    for result in run("compile_failure", env):
+        assert result["ok"] and result["states"] == ["failed", "measured", "measured"]
+        assert "3" not in result["launched"]  # never launched by the tuned function
+        assert "rank 0: compile:" in result["error"] and "rank 1: compile:" in result["error"]
+
+
+@pytest.mark.timeout(120)
+def test_early_stop_is_a_group_decision(env):
+    for result in run("early_stop", env):
+        # config 1: warmup 1 + first quarter (2 of 8) of its timed runs, then stopped; the others run 1 + 8, and the chosen one once more: the call itself
+        assert result["calls"] == [10, 3, 9] and result["stopped"] == [False, True, False]
+        assert result["chosen"] == 0
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 4])
+def test_sharded_tuning_agrees_in_a_fraction_of_the_time(env, n):
+    results = run("sharded", env, n)
+    assert len({r["chosen"]["True"] for r in results}) == 1
+    assert all(r["chosen"] == {"False": 5, "True": 5} for r in results)
+    for r in results:
+        assert r["timings"]["True"] < r["timings"]["False"] * (1.0 / n + 0.25), r["timings"]

@@ -1,0 +1,50 @@
+"""Compiling every config's kernels before measuring, in parallel, so that measuring never waits on a compiler.
+
+The tuned function is opaque to the tuner, so the user says how to compile a config: ``precompile_fn(config,
+*args, **kwargs)``, typically a call of ``kernel.warmup(*args, grid=..., **meta)`` for each Triton kernel the
+config would launch. Triton's compiler spends much of its time outside the interpreter lock (LLVM, ptxas), so a
+bounded thread pool overlaps the configs' compilations. A config whose compilation fails on any rank is left out
+on every rank.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .comm import Group
+from .measure import describe_error
+
+
+def default_workers() -> int:
+    """Threads used to compile: ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or min(8, CPU count); one under Triton's
+    interpreter (``TRITON_INTERPRET=1``), which patches ``triton.language`` while it runs and is not thread-safe."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return 1
+    value = os.environ.get("TRITON_DIST_AUTOTUNE_COMPILE_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else min(8, os.cpu_count() or 1)
+
+
+def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo: Sequence[tuple[int, dict, str]],
+               args: tuple, kwargs: dict[str, Any], workers: int | None, timeout: float) -> dict[int, str]:
+    """Compile every config of ``todo`` in a thread pool; returns {index: "rank r: error"} of the configs that
+    failed on some rank (identical on every rank)."""
+
+    def compile_one(item: tuple[int, dict, str]) -> tuple[int, str | None]:
+        index, config, _ = item
+        try:
+            precompile_fn(config, *args, **kwargs)
+            return index, None
+        except Exception as exc:  # a config that does not compile is data
+            return index, describe_error(exc)
+
+    with ThreadPoolExecutor(max_workers=1 if default_workers() == 1 else (workers or default_workers()), thread_name_prefix="tdt-compile") as pool:
+        mine = {i: e for i, e in pool.map(compile_one, todo) if e}
+    everyone = group.allgather(mine, f"{label} precompile", timeout=timeout)
+    failed: dict[int, str] = {}
+    for rank, errors in enumerate(everyone):
+        for index, error in errors.items():
+            failed[index] = (failed[index] + "; " if index in failed else "") + f"rank {rank}: compile: {error}"
+    return failed
