@@ -53,7 +53,8 @@ def test_config_that_does_not_compile_is_skipped_everywhere(env):
 @pytest.mark.timeout(120)
 def test_early_stop_is_a_group_decision(env):
     for result in run("early_stop", env):
-        # config 1: warmup 1 + first quarter (2 of 8) of its timed runs, then stopped; the others run 1 + 8, and the chosen one once more: the call itself
+        # config 1: warmup 1 + the first quarter (2 of 8) of its timed runs, then stopped; the others 1 + 8,
+        # and the chosen config once more for the call itself
         assert result["calls"] == [10, 3, 9] and result["stopped"] == [False, True, False]
         assert result["chosen"] == 0
 

@@ -40,7 +40,8 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
         except Exception as exc:  # a config that does not compile is data
             return index, describe_error(exc)
 
-    with ThreadPoolExecutor(max_workers=1 if default_workers() == 1 else (workers or default_workers()), thread_name_prefix="tdt-compile") as pool:
+    threads = 1 if default_workers() == 1 else (workers or default_workers())
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tdt-compile") as pool:
         mine = {i: e for i, e in pool.map(compile_one, todo) if e}
     everyone = group.allgather(mine, f"{label} precompile", timeout=timeout)
     failed: dict[int, str] = {}
