@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -95,3 +96,35 @@ def recording_config(fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn(*args, **kwargs)
 
     return wrapper
+
+
+def time_group_ms(
+    fn: Callable[[], Any], group: dist.ProcessGroup | None = None, warmup: int = 5, repeat: int = 30
+) -> float:
+    """Time ``fn()`` on every rank of ``group`` and return the max over ranks of the median in ms.
+
+    Each timed run starts after a ``dist.barrier`` and a device synchronize, and is timed with CUDA
+    events around ``fn()`` alone (the host clock without CUDA, for smoke tests).
+    """
+    cuda = torch.cuda.is_available()
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        dist.barrier(group=group)
+        if not cuda:
+            start_s = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - start_s) * 1e3)
+            continue
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    samples.sort()
+    median = torch.tensor([samples[len(samples) // 2]], device="cuda" if cuda else "cpu")
+    dist.all_reduce(median, op=dist.ReduceOp.MAX, group=group)
+    return float(median.item())

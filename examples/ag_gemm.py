@@ -157,8 +157,8 @@ def ag_gemm_prune(
             return False  # neither knob matters: keep a single entry
         return algo == "torch" or symm_mem_available(A, kwargs.get("group"), "fused_all_gather_matmul")
     m_local = A.shape[0]
-    if algo == "sequential" and splits != 1:
-        return False
+    if algo == "sequential" and (splits != 1 or tile == TORCH_GEMM):
+        return False  # sequential with torch.matmul is algo "torch"
     if m_local % splits:
         return False
     world = dist.get_world_size(kwargs.get("group")) if dist.is_initialized() else 1

@@ -52,6 +52,11 @@ _HOPPER_SPECS = (
 _INTERPRETER_SPECS = ("16x16x16-g2-w1-s1", "32x32x32-g4-w4-s2")
 
 
+def is_torch_gemm(config: object) -> bool:
+    """True when ``config`` is :data:`TORCH_GEMM` (also safe for a ``triton.Config``)."""
+    return isinstance(config, str) and config == TORCH_GEMM
+
+
 def interpreter_enabled() -> bool:
     """Return True when Triton's interpreter is switched on (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
@@ -112,7 +117,7 @@ def tile_usable(config: str | triton.Config, a: torch.Tensor, rows_per_gemm: int
     Drops Triton tiles without a GPU or interpreter, tiles over the device's shared memory, and tiles
     much taller than the GEMM (``BLOCK_M`` above ``max(64, next_pow2(rows))``).
     """
-    if config == TORCH_GEMM:
+    if is_torch_gemm(config):
         return True
     if a.device.type != "cuda" and not interpreter_enabled():
         return False
@@ -129,7 +134,7 @@ def prune_by_shared_memory(
 
     :data:`TORCH_GEMM` always fits.
     """
-    if config == TORCH_GEMM:
+    if is_torch_gemm(config):
         return True
     return shared_memory_bytes(config, dtype_size) <= limit_bytes
 
@@ -215,7 +220,7 @@ def gemm(
         raise ValueError(f"gemm: out has shape {tuple(out.shape)}, expected {(*a.shape[:-1], b.shape[1])}")
     if a.numel() == 0 or out.numel() == 0:
         return out.zero_() if out.numel() else out
-    if config == TORCH_GEMM:
+    if is_torch_gemm(config):
         # torch.mm(out=) writes straight into a contiguous 2-D view, with no temporary.
         for a2, o2 in zip(_as_batched(a), _as_batched(out), strict=True):
             if o2.is_contiguous():

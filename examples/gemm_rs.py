@@ -140,8 +140,8 @@ def gemm_rs_prune(
         if splits != 1 or tile != TORCH_GEMM:
             return False  # neither knob matters: keep a single entry
         return algo == "torch" or symm_mem_available(A, kwargs.get("group"), "fused_matmul_reduce_scatter")
-    if algo == "sequential" and splits != 1:
-        return False
+    if algo == "sequential" and (splits != 1 or tile == TORCH_GEMM):
+        return False  # sequential with torch.matmul is algo "torch"
     world = dist.get_world_size(kwargs.get("group")) if dist.is_initialized() else 1
     m_out = A.shape[0] // world
     if m_out == 0 or A.shape[0] % world:

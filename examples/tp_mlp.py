@@ -13,7 +13,6 @@ one line per rank with the configs it runs.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -85,13 +84,12 @@ def reference(x_full: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) ->
 
 def main() -> int:
     """4 ranks, two TP groups of 2: tune, check against the dense block, print one line per rank."""
+    import triton_dist_tune
     from examples.ag_gemm import make_tuned_ag_gemm
     from examples.gemm_rs import make_tuned_gemm_rs
 
+    triton_dist_tune.init_distributed()  # NCCL and one GPU per rank with CUDA, else gloo
     cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     tp = 2 if world % 2 == 0 else 1
     groups = [dist.new_group(list(range(g, g + tp))) for g in range(0, world, tp)]  # every rank creates all
@@ -119,11 +117,12 @@ def main() -> int:
     ref = reference(x_full, w_up, w_down)[rows]
     err = ((y.float() - ref).norm() / ref.norm()).item()
     ok = err <= tol
-    print(
-        f"tp_mlp rank {rank} group {index} (tp rank {tp_rank}/{tp}): {'OK' if ok else 'FAIL'} rel err {err:.2e}; "
-        f"ag_gemm {ag_config}; gemm_rs {rs_config}",
-        flush=True,
+    status = "OK" if ok else "FAIL"
+    sys.stdout.write(  # one write per line: the ranks share the terminal
+        f"tp_mlp rank {rank} group {index} (tp rank {tp_rank}/{tp}): {status} rel err {err:.2e}; "
+        f"ag_gemm {ag_config}; gemm_rs {rs_config}\n"
     )
+    sys.stdout.flush()
     bad = torch.tensor([0 if ok else 1], device=device)
     dist.all_reduce(bad)
     dist.destroy_process_group()

@@ -1,0 +1,289 @@
+"""AG-GEMM and GEMM-RS on GPUs: baselines, PyTorch's fused ops, and ours (tuned, or a hand-picked sweep).
+
+Usage (one rank per GPU)::
+
+    bash launch.sh benchmarks/bench_ag_gemm.py --out DIR [--shapes 8192x8192x8192,...] [--ops ag,rs]
+        [--no-tune] [--sweep] [--warmup 5] [--repeat 30]
+
+Shapes are ``M x K x N`` in bf16 with tensor-parallel sharding over the W ranks:
+
+* AG-GEMM: A row-sharded ``[M/W, K]`` per rank, B the rank's column shard ``[K, N/W]``; out ``[M, N/W]``.
+* GEMM-RS: A column-sharded ``[M, K/W]``, B the rank's row shard ``[K/W, N]``; out ``[M/W, N]``.
+
+Per shape: the collective alone, the local GEMM alone (torch.matmul / cuBLAS), collective then GEMM
+(algo "torch"), the PyTorch fused op (algo "torch_fused"), ours tuned with ``triton_dist_tune`` (fresh
+cache in ``DIR/tune_cache`` unless TRITON_DIST_AUTOTUNE_CACHE_DIR is set; with its chosen config and
+the wall time of the tuning call, compiles included), and the limit ``max(collective, GEMM)``.
+``--sweep`` also times a hand-picked list of our configs (and our Triton GEMM alone per tile).
+Each time is the max over ranks of the median of ``--repeat`` runs after ``--warmup`` runs, timed with
+CUDA events, with a barrier and a device synchronize before each run. Writes ``DIR/bench_ag_gemm.json``
+and ``DIR/bench_ag_gemm.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import triton  # noqa: E402
+
+from examples._dist_common import LAST_CONFIG, symm_mem_available, time_group_ms  # noqa: E402
+from examples.ag_gemm import ag_gemm, ag_gemm_prune, make_tuned_ag_gemm  # noqa: E402
+from examples.gemm_kernels import TORCH_GEMM, gemm, tile_usable  # noqa: E402
+from examples.gemm_rs import gemm_rs, gemm_rs_prune, make_tuned_gemm_rs  # noqa: E402
+
+DEFAULT_SHAPES = "8192x8192x8192,16384x8192x8192,32768x8192x3584,4096x4096x4096,128x8192x8192"
+GOAL_SHAPES = ("8192x8192x8192", "32768x8192x3584")
+SWEEP_TILES = ("128x256x64-g8-w8-s3", "128x256x64-g8-w8-s4", "256x128x64-g8-w8-s3", "64x128x128-g8-w4-s3")
+SWEEP = [{"algo": "chunked", "splits": s, "gemm_config": TORCH_GEMM} for s in (1, 2, 4)] + [
+    {"algo": algo, "splits": s, "gemm_config": tile}
+    for tile in SWEEP_TILES
+    for algo, s in (("sequential", 1), ("chunked", 1), ("chunked", 2))
+]
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``||out - ref|| / ||ref||`` in float32."""
+    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+class Bench:
+    """Times one operation (AG-GEMM or GEMM-RS) at one shape; collects the figures in ``row``."""
+
+    def __init__(self, op: str, shape: str, args: argparse.Namespace) -> None:
+        m, k, n = (int(v) for v in shape.split("x"))
+        world, cuda = dist.get_world_size(), torch.cuda.is_available()
+        device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+        self.op, self.args, self.world = op, args, world
+        gen = torch.Generator(device=device).manual_seed(7 + dist.get_rank())
+        bf16 = {"dtype": torch.bfloat16 if cuda else torch.float32, "device": device}  # CPU: smoke test
+        if op == "ag":
+            self.A = torch.randn(m // world, k, generator=gen, **bf16)
+            self.B = torch.randn(k, n // world, generator=gen, **bf16) / k**0.5
+            self.fn, self.prune, self.make_tuned = ag_gemm, ag_gemm_prune, make_tuned_ag_gemm
+            self.fused_op = "fused_all_gather_matmul"
+            self.gemm_in = torch.empty(m, k, **bf16)  # the gathered A
+            self.gemm_out = torch.empty(m, n // world, **bf16)
+            self.comm_in, self.comm_out = self.A, self.gemm_in
+        else:
+            self.A = torch.randn(m, k // world, generator=gen, **bf16)
+            self.B = torch.randn(k // world, n, generator=gen, **bf16) / k**0.5
+            self.fn, self.prune, self.make_tuned = gemm_rs, gemm_rs_prune, make_tuned_gemm_rs
+            self.fused_op = "fused_matmul_reduce_scatter"
+            self.gemm_in, self.gemm_out = self.A, torch.empty(m, n, **bf16)
+            self.comm_in, self.comm_out = self.gemm_out, torch.empty(m // world, n, **bf16)
+        self.row: dict[str, Any] = {"op": op, "shape": shape, "M": m, "K": k, "N": n, "world": world}
+
+    def time(self, fn: Callable[[], Any]) -> float:
+        return time_group_ms(fn, warmup=self.args.warmup, repeat=self.args.repeat)
+
+    def collective(self) -> None:
+        if self.op == "ag":
+            dist.all_gather_into_tensor(self.comm_out, self.comm_in)
+        else:
+            dist.reduce_scatter_tensor(self.comm_out, self.comm_in)
+
+    def run(self) -> dict[str, Any]:
+        row = self.row
+        # In data-flow order, so that each timed step reads real data (the gathered A, the partial sums).
+        steps = [
+            ("comm_ms", self.collective),
+            ("gemm_ms", lambda: torch.mm(self.gemm_in, self.B, out=self.gemm_out)),  # cuBLAS
+        ]
+        for name, step in steps if self.op == "ag" else steps[::-1]:
+            row[name] = self.time(step)
+        row["limit_ms"] = max(row["comm_ms"], row["gemm_ms"])
+        ref = self.fn(self.A, self.B, algo="torch")
+        row["torch_ms"] = self.time(lambda: self.fn(self.A, self.B, algo="torch"))
+        if symm_mem_available(self.A, None, self.fused_op):
+            row["fused_err"] = rel_err(self.fn(self.A, self.B, algo="torch_fused"), ref)
+            row["fused_ms"] = self.time(lambda: self.fn(self.A, self.B, algo="torch_fused"))
+        if self.args.sweep:
+            self.sweep(ref)
+        if not self.args.no_tune:
+            self.tuned(ref)
+        return row
+
+    def sweep(self, ref: torch.Tensor) -> None:
+        row = self.row
+        row["triton_gemm_ms"] = {
+            tile: self.time(lambda tile=tile: gemm(self.gemm_in, self.B, self.gemm_out, tile))
+            for tile in SWEEP_TILES
+            if tile_usable(tile, self.A, self.gemm_in.shape[0])
+        }
+        row["sweep"] = []
+        for cfg in SWEEP:
+            if not self.prune(cfg, self.A, self.B):
+                continue
+            err = rel_err(self.fn(self.A, self.B, **cfg), ref)
+            ms = self.time(lambda cfg=cfg: self.fn(self.A, self.B, **cfg))
+            row["sweep"].append({"config": cfg, "ms": ms, "err": err})
+        best = min(row["sweep"], key=lambda r: r["ms"])
+        row["sweep_best_ms"], row["sweep_best_config"] = best["ms"], best["config"]
+
+    def tuned(self, ref: torch.Tensor) -> None:
+        row = self.row
+        tuned = self.make_tuned()
+        dist.barrier()
+        sync()
+        start = time.perf_counter()
+        out = tuned(self.A, self.B, autotune_verbose=self.args.verbose)  # tunes over the default group
+        sync()
+        row["tuning_s"] = time.perf_counter() - start
+        row["tuned_config"] = LAST_CONFIG.get(self.fn.__name__)
+        row["tuned_err"] = rel_err(out, ref)
+        row["tuned_ms"] = self.time(lambda: tuned(self.A, self.B))
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def environment() -> dict[str, Any]:
+    """GPU, versions and world size, for the JSON."""
+    cuda = torch.cuda.is_available()
+    return {
+        "gpu": torch.cuda.get_device_name() if cuda else "CPU (smoke test, Triton interpreter)",
+        "gpus": dist.get_world_size(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": ".".join(str(v) for v in torch.cuda.nccl.version()) if cuda else "-",
+        "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
+    }
+
+
+def fmt(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else ("-" if value is None else str(value))
+
+
+def config_text(cfg: dict[str, Any] | None) -> str:
+    return "-" if not cfg else f"{cfg['algo']}/{cfg['splits']}/{cfg['gemm_config']}"
+
+
+def markdown(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
+    """The results as markdown tables (times in ms), one per operation, plus the goal verdicts."""
+    lines = [
+        f"{env['gpus']}x {env['gpu']}, torch {env['torch']}, triton {env['triton']}, NCCL {env['nccl']}",
+        "",
+    ]
+    for op, comm in (("ag", "AG"), ("rs", "RS")):
+        mine = [r for r in rows if r["op"] == op]
+        if not mine:
+            continue
+        gemm_name = "AG-GEMM" if op == "ag" else "GEMM-RS"
+        lines += [
+            f"### {gemm_name} (M x K x N, bf16, {env['gpus']} ranks)",
+            "",
+            f"| shape | {comm} | GEMM | {comm}+GEMM | torch fused | ours tuned | tuned config | tuning s "
+            "| best of sweep | sweep config | limit max | ours/limit | ours/fused |",
+            "|---" * 13 + "|",
+        ]
+        for r in mine:
+            times = ("comm_ms", "gemm_ms", "torch_ms", "fused_ms", "tuned_ms")
+            cells = [r["shape"], *(fmt(r.get(k)) for k in times)]
+            cells += [config_text(r.get("tuned_config")), fmt(r.get("tuning_s")), fmt(r.get("sweep_best_ms"))]
+            cells += [config_text(r.get("sweep_best_config")), fmt(r["limit_ms"])]
+            cells += [ratio(r, "limit_ms"), ratio(r, "fused_ms")]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += goal_lines(rows)
+    return "\n".join(lines) + "\n"
+
+
+def ours_ms(row: dict[str, Any]) -> float | None:
+    """Our time at a row: tuned when measured, else the best of the sweep."""
+    return row.get("tuned_ms", row.get("sweep_best_ms"))
+
+
+def ratio(row: dict[str, Any], baseline: str) -> str:
+    ours = ours_ms(row)
+    return f"{ours / row[baseline]:.3f}" if ours and row.get(baseline) else "-"
+
+
+def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Verdicts on the AG-GEMM goals: ours <= torch fused everywhere; <= 1.1 x limit at the goal shapes."""
+    out = []
+    for r in (r for r in rows if r["op"] == "ag"):
+        ours = ours_ms(r)
+        label = "tuned" if "tuned_ms" in r else "best of sweep"
+        if ours is None:
+            continue
+        if r.get("fused_ms"):
+            ok = ours <= r["fused_ms"] * 1.01
+            verdict = "MET" if ok else "MISSED"
+            out.append(
+                f"- {r['shape']}: ours ({label}) {ours:.3f} vs torch fused {r['fused_ms']:.3f}: {verdict}"
+            )
+        if r["shape"] in GOAL_SHAPES:
+            verdict = "MET" if ours <= 1.10 * r["limit_ms"] else "MISSED"
+            out.append(
+                f"- {r['shape']}: ours ({label}) / max(AG, GEMM) = {ours / r['limit_ms']:.3f}: {verdict}"
+            )
+    return out
+
+
+def main() -> int:
+    """Parse the arguments, run every (op, shape), write JSON and markdown on rank 0."""
+    parser = argparse.ArgumentParser(description="AG-GEMM / GEMM-RS benchmark")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--shapes", default=DEFAULT_SHAPES)
+    parser.add_argument("--ops", default="ag,rs")
+    parser.add_argument("--no-tune", action="store_true", help="skip the tuner (baselines and --sweep only)")
+    parser.add_argument("--sweep", action="store_true", help="also time a hand-picked list of our configs")
+    parser.add_argument("--verbose", action="store_true", help="print the tuner's tables")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
+    import triton_dist_tune
+
+    if not args.no_tune and "TRITON_DIST_AUTOTUNE_CACHE_DIR" not in os.environ:
+        cache = args.out / "tune_cache"
+        os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"] = str(cache)
+        if int(os.environ.get("RANK", "0")) == 0 and cache.exists():
+            shutil.rmtree(cache)  # a fresh cache: every shape is tuned
+    triton_dist_tune.init_distributed()
+    dist.barrier()
+    rank = dist.get_rank()
+    env = environment()
+    rows = []
+    for op in args.ops.split(","):
+        for shape in args.shapes.split(","):
+            row = Bench(op, shape, args).run()
+            rows.append(row)
+            if rank == 0:
+                print(json.dumps(row), flush=True)
+            torch.cuda.empty_cache()
+    if rank == 0:
+        args.out.mkdir(parents=True, exist_ok=True)
+        method = (
+            "max over ranks of the median of --repeat CUDA-event timings after --warmup runs; "
+            "barrier + synchronize before each run"
+        )
+        payload = {
+            "environment": env,
+            "method": method,
+            "args": vars(args) | {"out": str(args.out)},
+            "rows": rows,
+        }
+        (args.out / "bench_ag_gemm.json").write_text(json.dumps(payload, indent=1))
+        (args.out / "bench_ag_gemm.md").write_text(markdown(rows, env))
+        print(markdown(rows, env))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""CPU tests of the examples: the Triton GEMM (interpreter), GEMM-RS on 2 gloo ranks, the TP MLP on 4.
+
+Also a script for the GEMM-RS check on any device::
+
+    bash launch.sh tests/test_examples_cpu.py --case gemm_rs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+for path in (HERE.parent, HERE):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import torch  # noqa: E402
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before examples.gemm_kernels imports Triton
+
+import pytest  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import triton  # noqa: E402
+from test_ag_gemm import init_distributed, launch, relative_error, runnable_configs  # noqa: E402
+
+from examples._dist_common import split_rows  # noqa: E402
+from examples.gemm_kernels import (  # noqa: E402
+    TORCH_GEMM,
+    config_spec,
+    gemm,
+    gemm_config_space,
+    gemm_config_specs,
+    interpreter_enabled,
+    prune_by_shared_memory,
+    shared_memory_bytes,
+    tile_usable,
+    to_triton_config,
+)
+
+needs_kernel = pytest.mark.skipif(
+    not torch.cuda.is_available() and not interpreter_enabled(), reason="needs a GPU or TRITON_INTERPRET=1"
+)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPE, TOL = (torch.bfloat16, 1e-2) if torch.cuda.is_available() else (torch.float32, 1e-5)
+
+# ----------------------------------------------------------------------------------------------------
+# The GEMM kernel, in this process.
+
+
+@needs_kernel
+@pytest.mark.parametrize("spec", gemm_config_specs(DEVICE))
+@pytest.mark.parametrize("m, k, n", [(37, 24, 20), (1, 5, 3), (33, 48, 17)])
+def test_gemm_matches_matmul(spec: str, m: int, k: int, n: int) -> None:
+    a = torch.randn(m, k, device=DEVICE).to(DTYPE)
+    b = torch.randn(k, n, device=DEVICE).to(DTYPE)
+    out = torch.full((m, n), float("nan"), device=DEVICE, dtype=DTYPE)
+    assert gemm(a, b, out, spec) is out
+    assert relative_error(out, a.float() @ b.float()) <= TOL
+
+
+@needs_kernel
+@pytest.mark.parametrize("spec", [gemm_config_specs(DEVICE)[0], TORCH_GEMM])
+def test_gemm_batched_into_strided_view(spec: str) -> None:
+    """A strided batch written into the middle rows of a larger tensor; the rest stays untouched."""
+    a = torch.randn(3, 40, 24, device=DEVICE).to(DTYPE)[:, 3:22]  # [3, 19, 24], strided
+    b = torch.randn(24, 20, device=DEVICE).to(DTYPE)
+    big = torch.full((3, 30, 20), float("nan"), device=DEVICE, dtype=DTYPE)
+    gemm(a, b, big[:, 5:24], spec)
+    assert relative_error(big[:, 5:24], a.float() @ b.float()) <= TOL
+    assert big[:, :5].isnan().all() and big[:, 24:].isnan().all()
+
+
+def test_gemm_rejects_bad_shapes() -> None:
+    with pytest.raises(ValueError):
+        gemm(torch.zeros(4, 3), torch.zeros(4, 2))
+    with pytest.raises(ValueError):
+        gemm(torch.zeros(4, 3), torch.zeros(3, 2), torch.zeros(4, 3))
+
+
+def test_config_strings_round_trip() -> None:
+    for spec in gemm_config_specs("cuda") + gemm_config_specs("cpu"):
+        cfg = to_triton_config(spec)
+        assert isinstance(cfg, triton.Config) and config_spec(cfg) == spec
+    with pytest.raises(ValueError):
+        to_triton_config("128x128")
+
+
+def test_hopper_space_fits_shared_memory() -> None:
+    """Every Hopper config fits 227 KiB in bf16; a 5-stage 128x256x64 tile would not."""
+    hopper = gemm_config_space("cuda") if not interpreter_enabled() else [to_triton_config(s) for s in (
+        "128x256x64-g8-w8-s3", "128x256x64-g8-w8-s4")]
+    assert all(prune_by_shared_memory(c, 2) for c in hopper)
+    assert shared_memory_bytes("128x256x64-g8-w8-s3", 2) == 3 * (128 * 64 + 64 * 256) * 2
+    assert not prune_by_shared_memory("128x256x64-g8-w8-s5", 2)
+    assert prune_by_shared_memory(TORCH_GEMM, 2)
+
+
+def test_tile_usable_drops_tall_tiles_for_few_rows() -> None:
+    a = torch.zeros(8, 8)
+    assert tile_usable(TORCH_GEMM, a, 1)
+    if interpreter_enabled():
+        assert tile_usable("32x32x32-g4-w4-s2", a, 5)
+        assert not tile_usable("256x128x64-g8-w8-s3", a, 5)
+
+
+def test_split_rows() -> None:
+    assert split_rows(37, 4) == [(0, 10), (10, 9), (19, 9), (28, 9)]
+    assert split_rows(2, 4) == [(0, 1), (1, 1)]
+    assert split_rows(8, 1) == [(0, 8)]
+    with pytest.raises(ValueError):
+        split_rows(8, 0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# GEMM-RS on real ranks (script side).
+
+RS_CPU_SHAPES = [(74, 24, 20), (2, 16, 16), (10, 7, 3), (32, 32, 48)]  # (M, K_local, N), M % 2 == 0
+RS_GPU_SHAPES = [(74, 200, 136), (512, 512, 384)]
+
+
+def check_gemm_rs() -> int:
+    """Check every gemm_rs config against matmul + reduce_scatter; return the number of failures."""
+    from examples.gemm_rs import gemm_rs, gemm_rs_config_space, gemm_rs_prune
+
+    device = init_distributed()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cuda = device.type == "cuda"
+    dtype, tol = (torch.bfloat16, 2e-2) if cuda else (torch.float32, 1e-5)
+    torch.use_deterministic_algorithms(True, warn_only=True)  # torch.empty is filled with NaN
+    gen = torch.Generator().manual_seed(4321 + rank)
+    failures = 0
+    for m, k, n in RS_GPU_SHAPES if cuda else RS_CPU_SHAPES:
+        m = m // 2 * world
+        A = torch.randn(m, k, generator=gen).to(device, dtype)
+        B = (torch.randn(k, n, generator=gen) / k**0.5).to(device, dtype)
+        partial = A.float() @ B.float()
+        dist.all_reduce(partial)
+        ref = partial[rank * (m // world) : (rank + 1) * (m // world)]
+        space = gemm_rs_config_space(device)
+        kept = [c for c in space if gemm_rs_prune(c, A, B)]
+        assert kept and kept[0] == space[0], "prune_fn must keep the first (default) config"
+        configs = runnable_configs(space, A, None, "fused_matmul_reduce_scatter")
+        for cfg in configs:
+            try:
+                err = relative_error(gemm_rs(A, B, **cfg), ref)
+            except Exception as exc:  # report and go on
+                err = float("nan")
+                print(f"[rank {rank}] ERROR {cfg} at {(m, k, n)}: {type(exc).__name__}: {exc}", flush=True)
+            if not err <= tol:
+                failures += 1
+                print(f"[rank {rank}] FAIL gemm_rs {cfg} at M,K_local,N={(m, k, n)}: rel err {err:.3g}")
+        if rank == 0:
+            print(f"gemm_rs check {(m, k, n)} x{world}: {len(configs)} configs, {len(kept)} kept by prune")
+    try:  # M not divisible by the group size: a clear error
+        odd = torch.zeros(world + 1, 4, device=device, dtype=dtype)
+        gemm_rs(odd, torch.zeros(4, 4, device=device, dtype=dtype))
+        failures += 1
+        print(f"[rank {rank}] FAIL gemm_rs accepted M={world + 1}")
+    except ValueError as exc:
+        assert "multiple of the group size" in str(exc)
+    total = torch.tensor([failures], device=device)
+    dist.all_reduce(total)
+    if rank == 0:
+        print("gemm_rs check: " + ("PASSED" if total.item() == 0 else f"FAILED ({total.item()} failures)"))
+    dist.destroy_process_group()
+    return int(total.item())
+
+
+@pytest.mark.timeout(240)
+def test_gemm_rs_check_cpu_two_ranks(tmp_path: Path) -> None:
+    proc = launch(["tests/test_examples_cpu.py", "--case", "gemm_rs"], 2, 220)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "gemm_rs check: PASSED" in proc.stdout, output[-4000:]
+    assert "FAIL" not in proc.stdout, output[-4000:]
+
+
+@pytest.mark.timeout(240)
+def test_tp_mlp_four_ranks_two_groups(tmp_path: Path) -> None:
+    proc = launch(["examples/tp_mlp.py"], 4, 220, TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("tp_mlp rank")]
+    assert len(lines) == 4 and all(": OK " in line for line in lines), output[-4000:]
+    assert {line.split(" group ")[1][0] for line in lines} == {"0", "1"}  # two TP groups
+    assert all("'algo'" in line for line in lines)  # each rank reports the configs it runs
+    assert list(tmp_path.rglob("*.json")), "the tuner wrote no cache file"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Script entry: ``--case gemm_rs``."""
+    parser = argparse.ArgumentParser(description="GEMM-RS check on real ranks")
+    parser.add_argument("--case", choices=("gemm_rs",), default="gemm_rs")
+    parser.parse_args(argv)
+    return 1 if check_gemm_rs() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
