@@ -25,7 +25,7 @@ from .comm import Group
 from .journal import Journal
 from .side_effects import ArgumentState
 from .timing import median
-from .watchdog import WATCHDOG
+from .watchdog import WATCHDOG, exchange_timeout
 
 Row = dict[str, Any]
 
@@ -140,7 +140,7 @@ class Measurer:
         error = error or wrong
         if error:
             self.journal.append(index, "local_failure", config=desc, error=error)
-        errors = group.allgather(error, f"{self.label} config {index} warmup")
+        errors = group.allgather(error, f"{self.label} config {index} warmup", exchange_timeout(plan.timeout))
         if any(errors):
             return self._failed(index, desc, by_rank(errors))
 
@@ -148,7 +148,8 @@ class Measurer:
         if plan.early_stop and best is not None and plan.n_repeat >= 4:
             first = max(1, plan.n_repeat // 4)
         samples, error = self._guarded(index, desc, "timing", lambda: self._timed(config, first))
-        results = group.allgather(error or median(samples), f"{self.label} config {index} timing")
+        results = group.allgather(error or median(samples), f"{self.label} config {index} timing",
+                                  exchange_timeout(plan.timeout))
         if any(isinstance(r, str) for r in results):
             return self._failed(index, desc, by_rank([r if isinstance(r, str) else None for r in results]))
         if first < plan.n_repeat:
@@ -158,7 +159,8 @@ class Measurer:
             more, error = self._guarded(index, desc, "timing", lambda: self._timed(config, plan.n_repeat - first))
             if error is None:
                 samples = samples + more
-            results = group.allgather(error or median(samples), f"{self.label} config {index} timing (rest)")
+            results = group.allgather(error or median(samples), f"{self.label} config {index} timing (rest)",
+                                      exchange_timeout(plan.timeout))
             if any(isinstance(r, str) for r in results):
                 return self._failed(index, desc, by_rank([r if isinstance(r, str) else None for r in results]))
         return self._measured(index, desc, results, median(samples))
@@ -180,7 +182,9 @@ class Measurer:
             else:
                 row = self._measured(index, desc, [median(samples[1])], median(samples[1]), sharded=True)
             mine.append(row)
-        shared = self.group.allgather(mine, f"{self.label} sharded results")
+        share = -(-len(todo) // self.group.size)  # the most configs one rank measures, each under the watchdog
+        shared = self.group.allgather(mine, f"{self.label} sharded results",
+                                      exchange_timeout(self.plan.timeout) * max(1, share))
         return sorted((row for rows in shared for row in rows), key=lambda r: r["index"])
 
     def fail(self, index: int, desc: str, error: str) -> Row:

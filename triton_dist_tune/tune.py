@@ -147,11 +147,14 @@ class Tuner:
                       group.name)
         kept = self._prune(group, label, args, kwargs, timeout)
         journal = Journal(self.cache.folder / f"{entry}.rank{group.rank}.journal")
-        gathered = group.allgather(journal.read(), f"{label} journal exchange", timeout=timeout)
-        earlier = merge(gathered, self.descriptions)
-        rows = self._measure(group, label, kept, earlier, journal, args, kwargs, timeout, verbose)
-        index = self._decide(group, label, entry, key_text, rows, timeout)
-        journal.remove()
+        try:  # the journal is locked while this tuning runs; on an error its records stay for the next attempt
+            gathered = group.allgather(journal.read(), f"{label} journal exchange", timeout=timeout)
+            earlier = merge(gathered, self.descriptions)
+            rows = self._measure(group, label, kept, earlier, journal, args, kwargs, timeout, verbose)
+            index = self._decide(group, label, entry, key_text, rows, timeout)
+            journal.remove()
+        finally:
+            journal.close()
         self.tables[(group.name, key)] = rows
         if group.rank == 0 and logs.printing_enabled(verbose):
             logs.console().info(
@@ -169,7 +172,7 @@ class Tuner:
             except BadInputError as exc:
                 problem = str(exc)
         mine = (key_text, self.space_text, group.size, problem)
-        everyone = group.allgather(mine, f"[{self.name}] agree on key and config space")
+        everyone = group.allgather(mine, f"[{self.name}] agree on key and config space", timeout=self.timeout)
         problems = [(r, p[3]) for r, p in enumerate(everyone) if p[3]]
         if problems:
             raise BadInputError(f"{self.name}: " + "; ".join(f"rank {r}: {p}" for r, p in problems))

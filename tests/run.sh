@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: installs what is missing, then lint, the multi-rank suite on CPU ranks
+# (gloo, Triton's interpreter), the pytest-mpi tests under mpiexec, and the Triton-dependent tests again under
+# triton 3.6 (the version on the GPU machines). Usage: bash tests/run.sh [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  "$PY" -m pip install -q torch==2.13.0  # the CPU wheel; a bare 'torch' would pull a multi-GB CUDA build
+fi
+"$PY" -m pip install -q -e '.[test,mpi]'
+
+export TRITON_INTERPRET=1 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+echo "== ruff"
+"$PY" -m ruff check .
+
+echo "== pytest (triton $("$PY" -c 'import triton; print(triton.__version__)'))"
+"$PY" -m pytest -q "$@"
+
+echo "== pytest-mpi under mpiexec -n 2"
+mpiexec -n 2 --oversubscribe "$PY" -m pytest --with-mpi -q -p no:cacheprovider tests/test_mpi.py
+
+echo "== Triton-dependent tests under triton 3.6"
+T36=$(realpath -m "${TRITON36_DIR:-.ci-cache/triton36}")
+if [ ! -f "$T36/triton/__init__.py" ]; then
+  "$PY" -m pip install -q --no-deps --target "$T36" triton==3.6.0
+fi
+PYTHONPATH="$T36${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c 'import triton; assert triton.__version__.startswith("3.6"), triton.__version__'
+PYTHONPATH="$T36${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -p no:cacheprovider \
+  $(ls tests/test_contextual.py tests/test_examples_cpu.py tests/test_features.py 2>/dev/null)

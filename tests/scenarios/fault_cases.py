@@ -1,0 +1,283 @@
+"""Fault-injection scenarios for ``autotune``, run as real ranks by tests/test_faults.py.
+
+Usage: ``python fault_cases.py CASE`` under torchrun, ``tests/harness.run_ranks`` (RANK/WORLD_SIZE/MASTER_ADDR/
+MASTER_PORT set), mpiexec (``MODE=mpi``) or alone (no rank variables: a single process). Every rank prints
+``RESULT {json}`` lines.
+
+Environment of the ``tune`` case:
+
+- ``FAULTS``: comma-separated ``config:kind@rank`` faults, each injected into the tuned function:
+  ``raise`` (raise after the function's collective), ``raise_before`` (raise before it, while the other ranks
+  wait inside it), ``hang`` (sleep for an hour before the collective), ``hang_gil`` (sleep in C holding the GIL),
+  ``kill`` (first attempt only: write ``kill-me.rank<r>`` with the pid into ``FAULT_DIR`` and wait to be killed).
+- ``FAULT_DIR``: each rank appends one line ``<run>.<attempt> <config>`` to ``calls.rank<r>`` for every call of
+  the tuned function, so the tests can count how often each config ran in each attempt.
+- ``RUN``: a label for the run (the tests' own reruns); the attempt is ``TORCHELASTIC_RESTART_COUNT``.
+- ``SYNC_DIR``, ``JOBS``, ``JOB``, ``JOB_DELAY``: jobs that must tune at the same moment wait for each other.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import triton_dist_tune as tdt
+
+CASES = {}
+MPI_MODE = os.environ.get("MODE") == "mpi"
+#: ms each config sleeps: alone in a healthy space, config 0 is the fastest, then 1, 2, 3
+SLEEP_MS = [2, 6, 14, 30]
+N_WARMUP, N_REPEAT = 1, 3
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def emit(**fields) -> None:
+    print("RESULT " + json.dumps({"rank": rank(), "attempt": attempt(), **fields}), flush=True)
+
+
+def attempt() -> str:
+    return f"{os.environ.get('RUN', '0')}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
+def comm():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def rank() -> int:
+    if MPI_MODE:
+        return comm().Get_rank()
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def start() -> None:
+    if not MPI_MODE and "WORLD_SIZE" in os.environ:
+        tdt.init_distributed()
+
+
+def faults() -> dict[tuple[int, int], str]:
+    found = {}
+    for item in filter(None, os.environ.get("FAULTS", "").split(",")):
+        config, rest = item.split(":")
+        kind, on = rest.split("@")
+        found[(int(config), int(on))] = kind
+    return found
+
+
+def record(variant: int) -> None:
+    folder = Path(os.environ["FAULT_DIR"])
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"calls.rank{rank()}", "a") as f:
+        f.write(f"{attempt()} {variant}\n")
+
+
+def collective(x: torch.Tensor) -> torch.Tensor:
+    if MPI_MODE:
+        return torch.tensor(comm().allreduce(x.tolist()[0])).expand(x.shape).clone()
+    if dist.is_initialized():
+        y = x.clone()
+        dist.all_reduce(y)
+        return y
+    return x.clone()
+
+
+def make_work(name: str = "work", **options):
+    injected = faults()
+
+    @tdt.autotune(config_space=[{"variant": v} for v in range(len(SLEEP_MS))], key_fn=lambda x: tuple(x.shape),
+                  n_warmup=N_WARMUP, n_repeat=N_REPEAT, name=name, **options)
+    def work(x: torch.Tensor, *, variant: int) -> torch.Tensor:
+        me = rank()
+        record(variant)
+        kind = injected.get((variant, me))
+        if kind == "raise_before":
+            raise RuntimeError(f"injected: config {variant} raised on rank {me} before the collective")
+        if kind == "hang":
+            time.sleep(3600)  # a hung kernel: only the watchdog ends this
+        if kind == "hang_gil":
+            ctypes.PyDLL(None).sleep(3600)  # C code that never releases the GIL: only the backstop ends this
+        if kind == "kill" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0" and \
+                os.environ.get("RUN", "0") == "0":
+            marker = Path(os.environ["FAULT_DIR"]) / f"kill-me.rank{me}"
+            marker.with_suffix(".tmp").write_text(str(os.getpid()))
+            marker.with_suffix(".tmp").rename(marker)
+            time.sleep(3600)
+        time.sleep(SLEEP_MS[variant] / 1e3)
+        y = collective(x * (variant + 1))
+        if kind == "raise":
+            raise RuntimeError(f"injected: config {variant} raised on rank {me}")
+        return y
+
+    return work
+
+
+def rendezvous_jobs() -> None:
+    """Jobs sharing a cache folder start tuning together: rank 0 of each waits for every job's rank 0."""
+    sync = os.environ.get("SYNC_DIR")
+    if not sync:
+        return
+    jobs, job = int(os.environ["JOBS"]), os.environ["JOB"]
+    if rank() == 0:
+        Path(sync, f"ready.{job}").touch()
+        deadline = time.monotonic() + 60
+        while len(list(Path(sync).glob("ready.*"))) < jobs and time.monotonic() < deadline:
+            time.sleep(0.01)
+    if dist.is_initialized():
+        dist.barrier()
+    time.sleep(float(os.environ.get("JOB_DELAY", "0")))
+
+
+@case
+def tune():
+    """Tune ``work`` once (with the faults of ``FAULTS``) and report the choice and the table."""
+    start()
+    rendezvous_jobs()
+    work = make_work()
+    x = torch.ones(4)
+    t0 = time.perf_counter()
+    try:
+        out = work(x, autotune_pg=comm()) if MPI_MODE else work(x)
+    except tdt.AutotuneError as exc:
+        emit(error=type(exc).__name__, message=str(exc))
+        raise
+    ((_, table),) = work.tuner.tables.items()
+    emit(chosen=chosen(work), out=out.tolist(), states=[r["state"] for r in table],
+         errors=[r.get("error") for r in table], resumed=[bool(r.get("resumed")) for r in table],
+         seconds=time.perf_counter() - t0)
+
+
+def chosen(work) -> int:
+    """The variant ``work`` decided on (for its one key)."""
+    (config,) = [*work.tuner.decided.values(), *work.tuner.decided_in.values()]
+    return config["variant"]
+
+
+@case
+def cache_damage():
+    """Damage the cache file in every way a crash or a disk can, each time asking again in a new tuner."""
+    start()
+    damages = {
+        "truncated": lambda text: text[: len(text) // 2],
+        "empty": lambda text: "",
+        "binary": lambda text: "\x00\xff\xfe garbage",
+        "not_an_object": lambda text: "[1, 2, 3]",
+        "wrong_index": lambda text: json.dumps({**json.loads(text), "index": 99}),
+        "index_not_int": lambda text: json.dumps({**json.loads(text), "index": "2"}),
+        "nan_time": lambda text: text.replace('"time_ms": ', '"time_ms": NaN, "x": '),
+    }
+    cache_dir = Path(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"]) / "work"
+    x = torch.ones(4)
+    work = make_work()
+    work(x)
+    files = sorted(cache_dir.glob("*.json"))
+    good = files[0].read_text()
+    outcome = {"first": chosen(work), "files": len(files)}
+    for label, damage in damages.items():
+        if rank() == 0:
+            files[0].write_text(damage(good))
+        _barrier()
+        work = make_work()
+        work(x)
+        outcome[label] = (chosen(work), len(work.tuner.tables))  # tables: 1 when it tuned again
+        _barrier()
+    # a half-written cache file (the temporary file of an interrupted atomic write) next to the real one
+    if rank() == 0:
+        files[0].write_text(good)
+        (cache_dir / f".{files[0].name}.abc123.tmp").write_text(good[: len(good) // 3])
+    _barrier()
+    work = make_work()
+    work(x)
+    outcome["tmp_leftover_with_file"] = (chosen(work), len(work.tuner.tables))
+    _barrier()
+    if rank() == 0:
+        files[0].unlink()
+    _barrier()
+    work = make_work()
+    work(x)
+    outcome["tmp_leftover_alone"] = (chosen(work), len(work.tuner.tables))
+    _barrier()
+    outcome["valid_json_after"] = json.loads(files[0].read_text())["config"]
+    emit(**outcome)
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+@case
+def wrong_group():
+    """Ranks that call with groups that do not match (``GROUPING``).
+
+    ``not_every_rank`` (2 ranks): rank 0 tunes with a group {0, 1} that rank 1 never calls with (it uses the
+    whole world, also of size 2). ``sizes`` (3 ranks): rank 0 tunes with {0, 1} (size 2), ranks 1 and 2 with the
+    whole world (size 3). Every rank waits for a rank that is elsewhere and raises GroupTimeoutError.
+    """
+    start()
+    pair = dist.new_group([0, 1])
+    pg = pair if dist.get_rank() == 0 else dist.group.WORLD
+    work = make_work(name="wrong_group")
+    t0 = time.perf_counter()
+    try:
+        work(torch.ones(4), autotune_pg=pg)
+        emit(error=None)
+    except tdt.AutotuneError as exc:
+        emit(error=type(exc).__name__, message=str(exc), seconds=time.perf_counter() - t0)
+    sys.stdout.flush()
+    os._exit(0)  # the ranks' channels are out of step now: no final barrier
+
+
+@case
+def mpi_wrong_comm():
+    """Under mpiexec: rank 0 tunes with COMM_WORLD, rank 1 with a duplicate of it that rank 0 never uses."""
+    world = comm()
+    other = world.Dup()
+    mine = world if world.Get_rank() == 0 else other
+    work = make_work(name="mpi_wrong_comm")
+    t0 = time.perf_counter()
+    try:
+        work(torch.ones(4), autotune_pg=mine)
+        emit(error=None)
+    except tdt.AutotuneError as exc:
+        emit(error=type(exc).__name__, message=str(exc), seconds=time.perf_counter() - t0)
+    sys.stdout.flush()
+    os._exit(0)  # a collective that a rank never joins cannot be finalized
+
+
+@case
+def init_restarts():
+    """Under torchrun: attempts 0.. fail on alternating ranks right after an all_reduce; the last one succeeds."""
+    t0 = time.perf_counter()
+    tdt.init_distributed(timeout_s=30)
+    me, count = dist.get_rank(), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    y = torch.tensor([float(me + 1)])
+    dist.all_reduce(y)
+    emit(sum=y.item(), init_seconds=time.perf_counter() - t0)
+    if count < int(os.environ["FAIL_ATTEMPTS"]):
+        if me == count % 2:
+            os._exit(3)  # this attempt dies; the other rank is left inside the next collective
+        dist.barrier()
+    emit(done=True)
+
+
+if __name__ == "__main__":
+    CASES[sys.argv[1]]()
+    sys.stdout.flush()
+    if MPI_MODE:
+        sys.exit(0)  # MPI ranks exit normally, to finalize
+    if dist.is_initialized():
+        dist.barrier()  # under run_ranks rank 0 hosts the store: it must not leave while others still use it
+        dist.destroy_process_group()
+    os._exit(0)  # skip slow interpreter teardown

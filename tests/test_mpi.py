@@ -1,0 +1,68 @@
+"""``autotune`` over an mpi4py communicator, run by pytest-mpi: ``mpiexec -n 2 python -m pytest --with-mpi
+tests/test_mpi.py`` (skipped in a plain pytest run)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import triton_dist_tune as tdt
+
+SLEEP_MS = {0: [2, 16, 8], 1: [24, 3, 8]}
+
+
+@pytest.fixture
+def comm(tmp_path_factory, monkeypatch):
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    folder = world.bcast(str(tmp_path_factory.mktemp("mpi")) if world.Get_rank() == 0 else None)
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", f"{folder}/cache")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_LOG_DIR", f"{folder}/logs")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "30")
+    return world
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_ranks_agree_over_mpi(comm):
+    rank = comm.Get_rank()
+
+    @tdt.autotune([{"variant": v} for v in range(3)], key_fn=lambda x: x, n_warmup=1, n_repeat=3, name="mpi_agree")
+    def f(x, *, variant):
+        time.sleep(SLEEP_MS[rank % 2][variant] / 1e3)
+        return comm.allreduce(x * variant)  # a collective of the user's own on the same communicator
+
+    out = f(1, autotune_pg=comm)
+    chosen = next(iter(f.tuner.decided_in.values()))["variant"]
+    assert chosen == 2 and out == 2 * comm.Get_size()
+    assert len(set(comm.allgather(chosen))) == 1
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_failure_on_one_rank_is_left_out_over_mpi(comm):
+    rank = comm.Get_rank()
+
+    @tdt.autotune([{"variant": v} for v in range(3)], key_fn=lambda: 0, n_warmup=1, n_repeat=2, name="mpi_fail")
+    def f(*, variant):
+        if variant == 2 and rank == 1:
+            raise RuntimeError("compile failed on rank 1")
+        time.sleep(SLEEP_MS[rank % 2][variant] / 1e3)
+        return variant
+
+    assert f(autotune_pg=comm) == 1
+    rows = next(iter(f.tuner.tables.values()))
+    assert rows[2]["state"] == "failed" and "rank 1: RuntimeError" in rows[2]["error"]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_key_mismatch_over_mpi(comm):
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, name="mpi_mismatch")
+    def f(x, *, variant):
+        return x
+
+    with pytest.raises(tdt.MismatchError, match="differ in key"):
+        f(comm.Get_rank(), autotune_pg=comm)
