@@ -1,0 +1,94 @@
+"""The disk cache: atomic standard-JSON files, version handling, damaged files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import pytest
+
+from triton_dist_tune import cache
+from triton_dist_tune.cache import DiskCache, entry_id, write_json_atomic
+
+SPACE = "{a: 1}\n{a: 2}"
+
+
+def decision(index=1):
+    return {"index": index, "config": f"{{a: {index + 1}}}", "key": "(4,)", "time_ms": 1.5,
+            "measurements": [{"index": 0, "time": None, "state": "failed"}]}
+
+
+def test_store_then_load_round_trips(tmp_path):
+    store = DiskCache("fn", tmp_path)
+    path = store.store("e1", decision(), SPACE)
+    assert path == tmp_path / "fn" / "e1.json"
+    loaded = store.load("e1", SPACE)
+    assert loaded["index"] == 1 and loaded["versions"] == cache.versions() and loaded["gpu"] == "cpu"
+    json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(c))
+
+
+def test_non_finite_numbers_are_refused_rather_than_written_as_non_standard_json(tmp_path):
+    with pytest.raises(ValueError):
+        write_json_atomic(tmp_path / "x.json", {"t": float("inf")})
+    assert list(tmp_path.iterdir()) == []  # no half-written or temporary file left behind
+
+
+@pytest.mark.parametrize("damage", ["", "{", "[]", '{"format": 1}', "\x00\x01"])
+def test_damaged_files_are_a_warning_and_a_miss(tmp_path, damage, caplog):
+    store = DiskCache("fn", tmp_path)
+    store.path("e1").parent.mkdir(parents=True)
+    store.path("e1").write_text(damage)
+    with caplog.at_level(logging.WARNING, logger="triton_dist_tune"):
+        assert store.load("e1", SPACE) is None
+    assert "tuning again" in caplog.text
+
+
+def test_a_file_for_another_space_is_a_miss(tmp_path):
+    store = DiskCache("fn", tmp_path)
+    store.store("e1", decision(), SPACE)
+    assert store.load("e1", SPACE + "\n{a: 3}") is None
+
+
+def test_other_versions_warn_or_retune(tmp_path, monkeypatch, caplog):
+    store = DiskCache("fn", tmp_path)
+    path = store.store("e1", decision(), SPACE)
+    data = json.loads(path.read_text())
+    data["versions"]["triton"] = "0.0.1"
+    path.write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING, logger="triton_dist_tune"):
+        assert store.load("e1", SPACE)["index"] == 1
+    assert "other versions" in caplog.text
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_VERSION_CHECK", "1")
+    assert store.load("e1", SPACE) is None
+
+
+def test_entry_ids_depend_on_source_key_space_and_group_size():
+    base = entry_id("def f(): pass", "(4,)", SPACE, 2)
+    assert base == entry_id("def f(): pass", "(4,)", SPACE, 2)
+    others = {entry_id("def g(): pass", "(4,)", SPACE, 2), entry_id("def f(): pass", "(8,)", SPACE, 2),
+              entry_id("def f(): pass", "(4,)", SPACE + "x", 2), entry_id("def f(): pass", "(4,)", SPACE, 4)}
+    assert base not in others and len(others) == 4
+
+
+def test_many_concurrent_writers_leave_one_valid_file(tmp_path):
+    store = DiskCache("fn", tmp_path)
+
+    def write(i):
+        for _ in range(20):
+            store.store("e1", decision(i % 2), SPACE)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.load("e1", SPACE)["index"] in (0, 1)
+    assert [p.name for p in (tmp_path / "fn").iterdir()] == ["e1.json"]
+
+
+def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path))
+    assert cache.cache_root() == tmp_path
+    monkeypatch.delenv("TRITON_DIST_AUTOTUNE_CACHE_DIR")
+    assert cache.cache_root().parts[-2:] == (".triton_dist", "autotune")
