@@ -27,14 +27,18 @@ import torch  # noqa: E402
 import triton_dist_tune as tdt  # noqa: E402
 
 
-def per_call_us(fn, n: int) -> float:
-    rounds = []
+def per_call_us(fns: dict, n: int, sync=lambda: None) -> dict[str, float]:
+    """Median over 7 rounds of the per-call time of each function; the functions alternate within a round."""
+    rounds: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(7):
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        rounds.append((time.perf_counter() - start) / n * 1e6)
-    return statistics.median(rounds)
+        for name, fn in fns.items():
+            sync()
+            start = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            rounds[name].append((time.perf_counter() - start) / n * 1e6)
+    return {name: statistics.median(times) for name, times in rounds.items()}
 
 
 def python_overhead(n: int) -> dict[str, float]:
@@ -53,8 +57,8 @@ def python_overhead(n: int) -> dict[str, float]:
         key_fn(x)
         return plain(x, block=1)
 
-    base = per_call_us(plain_with_key, n)
-    ours = per_call_us(lambda: tuned(x), n)
+    times = per_call_us({"base": plain_with_key, "ours": lambda: tuned(x)}, n)
+    base, ours = times["base"], times["ours"]
     return {"plain_call_with_key_fn_us": base, "tuned_call_us": ours, "overhead_us": ours - base}
 
 
@@ -80,10 +84,11 @@ def gpu_overhead(n: int) -> dict[str, float]:
     tuned(x, y)
     stock[lambda m: (triton.cdiv(n_el, m["BLOCK"]),)](x, y, n_el)
     torch.cuda.synchronize()
-    direct = per_call_us(lambda: launch(x, y, cfg=configs[0]), n)
-    ours = per_call_us(lambda: tuned(x, y), n)
-    theirs = per_call_us(lambda: stock[lambda m: (triton.cdiv(n_el, m["BLOCK"]),)](x, y, n_el), n)
-    torch.cuda.synchronize()
+    best = tuned.tuner.decided[n_el]["cfg"]
+    times = per_call_us({"direct": lambda: launch(x, y, cfg=best), "ours": lambda: tuned(x, y),
+                         "stock": lambda: stock[lambda m: (triton.cdiv(n_el, m["BLOCK"]),)](x, y, n_el)},
+                        n, torch.cuda.synchronize)
+    direct, ours, theirs = times["direct"], times["ours"], times["stock"]
     return {"direct_launch_us": direct, "tdt_autotune_launch_us": ours, "stock_autotune_launch_us": theirs,
             "tdt_overhead_us": ours - direct, "stock_overhead_us": theirs - direct}
 
