@@ -4,7 +4,8 @@ Launch: ``torchrun --nproc-per-node 2 benchmarks/bench_gemm_tuning.py --out DIR`
 by side in one run, on the same config space and keys:
 
 1. agreement: the config each rank chose, per key, for stock and for ours (vector add and GEMM keys);
-2. tuning time per key: stock (do_bench, serial compile), ours lock-step with parallel precompile, ours sharded;
+2. tuning time per key: stock (do_bench, serial compile), ours lock-step compiling serially as it measures, ours
+   lock-step with parallel precompile, ours sharded (with parallel precompile);
 3. accuracy: every config re-measured carefully (``do_bench``, median over 200 ms) after tuning; each tuner's
    choice as a ratio to the best re-measured time (1.00 = found the best);
 4. an all-gather + GEMM function tuned by ``autotune`` with the default group, several rounds with fresh
@@ -117,7 +118,7 @@ def stock_gemm(space, keys, device, dtype, results):
         results.setdefault(str((m, n, k)), {})["stock"] = {"seconds": seconds, "choice": spec(best)}
 
 
-def ours_gemm(space, keys, device, dtype, results, label, **options):
+def ours_gemm(space, keys, device, dtype, results, label, parallel_compile=True, **options):
     use_triton_cache(tempfile.mkdtemp(prefix=f"tdt_{label}_"))
     kernel = fresh_kernel(_gemm_kernel)
 
@@ -132,7 +133,7 @@ def ours_gemm(space, keys, device, dtype, results, label, **options):
         return cfg.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * a.element_size() <= 227 * 1024
 
     @tdt.autotune([{"config": c} for c in space], key_fn=lambda a, b, c: (tuple(a.shape), tuple(b.shape)),
-                  prune_fn=prune, precompile_fn=None if device == "cpu" else precompile, name=f"bench_{label}",
+                  prune_fn=prune, precompile_fn=precompile if device != "cpu" and parallel_compile else None, name=f"bench_{label}",
                   **options)
     def gemm(a, b, c, *, config):
         launch_gemm(kernel, a, b, c, config)
@@ -245,6 +246,7 @@ def main() -> None:
     options = {"n_warmup": 5, "n_repeat": 30}
     if on_gpu:
         stock_gemm(space, gemm_keys, device, dtype, results)
+    ours_gemm(space, gemm_keys, device, dtype, results, "ours_serial_compile", parallel_compile=False, **options)
     ours_gemm(space, gemm_keys, device, dtype, results, "ours_lockstep", **options)
     ours_gemm(space, gemm_keys, device, dtype, results, "ours_sharded", sharded=True, **options)
     if on_gpu:
@@ -275,7 +277,7 @@ def summarize(report: dict, keys) -> str:
         stock, ours = disagreements(report["stock_add_choices"]), disagreements(report["ours_add_choices"])
         lines.append(f"- vector add, {len(ADD_KEYS)} keys: ranks disagree on {stock} keys with stock "
                      f"triton.autotune, {ours} with ours")
-    tuners = [t for t in ("stock", "ours_lockstep", "ours_sharded") if t in report["gemm"][0][str(keys[0])]]
+    tuners = [t for t in ("stock", "ours_serial_compile", "ours_lockstep", "ours_sharded") if t in report["gemm"][0][str(keys[0])]]
     for tuner in tuners:
         per_rank = [[r[str(k)][tuner]["choice"] for k in keys] for r in report["gemm"]]
         total = max(sum(r[str(k)][tuner]["seconds"] for k in keys) for r in report["gemm"])
