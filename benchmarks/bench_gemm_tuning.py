@@ -133,8 +133,8 @@ def ours_gemm(space, keys, device, dtype, results, label, parallel_compile=True,
         return cfg.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * a.element_size() <= 227 * 1024
 
     @tdt.autotune([{"config": c} for c in space], key_fn=lambda a, b, c: (tuple(a.shape), tuple(b.shape)),
-                  prune_fn=prune, precompile_fn=precompile if device != "cpu" and parallel_compile else None, name=f"bench_{label}",
-                  **options)
+                  prune_fn=prune, precompile_fn=precompile if device != "cpu" and parallel_compile else None,
+                  name=f"bench_{label}", **options)
     def gemm(a, b, c, *, config):
         launch_gemm(kernel, a, b, c, config)
 
@@ -277,7 +277,8 @@ def summarize(report: dict, keys) -> str:
         stock, ours = disagreements(report["stock_add_choices"]), disagreements(report["ours_add_choices"])
         lines.append(f"- vector add, {len(ADD_KEYS)} keys: ranks disagree on {stock} keys with stock "
                      f"triton.autotune, {ours} with ours")
-    tuners = [t for t in ("stock", "ours_serial_compile", "ours_lockstep", "ours_sharded") if t in report["gemm"][0][str(keys[0])]]
+    tuners = [t for t in ("stock", "ours_serial_compile", "ours_lockstep", "ours_sharded")
+              if t in report["gemm"][0][str(keys[0])]]
     for tuner in tuners:
         per_rank = [[r[str(k)][tuner]["choice"] for k in keys] for r in report["gemm"]]
         total = max(sum(r[str(k)][tuner]["seconds"] for k in keys) for r in report["gemm"])
