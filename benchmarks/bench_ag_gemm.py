@@ -39,17 +39,28 @@ import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 
 from examples._dist_common import LAST_CONFIG, symm_mem_available, time_group_ms  # noqa: E402
-from examples.ag_gemm import ag_gemm, ag_gemm_prune, make_tuned_ag_gemm  # noqa: E402
+from examples.ag_gemm import ag_gemm, ag_gemm_prune, make_tuned_ag_gemm, p2p_push  # noqa: E402
 from examples.gemm_kernels import TORCH_GEMM, gemm, tile_usable  # noqa: E402
 from examples.gemm_rs import gemm_rs, gemm_rs_prune, make_tuned_gemm_rs  # noqa: E402
 
 DEFAULT_SHAPES = "8192x8192x8192,16384x8192x8192,32768x8192x3584,4096x4096x4096,128x8192x8192"
 GOAL_SHAPES = ("8192x8192x8192", "32768x8192x3584")
-SWEEP_TILES = ("128x256x64-g8-w8-s3", "128x256x64-g8-w8-s4", "256x128x64-g8-w8-s3", "64x128x128-g8-w4-s3")
-SWEEP = [{"algo": "chunked", "splits": s, "gemm_config": TORCH_GEMM} for s in (1, 2, 4)] + [
+SWEEP_TILES = ("128x256x64-g8-w8-s4", "64x128x128-g8-w4-s3")
+SWEEP = [
     {"algo": algo, "splits": s, "gemm_config": tile}
-    for tile in SWEEP_TILES
-    for algo, s in (("sequential", 1), ("chunked", 1), ("chunked", 2))
+    for algo, s, tile in (
+        ("chunked", 1, TORCH_GEMM),
+        ("chunked", 2, TORCH_GEMM),
+        ("p2p", 1, TORCH_GEMM),
+        ("p2p", 2, TORCH_GEMM),
+        ("p2p", 4, TORCH_GEMM),
+        ("p2p", 2, SWEEP_TILES[0]),
+        ("p2p", 4, SWEEP_TILES[0]),
+        ("chunked", 1, SWEEP_TILES[0]),
+        ("sequential", 1, SWEEP_TILES[0]),
+        ("sequential", 1, SWEEP_TILES[1]),
+        ("p2p", 1, SWEEP_TILES[1]),
+    )
 ]
 
 
@@ -88,6 +99,10 @@ class Bench:
     def time(self, fn: Callable[[], Any]) -> float:
         return time_group_ms(fn, warmup=self.args.warmup, repeat=self.args.repeat)
 
+    def p2p_push_only(self, splits: int) -> None:
+        _, _, events = p2p_push(self.A, None, splits)
+        torch.cuda.current_stream().wait_event(events[-1])
+
     def collective(self) -> None:
         if self.op == "ag":
             dist.all_gather_into_tensor(self.comm_out, self.comm_in)
@@ -106,6 +121,9 @@ class Bench:
         row["limit_ms"] = max(row["comm_ms"], row["gemm_ms"])
         ref = self.fn(self.A, self.B, algo="torch")
         row["torch_ms"] = self.time(lambda: self.fn(self.A, self.B, algo="torch"))
+        if self.op == "ag" and symm_mem_available(self.A, None, self.fused_op):
+            for splits in (1, 4):  # our copy-engine all-gather alone (p2p algo without its GEMMs)
+                row[f"p2p_push{splits}_ms"] = self.time(lambda splits=splits: self.p2p_push_only(splits))
         if symm_mem_available(self.A, None, self.fused_op):
             row["fused_err"] = rel_err(self.fn(self.A, self.B, algo="torch_fused"), ref)
             row["fused_ms"] = self.time(lambda: self.fn(self.A, self.B, algo="torch_fused"))

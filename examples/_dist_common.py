@@ -128,3 +128,28 @@ def time_group_ms(
     median = torch.tensor([samples[len(samples) // 2]], device="cuda" if cuda else "cpu")
     dist.all_reduce(median, op=dist.ReduceOp.MAX, group=group)
     return float(median.item())
+
+
+_SYMM_BUFFERS: dict[tuple[str, torch.dtype, int], tuple[torch.Tensor, Any]] = {}
+
+
+def symm_buffer(
+    group: dist.ProcessGroup | None, numel: int, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, Any]:
+    """A cached symmetric-memory buffer of at least ``numel`` elements and its rendezvous handle.
+
+    Collective on first use and whenever a larger buffer is needed: every rank of ``group`` must ask
+    for the same sizes in the same order (true for calls with the same shapes on every rank).
+    """
+    name = enable_symm_mem(group)
+    key = (name, dtype, device.index if device.index is not None else torch.cuda.current_device())
+    cached = _SYMM_BUFFERS.get(key)
+    if cached is None or cached[0].numel() < numel:
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        if cached is not None:
+            torch.cuda.synchronize(device)  # nothing in flight may still use the old buffer
+            dist.barrier(group=group)
+        buf = symm_mem.empty(numel, dtype=dtype, device=device)
+        _SYMM_BUFFERS[key] = (buf, symm_mem.rendezvous(buf, name))
+    return _SYMM_BUFFERS[key]

@@ -8,6 +8,9 @@ in rank order. Algorithms (the ``algo`` config entry):
 * ``"chunked"``: each rank's rows are cut into ``splits`` chunks, gathered one collective per chunk
   on a side stream while the compute stream first multiplies the local shard (which needs no
   communication) and then each chunk as its event fires. On CPU the same steps run in order.
+* ``"p2p"``: like ``"chunked"``, but each rank pushes its chunks straight into its peers'
+  symmetric-memory buffers with copy-engine copies (no SMs taken from the GEMM, unlike NCCL's
+  kernels), one symmetric-memory barrier per chunk (CUDA + NCCL group + torch symm_mem only).
 * ``"torch_fused"``: ``torch.ops.symm_mem.fused_all_gather_matmul`` (CUDA + NCCL only).
 * ``"torch"``: ``all_gather_into_tensor`` + ``torch.matmul``, the baseline.
 
@@ -32,12 +35,13 @@ from examples._dist_common import (
     recording_config,
     side_stream,
     split_rows,
+    symm_buffer,
     symm_mem_available,
     tuning_key,
 )
 from examples.gemm_kernels import TORCH_GEMM, gemm, gemm_config_specs, tile_usable
 
-ALGOS = ("chunked", "sequential", "torch_fused", "torch")
+ALGOS = ("chunked", "sequential", "p2p", "torch_fused", "torch")
 SPLITS = (1, 2, 4)
 
 
@@ -57,7 +61,7 @@ def ag_gemm(
         B: ``[K, N]``, same dtype and device as ``A``.
         group: the process group (None: the default group).
         algo: one of :data:`ALGOS`.
-        splits: chunks per rank for ``"chunked"`` (uneven chunks are allowed); must be 1 otherwise.
+        splits: chunks per rank for ``"chunked"`` / ``"p2p"`` (uneven chunks allowed); 1 otherwise.
         gemm_config: Triton tile string or ``"torch"``; ignored by the ``torch*`` algorithms.
     """
     if A.dim() != 2 or B.dim() != 2 or A.shape[1] != B.shape[0]:
@@ -66,24 +70,25 @@ def ag_gemm(
         raise ValueError("ag_gemm: A and B must share dtype and device")
     if algo not in ALGOS:
         raise ValueError(f"ag_gemm: unknown algo {algo!r}; expected one of {ALGOS}")
-    if algo != "chunked" and splits != 1:
-        raise ValueError(f"ag_gemm: splits={splits} only applies to algo='chunked'")
+    if algo not in ("chunked", "p2p") and splits != 1:
+        raise ValueError(f"ag_gemm: splits={splits} only applies to algo='chunked' or 'p2p'")
     if A.shape[0] == 0:
         raise ValueError("ag_gemm: A has no rows")
     A = A.contiguous()
     rank, world = group_rank_size(group)
     m_local, k = A.shape
     n = B.shape[1]
-    if algo == "torch_fused":
+    if algo in ("torch_fused", "p2p"):
         if not symm_mem_available(A, group, "fused_all_gather_matmul"):
-            raise RuntimeError(
-                "ag_gemm: algo='torch_fused' needs CUDA tensors, an NCCL group, torch symm_mem"
-            )
+            raise RuntimeError(f"ag_gemm: algo={algo!r} needs CUDA tensors, an NCCL group, torch symm_mem")
+    if algo == "torch_fused":
         _, (out,) = torch.ops.symm_mem.fused_all_gather_matmul(A, [B], 0, enable_symm_mem(group))
         return out
     out = torch.empty(world * m_local, n, dtype=A.dtype, device=A.device)
     if algo == "chunked":
         return _chunked(A, B, out, group, rank, world, splits, gemm_config)
+    if algo == "p2p":
+        return _p2p(A, B, out, group, rank, world, splits, gemm_config)
     gathered = torch.empty(world * m_local, k, dtype=A.dtype, device=A.device)
     dist.all_gather_into_tensor(gathered, A, group=group)
     return gemm(gathered, B, out, TORCH_GEMM if algo == "torch" else gemm_config)
@@ -134,6 +139,61 @@ def _chunked(
     return out
 
 
+def p2p_push(
+    A: torch.Tensor, group: dist.ProcessGroup | None, splits: int
+) -> tuple[torch.Tensor, list[tuple[int, int]], list[torch.cuda.Event]]:
+    """Push this rank's rows into every peer's symmetric buffer, chunk by chunk, on the side stream.
+
+    Returns this rank's receive buffer ``[world, M_local, K]`` (slot ``p`` is filled by rank ``p``;
+    this rank's own slot is left untouched), the chunks, and one event per chunk that fires once every
+    rank's copies of that chunk have landed.
+    """
+    rank, world = group_rank_size(group)
+    m_local, k = A.shape
+    buf, handle = symm_buffer(group, world * m_local * k, A.dtype, A.device)
+    recv = buf[: world * m_local * k].view(world, m_local, k)
+    chunks = split_rows(m_local, splits)
+    comm, compute = side_stream(A.device), torch.cuda.current_stream(A.device)
+    comm.wait_stream(compute)  # A is ready, and this rank's previous GEMMs on its buffer are done
+    events = []
+    with torch.cuda.stream(comm):
+        # Every rank is past its previous reads of its buffer (its comm stream waited for its compute
+        # stream above), so the buffers may be overwritten.
+        handle.barrier(channel=0)
+        peers = [handle.get_buffer(p, (world, m_local, k), A.dtype, 0) for p in range(world)]
+        for start, rows in chunks:
+            for step in range(1, world):
+                peer = (rank + step) % world
+                peers[peer][rank, start : start + rows].copy_(A[start : start + rows])  # copy engine
+            handle.barrier(channel=0)  # every rank's copies of this chunk are complete
+            events.append(torch.cuda.Event())
+            events[-1].record(comm)
+    return recv, chunks, events
+
+
+def _p2p(
+    A: torch.Tensor,
+    B: torch.Tensor,
+    out: torch.Tensor,
+    group: dist.ProcessGroup | None,
+    rank: int,
+    world: int,
+    splits: int,
+    gemm_config: str,
+) -> torch.Tensor:
+    """Copy-engine pushes into symmetric memory (side stream) overlapped with per-chunk GEMMs."""
+    recv, chunks, events = p2p_push(A, group, splits)
+    out3 = out.view(world, A.shape[0], out.shape[1])
+    compute = torch.cuda.current_stream(A.device)
+    gemm(A, B, out3[rank], gemm_config)  # the local shard, while the copies run
+    for (start, rows), event in zip(chunks, events, strict=True):
+        compute.wait_event(event)
+        for lo, hi in ((0, rank), (rank + 1, world)):
+            if hi > lo:
+                gemm(recv[lo:hi, start : start + rows], B, out3[lo:hi, start : start + rows], gemm_config)
+    return out
+
+
 def ag_gemm_config_space(device: str | torch.device | None = None) -> list[dict[str, Any]]:
     """Every (algo, splits, gemm_config) combination; :func:`ag_gemm_prune` drops the invalid ones.
 
@@ -156,6 +216,8 @@ def ag_gemm_prune(
         if splits != 1 or tile != TORCH_GEMM:
             return False  # neither knob matters: keep a single entry
         return algo == "torch" or symm_mem_available(A, kwargs.get("group"), "fused_all_gather_matmul")
+    if algo == "p2p" and not symm_mem_available(A, kwargs.get("group"), "fused_all_gather_matmul"):
+        return False
     m_local = A.shape[0]
     if algo == "sequential" and (splits != 1 or tile == TORCH_GEMM):
         return False  # sequential with torch.matmul is algo "torch"

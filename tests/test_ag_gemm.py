@@ -57,11 +57,13 @@ def runnable_configs(space: list[dict[str, Any]], A: torch.Tensor, group: Any, f
     keep = []
     for cfg in space:
         algo, splits, tile = cfg["algo"], cfg["splits"], cfg["gemm_config"]
-        if algo in ("torch", "torch_fused"):
+        needs_symm_mem = algo in ("torch_fused", "p2p")
+        if needs_symm_mem and not symm_mem_available(A, group, fused_op):
+            ok = False
+        elif algo in ("torch", "torch_fused"):
             ok = splits == 1 and tile == TORCH_GEMM
-            ok = ok and (algo == "torch" or symm_mem_available(A, group, fused_op))
         else:
-            ok = (algo == "chunked" or splits == 1) and (
+            ok = (algo in ("chunked", "p2p") or splits == 1) and (
                 tile == TORCH_GEMM
                 or prune_by_shared_memory(tile, A.element_size(), shared_memory_limit(A.device))
             )

@@ -91,8 +91,11 @@ def test_config_strings_round_trip() -> None:
 
 def test_hopper_space_fits_shared_memory() -> None:
     """Every Hopper config fits 227 KiB in bf16; a 5-stage 128x256x64 tile would not."""
-    hopper = gemm_config_space("cuda") if not interpreter_enabled() else [to_triton_config(s) for s in (
-        "128x256x64-g8-w8-s3", "128x256x64-g8-w8-s4")]
+    hopper = (
+        gemm_config_space("cuda")
+        if not interpreter_enabled()
+        else [to_triton_config(s) for s in ("128x256x64-g8-w8-s3", "128x256x64-g8-w8-s4")]
+    )
     assert all(prune_by_shared_memory(c, 2) for c in hopper)
     assert shared_memory_bytes("128x256x64-g8-w8-s3", 2) == 3 * (128 * 64 + 64 * 256) * 2
     assert not prune_by_shared_memory("128x256x64-g8-w8-s5", 2)
