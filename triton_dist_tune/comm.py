@@ -96,11 +96,18 @@ class StoreGroup(Group):
             seq = self._seq
         keys = [self._key(seq, r) for r in range(self.size)]
         self.store.set(keys[self.rank], pickle.dumps(obj))
+        started = time.monotonic()
         try:
             self.store.wait(keys, timedelta(seconds=timeout))
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
-            missing = [r for r in range(self.size) if not self._arrived(keys[r])]
-            raise GroupTimeoutError(self._late_message(what, missing, timeout)) from exc
+            waited = time.monotonic() - started
+            missing = [r for r in range(self.size) if r != self.rank and not self._arrived(keys[r])]
+            message = self._late_message(what, missing, timeout)
+            if waited < 0.9 * timeout:  # not a timeout: the store itself went away
+                message = (f"triton_dist_tune: rank {self.rank} of group '{self.name}' lost the key-value store "
+                           f"after {waited:.1f} s at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 "
+                           "without torchrun) has ended")
+            raise GroupTimeoutError(message) from exc
         values = self.store.multi_get(keys)
         if seq > 1:
             self.store.delete_key(self._key(seq - 1, self.rank))  # every rank has read round seq - 1 by now
@@ -124,23 +131,29 @@ class StoreGroup(Group):
 class MpiGroup(Group):
     """An mpi4py communicator, talked to through a duplicate of it."""
 
-    def __init__(self, comm: Any) -> None:
-        self.comm = comm.Dup()
+    def __init__(self, comm: Any, timeout: float | None = None) -> None:
+        self.name = f"mpi:{comm.Get_name() or 'comm'}"
+        if not hasattr(comm, "Idup"):
+            self.comm = comm.Dup()
+        else:  # Dup is collective: a rank that never calls with this communicator must not hang the others
+            self.comm, request = comm.Idup()
+            self._wait(request, f"set up the control channel of '{self.name}'", timeout, comm.Get_rank())
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
-        self.name = f"mpi:{comm.Get_name() or 'comm'}"
 
-    def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
+    def _wait(self, request: Any, what: str, timeout: float | None, rank: int) -> None:
         timeout = default_timeout() if timeout is None else timeout
-        request = self.comm.Ibarrier()
         deadline = time.monotonic() + timeout
         while not request.Test():
             if time.monotonic() > deadline:
                 raise GroupTimeoutError(
-                    f"triton_dist_tune: rank {self.rank} of MPI group '{self.name}' waited {timeout:g} s at "
+                    f"triton_dist_tune: rank {rank} of MPI group '{self.name}' waited {timeout:g} s at "
                     f"'{what}' for ranks that never arrived: they crashed, hung, or called with another group."
                 )
             time.sleep(_POLL_S)
+
+    def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
+        self._wait(self.comm.Ibarrier(), what, timeout, self.rank)
         return self.comm.allgather(obj)
 
 

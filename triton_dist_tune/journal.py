@@ -1,18 +1,34 @@
 """The crash journal: every step of a tuning, appended to disk as it happens, one JSON object per line.
 
-Each rank keeps its own journal file next to the cache entry it is tuning (``<entry>.rank<r>.journal``). On the
-next attempt the ranks gather their journals and merge them (:func:`merge`): configs whose group result is known
-are not measured again; configs that were in flight when a process died, hung past the watchdog, or failed on
-some rank are left out. A torn last line (a crash mid-write) is skipped with a warning.
+Each rank keeps its own journal next to the cache entry it is tuning, in its own cache folder
+(``<entry>.rank<r>.journal``). A record is one line written with a single ``write`` and fsynced before
+:meth:`Journal.append` returns, so a record is either on disk whole or (after a power loss or a full disk) a torn
+last line, which readers skip and the next writer ends with a newline before appending.
+
+While a process tunes an entry it holds an exclusive ``flock`` on its journal file. A second job tuning the same
+entry into the same folder at the same moment finds the file locked and uses a slot of its own
+(``<entry>.rank<r>.<k>.journal``), so it never mistakes a live job's configs in flight for crashed ones. A lock
+held by a dead process is released by the kernel, so the next attempt adopts every unlocked journal of the entry:
+the leftovers of every earlier, dead attempt.
+
+On the next attempt the ranks gather their journals and merge them (:func:`merge`): configs whose group result is
+known are not measured again; configs that were in flight when a process died, hung past the watchdog, or failed
+on some rank are left out.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no locking, one job per cache folder
+    fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -20,85 +36,199 @@ log = logging.getLogger("triton_dist_tune")
 FINAL = ("measured", "failed")
 #: states one rank writes about itself, before the group knows
 LOCAL = ("started", "local_failure", "hung")
+#: how many journals of one entry and rank may exist side by side (jobs tuning it at the same moment)
+MAX_SLOTS = 16
 
 
 class Journal:
-    """Append-only record of one rank's tuning of one cache entry."""
+    """Append-only record of one rank's tuning of one cache entry.
+
+    The files are opened and locked on first use (:meth:`read` or :meth:`append`) and released by :meth:`remove`
+    (after the decision is in the cache) or :meth:`close` (when the tuning ends with an error: the records stay
+    for the next attempt). Writing is best effort: a journal that cannot be written is a warning, not a failure.
+    """
 
     def __init__(self, path: Path) -> None:
+        #: where this rank's records go: ``path`` itself, or a free slot next to it when another job holds it
         self.path = path
+        self._base = path
+        self._held: list[tuple[Path, int]] = []  # (path, locked fd) of every journal adopted, the first written
+        self._broken = False
+
+    # -- files ---------------------------------------------------------------------------------------------------
+
+    def _slot(self, k: int) -> Path:
+        if k == 0:
+            return self._base
+        stem = self._base.name.removesuffix(".journal")
+        return self._base.with_name(f"{stem}.{k}.journal")
+
+    def _lock(self, path: Path, create: bool) -> int | None:
+        """An fd of ``path`` locked by this process, or None when it is missing (and not created) or locked."""
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0), 0o644)
+            except FileNotFoundError:
+                return None
+            if fcntl is None:
+                return fd
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            try:  # the holder may have removed the file between our open and our lock: then try again
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd
+            os.close(fd)
+            if not create:
+                return None
+
+    def _open(self) -> bool:
+        """Adopt every unlocked journal of this entry and rank (creating one if need be); False if impossible."""
+        if self._held:
+            return True
+        if self._broken:
+            return False
+        try:
+            self._base.parent.mkdir(parents=True, exist_ok=True)
+            for k in range(MAX_SLOTS):
+                path = self._slot(k)
+                fd = self._lock(path, create=False)
+                if fd is not None:
+                    self._held.append((path, fd))
+            if not self._held:
+                for k in range(MAX_SLOTS):
+                    fd = self._lock(self._slot(k), create=True)
+                    if fd is not None:
+                        self._held.append((self._slot(k), fd))
+                        break
+            if not self._held:
+                raise OSError(f"all {MAX_SLOTS} journal slots are held by other processes")
+            self.path, fd = self._held[0]
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                os.write(fd, b"\n")  # end a torn last line, so that the next record starts a line of its own
+        except OSError as exc:
+            self.close()
+            self._broken = True
+            log.warning("triton_dist_tune: cannot use the journal %s (%s): this tuning will not be resumable",
+                        self._base, exc)
+            return False
+        if len(self._held) > 1 or self.path != self._base:
+            log.info("triton_dist_tune: journal %s (adopted %s)", self.path, [str(p) for p, _ in self._held[1:]])
+        return True
+
+    # -- records -------------------------------------------------------------------------------------------------
 
     def append(self, index: int, state: str, **fields: Any) -> None:
-        """Record that config ``index`` reached ``state``; flushed and fsynced before returning."""
+        """Record that config ``index`` reached ``state``; written whole and fsynced before returning."""
         record = {"index": index, "state": state, **fields}
-        line = json.dumps(record, allow_nan=False, default=str) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        line = (json.dumps(record, allow_nan=False, default=str) + "\n").encode()
+        if not self._open():
+            return
+        fd = self._held[0][1]
         try:
-            os.write(fd, line.encode())
+            os.write(fd, line)
             os.fsync(fd)
-        finally:
-            os.close(fd)
+        except OSError as exc:
+            log.warning("triton_dist_tune: cannot write the journal %s (%s)", self.path, exc)
 
     def read(self) -> list[dict[str, Any]]:
-        """Every well-formed record, oldest first; nothing when the file is missing or unreadable."""
-        try:
-            text = self.path.read_text(errors="replace")
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            log.warning("triton_dist_tune: cannot read journal %s (%s); ignoring it", self.path, exc)
+        """Every well-formed record of every adopted journal, oldest first (damaged lines are skipped)."""
+        if not self._open():
             return []
         records = []
-        for number, line in enumerate(text.splitlines(), 1):
+        for path, fd in self._held:
             try:
-                record = json.loads(line)
-                if isinstance(record, dict) and isinstance(record.get("index"), int) and "state" in record:
+                data = os.pread(fd, os.fstat(fd).st_size, 0)
+            except OSError as exc:
+                log.warning("triton_dist_tune: cannot read journal %s (%s); ignoring it", path, exc)
+                continue
+            for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    record = None
+                if well_formed(record):
                     records.append(record)
-                    continue
-            except ValueError:
-                pass
-            if line.strip():
-                log.warning("triton_dist_tune: skipping damaged line %d of journal %s", number, self.path)
+                elif line.strip():
+                    log.warning("triton_dist_tune: skipping damaged line %d of journal %s", number, path)
         return records
 
     def remove(self) -> None:
-        """Delete the journal (once the decision is in the cache)."""
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
+        """Delete the adopted journals (once the decision is in the cache) and release them."""
+        for path, _ in self._held:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("triton_dist_tune: cannot remove journal %s (%s)", path, exc)
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the journals, keeping their records for the next attempt."""
+        held, self._held = self._held, []
+        for _, fd in held:
+            try:
+                os.close(fd)  # closing the last fd of the file releases the flock
+            except OSError:
+                pass
+
+
+def well_formed(record: Any) -> bool:
+    """Whether ``record`` is a usable journal record (a measured one needs a finite, non-negative time)."""
+    if not isinstance(record, dict) or type(record.get("index")) is not int:
+        return False
+    if record.get("state") not in FINAL + LOCAL or not isinstance(record.get("config"), str):
+        return False
+    if record["state"] == "measured":
+        time = record.get("time")
+        return type(time) in (int, float) and math.isfinite(time) and time >= 0
+    return True
 
 
 def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str]) -> dict[int, dict[str, Any]]:
     """Merge the journals of every rank into one outcome per config index.
 
-    An outcome is ``{"state": "measured", "time": ms, ...}``, ``{"state": "failed", "error": ...}``, or, for a
-    config some rank was inside of when its process ended, ``{"state": "failed", "error": "crashed|hung ..."}``.
-    Records whose description does not match the current space are ignored.
+    An outcome is the group's own record (``{"state": "measured", "time": ms, ...}`` or ``{"state": "failed",
+    "error": ...}``) where any rank wrote one. A config without one that some rank started is left out as
+    ``{"state": "failed", "error": ...}``: "failed on rank r: <error>" / "hung on rank r: <phase> exceeded T s" for
+    each rank that recorded why, else "crashed: ranks [...] were inside this config when an earlier attempt
+    ended" (a ``kill -9``, a segfault, or a rank stopped by its launcher). Records whose description does not
+    match the current space are ignored; configs no rank started are absent.
     """
     final: dict[int, dict[str, Any]] = {}
-    local: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    local: dict[int, dict[int, dict[str, dict[str, Any]]]] = {}  # index -> rank -> state -> last record
     for rank, records in enumerate(per_rank):
         for record in records:
+            if not well_formed(record):
+                continue
             i = record["index"]
-            if not 0 <= i < len(descriptions) or record.get("config") != descriptions[i]:
+            if not 0 <= i < len(descriptions) or record["config"] != descriptions[i]:
                 continue
             if record["state"] in FINAL:
                 final.setdefault(i, record)
-            elif record["state"] in LOCAL:
-                local.setdefault(i, []).append((rank, record))
+            else:
+                local.setdefault(i, {}).setdefault(rank, {})[record["state"]] = record
     outcomes = dict(final)
-    for i, records in local.items():
+    for i, by_rank in sorted(local.items()):
         if i in outcomes:
             continue
-        worst = [(r, rec) for r, rec in records if rec["state"] != "started"]
-        if worst:
-            rank, rec = worst[0]
-            why = "hung" if rec["state"] == "hung" else "failed"
-            error = f"{why} on rank {rank} in an earlier attempt: {rec.get('error', '')}".rstrip(": ")
+        parts = [f"failed on rank {r}: {states['local_failure'].get('error', '')}"
+                 for r, states in sorted(by_rank.items()) if "local_failure" in states]
+        parts += [f"hung on rank {r}: {states['hung'].get('error', '')}"
+                  for r, states in sorted(by_rank.items()) if "hung" in states and "local_failure" not in states]
+        if parts:
+            error = "in an earlier attempt, " + "; ".join(p.rstrip(": ") for p in parts)
         else:
-            ranks = sorted({r for r, _ in records})
-            error = f"crashed: ranks {ranks} were inside this config when an earlier attempt ended"
+            error = f"crashed: ranks {sorted(by_rank)} were inside this config when an earlier attempt ended"
         outcomes[i] = {"index": i, "state": "failed", "error": error, "config": descriptions[i]}
     return outcomes

@@ -3,10 +3,16 @@ rank whose measurement outlives its deadline records that it hung and ends its p
 
 Under ``torchrun --max-restarts`` the job then restarts and the journal leaves that config out; without restarts
 the other ranks stop waiting at their own deadline with :class:`~triton_dist_tune.errors.GroupTimeoutError`.
+
+The watchdog is a Python thread, which needs the GIL to run. As a backstop for code that hangs while holding the
+GIL, :mod:`faulthandler` is armed too, :data:`BACKSTOP_S` seconds later: it needs no GIL, prints every thread's
+stack and ends the process with status 1 (the journal then shows the config as started, which the next attempt
+leaves out as crashed). This takes over ``faulthandler.dump_traceback_later`` while a measurement runs.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import sys
@@ -18,15 +24,27 @@ log = logging.getLogger("triton_dist_tune")
 
 #: exit status of a process ended by the watchdog
 EXIT_CODE = 86
+#: seconds after the deadline at which the GIL-free faulthandler backstop ends the process
+BACKSTOP_S = 5.0
+
+
+def exchange_timeout(timeout: float) -> float:
+    """How long a rank waits at the exchange after a phase that the watchdog bounds by ``timeout``.
+
+    A little longer than the watchdog, so that a rank whose phase hung is ended by its own watchdog (and
+    journals the config as hung) before the ranks waiting for it give up with a ``GroupTimeoutError``.
+    """
+    return timeout + max(1.0, 0.1 * timeout)
 
 
 class Watchdog:
-    """One daemon thread per process; :meth:`guard` arms it around a block."""
+    """One daemon thread per process; :meth:`arm` and :meth:`disarm` bracket one measurement phase."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._deadline: float | None = None
         self._what = ""
+        self._timeout = 0.0
         self._on_fire: Callable[[], None] | None = None
         self._thread: threading.Thread | None = None
 
@@ -38,11 +56,17 @@ class Watchdog:
                 self._thread.start()
             self._deadline = time.monotonic() + timeout
             self._what = what
+            self._timeout = timeout
             self._on_fire = on_fire
             self._cond.notify()
+        try:
+            faulthandler.dump_traceback_later(timeout + BACKSTOP_S, exit=True)
+        except (AttributeError, OSError, RuntimeError, ValueError):  # no usable stderr: no backstop
+            pass
 
     def disarm(self) -> None:
         """Cancel the deadline set by :meth:`arm`."""
+        faulthandler.cancel_dump_traceback_later()
         with self._cond:
             self._deadline = None
             self._on_fire = None
@@ -61,15 +85,20 @@ class Watchdog:
                 self._fire()
 
     def _fire(self) -> None:
-        message = f"triton_dist_tune: watchdog: {self._what} did not finish in time; ending this process"
+        from .logs import global_rank
+
+        message = (f"triton_dist_tune: watchdog: rank {global_rank()}: {self._what} did not finish within "
+                   f"{self._timeout:g} s (autotune timeout / TRITON_DIST_AUTOTUNE_TIMEOUT); recorded as hung in "
+                   f"the journal; ending this process with exit status {EXIT_CODE}")
         try:
             if self._on_fire is not None:
                 self._on_fire()
         finally:
-            log.error(message)
-            print(message, file=sys.stderr, flush=True)
+            # with no handler configured, logging's last resort prints this on stderr
+            log.critical(message)
             for handler in logging.getLogger("triton_dist_tune").handlers:
                 handler.flush()
+            sys.stderr.flush()
             os._exit(EXIT_CODE)
 
 

@@ -1,0 +1,459 @@
+"""Fault injection with real ranks (torchrun, tests/harness.run_ranks, mpiexec): every fault of issue 5.
+
+Each multi-rank test asserts the exit status, the choice, a bound on time, and that no measurement was lost: the
+scenario's ranks append one line per call of the tuned function to ``calls.rank<r>`` (``<run>.<attempt>
+<config>``), so a test knows which configs ran in which attempt, and how often. A healthy config runs
+``N_WARMUP + N_REPEAT`` times in exactly one attempt (plus the final call of the chosen one); a config already
+measured by an earlier attempt never runs again. docs/fault-tolerance.md maps each fault to its test here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from harness import HERE, base_env, describe, parse_results, run_ranks
+
+from triton_dist_tune.journal import Journal, merge, well_formed
+
+SCRIPT = HERE / "scenarios" / "fault_cases.py"
+RUNS = 1 + 3  # N_WARMUP + N_REPEAT in fault_cases.py
+WATCHDOG_EXIT = 86
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
+            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs"), "TRITON_DIST_AUTOTUNE_TIMEOUT": "3",
+            "FAULT_DIR": str(tmp_path / "calls")}
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def results(self) -> list[dict]:
+        return parse_results(self.stdout)
+
+    def final(self) -> dict[int, dict]:
+        """The last RESULT of each rank."""
+        return {r["rank"]: r for r in self.results}
+
+    def __str__(self) -> str:
+        return f"rc={self.returncode} after {self.seconds:.1f} s\n{self.stdout[-3000:]}\n{self.stderr[-6000:]}"
+
+
+def torchrun_cmd(case: str, restarts: int = 2, nproc: int = 2) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+            "--max-restarts", str(restarts), "--monitor-interval", "0.1", str(SCRIPT), case]
+
+
+def torchrun(case: str, env: dict[str, str], restarts: int = 2, timeout: float = 90) -> Job:
+    t0 = time.monotonic()
+    proc = subprocess.run(torchrun_cmd(case, restarts), env=base_env(env), capture_output=True, text=True,
+                          timeout=timeout)
+    return Job(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0)
+
+
+def mpiexec(case: str, env: dict[str, str], n: int = 2, timeout: float = 60) -> Job:
+    exe = shutil.which("mpiexec")
+    if exe is None:
+        pytest.skip("mpiexec not installed")
+    extra = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "MODE": "mpi", **env}
+    t0 = time.monotonic()
+    proc = subprocess.run([exe, "-n", str(n), "--oversubscribe", sys.executable, str(SCRIPT), case],
+                          env=base_env(extra), capture_output=True, text=True, timeout=timeout)
+    return Job(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0)
+
+
+def ranks(case: str, n: int, env: dict[str, str], timeout: float = 60, **kw) -> tuple[list, float]:
+    t0 = time.monotonic()
+    results = run_ranks(SCRIPT, n, [case], env=env, timeout=timeout, **kw)
+    return results, time.monotonic() - t0
+
+
+def calls(env: dict[str, str], rank: int) -> dict[int, Counter]:
+    """config -> Counter(attempt -> calls) of one rank."""
+    path = Path(env["FAULT_DIR"]) / f"calls.rank{rank}"
+    found: dict[int, Counter] = {}
+    for line in path.read_text().splitlines():
+        attempt, config = line.split()
+        found.setdefault(int(config), Counter())[attempt] += 1
+    return found
+
+
+def assert_calls(env: dict[str, str], n: int, expected: dict[int, dict[str, int]]) -> None:
+    """Every rank ran each config exactly as often, and in exactly the attempts, as ``expected`` says."""
+    for rank in range(n):
+        assert calls(env, rank) == {c: Counter(a) for c, a in expected.items()}, f"rank {rank}"
+
+
+def journals(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.journal"))
+
+
+def records(path: Path) -> list[dict]:
+    """The records of one journal file (locked only while reading, as a rank would)."""
+    journal = Journal(path)
+    try:
+        return journal.read()
+    finally:
+        journal.close()
+
+
+# -- the issue's done-when scenario -----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_done_when_raise_before_collective_then_hang_under_torchrun_restarts(env):
+    """torchrun --max-restarts=2, 10 s timeout: the fastest config raises on rank 1 before the function's
+    all_reduce (rank 0 waits inside it), the next one hangs on rank 0; the job ends with exit 0 on config 2."""
+    env = {**env, "TRITON_DIST_AUTOTUNE_TIMEOUT": "10", "FAULTS": "0:raise_before@1,1:hang@0"}
+    job = torchrun("tune", env, restarts=2)
+    print(f"\ndone-when scenario: exit {job.returncode} after {job.seconds:.1f} s wall time")
+    assert job.returncode == 0, job
+    assert job.seconds < 50, job  # two 10 s watchdog deadlines and three starts
+    final = job.final()
+    assert sorted(final) == [0, 1] and all(r["attempt"] == "0.2" for r in final.values()), job
+    for r in final.values():
+        assert r["chosen"] == 2 and r["out"] == [6.0] * 4  # all_reduce of x * 3 over 2 ranks
+        assert r["states"] == ["failed", "failed", "measured", "measured"]
+        assert r["resumed"] == [True, True, False, False]
+        assert "failed on rank 1: RuntimeError: injected: config 0" in r["errors"][0]
+        assert "hung on rank 0: warmup exceeded 10 s" in r["errors"][1]
+    assert job.stderr.count("watchdog: rank 0: [work key=(4,)] config 0 ({variant: 0}) warmup") == 1, job
+    assert "config 1 ({variant: 1}) warmup did not finish within 10 s" in job.stderr
+    # each config ran in one attempt only; the bad ones once (their first warmup run), the good ones fully
+    assert_calls(env, 2, {0: {"0.0": 1}, 1: {"0.1": 1}, 2: {"0.2": RUNS + 1}, 3: {"0.2": RUNS}})
+    assert journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])) == []  # removed once the decision is cached
+
+
+# -- failures handled in-process ------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_raise_on_one_rank_is_left_out_without_any_restart(env):
+    env = {**env, "FAULTS": "0:raise@1"}  # raises after the function's collective: nobody is left waiting
+    results, seconds = ranks("tune", 2, env)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert seconds < 30
+    for r in results:
+        assert r.result["chosen"] == 1 and r.result["states"] == ["failed"] + ["measured"] * 3
+        assert r.result["errors"][0] == "rank 1: RuntimeError: injected: config 0 raised on rank 1"
+    assert_calls(env, 2, {0: {"0.0": 1}, 1: {"0.0": RUNS + 1}, 2: {"0.0": RUNS}, 3: {"0.0": RUNS}})
+
+
+# -- failures that end processes, without a restart: clear errors; then the user runs again ------------------
+
+
+@pytest.mark.timeout(60)
+def test_raise_before_collective_without_restart_ends_every_rank_then_rerun_resumes(env):
+    env = {**env, "FAULTS": "0:raise_before@1"}
+    results, seconds = ranks("tune", 2, env)
+    assert seconds < 3 + 15, describe(results)
+    blocked, raised = results
+    assert blocked.returncode == WATCHDOG_EXIT, describe(results)
+    assert ("watchdog: rank 0: [work key=(4,)] config 0 ({variant: 0}) warmup did not finish within 3 s"
+            in blocked.stderr)
+    assert raised.returncode not in (0, None), describe(results)
+    assert "GroupTimeoutError" in raised.stderr and "config 0 warmup" in raised.stderr, describe(results)
+    assert raised.result["error"] == "GroupTimeoutError"
+    # the journals keep why: rank 0 hung inside the collective, rank 1 raised
+    rank0, rank1 = journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]))
+    assert [r["state"] for r in records(rank0)] == ["started", "hung"]
+    assert [r["state"] for r in records(rank1)] == ["started", "local_failure"]
+
+    again, seconds = ranks("tune", 2, {**env, "RUN": "1"})
+    assert all(r.returncode == 0 for r in again), describe(again)
+    assert seconds < 30
+    for r in again:
+        assert r.result["chosen"] == 1 and r.result["resumed"] == [True, False, False, False]
+        assert r.result["errors"][0].startswith("in an earlier attempt, failed on rank 1: RuntimeError: injected")
+    assert_calls(env, 2, {0: {"0.0": 1}, 1: {"1.0": RUNS + 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
+
+
+@pytest.mark.timeout(60)
+def test_hang_without_restart_ends_every_rank_then_rerun_resumes_past_torn_journal_lines(env):
+    env = {**env, "FAULTS": "1:hang@0"}
+    results, seconds = ranks("tune", 2, env)
+    assert seconds < 3 + 15, describe(results)
+    hung, other = results
+    assert hung.returncode == WATCHDOG_EXIT, describe(results)
+    assert "watchdog: rank 0: [work key=(4,)] config 1 ({variant: 1}) warmup did not finish" in hung.stderr
+    assert other.returncode not in (0, None), describe(results)  # its own watchdog, or the lost peer
+    assert "config 1" in other.stderr, describe(results)
+
+    # damage the journals the way a crash or a full disk can: a torn last line, garbage, a bad record
+    rank0, rank1 = journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]))
+    assert [r["state"] for r in records(rank0)] == ["started", "measured", "started", "hung"]
+    with open(rank1, "ab") as f:
+        f.write(b'\x00\xff garbage\n{"index": 3, "state": "measured", "config": "{variant: 3}"}\n')
+        f.write(b'{"index": 2, "state": "measured", "config": "{variant: 2}", "ti')  # torn: no newline
+
+    again, seconds = ranks("tune", 2, {**env, "RUN": "1"})
+    assert all(r.returncode == 0 for r in again), describe(again)
+    assert seconds < 30
+    assert again[1].stderr.count("skipping damaged line") == 3, describe(again)
+    for r in again:
+        assert r.result["chosen"] == 0 and r.result["resumed"] == [True, True, False, False]
+        assert r.result["errors"][1].startswith("in an earlier attempt, hung on rank 0: warmup exceeded 3 s")
+    # config 0 was measured before the hang and is not measured again: only its final call runs in run 1
+    assert_calls(env, 2, {0: {"0.0": RUNS, "1.0": 1}, 1: {"0.0": 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
+
+
+@pytest.mark.timeout(60)
+def test_hang_holding_the_gil_is_ended_by_the_faulthandler_backstop(env, tmp_path):
+    """C code that never releases the GIL starves the watchdog thread; faulthandler ends the process anyway."""
+    env = {**env, "FAULTS": "1:hang_gil@0", "TRITON_DIST_AUTOTUNE_TIMEOUT": "2"}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, str(SCRIPT), "tune"], env=base_env(env), capture_output=True, text=True,
+                          timeout=40)
+    seconds = time.monotonic() - t0
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Timeout (0:00:07)!" in proc.stderr and "fault_cases.py" in proc.stderr  # every thread's stack
+    assert seconds < 2 + 5 + 15
+    again = subprocess.run([sys.executable, str(SCRIPT), "tune"], env=base_env({**env, "RUN": "1"}),
+                           capture_output=True, text=True, timeout=40)
+    assert again.returncode == 0, again.stderr[-3000:]
+    (result,) = parse_results(again.stdout)
+    assert result["chosen"] == 0 and result["errors"][1].startswith("crashed: ranks [0] were inside this config")
+    assert_calls(env, 1, {0: {"0.0": RUNS, "1.0": 1}, 1: {"0.0": 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
+
+
+# -- a kill -9 under torchrun: restart and resume --------------------------------------------------------------
+
+
+@pytest.mark.timeout(90)
+def test_kill_9_of_one_rank_mid_tuning_then_torchrun_restarts_and_resumes(env):
+    env = {**env, "FAULTS": "1:kill@1", "TRITON_DIST_AUTOTUNE_TIMEOUT": "20"}
+    t0 = time.monotonic()
+    proc = subprocess.Popen(torchrun_cmd("tune", restarts=1), env=base_env(env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    marker = Path(env["FAULT_DIR"]) / "kill-me.rank1"
+    try:
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() - t0 < 40, "rank 1 never reached config 1"
+            time.sleep(0.02)
+        os.kill(int(marker.read_text()), signal.SIGKILL)  # rank 1, inside config 1's warmup
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    job = Job(proc.returncode, out, err, time.monotonic() - t0)
+    assert job.returncode == 0, job
+    assert job.seconds < 45, job
+    for r in job.final().values():
+        assert r["attempt"] == "0.1"
+        assert r["chosen"] == 0 and r["resumed"] == [True, True, False, False]
+        # rank 0 was inside the all_reduce: killed by torchrun ("crashed"), or its gloo saw the peer go first
+        assert r["states"][1] == "failed" and r["errors"][1].startswith(("crashed: ranks", "in an earlier"))
+    # config 0, measured before the kill, is not measured again; config 1 (in flight) is left out
+    assert_calls(env, 2, {0: {"0.0": RUNS, "0.1": 1}, 1: {"0.0": 1}, 2: {"0.1": RUNS}, 3: {"0.1": RUNS}})
+
+
+# -- damaged cache files, shared cache folders, per-rank home folders -----------------------------------------
+
+
+@pytest.mark.timeout(90)
+def test_corrupt_truncated_and_half_written_cache_files_are_tuned_again(env):
+    results, seconds = ranks("cache_damage", 2, env, timeout=80)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert seconds < 60
+    damages = ["truncated", "empty", "binary", "not_an_object", "wrong_index", "index_not_int"]
+    for r in results:
+        assert r.result["first"] == 0 and r.result["files"] == 1
+        for damage in damages:
+            assert r.result[damage] == [0, 1], damage  # chose 0 again, after tuning again
+        assert r.result["tmp_leftover_with_file"] == [0, 0]  # the real file is used, the leftover ignored
+        assert r.result["tmp_leftover_alone"] == [0, 1]
+        assert r.result["valid_json_after"] == "{variant: 0}"
+    assert results[0].stderr.count("tuning again") == 5, describe(results)  # wrong_index and a lone leftover
+    tunings = 1 + len(damages) + 1  # the first, one per damage, and the lone leftover: silently tuned again
+    finals = tunings + 1  # and the cache hit next to the leftover
+    assert_calls(env, 2, {0: {"0.0": tunings * RUNS + finals}, 1: {"0.0": tunings * RUNS},
+                          2: {"0.0": tunings * RUNS}, 3: {"0.0": tunings * RUNS}})
+
+
+@pytest.mark.timeout(90)
+def test_two_jobs_tuning_into_one_cache_folder_at_once(env, tmp_path):
+    """Each job measures every config itself (neither takes the other's configs in flight for crashed ones);
+    both finish, both choose the same config, and the cache file is valid JSON after."""
+    outcome: dict[str, tuple] = {}
+
+    def job(name: str, delay: float) -> None:
+        job_env = {**env, "FAULT_DIR": str(tmp_path / f"calls-{name}"), "TRITON_DIST_AUTOTUNE_LOG_DIR":
+                   str(tmp_path / f"logs-{name}"), "SYNC_DIR": str(tmp_path / "sync"), "JOBS": "2", "JOB": name,
+                   "JOB_DELAY": str(delay)}
+        outcome[name] = (ranks("tune", 2, job_env, timeout=60), job_env)
+
+    (tmp_path / "sync").mkdir()
+    threads = [threading.Thread(target=job, args=(name, delay)) for name, delay in (("a", 0.0), ("b", 0.05))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name, ((results, seconds), job_env) in outcome.items():
+        assert all(r.returncode == 0 for r in results), describe(results)
+        assert seconds < 45, name
+        assert [r.result["chosen"] for r in results] == [0, 0], name
+        assert all(r.result["resumed"] == [False] * 4 for r in results), describe(results)
+        assert_calls(job_env, 2, {0: {"0.0": RUNS + 1}, 1: {"0.0": RUNS}, 2: {"0.0": RUNS}, 3: {"0.0": RUNS}})
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]) / "work"
+    (entry,) = cache.glob("*.json")
+    assert json.loads(entry.read_text())["config"] == "{variant: 0}"
+    assert journals(cache) == [] and list(cache.glob(".*.tmp")) == []
+
+
+@pytest.mark.timeout(90)
+def test_ranks_with_different_home_folders_resume_from_their_own_journals(env, tmp_path):
+    env = {k: v for k, v in env.items() if k != "TRITON_DIST_AUTOTUNE_CACHE_DIR"}
+    env["FAULTS"] = "1:raise_before@1"
+    homes = {r: {"HOME": str(tmp_path / f"home{r}")} for r in range(2)}
+    folders = [tmp_path / f"home{r}" / ".triton_dist" / "autotune" / "work" for r in range(2)]
+    results, _ = ranks("tune", 2, env, per_rank_env=homes)
+    assert [r.returncode for r in results][0] == WATCHDOG_EXIT, describe(results)
+    assert [len(journals(f)) for f in folders] == [1, 1]  # each rank's journal is in its own home
+
+    again, seconds = ranks("tune", 2, {**env, "RUN": "1"}, per_rank_env=homes)
+    assert all(r.returncode == 0 for r in again), describe(again)
+    assert seconds < 30
+    for r in again:
+        assert r.result["chosen"] == 0 and r.result["resumed"] == [True, True, False, False]
+    assert_calls(env, 2, {0: {"0.0": RUNS, "1.0": 1}, 1: {"0.0": 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
+    assert [len(journals(f)) for f in folders] == [0, 0]
+    assert [len(list(f.glob("*.json"))) for f in folders] == [1, 0]  # only group rank 0 writes the cache
+
+
+# -- bad groups: a clear GroupTimeoutError on every rank, never a hang -------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("grouping,n", [("not_every_rank", 2), ("sizes", 3)])
+def test_groups_that_do_not_match_raise_group_timeout_on_every_rank(env, grouping, n):
+    env = {**env, "GROUPING": grouping, "TRITON_DIST_AUTOTUNE_TIMEOUT": "2"}
+    results, seconds = ranks("wrong_group", n, env, timeout=40)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert seconds < 2 + 20
+    for r in results:
+        assert r.result["error"] == "GroupTimeoutError", describe(results)
+        assert r.result["seconds"] < 2 + 3
+        assert "agree on key and config space' for group ranks [1]" in r.result["message"] or \
+            "agree on key and config space' for group ranks [0]" in r.result["message"], r.result["message"]
+    assert "(global [1])" in results[0].result["message"]  # rank 0's group {0, 1} waits for rank 1
+
+
+@pytest.mark.timeout(60)
+def test_mpi_communicator_that_not_every_rank_calls_with_raises_group_timeout(env):
+    job = mpiexec("mpi_wrong_comm", {**env, "TRITON_DIST_AUTOTUNE_TIMEOUT": "2"})
+    assert job.seconds < 2 + 20, job
+    final = job.final()
+    assert sorted(final) == [0, 1], job
+    for r in final.values():
+        assert r["error"] == "GroupTimeoutError" and "set up the control channel" in r["message"]
+        assert r["seconds"] < 2 + 3
+
+
+@pytest.mark.timeout(90)
+def test_mpi_raise_before_collective_ends_the_job_then_rerun_resumes(env):
+    env = {**env, "FAULTS": "0:raise_before@1"}
+    job = mpiexec("tune", env)
+    assert job.returncode != 0 and job.seconds < 3 + 5 + 20, job
+    # mpi4py's allreduce keeps the GIL while it waits, so the watchdog thread cannot run: the faulthandler
+    # backstop ends rank 0 five seconds after the deadline, with every thread's stack
+    assert "Timeout (0:00:08)!" in job.stderr and "in collective" in job.stderr, job
+    assert "rank 1 of MPI group 'mpi:MPI_COMM_WORLD' waited 4 s at '[work key=(4,)] config 0 warmup'" in job.stdout
+    again = mpiexec("tune", {**env, "RUN": "1"})
+    assert again.returncode == 0 and again.seconds < 30, again
+    for r in again.final().values():
+        assert r["chosen"] == 1 and r["resumed"] == [True, False, False, False] and r["out"] == [4.0] * 4
+    assert_calls(env, 2, {0: {"0.0": 1}, 1: {"1.0": RUNS + 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
+
+
+# -- init_distributed under torchrun restarts ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(90)
+def test_init_distributed_is_clean_on_every_torchrun_restart(env):
+    """A plain init_process_group would read the dead attempt's addresses from the agent's store on restart;
+    init_distributed prefixes every key with the attempt: three failed attempts, then a clean fourth."""
+    job = torchrun("init_restarts", {**env, "FAIL_ATTEMPTS": "3"}, restarts=3, timeout=80)
+    assert job.returncode == 0, job
+    assert job.seconds < 60, job
+    sums = [(r["attempt"], r["rank"], r["sum"], r["init_seconds"]) for r in job.results if "sum" in r]
+    assert sorted((a, rank, s) for a, rank, s, _ in sums) == [
+        (f"0.{a}", rank, 3.0) for a in range(4) for rank in range(2)
+    ], job
+    assert all(seconds < 10 for *_, seconds in sums), job
+    assert sorted(r["rank"] for r in job.results if r.get("done")) == [0, 1]
+    assert "connectFullMesh" not in job.stderr and "Connection refused" not in job.stderr
+
+
+# -- the journal itself, in-process ----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_journal_records_torn_lines_and_validation(tmp_path):
+    path = tmp_path / "e.rank0.journal"
+    path.write_bytes(b'{"index": 0, "state": "measured", "config": "a", "time": 1.5}\n{"index": 1, "sta')
+    journal = Journal(path)
+    assert [r["index"] for r in journal.read()] == [0]
+    journal.append(1, "started", config="b")  # the torn line is ended first: this record stays whole
+    journal.close()
+    assert [(r["index"], r["state"]) for r in records(path)] == [(0, "measured"), (1, "started")]
+    for bad in ({"index": True, "state": "started", "config": "a"}, {"index": 0, "state": "done", "config": "a"},
+                {"index": 0, "state": "measured", "config": "a"}, {"index": 0, "state": "measured", "config": "a",
+                                                                    "time": float("nan")}, [1], None):
+        assert not well_formed(bad), bad
+
+
+@pytest.mark.timeout(30)
+def test_journal_locks_give_a_concurrent_job_a_slot_of_its_own_and_adopt_dead_ones(tmp_path):
+    path = tmp_path / "e.rank0.journal"
+    first = Journal(path)
+    first.append(0, "started", config="a")
+    second = Journal(path)  # another job, same entry, same folder, same moment
+    assert second.read() == [] and second.path.name == "e.rank0.1.journal"
+    second.append(0, "measured", config="a", time=2.0)
+    first.close()  # the first job dies: its lock goes, its records stay
+    second.close()
+    third = Journal(path)  # the next attempt adopts both leftovers
+    assert sorted(r["state"] for r in third.read()) == ["measured", "started"]
+    third.append(1, "started", config="b")
+    assert third.path == path
+    third.remove()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(30)
+def test_merge_names_every_rank_and_prefers_group_outcomes():
+    descriptions = ["a", "b", "c", "d"]
+    rank0 = [{"index": 0, "state": "started", "config": "a"}, {"index": 0, "state": "hung", "config": "a",
+                                                              "error": "warmup exceeded 3 s"},
+             {"index": 2, "state": "measured", "config": "c", "time": 1.0},
+             {"index": 3, "state": "started", "config": "d"}, {"index": 1, "state": "started", "config": "stale"}]
+    rank1 = [{"index": 0, "state": "started", "config": "a"},
+             {"index": 0, "state": "local_failure", "config": "a", "error": "RuntimeError: boom"},
+             {"index": 3, "state": "started", "config": "d"}]
+    out = merge([rank0, rank1], descriptions)
+    assert sorted(out) == [0, 2, 3]
+    assert out[0]["error"] == ("in an earlier attempt, failed on rank 1: RuntimeError: boom; "
+                               "hung on rank 0: warmup exceeded 3 s")
+    assert out[2]["time"] == 1.0
+    assert out[3]["error"] == "crashed: ranks [0, 1] were inside this config when an earlier attempt ended"
