@@ -175,6 +175,8 @@ def test_raise_before_collective_without_restart_ends_every_rank_then_rerun_resu
     assert raised.returncode not in (0, None), describe(results)
     assert "GroupTimeoutError" in raised.stderr and "config 0 warmup" in raised.stderr, describe(results)
     assert raised.result["error"] == "GroupTimeoutError"
+    assert raised.result["message"].endswith("on this rank, config 0 ({variant: 0}) had failed: RuntimeError: "
+                                             "injected: config 0 raised on rank 1 before the collective")
     # the journals keep why: rank 0 hung inside the collective, rank 1 raised
     rank0, rank1 = journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]))
     assert [r["state"] for r in records(rank0)] == ["started", "hung"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .comm import Group
+from .errors import GroupTimeoutError
 from .journal import Journal
 from .side_effects import ArgumentState
 from .timing import median
@@ -134,13 +135,11 @@ class Measurer:
 
     def lockstep(self, index: int, config: dict[str, Any], desc: str, best: float | None) -> Row:
         """Measure one config in lock-step with the group; returns its row (identical on every rank but 'own')."""
-        group, plan = self.group, self.plan
+        plan = self.plan
         self.journal.append(index, "started", config=desc)
         wrong, error = self._guarded(index, desc, "warmup", lambda: self._warmup(config))
         error = error or wrong
-        if error:
-            self.journal.append(index, "local_failure", config=desc, error=error)
-        errors = group.allgather(error, f"{self.label} config {index} warmup", exchange_timeout(plan.timeout))
+        errors = self._exchange(index, desc, error, error, "warmup")
         if any(errors):
             return self._failed(index, desc, by_rank(errors))
 
@@ -148,8 +147,7 @@ class Measurer:
         if plan.early_stop and best is not None and plan.n_repeat >= 4:
             first = max(1, plan.n_repeat // 4)
         samples, error = self._guarded(index, desc, "timing", lambda: self._timed(config, first))
-        results = group.allgather(error or median(samples), f"{self.label} config {index} timing",
-                                  exchange_timeout(plan.timeout))
+        results = self._exchange(index, desc, error or median(samples), error, "timing")
         if any(isinstance(r, str) for r in results):
             return self._failed(index, desc, by_rank([r if isinstance(r, str) else None for r in results]))
         if first < plan.n_repeat:
@@ -159,11 +157,22 @@ class Measurer:
             more, error = self._guarded(index, desc, "timing", lambda: self._timed(config, plan.n_repeat - first))
             if error is None:
                 samples = samples + more
-            results = group.allgather(error or median(samples), f"{self.label} config {index} timing (rest)",
-                                      exchange_timeout(plan.timeout))
+            results = self._exchange(index, desc, error or median(samples), error, "timing (rest)")
             if any(isinstance(r, str) for r in results):
                 return self._failed(index, desc, by_rank([r if isinstance(r, str) else None for r in results]))
         return self._measured(index, desc, results, median(samples))
+
+    def _exchange(self, index: int, desc: str, value: Any, error: str | None, phase: str) -> list[Any]:
+        """Share this rank's outcome of a phase; its own failure is journaled first and named in a timeout."""
+        if error:
+            self.journal.append(index, "local_failure", config=desc, error=error)
+        try:
+            return self.group.allgather(value, f"{self.label} config {index} {phase}",
+                                        exchange_timeout(self.plan.timeout))
+        except GroupTimeoutError as exc:
+            if not error:
+                raise
+            raise GroupTimeoutError(f"{exc}; on this rank, config {index} ({desc}) had failed: {error}") from exc
 
     def sharded(self, todo: Sequence[tuple[int, dict[str, Any], str]]) -> list[Row]:
         """Measure this rank's share of ``todo`` alone, then share all results; returns rows for all of them."""
