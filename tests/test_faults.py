@@ -459,3 +459,17 @@ def test_merge_names_every_rank_and_prefers_group_outcomes():
                                "hung on rank 0: warmup exceeded 3 s")
     assert out[2]["time"] == 1.0
     assert out[3]["error"] == "crashed: ranks [0, 1] were inside this config when an earlier attempt ended"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "ten"])
+def test_a_timeout_that_is_not_a_positive_number_is_bad_input(monkeypatch, value):
+    import triton_dist_tune as tdt
+    from triton_dist_tune.comm import default_timeout
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", value)
+    with pytest.raises(tdt.BadInputError, match="positive number of seconds"):
+        default_timeout()
+    if value not in ("ten",):
+        with pytest.raises(tdt.BadInputError, match="positive number of seconds"):
+            tdt.autotune([{"a": 1}], key_fn=lambda: 0, timeout=float(value))(lambda a: a)

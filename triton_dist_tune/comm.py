@@ -14,6 +14,7 @@ makes every waiting rank raise :class:`GroupTimeoutError` naming the missing ran
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import threading
@@ -32,9 +33,12 @@ def default_timeout() -> float:
     """Seconds a rank waits for the others at one step (``TRITON_DIST_AUTOTUNE_TIMEOUT``, default 300)."""
     value = os.environ.get("TRITON_DIST_AUTOTUNE_TIMEOUT", "")
     try:
-        return float(value) if value else DEFAULT_TIMEOUT_S
-    except ValueError as exc:
-        raise BadInputError(f"TRITON_DIST_AUTOTUNE_TIMEOUT must be a number of seconds, not {value!r}") from exc
+        seconds = float(value) if value else DEFAULT_TIMEOUT_S
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise BadInputError(f"TRITON_DIST_AUTOTUNE_TIMEOUT must be a positive number of seconds, not {value!r}")
+    return seconds
 
 
 class Group:

@@ -59,6 +59,8 @@ class Tuner:
             raise BadInputError("prune_fn must be callable or None")
         if n_warmup < 0 or n_repeat < 1:
             raise BadInputError(f"need n_warmup >= 0 and n_repeat >= 1, got {n_warmup} and {n_repeat}")
+        if timeout is not None and not 0 < timeout < float("inf"):
+            raise BadInputError(f"timeout must be a positive number of seconds, got {timeout}")
         if early_stop is not None and early_stop <= 1:
             raise BadInputError(f"early_stop is a slowdown factor and must be > 1, got {early_stop}")
         if (rtol is None) != (atol is None):
