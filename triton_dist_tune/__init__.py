@@ -1,11 +1,13 @@
 """triton-dist-tune: autotuning for distributed GPU kernels, with every rank in agreement.
 
 - :func:`autotune`: tune a whole function (collectives and Triton kernels inside) over a config space.
+- :func:`contextual_autotune`: tune the ``triton.autotune`` kernels inside a function, in their real context.
 - :func:`init_distributed`: a restart-safe ``init_process_group``.
 """
 
 __version__ = "0.1.0"
 
+from .autotuner import contextual_autotune  # noqa: E402
 from .dist import init_distributed  # noqa: E402
 from .errors import (  # noqa: E402
     AllConfigsFailedError,
@@ -24,6 +26,7 @@ __all__ = [
     "MismatchError",
     "__version__",
     "autotune",
+    "contextual_autotune",
     "init_distributed",
     "to_hashable",
 ]

@@ -1,0 +1,448 @@
+"""Scenarios for ``contextual_autotune`` with real Triton kernels in the interpreter, run as real processes by
+tests/test_contextual.py.
+
+Usage: python contextual_cases.py CASE  (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set for multi-rank cases).
+Each rank prints ``RESULT {json}`` lines.
+
+Each config's ``pre_hook`` sleeps a time that depends on (kernel, rank, config), so that the group's choice is
+known in advance and differs from what any rank alone would choose: the group time of a config is the maximum
+over ranks, and the least of those wins.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import json  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.runtime.autotuner import Autotuner  # noqa: E402
+
+import triton_dist_tune as tdt  # noqa: E402
+from triton_dist_tune import intercept  # noqa: E402
+from triton_dist_tune.autotuner import contextual_autotune  # noqa: E402
+
+CASES = {}
+ORIGINAL_RUN = Autotuner.run
+
+#: sleep in ms per (kernel, rank parity) and config index. add: rank 0 alone picks 0, rank 1 picks 1, the group 2.
+#: scale: rank 0 alone picks 0, the group 1.
+SLEEP_MS = {("add", 0): [4, 40, 20], ("add", 1): [60, 4, 20], ("scale", 0): [4, 30], ("scale", 1): [50, 10]}
+#: one entry per launch: (kernel, n, config index), and "run" markers from the tuned functions
+SEQ: list = []
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def emit(**fields) -> None:
+    print("RESULT " + json.dumps(fields), flush=True)
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def sleeper(kernel: str, index: int, by_n: dict[int, list[int]] | None = None):
+    def hook(nargs):
+        table = by_n.get(nargs["n"]) if by_n else SLEEP_MS[(kernel, rank() % 2)]
+        if table is None:
+            return  # a size no test tunes
+        SEQ.append((kernel, nargs["n"], index))
+        time.sleep(table[index] / 1e3)
+
+    return hook
+
+
+def configs(kernel: str, blocks, **hook_args):
+    return [triton.Config({"BLOCK": b}, pre_hook=sleeper(kernel, i, **hook_args)) for i, b in enumerate(blocks)]
+
+
+@triton.autotune(configs=configs("add", (16, 32, 64)), key=["n"])
+@triton.jit
+def add_kernel(x, y, out, n, BAD: tl.constexpr, BLOCK: tl.constexpr):
+    tl.static_assert(BLOCK != BAD, "BLOCK too large for this rank")
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+
+@triton.autotune(configs=configs("scale", (32, 64)), key=["n"])
+@triton.jit
+def scale_kernel(x, out, n, s, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) * s, mask=mask)
+
+
+# per n: which config is fastest (sleeps the same on every rank)
+BY_N = {64: [30, 20, 4], 128: [4, 20, 30]}
+
+
+@triton.autotune(configs=configs("copy", (16, 32, 64), by_n=BY_N), key=["n"])
+@triton.jit
+def copy_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
+def grid(n):
+    return lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
+
+
+#: Triton's interpreter patches triton.language while a kernel runs, so two threads must not run kernels at once
+INTERPRETER = threading.Lock()
+
+
+def launch(kernel, n, *args):
+    with INTERPRETER:
+        kernel[grid(n)](*args)
+
+
+def add(x, y, bad=0):
+    out = torch.empty_like(x)
+    launch(add_kernel, x.numel(), x, y, out, x.numel(), bad)
+    return out
+
+
+def scale(x, s):
+    out = torch.empty_like(x)
+    launch(scale_kernel, x.numel(), x, out, x.numel(), s)
+    return out
+
+
+def inputs(n=64):
+    r = rank()
+    return torch.arange(n, dtype=torch.float32) + r, torch.full((n,), 1.0 + r)
+
+
+def chosen(tuner) -> dict[str, int]:
+    return {f"{k[0].split('.')[-1]}{k[1]}": d["index"] for k, d in sorted(tuner.decisions.items())}
+
+
+def runs_of_seq() -> list[list]:
+    """SEQ cut into runs: the launches (kernel, n, config) of each run of a tuned function."""
+    out: list[list] = []
+    for item in SEQ:
+        if item == "run":
+            out.append([])
+        elif out:
+            out[-1].append(list(item))
+    return out
+
+
+def stock_hits(kernel, *args, n: int) -> bool:
+    """A stock launch outside any tuning; on CPU stock Triton cannot benchmark (no driver), so success means the
+    launch hit the kernel's cache."""
+    try:
+        kernel[grid(n)](*args)
+        return True
+    except Exception as exc:
+        print("stock launch failed:", exc, file=sys.stderr)
+        return False
+
+
+@case
+def two_kernels():
+    """Two kernels with 3 and 2 configs around an all_reduce; the group must choose add=2, scale=1."""
+    tdt.init_distributed()
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
+    def layer(x, y):
+        SEQ.append("run")
+        s = add(x, y)
+        dist.all_reduce(s)
+        return scale(s, 0.5)
+
+    x, y = inputs()
+    out = layer(x, y)
+    ref = (x + y).clone()
+    dist.all_reduce(ref)
+    ok = bool(torch.equal(out, ref * 0.5))
+    seq = runs_of_seq()
+    patched_after = intercept.patched() or Autotuner.run is not ORIGINAL_RUN
+    z = torch.empty_like(x)
+    hit = stock_hits(add_kernel, x, y, z, 64, 0, n=64) and bool(torch.equal(z, x + y))
+    SEQ.clear()
+    again = layer(x, y)
+    emit(chosen=chosen(layer.tuner), runs=len(seq), ok=ok, seq=seq,
+         patched_after=patched_after, stock_hit=hit, second_runs=len(runs_of_seq()),
+         second_ok=bool(torch.equal(again, ref * 0.5)), cache=add_kernel.cache.get((64, *["torch.float32"] * 3)) is
+         add_kernel.configs[2], tables={k[0].split(".")[-1]: d["table"] for k, d in layer.tuner.decisions.items()})
+
+
+@case
+def fail_one_rank():
+    """add's config 2 (the group's best) fails to compile on rank 1 only: left out everywhere, config 1 wins."""
+    tdt.init_distributed()
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
+    def layer(x, y):
+        SEQ.append("run")
+        s = add(x, y, bad=64 if rank() == 1 else 0)
+        dist.all_reduce(s)
+        return s
+
+    x, y = inputs()
+    out = layer(x, y)
+    ref = (x + y).clone()
+    dist.all_reduce(ref)
+    decision = next(iter(layer.tuner.decisions.values()))
+    emit(chosen=decision["index"], runs=len(runs_of_seq()), ok=bool(torch.equal(out, ref)),
+         states=[r["state"] for r in decision["table"]], errors=[r["error"] for r in decision["table"]])
+
+
+@case
+def two_keys():
+    """One kernel, two keys in one run (n=64 twice, n=128 once), each launch with its own tensors."""
+    tdt.init_distributed()
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def f(a, b, c):
+        SEQ.append("run")
+        outs = [torch.empty_like(t) for t in (a, b, c)]
+        for t, o in zip((a, b, c), outs, strict=True):
+            copy_kernel[grid(t.numel())](t, o, t.numel())
+        dist.all_reduce(outs[0])
+        return outs
+
+    a, b, c = torch.randn(64), torch.randn(128), torch.randn(64)
+    out = f(a, b, c)
+    a_sum = a.clone()
+    dist.all_reduce(a_sum)
+    ok = bool(torch.equal(out[0], a_sum) and torch.equal(out[1], b) and torch.equal(out[2], c))
+    seq = runs_of_seq()
+    same_config = all(len({i for k, n, i in run if n == 64}) == 1 for run in seq)
+    emit(chosen=chosen(f.tuner), runs=len(seq), ok=ok, same_config_per_key=same_config, seq=seq)
+
+
+@case
+def nested_repeated():
+    """Nesting on the same group (the inner joins), on another group (the inner tunes on its own), repeated calls,
+    a new key on a later call, and a thread that launches stock Triton during a tuning."""
+    tdt.init_distributed()
+    other = dist.new_group([0, 1])
+    inner_runs = []
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def inner(s):
+        inner_runs.append(1)
+        return scale(s, 2.0)
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def outer(x, y):
+        SEQ.append("run")
+        s = add(x, y)
+        dist.all_reduce(s)
+        return inner(s)
+
+    x, y = inputs()
+    ref = (x + y).clone()
+    dist.all_reduce(ref)
+    # a thread launching copy_kernel, whose key n=32 is in its stock cache, all through the tuning
+    copy_kernel.cache[(32, "torch.float32", "torch.float32")] = copy_kernel.configs[1]
+    stop, thread_errors, thread_launches = threading.Event(), [], []
+
+    def stock_launches():
+        t, o = torch.randn(32), torch.empty(32)
+        while not stop.is_set():
+            try:
+                launch(copy_kernel, 32, t, o, 32)
+                thread_launches.append(bool(torch.equal(t, o)))
+            except Exception as exc:
+                thread_errors.append(repr(exc))
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=stock_launches)
+    thread.start()
+    out1 = outer(x, y)
+    stop.set()
+    thread.join()
+    result = {"joined": {"outer_runs": len(runs_of_seq()), "inner_runs": len(inner_runs),
+                         "ok": bool(torch.equal(out1, 2 * ref)), "outer": chosen(outer.tuner),
+                         "inner": chosen(inner.tuner)},
+              "thread_errors": thread_errors, "thread_launches": len(thread_launches),
+              "thread_ok": all(thread_launches), "thread_key_untouched":
+              copy_kernel.cache[(32, "torch.float32", "torch.float32")] is copy_kernel.configs[1]}
+    SEQ.clear()
+    inner_runs.clear()
+    out2 = outer(x, y)
+    result["repeat"] = {"outer_runs": len(runs_of_seq()), "inner_runs": len(inner_runs),
+                        "ok": bool(torch.equal(out2, 2 * ref))}
+
+    # the inner on another group: tunes in its own loop, inside the outer's first run
+    @contextual_autotune(is_dist=other, n_warmup=1, n_repeat=1)
+    def inner2(s):
+        inner_runs.append(1)
+        return scale(s, 3.0)
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def outer2(x, y):
+        SEQ.append("run")
+        return inner2(add(x, y))
+
+    SEQ.clear()
+    inner_runs.clear()
+    x3, y3 = inputs(96)
+    out3 = outer2(x3, y3)
+    result["other_group"] = {"outer_runs": len(runs_of_seq()), "inner_runs": len(inner_runs),
+                             "ok": bool(torch.equal(out3, 3 * (x3 + y3))), "outer": chosen(outer2.tuner),
+                             "inner": chosen(inner2.tuner)}
+    result["patched_after"] = intercept.patched() or Autotuner.run is not ORIGINAL_RUN
+    emit(**result)
+
+
+@case
+def disk():
+    """Run twice as two jobs with one cache folder: the second loads every choice (group rank 0 reads)."""
+    tdt.init_distributed()
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def layer(x, y):
+        SEQ.append("run")
+        s = add(x, y)
+        dist.all_reduce(s)
+        return scale(s, 0.5)
+
+    x, y = inputs()
+    out = layer(x, y)
+    ref = (x + y).clone()
+    dist.all_reduce(ref)
+    emit(chosen=chosen(layer.tuner), runs=len(runs_of_seq()), seq=runs_of_seq(),
+         how=sorted({d["how"] for d in layer.tuner.decisions.values()}), ok=bool(torch.equal(out, ref * 0.5)))
+
+
+@case
+def rank_keys():
+    """Each rank launches the kernel with a key of its own: each key is tuned from the ranks that launch it."""
+    tdt.init_distributed()
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def layer(x, y):
+        SEQ.append("run")
+        s = add(x, y)
+        total = s.sum().reshape(1)
+        dist.all_reduce(total)
+        return s, total
+
+    x, y = inputs(64 * (rank() + 1))
+    s, total = layer(x, y)
+    emit(chosen=chosen(layer.tuner), runs=len(runs_of_seq()), ok=bool(torch.equal(s, x + y)))
+
+
+@case
+def user_raises():
+    """The function raises on rank 1 in tuning run 3 (after its collective): every rank raises the same error."""
+    tdt.init_distributed()
+    count = []
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def layer(x, y):
+        count.append(1)
+        s = add(x, y)
+        dist.all_reduce(s)
+        if rank() == 1 and len(count) == 4:
+            raise ValueError("boom on rank 1")
+        return s
+
+    try:
+        layer(*inputs())
+        emit(error=None)
+    except tdt.AutotuneError as exc:
+        emit(error=type(exc).__name__, message=str(exc), runs=len(count),
+             cause=type(exc.__cause__).__name__ if exc.__cause__ else None, patched_after=intercept.patched())
+
+
+@case
+def single():
+    """No torch.distributed: is_dist=True tunes alone; nesting on the same (single) group joins."""
+    inner_runs = []
+
+    @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1)
+    def inner(s):
+        inner_runs.append(1)
+        return scale(s, 2.0)
+
+    @contextual_autotune
+    def outer(x, y):
+        SEQ.append("run")
+        return inner(add(x, y))
+
+    x, y = inputs()
+    out = outer(x, y)
+    emit(ok=bool(torch.equal(out, 2 * (x + y))), runs=len(runs_of_seq()), inner_runs=len(inner_runs),
+         chosen=chosen(outer.tuner), patched_after=intercept.patched())
+
+
+@case
+def precompile():
+    """Precompiling (forced on under the interpreter, where warmup compiles nothing): a config that does not
+    compile is never launched, and is left out."""
+    from triton_dist_tune import contextual
+
+    contextual.compiles = lambda: True
+    compiled = []
+    real_warmup = type(add_kernel.fn).warmup
+
+    def warmup(self, *args, grid, **kwargs):
+        compiled.append((kwargs["BLOCK"], threading.current_thread().name.startswith("tdt-precompile")))
+        if kwargs["BLOCK"] == 32:
+            raise RuntimeError("ptxas error")
+        return real_warmup(self, *args, grid=grid, **kwargs)
+
+    type(add_kernel.fn).warmup = warmup
+
+    @contextual_autotune(n_warmup=1, n_repeat=1)
+    def f(x, y):
+        SEQ.append("run")
+        return add(x, y)
+
+    x, y = inputs()
+    out = f(x, y)
+    decision = next(iter(f.tuner.decisions.values()))
+    emit(ok=bool(torch.equal(out, x + y)), compiled=sorted(compiled), seq=runs_of_seq(),
+         states=[r["state"] for r in decision["table"]], errors=[r["error"] for r in decision["table"]],
+         chosen=decision["index"])
+
+
+@case
+def keys():
+    """Our key equals the key stock Triton caches under (stock benchmarking made possible with do_bench)."""
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32)], key=["n", "s"],
+                     do_bench=lambda fn, quantiles: [1.0, 1.0, 1.0])
+    @triton.jit
+    def k(x, out, n, s, y, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out + offs, tl.load(x + offs, mask=mask) * s + tl.load(y + offs, mask=mask), mask=mask)
+
+    results = []
+    for n, dtype in ((40, torch.float32), (50, torch.float16)):
+        x, out, y = torch.randn(n).to(dtype), torch.empty(n, dtype=dtype), torch.randn(n)
+        args, kwargs = (x, out, n), {"s": 2.0, "y": y}
+        ours = intercept.tuning_key(k, args, {"grid": grid(n), "warmup": False, **kwargs})
+        k[grid(n)](*args, **kwargs)
+        results.append(ours in k.cache and len(k.cache) == len(results) + 1)
+    emit(keys_match=results, version=triton.__version__)
+
+
+if __name__ == "__main__":
+    CASES[sys.argv[1]]()
+    if dist.is_initialized():
+        dist.barrier()  # rank 0 hosts the store: it must not leave while others still use it
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip slow interpreter teardown

@@ -1,0 +1,229 @@
+"""Multi-rank tests of ``contextual_autotune`` with real Triton kernels in the interpreter (gloo, one process per
+rank); the scenarios are in tests/scenarios/contextual_cases.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from harness import HERE, base_env, describe, run_ranks
+
+CASES = HERE / "scenarios" / "contextual_cases.py"
+ADD = "add_kernel(64, 'torch.float32', 'torch.float32', 'torch.float32')"
+SCALE = "scale_kernel(64, 'torch.float32', 'torch.float32')"
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
+            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs"), "TRITON_DIST_AUTOTUNE_TIMEOUT": "60"}
+
+
+def run(case, n, env, **kw):
+    results = run_ranks(CASES, n, [case], env=env, timeout=kw.pop("timeout", 100), **kw)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return results
+
+
+def single(case, env):
+    proc = subprocess.run([sys.executable, str(CASES), case], env=base_env(env), capture_output=True, text=True,
+                          timeout=100)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0]), proc.stderr
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("n", [2, 4])
+def test_two_kernels_around_a_collective(env, n, tmp_path):
+    results = run("two_kernels", n, {**env, "TRITON_PRINT_AUTOTUNING": "1"})
+    for r in results:
+        res = r.result
+        # alone, rank 0 would choose add=0 and scale=0, rank 1 add=1; the group's max times choose add=2, scale=1
+        assert res["chosen"] == {ADD: 2, SCALE: 1}, describe(results)
+        assert res["ok"] and res["second_ok"]
+        # the reference schedule (n_warmup=1, n_repeat=2): scale has fewer configs, finishes first, runs its best
+        add_configs = [[c for k, _, c in run if k == "add"] for run in res["seq"]]
+        scale_configs = [[c for k, _, c in run if k == "scale"] for run in res["seq"]]
+        assert add_configs == [[i] for i in [0] * 3 + [1] * 3 + [2] * 4]
+        assert scale_configs == [[i] for i in [0] * 3 + [1] * 7]
+        assert res["runs"] == 10 and res["second_runs"] == 1  # a decided call is a single run
+        assert res["stock_hit"] and res["cache"]  # a stock launch afterwards uses the choice (no benchmarking)
+        assert res["patched_after"] is False
+        assert len(res["tables"]["add_kernel"][0]["per_rank"]) == n
+    logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert logs == [f"rank-{i}.log" for i in range(n)]
+    text = (tmp_path / "logs" / "rank-1.log").read_text()
+    assert "step run=0 kernel=__main__.add_kernel key=(64, 'torch.float32', 'torch.float32', 'torch.float32') " \
+           "config=0 phase=warmup iter=0 launches=1 times_ms=[" in text
+    assert "step run=8 kernel=__main__.add_kernel" in text and "config=2 phase=measure iter=1" in text
+    assert "decision kernel=__main__.scale_kernel key=(64, 'torch.float32', 'torch.float32') config=1" in text
+    # TRITON_PRINT_AUTOTUNING: Triton's summary, on group rank 0 only
+    assert ("Triton autotuning for function add_kernel,\nwith key as (64, 'torch.float32', 'torch.float32', "
+            "'torch.float32'),\nfinished after ") in results[0].stderr
+    assert "best config selected: BLOCK: 64, num_warps: 4" in results[0].stderr
+    assert all("Triton autotuning" not in r.stderr for r in results[1:])
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("n", [2, 4])
+def test_config_failing_on_one_rank_is_left_out_everywhere(env, n):
+    results = run("fail_one_rank", n, env)
+    for r in results:
+        res = r.result
+        assert res["chosen"] == 1 and res["ok"], describe(results)
+        assert res["runs"] == 8  # configs 0 and 1: 3 runs each, config 2 fails in its first run, then the final run
+        assert res["states"] == ["measured", "measured", "failed"]
+        assert res["errors"][2].startswith("rank 1: InterpreterError: AssertionError('BLOCK too large")
+
+
+@pytest.mark.timeout(120)
+def test_one_kernel_with_two_keys_in_one_run(env):
+    results = run("two_keys", 2, env)
+    for r in results:
+        res = r.result
+        assert res["chosen"] == {"copy_kernel(128, 'torch.float32', 'torch.float32')": 0,
+                                 "copy_kernel(64, 'torch.float32', 'torch.float32')": 2}, describe(results)
+        assert res["ok"] and res["same_config_per_key"] and res["runs"] == 7
+        assert res["seq"][-1] == [["copy", 64, 2], ["copy", 128, 0], ["copy", 64, 2]]
+
+
+@pytest.mark.timeout(120)
+def test_rank_dependent_keys(env):
+    results = run("rank_keys", 2, env)
+    for r in results:  # each key is tuned from the one rank that launches it; every rank knows both decisions
+        assert r.result["chosen"] == {"add_kernel(128, 'torch.float32', 'torch.float32', 'torch.float32')": 1,
+                                      ADD: 0}, describe(results)
+        assert r.result["ok"] and r.result["runs"] == 7
+
+
+@pytest.mark.timeout(120)
+def test_nested_repeated_and_threads(env):
+    results = run("nested_repeated", 2, env)
+    for r in results:
+        res = r.result
+        joined = res["joined"]  # the inner function joins the outer tuning of the same group
+        assert joined == {"outer_runs": 7, "inner_runs": 7, "ok": True, "outer": {ADD: 2, SCALE: 1}, "inner": {}}
+        assert res["repeat"] == {"outer_runs": 1, "inner_runs": 1, "ok": True}
+        other = res["other_group"]  # another group: the inner tunes in its own loop inside the outer's first run
+        assert other["outer_runs"] == 7 and other["inner_runs"] == 5 + 6 and other["ok"]
+        assert other["outer"] == {"add_kernel(96, 'torch.float32', 'torch.float32', 'torch.float32')": 2}
+        assert other["inner"] == {"scale_kernel(96, 'torch.float32', 'torch.float32')": 1}
+        # another thread launched stock Triton during the tuning: never intercepted, its cache entry untouched
+        assert res["thread_launches"] > 0 and res["thread_ok"] and not res["thread_errors"]
+        assert res["thread_key_untouched"] and res["patched_after"] is False
+
+
+@pytest.mark.timeout(120)
+def test_new_process_loads_choices_from_disk(env, tmp_path):
+    first = run("disk", 2, env)
+    assert [r.result["how"] for r in first] == [["tuned"]] * 2
+    files = sorted((tmp_path / "cache" / "contextual").glob("*.json"))
+    assert len(files) == 2
+    data = [json.loads(f.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}")) for f in files]
+    assert sorted(d["index"] for d in data) == [1, 2] and all(d["group_size"] == 2 for d in data)
+    second = run("disk", 2, env)
+    for r in second:
+        assert r.result["how"] == ["disk cache"] and r.result["chosen"] == {ADD: 2, SCALE: 1}
+        assert r.result["runs"] == 2 and r.result["ok"]  # one run to meet the kernels, one with the choices
+        assert r.result["seq"] == [[["add", 64, 0], ["scale", 64, 0]], [["add", 64, 2], ["scale", 64, 1]]]
+
+
+@pytest.mark.timeout(150)
+def test_ranks_with_different_cache_folders_follow_rank_0(env, tmp_path):
+    folders = {r: {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / f"home{r}")} for r in range(2)}
+    run("disk", 2, env, per_rank_env=folders)
+    assert not (tmp_path / "home1").exists()  # only group rank 0 writes
+    assert [r.result["runs"] for r in run("disk", 2, env, per_rank_env=folders)] == [2, 2]
+    shutil.move(tmp_path / "home0", tmp_path / "home1")  # now only rank 1 has the choices: nobody uses them
+    again = run("disk", 2, env, per_rank_env=folders)
+    assert [r.result["how"] for r in again] == [["tuned"]] * 2 and [r.result["runs"] for r in again] == [7, 7]
+
+
+@pytest.mark.timeout(120)
+def test_function_raising_on_one_rank_raises_the_same_error_everywhere(env):
+    results = run("user_raises", 2, env)
+    messages = {r.result["message"] for r in results}
+    assert len(messages) == 1, describe(results)
+    assert "tuning run 3" in messages.pop() and all(r.result["error"] == "AutotuneError" for r in results)
+    assert [r.result["runs"] for r in results] == [4, 4]
+    assert [r.result["cause"] for r in results] == [None, "ValueError"]
+    assert all(r.result["patched_after"] is False for r in results)
+
+
+@pytest.mark.timeout(60)
+def test_single_process_bare_decorator_and_nesting(env):
+    result, _ = single("single", env)
+    assert result["ok"] and result["patched_after"] is False
+    # the inner joins the outer (one process is one group), so the outer's defaults apply: 3 + 5 runs per config
+    assert result["runs"] == 3 * 8 + 1 and result["inner_runs"] == 3 * 8 + 1
+    assert result["chosen"] == {ADD: 0, SCALE: 0}  # rank 0's own fastest
+
+
+@pytest.mark.timeout(60)
+def test_precompile_in_threads_and_a_config_that_does_not_compile(env):
+    result, _ = single("precompile", env)
+    # config 0 was compiled by the first run's launch; 1 and 2 in the pool; 1 fails and is never launched
+    assert result["compiled"] == [[32, True], [64, True]]
+    assert result["states"] == ["measured", "failed", "measured"]
+    assert result["errors"][1] == "rank 0: compile: RuntimeError: ptxas error"
+    assert all(c != 1 for run in result["seq"] for _, _, c in run) and result["ok"]
+
+
+@pytest.mark.timeout(60)
+def test_key_is_the_key_stock_triton_caches_under(env):
+    result, _ = single("keys", env)
+    assert result["keys_match"] == [True, True], result
+
+
+# -- the schedule alone (no processes, no Triton) ------------------------------------------------------------------
+
+
+def make_track(configs=3, n_warmup=1, n_repeat=2, pruned=None):
+    from triton_dist_tune.schedule import Track
+
+    info = {"name": "k", "descriptions": [f"c{i}" for i in range(configs)], "names": [], "entry": "e",
+            "space_text": "", "pruned": list(range(configs))}
+    infos = {r: {**info, "pruned": (pruned or {}).get(r, info["pruned"])} for r in range(2)}
+    return Track("mod.k", "(1,)", infos, n_warmup, n_repeat)
+
+
+def test_schedule_steps_warmup_then_measure_and_picks_least_group_time():
+    track = make_track()
+    times = {0: (1.0, 9.0), 1: (5.0, 5.0), 2: (2.0, 8.0)}  # per config: rank 0, rank 1
+    seen = []
+    while not track.done:
+        index, (phase, iteration) = track.current(), track.phase()
+        seen.append((index, phase, iteration))
+        assert track.advance({r: [(index, times[index][r], None)] for r in range(2)}) == "advanced"
+    assert seen == [(i, p, it) for i in range(3) for p, it in (("warmup", 0), ("measure", 0), ("measure", 1))]
+    assert track.best == 1 and track.how == "tuned" and track.times == {0: 9.0, 1: 5.0, 2: 8.0}
+
+
+def test_schedule_failures_waiting_pruning_and_ties():
+    from triton_dist_tune.errors import AllConfigsFailedError, BadInputError
+
+    track = make_track(pruned={1: [1, 2]})  # rank 1 prunes config 0: only 1 and 2 are tried
+    assert track.order == [1, 2]
+    assert track.advance({0: [(1, 1.0, None)]}) == "waiting"  # rank 1 did not launch: no step
+    assert track.advance({0: [(1, 1.0, None)], 1: [(1, None, "OutOfResources")]}) == "failed"
+    assert track.current() == 2 and "rank 1: OutOfResources" in track.failed[1]
+    for _ in range(3):
+        track.advance({r: [(2, 3.0, None)] for r in range(2)})
+    assert track.best == 2
+    tie = make_track(configs=2, n_warmup=0, n_repeat=1)
+    tie.advance({r: [(0, 2.0, None)] for r in range(2)})
+    tie.advance({r: [(1, 2.0, None)] for r in range(2)})
+    assert tie.best == 0  # ties go to the earlier config
+    doomed = make_track(configs=2, n_warmup=0, n_repeat=1)
+    doomed.advance({0: [(0, None, "boom")], 1: [(0, 1.0, None)]})
+    with pytest.raises(AllConfigsFailedError, match="every config failed"):
+        doomed.advance({0: [(1, 1.0, None)], 1: [(1, None, "bang")]})
+    with pytest.raises(BadInputError, match="keeps no config"):
+        make_track(pruned={0: [0], 1: [1]})
+    assert make_track(pruned={0: [2], 1: [2]}).how == "only config"
+    forced = make_track()
+    forced.force()
+    assert forced.best == 0 and forced.how == "forced, unmeasured"

@@ -1,0 +1,94 @@
+"""``contextual_autotune``: tune the ``triton.autotune`` kernels inside a function, in their real context.
+
+Collective kernels often cannot be benchmarked alone: they wait on other ranks, have side effects, or only behave
+realistically inside the real sequence of a layer. ``contextual_autotune`` runs the whole function again and
+again and steps each inner ``triton.autotune`` kernel through its configs, one step per run, every rank of the
+group in lock-step (see :mod:`triton_dist_tune.contextual` for the protocol)::
+
+    @triton.autotune(configs=[...], key=["M", "N", "K"])
+    @triton.jit
+    def gemm_kernel(...): ...
+
+    @contextual_autotune(is_dist=True)
+    def layer(x):
+        y = torch.empty(...)
+        dist.all_gather_into_tensor(...)
+        gemm_kernel[grid](...)
+        return y
+
+    y = layer(x)   # tunes (the first time), returns the result of a run with every kernel's best config
+
+The schedule (``n_warmup=1, n_repeat=1`` for brevity; kernel-0 has 2 configs, kernel-1 has 3)::
+
+    run    kernel-0            kernel-1
+    0      config-0 warmup     config-0 warmup
+    1      config-0 measure    config-0 measure
+    2      config-1 warmup     config-1 warmup
+    3      config-1 measure    config-1 measure
+    4      best                config-2 warmup
+    5      best                config-2 measure
+    final  best                best
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from .contextual import ContextualTuner
+
+
+def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int = 3, *, timeout: float | None = None,
+                        precompile: bool = True, name: str | None = None) -> Any:
+    """Decorate a function so that each call tunes the ``triton.autotune`` kernels it launches, in context.
+
+    :param is_dist: ``False``: this process tunes alone. ``True``: the default ``torch.distributed`` group (alone
+        when torch.distributed is not initialized). Or a ``torch.distributed`` process group or an ``mpi4py``
+        communicator to tune with. The tuner talks to the group through a control channel of its own (the job's
+        store, or a duplicate communicator), never through the user's collectives.
+    :param n_repeat: timed steps (runs) per config.
+    :param n_warmup: untimed steps (runs) per config before the timed ones.
+    :param timeout: seconds a rank waits for the others at each exchange (default
+        ``TRITON_DIST_AUTOTUNE_TIMEOUT`` or 300); a rank that does not arrive makes the others raise
+        :class:`~triton_dist_tune.errors.GroupTimeoutError`.
+    :param precompile: on GPUs, compile every config of a newly met kernel in a thread pool before it is stepped.
+    :param name: the name used in logs (default: the function's qualified name).
+
+    Each run advances each (kernel, key) by one step: ``n_warmup`` untimed then ``n_repeat`` timed launches per
+    config; kernels with fewer configs finish first and then run their best. When all are done, the function runs
+    once more with every best config and that result is returned. Per config the group time is the maximum over
+    ranks of each rank's median; a config that fails on any rank (compile error, out of resources, any exception)
+    is left out on every rank. Choices go into each kernel's own ``cache`` (later stock launches use them) and into
+    the disk cache (``<cache root>/contextual/``; group rank 0 reads it and broadcasts). A later call whose
+    launches are all decided runs the function once, without any communication.
+
+    Outside a tuned call ``triton.autotune`` is untouched; interception is scoped to the calling thread or task
+    (``contextvars``), so other threads launch stock. A tuned function called inside the tuning of another on
+    the same group is stepped by the outer one. Logs: ``.autotune_logs/rank-{i}.log``; set
+    ``TRITON_PRINT_AUTOTUNING=1`` for Triton's summary per decision on group rank 0.
+
+    Also usable bare: ``@contextual_autotune``.
+    """
+    if callable(is_dist) and not _is_group(is_dist):
+        return contextual_autotune()(is_dist)
+
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        tuner = ContextualTuner(fn, is_dist, n_repeat, n_warmup, timeout=timeout, precompile=precompile, name=name)
+
+        @functools.wraps(fn)
+        def tuned(*args: Any, **kwargs: Any) -> Any:
+            return tuner(args, kwargs)
+
+        tuned.tuner = tuner  # type: ignore[attr-defined]
+        return tuned
+
+    return decorator
+
+
+def _is_group(obj: Any) -> bool:
+    module = type(obj).__module__
+    return module.startswith("mpi4py") or module.startswith("torch")
+
+
+__all__ = ["contextual_autotune"]
