@@ -39,7 +39,7 @@ import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 
 from examples._dist_common import LAST_CONFIG, symm_mem_available, time_group_ms  # noqa: E402
-from examples.ag_gemm import ag_gemm, ag_gemm_prune, make_tuned_ag_gemm, p2p_push  # noqa: E402
+from examples.ag_gemm import ag_gemm, ag_gemm_prune, make_tuned_ag_gemm, p2p_push, p2p_release  # noqa: E402
 from examples.gemm_kernels import TORCH_GEMM, gemm, tile_usable  # noqa: E402
 from examples.gemm_rs import gemm_rs, gemm_rs_prune, make_tuned_gemm_rs  # noqa: E402
 
@@ -49,6 +49,7 @@ SWEEP_TILES = ("128x256x64-g8-w8-s4", "64x128x128-g8-w4-s3")
 SWEEP = [
     {"algo": algo, "splits": s, "gemm_config": tile}
     for algo, s, tile in (
+        ("torch", 1, TORCH_GEMM),
         ("chunked", 1, TORCH_GEMM),
         ("chunked", 2, TORCH_GEMM),
         ("p2p", 1, TORCH_GEMM),
@@ -100,8 +101,9 @@ class Bench:
         return time_group_ms(fn, warmup=self.args.warmup, repeat=self.args.repeat)
 
     def p2p_push_only(self, splits: int) -> None:
-        _, _, events = p2p_push(self.A, None, splits)
+        _, _, events, handle = p2p_push(self.A, None, splits)
         torch.cuda.current_stream().wait_event(events[-1])
+        p2p_release(handle)
 
     def collective(self) -> None:
         if self.op == "ag":

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+_SIDE_STREAMS: dict[tuple[int, str], torch.cuda.Stream] = {}
 _SYMM_MEM_GROUPS: set[str] = set()
 CONFIG_KEYS = ("algo", "splits", "gemm_config")
 LAST_CONFIG: dict[str, dict[str, Any]] = {}
@@ -44,12 +44,12 @@ def split_rows(rows: int, splits: int) -> list[tuple[int, int]]:
     return chunks
 
 
-def side_stream(device: torch.device) -> torch.cuda.Stream:
-    """A per-device communication stream, created once and reused."""
+def side_stream(device: torch.device, role: str = "comm") -> torch.cuda.Stream:
+    """A per-device side stream for ``role`` (e.g. communication), created once and reused."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _SIDE_STREAMS:
-        _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
-    return _SIDE_STREAMS[index]
+    if (index, role) not in _SIDE_STREAMS:
+        _SIDE_STREAMS[(index, role)] = torch.cuda.Stream(device=index)
+    return _SIDE_STREAMS[(index, role)]
 
 
 def symm_mem_available(t: torch.Tensor, group: dist.ProcessGroup | None, op: str) -> bool:

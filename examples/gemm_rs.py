@@ -16,6 +16,7 @@ world)`` of the sum, ``[M / world, N]``; ``M`` must be divisible by the group si
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -159,7 +160,16 @@ def make_tuned_gemm_rs(**autotune_kwargs: Any) -> Callable[..., torch.Tensor]:
     """Wrap :func:`gemm_rs` with ``triton_dist_tune.autotune`` over :func:`gemm_rs_config_space`."""
     import triton_dist_tune
 
-    options: dict[str, Any] = {"n_warmup": 3, "n_repeat": 10, **autotune_kwargs}
+    # Every config's first result is checked against the "torch" algorithm; the loose tolerances let
+    # bf16 rounding differences through and catch wrong rows, NaNs and garbage.
+    options: dict[str, Any] = {
+        "n_warmup": 3,
+        "n_repeat": 10,
+        "ref_prog": functools.partial(gemm_rs, algo="torch"),
+        "rtol": 2e-2,
+        "atol": 2e-2,
+        **autotune_kwargs,
+    }
     return triton_dist_tune.autotune(
         config_space=gemm_rs_config_space(), key_fn=tuning_key, prune_fn=gemm_rs_prune, **options
     )(recording_config(gemm_rs))
