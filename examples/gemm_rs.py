@@ -137,6 +137,8 @@ def gemm_rs_prune(
 ) -> bool:
     """Keep ``config`` for this call? (prune_fn signature of ``triton_dist_tune.autotune``)."""
     algo, splits, tile = config["algo"], config["splits"], config["gemm_config"]
+    if algo not in ALGOS:
+        return False
     if algo in ("torch", "torch_fused"):
         if splits != 1 or tile != TORCH_GEMM:
             return False  # neither knob matters: keep a single entry

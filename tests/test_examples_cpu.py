@@ -110,6 +110,27 @@ def test_tile_usable_drops_tall_tiles_for_few_rows() -> None:
         assert not tile_usable("256x128x64-g8-w8-s3", a, 5)
 
 
+def test_prune_functions_keep_one_entry_per_torch_algo_and_drop_the_invalid() -> None:
+    """On CPU: no symmetric memory (no p2p, torch_fused), splits divide, torch algos keep one entry."""
+    from examples.ag_gemm import ag_gemm_config_space, ag_gemm_prune
+    from examples.gemm_rs import gemm_rs_config_space, gemm_rs_prune
+
+    a, b = torch.zeros(12, 8), torch.zeros(8, 8)
+    for space, prune in (
+        (ag_gemm_config_space("cpu"), ag_gemm_prune),
+        (gemm_rs_config_space("cpu"), gemm_rs_prune),
+    ):
+        kept = [c for c in space if prune(c, a, b)]
+        assert kept[0] == space[0] == {"algo": "chunked", "splits": 1, "gemm_config": TORCH_GEMM}
+        assert [c["algo"] for c in kept].count("torch") == 1
+        assert not any(c["algo"] in ("p2p", "torch_fused") for c in kept)
+        assert not any(c["algo"] == "sequential" and c["gemm_config"] == TORCH_GEMM for c in kept)
+        assert all(12 % c["splits"] == 0 for c in kept)
+        assert not prune({"algo": "nope", "splits": 1, "gemm_config": TORCH_GEMM}, a, b)
+    odd = torch.zeros(10, 8)  # 10 rows: splits=4 does not divide
+    assert not ag_gemm_prune({"algo": "chunked", "splits": 4, "gemm_config": TORCH_GEMM}, odd, b)
+
+
 def test_split_rows() -> None:
     assert split_rows(37, 4) == [(0, 10), (10, 9), (19, 9), (28, 9)]
     assert split_rows(2, 4) == [(0, 1), (1, 1)]
