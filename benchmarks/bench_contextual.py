@@ -148,7 +148,7 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def time_ms(fn: Any, warmup: int, repeat: int) -> float:
+def time_ms(fn: Any, warmup: int, repeat: int, device: torch.device) -> float:
     """The group's time of ``fn``: median over ``repeat`` runs per rank, max over ranks."""
     for _ in range(warmup):
         fn()
@@ -160,7 +160,7 @@ def time_ms(fn: Any, warmup: int, repeat: int) -> float:
         fn()
         sync()
         samples.append((time.perf_counter() - start) * 1e3)
-    mine = torch.tensor([statistics.median(samples)], dtype=torch.float64)
+    mine = torch.tensor([statistics.median(samples)], dtype=torch.float64, device=device)  # NCCL: on the GPU
     dist.all_reduce(mine, op=dist.ReduceOp.MAX)
     return float(mine.item())
 
@@ -220,8 +220,9 @@ def main() -> None:
     sync()
     hot_call_s = time.perf_counter() - start
     hot_runs = tuned.tuner.last_runs
-    layer_ms = time_ms(lambda: tuned(x_shard, w, bias), warmup=1 if CPU else 5, repeat=3 if CPU else 30)
-    reference_ms = time_ms(lambda: reference(x_shard, w, bias), warmup=1 if CPU else 5, repeat=3 if CPU else 30)
+    reps = {"warmup": 1 if CPU else 5, "repeat": 3 if CPU else 30, "device": device}
+    layer_ms = time_ms(lambda: tuned(x_shard, w, bias), **reps)
+    reference_ms = time_ms(lambda: reference(x_shard, w, bias), **reps)
 
     result = {
         "environment": environment(world), "shape": {"M": m, "K": k, "N": n, "dtype": str(dtype)},

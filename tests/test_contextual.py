@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import HERE, base_env, describe, run_ranks
+from harness import HERE, base_env, describe, free_port, run_ranks
 
 CASES = HERE / "scenarios" / "contextual_cases.py"
 ADD = "add_kernel(64, 'torch.float32', 'torch.float32', 'torch.float32')"
@@ -176,6 +176,35 @@ def test_precompile_in_threads_and_a_config_that_does_not_compile(env):
 def test_key_is_the_key_stock_triton_caches_under(env):
     result, _ = single("keys", env)
     assert result["keys_match"] == [True, True], result
+
+
+@pytest.mark.timeout(120)
+def test_mpi4py_communicator(env):
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("mpiexec not installed")
+    extra = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
+    proc = subprocess.run([mpiexec, "-n", "2", "--oversubscribe", sys.executable, str(CASES), "mpi_two_kernels"],
+                          env=base_env(extra), capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(results) == 2, proc.stdout + proc.stderr
+    for r in results:
+        assert r["chosen"] == {ADD: 2, SCALE: 1} and r["runs"] == 7 and r["ok"]
+
+
+@pytest.mark.timeout(150)
+def test_gpu_benchmark_script_runs_on_cpu(env, tmp_path):
+    """benchmarks/bench_contextual.py under torchrun with gloo and the interpreter, as the lead checks it."""
+    script = HERE.parent / "benchmarks" / "bench_contextual.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(free_port()), str(script), "--out", str(tmp_path / "bench"), "--cpu"]
+    proc = subprocess.run(cmd, env=base_env(env), capture_output=True, text=True, timeout=140)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    result = json.loads((tmp_path / "bench" / "bench_contextual.json").read_text())
+    assert result["same_choices_on_every_rank"] and result["rel_err"] < 1e-4 and result["hot_call_runs"] == 1
+    assert result["runs"] == 3 * 2 + 1 and len(result["decisions"]) == 2
+    assert (tmp_path / "bench" / "bench_contextual.md").read_text().startswith("## contextual_autotune")
 
 
 # -- the schedule alone (no processes, no Triton) ------------------------------------------------------------------

@@ -8,7 +8,7 @@ under a lock) by a wrapper that looks up the handler of the *current* context (a
 
 When the last tuning ends the original method is put back, so outside tunings Triton is untouched.
 
-The key of a launch is computed exactly as ``Autotuner.run`` computes it (the same code in Triton 3.2 to 3.9):
+The key of a launch is computed exactly as ``Autotuner.run`` computes it (the same code in Triton 3.6 and 3.9):
 the values of the ``key`` arguments, then the dtype of every argument that has one. Writing
 ``autotuner.cache[key] = config`` therefore makes later stock launches hit.
 """
@@ -107,7 +107,7 @@ def patched() -> bool:
 
 
 def tuning_key(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple:
-    """The key under which ``Autotuner.run`` caches its choice for this launch (identical code in 3.2-3.9)."""
+    """The key under which ``Autotuner.run`` caches its choice for this launch (same code in 3.6 and 3.9)."""
     names = autotuner.arg_names
     all_args = {**dict(zip(names, args, strict=False)), **kwargs}
     named = {k: v for k, v in all_args.items() if k in names}
