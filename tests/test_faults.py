@@ -29,12 +29,14 @@ from triton_dist_tune.journal import Journal, merge, well_formed
 SCRIPT = HERE / "scenarios" / "fault_cases.py"
 RUNS = 1 + 3  # N_WARMUP + N_REPEAT in fault_cases.py
 WATCHDOG_EXIT = 86
+T = 2  # TRITON_DIST_AUTOTUNE_TIMEOUT of these tests; the exchanges after a guarded phase wait T + 1 s
+SLACK = 20  # seconds allowed on top of the deadlines for starting processes on a loaded 2-core machine
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     return {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
-            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs"), "TRITON_DIST_AUTOTUNE_TIMEOUT": "3",
+            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs"), "TRITON_DIST_AUTOTUNE_TIMEOUT": str(T),
             "FAULT_DIR": str(tmp_path / "calls")}
 
 
@@ -167,10 +169,10 @@ def test_raise_on_one_rank_is_left_out_without_any_restart(env):
 def test_raise_before_collective_without_restart_ends_every_rank_then_rerun_resumes(env):
     env = {**env, "FAULTS": "0:raise_before@1"}
     results, seconds = ranks("tune", 2, env)
-    assert seconds < 3 + 15, describe(results)
+    assert seconds < T + 1 + SLACK, describe(results)
     blocked, raised = results
     assert blocked.returncode == WATCHDOG_EXIT, describe(results)
-    assert ("watchdog: rank 0: [work key=(4,)] config 0 ({variant: 0}) warmup did not finish within 3 s"
+    assert (f"watchdog: rank 0: [work key=(4,)] config 0 ({{variant: 0}}) warmup did not finish within {T} s"
             in blocked.stderr)
     assert raised.returncode not in (0, None), describe(results)
     assert "GroupTimeoutError" in raised.stderr and "config 0 warmup" in raised.stderr, describe(results)
@@ -195,7 +197,7 @@ def test_raise_before_collective_without_restart_ends_every_rank_then_rerun_resu
 def test_hang_without_restart_ends_every_rank_then_rerun_resumes_past_torn_journal_lines(env):
     env = {**env, "FAULTS": "1:hang@0"}
     results, seconds = ranks("tune", 2, env)
-    assert seconds < 3 + 15, describe(results)
+    assert seconds < T + 1 + SLACK, describe(results)
     hung, other = results
     assert hung.returncode == WATCHDOG_EXIT, describe(results)
     assert "watchdog: rank 0: [work key=(4,)] config 1 ({variant: 1}) warmup did not finish" in hung.stderr
@@ -215,7 +217,7 @@ def test_hang_without_restart_ends_every_rank_then_rerun_resumes_past_torn_journ
     assert again[1].stderr.count("skipping damaged line") == 3, describe(again)
     for r in again:
         assert r.result["chosen"] == 0 and r.result["resumed"] == [True, True, False, False]
-        assert r.result["errors"][1].startswith("in an earlier attempt, hung on rank 0: warmup exceeded 3 s")
+        assert r.result["errors"][1].startswith(f"in an earlier attempt, hung on rank 0: warmup exceeded {T} s")
     # config 0 was measured before the hang and is not measured again: only its final call runs in run 1
     assert_calls(env, 2, {0: {"0.0": RUNS, "1.0": 1}, 1: {"0.0": 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
 
@@ -223,14 +225,14 @@ def test_hang_without_restart_ends_every_rank_then_rerun_resumes_past_torn_journ
 @pytest.mark.timeout(60)
 def test_hang_holding_the_gil_is_ended_by_the_faulthandler_backstop(env, tmp_path):
     """C code that never releases the GIL starves the watchdog thread; faulthandler ends the process anyway."""
-    env = {**env, "FAULTS": "1:hang_gil@0", "TRITON_DIST_AUTOTUNE_TIMEOUT": "2"}
+    env = {**env, "FAULTS": "1:hang_gil@0"}
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, str(SCRIPT), "tune"], env=base_env(env), capture_output=True, text=True,
                           timeout=40)
     seconds = time.monotonic() - t0
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "Timeout (0:00:07)!" in proc.stderr and "fault_cases.py" in proc.stderr  # every thread's stack
-    assert seconds < 2 + 5 + 15
+    assert f"Timeout (0:00:0{T + 5})!" in proc.stderr and "fault_cases.py" in proc.stderr  # every thread's stack
+    assert seconds < T + 5 + SLACK
     again = subprocess.run([sys.executable, str(SCRIPT), "tune"], env=base_env({**env, "RUN": "1"}),
                            capture_output=True, text=True, timeout=40)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -278,7 +280,7 @@ def test_corrupt_truncated_and_half_written_cache_files_are_tuned_again(env):
     results, seconds = ranks("cache_damage", 2, env, timeout=80)
     assert all(r.returncode == 0 for r in results), describe(results)
     assert seconds < 60
-    damages = ["truncated", "empty", "binary", "not_an_object", "wrong_index", "index_not_int"]
+    damages = ["truncated", "binary", "not_an_object", "index_not_int"]
     for r in results:
         assert r.result["first"] == 0 and r.result["files"] == 1
         for damage in damages:
@@ -286,7 +288,7 @@ def test_corrupt_truncated_and_half_written_cache_files_are_tuned_again(env):
         assert r.result["tmp_leftover_with_file"] == [0, 0]  # the real file is used, the leftover ignored
         assert r.result["tmp_leftover_alone"] == [0, 1]
         assert r.result["valid_json_after"] == "{variant: 0}"
-    assert results[0].stderr.count("tuning again") == 5, describe(results)  # wrong_index and a lone leftover
+    assert results[0].stderr.count("tuning again") == len(damages), describe(results)  # only rank 0 reads
     tunings = 1 + len(damages) + 1  # the first, one per damage, and the lone leftover: silently tuned again
     finals = tunings + 1  # and the cache hit next to the leftover
     assert_calls(env, 2, {0: {"0.0": tunings * RUNS + finals}, 1: {"0.0": tunings * RUNS},
@@ -349,13 +351,13 @@ def test_ranks_with_different_home_folders_resume_from_their_own_journals(env, t
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("grouping,n", [("not_every_rank", 2), ("sizes", 3)])
 def test_groups_that_do_not_match_raise_group_timeout_on_every_rank(env, grouping, n):
-    env = {**env, "GROUPING": grouping, "TRITON_DIST_AUTOTUNE_TIMEOUT": "2"}
+    env = {**env, "GROUPING": grouping}
     results, seconds = ranks("wrong_group", n, env, timeout=40)
     assert all(r.returncode == 0 for r in results), describe(results)
-    assert seconds < 2 + 20
+    assert seconds < T + SLACK
     for r in results:
         assert r.result["error"] == "GroupTimeoutError", describe(results)
-        assert r.result["seconds"] < 2 + 3
+        assert r.result["seconds"] < T + 3
         assert "agree on key and config space' for group ranks [1]" in r.result["message"] or \
             "agree on key and config space' for group ranks [0]" in r.result["message"], r.result["message"]
     assert "(global [1])" in results[0].result["message"]  # rank 0's group {0, 1} waits for rank 1
@@ -363,24 +365,26 @@ def test_groups_that_do_not_match_raise_group_timeout_on_every_rank(env, groupin
 
 @pytest.mark.timeout(60)
 def test_mpi_communicator_that_not_every_rank_calls_with_raises_group_timeout(env):
-    job = mpiexec("mpi_wrong_comm", {**env, "TRITON_DIST_AUTOTUNE_TIMEOUT": "2"})
-    assert job.seconds < 2 + 20, job
+    job = mpiexec("mpi_wrong_comm", env)
+    assert job.returncode == 1 and job.seconds < T + SLACK, job
     final = job.final()
     assert sorted(final) == [0, 1], job
     for r in final.values():
-        assert r["error"] == "GroupTimeoutError" and "set up the control channel" in r["message"]
-        assert r["seconds"] < 2 + 3
+        assert r["error"] == "GroupTimeoutError", job
+        assert f"waited {T} s at 'setting up its control channel (Idup)' for ranks that never arrived" in r["message"]
+        assert r["seconds"] < T + 3
 
 
 @pytest.mark.timeout(90)
 def test_mpi_raise_before_collective_ends_the_job_then_rerun_resumes(env):
     env = {**env, "FAULTS": "0:raise_before@1"}
     job = mpiexec("tune", env)
-    assert job.returncode != 0 and job.seconds < 3 + 5 + 20, job
+    assert job.returncode != 0 and job.seconds < T + 5 + SLACK, job
     # mpi4py's allreduce keeps the GIL while it waits, so the watchdog thread cannot run: the faulthandler
     # backstop ends rank 0 five seconds after the deadline, with every thread's stack
-    assert "Timeout (0:00:08)!" in job.stderr and "in collective" in job.stderr, job
-    assert "rank 1 of MPI group 'mpi:MPI_COMM_WORLD' waited 4 s at '[work key=(4,)] config 0 warmup'" in job.stdout
+    assert f"Timeout (0:00:0{T + 5})!" in job.stderr and "in collective" in job.stderr, job
+    assert (f"rank 1 of MPI group 'mpi:MPI_COMM_WORLD' waited {T + 1} s at '[work key=(4,)] config 0 warmup'"
+            in job.stdout), job
     again = mpiexec("tune", {**env, "RUN": "1"})
     assert again.returncode == 0 and again.seconds < 30, again
     for r in again.final().values():

@@ -141,7 +141,7 @@ class MpiGroup(Group):
             self.comm = comm.Dup()
         else:  # Dup is collective: a rank that never calls with this communicator must not hang the others
             self.comm, request = comm.Idup()
-            self._wait(request, f"set up the control channel of '{self.name}'", timeout, comm.Get_rank())
+            self._wait(request, "setting up its control channel (Idup)", timeout, comm.Get_rank())
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
 

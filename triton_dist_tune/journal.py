@@ -171,7 +171,8 @@ class Journal:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        if self._held:  # a journal dropped without close() must not keep its lock for the process's lifetime
+            self.close()
 
     def close(self) -> None:
         """Release the journals, keeping their records for the next attempt."""
