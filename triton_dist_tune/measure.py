@@ -6,7 +6,8 @@ Lock-step, for every config in the agreed order, on every rank:
    watchdog;
 2. exchange "ok or error" (this exchange also aligns the ranks before timing); a config that failed anywhere is
    failed everywhere;
-3. time ``n_repeat`` runs under the watchdog; with early stopping, the first quarter of them is exchanged first and
+3. time ``n_repeat`` runs under the watchdog, each started by every rank together (a short exchange before each
+   run, which also stops every rank at the same run when one failed); with early stopping, the first quarter of them is exchanged first and
    the group stops the config when it is already ``early_stop`` times slower than the best so far;
 4. exchange each rank's median; the group time is the MAX over ranks; journal the outcome.
 
@@ -116,6 +117,8 @@ class Measurer:
             result = runs()
             self.trial.timer.synchronize()
             return result, None
+        except GroupTimeoutError:
+            raise  # the group itself broke down: not this config's fault, and not recoverable here
         except Exception as exc:  # a failing config is data, not a crash
             return None, describe_error(exc)
         finally:
@@ -130,8 +133,25 @@ class Measurer:
             self.trial.run(config)
         return None
 
-    def _timed(self, config: dict[str, Any], count: int) -> list[float]:
-        return [self.trial.run(config)[0] for _ in range(count)]
+    def _timed(self, config: dict[str, Any], count: int, index: int | None = None) -> list[float]:
+        """``count`` timed runs. With ``index`` (lock-step), the ranks start every run together and all stop at
+        the same run once any of them failed, so their exchanges stay matched; the failure is re-raised."""
+        if index is None:  # sharded: nobody to align with
+            return [self.trial.run(config)[0] for _ in range(count)]
+        samples: list[float] = []
+        failure: Exception | None = None
+        for t in range(count):
+            statuses = self.group.allgather(failure is not None, f"{self.label} config {index} run {t}",
+                                            exchange_timeout(self.plan.timeout))
+            if any(statuses):
+                break
+            try:
+                samples.append(self.trial.run(config)[0])
+            except Exception as exc:  # reported after the loop, once every rank has stopped
+                failure = exc
+        if failure is not None:
+            raise failure
+        return samples
 
     def lockstep(self, index: int, config: dict[str, Any], desc: str, best: float | None) -> Row:
         """Measure one config in lock-step with the group; returns its row (identical on every rank but 'own')."""
@@ -146,7 +166,7 @@ class Measurer:
         first = plan.n_repeat
         if plan.early_stop and best is not None and plan.n_repeat >= 4:
             first = max(1, plan.n_repeat // 4)
-        samples, error = self._guarded(index, desc, "timing", lambda: self._timed(config, first))
+        samples, error = self._guarded(index, desc, "timing", lambda: self._timed(config, first, index))
         results = self._exchange(index, desc, error or median(samples), error, "timing")
         if any(isinstance(r, str) for r in results):
             return self._failed(index, desc, by_rank([r if isinstance(r, str) else None for r in results]))
@@ -154,7 +174,8 @@ class Measurer:
             partial = max(results)
             if partial > plan.early_stop * best:
                 return self._measured(index, desc, results, median(samples), early_stop=True)
-            more, error = self._guarded(index, desc, "timing", lambda: self._timed(config, plan.n_repeat - first))
+            more, error = self._guarded(index, desc, "timing",
+                                        lambda: self._timed(config, plan.n_repeat - first, index))
             if error is None:
                 samples = samples + more
             results = self._exchange(index, desc, error or median(samples), error, "timing (rest)")
