@@ -256,7 +256,7 @@ def make_tuned_ag_gemm(**autotune_kwargs: Any) -> Callable[..., torch.Tensor]:
     # bf16 rounding differences through and catch wrong rows, NaNs and garbage.
     options: dict[str, Any] = {
         "n_warmup": 3,
-        "n_repeat": 10,
+        "n_repeat": 20,
         "ref_prog": functools.partial(ag_gemm, algo="torch"),
         "rtol": 2e-2,
         "atol": 2e-2,
