@@ -114,6 +114,7 @@ def test_nested_repeated_and_threads(env):
         # another thread launched stock Triton during the tuning: never intercepted, its cache entry untouched
         assert res["thread_launches"] > 0 and res["thread_ok"] and not res["thread_errors"]
         assert res["thread_key_untouched"] and res["patched_after"] is False
+        assert res["alone_then_group"] == [r.rank % 2, 2]  # each rank alone, then the group
 
 
 @pytest.mark.timeout(120)

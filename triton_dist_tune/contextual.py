@@ -40,19 +40,21 @@ log = logging.getLogger("triton_dist_tune")
 MAX_IDLE_RUNS = 2
 
 _ALONE = SingleGroup()
-_decided: weakref.WeakKeyDictionary[Any, dict[tuple, Any]] = weakref.WeakKeyDictionary()
+#: autotuner -> {(group, key): config}: the choices made in this process, per group, so that a choice made by one
+#: group (or by a rank alone) is never taken for another group's
+_decided: weakref.WeakKeyDictionary[Any, dict[tuple[int, tuple], Any]] = weakref.WeakKeyDictionary()
 _decided_lock = threading.Lock()
 
 
-def decided_config(autotuner: Any, key: tuple) -> Any:
-    """The config a contextual tuning chose for ``autotuner`` and ``key`` in this process, or None."""
+def decided_config(autotuner: Any, key: tuple, group: Group) -> Any:
+    """The config a contextual tuning on ``group`` chose for ``autotuner`` and ``key`` in this process, or None."""
     table = _decided.get(autotuner)  # read without the lock: a dict lookup is atomic, writers hold the lock
-    return None if table is None else table.get(key)
+    return None if table is None else table.get((id(group), key))
 
 
-def _decide(autotuner: Any, key: tuple, config: Any) -> None:
+def _decide(autotuner: Any, key: tuple, config: Any, group: Group) -> None:
     with _decided_lock:
-        _decided.setdefault(autotuner, {})[key] = config
+        _decided.setdefault(autotuner, {})[(id(group), key)] = config
     autotuner.cache[key] = config  # later stock launches hit
 
 
@@ -162,7 +164,7 @@ class Session:
     def launch(self, autotuner: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
         """Run one intercepted launch (see :class:`~triton_dist_tune.intercept.Handler`)."""
         key = intercept.tuning_key(autotuner, args, kwargs)
-        config = decided_config(autotuner, key)
+        config = decided_config(autotuner, key, self.group)
         if config is not None:
             return intercept.launch_with(autotuner, config, args, kwargs)
         tid = (intercept.kernel_id(autotuner), repr(key))
@@ -170,7 +172,7 @@ class Session:
             track = self.tracks.get(tid)
             if track is not None and track.done:
                 config = autotuner.configs[track.best]
-                _decide(autotuner, key, config)
+                _decide(autotuner, key, config, self.group)
             else:
                 self.needs_tuning = True
                 local = self.local.get(tid)
@@ -328,7 +330,7 @@ class Session:
         local = self.local.get(tid)
         if local is not None:
             for autotuner in local.autotuners:
-                _decide(autotuner, local.key, autotuner.configs[track.best])
+                _decide(autotuner, local.key, autotuner.configs[track.best], self.group)
             local.sample = None
         ms = track.times.get(track.best)
         self.tuner.decisions[tid] = {"index": track.best, "config": track.descriptions[track.best],

@@ -302,6 +302,21 @@ def nested_repeated():
     result["other_group"] = {"outer_runs": len(runs_of_seq()), "inner_runs": len(inner_runs),
                              "ok": bool(torch.equal(out3, 3 * (x3 + y3))), "outer": chosen(outer2.tuner),
                              "inner": chosen(inner2.tuner)}
+
+    # a choice made by each rank alone is not taken for the group's: the group tunes again and agrees
+    @contextual_autotune(is_dist=False, n_warmup=0, n_repeat=1)
+    def alone(x, y):
+        return add(x, y)
+
+    @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1)
+    def together(x, y):
+        return add(x, y)
+
+    x4, y4 = inputs(48)
+    alone(x4, y4)
+    together(x4, y4)
+    result["alone_then_group"] = [next(iter(alone.tuner.decisions.values()))["index"],
+                                  next(iter(together.tuner.decisions.values()))["index"]]
     result["patched_after"] = intercept.patched() or Autotuner.run is not ORIGINAL_RUN
     emit(**result)
 
