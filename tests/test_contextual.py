@@ -68,6 +68,15 @@ def test_two_kernels_around_a_collective(env, n, tmp_path):
 
 
 @pytest.mark.timeout(150)
+def test_subgroups_tune_over_their_own_group(env):
+    results = run("subgroups", 4, env)
+    for r in results:
+        parity = r.rank % 2
+        assert r.result["chosen"] == {ADD: parity, SCALE: parity}, describe(results)
+        assert r.result["ok"] and r.result["runs"] == 7
+
+
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("n", [2, 4])
 def test_config_failing_on_one_rank_is_left_out_everywhere(env, n):
     results = run("fail_one_rank", n, env)

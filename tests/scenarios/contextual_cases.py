@@ -186,6 +186,28 @@ def two_kernels():
 
 
 @case
+def subgroups():
+    """4 ranks in two groups, {0, 2} and {1, 3}, each tuning over its own group: the even ranks' sleeps make them
+    choose add=0, scale=0, the odd ranks' add=1, scale=1 (over the whole world it would be add=2, scale=1)."""
+    tdt.init_distributed()
+    groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    mine = groups[rank() % 2]
+
+    @contextual_autotune(is_dist=mine, n_warmup=1, n_repeat=1)
+    def layer(x, y):
+        SEQ.append("run")
+        s = add(x, y)
+        dist.all_reduce(s, group=mine)
+        return scale(s, 0.5)
+
+    x, y = inputs()
+    out = layer(x, y)
+    ref = (x + y).clone()
+    dist.all_reduce(ref, group=mine)
+    emit(chosen=chosen(layer.tuner), runs=len(runs_of_seq()), ok=bool(torch.equal(out, ref * 0.5)))
+
+
+@case
 def fail_one_rank():
     """add's config 2 (the group's best) fails to compile on rank 1 only: left out everywhere, config 1 wins."""
     tdt.init_distributed()
