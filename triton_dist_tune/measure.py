@@ -7,8 +7,9 @@ Lock-step, for every config in the agreed order, on every rank:
 2. exchange "ok or error" (this exchange also aligns the ranks before timing); a config that failed anywhere is
    failed everywhere;
 3. time ``n_repeat`` runs under the watchdog, each started by every rank together (a short exchange before each
-   run, which also stops every rank at the same run when one failed); with early stopping, the first quarter of them is exchanged first and
-   the group stops the config when it is already ``early_stop`` times slower than the best so far;
+   run, which also stops every rank at the same run when one failed); with early stopping, the first quarter of
+   them is exchanged first and the group stops the config when it is already ``early_stop`` times slower than
+   the best so far;
 4. exchange each rank's median; the group time is the MAX over ranks; journal the outcome.
 
 Sharded: each rank measures the configs ``i`` with ``i % size == rank`` on its own, and one exchange at the end

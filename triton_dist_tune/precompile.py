@@ -32,9 +32,15 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
     """Compile every config of ``todo`` in a thread pool; returns {index: "rank r: error"} of the configs that
     failed on some rank (identical on every rank)."""
 
+    device = _current_cuda_device()
+
     def compile_one(item: tuple[int, dict, str]) -> tuple[int, str | None]:
         index, config, _ = item
         try:
+            if device is not None:  # a new thread starts on GPU 0: compile for this rank's GPU
+                import torch
+
+                torch.cuda.set_device(device)
             precompile_fn(config, *args, **kwargs)
             return index, None
         except Exception as exc:  # a config that does not compile is data
@@ -49,3 +55,12 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
         for index, error in errors.items():
             failed[index] = (failed[index] + "; " if index in failed else "") + f"rank {rank}: compile: {error}"
     return failed
+
+
+def _current_cuda_device() -> int | None:
+    try:
+        import torch
+
+        return torch.cuda.current_device() if torch.cuda.is_available() else None
+    except Exception:
+        return None
