@@ -9,7 +9,7 @@ import pytest
 
 import triton_dist_tune as tdt
 
-SLEEP_MS = {0: [2, 16, 8], 1: [24, 3, 8]}
+SLEEP_MS = {0: [4, 32, 16], 1: [48, 6, 16]}
 
 
 @pytest.fixture

@@ -49,7 +49,9 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
     threads = 1 if default_workers() == 1 else (workers or default_workers())
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tdt-compile") as pool:
         mine = {i: e for i, e in pool.map(compile_one, todo) if e}
-    everyone = group.allgather(mine, f"{label} precompile", timeout=timeout)
+    # every rank compiles len(todo) configs, ``threads`` at a time: allow each wave the full timeout
+    waves = -(-len(todo) // threads)
+    everyone = group.allgather(mine, f"{label} precompile", timeout=timeout * max(1, waves))
     failed: dict[int, str] = {}
     for rank, errors in enumerate(everyone):
         for index, error in errors.items():

@@ -83,7 +83,7 @@ def wrong_on_one_rank():
     @tdt.autotune(space(), key_fn=lambda x: 0, n_warmup=1, n_repeat=2, ref_prog=reference, rtol=0, atol=0,
                   name="wrong")
     def double(x, *, variant):
-        time.sleep(0.001 * (3 - variant))  # config 2 is fastest, config 1 next
+        time.sleep(0.010 * (3 - variant))  # config 2 is fastest, config 1 next (10 ms apart)
         if variant == 2 and rank == 1:
             return x * 2 + 1
         return x * 2
@@ -129,10 +129,10 @@ def early_stop():
     tdt.init_distributed()
     calls = collections.Counter()
 
-    @tdt.autotune(space(), key_fn=lambda: 0, n_warmup=1, n_repeat=8, early_stop=2.0, name="early")
+    @tdt.autotune(space(), key_fn=lambda: 0, n_warmup=1, n_repeat=8, early_stop=3.0, name="early")
     def f(*, variant):
         calls[variant] += 1
-        time.sleep([0.004, 0.040, 0.005][variant])
+        time.sleep([0.004, 0.060, 0.008][variant])
 
     f()
     rows = next(iter(f.tuner.tables.values()))

@@ -30,7 +30,7 @@ def emit(**fields) -> None:
 
 # Sleep times in ms per (rank, config): alone, rank 0 would pick config 0 and rank 1 config 1; the group max
 # is least for config 2.
-SLEEP_MS = {0: [2, 16, 8], 1: [24, 3, 8], 2: [2, 16, 8], 3: [24, 3, 8]}
+SLEEP_MS = {0: [4, 32, 16], 1: [48, 6, 16], 2: [4, 32, 16], 3: [48, 6, 16]}
 
 
 def sleepy_space():
@@ -207,7 +207,8 @@ def mpi_agree():
 
 @case
 def single():
-    """No torch.distributed: a single process tunes alone."""
+    """No torch.distributed: a single process tunes alone (wide gaps: 6 vs 30 vs 60 ms, robust under load)."""
+    SLEEP_MS[0] = [6, 60, 30]
     sleepy = make_sleepy(name="single", collective=False)
     out = sleepy(torch.ones(2), autotune_verbose=True)
     emit(chosen=sleepy.tuner.decided[(2,)]["variant"], out=out.tolist())
