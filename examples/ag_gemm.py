@@ -257,6 +257,7 @@ def make_tuned_ag_gemm(**autotune_kwargs: Any) -> Callable[..., torch.Tensor]:
     options: dict[str, Any] = {
         "n_warmup": 3,
         "n_repeat": 20,
+        "refine_top": 3,
         "ref_prog": functools.partial(ag_gemm, algo="torch"),
         "rtol": 2e-2,
         "atol": 2e-2,

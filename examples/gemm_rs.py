@@ -167,6 +167,7 @@ def make_tuned_gemm_rs(**autotune_kwargs: Any) -> Callable[..., torch.Tensor]:
     options: dict[str, Any] = {
         "n_warmup": 3,
         "n_repeat": 20,
+        "refine_top": 3,
         "ref_prog": functools.partial(gemm_rs, algo="torch"),
         "rtol": 2e-2,
         "atol": 2e-2,

@@ -60,6 +60,15 @@ def test_early_stop_is_a_group_decision(env):
 
 
 @pytest.mark.timeout(120)
+def test_refine_times_the_leaders_again_and_chooses_among_them(env):
+    for result in run("refine", env):
+        # leaders: configs 1 (6 ms) and 3 (12 ms); 3 rounds of max(1, 3 // 3) = 1 run each, and the call itself
+        assert result["refined"] == [False, True, False, True, False]
+        assert result["calls"] == [4, 4 + 3 + 1, 4, 4 + 3, 4]
+        assert result["chosen"] == 1
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [2, 4])
 def test_sharded_tuning_agrees_in_a_fraction_of_the_time(env, n):
     results = run("sharded", env, n)

@@ -196,6 +196,31 @@ class Measurer:
                 raise
             raise GroupTimeoutError(f"{exc}; on this rank, config {index} ({desc}) had failed: {error}") from exc
 
+    def refine(self, candidates: Sequence[tuple[int, dict[str, Any], str]], rounds: int = 3) -> dict[int, Any]:
+        """Time the leading configs again, interleaved round by round (A B C A B C ...), so that a drift of the
+        machine during a long tuning cannot decide between them. Returns {index: group ms, or "rank r: error"}:
+        a config's group time is the MAX over ranks of each rank's median over the rounds."""
+        per_round = max(1, self.plan.n_repeat // rounds)
+        medians: dict[int, list[list[float]]] = {i: [] for i, _, _ in candidates}
+        outcome: dict[int, Any] = {}
+        for r in range(rounds):
+            for index, config, desc in candidates:
+                if index in outcome:
+                    continue
+                samples, error = self._guarded(index, desc, "refine",
+                                               lambda c=config, i=index: self._timed(c, per_round, i))
+                results = self._exchange(index, desc, error or median(samples), error, f"refine round {r}")
+                if any(isinstance(x, str) for x in results):
+                    outcome[index] = by_rank([x if isinstance(x, str) else None for x in results])
+                else:
+                    medians[index].append(results)
+        for index, per_round_results in medians.items():
+            if index not in outcome:
+                per_rank = zip(*per_round_results, strict=True)
+                outcome[index] = max(median(list(times)) for times in per_rank)
+                self.log.info("%s config %d refined: group %.4f ms", self.label, index, outcome[index])
+        return outcome
+
     def sharded(self, todo: Sequence[tuple[int, dict[str, Any], str]]) -> list[Row]:
         """Measure this rank's share of ``todo`` alone, then share all results; returns rows for all of them."""
         mine = []

@@ -52,7 +52,7 @@ class Tuner:
                  pre_hook: Callable[..., Any] | None, post_hook: Callable[..., Any] | None,
                  ref_prog: Callable[..., Any] | None, rtol: float | None, atol: float | None,
                  early_stop: float | None, sharded: bool, precompile_fn: Callable[..., Any] | None,
-                 compile_threads: int | None, name: str | None) -> None:
+                 compile_threads: int | None, refine_top: int, name: str | None) -> None:
         if not callable(key_fn):
             raise BadInputError("key_fn must be callable")
         if prune_fn is not None and not callable(prune_fn):
@@ -77,6 +77,9 @@ class Tuner:
         self.ref_prog, self.rtol, self.atol = ref_prog, rtol, atol
         self.sharded = sharded
         self.precompile_fn, self.compile_threads = precompile_fn, compile_threads
+        if refine_top < 0:
+            raise BadInputError(f"refine_top must be >= 0, got {refine_top}")
+        self.refine_top = refine_top
         self.name = name or fn.__name__
         self.cache = DiskCache(self.name)
         self.source = source_of(fn)
@@ -240,16 +243,33 @@ class Tuner:
                     times = [r["time"] for r in rows if r["state"] == "measured"]
                     rows.append(measurer.lockstep(i, config, desc, min(times) if times else None))
                     progress.step()
+                self._refine(measurer, rows)
         finally:
             if state is not None:
                 state.put_back()
         return sorted(rows, key=lambda r: r["index"])
+
+    def _refine(self, measurer: Measurer, rows: list[dict[str, Any]]) -> None:
+        """With ``refine_top``, time the leading configs again, interleaved, and keep only those in the running."""
+        healthy = sorted((r for r in rows if r["state"] == "measured" and not r.get("early_stop")),
+                         key=lambda r: (r["time"], r["index"]))
+        if not self.refine_top or len(healthy) <= self.refine_top:
+            return
+        leaders = healthy[: self.refine_top]
+        refined = measurer.refine([(r["index"], self.space[r["index"]], r["config"]) for r in leaders])
+        for row in leaders:
+            outcome = refined[row["index"]]
+            if isinstance(outcome, str):
+                row.update(state="failed", error=f"refine: {outcome}")
+            else:
+                row.update(first_time=row["time"], time=outcome, refined=True)
 
     def _decide(self, group: Group, label: str, entry: str, key_text: str, rows: list[dict[str, Any]],
                 timeout: float) -> int:
         choice: int | str | None = None
         if group.rank == 0:
             healthy = [r for r in rows if r["state"] == "measured" and not r.get("early_stop")]
+            healthy = [r for r in healthy if r.get("refined")] or healthy  # refined leaders alone compete
             if healthy:
                 choice = min(healthy, key=lambda r: (r["time"], r["index"]))["index"]
                 decision = {"index": choice, "config": self.descriptions[choice], "key": key_text,
@@ -282,7 +302,7 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
              ref_prog: Callable[..., Any] | None = None, rtol: float | None = None, atol: float | None = None,
              early_stop: float | None = None, sharded: bool = False,
              precompile_fn: Callable[..., Any] | None = None, compile_threads: int | None = None,
-             name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+             refine_top: int = 0, name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Tune a whole (distributed) function over ``config_space``, with every rank of the group in lock-step.
 
     Args:
@@ -309,6 +329,8 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
             config that fails to compile on any rank is left out on every rank.
         compile_threads: threads for ``precompile_fn`` (default ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or
             min(8, CPUs)).
+        refine_top: when more configs than this are healthy, the leading ``refine_top`` are timed again,
+            interleaved over 3 rounds, and the choice is made among them on those times (lock-step only; 0: off).
         name: the cache folder's name (default: the function's name).
 
     Call-time keywords: ``autotune=False`` runs the first config ``prune_fn`` keeps, with no tuning and no
@@ -321,7 +343,8 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
         tuner = Tuner(fn, config_space, key_fn, prune_fn, n_warmup=n_warmup, n_repeat=n_repeat, timeout=timeout,
                       reset_to_zero=reset_to_zero, restore_value=restore_value, pre_hook=pre_hook,
                       post_hook=post_hook, ref_prog=ref_prog, rtol=rtol, atol=atol, early_stop=early_stop,
-                      sharded=sharded, precompile_fn=precompile_fn, compile_threads=compile_threads, name=name)
+                      sharded=sharded, precompile_fn=precompile_fn, compile_threads=compile_threads,
+                      refine_top=refine_top, name=name)
         decided, slow, keywords = tuner.decided, tuner.call, CALL_KEYWORDS
 
         @functools.wraps(fn)

@@ -141,6 +141,23 @@ def early_stop():
 
 
 @case
+def refine():
+    """With refine_top=2 of 5 configs, the two leaders are timed again (interleaved) and the choice is theirs."""
+    tdt.init_distributed()
+    calls = collections.Counter()
+
+    @tdt.autotune(space(5), key_fn=lambda: 0, n_warmup=1, n_repeat=3, refine_top=2, name="refine")
+    def f(*, variant):
+        calls[variant] += 1
+        time.sleep([0.030, 0.006, 0.020, 0.012, 0.040][variant])
+
+    f()
+    rows = next(iter(f.tuner.tables.values()))
+    emit(calls=[calls[v] for v in range(5)], refined=[bool(r.get("refined")) for r in rows],
+         chosen=f.tuner.decided[0]["variant"])
+
+
+@case
 def sharded():
     """A rank-local function tuned lock-step and sharded: the same choice, sharded in about 1/N of the time."""
     tdt.init_distributed()
