@@ -153,3 +153,26 @@ def symm_buffer(
         buf = symm_mem.empty(numel, dtype=dtype, device=device)
         _SYMM_BUFFERS[key] = (buf, symm_mem.rendezvous(buf, name))
     return _SYMM_BUFFERS[key]
+
+
+def make_tuned(fn: Callable[..., Any], config_space: list[dict[str, Any]], prune_fn: Callable[..., bool],
+               **autotune_kwargs: Any) -> Callable[..., Any]:
+    """Wrap ``fn`` (an AG-GEMM or GEMM-RS with ``algo``/``splits``/``gemm_config``) with the tuner.
+
+    Every config's first result is checked against ``fn(..., algo="torch")``; the loose tolerances let bf16
+    rounding differences through and catch wrong rows, NaNs and garbage. The three leaders are timed again,
+    interleaved, before the choice.
+    """
+    import triton_dist_tune
+
+    options: dict[str, Any] = {
+        "n_warmup": 3,
+        "n_repeat": 20,
+        "refine_top": 3,
+        "ref_prog": functools.partial(fn, algo="torch"),
+        "rtol": 2e-2,
+        "atol": 2e-2,
+        **autotune_kwargs,
+    }
+    return triton_dist_tune.autotune(config_space=config_space, key_fn=tuning_key, prune_fn=prune_fn,
+                                     **options)(recording_config(fn))

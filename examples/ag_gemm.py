@@ -22,7 +22,6 @@ given as ``autotune_pg=``.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -33,12 +32,11 @@ import torch.distributed as dist
 from examples._dist_common import (
     enable_symm_mem,
     group_rank_size,
-    recording_config,
+    make_tuned,
     side_stream,
     split_rows,
     symm_buffer,
     symm_mem_available,
-    tuning_key,
 )
 from examples.gemm_kernels import TORCH_GEMM, gemm, gemm_config_specs, tile_usable
 
@@ -250,22 +248,7 @@ _TUNED: dict[str, Callable[..., torch.Tensor]] = {}
 
 def make_tuned_ag_gemm(**autotune_kwargs: Any) -> Callable[..., torch.Tensor]:
     """Wrap :func:`ag_gemm` with ``triton_dist_tune.autotune`` over :func:`ag_gemm_config_space`."""
-    import triton_dist_tune
-
-    # Every config's first result is checked against the "torch" algorithm; the loose tolerances let
-    # bf16 rounding differences through and catch wrong rows, NaNs and garbage.
-    options: dict[str, Any] = {
-        "n_warmup": 3,
-        "n_repeat": 20,
-        "refine_top": 3,
-        "ref_prog": functools.partial(ag_gemm, algo="torch"),
-        "rtol": 2e-2,
-        "atol": 2e-2,
-        **autotune_kwargs,
-    }
-    return triton_dist_tune.autotune(
-        config_space=ag_gemm_config_space(), key_fn=tuning_key, prune_fn=ag_gemm_prune, **options
-    )(recording_config(ag_gemm))
+    return make_tuned(ag_gemm, ag_gemm_config_space(), ag_gemm_prune, **autotune_kwargs)
 
 
 def __getattr__(name: str) -> Any:

@@ -16,7 +16,6 @@ world)`` of the sum, ``[M / world, N]``; ``M`` must be divisible by the group si
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -27,11 +26,10 @@ import torch.distributed as dist
 from examples._dist_common import (
     enable_symm_mem,
     group_rank_size,
-    recording_config,
+    make_tuned,
     side_stream,
     split_rows,
     symm_mem_available,
-    tuning_key,
 )
 from examples.gemm_kernels import TORCH_GEMM, gemm, gemm_config_specs, tile_usable
 
@@ -160,22 +158,7 @@ _TUNED: dict[str, Callable[..., torch.Tensor]] = {}
 
 def make_tuned_gemm_rs(**autotune_kwargs: Any) -> Callable[..., torch.Tensor]:
     """Wrap :func:`gemm_rs` with ``triton_dist_tune.autotune`` over :func:`gemm_rs_config_space`."""
-    import triton_dist_tune
-
-    # Every config's first result is checked against the "torch" algorithm; the loose tolerances let
-    # bf16 rounding differences through and catch wrong rows, NaNs and garbage.
-    options: dict[str, Any] = {
-        "n_warmup": 3,
-        "n_repeat": 20,
-        "refine_top": 3,
-        "ref_prog": functools.partial(gemm_rs, algo="torch"),
-        "rtol": 2e-2,
-        "atol": 2e-2,
-        **autotune_kwargs,
-    }
-    return triton_dist_tune.autotune(
-        config_space=gemm_rs_config_space(), key_fn=tuning_key, prune_fn=gemm_rs_prune, **options
-    )(recording_config(gemm_rs))
+    return make_tuned(gemm_rs, gemm_rs_config_space(), gemm_rs_prune, **autotune_kwargs)
 
 
 def __getattr__(name: str) -> Any:
