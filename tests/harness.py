@@ -50,6 +50,13 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def tuner_env(tmp_path: Path, timeout: float = 20, **extra: str) -> dict[str, str]:
+    """The tuner's variables for one test: its own cache and log folders under ``tmp_path``, and a timeout."""
+    return {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
+            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs"), "TRITON_DIST_AUTOTUNE_TIMEOUT": str(timeout),
+            **extra}
+
+
 def parse_results(stdout: str) -> list[Any]:
     return [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
 

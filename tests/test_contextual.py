@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import HERE, base_env, describe, free_port, run_ranks
+from harness import HERE, base_env, describe, free_port, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "contextual_cases.py"
 ADD = "add_kernel(64, 'torch.float32', 'torch.float32', 'torch.float32')"
@@ -18,8 +18,7 @@ SCALE = "scale_kernel(64, 'torch.float32', 'torch.float32')"
 
 @pytest.fixture
 def env(tmp_path):
-    return {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
-            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs"), "TRITON_DIST_AUTOTUNE_TIMEOUT": "60"}
+    return tuner_env(tmp_path, 60)
 
 
 def run(case, n, env, **kw):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from harness import HERE, base_env, describe, parse_results, run_ranks
+from harness import HERE, base_env, describe, parse_results, run_ranks, tuner_env
 
 from triton_dist_tune.journal import Journal, merge, well_formed
 
@@ -35,9 +35,7 @@ SLACK = 20  # seconds allowed on top of the deadlines for starting processes on 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    return {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
-            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs"), "TRITON_DIST_AUTOTUNE_TIMEOUT": str(T),
-            "FAULT_DIR": str(tmp_path / "calls")}
+    return tuner_env(tmp_path, T, FAULT_DIR=str(tmp_path / "calls"))
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from harness import HERE, describe, run_ranks
+from harness import HERE, describe, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "feature_cases.py"
 
 
 @pytest.fixture
 def env(tmp_path):
-    return {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
-            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs"), "TRITON_DIST_AUTOTUNE_TIMEOUT": "30"}
+    return tuner_env(tmp_path, 30)
 
 
 def run(case, env, n=2):

@@ -9,15 +9,14 @@ import subprocess
 import sys
 
 import pytest
-from harness import HERE, base_env, describe, run_ranks
+from harness import HERE, base_env, describe, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "tune_cases.py"
 
 
 @pytest.fixture
 def env(tmp_path):
-    return {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
-            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs"), "TRITON_DIST_AUTOTUNE_TIMEOUT": "20"}
+    return tuner_env(tmp_path, 20)
 
 
 def run(case, n, env, **kw):

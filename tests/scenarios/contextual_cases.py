@@ -15,7 +15,6 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import json  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -24,13 +23,13 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from _cases import case, emit, main
 from triton.runtime.autotuner import Autotuner  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune import intercept  # noqa: E402
 from triton_dist_tune.autotuner import contextual_autotune  # noqa: E402
 
-CASES = {}
 ORIGINAL_RUN = Autotuner.run
 
 #: sleep in ms per (kernel, rank parity) and config index. add: rank 0 alone picks 0, rank 1 picks 1, the group 2.
@@ -41,13 +40,8 @@ SLEEP_MS = {("add", 0): [4, 70, 30], ("add", 1): [100, 4, 30], ("scale", 0): [4,
 SEQ: list = []
 
 
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
 
 
-def emit(**fields) -> None:
-    print("RESULT " + json.dumps(fields), flush=True)
 
 
 def rank() -> int:
@@ -499,11 +493,4 @@ def keys():
 
 
 if __name__ == "__main__":
-    CASES[sys.argv[1]]()
-    if dist.is_initialized():
-        dist.barrier()  # rank 0 hosts the store: it must not leave while others still use it
-        dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if not sys.argv[1].startswith("mpi"):
-        os._exit(0)  # skip slow interpreter teardown; MPI ranks must exit normally to finalize
+    main()

@@ -25,28 +25,24 @@ import sys
 import time
 from pathlib import Path
 
+import _cases
 import torch
 import torch.distributed as dist
+from _cases import case, main
 
 import triton_dist_tune as tdt
 
-CASES = {}
 MPI_MODE = os.environ.get("MODE") == "mpi"
 #: ms each config sleeps: alone in a healthy space, config 0 is the fastest, then 1, 2, 3
 SLEEP_MS = [4, 20, 40, 80]  # gaps of 16 ms and more: the order survives a loaded machine
 N_WARMUP, N_REPEAT = 1, 3
 
 
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
 
 
 def emit(**fields) -> None:
-    """One ``RESULT {json}`` line, written with one ``write`` so that the lines of ranks sharing a pipe (torchrun,
-    mpiexec) never interleave."""
-    sys.stdout.flush()
-    os.write(1, ("RESULT " + json.dumps({"rank": rank(), "attempt": attempt(), **fields}) + "\n").encode())
+    """A RESULT line that also names the rank and the restart attempt."""
+    _cases.emit(rank=rank(), attempt=attempt(), **fields)
 
 
 def attempt() -> str:
@@ -273,11 +269,4 @@ def init_restarts():
 
 
 if __name__ == "__main__":
-    CASES[sys.argv[1]]()
-    sys.stdout.flush()
-    if MPI_MODE:
-        sys.exit(0)  # MPI ranks exit normally, to finalize
-    if dist.is_initialized():
-        dist.barrier()  # under run_ranks rank 0 hosts the store: it must not leave while others still use it
-        dist.destroy_process_group()
-    os._exit(0)  # skip slow interpreter teardown
+    main(mpi=MPI_MODE)

@@ -6,28 +6,15 @@ Usage: python feature_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set
 from __future__ import annotations
 
 import collections
-import json
-import os
-import sys
 import time
 
 import torch
 import torch.distributed as dist
 import triton
 import triton.language as tl
+from _cases import case, emit, main
 
 import triton_dist_tune as tdt
-
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
-
-
-def emit(**fields) -> None:
-    print("RESULT " + json.dumps(fields), flush=True)
 
 
 def space(n=3):
@@ -177,9 +164,4 @@ def sharded():
 
 
 if __name__ == "__main__":
-    CASES[sys.argv[1]]()
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
-    sys.stdout.flush()
-    os._exit(0)
+    main()

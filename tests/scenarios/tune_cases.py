@@ -6,27 +6,13 @@ Usage: python tune_cases.py CASE  (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT 
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 import time
 
 import torch
 import torch.distributed as dist
+from _cases import case, emit, main
 
 import triton_dist_tune as tdt
-
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
-
-
-def emit(**fields) -> None:
-    print("RESULT " + json.dumps(fields), flush=True)
-
 
 # Sleep times in ms per (rank, config): alone, rank 0 would pick config 0 and rank 1 config 1; the group max
 # is least for config 2.
@@ -215,10 +201,4 @@ def single():
 
 
 if __name__ == "__main__":
-    CASES[sys.argv[1]]()
-    if dist.is_initialized():
-        dist.barrier()  # rank 0 hosts the store: it must not leave while others still use it
-        dist.destroy_process_group()
-    sys.stdout.flush()
-    if not sys.argv[1].startswith("mpi"):
-        os._exit(0)  # skip slow interpreter teardown; MPI ranks must exit normally to finalize
+    main()

@@ -1,0 +1,44 @@
+"""What every scenario script shares: a registry of named cases, ``RESULT {json}`` lines, and a clean exit.
+
+A scenario script is run by real ranks as ``python SCRIPT CASE``; it registers its cases with :func:`case` and ends
+with :func:`main`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+
+CASES: dict[str, Callable[[], None]] = {}
+
+
+def case(fn: Callable[[], None]) -> Callable[[], None]:
+    """Register ``fn`` under its name."""
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def emit(**fields: object) -> None:
+    """One ``RESULT {json}`` line, written with one ``write`` so that the lines of ranks sharing a pipe (torchrun,
+    mpiexec) never interleave."""
+    sys.stdout.flush()
+    os.write(1, ("RESULT " + json.dumps(fields) + "\n").encode())
+
+
+def main(mpi: bool | None = None) -> None:
+    """Run the case named by ``sys.argv[1]``, then leave cleanly: MPI ranks exit normally (to finalize); torch
+    ranks wait for each other (rank 0 may host the store) and skip the slow interpreter teardown."""
+    name = sys.argv[1]
+    CASES[name]()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if mpi if mpi is not None else name.startswith("mpi"):
+        return
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    os._exit(0)
