@@ -76,4 +76,5 @@ script="$1"
 shift
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+PYTHON="${PYTHON:-python3}" bash "$here/scripts/ensure_env.sh" --quick  # a fresh machine: install what is missing
 exec "${PYTHON:-python3}" -m torch.distributed.run "${rdzv[@]}" --nproc-per-node "$nproc" "$script" "$@"

