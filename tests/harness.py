@@ -91,5 +91,20 @@ def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: di
     return [RankResult(r, rc, out, err, parse_results(out)) for r, (rc, out, err) in enumerate(outputs)]
 
 
+def run_mpiexec(script: str | Path, n: int, args: list[str], env: dict[str, str],
+                timeout: float = 100) -> subprocess.CompletedProcess:
+    """Run ``n`` ranks of ``script`` under ``mpiexec`` (skips the test where there is none)."""
+    import shutil
+
+    import pytest
+
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("mpiexec not installed")
+    extra = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
+    return subprocess.run([mpiexec, "-n", str(n), "--oversubscribe", sys.executable, str(script), *args],
+                          env=base_env(extra), capture_output=True, text=True, timeout=timeout)
+
+
 def describe(results: list[RankResult]) -> str:
     return "\n".join(f"--- rank {r.rank} rc={r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-3000:]}" for r in results)

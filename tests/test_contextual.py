@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import HERE, base_env, describe, free_port, run_ranks, tuner_env
+from harness import HERE, base_env, describe, free_port, parse_results, run_mpiexec, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "contextual_cases.py"
 ADD = "add_kernel(64, 'torch.float32', 'torch.float32', 'torch.float32')"
@@ -189,14 +189,9 @@ def test_key_is_the_key_stock_triton_caches_under(env):
 
 @pytest.mark.timeout(120)
 def test_mpi4py_communicator(env):
-    mpiexec = shutil.which("mpiexec")
-    if mpiexec is None:
-        pytest.skip("mpiexec not installed")
-    extra = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
-    proc = subprocess.run([mpiexec, "-n", "2", "--oversubscribe", sys.executable, str(CASES), "mpi_two_kernels"],
-                          env=base_env(extra), capture_output=True, text=True, timeout=100)
+    proc = run_mpiexec(CASES, 2, ["mpi_two_kernels"], env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    results = parse_results(proc.stdout)
     assert len(results) == 2, proc.stdout + proc.stderr
     for r in results:
         assert r["chosen"] == {ADD: 2, SCALE: 1} and r["runs"] == 7 and r["ok"]

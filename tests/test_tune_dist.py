@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import HERE, base_env, describe, run_ranks, tuner_env
+from harness import HERE, base_env, describe, parse_results, run_mpiexec, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "tune_cases.py"
 
@@ -129,13 +129,8 @@ def test_single_process_without_torch_distributed(env):
 
 @pytest.mark.timeout(120)
 def test_mpi4py_communicator(env):
-    mpiexec = shutil.which("mpiexec")
-    if mpiexec is None:
-        pytest.skip("mpiexec not installed")
-    extra = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
-    proc = subprocess.run([mpiexec, "-n", "2", "--oversubscribe", sys.executable, str(CASES), "mpi_agree"],
-                          env=base_env(extra), capture_output=True, text=True, timeout=100)
+    proc = run_mpiexec(CASES, 2, ["mpi_agree"], env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    results = parse_results(proc.stdout)
     assert len(results) == 2
     assert all(r["chosen"] == 2 and r["out"] == 4 and r["calls"] == 10 for r in results)
