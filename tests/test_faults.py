@@ -146,6 +146,25 @@ def test_done_when_raise_before_collective_then_hang_under_torchrun_restarts(env
     assert journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])) == []  # removed once the decision is cached
 
 
+@pytest.mark.timeout(90)
+def test_config_that_poisons_a_gpu_context_stops_every_rank_then_a_restart_resumes_without_it(env):
+    """An illegal memory access leaves a rank's CUDA context unusable, so every later config would fail there too:
+    every rank stops with DevicePoisonedError (the config journaled as failed), and torchrun's restart resumes."""
+    env = {**env, "FAULTS": "0:poison@1"}
+    job = torchrun("tune", env, restarts=1)
+    assert job.returncode == 0, job
+    assert job.seconds < 60, job
+    assert job.stderr.count("DevicePoisonedError") >= 2, job  # raised on both ranks of attempt 0
+    final = job.final()
+    assert sorted(final) == [0, 1] and all(r["attempt"] == "0.1" for r in final.values()), job
+    for r in final.values():
+        assert r["chosen"] == 1 and r["states"] == ["failed", "measured", "measured", "measured"]
+        assert r["resumed"] == [True, False, False, False]
+        assert "illegal memory access" in r["errors"][0]
+    # config 0 ran in attempt 0 only (its first warmup run); the others in attempt 1 only
+    assert_calls(env, 2, {0: {"0.0": 1}, 1: {"0.1": RUNS + 1}, 2: {"0.1": RUNS}, 3: {"0.1": RUNS}})
+
+
 # -- failures handled in-process ------------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from harness import HERE, base_env, describe, parse_results, run_mpiexec, run_ranks, tuner_env
@@ -90,6 +91,16 @@ def test_config_failing_on_one_rank_is_left_out_everywhere(env):
     for r in results:
         assert r.result["states"] == ["measured", "measured", "failed"]
         assert "rank 1: RuntimeError: out of resources" in r.result["errors"][2]
+
+
+@pytest.mark.timeout(120)
+def test_failure_mid_warmup_stops_every_rank_at_the_same_run(env):
+    start = time.monotonic()
+    results = run("fail_mid_warmup", 2, env)  # the watchdog's timeout is 20 s: a stuck rank would take that long
+    assert time.monotonic() - start < 15
+    for r in results:
+        assert r.result["chosen"] == 1 and r.result["states"] == ["measured", "measured", "failed"]
+        assert r.result["calls"] == 2  # both ranks stopped after the second warmup run of config 2
 
 
 @pytest.mark.timeout(120)

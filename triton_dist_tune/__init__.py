@@ -13,6 +13,7 @@ from .errors import (  # noqa: E402
     AllConfigsFailedError,
     AutotuneError,
     BadInputError,
+    DevicePoisonedError,
     GroupTimeoutError,
     MismatchError,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "AllConfigsFailedError",
     "AutotuneError",
     "BadInputError",
+    "DevicePoisonedError",
     "GroupTimeoutError",
     "MismatchError",
     "__version__",

@@ -25,3 +25,8 @@ class AllConfigsFailedError(AutotuneError):
 
 class GroupTimeoutError(AutotuneError):
     """Some ranks did not reach a step of the tuning protocol in time (a hang, a crash, or a wrong group)."""
+
+
+class DevicePoisonedError(AutotuneError):
+    """A config left some rank's GPU context unusable (an illegal memory access, a device-side assert...): every
+    rank stops, the config is journaled as failed, and a restarted job resumes without it."""

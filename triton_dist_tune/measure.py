@@ -3,14 +3,15 @@
 Lock-step, for every config in the agreed order, on every rank:
 
 1. journal ``started``; warm up ``n_warmup`` times (plus one checked run when ``ref_prog`` is given), under the
-   watchdog;
+   watchdog, every run started by all ranks together (as in 3.);
 2. exchange "ok or error" (this exchange also aligns the ranks before timing); a config that failed anywhere is
    failed everywhere;
 3. time ``n_repeat`` runs under the watchdog, each started by every rank together (a short exchange before each
    run, which also stops every rank at the same run when one failed); with early stopping, the first quarter of
    them is exchanged first and the group stops the config when it is already ``early_stop`` times slower than
    the best so far;
-4. exchange each rank's median; the group time is the MAX over ranks; journal the outcome.
+4. exchange each rank's median; the group time is the MAX over ranks; journal the outcome. A failure whose error
+   says the GPU context is unusable (:data:`POISONED`) stops every rank with ``DevicePoisonedError``.
 
 Sharded: each rank measures the configs ``i`` with ``i % size == rank`` on its own, and one exchange at the end
 shares every result (only for functions that talk to no other rank).
@@ -19,18 +20,24 @@ shares every result (only for functions that talk to no other rank).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .comm import Group
-from .errors import GroupTimeoutError
+from .errors import DevicePoisonedError, GroupTimeoutError
 from .journal import Journal
 from .side_effects import ArgumentState
 from .timing import median
 from .watchdog import WATCHDOG, exchange_timeout
 
 Row = dict[str, Any]
+
+#: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too
+POISONED = re.compile(r"illegal memory access|unspecified launch failure|misaligned address|device-side assert"
+                      r"|illegal instruction|hardware stack error|uncorrectable ECC"
+                      r"|CUDA_ERROR_(?:ILLEGAL|LAUNCH_FAILED|MISALIGNED|ASSERT)", re.IGNORECASE)
 
 
 @dataclass
@@ -94,8 +101,14 @@ class Trial:
         return self.reference.mismatch(produced) if self.reference is not None else None
 
 
+class WrongResult(Exception):
+    """A config's result differs from ``ref_prog``'s."""
+
+
 def describe_error(exc: BaseException) -> str:
     """A one-line description of an exception, for logs, journals and error messages."""
+    if isinstance(exc, WrongResult):
+        return str(exc)[:500]
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500]
 
@@ -125,41 +138,49 @@ class Measurer:
         finally:
             WATCHDOG.disarm()
 
-    def _warmup(self, config: dict[str, Any]) -> str | None:
-        if self.trial.reference is not None:
+    def _warmup(self, config: dict[str, Any], index: int | None = None) -> None:
+        """The checked run (with ``ref_prog``) and ``n_warmup`` untimed runs; raises on a failure or a wrong
+        result. With ``index`` (lock-step) the runs are aligned as in :meth:`_timed`."""
+        def checked() -> float:
             wrong = self.trial.checked_run(config)
             if wrong:
-                return wrong
-        for _ in range(self.plan.n_warmup):
-            self.trial.run(config)
-        return None
+                raise WrongResult(wrong)
+            return 0.0
+
+        runs: list[Callable[[], float]] = [checked] if self.trial.reference is not None else []
+        runs += [lambda: self.trial.run(config)[0]] * self.plan.n_warmup
+        self._runs(runs, index, "warmup")
 
     def _timed(self, config: dict[str, Any], count: int, index: int | None = None) -> list[float]:
-        """``count`` timed runs. With ``index`` (lock-step), the ranks start every run together and all stop at
-        the same run once any of them failed, so their exchanges stay matched; the failure is re-raised."""
+        """``count`` timed runs (ms each); with ``index`` (lock-step) aligned as in :meth:`_runs`."""
+        return self._runs([lambda: self.trial.run(config)[0]] * count, index, "run")
+
+    def _runs(self, runs: Sequence[Callable[[], float]], index: int | None, phase: str) -> list[float]:
+        """Call each of ``runs`` in turn. With ``index`` (lock-step), the ranks start every run together and all
+        stop at the same run once any of them failed (so that nobody is left alone inside a collective of the
+        function, and the exchanges stay matched); the failure is then re-raised."""
         if index is None:  # sharded: nobody to align with
-            return [self.trial.run(config)[0] for _ in range(count)]
-        samples: list[float] = []
+            return [run() for run in runs]
+        results: list[float] = []
         failure: Exception | None = None
-        for t in range(count):
-            statuses = self.group.allgather(failure is not None, f"{self.label} config {index} run {t}",
+        for t, run in enumerate(runs):
+            statuses = self.group.allgather(failure is not None, f"{self.label} config {index} {phase} {t}",
                                             exchange_timeout(self.plan.timeout))
             if any(statuses):
                 break
             try:
-                samples.append(self.trial.run(config)[0])
+                results.append(run())
             except Exception as exc:  # reported after the loop, once every rank has stopped
                 failure = exc
         if failure is not None:
             raise failure
-        return samples
+        return results
 
     def lockstep(self, index: int, config: dict[str, Any], desc: str, best: float | None) -> Row:
         """Measure one config in lock-step with the group; returns its row (identical on every rank but 'own')."""
         plan = self.plan
         self.journal.append(index, "started", config=desc)
-        wrong, error = self._guarded(index, desc, "warmup", lambda: self._warmup(config))
-        error = error or wrong
+        _, error = self._guarded(index, desc, "warmup", lambda: self._warmup(config, index))
         errors = self._exchange(index, desc, error, error, "warmup")
         if any(errors):
             return self._failed(index, desc, by_rank(errors))
@@ -212,6 +233,7 @@ class Measurer:
                 results = self._exchange(index, desc, error or median(samples), error, f"refine round {r}")
                 if any(isinstance(x, str) for x in results):
                     outcome[index] = by_rank([x if isinstance(x, str) else None for x in results])
+                    self._stop_if_poisoned(index, desc, outcome[index])
                 else:
                     medians[index].append(results)
         for index, per_round_results in medians.items():
@@ -229,14 +251,12 @@ class Measurer:
                 continue
             self.journal.append(index, "started", config=desc)
             samples, error = self._guarded(
-                index, desc, "sharded", lambda c=config: (self._warmup(c), self._timed(c, self.plan.n_repeat))
+                index, desc, "sharded", lambda c=config: (self._warmup(c), self._timed(c, self.plan.n_repeat))[1]
             )
-            if samples is not None and samples[0]:
-                error = samples[0]
             if error:
                 row = self._failed(index, desc, f"rank {self.group.rank}: {error}")
             else:
-                row = self._measured(index, desc, [median(samples[1])], median(samples[1]), sharded=True)
+                row = self._measured(index, desc, [median(samples)], median(samples), sharded=True)
             mine.append(row)
         share = -(-len(todo) // self.group.size)  # the most configs one rank measures, each under the watchdog
         shared = self.group.allgather(mine, f"{self.label} sharded results",
@@ -251,7 +271,17 @@ class Measurer:
         row = {"index": index, "config": desc, "state": "failed", "time": None, "own": None, "error": text}
         self.journal.append(index, "failed", config=desc, error=text)
         self.log.info("%s config %d FAILED (%s): %s", self.label, index, text, desc)
+        self._stop_if_poisoned(index, desc, text)
         return row
+
+    def _stop_if_poisoned(self, index: int, desc: str, text: str) -> None:
+        """A CUDA error that leaves a context unusable fails every later config on that rank: stop the whole group
+        (the failure is journaled) so that a restart resumes without this config."""
+        if POISONED.search(text):
+            message = (f"{self.label} config {index} ({desc}) left a GPU context unusable ({text}); it is journaled "
+                       "as failed: restart the job (e.g. torchrun --max-restarts) to resume without it")
+            self.log.error(message)
+            raise DevicePoisonedError(message)
 
     def _measured(self, index: int, desc: str, per_rank: Sequence[float], own: float, early_stop: bool = False,
                   sharded: bool = False) -> Row:

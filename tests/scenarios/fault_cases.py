@@ -7,7 +7,8 @@ MASTER_PORT set), mpiexec (``MODE=mpi``) or alone (no rank variables: a single p
 Environment of the ``tune`` case:
 
 - ``FAULTS``: comma-separated ``config:kind@rank`` faults, each injected into the tuned function:
-  ``raise`` (raise after the function's collective), ``raise_before`` (raise before it, while the other ranks
+  ``raise`` (raise after the function's collective), ``poison`` (raise as torch does after an illegal memory
+  access, which leaves the GPU context unusable), ``raise_before`` (raise before it, while the other ranks
   wait inside it), ``hang`` (sleep for an hour before the collective), ``hang_gil`` (sleep in C holding the GIL),
   ``kill`` (first attempt only: write ``kill-me.rank<r>`` with the pid into ``FAULT_DIR`` and wait to be killed).
 - ``FAULT_DIR``: each rank appends one line ``<run>.<attempt> <config>`` to ``calls.rank<r>`` for every call of
@@ -117,6 +118,8 @@ def make_work(name: str = "work", **options):
         y = collective(x * (variant + 1))
         if kind == "raise":
             raise RuntimeError(f"injected: config {variant} raised on rank {me}")
+        if kind == "poison":  # what torch raises once a kernel made an illegal memory access
+            raise RuntimeError("CUDA error: an illegal memory access was encountered (injected)")
         return y
 
     return work

@@ -6,6 +6,7 @@ Usage: python tune_cases.py CASE  (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT 
 
 from __future__ import annotations
 
+import collections
 import time
 
 import torch
@@ -94,6 +95,27 @@ def fail_one_rank():
     f(torch.zeros(1))
     rows = f.tuner.tables[next(iter(f.tuner.tables))]
     emit(chosen=f.tuner.decided[0]["variant"], states=[r["state"] for r in rows], errors=[r.get("error") for r in rows])
+
+
+@case
+def fail_mid_warmup():
+    """Config 2 raises on rank 1 in its second warmup run, after the function's all_reduce: the other ranks must
+    not enter the third run's all_reduce alone (they would wait there until the watchdog)."""
+    tdt.init_distributed()
+    calls = collections.Counter()
+
+    @tdt.autotune(config_space=sleepy_space(), key_fn=lambda x: 0, n_warmup=3, n_repeat=2, name="midwarmup")
+    def f(x, *, variant):
+        calls[variant] += 1
+        time.sleep(SLEEP_MS[dist.get_rank() % 4][variant] / 1e3)
+        dist.all_reduce(x.clone())
+        if variant == 2 and dist.get_rank() == 1 and calls[variant] == 2:
+            raise RuntimeError("failed in the second warmup run on rank 1")
+        return x
+
+    f(torch.zeros(1))
+    rows = f.tuner.tables[next(iter(f.tuner.tables))]
+    emit(chosen=f.tuner.decided[0]["variant"], states=[r["state"] for r in rows], calls=calls[2])
 
 
 @case
