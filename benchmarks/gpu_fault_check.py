@@ -48,6 +48,7 @@ def main() -> None:
         dist.all_reduce(out)
         return out
 
+    torch.manual_seed(0)  # the same x on every rank, so that the all_reduce's result is x * 2 * world
     x = torch.randn(1 << 20, device="cuda")
     y = scale(x)
     ok = torch.allclose(y, x * 2 * dist.get_world_size())
