@@ -2,7 +2,8 @@
 ``triton.autotune`` around the same kernel launch).
 
 Usage: python benchmarks/bench_hot_path.py [--out DIR]. Single process. Prints a table; writes hot_path.json.
-Overhead = (time of the tuned call - time of a plain call with the same key_fn work) per call; each figure is the
+Overhead = (time of the tuned call - time of a plain call with the same key_fn work) per call, for a call on the
+default group and for one that passes ``autotune_pg=`` (as a tensor-parallel layer does); each figure is the
 median of 7 rounds of N calls.
 """
 
@@ -57,9 +58,27 @@ def python_overhead(n: int) -> dict[str, float]:
         key_fn(x)
         return plain(x, block=1)
 
-    times = per_call_us({"base": plain_with_key, "ours": lambda: tuned(x)}, n)
-    base, ours = times["base"], times["ours"]
-    return {"plain_call_with_key_fn_us": base, "tuned_call_us": ours, "overhead_us": ours - base}
+    pg = process_group()
+    tuned(x, autotune_pg=pg)  # decide for the explicit group too
+    times = per_call_us({"base": plain_with_key, "ours": lambda: tuned(x),
+                         "ours_pg": lambda: tuned(x, autotune_pg=pg)}, n)
+    base, ours, ours_pg = times["base"], times["ours"], times["ours_pg"]
+    return {"plain_call_with_key_fn_us": base, "tuned_call_us": ours, "overhead_us": ours - base,
+            "tuned_call_with_autotune_pg_us": ours_pg, "overhead_with_autotune_pg_us": ours_pg - base}
+
+
+def process_group():
+    """A one-rank gloo group, so that calls can pass ``autotune_pg=`` as a tensor-parallel layer does."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    return dist.new_group([0], backend="gloo")
 
 
 def gpu_overhead(n: int) -> dict[str, float]:

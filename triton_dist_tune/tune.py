@@ -85,7 +85,7 @@ class Tuner:
         self.source = source_of(fn)
         #: decisions of calls on the default group, key -> config (the hot path reads this)
         self.decided: dict[Hashable, dict[str, Any]] = {}
-        #: decisions of calls with an explicit group, (group, key) -> config
+        #: decisions of calls with an explicit group, (id of autotune_pg, key) -> config
         self.decided_in: dict[tuple[int, Hashable], dict[str, Any]] = {}
         #: the last decision's table of measurements, per (group name, key), for inspection
         self.tables: dict[tuple[str, Hashable], list[dict[str, Any]]] = {}
@@ -108,14 +108,14 @@ class Tuner:
             key, key_error = None, f"key_fn failed: {describe_error(exc)}"
         table = self.decided if pg is None else None
         if key_error is None:
-            config = self.decided.get(key) if pg is None else self.decided_in.get((id(group), key))
+            config = self.decided.get(key) if pg is None else self.decided_in.get((id(pg), key))
             if config is not None:
                 return self.fn(*args, **kwargs, **config)
         config = self._tune(group, key, key_error, args, kwargs, verbose)
         if table is not None:
             table[key] = config
         else:
-            self.decided_in[(id(group), key)] = config
+            self.decided_in[(id(pg), key)] = config
         return self.fn(*args, **kwargs, **config)
 
     def _first_config(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -345,11 +345,20 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
                       post_hook=post_hook, ref_prog=ref_prog, rtol=rtol, atol=atol, early_stop=early_stop,
                       sharded=sharded, precompile_fn=precompile_fn, compile_threads=compile_threads,
                       refine_top=refine_top, name=name)
-        decided, slow, keywords = tuner.decided, tuner.call, CALL_KEYWORDS
+        decided, decided_in, slow, keywords = tuner.decided, tuner.decided_in, tuner.call, CALL_KEYWORDS
 
         @functools.wraps(fn)
         def tuned(*args: Any, **kwargs: Any) -> Any:
             if kwargs and not keywords.isdisjoint(kwargs):
+                pg = kwargs.pop("autotune_pg", None)
+                if pg is not None and keywords.isdisjoint(kwargs):  # a TP layer's call: its group, decided key
+                    try:
+                        config = decided_in.get((id(pg), key_fn(*args, **kwargs)))
+                    except Exception:
+                        config = None
+                    if config is not None:
+                        return fn(*args, **kwargs, **config)
+                kwargs["autotune_pg"] = pg
                 return slow(args, kwargs)
             try:
                 config = decided.get(key_fn(*args, **kwargs))
