@@ -150,23 +150,36 @@ def stock_hits(kernel, *args, n: int) -> bool:
         return False
 
 
+def add_reduce_scale(n_warmup: int, n_repeat: int, is_dist=True, group=None):
+    """The layer most cases tune: add (3 configs), all_reduce over ``group``, scale (2 configs)."""
+
+    @contextual_autotune(is_dist=is_dist, n_warmup=n_warmup, n_repeat=n_repeat)
+    def layer(x, y):
+        SEQ.append("run")
+        s = add(x, y)
+        dist.all_reduce(s, group=group)
+        return scale(s, 0.5)
+
+    return layer
+
+
+def add_reduce_scale_reference(x, y, group=None):
+    """What :func:`add_reduce_scale`'s layer must return."""
+    ref = (x + y).clone()
+    dist.all_reduce(ref, group=group)
+    return ref * 0.5
+
+
 @case
 def two_kernels():
     """Two kernels with 3 and 2 configs around an all_reduce; the group must choose add=2, scale=1."""
     tdt.init_distributed()
 
-    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
-    def layer(x, y):
-        SEQ.append("run")
-        s = add(x, y)
-        dist.all_reduce(s)
-        return scale(s, 0.5)
-
+    layer = add_reduce_scale(n_warmup=1, n_repeat=2)
     x, y = inputs()
     out = layer(x, y)
-    ref = (x + y).clone()
-    dist.all_reduce(ref)
-    ok = bool(torch.equal(out, ref * 0.5))
+    expected = add_reduce_scale_reference(x, y)
+    ok = bool(torch.equal(out, expected))
     seq = runs_of_seq()
     patched_after = intercept.patched() or Autotuner.run is not ORIGINAL_RUN
     z = torch.empty_like(x)
@@ -175,7 +188,7 @@ def two_kernels():
     again = layer(x, y)
     emit(chosen=chosen(layer.tuner), runs=len(seq), ok=ok, seq=seq,
          patched_after=patched_after, stock_hit=hit, second_runs=len(runs_of_seq()),
-         second_ok=bool(torch.equal(again, ref * 0.5)), cache=add_kernel.cache.get((64, *["torch.float32"] * 3)) is
+         second_ok=bool(torch.equal(again, expected)), cache=add_kernel.cache.get((64, *["torch.float32"] * 3)) is
          add_kernel.configs[2], tables={k[0].split(".")[-1]: d["table"] for k, d in layer.tuner.decisions.items()})
 
 
@@ -187,18 +200,11 @@ def subgroups():
     groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
     mine = groups[rank() % 2]
 
-    @contextual_autotune(is_dist=mine, n_warmup=1, n_repeat=1)
-    def layer(x, y):
-        SEQ.append("run")
-        s = add(x, y)
-        dist.all_reduce(s, group=mine)
-        return scale(s, 0.5)
-
+    layer = add_reduce_scale(n_warmup=1, n_repeat=1, is_dist=mine, group=mine)
     x, y = inputs()
     out = layer(x, y)
-    ref = (x + y).clone()
-    dist.all_reduce(ref, group=mine)
-    emit(chosen=chosen(layer.tuner), runs=len(runs_of_seq()), ok=bool(torch.equal(out, ref * 0.5)))
+    ok = bool(torch.equal(out, add_reduce_scale_reference(x, y, group=mine)))
+    emit(chosen=chosen(layer.tuner), runs=len(runs_of_seq()), ok=ok)
 
 
 @case
@@ -342,19 +348,12 @@ def disk():
     """Run twice as two jobs with one cache folder: the second loads every choice (group rank 0 reads)."""
     tdt.init_distributed()
 
-    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
-    def layer(x, y):
-        SEQ.append("run")
-        s = add(x, y)
-        dist.all_reduce(s)
-        return scale(s, 0.5)
-
+    layer = add_reduce_scale(n_warmup=1, n_repeat=1)
     x, y = inputs()
     out = layer(x, y)
-    ref = (x + y).clone()
-    dist.all_reduce(ref)
+    ok = bool(torch.equal(out, add_reduce_scale_reference(x, y)))
     emit(chosen=chosen(layer.tuner), runs=len(runs_of_seq()), seq=runs_of_seq(),
-         how=sorted({d["how"] for d in layer.tuner.decisions.values()}), ok=bool(torch.equal(out, ref * 0.5)))
+         how=sorted({d["how"] for d in layer.tuner.decisions.values()}), ok=ok)
 
 
 @case
