@@ -106,16 +106,10 @@ class Tuner:
             key_error = None
         except Exception as exc:
             key, key_error = None, f"key_fn failed: {describe_error(exc)}"
-        table = self.decided if pg is None else None
-        if key_error is None:
-            config = self.decided.get(key) if pg is None else self.decided_in.get((id(pg), key))
-            if config is not None:
-                return self.fn(*args, **kwargs, **config)
-        config = self._tune(group, key, key_error, args, kwargs, verbose)
-        if table is not None:
-            table[key] = config
-        else:
-            self.decided_in[(id(pg), key)] = config
+        table, slot = (self.decided, key) if pg is None else (self.decided_in, (id(pg), key))
+        config = table.get(slot) if key_error is None else None
+        if config is None:
+            config = table[slot] = self._tune(group, key, key_error, args, kwargs, verbose)
         return self.fn(*args, **kwargs, **config)
 
     def _first_config(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
