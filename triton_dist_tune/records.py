@@ -1,0 +1,102 @@
+"""Typed records shared by measuring, the crash journal, the disk cache, the summary table and the command line.
+
+One :class:`Outcome` per config of one tuning: what the group agreed happened to it. The same record is a row of
+the summary table, a ``measured`` / ``failed`` / ``stopped`` line of the journal and an element of a cache
+entry's ``measurements``; :meth:`Outcome.to_json` and :meth:`Outcome.from_json` are the only (de)serializers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+#: what happened to a config, as agreed by the group:
+#: ``measured`` (in the running to the end), ``stopped`` (left the race: clearly slower than the leader),
+#: ``failed`` (raised, crashed, hung or gave a wrong result on some rank), ``pruned`` (not kept by ``prune_fn``)
+State = Literal["measured", "stopped", "failed", "pruned"]
+STATES: tuple[str, ...] = ("measured", "stopped", "failed", "pruned")
+
+
+@dataclass
+class Outcome:
+    """What the group knows of one config after (part of) a tuning.
+
+    ``time`` is the group's time in ms: the MAX over ranks of each rank's median sample. ``spread`` is the
+    relative half-width of the group's uncertainty about it (0.02: +-2%), ``per_rank`` each rank's median, and
+    ``samples`` how many samples each rank took (a sample is one timed call, or one batch of back-to-back calls in
+    steady timing, reported per call).
+    """
+
+    index: int
+    config: str
+    state: State
+    time: float | None = None
+    spread: float | None = None
+    per_rank: list[float] | None = None
+    samples: int = 0
+    error: str | None = None
+    #: rank-local times of this rank (not agreed; for logs only)
+    own: float | None = None
+    #: True when this outcome was read from an earlier attempt's journal instead of measured now
+    resumed: bool = False
+    #: the position of each of this config's rounds in the tuning's measurement order (for drift plots)
+    order: list[int] = field(default_factory=list)
+    #: group time of each round this config took part in (ms), in order
+    round_times: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.state not in STATES:
+            raise ValueError(f"unknown outcome state {self.state!r}")
+
+    @property
+    def usable(self) -> bool:
+        """Whether the config can be chosen (it has a time and did not fail)."""
+        return self.state in ("measured", "stopped") and self.time is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """A standard-JSON object (no NaN or infinity)."""
+        data = asdict(self)
+        for name in ("time", "spread", "own"):
+            value = data[name]
+            if value is not None and not math.isfinite(value):
+                data[name] = None
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> Outcome | None:
+        """The outcome in ``data``, or None when ``data`` is not a well-formed outcome (damaged files)."""
+        if not isinstance(data, dict) or type(data.get("index")) is not int or data.get("state") not in STATES:
+            return None
+        if not isinstance(data.get("config"), str):
+            return None
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        time = values.get("time")
+        if time is not None and not (type(time) in (int, float) and math.isfinite(time) and time >= 0):
+            return None
+        if values["state"] in ("measured", "stopped") and time is None:
+            return None
+        try:
+            return cls(**values)
+        except (TypeError, ValueError):
+            return None
+
+
+@dataclass
+class Decision:
+    """The group's choice for one key: the chosen config, how sure the choice is, and every config's outcome."""
+
+    index: int
+    config: str
+    time: float
+    #: runner-up time / chosen time - 1 (0.04: the runner-up is 4% slower); None with a single usable config
+    margin: float | None
+    #: True when the runner-up is within the measurement's uncertainty: the two are a tie for practical purposes
+    near_tie: bool
+    runner_up: int | None
+    outcomes: list[Outcome]
+    #: "steady" or "cold"
+    timing: str = "steady"
+    rounds: int = 0
+    seconds: float = 0.0
