@@ -33,9 +33,10 @@ def test_median_bounds_widen_to_the_extremes_with_few_samples():
     assert spread([2.0]) == 0.0 and spread([1.0, 1.0, 1.0]) == 0.0
 
 
-def test_clearly_slower_needs_three_rounds_and_a_consistent_gap():
-    assert not clearly_slower([2.0, 2.0])  # too few rounds for any confidence
-    assert clearly_slower([2.0, 1.9, 2.1])
+def test_clearly_slower_needs_a_wide_gap_in_two_rounds_or_a_consistent_one_in_three():
+    assert not clearly_slower([2.0])  # never after one round
+    assert clearly_slower([2.0, 1.3]) and not clearly_slower([1.1, 1.1])  # two rounds: only a wide gap
+    assert clearly_slower([1.1, 1.05, 1.1])
     assert not clearly_slower([2.0, 0.9, 2.1])  # one round the other way: not yet clear
     assert not clearly_slower([1.005, 1.006, 1.004])  # within the indifference margin
     assert paired_ratios([2.0, None, 6.0], [1.0, 1.0, None]) == [2.0]
@@ -57,11 +58,12 @@ def test_race_orders_differ_by_round_but_not_by_rank():
 
 def test_race_rules_drop_slow_configs_and_stop_at_the_budget():
     race = Race([0, 1, 2], RacePlan(max_rounds=20, seed="s"))
+    left = []
     for round_ in range(3):
         for i in race.order():
             race.record(i, [[10.0, 30.0, 10.05][i] * (1 + round_), 1.0])  # a drift: each round slower
-        left = race.end_round()
-    assert left == [1] and race.running == [0, 2]  # 3x slower leaves; 0.5% slower is within indifference
+        left.append(race.end_round())
+    assert left == [[], [1], []] and race.running == [0, 2]  # 3x slower leaves after 2 rounds; 0.5% never
     assert not race.finished(elapsed_s=0.0) and race.winner() == 0
     timed = Race([0, 1], RacePlan(max_rounds=20, budget_s=1.0, seed="s"))
     for _ in range(3):
@@ -76,8 +78,8 @@ def test_batch_length_hides_the_measured_launch_gap():
     assert batch_length(1.0, 0.3) == MAX_BATCH
     # no gap (device-bound): batches of one call
     assert batch_length(1.0, 1.0) == 1
-    # a small gap: gap / (2% of per call) calls
-    assert batch_length(1.1, 1.025) == 5
+    # a small gap: gap / (3% of per call) calls
+    assert batch_length(1.15, 1.0375) == 5
     # never longer than the span limit
     assert batch_length(30.0, 25.0) == 2
 
@@ -101,9 +103,9 @@ def test_race_drops_clearly_slow_configs_early(env):
     assert results[0]["order"] == results[1]["order"]
     for r in results:
         assert r["chosen"] == 0
-        # 4x and 8x slower: a warm-up call and the 3 rounds before the first drop, never more
-        assert r["calls"][1] == 4 and r["calls"][2] == 4, r["calls"]
-        assert r["calls"][0] > 4  # the leader ran on, and once more for the call itself
+        # 4x and 8x slower: a warm-up call and 2 rounds (wide gap), 3 at most (the sign test), never all 8
+        assert r["calls"][1] in (3, 4) and r["calls"][2] in (3, 4), r["calls"]
+        assert r["calls"][0] > r["calls"][1]  # the leader ran on, and once more for the call itself
         states = {o["index"]: o["state"] for o in r["outcomes"]}
         assert states[1] == states[2] == "stopped" and states[0] == "measured"
 
@@ -120,7 +122,7 @@ def test_early_stop_factor_removes_a_far_slower_config_after_one_round(env):
 def test_refine_top_keeps_at_most_that_many_after_three_rounds(env):
     for r in run("keep_top", env):
         samples = {o["index"]: o["samples"] for o in r["outcomes"]}
-        assert all(n >= 3 for n in samples.values())
+        assert all(n >= 2 for n in samples.values())
         assert {i for i, n in samples.items() if n > 3} <= {1, 3}  # only the two best race on
         assert r["chosen"] == 1
 

@@ -10,8 +10,9 @@ message.
   therefore spreads over all configs alike instead of favouring those measured first.
 - **Samples.** A config's sample in a round is the MAX over ranks of the ranks' times for it (the ranks started
   it together, and the slowest rank is what the job waits for); its time is the median of its samples.
-- **Leaving the race.** After each round, a config whose paired ratios to the leader's samples (same rounds) are,
-  with confidence, above ``1 + INDIFFERENCE`` leaves (``stopped``). ``early_stop=f`` also removes, from the first
+- **Leaving the race.** After each round, a config that is clearly slower than the leader on their paired
+  per-round ratios (:func:`~triton_dist_tune.stats.clearly_slower`: over 25% slower in each of two or more
+  rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``). ``early_stop=f`` also removes, from the first
   round on, a config whose median is more than ``f`` times the leader's; ``keep_top=n`` keeps at most the ``n``
   best once ``min_rounds`` are done.
 - **The end.** When one config is left, when ``max_rounds`` rounds are done, or when the time budget is spent (and
@@ -33,7 +34,7 @@ class RacePlan:
 
     #: rounds at the most (every config still running gets one sample per round)
     max_rounds: int = 10
-    #: rounds before the statistical rule and ``keep_top`` may remove a config
+    #: rounds before ``keep_top`` may remove a config
     min_rounds: int = 3
     #: seconds of racing after which the race ends once ``min_rounds`` are done (None: no limit)
     budget_s: float | None = None
@@ -125,8 +126,7 @@ class Race:
             entrant = self.entrants[i]
             if self.plan.early_stop is not None and entrant.time() > self.plan.early_stop * best.time():
                 leaving.add(i)
-            elif self.rounds >= self.plan.min_rounds and clearly_slower(
-                    paired_ratios(entrant.samples, best.samples)):
+            elif clearly_slower(paired_ratios(entrant.samples, best.samples)):
                 leaving.add(i)
         if self.plan.keep_top is not None and self.rounds >= self.plan.min_rounds:
             ranked = sorted((i for i in running if i not in leaving), key=self._rank_key)

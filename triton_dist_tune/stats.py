@@ -17,6 +17,8 @@ ALPHA = 0.125
 #: differences smaller than this fraction are not worth telling apart: a config must be this much slower than the
 #: leader, with confidence, to leave the race, and a runner-up within it of the choice is reported as a near-tie
 INDIFFERENCE = 0.01
+#: a gap this wide in every one of at least two rounds is clear without waiting for the sign test's confidence
+WIDE_GAP = 0.25
 
 
 def median(samples: Sequence[float]) -> float:
@@ -62,9 +64,12 @@ def paired_ratios(slower: Sequence[float | None], faster: Sequence[float | None]
 
 
 def clearly_slower(ratios: Sequence[float], margin: float = INDIFFERENCE, alpha: float = ALPHA) -> bool:
-    """Whether a config is slower than another by more than ``margin``, with confidence ``1 - alpha``, judged on
-    their paired per-round ratios: the lower bound of the median ratio exceeds ``1 + margin``. Never true with too
-    few rounds for that confidence (three at ``alpha = 0.125``)."""
+    """Whether a config is slower than another, judged on their paired per-round ratios: either every one of at
+    least two rounds shows a gap wider than :data:`WIDE_GAP`, or, with confidence ``1 - alpha``, the gap exceeds
+    ``margin`` (the lower bound of the median ratio is above ``1 + margin``; that needs three rounds at
+    ``alpha = 0.125``). Never true after a single round."""
+    if len(ratios) >= 2 and min(ratios) > 1 + WIDE_GAP:
+        return True
     if _rank_for(len(ratios), alpha) < 0:
         return False
     return median_bounds(ratios, alpha)[0] > 1 + margin

@@ -27,9 +27,9 @@ log = logging.getLogger("triton_dist_tune")
 TIMING_MODES = ("steady", "cold")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024
 #: the launch gap at the start of a steady batch may cost at most this fraction of the batch
-GAP_FRACTION = 0.02
+GAP_FRACTION = 0.03
 #: bounds on the steady batch length: at least MIN, at most MAX calls, and no longer than MAX_SPAN_MS
-MIN_BATCH, MAX_BATCH, MAX_SPAN_MS = 1, 64, 50.0
+MIN_BATCH, MAX_BATCH, MAX_SPAN_MS = 1, 32, 50.0
 #: calls in the second probe of :func:`batch_length`
 PROBE_CALLS = 4
 
