@@ -12,9 +12,9 @@ message.
   it together, and the slowest rank is what the job waits for); its time is the median of its samples.
 - **Leaving the race.** After each round, a config that is clearly slower than the leader on their paired
   per-round ratios (:func:`~triton_dist_tune.stats.clearly_slower`: over 25% slower in each of two or more
-  rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``). ``early_stop=f`` also removes, from the first
-  round on, a config whose median is more than ``f`` times the leader's; ``keep_top=n`` keeps at most the ``n``
-  best once ``min_rounds`` are done.
+  rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
+  ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the
+  leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done.
 - **The end.** When one config is left, when ``max_rounds`` rounds are done, or when the time budget is spent (and
   ``min_rounds`` are done): the least median among those still running wins (ties: the lower index).
 """
