@@ -203,7 +203,13 @@ def pruning_error(message: str) -> Exception:
     global _pruning_error_class
     if _pruning_error_class is None:
         base = type(intercept.empty_pruning_error())
-        _pruning_error_class = type("ContextualPruningError", (BadInputError, base), {"__module__": __name__})
+        def __init__(self: Exception, message: str) -> None:
+            Exception.__init__(self, message)
+            self.error_message = message
+
+        _pruning_error_class = type("ContextualPruningError", (BadInputError, base),
+                                    {"__module__": __name__, "__init__": __init__,
+                                     "__str__": lambda self: f"Autotuner error: {self.error_message}"})
     return _pruning_error_class(message)
 
 
