@@ -29,6 +29,7 @@ docs/contextual.md, "Ranks that meet different keys").
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -223,8 +224,7 @@ class Session:
 
     def __init__(self, tuner: ContextualTuner, group: Group, tuning: bool) -> None:
         self.tuner, self.group, self.tuning = tuner, group, tuning
-        self.label = f"[contextual {tuner.name}]"
-        self.clock = Clock()
+        self.label = tuner.label
         self.tracks: dict[tuple[str, str], Track] = {}
         self.local: dict[tuple[str, str], LocalTrack] = {}
         self.lock = threading.Lock()
@@ -242,9 +242,28 @@ class Session:
         self._armed = False
         self._started = time.monotonic()
         self._idle, self._last_state = 0, ()
-        self.cache = DiskCache("contextual")
-        self.timeout = tuner.timeout if tuner.timeout is not None else default_timeout()
-        self.log = logs.rank_log()
+
+    # what a hot call never needs is made on first use
+
+    @functools.cached_property
+    def clock(self) -> Clock:
+        """Times the tuning launches of this call."""
+        return Clock()
+
+    @functools.cached_property
+    def cache(self) -> DiskCache:
+        """The contextual disk cache (and the folder of the journals)."""
+        return DiskCache("contextual")
+
+    @functools.cached_property
+    def timeout(self) -> float:
+        """Seconds of the watchdog per run and of each exchange."""
+        return self.tuner.timeout if self.tuner.timeout is not None else default_timeout()
+
+    @functools.cached_property
+    def log(self) -> logging.Logger:
+        """This rank's log file."""
+        return logs.rank_log()
 
     # -- intercepted launches (inside the function) ----------------------------------------------------------------
 
@@ -661,6 +680,7 @@ class ContextualTuner:
         self.max_runs = _setting(max_runs, "TRITON_DIST_AUTOTUNE_MAX_RUNS", DEFAULT_MAX_RUNS, "max_runs")
         self.sync_every = _setting(sync_every, "TRITON_DIST_AUTOTUNE_SYNC_EVERY", DEFAULT_SYNC_EVERY, "sync_every")
         self.name = name or getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
+        self.label = f"[contextual {self.name}]"
         #: (track id, key text) -> the group's decision and its table of measurements
         self.decisions: dict[tuple[str, str], dict[str, Any]] = {}
         #: runs of the function in the last call
