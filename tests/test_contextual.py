@@ -211,6 +211,9 @@ def test_gpu_benchmark_script_runs_on_cpu(env, tmp_path):
     result = json.loads((tmp_path / "bench" / "bench_contextual.json").read_text())
     assert result["same_choices_on_every_rank"] and result["rel_err"] < 1e-4 and result["hot_call_runs"] == 1
     assert result["runs"] == 3 * 2 + 1 and len(result["decisions"]) == 2
+    stateful = result["stateful"]  # restore_value and the caller's own meta-parameters
+    assert stateful["state_rel_err"] < 1e-6 and stateful["rel_err"] < 1e-6 and stateful["same"]
+    assert stateful["runs"] == 3 * 2 + 1 and len(stateful["decisions"]) == 2
     assert (tmp_path / "bench" / "bench_contextual.md").read_text().startswith("## contextual_autotune")
 
 
