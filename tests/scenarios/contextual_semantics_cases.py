@@ -120,7 +120,7 @@ def semantics():
     def layer(src, acc, x):
         runs.append(1)
         inc_kernel[grid(n)](src, n)
-        acc_kernel[grid(n)](acc, x, n)
+        acc_kernel[grid(n)](acc=acc, x=x, n=n)  # by keyword, as Triton's test_reset_to_zero also does
         out = torch.empty_like(x)
         hooked_kernel[grid(n)](x, out, n, bad)
         dist.all_reduce(out)
@@ -197,18 +197,19 @@ def caller_meta():
 
     @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1)
     def layer(x):
-        a, b = torch.empty_like(x), torch.empty_like(x)
+        a, b, c = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
         meta_kernel[grid(x.numel())](x, a, x.numel(), BLOCK=128, num_warps=8)
         meta_kernel[grid(x.numel())](x, b, x.numel(), **default.all_kwargs())
+        meta_kernel[grid(x.numel())](x, c, x.numel(), 128)  # BLOCK by position
         dist.all_reduce(a)
-        return a, b
+        return a, b, c
 
     x = torch.arange(64, dtype=torch.float32)
-    a, b = layer(x)
-    again_a, _ = layer(x)
+    a, b, c = layer(x)
+    again_a, _, _ = layer(x)
     decision = next(iter(layer.tuner.decisions.values()))
     emit(chosen=decision["index"], states=[r["state"] for r in decision["table"]],
-         ok=a.tolist() == ((x + 1) * 2).tolist() and b.tolist() == (x + 1).tolist(),
+         ok=a.tolist() == ((x + 1) * 2).tolist() and b.tolist() == (x + 1).tolist() and torch.equal(b, c),
          again_ok=bool(torch.equal(again_a, a)))
 
 
