@@ -320,7 +320,8 @@ class Session:
     def _pending(self, tid: tuple[str, str], autotuner: Any, key: tuple, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A key the group has not decided, met where this rank cannot ask the group: run the first config its
         pruning keeps (a real launch), and remember the key for the group's next agreement."""
-        pending = self.tuner.pending.setdefault(id(self.group), {})
+        # (a single process tunes a new key in its next call: nothing to agree on, nothing kept)
+        pending = self.tuner.pending.setdefault(id(self.group), {}) if self.group.size > 1 else {}
         slot = (id(autotuner), key)
         index = pending.get(slot, (None, None))[1]
         if index is None:

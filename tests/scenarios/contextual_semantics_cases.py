@@ -326,7 +326,7 @@ def recording_hook(index: int):
             f.write(f"{attempt} {index}\n")
         if index == 1 and rank() == 1:
             time.sleep(3600)  # config 1 blocks rank 1 forever: only the watchdog ends it
-        time.sleep([30, 4, 15][index] / 1e3)
+        time.sleep([60, 4, 15][index] / 1e3)
 
     return hook
 
