@@ -96,6 +96,7 @@ def test_max_runs_bounds_a_call_whose_keys_change_every_run(env, tmp_path):
     assert result["hows"] == ["best so far at max_runs"] and result["decided"] == 5
     text = (tmp_path / "logs" / "rank-0.log").read_text()
     assert "reached max_runs=5 with 5 kernel key(s) still tuning" in text and "raise max_runs" in text
+    assert "reached max_runs=5" in stderr  # also on the library's logger (stderr without a handler)
 
 
 @pytest.mark.timeout(150)

@@ -416,10 +416,11 @@ class Session:
         """The bound on runs per call is reached (on every rank at the same run): end every track with the best
         config so far, run once more without communication, and return that run's result."""
         undone = sorted(tid for tid, t in self.tracks.items() if not t.done)
-        self.log.warning("%s reached max_runs=%d with %d kernel key(s) still tuning (%s): using the best config "
-                         "measured so far for each; raise max_runs (or TRITON_DIST_AUTOTUNE_MAX_RUNS) to tune them "
-                         "fully", self.label, self.tuner.max_runs, len(undone),
-                         ", ".join(f"{k} {t}" for k, t in undone))
+        message = (f"{self.label} reached max_runs={self.tuner.max_runs} with {len(undone)} kernel key(s) still "
+                   f"tuning ({', '.join(f'{k} {t}' for k, t in undone)}): using the best config measured so far for "
+                   "each; raise max_runs (or TRITON_DIST_AUTOTUNE_MAX_RUNS) to tune them fully")
+        self.log.warning("%s", message)
+        log.warning("triton_dist_tune: %s", message)
         for tid in undone:
             self.tracks[tid].force("best so far at max_runs")
             self._decided(self.tracks[tid])
