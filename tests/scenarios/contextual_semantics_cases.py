@@ -48,7 +48,7 @@ def grid(n):
 
 # -- Triton's semantics ------------------------------------------------------------------------------------------
 
-INC_SLEEP = sleeps({0: [40, 4], 1: [40, 4]})
+INC_SLEEP = sleeps({0: [80, 4], 1: [80, 4]})
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=INC_SLEEP(i)) for i, b in enumerate((16, 64))],
@@ -60,7 +60,7 @@ def inc_kernel(src, n, BLOCK: tl.constexpr):
     tl.store(src + offs, tl.load(src + offs, mask=mask) + 1, mask=mask)
 
 
-ACC_SLEEP = sleeps({0: [4, 40], 1: [4, 40]})
+ACC_SLEEP = sleeps({0: [4, 80], 1: [4, 80]})
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=ACC_SLEEP(i)) for i, b in enumerate((16, 32))],
@@ -177,7 +177,7 @@ def prune_empty():
 
 # -- caller-given meta-parameters --------------------------------------------------------------------------------
 
-META_SLEEP = sleeps({0: [70, 4, 20], 1: [100, 50, 4]})  # alone: rank 0 picks 1, rank 1 picks 2; the group: 2
+META_SLEEP = sleeps({0: [150, 4, 40], 1: [200, 120, 4]})  # alone: rank 0 picks 1, rank 1 picks 2; the group: 2
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w, pre_hook=META_SLEEP(i))
@@ -195,7 +195,7 @@ def caller_meta():
     tdt.init_distributed()
     default = triton.Config({"BLOCK": 128}, num_warps=8)
 
-    @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1)
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
     def layer(x):
         a, b, c = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
         meta_kernel[grid(x.numel())](x, a, x.numel(), BLOCK=128, num_warps=8)
@@ -225,10 +225,10 @@ def copy_body(x, out, n, BLOCK: tl.constexpr):
 
 WIDE_LOG: list = []
 NARROW_LOG: list = []
-wide = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=sleeps({0: [30, 30, 30, 4], 1: [30, 30, 30, 4]},
+wide = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=sleeps({0: [60, 60, 60, 4], 1: [60, 60, 60, 4]},
                                                                             WIDE_LOG)(i))
                                 for i, b in enumerate((8, 16, 32, 64))], key=["n"])(copy_body)
-narrow = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=sleeps({0: [4, 30], 1: [4, 30]}, NARROW_LOG)(i))
+narrow = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=sleeps({0: [4, 60], 1: [4, 60]}, NARROW_LOG)(i))
                                   for i, b in enumerate((128, 256))], key=["n"])(copy_body)
 
 
@@ -326,7 +326,7 @@ def recording_hook(index: int):
             f.write(f"{attempt} {index}\n")
         if index == 1 and rank() == 1:
             time.sleep(3600)  # config 1 blocks rank 1 forever: only the watchdog ends it
-        time.sleep([60, 4, 15][index] / 1e3)
+        time.sleep([100, 4, 15][index] / 1e3)
 
     return hook
 
