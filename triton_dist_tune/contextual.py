@@ -46,6 +46,7 @@ from .journal import Journal, merge
 from .measure import describe_error
 from .schedule import PruningError, Track
 from .space import describe
+from .timing import make_clock
 from .watchdog import WATCHDOG, exchange_timeout
 
 log = logging.getLogger("triton_dist_tune")
@@ -100,44 +101,6 @@ def _on_gpu() -> bool:
         return torch.cuda.is_available()
     except Exception:
         return False
-
-
-class Clock:
-    """Times single launches without synchronizing: CUDA events on GPUs, read after the run; else the host."""
-
-    def __init__(self) -> None:
-        self.cuda = _on_gpu()
-
-    def start(self) -> Any:
-        """A token marking the start of a launch."""
-        if self.cuda:
-            import torch
-
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def stop(self, start: Any) -> Any:
-        """A token for the whole launch."""
-        if self.cuda:
-            import torch
-
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            return start, end
-        return (time.perf_counter() - start) * 1e3
-
-    def read(self, token: Any) -> float:
-        """Milliseconds of a launch (after :meth:`sync`)."""
-        return float(token[0].elapsed_time(token[1])) if self.cuda else float(token)
-
-    def sync(self) -> None:
-        """Wait for the device work of the run."""
-        if self.cuda:
-            import torch
-
-            torch.cuda.synchronize()
 
 
 class LocalTrack:
@@ -246,9 +209,9 @@ class Session:
     # what a hot call never needs is made on first use
 
     @functools.cached_property
-    def clock(self) -> Clock:
+    def clock(self) -> Any:
         """Times the tuning launches of this call."""
-        return Clock()
+        return make_clock()
 
     @functools.cached_property
     def cache(self) -> DiskCache:
@@ -447,7 +410,7 @@ class Session:
 
     def _exchange(self, error: Exception | None) -> bool:
         """Share this run's data, update every track alike; returns whether new tracks were created."""
-        self.clock.sync()
+        self.clock.synchronize()
         launches = {tid: [(i, None if tok is None else self.clock.read(tok), e) for i, tok, e in recs]
                     for tid, recs in self._records.items()}
         new = {tid: self.local[tid].info() for tid in self._new}
@@ -632,7 +595,7 @@ class Session:
 
     def _idle_check(self, created: bool) -> None:
         """End tracks that no longer advance: after MAX_IDLE_RUNS runs in which no track moved."""
-        state = tuple((tid, t.pos, t.step, t.best) for tid, t in sorted(self.tracks.items()))
+        state = tuple((tid, t.progress, t.best) for tid, t in sorted(self.tracks.items()))
         self._idle = 0 if created or state != self._last_state else self._idle + 1
         self._last_state = state
         if self._idle >= MAX_IDLE_RUNS:
