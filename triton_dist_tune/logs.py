@@ -1,16 +1,27 @@
-"""Per-rank log files (``.autotune_logs/rank-{i}.log``) and the summary that group rank 0 prints.
+"""Per-rank logs of one job and the summary that group rank 0 prints.
 
-The folder is ``TRITON_DIST_AUTOTUNE_LOG_DIR`` or ``./.autotune_logs``. Console output goes through the
-``triton_dist_tune`` logger at INFO level with a handler of its own, on group rank 0 only, when asked for with
-``autotune_verbose=True`` or ``TRITON_PRINT_AUTOTUNING=1``.
+Each job writes into a folder of its own, ``<log folder>/<job>/``: ``rank-{i}.log`` (readable lines) and
+``rank-{i}.jsonl`` (the same records as JSON lines: time, job, rank, host, level, message) for every rank. The log
+folder is ``TRITON_DIST_AUTOTUNE_LOG_DIR`` or ``~/.triton_dist/logs``; the job is named by the launcher's job id
+(``TORCHELASTIC_RUN_ID``, ``SLURM_JOB_ID``, ``PMIX_NAMESPACE``, ``OMPI_MCA_ess_base_jobid``), else by
+``MASTER_PORT`` and the start time of the ranks' parent (torchrun's agent, mpiexec's daemon), else by the process.
+``python -m triton_dist_tune logs`` merges the ranks' JSON lines of a job into one timeline.
+
+Console output goes through the ``triton_dist_tune`` logger at INFO level with a handler of its own, on group
+rank 0 only, when asked for with ``autotune_verbose=True`` or ``TRITON_PRINT_AUTOTUNING=1``.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
+import re
+import socket
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,10 +32,46 @@ _lock = threading.Lock()
 _file_loggers: dict[int, logging.Logger] = {}
 _console: logging.Logger | None = None
 
+#: launcher variables that name one job on every rank of it (the first one set wins)
+JOB_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")
+
 
 def log_dir() -> Path:
-    """Where the per-rank log files go."""
-    return Path(os.environ.get("TRITON_DIST_AUTOTUNE_LOG_DIR", ".autotune_logs"))
+    """The log folder: ``TRITON_DIST_AUTOTUNE_LOG_DIR``, or ``~/.triton_dist/logs``."""
+    override = os.environ.get("TRITON_DIST_AUTOTUNE_LOG_DIR")
+    return Path(override) if override else Path.home() / ".triton_dist" / "logs"
+
+
+def _parent_start() -> float | None:
+    """The unix time the parent process started (Linux), which every rank a launcher started shares."""
+    try:
+        fields = Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 (starttime) of proc(5), counted after the command name
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def job_name() -> str:
+    """The name of this job's log folder, the same on every rank of the job (see the module docstring)."""
+    for var in JOB_VARIABLES:
+        value = os.environ.get(var, "").strip()
+        if value and value.lower() != "none":  # torchrun's run id is "none" unless --standalone or --rdzv-id
+            return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{var.split('_')[0].lower()}-{value}")[:80]
+    port = os.environ.get("MASTER_PORT", "").strip()
+    started = _parent_start() if port.isdigit() else None
+    if started is None:
+        port, started = "", time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
+    return f"{stamp}-port{port}" if port else f"{stamp}-pid{os.getpid()}"
+
+
+def job_dir() -> Path:
+    """This job's log folder."""
+    return log_dir() / job_name()
 
 
 def global_rank() -> int:
@@ -42,8 +89,20 @@ def global_rank() -> int:
     return 0
 
 
+class JsonLines(logging.Formatter):
+    """One JSON object per record: time (unix seconds), job, rank, host, level, message."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.fixed = {"job": job_name(), "rank": rank, "host": socket.gethostname()}
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps({"time": record.created, **self.fixed, "level": record.levelname,
+                           "message": record.getMessage()}, default=str)
+
+
 def rank_log() -> logging.Logger:
-    """The logger that writes this process's ``rank-{i}.log`` (opened on first use, appended to)."""
+    """The logger that writes this process's ``rank-{i}.log`` and ``rank-{i}.jsonl`` in the job's log folder."""
     rank = global_rank()
     with _lock:
         logger = _file_loggers.get(rank)
@@ -51,14 +110,19 @@ def rank_log() -> logging.Logger:
             logger = logging.getLogger(f"triton_dist_tune.rank{rank}")
             logger.setLevel(logging.DEBUG)
             logger.propagate = False
-            folder = log_dir()
+            folder = job_dir()
+            handlers: list[logging.Handler]
             try:
                 folder.mkdir(parents=True, exist_ok=True)
-                handler: logging.Handler = logging.FileHandler(folder / f"rank-{rank}.log")
+                handlers = [logging.FileHandler(folder / f"rank-{rank}.log"),
+                            logging.FileHandler(folder / f"rank-{rank}.jsonl")]
             except OSError:
-                handler = logging.NullHandler()  # an unwritable log folder must not stop the job
-            handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-            logger.addHandler(handler)
+                handlers = [logging.NullHandler()]  # an unwritable log folder must not stop the job
+            handlers[0].setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+            if len(handlers) > 1:
+                handlers[1].setFormatter(JsonLines(rank))
+            for handler in handlers:
+                logger.addHandler(handler)
             _file_loggers[rank] = logger
         return logger
 
@@ -82,22 +146,61 @@ def console() -> logging.Logger:
         return _console
 
 
-def format_table(rows: Sequence[dict[str, Any]], chosen: int | None) -> str:
-    """A text table of measurements: index, config, group time, this rank's time, status."""
-    header = f"{'':2}{'#':>4}  {'group ms':>10}  {'rank ms':>10}  {'status':<10} config"
+def _field(row: Any, name: str) -> Any:
+    """A field of a table row, whether a dict (format 1) or an :class:`~triton_dist_tune.records.Outcome`."""
+    return row.get(name) if isinstance(row, dict) else getattr(row, name, None)
+
+
+def format_table(rows: Sequence[Any], chosen: int | None) -> str:
+    """A text table of measurements: index, group time with its spread, this rank's time, status, config."""
+    header = f"{'':2}{'#':>4}  {'group ms':>10}  {'spread':>7}  {'rank ms':>10}  {'status':<10} config"
     lines = [header]
     for row in rows:
-        mark = "->" if row["index"] == chosen else ""
-        group_ms = f"{row['time']:.4f}" if row.get("time") is not None else "-"
-        own_ms = f"{row['own']:.4f}" if row.get("own") is not None else "-"
-        status = row["state"] if row["state"] != "measured" else "ok"
-        if row.get("early_stop"):
-            status = "stopped"
-        text = f"{mark:2}{row['index']:>4}  {group_ms:>10}  {own_ms:>10}  {status:<10} {row['config']}"
-        if row.get("error"):
-            text += f"  [{row['error']}]"
+        index, time_ms, own, spread = (_field(row, k) for k in ("index", "time", "own", "spread"))
+        mark = "->" if index == chosen else ""
+        group_ms = f"{time_ms:.4f}" if time_ms is not None else "-"
+        own_ms = f"{own:.4f}" if own is not None else "-"
+        spread_text = f"±{100 * spread:.1f}%" if spread is not None else "-"
+        state = _field(row, "state")
+        status = "stopped" if _field(row, "early_stop") else "ok" if state == "measured" else state
+        config = _field(row, "config")
+        text = f"{mark:2}{index:>4}  {group_ms:>10}  {spread_text:>7}  {own_ms:>10}  {status:<10} {config}"
+        if _field(row, "error"):
+            text += f"  [{_field(row, 'error')}]"
         lines.append(text)
     return "\n".join(lines)
+
+
+def group_title(group: Any) -> str:
+    """A group as users know it: ``default`` (the default torch group), ``ranks [0, 2]`` (another torch group),
+    or its own name (an mpi4py communicator, a process alone)."""
+    ranks = getattr(group, "global_ranks", None)
+    if ranks is None:
+        return "this process alone" if group.name == "single" else str(group.name)
+    try:
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+
+        if dist.is_initialized() and group.name == c10d._get_process_group_name(dist.group.WORLD):
+            return "default"
+    except Exception:
+        pass
+    return f"ranks {list(ranks)}"
+
+
+def print_summary(name: str, key_text: str, seconds: float, group: Any, chosen: str, rows: Sequence[Any],
+                  index: int, cache_file: Path) -> None:
+    """Print a finished tuning on the console, in the form Triton users know, with where it was written."""
+    console().info(
+        "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group '%s',\n"
+        "best config selected: %s;\n%s\ncache file: %s\nlogs: %s", name, key_text, seconds, group.size,
+        group_title(group), chosen, format_table(rows, index), cache_file, job_dir())
+
+
+def print_cache_hit(name: str, key_text: str, group: Any, chosen: str, cache_file: Path) -> None:
+    """Print that a key's decision was read from the cache."""
+    console().info("Triton autotuning for function %s,\nwith key as %s: cache hit on %d rank(s) of group '%s',\n"
+                   "config: %s\ncache file: %s", name, key_text, group.size, group_title(group), chosen, cache_file)
 
 
 class Progress:

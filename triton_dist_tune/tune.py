@@ -140,10 +140,12 @@ class Tuner:
         found = group.broadcast(found, f"{label} cache lookup", timeout=timeout)
         if found is not None:
             rank_log.info("%s cache hit: config %d %s", label, found, self.descriptions[found])
+            if group.rank == 0 and logs.printing_enabled(verbose):
+                logs.print_cache_hit(self.name, key_text, group, self.descriptions[found], self.cache.path(entry))
             return self.space[found]
 
         rank_log.info("%s tuning %d configs on %d rank(s) of group '%s'", label, len(self.space), group.size,
-                      group.name)
+                      logs.group_title(group))
         kept = self._prune(group, label, args, kwargs, timeout)
         journal = Journal(self.cache.folder / f"{entry}.rank{group.rank}.journal")
         try:  # the journal is locked while this tuning runs; on an error its records stay for the next attempt
@@ -156,10 +158,8 @@ class Tuner:
             journal.close()
         self.tables[(group.name, key)] = rows
         if group.rank == 0 and logs.printing_enabled(verbose):
-            logs.console().info(
-                "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group "
-                "'%s',\nbest config selected: %s;\n%s", self.name, key_text, time.perf_counter() - started,
-                group.size, group.name, self.descriptions[index], logs.format_table(rows, index))
+            logs.print_summary(self.name, key_text, time.perf_counter() - started, group, self.descriptions[index],
+                               rows, index, self.cache.path(entry))
         return self.space[index]
 
     def _agree(self, group: Group, key_text: str, key_error: str | None, kwargs: dict[str, Any]) -> None:
