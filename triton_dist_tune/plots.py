@@ -57,7 +57,8 @@ def _bars(ax: Axes, entry: Entry) -> None:
             ax.text(o.time + top * 0.01 + (error or 0), row, note, va="center", fontsize=8)
         else:
             ax.barh(row, top * 0.02, color=color, hatch="//" if o.state == "failed" else "..", alpha=0.6)
-            ax.text(top * 0.03, row, f"{o.state}: {_clip(o.error or '', 60)}", va="center", fontsize=8, color=color)
+            note = o.state + (f": {_clip(o.error, 60)}" if o.error else "")
+            ax.text(top * 0.03, row, note, va="center", fontsize=8, color=color)
     ax.set_yticks(range(len(outcomes)), [f"#{o.index} {_clip(o.config, 38)}" for o in outcomes], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlim(0, top * 1.45)
