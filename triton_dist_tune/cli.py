@@ -108,9 +108,9 @@ def _outcome_rows(entry: dec.Entry) -> list[list[str]]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    entries, _ = dec.scan(_root(args))
     path = Path(args.name)
-    entry = dec.read_entry(path) if path.suffix == ".json" and path.exists() else dec.find(entries, args.name)
+    entry = dec.read_entry(path) if path.suffix == ".json" and path.exists() else dec.find(
+        dec.scan(_root(args))[0], args.name)
     if args.json:
         _emit_json(entry.to_json())
         return 0
@@ -184,7 +184,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
         doomed += [p for f in folders for p in (*f.glob("*.json"), *f.glob("*.journal")) if not p.name.startswith(".")]
     elif args.older_than:  # journals and corrupt files older than the age, by their modification time
         limit = time.time() - dec.parse_age(args.older_than)
-        strays = [Path(str(p).split(": ", 1)[0]) for p in problems] if not args.stale else []
+        strays = [p.path for p in problems if p.path is not None] if not args.stale else []
         doomed += [p for p in dec.journal_files(root) + strays
                    if (not args.function or p.parent.name == args.function) and p.stat().st_mtime < limit]
     doomed = sorted(set(doomed))

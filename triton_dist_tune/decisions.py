@@ -27,6 +27,11 @@ BUNDLE_FORMAT = 1
 class CacheError(Exception):
     """A cache folder, cache file or bundle that cannot be used; the message is one line for a person."""
 
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        #: the file at fault, where there is one
+        self.path = path
+
 
 @dataclass
 class Entry:
@@ -117,13 +122,13 @@ def _margin(outcomes: list[Outcome], chosen: int) -> tuple[float | None, int | N
 def parse_entry(path: Path, data: Any) -> Entry:
     """The decision in ``data`` (read from ``path``); raises :class:`CacheError` when it is not one."""
     if not isinstance(data, dict):
-        raise CacheError(f"{path}: not a cache entry (a JSON {type(data).__name__}, not an object)")
+        raise CacheError(f"{path}: not a cache entry (a JSON {type(data).__name__}, not an object)", path)
     fmt = data.get("format")
     if fmt not in (1, 2):
-        raise CacheError(f"{path}: unknown cache format {fmt!r} (this reader knows 1 and 2)")
+        raise CacheError(f"{path}: unknown cache format {fmt!r} (this reader knows 1 and 2)", path)
     index, config = data.get("index"), data.get("config")
     if type(index) is not int or not isinstance(config, str) or not isinstance(data.get("versions"), dict):
-        raise CacheError(f"{path}: malformed cache entry (needs index, config and versions)")
+        raise CacheError(f"{path}: malformed cache entry (needs index, config and versions)", path)
     rows = data.get("measurements") if isinstance(data.get("measurements"), list) else []
     if fmt == 2:
         outcomes = [o for o in (Outcome.from_json(r) for r in rows) if o is not None]
@@ -159,11 +164,11 @@ def read_entry(path: Path) -> Entry:
     except FileNotFoundError:
         raise CacheError(f"{path}: no such cache file") from None
     except OSError as exc:
-        raise CacheError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise CacheError(f"{path}: cannot read ({exc.strerror or exc})", path) from None
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise CacheError(f"{path}: corrupt cache file (not JSON: {exc})") from None
+        raise CacheError(f"{path}: corrupt cache file (not JSON: {exc})", path) from None
     return parse_entry(path, data)
 
 
