@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .cache import env_flag
+from .records import Decision, Outcome
 
 _lock = threading.Lock()
 _file_loggers: dict[int, logging.Logger] = {}
@@ -146,29 +147,32 @@ def console() -> logging.Logger:
         return _console
 
 
-def _field(row: Any, name: str) -> Any:
-    """A field of a table row, whether a dict (format 1) or an :class:`~triton_dist_tune.records.Outcome`."""
-    return row.get(name) if isinstance(row, dict) else getattr(row, name, None)
-
-
-def format_table(rows: Sequence[Any], chosen: int | None) -> str:
-    """A text table of measurements: index, group time with its spread, this rank's time, status, config."""
-    header = f"{'':2}{'#':>4}  {'group ms':>10}  {'spread':>7}  {'rank ms':>10}  {'status':<10} config"
+def format_table(outcomes: Sequence[Outcome], chosen: int | None) -> str:
+    """A text table of outcomes: index, group median, spread, this rank's median, samples, state, config."""
+    header = f"{'':2}{'#':>4}  {'group ms':>10}  {'spread':>7}  {'rank ms':>10}  {'n':>3}  {'status':<9} config"
     lines = [header]
-    for row in rows:
-        index, time_ms, own, spread = (_field(row, k) for k in ("index", "time", "own", "spread"))
-        mark = "->" if index == chosen else ""
-        group_ms = f"{time_ms:.4f}" if time_ms is not None else "-"
-        own_ms = f"{own:.4f}" if own is not None else "-"
-        spread_text = f"±{100 * spread:.1f}%" if spread is not None else "-"
-        state = _field(row, "state")
-        status = "stopped" if _field(row, "early_stop") else "ok" if state == "measured" else state
-        config = _field(row, "config")
-        text = f"{mark:2}{index:>4}  {group_ms:>10}  {spread_text:>7}  {own_ms:>10}  {status:<10} {config}"
-        if _field(row, "error"):
-            text += f"  [{_field(row, 'error')}]"
+    for o in outcomes:
+        mark = "->" if o.index == chosen else ""
+        group_ms = f"{o.time:.4f}" if o.time is not None else "-"
+        spread = f"+-{100 * o.spread:.1f}%" if o.spread is not None else "-"
+        own_ms = f"{o.own:.4f}" if o.own is not None else "-"
+        status = "ok" if o.state == "measured" else o.state
+        if o.resumed:
+            status += "*"
+        text = (f"{mark:2}{o.index:>4}  {group_ms:>10}  {spread:>7}  {own_ms:>10}  {o.samples:>3}  {status:<9} "
+                f"{o.config}")
+        if o.error:
+            text += f"  [{o.error}]"
         lines.append(text)
     return "\n".join(lines)
+
+
+def margin_text(decision: Decision) -> str:
+    """How sure a decision is, in words: the margin over the runner-up, and whether it is a near-tie."""
+    if decision.margin is None:
+        return " (the only usable config)"
+    tie = ", a near-tie" if decision.near_tie else ""
+    return f" ({100 * decision.margin:.1f}% ahead of config {decision.runner_up}{tie})"
 
 
 def group_title(group: Any) -> str:
@@ -188,13 +192,13 @@ def group_title(group: Any) -> str:
     return f"ranks {list(ranks)}"
 
 
-def print_summary(name: str, key_text: str, seconds: float, group: Any, chosen: str, rows: Sequence[Any],
-                  index: int, cache_file: Path) -> None:
+def print_summary(name: str, key_text: str, group: Any, decision: Decision, cache_file: Path) -> None:
     """Print a finished tuning on the console, in the form Triton users know, with where it was written."""
     console().info(
-        "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group '%s',\n"
-        "best config selected: %s;\n%s\ncache file: %s\nlogs: %s", name, key_text, seconds, group.size,
-        group_title(group), chosen, format_table(rows, index), cache_file, job_dir())
+        "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group '%s' "
+        "(%s timing, %d round(s)),\nbest config selected: %s%s;\n%s\ncache file: %s\nlogs: %s", name, key_text,
+        decision.seconds, group.size, group_title(group), decision.timing, decision.rounds, decision.config,
+        margin_text(decision), format_table(decision.outcomes, decision.index), cache_file, job_dir())
 
 
 def print_cache_hit(name: str, key_text: str, group: Any, chosen: str, cache_file: Path) -> None:
