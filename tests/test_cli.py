@@ -147,8 +147,9 @@ def test_show_prints_the_whole_table_with_failures(tuned, tmp_path):
     assert any(r[0] == "->" and r[1] == "1" for r in rows)
     data = json.loads(cli("show", name, "--json", "--cache-dir", str(cache)).stdout)
     states = {m["index"]: m["state"] for m in data["measurements"]}
-    assert states == {0: "measured", 1: "measured", 2: "measured", 3: "failed"}  # config 4 pruned for this key
-    assert all(len(m["per_rank"]) == 2 for m in data["measurements"] if m["state"] == "measured")
+    assert states[1] == "measured" and states[3] == "failed" and states[0] in ("measured", "stopped")
+    assert states[2] in ("measured", "stopped") and states.get(4, "pruned") == "pruned"  # pruned for this key
+    assert all(len(m["per_rank"]) == 2 for m in data["measurements"] if m["state"] in ("measured", "stopped"))
     by_path = cli("show", str(big), "--cache-dir", str(cache))
     assert by_path.returncode == 0 and "key: (8,)" in by_path.stdout
     format2 = cli("show", "drifting", "--cache-dir", str(format2_entry(cache).parents[1]))

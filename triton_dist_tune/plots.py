@@ -143,19 +143,18 @@ def plot_function(entries: list[Entry], out: Path) -> Path:
     across.legend(fontsize=7, ncol=4)
     across.grid(alpha=0.3)
     key_colors = plt.get_cmap("tab10")
-    for x, e in enumerate(entries):
-        best = e.time_ms or next((o.time for o in e.measurements if o.index == e.index and o.time), None)
-        if not best:
-            continue
-        points = sorted(p for pos, o in enumerate(e.measurements) for p in zip(*timeline(o, pos), strict=True))
+    for x, e in enumerate(entries):  # each round relative to its own config's median: drift is a common trend
+        points = sorted((order, t / o.time) for pos, o in enumerate(e.measurements) if o.time
+                        for order, t in zip(*timeline(o, pos), strict=True))
         if points:
-            drift.plot([p[0] for p in points], [p[1] / best for p in points], "o-", markersize=3, linewidth=0.8,
+            drift.plot([p[0] for p in points], [p[1] for p in points], "o-", markersize=3, linewidth=0.8,
                        color=key_colors(x % 10), label=_clip(e.key, 28))
     drift.xaxis.set_major_locator(MaxNLocator(integer=True))
-    drift.axhline(1.0, color=CHOSEN, linewidth=1, linestyle="--")
+    drift.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     drift.set_xlabel("order measured (config order where not recorded)")
-    drift.set_ylabel("time / chosen time")
-    drift.set_title("measurement timelines, relative to each key's chosen config", fontsize=9)
+    drift.set_ylabel("round time / its config's median")
+    drift.set_title("measurement timelines: every round against its config's median (a trend is drift)",
+                    fontsize=9)
     if len(entries) <= 10:
         drift.legend(fontsize=7, ncol=2)
     drift.grid(alpha=0.3)
