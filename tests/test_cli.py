@@ -180,6 +180,25 @@ def test_missing_and_corrupt_caches_are_one_line_errors(tuned, tmp_path):
     assert unknown.returncode == 2 and "no decision called" in unknown.stderr
 
 
+def test_contextual_entries_are_listed_with_their_kernel(tmp_path):
+    """contextual_autotune's entries (under <root>/contextual/) keep the kernel and a table of rows of their own."""
+    table = [{"index": 0, "config": "BLOCK: 64, num_warps: 4", "state": "measured", "time": 0.5, "per_rank": [0.5, 0.4],
+              "error": None},
+             {"index": 1, "config": "BLOCK: 128, num_warps: 4", "state": "measured", "time": 0.4,
+              "per_rank": [0.4, 0.4], "error": None},
+             {"index": 2, "config": "BLOCK: 256, num_warps: 8", "state": "skipped", "time": None, "per_rank": None,
+              "error": None}]
+    data = {"format": 2, "function": "layer", "kernel": "__main__.add_kernel", "key": "(64, 'torch.float32')",
+            "index": 1, "config": "BLOCK: 128, num_warps: 4", "group_size": 2, "time_ms": 0.4, "space": "x",
+            "versions": versions(), "gpu": "cpu", "gpu_count": 0, "measurements": table}
+    write_json_atomic(tmp_path / "contextual" / "00aa.json", data)
+    listed = cli("list", "--cache-dir", str(tmp_path))
+    assert listed.returncode == 0 and "layer:add_kernel" in listed.stdout and "+25.0%" in listed.stdout
+    shown = json.loads(cli("show", "contextual/00aa", "--json", "--cache-dir", str(tmp_path)).stdout)
+    assert shown["kernel"] == "__main__.add_kernel" and shown["margin"] == pytest.approx(0.25)
+    assert [m["state"] for m in shown["measurements"]] == ["measured", "measured", "pruned"]
+
+
 # -- plot ------------------------------------------------------------------------------------------------------
 
 

@@ -87,7 +87,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for e in entries:
         function = e.function if e.kernel is None else f"{e.function}:{e.kernel.rsplit('.', 1)[-1]}"
         margin = _pct(e.margin) + (" (tie)" if e.near_tie else "")
-        rows.append([e.name[: len(e.path.parent.name) + 9], _clip(function, 24), _clip(e.key, 36),
+        rows.append([f"{e.path.parent.name}/{e.path.stem[:8]}", _clip(function, 24), _clip(e.key, 36),
                      _clip(e.config, 48), _ms(e.time_ms), margin, str(e.group_size or "-"),
                      f"{e.gpu} x{e.gpu_count}" if e.gpu_count else e.gpu, _versions_text(e, now),
                      dec.age_text(wall - e.created)])

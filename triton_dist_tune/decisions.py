@@ -130,13 +130,12 @@ def parse_entry(path: Path, data: Any) -> Entry:
     if type(index) is not int or not isinstance(config, str) or not isinstance(data.get("versions"), dict):
         raise CacheError(f"{path}: malformed cache entry (needs index, config and versions)", path)
     rows = data.get("measurements") if isinstance(data.get("measurements"), list) else []
-    if fmt == 2:
-        outcomes = [o for o in (Outcome.from_json(r) for r in rows) if o is not None]
-    else:
-        outcomes = [o for o in (_outcome_of_format1(r) for r in rows) if o is not None]
+    # format 2 stores Outcome.to_json() rows; a row that is not one (format 1, a contextual table) is read as one
+    found = [(Outcome.from_json(r) if fmt == 2 else None) or _outcome_of_format1(r) for r in rows]
+    outcomes = [o for o in found if o is not None]
     outcomes.sort(key=lambda o: o.index)
     margin, runner_up = _finite(data.get("margin")), data.get("runner_up")
-    if fmt == 1:
+    if fmt == 1 or "margin" not in data:  # not recorded (format 1, contextual entries): from the measurements
         margin, runner_up = _margin(outcomes, index)
     created = _finite(data.get("created"))
     if created is None:
