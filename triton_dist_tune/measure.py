@@ -3,9 +3,9 @@
 For one key, on every rank, with the configs left after pruning and the journal:
 
 1. **Warm up** each config in the agreed order (under the watchdog, every run started by all ranks together): one
-   checked run when ``ref_prog`` is given, ``n_warmup`` runs, and in steady timing two probes that measure the
-   launch gap (:func:`~triton_dist_tune.timing.batch_length`). One exchange then shares "ok or error" and the
-   probes: a config that failed anywhere is failed everywhere, and the batch length is the group's maximum.
+   checked run when ``ref_prog`` is given, ``n_warmup`` runs, and in steady timing one probe sample that gives the
+   batch length (:func:`~triton_dist_tune.timing.batch_length`). One exchange then shares "ok or error" and the
+   wanted batch length: a config that failed anywhere is failed everywhere, and the batch is the group's maximum.
 2. **Race** (:mod:`triton_dist_tune.race`): rounds over the configs still running, in an order the group shares
    and changes every round. Each sample (a batch of back-to-back calls in ``steady`` timing, one call after an
    L2 flush in ``cold``) starts right after an exchange, so the ranks start it together, and is followed by one
@@ -41,7 +41,7 @@ from .race import Race, RacePlan
 from .records import Outcome
 from .side_effects import ArgumentState
 from .stats import median, spread
-from .timing import PROBE_CALLS, batch_length, time_sample
+from .timing import PROBE_CALLS, batch_length, calls_per_sample, time_sample
 from .watchdog import WATCHDOG, exchange_timeout
 
 #: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too
@@ -62,7 +62,7 @@ class Plan:
     race: RacePlan
     #: "steady" or "cold" (see :mod:`triton_dist_tune.timing`)
     timing: str = "steady"
-    #: calls per steady sample; None: measured per config from two probes
+    #: timed calls per steady sample; None: from a probe per config
     batch: int | None = None
 
 
@@ -110,7 +110,7 @@ class Trial:
         return out
 
     def sample(self, config: dict[str, Any], batch: int, cold: bool) -> float:
-        """One timed sample (ms per call)."""
+        """One timed sample (ms per call); see :func:`~triton_dist_tune.timing.time_sample`."""
         return time_sample(self.clock, lambda: self.call(config), batch, cold)
 
     def checked_run(self, config: dict[str, Any]) -> str | None:
@@ -197,7 +197,7 @@ class Measurer:
     # -- warm-up ---------------------------------------------------------------------------------------------------
 
     def _warmup_runs(self, index: int, config: dict[str, Any]) -> list[Callable[[], Any]]:
-        """The runs of a config's warm-up: the checked run, ``n_warmup`` runs, and the two steady probes."""
+        """The runs of a config's warm-up: the checked run, ``n_warmup`` runs, and the steady probe."""
         def checked() -> None:
             self._count(index, 1)
             wrong = self.trial.checked_run(config)
@@ -208,16 +208,14 @@ class Measurer:
             self._count(index, 1)
             self.trial.call(config)
 
-        def probe(calls: int) -> Callable[[], float]:
-            def run() -> float:
-                self._count(index, calls)
-                return self.trial.sample(config, calls, cold=False)
-            return run
+        def probe() -> float:
+            self._count(index, calls_per_sample(PROBE_CALLS, cold=False))
+            return self.trial.sample(config, PROBE_CALLS, cold=False)
 
         runs: list[Callable[[], Any]] = [checked] if self.trial.reference is not None else []
         runs += [plain] * self.plan.n_warmup
         if not self.cold and self.plan.batch is None:
-            runs += [probe(1), probe(PROBE_CALLS)]
+            runs.append(probe)
         return runs
 
     def _warm(self, index: int, config: dict[str, Any], desc: str, aligned: bool) -> tuple[int | None, str | None]:
@@ -232,7 +230,7 @@ class Measurer:
             return 1, None
         if self.plan.batch is not None:
             return self.plan.batch, None
-        return batch_length(results[-2], results[-1]), None
+        return batch_length(results[-1]), None
 
     # -- lock-step -------------------------------------------------------------------------------------------------
 
@@ -257,7 +255,7 @@ class Measurer:
             for index in race.order():
                 config, desc = entries[index]
                 self.journal.append(index, "started", config=desc, phase=f"round {race.rounds}")
-                self._count(index, batches[index])
+                self._count(index, calls_per_sample(batches[index], self.cold))
                 self.sample_counts[index] = self.sample_counts.get(index, 0) + 1
                 value, error = self._guarded(index, desc, "sample",
                                              lambda c=config, i=index: self.trial.sample(c, batches[i], self.cold))
@@ -304,7 +302,7 @@ class Measurer:
             if error is None:
                 batch = wanted or 1
                 count = self.plan.race.max_rounds
-                self._count(index, batch * count)
+                self._count(index, calls_per_sample(batch, self.cold) * count)
                 self.sample_counts[index] = count
                 samples, error = self._guarded(
                     index, desc, "sharded",

@@ -7,8 +7,10 @@ device alike; on CPU ranks and under Triton's interpreter with the host clock.
 A **sample** (:func:`time_sample`) is one timed span of ``batch`` calls, reported in ms per call:
 
 - ``steady`` (the default timing mode): the calls run back to back, with no host synchronize and no exchange
-  between them, as a model layer runs them; the batch is long enough that the launch gap at its start is hidden
-  (:func:`batch_length` derives the length from two measured probes, never from a guess);
+  between them, as a model layer runs them. One untimed lead-in call is enqueued first and the span starts when
+  its device work ends: by then the next calls are already queued (no launch gap at the start of the span), and
+  the ranks' streams have met in the lead-in's collectives (no skew from the host-side alignment before it). The
+  batch length follows from a measured probe (:func:`batch_length`), never from a guess;
 - ``cold``: one call after the L2 cache is flushed (and, by the caller, the ranks aligned): for functions that run
   alone after idle time.
 """
@@ -26,11 +28,11 @@ log = logging.getLogger("triton_dist_tune")
 
 TIMING_MODES = ("steady", "cold")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024
-#: the launch gap at the start of a steady batch may cost at most this fraction of the batch
-GAP_FRACTION = 0.03
-#: bounds on the steady batch length: at least MIN, at most MAX calls, and no longer than MAX_SPAN_MS
-MIN_BATCH, MAX_BATCH, MAX_SPAN_MS = 1, 32, 50.0
-#: calls in the second probe of :func:`batch_length`
+#: a steady batch spans about this long (enough calls to average out per-call jitter), within the bounds below
+TARGET_SPAN_MS = 5.0
+#: bounds on the steady batch length, in calls
+MIN_BATCH, MAX_BATCH = 1, 32
+#: timed calls in the probe that :func:`batch_length` reads
 PROBE_CALLS = 4
 
 
@@ -172,10 +174,13 @@ def make_clock() -> HostClock | DeviceClock:
 
 
 def time_sample(clock: Any, call: Callable[[], Any], batch: int, cold: bool) -> float:
-    """One sample: ``batch`` back-to-back calls of ``call`` timed as one span (after an L2 flush when ``cold``),
-    in ms per call. The device is synchronized once, after the span."""
+    """One sample, in ms per call. Steady: an untimed lead-in call, then ``batch`` back-to-back calls timed as
+    one span that starts when the lead-in's device work ends. Cold: one call after an L2 flush. The device is
+    synchronized once, after the span."""
     if cold:
         clock.flush()
+    else:
+        call()
     start = clock.start()
     for _ in range(batch):
         call()
@@ -184,15 +189,14 @@ def time_sample(clock: Any, call: Callable[[], Any], batch: int, cold: bool) -> 
     return clock.read(token) / batch
 
 
-def batch_length(single_ms: float, probe_ms: float, probe_calls: int = PROBE_CALLS) -> int:
-    """The steady batch length that hides the launch gap at a batch's start, from two measured probes: a batch
-    of one call took ``single_ms``, a batch of ``probe_calls`` calls ``probe_ms`` per call.
+def calls_per_sample(batch: int, cold: bool) -> int:
+    """How many times one sample calls the function (the steady lead-in included)."""
+    return batch if cold else batch + 1
 
-    A batch of n calls takes ``gap + n * per_call``; the probes give ``per_call`` and ``gap``, and the batch is
-    made long enough that the gap costs at most :data:`GAP_FRACTION` of it, within the bounds above."""
-    total = probe_ms * probe_calls
-    per_call = max((total - single_ms) / (probe_calls - 1), 1e-9)
-    gap = max(single_ms - per_call, 0.0)
-    wanted = math.ceil(round(gap / (GAP_FRACTION * per_call), 6)) if gap > 0 else MIN_BATCH
-    longest = max(MIN_BATCH, int(MAX_SPAN_MS // per_call))
-    return max(MIN_BATCH, min(wanted, MAX_BATCH, longest))
+
+def batch_length(per_call_ms: float) -> int:
+    """The steady batch length for a function that takes ``per_call_ms`` per call in steady state (measured by a
+    probe sample): about :data:`TARGET_SPAN_MS` of calls, within [MIN_BATCH, MAX_BATCH]."""
+    if not per_call_ms > 0:
+        return MAX_BATCH
+    return max(MIN_BATCH, min(MAX_BATCH, math.ceil(round(TARGET_SPAN_MS / per_call_ms, 6))))
