@@ -112,13 +112,14 @@ def test_list_shows_every_decision_and_filters(tuned, tmp_path):
     out = cli("list", "--cache-dir", str(cache))
     assert out.returncode == 0, out.stderr
     assert "cli_sleepy" in out.stdout and "(4,)" in out.stdout and "(8,)" in out.stdout
-    assert "{variant: 1}" in out.stdout and "drifting" in out.stdout and "+30.0%" in out.stdout
+    chosen = {json.loads(p.read_text())["config"] for p in entries_of(tuned["cache"])}
+    assert all(c in out.stdout for c in chosen) and "drifting" in out.stdout and "+30.0%" in out.stdout
     assert "3 decision(s)" in out.stdout and "current" in out.stdout and "3d" in out.stdout
     data = json.loads(cli("list", "--json", "--cache-dir", str(cache)).stdout)
     by_key = {e["key"]: e for e in data["entries"]}
     assert {e["function"] for e in data["entries"]} == {"cli_sleepy", "drifting"}
     real = by_key["(4,)"]
-    assert real["index"] == 1 and real["group_size"] == 2 and real["gpu"] == "cpu" and real["stale"] is False
+    assert real["index"] in (1, 4) and real["group_size"] == 2 and real["gpu"] == "cpu" and real["stale"] is False
     times = {m["index"]: m["time"] for m in real["measurements"] if m["time"] is not None}
     assert real["margin"] == pytest.approx(min(t for i, t in times.items() if i != 1) / times[1] - 1)
     assert by_key["(1024, 'bf16')"]["margin"] == 0.3 and by_key["(1024, 'bf16')"]["format"] == 2
@@ -139,16 +140,17 @@ def test_show_prints_the_whole_table_with_failures(tuned, tmp_path):
     cache = cache_copy(tuned, tmp_path)
     big = next(p for p in entries_of(cache) if json.loads(p.read_text())["key"] == "(8,)")
     name = f"cli_sleepy/{big.stem[:8]}"
+    chosen = json.loads(big.read_text())["index"]  # config 1, unless load on this machine made another faster
     out = cli("show", name, "--cache-dir", str(cache))
     assert out.returncode == 0, out.stderr
-    assert "key: (8,)" in out.stdout and "chosen: config 1: {variant: 1}" in out.stdout
+    assert "key: (8,)" in out.stdout and f"chosen: config {chosen}: {{variant: {chosen}}}" in out.stdout
     assert "boom: config 3 does not fit on rank 1" in out.stdout and "failures:" in out.stdout
     rows = [line.split() for line in out.stdout.splitlines() if line.strip().startswith(("->", "0 ", "2 ", "3 "))]
-    assert any(r[0] == "->" and r[1] == "1" for r in rows)
+    assert [r[1] for r in rows if r[0] == "->"] == [str(chosen)]
     data = json.loads(cli("show", name, "--json", "--cache-dir", str(cache)).stdout)
     states = {m["index"]: m["state"] for m in data["measurements"]}
-    assert states[1] == "measured" and states[3] == "failed" and states[0] in ("measured", "stopped")
-    assert states[2] in ("measured", "stopped") and states.get(4, "pruned") == "pruned"  # pruned for this key
+    assert states[chosen] == "measured" and states[3] == "failed" and states.get(4) == "pruned"  # pruned for (8,)
+    assert all(states[i] in ("measured", "stopped") for i in (0, 1, 2))
     assert all(len(m["per_rank"]) == 2 for m in data["measurements"] if m["state"] in ("measured", "stopped"))
     by_path = cli("show", str(big), "--cache-dir", str(cache))
     assert by_path.returncode == 0 and "key: (8,)" in by_path.stdout
@@ -328,7 +330,7 @@ def test_logs_merge_the_ranks_of_a_job_into_one_timeline(tuned):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()[1:]
     assert any(" rank  0 " in line for line in lines) and any(" rank  1 " in line for line in lines)
-    assert sum("decision: config 1" in line for line in lines) == 4  # 2 keys x 2 ranks
+    assert sum("decision: config " in line for line in lines) == 4  # 2 keys x 2 ranks
     records = json.loads(cli("logs", str(first), "--json").stdout)["records"]
     times = [r["time"] for r in records]
     assert times == sorted(times) and {r["rank"] for r in records} == {0, 1}
