@@ -40,7 +40,8 @@ from .contextual import ContextualTuner
 
 
 def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int = 3, *, timeout: float | None = None,
-                        precompile: bool = True, name: str | None = None) -> Any:
+                        precompile: bool = True, name: str | None = None, max_runs: int | None = None,
+                        sync_every: int | None = None) -> Any:
     """Decorate a function so that each call tunes the ``triton.autotune`` kernels it launches, in context.
 
     :param is_dist: ``False``: this process tunes alone. ``True``: the default ``torch.distributed`` group (alone
@@ -54,14 +55,24 @@ def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int =
         :class:`~triton_dist_tune.errors.GroupTimeoutError`.
     :param precompile: on GPUs, compile every config of a newly met kernel in a thread pool before it is stepped.
     :param name: the name used in logs (default: the function's qualified name).
+    :param max_runs: the most runs of the function in one call (default ``TRITON_DIST_AUTOTUNE_MAX_RUNS`` or
+        1000); when reached, every unfinished (kernel, key) takes its best config so far (a warning says which).
+    :param sync_every: on a group, every this many calls the ranks make one exchange to tune the keys that some
+        rank met in a call without tuning (default ``TRITON_DIST_AUTOTUNE_SYNC_EVERY`` or 64; 1: every call).
 
     Each run advances each (kernel, key) by one step: ``n_warmup`` untimed then ``n_repeat`` timed launches per
     config; kernels with fewer configs finish first and then run their best. When all are done, the function runs
     once more with every best config and that result is returned. Per config the group time is the maximum over
     ranks of each rank's median; a config that fails on any rank (compile error, out of resources, any exception)
     is left out on every rank. Choices go into each kernel's own ``cache`` (later stock launches use them) and into
-    the disk cache (``<cache root>/contextual/``; group rank 0 reads it and broadcasts). A later call whose
-    launches are all decided runs the function once, without any communication.
+    the disk cache (``<cache root>/contextual/``; group rank 0 reads it and broadcasts). A later call runs the
+    function once, without any communication (except one exchange every ``sync_every`` calls on a group); a key
+    met there that the group has not decided runs with its first kept config until the group tunes it.
+
+    Triton's autotuner semantics hold while tuning: every tuning launch zeroes ``reset_to_zero``, restores
+    ``restore_value`` and calls the autotuner's ``pre_hook``/``post_hook`` (with the exception); meta-parameters
+    the caller passes (``BLOCK=...``, ``num_warps=...``, ``**config.all_kwargs()``) are overridden by the config
+    under test. Runs are guarded by the watchdog and journaled, as with ``autotune``.
 
     Outside a tuned call ``triton.autotune`` is untouched; interception is scoped to the calling thread or task
     (``contextvars``), so other threads launch stock. A tuned function called inside the tuning of another on
@@ -74,7 +85,8 @@ def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int =
         return contextual_autotune()(is_dist)
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        tuner = ContextualTuner(fn, is_dist, n_repeat, n_warmup, timeout=timeout, precompile=precompile, name=name)
+        tuner = ContextualTuner(fn, is_dist, n_repeat, n_warmup, timeout=timeout, precompile=precompile, name=name,
+                                max_runs=max_runs, sync_every=sync_every)
 
         @functools.wraps(fn)
         def tuned(*args: Any, **kwargs: Any) -> Any:
