@@ -54,9 +54,10 @@ def test_two_kernels_around_a_collective(env, n, tmp_path):
         assert res["stock_hit"] and res["cache"]  # a stock launch afterwards uses the choice (no benchmarking)
         assert res["patched_after"] is False
         assert len(res["tables"]["add_kernel"][0]["per_rank"]) == n
-    logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    (job,) = (tmp_path / "logs").iterdir()  # one folder per job
+    logs = sorted(p.name for p in job.glob("*.log"))
     assert logs == [f"rank-{i}.log" for i in range(n)]
-    text = (tmp_path / "logs" / "rank-1.log").read_text()
+    text = (job / "rank-1.log").read_text()
     text = re.sub(r"(kernel=__main__\.\w+)@[0-9a-f]{8}", r"\1", text)  # the wrapper's digest
     assert "step run=0 kernel=__main__.add_kernel key=(64, 'torch.float32', 'torch.float32', 'torch.float32') " \
            "config=0 phase=warmup iter=0 launches=1 times_ms=[" in text

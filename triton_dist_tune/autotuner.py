@@ -79,7 +79,7 @@ def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int =
 
     Outside a tuned call ``triton.autotune`` is untouched; interception is scoped to the calling thread or task
     (``contextvars``), so other threads launch stock. A tuned function called inside the tuning of another on
-    the same group is stepped by the outer one. Logs: ``.autotune_logs/rank-{i}.log``; set
+    the same group is stepped by the outer one. Logs: ``~/.triton_dist/logs/<job>/rank-{i}.log``; set
     ``TRITON_PRINT_AUTOTUNING=1`` for Triton's summary per decision on group rank 0.
 
     Also usable bare: ``@contextual_autotune``.
