@@ -71,7 +71,7 @@ def test_refine_times_the_leaders_again_and_chooses_among_them(env):
 @pytest.mark.parametrize("n", [2, 4])
 def test_sharded_tuning_agrees_in_a_fraction_of_the_time(env, n):
     results = run("sharded", env, n)
-    assert len({r["chosen"]["True"] for r in results}) == 1
     assert all(r["chosen"] == {"False": 5, "True": 5} for r in results)
-    for r in results:
-        assert r["timings"]["True"] < r["timings"]["False"] * (1.0 / n + 0.25), r["timings"]
+    for rank, r in enumerate(results):
+        assert r["runs"]["False"] == list(range(8))  # lock-step: every rank runs every config
+        assert r["runs"]["True"] == [v for v in range(8) if v % n == rank]  # sharded: its share only

@@ -84,11 +84,16 @@ class StoreGroup(Group):
         self.size = dist.get_world_size(pg)
         self.global_ranks = list(dist.get_process_group_ranks(pg))
         self.name = c10d._get_process_group_name(pg) or "default"
-        self.store = c10d._get_default_store()
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         self._prefix = f"triton_dist_tune/attempt{attempt}/{self.name}/"
         self._seq = 0
         self._lock = threading.Lock()
+
+    @property
+    def store(self) -> Any:
+        """The job's key-value store, fetched on each use and never kept: it must not outlive the process group
+        (a store kept here would keep rank 0's store server thread alive until the interpreter's exit)."""
+        return _job_store()
 
     def _key(self, seq: int, rank: int) -> str:
         return f"{self._prefix}{seq}/{rank}"
@@ -130,6 +135,17 @@ class StoreGroup(Group):
             f"{timeout:g} s at '{what}' for group ranks {list(missing)} (global {globals_}), which never arrived: "
             "they crashed, hung, or called the tuned function with another autotune_pg or key."
         )
+
+
+def _job_store() -> Any:
+    """The default group's key-value store (raises :class:`BadInputError` once the process group is destroyed)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        return c10d._get_default_store()
+    except (RuntimeError, ValueError) as exc:
+        raise BadInputError(f"triton_dist_tune: the process group is gone ({exc}): the tuner needs it to exchange "
+                            "with the other ranks") from exc
 
 
 class MpiGroup(Group):
