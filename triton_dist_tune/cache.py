@@ -117,16 +117,26 @@ def _names_used(code: Any) -> set[str]:
 
 
 def kernels_of(fn: Any) -> dict[str, str]:
-    """The Triton kernels ``fn`` refers to by a global name (directly or in its nested functions and lambdas),
-    name -> source identity. Kernels reached through other Python functions or attributes are not found: name
-    them in ``cache_key_extra``."""
+    """The Triton kernels ``fn`` refers to by a global or enclosing function's name, or as an attribute of a module
+    it names (in its nested functions and lambdas too): name -> source identity. Kernels reached through other
+    Python functions or objects are not found: put what identifies them in ``cache_key_extra``."""
     fn = inspect.unwrap(fn) if callable(fn) else fn
     code, namespace = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
     if code is None or namespace is None:
         return {}
+    namespace = dict(namespace)
+    for var, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False):
+        try:
+            namespace[var] = cell.cell_contents  # variables of an enclosing function
+        except ValueError:
+            pass
+    names = sorted(_names_used(code) | set(code.co_freevars))
+    modules = [namespace[n] for n in names if inspect.ismodule(namespace.get(n))]
     found = {}
-    for name in sorted(_names_used(code)):
+    for name in names:
         text = _kernel_text(namespace.get(name))
+        for module in modules:  # ``kernels.my_kernel[grid](...)``
+            text = text or _kernel_text(getattr(module, name, None))
         if text is not None:
             found[name] = text
     return found

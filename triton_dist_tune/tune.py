@@ -127,8 +127,8 @@ class Tuner:
         pg = kwargs.pop("autotune_pg", None)
         overwrite = bool(kwargs.pop("autotune_allow_arg_overwrite", False))
         typos = sorted(k for k in kwargs if k.startswith("autotune") and k not in self.params)
-        problem = (f"{self.name}() got unknown tuner keyword(s) {typos}; the tuner's call keywords are "
-                   f"{sorted(CALL_KEYWORDS)}") if typos else None
+        problem = (f"{getattr(self.fn, '__qualname__', self.name)}() got unknown tuner keyword(s) {typos}; the "
+                   f"tuner's call keywords are {sorted(CALL_KEYWORDS)}") if typos else None
         if not enabled:
             if problem:
                 raise BadInputError(problem)
