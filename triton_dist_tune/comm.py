@@ -253,12 +253,14 @@ class GroupIndex:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[Any, Group]] = {}
+        #: id(group object) -> (weak reference to it, its channel, the channel's identity); read directly by the
+        #: hot path, which checks ``entry[0]() is pg`` itself
+        self.entries: dict[int, tuple[Any, Group, tuple]] = {}
         self._lock = threading.Lock()
 
     def find(self, pg: Any) -> Group | None:
         """The channel of ``pg`` when one exists for this very object, else None."""
-        entry = self._entries.get(id(pg))
+        entry = self.entries.get(id(pg))
         if entry is not None and entry[0]() is pg:
             return entry[1]
         return None
@@ -275,18 +277,18 @@ class GroupIndex:
                 ref: Any = weakref.ref(pg, lambda _, k=key: self._drop(k))
             except TypeError:  # not weakly referenceable: keep it alive instead (its id can then never be reused)
                 ref = (lambda obj: lambda: obj)(pg)
-            self._entries[key] = (ref, group)
+            self.entries[key] = (ref, group, group.identity)
             return group
 
     def _drop(self, key: int) -> None:
-        entry = self._entries.get(key)
+        entry = self.entries.get(key)
         if entry is not None and entry[0]() is None:
-            del self._entries[key]
+            del self.entries[key]
 
     def clear(self) -> None:
         """Forget every channel."""
         with self._lock:
-            self._entries.clear()
+            self.entries.clear()
 
 
 _groups = GroupIndex()
@@ -299,8 +301,13 @@ def _is_mpi_comm(obj: Any) -> bool:
 
 
 def find_group(pg: Any) -> Group | None:
-    """The channel already made for ``pg`` (an explicit ``autotune_pg``), or None: the hot path's lookup."""
+    """The channel already made for ``pg`` (an explicit ``autotune_pg``), or None."""
     return _groups.find(pg)
+
+
+def channel_entries() -> dict[int, tuple[Any, Group, tuple]]:
+    """The hot path's view of the channels: see :attr:`GroupIndex.entries`."""
+    return _groups.entries
 
 
 def resolve_group(pg: Any = None) -> Group:

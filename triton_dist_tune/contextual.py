@@ -42,19 +42,19 @@ MAX_IDLE_RUNS = 2
 _ALONE = SingleGroup()
 #: autotuner -> {(group, key): config}: the choices made in this process, per group, so that a choice made by one
 #: group (or by a rank alone) is never taken for another group's
-_decided: weakref.WeakKeyDictionary[Any, dict[tuple[int, tuple], Any]] = weakref.WeakKeyDictionary()
+_decided: weakref.WeakKeyDictionary[Any, dict[tuple[tuple, tuple], Any]] = weakref.WeakKeyDictionary()
 _decided_lock = threading.Lock()
 
 
 def decided_config(autotuner: Any, key: tuple, group: Group) -> Any:
     """The config a contextual tuning on ``group`` chose for ``autotuner`` and ``key`` in this process, or None."""
     table = _decided.get(autotuner)  # read without the lock: a dict lookup is atomic, writers hold the lock
-    return None if table is None else table.get((id(group), key))
+    return None if table is None else table.get((group.identity, key))  # name and ranks: never id()
 
 
 def _decide(autotuner: Any, key: tuple, config: Any, group: Group) -> None:
     with _decided_lock:
-        _decided.setdefault(autotuner, {})[(id(group), key)] = config
+        _decided.setdefault(autotuner, {})[(group.identity, key)] = config
     autotuner.cache[key] = config  # later stock launches hit
 
 
@@ -403,7 +403,7 @@ class ContextualTuner:
         self.decisions: dict[tuple[str, str], dict[str, Any]] = {}
         #: runs of the function in the last call
         self.last_runs = 0
-        self._called: set[int] = set()
+        self._called: set[tuple] = set()
 
     def group(self) -> Group:
         """The group this function tunes with: alone, the default group, or the given one."""
@@ -417,10 +417,10 @@ class ContextualTuner:
         outer = intercept.active_handler()
         if isinstance(outer, Session) and outer.group is group:
             return self.fn(*args, **kwargs)  # nested in a tuning of the same group: that tuning steps our kernels
-        session = Session(self, group, first=id(group) not in self._called)
+        session = Session(self, group, first=group.identity not in self._called)
         try:
             out = session.call(args, kwargs)
         finally:
             self.last_runs = session.runs
-        self._called.add(id(group))
+        self._called.add(group.identity)
         return out

@@ -26,7 +26,7 @@ from typing import Any
 
 from . import logs, settings
 from .cache import DiskCache, dependency_text, entry_id, source_of
-from .comm import Group, find_group, resolve_group
+from .comm import Group, channel_entries, resolve_group
 from .errors import AllConfigsFailedError, BadInputError, MismatchError
 from .journal import Journal, merge
 from .measure import Measurer, Plan, Reference, Trial, describe_error
@@ -463,20 +463,21 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
                       sharded=sharded, precompile_fn=precompile_fn, compile_threads=compile_threads,
                       refine_top=refine_top, name=name, cache_key_extra=cache_key_extra)
         decided, decided_in, slow, keywords = tuner.decided, tuner.decided_in, tuner.call, CALL_KEYWORDS
-        find = find_group
+        channels = channel_entries()
 
         @functools.wraps(fn)
         def tuned(*args: Any, **kwargs: Any) -> Any:
             if kwargs and not keywords.isdisjoint(kwargs):
                 pg = kwargs.pop("autotune_pg", None)
                 if pg is not None and keywords.isdisjoint(kwargs):  # a TP layer's call: its group, decided key
-                    group = find(pg)  # this very group object's channel, if it has tuned (never by id alone)
-                    try:
-                        config = decided_in.get((group.identity, key_fn(*args, **kwargs))) if group else None
-                    except Exception:
-                        config = None
-                    if config is not None:
-                        return fn(*args, **kwargs, **config)
+                    entry = channels.get(id(pg))
+                    if entry is not None and entry[0]() is pg:  # this very group object's channel (not just its id)
+                        try:
+                            config = decided_in.get((entry[2], key_fn(*args, **kwargs)))
+                        except Exception:
+                            config = None
+                        if config is not None:
+                            return fn(*args, **kwargs, **config)
                 kwargs["autotune_pg"] = pg
                 return slow(args, kwargs)
             try:
