@@ -75,7 +75,8 @@ def all_fail_then_fixed():
     tdt.init_distributed()
     step = make_failing("allfail_fixed")
     result = outcome(step, torch.ones(2))
-    journals = sorted(p.name for p in Path(step.tuner.cache.folder).glob("*.journal"))
+    # this rank's own journals (the ranks share the folder; the others remove theirs at their own pace)
+    journals = sorted(p.name for p in Path(step.tuner.cache.folder).glob(f"*.rank{rank()}*.journal"))
     emit(result=result, journals=journals)
 
 
@@ -170,7 +171,12 @@ def not_a_member():
     """Rank 1 is not in the group new_group([0]) made: torch gives it -100."""
     tdt.init_distributed()
     group = dist.new_group([0])
-    f = tdt.autotune(SPACE, key_fn=lambda x: 0, n_warmup=0, n_repeat=1, name="member")(lambda x, *, block: block)
+
+    @tdt.autotune(SPACE, key_fn=lambda x: 0, n_warmup=0, n_repeat=1, name="member")
+    def f(x, *, block):
+        time.sleep(SLEEP_MS[block] / 1e3)
+        return block
+
     emit(result=outcome(f, 1, autotune_pg=group))
 
 
@@ -180,7 +186,11 @@ def waiting_rank_reports():
     tdt.init_distributed()
     if rank() == 1:
         time.sleep(float(os.environ.get("LATE_S", "3")))
-    f = tdt.autotune(SPACE, key_fn=lambda: 0, n_warmup=0, n_repeat=1, name="late")(lambda *, block: block)
+    @tdt.autotune(SPACE, key_fn=lambda: 0, n_warmup=0, n_repeat=1, name="late")
+    def f(*, block):
+        time.sleep(SLEEP_MS[block] / 1e3)
+        return block
+
     emit(result=outcome(f))
 
 
