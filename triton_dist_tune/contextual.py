@@ -570,9 +570,13 @@ class Session:
             except (OSError, ValueError) as exc:
                 log.warning("triton_dist_tune: could not write the contextual cache (%s)", exc)
             if logs.printing_enabled(None):
-                logs.console().info("Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs,\n"
-                                    "best config selected: %s;", track.name, track.key_text,
-                                    time.monotonic() - self._started, track.names[track.best])
+                logs.console().info(
+                    "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group "
+                    "'%s' (%d run(s) of %s),\nbest config selected: %s;\n%s\ncache file: %s\nlogs: %s", track.name,
+                    track.key_text, time.monotonic() - self._started, self.group.size, logs.group_title(self.group),
+                    track.runs, self.tuner.name, track.names[track.best], logs.format_table(track.outcomes(),
+                                                                                              track.best),
+                    self.cache.path(track.entry), logs.job_dir())
         if local is not None:
             local.journal.remove()  # after the decision is in the cache (rank 0), so a crash loses nothing
 
