@@ -205,3 +205,39 @@ def print_cache_hit(name: str, key_text: str, group: Any, chosen: str, cache_fil
     """Print that a key's decision was read from the cache."""
     console().info("Triton autotuning for function %s,\nwith key as %s: cache hit on %d rank(s) of group '%s',\n"
                    "config: %s\ncache file: %s", name, key_text, group.size, group_title(group), chosen, cache_file)
+
+
+# -- reading a job's logs back (the command line's ``logs``) --------------------------------------------------
+
+
+def job_folders(root: Path) -> list[Path]:
+    """The job folders under the log folder ``root``, oldest first (by their last write)."""
+    if not root.is_dir():
+        return []
+    folders = [p for p in root.iterdir() if p.is_dir() and any(p.glob("rank-*.jsonl"))]
+    return sorted(folders, key=lambda p: (max(f.stat().st_mtime for f in p.glob("rank-*.jsonl")), p.name))
+
+
+def read_job(folder: Path) -> tuple[list[dict[str, Any]], int]:
+    """Every rank's JSON-lines records of the job in ``folder``, merged in time order (ties: by rank), and the
+    number of damaged lines skipped (a rank killed mid-write leaves a torn last line)."""
+    records, damaged = [], 0
+    for path in sorted(folder.glob("rank-*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if isinstance(record, dict) and isinstance(record.get("time"), (int, float)) and "message" in record:
+                records.append(record)
+            elif line.strip():
+                damaged += 1
+    records.sort(key=lambda r: (r["time"], r.get("rank", 0)))
+    return records, damaged
+
+
+def render_record(record: dict[str, Any]) -> str:
+    """One record as a timeline line: time, rank, level, message (continuation lines indented)."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(record["time"])) + f".{int(record['time'] * 1000) % 1000:03d}"
+    head = f"{stamp} rank {record.get('rank', '?'):>2} {record.get('level', 'INFO'):<7} "
+    return head + str(record["message"]).replace("\n", "\n" + " " * len(head))
