@@ -14,7 +14,8 @@ message.
   per-round ratios (:func:`~triton_dist_tune.stats.clearly_slower`: over 25% slower in each of two or more
   rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
   ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the
-  leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done.
+  leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done. Nobody leaves after the last
+  round (it would save nothing): the configs still running then are all ``measured``.
 - **The end.** When one config is left, when ``max_rounds`` rounds are done, or when the time budget is spent (and
   ``min_rounds`` are done): the least median among those still running wins (ties: the lower index).
 """
@@ -115,8 +116,8 @@ class Race:
             while len(entrant.samples) < self.rounds:
                 entrant.samples.append(None)
         running = [i for i in self.running if self.entrants[i].timed()]
-        if len(running) < 2:
-            return []
+        if len(running) < 2 or self.rounds >= self.plan.max_rounds:
+            return []  # nothing to race against, or the last round: leaving would save nothing
         leader = self.leader(running)
         best = self.entrants[leader]
         leaving = set()
