@@ -2,7 +2,7 @@
 
 Usage: python hardening_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set, or alone). Prints
 ``RESULT {json}``. ``FIXED=1`` makes the ``all_fail_then_fixed`` function work; ``REF_FAILS=1`` makes ``ref_prog``
-raise on rank 1.
+raise on rank 1. The functions time cold (one call per sample), so that the tests can count calls.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def callers_errors():
     tdt.init_distributed()
     calls = collections.Counter()
 
-    @tdt.autotune(SPACE, key_fn=lambda x, *a, **k: x.numel(), n_warmup=0, n_repeat=1, name="positional")
+    @tdt.autotune(SPACE, key_fn=lambda x, *a, **k: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name="positional")
     def scale(x, block=16):
         calls[block] += 1
         return float(x.sum()) * block
@@ -58,7 +58,7 @@ def callers_errors():
 
 
 def make_failing(name: str):
-    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, name=name)
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name=name)
     def step(x, *, block):
         if os.environ.get("FIXED") != "1":
             raise RuntimeError("Default process group has not been initialized (simulated)")
@@ -91,7 +91,8 @@ def ref_prog_fails_on_one_rank():
             raise ValueError("reference needs more memory than there is")
         return x * 2
 
-    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, ref_prog=reference, name="refprog")
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, timing="cold", ref_prog=reference,
+                  name="refprog")
     def double(x, *, block):
         calls[block] += 1
         time.sleep(SLEEP_MS[block] / 1e3)
@@ -111,7 +112,7 @@ def in_place_collective():
     """The issue's example: a tuned function all-reduces its argument in place (no version counter bump)."""
     tdt.init_distributed()
 
-    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=2, n_repeat=5, name="inplace_ar")
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=2, n_repeat=5, timing="cold", name="inplace_ar")
     def reduce_sum(x, *, block):
         time.sleep(SLEEP_MS[block] / 1e3)
         dist.all_reduce(x)
@@ -127,14 +128,14 @@ def keys_in_canonical_form():
     """Keys that are sets of strings (ranks with different hash seeds), and a key that is a tensor."""
     tdt.init_distributed()
 
-    @tdt.autotune(SPACE, key_fn=lambda x, tags: frozenset(tags), n_warmup=0, n_repeat=1, name="setkey")
+    @tdt.autotune(SPACE, key_fn=lambda x, tags: frozenset(tags), n_warmup=0, n_repeat=1, timing="cold", name="setkey")
     def tagged(x, tags, *, block):
         time.sleep(SLEEP_MS[block] / 1e3)
         return block
 
     tags = {f"tag{i}" for i in range(8)}
     seen = {"set": outcome(tagged, torch.ones(2), tags)}
-    bad = tdt.autotune(SPACE, key_fn=lambda x: x, n_warmup=0, n_repeat=1, name="tensorkey")(
+    bad = tdt.autotune(SPACE, key_fn=lambda x: x, n_warmup=0, n_repeat=1, timing="cold", name="tensorkey")(
         lambda x, *, block: block)
     seen["tensor"] = outcome(bad, torch.ones(2))
     emit(seen=seen, order=list(tags)[:3], files=sorted(p.name for p in tagged.tuner.cache.folder.glob("*.json")))
@@ -146,7 +147,7 @@ def group_recreated():
     tdt.init_distributed()
     tunings = []
 
-    @tdt.autotune(SPACE, key_fn=lambda x, **k: x.numel(), n_warmup=0, n_repeat=1, name="regroup")
+    @tdt.autotune(SPACE, key_fn=lambda x, **k: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name="regroup")
     def f(x, *, block, group=None):
         time.sleep(SLEEP_MS[block] / 1e3)
         y = x * block
@@ -172,7 +173,7 @@ def not_a_member():
     tdt.init_distributed()
     group = dist.new_group([0])
 
-    @tdt.autotune(SPACE, key_fn=lambda x: 0, n_warmup=0, n_repeat=1, name="member")
+    @tdt.autotune(SPACE, key_fn=lambda x: 0, n_warmup=0, n_repeat=1, timing="cold", name="member")
     def f(x, *, block):
         time.sleep(SLEEP_MS[block] / 1e3)
         return block
@@ -186,7 +187,7 @@ def waiting_rank_reports():
     tdt.init_distributed()
     if rank() == 1:
         time.sleep(float(os.environ.get("LATE_S", "3")))
-    @tdt.autotune(SPACE, key_fn=lambda: 0, n_warmup=0, n_repeat=1, name="late")
+    @tdt.autotune(SPACE, key_fn=lambda: 0, n_warmup=0, n_repeat=1, timing="cold", name="late")
     def f(*, block):
         time.sleep(SLEEP_MS[block] / 1e3)
         return block
@@ -200,7 +201,7 @@ def threads_share_a_group():
     tdt.init_distributed()
     tunings = collections.Counter()
 
-    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=2, name="threads")
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=2, timing="cold", name="threads")
     def f(x, *, block):
         tunings[block] += 1
         time.sleep(SLEEP_MS[block] / 1e3)
@@ -220,7 +221,8 @@ def overwrite_and_fn():
     """autotune_allow_arg_overwrite=True (the caller's value wins), .fn, and to_hashable's three items."""
     tdt.init_distributed()
 
-    @tdt.autotune(SPACE, key_fn=lambda x, **k: tdt.to_hashable(x), n_warmup=0, n_repeat=1, name="overwrite")
+    @tdt.autotune(SPACE, key_fn=lambda x, **k: tdt.to_hashable(x), n_warmup=0, n_repeat=1, timing="cold",
+                  name="overwrite")
     def g(x, *, block):
         time.sleep(SLEEP_MS.get(block, 1) / 1e3)
         return block
@@ -244,7 +246,7 @@ def kernel_cache():
     spec.loader.exec_module(kernels)
     runs = collections.Counter()
 
-    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, name="kernelcache",
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name="kernelcache",
                   cache_key_extra=lambda: os.environ.get("EXTRA", ""))
     def copy(x, *, block):
         runs[block] += 1
