@@ -25,7 +25,7 @@ from typing import Any
 
 from . import logs
 from .cache import DiskCache, entry_id, env_flag, source_of
-from .comm import Group, default_timeout, resolve_group
+from .comm import Group, agree, default_timeout, resolve_group
 from .errors import AllConfigsFailedError, BadInputError, MismatchError
 from .journal import Journal, merge
 from .measure import Measurer, Plan, Reference, Trial, describe_error
@@ -170,20 +170,13 @@ class Tuner:
                     check_no_clash(config, kwargs)
             except BadInputError as exc:
                 problem = str(exc)
-        mine = (key_text, self.space_text, group.size, problem)
-        everyone = group.allgather(mine, f"[{self.name}] agree on key and config space", timeout=self.timeout)
-        problems = [(r, p[3]) for r, p in enumerate(everyone) if p[3]]
-        if problems:
-            raise BadInputError(f"{self.name}: " + "; ".join(f"rank {r}: {p}" for r, p in problems))
-        for field, what in ((2, "group size"), (1, "config space"), (0, "key")):
-            values = {}
-            for r, p in enumerate(everyone):
-                values.setdefault(p[field], []).append(r)
-            if len(values) > 1:
-                detail = "; ".join(
-                    f"ranks {ranks}: {str(v)[:200]}" for v, ranks in values.items()
-                )
-                raise MismatchError(f"{self.name}: the ranks of group '{group.name}' differ in {what}: {detail}")
+        fields = {"group size": str(group.size), "config space": self.space_text, "key": key_text}
+        agreement = agree(group, fields, f"[{self.name}] agree on key and config space", self.timeout, problem)
+        if agreement.notes:
+            raise BadInputError(f"{self.name}: " + "; ".join(f"rank {r}: {p}" for r, p in agreement.notes))
+        for what, holders in agreement.differ.items():
+            detail = "; ".join(f"ranks {ranks}: {text}" for ranks, text in holders)
+            raise MismatchError(f"{self.name}: the ranks of group '{group.name}' differ in {what}: {detail}")
 
     def _prune(self, group: Group, label: str, args: tuple, kwargs: dict[str, Any], timeout: float) -> list[int]:
         mine: list[bool] | str
