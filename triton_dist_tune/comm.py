@@ -119,8 +119,8 @@ def namespace(name: str, global_ranks: Sequence[int], attempt: str) -> str:
     Two groups share a prefix only if they have the same name *and* the same ranks in the same attempt, so groups
     that two ranks created in different orders (and so named alike) never read each other's keys.
     """
-    ranks = hashlib.sha256(",".join(map(str, global_ranks)).encode()).hexdigest()[:12]
-    return f"triton_dist_tune/attempt{attempt}/{name}/{ranks}/"
+    ranks = hashlib.sha256(",".join(map(str, global_ranks)).encode()).hexdigest()[:8]
+    return f"tdt/{attempt}/{name}/{ranks}/"
 
 
 class StoreGroup(Group):

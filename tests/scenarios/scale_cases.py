@@ -1,0 +1,115 @@
+"""Multi-rank scenarios for the control channel's traffic and for multi-node jobs, run by tests/test_scale.py.
+
+Usage: python scale_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set, or under torchrun). Each rank
+prints ``RESULT {json}`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+from _cases import case, emit, main
+
+import triton_dist_tune as tdt
+from triton_dist_tune.comm import resolve_group
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from bench_traffic import CountingStore  # noqa: E402  (the benchmark's request counter)
+
+BIG = 8  # configs of the big space, each with a 4 KB text
+
+
+def counted_group():
+    tdt.init_distributed(backend="gloo")
+    group = resolve_group(None)
+    group.store = CountingStore(group.store)
+    return group
+
+
+@case
+def traffic():
+    """Store requests and bytes of this rank per exchange of each kind, and of a tuning with a big config space."""
+    group = counted_group()
+    store = group.store
+    calls = {"allgather": lambda i: group.allgather(i, f"allgather {i}"),
+             "broadcast": lambda i: group.broadcast(i, f"broadcast {i}"),
+             "barrier": lambda i: group.barrier(f"barrier {i}"),
+             "combine": lambda i: group.combine(float(i), f"combine {i}", max)}
+    counts = {}
+    for kind, call in calls.items():
+        call(0)
+        store.reset()
+        for i in range(1, 6):
+            call(i)
+        counts[kind] = {"requests": store.requests / 5, "bytes": store.bytes / 5}
+
+    @tdt.autotune([{"variant": v, "note": str(v) * 4096} for v in range(BIG)], key_fn=lambda x, **kw: x,
+                  n_warmup=0, n_repeat=1, name="traffic")
+    def trivial(x, *, variant, note):
+        return x + variant
+
+    store.reset()
+    trivial(1)
+    counts["tuning"] = {"requests": store.requests, "bytes": store.bytes,
+                        "space_chars": len(trivial.tuner.space_text)}
+    emit(rank=group.rank, size=group.size, counts=counts)
+
+
+@case
+def late():
+    """Rank 2 of 4 never comes to the second barrier: every other rank raises GroupTimeoutError naming it."""
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    group.barrier("first barrier")
+    if group.rank == 2:
+        emit(rank=2, error=None)
+        return
+    try:
+        group.barrier("second barrier", timeout=3)
+        emit(rank=group.rank, error=None)
+    except tdt.GroupTimeoutError as exc:
+        emit(rank=group.rank, error=type(exc).__name__, message=str(exc))
+
+
+@case
+def store_stays_small():
+    """The store holds no more tuner keys after 60 exchanges than after 10."""
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    from torch.distributed import distributed_c10d as c10d
+
+    store = c10d._get_default_store()
+    counts = []
+    for total in (10, 60):
+        while group._seq < total:
+            group.allgather(group._seq, "exchange")
+        group.barrier("count")  # every rank is past its own keys' deletion of the rounds before
+        counts.append(store.num_keys())
+    emit(rank=group.rank, keys=counts)
+
+
+SLEEP_MS = [30, 40, 3]  # config 2 is clearly the fastest on every rank
+
+
+@case
+def multinode():
+    """Under two torchrun agents (one per "node"): tune on the whole job, or reuse the cache of an earlier job."""
+    tdt.init_distributed(backend="gloo")
+    calls = []
+
+    @tdt.autotune([{"variant": v} for v in range(3)], key_fn=lambda x, **kw: x, n_warmup=1, n_repeat=3,
+                  name="multinode")
+    def work(x, *, variant):
+        calls.append(variant)
+        time.sleep(SLEEP_MS[variant] / 1e3)
+        return x + variant
+
+    out = work(10)
+    emit(rank=dist.get_rank(), node=os.environ.get("GROUP_RANK"), out=out, calls=calls,
+         chosen=work.tuner.decided[10]["variant"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The control channel's traffic as groups grow, and multi-node jobs as users start them (real gloo ranks)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from harness import HERE, base_env, describe, free_port, parse_results, run_ranks, tuner_env
+
+from triton_dist_tune.comm import namespace
+
+CASES = HERE / "scenarios" / "scale_cases.py"
+
+
+def run(case, n, env, timeout=120):
+    results = run_ranks(CASES, n, [case], env=env, timeout=timeout)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return [r.result for r in results]
+
+
+@pytest.mark.timeout(300)
+def test_requests_per_rank_per_exchange_do_not_grow_with_the_group(tmp_path):
+    env = tuner_env(tmp_path, 60)
+    by_size = {n: run("traffic", n, env, timeout=240) for n in (2, 4)}
+    for n, results in by_size.items():
+        for r in results:
+            for kind in ("allgather", "broadcast", "barrier", "combine"):
+                assert r["counts"][kind]["requests"] == 4, (n, r)  # whatever the group size
+    for kind in ("broadcast", "barrier", "combine"):  # results that do not grow: a rank's bytes do not either
+        small = max(r["counts"][kind]["bytes"] for r in by_size[2][1:])
+        large = max(r["counts"][kind]["bytes"] for r in by_size[4][1:])
+        assert abs(large - small) <= 4, (kind, small, large)
+        # rank 0 reads every message once: its bytes grow with the group, by one message per rank
+        assert by_size[4][0]["counts"][kind]["bytes"] < 2.5 * by_size[2][0]["counts"][kind]["bytes"]
+    for results in by_size.values():  # agreeing on a 32 KB config space sends fingerprints, not the text
+        for r in results:
+            tuning = r["counts"]["tuning"]
+            assert tuning["space_chars"] > 32_000 and tuning["bytes"] < tuning["space_chars"] / 2, r
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_never_arrives_is_named_by_every_waiting_rank(tmp_path):
+    results = run("late", 4, tuner_env(tmp_path, 30))
+    for r in results:
+        if r["rank"] == 2:
+            continue
+        assert r["error"] == "GroupTimeoutError", r
+        assert "at 'second barrier' for group ranks [2] (global [2])" in r["message"], r
+
+
+@pytest.mark.timeout(120)
+def test_the_store_does_not_grow_with_the_number_of_exchanges(tmp_path):
+    results = run("store_stays_small", 3, tuner_env(tmp_path, 30))
+    for r in results:
+        after_10, after_60 = r["keys"]
+        assert after_60 - after_10 <= 3, r
+
+
+def test_groups_with_one_name_and_other_ranks_or_attempts_never_share_keys():
+    prefixes = {namespace("1", [0, 1], "0"), namespace("1", [0, 2], "0"), namespace("1", [0, 1], "1"),
+                namespace("2", [0, 1], "0")}
+    assert len(prefixes) == 4
+    assert namespace("1", [0, 1], "0") == namespace("1", [0, 1], "0")
+
+
+# -- multi-node: two torchrun agents on one machine, each "node" with its own cache and log folders ----------------
+
+
+def two_nodes(tmp_path, port: int, timeout: float = 150) -> list[dict]:
+    """One job of 2 "nodes" x 1 rank, started as on two machines (launch.sh's static rendezvous)."""
+    procs = []
+    for node in (0, 1):
+        env = base_env(tuner_env(tmp_path / f"node{node}", 30))
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+               "--master-addr", "127.0.0.1", "--master-port", str(port), "--nproc-per-node", "1", str(CASES),
+               "multinode"]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=timeout))
+    finally:
+        for proc in procs:
+            proc.kill()
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+    return [r for out, _ in outputs for r in parse_results(out)]
+
+
+@pytest.mark.timeout(400)
+def test_two_node_job_decides_once_and_a_second_job_reuses_the_decision(tmp_path):
+    first = sorted(two_nodes(tmp_path, free_port()), key=lambda r: r["rank"])
+    assert [r["rank"] for r in first] == [0, 1] and [r["node"] for r in first] == ["0", "1"], first
+    assert [r["chosen"] for r in first] == [2, 2] and [r["out"] for r in first] == [12, 12]
+    assert all(r["calls"] != [2] for r in first)  # both measured
+    caches = [list((tmp_path / f"node{n}" / "cache" / "multinode").glob("*.json")) for n in (0, 1)]
+    assert [len(c) for c in caches] == [1, 0], caches  # one decision, written once, by rank 0's node
+    assert json.loads(caches[0][0].read_text())["group_size"] == 2
+    for node in (0, 1):  # each node's log folder holds its own rank's log
+        assert sorted(p.name for p in (tmp_path / f"node{node}" / "logs").iterdir()) == [f"rank-{node}.log"]
+    second = sorted(two_nodes(tmp_path, free_port()), key=lambda r: r["rank"])
+    assert [r["calls"] for r in second] == [[2], [2]], second  # a cache hit: no measuring, the final call only
+    assert [len(list((tmp_path / f"node{n}" / "cache" / "multinode").glob("*.json"))) for n in (0, 1)] == [1, 0]
