@@ -68,14 +68,16 @@ def test_groups_with_one_name_and_other_ranks_or_attempts_never_share_keys():
 # -- multi-node: two torchrun agents on one machine, each "node" with its own cache and log folders ----------------
 
 
-def two_nodes(tmp_path, port: int, timeout: float = 150) -> list[dict]:
-    """One job of 2 "nodes" x 1 rank, started as on two machines (launch.sh's static rendezvous)."""
+def two_nodes(tmp_path, port: int, rdzv: str = "static", timeout: float = 150) -> list[dict]:
+    """One job of 2 "nodes" x 1 rank, started as on two machines: with launch.sh's static rendezvous
+    (``--node-rank`` sets the ranks) or with a c10d rendezvous (the agents take ranks in the order they join)."""
     procs = []
     for node in (0, 1):
-        env = base_env(tuner_env(tmp_path / f"node{node}", 30))
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
-               "--master-addr", "127.0.0.1", "--master-port", str(port), "--nproc-per-node", "1", str(CASES),
-               "multinode"]
+        env = base_env(tuner_env(tmp_path / f"node{node}", 30, NODE=str(node)))
+        where = (["--master-addr", "127.0.0.1", "--master-port", str(port)] if rdzv == "static" else
+                 ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"])
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node), *where,
+               "--nproc-per-node", "1", str(CASES), "multinode"]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = []
     try:
@@ -86,12 +88,16 @@ def two_nodes(tmp_path, port: int, timeout: float = 150) -> list[dict]:
             proc.kill()
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err[-3000:]
-    return [r for out, _ in outputs for r in parse_results(out)]
+    return sorted((r for out, _ in outputs for r in parse_results(out)), key=lambda r: r["rank"])
+
+
+def decisions(tmp_path) -> list[int]:
+    return [len(list((tmp_path / f"node{n}" / "cache" / "multinode").glob("*.json"))) for n in (0, 1)]
 
 
 @pytest.mark.timeout(400)
 def test_two_node_job_decides_once_and_a_second_job_reuses_the_decision(tmp_path):
-    first = sorted(two_nodes(tmp_path, free_port()), key=lambda r: r["rank"])
+    first = two_nodes(tmp_path, free_port())
     assert [r["rank"] for r in first] == [0, 1] and [r["node"] for r in first] == ["0", "1"], first
     assert [r["chosen"] for r in first] == [2, 2] and [r["out"] for r in first] == [12, 12]
     assert all(r["calls"] != [2] for r in first)  # both measured
@@ -100,6 +106,21 @@ def test_two_node_job_decides_once_and_a_second_job_reuses_the_decision(tmp_path
     assert json.loads(caches[0][0].read_text())["group_size"] == 2
     for node in (0, 1):  # each node's log folder holds its own rank's log
         assert sorted(p.name for p in (tmp_path / f"node{node}" / "logs").iterdir()) == [f"rank-{node}.log"]
-    second = sorted(two_nodes(tmp_path, free_port()), key=lambda r: r["rank"])
+    second = two_nodes(tmp_path, free_port())
     assert [r["calls"] for r in second] == [[2], [2]], second  # a cache hit: no measuring, the final call only
-    assert [len(list((tmp_path / f"node{n}" / "cache" / "multinode").glob("*.json"))) for n in (0, 1)] == [1, 0]
+    assert decisions(tmp_path) == [1, 0]
+
+
+@pytest.mark.timeout(400)
+def test_c10d_rendezvous_writes_on_the_node_that_got_rank_0(tmp_path):
+    """With ``--rdzv-backend c10d`` rank 0 lands on either node; the decision is written once, on that node, and
+    a second job reuses it exactly when rank 0 lands there again (docs/scale.md: share the cache folder)."""
+    first = two_nodes(tmp_path, free_port(), rdzv="c10d")
+    assert [r["chosen"] for r in first] == [2, 2], first
+    home = int(first[0]["node"])  # the node that ran rank 0
+    assert decisions(tmp_path) == [int(home == 0), int(home == 1)]
+    second = two_nodes(tmp_path, free_port(), rdzv="c10d")
+    hit = int(second[0]["node"]) == home
+    assert [r["calls"] == [2] for r in second] == [hit, hit], (home, second)
+    assert [r["chosen"] for r in second] == [2, 2]
+    assert sum(decisions(tmp_path)) == (1 if hit else 2)

@@ -107,7 +107,7 @@ def multinode():
         return x + variant
 
     out = work(10)
-    emit(rank=dist.get_rank(), node=os.environ.get("GROUP_RANK"), out=out, calls=calls,
+    emit(rank=dist.get_rank(), node=os.environ.get("NODE"), out=out, calls=calls,
          chosen=work.tuner.decided[10]["variant"])
 
 
