@@ -8,7 +8,7 @@ from typing import Any
 
 from .errors import BadInputError
 
-CALL_KEYWORDS = frozenset({"autotune", "autotune_verbose", "autotune_pg"})
+CALL_KEYWORDS = frozenset({"autotune", "autotune_verbose", "autotune_pg", "autotune_replicas"})
 
 
 def describe(value: Any) -> str:

@@ -30,6 +30,7 @@ from .errors import AllConfigsFailedError, BadInputError, MismatchError
 from .journal import Journal, merge
 from .measure import Measurer, Plan, Reference, Trial, describe_error
 from .precompile import precompile
+from .replicas import Layout, settle
 from .side_effects import ArgumentState, check_names, named_arguments
 from .space import CALL_KEYWORDS, check_no_clash, describe, validate_space
 from .timing import make_timer
@@ -97,9 +98,13 @@ class Tuner:
         enabled = kwargs.pop("autotune", True)
         verbose = kwargs.pop("autotune_verbose", None)
         pg = kwargs.pop("autotune_pg", None)
+        replicas = kwargs.pop("autotune_replicas", None)
         if not enabled:
             return self.fn(*args, **kwargs, **self._first_config(args, kwargs))
         group = resolve_group(pg)
+        layout = None if replicas is None else Layout(group, resolve_group(replicas))
+        if layout is not None and self.sharded:
+            raise BadInputError(f"{self.name}: autotune_replicas is for lock-step tuning, not sharded=True")
         try:
             key = self.key_fn(*args, **kwargs)
             hash(key)
@@ -107,9 +112,11 @@ class Tuner:
         except Exception as exc:
             key, key_error = None, f"key_fn failed: {describe_error(exc)}"
         table, slot = (self.decided, key) if pg is None else (self.decided_in, (id(pg), key))
+        if replicas is not None:
+            table, slot = self.decided_in, (id(pg), id(replicas), key)
         config = table.get(slot) if key_error is None else None
         if config is None:
-            config = table[slot] = self._tune(group, key, key_error, args, kwargs, verbose)
+            config = table[slot] = self._tune(group, key, key_error, args, kwargs, verbose, layout)
         return self.fn(*args, **kwargs, **config)
 
     def _first_config(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -122,22 +129,30 @@ class Tuner:
     # -- one tuning ----------------------------------------------------------------------------------------------
 
     def _tune(self, group: Group, key: Any, key_error: str | None, args: tuple, kwargs: dict[str, Any],
-              verbose: bool | None) -> dict[str, Any]:
+              verbose: bool | None, layout: Layout | None = None) -> dict[str, Any]:
         started = time.perf_counter()
         rank_log = logs.rank_log()
         key_text = repr(key)
         label = f"[{self.name} key={key_text}]"
+        if layout is not None:
+            layout.agree(self.name, key_text, self.space_text, self.timeout, key_error)
         self._agree(group, key_text, key_error, kwargs)
         entry = entry_id(self.source, key_text, self.space_text, group.size)
         timeout = self.timeout if self.timeout is not None else default_timeout()
 
-        found = None
-        if group.rank == 0 and not env_flag("TRITON_DIST_AUTOTUNE_ALWAYS_TUNE"):
-            data = self.cache.load(entry, self.space_text)
+        def read_cache() -> int | None:
+            data = None if env_flag("TRITON_DIST_AUTOTUNE_ALWAYS_TUNE") else self.cache.load(entry, self.space_text)
             index = data["index"] if data is not None else -1
             if 0 <= index < len(self.space) and data["config"] == self.descriptions[index]:
-                found = index
-        found = group.broadcast(found, f"{label} cache lookup", timeout=timeout)
+                return index
+            return None
+
+        if layout is None:
+            found = group.broadcast(read_cache() if group.rank == 0 else None, f"{label} cache lookup",
+                                    timeout=timeout)
+        else:
+            entry = layout.entry(entry)
+            found = layout.lookup(read_cache, f"{label} cache lookup", timeout)
         if found is not None:
             rank_log.info("%s cache hit: config %d %s", label, found, self.descriptions[found])
             return self.space[found]
@@ -145,12 +160,17 @@ class Tuner:
         rank_log.info("%s tuning %d configs on %d rank(s) of group '%s'", label, len(self.space), group.size,
                       group.name)
         kept = self._prune(group, label, args, kwargs, timeout)
-        journal = Journal(self.cache.folder / f"{entry}.rank{group.rank}.journal")
+        if layout is not None:
+            kept = layout.keep_everywhere(kept, f"{label} prune", timeout)
+        suffix = layout.journal_suffix() if layout is not None else ""
+        journal = Journal(self.cache.folder / f"{entry}.rank{group.rank}{suffix}.journal")
         try:  # the journal is locked while this tuning runs; on an error its records stay for the next attempt
             gathered = group.allgather(journal.read(), f"{label} journal exchange", timeout=timeout)
             earlier = merge(gathered, self.descriptions)
-            rows = self._measure(group, label, kept, earlier, journal, args, kwargs, timeout, verbose)
-            index = self._decide(group, label, entry, key_text, rows, timeout)
+            rows = self._measure(group, label, kept, earlier, journal, args, kwargs, timeout, verbose, layout)
+            index = self._decide(group, label, entry, key_text, rows, timeout, layout is None or layout.reads_cache)
+            if layout is not None:  # every replica decided from the same table; replica 0's choice is the rule
+                index = layout.replicas.broadcast(index, f"{label} decision across replicas", timeout=timeout)
             journal.remove()
         finally:
             journal.close()
@@ -195,7 +215,7 @@ class Tuner:
 
     def _measure(self, group: Group, label: str, kept: list[int], earlier: dict[int, dict[str, Any]],
                  journal: Journal, args: tuple, kwargs: dict[str, Any], timeout: float,
-                 verbose: bool | None) -> list[dict[str, Any]]:
+                 verbose: bool | None, layout: Layout | None = None) -> list[dict[str, Any]]:
         named = named_arguments(self.fn, args, kwargs)
         state = ArgumentState(named, self.restore_value, self.reset_to_zero) if (
             self.restore_value or self.reset_to_zero) else None
@@ -209,7 +229,8 @@ class Tuner:
                             logs.rank_log(), label)
         rows: list[dict[str, Any]] = []
         todo = []
-        for i in kept:
+        share = set(kept) if layout is None else layout.share(kept)
+        for i in sorted(share):
             if i in earlier:
                 row = {"own": None, **earlier[i], "resumed": True}
                 rows.append(row)
@@ -230,7 +251,11 @@ class Tuner:
                     times = [r["time"] for r in rows if r["state"] == "measured"]
                     rows.append(measurer.lockstep(i, config, desc, min(times) if times else None))
                     progress.step()
-                self._refine(measurer, rows)
+                if layout is None:
+                    self._refine(measurer, rows)
+                else:
+                    rows = settle(layout, measurer, rows, self._candidate, self.refine_top, label, timeout,
+                                  len(share))
         finally:
             if state is not None:
                 state.put_back()
@@ -251,8 +276,11 @@ class Tuner:
             else:
                 row.update(first_time=row["time"], time=outcome, refined=True)
 
+    def _candidate(self, index: int) -> tuple[int, dict[str, Any], str]:
+        return index, self.space[index], self.descriptions[index]
+
     def _decide(self, group: Group, label: str, entry: str, key_text: str, rows: list[dict[str, Any]],
-                timeout: float) -> int:
+                timeout: float, writes: bool = True) -> int:
         choice: int | str | None = None
         if group.rank == 0:
             healthy = [r for r in rows if r["state"] == "measured" and not r.get("early_stop")]
@@ -263,7 +291,8 @@ class Tuner:
                             "function": self.name, "group_size": group.size, "time_ms": rows_time(rows, choice),
                             "measurements": rows}
                 try:
-                    self.cache.store(entry, decision, self.space_text)
+                    if writes:
+                        self.cache.store(entry, decision, self.space_text)
                 except OSError as exc:
                     log.warning("triton_dist_tune: could not write the cache (%s)", exc)
             else:

@@ -111,5 +111,45 @@ def multinode():
          chosen=work.tuner.decided[10]["variant"])
 
 
+TP = 2  # ranks per tensor-parallel group: groups [0, 1], [2, 3], ...; replica j holds global ranks 2j and 2j + 1
+N_CONFIGS = 16
+
+
+def replica_sleep_ms(replica: int, variant: int) -> float:
+    """Config 0 is the fastest on replica 0 but slow on replica 1; config 1 is second everywhere."""
+    if variant == 0:
+        return 20.0 if replica == 1 else 2.0
+    return 6.0 if variant == 1 else 30.0
+
+
+@case
+def replicas():
+    """TP groups of 2 ranks, replicated world/2 times; ``MODE=replicas`` tunes them as one layout,
+    ``MODE=independent`` lets every TP group tune alone (a subgroup-only job, as before replicas existed)."""
+    tdt.init_distributed(backend="gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    tp_groups = [dist.new_group(list(range(s, s + TP))) for s in range(0, world, TP)]
+    replica_groups = [dist.new_group(list(range(p, world, TP))) for p in range(TP)]
+    tp, across = tp_groups[rank // TP], replica_groups[rank % TP]
+    replica = rank // TP
+    calls = []
+
+    @tdt.autotune([{"variant": v} for v in range(N_CONFIGS)], key_fn=lambda x, **kw: tuple(x.shape), n_warmup=1,
+                  n_repeat=3, name="replicas")
+    def layer(x, *, variant):
+        calls.append(variant)
+        time.sleep(replica_sleep_ms(replica, variant) / 1e3)
+        y = x * (variant + 1)
+        dist.all_reduce(y, group=tp)
+        return y
+
+    import torch
+
+    extra = {"autotune_replicas": across} if os.environ["MODE"] == "replicas" else {}
+    out = layer(torch.ones(4), autotune_pg=tp, **extra)
+    emit(rank=rank, replica=replica, calls=calls, out=out.tolist(),
+         chosen=next(iter(layer.tuner.decided_in.values()))["variant"])
+
+
 if __name__ == "__main__":
     main()
