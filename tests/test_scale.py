@@ -164,3 +164,11 @@ def test_replicas_split_the_first_pass_and_end_on_one_config(tmp_path, n):
     if n == 4:  # a second job of the same layout reuses it: no measuring, the final call only
         again = replicas_job(tmp_path / "layout", n, "replicas")
         assert [r["calls"] for r in again] == [[1]] * n, again
+
+
+@pytest.mark.timeout(300)
+def test_replicas_given_as_the_groups_of_a_device_mesh(tmp_path):
+    results = replicas_job(tmp_path, 4, "mesh")
+    assert [r["chosen"] for r in results] == [1] * 4, results
+    assert all(len(r["calls"]) == (8 + 1) * RUNS + 1 for r in results), results
+    assert len(list((tmp_path / "cache" / "replicas").glob("*.json"))) == 1

@@ -171,7 +171,12 @@ class StoreGroup(Group):
         self._wait(keys, what, timeout, lambda: [r for r in range(1, self.size) if not self._arrived(keys[r - 1])])
         values = [obj, *(pickle.loads(v) for v in self.store.multi_get(keys))]
         result = _run_on_root(fn, values)
-        self.store.set(self._key(seq, "all"), pickle.dumps(result))
+        try:
+            payload = pickle.dumps(result)
+        except Exception as exc:  # the others must still get an answer, not wait out the deadline
+            result = _Failed(f"the result cannot be pickled ({type(exc).__name__}: {exc})")
+            payload = pickle.dumps(result)
+        self.store.set(self._key(seq, "all"), payload)
         if seq > 1:
             self.store.delete_key(self._key(seq - 1, "all"))
         return result

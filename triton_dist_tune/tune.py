@@ -352,7 +352,9 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
     Call-time keywords: ``autotune=False`` runs the first config ``prune_fn`` keeps, with no tuning and no
     communication; ``autotune_verbose=True`` prints the measurements on group rank 0; ``autotune_pg=`` is the
     group to tune with (a torch ProcessGroup of any backend or an mpi4py communicator; default: the default group
-    when torch.distributed is initialized, else this process alone).
+    when torch.distributed is initialized, else this process alone); ``autotune_replicas=`` a group linking the
+    same position of every replica of ``autotune_pg`` tunes all replicas as one, splitting the configs between
+    them (see docs/scale.md).
     """
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -118,19 +118,26 @@ N_CONFIGS = 16
 def replica_sleep_ms(replica: int, variant: int) -> float:
     """Config 0 is the fastest on replica 0 but slow on replica 1; config 1 is second everywhere."""
     if variant == 0:
-        return 20.0 if replica == 1 else 2.0
-    return 6.0 if variant == 1 else 30.0
+        return 60.0 if replica == 1 else 10.0
+    return 30.0 if variant == 1 else 90.0
 
 
 @case
 def replicas():
-    """TP groups of 2 ranks, replicated world/2 times; ``MODE=replicas`` tunes them as one layout,
-    ``MODE=independent`` lets every TP group tune alone (a subgroup-only job, as before replicas existed)."""
+    """TP groups of 2 ranks, replicated world/2 times; ``MODE=replicas`` tunes them as one layout (``MODE=mesh``:
+    the same, with the groups of a DeviceMesh), ``MODE=independent`` lets every TP group tune alone (a
+    subgroup-only job, as before replicas existed)."""
     tdt.init_distributed(backend="gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    tp_groups = [dist.new_group(list(range(s, s + TP))) for s in range(0, world, TP)]
-    replica_groups = [dist.new_group(list(range(p, world, TP))) for p in range(TP)]
-    tp, across = tp_groups[rank // TP], replica_groups[rank % TP]
+    if os.environ["MODE"] == "mesh":  # the same layout as a DeviceMesh with named dimensions
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (world // TP, TP), mesh_dim_names=("dp", "tp"))
+        tp, across = mesh.get_group("tp"), mesh.get_group("dp")
+    else:
+        tp_groups = [dist.new_group(list(range(s, s + TP))) for s in range(0, world, TP)]
+        replica_groups = [dist.new_group(list(range(p, world, TP))) for p in range(TP)]
+        tp, across = tp_groups[rank // TP], replica_groups[rank % TP]
     replica = rank // TP
     calls = []
 
@@ -145,7 +152,7 @@ def replicas():
 
     import torch
 
-    extra = {"autotune_replicas": across} if os.environ["MODE"] == "replicas" else {}
+    extra = {} if os.environ["MODE"] == "independent" else {"autotune_replicas": across}
     out = layer(torch.ones(4), autotune_pg=tp, **extra)
     emit(rank=rank, replica=replica, calls=calls, out=out.tolist(),
          chosen=next(iter(layer.tuner.decided_in.values()))["variant"])
