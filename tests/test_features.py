@@ -1,4 +1,4 @@
-"""Side effects, correctness checks, parallel compilation, early stopping and sharded tuning, on real gloo ranks."""
+"""Side effects, correctness checks, parallel compilation and sharded tuning, on real gloo ranks."""
 
 from __future__ import annotations
 
@@ -47,24 +47,6 @@ def test_config_that_does_not_compile_is_skipped_everywhere(env):
         assert result["ok"] and result["states"] == ["failed", "measured", "measured"]
         assert "3" not in result["launched"]  # never launched by the tuned function
         assert "rank 0: compile:" in result["error"] and "rank 1: compile:" in result["error"]
-
-
-@pytest.mark.timeout(120)
-def test_early_stop_is_a_group_decision(env):
-    for result in run("early_stop", env):
-        # config 1: warmup 1 + the first quarter (2 of 8) of its timed runs, then stopped; the others 1 + 8,
-        # and the chosen config once more for the call itself
-        assert result["calls"] == [10, 3, 9] and result["stopped"] == [False, True, False]
-        assert result["chosen"] == 0
-
-
-@pytest.mark.timeout(120)
-def test_refine_times_the_leaders_again_and_chooses_among_them(env):
-    for result in run("refine", env):
-        # leaders: configs 1 (6 ms) and 3 (12 ms); 3 rounds of max(1, 3 // 3) = 1 run each, and the call itself
-        assert result["refined"] == [False, True, False, True, False]
-        assert result["calls"] == [4, 4 + 3 + 1, 4, 4 + 3, 4]
-        assert result["chosen"] == 1
 
 
 @pytest.mark.timeout(120)

@@ -128,9 +128,6 @@ def test_c10d_rendezvous_writes_on_the_node_that_got_rank_0(tmp_path):
 
 # -- replicas: TP groups replicated across the job, tuned as one ----------------------------------------------------
 
-RUNS = 4  # n_warmup=1 + n_repeat=3 calls per measured config
-
-
 def replicas_job(tmp_path, n: int, mode: str) -> list[dict]:
     env = tuner_env(tmp_path, 60, MODE=mode)
     return sorted(run("replicas", n, env, timeout=300), key=lambda r: r["rank"])
@@ -142,7 +139,7 @@ def test_replicas_split_the_first_pass_and_end_on_one_config(tmp_path, n):
     replicas = n // 2
     independent = replicas_job(tmp_path / "alone", n, "independent")
     # a subgroup-only job as before: each TP group measures all 16 configs and chooses for itself
-    assert all(len(r["calls"]) == 16 * RUNS + 1 for r in independent), independent
+    assert all(sorted(set(r["calls"])) == list(range(16)) for r in independent), independent
     assert [r["chosen"] for r in independent] == [0, 0, 1, 1] + [0] * (n - 4), independent
 
     together = replicas_job(tmp_path / "layout", n, "replicas")
@@ -150,14 +147,12 @@ def test_replicas_split_the_first_pass_and_end_on_one_config(tmp_path, n):
     for config in range(2, 16):  # not a leader: measured in the first pass by one replica only
         measured_by = sorted({r["replica"] for r in together if config in r["calls"]})
         assert measured_by == [config % replicas], (config, together)
-        assert all(r["calls"].count(config) in (0, RUNS) for r in together)
-    for r in together:  # the leaders 0 and 1 are measured on every replica
-        assert r["calls"].count(0) == RUNS and r["calls"].count(1) == RUNS + 1, r  # (+1: the final call)
-        first_pass = 16 // replicas
-        foreign_leaders = 2 - sum(1 for leader in (0, 1) if leader % replicas == r["replica"])
-        assert len(r["calls"]) == (first_pass + foreign_leaders) * RUNS + 1, r
+    for r in together:  # the leaders 0 and 1 are raced on every replica
+        assert r["calls"].count(0) > 0 and r["calls"].count(1) > 0, r
+    alone = max(len(r["calls"]) for r in independent)
     most = max(len(r["calls"]) for r in together)
-    assert most <= 0.6 * (16 * RUNS + 1) if replicas == 2 else most <= 0.4 * (16 * RUNS + 1)
+    print(f"calls per rank: {alone} alone, at most {most} with {replicas} replicas")
+    assert most <= (0.7 if replicas == 2 else 0.5) * alone, (most, alone)
     files = list((tmp_path / "layout" / "cache" / "replicas").glob("*.json"))
     assert len(files) == 1, files  # one decision for the layout, written once
     assert json.loads(files[0].read_text())["index"] == 1
@@ -170,5 +165,6 @@ def test_replicas_split_the_first_pass_and_end_on_one_config(tmp_path, n):
 def test_replicas_given_as_the_groups_of_a_device_mesh(tmp_path):
     results = replicas_job(tmp_path, 4, "mesh")
     assert [r["chosen"] for r in results] == [1] * 4, results
-    assert all(len(r["calls"]) == (8 + 1) * RUNS + 1 for r in results), results
+    for config in range(2, 16):
+        assert len({r["replica"] for r in results if config in r["calls"]}) == 1, (config, results)
     assert len(list((tmp_path / "cache" / "replicas").glob("*.json"))) == 1

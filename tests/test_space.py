@@ -47,7 +47,7 @@ def test_single_process_tuning_and_hot_path(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_LOG_DIR", str(tmp_path / "logs"))
     calls = []
 
-    @tdt.autotune([{"v": 1}, {"v": 2}], key_fn=lambda x: x, n_warmup=0, n_repeat=1)
+    @tdt.autotune([{"v": 1}, {"v": 2}], key_fn=lambda x: x, n_warmup=0, n_repeat=1, batch=1)
     def f(x, *, v):
         """doc"""
         calls.append(v)
@@ -56,7 +56,7 @@ def test_single_process_tuning_and_hot_path(tmp_path, monkeypatch):
     assert f.__name__ == "f" and f.__doc__ == "doc"
     assert f(3) in (3, 6)
     measured = len(calls)
-    assert measured == 3  # one timed run of each config, then the call itself
+    assert measured == 5  # one sample of each config (a lead-in call and batch=1), then the call itself
     f(3)
     assert len(calls) == measured + 1  # decided: no more measuring
     assert f(5, autotune=False) == 5 and calls[-1] == 1  # the first config, untuned

@@ -43,11 +43,15 @@ def test_ranks_agree_where_each_alone_would_differ(env, n, tmp_path):
 @pytest.mark.timeout(120)
 def test_cache_is_reused_by_a_new_job_and_always_tune_forces_tuning(env):
     first = run("cache_reuse", 2, env)
-    assert [r.result["calls"] for r in first] == [[0, 0, 0, 1, 1, 1, 2, 2, 2, 2]] * 2
+    for r in first:  # a warm-up run, then 2 race rounds of each config (a sample: a lead-in call and batch=1),
+        calls = r.result["calls"]  # then the final call with config 2
+        assert calls[:3] == [0, 1, 2] and sorted(calls[3:15]) == [0] * 4 + [1] * 4 + [2] * 4, calls
+        assert calls[15:] == [2], calls
+    assert first[0].result["calls"] == first[1].result["calls"]  # every rank runs identical rounds
     second = run("cache_reuse", 2, env)
     assert [r.result["calls"] for r in second] == [[2], [2]]  # only the final call: no measurement at all
     forced = run("cache_reuse", 2, {**env, "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1"})
-    assert [len(r.result["calls"]) for r in forced] == [10, 10]
+    assert [len(r.result["calls"]) for r in forced] == [16, 16]
 
 
 @pytest.mark.timeout(120)
@@ -61,7 +65,7 @@ def test_cache_file_is_standard_json_and_corrupt_files_retune(env, tmp_path):
         files[0].write_text(damage)
         again = run("cache_reuse", 2, env)
         assert [r.result["chosen"] for r in again] == [2, 2]
-        assert len(again[0].result["calls"]) == 10  # tuned again
+        assert len(again[0].result["calls"]) == 16  # tuned again
         assert "tuning again" in again[0].stderr
 
 
@@ -88,8 +92,8 @@ def test_subgroups_tune_independently(env):
 def test_config_failing_on_one_rank_is_left_out_everywhere(env):
     results = run("fail_one_rank", 2, env)
     assert [r.result["chosen"] for r in results] == [1, 1]
-    for r in results:
-        assert r.result["states"] == ["measured", "measured", "failed"]
+    for r in results:  # config 0 (48 ms on rank 1) may leave the race early against config 1 (32 ms)
+        assert r.result["states"] in (["measured", "measured", "failed"], ["stopped", "measured", "failed"])
         assert "rank 1: RuntimeError: out of resources" in r.result["errors"][2]
 
 
@@ -99,7 +103,7 @@ def test_failure_mid_warmup_stops_every_rank_at_the_same_run(env):
     results = run("fail_mid_warmup", 2, env)  # the watchdog's timeout is 20 s: a stuck rank would take that long
     assert time.monotonic() - start < 15
     for r in results:
-        assert r.result["chosen"] == 1 and r.result["states"] == ["measured", "measured", "failed"]
+        assert r.result["chosen"] == 1 and r.result["states"][1:] == ["measured", "failed"]
         assert r.result["calls"] == 2  # both ranks stopped after the second warmup run of config 2
 
 
@@ -144,4 +148,4 @@ def test_mpi4py_communicator(env):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = parse_results(proc.stdout)
     assert len(results) == 2
-    assert all(r["chosen"] == 2 and r["out"] == 4 and r["calls"] == 10 for r in results)
+    assert all(r["chosen"] == 2 and r["out"] == 4 and r["calls"] == 16 for r in results)

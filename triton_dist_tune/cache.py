@@ -24,7 +24,9 @@ from .space import fingerprint
 
 log = logging.getLogger("triton_dist_tune")
 
-FORMAT = 1
+#: the format written now; format 1 files (no margins, spreads or timing mode) are still read
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
 
 
 def env_flag(name: str) -> bool:
@@ -131,7 +133,7 @@ class DiskCache:
 def _well_formed(data: Any) -> bool:
     return (
         isinstance(data, dict)
-        and data.get("format") == FORMAT
+        and data.get("format") in READABLE_FORMATS
         and isinstance(data.get("index"), int)
         and isinstance(data.get("config"), str)
         and isinstance(data.get("versions"), dict)

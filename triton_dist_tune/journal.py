@@ -33,7 +33,7 @@ except ImportError:  # pragma: no cover - not POSIX: no locking, one job per cac
 log = logging.getLogger("triton_dist_tune")
 
 #: states written when the group agreed on a config's outcome
-FINAL = ("measured", "failed")
+FINAL = ("measured", "stopped", "failed")
 #: states one rank writes about itself, before the group knows
 LOCAL = ("started", "local_failure", "hung")
 #: how many journals of one entry and rank may exist side by side (jobs tuning it at the same moment)
@@ -190,7 +190,7 @@ def well_formed(record: Any) -> bool:
         return False
     if record.get("state") not in FINAL + LOCAL or not isinstance(record.get("config"), str):
         return False
-    if record["state"] == "measured":
+    if record["state"] in ("measured", "stopped"):
         time = record.get("time")
         return type(time) in (int, float) and math.isfinite(time) and time >= 0
     return True
@@ -209,15 +209,15 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str]) -> dict
     final: dict[int, dict[str, Any]] = {}
     local: dict[int, dict[int, dict[str, dict[str, Any]]]] = {}  # index -> rank -> state -> last record
     for rank, records in enumerate(per_rank):
-        for record in records:
-            if not well_formed(record):
-                continue
+        usable = [r for r in records if well_formed(r) and 0 <= r["index"] < len(descriptions)
+                  and r["config"] == descriptions[r["index"]]]
+        for position, record in enumerate(usable):
             i = record["index"]
-            if not 0 <= i < len(descriptions) or record["config"] != descriptions[i]:
-                continue
             if record["state"] in FINAL:
                 final.setdefault(i, record)
-            else:
+            elif record["state"] == "started" and position < len(usable) - 1:
+                continue  # a sample that finished: the rank went on to record something else
+            else:  # a failure, a hang, or the sample in flight when the rank's attempt ended
                 local.setdefault(i, {}).setdefault(rank, {})[record["state"]] = record
     outcomes = dict(final)
     for i, by_rank in sorted(local.items()):

@@ -13,9 +13,9 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from .cache import env_flag
+from .records import Decision, Outcome
 
 _lock = threading.Lock()
 _file_loggers: dict[int, logging.Logger] = {}
@@ -82,38 +82,29 @@ def console() -> logging.Logger:
         return _console
 
 
-def format_table(rows: Sequence[dict[str, Any]], chosen: int | None) -> str:
-    """A text table of measurements: index, config, group time, this rank's time, status."""
-    header = f"{'':2}{'#':>4}  {'group ms':>10}  {'rank ms':>10}  {'status':<10} config"
+def format_table(outcomes: Sequence[Outcome], chosen: int | None) -> str:
+    """A text table of outcomes: index, group median, spread, this rank's median, samples, state, config."""
+    header = f"{'':2}{'#':>4}  {'group ms':>10}  {'spread':>7}  {'rank ms':>10}  {'n':>3}  {'status':<9} config"
     lines = [header]
-    for row in rows:
-        mark = "->" if row["index"] == chosen else ""
-        group_ms = f"{row['time']:.4f}" if row.get("time") is not None else "-"
-        own_ms = f"{row['own']:.4f}" if row.get("own") is not None else "-"
-        status = row["state"] if row["state"] != "measured" else "ok"
-        if row.get("early_stop"):
-            status = "stopped"
-        text = f"{mark:2}{row['index']:>4}  {group_ms:>10}  {own_ms:>10}  {status:<10} {row['config']}"
-        if row.get("error"):
-            text += f"  [{row['error']}]"
+    for o in outcomes:
+        mark = "->" if o.index == chosen else ""
+        group_ms = f"{o.time:.4f}" if o.time is not None else "-"
+        spread = f"+-{100 * o.spread:.1f}%" if o.spread is not None else "-"
+        own_ms = f"{o.own:.4f}" if o.own is not None else "-"
+        status = "ok" if o.state == "measured" else o.state
+        if o.resumed:
+            status += "*"
+        text = (f"{mark:2}{o.index:>4}  {group_ms:>10}  {spread:>7}  {own_ms:>10}  {o.samples:>3}  {status:<9} "
+                f"{o.config}")
+        if o.error:
+            text += f"  [{o.error}]"
         lines.append(text)
     return "\n".join(lines)
 
 
-class Progress:
-    """A one-line progress bar on a terminal (rank 0, verbose tunings only)."""
-
-    def __init__(self, label: str, total: int, enabled: bool) -> None:
-        self.label, self.total, self.done = label, total, 0
-        self.enabled = enabled and total > 1 and sys.stderr.isatty()
-
-    def step(self) -> None:
-        """Count one config as finished."""
-        self.done += 1
-        if self.enabled:
-            width = 30
-            filled = width * self.done // self.total
-            sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}")
-            if self.done == self.total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
+def margin_text(decision: Decision) -> str:
+    """How sure a decision is, in words: the margin over the runner-up, and whether it is a near-tie."""
+    if decision.margin is None:
+        return " (the only usable config)"
+    tie = ", a near-tie" if decision.near_tie else ""
+    return f" ({100 * decision.margin:.1f}% ahead of config {decision.runner_up}{tie})"

@@ -1,26 +1,35 @@
-"""Measuring configs: the lock-step protocol for functions with collectives, and sharded tuning for rank-local ones.
+"""Measuring configs in lock-step with the group: warm-up, then a race of interleaved rounds.
 
-Lock-step, for every config in the agreed order, on every rank:
+For one key, on every rank, with the configs left after pruning and the journal:
 
-1. journal ``started``; warm up ``n_warmup`` times (plus one checked run when ``ref_prog`` is given), under the
-   watchdog, every run started by all ranks together (as in 3.);
-2. exchange "ok or error" (this exchange also aligns the ranks before timing); a config that failed anywhere is
-   failed everywhere;
-3. time ``n_repeat`` runs under the watchdog, each started by every rank together (a short exchange before each
-   run, which also stops every rank at the same run when one failed); with early stopping, the first quarter of
-   them is exchanged first and the group stops the config when it is already ``early_stop`` times slower than
-   the best so far;
-4. exchange each rank's median; the group time is the MAX over ranks; journal the outcome. A failure whose error
-   says the GPU context is unusable (:data:`POISONED`) stops every rank with ``DevicePoisonedError``.
+1. **Warm up** each config in the agreed order (under the watchdog, every run started by all ranks together): one
+   checked run when ``ref_prog`` is given, ``n_warmup`` runs, and in steady timing one probe sample that gives the
+   batch length (:func:`~triton_dist_tune.timing.batch_length`). One exchange then shares "ok or error" and the
+   wanted batch length: a config that failed anywhere is failed everywhere, and the batch is the group's maximum.
+2. **Race** (:mod:`triton_dist_tune.race`): rounds over the configs still running, in an order the group shares
+   and changes every round. Each sample (a batch of back-to-back calls in ``steady`` timing, one call after an
+   L2 flush in ``cold``) starts right after an exchange, so the ranks start it together, and is followed by one
+   exchange of every rank's time (or error). No host synchronize and no exchange happen inside a batch. After each
+   round the group removes the configs that are clearly slower than the leader; the race ends when one is
+   left, after ``max_rounds`` rounds, or at the time budget.
+3. Every sample is preceded by a journal ``started`` record, and every config's final outcome (``failed``,
+   ``stopped`` or ``measured``) is journaled as soon as the group knows it, so a restarted job resumes without
+   the configs that crashed, hung or failed, and without measuring stopped ones again. A failure whose error says
+   the GPU context is unusable (:data:`POISONED`) stops every rank with ``DevicePoisonedError``.
 
-Sharded: each rank measures the configs ``i`` with ``i % size == rank`` on its own, and one exchange at the end
-shares every result (only for functions that talk to no other rank).
+A failure inside a steady batch cannot stop the other ranks mid-batch: when the function has collectives, they
+wait in them until their watchdog ends them, and the config is journaled as hung (failures almost always show in
+the aligned warm-up runs, which stop every rank at the same run).
+
+Sharded (rank-local functions only): each rank warms up and samples its share of the configs alone, and one
+exchange at the end shares every outcome.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,26 +37,33 @@ from typing import Any
 from .comm import Group
 from .errors import DevicePoisonedError, GroupTimeoutError
 from .journal import Journal
+from .race import Race, RacePlan
+from .records import Outcome
 from .side_effects import ArgumentState
-from .timing import median
+from .stats import median, spread
+from .timing import PROBE_CALLS, batch_length, calls_per_sample, time_sample
 from .watchdog import WATCHDOG, exchange_timeout
-
-Row = dict[str, Any]
 
 #: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too
 POISONED = re.compile(r"illegal memory access|unspecified launch failure|misaligned address|device-side assert"
                       r"|illegal instruction|hardware stack error|uncorrectable ECC"
                       r"|CUDA_ERROR_(?:ILLEGAL|LAUNCH_FAILED|MISALIGNED|ASSERT)", re.IGNORECASE)
 
+#: (index, config, description) of a config to measure
+Todo = tuple[int, dict[str, Any], str]
 
-@dataclass
+
+@dataclass(frozen=True)
 class Plan:
-    """How each config is measured; identical on every rank."""
+    """How the configs are measured; identical on every rank."""
 
     n_warmup: int
-    n_repeat: int
     timeout: float
-    early_stop: float | None = None
+    race: RacePlan
+    #: "steady" or "cold" (see :mod:`triton_dist_tune.timing`)
+    timing: str = "steady"
+    #: timed calls per steady sample; None: from a probe per config
+    batch: int | None = None
 
 
 class Reference:
@@ -76,27 +92,31 @@ class Trial:
     fn: Callable[..., Any]
     args: tuple
     kwargs: dict[str, Any]
-    timer: Any
+    clock: Any
     state: ArgumentState | None = None
     pre_hook: Callable[..., Any] | None = None
     post_hook: Callable[..., Any] | None = None
     reference: Reference | None = None
 
-    def run(self, config: dict[str, Any]) -> tuple[float, Any]:
-        """Prepare the arguments, run once with ``config`` and return (ms, result)."""
+    def call(self, config: dict[str, Any]) -> Any:
+        """Prepare the arguments and run once with ``config``; returns the function's result."""
         if self.state is not None:
             self.state.before_run()
         if self.pre_hook is not None:
             self.pre_hook(config, *self.args, **self.kwargs)
-        ms, out = self.timer.time_call(lambda: self.fn(*self.args, **self.kwargs, **config))
+        out = self.fn(*self.args, **self.kwargs, **config)
         if self.post_hook is not None:
             self.post_hook(config, *self.args, **self.kwargs)
-        return ms, out
+        return out
+
+    def sample(self, config: dict[str, Any], batch: int, cold: bool) -> float:
+        """One timed sample (ms per call); see :func:`~triton_dist_tune.timing.time_sample`."""
+        return time_sample(self.clock, lambda: self.call(config), batch, cold)
 
     def checked_run(self, config: dict[str, Any]) -> str | None:
         """One untimed run compared against the reference; None when it matches."""
-        _, out = self.run(config)
-        self.timer.synchronize()
+        out = self.call(config)
+        self.clock.synchronize()
         produced = (out, *self.state.outputs) if self.state is not None else (out,)
         return self.reference.mismatch(produced) if self.reference is not None else None
 
@@ -113,12 +133,24 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500]
 
 
+def by_rank(errors: Sequence[str | None]) -> str:
+    """'rank r: error; ...' for the ranks whose entry is an error."""
+    return "; ".join(f"rank {r}: {e}" for r, e in enumerate(errors) if e)
+
+
 class Measurer:
-    """Runs the measurement protocols for one tuning call of one key."""
+    """Runs the measurement of one tuning call of one key (see the module docstring)."""
 
     def __init__(self, group: Group, trial: Trial, plan: Plan, journal: Journal, log: logging.Logger,
                  label: str) -> None:
         self.group, self.trial, self.plan, self.journal, self.log, self.label = group, trial, plan, journal, log, label
+        self.cold = plan.timing == "cold"
+        #: samples taken by this rank, per config index (for tests and logs)
+        self.sample_counts: dict[int, int] = {}
+        #: calls of the function made by this rank while measuring, per config index
+        self.call_counts: dict[int, int] = {}
+
+    # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
     def _guarded(self, index: int, desc: str, phase: str, runs: Callable[[], Any]) -> tuple[Any, str | None]:
         """Run ``runs`` under the watchdog; returns (its result, None) or (None, error)."""
@@ -129,7 +161,7 @@ class Measurer:
         WATCHDOG.arm(self.plan.timeout, f"{self.label} config {index} ({desc}) {phase}", on_fire)
         try:
             result = runs()
-            self.trial.timer.synchronize()
+            self.trial.clock.synchronize()
             return result, None
         except GroupTimeoutError:
             raise  # the group itself broke down: not this config's fault, and not recoverable here
@@ -138,30 +170,13 @@ class Measurer:
         finally:
             WATCHDOG.disarm()
 
-    def _warmup(self, config: dict[str, Any], index: int | None = None) -> None:
-        """The checked run (with ``ref_prog``) and ``n_warmup`` untimed runs; raises on a failure or a wrong
-        result. With ``index`` (lock-step) the runs are aligned as in :meth:`_timed`."""
-        def checked() -> float:
-            wrong = self.trial.checked_run(config)
-            if wrong:
-                raise WrongResult(wrong)
-            return 0.0
-
-        runs: list[Callable[[], float]] = [checked] if self.trial.reference is not None else []
-        runs += [lambda: self.trial.run(config)[0]] * self.plan.n_warmup
-        self._runs(runs, index, "warmup")
-
-    def _timed(self, config: dict[str, Any], count: int, index: int | None = None) -> list[float]:
-        """``count`` timed runs (ms each); with ``index`` (lock-step) aligned as in :meth:`_runs`."""
-        return self._runs([lambda: self.trial.run(config)[0]] * count, index, "run")
-
-    def _runs(self, runs: Sequence[Callable[[], float]], index: int | None, phase: str) -> list[float]:
+    def _aligned(self, runs: Sequence[Callable[[], Any]], index: int | None, phase: str) -> list[Any]:
         """Call each of ``runs`` in turn. With ``index`` (lock-step), the ranks start every run together and all
         stop at the same run once any of them failed (so that nobody is left alone inside a collective of the
         function, and the exchanges stay matched); the failure is then re-raised."""
         if index is None:  # sharded: nobody to align with
             return [run() for run in runs]
-        results: list[float] = []
+        results: list[Any] = []
         failure: Exception | None = None
         for t, run in enumerate(runs):
             statuses = self.group.allgather(failure is not None, f"{self.label} config {index} {phase} {t}",
@@ -176,34 +191,91 @@ class Measurer:
             raise failure
         return results
 
-    def lockstep(self, index: int, config: dict[str, Any], desc: str, best: float | None) -> Row:
-        """Measure one config in lock-step with the group; returns its row (identical on every rank but 'own')."""
-        plan = self.plan
-        self.journal.append(index, "started", config=desc)
-        _, error = self._guarded(index, desc, "warmup", lambda: self._warmup(config, index))
-        errors = self._exchange(index, desc, error, error, "warmup")
-        if any(errors):
-            return self._failed(index, desc, by_rank(errors))
+    def _count(self, index: int, calls: int) -> None:
+        self.call_counts[index] = self.call_counts.get(index, 0) + calls
 
-        first = plan.n_repeat
-        if plan.early_stop and best is not None and plan.n_repeat >= 4:
-            first = max(1, plan.n_repeat // 4)
-        samples, error = self._guarded(index, desc, "timing", lambda: self._timed(config, first, index))
-        results = self._exchange(index, desc, error or median(samples), error, "timing")
-        if any(isinstance(r, str) for r in results):
-            return self._failed(index, desc, by_rank([r if isinstance(r, str) else None for r in results]))
-        if first < plan.n_repeat:
-            partial = max(results)
-            if partial > plan.early_stop * best:
-                return self._measured(index, desc, results, median(samples), early_stop=True)
-            more, error = self._guarded(index, desc, "timing",
-                                        lambda: self._timed(config, plan.n_repeat - first, index))
-            if error is None:
-                samples = samples + more
-            results = self._exchange(index, desc, error or median(samples), error, "timing (rest)")
+    # -- warm-up ---------------------------------------------------------------------------------------------------
+
+    def _warmup_runs(self, index: int, config: dict[str, Any]) -> list[Callable[[], Any]]:
+        """The runs of a config's warm-up: the checked run, ``n_warmup`` runs, and the steady probe."""
+        def checked() -> None:
+            self._count(index, 1)
+            wrong = self.trial.checked_run(config)
+            if wrong:
+                raise WrongResult(wrong)
+
+        def plain() -> None:
+            self._count(index, 1)
+            self.trial.call(config)
+
+        def probe() -> float:
+            self._count(index, calls_per_sample(PROBE_CALLS, cold=False))
+            return self.trial.sample(config, PROBE_CALLS, cold=False)
+
+        runs: list[Callable[[], Any]] = [checked] if self.trial.reference is not None else []
+        runs += [plain] * self.plan.n_warmup
+        if not self.cold and self.plan.batch is None:
+            runs.append(probe)
+        return runs
+
+    def _warm(self, index: int, config: dict[str, Any], desc: str, aligned: bool) -> tuple[int | None, str | None]:
+        """Warm one config up; returns (this rank's wanted batch length, None) or (None, error)."""
+        self.journal.append(index, "started", config=desc, phase="warmup")
+        runs = self._warmup_runs(index, config)
+        results, error = self._guarded(index, desc, "warmup",
+                                       lambda: self._aligned(runs, index if aligned else None, "warmup"))
+        if error is not None:
+            return None, error
+        if self.cold or len(results) < len(runs):  # cold, or stopped early by another rank's failure
+            return 1, None
+        if self.plan.batch is not None:
+            return self.plan.batch, None
+        return batch_length(results[-1]), None
+
+    # -- lock-step -------------------------------------------------------------------------------------------------
+
+    def lockstep(self, todo: Sequence[Todo]) -> list[Outcome]:
+        """Warm up and race ``todo`` with the group; returns one outcome per config (identical on every rank
+        except ``own``), in index order."""
+        outcomes: dict[int, Outcome] = {}
+        batches: dict[int, int] = {}
+        for index, config, desc in todo:
+            wanted, error = self._warm(index, config, desc, aligned=True)
+            results = self._exchange(index, desc, error or wanted, error, "warmup")
             if any(isinstance(r, str) for r in results):
-                return self._failed(index, desc, by_rank([r if isinstance(r, str) else None for r in results]))
-        return self._measured(index, desc, results, median(samples))
+                outcomes[index] = self._failed(index, desc, by_rank([r if isinstance(r, str) else None
+                                                                     for r in results]))
+            else:
+                batches[index] = max(results)
+        entries = {index: (config, desc) for index, config, desc in todo if index in batches}
+        race = Race(sorted(entries), self.plan.race)
+        started = time.monotonic()
+        elapsed = 0.0
+        while entries and not race.finished(elapsed):
+            for index in race.order():
+                config, desc = entries[index]
+                self.journal.append(index, "started", config=desc, phase=f"round {race.rounds}")
+                self._count(index, calls_per_sample(batches[index], self.cold))
+                self.sample_counts[index] = self.sample_counts.get(index, 0) + 1
+                value, error = self._guarded(index, desc, "sample",
+                                             lambda c=config, i=index: self.trial.sample(c, batches[i], self.cold))
+                mine = (error, time.monotonic() - started) if error else (value, time.monotonic() - started)
+                results = self._exchange(index, desc, mine, error, f"round {race.rounds}")
+                elapsed = max(r[1] for r in results)  # the group's racing time: every rank reads the same
+                errors = [r[0] if isinstance(r[0], str) else None for r in results]
+                if any(errors):
+                    race.fail(index, by_rank(errors))
+                    outcomes[index] = self._failed(index, desc, race.entrants[index].error or "")
+                else:
+                    race.record(index, [r[0] for r in results])
+            for index in race.end_round():
+                outcomes[index] = self._final(race.outcome(index, entries[index][1], self.group.rank))
+        for index in race.running:
+            outcomes[index] = self._final(race.outcome(index, entries[index][1], self.group.rank))
+        self.log.info("%s race: %d round(s) in %.2f s, batches %s", self.label, race.rounds,
+                      time.monotonic() - started, batches)
+        self.race = race
+        return [outcomes[i] for i in sorted(outcomes)]
 
     def _exchange(self, index: int, desc: str, value: Any, error: str | None, phase: str) -> list[Any]:
         """Share this rank's outcome of a phase; its own failure is journaled first and named in a timeout."""
@@ -217,62 +289,58 @@ class Measurer:
                 raise
             raise GroupTimeoutError(f"{exc}; on this rank, config {index} ({desc}) had failed: {error}") from exc
 
-    def refine(self, candidates: Sequence[tuple[int, dict[str, Any], str]], rounds: int = 3) -> dict[int, Any]:
-        """Time the leading configs again, interleaved round by round (A B C A B C ...), so that a drift of the
-        machine during a long tuning cannot decide between them. Returns {index: group ms, or "rank r: error"}:
-        a config's group time is the MAX over ranks of each rank's median over the rounds."""
-        per_round = max(1, self.plan.n_repeat // rounds)
-        medians: dict[int, list[list[float]]] = {i: [] for i, _, _ in candidates}
-        outcome: dict[int, Any] = {}
-        for r in range(rounds):
-            for index, config, desc in candidates:
-                if index in outcome:
-                    continue
-                samples, error = self._guarded(index, desc, "refine",
-                                               lambda c=config, i=index: self._timed(c, per_round, i))
-                results = self._exchange(index, desc, error or median(samples), error, f"refine round {r}")
-                if any(isinstance(x, str) for x in results):
-                    outcome[index] = by_rank([x if isinstance(x, str) else None for x in results])
-                    self._stop_if_poisoned(index, desc, outcome[index])
-                else:
-                    medians[index].append(results)
-        for index, per_round_results in medians.items():
-            if index not in outcome:
-                per_rank = zip(*per_round_results, strict=True)
-                outcome[index] = max(median(list(times)) for times in per_rank)
-                self.log.info("%s config %d refined: group %.4f ms", self.label, index, outcome[index])
-        return outcome
+    # -- sharded ---------------------------------------------------------------------------------------------------
 
-    def sharded(self, todo: Sequence[tuple[int, dict[str, Any], str]]) -> list[Row]:
-        """Measure this rank's share of ``todo`` alone, then share all results; returns rows for all of them."""
+    def sharded(self, todo: Sequence[Todo]) -> list[Outcome]:
+        """Measure this rank's share of ``todo`` alone (``max_rounds`` samples each), then share all outcomes."""
         mine = []
         for position, (index, config, desc) in enumerate(todo):
             if position % self.group.size != self.group.rank:
                 continue
-            self.journal.append(index, "started", config=desc)
-            samples, error = self._guarded(
-                index, desc, "sharded", lambda c=config: (self._warmup(c), self._timed(c, self.plan.n_repeat))[1]
-            )
+            wanted, error = self._warm(index, config, desc, aligned=False)
+            samples: list[float] = []
+            if error is None:
+                batch = wanted or 1
+                count = self.plan.race.max_rounds
+                self._count(index, calls_per_sample(batch, self.cold) * count)
+                self.sample_counts[index] = count
+                samples, error = self._guarded(
+                    index, desc, "sharded",
+                    lambda c=config, b=batch, n=count: [self.trial.sample(c, b, self.cold) for _ in range(n)])
             if error:
-                row = self._failed(index, desc, f"rank {self.group.rank}: {error}")
+                mine.append(self._failed(index, desc, f"rank {self.group.rank}: {error}"))
             else:
-                row = self._measured(index, desc, [median(samples)], median(samples), sharded=True)
-            mine.append(row)
+                time_ms = median(samples)
+                mine.append(self._final(Outcome(index, desc, "measured", time=time_ms, spread=spread(samples),
+                                                per_rank=[time_ms], samples=len(samples), own=time_ms,
+                                                round_times=samples)))
         share = -(-len(todo) // self.group.size)  # the most configs one rank measures, each under the watchdog
         shared = self.group.allgather(mine, f"{self.label} sharded results",
                                       exchange_timeout(self.plan.timeout) * max(1, share))
-        return sorted((row for rows in shared for row in rows), key=lambda r: r["index"])
+        return sorted((outcome for outcomes in shared for outcome in outcomes), key=lambda o: o.index)
 
-    def fail(self, index: int, desc: str, error: str) -> Row:
+    # -- outcomes --------------------------------------------------------------------------------------------------
+
+    def fail(self, index: int, desc: str, error: str) -> Outcome:
         """Record a config the group already knows to be failed (e.g. it did not compile on some rank)."""
         return self._failed(index, desc, error)
 
-    def _failed(self, index: int, desc: str, text: str) -> Row:
-        row = {"index": index, "config": desc, "state": "failed", "time": None, "own": None, "error": text}
+    def _failed(self, index: int, desc: str, text: str) -> Outcome:
+        outcome = Outcome(index, desc, "failed", error=text)
         self.journal.append(index, "failed", config=desc, error=text)
         self.log.info("%s config %d FAILED (%s): %s", self.label, index, text, desc)
         self._stop_if_poisoned(index, desc, text)
-        return row
+        return outcome
+
+    def _final(self, outcome: Outcome) -> Outcome:
+        """Journal a measured or stopped outcome the group agreed on."""
+        data = outcome.to_json()
+        self.journal.append(outcome.index, outcome.state,
+                            **{k: v for k, v in data.items() if k not in ("index", "state")})
+        self.log.info("%s config %d %s: own %s ms, group %.4f ms +-%.1f%% over %d sample(s): %s", self.label,
+                      outcome.index, outcome.state, f"{outcome.own:.4f}" if outcome.own is not None else "-",
+                      outcome.time, 100 * (outcome.spread or 0), outcome.samples, outcome.config)
+        return outcome
 
     def _stop_if_poisoned(self, index: int, desc: str, text: str) -> None:
         """A CUDA error that leaves a context unusable fails every later config on that rank: stop the whole group
@@ -282,22 +350,6 @@ class Measurer:
                        "as failed: restart the job (e.g. torchrun --max-restarts) to resume without it")
             self.log.error(message)
             raise DevicePoisonedError(message)
-
-    def _measured(self, index: int, desc: str, per_rank: Sequence[float], own: float, early_stop: bool = False,
-                  sharded: bool = False) -> Row:
-        group_time = float(max(per_rank))
-        row = {"index": index, "config": desc, "state": "measured", "time": group_time, "own": own,
-               "per_rank": [float(t) for t in per_rank], "early_stop": early_stop}
-        self.journal.append(index, "measured", config=desc, time=group_time, per_rank=row["per_rank"],
-                            early_stop=early_stop)
-        self.log.info("%s config %d: own %.4f ms, group %.4f ms%s%s: %s", self.label, index, own, group_time,
-                      " (stopped early)" if early_stop else "", " (sharded)" if sharded else "", desc)
-        return row
-
-
-def by_rank(errors: Sequence[str | None]) -> str:
-    """'rank r: error; ...' for the ranks whose entry is an error."""
-    return "; ".join(f"rank {r}: {e}" for r, e in enumerate(errors) if e)
 
 
 def _detach_copy(value: Any) -> Any:

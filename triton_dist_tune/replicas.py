@@ -5,14 +5,14 @@ of every replica, e.g. ``mesh.get_group("dp")`` of a ``DeviceMesh`` whose other 
 every rank of every replica ends on one config per key:
 
 1. the replicas agree on key and config space, and on the configs every rank of every replica keeps;
-2. replica ``j`` measures the configs at positions ``j, j + R, ...`` of that list, in lock-step inside its group
-   (so the first pass takes about 1/R of the time);
-3. the rows are gathered across replicas (all ranks of a group hold the same rows, so every position gathers the
-   same table);
-4. the leaders (``refine_top``, at least 2) are measured on every replica that has not measured them yet, and a
-   leader's time is the MAX over replicas of each replica's group time;
-5. the choice is the least of those times (ties: the earlier config): the least over configs of the max over every
-   rank of every replica. Every rank computes it from the same table.
+2. replica ``j`` of ``R`` races the configs at positions ``j, j + R, ...`` of that list, in lock-step inside its
+   group (:meth:`Measurer.lockstep`, the measurement engine's race), so the first pass costs each rank 1/R of it;
+3. the outcomes are gathered across replicas (all ranks of a group hold the same outcomes, so every position
+   gathers the same table);
+4. the leaders (the 2 least times, or ``refine_top`` if larger) are raced again on every replica, and a leader's
+   time is the MAX over replicas of each replica's group time (itself the MAX over the group's ranks);
+5. the choice is the least of those times (ties: the lower index): the least over configs of the max over every
+   rank of every replica. Every rank computes it from the same exchanged data.
 
 The disk cache holds one decision per key for the whole layout; the rank that is group rank 0 of replica 0 alone
 reads and writes it.
@@ -21,12 +21,13 @@ reads and writes it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .comm import Group, agree
 from .errors import BadInputError, MismatchError
-from .measure import Measurer
+from .measure import Measurer, Todo
+from .records import Decision, Outcome
 from .space import fingerprint
 from .watchdog import exchange_timeout
 
@@ -75,13 +76,13 @@ class Layout:
         """The configs that every replica keeps (each replica's ``kept`` is already agreed inside its group)."""
         return self.replicas.combine(kept, f"{what} (across replicas)", _kept_by_all, timeout)
 
-    def share(self, kept: Sequence[int]) -> set[int]:
+    def share(self, kept: Sequence[int]) -> list[int]:
         """The configs this replica measures in the first pass."""
-        return {i for position, i in enumerate(kept) if position % self.replicas.size == self.replicas.rank}
+        return [i for position, i in enumerate(kept) if position % self.replicas.size == self.replicas.rank]
 
-    def gather(self, rows: list[dict[str, Any]], what: str, timeout: float) -> list[dict[str, Any]]:
-        """Every replica's rows, as one table sorted by config index (identical on every rank)."""
-        return self.replicas.combine(rows, what, _merged, timeout)
+    def gather(self, outcomes: list[Outcome], what: str, timeout: float) -> list[Outcome]:
+        """Every replica's outcomes, one per config, sorted by config index (identical on every rank)."""
+        return self.replicas.combine(outcomes, what, _merged, timeout)
 
     def worst(self, times: dict[int, float | str], what: str, timeout: float) -> dict[int, float | str]:
         """Per config, the MAX over replicas of their group times, or the errors of the replicas where it failed."""
@@ -95,12 +96,12 @@ def _kept_by_all(kept: list[list[int]]) -> list[int]:
     return sorted(common)
 
 
-def _merged(tables: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    rows: dict[int, dict[str, Any]] = {}
-    for replica, table in enumerate(tables):
-        for row in table:
-            rows.setdefault(row["index"], {**row, "replica": replica})
-    return [rows[i] for i in sorted(rows)]
+def _merged(tables: list[list[Outcome]]) -> list[Outcome]:
+    outcomes: dict[int, Outcome] = {}
+    for table in tables:
+        for outcome in table:
+            outcomes.setdefault(outcome.index, outcome)
+    return [outcomes[i] for i in sorted(outcomes)]
 
 
 def _worst(per_replica: list[dict[int, float | str]]) -> dict[int, float | str]:
@@ -112,33 +113,43 @@ def _worst(per_replica: list[dict[int, float | str]]) -> dict[int, float | str]:
     return out
 
 
-def settle(layout: Layout, measurer: Measurer, rows: list[dict[str, Any]],
-           candidate: Callable[[int], tuple[int, dict[str, Any], str]], refine_top: int, label: str,
-           timeout: float, share: int) -> list[dict[str, Any]]:
-    """Steps 3 and 4: gather the replicas' rows, measure the leaders on every replica that has not, and give each
-    leader the MAX over replicas of its group time (marked ``refined``, so that the decision is among them)."""
-    table = layout.gather(rows, f"{label} rows across replicas", exchange_timeout(timeout) * max(1, share))
+def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: Callable[[int], Todo],
+           refine_top: int, label: str, timeout: float, share: int, timing: str) -> Decision:
+    """Steps 3 to 5: gather the replicas' outcomes, race the leaders on every replica, and decide on the MAX over
+    replicas of each leader's group time. ``outcomes`` are this replica's (its share, resumed, pruned, failed)."""
+    table = layout.gather(outcomes, f"{label} outcomes across replicas", exchange_timeout(timeout) * max(1, share))
     top = leaders(table, refine_top)
-    mine = {r["index"]: r for r in rows}
-    times: dict[int, float | str] = {}
-    for index in top:  # every rank of every replica has the same leaders, in the same order
-        row = mine.get(index) or measurer.lockstep(*candidate(index), None)
-        times[index] = row["time"] if row["state"] == "measured" else str(row.get("error"))
-    if refine_top and len(top) > 1:  # the leaders again, interleaved, on every replica
-        times = {i: times[i] if isinstance(times[i], str) else t
-                 for i, t in measurer.refine([candidate(i) for i in top]).items()}
+    raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top])}  # same leaders, same order everywhere
+    times = {i: o.time if o.usable and o.time is not None else (o.error or o.state) for i, o in raced.items()}
     worst = layout.worst(times, f"{label} leaders across replicas", exchange_timeout(timeout) * max(1, len(top)))
-    for row in table:
-        value = worst.get(row["index"])
+    final = []
+    for outcome in table:
+        value = worst.get(outcome.index)
         if isinstance(value, str):
-            row.update(state="failed", error=f"on some replica: {value}")
+            outcome = replace(raced[outcome.index], state="failed", time=None, error=f"on some replica: {value}")
         elif value is not None:
-            row.update(first_time=row["time"], time=value, refined=True)
-    return table
+            outcome = replace(raced[outcome.index], state="measured", time=value)
+        elif outcome.state == "measured":  # beaten in the first pass: not in the final race
+            outcome = replace(outcome, state="stopped")
+        final.append(outcome)
+    return decision(final, top, timing, max(o.samples for o in final))
 
 
-def leaders(rows: Sequence[dict[str, Any]], count: int) -> list[int]:
-    """The ``max(count, 2)`` healthy configs with the least group times, by index (ties: the earlier config)."""
-    healthy = sorted((r for r in rows if r["state"] == "measured" and not r.get("early_stop")),
-                     key=lambda r: (r["time"], r["index"]))
-    return sorted(r["index"] for r in healthy[: max(count, MIN_LEADERS)])
+def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: int) -> Decision:
+    """The least over the leaders of their time (the MAX over replicas), ties to the lower index; the runner-up
+    is the next leader. Index -1 when every leader failed."""
+    usable = sorted((o for o in outcomes if o.index in top and o.usable), key=lambda o: (o.time, o.index))
+    if not usable:
+        return Decision(-1, "", float("nan"), None, False, None, outcomes, timing, rounds)
+    chosen = usable[0]
+    runner_up = usable[1] if len(usable) > 1 else None
+    margin = runner_up.time / chosen.time - 1 if runner_up is not None and chosen.time else None
+    near_tie = margin is not None and margin <= (chosen.spread or 0) + (runner_up.spread or 0)
+    return Decision(chosen.index, chosen.config, chosen.time, margin, near_tie,
+                    runner_up.index if runner_up is not None else None, outcomes, timing, rounds)
+
+
+def leaders(outcomes: Sequence[Outcome], count: int) -> list[int]:
+    """The ``max(count, 2)`` usable configs with the least times, by index (ties: the lower index)."""
+    usable = sorted((o for o in outcomes if o.usable), key=lambda o: (o.time, o.index))
+    return sorted(o.index for o in usable[: max(count, MIN_LEADERS)])

@@ -8,8 +8,10 @@ The protocol of one tuning (one key, one group), every step on every rank of the
 3. **Prune**: ``prune_fn`` runs on every rank; a config is kept only where every rank keeps it.
 4. **Resume**: the ranks gather their crash journals; configs already measured are not measured again, configs
    that crashed, hung or failed in an earlier attempt are left out.
-5. **Measure**: see :mod:`triton_dist_tune.measure` (lock-step, or sharded for rank-local functions).
-6. **Decide**: group rank 0 picks the least group time (ties: the earlier config), writes the cache atomically and
+5. **Measure**: see :mod:`triton_dist_tune.measure`: a warm-up, then a race of interleaved rounds in which
+   clearly slower configs leave early (or sharded measuring, for rank-local functions).
+6. **Decide**: the least group time among the configs left in the race wins (ties: the lower index); group rank 0
+   writes the cache atomically, with every config's median and spread and the margin over the runner-up, and
    broadcasts the choice. The function is then called once with it and its result returned.
 
 Once a key is decided, a call is a ``key_fn`` call, a dict lookup and the function call: no communication.
@@ -30,10 +32,12 @@ from .errors import AllConfigsFailedError, BadInputError, MismatchError
 from .journal import Journal, merge
 from .measure import Measurer, Plan, Reference, Trial, describe_error
 from .precompile import precompile
+from .race import Race, RacePlan
+from .records import Decision, Outcome
 from .replicas import Layout, settle
 from .side_effects import ArgumentState, check_names, named_arguments
-from .space import CALL_KEYWORDS, check_no_clash, describe, validate_space
-from .timing import make_timer
+from .space import CALL_KEYWORDS, check_no_clash, describe, fingerprint, validate_space
+from .timing import make_clock, timing_mode
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -53,7 +57,8 @@ class Tuner:
                  pre_hook: Callable[..., Any] | None, post_hook: Callable[..., Any] | None,
                  ref_prog: Callable[..., Any] | None, rtol: float | None, atol: float | None,
                  early_stop: float | None, sharded: bool, precompile_fn: Callable[..., Any] | None,
-                 compile_threads: int | None, refine_top: int, name: str | None) -> None:
+                 compile_threads: int | None, refine_top: int, name: str | None, timing: str | None = None,
+                 batch: int | None = None, budget: float | None = None) -> None:
         if not callable(key_fn):
             raise BadInputError("key_fn must be callable")
         if prune_fn is not None and not callable(prune_fn):
@@ -80,7 +85,13 @@ class Tuner:
         self.precompile_fn, self.compile_threads = precompile_fn, compile_threads
         if refine_top < 0:
             raise BadInputError(f"refine_top must be >= 0, got {refine_top}")
+        if batch is not None and not (isinstance(batch, int) and batch >= 1):
+            raise BadInputError(f"batch must be a whole number of calls >= 1, got {batch!r}")
+        if budget is not None and not 0 < budget < float("inf"):
+            raise BadInputError(f"budget must be a positive number of seconds, got {budget!r}")
         self.refine_top = refine_top
+        timing_mode(timing)  # reject a bad mode now; the environment may still override it per call
+        self.timing, self.batch, self.budget = timing, batch, budget
         self.name = name or fn.__name__
         self.cache = DiskCache(self.name)
         self.source = source_of(fn)
@@ -88,8 +99,13 @@ class Tuner:
         self.decided: dict[Hashable, dict[str, Any]] = {}
         #: decisions of calls with an explicit group, (id of autotune_pg, key) -> config
         self.decided_in: dict[tuple[int, Hashable], dict[str, Any]] = {}
-        #: the last decision's table of measurements, per (group name, key), for inspection
-        self.tables: dict[tuple[str, Hashable], list[dict[str, Any]]] = {}
+        #: the last decision per (group name, key), with every config's outcome, for inspection
+        self.decisions: dict[tuple[str, Hashable], Decision] = {}
+
+    @property
+    def tables(self) -> dict[tuple[str, Hashable], list[dict[str, Any]]]:
+        """The last decision's outcomes per (group name, key), as JSON-style rows (a view of ``decisions``)."""
+        return {slot: [o.to_json() for o in d.outcomes] for slot, d in self.decisions.items()}
 
     # -- calls that are not the hot path -------------------------------------------------------------------------
 
@@ -167,20 +183,22 @@ class Tuner:
         try:  # the journal is locked while this tuning runs; on an error its records stay for the next attempt
             gathered = group.allgather(journal.read(), f"{label} journal exchange", timeout=timeout)
             earlier = merge(gathered, self.descriptions)
-            rows = self._measure(group, label, kept, earlier, journal, args, kwargs, timeout, verbose, layout)
-            index = self._decide(group, label, entry, key_text, rows, timeout, layout is None or layout.reads_cache)
-            if layout is not None:  # every replica decided from the same table; replica 0's choice is the rule
-                index = layout.replicas.broadcast(index, f"{label} decision across replicas", timeout=timeout)
+            seed = fingerprint(f"{key_text}\n{self.space_text}")
+            decision = self._measure(group, label, kept, earlier, journal, args, kwargs, timeout, verbose, seed,
+                                     layout)
+            decision.seconds = time.perf_counter() - started
+            self._decide(group, label, entry, key_text, decision, timeout, layout is None or layout.reads_cache)
             journal.remove()
         finally:
             journal.close()
-        self.tables[(group.name, key)] = rows
+        self.decisions[(group.name, key)] = decision
         if group.rank == 0 and logs.printing_enabled(verbose):
             logs.console().info(
                 "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group "
-                "'%s',\nbest config selected: %s;\n%s", self.name, key_text, time.perf_counter() - started,
-                group.size, group.name, self.descriptions[index], logs.format_table(rows, index))
-        return self.space[index]
+                "'%s' (%s timing, %d round(s)),\nbest config selected: %s%s;\n%s", self.name, key_text,
+                decision.seconds, group.size, group.name, decision.timing, decision.rounds, decision.config,
+                logs.margin_text(decision), logs.format_table(decision.outcomes, decision.index))
+        return self.space[decision.index]
 
     def _agree(self, group: Group, key_text: str, key_error: str | None, kwargs: dict[str, Any]) -> None:
         problem = key_error
@@ -214,101 +232,103 @@ class Tuner:
         return kept
 
     def _measure(self, group: Group, label: str, kept: list[int], earlier: dict[int, dict[str, Any]],
-                 journal: Journal, args: tuple, kwargs: dict[str, Any], timeout: float,
-                 verbose: bool | None, layout: Layout | None = None) -> list[dict[str, Any]]:
+                 journal: Journal, args: tuple, kwargs: dict[str, Any], timeout: float, verbose: bool | None,
+                 seed: str, layout: Layout | None = None) -> Decision:
         named = named_arguments(self.fn, args, kwargs)
         state = ArgumentState(named, self.restore_value, self.reset_to_zero) if (
             self.restore_value or self.reset_to_zero) else None
-        trial = Trial(self.fn, args, kwargs, make_timer(), state, self.pre_hook, self.post_hook)
+        trial = Trial(self.fn, args, kwargs, make_clock(), state, self.pre_hook, self.post_hook)
         if self.ref_prog is not None:
             if state is not None:
                 state.before_run()
             out = self.ref_prog(*args, **kwargs)
             trial.reference = Reference((out, *state.outputs) if state is not None else (out,), self.rtol, self.atol)
-        measurer = Measurer(group, trial, Plan(self.n_warmup, self.n_repeat, timeout, self.early_stop), journal,
+        timing = timing_mode(self.timing)
+        race_plan = RacePlan(max_rounds=self.n_repeat, budget_s=self.budget, early_stop=self.early_stop,
+                             keep_top=self.refine_top or None, seed=seed)
+        measurer = Measurer(group, trial, Plan(self.n_warmup, timeout, race_plan, timing, self.batch), journal,
                             logs.rank_log(), label)
-        rows: list[dict[str, Any]] = []
+        outcomes: list[Outcome] = []
         todo = []
-        share = set(kept) if layout is None else layout.share(kept)
-        for i in sorted(share):
-            if i in earlier:
-                row = {"own": None, **earlier[i], "resumed": True}
-                rows.append(row)
-                logs.rank_log().info("%s config %d from the journal: %s", label, i, row)
-            else:
+        share = kept if layout is None else layout.share(kept)
+        for i in share:
+            resumed = Outcome.from_json({**earlier[i], "index": i}) if i in earlier else None
+            if resumed is not None and resumed.state in ("failed", "stopped"):
+                resumed.resumed = True
+                outcomes.append(resumed)
+                logs.rank_log().info("%s config %d from the journal: %s", label, i, resumed)
+            else:  # not measured yet, or still in the race when an earlier attempt ended: race it now
                 todo.append((i, self.space[i], self.descriptions[i]))
+        outcomes += [Outcome(i, self.descriptions[i], "pruned") for i in range(len(self.space)) if i not in kept]
         if self.precompile_fn is not None and todo:
             failed = precompile(group, label, self.precompile_fn, todo, args, kwargs, self.compile_threads, timeout)
             for i, error in sorted(failed.items()):
-                rows.append(measurer.fail(i, self.descriptions[i], error))
+                outcomes.append(measurer.fail(i, self.descriptions[i], error))
             todo = [t for t in todo if t[0] not in failed]
-        progress = logs.Progress(label, len(todo), group.rank == 0 and logs.printing_enabled(verbose))
         try:
-            if self.sharded:
-                rows += measurer.sharded(todo)
+            if layout is not None:  # this replica's share, then the leaders on every replica
+                decision = settle(layout, measurer, outcomes + measurer.lockstep(todo), self._todo,
+                                  self.refine_top, label, timeout, len(share), timing)
             else:
-                for i, config, desc in todo:
-                    times = [r["time"] for r in rows if r["state"] == "measured"]
-                    rows.append(measurer.lockstep(i, config, desc, min(times) if times else None))
-                    progress.step()
-                if layout is None:
-                    self._refine(measurer, rows)
-                else:
-                    rows = settle(layout, measurer, rows, self._candidate, self.refine_top, label, timeout,
-                                  len(share))
+                outcomes += measurer.sharded(todo) if self.sharded else measurer.lockstep(todo)
         finally:
             if state is not None:
                 state.put_back()
-        return sorted(rows, key=lambda r: r["index"])
+        self.last_measurer = measurer
+        if layout is not None:
+            return decision
+        return decide(sorted(outcomes, key=lambda o: o.index), getattr(measurer, "race", None), timing)
 
-    def _refine(self, measurer: Measurer, rows: list[dict[str, Any]]) -> None:
-        """With ``refine_top``, time the leading configs again, interleaved, and keep only those in the running."""
-        healthy = sorted((r for r in rows if r["state"] == "measured" and not r.get("early_stop")),
-                         key=lambda r: (r["time"], r["index"]))
-        if not self.refine_top or len(healthy) <= self.refine_top:
-            return
-        leaders = healthy[: self.refine_top]
-        refined = measurer.refine([(r["index"], self.space[r["index"]], r["config"]) for r in leaders])
-        for row in leaders:
-            outcome = refined[row["index"]]
-            if isinstance(outcome, str):
-                row.update(state="failed", error=f"refine: {outcome}")
-            else:
-                row.update(first_time=row["time"], time=outcome, refined=True)
-
-    def _candidate(self, index: int) -> tuple[int, dict[str, Any], str]:
+    def _todo(self, index: int) -> tuple[int, dict[str, Any], str]:
         return index, self.space[index], self.descriptions[index]
 
-    def _decide(self, group: Group, label: str, entry: str, key_text: str, rows: list[dict[str, Any]],
-                timeout: float, writes: bool = True) -> int:
-        choice: int | str | None = None
-        if group.rank == 0:
-            healthy = [r for r in rows if r["state"] == "measured" and not r.get("early_stop")]
-            healthy = [r for r in healthy if r.get("refined")] or healthy  # refined leaders alone compete
-            if healthy:
-                choice = min(healthy, key=lambda r: (r["time"], r["index"]))["index"]
-                decision = {"index": choice, "config": self.descriptions[choice], "key": key_text,
-                            "function": self.name, "group_size": group.size, "time_ms": rows_time(rows, choice),
-                            "measurements": rows}
-                try:
-                    if writes:
-                        self.cache.store(entry, decision, self.space_text)
-                except OSError as exc:
-                    log.warning("triton_dist_tune: could not write the cache (%s)", exc)
-            else:
-                choice = "; ".join(f"config {r['index']} ({r['config']}): {r.get('error')}" for r in rows)
-        choice = group.broadcast(choice, f"{label} decision", timeout=timeout)
-        if isinstance(choice, str):
-            logs.rank_log().error("%s every config failed: %s", label, choice)
-            raise AllConfigsFailedError(f"{label} every config failed on some rank: {choice}")
-        logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms", label, choice,
-                             self.descriptions[choice], rows_time(rows, choice))
-        return choice
+    def _decide(self, group: Group, label: str, entry: str, key_text: str, decision: Decision,
+                timeout: float, writes: bool = True) -> None:
+        """Group rank 0 writes the cache; every rank raises the same error when no config is usable. The decision
+        itself is already identical on every rank (it was computed from exchanged data only)."""
+        if decision.index < 0:
+            text = "; ".join(f"config {o.index} ({o.config}): {o.error}" for o in decision.outcomes
+                             if o.state == "failed")
+            logs.rank_log().error("%s every config failed: %s", label, text)
+            raise AllConfigsFailedError(f"{label} every config failed on some rank: {text}")
+        if group.rank == 0 and writes:
+            record = {"function": self.name, "key": key_text, "group_size": group.size, "group": group.name,
+                      "index": decision.index, "config": decision.config, "time_ms": decision.time,
+                      "margin": decision.margin, "near_tie": decision.near_tie, "runner_up": decision.runner_up,
+                      "timing": decision.timing, "rounds": decision.rounds, "tuning_seconds": decision.seconds,
+                      "created": time.time(), "measurements": [o.to_json() for o in decision.outcomes]}
+            try:
+                self.cache.store(entry, record, self.space_text)
+            except OSError as exc:
+                log.warning("triton_dist_tune: could not write the cache (%s)", exc)
+        group.barrier(f"{label} decision written", timeout=timeout)
+        logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s", label, decision.index,
+                             decision.config, decision.time, logs.margin_text(decision))
 
 
-def rows_time(rows: list[dict[str, Any]], index: int) -> float:
-    """The group time of config ``index`` in a table of measurements."""
-    return next(r["time"] for r in rows if r["index"] == index)
+def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
+    """The group's choice from outcomes every rank shares: the race's winner (the least median among the configs
+    still running), else the least time among resumed or sharded outcomes; index -1 when nothing is usable."""
+    by_index = {o.index: o for o in outcomes}
+    winner = race.winner() if race is not None else None
+    usable = [o for o in outcomes if o.usable]
+    if winner is None and usable:
+        candidates = [o for o in usable if o.state == "measured"] or usable
+        winner = min(candidates, key=lambda o: (o.time, o.index)).index
+    rounds = race.rounds if race is not None else max((o.samples for o in outcomes), default=0)
+    if winner is None:
+        return Decision(-1, "", float("nan"), None, False, None, outcomes, timing, rounds)
+    others = [o for o in usable if o.index != winner]
+    runner_up = min(others, key=lambda o: (o.time, o.index)).index if others else None
+    if race is not None and winner in race.entrants and runner_up in race.entrants:
+        margin, near_tie = race.margin(winner, runner_up)
+    elif runner_up is not None and by_index[winner].time > 0:
+        margin = by_index[runner_up].time / by_index[winner].time - 1
+        near_tie = margin <= (by_index[winner].spread or 0) + (by_index[runner_up].spread or 0)
+    else:
+        margin, near_tie = None, False
+    chosen = by_index[winner]
+    return Decision(winner, chosen.config, chosen.time, margin, near_tie, runner_up, outcomes, timing, rounds)
 
 
 def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hashable],
@@ -318,7 +338,8 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
              ref_prog: Callable[..., Any] | None = None, rtol: float | None = None, atol: float | None = None,
              early_stop: float | None = None, sharded: bool = False,
              precompile_fn: Callable[..., Any] | None = None, compile_threads: int | None = None,
-             refine_top: int = 0, name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+             refine_top: int = 0, name: str | None = None, timing: str | None = None, batch: int | None = None,
+             budget: float | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Tune a whole (distributed) function over ``config_space``, with every rank of the group in lock-step.
 
     Args:
@@ -326,8 +347,10 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
         key_fn: ``key_fn(*args, **kwargs)`` returns the hashable key a decision is made and cached for.
         prune_fn: ``prune_fn(config, *args, **kwargs)`` returns True to keep ``config``; a config is kept only
             if every rank keeps it.
-        n_warmup: untimed runs per config (identical on every rank).
-        n_repeat: timed runs per config; a rank's time is their median, the group's the max over ranks.
+        n_warmup: untimed runs per config before the race (identical on every rank).
+        n_repeat: the most rounds of the race: a config still running gets one sample per round (a batch of
+            back-to-back calls in steady timing, one call in cold timing). A sample's group time is the MAX over
+            ranks; a config's time is the median of its samples.
         timeout: seconds one measurement phase or exchange may take before the watchdog ends a hung rank
             (default ``TRITON_DIST_AUTOTUNE_TIMEOUT`` or 300).
         reset_to_zero: names of tensor arguments zeroed before every measured run.
@@ -337,17 +360,20 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
         ref_prog: the reference, called with the same arguments; a config whose result (and in-place outputs)
             differ from it on any rank is left out on every rank.
         rtol / atol: tolerances of that check (both or neither; neither means torch's defaults for the dtype).
-        early_stop: a factor: a config whose first quarter of timed runs is already this much slower than the
-            best so far is stopped, by group decision.
+        early_stop: a factor: after any round, a config whose median is more than this times the leader's
+            leaves the race at once (besides the statistical rule, which needs 3 rounds).
         sharded: for functions that talk to no other rank: each rank measures its share of the configs.
         precompile_fn: ``precompile_fn(config, *args, **kwargs)`` compiles a config's kernels (e.g. with
             ``kernel.warmup(..., grid=...)``); run for every config in a thread pool before measuring, and a
             config that fails to compile on any rank is left out on every rank.
         compile_threads: threads for ``precompile_fn`` (default ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or
             min(8, CPUs)).
-        refine_top: when more configs than this are healthy, the leading ``refine_top`` are timed again,
-            interleaved over 3 rounds, and the choice is made among them on those times (lock-step only; 0: off).
+        refine_top: after 3 rounds, at most this many configs (the best medians) stay in the race (0: no limit).
         name: the cache folder's name (default: the function's name).
+        timing: ``"steady"`` (default: back-to-back batches, as a model layer runs) or ``"cold"`` (one call after
+            an L2 flush and an alignment of the ranks); ``TRITON_DIST_AUTOTUNE_TIMING`` overrides it for a job.
+        batch: calls per steady sample (default: measured per config, long enough to hide the launch gap).
+        budget: seconds of racing after which the race ends once 3 rounds are done (default: no limit).
 
     Call-time keywords: ``autotune=False`` runs the first config ``prune_fn`` keeps, with no tuning and no
     communication; ``autotune_verbose=True`` prints the measurements on group rank 0; ``autotune_pg=`` is the
@@ -362,7 +388,7 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
                       reset_to_zero=reset_to_zero, restore_value=restore_value, pre_hook=pre_hook,
                       post_hook=post_hook, ref_prog=ref_prog, rtol=rtol, atol=atol, early_stop=early_stop,
                       sharded=sharded, precompile_fn=precompile_fn, compile_threads=compile_threads,
-                      refine_top=refine_top, name=name)
+                      refine_top=refine_top, name=name, timing=timing, batch=batch, budget=budget)
         decided, decided_in, slow, keywords = tuner.decided, tuner.decided_in, tuner.call, CALL_KEYWORDS
 
         @functools.wraps(fn)

@@ -1,4 +1,4 @@
-"""Multi-rank scenarios for side effects, correctness checks, compilation, early stopping and sharded tuning.
+"""Multi-rank scenarios for side effects, correctness checks, compilation and sharded tuning.
 
 Usage: python feature_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Prints ``RESULT {json}``.
 """
@@ -108,40 +108,6 @@ def compile_failure():
     rows = next(iter(copy.tuner.tables.values()))
     emit(ok=dst.tolist() == src.tolist(), launched={str(k): v for k, v in launched.items()},
          states=[r["state"] for r in rows], error=rows[0].get("error"))
-
-
-@case
-def early_stop():
-    """A config far slower than the best so far is stopped by the group after its first quarter of runs."""
-    tdt.init_distributed()
-    calls = collections.Counter()
-
-    @tdt.autotune(space(), key_fn=lambda: 0, n_warmup=1, n_repeat=8, early_stop=3.0, name="early")
-    def f(*, variant):
-        calls[variant] += 1
-        time.sleep([0.004, 0.060, 0.008][variant])
-
-    f()
-    rows = next(iter(f.tuner.tables.values()))
-    emit(calls=[calls[v] for v in range(3)], stopped=[bool(r.get("early_stop")) for r in rows],
-         chosen=f.tuner.decided[0]["variant"])
-
-
-@case
-def refine():
-    """With refine_top=2 of 5 configs, the two leaders are timed again (interleaved) and the choice is theirs."""
-    tdt.init_distributed()
-    calls = collections.Counter()
-
-    @tdt.autotune(space(5), key_fn=lambda: 0, n_warmup=1, n_repeat=3, refine_top=2, name="refine")
-    def f(*, variant):
-        calls[variant] += 1
-        time.sleep([0.030, 0.006, 0.020, 0.012, 0.040][variant])
-
-    f()
-    rows = next(iter(f.tuner.tables.values()))
-    emit(calls=[calls[v] for v in range(5)], refined=[bool(r.get("refined")) for r in rows],
-         chosen=f.tuner.decided[0]["variant"])
 
 
 @case

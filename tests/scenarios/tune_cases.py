@@ -59,7 +59,7 @@ def cache_reuse():
     calls = []
 
     @tdt.autotune(config_space=sleepy_space(), key_fn=lambda x: tuple(x.shape), n_warmup=1, n_repeat=2,
-                  name="reuse")
+                  batch=1, name="reuse")
     def f(x, *, variant):
         calls.append(variant)
         time.sleep(SLEEP_MS[dist.get_rank() % 4][variant] / 1e3)
@@ -203,7 +203,7 @@ def mpi_agree():
     comm = MPI.COMM_WORLD
     calls = []
 
-    @tdt.autotune(config_space=sleepy_space(), key_fn=lambda x: x, n_warmup=1, n_repeat=2, name="mpi")
+    @tdt.autotune(config_space=sleepy_space(), key_fn=lambda x: x, n_warmup=1, n_repeat=2, batch=1, name="mpi")
     def f(x, *, variant):
         calls.append(variant)
         time.sleep(SLEEP_MS[comm.Get_rank() % 4][variant] / 1e3)

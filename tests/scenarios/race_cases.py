@@ -1,0 +1,151 @@
+"""Multi-rank scenarios for the measurement race: drift, early drops, shared rounds, timing modes.
+
+Usage: python race_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Prints ``RESULT {json}``.
+Every gap between configs here is 2x or more, so that a loaded machine cannot close it.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main
+
+import triton_dist_tune as tdt
+
+
+def space(n: int) -> list[dict[str, int]]:
+    return [{"variant": v} for v in range(n)]
+
+
+def outcomes(fn) -> list[dict]:
+    ((_, decision),) = fn.tuner.decisions.items()
+    return [o.to_json() for o in decision.outcomes]
+
+
+@case
+def drift():
+    """The machine drifts while tuning: after the first 3 calls every call costs 4x (a GPU that heats up and clocks
+    down). Config 1 is truly 2x faster than config 0, but config 0 is measured first: timed one config after
+    another, config 0 (all its runs before the drift) looks 2x faster; interleaved rounds see through it."""
+    tdt.init_distributed()
+    base_ms = [12.0, 6.0]
+    made = [0]
+    order = []
+
+    def work(variant: int) -> None:
+        made[0] += 1
+        time.sleep(base_ms[variant] * (1 if made[0] <= 3 else 4) / 1e3)
+        dist.all_reduce(torch.ones(1))
+
+    # the old way, one config after another: 3 runs of config 0, then 3 runs of config 1
+    sequential = {}
+    for variant in (0, 1):
+        runs = []
+        for _ in range(3):
+            dist.barrier()
+            start = time.perf_counter()
+            work(variant)
+            runs.append(time.perf_counter() - start)
+        sequential[variant] = statistics.median(runs)
+    made[0] = 0
+
+    @tdt.autotune(space(2), key_fn=lambda: 0, n_warmup=0, n_repeat=6, batch=1, name="drift")
+    def f(*, variant):
+        order.append(variant)
+        work(variant)
+
+    f()
+    emit(sequential_choice=min(sequential, key=sequential.get), chosen=f.tuner.decided[0]["variant"], order=order)
+
+
+@case
+def race_drops():
+    """Four configs, 5/20/40/10 ms: the 4x and 8x slower ones leave the race after the first 3 rounds."""
+    tdt.init_distributed()
+    sleeps = [0.005, 0.020, 0.040, 0.010]
+    order = []
+
+    @tdt.autotune(space(4), key_fn=lambda: 0, n_warmup=1, n_repeat=8, batch=1, name="drops")
+    def f(*, variant):
+        order.append(variant)
+        time.sleep(sleeps[variant])
+        dist.all_reduce(torch.ones(1))
+
+    f()
+    calls = collections.Counter(order)
+    emit(calls=[calls[v] for v in range(4)], order=order, chosen=f.tuner.decided[0]["variant"],
+         outcomes=outcomes(f))
+
+
+@case
+def early_stop():
+    """``early_stop=3``: a config 15x slower than the leader leaves after its first round."""
+    tdt.init_distributed()
+    calls = collections.Counter()
+
+    @tdt.autotune(space(3), key_fn=lambda: 0, n_warmup=1, n_repeat=8, batch=1, early_stop=3.0, name="early")
+    def f(*, variant):
+        calls[variant] += 1
+        time.sleep([0.004, 0.060, 0.008][variant])
+
+    f()
+    emit(calls=[calls[v] for v in range(3)], outcomes=outcomes(f), chosen=f.tuner.decided[0]["variant"])
+
+
+@case
+def keep_top():
+    """``refine_top=2`` of 5 configs: after 3 rounds at most the two best stay in the race."""
+    tdt.init_distributed()
+
+    @tdt.autotune(space(5), key_fn=lambda: 0, n_warmup=1, n_repeat=5, batch=1, refine_top=2, name="top")
+    def f(*, variant):
+        time.sleep([0.030, 0.006, 0.020, 0.012, 0.040][variant])
+
+    f()
+    emit(outcomes=outcomes(f), chosen=f.tuner.decided[0]["variant"])
+
+
+@case
+def measured_batch():
+    """Steady timing with the batch length left to the probes: identical on every rank; the cache entry says how
+    sure the choice is."""
+    tdt.init_distributed()
+    calls = collections.Counter()
+
+    @tdt.autotune(space(2), key_fn=lambda: 0, n_warmup=1, n_repeat=4, name="probe")
+    def f(*, variant):
+        calls[variant] += 1
+        time.sleep([0.002, 0.008][variant] * (1 + dist.get_rank()))
+
+    f()
+    (entry,) = f.tuner.cache.folder.glob("*.json")
+    import json
+
+    data = json.loads(entry.read_text())
+    emit(calls=[calls[v] for v in range(2)], chosen=f.tuner.decided[0]["variant"],
+         cache={k: data[k] for k in ("format", "timing", "margin", "near_tie", "runner_up", "rounds", "time_ms")},
+         outcomes=data["measurements"])
+
+
+@case
+def cold():
+    """``timing="cold"``: one call per sample; the choice still agrees."""
+    tdt.init_distributed()
+    calls = collections.Counter()
+
+    @tdt.autotune(space(2), key_fn=lambda: 0, n_warmup=1, n_repeat=4, timing="cold", name="cold")
+    def f(*, variant):
+        calls[variant] += 1
+        time.sleep([0.016, 0.004][variant])
+        dist.all_reduce(torch.ones(1))
+
+    f()
+    emit(calls=[calls[v] for v in range(2)], chosen=f.tuner.decided[0]["variant"], outcomes=outcomes(f))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""The measurement race: statistics and race rules in-process, and the whole engine on real gloo ranks."""
+
+from __future__ import annotations
+
+import pytest
+from harness import HERE, describe, run_ranks, tuner_env
+
+from triton_dist_tune.race import Race, RacePlan
+from triton_dist_tune.stats import clearly_slower, median_bounds, paired_ratios, spread
+from triton_dist_tune.timing import MAX_BATCH, batch_length
+
+CASES = HERE / "scenarios" / "race_cases.py"
+
+
+@pytest.fixture
+def env(tmp_path):
+    return tuner_env(tmp_path, 30)
+
+
+def run(case, env, n=2):
+    results = run_ranks(CASES, n, [case], env=env, timeout=150)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return [r.result for r in results]
+
+
+# -- statistics -------------------------------------------------------------------------------------------------------
+
+
+def test_median_bounds_widen_to_the_extremes_with_few_samples():
+    assert median_bounds([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    low, high = median_bounds([float(x) for x in range(1, 11)])
+    assert 1.0 < low < 5.5 < high < 10.0  # 10 samples: inner order statistics
+    assert spread([2.0]) == 0.0 and spread([1.0, 1.0, 1.0]) == 0.0
+
+
+def test_clearly_slower_needs_a_wide_gap_in_two_rounds_or_a_consistent_one_in_three():
+    assert not clearly_slower([2.0])  # never after one round
+    assert clearly_slower([2.0, 1.3]) and not clearly_slower([1.1, 1.1])  # two rounds: only a wide gap
+    assert clearly_slower([1.1, 1.05, 1.1])
+    assert not clearly_slower([2.0, 0.9, 2.1])  # one round the other way: not yet clear
+    assert not clearly_slower([1.005, 1.006, 1.004])  # within the indifference margin
+    assert paired_ratios([2.0, None, 6.0], [1.0, 1.0, None]) == [2.0]
+
+
+def test_race_orders_differ_by_round_but_not_by_rank():
+    plan = RacePlan(max_rounds=10, seed="key")
+    a, b = Race(list(range(8)), plan), Race(list(range(8)), plan)
+    orders = []
+    for _ in range(4):
+        assert a.order() == b.order()
+        orders.append(tuple(a.order()))
+        for race in (a, b):
+            for i in race.order():
+                race.record(i, [1.0 + i, 1.0 + i])
+            race.end_round()
+    assert len(set(orders[:3])) == 3  # the order changes from round to round
+
+
+def test_race_rules_drop_slow_configs_and_stop_at_the_budget():
+    race = Race([0, 1, 2], RacePlan(max_rounds=20, seed="s"))
+    left = []
+    for round_ in range(3):
+        for i in race.order():
+            race.record(i, [[10.0, 30.0, 10.05][i] * (1 + round_), 1.0])  # a drift: each round slower
+        left.append(race.end_round())
+    assert left == [[], [1], []] and race.running == [0, 2]  # 3x slower leaves after 2 rounds; 0.5% never
+    assert not race.finished(elapsed_s=0.0) and race.winner() == 0
+    timed = Race([0, 1], RacePlan(max_rounds=20, budget_s=1.0, seed="s"))
+    for _ in range(3):
+        for i in timed.order():
+            timed.record(i, [1.0, 1.0])
+        timed.end_round()
+    assert not timed.finished(0.5) and timed.finished(1.5)
+
+
+def test_batch_length_spans_the_target_within_bounds():
+    assert batch_length(1.0) == 5  # 5 ms of 1 ms calls
+    assert batch_length(0.01) == MAX_BATCH and batch_length(0.0) == MAX_BATCH
+    assert batch_length(30.0) == 1
+
+
+# -- the engine on real ranks -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(200)
+def test_interleaved_rounds_see_through_drift_where_sequential_timing_does_not(env):
+    results = run("drift", env)
+    for r in results:
+        assert r["sequential_choice"] == 0  # one config after another: fooled by the drift
+        assert r["chosen"] == 1  # the race: the truly faster config
+    assert results[0]["order"] == results[1]["order"]  # every rank ran identical rounds
+    # round 1 holds both configs, whatever their order (a sample: a lead-in call and one timed call)
+    assert results[0]["order"][:4] in ([0, 0, 1, 1], [1, 1, 0, 0])
+
+
+@pytest.mark.timeout(200)
+def test_race_drops_clearly_slow_configs_early(env):
+    results = run("race_drops", env)
+    assert results[0]["order"] == results[1]["order"]
+    for r in results:
+        assert r["chosen"] == 0
+        # 4x and 8x slower: a warm-up call and 2 rounds (wide gap), 3 at most (the sign test), never all 8;
+        # a sample is a lead-in call and one timed call (batch=1)
+        assert r["calls"][1] in (5, 7) and r["calls"][2] in (5, 7), r["calls"]
+        assert r["calls"][0] > r["calls"][1]  # the leader ran on, and once more for the call itself
+        states = {o["index"]: o["state"] for o in r["outcomes"]}
+        assert states[1] == states[2] == "stopped" and states[0] == "measured"
+
+
+@pytest.mark.timeout(200)
+def test_early_stop_factor_removes_a_far_slower_config_after_one_round(env):
+    for r in run("early_stop", env):
+        assert r["calls"][1] == 3  # a warm-up call and one round (a lead-in call and batch=1)
+        assert [o["state"] for o in r["outcomes"]][1] == "stopped"
+        assert r["chosen"] == 0
+
+
+@pytest.mark.timeout(200)
+def test_refine_top_keeps_at_most_that_many_after_three_rounds(env):
+    for r in run("keep_top", env):
+        samples = {o["index"]: o["samples"] for o in r["outcomes"]}
+        assert all(n >= 2 for n in samples.values())
+        assert {i for i, n in samples.items() if n > 3} <= {1, 3}  # only the two best race on
+        assert r["chosen"] == 1
+
+
+@pytest.mark.timeout(200)
+def test_measured_batches_agree_and_the_cache_says_how_sure_the_choice_is(env):
+    results = run("measured_batch", env)
+    assert results[0]["calls"] == results[1]["calls"]  # the batch length is the group's, not each rank's
+    for r in results:
+        assert r["chosen"] == 0
+        cache = r["cache"]
+        assert cache["format"] == 2 and cache["timing"] == "steady" and cache["runner_up"] == 1
+        assert cache["margin"] > 0.5 and cache["near_tie"] is False and 1 <= cache["rounds"] <= 4
+        for o in r["outcomes"]:
+            assert o["state"] in ("measured", "stopped") and o["spread"] is not None and len(o["per_rank"]) == 2
+            assert o["per_rank"][1] > o["per_rank"][0]  # rank 1 sleeps twice as long: the group time is its
+
+
+@pytest.mark.timeout(200)
+def test_cold_timing_takes_one_call_per_sample(env):
+    results = run("cold", env)
+    for r in results:
+        assert r["chosen"] == 1
+        samples = {o["index"]: o["samples"] for o in r["outcomes"]}
+        # a warm-up call and one call per sample; the chosen config once more for the call itself
+        assert r["calls"] == [1 + samples[0], 1 + samples[1] + 1]

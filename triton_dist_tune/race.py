@@ -1,0 +1,188 @@
+"""The race: interleaved rounds over the configs still in the running, and the group's decisions between them.
+
+This module holds the bookkeeping and the decisions only; :mod:`triton_dist_tune.measure` runs the configs and
+exchanges the samples. Every rank builds the same :class:`Race` from the same exchanged data, so every decision
+below (the order of a round, who leaves, when it ends, who wins) is identical on every rank without any further
+message.
+
+- **Rounds.** Each round times every config still running once (one sample: a batch of back-to-back calls, or
+  one cold call), in an order shuffled afresh each round from a seed the group shares. A slow drift of the machine
+  therefore spreads over all configs alike instead of favouring those measured first.
+- **Samples.** A config's sample in a round is the MAX over ranks of the ranks' times for it (the ranks started
+  it together, and the slowest rank is what the job waits for); its time is the median of its samples.
+- **Leaving the race.** After each round, a config that is clearly slower than the leader on their paired
+  per-round ratios (:func:`~triton_dist_tune.stats.clearly_slower`: over 25% slower in each of two or more
+  rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
+  ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the
+  leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done.
+- **The end.** When one config is left, when ``max_rounds`` rounds are done, or when the time budget is spent (and
+  ``min_rounds`` are done): the least median among those still running wins (ties: the lower index).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from .records import Outcome
+from .stats import INDIFFERENCE, clearly_slower, median, paired_ratios, spread
+
+
+@dataclass(frozen=True)
+class RacePlan:
+    """How a race runs; identical on every rank."""
+
+    #: rounds at the most (every config still running gets one sample per round)
+    max_rounds: int = 10
+    #: rounds before ``keep_top`` may remove a config
+    min_rounds: int = 3
+    #: seconds of racing after which the race ends once ``min_rounds`` are done (None: no limit)
+    budget_s: float | None = None
+    #: a slowdown factor: a config whose median exceeds this times the leader's leaves at once (None: off)
+    early_stop: float | None = None
+    #: at most this many configs stay in the race after ``min_rounds`` (None: no limit)
+    keep_top: int | None = None
+    #: the seed of the rounds' orders: the same on every rank (derived from the key and the space)
+    seed: str = ""
+
+    def __post_init__(self) -> None:
+        if self.max_rounds < 1 or self.min_rounds < 1:
+            raise ValueError("a race needs max_rounds >= 1 and min_rounds >= 1")
+
+
+@dataclass
+class Entrant:
+    """One config's samples in the race."""
+
+    index: int
+    #: the group sample (MAX over ranks, ms per call) of each round, None for rounds it did not run in
+    samples: list[float | None] = field(default_factory=list)
+    #: each rank's own time per round it ran in
+    per_rank: list[list[float]] = field(default_factory=list)
+    #: the position in the tuning's measurement order of each of its samples
+    positions: list[int] = field(default_factory=list)
+    state: str = "running"
+    error: str | None = None
+
+    def timed(self) -> list[float]:
+        return [s for s in self.samples if s is not None]
+
+    def time(self) -> float:
+        return median(self.timed())
+
+
+class Race:
+    """The state of one race over config indices (see the module docstring)."""
+
+    def __init__(self, indices: list[int], plan: RacePlan) -> None:
+        self.plan = plan
+        self.entrants = {i: Entrant(i) for i in indices}
+        self.rounds = 0
+        self.position = 0
+
+    # -- running ---------------------------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> list[int]:
+        """Indices still in the race, ascending."""
+        return [i for i, e in sorted(self.entrants.items()) if e.state == "running"]
+
+    def order(self) -> list[int]:
+        """The order of the next round: the running configs shuffled by the shared seed and the round number."""
+        order = self.running
+        random.Random(f"{self.plan.seed}/round{self.rounds}").shuffle(order)
+        return order
+
+    def record(self, index: int, per_rank: list[float]) -> None:
+        """Config ``index``'s sample of the current round: every rank's time (ms per call)."""
+        entrant = self.entrants[index]
+        while len(entrant.samples) < self.rounds:
+            entrant.samples.append(None)
+        entrant.samples.append(float(max(per_rank)))
+        entrant.per_rank.append([float(t) for t in per_rank])
+        entrant.positions.append(self.position)
+        self.position += 1
+
+    def fail(self, index: int, error: str) -> None:
+        """Config ``index`` failed on some rank: it leaves the race and can never be chosen."""
+        entrant = self.entrants[index]
+        entrant.state, entrant.error = "failed", error
+
+    def end_round(self) -> list[int]:
+        """Close the round; returns the configs that leave the race now (``stopped``), ascending."""
+        self.rounds += 1
+        for entrant in self.entrants.values():
+            while len(entrant.samples) < self.rounds:
+                entrant.samples.append(None)
+        running = [i for i in self.running if self.entrants[i].timed()]
+        if len(running) < 2:
+            return []
+        leader = self.leader(running)
+        best = self.entrants[leader]
+        leaving = set()
+        for i in running:
+            if i == leader:
+                continue
+            entrant = self.entrants[i]
+            if self.plan.early_stop is not None and entrant.time() > self.plan.early_stop * best.time():
+                leaving.add(i)
+            elif clearly_slower(paired_ratios(entrant.samples, best.samples)):
+                leaving.add(i)
+        if self.plan.keep_top is not None and self.rounds >= self.plan.min_rounds:
+            ranked = sorted((i for i in running if i not in leaving), key=self._rank_key)
+            leaving.update(ranked[self.plan.keep_top:])
+        for i in leaving:
+            self.entrants[i].state = "stopped"
+        return sorted(leaving)
+
+    def finished(self, elapsed_s: float) -> bool:
+        """Whether the race is over after the rounds so far (``elapsed_s``: the group's agreed racing time)."""
+        if self.rounds == 0:
+            return not self.running  # every config gets at least one sample, even alone
+        if len(self.running) <= 1 or self.rounds >= self.plan.max_rounds:
+            return True
+        budget = self.plan.budget_s
+        return budget is not None and elapsed_s >= budget and self.rounds >= self.plan.min_rounds
+
+    # -- deciding --------------------------------------------------------------------------------------------------
+
+    def _rank_key(self, index: int) -> tuple[float, int]:
+        return self.entrants[index].time(), index
+
+    def leader(self, among: list[int] | None = None) -> int:
+        """The config with the least median among ``among`` (default: those still running)."""
+        return min(among if among is not None else self.running, key=self._rank_key)
+
+    def winner(self) -> int | None:
+        """The chosen config: the least median among those still running with samples (None if there is none)."""
+        candidates = [i for i in self.running if self.entrants[i].timed()]
+        return self.leader(candidates) if candidates else None
+
+    def runner_up(self, winner: int) -> int | None:
+        """The next-best config that has a time (running or stopped), or None."""
+        others = [i for i, e in self.entrants.items() if i != winner and e.state != "failed" and e.timed()]
+        return min(others, key=self._rank_key) if others else None
+
+    def margin(self, winner: int, runner_up: int | None) -> tuple[float | None, bool]:
+        """(runner-up time / winner time - 1, whether the two are a near-tie: the runner-up is not clearly slower
+        on their paired rounds)."""
+        if runner_up is None:
+            return None, False
+        chosen, second = self.entrants[winner], self.entrants[runner_up]
+        margin = second.time() / chosen.time() - 1 if chosen.time() > 0 else None
+        ratios = paired_ratios(second.samples, chosen.samples)
+        return margin, not clearly_slower(ratios) or (margin is not None and margin <= INDIFFERENCE)
+
+    def outcome(self, index: int, description: str, own_rank: int) -> Outcome:
+        """The typed outcome of config ``index`` (its state as the race left it)."""
+        e = self.entrants[index]
+        timed = e.timed()
+        if e.state == "failed" or not timed:
+            return Outcome(index, description, "failed", error=e.error or "no sample", samples=len(timed),
+                           order=list(e.positions), round_times=timed)
+        ranks = len(e.per_rank[0])
+        per_rank = [median([row[r] for row in e.per_rank]) for r in range(ranks)]
+        state = "measured" if e.state == "running" else "stopped"
+        return Outcome(index, description, state, time=e.time(), spread=spread(timed), per_rank=per_rank,
+                       samples=len(timed), own=per_rank[own_rank] if own_rank < ranks else None,
+                       order=list(e.positions), round_times=timed)
