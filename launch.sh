@@ -10,7 +10,7 @@ Runs script.py under torchrun, one process per rank:
   * with GPUs: one rank per visible GPU (NCCL), unless --nproc N says otherwise;
   * without GPUs (or with --cpu): N CPU ranks (default 2) with gloo and TRITON_INTERPRET=1.
 Always exports NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-(NVLink multicast stays off).
+(NVLink multicast stays off), and OMP_NUM_THREADS=1 unless it is set.
 
 Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT (default 29500) on every node; they are
 passed to torchrun as --nnodes/--node-rank/--master-addr/--master-port. Otherwise --standalone is used.
@@ -54,6 +54,8 @@ count_gpus() {
 }
 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# torchrun sets 1 thread per rank itself, with a banner; setting it here keeps its output quiet
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
 gpus=0
 [[ $force_cpu -eq 1 ]] || gpus="$(count_gpus)"

@@ -249,7 +249,10 @@ def summarize(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def write(rows: list[dict[str, Any]], out: Path) -> None:
+    """``choice.json`` (all figures) and ``choice.md`` (the tables); also accepts rows read back from JSON."""
     (out / "choice.json").write_text(json.dumps(rows, indent=1, default=str))
+    rows = [{**row, **{k: {int(i): v for i, v in row[k].items()} for k in ("steady", "cold", "names")}}
+            for row in rows]
     lines = ["| op | shape | configs | mode | chosen / best (each tuning) | 3 choices apart (steady) | tuning s |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
@@ -264,9 +267,10 @@ def write(rows: list[dict[str, Any]], out: Path) -> None:
     for row in rows:
         s = row["summary"]
         first = row["steady"][row["tunings"]["steady"][0]["index"]] if "steady" in row["tunings"] else None
+        fused, limit = s.get("fused_ms"), s.get("limit_ms")
         lines.append(f"| {row['op']} | {row['shape']} | {s['best_steady']['config']} | {s['best_steady']['ms']:.3f}"
-                     f" | {first if first is None else f'{first:.3f}'} | {s.get('fused_ms', '-')} | "
-                     f"{s.get('limit_ms', '-')} |")
+                     f" | {'-' if first is None else f'{first:.3f}'} | {'-' if fused is None else f'{fused:.3f}'}"
+                     f" | {'-' if limit is None else f'{limit:.3f}'} |")
     (out / "choice.md").write_text("\n".join(lines) + "\n")
 
 

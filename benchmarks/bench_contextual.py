@@ -15,6 +15,13 @@ H100/H200 has, so it fails on every rank and must be left out), a Triton bias+Re
 context with a fresh cache folder (``DIR/cache``). The script asserts that every rank chose the same configs and
 that the result matches a PyTorch reference, then records the tuning time, the runs, each kernel's per-config
 group times and choice, and the tuned layer's time to ``DIR/bench_contextual.json`` and ``.md`` (rank 0).
+
+A second layer keeps state across calls, as a KV cache or a running sum does: ``all_gather`` X, then a Triton
+kernel that adds it *in place* into the layer's ``state`` argument (``triton.autotune(restore_value=["state"])``,
+launched with the caller's own ``BLOCK=`` and ``num_warps=``), then a Triton scale kernel launched with
+``**DEFAULT.all_kwargs()`` (a default config passed by the caller), then an ``all_reduce``. The tuning runs the
+layer many times, yet ``state`` must end incremented exactly once and the result must match PyTorch; the configs
+under test override the caller's meta-parameters.
 """
 
 from __future__ import annotations
@@ -105,6 +112,59 @@ def bias_relu_kernel(x, bias, out, numel, N, BLOCK: tl.constexpr):
     mask = offs < numel
     v = tl.load(x + offs, mask=mask, other=0.0).to(tl.float32) + tl.load(bias + offs % N, mask=mask, other=0.0)
     tl.store(out + offs, tl.maximum(v, 0.0).to(out.dtype.element_ty), mask=mask)
+
+
+def update_configs() -> list[triton.Config]:
+    blocks = (32, 64, 128) if CPU else (256, 512, 1024, 2048)
+    return [triton.Config({"BLOCK": b}, num_warps=4 if b <= 512 else 8) for b in blocks]
+
+
+#: what the caller passes to the scale kernel itself (the configs under test override it while tuning)
+DEFAULT_SCALE = triton.Config({"BLOCK": 64 if CPU else 1024}, num_warps=4)
+
+
+@triton.autotune(configs=update_configs(), key=["numel"], restore_value=["state"])
+@triton.jit
+def add_in_place_kernel(state, x, numel, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    v = tl.load(state + offs, mask=mask).to(tl.float32) + tl.load(x + offs, mask=mask).to(tl.float32)
+    tl.store(state + offs, v.to(state.dtype.element_ty), mask=mask)
+
+
+@triton.autotune(configs=update_configs(), key=["numel"])
+@triton.jit
+def scale_kernel(x, out, numel, s, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    tl.store(out + offs, (tl.load(x + offs, mask=mask).to(tl.float32) * s).to(out.dtype.element_ty), mask=mask)
+
+
+def stateful_layer(x_shard: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    """all_gather -> state += x (in place) -> y = state / 2 -> all_reduce; the kernels get the caller's own
+    meta-parameters."""
+    world = dist.get_world_size()
+    x = torch.empty(x_shard.shape[0] * world, x_shard.shape[1], dtype=x_shard.dtype, device=x_shard.device)
+    dist.all_gather_into_tensor(x, x_shard)
+    numel = x.numel()
+
+    def grid(meta):
+        return (triton.cdiv(numel, meta["BLOCK"]),)
+
+    add_in_place_kernel[grid](state, x, numel, BLOCK=DEFAULT_SCALE.kwargs["BLOCK"], num_warps=4)
+    y = torch.empty_like(state)
+    scale_kernel[grid](state, y, numel, 0.5, **DEFAULT_SCALE.all_kwargs())
+    dist.all_reduce(y)
+    return y
+
+
+def stateful_reference(x_shard: torch.Tensor, state0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    parts = [torch.empty_like(x_shard) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, x_shard)
+    state = (state0.float() + torch.cat(parts).float()).to(state0.dtype)
+    y = (state.float() * 0.5).to(state0.dtype)
+    dist.all_reduce(y)
+    return state, y
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -224,12 +284,14 @@ def main() -> None:
     layer_ms = time_ms(lambda: tuned(x_shard, w, bias), **reps)
     reference_ms = time_ms(lambda: reference(x_shard, w, bias), **reps)
 
+    stateful = run_stateful(x_shard, n, n_warmup, n_repeat, tolerance, reps)
     result = {
         "environment": environment(world), "shape": {"M": m, "K": k, "N": n, "dtype": str(dtype)},
         "n_warmup": n_warmup, "n_repeat": n_repeat, "tuning_s": tuning_s, "runs": runs,
         "hot_call_s": hot_call_s, "hot_call_runs": hot_runs, "layer_ms": layer_ms,
         "torch_reference_ms": reference_ms, "rel_err": rel_err, "tolerance": tolerance,
         "same_choices_on_every_rank": same, "choices_by_rank": everyone, "decisions": decisions,
+        "stateful": stateful,
     }
     if rank == 0:
         (args.out / "bench_contextual.json").write_text(json.dumps(result, indent=1, default=str))
@@ -242,10 +304,43 @@ def main() -> None:
         failures.append(f"wrong result: relative error {rel_err:.3g} > {tolerance}")
     if hot_runs != 1:
         failures.append(f"a decided call ran the function {hot_runs} times, not once")
+    if not (stateful["state_rel_err"] <= tolerance and stateful["rel_err"] <= tolerance and stateful["same"]):
+        failures.append(f"stateful layer: {stateful}")
     dist.barrier()
     dist.destroy_process_group()
     if failures:
         raise SystemExit(f"rank {rank}: " + "; ".join(failures))
+
+
+def run_stateful(x_shard: torch.Tensor, n: int, n_warmup: int, n_repeat: int, tolerance: float,
+                 reps: dict[str, Any]) -> dict[str, Any]:
+    """Tune :func:`stateful_layer` in context and check that its state was updated exactly once."""
+    gen = torch.Generator(device=x_shard.device).manual_seed(99)
+    state0 = torch.randn(x_shard.shape[0] * dist.get_world_size(), x_shard.shape[1], generator=gen,
+                         device=x_shard.device).to(x_shard.dtype)
+    state = state0.clone()
+    tuned = contextual_autotune(is_dist=True, n_warmup=n_warmup, n_repeat=n_repeat, name="stateful")(stateful_layer)
+    dist.barrier()
+    sync()
+    start = time.perf_counter()
+    out = tuned(x_shard, state)
+    sync()
+    tuning_s = time.perf_counter() - start
+    runs = tuned.tuner.last_runs
+    want_state, want = stateful_reference(x_shard, state0)
+
+    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float(((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12)).item())
+
+    decisions = {f"{kernel.rsplit('.', 1)[-1]} {key}": d for (kernel, key), d in sorted(tuned.tuner.decisions.items())}
+    choices = {name: d["index"] for name, d in decisions.items()}
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, choices)
+    scratch = state.clone()
+    layer_ms = time_ms(lambda: tuned(x_shard, scratch), **reps)
+    return {"tuning_s": tuning_s, "runs": runs, "state_rel_err": rel(state, want_state),
+            "rel_err": rel(out, want), "layer_ms": layer_ms, "same": all(c == choices for c in everyone),
+            "decisions": decisions, "tolerance": tolerance}
 
 
 def environment(world: int) -> dict[str, Any]:
@@ -271,7 +366,25 @@ def markdown(r: dict[str, Any]) -> str:
         f"- same choices on every rank: {r['same_choices_on_every_rank']}",
         "",
     ]
-    for name, d in r["decisions"].items():
+    lines += tables(r["decisions"])
+    st = r["stateful"]
+    lines += [
+        "## contextual_autotune: all_gather -> state += x in place (restore_value, caller's BLOCK/num_warps) -> "
+        "scale (caller's **config.all_kwargs()) -> all_reduce",
+        "",
+        f"- tuning call: {st['tuning_s']:.2f} s, {st['runs']} runs of the layer",
+        f"- state after the tuning call vs one update: relative error {st['state_rel_err']:.2e}; result vs "
+        f"PyTorch: {st['rel_err']:.2e} (tolerance {st['tolerance']:g})",
+        f"- tuned layer: {st['layer_ms']:.3f} ms; same choices on every rank: {st['same']}",
+        "",
+    ]
+    lines += tables(st["decisions"])
+    return "\n".join(lines)
+
+
+def tables(decisions: dict[str, Any]) -> list[str]:
+    lines = []
+    for name, d in decisions.items():
         lines += [f"### {name}: config {d['index']} ({d['how']})", "",
                   "| # | config | state | group ms | per rank ms |", "|---|---|---|---|---|"]
         for row in d["table"]:
@@ -281,7 +394,7 @@ def markdown(r: dict[str, Any]) -> str:
             state = row["state"] + (f": {row['error'][:120]}" if row["error"] else "")
             lines.append(f"| {row['index']}{mark} | `{row['config']}` | {state} | {group} | {per_rank} |")
         lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":

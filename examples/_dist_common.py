@@ -30,6 +30,19 @@ def group_name(group: dist.ProcessGroup | None) -> str:
     return (group if group is not None else dist.group.WORLD).group_name
 
 
+def all_gather_rows(out: torch.Tensor, inp: torch.Tensor, group: dist.ProcessGroup | None = None) -> None:
+    """``out = concat over ranks of inp`` by rows, with the collective this torch does not call deprecated."""
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(out, inp, group=group)
+
+
+def reduce_scatter_rows(out: torch.Tensor, inp: torch.Tensor, group: dist.ProcessGroup | None = None) -> None:
+    """``out = this rank's rows of the sum over ranks of inp``, with the collective this torch does not call
+    deprecated."""
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    scatter(out, inp, group=group)
+
+
 def split_rows(rows: int, splits: int) -> list[tuple[int, int]]:
     """Cut ``rows`` into at most ``splits`` near-equal non-empty chunks, as (start, length) pairs."""
     if splits < 1:

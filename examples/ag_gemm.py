@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from examples._dist_common import (
+    all_gather_rows,
     enable_symm_mem,
     group_rank_size,
     make_tuned,
@@ -89,7 +90,7 @@ def ag_gemm(
     if algo == "p2p":
         return _p2p(A, B, out, group, rank, world, splits, gemm_config)
     gathered = torch.empty(world * m_local, k, dtype=A.dtype, device=A.device)
-    dist.all_gather_into_tensor(gathered, A, group=group)
+    all_gather_rows(gathered, A, group=group)
     return gemm(gathered, B, out, TORCH_GEMM if algo == "torch" else gemm_config)
 
 
@@ -115,7 +116,7 @@ def _chunked(
 
     def gather(i: int) -> None:
         start, rows = chunks[i]
-        dist.all_gather_into_tensor(bufs[i].view(world * rows, k), A[start : start + rows], group=group)
+        all_gather_rows(bufs[i].view(world * rows, k), A[start : start + rows], group=group)
 
     events = []
     if comm is not None:

@@ -27,6 +27,7 @@ from examples._dist_common import (
     enable_symm_mem,
     group_rank_size,
     make_tuned,
+    reduce_scatter_rows,
     side_stream,
     split_rows,
     symm_mem_available,
@@ -83,7 +84,7 @@ def gemm_rs(
     if algo == "chunked":
         return _chunked(A, B, out, group, world, splits, gemm_config)
     partial = gemm(A, B, None, TORCH_GEMM if algo == "torch" else gemm_config)
-    dist.reduce_scatter_tensor(out, partial, group=group)
+    reduce_scatter_rows(out, partial, group=group)
     return out
 
 
@@ -108,11 +109,11 @@ def _chunked(
     for (start, rows), buf in zip(chunks, bufs, strict=True):
         gemm(a3[:, start : start + rows], B, buf, gemm_config)  # every rank's rows of this chunk
         if comm is None:
-            dist.reduce_scatter_tensor(out[start : start + rows], buf.view(world * rows, n), group=group)
+            reduce_scatter_rows(out[start : start + rows], buf.view(world * rows, n), group=group)
             continue
         comm.wait_stream(compute)
         with torch.cuda.stream(comm):
-            dist.reduce_scatter_tensor(out[start : start + rows], buf.view(world * rows, n), group=group)
+            reduce_scatter_rows(out[start : start + rows], buf.view(world * rows, n), group=group)
     if comm is not None:
         compute.wait_stream(comm)
     return out

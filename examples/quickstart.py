@@ -1,7 +1,8 @@
 """Quick start: an all-gather followed by a Triton GEMM, tuned across every rank of the job.
 
 Run with ``bash launch.sh examples/quickstart.py`` (one rank per GPU with NCCL; 2 CPU ranks with gloo and Triton's
-interpreter where there is no GPU). Every rank prints the config it ended on: they are always the same.
+interpreter where there is no GPU). Rank 0 prints one line per rank: the config it ended on (always the same) and
+its result's error.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
+from examples._dist_common import all_gather_rows  # noqa: E402
 from examples.gemm_kernels import gemm, gemm_config_space, prune_by_shared_memory  # noqa: E402
 
 
@@ -32,7 +34,7 @@ def all_gather_gemm(a_local: torch.Tensor, b: torch.Tensor, *, gemm_config) -> t
     """C = all_gather(A) @ B, with A sharded by rows across the ranks."""
     world = dist.get_world_size()
     a = torch.empty(world * a_local.shape[0], a_local.shape[1], dtype=a_local.dtype, device=a_local.device)
-    dist.all_gather_into_tensor(a, a_local)
+    all_gather_rows(a, a_local)
     return gemm(a, b, config=gemm_config)
 
 
@@ -55,8 +57,10 @@ def main() -> None:
     error = ((c.float() - expected).norm() / expected.norm()).item()
     config = all_gather_gemm.tuner.decided[key_fn(a_local, b)]["gemm_config"]
     chosen = f"{config.kwargs} num_warps={config.num_warps} num_stages={config.num_stages}"
-    print(f"rank {rank}/{world}: chose {chosen}, relative error {error:.2e}", flush=True)
-    dist.barrier()
+    lines: list[str | None] = [None] * world
+    dist.all_gather_object(lines, f"rank {rank}/{world}: chose {chosen}, relative error {error:.2e}")
+    if rank == 0:  # one line per rank, in rank order (ranks printing at once would mix their lines)
+        print("\n".join(str(line) for line in lines), flush=True)
     dist.destroy_process_group()
     if error > 2e-2:
         sys.exit(f"rank {rank}: wrong result")

@@ -1,4 +1,8 @@
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# rank logs of tests that name no log folder go to a temporary one, never into the checkout or the home folder
+os.environ.setdefault("TRITON_DIST_AUTOTUNE_LOG_DIR", tempfile.mkdtemp(prefix="triton-dist-tune-test-logs-"))

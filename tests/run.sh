@@ -24,9 +24,11 @@ echo "== pytest-mpi under mpiexec -n 2"
 mpiexec -n 2 --oversubscribe "$PY" -m pytest --with-mpi -q -p no:cacheprovider tests/test_mpi.py
 
 echo "== Triton-dependent tests under triton 3.6"
-# triton 3.6's interpreter breaks on numpy >= 2.4 (a 1-element array is no longer a scalar): pin numpy beside it
-T36=$(realpath -m "${TRITON36_DIR:-.ci-cache/triton36-numpy23}")
+# triton 3.6's interpreter breaks on numpy >= 2.4 (a 1-element array is no longer a scalar): pin numpy beside it.
+# Downloaded once (about 700 MB) into a cache folder outside the checkout.
+T36=$(realpath -m "${TRITON36_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/triton-dist-tune/triton36-numpy23}")
 if [ ! -f "$T36/triton/__init__.py" ] || [ ! -d "$T36/numpy" ]; then
+  echo "== installing triton 3.6.0 and numpy<2.4 into $T36 (once, about 700 MB)"
   "$PY" -m pip install -q --no-deps --target "$T36" triton==3.6.0 'numpy<2.4'
 fi
 PYTHONPATH="$T36${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c 'import triton; assert triton.__version__.startswith("3.6"), triton.__version__'

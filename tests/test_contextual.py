@@ -4,6 +4,7 @@ rank); the scenarios are in tests/scenarios/contextual_cases.py."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -43,18 +44,21 @@ def test_two_kernels_around_a_collective(env, n, tmp_path):
         # alone, rank 0 would choose add=0 and scale=0, rank 1 add=1; the group's max times choose add=2, scale=1
         assert res["chosen"] == {ADD: 2, SCALE: 1}, describe(results)
         assert res["ok"] and res["second_ok"]
-        # the reference schedule (n_warmup=1, n_repeat=2): scale has fewer configs, finishes first, runs its best
-        add_configs = [[c for k, _, c in run if k == "add"] for run in res["seq"]]
-        scale_configs = [[c for k, _, c in run if k == "scale"] for run in res["seq"]]
-        assert add_configs == [[i] for i in [0] * 3 + [1] * 3 + [2] * 4]
-        assert scale_configs == [[i] for i in [0] * 3 + [1] * 7]
+        # the schedule (n_warmup=1, n_repeat=2): a warm-up of each config in turn, then 2 rounds with each config
+        # once, in a shuffled order; scale has fewer configs, finishes first and runs its best
+        add = [c for run in res["seq"] for k, _, c in run if k == "add"]
+        scale = [c for run in res["seq"] for k, _, c in run if k == "scale"]
+        assert add[:3] == [0, 1, 2] and sorted(add[3:6]) == sorted(add[6:9]) == [0, 1, 2] and add[9:] == [2]
+        assert scale[:2] == [0, 1] and sorted(scale[2:4]) == sorted(scale[4:6]) == [0, 1] and set(scale[6:]) == {1}
         assert res["runs"] == 10 and res["second_runs"] == 1  # a decided call is a single run
         assert res["stock_hit"] and res["cache"]  # a stock launch afterwards uses the choice (no benchmarking)
         assert res["patched_after"] is False
         assert len(res["tables"]["add_kernel"][0]["per_rank"]) == n
-    logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    (job,) = (tmp_path / "logs").iterdir()  # one folder per job
+    logs = sorted(p.name for p in job.glob("*.log"))
     assert logs == [f"rank-{i}.log" for i in range(n)]
-    text = (tmp_path / "logs" / "rank-1.log").read_text()
+    text = (job / "rank-1.log").read_text()
+    text = re.sub(r"(kernel=__main__\.\w+)@[0-9a-f]{8}", r"\1", text)  # the wrapper's digest
     assert "step run=0 kernel=__main__.add_kernel key=(64, 'torch.float32', 'torch.float32', 'torch.float32') " \
            "config=0 phase=warmup iter=0 launches=1 times_ms=[" in text
     assert "step run=8 kernel=__main__.add_kernel" in text and "config=2 phase=measure iter=1" in text
@@ -144,7 +148,8 @@ def test_new_process_loads_choices_from_disk(env, tmp_path):
 def test_ranks_with_different_cache_folders_follow_rank_0(env, tmp_path):
     folders = {r: {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / f"home{r}")} for r in range(2)}
     run("disk", 2, env, per_rank_env=folders)
-    assert not (tmp_path / "home1").exists()  # only group rank 0 writes
+    assert not list((tmp_path / "home1").rglob("*.json"))  # only group rank 0 writes the cache
+    assert not list(tmp_path.rglob("*.journal"))  # each rank's journals are removed once decided
     assert [r.result["runs"] for r in run("disk", 2, env, per_rank_env=folders)] == [2, 2]
     shutil.move(tmp_path / "home0", tmp_path / "home1")  # now only rank 1 has the choices: nobody uses them
     again = run("disk", 2, env, per_rank_env=folders)
@@ -166,8 +171,9 @@ def test_function_raising_on_one_rank_raises_the_same_error_everywhere(env):
 def test_single_process_bare_decorator_and_nesting(env):
     result, _ = single("single", env)
     assert result["ok"] and result["patched_after"] is False
-    # the inner joins the outer (one process is one group), so the outer's defaults apply: 3 + 5 runs per config
-    assert result["runs"] == 3 * 8 + 1 and result["inner_runs"] == 3 * 8 + 1
+    # the inner joins the outer (one process is one group), so the outer's defaults apply: 3 warm-up runs per
+    # config, then at most 5 rounds of the race (clearly slower configs leave after 2), then the final run
+    assert 3 * 3 + 2 * 3 + 1 <= result["runs"] <= 3 * 8 + 1 and result["inner_runs"] == result["runs"]
     assert result["chosen"] == {ADD: 0, SCALE: 0}  # rank 0's own fastest
 
 
@@ -208,6 +214,9 @@ def test_gpu_benchmark_script_runs_on_cpu(env, tmp_path):
     result = json.loads((tmp_path / "bench" / "bench_contextual.json").read_text())
     assert result["same_choices_on_every_rank"] and result["rel_err"] < 1e-4 and result["hot_call_runs"] == 1
     assert result["runs"] == 3 * 2 + 1 and len(result["decisions"]) == 2
+    stateful = result["stateful"]  # restore_value and the caller's own meta-parameters
+    assert stateful["state_rel_err"] < 1e-6 and stateful["rel_err"] < 1e-6 and stateful["same"]
+    assert stateful["runs"] == 3 * 2 + 1 and len(stateful["decisions"]) == 2
     assert (tmp_path / "bench" / "bench_contextual.md").read_text().startswith("## contextual_autotune")
 
 
@@ -231,8 +240,26 @@ def test_schedule_steps_warmup_then_measure_and_picks_least_group_time():
         index, (phase, iteration) = track.current(), track.phase()
         seen.append((index, phase, iteration))
         assert track.advance({r: [(index, times[index][r], None)] for r in range(2)}) == "advanced"
-    assert seen == [(i, p, it) for i in range(3) for p, it in (("warmup", 0), ("measure", 0), ("measure", 1))]
+    # warm-ups config by config, then 2 rounds (n_repeat) with every config once each, in a shuffled order
+    assert seen[:3] == [(i, "warmup", 0) for i in range(3)]
+    for round_ in (0, 1):
+        steps = seen[3 + 3 * round_: 6 + 3 * round_]
+        assert sorted(i for i, _, _ in steps) == [0, 1, 2] and {(p, it) for _, p, it in steps} == {("measure", round_)}
     assert track.best == 1 and track.how == "tuned" and track.times == {0: 9.0, 1: 5.0, 2: 8.0}
+    assert len(seen) == 9  # rank 1's 9, 5 and 8 ms: no config is more than 25% behind twice, none leaves early
+
+
+def test_schedule_races_and_drops_clearly_slower_configs_early():
+    track = make_track(configs=3, n_warmup=0, n_repeat=8)
+    times = {0: 1.0, 1: 4.0, 2: 1.05}
+    steps = []
+    while not track.done:
+        index = track.current()
+        steps.append(index)
+        track.advance({r: [(index, times[index], None)] for r in range(2)})
+    assert steps.count(1) == 2  # 4x slower: out after two rounds
+    assert steps.count(2) == 3 and steps.count(0) == 3  # 5% slower every round: out after three (sign test)
+    assert track.best == 0 and track.spreads[0] == 0.0
 
 
 def test_schedule_failures_waiting_pruning_and_ties():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -34,9 +33,10 @@ def test_ranks_agree_where_each_alone_would_differ(env, n, tmp_path):
         chosen = [x["chosen"] for x in r.results if "chosen" in x]
         assert chosen == [2, 2], describe(results)  # alone: rank 0 picks 0, rank 1 picks 1
         assert r.results[0]["out"] == [3.0 * n] * 4
-    logs = sorted(os.listdir(tmp_path / "logs"))
+    (job,) = (tmp_path / "logs").iterdir()  # one folder per job
+    logs = sorted(p.name for p in job.glob("*.log"))
     assert logs == [f"rank-{i}.log" for i in range(n)]
-    text = (tmp_path / "logs" / "rank-1.log").read_text()
+    text = (job / "rank-1.log").read_text()
     assert "decision: config 2" in text and "group" in text
 
 

@@ -18,15 +18,16 @@ group in lock-step (see :mod:`triton_dist_tune.contextual` for the protocol)::
 
     y = layer(x)   # tunes (the first time), returns the result of a run with every kernel's best config
 
-The schedule (``n_warmup=1, n_repeat=1`` for brevity; kernel-0 has 2 configs, kernel-1 has 3)::
+The schedule (``n_warmup=1, n_repeat=1`` for brevity; kernel-0 has 2 configs, kernel-1 has 3): warm-ups config by
+config, then a race of rounds in a shuffled order shared by the group (one round here)::
 
     run    kernel-0            kernel-1
     0      config-0 warmup     config-0 warmup
-    1      config-0 measure    config-0 measure
-    2      config-1 warmup     config-1 warmup
-    3      config-1 measure    config-1 measure
-    4      best                config-2 warmup
-    5      best                config-2 measure
+    1      config-1 warmup     config-1 warmup
+    2      round 0: config-1   config-2 warmup
+    3      round 0: config-0   round 0: config-2
+    4      best                round 0: config-0
+    5      best                round 0: config-1
     final  best                best
 """
 
@@ -40,32 +41,45 @@ from .contextual import ContextualTuner
 
 
 def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int = 3, *, timeout: float | None = None,
-                        precompile: bool = True, name: str | None = None) -> Any:
+                        precompile: bool = True, name: str | None = None, max_runs: int | None = None,
+                        sync_every: int | None = None) -> Any:
     """Decorate a function so that each call tunes the ``triton.autotune`` kernels it launches, in context.
 
     :param is_dist: ``False``: this process tunes alone. ``True``: the default ``torch.distributed`` group (alone
         when torch.distributed is not initialized). Or a ``torch.distributed`` process group or an ``mpi4py``
         communicator to tune with. The tuner talks to the group through a control channel of its own (the job's
         store, or a duplicate communicator), never through the user's collectives.
-    :param n_repeat: timed steps (runs) per config.
-    :param n_warmup: untimed steps (runs) per config before the timed ones.
+    :param n_repeat: the most rounds of the race: a config still running gets one timed step (run) per round.
+    :param n_warmup: untimed steps (runs) per config before the race.
     :param timeout: seconds a rank waits for the others at each exchange (default
         ``TRITON_DIST_AUTOTUNE_TIMEOUT`` or 300); a rank that does not arrive makes the others raise
         :class:`~triton_dist_tune.errors.GroupTimeoutError`.
     :param precompile: on GPUs, compile every config of a newly met kernel in a thread pool before it is stepped.
     :param name: the name used in logs (default: the function's qualified name).
+    :param max_runs: the most runs of the function in one call (default ``TRITON_DIST_AUTOTUNE_MAX_RUNS`` or
+        1000); when reached, every unfinished (kernel, key) takes its best config so far (a warning says which).
+    :param sync_every: on a group, every this many calls the ranks make one exchange to tune the keys that some
+        rank met in a call without tuning (default ``TRITON_DIST_AUTOTUNE_SYNC_EVERY`` or 64; 1: every call).
 
-    Each run advances each (kernel, key) by one step: ``n_warmup`` untimed then ``n_repeat`` timed launches per
-    config; kernels with fewer configs finish first and then run their best. When all are done, the function runs
-    once more with every best config and that result is returned. Per config the group time is the maximum over
-    ranks of each rank's median; a config that fails on any rank (compile error, out of resources, any exception)
-    is left out on every rank. Choices go into each kernel's own ``cache`` (later stock launches use them) and into
-    the disk cache (``<cache root>/contextual/``; group rank 0 reads it and broadcasts). A later call whose
-    launches are all decided runs the function once, without any communication.
+    Each run advances each (kernel, key) by one step: ``n_warmup`` untimed launches per config, then a race of at
+    most ``n_repeat`` rounds with the rules and statistics of :func:`~triton_dist_tune.autotune` (clearly slower
+    configs leave after each round); kernels with fewer configs finish first and then run their best. When all are
+    done, the function runs once more with every best config and that result is returned. A step's sample is the
+    maximum over ranks; a config's time the median of its samples; a config that fails on any rank (compile error,
+    out of resources, any exception) is left out on every rank. Choices go into each kernel's own ``cache`` (later
+    stock launches use them) and into the disk cache (``<cache root>/contextual/``; group rank 0 reads it and
+    broadcasts). A later call runs the function once, without any communication (except one exchange every
+    ``sync_every`` calls on a group); a key met there that the group has not decided runs with its first kept config
+    until the group tunes it.
+
+    Triton's autotuner semantics hold while tuning: every tuning launch zeroes ``reset_to_zero``, restores
+    ``restore_value`` and calls the autotuner's ``pre_hook``/``post_hook`` (with the exception); meta-parameters
+    the caller passes (``BLOCK=...``, ``num_warps=...``, ``**config.all_kwargs()``) are overridden by the config
+    under test. Runs are guarded by the watchdog and journaled, as with ``autotune``.
 
     Outside a tuned call ``triton.autotune`` is untouched; interception is scoped to the calling thread or task
     (``contextvars``), so other threads launch stock. A tuned function called inside the tuning of another on
-    the same group is stepped by the outer one. Logs: ``.autotune_logs/rank-{i}.log``; set
+    the same group is stepped by the outer one. Logs: ``~/.triton_dist/logs/<job>/rank-{i}.log``; set
     ``TRITON_PRINT_AUTOTUNING=1`` for Triton's summary per decision on group rank 0.
 
     Also usable bare: ``@contextual_autotune``.
@@ -74,7 +88,8 @@ def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int =
         return contextual_autotune()(is_dist)
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        tuner = ContextualTuner(fn, is_dist, n_repeat, n_warmup, timeout=timeout, precompile=precompile, name=name)
+        tuner = ContextualTuner(fn, is_dist, n_repeat, n_warmup, timeout=timeout, precompile=precompile, name=name,
+                                max_runs=max_runs, sync_every=sync_every)
 
         @functools.wraps(fn)
         def tuned(*args: Any, **kwargs: Any) -> Any:

@@ -16,6 +16,7 @@ the values of the ``key`` arguments, then the dtype of every argument that has o
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import threading
@@ -124,19 +125,62 @@ def kernel_id(autotuner: Autotuner) -> str:
     return f"{base.__module__}.{base.__qualname__}"
 
 
+def track_id(autotuner: Autotuner) -> str:
+    """The id of this ``triton.autotune`` wrapper across ranks and processes: :func:`kernel_id` plus a digest of
+    its configs and key names, so that two wrappers of one ``@triton.jit`` body are tracked apart."""
+    cached = autotuner.__dict__.get("_tdt_track_id")
+    if cached is None:
+        from .space import describe
+
+        text = "\n".join(describe(c) for c in autotuner.configs) + "\nkey=" + ",".join(map(str, autotuner.keys))
+        cached = f"{kernel_id(autotuner)}@{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+        autotuner.__dict__["_tdt_track_id"] = cached
+    return cached
+
+
 def kernel_name(autotuner: Autotuner) -> str:
     """The short name Triton prints (``base_fn.__name__``)."""
     return autotuner.base_fn.__name__
 
 
+def _config_names(autotuner: Autotuner) -> frozenset[str]:
+    """Every keyword some config of ``autotuner`` sets (its meta-parameters and compile options)."""
+    cached = autotuner.__dict__.get("_tdt_config_names")
+    if cached is None:
+        cached = frozenset(k for c in autotuner.configs for k in c.all_kwargs())
+        autotuner.__dict__["_tdt_config_names"] = cached
+    return cached
+
+
+def without_config_names(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    """The launch's arguments without the meta-parameters the caller gave that a config sets (positional ones
+    included): they are the config's to choose. Logged once per kernel."""
+    names = _config_names(autotuner)
+    positional = [n for n in autotuner.arg_names[: len(args)] if n in names]
+    given = [k for k in kwargs if k in names]
+    if not positional and not given:
+        return args, kwargs
+    if not autotuner.__dict__.get("_tdt_override_logged"):
+        autotuner.__dict__["_tdt_override_logged"] = True
+        log.info("triton_dist_tune: %s: the caller's meta-parameters %s are overridden by the config under test "
+                 "(contextual tuning)", kernel_name(autotuner), sorted(positional + given))
+    named = dict(zip(autotuner.arg_names, args, strict=False))
+    cut = min(autotuner.arg_names.index(n) for n in positional) if positional else len(args)
+    rest = {n: named[n] for n in autotuner.arg_names[cut: len(args)] if n not in names}
+    return args[:cut], {**rest, **{k: v for k, v in kwargs.items() if k not in names}}
+
+
 def pruned_indices(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> list[int]:
     """Indices into ``autotuner.configs`` of the configs its own pruning (``prune_configs_by``) keeps for this
-    launch, in config order."""
+    launch, in config order. Raises what Triton's pruning raises (``AutotunerError`` for an empty list)."""
+    args, kwargs = without_config_names(autotuner, args, kwargs)
     autotuner.nargs = dict(zip(autotuner.arg_names, args, strict=False))
     try:
         kept = autotuner.prune_configs(kwargs)
     finally:
         autotuner.nargs = None
+    if not kept:
+        raise empty_pruning_error()
     ids = {id(c) for c in kept}
     found = [i for i, c in enumerate(autotuner.configs) if id(c) in ids]
     if len(found) < len(kept):  # a pruning function that returned new Config objects: match them by value
@@ -144,8 +188,20 @@ def pruned_indices(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) ->
     return found
 
 
+def empty_pruning_error(detail: str = "") -> Exception:
+    """Triton's own error for a pruning that keeps no config (``AutotunerError`` in 3.6 and newer)."""
+    text = "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
+    try:
+        from triton.runtime.errors import AutotunerError
+    except ImportError:  # pragma: no cover - older Triton
+        AutotunerError = RuntimeError  # noqa: N806
+    return AutotunerError(text + (f" ({detail})" if detail else ""))
+
+
 def launch_with(autotuner: Autotuner, config: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
-    """Launch the kernel with ``config`` exactly as ``Autotuner.run`` does once the key is decided."""
+    """Launch the kernel with ``config`` exactly as ``Autotuner.run`` does once the key is decided (the config's
+    meta-parameters win over the caller's)."""
+    args, kwargs = without_config_names(autotuner, args, kwargs)
     autotuner.nargs = dict(zip(autotuner.arg_names, args, strict=False))
     autotuner.best_config = config
     try:
@@ -154,6 +210,56 @@ def launch_with(autotuner: Autotuner, config: Any, args: tuple, kwargs: dict[str
         return autotuner.fn.run(*args, **kwargs, **config.all_kwargs())
     finally:
         autotuner.nargs = None
+
+
+def bench_launch(autotuner: Autotuner, config: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """One benchmarking launch as ``Autotuner._bench`` makes it: the config's ``pre_hook``, the autotuner's
+    ``pre_hook`` (``reset_to_zero`` zeroed, ``restore_value`` saved), the launch, then the autotuner's
+    ``post_hook`` with the exception or None (``restore_value`` restored); an exception is raised again."""
+    args, kwargs = without_config_names(autotuner, args, kwargs)
+    autotuner.nargs = dict(zip(autotuner.arg_names, args, strict=False))
+    autotuner.best_config = config
+    full = {**autotuner.nargs, **kwargs, **config.all_kwargs()}
+    try:
+        if config.pre_hook is not None:
+            config.pre_hook(full)
+        autotuner.pre_hook(full)
+        try:
+            out = autotuner.fn.run(*args, **kwargs, **config.all_kwargs())
+        except Exception as exc:
+            autotuner.post_hook(full, exception=exc)
+            raise
+        autotuner.post_hook(full, exception=None)
+        return out
+    finally:
+        autotuner.nargs = None
+
+
+def reset_before_use(autotuner: Autotuner, config: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+    """What ``Autotuner.run`` does after benchmarking, before the launch with the chosen config: the autotuner's
+    ``pre_hook`` with ``reset_only=True`` (``reset_to_zero`` zeroed)."""
+    args, kwargs = without_config_names(autotuner, args, kwargs)
+    nargs = dict(zip(autotuner.arg_names, args, strict=False))
+    autotuner.pre_hook({**nargs, **kwargs, **config.all_kwargs()}, reset_only=True)
+
+
+def notify_listener(autotuner: Autotuner, key: tuple, best: Any, timings: dict[Any, list[float]],
+                    duration: float | None, cache_hit: bool) -> None:
+    """Call ``triton.knobs.autotuning.listener`` as ``Autotuner.run`` does after tuning a key (Triton versions
+    without that knob, 3.6 among them, have nothing to call)."""
+    try:
+        from triton import knobs
+    except ImportError:  # pragma: no cover - older Triton
+        return
+    listener = getattr(knobs.autotuning, "listener", None)
+    if listener is None:
+        return
+    from triton.runtime.jit import JITFunction
+
+    jit_fn = autotuner.fn
+    while not isinstance(jit_fn, JITFunction) and hasattr(jit_fn, "fn"):
+        jit_fn = jit_fn.fn
+    listener(fn=jit_fn, key=key, best_config=best, configs_timings=timings, duration=duration, cache_hit=cache_hit)
 
 
 def compile_threads() -> int:
@@ -190,7 +296,8 @@ def precompile(autotuner: Autotuner, indices: list[int], args: tuple, kwargs: di
                 import torch
 
                 torch.cuda.set_device(device)
-            autotuner.fn.warmup(*args, **launch_kwargs, **autotuner.configs[index].all_kwargs())
+            cut_args, cut_kwargs = without_config_names(autotuner, args, launch_kwargs)
+            autotuner.fn.warmup(*cut_args, **cut_kwargs, **autotuner.configs[index].all_kwargs())
             return index, None
         except Exception as exc:  # a config that does not compile is data, not an error
             return index, f"compile: {describe_error(exc)}"

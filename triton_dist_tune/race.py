@@ -180,7 +180,7 @@ class Race:
         if e.state == "failed" or not timed:
             return Outcome(index, description, "failed", error=e.error or "no sample", samples=len(timed),
                            order=list(e.positions), round_times=timed)
-        ranks = len(e.per_rank[0])
+        ranks = min(len(row) for row in e.per_rank)  # a rank that joined late (contextual) has fewer samples
         per_rank = [median([row[r] for row in e.per_rank]) for r in range(ranks)]
         state = "measured" if e.state == "running" else "stopped"
         return Outcome(index, description, state, time=e.time(), spread=spread(timed), per_rank=per_rank,

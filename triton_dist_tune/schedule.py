@@ -2,20 +2,31 @@
 
 A :class:`Track` is built and advanced only from data every rank has gathered, by the same code, so its state is
 identical on every rank and the ranks never need to agree on anything else. Each run of the tuned function is one
-step of every unfinished track: for each config in turn, ``n_warmup`` untimed steps then ``n_repeat`` timed ones.
-A step counts when every rank that launches the kernel with this key launched it, with the current config and
-without error, in that run; a config that failed on any rank is skipped on every rank. When the last config is
-done, the least group time wins (group time: the maximum over ranks of each rank's median; ties go to the earlier
-config).
+step of every unfinished track. First each config in turn gets ``n_warmup`` untimed steps; then the configs race
+as :func:`~triton_dist_tune.tune.autotune`'s do (:class:`~triton_dist_tune.race.Race`, the same rules and
+statistics): rounds of one timed step per config still running, in an order shuffled afresh each round from a
+seed every rank shares, clearly slower configs leaving after each round, at most ``n_repeat`` rounds. A step
+counts when every rank that launches the kernel with this key launched it, with the current config and without
+error, in that run; its sample is the MAX over ranks. A config that failed on any rank is skipped on every rank.
+The least median among the configs still running wins (ties: the lower index).
+
+A failure counts however late it is seen: a config measured before a rank reported it failing leaves the running,
+and a decided track whose choice fails is decided again among the rest (or raced again).
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import AllConfigsFailedError, BadInputError, MismatchError
+from .race import Race, RacePlan
+from .stats import median
+
+
+class PruningError(BadInputError):
+    """The kernel's own pruning (``prune_configs_by``) failed or kept nothing usable on some rank."""
+
 
 #: one launch as a rank reports it: (config index, milliseconds or None, error or None)
 Launch = tuple[int, "float | None", "str | None"]
@@ -38,21 +49,33 @@ class Track:
                                     f"{len(self.descriptions)} configs, rank {rank}: {len(info['descriptions'])})")
         problems = [f"rank {r}: {i['pruned']}" for r, i in sorted(infos.items()) if isinstance(i["pruned"], str)]
         if problems:
-            raise BadInputError(f"{self.label}: pruning the configs failed: " + "; ".join(problems))
+            raise PruningError(f"{self.label}: pruning the configs failed: " + "; ".join(problems))
         self.holders: list[int] = sorted(infos)
         self.order = [i for i in first["pruned"] if all(i in info["pruned"] for info in infos.values())]
         if not self.order:
-            raise BadInputError(f"{self.label}: the configs' pruning (prune_configs_by) keeps no config that every "
+            raise PruningError(f"{self.label}: the configs' pruning (prune_configs_by) keeps no config that every "
                                 f"rank keeps: " + "; ".join(f"rank {r}: {i['pruned']}" for r, i in infos.items()))
         self.pos, self.step, self.runs = 0, 0, 0
-        self.samples: dict[int, dict[int, list[float]]] = {}
+        #: steps taken and failures seen: grows whenever the track moves (a stalled track is ended by the session)
+        self.progress = 0
+        #: the race, once every config is warm; its round's order and the position in it
+        self.race: Race | None = None
+        self.round_order: list[int] = []
+        self.round_pos = 0
         self.per_rank: dict[int, dict[int, float]] = {}
         self.times: dict[int, float] = {}
+        self.spreads: dict[int, float] = {}
         self.failed: dict[int, str] = {}
+        #: configs whose time came from an earlier attempt's journal
+        self.resumed: set[int] = set()
         self.best: int | None = None
         self.how = ""
+        #: increases whenever the choice changes (a late failure of the chosen config)
+        self.revision = 0
         if len(self.order) == 1:
             self.finish(self.order[0], "only config")
+        elif n_warmup == 0:
+            self._start_race()
 
     # -- state -----------------------------------------------------------------------------------------------------
 
@@ -61,15 +84,23 @@ class Track:
         """Whether the group has chosen a config."""
         return self.best is not None
 
+    def _open(self, index: int) -> bool:
+        """Whether config ``index`` still needs steps (not failed, not resumed, not measured)."""
+        return index not in self.failed and index not in self.times
+
     def current(self) -> int:
         """The config index this run's launches use (the best one once done)."""
-        return self.best if self.best is not None else self.order[self.pos]
+        if self.best is not None:
+            return self.best
+        if self.race is not None:
+            return self.round_order[self.round_pos]
+        return self.order[self.pos]
 
     def phase(self) -> tuple[str, int]:
-        """("warmup" | "measure", iteration) of the current step."""
-        if self.step < self.n_warmup:
+        """("warmup", step) or ("measure", round) of the current step."""
+        if self.race is None:
             return "warmup", self.step
-        return "measure", self.step - self.n_warmup
+        return "measure", self.race.rounds
 
     # -- updates, from gathered data only ----------------------------------------------------------------------------
 
@@ -83,76 +114,174 @@ class Track:
             for index in self.order:
                 if index not in kept:
                     self.fail(index, f"rank {rank}: pruned")
-        if not self.done and self.order[self.pos] in self.failed:
-            self._next()
 
     def fail(self, index: int, text: str) -> None:
-        """Record that config ``index`` failed (ignored once it is measured)."""
-        if index in self.times or index not in self.order:
+        """Record that config ``index`` failed; it leaves the running however late this is seen (a measured
+        config loses its time; a chosen one is replaced by the next best, or the configs race again)."""
+        if index not in self.order:
             return
-        self.failed[index] = f"{self.failed[index]}; {text}" if index in self.failed else text
+        known = self.failed.get(index)
+        if known is not None and text in known.split("; "):
+            return  # the same failure reported again (a compile error seen at launch and when compiling)
+        self.failed[index] = f"{known}; {text}" if known is not None else text
+        self.progress += 1
+        self.times.pop(index, None)
+        self.per_rank.pop(index, None)
+        if self.race is not None and index in self.race.entrants:
+            self.race.fail(index, text)
+        if self.best == index:
+            self.best, self.how = None, ""
+            self.revision += 1
+            if self.times:
+                self.finish(self._least(self.times), "tuned, after a late failure of the choice")
+            elif any(i not in self.failed for i in self.order):
+                self._start_race()
+            else:
+                self._all_failed()
+        elif not self.done and self.current() == index:
+            self._move_on()
+
+    def resume(self, outcomes: Mapping[int, Mapping[str, Any]]) -> None:
+        """Take the group outcomes of an earlier attempt (merged journals): measured configs keep their time and
+        are not measured again; failed, hung or crashed ones are left out."""
+        for index, outcome in sorted(outcomes.items()):
+            if index not in self.order or self.done:
+                continue
+            if outcome["state"] in ("measured", "stopped"):
+                self.times[index] = float(outcome["time"])
+                per_rank = outcome.get("per_rank") or []
+                self.per_rank[index] = {r: float(t) for r, t in zip(self.holders, per_rank, strict=False)}
+                self.resumed.add(index)
+                if self.race is not None and index in self.race.entrants:
+                    self.race.fail(index, "resumed from an earlier attempt")
+            else:
+                self.fail(index, str(outcome.get("error", "failed in an earlier attempt")))
+        if not self.done and not self._open(self.current()):
+            self._move_on()
 
     def advance(self, launches: Mapping[int, Sequence[Launch]]) -> str:
         """Apply one run's launches (by rank); returns what happened: advanced, failed, waiting or done."""
         if self.done:
             return "done"
         self.runs += 1
+        current = self.current()
         for rank in sorted(launches):
             for index, _, error in launches[rank]:
                 if error:
                     self.fail(index, f"rank {rank}: {error}")
-        current = self.order[self.pos]
-        if current in self.failed:
-            self._next()
+        if current in self.failed or self.done:
             return "failed"
         if not all(launches.get(r) and all(i == current and e is None for i, _, e in launches[r])
                    for r in self.holders):
             return "waiting"
-        if self.step >= self.n_warmup:
-            mine = self.samples.setdefault(current, {})
-            for r in self.holders:
-                mine.setdefault(r, []).extend(float(ms) for _, ms, _ in launches[r])
-        self.step += 1
-        if self.step == self.n_warmup + self.n_repeat:
-            self.per_rank[current] = {r: float(statistics.median(s)) for r, s in self.samples[current].items()}
-            self.times[current] = max(self.per_rank[current].values())
-            self._next()
+        self.progress += 1
+        if self.race is None:
+            self.step += 1
+            if self.step >= self.n_warmup:
+                self._move_on()
+        else:
+            self.race.record(current, [float(median([float(ms) for _, ms, _ in launches[r]])) for r in self.holders])
+            self.round_pos += 1
+            self._move_on()
         return "advanced"
 
-    def _next(self) -> None:
-        self.pos, self.step = self.pos + 1, 0
-        while self.pos < len(self.order) and self.order[self.pos] in self.failed:
-            self.pos += 1
-        if self.pos == len(self.order):
-            measured = [i for i in self.order if i in self.times]
-            if not measured:
-                raise AllConfigsFailedError(f"{self.label}: every config failed on some rank: " + "; ".join(
-                    f"config {i} ({self.descriptions[i]}): {self.failed.get(i)}" for i in self.order))
-            self.finish(min(measured, key=lambda i: (self.times[i], self.order.index(i))), "tuned")
+    # -- moving through the schedule ---------------------------------------------------------------------------------
+
+    def _move_on(self) -> None:
+        """Go to the next step that needs a config: the next warm-up, the next in the round, or a new round."""
+        if self.race is None:
+            if self.step >= self.n_warmup or not self._open(self.order[self.pos]):
+                self.pos, self.step = self.pos + 1, 0
+            while self.pos < len(self.order) and not self._open(self.order[self.pos]):
+                self.pos += 1
+            if self.pos == len(self.order):
+                self._start_race()
+            return
+        race = self.race
+        while self.round_pos < len(self.round_order) and race.entrants[self.round_order[self.round_pos]].state \
+                != "running":
+            self.round_pos += 1
+        if self.round_pos < len(self.round_order):
+            return
+        for index in race.end_round():
+            self._take(index)
+        if race.finished(0.0):
+            self._conclude()
+        else:
+            self.round_order, self.round_pos = race.order(), 0
+            self._move_on()
+
+    def _start_race(self) -> None:
+        entrants = [i for i in self.order if self._open(i)]
+        if not entrants:
+            self._conclude()
+            return
+        self.race = Race(entrants, RacePlan(max_rounds=max(1, self.n_repeat), seed=self.label))
+        self.round_order, self.round_pos = self.race.order(), 0
+        if self.n_warmup == 0 and self.runs == 0:  # a key's first launch (its first pruned config) counts at once
+            self.round_order.sort(key=self.order.index)
+
+    def _take(self, index: int) -> None:
+        """Record a raced config's outcome (its median and per-rank medians) as the group's measurement."""
+        outcome = self.race.outcome(index, self.descriptions[index], 0) if self.race is not None else None
+        if outcome is None or not outcome.usable:
+            return
+        self.times[index] = float(outcome.time)
+        self.spreads[index] = float(outcome.spread or 0.0)
+        self.per_rank[index] = {r: float(t) for r, t in zip(self.holders, outcome.per_rank or [], strict=False)}
+
+    def _conclude(self) -> None:
+        """The race is over: take every outcome and choose."""
+        race = self.race
+        winner = race.winner() if race is not None else None
+        if race is not None:
+            for index in race.running:
+                self._take(index)
+        candidates = {i: t for i, t in self.times.items() if i == winner or i in self.resumed}
+        if candidates:
+            self.finish(self._least(candidates), "tuned")
+        elif self.times:
+            self.finish(self._least(self.times), "tuned")
+        else:
+            self._all_failed()
+
+    def _least(self, times: Mapping[int, float]) -> int:
+        return min(times, key=lambda i: (times[i], self.order.index(i)))
+
+    def _all_failed(self) -> None:
+        raise AllConfigsFailedError(f"{self.label}: every config failed on some rank: " + "; ".join(
+            f"config {i} ({self.descriptions[i]}): {self.failed.get(i)}" for i in self.order))
 
     def finish(self, index: int, how: str) -> None:
         """Choose config ``index``; ``how`` says why (tuned, disk cache, only config, forced)."""
         self.best, self.how = index, how
 
-    def force(self) -> None:
-        """End a track whose kernel stopped being launched: the best measured config, else the first usable one."""
-        measured = [i for i in self.order if i in self.times]
-        if measured:
-            self.finish(min(measured, key=lambda i: (self.times[i], self.order.index(i))), "forced")
+    def force(self, how: str = "forced") -> None:
+        """End the track now: the best measured config, else the first usable one."""
+        if self.race is not None:
+            for index in self.race.running:
+                if self.race.entrants[index].timed():
+                    self._take(index)
+        if self.times:
+            self.finish(self._least(self.times), how)
             return
         usable = [i for i in self.order if i not in self.failed]
         if not usable:
             raise AllConfigsFailedError(f"{self.label}: every config failed on some rank")
-        self.finish(usable[0], "forced, unmeasured")
+        self.finish(usable[0], f"{how}, unmeasured")
 
     # -- reporting -------------------------------------------------------------------------------------------------
 
     def table(self) -> list[dict[str, Any]]:
-        """One row per config in the order tried: index, config, state, group time, per-rank medians, error."""
+        """One row per config in the order tried: index, config, state, group time, spread, per-rank medians,
+        error."""
         rows = []
         for i in self.order:
             state = "measured" if i in self.times else "failed" if i in self.failed else "skipped"
+            if i in self.resumed:
+                state = "resumed"
             rows.append({"index": i, "config": self.descriptions[i], "state": state, "time": self.times.get(i),
+                         "spread": self.spreads.get(i),
                          "per_rank": [self.per_rank[i][r] for r in sorted(self.per_rank[i])] if i in self.per_rank
                          else None, "error": self.failed.get(i)})
         return rows

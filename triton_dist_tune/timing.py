@@ -7,10 +7,11 @@ device alike; on CPU ranks and under Triton's interpreter with the host clock.
 A **sample** (:func:`time_sample`) is one timed span of ``batch`` calls, reported in ms per call:
 
 - ``steady`` (the default timing mode): the calls run back to back, with no host synchronize and no exchange
-  between them, as a model layer runs them. One untimed lead-in call is enqueued first and the span starts when
-  its device work ends: by then the next calls are already queued (no launch gap at the start of the span), and
-  the ranks' streams have met in the lead-in's collectives (no skew from the host-side alignment before it). The
-  batch length follows from a measured probe (:func:`batch_length`), never from a guess;
+  between them, as a model layer runs them, timed from an idle device to the end of the last call (so a
+  host-bound function is timed as host-bound, and the first call's launch gap counts once per batch, as it does
+  for a layer). One untimed lead-in call and a device synchronize come first: the lead-in's own collectives line
+  the ranks up far more closely than the host-side exchange before it can. The batch length follows from a
+  measured probe (:func:`batch_length`), never from a guess;
 - ``cold``: one call after the L2 cache is flushed (and, by the caller, the ranks aligned): for functions that run
   alone after idle time.
 """
@@ -174,13 +175,14 @@ def make_clock() -> HostClock | DeviceClock:
 
 
 def time_sample(clock: Any, call: Callable[[], Any], batch: int, cold: bool) -> float:
-    """One sample, in ms per call. Steady: an untimed lead-in call, then ``batch`` back-to-back calls timed as
-    one span that starts when the lead-in's device work ends. Cold: one call after an L2 flush. The device is
-    synchronized once, after the span."""
+    """One sample, in ms per call. Steady: an untimed lead-in call and a device synchronize, then ``batch``
+    back-to-back calls timed as one span. Cold: one call after an L2 flush. The device is synchronized again
+    after the span."""
     if cold:
         clock.flush()
     else:
         call()
+        clock.synchronize()
     start = clock.start()
     for _ in range(batch):
         call()

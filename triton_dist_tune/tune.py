@@ -171,10 +171,12 @@ class Tuner:
             found = layout.lookup(read_cache, f"{label} cache lookup", timeout)
         if found is not None:
             rank_log.info("%s cache hit: config %d %s", label, found, self.descriptions[found])
+            if group.rank == 0 and logs.printing_enabled(verbose):
+                logs.print_cache_hit(self.name, key_text, group, self.descriptions[found], self.cache.path(entry))
             return self.space[found]
 
         rank_log.info("%s tuning %d configs on %d rank(s) of group '%s'", label, len(self.space), group.size,
-                      group.name)
+                      logs.group_title(group))
         kept = self._prune(group, label, args, kwargs, timeout)
         if layout is not None:
             kept = layout.keep_everywhere(kept, f"{label} prune", timeout)
@@ -193,11 +195,7 @@ class Tuner:
             journal.close()
         self.decisions[(group.name, key)] = decision
         if group.rank == 0 and logs.printing_enabled(verbose):
-            logs.console().info(
-                "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group "
-                "'%s' (%s timing, %d round(s)),\nbest config selected: %s%s;\n%s", self.name, key_text,
-                decision.seconds, group.size, group.name, decision.timing, decision.rounds, decision.config,
-                logs.margin_text(decision), logs.format_table(decision.outcomes, decision.index))
+            logs.print_summary(self.name, key_text, group, decision, self.cache.path(entry))
         return self.space[decision.index]
 
     def _agree(self, group: Group, key_text: str, key_error: str | None, kwargs: dict[str, Any]) -> None:
@@ -292,7 +290,8 @@ class Tuner:
             logs.rank_log().error("%s every config failed: %s", label, text)
             raise AllConfigsFailedError(f"{label} every config failed on some rank: {text}")
         if group.rank == 0 and writes:
-            record = {"function": self.name, "key": key_text, "group_size": group.size, "group": group.name,
+            record = {"function": self.name, "key": key_text, "group_size": group.size,
+                      "group": logs.group_title(group),
                       "index": decision.index, "config": decision.config, "time_ms": decision.time,
                       "margin": decision.margin, "near_tie": decision.near_tie, "runner_up": decision.runner_up,
                       "timing": decision.timing, "rounds": decision.rounds, "tuning_seconds": decision.seconds,

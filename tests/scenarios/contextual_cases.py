@@ -124,8 +124,13 @@ def inputs(n=64):
     return torch.arange(n, dtype=torch.float32) + r, torch.full((n,), 1.0 + r)
 
 
+def short(track_id: str) -> str:
+    """A track id without its module and wrapper digest: ``add_kernel``."""
+    return track_id.split(".")[-1].split("@")[0]
+
+
 def chosen(tuner) -> dict[str, int]:
-    return {f"{k[0].split('.')[-1]}{k[1]}": d["index"] for k, d in sorted(tuner.decisions.items())}
+    return {f"{short(k[0])}{k[1]}": d["index"] for k, d in sorted(tuner.decisions.items())}
 
 
 def runs_of_seq() -> list[list]:
@@ -189,7 +194,7 @@ def two_kernels():
     emit(chosen=chosen(layer.tuner), runs=len(seq), ok=ok, seq=seq,
          patched_after=patched_after, stock_hit=hit, second_runs=len(runs_of_seq()),
          second_ok=bool(torch.equal(again, expected)), cache=add_kernel.cache.get((64, *["torch.float32"] * 3)) is
-         add_kernel.configs[2], tables={k[0].split(".")[-1]: d["table"] for k, d in layer.tuner.decisions.items()})
+         add_kernel.configs[2], tables={short(k[0]): d["table"] for k, d in layer.tuner.decisions.items()})
 
 
 @case

@@ -1,0 +1,365 @@
+"""Scenarios for ``contextual_autotune`` keeping Triton's autotuner semantics, bookkeeping, ranks that meet
+different keys, and faults; run as real processes by tests/test_contextual_semantics.py.
+
+Usage: python contextual_semantics_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set for multi-rank cases,
+or under torchrun). Each rank prints ``RESULT {json}`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from _cases import case, emit, main  # noqa: E402
+
+import triton_dist_tune as tdt  # noqa: E402
+from triton_dist_tune.autotuner import contextual_autotune  # noqa: E402
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def sleeps(ms_by_rank: dict[int, list[float]], log: list | None = None):
+    """Config pre_hooks that sleep ``ms_by_rank[rank % 2][index]`` (the tests' way of making one config the fastest)."""
+
+    def make(index: int):
+        def hook(nargs):
+            if log is not None:
+                log.append(index)
+            time.sleep(ms_by_rank[rank() % 2][index] / 1e3)
+
+        return hook
+
+    return make
+
+
+def grid(n):
+    return lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
+
+
+# -- Triton's semantics ------------------------------------------------------------------------------------------
+
+INC_SLEEP = sleeps({0: [80, 4], 1: [80, 4]})
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=INC_SLEEP(i)) for i, b in enumerate((16, 64))],
+                 key=["n"], restore_value=["src"])
+@triton.jit
+def inc_kernel(src, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(src + offs, tl.load(src + offs, mask=mask) + 1, mask=mask)
+
+
+ACC_SLEEP = sleeps({0: [4, 80], 1: [4, 80]})
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=ACC_SLEEP(i)) for i, b in enumerate((16, 32))],
+                 key=["n"], reset_to_zero=["acc"])
+@triton.jit
+def acc_kernel(acc, x, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.atomic_add(acc + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
+HOOKS = {"pre": 0, "post": 0, "resets": 0, "exceptions": [], "unbalanced": 0}
+
+
+def user_pre_hook(nargs, reset_only=False):
+    if reset_only:  # Triton's call after tuning, before the launch with the chosen config (no post_hook follows)
+        HOOKS["resets"] += 1
+        return
+    HOOKS["pre"] += 1
+
+
+def user_post_hook(nargs, exception):
+    HOOKS["post"] += 1
+    if HOOKS["pre"] != HOOKS["post"]:
+        HOOKS["unbalanced"] += 1
+    if exception is not None:
+        HOOKS["exceptions"].append(type(exception).__name__)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64)], key=["n"], pre_hook=user_pre_hook,
+                 post_hook=user_post_hook)
+@triton.jit
+def hooked_kernel(x, out, n, BAD: tl.constexpr, BLOCK: tl.constexpr):
+    tl.static_assert(BLOCK != BAD, "BLOCK refused")
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) * 2, mask=mask)
+
+
+@case
+def semantics():
+    """restore_value, reset_to_zero, the autotuner's hooks (one config fails on rank 1) and the listener, inside a
+    contextual tuning on 2 ranks; afterwards everything equals one untuned call."""
+    tdt.init_distributed()
+    heard = []
+    knobs = getattr(triton, "knobs", None)
+    has_listener = knobs is not None and hasattr(knobs.autotuning, "listener")
+    if has_listener:
+        knobs.autotuning.listener = lambda **kw: heard.append(
+            {"fn": kw["fn"].__name__, "key": list(kw["key"]), "best": kw["best_config"].kwargs["BLOCK"],
+             "cache_hit": kw["cache_hit"], "timings": len(kw["configs_timings"])})
+    n = 64
+    bad = 32 if rank() == 1 else 0
+    runs = []
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def layer(src, acc, x):
+        runs.append(1)
+        inc_kernel[grid(n)](src, n)
+        acc_kernel[grid(n)](acc=acc, x=x, n=n)  # by keyword, as Triton's test_reset_to_zero also does
+        out = torch.empty_like(x)
+        hooked_kernel[grid(n)](x, out, n, bad)
+        dist.all_reduce(out)
+        return src.clone(), acc.clone(), out
+
+    src, acc, x = torch.zeros(n), torch.zeros(n), torch.arange(n, dtype=torch.float32)
+    s, a, out = layer(src, acc, x)
+    first_runs = len(runs)
+    # one untuned call from the same state gives the same values
+    src2, acc2 = torch.zeros(n), torch.zeros(n)
+    s2, a2, out2 = layer(src2, acc2, x)
+    chosen = {k[0].split(".")[-1].split("@")[0]: d["index"] for k, d in layer.tuner.decisions.items()}
+    emit(src=s.tolist() == [1.0] * n, src_arg=src.tolist() == [1.0] * n, acc=a.tolist() == x.tolist(),
+         acc_arg=acc.tolist() == x.tolist(), out=out.tolist() == (x * 2 * 2).tolist(),
+         same_as_untuned=bool(torch.equal(s, s2) and torch.equal(a, a2) and torch.equal(out, out2)
+                              and torch.equal(src, src2) and torch.equal(acc, acc2)),
+         runs=first_runs, second_runs=len(runs) - first_runs, chosen=chosen, hooks=HOOKS,
+         has_listener=has_listener, heard=sorted(heard, key=lambda h: h["fn"]), version=triton.__version__)
+
+
+def prune_nothing(configs, named_args, **kwargs):
+    return [] if rank() == 1 else configs
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32)], key=["n"],
+                 prune_configs_by={"early_config_prune": prune_nothing})
+@triton.jit
+def pruned_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
+@case
+def prune_empty():
+    """The kernel's pruning keeps nothing on rank 1: every rank raises Triton's own AutotunerError."""
+    tdt.init_distributed()
+    from triton.runtime.errors import AutotunerError
+
+    @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1)
+    def layer(x):
+        out = torch.zeros_like(x)
+        pruned_kernel[grid(x.numel())](x, out, x.numel())
+        dist.all_reduce(out)
+        return out
+
+    try:
+        layer(torch.ones(32))
+        emit(error=None)
+    except Exception as exc:
+        emit(error=type(exc).__name__, triton_error=isinstance(exc, AutotunerError),
+             ours=isinstance(exc, tdt.AutotuneError), message=str(exc))
+
+
+# -- caller-given meta-parameters --------------------------------------------------------------------------------
+
+META_SLEEP = sleeps({0: [150, 4, 40], 1: [200, 120, 4]})  # alone: rank 0 picks 1, rank 1 picks 2; the group: 2
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w, pre_hook=META_SLEEP(i))
+                          for i, (b, w) in enumerate(((16, 1), (32, 2), (64, 4)))], key=["n"])
+@triton.jit
+def meta_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
+
+
+@case
+def caller_meta():
+    """Launches that pass BLOCK / num_warps themselves, and ``**config.all_kwargs()``: tuned over the configs."""
+    tdt.init_distributed()
+    default = triton.Config({"BLOCK": 128}, num_warps=8)
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
+    def layer(x):
+        a, b, c = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
+        meta_kernel[grid(x.numel())](x, a, x.numel(), BLOCK=128, num_warps=8)
+        meta_kernel[grid(x.numel())](x, b, x.numel(), **default.all_kwargs())
+        meta_kernel[grid(x.numel())](x, c, x.numel(), 128)  # BLOCK by position
+        dist.all_reduce(a)
+        return a, b, c
+
+    x = torch.arange(64, dtype=torch.float32)
+    a, b, c = layer(x)
+    again_a, _, _ = layer(x)
+    decision = next(iter(layer.tuner.decisions.values()))
+    emit(chosen=decision["index"], states=[r["state"] for r in decision["table"]],
+         ok=a.tolist() == ((x + 1) * 2).tolist() and b.tolist() == (x + 1).tolist() and torch.equal(b, c),
+         again_ok=bool(torch.equal(again_a, a)))
+
+
+# -- bookkeeping -------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def copy_body(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
+WIDE_LOG: list = []
+NARROW_LOG: list = []
+wide = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=sleeps({0: [60, 60, 60, 4], 1: [60, 60, 60, 4]},
+                                                                            WIDE_LOG)(i))
+                                for i, b in enumerate((8, 16, 32, 64))], key=["n"])(copy_body)
+narrow = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=sleeps({0: [4, 60], 1: [4, 60]}, NARROW_LOG)(i))
+                                  for i, b in enumerate((128, 256))], key=["n"])(copy_body)
+
+
+@case
+def two_wrappers():
+    """Two triton.autotune wrappers of one @triton.jit body: each is its own track, over its own configs."""
+
+    @contextual_autotune(n_warmup=0, n_repeat=1)
+    def f(x):
+        a, b = torch.empty_like(x), torch.empty_like(x)
+        wide[grid(x.numel())](x, a, x.numel())
+        narrow[grid(x.numel())](x, b, x.numel())
+        return a, b
+
+    x = torch.randn(64)
+    a, b = f(x)
+    chosen = sorted((k[0].split(".")[-1], d["index"], len(d["table"])) for k, d in f.tuner.decisions.items())
+    emit(chosen=chosen, wide=sorted(set(WIDE_LOG)), narrow=sorted(set(NARROW_LOG)),
+         ok=bool(torch.equal(a, x) and torch.equal(b, x)), wide_best=wide.cache[(64, "torch.float32",
+                                                                                  "torch.float32")].kwargs,
+         narrow_best=narrow.cache[(64, "torch.float32", "torch.float32")].kwargs)
+
+
+@case
+def max_runs():
+    """A function whose key changes on every run: the bound ends the call with the best configs so far."""
+    runs = []
+
+    @contextual_autotune(n_warmup=0, n_repeat=1, max_runs=5)
+    def f(x):
+        runs.append(1)
+        n = 16 + len(runs)  # a new key on every run (a growing KV cache)
+        out = torch.zeros_like(x)
+        meta_kernel[grid(n)](x, out, n)
+        return out, n
+
+    x = torch.arange(64, dtype=torch.float32)
+    out, n = f(x)
+    ok = out[:n].tolist() == (x[:n] + 1).tolist()
+    emit(runs=len(runs), ok=ok, hows=sorted({d["how"] for d in f.tuner.decisions.values()}),
+         decided=len(f.tuner.decisions))
+
+
+# -- ranks that meet different keys ------------------------------------------------------------------------------
+
+
+@case
+def keys_differ():
+    """Call 1: both ranks n=64. Call 2: rank 1 also launches n=32, rank 0 does not. Call 3: both launch n=32.
+    Call 4: rank 1 alone launches n=48; call 5: again (the group tunes it from rank 1); call 6: rank 0 launches
+    n=48 and uses the group's choice."""
+    tdt.init_distributed()
+    me = rank()
+    seen: list = []
+    plan = {1: [64], 2: [64, 32] if me == 1 else [64], 3: [64, 32], 4: [64, 48] if me == 1 else [64],
+            5: [64, 48] if me == 1 else [64], 6: [64, 48]}
+
+    @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1, sync_every=1)
+    def layer(call):
+        outs = []
+        for n in plan[call]:
+            x = torch.arange(n, dtype=torch.float32) + me
+            out = torch.empty_like(x)
+            meta_kernel[grid(n)](x, out, n)
+            seen.append((call, n, meta_kernel.best_config.kwargs["BLOCK"]))
+            outs.append(bool(torch.equal(out, x + 1)))
+        total = torch.tensor([float(len(outs))])
+        dist.all_reduce(total)
+        return all(outs), float(total)
+
+    per_call = []
+    for call in range(1, 7):
+        seen.clear()
+        t0 = time.monotonic()
+        ok, total = layer(call)
+        per_call.append({"call": call, "ok": ok, "total": total, "seconds": time.monotonic() - t0,
+                         "runs": layer.tuner.last_runs, "last": {str(n): b for c, n, b in seen}})
+    decisions = {k[1].split(",")[0].strip("("): {"index": d["index"], "ranks": len(d["table"][0]["per_rank"] or [])}
+                 for k, d in layer.tuner.decisions.items()}
+    emit(calls=per_call, agreed=layer.tuner.agreed_calls, decisions=decisions,
+         pending=sum(len(p) for p in layer.tuner.pending.values()))
+
+
+# -- faults ------------------------------------------------------------------------------------------------------
+
+
+def calls_file() -> Path:
+    return Path(os.environ["FAULT_DIR"]) / f"calls.rank{rank()}"
+
+
+def recording_hook(index: int):
+    def hook(nargs):
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        with open(calls_file(), "a") as f:
+            f.write(f"{attempt} {index}\n")
+        if index == 1 and rank() == 1:
+            time.sleep(3600)  # config 1 blocks rank 1 forever: only the watchdog ends it
+        time.sleep([100, 4, 15][index] / 1e3)
+
+    return hook
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=recording_hook(i)) for i, b in enumerate((16, 32, 64))],
+                 key=["n"])
+@triton.jit
+def hang_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
+@case
+def hang():
+    """Under torchrun --max-restarts=1: config 1 blocks rank 1 forever in attempt 0; attempt 1 leaves it out."""
+    tdt.init_distributed()
+    Path(os.environ["FAULT_DIR"]).mkdir(parents=True, exist_ok=True)
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def layer(x):
+        out = torch.empty_like(x)
+        hang_kernel[grid(x.numel())](x, out, x.numel())
+        dist.all_reduce(out)
+        return out
+
+    x = torch.arange(64, dtype=torch.float32)
+    out = layer(x)
+    decision = next(iter(layer.tuner.decisions.values()))
+    emit(rank=rank(), attempt=os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"), chosen=decision["index"],
+         states=[r["state"] for r in decision["table"]], errors=[r["error"] for r in decision["table"]],
+         ok=bool(torch.equal(out, 2 * x)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,372 @@
+"""The command line (``python -m triton_dist_tune``) on caches and logs made by real tunings of 2 gloo ranks.
+
+The tunings run ``tests/scenarios/cli_cases.py`` twice (a tuning, then a job that finds both keys in the cache).
+Format-2 entries (the lead's new writer) are written here directly from :class:`Outcome` records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from harness import ROOT, base_env, describe, run_ranks, tuner_env
+
+from triton_dist_tune.cache import versions, write_json_atomic
+from triton_dist_tune.journal import Journal
+from triton_dist_tune.records import Outcome
+
+SCENARIO = Path(__file__).resolve().parent / "scenarios" / "cli_cases.py"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+CHOSEN_RGB, FAILED_RGB = (0xD9, 0x5F, 0x02), (0xC0, 0x39, 0x2B)  # plots.CHOSEN, plots.FAILED
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory) -> dict:
+    """Two real jobs of 2 ranks: the first tunes keys (4,) and (8,), the second hits the cache for both."""
+    tmp = tmp_path_factory.mktemp("cli")
+    env = tuner_env(tmp, timeout=60)
+    jobs = []
+    for _ in range(2):
+        results = run_ranks(SCENARIO, 2, ["tune"], env=env, timeout=240)
+        assert all(r.returncode == 0 for r in results), describe(results)
+        jobs.append(results)
+    return {"root": tmp, "cache": tmp / "cache", "logs": tmp / "logs", "jobs": jobs}
+
+
+def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "triton_dist_tune", *args], env=base_env(env), cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def cache_copy(tuned: dict, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(tuned["cache"], tmp_path / "cache"))
+
+
+def entries_of(cache: Path) -> list[Path]:
+    return sorted(cache.glob("*/*.json"))
+
+
+def format2_entry(cache: Path, function: str = "drifting", key: str = "(1024, 'bf16')") -> Path:
+    """A format-2 entry as the lead's writer makes it: Outcome.to_json measurements with rounds and drift."""
+    outcomes = [
+        Outcome(0, "{BLOCK: 64}", "measured", time=1.30, spread=0.02, per_rank=[1.28, 1.30], samples=30,
+                order=[0, 3, 6], round_times=[1.20, 1.30, 1.42]),
+        Outcome(1, "{BLOCK: 128}", "measured", time=1.00, spread=0.01, per_rank=[0.99, 1.00], samples=30,
+                order=[1, 4, 7], round_times=[0.95, 1.00, 1.08]),
+        Outcome(2, "{BLOCK: 256}", "stopped", time=2.10, spread=0.05, per_rank=[2.0, 2.1], samples=5,
+                order=[2], round_times=[2.10]),
+        Outcome(3, "{BLOCK: 512}", "failed", error="OutOfResources: shared memory 262144 > 232448"),
+        Outcome(4, "{BLOCK: 1024}", "pruned"),
+    ]
+    data = {"format": 2, "function": function, "key": key, "index": 1, "config": "{BLOCK: 128}", "time_ms": 1.0,
+            "margin": 0.3, "near_tie": False, "runner_up": 0, "timing": "steady", "rounds": 3,
+            "tuning_seconds": 4.5, "group_size": 8, "group": "default", "created": time.time() - 3 * 86400,
+            "versions": versions(), "gpu": "NVIDIA H200", "gpu_count": 8, "space": "abc",
+            "measurements": [o.to_json() for o in outcomes]}
+    return write_json_atomic(cache / function / "0123456789abcdef0123.json", data)
+
+
+def png_ok(path: Path) -> set[tuple[int, int, int]]:
+    """Check that ``path`` is a real, non-trivial PNG; return its set of RGB colours."""
+    import matplotlib.image
+
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, path
+    assert len(data) > 20_000, (path, len(data))
+    pixels = (matplotlib.image.imread(path)[..., :3] * 255).round().astype(int).reshape(-1, 3)
+    colours = {tuple(int(c) for c in p) for p in pixels}
+    assert len(colours) > 50, (path, len(colours))  # not a blank (one-colour) picture
+    return colours
+
+
+# -- what the tunings printed ----------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_verbose_output_names_group_cache_file_and_logs_and_reports_cache_hits(tuned):
+    first, second = (job[0].stderr for job in tuned["jobs"])
+    files = [str(p) for p in entries_of(tuned["cache"])]
+    assert len(files) == 2
+    assert "on 2 rank(s) of group 'default'" in first and "group '0'" not in first
+    for path in files:
+        assert f"cache file: {path}" in first and f"cache file: {path}" in second
+    assert f"logs: {tuned['logs']}" in first
+    assert second.count(": cache hit on 2 rank(s) of group 'default'") == 2 and "best config selected" not in second
+    assert all("cache hit" not in r.stderr and "Triton autotuning" not in r.stderr for r in
+               (tuned["jobs"][0][1], tuned["jobs"][1][1]))  # rank 1 prints nothing
+
+
+# -- list / show -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_list_shows_every_decision_and_filters(tuned, tmp_path):
+    cache = cache_copy(tuned, tmp_path)
+    format2_entry(cache)
+    out = cli("list", "--cache-dir", str(cache))
+    assert out.returncode == 0, out.stderr
+    assert "cli_sleepy" in out.stdout and "(4,)" in out.stdout and "(8,)" in out.stdout
+    chosen = {json.loads(p.read_text())["config"] for p in entries_of(tuned["cache"])}
+    assert all(c in out.stdout for c in chosen) and "drifting" in out.stdout and "+30.0%" in out.stdout
+    assert "3 decision(s)" in out.stdout and "current" in out.stdout and "3d" in out.stdout
+    data = json.loads(cli("list", "--json", "--cache-dir", str(cache)).stdout)
+    by_key = {e["key"]: e for e in data["entries"]}
+    assert {e["function"] for e in data["entries"]} == {"cli_sleepy", "drifting"}
+    real = by_key["(4,)"]
+    assert real["index"] in (1, 4) and real["group_size"] == 2 and real["gpu"] == "cpu" and real["stale"] is False
+    times = {m["index"]: m["time"] for m in real["measurements"] if m["time"] is not None}
+    assert real["margin"] == pytest.approx(min(t for i, t in times.items() if i != 1) / times[1] - 1)
+    assert by_key["(1024, 'bf16')"]["margin"] == 0.3 and by_key["(1024, 'bf16')"]["format"] == 2
+    only = json.loads(cli("list", "--json", "--function", "drifting", "--cache-dir", str(cache)).stdout)
+    assert [e["function"] for e in only["entries"]] == ["drifting"]
+    assert json.loads(cli("list", "--json", "--stale", "--cache-dir", str(cache)).stdout)["entries"] == []
+    stale = entries_of(cache)[0]
+    data = json.loads(stale.read_text())
+    data["versions"]["triton"] = "0.0.1"
+    stale.write_text(json.dumps(data))
+    listed = json.loads(cli("list", "--json", "--stale", "--cache-dir", str(cache)).stdout)["entries"]
+    assert [e["file"] for e in listed] == [str(stale)]
+    assert "STALE: triton 0.0.1 (now " in cli("list", "--stale", "--cache-dir", str(cache)).stdout
+
+
+@pytest.mark.timeout(600)
+def test_show_prints_the_whole_table_with_failures(tuned, tmp_path):
+    cache = cache_copy(tuned, tmp_path)
+    big = next(p for p in entries_of(cache) if json.loads(p.read_text())["key"] == "(8,)")
+    name = f"cli_sleepy/{big.stem[:8]}"
+    chosen = json.loads(big.read_text())["index"]  # config 1, unless load on this machine made another faster
+    out = cli("show", name, "--cache-dir", str(cache))
+    assert out.returncode == 0, out.stderr
+    assert "key: (8,)" in out.stdout and f"chosen: config {chosen}: {{variant: {chosen}}}" in out.stdout
+    assert "boom: config 3 does not fit on rank 1" in out.stdout and "failures:" in out.stdout
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip().startswith(("->", "0 ", "2 ", "3 "))]
+    assert [r[1] for r in rows if r[0] == "->"] == [str(chosen)]
+    data = json.loads(cli("show", name, "--json", "--cache-dir", str(cache)).stdout)
+    states = {m["index"]: m["state"] for m in data["measurements"]}
+    assert states[chosen] == "measured" and states[3] == "failed" and states.get(4) == "pruned"  # pruned for (8,)
+    assert all(states[i] in ("measured", "stopped") for i in (0, 1, 2))
+    assert all(len(m["per_rank"]) == 2 for m in data["measurements"] if m["state"] in ("measured", "stopped"))
+    by_path = cli("show", str(big), "--cache-dir", str(cache))
+    assert by_path.returncode == 0 and "key: (8,)" in by_path.stdout
+    format2 = cli("show", "drifting", "--cache-dir", str(format2_entry(cache).parents[1]))
+    assert format2.returncode == 0, format2.stderr
+    assert "±1.0%" in format2.stdout and "+30.0% over config 0" in format2.stdout and "steady timing" in format2.stdout
+    assert "OutOfResources" in format2.stdout and "pruned" in format2.stdout and "stopped" in format2.stdout
+
+
+@pytest.mark.timeout(600)
+def test_missing_and_corrupt_caches_are_one_line_errors(tuned, tmp_path):
+    cache = cache_copy(tuned, tmp_path)
+    missing = cli("list", "--cache-dir", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.count("\n") == 1 and "no cache folder at" in missing.stderr
+    victim = entries_of(cache)[0]
+    victim.write_text('{"format": 1, "index": ')  # a torn write
+    listed = cli("list", "--cache-dir", str(cache))
+    assert listed.returncode == 0 and "1 decision(s)" in listed.stdout
+    assert f"skipped {victim}: corrupt cache file" in listed.stderr
+    assert json.loads(cli("list", "--json", "--cache-dir", str(cache)).stdout)["problems"]
+    shown = cli("show", str(victim), "--cache-dir", str(cache))
+    assert shown.returncode == 2 and shown.stderr.count("\n") == 1 and "corrupt cache file" in shown.stderr
+    assert "Traceback" not in shown.stderr
+    victim.write_text(json.dumps({"format": 7, "index": 0}))
+    other = cli("show", str(victim), "--cache-dir", str(cache))
+    assert other.returncode == 2 and "unknown cache format 7" in other.stderr
+    unknown = cli("show", "no-such-decision", "--cache-dir", str(cache))
+    assert unknown.returncode == 2 and "no decision called" in unknown.stderr
+
+
+def test_contextual_entries_are_listed_with_their_kernel(tmp_path):
+    """contextual_autotune's entries (under <root>/contextual/) keep the kernel and a table of rows of their own."""
+    table = [{"index": 0, "config": "BLOCK: 64, num_warps: 4", "state": "measured", "time": 0.5, "per_rank": [0.5, 0.4],
+              "error": None},
+             {"index": 1, "config": "BLOCK: 128, num_warps: 4", "state": "measured", "time": 0.4,
+              "per_rank": [0.4, 0.4], "error": None},
+             {"index": 2, "config": "BLOCK: 256, num_warps: 8", "state": "skipped", "time": None, "per_rank": None,
+              "error": None}]
+    data = {"format": 2, "function": "layer", "kernel": "__main__.add_kernel", "key": "(64, 'torch.float32')",
+            "index": 1, "config": "BLOCK: 128, num_warps: 4", "group_size": 2, "time_ms": 0.4, "space": "x",
+            "versions": versions(), "gpu": "cpu", "gpu_count": 0, "measurements": table}
+    write_json_atomic(tmp_path / "contextual" / "00aa.json", data)
+    listed = cli("list", "--cache-dir", str(tmp_path))
+    assert listed.returncode == 0 and "layer:add_kernel" in listed.stdout and "+25.0%" in listed.stdout
+    shown = json.loads(cli("show", "contextual/00aa", "--json", "--cache-dir", str(tmp_path)).stdout)
+    assert shown["kernel"] == "__main__.add_kernel" and shown["margin"] == pytest.approx(0.25)
+    assert [m["state"] for m in shown["measurements"]] == ["measured", "measured", "pruned"]
+
+
+# -- plot ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_plot_writes_real_pictures(tuned, tmp_path):
+    pytest.importorskip("matplotlib")
+    cache = cache_copy(tuned, tmp_path)
+    format2_entry(cache)
+    one = tmp_path / "one.png"
+    out = cli("plot", "cli_sleepy/" + entries_of(cache)[0].stem[:6], "-o", str(one), "--cache-dir", str(cache))
+    assert out.returncode == 0, out.stderr
+    colours = png_ok(one)
+    assert CHOSEN_RGB in colours and FAILED_RGB in colours  # the chosen config and the failed one are drawn
+    across = tmp_path / "across.png"
+    out = cli("plot", "--function", "cli_sleepy", "-o", str(across), "--cache-dir", str(cache))
+    assert out.returncode == 0, out.stderr
+    assert CHOSEN_RGB in png_ok(across)
+    drift = tmp_path / "drift.png"
+    out = cli("plot", "drifting", "-o", str(drift), "--cache-dir", str(cache))
+    assert out.returncode == 0, out.stderr
+    assert CHOSEN_RGB in png_ok(drift)
+    default_name = cli("plot", "drifting", "--cache-dir", str(cache), cwd=tmp_path)
+    assert default_name.returncode == 0 and (tmp_path / default_name.stdout.strip()).exists()
+    nothing = cli("plot", "--function", "absent", "--cache-dir", str(cache))
+    assert nothing.returncode == 2 and "no decisions of function 'absent'" in nothing.stderr
+    if os.environ.get("TDT_KEEP_PLOTS"):  # to look at them: TDT_KEEP_PLOTS=/some/folder
+        Path(os.environ["TDT_KEEP_PLOTS"]).mkdir(parents=True, exist_ok=True)
+        for p in (one, across, drift):
+            shutil.copy(p, Path(os.environ["TDT_KEEP_PLOTS"]) / p.name)
+
+
+# -- clear -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_clear_by_filter_removes_entries_and_journals(tuned, tmp_path):
+    cache = cache_copy(tuned, tmp_path)
+    drifting = format2_entry(cache)
+    stem = entries_of(cache)[0].stem
+    for rank in range(2):  # journals of an interrupted tuning, written by the tuner's own journal class
+        journal = Journal(cache / "cli_sleepy" / f"{stem}.rank{rank}.journal")
+        journal.append(0, "started", config="{variant: 0}")
+        journal.close()
+    orphan = Journal(cache / "cli_sleepy" / "feedfacefeedfacefeed.rank0.journal")
+    orphan.append(2, "started", config="{variant: 2}")
+    orphan.close()
+    assert len(list(cache.glob("*/*.journal"))) == 3
+
+    refused = cli("clear", "--cache-dir", str(cache))
+    assert refused.returncode == 2 and "--all" in refused.stderr
+    dry = cli("clear", "--older-than", "2d", "--dry-run", "--cache-dir", str(cache))
+    assert dry.returncode == 0 and f"would remove {drifting}" in dry.stdout and drifting.exists()
+    old = cli("clear", "--older-than", "2d", "--json", "--cache-dir", str(cache))
+    assert json.loads(old.stdout)["removed"] == [str(drifting)] and not drifting.exists()
+    assert not (cache / "drifting").exists()  # an emptied function folder goes too
+
+    data = json.loads(entries_of(cache)[0].read_text())
+    data["versions"] = {**data["versions"], "torch": "1.0"}
+    entries_of(cache)[0].write_text(json.dumps(data))
+    stale = cli("clear", "--stale", "--cache-dir", str(cache))
+    assert stale.returncode == 0, stale.stderr
+    assert "removed 1 cache file(s) and 2 journal(s)" in stale.stdout  # the stale entry and its journals
+    assert len(entries_of(cache)) == 1 and [p.name for p in cache.glob("*/*.journal")] == [orphan.path.name]
+
+    everything = cli("clear", "--function", "cli_sleepy", "--cache-dir", str(cache))
+    assert "removed 1 cache file(s) and 1 journal(s)" in everything.stdout  # the orphan journal too
+    assert list(cache.rglob("*")) == []
+    bad_age = cli("clear", "--older-than", "soon", "--cache-dir", str(cache))
+    assert bad_age.returncode == 2 and bad_age.stderr.count("\n") == 1
+    again = cache_copy(tuned, tmp_path / "again")
+    assert cli("clear", "--all", "--cache-dir", str(again)).returncode == 0 and entries_of(again) == []
+
+
+# -- export / import -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_export_and_import_a_bundle_with_version_checks(tuned, tmp_path):
+    bundle = tmp_path / "decisions.json"
+    out = cli("export", str(bundle), "--cache-dir", str(tuned["cache"]))
+    assert out.returncode == 0 and "exported 2 decision(s)" in out.stdout, out.stderr
+    fresh = tmp_path / "elsewhere"
+    imported = cli("import", str(bundle), "--cache-dir", str(fresh))
+    assert imported.returncode == 0 and "imported 2 decision(s)" in imported.stdout, imported.stderr
+    for original in entries_of(tuned["cache"]):
+        copy = fresh / original.parent.name / original.name
+        assert json.loads(copy.read_text()) == json.loads(original.read_text())
+
+    # a bundle from a cluster with other versions: refused, unless forced
+    data = json.loads(bundle.read_text())
+    for item in data["entries"]:
+        item["data"]["versions"]["triton"] = "9.9.9"
+    other = tmp_path / "other-cluster.json"
+    other.write_text(json.dumps(data))
+    target = tmp_path / "ci-cache"
+    refused = cli("import", str(other), "--cache-dir", str(target))
+    assert refused.returncode == 1 and "triton: 9.9.9 here" in refused.stderr and "refused" in refused.stderr
+    assert not target.exists()
+    forced = cli("import", str(other), "--force", "--json", "--cache-dir", str(target))
+    assert forced.returncode == 0, forced.stderr
+    assert len(json.loads(forced.stdout)["imported"]) == 2 and len(entries_of(target)) == 2
+    stale = json.loads(cli("list", "--json", "--stale", "--cache-dir", str(target)).stdout)["entries"]
+    assert len(stale) == 2
+
+    not_a_bundle = cli("import", str(entries_of(tuned["cache"])[0]), "--cache-dir", str(target))
+    assert not_a_bundle.returncode == 2 and "not a triton-dist-tune bundle" in not_a_bundle.stderr
+    data["entries"][0]["path"] = "../../etc/passwd.json"
+    other.write_text(json.dumps(data))
+    escaping = cli("import", str(other), "--force", "--cache-dir", str(target))
+    assert escaping.returncode == 2 and "bad entry path" in escaping.stderr
+
+
+# -- logs ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_logs_merge_the_ranks_of_a_job_into_one_timeline(tuned):
+    env = {"TRITON_DIST_AUTOTUNE_LOG_DIR": str(tuned["logs"])}
+    jobs = sorted(p for p in tuned["logs"].iterdir())
+    assert len(jobs) == 2  # one folder per job, each with both ranks' readable and JSON-lines logs
+    for job in jobs:
+        assert sorted(p.name for p in job.iterdir()) == ["rank-0.jsonl", "rank-0.log", "rank-1.jsonl", "rank-1.log"]
+    listed = cli("logs", "--list", env=env)
+    assert listed.returncode == 0 and all(job.name in listed.stdout for job in jobs)
+    first = min(jobs, key=lambda j: (j / "rank-0.jsonl").stat().st_mtime)
+    out = cli("logs", first.name, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()[1:]
+    assert any(" rank  0 " in line for line in lines) and any(" rank  1 " in line for line in lines)
+    assert sum("decision: config " in line for line in lines) == 4  # 2 keys x 2 ranks
+    records = json.loads(cli("logs", str(first), "--json").stdout)["records"]
+    times = [r["time"] for r in records]
+    assert times == sorted(times) and {r["rank"] for r in records} == {0, 1}
+    assert {r["job"] for r in records} == {first.name}
+    latest = cli("logs", "--rank", "1", env=env)
+    assert "cache hit" in latest.stdout and " rank  0 " not in latest.stdout
+    none = cli("logs", "--log-dir", str(tuned["root"] / "cache"))
+    assert none.returncode == 2 and "no job logs in" in none.stderr
+
+
+# -- packaging and the quick start -----------------------------------------------------------------------------
+
+
+def test_console_script_and_plot_extra_are_declared():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    module, _, function = project["scripts"]["triton-dist-tune"].partition(":")
+    assert module == "triton_dist_tune.cli" and callable(getattr(__import__(module, fromlist=[function]), function))
+    assert any(d.startswith("matplotlib") for d in project["optional-dependencies"]["plot"])
+    usage = cli("--help")
+    assert usage.returncode == 0
+    assert all(c in usage.stdout for c in ("list", "show", "plot", "clear", "export", "import", "logs"))
+
+
+@pytest.mark.timeout(600)
+def test_quickstart_prints_one_line_per_rank_and_no_warning(tmp_path):
+    env = base_env(tuner_env(tmp_path, timeout=120))  # Python's default warning filters: what a user sees
+    for name in ("OMP_NUM_THREADS", "PYTHONWARNINGS"):
+        env.pop(name, None)  # launch.sh must set OMP_NUM_THREADS (torchrun prints a banner otherwise)
+    proc = subprocess.run(["bash", str(ROOT / "launch.sh"), "--cpu", str(ROOT / "examples" / "quickstart.py")],
+                          env=env, capture_output=True, text=True, timeout=500, cwd=tmp_path)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("rank ")]
+    assert [line.split(":")[0] for line in lines] == ["rank 0/2", "rank 1/2"], output[-4000:]
+    assert all(line.count("chose") == 1 for line in lines)
+    assert "Warning" not in output and "OMP_NUM_THREADS" not in output, output[-4000:]
+    assert "cache file: " in proc.stderr and f"logs: {tmp_path / 'logs'}" in proc.stderr
+    assert not (tmp_path / ".autotune_logs").exists()

@@ -1,0 +1,187 @@
+"""``contextual_autotune`` keeps Triton's autotuner semantics, tracks each wrapper apart, bounds a call's runs,
+lets ranks meet different keys, and survives a config that hangs a rank (real gloo ranks, torchrun, Triton's
+interpreter); the scenarios are in tests/scenarios/contextual_semantics_cases.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from harness import HERE, base_env, describe, parse_results, run_ranks, tuner_env
+
+CASES = HERE / "scenarios" / "contextual_semantics_cases.py"
+TIMEOUT_S = 60
+
+
+@pytest.fixture
+def env(tmp_path):
+    return tuner_env(tmp_path, TIMEOUT_S)
+
+
+def run(case, n, env, **kw):
+    results = run_ranks(CASES, n, [case], env=env, timeout=kw.pop("timeout", 120), **kw)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return results
+
+
+def single(case, env):
+    proc = subprocess.run([sys.executable, str(CASES), case], env=base_env(env), capture_output=True, text=True,
+                          timeout=100)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0]), proc.stderr
+
+
+@pytest.mark.timeout(150)
+def test_restore_value_reset_to_zero_hooks_and_listener_inside_a_tuning(env):
+    results = run("semantics", 2, env)
+    for r in results:
+        res = r.result
+        # restore_value: the kernel increments src in place; 8 runs, yet src (argument and result) is 1
+        assert res["src"] and res["src_arg"], describe(results)
+        # reset_to_zero: the kernel accumulates into acc; it holds one run's worth
+        assert res["acc"] and res["acc_arg"] and res["out"]
+        assert res["same_as_untuned"] and res["second_runs"] == 1
+        assert res["chosen"]["inc_kernel"] == 1 and res["chosen"]["acc_kernel"] == 0
+        assert res["chosen"]["hooked_kernel"] != 1  # failed on rank 1
+        hooks = res["hooks"]
+        # the autotuner's pre/post hooks around every tuning launch, balanced; one reset after tuning
+        assert hooks["pre"] == hooks["post"] > 0 and hooks["unbalanced"] == 0 and hooks["resets"] == 1
+        assert hooks["exceptions"] == (["InterpreterError"] if r.rank == 1 else []), hooks
+        if res["has_listener"]:  # newest Triton: called once per tuned kernel key, on every rank
+            assert [h["fn"] for h in res["heard"]] == ["acc_kernel", "hooked_kernel", "inc_kernel"]
+            assert all(h["cache_hit"] is False and h["timings"] >= 2 for h in res["heard"])
+            assert {h["fn"]: h["best"] for h in res["heard"]}["inc_kernel"] == 64
+        else:  # Triton 3.6 has no autotuning listener
+            assert res["version"].startswith("3.6")
+
+
+@pytest.mark.timeout(120)
+def test_pruning_that_keeps_nothing_raises_tritons_error_on_every_rank(env):
+    results = run("prune_empty", 2, env)
+    for r in results:
+        res = r.result
+        assert res["error"] == "ContextualPruningError" and res["triton_error"] and res["ours"], describe(results)
+        assert "rank 1" in res["message"] and "No valid autotuner configs after pruning" in res["message"]
+
+
+@pytest.mark.timeout(120)
+def test_caller_given_meta_parameters_are_overridden_by_the_config_under_test(env, tmp_path):
+    results = run("caller_meta", 2, env)
+    for r in results:
+        res = r.result
+        # without overriding, every config failed with "multiple values for keyword argument 'BLOCK'"
+        assert res["states"] == ["measured"] * 3 and res["chosen"] == 2, describe(results)
+        assert res["ok"] and res["again_ok"]
+    text = (tmp_path / "logs" / "rank-0.log").read_text() + results[0].stderr
+    assert text.count("are overridden by the config under test") <= 1  # logged once per kernel
+
+
+@pytest.mark.timeout(60)
+def test_two_wrappers_of_one_jit_body_are_separate_tracks(env):
+    result, _ = single("two_wrappers", env)
+    assert result["ok"]
+    assert result["wide"] == [0, 1, 2, 3] and result["narrow"] == [0, 1]  # each tried over its own configs
+    assert [(c[1], c[2]) for c in result["chosen"]] in ([(3, 4), (0, 2)], [(0, 2), (3, 4)]), result
+    assert result["wide_best"] == {"BLOCK": 64} and result["narrow_best"] == {"BLOCK": 128}
+
+
+@pytest.mark.timeout(60)
+def test_max_runs_bounds_a_call_whose_keys_change_every_run(env, tmp_path):
+    result, stderr = single("max_runs", env)
+    # 5 runs, each meeting a new key; then every track ends with its best so far and the function runs once more
+    assert result["runs"] == 5 + 1 and result["ok"], stderr[-3000:]
+    assert result["hows"] == ["best so far at max_runs"] and result["decided"] == 5
+    text = (tmp_path / "logs" / "rank-0.log").read_text()
+    assert "reached max_runs=5 with 5 kernel key(s) still tuning" in text and "raise max_runs" in text
+    assert "reached max_runs=5" in stderr  # also on the library's logger (stderr without a handler)
+
+
+@pytest.mark.timeout(150)
+def test_ranks_meeting_different_keys_finish_without_waiting(env):
+    results = run("keys_differ", 2, env)
+    blocks = (16, 32, 64)
+    for r in results:
+        res = r.result
+        calls = {c["call"]: c for c in res["calls"]}
+        assert all(c["ok"] for c in calls.values()), describe(results)
+        assert [calls[i]["total"] for i in range(1, 7)] == [2, 3, 4, 3, 3, 4]  # launches on both ranks
+        assert all(c["seconds"] < TIMEOUT_S / 3 for c in calls.values())  # nobody waited for a timeout
+        assert res["agreed"] == [3, 5] and res["pending"] == 0
+        assert [calls[i]["runs"] for i in (2, 4, 6)] == [1, 1, 1]  # hot calls: one run each
+        assert res["decisions"]["64"]["ranks"] == 2 and res["decisions"]["32"]["ranks"] == 2
+        assert res["decisions"]["48"]["ranks"] == 1  # tuned from rank 1, the only one launching it
+        # every rank that launches a key the group tuned uses the group's choice
+        for n in ("32", "48"):
+            group_block = blocks[res["decisions"][n]["index"]]
+            for call in (3, 6) if n == "32" else (5, 6):
+                if n in calls[call]["last"]:
+                    assert calls[call]["last"][n] == group_block, (n, call, res)
+        assert calls[6]["last"]["48"] == blocks[res["decisions"]["48"]["index"]]
+        if r.rank == 1:  # call 2: rank 1 ran n=32 with its local default (the first kept config), untuned
+            assert calls[2]["last"]["32"] == 16
+
+
+@pytest.mark.timeout(150)
+def test_config_that_blocks_one_rank_forever_is_left_out_after_one_restart(tmp_path):
+    env = tuner_env(tmp_path, 10, FAULT_DIR=str(tmp_path / "faults"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts",
+           "1", "--monitor-interval", "0.1", str(CASES), "hang"]
+    proc = subprocess.run(cmd, env=base_env(env), capture_output=True, text=True, timeout=140)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    results = {r["rank"]: r for r in parse_results(proc.stdout)}
+    assert sorted(results) == [0, 1]
+    for res in results.values():
+        assert res["attempt"] == "1" and res["ok"]  # finished after exactly one restart
+        assert res["chosen"] == 2 and res["states"] == ["measured", "failed", "measured"], res
+        assert "hung on rank 1" in res["errors"][1]
+    for rank in (0, 1):
+        lines = (tmp_path / "faults" / f"calls.rank{rank}").read_text().split("\n")
+        seen = Counter(tuple(line.split()) for line in lines if line)
+        # attempt 0: config 0 warmed up, config 1 hung in its warm-up; attempt 1: config 1 is never launched again,
+        # configs 0 and 2 are warmed up and raced (one round), then the final run with config 2
+        assert seen == Counter({("0", "0"): 1, ("0", "1"): 1, ("1", "0"): 2, ("1", "2"): 3}), (rank, seen)
+    assert "watchdog" in proc.stderr and not list(tmp_path.rglob("*.journal"))
+
+
+# -- the schedule alone (no processes, no Triton) ------------------------------------------------------------------
+
+
+def make_track(configs=3, n_warmup=0, n_repeat=1):
+    from triton_dist_tune.schedule import Track
+
+    info = {"name": "k", "descriptions": [f"c{i}" for i in range(configs)], "names": [], "entry": "e",
+            "space_text": "", "pruned": list(range(configs))}
+    return Track("mod.k@0", "(1,)", {0: info}, n_warmup, n_repeat)
+
+
+def test_a_late_failure_counts_however_late_it_is_seen():
+    from triton_dist_tune.errors import AllConfigsFailedError
+
+    times = {0: 1.0, 1: 5.0, 2: 3.0, 3: 4.0}
+    track = make_track(configs=4, n_repeat=1)
+    first = track.current()
+    track.advance({0: [(first, times[first], None)]})
+    track.fail(first, "rank 1: pruned")  # sampled, then a late rank reports it failing: out of the running
+    while not track.done:
+        index = track.current()
+        assert index != first
+        track.advance({0: [(index, times[index], None)]})
+    rest = sorted((i for i in times if i != first), key=times.get)
+    assert first not in track.times and track.best == rest[0] and track.how == "tuned"
+    track.fail(rest[0], "rank 2: compile error")  # the choice itself fails late: the next best is chosen
+    assert track.best == rest[1] and track.revision == 1
+    track.fail(rest[1], "rank 2: compile error")
+    assert track.best == rest[2] and track.revision == 2
+    with pytest.raises(AllConfigsFailedError, match="every config failed"):
+        track.fail(rest[2], "rank 2: compile error")  # nothing is left
+
+
+def test_resume_takes_measured_configs_and_leaves_out_failed_ones():
+    track = make_track()
+    track.resume({0: {"state": "measured", "time": 2.0, "per_rank": [2.0]}, 1: {"state": "failed", "error": "hung"}})
+    assert track.current() == 2 and track.times == {0: 2.0} and "hung" in track.failed[1]
+    track.advance({0: [(2, 1.0, None)]})
+    assert track.best == 2 and [r["state"] for r in track.table()] == ["resumed", "failed", "measured"]

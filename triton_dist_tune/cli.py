@@ -1,0 +1,354 @@
+"""The command line: ``triton-dist-tune`` / ``python -m triton_dist_tune``, over the cache, its journals and the logs.
+
+Subcommands: ``list``, ``show``, ``plot``, ``clear``, ``export``, ``import``, ``logs``. Data goes to stdout (as text,
+or as JSON with ``--json``); a problem is one line on stderr and exit status 2 (1 for ``import`` refused over
+mismatching versions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import decisions as dec
+from . import logs
+from .cache import versions as current_versions
+
+
+class UsageError(Exception):
+    """A problem to report in one line with exit status 2."""
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.4f}" if value is not None else "-"
+
+
+def _pct(value: float | None, sign: str = "+") -> str:
+    return f"{sign}{100 * value:.1f}%" if value is not None else "-"
+
+
+def _versions_text(entry: dec.Entry, now: dict[str, str]) -> str:
+    """``current``, or what differs: ``triton 3.6.0 (now 3.5.1)``."""
+    differ = [f"{k} {entry.versions.get(k, '-')} (now {now.get(k, '-')})"
+              for k in sorted(set(now) | set(entry.versions)) if entry.versions.get(k) != now.get(k)]
+    return "current" if not differ else "STALE: " + ", ".join(differ)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=1, allow_nan=False, default=str))
+
+
+def _warn_problems(problems: Sequence[dec.CacheError]) -> None:
+    for problem in problems:
+        print(f"triton-dist-tune: skipped {problem}", file=sys.stderr)
+
+
+def _root(args: argparse.Namespace) -> Path:
+    return Path(args.cache_dir) if args.cache_dir else dec.environ_root()
+
+
+def _selected(args: argparse.Namespace) -> tuple[list[dec.Entry], list[dec.CacheError]]:
+    entries, problems = dec.scan(_root(args))
+    older = dec.parse_age(args.older_than) if getattr(args, "older_than", None) else None
+    return dec.select(entries, getattr(args, "function", None), getattr(args, "stale", False), older), problems
+
+
+# -- list / show -----------------------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    entries, problems = _selected(args)
+    now, wall = current_versions(), time.time()
+    if args.json:
+        _emit_json({"cache": str(_root(args)), "entries": [e.to_json() for e in entries],
+                    "problems": [str(p) for p in problems]})
+        return 0
+    _warn_problems(problems)
+    if not entries:
+        print(f"no decisions in {_root(args)}" + (" matching the filters" if args.function or args.stale else ""))
+        return 0
+    rows = []
+    for e in entries:
+        function = e.function if e.kernel is None else f"{e.function}:{e.kernel.rsplit('.', 1)[-1]}"
+        margin = _pct(e.margin) + (" (tie)" if e.near_tie else "")
+        rows.append([f"{e.path.parent.name}/{e.path.stem[:8]}", _clip(function, 24), _clip(e.key, 36),
+                     _clip(e.config, 48), _ms(e.time_ms), margin, str(e.group_size or "-"),
+                     f"{e.gpu} x{e.gpu_count}" if e.gpu_count else e.gpu, _versions_text(e, now),
+                     dec.age_text(wall - e.created)])
+    print(_table(["name", "function", "key", "chosen config", "ms", "margin", "ranks", "gpu", "versions", "age"],
+                 rows))
+    print(f"{len(entries)} decision(s) in {_root(args)}; 'show NAME' for the whole table")
+    return 0
+
+
+def _outcome_rows(entry: dec.Entry) -> list[list[str]]:
+    rows = []
+    for o in entry.measurements:
+        per_rank = " ".join(f"{t:.4f}" for t in o.per_rank) if o.per_rank else "-"
+        mark = "->" if o.index == entry.index else ""
+        rows.append([mark, str(o.index), _ms(o.time), _pct(o.spread, "±"), per_rank, str(o.samples or "-"),
+                     o.state, o.config])
+    return rows
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    path = Path(args.name)
+    entry = dec.read_entry(path) if path.suffix == ".json" and path.exists() else dec.find(
+        dec.scan(_root(args))[0], args.name)
+    if args.json:
+        _emit_json(entry.to_json())
+        return 0
+    now = current_versions()
+    journals = dec.journals_of(entry.path)
+    facts = [
+        ("file", str(entry.path)), ("function", entry.function + (f" (kernel {entry.kernel})" if entry.kernel else "")),
+        ("key", entry.key), ("chosen", f"config {entry.index}: {entry.config}"),
+        ("time", f"{_ms(entry.time_ms)} ms" + (f" ({entry.timing} timing)" if entry.timing else "")),
+        ("margin", (f"{_pct(entry.margin)} over config {entry.runner_up}" if entry.margin is not None else "-")
+         + (" (a near tie: within the measurement's spread)" if entry.near_tie else "")),
+        ("group", f"{entry.group_size or '?'} rank(s)" + (f" of group '{entry.group}'" if entry.group else "")),
+        ("gpu", f"{entry.gpu} x{entry.gpu_count}"), ("versions", _versions_text(entry, now)),
+        ("tuned", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.created))
+         + f" ({dec.age_text(time.time() - entry.created)} ago)"
+         + (f" in {entry.tuning_seconds:.1f} s" if entry.tuning_seconds is not None else "")
+         + (f", {entry.rounds} round(s)" if entry.rounds else "")),
+        ("format", str(entry.format)),
+    ]
+    if journals:
+        facts.append(("journals", ", ".join(p.name for p in journals) + " (a tuning in flight or interrupted)"))
+    width = max(len(k) for k, _ in facts)
+    print("\n".join(f"{k.rjust(width)}: {v}" for k, v in facts))
+    print()
+    print(_table(["", "#", "median ms", "spread", "per rank ms", "samples", "state", "config"], _outcome_rows(entry)))
+    failures = [o for o in entry.measurements if o.error]
+    if failures:
+        print("\nfailures:")
+        for o in failures:
+            print(f"  config {o.index} ({o.state}): {o.error}")
+    return 0
+
+
+# -- plot ------------------------------------------------------------------------------------------------------
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    try:
+        from . import plots
+    except ImportError as exc:
+        raise UsageError(f"plot needs matplotlib ({exc}): pip install 'triton-dist-tune[plot]'") from None
+    entries, problems = dec.scan(_root(args))
+    if args.name:
+        chosen = [dec.find(entries, args.name)]
+    else:
+        chosen = dec.select(entries, args.function)
+        if not chosen:
+            raise UsageError(f"no decisions of function {args.function!r} in {_root(args)}")
+    _warn_problems(problems)
+    out = Path(args.output) if args.output else Path(
+        f"{chosen[0].path.parent.name}{'-' + chosen[0].path.stem[:12] if len(chosen) == 1 else ''}.png")
+    path = plots.plot_decision(chosen[0], out) if len(chosen) == 1 else plots.plot_function(chosen, out)
+    print(path)
+    return 0
+
+
+# -- clear -----------------------------------------------------------------------------------------------------
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    root = _root(args)
+    if not (args.all or args.function or args.older_than or args.stale):
+        raise UsageError("clear what? give --all, --function NAME, --older-than AGE and/or --stale")
+    entries, problems = _selected(args)
+    doomed = [e.path for e in entries] + [j for e in entries for j in dec.journals_of(e.path)]
+    unfiltered = not (args.older_than or args.stale)
+    if unfiltered:  # everything of the folders: corrupt files and journals of tunings never finished too
+        folders = {p.parent for p in dec.entry_files(root) + dec.journal_files(root)}
+        if args.function:
+            folders = {f for f in folders if f.name == args.function} | {e.path.parent for e in entries}
+        doomed += [p for f in folders for p in (*f.glob("*.json"), *f.glob("*.journal")) if not p.name.startswith(".")]
+    elif args.older_than:  # journals and corrupt files older than the age, by their modification time
+        limit = time.time() - dec.parse_age(args.older_than)
+        strays = [p.path for p in problems if p.path is not None] if not args.stale else []
+        doomed += [p for p in dec.journal_files(root) + strays
+                   if (not args.function or p.parent.name == args.function) and p.stat().st_mtime < limit]
+    doomed = sorted(set(doomed))
+    gone = doomed if args.dry_run else dec.remove(doomed)
+    if args.json:
+        _emit_json({"removed" if not args.dry_run else "would_remove": [str(p) for p in gone]})
+    else:
+        verb = "would remove" if args.dry_run else "removed"
+        for path in gone:
+            print(f"{verb} {path}")
+        counts = (sum(p.suffix == ".json" for p in gone), sum(p.suffix == ".journal" for p in gone))
+        print(f"{verb} {counts[0]} cache file(s) and {counts[1]} journal(s) from {root}")
+    return 0
+
+
+# -- export / import -------------------------------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    entries, problems = _selected(args)
+    _warn_problems(problems)
+    if not entries:
+        raise UsageError(f"nothing to export from {_root(args)}")
+    path = dec.export_bundle(entries, Path(args.bundle))
+    if args.json:
+        _emit_json({"bundle": str(path), "entries": [e.name for e in entries]})
+    else:
+        print(f"exported {len(entries)} decision(s) to {path}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    incoming = dec.read_bundle(Path(args.bundle))
+    doubtful = [item for item in incoming if item.mismatches]
+    for item in doubtful:
+        print(f"triton-dist-tune: {item.path} was tuned under other conditions: {'; '.join(item.mismatches)}",
+              file=sys.stderr)
+    if doubtful and not args.force:
+        print(f"triton-dist-tune: refused: {len(doubtful)} of {len(incoming)} decision(s) were tuned under other "
+              "versions or hardware (--force imports them anyway)", file=sys.stderr)
+        return 1
+    written = dec.write_incoming(_root(args), incoming)
+    if args.json:
+        _emit_json({"imported": [str(p) for p in written], "mismatched": [i.path for i in doubtful]})
+    else:
+        print(f"imported {len(written)} decision(s) into {_root(args)}"
+              + (f" ({len(doubtful)} despite mismatches)" if doubtful else ""))
+    return 0
+
+
+# -- logs ------------------------------------------------------------------------------------------------------
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    root = Path(args.log_dir) if args.log_dir else logs.log_dir()
+    given = Path(args.job) if args.job else None
+    if given is not None and any(given.glob("rank-*.jsonl")):
+        folder = given
+    else:
+        jobs = logs.job_folders(root)
+        if not jobs:
+            raise UsageError(f"no job logs in {root} (set TRITON_DIST_AUTOTUNE_LOG_DIR or pass --log-dir)")
+        if args.list:
+            for job in jobs:
+                ranks = len(list(job.glob("rank-*.jsonl")))
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.stat().st_mtime))
+                print(f"{job.name}  {ranks} rank(s)  last written {stamp}")
+            return 0
+        if args.job:
+            matches = [j for j in jobs if j.name == args.job] or [j for j in jobs if j.name.startswith(args.job)]
+            if len(matches) != 1:
+                raise UsageError(f"{'no' if not matches else 'more than one'} job {args.job!r} in {root} (--list)")
+            folder = matches[0]
+        else:
+            folder = jobs[-1]
+    records, damaged = logs.read_job(folder)
+    if args.rank is not None:
+        records = [r for r in records if r.get("rank") == args.rank]
+    if args.json:
+        _emit_json({"job": folder.name, "folder": str(folder), "records": records, "damaged_lines": damaged})
+        return 0
+    ranks = sorted({r.get("rank") for r in records}, key=str)
+    print(f"job {folder.name}: {len(records)} record(s) from rank(s) {ranks} ({folder})")
+    for record in records:
+        print(logs.render_record(record))
+    if damaged:
+        print(f"triton-dist-tune: skipped {damaged} damaged line(s)", file=sys.stderr)
+    return 0
+
+
+# -- parsing ---------------------------------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of ``triton-dist-tune``."""
+    cache = argparse.ArgumentParser(add_help=False)
+    cache.add_argument("--cache-dir", help="the cache folder (default: TRITON_DIST_AUTOTUNE_CACHE_DIR or "
+                       "~/.triton_dist/autotune)")
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print JSON for scripts")
+    main = argparse.ArgumentParser(prog="triton-dist-tune", description="See and manage what triton_dist_tune "
+                                   "decided: the disk cache of decisions, its journals, and the per-rank logs.")
+    sub = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", parents=[cache, as_json], help="list the decisions")
+    p.add_argument("--function", help="only this function's decisions")
+    p.add_argument("--stale", action="store_true", help="only decisions tuned under other software versions")
+    p.set_defaults(run=cmd_list)
+
+    p = sub.add_parser("show", parents=[cache, as_json], help="one decision's whole table of measurements")
+    p.add_argument("name", help="a name from 'list' (a unique prefix will do) or a cache file's path")
+    p.set_defaults(run=cmd_show)
+
+    p = sub.add_parser("plot", parents=[cache], help="a PNG of a decision, or of every decision of a function")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("name", nargs="?", help="a decision's name (see 'list')")
+    what.add_argument("--function", help="every decision of this function, across keys")
+    p.add_argument("-o", "--output", help="the PNG file to write (default: in the current folder)")
+    p.set_defaults(run=cmd_plot)
+
+    p = sub.add_parser("clear", parents=[cache, as_json], help="remove decisions and their journals")
+    p.add_argument("--all", action="store_true", help="every decision and journal")
+    p.add_argument("--function", help="only this function's")
+    p.add_argument("--older-than", metavar="AGE", help="only those older than AGE (30m, 12h, 7d, 2w)")
+    p.add_argument("--stale", action="store_true", help="only those tuned under other software versions")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    p.set_defaults(run=cmd_clear)
+
+    p = sub.add_parser("export", parents=[cache, as_json], help="write decisions into one bundle file")
+    p.add_argument("bundle", help="the bundle file to write")
+    p.add_argument("--function", help="only this function's decisions")
+    p.add_argument("--stale", action="store_true", help="only decisions tuned under other software versions")
+    p.set_defaults(run=cmd_export)
+
+    p = sub.add_parser("import", parents=[cache, as_json], help="add a bundle's decisions to the cache")
+    p.add_argument("bundle", help="a file written by 'export'")
+    p.add_argument("--force", action="store_true", help="import decisions tuned under other versions or hardware")
+    p.set_defaults(run=cmd_import)
+
+    p = sub.add_parser("logs", parents=[as_json], help="one job's per-rank logs merged into one timeline")
+    p.add_argument("job", nargs="?", help="a job folder's name (or prefix, or path); default: the latest job")
+    p.add_argument("--log-dir", help="the log folder (default: TRITON_DIST_AUTOTUNE_LOG_DIR or ~/.triton_dist/logs)")
+    p.add_argument("--list", action="store_true", help="list the jobs instead")
+    p.add_argument("--rank", type=int, help="only this rank's records")
+    p.set_defaults(run=cmd_logs)
+    return main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (dec.CacheError, UsageError) as exc:
+        print(f"triton-dist-tune: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # a bad --older-than
+        print(f"triton-dist-tune: bad value: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `... | head`
+        return 0
+
+
+def run() -> None:
+    """The console script's entry point."""
+    sys.exit(main())
+

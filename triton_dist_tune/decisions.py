@@ -1,0 +1,332 @@
+"""Reading, filtering, removing and bundling the decisions in a cache folder (the command line's model).
+
+A cache folder holds ``<root>/<function name>/<entry>.json`` (one decision each; contextual decisions under
+``<root>/contextual/``) and the crash journals ``<entry>.rank<r>[.<k>].journal`` beside them. Entries of format 2
+(measurements as :meth:`Outcome.to_json` objects, margin, timing, creation time) and of format 1 (measurements as
+rows of the summary table, no margin) are both read into one typed :class:`Entry`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .cache import versions as current_versions
+from .cache import write_json_atomic
+from .records import Outcome
+
+#: what a bundle file says it is (``export`` writes it, ``import`` checks it)
+BUNDLE_KIND = "triton-dist-tune bundle"
+BUNDLE_FORMAT = 1
+
+
+class CacheError(Exception):
+    """A cache folder, cache file or bundle that cannot be used; the message is one line for a person."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        #: the file at fault, where there is one
+        self.path = path
+
+
+@dataclass
+class Entry:
+    """One decision of the cache, whatever the format it was written in."""
+
+    path: Path
+    format: int
+    function: str
+    key: str
+    index: int
+    config: str
+    time_ms: float | None
+    margin: float | None
+    runner_up: int | None
+    near_tie: bool
+    timing: str | None
+    group_size: int | None
+    group: str | None
+    #: unix seconds; the file's modification time for format 1 (which does not record it)
+    created: float
+    versions: dict[str, str]
+    gpu: str
+    gpu_count: int | None
+    kernel: str | None = None
+    rounds: int | None = None
+    tuning_seconds: float | None = None
+    measurements: list[Outcome] = field(default_factory=list)
+    #: the raw JSON object as read from disk (what ``export`` ships)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def name(self) -> str:
+        """``<function folder>/<file name>``: how the command line names an entry."""
+        return f"{self.path.parent.name}/{self.path.name}"
+
+    def stale(self, now: dict[str, str] | None = None) -> bool:
+        """Whether the entry was tuned under other software versions than this process runs."""
+        return self.versions != (now if now is not None else current_versions())
+
+    def chosen(self) -> Outcome | None:
+        """The chosen config's outcome, when its measurements are recorded."""
+        return next((o for o in self.measurements if o.index == self.index), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """A summary for ``--json`` output (standard JSON)."""
+        return {"file": str(self.path), "name": self.name, "format": self.format, "function": self.function,
+                "kernel": self.kernel, "key": self.key, "index": self.index, "config": self.config,
+                "time_ms": self.time_ms, "margin": self.margin, "runner_up": self.runner_up,
+                "near_tie": self.near_tie, "timing": self.timing, "group_size": self.group_size,
+                "group": self.group, "gpu": self.gpu, "gpu_count": self.gpu_count, "versions": self.versions,
+                "created": self.created, "stale": self.stale(),
+                "measurements": [o.to_json() for o in self.measurements]}
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if type(value) in (int, float) and math.isfinite(value) else None
+
+
+def _outcome_of_format1(row: Any) -> Outcome | None:
+    """A format-1 measurement row (or a contextual table row) as an :class:`Outcome`."""
+    if not isinstance(row, dict) or type(row.get("index")) is not int or not isinstance(row.get("config"), str):
+        return None
+    state = row.get("state")
+    time_ms = _finite(row.get("time"))
+    if state == "measured" and row.get("early_stop"):
+        state = "stopped"
+    if state in ("measured", "stopped") and time_ms is None:
+        return None
+    if state not in ("measured", "stopped", "failed"):
+        state = "pruned"  # contextual "skipped": never run
+    per_rank = row.get("per_rank")
+    per_rank = [float(t) for t in per_rank if _finite(t) is not None] if isinstance(per_rank, list) else None
+    error = row.get("error")
+    return Outcome(index=row["index"], config=row["config"], state=state, time=time_ms, per_rank=per_rank,
+                   error=str(error) if error is not None else None, own=_finite(row.get("own")),
+                   resumed=bool(row.get("resumed", False)))
+
+
+def _margin(outcomes: list[Outcome], chosen: int) -> tuple[float | None, int | None]:
+    """Runner-up time / chosen time - 1 and the runner-up's index, from the measurements (format 1)."""
+    best = next((o for o in outcomes if o.index == chosen and o.time), None)
+    others = sorted((o for o in outcomes if o.usable and o.index != chosen), key=lambda o: (o.time, o.index))
+    if best is None or not others:
+        return None, None
+    return others[0].time / best.time - 1, others[0].index
+
+
+def parse_entry(path: Path, data: Any) -> Entry:
+    """The decision in ``data`` (read from ``path``); raises :class:`CacheError` when it is not one."""
+    if not isinstance(data, dict):
+        raise CacheError(f"{path}: not a cache entry (a JSON {type(data).__name__}, not an object)", path)
+    fmt = data.get("format")
+    if fmt not in (1, 2):
+        raise CacheError(f"{path}: unknown cache format {fmt!r} (this reader knows 1 and 2)", path)
+    index, config = data.get("index"), data.get("config")
+    if type(index) is not int or not isinstance(config, str) or not isinstance(data.get("versions"), dict):
+        raise CacheError(f"{path}: malformed cache entry (needs index, config and versions)", path)
+    rows = data.get("measurements") if isinstance(data.get("measurements"), list) else []
+    # format 2 stores Outcome.to_json() rows; a row that is not one (format 1, a contextual table) is read as one
+    found = [(Outcome.from_json(r) if fmt == 2 else None) or _outcome_of_format1(r) for r in rows]
+    outcomes = [o for o in found if o is not None]
+    outcomes.sort(key=lambda o: o.index)
+    margin, runner_up = _finite(data.get("margin")), data.get("runner_up")
+    if fmt == 1 or "margin" not in data:  # not recorded (format 1, contextual entries): from the measurements
+        margin, runner_up = _margin(outcomes, index)
+    created = _finite(data.get("created"))
+    if created is None:
+        try:
+            created = path.stat().st_mtime
+        except OSError:
+            created = 0.0
+    size = data.get("group_size")
+    return Entry(path=path, format=fmt, function=str(data.get("function") or path.parent.name),
+                 key=str(data.get("key", "?")), index=index, config=config, time_ms=_finite(data.get("time_ms")),
+                 margin=margin, runner_up=runner_up if type(runner_up) is int else None,
+                 near_tie=bool(data.get("near_tie", False)), timing=data.get("timing"),
+                 group_size=size if type(size) is int else None, group=data.get("group"), created=created,
+                 versions={str(k): str(v) for k, v in data["versions"].items()}, gpu=str(data.get("gpu", "?")),
+                 gpu_count=data.get("gpu_count") if type(data.get("gpu_count")) is int else None,
+                 kernel=data.get("kernel"), rounds=data.get("rounds") if type(data.get("rounds")) is int else None,
+                 tuning_seconds=_finite(data.get("tuning_seconds")),
+                 measurements=outcomes, raw=data)
+
+
+def read_entry(path: Path) -> Entry:
+    """The decision stored in ``path``; raises :class:`CacheError` for a missing, unreadable or corrupt file."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise CacheError(f"{path}: no such cache file") from None
+    except OSError as exc:
+        raise CacheError(f"{path}: cannot read ({exc.strerror or exc})", path) from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise CacheError(f"{path}: corrupt cache file (not JSON: {exc})", path) from None
+    return parse_entry(path, data)
+
+
+def check_root(root: Path) -> None:
+    """Raise :class:`CacheError` unless ``root`` is an existing folder."""
+    if not root.exists():
+        raise CacheError(f"no cache folder at {root} (set TRITON_DIST_AUTOTUNE_CACHE_DIR or pass --cache-dir)")
+    if not root.is_dir():
+        raise CacheError(f"{root} is not a folder (the cache is a folder of <function>/<entry>.json files)")
+
+
+def entry_files(root: Path) -> list[Path]:
+    """Every ``<root>/<function>/<entry>.json`` file, sorted (temporary files of writers in flight excluded)."""
+    check_root(root)
+    return sorted(p for p in root.glob("*/*.json") if not p.name.startswith("."))
+
+
+def journal_files(root: Path) -> list[Path]:
+    """Every crash journal in the cache folder, sorted."""
+    check_root(root)
+    return sorted(root.glob("*/*.journal"))
+
+
+def scan(root: Path) -> tuple[list[Entry], list[CacheError]]:
+    """Every readable decision under ``root`` and a :class:`CacheError` for each file that is not one."""
+    entries, problems = [], []
+    for path in entry_files(root):
+        try:
+            entries.append(read_entry(path))
+        except CacheError as exc:
+            problems.append(exc)
+    return entries, problems
+
+
+def select(entries: list[Entry], function: str | None = None, stale: bool = False,
+           older_than: float | None = None, now: float | None = None) -> list[Entry]:
+    """The entries of ``function`` (its name or its cache folder's), only stale ones, only those older than
+    ``older_than`` seconds."""
+    now = time.time() if now is None else now
+    current = current_versions()
+    return [e for e in entries
+            if (function is None or function in (e.function, e.path.parent.name))
+            and (not stale or e.stale(current))
+            and (older_than is None or now - e.created > older_than)]
+
+
+def find(entries: list[Entry], name: str) -> Entry:
+    """The entry called ``name``: its path, ``<function>/<file>``, or a unique prefix of its file name."""
+    matches = [e for e in entries if name in (str(e.path), e.name, e.path.name, e.path.stem)]
+    if not matches:
+        matches = [e for e in entries if e.path.stem.startswith(name) or e.name.startswith(name)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise CacheError(f"no decision called {name!r} (see the 'list' command for names)")
+    raise CacheError(f"{name!r} names {len(matches)} decisions: {', '.join(e.name for e in matches[:5])}")
+
+
+def journals_of(entry_path: Path) -> list[Path]:
+    """The crash journals beside a cache entry (every rank, every slot)."""
+    return sorted(entry_path.parent.glob(f"{entry_path.stem}.rank*.journal"))
+
+
+def remove(paths: list[Path]) -> list[Path]:
+    """Delete ``paths`` (already gone is fine); returns those actually deleted."""
+    gone = []
+    for path in paths:
+        try:
+            path.unlink()
+            gone.append(path)
+        except FileNotFoundError:
+            pass
+    for folder in sorted({p.parent for p in gone}):
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            pass
+    return gone
+
+
+# -- bundles ---------------------------------------------------------------------------------------------------
+
+
+def export_bundle(entries: list[Entry], out: Path) -> Path:
+    """Write ``entries`` (as stored) into one JSON bundle file at ``out``."""
+    bundle = {"kind": BUNDLE_KIND, "format": BUNDLE_FORMAT, "created": time.time(), "versions": current_versions(),
+              "entries": [{"path": e.name, "data": e.raw} for e in entries]}
+    return write_json_atomic(out, bundle)
+
+
+@dataclass
+class Incoming:
+    """One decision of a bundle, checked against this machine before it is written."""
+
+    path: str
+    entry: Entry
+    #: differences that make the decision doubtful here: "<name>: <theirs> here <ours>"
+    mismatches: list[str]
+
+
+def read_bundle(path: Path) -> list[Incoming]:
+    """The decisions in the bundle file ``path``, each with its version and hardware mismatches."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CacheError(f"{path}: no such bundle file") from None
+    except (OSError, ValueError) as exc:
+        raise CacheError(f"{path}: not a readable bundle ({exc})") from None
+    if not isinstance(data, dict) or data.get("kind") != BUNDLE_KIND or not isinstance(data.get("entries"), list):
+        raise CacheError(f"{path}: not a triton-dist-tune bundle (made by 'triton-dist-tune export')")
+    if data.get("format") != BUNDLE_FORMAT:
+        raise CacheError(f"{path}: bundle format {data.get('format')!r}, this version reads {BUNDLE_FORMAT}")
+    from .cache import hardware
+
+    now, hw = current_versions(), hardware()
+    incoming = []
+    for item in data["entries"]:
+        rel = item.get("path") if isinstance(item, dict) else None
+        parts = Path(rel).parts if isinstance(rel, str) else ()
+        if len(parts) != 2 or ".." in parts or not parts[1].endswith(".json") or parts[1].startswith("."):
+            raise CacheError(f"{path}: bad entry path {rel!r} in the bundle")
+        entry = parse_entry(Path(rel), item.get("data"))
+        mismatches = [f"{k}: {entry.versions.get(k)} here {now.get(k)}" for k in sorted(set(now) | set(entry.versions))
+                      if entry.versions.get(k) != now.get(k)]
+        if entry.gpu != hw["gpu"] or (entry.gpu_count is not None and entry.gpu_count != hw["gpu_count"]):
+            mismatches.append(f"gpu: {entry.gpu} x{entry.gpu_count} here {hw['gpu']} x{hw['gpu_count']}")
+        incoming.append(Incoming(rel, entry, mismatches))
+    return incoming
+
+
+def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
+    """Write the bundle's decisions into the cache folder ``root`` (atomically, replacing same-named files)."""
+    root.mkdir(parents=True, exist_ok=True)
+    return [write_json_atomic(root / item.path, item.entry.raw) for item in incoming]
+
+
+def age_text(seconds: float) -> str:
+    """A short age: ``45s``, ``12m``, ``3h``, ``5d``."""
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def parse_age(text: str) -> float:
+    """Seconds in ``30s``, ``15m``, ``6h``, ``7d`` or ``2w`` (a bare number is days); raises ValueError."""
+    text = text.strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "d")
+    value = float(number)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(text)
+    return value * units[unit]
+
+
+def environ_root() -> Path:
+    """The cache folder the tuner would use in this environment."""
+    from .cache import cache_root
+
+    return cache_root()
+
