@@ -105,7 +105,7 @@ def test_two_node_job_decides_once_and_a_second_job_reuses_the_decision(tmp_path
     assert [len(c) for c in caches] == [1, 0], caches  # one decision, written once, by rank 0's node
     assert json.loads(caches[0][0].read_text())["group_size"] == 2
     for node in (0, 1):  # each node's log folder holds its own rank's log
-        assert sorted(p.name for p in (tmp_path / f"node{node}" / "logs").iterdir()) == [f"rank-{node}.log"]
+        assert sorted(p.name for p in (tmp_path / f"node{node}" / "logs").rglob("rank-*.log")) == [f"rank-{node}.log"]
     second = two_nodes(tmp_path, free_port())
     assert [r["calls"] for r in second] == [[2], [2]], second  # a cache hit: no measuring, the final call only
     assert decisions(tmp_path) == [1, 0]
