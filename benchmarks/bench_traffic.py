@@ -66,6 +66,19 @@ class CountingStore:
         return counted
 
 
+def count_store(group: Any) -> CountingStore:
+    """Route the store requests of ``group``'s channel through a :class:`CountingStore` and return it (the channel
+    keeps the store as an attribute, or fetches it on each use through ``comm._job_store``)."""
+    from triton_dist_tune import comm
+
+    if isinstance(getattr(type(group), "store", None), property):
+        counting = CountingStore(comm._job_store())
+        comm._job_store = lambda: counting
+    else:
+        counting = group.store = CountingStore(group.store)
+    return counting
+
+
 def _size(value: Any) -> int:
     if isinstance(value, (bytes, bytearray)):
         return len(value)
@@ -89,7 +102,7 @@ def worker(rounds: int, tunings: int) -> None:
 
     tdt.init_distributed(backend="gloo")
     group = resolve_group(None)
-    store = group.store = CountingStore(group.store)
+    store = count_store(group)
     result: dict[str, Any] = {"rank": group.rank, "exchanges": {}, "tuning": {}}
     calls = {"allgather": lambda i: group.allgather(float(i), f"bench allgather {i}"),
              "broadcast": lambda i: group.broadcast(float(i), f"bench broadcast {i}"),

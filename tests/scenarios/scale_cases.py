@@ -18,7 +18,7 @@ import triton_dist_tune as tdt
 from triton_dist_tune.comm import resolve_group
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from bench_traffic import CountingStore  # noqa: E402  (the benchmark's request counter)
+from bench_traffic import count_store  # noqa: E402  (the benchmark's request counter)
 
 BIG = 8  # configs of the big space, each with a 4 KB text
 
@@ -26,15 +26,13 @@ BIG = 8  # configs of the big space, each with a 4 KB text
 def counted_group():
     tdt.init_distributed(backend="gloo")
     group = resolve_group(None)
-    group.store = CountingStore(group.store)
-    return group
+    return group, count_store(group)
 
 
 @case
 def traffic():
     """Store requests and bytes of this rank per exchange of each kind, and of a tuning with a big config space."""
-    group = counted_group()
-    store = group.store
+    group, store = counted_group()
     calls = {"allgather": lambda i: group.allgather(i, f"allgather {i}"),
              "broadcast": lambda i: group.broadcast(i, f"broadcast {i}"),
              "barrier": lambda i: group.barrier(f"barrier {i}"),
