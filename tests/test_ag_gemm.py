@@ -76,11 +76,14 @@ def check(group: Any = None) -> int:
     """Check every config of ag_gemm against all_gather + matmul at several shapes; return #failures."""
     from examples.ag_gemm import ag_gemm, ag_gemm_config_space, ag_gemm_prune
 
+    # before the process group exists: this call imports torch._inductor (and dynamo), which then keeps the group's
+    # gloo threads alive past destroy_process_group, and the process aborts at exit ("terminate called without an
+    # active exception")
+    torch.use_deterministic_algorithms(True, warn_only=True)  # torch.empty is filled with NaN
     device = init_distributed()
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     cuda = device.type == "cuda"
     dtype, tol = (torch.bfloat16, 1e-2) if cuda else (torch.float32, 1e-5)
-    torch.use_deterministic_algorithms(True, warn_only=True)  # torch.empty is filled with NaN
     gen = torch.Generator(device="cpu").manual_seed(1234 + rank)
     failures = 0
     for m_local, k, n in GPU_SHAPES if cuda else CPU_SHAPES:

@@ -150,11 +150,13 @@ def check_gemm_rs() -> int:
     """Check every gemm_rs config against matmul + reduce_scatter; return the number of failures."""
     from examples.gemm_rs import gemm_rs, gemm_rs_config_space, gemm_rs_prune
 
+    # before the process group exists (see test_ag_gemm.check: after it, the group outlives destroy_process_group
+    # and the process can abort at exit)
+    torch.use_deterministic_algorithms(True, warn_only=True)  # torch.empty is filled with NaN
     device = init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
     cuda = device.type == "cuda"
     dtype, tol = (torch.bfloat16, 2e-2) if cuda else (torch.float32, 1e-5)
-    torch.use_deterministic_algorithms(True, warn_only=True)  # torch.empty is filled with NaN
     gen = torch.Generator().manual_seed(4321 + rank)
     failures = 0
     for m, k, n in RS_GPU_SHAPES if cuda else RS_CPU_SHAPES:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -207,7 +208,8 @@ def test_raise_before_collective_without_restart_ends_every_rank_then_rerun_resu
     assert seconds < 30
     for r in again:
         assert r.result["chosen"] == 1 and r.result["resumed"] == [True, False, False, False]
-        assert r.result["errors"][0].startswith("in an earlier attempt, failed on rank 1: RuntimeError: injected")
+        assert re.match(r"in an earlier attempt \(journal [^)]*\.rank[01]\.journal[^)]*\), failed on rank 1: "
+                        "RuntimeError: injected", r.result["errors"][0]), r.result["errors"][0]
     assert_calls(env, 2, {0: {"0.0": 1}, 1: {"1.0": RUNS + 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
 
 
@@ -235,7 +237,8 @@ def test_hang_without_restart_ends_every_rank_then_rerun_resumes_past_torn_journ
     assert again[1].stderr.count("skipping damaged line") == 3, describe(again)
     for r in again:
         assert r.result["chosen"] == 0 and r.result["resumed"] == [True, True, False, False]
-        assert r.result["errors"][1].startswith(f"in an earlier attempt, hung on rank 0: warmup exceeded {T} s")
+        assert re.match(rf"in an earlier attempt \(journal [^)]*\.journal[^)]*\), hung on rank 0: warmup exceeded "
+                        rf"{T} s", r.result["errors"][1]), r.result["errors"][1]
     # config 0 was measured before the hang and is not measured again: only its final call runs in run 1
     assert_calls(env, 2, {0: {"0.0": RUNS, "1.0": 1}, 1: {"0.0": 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
 
@@ -495,3 +498,23 @@ def test_a_timeout_that_is_not_a_positive_number_is_bad_input(monkeypatch, value
     if value not in ("ten",):
         with pytest.raises(tdt.BadInputError, match="positive number of seconds"):
             tdt.autotune([{"a": 1}], key_fn=lambda: 0, timeout=float(value))(lambda a: a)
+
+
+@pytest.mark.timeout(30)
+def test_journal_records_outcomes_with_job_group_and_time_and_always_tune_keeps_only_this_job(tmp_path):
+    from triton_dist_tune.records import Outcome
+
+    journal = Journal(tmp_path / "e.g1.rank0.journal", {"job": "job-a", "group": "tp0", "ranks": [2, 3]})
+    journal.record(Outcome(index=0, config="a", state="measured", time=1.5, per_rank=[1.5, 1.2], samples=3))
+    journal.record(Outcome(index=1, config="b", state="failed", error="rank 1: refine: CUDA error"))
+    journal.close()
+    records_ = Journal(tmp_path / "e.g1.rank0.journal").read()
+    assert [(r["state"], r["job"], r["group"], r["ranks"]) for r in records_] == [
+        ("measured", "job-a", "tp0", [2, 3]), ("failed", "job-a", "tp0", [2, 3])]
+    assert all(isinstance(r["at"], float) and r["file"].endswith("e.g1.rank0.journal") for r in records_)
+    merged = merge([records_], ["a", "b"])
+    assert merged[0]["time"] == 1.5
+    assert merged[1]["error"] == f"in an earlier attempt (journal {records_[1]['file']}): rank 1: refine: CUDA error"
+    assert sorted(merge([records_], ["a", "b"], only_job="job-a")) == [0, 1]
+    assert merge([records_], ["a", "b"], only_job="job-b") == {}  # ALWAYS_TUNE in another job: nothing replays
+    assert merge([records_], ["a", "b"], only_job=None) == {}  # ALWAYS_TUNE without a job id: nothing either

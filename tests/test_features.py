@@ -13,24 +13,27 @@ def env(tmp_path):
     return tuner_env(tmp_path, 30)
 
 
-def run(case, env, n=2):
+def run(case, env, n=2, full=False):
     results = run_ranks(CASES, n, [case], env=env, timeout=100)
     assert all(r.returncode == 0 for r in results), describe(results)
-    return [r.result for r in results]
+    return results if full else [r.result for r in results]
 
 
 @pytest.mark.timeout(120)
 def test_restore_value_applies_an_in_place_update_exactly_once(env):
-    for result in run("restore_value", env):
-        assert result["restored"] == {"x": [1.0, 2.0, 3.0, 4.0], "total": 10.0}
-        assert result["plain"]["x"] != [1.0, 2.0, 3.0, 4.0]  # without it, every measured run bumps x
+    for r in run("restore_value", env, full=True):
+        assert r.result["restored"] == {"x": [1.0, 2.0, 3.0, 4.0], "total": 10.0}
+        # undeclared, the in-place update is found (version counter) and undone before every run too, with a warning
+        assert r.result["plain"] == {"x": [1.0, 2.0, 3.0, 4.0], "total": 10.0}
+        assert "changed its argument 'x' in place" in r.stderr and "restore_value=['x']" in r.stderr, r.stderr
 
 
 @pytest.mark.timeout(120)
 def test_reset_to_zero_leaves_one_contribution(env):
-    for result in run("reset_to_zero", env):
-        assert result["reset"] == [2.0, 2.0, 2.0]
-        assert result["plain"][0] > 2.0
+    for r in run("reset_to_zero", env, full=True):
+        assert r.result["reset"] == [2.0, 2.0, 2.0]
+        assert r.result["plain"] == [2.0, 2.0, 2.0]  # undeclared: found changed, restored to zeros before each run
+        assert "changed its argument 'acc' in place" in r.stderr, r.stderr
 
 
 @pytest.mark.timeout(120)
@@ -53,7 +56,7 @@ def test_config_that_does_not_compile_is_skipped_everywhere(env):
 @pytest.mark.parametrize("n", [2, 4])
 def test_sharded_tuning_agrees_in_a_fraction_of_the_time(env, n):
     results = run("sharded", env, n)
-    assert len({r["chosen"]["True"] for r in results}) == 1
     assert all(r["chosen"] == {"False": 5, "True": 5} for r in results)
-    for r in results:
-        assert r["timings"]["True"] < r["timings"]["False"] * (1.0 / n + 0.25), r["timings"]
+    for rank, r in enumerate(results):
+        assert r["runs"]["False"] == list(range(8))  # lock-step: every rank runs every config
+        assert r["runs"]["True"] == [v for v in range(8) if v % n == rank]  # sharded: its share only

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, settings
 from .space import fingerprint
 
 log = logging.getLogger("triton_dist_tune")
@@ -31,13 +31,12 @@ READABLE_FORMATS = (1, 2)
 
 def env_flag(name: str) -> bool:
     """Whether environment variable ``name`` is set to a true value."""
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return settings.flag(os.environ.get(name))
 
 
 def cache_root() -> Path:
     """``TRITON_DIST_AUTOTUNE_CACHE_DIR``, or ``~/.triton_dist/autotune``."""
-    override = os.environ.get("TRITON_DIST_AUTOTUNE_CACHE_DIR")
-    return Path(override) if override else Path.home() / ".triton_dist" / "autotune"
+    return settings.current().cache_dir
 
 
 @functools.lru_cache(maxsize=1)
@@ -84,10 +83,77 @@ def source_of(fn: Any) -> str:
         return repr(code.co_code) if code is not None else getattr(fn, "__qualname__", repr(fn))
 
 
-def entry_id(fn_source: str, key_text: str, space_text: str, group_size: int) -> str:
-    """The file name (without suffix) of one decision; versions are deliberately not part of it."""
+def entry_id(fn_source: str, key_text: str, space_text: str, group_size: int, extra: str = "") -> str:
+    """The file name (without suffix) of one decision; versions are deliberately not part of it.
+
+    ``extra`` is everything else a decision depends on (see :func:`dependency_text`)."""
     hw = hardware()
-    return fingerprint("\n".join([fn_source, key_text, space_text, str(group_size), hw["gpu"], str(hw["gpu_count"])]))
+    parts = [fn_source, key_text, space_text, str(group_size), hw["gpu"], str(hw["gpu_count"])]
+    return fingerprint("\n".join(parts + ([extra] if extra else [])))
+
+
+def _kernel_text(obj: Any) -> str | None:
+    """The source identity of a Triton kernel object (``@triton.jit``, ``@triton.autotune``, ``@triton.heuristics``):
+    its JIT cache key (which covers the jitted functions it calls) where Triton has one, else its source; None
+    for anything that is not a Triton kernel."""
+    for _ in range(8):  # autotune / heuristics wrappers hold the jitted function in .fn
+        if obj is None or not type(obj).__module__.startswith("triton"):
+            return None
+        if hasattr(obj, "src") and hasattr(obj, "arg_names"):  # a JITFunction
+            try:
+                return str(obj.cache_key)
+            except Exception:
+                return str(obj.src)
+        if type(obj).__name__ == "InterpretedFunction":  # TRITON_INTERPRET=1
+            return source_of(obj.fn)
+        obj = getattr(obj, "fn", None)
+    return None
+
+
+def _names_used(code: Any) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names_used(const)
+    return names
+
+
+def kernels_of(fn: Any) -> dict[str, str]:
+    """The Triton kernels ``fn`` refers to by a global or enclosing function's name, or as an attribute of a module
+    it names (in its nested functions and lambdas too): name -> source identity. Kernels reached through other
+    Python functions or objects are not found: put what identifies them in ``cache_key_extra``."""
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    code, namespace = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if code is None or namespace is None:
+        return {}
+    namespace = dict(namespace)
+    for var, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False):
+        try:
+            namespace[var] = cell.cell_contents  # variables of an enclosing function
+        except ValueError:
+            pass
+    names = sorted(_names_used(code) | set(code.co_freevars))
+    modules = [namespace[n] for n in names if inspect.ismodule(namespace.get(n))]
+    found = {}
+    for name in names:
+        text = _kernel_text(namespace.get(name))
+        for module in modules:  # ``kernels.my_kernel[grid](...)``
+            text = text or _kernel_text(getattr(module, name, None))
+        if text is not None:
+            found[name] = text
+    return found
+
+
+def dependency_text(fn: Any, key_fn: Any, prune_fn: Any, extra: str) -> str:
+    """What a decision depends on besides the function's own source, key and space: the Triton kernels it
+    launches (their sources), the sources of ``key_fn`` and ``prune_fn``, and the user's ``cache_key_extra``."""
+    parts = [f"kernel {name}: {text}" for name, text in kernels_of(fn).items()]
+    parts.append("key_fn: " + source_of(key_fn))
+    if prune_fn is not None:
+        parts.append("prune_fn: " + source_of(prune_fn))
+    if extra:
+        parts.append("extra: " + extra)
+    return "\n".join(parts)
 
 
 class DiskCache:
@@ -115,7 +181,7 @@ class DiskCache:
             log.warning("triton_dist_tune: ignoring malformed cache file %s; tuning again", path)
             return None
         if data["versions"] != versions():
-            if env_flag("TRITON_DIST_AUTOTUNE_VERSION_CHECK"):
+            if settings.current().version_check:
                 log.warning("triton_dist_tune: %s was tuned under %s, now %s; tuning again",
                             path, data["versions"], versions())
                 return None
@@ -140,12 +206,26 @@ def _well_formed(data: Any) -> bool:
     )
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (/proc), else by setting it back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json_atomic(path: Path, data: Any) -> Path:
     """Write ``data`` as standard JSON (no NaN or Infinity) to ``path`` so that readers never see half a file."""
     text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600: readable as any other new file instead
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

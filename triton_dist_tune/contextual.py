@@ -57,31 +57,31 @@ MAX_IDLE_RUNS = 2
 _ALONE = SingleGroup()
 #: autotuner -> {(group, key): config}: the choices made in this process, per group, so that a choice made by one
 #: group (or by a rank alone) is never taken for another group's
-_decided: weakref.WeakKeyDictionary[Any, dict[tuple[int, tuple], Any]] = weakref.WeakKeyDictionary()
+_decided: weakref.WeakKeyDictionary[Any, dict[tuple[tuple, tuple], Any]] = weakref.WeakKeyDictionary()
 _decided_lock = threading.Lock()
 
 
 def decided_config(autotuner: Any, key: tuple, group: Group) -> Any:
     """The config a contextual tuning on ``group`` chose for ``autotuner`` and ``key`` in this process, or None."""
     table = _decided.get(autotuner)  # read without the lock: a dict lookup is atomic, writers hold the lock
-    return None if table is None else table.get((id(group), key))
+    return None if table is None else table.get((group.identity, key))  # name and ranks: never id()
 
 
 def _decide(autotuner: Any, key: tuple, config: Any, group: Group) -> None:
     with _decided_lock:
-        _decided.setdefault(autotuner, {})[(id(group), key)] = config
+        _decided.setdefault(autotuner, {})[(group.identity, key)] = config
     autotuner.cache[key] = config  # later stock launches hit
 
 
 def _undecide(autotuner: Any, key: tuple, group: Group) -> None:
     with _decided_lock:
-        _decided.get(autotuner, {}).pop((id(group), key), None)
+        _decided.get(autotuner, {}).pop((group.identity, key), None)
     autotuner.cache.pop(key, None)
 
 
 #: (id of group, (track id, key text)) -> config index: every choice a group made in this process, also for the
 #: (kernel, key)s this rank did not launch, so that a rank meeting one later uses the group's choice
-_choices: dict[tuple[int, tuple[str, str]], int] = {}
+_choices: dict[tuple[tuple, tuple[str, str]], int] = {}
 #: the session whose run the watchdog guards (an inner tuning on another group leaves it to the outer one)
 _watch_owner: Any = None
 _watch_lock = threading.Lock()
@@ -239,7 +239,7 @@ class Session:
                 return self._decided_launch(autotuner, key, config, args, kwargs)
             return intercept.launch_with(autotuner, config, args, kwargs)
         tid = (intercept.track_id(autotuner), repr(key))
-        chosen = _choices.get((id(self.group), tid))
+        chosen = _choices.get((self.group.identity, tid))
         if chosen is not None:  # the group decided it without this rank (met by the others only)
             config = autotuner.configs[chosen]
             _decide(autotuner, key, config, self.group)
@@ -284,7 +284,7 @@ class Session:
         """A key the group has not decided, met where this rank cannot ask the group: run the first config its
         pruning keeps (a real launch), and remember the key for the group's next agreement."""
         # (a single process tunes a new key in its next call: nothing to agree on, nothing kept)
-        pending = self.tuner.pending.setdefault(id(self.group), {}) if self.group.size > 1 else {}
+        pending = self.tuner.pending.setdefault(self.group.identity, {}) if self.group.size > 1 else {}
         slot = (id(autotuner), key)
         index = pending.get(slot, (None, None))[1]
         if index is None:
@@ -480,7 +480,7 @@ class Session:
         if track.done:
             self._decided(track)
         elif was_done:
-            _choices.pop((id(self.group), (track.kernel, track.key_text)), None)
+            _choices.pop((self.group.identity, (track.kernel, track.key_text)), None)
             local = self.local.get((track.kernel, track.key_text))
             for autotuner in local.autotuners if local is not None else []:
                 _undecide(autotuner, local.key, self.group)
@@ -536,7 +536,7 @@ class Session:
 
     def _decided(self, track: Track) -> None:
         tid = (track.kernel, track.key_text)
-        _choices[(id(self.group), tid)] = track.best
+        _choices[(self.group.identity, tid)] = track.best
         local = self.local.get(tid)
         timings = {i: [track.times[i]] if i in track.times else [float("inf")] for i in track.order}
         if local is not None:
@@ -570,9 +570,13 @@ class Session:
             except (OSError, ValueError) as exc:
                 log.warning("triton_dist_tune: could not write the contextual cache (%s)", exc)
             if logs.printing_enabled(None):
-                logs.console().info("Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs,\n"
-                                    "best config selected: %s;", track.name, track.key_text,
-                                    time.monotonic() - self._started, track.names[track.best])
+                logs.console().info(
+                    "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group "
+                    "'%s' (%d run(s) of %s),\nbest config selected: %s;\n%s\ncache file: %s\nlogs: %s", track.name,
+                    track.key_text, time.monotonic() - self._started, self.group.size, logs.group_title(self.group),
+                    track.runs, self.tuner.name, track.names[track.best], logs.format_table(track.outcomes(),
+                                                                                              track.best),
+                    self.cache.path(track.entry), logs.job_dir())
         if local is not None:
             local.journal.remove()  # after the decision is in the cache (rank 0), so a crash loses nothing
 
@@ -652,11 +656,11 @@ class ContextualTuner:
         self.last_runs = 0
         #: calls in which the group agreed to tune (pending keys), for inspection
         self.agreed_calls: list[int] = []
-        #: id of group -> {(autotuner id, key): (track id, local default index)}: keys met in hot calls that the
+        #: group identity -> {(autotuner id, key): (track id, local default index)}: keys met in hot calls that the
         #: group has not decided, run with a local default until the group's next agreement
-        self.pending: dict[int, dict[tuple[int, tuple], tuple[Any, int]]] = {}
-        self._called: set[int] = set()
-        self._calls: dict[int, int] = {}
+        self.pending: dict[tuple, dict[tuple[int, tuple], tuple[Any, int]]] = {}
+        self._called: set[tuple] = set()
+        self._calls: dict[tuple, int] = {}
 
     def group(self) -> Group:
         """The group this function tunes with: alone, the default group, or the given one."""
@@ -670,7 +674,7 @@ class ContextualTuner:
         outer = intercept.active_handler()
         if isinstance(outer, Session) and outer.group is group:
             return self.fn(*args, **kwargs)  # nested in a tuning of the same group: that tuning steps our kernels
-        gid = id(group)
+        gid = group.identity
         calls = self._calls[gid] = self._calls.get(gid, 0) + 1
         tuning = gid not in self._called or (group.size > 1 and calls % self.sync_every == 0 and self._agree(group,
                                                                                                            calls))
@@ -685,7 +689,7 @@ class ContextualTuner:
     def _agree(self, group: Group, calls: int) -> bool:
         """Every ``sync_every`` calls, one exchange: does any rank hold pending keys? Then this call tunes, on
         every rank alike (the pending keys are met again and tuned like new ones)."""
-        pending = self.pending.pop(id(group), {})
+        pending = self.pending.pop(group.identity, {})
         mine = sorted({f"{tid[0]} {tid[1]}" for tid, _ in pending.values()})
         everyone = group.allgather(mine, f"[contextual {self.name}] agreement at call {calls}", timeout=self.timeout)
         if not any(everyone):

@@ -1,9 +1,12 @@
 """The crash journal: every step of a tuning, appended to disk as it happens, one JSON object per line.
 
 Each rank keeps its own journal next to the cache entry it is tuning, in its own cache folder
-(``<entry>.rank<r>.journal``). A record is one line written with a single ``write`` and fsynced before
-:meth:`Journal.append` returns, so a record is either on disk whole or (after a power loss or a full disk) a torn
-last line, which readers skip and the next writer ends with a newline before appending.
+(``<entry>.<group>.rank<r>.journal``, where ``<group>`` is a fingerprint of the group's name and global ranks, so
+that two groups tuning the same entry on one node never adopt each other's journals). Every record carries the
+job's identity (``TRITON_DIST_AUTOTUNE_JOB_ID``, torchrun's run id or Slurm's job id), the group's name and global
+ranks and the wall time it was written (``at``, unix seconds). A record is one line written with a single
+``write`` and fsynced before :meth:`Journal.append` returns, so a record is either on disk whole or (after a power
+loss or a full disk) a torn last line, which readers skip and the next writer ends with a newline before appending.
 
 While a process tunes an entry it holds an exclusive ``flock`` on its journal file. A second job tuning the same
 entry into the same folder at the same moment finds the file locked and uses a slot of its own
@@ -13,7 +16,11 @@ the leftovers of every earlier, dead attempt.
 
 On the next attempt the ranks gather their journals and merge them (:func:`merge`): configs whose group result is
 known are not measured again; configs that were in flight when a process died, hung past the watchdog, or failed
-on some rank are left out.
+on some rank are left out, with an error that says it comes from an earlier attempt and names the journal file.
+
+A tuning that ends (decided, or every config failed) removes its journals: nothing of it is replayed later. Only a
+tuning cut short (a crash, a hang, a lost rank, a poisoned GPU) leaves journals for the next attempt. With
+``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1`` only records of the current job (its restarts) are used.
 """
 
 from __future__ import annotations
@@ -22,8 +29,11 @@ import json
 import logging
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
+
+from .records import Outcome
 
 try:
     import fcntl
@@ -48,9 +58,11 @@ class Journal:
     for the next attempt). Writing is best effort: a journal that cannot be written is a warning, not a failure.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, identity: dict[str, Any] | None = None) -> None:
         #: where this rank's records go: ``path`` itself, or a free slot next to it when another job holds it
         self.path = path
+        #: written into every record: the job (``job``), the group's name (``group``) and global ranks (``ranks``)
+        self.identity = dict(identity or {})
         self._base = path
         self._held: list[tuple[Path, int]] = []  # (path, locked fd) of every journal adopted, the first written
         self._broken = False
@@ -126,7 +138,7 @@ class Journal:
 
     def append(self, index: int, state: str, **fields: Any) -> None:
         """Record that config ``index`` reached ``state``; written whole and fsynced before returning."""
-        record = {"index": index, "state": state, **fields}
+        record = {"index": index, "state": state, **fields, **self.identity, "at": round(time.time(), 3)}
         line = (json.dumps(record, allow_nan=False, default=str) + "\n").encode()
         if not self._open():
             return
@@ -137,8 +149,17 @@ class Journal:
         except OSError as exc:
             log.warning("triton_dist_tune: cannot write the journal %s (%s)", self.path, exc)
 
+    def record(self, outcome: Outcome) -> None:
+        """Record the group's final outcome of one config (measured, stopped or failed: a failure during any phase,
+        refinement included, is the config's outcome, so that no later attempt measures it again)."""
+        fields = outcome.to_json()
+        fields.pop("index")
+        fields.pop("state")
+        self.append(outcome.index, outcome.state, **fields)
+
     def read(self) -> list[dict[str, Any]]:
-        """Every well-formed record of every adopted journal, oldest first (damaged lines are skipped)."""
+        """Every well-formed record of every adopted journal, oldest first (damaged lines are skipped); each
+        record names its file in ``file``."""
         if not self._open():
             return []
         records = []
@@ -154,7 +175,7 @@ class Journal:
                 except ValueError:
                     record = None
                 if well_formed(record):
-                    records.append(record)
+                    records.append({**record, "file": str(path)})
                 elif line.strip():
                     log.warning("triton_dist_tune: skipping damaged line %d of journal %s", number, path)
         return records
@@ -196,8 +217,12 @@ def well_formed(record: Any) -> bool:
     return True
 
 
-def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str]) -> dict[int, dict[str, Any]]:
+def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
+          only_job: str | None | bool = False) -> dict[int, dict[str, Any]]:
     """Merge the journals of every rank into one outcome per config index.
+
+    With ``only_job`` (a job id, or None for "no job id known"), records of other jobs are ignored (and with None,
+    every record: ``ALWAYS_TUNE`` outside a launcher that names its job).
 
     An outcome is the group's own record (``{"state": "measured", "time": ms, ...}`` or ``{"state": "failed",
     "error": ...}``) where any rank wrote one. A config without one that some rank started is left out as
@@ -210,7 +235,8 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str]) -> dict
     local: dict[int, dict[int, dict[str, dict[str, Any]]]] = {}  # index -> rank -> state -> last record
     for rank, records in enumerate(per_rank):
         usable = [r for r in records if well_formed(r) and 0 <= r["index"] < len(descriptions)
-                  and r["config"] == descriptions[r["index"]]]
+                  and r["config"] == descriptions[r["index"]]
+                  and (only_job is False or (only_job is not None and r.get("job") == only_job))]
         for position, record in enumerate(usable):
             i = record["index"]
             if record["state"] in FINAL:
@@ -219,7 +245,11 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str]) -> dict
                 continue  # a sample that finished: the rank went on to record something else
             else:  # a failure, a hang, or the sample in flight when the rank's attempt ended
                 local.setdefault(i, {}).setdefault(rank, {})[record["state"]] = record
-    outcomes = dict(final)
+    outcomes = {}
+    for i, record in final.items():
+        if record["state"] == "failed":
+            record = {**record, "error": f"{_earlier(record)}: {record.get('error', '')}"}
+        outcomes[i] = record
     for i, by_rank in sorted(local.items()):
         if i in outcomes:
             continue
@@ -227,9 +257,17 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str]) -> dict
                  for r, states in sorted(by_rank.items()) if "local_failure" in states]
         parts += [f"hung on rank {r}: {states['hung'].get('error', '')}"
                   for r, states in sorted(by_rank.items()) if "hung" in states and "local_failure" not in states]
+        files = sorted({r["file"] for states in by_rank.values() for r in states.values() if r.get("file")})
+        where = f" (journal {', '.join(files)})" if files else ""
         if parts:
-            error = "in an earlier attempt, " + "; ".join(p.rstrip(": ") for p in parts)
+            error = f"in an earlier attempt{where}, " + "; ".join(p.rstrip(": ") for p in parts)
         else:
-            error = f"crashed: ranks {sorted(by_rank)} were inside this config when an earlier attempt ended"
+            error = (f"crashed: ranks {sorted(by_rank)} were inside this config when an earlier attempt ended"
+                     f"{where}")
         outcomes[i] = {"index": i, "state": "failed", "error": error, "config": descriptions[i]}
     return outcomes
+
+
+def _earlier(record: dict[str, Any]) -> str:
+    where = f" (journal {record['file']})" if record.get("file") else ""
+    return f"in an earlier attempt{where}"

@@ -207,25 +207,6 @@ def print_cache_hit(name: str, key_text: str, group: Any, chosen: str, cache_fil
                    "config: %s\ncache file: %s", name, key_text, group.size, group_title(group), chosen, cache_file)
 
 
-class Progress:
-    """A one-line progress bar on a terminal (rank 0, verbose tunings only)."""
-
-    def __init__(self, label: str, total: int, enabled: bool) -> None:
-        self.label, self.total, self.done = label, total, 0
-        self.enabled = enabled and total > 1 and sys.stderr.isatty()
-
-    def step(self) -> None:
-        """Count one config as finished."""
-        self.done += 1
-        if self.enabled:
-            width = 30
-            filled = width * self.done // self.total
-            sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}")
-            if self.done == self.total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 # -- reading a job's logs back (the command line's ``logs``) --------------------------------------------------
 
 

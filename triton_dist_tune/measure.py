@@ -327,16 +327,14 @@ class Measurer:
 
     def _failed(self, index: int, desc: str, text: str) -> Outcome:
         outcome = Outcome(index, desc, "failed", error=text)
-        self.journal.append(index, "failed", config=desc, error=text)
+        self.journal.record(outcome)
         self.log.info("%s config %d FAILED (%s): %s", self.label, index, text, desc)
         self._stop_if_poisoned(index, desc, text)
         return outcome
 
     def _final(self, outcome: Outcome) -> Outcome:
         """Journal a measured or stopped outcome the group agreed on."""
-        data = outcome.to_json()
-        self.journal.append(outcome.index, outcome.state,
-                            **{k: v for k, v in data.items() if k not in ("index", "state")})
+        self.journal.record(outcome)
         self.log.info("%s config %d %s: own %s ms, group %.4f ms +-%.1f%% over %d sample(s): %s", self.label,
                       outcome.index, outcome.state, f"{outcome.own:.4f}" if outcome.own is not None else "-",
                       outcome.time, 100 * (outcome.spread or 0), outcome.samples, outcome.config)

@@ -8,6 +8,7 @@ relative to its chosen config.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import matplotlib
@@ -95,13 +96,23 @@ def _title(entry: Entry) -> str:
             f"triton {entry.versions.get('triton', '?')}, torch {entry.versions.get('torch', '?')}")
 
 
+#: above this many configs, pruned ones are counted in the title instead of drawn one bar each
+MAX_DRAWN_PRUNED = 40
+
+
 def plot_decision(entry: Entry, out: Path) -> Path:
-    """Write a PNG of one decision to ``out``; returns ``out``."""
+    """Write a PNG of one decision to ``out``; returns ``out``. In a large space, pruned configs are counted in
+    the title rather than drawn."""
+    title = _title(entry)
+    pruned = [o for o in entry.measurements if o.state == "pruned"]
+    if len(entry.measurements) > MAX_DRAWN_PRUNED and pruned:
+        entry = dataclasses.replace(entry, measurements=[o for o in entry.measurements if o.state != "pruned"])
+        title += f"; {len(pruned)} pruned configs not drawn"
     n = max(1, len(entry.measurements))
     fig, (bars, line) = plt.subplots(2, 1, figsize=(11, 3.2 + 0.32 * n + 3), height_ratios=[0.4 + 0.32 * n, 3])
     _bars(bars, entry)
     _timeline(line, entry)
-    fig.suptitle(_title(entry), fontsize=9)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -21,6 +21,7 @@ from typing import Any
 
 from .errors import AllConfigsFailedError, BadInputError, MismatchError
 from .race import Race, RacePlan
+from .records import Outcome
 from .stats import median
 
 
@@ -271,6 +272,21 @@ class Track:
         self.finish(usable[0], f"{how}, unmeasured")
 
     # -- reporting -------------------------------------------------------------------------------------------------
+
+    def outcomes(self) -> list[Outcome]:
+        """The track's table as typed outcomes (for the summary that group rank 0 prints)."""
+        result = []
+        for i in self.order:
+            if i in self.times:
+                per_rank = [self.per_rank[i][r] for r in sorted(self.per_rank.get(i, {}))]
+                result.append(Outcome(i, self.descriptions[i], "measured", time=self.times[i],
+                                      spread=self.spreads.get(i), per_rank=per_rank or None,
+                                      resumed=i in self.resumed))
+            elif i in self.failed:
+                result.append(Outcome(i, self.descriptions[i], "failed", error=self.failed[i]))
+            else:
+                result.append(Outcome(i, self.descriptions[i], "pruned"))
+        return result
 
     def table(self) -> list[dict[str, Any]]:
         """One row per config in the order tried: index, config, state, group time, spread, per-rank medians,

@@ -3,22 +3,35 @@
 ``restore_value`` tensors are saved before tuning and put back before every measured run; ``reset_to_zero``
 tensors are zeroed before every measured run. Both are put back to their saved values before the final call, so
 that after tuning the arguments and the result are exactly what one untuned call with the chosen config gives.
+
+Every other tensor argument is watched: it is saved before tuning too, and after the first run of each config (and
+after ``ref_prog``) it is checked, by torch's in-place version counter and by comparing it with the saved copy
+(which also sees writes that bump no counter: collectives such as ``all_reduce``, Triton kernels). An argument found
+changed is restored before every later run and before the final call, with a warning that names it and the option
+(``restore_value``) that says so explicitly. A change made by a config only on a later run than its first is not
+seen: declare such arguments.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import BadInputError
 
+log = logging.getLogger("triton_dist_tune")
+
 
 def check_names(fn: Callable[..., Any], names: Iterable[str], option: str) -> tuple[str, ...]:
     """Validate that every name in ``names`` is a parameter of ``fn``; returns them as a tuple."""
+    if isinstance(names, (str, bytes)):
+        raise BadInputError(f"{option} must be a list of argument names, not the string {names!r} "
+                            f"(write {option}=[{names!r}])")
     names = tuple(names)
-    if isinstance(names, str):
-        raise BadInputError(f"{option} must be a list of argument names, not a string")
+    if not all(isinstance(n, str) for n in names):
+        raise BadInputError(f"{option} must be a list of argument names, got {list(names)!r}")
     params = inspect.signature(fn).parameters
     takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     unknown = [n for n in names if n not in params and not takes_kwargs]
@@ -40,30 +53,92 @@ def named_arguments(fn: Callable[..., Any], args: tuple, kwargs: Mapping[str, An
 
 
 class ArgumentState:
-    """The saved state of the tensors a tuning may disturb."""
+    """The saved state of the tensor arguments a tuning may disturb (see the module's docstring)."""
 
-    def __init__(self, named: Mapping[str, Any], restore_value: Iterable[str], reset_to_zero: Iterable[str]) -> None:
+    def __init__(self, named: Mapping[str, Any], restore_value: Iterable[str], reset_to_zero: Iterable[str],
+                 label: str = "", watch: bool = True) -> None:
+        self.label = label
         self.restore = [named[n] for n in restore_value if _is_tensor(named.get(n))]
         self.zero = [named[n] for n in reset_to_zero if _is_tensor(named.get(n))]
         self.saved = [(t, t.clone()) for t in {id(t): t for t in self.restore + self.zero}.values()]
+        declared = {id(t) for t in self.restore + self.zero}
+        #: name -> (tensor, saved copy, version counter when saved) of every other tensor argument
+        self.watched: dict[str, tuple[Any, Any, int]] = {}
+        if watch:
+            for name, value in sorted(named.items()):
+                if _is_tensor(value) and id(value) not in declared and not any(
+                        value is t for t, _, _ in self.watched.values()):
+                    self.watched[name] = (value, value.detach().clone(), _version(value))
+        #: names of watched arguments some run changed: restored before every run from now on
+        self.changed: list[str] = []
+        self._seen_configs: set[int] = set()
+        self._check_due = False
+
+    def config_starting(self, config: Mapping[str, Any]) -> None:
+        """Called before each run (outside the timed region): the first run of each config gets checked."""
+        if id(config) not in self._seen_configs:
+            self._seen_configs.add(id(config))
+            self._check_due = True
+
+    def check_after(self) -> None:
+        """Have the next :meth:`before_run` or :meth:`put_back` check the watched arguments (after ``ref_prog``)."""
+        self._check_due = True
+
+    def _detect(self) -> None:
+        for name, (tensor, copy, version) in self.watched.items():
+            if name in self.changed:
+                continue
+            if _version(tensor) != version or (self._check_due and not _same(tensor, copy)):
+                self.changed.append(name)
+                log.warning(
+                    "triton_dist_tune: %s the tuned function changed its argument '%s' in place; the tuner restores "
+                    "it before every tuning run and before the final call, so that the call's result is that of "
+                    "one call (declare it with restore_value=['%s'] to say so, or reset_to_zero=['%s'] for an "
+                    "accumulating output)", self.label, name, name, name)
+        self._check_due = False
 
     def before_run(self) -> None:
-        """Put ``restore_value`` tensors back and zero ``reset_to_zero`` tensors (before every measured run)."""
+        """Put ``restore_value`` tensors and changed arguments back and zero ``reset_to_zero`` tensors (before
+        every measured run)."""
+        self._detect()
         for tensor, copy in self.saved:
             if any(tensor is t for t in self.restore):
                 tensor.copy_(copy)
         for tensor in self.zero:
             tensor.zero_()
+        for name in self.changed:
+            tensor, copy, _ = self.watched[name]
+            tensor.copy_(copy)
 
     def put_back(self) -> None:
         """Put every saved tensor back as it was before tuning (before the final call)."""
+        self._detect()
         for tensor, copy in self.saved:
+            tensor.copy_(copy)
+        for name in self.changed:
+            tensor, copy, _ = self.watched[name]
             tensor.copy_(copy)
 
     @property
     def outputs(self) -> list[Any]:
         """The tensors a run writes in place, compared against the reference by ``ref_prog`` checks."""
         return list({id(t): t for t in self.restore + self.zero}.values())
+
+
+def _version(tensor: Any) -> int:
+    return int(getattr(tensor, "_version", 0))
+
+
+def _same(tensor: Any, copy: Any) -> bool:
+    """Whether ``tensor`` still holds ``copy``'s values (NaN equal to NaN: unwritten buffers are often NaN)."""
+    import torch
+
+    if torch.equal(tensor, copy):
+        return True
+    if tensor.is_floating_point() or tensor.is_complex():
+        both_nan = torch.isnan(tensor) & torch.isnan(copy)
+        return bool(((tensor == copy) | both_nan).all())
+    return False
 
 
 def _is_tensor(value: Any) -> bool:

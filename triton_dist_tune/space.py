@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import inspect
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import BadInputError
 
-CALL_KEYWORDS = frozenset({"autotune", "autotune_verbose", "autotune_pg", "autotune_replicas"})
+#: keywords a call of a tuned function may carry for the tuner (any other ``autotune_*`` keyword is a typo)
+CALL_KEYWORDS = frozenset({"autotune", "autotune_verbose", "autotune_pg", "autotune_allow_arg_overwrite",
+                           "autotune_replicas"})
+#: a memory address in a repr: different in every process
+#: types whose equal values are one object, so that hashing by identity is hashing by value
+_SINGLETON_TYPES = frozenset({"torch.dtype", "torch.layout", "torch.memory_format"})
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
 
 
 def describe(value: Any) -> str:
@@ -25,9 +33,47 @@ def describe(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         inner = ", ".join(describe(v) for v in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(describe(v) for v in value)) + "}"
     if callable(value):
         return f"<{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}>"
     return repr(value)
+
+
+def describe_key(key: Any, where: str = "key") -> str:
+    """The canonical text of a tuning key: equal in every process for equal keys (sets sorted, dicts by sorted
+    keys), so that ranks agree and a new process finds the disk cache.
+
+    Raises :class:`BadInputError` for what has no stable text or is compared by identity: tensors (return
+    ``to_hashable(t)`` instead), objects hashed by identity, and texts with memory addresses.
+    """
+    if isinstance(key, (str, bytes, int, float, bool, type(None))):
+        return repr(key)
+    if isinstance(key, tuple) and type(key) is tuple:
+        inner = [describe_key(v, where) for v in key]
+        return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+    if isinstance(key, (set, frozenset)):
+        inner = ", ".join(sorted(describe_key(v, where) for v in key))
+        return f"frozenset({{{inner}}})" if isinstance(key, frozenset) else f"{{{inner}}}"
+    if isinstance(key, Mapping):
+        items = sorted((describe_key(k, where), describe_key(v, where)) for k, v in key.items())
+        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+    if isinstance(key, list):
+        return "[" + ", ".join(describe_key(v, where) for v in key) + "]"
+    kind = type(key)
+    if kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter") or hasattr(key, "data_ptr"):
+        raise BadInputError(f"{where} contains a tensor, which is hashed by identity (every new tensor would be a "
+                            "new key): return to_hashable(t) (its shape, strides and dtype) or the sizes that "
+                            "matter instead")
+    text = repr(key)
+    singleton = isinstance(key, type) or f"{kind.__module__}.{kind.__qualname__}" in _SINGLETON_TYPES
+    if not singleton and kind.__hash__ is object.__hash__ and kind.__eq__ is object.__eq__:
+        raise BadInputError(f"{where} contains a {kind.__qualname__} object, which is hashed by identity (every new "
+                            "object would be a new key): return the values that matter (numbers, strings, tuples)")
+    if _ADDRESS.search(text):
+        raise BadInputError(f"{where} contains {text[:80]!r}, whose text holds a memory address and differs between "
+                            "processes: return the values that matter (numbers, strings, tuples)")
+    return text
 
 
 def fingerprint(text: str) -> str:
@@ -51,11 +97,58 @@ def validate_space(config_space: Any) -> list[dict[str, Any]]:
         bad = [k for k in config if not isinstance(k, str)]
         if bad:
             raise BadInputError(f"config_space[{i}] has keys that are not keyword names: {bad}")
+        text = describe(config)
+        if _ADDRESS.search(text):
+            raise BadInputError(f"config_space[{i}] is described as {text[:120]!r}, which holds a memory address "
+                                "and differs between processes: use values with a stable repr")
         space.append(dict(config))
     return space
 
 
-def check_no_clash(config: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None:
+def check_space_signature(fn: Callable[..., Any], space: Sequence[Mapping[str, Any]], name: str) -> None:
+    """Raise :class:`BadInputError` when a config key is not a keyword ``fn`` accepts (checked when decorating,
+    where the signature says: a function with ``**kwargs`` accepts any key)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = {n for n, p in params.items() if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                          inspect.Parameter.KEYWORD_ONLY)}
+    for i, config in enumerate(space):
+        unknown = sorted(set(config) - accepted)
+        if unknown:
+            raise BadInputError(f"{name}: config_space[{i}] sets {unknown}, which {name}() does not accept as "
+                                f"keyword arguments (its parameters: {list(params)})")
+
+
+def check_call(fn: Callable[..., Any], space: Sequence[Mapping[str, Any]], args: tuple, kwargs: Mapping[str, Any],
+               name: str, allow_overwrite: bool = False) -> None:
+    """Raise :class:`BadInputError` when the call passes a tuned parameter itself: by keyword (unless
+    ``autotune_allow_arg_overwrite=True``) or by position (never allowed: the config's value would clash)."""
+    tuned = sorted({k for config in space for k in config})
+    if not allow_overwrite:
+        clash = sorted(set(tuned).intersection(kwargs))
+        if clash:
+            raise BadInputError(
+                f"{name}: config keys {clash} clash with keyword arguments of the call: a tuned parameter must not "
+                "also be passed by the caller (or pass autotune_allow_arg_overwrite=True to let the caller's "
+                "value win)"
+            )
+    if not args:
+        return
+    try:
+        bound = inspect.signature(fn).bind_partial(*args).arguments
+    except (TypeError, ValueError) as exc:
+        raise BadInputError(f"{name}: the call's positional arguments do not fit {name}(): {exc}") from exc
+    positional = sorted(set(tuned).intersection(bound))
+    if positional:
+        raise BadInputError(f"{name}: the tuned parameters {positional} were passed by position; the tuner passes "
+                            "them by keyword from each config: leave them out of the call")
+
+
+def check_no_clash(config: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None:  # autotune=False path
     """Raise :class:`BadInputError` when a config would overwrite a keyword argument of the call."""
     clash = set(config).intersection(kwargs)
     if clash:

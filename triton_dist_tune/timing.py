@@ -40,12 +40,12 @@ PROBE_CALLS = 4
 def timing_mode(option: str | None) -> str:
     """The timing mode: ``TRITON_DIST_AUTOTUNE_TIMING`` when set (it overrides every function of the job), else
     ``option``, else ``steady``."""
-    value = os.environ.get("TRITON_DIST_AUTOTUNE_TIMING", "").strip().lower() or option or "steady"
-    if value not in TIMING_MODES:
-        from .errors import BadInputError
+    from . import settings
+    from .errors import BadInputError
 
-        raise BadInputError(f"timing must be one of {TIMING_MODES}, not {value!r}")
-    return value
+    if option is not None and option not in TIMING_MODES:
+        raise BadInputError(f"timing must be one of {TIMING_MODES}, not {option!r}")
+    return settings.current().timing or option or "steady"
 
 
 class Clock(Protocol):

@@ -20,14 +20,15 @@ Once a key is decided, a call is a ``key_fn`` call, a dict lookup and the functi
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from . import logs
-from .cache import DiskCache, entry_id, env_flag, source_of
-from .comm import Group, agree, default_timeout, resolve_group
+from . import logs, settings
+from .cache import DiskCache, dependency_text, entry_id, source_of
+from .comm import Group, agree, channel_entries, resolve_group
 from .errors import AllConfigsFailedError, BadInputError, MismatchError
 from .journal import Journal, merge
 from .measure import Measurer, Plan, Reference, Trial, describe_error
@@ -36,16 +37,32 @@ from .race import Race, RacePlan
 from .records import Decision, Outcome
 from .replicas import Layout, settle
 from .side_effects import ArgumentState, check_names, named_arguments
-from .space import CALL_KEYWORDS, check_no_clash, describe, fingerprint, validate_space
+from .space import (
+    CALL_KEYWORDS,
+    check_call,
+    check_no_clash,
+    check_space_signature,
+    describe,
+    describe_key,
+    fingerprint,
+    validate_space,
+)
 from .timing import make_clock, timing_mode
 
 log = logging.getLogger("triton_dist_tune")
 
 
 def to_hashable(tensor: Any) -> tuple:
-    """A hashable key part for a tensor: shape, dtype, strides and device type (not the device index, which
-    differs between ranks)."""
-    return (tuple(tensor.shape), str(tensor.dtype), tuple(tensor.stride()), tensor.device.type)
+    """A hashable key part for a tensor: ``(shape, stride, dtype)``, as Triton-distributed's ``to_hashable``.
+
+    The device type is not part of it; the tuner adds the device types of the call's tensors to the disk cache's
+    entry itself."""
+    return (tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+
+
+def _tensor_devices(args: tuple, kwargs: dict[str, Any]) -> str:
+    kinds = {v.device.type for v in (*args, *kwargs.values()) if hasattr(v, "device") and hasattr(v, "data_ptr")}
+    return ",".join(sorted(kinds))
 
 
 class Tuner:
@@ -58,7 +75,8 @@ class Tuner:
                  ref_prog: Callable[..., Any] | None, rtol: float | None, atol: float | None,
                  early_stop: float | None, sharded: bool, precompile_fn: Callable[..., Any] | None,
                  compile_threads: int | None, refine_top: int, name: str | None, timing: str | None = None,
-                 batch: int | None = None, budget: float | None = None) -> None:
+                 batch: int | None = None, budget: float | None = None,
+                 cache_key_extra: str | Callable[[], str] | None = None) -> None:
         if not callable(key_fn):
             raise BadInputError("key_fn must be callable")
         if prune_fn is not None and not callable(prune_fn):
@@ -72,7 +90,18 @@ class Tuner:
         if (rtol is None) != (atol is None):
             raise BadInputError("give both rtol and atol, or neither (then torch's defaults for the dtype apply)")
         self.fn = fn
+        self.name = name or getattr(fn, "__name__", "tuned")
         self.space = validate_space(config_space)
+        check_space_signature(fn, self.space, self.name)
+        try:
+            self.params = frozenset(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            self.params = frozenset()
+        if cache_key_extra is not None and not (isinstance(cache_key_extra, str) or callable(cache_key_extra)):
+            raise BadInputError("cache_key_extra must be a string or a function returning one")
+        self.cache_key_extra = cache_key_extra
+        self._dependencies: str | None = None
+        self._overwrite_warned: set[str] = set()
         self.descriptions = [describe(c) for c in self.space]
         self.space_text = "\n".join(self.descriptions)
         self.key_fn, self.prune_fn = key_fn, prune_fn
@@ -92,13 +121,12 @@ class Tuner:
         self.refine_top = refine_top
         timing_mode(timing)  # reject a bad mode now; the environment may still override it per call
         self.timing, self.batch, self.budget = timing, batch, budget
-        self.name = name or fn.__name__
         self.cache = DiskCache(self.name)
         self.source = source_of(fn)
         #: decisions of calls on the default group, key -> config (the hot path reads this)
         self.decided: dict[Hashable, dict[str, Any]] = {}
-        #: decisions of calls with an explicit group, (id of autotune_pg, key) -> config
-        self.decided_in: dict[tuple[int, Hashable], dict[str, Any]] = {}
+        #: decisions of calls with an explicit group, (group identity: kind, name, global ranks; key) -> config
+        self.decided_in: dict[tuple[tuple, Hashable], dict[str, Any]] = {}
         #: the last decision per (group name, key), with every config's outcome, for inspection
         self.decisions: dict[tuple[str, Hashable], Decision] = {}
 
@@ -114,9 +142,15 @@ class Tuner:
         enabled = kwargs.pop("autotune", True)
         verbose = kwargs.pop("autotune_verbose", None)
         pg = kwargs.pop("autotune_pg", None)
+        overwrite = bool(kwargs.pop("autotune_allow_arg_overwrite", False))
         replicas = kwargs.pop("autotune_replicas", None)
+        typos = sorted(k for k in kwargs if k.startswith("autotune") and k not in self.params)
+        problem = (f"{getattr(self.fn, '__qualname__', self.name)}() got unknown tuner keyword(s) {typos}; the "
+                   f"tuner's call keywords are {sorted(CALL_KEYWORDS)}") if typos else None
         if not enabled:
-            return self.fn(*args, **kwargs, **self._first_config(args, kwargs))
+            if problem:
+                raise BadInputError(problem)
+            return self._run(args, kwargs, self._first_config(args, kwargs, overwrite), overwrite)
         group = resolve_group(pg)
         layout = None if replicas is None else Layout(group, resolve_group(replicas))
         if layout is not None and self.sharded:
@@ -127,37 +161,72 @@ class Tuner:
             key_error = None
         except Exception as exc:
             key, key_error = None, f"key_fn failed: {describe_error(exc)}"
-        table, slot = (self.decided, key) if pg is None else (self.decided_in, (id(pg), key))
-        if replicas is not None:
-            table, slot = self.decided_in, (id(pg), id(replicas), key)
+        table, slot = (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
+        if layout is not None:
+            table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
         config = table.get(slot) if key_error is None else None
+        if config is not None and problem:
+            raise BadInputError(problem)  # decided: the other ranks are not tuning, so nothing to agree on
         if config is None:
-            config = table[slot] = self._tune(group, key, key_error, args, kwargs, verbose, layout)
+            with group.lock:  # threads tuning on one group take turns, so that their exchanges never interleave
+                config = table.get(slot) if key_error is None else None
+                if config is None:
+                    config = table[slot] = self._tune(group, key, key_error, problem, args, kwargs, verbose,
+                                                      overwrite, layout)
+        return self._run(args, kwargs, config, overwrite)
+
+    def _run(self, args: tuple, kwargs: dict[str, Any], config: dict[str, Any], overwrite: bool) -> Any:
+        """Call the function with ``config``; with ``autotune_allow_arg_overwrite``, the caller's keywords win."""
+        if overwrite:
+            clash = sorted(set(config).intersection(kwargs))
+            for name in clash:
+                if name not in self._overwrite_warned:
+                    self._overwrite_warned.add(name)
+                    log.warning("triton_dist_tune: %s: the caller's %s=%r overrides the tuned config's value "
+                                "(autotune_allow_arg_overwrite=True)", self.name, name, kwargs[name])
+            return self.fn(*args, **{**config, **kwargs})
         return self.fn(*args, **kwargs, **config)
 
-    def _first_config(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _first_config(self, args: tuple, kwargs: dict[str, Any], overwrite: bool = False) -> dict[str, Any]:
         for config in self.space:
             if self.prune_fn is None or self.prune_fn(config, *args, **kwargs):
-                check_no_clash(config, kwargs)
+                if not overwrite:
+                    check_no_clash(config, kwargs)
                 return config
         raise BadInputError(f"{self.name}: prune_fn keeps no config for this call (autotune=False)")
 
+    def _entry_extra(self, args: tuple, kwargs: dict[str, Any]) -> str:
+        """What the cache entry depends on besides the function's source, key, space and group size."""
+        if self._dependencies is None:
+            self._dependencies = dependency_text(self.fn, self.key_fn, self.prune_fn, "")
+        extra = self.cache_key_extra() if callable(self.cache_key_extra) else (self.cache_key_extra or "")
+        return f"{self._dependencies}\ndevices: {_tensor_devices(args, kwargs)}\nextra: {extra}"
+
     # -- one tuning ----------------------------------------------------------------------------------------------
 
-    def _tune(self, group: Group, key: Any, key_error: str | None, args: tuple, kwargs: dict[str, Any],
-              verbose: bool | None, layout: Layout | None = None) -> dict[str, Any]:
+    def _tune(self, group: Group, key: Any, key_error: str | None, problem: str | None, args: tuple,
+              kwargs: dict[str, Any], verbose: bool | None, overwrite: bool = False,
+              layout: Layout | None = None) -> dict[str, Any]:
         started = time.perf_counter()
         rank_log = logs.rank_log()
-        key_text = repr(key)
+        env = settings.current()
+        key_text = ""
+        extra = ""
+        if key_error is None:
+            try:
+                key_text = describe_key(key, "the key key_fn returned")
+                extra = self._entry_extra(args, kwargs)
+            except Exception as exc:  # an unstable key, or a failing cache_key_extra: agreed below
+                key_error = str(exc) if isinstance(exc, BadInputError) else f"cache_key_extra: {describe_error(exc)}"
         label = f"[{self.name} key={key_text}]"
         if layout is not None:
-            layout.agree(self.name, key_text, self.space_text, self.timeout, key_error)
-        self._agree(group, key_text, key_error, kwargs)
-        entry = entry_id(self.source, key_text, self.space_text, group.size)
-        timeout = self.timeout if self.timeout is not None else default_timeout()
+            layout.agree(self.name, key_text, self.space_text, self.timeout, key_error or problem)
+        self._agree(group, key_text, key_error, kwargs, problem, args, overwrite)
+        entry = entry_id(self.source, key_text, self.space_text, group.size, extra)
+        timeout = self.timeout if self.timeout is not None else env.timeout
 
         def read_cache() -> int | None:
-            data = None if env_flag("TRITON_DIST_AUTOTUNE_ALWAYS_TUNE") else self.cache.load(entry, self.space_text)
+            data = None if env.always_tune else self.cache.load(entry, self.space_text)
             index = data["index"] if data is not None else -1
             if 0 <= index < len(self.space) and data["config"] == self.descriptions[index]:
                 return index
@@ -180,30 +249,43 @@ class Tuner:
         kept = self._prune(group, label, args, kwargs, timeout)
         if layout is not None:
             kept = layout.keep_everywhere(kept, f"{label} prune", timeout)
-        suffix = layout.journal_suffix() if layout is not None else ""
-        journal = Journal(self.cache.folder / f"{entry}.rank{group.rank}{suffix}.journal")
-        try:  # the journal is locked while this tuning runs; on an error its records stay for the next attempt
+        journal = self._journal(group, entry, env)
+        ended = False
+        try:  # the journal is locked while this tuning runs; when it is cut short its records stay for the next
             gathered = group.allgather(journal.read(), f"{label} journal exchange", timeout=timeout)
-            earlier = merge(gathered, self.descriptions)
+            earlier = merge(gathered, self.descriptions, only_job=env.job_id if env.always_tune else False)
             seed = fingerprint(f"{key_text}\n{self.space_text}")
             decision = self._measure(group, label, kept, earlier, journal, args, kwargs, timeout, verbose, seed,
                                      layout)
             decision.seconds = time.perf_counter() - started
-            self._decide(group, label, entry, key_text, decision, timeout, layout is None or layout.reads_cache)
-            journal.remove()
+            try:
+                self._decide(group, label, entry, key_text, decision, timeout, layout is None or layout.reads_cache)
+            except AllConfigsFailedError:
+                ended = True  # every config failed: this tuning is over, and nothing of it may replay later
+                raise
+            ended = True
         finally:
+            if ended:
+                journal.remove()
             journal.close()
         self.decisions[(group.name, key)] = decision
         if group.rank == 0 and logs.printing_enabled(verbose):
             logs.print_summary(self.name, key_text, group, decision, self.cache.path(entry))
         return self.space[decision.index]
 
-    def _agree(self, group: Group, key_text: str, key_error: str | None, kwargs: dict[str, Any]) -> None:
-        problem = key_error
+    def _journal(self, group: Group, entry: str, env: settings.Settings) -> Journal:
+        """This rank's crash journal for ``entry``: its file names the group (name and global ranks)."""
+        ranks = list(getattr(group, "global_ranks", []) or [])
+        tag = fingerprint(repr(group.identity))[:10]
+        return Journal(self.cache.folder / f"{entry}.{tag}.rank{group.rank}.journal",
+                       {"job": env.job_id, "group": group.name, "ranks": ranks})
+
+    def _agree(self, group: Group, key_text: str, key_error: str | None, kwargs: dict[str, Any],
+               call_problem: str | None = None, args: tuple = (), overwrite: bool = False) -> None:
+        problem = key_error or call_problem
         if problem is None:
             try:
-                for config in self.space:
-                    check_no_clash(config, kwargs)
+                check_call(self.fn, self.space, args, kwargs, self.name, overwrite)
             except BadInputError as exc:
                 problem = str(exc)
         fields = {"group size": str(group.size), "config space": self.space_text, "key": key_text}
@@ -232,15 +314,7 @@ class Tuner:
     def _measure(self, group: Group, label: str, kept: list[int], earlier: dict[int, dict[str, Any]],
                  journal: Journal, args: tuple, kwargs: dict[str, Any], timeout: float, verbose: bool | None,
                  seed: str, layout: Layout | None = None) -> Decision:
-        named = named_arguments(self.fn, args, kwargs)
-        state = ArgumentState(named, self.restore_value, self.reset_to_zero) if (
-            self.restore_value or self.reset_to_zero) else None
-        trial = Trial(self.fn, args, kwargs, make_clock(), state, self.pre_hook, self.post_hook)
-        if self.ref_prog is not None:
-            if state is not None:
-                state.before_run()
-            out = self.ref_prog(*args, **kwargs)
-            trial.reference = Reference((out, *state.outputs) if state is not None else (out,), self.rtol, self.atol)
+        trial, state = self._prepare(group, label, args, kwargs, timeout)
         timing = timing_mode(self.timing)
         race_plan = RacePlan(max_rounds=self.n_repeat, budget_s=self.budget, early_stop=self.early_stop,
                              keep_top=self.refine_top or None, seed=seed)
@@ -279,6 +353,45 @@ class Tuner:
 
     def _todo(self, index: int) -> tuple[int, dict[str, Any], str]:
         return index, self.space[index], self.descriptions[index]
+
+    def _prepare(self, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
+                 timeout: float) -> tuple[Trial, ArgumentState]:
+        """What runs before the first aligned exchange of measuring: the timer, the argument snapshots and
+        ``ref_prog``'s reference. Agreed like ``key_fn``: an exception on any rank is the same BadInputError on
+        every rank, and no config is blamed for it."""
+        state: ArgumentState | None = None
+        reference, timer, problem, step = None, None, None, "saving the arguments"
+        try:
+            state = ArgumentState(named_arguments(self.fn, args, kwargs), self.restore_value, self.reset_to_zero,
+                                  label)
+            step = "making the clock"
+            timer = make_clock()
+            if self.ref_prog is not None:
+                step = "ref_prog"
+                state.before_run()
+                out = self.ref_prog(*args, **kwargs)
+                state.check_after()
+                reference = Reference((out, *state.outputs), self.rtol, self.atol)
+        except Exception as exc:
+            problem = f"{step} raised {describe_error(exc)}"
+        everyone = group.allgather(problem, f"{label} prepare (arguments, timer, ref_prog)", timeout=timeout)
+        problems = [(r, p) for r, p in enumerate(everyone) if p]
+        if problems:
+            if state is not None:
+                state.put_back()
+            raise BadInputError(f"{label} before measuring any config: "
+                                + "; ".join(f"rank {r}: {p}" for r, p in problems))
+        assert state is not None
+        user_pre_hook = self.pre_hook
+
+        def pre_hook(config: dict[str, Any], *a: Any, **k: Any) -> None:
+            state.config_starting(config)  # a config's first run gets its arguments checked afterwards
+            if user_pre_hook is not None:
+                user_pre_hook(config, *a, **k)
+
+        trial = Trial(self.fn, args, kwargs, timer, state, pre_hook, self.post_hook)
+        trial.reference = reference
+        return trial, state
 
     def _decide(self, group: Group, label: str, entry: str, key_text: str, decision: Decision,
                 timeout: float, writes: bool = True) -> None:
@@ -338,7 +451,8 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
              early_stop: float | None = None, sharded: bool = False,
              precompile_fn: Callable[..., Any] | None = None, compile_threads: int | None = None,
              refine_top: int = 0, name: str | None = None, timing: str | None = None, batch: int | None = None,
-             budget: float | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+             budget: float | None = None, cache_key_extra: str | Callable[[], str] | None = None,
+             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Tune a whole (distributed) function over ``config_space``, with every rank of the group in lock-step.
 
     Args:
@@ -373,13 +487,22 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
             an L2 flush and an alignment of the ranks); ``TRITON_DIST_AUTOTUNE_TIMING`` overrides it for a job.
         batch: calls per steady sample (default: measured per config, long enough to hide the launch gap).
         budget: seconds of racing after which the race ends once 3 rounds are done (default: no limit).
+        cache_key_extra: state of your own that a decision depends on (a string, or a function returning one,
+            called at each tuning), made part of the disk cache's entry: change it to re-tune. The entry already
+            covers the function's source, the Triton kernels it names (their sources), ``key_fn``'s and
+            ``prune_fn``'s sources, the key, the config space, the group size, the devices and the GPU model.
 
     Call-time keywords: ``autotune=False`` runs the first config ``prune_fn`` keeps, with no tuning and no
     communication; ``autotune_verbose=True`` prints the measurements on group rank 0; ``autotune_pg=`` is the
     group to tune with (a torch ProcessGroup of any backend or an mpi4py communicator; default: the default group
-    when torch.distributed is initialized, else this process alone); ``autotune_replicas=`` a group linking the
-    same position of every replica of ``autotune_pg`` tunes all replicas as one, splitting the configs between
-    them (see docs/scale.md).
+    when torch.distributed is initialized, else this process alone); ``autotune_allow_arg_overwrite=True`` lets a
+    keyword the caller passes win over the config's value of it (with a warning), where it is otherwise an error;
+    ``autotune_replicas=`` a group linking the same position of every replica of ``autotune_pg`` tunes all
+    replicas as one, splitting the configs between them (see docs/scale.md).
+    Tuned parameters are passed by the tuner as keywords: passing one by position is an error.
+
+    Tensor arguments that a run changes in place are restored before every tuning run and before the final call
+    (see :mod:`triton_dist_tune.side_effects`); the decorated function's ``.fn`` is the undecorated function.
     """
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -387,20 +510,24 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
                       reset_to_zero=reset_to_zero, restore_value=restore_value, pre_hook=pre_hook,
                       post_hook=post_hook, ref_prog=ref_prog, rtol=rtol, atol=atol, early_stop=early_stop,
                       sharded=sharded, precompile_fn=precompile_fn, compile_threads=compile_threads,
-                      refine_top=refine_top, name=name, timing=timing, batch=batch, budget=budget)
+                      refine_top=refine_top, name=name, timing=timing, batch=batch, budget=budget,
+                      cache_key_extra=cache_key_extra)
         decided, decided_in, slow, keywords = tuner.decided, tuner.decided_in, tuner.call, CALL_KEYWORDS
+        channels = channel_entries()
 
         @functools.wraps(fn)
         def tuned(*args: Any, **kwargs: Any) -> Any:
             if kwargs and not keywords.isdisjoint(kwargs):
                 pg = kwargs.pop("autotune_pg", None)
                 if pg is not None and keywords.isdisjoint(kwargs):  # a TP layer's call: its group, decided key
-                    try:
-                        config = decided_in.get((id(pg), key_fn(*args, **kwargs)))
-                    except Exception:
-                        config = None
-                    if config is not None:
-                        return fn(*args, **kwargs, **config)
+                    entry = channels.get(id(pg))
+                    if entry is not None and entry[0]() is pg:  # this very group object's channel (not just its id)
+                        try:
+                            config = decided_in.get((entry[2], key_fn(*args, **kwargs)))
+                        except Exception:
+                            config = None
+                        if config is not None:
+                            return fn(*args, **kwargs, **config)
                 kwargs["autotune_pg"] = pg
                 return slow(args, kwargs)
             try:
@@ -412,6 +539,7 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
             return fn(*args, **kwargs, **config)
 
         tuned.tuner = tuner  # type: ignore[attr-defined]
+        tuned.fn = fn  # type: ignore[attr-defined]  # the undecorated function, as Triton-distributed's tuner has it
         return tuned
 
     return decorate

@@ -12,6 +12,7 @@ leaves out as crashed). This takes over ``faulthandler.dump_traceback_later`` wh
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import logging
 import os
@@ -47,11 +48,17 @@ class Watchdog:
         self._timeout = 0.0
         self._on_fire: Callable[[], None] | None = None
         self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._registered = False
 
     def arm(self, timeout: float, what: str, on_fire: Callable[[], None]) -> None:
         """Fire ``on_fire`` and end the process unless :meth:`disarm` comes within ``timeout`` seconds."""
         with self._cond:
             if self._thread is None:
+                if not self._registered:
+                    atexit.register(self.stop)
+                    self._registered = True
+                self._stopping = False
                 self._thread = threading.Thread(target=self._watch, name="triton_dist_tune-watchdog", daemon=True)
                 self._thread.start()
             self._deadline = time.monotonic() + timeout
@@ -72,9 +79,20 @@ class Watchdog:
             self._on_fire = None
             self._cond.notify()
 
+    def stop(self) -> None:
+        """End the watchdog thread (at interpreter exit), so that no thread of ours outlives the interpreter."""
+        faulthandler.cancel_dump_traceback_later()
+        with self._cond:
+            self._stopping = True
+            self._deadline = None
+            self._cond.notify()
+            thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=1.0)
+
     def _watch(self) -> None:
         with self._cond:
-            while True:
+            while not self._stopping:
                 if self._deadline is None:
                     self._cond.wait()
                     continue

@@ -222,5 +222,26 @@ def single():
     emit(chosen=sleepy.tuner.decided[(2,)]["variant"], out=out.tolist())
 
 
+@case
+def clean_exit():
+    """A tuning, destroy_process_group and a normal interpreter exit (no os._exit): the threads still alive when
+    the interpreter finalizes are listed by an exit hook that runs after every other one."""
+    import atexit
+    import os
+    import sys
+    import threading
+
+    def report():
+        tasks = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+        emit(python_threads=[t.name for t in threading.enumerate()], os_threads=tasks)
+
+    atexit.register(report)  # registered first: runs last
+    tdt.init_distributed()
+    sleepy = make_sleepy(name="exit")
+    sleepy(torch.ones(2))
+    dist.destroy_process_group()
+    sys.exit(0)
+
+
 if __name__ == "__main__":
     main()

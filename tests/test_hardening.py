@@ -1,0 +1,181 @@
+"""Users' mistakes and long-lived jobs, on real gloo ranks: caller's errors, replayed failures, group identity,
+in-place arguments, agreed preparation, canonical keys, cache invalidation, and the smaller points of issue 11."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from harness import HERE, base_env, describe, parse_results, run_ranks, tuner_env
+
+CASES = HERE / "scenarios" / "hardening_cases.py"
+
+
+@pytest.fixture
+def env(tmp_path):
+    return tuner_env(tmp_path, 30)
+
+
+def run(case, env, n=2, ok=True, **kw):
+    results = run_ranks(CASES, n, [case], env=env, timeout=kw.pop("timeout", 100), **kw)
+    if ok:
+        assert all(r.returncode == 0 for r in results), describe(results)
+    return results
+
+
+@pytest.mark.timeout(120)
+def test_callers_errors_are_bad_input_on_every_rank(env):
+    for r in run("callers_errors", env):
+        seen = r.result["seen"]
+        assert seen["positional"]["error"] == "BadInputError", seen
+        assert "['block'] were passed by position" in seen["positional"]["message"]
+        assert seen["typo"]["error"] == "BadInputError" and "scale() got unknown tuner keyword(s) " \
+            "['autotune_verbos']" in seen["typo"]["message"]
+        assert seen["unknown_key"]["error"] == "BadInputError" and "['blk']" in seen["unknown_key"]["message"]
+        assert seen["string_names"]["error"] == "BadInputError" and "not the string 'x'" in \
+            seen["string_names"]["message"]
+        assert seen["fine"]["ok"] in (64.0, 128.0, 256.0)  # 4 * block: the group still works
+        assert r.result["calls"] == 3 + 1  # only the last call ran the function: 3 configs and the call itself
+
+
+@pytest.mark.timeout(180)
+def test_a_tuning_where_every_config_failed_is_not_replayed(env):
+    first = run("all_fail_then_fixed", env)
+    for r in first:
+        assert r.result["result"]["error"] == "AllConfigsFailedError", describe(first)
+        assert r.result["journals"] == []  # the tuning ended: nothing left to replay
+    again = run("all_fail_then_fixed", {**env, "FIXED": "1"})
+    for r in again:
+        assert r.result["result"] == {"ok": 16}, describe(again)
+
+
+@pytest.mark.timeout(180)
+def test_ref_prog_failing_on_one_rank_blames_no_config(env):
+    first = run("ref_prog_fails_on_one_rank", {**env, "REF_FAILS": "1"})
+    for r in first:
+        result = r.result
+        assert result["result"]["error"] == "BadInputError", describe(first)
+        assert "rank 1: ref_prog raised ValueError: reference needs more memory" in result["result"]["message"]
+        assert result["calls"] == {} and result["seconds"] < 20  # at once: nobody waited for a watchdog
+        assert not any("hung" in j or "failed" in j for j in result["journals"]), result["journals"]
+    again = run("ref_prog_fails_on_one_rank", env)
+    for r in again:
+        assert r.result["result"] == {"ok": [2.0] * 4}, describe(again)
+        assert r.result["states"] == ["measured"] * 3  # config 0 was not left out
+
+
+@pytest.mark.timeout(120)
+def test_an_argument_changed_in_place_by_a_collective_is_restored(env):
+    results = run("in_place_collective", env)
+    for r in results:
+        assert r.result == {"total": 9.0, "x": [3.0] * 3}, describe(results)  # one all_reduce of 1s and 2s
+        assert "changed its argument 'x' in place" in r.stderr and "restore_value=['x']" in r.stderr
+
+
+@pytest.mark.timeout(120)
+def test_keys_are_canonical_and_tensors_are_refused(env):
+    seeds = {0: {"PYTHONHASHSEED": "1"}, 1: {"PYTHONHASHSEED": "2"}}
+    results = run("keys_in_canonical_form", env, per_rank_env=seeds)
+    assert results[0].result["order"] != results[1].result["order"]  # the two ranks iterate the set differently
+    for r in results:
+        assert r.result["seen"]["set"] == {"ok": 16}, describe(results)
+        tensor = r.result["seen"]["tensor"]
+        assert tensor["error"] == "BadInputError" and "to_hashable(t)" in tensor["message"]
+    assert len(results[0].result["files"]) == 1
+
+
+@pytest.mark.timeout(150)
+def test_a_group_created_again_is_tuned_on_its_own_channel(env):
+    for r in run("group_recreated", env):
+        assert r.result["outs"] == [[32.0, 32.0]] * 3
+        assert r.result["tunings"] == [1, 1, 1]
+        assert len({tuple(i) for i in r.result["identities"]}) == 3
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_outside_the_group_gets_a_clear_message(env):
+    results = run("not_a_member", env)
+    assert results[0].result["result"] == {"ok": 16}
+    assert results[1].result["result"]["error"] == "BadInputError"
+    assert "not a member" in results[1].result["result"]["message"]
+
+
+@pytest.mark.timeout(120)
+def test_a_waiting_rank_says_whom_it_waits_for(env):
+    results = run("waiting_rank_reports", {**env, "TRITON_DIST_AUTOTUNE_PROGRESS_S": "1", "LATE_S": "4"})
+    assert all(r.result["result"] == {"ok": 16} for r in results), describe(results)
+    assert "has waited" in results[0].stderr and "for group ranks [1] (global [1])" in results[0].stderr
+
+
+@pytest.mark.timeout(120)
+def test_two_threads_share_one_tuning(env):
+    for r in run("threads_share_a_group", env):
+        assert r.result["results"] == [{"ok": 16}, {"ok": 16}]
+        assert r.result["runs"] == 3 * 2 + 2  # one tuning (2 runs per config), then each thread's call
+
+
+@pytest.mark.timeout(120)
+def test_caller_value_wins_with_allow_arg_overwrite(env):
+    for r in run("overwrite_and_fn", env):
+        res = r.result
+        assert res["tuned"] == 16 and res["caller_wins"] == 99 and res["fn"] == 7
+        assert res["clash"]["error"] == "BadInputError" and "autotune_allow_arg_overwrite" in res["clash"]["message"]
+        assert res["to_hashable"] == [[2, 3], [3, 1], "torch.float32"]
+        assert "the caller's block=99 overrides" in r.stderr
+
+
+def _single(env, tmp_path, **extra):
+    proc = subprocess.run([sys.executable, str(CASES), "kernel_cache"], env=base_env({**env, **extra}),
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return parse_results(proc.stdout)[-1]
+
+
+KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n){extra}, mask=offs < n)
+'''
+
+
+@pytest.mark.timeout(300)
+def test_the_cache_sees_kernel_edits_and_user_state(env, tmp_path):
+    kernel = tmp_path / "user_kernels.py"
+    kernel.write_text(KERNEL.format(extra=""))
+    env = {**env, "KERNEL_FILE": str(kernel)}
+    first = _single(env, tmp_path)
+    assert first["ok"] and first["runs"] == 3 + 1  # tuned
+    assert _single(env, tmp_path)["runs"] == 1  # a cache hit: the call alone
+    kernel.write_text(KERNEL.format(extra=" * 1"))  # an edit of the kernel: the decision is stale
+    assert _single(env, tmp_path)["runs"] == 3 + 1
+    assert _single(env, tmp_path, EXTRA="v2")["runs"] == 3 + 1  # cache_key_extra changed
+    last = _single(env, tmp_path, EXTRA="v2")
+    assert last["runs"] == 1 and len(last["files"]) == 3
+    assert set(last["modes"]) == {"0o644"}  # readable by others, as the umask (022 here) allows
+
+
+@pytest.mark.timeout(60)
+def test_world_size_without_a_process_group_warns(env, tmp_path):
+    proc = subprocess.run([sys.executable, "-c", "import triton_dist_tune as t; f = t.autotune([{'b': 1}], "
+                           "key_fn=lambda: 0, n_repeat=1)(lambda *, b: b); print(f())"],
+                          env=base_env({**env, "WORLD_SIZE": "2"}), capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
+    assert "WORLD_SIZE is 2 but torch.distributed is not initialized" in proc.stderr
+
+
+def test_settings_are_read_in_one_place(monkeypatch, tmp_path):
+    from triton_dist_tune import BadInputError, settings
+
+    values = settings.Settings.from_env({"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path), "TORCHELASTIC_RUN_ID": "j1",
+                                         "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "yes", "WORLD_SIZE": "4"})
+    assert (values.cache_dir, values.job_id, values.always_tune, values.world_size) == (tmp_path, "j1", True, 4)
+    with pytest.raises(BadInputError, match="PROGRESS_S"):
+        settings.Settings.from_env({"TRITON_DIST_AUTOTUNE_PROGRESS_S": "0"})
+    assert json.dumps(str(settings.Settings().cache_dir)).endswith('autotune"')
