@@ -4,27 +4,34 @@ The tuner never issues a collective on the user's process group: its messages co
 collectives inside the user's function. Instead every group gets a channel of its own:
 
 - a torch.distributed group (any backend, subgroups included) talks through the job's key-value store, under a
-  namespace made of the restart attempt, the group's name and a sequence number;
+  namespace made of the restart attempt, the group's name, its global ranks, its incarnation and a sequence
+  number; each exchange gathers to group rank 0 and broadcasts one combined result, so a rank's requests per
+  exchange do not grow with the group;
 - an mpi4py communicator talks through a duplicate of it (``Dup`` gives it a separate message context);
 - a single process talks to nobody.
 
-All exchanges are one primitive, :meth:`Group.allgather`, with a deadline: a rank that does not show up in time
+All exchanges are one primitive, :meth:`Group.combine` (``allgather``, ``broadcast`` and ``barrier`` are made of
+it), with a deadline: a rank that does not show up in time
 makes every waiting rank raise :class:`GroupTimeoutError` naming the missing ranks, never hang.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import operator
 import pickle
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from . import settings
 from .errors import BadInputError, GroupTimeoutError
+from .space import fingerprint
 
 DEFAULT_TIMEOUT_S = settings.DEFAULT_TIMEOUT_S
 _POLL_S = 0.005
@@ -69,7 +76,7 @@ def report_waiting(rank: int, name: str, what: str, missing: Sequence[int], glob
 
 
 class Group:
-    """A group of ranks that tune together. Subclasses implement :meth:`allgather`."""
+    """A group of ranks that tune together. Subclasses implement :meth:`combine`."""
 
     rank: int = 0
     size: int = 1
@@ -81,20 +88,55 @@ class Group:
         #: held by a thread for a whole tuning on this group, so that two threads never interleave its exchanges
         self.lock = threading.RLock()
 
-    def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
-        """Every rank contributes ``obj``; every rank gets the list of all contributions, by group rank.
+    def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
+        """Every rank contributes ``obj``; ``fn`` (run once, on group rank 0) turns the list of contributions, by
+        group rank, into one result, which every rank gets back.
 
-        ``what`` names the step in the error raised when some rank does not arrive within ``timeout`` seconds.
+        ``what`` names the step in the error raised when some rank does not arrive within ``timeout`` seconds. An
+        exception raised by ``fn`` is raised on every rank (as :class:`ExchangeError`). Give a ``fn`` whose result
+        does not grow with the group (a maximum, the ranks that failed) to keep the traffic linear in its size.
         """
         raise NotImplementedError
 
+    def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
+        """Every rank contributes ``obj``; every rank gets the list of all contributions, by group rank."""
+        return self.combine(obj, what, list, timeout)
+
     def broadcast(self, obj: Any, what: str, root: int = 0, timeout: float | None = None) -> Any:
-        """Return the ``root`` rank's ``obj`` on every rank (the others' ``obj`` is ignored)."""
-        return self.allgather(obj if self.rank == root else None, what, timeout)[root]
+        """Return the ``root`` rank's ``obj`` on every rank (the others' ``obj`` is ignored and not sent)."""
+        return self.combine(obj if self.rank == root else None, what, operator.itemgetter(root), timeout)
 
     def barrier(self, what: str, timeout: float | None = None) -> None:
         """Wait until every rank has arrived here."""
-        self.allgather(None, what, timeout)
+        self.combine(None, what, _nothing, timeout)
+
+
+def _nothing(values: list[Any]) -> None:
+    return None
+
+
+class ExchangeError(BadInputError):
+    """The combining function of an exchange raised on group rank 0; every rank raises this."""
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """What rank 0 sends instead of a result when the combining function raised."""
+
+    message: str
+
+
+def _run_on_root(fn: Callable[[list[Any]], Any], values: list[Any]) -> Any:
+    try:
+        return fn(values)
+    except Exception as exc:
+        return _Failed(f"{type(exc).__name__}: {exc}")
+
+
+def _unwrap(result: Any, what: str) -> Any:
+    if isinstance(result, _Failed):
+        raise ExchangeError(f"triton_dist_tune: combining the ranks' messages at '{what}' failed: {result.message}")
+    return result
 
 
 class SingleGroup(Group):
@@ -103,12 +145,34 @@ class SingleGroup(Group):
     def __init__(self) -> None:
         super().__init__()
 
-    def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
-        return [obj]
+    def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
+        return _unwrap(_run_on_root(fn, [obj]), what)
+
+
+def namespace(name: str, global_ranks: Sequence[int], attempt: object, incarnation: int = 1) -> str:
+    """The store key prefix of a group: its name, a fingerprint of its global ranks, the restart attempt and the
+    group's incarnation in this process (a group destroyed and created again talks under a new prefix).
+
+    Two groups share a prefix only if they have the same name *and* the same ranks in the same attempt, so groups
+    that two ranks created in different orders (and so named alike) never read each other's keys.
+    """
+    ranks = hashlib.sha256(",".join(map(str, global_ranks)).encode()).hexdigest()[:8]
+    return f"tdt/{attempt}/{name}/{ranks}/{incarnation}/"
 
 
 class StoreGroup(Group):
-    """A torch.distributed process group, talked to through the job's key-value store."""
+    """A torch.distributed process group, talked to through the job's key-value store.
+
+    One exchange (sequence number ``s``) is a gather to group rank 0 and a broadcast of one combined result:
+
+    - rank ``r > 0`` sets ``s/r`` to its message, waits for ``s/all``, reads it and deletes ``s/r``;
+    - rank 0 waits for every ``s/r``, reads them in one request, sets ``s/all`` to ``fn`` of the list and deletes
+      ``s-1/all`` (every rank has read it: each has arrived at ``s``).
+
+    Every rank makes four store requests per exchange whatever the group size, and the server moves each message
+    once in and the result once out to each rank: linear in the group size when the result does not grow with it.
+    """
+
 
     def __init__(self, pg: Any) -> None:
         import torch.distributed as dist
@@ -126,7 +190,7 @@ class StoreGroup(Group):
         # every member creates the channels of a group in the same order, so the count agrees
         incarnation = _incarnations[self.identity] = _incarnations.get(self.identity, 0) + 1
         attempt = settings.current().restart_count
-        self._prefix = f"triton_dist_tune/attempt{attempt}/{self.name}/{incarnation}/"
+        self._prefix = namespace(self.name, self.global_ranks, attempt, incarnation)
         self._seq = 0
         self._lock = threading.Lock()
 
@@ -136,37 +200,65 @@ class StoreGroup(Group):
         (a store kept here would keep rank 0's store server thread alive until the interpreter's exit)."""
         return _job_store()
 
-    def _key(self, seq: int, rank: int) -> str:
+    def _key(self, seq: int, rank: int | str) -> str:
         return f"{self._prefix}{seq}/{rank}"
 
-    def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
+    def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
         timeout = default_timeout() if timeout is None else timeout
         with self._lock:
             self._seq += 1
             seq = self._seq
-        keys = [self._key(seq, r) for r in range(self.size)]
-        self.store.set(keys[self.rank], pickle.dumps(obj))
+        if self.rank == 0:
+            result = self._gather_and_send(seq, obj, fn, what, timeout)
+        else:
+            result = self._send_and_receive(seq, obj, what, timeout)
+        return _unwrap(result, what)
+
+    def _gather_and_send(self, seq: int, obj: Any, fn: Callable[[list[Any]], Any], what: str,
+                         timeout: float) -> Any:
+        keys = [self._key(seq, r) for r in range(1, self.size)]
+        self._wait(keys, what, timeout, lambda: [r for r in range(1, self.size) if not self._arrived(keys[r - 1])])
+        values = [obj, *(pickle.loads(v) for v in self.store.multi_get(keys))]
+        result = _run_on_root(fn, values)
+        try:
+            payload = pickle.dumps(result)
+        except Exception as exc:  # the others must still get an answer, not wait out the deadline
+            result = _Failed(f"the result cannot be pickled ({type(exc).__name__}: {exc})")
+            payload = pickle.dumps(result)
+        self.store.set(self._key(seq, "all"), payload)
+        if seq > 1:
+            self.store.delete_key(self._key(seq - 1, "all"))
+        return result
+
+    def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
+        mine, combined = self._key(seq, self.rank), self._key(seq, "all")
+        self.store.set(mine, pickle.dumps(obj))
+        self._wait([combined], what, timeout, lambda: self._missing_seen_from(seq))
+        result = pickle.loads(self.store.get(combined))
+        self.store.delete_key(mine)  # rank 0 has read it: it wrote the result
+        return result
+
+    def _missing_seen_from(self, seq: int) -> list[int]:
+        """On a timeout at a rank other than 0: the ranks whose message is not in the store, or rank 0 when every
+        other rank's is (then rank 0 never came to combine them)."""
+        late = [r for r in range(1, self.size) if r != self.rank and not self._arrived(self._key(seq, r))]
+        return late or [0]
+
+    def _wait(self, keys: list[str], what: str, timeout: float, missing: Callable[[], list[int]]) -> None:
         started = time.monotonic()
         try:
-            wait_in_slices(lambda s: self.store.wait(keys, timedelta(seconds=s)), timeout,
-                           lambda waited: self._report(what, keys, waited, timeout))
+            wait_in_slices(lambda seconds: self.store.wait(keys, timedelta(seconds=seconds)), timeout,
+                           lambda waited: report_waiting(self.rank, self.name, what, missing(), self.global_ranks,
+                                                         waited, timeout))
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
             waited = time.monotonic() - started
-            missing = [r for r in range(self.size) if r != self.rank and not self._arrived(keys[r])]
-            message = self._late_message(what, missing, timeout)
             if waited < 0.9 * timeout:  # not a timeout: the store itself went away
                 message = (f"triton_dist_tune: rank {self.rank} of group '{self.name}' lost the key-value store "
                            f"after {waited:.1f} s at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 "
                            "without torchrun) has ended")
+            else:
+                message = self._late_message(what, missing(), timeout)
             raise GroupTimeoutError(message) from exc
-        values = self.store.multi_get(keys)
-        if seq > 1:
-            self.store.delete_key(self._key(seq - 1, self.rank))  # every rank has read round seq - 1 by now
-        return [pickle.loads(v) for v in values]
-
-    def _report(self, what: str, keys: Sequence[str], waited: float, timeout: float) -> None:
-        missing = [r for r in range(self.size) if r != self.rank and not self._arrived(keys[r])]
-        report_waiting(self.rank, self.name, what, missing, self.global_ranks, waited, timeout)
 
     def _arrived(self, key: str) -> bool:
         try:
@@ -224,9 +316,55 @@ class MpiGroup(Group):
                 )
             time.sleep(_POLL_S)
 
+    def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
+        self._wait(self.comm.Ibarrier(), what, timeout, self.rank)  # every rank is here: the rest cannot hang
+        values = self.comm.gather(obj, root=0)
+        return _unwrap(self.comm.bcast(_run_on_root(fn, values) if self.rank == 0 else None, root=0), what)
+
     def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
         self._wait(self.comm.Ibarrier(), what, timeout, self.rank)
         return self.comm.allgather(obj)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """What :func:`agree` found: the ranks' notes, and for each field where ranks differ, the groups of ranks that
+    hold each value (with the start of that value's text)."""
+
+    notes: list[tuple[int, str]]
+    differ: dict[str, list[tuple[list[int], str]]]
+
+
+def agree(group: Group, fields: Mapping[str, str], what: str, timeout: float | None = None,
+          note: str | None = None) -> Agreement:
+    """Check that every rank holds the same text in each of ``fields``, sending fingerprints, not the texts.
+
+    One exchange carries each rank's fingerprints and ``note`` (a local problem to report, or None). Only where
+    ranks differ, a second exchange (on every rank, since all learn of the difference together) carries the start
+    of the text from one rank per distinct value, for the error message. ``fields`` must have the same names, in
+    the same order, on every rank.
+    """
+    names = list(fields)
+    mine = (tuple(fingerprint(fields[n]) for n in names), note)
+
+    def summarize(values: list[Any]) -> tuple[list[tuple[int, str]], dict[int, list[list[int]]]]:
+        notes = [(r, n) for r, (_, n) in enumerate(values) if n]
+        split: dict[int, list[list[int]]] = {}
+        for i in range(len(names)):
+            holders: dict[str, list[int]] = {}
+            for r, (prints, _) in enumerate(values):
+                holders.setdefault(prints[i], []).append(r)
+            if len(holders) > 1:
+                split[i] = sorted(holders.values())
+        return notes, split
+
+    notes, split = group.combine(mine, what, summarize, timeout)
+    if not split:
+        return Agreement(notes, {})
+    sample = {i: fields[names[i]][:200] for i, groups in split.items() if any(g[0] == group.rank for g in groups)}
+    texts = group.combine(sample, f"{what} (details of the difference)", list, timeout)
+    differ = {names[i]: [(ranks, texts[ranks[0]][i]) for ranks in groups] for i, groups in split.items()}
+    return Agreement(notes, differ)
 
 
 def _world_ranks(comm: Any) -> tuple:

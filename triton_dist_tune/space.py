@@ -11,7 +11,8 @@ from typing import Any
 from .errors import BadInputError
 
 #: keywords a call of a tuned function may carry for the tuner (any other ``autotune_*`` keyword is a typo)
-CALL_KEYWORDS = frozenset({"autotune", "autotune_verbose", "autotune_pg", "autotune_allow_arg_overwrite"})
+CALL_KEYWORDS = frozenset({"autotune", "autotune_verbose", "autotune_pg", "autotune_allow_arg_overwrite",
+                           "autotune_replicas"})
 #: a memory address in a repr: different in every process
 #: types whose equal values are one object, so that hashing by identity is hashing by value
 _SINGLETON_TYPES = frozenset({"torch.dtype", "torch.layout", "torch.memory_format"})

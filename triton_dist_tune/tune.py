@@ -28,13 +28,14 @@ from typing import Any
 
 from . import logs, settings
 from .cache import DiskCache, dependency_text, entry_id, source_of
-from .comm import Group, channel_entries, resolve_group
+from .comm import Group, agree, channel_entries, resolve_group
 from .errors import AllConfigsFailedError, BadInputError, MismatchError
 from .journal import Journal, merge
 from .measure import Measurer, Plan, Reference, Trial, describe_error
 from .precompile import precompile
 from .race import Race, RacePlan
 from .records import Decision, Outcome
+from .replicas import Layout, settle
 from .side_effects import ArgumentState, check_names, named_arguments
 from .space import (
     CALL_KEYWORDS,
@@ -142,6 +143,7 @@ class Tuner:
         verbose = kwargs.pop("autotune_verbose", None)
         pg = kwargs.pop("autotune_pg", None)
         overwrite = bool(kwargs.pop("autotune_allow_arg_overwrite", False))
+        replicas = kwargs.pop("autotune_replicas", None)
         typos = sorted(k for k in kwargs if k.startswith("autotune") and k not in self.params)
         problem = (f"{getattr(self.fn, '__qualname__', self.name)}() got unknown tuner keyword(s) {typos}; the "
                    f"tuner's call keywords are {sorted(CALL_KEYWORDS)}") if typos else None
@@ -150,6 +152,9 @@ class Tuner:
                 raise BadInputError(problem)
             return self._run(args, kwargs, self._first_config(args, kwargs, overwrite), overwrite)
         group = resolve_group(pg)
+        layout = None if replicas is None else Layout(group, resolve_group(replicas))
+        if layout is not None and self.sharded:
+            raise BadInputError(f"{self.name}: autotune_replicas is for lock-step tuning, not sharded=True")
         try:
             key = self.key_fn(*args, **kwargs)
             hash(key)
@@ -157,6 +162,8 @@ class Tuner:
         except Exception as exc:
             key, key_error = None, f"key_fn failed: {describe_error(exc)}"
         table, slot = (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
+        if layout is not None:
+            table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
         config = table.get(slot) if key_error is None else None
         if config is not None and problem:
             raise BadInputError(problem)  # decided: the other ranks are not tuning, so nothing to agree on
@@ -165,7 +172,7 @@ class Tuner:
                 config = table.get(slot) if key_error is None else None
                 if config is None:
                     config = table[slot] = self._tune(group, key, key_error, problem, args, kwargs, verbose,
-                                                      overwrite)
+                                                      overwrite, layout)
         return self._run(args, kwargs, config, overwrite)
 
     def _run(self, args: tuple, kwargs: dict[str, Any], config: dict[str, Any], overwrite: bool) -> Any:
@@ -198,7 +205,8 @@ class Tuner:
     # -- one tuning ----------------------------------------------------------------------------------------------
 
     def _tune(self, group: Group, key: Any, key_error: str | None, problem: str | None, args: tuple,
-              kwargs: dict[str, Any], verbose: bool | None, overwrite: bool = False) -> dict[str, Any]:
+              kwargs: dict[str, Any], verbose: bool | None, overwrite: bool = False,
+              layout: Layout | None = None) -> dict[str, Any]:
         started = time.perf_counter()
         rank_log = logs.rank_log()
         env = settings.current()
@@ -211,17 +219,25 @@ class Tuner:
             except Exception as exc:  # an unstable key, or a failing cache_key_extra: agreed below
                 key_error = str(exc) if isinstance(exc, BadInputError) else f"cache_key_extra: {describe_error(exc)}"
         label = f"[{self.name} key={key_text}]"
+        if layout is not None:
+            layout.agree(self.name, key_text, self.space_text, self.timeout, key_error or problem)
         self._agree(group, key_text, key_error, kwargs, problem, args, overwrite)
         entry = entry_id(self.source, key_text, self.space_text, group.size, extra)
         timeout = self.timeout if self.timeout is not None else env.timeout
 
-        found = None
-        if group.rank == 0 and not env.always_tune:
-            data = self.cache.load(entry, self.space_text)
+        def read_cache() -> int | None:
+            data = None if env.always_tune else self.cache.load(entry, self.space_text)
             index = data["index"] if data is not None else -1
             if 0 <= index < len(self.space) and data["config"] == self.descriptions[index]:
-                found = index
-        found = group.broadcast(found, f"{label} cache lookup", timeout=timeout)
+                return index
+            return None
+
+        if layout is None:
+            found = group.broadcast(read_cache() if group.rank == 0 else None, f"{label} cache lookup",
+                                    timeout=timeout)
+        else:
+            entry = layout.entry(entry)
+            found = layout.lookup(read_cache, f"{label} cache lookup", timeout)
         if found is not None:
             rank_log.info("%s cache hit: config %d %s", label, found, self.descriptions[found])
             if group.rank == 0 and logs.printing_enabled(verbose):
@@ -231,16 +247,19 @@ class Tuner:
         rank_log.info("%s tuning %d configs on %d rank(s) of group '%s'", label, len(self.space), group.size,
                       logs.group_title(group))
         kept = self._prune(group, label, args, kwargs, timeout)
+        if layout is not None:
+            kept = layout.keep_everywhere(kept, f"{label} prune", timeout)
         journal = self._journal(group, entry, env)
         ended = False
         try:  # the journal is locked while this tuning runs; when it is cut short its records stay for the next
             gathered = group.allgather(journal.read(), f"{label} journal exchange", timeout=timeout)
             earlier = merge(gathered, self.descriptions, only_job=env.job_id if env.always_tune else False)
             seed = fingerprint(f"{key_text}\n{self.space_text}")
-            decision = self._measure(group, label, kept, earlier, journal, args, kwargs, timeout, verbose, seed)
+            decision = self._measure(group, label, kept, earlier, journal, args, kwargs, timeout, verbose, seed,
+                                     layout)
             decision.seconds = time.perf_counter() - started
             try:
-                self._decide(group, label, entry, key_text, decision, timeout)
+                self._decide(group, label, entry, key_text, decision, timeout, layout is None or layout.reads_cache)
             except AllConfigsFailedError:
                 ended = True  # every config failed: this tuning is over, and nothing of it may replay later
                 raise
@@ -269,20 +288,13 @@ class Tuner:
                 check_call(self.fn, self.space, args, kwargs, self.name, overwrite)
             except BadInputError as exc:
                 problem = str(exc)
-        mine = (key_text, self.space_text, group.size, problem)
-        everyone = group.allgather(mine, f"[{self.name}] agree on key and config space", timeout=self.timeout)
-        problems = [(r, p[3]) for r, p in enumerate(everyone) if p[3]]
-        if problems:
-            raise BadInputError(f"{self.name}: " + "; ".join(f"rank {r}: {p}" for r, p in problems))
-        for field, what in ((2, "group size"), (1, "config space"), (0, "key")):
-            values = {}
-            for r, p in enumerate(everyone):
-                values.setdefault(p[field], []).append(r)
-            if len(values) > 1:
-                detail = "; ".join(
-                    f"ranks {ranks}: {str(v)[:200]}" for v, ranks in values.items()
-                )
-                raise MismatchError(f"{self.name}: the ranks of group '{group.name}' differ in {what}: {detail}")
+        fields = {"group size": str(group.size), "config space": self.space_text, "key": key_text}
+        agreement = agree(group, fields, f"[{self.name}] agree on key and config space", self.timeout, problem)
+        if agreement.notes:
+            raise BadInputError(f"{self.name}: " + "; ".join(f"rank {r}: {p}" for r, p in agreement.notes))
+        for what, holders in agreement.differ.items():
+            detail = "; ".join(f"ranks {ranks}: {text}" for ranks, text in holders)
+            raise MismatchError(f"{self.name}: the ranks of group '{group.name}' differ in {what}: {detail}")
 
     def _prune(self, group: Group, label: str, args: tuple, kwargs: dict[str, Any], timeout: float) -> list[int]:
         mine: list[bool] | str
@@ -301,7 +313,7 @@ class Tuner:
 
     def _measure(self, group: Group, label: str, kept: list[int], earlier: dict[int, dict[str, Any]],
                  journal: Journal, args: tuple, kwargs: dict[str, Any], timeout: float, verbose: bool | None,
-                 seed: str) -> Decision:
+                 seed: str, layout: Layout | None = None) -> Decision:
         trial, state = self._prepare(group, label, args, kwargs, timeout)
         timing = timing_mode(self.timing)
         race_plan = RacePlan(max_rounds=self.n_repeat, budget_s=self.budget, early_stop=self.early_stop,
@@ -310,7 +322,8 @@ class Tuner:
                             logs.rank_log(), label)
         outcomes: list[Outcome] = []
         todo = []
-        for i in kept:
+        share = kept if layout is None else layout.share(kept)
+        for i in share:
             resumed = Outcome.from_json({**earlier[i], "index": i}) if i in earlier else None
             if resumed is not None and resumed.state in ("failed", "stopped"):
                 resumed.resumed = True
@@ -325,12 +338,21 @@ class Tuner:
                 outcomes.append(measurer.fail(i, self.descriptions[i], error))
             todo = [t for t in todo if t[0] not in failed]
         try:
-            outcomes += measurer.sharded(todo) if self.sharded else measurer.lockstep(todo)
+            if layout is not None:  # this replica's share, then the leaders on every replica
+                decision = settle(layout, measurer, outcomes + measurer.lockstep(todo), self._todo,
+                                  self.refine_top, label, timeout, len(share), timing)
+            else:
+                outcomes += measurer.sharded(todo) if self.sharded else measurer.lockstep(todo)
         finally:
             if state is not None:
                 state.put_back()
         self.last_measurer = measurer
+        if layout is not None:
+            return decision
         return decide(sorted(outcomes, key=lambda o: o.index), getattr(measurer, "race", None), timing)
+
+    def _todo(self, index: int) -> tuple[int, dict[str, Any], str]:
+        return index, self.space[index], self.descriptions[index]
 
     def _prepare(self, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
                  timeout: float) -> tuple[Trial, ArgumentState]:
@@ -372,7 +394,7 @@ class Tuner:
         return trial, state
 
     def _decide(self, group: Group, label: str, entry: str, key_text: str, decision: Decision,
-                timeout: float) -> None:
+                timeout: float, writes: bool = True) -> None:
         """Group rank 0 writes the cache; every rank raises the same error when no config is usable. The decision
         itself is already identical on every rank (it was computed from exchanged data only)."""
         if decision.index < 0:
@@ -380,7 +402,7 @@ class Tuner:
                              if o.state == "failed")
             logs.rank_log().error("%s every config failed: %s", label, text)
             raise AllConfigsFailedError(f"{label} every config failed on some rank: {text}")
-        if group.rank == 0:
+        if group.rank == 0 and writes:
             record = {"function": self.name, "key": key_text, "group_size": group.size,
                       "group": logs.group_title(group),
                       "index": decision.index, "config": decision.config, "time_ms": decision.time,
@@ -474,7 +496,9 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
     communication; ``autotune_verbose=True`` prints the measurements on group rank 0; ``autotune_pg=`` is the
     group to tune with (a torch ProcessGroup of any backend or an mpi4py communicator; default: the default group
     when torch.distributed is initialized, else this process alone); ``autotune_allow_arg_overwrite=True`` lets a
-    keyword the caller passes win over the config's value of it (with a warning), where it is otherwise an error.
+    keyword the caller passes win over the config's value of it (with a warning), where it is otherwise an error;
+    ``autotune_replicas=`` a group linking the same position of every replica of ``autotune_pg`` tunes all
+    replicas as one, splitting the configs between them (see docs/scale.md).
     Tuned parameters are passed by the tuner as keywords: passing one by position is an error.
 
     Tensor arguments that a run changes in place are restored before every tuning run and before the final call

@@ -1,0 +1,160 @@
+"""Multi-rank scenarios for the control channel's traffic and for multi-node jobs, run by tests/test_scale.py.
+
+Usage: python scale_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set, or under torchrun). Each rank
+prints ``RESULT {json}`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+from _cases import case, emit, main
+
+import triton_dist_tune as tdt
+from triton_dist_tune.comm import resolve_group
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from bench_traffic import count_store  # noqa: E402  (the benchmark's request counter)
+
+BIG = 8  # configs of the big space, each with a 4 KB text
+
+
+def counted_group():
+    tdt.init_distributed(backend="gloo")
+    group = resolve_group(None)
+    return group, count_store(group)
+
+
+@case
+def traffic():
+    """Store requests and bytes of this rank per exchange of each kind, and of a tuning with a big config space."""
+    group, store = counted_group()
+    calls = {"allgather": lambda i: group.allgather(i, f"allgather {i}"),
+             "broadcast": lambda i: group.broadcast(i, f"broadcast {i}"),
+             "barrier": lambda i: group.barrier(f"barrier {i}"),
+             "combine": lambda i: group.combine(float(i), f"combine {i}", max)}
+    counts = {}
+    for kind, call in calls.items():
+        call(0)
+        store.reset()
+        for i in range(1, 6):
+            call(i)
+        counts[kind] = {"requests": store.requests / 5, "bytes": store.bytes / 5}
+
+    @tdt.autotune([{"variant": v, "note": str(v) * 4096} for v in range(BIG)], key_fn=lambda x, **kw: x,
+                  n_warmup=0, n_repeat=1, name="traffic")
+    def trivial(x, *, variant, note):
+        return x + variant
+
+    store.reset()
+    trivial(1)
+    counts["tuning"] = {"requests": store.requests, "bytes": store.bytes,
+                        "space_chars": len(trivial.tuner.space_text)}
+    emit(rank=group.rank, size=group.size, counts=counts)
+
+
+@case
+def late():
+    """Rank 2 of 4 never comes to the second barrier: every other rank raises GroupTimeoutError naming it."""
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    group.barrier("first barrier")
+    if group.rank == 2:
+        emit(rank=2, error=None)
+        return
+    try:
+        group.barrier("second barrier", timeout=3)
+        emit(rank=group.rank, error=None)
+    except tdt.GroupTimeoutError as exc:
+        emit(rank=group.rank, error=type(exc).__name__, message=str(exc))
+
+
+@case
+def store_stays_small():
+    """The store holds no more tuner keys after 60 exchanges than after 10."""
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    from torch.distributed import distributed_c10d as c10d
+
+    store = c10d._get_default_store()
+    counts = []
+    for total in (10, 60):
+        while group._seq < total:
+            group.allgather(group._seq, "exchange")
+        group.barrier("count")  # every rank is past its own keys' deletion of the rounds before
+        counts.append(store.num_keys())
+    emit(rank=group.rank, keys=counts)
+
+
+SLEEP_MS = [30, 40, 3]  # config 2 is clearly the fastest on every rank
+
+
+@case
+def multinode():
+    """Under two torchrun agents (one per "node"): tune on the whole job, or reuse the cache of an earlier job."""
+    tdt.init_distributed(backend="gloo")
+    calls = []
+
+    @tdt.autotune([{"variant": v} for v in range(3)], key_fn=lambda x, **kw: x, n_warmup=1, n_repeat=3,
+                  name="multinode")
+    def work(x, *, variant):
+        calls.append(variant)
+        time.sleep(SLEEP_MS[variant] / 1e3)
+        return x + variant
+
+    out = work(10)
+    emit(rank=dist.get_rank(), node=os.environ.get("NODE"), out=out, calls=calls,
+         chosen=work.tuner.decided[10]["variant"])
+
+
+TP = 2  # ranks per tensor-parallel group: groups [0, 1], [2, 3], ...; replica j holds global ranks 2j and 2j + 1
+N_CONFIGS = 16
+
+
+def replica_sleep_ms(replica: int, variant: int) -> float:
+    """Config 0 is the fastest on replica 0 but slow on replica 1; config 1 is second everywhere."""
+    if variant == 0:
+        return 60.0 if replica == 1 else 10.0
+    return 30.0 if variant == 1 else 90.0
+
+
+@case
+def replicas():
+    """TP groups of 2 ranks, replicated world/2 times; ``MODE=replicas`` tunes them as one layout (``MODE=mesh``:
+    the same, with the groups of a DeviceMesh), ``MODE=independent`` lets every TP group tune alone (a
+    subgroup-only job, as before replicas existed)."""
+    tdt.init_distributed(backend="gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if os.environ["MODE"] == "mesh":  # the same layout as a DeviceMesh with named dimensions
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (world // TP, TP), mesh_dim_names=("dp", "tp"))
+        tp, across = mesh.get_group("tp"), mesh.get_group("dp")
+    else:
+        tp_groups = [dist.new_group(list(range(s, s + TP))) for s in range(0, world, TP)]
+        replica_groups = [dist.new_group(list(range(p, world, TP))) for p in range(TP)]
+        tp, across = tp_groups[rank // TP], replica_groups[rank % TP]
+    replica = rank // TP
+    calls = []
+
+    @tdt.autotune([{"variant": v} for v in range(N_CONFIGS)], key_fn=lambda x, **kw: tuple(x.shape), n_warmup=1,
+                  n_repeat=3, name="replicas")
+    def layer(x, *, variant):
+        calls.append(variant)
+        time.sleep(replica_sleep_ms(replica, variant) / 1e3)
+        y = x * (variant + 1)
+        dist.all_reduce(y, group=tp)
+        return y
+
+    import torch
+
+    extra = {} if os.environ["MODE"] == "independent" else {"autotune_replicas": across}
+    out = layer(torch.ones(4), autotune_pg=tp, **extra)
+    emit(rank=rank, replica=replica, calls=calls, out=out.tolist(),
+         chosen=next(iter(layer.tuner.decided_in.values()))["variant"])
+
+
+if __name__ == "__main__":
+    main()

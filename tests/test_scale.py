@@ -1,0 +1,170 @@
+"""The control channel's traffic as groups grow, and multi-node jobs as users start them (real gloo ranks)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from harness import HERE, base_env, describe, free_port, parse_results, run_ranks, tuner_env
+
+from triton_dist_tune.comm import namespace
+
+CASES = HERE / "scenarios" / "scale_cases.py"
+
+
+def run(case, n, env, timeout=120):
+    results = run_ranks(CASES, n, [case], env=env, timeout=timeout)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return [r.result for r in results]
+
+
+@pytest.mark.timeout(300)
+def test_requests_per_rank_per_exchange_do_not_grow_with_the_group(tmp_path):
+    env = tuner_env(tmp_path, 60)
+    by_size = {n: run("traffic", n, env, timeout=240) for n in (2, 4)}
+    for n, results in by_size.items():
+        for r in results:
+            for kind in ("allgather", "broadcast", "barrier", "combine"):
+                assert r["counts"][kind]["requests"] == 4, (n, r)  # whatever the group size
+    for kind in ("broadcast", "barrier", "combine"):  # results that do not grow: a rank's bytes do not either
+        small = max(r["counts"][kind]["bytes"] for r in by_size[2][1:])
+        large = max(r["counts"][kind]["bytes"] for r in by_size[4][1:])
+        assert abs(large - small) <= 4, (kind, small, large)
+        # rank 0 reads every message once: its bytes grow with the group, by one message per rank
+        assert by_size[4][0]["counts"][kind]["bytes"] < 2.5 * by_size[2][0]["counts"][kind]["bytes"]
+    for results in by_size.values():  # agreeing on a 32 KB config space sends fingerprints, not the text
+        for r in results:
+            tuning = r["counts"]["tuning"]
+            assert tuning["space_chars"] > 32_000 and tuning["bytes"] < tuning["space_chars"] / 2, r
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_never_arrives_is_named_by_every_waiting_rank(tmp_path):
+    results = run("late", 4, tuner_env(tmp_path, 30))
+    for r in results:
+        if r["rank"] == 2:
+            continue
+        assert r["error"] == "GroupTimeoutError", r
+        assert "at 'second barrier' for group ranks [2] (global [2])" in r["message"], r
+
+
+@pytest.mark.timeout(120)
+def test_the_store_does_not_grow_with_the_number_of_exchanges(tmp_path):
+    results = run("store_stays_small", 3, tuner_env(tmp_path, 30))
+    for r in results:
+        after_10, after_60 = r["keys"]
+        assert after_60 - after_10 <= 3, r
+
+
+def test_groups_with_one_name_and_other_ranks_or_attempts_never_share_keys():
+    prefixes = {namespace("1", [0, 1], "0"), namespace("1", [0, 2], "0"), namespace("1", [0, 1], "1"),
+                namespace("2", [0, 1], "0")}
+    assert len(prefixes) == 4
+    assert namespace("1", [0, 1], "0") == namespace("1", [0, 1], "0")
+
+
+# -- multi-node: two torchrun agents on one machine, each "node" with its own cache and log folders ----------------
+
+
+def two_nodes(tmp_path, port: int, rdzv: str = "static", timeout: float = 150) -> list[dict]:
+    """One job of 2 "nodes" x 1 rank, started as on two machines: with launch.sh's static rendezvous
+    (``--node-rank`` sets the ranks) or with a c10d rendezvous (the agents take ranks in the order they join)."""
+    procs = []
+    for node in (0, 1):
+        env = base_env(tuner_env(tmp_path / f"node{node}", 30, NODE=str(node)))
+        where = (["--master-addr", "127.0.0.1", "--master-port", str(port)] if rdzv == "static" else
+                 ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"])
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node), *where,
+               "--nproc-per-node", "1", str(CASES), "multinode"]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=timeout))
+    finally:
+        for proc in procs:
+            proc.kill()
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+    return sorted((r for out, _ in outputs for r in parse_results(out)), key=lambda r: r["rank"])
+
+
+def decisions(tmp_path) -> list[int]:
+    return [len(list((tmp_path / f"node{n}" / "cache" / "multinode").glob("*.json"))) for n in (0, 1)]
+
+
+@pytest.mark.timeout(400)
+def test_two_node_job_decides_once_and_a_second_job_reuses_the_decision(tmp_path):
+    first = two_nodes(tmp_path, free_port())
+    assert [r["rank"] for r in first] == [0, 1] and [r["node"] for r in first] == ["0", "1"], first
+    assert [r["chosen"] for r in first] == [2, 2] and [r["out"] for r in first] == [12, 12]
+    assert all(r["calls"] != [2] for r in first)  # both measured
+    caches = [list((tmp_path / f"node{n}" / "cache" / "multinode").glob("*.json")) for n in (0, 1)]
+    assert [len(c) for c in caches] == [1, 0], caches  # one decision, written once, by rank 0's node
+    assert json.loads(caches[0][0].read_text())["group_size"] == 2
+    for node in (0, 1):  # each node's log folder holds its own rank's log
+        assert sorted(p.name for p in (tmp_path / f"node{node}" / "logs").rglob("rank-*.log")) == [f"rank-{node}.log"]
+    second = two_nodes(tmp_path, free_port())
+    assert [r["calls"] for r in second] == [[2], [2]], second  # a cache hit: no measuring, the final call only
+    assert decisions(tmp_path) == [1, 0]
+
+
+@pytest.mark.timeout(400)
+def test_c10d_rendezvous_writes_on_the_node_that_got_rank_0(tmp_path):
+    """With ``--rdzv-backend c10d`` rank 0 lands on either node; the decision is written once, on that node, and
+    a second job reuses it exactly when rank 0 lands there again (docs/scale.md: share the cache folder)."""
+    first = two_nodes(tmp_path, free_port(), rdzv="c10d")
+    assert [r["chosen"] for r in first] == [2, 2], first
+    home = int(first[0]["node"])  # the node that ran rank 0
+    assert decisions(tmp_path) == [int(home == 0), int(home == 1)]
+    second = two_nodes(tmp_path, free_port(), rdzv="c10d")
+    hit = int(second[0]["node"]) == home
+    assert [r["calls"] == [2] for r in second] == [hit, hit], (home, second)
+    assert [r["chosen"] for r in second] == [2, 2]
+    assert sum(decisions(tmp_path)) == (1 if hit else 2)
+
+
+# -- replicas: TP groups replicated across the job, tuned as one ----------------------------------------------------
+
+def replicas_job(tmp_path, n: int, mode: str) -> list[dict]:
+    env = tuner_env(tmp_path, 60, MODE=mode)
+    return sorted(run("replicas", n, env, timeout=300), key=lambda r: r["rank"])
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("n", [4, 8])
+def test_replicas_split_the_first_pass_and_end_on_one_config(tmp_path, n):
+    replicas = n // 2
+    independent = replicas_job(tmp_path / "alone", n, "independent")
+    # a subgroup-only job as before: each TP group measures all 16 configs and chooses for itself
+    assert all(sorted(set(r["calls"])) == list(range(16)) for r in independent), independent
+    assert [r["chosen"] for r in independent] == [0, 0, 1, 1] + [0] * (n - 4), independent
+
+    together = replicas_job(tmp_path / "layout", n, "replicas")
+    assert {r["chosen"] for r in together} == {1}, together  # least over configs of the max over every replica
+    for config in range(2, 16):  # not a leader: measured in the first pass by one replica only
+        measured_by = sorted({r["replica"] for r in together if config in r["calls"]})
+        assert measured_by == [config % replicas], (config, together)
+    for r in together:  # the leaders 0 and 1 are raced on every replica
+        assert r["calls"].count(0) > 0 and r["calls"].count(1) > 0, r
+    alone = max(len(r["calls"]) for r in independent)
+    most = max(len(r["calls"]) for r in together)
+    print(f"calls per rank: {alone} alone, at most {most} with {replicas} replicas")
+    assert most <= (0.7 if replicas == 2 else 0.5) * alone, (most, alone)
+    files = list((tmp_path / "layout" / "cache" / "replicas").glob("*.json"))
+    assert len(files) == 1, files  # one decision for the layout, written once
+    assert json.loads(files[0].read_text())["index"] == 1
+    if n == 4:  # a second job of the same layout reuses it: no measuring, the final call only
+        again = replicas_job(tmp_path / "layout", n, "replicas")
+        assert [r["calls"] for r in again] == [[1]] * n, again
+
+
+@pytest.mark.timeout(300)
+def test_replicas_given_as_the_groups_of_a_device_mesh(tmp_path):
+    results = replicas_job(tmp_path, 4, "mesh")
+    assert [r["chosen"] for r in results] == [1] * 4, results
+    for config in range(2, 16):
+        assert len({r["replica"] for r in results if config in r["calls"]}) == 1, (config, results)
+    assert len(list((tmp_path / "cache" / "replicas").glob("*.json"))) == 1

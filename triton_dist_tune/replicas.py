@@ -1,0 +1,155 @@
+"""Replicas: the same tensor-parallel group repeated across a data-parallel job, tuned as one.
+
+A call with ``autotune_pg=tp_group, autotune_replicas=replica_group`` (``replica_group`` links the same position
+of every replica, e.g. ``mesh.get_group("dp")`` of a ``DeviceMesh`` whose other dimension is ``tp``) tunes so that
+every rank of every replica ends on one config per key:
+
+1. the replicas agree on key and config space, and on the configs every rank of every replica keeps;
+2. replica ``j`` of ``R`` races the configs at positions ``j, j + R, ...`` of that list, in lock-step inside its
+   group (:meth:`Measurer.lockstep`, the measurement engine's race), so the first pass costs each rank 1/R of it;
+3. the outcomes are gathered across replicas (all ranks of a group hold the same outcomes, so every position
+   gathers the same table);
+4. the leaders (the 2 least times, or ``refine_top`` if larger) are raced again on every replica, and a leader's
+   time is the MAX over replicas of each replica's group time (itself the MAX over the group's ranks);
+5. the choice is the least of those times (ties: the lower index): the least over configs of the max over every
+   rank of every replica. Every rank computes it from the same exchanged data.
+
+The disk cache holds one decision per key for the whole layout; the rank that is group rank 0 of replica 0 alone
+reads and writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .comm import Group, agree
+from .errors import BadInputError, MismatchError
+from .measure import Measurer, Todo
+from .records import Decision, Outcome
+from .space import fingerprint
+from .watchdog import exchange_timeout
+
+MIN_LEADERS = 2
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A group that tunes in lock-step (``group``) and the ranks at its position in every replica (``replicas``)."""
+
+    group: Group
+    replicas: Group
+
+    @property
+    def reads_cache(self) -> bool:
+        """Whether this rank reads and writes the disk cache for the whole layout."""
+        return self.group.rank == 0 and self.replicas.rank == 0
+
+    def entry(self, entry: str) -> str:
+        """The cache entry of a decision for this layout (the group's entry, made distinct per replica count)."""
+        return fingerprint(f"{entry}/replicas{self.replicas.size}")
+
+    def journal_suffix(self) -> str:
+        """Distinguishes the journals of ranks at one group position in different replicas (one folder)."""
+        return f".replica{self.replicas.rank}"
+
+    def agree(self, name: str, key_text: str, space_text: str, timeout: float | None,
+              problem: str | None = None) -> None:
+        """Raise the same error on every rank when some replica reports a ``problem`` (a failing ``key_fn``), or
+        replicas differ in key, config space or group size (:class:`MismatchError`)."""
+        fields = {"group size": str(self.group.size), "config space": space_text, "key": key_text}
+        found = agree(self.replicas, fields, f"[{name}] agree across replicas", timeout, problem)
+        if found.notes:
+            raise BadInputError(f"{name}: " + "; ".join(f"replica {j}: {p}" for j, p in found.notes))
+        for what, holders in found.differ.items():
+            detail = "; ".join(f"replicas {ranks}: {text}" for ranks, text in holders)
+            raise MismatchError(f"{name}: the replicas linked by group '{self.replicas.name}' differ in {what}: "
+                                f"{detail}")
+
+    def lookup(self, read: Callable[[], Any], what: str, timeout: float) -> Any:
+        """``read()`` on the cache-reading rank alone; its answer on every rank of every replica."""
+        found = self.group.broadcast(read() if self.reads_cache else None, what, timeout=timeout)
+        return self.replicas.broadcast(found, f"{what} (across replicas)", timeout=timeout)
+
+    def keep_everywhere(self, kept: list[int], what: str, timeout: float) -> list[int]:
+        """The configs that every replica keeps (each replica's ``kept`` is already agreed inside its group)."""
+        return self.replicas.combine(kept, f"{what} (across replicas)", _kept_by_all, timeout)
+
+    def share(self, kept: Sequence[int]) -> list[int]:
+        """The configs this replica measures in the first pass."""
+        return [i for position, i in enumerate(kept) if position % self.replicas.size == self.replicas.rank]
+
+    def gather(self, outcomes: list[Outcome], what: str, timeout: float) -> list[Outcome]:
+        """Every replica's outcomes, one per config, sorted by config index (identical on every rank)."""
+        return self.replicas.combine(outcomes, what, _merged, timeout)
+
+    def worst(self, times: dict[int, float | str], what: str, timeout: float) -> dict[int, float | str]:
+        """Per config, the MAX over replicas of their group times, or the errors of the replicas where it failed."""
+        return self.replicas.combine(times, what, _worst, timeout)
+
+
+def _kept_by_all(kept: list[list[int]]) -> list[int]:
+    common = set(kept[0]).intersection(*kept[1:])
+    if not common:
+        raise BadInputError(f"prune_fn left no config that every replica keeps (replicas kept {kept})")
+    return sorted(common)
+
+
+def _merged(tables: list[list[Outcome]]) -> list[Outcome]:
+    outcomes: dict[int, Outcome] = {}
+    for table in tables:
+        for outcome in table:
+            outcomes.setdefault(outcome.index, outcome)
+    return [outcomes[i] for i in sorted(outcomes)]
+
+
+def _worst(per_replica: list[dict[int, float | str]]) -> dict[int, float | str]:
+    out: dict[int, float | str] = {}
+    for index in sorted(per_replica[0]):
+        values = [times[index] for times in per_replica]
+        errors = [f"replica {j}: {v}" for j, v in enumerate(values) if isinstance(v, str)]
+        out[index] = "; ".join(errors) if errors else max(values)
+    return out
+
+
+def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: Callable[[int], Todo],
+           refine_top: int, label: str, timeout: float, share: int, timing: str) -> Decision:
+    """Steps 3 to 5: gather the replicas' outcomes, race the leaders on every replica, and decide on the MAX over
+    replicas of each leader's group time. ``outcomes`` are this replica's (its share, resumed, pruned, failed)."""
+    table = layout.gather(outcomes, f"{label} outcomes across replicas", exchange_timeout(timeout) * max(1, share))
+    top = leaders(table, refine_top)
+    raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top])}  # same leaders, same order everywhere
+    times = {i: o.time if o.usable and o.time is not None else (o.error or o.state) for i, o in raced.items()}
+    worst = layout.worst(times, f"{label} leaders across replicas", exchange_timeout(timeout) * max(1, len(top)))
+    final = []
+    for outcome in table:
+        value = worst.get(outcome.index)
+        if isinstance(value, str):
+            outcome = replace(raced[outcome.index], state="failed", time=None, error=f"on some replica: {value}")
+        elif value is not None:
+            outcome = replace(raced[outcome.index], state="measured", time=value)
+        elif outcome.state == "measured":  # beaten in the first pass: not in the final race
+            outcome = replace(outcome, state="stopped")
+        final.append(outcome)
+    return decision(final, top, timing, max(o.samples for o in final))
+
+
+def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: int) -> Decision:
+    """The least over the leaders of their time (the MAX over replicas), ties to the lower index; the runner-up
+    is the next leader. Index -1 when every leader failed."""
+    usable = sorted((o for o in outcomes if o.index in top and o.usable), key=lambda o: (o.time, o.index))
+    if not usable:
+        return Decision(-1, "", float("nan"), None, False, None, outcomes, timing, rounds)
+    chosen = usable[0]
+    runner_up = usable[1] if len(usable) > 1 else None
+    margin = runner_up.time / chosen.time - 1 if runner_up is not None and chosen.time else None
+    near_tie = margin is not None and margin <= (chosen.spread or 0) + (runner_up.spread or 0)
+    return Decision(chosen.index, chosen.config, chosen.time, margin, near_tie,
+                    runner_up.index if runner_up is not None else None, outcomes, timing, rounds)
+
+
+def leaders(outcomes: Sequence[Outcome], count: int) -> list[int]:
+    """The ``max(count, 2)`` usable configs with the least times, by index (ties: the lower index)."""
+    usable = sorted((o for o in outcomes if o.usable), key=lambda o: (o.time, o.index))
+    return sorted(o.index for o in usable[: max(count, MIN_LEADERS)])
