@@ -51,6 +51,31 @@ POISONED = re.compile(r"illegal memory access|unspecified launch failure|misalig
 
 #: (index, config, description) of a config to measure
 Todo = tuple[int, dict[str, Any], str]
+#: above this many ranks, an exchange of the race carries only the group's time of a sample (the max over ranks),
+#: not every rank's, so that what the store serves stays linear in the group's size
+PER_RANK_LIMIT = 64
+
+
+@dataclass(frozen=True)
+class Combined:
+    """What one exchange of the warm-up or the race tells every rank (computed once, on group rank 0)."""
+
+    #: "rank r: error; ..." when some rank failed, else None
+    errors: str | None
+    #: every rank's value, by group rank (only the largest in a group over :data:`PER_RANK_LIMIT` ranks)
+    values: list[float]
+    #: the largest of the ranks' elapsed racing times
+    elapsed: float
+
+
+def combine_phase(contributions: list[tuple[Any, float]]) -> Combined:
+    """Rank 0's reduction of an exchange: each rank sent (its value or its error text, its elapsed seconds)."""
+    errors = [value if isinstance(value, str) else None for value, _ in contributions]
+    elapsed = max(seconds for _, seconds in contributions)
+    if any(errors):
+        return Combined(by_rank(errors), [], elapsed)
+    values = [float(value) for value, _ in contributions]
+    return Combined(None, values if len(values) <= PER_RANK_LIMIT else [max(values)], elapsed)
 
 
 @dataclass(frozen=True)
@@ -179,9 +204,9 @@ class Measurer:
         results: list[Any] = []
         failure: Exception | None = None
         for t, run in enumerate(runs):
-            statuses = self.group.allgather(failure is not None, f"{self.label} config {index} {phase} {t}",
-                                            exchange_timeout(self.plan.timeout))
-            if any(statuses):
+            stop = self.group.combine(failure is not None, f"{self.label} config {index} {phase} {t}", any,
+                                      exchange_timeout(self.plan.timeout))
+            if stop:
                 break
             try:
                 results.append(run())
@@ -241,12 +266,11 @@ class Measurer:
         batches: dict[int, int] = {}
         for index, config, desc in todo:
             wanted, error = self._warm(index, config, desc, aligned=True)
-            results = self._exchange(index, desc, error or wanted, error, "warmup")
-            if any(isinstance(r, str) for r in results):
-                outcomes[index] = self._failed(index, desc, by_rank([r if isinstance(r, str) else None
-                                                                     for r in results]))
+            combined = self._exchange(index, desc, (error or wanted, 0.0), error, "warmup")
+            if combined.errors:
+                outcomes[index] = self._failed(index, desc, combined.errors)
             else:
-                batches[index] = max(results)
+                batches[index] = int(max(combined.values))
         entries = {index: (config, desc) for index, config, desc in todo if index in batches}
         race = Race(sorted(entries), self.plan.race)
         started = time.monotonic()
@@ -259,31 +283,37 @@ class Measurer:
                 self.sample_counts[index] = self.sample_counts.get(index, 0) + 1
                 value, error = self._guarded(index, desc, "sample",
                                              lambda c=config, i=index: self.trial.sample(c, batches[i], self.cold))
-                mine = (error, time.monotonic() - started) if error else (value, time.monotonic() - started)
-                results = self._exchange(index, desc, mine, error, f"round {race.rounds}")
-                elapsed = max(r[1] for r in results)  # the group's racing time: every rank reads the same
-                errors = [r[0] if isinstance(r[0], str) else None for r in results]
-                if any(errors):
-                    race.fail(index, by_rank(errors))
-                    outcomes[index] = self._failed(index, desc, race.entrants[index].error or "")
+                combined = self._exchange(index, desc, (error or value, time.monotonic() - started), error,
+                                          f"round {race.rounds}")
+                elapsed = combined.elapsed  # the group's racing time: every rank reads the same
+                if combined.errors:
+                    race.fail(index, combined.errors)
+                    outcomes[index] = self._failed(index, desc, combined.errors)
                 else:
-                    race.record(index, [r[0] for r in results])
+                    race.record(index, combined.values)
             for index in race.end_round():
-                outcomes[index] = self._final(race.outcome(index, entries[index][1], self.group.rank))
+                outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
         for index in race.running:
-            outcomes[index] = self._final(race.outcome(index, entries[index][1], self.group.rank))
+            outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
         self.log.info("%s race: %d round(s) in %.2f s, batches %s", self.label, race.rounds,
                       time.monotonic() - started, batches)
         self.race = race
         return [outcomes[i] for i in sorted(outcomes)]
 
-    def _exchange(self, index: int, desc: str, value: Any, error: str | None, phase: str) -> list[Any]:
-        """Share this rank's outcome of a phase; its own failure is journaled first and named in a timeout."""
+    @property
+    def _own(self) -> int:
+        """This rank's position in a sample's values (-1 when a large group sends only the max)."""
+        return self.group.rank if self.group.size <= PER_RANK_LIMIT else -1
+
+    def _exchange(self, index: int, desc: str, value: tuple[Any, float], error: str | None,
+                  phase: str) -> Combined:
+        """Share this rank's outcome of a phase (reduced on group rank 0: :func:`combine_phase`); its own failure
+        is journaled first and named in a timeout."""
         if error:
             self.journal.append(index, "local_failure", config=desc, error=error)
         try:
-            return self.group.allgather(value, f"{self.label} config {index} {phase}",
-                                        exchange_timeout(self.plan.timeout))
+            return self.group.combine(value, f"{self.label} config {index} {phase}", combine_phase,
+                                      exchange_timeout(self.plan.timeout))
         except GroupTimeoutError as exc:
             if not error:
                 raise

@@ -185,5 +185,5 @@ class Race:
         per_rank = [median([row[r] for row in e.per_rank]) for r in range(ranks)]
         state = "measured" if e.state == "running" else "stopped"
         return Outcome(index, description, state, time=e.time(), spread=spread(timed), per_rank=per_rank,
-                       samples=len(timed), own=per_rank[own_rank] if own_rank < ranks else None,
+                       samples=len(timed), own=per_rank[own_rank] if 0 <= own_rank < ranks else None,
                        order=list(e.positions), round_times=timed)
