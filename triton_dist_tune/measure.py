@@ -41,7 +41,7 @@ from .race import Race, RacePlan
 from .records import Outcome
 from .side_effects import ArgumentState
 from .stats import median, spread
-from .timing import PROBE_CALLS, batch_length, calls_per_sample, time_sample
+from .timing import PROBE_CALLS, batch_length, time_sample
 from .watchdog import WATCHDOG, exchange_timeout
 
 #: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too
@@ -170,10 +170,6 @@ class Measurer:
                  label: str) -> None:
         self.group, self.trial, self.plan, self.journal, self.log, self.label = group, trial, plan, journal, log, label
         self.cold = plan.timing == "cold"
-        #: samples taken by this rank, per config index (for tests and logs)
-        self.sample_counts: dict[int, int] = {}
-        #: calls of the function made by this rank while measuring, per config index
-        self.call_counts: dict[int, int] = {}
 
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
@@ -216,25 +212,19 @@ class Measurer:
             raise failure
         return results
 
-    def _count(self, index: int, calls: int) -> None:
-        self.call_counts[index] = self.call_counts.get(index, 0) + calls
-
     # -- warm-up ---------------------------------------------------------------------------------------------------
 
     def _warmup_runs(self, index: int, config: dict[str, Any]) -> list[Callable[[], Any]]:
         """The runs of a config's warm-up: the checked run, ``n_warmup`` runs, and the steady probe."""
         def checked() -> None:
-            self._count(index, 1)
             wrong = self.trial.checked_run(config)
             if wrong:
                 raise WrongResult(wrong)
 
         def plain() -> None:
-            self._count(index, 1)
             self.trial.call(config)
 
         def probe() -> float:
-            self._count(index, calls_per_sample(PROBE_CALLS, cold=False))
             return self.trial.sample(config, PROBE_CALLS, cold=False)
 
         runs: list[Callable[[], Any]] = [checked] if self.trial.reference is not None else []
@@ -279,8 +269,6 @@ class Measurer:
             for index in race.order():
                 config, desc = entries[index]
                 self.journal.append(index, "started", config=desc, phase=f"round {race.rounds}")
-                self._count(index, calls_per_sample(batches[index], self.cold))
-                self.sample_counts[index] = self.sample_counts.get(index, 0) + 1
                 value, error = self._guarded(index, desc, "sample",
                                              lambda c=config, i=index: self.trial.sample(c, batches[i], self.cold))
                 combined = self._exchange(index, desc, (error or value, time.monotonic() - started), error,
@@ -332,8 +320,6 @@ class Measurer:
             if error is None:
                 batch = wanted or 1
                 count = self.plan.race.max_rounds
-                self._count(index, calls_per_sample(batch, self.cold) * count)
-                self.sample_counts[index] = count
                 samples, error = self._guarded(
                     index, desc, "sharded",
                     lambda c=config, b=batch, n=count: [self.trial.sample(c, b, self.cold) for _ in range(n)])

@@ -191,11 +191,6 @@ def time_sample(clock: Any, call: Callable[[], Any], batch: int, cold: bool) -> 
     return clock.read(token) / batch
 
 
-def calls_per_sample(batch: int, cold: bool) -> int:
-    """How many times one sample calls the function (the steady lead-in included)."""
-    return batch if cold else batch + 1
-
-
 def batch_length(per_call_ms: float) -> int:
     """The steady batch length for a function that takes ``per_call_ms`` per call in steady state (measured by a
     probe sample): about :data:`TARGET_SPAN_MS` of calls, within [MIN_BATCH, MAX_BATCH]."""

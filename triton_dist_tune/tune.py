@@ -346,7 +346,6 @@ class Tuner:
         finally:
             if state is not None:
                 state.put_back()
-        self.last_measurer = measurer
         if layout is not None:
             return decision
         return decide(sorted(outcomes, key=lambda o: o.index), getattr(measurer, "race", None), timing)
