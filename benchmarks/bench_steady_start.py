@@ -31,21 +31,16 @@ import torch.distributed as dist  # noqa: E402
 import triton_dist_tune as tdt  # noqa: E402
 from examples.ag_gemm import ag_gemm  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_choice  # noqa: E402
+
 
 def max_over_ranks(value: float) -> float:
-    t = torch.tensor([value], dtype=torch.float64, device="cuda")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
-
-
-def aligned() -> None:
-    torch.cuda.synchronize()
-    dist.barrier()
-    torch.cuda.synchronize()
+    return bench_choice.max_over_ranks([value])[0]
 
 
 def per_call_ms(call, n: int, lead_in: bool) -> float:
-    aligned()
+    bench_choice.sync_barrier()
     if lead_in:
         call()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -58,7 +53,7 @@ def per_call_ms(call, n: int, lead_in: bool) -> float:
 
 
 def host_ms(call, n: int = 20) -> float:
-    aligned()
+    bench_choice.sync_barrier()
     begin = time.perf_counter()
     for _ in range(n):
         call()

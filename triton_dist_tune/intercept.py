@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -262,12 +261,6 @@ def notify_listener(autotuner: Autotuner, key: tuple, best: Any, timings: dict[A
     listener(fn=jit_fn, key=key, best_config=best, configs_timings=timings, duration=duration, cache_hit=cache_hit)
 
 
-def compile_threads() -> int:
-    """Threads used to precompile configs: ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or min(8, CPU count)."""
-    value = os.environ.get("TRITON_DIST_AUTOTUNE_COMPILE_THREADS", "")
-    return int(value) if value.isdigit() and int(value) > 0 else min(8, os.cpu_count() or 1)
-
-
 def precompile(autotuner: Autotuner, indices: list[int], args: tuple, kwargs: dict[str, Any]) -> dict[int, str]:
     """Compile the kernel for each config of ``indices`` in a bounded thread pool (``fn.warmup(..., grid=...)``,
     which compiles without launching); returns {index: error} of the configs that failed to compile.
@@ -277,6 +270,7 @@ def precompile(autotuner: Autotuner, indices: list[int], args: tuple, kwargs: di
     for, and cached on, the device the launches will use.
     """
     from .measure import describe_error
+    from .precompile import default_workers
 
     if not indices:
         return {}
@@ -302,6 +296,6 @@ def precompile(autotuner: Autotuner, indices: list[int], args: tuple, kwargs: di
         except Exception as exc:  # a config that does not compile is data, not an error
             return index, f"compile: {describe_error(exc)}"
 
-    with ThreadPoolExecutor(max_workers=max(1, min(compile_threads(), len(indices))),
+    with ThreadPoolExecutor(max_workers=max(1, min(default_workers(), len(indices))),
                             thread_name_prefix="tdt-precompile") as pool:
         return {i: e for i, e in pool.map(compile_one, indices) if e}
