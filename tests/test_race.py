@@ -135,7 +135,7 @@ def test_measured_batches_agree_and_the_cache_says_how_sure_the_choice_is(env):
         assert cache["margin"] > 0.5 and cache["near_tie"] is False and 1 <= cache["rounds"] <= 4
         for o in r["outcomes"]:
             assert o["state"] in ("measured", "stopped") and o["spread"] is not None and len(o["per_rank"]) == 2
-            assert o["per_rank"][1] > o["per_rank"][0]  # rank 1 sleeps twice as long: the group time is its
+            assert o["per_rank"][1] > o["per_rank"][0]  # rank 1 sleeps 4x as long: the group time is its
 
 
 @pytest.mark.timeout(200)
