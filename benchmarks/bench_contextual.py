@@ -48,7 +48,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
-from triton_dist_tune.autotuner import contextual_autotune  # noqa: E402
+from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 
 CPU = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 

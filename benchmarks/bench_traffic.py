@@ -69,7 +69,7 @@ class CountingStore:
 def count_store(group: Any) -> CountingStore:
     """Route the store requests of ``group``'s channel through a :class:`CountingStore` and return it (the channel
     keeps the store as an attribute, or fetches it on each use through ``comm._job_store``)."""
-    from triton_dist_tune import comm
+    from triton_dist_tune.group import store as comm
 
     if isinstance(getattr(type(group), "store", None), property):
         counting = CountingStore(comm._job_store())
@@ -98,7 +98,7 @@ def worker(rounds: int, tunings: int) -> None:
     import torch.distributed as dist
 
     import triton_dist_tune as tdt
-    from triton_dist_tune.comm import resolve_group
+    from triton_dist_tune.group.resolve import resolve_group
 
     tdt.init_distributed(backend="gloo")
     group = resolve_group(None)

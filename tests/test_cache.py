@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from triton_dist_tune import cache
-from triton_dist_tune.cache import DiskCache, entry_id, write_json_atomic
+from triton_dist_tune.disk import cache
+from triton_dist_tune.disk.cache import DiskCache, entry_id, write_json_atomic
 
 SPACE = "{a: 1}\n{a: 2}"
 

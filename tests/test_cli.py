@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from harness import ROOT, base_env, describe, run_ranks, tuner_env
 
-from triton_dist_tune.cache import versions, write_json_atomic
-from triton_dist_tune.journal import Journal
+from triton_dist_tune.disk.cache import versions, write_json_atomic
+from triton_dist_tune.faults.journal import Journal
 from triton_dist_tune.records import Outcome
 
 SCENARIO = Path(__file__).resolve().parent / "scenarios" / "cli_cases.py"

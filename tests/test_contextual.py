@@ -224,7 +224,7 @@ def test_gpu_benchmark_script_runs_on_cpu(env, tmp_path):
 
 
 def make_track(configs=3, n_warmup=1, n_repeat=2, pruned=None):
-    from triton_dist_tune.schedule import Track
+    from triton_dist_tune.contextual.schedule import Track
 
     info = {"name": "k", "descriptions": [f"c{i}" for i in range(configs)], "names": [], "entry": "e",
             "space_text": "", "pruned": list(range(configs))}

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from harness import HERE, base_env, describe, parse_results, run_ranks, tuner_env
 
-from triton_dist_tune.journal import Journal, merge, well_formed
+from triton_dist_tune.faults.journal import Journal, merge, well_formed
 
 SCRIPT = HERE / "scenarios" / "fault_cases.py"
 RUNS = 1 + 2  # N_WARMUP + N_REPEAT in fault_cases.py (cold timing: one call per sample)
@@ -491,7 +491,7 @@ def test_merge_names_every_rank_and_prefers_group_outcomes():
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "ten"])
 def test_a_timeout_that_is_not_a_positive_number_is_bad_input(monkeypatch, value):
     import triton_dist_tune as tdt
-    from triton_dist_tune.comm import default_timeout
+    from triton_dist_tune.group.channel import default_timeout
 
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", value)
     with pytest.raises(tdt.BadInputError, match="positive number of seconds"):

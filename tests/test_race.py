@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from harness import HERE, describe, run_ranks, tuner_env
 
-from triton_dist_tune.race import Race, RacePlan
-from triton_dist_tune.stats import clearly_slower, median_bounds, paired_ratios, spread
-from triton_dist_tune.timing import MAX_BATCH, batch_length
+from triton_dist_tune.measure.race import Race, RacePlan
+from triton_dist_tune.measure.stats import clearly_slower, median_bounds, paired_ratios, spread
+from triton_dist_tune.measure.timing import MAX_BATCH, batch_length
 
 CASES = HERE / "scenarios" / "race_cases.py"
 

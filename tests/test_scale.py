@@ -9,7 +9,7 @@ import sys
 import pytest
 from harness import HERE, base_env, describe, free_port, parse_results, run_ranks, tuner_env
 
-from triton_dist_tune.comm import namespace
+from triton_dist_tune.group.store import namespace
 
 CASES = HERE / "scenarios" / "scale_cases.py"
 

@@ -5,11 +5,9 @@
 - :func:`init_distributed`: a restart-safe ``init_process_group``.
 """
 
-__version__ = "0.1.0"
-
-from .autotuner import contextual_autotune  # noqa: E402
-from .dist import init_distributed  # noqa: E402
-from .errors import (  # noqa: E402
+from ._version import __version__  # noqa: E402
+from .contextual import contextual_autotune  # noqa: E402
+from .errors import (
     AllConfigsFailedError,
     AutotuneError,
     BadInputError,
@@ -17,6 +15,7 @@ from .errors import (  # noqa: E402
     GroupTimeoutError,
     MismatchError,
 )
+from .group.dist import init_distributed  # noqa: E402
 from .tune import autotune, to_hashable  # noqa: E402
 
 __all__ = [

@@ -1,5 +1,5 @@
 """``python -m triton_dist_tune``: the command line (see :mod:`triton_dist_tune.cli`)."""
 
-from .cli import run
+from .cli.commands import run
 
 run()

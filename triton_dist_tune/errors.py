@@ -30,3 +30,15 @@ class GroupTimeoutError(AutotuneError):
 class DevicePoisonedError(AutotuneError):
     """A config left some rank's GPU context unusable (an illegal memory access, a device-side assert...): every
     rank stops, the config is journaled as failed, and a restarted job resumes without it."""
+
+
+class WrongResult(Exception):
+    """A config's result differs from ``ref_prog``'s (a config failure, not an error of the tuner)."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line description of an exception, for logs, journals and error messages."""
+    if isinstance(exc, WrongResult):
+        return str(exc)[:500]
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500]

@@ -26,17 +26,20 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from . import logs, settings
-from .cache import DiskCache, dependency_text, entry_id, source_of
-from .comm import Group, agree, channel_entries, resolve_group
-from .errors import AllConfigsFailedError, BadInputError, MismatchError
-from .journal import Journal, merge
-from .measure import Measurer, Plan, Reference, Trial, describe_error
-from .precompile import precompile
-from .race import Race, RacePlan
+from . import settings
+from .disk import logs
+from .disk.cache import DiskCache, dependency_text, entry_id, source_of
+from .errors import AllConfigsFailedError, BadInputError, MismatchError, describe_error
+from .faults.journal import Journal, merge
+from .group.channel import Group, agree
+from .group.resolve import channel_entries, resolve_group
+from .measure.arguments import ArgumentState, check_names, named_arguments
+from .measure.lockstep import Measurer, Plan, Reference, Trial
+from .measure.precompile import precompile
+from .measure.race import Race, RacePlan
+from .measure.replicas import Layout, settle
+from .measure.timing import make_clock, timing_mode
 from .records import Decision, Outcome
-from .replicas import Layout, settle
-from .side_effects import ArgumentState, check_names, named_arguments
 from .space import (
     CALL_KEYWORDS,
     check_call,
@@ -47,7 +50,6 @@ from .space import (
     fingerprint,
     validate_space,
 )
-from .timing import make_clock, timing_mode
 
 log = logging.getLogger("triton_dist_tune")
 

@@ -27,8 +27,10 @@ from _cases import case, emit, main
 from triton.runtime.autotuner import Autotuner  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
-from triton_dist_tune import intercept  # noqa: E402
-from triton_dist_tune.autotuner import contextual_autotune  # noqa: E402
+from triton_dist_tune.contextual import (
+    contextual_autotune,  # noqa: E402
+    intercept,  # noqa: E402
+)
 
 ORIGINAL_RUN = Autotuner.run
 
@@ -427,7 +429,7 @@ def single():
 def precompile():
     """Precompiling (forced on under the interpreter, where warmup compiles nothing): a config that does not
     compile is never launched, and is left out."""
-    from triton_dist_tune import contextual
+    from triton_dist_tune.contextual import session as contextual
 
     contextual.compiles = lambda: True
     compiled = []

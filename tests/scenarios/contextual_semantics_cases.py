@@ -21,7 +21,7 @@ import triton.language as tl  # noqa: E402
 from _cases import case, emit, main  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
-from triton_dist_tune.autotuner import contextual_autotune  # noqa: E402
+from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 
 
 def rank() -> int:

@@ -160,7 +160,7 @@ def group_recreated():
         before = len(f.tuner.decided_in)
         outs.append(f(torch.ones(2), group=group, autotune_pg=group).tolist())
         tunings.append(len(f.tuner.decided_in) - before)
-        identities.append(list(map(str, tdt.comm.resolve_group(group).identity)))
+        identities.append(list(map(str, tdt.group.resolve_group(group).identity)))
         dist.destroy_process_group(group)
         del group
         gc.collect()

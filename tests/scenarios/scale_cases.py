@@ -15,7 +15,7 @@ import torch.distributed as dist
 from _cases import case, emit, main
 
 import triton_dist_tune as tdt
-from triton_dist_tune.comm import resolve_group
+from triton_dist_tune.group.resolve import resolve_group
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from bench_traffic import count_store  # noqa: E402  (the benchmark's request counter)

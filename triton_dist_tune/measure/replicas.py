@@ -24,12 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .comm import Group, agree
-from .errors import BadInputError, MismatchError
-from .measure import Measurer, Todo
-from .records import Decision, Outcome
-from .space import fingerprint
-from .watchdog import exchange_timeout
+from ..errors import BadInputError, MismatchError
+from ..faults.watchdog import exchange_timeout
+from ..group.channel import Group, agree
+from ..records import Decision, Outcome
+from ..space import fingerprint
+from .lockstep import Measurer, Todo
 
 MIN_LEADERS = 2
 

@@ -19,8 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from .decisions import Entry  # noqa: E402
-from .records import Outcome  # noqa: E402
+from ..disk.decisions import Entry  # noqa: E402
+from ..records import Outcome  # noqa: E402
 
 CHOSEN, MEASURED, STOPPED, FAILED, PRUNED = "#d95f02", "#1b9e77", "#7fa7c9", "#c0392b", "#9e9e9e"
 

@@ -38,16 +38,18 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import intercept, logs
-from .cache import DiskCache, entry_id, env_flag, source_of
-from .comm import Group, SingleGroup, default_timeout, resolve_group
-from .errors import AutotuneError, BadInputError
-from .journal import Journal, merge
-from .measure import describe_error
+from ..disk import logs
+from ..disk.cache import DiskCache, entry_id, source_of
+from ..errors import AutotuneError, BadInputError, describe_error
+from ..faults.journal import Journal, merge
+from ..faults.watchdog import WATCHDOG, exchange_timeout
+from ..group.channel import Group, SingleGroup, default_timeout
+from ..group.resolve import resolve_group
+from ..measure.timing import make_clock
+from ..settings import env_flag
+from ..space import describe
+from . import intercept
 from .schedule import PruningError, Track
-from .space import describe
-from .timing import make_clock
-from .watchdog import WATCHDOG, exchange_timeout
 
 log = logging.getLogger("triton_dist_tune")
 

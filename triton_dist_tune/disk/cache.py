@@ -19,19 +19,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import __version__, settings
-from .space import fingerprint
+from .. import settings
+from .._version import __version__
+from ..space import fingerprint
 
 log = logging.getLogger("triton_dist_tune")
 
 #: the format written now; format 1 files (no margins, spreads or timing mode) are still read
 FORMAT = 2
 READABLE_FORMATS = (1, 2)
-
-
-def env_flag(name: str) -> bool:
-    """Whether environment variable ``name`` is set to a true value."""
-    return settings.flag(os.environ.get(name))
 
 
 def cache_root() -> Path:

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import decisions as dec
-from . import logs
-from .cache import versions as current_versions
+from ..disk import decisions as dec
+from ..disk import logs
+from ..disk.cache import versions as current_versions
 
 
 class UsageError(Exception):

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .errors import BadInputError
+from ..errors import BadInputError
 
 log = logging.getLogger("triton_dist_tune")
 

@@ -37,7 +37,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from .contextual import ContextualTuner
+from .session import ContextualTuner
 
 
 def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int = 3, *, timeout: float | None = None,

@@ -103,7 +103,7 @@ class Watchdog:
                 self._fire()
 
     def _fire(self) -> None:
-        from .logs import global_rank
+        from ..disk.logs import global_rank
 
         message = (f"triton_dist_tune: watchdog: rank {global_rank()}: {self._what} did not finish within "
                    f"{self._timeout:g} s (autotune timeout / TRITON_DIST_AUTOTUNE_TIMEOUT); recorded as hung in "

@@ -34,15 +34,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .comm import Group
-from .errors import DevicePoisonedError, GroupTimeoutError
-from .journal import Journal
+from ..errors import DevicePoisonedError, GroupTimeoutError, WrongResult, describe_error
+from ..faults.journal import Journal
+from ..faults.watchdog import WATCHDOG, exchange_timeout
+from ..group.channel import Group
+from ..records import Outcome
+from .arguments import ArgumentState
 from .race import Race, RacePlan
-from .records import Outcome
-from .side_effects import ArgumentState
 from .stats import median, spread
 from .timing import PROBE_CALLS, batch_length, time_sample
-from .watchdog import WATCHDOG, exchange_timeout
 
 #: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too
 POISONED = re.compile(r"illegal memory access|unspecified launch failure|misaligned address|device-side assert"
@@ -144,18 +144,6 @@ class Trial:
         self.clock.synchronize()
         produced = (out, *self.state.outputs) if self.state is not None else (out,)
         return self.reference.mismatch(produced) if self.reference is not None else None
-
-
-class WrongResult(Exception):
-    """A config's result differs from ``ref_prog``'s."""
-
-
-def describe_error(exc: BaseException) -> str:
-    """A one-line description of an exception, for logs, journals and error messages."""
-    if isinstance(exc, WrongResult):
-        return str(exc)[:500]
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500]
 
 
 def by_rank(errors: Sequence[str | None]) -> str:

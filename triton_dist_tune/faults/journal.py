@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .records import Outcome
+from ..records import Outcome
 
 try:
     import fcntl

@@ -129,7 +129,7 @@ def track_id(autotuner: Autotuner) -> str:
     its configs and key names, so that two wrappers of one ``@triton.jit`` body are tracked apart."""
     cached = autotuner.__dict__.get("_tdt_track_id")
     if cached is None:
-        from .space import describe
+        from ..space import describe
 
         text = "\n".join(describe(c) for c in autotuner.configs) + "\nkey=" + ",".join(map(str, autotuner.keys))
         cached = f"{kernel_id(autotuner)}@{hashlib.sha256(text.encode()).hexdigest()[:8]}"
@@ -269,8 +269,8 @@ def precompile(autotuner: Autotuner, indices: list[int], args: tuple, kwargs: di
     compilations overlap. Each worker thread first selects the caller's CUDA device, so that kernels are compiled
     for, and cached on, the device the launches will use.
     """
-    from .measure import describe_error
-    from .precompile import default_workers
+    from ..errors import describe_error
+    from ..measure.precompile import default_workers
 
     if not indices:
         return {}

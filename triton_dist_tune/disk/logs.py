@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .cache import env_flag
-from .records import Decision, Outcome
+from ..records import Decision, Outcome
+from ..settings import env_flag
 
 _lock = threading.Lock()
 _file_loggers: dict[int, logging.Logger] = {}

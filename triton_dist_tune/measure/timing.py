@@ -40,8 +40,8 @@ PROBE_CALLS = 4
 def timing_mode(option: str | None) -> str:
     """The timing mode: ``TRITON_DIST_AUTOTUNE_TIMING`` when set (it overrides every function of the job), else
     ``option``, else ``steady``."""
-    from . import settings
-    from .errors import BadInputError
+    from .. import settings
+    from ..errors import BadInputError
 
     if option is not None and option not in TIMING_MODES:
         raise BadInputError(f"timing must be one of {TIMING_MODES}, not {option!r}")

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..records import Outcome
 from .cache import versions as current_versions
 from .cache import write_json_atomic
-from .records import Outcome
 
 #: what a bundle file says it is (``export`` writes it, ``import`` checks it)
 BUNDLE_KIND = "triton-dist-tune bundle"

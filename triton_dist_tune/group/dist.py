@@ -11,7 +11,7 @@ import os
 from datetime import timedelta
 from typing import Any
 
-from .errors import BadInputError
+from ..errors import BadInputError
 
 _RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 _SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from .records import Outcome
+from ..records import Outcome
 from .stats import INDIFFERENCE, clearly_slower, median, paired_ratios, spread
 
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .comm import Group
-from .measure import describe_error
+from ..errors import describe_error
+from ..group.channel import Group
 
 
 def default_workers() -> int:

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import AllConfigsFailedError, BadInputError, MismatchError
-from .race import Race, RacePlan
-from .records import Outcome
-from .stats import median
+from ..errors import AllConfigsFailedError, BadInputError, MismatchError
+from ..measure.race import Race, RacePlan
+from ..measure.stats import median
+from ..records import Outcome
 
 
 class PruningError(BadInputError):

@@ -1,0 +1,191 @@
+"""The tuner's own control channel between the ranks of a group.
+
+The tuner never issues a collective on the user's process group: its messages could then be matched against the
+collectives inside the user's function. Instead every group gets a channel of its own:
+
+- a torch.distributed group (any backend, subgroups included) talks through the job's key-value store, under a
+  namespace made of the restart attempt, the group's name, its global ranks, its incarnation and a sequence
+  number; each exchange gathers to group rank 0 and broadcasts one combined result, so a rank's requests per
+  exchange do not grow with the group;
+- an mpi4py communicator talks through a duplicate of it (``Dup`` gives it a separate message context);
+- a single process talks to nobody.
+
+All exchanges are one primitive, :meth:`Group.combine` (``allgather``, ``broadcast`` and ``barrier`` are made of
+it), with a deadline: a rank that does not show up in time
+makes every waiting rank raise :class:`GroupTimeoutError` naming the missing ranks, never hang.
+"""
+
+
+from __future__ import annotations
+
+import logging
+import operator
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import settings
+from ..errors import BadInputError
+from ..space import fingerprint
+
+DEFAULT_TIMEOUT_S = settings.DEFAULT_TIMEOUT_S
+#: what torch.distributed.new_group returns on ranks that are not members of the new group
+NON_MEMBER = -100
+NOT_A_MEMBER = ("autotune_pg: this rank is not a member of the process group it was called with "
+                "(torch.distributed.new_group returns GroupMember.NON_GROUP_MEMBER, -100, on the ranks outside the "
+                "new group): call the tuned function with autotune_pg only on the group's members")
+
+log = logging.getLogger("triton_dist_tune")
+
+
+
+def default_timeout() -> float:
+    """Seconds a rank waits for the others at one step (``TRITON_DIST_AUTOTUNE_TIMEOUT``, default 300)."""
+    return settings.current().timeout
+
+
+def wait_in_slices(wait: Callable[[float], Any], timeout: float, on_progress: Callable[[float], None],
+                   every: float | None = None) -> None:
+    """Call ``wait(seconds)`` (which raises when its time runs out) in slices of ``every`` seconds (default
+    ``TRITON_DIST_AUTOTUNE_PROGRESS_S``, 30) until it returns, calling ``on_progress(seconds waited so far)`` after
+    each slice that ran out. Re-raises when ``timeout`` seconds have passed, or at once when a slice failed before
+    its time was up (not a timeout: e.g. the store went away)."""
+    every = settings.current().progress_s if every is None else every
+    start = time.monotonic()
+    while True:
+        left = timeout - (time.monotonic() - start)
+        chunk = max(0.001, min(every, left))
+        began = time.monotonic()
+        try:
+            wait(chunk)
+            return
+        except Exception:
+            if chunk >= left or time.monotonic() - began < 0.9 * chunk:
+                raise
+            on_progress(time.monotonic() - start)
+
+
+def report_waiting(rank: int, name: str, what: str, missing: Sequence[int], global_ranks: Sequence[int] | None,
+                   waited: float, timeout: float) -> None:
+    """The progress line of a rank that waits for others at a step of the protocol."""
+    globals_ = f" (global {[global_ranks[r] for r in missing]})" if global_ranks else ""
+    log.warning("triton_dist_tune: rank %d of group '%s' has waited %.0f s at '%s' for group ranks %s%s; giving up "
+                "after %g s", rank, name, waited, what, list(missing), globals_, timeout)
+
+
+class Group:
+    """A group of ranks that tune together. Subclasses implement :meth:`combine`."""
+
+    rank: int = 0
+    size: int = 1
+    name: str = "single"
+    #: what identifies the group in this process's state (decisions, tables): its kind, name and global ranks
+    identity: tuple = ("single",)
+
+    def __init__(self) -> None:
+        #: held by a thread for a whole tuning on this group, so that two threads never interleave its exchanges
+        self.lock = threading.RLock()
+
+    def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
+        """Every rank contributes ``obj``; ``fn`` (run once, on group rank 0) turns the list of contributions, by
+        group rank, into one result, which every rank gets back.
+
+        ``what`` names the step in the error raised when some rank does not arrive within ``timeout`` seconds. An
+        exception raised by ``fn`` is raised on every rank (as :class:`ExchangeError`). Give a ``fn`` whose result
+        does not grow with the group (a maximum, the ranks that failed) to keep the traffic linear in its size.
+        """
+        raise NotImplementedError
+
+    def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
+        """Every rank contributes ``obj``; every rank gets the list of all contributions, by group rank."""
+        return self.combine(obj, what, list, timeout)
+
+    def broadcast(self, obj: Any, what: str, root: int = 0, timeout: float | None = None) -> Any:
+        """Return the ``root`` rank's ``obj`` on every rank (the others' ``obj`` is ignored and not sent)."""
+        return self.combine(obj if self.rank == root else None, what, operator.itemgetter(root), timeout)
+
+    def barrier(self, what: str, timeout: float | None = None) -> None:
+        """Wait until every rank has arrived here."""
+        self.combine(None, what, _nothing, timeout)
+
+
+def _nothing(values: list[Any]) -> None:
+    return None
+
+
+class ExchangeError(BadInputError):
+    """The combining function of an exchange raised on group rank 0; every rank raises this."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """What rank 0 sends instead of a result when the combining function raised."""
+
+    message: str
+
+
+def run_on_root(fn: Callable[[list[Any]], Any], values: list[Any]) -> Any:
+    try:
+        return fn(values)
+    except Exception as exc:
+        return Failed(f"{type(exc).__name__}: {exc}")
+
+
+def unwrap(result: Any, what: str) -> Any:
+    if isinstance(result, Failed):
+        raise ExchangeError(f"triton_dist_tune: combining the ranks' messages at '{what}' failed: {result.message}")
+    return result
+
+
+class SingleGroup(Group):
+    """One process alone: every exchange returns at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
+        return unwrap(run_on_root(fn, [obj]), what)
+
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """What :func:`agree` found: the ranks' notes, and for each field where ranks differ, the groups of ranks that
+    hold each value (with the start of that value's text)."""
+
+    notes: list[tuple[int, str]]
+    differ: dict[str, list[tuple[list[int], str]]]
+
+
+def agree(group: Group, fields: Mapping[str, str], what: str, timeout: float | None = None,
+          note: str | None = None) -> Agreement:
+    """Check that every rank holds the same text in each of ``fields``, sending fingerprints, not the texts.
+
+    One exchange carries each rank's fingerprints and ``note`` (a local problem to report, or None). Only where
+    ranks differ, a second exchange (on every rank, since all learn of the difference together) carries the start
+    of the text from one rank per distinct value, for the error message. ``fields`` must have the same names, in
+    the same order, on every rank.
+    """
+    names = list(fields)
+    mine = (tuple(fingerprint(fields[n]) for n in names), note)
+
+    def summarize(values: list[Any]) -> tuple[list[tuple[int, str]], dict[int, list[list[int]]]]:
+        notes = [(r, n) for r, (_, n) in enumerate(values) if n]
+        split: dict[int, list[list[int]]] = {}
+        for i in range(len(names)):
+            holders: dict[str, list[int]] = {}
+            for r, (prints, _) in enumerate(values):
+                holders.setdefault(prints[i], []).append(r)
+            if len(holders) > 1:
+                split[i] = sorted(holders.values())
+        return notes, split
+
+    notes, split = group.combine(mine, what, summarize, timeout)
+    if not split:
+        return Agreement(notes, {})
+    sample = {i: fields[names[i]][:200] for i, groups in split.items() if any(g[0] == group.rank for g in groups)}
+    texts = group.combine(sample, f"{what} (details of the difference)", list, timeout)
+    differ = {names[i]: [(ranks, texts[ranks[0]][i]) for ranks in groups] for i, groups in split.items()}
+    return Agreement(notes, differ)

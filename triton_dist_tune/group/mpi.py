@@ -1,0 +1,64 @@
+"""The channel of an mpi4py communicator: exchanges through a duplicate of it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import settings
+from ..errors import GroupTimeoutError
+from .channel import Group, default_timeout, report_waiting, run_on_root, unwrap
+
+_POLL_S = 0.005
+
+
+class MpiGroup(Group):
+    """An mpi4py communicator, talked to through a duplicate of it."""
+
+    def __init__(self, comm: Any, timeout: float | None = None) -> None:
+        super().__init__()
+        self.name = f"mpi:{comm.Get_name() or 'comm'}"
+        if not hasattr(comm, "Idup"):
+            self.comm = comm.Dup()
+        else:  # Dup is collective: a rank that never calls with this communicator must not hang the others
+            self.comm, request = comm.Idup()
+            self._wait(request, "setting up its control channel (Idup)", timeout, comm.Get_rank())
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.identity = ("mpi", self.name, _world_ranks(comm))
+
+    def _wait(self, request: Any, what: str, timeout: float | None, rank: int) -> None:
+        timeout = default_timeout() if timeout is None else timeout
+        start = time.monotonic()
+        deadline, report_at = start + timeout, start + settings.current().progress_s
+        while not request.Test():
+            if time.monotonic() > report_at:
+                report_waiting(rank, self.name, what, [], None, time.monotonic() - start, timeout)
+                report_at += settings.current().progress_s
+            if time.monotonic() > deadline:
+                raise GroupTimeoutError(
+                    f"triton_dist_tune: rank {rank} of MPI group '{self.name}' waited {timeout:g} s at "
+                    f"'{what}' for ranks that never arrived: they crashed, hung, or called with another group."
+                )
+            time.sleep(_POLL_S)
+
+    def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
+        self._wait(self.comm.Ibarrier(), what, timeout, self.rank)  # every rank is here: the rest cannot hang
+        values = self.comm.gather(obj, root=0)
+        return unwrap(self.comm.bcast(run_on_root(fn, values) if self.rank == 0 else None, root=0), what)
+
+    def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
+        self._wait(self.comm.Ibarrier(), what, timeout, self.rank)
+        return self.comm.allgather(obj)
+
+
+
+def _world_ranks(comm: Any) -> tuple:
+    """The COMM_WORLD ranks of an mpi4py communicator's members (its size alone where they cannot be found)."""
+    try:
+        from mpi4py import MPI
+
+        return tuple(comm.Get_group().Translate_ranks(list(range(comm.Get_size())), MPI.COMM_WORLD.Get_group()))
+    except Exception:
+        return (comm.Get_size(),)

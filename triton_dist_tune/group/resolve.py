@@ -1,0 +1,135 @@
+"""Which channel a call talks through: one per group object and process, found by the object itself."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from .. import settings
+from ..errors import BadInputError
+from .channel import NON_MEMBER, NOT_A_MEMBER, Group, SingleGroup
+from .mpi import MpiGroup
+from .store import StoreGroup
+
+log = logging.getLogger("triton_dist_tune")
+
+
+class GroupIndex:
+    """The channels of the groups this process tuned with, found by the group object itself.
+
+    An entry holds a weak reference to its group object and is used only while that very object is alive: a new
+    group that Python happens to put at a freed group's address never finds the old group's channel (``id`` is
+    used as a dict key for speed, never as an identity). :meth:`find` is cheap enough for the hot path.
+    """
+
+    def __init__(self) -> None:
+        #: id(group object) -> (weak reference to it, its channel, the channel's identity); read directly by the
+        #: hot path, which checks ``entry[0]() is pg`` itself
+        self.entries: dict[int, tuple[Any, Group, tuple]] = {}
+        self._lock = threading.Lock()
+
+    def find(self, pg: Any) -> Group | None:
+        """The channel of ``pg`` when one exists for this very object, else None."""
+        entry = self.entries.get(id(pg))
+        if entry is not None and entry[0]() is pg:
+            return entry[1]
+        return None
+
+    def add(self, pg: Any, make: Callable[[], Group]) -> Group:
+        """The channel of ``pg``, made by ``make()`` when it has none yet."""
+        with self._lock:
+            found = self.find(pg)
+            if found is not None:
+                return found
+            group = make()
+            key = id(pg)
+            try:
+                ref: Any = weakref.ref(pg, lambda _, k=key: self._drop(k))
+            except TypeError:  # not weakly referenceable: keep it alive instead (its id can then never be reused)
+                ref = (lambda obj: lambda: obj)(pg)
+            self.entries[key] = (ref, group, group.identity)
+            return group
+
+    def _drop(self, key: int) -> None:
+        entry = self.entries.get(key)
+        if entry is not None and entry[0]() is None:
+            del self.entries[key]
+
+    def clear(self) -> None:
+        """Forget every channel."""
+        with self._lock:
+            self.entries.clear()
+
+
+_groups = GroupIndex()
+_warned_world_size = False
+
+
+def _is_mpi_comm(obj: Any) -> bool:
+    return type(obj).__module__.startswith("mpi4py") and hasattr(obj, "Dup")
+
+
+def find_group(pg: Any) -> Group | None:
+    """The channel already made for ``pg`` (an explicit ``autotune_pg``), or None."""
+    return _groups.find(pg)
+
+
+def channel_entries() -> dict[int, tuple[Any, Group, tuple]]:
+    """The hot path's view of the channels: see :attr:`GroupIndex.entries`."""
+    return _groups.entries
+
+
+def resolve_group(pg: Any = None) -> Group:
+    """The control channel for ``autotune_pg``: a torch ProcessGroup, an mpi4py communicator, or None.
+
+    None means the default torch.distributed group when it is initialized, else a single process (with a warning
+    when a launcher says the job has several ranks). One channel exists per group object and process, so that
+    every tuned function on that group shares its sequence numbers.
+    """
+    global _warned_world_size
+    if pg is None:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            world = settings.current().world_size
+            if world is not None and world > 1 and not _warned_world_size:
+                _warned_world_size = True
+                log.warning("triton_dist_tune: WORLD_SIZE is %d but torch.distributed is not initialized: each rank "
+                            "tunes alone and the ranks may choose differently; call "
+                            "triton_dist_tune.init_distributed() (or init_process_group) first, or pass "
+                            "autotune_pg=", world)
+            return _SINGLE
+        pg = dist.group.WORLD
+    if isinstance(pg, int) and pg == NON_MEMBER:
+        raise BadInputError(NOT_A_MEMBER)
+    found = _groups.find(pg)
+    if found is not None:
+        return found
+    if _is_mpi_comm(pg):
+        make: Callable[[], Group] = lambda: MpiGroup(pg)  # noqa: E731
+    else:
+        from torch.distributed import ProcessGroup
+
+        if not isinstance(pg, ProcessGroup):
+            raise BadInputError(
+                f"autotune_pg must be a torch.distributed ProcessGroup, an mpi4py communicator or None, "
+                f"not {type(pg).__name__}"
+            )
+        make = lambda: StoreGroup(pg)  # noqa: E731
+    return _groups.add(pg, lambda: _single_if_alone(make()))
+
+
+def _single_if_alone(group: Group) -> Group:
+    return _SINGLE if group.size == 1 else group
+
+
+def forget_groups() -> None:
+    """Drop every cached channel (not needed after ``destroy_process_group``: channels follow their group
+    objects)."""
+    _groups.clear()
+
+
+_SINGLE = SingleGroup()

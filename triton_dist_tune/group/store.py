@@ -1,0 +1,155 @@
+"""The channel of a torch.distributed group: exchanges through the job's key-value store."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from .. import settings
+from ..errors import BadInputError, GroupTimeoutError
+from .channel import NOT_A_MEMBER, Failed, Group, default_timeout, report_waiting, run_on_root, unwrap, wait_in_slices
+
+#: group identity -> how many channels this process made for it (a group destroyed and created again gets a new one)
+_incarnations: dict[tuple, int] = {}
+
+
+def namespace(name: str, global_ranks: Sequence[int], attempt: object, incarnation: int = 1) -> str:
+    """The store key prefix of a group: its name, a fingerprint of its global ranks, the restart attempt and the
+    group's incarnation in this process (a group destroyed and created again talks under a new prefix).
+
+    Two groups share a prefix only if they have the same name *and* the same ranks in the same attempt, so groups
+    that two ranks created in different orders (and so named alike) never read each other's keys.
+    """
+    ranks = hashlib.sha256(",".join(map(str, global_ranks)).encode()).hexdigest()[:8]
+    return f"tdt/{attempt}/{name}/{ranks}/{incarnation}/"
+
+
+class StoreGroup(Group):
+    """A torch.distributed process group, talked to through the job's key-value store.
+
+    One exchange (sequence number ``s``) is a gather to group rank 0 and a broadcast of one combined result:
+
+    - rank ``r > 0`` sets ``s/r`` to its message, waits for ``s/all``, reads it and deletes ``s/r``;
+    - rank 0 waits for every ``s/r``, reads them in one request, sets ``s/all`` to ``fn`` of the list and deletes
+      ``s-1/all`` (every rank has read it: each has arrived at ``s``).
+
+    Every rank makes four store requests per exchange whatever the group size, and the server moves each message
+    once in and the result once out to each rank: linear in the group size when the result does not grow with it.
+    """
+
+
+    def __init__(self, pg: Any) -> None:
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+
+        super().__init__()
+        self.rank = dist.get_rank(pg)
+        if self.rank < 0:
+            raise BadInputError(NOT_A_MEMBER)
+        self.size = dist.get_world_size(pg)
+        self.global_ranks = list(dist.get_process_group_ranks(pg))
+        self.name = c10d._get_process_group_name(pg) or "default"
+        self.identity = ("torch", self.name, tuple(self.global_ranks))
+        # a group destroyed and created again (same name and ranks, maybe the same store) talks under a new prefix:
+        # every member creates the channels of a group in the same order, so the count agrees
+        incarnation = _incarnations[self.identity] = _incarnations.get(self.identity, 0) + 1
+        attempt = settings.current().restart_count
+        self._prefix = namespace(self.name, self.global_ranks, attempt, incarnation)
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    @property
+    def store(self) -> Any:
+        """The job's key-value store, fetched on each use and never kept: it must not outlive the process group
+        (a store kept here would keep rank 0's store server thread alive until the interpreter's exit)."""
+        return _job_store()
+
+    def _key(self, seq: int, rank: int | str) -> str:
+        return f"{self._prefix}{seq}/{rank}"
+
+    def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
+        timeout = default_timeout() if timeout is None else timeout
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        if self.rank == 0:
+            result = self._gather_and_send(seq, obj, fn, what, timeout)
+        else:
+            result = self._send_and_receive(seq, obj, what, timeout)
+        return unwrap(result, what)
+
+    def _gather_and_send(self, seq: int, obj: Any, fn: Callable[[list[Any]], Any], what: str,
+                         timeout: float) -> Any:
+        keys = [self._key(seq, r) for r in range(1, self.size)]
+        self._wait(keys, what, timeout, lambda: [r for r in range(1, self.size) if not self._arrived(keys[r - 1])])
+        values = [obj, *(pickle.loads(v) for v in self.store.multi_get(keys))]
+        result = run_on_root(fn, values)
+        try:
+            payload = pickle.dumps(result)
+        except Exception as exc:  # the others must still get an answer, not wait out the deadline
+            result = Failed(f"the result cannot be pickled ({type(exc).__name__}: {exc})")
+            payload = pickle.dumps(result)
+        self.store.set(self._key(seq, "all"), payload)
+        if seq > 1:
+            self.store.delete_key(self._key(seq - 1, "all"))
+        return result
+
+    def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
+        mine, combined = self._key(seq, self.rank), self._key(seq, "all")
+        self.store.set(mine, pickle.dumps(obj))
+        self._wait([combined], what, timeout, lambda: self._missing_seen_from(seq))
+        result = pickle.loads(self.store.get(combined))
+        self.store.delete_key(mine)  # rank 0 has read it: it wrote the result
+        return result
+
+    def _missing_seen_from(self, seq: int) -> list[int]:
+        """On a timeout at a rank other than 0: the ranks whose message is not in the store, or rank 0 when every
+        other rank's is (then rank 0 never came to combine them)."""
+        late = [r for r in range(1, self.size) if r != self.rank and not self._arrived(self._key(seq, r))]
+        return late or [0]
+
+    def _wait(self, keys: list[str], what: str, timeout: float, missing: Callable[[], list[int]]) -> None:
+        started = time.monotonic()
+        try:
+            wait_in_slices(lambda seconds: self.store.wait(keys, timedelta(seconds=seconds)), timeout,
+                           lambda waited: report_waiting(self.rank, self.name, what, missing(), self.global_ranks,
+                                                         waited, timeout))
+        except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
+            waited = time.monotonic() - started
+            if waited < 0.9 * timeout:  # not a timeout: the store itself went away
+                message = (f"triton_dist_tune: rank {self.rank} of group '{self.name}' lost the key-value store "
+                           f"after {waited:.1f} s at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 "
+                           "without torchrun) has ended")
+            else:
+                message = self._late_message(what, missing(), timeout)
+            raise GroupTimeoutError(message) from exc
+
+    def _arrived(self, key: str) -> bool:
+        try:
+            return self.store.check([key])
+        except Exception:
+            return False
+
+    def _late_message(self, what: str, missing: Sequence[int], timeout: float) -> str:
+        globals_ = [self.global_ranks[r] for r in missing]
+        return (
+            f"triton_dist_tune: rank {self.rank} of group '{self.name}' (global ranks {self.global_ranks}) waited "
+            f"{timeout:g} s at '{what}' for group ranks {list(missing)} (global {globals_}), which never arrived: "
+            "they crashed, hung, or called the tuned function with another autotune_pg or key."
+        )
+
+
+def _job_store() -> Any:
+    """The default group's key-value store (raises :class:`BadInputError` once the process group is destroyed)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        return c10d._get_default_store()
+    except (RuntimeError, ValueError) as exc:
+        raise BadInputError(f"triton_dist_tune: the process group is gone ({exc}): the tuner needs it to exchange "
+                            "with the other ranks") from exc
