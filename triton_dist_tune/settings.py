@@ -5,6 +5,11 @@ it at most once per tuning, never on the hot path, so that a test or a launcher 
 tunings). To add a variable: add a field to :class:`Settings` with its documented default, parse it in
 :meth:`Settings.from_env` (raising :class:`~triton_dist_tune.errors.BadInputError` for a malformed value), and read
 it through ``settings.current().<field>``; document it in README's table of variables.
+
+What the launcher (torchrun, mpiexec, Slurm) tells a process is a :class:`Launcher`, read by :func:`launcher`. It
+is apart from :class:`Settings` because it is read where a malformed tuner variable must not stop anything:
+before any tuning (:func:`~triton_dist_tune.group.dist.init_distributed`), in the logs, and in the watchdog as it
+ends a hung rank. Reading it never raises.
 """
 
 from __future__ import annotations
@@ -19,6 +24,15 @@ from .errors import BadInputError
 
 DEFAULT_TIMEOUT_S = 300.0
 PREFIX = "TRITON_DIST_AUTOTUNE_"
+
+#: launcher variables of a process's rank in the whole job (the first one set wins)
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+#: launcher variables of the number of ranks in the whole job
+SIZE_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+#: launcher variables of a process's rank on its node
+LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+#: launcher variables that name one job on every rank of it (the first one set wins)
+JOB_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")
 
 
 def flag(value: str | None) -> bool:
@@ -42,12 +56,26 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return seconds
 
 
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise BadInputError(f"{name} must be a positive whole number, not {text!r}")
+    return int(text)
+
+
 def _int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
     for name in names:
         value = env.get(name, "").strip()
         if value.isdigit():
             return int(value)
     return None
+
+
+def _threads(env: Mapping[str, str]) -> int | None:
+    value = env.get(PREFIX + "COMPILE_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None  # anything else: the default
 
 
 @dataclass(frozen=True)
@@ -73,12 +101,27 @@ class Settings:
     world_size: int | None = None
     #: the timing mode of every tuned function of the job (``..._TIMING``: steady or cold); None: each decorator's
     timing: str | None = None
+    #: the most runs of one contextual call (``..._MAX_RUNS``, default 1000)
+    max_runs: int = 1000
+    #: calls between a contextual group's agreements on pending keys (``..._SYNC_EVERY``, default 64)
+    sync_every: int = 64
+    #: Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``): nothing is compiled
+    interpret: bool = False
+    #: root folder of the per-job logs (``..._LOG_DIR``, default ~/.triton_dist/logs)
+    log_dir: Path = Path.home() / ".triton_dist" / "logs"
+    #: threads that compile configs (``..._COMPILE_THREADS``, a whole number >= 1); None (unset or not such a
+    #: number): min(8, CPU count)
+    compile_threads: int | None = None
+    #: print summaries on group rank 0 where a decorator's ``autotune_verbose`` is not given
+    #: (``TRITON_PRINT_AUTOTUNING=1``)
+    print_autotuning: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Parse ``env`` (default ``os.environ``); raises BadInputError for a malformed value."""
         env = os.environ if env is None else env
         cache_dir = env.get(PREFIX + "CACHE_DIR")
+        log_dir = env.get(PREFIX + "LOG_DIR")
         job = env.get(PREFIX + "JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID") or None
         return cls(
             timeout=_seconds(env, PREFIX + "TIMEOUT", DEFAULT_TIMEOUT_S),
@@ -88,8 +131,14 @@ class Settings:
             progress_s=_seconds(env, PREFIX + "PROGRESS_S", 30.0),
             restart_count=env.get("TORCHELASTIC_RESTART_COUNT", "0") or "0",
             job_id=job,
-            world_size=_int(env, ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")),
+            world_size=_int(env, SIZE_VARIABLES),
             timing=_timing(env.get(PREFIX + "TIMING", "")),
+            max_runs=_count(env, PREFIX + "MAX_RUNS", 1000),
+            sync_every=_count(env, PREFIX + "SYNC_EVERY", 64),
+            interpret=flag(env.get("TRITON_INTERPRET")),
+            log_dir=Path(log_dir) if log_dir else cls.log_dir,
+            compile_threads=_threads(env),
+            print_autotuning=flag(env.get("TRITON_PRINT_AUTOTUNING")),
         )
 
 
@@ -103,3 +152,52 @@ def _timing(value: str) -> str | None:
 def current() -> Settings:
     """The settings as the environment says now."""
     return Settings.from_env()
+
+
+def _launcher_int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
+    return next((int(env[name]) for name in names if env.get(name, "").isdigit()), None)
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """What the launcher told this process (see the module docstring): read by :func:`launcher`, never raises."""
+
+    #: rank in the whole job: the first of :data:`RANK_VARIABLES` set to a number; None when none is
+    rank: int | None = None
+    #: ranks in the whole job: the first of :data:`SIZE_VARIABLES` set to a number; None when none is
+    world_size: int | None = None
+    #: rank on this node: the first of :data:`LOCAL_RANK_VARIABLES` set to a number; None when none is
+    local_rank: int | None = None
+    #: the host of the job's key-value store (``MASTER_ADDR``, default 127.0.0.1)
+    master_addr: str = "127.0.0.1"
+    #: the port of the job's key-value store as set (``MASTER_PORT``); None when unset
+    master_port: str | None = None
+    #: torchrun's agent hosts the store (``TORCHELASTIC_USE_AGENT_STORE=true``), so rank 0 must not
+    agent_store: bool = False
+    #: torchrun's restart count as set (``TORCHELASTIC_RESTART_COUNT``, default 0)
+    restart_count: str = "0"
+    #: the first of :data:`JOB_VARIABLES` set (torchrun's run id counts unless it is ``none``), as
+    #: (variable, value stripped); None when none is
+    job: tuple[str, str] | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Launcher:
+        """Read ``env`` (default ``os.environ``)."""
+        env = os.environ if env is None else env
+        jobs = ((name, env.get(name, "").strip()) for name in JOB_VARIABLES)
+        return cls(
+            rank=_launcher_int(env, RANK_VARIABLES),
+            world_size=_launcher_int(env, SIZE_VARIABLES),
+            local_rank=_launcher_int(env, LOCAL_RANK_VARIABLES),
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=env.get("MASTER_PORT"),
+            agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+            restart_count=env.get("TORCHELASTIC_RESTART_COUNT", "0"),
+            # torchrun's run id is "none" unless --standalone or --rdzv-id
+            job=next(((name, value) for name, value in jobs if value and value.lower() != "none"), None),
+        )
+
+
+def launcher() -> Launcher:
+    """What the launcher says now."""
+    return Launcher.from_env()

@@ -429,7 +429,7 @@ def single():
 def precompile():
     """Precompiling (forced on under the interpreter, where warmup compiles nothing): a config that does not
     compile is never launched, and is left out."""
-    from triton_dist_tune.contextual import session as contextual
+    from triton_dist_tune.contextual import compiling as contextual
 
     contextual.compiles = lambda: True
     compiled = []

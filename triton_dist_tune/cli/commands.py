@@ -17,6 +17,7 @@ from typing import Any
 
 from ..disk import decisions as dec
 from ..disk import logs
+from ..disk.cache import cache_root
 from ..disk.cache import versions as current_versions
 
 
@@ -60,7 +61,7 @@ def _warn_problems(problems: Sequence[dec.CacheError]) -> None:
 
 
 def _root(args: argparse.Namespace) -> Path:
-    return Path(args.cache_dir) if args.cache_dir else dec.environ_root()
+    return Path(args.cache_dir) if args.cache_dir else cache_root()
 
 
 def _selected(args: argparse.Namespace) -> tuple[list[dec.Entry], list[dec.CacheError]]:

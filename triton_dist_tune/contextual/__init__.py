@@ -3,7 +3,7 @@
 Collective kernels often cannot be benchmarked alone: they wait on other ranks, have side effects, or only behave
 realistically inside the real sequence of a layer. ``contextual_autotune`` runs the whole function again and
 again and steps each inner ``triton.autotune`` kernel through its configs, one step per run, every rank of the
-group in lock-step (see :mod:`triton_dist_tune.contextual` for the protocol)::
+group in lock-step (see :mod:`triton_dist_tune.contextual.session` for the protocol)::
 
     @triton.autotune(configs=[...], key=["M", "N", "K"])
     @triton.jit
@@ -29,6 +29,22 @@ config, then a race of rounds in a shuffled order shared by the group (one round
     4      best                round 0: config-0
     5      best                round 0: config-1
     final  best                best
+
+The modules, from the decorator down (each imports only modules listed below it, besides type annotations, and the
+package's measure/, group/, faults/, disk/ and its errors, records, settings and space)::
+
+    __init__   contextual_autotune: the decorator
+    tuner      ContextualTuner: one decorated function across calls: its group, call counts, sync_every agreement
+    options    ContextualOptions: the decorator's options, with the environment's defaults, checked once
+    session    Session: one call, the run loop (run, exchange, repeat, final run), the watchdog, the bound
+    launches   each intercepted launch of a call: decided, pending, or a timed step; the run's RunRecord
+    exchange   the exchange after each tuning run, and how every rank updates the same tracks from it
+    compiling  compiling the configs of newly met kernels ahead, between runs (GPUs only)
+    decisions  a decided track: to the autotuners, tuner.decisions, the disk cache, the log and the printed summary
+    tracks     LocalTrack (this rank's view of a (kernel, key)), its journal, the process-wide tables of choices
+    schedule   Track: the group's schedule of one (kernel, key): warm-ups, then the race; failures however late
+    report     a Track's measurements as table rows and outcomes
+    intercept  the scoped interception of Autotuner.run, and the Triton internals it relies on
 """
 
 from __future__ import annotations
@@ -37,7 +53,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from .session import ContextualTuner
+from .options import ContextualOptions
+from .tuner import ContextualTuner
 
 
 def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int = 3, *, timeout: float | None = None,
@@ -88,8 +105,9 @@ def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int =
         return contextual_autotune()(is_dist)
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        tuner = ContextualTuner(fn, is_dist, n_repeat, n_warmup, timeout=timeout, precompile=precompile, name=name,
-                                max_runs=max_runs, sync_every=sync_every)
+        options = ContextualOptions.build(fn, is_dist, n_repeat, n_warmup, timeout=timeout, precompile=precompile,
+                                          name=name, max_runs=max_runs, sync_every=sync_every)
+        tuner = ContextualTuner(fn, options)
 
         @functools.wraps(fn)
         def tuned(*args: Any, **kwargs: Any) -> Any:

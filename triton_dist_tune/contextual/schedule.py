@@ -3,15 +3,16 @@
 A :class:`Track` is built and advanced only from data every rank has gathered, by the same code, so its state is
 identical on every rank and the ranks never need to agree on anything else. Each run of the tuned function is one
 step of every unfinished track. First each config in turn gets ``n_warmup`` untimed steps; then the configs race
-as :func:`~triton_dist_tune.tune.autotune`'s do (:class:`~triton_dist_tune.race.Race`, the same rules and
-statistics): rounds of one timed step per config still running, in an order shuffled afresh each round from a
-seed every rank shares, clearly slower configs leaving after each round, at most ``n_repeat`` rounds. A step
+as :func:`~triton_dist_tune.tune.autotune`'s do (:class:`~triton_dist_tune.measure.race.Race`, the same rules
+and statistics): rounds of one timed step per config still running, in an order shuffled afresh each round from
+a seed every rank shares, clearly slower configs leaving after each round, at most ``n_repeat`` rounds. A step
 counts when every rank that launches the kernel with this key launched it, with the current config and without
 error, in that run; its sample is the MAX over ranks. A config that failed on any rank is skipped on every rank.
 The least median among the configs still running wins (ties: the lower index).
 
 A failure counts however late it is seen: a config measured before a rank reported it failing leaves the running,
-and a decided track whose choice fails is decided again among the rest (or raced again).
+and a decided track whose choice fails is decided again among the rest (or raced again). The track's tables (its
+decision's measurements and the printed summary) are built in :mod:`~triton_dist_tune.contextual.report`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..errors import AllConfigsFailedError, BadInputError, MismatchError
 from ..measure.race import Race, RacePlan
 from ..measure.stats import median
 from ..records import Outcome
+from . import report
 
 
 class PruningError(BadInputError):
@@ -44,18 +46,9 @@ class Track:
         self.name, self.descriptions, self.names = first["name"], first["descriptions"], first["names"]
         self.entry, self.space_text = first["entry"], first["space_text"]
         self.n_warmup, self.n_repeat = n_warmup, n_repeat
-        for rank, info in sorted(infos.items()):
-            if info["descriptions"] != self.descriptions:
-                raise MismatchError(f"{self.label}: the ranks differ in the kernel's configs (rank {min(infos)}: "
-                                    f"{len(self.descriptions)} configs, rank {rank}: {len(info['descriptions'])})")
-        problems = [f"rank {r}: {i['pruned']}" for r, i in sorted(infos.items()) if isinstance(i["pruned"], str)]
-        if problems:
-            raise PruningError(f"{self.label}: pruning the configs failed: " + "; ".join(problems))
+        #: the configs to try, in config order: those every rank's pruning keeps
+        self.order = agreed_order(self.label, infos)
         self.holders: list[int] = sorted(infos)
-        self.order = [i for i in first["pruned"] if all(i in info["pruned"] for info in infos.values())]
-        if not self.order:
-            raise PruningError(f"{self.label}: the configs' pruning (prune_configs_by) keeps no config that every "
-                                f"rank keeps: " + "; ".join(f"rank {r}: {i['pruned']}" for r, i in infos.items()))
         self.pos, self.step, self.runs = 0, 0, 0
         #: steps taken and failures seen: grows whenever the track moves (a stalled track is ended by the session)
         self.progress = 0
@@ -271,33 +264,33 @@ class Track:
             raise AllConfigsFailedError(f"{self.label}: every config failed on some rank")
         self.finish(usable[0], f"{how}, unmeasured")
 
-    # -- reporting -------------------------------------------------------------------------------------------------
+    # -- reporting (rows built in report.py) ---------------------------------------------------------------------
 
     def outcomes(self) -> list[Outcome]:
         """The track's table as typed outcomes (for the summary that group rank 0 prints)."""
-        result = []
-        for i in self.order:
-            if i in self.times:
-                per_rank = [self.per_rank[i][r] for r in sorted(self.per_rank.get(i, {}))]
-                result.append(Outcome(i, self.descriptions[i], "measured", time=self.times[i],
-                                      spread=self.spreads.get(i), per_rank=per_rank or None,
-                                      resumed=i in self.resumed))
-            elif i in self.failed:
-                result.append(Outcome(i, self.descriptions[i], "failed", error=self.failed[i]))
-            else:
-                result.append(Outcome(i, self.descriptions[i], "pruned"))
-        return result
+        return report.outcomes(self)
 
     def table(self) -> list[dict[str, Any]]:
         """One row per config in the order tried: index, config, state, group time, spread, per-rank medians,
         error."""
-        rows = []
-        for i in self.order:
-            state = "measured" if i in self.times else "failed" if i in self.failed else "skipped"
-            if i in self.resumed:
-                state = "resumed"
-            rows.append({"index": i, "config": self.descriptions[i], "state": state, "time": self.times.get(i),
-                         "spread": self.spreads.get(i),
-                         "per_rank": [self.per_rank[i][r] for r in sorted(self.per_rank[i])] if i in self.per_rank
-                         else None, "error": self.failed.get(i)})
-        return rows
+        return report.table(self)
+
+
+def agreed_order(label: str, infos: Mapping[int, dict[str, Any]]) -> list[int]:
+    """The indices of the configs that every rank of ``infos`` keeps after pruning, in the first rank's order.
+
+    Raises :class:`~triton_dist_tune.errors.MismatchError` when the ranks differ in the kernel's configs, and
+    :class:`PruningError` when a rank's pruning failed or no config is kept by every rank."""
+    first = infos[min(infos)]
+    for rank, info in sorted(infos.items()):
+        if info["descriptions"] != first["descriptions"]:
+            raise MismatchError(f"{label}: the ranks differ in the kernel's configs (rank {min(infos)}: "
+                                f"{len(first['descriptions'])} configs, rank {rank}: {len(info['descriptions'])})")
+    problems = [f"rank {r}: {i['pruned']}" for r, i in sorted(infos.items()) if isinstance(i["pruned"], str)]
+    if problems:
+        raise PruningError(f"{label}: pruning the configs failed: " + "; ".join(problems))
+    order = [i for i in first["pruned"] if all(i in info["pruned"] for info in infos.values())]
+    if not order:
+        raise PruningError(f"{label}: the configs' pruning (prune_configs_by) keeps no config that every rank "
+                           f"keeps: " + "; ".join(f"rank {r}: {i['pruned']}" for r, i in infos.items()))
+    return order

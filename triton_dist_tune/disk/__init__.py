@@ -1,0 +1,6 @@
+"""What the tuner keeps on disk: :mod:`.cache` reads and writes the decisions (one standard-JSON file per
+function, key, config space, group size and hardware, written atomically), :mod:`.decisions` reads, filters,
+removes and bundles a cache folder's decisions for the command line, and :mod:`.logs` writes each rank's log of a
+job, prints rank 0's summaries, and reads a job's logs back as one timeline. The folders come from
+:mod:`triton_dist_tune.settings`.
+"""

@@ -1,6 +1,6 @@
 """The disk cache of decisions: one standard-JSON file per (function, key, space, group size, hardware).
 
-Only group rank 0 reads it and broadcasts what it found (see ``tune.py``), so ranks whose disks differ never split.
+Only group rank 0 reads it and broadcasts what it found (see ``function/``), so ranks whose disks differ never split.
 Files are written atomically (a temporary file in the same folder, then ``os.replace``), so any number of
 processes may write one folder. An unreadable or corrupt file is a warning and a re-tune, never a crash.
 

@@ -322,11 +322,3 @@ def parse_age(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(text)
     return value * units[unit]
-
-
-def environ_root() -> Path:
-    """The cache folder the tuner would use in this environment."""
-    from .cache import cache_root
-
-    return cache_root()
-

@@ -26,21 +26,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..records import Decision, Outcome
-from ..settings import env_flag
 
 _lock = threading.Lock()
 _file_loggers: dict[int, logging.Logger] = {}
 _console: logging.Logger | None = None
 
-#: launcher variables that name one job on every rank of it (the first one set wins)
-JOB_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")
-
 
 def log_dir() -> Path:
     """The log folder: ``TRITON_DIST_AUTOTUNE_LOG_DIR``, or ``~/.triton_dist/logs``."""
-    override = os.environ.get("TRITON_DIST_AUTOTUNE_LOG_DIR")
-    return Path(override) if override else Path.home() / ".triton_dist" / "logs"
+    return settings.current().log_dir
 
 
 def _parent_start() -> float | None:
@@ -58,11 +54,11 @@ def _parent_start() -> float | None:
 @functools.lru_cache(maxsize=1)
 def job_name() -> str:
     """The name of this job's log folder, the same on every rank of the job (see the module docstring)."""
-    for var in JOB_VARIABLES:
-        value = os.environ.get(var, "").strip()
-        if value and value.lower() != "none":  # torchrun's run id is "none" unless --standalone or --rdzv-id
-            return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{var.split('_')[0].lower()}-{value}")[:80]
-    port = os.environ.get("MASTER_PORT", "").strip()
+    launcher = settings.launcher()
+    if launcher.job is not None:
+        var, value = launcher.job
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{var.split('_')[0].lower()}-{value}")[:80]
+    port = (launcher.master_port or "").strip()
     started = _parent_start() if port.isdigit() else None
     if started is None:
         port, started = "", time.time()
@@ -84,10 +80,8 @@ def global_rank() -> int:
             return dist.get_rank()
     except Exception:
         pass
-    for var in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 0
+    rank = settings.launcher().rank
+    return rank if rank is not None else 0
 
 
 class JsonLines(logging.Formatter):
@@ -130,7 +124,7 @@ def rank_log() -> logging.Logger:
 
 def printing_enabled(verbose: bool | None) -> bool:
     """Whether to print summaries: ``autotune_verbose`` when given, else ``TRITON_PRINT_AUTOTUNING``."""
-    return bool(verbose) if verbose is not None else env_flag("TRITON_PRINT_AUTOTUNING")
+    return bool(verbose) if verbose is not None else settings.current().print_autotuning
 
 
 def console() -> logging.Logger:

@@ -73,22 +73,28 @@ class Watchdog:
 
     def disarm(self) -> None:
         """Cancel the deadline set by :meth:`arm`."""
-        faulthandler.cancel_dump_traceback_later()
-        with self._cond:
-            self._deadline = None
-            self._on_fire = None
-            self._cond.notify()
+        self._cancel(stopping=False)
 
     def stop(self) -> None:
         """End the watchdog thread (at interpreter exit), so that no thread of ours outlives the interpreter."""
-        faulthandler.cancel_dump_traceback_later()
-        with self._cond:
-            self._stopping = True
-            self._deadline = None
-            self._cond.notify()
-            thread, self._thread = self._thread, None
+        thread = self._cancel(stopping=True)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=1.0)
+
+    def _cancel(self, stopping: bool) -> threading.Thread | None:
+        """Cancel the deadline and the backstop, and wake the thread; when ``stopping``, tell the thread to end and
+        return it (for the caller to join outside the lock)."""
+        faulthandler.cancel_dump_traceback_later()
+        with self._cond:
+            self._deadline = None
+            thread = None
+            if stopping:
+                self._stopping = True
+                thread, self._thread = self._thread, None
+            else:
+                self._on_fire = None
+            self._cond.notify()
+        return thread
 
     def _watch(self) -> None:
         with self._cond:

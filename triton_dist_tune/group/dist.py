@@ -7,24 +7,17 @@ or hang. :func:`init_distributed` gives every attempt its own key prefix.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from typing import Any
 
+from .. import settings
 from ..errors import BadInputError
 
-_RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
-_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-_LOCAL_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
 
-
-def _env_int(names: tuple[str, ...], default: int | None = None) -> int:
-    for name in names:
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    if default is None:
+def _required(value: int | None, names: tuple[str, ...]) -> int:
+    if value is None:
         raise BadInputError(f"none of {list(names)} is set: start the job with torchrun, launch.sh or mpiexec")
-    return default
+    return value
 
 
 def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> Any:
@@ -40,17 +33,16 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
 
     if dist.is_initialized():
         return dist.group.WORLD
-    rank, world = _env_int(_RANK_VARS), _env_int(_SIZE_VARS)
+    job = settings.launcher()
+    rank = _required(job.rank, settings.RANK_VARIABLES)
+    world = _required(job.world_size, settings.SIZE_VARIABLES)
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
-        torch.cuda.set_device(_env_int(_LOCAL_VARS, 0) % torch.cuda.device_count())
-    host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = int(os.environ.get("MASTER_PORT", "29500"))
-    agent_hosts_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
-    store = dist.TCPStore(host, port, world, is_master=(rank == 0 and not agent_hosts_store),
+        torch.cuda.set_device((job.local_rank or 0) % torch.cuda.device_count())
+    port = int(job.master_port if job.master_port is not None else "29500")
+    store = dist.TCPStore(job.master_addr, port, world, is_master=(rank == 0 and not job.agent_store),
                           timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(backend, store=dist.PrefixStore(f"attempt{attempt}/", store), rank=rank,
+    dist.init_process_group(backend, store=dist.PrefixStore(f"attempt{job.restart_count}/", store), rank=rank,
                             world_size=world, timeout=timedelta(seconds=timeout_s))
     return dist.group.WORLD

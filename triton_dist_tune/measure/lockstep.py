@@ -4,10 +4,11 @@ For one key, on every rank, with the configs left after pruning and the journal:
 
 1. **Warm up** each config in the agreed order (under the watchdog, every run started by all ranks together): one
    checked run when ``ref_prog`` is given, ``n_warmup`` runs, and in steady timing one probe sample that gives the
-   batch length (:func:`~triton_dist_tune.timing.batch_length`). One exchange then shares "ok or error" and the
-   wanted batch length: a config that failed anywhere is failed everywhere, and the batch is the group's maximum.
-2. **Race** (:mod:`triton_dist_tune.race`): rounds over the configs still running, in an order the group shares
-   and changes every round. Each sample (a batch of back-to-back calls in ``steady`` timing, one call after an
+   batch length (:func:`~triton_dist_tune.measure.timing.batch_length`). One exchange then shares "ok or error"
+   and the wanted batch length: a config that failed anywhere is failed everywhere, and the batch is the group's
+   maximum.
+2. **Race** (:mod:`triton_dist_tune.measure.race`): rounds over the configs still running, in an order the group
+   shares and changes every round. Each sample (a batch of back-to-back calls in ``steady`` timing, one call after an
    L2 flush in ``cold``) starts right after an exchange, so the ranks start it together, and is followed by one
    exchange of every rank's time (or error). No host synchronize and no exchange happen inside a batch. After each
    round the group removes the configs that are clearly slower than the leader; the race ends when one is
@@ -85,7 +86,7 @@ class Plan:
     n_warmup: int
     timeout: float
     race: RacePlan
-    #: "steady" or "cold" (see :mod:`triton_dist_tune.timing`)
+    #: "steady" or "cold" (see :mod:`triton_dist_tune.measure.timing`)
     timing: str = "steady"
     #: timed calls per steady sample; None: from a probe per config
     batch: int | None = None
@@ -135,7 +136,7 @@ class Trial:
         return out
 
     def sample(self, config: dict[str, Any], batch: int, cold: bool) -> float:
-        """One timed sample (ms per call); see :func:`~triton_dist_tune.timing.time_sample`."""
+        """One timed sample (ms per call); see :func:`~triton_dist_tune.measure.timing.time_sample`."""
         return time_sample(self.clock, lambda: self.call(config), batch, cold)
 
     def checked_run(self, config: dict[str, Any]) -> str | None:

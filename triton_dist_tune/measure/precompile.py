@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .. import settings
 from ..errors import describe_error
 from ..group.channel import Group
 
@@ -21,10 +22,10 @@ from ..group.channel import Group
 def default_workers() -> int:
     """Threads used to compile: ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or min(8, CPU count); one under Triton's
     interpreter (``TRITON_INTERPRET=1``), which patches ``triton.language`` while it runs and is not thread-safe."""
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    env = settings.current()
+    if env.interpret:
         return 1
-    value = os.environ.get("TRITON_DIST_AUTOTUNE_COMPILE_THREADS", "")
-    return int(value) if value.isdigit() and int(value) > 0 else min(8, os.cpu_count() or 1)
+    return env.compile_threads or min(8, os.cpu_count() or 1)
 
 
 def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo: Sequence[tuple[int, dict, str]],

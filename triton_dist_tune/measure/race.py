@@ -1,9 +1,9 @@
 """The race: interleaved rounds over the configs still in the running, and the group's decisions between them.
 
-This module holds the bookkeeping and the decisions only; :mod:`triton_dist_tune.measure` runs the configs and
-exchanges the samples. Every rank builds the same :class:`Race` from the same exchanged data, so every decision
-below (the order of a round, who leaves, when it ends, who wins) is identical on every rank without any further
-message.
+This module holds the bookkeeping and the decisions only; :mod:`~triton_dist_tune.measure.lockstep` runs the
+configs and exchanges the samples. Every rank builds the same :class:`Race` from the same exchanged data, so every
+decision below (the order of a round, who leaves, when it ends, who wins) is identical on every rank without any
+further message.
 
 - **Rounds.** Each round times every config still running once (one sample: a batch of back-to-back calls, or
   one cold call), in an order shuffled afresh each round from a seed the group shares. A slow drift of the machine
@@ -11,7 +11,7 @@ message.
 - **Samples.** A config's sample in a round is the MAX over ranks of the ranks' times for it (the ranks started
   it together, and the slowest rank is what the job waits for); its time is the median of its samples.
 - **Leaving the race.** After each round, a config that is clearly slower than the leader on their paired
-  per-round ratios (:func:`~triton_dist_tune.stats.clearly_slower`: over 25% slower in each of two or more
+  per-round ratios (:func:`~triton_dist_tune.measure.stats.clearly_slower`: over 25% slower in each of two or more
   rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
   ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the
   leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done. Nobody leaves after the last

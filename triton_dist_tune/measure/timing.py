@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from .. import settings
+from ..errors import BadInputError
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -40,9 +42,6 @@ PROBE_CALLS = 4
 def timing_mode(option: str | None) -> str:
     """The timing mode: ``TRITON_DIST_AUTOTUNE_TIMING`` when set (it overrides every function of the job), else
     ``option``, else ``steady``."""
-    from .. import settings
-    from ..errors import BadInputError
-
     if option is not None and option not in TIMING_MODES:
         raise BadInputError(f"timing must be one of {TIMING_MODES}, not {option!r}")
     return settings.current().timing or option or "steady"
@@ -161,7 +160,7 @@ def make_clock() -> HostClock | DeviceClock:
     runs the kernels on the host), the host clock otherwise. A device job that cannot use events gets the host
     clock with a warning."""
     device = _accelerator()
-    if device is None or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if device is None or settings.current().interpret:
         return HostClock()
     clock = _clocks.get(device)
     if clock is None:

@@ -1,0 +1,82 @@
+"""What happens on every rank when a track is decided: the choice goes to the kernel's autotuners (their
+``cache``, ``configs_timings``, Triton's listener), to the process-wide tables, to ``tuner.decisions`` and the
+rank's log; group rank 0 writes it to the disk cache and prints Triton's summary; the track's journal is removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from ..disk import logs
+from . import intercept
+from .schedule import Track
+from .tracks import LocalTrack, decide, remember_choice
+
+if TYPE_CHECKING:
+    from .session import Session
+
+log = logging.getLogger("triton_dist_tune")
+
+
+def record_decision(session: Session, track: Track) -> None:
+    """Publish ``track``'s choice (decided now, or again after a late failure) on this rank."""
+    tid = (track.kernel, track.key_text)
+    remember_choice(session.group, tid, track.best)
+    local = session.local.get(tid)
+    if local is not None:
+        _publish(session, track, local)
+    ms = track.times.get(track.best)
+    session.tuner.decisions[tid] = {"index": track.best, "config": track.descriptions[track.best],
+                                    "how": track.how, "time_ms": ms, "runs": track.runs, "table": track.table()}
+    session.log.info("%s decision %s config=%d group_ms=%s how=%s after %d run(s) | %s%s", session.label,
+                     track.label, track.best, "-" if ms is None else f"{ms:.4f}", track.how, track.runs,
+                     track.descriptions[track.best], f"; table: {track.table()}" if track.runs else "")
+    if track.how in ("disk cache", "only config"):
+        if local is not None:
+            local.journal.remove()
+        return
+    if session.group.rank == 0:
+        _store(session, track, ms)
+    if local is not None:
+        local.journal.remove()  # after the decision is in the cache (rank 0), so a crash loses nothing
+
+
+def _publish(session: Session, track: Track, local: LocalTrack) -> None:
+    """Set the choice on each autotuner of the track (and its timings; Triton's listener is called)."""
+    timings = {i: [track.times[i]] if i in track.times else [float("inf")] for i in track.order}
+    for autotuner in local.autotuners:
+        config = autotuner.configs[track.best]
+        decide(autotuner, local.key, config, session.group)
+        if track.how not in ("only config",):
+            by_config = {autotuner.configs[i]: t for i, t in timings.items()}
+            autotuner.configs_timings = by_config
+            autotuner.bench_time = time.monotonic() - session.started
+            cached = track.how == "disk cache"
+            intercept.notify_listener(autotuner, local.key, config, by_config,
+                                      None if cached else autotuner.bench_time, cached)
+    local.sample = None
+
+
+def _store(session: Session, track: Track, ms: float | None) -> None:
+    """Group rank 0: write the decision to the disk cache, and print Triton's summary when asked to."""
+    decision = {"index": track.best, "config": track.descriptions[track.best], "key": track.key_text,
+                "kernel": track.kernel, "function": session.tuner.options.name, "group_size": session.group.size,
+                "time_ms": ms, "how": track.how, "measurements": track.table()}
+    try:
+        session.cache.store(track.entry, decision, track.space_text)
+    except (OSError, ValueError) as exc:
+        log.warning("triton_dist_tune: could not write the contextual cache (%s)", exc)
+    if logs.printing_enabled(None):
+        _print_summary(session, track)
+
+
+def _print_summary(session: Session, track: Track) -> None:
+    """Triton's summary of one tuned (kernel, key) (``TRITON_PRINT_AUTOTUNING=1``), with the group and files."""
+    logs.console().info(
+        "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group "
+        "'%s' (%d run(s) of %s),\nbest config selected: %s;\n%s\ncache file: %s\nlogs: %s", track.name,
+        track.key_text, time.monotonic() - session.started, session.group.size, logs.group_title(session.group),
+        track.runs, session.tuner.options.name, track.names[track.best],
+        logs.format_table(track.outcomes(), track.best), session.cache.path(track.entry), logs.job_dir())

@@ -1,0 +1,186 @@
+"""The exchange at the end of each tuning run, and how every rank updates the same tracks from it.
+
+One ``allgather`` on the tuner's control channel carries each rank's :class:`~.launches.RunRecord` (newly met
+(kernel, key)s, launch times and errors), the failures found between runs (compile errors, earlier attempts), and
+whether the function raised. Every rank then applies the same data in the same order: new tracks are created
+(:func:`create_tracks`: resumed from the ranks' journals, looked up in the disk cache by group rank 0), then every
+track takes one step (:func:`step_track`), so the number of runs and every choice are identical everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import settings
+from ..errors import AutotuneError, BadInputError, describe_error
+from ..faults.journal import merge
+from ..faults.watchdog import exchange_timeout
+from . import intercept
+from .decisions import record_decision
+from .schedule import PruningError, Track
+from .tracks import TrackId, forget_choice, undecide
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+def exchange(session: Session, error: Exception | None) -> bool:
+    """Share this run's data, update every track alike; returns whether new tracks were created. Raises on every
+    rank when the function raised on some rank (other than because of a failing config)."""
+    group = session.group
+    gathered = group.allgather(_message(session, error), f"{session.label} end of run {session.runs - 1}",
+                               timeout=exchange_timeout(session.timeout))
+    try:
+        created = create_tracks(session, gathered)
+    except PruningError as exc:
+        local = next((lt.prune_error for lt in session.local.values() if lt.prune_error is not None), None)
+        raise pruning_error(str(exc)) from local
+    for tid in sorted(session.tracks):
+        step_track(session, tid, session.tracks[tid], gathered)
+    raisers = [(r, m["raised"]) for r, m in enumerate(gathered) if m["raised"] and not m["excused"]]
+    if raisers:
+        text = "; ".join(f"rank {r}: {m}" for r, m in raisers)
+        session.log.error("%s the function raised in run=%d: %s", session.label, session.runs - 1, text)
+        raise AutotuneError(f"{session.label} the tuned function raised during tuning run {session.runs - 1} on "
+                            f"group '{group.name}': {text}") from error
+    return created
+
+
+def _message(session: Session, error: Exception | None) -> dict[str, Any]:
+    """This rank's part of the exchange (reads the clock's tokens, so after the run's launches are done)."""
+    session.clock.synchronize()
+    launches = {tid: [(i, None if tok is None else session.clock.read(tok), e) for i, tok, e in recs]
+                for tid, recs in session.record.launches.items()}
+    new = {tid: session.local[tid].info() for tid in session.record.new}
+    errors = {tid: dict(local.unreported) for tid, local in session.local.items() if local.unreported}
+    for local in session.local.values():
+        local.unreported = {}
+    failed_here = any(e for recs in launches.values() for _, _, e in recs)
+    raised = describe_error(error) if error is not None else None
+    disk = lookup(session, new) if session.group.rank == 0 else {}
+    return {"new": new, "launches": launches, "errors": errors, "raised": raised,
+            "excused": raised is not None and failed_here, "disk": disk}
+
+
+def create_tracks(session: Session, gathered: list[dict[str, Any]]) -> bool:
+    """Create the tracks first met in this run (on any rank), or let ranks that met one late join it; take the
+    disk cache's choices. Returns whether a track was created."""
+    infos: dict[TrackId, dict[int, dict[str, Any]]] = {}
+    for rank, message in enumerate(gathered):
+        for tid, info in message["new"].items():
+            infos.setdefault(tid, {})[rank] = info
+    created = []
+    for tid in sorted(infos):
+        track = session.tracks.get(tid)
+        if track is not None:
+            done, revision = track.done, track.revision
+            track.join(infos[tid])
+            revised(session, track, done, revision)
+        else:
+            options = session.tuner.options
+            track = session.tracks[tid] = Track(tid[0], tid[1], infos[tid], options.n_warmup, options.n_repeat)
+            track.resume(merge([infos[tid].get(r, {}).get("journal", []) for r in range(session.group.size)],
+                               track.descriptions))
+            created.append(tid)
+    found = dict(gathered[0]["disk"])
+    missing = [tid for tid in created if tid not in found]
+    if missing:  # met on other ranks only: rank 0 looks them up now
+        wanted = {tid: infos[tid][min(infos[tid])] for tid in missing}
+        found.update(session.group.broadcast(lookup(session, wanted) if session.group.rank == 0 else None,
+                                             f"{session.label} disk cache", timeout=session.timeout))
+    for tid in created:
+        track = session.tracks[tid]
+        index = found.get(tid)
+        if not track.done and index is not None and index in track.order and index not in track.failed:
+            track.finish(index, "disk cache")
+        if track.done:
+            record_decision(session, track)
+    return bool(created)
+
+
+def revised(session: Session, track: Track, was_done: bool, revision: int) -> None:
+    """A late failure changed a decided track: publish its new choice, or take the old one back."""
+    if track.revision == revision:
+        return
+    session.log.warning("%s %s: the chosen config failed on a rank that met it late; %s", session.label,
+                        track.label, f"choosing config {track.best} instead" if track.done else "tuning it again")
+    if track.done:
+        record_decision(session, track)
+    elif was_done:
+        tid = (track.kernel, track.key_text)
+        forget_choice(session.group, tid)
+        local = session.local.get(tid)
+        for autotuner in local.autotuners if local is not None else []:
+            undecide(autotuner, local.key, session.group)
+
+
+def lookup(session: Session, infos: dict[TrackId, dict[str, Any]]) -> dict[TrackId, int | None]:
+    """Group rank 0 only: the disk cache's config index for each (kernel, key) of ``infos``."""
+    if settings.current().always_tune:
+        return dict.fromkeys(infos)
+    found = {}
+    for tid, info in infos.items():
+        data = session.cache.load(info["entry"], info["space_text"])
+        index = data["index"] if data is not None else -1
+        ok = 0 <= index < len(info["descriptions"]) and data["config"] == info["descriptions"][index]
+        found[tid] = index if ok else None
+    return found
+
+
+def step_track(session: Session, tid: TrackId, track: Track, gathered: list[dict[str, Any]]) -> None:
+    """Apply the run's failures and launches (every rank's) to one track; log this rank's part."""
+    done, revision = track.done, track.revision
+    for rank, message in enumerate(gathered):
+        for index, error in message["errors"].get(tid, {}).items():
+            track.fail(index, f"rank {rank}: {error}")
+    if done:
+        revised(session, track, done, revision)
+        return
+    step_config, (phase, iteration) = track.current(), track.phase()
+    per_rank = {r: m["launches"][tid] for r, m in enumerate(gathered) if tid in m["launches"]}
+    outcome = track.advance(per_rank)
+    own = per_rank.get(session.group.rank)
+    if own is not None:
+        times = ", ".join("failed" if ms is None else f"{ms:.4f}" for _, ms, _ in own)
+        used = sorted({i for i, _, _ in own})
+        session.log.info("%s step run=%d %s config=%s phase=%s iter=%d launches=%d times_ms=[%s] outcome=%s | %s",
+                         session.label, session.runs - 1, track.label, used[0] if len(used) == 1 else used, phase,
+                         iteration, len(own), times, outcome, track.descriptions[step_config])
+    if outcome == "failed":
+        session.log.info("%s %s config=%d FAILED: %s", session.label, track.label, step_config,
+                         track.failed.get(step_config))
+    journal_outcomes(session, tid, track)
+    if track.done:
+        record_decision(session, track)
+
+
+def journal_outcomes(session: Session, tid: TrackId, track: Track) -> None:
+    """Journal the group outcomes this rank has not written yet (configs it took part in)."""
+    local = session.local.get(tid)
+    if local is None:
+        return
+    for index in sorted(local.used):
+        if index in track.times and index not in track.resumed:
+            local.note(index, "measured", time=track.times[index],
+                       per_rank=[track.per_rank[index][r] for r in sorted(track.per_rank[index])])
+        elif index in track.failed:
+            local.note(index, "failed", error=track.failed[index])
+
+
+_pruning_error_class: type | None = None
+
+
+def pruning_error(message: str) -> Exception:
+    """The error raised on every rank when the kernel's pruning fails or keeps nothing: an instance of Triton's
+    ``AutotunerError`` that is also this package's :class:`~triton_dist_tune.errors.BadInputError`."""
+    global _pruning_error_class
+    if _pruning_error_class is None:
+        base = type(intercept.empty_pruning_error())
+        def __init__(self: Exception, message: str) -> None:
+            Exception.__init__(self, message)
+            self.error_message = message
+
+        _pruning_error_class = type("ContextualPruningError", (BadInputError, base),
+                                    {"__module__": __name__, "__init__": __init__,
+                                     "__str__": lambda self: f"Autotuner error: {self.error_message}"})
+    return _pruning_error_class(message)

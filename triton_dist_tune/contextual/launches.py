@@ -1,0 +1,141 @@
+"""The intercepted launches of one call: what a :class:`~triton_dist_tune.contextual.session.Session` does with
+each ``triton.autotune`` launch made inside the tuned function (it is the call's
+:class:`~triton_dist_tune.contextual.intercept.Handler`).
+
+- a (kernel, key) decided for the session's group runs its config as stock Triton would (:func:`launch`); one
+  tuned in this call is a benchmarking launch until the final run (:func:`decided_launch`);
+- one the group decided without this rank (met by the others only) takes the group's choice at once;
+- one that cannot be tuned in this call (a hot call on a group, or past ``max_runs``) runs a local default and is
+  *pending* until the group's next agreement (:func:`pending_launch`);
+- any other runs the config its track's schedule says, timed and journaled (:func:`timed_launch`); what this rank
+  saw goes into the run's :class:`RunRecord`, sent at the end of the run (:mod:`~.exchange`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import describe_error
+from . import intercept
+from .tracks import LocalTrack, TrackId, decide, decided_config, group_choice
+
+if TYPE_CHECKING:
+    from .session import Session
+
+#: one launch as this rank records it: (config index, the clock's token or None, error or None)
+Record = tuple[int, Any, "str | None"]
+
+
+@dataclass
+class RunRecord:
+    """What this rank saw in one run of the function (made afresh for each run)."""
+
+    #: the tracks first met in this run (their :meth:`~.tracks.LocalTrack.info` is sent)
+    new: list[TrackId] = field(default_factory=list)
+    #: track -> this rank's launches of it in the run
+    launches: dict[TrackId, list[Record]] = field(default_factory=dict)
+    #: (track, config index) of every timed launch started in the run: journaled ``hung`` if the watchdog fires
+    inflight: list[tuple[TrackId, int]] = field(default_factory=list)
+    #: (autotuner id, key)s whose reset before use is made (final run)
+    reset: set[tuple[int, tuple]] = field(default_factory=set)
+
+
+def launch(session: Session, autotuner: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """Run one intercepted launch (see :class:`~triton_dist_tune.contextual.intercept.Handler`)."""
+    group = session.group
+    key = intercept.tuning_key(autotuner, args, kwargs)
+    config = decided_config(autotuner, key, group)
+    if config is not None:
+        if session.session_keys and (id(autotuner), key) in session.session_keys:
+            return decided_launch(session, autotuner, key, config, args, kwargs)
+        return intercept.launch_with(autotuner, config, args, kwargs)
+    tid = (intercept.track_id(autotuner), repr(key))
+    chosen = group_choice(group, tid)
+    if chosen is not None:  # the group decided it without this rank (met by the others only)
+        config = autotuner.configs[chosen]
+        decide(autotuner, key, config, group)
+        return intercept.launch_with(autotuner, config, args, kwargs)
+    if session.pending_mode and tid not in session.tracks:
+        return pending_launch(session, tid, autotuner, key, args, kwargs)
+    with session.lock:
+        track = session.tracks.get(tid)
+        if track is not None and track.done:
+            config = autotuner.configs[track.best]
+            decide(autotuner, key, config, group)
+        else:
+            session.needs_tuning = True
+            local = session.local.get(tid)
+            if local is None:
+                local = session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group)
+                session.record.new.append(tid)
+            elif not any(a is autotuner for a in local.autotuners):
+                local.autotuners.append(autotuner)
+            index = track.current() if track is not None else local.first_index()
+            records = session.record.launches.setdefault(tid, [])
+            if index is not None and index in local.errors:
+                records.append((index, None, local.errors[index]))
+                index = None
+    if config is not None:
+        return intercept.launch_with(autotuner, config, args, kwargs)
+    if index is None:
+        return None
+    return timed_launch(session, tid, autotuner, key, index, args, kwargs)
+
+
+def decided_launch(session: Session, autotuner: Any, key: tuple, config: Any, args: tuple,
+                   kwargs: dict[str, Any]) -> Any:
+    """A launch of a key this call tuned, once decided: a benchmark launch (hooks restore what it changes) until
+    the final run, where it is the real launch, after the reset Triton makes once tuning is done."""
+    if not session.final_run:
+        return intercept.bench_launch(autotuner, config, args, kwargs)
+    if (id(autotuner), key) not in session.record.reset:
+        session.record.reset.add((id(autotuner), key))
+        intercept.reset_before_use(autotuner, config, args, kwargs)
+    return intercept.launch_with(autotuner, config, args, kwargs)
+
+
+def pending_launch(session: Session, tid: TrackId, autotuner: Any, key: tuple, args: tuple,
+                   kwargs: dict[str, Any]) -> Any:
+    """A key the group has not decided, met where this rank cannot ask the group: run the first config its
+    pruning keeps (a real launch), and remember the key for the group's next agreement."""
+    group = session.group
+    # (a single process tunes a new key in its next call: nothing to agree on, nothing kept)
+    pending = session.tuner.pending.setdefault(group.identity, {}) if group.size > 1 else {}
+    slot = (id(autotuner), key)
+    index = pending.get(slot, (None, None))[1]
+    if index is None:
+        try:
+            kept = intercept.pruned_indices(autotuner, args, kwargs)
+        except Exception:
+            kept = []  # the group's tuning reports it; the local default is the first config
+        index = kept[0] if kept else 0
+        pending[slot] = (tid, index)
+        session.log.info("%s kernel=%s key=%s is not decided by group '%s' and cannot be tuned in this call; "
+                         "running config %d until the group's next agreement", session.label, tid[0], tid[1],
+                         group.name, index)
+    return intercept.launch_with(autotuner, autotuner.configs[index], args, kwargs)
+
+
+def timed_launch(session: Session, tid: TrackId, autotuner: Any, key: tuple, index: int, args: tuple,
+                 kwargs: dict[str, Any]) -> Any:
+    """A step of a track: a benchmarking launch of config ``index``, under the watchdog, timed by the session's
+    clock and journaled; a launch that raises is recorded as that config's failure here, and skipped."""
+    config = autotuner.configs[index]
+    local = session.local[tid]
+    with session.lock:
+        session.session_keys.add((id(autotuner), key))
+        session.record.inflight.append((tid, index))
+        local.note(index, "started")
+    session.arm()
+    try:
+        start = session.clock.start()
+        out = intercept.bench_launch(autotuner, config, args, kwargs)
+        record = (index, session.clock.stop(start), None)
+    except Exception as exc:  # a config that fails is data: recorded, skipped, left out on every rank
+        out, record = None, (index, None, describe_error(exc))
+        local.note(index, "local_failure", error=record[2])
+    with session.lock:
+        session.record.launches.setdefault(tid, []).append(record)
+        local.used.add(index)
+    return out

@@ -1,0 +1,43 @@
+"""A track's measurements as tables: the rows of its decision (disk cache, ``tuner.decisions``, the log) and the
+typed outcomes of the summary group rank 0 prints. Reads a :class:`~triton_dist_tune.contextual.schedule.Track`,
+changes nothing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..records import Outcome
+
+if TYPE_CHECKING:
+    from .schedule import Track
+
+
+def outcomes(track: Track) -> list[Outcome]:
+    """The track's table as typed outcomes, one per config in the order tried (measured, failed or pruned)."""
+    result = []
+    for i in track.order:
+        if i in track.times:
+            per_rank = [track.per_rank[i][r] for r in sorted(track.per_rank.get(i, {}))]
+            result.append(Outcome(i, track.descriptions[i], "measured", time=track.times[i],
+                                  spread=track.spreads.get(i), per_rank=per_rank or None,
+                                  resumed=i in track.resumed))
+        elif i in track.failed:
+            result.append(Outcome(i, track.descriptions[i], "failed", error=track.failed[i]))
+        else:
+            result.append(Outcome(i, track.descriptions[i], "pruned"))
+    return result
+
+
+def table(track: Track) -> list[dict[str, Any]]:
+    """One row per config in the order tried: index, config, state (measured, resumed, failed or skipped), group
+    time, spread, per-rank medians, error."""
+    rows = []
+    for i in track.order:
+        state = "measured" if i in track.times else "failed" if i in track.failed else "skipped"
+        if i in track.resumed:
+            state = "resumed"
+        rows.append({"index": i, "config": track.descriptions[i], "state": state, "time": track.times.get(i),
+                     "spread": track.spreads.get(i),
+                     "per_rank": [track.per_rank[i][r] for r in sorted(track.per_rank[i])] if i in track.per_rank
+                     else None, "error": track.failed.get(i)})
+    return rows

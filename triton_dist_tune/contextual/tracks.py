@@ -1,0 +1,125 @@
+"""What this rank knows of the (kernel, key)s it launches, and the choices made in this process.
+
+- :class:`LocalTrack`: one (kernel, key) as this rank met it: its autotuners, its pruning, its crash journal and
+  the configs that cannot run here. (The group's view of it, identical on every rank, is a
+  :class:`~triton_dist_tune.contextual.schedule.Track`.)
+- The process-wide tables of choices, both per group (a choice made by one group, or by a rank alone, is never
+  taken for another group's): per autotuner and key (:func:`decided_config`, :func:`decide`, :func:`undecide`,
+  which also set the kernel's own ``cache``), and per track id (:func:`group_choice`, :func:`remember_choice`,
+  :func:`forget_choice`), which holds the choices of the keys this rank did not launch as well.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from ..disk.cache import DiskCache, entry_id, source_of
+from ..errors import describe_error
+from ..faults.journal import Journal, merge
+from ..group.channel import Group
+from ..space import describe
+from . import intercept
+
+#: a track's id: (the ``triton.autotune`` wrapper's :func:`~.intercept.track_id`, the key's text)
+TrackId = tuple[str, str]
+
+#: autotuner -> {(group, key): config}: the choices made in this process, per group, so that a choice made by one
+#: group (or by a rank alone) is never taken for another group's
+_decided: weakref.WeakKeyDictionary[Any, dict[tuple[tuple, tuple], Any]] = weakref.WeakKeyDictionary()
+_decided_lock = threading.Lock()
+#: (id of group, (track id, key text)) -> config index: every choice a group made in this process, also for the
+#: (kernel, key)s this rank did not launch, so that a rank meeting one later uses the group's choice
+_choices: dict[tuple[tuple, TrackId], int] = {}
+
+
+def decided_config(autotuner: Any, key: tuple, group: Group) -> Any:
+    """The config a contextual tuning on ``group`` chose for ``autotuner`` and ``key`` in this process, or None."""
+    table = _decided.get(autotuner)  # read without the lock: a dict lookup is atomic, writers hold the lock
+    return None if table is None else table.get((group.identity, key))  # name and ranks: never id()
+
+
+def decide(autotuner: Any, key: tuple, config: Any, group: Group) -> None:
+    """Record ``group``'s choice for ``autotuner`` and ``key``; also in the kernel's ``cache``."""
+    with _decided_lock:
+        _decided.setdefault(autotuner, {})[(group.identity, key)] = config
+    autotuner.cache[key] = config  # later stock launches hit
+
+
+def undecide(autotuner: Any, key: tuple, group: Group) -> None:
+    """Take back ``group``'s choice for ``autotuner`` and ``key`` (a late failure of the chosen config)."""
+    with _decided_lock:
+        _decided.get(autotuner, {}).pop((group.identity, key), None)
+    autotuner.cache.pop(key, None)
+
+
+def group_choice(group: Group, tid: TrackId) -> int | None:
+    """The config index ``group`` chose for track ``tid`` in this process (launched here or not), or None."""
+    return _choices.get((group.identity, tid))
+
+
+def remember_choice(group: Group, tid: TrackId, index: int) -> None:
+    """Record ``group``'s choice for track ``tid``."""
+    _choices[(group.identity, tid)] = index
+
+
+def forget_choice(group: Group, tid: TrackId) -> None:
+    """Take back ``group``'s choice for track ``tid``."""
+    _choices.pop((group.identity, tid), None)
+
+
+class LocalTrack:
+    """What this rank knows of one (kernel, key): its autotuners, key, pruning, journal and compile failures."""
+
+    def __init__(self, autotuner: Any, key: tuple, args: tuple, kwargs: dict[str, Any], cache: DiskCache,
+                 group: Group) -> None:
+        self.autotuners = [autotuner]
+        self.key = key
+        self.prune_error: Exception | None = None
+        try:
+            self.pruned: list[int] | str = intercept.pruned_indices(autotuner, args, kwargs)
+        except Exception as exc:
+            self.pruned, self.prune_error = describe_error(exc), exc
+        self.errors: dict[int, str] = {}  # configs that cannot run here (compile failures, earlier attempts)
+        self.unreported: dict[int, str] = {}
+        self.sample: tuple[tuple, dict[str, Any]] | None = (args, kwargs)  # for precompiling, then dropped
+        self.used: set[int] = set()
+        self.measured: set[int] = set()  # configs this rank's journal shows measured by the group
+        self.descriptions = [describe(c) for c in autotuner.configs]
+        self.space_text = "\n".join(self.descriptions)
+        self.entry = entry_id(intercept.kernel_id(autotuner) + "\n" + source_of(autotuner.base_fn), repr(key),
+                              self.space_text, group.size)
+        self.journal = open_journal(cache, self.entry, group)
+        self.records = self.journal.read()
+        for index, outcome in sorted(merge([self.records], self.descriptions).items()):
+            if outcome["state"] == "measured":
+                self.measured.add(index)
+            else:  # failed, hung or crashed here in an earlier attempt: never launched again
+                self.errors[index] = self.unreported[index] = str(outcome.get("error"))
+        self.journaled: set[tuple[int, str]] = {(r["index"], r["state"]) for r in self.records}
+
+    def first_index(self) -> int | None:
+        """The config this rank launches first: the first kept one not excluded here (None: pruning failed)."""
+        if not isinstance(self.pruned, list) or not self.pruned:
+            return None
+        fresh = [i for i in self.pruned if i not in self.errors]
+        return next((i for i in fresh if i not in self.measured), fresh[0] if fresh else self.pruned[0])
+
+    def info(self) -> dict[str, Any]:
+        """What the group needs to know about it (sent once, in the run it was first met)."""
+        at = self.autotuners[0]
+        return {"name": intercept.kernel_name(at), "descriptions": self.descriptions,
+                "names": [str(c) for c in at.configs], "space_text": self.space_text, "pruned": self.pruned,
+                "entry": self.entry, "journal": self.records}
+
+    def note(self, index: int, state: str, **fields: Any) -> None:
+        """Append to this rank's journal of the track, once per (config, state)."""
+        if (index, state) not in self.journaled:
+            self.journaled.add((index, state))
+            self.journal.append(index, state, config=self.descriptions[index], **fields)
+
+
+def open_journal(cache: DiskCache, entry: str, group: Group) -> Journal:
+    """This rank's crash journal of one (kernel, key) entry (the one place that builds a Journal here)."""
+    return Journal(cache.folder / f"{entry}.rank{group.rank}.journal")

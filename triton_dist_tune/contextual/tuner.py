@@ -1,0 +1,76 @@
+"""The state behind one function decorated with :func:`~triton_dist_tune.contextual.contextual_autotune`, across
+its calls: which group it tunes with, the calls counted per group, and the agreement every ``sync_every`` calls
+that decides whether a call tunes (each call itself is a :class:`~triton_dist_tune.contextual.session.Session`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..disk import logs
+from ..group.channel import Group, SingleGroup
+from ..group.resolve import resolve_group
+from . import intercept
+from .options import ContextualOptions
+from .session import Session
+from .tracks import TrackId
+
+_ALONE = SingleGroup()
+
+
+class ContextualTuner:
+    """The state behind one function decorated with :func:`~triton_dist_tune.contextual.contextual_autotune`."""
+
+    def __init__(self, fn: Callable[..., Any], options: ContextualOptions) -> None:
+        self.fn, self.options = fn, options
+        #: (track id, key text) -> the group's decision and its table of measurements
+        self.decisions: dict[TrackId, dict[str, Any]] = {}
+        #: runs of the function in the last call
+        self.last_runs = 0
+        #: calls in which the group agreed to tune (pending keys), for inspection
+        self.agreed_calls: list[int] = []
+        #: group identity -> {(autotuner id, key): (track id, local default index)}: keys met in hot calls that the
+        #: group has not decided, run with a local default until the group's next agreement
+        self.pending: dict[tuple, dict[tuple[int, tuple], tuple[Any, int]]] = {}
+        self._called: set[tuple] = set()
+        self._calls: dict[tuple, int] = {}
+
+    def group(self) -> Group:
+        """The group this function tunes with: alone, the default group, or the given one."""
+        is_dist = self.options.is_dist
+        if is_dist is False or is_dist is None:
+            return _ALONE
+        group = resolve_group(None if is_dist is True else is_dist)
+        return _ALONE if group.size == 1 else group
+
+    def __call__(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        group = self.group()
+        outer = intercept.active_handler()
+        if isinstance(outer, Session) and outer.group is group:
+            return self.fn(*args, **kwargs)  # nested in a tuning of the same group: that tuning steps our kernels
+        gid = group.identity
+        calls = self._calls[gid] = self._calls.get(gid, 0) + 1
+        tuning = gid not in self._called or (group.size > 1 and calls % self.options.sync_every == 0
+                                             and self._agree(group, calls))
+        session = Session(self, group, tuning)
+        try:
+            out = session.call(args, kwargs)
+        finally:
+            self.last_runs = session.runs
+        self._called.add(gid)
+        return out
+
+    def _agree(self, group: Group, calls: int) -> bool:
+        """Every ``sync_every`` calls, one exchange: does any rank hold pending keys? Then this call tunes, on
+        every rank alike (the pending keys are met again and tuned like new ones)."""
+        pending = self.pending.pop(group.identity, {})
+        mine = sorted({f"{tid[0]} {tid[1]}" for tid, _ in pending.values()})
+        everyone = group.allgather(mine, f"{self.options.label} agreement at call {calls}",
+                                   timeout=self.options.timeout)
+        if not any(everyone):
+            return False
+        self.agreed_calls.append(calls)
+        logs.rank_log().info("%s call %d: the group tunes pending key(s): %s", self.options.label, calls,
+                             "; ".join(f"rank {r}: {p}" for r, p in enumerate(everyone) if p))
+        return True

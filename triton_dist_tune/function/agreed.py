@@ -1,0 +1,95 @@
+"""The steps of a tuning that every rank computes on its own and the group then agrees on: the call (key, config
+space, group size), the configs ``prune_fn`` keeps, and the preparation of measuring. A problem on any rank is the
+same error on every rank, and no config is blamed for it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BadInputError, MismatchError, describe_error
+from ..group.channel import Group, agree
+from ..measure.arguments import ArgumentState, named_arguments
+from ..measure.lockstep import Reference, Trial
+from ..measure.timing import make_clock
+from ..space import check_call
+
+if TYPE_CHECKING:
+    from .tuner import Tuner
+
+
+def agree_on_call(tuner: Tuner, group: Group, key_text: str, problem: str | None, args: tuple,
+                  kwargs: dict[str, Any], overwrite: bool = False) -> None:
+    """Step 1: one exchange of (key, config space, group size) and this rank's ``problem`` (a failing ``key_fn``,
+    a bad call keyword) or a config that clashes with the call's keywords."""
+    if problem is None:
+        try:
+            check_call(tuner.fn, tuner.space, args, kwargs, tuner.name, overwrite)
+        except BadInputError as exc:
+            problem = str(exc)
+    fields = {"group size": str(group.size), "config space": tuner.space_text, "key": key_text}
+    agreement = agree(group, fields, f"[{tuner.name}] agree on key and config space", tuner.options.timeout,
+                      problem)
+    if agreement.notes:
+        raise BadInputError(f"{tuner.name}: " + "; ".join(f"rank {r}: {p}" for r, p in agreement.notes))
+    for what, holders in agreement.differ.items():
+        detail = "; ".join(f"ranks {ranks}: {text}" for ranks, text in holders)
+        raise MismatchError(f"{tuner.name}: the ranks of group '{group.name}' differ in {what}: {detail}")
+
+
+def agreed_prune(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
+                 timeout: float) -> list[int]:
+    """Step 3: the indices of the configs that ``prune_fn`` keeps on every rank."""
+    mine: list[bool] | str
+    try:
+        mine = [True if tuner.prune_fn is None else bool(tuner.prune_fn(c, *args, **kwargs)) for c in tuner.space]
+    except Exception as exc:
+        mine = f"prune_fn raised {describe_error(exc)}"
+    everyone = group.allgather(mine, f"{label} prune", timeout=timeout)
+    errors = [(r, m) for r, m in enumerate(everyone) if isinstance(m, str)]
+    if errors:
+        raise BadInputError(f"{tuner.name}: " + "; ".join(f"rank {r}: {m}" for r, m in errors))
+    kept = [i for i in range(len(tuner.space)) if all(m[i] for m in everyone)]
+    if not kept:
+        raise BadInputError(f"{label} prune_fn left no config that every rank keeps (of {len(tuner.space)})")
+    return kept
+
+
+def prepare(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
+            timeout: float) -> tuple[Trial, ArgumentState]:
+    """What runs before the first aligned exchange of measuring: the timer, the argument snapshots and
+    ``ref_prog``'s reference. Agreed like ``key_fn``: an exception on any rank is the same BadInputError on
+    every rank, and no config is blamed for it."""
+    options = tuner.options
+    state: ArgumentState | None = None
+    reference, timer, problem, step = None, None, None, "saving the arguments"
+    try:
+        state = ArgumentState(named_arguments(tuner.fn, args, kwargs), options.restore_value, options.reset_to_zero,
+                              label)
+        step = "making the clock"
+        timer = make_clock()
+        if options.ref_prog is not None:
+            step = "ref_prog"
+            state.before_run()
+            out = options.ref_prog(*args, **kwargs)
+            state.check_after()
+            reference = Reference((out, *state.outputs), options.rtol, options.atol)
+    except Exception as exc:
+        problem = f"{step} raised {describe_error(exc)}"
+    everyone = group.allgather(problem, f"{label} prepare (arguments, timer, ref_prog)", timeout=timeout)
+    problems = [(r, p) for r, p in enumerate(everyone) if p]
+    if problems:
+        if state is not None:
+            state.put_back()
+        raise BadInputError(f"{label} before measuring any config: "
+                            + "; ".join(f"rank {r}: {p}" for r, p in problems))
+    assert state is not None
+    user_pre_hook = options.pre_hook
+
+    def pre_hook(config: dict[str, Any], *a: Any, **k: Any) -> None:
+        state.config_starting(config)  # a config's first run gets its arguments checked afterwards
+        if user_pre_hook is not None:
+            user_pre_hook(config, *a, **k)
+
+    trial = Trial(tuner.fn, args, kwargs, timer, state, pre_hook, options.post_hook)
+    trial.reference = reference
+    return trial, state

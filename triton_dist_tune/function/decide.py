@@ -1,0 +1,70 @@
+"""Step 6 of a tuning: the group's choice from the outcomes every rank shares, and its cache record."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..disk import logs
+from ..errors import AllConfigsFailedError
+from ..group.channel import Group
+from ..measure.race import Race
+from ..records import Decision, Outcome
+
+log = logging.getLogger("triton_dist_tune")
+
+
+def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
+    """The group's choice from outcomes every rank shares: the race's winner (the least median among the configs
+    still running), else the least time among resumed or sharded outcomes; index -1 when nothing is usable."""
+    by_index = {o.index: o for o in outcomes}
+    winner = race.winner() if race is not None else None
+    usable = [o for o in outcomes if o.usable]
+    if winner is None and usable:
+        candidates = [o for o in usable if o.state == "measured"] or usable
+        winner = min(candidates, key=lambda o: (o.time, o.index)).index
+    rounds = race.rounds if race is not None else max((o.samples for o in outcomes), default=0)
+    if winner is None:
+        return Decision(-1, "", float("nan"), None, False, None, outcomes, timing, rounds)
+    others = [o for o in usable if o.index != winner]
+    runner_up = min(others, key=lambda o: (o.time, o.index)).index if others else None
+    if race is not None and winner in race.entrants and runner_up in race.entrants:
+        margin, near_tie = race.margin(winner, runner_up)
+    elif runner_up is not None and by_index[winner].time > 0:
+        margin = by_index[runner_up].time / by_index[winner].time - 1
+        near_tie = margin <= (by_index[winner].spread or 0) + (by_index[runner_up].spread or 0)
+    else:
+        margin, near_tie = None, False
+    chosen = by_index[winner]
+    return Decision(winner, chosen.config, chosen.time, margin, near_tie, runner_up, outcomes, timing, rounds)
+
+
+def cache_record(name: str, key_text: str, group: Group, decision: Decision) -> dict[str, Any]:
+    """The disk cache's record of ``decision``: the choice, how sure it is, and every config's outcome."""
+    return {"function": name, "key": key_text, "group_size": group.size, "group": logs.group_title(group),
+            "index": decision.index, "config": decision.config, "time_ms": decision.time,
+            "margin": decision.margin, "near_tie": decision.near_tie, "runner_up": decision.runner_up,
+            "timing": decision.timing, "rounds": decision.rounds, "tuning_seconds": decision.seconds,
+            "created": time.time(), "measurements": [o.to_json() for o in decision.outcomes]}
+
+
+def conclude(group: Group, label: str, decision: Decision, timeout: float,
+             store: Callable[[], Any] | None) -> None:
+    """Every rank raises the same error when no config is usable; else group rank 0 calls ``store`` (None: this
+    rank does not write the cache), and the group waits for it. The decision itself is already identical on every
+    rank (it was computed from exchanged data only)."""
+    if decision.index < 0:
+        text = "; ".join(f"config {o.index} ({o.config}): {o.error}" for o in decision.outcomes
+                         if o.state == "failed")
+        logs.rank_log().error("%s every config failed: %s", label, text)
+        raise AllConfigsFailedError(f"{label} every config failed on some rank: {text}")
+    if group.rank == 0 and store is not None:
+        try:
+            store()
+        except OSError as exc:
+            log.warning("triton_dist_tune: could not write the cache (%s)", exc)
+    group.barrier(f"{label} decision written", timeout=timeout)
+    logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s", label, decision.index,
+                         decision.config, decision.time, logs.margin_text(decision))

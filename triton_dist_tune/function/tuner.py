@@ -1,0 +1,129 @@
+"""The state behind one function decorated with :func:`~triton_dist_tune.autotune`: its space, options and
+decisions, and the routing of the calls that are not the hot path."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from ..disk.cache import DiskCache, dependency_text, source_of
+from ..errors import BadInputError, describe_error
+from ..group.resolve import resolve_group
+from ..measure.replicas import Layout
+from ..records import Decision
+from ..space import CALL_KEYWORDS, check_no_clash, check_space_signature, describe, validate_space
+from .options import TuneOptions
+from .tuning import Tuning
+
+log = logging.getLogger("triton_dist_tune")
+
+
+def _tensor_devices(args: tuple, kwargs: dict[str, Any]) -> str:
+    kinds = {v.device.type for v in (*args, *kwargs.values()) if hasattr(v, "device") and hasattr(v, "data_ptr")}
+    return ",".join(sorted(kinds))
+
+
+class Tuner:
+    """The state behind one decorated function: its space, options and decisions (see :func:`autotune`)."""
+
+    def __init__(self, fn: Callable[..., Any], config_space: Sequence[dict[str, Any]],
+                 key_fn: Callable[..., Hashable], prune_fn: Callable[..., bool] | None, options: TuneOptions) -> None:
+        if not callable(key_fn):
+            raise BadInputError("key_fn must be callable")
+        if prune_fn is not None and not callable(prune_fn):
+            raise BadInputError("prune_fn must be callable or None")
+        self.fn = fn
+        self.name = options.name or getattr(fn, "__name__", "tuned")
+        self.space = validate_space(config_space)
+        check_space_signature(fn, self.space, self.name)
+        try:
+            self.params = frozenset(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            self.params = frozenset()
+        self.options = options.for_function(fn)
+        self.key_fn, self.prune_fn = key_fn, prune_fn
+        self.descriptions = [describe(c) for c in self.space]
+        self.space_text = "\n".join(self.descriptions)
+        self.cache = DiskCache(self.name)
+        self.source = source_of(fn)
+        self._dependencies: str | None = None
+        self._overwrite_warned: set[str] = set()
+        #: decisions of calls on the default group, key -> config (the hot path reads this)
+        self.decided: dict[Hashable, dict[str, Any]] = {}
+        #: decisions of calls with an explicit group, (group identity: kind, name, global ranks; key) -> config
+        self.decided_in: dict[tuple[tuple, Hashable], dict[str, Any]] = {}
+        #: the last decision per (group name, key), with every config's outcome, for inspection
+        self.decisions: dict[tuple[str, Hashable], Decision] = {}
+
+    @property
+    def tables(self) -> dict[tuple[str, Hashable], list[dict[str, Any]]]:
+        """The last decision's outcomes per (group name, key), as JSON-style rows (a view of ``decisions``)."""
+        return {slot: [o.to_json() for o in d.outcomes] for slot, d in self.decisions.items()}
+
+    def call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """A call that carries tuner keywords or whose key is not decided yet."""
+        enabled = kwargs.pop("autotune", True)
+        verbose = kwargs.pop("autotune_verbose", None)
+        pg = kwargs.pop("autotune_pg", None)
+        overwrite = bool(kwargs.pop("autotune_allow_arg_overwrite", False))
+        replicas = kwargs.pop("autotune_replicas", None)
+        typos = sorted(k for k in kwargs if k.startswith("autotune") and k not in self.params)
+        problem = (f"{getattr(self.fn, '__qualname__', self.name)}() got unknown tuner keyword(s) {typos}; the "
+                   f"tuner's call keywords are {sorted(CALL_KEYWORDS)}") if typos else None
+        if not enabled:
+            if problem:
+                raise BadInputError(problem)
+            return self._run(args, kwargs, self._first_config(args, kwargs, overwrite), overwrite)
+        group = resolve_group(pg)
+        layout = None if replicas is None else Layout(group, resolve_group(replicas))
+        if layout is not None and self.options.sharded:
+            raise BadInputError(f"{self.name}: autotune_replicas is for lock-step tuning, not sharded=True")
+        try:
+            key = self.key_fn(*args, **kwargs)
+            hash(key)
+            key_error = None
+        except Exception as exc:
+            key, key_error = None, f"key_fn failed: {describe_error(exc)}"
+        table, slot = (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
+        if layout is not None:
+            table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
+        config = table.get(slot) if key_error is None else None
+        if config is not None and problem:
+            raise BadInputError(problem)  # decided: the other ranks are not tuning, so nothing to agree on
+        if config is None:
+            with group.lock:  # threads tuning on one group take turns, so that their exchanges never interleave
+                config = table.get(slot) if key_error is None else None
+                if config is None:
+                    tuning = Tuning(self, group, key, args, kwargs, verbose, overwrite, layout)
+                    config = table[slot] = tuning.run(key_error, problem)
+        return self._run(args, kwargs, config, overwrite)
+
+    def _run(self, args: tuple, kwargs: dict[str, Any], config: dict[str, Any], overwrite: bool) -> Any:
+        """Call the function with ``config``; with ``autotune_allow_arg_overwrite``, the caller's keywords win."""
+        if overwrite:
+            clash = sorted(set(config).intersection(kwargs))
+            for name in clash:
+                if name not in self._overwrite_warned:
+                    self._overwrite_warned.add(name)
+                    log.warning("triton_dist_tune: %s: the caller's %s=%r overrides the tuned config's value "
+                                "(autotune_allow_arg_overwrite=True)", self.name, name, kwargs[name])
+            return self.fn(*args, **{**config, **kwargs})
+        return self.fn(*args, **kwargs, **config)
+
+    def _first_config(self, args: tuple, kwargs: dict[str, Any], overwrite: bool = False) -> dict[str, Any]:
+        for config in self.space:
+            if self.prune_fn is None or self.prune_fn(config, *args, **kwargs):
+                if not overwrite:
+                    check_no_clash(config, kwargs)
+                return config
+        raise BadInputError(f"{self.name}: prune_fn keeps no config for this call (autotune=False)")
+
+    def entry_extra(self, args: tuple, kwargs: dict[str, Any]) -> str:
+        """What the cache entry depends on besides the function's source, key, space and group size."""
+        if self._dependencies is None:
+            self._dependencies = dependency_text(self.fn, self.key_fn, self.prune_fn, "")
+        extra = self.options.cache_key_extra
+        extra = extra() if callable(extra) else (extra or "")
+        return f"{self._dependencies}\ndevices: {_tensor_devices(args, kwargs)}\nextra: {extra}"

@@ -1,0 +1,207 @@
+"""One tuning of :func:`~triton_dist_tune.autotune` (one key, one group), at the end of which every rank holds the
+same choice.
+
+The protocol, every step on every rank of the group:
+
+1. **Agree**: one exchange of (key, config-space fingerprint, group size, local problems). Any difference, or a
+   ``key_fn`` that raised, or a config that clashes with the call's keywords, raises the same error everywhere.
+2. **Cache**: group rank 0 alone reads the disk cache and broadcasts what it found.
+3. **Prune**: ``prune_fn`` runs on every rank; a config is kept only where every rank keeps it.
+4. **Resume**: the ranks gather their crash journals; configs already measured are not measured again, configs
+   that crashed, hung or failed in an earlier attempt are left out.
+5. **Measure**: see :mod:`triton_dist_tune.measure`: a warm-up, then a race of interleaved rounds in which
+   clearly slower configs leave early (or sharded measuring, for rank-local functions).
+6. **Decide**: the least group time among the configs left in the race wins (ties: the lower index); group rank 0
+   writes the cache atomically, with every config's median and spread and the margin over the runner-up, and
+   broadcasts the choice. The function is then called once with it and its result returned.
+
+Once a key is decided, a call is a ``key_fn`` call, a dict lookup and the function call: no communication.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import settings
+from ..disk import logs
+from ..disk.cache import entry_id
+from ..errors import AllConfigsFailedError, BadInputError, describe_error
+from ..faults.journal import Journal, merge
+from ..group.channel import Group
+from ..measure.lockstep import Measurer, Todo
+from ..measure.precompile import precompile
+from ..measure.replicas import Layout, settle
+from ..measure.timing import timing_mode
+from ..records import Decision, Outcome
+from ..space import describe_key, fingerprint
+from .agreed import agree_on_call, agreed_prune, prepare
+from .decide import cache_record, conclude, decide
+
+if TYPE_CHECKING:
+    from .tuner import Tuner
+
+
+class Tuning:
+    """One tuning of ``key`` on ``group`` (and, with a ``layout``, on every replica of it): :meth:`run` takes the
+    protocol's steps on this rank."""
+
+    env: settings.Settings  #: the settings as the environment says when the tuning starts
+
+    def __init__(self, tuner: Tuner, group: Group, key: Any, args: tuple, kwargs: dict[str, Any],
+                 verbose: bool | None, overwrite: bool = False, layout: Layout | None = None) -> None:
+        self.tuner, self.group, self.key, self.layout = tuner, group, key, layout
+        self.args, self.kwargs, self.verbose, self.overwrite = args, kwargs, verbose, overwrite
+        self.label = self.key_text = self.entry = ""
+        self.timeout = 0.0
+        self.started = 0.0
+
+    def run(self, key_error: str | None, problem: str | None) -> dict[str, Any]:
+        """Every step on this rank; returns the chosen config (the same on every rank)."""
+        tuner, group = self.tuner, self.group
+        self.started = time.perf_counter()
+        rank_log = logs.rank_log()
+        self.env = settings.current()
+        self._agree(key_error, problem)
+        found = self._lookup()
+        if found is not None:
+            rank_log.info("%s cache hit: config %d %s", self.label, found, tuner.descriptions[found])
+            if group.rank == 0 and logs.printing_enabled(self.verbose):
+                logs.print_cache_hit(tuner.name, self.key_text, group, tuner.descriptions[found],
+                                     tuner.cache.path(self.entry))
+            return tuner.space[found]
+        rank_log.info("%s tuning %d configs on %d rank(s) of group '%s'", self.label, len(tuner.space), group.size,
+                      logs.group_title(group))
+        decision = self._tune()
+        tuner.decisions[(group.name, self.key)] = decision
+        if group.rank == 0 and logs.printing_enabled(self.verbose):
+            logs.print_summary(tuner.name, self.key_text, group, decision, tuner.cache.path(self.entry))
+        return tuner.space[decision.index]
+
+    def _agree(self, key_error: str | None, problem: str | None) -> None:
+        """Step 1 (across replicas too, with a layout); then the cache entry and the timeout of this tuning."""
+        tuner, layout = self.tuner, self.layout
+        key_text = extra = ""
+        if key_error is None:
+            try:
+                key_text = describe_key(self.key, "the key key_fn returned")
+                extra = tuner.entry_extra(self.args, self.kwargs)
+            except Exception as exc:  # an unstable key, or a failing cache_key_extra: agreed below
+                key_error = str(exc) if isinstance(exc, BadInputError) else f"cache_key_extra: {describe_error(exc)}"
+        self.key_text, self.label = key_text, f"[{tuner.name} key={key_text}]"
+        if layout is not None:
+            layout.agree(tuner.name, key_text, tuner.space_text, tuner.options.timeout, key_error or problem)
+        agree_on_call(tuner, self.group, key_text, key_error or problem, self.args, self.kwargs, self.overwrite)
+        entry = entry_id(tuner.source, key_text, tuner.space_text, self.group.size, extra)
+        self.timeout = tuner.options.timeout if tuner.options.timeout is not None else self.env.timeout
+        self.entry = entry if layout is None else layout.entry(entry)
+
+    def _lookup(self) -> int | None:
+        """Step 2: the index of the cached choice (read by one rank, broadcast to all), or None."""
+        tuner = self.tuner
+
+        def read_cache() -> int | None:
+            data = None if self.env.always_tune else tuner.cache.load(self.entry, tuner.space_text)
+            index = data["index"] if data is not None else -1
+            if 0 <= index < len(tuner.space) and data["config"] == tuner.descriptions[index]:
+                return index
+            return None
+
+        what = f"{self.label} cache lookup"
+        if self.layout is None:
+            return self.group.broadcast(read_cache() if self.group.rank == 0 else None, what, timeout=self.timeout)
+        return self.layout.lookup(read_cache, what, self.timeout)
+
+    def _tune(self) -> Decision:
+        """Steps 3 to 6. The journal is locked while this tuning runs; when it is cut short its records stay for
+        the next attempt."""
+        tuner, group, label, env = self.tuner, self.group, self.label, self.env
+        kept = agreed_prune(tuner, group, label, self.args, self.kwargs, self.timeout)
+        if self.layout is not None:
+            kept = self.layout.keep_everywhere(kept, f"{label} prune", self.timeout)
+        journal = self._journal()
+        ended = False
+        try:
+            gathered = group.allgather(journal.read(), f"{label} journal exchange", timeout=self.timeout)
+            earlier = merge(gathered, tuner.descriptions, only_job=env.job_id if env.always_tune else False)
+            decision = self._measure(kept, earlier, journal, fingerprint(f"{self.key_text}\n{tuner.space_text}"))
+            decision.seconds = time.perf_counter() - self.started
+            writes = self.layout is None or self.layout.reads_cache
+            try:
+                conclude(group, label, decision, self.timeout, self._store(decision) if writes else None)
+            except AllConfigsFailedError:
+                ended = True  # every config failed: this tuning is over, and nothing of it may replay later
+                raise
+            ended = True
+        finally:
+            if ended:
+                journal.remove()
+            journal.close()
+        return decision
+
+    def _store(self, decision: Decision) -> Any:
+        """Writes ``decision``'s record to the disk cache when called."""
+        tuner = self.tuner
+        return lambda: tuner.cache.store(self.entry, cache_record(tuner.name, self.key_text, self.group, decision),
+                                         tuner.space_text)
+
+    def _journal(self) -> Journal:
+        """This rank's crash journal for the entry: its file names the group (name and global ranks)."""
+        group = self.group
+        ranks = list(getattr(group, "global_ranks", []) or [])
+        tag = fingerprint(repr(group.identity))[:10]
+        return Journal(self.tuner.cache.folder / f"{self.entry}.{tag}.rank{group.rank}.journal",
+                       {"job": self.env.job_id, "group": group.name, "ranks": ranks})
+
+    def _measure(self, kept: list[int], earlier: dict[int, dict[str, Any]], journal: Journal,
+                 seed: str) -> Decision:
+        """Steps 4 and 5: resume from the journals, precompile, measure; returns the group's choice."""
+        tuner, layout = self.tuner, self.layout
+        trial, state = prepare(tuner, self.group, self.label, self.args, self.kwargs, self.timeout)
+        timing = timing_mode(tuner.options.timing)
+        measurer = Measurer(self.group, trial, tuner.options.plan(self.timeout, timing, seed), journal,
+                            logs.rank_log(), self.label)
+        share = kept if layout is None else layout.share(kept)
+        outcomes, todo = self._resume(share, earlier)
+        outcomes += [Outcome(i, tuner.descriptions[i], "pruned") for i in range(len(tuner.space)) if i not in kept]
+        todo = self._precompile(todo, outcomes, measurer)
+        try:
+            if layout is not None:  # this replica's share, then the leaders on every replica
+                decision = settle(layout, measurer, outcomes + measurer.lockstep(todo), self._todo,
+                                  tuner.options.refine_top, self.label, self.timeout, len(share), timing)
+            else:
+                outcomes += measurer.sharded(todo) if tuner.options.sharded else measurer.lockstep(todo)
+        finally:
+            if state is not None:
+                state.put_back()
+        if layout is not None:
+            return decision
+        return decide(sorted(outcomes, key=lambda o: o.index), getattr(measurer, "race", None), timing)
+
+    def _resume(self, share: list[int], earlier: dict[int, dict[str, Any]]) -> tuple[list[Outcome], list[Todo]]:
+        """The outcomes an earlier attempt settled (failed or stopped), and the configs left to race."""
+        outcomes: list[Outcome] = []
+        todo: list[Todo] = []
+        for i in share:
+            resumed = Outcome.from_json({**earlier[i], "index": i}) if i in earlier else None
+            if resumed is not None and resumed.state in ("failed", "stopped"):
+                resumed.resumed = True
+                outcomes.append(resumed)
+                logs.rank_log().info("%s config %d from the journal: %s", self.label, i, resumed)
+            else:  # not measured yet, or still in the race when an earlier attempt ended: race it now
+                todo.append(self._todo(i))
+        return outcomes, todo
+
+    def _precompile(self, todo: list[Todo], outcomes: list[Outcome], measurer: Measurer) -> list[Todo]:
+        """Run ``precompile_fn``; a config that failed to compile on any rank joins ``outcomes`` as failed."""
+        options = self.tuner.options
+        if options.precompile_fn is None or not todo:
+            return todo
+        failed = precompile(self.group, self.label, options.precompile_fn, todo, self.args, self.kwargs,
+                            options.compile_threads, self.timeout)
+        for i, error in sorted(failed.items()):
+            outcomes.append(measurer.fail(i, self.tuner.descriptions[i], error))
+        return [t for t in todo if t[0] not in failed]
+
+    def _todo(self, index: int) -> Todo:
+        return index, self.tuner.space[index], self.tuner.descriptions[index]
