@@ -7,7 +7,7 @@ from harness import HERE, describe, run_ranks, tuner_env
 
 from triton_dist_tune.measure.race import Race, RacePlan
 from triton_dist_tune.measure.stats import clearly_slower, median_bounds, paired_ratios, spread
-from triton_dist_tune.measure.timing import MAX_BATCH, batch_length
+from triton_dist_tune.measure.timing import MAX_CALLS, Steady
 
 CASES = HERE / "scenarios" / "race_cases.py"
 
@@ -73,10 +73,31 @@ def test_race_rules_drop_slow_configs_and_stop_at_the_budget():
     assert not timed.finished(0.5) and timed.finished(1.5)
 
 
-def test_batch_length_spans_the_target_within_bounds():
-    assert batch_length(1.0) == 5  # 5 ms of 1 ms calls
-    assert batch_length(0.01) == MAX_BATCH and batch_length(0.0) == MAX_BATCH
-    assert batch_length(30.0) == 1
+def test_steady_sample_calls_span_the_measured_settling_and_span():
+    assert Steady.calls(1.0, 100.0, 30.0) == Steady(100, 30)  # 100 ms settling, 30 ms span of 1 ms calls
+    assert Steady.calls(0.0, 5.0, 5.0) == Steady(1, 1)  # no probe: one call each
+    assert Steady.calls(1e-6, 5.0, 5.0) == Steady(MAX_CALLS, MAX_CALLS)  # bounded
+    assert Steady.calls(30.0, 5.0, 5.0) == Steady(1, 1)  # a slow function: one call each, never none
+    assert Steady.calls(1.0, 0.0, 5.0, span=7) == Steady(0, 7)  # the batch option fixes the timed calls
+
+
+def test_leaders_get_settled_rounds_and_are_decided_on_them_alone():
+    race = Race([0, 1, 2, 3, 4], RacePlan(max_rounds=10, min_rounds=3, final_top=2, final_rounds=3, seed="s"))
+    times = {0: 1.00, 1: 1.02, 2: 1.01, 3: 1.03, 4: 1.04}  # all close: nobody is clearly slower
+    for _ in range(3):
+        assert not race.settling
+        for i in race.order():
+            race.record(i, [times[i]])
+        race.end_round()
+    assert race.settling and race.settled_from == 3 and race.running == [0, 2]  # the 2 best go on
+    settled = {0: 1.05, 2: 1.00}  # settled, config 2 is faster
+    for _ in range(3):
+        assert not race.finished(0.0)
+        for i in race.order():
+            race.record(i, [settled[i]])
+        assert race.end_round() == []  # nobody leaves in settled rounds
+    assert race.finished(0.0) and race.winner() == 2
+    assert race.outcome(2, "c2", 0).spread == 0.0  # the spread of its settled samples
 
 
 # -- the engine on real ranks -----------------------------------------------------------------------------------------
@@ -89,8 +110,10 @@ def test_interleaved_rounds_see_through_drift_where_sequential_timing_does_not(e
         assert r["sequential_choice"] == 0  # one config after another: fooled by the drift
         assert r["chosen"] == 1  # the race: the truly faster config
     assert results[0]["order"] == results[1]["order"]  # every rank ran identical rounds
-    # round 1 holds both configs, whatever their order (a sample: a lead-in call and one timed call)
-    assert results[0]["order"][:4] in ([0, 0, 1, 1], [1, 1, 0, 0])
+    # the warm-up probes each config (one call, then 4 timed); round 1 then holds both configs, whatever their
+    # order (a sample on the host clock: one settling call and one timed call)
+    assert results[0]["order"][:10] == [0] * 5 + [1] * 5
+    assert results[0]["order"][10:14] in ([0, 0, 1, 1], [1, 1, 0, 0])
 
 
 @pytest.mark.timeout(200)
@@ -99,9 +122,9 @@ def test_race_drops_clearly_slow_configs_early(env):
     assert results[0]["order"] == results[1]["order"]
     for r in results:
         assert r["chosen"] == 0
-        # 4x and 8x slower: a warm-up call and 2 rounds (wide gap), 3 at most (the sign test), never all 8;
-        # a sample is a lead-in call and one timed call (batch=1)
-        assert r["calls"][1] in (5, 7) and r["calls"][2] in (5, 7), r["calls"]
+        # 4x and 8x slower: a warm-up call, the probe (5 calls) and 2 rounds (wide gap), 3 at most (the sign
+        # test), never all 8; a sample is one settling call (host clock) and one timed call (batch=1)
+        assert r["calls"][1] in (10, 12) and r["calls"][2] in (10, 12), r["calls"]
         assert r["calls"][0] > r["calls"][1]  # the leader ran on, and once more for the call itself
         states = {o["index"]: o["state"] for o in r["outcomes"]}
         assert states[1] == states[2] == "stopped" and states[0] == "measured"
@@ -110,7 +133,7 @@ def test_race_drops_clearly_slow_configs_early(env):
 @pytest.mark.timeout(200)
 def test_early_stop_factor_removes_a_far_slower_config_after_one_round(env):
     for r in run("early_stop", env):
-        assert r["calls"][1] == 3  # a warm-up call and one round (a lead-in call and batch=1)
+        assert r["calls"][1] == 8  # a warm-up call, the probe (5 calls), one round (a settling call and batch=1)
         assert [o["state"] for o in r["outcomes"]][1] == "stopped"
         assert r["chosen"] == 0
 
