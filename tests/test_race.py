@@ -169,3 +169,32 @@ def test_cold_timing_takes_one_call_per_sample(env):
         samples = {o["index"]: o["samples"] for o in r["outcomes"]}
         # a warm-up call and one call per sample; the chosen config once more for the call itself
         assert r["calls"] == [1 + samples[0], 1 + samples[1] + 1]
+
+
+@pytest.mark.timeout(200)
+def test_a_steady_round_runs_settling_and_span_back_to_back_with_one_exchange_per_round(env):
+    """Steady timing on 2 real ranks, batch=3: each sample is one settling call (host clock) then 3 timed calls, a
+    round's samples run back to back with no store request between them, and one exchange follows each round.
+    The 8x slower config leaves after 2 rounds; the 3 left then get 3 settled rounds."""
+    results = run("steady_structure", env)
+    for r in results:
+        calls = [tuple(c) for c in r["calls"]]
+        warmup, race = calls[:24], calls[24:-1]  # per config: a warm-up call and the probe (5 calls)
+        assert [v for v, _ in warmup] == [v for v in range(4) for _ in range(6)]
+        rounds: list[list[tuple[int, int]]] = []
+        for call in race:  # a round: the calls between two exchanges (the store requests do not change)
+            if rounds and rounds[-1][-1][1] == call[1]:
+                rounds[-1].append(call)
+            else:
+                rounds.append([call])
+        assert [len(calls) for calls in rounds[:2]] == [16, 16]  # 2 screening rounds of the 4 configs
+        for calls in rounds:
+            variants = [v for v, _ in calls]
+            blocks = [variants[i:i + 4] for i in range(0, len(variants), 4)]
+            assert all(len(set(b)) == 1 for b in blocks)  # settling and span of one config, nothing between
+            assert len({b[0] for b in blocks}) == len(blocks)  # each running config once per round
+        # then the 8x slower config has left, and the (2 or 3) leaders get 3 settled rounds, all of them in each
+        leaders = [sorted({v for v, _ in calls}) for calls in rounds[2:]]
+        assert len(leaders) == 3 and leaders[0] == leaders[1] == leaders[2] and 3 not in leaders[0], leaders
+        samples = {o["index"]: (o["state"], o["samples"]) for o in r["outcomes"]}
+        assert samples[3] == ("stopped", 2) and all(samples[i] == ("measured", 5) for i in leaders[0])

@@ -147,5 +147,31 @@ def cold():
     emit(calls=[calls[v] for v in range(2)], chosen=f.tuner.decided[0]["variant"], outcomes=outcomes(f))
 
 
+@case
+def steady_structure():
+    """Steady timing, ``batch=3``: every call with the number of store requests this rank had made before it, so
+    that the test sees where the exchanges fall between the calls."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from bench_traffic import count_store
+
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed(backend="gloo")
+    store = count_store(resolve_group(None))
+    calls = []
+
+    @tdt.autotune(space(4), key_fn=lambda: 0, n_warmup=1, n_repeat=6, batch=3, name="structure")
+    def f(*, variant):
+        calls.append((variant, store.requests))
+        time.sleep([0.002, 0.002, 0.002, 0.016][variant])
+        dist.all_reduce(torch.ones(1))
+
+    f()
+    emit(calls=calls, outcomes=outcomes(f))
+
+
 if __name__ == "__main__":
     main()
