@@ -88,7 +88,8 @@ def main() -> None:
              (800, 1500)]
     for name, op in ops.items():
         t = time.perf_counter()
-        op(); torch.cuda.synchronize()
+        op()
+        torch.cuda.synchronize()
         one = curve(op, 20)[-1][1]
         calls = max(50, int(args.total_ms / max(one, 0.002)))
         calls = min(calls, 30000)
@@ -130,7 +131,8 @@ def main() -> None:
         json.dump(report, f)
     print("settling: median ms per call in windows of ms since start (after 0.5 s idle)")
     for name, r in report["settle"].items():
-        print(name, "host %.4f" % r["host_ms_per_call"], {k: (round(v, 4) if v else v) for k, v in r["windows"].items()})
+        windows_ms = {k: (round(v, 4) if v else v) for k, v in r["windows"].items()}
+        print(name, f"host {r['host_ms_per_call']:.4f}", windows_ms)
     print("after sustained then gap g ms: median ms per call in windows")
     for name, r in report["gap"].items():
         for gap, w in r.items():

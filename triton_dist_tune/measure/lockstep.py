@@ -46,7 +46,6 @@ from ..records import Outcome
 from . import timing
 from .race import Race, RacePlan
 from .stats import median, spread
-from .timing import Steady
 from .trial import Trial
 
 #: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too
@@ -166,6 +165,11 @@ class Measurer:
             raise failure
         return results
 
+    def aligned_run(self, index: int, desc: str, run: Callable[[], Any]) -> str | None:
+        """Run ``run`` once on every rank together, under the watchdog, like a warm-up run (the compile pass);
+        returns this rank's error or None."""
+        return self._guarded(index, desc, "compile pass", lambda: self._aligned([run], index, "compile pass"))[1]
+
     # -- warm-up ---------------------------------------------------------------------------------------------------
 
     def _warmup_runs(self, index: int, config: dict[str, Any]) -> list[Callable[[], Any]]:
@@ -246,17 +250,6 @@ class Measurer:
         return self._exchange(index, desc, (error or value, time.monotonic() - started), error,
                               f"round {race.rounds}")
 
-    def _steady_plan(self, per_call_ms: float, settled: bool, first: bool) -> Steady:
-        """The calls of a steady sample: screening or settled, and longer settling for a round's first."""
-        if settled:
-            settle, span = timing.SETTLED_SETTLE_MS, timing.SETTLED_SPAN_MS
-        else:
-            settle, span = timing.SCREEN_SETTLE_MS, timing.SCREEN_SPAN_MS
-        settle += timing.ROUND_SETTLE_MS if first else 0.0
-        if self.trial.clock.kind == "host" and per_call_ms > 0:  # no power state to settle: one lead-in call
-            settle = min(settle, per_call_ms)
-        return Steady.calls(per_call_ms, settle, span, self.plan.batch)
-
     def _steady_round(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float],
                       started: float) -> list[tuple[int, Combined]]:
         """One steady round: every running config's sample back to back (no synchronize, no exchange between
@@ -266,7 +259,7 @@ class Measurer:
         phase = f"round {race.rounds}"
         for index in race.order():
             config, desc = entries[index]
-            steady = self._steady_plan(per_call[index], race.settling, not tokens)
+            steady = timing.steady_calls(self.trial.clock, per_call[index], race.settling, not tokens, self.plan.batch)
             self.journal.append(index, "started", config=desc, phase=phase)
             token, error = self._guarded(index, desc, "sample", lambda c=config, s=steady: self.trial.steady(c, s),
                                          sync=False)
@@ -320,7 +313,7 @@ class Measurer:
             samples: list[float] = []
             if error is None:
                 count = self.plan.race.max_rounds
-                steady = self._steady_plan(wanted or 0.0, False, True)
+                steady = timing.steady_calls(self.trial.clock, wanted or 0.0, False, True, self.plan.batch)
                 sample = ((lambda c=config: self.trial.cold(c)) if self.cold
                           else (lambda c=config, s=steady: self.trial.steady_now(c, s)))
                 samples, error = self._guarded(index, desc, "sharded",

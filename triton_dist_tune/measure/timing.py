@@ -208,6 +208,20 @@ def make_clock() -> HostClock | DeviceClock:
     return clock
 
 
+def steady_calls(clock: Any, per_call_ms: float, settled: bool, first: bool, batch: int | None) -> Steady:
+    """The calls of a steady sample of a config taking ``per_call_ms``: a screening or a ``settled`` one, settling
+    longer when ``first`` in its round; ``batch`` fixes the timed calls. On the host clock (no power state to
+    settle) the settling is one call."""
+    if settled:
+        settle, span = SETTLED_SETTLE_MS, SETTLED_SPAN_MS
+    else:
+        settle, span = SCREEN_SETTLE_MS, SCREEN_SPAN_MS
+    settle += ROUND_SETTLE_MS if first else 0.0
+    if clock.kind == "host" and per_call_ms > 0:
+        settle = min(settle, per_call_ms)
+    return Steady.calls(per_call_ms, settle, span, batch)
+
+
 def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> Any:
     """Enqueue one steady sample: ``steady.settle`` untimed calls, then ``steady.span`` calls timed as one span,
     with no synchronize; returns the clock's token (read it after the round's synchronize, divided by
