@@ -104,6 +104,7 @@ def make_work(name: str = "work", **options):
         record(variant)
         kind = injected.get((variant, me))
         if kind == "raise_before":
+            Path(os.environ["FAULT_DIR"], f"raised.rank{me}").write_text(repr(time.time()))
             raise RuntimeError(f"injected: config {variant} raised on rank {me} before the collective")
         if kind == "hang":
             time.sleep(3600)  # a hung kernel: only the watchdog ends this

@@ -35,10 +35,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DevicePoisonedError, GroupTimeoutError, WrongResult, describe_error
+from ..errors import DevicePoisonedError, GroupTimeoutError, RankFailedError, WrongResult, describe_error
 from ..faults.journal import Journal
-from ..faults.watchdog import WATCHDOG, exchange_timeout
-from ..group.channel import Group
+from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
+from ..group.channel import Board, FailureReport, Group
 from ..records import Outcome
 from .arguments import ArgumentState
 from .race import Race, RacePlan
@@ -156,19 +156,30 @@ class Measurer:
     """Runs the measurement of one tuning call of one key (see the module docstring)."""
 
     def __init__(self, group: Group, trial: Trial, plan: Plan, journal: Journal, log: logging.Logger,
-                 label: str) -> None:
+                 label: str, guard: Guard | None = None) -> None:
         self.group, self.trial, self.plan, self.journal, self.log, self.label = group, trial, plan, journal, log, label
         self.cold = plan.timing == "cold"
+        #: this tuning's deadline and failure board (see :mod:`~triton_dist_tune.faults.watchdog`)
+        self.guard = guard if guard is not None else WATCHDOG.guard(Board(), group.rank)
+        self._posted: set[int] = set()
+        self._current: tuple[int, str] | None = None  # the config in flight
+        self._deferred: str | None = None  # sharded: a poisoning failure, raised on every rank after the exchange
 
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
     def _guarded(self, index: int, desc: str, phase: str, runs: Callable[[], Any]) -> tuple[Any, str | None]:
-        """Run ``runs`` under the watchdog; returns (its result, None) or (None, error)."""
+        """Run ``runs`` under this tuning's guard; returns (its result, None) or (None, error). A failure is posted
+        on the failure board at once; an interruption (SIGINT, SIGTERM) is journaled as such and re-raised."""
         def on_fire() -> None:
             self.journal.append(index, "hung", config=desc, error=f"{phase} exceeded {self.plan.timeout:g} s")
             self.log.error("%s config %d %s: HUNG past %g s: %s", self.label, index, phase, self.plan.timeout, desc)
 
-        WATCHDOG.arm(self.plan.timeout, f"{self.label} config {index} ({desc}) {phase}", on_fire)
+        def on_peer(report: FailureReport) -> None:  # another rank raised in this config: it failed, not hung
+            self.journal.record(Outcome(index, desc, "failed", error=f"rank {report.rank}: {report.error}"))
+            self.log.error("%s config %d %s: %s; ending this rank", self.label, index, phase, report.describe())
+
+        self._current = (index, desc)
+        self.guard.arm(self.plan.timeout, f"{self.label} config {index} ({desc}) {phase}", on_fire, index, on_peer)
         try:
             result = runs()
             self.trial.clock.synchronize()
@@ -176,9 +187,39 @@ class Measurer:
         except GroupTimeoutError:
             raise  # the group itself broke down: not this config's fault, and not recoverable here
         except Exception as exc:  # a failing config is data, not a crash
-            return None, describe_error(exc)
+            error = describe_error(exc)
+            self._post(index, desc, error)
+            return None, error
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self.interrupted(exc)
+            raise
         finally:
-            WATCHDOG.disarm()
+            self.guard.disarm()
+
+    def _post(self, index: int, desc: str, error: str) -> None:
+        """Journal this rank's failure in config ``index`` and post it on the failure board (once)."""
+        if index in self._posted:
+            return
+        self._posted.add(index)
+        self.journal.append(index, "local_failure", config=desc, error=error)
+        try:
+            self.guard.board.post(FailureReport(self.group.rank, index, desc, error))
+        except Exception as exc:  # the store is going away: the exchange will say so
+            self.log.warning("%s cannot post the failure of config %d (%s)", self.label, index, exc)
+
+    def interrupted(self, exc: BaseException) -> None:
+        """An interruption (SIGINT, SIGTERM, SystemExit) reached this rank: journal it for the config in flight (no
+        config is blamed: the next attempt measures it again) and tell the other ranks."""
+        if self._current is None:
+            return
+        index, desc = self._current
+        reason = f"interrupted ({type(exc).__name__})"
+        self.journal.append(index, "interrupted", config=desc, error=reason)
+        try:
+            self.guard.board.post(FailureReport(self.group.rank, index, desc, reason, ended=True,
+                                                origin=self.group.rank))
+        except Exception:
+            pass
 
     def _aligned(self, runs: Sequence[Callable[[], Any]], index: int | None, phase: str) -> list[Any]:
         """Call each of ``runs`` in turn. With ``index`` (lock-step), the ranks start every run together and all
@@ -195,8 +236,9 @@ class Measurer:
                 break
             try:
                 results.append(run())
-            except Exception as exc:  # reported after the loop, once every rank has stopped
+            except Exception as exc:  # reported after the loop, once every rank has stopped; posted at once
                 failure = exc
+                self._post(index, self._current[1] if self._current else "", describe_error(exc))
         if failure is not None:
             raise failure
         return results
@@ -287,14 +329,17 @@ class Measurer:
         """Share this rank's outcome of a phase (reduced on group rank 0: :func:`combine_phase`); its own failure
         is journaled first and named in a timeout."""
         if error:
-            self.journal.append(index, "local_failure", config=desc, error=error)
+            self._post(index, desc, error)
         try:
             return self.group.combine(value, f"{self.label} config {index} {phase}", combine_phase,
                                       exchange_timeout(self.plan.timeout))
+        except RankFailedError:
+            raise  # the board names the failure (this rank's or another's): the same text everywhere
         except GroupTimeoutError as exc:
             if not error:
                 raise
-            raise GroupTimeoutError(f"{exc}; on this rank, config {index} ({desc}) had failed: {error}") from exc
+            raise RankFailedError(f"triton_dist_tune: rank {self.group.rank} failed in config {index} ({desc}): "
+                                  f"{error}; then: {exc}") from exc
 
     # -- sharded ---------------------------------------------------------------------------------------------------
 
@@ -304,6 +349,8 @@ class Measurer:
         for position, (index, config, desc) in enumerate(todo):
             if position % self.group.size != self.group.rank:
                 continue
+            if self._deferred is not None or self._peer_poisoned():
+                break  # a poisoned context fails everything after it: go and tell the others
             wanted, error = self._warm(index, config, desc, aligned=False)
             samples: list[float] = []
             if error is None:
@@ -313,7 +360,7 @@ class Measurer:
                     index, desc, "sharded",
                     lambda c=config, b=batch, n=count: [self.trial.sample(c, b, self.cold) for _ in range(n)])
             if error:
-                mine.append(self._failed(index, desc, f"rank {self.group.rank}: {error}"))
+                mine.append(self._failed(index, desc, f"rank {self.group.rank}: {error}", sharded=True))
             else:
                 time_ms = median(samples)
                 mine.append(self._final(Outcome(index, desc, "measured", time=time_ms, spread=spread(samples),
@@ -322,7 +369,17 @@ class Measurer:
         share = -(-len(todo) // self.group.size)  # the most configs one rank measures, each under the watchdog
         shared = self.group.allgather(mine, f"{self.label} sharded results",
                                       exchange_timeout(self.plan.timeout) * max(1, share))
-        return sorted((outcome for outcomes in shared for outcome in outcomes), key=lambda o: o.index)
+        outcomes = sorted((outcome for outcomes in shared for outcome in outcomes), key=lambda o: o.index)
+        for outcome in outcomes:  # the same outcomes everywhere: the same DevicePoisonedError on every rank
+            self._stop_if_poisoned(outcome.index, outcome.config, outcome.error or "")
+        return outcomes
+
+    def _peer_poisoned(self) -> bool:
+        """Whether another rank posted a failure that left its GPU context unusable."""
+        try:
+            return any(POISONED.search(r.error) for r in self.guard.board.read())
+        except Exception:
+            return False
 
     # -- outcomes --------------------------------------------------------------------------------------------------
 
@@ -330,11 +387,14 @@ class Measurer:
         """Record a config the group already knows to be failed (e.g. it did not compile on some rank)."""
         return self._failed(index, desc, error)
 
-    def _failed(self, index: int, desc: str, text: str) -> Outcome:
+    def _failed(self, index: int, desc: str, text: str, sharded: bool = False) -> Outcome:
         outcome = Outcome(index, desc, "failed", error=text)
         self.journal.record(outcome)
         self.log.info("%s config %d FAILED (%s): %s", self.label, index, text, desc)
-        self._stop_if_poisoned(index, desc, text)
+        if sharded and POISONED.search(text):
+            self._deferred = text  # raised after the exchange of outcomes, on every rank alike
+        else:
+            self._stop_if_poisoned(index, desc, text)
         return outcome
 
     def _final(self, outcome: Outcome) -> Outcome:
