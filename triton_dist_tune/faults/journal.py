@@ -247,7 +247,8 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
     - ``failed`` when some rank recorded that it failed or hung in it (a failure recorded after a ``measured``
       one wins: the config failed in a later round), with "failed on rank r: <error>" / "hung on rank r: ...";
     - ``failed`` when ranks were inside it at the end of two attempts that ended without an error (``kill -9``,
-      the OOM killer, a lost node); after one such attempt it is a ``suspect``: measured again once;
+      the OOM killer, a lost node); after one such attempt it is a ``suspect``: measured again once (the other
+      ranks' failures or hangs in it are then taken for consequences: a peer that vanished inside a collective);
     - the group's ``measured`` / ``stopped`` record otherwise. An ``interrupted`` attempt (SIGINT, SIGTERM) blames
       nothing: the config it was inside is measured again.
     """
@@ -278,8 +279,8 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
             record = {**record, "error": f"in an earlier attempt: {record.get('error', '')}{AGAIN}"}
         outcomes[i] = record
     for i, by_rank in sorted(local.items()):
-        if outcomes.get(i, {}).get("state") == "failed":
-            continue
+        if outcomes.get(i, {}).get("state") == "failed" or i in crashes:
+            continue  # a rank that died inside it leaves the others failing or hanging in a collective: no evidence
         parts = [f"failed on rank {r}: {states['local_failure'].get('error', '')}"
                  for r, states in sorted(by_rank.items()) if "local_failure" in states]
         parts += [f"hung on rank {r}: {states['hung'].get('error', '')}"

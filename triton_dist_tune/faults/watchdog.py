@@ -197,7 +197,8 @@ class Watchdog:
         if not guard.watches_board or index is None:
             return
         try:
-            reports = [r for r in guard.board.read() if r.index == index and not r.ended and r.rank != guard.rank]
+            reports = [r for r in guard.board.read() if r.index == index and r.rank != guard.rank
+                       and (not r.ended or r.interrupted)]
         except Exception:  # the store is going away: the deadline still holds
             return
         now = time.monotonic()

@@ -130,6 +130,11 @@ class FailureReport:
     #: the rank whose failure this is (the poster itself unless ``ended``)
     origin: int = -1
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether the poster was interrupted (SIGINT, SIGTERM): it ended, and no config is to blame."""
+        return self.ended and self.error.startswith("interrupted")
+
     def describe(self) -> str:
         """'rank r failed in config i (config): error'."""
         origin = self.rank if self.origin < 0 else self.origin

@@ -175,7 +175,10 @@ class Measurer:
             self.log.error("%s config %d %s: HUNG past %g s: %s", self.label, index, phase, self.plan.timeout, desc)
 
         def on_peer(report: FailureReport) -> None:  # another rank raised in this config: it failed, not hung
-            self.journal.record(Outcome(index, desc, "failed", error=f"rank {report.rank}: {report.error}"))
+            if report.interrupted:
+                self.journal.append(index, "interrupted", config=desc, error=f"rank {report.rank}: {report.error}")
+            else:
+                self.journal.record(Outcome(index, desc, "failed", error=f"rank {report.rank}: {report.error}"))
             self.log.error("%s config %d %s: %s; ending this rank", self.label, index, phase, report.describe())
 
         self._current = (index, desc)
@@ -201,6 +204,9 @@ class Measurer:
         if index in self._posted:
             return
         self._posted.add(index)
+        if any(r.interrupted for r in self._board_reports()):  # a peer was interrupted: this failure follows
+            self.journal.append(index, "interrupted", config=desc, error=f"after a peer's interruption: {error}")
+            return
         self.journal.append(index, "local_failure", config=desc, error=error)
         try:
             self.guard.board.post(FailureReport(self.group.rank, index, desc, error))
@@ -376,10 +382,13 @@ class Measurer:
 
     def _peer_poisoned(self) -> bool:
         """Whether another rank posted a failure that left its GPU context unusable."""
+        return any(POISONED.search(r.error) for r in self._board_reports())
+
+    def _board_reports(self) -> list[FailureReport]:
         try:
-            return any(POISONED.search(r.error) for r in self.guard.board.read())
-        except Exception:
-            return False
+            return self.guard.board.read()
+        except Exception:  # the store is going away: the next exchange says so
+            return []
 
     # -- outcomes --------------------------------------------------------------------------------------------------
 
