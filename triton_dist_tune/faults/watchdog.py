@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import faulthandler
 import logging
+import math
 import os
 import sys
 import threading
@@ -153,8 +154,8 @@ class Watchdog:
             deadlines = [g.deadline for g in self._guards if g.deadline is not None]
         try:
             if deadlines:
-                faulthandler.dump_traceback_later(max(0.001, min(deadlines) - time.monotonic()) + BACKSTOP_S,
-                                                  exit=True)
+                left = math.ceil(max(0.001, min(deadlines) - time.monotonic()) * 1000) / 1000
+                faulthandler.dump_traceback_later(left + BACKSTOP_S, exit=True)
             else:
                 faulthandler.cancel_dump_traceback_later()
         except (AttributeError, OSError, RuntimeError, ValueError):  # no usable stderr: no backstop
