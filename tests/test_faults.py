@@ -30,6 +30,7 @@ from triton_dist_tune.faults.journal import AGAIN, Journal, merge, well_formed
 SCRIPT = HERE / "scenarios" / "fault_cases.py"
 RUNS = 1 + 2  # N_WARMUP + N_REPEAT in fault_cases.py (cold timing: one call per sample)
 WATCHDOG_EXIT = 86
+PEER_EXIT = 87  # a rank that ends because another rank's run raised (issue 17)
 T = 2  # TRITON_DIST_AUTOTUNE_TIMEOUT of these tests; the exchanges after a guarded phase wait T + 1 s
 SLACK = 20  # seconds allowed on top of the deadlines for starting processes on a loaded 2-core machine
 
@@ -209,7 +210,7 @@ def test_hang_without_restart_ends_every_rank_then_rerun_resumes_past_torn_journ
     assert again[1].stderr.count("skipping damaged line") == 3, describe(again)
     for r in again:
         assert r.result["chosen"] == 0 and r.result["resumed"] == [False, True, False, False]
-        assert re.match(rf"in an earlier attempt, hung on rank 0: warmup exceeded {T} s; to measure it again",
+        assert re.match(rf"in an earlier attempt, hung on rank 0: warmup exceeded {T} s",
                         r.result["errors"][1]), r.result["errors"][1]
     # every config is warmed up before the race: config 0 had only its warm-up when config 1 hung, so run 1 races
     # it again (and never launches config 1)
@@ -330,7 +331,7 @@ def test_ranks_with_different_home_folders_resume_from_their_own_journals(env, t
     homes = {r: {"HOME": str(tmp_path / f"home{r}")} for r in range(2)}
     folders = [tmp_path / f"home{r}" / ".triton_dist" / "autotune" / "work" for r in range(2)]
     results, _ = ranks("tune", 2, env, per_rank_env=homes)
-    assert [r.returncode for r in results][0] == WATCHDOG_EXIT, describe(results)
+    assert [r.returncode for r in results][0] == PEER_EXIT, describe(results)  # ended by the failure board
     assert [len(journals(f)) for f in folders] == [1, 1]  # each rank's journal is in its own home
 
     again, seconds = ranks("tune", 2, {**env, "RUN": "1"}, per_rank_env=homes)
@@ -498,7 +499,7 @@ def test_journal_records_outcomes_with_job_group_and_time_and_always_tune_keeps_
     assert all(isinstance(r["at"], float) and r["file"].endswith("e.g1.rank0.journal") for r in records_)
     merged = merge([records_], ["a", "b"])
     assert merged[0]["time"] == 1.5
-    assert merged[1]["error"] == f"in an earlier attempt (journal {records_[1]['file']}): rank 1: refine: CUDA error"
+    assert merged[1]["error"] == "in an earlier attempt: rank 1: refine: CUDA error" + AGAIN  # names no file
     assert sorted(merge([records_], ["a", "b"], only_job="job-a")) == [0, 1]
     assert merge([records_], ["a", "b"], only_job="job-b") == {}  # ALWAYS_TUNE in another job: nothing replays
     assert merge([records_], ["a", "b"], only_job=None) == {}  # ALWAYS_TUNE without a job id: nothing either

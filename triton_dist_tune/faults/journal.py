@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -279,12 +280,16 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
             record = {**record, "error": f"in an earlier attempt: {record.get('error', '')}{AGAIN}"}
         outcomes[i] = record
     for i, by_rank in sorted(local.items()):
-        if outcomes.get(i, {}).get("state") == "failed" or i in crashes:
-            continue  # a rank that died inside it leaves the others failing or hanging in a collective: no evidence
+        if outcomes.get(i, {}).get("state") == "failed":
+            continue
+        # a rank that died inside it leaves the others hanging or failing with a lost peer: no evidence then
         parts = [f"failed on rank {r}: {states['local_failure'].get('error', '')}"
-                 for r, states in sorted(by_rank.items()) if "local_failure" in states]
-        parts += [f"hung on rank {r}: {states['hung'].get('error', '')}"
-                  for r, states in sorted(by_rank.items()) if "hung" in states and "local_failure" not in states]
+                 for r, states in sorted(by_rank.items()) if "local_failure" in states
+                 and not (i in crashes and LOST_PEER.search(states["local_failure"].get("error", "")))]
+        parts += [f"hung on rank {r}: {states['hung'].get('error', '')}" for r, states in sorted(by_rank.items())
+                  if "hung" in states and "local_failure" not in states and i not in crashes]
+        if not parts:
+            continue
         error = "in an earlier attempt, " + "; ".join(p.rstrip(": ") for p in parts) + AGAIN
         outcomes[i] = {"index": i, "state": "failed", "error": error, "config": descriptions[i]}
     for i, by_rank in sorted(crashes.items()):
@@ -301,5 +306,8 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
     return outcomes
 
 
+#: errors of a collective whose peer process went away (a consequence of another rank's crash, not evidence)
+LOST_PEER = re.compile(r"by peer|Connection (?:reset|refused|closed)|Broken pipe|peer (?:process )?(?:died|exited)",
+                       re.IGNORECASE)
 #: what every "left out" message ends with: how to measure the config again
 AGAIN = "; to measure it again: `triton-dist-tune clear` or TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1"
