@@ -293,17 +293,19 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
         error = "in an earlier attempt, " + "; ".join(p.rstrip(": ") for p in parts) + AGAIN
         outcomes[i] = {"index": i, "state": "failed", "error": error, "config": descriptions[i]}
     for i, by_rank in sorted(crashes.items()):
-        if outcomes.get(i, {}).get("state") == "failed":
-            continue
-        ranks, times = sorted(by_rank), max(by_rank.values())
-        what = (f"ranks {ranks} were inside this config when {times} earlier attempt(s) ended without an error "
-                "(killed, out of memory, or a lost node)")
-        if times >= 2:
-            outcomes[i] = {"index": i, "state": "failed", "error": f"crashed: {what}{AGAIN}", "config": descriptions[i]}
-        else:
-            outcomes[i] = {"index": i, "state": "suspect", "error": f"suspect: {what}; measured once more",
-                           "config": descriptions[i]}
+        if outcomes.get(i, {}).get("state") != "failed":
+            outcomes[i] = _crashed(i, descriptions[i], by_rank)
     return outcomes
+
+
+def _crashed(index: int, config: str, by_rank: dict[int, int]) -> dict[str, Any]:
+    """A config that attempts ended inside without an error: a suspect after one, failed after two."""
+    times = max(by_rank.values())
+    what = (f"ranks {sorted(by_rank)} were inside this config when {times} earlier attempt(s) ended without an "
+            "error (killed, out of memory, or a lost node)")
+    if times >= 2:
+        return {"index": index, "state": "failed", "error": f"crashed: {what}{AGAIN}", "config": config}
+    return {"index": index, "state": "suspect", "error": f"suspect: {what}; measured once more", "config": config}
 
 
 #: errors of a collective whose peer process went away (a consequence of another rank's crash, not evidence)
