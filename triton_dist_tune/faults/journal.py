@@ -249,7 +249,7 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
       one wins: the config failed in a later round), with "failed on rank r: <error>" / "hung on rank r: ...";
     - ``failed`` when ranks were inside it at the end of two attempts that ended without an error (``kill -9``,
       the OOM killer, a lost node); after one such attempt it is a ``suspect``: measured again once (the other
-      ranks' failures or hangs in it are then taken for consequences: a peer that vanished inside a collective);
+      ranks' lost-peer errors in it are then taken for consequences: a peer that vanished inside a collective);
     - the group's ``measured`` / ``stopped`` record otherwise. An ``interrupted`` attempt (SIGINT, SIGTERM) blames
       nothing: the config it was inside is measured again.
     """
@@ -282,12 +282,12 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
     for i, by_rank in sorted(local.items()):
         if outcomes.get(i, {}).get("state") == "failed":
             continue
-        # a rank that died inside it leaves the others hanging or failing with a lost peer: no evidence then
+        # a rank that died inside it leaves the others failing with a lost peer: no evidence then
         parts = [f"failed on rank {r}: {states['local_failure'].get('error', '')}"
                  for r, states in sorted(by_rank.items()) if "local_failure" in states
                  and not (i in crashes and LOST_PEER.search(states["local_failure"].get("error", "")))]
         parts += [f"hung on rank {r}: {states['hung'].get('error', '')}" for r, states in sorted(by_rank.items())
-                  if "hung" in states and "local_failure" not in states and i not in crashes]
+                  if "hung" in states and "local_failure" not in states]  # a hang stays a hang
         if not parts:
             continue
         error = "in an earlier attempt, " + "; ".join(p.rstrip(": ") for p in parts) + AGAIN
