@@ -3,6 +3,7 @@ rank, a campaign killed with SIGKILL and rerun, and the undecided-key policy (``
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -99,6 +100,19 @@ def test_campaign_killed_then_rerun_tunes_only_the_keys_left(tmp_path):
         states = {row["key"]: row["state"] for row in r.result["summary"]["keys"]}
         assert states == {str(s): "cached" if s in SIZES[:4] else "tuned" for s in SIZES}
         assert r.result["decided"] == {str(size): best(size) for size in SIZES}
+
+
+@pytest.mark.timeout(120)
+def test_campaign_command_line(tmp_path):
+    """``triton-dist-tune campaign MODULE:FUNCTION --calls MODULE:BUILDER --keys ... --local`` on 2 ranks: each
+    rank tunes 2 of the 4 keys, rank 0 writes the summary with every key."""
+    env = env_for(tmp_path, SUMMARY=str(tmp_path / "summary.json"))
+    results = run_ranks(SCRIPT, 2, ["cli"], env=env, timeout=110)
+    assert all(r.returncode == 0 and r.result["rc"] == 0 for r in results), describe(results)
+    assert set(calls_by_key(tmp_path / "calls", 0)) == {8, 24}
+    assert set(calls_by_key(tmp_path / "calls", 1)) == {16, 32}
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [(k["key"], k["index"]) for k in summary["keys"]] == [(str(s), best(s)) for s in SIZES[:4]]
 
 
 def test_policy_checks_and_default_distance():

@@ -95,5 +95,26 @@ def replicas():
     emit(rank=rank, decided=decided, summary=summary.to_json(), out=out[0].item())
 
 
+@tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold", name="cli")
+def cli_kernel(x, *, variant):
+    record(int(os.environ["RANK"]), x.shape[0], variant)
+    slow(x.shape[0], variant)
+    return x
+
+
+def cli_build(n: int) -> torch.Tensor:
+    return torch.ones(n)
+
+
+@case
+def cli():
+    """``triton-dist-tune campaign`` on this module's rank-local function, 4 keys."""
+    from triton_dist_tune.cli.commands import main as command
+
+    rc = command(["campaign", "campaign_cases:cli_kernel", "--calls", "campaign_cases:cli_build", "--keys", "8", "16",
+                  "24", "32", "--local", "--backend", "gloo", "--json", os.environ["SUMMARY"]])
+    emit(rank=dist.get_rank(), rc=rc)
+
+
 if __name__ == "__main__":
     main()

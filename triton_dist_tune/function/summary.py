@@ -39,7 +39,7 @@ class KeyResult:
 
 
 def _pct(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"+{100 * value:.1f}%"
+    return "-" if value is None or not math.isfinite(value) else f"{100 * value:+.1f}%"
 
 
 def _ms(value: float | None) -> str:
