@@ -174,7 +174,7 @@ def test_cold_timing_takes_one_call_per_sample(env):
 @pytest.mark.timeout(200)
 def test_a_steady_round_runs_settling_and_span_back_to_back_with_one_exchange_per_round(env):
     """Steady timing on 2 real ranks, batch=3: each sample is one settling call (host clock) then 3 timed calls, a
-    round's samples run back to back with no store request between them, and one exchange follows each round.
+    round's samples run back to back with no exchange between them, and one exchange follows each round.
     The 8x slower config leaves after 2 rounds; the 3 left then get 3 settled rounds."""
     results = run("steady_structure", env)
     for r in results:
@@ -182,12 +182,13 @@ def test_a_steady_round_runs_settling_and_span_back_to_back_with_one_exchange_pe
         warmup, race = calls[:24], calls[24:-1]  # per config: a warm-up call and the probe (5 calls)
         assert [v for v, _ in warmup] == [v for v in range(4) for _ in range(6)]
         rounds: list[list[tuple[int, int]]] = []
-        for call in race:  # a round: the calls between two exchanges (the store requests do not change)
+        for call in race:  # a round: the calls between two exchanges (the count of exchanges does not change)
             if rounds and rounds[-1][-1][1] == call[1]:
                 rounds[-1].append(call)
             else:
                 rounds.append([call])
         assert [len(calls) for calls in rounds[:2]] == [16, 16]  # 2 screening rounds of the 4 configs
+        assert all(b[0][1] - a[0][1] == 1 for a, b in zip(rounds, rounds[1:], strict=False))  # one exchange each
         for calls in rounds:
             variants = [v for v, _ in calls]
             blocks = [variants[i:i + 4] for i in range(0, len(variants), 4)]
