@@ -97,6 +97,12 @@ def test_leaders_get_settled_rounds_and_are_decided_on_them_alone():
             race.record(i, [settled[i]])
         assert race.end_round() == []  # nobody leaves in settled rounds
     assert race.finished(0.0) and race.winner() == 2
+    short = Race([0, 1], RacePlan(max_rounds=2, final_top=3, seed="s"))  # settled rounds count in max_rounds
+    for _ in range(2):
+        for i in short.order():
+            short.record(i, [1.0 + i])
+        short.end_round()
+    assert short.settled_from == 1 and short.finished(0.0)
     assert race.outcome(2, "c2", 0).spread == 0.0  # the spread of its settled samples
 
 
@@ -110,10 +116,9 @@ def test_interleaved_rounds_see_through_drift_where_sequential_timing_does_not(e
         assert r["sequential_choice"] == 0  # one config after another: fooled by the drift
         assert r["chosen"] == 1  # the race: the truly faster config
     assert results[0]["order"] == results[1]["order"]  # every rank ran identical rounds
-    # the warm-up probes each config (one call, then 4 timed); round 1 then holds both configs, whatever their
-    # order (a sample on the host clock: one settling call and one timed call)
-    assert results[0]["order"][:10] == [0] * 5 + [1] * 5
-    assert results[0]["order"][10:14] in ([0, 0, 1, 1], [1, 1, 0, 0])
+    # round 1 holds both configs, whatever their order (batch=1, no probe: a sample is one settling call and one
+    # timed call)
+    assert results[0]["order"][:4] in ([0, 0, 1, 1], [1, 1, 0, 0])
 
 
 @pytest.mark.timeout(200)
@@ -122,9 +127,9 @@ def test_race_drops_clearly_slow_configs_early(env):
     assert results[0]["order"] == results[1]["order"]
     for r in results:
         assert r["chosen"] == 0
-        # 4x and 8x slower: a warm-up call, the probe (5 calls) and 2 rounds (wide gap), 3 at most (the sign
-        # test), never all 8; a sample is one settling call (host clock) and one timed call (batch=1)
-        assert r["calls"][1] in (10, 12) and r["calls"][2] in (10, 12), r["calls"]
+        # 4x and 8x slower: a warm-up call and 2 rounds (wide gap), 3 at most (the sign test), never all 8;
+        # a sample is one settling call and one timed call (batch=1)
+        assert r["calls"][1] in (5, 7) and r["calls"][2] in (5, 7), r["calls"]
         assert r["calls"][0] > r["calls"][1]  # the leader ran on, and once more for the call itself
         states = {o["index"]: o["state"] for o in r["outcomes"]}
         assert states[1] == states[2] == "stopped" and states[0] == "measured"
@@ -133,7 +138,7 @@ def test_race_drops_clearly_slow_configs_early(env):
 @pytest.mark.timeout(200)
 def test_early_stop_factor_removes_a_far_slower_config_after_one_round(env):
     for r in run("early_stop", env):
-        assert r["calls"][1] == 8  # a warm-up call, the probe (5 calls), one round (a settling call and batch=1)
+        assert r["calls"][1] == 3  # a warm-up call and one round (a settling call and batch=1)
         assert [o["state"] for o in r["outcomes"]][1] == "stopped"
         assert r["chosen"] == 0
 
@@ -179,8 +184,8 @@ def test_a_steady_round_runs_settling_and_span_back_to_back_with_one_exchange_pe
     results = run("steady_structure", env)
     for r in results:
         calls = [tuple(c) for c in r["calls"]]
-        warmup, race = calls[:24], calls[24:-1]  # per config: a warm-up call and the probe (5 calls)
-        assert [v for v, _ in warmup] == [v for v in range(4) for _ in range(6)]
+        warmup, race = calls[:4], calls[4:-1]  # a warm-up call per config (batch=3: no probe)
+        assert [v for v, _ in warmup] == [0, 1, 2, 3]
         rounds: list[list[tuple[int, int]]] = []
         for call in race:  # a round: the calls between two exchanges (the count of exchanges does not change)
             if rounds and rounds[-1][-1][1] == call[1]:

@@ -167,20 +167,21 @@ class Measurer(Guarding):
 
         runs: list[Callable[[], Any]] = [checked] if self.trial.reference is not None else []
         runs += [plain] * self.plan.n_warmup
-        if not self.cold:
+        if not self.cold and self.plan.batch is None:
             runs.append(probe)
         return runs
 
     def _warm(self, index: int, config: dict[str, Any], desc: str, aligned: bool) -> tuple[float | None, str | None]:
         """Warm one config up; returns (this rank's time per call from the probe, None) or (None, error); the time
-        is 0 when no probe ran (cold timing, or stopped early by another rank's failure)."""
+        is 0 when no probe ran (cold timing, a fixed ``batch``: one settling call, or stopped early by another rank's
+        failure)."""
         self.journal.append(index, "started", config=desc, phase="warmup")
         runs = self._warmup_runs(index, config)
         results, error = self._guarded(index, desc, "warmup",
                                        lambda: self._aligned(runs, index if aligned else None, "warmup"))
         if error is not None:
             return None, error
-        if self.cold or len(results) < len(runs):
+        if self.cold or self.plan.batch is not None or len(results) < len(runs):
             return 0.0, None
         return float(results[-1]), None
 

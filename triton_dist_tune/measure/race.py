@@ -21,7 +21,8 @@ further message.
   samples (a long settling run of the config's own calls before each timed span: see
   :mod:`~triton_dist_tune.measure.timing`). Their time is then the median of their settled samples alone, and
   nobody leaves during these rounds.
-- **The end.** When one config is left, when ``max_rounds`` rounds are done (or the settled rounds), or when the
+- **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
+  rounds are, or when the
   time budget is spent (and ``min_rounds`` are done): the least median among those still running wins (ties: the
   lower index).
 """
@@ -177,7 +178,8 @@ class Race:
         if self.rounds == 0:
             return not self.running  # every config gets at least one sample, even alone
         if self.settled_from is not None:
-            return self.rounds - self.settled_from >= self.plan.final_rounds
+            done = self.rounds - self.settled_from >= self.plan.final_rounds
+            return done or self.rounds >= self.plan.max_rounds
         if len(self.running) <= 1 or self.rounds >= self.plan.max_rounds:
             return True
         budget = self.plan.budget_s
