@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import checks
 from ..errors import BadInputError
 from ..measure.arguments import check_names
 from ..measure.lockstep import Plan
@@ -44,23 +45,27 @@ class TuneOptions:
     cache_key_extra: str | Callable[[], str] | None = None
 
     def __post_init__(self) -> None:
-        if self.n_warmup < 0 or self.n_repeat < 1:
-            raise BadInputError(f"need n_warmup >= 0 and n_repeat >= 1, got {self.n_warmup} and {self.n_repeat}")
-        if self.timeout is not None and not 0 < self.timeout < float("inf"):
-            raise BadInputError(f"timeout must be a positive number of seconds, got {self.timeout}")
-        if self.early_stop is not None and self.early_stop <= 1:
-            raise BadInputError(f"early_stop is a slowdown factor and must be > 1, got {self.early_stop}")
+        checks.whole(self.n_warmup, "n_warmup", 0)
+        checks.whole(self.n_repeat, "n_repeat", 1)
+        checks.number(self.timeout, "timeout", 0, "a positive number of seconds")
+        checks.number(self.early_stop, "early_stop", 1, "a slowdown factor > 1")
+        checks.tolerance(self.rtol, "rtol")
+        checks.tolerance(self.atol, "atol")
         if (self.rtol is None) != (self.atol is None):
             raise BadInputError("give both rtol and atol, or neither (then torch's defaults for the dtype apply)")
         extra = self.cache_key_extra
         if extra is not None and not (isinstance(extra, str) or callable(extra)):
             raise BadInputError("cache_key_extra must be a string or a function returning one")
-        if self.refine_top < 0:
-            raise BadInputError(f"refine_top must be >= 0, got {self.refine_top}")
-        if self.batch is not None and not (isinstance(self.batch, int) and self.batch >= 1):
-            raise BadInputError(f"batch must be a whole number of calls >= 1, got {self.batch!r}")
-        if self.budget is not None and not 0 < self.budget < float("inf"):
-            raise BadInputError(f"budget must be a positive number of seconds, got {self.budget!r}")
+        checks.whole(self.refine_top, "refine_top", 0)
+        checks.whole(self.batch, "batch", 1, optional=True)
+        checks.number(self.budget, "budget", 0, "a positive number of seconds")
+        checks.flag(self.sharded, "sharded")
+        checks.whole(self.compile_threads, "compile_threads", 1, optional=True)
+        checks.text(self.name, "name")
+        for option in ("pre_hook", "post_hook", "ref_prog", "precompile_fn"):
+            checks.function(getattr(self, option), option)
+        if self.timing is not None and not isinstance(self.timing, str):
+            raise BadInputError(f"timing must be 'steady', 'cold' or None, got {self.timing!r}")
         timing_mode(self.timing)  # reject a bad mode now; the environment may still override it per call
 
     def for_function(self, fn: Callable[..., Any]) -> TuneOptions:
