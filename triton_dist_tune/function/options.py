@@ -17,6 +17,7 @@ from ..measure.arguments import check_names
 from ..measure.lockstep import Plan
 from ..measure.race import RacePlan
 from ..measure.timing import timing_mode
+from .policy import check_policy
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class TuneOptions:
     batch: int | None = None
     budget: float | None = None
     cache_key_extra: str | Callable[[], str] | None = None
+    undecided: str | None = None
+    distance: Callable[[Any, Any], float | None] | None = None
 
     def __post_init__(self) -> None:
         checks.whole(self.n_warmup, "n_warmup", 0)
@@ -66,6 +69,8 @@ class TuneOptions:
             checks.function(getattr(self, option), option)
         if self.timing is not None and not isinstance(self.timing, str):
             raise BadInputError(f"timing must be 'steady', 'cold' or None, got {self.timing!r}")
+        check_policy(self.undecided)
+        checks.function(self.distance, "distance")
         timing_mode(self.timing)  # reject a bad mode now; the environment may still override it per call
 
     def for_function(self, fn: Callable[..., Any]) -> TuneOptions:
