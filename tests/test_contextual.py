@@ -262,6 +262,41 @@ def test_schedule_races_and_drops_clearly_slower_configs_early():
     assert track.best == 0 and track.spreads[0] == 0.0
 
 
+def test_schedule_close_contenders_race_closing_rounds():
+    track = make_track(configs=4, n_warmup=0, n_repeat=3)
+    screening = {0: 1.0, 1: 1.004, 2: 1.006, 3: 3.0}  # 1 and 2 within 1% of 0; 3 is 3x slower
+    closing = {0: 1.0, 1: 1.0, 2: 0.9}  # the closing rounds alone decide: 2 wins
+    steps = []
+    while not track.done:
+        index, (_, round_) = track.current(), track.phase()
+        steps.append((index, round_))
+        ms = screening[index] if round_ < 3 else closing[index]
+        track.advance({r: [(index, ms, None)] for r in range(2)})
+    count = {i: sum(1 for s, _ in steps if s == i) for i in range(4)}
+    assert count == {0: 3 + 4, 1: 3 + 4, 2: 3 + 4, 3: 2}  # 2 x (n_repeat - 1) closing rounds for the three
+    assert {i for i, r in steps if r >= 3} == {0, 1, 2} and max(r for _, r in steps) == 6
+    assert track.best == 2 and track.times[2] == 0.9 and track.times[0] == 1.0
+    one_round = make_track(configs=2, n_warmup=0, n_repeat=1)  # a one-round race has no closing rounds
+    for index in (one_round.current(), 1 - one_round.current()):
+        one_round.advance({r: [(index, 1.0, None)] for r in range(2)})
+    assert one_round.done and one_round.runs == 2
+
+
+@pytest.mark.timeout(120)
+def test_closing_rounds_on_real_ranks(env):
+    results = run("closing", 2, env)
+    seqs = [r.result["seq"] for r in results]
+    assert seqs[0] == seqs[1], describe(results)  # every rank launches the same configs in the same runs
+    tuning = [index for run_ in seqs[0][:-1] for _, _, index in run_]  # the last run is the final one
+    count = {i: tuning.count(i) for i in range(4)}
+    best = results[0].result["chosen"]["close_kernel(64, 'torch.float32', 'torch.float32')"]
+    assert best in (0, 1, 2) and all(r.result["chosen"] == results[0].result["chosen"] for r in results)
+    assert count[3] == 1 + 2  # 6x slower: its warm-up and 2 screening rounds, no closing round
+    assert count[best] == 1 + 2 + 2  # the leader: warm-up, 2 screening and 2 closing rounds
+    assert sum(count[i] == 5 for i in (0, 1, 2)) >= 2 and set(count.values()) <= {3, 5}, count
+    assert all(r.result["ok"] for r in results)
+
+
 def test_schedule_failures_waiting_pruning_and_ties():
     from triton_dist_tune.errors import AllConfigsFailedError, BadInputError
 

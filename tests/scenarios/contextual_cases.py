@@ -96,6 +96,18 @@ def copy_kernel(x, out, n, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
 
 
+# three configs alike and a slow one: the three are close contenders (closing rounds), the slow one leaves
+CLOSE_BY_N = {64: [20, 20, 20, 120]}
+
+
+@triton.autotune(configs=configs("close", (16, 32, 64, 128), by_n=CLOSE_BY_N), key=["n"])
+@triton.jit
+def close_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
 def grid(n):
     return lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
 
@@ -496,6 +508,23 @@ def keys():
         k[grid(n)](*args, **kwargs)
         results.append(ours in k.cache and len(k.cache) == len(results) + 1)
     emit(keys_match=results, version=triton.__version__)
+
+
+@case
+def closing():
+    """One kernel of 4 configs (three alike, one 6x slower), n_warmup=1, n_repeat=2: the launches of every run."""
+    tdt.init_distributed()
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
+    def layer(x):
+        SEQ.append("run")
+        out = torch.empty_like(x)
+        launch(close_kernel, x.numel(), x, out, x.numel())
+        return out
+
+    x, _ = inputs()
+    ok = bool(torch.equal(layer(x), x))
+    emit(ok=ok, seq=runs_of_seq(), chosen=chosen(layer.tuner))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@ identical on every rank and the ranks never need to agree on anything else. Each
 step of every unfinished track. First each config in turn gets ``n_warmup`` untimed steps; then the configs race
 as :func:`~triton_dist_tune.tune.autotune`'s do (:class:`~triton_dist_tune.measure.race.Race`, the same rules
 and statistics): rounds of one timed step per config still running, in an order shuffled afresh each round from
-a seed every rank shares, clearly slower configs leaving after each round, at most ``n_repeat`` rounds. A step
+a seed every rank shares, clearly slower configs leaving after each round, at most ``n_repeat`` rounds. Then the
+close contenders (at most :data:`CLOSE_TOP` configs not clearly slower than the leader) race
+:data:`CLOSE_ROUNDS` x (``n_repeat`` - 1) closing rounds among themselves (none for a one-round race), and their
+time is the median of the closing rounds alone: a sample is one launch, so a near-tie needs more of them, and a
+clear winner needs none. A step
 counts when every rank that launches the kernel with this key launched it, with the current config and without
 error, in that run; its sample is the MAX over ranks. A config that failed on any rank is skipped on every rank.
 The least median among the configs still running wins (ties: the lower index).
@@ -18,13 +22,18 @@ decision's measurements and the printed summary) are built in :mod:`~triton_dist
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..errors import AllConfigsFailedError, BadInputError, MismatchError
 from ..measure.race import Race, RacePlan
-from ..measure.stats import median
+from ..measure.stats import clearly_slower, median, paired_ratios
 from ..records import Outcome
 from . import report
+
+#: the most configs that race the closing rounds, and how many closing rounds there are per ``n_repeat`` past 1
+CLOSE_TOP = 3
+CLOSE_ROUNDS = 2
 
 
 class PruningError(BadInputError):
@@ -199,11 +208,38 @@ class Track:
             return
         for index in race.end_round():
             self._take(index)
-        if race.finished(0.0):
+        if race.finished(0.0) and not self._close():
             self._conclude()
         else:
             self.round_order, self.round_pos = race.order(), 0
             self._move_on()
+
+    def _close(self) -> bool:
+        """The screening is over: when two or more configs are still within its uncertainty of the leader (not
+        clearly slower on their paired rounds), the :data:`CLOSE_TOP` best race :data:`CLOSE_ROUNDS` x
+        (``n_repeat`` - 1) closing rounds among themselves (the race's settled rounds: their time is the median of those
+        rounds alone; nobody leaves). Returns whether closing rounds begin."""
+        race = self.race
+        if race is None or race.settling or self.n_repeat < 2:
+            return False
+        running = [i for i in race.running if race.entrants[i].timed()]
+        if len(running) < 2:
+            return False
+        leader = race.leader(running)
+        best = race.entrants[leader].samples
+        close = sorted((i for i in running
+                        if i == leader or not clearly_slower(paired_ratios(race.entrants[i].samples, best))),
+                       key=lambda i: (race.entrants[i].time(), i))[:CLOSE_TOP]
+        if len(close) < 2:
+            return False
+        for index in running:
+            if index not in close:
+                race.entrants[index].state = "stopped"
+                self._take(index)
+        rounds = CLOSE_ROUNDS * (self.n_repeat - 1)
+        race.plan = replace(race.plan, max_rounds=race.rounds + rounds, final_top=len(close), final_rounds=rounds)
+        race.settled_from = race.rounds
+        return True
 
     def _start_race(self) -> None:
         entrants = [i for i in self.order if self._open(i)]
