@@ -17,7 +17,9 @@ memory: 44 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 40
 2. ``tune``: ``--tunings`` fresh tunings per key, compiles excluded (kernels compiled in memory): ours
    (``timing='steady'``, the defaults) and stock ``triton.autotune`` (``do_bench``); the time of each tuning call;
 3. ``contextual``: a layer of two ``triton.autotune`` GEMM kernels (16 configs each) under
-   ``contextual_autotune``, ``--tunings`` fresh tunings, each kernel's choice against its own sustained oracle.
+   ``contextual_autotune``, ``--tunings`` fresh tunings, each kernel's choice against its own sustained oracle
+   (fresh autotuners, an empty decision cache and the process's table of contextual choices cleared before each;
+   the first tuning compiles the kernels). ``--phases contextual`` runs this part alone.
 
 Writes DIR/fidelity.json and prints the tables.
 """
@@ -44,6 +46,7 @@ from bench_gemm_tuning import fresh_kernel, gemm_args, spec, use_triton_cache  #
 
 import triton_dist_tune as tdt  # noqa: E402
 from examples.gemm_kernels import _gemm_kernel  # noqa: E402
+from triton_dist_tune.contextual import tracks  # noqa: E402
 
 TILES = [(128, 256, 64), (256, 128, 64), (128, 128, 64), (128, 128, 128), (64, 256, 64), (128, 64, 64),
          (64, 128, 64), (64, 64, 128)]
@@ -229,6 +232,7 @@ def phase_contextual(cfgs, tunings: int, report) -> None:
     rows = []
     for t in range(tunings):
         os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="tdt_fid_ctx_decisions_")
+        tracks._choices.clear()  # the process keeps every group's choices by (kernel, key): forget them
         # fresh autotuners (a contextual choice is kept per autotuner) over the same compiled kernels
         k1 = triton.autotune(configs=sub, key=["M", "N", "K"])(jit1)
         k2 = triton.autotune(configs=sub, key=["M", "N", "K"])(jit2)
@@ -247,8 +251,10 @@ def phase_contextual(cfgs, tunings: int, report) -> None:
         torch.cuda.synchronize()
         if not (k1.cache and k2.cache):
             raise RuntimeError(f"contextual tuning undecided after {calls} calls")
+        runs = sum(d["runs"] for d in layer.tuner.decisions.values())
         rows.append(([spec(next(iter(k.cache.values()))) for k in (k1, k2)], time.perf_counter() - t0))
-        print(f"contextual tuning {t}: {calls} call(s) of the layer", flush=True)
+        print(f"contextual tuning {t}: {calls} call(s) of the layer, {runs} tuning runs over its 2 kernels, "
+              f"{rows[-1][1]:.2f} s, {[d['how'] for d in layer.tuner.decisions.values()]}", flush=True)
     plain = fresh_kernel(_gemm_kernel)
     out = {"tunings": []}
     oracles = []
