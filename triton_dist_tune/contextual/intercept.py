@@ -171,19 +171,49 @@ def without_config_names(autotuner: Autotuner, args: tuple, kwargs: dict[str, An
 
 def pruned_indices(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> list[int]:
     """Indices into ``autotuner.configs`` of the configs its own pruning (``prune_configs_by``) keeps for this
-    launch, in config order. Raises what Triton's pruning raises (``AutotunerError`` for an empty list)."""
+    launch on this rank, in config order. Raises what Triton's pruning raises."""
+    early, estimates, top_k = pruning(autotuner, args, kwargs)
+    return best_estimated(early, estimates, top_k)
+
+
+def pruning(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple[list[int], dict[int, float] | None,
+                                                                                 int | float]:
+    """Triton's ``prune_configs_by`` for this launch, in two parts that ranks can agree on: the indices that
+    ``early_config_prune`` keeps (all configs without one), the ``perf_model``'s estimate of each (None without a
+    perf model) and ``top_k``. Raises what ``Autotuner.prune_configs`` raises (``AutotunerError`` when the early
+    pruning keeps nothing, ``TypeError`` for a ``top_k`` that is neither an int nor a float <= 1)."""
     args, kwargs = without_config_names(autotuner, args, kwargs)
-    autotuner.nargs = dict(zip(autotuner.arg_names, args, strict=False))
-    try:
-        kept = autotuner.prune_configs(kwargs)
-    finally:
-        autotuner.nargs = None
-    if not kept:
+    nargs = dict(zip(autotuner.arg_names, args, strict=False))
+    configs = autotuner.configs
+    early = autotuner.early_config_prune(configs, nargs, **kwargs) if autotuner.early_config_prune else configs
+    if not early:
         raise empty_pruning_error()
+    found = _indices_of(configs, early)
+    top_k = autotuner.configs_top_k
+    if not autotuner.perf_model:
+        return found, None, top_k
+    if not isinstance(top_k, int) and not (isinstance(top_k, float) and top_k <= 1.0):
+        raise TypeError("Error while pruning configs, top_k must be either 1) a float <= 1.0 or 2) an int")
+    estimates = {i: float(autotuner.perf_model(**nargs, **kwargs, **configs[i].all_kwargs())) for i in found}
+    return found, estimates, top_k
+
+
+def best_estimated(indices: list[int], estimates: dict[int, float] | None, top_k: int | float) -> list[int]:
+    """The ``top_k`` of ``indices`` with the least estimates (a float ``top_k``: that fraction, at least one), in
+    config order, as ``Autotuner.prune_configs`` keeps them; all of them without estimates."""
+    if estimates is None:
+        return list(indices)
+    count = max(1, int(len(indices) * top_k)) if isinstance(top_k, float) else top_k
+    if len(indices) <= count:
+        return list(indices)
+    return sorted(sorted(indices, key=lambda i: (estimates[i], i))[:count])
+
+
+def _indices_of(configs: list[Any], kept: list[Any]) -> list[int]:
     ids = {id(c) for c in kept}
-    found = [i for i, c in enumerate(autotuner.configs) if id(c) in ids]
+    found = [i for i, c in enumerate(configs) if id(c) in ids]
     if len(found) < len(kept):  # a pruning function that returned new Config objects: match them by value
-        found = sorted({i for c in kept for i, own in enumerate(autotuner.configs) if own == c})
+        found = sorted({i for c in kept for i, own in enumerate(configs) if own == c})
     return found
 
 

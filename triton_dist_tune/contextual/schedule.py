@@ -24,7 +24,7 @@ from ..errors import AllConfigsFailedError, BadInputError, MismatchError
 from ..measure.race import Race, RacePlan
 from ..measure.stats import median
 from ..records import Outcome
-from . import report
+from . import intercept, report
 
 
 class PruningError(BadInputError):
@@ -104,7 +104,7 @@ class Track:
             if rank in self.holders:
                 continue
             self.holders = sorted([*self.holders, rank])
-            kept = info["pruned"] if isinstance(info["pruned"], list) else []
+            kept = info["pruning"][0] if info["pruning"] is not None else []  # its early pruning (top_k: ours)
             for index in self.order:
                 if index not in kept:
                     self.fail(index, f"rank {rank}: pruned")
@@ -276,6 +276,17 @@ class Track:
         return report.table(self)
 
 
+def agreed_pruning(infos: Mapping[int, dict[str, Any]]) -> list[int]:
+    """Triton's ``prune_configs_by``, agreed: the configs every rank's ``early_config_prune`` keeps, then the
+    ``top_k`` of those by the perf model's estimate (the largest over ranks), in config order."""
+    parts = [info["pruning"] for _, info in sorted(infos.items())]
+    early = [i for i in parts[0][0] if all(i in p[0] for p in parts)]
+    if parts[0][1] is None or any(p[1] is None for p in parts):
+        return early
+    estimates = {i: max(p[1][i] for p in parts) for i in early}
+    return intercept.best_estimated(early, estimates, parts[0][2])
+
+
 def agreed_order(label: str, infos: Mapping[int, dict[str, Any]]) -> list[int]:
     """The indices of the configs that every rank of ``infos`` keeps after pruning, in the first rank's order.
 
@@ -289,7 +300,7 @@ def agreed_order(label: str, infos: Mapping[int, dict[str, Any]]) -> list[int]:
     problems = [f"rank {r}: {i['pruned']}" for r, i in sorted(infos.items()) if isinstance(i["pruned"], str)]
     if problems:
         raise PruningError(f"{label}: pruning the configs failed: " + "; ".join(problems))
-    order = [i for i in first["pruned"] if all(i in info["pruned"] for info in infos.values())]
+    order = agreed_pruning(infos)
     if not order:
         raise PruningError(f"{label}: the configs' pruning (prune_configs_by) keeps no config that every rank "
                            f"keeps: " + "; ".join(f"rank {r}: {i['pruned']}" for r, i in infos.items()))

@@ -46,6 +46,7 @@ from .compiling import precompile_new
 from .decisions import record_decision
 from .exchange import exchange
 from .launches import RunRecord
+from .newkeys import can_settle, settle
 from .schedule import Track
 from .tracks import LocalTrack, TrackId
 
@@ -70,8 +71,8 @@ class Session:
     default and is *pending* until the group's next agreement.
     """
 
-    def __init__(self, tuner: ContextualTuner, group: Group, tuning: bool) -> None:
-        self.tuner, self.group, self.tuning = tuner, group, tuning
+    def __init__(self, tuner: ContextualTuner, group: Group, tuning: bool, call: int = 0) -> None:
+        self.tuner, self.group, self.tuning, self.call_number = tuner, group, tuning, call
         self.label = tuner.options.label
         self.tracks: dict[TrackId, Track] = {}
         self.local: dict[TrackId, LocalTrack] = {}
@@ -80,6 +81,9 @@ class Session:
         self.needs_tuning = False
         #: undecided keys run with a local default, without communication (hot calls on a group, or past the bound)
         self.pending_mode = not tuning and group.size > 1
+        #: the undecided keys met in the first run of a hot call, settled at its end (:mod:`~.newkeys`); None: this
+        #: call cannot turn into a tuning call (alone, an mpi4py group, or past the bound)
+        self.met: list[TrackId] | None = [] if self.pending_mode and can_settle(group) else None
         #: (autotuner id, key) of every launch this call tuned: benchmark launches until the final run
         self.session_keys: set[tuple[int, tuple]] = set()
         self.final_run = False
@@ -159,10 +163,10 @@ class Session:
         while True:
             self.final_run = all(t.done for t in self.tracks.values())
             out, error = self._run_once(args, kwargs)
-            if not self.tuning and not self.needs_tuning:
+            if not self.tuning and not self.needs_tuning and not (self.met and self._tune_now()):
                 if error is not None:
                     raise error
-                return out  # every launch was decided (or pending): no communication at all
+                return out  # every launch was decided (or pending, not met by every rank): no communication
             created = exchange(self, error)
             if self.final_run and not created:
                 self._summary()
@@ -171,6 +175,13 @@ class Session:
                 return self._bounded(args, kwargs)
             precompile_new(self)
             self._idle_check(created)
+
+    def _tune_now(self) -> bool:
+        """A hot call whose ranks all met an undecided key: it goes on as a tuning call, on every rank alike."""
+        if not settle(self, self.met):
+            return False
+        self.tuning, self.pending_mode, self.met = True, False, None
+        return True
 
     def _bounded(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         """The bound on runs per call is reached (on every rank at the same run): end every track with the best
@@ -185,6 +196,7 @@ class Session:
             self.tracks[tid].force("best so far at max_runs")
             record_decision(self, self.tracks[tid])
         self.pending_mode, self.tuning, self.needs_tuning, self.final_run = True, False, False, True
+        self.met = None
         out, error = self._run_once(args, kwargs)
         if error is not None:
             raise error

@@ -77,8 +77,12 @@ class LocalTrack:
         self.autotuners = [autotuner]
         self.key = key
         self.prune_error: Exception | None = None
+        #: the configs the early pruning keeps, the perf model's estimates and top_k (agreed by the group)
+        self.pruning: tuple[list[int], dict[int, float] | None, int | float] | None = None
         try:
-            self.pruned: list[int] | str = intercept.pruned_indices(autotuner, args, kwargs)
+            self.pruning = intercept.pruning(autotuner, args, kwargs)
+            #: the configs this rank's own pruning keeps (its first is launched before the group agrees)
+            self.pruned: list[int] | str = intercept.best_estimated(*self.pruning)
         except Exception as exc:
             self.pruned, self.prune_error = describe_error(exc), exc
         self.errors: dict[int, str] = {}  # configs that cannot run here (compile failures, earlier attempts)
@@ -111,6 +115,7 @@ class LocalTrack:
         at = self.autotuners[0]
         return {"name": intercept.kernel_name(at), "descriptions": self.descriptions,
                 "names": [str(c) for c in at.configs], "space_text": self.space_text, "pruned": self.pruned,
+                "pruning": self.pruning,
                 "entry": self.entry, "journal": self.records}
 
     def note(self, index: int, state: str, **fields: Any) -> None:

@@ -14,7 +14,7 @@ from ..group.resolve import resolve_group
 from . import intercept
 from .options import ContextualOptions
 from .session import Session
-from .tracks import TrackId
+from .tracks import TrackId, group_choice
 
 _ALONE = SingleGroup()
 
@@ -53,7 +53,7 @@ class ContextualTuner:
         calls = self._calls[gid] = self._calls.get(gid, 0) + 1
         tuning = gid not in self._called or (group.size > 1 and calls % self.options.sync_every == 0
                                              and self._agree(group, calls))
-        session = Session(self, group, tuning)
+        session = Session(self, group, tuning, calls)
         try:
             out = session.call(args, kwargs)
         finally:
@@ -65,7 +65,7 @@ class ContextualTuner:
         """Every ``sync_every`` calls, one exchange: does any rank hold pending keys? Then this call tunes, on
         every rank alike (the pending keys are met again and tuned like new ones)."""
         pending = self.pending.pop(group.identity, {})
-        mine = sorted({f"{tid[0]} {tid[1]}" for tid, _ in pending.values()})
+        mine = sorted({f"{tid[0]} {tid[1]}" for tid, _ in pending.values() if group_choice(group, tid) is None})
         everyone = group.allgather(mine, f"{self.options.label} agreement at call {calls}",
                                    timeout=self.options.timeout)
         if not any(everyone):

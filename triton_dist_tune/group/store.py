@@ -69,6 +69,11 @@ class StoreGroup(Group):
         (a store kept here would keep rank 0's store server thread alive until the interpreter's exit)."""
         return _job_store()
 
+    def key(self, name: str) -> str:
+        """A key of this group's namespace in the store, for a protocol beside the exchanges (``name`` must not
+        start with a digit: those are the exchanges')."""
+        return f"{self._prefix}{name}"
+
     def _key(self, seq: int, rank: int | str) -> str:
         return f"{self._prefix}{seq}/{rank}"
 

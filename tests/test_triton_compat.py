@@ -1,0 +1,74 @@
+"""What Triton and Triton-distributed users expect, kept (issue 19): a key every rank meets in one call is tuned in
+that call (Triton's ``test_semantics_same_key_tuned_once_new_key_tuned_again`` inside ``contextual_autotune``),
+Triton's ``prune_configs_by`` in full, and ``autotune_allow_arg_overwrite`` with a ``prune_fn``. Real gloo
+ranks, Triton's interpreter; the scenarios are in tests/scenarios/triton_compat_cases.py."""
+
+from __future__ import annotations
+
+import pytest
+from harness import HERE, describe, run_ranks, tuner_env
+
+CASES = HERE / "scenarios" / "triton_compat_cases.py"
+TIMEOUT_S = 30
+GRACE_S = 4
+
+
+def run(case, n, tmp_path, **extra):
+    env = tuner_env(tmp_path, TIMEOUT_S, TRITON_DIST_AUTOTUNE_NEW_KEY_GRACE=str(GRACE_S), **extra)
+    results = run_ranks(CASES, n, [case], env=env, timeout=150)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return results
+
+
+@pytest.mark.timeout(180)
+def test_a_key_every_rank_meets_is_tuned_in_that_call_and_a_key_some_meet_makes_nobody_wait(tmp_path):
+    results = run("new_keys", 2, tmp_path)
+    choices = [r.result["default_choice"] for r in results]
+    assert choices[0] == choices[1] and set(choices[0]) == {"256", "512", "128"}, describe(results)
+    for r in results:
+        res = r.result
+        calls = {c["call"]: c for c in res["default"]}
+        assert all(c["ok"] for c in calls.values()), res  # right results in every call
+        # Triton's semantics: the same key tuned once (call 1), a new key tuned again, in the call that meets it
+        best = res["default_choice"]
+        assert calls[1]["launched"]["256"] == [0, 1, 2] and calls[2]["launched"]["256"] == [best["256"]]
+        assert calls[2]["runs"] == 1 and calls[2]["count"]["256"] == 1  # decided: one run, one launch
+        assert calls[3]["launched"]["512"] == [0, 1, 2] and calls[3]["runs"] > 1, calls[3]
+        # a key only rank 1 meets (call 4): one run, the first kept config, no wait for a timeout on either rank
+        assert calls[4]["runs"] == 1 and calls[4]["seconds"] < TIMEOUT_S / 2
+        if r.rank == 1:
+            assert calls[4]["launched"]["128"] == [0]
+        # call 5: both ranks meet it: tuned in call 5 (not at the sync point 64 calls on)
+        assert calls[5]["launched"]["128"] == [0, 1, 2] and calls[5]["runs"] > 1, calls[5]
+        assert res["agreed"] == []  # no sync-point agreement was needed
+        # another group of the same ranks: the same in its call 2
+        other = {c["call"]: c for c in res["other"]}
+        assert other[2]["launched"]["1024"] == [0, 1, 2] and other[2]["ok"], other
+        assert set(res["other_choice"]) == {"256", "1024"}
+
+
+@pytest.mark.timeout(150)
+def test_prune_configs_by_perf_model_top_k_and_early_prune_agreed_over_ranks(tmp_path):
+    results = run("prune_top_k", 2, tmp_path)
+    for r in results:
+        res = r.result
+        assert all(v["ok"] for v in res.values() if isinstance(v, dict)), describe(results)
+        assert res["top2"]["launched"] == [0, 2]  # exactly the perf model's top 2 (BLOCK 64, then 16)
+        assert res["half"]["launched"] == [0, 2]  # top_k=0.5 of 4 configs
+        # rank 1's early prune drops BLOCK=16: the group tunes the top 2 of the configs every rank keeps (64 and
+        # 128; rank 0's first launch, before the group agreed, is its own first kept config)
+        assert res["early"]["tuned"] == [[2, 3]] and res["early"]["chosen"][0] in (2, 3), res["early"]
+        assert set(res["early"]["launched"]) - {0} == {2, 3}
+        assert res["tiny"]["launched"] == [2] and res["tiny"]["chosen"] == [2]  # 0.1 of 4: at least one kept
+
+
+@pytest.mark.timeout(120)
+def test_allow_arg_overwrite_with_a_prune_fn_tunes_the_config_and_the_callers_keyword_wins(tmp_path):
+    results = run("overwrite_prune_fn", 2, tmp_path)
+    for r in results:
+        res = r.result
+        assert res["error"] is None, describe(results)
+        assert res["seen"] == [16, 32, 64]  # prune_fn saw each config under test, not the caller's
+        assert res["tuned"] == [16, 32]  # BLOCK 64 pruned; the others measured
+        assert res["final"] == 128 and res["ok"]  # the caller's keyword wins for the final call
+    assert "overrides the tuned config's value" in results[0].stderr
