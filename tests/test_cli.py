@@ -319,24 +319,26 @@ def test_export_and_import_a_bundle_with_version_checks(tuned, tmp_path):
 @pytest.mark.timeout(600)
 def test_logs_merge_the_ranks_of_a_job_into_one_timeline(tuned):
     env = {"TRITON_DIST_AUTOTUNE_LOG_DIR": str(tuned["logs"])}
-    jobs = sorted(p for p in tuned["logs"].iterdir())
-    assert len(jobs) == 2  # one folder per job, each with both ranks' readable and JSON-lines logs
-    for job in jobs:
-        assert sorted(p.name for p in job.iterdir()) == ["rank-0.jsonl", "rank-0.log", "rank-1.jsonl", "rank-1.log"]
+    # one readable and one JSON-lines file per rank, holding both jobs, each starting with a header
+    assert sorted(p.name for p in tuned["logs"].iterdir()) == ["rank-0.jsonl", "rank-0.log", "rank-1.jsonl",
+                                                              "rank-1.log"]
+    headers = [line for line in (tuned["logs"] / "rank-0.log").read_text().splitlines() if line.startswith("====")]
+    assert len(headers) == 2 and all(h.startswith("==== triton-dist-tune job ") for h in headers)
     listed = cli("logs", "--list", env=env)
-    assert listed.returncode == 0 and all(job.name in listed.stdout for job in jobs)
-    first = min(jobs, key=lambda j: (j / "rank-0.jsonl").stat().st_mtime)
-    out = cli("logs", first.name, env=env)
+    jobs = [line.split()[0] for line in listed.stdout.splitlines()]
+    assert listed.returncode == 0 and len(jobs) == 2 and jobs[0] in headers[0] and jobs[1] in headers[1]
+    out = cli("logs", jobs[0], env=env)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()[1:]
     assert any(" rank  0 " in line for line in lines) and any(" rank  1 " in line for line in lines)
     assert sum("decision: config " in line for line in lines) == 4  # 2 keys x 2 ranks
-    records = json.loads(cli("logs", str(first), "--json").stdout)["records"]
+    records = json.loads(cli("logs", jobs[0], "--log-dir", str(tuned["logs"]), "--json").stdout)["records"]
     times = [r["time"] for r in records]
     assert times == sorted(times) and {r["rank"] for r in records} == {0, 1}
-    assert {r["job"] for r in records} == {first.name}
+    assert {r["job"] for r in records} == {jobs[0]}
     latest = cli("logs", "--rank", "1", env=env)
     assert "cache hit" in latest.stdout and " rank  0 " not in latest.stdout
+    assert json.loads(cli("logs", str(tuned["logs"]), "--json").stdout)["job"] == jobs[1]  # a folder: its latest
     none = cli("logs", "--log-dir", str(tuned["root"] / "cache"))
     assert none.returncode == 2 and "no job logs in" in none.stderr
 

@@ -5,8 +5,14 @@ ranks, Triton's interpreter; the scenarios are in tests/scenarios/triton_compat_
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
-from harness import HERE, describe, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_ranks, tuner_env
+
+from triton_dist_tune.disk import logs
 
 CASES = HERE / "scenarios" / "triton_compat_cases.py"
 TIMEOUT_S = 30
@@ -72,3 +78,47 @@ def test_allow_arg_overwrite_with_a_prune_fn_tunes_the_config_and_the_callers_ke
         assert res["tuned"] == [16, 32]  # BLOCK 64 pruned; the others measured
         assert res["final"] == 128 and res["ok"]  # the caller's keyword wins for the final call
     assert "overrides the tuned config's value" in results[0].stderr
+
+
+@pytest.mark.timeout(120)
+def test_rank_logs_go_to_autotune_logs_in_the_working_directory_one_header_per_job(tmp_path):
+    cwd = tmp_path / "job"
+    cwd.mkdir()
+    env = {**tuner_env(tmp_path, TIMEOUT_S), "TRITON_DIST_AUTOTUNE_LOG_DIR": "", "JOB_CWD": str(cwd)}
+    for _ in range(2):  # two jobs in one working directory
+        results = run_ranks(CASES, 2, ["small_job"], env=env, timeout=100)
+        assert all(r.returncode == 0 and r.result["ok"] for r in results), describe(results)
+    folder = cwd / ".autotune_logs"
+    assert sorted(p.name for p in folder.iterdir()) == ["rank-0.jsonl", "rank-0.log", "rank-1.jsonl", "rank-1.log"]
+    for rank in (0, 1):
+        lines = (folder / f"rank-{rank}.log").read_text().splitlines()
+        headers = [i for i, line in enumerate(lines) if line.startswith("==== triton-dist-tune job ")]
+        assert headers[0] == 0 and len(headers) == 2, lines  # the second job starts with its own header
+        assert f" rank {rank} " in lines[headers[1]] and lines[headers[0]].split()[3] != lines[headers[1]].split()[3]
+        assert any("decision: config" in line for line in lines[:headers[1]]) and len(lines) > headers[1] + 1
+        records = [json.loads(line) for line in (folder / f"rank-{rank}.jsonl").read_text().splitlines()]
+        assert [r["job"] for r in records if r.get("header")] == [lines[h].split()[3] for h in headers]
+    assert not (tmp_path / "logs").exists()
+    cli_env = base_env({"TRITON_DIST_AUTOTUNE_LOG_DIR": ""})
+    listed = subprocess.run([sys.executable, "-m", "triton_dist_tune", "logs", "--list"], env=cli_env, cwd=cwd,
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and len(listed.stdout.splitlines()) == 2, listed.stderr
+    moved = subprocess.run([sys.executable, "-m", "triton_dist_tune", "logs", "--list"], cwd=tmp_path,
+                           env=base_env({"TRITON_DIST_AUTOTUNE_LOG_DIR": str(folder)}), capture_output=True,
+                           text=True, timeout=60)
+    assert moved.stdout == listed.stdout  # the override names the same folder from elsewhere
+
+
+def test_log_files_keep_the_last_jobs_only(tmp_path):
+    path = tmp_path / "rank-0.log"
+    path.write_text("".join(f"==== triton-dist-tune job old{i} rank 0 host h pid 1 started now ====\nline {i}\n"
+                            for i in range(8)))
+    logs.keep_last_jobs(path, logs.KEEP_JOBS - 1)
+    text = path.read_text()
+    assert [f"old{i} " in text for i in range(8)] == [False] * 4 + [True] * 4  # with this job's: 5 kept
+    jsonl = tmp_path / "rank-0.jsonl"
+    jsonl.write_text("".join(json.dumps({"time": i, "job": f"j{i}", "message": "m", "header": True}) + "\n"
+                             + json.dumps({"time": i, "job": f"j{i}", "message": f"record {i}"}) + "\n"
+                             for i in range(6)))
+    logs.keep_last_jobs(jsonl, 2)
+    assert [json.loads(line)["job"] for line in jsonl.read_text().splitlines()] == ["j4", "j4", "j5", "j5"]

@@ -201,5 +201,23 @@ def overwrite_prune_fn():
          decided=[d.config for d in tune_gemm.tuner.decisions.values()] if hasattr(tune_gemm, "tuner") else None)
 
 
+# -- logs ------------------------------------------------------------------------------------------------------
+
+
+@case
+def small_job():
+    """A small tuning in the working directory ``JOB_CWD`` (the rank logs go to ./.autotune_logs there)."""
+    os.chdir(os.environ["JOB_CWD"])
+    tdt.init_distributed()
+
+    @tdt.autotune(config_space=[{"wait": 0.001}, {"wait": 0.004}], key_fn=lambda x, **kw: x.shape, n_warmup=1,
+                  n_repeat=1)
+    def f(x, wait):
+        time.sleep(wait)
+        return x + 1
+
+    emit(ok=bool(torch.equal(f(torch.zeros(2)), torch.ones(2))))
+
+
 if __name__ == "__main__":
     main()

@@ -240,35 +240,35 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    root = Path(args.log_dir) if args.log_dir else logs.log_dir()
     given = Path(args.job) if args.job else None
-    if given is not None and any(given.glob("rank-*.jsonl")):
-        folder = given
+    if given is not None and given.is_dir() and any(given.glob("rank-*.jsonl")):
+        root, wanted = given, None  # a log folder given as the job argument: its latest job
     else:
-        jobs = logs.job_folders(root)
-        if not jobs:
-            raise UsageError(f"no job logs in {root} (set TRITON_DIST_AUTOTUNE_LOG_DIR or pass --log-dir)")
-        if args.list:
-            for job in jobs:
-                ranks = len(list(job.glob("rank-*.jsonl")))
-                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.stat().st_mtime))
-                print(f"{job.name}  {ranks} rank(s)  last written {stamp}")
-            return 0
-        if args.job:
-            matches = [j for j in jobs if j.name == args.job] or [j for j in jobs if j.name.startswith(args.job)]
-            if len(matches) != 1:
-                raise UsageError(f"{'no' if not matches else 'more than one'} job {args.job!r} in {root} (--list)")
-            folder = matches[0]
-        else:
-            folder = jobs[-1]
-    records, damaged = logs.read_job(folder)
+        root, wanted = (Path(args.log_dir) if args.log_dir else logs.log_dir()), args.job
+    jobs = logs.jobs_in(root)
+    if not jobs:
+        raise UsageError(f"no job logs in {root} (the default is ./.autotune_logs where the job ran; set "
+                         "TRITON_DIST_AUTOTUNE_LOG_DIR or pass --log-dir)")
+    if args.list:
+        for job in jobs:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.last))
+            print(f"{job.name}  {len(job.ranks)} rank(s)  last written {stamp}")
+        return 0
+    if wanted:
+        matches = [j for j in jobs if j.name == wanted] or [j for j in jobs if j.name.startswith(wanted)]
+        if len(matches) != 1:
+            raise UsageError(f"{'no' if not matches else 'more than one'} job {wanted!r} in {root} (--list)")
+        job = matches[0]
+    else:
+        job = jobs[-1]
+    records, damaged = logs.read_job(root, job.name)
     if args.rank is not None:
         records = [r for r in records if r.get("rank") == args.rank]
     if args.json:
-        _emit_json({"job": folder.name, "folder": str(folder), "records": records, "damaged_lines": damaged})
+        _emit_json({"job": job.name, "folder": str(root), "records": records, "damaged_lines": damaged})
         return 0
     ranks = sorted({r.get("rank") for r in records}, key=str)
-    print(f"job {folder.name}: {len(records)} record(s) from rank(s) {ranks} ({folder})")
+    print(f"job {job.name}: {len(records)} record(s) from rank(s) {ranks} ({root})")
     for record in records:
         print(logs.render_record(record))
     if damaged:
@@ -326,8 +326,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_import)
 
     p = sub.add_parser("logs", parents=[as_json], help="one job's per-rank logs merged into one timeline")
-    p.add_argument("job", nargs="?", help="a job folder's name (or prefix, or path); default: the latest job")
-    p.add_argument("--log-dir", help="the log folder (default: TRITON_DIST_AUTOTUNE_LOG_DIR or ~/.triton_dist/logs)")
+    p.add_argument("job", nargs="?", help="a job's name (or prefix), or a log folder; default: the latest job")
+    p.add_argument("--log-dir", help="the log folder (default: TRITON_DIST_AUTOTUNE_LOG_DIR or ./.autotune_logs)")
     p.add_argument("--list", action="store_true", help="list the jobs instead")
     p.add_argument("--rank", type=int, help="only this rank's records")
     p.set_defaults(run=cmd_logs)

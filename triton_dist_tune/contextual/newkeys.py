@@ -44,7 +44,7 @@ def settle(session: Session, met: list[TrackId]) -> bool:
     tunes them now (then it does on every rank)."""
     group, store = session.group, session.group.store
     names = {tid: group.key(f"newkey/{_digest(session.label, session.call_number, tid)}") for tid in met}
-    for tid, name in names.items():
+    for name in names.values():
         if store.add(name + "/n", 1) >= group.size:
             store.compare_set(name + "/d", "", "now")
     deadline = time.monotonic() + settings.current().new_key_grace
