@@ -54,7 +54,7 @@ def test_two_kernels_around_a_collective(env, n, tmp_path):
         assert res["stock_hit"] and res["cache"]  # a stock launch afterwards uses the choice (no benchmarking)
         assert res["patched_after"] is False
         assert len(res["tables"]["add_kernel"][0]["per_rank"]) == n
-    (job,) = (tmp_path / "logs").iterdir()  # one folder per job
+    job = tmp_path / "logs"  # the log folder: rank-{i}.log (and .jsonl) of every rank
     logs = sorted(p.name for p in job.glob("*.log"))
     assert logs == [f"rank-{i}.log" for i in range(n)]
     text = (job / "rank-1.log").read_text()

@@ -41,12 +41,16 @@ _ACTIVE: ContextVar[Handler | None] = ContextVar("triton_dist_tune_contextual", 
 _patch_lock = threading.Lock()
 _patch_depth = 0
 _original_run: Any = None
+_class: type | None = None
 
 
 def _autotuner_class() -> type:
-    from triton.runtime.autotuner import Autotuner as cls
+    global _class
+    if _class is None:
+        from triton.runtime.autotuner import Autotuner as cls
 
-    return cls
+        _class = cls
+    return _class
 
 
 def _intercepted_run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
@@ -93,6 +97,20 @@ def intercepting(handler: Handler) -> Iterator[None]:
         _uninstall()
 
 
+def run_with(handler: Handler, fn: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, Exception | None]:
+    """Call ``fn(*args, **kwargs)`` with its launches sent to ``handler``; returns (result, None) or (None, the
+    exception it raised) (:func:`intercepting` without a generator: the hot path's)."""
+    _install()
+    token = _ACTIVE.set(handler)
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as exc:
+        return None, exc
+    finally:
+        _ACTIVE.reset(token)
+        _uninstall()
+
+
 def active_handler() -> Handler | None:
     """The handler of the current context, if any."""
     return _ACTIVE.get()
@@ -116,6 +134,53 @@ def tuning_key(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tup
         if hasattr(value, "dtype"):
             key.append(str(value.dtype))
     return tuple(key)
+
+
+#: where an autotuner keeps the contextual choices made in this process (see :mod:`~.tracks`)
+DECIDED = "_tdt_decided"
+#: what :func:`launch_decided` returns for a key not decided
+UNDECIDED: Any = object()
+
+
+def launch_decided(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any], identity: tuple) -> Any:
+    """The hot path: when group ``identity`` decided this launch's key, launch its config as :func:`launch_with`
+    does and return what the kernel returns; else return :data:`UNDECIDED` (nothing launched). The key is computed
+    as :func:`tuning_key` does, with the arguments named once for both."""
+    table = autotuner.__dict__.get(DECIDED)
+    if table is None:
+        return UNDECIDED
+    names = autotuner.arg_names
+    nargs = dict(zip(names, args, strict=False))
+    if kwargs:
+        known = _arg_names(autotuner)
+        named = {**nargs, **{k: v for k, v in kwargs.items() if k in known}}
+    else:
+        named = nargs
+    key = [named[k] for k in autotuner.keys if k in named]
+    for value in named.values():
+        if hasattr(value, "dtype"):
+            key.append(str(value.dtype))
+    config = table.get((identity, tuple(key)))
+    if config is None:
+        return UNDECIDED
+    if len(args) > _first_config_position(autotuner) or not _config_names(autotuner).isdisjoint(kwargs):
+        return launch_with(autotuner, config, args, kwargs)  # caller-given meta-parameters: cut them first
+    autotuner.nargs = nargs
+    autotuner.best_config = config
+    try:
+        meta = config.all_kwargs()
+        if config.pre_hook is not None:
+            config.pre_hook({**nargs, **kwargs, **meta})
+        return autotuner.fn.run(*args, **kwargs, **meta)
+    finally:
+        autotuner.nargs = None
+
+
+def _arg_names(autotuner: Autotuner) -> frozenset[str]:
+    cached = autotuner.__dict__.get("_tdt_arg_names")
+    if cached is None:
+        cached = autotuner.__dict__["_tdt_arg_names"] = frozenset(autotuner.arg_names)
+    return cached
 
 
 def kernel_id(autotuner: Autotuner) -> str:
@@ -151,10 +216,22 @@ def _config_names(autotuner: Autotuner) -> frozenset[str]:
     return cached
 
 
+def _first_config_position(autotuner: Autotuner) -> int:
+    """The position of the first argument that some config sets (the number of arguments when none is)."""
+    cached = autotuner.__dict__.get("_tdt_first_config_position")
+    if cached is None:
+        names = _config_names(autotuner)
+        cached = next((i for i, n in enumerate(autotuner.arg_names) if n in names), len(autotuner.arg_names))
+        autotuner.__dict__["_tdt_first_config_position"] = cached
+    return cached
+
+
 def without_config_names(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
     """The launch's arguments without the meta-parameters the caller gave that a config sets (positional ones
     included): they are the config's to choose. Logged once per kernel."""
     names = _config_names(autotuner)
+    if len(args) <= _first_config_position(autotuner) and names.isdisjoint(kwargs):
+        return args, kwargs  # the common case, checked cheaply
     positional = [n for n in autotuner.arg_names[: len(args)] if n in names]
     given = [k for k in kwargs if k in names]
     if not positional and not given:

@@ -104,7 +104,8 @@ class Track:
             if rank in self.holders:
                 continue
             self.holders = sorted([*self.holders, rank])
-            kept = info["pruning"][0] if info["pruning"] is not None else []  # its early pruning (top_k: ours)
+            pruning = info.get("pruning") or (info["pruned"] if isinstance(info["pruned"], list) else [], None, 0)
+            kept = pruning[0]  # its early pruning (top_k is the group's)
             for index in self.order:
                 if index not in kept:
                     self.fail(index, f"rank {rank}: pruned")
@@ -279,7 +280,7 @@ class Track:
 def agreed_pruning(infos: Mapping[int, dict[str, Any]]) -> list[int]:
     """Triton's ``prune_configs_by``, agreed: the configs every rank's ``early_config_prune`` keeps, then the
     ``top_k`` of those by the perf model's estimate (the largest over ranks), in config order."""
-    parts = [info["pruning"] for _, info in sorted(infos.items())]
+    parts = [info.get("pruning") or (info["pruned"], None, 0) for _, info in sorted(infos.items())]
     early = [i for i in parts[0][0] if all(i in p[0] for p in parts)]
     if parts[0][1] is None or any(p[1] is None for p in parts):
         return early

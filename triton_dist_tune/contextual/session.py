@@ -151,18 +151,22 @@ class Session:
 
     # -- the loop --------------------------------------------------------------------------------------------------
 
-    def call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
-        """Run the function until every track is decided, then once more; return that run's result."""
+    def call(self, args: tuple, kwargs: dict[str, Any], first: tuple[Any, Exception | None] | None = None) -> Any:
+        """Run the function until every track is decided, then once more; return that run's result. ``first``: the
+        result of a run already made (a hot call that met an undecided key, :mod:`~.hot`)."""
         try:
-            return self._loop(args, kwargs)
+            return self._loop(args, kwargs, first)
         finally:
             for local in self.local.values():
                 local.journal.close()
 
-    def _loop(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+    def _loop(self, args: tuple, kwargs: dict[str, Any], first: tuple[Any, Exception | None] | None) -> Any:
         while True:
-            self.final_run = all(t.done for t in self.tracks.values())
-            out, error = self._run_once(args, kwargs)
+            if first is not None:
+                (out, error), first = first, None
+            else:
+                self.final_run = all(t.done for t in self.tracks.values())
+                out, error = self._run_once(args, kwargs)
             if not self.tuning and not self.needs_tuning and not (self.met and self._tune_now()):
                 if error is not None:
                     raise error

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any
 
 from ..disk.cache import DiskCache, entry_id, source_of
@@ -25,9 +24,10 @@ from . import intercept
 #: a track's id: (the ``triton.autotune`` wrapper's :func:`~.intercept.track_id`, the key's text)
 TrackId = tuple[str, str]
 
-#: autotuner -> {(group, key): config}: the choices made in this process, per group, so that a choice made by one
-#: group (or by a rank alone) is never taken for another group's
-_decided: weakref.WeakKeyDictionary[Any, dict[tuple[tuple, tuple], Any]] = weakref.WeakKeyDictionary()
+#: the choices made in this process live on each autotuner, ``autotuner.__dict__[DECIDED]``: {(group identity,
+#: key): config}, per group, so that a choice made by one group (or by a rank alone) is never taken for another
+#: group's (read without a lock: a dict lookup is atomic; writers hold the lock)
+DECIDED = intercept.DECIDED
 _decided_lock = threading.Lock()
 #: (id of group, (track id, key text)) -> config index: every choice a group made in this process, also for the
 #: (kernel, key)s this rank did not launch, so that a rank meeting one later uses the group's choice
@@ -36,21 +36,21 @@ _choices: dict[tuple[tuple, TrackId], int] = {}
 
 def decided_config(autotuner: Any, key: tuple, group: Group) -> Any:
     """The config a contextual tuning on ``group`` chose for ``autotuner`` and ``key`` in this process, or None."""
-    table = _decided.get(autotuner)  # read without the lock: a dict lookup is atomic, writers hold the lock
+    table = autotuner.__dict__.get(DECIDED)
     return None if table is None else table.get((group.identity, key))  # name and ranks: never id()
 
 
 def decide(autotuner: Any, key: tuple, config: Any, group: Group) -> None:
     """Record ``group``'s choice for ``autotuner`` and ``key``; also in the kernel's ``cache``."""
     with _decided_lock:
-        _decided.setdefault(autotuner, {})[(group.identity, key)] = config
+        autotuner.__dict__.setdefault(DECIDED, {})[(group.identity, key)] = config
     autotuner.cache[key] = config  # later stock launches hit
 
 
 def undecide(autotuner: Any, key: tuple, group: Group) -> None:
     """Take back ``group``'s choice for ``autotuner`` and ``key`` (a late failure of the chosen config)."""
     with _decided_lock:
-        _decided.get(autotuner, {}).pop((group.identity, key), None)
+        autotuner.__dict__.get(DECIDED, {}).pop((group.identity, key), None)
     autotuner.cache.pop(key, None)
 
 

@@ -145,7 +145,8 @@ def _write_headers(handlers: list[logging.Handler], rank: int) -> None:
     host, job = socket.gethostname(), job_name()
     text, jsonl = handlers[0], handlers[1]
     assert isinstance(text, logging.FileHandler) and isinstance(jsonl, logging.FileHandler)
-    text.stream.write(f"==== triton-dist-tune job {job} rank {rank} host {host} pid {os.getpid()} started {when} ====\n")
+    text.stream.write(f"==== triton-dist-tune job {job} rank {rank} host {host} pid {os.getpid()} started {when} "
+                      "====\n")
     jsonl.stream.write(json.dumps({"time": started, "job": job, "rank": rank, "host": host, "level": "INFO",
                                    "message": f"job {job} rank {rank} pid {os.getpid()} started", "header": True})
                        + "\n")
