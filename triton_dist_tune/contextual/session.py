@@ -22,10 +22,12 @@ reset Triton makes after tuning, then real launches. A bound (``max_runs``) ends
 keys with the best configs so far. Each tuning run is under the watchdog, and each (kernel, key) has a crash
 journal per rank, so that a config that hangs or crashes a rank is left out after a restart.
 
-A later (*hot*) call is a single run with no communication at all. A key the group has not decided, met in a hot
-call, runs with a local default (the first config its pruning keeps) and is *pending*; every ``sync_every`` calls
-the group makes one exchange (:class:`~triton_dist_tune.contextual.tuner.ContextualTuner`), and when any rank holds
-pending keys that call tunes, on every rank (see docs/contextual.md, "Ranks that meet different keys").
+A later (*hot*) call is a single run with no communication at all (:mod:`~.hot`). A key the group has not decided,
+met in a hot call, runs with a local default (the first config its pruning keeps); at the end of the run the ranks
+that met one settle it (:mod:`~.newkeys`): when every rank met it, the call goes on as a tuning call on every rank;
+otherwise it is *pending* until every rank meets it in one call, or the group's exchange every ``sync_every`` calls
+(:class:`~triton_dist_tune.contextual.tuner.ContextualTuner`) finds it (see docs/contextual.md, "New keys in later
+calls, and ranks that meet different keys").
 """
 
 from __future__ import annotations
