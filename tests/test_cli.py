@@ -169,9 +169,14 @@ def test_missing_and_corrupt_caches_are_one_line_errors(tuned, tmp_path):
     victim = entries_of(cache)[0]
     victim.write_text('{"format": 1, "index": ')  # a torn write
     listed = cli("list", "--cache-dir", str(cache))
-    assert listed.returncode == 0 and "1 decision(s)" in listed.stdout
+    assert listed.returncode == 1 and "1 decision(s)" in listed.stdout  # the readable ones, and status 1
     assert f"skipped {victim}: corrupt cache file" in listed.stderr
-    assert json.loads(cli("list", "--json", "--cache-dir", str(cache)).stdout)["problems"]
+    as_json = cli("list", "--json", "--cache-dir", str(cache))
+    assert json.loads(as_json.stdout)["problems"] and as_json.returncode == 1
+    exported = cli("export", str(tmp_path / "b.json"), "--cache-dir", str(cache))
+    assert exported.returncode == 1 and "exported 1 decision(s)" in exported.stdout
+    nowhere = cli("export", str(tmp_path / "no" / "such" / "b.json"), "--cache-dir", str(cache))
+    assert nowhere.returncode == 2 and "create it first" in nowhere.stderr and not (tmp_path / "no").exists()
     shown = cli("show", str(victim), "--cache-dir", str(cache))
     assert shown.returncode == 2 and shown.stderr.count("\n") == 1 and "corrupt cache file" in shown.stderr
     assert "Traceback" not in shown.stderr
@@ -268,8 +273,9 @@ def test_clear_by_filter_removes_entries_and_journals(tuned, tmp_path):
     everything = cli("clear", "--function", "cli_sleepy", "--cache-dir", str(cache))
     assert "removed 1 cache file(s) and 1 journal(s)" in everything.stdout  # the orphan journal too
     assert list(cache.rglob("*")) == []
-    bad_age = cli("clear", "--older-than", "soon", "--cache-dir", str(cache))
+    bad_age = cli("clear", "--older-than", "banana", "--cache-dir", str(cache))
     assert bad_age.returncode == 2 and bad_age.stderr.count("\n") == 1
+    assert "--older-than wants an age" in bad_age.stderr and "float" not in bad_age.stderr
     again = cache_copy(tuned, tmp_path / "again")
     assert cli("clear", "--all", "--cache-dir", str(again)).returncode == 0 and entries_of(again) == []
 
@@ -288,6 +294,15 @@ def test_export_and_import_a_bundle_with_version_checks(tuned, tmp_path):
     for original in entries_of(tuned["cache"]):
         copy = fresh / original.parent.name / original.name
         assert json.loads(copy.read_text()) == json.loads(original.read_text())
+    assert cli("import", str(bundle), "--cache-dir", str(fresh)).returncode == 0  # the same decisions again: fine
+    mine = entries_of(fresh)[0]
+    changed = {**json.loads(mine.read_text()), "index": 1}
+    mine.write_text(json.dumps(changed))  # a decision of this cache that the bundle would replace
+    kept = cli("import", str(bundle), "--cache-dir", str(fresh))
+    assert kept.returncode == 1 and "would replace a different decision" in kept.stderr
+    assert json.loads(mine.read_text()) == changed
+    assert cli("import", str(bundle), "--force", "--cache-dir", str(fresh)).returncode == 0
+    assert json.loads(mine.read_text()) != changed
 
     # a bundle from a cluster with other versions: refused, unless forced
     data = json.loads(bundle.read_text())

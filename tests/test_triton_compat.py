@@ -51,6 +51,7 @@ def test_a_key_every_rank_meets_is_tuned_in_that_call_and_a_key_some_meet_makes_
         other = {c["call"]: c for c in res["other"]}
         assert other[2]["launched"]["1024"] == [0, 1, 2] and other[2]["ok"], other
         assert set(res["other_choice"]) == {"256", "1024"}
+        assert res["titles"] == ["default", "ranks [0, 1]"]  # as users know them, in errors too (not '0')
 
 
 @pytest.mark.timeout(150)
@@ -107,6 +108,15 @@ def test_rank_logs_go_to_autotune_logs_in_the_working_directory_one_header_per_j
                            env=base_env({"TRITON_DIST_AUTOTUNE_LOG_DIR": str(folder)}), capture_output=True,
                            text=True, timeout=60)
     assert moved.stdout == listed.stdout  # the override names the same folder from elsewhere
+
+
+@pytest.mark.timeout(150)
+def test_two_tp_groups_choosing_differently_for_one_cache_entry_are_warned_of(tmp_path):
+    results = run("tp_groups_differ", 4, tmp_path)
+    assert [r.result["chosen"] for r in results] == [[0], [0], [1], [1]], describe(results)
+    warned = [r.rank for r in results if "group 'ranks [2, 3]' chose config 1" in r.stderr]
+    assert warned == [2] and "autotune_replicas" in results[2].stderr, describe(results)
+    assert "group 'ranks [0, 1]' of this job chose config 0" in results[2].stderr
 
 
 def test_log_files_keep_the_last_jobs_only(tmp_path):

@@ -100,7 +100,7 @@ def new_keys():
 
     others = calls_of(other, {1: [256], 2: [1024]})
     emit(default=default, default_choice=default_choice, agreed=layer.tuner.agreed_calls, other=others,
-         other_choice=chosen(other))
+         other_choice=chosen(other), titles=[layer.tuner.group().title, other.tuner.group().title])
 
 
 # -- Triton's prune_configs_by ---------------------------------------------------------------------------------------
@@ -199,6 +199,28 @@ def overwrite_prune_fn():
     emit(error=error, seen=sorted(set(seen)), tuned=sorted(set(ran[:-1])), final=ran[-1] if ran else None,
          ok=out is not None and bool(torch.equal(out, a + a)),
          decided=[d.config for d in tune_gemm.tuner.decisions.values()] if hasattr(tune_gemm, "tuner") else None)
+
+
+@case
+def tp_groups_differ():
+    """Two tensor-parallel groups ([0, 1] and [2, 3]) tune one key at once and choose differently; group [2, 3]'s
+    configs are 10x slower, so it finishes second: they share one cache entry, so it says so (and points to
+    autotune_replicas)."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    mine = groups[me // 2]
+
+    @tdt.autotune(config_space=[{"w": 0}, {"w": 1}], key_fn=lambda x, **kw: x.shape, n_warmup=1, n_repeat=3)
+    def f(x, w):
+        scale = 1 if me < 2 else 10
+        time.sleep(scale * (0.002 if w == me // 2 else 0.02))  # group 0 is faster with w=0, group 1 with w=1
+        return x + 1
+
+    x = torch.zeros(2)
+    dist.barrier()
+    f(x, autotune_pg=mine)
+    emit(chosen=[d.index for d in f.tuner.decisions.values()])
 
 
 # -- logs ------------------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def exchange(session: Session, error: Exception | None) -> bool:
         text = "; ".join(f"rank {r}: {m}" for r, m in raisers)
         session.log.error("%s the function raised in run=%d: %s", session.label, session.runs - 1, text)
         raise AutotuneError(f"{session.label} the tuned function raised during tuning run {session.runs - 1} on "
-                            f"group '{group.name}': {text}") from error
+                            f"group '{group.title}': {text}") from error
     return created
 
 

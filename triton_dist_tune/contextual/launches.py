@@ -123,7 +123,7 @@ def pending_launch(session: Session, tid: TrackId, autotuner: Any, key: tuple, a
         index = kept[0] if kept else 0
         pending[slot] = (tid, index)
         session.log.info("%s kernel=%s key=%s is not decided by group '%s'; running config %d until the group "
-                         "tunes it", session.label, tid[0], tid[1], group.name, index)
+                         "tunes it", session.label, tid[0], tid[1], group.title, index)
     return intercept.launch_with(autotuner, autotuner.configs[index], args, kwargs)
 
 

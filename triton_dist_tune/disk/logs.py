@@ -236,20 +236,9 @@ def margin_text(decision: Decision) -> str:
 
 
 def group_title(group: Any) -> str:
-    """A group as users know it: ``default`` (the default torch group), ``ranks [0, 2]`` (another torch group),
-    or its own name (an mpi4py communicator, a process alone)."""
-    ranks = getattr(group, "global_ranks", None)
-    if ranks is None:
-        return "this process alone" if group.name == "single" else str(group.name)
-    try:
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d as c10d
-
-        if dist.is_initialized() and group.name == c10d._get_process_group_name(dist.group.WORLD):
-            return "default"
-    except Exception:
-        pass
-    return f"ranks {list(ranks)}"
+    """A group as users know it (its ``title``): ``default`` (the default torch group), ``ranks [0, 2]`` (another
+    torch group), or its own name (an mpi4py communicator), ``this process alone``."""
+    return str(getattr(group, "title", None) or group.name)
 
 
 def print_summary(name: str, key_text: str, group: Any, decision: Decision, cache_file: Path) -> None:

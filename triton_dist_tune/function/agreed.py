@@ -33,7 +33,7 @@ def agree_on_call(tuner: Tuner, group: Group, key_text: str, problem: str | None
         raise BadInputError(f"{tuner.name}: " + "; ".join(f"rank {r}: {p}" for r, p in agreement.notes))
     for what, holders in agreement.differ.items():
         detail = "; ".join(f"ranks {ranks}: {text}" for ranks, text in holders)
-        raise MismatchError(f"{tuner.name}: the ranks of group '{group.name}' differ in {what}: {detail}")
+        raise MismatchError(f"{tuner.name}: the ranks of group '{group.title}' differ in {what}: {detail}")
 
 
 def agreed_prune(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
