@@ -87,11 +87,9 @@ def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int =
     maximum over ranks; a config's time the median of its samples; a config that fails on any rank (compile error,
     out of resources, any exception) is left out on every rank. Choices go into each kernel's own ``cache`` (later
     stock launches use them) and into the disk cache (``<cache root>/contextual/``; group rank 0 reads it and
-    broadcasts). A later call runs the function once, without any communication (except one exchange every
-    ``sync_every`` calls on a group); a key met there that the group has not decided runs with its first kept config
-    and is tuned in that call when every rank of the group met it (ranks that met it settle it in the job's store,
-    waiting at most ``TRITON_DIST_AUTOTUNE_NEW_KEY_GRACE`` seconds), else in the first call where every rank meets
-    it, or at the next ``sync_every`` agreement.
+    broadcasts). A later call runs the function once, with no communication; a key met there that the group has not
+    decided runs with its first kept config and is tuned in that call when every rank met it (settled in the store
+    within ``TRITON_DIST_AUTOTUNE_NEW_KEY_GRACE`` s), else when every rank meets it, or at the next ``sync_every``.
 
     Triton's autotuner semantics hold while tuning: every tuning launch zeroes ``reset_to_zero``, restores
     ``restore_value`` and calls the autotuner's ``pre_hook``/``post_hook`` (with the exception); meta-parameters
@@ -102,9 +100,7 @@ def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int =
     Outside a tuned call ``triton.autotune`` is untouched; interception is scoped to the calling thread or task
     (``contextvars``), so other threads launch stock. A tuned function called inside the tuning of another on
     the same group is stepped by the outer one. Logs: ``./.autotune_logs/rank-{i}.log``; set
-    ``TRITON_PRINT_AUTOTUNING=1`` for Triton's summary per decision on group rank 0.
-
-    Also usable bare: ``@contextual_autotune``.
+    ``TRITON_PRINT_AUTOTUNING=1`` for Triton's summary per decision on group rank 0. Also usable bare.
     """
     if callable(is_dist) and not _is_group(is_dist):
         return contextual_autotune()(is_dist)

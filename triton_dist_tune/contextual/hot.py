@@ -9,7 +9,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import intercept
-from .intercept import UNDECIDED
+from .intercept import Autotuner
 from .session import Session
 
 if TYPE_CHECKING:
@@ -17,6 +17,52 @@ if TYPE_CHECKING:
     from .tuner import ContextualTuner
 
 _lock = threading.Lock()
+
+#: what :func:`launch_decided` returns for a key not decided
+UNDECIDED: Any = object()
+
+
+def launch_decided(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any], identity: tuple) -> Any:
+    """The hot path: when group ``identity`` decided this launch's key, launch its config as
+    :func:`~.intercept.launch_with` does and return what the kernel returns; else return :data:`UNDECIDED` (nothing
+    launched). The key is computed as :func:`~.intercept.tuning_key` does, with the arguments named once for both."""
+    table = autotuner.__dict__.get(intercept.DECIDED)
+    if table is None:
+        return UNDECIDED
+    names = autotuner.arg_names
+    nargs = dict(zip(names, args, strict=False))
+    if kwargs:
+        known = _arg_names(autotuner)
+        named = {**nargs, **{k: v for k, v in kwargs.items() if k in known}}
+    else:
+        named = nargs
+    key = [named[k] for k in autotuner.keys if k in named]
+    for value in named.values():
+        if hasattr(value, "dtype"):
+            key.append(str(value.dtype))
+    config = table.get((identity, tuple(key)))
+    if config is None:
+        return UNDECIDED
+    if len(args) > intercept.first_config_position(autotuner) or not intercept.config_names(autotuner).isdisjoint(
+            kwargs):
+        return intercept.launch_with(autotuner, config, args, kwargs)  # caller-given meta-parameters: cut them first
+    autotuner.nargs = nargs
+    autotuner.best_config = config
+    try:
+        meta = config.all_kwargs()
+        if config.pre_hook is not None:
+            config.pre_hook({**nargs, **kwargs, **meta})
+        return autotuner.fn.run(*args, **kwargs, **meta)
+    finally:
+        autotuner.nargs = None
+
+
+def _arg_names(autotuner: Autotuner) -> frozenset[str]:
+    cached = autotuner.__dict__.get("_tdt_arg_names")
+    if cached is None:
+        cached = autotuner.__dict__["_tdt_arg_names"] = frozenset(autotuner.arg_names)
+    return cached
+
 
 
 class HotCall:
@@ -33,7 +79,7 @@ class HotCall:
         """A decided key: its config, exactly as stock Triton launches it; anything else: the session's."""
         session = self.session
         if session is None:
-            out = intercept.launch_decided(autotuner, args, kwargs, self.identity)
+            out = launch_decided(autotuner, args, kwargs, self.identity)
             if out is not UNDECIDED:
                 return out
             session = self._start()

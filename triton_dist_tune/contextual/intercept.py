@@ -138,51 +138,6 @@ def tuning_key(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tup
 
 #: where an autotuner keeps the contextual choices made in this process (see :mod:`~.tracks`)
 DECIDED = "_tdt_decided"
-#: what :func:`launch_decided` returns for a key not decided
-UNDECIDED: Any = object()
-
-
-def launch_decided(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any], identity: tuple) -> Any:
-    """The hot path: when group ``identity`` decided this launch's key, launch its config as :func:`launch_with`
-    does and return what the kernel returns; else return :data:`UNDECIDED` (nothing launched). The key is computed
-    as :func:`tuning_key` does, with the arguments named once for both."""
-    table = autotuner.__dict__.get(DECIDED)
-    if table is None:
-        return UNDECIDED
-    names = autotuner.arg_names
-    nargs = dict(zip(names, args, strict=False))
-    if kwargs:
-        known = _arg_names(autotuner)
-        named = {**nargs, **{k: v for k, v in kwargs.items() if k in known}}
-    else:
-        named = nargs
-    key = [named[k] for k in autotuner.keys if k in named]
-    for value in named.values():
-        if hasattr(value, "dtype"):
-            key.append(str(value.dtype))
-    config = table.get((identity, tuple(key)))
-    if config is None:
-        return UNDECIDED
-    if len(args) > _first_config_position(autotuner) or not _config_names(autotuner).isdisjoint(kwargs):
-        return launch_with(autotuner, config, args, kwargs)  # caller-given meta-parameters: cut them first
-    autotuner.nargs = nargs
-    autotuner.best_config = config
-    try:
-        meta = config.all_kwargs()
-        if config.pre_hook is not None:
-            config.pre_hook({**nargs, **kwargs, **meta})
-        return autotuner.fn.run(*args, **kwargs, **meta)
-    finally:
-        autotuner.nargs = None
-
-
-def _arg_names(autotuner: Autotuner) -> frozenset[str]:
-    cached = autotuner.__dict__.get("_tdt_arg_names")
-    if cached is None:
-        cached = autotuner.__dict__["_tdt_arg_names"] = frozenset(autotuner.arg_names)
-    return cached
-
-
 def kernel_id(autotuner: Autotuner) -> str:
     """The kernel's name across ranks and processes: module and qualified name of the jitted Python function."""
     base = autotuner.base_fn
@@ -207,7 +162,7 @@ def kernel_name(autotuner: Autotuner) -> str:
     return autotuner.base_fn.__name__
 
 
-def _config_names(autotuner: Autotuner) -> frozenset[str]:
+def config_names(autotuner: Autotuner) -> frozenset[str]:
     """Every keyword some config of ``autotuner`` sets (its meta-parameters and compile options)."""
     cached = autotuner.__dict__.get("_tdt_config_names")
     if cached is None:
@@ -216,11 +171,11 @@ def _config_names(autotuner: Autotuner) -> frozenset[str]:
     return cached
 
 
-def _first_config_position(autotuner: Autotuner) -> int:
+def first_config_position(autotuner: Autotuner) -> int:
     """The position of the first argument that some config sets (the number of arguments when none is)."""
     cached = autotuner.__dict__.get("_tdt_first_config_position")
     if cached is None:
-        names = _config_names(autotuner)
+        names = config_names(autotuner)
         cached = next((i for i, n in enumerate(autotuner.arg_names) if n in names), len(autotuner.arg_names))
         autotuner.__dict__["_tdt_first_config_position"] = cached
     return cached
@@ -229,8 +184,8 @@ def _first_config_position(autotuner: Autotuner) -> int:
 def without_config_names(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
     """The launch's arguments without the meta-parameters the caller gave that a config sets (positional ones
     included): they are the config's to choose. Logged once per kernel."""
-    names = _config_names(autotuner)
-    if len(args) <= _first_config_position(autotuner) and names.isdisjoint(kwargs):
+    names = config_names(autotuner)
+    if len(args) <= first_config_position(autotuner) and names.isdisjoint(kwargs):
         return args, kwargs  # the common case, checked cheaply
     positional = [n for n in autotuner.arg_names[: len(args)] if n in names]
     given = [k for k in kwargs if k in names]
