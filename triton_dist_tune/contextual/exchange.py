@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
-from ..errors import AutotuneError, BadInputError, describe_error
+from ..errors import AutotuneError, BadInputError, describe_error, per_rank
 from ..faults.journal import merge
 from ..faults.watchdog import exchange_timeout
 from . import intercept
@@ -39,7 +39,7 @@ def exchange(session: Session, error: Exception | None) -> bool:
         step_track(session, tid, session.tracks[tid], gathered)
     raisers = [(r, m["raised"]) for r, m in enumerate(gathered) if m["raised"] and not m["excused"]]
     if raisers:
-        text = "; ".join(f"rank {r}: {m}" for r, m in raisers)
+        text = per_rank(raisers, session.tuner.options.name)
         session.log.error("%s the function raised in run=%d: %s", session.label, session.runs - 1, text)
         raise AutotuneError(f"{session.label} the tuned function raised during tuning run {session.runs - 1} on "
                             f"group '{group.title}': {text}") from error
