@@ -296,7 +296,8 @@ def test_export_and_import_a_bundle_with_version_checks(tuned, tmp_path):
         assert json.loads(copy.read_text()) == json.loads(original.read_text())
     assert cli("import", str(bundle), "--cache-dir", str(fresh)).returncode == 0  # the same decisions again: fine
     mine = entries_of(fresh)[0]
-    changed = {**json.loads(mine.read_text()), "index": 1}
+    data = json.loads(mine.read_text())
+    changed = {**data, "index": data["index"] + 1, "config": "another choice"}
     mine.write_text(json.dumps(changed))  # a decision of this cache that the bundle would replace
     kept = cli("import", str(bundle), "--cache-dir", str(fresh))
     assert kept.returncode == 1 and "would replace a different decision" in kept.stderr

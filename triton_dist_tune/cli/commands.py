@@ -261,13 +261,17 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _differs(path: Path, item: dec.Incoming) -> bool:
-    """Whether the cache holds a decision at ``path`` other than the bundle's (an unreadable file counts)."""
+    """Whether the cache holds, at ``path``, a decision with another choice than the bundle's (an unreadable file
+    counts; the same choice tuned at another time does not)."""
     if not path.exists():
         return False
     try:
-        return json.loads(path.read_text()) != item.entry.raw
+        mine = json.loads(path.read_text())
     except (OSError, ValueError):
         return True
+    theirs = item.entry.raw
+    return not isinstance(mine, dict) or (mine.get("index"), mine.get("config")) != (theirs.get("index"),
+                                                                                      theirs.get("config"))
 
 
 # -- logs ------------------------------------------------------------------------------------------------------
