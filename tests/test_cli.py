@@ -245,10 +245,12 @@ def test_clear_by_filter_removes_entries_and_journals(tuned, tmp_path):
     cache = cache_copy(tuned, tmp_path)
     drifting = format2_entry(cache)
     stem = entries_of(cache)[0].stem
-    for rank in range(2):  # journals of an interrupted tuning, written by the tuner's own journal class
-        journal = Journal(cache / "cli_sleepy" / f"{stem}.rank{rank}.journal")
+    for rank in range(2):  # journals of an interrupted tuning, named as the tuners name them (issue 17)
+        journal = Journal(cache / "cli_sleepy" / f"{stem}.0123456789.rank{rank}.journal")
         journal.append(0, "started", config="{variant: 0}")
         journal.close()
+    shown = cli("show", stem[:12], "--cache-dir", str(cache))
+    assert f"{stem}.0123456789.rank0.journal, {stem}.0123456789.rank1.journal" in shown.stdout, shown.stdout
     orphan = Journal(cache / "cli_sleepy" / "feedfacefeedfacefeed.rank0.journal")
     orphan.append(2, "started", config="{variant: 2}")
     orphan.close()

@@ -25,11 +25,12 @@ from pathlib import Path
 import pytest
 from harness import HERE, base_env, describe, parse_results, run_ranks, tuner_env
 
-from triton_dist_tune.faults.journal import Journal, merge, well_formed
+from triton_dist_tune.faults.journal import AGAIN, Journal, merge, well_formed
 
 SCRIPT = HERE / "scenarios" / "fault_cases.py"
 RUNS = 1 + 2  # N_WARMUP + N_REPEAT in fault_cases.py (cold timing: one call per sample)
 WATCHDOG_EXIT = 86
+PEER_EXIT = 87  # a rank that ends because another rank's run raised (issue 17)
 T = 2  # TRITON_DIST_AUTOTUNE_TIMEOUT of these tests; the exchanges after a guarded phase wait T + 1 s
 SLACK = 20  # seconds allowed on top of the deadlines for starting processes on a loaded 2-core machine
 
@@ -138,9 +139,10 @@ def test_done_when_raise_before_collective_then_hang_under_torchrun_restarts(env
         assert r["chosen"] == 2 and r["out"] == [6.0] * 4  # all_reduce of x * 3 over 2 ranks
         assert r["states"] == ["failed", "failed", "measured", "measured"]
         assert r["resumed"] == [True, True, False, False]
-        assert "failed on rank 1: RuntimeError: injected: config 0" in r["errors"][0]
+        assert "rank 1: RuntimeError: injected: config 0" in r["errors"][0]
         assert "hung on rank 0: warmup exceeded 10 s" in r["errors"][1]
-    assert job.stderr.count("watchdog: rank 0: [work key=(4,)] config 0 ({variant: 0}) warmup") == 1, job
+    # rank 0, inside the all_reduce, learns of rank 1's failure from the failure board and ends (not hung)
+    assert job.stderr.count("rank 1 failed in config 0 ({variant: 0}): RuntimeError: injected") >= 1, job
     assert "config 1 ({variant: 1}) warmup did not finish within 10 s" in job.stderr
     # each config ran in one attempt only; the bad ones once (their first warmup run), the good ones fully
     assert_calls(env, 2, {0: {"0.0": 1}, 1: {"0.1": 1}, 2: {"0.2": RUNS + 1}, 3: {"0.2": RUNS}})
@@ -185,35 +187,6 @@ def test_raise_on_one_rank_is_left_out_without_any_restart(env):
 
 
 @pytest.mark.timeout(60)
-def test_raise_before_collective_without_restart_ends_every_rank_then_rerun_resumes(env):
-    env = {**env, "FAULTS": "0:raise_before@1"}
-    results, seconds = ranks("tune", 2, env)
-    assert seconds < T + 1 + SLACK, describe(results)
-    blocked, raised = results
-    assert blocked.returncode == WATCHDOG_EXIT, describe(results)
-    assert (f"watchdog: rank 0: [work key=(4,)] config 0 ({{variant: 0}}) warmup did not finish within {T} s"
-            in blocked.stderr)
-    assert raised.returncode not in (0, None), describe(results)
-    assert "GroupTimeoutError" in raised.stderr and "config 0 warmup" in raised.stderr, describe(results)
-    assert raised.result["error"] == "GroupTimeoutError"
-    assert raised.result["message"].endswith("on this rank, config 0 ({variant: 0}) had failed: RuntimeError: "
-                                             "injected: config 0 raised on rank 1 before the collective")
-    # the journals keep why: rank 0 hung inside the collective, rank 1 raised
-    rank0, rank1 = journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]))
-    assert [r["state"] for r in records(rank0)] == ["started", "hung"]
-    assert [r["state"] for r in records(rank1)] == ["started", "local_failure"]
-
-    again, seconds = ranks("tune", 2, {**env, "RUN": "1"})
-    assert all(r.returncode == 0 for r in again), describe(again)
-    assert seconds < 30
-    for r in again:
-        assert r.result["chosen"] == 1 and r.result["resumed"] == [True, False, False, False]
-        assert re.match(r"in an earlier attempt \(journal [^)]*\.rank[01]\.journal[^)]*\), failed on rank 1: "
-                        "RuntimeError: injected", r.result["errors"][0]), r.result["errors"][0]
-    assert_calls(env, 2, {0: {"0.0": 1}, 1: {"1.0": RUNS + 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
-
-
-@pytest.mark.timeout(60)
 def test_hang_without_restart_ends_every_rank_then_rerun_resumes_past_torn_journal_lines(env):
     env = {**env, "FAULTS": "1:hang@0"}
     results, seconds = ranks("tune", 2, env)
@@ -237,30 +210,33 @@ def test_hang_without_restart_ends_every_rank_then_rerun_resumes_past_torn_journ
     assert again[1].stderr.count("skipping damaged line") == 3, describe(again)
     for r in again:
         assert r.result["chosen"] == 0 and r.result["resumed"] == [False, True, False, False]
-        assert re.match(rf"in an earlier attempt \(journal [^)]*\.journal[^)]*\), hung on rank 0: warmup exceeded "
-                        rf"{T} s", r.result["errors"][1]), r.result["errors"][1]
+        assert re.match(rf"in an earlier attempt, hung on rank 0: warmup exceeded {T} s",
+                        r.result["errors"][1]), r.result["errors"][1]
     # every config is warmed up before the race: config 0 had only its warm-up when config 1 hung, so run 1 races
     # it again (and never launches config 1)
     assert_calls(env, 2, {0: {"0.0": 1, "1.0": RUNS + 1}, 1: {"0.0": 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_hang_holding_the_gil_is_ended_by_the_faulthandler_backstop(env, tmp_path):
-    """C code that never releases the GIL starves the watchdog thread; faulthandler ends the process anyway."""
+    """C code that never releases the GIL starves the watchdog thread; faulthandler ends the process anyway. The
+    journal shows no error: a suspect, retried once (it hangs again), then left out."""
     env = {**env, "FAULTS": "1:hang_gil@0"}
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, str(SCRIPT), "tune"], env=base_env(env), capture_output=True, text=True,
-                          timeout=40)
-    seconds = time.monotonic() - t0
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert f"Timeout (0:00:0{T + 5})!" in proc.stderr and "fault_cases.py" in proc.stderr  # every thread's stack
-    assert seconds < T + 5 + SLACK
-    again = subprocess.run([sys.executable, str(SCRIPT), "tune"], env=base_env({**env, "RUN": "1"}),
+    for run in ("0", "1"):
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, str(SCRIPT), "tune"], env=base_env({**env, "RUN": run}),
+                              capture_output=True, text=True, timeout=40)
+        seconds = time.monotonic() - t0
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        assert f"Timeout (0:00:0{T + 5})!" in proc.stderr and "fault_cases.py" in proc.stderr  # every stack
+        assert seconds < T + 5 + SLACK
+    again = subprocess.run([sys.executable, str(SCRIPT), "tune"], env=base_env({**env, "RUN": "2"}),
                            capture_output=True, text=True, timeout=40)
     assert again.returncode == 0, again.stderr[-3000:]
     (result,) = parse_results(again.stdout)
     assert result["chosen"] == 0 and result["errors"][1].startswith("crashed: ranks [0] were inside this config")
-    assert_calls(env, 1, {0: {"0.0": 1, "1.0": RUNS + 1}, 1: {"0.0": 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
+    assert_calls(env, 1, {0: {"0.0": 1, "1.0": 1, "2.0": RUNS + 1}, 1: {"0.0": 1, "1.0": 1}, 2: {"2.0": RUNS},
+                          3: {"2.0": RUNS}})
 
 
 # -- a kill -9 under torchrun: restart and resume --------------------------------------------------------------
@@ -287,11 +263,12 @@ def test_kill_9_of_one_rank_mid_tuning_then_torchrun_restarts_and_resumes(env):
     assert job.seconds < 45, job
     for r in job.final().values():
         assert r["attempt"] == "0.1"
-        assert r["chosen"] == 0 and r["resumed"] == [False, True, False, False]
-        # rank 0 was inside the all_reduce: killed by torchrun ("crashed"), or its gloo saw the peer go first
-        assert r["states"][1] == "failed" and r["errors"][1].startswith(("crashed: ranks", "in an earlier"))
-    # config 1 (in flight) is left out; config 0 had only its warm-up (the race starts once all are warm): raced
-    assert_calls(env, 2, {0: {"0.0": 1, "0.1": RUNS + 1}, 1: {"0.0": 1}, 2: {"0.1": RUNS}, 3: {"0.1": RUNS}})
+        assert r["chosen"] == 0 and r["resumed"] == [False, False, False, False]
+        # rank 1 died inside config 1 without an error: a suspect (issue 17), measured once more, and healthy now
+        assert r["states"][1] in ("measured", "stopped"), r
+    # config 0 had only its warm-up (the race starts once all are warm): raced again, as is the suspect
+    assert_calls(env, 2, {0: {"0.0": 1, "0.1": RUNS + 1}, 1: {"0.0": 1, "0.1": RUNS}, 2: {"0.1": RUNS},
+                          3: {"0.1": RUNS}})
 
 
 # -- damaged cache files, shared cache folders, per-rank home folders -----------------------------------------
@@ -354,7 +331,7 @@ def test_ranks_with_different_home_folders_resume_from_their_own_journals(env, t
     homes = {r: {"HOME": str(tmp_path / f"home{r}")} for r in range(2)}
     folders = [tmp_path / f"home{r}" / ".triton_dist" / "autotune" / "work" for r in range(2)]
     results, _ = ranks("tune", 2, env, per_rank_env=homes)
-    assert [r.returncode for r in results][0] == WATCHDOG_EXIT, describe(results)
+    assert [r.returncode for r in results][0] == PEER_EXIT, describe(results)  # ended by the failure board
     assert [len(journals(f)) for f in folders] == [1, 1]  # each rank's journal is in its own home
 
     again, seconds = ranks("tune", 2, {**env, "RUN": "1"}, per_rank_env=homes)
@@ -482,9 +459,16 @@ def test_merge_names_every_rank_and_prefers_group_outcomes():
     out = merge([rank0, rank1], descriptions)
     assert sorted(out) == [0, 2, 3]
     assert out[0]["error"] == ("in an earlier attempt, failed on rank 1: RuntimeError: boom; "
-                               "hung on rank 0: warmup exceeded 3 s")
+                               "hung on rank 0: warmup exceeded 3 s" + AGAIN)
     assert out[2]["time"] == 1.0
-    assert out[3]["error"] == "crashed: ranks [0, 1] were inside this config when an earlier attempt ended"
+    # both attempts ended inside config 3 without an error: a suspect, measured once more (issue 17)
+    assert out[3]["state"] == "suspect" and out[3]["error"].startswith(
+        "suspect: ranks [0, 1] were inside this config when 1 earlier attempt(s) ended without an error")
+    again = merge([rank0 + [{**r, "session": "b"} for r in rank0], rank1], descriptions)
+    assert again[3]["state"] == "failed" and "when 2 earlier attempt(s) ended" in again[3]["error"]
+    later = merge([[{"index": 2, "state": "measured", "config": "c", "time": 1.0},
+                    {"index": 2, "state": "hung", "config": "c", "error": "round 1 exceeded 3 s"}]], descriptions)
+    assert later[2]["state"] == "failed"  # a hang after a measured record is not hidden by it
 
 
 @pytest.mark.timeout(30)
@@ -515,7 +499,7 @@ def test_journal_records_outcomes_with_job_group_and_time_and_always_tune_keeps_
     assert all(isinstance(r["at"], float) and r["file"].endswith("e.g1.rank0.journal") for r in records_)
     merged = merge([records_], ["a", "b"])
     assert merged[0]["time"] == 1.5
-    assert merged[1]["error"] == f"in an earlier attempt (journal {records_[1]['file']}): rank 1: refine: CUDA error"
+    assert merged[1]["error"] == "in an earlier attempt: rank 1: refine: CUDA error" + AGAIN  # names no file
     assert sorted(merge([records_], ["a", "b"], only_job="job-a")) == [0, 1]
     assert merge([records_], ["a", "b"], only_job="job-b") == {}  # ALWAYS_TUNE in another job: nothing replays
     assert merge([records_], ["a", "b"], only_job=None) == {}  # ALWAYS_TUNE without a job id: nothing either

@@ -2,6 +2,7 @@
 
 - :func:`autotune`: tune a whole function (collectives and Triton kernels inside) over a config space.
 - :func:`contextual_autotune`: tune the ``triton.autotune`` kernels inside a function, in their real context.
+- :func:`campaign`: tune a function at many keys ahead of time, spread over the job's ranks (see :class:`Call`).
 - :func:`init_distributed`: a restart-safe ``init_process_group``.
 """
 
@@ -15,6 +16,8 @@ from .errors import (
     GroupTimeoutError,
     MismatchError,
 )
+from .function.campaign import Call, campaign  # noqa: E402
+from .function.summary import Summary  # noqa: E402
 from .group.dist import init_distributed  # noqa: E402
 from .tune import autotune, to_hashable  # noqa: E402
 
@@ -22,11 +25,14 @@ __all__ = [
     "AllConfigsFailedError",
     "AutotuneError",
     "BadInputError",
+    "Call",
     "DevicePoisonedError",
     "GroupTimeoutError",
     "MismatchError",
+    "Summary",
     "__version__",
     "autotune",
+    "campaign",
     "contextual_autotune",
     "init_distributed",
     "to_hashable",

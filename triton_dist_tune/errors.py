@@ -27,6 +27,12 @@ class GroupTimeoutError(AutotuneError):
     """Some ranks did not reach a step of the tuning protocol in time (a hang, a crash, or a wrong group)."""
 
 
+class RankFailedError(GroupTimeoutError):
+    """A rank's run of a config raised while other ranks were inside a collective of the function; those ended
+    their processes (the only way out of a collective), and every rank still waiting raises this with the failing
+    rank's error. The config is journaled as failed: a restarted (or rerun) job resumes without it."""
+
+
 class DevicePoisonedError(AutotuneError):
     """A config left some rank's GPU context unusable (an illegal memory access, a device-side assert...): every
     rank stops, the config is journaled as failed, and a restarted job resumes without it."""

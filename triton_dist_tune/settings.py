@@ -33,6 +33,8 @@ SIZE_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
 #: launcher variables that name one job on every rank of it (the first one set wins)
 JOB_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")
+#: what a call does with a key not decided yet (``autotune(undecided=...)``, ``..._UNDECIDED``)
+UNDECIDED_POLICIES = ("tune", "nearest", "first")
 
 
 def flag(value: str | None) -> bool:
@@ -118,6 +120,9 @@ class Settings:
     #: print summaries on group rank 0 where a decorator's ``autotune_verbose`` is not given
     #: (``TRITON_PRINT_AUTOTUNING=1``)
     print_autotuning: bool = False
+    #: what every tuned function does with a key not decided yet (``..._UNDECIDED``: tune, nearest or first);
+    #: None: each decorator's ``undecided`` (default tune)
+    undecided: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -143,6 +148,7 @@ class Settings:
             new_key_grace=_seconds(env, PREFIX + "NEW_KEY_GRACE", 0.5),
             compile_threads=_threads(env),
             print_autotuning=flag(env.get("TRITON_PRINT_AUTOTUNING")),
+            undecided=_undecided(env.get(PREFIX + "UNDECIDED", "")),
         )
 
 
@@ -151,6 +157,13 @@ def _timing(value: str) -> str | None:
     if mode and mode not in ("steady", "cold"):
         raise BadInputError(f"{PREFIX}TIMING must be steady or cold, not {value!r}")
     return mode or None
+
+
+def _undecided(value: str) -> str | None:
+    policy = value.strip().lower()
+    if policy and policy not in UNDECIDED_POLICIES:
+        raise BadInputError(f"{PREFIX}UNDECIDED must be one of {', '.join(UNDECIDED_POLICIES)}, not {value!r}")
+    return policy or None
 
 
 def current() -> Settings:

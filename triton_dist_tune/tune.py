@@ -34,6 +34,7 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
              precompile_fn: Callable[..., Any] | None = None, compile_threads: int | None = None,
              refine_top: int = 0, name: str | None = None, timing: str | None = None, batch: int | None = None,
              budget: float | None = None, cache_key_extra: str | Callable[[], str] | None = None,
+             undecided: str | None = None, distance: Callable[[Any, Any], float | None] | None = None,
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Tune a whole (distributed) function over ``config_space``, with every rank of the group in lock-step.
 
@@ -73,6 +74,9 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
             called at each tuning), made part of the disk cache's entry: change it to re-tune. The entry already
             covers the function's source, the Triton kernels it names (their sources), ``key_fn``'s and
             ``prune_fn``'s sources, the key, the config space, the group size, the devices and the GPU model.
+        undecided: a key not decided yet is tuned now (``"tune"``, default), or served with no tuning and no
+            communication: the ``"nearest"`` decided key's choice, or the ``"first"`` kept config (docs/campaign.md).
+        distance: ``distance(key, decided_key) -> float | None`` for ``"nearest"`` (default: numeric parts, L1).
 
     Call-time keywords: ``autotune=False`` runs the first config ``prune_fn`` keeps, with no tuning and no
     communication; ``autotune_verbose=True`` prints the measurements on group rank 0; ``autotune_pg=`` is the
@@ -90,7 +94,8 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
         TuneOptions, n_warmup=n_warmup, n_repeat=n_repeat, timeout=timeout, reset_to_zero=reset_to_zero,
         restore_value=restore_value, pre_hook=pre_hook, post_hook=post_hook, ref_prog=ref_prog, rtol=rtol, atol=atol,
         early_stop=early_stop, sharded=sharded, precompile_fn=precompile_fn, compile_threads=compile_threads,
-        refine_top=refine_top, name=name, timing=timing, batch=batch, budget=budget, cache_key_extra=cache_key_extra)
+        refine_top=refine_top, name=name, timing=timing, batch=batch, budget=budget, cache_key_extra=cache_key_extra,
+        undecided=undecided, distance=distance)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         return _hot_path(Tuner(fn, config_space, key_fn, prune_fn, options()), fn, key_fn)

@@ -10,7 +10,8 @@ Environment of the ``tune`` case:
   ``raise`` (raise after the function's collective), ``poison`` (raise as torch does after an illegal memory
   access, which leaves the GPU context unusable), ``raise_before`` (raise before it, while the other ranks
   wait inside it), ``hang`` (sleep for an hour before the collective), ``hang_gil`` (sleep in C holding the GIL),
-  ``kill`` (first attempt only: write ``kill-me.rank<r>`` with the pid into ``FAULT_DIR`` and wait to be killed).
+  ``kill`` (first attempt only, of the runs ``KILL_RUNS`` names, default ``0``: write ``kill-me.rank<r>`` with the
+  pid into ``FAULT_DIR`` and wait to be killed, or signalled).
 - ``FAULT_DIR``: each rank appends one line ``<run>.<attempt> <config>`` to ``calls.rank<r>`` for every call of
   the tuned function, so the tests can count how often each config ran in each attempt.
 - ``RUN``: a label for the run (the tests' own reruns); the attempt is ``TORCHELASTIC_RESTART_COUNT``.
@@ -104,13 +105,14 @@ def make_work(name: str = "work", **options):
         record(variant)
         kind = injected.get((variant, me))
         if kind == "raise_before":
+            Path(os.environ["FAULT_DIR"], f"raised.rank{me}").write_text(repr(time.time()))
             raise RuntimeError(f"injected: config {variant} raised on rank {me} before the collective")
         if kind == "hang":
             time.sleep(3600)  # a hung kernel: only the watchdog ends this
         if kind == "hang_gil":
             ctypes.PyDLL(None).sleep(3600)  # C code that never releases the GIL: only the backstop ends this
         if kind == "kill" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0" and \
-                os.environ.get("RUN", "0") == "0":
+                os.environ.get("RUN", "0") in os.environ.get("KILL_RUNS", "0").split(","):
             marker = Path(os.environ["FAULT_DIR"]) / f"kill-me.rank{me}"
             marker.with_suffix(".tmp").write_text(str(os.getpid()))
             marker.with_suffix(".tmp").rename(marker)

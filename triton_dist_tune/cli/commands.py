@@ -1,6 +1,7 @@
 """The command line: ``triton-dist-tune`` / ``python -m triton_dist_tune``, over the cache, its journals and the logs.
 
-Subcommands: ``list``, ``show``, ``plot``, ``clear``, ``export``, ``import``, ``logs``. Data goes to stdout (as text,
+Subcommands: ``list``, ``show``, ``plot``, ``clear``, ``export``, ``import``, ``logs``, ``campaign`` (see
+:mod:`.campaign`). Data goes to stdout (as text,
 or as JSON with ``--json``); a problem is one line on stderr and exit status 2 (1 for ``import`` refused over
 mismatching versions or different decisions already in the cache, and for ``list``, ``plot`` and ``export`` that
 skipped unreadable cache files).
@@ -20,6 +21,7 @@ from ..disk import decisions as dec
 from ..disk import logs
 from ..disk.cache import cache_root
 from ..disk.cache import versions as current_versions
+from . import campaign
 
 
 class UsageError(Exception):
@@ -370,6 +372,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the jobs instead")
     p.add_argument("--rank", type=int, help="only this rank's records")
     p.set_defaults(run=cmd_logs)
+    campaign.add_parser(sub)
     return main
 
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..disk import logs
 from ..disk.cache import DiskCache
-from ..faults.watchdog import WATCHDOG
+from ..faults.watchdog import WATCHDOG, Guard
 from ..group.channel import Group, default_timeout
 from ..measure.timing import make_clock
 from . import intercept, launches
@@ -93,6 +93,7 @@ class Session:
         self.record = RunRecord()
         self.started = time.monotonic()
         self._armed = False
+        self._guard: Guard | None = None
         self._idle, self._last_state = 0, ()
 
     # what a hot call never needs is made on first use
@@ -135,12 +136,15 @@ class Session:
                 return
             _watch_owner = self
         self._armed = True
-        WATCHDOG.arm(self.timeout, f"{self.label} run {self.runs - 1}", self._hung)
+        self._guard = self._guard or WATCHDOG.guard(rank=self.group.rank)  # this session's own deadline
+        self._guard.arm(self.timeout, f"{self.label} run {self.runs - 1}", self._hung)
 
     def _disarm(self) -> None:
         global _watch_owner
         if self._armed:
-            WATCHDOG.disarm()
+            if self._guard is not None:
+                self._guard.close()
+                self._guard = None
             self._armed = False
             with _watch_lock:
                 _watch_owner = None

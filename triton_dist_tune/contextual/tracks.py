@@ -17,6 +17,7 @@ from typing import Any
 from ..disk.cache import DiskCache, entry_id, source_of
 from ..errors import describe_error
 from ..faults.journal import Journal, merge
+from ..faults.recovery import journal_path
 from ..group.channel import Group
 from ..space import describe
 from . import intercept
@@ -126,5 +127,6 @@ class LocalTrack:
 
 
 def open_journal(cache: DiskCache, entry: str, group: Group) -> Journal:
-    """This rank's crash journal of one (kernel, key) entry (the one place that builds a Journal here)."""
-    return Journal(cache.folder / f"{entry}.rank{group.rank}.journal")
+    """This rank's crash journal of one (kernel, key) entry (the one place that builds a Journal here): named by
+    the group, so that two groups of one job never read or delete each other's."""
+    return Journal(journal_path(cache.folder, entry, group))

@@ -1,15 +1,16 @@
 """Reading, filtering, removing and bundling the decisions in a cache folder (the command line's model).
 
 A cache folder holds ``<root>/<function name>/<entry>.json`` (one decision each; contextual decisions under
-``<root>/contextual/``) and the crash journals ``<entry>.rank<r>[.<k>].journal`` beside them. Entries of format 2
-(measurements as :meth:`Outcome.to_json` objects, margin, timing, creation time) and of format 1 (measurements as
-rows of the summary table, no margin) are both read into one typed :class:`Entry`.
+``<root>/contextual/``) and the crash journals ``<entry>.<group>.rank<r>[.<k>].journal`` beside them. Entries of
+format 2 (measurements as :meth:`Outcome.to_json` objects, margin, timing, creation time) and of format 1
+(measurements as rows of the summary table, no margin) are both read into one typed :class:`Entry`.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,9 +227,16 @@ def find(entries: list[Entry], name: str) -> Entry:
     raise CacheError(f"{name!r} names {len(matches)} decisions: {', '.join(e.name for e in matches[:5])}")
 
 
+#: a journal's name after its entry: ``.<group tag>.rank<r>[.<k>].journal`` (the tag is absent in old journals)
+_JOURNAL_TAIL = re.compile(r"^(?:\.[0-9a-f]{10})?\.rank\d+(?:\.\d+)?\.journal$")
+
+
 def journals_of(entry_path: Path) -> list[Path]:
-    """The crash journals beside a cache entry (every rank, every slot)."""
-    return sorted(entry_path.parent.glob(f"{entry_path.stem}.rank*.journal"))
+    """The crash journals beside a cache entry: every group, every rank, every slot, of ``autotune`` and
+    ``contextual_autotune`` alike (``<entry>.<group>.rank<r>[.<k>].journal``)."""
+    stem = entry_path.stem
+    return sorted(p for p in entry_path.parent.glob(f"{stem}.*journal")
+                  if _JOURNAL_TAIL.match(p.name[len(stem):]))
 
 
 def remove(paths: list[Path]) -> list[Path]:

@@ -14,9 +14,12 @@ entry into the same folder at the same moment finds the file locked and uses a s
 held by a dead process is released by the kernel, so the next attempt adopts every unlocked journal of the entry:
 the leftovers of every earlier, dead attempt.
 
-On the next attempt the ranks gather their journals and merge them (:func:`merge`): configs whose group result is
-known are not measured again; configs that were in flight when a process died, hung past the watchdog, or failed
-on some rank are left out, with an error that says it comes from an earlier attempt and names the journal file.
+On the next attempt the ranks gather their journals and merge them (:func:`merge`, through
+:mod:`~triton_dist_tune.faults.recovery`): configs whose group result is known are not measured again; configs that
+hung past the watchdog or failed on some rank are left out, with an error that says it comes from an earlier
+attempt and how to measure it again; configs in flight when an attempt ended without an error are *suspects*,
+measured once more; an interrupted attempt (SIGINT, SIGTERM) blames nothing. Every record names its attempt
+(``session``), so that readers know which config each attempt was inside when it ended.
 
 A tuning that ends (decided, or every config failed) removes its journals: nothing of it is replayed later. Only a
 tuning cut short (a crash, a hang, a lost rank, a poisoned GPU) leaves journals for the next attempt. With
@@ -29,6 +32,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +49,7 @@ log = logging.getLogger("triton_dist_tune")
 #: states written when the group agreed on a config's outcome
 FINAL = ("measured", "stopped", "failed")
 #: states one rank writes about itself, before the group knows
-LOCAL = ("started", "local_failure", "hung")
+LOCAL = ("started", "local_failure", "hung", "interrupted")
 #: how many journals of one entry and rank may exist side by side (jobs tuning it at the same moment)
 MAX_SLOTS = 16
 
@@ -64,6 +68,9 @@ class Journal:
         #: written into every record: the job (``job``), the group's name (``group``) and global ranks (``ranks``)
         self.identity = dict(identity or {})
         self._base = path
+        #: names this attempt in every record, so that readers know where one attempt's records end
+        self.session = os.urandom(6).hex()
+        self._torn = False  # a short write left part of a line: the next record starts a line of its own
         self._held: list[tuple[Path, int]] = []  # (path, locked fd) of every journal adopted, the first written
         self._broken = False
 
@@ -138,16 +145,28 @@ class Journal:
 
     def append(self, index: int, state: str, **fields: Any) -> None:
         """Record that config ``index`` reached ``state``; written whole and fsynced before returning."""
-        record = {"index": index, "state": state, **fields, **self.identity, "at": round(time.time(), 3)}
+        record = {"index": index, "state": state, **fields, **self.identity, "session": self.session,
+                  "at": round(time.time(), 3)}
         line = (json.dumps(record, allow_nan=False, default=str) + "\n").encode()
         if not self._open():
             return
         fd = self._held[0][1]
+        if self._torn:
+            line = b"\n" + line
+        written = 0
         try:
-            os.write(fd, line)
+            while written < len(line):  # a short write (a full disk, a file size limit) is retried, then reported
+                n = os.write(fd, line[written:])
+                if n <= 0:
+                    raise OSError("the write wrote nothing")
+                written += n
             os.fsync(fd)
+            self._torn = False
         except OSError as exc:
-            log.warning("triton_dist_tune: cannot write the journal %s (%s)", self.path, exc)
+            self._torn = self._torn or written > 0
+            log.warning("triton_dist_tune: cannot write the journal %s: %d of %d bytes of a record written (%s; "
+                        "is the disk full?): this record is lost; the next one starts a line of its own",
+                        self.path, written, len(line), exc)
 
     def record(self, outcome: Outcome) -> None:
         """Record the group's final outcome of one config (measured, stopped or failed: a failure during any phase,
@@ -219,55 +238,78 @@ def well_formed(record: Any) -> bool:
 
 def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
           only_job: str | None | bool = False) -> dict[int, dict[str, Any]]:
-    """Merge the journals of every rank into one outcome per config index.
+    """Merge the journals of every rank into one outcome per config index (the same on every rank that merges
+    the same records: every resume decision is taken from it).
 
     With ``only_job`` (a job id, or None for "no job id known"), records of other jobs are ignored (and with None,
-    every record: ``ALWAYS_TUNE`` outside a launcher that names its job).
+    every record: ``ALWAYS_TUNE`` outside a launcher that names its job). Records whose description does not match
+    the current space are ignored; configs no rank started are absent. An outcome is, by evidence:
 
-    An outcome is the group's own record (``{"state": "measured", "time": ms, ...}`` or ``{"state": "failed",
-    "error": ...}``) where any rank wrote one. A config without one that some rank started is left out as
-    ``{"state": "failed", "error": ...}``: "failed on rank r: <error>" / "hung on rank r: <phase> exceeded T s" for
-    each rank that recorded why, else "crashed: ranks [...] were inside this config when an earlier attempt
-    ended" (a ``kill -9``, a segfault, or a rank stopped by its launcher). Records whose description does not
-    match the current space are ignored; configs no rank started are absent.
+    - ``failed`` when some rank recorded that it failed or hung in it (a failure recorded after a ``measured``
+      one wins: the config failed in a later round), with "failed on rank r: <error>" / "hung on rank r: ...";
+    - ``failed`` when ranks were inside it at the end of two attempts that ended without an error (``kill -9``,
+      the OOM killer, a lost node); after one such attempt it is a ``suspect``: measured again once (the other
+      ranks' lost-peer errors in it are then taken for consequences: a peer that vanished inside a collective);
+    - the group's ``measured`` / ``stopped`` record otherwise. An ``interrupted`` attempt (SIGINT, SIGTERM) blames
+      nothing: the config it was inside is measured again.
     """
     final: dict[int, dict[str, Any]] = {}
     local: dict[int, dict[int, dict[str, dict[str, Any]]]] = {}  # index -> rank -> state -> last record
+    crashes: dict[int, dict[int, int]] = {}  # index -> rank -> attempts that ended inside it
     for rank, records in enumerate(per_rank):
         usable = [r for r in records if well_formed(r) and 0 <= r["index"] < len(descriptions)
                   and r["config"] == descriptions[r["index"]]
                   and (only_job is False or (only_job is not None and r.get("job") == only_job))]
-        for position, record in enumerate(usable):
-            i = record["index"]
-            if record["state"] in FINAL:
-                final.setdefault(i, record)
-            elif record["state"] == "started" and position < len(usable) - 1:
-                continue  # a sample that finished: the rank went on to record something else
-            else:  # a failure, a hang, or the sample in flight when the rank's attempt ended
-                local.setdefault(i, {}).setdefault(rank, {})[record["state"]] = record
-    outcomes = {}
+        sessions: dict[Any, list[dict[str, Any]]] = {}
+        for record in usable:
+            sessions.setdefault(record.get("session"), []).append(record)
+        for attempt in sessions.values():
+            for record in attempt:
+                i, state = record["index"], record["state"]
+                if state in FINAL and (i not in final or (state == "failed" and final[i]["state"] != "failed")):
+                    final[i] = record  # the first group outcome, or the first failure after a measured one
+                elif state in ("local_failure", "hung"):
+                    local.setdefault(i, {}).setdefault(rank, {})[state] = record
+            last = attempt[-1]
+            if last["state"] == "started":  # the attempt ended inside this config, with no error recorded
+                by_rank = crashes.setdefault(last["index"], {})
+                by_rank[rank] = by_rank.get(rank, 0) + 1
+    outcomes: dict[int, dict[str, Any]] = {}
     for i, record in final.items():
         if record["state"] == "failed":
-            record = {**record, "error": f"{_earlier(record)}: {record.get('error', '')}"}
+            record = {**record, "error": f"in an earlier attempt: {record.get('error', '')}{AGAIN}"}
         outcomes[i] = record
     for i, by_rank in sorted(local.items()):
-        if i in outcomes:
+        if outcomes.get(i, {}).get("state") == "failed":
             continue
+        # a rank that died inside it leaves the others failing with a lost peer: no evidence then
         parts = [f"failed on rank {r}: {states['local_failure'].get('error', '')}"
-                 for r, states in sorted(by_rank.items()) if "local_failure" in states]
-        parts += [f"hung on rank {r}: {states['hung'].get('error', '')}"
-                  for r, states in sorted(by_rank.items()) if "hung" in states and "local_failure" not in states]
-        files = sorted({r["file"] for states in by_rank.values() for r in states.values() if r.get("file")})
-        where = f" (journal {', '.join(files)})" if files else ""
-        if parts:
-            error = f"in an earlier attempt{where}, " + "; ".join(p.rstrip(": ") for p in parts)
-        else:
-            error = (f"crashed: ranks {sorted(by_rank)} were inside this config when an earlier attempt ended"
-                     f"{where}")
+                 for r, states in sorted(by_rank.items()) if "local_failure" in states
+                 and not (i in crashes and LOST_PEER.search(states["local_failure"].get("error", "")))]
+        parts += [f"hung on rank {r}: {states['hung'].get('error', '')}" for r, states in sorted(by_rank.items())
+                  if "hung" in states and "local_failure" not in states]  # a hang stays a hang
+        if not parts:
+            continue
+        error = "in an earlier attempt, " + "; ".join(p.rstrip(": ") for p in parts) + AGAIN
         outcomes[i] = {"index": i, "state": "failed", "error": error, "config": descriptions[i]}
+    for i, by_rank in sorted(crashes.items()):
+        if outcomes.get(i, {}).get("state") != "failed":
+            outcomes[i] = _crashed(i, descriptions[i], by_rank)
     return outcomes
 
 
-def _earlier(record: dict[str, Any]) -> str:
-    where = f" (journal {record['file']})" if record.get("file") else ""
-    return f"in an earlier attempt{where}"
+def _crashed(index: int, config: str, by_rank: dict[int, int]) -> dict[str, Any]:
+    """A config that attempts ended inside without an error: a suspect after one, failed after two."""
+    times = max(by_rank.values())
+    what = (f"ranks {sorted(by_rank)} were inside this config when {times} earlier attempt(s) ended without an "
+            "error (killed, out of memory, or a lost node)")
+    if times >= 2:
+        return {"index": index, "state": "failed", "error": f"crashed: {what}{AGAIN}", "config": config}
+    return {"index": index, "state": "suspect", "error": f"suspect: {what}; measured once more", "config": config}
+
+
+#: errors of a collective whose peer process went away (a consequence of another rank's crash, not evidence)
+LOST_PEER = re.compile(r"by peer|Connection (?:reset|refused|closed)|Broken pipe|peer (?:process )?(?:died|exited)",
+                       re.IGNORECASE)
+#: what every "left out" message ends with: how to measure the config again
+AGAIN = "; to measure it again: `triton-dist-tune clear` or TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1"

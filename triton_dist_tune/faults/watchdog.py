@@ -1,13 +1,25 @@
-"""A watchdog for one measurement at a time: a hung kernel or collective cannot be interrupted in-process, so a
-rank whose measurement outlives its deadline records that it hung and ends its process with a clear message.
+"""The watchdog: one deadline per tuning (a :class:`Guard`), and the monitor of the group's failure board.
 
-Under ``torchrun --max-restarts`` the job then restarts and the journal leaves that config out; without restarts
-the other ranks stop waiting at their own deadline with :class:`~triton_dist_tune.errors.GroupTimeoutError`.
+A hung kernel or collective cannot be interrupted in-process, so a rank whose guarded phase outlives its deadline
+records that it hung and ends its process with a clear message. Any number of threads may tune at once: each
+tuning holds a :class:`Guard` of its own (:meth:`Watchdog.guard`), and one daemon thread watches every guard's
+deadline, so one tuning's arm or disarm never touches another's.
+
+A guard can also watch the group's failure board (:class:`~triton_dist_tune.group.channel.Board`): when another
+rank posts that its run of config ``i`` raised while this rank is still inside config ``i`` (stuck in a
+collective of the function, waiting for the rank that raised), the guard waits :func:`failure_grace` seconds and,
+if the rank is still inside, calls its ``on_peer`` (which journals the config as failed with the other rank's
+error), posts that this rank ended, prints one line saying so and how to resume, and ends the process with
+:data:`PEER_EXIT_CODE`: a process is the only thing that can leave a collective.
+
+Under ``torchrun --max-restarts`` the job then restarts and the journal leaves that config out; without restarts,
+running the job again resumes the same way.
 
 The watchdog is a Python thread, which needs the GIL to run. As a backstop for code that hangs while holding the
-GIL, :mod:`faulthandler` is armed too, :data:`BACKSTOP_S` seconds later: it needs no GIL, prints every thread's
-stack and ends the process with status 1 (the journal then shows the config as started, which the next attempt
-leaves out as crashed). This takes over ``faulthandler.dump_traceback_later`` while a measurement runs.
+GIL, :mod:`faulthandler` is armed too, :data:`BACKSTOP_S` seconds after the earliest deadline: it needs no GIL,
+prints every thread's stack and ends the process with status 1 (the journal then shows the config as started: a
+suspect, retried once by the next attempt). This takes over ``faulthandler.dump_traceback_later`` while a guarded
+phase runs.
 """
 
 from __future__ import annotations
@@ -15,18 +27,26 @@ from __future__ import annotations
 import atexit
 import faulthandler
 import logging
+import math
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("triton_dist_tune")
 
-#: exit status of a process ended by the watchdog
+#: exit status of a process ended by the watchdog (a hang)
 EXIT_CODE = 86
+#: exit status of a process ended because another rank's run raised while this one was inside a collective
+PEER_EXIT_CODE = 87
 #: seconds after the deadline at which the GIL-free faulthandler backstop ends the process
 BACKSTOP_S = 5.0
+#: how often the monitor reads the failure board while a guarded phase runs
+POLL_S = 0.5
+#: the most seconds a rank stays inside a config after another rank posted that this config raised there
+GRACE_S = 5.0
 
 
 def exchange_timeout(timeout: float) -> float:
@@ -38,22 +58,81 @@ def exchange_timeout(timeout: float) -> float:
     return timeout + max(1.0, 0.1 * timeout)
 
 
+def failure_grace(timeout: float) -> float:
+    """Seconds a rank may stay inside a config after another rank's run of it raised: enough to finish a run that
+    is not stuck, far less than the deadline of a hang."""
+    return min(GRACE_S, 0.5 * timeout)
+
+
+class Guard:
+    """The deadline of one tuning (one thread): :meth:`arm` and :meth:`disarm` bracket each guarded phase."""
+
+    def __init__(self, dog: Watchdog, board: Any = None, rank: int = 0) -> None:
+        self._dog, self.board, self.rank = dog, board, rank
+        self.deadline: float | None = None
+        self.what = ""
+        self.timeout = 0.0
+        self.index: int | None = None
+        self.on_fire: Callable[[], None] | None = None
+        self.on_peer: Callable[[Any], None] | None = None
+        self.seen: dict[int, float] = {}  # rank -> when its failure in the current config was first seen
+        self.polled = 0.0
+
+    def arm(self, timeout: float, what: str, on_fire: Callable[[], None], index: int | None = None,
+            on_peer: Callable[[Any], None] | None = None) -> None:
+        """Fire ``on_fire`` and end the process unless :meth:`disarm` comes within ``timeout`` seconds; with
+        ``index`` and a board, end it (after ``on_peer``) when another rank posts that config ``index`` raised."""
+        with self._dog.cond:
+            self.deadline = time.monotonic() + timeout
+            self.what, self.timeout, self.index = what, timeout, index
+            self.on_fire, self.on_peer = on_fire, on_peer
+            self.seen = {}
+        self._dog.watch(self)
+
+    def disarm(self) -> None:
+        """Cancel the deadline set by :meth:`arm`."""
+        with self._dog.cond:
+            self.deadline = None
+            self.on_fire = self.on_peer = None
+        self._dog.unwatch(self)
+
+    def close(self) -> None:
+        """The tuning is over: forget this guard."""
+        self.disarm()
+        self._dog.forget(self)
+
+    @property
+    def watches_board(self) -> bool:
+        return self.deadline is not None and self.index is not None and self.board is not None
+
+
 class Watchdog:
-    """One daemon thread per process; :meth:`arm` and :meth:`disarm` bracket one measurement phase."""
+    """One daemon thread per process that watches the deadline of every armed :class:`Guard`."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._deadline: float | None = None
-        self._what = ""
-        self._timeout = 0.0
-        self._on_fire: Callable[[], None] | None = None
+        self.cond = threading.Condition()
+        self._guards: list[Guard] = []
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._registered = False
 
-    def arm(self, timeout: float, what: str, on_fire: Callable[[], None]) -> None:
-        """Fire ``on_fire`` and end the process unless :meth:`disarm` comes within ``timeout`` seconds."""
-        with self._cond:
+    def guard(self, board: Any = None, rank: int = 0) -> Guard:
+        """A new guard for one tuning (watching ``board``, the group's failure board, when given)."""
+        guard = Guard(self, board, rank)
+        with self.cond:
+            self._guards.append(guard)
+        return guard
+
+    def forget(self, guard: Guard) -> None:
+        with self.cond:
+            if guard in self._guards:
+                self._guards.remove(guard)
+
+    def watch(self, guard: Guard) -> None:
+        """A guard was armed: start the thread if need be, wake it, and move the backstop."""
+        with self.cond:
+            if guard not in self._guards:
+                self._guards.append(guard)
             if self._thread is None:
                 if not self._registered:
                     atexit.register(self.stop)
@@ -61,69 +140,111 @@ class Watchdog:
                 self._stopping = False
                 self._thread = threading.Thread(target=self._watch, name="triton_dist_tune-watchdog", daemon=True)
                 self._thread.start()
-            self._deadline = time.monotonic() + timeout
-            self._what = what
-            self._timeout = timeout
-            self._on_fire = on_fire
-            self._cond.notify()
+            self.cond.notify()
+        self._backstop()
+
+    def unwatch(self, guard: Guard) -> None:
+        with self.cond:
+            self.cond.notify()
+        self._backstop()
+
+    def _backstop(self) -> None:
+        """faulthandler's timer at the earliest armed deadline plus BACKSTOP_S (cancelled when none is armed)."""
+        with self.cond:
+            deadlines = [g.deadline for g in self._guards if g.deadline is not None]
         try:
-            faulthandler.dump_traceback_later(timeout + BACKSTOP_S, exit=True)
+            if deadlines:
+                left = math.ceil(max(0.001, min(deadlines) - time.monotonic()) * 1000) / 1000
+                faulthandler.dump_traceback_later(left + BACKSTOP_S, exit=True)
+            else:
+                faulthandler.cancel_dump_traceback_later()
         except (AttributeError, OSError, RuntimeError, ValueError):  # no usable stderr: no backstop
             pass
 
-    def disarm(self) -> None:
-        """Cancel the deadline set by :meth:`arm`."""
-        self._cancel(stopping=False)
-
     def stop(self) -> None:
         """End the watchdog thread (at interpreter exit), so that no thread of ours outlives the interpreter."""
-        thread = self._cancel(stopping=True)
+        faulthandler.cancel_dump_traceback_later()
+        with self.cond:
+            self._stopping = True
+            thread, self._thread = self._thread, None
+            self.cond.notify()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=1.0)
 
-    def _cancel(self, stopping: bool) -> threading.Thread | None:
-        """Cancel the deadline and the backstop, and wake the thread; when ``stopping``, tell the thread to end and
-        return it (for the caller to join outside the lock)."""
-        faulthandler.cancel_dump_traceback_later()
-        with self._cond:
-            self._deadline = None
-            thread = None
-            if stopping:
-                self._stopping = True
-                thread, self._thread = self._thread, None
-            else:
-                self._on_fire = None
-            self._cond.notify()
-        return thread
-
     def _watch(self) -> None:
-        with self._cond:
+        with self.cond:
             while not self._stopping:
-                if self._deadline is None:
-                    self._cond.wait()
+                armed = [g for g in self._guards if g.deadline is not None]
+                if not armed:
+                    self.cond.wait()
                     continue
-                left = self._deadline - time.monotonic()
-                if left > 0:
-                    self._cond.wait(left)
-                    continue
-                self._fire()
+                now = time.monotonic()
+                late = [g for g in armed if g.deadline <= now]
+                if late:
+                    self._fire(late[0])
+                wait = min(g.deadline for g in armed) - now
+                if any(g.watches_board for g in armed):
+                    wait = min(wait, POLL_S)
+                    self.cond.release()
+                    try:  # the board is read outside the lock: a slow store must not block arm and disarm
+                        for g in armed:
+                            self._check_board(g)
+                    finally:
+                        self.cond.acquire()
+                self.cond.wait(max(0.001, wait))
 
-    def _fire(self) -> None:
+    def _check_board(self, guard: Guard) -> None:
+        index = guard.index
+        if not guard.watches_board or index is None:
+            return
+        try:
+            reports = [r for r in guard.board.read() if r.index == index and r.rank != guard.rank
+                       and (not r.ended or r.interrupted)]
+        except Exception:  # the store is going away: the deadline still holds
+            return
+        now = time.monotonic()
+        for report in reports:
+            first = guard.seen.setdefault(report.rank, now)
+            if now - first >= failure_grace(guard.timeout) and guard.index == index and guard.deadline is not None:
+                self._peer_fire(guard, report)
+
+    def _fire(self, guard: Guard) -> None:
         from ..disk.logs import global_rank
 
-        message = (f"triton_dist_tune: watchdog: rank {global_rank()}: {self._what} did not finish within "
-                   f"{self._timeout:g} s (autotune timeout / TRITON_DIST_AUTOTUNE_TIMEOUT); recorded as hung in "
-                   f"the journal; ending this process with exit status {EXIT_CODE}")
+        message = (f"triton_dist_tune: watchdog: rank {global_rank()}: {guard.what} did not finish within "
+                   f"{guard.timeout:g} s (autotune timeout / TRITON_DIST_AUTOTUNE_TIMEOUT); recorded as hung in "
+                   f"the journal; ending this process with exit status {EXIT_CODE}; resume with torchrun "
+                   "--max-restarts or by running the job again (the config is left out)")
         try:
-            if self._on_fire is not None:
-                self._on_fire()
+            if guard.on_fire is not None:
+                guard.on_fire()
         finally:
-            # with no handler configured, logging's last resort prints this on stderr
-            log.critical(message)
-            for handler in logging.getLogger("triton_dist_tune").handlers:
-                handler.flush()
-            sys.stderr.flush()
-            os._exit(EXIT_CODE)
+            _end(message, EXIT_CODE)
+
+    def _peer_fire(self, guard: Guard, report: Any) -> None:
+        from ..disk.logs import global_rank
+
+        message = (f"triton_dist_tune: rank {global_rank()}: {report.describe()}, while this rank was still inside "
+                   f"{guard.what} (in a collective of the function, waiting for that rank): a process can only "
+                   f"leave a collective by ending, so this one ends now with exit status {PEER_EXIT_CODE}. The "
+                   "config is journaled as failed: resume with torchrun --max-restarts or by running the job again")
+        try:
+            if guard.on_peer is not None:
+                guard.on_peer(report)
+            guard.board.post_ended(guard.rank, report)
+        except Exception:
+            pass
+        finally:
+            _end(message, PEER_EXIT_CODE)
+
+
+def _end(message: str, code: int) -> None:
+    """Print ``message`` (with no handler configured, logging's last resort prints it on stderr) and exit."""
+    log.critical(message)
+    for handler in logging.getLogger("triton_dist_tune").handlers:
+        handler.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 WATCHDOG = Watchdog()

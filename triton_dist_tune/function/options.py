@@ -16,6 +16,7 @@ from ..measure.arguments import check_names
 from ..measure.lockstep import Plan
 from ..measure.race import RacePlan
 from ..measure.timing import timing_mode
+from .policy import check_policy
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class TuneOptions:
     batch: int | None = None
     budget: float | None = None
     cache_key_extra: str | Callable[[], str] | None = None
+    undecided: str | None = None
+    distance: Callable[[Any, Any], float | None] | None = None
 
     def __post_init__(self) -> None:
         if self.n_warmup < 0 or self.n_repeat < 1:
@@ -61,6 +64,9 @@ class TuneOptions:
             raise BadInputError(f"batch must be a whole number of calls >= 1, got {self.batch!r}")
         if self.budget is not None and not 0 < self.budget < float("inf"):
             raise BadInputError(f"budget must be a positive number of seconds, got {self.budget!r}")
+        check_policy(self.undecided)
+        if self.distance is not None and not callable(self.distance):
+            raise BadInputError("distance must be callable: distance(key, decided_key) -> float or None")
         timing_mode(self.timing)  # reject a bad mode now; the environment may still override it per call
 
     def for_function(self, fn: Callable[..., Any]) -> TuneOptions:

@@ -15,6 +15,7 @@ from ..measure.replicas import Layout
 from ..records import Decision
 from ..space import CALL_KEYWORDS, check_no_clash, check_space_signature, describe, validate_space
 from .options import TuneOptions
+from .policy import Undecided
 from .tuning import Tuning
 
 log = logging.getLogger("triton_dist_tune")
@@ -52,6 +53,8 @@ class Tuner:
         self.source = source_of(fn)
         self._dependencies: str | None = None
         self._overwrite_warned: set[str] = set()
+        #: what a call does with a key not decided yet (``undecided=``)
+        self.undecided = Undecided(self.name, options.undecided, options.distance)
         #: decisions of calls on the default group, key -> config (the hot path reads this)
         self.decided: dict[Hashable, dict[str, Any]] = {}
         #: decisions of calls with an explicit group, (group identity: kind, name, global ranks; key) -> config
@@ -92,6 +95,9 @@ class Tuner:
         if layout is not None:
             table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
         config = table.get(slot) if key_error is None else None
+        if config is None and key_error is None:  # ``undecided="nearest"|"first"``: no tuning, no communication
+            config = self.undecided.serve(table, slot, table is self.decided_in,
+                                          lambda: self._first_config(args, kwargs, overwrite), group.rank)
         if config is not None and problem:
             raise BadInputError(problem)  # decided: the other ranks are not tuning, so nothing to agree on
         if config is None:

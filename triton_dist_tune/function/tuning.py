@@ -7,8 +7,9 @@ The protocol, every step on every rank of the group:
    ``key_fn`` that raised, or a config that clashes with the call's keywords, raises the same error everywhere.
 2. **Cache**: group rank 0 alone reads the disk cache and broadcasts what it found.
 3. **Prune**: ``prune_fn`` runs on every rank; a config is kept only where every rank keeps it.
-4. **Resume**: the ranks gather their crash journals; configs already measured are not measured again, configs
-   that crashed, hung or failed in an earlier attempt are left out.
+4. **Resume**: the ranks gather their crash journals once and merge them into one view
+   (:mod:`~triton_dist_tune.faults.recovery`, across replicas too); configs stopped are not measured again, configs
+   that hung or failed in an earlier attempt (or crashed in two) are left out, suspects are measured again.
 5. **Measure**: see :mod:`triton_dist_tune.measure`: a warm-up, then a race of interleaved rounds in which
    clearly slower configs leave early (or sharded measuring, for rank-local functions).
 6. **Decide**: the least group time among the configs left in the race wins (ties: the lower index); group rank 0
@@ -27,7 +28,9 @@ from .. import settings
 from ..disk import logs
 from ..disk.cache import entry_id
 from ..errors import AllConfigsFailedError, BadInputError, describe_error
-from ..faults.journal import Journal, merge
+from ..faults.journal import Journal
+from ..faults.recovery import across, interruptible, journal_path, shared_view
+from ..faults.watchdog import WATCHDOG, Guard
 from ..group.channel import Group
 from ..measure.lockstep import Measurer, Todo
 from ..measure.precompile import precompile
@@ -121,10 +124,16 @@ class Tuning:
             kept = self.layout.keep_everywhere(kept, f"{label} prune", self.timeout)
         journal = self._journal()
         ended = False
+        board = group.board()
+        guard = WATCHDOG.guard(board, group.rank)
         try:
-            gathered = group.allgather(journal.read(), f"{label} journal exchange", timeout=self.timeout)
-            earlier = merge(gathered, tuner.descriptions, only_job=env.job_id if env.always_tune else False)
-            decision = self._measure(kept, earlier, journal, fingerprint(f"{self.key_text}\n{tuner.space_text}"))
+            earlier = shared_view(group, journal, tuner.descriptions, env.job_id if env.always_tune else False,
+                                  f"{label} journal exchange", self.timeout)
+            if self.layout is not None:  # the leaders' round reads every replica's journals too
+                earlier = across(self.layout.replicas, earlier, f"{label} journals across replicas", self.timeout)
+            with interruptible():
+                decision = self._measure(kept, earlier, journal, fingerprint(f"{self.key_text}\n{tuner.space_text}"),
+                                         guard)
             decision.seconds = time.perf_counter() - self.started
             writes = self.layout is None or self.layout.reads_cache
             try:
@@ -134,6 +143,8 @@ class Tuning:
                 raise
             ended = True
         finally:
+            guard.close()
+            board.close()
             if ended:
                 journal.remove()
             journal.close()
@@ -155,18 +166,17 @@ class Tuning:
         """This rank's crash journal for the entry: its file names the group (name and global ranks)."""
         group = self.group
         ranks = list(getattr(group, "global_ranks", []) or [])
-        tag = fingerprint(repr(group.identity))[:10]
-        return Journal(self.tuner.cache.folder / f"{self.entry}.{tag}.rank{group.rank}.journal",
+        return Journal(journal_path(self.tuner.cache.folder, self.entry, group),
                        {"job": self.env.job_id, "group": group.name, "ranks": ranks})
 
     def _measure(self, kept: list[int], earlier: dict[int, dict[str, Any]], journal: Journal,
-                 seed: str) -> Decision:
+                 seed: str, guard: Guard) -> Decision:
         """Steps 4 and 5: resume from the journals, precompile, measure; returns the group's choice."""
         tuner, layout = self.tuner, self.layout
         trial, state = prepare(tuner, self.group, self.label, self.args, self.kwargs, self.timeout)
         timing = timing_mode(tuner.options.timing)
         measurer = Measurer(self.group, trial, tuner.options.plan(self.timeout, timing, seed), journal,
-                            logs.rank_log(), self.label)
+                            logs.rank_log(), self.label, guard)
         share = kept if layout is None else layout.share(kept)
         outcomes, todo = self._resume(share, earlier)
         outcomes += [Outcome(i, tuner.descriptions[i], "pruned") for i in range(len(tuner.space)) if i not in kept]
@@ -177,6 +187,9 @@ class Tuning:
                                   tuner.options.refine_top, self.label, self.timeout, len(share), timing)
             else:
                 outcomes += measurer.sharded(todo) if tuner.options.sharded else measurer.lockstep(todo)
+        except (KeyboardInterrupt, SystemExit) as exc:  # SIGINT, SIGTERM: journaled, and no config is blamed
+            measurer.interrupted(exc)
+            raise
         finally:
             if state is not None:
                 state.put_back()
@@ -189,8 +202,12 @@ class Tuning:
         outcomes: list[Outcome] = []
         todo: list[Todo] = []
         for i in share:
-            resumed = Outcome.from_json({**earlier[i], "index": i}) if i in earlier else None
-            if resumed is not None and resumed.state in ("failed", "stopped"):
+            known = earlier.get(i, {}).get("state") in ("failed", "stopped")
+            resumed = Outcome.from_json({**earlier[i], "index": i}) if known else None
+            if i in earlier and not known:
+                logs.rank_log().info("%s config %d from the journal: %s", self.label, i, earlier[i].get("error") or
+                                     earlier[i]["state"])
+            if resumed is not None:
                 resumed.resumed = True
                 outcomes.append(resumed)
                 logs.rank_log().info("%s config %d from the journal: %s", self.label, i, resumed)

@@ -18,12 +18,13 @@ makes every waiting rank raise :class:`GroupTimeoutError` naming the missing ran
 
 from __future__ import annotations
 
+import json
 import logging
 import operator
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .. import settings
@@ -112,6 +113,87 @@ class Group:
     def barrier(self, what: str, timeout: float | None = None) -> None:
         """Wait until every rank has arrived here."""
         self.combine(None, what, _nothing, timeout)
+
+    def board(self) -> Board:
+        """A failure board for one tuning, outside the exchange sequence (every rank calls this at the same point
+        of the sequence). This base has none: a rank learns of another's failure at the next exchange."""
+        return Board()
+
+
+@dataclass(frozen=True)
+class FailureReport:
+    """What a rank posts on the failure board: its run of config ``index`` raised ``error`` (or, with ``ended``,
+    that it ended its process after ``error``, another rank's failure, reached it inside that config)."""
+
+    rank: int
+    index: int
+    config: str
+    error: str
+    ended: bool = False
+    #: the rank whose failure this is (the poster itself unless ``ended``)
+    origin: int = -1
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the poster was interrupted (SIGINT, SIGTERM): it ended, and no config is to blame."""
+        return self.ended and self.error.startswith("interrupted")
+
+    def describe(self) -> str:
+        """'rank r failed in config i (config): error'."""
+        origin = self.rank if self.origin < 0 else self.origin
+        return f"rank {origin} failed in config {self.index} ({self.config}): {self.error}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> FailureReport | None:
+        """The report in ``text``, or None when it is not one (plain data only: nothing read is executed)."""
+        try:
+            data = json.loads(text)
+            report = cls(**{k: data[k] for k in ("rank", "index", "config", "error", "ended", "origin")})
+        except (ValueError, TypeError, KeyError):
+            return None
+        ok = (type(report.rank) is int and type(report.index) is int and type(report.origin) is int
+              and isinstance(report.config, str) and isinstance(report.error, str) and type(report.ended) is bool)
+        return report if ok else None
+
+
+class Board:
+    """The failure board of one tuning: where a rank whose run raised says so at once, so that ranks stuck in a
+    collective of the function (waiting for it) can end promptly with the real error. This base is a board nobody
+    reads (a single process, or a channel without a side channel: MPI)."""
+
+    def post(self, report: FailureReport) -> None:
+        """Post this rank's failure."""
+
+    def post_ended(self, rank: int, report: FailureReport) -> None:
+        """Post that ``rank`` ends its process because of ``report`` (another rank's failure)."""
+        self.post(FailureReport(rank, report.index, report.config, report.error, True,
+                                report.rank if report.origin < 0 else report.origin))
+
+    def read(self) -> list[FailureReport]:
+        """Every report posted so far (cheap: read by the watchdog's monitor twice a second)."""
+        return []
+
+    def close(self) -> None:
+        """The tuning is over."""
+
+
+class RankEnded(Exception):
+    """Raised inside a wait when the failure board shows that ranks the wait needs have ended."""
+
+
+def ended_message(reports: Sequence[FailureReport], missing: Sequence[int]) -> str | None:
+    """The error of a rank that waits for ``missing`` ranks when ``reports`` say some of them ended, else None."""
+    ended = sorted({r.rank for r in reports if r.ended and r.rank in missing})
+    if not ended:
+        return None
+    failures = [r for r in reports if not r.ended] or [r for r in reports if r.ended]
+    first = failures[0]
+    return (f"triton_dist_tune: {first.describe()}; group rank(s) {ended} ended their process to leave a "
+            "collective of the function. The config is journaled as failed: resume with torchrun --max-restarts "
+            "or by running the job again")
 
 
 def _nothing(values: list[Any]) -> None:

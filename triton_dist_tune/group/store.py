@@ -11,8 +11,24 @@ from datetime import timedelta
 from typing import Any
 
 from .. import settings
-from ..errors import BadInputError, GroupTimeoutError
-from .channel import NOT_A_MEMBER, Failed, Group, default_timeout, report_waiting, run_on_root, unwrap, wait_in_slices
+from ..errors import BadInputError, GroupTimeoutError, RankFailedError
+from .channel import (
+    NOT_A_MEMBER,
+    Board,
+    Failed,
+    FailureReport,
+    Group,
+    RankEnded,
+    default_timeout,
+    ended_message,
+    report_waiting,
+    run_on_root,
+    unwrap,
+    wait_in_slices,
+)
+
+#: while a failure board is open, a waiting rank reads it between store waits of this many seconds
+BOARD_SLICE_S = 1.0
 
 #: group identity -> how many channels this process made for it (a group destroyed and created again gets a new one)
 _incarnations: dict[tuple, int] = {}
@@ -64,6 +80,7 @@ class StoreGroup(Group):
         self._prefix = namespace(self.name, self.global_ranks, attempt, incarnation)
         self._seq = 0
         self._lock = threading.Lock()
+        self._board: StoreBoard | None = None
 
     @property
     def store(self) -> Any:
@@ -120,12 +137,32 @@ class StoreGroup(Group):
         late = [r for r in range(1, self.size) if r != self.rank and not self._arrived(self._key(seq, r))]
         return late or [0]
 
+    def board(self) -> Board:
+        """A failure board under this group's prefix, scoped to the exchange sequence number now (the same on
+        every rank: each calls this at the same point of the sequence)."""
+        with self._lock:
+            board = self._board = StoreBoard(self, f"{self._prefix}board/{self._seq}/")
+        return board
+
     def _wait(self, keys: list[str], what: str, timeout: float, missing: Callable[[], list[int]]) -> None:
         started = time.monotonic()
+        board, every = self._board, settings.current().progress_s
+        reported = [0.0]
+
+        def between_slices(waited: float) -> None:
+            if board is not None:  # ranks that ended to leave a collective never arrive: stop waiting for them
+                message = ended_message(board.read(), missing())
+                if message is not None:
+                    raise RankEnded(message)
+            if waited - reported[0] >= 0.999 * every:
+                reported[0] = waited
+                report_waiting(self.rank, self.title, what, missing(), self.global_ranks, waited, timeout)
+
         try:
             wait_in_slices(lambda seconds: self.store.wait(keys, timedelta(seconds=seconds)), timeout,
-                           lambda waited: report_waiting(self.rank, self.title, what, missing(), self.global_ranks,
-                                                         waited, timeout))
+                           between_slices, every=min(every, BOARD_SLICE_S) if board is not None else every)
+        except RankEnded as exc:
+            raise RankFailedError(str(exc)) from None
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
             waited = time.monotonic() - started
             if waited < 0.9 * timeout:  # not a timeout: the store itself went away
@@ -149,6 +186,39 @@ class StoreGroup(Group):
             f"{timeout:g} s at '{what}' for group ranks {list(missing)} (global {globals_}), which never arrived: "
             "they crashed, hung, or called the tuned function with another autotune_pg or key."
         )
+
+
+class StoreBoard(Board):
+    """A failure board in the job's store, outside the exchange sequence: ``<scope>count`` counts the reports,
+    ``<scope><n>`` holds the n-th as JSON (plain data: nothing read is executed). Reading it costs one request
+    while nothing new was posted."""
+
+    def __init__(self, group: StoreGroup, scope: str) -> None:
+        self.group, self.scope = group, scope
+        self._seen: list[FailureReport] = []
+        self._lock = threading.Lock()
+
+    def post(self, report: FailureReport) -> None:
+        store = self.group.store
+        n = store.add(f"{self.scope}count", 1)
+        store.set(f"{self.scope}{n}", report.to_json())
+
+    def read(self) -> list[FailureReport]:
+        with self._lock:
+            store = self.group.store
+            count = store.add(f"{self.scope}count", 0)
+            for n in range(len(self._seen) + 1, count + 1):
+                key = f"{self.scope}{n}"
+                if not store.check([key]):
+                    break  # counted, not written yet: next time
+                report = FailureReport.from_json(store.get(key))
+                self._seen.append(report if report is not None else FailureReport(-1, -1, "", "unreadable"))
+            return [r for r in self._seen if r.rank >= 0]
+
+    def close(self) -> None:
+        with self.group._lock:
+            if self.group._board is self:
+                self.group._board = None
 
 
 def _job_store() -> Any:

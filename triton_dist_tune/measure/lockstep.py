@@ -29,26 +29,21 @@ exchange at the end shares every outcome.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DevicePoisonedError, GroupTimeoutError, WrongResult, describe_error
+from ..errors import DevicePoisonedError, GroupTimeoutError, RankFailedError, WrongResult, describe_error
 from ..faults.journal import Journal
-from ..faults.watchdog import WATCHDOG, exchange_timeout
-from ..group.channel import Group
+from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
+from ..group.channel import Board, Group
 from ..records import Outcome
 from .arguments import ArgumentState
+from .guarding import POISONED, Guarding
 from .race import Race, RacePlan
 from .stats import median, spread
 from .timing import PROBE_CALLS, batch_length, time_sample
-
-#: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too
-POISONED = re.compile(r"illegal memory access|unspecified launch failure|misaligned address|device-side assert"
-                      r"|illegal instruction|hardware stack error|uncorrectable ECC"
-                      r"|CUDA_ERROR_(?:ILLEGAL|LAUNCH_FAILED|MISALIGNED|ASSERT)", re.IGNORECASE)
 
 #: (index, config, description) of a config to measure
 Todo = tuple[int, dict[str, Any], str]
@@ -152,33 +147,20 @@ def by_rank(errors: Sequence[str | None]) -> str:
     return "; ".join(f"rank {r}: {e}" for r, e in enumerate(errors) if e)
 
 
-class Measurer:
+class Measurer(Guarding):
     """Runs the measurement of one tuning call of one key (see the module docstring)."""
 
     def __init__(self, group: Group, trial: Trial, plan: Plan, journal: Journal, log: logging.Logger,
-                 label: str) -> None:
+                 label: str, guard: Guard | None = None) -> None:
         self.group, self.trial, self.plan, self.journal, self.log, self.label = group, trial, plan, journal, log, label
         self.cold = plan.timing == "cold"
+        #: this tuning's deadline and failure board (see :mod:`~triton_dist_tune.faults.watchdog`)
+        self.guard = guard if guard is not None else WATCHDOG.guard(Board(), group.rank)
+        self._posted: set[int] = set()
+        self._current: tuple[int, str] | None = None  # the config in flight
+        self._deferred: str | None = None  # sharded: a poisoning failure, raised on every rank after the exchange
 
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
-
-    def _guarded(self, index: int, desc: str, phase: str, runs: Callable[[], Any]) -> tuple[Any, str | None]:
-        """Run ``runs`` under the watchdog; returns (its result, None) or (None, error)."""
-        def on_fire() -> None:
-            self.journal.append(index, "hung", config=desc, error=f"{phase} exceeded {self.plan.timeout:g} s")
-            self.log.error("%s config %d %s: HUNG past %g s: %s", self.label, index, phase, self.plan.timeout, desc)
-
-        WATCHDOG.arm(self.plan.timeout, f"{self.label} config {index} ({desc}) {phase}", on_fire)
-        try:
-            result = runs()
-            self.trial.clock.synchronize()
-            return result, None
-        except GroupTimeoutError:
-            raise  # the group itself broke down: not this config's fault, and not recoverable here
-        except Exception as exc:  # a failing config is data, not a crash
-            return None, describe_error(exc)
-        finally:
-            WATCHDOG.disarm()
 
     def _aligned(self, runs: Sequence[Callable[[], Any]], index: int | None, phase: str) -> list[Any]:
         """Call each of ``runs`` in turn. With ``index`` (lock-step), the ranks start every run together and all
@@ -195,8 +177,9 @@ class Measurer:
                 break
             try:
                 results.append(run())
-            except Exception as exc:  # reported after the loop, once every rank has stopped
+            except Exception as exc:  # reported after the loop, once every rank has stopped; posted at once
                 failure = exc
+                self._post(index, self._current[1] if self._current else "", describe_error(exc))
         if failure is not None:
             raise failure
         return results
@@ -287,14 +270,17 @@ class Measurer:
         """Share this rank's outcome of a phase (reduced on group rank 0: :func:`combine_phase`); its own failure
         is journaled first and named in a timeout."""
         if error:
-            self.journal.append(index, "local_failure", config=desc, error=error)
+            self._post(index, desc, error)
         try:
             return self.group.combine(value, f"{self.label} config {index} {phase}", combine_phase,
                                       exchange_timeout(self.plan.timeout))
+        except RankFailedError:
+            raise  # the board names the failure (this rank's or another's): the same text everywhere
         except GroupTimeoutError as exc:
             if not error:
                 raise
-            raise GroupTimeoutError(f"{exc}; on this rank, config {index} ({desc}) had failed: {error}") from exc
+            raise RankFailedError(f"triton_dist_tune: rank {self.group.rank} failed in config {index} ({desc}): "
+                                  f"{error}; then: {exc}") from exc
 
     # -- sharded ---------------------------------------------------------------------------------------------------
 
@@ -304,6 +290,8 @@ class Measurer:
         for position, (index, config, desc) in enumerate(todo):
             if position % self.group.size != self.group.rank:
                 continue
+            if self._deferred is not None or self._peer_poisoned():
+                break  # a poisoned context fails everything after it: go and tell the others
             wanted, error = self._warm(index, config, desc, aligned=False)
             samples: list[float] = []
             if error is None:
@@ -313,7 +301,7 @@ class Measurer:
                     index, desc, "sharded",
                     lambda c=config, b=batch, n=count: [self.trial.sample(c, b, self.cold) for _ in range(n)])
             if error:
-                mine.append(self._failed(index, desc, f"rank {self.group.rank}: {error}"))
+                mine.append(self._failed(index, desc, f"rank {self.group.rank}: {error}", sharded=True))
             else:
                 time_ms = median(samples)
                 mine.append(self._final(Outcome(index, desc, "measured", time=time_ms, spread=spread(samples),
@@ -322,7 +310,10 @@ class Measurer:
         share = -(-len(todo) // self.group.size)  # the most configs one rank measures, each under the watchdog
         shared = self.group.allgather(mine, f"{self.label} sharded results",
                                       exchange_timeout(self.plan.timeout) * max(1, share))
-        return sorted((outcome for outcomes in shared for outcome in outcomes), key=lambda o: o.index)
+        outcomes = sorted((outcome for outcomes in shared for outcome in outcomes), key=lambda o: o.index)
+        for outcome in outcomes:  # the same outcomes everywhere: the same DevicePoisonedError on every rank
+            self._stop_if_poisoned(outcome.index, outcome.config, outcome.error or "")
+        return outcomes
 
     # -- outcomes --------------------------------------------------------------------------------------------------
 
@@ -330,11 +321,14 @@ class Measurer:
         """Record a config the group already knows to be failed (e.g. it did not compile on some rank)."""
         return self._failed(index, desc, error)
 
-    def _failed(self, index: int, desc: str, text: str) -> Outcome:
+    def _failed(self, index: int, desc: str, text: str, sharded: bool = False) -> Outcome:
         outcome = Outcome(index, desc, "failed", error=text)
         self.journal.record(outcome)
         self.log.info("%s config %d FAILED (%s): %s", self.label, index, text, desc)
-        self._stop_if_poisoned(index, desc, text)
+        if sharded and POISONED.search(text):
+            self._deferred = text  # raised after the exchange of outcomes, on every rank alike
+        else:
+            self._stop_if_poisoned(index, desc, text)
         return outcome
 
     def _final(self, outcome: Outcome) -> Outcome:

@@ -1,0 +1,120 @@
+"""Multi-rank scenarios of tuning campaigns and of the undecided-key policy, run by tests/test_campaign.py.
+
+Usage: python campaign_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set, or under torchrun). Each
+rank appends ``key variant`` to ``$CALLS_DIR/rankN`` for every call of the tuned function and prints ``RESULT``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main
+
+import triton_dist_tune as tdt
+from triton_dist_tune.group.resolve import resolve_group
+
+SIZES = [8 * (i + 1) for i in range(8)]  # the campaign's keys: x.shape[0]
+SPACE = [{"variant": v} for v in range(3)]
+
+
+def best_variant(size: int) -> int:
+    return (size // 8) % 3
+
+
+def record(rank: int, size: int, variant: int) -> None:
+    with open(Path(os.environ["CALLS_DIR"]) / f"rank{rank}", "a") as f:
+        f.write(f"{size} {variant}\n")
+
+
+def slow(size: int, variant: int) -> None:
+    """The best variant of a key takes 2 ms, the others 12 ms."""
+    time.sleep(0.002 if variant == best_variant(size) else 0.012)
+
+
+@case
+def local():
+    """A rank-local function and 8 keys: a campaign, then (policy) a call at a key never tuned."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    kill_at = int(os.environ.get("KILL_AT_BUILD", "0"))  # SIGKILL this rank as it builds its n-th call
+    built: list[int] = []
+
+    def make(n: int) -> torch.Tensor:
+        built.append(n)
+        if len(built) == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return torch.ones(n)
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold", name="local")
+    def kernel(x, *, variant):
+        size = x.shape[0]
+        record(rank, size, variant)
+        slow(size, variant)
+        return x * (variant + 1)
+
+    summary = tdt.campaign(kernel, make, SIZES, local=True)
+    decided = {str(k): v["variant"] for k, v in kernel.tuner.decided.items()}
+    channel = resolve_group(None)
+    seq = channel._seq
+    os.environ["TRITON_DIST_AUTOTUNE_UNDECIDED"] = "nearest"
+    before = len(open(Path(os.environ["CALLS_DIR"]) / f"rank{rank}").read().splitlines())
+    out = kernel(torch.ones(12))  # between 8 and 16: a tie, broken by the key's text ("16" < "8")
+    out2 = kernel(torch.ones(61))  # nearest: 64
+    calls = open(Path(os.environ["CALLS_DIR"]) / f"rank{rank}").read().splitlines()[before:]
+    os.environ["TRITON_DIST_AUTOTUNE_UNDECIDED"] = "first"
+    out3 = kernel(torch.ones(100))
+    emit(rank=rank, decided=decided, summary=summary.to_json(), exchanges=channel._seq - seq, policy_calls=calls,
+         nearest=[out[0].item() - 1, out2[0].item() - 1, out3[0].item() - 1], text=summary.text())
+
+
+@case
+def replicas():
+    """4 ranks as 2 replicas of a 2-rank group, a collective function and 4 keys."""
+    tdt.init_distributed(backend="gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    tp_groups = [dist.new_group([s, s + 1]) for s in range(0, world, 2)]
+    across_groups = [dist.new_group(list(range(p, world, 2))) for p in range(2)]
+    tp, across = tp_groups[rank // 2], across_groups[rank % 2]
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold", name="collective")
+    def layer(x, *, variant):
+        record(rank, x.shape[0], variant)
+        slow(x.shape[0], variant)
+        y = x * (variant + 1)
+        dist.all_reduce(y, group=tp)
+        return y
+
+    summary = tdt.campaign(layer, lambda n: torch.ones(n), SIZES[:4], pg=tp, replicas=across)
+    decided = {str(slot[-1]): v["variant"] for slot, v in layer.tuner.decided_in.items()}
+    out = layer(torch.ones(8), autotune_pg=tp, autotune_replicas=across)  # decided: the hot path
+    emit(rank=rank, decided=decided, summary=summary.to_json(), out=out[0].item())
+
+
+@tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold", name="cli")
+def cli_kernel(x, *, variant):
+    record(int(os.environ["RANK"]), x.shape[0], variant)
+    slow(x.shape[0], variant)
+    return x
+
+
+def cli_build(n: int) -> torch.Tensor:
+    return torch.ones(n)
+
+
+@case
+def cli():
+    """``triton-dist-tune campaign`` on this module's rank-local function, 4 keys."""
+    from triton_dist_tune.cli.commands import main as command
+
+    rc = command(["campaign", "campaign_cases:cli_kernel", "--calls", "campaign_cases:cli_build", "--keys", "8", "16",
+                  "24", "32", "--local", "--backend", "gloo", "--json", os.environ["SUMMARY"]])
+    emit(rank=dist.get_rank(), rc=rc)
+
+
+if __name__ == "__main__":
+    main()

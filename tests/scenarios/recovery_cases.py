@@ -1,0 +1,80 @@
+"""Recovery scenarios (issue 17) run as real ranks by tests/test_recovery.py; the fault-injected ``tune`` case
+lives in fault_cases.py.
+
+- ``two_threads``: two threads tune two functions at once on two groups; ``hang`` (config 1 of the first) sleeps
+  for an hour on every rank once the second thread is about to start. Only the first tuning's own deadline ends it.
+- ``sharded_poison``: ``sharded=True`` on a rank-local function; config 1 raises the error torch raises after an
+  illegal memory access on rank 1 (its share), while rank 0 measures a slow share of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import _cases
+import torch
+import torch.distributed as dist
+from _cases import case, main
+
+import triton_dist_tune as tdt
+
+
+@case
+def two_threads():
+    tdt.init_distributed()
+    pair = dist.new_group([0, 1])
+    hanging = threading.Event()
+
+    @tdt.autotune(config_space=[{"v": 0}, {"v": 1}], key_fn=lambda x: 0, n_warmup=1, n_repeat=1, timing="cold",
+                  name="first")
+    def first(x, *, v):
+        if v == 1:
+            hanging.set()
+            time.sleep(3600)  # a hung kernel: only this tuning's deadline ends it
+        return x + v
+
+    @tdt.autotune(config_space=[{"v": v} for v in range(3)], key_fn=lambda x: 0, n_warmup=1, n_repeat=2,
+                  timing="cold", name="second")
+    def second(x, *, v):
+        time.sleep(0.05)
+        return x + v
+
+    def tune_second():
+        hanging.wait(60)
+        second(torch.ones(2), autotune_pg=pair)  # arms and disarms its own deadline while the first one hangs
+        _cases.emit(rank=dist.get_rank(), second_done=time.time())
+
+    other = threading.Thread(target=tune_second)
+    other.start()
+    first(torch.ones(2), autotune_pg=dist.group.WORLD)
+    _cases.emit(rank=dist.get_rank(), first_done=True)  # never: config 1 hangs
+    other.join()
+
+
+@case
+def sharded_poison():
+    tdt.init_distributed()
+    me = dist.get_rank()
+
+    @tdt.autotune(config_space=[{"v": v} for v in range(6)], key_fn=lambda x: 0, n_warmup=1, n_repeat=2,
+                  timing="cold", sharded=True, name="sharded")
+    def local(x, *, v):
+        if v == 1 and me == 1:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered (injected)")
+        time.sleep(0.3 if me == 0 else 0.01)
+        return x + v
+
+    t0 = time.time()
+    try:
+        local(torch.ones(2))
+        _cases.emit(rank=me, error=None)
+    except tdt.AutotuneError as exc:
+        _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.time() - t0)
+    dist.barrier()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""``triton-dist-tune campaign``: run a tuning campaign from the command line, under torchrun or mpiexec.
+
+``torchrun --nproc-per-node 8 -m triton_dist_tune campaign pkg.kernels:gemm_fn --calls pkg.kernels:build
+--keys 1 2 4 8 16 --local`` imports the decorated function and the builder of its calls (``module:name``, or
+``path/to/file.py:name``), starts the job's default group (``init_distributed``) when a launcher started several
+ranks, runs :func:`~triton_dist_tune.campaign` and prints its summary on rank 0 (``--json FILE`` writes it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def load(spec: str) -> Any:
+    """The object named by ``module:name`` or ``file.py:name``."""
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise ValueError(f"{spec!r} is not MODULE:NAME or FILE.py:NAME")
+    if where.endswith(".py"):
+        path = Path(where).resolve()
+        sys.path.insert(0, str(path.parent))
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        if module_spec is None or module_spec.loader is None:
+            raise ValueError(f"cannot import {where}")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[path.stem] = module
+        module_spec.loader.exec_module(module)
+    else:
+        sys.path.insert(0, str(Path.cwd()))
+        module = importlib.import_module(where)
+    return getattr(module, name)
+
+
+def _key(text: str) -> Any:
+    """A key from the command line: JSON (lists become tuples), else the text itself."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return tuple(_key(json.dumps(v)) for v in value) if isinstance(value, list) else value
+
+
+def _groups(size: int) -> tuple[Any, Any]:
+    """Groups of ``size`` consecutive ranks and the replica groups linking their positions: (mine, my replicas)."""
+    import torch.distributed as dist
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if size < 1 or world % size:
+        raise ValueError(f"--group-size {size} does not divide the {world} ranks")
+    groups = [dist.new_group(list(range(s, s + size))) for s in range(0, world, size)]
+    replicas = [dist.new_group(list(range(p, world, size))) for p in range(size)]
+    return groups[rank // size], replicas[rank % size]
+
+
+def cmd_campaign(args: argparse.Namespace) -> int:
+    import triton_dist_tune as tdt
+    from triton_dist_tune import settings
+
+    launcher = settings.launcher()
+    if (launcher.world_size or 1) > 1:
+        tdt.init_distributed(backend=args.backend)
+    tuned, build = load(args.function), load(args.calls)
+    pg = replicas = None
+    if args.group_size:
+        import torch.distributed as dist
+
+        if args.group_size < dist.get_world_size():
+            pg, replicas = _groups(args.group_size)
+    keys = [_key(k) for k in args.keys]
+    summary = tdt.campaign(tuned, build, keys, local=True if args.local else None, pg=pg, replicas=replicas)
+    if args.json and (launcher.rank or 0) == 0:
+        Path(args.json).write_text(json.dumps(summary.to_json(), indent=1, default=str))
+    return 1 if summary.failed else 0
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``campaign`` on the command line's subparsers."""
+    p = sub.add_parser("campaign", help="tune a function at many keys, spread over the job's ranks (run it under "
+                       "torchrun or mpiexec)")
+    p.add_argument("function", help="the function decorated with autotune: MODULE:NAME or FILE.py:NAME")
+    p.add_argument("--calls", required=True, help="calls(key) -> the call's arguments (MODULE:NAME or FILE.py:NAME)")
+    p.add_argument("--keys", nargs="+", required=True, help="the keys given to --calls (JSON values, e.g. 16 "
+                   "'[16, 4096]')")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("--local", action="store_true", help="the function talks to no other rank: every rank "
+                       "tunes its share of the keys alone")
+    scope.add_argument("--group-size", type=int, help="the function is collective over groups of this many "
+                       "consecutive ranks: the keys are split between the groups (replicas)")
+    p.add_argument("--backend", help="torch.distributed backend (default: nccl with CUDA, else gloo)")
+    p.add_argument("--json", metavar="FILE", help="write the summary as JSON (rank 0)")
+    p.set_defaults(run=cmd_campaign)

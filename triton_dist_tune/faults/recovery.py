@@ -1,0 +1,108 @@
+"""The recovery layer of both tuners: journals named by group, gathered and merged once per tuning into a view
+every rank shares, from which every resume decision is taken (never from a rank's own file).
+
+- :func:`journal_path`: where a rank's journal of a cache entry lives: ``<entry>.<group>.rank<r>.journal``, where
+  ``<group>`` fingerprints the group's identity (kind, name, global ranks), for ``autotune`` and
+  ``contextual_autotune`` alike, so that two groups of one job never read or delete each other's journals.
+- :func:`shared_view`: one exchange of every rank's records, merged (:func:`~.journal.merge`) into the same
+  outcome per config on every rank; :func:`across` widens it over the replicas of a layout (a failure anywhere is a
+  failure everywhere); :func:`gather_entries` gathers every journal of a group's contextual entries at once.
+- :func:`interruptible`: while a tuning runs on the main thread, SIGTERM (from the user or the launcher) raises
+  ``SystemExit`` like Ctrl-C raises ``KeyboardInterrupt``, so that the attempt is journaled as interrupted and no
+  config is blamed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..group.channel import Group
+from ..space import fingerprint
+from .journal import Journal, merge
+
+#: the preference between outcomes of one config seen by different replicas: the strongest evidence wins
+_WEIGHT = {"failed": 3, "suspect": 2, "stopped": 1, "measured": 0}
+
+
+def group_tag(group: Group) -> str:
+    """A short fingerprint of the group's identity (kind, name, global ranks), for file names."""
+    return fingerprint(repr(group.identity))[:10]
+
+
+def journal_path(folder: Path, entry: str, group: Group) -> Path:
+    """This rank's journal of ``entry`` in ``folder``: ``<entry>.<group>.rank<r>.journal``."""
+    return folder / f"{entry}.{group_tag(group)}.rank{group.rank}.journal"
+
+
+def shared_view(group: Group, journal: Journal, descriptions: list[str], only_job: str | None | bool, what: str,
+                timeout: float) -> dict[int, dict[str, Any]]:
+    """Every rank's records of ``journal``, gathered in one exchange and merged: the same view on every rank."""
+    gathered = group.allgather(journal.read(), what, timeout=timeout)
+    return merge(gathered, descriptions, only_job=only_job)
+
+
+def across(replicas: Group, view: dict[int, dict[str, Any]], what: str, timeout: float) -> dict[int, dict[str, Any]]:
+    """The views of every replica merged into one (per config, the strongest evidence: failed, suspect, stopped,
+    measured), identical on every rank of every replica."""
+    merged = replicas.combine(sorted(view.values(), key=lambda r: r["index"]), what, _strongest, timeout)
+    return {record["index"]: record for record in merged}
+
+
+def _strongest(views: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    best: dict[int, dict[str, Any]] = {}
+    for view in views:
+        for record in view:
+            held = best.get(record["index"])
+            if held is None or _WEIGHT.get(record["state"], 0) > _WEIGHT.get(held["state"], 0):
+                best[record["index"]] = record
+    return [best[i] for i in sorted(best)]
+
+
+_SLOT = re.compile(r"^(?P<entry>.+)\.(?P<tag>[0-9a-f]{10})\.rank(?P<rank>\d+)(?:\.\d+)?\.journal$")
+
+
+def gather_entries(group: Group, folder: Path, what: str, timeout: float) -> dict[str, list[list[dict[str, Any]]]]:
+    """Every rank's records of every journal of this group in ``folder``, by entry and then by group rank (one
+    exchange; the same on every rank). Each journal is read under its lock and released at once."""
+    tag, mine = group_tag(group), {}
+    bases = set()
+    for path in folder.glob(f"*.{tag}.rank{group.rank}*.journal") if folder.is_dir() else []:
+        found = _SLOT.match(path.name)
+        if found and int(found["rank"]) == group.rank:
+            bases.add(found["entry"])
+    for entry in sorted(bases):
+        journal = Journal(journal_path(folder, entry, group))
+        try:
+            mine[entry] = journal.read()
+        finally:
+            journal.close()
+    gathered = group.allgather(mine, what, timeout=timeout)
+    entries = sorted({entry for by_entry in gathered for entry in by_entry})
+    return {entry: [by_entry.get(entry, []) for by_entry in gathered] for entry in entries}
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """While the body runs on the main thread with SIGTERM's default action, SIGTERM raises ``SystemExit(143)``
+    (journaled as an interruption on the way out) instead of ending the process on the spot."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is terminate:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)

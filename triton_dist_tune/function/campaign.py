@@ -1,0 +1,262 @@
+"""A tuning campaign: tune one function at many keys ahead of time, spread over the job's ranks.
+
+:func:`campaign` takes a function decorated with :func:`~triton_dist_tune.autotune` and its calls (argument sets,
+or a builder and keys), and spreads the keys over *units* that tune side by side:
+
+- a **rank-local** function (``local=True``, the default for ``sharded=True``): every rank is a unit and tunes its
+  keys alone, on a group of its own (no exchange during a tuning); its decision is stored under the cache entry of
+  the group a call without ``autotune_pg`` uses (the default group), so later calls there find it;
+- a **collective** function: the units are the replicas of ``pg`` linked by ``replicas`` (see ``autotune_replicas``);
+  each replica tunes its keys in lock-step on its own group; with no ``replicas``, ``pg`` tunes every key.
+
+Keys are dealt round-robin: unit ``u`` of ``U`` tunes the keys at positions ``u, u + U, ...``, one per *round*.
+After each round the units exchange their results (plain data over the tuner's control channel, ``group/``): every
+rank then holds every decision in its tuner's tables, and ranks that are local rank 0 write the cache records
+their disk lacks. Every rank takes part in every exchange, whatever happened to its key (an error is data).
+
+Resuming: a key decided by an earlier run is a cache hit; a key cut short resumes from its journals. A rerun of
+the same campaign therefore tunes only what is left.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import settings
+from ..disk import logs
+from ..disk.cache import entry_id
+from ..errors import AutotuneError, BadInputError, DevicePoisonedError, GroupTimeoutError, describe_error
+from ..faults.watchdog import exchange_timeout
+from ..group.channel import Group, SingleGroup, agree
+from ..group.resolve import resolve_group
+from ..measure.replicas import Layout
+from ..space import describe_key
+from .summary import KeyResult, Summary, progress_line
+from .tuning import Tuning
+
+if TYPE_CHECKING:
+    from .tuner import Tuner
+
+
+class Call:
+    """The arguments of one call of a tuned function: ``Call(x, w, out=y)``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args, self.kwargs = args, kwargs
+
+    @classmethod
+    def of(cls, item: Any) -> Call:
+        """``item`` as a call: a :class:`Call`; a tuple (positional arguments); a dict (keyword arguments);
+        anything else is the one positional argument."""
+        if isinstance(item, Call):
+            return item
+        if isinstance(item, tuple):
+            return cls(*item)
+        if isinstance(item, dict):
+            return cls(**item)
+        return cls(item)
+
+
+@dataclass
+class Plan:
+    """How one rank takes part in a campaign."""
+
+    tune_group: Group  #: the group this rank tunes its unit's keys with
+    across: Group  #: links this rank to the same place in every other unit (the round exchanges)
+    table: dict[Hashable, dict[str, Any]]  #: the tuner's table that the decisions go into
+    slot: Callable[[Hashable], Hashable]  #: key -> its slot in ``table``
+    entry: Callable[[Tuning], str]  #: the cache entry of a key (after step 1 of its tuning)
+
+    @property
+    def unit(self) -> int:
+        return self.across.rank
+
+    @property
+    def units(self) -> int:
+        return self.across.size
+
+
+def _plan(tuner: Tuner, local: bool, pg: Any, replicas: Any) -> Plan:
+    if local:
+        if pg is not None or replicas is not None:
+            raise BadInputError("campaign: a rank-local campaign (local=True) takes no pg or replicas")
+        home = resolve_group(None)  # where a call without autotune_pg tunes: its cache entry is the one to fill
+
+        def home_entry(t: Tuning) -> str:
+            extra = tuner.entry_extra(t.args, t.kwargs)
+            return entry_id(tuner.source, t.key_text, tuner.space_text, home.size, extra)
+
+        return Plan(SingleGroup(), home, tuner.decided, lambda key: key, home_entry)
+    group = resolve_group(pg)
+    if replicas is None:
+        if pg is None:
+            return Plan(group, SingleGroup(), tuner.decided, lambda key: key, lambda t: t.entry)
+        return Plan(group, SingleGroup(), tuner.decided_in, lambda key: (group.identity, key), lambda t: t.entry)
+    layout = Layout(group, resolve_group(replicas))
+    return Plan(group, layout.replicas, tuner.decided_in, lambda key: (group.identity, layout.replicas.identity, key),
+                lambda t: layout.entry(t.entry))
+
+
+class _Tuning(Tuning):
+    """One key of a campaign: a tuning on the unit's group whose cache entry is the plan's."""
+
+    def __init__(self, plan: Plan, *args: Any) -> None:
+        super().__init__(*args)
+        self.plan = plan
+
+    def _agree(self, key_error: str | None, problem: str | None) -> None:
+        super()._agree(key_error, problem)
+        self.entry = self.plan.entry(self)
+
+
+def _keys(tuner: Tuner, build: Callable[[int], Call], count: int, across: Group, timeout: float) -> list[Hashable]:
+    """Every position's key, computed on every rank; the ranks agree on them (or all raise the same error)."""
+    keys: list[Hashable] = []
+    texts: list[str] = []
+    problem = None
+    try:
+        for position in range(count):
+            call = build(position)
+            keys.append(tuner.key_fn(*call.args, **call.kwargs))
+            texts.append(describe_key(keys[-1], "the key key_fn returned"))
+    except Exception as exc:
+        problem = f"building call {len(keys)} or its key raised {describe_error(exc)}"
+    found = agree(across, {"campaign keys": "\n".join(texts)}, f"[campaign {tuner.name}] agree on the keys",
+                  timeout, problem)
+    if found.notes:
+        raise BadInputError(f"campaign {tuner.name}: " + "; ".join(f"rank {r}: {p}" for r, p in found.notes))
+    if found.differ:
+        raise BadInputError(f"campaign {tuner.name}: the ranks' keys differ: {found.differ}")
+    return keys
+
+
+def _tune_one(tuner: Tuner, plan: Plan, position: int, build: Callable[[int], Call],
+              verbose: bool | None) -> KeyResult:
+    """Tune (or look up) one key on this unit's group; every rank of the group returns the same result."""
+    group, started = plan.tune_group, time.perf_counter()
+    key, args, kwargs, key_error = None, (), {}, None
+    try:
+        call = build(position)
+        args, kwargs = call.args, dict(call.kwargs)
+        key = tuner.key_fn(*args, **kwargs)
+    except Exception as exc:  # agreed in step 1 of the tuning: the same error on every rank of the group
+        key_error = f"building the call or its key raised {describe_error(exc)}"
+    tuning = _Tuning(plan, tuner, group, key, args, kwargs, verbose)
+    result = KeyResult(position, f"call {position}", "failed", unit=plan.unit)
+    before = tuner.decisions.get((group.name, key)) if key_error is None else None
+    try:
+        with group.lock:
+            config = tuning.run(key_error, None)
+        result.index = tuner.space.index(config)
+        result.key, result.config, result.entry = tuning.key_text, tuner.descriptions[result.index], tuning.entry
+        decision = tuner.decisions.get((group.name, key))
+        if decision is not None and decision is not before:
+            result.state, result.time_ms, result.margin = "tuned", decision.time, decision.margin
+            result.near_tie = decision.near_tie
+        else:
+            result.state = "cached"
+    except (GroupTimeoutError, DevicePoisonedError):
+        raise  # a rank of the group is gone or the device is lost: the campaign cannot go on
+    except AutotuneError as exc:
+        result.key, result.error = tuning.key_text or result.key, str(exc)
+    if group.rank == 0 and result.state != "failed":  # its record, for the disks of the other units
+        record = tuner.cache.load(result.entry, tuner.space_text)
+        if record is not None:
+            result.record = {k: v for k, v in record.items() if k not in ("format", "space", "versions")}
+            if result.state == "cached":
+                result.time_ms, result.margin = record.get("time_ms"), record.get("margin")
+                result.near_tie = bool(record.get("near_tie"))
+    result.seconds = time.perf_counter() - started
+    shared = group.broadcast(result.to_json(), f"[campaign {tuner.name}] key {position} result",
+                             timeout=tuning.timeout or None)
+    return KeyResult.from_json(shared)
+
+
+def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], Any], keys: Sequence[Any] | None = None,
+             *, local: bool | None = None, pg: Any = None, replicas: Any = None, verbose: bool | None = None,
+             progress: bool = True) -> Summary:
+    """Tune ``tuned`` at every call of ``calls`` ahead of time, spread over the job; every rank returns the same
+    :class:`Summary` and holds every decision (later calls at those keys are the hot path).
+
+    Args:
+        tuned: a function decorated with :func:`~triton_dist_tune.autotune`.
+        calls: the calls to tune, each a :class:`Call`, a tuple of positional arguments, a dict of keyword
+            arguments or the one positional argument; or a function ``calls(key)`` building one, with ``keys``.
+            Every rank builds every call once to compute its key (keep building cheap, e.g. ``torch.empty``),
+            then again for the keys it tunes. Calls with equal keys are tuned once.
+        keys: the keys given to ``calls`` when it is a function (any values; its own key comes from ``key_fn``).
+        local: the function talks to no other rank: every rank tunes its share of the keys alone, in parallel
+            (default: the decorator's ``sharded``).
+        pg: the group a collective function runs on (default: the default group).
+        replicas: a group linking the same position of every replica of ``pg`` (as ``autotune_replicas``): the
+            keys are split between the replicas, each tuning its share in lock-step.
+        verbose: print each key's tuning table on its group's rank 0 (default ``TRITON_PRINT_AUTOTUNING``).
+        progress: print progress lines and the summary on rank 0 of the job (on stderr).
+
+    A key whose tuning fails is a row with its error (see :attr:`Summary.failed`); the campaign goes on. It
+    raises only for errors every rank shares (keys that differ between ranks, a call that cannot be built) or
+    when a rank is lost (:class:`~triton_dist_tune.GroupTimeoutError`).
+    """
+    tuner: Tuner | None = getattr(tuned, "tuner", None)
+    if tuner is None or not hasattr(tuner, "decided"):
+        raise BadInputError("campaign: tuned must be a function decorated with triton_dist_tune.autotune")
+    build, count = _builder(calls, keys)
+    plan = _plan(tuner, tuner.options.sharded if local is None else bool(local), pg, replicas)
+    timeout = tuner.options.timeout if tuner.options.timeout is not None else settings.current().timeout
+    started = time.perf_counter()
+    all_keys = _keys(tuner, build, count, plan.across, timeout)
+    texts = [describe_key(k) for k in all_keys]
+    todo = [p for p in range(count) if texts.index(texts[p]) == p]  # equal keys: the first call only
+    rounds = math.ceil(len(todo) / plan.units)
+    shows = progress and plan.tune_group.rank == 0 and plan.across.rank == 0 and logs.global_rank() == 0
+    round_timeout = exchange_timeout(timeout) * (len(tuner.space) + 4)
+    rows: list[KeyResult] = []
+    for r in range(rounds):
+        mine = r * plan.units + plan.unit
+        result = _tune_one(tuner, plan, todo[mine], build, verbose).to_json() if mine < len(todo) else None
+        gathered = plan.across.allgather(result, f"[campaign {tuner.name}] round {r + 1} of {rounds}",
+                                         timeout=round_timeout)
+        for item in gathered:
+            if item is not None:
+                rows.append(_learn(tuner, plan, KeyResult.from_json(item), all_keys))
+        if shows:
+            logs.console().info(progress_line(tuner.name, rows, len(todo), time.perf_counter() - started, r + 1,
+                                              rounds))
+    rows.sort(key=lambda row: row.position)
+    summary = Summary(tuner.name, rows, time.perf_counter() - started, plan.units)
+    logs.rank_log().info("%s", summary.text())
+    if shows:
+        logs.console().info("%s", summary.text())
+    return summary
+
+
+def _builder(calls: Sequence[Any] | Callable[[Any], Any], keys: Sequence[Any] | None) -> tuple[Callable[[int], Call],
+                                                                                                 int]:
+    if callable(calls) and not isinstance(calls, (list, tuple)):
+        if keys is None:
+            raise BadInputError("campaign: give keys=[...] with a function that builds the calls")
+        given = list(keys)
+        return (lambda position: Call.of(calls(given[position]))), len(given)
+    if keys is not None:
+        raise BadInputError("campaign: keys= is for a function that builds the calls, not a list of calls")
+    items = list(calls)
+    return (lambda position: Call.of(items[position])), len(items)
+
+
+def _learn(tuner: Tuner, plan: Plan, row: KeyResult, keys: list[Hashable]) -> KeyResult:
+    """Put a unit's decision into this rank's table; local rank 0 writes its record where the disk lacks it."""
+    if row.state == "failed":
+        return row
+    plan.table[plan.slot(keys[row.position])] = tuner.space[row.index]
+    writer = settings.launcher().local_rank in (None, 0)
+    if writer and row.record is not None and row.entry and not tuner.cache.path(row.entry).exists():
+        try:
+            tuner.cache.store(row.entry, row.record, tuner.space_text)
+        except OSError as exc:
+            logs.rank_log().warning("campaign %s: could not write key %s to the cache (%s)", tuner.name, row.key, exc)
+    row.record = None
+    return row

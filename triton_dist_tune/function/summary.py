@@ -1,0 +1,95 @@
+"""What a campaign reports: one :class:`KeyResult` per key (the plain data its ranks exchange), the
+:class:`Summary` every rank returns, and the progress lines group rank 0 prints."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+#: how a key ended in a campaign
+KEY_STATES = ("tuned", "cached", "failed")
+
+
+@dataclass
+class KeyResult:
+    """One key of a campaign: its choice and how sure it is, or its error. Exchanged as plain data."""
+
+    position: int  #: the key's place in the campaign's list of calls
+    key: str  #: the key's text (as ``key_fn`` returned it)
+    state: str  #: tuned, cached (decided by an earlier run, read from the cache) or failed
+    index: int = -1  #: the chosen config's index in the space (-1 when failed)
+    config: str = ""  #: the chosen config's text
+    time_ms: float | None = None  #: the chosen config's group time
+    margin: float | None = None  #: how much slower the runner-up is (0.05: 5%); None: the only usable config
+    near_tie: bool = False
+    unit: int = 0  #: which rank (rank-local functions) or replica (collective functions) tuned it
+    seconds: float = 0.0  #: how long the key took on its unit (tuning or cache lookup)
+    error: str | None = None
+    entry: str = ""  #: its cache entry
+    record: dict[str, Any] | None = field(default=None, repr=False)  #: its cache record, to write where missing
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KeyResult:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{100 * value:+.1f}%"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+@dataclass
+class Summary:
+    """What a campaign decided, the same on every rank: one row per key, in the order of the calls."""
+
+    function: str
+    rows: list[KeyResult]
+    seconds: float  #: the campaign's wall time on this rank
+    units: int  #: how many ranks (or replicas) tuned keys side by side
+
+    @property
+    def failed(self) -> list[KeyResult]:
+        """The keys whose tuning failed (every config failed, or a bad call)."""
+        return [r for r in self.rows if r.state == "failed"]
+
+    @property
+    def choices(self) -> dict[str, int]:
+        """key text -> the chosen config's index, for the keys decided."""
+        return {r.key: r.index for r in self.rows if r.state != "failed"}
+
+    def to_json(self) -> dict[str, Any]:
+        rows = [{k: v for k, v in r.to_json().items() if k != "record"} for r in self.rows]
+        return {"function": self.function, "seconds": self.seconds, "units": self.units, "keys": rows}
+
+    def text(self) -> str:
+        """A table: every key with its choice, time, margin over the runner-up, how it was decided and where."""
+        header = ("key", "state", "unit", "seconds", "ms", "margin", "config")
+        body = [(r.key, r.state, str(r.unit), f"{r.seconds:.1f}", _ms(r.time_ms),
+                 _pct(r.margin) + (" tie" if r.near_tie else ""), r.config if r.state != "failed" else
+                 f"ERROR {r.error}") for r in self.rows]
+        widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                 for row in (header, *body)]
+        counts = {s: sum(r.state == s for r in self.rows) for s in KEY_STATES}
+        head = (f"campaign {self.function}: {len(self.rows)} keys on {self.units} unit(s) in {self.seconds:.1f} s "
+                f"({counts['tuned']} tuned, {counts['cached']} from the cache, {counts['failed']} failed)")
+        return "\n".join([head, *lines])
+
+
+def progress_line(name: str, done: list[KeyResult], total: int, elapsed: float, rounds_done: int,
+                  rounds: int) -> str:
+    """``[campaign f] 6/18 keys (4 tuned, 2 cached, 0 failed), 72 s, about 144 s left``: the time left is the
+    mean time of a round so far times the rounds left."""
+    counts = {s: sum(r.state == s for r in done) for s in KEY_STATES}
+    left = elapsed / rounds_done * (rounds - rounds_done) if rounds_done else math.nan
+    left_text = f", about {left:.0f} s left" if rounds_done < rounds else ""
+    return (f"[campaign {name}] {len(done)}/{total} keys ({counts['tuned']} tuned, {counts['cached']} cached, "
+            f"{counts['failed']} failed), {elapsed:.0f} s{left_text}")

@@ -1,0 +1,109 @@
+"""The guarded runs of one tuning's measurer: each phase of a config under the tuning's own deadline (a
+:class:`~triton_dist_tune.faults.watchdog.Guard`), a failure posted at once on the group's failure board (so that
+ranks stuck in a collective of the function end promptly with the real error), an interruption journaled so that
+no config is blamed for it."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import GroupTimeoutError, describe_error
+from ..faults.journal import Journal
+from ..faults.watchdog import Guard
+from ..group.channel import FailureReport, Group
+from ..records import Outcome
+
+#: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too
+POISONED = re.compile(r"illegal memory access|unspecified launch failure|misaligned address|device-side assert"
+                      r"|illegal instruction|hardware stack error|uncorrectable ECC"
+                      r"|CUDA_ERROR_(?:ILLEGAL|LAUNCH_FAILED|MISALIGNED|ASSERT)", re.IGNORECASE)
+
+
+class Guarding:
+    """What :class:`~triton_dist_tune.measure.lockstep.Measurer` runs each phase with (a mixin: it needs the
+    measurer's group, journal, guard, plan, trial, log and label)."""
+
+    group: Group
+    journal: Journal
+    guard: Guard
+    plan: Any
+    trial: Any
+    log: logging.Logger
+    label: str
+    _posted: set[int]
+    _current: tuple[int, str] | None
+
+    def _guarded(self, index: int, desc: str, phase: str, runs: Callable[[], Any]) -> tuple[Any, str | None]:
+        """Run ``runs`` under this tuning's guard; returns (its result, None) or (None, error). A failure is posted
+        on the failure board at once; an interruption (SIGINT, SIGTERM) is journaled as such and re-raised."""
+        def on_fire() -> None:
+            self.journal.append(index, "hung", config=desc, error=f"{phase} exceeded {self.plan.timeout:g} s")
+            self.log.error("%s config %d %s: HUNG past %g s: %s", self.label, index, phase, self.plan.timeout, desc)
+
+        def on_peer(report: FailureReport) -> None:  # another rank raised in this config: it failed, not hung
+            if report.interrupted:
+                self.journal.append(index, "interrupted", config=desc, error=f"rank {report.rank}: {report.error}")
+            else:
+                self.journal.record(Outcome(index, desc, "failed", error=f"rank {report.rank}: {report.error}"))
+            self.log.error("%s config %d %s: %s; ending this rank", self.label, index, phase, report.describe())
+
+        self._current = (index, desc)
+        self.guard.arm(self.plan.timeout, f"{self.label} config {index} ({desc}) {phase}", on_fire, index, on_peer)
+        try:
+            result = runs()
+            self.trial.clock.synchronize()
+            return result, None
+        except GroupTimeoutError:
+            raise  # the group itself broke down: not this config's fault, and not recoverable here
+        except Exception as exc:  # a failing config is data, not a crash
+            error = describe_error(exc)
+            self._post(index, desc, error)
+            return None, error
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self.interrupted(exc)
+            raise
+        finally:
+            self.guard.disarm()
+
+    def _post(self, index: int, desc: str, error: str) -> None:
+        """Journal this rank's failure in config ``index`` and post it on the failure board (once)."""
+        if index in self._posted:
+            return
+        self._posted.add(index)
+        if any(r.interrupted for r in self._board_reports()):  # a peer was interrupted: this failure follows
+            self.journal.append(index, "interrupted", config=desc, error=f"after a peer's interruption: {error}")
+            return
+        self.journal.append(index, "local_failure", config=desc, error=error)
+        try:
+            self.guard.board.post(FailureReport(self.group.rank, index, desc, error))
+        except Exception as exc:  # the store is going away: the exchange will say so
+            self.log.warning("%s cannot post the failure of config %d (%s)", self.label, index, exc)
+
+    def interrupted(self, exc: BaseException) -> None:
+        """An interruption (SIGINT, SIGTERM, SystemExit) reached this rank: journal it for the config in flight (no
+        config is blamed: the next attempt measures it again) and tell the other ranks."""
+        if self._current is None:
+            return
+        index, desc = self._current
+        reason = f"interrupted ({type(exc).__name__})"
+        self.journal.append(index, "interrupted", config=desc, error=reason)
+        try:
+            self.guard.board.post(FailureReport(self.group.rank, index, desc, reason, ended=True,
+                                                origin=self.group.rank))
+        except Exception:
+            pass
+
+    def _peer_poisoned(self) -> bool:
+        """Whether another rank posted a failure that left its GPU context unusable."""
+        return any(POISONED.search(r.error) for r in self._board_reports())
+
+    def _board_reports(self) -> list[FailureReport]:
+        try:
+            return self.guard.board.read()
+        except Exception:  # the store is going away: the next exchange says so
+            return []
+
+
