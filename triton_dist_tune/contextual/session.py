@@ -168,8 +168,9 @@ class Session:
 
     def _loop(self, args: tuple, kwargs: dict[str, Any], first: tuple[Any, Exception | None] | None) -> Any:
         while True:
-            if first is not None:
+            if first is not None:  # a hot call's run, where a timed launch (alone) may have armed the watchdog
                 (out, error), first = first, None
+                self._disarm()
             else:
                 self.final_run = all(t.done for t in self.tracks.values())
                 out, error = self._run_once(args, kwargs)
