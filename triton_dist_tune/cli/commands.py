@@ -269,7 +269,7 @@ def _differs(path: Path, item: dec.Incoming) -> bool:
         return False
     try:
         mine = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return True
     theirs = item.entry.raw
     return not isinstance(mine, dict) or (mine.get("index"), mine.get("config")) != (theirs.get("index"),

@@ -162,7 +162,7 @@ def _job_of(line: str) -> str | None:
     if line.startswith("{") and '"header": true' in line:
         try:
             return str(json.loads(line)["job"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return None
     return None
 

@@ -84,7 +84,7 @@ def warn_if_another_group_chose_otherwise(path: Path, name: str, key_text: str, 
         if path.stat().st_mtime < _STARTED:
             return
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except Exception:  # (RecursionError too) an unreadable file is the cache's to report; this is only a warning
         return
     other, title = data.get("group"), logs.group_title(group) if isinstance(data, dict) else None
     if not isinstance(data, dict) or other == title or data.get("index") == decision.index:
