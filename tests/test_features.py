@@ -49,7 +49,19 @@ def test_config_that_does_not_compile_is_skipped_everywhere(env):
     for result in run("compile_failure", env):
         assert result["ok"] and result["states"] == ["failed", "measured", "measured"]
         assert "3" not in result["launched"]  # never launched by the tuned function
-        assert "rank 0: compile:" in result["error"] and "rank 1: compile:" in result["error"]
+        # compiled once on the node: by rank 0, whose share holds config 0; failed on every rank with its error
+        assert "rank 0: compile:" in result["error"] and "rank 1" not in result["error"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 4])
+def test_precompile_is_split_across_the_node_and_failures_are_agreed(env, n):
+    results = run("precompile_split", env, n)
+    for rank, r in enumerate(results):
+        assert r["compiled"] == [v for v in range(6) if v % n == rank]  # its share of the node's configs only
+        assert r["states"][4] == "failed" and r["states"].count("failed") == 1
+        assert r["error"] == f"rank {4 % n}: compile: ValueError: config 4 does not compile"
+    assert sorted(v for r in results for v in r["compiled"]) == list(range(6))  # each config compiled once
 
 
 @pytest.mark.timeout(120)

@@ -7,7 +7,7 @@ from harness import HERE, describe, run_ranks, tuner_env
 
 from triton_dist_tune.measure.race import Race, RacePlan
 from triton_dist_tune.measure.stats import clearly_slower, median_bounds, paired_ratios, spread
-from triton_dist_tune.measure.timing import MAX_BATCH, batch_length
+from triton_dist_tune.measure.timing import MAX_CALLS, Steady
 
 CASES = HERE / "scenarios" / "race_cases.py"
 
@@ -73,10 +73,37 @@ def test_race_rules_drop_slow_configs_and_stop_at_the_budget():
     assert not timed.finished(0.5) and timed.finished(1.5)
 
 
-def test_batch_length_spans_the_target_within_bounds():
-    assert batch_length(1.0) == 5  # 5 ms of 1 ms calls
-    assert batch_length(0.01) == MAX_BATCH and batch_length(0.0) == MAX_BATCH
-    assert batch_length(30.0) == 1
+def test_steady_sample_calls_span_the_measured_settling_and_span():
+    assert Steady.calls(1.0, 100.0, 30.0) == Steady(100, 30)  # 100 ms settling, 30 ms span of 1 ms calls
+    assert Steady.calls(0.0, 5.0, 5.0) == Steady(1, 1)  # no probe: one call each
+    assert Steady.calls(1e-6, 5.0, 5.0) == Steady(MAX_CALLS, MAX_CALLS)  # bounded
+    assert Steady.calls(30.0, 5.0, 5.0) == Steady(1, 1)  # a slow function: one call each, never none
+    assert Steady.calls(1.0, 0.0, 5.0, span=7) == Steady(0, 7)  # the batch option fixes the timed calls
+
+
+def test_leaders_get_settled_rounds_and_are_decided_on_them_alone():
+    race = Race([0, 1, 2, 3, 4], RacePlan(max_rounds=10, min_rounds=3, final_top=2, final_rounds=3, seed="s"))
+    times = {0: 1.00, 1: 1.02, 2: 1.01, 3: 1.03, 4: 1.04}  # all close: nobody is clearly slower
+    for _ in range(3):
+        assert not race.settling
+        for i in race.order():
+            race.record(i, [times[i]])
+        race.end_round()
+    assert race.settling and race.settled_from == 3 and race.running == [0, 2]  # the 2 best go on
+    settled = {0: 1.05, 2: 1.00}  # settled, config 2 is faster
+    for _ in range(3):
+        assert not race.finished(0.0)
+        for i in race.order():
+            race.record(i, [settled[i]])
+        assert race.end_round() == []  # nobody leaves in settled rounds
+    assert race.finished(0.0) and race.winner() == 2
+    short = Race([0, 1], RacePlan(max_rounds=2, final_top=3, seed="s"))  # settled rounds count in max_rounds
+    for _ in range(2):
+        for i in short.order():
+            short.record(i, [1.0 + i])
+        short.end_round()
+    assert short.settled_from == 1 and short.finished(0.0)
+    assert race.outcome(2, "c2", 0).spread == 0.0  # the spread of its settled samples
 
 
 # -- the engine on real ranks -----------------------------------------------------------------------------------------
@@ -89,7 +116,8 @@ def test_interleaved_rounds_see_through_drift_where_sequential_timing_does_not(e
         assert r["sequential_choice"] == 0  # one config after another: fooled by the drift
         assert r["chosen"] == 1  # the race: the truly faster config
     assert results[0]["order"] == results[1]["order"]  # every rank ran identical rounds
-    # round 1 holds both configs, whatever their order (a sample: a lead-in call and one timed call)
+    # round 1 holds both configs, whatever their order (batch=1, no probe: a sample is one settling call and one
+    # timed call)
     assert results[0]["order"][:4] in ([0, 0, 1, 1], [1, 1, 0, 0])
 
 
@@ -100,7 +128,7 @@ def test_race_drops_clearly_slow_configs_early(env):
     for r in results:
         assert r["chosen"] == 0
         # 4x and 8x slower: a warm-up call and 2 rounds (wide gap), 3 at most (the sign test), never all 8;
-        # a sample is a lead-in call and one timed call (batch=1)
+        # a sample is one settling call and one timed call (batch=1)
         assert r["calls"][1] in (5, 7) and r["calls"][2] in (5, 7), r["calls"]
         assert r["calls"][0] > r["calls"][1]  # the leader ran on, and once more for the call itself
         states = {o["index"]: o["state"] for o in r["outcomes"]}
@@ -110,7 +138,7 @@ def test_race_drops_clearly_slow_configs_early(env):
 @pytest.mark.timeout(200)
 def test_early_stop_factor_removes_a_far_slower_config_after_one_round(env):
     for r in run("early_stop", env):
-        assert r["calls"][1] == 3  # a warm-up call and one round (a lead-in call and batch=1)
+        assert r["calls"][1] == 3  # a warm-up call and one round (a settling call and batch=1)
         assert [o["state"] for o in r["outcomes"]][1] == "stopped"
         assert r["chosen"] == 0
 
@@ -146,3 +174,33 @@ def test_cold_timing_takes_one_call_per_sample(env):
         samples = {o["index"]: o["samples"] for o in r["outcomes"]}
         # a warm-up call and one call per sample; the chosen config once more for the call itself
         assert r["calls"] == [1 + samples[0], 1 + samples[1] + 1]
+
+
+@pytest.mark.timeout(200)
+def test_a_steady_round_runs_settling_and_span_back_to_back_with_one_exchange_per_round(env):
+    """Steady timing on 2 real ranks, batch=3: each sample is one settling call (host clock) then 3 timed calls, a
+    round's samples run back to back with no exchange between them, and one exchange follows each round.
+    The 8x slower config leaves after 2 rounds; the 3 left then get 3 settled rounds."""
+    results = run("steady_structure", env)
+    for r in results:
+        calls = [tuple(c) for c in r["calls"]]
+        warmup, race = calls[:4], calls[4:-1]  # a warm-up call per config (batch=3: no probe)
+        assert [v for v, _ in warmup] == [0, 1, 2, 3]
+        rounds: list[list[tuple[int, int]]] = []
+        for call in race:  # a round: the calls between two exchanges (the count of exchanges does not change)
+            if rounds and rounds[-1][-1][1] == call[1]:
+                rounds[-1].append(call)
+            else:
+                rounds.append([call])
+        assert [len(calls) for calls in rounds[:2]] == [16, 16]  # 2 screening rounds of the 4 configs
+        assert all(b[0][1] - a[0][1] == 1 for a, b in zip(rounds, rounds[1:], strict=False))  # one exchange each
+        for calls in rounds:
+            variants = [v for v, _ in calls]
+            blocks = [variants[i:i + 4] for i in range(0, len(variants), 4)]
+            assert all(len(set(b)) == 1 for b in blocks)  # settling and span of one config, nothing between
+            assert len({b[0] for b in blocks}) == len(blocks)  # each running config once per round
+        # then the 8x slower config has left, and the (2 or 3) leaders get 3 settled rounds, all of them in each
+        leaders = [sorted({v for v, _ in calls}) for calls in rounds[2:]]
+        assert len(leaders) == 3 and leaders[0] == leaders[1] == leaders[2] and 3 not in leaders[0], leaders
+        samples = {o["index"]: (o["state"], o["samples"]) for o in r["outcomes"]}
+        assert samples[3] == ("stopped", 2) and all(samples[i] == ("measured", 5) for i in leaders[0])

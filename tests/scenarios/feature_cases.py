@@ -111,6 +111,27 @@ def compile_failure():
 
 
 @case
+def precompile_split():
+    """``precompile_fn`` on the ranks of one node: each config compiled by one rank only (its share), and a config
+    whose compile fails there (config 4) is failed on every rank, with that rank's error."""
+    tdt.init_distributed()
+    compiled = []
+
+    def precompile(config):
+        compiled.append(config["variant"])
+        if config["variant"] == 4:
+            raise ValueError("config 4 does not compile")
+
+    @tdt.autotune(space(6), key_fn=lambda: 0, n_warmup=0, n_repeat=1, precompile_fn=precompile, name="split")
+    def f(*, variant):
+        time.sleep(0.001)
+
+    f()
+    rows = next(iter(f.tuner.tables.values()))
+    emit(compiled=sorted(compiled), states=[r["state"] for r in rows], error=rows[4].get("error"))
+
+
+@case
 def sharded():
     """A rank-local function tuned lock-step and sharded: the same choice; sharded, each rank runs its share of
     the configs only (counted, not timed: a loaded machine cannot change a count)."""

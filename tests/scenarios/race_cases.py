@@ -147,5 +147,34 @@ def cold():
     emit(calls=[calls[v] for v in range(2)], chosen=f.tuner.decided[0]["variant"], outcomes=outcomes(f))
 
 
+@case
+def steady_structure():
+    """Steady timing, ``batch=3``: every call with the number of exchanges (``Group.combine``) this rank had made
+    before it, so that the test sees where the exchanges fall between the calls. (Store requests would also count
+    the failure board's watcher, which reads the store from its own thread.)"""
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed(backend="gloo")
+    group = resolve_group(None)
+    exchanges = [0]
+    combine = group.combine
+
+    def counted(*args, **kwargs):
+        exchanges[0] += 1
+        return combine(*args, **kwargs)
+
+    group.combine = counted
+    calls = []
+
+    @tdt.autotune(space(4), key_fn=lambda: 0, n_warmup=1, n_repeat=6, batch=3, name="structure")
+    def f(*, variant):
+        calls.append((variant, exchanges[0]))
+        time.sleep([0.002, 0.002, 0.002, 0.016][variant])
+        dist.all_reduce(torch.ones(1))
+
+    f()
+    emit(calls=calls, outcomes=outcomes(f))
+
+
 if __name__ == "__main__":
     main()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import settings
+from ..measure.precompile import compiles_here
 from . import intercept
 
 if TYPE_CHECKING:
@@ -15,18 +15,7 @@ if TYPE_CHECKING:
 
 def compiles() -> bool:
     """Whether kernels are compiled here (a GPU, and not Triton's interpreter), so precompiling is worth it."""
-    return _on_gpu()
-
-
-def _on_gpu() -> bool:
-    if settings.current().interpret:
-        return False
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:
-        return False
+    return compiles_here()
 
 
 def precompile_new(session: Session) -> None:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import BadInputError, MismatchError, describe_error, per_rank
 from ..group.channel import Group, agree
 from ..measure.arguments import ArgumentState, named_arguments
-from ..measure.lockstep import Reference, Trial
 from ..measure.timing import make_clock
+from ..measure.trial import Reference, Trial
 from ..space import check_call
 
 if TYPE_CHECKING:

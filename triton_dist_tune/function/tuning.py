@@ -33,9 +33,10 @@ from ..faults.journal import Journal
 from ..faults.recovery import across, interruptible, journal_path, shared_view
 from ..faults.watchdog import WATCHDOG, Guard
 from ..group.channel import Group
+from ..measure import compile_pass
 from ..measure.arguments import RandomState
 from ..measure.lockstep import Measurer, Todo
-from ..measure.precompile import precompile
+from ..measure.precompile import compiles_here, precompile
 from ..measure.replicas import Layout, settle
 from ..measure.timing import timing_mode
 from ..records import Decision, Outcome
@@ -222,12 +223,19 @@ class Tuning:
         return outcomes, todo
 
     def _precompile(self, todo: list[Todo], outcomes: list[Outcome], measurer: Measurer) -> list[Todo]:
-        """Run ``precompile_fn``; a config that failed to compile on any rank joins ``outcomes`` as failed."""
+        """Compile the configs' kernels before measuring, split across the node: with ``precompile_fn``, else by
+        the compile pass (GPUs only); a config that failed to compile on any rank joins ``outcomes`` as failed."""
         options = self.tuner.options
-        if options.precompile_fn is None or not todo:
+        if not todo:
             return todo
-        failed = precompile(self.group, self.label, options.precompile_fn, todo, self.args, self.kwargs,
-                            options.compile_threads, self.timeout)
+        if options.precompile_fn is not None:
+            failed = precompile(self.group, self.label, options.precompile_fn, todo, self.args, self.kwargs,
+                                options.compile_threads, self.timeout)
+        elif compiles_here() and compile_pass.available():
+            failed, _ = compile_pass.compile_pass(self.group, self.label, todo, measurer.aligned_run,
+                                                  measurer.trial.call, options.compile_threads, self.timeout)
+        else:
+            return todo
         for i, error in sorted(failed.items()):
             outcomes.append(measurer.fail(i, self.tuner.descriptions[i], error))
         return [t for t in todo if t[0] not in failed]

@@ -36,8 +36,10 @@ class Guarding:
     _posted: set[int]
     _current: tuple[int, str] | None
 
-    def _guarded(self, index: int, desc: str, phase: str, runs: Callable[[], Any]) -> tuple[Any, str | None]:
-        """Run ``runs`` under this tuning's guard; returns (its result, None) or (None, error). A failure is posted
+    def _guarded(self, index: int, desc: str, phase: str, runs: Callable[[], Any],
+                 sync: bool = True) -> tuple[Any, str | None]:
+        """Run ``runs`` under this tuning's guard, then synchronize the device (unless ``sync`` is false: a steady
+        round's samples are read after the round); returns (its result, None) or (None, error). A failure is posted
         on the failure board at once; an interruption (SIGINT, SIGTERM) is journaled as such and re-raised."""
         def on_fire() -> None:
             self.journal.append(index, "hung", config=desc, error=f"{phase} exceeded {self.plan.timeout:g} s")
@@ -54,7 +56,8 @@ class Guarding:
         self.guard.arm(self.plan.timeout, f"{self.label} config {index} ({desc}) {phase}", on_fire, index, on_peer)
         try:
             result = runs()
-            self.trial.clock.synchronize()
+            if sync:
+                self.trial.clock.synchronize()
             return result, None
         except GroupTimeoutError:
             raise  # the group itself broke down: not this config's fault, and not recoverable here

@@ -3,22 +3,25 @@
 For one key, on every rank, with the configs left after pruning and the journal:
 
 1. **Warm up** each config in the agreed order (under the watchdog, every run started by all ranks together): one
-   checked run when ``ref_prog`` is given, ``n_warmup`` runs, and in steady timing one probe sample that gives the
-   batch length (:func:`~triton_dist_tune.measure.timing.batch_length`). One exchange then shares "ok or error"
-   and the wanted batch length: a config that failed anywhere is failed everywhere, and the batch is the group's
+   checked run when ``ref_prog`` is given, ``n_warmup`` runs, and in steady timing one probe of its time per call
+   (:func:`~triton_dist_tune.measure.timing.probe`), which sizes its samples. One exchange then shares "ok or
+   error" and the probe: a config that failed anywhere is failed everywhere, and its time per call is the group's
    maximum.
 2. **Race** (:mod:`triton_dist_tune.measure.race`): rounds over the configs still running, in an order the group
-   shares and changes every round. Each sample (a batch of back-to-back calls in ``steady`` timing, one call after an
-   L2 flush in ``cold``) starts right after an exchange, so the ranks start it together, and is followed by one
-   exchange of every rank's time (or error). No host synchronize and no exchange happen inside a batch. After each
-   round the group removes the configs that are clearly slower than the leader; the race ends when one is
-   left, after ``max_rounds`` rounds, or at the time budget.
+   shares and changes every round. In ``steady`` timing a round's samples (each: settling calls, then a timed span;
+   see :mod:`~triton_dist_tune.measure.timing`) run back to back with no host synchronize and no exchange
+   between them; one synchronize and **one exchange per round** then share every rank's times (or its error). The
+   leaders end with settled rounds. In ``cold`` timing each sample (one call after an L2 flush) starts right
+   after an exchange, so the ranks start it together, and is followed by one exchange. After each round the group
+   removes the configs that are clearly slower than the leader; the race ends when one is left, after
+   ``max_rounds`` rounds (or the settled rounds), or at the time budget.
 3. Every sample is preceded by a journal ``started`` record, and every config's final outcome (``failed``,
    ``stopped`` or ``measured``) is journaled as soon as the group knows it, so a restarted job resumes without
    the configs that crashed, hung or failed, and without measuring stopped ones again. A failure whose error says
    the GPU context is unusable (:data:`POISONED`) stops every rank with ``DevicePoisonedError``.
 
-A failure inside a steady batch cannot stop the other ranks mid-batch: when the function has collectives, they
+A failure inside a steady round cannot stop the other ranks mid-round (the failing rank stops its round there and
+goes to the round's exchange): when the function has collectives, they
 wait in them until their watchdog ends them, and the config is journaled as hung (failures almost always show in
 the aligned warm-up runs, which stop every rank at the same run).
 
@@ -40,11 +43,11 @@ from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group import codec
 from ..group.channel import Board, Group
 from ..records import Outcome
-from .arguments import ArgumentState
+from . import timing
 from .guarding import POISONED, Guarding
 from .race import Race, RacePlan
 from .stats import median, spread
-from .timing import PROBE_CALLS, batch_length, time_sample
+from .trial import Trial
 
 #: (index, config, description) of a config to measure
 Todo = tuple[int, dict[str, Any], str]
@@ -76,6 +79,17 @@ def combine_phase(contributions: list[tuple[Any, float]]) -> Combined:
     return Combined(None, values if len(values) <= PER_RANK_LIMIT else [max(values)], elapsed)
 
 
+def combine_round(contributions: list[tuple[list[tuple[int, Any]], float]]) -> list[tuple[int, Combined]]:
+    """Rank 0's reduction of a steady round's exchange: each rank sent ([(index, its time or error text)...], its
+    elapsed seconds). A config some rank did not reach (it stopped its round at a failure) gets no sample."""
+    elapsed = max(seconds for _, seconds in contributions)
+    by_rank = [dict(samples) for samples, _ in contributions]
+    common = [index for index, _ in contributions[0][0] if all(index in mine for mine in by_rank)]
+    failed = {index for mine in by_rank for index, value in mine.items() if isinstance(value, str)}
+    order = common + sorted(failed - set(common))
+    return [(index, combine_phase([(mine.get(index), elapsed) for mine in by_rank])) for index in order]
+
+
 @dataclass(frozen=True)
 class Plan:
     """How the configs are measured; identical on every rank."""
@@ -87,61 +101,8 @@ class Plan:
     timing: str = "steady"
     #: timed calls per steady sample; None: from a probe per config
     batch: int | None = None
-
-
-class Reference:
-    """The reference result of ``ref_prog``, against which each config's first run is checked."""
-
-    def __init__(self, value: Any, rtol: float | None, atol: float | None) -> None:
-        self.value = _detach_copy(value)
-        self.rtol, self.atol = rtol, atol
-
-    def mismatch(self, value: Any) -> str | None:
-        """None when ``value`` matches the reference, else what differs."""
-        import torch
-
-        try:
-            torch.testing.assert_close(value, self.value, rtol=self.rtol, atol=self.atol, check_device=False)
-        except (AssertionError, TypeError, ValueError, RuntimeError) as exc:
-            first = str(exc).strip().splitlines()
-            return "wrong result: " + (first[0] if first else type(exc).__name__)
-        return None
-
-
-@dataclass
-class Trial:
-    """One tuning call: the function, its arguments and everything that runs around each measured call."""
-
-    fn: Callable[..., Any]
-    args: tuple
-    kwargs: dict[str, Any]
-    clock: Any
-    state: ArgumentState | None = None
-    pre_hook: Callable[..., Any] | None = None
-    post_hook: Callable[..., Any] | None = None
-    reference: Reference | None = None
-
-    def call(self, config: dict[str, Any]) -> Any:
-        """Prepare the arguments and run once with ``config``; returns the function's result."""
-        if self.state is not None:
-            self.state.before_run()
-        if self.pre_hook is not None:
-            self.pre_hook(config, *self.args, **self.kwargs)
-        out = self.fn(*self.args, **self.kwargs, **config)
-        if self.post_hook is not None:
-            self.post_hook(config, *self.args, **self.kwargs)
-        return out
-
-    def sample(self, config: dict[str, Any], batch: int, cold: bool) -> float:
-        """One timed sample (ms per call); see :func:`~triton_dist_tune.measure.timing.time_sample`."""
-        return time_sample(self.clock, lambda: self.call(config), batch, cold)
-
-    def checked_run(self, config: dict[str, Any]) -> str | None:
-        """One untimed run compared against the reference; None when it matches."""
-        out = self.call(config)
-        self.clock.synchronize()
-        produced = (out, *self.state.outputs) if self.state is not None else (out,)
-        return self.reference.mismatch(produced) if self.reference is not None else None
+    #: the leaders' settled rounds at the end of a steady race
+    settled: bool = True
 
 
 def by_rank(errors: Sequence[str | None]) -> str:
@@ -186,6 +147,11 @@ class Measurer(Guarding):
             raise failure
         return results
 
+    def aligned_run(self, index: int, desc: str, run: Callable[[], Any]) -> str | None:
+        """Run ``run`` once on every rank together, under the watchdog, like a warm-up run (the compile pass);
+        returns this rank's error or None."""
+        return self._guarded(index, desc, "compile pass", lambda: self._aligned([run], index, "compile pass"))[1]
+
     # -- warm-up ---------------------------------------------------------------------------------------------------
 
     def _warmup_runs(self, index: int, config: dict[str, Any]) -> list[Callable[[], Any]]:
@@ -199,7 +165,7 @@ class Measurer(Guarding):
             self.trial.call(config)
 
         def probe() -> float:
-            return self.trial.sample(config, PROBE_CALLS, cold=False)
+            return self.trial.probe(config)
 
         runs: list[Callable[[], Any]] = [checked] if self.trial.reference is not None else []
         runs += [plain] * self.plan.n_warmup
@@ -207,19 +173,19 @@ class Measurer(Guarding):
             runs.append(probe)
         return runs
 
-    def _warm(self, index: int, config: dict[str, Any], desc: str, aligned: bool) -> tuple[int | None, str | None]:
-        """Warm one config up; returns (this rank's wanted batch length, None) or (None, error)."""
+    def _warm(self, index: int, config: dict[str, Any], desc: str, aligned: bool) -> tuple[float | None, str | None]:
+        """Warm one config up; returns (this rank's time per call from the probe, None) or (None, error); the time
+        is 0 when no probe ran (cold timing, a fixed ``batch``: one settling call, or stopped early by another rank's
+        failure)."""
         self.journal.append(index, "started", config=desc, phase="warmup")
         runs = self._warmup_runs(index, config)
         results, error = self._guarded(index, desc, "warmup",
                                        lambda: self._aligned(runs, index if aligned else None, "warmup"))
         if error is not None:
             return None, error
-        if self.cold or len(results) < len(runs):  # cold, or stopped early by another rank's failure
-            return 1, None
-        if self.plan.batch is not None:
-            return self.plan.batch, None
-        return batch_length(results[-1]), None
+        if self.cold or self.plan.batch is not None or len(results) < len(runs):
+            return 0.0, None
+        return float(results[-1]), None
 
     # -- lock-step -------------------------------------------------------------------------------------------------
 
@@ -227,40 +193,79 @@ class Measurer(Guarding):
         """Warm up and race ``todo`` with the group; returns one outcome per config (identical on every rank
         except ``own``), in index order."""
         outcomes: dict[int, Outcome] = {}
-        batches: dict[int, int] = {}
+        per_call: dict[int, float] = {}
         for index, config, desc in todo:
             wanted, error = self._warm(index, config, desc, aligned=True)
             combined = self._exchange(index, desc, (error or wanted, 0.0), error, "warmup")
             if combined.errors:
                 outcomes[index] = self._failed(index, desc, combined.errors)
             else:
-                batches[index] = int(max(combined.values))
-        entries = {index: (config, desc) for index, config, desc in todo if index in batches}
+                per_call[index] = float(max(combined.values))
+        entries = {index: (config, desc) for index, config, desc in todo if index in per_call}
         race = Race(sorted(entries), self.plan.race)
         started = time.monotonic()
         elapsed = 0.0
         while entries and not race.finished(elapsed):
-            for index in race.order():
-                config, desc = entries[index]
-                self.journal.append(index, "started", config=desc, phase=f"round {race.rounds}")
-                value, error = self._guarded(index, desc, "sample",
-                                             lambda c=config, i=index: self.trial.sample(c, batches[i], self.cold))
-                combined = self._exchange(index, desc, (error or value, time.monotonic() - started), error,
-                                          f"round {race.rounds}")
-                elapsed = combined.elapsed  # the group's racing time: every rank reads the same
+            if self.cold:
+                results = [(i, self._cold_sample(i, *entries[i], race, started)) for i in race.order()]
+            else:
+                results = self._steady_round(race, entries, per_call, started)
+            for index, combined in results:
+                elapsed = max(elapsed, combined.elapsed)  # the group's racing time: every rank reads the same
                 if combined.errors:
                     race.fail(index, combined.errors)
-                    outcomes[index] = self._failed(index, desc, combined.errors)
+                    outcomes[index] = self._failed(index, entries[index][1], combined.errors)
                 else:
                     race.record(index, combined.values)
             for index in race.end_round():
                 outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
         for index in race.running:
             outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
-        self.log.info("%s race: %d round(s) in %.2f s, batches %s", self.label, race.rounds,
-                      time.monotonic() - started, batches)
+        self.log.info("%s race: %d round(s) (settled from %s) in %.2f s", self.label, race.rounds,
+                      race.settled_from, time.monotonic() - started)
         self.race = race
         return [outcomes[i] for i in sorted(outcomes)]
+
+    def _cold_sample(self, index: int, config: dict[str, Any], desc: str, race: Race, started: float) -> Combined:
+        """One cold sample of ``index``, right after the previous exchange, then its own exchange."""
+        self.journal.append(index, "started", config=desc, phase=f"round {race.rounds}")
+        value, error = self._guarded(index, desc, "sample", lambda: self.trial.cold(config))
+        return self._exchange(index, desc, (error or value, time.monotonic() - started), error,
+                              f"round {race.rounds}")
+
+    def _steady_round(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float],
+                      started: float) -> list[tuple[int, Combined]]:
+        """One steady round: every running config's sample back to back (no synchronize, no exchange between
+        them; a failing sample ends this rank's round), one synchronize, then one exchange of every time."""
+        mine: list[tuple[int, Any]] = []
+        tokens: list[tuple[int, Any, int]] = []
+        phase = f"round {race.rounds}"
+        for index in race.order():
+            config, desc = entries[index]
+            steady = timing.steady_calls(self.trial.clock, per_call[index], race.settling, not tokens, self.plan.batch)
+            self.journal.append(index, "started", config=desc, phase=phase)
+            token, error = self._guarded(index, desc, "sample", lambda c=config, s=steady: self.trial.steady(c, s),
+                                         sync=False)
+            if error is not None:  # posted on the failure board by the guard
+                mine.append((index, error))
+                break
+            tokens.append((index, token, steady.span))
+        if tokens:
+            last, desc = tokens[-1][0], entries[tokens[-1][0]][1]
+            _, error = self._guarded(last, desc, "sample", lambda: None)  # the round's one synchronize
+            for index, token, span in tokens:
+                mine.append((index, error or self.trial.clock.read(token) / span))
+        try:
+            return self.group.combine((mine, time.monotonic() - started), f"{self.label} {phase}", combine_round,
+                                      exchange_timeout(self.plan.timeout * max(1, len(tokens))))
+        except RankFailedError:
+            raise  # the board names the failure (this rank's or another's): the same text everywhere
+        except GroupTimeoutError as exc:
+            failures = "; ".join(f"config {i}: {v}" for i, v in mine if isinstance(v, str))
+            if not failures:
+                raise
+            raise RankFailedError(f"triton_dist_tune: rank {self.group.rank} failed in {phase} ({failures}); "
+                                  f"then: {exc}") from exc
 
     @property
     def _own(self) -> int:
@@ -297,11 +302,12 @@ class Measurer(Guarding):
             wanted, error = self._warm(index, config, desc, aligned=False)
             samples: list[float] = []
             if error is None:
-                batch = wanted or 1
                 count = self.plan.race.max_rounds
-                samples, error = self._guarded(
-                    index, desc, "sharded",
-                    lambda c=config, b=batch, n=count: [self.trial.sample(c, b, self.cold) for _ in range(n)])
+                steady = timing.steady_calls(self.trial.clock, wanted or 0.0, False, True, self.plan.batch)
+                sample = ((lambda c=config: self.trial.cold(c)) if self.cold
+                          else (lambda c=config, s=steady: self.trial.steady_now(c, s)))
+                samples, error = self._guarded(index, desc, "sharded",
+                                               lambda f=sample, n=count: [f() for _ in range(n)])
             if error:
                 mine.append(self._failed(index, desc, f"rank {self.group.rank}: {error}", sharded=True))
             else:
@@ -349,13 +355,3 @@ class Measurer(Guarding):
                        "as failed: restart the job (e.g. torchrun --max-restarts) to resume without it")
             self.log.error(message)
             raise DevicePoisonedError(message)
-
-
-def _detach_copy(value: Any) -> Any:
-    if hasattr(value, "detach") and hasattr(value, "clone"):
-        return value.detach().clone()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_detach_copy(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _detach_copy(v) for k, v in value.items()}
-    return value

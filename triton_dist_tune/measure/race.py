@@ -16,8 +16,15 @@ further message.
   ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the
   leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done. Nobody leaves after the last
   round (it would save nothing): the configs still running then are all ``measured``.
-- **The end.** When one config is left, when ``max_rounds`` rounds are done, or when the time budget is spent (and
-  ``min_rounds`` are done): the least median among those still running wins (ties: the lower index).
+- **Settled rounds** (steady timing, ``final_top=n``): once at most ``n`` configs are left, or ``min_rounds``
+  screening rounds are done (the ``n`` best then go on), the leaders get ``final_rounds`` more rounds of *settled*
+  samples (a long settling run of the config's own calls before each timed span: see
+  :mod:`~triton_dist_tune.measure.timing`). Their time is then the median of their settled samples alone, and
+  nobody leaves during these rounds.
+- **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
+  rounds are, or when the
+  time budget is spent (and ``min_rounds`` are done): the least median among those still running wins (ties: the
+  lower index).
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ class RacePlan:
     keep_top: int | None = None
     #: the seed of the rounds' orders: the same on every rank (derived from the key and the space)
     seed: str = ""
+    #: leaders that get settled rounds at the end of the screening (0: none)
+    final_top: int = 0
+    #: how many settled rounds they get
+    final_rounds: int = 3
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1 or self.min_rounds < 1:
@@ -62,14 +73,20 @@ class Entrant:
     per_rank: list[list[float]] = field(default_factory=list)
     #: the position in the tuning's measurement order of each of its samples
     positions: list[int] = field(default_factory=list)
+    #: the group samples of the settled rounds (a subset of ``samples``)
+    settled: list[float] = field(default_factory=list)
     state: str = "running"
     error: str | None = None
 
     def timed(self) -> list[float]:
         return [s for s in self.samples if s is not None]
 
+    def deciding(self) -> list[float]:
+        """The samples its time is the median of: the settled ones when it has any, else all."""
+        return self.settled or self.timed()
+
     def time(self) -> float:
-        return median(self.timed())
+        return median(self.deciding())
 
 
 class Race:
@@ -80,6 +97,8 @@ class Race:
         self.entrants = {i: Entrant(i) for i in indices}
         self.rounds = 0
         self.position = 0
+        #: the round the settled rounds began with (None: still screening)
+        self.settled_from: int | None = None
 
     # -- running ---------------------------------------------------------------------------------------------------
 
@@ -100,6 +119,8 @@ class Race:
         while len(entrant.samples) < self.rounds:
             entrant.samples.append(None)
         entrant.samples.append(float(max(per_rank)))
+        if self.settled_from is not None:
+            entrant.settled.append(entrant.samples[-1])
         entrant.per_rank.append([float(t) for t in per_rank])
         entrant.positions.append(self.position)
         self.position += 1
@@ -109,6 +130,11 @@ class Race:
         entrant = self.entrants[index]
         entrant.state, entrant.error = "failed", error
 
+    @property
+    def settling(self) -> bool:
+        """Whether the next round is a settled round (see the module docstring)."""
+        return self.settled_from is not None
+
     def end_round(self) -> list[int]:
         """Close the round; returns the configs that leave the race now (``stopped``), ascending."""
         self.rounds += 1
@@ -116,8 +142,21 @@ class Race:
             while len(entrant.samples) < self.rounds:
                 entrant.samples.append(None)
         running = [i for i in self.running if self.entrants[i].timed()]
-        if len(running) < 2 or self.rounds >= self.plan.max_rounds:
-            return []  # nothing to race against, or the last round: leaving would save nothing
+        if self.settled_from is not None or len(running) < 2:
+            return []  # settled rounds, or nothing to race against
+        leaving = self._leaving(running) if self.rounds < self.plan.max_rounds else set()
+        left = [i for i in running if i not in leaving]
+        top = self.plan.final_top
+        if top and len(left) >= 2 and (len(left) <= top or self.rounds >= min(self.plan.min_rounds,
+                                                                              self.plan.max_rounds)):
+            leaving.update(sorted(left, key=self._rank_key)[top:])
+            self.settled_from = self.rounds
+        for i in leaving:
+            self.entrants[i].state = "stopped"
+        return sorted(leaving)
+
+    def _leaving(self, running: list[int]) -> set[int]:
+        """The configs that are clearly slower than the leader after this round."""
         leader = self.leader(running)
         best = self.entrants[leader]
         leaving = set()
@@ -132,14 +171,15 @@ class Race:
         if self.plan.keep_top is not None and self.rounds >= self.plan.min_rounds:
             ranked = sorted((i for i in running if i not in leaving), key=self._rank_key)
             leaving.update(ranked[self.plan.keep_top:])
-        for i in leaving:
-            self.entrants[i].state = "stopped"
-        return sorted(leaving)
+        return leaving
 
     def finished(self, elapsed_s: float) -> bool:
         """Whether the race is over after the rounds so far (``elapsed_s``: the group's agreed racing time)."""
         if self.rounds == 0:
             return not self.running  # every config gets at least one sample, even alone
+        if self.settled_from is not None:
+            done = self.rounds - self.settled_from >= self.plan.final_rounds
+            return done or self.rounds >= self.plan.max_rounds
         if len(self.running) <= 1 or self.rounds >= self.plan.max_rounds:
             return True
         budget = self.plan.budget_s
@@ -171,7 +211,8 @@ class Race:
             return None, False
         chosen, second = self.entrants[winner], self.entrants[runner_up]
         margin = second.time() / chosen.time() - 1 if chosen.time() > 0 else None
-        ratios = paired_ratios(second.samples, chosen.samples)
+        ratios = (paired_ratios(second.settled, chosen.settled) if second.settled and chosen.settled
+                  else paired_ratios(second.samples, chosen.samples))
         return margin, not clearly_slower(ratios) or (margin is not None and margin <= INDIFFERENCE)
 
     def outcome(self, index: int, description: str, own_rank: int) -> Outcome:
@@ -184,6 +225,6 @@ class Race:
         ranks = min(len(row) for row in e.per_rank)  # a rank that joined late (contextual) has fewer samples
         per_rank = [median([row[r] for row in e.per_rank]) for r in range(ranks)]
         state = "measured" if e.state == "running" else "stopped"
-        return Outcome(index, description, state, time=e.time(), spread=spread(timed), per_rank=per_rank,
+        return Outcome(index, description, state, time=e.time(), spread=spread(e.deciding()), per_rank=per_rank,
                        samples=len(timed), own=per_rank[own_rank] if 0 <= own_rank < ranks else None,
                        order=list(e.positions), round_times=timed)

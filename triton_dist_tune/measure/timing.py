@@ -4,16 +4,24 @@ A **clock** times a span of work: on an accelerator with torch's device-generic 
 (``torch.Event``; ``torch.cuda.Event`` on torch builds without it), so that a CUDA, ROCm or NPU job times on its
 device alike; on CPU ranks and under Triton's interpreter with the host clock.
 
-A **sample** (:func:`time_sample`) is one timed span of ``batch`` calls, reported in ms per call:
+A **sample** is one timed span of calls, reported in ms per call:
 
-- ``steady`` (the default timing mode): the calls run back to back, with no host synchronize and no exchange
-  between them, as a model layer runs them, timed from an idle device to the end of the last call (so a
-  host-bound function is timed as host-bound, and the first call's launch gap counts once per batch, as it does
-  for a layer). One untimed lead-in call and a device synchronize come first: the lead-in's own collectives line
-  the ranks up far more closely than the host-side exchange before it can. The batch length follows from a
-  measured probe (:func:`batch_length`), never from a guess;
+- ``steady`` (the default timing mode): a GPU's speed depends on how busy it has been (after an idle gap it boosts
+  its clock; kept busy it settles at its power limit, and a config that draws less power settles faster). A steady
+  sample therefore first **settles** the device on the config under test (:class:`Steady` ``settle`` calls of its
+  own, untimed), then times a **span** of ``span`` back-to-back calls, with no host synchronize and no exchange in
+  between (the function's own collectives keep the ranks in step). The span is timed on the device from the end of
+  the settling calls to the end of the last call, so that a host-bound function is timed as host-bound (its
+  device idles between calls). The samples of one round run back to back, with one synchronize and one exchange
+  per round (:meth:`~triton_dist_tune.measure.lockstep.Measurer.lockstep`), so the device never idles inside a
+  round; a round's first sample settles longer (:data:`ROUND_SETTLE_MS`), after the idle gap of the exchange.
+  The durations below were measured on an H100 (``benchmarks/probe_settling.py``): from idle, a bf16 GEMM at its
+  power limit keeps its burst speed for 20-50 ms and reaches its sustained speed within 50-100 ms; a light
+  config after a heavy one reaches its own sustained speed within 2 ms when the device stays busy;
 - ``cold``: one call after the L2 cache is flushed (and, by the caller, the ranks aligned): for functions that run
   alone after idle time.
+
+The number of calls follows from a measured probe (:meth:`Steady.calls`), never from a guess.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import settings
@@ -31,12 +40,38 @@ log = logging.getLogger("triton_dist_tune")
 
 TIMING_MODES = ("steady", "cold")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024
-#: a steady batch spans about this long (enough calls to average out per-call jitter), within the bounds below
-TARGET_SPAN_MS = 5.0
-#: bounds on the steady batch length, in calls
-MIN_BATCH, MAX_BATCH = 1, 32
-#: timed calls in the probe that :func:`batch_length` reads
+#: screening rounds: settling and timed span of a steady sample, in ms of the config's own calls
+SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
+#: settled rounds of the leaders: long enough to reach the config's own sustained state (measured: 50-100 ms)
+SETTLED_SETTLE_MS, SETTLED_SPAN_MS = 100.0, 30.0
+#: the leaders that get settled rounds at the end of a steady race
+SETTLED_LEADERS = 3
+#: extra settling of a round's first sample, after the idle gap of the round's exchange
+ROUND_SETTLE_MS = 50.0
+#: at most this many calls in a settling run or a span (a function of a few microseconds)
+MAX_CALLS = 20000
+#: timed calls in the probe that gives a config's time per call
 PROBE_CALLS = 4
+
+
+@dataclass(frozen=True)
+class Steady:
+    """The calls of one steady sample: ``settle`` untimed, then ``span`` timed, with nothing in between."""
+
+    settle: int
+    span: int
+
+    @staticmethod
+    def calls(per_call_ms: float, settle_ms: float, span_ms: float, span: int | None = None) -> Steady:
+        """The sample for a config that takes ``per_call_ms`` per call (measured by a probe): about ``settle_ms``
+        and ``span_ms`` of calls (at least one each; one each when no probe ran); ``span`` (the ``batch`` option)
+        fixes the timed calls."""
+        def count(ms: float) -> int:
+            if not per_call_ms > 0:
+                return 1
+            return max(1, min(MAX_CALLS, math.ceil(round(ms / per_call_ms, 6))))
+
+        return Steady(count(settle_ms) if settle_ms > 0 else 0, span or count(span_ms))
 
 
 def timing_mode(option: str | None) -> str:
@@ -173,26 +208,47 @@ def make_clock() -> HostClock | DeviceClock:
     return clock
 
 
-def time_sample(clock: Any, call: Callable[[], Any], batch: int, cold: bool) -> float:
-    """One sample, in ms per call. Steady: an untimed lead-in call and a device synchronize, then ``batch``
-    back-to-back calls timed as one span. Cold: one call after an L2 flush. The device is synchronized again
-    after the span."""
-    if cold:
-        clock.flush()
+def steady_calls(clock: Any, per_call_ms: float, settled: bool, first: bool, batch: int | None) -> Steady:
+    """The calls of a steady sample of a config taking ``per_call_ms``: a screening or a ``settled`` one, settling
+    longer when ``first`` in its round; ``batch`` fixes the timed calls. On the host clock (no power state to
+    settle) the settling is one call."""
+    if settled:
+        settle, span = SETTLED_SETTLE_MS, SETTLED_SPAN_MS
     else:
+        settle, span = SCREEN_SETTLE_MS, SCREEN_SPAN_MS
+    settle += ROUND_SETTLE_MS if first else 0.0
+    if clock.kind == "host" and per_call_ms > 0:
+        settle = min(settle, per_call_ms)
+    return Steady.calls(per_call_ms, settle, span, batch)
+
+
+def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> Any:
+    """Enqueue one steady sample: ``steady.settle`` untimed calls, then ``steady.span`` calls timed as one span,
+    with no synchronize; returns the clock's token (read it after the round's synchronize, divided by
+    ``steady.span``)."""
+    for _ in range(steady.settle):
         call()
-        clock.synchronize()
     start = clock.start()
-    for _ in range(batch):
+    for _ in range(steady.span):
         call()
+    return clock.stop(start)
+
+
+def cold_sample(clock: Any, call: Callable[[], Any]) -> float:
+    """One cold sample: one call after an L2 flush, synchronized; ms."""
+    clock.flush()
+    start = clock.start()
+    call()
     token = clock.stop(start)
     clock.synchronize()
-    return clock.read(token) / batch
+    return clock.read(token)
 
 
-def batch_length(per_call_ms: float) -> int:
-    """The steady batch length for a function that takes ``per_call_ms`` per call in steady state (measured by a
-    probe sample): about :data:`TARGET_SPAN_MS` of calls, within [MIN_BATCH, MAX_BATCH]."""
-    if not per_call_ms > 0:
-        return MAX_BATCH
-    return max(MIN_BATCH, min(MAX_BATCH, math.ceil(round(TARGET_SPAN_MS / per_call_ms, 6))))
+def probe(clock: Any, call: Callable[[], Any]) -> float:
+    """A config's time per call, for sizing its samples: one untimed call, a synchronize, then
+    :data:`PROBE_CALLS` calls timed as one span; ms per call."""
+    call()
+    clock.synchronize()
+    token = steady_span(clock, call, Steady(0, PROBE_CALLS))
+    clock.synchronize()
+    return clock.read(token) / PROBE_CALLS

@@ -1,0 +1,91 @@
+"""What one measured run of a tuning is: the function, its arguments, the hooks around it, and the samples it gives
+(a probe, a steady sample enqueued for its round, a cold sample); see :mod:`~triton_dist_tune.measure.timing`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import timing
+from .arguments import ArgumentState
+from .timing import Steady
+
+
+class Reference:
+    """The reference result of ``ref_prog``, against which each config's first run is checked."""
+
+    def __init__(self, value: Any, rtol: float | None, atol: float | None) -> None:
+        self.value = _detach_copy(value)
+        self.rtol, self.atol = rtol, atol
+
+    def mismatch(self, value: Any) -> str | None:
+        """None when ``value`` matches the reference, else what differs."""
+        import torch
+
+        try:
+            torch.testing.assert_close(value, self.value, rtol=self.rtol, atol=self.atol, check_device=False)
+        except (AssertionError, TypeError, ValueError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()
+            return "wrong result: " + (first[0] if first else type(exc).__name__)
+        return None
+
+
+@dataclass
+class Trial:
+    """One tuning call: the function, its arguments and everything that runs around each measured call."""
+
+    fn: Callable[..., Any]
+    args: tuple
+    kwargs: dict[str, Any]
+    clock: Any
+    state: ArgumentState | None = None
+    pre_hook: Callable[..., Any] | None = None
+    post_hook: Callable[..., Any] | None = None
+    reference: Reference | None = None
+
+    def call(self, config: dict[str, Any]) -> Any:
+        """Prepare the arguments and run once with ``config``; returns the function's result."""
+        if self.state is not None:
+            self.state.before_run()
+        if self.pre_hook is not None:
+            self.pre_hook(config, *self.args, **self.kwargs)
+        out = self.fn(*self.args, **self.kwargs, **config)
+        if self.post_hook is not None:
+            self.post_hook(config, *self.args, **self.kwargs)
+        return out
+
+    def probe(self, config: dict[str, Any]) -> float:
+        """The config's time per call, for sizing its samples (:func:`~triton_dist_tune.measure.timing.probe`)."""
+        return timing.probe(self.clock, lambda: self.call(config))
+
+    def cold(self, config: dict[str, Any]) -> float:
+        """One cold sample, ms (:func:`~triton_dist_tune.measure.timing.cold_sample`)."""
+        return timing.cold_sample(self.clock, lambda: self.call(config))
+
+    def steady(self, config: dict[str, Any], steady: Steady) -> Any:
+        """Enqueue one steady sample; returns the clock's token of its span (read after a synchronize)."""
+        return timing.steady_span(self.clock, lambda: self.call(config), steady)
+
+    def steady_now(self, config: dict[str, Any], steady: Steady) -> float:
+        """One steady sample, synchronized at once; ms per call (for a rank measuring alone)."""
+        token = self.steady(config, steady)
+        self.clock.synchronize()
+        return self.clock.read(token) / steady.span
+
+    def checked_run(self, config: dict[str, Any]) -> str | None:
+        """One untimed run compared against the reference; None when it matches."""
+        out = self.call(config)
+        self.clock.synchronize()
+        produced = (out, *self.state.outputs) if self.state is not None else (out,)
+        return self.reference.mismatch(produced) if self.reference is not None else None
+
+
+def _detach_copy(value: Any) -> Any:
+    if hasattr(value, "detach") and hasattr(value, "clone"):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detach_copy(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detach_copy(v) for k, v in value.items()}
+    return value
