@@ -230,7 +230,7 @@ class Session:
                     return self.tuner.fn(*args, **kwargs), None
                 except Exception as exc:
                     return None, exc
-        except BaseException:  # Ctrl-C or SIGTERM: an interruption blames no config
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM: an interruption blames no config
             self._journal_inflight("interrupted")
             raise
         finally:
