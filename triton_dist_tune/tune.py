@@ -38,45 +38,11 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Tune a whole (distributed) function over ``config_space``, with every rank of the group in lock-step.
 
-    Args:
-        config_space: dicts of keyword arguments (values may be ``triton.Config``); one is merged into each call.
-        key_fn: ``key_fn(*args, **kwargs)`` returns the hashable key a decision is made and cached for.
-        prune_fn: ``prune_fn(config, *args, **kwargs)`` returns True to keep ``config``; a config is kept only
-            if every rank keeps it.
-        n_warmup: untimed runs per config before the race (identical on every rank).
-        n_repeat: the most rounds of the race: a config still running gets one sample per round (a batch of
-            back-to-back calls in steady timing, one call in cold timing). A sample's group time is the MAX over
-            ranks; a config's time is the median of its samples.
-        timeout: seconds one measurement phase or exchange may take before the watchdog ends a hung rank
-            (default ``TRITON_DIST_AUTOTUNE_TIMEOUT`` or 300).
-        reset_to_zero: names of tensor arguments zeroed before every measured run.
-        restore_value: names of tensor arguments restored before every measured run.
-        pre_hook / post_hook: ``hook(config, *args, **kwargs)`` around every measured run, for state that is not
-            a tensor argument (buffers, signal flags, phase counters).
-        ref_prog: the reference, called with the same arguments; a config whose result (and in-place outputs)
-            differ from it on any rank is left out on every rank.
-        rtol / atol: tolerances of that check (both or neither; neither means torch's defaults for the dtype).
-        early_stop: a factor: after any round, a config whose median is more than this times the leader's
-            leaves the race at once (besides the statistical rule, which needs 3 rounds).
-        sharded: for functions that talk to no other rank: each rank measures its share of the configs.
-        precompile_fn: ``precompile_fn(config, *args, **kwargs)`` compiles a config's kernels (e.g. with
-            ``kernel.warmup(..., grid=...)``); run for every config in a thread pool before measuring, and a
-            config that fails to compile on any rank is left out on every rank.
-        compile_threads: threads for ``precompile_fn`` (default ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or
-            min(8, CPUs)).
-        refine_top: after 3 rounds, at most this many configs (the best medians) stay in the race (0: no limit).
-        name: the cache folder's name (default: the function's name).
-        timing: ``"steady"`` (default: back-to-back batches, as a model layer runs) or ``"cold"`` (one call after
-            an L2 flush and an alignment of the ranks); ``TRITON_DIST_AUTOTUNE_TIMING`` overrides it for a job.
-        batch: calls per steady sample (default: measured per config, long enough to hide the launch gap).
-        budget: seconds of racing after which the race ends once 3 rounds are done (default: no limit).
-        cache_key_extra: state of your own that a decision depends on (a string, or a function returning one,
-            called at each tuning), made part of the disk cache's entry: change it to re-tune. The entry already
-            covers the function's source, the Triton kernels it names (their sources), ``key_fn``'s and
-            ``prune_fn``'s sources, the key, the config space, the group size, the devices and the GPU model.
-        undecided: a key not decided yet is tuned now (``"tune"``, default), or served with no tuning and no
-            communication: the ``"nearest"`` decided key's choice, or the ``"first"`` kept config (docs/campaign.md).
-        distance: ``distance(key, decided_key) -> float | None`` for ``"nearest"`` (default: numeric parts, L1).
+    ``config_space`` holds dicts of keyword arguments (values may be ``triton.Config``), one merged into each
+    call; ``key_fn(*args, **kwargs)`` returns the hashable key a decision is made and cached for;
+    ``prune_fn(config, *args, **kwargs)`` returns True to keep ``config`` (kept only if every rank keeps it).
+    The keyword options are documented one by one on :class:`~triton_dist_tune.function.options.TuneOptions`,
+    which checks them when decorating.
 
     Call-time keywords: ``autotune=False`` runs the first config ``prune_fn`` keeps, with no tuning and no
     communication; ``autotune_verbose=True`` prints the measurements on group rank 0; ``autotune_pg=`` is the

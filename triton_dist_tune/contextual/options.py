@@ -6,8 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import settings
-from ..errors import BadInputError
+from .. import checks, settings
 
 
 @dataclass(frozen=True)
@@ -38,8 +37,11 @@ class ContextualOptions:
 
     def __post_init__(self) -> None:
         _check_steps(self.n_warmup, self.n_repeat)
-        _check_count(self.max_runs, "max_runs")
-        _check_count(self.sync_every, "sync_every")
+        checks.whole(self.max_runs, "max_runs", 1)
+        checks.whole(self.sync_every, "sync_every", 1)
+        checks.number(self.timeout, "timeout", 0, "a positive number of seconds")
+        checks.flag(self.precompile, "precompile")
+        checks.text(self.name, "name")
 
     @property
     def label(self) -> str:
@@ -62,11 +64,6 @@ class ContextualOptions:
                    max_runs=max_runs, sync_every=sync_every)
 
 
-def _check_steps(n_warmup: int, n_repeat: int) -> None:
-    if n_warmup < 0 or n_repeat < 1:
-        raise BadInputError(f"need n_warmup >= 0 and n_repeat >= 1, got {n_warmup} and {n_repeat}")
-
-
-def _check_count(value: Any, what: str) -> None:
-    if not isinstance(value, int) or value < 1:
-        raise BadInputError(f"{what} must be a positive whole number, got {value!r}")
+def _check_steps(n_warmup: Any, n_repeat: Any) -> None:
+    checks.whole(n_warmup, "n_warmup", 0)
+    checks.whole(n_repeat, "n_repeat", 1)

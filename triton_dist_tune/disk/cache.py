@@ -164,14 +164,16 @@ class DiskCache:
 
     def load(self, entry: str, space_text: str) -> dict[str, Any] | None:
         """The stored decision, or None when absent, unreadable, for another space, or from other versions
-        under ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``."""
+        under ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``. Never raises for what the file holds: group rank 0 reads
+        it before the broadcast that the other ranks wait on."""
         path = self.path(entry)
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
-            log.warning("triton_dist_tune: ignoring unreadable cache file %s (%s); tuning again", path, exc)
+        except Exception as exc:  # any problem, not only OSError/ValueError (a nested file raises RecursionError)
+            log.warning("triton_dist_tune: ignoring unreadable cache file %s (%s: %s); tuning again", path,
+                        type(exc).__name__, str(exc)[:200])
             return None
         if not _well_formed(data) or data.get("space") != fingerprint(space_text):
             log.warning("triton_dist_tune: ignoring malformed cache file %s; tuning again", path)

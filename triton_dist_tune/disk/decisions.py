@@ -13,7 +13,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..records import Outcome
@@ -167,7 +167,7 @@ def read_entry(path: Path) -> Entry:
         raise CacheError(f"{path}: cannot read ({exc.strerror or exc})", path) from None
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise CacheError(f"{path}: corrupt cache file (not JSON: {exc})", path) from None
     return parse_entry(path, data)
 
@@ -282,8 +282,8 @@ def read_bundle(path: Path) -> list[Incoming]:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise CacheError(f"{path}: no such bundle file") from None
-    except (OSError, ValueError) as exc:
-        raise CacheError(f"{path}: not a readable bundle ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise CacheError(f"{path}: not a readable bundle ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, dict) or data.get("kind") != BUNDLE_KIND or not isinstance(data.get("entries"), list):
         raise CacheError(f"{path}: not a triton-dist-tune bundle (made by 'triton-dist-tune export')")
     if data.get("format") != BUNDLE_FORMAT:
@@ -294,9 +294,9 @@ def read_bundle(path: Path) -> list[Incoming]:
     incoming = []
     for item in data["entries"]:
         rel = item.get("path") if isinstance(item, dict) else None
-        parts = Path(rel).parts if isinstance(rel, str) else ()
-        if len(parts) != 2 or ".." in parts or not parts[1].endswith(".json") or parts[1].startswith("."):
-            raise CacheError(f"{path}: bad entry path {rel!r} in the bundle")
+        if not _relative_entry_path(rel):
+            raise CacheError(f"{path}: bad entry path {rel!r} in the bundle (an entry is <function>/<entry>.json, "
+                             "inside the cache folder)")
         entry = parse_entry(Path(rel), item.get("data"))
         mismatches = [f"{k}: {entry.versions.get(k)} here {now.get(k)}" for k in sorted(set(now) | set(entry.versions))
                       if entry.versions.get(k) != now.get(k)]
@@ -306,10 +306,33 @@ def read_bundle(path: Path) -> list[Incoming]:
     return incoming
 
 
+def _relative_entry_path(rel: Any) -> bool:
+    """Whether ``rel`` is ``<function>/<entry>.json``: relative, two plain parts, no ``..``, no hidden file."""
+    if not isinstance(rel, str) or "\\" in rel or "\0" in rel:
+        return False
+    pure = PurePosixPath(rel)
+    parts = pure.parts
+    return (not pure.is_absolute() and len(parts) == 2 and all(p not in (".", "..") for p in parts)
+            and parts[1].endswith(".json") and not parts[1].startswith("."))
+
+
+def _inside(root: Path, rel: str) -> Path:
+    """Where entry ``rel`` goes under ``root``; raises :class:`CacheError` when that place, through links, is
+    outside ``root``."""
+    top = root.resolve()
+    target = (root / rel).resolve()
+    if target.parent.parent != top:
+        raise CacheError(f"entry path {rel!r} of the bundle leads out of the cache folder {root} (to {target}, "
+                         "through a link): refused")
+    return root / rel
+
+
 def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
-    """Write the bundle's decisions into the cache folder ``root`` (atomically, replacing same-named files)."""
+    """Write the bundle's decisions into the cache folder ``root`` (atomically, replacing same-named files).
+    Every path is checked first: when one leads out of ``root`` (through a link), nothing is written."""
     root.mkdir(parents=True, exist_ok=True)
-    return [write_json_atomic(root / item.path, item.entry.raw) for item in incoming]
+    targets = [_inside(root, item.path) for item in incoming]
+    return [write_json_atomic(target, item.entry.raw) for target, item in zip(targets, incoming, strict=True)]
 
 
 def age_text(seconds: float) -> str:

@@ -1,6 +1,6 @@
 """The options of :func:`~triton_dist_tune.autotune`, checked in one place.
 
-:class:`TuneOptions` holds every keyword option of the decorator (what each means is in ``autotune``'s docstring).
+:class:`TuneOptions` holds every keyword option of the decorator (what each means is in its docstring).
 Building one checks every option that can be checked without the function; :meth:`TuneOptions.for_function` then
 checks the argument names of ``restore_value`` and ``reset_to_zero`` against the function's parameters.
 """
@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import checks
 from ..errors import BadInputError
 from ..measure.arguments import check_names
 from ..measure.lockstep import Plan
@@ -21,7 +22,44 @@ from .policy import check_policy
 
 @dataclass(frozen=True)
 class TuneOptions:
-    """Every keyword option of :func:`~triton_dist_tune.autotune`, with its defaults; checked on construction."""
+    """Every keyword option of :func:`~triton_dist_tune.autotune`, with its defaults; checked on construction.
+
+    Options:
+        n_warmup: untimed runs per config before the race (identical on every rank).
+        n_repeat: the most rounds of the race: a config still running gets one sample per round (a batch of
+            back-to-back calls in steady timing, one call in cold timing). A sample's group time is the MAX over
+            ranks; a config's time is the median of its samples.
+        timeout: seconds one measurement phase or exchange may take before the watchdog ends a hung rank
+            (default ``TRITON_DIST_AUTOTUNE_TIMEOUT`` or 300).
+        reset_to_zero: names of tensor arguments zeroed before every measured run.
+        restore_value: names of tensor arguments restored before every measured run.
+        pre_hook / post_hook: ``hook(config, *args, **kwargs)`` around every measured run, for state that is not
+            a tensor argument (buffers, signal flags, phase counters).
+        ref_prog: the reference, called with the same arguments; a config whose result (and in-place outputs)
+            differ from it on any rank is left out on every rank.
+        rtol / atol: tolerances of that check (both or neither; neither means torch's defaults for the dtype).
+        early_stop: a factor: after any round, a config whose median is more than this times the leader's
+            leaves the race at once (besides the statistical rule, which needs 3 rounds).
+        sharded: for functions that talk to no other rank: each rank measures its share of the configs.
+        precompile_fn: ``precompile_fn(config, *args, **kwargs)`` compiles a config's kernels (e.g. with
+            ``kernel.warmup(..., grid=...)``); run for every config in a thread pool before measuring, and a
+            config that fails to compile on any rank is left out on every rank.
+        compile_threads: threads for ``precompile_fn`` (default ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or
+            min(8, CPUs)).
+        refine_top: after 3 rounds, at most this many configs (the best medians) stay in the race (0: no limit).
+        name: the cache folder's name (default: the function's name).
+        timing: ``"steady"`` (default: back-to-back batches, as a model layer runs) or ``"cold"`` (one call after
+            an L2 flush and an alignment of the ranks); ``TRITON_DIST_AUTOTUNE_TIMING`` overrides it for a job.
+        batch: calls per steady sample (default: measured per config, long enough to hide the launch gap).
+        budget: seconds of racing after which the race ends once 3 rounds are done (default: no limit).
+        cache_key_extra: state of your own that a decision depends on (a string, or a function returning one,
+            called at each tuning), made part of the disk cache's entry: change it to re-tune. The entry already
+            covers the function's source, the Triton kernels it names (their sources), ``key_fn``'s and
+            ``prune_fn``'s sources, the key, the config space, the group size, the devices and the GPU model.
+        undecided: a key not decided yet is tuned now (``"tune"``, default), or served with no tuning and no
+            communication: the ``"nearest"`` decided key's choice, or the ``"first"`` kept config (docs/campaign.md).
+        distance: ``distance(key, decided_key) -> float | None`` for ``"nearest"`` (default: numeric parts, L1).
+    """
 
     n_warmup: int = 3
     n_repeat: int = 10
@@ -47,26 +85,29 @@ class TuneOptions:
     distance: Callable[[Any, Any], float | None] | None = None
 
     def __post_init__(self) -> None:
-        if self.n_warmup < 0 or self.n_repeat < 1:
-            raise BadInputError(f"need n_warmup >= 0 and n_repeat >= 1, got {self.n_warmup} and {self.n_repeat}")
-        if self.timeout is not None and not 0 < self.timeout < float("inf"):
-            raise BadInputError(f"timeout must be a positive number of seconds, got {self.timeout}")
-        if self.early_stop is not None and self.early_stop <= 1:
-            raise BadInputError(f"early_stop is a slowdown factor and must be > 1, got {self.early_stop}")
+        checks.whole(self.n_warmup, "n_warmup", 0)
+        checks.whole(self.n_repeat, "n_repeat", 1)
+        checks.number(self.timeout, "timeout", 0, "a positive number of seconds")
+        checks.number(self.early_stop, "early_stop", 1, "a slowdown factor > 1")
+        checks.tolerance(self.rtol, "rtol")
+        checks.tolerance(self.atol, "atol")
         if (self.rtol is None) != (self.atol is None):
             raise BadInputError("give both rtol and atol, or neither (then torch's defaults for the dtype apply)")
         extra = self.cache_key_extra
         if extra is not None and not (isinstance(extra, str) or callable(extra)):
             raise BadInputError("cache_key_extra must be a string or a function returning one")
-        if self.refine_top < 0:
-            raise BadInputError(f"refine_top must be >= 0, got {self.refine_top}")
-        if self.batch is not None and not (isinstance(self.batch, int) and self.batch >= 1):
-            raise BadInputError(f"batch must be a whole number of calls >= 1, got {self.batch!r}")
-        if self.budget is not None and not 0 < self.budget < float("inf"):
-            raise BadInputError(f"budget must be a positive number of seconds, got {self.budget!r}")
+        checks.whole(self.refine_top, "refine_top", 0)
+        checks.whole(self.batch, "batch", 1, optional=True)
+        checks.number(self.budget, "budget", 0, "a positive number of seconds")
+        checks.flag(self.sharded, "sharded")
+        checks.whole(self.compile_threads, "compile_threads", 1, optional=True)
+        checks.text(self.name, "name")
+        for option in ("pre_hook", "post_hook", "ref_prog", "precompile_fn"):
+            checks.function(getattr(self, option), option)
+        if self.timing is not None and not isinstance(self.timing, str):
+            raise BadInputError(f"timing must be 'steady', 'cold' or None, got {self.timing!r}")
         check_policy(self.undecided)
-        if self.distance is not None and not callable(self.distance):
-            raise BadInputError("distance must be callable: distance(key, decided_key) -> float or None")
+        checks.function(self.distance, "distance")
         timing_mode(self.timing)  # reject a bad mode now; the environment may still override it per call
 
     def for_function(self, fn: Callable[..., Any]) -> TuneOptions:

@@ -12,6 +12,7 @@ from ..disk.cache import DiskCache, dependency_text, source_of
 from ..errors import BadInputError, describe_error
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
+from ..measure.timing import timing_mode
 from ..records import Decision
 from ..space import CALL_KEYWORDS, check_no_clash, check_space_signature, describe, validate_space
 from .options import TuneOptions
@@ -127,9 +128,12 @@ class Tuner:
         raise BadInputError(f"{self.name}: prune_fn keeps no config for this call (autotune=False)")
 
     def entry_extra(self, args: tuple, kwargs: dict[str, Any]) -> str:
-        """What the cache entry depends on besides the function's source, key, space and group size."""
+        """What the cache entry depends on besides the function's source, key, space and group size: the code it
+        uses, the devices of its tensors, ``cache_key_extra`` and the timing mode (a decision timed cold is no
+        answer for steady timing)."""
         if self._dependencies is None:
             self._dependencies = dependency_text(self.fn, self.key_fn, self.prune_fn, "")
         extra = self.options.cache_key_extra
         extra = extra() if callable(extra) else (extra or "")
-        return f"{self._dependencies}\ndevices: {_tensor_devices(args, kwargs)}\nextra: {extra}"
+        return (f"{self._dependencies}\ndevices: {_tensor_devices(args, kwargs)}\nextra: {extra}\n"
+                f"timing: {timing_mode(self.options.timing)}")

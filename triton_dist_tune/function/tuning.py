@@ -14,7 +14,8 @@ The protocol, every step on every rank of the group:
    clearly slower configs leave early (or sharded measuring, for rank-local functions).
 6. **Decide**: the least group time among the configs left in the race wins (ties: the lower index); group rank 0
    writes the cache atomically, with every config's median and spread and the margin over the runner-up, and
-   broadcasts the choice. The function is then called once with it and its result returned.
+   broadcasts the choice. Torch's random generators are put back as they were before step 3, and the function
+   is called once with the choice and its result returned.
 
 Once a key is decided, a call is a ``key_fn`` call, a dict lookup and the function call: no communication.
 """
@@ -32,6 +33,7 @@ from ..faults.journal import Journal
 from ..faults.recovery import across, interruptible, journal_path, shared_view
 from ..faults.watchdog import WATCHDOG, Guard
 from ..group.channel import Group
+from ..measure.arguments import RandomState
 from ..measure.lockstep import Measurer, Todo
 from ..measure.precompile import precompile
 from ..measure.replicas import Layout, settle
@@ -75,7 +77,11 @@ class Tuning:
             return tuner.space[found]
         rank_log.info("%s tuning %d configs on %d rank(s) of group '%s'", self.label, len(tuner.space), group.size,
                       logs.group_title(group))
-        decision = self._tune()
+        random_state = RandomState()  # the final call draws what one untuned call would
+        try:
+            decision = self._tune()
+        finally:
+            random_state.put_back()
         tuner.decisions[(group.name, self.key)] = decision
         if group.rank == 0 and logs.printing_enabled(self.verbose):
             logs.print_summary(tuner.name, self.key_text, group, decision, tuner.cache.path(self.entry))

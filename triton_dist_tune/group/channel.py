@@ -30,6 +30,7 @@ from typing import Any
 from .. import settings
 from ..errors import BadInputError
 from ..space import fingerprint
+from . import codec
 
 DEFAULT_TIMEOUT_S = settings.DEFAULT_TIMEOUT_S
 #: what torch.distributed.new_group returns on ranks that are not members of the new group
@@ -198,14 +199,22 @@ def _nothing(values: list[Any]) -> None:
 
 
 class ExchangeError(BadInputError):
-    """The combining function of an exchange raised on group rank 0; every rank raises this."""
+    """The combining function of an exchange raised on group rank 0, or a message was refused; every rank raises
+    this."""
 
 
+class PlainDataError(ExchangeError, TypeError):
+    """Some rank tried to send a value that is not plain data (see :mod:`.codec`); every rank raises this."""
+
+
+@codec.record
 @dataclass(frozen=True)
 class Failed:
-    """What rank 0 sends instead of a result when the combining function raised."""
+    """What rank 0 sends instead of a result when the combining function raised (or a rank's message was refused:
+    ``refused``), and what a rank sends instead of a message it cannot encode."""
 
     message: str
+    refused: bool = False
 
 
 def run_on_root(fn: Callable[[list[Any]], Any], values: list[Any]) -> Any:
@@ -217,8 +226,49 @@ def run_on_root(fn: Callable[[list[Any]], Any], values: list[Any]) -> Any:
 
 def unwrap(result: Any, what: str) -> Any:
     if isinstance(result, Failed):
-        raise ExchangeError(f"triton_dist_tune: combining the ranks' messages at '{what}' failed: {result.message}")
+        kind = PlainDataError if result.refused else ExchangeError
+        raise kind(f"triton_dist_tune: combining the ranks' messages at '{what}' failed: {result.message}")
     return result
+
+
+def pack(obj: Any, rank: int) -> bytes:
+    """This rank's message as plain data; a value that is not plain data becomes a refusal that rank 0 passes on
+    to every rank (so nobody waits for a message that never comes)."""
+    try:
+        return codec.encode(obj)
+    except codec.NotPlainData as exc:
+        return codec.encode(Failed(f"group rank {rank} cannot send its message: {exc}", refused=True))
+
+
+def combine_payloads(fn: Callable[[list[Any]], Any], payloads: Sequence[bytes]) -> bytes:
+    """Group rank 0: decode every rank's message (by group rank), run ``fn`` on them and encode the result, or
+    a :class:`Failed` when a message is refused, ``fn`` raised or its result is not plain data."""
+    values = []
+    for rank, payload in enumerate(payloads):
+        try:
+            value = codec.decode(payload)
+        except codec.BadMessage as exc:
+            return codec.encode(Failed(f"the message read for group rank {rank} is refused: {exc}; a process other "
+                                       "than the tuner wrote under the tuner's keys of the key-value store"))
+        if isinstance(value, Failed):
+            return codec.encode(value)
+        values.append(value)
+    result = run_on_root(fn, values)
+    try:
+        return codec.encode(result)
+    except codec.NotPlainData as exc:
+        return codec.encode(Failed(f"the combined result cannot be sent: {exc}", refused=True))
+
+
+def unpack(payload: bytes, what: str, rank: int) -> Any:
+    """The result of an exchange, as rank 0 combined it; raises what rank 0 sent instead of a result."""
+    try:
+        result = codec.decode(payload)
+    except codec.BadMessage as exc:
+        raise ExchangeError(f"triton_dist_tune: group rank {rank} refused the result it read at '{what}': {exc}; a "
+                            "process other than the tuner wrote under the tuner's keys of the key-value store") \
+            from None
+    return unwrap(result, what)
 
 
 class SingleGroup(Group):

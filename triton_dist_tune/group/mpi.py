@@ -8,13 +8,18 @@ from typing import Any
 
 from .. import settings
 from ..errors import GroupTimeoutError
-from .channel import Group, default_timeout, report_waiting, run_on_root, unwrap
+from .channel import Group, combine_payloads, default_timeout, pack, report_waiting, unpack
 
 _POLL_S = 0.005
 
 
 class MpiGroup(Group):
-    """An mpi4py communicator, talked to through a duplicate of it."""
+    """An mpi4py communicator, talked to through a duplicate of it.
+
+    Messages are encoded as plain data (:mod:`.codec`) like the key-value store's, so a value that is not plain
+    data is refused alike on every launcher. mpi4py's lowercase methods pickle what they move, here only those
+    ``bytes``; the peers of a communicator are processes of the job itself (an outsider cannot join one), unlike
+    the clients of a key-value store."""
 
     def __init__(self, comm: Any, timeout: float | None = None) -> None:
         super().__init__()
@@ -45,12 +50,13 @@ class MpiGroup(Group):
 
     def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
         self._wait(self.comm.Ibarrier(), what, timeout, self.rank)  # every rank is here: the rest cannot hang
-        values = self.comm.gather(obj, root=0)
-        return unwrap(self.comm.bcast(run_on_root(fn, values) if self.rank == 0 else None, root=0), what)
+        payloads = self.comm.gather(pack(obj, self.rank), root=0)
+        payload = self.comm.bcast(combine_payloads(fn, payloads) if self.rank == 0 else None, root=0)
+        return unpack(payload, what, self.rank)
 
     def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
         self._wait(self.comm.Ibarrier(), what, timeout, self.rank)
-        return self.comm.allgather(obj)
+        return unpack(combine_payloads(list, self.comm.allgather(pack(obj, self.rank))), what, self.rank)
 
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -15,15 +14,15 @@ from ..errors import BadInputError, GroupTimeoutError, RankFailedError
 from .channel import (
     NOT_A_MEMBER,
     Board,
-    Failed,
     FailureReport,
     Group,
     RankEnded,
+    combine_payloads,
     default_timeout,
     ended_message,
+    pack,
     report_waiting,
-    run_on_root,
-    unwrap,
+    unpack,
     wait_in_slices,
 )
 
@@ -53,6 +52,9 @@ class StoreGroup(Group):
     - rank ``r > 0`` sets ``s/r`` to its message, waits for ``s/all``, reads it and deletes ``s/r``;
     - rank 0 waits for every ``s/r``, reads them in one request, sets ``s/all`` to ``fn`` of the list and deletes
       ``s-1/all`` (every rank has read it: each has arrived at ``s``).
+
+    Every message is plain data (:mod:`.codec`: JSON, never pickle): the store has no authentication, and what
+    an outsider writes under these keys is refused, never run.
 
     Every rank makes four store requests per exchange whatever the group size, and the server moves each message
     once in and the result once out to each rank: linear in the group size when the result does not grow with it.
@@ -95,34 +97,26 @@ class StoreGroup(Group):
             self._seq += 1
             seq = self._seq
         if self.rank == 0:
-            result = self._gather_and_send(seq, obj, fn, what, timeout)
-        else:
-            result = self._send_and_receive(seq, obj, what, timeout)
-        return unwrap(result, what)
+            return self._gather_and_send(seq, obj, fn, what, timeout)
+        return self._send_and_receive(seq, obj, what, timeout)
 
     def _gather_and_send(self, seq: int, obj: Any, fn: Callable[[list[Any]], Any], what: str,
                          timeout: float) -> Any:
         keys = [self._key(seq, r) for r in range(1, self.size)]
         self._wait(keys, what, timeout, lambda: [r for r in range(1, self.size) if not self._arrived(keys[r - 1])])
-        values = [obj, *(pickle.loads(v) for v in self.store.multi_get(keys))]
-        result = run_on_root(fn, values)
-        try:
-            payload = pickle.dumps(result)
-        except Exception as exc:  # the others must still get an answer, not wait out the deadline
-            result = Failed(f"the result cannot be pickled ({type(exc).__name__}: {exc})")
-            payload = pickle.dumps(result)
+        payload = combine_payloads(fn, [pack(obj, 0), *self.store.multi_get(keys)])
         self.store.set(self._key(seq, "all"), payload)
         if seq > 1:
             self.store.delete_key(self._key(seq - 1, "all"))
-        return result
+        return unpack(payload, what, 0)
 
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
-        self.store.set(mine, pickle.dumps(obj))
+        self.store.set(mine, pack(obj, self.rank))
         self._wait([combined], what, timeout, lambda: self._missing_seen_from(seq))
-        result = pickle.loads(self.store.get(combined))
+        payload = self.store.get(combined)
         self.store.delete_key(mine)  # rank 0 has read it: it wrote the result
-        return result
+        return unpack(payload, what, self.rank)
 
     def _missing_seen_from(self, seq: int) -> list[int]:
         """On a timeout at a rank other than 0: the ranks whose message is not in the store, or rank 0 when every

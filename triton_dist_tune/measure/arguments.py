@@ -4,6 +4,11 @@
 tensors are zeroed before every measured run. Both are put back to their saved values before the final call, so
 that after tuning the arguments and the result are exactly what one untuned call with the chosen config gives.
 
+A list, tuple or dict argument counts as the tensors inside it (nested too): naming it in ``restore_value`` or
+``reset_to_zero`` declares each of them, and the others are watched one by one (named ``xs[0]``, ``d['k']``).
+Naming an argument that holds no tensor there (an object that keeps its tensors in attributes, say) is a
+:class:`~triton_dist_tune.errors.BadInputError`, never ignored.
+
 Every other tensor argument is watched: it is saved before tuning too, and after the first run of each config (and
 after ``ref_prog``) it is checked, by torch's in-place version counter and by comparing it with the saved copy
 (which also sees writes that bump no counter: collectives such as ``all_reduce``, Triton kernels). An argument found
@@ -22,6 +27,9 @@ from typing import Any
 from ..errors import BadInputError
 
 log = logging.getLogger("triton_dist_tune")
+
+#: how deep :func:`tensors_in` looks into nested lists, tuples and dicts
+MAX_DEPTH = 8
 
 
 def check_names(fn: Callable[..., Any], names: Iterable[str], option: str) -> tuple[str, ...]:
@@ -58,17 +66,19 @@ class ArgumentState:
     def __init__(self, named: Mapping[str, Any], restore_value: Iterable[str], reset_to_zero: Iterable[str],
                  label: str = "", watch: bool = True) -> None:
         self.label = label
-        self.restore = [named[n] for n in restore_value if _is_tensor(named.get(n))]
-        self.zero = [named[n] for n in reset_to_zero if _is_tensor(named.get(n))]
+        self.restore = _declared(named, restore_value, "restore_value")
+        self.zero = _declared(named, reset_to_zero, "reset_to_zero")
         self.saved = [(t, t.clone()) for t in {id(t): t for t in self.restore + self.zero}.values()]
-        declared = {id(t) for t in self.restore + self.zero}
-        #: name -> (tensor, saved copy, version counter when saved) of every other tensor argument
+        seen = {id(t) for t in self.restore + self.zero}
+        #: name (``xs[0]`` for a tensor inside a list argument) -> (tensor, saved copy, version counter when saved)
+        #: of every other tensor argument
         self.watched: dict[str, tuple[Any, Any, int]] = {}
         if watch:
             for name, value in sorted(named.items()):
-                if _is_tensor(value) and id(value) not in declared and not any(
-                        value is t for t, _, _ in self.watched.values()):
-                    self.watched[name] = (value, value.detach().clone(), _version(value))
+                for path, tensor in tensors_in(name, value):
+                    if id(tensor) not in seen:
+                        seen.add(id(tensor))
+                        self.watched[path] = (tensor, tensor.detach().clone(), _version(tensor))
         #: names of watched arguments some run changed: restored before every run from now on
         self.changed: list[str] = []
         self._seen_configs: set[int] = set()
@@ -94,7 +104,7 @@ class ArgumentState:
                     "triton_dist_tune: %s the tuned function changed its argument '%s' in place; the tuner restores "
                     "it before every tuning run and before the final call, so that the call's result is that of "
                     "one call (declare it with restore_value=['%s'] to say so, or reset_to_zero=['%s'] for an "
-                    "accumulating output)", self.label, name, name, name)
+                    "accumulating output)", self.label, name, *[name.split("[", 1)[0]] * 2)
         self._check_due = False
 
     def before_run(self) -> None:
@@ -125,6 +135,37 @@ class ArgumentState:
         return list({id(t): t for t in self.restore + self.zero}.values())
 
 
+def tensors_in(name: str, value: Any, depth: int = 0) -> list[tuple[str, Any]]:
+    """The tensors of an argument, by path (``x``, ``xs[0]``, ``d['k'][1]``): the argument itself, or the
+    tensors inside its lists, tuples and dicts (nested up to :data:`MAX_DEPTH` levels)."""
+    if _is_tensor(value):
+        return [(name, value)]
+    if depth >= MAX_DEPTH:
+        return []
+    if isinstance(value, (list, tuple)):
+        items: Iterable[tuple[str, Any]] = ((f"{name}[{i}]", v) for i, v in enumerate(value))
+    elif isinstance(value, Mapping):
+        items = ((f"{name}[{k!r}]", v) for k, v in value.items())
+    else:
+        return []
+    return [found for path, v in items for found in tensors_in(path, v, depth + 1)]
+
+
+def _declared(named: Mapping[str, Any], names: Iterable[str], option: str) -> list[Any]:
+    """The tensors of the arguments ``names`` (a list, tuple or dict argument gives each tensor in it); an argument
+    given with no tensor in it is refused rather than ignored."""
+    out = []
+    for name in names:
+        value = named.get(name)
+        found = tensors_in(name, value)
+        if value is not None and not found:
+            raise BadInputError(f"{option} names '{name}', a {type(value).__name__} with no tensor the tuner can "
+                                f"save (it saves tensors, and the tensors inside lists, tuples and dicts): drop it "
+                                f"from {option}, or pass its tensors as arguments")
+        out += [tensor for _, tensor in found]
+    return out
+
+
 def _version(tensor: Any) -> int:
     return int(getattr(tensor, "_version", 0))
 
@@ -143,3 +184,27 @@ def _same(tensor: Any, copy: Any) -> bool:
 
 def _is_tensor(value: Any) -> bool:
     return hasattr(value, "copy_") and hasattr(value, "clone")
+
+
+class RandomState:
+    """Torch's random-number generators as they were before tuning (the CPU one, and the current GPU's when there is
+    one), put back before the final call: a function that draws random numbers (dropout) then returns what one
+    untuned call with the chosen config returns, and every later draw of the program is the one it would have
+    been, on every rank however many runs each measured (sharded too)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.cpu = torch.random.get_rng_state()
+        self.device: tuple[int, Any] | None = None
+        if torch.cuda.is_available():
+            index = torch.cuda.current_device()
+            self.device = (index, torch.cuda.get_rng_state(index))
+
+    def put_back(self) -> None:
+        """Put the saved generator states back."""
+        import torch
+
+        torch.random.set_rng_state(self.cpu)
+        if self.device is not None:
+            torch.cuda.set_rng_state(self.device[1], self.device[0])

@@ -37,6 +37,7 @@ from typing import Any
 from ..errors import DevicePoisonedError, GroupTimeoutError, RankFailedError, WrongResult, describe_error
 from ..faults.journal import Journal
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
+from ..group import codec
 from ..group.channel import Board, Group
 from ..records import Outcome
 from .arguments import ArgumentState
@@ -52,6 +53,7 @@ Todo = tuple[int, dict[str, Any], str]
 PER_RANK_LIMIT = 64
 
 
+@codec.record
 @dataclass(frozen=True)
 class Combined:
     """What one exchange of the warm-up or the race tells every rank (computed once, on group rank 0)."""

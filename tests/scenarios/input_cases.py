@@ -1,0 +1,186 @@
+"""Multi-rank scenarios for untrusted input and side effects, run as real ranks by tests/test_inputs.py.
+
+Usage: python input_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Prints ``RESULT {json}``.
+``MARKER_DIR`` is where a malicious payload would create files if it ever ran.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main
+
+import triton_dist_tune as tdt
+from triton_dist_tune.group.resolve import resolve_group
+from triton_dist_tune.group.store import _job_store
+
+#: an outsider: a process that can reach the job's key-value store (it has no authentication) writes a pickle that
+#: would create a file when unpickled, under each of the given keys
+OUTSIDER = """
+import pickle, sys
+from torch.distributed import TCPStore
+
+host, port, marker_dir, prefix, *keys = sys.argv[1:]
+
+class Payload:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+store = TCPStore(host, int(port), is_master=False, wait_for_workers=False)
+for n, key in enumerate(keys):
+    store.set(prefix + key, pickle.dumps(Payload(f"{marker_dir}/ran-{n}")))
+"""
+
+
+def outcome(fn, *args, **kwargs) -> dict:
+    try:
+        value = fn(*args, **kwargs)
+        return {"ok": value if isinstance(value, (int, float, str, list)) else repr(value)}
+    except Exception as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
+
+
+def store_prefix() -> str:
+    """What torch puts before the keys of the job's store on the TCP server (found with a probe key)."""
+    store = _job_store()
+    store.set("input-cases-probe", b"1")
+    found = [k for k in store._underlying_non_prefix_store.list_keys() if k.endswith("input-cases-probe")]
+    return found[0][: -len("input-cases-probe")]
+
+
+def tiny(name: str):
+    @tdt.autotune([{"block": b} for b in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1,
+                  timing="cold", name=name)
+    def scale(x, block=1):
+        return float(x.sum()) * block
+
+    return scale
+
+
+@case
+def poisoned_store():
+    """(a) rank 1 sends a value that is not plain data: both ranks raise the same TypeError at once; (b) an outsider
+    writes a pickle as rank 1's message (rank 0 reads it); (c) an outsider writes a pickle as the combined result
+    rank 1 reads. No payload ever runs; every rank that read one raises a clear error."""
+    tdt.init_distributed()
+    rank = dist.get_rank()
+    group = resolve_group(None)  # the default group's channel: the one the tuned function talks through
+    seen = {"refused": outcome(group.combine, object() if rank == 1 else 1, "sending an object", list)}
+    seq = group._seq
+    message_key, result_key = f"{group._prefix}{seq + 1}/1", f"{group._prefix}{seq + 2}/all"
+    if rank == 1:
+        subprocess.run([sys.executable, "-c", OUTSIDER, os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"],
+                        os.environ["MARKER_DIR"], store_prefix(), message_key, result_key], check=True, timeout=60)
+        from datetime import timedelta
+
+        _job_store().wait([f"{group._prefix}{seq + 1}/all"], timedelta(seconds=60))  # rank 0 read the payload
+    seen["message"] = outcome(tiny("poisoned_message"), torch.ones(4))
+    if rank == 1:  # rank 0 does not take part: rank 1 alone finds the outsider's "result"
+        seen["result"] = outcome(tiny("poisoned_result"), torch.ones(4))
+    emit(seen=seen)
+
+
+def make_cached():
+    calls = []
+
+    @tdt.autotune([{"block": b} for b in (1, 2, 4)], key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1,
+                  timing="cold", name="nested_file")
+    def scale(x, block=1):
+        calls.append(block)
+        return float(x.sum()) * block
+
+    return scale, calls
+
+
+@case
+def nested_cache_file():
+    """A cache entry nested too deep for the JSON reader (RecursionError on rank 0): every rank tunes again."""
+    tdt.init_distributed()
+    first, _ = make_cached()
+    first(torch.ones(4))
+    dist.barrier()
+    if dist.get_rank() == 0:
+        for path in first.tuner.cache.folder.glob("*.json"):
+            path.write_text("[" * 200000 + "]" * 200000)
+    dist.barrier()
+    again, calls = make_cached()
+    emit(result=outcome(again, torch.ones(4)), calls=len(calls))
+
+
+def chosen(fn, key) -> dict:
+    return dict(fn.tuner.decided[key])
+
+
+@case
+def nested_arguments():
+    """Tensors inside list and dict arguments are restored (declared) or watched (not declared): the result and the
+    arguments after the call are those of one untuned call; an argument with no tensor the tuner can save is
+    refused when named in restore_value."""
+    tdt.init_distributed()
+    space = [{"block": b} for b in (1, 2, 3)]
+
+    def bump(xs, d, block=1):
+        xs[0].add_(1.0)  # in place, inside a list
+        d["acc"].mul_(2.0)  # in place, inside a dict
+        return float(xs[0].sum() + d["acc"].sum()) * block
+
+    seen = {}
+    for label, options in (("declared", {"restore_value": ["xs"], "reset_to_zero": []}), ("watched", {})):
+        tuned = tdt.autotune(space, key_fn=lambda xs, d: len(xs), n_warmup=1, n_repeat=2, timing="cold",
+                             name=f"nested_{label}", **options)(bump)
+        xs, d = [torch.ones(4), torch.ones(2)], {"acc": torch.ones(3)}
+        out = tuned(xs, d)
+        ref_xs, ref_d = [torch.ones(4), torch.ones(2)], {"acc": torch.ones(3)}
+        ref = bump(ref_xs, ref_d, **chosen(tuned, 2))
+        seen[label] = {"same_result": out == ref, "xs0": xs[0].tolist(), "acc": d["acc"].tolist(),
+                       "ref_xs0": ref_xs[0].tolist(), "ref_acc": ref_d["acc"].tolist()}
+
+    class Holder:
+        def __init__(self) -> None:
+            self.t = torch.ones(2)
+
+    def use(holder, block=1):
+        holder.t.add_(1.0)
+        return block
+
+    opaque = tdt.autotune(space, key_fn=lambda holder: 0, n_warmup=0, n_repeat=1, timing="cold",
+                          restore_value=["holder"], name="opaque")(use)
+    seen["opaque"] = outcome(opaque, Holder())
+    emit(seen=seen)
+
+
+@case
+def random_state():
+    """A function that draws random numbers (dropout-like), tuned lock-step and sharded on ranks seeded alike:
+    the result and the next draw are those of one untuned call with the chosen config, on every rank."""
+    tdt.init_distributed()
+    space = [{"block": b} for b in (1, 2, 3, 4)]
+
+    def dropout(x, block=1):
+        keep = torch.rand(x.shape) > 0.5
+        return (x * keep).sum().item() * block
+
+    seen = {}
+    for sharded in (False, True):
+        tuned = tdt.autotune(space, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, timing="cold",
+                             sharded=sharded, name=f"dropout_{sharded}")(dropout)
+        x = torch.arange(64, dtype=torch.float32)
+        torch.manual_seed(1234)
+        out = tuned(x)
+        after = torch.rand(5).tolist()
+        torch.manual_seed(1234)
+        ref = dropout(x, **chosen(tuned, 64))
+        ref_after = torch.rand(5).tolist()
+        seen[f"sharded={sharded}"] = {"out": out, "ref": ref, "after": after, "ref_after": ref_after}
+    emit(seen=seen)
+
+
+if __name__ == "__main__":
+    main()

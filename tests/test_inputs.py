@@ -1,0 +1,209 @@
+"""Untrusted input and side effects (issue 17, points 5-7): what the key-value store, a bundle or a cache file holds
+never runs as code or writes outside the cache folder; nested tensor arguments and random state are left as one
+untuned call leaves them; options are checked when decorating; the cache entry depends on the timing mode."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from harness import HERE, base_env, describe, run_ranks, tuner_env
+
+import triton_dist_tune as tdt
+from triton_dist_tune.disk.cache import hardware, versions, write_json_atomic
+from triton_dist_tune.group import codec
+from triton_dist_tune.measure.lockstep import Combined
+from triton_dist_tune.records import Outcome
+
+CASES = HERE / "scenarios" / "input_cases.py"
+
+
+def run(case: str, env: dict[str, str], timeout: float = 100) -> list:
+    return run_ranks(CASES, 2, [case], env=env, timeout=timeout)
+
+
+# -- the exchanges' codec --------------------------------------------------------------------------------------
+
+
+def test_codec_round_trips_what_the_tuner_exchanges():
+    values = [
+        None, True, 0, -7, 2**80, 1.5, -0.0, math.inf, -math.inf, "text ü", [1, [2, (3, "x")]],
+        (("kernel", "(4,)"), 1), {"a": 1, "~": 2}, {("k", "(8,)"): {"new": [1], 3: None}, 5: (1.0,)},
+        [{"index": 1, "state": "measured", "file": "/x.journal"}],  # journal records
+        (["rank 0 error", None], 0.25),  # a phase of the race
+        [Outcome(2, "{block: 4}", "measured", time=1.0, per_rank=[1.0, 0.9], samples=3, round_times=[1.0])],
+        Combined(None, [1.0, math.inf], 2.5), {"sharded": [Outcome(0, "{}", "failed", error="boom")]},
+    ]
+    for value in values:
+        assert codec.decode(codec.encode(value)) == value
+        assert type(codec.decode(codec.encode(value))) is type(value)
+    assert math.isnan(codec.decode(codec.encode(math.nan)))
+
+
+@pytest.mark.parametrize("value, named", [(object(), "builtins.object"), ({1, 2}, "builtins.set"),
+                                          ([b"bytes"], "builtins.bytes"), ({"k": Path("/")}, "PosixPath")])
+def test_codec_refuses_what_is_not_plain_data(value, named):
+    with pytest.raises(codec.NotPlainData, match=named) as info:
+        codec.encode(value)
+    assert isinstance(info.value, TypeError)
+
+
+@pytest.mark.parametrize("payload", [b"\x80\x04K\x01.", b'{"~": "record", "type": "Popen", "v": {}}',
+                                     b"[" * 100000 + b"]" * 100000, b'{"~": "dict", "v": [[[1], 2]]}'])
+def test_codec_refuses_bytes_it_did_not_write(payload):
+    with pytest.raises(codec.BadMessage):
+        codec.decode(payload)
+
+
+@pytest.mark.timeout(150)
+def test_store_payloads_from_outsiders_never_run_and_unsendable_values_fail_every_rank_at_once(tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    results = run("poisoned_store", {**tuner_env(tmp_path, 10), "MARKER_DIR": str(markers)})
+    assert sorted(p.name for p in markers.iterdir()) == [], "a payload read from the store ran"
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        refused = r.result["seen"]["refused"]
+        assert refused["error"] == "PlainDataError", describe(results)
+        assert "group rank 1 cannot send its message" in refused["message"] and "builtins.object" in \
+            refused["message"]
+        message = r.result["seen"]["message"]
+        assert message["error"] == "ExchangeError" and "group rank 1 is refused" in message["message"], message
+    result = results[1].result["seen"]["result"]
+    assert result["error"] == "ExchangeError" and "refused the result" in result["message"], result
+
+
+# -- the disk: bundles and cache files -------------------------------------------------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "triton_dist_tune", *args], env=base_env(), capture_output=True,
+                          text=True, timeout=120)
+
+
+def bundle_with(tmp_path: Path, *paths: str) -> Path:
+    data = {"format": 2, "function": "f", "key": "(4,)", "index": 0, "config": "{block: 1}", "versions": versions(),
+            **hardware(), "measurements": []}
+    bundle = {"kind": "triton-dist-tune bundle", "format": 1, "created": 0.0, "versions": versions(),
+              "entries": [{"path": p, "data": data} for p in paths]}
+    return write_json_atomic(tmp_path / f"bundle-{uuid.uuid4().hex[:6]}.json", bundle)
+
+
+@pytest.mark.timeout(120)
+def test_import_refuses_entry_paths_that_lead_out_of_the_cache_folder(tmp_path):
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    cache.mkdir()
+    outside.mkdir()
+    (cache / "linked").symlink_to(outside, target_is_directory=True)
+    absolute = Path(f"/tdt-import-test-{uuid.uuid4().hex[:8]}.json")
+    try:
+        for rel in (str(absolute), "../escape.json", "f/../../escape.json", "linked/e.json"):
+            done = cli("import", str(bundle_with(tmp_path, "f/fine.json", rel)), "--force", "--cache-dir", str(cache))
+            assert done.returncode == 2 and ("refused" in done.stderr or "bad entry path" in done.stderr), \
+                (rel, done.stdout, done.stderr)
+            assert not absolute.exists() and list(outside.iterdir()) == [] and not (tmp_path / "escape.json").exists()
+            assert not (cache / "f" / "fine.json").exists()  # nothing of a refused bundle is written
+        ok = cli("import", str(bundle_with(tmp_path, "f/fine.json")), "--force", "--cache-dir", str(cache))
+        assert ok.returncode == 0 and (cache / "f" / "fine.json").exists(), ok.stderr
+    finally:
+        absolute.unlink(missing_ok=True)
+
+
+@pytest.mark.timeout(150)
+def test_a_cache_file_nested_too_deep_is_a_warning_and_a_re_tune_on_every_rank(tmp_path):
+    results = run("nested_cache_file", tuner_env(tmp_path, 10))
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result["result"].get("ok") in (4.0, 8.0, 16.0), describe(results)
+        assert r.result["calls"] == 3 + 1, describe(results)  # every config measured again, then the call
+    assert "ignoring unreadable cache file" in results[0].stderr and "RecursionError" in results[0].stderr
+
+
+# -- side effects ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(150)
+def test_tensors_inside_list_and_dict_arguments_are_restored_like_top_level_ones(tmp_path):
+    results = run("nested_arguments", tuner_env(tmp_path, 30))
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        seen = r.result["seen"]
+        for label in ("declared", "watched"):
+            got = seen[label]
+            assert got["same_result"] and got["xs0"] == got["ref_xs0"] == [2.0] * 4, (label, got)
+            assert got["acc"] == got["ref_acc"] == [2.0] * 3, (label, got)
+        assert seen["opaque"]["error"] == "BadInputError", seen
+        assert "restore_value names 'holder', a Holder with no tensor" in seen["opaque"]["message"]
+    assert "changed its argument 'd['acc']' in place" in results[0].stderr
+
+
+@pytest.mark.timeout(150)
+def test_random_state_after_tuning_is_that_of_one_untuned_call_lockstep_and_sharded(tmp_path):
+    results = run("random_state", tuner_env(tmp_path, 30))
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        for mode, got in r.result["seen"].items():
+            assert got["out"] == got["ref"] and got["after"] == got["ref_after"], (r.rank, mode, got)
+    assert results[0].result == results[1].result  # ranks seeded alike end alike
+
+
+# -- options -----------------------------------------------------------------------------------------------------
+
+
+def identity(a, block=1):
+    return a
+
+
+@pytest.mark.parametrize("option, value", [
+    ("timeout", "30"), ("budget", "5"), ("n_warmup", "3"), ("n_repeat", 2.5), ("batch", True), ("timeout", True),
+    ("n_warmup", True), ("budget", False), ("early_stop", "2"), ("rtol", "0.1"), ("refine_top", 1.0),
+    ("compile_threads", 0), ("sharded", "yes"), ("name", 3), ("pre_hook", "f"), ("timing", 1), ("timeout", -1),
+    ("budget", math.nan),
+])
+def test_autotune_options_are_checked_when_decorating(option, value):
+    kwargs = {option: value, **({"atol": 0.1} if option == "rtol" else {})}
+    with pytest.raises(tdt.BadInputError, match=option):
+        tdt.autotune([{"block": 1}], key_fn=lambda a: 0, **kwargs)(identity)
+
+
+@pytest.mark.parametrize("option, value", [
+    ("timeout", "30"), ("timeout", True), ("n_warmup", "3"), ("n_repeat", True), ("max_runs", 2.0),
+    ("sync_every", True), ("precompile", "no"), ("name", 5),
+])
+def test_contextual_options_are_checked_when_decorating(option, value):
+    with pytest.raises(tdt.BadInputError, match=option):
+        tdt.contextual_autotune(**{option: value})(identity)
+
+
+def test_good_options_pass():
+    tdt.autotune([{"block": 1}], key_fn=lambda a: 0, timeout=30, budget=5.0, n_warmup=0, batch=4, early_stop=1.5,
+                 rtol=0, atol=1e-3, compile_threads=2, timing="cold", sharded=True)(identity)
+    tdt.contextual_autotune(True, 3, 0, timeout=1.5, max_runs=4, sync_every=2, precompile=False)(identity)
+
+
+def test_a_decision_timed_cold_is_not_reused_for_steady_timing(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRITON_DIST_AUTOTUNE_TIMING", raising=False)
+    calls = []
+
+    def make(timing):
+        def work(a, block=1):
+            calls.append(block)
+            return a * block
+
+        return tdt.autotune([{"block": 1}, {"block": 2}], key_fn=lambda a: 0, n_warmup=0, n_repeat=1, batch=1,
+                            timing=timing, name="timed")(work)
+
+    assert make("cold")(3) in (3, 6) and len(calls) == 2 + 1
+    calls.clear()
+    make("cold")(3)
+    assert len(calls) == 1  # the cold decision, from the cache
+    make("steady")(3)
+    assert len(calls) > 1 + 1, calls  # tuned again: cold timings say nothing about steady ones
+    assert len(list((tmp_path / "cache" / "timed").glob("*.json"))) == 2
+    assert json.loads(next((tmp_path / "cache" / "timed").glob("*.json")).read_text())["timing"] in ("cold", "steady")

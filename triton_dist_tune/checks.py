@@ -1,0 +1,83 @@
+"""Checks of the decorators' options, made when a function is decorated: each raises
+:class:`~triton_dist_tune.errors.BadInputError` naming the option, its value and what it must be.
+
+``bool`` is not a number here (``batch=True`` is a mistake, not one call), and a number written as a string
+(``timeout='30'``) is refused, never converted.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+from .errors import BadInputError
+
+
+def _given(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool) or type(value).__name__ == "bool_"  # numpy's bool too
+
+
+def is_number(value: Any) -> bool:
+    """An int or float (numpy's included), not a bool."""
+    if _is_bool(value):
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    return type(value).__module__ == "numpy" and kind is not None and kind in "iuf" and getattr(value, "ndim", 1) == 0
+
+
+def _is_whole(value: Any) -> bool:
+    if _is_bool(value):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def whole(value: Any, option: str, least: int, optional: bool = False) -> None:
+    """``value`` must be a whole number >= ``least`` (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    if not _is_whole(value) or operator.index(value) < least:
+        raise BadInputError(f"{option} must be a whole number >= {least}{' or None' if optional else ''}, got "
+                            f"{_given(value)}")
+
+
+def number(value: Any, option: str, above: float, what: str, optional: bool = True) -> None:
+    """``value`` must be a finite number > ``above`` (or None when ``optional``); ``what`` says so in words."""
+    if value is None and optional:
+        return
+    if not is_number(value) or not math.isfinite(float(value)) or not float(value) > above:
+        raise BadInputError(f"{option} must be {what}{' or None' if optional else ''}, got {_given(value)}")
+
+
+def tolerance(value: Any, option: str) -> None:
+    """``value`` must be None or a finite number >= 0."""
+    if value is not None and (not is_number(value) or not 0 <= float(value) < math.inf):
+        raise BadInputError(f"{option} must be a number >= 0 or None, got {_given(value)}")
+
+
+def flag(value: Any, option: str) -> None:
+    """``value`` must be True or False."""
+    if not isinstance(value, bool):
+        raise BadInputError(f"{option} must be True or False, got {_given(value)}")
+
+
+def function(value: Any, option: str) -> None:
+    """``value`` must be None or callable."""
+    if value is not None and not callable(value):
+        raise BadInputError(f"{option} must be a function or None, got {_given(value)}")
+
+
+def text(value: Any, option: str) -> None:
+    """``value`` must be None or a non-empty string."""
+    if value is not None and not (isinstance(value, str) and value):
+        raise BadInputError(f"{option} must be a non-empty string or None, got {_given(value)}")

@@ -1,0 +1,118 @@
+"""Plain data for the tuner's exchanges: what a rank sends to the others, as JSON text, and back.
+
+The job's key-value store has no authentication: any process that can reach its port can write under the keys the
+ranks read. So nothing read from it may run code: every exchange is encoded here, and :func:`decode` builds only
+plain values from JSON (never ``pickle``, never an import or a call named by the data).
+
+What can be sent (exactly what the tuner exchanges): ``None``, ``bool``, ``int``, ``float`` (``nan`` and
+infinities included), ``str``, ``list``, ``tuple``, ``dict`` (keys of those kinds too, e.g. ``(kernel, key)``
+tuples), and the few record dataclasses registered with :func:`record` (an :class:`~triton_dist_tune.records.Outcome`,
+the race's ``Combined``, the channel's ``Failed``), rebuilt field by field by their own constructor. Anything else
+raises :class:`NotPlainData` (a ``TypeError`` naming the type) on the rank that tries to send it.
+
+JSON cannot say ``tuple`` or a dict with non-string keys, so those (and records) are written as a small tagged
+object ``{"~": kind, "v": ...}``; a plain dict that itself has a ``"~"`` key is written tagged too, so nothing is
+ambiguous. Decoding never goes deeper than :data:`MAX_DEPTH` levels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, TypeVar
+
+from ..records import Outcome
+
+TAG = "~"
+#: the deepest nesting :func:`decode` accepts (the tuner's messages are a few levels deep)
+MAX_DEPTH = 64
+
+_RECORDS: dict[str, type] = {}
+
+T = TypeVar("T", bound=type)
+
+
+class NotPlainData(TypeError):
+    """A value that the tuner's exchanges cannot carry (its type is not plain data)."""
+
+
+class BadMessage(ValueError):
+    """Bytes read from the key-value store that are not a message of the tuner (damaged, or written by an
+    outsider): they are refused, never executed."""
+
+
+def record(cls: T) -> T:
+    """Class decorator: let the exchanges carry instances of the dataclass ``cls`` (rebuilt from its fields)."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls.__name__} is not a dataclass")
+    _RECORDS[cls.__name__] = cls
+    return cls
+
+
+record(Outcome)
+
+
+def encode(value: Any) -> bytes:
+    """``value`` as JSON text (UTF-8); raises :class:`NotPlainData` naming the first type that is not plain data."""
+    return json.dumps(_plain(value, 0), separators=(",", ":"), allow_nan=True).encode()
+
+
+def decode(payload: bytes) -> Any:
+    """The value :func:`encode` wrote; raises :class:`BadMessage` for anything else. Builds plain values and
+    registered records only: nothing in ``payload`` can make it import or call anything else."""
+    try:
+        data = json.loads(bytes(payload).decode("utf-8"))
+        return _value(data, 0)
+    except BadMessage:
+        raise
+    except Exception as exc:  # not JSON, not UTF-8, too deep, a record with bad fields
+        raise BadMessage(f"not a message of the tuner ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def _plain(value: Any, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise NotPlainData(f"a message nested deeper than {MAX_DEPTH} levels cannot be sent")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, list):
+        return [_plain(v, depth + 1) for v in value]
+    if isinstance(value, tuple) and type(value) is tuple:
+        return {TAG: "tuple", "v": [_plain(v, depth + 1) for v in value]}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value) and TAG not in value:
+            return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+        return {TAG: "dict", "v": [[_plain(k, depth + 1), _plain(v, depth + 1)] for k, v in value.items()]}
+    cls = type(value)
+    if _RECORDS.get(cls.__name__) is cls:
+        fields = {f.name: _plain(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value) if f.init}
+        return {TAG: "record", "type": cls.__name__, "v": fields}
+    raise NotPlainData(f"a value of type {cls.__module__}.{cls.__qualname__} is not plain data: the tuner's "
+                       "exchanges carry only None, bool, int, float, str, list, tuple, dict and its own records")
+
+
+def _value(data: Any, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise BadMessage(f"a message nested deeper than {MAX_DEPTH} levels")
+    if isinstance(data, list):
+        return [_value(v, depth + 1) for v in data]
+    if not isinstance(data, dict):
+        return data  # None, bool, int, float, str: what JSON holds
+    if TAG not in data:
+        return {k: _value(v, depth + 1) for k, v in data.items()}
+    kind, body = data.get(TAG), data.get("v")
+    if kind == "tuple" and isinstance(body, list):
+        return tuple(_value(v, depth + 1) for v in body)
+    if kind == "dict" and isinstance(body, list) and all(isinstance(p, list) and len(p) == 2 for p in body):
+        return {_value(k, depth + 1): _value(v, depth + 1) for k, v in body}
+    cls = _RECORDS.get(data.get("type")) if kind == "record" else None  # type: ignore[arg-type]
+    if cls is not None and isinstance(body, dict):
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        if set(body) <= names:
+            return cls(**{k: _value(v, depth + 1) for k, v in body.items()})
+    raise BadMessage(f"an unknown tagged value {str(data)[:100]}")
