@@ -67,7 +67,8 @@ def launch(session: Session, autotuner: Any, args: tuple, kwargs: dict[str, Any]
             session.needs_tuning = True
             local = session.local.get(tid)
             if local is None:
-                local = session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group)
+                local = session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group,
+                                                        session.earlier)
                 session.record.new.append(tid)
             elif not any(a is autotuner for a in local.autotuners):
                 local.autotuners.append(autotuner)
@@ -107,7 +108,8 @@ def pending_launch(session: Session, tid: TrackId, autotuner: Any, key: tuple, a
     slot = (id(autotuner), key)
     if session.met is not None and tid not in session.local:
         with session.lock:
-            session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group)
+            session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group,
+                                            session.earlier)
             session.record.new.append(tid)
             session.met.append(tid)
     index = pending.get(slot, (None, None))[1]

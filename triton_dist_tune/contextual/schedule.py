@@ -138,9 +138,10 @@ class Track:
 
     def resume(self, outcomes: Mapping[int, Mapping[str, Any]]) -> None:
         """Take the group outcomes of an earlier attempt (merged journals): measured configs keep their time and
-        are not measured again; failed, hung or crashed ones are left out."""
+        are not measured again; failed, hung or twice crashed ones are left out; suspects (in flight once when an
+        attempt ended without an error) are measured again."""
         for index, outcome in sorted(outcomes.items()):
-            if index not in self.order or self.done:
+            if index not in self.order or self.done or outcome["state"] == "suspect":
                 continue
             if outcome["state"] in ("measured", "stopped"):
                 self.times[index] = float(outcome["time"])

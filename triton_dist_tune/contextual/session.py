@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..disk import logs
 from ..disk.cache import DiskCache
-from ..faults.watchdog import WATCHDOG, Guard
+from ..faults.recovery import gather_entries, interruptible
+from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Group, default_timeout
 from ..measure.timing import make_clock
 from . import intercept, launches
@@ -95,6 +96,8 @@ class Session:
         self._armed = False
         self._guard: Guard | None = None
         self._idle, self._last_state = 0, ()
+        #: entry -> every group rank's journal records of it, gathered before the first run (None: not yet)
+        self._earlier: dict[str, list[list[dict[str, Any]]]] | None = None
 
     # what a hot call never needs is made on first use
 
@@ -124,6 +127,22 @@ class Session:
         :func:`~triton_dist_tune.contextual.launches.launch`)."""
         return launches.launch(self, autotuner, args, kwargs)
 
+    # -- the earlier attempts -------------------------------------------------------------------------------------
+
+    def gather_journals(self) -> None:
+        """Before the first run of a call the whole group tunes: one exchange of every rank's journals of this
+        group (:func:`~triton_dist_tune.faults.recovery.gather_entries`), the view every resume decision of the
+        call is taken from (which configs to leave out, which to launch first), identical on every rank."""
+        self._earlier = gather_entries(self.group, self.cache.folder, f"{self.label} journal exchange",
+                                       exchange_timeout(self.timeout))
+
+    def earlier(self, entry: str) -> list[list[dict[str, Any]]]:
+        """Every group rank's journal records of ``entry`` from the gathered view (a process alone reads its own
+        now; a rank that meets a key without the group, never: it runs a pending default)."""
+        if self._earlier is None and self.group.size == 1:
+            self.gather_journals()
+        return (self._earlier or {}).get(entry) or [[] for _ in range(self.group.size)]
+
     # -- the watchdog ----------------------------------------------------------------------------------------------
 
     def arm(self) -> None:
@@ -151,9 +170,11 @@ class Session:
 
     def _hung(self) -> None:
         """The watchdog fired: every config this rank launched in the run is journaled as hung."""
+        self._journal_inflight("hung", error=f"run {self.runs - 1} exceeded {self.timeout:g} s")
+
+    def _journal_inflight(self, state: str, **fields: Any) -> None:
         for tid, index in sorted(set(self.record.inflight)):
-            self.local[tid].journal.append(index, "hung", config=self.local[tid].descriptions[index],
-                                           error=f"run {self.runs - 1} exceeded {self.timeout:g} s")
+            self.local[tid].journal.append(index, state, config=self.local[tid].descriptions[index], **fields)
 
     # -- the loop --------------------------------------------------------------------------------------------------
 
@@ -161,7 +182,10 @@ class Session:
         """Run the function until every track is decided, then once more; return that run's result. ``first``: the
         result of a run already made (a hot call that met an undecided key, :mod:`~.hot`)."""
         try:
-            return self._loop(args, kwargs, first)
+            if self.tuning:
+                self.gather_journals()
+            with interruptible():
+                return self._loop(args, kwargs, first)
         finally:
             for local in self.local.values():
                 local.journal.close()
@@ -192,6 +216,7 @@ class Session:
         if not settle(self, self.met):
             return False
         self.tuning, self.pending_mode, self.met = True, False, None
+        self.gather_journals()  # every rank settled "now": the journal exchange is matched everywhere
         return True
 
     def _bounded(self, args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -225,6 +250,9 @@ class Session:
                     return self.tuner.fn(*args, **kwargs), None
                 except Exception as exc:
                     return None, exc
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM: an interruption blames no config
+            self._journal_inflight("interrupted")
+            raise
         finally:
             self._disarm()
 
