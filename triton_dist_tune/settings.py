@@ -109,8 +109,11 @@ class Settings:
     sync_every: int = 64
     #: Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``): nothing is compiled
     interpret: bool = False
-    #: root folder of the per-job logs (``..._LOG_DIR``, default ~/.triton_dist/logs)
-    log_dir: Path = Path.home() / ".triton_dist" / "logs"
+    #: the per-rank log folder (``..._LOG_DIR``, default ``.autotune_logs`` in the job's working directory)
+    log_dir: Path = Path(".autotune_logs")
+    #: seconds a rank that met a key its group has not decided, in a call that does not tune, waits at the end of
+    #: the call for the others to meet it too (then the call tunes it) (``..._NEW_KEY_GRACE``, default 0.5)
+    new_key_grace: float = 0.5
     #: threads that compile configs (``..._COMPILE_THREADS``, a whole number >= 1); None (unset or not such a
     #: number): min(8, CPU count)
     compile_threads: int | None = None
@@ -142,6 +145,7 @@ class Settings:
             sync_every=_count(env, PREFIX + "SYNC_EVERY", 64),
             interpret=flag(env.get("TRITON_INTERPRET")),
             log_dir=Path(log_dir) if log_dir else cls.log_dir,
+            new_key_grace=_seconds(env, PREFIX + "NEW_KEY_GRACE", 0.5),
             compile_threads=_threads(env),
             print_autotuning=flag(env.get("TRITON_PRINT_AUTOTUNING")),
             undecided=_undecided(env.get(PREFIX + "UNDECIDED", "")),

@@ -76,5 +76,30 @@ def sharded_poison():
     os._exit(0)
 
 
+@case
+def replicas_hang():
+    tdt.init_distributed()
+    me = dist.get_rank()
+    tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    across = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    tp, replicas = tps[me // 2], across[me % 2]
+
+    @tdt.autotune(config_space=[{"v": v} for v in range(4)], key_fn=lambda x: 0, n_warmup=1, n_repeat=2,
+                  timing="cold", name="replicas_hang")
+    def layer(x, *, v):
+        with open(os.path.join(os.environ["FAULT_DIR"], f"calls.rank{me}"), "a") as f:
+            f.write(f"{os.environ['RUN']} {v}\n")
+        if v == 0 and me == 2:
+            time.sleep(3600)  # a hung kernel on replica 1: only the watchdog ends it
+        time.sleep([10, 30, 90, 90][v] / 1e3)
+        y = x * (v + 1)
+        dist.all_reduce(y, group=tp)
+        return y
+
+    out = layer(torch.ones(2), autotune_pg=tp, autotune_replicas=replicas)
+    (decided,) = layer.tuner.decided_in.values()
+    _cases.emit(rank=me, chosen=decided["v"], out=out.tolist())
+
+
 if __name__ == "__main__":
     main()

@@ -3,7 +3,8 @@
 Subcommands: ``list``, ``show``, ``plot``, ``clear``, ``export``, ``import``, ``logs``, ``campaign`` (see
 :mod:`.campaign`). Data goes to stdout (as text,
 or as JSON with ``--json``); a problem is one line on stderr and exit status 2 (1 for ``import`` refused over
-mismatching versions).
+mismatching versions or different decisions already in the cache, and for ``list``, ``plot`` and ``export`` that
+skipped unreadable cache files).
 """
 
 from __future__ import annotations
@@ -57,9 +58,24 @@ def _emit_json(data: Any) -> None:
     print(json.dumps(data, indent=1, allow_nan=False, default=str))
 
 
-def _warn_problems(problems: Sequence[dec.CacheError]) -> None:
+def _warn_problems(problems: Sequence[dec.CacheError]) -> int:
+    """Say each unreadable file on stderr; the exit status: 1 when some file was skipped, else 0."""
     for problem in problems:
         print(f"triton-dist-tune: skipped {problem}", file=sys.stderr)
+    if problems:
+        print(f"triton-dist-tune: {len(problems)} unreadable file(s) skipped ('clear --older-than AGE' or deleting "
+              "them removes them)", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _check_age(text: str | None) -> None:
+    """``--older-than``'s check: an age ``parse_age`` reads, else a :class:`UsageError` that says what is."""
+    try:
+        if text is not None:
+            dec.parse_age(text)
+    except ValueError:
+        raise UsageError(f"--older-than wants an age: a number with s, m, h, d or w (30m, 12h, 7d, 2w), not "
+                         f"{text!r}") from None
 
 
 def _root(args: argparse.Namespace) -> Path:
@@ -81,11 +97,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json({"cache": str(_root(args)), "entries": [e.to_json() for e in entries],
                     "problems": [str(p) for p in problems]})
-        return 0
-    _warn_problems(problems)
+        return 1 if problems else 0
+    status = _warn_problems(problems)
     if not entries:
         print(f"no decisions in {_root(args)}" + (" matching the filters" if args.function or args.stale else ""))
-        return 0
+        return status
     rows = []
     for e in entries:
         function = e.function if e.kernel is None else f"{e.function}:{e.kernel.rsplit('.', 1)[-1]}"
@@ -97,7 +113,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     print(_table(["name", "function", "key", "chosen config", "ms", "margin", "ranks", "gpu", "versions", "age"],
                  rows))
     print(f"{len(entries)} decision(s) in {_root(args)}; 'show NAME' for the whole table")
-    return 0
+    return status
 
 
 def _outcome_rows(entry: dec.Entry) -> list[list[str]]:
@@ -162,12 +178,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
         chosen = dec.select(entries, args.function)
         if not chosen:
             raise UsageError(f"no decisions of function {args.function!r} in {_root(args)}")
-    _warn_problems(problems)
+    status = _warn_problems(problems)
     out = Path(args.output) if args.output else Path(
         f"{chosen[0].path.parent.name}{'-' + chosen[0].path.stem[:12] if len(chosen) == 1 else ''}.png")
     path = plots.plot_decision(chosen[0], out) if len(chosen) == 1 else plots.plot_function(chosen, out)
     print(path)
-    return 0
+    return status
 
 
 # -- clear -----------------------------------------------------------------------------------------------------
@@ -208,15 +224,17 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     entries, problems = _selected(args)
-    _warn_problems(problems)
+    status = _warn_problems(problems)
     if not entries:
         raise UsageError(f"nothing to export from {_root(args)}")
+    if not Path(args.bundle).absolute().parent.is_dir():
+        raise UsageError(f"no folder {Path(args.bundle).absolute().parent} to write the bundle into (create it first)")
     path = dec.export_bundle(entries, Path(args.bundle))
     if args.json:
         _emit_json({"bundle": str(path), "entries": [e.name for e in entries]})
     else:
         print(f"exported {len(entries)} decision(s) to {path}")
-    return 0
+    return status
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -229,6 +247,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"triton-dist-tune: refused: {len(doubtful)} of {len(incoming)} decision(s) were tuned under other "
               "versions or hardware (--force imports them anyway)", file=sys.stderr)
         return 1
+    replaced = [item.path for item in incoming if _differs(_root(args) / item.path, item)]
+    if replaced and not args.force:
+        print(f"triton-dist-tune: refused: {len(replaced)} of {len(incoming)} decision(s) would replace a different "
+              f"decision already in {_root(args)} ({', '.join(replaced[:3])}{', ...' if len(replaced) > 3 else ''}; "
+              "--force replaces them)", file=sys.stderr)
+        return 1
     written = dec.write_incoming(_root(args), incoming)
     if args.json:
         _emit_json({"imported": [str(p) for p in written], "mismatched": [i.path for i in doubtful]})
@@ -238,39 +262,53 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _differs(path: Path, item: dec.Incoming) -> bool:
+    """Whether the cache holds, at ``path``, a decision with another choice than the bundle's (an unreadable file
+    counts; the same choice tuned at another time does not)."""
+    if not path.exists():
+        return False
+    try:
+        mine = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return True
+    theirs = item.entry.raw
+    return not isinstance(mine, dict) or (mine.get("index"), mine.get("config")) != (theirs.get("index"),
+                                                                                      theirs.get("config"))
+
+
 # -- logs ------------------------------------------------------------------------------------------------------
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    root = Path(args.log_dir) if args.log_dir else logs.log_dir()
     given = Path(args.job) if args.job else None
-    if given is not None and any(given.glob("rank-*.jsonl")):
-        folder = given
+    if given is not None and given.is_dir() and any(given.glob("rank-*.jsonl")):
+        root, wanted = given, None  # a log folder given as the job argument: its latest job
     else:
-        jobs = logs.job_folders(root)
-        if not jobs:
-            raise UsageError(f"no job logs in {root} (set TRITON_DIST_AUTOTUNE_LOG_DIR or pass --log-dir)")
-        if args.list:
-            for job in jobs:
-                ranks = len(list(job.glob("rank-*.jsonl")))
-                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.stat().st_mtime))
-                print(f"{job.name}  {ranks} rank(s)  last written {stamp}")
-            return 0
-        if args.job:
-            matches = [j for j in jobs if j.name == args.job] or [j for j in jobs if j.name.startswith(args.job)]
-            if len(matches) != 1:
-                raise UsageError(f"{'no' if not matches else 'more than one'} job {args.job!r} in {root} (--list)")
-            folder = matches[0]
-        else:
-            folder = jobs[-1]
-    records, damaged = logs.read_job(folder)
+        root, wanted = (Path(args.log_dir) if args.log_dir else logs.log_dir()), args.job
+    jobs = logs.jobs_in(root)
+    if not jobs:
+        raise UsageError(f"no job logs in {root} (the default is ./.autotune_logs where the job ran; set "
+                         "TRITON_DIST_AUTOTUNE_LOG_DIR or pass --log-dir)")
+    if args.list:
+        for job in jobs:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.last))
+            print(f"{job.name}  {len(job.ranks)} rank(s)  last written {stamp}")
+        return 0
+    if wanted:
+        matches = [j for j in jobs if j.name == wanted] or [j for j in jobs if j.name.startswith(wanted)]
+        if len(matches) != 1:
+            raise UsageError(f"{'no' if not matches else 'more than one'} job {wanted!r} in {root} (--list)")
+        job = matches[0]
+    else:
+        job = jobs[-1]
+    records, damaged = logs.read_job(root, job.name)
     if args.rank is not None:
         records = [r for r in records if r.get("rank") == args.rank]
     if args.json:
-        _emit_json({"job": folder.name, "folder": str(folder), "records": records, "damaged_lines": damaged})
+        _emit_json({"job": job.name, "folder": str(root), "records": records, "damaged_lines": damaged})
         return 0
     ranks = sorted({r.get("rank") for r in records}, key=str)
-    print(f"job {folder.name}: {len(records)} record(s) from rank(s) {ranks} ({folder})")
+    print(f"job {job.name}: {len(records)} record(s) from rank(s) {ranks} ({root})")
     for record in records:
         print(logs.render_record(record))
     if damaged:
@@ -324,12 +362,13 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("import", parents=[cache, as_json], help="add a bundle's decisions to the cache")
     p.add_argument("bundle", help="a file written by 'export'")
-    p.add_argument("--force", action="store_true", help="import decisions tuned under other versions or hardware")
+    p.add_argument("--force", action="store_true", help="import decisions tuned under other versions or hardware, "
+                   "and replace different decisions already in the cache")
     p.set_defaults(run=cmd_import)
 
     p = sub.add_parser("logs", parents=[as_json], help="one job's per-rank logs merged into one timeline")
-    p.add_argument("job", nargs="?", help="a job folder's name (or prefix, or path); default: the latest job")
-    p.add_argument("--log-dir", help="the log folder (default: TRITON_DIST_AUTOTUNE_LOG_DIR or ~/.triton_dist/logs)")
+    p.add_argument("job", nargs="?", help="a job's name (or prefix), or a log folder; default: the latest job")
+    p.add_argument("--log-dir", help="the log folder (default: TRITON_DIST_AUTOTUNE_LOG_DIR or ./.autotune_logs)")
     p.add_argument("--list", action="store_true", help="list the jobs instead")
     p.add_argument("--rank", type=int, help="only this rank's records")
     p.set_defaults(run=cmd_logs)
@@ -341,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = parser().parse_args(argv)
     try:
+        _check_age(getattr(args, "older_than", None))
         return args.run(args)
     except (dec.CacheError, UsageError) as exc:
         print(f"triton-dist-tune: {exc}", file=sys.stderr)

@@ -9,6 +9,7 @@ relative to its chosen config.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import matplotlib
@@ -29,6 +30,34 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+_FIELD = re.compile(r"[A-Za-z_][\w.]*: [^,{}()\[\]]+")
+#: the widest config label on the bar chart
+LABEL_WIDTH = 60
+#: slowest over fastest time above which the bar chart's time axis is logarithmic
+LOG_RATIO = 20.0
+
+
+def config_labels(configs: list[str], width: int = LABEL_WIDTH) -> list[str]:
+    """One label per config description: the whole text where it fits, else the fields (``name: value``) that
+    tell the configs apart (those every config shares left out), so that two configs never look identical."""
+    fields = [_FIELD.findall(text) for text in configs]
+    shared = set.intersection(*(set(f) for f in fields)) if fields else set()
+    labels = []
+    for text, own in zip(configs, fields, strict=True):
+        if len(text) <= width or not own:
+            labels.append(_clip(text, width))
+        else:
+            labels.append(_clip(", ".join(f for f in own if f not in shared) or text, width))
+    return labels
+
+
+def log_scale(times: list[float]) -> bool:
+    """Whether the times span so much (slowest over fastest > :data:`LOG_RATIO`) that a linear axis would hide the
+    fast ones."""
+    positive = [t for t in times if t > 0]
+    return bool(positive) and max(positive) / min(positive) > LOG_RATIO
+
+
 def _color(outcome: Outcome, chosen: int) -> str:
     if outcome.index == chosen:
         return CHOSEN
@@ -47,6 +76,7 @@ def _bars(ax: Axes, entry: Entry) -> None:
     outcomes = entry.measurements
     times = [o.time for o in outcomes if o.time is not None]
     top = max(times) if times else 1.0
+    log = log_scale(times)
     for row, o in enumerate(outcomes):
         color = _color(o, entry.index)
         if o.time is not None:
@@ -55,15 +85,25 @@ def _bars(ax: Axes, entry: Entry) -> None:
                     edgecolor="black" if o.index == entry.index else color, capsize=3)
             note = f"{o.time:.4g} ms" + (f" ±{100 * o.spread:.1f}%" if o.spread else "")
             note += " (chosen)" if o.index == entry.index else " (stopped)" if o.state == "stopped" else ""
-            ax.text(o.time + top * 0.01 + (error or 0), row, note, va="center", fontsize=8)
+            ax.text((o.time + (error or 0)) * 1.05 if log else o.time + top * 0.01 + (error or 0), row, note,
+                    va="center", fontsize=8)
         else:
-            ax.barh(row, top * 0.02, color=color, hatch="//" if o.state == "failed" else "..", alpha=0.6)
+            low = min(times) * 0.6 if log else 0
+            ax.barh(row, top * 0.02, left=low, color=color, hatch="//" if o.state == "failed" else "..", alpha=0.6)
             note = o.state + (f": {_clip(o.error, 60)}" if o.error else "")
-            ax.text(top * 0.03, row, note, va="center", fontsize=8, color=color)
-    ax.set_yticks(range(len(outcomes)), [f"#{o.index} {_clip(o.config, 38)}" for o in outcomes], fontsize=7)
+            ax.text(low + top * 0.03 if not log else min(times), row, note, va="center", fontsize=8, color=color)
+    labels = config_labels([o.config for o in outcomes])
+    ax.set_yticks(range(len(outcomes)), [f"#{o.index} {text}" for o, text in zip(outcomes, labels, strict=True)],
+                  fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlim(0, top * 1.45)
-    ax.set_xlabel("group time (ms): max over ranks of each rank's median; bars: spread")
+    what = "group time (ms): max over ranks of each rank's median; bars: spread"
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(min(times) * 0.5, top * 6)
+        ax.set_xlabel(what + f" (log scale: the slowest is {top / min(times):.0f}x the fastest)")
+    else:
+        ax.set_xlim(0, top * 1.45)
+        ax.set_xlabel(what)
 
 
 def _timeline(ax: Axes, entry: Entry) -> None:

@@ -35,9 +35,11 @@ package's measure/, group/, faults/, disk/ and its errors, records, settings and
 
     __init__   contextual_autotune: the decorator
     tuner      ContextualTuner: one decorated function across calls: its group, call counts, sync_every agreement
+    hot        HotCall: a decided call's launches, with no session unless an undecided key is met
     options    ContextualOptions: the decorator's options, with the environment's defaults, checked once
     session    Session: one call, the run loop (run, exchange, repeat, final run), the watchdog, the bound
     launches   each intercepted launch of a call: decided, pending, or a timed step; the run's RunRecord
+    newkeys    whether a hot call tunes the undecided keys its ranks met (settled in the store, no exchange)
     exchange   the exchange after each tuning run, and how every rank updates the same tracks from it
     compiling  compiling the configs of newly met kernels ahead, between runs (GPUs only)
     decisions  a decided track: to the autotuners, tuner.decisions, the disk cache, the log and the printed summary
@@ -87,21 +89,20 @@ def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int =
     maximum over ranks; a config's time the median of its samples; a config that fails on any rank (compile error,
     out of resources, any exception) is left out on every rank. Choices go into each kernel's own ``cache`` (later
     stock launches use them) and into the disk cache (``<cache root>/contextual/``; group rank 0 reads it and
-    broadcasts). A later call runs the function once, without any communication (except one exchange every
-    ``sync_every`` calls on a group); a key met there that the group has not decided runs with its first kept config
-    until the group tunes it.
+    broadcasts). A later call runs the function once, with no communication; a key met there that the group has not
+    decided runs with its first kept config and is tuned in that call when every rank met it (settled in the store
+    within ``TRITON_DIST_AUTOTUNE_NEW_KEY_GRACE`` s), else when every rank meets it, or at the next ``sync_every``.
 
     Triton's autotuner semantics hold while tuning: every tuning launch zeroes ``reset_to_zero``, restores
     ``restore_value`` and calls the autotuner's ``pre_hook``/``post_hook`` (with the exception); meta-parameters
     the caller passes (``BLOCK=...``, ``num_warps=...``, ``**config.all_kwargs()``) are overridden by the config
-    under test. Runs are guarded by the watchdog and journaled, as with ``autotune``.
+    under test; ``prune_configs_by`` (``early_config_prune``, ``perf_model``, ``top_k``) is applied on every rank
+    and agreed. Runs are guarded by the watchdog and journaled, as with ``autotune``.
 
     Outside a tuned call ``triton.autotune`` is untouched; interception is scoped to the calling thread or task
     (``contextvars``), so other threads launch stock. A tuned function called inside the tuning of another on
-    the same group is stepped by the outer one. Logs: ``~/.triton_dist/logs/<job>/rank-{i}.log``; set
-    ``TRITON_PRINT_AUTOTUNING=1`` for Triton's summary per decision on group rank 0.
-
-    Also usable bare: ``@contextual_autotune``.
+    the same group is stepped by the outer one. Logs: ``./.autotune_logs/rank-{i}.log``; set
+    ``TRITON_PRINT_AUTOTUNING=1`` for Triton's summary per decision on group rank 0. Also usable bare.
     """
     if callable(is_dist) and not _is_group(is_dist):
         return contextual_autotune()(is_dist)

@@ -79,4 +79,4 @@ def _print_summary(session: Session, track: Track) -> None:
         "'%s' (%d run(s) of %s),\nbest config selected: %s;\n%s\ncache file: %s\nlogs: %s", track.name,
         track.key_text, time.monotonic() - session.started, session.group.size, logs.group_title(session.group),
         track.runs, session.tuner.options.name, track.names[track.best],
-        logs.format_table(track.outcomes(), track.best), session.cache.path(track.entry), logs.job_dir())
+        logs.format_table(track.outcomes(), track.best), session.cache.path(track.entry), logs.log_folder())

@@ -3,7 +3,8 @@
 One ``allgather`` on the tuner's control channel carries each rank's :class:`~.launches.RunRecord` (newly met
 (kernel, key)s, launch times and errors), the failures found between runs (compile errors, earlier attempts), and
 whether the function raised. Every rank then applies the same data in the same order: new tracks are created
-(:func:`create_tracks`: resumed from the ranks' journals, looked up in the disk cache by group rank 0), then every
+(:func:`create_tracks`: resumed from the journals every rank gathered before the first run, looked up in the disk
+cache by group rank 0), then every
 track takes one step (:func:`step_track`), so the number of runs and every choice are identical everywhere.
 """
 
@@ -12,13 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
-from ..errors import AutotuneError, BadInputError, describe_error
-from ..faults.journal import merge
+from ..errors import AutotuneError, BadInputError, describe_error, per_rank
 from ..faults.watchdog import exchange_timeout
 from . import intercept
 from .decisions import record_decision
 from .schedule import PruningError, Track
-from .tracks import TrackId, forget_choice, undecide
+from .tracks import TrackId, earlier_outcomes, forget_choice, undecide
 
 if TYPE_CHECKING:
     from .session import Session
@@ -39,10 +39,10 @@ def exchange(session: Session, error: Exception | None) -> bool:
         step_track(session, tid, session.tracks[tid], gathered)
     raisers = [(r, m["raised"]) for r, m in enumerate(gathered) if m["raised"] and not m["excused"]]
     if raisers:
-        text = "; ".join(f"rank {r}: {m}" for r, m in raisers)
+        text = per_rank(raisers, session.tuner.options.name)
         session.log.error("%s the function raised in run=%d: %s", session.label, session.runs - 1, text)
         raise AutotuneError(f"{session.label} the tuned function raised during tuning run {session.runs - 1} on "
-                            f"group '{group.name}': {text}") from error
+                            f"group '{group.title}': {text}") from error
     return created
 
 
@@ -79,8 +79,7 @@ def create_tracks(session: Session, gathered: list[dict[str, Any]]) -> bool:
         else:
             options = session.tuner.options
             track = session.tracks[tid] = Track(tid[0], tid[1], infos[tid], options.n_warmup, options.n_repeat)
-            track.resume(merge([infos[tid].get(r, {}).get("journal", []) for r in range(session.group.size)],
-                               track.descriptions))
+            track.resume(earlier_outcomes(session.earlier(track.entry), track.descriptions))
             created.append(tid)
     found = dict(gathered[0]["disk"])
     missing = [tid for tid in created if tid not in found]

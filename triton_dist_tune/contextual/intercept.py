@@ -41,12 +41,16 @@ _ACTIVE: ContextVar[Handler | None] = ContextVar("triton_dist_tune_contextual", 
 _patch_lock = threading.Lock()
 _patch_depth = 0
 _original_run: Any = None
+_class: type | None = None
 
 
 def _autotuner_class() -> type:
-    from triton.runtime.autotuner import Autotuner as cls
+    global _class
+    if _class is None:
+        from triton.runtime.autotuner import Autotuner as cls
 
-    return cls
+        _class = cls
+    return _class
 
 
 def _intercepted_run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
@@ -93,6 +97,20 @@ def intercepting(handler: Handler) -> Iterator[None]:
         _uninstall()
 
 
+def run_with(handler: Handler, fn: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, Exception | None]:
+    """Call ``fn(*args, **kwargs)`` with its launches sent to ``handler``; returns (result, None) or (None, the
+    exception it raised) (:func:`intercepting` without a generator: the hot path's)."""
+    _install()
+    token = _ACTIVE.set(handler)
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as exc:
+        return None, exc
+    finally:
+        _ACTIVE.reset(token)
+        _uninstall()
+
+
 def active_handler() -> Handler | None:
     """The handler of the current context, if any."""
     return _ACTIVE.get()
@@ -118,6 +136,8 @@ def tuning_key(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tup
     return tuple(key)
 
 
+#: where an autotuner keeps the contextual choices made in this process (see :mod:`~.tracks`)
+DECIDED = "_tdt_decided"
 def kernel_id(autotuner: Autotuner) -> str:
     """The kernel's name across ranks and processes: module and qualified name of the jitted Python function."""
     base = autotuner.base_fn
@@ -142,7 +162,7 @@ def kernel_name(autotuner: Autotuner) -> str:
     return autotuner.base_fn.__name__
 
 
-def _config_names(autotuner: Autotuner) -> frozenset[str]:
+def config_names(autotuner: Autotuner) -> frozenset[str]:
     """Every keyword some config of ``autotuner`` sets (its meta-parameters and compile options)."""
     cached = autotuner.__dict__.get("_tdt_config_names")
     if cached is None:
@@ -151,10 +171,22 @@ def _config_names(autotuner: Autotuner) -> frozenset[str]:
     return cached
 
 
+def first_config_position(autotuner: Autotuner) -> int:
+    """The position of the first argument that some config sets (the number of arguments when none is)."""
+    cached = autotuner.__dict__.get("_tdt_first_config_position")
+    if cached is None:
+        names = config_names(autotuner)
+        cached = next((i for i, n in enumerate(autotuner.arg_names) if n in names), len(autotuner.arg_names))
+        autotuner.__dict__["_tdt_first_config_position"] = cached
+    return cached
+
+
 def without_config_names(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
     """The launch's arguments without the meta-parameters the caller gave that a config sets (positional ones
     included): they are the config's to choose. Logged once per kernel."""
-    names = _config_names(autotuner)
+    names = config_names(autotuner)
+    if len(args) <= first_config_position(autotuner) and names.isdisjoint(kwargs):
+        return args, kwargs  # the common case, checked cheaply
     positional = [n for n in autotuner.arg_names[: len(args)] if n in names]
     given = [k for k in kwargs if k in names]
     if not positional and not given:
@@ -171,19 +203,49 @@ def without_config_names(autotuner: Autotuner, args: tuple, kwargs: dict[str, An
 
 def pruned_indices(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> list[int]:
     """Indices into ``autotuner.configs`` of the configs its own pruning (``prune_configs_by``) keeps for this
-    launch, in config order. Raises what Triton's pruning raises (``AutotunerError`` for an empty list)."""
+    launch on this rank, in config order. Raises what Triton's pruning raises."""
+    early, estimates, top_k = pruning(autotuner, args, kwargs)
+    return best_estimated(early, estimates, top_k)
+
+
+def pruning(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple[list[int], dict[int, float] | None,
+                                                                                 int | float]:
+    """Triton's ``prune_configs_by`` for this launch, in two parts that ranks can agree on: the indices that
+    ``early_config_prune`` keeps (all configs without one), the ``perf_model``'s estimate of each (None without a
+    perf model) and ``top_k``. Raises what ``Autotuner.prune_configs`` raises (``AutotunerError`` when the early
+    pruning keeps nothing, ``TypeError`` for a ``top_k`` that is neither an int nor a float <= 1)."""
     args, kwargs = without_config_names(autotuner, args, kwargs)
-    autotuner.nargs = dict(zip(autotuner.arg_names, args, strict=False))
-    try:
-        kept = autotuner.prune_configs(kwargs)
-    finally:
-        autotuner.nargs = None
-    if not kept:
+    nargs = dict(zip(autotuner.arg_names, args, strict=False))
+    configs = autotuner.configs
+    early = autotuner.early_config_prune(configs, nargs, **kwargs) if autotuner.early_config_prune else configs
+    if not early:
         raise empty_pruning_error()
+    found = _indices_of(configs, early)
+    top_k = autotuner.configs_top_k
+    if not autotuner.perf_model:
+        return found, None, top_k
+    if not isinstance(top_k, int) and not (isinstance(top_k, float) and top_k <= 1.0):
+        raise TypeError("Error while pruning configs, top_k must be either 1) a float <= 1.0 or 2) an int")
+    estimates = {i: float(autotuner.perf_model(**nargs, **kwargs, **configs[i].all_kwargs())) for i in found}
+    return found, estimates, top_k
+
+
+def best_estimated(indices: list[int], estimates: dict[int, float] | None, top_k: int | float) -> list[int]:
+    """The ``top_k`` of ``indices`` with the least estimates (a float ``top_k``: that fraction, at least one), in
+    config order, as ``Autotuner.prune_configs`` keeps them; all of them without estimates."""
+    if estimates is None:
+        return list(indices)
+    count = max(1, int(len(indices) * top_k)) if isinstance(top_k, float) else top_k
+    if len(indices) <= count:
+        return list(indices)
+    return sorted(sorted(indices, key=lambda i: (estimates[i], i))[:count])
+
+
+def _indices_of(configs: list[Any], kept: list[Any]) -> list[int]:
     ids = {id(c) for c in kept}
-    found = [i for i, c in enumerate(autotuner.configs) if id(c) in ids]
+    found = [i for i, c in enumerate(configs) if id(c) in ids]
     if len(found) < len(kept):  # a pruning function that returned new Config objects: match them by value
-        found = sorted({i for c in kept for i, own in enumerate(autotuner.configs) if own == c})
+        found = sorted({i for c in kept for i, own in enumerate(configs) if own == c})
     return found
 
 

@@ -67,7 +67,8 @@ def launch(session: Session, autotuner: Any, args: tuple, kwargs: dict[str, Any]
             session.needs_tuning = True
             local = session.local.get(tid)
             if local is None:
-                local = session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group)
+                local = session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group,
+                                                        session.earlier)
                 session.record.new.append(tid)
             elif not any(a is autotuner for a in local.autotuners):
                 local.autotuners.append(autotuner)
@@ -98,22 +99,33 @@ def decided_launch(session: Session, autotuner: Any, key: tuple, config: Any, ar
 def pending_launch(session: Session, tid: TrackId, autotuner: Any, key: tuple, args: tuple,
                    kwargs: dict[str, Any]) -> Any:
     """A key the group has not decided, met where this rank cannot ask the group: run the first config its
-    pruning keeps (a real launch), and remember the key for the group's next agreement."""
+    pruning keeps (a real launch), and remember the key for the group's next agreement. In the first run of a hot
+    call the key is also settled at the end of the run (:mod:`~.newkeys`): when every rank met it, the call goes
+    on as a tuning call, so its track is made ready here."""
     group = session.group
     # (a single process tunes a new key in its next call: nothing to agree on, nothing kept)
     pending = session.tuner.pending.setdefault(group.identity, {}) if group.size > 1 else {}
     slot = (id(autotuner), key)
+    if session.met is not None and tid not in session.local:
+        with session.lock:
+            session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group,
+                                            session.earlier)
+            session.record.new.append(tid)
+            session.met.append(tid)
     index = pending.get(slot, (None, None))[1]
     if index is None:
-        try:
-            kept = intercept.pruned_indices(autotuner, args, kwargs)
-        except Exception:
-            kept = []  # the group's tuning reports it; the local default is the first config
+        local = session.local.get(tid)
+        if local is not None:
+            kept = local.pruned if isinstance(local.pruned, list) else []
+        else:
+            try:
+                kept = intercept.pruned_indices(autotuner, args, kwargs)
+            except Exception:
+                kept = []  # the group's tuning reports it; the local default is the first config
         index = kept[0] if kept else 0
         pending[slot] = (tid, index)
-        session.log.info("%s kernel=%s key=%s is not decided by group '%s' and cannot be tuned in this call; "
-                         "running config %d until the group's next agreement", session.label, tid[0], tid[1],
-                         group.name, index)
+        session.log.info("%s kernel=%s key=%s is not decided by group '%s'; running config %d until the group "
+                         "tunes it", session.label, tid[0], tid[1], group.title, index)
     return intercept.launch_with(autotuner, autotuner.configs[index], args, kwargs)
 
 

@@ -18,8 +18,9 @@ def outcomes(track: Track) -> list[Outcome]:
     for i in track.order:
         if i in track.times:
             per_rank = [track.per_rank[i][r] for r in sorted(track.per_rank.get(i, {}))]
-            result.append(Outcome(i, track.descriptions[i], "measured", time=track.times[i],
-                                  spread=track.spreads.get(i), per_rank=per_rank or None,
+            state, samples = raced(track, i)
+            result.append(Outcome(i, track.descriptions[i], state, time=track.times[i],
+                                  spread=track.spreads.get(i), per_rank=per_rank or None, samples=samples,
                                   resumed=i in track.resumed))
         elif i in track.failed:
             result.append(Outcome(i, track.descriptions[i], "failed", error=track.failed[i]))
@@ -28,12 +29,22 @@ def outcomes(track: Track) -> list[Outcome]:
     return result
 
 
+def raced(track: Track, index: int) -> tuple[str, int]:
+    """A measured config's state in the race (``measured``: ran to the end, ``stopped``: left it as clearly slower)
+    and its number of timed samples (0 for one resumed from a journal)."""
+    race = track.race
+    if race is None or index in track.resumed or index not in race.entrants:
+        return "measured", 0
+    entrant = race.entrants[index]
+    return ("stopped" if entrant.state == "stopped" else "measured"), len(entrant.timed())
+
+
 def table(track: Track) -> list[dict[str, Any]]:
     """One row per config in the order tried: index, config, state (measured, resumed, failed or skipped), group
     time, spread, per-rank medians, error."""
     rows = []
     for i in track.order:
-        state = "measured" if i in track.times else "failed" if i in track.failed else "skipped"
+        state = raced(track, i)[0] if i in track.times else "failed" if i in track.failed else "skipped"
         if i in track.resumed:
             state = "resumed"
         rows.append({"index": i, "config": track.descriptions[i], "state": state, "time": track.times.get(i),

@@ -29,7 +29,7 @@ from ..errors import AllConfigsFailedError, BadInputError, MismatchError
 from ..measure.race import Race, RacePlan
 from ..measure.stats import clearly_slower, median, paired_ratios
 from ..records import Outcome
-from . import report
+from . import intercept, report
 
 #: the most configs that race the closing rounds, and how many closing rounds there are per ``n_repeat`` past 1
 CLOSE_TOP = 3
@@ -113,7 +113,8 @@ class Track:
             if rank in self.holders:
                 continue
             self.holders = sorted([*self.holders, rank])
-            kept = info["pruned"] if isinstance(info["pruned"], list) else []
+            pruning = info.get("pruning") or (info["pruned"] if isinstance(info["pruned"], list) else [], None, 0)
+            kept = pruning[0]  # its early pruning (top_k is the group's)
             for index in self.order:
                 if index not in kept:
                     self.fail(index, f"rank {rank}: pruned")
@@ -146,9 +147,10 @@ class Track:
 
     def resume(self, outcomes: Mapping[int, Mapping[str, Any]]) -> None:
         """Take the group outcomes of an earlier attempt (merged journals): measured configs keep their time and
-        are not measured again; failed, hung or crashed ones are left out."""
+        are not measured again; failed, hung or twice crashed ones are left out; suspects (in flight once when an
+        attempt ended without an error) are measured again."""
         for index, outcome in sorted(outcomes.items()):
-            if index not in self.order or self.done:
+            if index not in self.order or self.done or outcome["state"] == "suspect":
                 continue
             if outcome["state"] in ("measured", "stopped"):
                 self.times[index] = float(outcome["time"])
@@ -312,6 +314,17 @@ class Track:
         return report.table(self)
 
 
+def agreed_pruning(infos: Mapping[int, dict[str, Any]]) -> list[int]:
+    """Triton's ``prune_configs_by``, agreed: the configs every rank's ``early_config_prune`` keeps, then the
+    ``top_k`` of those by the perf model's estimate (the largest over ranks), in config order."""
+    parts = [info.get("pruning") or (info["pruned"], None, 0) for _, info in sorted(infos.items())]
+    early = [i for i in parts[0][0] if all(i in p[0] for p in parts)]
+    if parts[0][1] is None or any(p[1] is None for p in parts):
+        return early
+    estimates = {i: max(p[1][i] for p in parts) for i in early}
+    return intercept.best_estimated(early, estimates, parts[0][2])
+
+
 def agreed_order(label: str, infos: Mapping[int, dict[str, Any]]) -> list[int]:
     """The indices of the configs that every rank of ``infos`` keeps after pruning, in the first rank's order.
 
@@ -325,7 +338,7 @@ def agreed_order(label: str, infos: Mapping[int, dict[str, Any]]) -> list[int]:
     problems = [f"rank {r}: {i['pruned']}" for r, i in sorted(infos.items()) if isinstance(i["pruned"], str)]
     if problems:
         raise PruningError(f"{label}: pruning the configs failed: " + "; ".join(problems))
-    order = [i for i in first["pruned"] if all(i in info["pruned"] for info in infos.values())]
+    order = agreed_pruning(infos)
     if not order:
         raise PruningError(f"{label}: the configs' pruning (prune_configs_by) keeps no config that every rank "
                            f"keeps: " + "; ".join(f"rank {r}: {i['pruned']}" for r, i in infos.items()))

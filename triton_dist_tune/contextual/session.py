@@ -22,10 +22,12 @@ reset Triton makes after tuning, then real launches. A bound (``max_runs``) ends
 keys with the best configs so far. Each tuning run is under the watchdog, and each (kernel, key) has a crash
 journal per rank, so that a config that hangs or crashes a rank is left out after a restart.
 
-A later (*hot*) call is a single run with no communication at all. A key the group has not decided, met in a hot
-call, runs with a local default (the first config its pruning keeps) and is *pending*; every ``sync_every`` calls
-the group makes one exchange (:class:`~triton_dist_tune.contextual.tuner.ContextualTuner`), and when any rank holds
-pending keys that call tunes, on every rank (see docs/contextual.md, "Ranks that meet different keys").
+A later (*hot*) call is a single run with no communication at all (:mod:`~.hot`). A key the group has not decided,
+met in a hot call, runs with a local default (the first config its pruning keeps); at the end of the run the ranks
+that met one settle it (:mod:`~.newkeys`): when every rank met it, the call goes on as a tuning call on every rank;
+otherwise it is *pending* until every rank meets it in one call, or the group's exchange every ``sync_every`` calls
+(:class:`~triton_dist_tune.contextual.tuner.ContextualTuner`) finds it (see docs/contextual.md, "New keys in later
+calls, and ranks that meet different keys").
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..disk import logs
 from ..disk.cache import DiskCache
-from ..faults.watchdog import WATCHDOG, Guard
+from ..faults.recovery import gather_entries, interruptible
+from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Group, default_timeout
 from ..measure.timing import make_clock
 from . import intercept, launches
@@ -46,6 +49,7 @@ from .compiling import precompile_new
 from .decisions import record_decision
 from .exchange import exchange
 from .launches import RunRecord
+from .newkeys import can_settle, settle
 from .schedule import Track
 from .tracks import LocalTrack, TrackId
 
@@ -70,8 +74,8 @@ class Session:
     default and is *pending* until the group's next agreement.
     """
 
-    def __init__(self, tuner: ContextualTuner, group: Group, tuning: bool) -> None:
-        self.tuner, self.group, self.tuning = tuner, group, tuning
+    def __init__(self, tuner: ContextualTuner, group: Group, tuning: bool, call: int = 0) -> None:
+        self.tuner, self.group, self.tuning, self.call_number = tuner, group, tuning, call
         self.label = tuner.options.label
         self.tracks: dict[TrackId, Track] = {}
         self.local: dict[TrackId, LocalTrack] = {}
@@ -80,6 +84,9 @@ class Session:
         self.needs_tuning = False
         #: undecided keys run with a local default, without communication (hot calls on a group, or past the bound)
         self.pending_mode = not tuning and group.size > 1
+        #: the undecided keys met in the first run of a hot call, settled at its end (:mod:`~.newkeys`); None: this
+        #: call cannot turn into a tuning call (alone, an mpi4py group, or past the bound)
+        self.met: list[TrackId] | None = [] if self.pending_mode and can_settle(group) else None
         #: (autotuner id, key) of every launch this call tuned: benchmark launches until the final run
         self.session_keys: set[tuple[int, tuple]] = set()
         self.final_run = False
@@ -89,6 +96,8 @@ class Session:
         self._armed = False
         self._guard: Guard | None = None
         self._idle, self._last_state = 0, ()
+        #: entry -> every group rank's journal records of it, gathered before the first run (None: not yet)
+        self._earlier: dict[str, list[list[dict[str, Any]]]] | None = None
 
     # what a hot call never needs is made on first use
 
@@ -118,6 +127,22 @@ class Session:
         :func:`~triton_dist_tune.contextual.launches.launch`)."""
         return launches.launch(self, autotuner, args, kwargs)
 
+    # -- the earlier attempts -------------------------------------------------------------------------------------
+
+    def gather_journals(self) -> None:
+        """Before the first run of a call the whole group tunes: one exchange of every rank's journals of this
+        group (:func:`~triton_dist_tune.faults.recovery.gather_entries`), the view every resume decision of the
+        call is taken from (which configs to leave out, which to launch first), identical on every rank."""
+        self._earlier = gather_entries(self.group, self.cache.folder, f"{self.label} journal exchange",
+                                       exchange_timeout(self.timeout))
+
+    def earlier(self, entry: str) -> list[list[dict[str, Any]]]:
+        """Every group rank's journal records of ``entry`` from the gathered view (a process alone reads its own
+        now; a rank that meets a key without the group, never: it runs a pending default)."""
+        if self._earlier is None and self.group.size == 1:
+            self.gather_journals()
+        return (self._earlier or {}).get(entry) or [[] for _ in range(self.group.size)]
+
     # -- the watchdog ----------------------------------------------------------------------------------------------
 
     def arm(self) -> None:
@@ -145,28 +170,38 @@ class Session:
 
     def _hung(self) -> None:
         """The watchdog fired: every config this rank launched in the run is journaled as hung."""
+        self._journal_inflight("hung", error=f"run {self.runs - 1} exceeded {self.timeout:g} s")
+
+    def _journal_inflight(self, state: str, **fields: Any) -> None:
         for tid, index in sorted(set(self.record.inflight)):
-            self.local[tid].journal.append(index, "hung", config=self.local[tid].descriptions[index],
-                                           error=f"run {self.runs - 1} exceeded {self.timeout:g} s")
+            self.local[tid].journal.append(index, state, config=self.local[tid].descriptions[index], **fields)
 
     # -- the loop --------------------------------------------------------------------------------------------------
 
-    def call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
-        """Run the function until every track is decided, then once more; return that run's result."""
+    def call(self, args: tuple, kwargs: dict[str, Any], first: tuple[Any, Exception | None] | None = None) -> Any:
+        """Run the function until every track is decided, then once more; return that run's result. ``first``: the
+        result of a run already made (a hot call that met an undecided key, :mod:`~.hot`)."""
         try:
-            return self._loop(args, kwargs)
+            if self.tuning:
+                self.gather_journals()
+            with interruptible():
+                return self._loop(args, kwargs, first)
         finally:
             for local in self.local.values():
                 local.journal.close()
 
-    def _loop(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+    def _loop(self, args: tuple, kwargs: dict[str, Any], first: tuple[Any, Exception | None] | None) -> Any:
         while True:
-            self.final_run = all(t.done for t in self.tracks.values())
-            out, error = self._run_once(args, kwargs)
-            if not self.tuning and not self.needs_tuning:
+            if first is not None:  # a hot call's run, where a timed launch (alone) may have armed the watchdog
+                (out, error), first = first, None
+                self._disarm()
+            else:
+                self.final_run = all(t.done for t in self.tracks.values())
+                out, error = self._run_once(args, kwargs)
+            if not self.tuning and not self.needs_tuning and not (self.met and self._tune_now()):
                 if error is not None:
                     raise error
-                return out  # every launch was decided (or pending): no communication at all
+                return out  # every launch was decided (or pending, not met by every rank): no communication
             created = exchange(self, error)
             if self.final_run and not created:
                 self._summary()
@@ -175,6 +210,14 @@ class Session:
                 return self._bounded(args, kwargs)
             precompile_new(self)
             self._idle_check(created)
+
+    def _tune_now(self) -> bool:
+        """A hot call whose ranks all met an undecided key: it goes on as a tuning call, on every rank alike."""
+        if not settle(self, self.met):
+            return False
+        self.tuning, self.pending_mode, self.met = True, False, None
+        self.gather_journals()  # every rank settled "now": the journal exchange is matched everywhere
+        return True
 
     def _bounded(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         """The bound on runs per call is reached (on every rank at the same run): end every track with the best
@@ -189,6 +232,7 @@ class Session:
             self.tracks[tid].force("best so far at max_runs")
             record_decision(self, self.tracks[tid])
         self.pending_mode, self.tuning, self.needs_tuning, self.final_run = True, False, False, True
+        self.met = None
         out, error = self._run_once(args, kwargs)
         if error is not None:
             raise error
@@ -206,6 +250,9 @@ class Session:
                     return self.tuner.fn(*args, **kwargs), None
                 except Exception as exc:
                     return None, exc
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM: an interruption blames no config
+            self._journal_inflight("interrupted")
+            raise
         finally:
             self._disarm()
 

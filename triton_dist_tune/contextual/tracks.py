@@ -11,10 +11,12 @@
 
 from __future__ import annotations
 
+import functools
 import threading
-import weakref
+from collections.abc import Callable
 from typing import Any
 
+from .. import settings
 from ..disk.cache import DiskCache, entry_id, source_of
 from ..errors import describe_error
 from ..faults.journal import Journal, merge
@@ -26,9 +28,10 @@ from . import intercept
 #: a track's id: (the ``triton.autotune`` wrapper's :func:`~.intercept.track_id`, the key's text)
 TrackId = tuple[str, str]
 
-#: autotuner -> {(group, key): config}: the choices made in this process, per group, so that a choice made by one
-#: group (or by a rank alone) is never taken for another group's
-_decided: weakref.WeakKeyDictionary[Any, dict[tuple[tuple, tuple], Any]] = weakref.WeakKeyDictionary()
+#: the choices made in this process live on each autotuner, ``autotuner.__dict__[DECIDED]``: {(group identity,
+#: key): config}, per group, so that a choice made by one group (or by a rank alone) is never taken for another
+#: group's (read without a lock: a dict lookup is atomic; writers hold the lock)
+DECIDED = intercept.DECIDED
 _decided_lock = threading.Lock()
 #: (id of group, (track id, key text)) -> config index: every choice a group made in this process, also for the
 #: (kernel, key)s this rank did not launch, so that a rank meeting one later uses the group's choice
@@ -37,21 +40,21 @@ _choices: dict[tuple[tuple, TrackId], int] = {}
 
 def decided_config(autotuner: Any, key: tuple, group: Group) -> Any:
     """The config a contextual tuning on ``group`` chose for ``autotuner`` and ``key`` in this process, or None."""
-    table = _decided.get(autotuner)  # read without the lock: a dict lookup is atomic, writers hold the lock
+    table = autotuner.__dict__.get(DECIDED)
     return None if table is None else table.get((group.identity, key))  # name and ranks: never id()
 
 
 def decide(autotuner: Any, key: tuple, config: Any, group: Group) -> None:
     """Record ``group``'s choice for ``autotuner`` and ``key``; also in the kernel's ``cache``."""
     with _decided_lock:
-        _decided.setdefault(autotuner, {})[(group.identity, key)] = config
+        autotuner.__dict__.setdefault(DECIDED, {})[(group.identity, key)] = config
     autotuner.cache[key] = config  # later stock launches hit
 
 
 def undecide(autotuner: Any, key: tuple, group: Group) -> None:
     """Take back ``group``'s choice for ``autotuner`` and ``key`` (a late failure of the chosen config)."""
     with _decided_lock:
-        _decided.get(autotuner, {}).pop((group.identity, key), None)
+        autotuner.__dict__.get(DECIDED, {}).pop((group.identity, key), None)
     autotuner.cache.pop(key, None)
 
 
@@ -71,48 +74,61 @@ def forget_choice(group: Group, tid: TrackId) -> None:
 
 
 class LocalTrack:
-    """What this rank knows of one (kernel, key): its autotuners, key, pruning, journal and compile failures."""
+    """What this rank knows of one (kernel, key): its autotuners, key, pruning, journal and compile failures.
+
+    ``earlier`` gives, for a cache entry, every group rank's journal records of it, gathered before the session's
+    first run (:meth:`~.session.Session.earlier`): the configs it excludes and the one it launches first come
+    from that shared view only, so they are the same on every rank."""
 
     def __init__(self, autotuner: Any, key: tuple, args: tuple, kwargs: dict[str, Any], cache: DiskCache,
-                 group: Group) -> None:
+                 group: Group, earlier: Callable[[str], list[list[dict[str, Any]]]]) -> None:
         self.autotuners = [autotuner]
         self.key = key
         self.prune_error: Exception | None = None
+        #: the configs the early pruning keeps, the perf model's estimates and top_k (agreed by the group)
+        self.pruning: tuple[list[int], dict[int, float] | None, int | float] | None = None
         try:
-            self.pruned: list[int] | str = intercept.pruned_indices(autotuner, args, kwargs)
+            self.pruning = intercept.pruning(autotuner, args, kwargs)
+            #: the configs this rank's own pruning keeps (its first is launched before the group agrees)
+            self.pruned: list[int] | str = intercept.best_estimated(*self.pruning)
         except Exception as exc:
             self.pruned, self.prune_error = describe_error(exc), exc
-        self.errors: dict[int, str] = {}  # configs that cannot run here (compile failures, earlier attempts)
+        self.errors: dict[int, str] = {}  # configs that do not compile here (reported at the next exchange)
         self.unreported: dict[int, str] = {}
         self.sample: tuple[tuple, dict[str, Any]] | None = (args, kwargs)  # for precompiling, then dropped
         self.used: set[int] = set()
-        self.measured: set[int] = set()  # configs this rank's journal shows measured by the group
         self.descriptions = [describe(c) for c in autotuner.configs]
         self.space_text = "\n".join(self.descriptions)
         self.entry = entry_id(intercept.kernel_id(autotuner) + "\n" + source_of(autotuner.base_fn), repr(key),
                               self.space_text, group.size)
         self.journal = open_journal(cache, self.entry, group)
-        self.records = self.journal.read()
-        for index, outcome in sorted(merge([self.records], self.descriptions).items()):
-            if outcome["state"] == "measured":
-                self.measured.add(index)
-            else:  # failed, hung or crashed here in an earlier attempt: never launched again
-                self.errors[index] = self.unreported[index] = str(outcome.get("error"))
-        self.journaled: set[tuple[int, str]] = {(r["index"], r["state"]) for r in self.records}
+        self.journal.adopt()  # the earlier attempts' files, removed with this one once the track is decided
+        self._earlier_of = earlier
+        self.journaled: set[tuple[int, str]] = set()  # (config, state) written by this attempt
+
+    @functools.cached_property
+    def earlier(self) -> dict[int, dict[str, Any]]:
+        """The earlier attempts' outcomes merged from every rank's journal (the same on every rank). Read on first
+        use: a track met in a hot call's first run is made before the group gathered its journals."""
+        return earlier_outcomes(self._earlier_of(self.entry), self.descriptions)
 
     def first_index(self) -> int | None:
-        """The config this rank launches first: the first kept one not excluded here (None: pruning failed)."""
+        """The config every rank launches first, from the shared view only: the first kept one that did not fail
+        in an earlier attempt, preferring one not measured yet (a suspect is measured again). None: pruning
+        failed, or every kept config failed earlier (the exchange then says so on every rank)."""
         if not isinstance(self.pruned, list) or not self.pruned:
             return None
-        fresh = [i for i in self.pruned if i not in self.errors]
-        return next((i for i in fresh if i not in self.measured), fresh[0] if fresh else self.pruned[0])
+        fresh = [i for i in self.pruned if self.earlier.get(i, {}).get("state") != "failed"]
+        measured = [i for i in fresh if self.earlier.get(i, {}).get("state") in ("measured", "stopped")]
+        return next((i for i in fresh if i not in measured), fresh[0] if fresh else None)
 
     def info(self) -> dict[str, Any]:
         """What the group needs to know about it (sent once, in the run it was first met)."""
         at = self.autotuners[0]
         return {"name": intercept.kernel_name(at), "descriptions": self.descriptions,
                 "names": [str(c) for c in at.configs], "space_text": self.space_text, "pruned": self.pruned,
-                "entry": self.entry, "journal": self.records}
+                "pruning": self.pruning,
+                "entry": self.entry}
 
     def note(self, index: int, state: str, **fields: Any) -> None:
         """Append to this rank's journal of the track, once per (config, state)."""
@@ -121,7 +137,17 @@ class LocalTrack:
             self.journal.append(index, state, config=self.descriptions[index], **fields)
 
 
+def earlier_outcomes(per_rank: list[list[dict[str, Any]]], descriptions: list[str]) -> dict[int, dict[str, Any]]:
+    """The merged outcome per config of every rank's journal records (:func:`~.journal.merge`'s blame rules; with
+    ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE`` only this job's records)."""
+    env = settings.current()
+    return merge(per_rank, descriptions, only_job=env.job_id if env.always_tune else False)
+
+
 def open_journal(cache: DiskCache, entry: str, group: Group) -> Journal:
     """This rank's crash journal of one (kernel, key) entry (the one place that builds a Journal here): named by
-    the group, so that two groups of one job never read or delete each other's."""
-    return Journal(journal_path(cache.folder, entry, group))
+    the group, so that two groups of one job never read or delete each other's; its records name the job and the
+    group, as ``autotune``'s do (with ``ALWAYS_TUNE``, a restart of this job still reads them)."""
+    ranks = list(getattr(group, "global_ranks", []) or [])
+    identity = {"job": settings.current().job_id, "group": group.name, "ranks": ranks}
+    return Journal(journal_path(cache.folder, entry, group), identity)

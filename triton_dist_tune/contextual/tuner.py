@@ -12,11 +12,23 @@ from ..disk import logs
 from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
 from . import intercept
+from .hot import HotCall
 from .options import ContextualOptions
 from .session import Session
-from .tracks import TrackId
+from .tracks import TrackId, group_choice
 
 _ALONE = SingleGroup()
+_dist: Any = None
+
+
+def _world() -> Any:
+    """The default torch.distributed group object, or None (torch imported once)."""
+    global _dist
+    if _dist is None:
+        import torch.distributed as dist
+
+        _dist = dist
+    return _dist.group.WORLD if _dist.is_available() else None
 
 
 class ContextualTuner:
@@ -34,26 +46,37 @@ class ContextualTuner:
         #: group has not decided, run with a local default until the group's next agreement
         self.pending: dict[tuple, dict[tuple[int, tuple], tuple[Any, int]]] = {}
         self._called: set[tuple] = set()
+        self._group: tuple[Any, Group] | None = None
+        self._group: tuple[Any, Group] | None = None
         self._calls: dict[tuple, int] = {}
 
     def group(self) -> Group:
-        """The group this function tunes with: alone, the default group, or the given one."""
+        """The group this function tunes with: alone, the default group, or the given one (resolved again only
+        when the default group object changes)."""
         is_dist = self.options.is_dist
         if is_dist is False or is_dist is None:
             return _ALONE
+        source = _world() if is_dist is True else is_dist
+        cached = self._group
+        if cached is not None and cached[0] is source:
+            return cached[1]
         group = resolve_group(None if is_dist is True else is_dist)
-        return _ALONE if group.size == 1 else group
+        group = _ALONE if group.size == 1 else group
+        self._group = (source, group)
+        return group
 
     def __call__(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         group = self.group()
         outer = intercept.active_handler()
-        if isinstance(outer, Session) and outer.group is group:
-            return self.fn(*args, **kwargs)  # nested in a tuning of the same group: that tuning steps our kernels
+        if isinstance(outer, (Session, HotCall)) and outer.group is group:
+            return self.fn(*args, **kwargs)  # nested in a call of the same group: that call handles our launches
         gid = group.identity
         calls = self._calls[gid] = self._calls.get(gid, 0) + 1
         tuning = gid not in self._called or (group.size > 1 and calls % self.options.sync_every == 0
                                              and self._agree(group, calls))
-        session = Session(self, group, tuning)
+        if not tuning:
+            return HotCall(self, group, calls).call(args, kwargs)
+        session = Session(self, group, tuning, calls)
         try:
             out = session.call(args, kwargs)
         finally:
@@ -65,7 +88,7 @@ class ContextualTuner:
         """Every ``sync_every`` calls, one exchange: does any rank hold pending keys? Then this call tunes, on
         every rank alike (the pending keys are met again and tuned like new ones)."""
         pending = self.pending.pop(group.identity, {})
-        mine = sorted({f"{tid[0]} {tid[1]}" for tid, _ in pending.values()})
+        mine = sorted({f"{tid[0]} {tid[1]}" for tid, _ in pending.values() if group_choice(group, tid) is None})
         everyone = group.allgather(mine, f"{self.options.label} agreement at call {calls}",
                                    timeout=self.options.timeout)
         if not any(everyone):

@@ -1,11 +1,14 @@
-"""Per-rank logs of one job and the summary that group rank 0 prints.
+"""Per-rank logs and the summary that group rank 0 prints.
 
-Each job writes into a folder of its own, ``<log folder>/<job>/``: ``rank-{i}.log`` (readable lines) and
-``rank-{i}.jsonl`` (the same records as JSON lines: time, job, rank, host, level, message) for every rank. The log
-folder is ``TRITON_DIST_AUTOTUNE_LOG_DIR`` or ``~/.triton_dist/logs``; the job is named by the launcher's job id
-(``TORCHELASTIC_RUN_ID``, ``SLURM_JOB_ID``, ``PMIX_NAMESPACE``, ``OMPI_MCA_ess_base_jobid``), else by
-``MASTER_PORT`` and the start time of the ranks' parent (torchrun's agent, mpiexec's daemon), else by the process.
-``python -m triton_dist_tune logs`` merges the ranks' JSON lines of a job into one timeline.
+Every rank writes ``rank-{i}.log`` (readable lines) and ``rank-{i}.jsonl`` (the same records as JSON lines: time,
+job, rank, host, level, message) into the log folder: ``./.autotune_logs`` in the job's working directory, as
+Triton-distributed documents, or ``TRITON_DIST_AUTOTUNE_LOG_DIR``. A process's records start with a header naming
+its job (a readable ``==== triton-dist-tune job ... ====`` line, a JSON record with ``"header": true``); the job is
+named by the launcher's job id (``TORCHELASTIC_RUN_ID``, ``SLURM_JOB_ID``, ``PMIX_NAMESPACE``,
+``OMPI_MCA_ess_base_jobid``), else by ``MASTER_PORT`` and the start time of the ranks' parent (torchrun's agent,
+mpiexec's daemon), else by the process. The files keep the last :data:`KEEP_JOBS` jobs: when a process opens its
+file, the records of older jobs are dropped (so a folder where jobs start again and again does not grow without
+bound). ``python -m triton_dist_tune logs`` merges the ranks' JSON lines of a job into one timeline.
 
 Console output goes through the ``triton_dist_tune`` logger at INFO level with a handler of its own, on group
 rank 0 only, when asked for with ``autotune_verbose=True`` or ``TRITON_PRINT_AUTOTUNING=1``.
@@ -23,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +36,23 @@ from ..records import Decision, Outcome
 _lock = threading.Lock()
 _file_loggers: dict[int, logging.Logger] = {}
 _console: logging.Logger | None = None
+_folder: Path | None = None
+
+#: jobs whose records a rank's log files keep
+KEEP_JOBS = 5
+_HEADER = re.compile(r"^==== triton-dist-tune job (\S+) ")
 
 
 def log_dir() -> Path:
-    """The log folder: ``TRITON_DIST_AUTOTUNE_LOG_DIR``, or ``~/.triton_dist/logs``."""
-    return settings.current().log_dir
+    """The log folder as the environment says now: ``TRITON_DIST_AUTOTUNE_LOG_DIR``, or ``.autotune_logs`` in the
+    working directory (absolute)."""
+    return settings.current().log_dir.absolute()
+
+
+def log_folder() -> Path:
+    """The folder this process writes its rank logs to (:func:`log_dir` when it first logged: a later ``chdir``
+    does not split a rank's logs)."""
+    return _folder if _folder is not None else log_dir()
 
 
 def _parent_start() -> float | None:
@@ -66,11 +82,6 @@ def job_name() -> str:
     return f"{stamp}-port{port}" if port else f"{stamp}-pid{os.getpid()}"
 
 
-def job_dir() -> Path:
-    """This job's log folder."""
-    return log_dir() / job_name()
-
-
 def global_rank() -> int:
     """This process's rank in the whole job (torch.distributed, then launcher variables, else 0)."""
     try:
@@ -97,7 +108,9 @@ class JsonLines(logging.Formatter):
 
 
 def rank_log() -> logging.Logger:
-    """The logger that writes this process's ``rank-{i}.log`` and ``rank-{i}.jsonl`` in the job's log folder."""
+    """The logger that writes this process's ``rank-{i}.log`` and ``rank-{i}.jsonl`` in the log folder (opened
+    once per process, after dropping the records of all but the last jobs, and starting with a header)."""
+    global _folder
     rank = global_rank()
     with _lock:
         logger = _file_loggers.get(rank)
@@ -105,12 +118,15 @@ def rank_log() -> logging.Logger:
             logger = logging.getLogger(f"triton_dist_tune.rank{rank}")
             logger.setLevel(logging.DEBUG)
             logger.propagate = False
-            folder = job_dir()
+            _folder = folder = log_folder()
             handlers: list[logging.Handler]
             try:
                 folder.mkdir(parents=True, exist_ok=True)
+                for name in (f"rank-{rank}.log", f"rank-{rank}.jsonl"):
+                    keep_last_jobs(folder / name, KEEP_JOBS - 1)
                 handlers = [logging.FileHandler(folder / f"rank-{rank}.log"),
                             logging.FileHandler(folder / f"rank-{rank}.jsonl")]
+                _write_headers(handlers, rank)
             except OSError:
                 handlers = [logging.NullHandler()]  # an unwritable log folder must not stop the job
             handlers[0].setFormatter(logging.Formatter("%(asctime)s %(message)s"))
@@ -120,6 +136,56 @@ def rank_log() -> logging.Logger:
                 logger.addHandler(handler)
             _file_loggers[rank] = logger
         return logger
+
+
+def _write_headers(handlers: list[logging.Handler], rank: int) -> None:
+    """The first record of this process in each file: which job, rank, host and process."""
+    started = time.time()
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+    host, job = socket.gethostname(), job_name()
+    text, jsonl = handlers[0], handlers[1]
+    assert isinstance(text, logging.FileHandler) and isinstance(jsonl, logging.FileHandler)
+    text.stream.write(f"==== triton-dist-tune job {job} rank {rank} host {host} pid {os.getpid()} started {when} "
+                      "====\n")
+    jsonl.stream.write(json.dumps({"time": started, "job": job, "rank": rank, "host": host, "level": "INFO",
+                                   "message": f"job {job} rank {rank} pid {os.getpid()} started", "header": True})
+                       + "\n")
+    for handler in handlers:
+        handler.flush()
+
+
+def _job_of(line: str) -> str | None:
+    """The job a header line names (readable or JSON), None for any other line."""
+    found = _HEADER.match(line)
+    if found:
+        return found.group(1)
+    if line.startswith("{") and '"header": true' in line:
+        try:
+            return str(json.loads(line)["job"])
+        except (ValueError, KeyError, TypeError, RecursionError):
+            return None
+    return None
+
+
+def keep_last_jobs(path: Path, keep: int) -> None:
+    """Drop from the log file ``path`` the records of all but its last ``keep`` jobs other than this process's
+    (lines before the first header count as one job); rewritten atomically, untouched when nothing is dropped."""
+    if not path.is_file():
+        return
+    segments: list[tuple[str | None, list[str]]] = [(None, [])]
+    for line in path.read_text(errors="replace").splitlines(keepends=True):
+        job = _job_of(line)
+        if job is not None:
+            segments.append((job, []))
+        segments[-1][1].append(line)
+    segments = [(job, lines) for job, lines in segments if lines]
+    order = list(dict.fromkeys(job for job, _ in segments if job != job_name()))
+    kept = set(order[len(order) - keep:] if keep > 0 else []) | {job_name()}
+    if len(order) <= keep:
+        return
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("".join(line for job, lines in segments if job in kept for line in lines))
+    os.replace(partial, path)
 
 
 def printing_enabled(verbose: bool | None) -> bool:
@@ -170,20 +236,9 @@ def margin_text(decision: Decision) -> str:
 
 
 def group_title(group: Any) -> str:
-    """A group as users know it: ``default`` (the default torch group), ``ranks [0, 2]`` (another torch group),
-    or its own name (an mpi4py communicator, a process alone)."""
-    ranks = getattr(group, "global_ranks", None)
-    if ranks is None:
-        return "this process alone" if group.name == "single" else str(group.name)
-    try:
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d as c10d
-
-        if dist.is_initialized() and group.name == c10d._get_process_group_name(dist.group.WORLD):
-            return "default"
-    except Exception:
-        pass
-    return f"ranks {list(ranks)}"
+    """A group as users know it (its ``title``): ``default`` (the default torch group), ``ranks [0, 2]`` (another
+    torch group), or its own name (an mpi4py communicator), ``this process alone``."""
+    return str(getattr(group, "title", None) or group.name)
 
 
 def print_summary(name: str, key_text: str, group: Any, decision: Decision, cache_file: Path) -> None:
@@ -192,7 +247,7 @@ def print_summary(name: str, key_text: str, group: Any, decision: Decision, cach
         "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group '%s' "
         "(%s timing, %d round(s)),\nbest config selected: %s%s;\n%s\ncache file: %s\nlogs: %s", name, key_text,
         decision.seconds, group.size, group_title(group), decision.timing, decision.rounds, decision.config,
-        margin_text(decision), format_table(decision.outcomes, decision.index), cache_file, job_dir())
+        margin_text(decision), format_table(decision.outcomes, decision.index), cache_file, log_folder())
 
 
 def print_cache_hit(name: str, key_text: str, group: Any, chosen: str, cache_file: Path) -> None:
@@ -204,19 +259,30 @@ def print_cache_hit(name: str, key_text: str, group: Any, chosen: str, cache_fil
 # -- reading a job's logs back (the command line's ``logs``) --------------------------------------------------
 
 
-def job_folders(root: Path) -> list[Path]:
-    """The job folders under the log folder ``root``, oldest first (by their last write)."""
-    if not root.is_dir():
-        return []
-    folders = [p for p in root.iterdir() if p.is_dir() and any(p.glob("rank-*.jsonl"))]
-    return sorted(folders, key=lambda p: (max(f.stat().st_mtime for f in p.glob("rank-*.jsonl")), p.name))
+@dataclass(frozen=True)
+class JobLog:
+    """One job's records in a log folder, as the command line lists them."""
+
+    name: str
+    ranks: list[int]
+    first: float
+    last: float
 
 
-def read_job(folder: Path) -> tuple[list[dict[str, Any]], int]:
-    """Every rank's JSON-lines records of the job in ``folder``, merged in time order (ties: by rank), and the
-    number of damaged lines skipped (a rank killed mid-write leaves a torn last line)."""
+def jobs_in(root: Path) -> list[JobLog]:
+    """The jobs whose records the rank logs (``rank-*.jsonl``) under ``root`` hold, oldest first."""
+    seen: dict[str, tuple[set[int], float, float]] = {}
+    for record in _records(root)[0]:
+        ranks, first, last = seen.get(str(record.get("job")), (set(), record["time"], record["time"]))
+        ranks.add(record.get("rank", 0))
+        seen[str(record.get("job"))] = (ranks, min(first, record["time"]), max(last, record["time"]))
+    jobs = [JobLog(name, sorted(ranks, key=str), first, last) for name, (ranks, first, last) in seen.items()]
+    return sorted(jobs, key=lambda j: (j.first, j.name))
+
+
+def _records(root: Path) -> tuple[list[dict[str, Any]], int]:
     records, damaged = [], 0
-    for path in sorted(folder.glob("rank-*.jsonl")):
+    for path in sorted(root.glob("rank-*.jsonl")) if root.is_dir() else []:
         for line in path.read_text(errors="replace").splitlines():
             try:
                 record = json.loads(line)
@@ -226,6 +292,14 @@ def read_job(folder: Path) -> tuple[list[dict[str, Any]], int]:
                 records.append(record)
             elif line.strip():
                 damaged += 1
+    return records, damaged
+
+
+def read_job(root: Path, job: str) -> tuple[list[dict[str, Any]], int]:
+    """Every rank's JSON-lines records of ``job`` in the log folder ``root``, merged in time order (ties: by
+    rank), and the number of damaged lines skipped (a rank killed mid-write leaves a torn last line)."""
+    records, damaged = _records(root)
+    records = [r for r in records if str(r.get("job")) == job]
     records.sort(key=lambda r: (r["time"], r.get("rank", 0)))
     return records, damaged
 

@@ -60,9 +60,10 @@ class Journal:
     The files are opened and locked on first use (:meth:`read` or :meth:`append`) and released by :meth:`remove`
     (after the decision is in the cache) or :meth:`close` (when the tuning ends with an error: the records stay
     for the next attempt). Writing is best effort: a journal that cannot be written is a warning, not a failure.
+    With ``create=False`` it only reads the journals that exist (nothing is created).
     """
 
-    def __init__(self, path: Path, identity: dict[str, Any] | None = None) -> None:
+    def __init__(self, path: Path, identity: dict[str, Any] | None = None, create: bool = True) -> None:
         #: where this rank's records go: ``path`` itself, or a free slot next to it when another job holds it
         self.path = path
         #: written into every record: the job (``job``), the group's name (``group``) and global ranks (``ranks``)
@@ -73,6 +74,7 @@ class Journal:
         self._torn = False  # a short write left part of a line: the next record starts a line of its own
         self._held: list[tuple[Path, int]] = []  # (path, locked fd) of every journal adopted, the first written
         self._broken = False
+        self._create = create  # False: only read what exists (a reader of other entries' journals)
 
     # -- files ---------------------------------------------------------------------------------------------------
 
@@ -119,6 +121,8 @@ class Journal:
                 fd = self._lock(path, create=False)
                 if fd is not None:
                     self._held.append((path, fd))
+            if not self._held and not self._create:
+                return False
             if not self._held:
                 for k in range(MAX_SLOTS):
                     fd = self._lock(self._slot(k), create=True)
@@ -140,6 +144,11 @@ class Journal:
         if len(self._held) > 1 or self.path != self._base:
             log.info("triton_dist_tune: journal %s (adopted %s)", self.path, [str(p) for p, _ in self._held[1:]])
         return True
+
+    def adopt(self) -> bool:
+        """Open and lock this entry's journals now (the earlier attempts' files included), so that
+        :meth:`remove` deletes them even when nothing is appended; False when impossible."""
+        return self._open()
 
     # -- records -------------------------------------------------------------------------------------------------
 

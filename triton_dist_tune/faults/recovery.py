@@ -69,7 +69,8 @@ _SLOT = re.compile(r"^(?P<entry>.+)\.(?P<tag>[0-9a-f]{10})\.rank(?P<rank>\d+)(?:
 
 def gather_entries(group: Group, folder: Path, what: str, timeout: float) -> dict[str, list[list[dict[str, Any]]]]:
     """Every rank's records of every journal of this group in ``folder``, by entry and then by group rank (one
-    exchange; the same on every rank). Each journal is read under its lock and released at once."""
+    exchange; the same on every rank): the shared view of a contextual tuning, taken before its first run. Each
+    journal is read under its lock and released at once (one locked by a live tuner is skipped; none is created)."""
     tag, mine = group_tag(group), {}
     bases = set()
     for path in folder.glob(f"*.{tag}.rank{group.rank}*.journal") if folder.is_dir() else []:
@@ -77,14 +78,14 @@ def gather_entries(group: Group, folder: Path, what: str, timeout: float) -> dic
         if found and int(found["rank"]) == group.rank:
             bases.add(found["entry"])
     for entry in sorted(bases):
-        journal = Journal(journal_path(folder, entry, group))
+        journal = Journal(journal_path(folder, entry, group), create=False)
         try:
             mine[entry] = journal.read()
         finally:
             journal.close()
     gathered = group.allgather(mine, what, timeout=timeout)
     entries = sorted({entry for by_entry in gathered for entry in by_entry})
-    return {entry: [by_entry.get(entry, []) for by_entry in gathered] for entry in entries}
+    return {entry: [list(by_entry.get(entry, [])) for by_entry in gathered] for entry in entries}
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BadInputError, MismatchError, describe_error
+from ..errors import BadInputError, MismatchError, describe_error, per_rank
 from ..group.channel import Group, agree
 from ..measure.arguments import ArgumentState, named_arguments
 from ..measure.timing import make_clock
@@ -30,10 +30,10 @@ def agree_on_call(tuner: Tuner, group: Group, key_text: str, problem: str | None
     agreement = agree(group, fields, f"[{tuner.name}] agree on key and config space", tuner.options.timeout,
                       problem)
     if agreement.notes:
-        raise BadInputError(f"{tuner.name}: " + "; ".join(f"rank {r}: {p}" for r, p in agreement.notes))
+        raise BadInputError(f"{tuner.name}: " + per_rank(agreement.notes, tuner.name))
     for what, holders in agreement.differ.items():
         detail = "; ".join(f"ranks {ranks}: {text}" for ranks, text in holders)
-        raise MismatchError(f"{tuner.name}: the ranks of group '{group.name}' differ in {what}: {detail}")
+        raise MismatchError(f"{tuner.name}: the ranks of group '{group.title}' differ in {what}: {detail}")
 
 
 def agreed_prune(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
@@ -47,7 +47,7 @@ def agreed_prune(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: di
     everyone = group.allgather(mine, f"{label} prune", timeout=timeout)
     errors = [(r, m) for r, m in enumerate(everyone) if isinstance(m, str)]
     if errors:
-        raise BadInputError(f"{tuner.name}: " + "; ".join(f"rank {r}: {m}" for r, m in errors))
+        raise BadInputError(f"{tuner.name}: " + per_rank(errors, tuner.name))
     kept = [i for i in range(len(tuner.space)) if all(m[i] for m in everyone)]
     if not kept:
         raise BadInputError(f"{label} prune_fn left no config that every rank keeps (of {len(tuner.space)})")
@@ -80,8 +80,7 @@ def prepare(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[st
     if problems:
         if state is not None:
             state.put_back()
-        raise BadInputError(f"{label} before measuring any config: "
-                            + "; ".join(f"rank {r}: {p}" for r, p in problems))
+        raise BadInputError(f"{label} before measuring any config: " + per_rank(problems, tuner.name))
     assert state is not None
     user_pre_hook = options.pre_hook
 

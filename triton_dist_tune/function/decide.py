@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..disk import logs
@@ -14,6 +16,9 @@ from ..measure.race import Race
 from ..records import Decision, Outcome
 
 log = logging.getLogger("triton_dist_tune")
+
+#: when this process started using the tuner: a cache entry written since then was written by this job
+_STARTED = time.time()
 
 
 def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
@@ -68,3 +73,26 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
     group.barrier(f"{label} decision written", timeout=timeout)
     logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s", label, decision.index,
                          decision.config, decision.time, logs.margin_text(decision))
+
+
+def warn_if_another_group_chose_otherwise(path: Path, name: str, key_text: str, group: Group,
+                                          decision: Decision) -> None:
+    """Group rank 0, before writing ``path``: when another group of this job (the file was written since this
+    process started, by another group) chose another config for the same key, say so: one entry holds one choice
+    per key and group size, so the last writer wins. Tensor-parallel replicas should be tuned as one."""
+    try:
+        if path.stat().st_mtime < _STARTED:
+            return
+        data = json.loads(path.read_text())
+    except Exception:  # (RecursionError too) an unreadable file is the cache's to report; this is only a warning
+        return
+    other, title = data.get("group"), logs.group_title(group) if isinstance(data, dict) else None
+    if not isinstance(data, dict) or other == title or data.get("index") == decision.index:
+        return
+    message = (f"[{name}] key={key_text}: group '{title}' chose config {decision.index} ({decision.config}), but group "
+               f"'{other}' of this job chose config {data.get('index')} ({data.get('config')}) for the same key and "
+               "group size; both share one cache entry, which keeps the last choice. To tune replicated "
+               "tensor-parallel groups once and give them one choice, pass autotune_replicas= (the group that links "
+               "the replicas; see docs/scale.md)")
+    log.warning("triton_dist_tune: %s", message)
+    logs.rank_log().warning("%s", message)

@@ -47,6 +47,8 @@ class Tuner:
         self.options = options.for_function(fn)
         self.key_fn, self.prune_fn = key_fn, prune_fn
         self.descriptions = [describe(c) for c in self.space]
+        #: every name some config sets
+        self.space_names = frozenset(name for config in self.space for name in config)
         self.space_text = "\n".join(self.descriptions)
         self.cache = DiskCache(self.name)
         self.source = source_of(fn)
@@ -103,7 +105,8 @@ class Tuner:
             with group.lock:  # threads tuning on one group take turns, so that their exchanges never interleave
                 config = table.get(slot) if key_error is None else None
                 if config is None:
-                    tuning = Tuning(self, group, key, args, kwargs, verbose, overwrite, layout)
+                    tuning = Tuning(self, group, key, args, self._tuned_kwargs(kwargs, overwrite), verbose,
+                                    overwrite, layout)
                     config = table[slot] = tuning.run(key_error, problem)
         return self._run(args, kwargs, config, overwrite)
 
@@ -119,7 +122,15 @@ class Tuner:
             return self.fn(*args, **{**config, **kwargs})
         return self.fn(*args, **kwargs, **config)
 
+    def _tuned_kwargs(self, kwargs: dict[str, Any], overwrite: bool) -> dict[str, Any]:
+        """The call's keywords while configs are tried: with ``autotune_allow_arg_overwrite``, without those a
+        config sets (``prune_fn`` and every measured call see the config under test, as in Triton-distributed)."""
+        if not overwrite:
+            return kwargs
+        return {k: v for k, v in kwargs.items() if k not in self.space_names}
+
     def _first_config(self, args: tuple, kwargs: dict[str, Any], overwrite: bool = False) -> dict[str, Any]:
+        kwargs = self._tuned_kwargs(kwargs, overwrite)
         for config in self.space:
             if self.prune_fn is None or self.prune_fn(config, *args, **kwargs):
                 if not overwrite:

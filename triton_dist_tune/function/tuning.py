@@ -42,7 +42,7 @@ from ..measure.timing import timing_mode
 from ..records import Decision, Outcome
 from ..space import describe_key, fingerprint
 from .agreed import agree_on_call, agreed_prune, prepare
-from .decide import cache_record, conclude, decide
+from .decide import cache_record, conclude, decide, warn_if_another_group_chose_otherwise
 
 if TYPE_CHECKING:
     from .tuner import Tuner
@@ -160,8 +160,14 @@ class Tuning:
     def _store(self, decision: Decision) -> Any:
         """Writes ``decision``'s record to the disk cache when called."""
         tuner = self.tuner
-        return lambda: tuner.cache.store(self.entry, cache_record(tuner.name, self.key_text, self.group, decision),
-                                         tuner.space_text)
+
+        def store() -> Any:
+            warn_if_another_group_chose_otherwise(tuner.cache.path(self.entry), tuner.name, self.key_text, self.group,
+                                                  decision)
+            return tuner.cache.store(self.entry, cache_record(tuner.name, self.key_text, self.group, decision),
+                                     tuner.space_text)
+
+        return store
 
     def _journal(self) -> Journal:
         """This rank's crash journal for the entry: its file names the group (name and global ranks)."""

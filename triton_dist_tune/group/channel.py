@@ -83,6 +83,9 @@ class Group:
     rank: int = 0
     size: int = 1
     name: str = "single"
+    #: the group as users know it, in messages and tables: ``default`` (the default torch group), ``ranks [0, 2]``
+    #: (another torch group), or its name
+    title: str = "this process alone"
     #: what identifies the group in this process's state (decisions, tables): its kind, name and global ranks
     identity: tuple = ("single",)
 

@@ -23,7 +23,7 @@ class MpiGroup(Group):
 
     def __init__(self, comm: Any, timeout: float | None = None) -> None:
         super().__init__()
-        self.name = f"mpi:{comm.Get_name() or 'comm'}"
+        self.name = self.title = f"mpi:{comm.Get_name() or 'comm'}"
         if not hasattr(comm, "Idup"):
             self.comm = comm.Dup()
         else:  # Dup is collective: a rank that never calls with this communicator must not hang the others

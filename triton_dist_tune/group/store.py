@@ -73,6 +73,8 @@ class StoreGroup(Group):
         self.global_ranks = list(dist.get_process_group_ranks(pg))
         self.name = c10d._get_process_group_name(pg) or "default"
         self.identity = ("torch", self.name, tuple(self.global_ranks))
+        world = c10d._get_process_group_name(dist.group.WORLD) if dist.group.WORLD is not None else None
+        self.title = "default" if self.name == world else f"ranks {self.global_ranks}"
         # a group destroyed and created again (same name and ranks, maybe the same store) talks under a new prefix:
         # every member creates the channels of a group in the same order, so the count agrees
         incarnation = _incarnations[self.identity] = _incarnations.get(self.identity, 0) + 1
@@ -87,6 +89,11 @@ class StoreGroup(Group):
         """The job's key-value store, fetched on each use and never kept: it must not outlive the process group
         (a store kept here would keep rank 0's store server thread alive until the interpreter's exit)."""
         return _job_store()
+
+    def key(self, name: str) -> str:
+        """A key of this group's namespace in the store, for a protocol beside the exchanges (``name`` must not
+        start with a digit: those are the exchanges')."""
+        return f"{self._prefix}{name}"
 
     def _key(self, seq: int, rank: int | str) -> str:
         return f"{self._prefix}{seq}/{rank}"
@@ -143,7 +150,7 @@ class StoreGroup(Group):
                     raise RankEnded(message)
             if waited - reported[0] >= 0.999 * every:
                 reported[0] = waited
-                report_waiting(self.rank, self.name, what, missing(), self.global_ranks, waited, timeout)
+                report_waiting(self.rank, self.title, what, missing(), self.global_ranks, waited, timeout)
 
         try:
             wait_in_slices(lambda seconds: self.store.wait(keys, timedelta(seconds=seconds)), timeout,
@@ -153,7 +160,7 @@ class StoreGroup(Group):
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
             waited = time.monotonic() - started
             if waited < 0.9 * timeout:  # not a timeout: the store itself went away
-                message = (f"triton_dist_tune: rank {self.rank} of group '{self.name}' lost the key-value store "
+                message = (f"triton_dist_tune: rank {self.rank} of group '{self.title}' lost the key-value store "
                            f"after {waited:.1f} s at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 "
                            "without torchrun) has ended")
             else:
@@ -169,7 +176,7 @@ class StoreGroup(Group):
     def _late_message(self, what: str, missing: Sequence[int], timeout: float) -> str:
         globals_ = [self.global_ranks[r] for r in missing]
         return (
-            f"triton_dist_tune: rank {self.rank} of group '{self.name}' (global ranks {self.global_ranks}) waited "
+            f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) waited "
             f"{timeout:g} s at '{what}' for group ranks {list(missing)} (global {globals_}), which never arrived: "
             "they crashed, hung, or called the tuned function with another autotune_pg or key."
         )

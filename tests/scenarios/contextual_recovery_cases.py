@@ -1,0 +1,132 @@
+"""Contextual resume (issue 17) run as real ranks by tests/test_contextual_recovery.py: every resume decision of
+``contextual_autotune`` comes from the journals every rank gathered, and two groups never touch each other's.
+
+Each config's ``pre_hook`` appends ``<ATTEMPT> <config>`` to ``$FAULT_DIR/calls.rank<r>`` (the launches as each
+rank made them) and sleeps [4, 30, 60] ms, the same on every rank: config 0 wins when it is measured.
+
+- ``killed``: attempt 0 warms config 0 up in run 0; in run 1 rank 0 launches config 1 and is sent SIGTERM, while
+  rank 1 is SIGKILLed before its launch: the journals end inside different configs (1 on rank 0, 0 on rank 1).
+  Attempt 1 resumes from them.
+- ``two_groups``: 4 ranks, groups A = [2, 3] and B = [0, 1] tune the same kernel and key. Config 1 raises on
+  A's ranks (journaled failed), then A's ranks are SIGKILLed inside config 2; only then B tunes.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import signal  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from _cases import case, emit, main  # noqa: E402
+
+import triton_dist_tune as tdt  # noqa: E402
+from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
+
+SLEEP_MS = [4, 30, 60]
+
+
+def faults() -> Path:
+    return Path(os.environ["FAULT_DIR"])
+
+
+def recording_hook(index: int):
+    def hook(nargs):
+        me = dist.get_rank()
+        with open(faults() / f"calls.rank{me}", "a") as f:
+            f.write(f"{os.environ.get('ATTEMPT', '0')} {index}\n")
+        if index == 1 and me >= 2:
+            raise RuntimeError("config 1 fails on group A")
+        time.sleep(SLEEP_MS[index] / 1e3)
+
+    return hook
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=recording_hook(i)) for i, b in enumerate((16, 32, 64))],
+                 key=["n"])
+@triton.jit
+def copy_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
+def layer_on(group, before=None, after=None):
+    """The tuned layer: the kernel, then an all_reduce over ``group``; ``before``/``after`` run around the launch
+    with the run's number (1, 2, ...)."""
+    runs = [0]
+
+    @contextual_autotune(is_dist=group if group is not None else True, n_warmup=1, n_repeat=1)
+    def layer(x):
+        runs[0] += 1
+        out = torch.empty_like(x)
+        if before:
+            before(runs[0])
+        copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        if after:
+            after(runs[0])
+        dist.all_reduce(out, group=group)
+        return out
+
+    return layer
+
+
+def outcome(layer, out, x, size) -> dict:
+    decision = next(iter(layer.tuner.decisions.values()))
+    return {"rank": dist.get_rank(), "chosen": decision["index"], "states": [r["state"] for r in decision["table"]],
+            "errors": [r["error"] for r in decision["table"]], "ok": bool(torch.equal(out, size * x))}
+
+
+@case
+def killed():
+    tdt.init_distributed()
+    me, first = dist.get_rank(), os.environ["ATTEMPT"] == "0"
+
+    def before(run):
+        if first and run == 2 and me == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def after(run):
+        if first and run == 2 and me == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(60)  # SIGTERM ends the tuning (journaled as interrupted) before this ends
+
+    layer = layer_on(None, before, after)
+    x = torch.arange(64, dtype=torch.float32)
+    emit(**outcome(layer, layer(x), x, 2))
+
+
+@case
+def two_groups():
+    tdt.init_distributed()
+    me = dist.get_rank()
+    a, b = dist.new_group([2, 3]), dist.new_group([0, 1])
+    x = torch.arange(64, dtype=torch.float32)
+    if me >= 2:
+        def after(run):
+            if run == 3:  # config 2's warm-up, after config 1 failed here
+                (faults() / f"dying.rank{me}").write_text("")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        layer_on(a, after=after)(x)
+        return
+    deadline = time.monotonic() + 60
+    while not all((faults() / f"dying.rank{r}").exists() for r in (2, 3)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the SIGKILLs land right after the markers
+    layer = layer_on(b)
+    out = layer(x)
+    emit(**outcome(layer, out, x, 2))
+    dist.barrier(group=b)
+    os._exit(0)  # group A is gone: no barrier on the whole job
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Whether a call that was not going to tune tunes the undecided keys its ranks met: decided by the ranks that met
+one, with no communication in a call where no rank met one.
+
+A call that does not tune (a *hot* call on a group) runs each launch of a (kernel, key) the group has not decided
+with the first config its pruning keeps. At the end of such a run, a rank that met undecided keys *settles* each
+of them in the job's key-value store, under a name made of the group, the function, the call number (the same on
+every rank: every rank calls the function the same number of times) and the key:
+
+1. ``add(count, 1)``: the rank whose addition makes the count the group's size knows that every rank met the key
+   in this call, and writes the decision ``now`` with ``compare_set(decision, "", "now")``;
+2. any other rank waits for the decision at most ``TRITON_DIST_AUTOTUNE_NEW_KEY_GRACE`` seconds, then writes
+   ``later`` with ``compare_set(decision, "", "later")`` (a no-op when a decision is there);
+3. every rank reads the decision that ``compare_set`` returns: the first writer's, the same on every rank.
+
+``now`` is written only once every rank has added, so every rank of the group met the key and reads ``now``:
+they all continue the call as a tuning call (the next step is the usual exchange, matched on every rank). A rank
+that reads ``later`` for every key it met returns at once; so does every rank that met none (it makes no request
+at all), and no rank reads ``now`` then (it would mean that every rank met that key). A key left ``later`` runs
+with the first kept config and is tuned in the first call where every rank meets it in time, or at the group's
+next agreement (every ``sync_every`` calls).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import TYPE_CHECKING
+
+from .. import settings
+
+if TYPE_CHECKING:
+    from ..group.channel import Group
+    from .session import Session
+    from .tracks import TrackId
+
+
+def can_settle(group: Group) -> bool:
+    """Whether ``group`` has a key-value store to settle new keys in (torch groups; not mpi4py, not alone)."""
+    return group.size > 1 and callable(getattr(group, "key", None)) and hasattr(group, "store")
+
+
+def settle(session: Session, met: list[TrackId]) -> bool:
+    """Settle the undecided keys this rank met in this run (see the module docstring): True when the group
+    tunes them now (then it does on every rank)."""
+    group, store = session.group, session.group.store
+    names = {tid: group.key(f"newkey/{_digest(session.label, session.call_number, tid)}") for tid in met}
+    for name in names.values():
+        if store.add(name + "/n", 1) >= group.size:
+            store.compare_set(name + "/d", "", "now")
+    deadline = time.monotonic() + settings.current().new_key_grace
+    waiting, pause = [names[tid] + "/d" for tid in met], 0.001
+    while waiting and time.monotonic() < deadline:
+        waiting = [key for key in waiting if not store.check([key])]
+        if waiting:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(2 * pause, 0.02)
+    now = [tid for tid, name in names.items() if store.compare_set(name + "/d", "", "later") == b"now"]
+    session.log.info("%s call %d: undecided key(s) met here: %s; %s", session.label, session.call_number,
+                     "; ".join(f"{k} {t}" for k, t in met),
+                     f"every rank met {len(now)}: tuned in this call" if now else "tuned later")
+    return bool(now)
+
+
+def _digest(label: str, call: int, tid: TrackId) -> str:
+    return hashlib.sha256(f"{label}\n{call}\n{tid[0]}\n{tid[1]}".encode()).hexdigest()[:24]
