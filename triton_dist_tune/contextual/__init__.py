@@ -68,8 +68,7 @@ def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int =
         when torch.distributed is not initialized). Or a ``torch.distributed`` process group or an ``mpi4py``
         communicator to tune with. The tuner talks to the group through a control channel of its own (the job's
         store, or a duplicate communicator), never through the user's collectives.
-    :param n_repeat: the most screening rounds of the race: a config still running gets one timed step (run) per
-        round; close contenders then get 2 x (``n_repeat`` - 1) closing rounds.
+    :param n_repeat: the most rounds of the race (one timed step per running config each), closing rounds aside.
     :param n_warmup: untimed steps (runs) per config before the race.
     :param timeout: seconds a rank waits for the others at each exchange (default
         ``TRITON_DIST_AUTOTUNE_TIMEOUT`` or 300); a rank that does not arrive makes the others raise
@@ -83,10 +82,10 @@ def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int =
 
     Each run advances each (kernel, key) by one step: ``n_warmup`` untimed launches per config, then a race of at
     most ``n_repeat`` rounds with the rules and statistics of :func:`~triton_dist_tune.autotune` (clearly slower
-    configs leave after each round), then 2 x (``n_repeat`` - 1) closing rounds for the (at most 3) configs still
-    close to the leader, whose time is the median of the closing rounds alone; kernels with fewer configs finish first and then run their best. When all are
-    done, the function runs once more with every best config and that result is returned. A step's sample is the
-    maximum over ranks; a config's time the median of its samples; a config that fails on any rank (compile error,
+    configs leave after each round), then 2 x (``n_repeat`` - 1) closing rounds for the 3 best still close to the
+    leader (their time: the closing rounds' median); kernels with fewer configs finish first. When all are done,
+    the function runs once more with every best config and that result is returned. A step's sample is the maximum
+    over ranks; a config's time the median of its samples; a config that fails on any rank (compile error,
     out of resources, any exception) is left out on every rank. Choices go into each kernel's own ``cache`` (later
     stock launches use them) and into the disk cache (``<cache root>/contextual/``; group rank 0 reads it and
     broadcasts). A later call runs the function once, with no communication; a key met there that the group has not

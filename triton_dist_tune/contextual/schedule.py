@@ -210,38 +210,15 @@ class Track:
             return
         for index in race.end_round():
             self._take(index)
-        if race.finished(0.0) and not self._close():
-            self._conclude()
-        else:
-            self.round_order, self.round_pos = race.order(), 0
-            self._move_on()
-
-    def _close(self) -> bool:
-        """The screening is over: when two or more configs are still within its uncertainty of the leader (not
-        clearly slower on their paired rounds), the :data:`CLOSE_TOP` best race :data:`CLOSE_ROUNDS` x
-        (``n_repeat`` - 1) closing rounds among themselves (the race's settled rounds: their time is the median of those
-        rounds alone; nobody leaves). Returns whether closing rounds begin."""
-        race = self.race
-        if race is None or race.settling or self.n_repeat < 2:
-            return False
-        running = [i for i in race.running if race.entrants[i].timed()]
-        if len(running) < 2:
-            return False
-        leader = race.leader(running)
-        best = race.entrants[leader].samples
-        close = sorted((i for i in running
-                        if i == leader or not clearly_slower(paired_ratios(race.entrants[i].samples, best))),
-                       key=lambda i: (race.entrants[i].time(), i))[:CLOSE_TOP]
-        if len(close) < 2:
-            return False
-        for index in running:
-            if index not in close:
-                race.entrants[index].state = "stopped"
+        if race.finished(0.0):
+            leaving = None if race.settling or self.n_repeat < 2 else begin_closing(race, self.n_repeat)
+            if leaving is None:
+                self._conclude()
+                return
+            for index in leaving:
                 self._take(index)
-        rounds = CLOSE_ROUNDS * (self.n_repeat - 1)
-        race.plan = replace(race.plan, max_rounds=race.rounds + rounds, final_top=len(close), final_rounds=rounds)
-        race.settled_from = race.rounds
-        return True
+        self.round_order, self.round_pos = race.order(), 0
+        self._move_on()
 
     def _start_race(self) -> None:
         entrants = [i for i in self.order if self._open(i)]
@@ -323,6 +300,31 @@ def agreed_pruning(infos: Mapping[int, dict[str, Any]]) -> list[int]:
         return early
     estimates = {i: max(p[1][i] for p in parts) for i in early}
     return intercept.best_estimated(early, estimates, parts[0][2])
+
+
+def begin_closing(race: Race, n_repeat: int) -> list[int] | None:
+    """The screening of ``race`` is over: when two or more configs are still within its uncertainty of the leader
+    (not clearly slower on their paired rounds), the :data:`CLOSE_TOP` best race :data:`CLOSE_ROUNDS` x
+    (``n_repeat`` - 1) closing rounds among themselves (the race's settled rounds: their time is the median of
+    those rounds alone; nobody leaves). Returns the configs that leave now, or None when there are no closing
+    rounds (the race is over)."""
+    running = [i for i in race.running if race.entrants[i].timed()]
+    if len(running) < 2:
+        return None
+    leader = race.leader(running)
+    best = race.entrants[leader].samples
+    close = sorted((i for i in running
+                    if i == leader or not clearly_slower(paired_ratios(race.entrants[i].samples, best))),
+                   key=lambda i: (race.entrants[i].time(), i))[:CLOSE_TOP]
+    if len(close) < 2:
+        return None
+    leaving = [i for i in running if i not in close]
+    for index in leaving:
+        race.entrants[index].state = "stopped"
+    rounds = CLOSE_ROUNDS * (n_repeat - 1)
+    race.plan = replace(race.plan, max_rounds=race.rounds + rounds, final_top=len(close), final_rounds=rounds)
+    race.settled_from = race.rounds
+    return leaving
 
 
 def agreed_order(label: str, infos: Mapping[int, dict[str, Any]]) -> list[int]:
