@@ -86,8 +86,10 @@ def warn_if_another_group_chose_otherwise(path: Path, name: str, key_text: str, 
         data = json.loads(path.read_text())
     except Exception:  # (RecursionError too) an unreadable file is the cache's to report; this is only a warning
         return
-    other, title = data.get("group"), logs.group_title(group) if isinstance(data, dict) else None
-    if not isinstance(data, dict) or other == title or data.get("index") == decision.index:
+    if not isinstance(data, dict):  # a damaged file (a list, a number): the cache reports it, not this warning
+        return
+    other, title = data.get("group"), logs.group_title(group)
+    if other == title or data.get("index") == decision.index:
         return
     message = (f"[{name}] key={key_text}: group '{title}' chose config {decision.index} ({decision.config}), but group "
                f"'{other}' of this job chose config {data.get('index')} ({data.get('config')}) for the same key and "
