@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what triton-dist-tune needs to run its examples and tests, where it is missing:
-#   torch (where nvidia-smi finds no GPU, the CPU build from PyTorch's CPU index, TORCH_INDEX_URL overrides it:
-#   a bare 'torch' would pull a multi-GB CUDA build), this package with
+#   torch (pip's default build, which on a plain Linux x86-64 machine is the multi-GB CUDA one; set
+#   TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu for the CPU build), this package with
 #   its test, mpi and plot extras (and its console script), and Open MPI's wheel where no MPI library or mpiexec
 #   is found. Each install says so in one line on stderr; pip's own output goes to a log file, shown on failure.
 # Usage: bash scripts/ensure_env.sh [--quick]   (--quick: do nothing when everything already imports)
@@ -25,11 +25,11 @@ if [[ "${1:-}" == "--quick" ]] && "$PY" -c "import torch, triton, numpy, triton_
   exit 0
 fi
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  if command -v nvidia-smi >/dev/null 2>&1; then
-    install "torch 2.13.0 (with CUDA)" torch==2.13.0
-  else  # a plain 'pip install torch' on Linux x86-64 resolves the multi-GB CUDA build even without a GPU
-    install "torch 2.13.0 (the CPU build: no GPU found)" torch==2.13.0 \
-      --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" --extra-index-url https://pypi.org/simple
+  if [[ -n "${TORCH_INDEX_URL:-}" ]]; then  # e.g. https://download.pytorch.org/whl/cpu for the CPU build
+    install "torch 2.13.0 from $TORCH_INDEX_URL" torch==2.13.0 --index-url "$TORCH_INDEX_URL" \
+      --extra-index-url https://pypi.org/simple
+  else  # whatever pip resolves: on a plain Linux x86-64 machine with PyPI, the CUDA build (several GB)
+    install "torch 2.13.0 (pip's default build; TORCH_INDEX_URL picks another index)" torch==2.13.0
   fi
 fi
 if ! "$PY" -c "
