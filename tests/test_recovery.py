@@ -28,6 +28,12 @@ def defaults(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """A shell without job control starts background jobs (``bash tests/run.sh &``) with SIGINT ignored, and Python
+    keeps an ignored SIGINT ignored: give the ranks the SIGINT a process started from a terminal has."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(script: Path, case: str, env: dict[str, str], n: int = 2) -> list[subprocess.Popen]:
     port = free_port()
     procs = []
@@ -37,7 +43,7 @@ def start(script: Path, case: str, env: dict[str, str], n: int = 2) -> list[subp
         rank_env.update(RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                         MASTER_PORT=str(port))
         procs.append(subprocess.Popen([sys.executable, str(script), case], env=rank_env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+                                      stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_at_a_terminal))
     return procs
 
 

@@ -134,7 +134,7 @@ def replicas_job(tmp_path, n: int, mode: str) -> list[dict]:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("n", [4, 8])
+@pytest.mark.parametrize("n", [4])
 def test_replicas_split_the_first_pass_and_end_on_one_config(tmp_path, n):
     replicas = n // 2
     independent = replicas_job(tmp_path / "alone", n, "independent")
