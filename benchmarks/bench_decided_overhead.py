@@ -24,10 +24,8 @@ import json
 import os
 import platform
 import socket
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -37,6 +35,7 @@ os.environ.setdefault("TRITON_DIST_AUTOTUNE_LOG_DIR", tempfile.mkdtemp())
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
+from bench_hot_path import per_call_us  # noqa: E402  (this folder: the same 7-round median)
 from triton.runtime.autotuner import Autotuner  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
@@ -81,19 +80,6 @@ def one_rank_group() -> None:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-
-
-def per_call_us(fns: dict, n: int, sync) -> dict[str, float]:
-    rounds: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(7):
-        for name, fn in fns.items():
-            sync()
-            start = time.perf_counter()
-            for _ in range(n):
-                fn()
-            sync()
-            rounds[name].append((time.perf_counter() - start) / n * 1e6)
-    return {name: statistics.median(times) for name, times in rounds.items()}
 
 
 def main() -> None:
