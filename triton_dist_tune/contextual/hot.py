@@ -29,18 +29,8 @@ def launch_decided(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any], id
     table = autotuner.__dict__.get(intercept.DECIDED)
     if table is None:
         return UNDECIDED
-    names = autotuner.arg_names
-    nargs = dict(zip(names, args, strict=False))
-    if kwargs:
-        known = _arg_names(autotuner)
-        named = {**nargs, **{k: v for k, v in kwargs.items() if k in known}}
-    else:
-        named = nargs
-    key = [named[k] for k in autotuner.keys if k in named]
-    for value in named.values():
-        if hasattr(value, "dtype"):
-            key.append(str(value.dtype))
-    config = table.get((identity, tuple(key)))
+    nargs, named = intercept.named_arguments(autotuner, args, kwargs)
+    config = table.get((identity, intercept.key_of(autotuner, named)))
     if config is None:
         return UNDECIDED
     if len(args) > intercept.first_config_position(autotuner) or not intercept.config_names(autotuner).isdisjoint(
@@ -55,14 +45,6 @@ def launch_decided(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any], id
         return autotuner.fn.run(*args, **kwargs, **meta)
     finally:
         autotuner.nargs = None
-
-
-def _arg_names(autotuner: Autotuner) -> frozenset[str]:
-    cached = autotuner.__dict__.get("_tdt_arg_names")
-    if cached is None:
-        cached = autotuner.__dict__["_tdt_arg_names"] = frozenset(autotuner.arg_names)
-    return cached
-
 
 
 class HotCall:

@@ -124,11 +124,27 @@ def patched() -> bool:
 # -- Triton internals ------------------------------------------------------------------------------------------------
 
 
-def tuning_key(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple:
-    """The key under which ``Autotuner.run`` caches its choice for this launch (same code in 3.6 and 3.9)."""
-    names = autotuner.arg_names
-    all_args = {**dict(zip(names, args, strict=False)), **kwargs}
-    named = {k: v for k, v in all_args.items() if k in names}
+def arg_name_set(autotuner: Autotuner) -> frozenset[str]:
+    """The kernel's argument names as a set, made once per autotuner (the hot path tests membership with it)."""
+    cached = autotuner.__dict__.get("_tdt_arg_names")
+    if cached is None:
+        cached = autotuner.__dict__["_tdt_arg_names"] = frozenset(autotuner.arg_names)
+    return cached
+
+
+def named_arguments(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple[dict, dict]:
+    """(the positional arguments by name, every kernel argument of the launch by name: keywords the kernel does not
+    take, such as meta-parameters, left out)."""
+    nargs = dict(zip(autotuner.arg_names, args, strict=False))
+    if not kwargs:
+        return nargs, nargs
+    known = arg_name_set(autotuner)
+    return nargs, {**nargs, **{k: v for k, v in kwargs.items() if k in known}}
+
+
+def key_of(autotuner: Autotuner, named: dict[str, Any]) -> tuple:
+    """The key under which ``Autotuner.run`` caches its choice, from the launch's named arguments (same code in
+    3.6 and 3.9): the key arguments' values, then the dtypes of every argument that has one."""
     key = [named[k] for k in autotuner.keys if k in named]
     for value in named.values():
         if hasattr(value, "dtype"):
@@ -136,8 +152,15 @@ def tuning_key(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tup
     return tuple(key)
 
 
+def tuning_key(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple:
+    """The key under which ``Autotuner.run`` caches its choice for this launch."""
+    return key_of(autotuner, named_arguments(autotuner, args, kwargs)[1])
+
+
 #: where an autotuner keeps the contextual choices made in this process (see :mod:`~.tracks`)
 DECIDED = "_tdt_decided"
+
+
 def kernel_id(autotuner: Autotuner) -> str:
     """The kernel's name across ranks and processes: module and qualified name of the jitted Python function."""
     base = autotuner.base_fn
