@@ -65,6 +65,18 @@ def test_precompile_is_split_across_the_node_and_failures_are_agreed(env, n):
 
 
 @pytest.mark.timeout(120)
+def test_compiles_overlap_the_warm_up_and_a_failed_compile_is_never_run(env):
+    """Outside the interpreter ``precompile_fn`` runs in threads while the configs are warmed up in order: config 3's
+    compile waits for config 0 to have run (it would time out if measuring waited for every compile first)."""
+    results = run("compile_overlap", {**env, "TRITON_INTERPRET": "0"})
+    for rank, r in enumerate(results):
+        assert r["compiled"] == [v for v in range(5) if v % 2 == rank]  # its node share only
+        assert r["states"][2] == "failed" and r["states"].count("failed") == 1
+        assert r["error"] == "rank 0: compile: ValueError: config 2 does not compile"
+        assert 2 not in r["ran"] and 0 in r["ran"] and 3 in r["ran"]  # never run anywhere
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [2, 4])
 def test_sharded_tuning_agrees_in_a_fraction_of_the_time(env, n):
     results = run("sharded", env, n)

@@ -42,9 +42,13 @@ class WrongResult(Exception):
     """A config's result differs from ``ref_prog``'s (a config failure, not an error of the tuner)."""
 
 
+class CompileFailed(Exception):
+    """A config's kernels did not compile ahead (a config failure: the message is the compiler's error)."""
+
+
 def describe_error(exc: BaseException) -> str:
     """A one-line description of an exception, for logs, journals and error messages."""
-    if isinstance(exc, WrongResult):
+    if isinstance(exc, (WrongResult, CompileFailed)):
         return str(exc)[:500]
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500]

@@ -132,6 +132,37 @@ def precompile_split():
 
 
 @case
+def compile_overlap():
+    """``precompile_fn`` outside the interpreter (its compiles run in threads while the configs are warmed up): the
+    compile of config 3 (rank 1's share) can only end once config 0 has run, which happens only if measuring does
+    not wait for every compile; config 2's compile (rank 0's share) fails, and no rank ever runs it."""
+    import threading
+
+    tdt.init_distributed()
+    compiled, ran = [], []
+    first_ran = threading.Event()
+
+    def precompile(config):
+        compiled.append(config["variant"])
+        if config["variant"] == 2:
+            raise ValueError("config 2 does not compile")
+        if config["variant"] == 3 and not first_ran.wait(20):
+            raise TimeoutError("config 0 never ran while config 3 was compiling")
+
+    @tdt.autotune(space(5), key_fn=lambda: 0, n_warmup=1, n_repeat=2, precompile_fn=precompile, name="overlap")
+    def f(*, variant):
+        ran.append(variant)
+        first_ran.set() if variant == 0 else None
+        time.sleep(0.001)
+        dist.all_reduce(torch.zeros(1))
+
+    f()
+    rows = next(iter(f.tuner.tables.values()))
+    emit(compiled=sorted(compiled), ran=sorted(set(ran)), states=[r["state"] for r in rows],
+         error=rows[2].get("error"))
+
+
+@case
 def sharded():
     """A rank-local function tuned lock-step and sharded: the same choice; sharded, each rank runs its share of
     the configs only (counted, not timed: a loaded machine cannot change a count)."""

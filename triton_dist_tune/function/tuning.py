@@ -187,8 +187,8 @@ class Tuning:
         share = kept if layout is None else layout.share(kept)
         outcomes, todo = self._resume(share, earlier)
         outcomes += [Outcome(i, tuner.descriptions[i], "pruned") for i in range(len(tuner.space)) if i not in kept]
-        todo = self._precompile(todo, outcomes, measurer)
         try:
+            self._precompile(todo, measurer)
             if layout is not None:  # this replica's share, then the leaders on every replica
                 decision = settle(layout, measurer, outcomes + measurer.lockstep(todo), self._todo,
                                   tuner.options.refine_top, self.label, self.timeout, len(share), timing)
@@ -198,6 +198,7 @@ class Tuning:
             measurer.interrupted(exc)
             raise
         finally:
+            measurer.compiles.close()
             if state is not None:
                 state.put_back()
         if layout is not None:
@@ -222,23 +223,19 @@ class Tuning:
                 todo.append(self._todo(i))
         return outcomes, todo
 
-    def _precompile(self, todo: list[Todo], outcomes: list[Outcome], measurer: Measurer) -> list[Todo]:
-        """Compile the configs' kernels before measuring, split across the node: with ``precompile_fn``, else by
-        the compile pass (GPUs only); a config that failed to compile on any rank joins ``outcomes`` as failed."""
+    def _precompile(self, todo: list[Todo], measurer: Measurer) -> None:
+        """Start compiling the configs' kernels, split across the node: with ``precompile_fn``, else by the compile
+        pass (GPUs only); the measurer waits for each config's just before its warm-up, and a config that failed to
+        compile on any rank is failed on every rank there."""
         options = self.tuner.options
         if not todo:
-            return todo
+            return
         if options.precompile_fn is not None:
-            failed = precompile(self.group, self.label, options.precompile_fn, todo, self.args, self.kwargs,
-                                options.compile_threads, self.timeout)
+            measurer.compiles = precompile(self.group, self.label, options.precompile_fn, todo, self.args,
+                                           self.kwargs, options.compile_threads, self.timeout)
         elif compiles_here() and compile_pass.available():
-            failed, _ = compile_pass.compile_pass(self.group, self.label, todo, measurer.aligned_run,
-                                                  measurer.trial.call, options.compile_threads, self.timeout)
-        else:
-            return todo
-        for i, error in sorted(failed.items()):
-            outcomes.append(measurer.fail(i, self.tuner.descriptions[i], error))
-        return [t for t in todo if t[0] not in failed]
+            measurer.compiles = compile_pass.compile_pass(self.group, self.label, todo, measurer.aligned_run,
+                                                          measurer.trial.call, options.compile_threads, self.timeout)
 
     def _todo(self, index: int) -> Todo:
         return index, self.tuner.space[index], self.tuner.descriptions[index]

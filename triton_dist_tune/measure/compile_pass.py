@@ -6,12 +6,14 @@ Triton's JIT launches are turned into compiles: each launch of a ``@triton.jit``
 ``run(..., warmup=True)`` (Triton's compile-only launch) to a thread pool and returns without launching. On a
 node with several ranks a launch is compiled only by the rank whose share holds the config
 (:func:`~triton_dist_tune.measure.precompile.node_share`); the others skip it and load the kernel from the node's
-Triton cache at their first run.
+Triton cache at their first run. The pass only submits: the compiles go on while the measurer warms up the first
+configs (:class:`~triton_dist_tune.measure.precompile.Compiles`).
 
 What it cannot compile ahead falls back to today's path (compiled in the warm-up): a kernel launched after a
 stop (a launch inside ``triton.autotune``'s own benchmarking, whose choice must not be made on launches that
 never ran, stops the pass for that config), and anything after an exception the function raises on the pass's
-garbage (unlaunched) outputs. A compile that fails is the config's compile failure, agreed by the group.
+garbage (unlaunched) outputs. A compile that fails is the config's compile failure, agreed by the group before any
+rank runs the config.
 """
 
 from __future__ import annotations
@@ -19,14 +21,12 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ..errors import describe_error
 from ..group.channel import Group
-from .precompile import agree_failures, current_cuda_device, default_workers, node_share, on_device
+from .precompile import Compiles, current_cuda_device, node_share, on_device, start_pool
 
 
 class StopPass(Exception):
@@ -37,10 +37,9 @@ class StopPass(Exception):
 class _Pass:
     """The compile pass of one config on this rank: where its launches go."""
 
-    pool: ThreadPoolExecutor | None  #: None: another rank of the node compiles this config
+    index: int
+    compiles: Compiles | None  #: None: another rank of the node compiles this config
     device: int | None
-    futures: list[Future] = field(default_factory=list)
-    launches: int = 0
 
 
 _active: ContextVar[_Pass | None] = ContextVar("tdt_compile_pass", default=None)
@@ -66,13 +65,12 @@ def _patched(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
         if _in_autotuner_bench():
             raise StopPass("a triton.autotune benchmark")
-        current.launches += 1
-        if current.pool is not None:
+        if current.compiles is not None:
             def compile_one() -> Any:
                 on_device(current.device)
                 return original(self, *args, grid=grid, warmup=True, **kwargs)
 
-            current.futures.append(current.pool.submit(compile_one))
+            current.compiles.submit(current.index, compile_one)
         return None
     run.__wrapped__ = original  # type: ignore[attr-defined]
     return run
@@ -90,34 +88,25 @@ def available() -> bool:
 
 def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]],
                  run_aligned: Callable[[int, str, Callable[[], Any]], str | None], call: Callable[[dict], Any],
-                 workers: int | None, timeout: float) -> tuple[dict[int, str], dict[int, int]]:
+                 workers: int | None, timeout: float) -> Compiles:
     """Run the compile pass of every config of ``todo`` (``run_aligned(index, desc, run)`` runs ``run`` on every
-    rank together and returns its error or None; ``call(config)`` runs the function once); returns ({index:
-    error} of the configs whose compile failed on some rank, identical on every rank; {index: this rank's
-    launches turned into compiles or skipped})."""
+    rank together and returns its error or None; ``call(config)`` runs the function once); returns this rank's
+    compiles, still running."""
     from triton.runtime.jit import JITFunction
 
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
-    threads = workers or default_workers()
-    passes: dict[int, _Pass] = {}
-    with _lock, ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tdt-compile") as pool:
+    compiles = start_pool(workers, timeout)
+    with _lock:
         original = JITFunction.run
         JITFunction.run = _patched(original)
         try:
             for k, (index, config, desc) in enumerate(todo):
-                passes[index] = one = _Pass(pool if k % peers == position else None, device)
-                token = _active.set(one)
+                token = _active.set(_Pass(index, compiles if k % peers == position else None, device))
                 try:
                     run_aligned(index, desc, lambda c=config: call(c))  # its errors: the warm-up's to report
                 finally:
                     _active.reset(token)
         finally:
             JITFunction.run = original
-    mine = {}
-    for index, one in passes.items():
-        errors = [describe_error(f.exception()) for f in one.futures if f.exception() is not None]
-        if errors:
-            mine[index] = errors[0]
-    failed = agree_failures(group, label, mine, timeout * max(1, -(-len(todo) // threads)))
-    return failed, {index: one.launches for index, one in passes.items()}
+    return compiles

@@ -11,10 +11,11 @@ For one key, on every rank, with the configs left after pruning and the journal:
    shares and changes every round. In ``steady`` timing a round's samples (each: settling calls, then a timed span;
    see :mod:`~triton_dist_tune.measure.timing`) run back to back with no host synchronize and no exchange
    between them; one synchronize and **one exchange per round** then share every rank's times (or its error). The
-   leaders end with settled rounds. In ``cold`` timing each sample (one call after an L2 flush) starts right
-   after an exchange, so the ranks start it together, and is followed by one exchange. After each round the group
-   removes the configs that are clearly slower than the leader; the race ends when one is left, after
-   ``max_rounds`` rounds (or the settled rounds), or at the time budget.
+   leaders end with a block of settled rounds, run the same way (one synchronize, one exchange for the block). In
+   ``cold`` timing each sample (one call after an L2 flush) starts right after an exchange, so the ranks start it
+   together, and is followed by one exchange. After each round the group removes the configs that are clearly
+   slower than the leader; the race ends when one is left, after ``max_rounds`` rounds (or the settled rounds), or
+   at the time budget.
 3. Every sample is preceded by a journal ``started`` record, and every config's final outcome (``failed``,
    ``stopped`` or ``measured``) is journaled as soon as the group knows it, so a restarted job resumes without
    the configs that crashed, hung or failed, and without measuring stopped ones again. A failure whose error says
@@ -37,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DevicePoisonedError, GroupTimeoutError, RankFailedError, WrongResult, describe_error
+from ..errors import CompileFailed, DevicePoisonedError, GroupTimeoutError, RankFailedError, WrongResult, describe_error
 from ..faults.journal import Journal
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group import codec
@@ -45,6 +46,7 @@ from ..group.channel import Board, Group
 from ..records import Outcome
 from . import timing
 from .guarding import POISONED, Guarding
+from .precompile import Compiles
 from .race import Race, RacePlan
 from .stats import median, spread
 from .trial import Trial
@@ -79,9 +81,10 @@ def combine_phase(contributions: list[tuple[Any, float]]) -> Combined:
     return Combined(None, values if len(values) <= PER_RANK_LIMIT else [max(values)], elapsed)
 
 
-def combine_round(contributions: list[tuple[list[tuple[int, Any]], float]]) -> list[tuple[int, Combined]]:
-    """Rank 0's reduction of a steady round's exchange: each rank sent ([(index, its time or error text)...], its
-    elapsed seconds). A config some rank did not reach (it stopped its round at a failure) gets no sample."""
+def combine_round(contributions: list[tuple[list[tuple[Any, Any]], float]]) -> list[tuple[Any, Combined]]:
+    """Rank 0's reduction of a steady step's exchange: each rank sent ([(sample key, its time or error text)...], its
+    elapsed seconds); a key is (round in the step, config index). A sample some rank did not reach (it stopped its
+    step at a failure) is left out."""
     elapsed = max(seconds for _, seconds in contributions)
     by_rank = [dict(samples) for samples, _ in contributions]
     common = [index for index, _ in contributions[0][0] if all(index in mine for mine in by_rank)]
@@ -101,8 +104,10 @@ class Plan:
     timing: str = "steady"
     #: timed calls per steady sample; None: from a probe per config
     batch: int | None = None
-    #: the leaders' settled rounds at the end of a steady race
-    settled: bool = True
+
+
+def _raise(exc: Exception) -> None:
+    raise exc
 
 
 def by_rank(errors: Sequence[str | None]) -> str:
@@ -122,6 +127,8 @@ class Measurer(Guarding):
         self._posted: set[int] = set()
         self._current: tuple[int, str] | None = None  # the config in flight
         self._deferred: str | None = None  # sharded: a poisoning failure, raised on every rank after the exchange
+        #: the compiles started ahead (:mod:`~triton_dist_tune.measure.precompile`), waited for config by config
+        self.compiles = Compiles()
 
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
@@ -178,9 +185,18 @@ class Measurer(Guarding):
         is 0 when no probe ran (cold timing, a fixed ``batch``: one settling call, or stopped early by another rank's
         failure)."""
         self.journal.append(index, "started", config=desc, phase="warmup")
+        compiled = self.compiles.wait(index)  # bounded by its own limit, outside the watchdog
+        if aligned and self.compiles.active:  # every rank: start its first run once its kernels are in the cache
+            failed = self.group.combine(compiled is not None, f"{self.label} config {index} compiled", any,
+                                        exchange_timeout(self.plan.timeout) + self.compiles.limit)
+            if failed and compiled is None:
+                return 0.0, None  # another rank's compile failed: its error comes in the exchange
         runs = self._warmup_runs(index, config)
+        if compiled is not None:
+            runs = [lambda: _raise(CompileFailed(compiled))]
         results, error = self._guarded(index, desc, "warmup",
-                                       lambda: self._aligned(runs, index if aligned else None, "warmup"))
+                                       lambda: self._aligned(runs, None if compiled or not aligned else index,
+                                                             "warmup"))
         if error is not None:
             return None, error
         if self.cold or self.plan.batch is not None or len(results) < len(runs):
@@ -207,18 +223,19 @@ class Measurer(Guarding):
         elapsed = 0.0
         while entries and not race.finished(elapsed):
             if self.cold:
-                results = [(i, self._cold_sample(i, *entries[i], race, started)) for i in race.order()]
+                rounds = [[(i, self._cold_sample(i, *entries[i], race, started)) for i in race.order()]]
             else:
-                results = self._steady_round(race, entries, per_call, started)
-            for index, combined in results:
-                elapsed = max(elapsed, combined.elapsed)  # the group's racing time: every rank reads the same
-                if combined.errors:
-                    race.fail(index, combined.errors)
-                    outcomes[index] = self._failed(index, entries[index][1], combined.errors)
-                else:
-                    race.record(index, combined.values)
-            for index in race.end_round():
-                outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
+                rounds = self._steady_rounds(race, entries, per_call, started)
+            for results in rounds:
+                for index, combined in results:
+                    elapsed = max(elapsed, combined.elapsed)  # the group's racing time: every rank reads the same
+                    if combined.errors:
+                        race.fail(index, combined.errors)
+                        outcomes[index] = self._failed(index, entries[index][1], combined.errors)
+                    elif race.entrants[index].state == "running":
+                        race.record(index, combined.values)
+                for index in race.end_round():
+                    outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
         for index in race.running:
             outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
         self.log.info("%s race: %d round(s) (settled from %s) in %.2f s", self.label, race.rounds,
@@ -233,39 +250,48 @@ class Measurer(Guarding):
         return self._exchange(index, desc, (error or value, time.monotonic() - started), error,
                               f"round {race.rounds}")
 
-    def _steady_round(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float],
-                      started: float) -> list[tuple[int, Combined]]:
-        """One steady round: every running config's sample back to back (no synchronize, no exchange between
-        them; a failing sample ends this rank's round), one synchronize, then one exchange of every time."""
-        mine: list[tuple[int, Any]] = []
-        tokens: list[tuple[int, Any, int]] = []
+    def _steady_rounds(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
+                       per_call: dict[int, float], started: float) -> list[list[tuple[int, Combined]]]:
+        """One steady step: a screening round, or the whole settled block (:meth:`Race.block` rounds), every sample
+        back to back (no synchronize, no exchange between them; a failing sample ends this rank's step), then one
+        synchronize and one exchange of every time; returns each round's (index, group sample)."""
+        mine: list[tuple[tuple[int, int], Any]] = []
+        tokens: list[tuple[tuple[int, int], Any, int]] = []
         phase = f"round {race.rounds}"
-        for index in race.order():
-            config, desc = entries[index]
-            steady = timing.steady_calls(self.trial.clock, per_call[index], race.settling, not tokens, self.plan.batch)
-            self.journal.append(index, "started", config=desc, phase=phase)
-            token, error = self._guarded(index, desc, "sample", lambda c=config, s=steady: self.trial.steady(c, s),
-                                         sync=False)
-            if error is not None:  # posted on the failure board by the guard
-                mine.append((index, error))
+        orders = [race.order(ahead=r) for r in range(race.block())]
+        failed = False
+        for r, order in enumerate(orders):
+            for index in order:
+                config, desc = entries[index]
+                steady = timing.steady_calls(self.trial.clock, per_call[index], race.settling, not tokens,
+                                             self.plan.batch)
+                self.journal.append(index, "started", config=desc, phase=f"round {race.rounds + r}")
+                token, error = self._guarded(index, desc, "sample",
+                                             lambda c=config, s=steady: self.trial.steady(c, s), sync=False)
+                if error is not None:  # posted on the failure board by the guard
+                    mine.append(((r, index), error))
+                    failed = True
+                    break
+                tokens.append(((r, index), token, steady.span))
+            if failed:
                 break
-            tokens.append((index, token, steady.span))
         if tokens:
-            last, desc = tokens[-1][0], entries[tokens[-1][0]][1]
-            _, error = self._guarded(last, desc, "sample", lambda: None)  # the round's one synchronize
-            for index, token, span in tokens:
-                mine.append((index, error or self.trial.clock.read(token) / span))
+            last = tokens[-1][0][1]
+            _, error = self._guarded(last, entries[last][1], "sample", lambda: None)  # the step's one synchronize
+            for key, token, span in tokens:
+                mine.append((key, error or self.trial.clock.read(token) / span))
         try:
-            return self.group.combine((mine, time.monotonic() - started), f"{self.label} {phase}", combine_round,
-                                      exchange_timeout(self.plan.timeout * max(1, len(tokens))))
+            combined = self.group.combine((mine, time.monotonic() - started), f"{self.label} {phase}", combine_round,
+                                          exchange_timeout(self.plan.timeout * max(1, len(tokens))))
         except RankFailedError:
             raise  # the board names the failure (this rank's or another's): the same text everywhere
         except GroupTimeoutError as exc:
-            failures = "; ".join(f"config {i}: {v}" for i, v in mine if isinstance(v, str))
+            failures = "; ".join(f"config {key[1]}: {v}" for key, v in mine if isinstance(v, str))
             if not failures:
                 raise
             raise RankFailedError(f"triton_dist_tune: rank {self.group.rank} failed in {phase} ({failures}); "
                                   f"then: {exc}") from exc
+        return [[(index, result) for (r, index), result in combined if r == round_] for round_ in range(len(orders))]
 
     @property
     def _own(self) -> int:

@@ -1,11 +1,14 @@
-"""Compiling every config's kernels before measuring, in parallel, once per node, so that measuring never waits on
-a compiler.
+"""Compiling every config's kernels ahead, in parallel, once per node, while the first configs are warmed up.
 
 - **Split across the node.** The ranks of the group that share a host and a Triton cache folder split the configs:
   rank r of the node compiles every n-th config, starting at its r-th (:func:`node_share`), into the node's
   shared Triton cache; the others load those kernels from it at their first run. One exchange (of host names)
-  finds the node; one exchange at the end shares the failures: a config that failed to compile on some rank is
-  left out on every rank, with its error.
+  finds the node.
+- **Overlapped with the warm-up.** The compiles run in a thread pool (:class:`Compiles`) while the measurer warms
+  up the configs in order: just before a config's warm-up, the rank that compiles it waits for its compile, and
+  one exchange tells every rank whether it compiled (so the others start its first run only once the kernel is
+  in the node's cache, and a config that failed to compile is left out on every rank, with its error, before any
+  rank runs it). The race starts once every config is warm, so no compile runs while a sample is timed.
 - **``precompile_fn``** (the user's way): ``precompile_fn(config, *args, **kwargs)``, typically a call of
   ``kernel.warmup(*args, grid=..., **meta)`` for each Triton kernel the config would launch, run in a bounded
   thread pool for this rank's share (Triton's compiler spends most of its time outside the interpreter lock).
@@ -17,8 +20,11 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import settings
@@ -74,29 +80,65 @@ def agree_failures(group: Group, label: str, mine: dict[int, str], timeout: floa
     return failed
 
 
-def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo: Sequence[tuple[int, dict, str]],
-               args: tuple, kwargs: dict[str, Any], workers: int | None, timeout: float) -> dict[int, str]:
-    """Compile this rank's node share of ``todo`` with ``precompile_fn`` in a thread pool; returns {index:
-    "rank r: error"} of the configs that failed on some rank (identical on every rank)."""
-    position, peers = node_share(group, label, timeout)
-    share = my_share(todo, position, peers)
-    device = current_cuda_device()
+@dataclass
+class Compiles:
+    """This rank's compiles started ahead, by config index (see the module docstring). ``active`` on every rank of a
+    group that compiles ahead (a rank with no share too), so that every rank makes the same exchanges."""
 
-    def compile_one(item: tuple[int, dict, str]) -> tuple[int, str | None]:
-        index, config, _ = item
-        try:
+    pool: ThreadPoolExecutor | None = None
+    futures: dict[int, list[Future]] = field(default_factory=dict)
+    #: seconds a config's wait may take (the tuning's timeout): a compile still running then counts as failed
+    limit: float = 0.0
+    active: bool = False
+
+    def submit(self, index: int, compile_one: Callable[[], Any]) -> None:
+        """Compile config ``index`` (one more of its kernels) in the pool."""
+        assert self.pool is not None
+        self.futures.setdefault(index, []).append(self.pool.submit(compile_one))
+
+    def wait(self, index: int) -> str | None:
+        """Wait for config ``index``'s compiles; returns "compile: error" of the first that failed (or did not end
+        within ``limit``), else None."""
+        deadline = time.monotonic() + self.limit
+        for future in self.futures.pop(index, []):
+            try:
+                future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                return f"compile: did not finish within {self.limit:g} s"
+            except Exception as exc:  # a config that does not compile is data
+                return f"compile: {describe_error(exc)}"
+        return None
+
+    def close(self) -> None:
+        """Drop the compiles not started yet (the tuning ended); running ones finish in the background."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def start_pool(workers: int | None, timeout: float) -> Compiles:
+    """An active :class:`Compiles` with a pool of ``workers`` threads (default :func:`default_workers`)."""
+    threads = 1 if default_workers() == 1 else (workers or default_workers())
+    return Compiles(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tdt-compile"), limit=timeout,
+                    active=True)
+
+
+def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo: Sequence[tuple[int, dict, str]],
+               args: tuple, kwargs: dict[str, Any], workers: int | None, timeout: float) -> Compiles:
+    """Start compiling this rank's node share of ``todo`` with ``precompile_fn`` in a thread pool. Under Triton's
+    interpreter (which is not thread-safe) the compiles are done before this returns."""
+    position, peers = node_share(group, label, timeout)
+    device = current_cuda_device()
+    compiles = start_pool(workers, timeout)
+    for index, config, _ in my_share(todo, position, peers):
+        def compile_one(config: dict = config) -> None:
             on_device(device)
             precompile_fn(config, *args, **kwargs)
-            return index, None
-        except Exception as exc:  # a config that does not compile is data
-            return index, describe_error(exc)
 
-    threads = 1 if default_workers() == 1 else (workers or default_workers())
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tdt-compile") as pool:
-        mine = {i: e for i, e in pool.map(compile_one, share) if e}
-    # every rank compiles its share, ``threads`` at a time: allow each wave the full timeout
-    waves = -(-len(share) // threads)
-    return agree_failures(group, label, mine, timeout * max(1, waves))
+        compiles.submit(index, compile_one)
+    if settings.current().interpret:
+        for future in [f for futures in compiles.futures.values() for f in futures]:
+            future.exception()
+    return compiles
 
 
 def on_device(device: int | None) -> None:

@@ -18,7 +18,7 @@ further message.
   round (it would save nothing): the configs still running then are all ``measured``.
 - **Settled rounds** (steady timing, ``final_top=n``): once at most ``n`` configs are left, or ``min_rounds``
   screening rounds are done (the ``n`` best then go on), the leaders get ``final_rounds`` more rounds of *settled*
-  samples (a long settling run of the config's own calls before each timed span: see
+  samples, run as one block with no break between its rounds (:meth:`Race.block`; see
   :mod:`~triton_dist_tune.measure.timing`). Their time is then the median of their settled samples alone, and
   nobody leaves during these rounds.
 - **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
@@ -107,11 +107,21 @@ class Race:
         """Indices still in the race, ascending."""
         return [i for i, e in sorted(self.entrants.items()) if e.state == "running"]
 
-    def order(self) -> list[int]:
-        """The order of the next round: the running configs shuffled by the shared seed and the round number."""
+    def order(self, ahead: int = 0) -> list[int]:
+        """The order of the next round (``ahead``: of the round that many after it, for a block of settled rounds run
+        without a break, in which nobody leaves): the running configs shuffled by the shared seed and the round
+        number."""
         order = self.running
-        random.Random(f"{self.plan.seed}/round{self.rounds}").shuffle(order)
+        random.Random(f"{self.plan.seed}/round{self.rounds + ahead}").shuffle(order)
         return order
+
+    def block(self) -> int:
+        """How many rounds the next step runs without a break: the settled rounds left (at most up to
+        ``max_rounds``) when settling, else one."""
+        if self.settled_from is None:
+            return 1
+        left = self.plan.final_rounds - (self.rounds - self.settled_from)
+        return max(1, min(left, self.plan.max_rounds - self.rounds))
 
     def record(self, index: int, per_rank: list[float]) -> None:
         """Config ``index``'s sample of the current round: every rank's time (ms per call)."""

@@ -15,9 +15,15 @@ A **sample** is one timed span of calls, reported in ms per call:
   device idles between calls). The samples of one round run back to back, with one synchronize and one exchange
   per round (:meth:`~triton_dist_tune.measure.lockstep.Measurer.lockstep`), so the device never idles inside a
   round; a round's first sample settles longer (:data:`ROUND_SETTLE_MS`), after the idle gap of the exchange.
+  The leaders of the screening rounds end with one **settled block**: :data:`SETTLED_CYCLES` cycles in a row, each
+  giving every leader one sample (in an order shuffled afresh each cycle), with no synchronize anywhere inside the
+  block. On a device at its power limit the SM clock swings over several hundred milliseconds; interleaving the
+  leaders' short samples across the whole block spreads that swing, and the lending of clocks between
+  neighbours, over all of them alike, where one long sample per leader would catch each in its own phase.
   The durations below were measured on an H100 (``benchmarks/probe_settling.py``): from idle, a bf16 GEMM at its
   power limit keeps its burst speed for 20-50 ms and reaches its sustained speed within 50-100 ms; a light
-  config after a heavy one reaches its own sustained speed within 2 ms when the device stays busy;
+  config after a heavy one reaches its own sustained speed within 2 ms when the device stays busy; the limiter
+  then cycles the SM clock (about 1,125-1,455 MHz) with a period of several hundred ms;
 - ``cold``: one call after the L2 cache is flushed (and, by the caller, the ranks aligned): for functions that run
   alone after idle time.
 
@@ -42,10 +48,11 @@ TIMING_MODES = ("steady", "cold")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024
 #: screening rounds: settling and timed span of a steady sample, in ms of the config's own calls
 SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
-#: settled rounds of the leaders: long enough to reach the config's own sustained state (measured: 50-100 ms)
-SETTLED_SETTLE_MS, SETTLED_SPAN_MS = 100.0, 30.0
-#: the leaders that get settled rounds at the end of a steady race
-SETTLED_LEADERS = 3
+#: a sample of the settled block: the device is already busy (a config reaches its own sustained speed within
+#: 2 ms after another), so a short settling, then a span long enough to time a host-bound config as such
+SETTLED_SETTLE_MS, SETTLED_SPAN_MS = 5.0, 10.0
+#: the leaders that get the settled block at the end of a steady race, and its cycles (one sample per leader each)
+SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: extra settling of a round's first sample, after the idle gap of the round's exchange
 ROUND_SETTLE_MS = 50.0
 #: at most this many calls in a settling run or a span (a function of a few microseconds)
@@ -210,8 +217,8 @@ def make_clock() -> HostClock | DeviceClock:
 
 def steady_calls(clock: Any, per_call_ms: float, settled: bool, first: bool, batch: int | None) -> Steady:
     """The calls of a steady sample of a config taking ``per_call_ms``: a screening or a ``settled`` one, settling
-    longer when ``first`` in its round; ``batch`` fixes the timed calls. On the host clock (no power state to
-    settle) the settling is one call."""
+    longer when ``first`` in its round (or settled block); ``batch`` fixes the timed calls. On the host clock (no
+    power state to settle) the settling is one call."""
     if settled:
         settle, span = SETTLED_SETTLE_MS, SETTLED_SPAN_MS
     else:
