@@ -1,25 +1,35 @@
 """Choice fidelity and tuning time on one GPU, in the regime the tuner claims: steady = sustained (issue 20).
 
-Launch: ``python benchmarks/bench_fidelity.py --out DIR [--phases compile,tune,contextual] [--tunings 3]``.
+Launch: ``python benchmarks/bench_fidelity.py --out DIR [--phases compile,tune,contextual] [--tunings 3]
+[--variants ours,ours_3x130,stock] [--shapes 128,256]``.
 
-Regime. Every figure of choice quality here is judged against a **sustained oracle**: the device never idles; in
-each of 4 shuffled rounds every candidate config runs ~150 ms of its own calls (untimed), then a ~250 ms window of
-its calls timed with device events, with no synchronize between configs (one per round); a config's time is the
-median of its 4 windows. The oracle is run twice, and its repeatability (the two runs' ratio per config, and
-whether they agree on the best) is reported beside every figure. Candidates: every config any tuner chose, plus
-the 6 best of a screening pass (20 ms settling, 20 ms timed, per config).
+Regime. Every figure of choice quality here is judged against a **sustained oracle**: the device never idles
+between configs; in each of 8 shuffled rounds every candidate config runs ~100 ms of its own calls (untimed), then
+a ~100 ms window of its calls timed with device events, with no synchronize between configs (one per round). A
+config's score is the median over the rounds of its window's time relative to the round's median candidate (so a
+drift of the machine between rounds, e.g. the host's speed at host-bound shapes, cancels out); its ratio is its
+score over the best score. Repeatability: the same computed from the even rounds and from the odd rounds (two
+independent 4-round oracles): their largest disagreement on a ratio, whether they agree on the best, and the worst
+ratio either gives the other's best, reported beside every figure. The host's time to enqueue each window is
+recorded too: a shape whose best config enqueues as slowly as the device runs it is **host-bound** (the Python
+launch is the bottleneck), where configs tie up to the host's noise. Candidates: every config any tuner chose,
+plus the 6 best of a screening pass (20 ms settling, 20 ms timed, per config).
 
 Side by side in one run, on one Triton GEMM space (8 tiles x warps {4, 8} x stages {3, 4, 5}, pruned by shared
-memory: 44 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 4096, bf16):
+memory: 40 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 4096, bf16):
 
 1. ``compile``: the first key with an empty Triton cache, compiles included: ours with the defaults and no user
    code (the compile pass), and stock ``triton.autotune`` (each its own cache folder);
-2. ``tune``: ``--tunings`` fresh tunings per key, compiles excluded (kernels compiled in memory): ours
-   (``timing='steady'``, the defaults) and stock ``triton.autotune`` (``do_bench``); the time of each tuning call;
-3. ``contextual``: a layer of two ``triton.autotune`` GEMM kernels (16 configs each) under
-   ``contextual_autotune``, ``--tunings`` fresh tunings, each kernel's choice against its own sustained oracle
-   (fresh autotuners, an empty decision cache and the process's table of contextual choices cleared before each;
-   the first tuning compiles the kernels). ``--phases contextual`` runs this part alone.
+2. ``tune``: ``--tunings`` fresh tunings per key, compiles excluded (kernels compiled in memory), by each of
+   ``--variants``: ``ours`` (``timing='steady'``, the defaults), ``ours_3x130`` (the same with the previous
+   engine's settled rounds: 3 rounds of 100 ms settling + 30 ms span, each with its own synchronize) and stock
+   ``triton.autotune`` (``do_bench``); the time of each tuning call, and ours' warm-up and race seconds (from the
+   rank log);
+3. ``contextual``: a layer of two ``triton.autotune`` GEMM kernels (the whole space, at M = 1024 and 8192, where
+   the best configs are near-ties) under ``contextual_autotune``, ``--tunings`` fresh tunings, each kernel's choice
+   against its own sustained oracle (fresh autotuners, an empty decision cache and the process's table of
+   contextual choices cleared before each; the first tuning compiles the kernels). ``--phases contextual`` runs
+   this part alone.
 
 Writes DIR/fidelity.json and prints the tables.
 """
@@ -27,9 +37,11 @@ Writes DIR/fidelity.json and prints the tables.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -100,11 +112,12 @@ def per_call_ms(call) -> float:
     return s.elapsed_time(e) / 5
 
 
-def sustained(calls: dict[str, object], rounds: int = 4, settle_ms: float = 150, window_ms: float = 250,
-              seed: int = 0) -> dict[str, float]:
-    """The sustained oracle (see the module docstring): {name: median ms per call over the rounds}."""
+def sustained(calls: dict[str, object], rounds: int = 8, settle_ms: float = 100, window_ms: float = 100,
+              seed: int = 0) -> dict[str, list[float]]:
+    """The sustained oracle's samples (see the module docstring): {name: [ms per call, one per round]}. Also
+    {name + "/host": [host ms per call while enqueuing the window]} (equal to the device's when host-bound)."""
     per = {name: per_call_ms(call) for name, call in calls.items()}
-    times: dict[str, list[float]] = {name: [] for name in calls}
+    times: dict[str, list[float]] = {}
     rng = random.Random(seed)
     for _ in range(rounds):
         order = list(calls)
@@ -114,41 +127,75 @@ def sustained(calls: dict[str, object], rounds: int = 4, settle_ms: float = 150,
             run_for(calls[name], settle_ms, per[name])
             n = max(1, int(window_ms / per[name]))
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
             s.record()
             for _ in range(n):
                 calls[name]()
             e.record()
+            times.setdefault(name + "/host", []).append((time.perf_counter() - t0) * 1e3 / n)
             marks.append((name, s, e, n))
         torch.cuda.synchronize()
         for name, s, e, n in marks:
-            times[name].append(s.elapsed_time(e) / n)
-    return {name: statistics.median(t) for name, t in times.items()}
+            times.setdefault(name, []).append(s.elapsed_time(e) / n)
+    return times
+
+
+def scores(samples: dict[str, list[float]], names: list[str], rounds: list[int]) -> dict[str, float]:
+    """Each config's median over ``rounds`` of its time relative to the round's median config: a drift of the
+    machine between rounds (the host's speed, the limiter's phase) cancels out."""
+    out = {}
+    for n in names:
+        rel = [samples[n][r] / statistics.median(samples[m][r] for m in names) for r in rounds]
+        out[n] = statistics.median(rel)
+    return out
 
 
 def screen(calls: dict[str, object], keep: int = 6) -> list[str]:
-    per = {name: per_call_ms(call) for name, call in calls.items()}
     got = sustained(calls, rounds=1, settle_ms=20, window_ms=20)
-    del per
-    return sorted(got, key=got.get)[:keep]
+    return sorted(calls, key=lambda n: got[n][0])[:keep]
 
 
 def oracle(calls: dict[str, object], chosen: set[str]) -> dict:
+    """The sustained oracle over the screening's 6 best and every chosen config: 8 shuffled rounds; a config's
+    ratio is its drift-free score (:func:`scores`) over the best score; repeatability: the even rounds against
+    the odd ones (two independent oracles of 4 rounds each)."""
     names = sorted(set(screen(calls)) | chosen)
-    sub = {n: calls[n] for n in names}
-    one, two = sustained(sub, seed=1), sustained(sub, seed=2)
-    both = {n: (one[n] + two[n]) / 2 for n in names}
-    best = min(both.values())
-    return {"times": both, "best": min(both, key=both.get), "best_ms": best,
-            "repeat_max_dev": max(abs(one[n] / two[n] - 1) for n in names),
-            "repeat_best_agree": min(one, key=one.get) == min(two, key=two.get),
-            "repeat_best_ratio": max(one[min(two, key=two.get)] / min(one.values()),
-                                     two[min(one, key=one.get)] / min(two.values()))}
+    samples = sustained({n: calls[n] for n in names}, seed=1)
+    rounds = len(samples[names[0]])
+    every, even, odd = (scores(samples, names, list(r)) for r in (range(rounds), range(0, rounds, 2),
+                                                                  range(1, rounds, 2)))
+    best = min(every, key=every.get)
+    ms = {n: statistics.median(samples[n]) for n in names}
+    host = {n: statistics.median(samples[n + "/host"]) for n in names}
+    ratio = lambda sc, n: sc[n] / min(sc.values())  # noqa: E731
+    return {"times": ms, "ratios": {n: ratio(every, n) for n in names}, "host_ms": host, "best": best,
+            "best_ms": ms[best], "host_bound": host[best] >= 0.9 * ms[best],
+            "repeat_max_dev": max(abs(ratio(even, n) / ratio(odd, n) - 1) for n in names),
+            "repeat_best_agree": min(even, key=even.get) == min(odd, key=odd.get),
+            "repeat_best_ratio": max(ratio(even, min(odd, key=odd.get)), ratio(odd, min(even, key=even.get)))}
 
 
 # -- the tuners ---------------------------------------------------------------------------------------------------
 
 
-def ours_tuning(kernel, cfgs, shape, name: str) -> tuple[str, float]:
+def logged_phases(name: str) -> tuple[float, float]:
+    """(warm-up s, race s) of tuning ``name``, from this process's rank log."""
+    from triton_dist_tune.disk import logs
+
+    warm = race = 0.0
+    for path in logs.log_folder().rglob("rank-*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            if f"[{name}]" not in line and f"{name} " not in line:
+                continue
+            found = re.search(r"warm-up: \d+ config\(s\) in ([\d.]+) s", line)
+            warm = float(found.group(1)) if found else warm
+            found = re.search(r"race: \d+ round\(s\).* in ([\d.]+) s", line)
+            race = float(found.group(1)) if found else race
+    return warm, race
+
+
+def ours_tuning(kernel, cfgs, shape, name: str) -> tuple[str, float, float, float]:
+    """One fresh tuning by triton_dist_tune.autotune with the defaults: (choice, seconds, warm-up s, race s)."""
     a, b, c = tensors(*shape)
 
     @tdt.autotune([{"config": c_} for c_ in cfgs], key_fn=lambda a, b, c: (tuple(a.shape), tuple(b.shape)),
@@ -162,7 +209,31 @@ def ours_tuning(kernel, cfgs, shape, name: str) -> tuple[str, float]:
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     choice = next(iter({**gemm.tuner.decided, **gemm.tuner.decided_in}.values()))["config"]
-    return spec(choice), seconds
+    return (spec(choice), seconds, *logged_phases(name))
+
+
+@contextlib.contextmanager
+def three_long_rounds():
+    """The previous engine's settled rounds, for a side-by-side: 3 rounds of 100 ms settling + 30 ms span, each
+    with its own synchronize and exchange (instead of one block of 8 interleaved rounds of 5 + 10 ms)."""
+    from triton_dist_tune.measure import race as race_mod
+    from triton_dist_tune.measure import timing
+
+    saved = timing.SETTLED_SETTLE_MS, timing.SETTLED_SPAN_MS, race_mod.Race.block, race_mod.RacePlan.__init__
+    plan_init = race_mod.RacePlan.__init__
+
+    def three(self, *args, **kwargs):
+        plan_init(self, *args, **kwargs)
+        if self.final_top:
+            object.__setattr__(self, "final_rounds", 3)
+
+    timing.SETTLED_SETTLE_MS, timing.SETTLED_SPAN_MS = 100.0, 30.0
+    race_mod.Race.block = lambda self: 1
+    race_mod.RacePlan.__init__ = three
+    try:
+        yield
+    finally:
+        timing.SETTLED_SETTLE_MS, timing.SETTLED_SPAN_MS, race_mod.Race.block, race_mod.RacePlan.__init__ = saved
 
 
 def stock_tuning(kernel, cfgs, shape) -> tuple[str, float]:
@@ -182,16 +253,20 @@ def phase_compile(cfgs, report) -> None:
     shape = (4096, 8192, 4096)
     use_triton_cache(tempfile.mkdtemp(prefix="tdt_fid_ours_"))
     kernel = fresh_kernel(_gemm_kernel)
-    choice, seconds = ours_tuning(kernel, cfgs, shape, f"fid_compile_{os.getpid()}")
+    choice, seconds, warm, race = ours_tuning(kernel, cfgs, shape, f"fid_compile_{os.getpid()}")
     use_triton_cache(tempfile.mkdtemp(prefix="tdt_fid_stock_"))
     stock_choice, stock_seconds = stock_tuning(fresh_kernel(_gemm_kernel), cfgs, shape)
     report["compile"] = {"shape": shape, "configs": len(cfgs), "cpus": os.cpu_count(), "ours_s": seconds,
-                         "stock_s": stock_seconds, "ours": choice, "stock": stock_choice}
-    print(f"first key incl. compiles, {len(cfgs)} configs, {os.cpu_count()} CPUs: ours {seconds:.2f} s, "
-          f"stock {stock_seconds:.2f} s", flush=True)
+                         "ours_warmup_s": warm, "ours_race_s": race, "stock_s": stock_seconds, "ours": choice,
+                         "stock": stock_choice}
+    print(f"first key incl. compiles, {len(cfgs)} configs, {os.cpu_count()} CPUs: ours {seconds:.2f} s (warm-up "
+          f"{warm:.2f} s incl. the compiles it waited for, race {race:.2f} s), stock {stock_seconds:.2f} s",
+          flush=True)
 
 
-def phase_tune(cfgs, tunings: int, report) -> None:
+def phase_tune(cfgs, tunings: int, report, variants: list[str]) -> None:
+    """``tunings`` fresh tunings per shape by each of ``variants`` ("ours", "ours_3x130": the previous settled
+    rounds, "stock"), compiles excluded, then the sustained oracle."""
     use_triton_cache(tempfile.mkdtemp(prefix="tdt_fid_tune_"))
     ours_kernel, stock_kernel = fresh_kernel(_gemm_kernel), fresh_kernel(_gemm_kernel)
     by_name = {spec(c): c for c in cfgs}
@@ -200,28 +275,37 @@ def phase_tune(cfgs, tunings: int, report) -> None:
         if not rows:  # compile everything once (both kernels), outside every timed tuning
             ours_tuning(ours_kernel, cfgs, shape, "fid_warm")
             stock_tuning(stock_kernel, cfgs, shape)
-        ours = []
-        for t in range(tunings):  # each with an empty decision cache
-            os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="tdt_fid_decisions_")
-            ours.append(ours_tuning(ours_kernel, cfgs, shape, f"fid_{shape[0]}_{t}"))
-        stock = [stock_tuning(stock_kernel, cfgs, shape) for _ in range(tunings)]
+        got: dict[str, list] = {}
+        for who in variants:
+            for t in range(tunings):  # ours: each with an empty decision cache
+                os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="tdt_fid_decisions_")
+                if who == "stock":
+                    got.setdefault(who, []).append((*stock_tuning(stock_kernel, cfgs, shape), 0.0, 0.0))
+                    continue
+                name = f"fid_{who}_{shape[0]}_{t}"
+                with three_long_rounds() if who == "ours_3x130" else contextlib.nullcontext():
+                    got.setdefault(who, []).append(ours_tuning(ours_kernel, cfgs, shape, name))
         a, b, c = tensors(*shape)
         launch = launcher(ours_kernel, a, b, c)
         calls = {name: (lambda cfg=cfg: launch(cfg)) for name, cfg in by_name.items()}
-        found = oracle(calls, {x for x, _ in ours + stock})
-        ratio = lambda name: found["times"][name] / found["best_ms"]  # noqa: E731
-        rows[str(shape)] = {"ours": [(x, s, ratio(x)) for x, s in ours], "stock": [(x, s, ratio(x)) for x, s in stock],
-                            "oracle": found}
-        print(f"{shape}: ours {[round(ratio(x), 4) for x, _ in ours]} in {[round(s, 2) for _, s in ours]} s; stock "
-              f"{[round(ratio(x), 4) for x, _ in stock]} in {[round(s, 2) for _, s in stock]} s; oracle repeat "
-              f"{found['repeat_max_dev']:.4f} best-agree {found['repeat_best_agree']}", flush=True)
+        found = oracle(calls, {row[0] for rows_ in got.values() for row in rows_})
+        rows[str(shape)] = {who: [(x, s, found["ratios"][x], w, r) for x, s, w, r in runs]
+                            for who, runs in got.items()}
+        rows[str(shape)]["oracle"] = found
+        parts = [f"{who} {[round(found['ratios'][x], 4) for x, *_ in runs]} in "
+                 f"{[round(s, 2) for _, s, *_ in runs]} s (warm-up {[round(w, 2) for *_, w, _ in runs]}, race "
+                 f"{[round(r, 2) for *_, r in runs]})" for who, runs in got.items()]
+        print(f"{shape}: " + "; ".join(parts) + f"; oracle repeat {found['repeat_max_dev']:.4f} best-agree "
+              f"{found['repeat_best_agree']} host-bound {found['host_bound']}", flush=True)
 
 
 def phase_contextual(cfgs, tunings: int, report) -> None:
-    sub = cfgs[::3][:16]
+    """A layer of two GEMM kernels over the whole space, at shapes whose best configs are near-ties (M = 1024 and
+    8192: the tune phase's oracle puts 2-3 configs within 2%)."""
+    sub = cfgs
     use_triton_cache(tempfile.mkdtemp(prefix="tdt_fid_ctx_"))
     jit1, jit2 = fresh_kernel(_gemm_kernel), fresh_kernel(_gemm_kernel)  # compiled by the first tuning only
-    s1, s2 = (4096, 4096, 4096), (4096, 8192, 4096)
+    s1, s2 = (1024, 8192, 4096), (8192, 8192, 4096)
     (a1, b1, c1), (a2, b2, c2) = tensors(*s1), tensors(*s2)
 
     def launch(kernel, a, b, c):
@@ -245,7 +329,7 @@ def phase_contextual(cfgs, tunings: int, report) -> None:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         calls = 0
-        while calls < 40 and not (k1.cache and k2.cache):  # a call runs the layer at most max_runs times
+        while calls < 100 and not (k1.cache and k2.cache):  # a call runs the layer at most max_runs times
             layer()
             calls += 1
         torch.cuda.synchronize()
@@ -263,7 +347,7 @@ def phase_contextual(cfgs, tunings: int, report) -> None:
         calls = {spec(cfg): (lambda cfg=cfg: go(cfg)) for cfg in sub}
         oracles.append(oracle(calls, {r[0][i] for r in rows}))
     for choices, seconds in rows:
-        ratios = [o["times"][x] / o["best_ms"] for x, o in zip(choices, oracles, strict=True)]
+        ratios = [o["ratios"][x] for x, o in zip(choices, oracles, strict=True)]
         out["tunings"].append({"choices": choices, "ratios": ratios, "seconds": seconds})
         print(f"contextual: {[round(r, 4) for r in ratios]} in {seconds:.2f} s", flush=True)
     out["oracles"] = oracles
@@ -276,6 +360,7 @@ def main() -> None:
     p.add_argument("--phases", default="compile,tune,contextual")
     p.add_argument("--tunings", type=int, default=3)
     p.add_argument("--shapes", default="", help="comma-separated M values (default: all 8)")
+    p.add_argument("--variants", default="ours,stock", help="tuners of the tune phase: ours, ours_3x130, stock")
     args = p.parse_args()
     global SHAPES
     if args.shapes:
@@ -287,7 +372,9 @@ def main() -> None:
     out = Path(args.out)
     for phase in args.phases.split(","):
         t0 = time.perf_counter()
-        {"compile": lambda: phase_compile(cfgs, report), "tune": lambda: phase_tune(cfgs, args.tunings, report),
+        variants = args.variants.split(",")
+        {"compile": lambda: phase_compile(cfgs, report),
+         "tune": lambda: phase_tune(cfgs, args.tunings, report, variants),
          "contextual": lambda: phase_contextual(cfgs, args.tunings, report)}[phase]()
         print(f"phase {phase}: {time.perf_counter() - t0:.1f} s", flush=True)
         out.write_text(json.dumps(report, indent=1, default=str))
@@ -296,17 +383,18 @@ def main() -> None:
 
 def summarize(report: dict) -> None:
     rows = report.get("tune", {})
-    for who in ("ours", "stock"):
-        ratios = [r for row in rows.values() for _, _, r in row[who]]
-        secs = [s for row in rows.values() for _, s, _ in row[who]]
-        if ratios:
-            print(f"{who}: median {statistics.median(ratios):.4f} worst {max(ratios):.4f} within 1.01: "
-                  f"{sum(r <= 1.01 for r in ratios)}/{len(ratios)}; tuning s median {statistics.median(secs):.2f} "
-                  f"max {max(secs):.2f}")
+    for who in sorted({w for row in rows.values() for w in row if w != "oracle"}):
+        runs = [run for row in rows.values() for run in row.get(who, [])]
+        ratios, secs = [r[2] for r in runs], [r[1] for r in runs]
+        spread = [max(r[2] for r in row[who]) / min(r[2] for r in row[who]) - 1 for row in rows.values() if who in row]
+        print(f"{who}: median {statistics.median(ratios):.4f} worst {max(ratios):.4f} within 1.01: "
+              f"{sum(r <= 1.01 for r in ratios)}/{len(ratios)}, within 1.02: {sum(r <= 1.02 for r in ratios)}/"
+              f"{len(ratios)}; tunings of a key apart at most {max(spread):.4f}; tuning s median "
+              f"{statistics.median(secs):.2f} max {max(secs):.2f}")
     if rows:
         dev = max(r["oracle"]["repeat_max_dev"] for r in rows.values())
         agree = sum(r["oracle"]["repeat_best_agree"] for r in rows.values())
-        print(f"oracle repeatability: max dev {dev:.4f}, best agrees {agree}/{len(rows)}")
+        print(f"oracle repeatability (even vs odd rounds): max dev {dev:.4f}, best agrees {agree}/{len(rows)}")
     ctx = report.get("contextual")
     if ctx:
         ratios = [r for t in ctx["tunings"] for r in t["ratios"]]

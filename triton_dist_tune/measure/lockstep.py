@@ -171,11 +171,13 @@ class Measurer(Guarding):
         def plain() -> None:
             self.trial.call(config)
 
-        def probe() -> float:
-            return self.trial.probe(config)
-
         runs: list[Callable[[], Any]] = [checked] if self.trial.reference is not None else []
         runs += [plain] * self.plan.n_warmup
+        lead = not runs  # a warm-up run just ran the config: the probe needs no lead call of its own
+
+        def probe() -> float:
+            return self.trial.probe(config, lead)
+
         if not self.cold and self.plan.batch is None:
             runs.append(probe)
         return runs
@@ -210,6 +212,7 @@ class Measurer(Guarding):
         except ``own``), in index order."""
         outcomes: dict[int, Outcome] = {}
         per_call: dict[int, float] = {}
+        warming = time.monotonic()
         for index, config, desc in todo:
             wanted, error = self._warm(index, config, desc, aligned=True)
             combined = self._exchange(index, desc, (error or wanted, 0.0), error, "warmup")
@@ -218,6 +221,7 @@ class Measurer(Guarding):
             else:
                 per_call[index] = float(max(combined.values))
         entries = {index: (config, desc) for index, config, desc in todo if index in per_call}
+        self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)
         race = Race(sorted(entries), self.plan.race)
         started = time.monotonic()
         elapsed = 0.0

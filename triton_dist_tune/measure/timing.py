@@ -53,12 +53,13 @@ SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
 SETTLED_SETTLE_MS, SETTLED_SPAN_MS = 5.0, 10.0
 #: the leaders that get the settled block at the end of a steady race, and its cycles (one sample per leader each)
 SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
-#: extra settling of a round's first sample, after the idle gap of the round's exchange
-ROUND_SETTLE_MS = 50.0
+#: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
+#: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
+ROUND_SETTLE_MS = 25.0
 #: at most this many calls in a settling run or a span (a function of a few microseconds)
 MAX_CALLS = 20000
 #: timed calls in the probe that gives a config's time per call
-PROBE_CALLS = 4
+PROBE_CALLS = 3
 
 
 @dataclass(frozen=True)
@@ -251,10 +252,11 @@ def cold_sample(clock: Any, call: Callable[[], Any]) -> float:
     return clock.read(token)
 
 
-def probe(clock: Any, call: Callable[[], Any]) -> float:
-    """A config's time per call, for sizing its samples: one untimed call, a synchronize, then
-    :data:`PROBE_CALLS` calls timed as one span; ms per call."""
-    call()
+def probe(clock: Any, call: Callable[[], Any], lead: bool = True) -> float:
+    """A config's time per call, for sizing its samples: one untimed call (unless ``lead`` is false: a warm-up run
+    just ran it), a synchronize, then :data:`PROBE_CALLS` calls timed as one span; ms per call."""
+    if lead:
+        call()
     clock.synchronize()
     token = steady_span(clock, call, Steady(0, PROBE_CALLS))
     clock.synchronize()

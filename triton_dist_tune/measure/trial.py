@@ -55,9 +55,10 @@ class Trial:
             self.post_hook(config, *self.args, **self.kwargs)
         return out
 
-    def probe(self, config: dict[str, Any]) -> float:
-        """The config's time per call, for sizing its samples (:func:`~triton_dist_tune.measure.timing.probe`)."""
-        return timing.probe(self.clock, lambda: self.call(config))
+    def probe(self, config: dict[str, Any], lead: bool = True) -> float:
+        """The config's time per call, for sizing its samples (:func:`~triton_dist_tune.measure.timing.probe`;
+        ``lead`` false: a warm-up run just ran)."""
+        return timing.probe(self.clock, lambda: self.call(config), lead)
 
     def cold(self, config: dict[str, Any]) -> float:
         """One cold sample, ms (:func:`~triton_dist_tune.measure.timing.cold_sample`)."""
