@@ -5,14 +5,15 @@ Launch: ``python benchmarks/bench_fidelity.py --out DIR [--phases compile,tune,c
 
 Regime. Every figure of choice quality here is judged against a **sustained oracle**: the device never idles
 between configs; in each of 8 shuffled rounds every candidate config runs ~100 ms of its own calls (untimed), then
-a ~100 ms window of its calls timed with device events, with no synchronize between configs (one per round). A
+a ~250 ms window of its calls timed with device events, with no synchronize between configs (one per round). A
 config's score is the median over the rounds of its window's time relative to the round's median candidate (so a
 drift of the machine between rounds, e.g. the host's speed at host-bound shapes, cancels out); its ratio is its
 score over the best score. Repeatability: the same computed from the even rounds and from the odd rounds (two
 independent 4-round oracles): their largest disagreement on a ratio, whether they agree on the best, and the worst
-ratio either gives the other's best, reported beside every figure. The host's time to enqueue each window is
-recorded too: a shape whose best config enqueues as slowly as the device runs it is **host-bound** (the Python
-launch is the bottleneck), where configs tie up to the host's noise. Candidates: every config any tuner chose,
+ratio either gives the other's best, reported beside every figure. The host's time to enqueue one call from an
+empty queue is measured too: a shape whose best config takes the host at least 90% as long to launch as the
+device to run it is **host-bound** (the Python launch is the bottleneck), where the configs' times are the host's
+and differ by its noise. Candidates: every config any tuner chose,
 plus the 6 best of a screening pass (20 ms settling, 20 ms timed, per config).
 
 Side by side in one run, on one Triton GEMM space (8 tiles x warps {4, 8} x stages {3, 4, 5}, pruned by shared
@@ -112,10 +113,20 @@ def per_call_ms(call) -> float:
     return s.elapsed_time(e) / 5
 
 
-def sustained(calls: dict[str, object], rounds: int = 8, settle_ms: float = 100, window_ms: float = 100,
+def host_launch_ms(call, n: int = 50) -> float:
+    """The host's time to enqueue one call, from an empty queue (``n`` calls, far fewer than the queue holds)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        call()
+    seconds = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return seconds * 1e3 / n
+
+
+def sustained(calls: dict[str, object], rounds: int = 8, settle_ms: float = 100, window_ms: float = 250,
               seed: int = 0) -> dict[str, list[float]]:
-    """The sustained oracle's samples (see the module docstring): {name: [ms per call, one per round]}. Also
-    {name + "/host": [host ms per call while enqueuing the window]} (equal to the device's when host-bound)."""
+    """The sustained oracle's samples (see the module docstring): {name: [ms per call, one per round]}."""
     per = {name: per_call_ms(call) for name, call in calls.items()}
     times: dict[str, list[float]] = {}
     rng = random.Random(seed)
@@ -127,12 +138,10 @@ def sustained(calls: dict[str, object], rounds: int = 8, settle_ms: float = 100,
             run_for(calls[name], settle_ms, per[name])
             n = max(1, int(window_ms / per[name]))
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.perf_counter()
             s.record()
             for _ in range(n):
                 calls[name]()
             e.record()
-            times.setdefault(name + "/host", []).append((time.perf_counter() - t0) * 1e3 / n)
             marks.append((name, s, e, n))
         torch.cuda.synchronize()
         for name, s, e, n in marks:
@@ -166,7 +175,7 @@ def oracle(calls: dict[str, object], chosen: set[str]) -> dict:
                                                                   range(1, rounds, 2)))
     best = min(every, key=every.get)
     ms = {n: statistics.median(samples[n]) for n in names}
-    host = {n: statistics.median(samples[n + "/host"]) for n in names}
+    host = {n: statistics.median(host_launch_ms(calls[n]) for _ in range(5)) for n in names}
     ratio = lambda sc, n: sc[n] / min(sc.values())  # noqa: E731
     return {"times": ms, "ratios": {n: ratio(every, n) for n in names}, "host_ms": host, "best": best,
             "best_ms": ms[best], "host_bound": host[best] >= 0.9 * ms[best],

@@ -106,6 +106,27 @@ def test_leaders_get_settled_rounds_and_are_decided_on_them_alone():
     assert race.outcome(2, "c2", 0).spread == 0.0  # the spread of its settled samples
 
 
+def test_settled_leaders_are_ranked_on_drift_free_ratios_not_raw_medians():
+    """Config 0 is 2% faster than 1 in every settled round, but one hiccup of its own and rounds that run 1.5x slower
+    (the machine drifted) put its raw median above config 1's; ranked on each round's relative times it wins."""
+    race = Race([0, 1, 2], RacePlan(max_rounds=10, min_rounds=1, final_top=3, final_rounds=5, seed="s"))
+    for i in race.order():
+        race.record(i, [1.0])
+    race.end_round()
+    assert race.settling
+    drift = [1.0, 1.5, 1.5, 1.0, 1.0]
+    true = {0: 1.00, 1: 1.02, 2: 1.04}
+    for r in range(5):
+        for i in race.order():
+            race.record(i, [1.3 if (i, r) == (0, 3) else true[i] * drift[r]])
+        race.end_round()
+    assert race.finished(0.0)
+    assert race.entrants[0].time() > race.entrants[1].time()  # raw medians: 1.3 against 1.02
+    assert race.winner() == 0 and race.runner_up(0) == 1
+    margin, near_tie = race.margin(0, 1)
+    assert margin is not None and 0.015 < margin < 0.025
+
+
 # -- the engine on real ranks -----------------------------------------------------------------------------------------
 
 

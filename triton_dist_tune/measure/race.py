@@ -22,9 +22,10 @@ further message.
   :mod:`~triton_dist_tune.measure.timing`). Their time is then the median of their settled samples alone, and
   nobody leaves during these rounds.
 - **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
-  rounds are, or when the
-  time budget is spent (and ``min_rounds`` are done): the least median among those still running wins (ties: the
-  lower index).
+  rounds are, or when the time budget is spent (and ``min_rounds`` are done): the least median among those still
+  running wins (ties: the lower index). After settled rounds the leaders are ranked drift-free: by the median of
+  each one's sample relative to the round's median leader sample (a drift of the machine between rounds, such as
+  the host's speed for a host-bound function or the phase of the power limiter, cancels out).
 """
 
 from __future__ import annotations
@@ -198,7 +199,26 @@ class Race:
     # -- deciding --------------------------------------------------------------------------------------------------
 
     def _rank_key(self, index: int) -> tuple[float, int]:
-        return self.entrants[index].time(), index
+        drift_free = self._drift_free(index)
+        return (drift_free if drift_free is not None else self.entrants[index].time()), index
+
+    def _drift_free(self, index: int) -> float | None:
+        """A leader's time over the settled rounds with the machine's drift between rounds taken out: the median
+        over those rounds of its sample relative to the round's median leader sample, times the median of every
+        leader's settled samples (so that it reads in ms); None for a config without settled samples."""
+        entrant = self.entrants[index]
+        if self.settled_from is None or not entrant.settled:
+            return None
+        leaders = [e for e in self.entrants.values() if e.settled and e.state != "failed"]
+        relative = []
+        for r in range(self.settled_from, self.rounds):
+            round_ = [e.samples[r] for e in leaders if r < len(e.samples) and e.samples[r] is not None]
+            mine = entrant.samples[r] if r < len(entrant.samples) else None
+            if mine is not None and round_:
+                relative.append(mine / median(round_))
+        if not relative:
+            return None
+        return median(relative) * median([s for e in leaders for s in e.settled])
 
     def leader(self, among: list[int] | None = None) -> int:
         """The config with the least median among ``among`` (default: those still running)."""
@@ -220,7 +240,8 @@ class Race:
         if runner_up is None:
             return None, False
         chosen, second = self.entrants[winner], self.entrants[runner_up]
-        margin = second.time() / chosen.time() - 1 if chosen.time() > 0 else None
+        first_key, second_key = self._rank_key(winner)[0], self._rank_key(runner_up)[0]
+        margin = second_key / first_key - 1 if first_key > 0 else None
         ratios = (paired_ratios(second.settled, chosen.settled) if second.settled and chosen.settled
                   else paired_ratios(second.samples, chosen.samples))
         return margin, not clearly_slower(ratios) or (margin is not None and margin <= INDIFFERENCE)
