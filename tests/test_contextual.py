@@ -13,6 +13,7 @@ import pytest
 from harness import HERE, base_env, describe, free_port, parse_results, run_mpiexec, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "contextual_cases.py"
+COMPILE_CASES = HERE / "scenarios" / "contextual_compile_cases.py"
 ADD = "add_kernel(64, 'torch.float32', 'torch.float32', 'torch.float32')"
 SCALE = "scale_kernel(64, 'torch.float32', 'torch.float32')"
 
@@ -185,6 +186,57 @@ def test_precompile_in_threads_and_a_config_that_does_not_compile(env):
     assert [s.replace("stopped", "measured") for s in result["states"]] == ["measured", "failed", "measured"]
     assert result["errors"][1] == "rank 0: compile: RuntimeError: ptxas error"
     assert all(c != 1 for run in result["seq"] for _, _, c in run) and result["ok"]
+
+
+def share(todo, rank, peers):
+    """The configs of ``todo`` rank ``rank`` of ``peers`` compiles (the k-th goes to rank k mod peers)."""
+    return [c for k, c in enumerate(todo) if k % peers == rank]
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("n", [2, 4])
+def test_precompile_is_split_across_the_node_and_failures_are_agreed(env, n):
+    env = {**env, "TRITON_DIST_AUTOTUNE_NEW_KEY_GRACE": "4"}
+    results = run_ranks(COMPILE_CASES, n, ["split_precompile"], env=env, timeout=180)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    wide64, wide128 = ("wide_kernel(64, 'torch.float32', 'torch.float32')",
+                       "wide_kernel(128, 'torch.float32', 'torch.float32')")
+    calls = [r.result["compiled"] for r in results]
+    for r, per_call in zip(results, calls, strict=True):
+        res = r.result
+        assert res["ok"] and all(pool for call in per_call for _, _, pool in call), describe(results)
+        # call 1: wide's configs but the one every rank launched first (0), split over the node's n ranks; add,
+        # met by rank 0 alone, all compiled by rank 0
+        first = [[k, c] for k, c, _ in per_call[0]]
+        assert first == [["wide_kernel", c] for c in share([1, 2, 3, 4, 5], r.rank, n)] + \
+            ([["add_kernel", 1], ["add_kernel", 2]] if r.rank == 0 else []), describe(results)
+        # call 2 is hot and call 3 meets n=128 on rank 0 only (pending): nothing compiled, no collective;
+        # call 4 tunes n=128 (met by every rank): its 6 configs split (the hot run's defaults are not timed)
+        assert per_call[1] == per_call[2] == []
+        assert [c for _, c, _ in per_call[3]] == share([0, 1, 2, 3, 4, 5], r.rank, n)
+        # the config whose compile raised is failed on every rank with its owner's error, and never launched
+        owner64, owner128 = 3 % n, 4 % n
+        assert res["errors"][wide64][4] == f"rank {owner64}: compile: RuntimeError: ptxas error on rank {owner64}"
+        assert res["errors"][wide128][4] == f"rank {owner128}: compile: RuntimeError: ptxas error on rank " \
+                                            f"{owner128}"
+        assert not [k for run in res["seq"] for k in run if k[0] == "wide" and k[2] == 4]
+        assert res["chosen"] == results[0].result["chosen"]
+        assert res["chosen"][wide64] == 5 and res["chosen"][wide128] == 3
+        assert res["errors"] == results[0].result["errors"]
+    # each config compiled exactly once over the node
+    for call, kernel, todo in ((0, "wide_kernel", [1, 2, 3, 4, 5]), (0, "add_kernel", [1, 2]),
+                               (3, "wide_kernel", [0, 1, 2, 3, 4, 5])):
+        assert sorted(c for per_call in calls for k, c, _ in per_call[call] if k == kernel) == todo
+
+
+@pytest.mark.timeout(100)
+def test_precompile_needs_every_rank_to_compile_ahead(env):
+    results = run_ranks(COMPILE_CASES, 2, ["precompile_not_everywhere"], env=env, timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    # rank 0 alone would compile ahead: the exchange says the others do not, so nobody splits (no collective that
+    # only rank 0 makes) and nothing is compiled ahead
+    assert [r.result["compiled"] for r in results] == [[], []], describe(results)
+    assert all(r.result["ok"] and r.result["chosen"] == results[0].result["chosen"] for r in results)
 
 
 @pytest.mark.timeout(60)

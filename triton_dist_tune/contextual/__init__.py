@@ -41,7 +41,7 @@ package's measure/, group/, faults/, disk/ and its errors, records, settings and
     launches   each intercepted launch of a call: decided, pending, or a timed step; the run's RunRecord
     newkeys    whether a hot call tunes the undecided keys its ranks met (settled in the store, no exchange)
     exchange   the exchange after each tuning run, and how every rank updates the same tracks from it
-    compiling  compiling the configs of newly met kernels ahead, between runs (GPUs only)
+    compiling  compiling the configs of newly met kernels ahead, between runs, once per node (GPUs only)
     decisions  a decided track: to the autotuners, tuner.decisions, the disk cache, the log and the printed summary
     tracks     LocalTrack (this rank's view of a (kernel, key)), its journal, the process-wide tables of choices
     schedule   Track: the group's schedule of one (kernel, key): warm-ups, then the race; failures however late
@@ -73,7 +73,9 @@ def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int =
     :param timeout: seconds a rank waits for the others at each exchange (default
         ``TRITON_DIST_AUTOTUNE_TIMEOUT`` or 300); a rank that does not arrive makes the others raise
         :class:`~triton_dist_tune.errors.GroupTimeoutError`.
-    :param precompile: on GPUs, compile every config of a newly met kernel in a thread pool before it is stepped.
+    :param precompile: on GPUs, compile the configs of a newly met kernel and key ahead, between runs, in a thread
+        pool, each config once per node (the node's ranks split them; a config that fails to compile on some rank
+        is left out on every rank). Done only when every rank of the group compiles ahead.
     :param name: the name used in logs (default: the function's qualified name).
     :param max_runs: the most runs of the function in one call (default ``TRITON_DIST_AUTOTUNE_MAX_RUNS`` or
         1000); when reached, every unfinished (kernel, key) takes its best config so far (a warning says which).

@@ -1,15 +1,41 @@
-"""Compiling ahead: between runs, the configs of newly met (kernel, key)s are compiled in a thread pool (GPUs
-only, never under Triton's interpreter), so that a config that does not compile here is never launched and is
-reported at the next exchange as failed."""
+"""Compiling ahead, once per node: between runs, the configs of the (kernel, key)s met in the last run are compiled
+(GPUs only, never under Triton's interpreter) in a thread pool, each by one rank of each node, so that a config
+that does not compile is never launched, on any rank.
+
+After the exchange that ends a run (every rank in lock step, with the same data), for each track that some rank met
+first in that run and that the group has not decided:
+
+1. the configs to compile are the same list on every rank: the track's configs not failed and not measured, in
+   its config order, less those some rank launched in the run (their kernels are compiled already);
+2. the ranks of this node (same host name and Triton cache folder,
+   :func:`~triton_dist_tune.measure.precompile.node_ranks`) that met the track in the run split them: the k-th is
+   compiled by the (k mod n)-th of those n ranks (:func:`~triton_dist_tune.measure.precompile.my_share`), with the
+   arguments of its first launch, into the node's shared Triton cache. A rank that did not meet the track has no
+   arguments to compile with and compiles none of it;
+3. one allgather of every rank's failures (:func:`~triton_dist_tune.measure.precompile.agree_failures`, for every
+   track at once), which is also the barrier after which the others find the kernels in Triton's cache: a config
+   that failed on some rank is failed on every rank ("rank r: compile: error") before the next run, so no rank
+   launches it.
+
+Whether this happens at all is decided from data every rank has: the tracks and launches of the exchange, and each
+rank's word in it that it compiles ahead (:func:`compiles_ahead`); compiling happens only when every rank says so.
+The node is found the first time (one allgather) and kept per tuner and group. Exchanges happen only in calls
+that every rank of the group tunes (a hot call that meets a new key exchanges only when every rank settled it
+"now", :mod:`~.newkeys`), so these collectives are issued on every rank alike.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..measure.precompile import compiles_here
+from ..measure.precompile import agree_failures, compiles_here, default_workers, my_share, node_ranks
 from . import intercept
+from .decisions import record_decision
+from .tracks import TrackId
 
 if TYPE_CHECKING:
+    from .exchange import Exchanged
     from .session import Session
 
 
@@ -18,19 +44,87 @@ def compiles() -> bool:
     return compiles_here()
 
 
-def precompile_new(session: Session) -> None:
-    """Compile the configs of the session's newly met tracks in parallel, and drop the arguments kept for it."""
-    for tid, local in session.local.items():
-        track = session.tracks.get(tid)
-        if local.sample is None or track is None:
+def compiles_ahead(session: Session) -> bool:
+    """This rank's word in each exchange: whether it compiles ahead (``precompile`` on, and :func:`compiles`)."""
+    return session.tuner.options.precompile and compiles()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One track's configs to compile ahead, the same on every rank, and where its failures are numbered."""
+
+    tid: TrackId
+    #: the configs to compile, in the track's config order
+    todo: list[int]
+    #: the ranks of this node that met the track in the run (they split ``todo``)
+    holders: list[int]
+    #: the track's configs are numbered from here in the one exchange of failures
+    base: int
+
+
+def precompile_new(session: Session, exchanged: Exchanged) -> None:
+    """Compile this rank's node share of the configs of the tracks first met in the last run, then agree on the
+    failures with the group (see the module docstring); drop the arguments kept for it."""
+    try:
+        if exchanged.compiles:
+            plans = _plans(session, exchanged)
+            if plans:  # decided from shared data: every rank compiles (its share) and agrees, or none does
+                _compile_and_agree(session, plans)
+    finally:
+        for local in session.local.values():
+            local.sample = None  # the arguments of the first launch are not kept longer than this
+
+
+def _plans(session: Session, exchanged: Exchanged) -> list[Plan]:
+    """The tracks to compile ahead, in track order; the node is found (once per tuner and group) when some are."""
+    todos: list[tuple[TrackId, list[int]]] = []
+    for tid in sorted(exchanged.met):
+        track = session.tracks[tid]
+        if track.done:
             continue
+        launched = exchanged.launched.get(tid, set())
+        todo = [i for i in track.order if i not in track.failed and i not in track.times and i not in launched]
+        if todo:
+            todos.append((tid, todo))
+    if not todos:
+        return []
+    node = _node(session)
+    plans, base = [], 0
+    for tid, todo in todos:
+        plans.append(Plan(tid, todo, [r for r in node if r in exchanged.met[tid]], base))
+        base += len(session.tracks[tid].descriptions)
+    return plans
+
+
+def _node(session: Session) -> list[int]:
+    """The group ranks on this rank's node: found by one allgather the first time, kept per tuner and group."""
+    nodes = session.tuner.nodes
+    identity = session.group.identity
+    if identity not in nodes:
+        nodes[identity] = node_ranks(session.group, session.label, session.timeout)
+    return nodes[identity]
+
+
+def _compile_and_agree(session: Session, plans: list[Plan]) -> None:
+    """Compile this rank's share of each plan; one allgather of the failures; fail them on every rank."""
+    rank, mine = session.group.rank, {}
+    for plan in plans:
+        local = session.local.get(plan.tid)
+        if rank not in plan.holders or local is None or local.sample is None:
+            continue
+        share = my_share(plan.todo, plan.holders.index(rank), len(plan.holders))
         args, kwargs = local.sample
-        local.sample = None  # the arguments of the first launch are not kept longer than this
-        if track.done or not session.tuner.options.precompile or not compiles():
-            continue
-        todo = [i for i in track.order if i not in local.used and i not in track.failed and i not in track.times]
-        failures = intercept.precompile(local.autotuners[0], todo, args, kwargs)
-        local.errors.update(failures)
-        local.unreported.update(failures)
-        for index, error in failures.items():
-            session.log.info("%s %s config=%d does not compile here: %s", session.label, track.label, index, error)
+        failures = intercept.precompile(local.autotuners[0], share, args, kwargs)
+        mine.update({plan.base + index: error for index, error in failures.items()})
+    # every rank waits for the slowest: the timeout for each wave of compilations, as if one rank compiled all
+    waves = -(-sum(len(plan.todo) for plan in plans) // default_workers())
+    agreed = agree_failures(session.group, session.label, mine, session.timeout * waves)
+    for plan in plans:
+        track = session.tracks[plan.tid]
+        for index in plan.todo:
+            error = agreed.get(plan.base + index)
+            if error is not None:
+                session.log.info("%s %s config=%d does not compile: %s", session.label, track.label, index, error)
+                track.fail(index, error)
+        if track.done:
+            record_decision(session, track)

@@ -1,21 +1,23 @@
 """The exchange at the end of each tuning run, and how every rank updates the same tracks from it.
 
 One ``allgather`` on the tuner's control channel carries each rank's :class:`~.launches.RunRecord` (newly met
-(kernel, key)s, launch times and errors), the failures found between runs (compile errors, earlier attempts), and
-whether the function raised. Every rank then applies the same data in the same order: new tracks are created
-(:func:`create_tracks`: resumed from the journals every rank gathered before the first run, looked up in the disk
-cache by group rank 0), then every
-track takes one step (:func:`step_track`), so the number of runs and every choice are identical everywhere.
+(kernel, key)s, launch times and errors), whether the function raised, and whether the rank compiles ahead. Every
+rank then applies the same data in the same order: new tracks are created (:func:`create_tracks`: resumed from the
+journals every rank gathered before the first run, looked up in the disk cache by group rank 0), then every track
+takes one step (:func:`step_track`), so the number of runs and every choice are identical everywhere. What the
+exchange told (:class:`Exchanged`) decides what is compiled ahead before the next run (:mod:`~.compiling`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, describe_error, per_rank
 from ..faults.watchdog import exchange_timeout
 from . import intercept
+from .compiling import compiles_ahead
 from .decisions import record_decision
 from .schedule import PruningError, Track
 from .tracks import TrackId, earlier_outcomes, forget_choice, undecide
@@ -24,9 +26,23 @@ if TYPE_CHECKING:
     from .session import Session
 
 
-def exchange(session: Session, error: Exception | None) -> bool:
-    """Share this run's data, update every track alike; returns whether new tracks were created. Raises on every
-    rank when the function raised on some rank (other than because of a failing config)."""
+@dataclass(frozen=True)
+class Exchanged:
+    """What one exchange told every rank alike, besides the tracks' steps."""
+
+    #: whether tracks were created (met for the first time by the group in the run)
+    created: bool
+    #: track -> the ranks that met it first in the run (a new track, or ranks that joined one late)
+    met: dict[TrackId, list[int]]
+    #: track -> the configs some rank launched in the run
+    launched: dict[TrackId, set[int]]
+    #: every rank compiles ahead (:func:`~.compiling.compiles_ahead`)
+    compiles: bool
+
+
+def exchange(session: Session, error: Exception | None) -> Exchanged:
+    """Share this run's data, update every track alike; returns what the exchange told. Raises on every rank when
+    the function raised on some rank (other than because of a failing config)."""
     group = session.group
     gathered = group.allgather(_message(session, error), f"{session.label} end of run {session.runs - 1}",
                                timeout=exchange_timeout(session.timeout))
@@ -43,7 +59,14 @@ def exchange(session: Session, error: Exception | None) -> bool:
         session.log.error("%s the function raised in run=%d: %s", session.label, session.runs - 1, text)
         raise AutotuneError(f"{session.label} the tuned function raised during tuning run {session.runs - 1} on "
                             f"group '{group.title}': {text}") from error
-    return created
+    met: dict[TrackId, list[int]] = {}
+    launched: dict[TrackId, set[int]] = {}
+    for rank, message in enumerate(gathered):
+        for tid in message["new"]:
+            met.setdefault(tid, []).append(rank)
+        for tid, records in message["launches"].items():
+            launched.setdefault(tid, set()).update(index for index, _, _ in records)
+    return Exchanged(created, met, launched, all(message["compiles"] for message in gathered))
 
 
 def _message(session: Session, error: Exception | None) -> dict[str, Any]:
@@ -52,14 +75,11 @@ def _message(session: Session, error: Exception | None) -> dict[str, Any]:
     launches = {tid: [(i, None if tok is None else session.clock.read(tok), e) for i, tok, e in recs]
                 for tid, recs in session.record.launches.items()}
     new = {tid: session.local[tid].info() for tid in session.record.new}
-    errors = {tid: dict(local.unreported) for tid, local in session.local.items() if local.unreported}
-    for local in session.local.values():
-        local.unreported = {}
     failed_here = any(e for recs in launches.values() for _, _, e in recs)
     raised = describe_error(error) if error is not None else None
     disk = lookup(session, new) if session.group.rank == 0 else {}
-    return {"new": new, "launches": launches, "errors": errors, "raised": raised,
-            "excused": raised is not None and failed_here, "disk": disk}
+    return {"new": new, "launches": launches, "raised": raised, "excused": raised is not None and failed_here,
+            "disk": disk, "compiles": compiles_ahead(session)}
 
 
 def create_tracks(session: Session, gathered: list[dict[str, Any]]) -> bool:
@@ -127,13 +147,8 @@ def lookup(session: Session, infos: dict[TrackId, dict[str, Any]]) -> dict[Track
 
 
 def step_track(session: Session, tid: TrackId, track: Track, gathered: list[dict[str, Any]]) -> None:
-    """Apply the run's failures and launches (every rank's) to one track; log this rank's part."""
-    done, revision = track.done, track.revision
-    for rank, message in enumerate(gathered):
-        for index, error in message["errors"].get(tid, {}).items():
-            track.fail(index, f"rank {rank}: {error}")
-    if done:
-        revised(session, track, done, revision)
+    """Apply the run's launches (every rank's, their failures included) to one track; log this rank's part."""
+    if track.done:
         return
     step_config, (phase, iteration) = track.current(), track.phase()
     per_rank = {r: m["launches"][tid] for r, m in enumerate(gathered) if tid in m["launches"]}

@@ -355,31 +355,21 @@ def precompile(autotuner: Autotuner, indices: list[int], args: tuple, kwargs: di
     for, and cached on, the device the launches will use.
     """
     from ..errors import describe_error
-    from ..measure.precompile import default_workers
+    from ..measure.precompile import current_cuda_device, default_workers, on_device
 
     if not indices:
         return {}
     launch_kwargs = {k: v for k, v in kwargs.items() if k != "warmup"}
-    device = None
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            device = torch.cuda.current_device()
-    except Exception:
-        pass
+    device = current_cuda_device()
 
     def compile_one(index: int) -> tuple[int, str | None]:
         try:
-            if device is not None:
-                import torch
-
-                torch.cuda.set_device(device)
+            on_device(device)
             cut_args, cut_kwargs = without_config_names(autotuner, args, launch_kwargs)
             autotuner.fn.warmup(*cut_args, **cut_kwargs, **autotuner.configs[index].all_kwargs())
             return index, None
         except Exception as exc:  # a config that does not compile is data, not an error
-            return index, f"compile: {describe_error(exc)}"
+            return index, describe_error(exc)
 
     with ThreadPoolExecutor(max_workers=max(1, min(default_workers(), len(indices))),
                             thread_name_prefix="tdt-precompile") as pool:

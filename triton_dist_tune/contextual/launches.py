@@ -73,10 +73,7 @@ def launch(session: Session, autotuner: Any, args: tuple, kwargs: dict[str, Any]
             elif not any(a is autotuner for a in local.autotuners):
                 local.autotuners.append(autotuner)
             index = track.current() if track is not None else local.first_index()
-            records = session.record.launches.setdefault(tid, [])
-            if index is not None and index in local.errors:
-                records.append((index, None, local.errors[index]))
-                index = None
+            session.record.launches.setdefault(tid, [])
     if config is not None:
         return intercept.launch_with(autotuner, config, args, kwargs)
     if index is None:

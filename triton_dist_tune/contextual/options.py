@@ -26,7 +26,7 @@ class ContextualOptions:
     #: seconds per run under the watchdog and per exchange; None: ``TRITON_DIST_AUTOTUNE_TIMEOUT`` (read when a
     #: call tunes)
     timeout: float | None
-    #: compile every config of a newly met kernel in a thread pool before it is stepped (GPUs only)
+    #: compile the configs of a newly met kernel and key ahead, each once per node (GPUs only; :mod:`~.compiling`)
     precompile: bool
     #: the function's name in logs and cache entries
     name: str

@@ -12,7 +12,8 @@ One call of a tuned function is a :class:`Session`:
    met (kernel, key)s, launch times and errors, and whether the function raised. Every rank then updates the same
    tracks from the same data, so the number of runs and every choice are identical everywhere. New (kernel, key)s
    are looked up in the disk cache by group rank 0 (its answer travels in the same exchange, or one broadcast
-   more). Decided tracks are published by :mod:`~.decisions`.
+   more). Decided tracks are published by :mod:`~.decisions`. On GPUs, the configs of the (kernel, key)s met in
+   the run are then compiled ahead, each once per node, and their failures agreed (:mod:`~.compiling`).
 3. Repeat until every track is decided; then **once more** with all the best configs, whose result is returned.
 
 While tuning, each launch of a (kernel, key) being tuned is a benchmarking launch as ``Autotuner._bench`` makes
@@ -202,13 +203,14 @@ class Session:
                 if error is not None:
                     raise error
                 return out  # every launch was decided (or pending, not met by every rank): no communication
-            created = exchange(self, error)
+            exchanged = exchange(self, error)
+            created = exchanged.created
             if self.final_run and not created:
                 self._summary()
                 return out
             if self.runs >= self.tuner.options.max_runs and not all(t.done for t in self.tracks.values()):
                 return self._bounded(args, kwargs)
-            precompile_new(self)
+            precompile_new(self, exchanged)
             self._idle_check(created)
 
     def _tune_now(self) -> bool:

@@ -1,7 +1,7 @@
 """What this rank knows of the (kernel, key)s it launches, and the choices made in this process.
 
 - :class:`LocalTrack`: one (kernel, key) as this rank met it: its autotuners, its pruning, its crash journal and
-  the configs that cannot run here. (The group's view of it, identical on every rank, is a
+  the arguments of its first launch (to compile ahead with). (The group's view of it, identical on every rank, is a
   :class:`~triton_dist_tune.contextual.schedule.Track`.)
 - The process-wide tables of choices, both per group (a choice made by one group, or by a rank alone, is never
   taken for another group's): per autotuner and key (:func:`decided_config`, :func:`decide`, :func:`undecide`,
@@ -74,7 +74,7 @@ def forget_choice(group: Group, tid: TrackId) -> None:
 
 
 class LocalTrack:
-    """What this rank knows of one (kernel, key): its autotuners, key, pruning, journal and compile failures.
+    """What this rank knows of one (kernel, key): its autotuners, key, pruning and journal.
 
     ``earlier`` gives, for a cache entry, every group rank's journal records of it, gathered before the session's
     first run (:meth:`~.session.Session.earlier`): the configs it excludes and the one it launches first come
@@ -93,9 +93,8 @@ class LocalTrack:
             self.pruned: list[int] | str = intercept.best_estimated(*self.pruning)
         except Exception as exc:
             self.pruned, self.prune_error = describe_error(exc), exc
-        self.errors: dict[int, str] = {}  # configs that do not compile here (reported at the next exchange)
-        self.unreported: dict[int, str] = {}
-        self.sample: tuple[tuple, dict[str, Any]] | None = (args, kwargs)  # for precompiling, then dropped
+        #: the arguments of the first launch, to compile ahead with (:mod:`~.compiling`), then dropped
+        self.sample: tuple[tuple, dict[str, Any]] | None = (args, kwargs)
         self.used: set[int] = set()
         self.descriptions = [describe(c) for c in autotuner.configs]
         self.space_text = "\n".join(self.descriptions)

@@ -45,8 +45,9 @@ class ContextualTuner:
         #: group identity -> {(autotuner id, key): (track id, local default index)}: keys met in hot calls that the
         #: group has not decided, run with a local default until the group's next agreement
         self.pending: dict[tuple, dict[tuple[int, tuple], tuple[Any, int]]] = {}
+        #: group identity -> the group ranks on this rank's node (found once, when compiling ahead first splits)
+        self.nodes: dict[tuple, list[int]] = {}
         self._called: set[tuple] = set()
-        self._group: tuple[Any, Group] | None = None
         self._group: tuple[Any, Group] | None = None
         self._calls: dict[tuple, int] = {}
 

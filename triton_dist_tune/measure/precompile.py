@@ -55,12 +55,17 @@ def compiles_here() -> bool:
         return False
 
 
-def node_share(group: Group, label: str, timeout: float) -> tuple[int, int]:
-    """(this rank's position among the ranks of the group on its node, their number): the ranks with the same
-    host name and Triton cache folder (one exchange)."""
+def node_ranks(group: Group, label: str, timeout: float) -> list[int]:
+    """The group ranks on this rank's node, in rank order: those with the same host name and Triton cache folder
+    (one exchange)."""
     mine = (socket.gethostname(), _triton_cache_dir())
     everyone = group.allgather(mine, f"{label} compile split", timeout=timeout)
-    peers = [rank for rank, node in enumerate(everyone) if tuple(node) == mine]
+    return [rank for rank, node in enumerate(everyone) if tuple(node) == mine]
+
+
+def node_share(group: Group, label: str, timeout: float) -> tuple[int, int]:
+    """(this rank's position among the ranks of the group on its node, their number) (:func:`node_ranks`)."""
+    peers = node_ranks(group, label, timeout)
     return peers.index(group.rank), len(peers)
 
 
