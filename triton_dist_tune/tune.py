@@ -26,7 +26,7 @@ def to_hashable(tensor: Any) -> tuple:
 
 
 def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hashable],
-             prune_fn: Callable[..., bool] | None = None, *, n_warmup: int = 3, n_repeat: int = 10,
+             prune_fn: Callable[..., bool] | None = None, *, n_warmup: int = 1, n_repeat: int = 10,
              timeout: float | None = None, reset_to_zero: Iterable[str] = (), restore_value: Iterable[str] = (),
              pre_hook: Callable[..., Any] | None = None, post_hook: Callable[..., Any] | None = None,
              ref_prog: Callable[..., Any] | None = None, rtol: float | None = None, atol: float | None = None,

@@ -25,7 +25,8 @@ class TuneOptions:
     """Every keyword option of :func:`~triton_dist_tune.autotune`, with its defaults; checked on construction.
 
     Options:
-        n_warmup: untimed runs per config before the race (identical on every rank).
+        n_warmup: untimed runs per config before the race (identical on every rank); in steady timing the probe's
+            3 calls and every sample's settling calls warm it further.
         n_repeat: the most rounds of the race: a config still running gets one sample per round (a batch of
             back-to-back calls in steady timing, one call in cold timing). A sample's group time is the MAX over
             ranks; a config's time is the median of its samples.
@@ -61,7 +62,7 @@ class TuneOptions:
         distance: ``distance(key, decided_key) -> float | None`` for ``"nearest"`` (default: numeric parts, L1).
     """
 
-    n_warmup: int = 3
+    n_warmup: int = 1
     n_repeat: int = 10
     timeout: float | None = None
     reset_to_zero: Iterable[str] = ()

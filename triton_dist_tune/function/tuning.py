@@ -225,15 +225,16 @@ class Tuning:
 
     def _precompile(self, todo: list[Todo], measurer: Measurer) -> None:
         """Start compiling the configs' kernels, split across the node: with ``precompile_fn``, else by the compile
-        pass (GPUs only); the measurer waits for each config's just before its warm-up, and a config that failed to
-        compile on any rank is failed on every rank there."""
+        pass (on GPUs, when every rank can: one exchange says); the measurer waits for each config's just before
+        its warm-up, and a config that failed to compile on any rank is failed on every rank there."""
         options = self.tuner.options
         if not todo:
             return
         if options.precompile_fn is not None:
             measurer.compiles = precompile(self.group, self.label, options.precompile_fn, todo, self.args,
                                            self.kwargs, options.compile_threads, self.timeout)
-        elif compiles_here() and compile_pass.available():
+        elif self.group.combine(compiles_here() and compile_pass.available(), f"{self.label} compile ahead", all,
+                                self.timeout):  # every rank, or none: it starts collectives
             measurer.compiles = compile_pass.compile_pass(self.group, self.label, todo, measurer.aligned_run,
                                                           measurer.trial.call, options.compile_threads, self.timeout)
 
