@@ -13,10 +13,14 @@ Per operation and shape (global ``M x K x N``, bf16, tensor-parallel over the W 
    own empty cache folder; with ``--old PATH``, as many tunings by the tuner of the previous release (a copy of
    its package renamed ``triton_dist_tune_old`` under PATH; options as the examples set them then:
    ``n_warmup=3, n_repeat=20, refine_top=3``). Tuning time is the wall time of the tuning call, max over ranks;
-3. every config re-measured carefully, interleaved: ``--rounds`` rounds in a shuffled order, each sample
-   in **steady state** a batch of ``--batch`` back-to-back calls after one barrier and device synchronize (events
-   around the batch, time per call), and **cold** one call after an L2 flush, a synchronize and a barrier. A
-   sample's time is the max over ranks; a config's, the median over rounds;
+3. every config re-measured carefully, interleaved: ``--rounds`` rounds in a shuffled order. **Steady**: by
+   default (``--steady-oracle sustained``) ``bench_fidelity.py``'s sustained oracle on every rank together (each
+   config ~100 ms of its own calls, then a ~250 ms window timed with events, no synchronize or barrier between
+   configs, one per round; a config's score is drift-free: the median over rounds of its sample relative to the
+   round's median config); ``--steady-oracle batch``: the earlier re-measurement, a batch of ``--batch``
+   back-to-back calls after one barrier and device synchronize (a burst figure after the idle gap). **Cold**: one
+   call after an L2 flush, a synchronize and a barrier. A sample's time is the max over ranks; a config's, the
+   median over rounds;
 4. for AG-GEMM and GEMM-RS: the collective alone and the local cuBLAS GEMM alone in steady state, the limit
    ``max(collective, GEMM)``, and PyTorch's fused op (it is the ``torch_fused`` config of the space).
 
@@ -43,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -158,6 +163,54 @@ def remeasure(key: Key, rounds: int, batch: int, cold: bool, seed: int) -> dict[
     return {i: statistics.median(s) for i, s in samples.items()}
 
 
+def remeasure_sustained(key: Key, rounds: int, seed: int, settle_ms: float = 100.0,
+                        window_ms: float = 250.0) -> dict[int, float]:
+    """The sustained oracle of ``bench_fidelity.py`` on every rank together: in each of ``rounds`` shuffled rounds
+    (the same order on every rank) every kept config runs ~``settle_ms`` of its own calls, then a ~``window_ms``
+    window timed with events, with no synchronize or barrier between configs (the function's collectives keep the
+    ranks in step; the call counts are the group's, from the slowest rank's probe); one synchronize per round; a
+    sample is the max over ranks. Returns each config's drift-free score (the median over rounds of its sample
+    relative to the round's median config) times the median sample, in ms."""
+    from bench_fidelity import scores
+
+    probes = []
+    for i in key.kept:
+        sync_barrier()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            key.call(i)()
+        end.record()
+        end.synchronize()
+        probes.append(start.elapsed_time(end) / 5)
+    per = dict(zip(key.kept, max_over_ranks(probes), strict=True))
+    samples: dict[int, list[float]] = {i: [] for i in key.kept}
+    for r in range(rounds):
+        order = list(key.kept)
+        random.Random(seed * 1000 + r).shuffle(order)
+        sync_barrier()
+        marks = []
+        for i in order:
+            call = key.call(i)
+            for _ in range(max(1, int(settle_ms / per[i]))):
+                call()
+            n = max(1, int(window_ms / per[i]))
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(n):
+                call()
+            end.record()
+            marks.append((start, end, n))
+        torch.cuda.synchronize()
+        local = [start.elapsed_time(end) / n for start, end, n in marks]
+        for i, ms in zip(order, max_over_ranks(local), strict=True):
+            samples[i].append(ms)
+    names = list(key.kept)
+    score = scores(samples, names, list(range(rounds)))
+    scale = statistics.median(ms for i in names for ms in samples[i])
+    return {i: score[i] * scale for i in names}
+
+
 def steady_ms(fn: Callable[[], Any], rounds: int, batch: int) -> float:
     """One function in steady state: median over rounds of max-over-ranks batch times."""
     local = []
@@ -217,7 +270,11 @@ def run_key(key: Key, args: argparse.Namespace, old: Any) -> dict[str, Any]:
                                           tune_once(key, old, f"{label}_old_{t}", n_warmup=3, n_repeat=20,
                                                     refine_top=3), strict=True))
                                  for t in range(args.tunings)]
-    row["steady"] = remeasure(key, args.rounds, args.batch, cold=False, seed=1)
+    if args.steady_oracle == "sustained":
+        row["steady"] = remeasure_sustained(key, args.rounds, seed=1)
+    else:
+        row["steady"] = remeasure(key, args.rounds, args.batch, cold=False, seed=1)
+    row["steady_oracle"] = args.steady_oracle
     row["cold"] = remeasure(key, args.rounds, args.batch, cold=True, seed=2)
     if key.collective is not None:
         row["collective_ms"] = steady_ms(key.collective, args.rounds, args.batch)
@@ -284,6 +341,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--old", type=Path, default=None)
+    parser.add_argument("--steady-oracle", choices=("sustained", "batch"), default="sustained",
+                        help="sustained: bench_fidelity's oracle (the device never idle); batch: the earlier "
+                             "re-measurement (a batch of calls after a barrier and a synchronize)")
     args = parser.parse_args()
     tdt.init_distributed()
     os.environ["TRITON_DIST_AUTOTUNE_ALWAYS_TUNE"] = "1"

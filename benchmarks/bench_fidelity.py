@@ -32,6 +32,10 @@ memory: 40 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 40
    contextual choices cleared before each; the first tuning compiles the kernels). ``--phases contextual`` runs
    this part alone.
 
+Several ranks: this script times one GPU; ``bench_choice.py`` (``torchrun --nproc-per-node N``) runs the examples'
+AG-GEMM and GEMM-RS spaces (and a Triton GEMM after an all-gather) with the same sustained oracle on every rank
+together (``--steady-oracle sustained``, its default), the library's steady and cold tunings side by side.
+
 Writes DIR/fidelity.json and prints the tables.
 """
 
