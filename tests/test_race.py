@@ -125,6 +125,10 @@ def test_settled_leaders_are_ranked_on_drift_free_ratios_not_raw_medians():
     assert race.winner() == 0 and race.runner_up(0) == 1
     margin, near_tie = race.margin(0, 1)
     assert margin is not None and 0.015 < margin < 0.025
+    # the outcomes say the same: drift-free times (0 ahead), and spreads of the drift-free samples, far under the
+    # raw samples' (the 1.5x rounds are gone from them)
+    zero, one = race.outcome(0, "c0", 0), race.outcome(1, "c1", 0)
+    assert zero.time < one.time and one.spread is not None and one.spread < 0.01
 
 
 def test_settled_rounds_are_extended_once_when_the_two_best_are_untold_apart():

@@ -8,8 +8,8 @@ and statistics): rounds of one timed step per config still running, in an order 
 a seed every rank shares, clearly slower configs leaving after each round, at most ``n_repeat`` rounds. Then the
 close contenders (at most :data:`CLOSE_TOP` configs not clearly slower than the leader) race
 :data:`CLOSE_ROUNDS` x (``n_repeat`` - 1) closing rounds among themselves (none for a one-round race), and their
-time is the median of the closing rounds alone: a sample is one launch, so a near-tie needs more of them, and a
-clear winner needs none. A step
+time is the drift-free median of the closing rounds alone: a sample is one launch, so a near-tie needs more of them,
+and a clear winner needs none. A step
 counts when every rank that launches the kernel with this key launched it, with the current config and without
 error, in that run; its sample is the MAX over ranks. A config that failed on any rank is skipped on every rank.
 The least median among the configs still running wins (ties: the lower index).

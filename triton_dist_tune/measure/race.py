@@ -19,7 +19,7 @@ further message.
 - **Settled rounds** (steady timing, ``final_top=n``): once at most ``n`` configs are left, or ``min_rounds``
   screening rounds are done (the ``n`` best then go on), the leaders get ``final_rounds`` more rounds of *settled*
   samples, run as one block with no break between its rounds (:meth:`Race.block`; see
-  :mod:`~triton_dist_tune.measure.timing`). Their time is then the median of their settled samples alone, and
+  :mod:`~triton_dist_tune.measure.timing`). Their time then comes from their settled samples alone, and
   nobody leaves during these rounds. When they leave the two best untold apart (:meth:`Race.unresolved`: the
   runner-up may still be over 1% faster), ``extra_rounds`` more settled rounds follow, once, past ``max_rounds``
   too.
@@ -234,13 +234,12 @@ class Race:
         drift_free = self._drift_free(index)
         return (drift_free if drift_free is not None else self.entrants[index].time()), index
 
-    def _drift_free(self, index: int) -> float | None:
-        """A leader's time over the settled rounds with the machine's drift between rounds taken out: the median
-        over those rounds of its sample relative to the round's median leader sample, times the median of every
-        leader's settled samples (so that it reads in ms); None for a config without settled samples."""
+    def _relative(self, index: int) -> list[float]:
+        """A leader's settled samples relative to their round's median leader sample (a drift of the machine
+        between rounds cancels out); empty for a config without settled samples."""
         entrant = self.entrants[index]
         if self.settled_from is None or not entrant.settled:
-            return None
+            return []
         leaders = [e for e in self.entrants.values() if e.settled and e.state != "failed"]
         relative = []
         for r in range(self.settled_from, self.rounds):
@@ -248,8 +247,16 @@ class Race:
             mine = entrant.samples[r] if r < len(entrant.samples) else None
             if mine is not None and round_:
                 relative.append(mine / median(round_))
+        return relative
+
+    def _drift_free(self, index: int) -> float | None:
+        """A leader's time over the settled rounds with the machine's drift between rounds taken out: the median
+        of :meth:`_relative`, times the median of every leader's settled samples (so that it reads in ms); None
+        for a config without settled samples."""
+        relative = self._relative(index)
         if not relative:
             return None
+        leaders = [e for e in self.entrants.values() if e.settled and e.state != "failed"]
         return median(relative) * median([s for e in leaders for s in e.settled])
 
     def leader(self, among: list[int] | None = None) -> int:
@@ -288,6 +295,8 @@ class Race:
         ranks = min(len(row) for row in e.per_rank)  # a rank that joined late (contextual) has fewer samples
         per_rank = [median([row[r] for row in e.per_rank]) for r in range(ranks)]
         state = "measured" if e.state == "running" else "stopped"
-        return Outcome(index, description, state, time=e.time(), spread=spread(e.deciding()), per_rank=per_rank,
-                       samples=len(timed), own=per_rank[own_rank] if 0 <= own_rank < ranks else None,
+        relative = self._relative(index)  # a settled leader: its drift-free time, and how sure that is
+        own = per_rank[own_rank] if 0 <= own_rank < ranks else None
+        return Outcome(index, description, state, time=self._rank_key(index)[0],
+                       spread=spread(relative or e.deciding()), per_rank=per_rank, samples=len(timed), own=own,
                        order=list(e.positions), round_times=timed)
