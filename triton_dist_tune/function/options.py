@@ -121,6 +121,5 @@ class TuneOptions:
         """How one tuning measures: warm-up, the race's rules, timing mode and batch length."""
         race = RacePlan(max_rounds=self.n_repeat, budget_s=self.budget, early_stop=self.early_stop,
                         keep_top=self.refine_top or None, seed=seed,
-                        final_top=SETTLED_LEADERS if timing == "steady" else 0, final_rounds=SETTLED_CYCLES,
-                        extra_rounds=min(SETTLED_CYCLES, self.n_repeat))
+                        final_top=SETTLED_LEADERS if timing == "steady" else 0, final_rounds=SETTLED_CYCLES)
         return Plan(self.n_warmup, timeout, race, timing, self.batch)

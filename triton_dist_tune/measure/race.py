@@ -20,9 +20,7 @@ further message.
   screening rounds are done (the ``n`` best then go on), the leaders get ``final_rounds`` more rounds of *settled*
   samples, run as one block with no break between its rounds (:meth:`Race.block`; see
   :mod:`~triton_dist_tune.measure.timing`). Their time then comes from their settled samples alone, and
-  nobody leaves during these rounds. When they leave the two best untold apart (:meth:`Race.unresolved`: the
-  runner-up may still be over 1% faster), ``extra_rounds`` more settled rounds follow, once, past ``max_rounds``
-  too.
+  nobody leaves during these rounds.
 - **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
   rounds are, or when the time budget is spent (and ``min_rounds`` are done): the least median among those still
   running wins (ties: the lower index). After settled rounds the leaders are ranked drift-free: by the median of
@@ -36,7 +34,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..records import Outcome
-from .stats import INDIFFERENCE, clearly_slower, median, median_bounds, paired_ratios, spread
+from .stats import INDIFFERENCE, clearly_slower, median, paired_ratios, spread
 
 
 @dataclass(frozen=True)
@@ -59,9 +57,6 @@ class RacePlan:
     final_top: int = 0
     #: how many settled rounds they get
     final_rounds: int = 3
-    #: settled rounds added once (past ``max_rounds`` too) when they leave the two best unresolved
-    #: (:meth:`Race.unresolved`)
-    extra_rounds: int = 0
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1 or self.min_rounds < 1:
@@ -105,8 +100,6 @@ class Race:
         self.position = 0
         #: the round the settled rounds began with (None: still screening)
         self.settled_from: int | None = None
-        #: whether the settled rounds were extended by ``extra_rounds`` (:meth:`unresolved`)
-        self.extended = False
 
     # -- running ---------------------------------------------------------------------------------------------------
 
@@ -123,32 +116,13 @@ class Race:
         random.Random(f"{self.plan.seed}/round{self.rounds + ahead}").shuffle(order)
         return order
 
-    def _settled_target(self) -> tuple[int, int]:
-        """(settled rounds to run, the last round they may end at): ``final_rounds`` up to ``max_rounds``, plus
-        ``extra_rounds`` once extended."""
-        extra = self.plan.extra_rounds if self.extended else 0
-        return self.plan.final_rounds + extra, self.plan.max_rounds + extra
-
     def block(self) -> int:
         """How many rounds the next step runs without a break: the settled rounds left (at most up to
-        ``max_rounds``, plus the extra rounds once extended) when settling, else one."""
+        ``max_rounds``) when settling, else one."""
         if self.settled_from is None:
             return 1
-        rounds, last = self._settled_target()
-        return max(1, min(rounds - (self.rounds - self.settled_from), last - self.rounds))
-
-    def unresolved(self) -> bool:
-        """Whether the settled rounds leave the two best leaders untold apart: on their paired settled rounds the
-        runner-up may still be more than :data:`INDIFFERENCE` faster than the winner (the lower bound of the
-        median of runner-up / winner is below ``1 - INDIFFERENCE``)."""
-        winner = self.winner()
-        leaders = [i for i in self.running if i != winner and self.entrants[i].settled]
-        if winner is None or not leaders or self.settled_from is None:
-            return False
-        runner_up = min(leaders, key=self._rank_key)
-        start = self.settled_from
-        ratios = paired_ratios(self.entrants[runner_up].samples[start:], self.entrants[winner].samples[start:])
-        return bool(ratios) and median_bounds(ratios)[0] < 1 - INDIFFERENCE
+        left = self.plan.final_rounds - (self.rounds - self.settled_from)
+        return max(1, min(left, self.plan.max_rounds - self.rounds))
 
     def record(self, index: int, per_rank: list[float]) -> None:
         """Config ``index``'s sample of the current round: every rank's time (ms per call)."""
@@ -179,14 +153,8 @@ class Race:
             while len(entrant.samples) < self.rounds:
                 entrant.samples.append(None)
         running = [i for i in self.running if self.entrants[i].timed()]
-        if self.settled_from is not None:  # settled rounds: nobody leaves; extended once if unresolved at the end
-            rounds, last = self._settled_target()
-            if (self.plan.extra_rounds and not self.extended and self.unresolved()
-                    and (self.rounds - self.settled_from >= rounds or self.rounds >= last)):
-                self.extended = True
-            return []
-        if len(running) < 2:
-            return []  # nothing to race against
+        if self.settled_from is not None or len(running) < 2:
+            return []  # settled rounds, or nothing to race against
         leaving = self._leaving(running) if self.rounds < self.plan.max_rounds else set()
         left = [i for i in running if i not in leaving]
         top = self.plan.final_top
@@ -221,8 +189,8 @@ class Race:
         if self.rounds == 0:
             return not self.running  # every config gets at least one sample, even alone
         if self.settled_from is not None:
-            rounds, last = self._settled_target()
-            return self.rounds - self.settled_from >= rounds or self.rounds >= last
+            done = self.rounds - self.settled_from >= self.plan.final_rounds
+            return done or self.rounds >= self.plan.max_rounds
         if len(self.running) <= 1 or self.rounds >= self.plan.max_rounds:
             return True
         budget = self.plan.budget_s
