@@ -7,7 +7,7 @@ from harness import HERE, describe, run_ranks, tuner_env
 
 from triton_dist_tune.measure.race import Race, RacePlan
 from triton_dist_tune.measure.stats import clearly_slower, median_bounds, paired_ratios, spread
-from triton_dist_tune.measure.timing import MAX_CALLS, Steady
+from triton_dist_tune.measure.timing import MAX_CALLS, Steady, steady_span
 
 CASES = HERE / "scenarios" / "race_cases.py"
 
@@ -79,6 +79,37 @@ def test_steady_sample_calls_span_the_measured_settling_and_span():
     assert Steady.calls(1e-6, 5.0, 5.0) == Steady(MAX_CALLS, MAX_CALLS)  # bounded
     assert Steady.calls(30.0, 5.0, 5.0) == Steady(1, 1)  # a slow function: one call each, never none
     assert Steady.calls(1.0, 0.0, 5.0, span=7) == Steady(0, 7)  # the batch option fixes the timed calls
+
+
+def test_a_steady_span_starts_after_the_device_ran_all_but_the_last_settling_call():
+    """The order in which a steady sample talks to its clock: the host waits for a mark placed before the last
+    settling call (the device stays busy with that call, and the span starts with no backlog ahead of it)."""
+    seen: list[str] = []
+
+    class Recording:  # a clock that writes down what the sample asks of it
+        kind = "recording"
+
+        def mark(self):
+            seen.append("mark")
+            return "m"
+
+        def wait(self, mark):
+            seen.append(f"wait {mark}")
+
+        def start(self):
+            seen.append("start")
+
+        def stop(self, start):
+            seen.append("stop")
+
+    steady_span(Recording(), lambda: seen.append("call"), Steady(3, 2))
+    assert seen == ["call", "call", "mark", "call", "wait m", "start", "call", "call", "stop"]
+    seen.clear()
+    steady_span(Recording(), lambda: seen.append("call"), Steady(1, 1))  # a slow config: one settling call
+    assert seen == ["mark", "call", "wait m", "start", "call", "stop"]
+    seen.clear()
+    steady_span(Recording(), lambda: seen.append("call"), Steady(0, 2))  # the probe: nothing to settle
+    assert seen == ["start", "call", "call", "stop"]
 
 
 def test_leaders_get_settled_rounds_and_are_decided_on_them_alone():

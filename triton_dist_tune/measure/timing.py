@@ -10,8 +10,10 @@ A **sample** is one timed span of calls, reported in ms per call:
   its clock; kept busy it settles at its power limit, and a config that draws less power settles faster). A steady
   sample therefore first **settles** the device on the config under test (:class:`Steady` ``settle`` calls of its
   own, untimed), then times a **span** of ``span`` back-to-back calls, with no host synchronize and no exchange in
-  between (the function's own collectives keep the ranks in step). The span is timed on the device from the end of
-  the settling calls to the end of the last call, so that a host-bound function is timed as host-bound (its
+  between (the function's own collectives keep the ranks in step). The host only waits, before the span, until the
+  device has run all but the last settling call, so that the span never starts with a backlog of queued calls (a
+  head start that would hide a host-bound config's launch time), and the span is timed on the device from the end
+  of the settling calls to the end of the last call, so that a host-bound function is timed as host-bound (its
   device idles between calls). The samples of one round run back to back, with one synchronize and one exchange
   per round (:meth:`~triton_dist_tune.measure.lockstep.Measurer.lockstep`), so the device never idles inside a
   round; a round's first sample settles longer (:data:`ROUND_SETTLE_MS`), after the idle gap of the exchange.
@@ -105,6 +107,10 @@ class Clock(Protocol):
 
     def flush(self) -> None: ...
 
+    def mark(self) -> Any: ...
+
+    def wait(self, mark: Any) -> None: ...
+
 
 class HostClock:
     """Wall-clock time, for CPU ranks and Triton's interpreter (work is done when a call returns)."""
@@ -128,6 +134,12 @@ class HostClock:
 
     def flush(self) -> None:
         """Nothing to flush on the host."""
+
+    def mark(self) -> None:
+        """A point in the work enqueued so far (none on the host: work is done when a call returns)."""
+
+    def wait(self, mark: None) -> None:
+        """Wait until the device has reached ``mark`` (nothing to wait for on the host)."""
 
 
 class DeviceClock:
@@ -157,6 +169,14 @@ class DeviceClock:
 
     def read(self, token: Any) -> float:
         return float(token[0].elapsed_time(token[1]))
+
+    def mark(self) -> Any:
+        """An event at this point of the current stream."""
+        return self._record()
+
+    def wait(self, mark: Any) -> None:
+        """Block the host until the device has reached ``mark`` (the work enqueued after it goes on)."""
+        mark.synchronize()
 
     def synchronize(self) -> None:
         accelerator = getattr(self._torch, "accelerator", None)
@@ -233,9 +253,19 @@ def steady_calls(clock: Any, per_call_ms: float, settled: bool, first: bool, bat
 def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> Any:
     """Enqueue one steady sample: ``steady.settle`` untimed calls, then ``steady.span`` calls timed as one span,
     with no synchronize; returns the clock's token (read it after the round's synchronize, divided by
-    ``steady.span``)."""
-    for _ in range(steady.settle):
+    ``steady.span``).
+
+    Before the span the host waits until the device has run all but the last settling call: the device stays
+    busy (that call is still queued), and the span starts with at most one call queued ahead of it. Without the
+    wait, the backlog a device-bound config leaves in the queue would give the next config's span a head start
+    of many milliseconds, and a host-bound config would be timed at its device speed."""
+    mark = None
+    for i in range(steady.settle):
+        if i == steady.settle - 1:
+            mark = clock.mark()  # before the last settling call
         call()
+    if mark is not None:
+        clock.wait(mark)
     start = clock.start()
     for _ in range(steady.span):
         call()
