@@ -32,9 +32,11 @@ memory: 40 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 40
    contextual choices cleared before each; the first tuning compiles the kernels). ``--phases contextual`` runs
    this part alone.
 
-Several ranks: this script times one GPU; ``bench_choice.py`` (``torchrun --nproc-per-node N``) runs the examples'
-AG-GEMM and GEMM-RS spaces (and a Triton GEMM after an all-gather) with the same sustained oracle on every rank
-together (``--steady-oracle sustained``, its default), the library's steady and cold tunings side by side.
+Several ranks (``torchrun --nproc-per-node N benchmarks/bench_fidelity.py --out DIR``): the script runs
+``bench_choice.py`` on the examples' AG-GEMM and GEMM-RS spaces at their 4 shapes each, with the same sustained
+oracle on every rank together for the steady tunings and the cold re-measurement (one call after an L2 flush) for
+the cold ones, ``--tunings`` fresh tunings of each mode side by side (``bench_choice.py`` itself takes more options:
+its own shapes, a Triton GEMM after an all-gather, the previous release's tuner).
 
 Writes DIR/fidelity.json and prints the tables.
 """
@@ -375,6 +377,12 @@ def main() -> None:
     p.add_argument("--shapes", default="", help="comma-separated M values (default: all 8)")
     p.add_argument("--variants", default="ours,stock", help="tuners of the tune phase: ours, ours_3x130, stock")
     args = p.parse_args()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # several ranks: the examples' spaces, in bench_choice.py
+        import bench_choice
+
+        sys.argv = [sys.argv[0], "--out", args.out, "--ops", "ag,rs", "--tunings", str(args.tunings),
+                    "--modes", "steady,cold", "--steady-oracle", "sustained"]
+        raise SystemExit(bench_choice.main())
     global SHAPES
     if args.shapes:
         SHAPES = [(int(m), 8192, 4096) for m in args.shapes.split(",")]
