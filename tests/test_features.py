@@ -77,6 +77,21 @@ def test_compiles_overlap_the_warm_up_and_a_failed_compile_is_never_run(env):
 
 
 @pytest.mark.timeout(120)
+def test_the_compile_pass_splits_the_node_and_agrees_its_failures(env):
+    """The real compile pass on 2 CPU ranks outside the interpreter (forced on; every compile fails for want of a
+    GPU compiler): each config's compile is submitted by one rank of the node, and each fails everywhere with
+    that rank's error, before any rank runs the config again."""
+    results = run("compile_pass_split", {**env, "TRITON_INTERPRET": "0"})
+    for rank, r in enumerate(results):
+        assert r["submitted"] == [v for v in range(4) if v % 2 == rank]  # its node share of the launches only
+        assert r["ran"] == [0, 1, 2, 3]  # once each, in the pass; never again after its compile failed
+        for v in range(4):
+            assert f"config {v} ({{variant: {v}}}): rank {v % 2}: compile: RuntimeError: 0 active drivers" in r["error"]
+            assert f"config {v} ({{variant: {v}}}): rank {1 - v % 2}" not in r["error"]
+    assert results[0]["error"] == results[1]["error"]
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [2, 4])
 def test_sharded_tuning_agrees_in_a_fraction_of_the_time(env, n):
     results = run("sharded", env, n)

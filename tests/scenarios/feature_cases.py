@@ -162,6 +162,46 @@ def compile_overlap():
          error=rows[2].get("error"))
 
 
+@triton.jit
+def _fill_kernel(dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, 1.0, mask=offs < n)
+
+
+@case
+def compile_pass_split():
+    """The compile pass (no ``precompile_fn``) forced on CPU ranks outside the interpreter, where Triton has no GPU
+    compiler and every compile fails ("0 active drivers"): the pass runs the function once per config with its JIT
+    launch turned into a compile, each rank submits the compiles of its node share only, every config fails on
+    every rank with its owner's error before any rank runs it again, and every rank raises the same error."""
+    from triton_dist_tune.function import tuning
+    from triton_dist_tune.measure import precompile
+
+    tdt.init_distributed()
+    tuning.compiles_here = lambda: True
+    submitted, ran = [], []
+    submit = precompile.Compiles.submit
+
+    def counted(self, index, compile_one):
+        submitted.append(index)
+        return submit(self, index, compile_one)
+
+    precompile.Compiles.submit = counted
+
+    @tdt.autotune(space(4), key_fn=lambda x: 0, n_warmup=1, n_repeat=2, name="pass")
+    def f(x, *, variant):
+        ran.append(variant)
+        _fill_kernel[(1,)](x, x.numel(), BLOCK=16)
+        dist.all_reduce(torch.zeros(1))
+
+    try:
+        f(torch.zeros(16))
+        error = None
+    except tdt.AllConfigsFailedError as exc:
+        error = str(exc)
+    emit(submitted=sorted(submitted), ran=ran, error=error)
+
+
 @case
 def sharded():
     """A rank-local function tuned lock-step and sharded: the same choice; sharded, each rank runs its share of
