@@ -43,10 +43,12 @@ class TuneOptions:
             leaves the race at once (besides the statistical rule, which needs 3 rounds).
         sharded: for functions that talk to no other rank: each rank measures its share of the configs.
         precompile_fn: ``precompile_fn(config, *args, **kwargs)`` compiles a config's kernels (e.g. with
-            ``kernel.warmup(..., grid=...)``); run for every config in a thread pool before measuring, and a
-            config that fails to compile on any rank is left out on every rank.
-        compile_threads: threads for ``precompile_fn`` (default ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or
-            min(8, CPUs)).
+            ``kernel.warmup(..., grid=...)``); run in a thread pool for this rank's share of the node's configs,
+            overlapping the warm-up (each config's compile is waited for just before its warm-up), and a config
+            that fails to compile on any rank is left out on every rank. Without it, on GPUs, the compile pass
+            does the same for the function's Triton launches.
+        compile_threads: threads for ``precompile_fn`` and the compile pass (default
+            ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or min(16, CPUs)).
         refine_top: after 3 rounds, at most this many configs (the best medians) stay in the race (0: no limit).
         name: the cache folder's name (default: the function's name).
         timing: ``"steady"`` (default: back-to-back batches, as a model layer runs) or ``"cold"`` (one call after
