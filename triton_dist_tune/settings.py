@@ -115,7 +115,7 @@ class Settings:
     #: the call for the others to meet it too (then the call tunes it) (``..._NEW_KEY_GRACE``, default 0.5)
     new_key_grace: float = 0.5
     #: threads that compile configs (``..._COMPILE_THREADS``, a whole number >= 1); None (unset or not such a
-    #: number): min(8, CPU count)
+    #: number): min(16, CPU count)
     compile_threads: int | None = None
     #: print summaries on group rank 0 where a decorator's ``autotune_verbose`` is not given
     #: (``TRITON_PRINT_AUTOTUNING=1``)
