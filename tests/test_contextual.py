@@ -87,7 +87,10 @@ def test_config_failing_on_one_rank_is_left_out_everywhere(env, n):
     for r in results:
         res = r.result
         assert res["chosen"] == 1 and res["ok"], describe(results)
-        assert res["runs"] == 8  # configs 0 and 1: 3 runs each, config 2 fails in its first run, then the final run
+        # configs 0 and 1: 3 runs each, config 2 fails in its first run, then the final run; 4 more when a loaded
+        # machine hides the 1.4x gap between configs 0 and 1 (100 and 70 ms) in one of the 2 rounds: the two then
+        # race 2 closing rounds (the gap is not 4x, so its count is not asserted exactly)
+        assert res["runs"] in (8, 12)
         assert [s.replace("stopped", "measured") for s in res["states"]] == ["measured", "measured", "failed"]
         assert res["errors"][2].startswith("rank 1: InterpreterError: AssertionError('BLOCK too large")
 
