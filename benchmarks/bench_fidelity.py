@@ -1,7 +1,7 @@
 """Choice fidelity and tuning time on one GPU, in the regime the tuner claims: steady = sustained (issue 20).
 
 Launch: ``python benchmarks/bench_fidelity.py --out DIR [--phases compile,tune,contextual] [--tunings 3]
-[--variants ours,ours_3x130,stock] [--shapes 128,256]``.
+[--variants ours,ours_span,ours_3x130,stock] [--shapes 128,256]``.
 
 Regime. Every figure of choice quality here is judged against a **sustained oracle**: the device never idles
 between configs; in each of 8 shuffled rounds every candidate config runs ~100 ms of its own calls (untimed), then
@@ -16,14 +16,21 @@ device to run it is **host-bound** (the Python launch is the bottleneck), where 
 and differ by its noise. Candidates: every config any tuner chose,
 plus the 6 best of a screening pass (20 ms settling, 20 ms timed, per config).
 
+A second oracle, **among heavy layers**, judges the same candidates in the regime of a layer that runs between
+other layers: each candidate's ~10 ms window (at least 3 calls) follows 20 ms of a heavy cuBLAS GEMM (8192^3 bf16)
+with no settling of its own, 8 shuffled rounds, drift-free scores as above. The power limiter's clock is then the
+one the heavy work sets, not the one the candidate would reach alone in 350 ms; configs that draw different power
+can rank differently under the two oracles (``probe_duel.py`` measures how much).
+
 Side by side in one run, on one Triton GEMM space (8 tiles x warps {4, 8} x stages {3, 4, 5}, pruned by shared
 memory: 40 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 4096, bf16):
 
 1. ``compile``: the first key with an empty Triton cache, compiles included: ours with the defaults and no user
    code (the compile pass), and stock ``triton.autotune`` (each its own cache folder);
 2. ``tune``: ``--tunings`` fresh tunings per key, compiles excluded (kernels compiled in memory), by each of
-   ``--variants``: ``ours`` (``timing='steady'``, the defaults), ``ours_3x130`` (the same with the previous
-   engine's settled rounds: 3 rounds of 100 ms settling + 30 ms span, each with its own synchronize) and stock
+   ``--variants``: ``ours`` (``timing='steady'``, the defaults), ``ours_span`` (the same without the queued calls
+   of a steady sample: the span alone), ``ours_3x130`` (the same with the previous engine's settled rounds: 3
+   rounds of 100 ms settling + 30 ms span, each with its own synchronize) and stock
    ``triton.autotune`` (``do_bench``); the time of each tuning call, and ours' warm-up and race seconds (from the
    rank log);
 3. ``contextual``: a layer of two ``triton.autotune`` GEMM kernels (the whole space, at M = 1024 and 8192, where
@@ -155,6 +162,39 @@ def sustained(calls: dict[str, object], rounds: int = 8, settle_ms: float = 100,
     return times
 
 
+def among_heavy(calls: dict[str, object], rounds: int = 8, background_ms: float = 20, window_ms: float = 10,
+                seed: int = 2) -> dict[str, list[float]]:
+    """The second oracle, "among heavy layers": the regime of a layer that runs between other layers on a busy,
+    power-limited device. In each of ``rounds`` shuffled rounds every candidate runs right after ``background_ms``
+    of a heavy bf16 GEMM (8192^3, cuBLAS: the other layers, which set the power limiter's clock), for a window of
+    ``window_ms`` (at least 3 calls) timed with device events, no settling of its own and no synchronize between
+    candidates (one per round). {name: [ms per call, one per round]}."""
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    heavy = lambda: torch.matmul(x, x)  # noqa: E731
+    per = {name: per_call_ms(call) for name, call in calls.items()}
+    per_heavy = per_call_ms(heavy)
+    times: dict[str, list[float]] = {}
+    rng = random.Random(seed)
+    run_for(heavy, 200, per_heavy)
+    for _ in range(rounds):
+        order = list(calls)
+        rng.shuffle(order)
+        marks = []
+        for name in order:
+            run_for(heavy, background_ms, per_heavy)
+            n = max(3, int(window_ms / per[name]))
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(n):
+                calls[name]()
+            e.record()
+            marks.append((name, s, e, n))
+        torch.cuda.synchronize()
+        for name, s, e, n in marks:
+            times.setdefault(name, []).append(s.elapsed_time(e) / n)
+    return times
+
+
 def scores(samples: dict[str, list[float]], names: list[str], rounds: list[int]) -> dict[str, float]:
     """Each config's median over ``rounds`` of its time relative to the round's median config: a drift of the
     machine between rounds (the host's speed, the limiter's phase) cancels out."""
@@ -173,7 +213,8 @@ def screen(calls: dict[str, object], keep: int = 6) -> list[str]:
 def oracle(calls: dict[str, object], chosen: set[str]) -> dict:
     """The sustained oracle over the screening's 6 best and every chosen config: 8 shuffled rounds; a config's
     ratio is its drift-free score (:func:`scores`) over the best score; repeatability: the even rounds against
-    the odd ones (two independent oracles of 4 rounds each)."""
+    the odd ones (two independent oracles of 4 rounds each). The second oracle, :func:`among_heavy`, judges the
+    same candidates in the regime of a layer between heavy layers (``among_heavy_*``)."""
     names = sorted(set(screen(calls)) | chosen)
     samples = sustained({n: calls[n] for n in names}, seed=1)
     rounds = len(samples[names[0]])
@@ -183,7 +224,13 @@ def oracle(calls: dict[str, object], chosen: set[str]) -> dict:
     ms = {n: statistics.median(samples[n]) for n in names}
     host = {n: statistics.median(host_launch_ms(calls[n]) for _ in range(5)) for n in names}
     ratio = lambda sc, n: sc[n] / min(sc.values())  # noqa: E731
+    mixed = among_heavy({n: calls[n] for n in names})
+    m_every, m_even, m_odd = (scores(mixed, names, list(r)) for r in (range(rounds), range(0, rounds, 2),
+                                                                      range(1, rounds, 2)))
     return {"times": ms, "ratios": {n: ratio(every, n) for n in names}, "host_ms": host, "best": best,
+            "among_heavy_ratios": {n: ratio(m_every, n) for n in names},
+            "among_heavy_best": min(m_every, key=m_every.get),
+            "among_heavy_repeat_max_dev": max(abs(ratio(m_even, n) / ratio(m_odd, n) - 1) for n in names),
             "best_ms": ms[best], "host_bound": host[best] >= 0.9 * ms[best],
             "repeat_max_dev": max(abs(ratio(even, n) / ratio(odd, n) - 1) for n in names),
             "repeat_best_agree": min(even, key=even.get) == min(odd, key=odd.get),
@@ -251,6 +298,22 @@ def three_long_rounds():
         timing.SETTLED_SETTLE_MS, timing.SETTLED_SPAN_MS, race_mod.Race.block, race_mod.RacePlan.__init__ = saved
 
 
+@contextlib.contextmanager
+def span_only():
+    """Steady samples without their queued calls (the span alone, as before they were added), for a side-by-side."""
+    from triton_dist_tune.measure import timing
+
+    saved = timing.QUEUED_BELOW_MS
+    timing.QUEUED_BELOW_MS = 0.0
+    try:
+        yield
+    finally:
+        timing.QUEUED_BELOW_MS = saved
+
+
+VARIANTS = {"ours_3x130": three_long_rounds, "ours_span": span_only}
+
+
 def stock_tuning(kernel, cfgs, shape) -> tuple[str, float]:
     a, b, c = tensors(*shape)
     tuned = triton.autotune(configs=cfgs, key=["M", "N", "K"])(kernel)
@@ -280,8 +343,8 @@ def phase_compile(cfgs, report) -> None:
 
 
 def phase_tune(cfgs, tunings: int, report, variants: list[str]) -> None:
-    """``tunings`` fresh tunings per shape by each of ``variants`` ("ours", "ours_3x130": the previous settled
-    rounds, "stock"), compiles excluded, then the sustained oracle."""
+    """``tunings`` fresh tunings per shape by each of ``variants`` ("ours", "ours_span": no queued calls,
+    "ours_3x130": the previous settled rounds, "stock"), compiles excluded, then the two oracles."""
     use_triton_cache(tempfile.mkdtemp(prefix="tdt_fid_tune_"))
     ours_kernel, stock_kernel = fresh_kernel(_gemm_kernel), fresh_kernel(_gemm_kernel)
     by_name = {spec(c): c for c in cfgs}
@@ -298,7 +361,7 @@ def phase_tune(cfgs, tunings: int, report, variants: list[str]) -> None:
                     got.setdefault(who, []).append((*stock_tuning(stock_kernel, cfgs, shape), 0.0, 0.0))
                     continue
                 name = f"fid_{who}_{shape[0]}_{t}"
-                with three_long_rounds() if who == "ours_3x130" else contextlib.nullcontext():
+                with VARIANTS.get(who, contextlib.nullcontext)():
                     got.setdefault(who, []).append(ours_tuning(ours_kernel, cfgs, shape, name))
         a, b, c = tensors(*shape)
         launch = launcher(ours_kernel, a, b, c)
@@ -310,8 +373,11 @@ def phase_tune(cfgs, tunings: int, report, variants: list[str]) -> None:
         parts = [f"{who} {[round(found['ratios'][x], 4) for x, *_ in runs]} in "
                  f"{[round(s, 2) for _, s, *_ in runs]} s (warm-up {[round(w, 2) for *_, w, _ in runs]}, race "
                  f"{[round(r, 2) for *_, r in runs]})" for who, runs in got.items()]
+        heavy = "; ".join(f"{who} {[round(found['among_heavy_ratios'][x], 4) for x, *_ in runs]}"
+                          for who, runs in got.items())
         print(f"{shape}: " + "; ".join(parts) + f"; oracle repeat {found['repeat_max_dev']:.4f} best-agree "
-              f"{found['repeat_best_agree']} host-bound {found['host_bound']}", flush=True)
+              f"{found['repeat_best_agree']} host-bound {found['host_bound']}; among heavy layers: {heavy} (repeat "
+              f"{found['among_heavy_repeat_max_dev']:.4f})", flush=True)
 
 
 def phase_contextual(cfgs, tunings: int, report) -> None:
@@ -364,7 +430,9 @@ def phase_contextual(cfgs, tunings: int, report) -> None:
     for choices, seconds in rows:
         ratios = [o["ratios"][x] for x, o in zip(choices, oracles, strict=True)]
         out["tunings"].append({"choices": choices, "ratios": ratios, "seconds": seconds})
-        print(f"contextual: {[round(r, 4) for r in ratios]} in {seconds:.2f} s", flush=True)
+        heavy = [round(o["among_heavy_ratios"][x], 4) for x, o in zip(choices, oracles, strict=True)]
+        print(f"contextual: {[round(r, 4) for r in ratios]} in {seconds:.2f} s; among heavy layers {heavy}",
+              flush=True)
     out["oracles"] = oracles
     report["contextual"] = out
 
@@ -375,7 +443,8 @@ def main() -> None:
     p.add_argument("--phases", default="compile,tune,contextual")
     p.add_argument("--tunings", type=int, default=3)
     p.add_argument("--shapes", default="", help="comma-separated M values (default: all 8)")
-    p.add_argument("--variants", default="ours,stock", help="tuners of the tune phase: ours, ours_3x130, stock")
+    p.add_argument("--variants", default="ours,stock",
+                   help="tuners of the tune phase: ours, ours_span, ours_3x130, stock")
     args = p.parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # several ranks: the examples' spaces, in bench_choice.py
         import bench_choice
@@ -412,6 +481,11 @@ def summarize(report: dict) -> None:
               f"{sum(r <= 1.01 for r in ratios)}/{len(ratios)}, within 1.02: {sum(r <= 1.02 for r in ratios)}/"
               f"{len(ratios)}; tunings of a key apart at most {max(spread):.4f}; tuning s median "
               f"{statistics.median(secs):.2f} max {max(secs):.2f}")
+        heavy = [row["oracle"]["among_heavy_ratios"][r[0]] for row in rows.values() for r in row.get(who, [])
+                 if "among_heavy_ratios" in row["oracle"]]
+        if heavy:
+            print(f"{who} among heavy layers: median {statistics.median(heavy):.4f} worst {max(heavy):.4f} within "
+                  f"1.01: {sum(r <= 1.01 for r in heavy)}/{len(heavy)}")
     if rows:
         dev = max(r["oracle"]["repeat_max_dev"] for r in rows.values())
         agree = sum(r["oracle"]["repeat_best_agree"] for r in rows.values())

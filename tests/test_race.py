@@ -7,7 +7,15 @@ from harness import HERE, describe, run_ranks, tuner_env
 
 from triton_dist_tune.measure.race import Race, RacePlan
 from triton_dist_tune.measure.stats import clearly_slower, median_bounds, paired_ratios, spread
-from triton_dist_tune.measure.timing import MAX_CALLS, Steady, steady_span
+from triton_dist_tune.measure.timing import (
+    MAX_CALLS,
+    HostClock,
+    SampleToken,
+    Steady,
+    read_sample,
+    steady_calls,
+    steady_span,
+)
 
 CASES = HERE / "scenarios" / "race_cases.py"
 
@@ -81,35 +89,71 @@ def test_steady_sample_calls_span_the_measured_settling_and_span():
     assert Steady.calls(1.0, 0.0, 5.0, span=7) == Steady(0, 7)  # the batch option fixes the timed calls
 
 
+class Recording:
+    """A device clock that writes down what a sample asks of it; ``holds``: whether it can hold the device."""
+
+    kind = "recording"
+
+    def __init__(self, seen: list[str], holds: bool = True) -> None:
+        self.seen, self.holds = seen, holds
+
+    def mark(self):
+        self.seen.append("mark")
+        return "m"
+
+    def wait(self, mark):
+        self.seen.append(f"wait {mark}")
+
+    def hold(self, ms):
+        self.seen.append(f"hold {ms}")
+        return self.holds
+
+    def start(self):
+        self.seen.append("start")
+        return len(self.seen)
+
+    def stop(self, start):
+        self.seen.append("stop")
+        return start
+
+    def read(self, token):
+        return {"span": 40.0, "queued": 6.0}[token]
+
+
 def test_a_steady_span_starts_after_the_device_ran_all_but_the_last_settling_call():
     """The order in which a steady sample talks to its clock: the host waits for a mark placed before the last
     settling call (the device stays busy with that call, and the span starts with no backlog ahead of it)."""
     seen: list[str] = []
-
-    class Recording:  # a clock that writes down what the sample asks of it
-        kind = "recording"
-
-        def mark(self):
-            seen.append("mark")
-            return "m"
-
-        def wait(self, mark):
-            seen.append(f"wait {mark}")
-
-        def start(self):
-            seen.append("start")
-
-        def stop(self, start):
-            seen.append("stop")
-
-    steady_span(Recording(), lambda: seen.append("call"), Steady(3, 2))
+    steady_span(Recording(seen), lambda: seen.append("call"), Steady(3, 2))
     assert seen == ["call", "call", "mark", "call", "wait m", "start", "call", "call", "stop"]
     seen.clear()
-    steady_span(Recording(), lambda: seen.append("call"), Steady(1, 1))  # a slow config: one settling call
+    steady_span(Recording(seen), lambda: seen.append("call"), Steady(1, 1))  # a slow config: one settling call
     assert seen == ["mark", "call", "wait m", "start", "call", "stop"]
     seen.clear()
-    steady_span(Recording(), lambda: seen.append("call"), Steady(0, 2))  # the probe: nothing to settle
+    steady_span(Recording(seen), lambda: seen.append("call"), Steady(0, 2))  # the probe: nothing to settle
     assert seen == ["start", "call", "call", "stop"]
+
+
+def test_a_fast_config_s_sample_also_times_calls_queued_behind_a_device_hold():
+    """Two host-bound configs that launch alike tie on their spans however far apart their device times: a fast
+    config's sample also times a few calls queued while the device is held, and its time is the mean of both."""
+    seen: list[str] = []
+    token = steady_span(Recording(seen), lambda: seen.append("call"), Steady(1, 2, queued=3, hold_ms=0.3))
+    assert seen == ["mark", "call", "wait m", "start", "call", "call", "stop",
+                    "hold 0.3", "start", "call", "call", "call", "stop"]
+    assert token.queued is not None
+    assert read_sample(Recording([]), SampleToken("span", "queued"), Steady(1, 2, 3, 0.3)) == (40.0 / 2 + 6.0 / 3) / 2
+    assert read_sample(Recording([]), SampleToken("span"), Steady(1, 2)) == 20.0  # no queued calls: the span alone
+    seen.clear()  # a device that cannot be held: the span alone, no queued calls
+    token = steady_span(Recording(seen, holds=False), lambda: seen.append("call"), Steady(0, 1, 3, 0.3))
+    assert seen == ["start", "call", "stop", "hold 0.3"] and token.queued is None
+    # who gets queued calls: fast configs on a device clock, sized to ~0.2 ms of calls behind a hold that covers
+    # twice their time (at most 0.5 ms), never on the host clock or for a call of 1 ms or more
+    fast = steady_calls(Recording([]), 0.04, settled=True, first=False, batch=None)
+    assert (fast.queued, round(fast.hold_ms, 6)) == (5, 0.45)
+    assert steady_calls(Recording([]), 0.4, settled=False, first=False, batch=None).hold_ms == 0.55
+    assert steady_calls(Recording([]), 1.5, settled=True, first=False, batch=None).queued == 0
+    assert steady_calls(HostClock(), 0.04, settled=True, first=False, batch=None).queued == 0
 
 
 def test_leaders_get_settled_rounds_and_are_decided_on_them_alone():

@@ -276,14 +276,14 @@ class Measurer(Guarding):
                     mine.append(((r, index), error))
                     failed = True
                     break
-                tokens.append(((r, index), token, steady.span))
+                tokens.append(((r, index), token, steady))
             if failed:
                 break
         if tokens:
             last = tokens[-1][0][1]
             _, error = self._guarded(last, entries[last][1], "sample", lambda: None)  # the step's one synchronize
-            for key, token, span in tokens:
-                mine.append((key, error or self.trial.clock.read(token) / span))
+            for key, token, steady in tokens:
+                mine.append((key, error or timing.read_sample(self.trial.clock, token, steady)))
         try:
             combined = self.group.combine((mine, time.monotonic() - started), f"{self.label} {phase}", combine_round,
                                           exchange_timeout(self.plan.timeout * max(1, len(tokens))))

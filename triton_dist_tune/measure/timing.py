@@ -62,14 +62,27 @@ ROUND_SETTLE_MS = 25.0
 MAX_CALLS = 20000
 #: timed calls in the probe that gives a config's time per call
 PROBE_CALLS = 3
+#: the queued part of a steady sample: about this many ms of calls (1 to :data:`QUEUED_MAX_CALLS` calls), timed
+#: after the device was held long enough for the host to queue them all; only for configs faster than
+#: :data:`QUEUED_BELOW_MS` per call (a slower call is device-bound on any launch path: its span is its device time)
+QUEUED_MS, QUEUED_MAX_CALLS, QUEUED_BELOW_MS = 0.2, 8, 1.0
+#: the device hold before the queued calls: twice their span time (which bounds the host's time to launch them),
+#: at most :data:`HOLD_MAX_MS` (an idle gap this short lends no burst of clock), plus a margin for the two events
+HOLD_MAX_MS, HOLD_MARGIN_MS = 0.5, 0.05
+#: cycles of the device's hold kernel per microsecond (an SM clock near 2 GHz; a slower clock holds longer)
+_HOLD_CYCLES_PER_US = 2000
 
 
 @dataclass(frozen=True)
 class Steady:
-    """The calls of one steady sample: ``settle`` untimed, then ``span`` timed, with nothing in between."""
+    """The calls of one steady sample: ``settle`` untimed, then ``span`` timed, with nothing in between; then, when
+    ``queued`` is set, a hold of the device for ``hold_ms`` and ``queued`` calls timed as one span, all queued
+    before the device reaches them."""
 
     settle: int
     span: int
+    queued: int = 0
+    hold_ms: float = 0.0
 
     @staticmethod
     def calls(per_call_ms: float, settle_ms: float, span_ms: float, span: int | None = None) -> Steady:
@@ -111,6 +124,8 @@ class Clock(Protocol):
 
     def wait(self, mark: Any) -> None: ...
 
+    def hold(self, ms: float) -> bool: ...
+
 
 class HostClock:
     """Wall-clock time, for CPU ranks and Triton's interpreter (work is done when a call returns)."""
@@ -141,6 +156,10 @@ class HostClock:
     def wait(self, mark: None) -> None:
         """Wait until the device has reached ``mark`` (nothing to wait for on the host)."""
 
+    def hold(self, ms: float) -> bool:
+        """Keep the device busy for ``ms`` (impossible on the host: work is done when a call returns)."""
+        return False
+
 
 class DeviceClock:
     """Device events recorded on the current stream; read after :meth:`synchronize`."""
@@ -153,6 +172,8 @@ class DeviceClock:
         self._event = getattr(torch, "Event", None) or torch.cuda.Event
         self._flush_buffer: Any = None
         self._flush_failed = False
+        #: the device's spin kernel, for :meth:`hold` (CUDA and ROCm builds of torch; None elsewhere)
+        self._spin = getattr(torch.cuda, "_sleep", None) if device_type == "cuda" else None
         self.stop(self.start())  # fail here, at once, if events do not work on this device
         self.synchronize()
 
@@ -177,6 +198,14 @@ class DeviceClock:
     def wait(self, mark: Any) -> None:
         """Block the host until the device has reached ``mark`` (the work enqueued after it goes on)."""
         mark.synchronize()
+
+    def hold(self, ms: float) -> bool:
+        """Enqueue a spin kernel that keeps the current stream busy for about ``ms``, so that the calls enqueued
+        next are all queued before the device reaches them; False where this device has none."""
+        if self._spin is None:
+            return False
+        self._spin(int(ms * 1e3 * _HOLD_CYCLES_PER_US))
+        return True
 
     def synchronize(self) -> None:
         accelerator = getattr(self._torch, "accelerator", None)
@@ -247,18 +276,48 @@ def steady_calls(clock: Any, per_call_ms: float, settled: bool, first: bool, bat
     settle += ROUND_SETTLE_MS if first else 0.0
     if clock.kind == "host" and per_call_ms > 0:
         settle = min(settle, per_call_ms)
-    return Steady.calls(per_call_ms, settle, span, batch)
+    steady = Steady.calls(per_call_ms, settle, span, batch)
+    if clock.kind == "host" or not 0 < per_call_ms < QUEUED_BELOW_MS:
+        return steady
+    queued = max(1, min(QUEUED_MAX_CALLS, math.ceil(QUEUED_MS / per_call_ms)))
+    hold = min(HOLD_MAX_MS, 2 * queued * per_call_ms) + HOLD_MARGIN_MS
+    return Steady(steady.settle, steady.span, queued, hold)
 
 
-def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> Any:
+@dataclass(frozen=True)
+class SampleToken:
+    """The clock's tokens of one steady sample: its span, and its queued calls (None: none were timed)."""
+
+    span: Any
+    queued: Any = None
+
+
+def read_sample(clock: Any, token: SampleToken, steady: Steady) -> float:
+    """A steady sample's time per call, ms (after a synchronize): the mean of the span's time per call and, when
+    the queued calls were timed, of theirs. See :func:`steady_span`."""
+    span = clock.read(token.span) / steady.span
+    if token.queued is None:
+        return span
+    return (span + clock.read(token.queued) / steady.queued) / 2
+
+
+def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> SampleToken:
     """Enqueue one steady sample: ``steady.settle`` untimed calls, then ``steady.span`` calls timed as one span,
-    with no synchronize; returns the clock's token (read it after the round's synchronize, divided by
-    ``steady.span``).
+    then, when ``steady.queued`` is set, the queued calls; no synchronize. Returns the clock's tokens: read them
+    with :func:`read_sample` after the round's synchronize.
 
     Before the span the host waits until the device has run all but the last settling call: the device stays
     busy (that call is still queued), and the span starts with at most one call queued ahead of it. Without the
     wait, the backlog a device-bound config leaves in the queue would give the next config's span a head start
-    of many milliseconds, and a host-bound config would be timed at its device speed."""
+    of many milliseconds, and a host-bound config would be timed at its device speed.
+
+    The span therefore times a config as a program that the host paces sees it: a host-bound config at its launch
+    rate. Between heavy layers the host runs ahead and the same config costs only its device time; two host-bound
+    configs that launch alike tie on their spans, however far apart their device times (a 22% gap measured on an
+    H100, ``benchmarks/bench_fidelity.py``). So a fast config's sample also times a few **queued** calls: the
+    device is held (a spin kernel of ``steady.hold_ms``, shorter than any idle gap that lends a burst of clock)
+    while the host queues them, and they then run back to back at the device's speed. The sample's time is the
+    mean of the two views (:func:`read_sample`); a device-bound config reads the same in both."""
     mark = None
     for i in range(steady.settle):
         if i == steady.settle - 1:
@@ -269,7 +328,13 @@ def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> Any:
     start = clock.start()
     for _ in range(steady.span):
         call()
-    return clock.stop(start)
+    span = clock.stop(start)
+    if not steady.queued or not clock.hold(steady.hold_ms):
+        return SampleToken(span)
+    start = clock.start()
+    for _ in range(steady.queued):
+        call()
+    return SampleToken(span, clock.stop(start))
 
 
 def cold_sample(clock: Any, call: Callable[[], Any]) -> float:
@@ -288,6 +353,7 @@ def probe(clock: Any, call: Callable[[], Any], lead: bool = True) -> float:
     if lead:
         call()
     clock.synchronize()
-    token = steady_span(clock, call, Steady(0, PROBE_CALLS))
+    steady = Steady(0, PROBE_CALLS)
+    token = steady_span(clock, call, steady)
     clock.synchronize()
-    return clock.read(token) / PROBE_CALLS
+    return read_sample(clock, token, steady)

@@ -64,15 +64,16 @@ class Trial:
         """One cold sample, ms (:func:`~triton_dist_tune.measure.timing.cold_sample`)."""
         return timing.cold_sample(self.clock, lambda: self.call(config))
 
-    def steady(self, config: dict[str, Any], steady: Steady) -> Any:
-        """Enqueue one steady sample; returns the clock's token of its span (read after a synchronize)."""
+    def steady(self, config: dict[str, Any], steady: Steady) -> timing.SampleToken:
+        """Enqueue one steady sample; returns the clock's tokens (read with :func:`timing.read_sample` after a
+        synchronize)."""
         return timing.steady_span(self.clock, lambda: self.call(config), steady)
 
     def steady_now(self, config: dict[str, Any], steady: Steady) -> float:
         """One steady sample, synchronized at once; ms per call (for a rank measuring alone)."""
         token = self.steady(config, steady)
         self.clock.synchronize()
-        return self.clock.read(token) / steady.span
+        return timing.read_sample(self.clock, token, steady)
 
     def checked_run(self, config: dict[str, Any]) -> str | None:
         """One untimed run compared against the reference; None when it matches."""
