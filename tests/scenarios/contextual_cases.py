@@ -7,6 +7,12 @@ Each rank prints ``RESULT {json}`` lines.
 Each config's ``pre_hook`` sleeps a time that depends on (kernel, rank, config), so that the group's choice is
 known in advance and differs from what any rank alone would choose: the group time of a config is the maximum
 over ranks, and the least of those wins.
+
+The timed span of a launch also holds the interpreter's run of the kernel, about a few ms per program and tens of
+ms on a loaded 2-core machine. Every tuned kernel's blocks are therefore at least as large as the sizes the
+scenarios launch (one program per config: that cost is the same for every config), and every choice rests on a
+winner of about 5 ms against losers of 80 ms or more (4x or more between group times), so that neither the
+interpreter nor a scheduling stall can flip it, even from a single sample.
 """
 
 from __future__ import annotations
@@ -34,15 +40,16 @@ from triton_dist_tune.contextual import (
 
 ORIGINAL_RUN = Autotuner.run
 
-#: sleep in ms per (kernel, rank parity) and config index. add: rank 0 alone picks 0, rank 1 picks 1, the group 2.
-#: scale: rank 0 alone picks 0, the group 1.
-#: Every choice wins by 2x or more, which keeps it stable on a loaded machine.
-SLEEP_MS = {("add", 0): [4, 70, 30], ("add", 1): [100, 4, 30], ("scale", 0): [4, 40], ("scale", 1): [100, 10]}
+#: sleep in ms per (kernel, rank parity) and config index. add: rank 0 alone picks 0, rank 1 picks 1, the group
+#: (max over ranks: 320, 320, 80) 2. scale: rank 0 alone picks 0, rank 1 picks 1, the group (320, 80) 1.
+#: Every choice wins by 75 ms or more (a rank alone: 5 against 80) or 4x (the group: 80 against 320).
+SLEEP_MS = {("add", 0): [5, 320, 80], ("add", 1): [320, 5, 80], ("scale", 0): [5, 80], ("scale", 1): [320, 5]}
+#: fail_one_rank's add: config 2 fails on rank 1; of the others the group picks 1 (5 against 320 ms)
+FAIL_ONE_RANK_MS = {("add", 0): [80, 5, 5], ("add", 1): [320, 5, 5]}
+#: the kernels' blocks: each at least the largest size launched (128), so every config runs one program
+ADD_BLOCKS, SCALE_BLOCKS, COPY_BLOCKS = (128, 256, 512), (128, 256), (128, 256, 512)
 #: one entry per launch: (kernel, n, config index), and "run" markers from the tuned functions
 SEQ: list = []
-
-
-
 
 
 
@@ -67,7 +74,7 @@ def configs(kernel: str, blocks, **hook_args):
     return [triton.Config({"BLOCK": b}, pre_hook=sleeper(kernel, i, **hook_args)) for i, b in enumerate(blocks)]
 
 
-@triton.autotune(configs=configs("add", (16, 32, 64)), key=["n"])
+@triton.autotune(configs=configs("add", ADD_BLOCKS), key=["n"])
 @triton.jit
 def add_kernel(x, y, out, n, BAD: tl.constexpr, BLOCK: tl.constexpr):
     tl.static_assert(BLOCK != BAD, "BLOCK too large for this rank")
@@ -76,7 +83,7 @@ def add_kernel(x, y, out, n, BAD: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
 
 
-@triton.autotune(configs=configs("scale", (32, 64)), key=["n"])
+@triton.autotune(configs=configs("scale", SCALE_BLOCKS), key=["n"])
 @triton.jit
 def scale_kernel(x, out, n, s, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -84,11 +91,11 @@ def scale_kernel(x, out, n, s, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(x + offs, mask=mask) * s, mask=mask)
 
 
-# per n: which config is fastest (sleeps the same on every rank)
-BY_N = {64: [50, 30, 4], 128: [4, 30, 50]}
+# per n: which config is fastest (sleeps the same on every rank): 5 ms against 80
+BY_N = {64: [80, 80, 5], 128: [5, 80, 80]}
 
 
-@triton.autotune(configs=configs("copy", (16, 32, 64), by_n=BY_N), key=["n"])
+@triton.autotune(configs=configs("copy", COPY_BLOCKS, by_n=BY_N), key=["n"])
 @triton.jit
 def copy_kernel(x, out, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -96,11 +103,12 @@ def copy_kernel(x, out, n, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
 
 
-# three configs alike and a slow one: the three are close contenders (closing rounds), the slow one leaves
-CLOSE_BY_N = {64: [20, 20, 20, 120]}
+# three configs alike and a slow one: the three are close contenders (closing rounds), the slow one leaves. One
+# program each (a block of 128 or more for n=64): the interpreter's cost per program would set the three apart
+CLOSE_BY_N = {64: [40, 40, 40, 240]}
 
 
-@triton.autotune(configs=configs("close", (16, 32, 64, 128), by_n=CLOSE_BY_N), key=["n"])
+@triton.autotune(configs=configs("close", (128, 256, 512, 1024), by_n=CLOSE_BY_N), key=["n"])
 @triton.jit
 def close_kernel(x, out, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -228,13 +236,15 @@ def subgroups():
 
 @case
 def fail_one_rank():
-    """add's config 2 (the group's best) fails to compile on rank 1 only: left out everywhere, config 1 wins."""
+    """add's config 2 (as fast as config 1) fails to compile on rank 1 only: left out everywhere, config 1 wins
+    (5 ms against config 0's 320 on the odd ranks)."""
     tdt.init_distributed()
+    SLEEP_MS.update(FAIL_ONE_RANK_MS)
 
     @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
     def layer(x, y):
         SEQ.append("run")
-        s = add(x, y, bad=64 if rank() == 1 else 0)
+        s = add(x, y, bad=ADD_BLOCKS[2] if rank() == 1 else 0)
         dist.all_reduce(s)
         return s
 
@@ -449,7 +459,7 @@ def precompile():
 
     def warmup(self, *args, grid, **kwargs):
         compiled.append((kwargs["BLOCK"], threading.current_thread().name.startswith("tdt-precompile")))
-        if kwargs["BLOCK"] == 32:
+        if kwargs["BLOCK"] == ADD_BLOCKS[1]:
             raise RuntimeError("ptxas error")
         return real_warmup(self, *args, grid=grid, **kwargs)
 

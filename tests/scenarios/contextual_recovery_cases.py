@@ -2,7 +2,8 @@
 ``contextual_autotune`` comes from the journals every rank gathered, and two groups never touch each other's.
 
 Each config's ``pre_hook`` appends ``<ATTEMPT> <config>`` to ``$FAULT_DIR/calls.rank<r>`` (the launches as each
-rank made them) and sleeps [4, 30, 60] ms, the same on every rank: config 0 wins when it is measured.
+rank made them) and sleeps [5, 80, 120] ms, the same on every rank: config 0 wins when it is measured (blocks of
+128 or more: one program per config, so the interpreter costs every config the same).
 
 - ``killed``: attempt 0 warms config 0 up in run 0; in run 1 rank 0 launches config 1 and is sent SIGTERM, while
   rank 1 is SIGKILLed before its launch: the journals end inside different configs (1 on rank 0, 0 on rank 1).
@@ -30,7 +31,7 @@ from _cases import case, emit, main  # noqa: E402
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 
-SLEEP_MS = [4, 30, 60]
+SLEEP_MS = [5, 80, 120]
 
 
 def faults() -> Path:
@@ -49,7 +50,8 @@ def recording_hook(index: int):
     return hook
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=recording_hook(i)) for i, b in enumerate((16, 32, 64))],
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=recording_hook(i))
+                          for i, b in enumerate((128, 256, 512))],
                  key=["n"])
 @triton.jit
 def copy_kernel(x, out, n, BLOCK: tl.constexpr):

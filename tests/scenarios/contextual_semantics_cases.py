@@ -63,7 +63,8 @@ def inc_kernel(src, n, BLOCK: tl.constexpr):
 ACC_SLEEP = sleeps({0: [4, 80], 1: [4, 80]})
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=ACC_SLEEP(i)) for i, b in enumerate((16, 32))],
+# blocks of n=64 or more: one program each (the interpreter's cost per program is not set against the winner)
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=ACC_SLEEP(i)) for i, b in enumerate((64, 128))],
                  key=["n"], reset_to_zero=["acc"])
 @triton.jit
 def acc_kernel(acc, x, n, BLOCK: tl.constexpr):
@@ -177,7 +178,8 @@ def prune_empty():
 
 # -- caller-given meta-parameters --------------------------------------------------------------------------------
 
-META_SLEEP = sleeps({0: [150, 4, 40], 1: [200, 120, 4]})  # alone: rank 0 picks 1, rank 1 picks 2; the group: 2
+# alone: rank 0 picks 1, rank 1 picks 2; the group (200, 160, 40 ms): 2, by 4x
+META_SLEEP = sleeps({0: [150, 4, 40], 1: [200, 160, 4]})
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w, pre_hook=META_SLEEP(i))
@@ -225,10 +227,11 @@ def copy_body(x, out, n, BLOCK: tl.constexpr):
 
 WIDE_LOG: list = []
 NARROW_LOG: list = []
-wide = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=sleeps({0: [60, 60, 60, 4], 1: [60, 60, 60, 4]},
+wide = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=sleeps({0: [80, 80, 80, 4], 1: [80, 80, 80, 4]},
                                                                             WIDE_LOG)(i))
                                 for i, b in enumerate((8, 16, 32, 64))], key=["n"])(copy_body)
-narrow = triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=sleeps({0: [4, 60], 1: [4, 60]}, NARROW_LOG)(i))
+narrow = triton.autotune(configs=[triton.Config({"BLOCK": b},
+                                                pre_hook=sleeps({0: [4, 100], 1: [4, 100]}, NARROW_LOG)(i))
                                   for i, b in enumerate((128, 256))], key=["n"])(copy_body)
 
 

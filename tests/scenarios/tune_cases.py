@@ -16,8 +16,9 @@ from _cases import case, emit, main
 import triton_dist_tune as tdt
 
 # Sleep times in ms per (rank, config): alone, rank 0 would pick config 0 and rank 1 config 1; the group max
-# is least for config 2.
-SLEEP_MS = {0: [4, 32, 16], 1: [48, 6, 16], 2: [4, 32, 16], 3: [48, 6, 16]}
+# (240, 80, 20) is least for config 2 (by 4x), then config 1 (by 3x and 160 ms, for the cases where config 2 fails).
+# Gaps this wide survive the stalls of a loaded machine (tens of ms); 16 against 32 ms did not always.
+SLEEP_MS = {0: [5, 80, 20], 1: [240, 5, 20], 2: [5, 80, 20], 3: [240, 5, 20]}
 
 
 def sleepy_space():
@@ -215,8 +216,8 @@ def mpi_agree():
 
 @case
 def single():
-    """No torch.distributed: a single process tunes alone (wide gaps: 6 vs 30 vs 60 ms, robust under load)."""
-    SLEEP_MS[0] = [6, 60, 30]
+    """No torch.distributed: a single process tunes alone (wide gaps: 5 vs 80 vs 100 ms, robust under load)."""
+    SLEEP_MS[0] = [5, 100, 80]
     sleepy = make_sleepy(name="single", collective=False)
     out = sleepy(torch.ones(2), autotune_verbose=True)
     emit(chosen=sleepy.tuner.decided[(2,)]["variant"], out=out.tolist())
