@@ -137,9 +137,11 @@ def host_launch_ms(call, n: int = 50) -> float:
     return seconds * 1e3 / n
 
 
-def sustained(calls: dict[str, object], rounds: int = 8, settle_ms: float = 100, window_ms: float = 250,
-              seed: int = 0) -> dict[str, list[float]]:
-    """The sustained oracle's samples (see the module docstring): {name: [ms per call, one per round]}."""
+def windows(calls: dict[str, object], rounds: int, lead_in, window_ms: float, min_calls: int,
+            seed: int) -> dict[str, list[float]]:
+    """Shuffled rounds of timed windows: in each round every config runs ``lead_in(name, per_call_ms)`` (untimed),
+    then a window of ``window_ms`` of its calls (at least ``min_calls``) timed with device events; no synchronize
+    between configs, one per round. {name: [ms per call, one per round]}."""
     per = {name: per_call_ms(call) for name, call in calls.items()}
     times: dict[str, list[float]] = {}
     rng = random.Random(seed)
@@ -148,8 +150,8 @@ def sustained(calls: dict[str, object], rounds: int = 8, settle_ms: float = 100,
         rng.shuffle(order)
         marks = []
         for name in order:
-            run_for(calls[name], settle_ms, per[name])
-            n = max(1, int(window_ms / per[name]))
+            lead_in(name, per[name])
+            n = max(min_calls, int(window_ms / per[name]))
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
             for _ in range(n):
@@ -160,6 +162,13 @@ def sustained(calls: dict[str, object], rounds: int = 8, settle_ms: float = 100,
         for name, s, e, n in marks:
             times.setdefault(name, []).append(s.elapsed_time(e) / n)
     return times
+
+
+def sustained(calls: dict[str, object], rounds: int = 8, settle_ms: float = 100, window_ms: float = 250,
+              seed: int = 0) -> dict[str, list[float]]:
+    """The sustained oracle's samples (see the module docstring): each window follows ``settle_ms`` of the config's
+    own calls. {name: [ms per call, one per round]}."""
+    return windows(calls, rounds, lambda name, per: run_for(calls[name], settle_ms, per), window_ms, 1, seed)
 
 
 def among_heavy(calls: dict[str, object], rounds: int = 8, background_ms: float = 20, window_ms: float = 10,
@@ -171,28 +180,9 @@ def among_heavy(calls: dict[str, object], rounds: int = 8, background_ms: float 
     candidates (one per round). {name: [ms per call, one per round]}."""
     x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     heavy = lambda: torch.matmul(x, x)  # noqa: E731
-    per = {name: per_call_ms(call) for name, call in calls.items()}
     per_heavy = per_call_ms(heavy)
-    times: dict[str, list[float]] = {}
-    rng = random.Random(seed)
     run_for(heavy, 200, per_heavy)
-    for _ in range(rounds):
-        order = list(calls)
-        rng.shuffle(order)
-        marks = []
-        for name in order:
-            run_for(heavy, background_ms, per_heavy)
-            n = max(3, int(window_ms / per[name]))
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(n):
-                calls[name]()
-            e.record()
-            marks.append((name, s, e, n))
-        torch.cuda.synchronize()
-        for name, s, e, n in marks:
-            times.setdefault(name, []).append(s.elapsed_time(e) / n)
-    return times
+    return windows(calls, rounds, lambda name, per: run_for(heavy, background_ms, per_heavy), window_ms, 3, seed)
 
 
 def scores(samples: dict[str, list[float]], names: list[str], rounds: list[int]) -> dict[str, float]:
@@ -203,6 +193,12 @@ def scores(samples: dict[str, list[float]], names: list[str], rounds: list[int])
         rel = [samples[n][r] / statistics.median(samples[m][r] for m in names) for r in rounds]
         out[n] = statistics.median(rel)
     return out
+
+
+def all_even_odd(samples: dict[str, list[float]], names: list[str]) -> list[dict[str, float]]:
+    """:func:`scores` over every round, the even rounds and the odd ones (two independent halves)."""
+    rounds = len(samples[names[0]])
+    return [scores(samples, names, list(r)) for r in (range(rounds), range(0, rounds, 2), range(1, rounds, 2))]
 
 
 def screen(calls: dict[str, object], keep: int = 6) -> list[str]:
@@ -217,16 +213,13 @@ def oracle(calls: dict[str, object], chosen: set[str]) -> dict:
     same candidates in the regime of a layer between heavy layers (``among_heavy_*``)."""
     names = sorted(set(screen(calls)) | chosen)
     samples = sustained({n: calls[n] for n in names}, seed=1)
-    rounds = len(samples[names[0]])
-    every, even, odd = (scores(samples, names, list(r)) for r in (range(rounds), range(0, rounds, 2),
-                                                                  range(1, rounds, 2)))
+    every, even, odd = all_even_odd(samples, names)
     best = min(every, key=every.get)
     ms = {n: statistics.median(samples[n]) for n in names}
     host = {n: statistics.median(host_launch_ms(calls[n]) for _ in range(5)) for n in names}
     ratio = lambda sc, n: sc[n] / min(sc.values())  # noqa: E731
     mixed = among_heavy({n: calls[n] for n in names})
-    m_every, m_even, m_odd = (scores(mixed, names, list(r)) for r in (range(rounds), range(0, rounds, 2),
-                                                                      range(1, rounds, 2)))
+    m_every, m_even, m_odd = all_even_odd(mixed, names)
     return {"times": ms, "ratios": {n: ratio(every, n) for n in names}, "host_ms": host, "best": best,
             "among_heavy_ratios": {n: ratio(m_every, n) for n in names},
             "among_heavy_best": min(m_every, key=m_every.get),
