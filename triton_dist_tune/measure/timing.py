@@ -14,7 +14,9 @@ A **sample** is one timed span of calls, reported in ms per call:
   device has run all but the last settling call, so that the span never starts with a backlog of queued calls (a
   head start that would hide a host-bound config's launch time), and the span is timed on the device from the end
   of the settling calls to the end of the last call, so that a host-bound function is timed as host-bound (its
-  device idles between calls). The samples of one round run back to back, with one synchronize and one exchange
+  device idles between calls). A config under :data:`QUEUED_BELOW_MS` per call also times a few calls queued
+  behind a short hold of the device, and its sample is the mean of both times (:func:`steady_span`). The samples
+  of one round run back to back, with one synchronize and one exchange
   per round (:meth:`~triton_dist_tune.measure.lockstep.Measurer.lockstep`), so the device never idles inside a
   round; a round's first sample settles longer (:data:`ROUND_SETTLE_MS`), after the idle gap of the exchange.
   The leaders of the screening rounds end with one **settled block**: :data:`SETTLED_CYCLES` cycles in a row, each
