@@ -304,7 +304,20 @@ def span_only():
         timing.QUEUED_BELOW_MS = saved
 
 
-VARIANTS = {"ours_3x130": three_long_rounds, "ours_span": span_only}
+@contextlib.contextmanager
+def six_leaders():
+    """Six leaders in the settled block instead of three, for a side-by-side."""
+    from triton_dist_tune.function import options
+
+    saved = options.SETTLED_LEADERS
+    options.SETTLED_LEADERS = 6
+    try:
+        yield
+    finally:
+        options.SETTLED_LEADERS = saved
+
+
+VARIANTS = {"ours_3x130": three_long_rounds, "ours_span": span_only, "ours_lead6": six_leaders}
 
 
 def stock_tuning(kernel, cfgs, shape) -> tuple[str, float]:
