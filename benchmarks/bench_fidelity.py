@@ -1,7 +1,7 @@
 """Choice fidelity and tuning time on one GPU, in the regime the tuner claims: steady = sustained (issue 20).
 
 Launch: ``python benchmarks/bench_fidelity.py --out DIR [--phases compile,tune,contextual] [--tunings 3]
-[--variants ours,ours_span,ours_3x130,stock] [--shapes 128,256]``.
+[--variants ours,ours_span,ours_3x130,ours_lead3,ours_w75,stock] [--shapes 128,256]``.
 
 Regime. Every figure of choice quality here is judged against a **sustained oracle**: the device never idles
 between configs; in each of 8 shuffled rounds every candidate config runs ~100 ms of its own calls (untimed), then
@@ -30,7 +30,8 @@ memory: 40 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 40
 2. ``tune``: ``--tunings`` fresh tunings per key, compiles excluded (kernels compiled in memory), by each of
    ``--variants``: ``ours`` (``timing='steady'``, the defaults), ``ours_span`` (the same without the queued calls
    of a steady sample: the span alone), ``ours_3x130`` (the same with the previous engine's settled rounds: 3
-   rounds of 100 ms settling + 30 ms span, each with its own synchronize) and stock
+   rounds of 100 ms settling + 30 ms span, each with its own synchronize), ``ours_lead3`` (3 settled leaders
+   even for fast configs), ``ours_w75`` (a sample weighing its queued calls 0.75) and stock
    ``triton.autotune`` (``do_bench``); the time of each tuning call, and ours' warm-up and race seconds (from the
    rank log);
 3. ``contextual``: a layer of two ``triton.autotune`` GEMM kernels (the whole space, at M = 1024 and 8192, where
@@ -305,19 +306,33 @@ def span_only():
 
 
 @contextlib.contextmanager
-def six_leaders():
-    """Six leaders in the settled block instead of three, for a side-by-side."""
+def three_leaders():
+    """Three settled leaders whatever the config's speed (before fast keys got six), for a side-by-side."""
     from triton_dist_tune.function import options
 
-    saved = options.SETTLED_LEADERS
-    options.SETTLED_LEADERS = 6
+    saved = options.SETTLED_LEADERS_FAST
+    options.SETTLED_LEADERS_FAST = 0
     try:
         yield
     finally:
-        options.SETTLED_LEADERS = saved
+        options.SETTLED_LEADERS_FAST = saved
 
 
-VARIANTS = {"ours_3x130": three_long_rounds, "ours_span": span_only, "ours_lead6": six_leaders}
+@contextlib.contextmanager
+def queued_weight(weight: float):
+    """A steady sample weighing its queued calls ``weight`` (the default: 0.5), for a side-by-side."""
+    from triton_dist_tune.measure import timing
+
+    saved = timing.QUEUED_WEIGHT
+    timing.QUEUED_WEIGHT = weight
+    try:
+        yield
+    finally:
+        timing.QUEUED_WEIGHT = saved
+
+
+VARIANTS = {"ours_3x130": three_long_rounds, "ours_span": span_only, "ours_lead3": three_leaders,
+            "ours_w75": lambda: queued_weight(0.75)}
 
 
 def stock_tuning(kernel, cfgs, shape) -> tuple[str, float]:
@@ -450,7 +465,7 @@ def main() -> None:
     p.add_argument("--tunings", type=int, default=3)
     p.add_argument("--shapes", default="", help="comma-separated M values (default: all 8)")
     p.add_argument("--variants", default="ours,stock",
-                   help="tuners of the tune phase: ours, ours_span, ours_3x130, stock")
+                   help="tuners of the tune phase: ours, ours_span, ours_3x130, ours_lead3, ours_w75, stock")
     args = p.parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # several ranks: the examples' spaces, in bench_choice.py
         import bench_choice

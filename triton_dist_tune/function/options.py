@@ -16,7 +16,7 @@ from ..errors import BadInputError
 from ..measure.arguments import check_names
 from ..measure.lockstep import Plan
 from ..measure.race import RacePlan
-from ..measure.timing import SETTLED_CYCLES, SETTLED_LEADERS, timing_mode
+from ..measure.timing import FAST_LEADER_MS, SETTLED_CYCLES, SETTLED_LEADERS, SETTLED_LEADERS_FAST, timing_mode
 from .policy import check_policy
 
 
@@ -123,5 +123,7 @@ class TuneOptions:
         """How one tuning measures: warm-up, the race's rules, timing mode and batch length."""
         race = RacePlan(max_rounds=self.n_repeat, budget_s=self.budget, early_stop=self.early_stop,
                         keep_top=self.refine_top or None, seed=seed,
-                        final_top=SETTLED_LEADERS if timing == "steady" else 0, final_rounds=SETTLED_CYCLES)
+                        final_top=SETTLED_LEADERS if timing == "steady" else 0, final_rounds=SETTLED_CYCLES,
+                        final_top_fast=SETTLED_LEADERS_FAST if timing == "steady" else 0,
+                        fast_below_ms=FAST_LEADER_MS)
         return Plan(self.n_warmup, timeout, race, timing, self.batch)

@@ -17,10 +17,10 @@ further message.
   leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done. Nobody leaves after the last
   round (it would save nothing): the configs still running then are all ``measured``.
 - **Settled rounds** (steady timing, ``final_top=n``): once at most ``n`` configs are left, or ``min_rounds``
-  screening rounds are done (the ``n`` best then go on), the leaders get ``final_rounds`` more rounds of *settled*
-  samples, run as one block with no break between its rounds (:meth:`Race.block`; see
-  :mod:`~triton_dist_tune.measure.timing`). Their time then comes from their settled samples alone, and
-  nobody leaves during these rounds.
+  screening rounds are done (the ``n`` best then go on; ``final_top_fast`` of them when the leader takes under
+  ``fast_below_ms`` per call), the leaders get ``final_rounds`` more rounds of *settled* samples, run as one
+  block with no break between its rounds (:meth:`Race.block`; see :mod:`~triton_dist_tune.measure.timing`).
+  Their time then comes from their settled samples alone, and nobody leaves during these rounds.
 - **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
   rounds are, or when the time budget is spent (and ``min_rounds`` are done): the least median among those still
   running wins (ties: the lower index). After settled rounds the leaders are ranked drift-free: by the median of
@@ -57,6 +57,10 @@ class RacePlan:
     final_top: int = 0
     #: how many settled rounds they get
     final_rounds: int = 3
+    #: leaders that get settled rounds instead, when the screening leader's time per call is under
+    #: ``fast_below_ms`` (0: always ``final_top``)
+    final_top_fast: int = 0
+    fast_below_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1 or self.min_rounds < 1:
@@ -157,7 +161,7 @@ class Race:
             return []  # settled rounds, or nothing to race against
         leaving = self._leaving(running) if self.rounds < self.plan.max_rounds else set()
         left = [i for i in running if i not in leaving]
-        top = self.plan.final_top
+        top = self._final_top(left)
         if top and len(left) >= 2 and (len(left) <= top or self.rounds >= min(self.plan.min_rounds,
                                                                               self.plan.max_rounds)):
             leaving.update(sorted(left, key=self._rank_key)[top:])
@@ -165,6 +169,15 @@ class Race:
         for i in leaving:
             self.entrants[i].state = "stopped"
         return sorted(leaving)
+
+    def _final_top(self, left: list[int]) -> int:
+        """How many leaders get the settled rounds: ``final_top_fast`` when the leader among ``left`` is fast,
+        else ``final_top`` (the leader's time is the group's: every rank decides alike)."""
+        plan = self.plan
+        if plan.final_top and plan.final_top_fast > plan.final_top and left:
+            if self.entrants[self.leader(left)].time() < plan.fast_below_ms:
+                return plan.final_top_fast
+        return plan.final_top
 
     def _leaving(self, running: list[int]) -> set[int]:
         """The configs that are clearly slower than the leader after this round."""

@@ -57,6 +57,12 @@ SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
 SETTLED_SETTLE_MS, SETTLED_SPAN_MS = 5.0, 10.0
 #: the leaders that get the settled block at the end of a steady race, and its cycles (one sample per leader each)
 SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
+#: more leaders when the screening leader takes under :data:`FAST_LEADER_MS` per call: a call then takes a few
+#: times the host's launch time at most, its span carries the host's noise, and three screening samples cannot
+#: rank the many configs within a few percent of each other (on one H100 host, M = 128 GEMMs: 3 leaders chose
+#: configs 8-9% slower than the best in 2 of 3 tunings, 6 leaders 1.9-3.2%; ``benchmarks/RESULTS.md``). The block
+#: then costs about twice as long (~0.4 s more), which such a key's tuning affords
+SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.25
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
 #: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
 ROUND_SETTLE_MS = 25.0
@@ -68,6 +74,8 @@ PROBE_CALLS = 3
 #: after the device was held long enough for the host to queue them all; only for configs faster than
 #: :data:`QUEUED_BELOW_MS` per call (a slower call is device-bound on any launch path: its span is its device time)
 QUEUED_MS, QUEUED_MAX_CALLS, QUEUED_BELOW_MS = 0.2, 8, 1.0
+#: the queued calls' share of a sample's time (the span's: the rest)
+QUEUED_WEIGHT = 0.5
 #: the device hold before the queued calls: twice their span time (which bounds the host's time to launch them),
 #: at most :data:`HOLD_MAX_MS` (an idle gap this short lends no burst of clock), plus a margin for the two events
 HOLD_MAX_MS, HOLD_MARGIN_MS = 0.5, 0.05
@@ -295,12 +303,12 @@ class SampleToken:
 
 
 def read_sample(clock: Any, token: SampleToken, steady: Steady) -> float:
-    """A steady sample's time per call, ms (after a synchronize): the mean of the span's time per call and, when
-    the queued calls were timed, of theirs. See :func:`steady_span`."""
+    """A steady sample's time per call, ms (after a synchronize): the span's time per call and, when the queued
+    calls were timed, theirs, weighted :data:`QUEUED_WEIGHT` (an even mean). See :func:`steady_span`."""
     span = clock.read(token.span) / steady.span
     if token.queued is None:
         return span
-    return (span + clock.read(token.queued) / steady.queued) / 2
+    return (1 - QUEUED_WEIGHT) * span + QUEUED_WEIGHT * clock.read(token.queued) / steady.queued
 
 
 def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> SampleToken:
