@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 from harness import HERE, describe, run_ranks, tuner_env
 
+from triton_dist_tune.function.options import TuneOptions
 from triton_dist_tune.measure.race import Race, RacePlan
 from triton_dist_tune.measure.stats import clearly_slower, median_bounds, paired_ratios, spread
 from triton_dist_tune.measure.timing import (
     MAX_CALLS,
+    SETTLED_LEADERS_FAST,
     HostClock,
     SampleToken,
     Steady,
@@ -180,6 +182,26 @@ def test_leaders_get_settled_rounds_and_are_decided_on_them_alone():
         short.end_round()
     assert short.settled_from == 1 and short.finished(0.0)
     assert race.outcome(2, "c2", 0).spread == 0.0  # the spread of its settled samples
+
+
+def test_a_fast_leader_sends_more_configs_to_the_settled_block_on_every_rank_alike():
+    """Eight close configs: under ``fast_below_ms`` per call (spans that carry the host's noise) the 6 best go on to
+    the settled rounds, above it the 3 best; the choice follows the group's samples, so every rank makes it."""
+    def settled_after_screening(scale: float) -> list[int]:
+        plan = RacePlan(max_rounds=12, min_rounds=3, final_top=3, final_rounds=4, final_top_fast=6,
+                        fast_below_ms=0.25, seed="s")
+        race = Race(list(range(8)), plan)
+        for r in range(3):  # within 3% of each other, in an order that changes every round: nobody clearly slower
+            for i in race.order():
+                race.record(i, [scale * (1.0 + 0.004 * ((3 * i + 5 * r) % 8))])
+            race.end_round()
+        assert race.settling
+        return race.running
+
+    fast, slow = settled_after_screening(0.04), settled_after_screening(1.0)
+    assert len(fast) == 6 and len(slow) == 3 and set(slow) < set(fast)
+    assert TuneOptions().plan(60.0, "steady", "k").race.final_top_fast == SETTLED_LEADERS_FAST
+    assert TuneOptions().plan(60.0, "cold", "k").race.final_top_fast == 0
 
 
 def test_settled_leaders_are_ranked_on_drift_free_ratios_not_raw_medians():
