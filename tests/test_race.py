@@ -11,7 +11,6 @@ from triton_dist_tune.measure.stats import clearly_slower, median_bounds, paired
 from triton_dist_tune.measure.timing import (
     MAX_CALLS,
     SETTLED_LEADERS_FAST,
-    HostClock,
     SampleToken,
     Steady,
     read_sample,
@@ -150,13 +149,13 @@ def test_a_fast_config_s_sample_also_times_calls_queued_behind_a_device_hold():
     token = steady_span(Recording(seen, holds=False), lambda: seen.append("call"), Steady(0, 1, 3, 0.3))
     assert seen == ["start", "call", "stop", "hold 0.3", "start", "call", "call", "call", "stop"]
     assert token.queued is not None
-    # who gets queued calls: fast configs on a device clock, sized to ~0.2 ms of calls behind a hold that covers
-    # twice their time (at most 0.5 ms), never on the host clock or for a call of 1 ms or more
-    fast = steady_calls(Recording([]), 0.04, settled=True, first=False, batch=None)
+    # who gets queued calls: fast configs on device clocks, sized to ~0.2 ms of calls behind a hold that covers
+    # twice their time (at most 0.5 ms), never by the host clock's rules or for a call of 1 ms or more
+    fast = steady_calls(False, 0.04, settled=True, first=False, batch=None)
     assert (fast.queued, round(fast.hold_ms, 6)) == (5, 0.45)
-    assert steady_calls(Recording([]), 0.4, settled=False, first=False, batch=None).hold_ms == 0.55
-    assert steady_calls(Recording([]), 1.5, settled=True, first=False, batch=None).queued == 0
-    assert steady_calls(HostClock(), 0.04, settled=True, first=False, batch=None).queued == 0
+    assert steady_calls(False, 0.4, settled=False, first=False, batch=None).hold_ms == 0.55
+    assert steady_calls(False, 1.5, settled=True, first=False, batch=None).queued == 0
+    assert steady_calls(True, 0.04, settled=True, first=False, batch=None).queued == 0  # the host clock's rules
 
 
 def test_leaders_get_settled_rounds_and_are_decided_on_them_alone():
@@ -287,6 +286,15 @@ def test_measured_batches_agree_and_the_cache_says_how_sure_the_choice_is(env):
         for o in r["outcomes"]:
             assert o["state"] in ("measured", "stopped") and o["spread"] is not None and len(o["per_rank"]) == 2
             assert o["per_rank"][1] > o["per_rank"][0]  # rank 1 sleeps 4x as long: the group time is its
+
+
+@pytest.mark.timeout(200)
+def test_ranks_timing_with_different_clocks_make_the_same_calls(env):
+    """One rank on a device-kind clock, one on the host clock: the ranks agree on whose rules size the samples, so
+    the function (an all_reduce per call) is called as often on both and nobody waits in a collective alone."""
+    results = run("mixed_clocks", env)
+    assert results[0]["calls"] == results[1]["calls"]
+    assert results[0]["chosen"] == results[1]["chosen"] == 0
 
 
 @pytest.mark.timeout(200)

@@ -176,5 +176,30 @@ def steady_structure():
     emit(calls=calls, outcomes=outcomes(f))
 
 
+@case
+def mixed_clocks():
+    """Rank 0 times with a device-kind clock (a stand-in: this machine has no device, so it reads the host's time
+    and cannot hold a device), rank 1 with the host clock, as when one rank's device events fail and it falls back
+    alone: the function's collectives must still match, so both ranks make the same calls."""
+    from triton_dist_tune.function import agreed
+    from triton_dist_tune.measure.timing import HostClock
+
+    class DeviceKindClock(HostClock):
+        kind = "cuda"
+
+    tdt.init_distributed(backend="gloo")
+    if dist.get_rank() == 0:
+        agreed.make_clock = DeviceKindClock
+    calls = collections.Counter()
+
+    @tdt.autotune(space(2), key_fn=lambda: 0, n_warmup=1, n_repeat=3, name="mixed_clocks")
+    def f(*, variant):
+        calls[variant] += 1
+        time.sleep([0.002, 0.016][variant])
+        dist.all_reduce(torch.ones(1))
+
+    f()
+    emit(calls=[calls[v] for v in range(2)], chosen=f.tuner.decided[0]["variant"])
+
 if __name__ == "__main__":
     main()

@@ -58,7 +58,7 @@ def prepare(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[st
             timeout: float) -> tuple[Trial, ArgumentState]:
     """What runs before the first aligned exchange of measuring: the timer, the argument snapshots and
     ``ref_prog``'s reference. Agreed like ``key_fn``: an exception on any rank is the same BadInputError on
-    every rank, and no config is blamed for it."""
+    every rank, and no config is blamed for it; so is the kind of clock the samples' call counts follow."""
     options = tuner.options
     state: ArgumentState | None = None
     reference, timer, problem, step = None, None, None, "saving the arguments"
@@ -75,8 +75,9 @@ def prepare(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[st
             reference = Reference((out, *state.outputs), options.rtol, options.atol)
     except Exception as exc:
         problem = f"{step} raised {describe_error(exc)}"
-    everyone = group.allgather(problem, f"{label} prepare (arguments, timer, ref_prog)", timeout=timeout)
-    problems = [(r, p) for r, p in enumerate(everyone) if p]
+    kind = timer.kind if timer is not None else "host"
+    everyone = group.allgather((problem, kind), f"{label} prepare (arguments, timer, ref_prog)", timeout=timeout)
+    problems = [(r, p) for r, (p, _) in enumerate(everyone) if p]
     if problems:
         if state is not None:
             state.put_back()
@@ -91,4 +92,7 @@ def prepare(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[st
 
     trial = Trial(tuner.fn, args, kwargs, timer, state, pre_hook, options.post_hook)
     trial.reference = reference
+    # the calls of a sample follow the host clock's rules on every rank when any rank times on the host (a rank
+    # whose device cannot time falls back to it alone): the function's collectives must match
+    trial.host_counts = any(k == "host" for _, k in everyone)
     return trial, state

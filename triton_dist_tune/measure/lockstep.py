@@ -267,7 +267,7 @@ class Measurer(Guarding):
         for r, order in enumerate(orders):
             for index in order:
                 config, desc = entries[index]
-                steady = timing.steady_calls(self.trial.clock, per_call[index], race.settling, not tokens,
+                steady = timing.steady_calls(self.trial.host_counts, per_call[index], race.settling, not tokens,
                                              self.plan.batch)
                 self.journal.append(index, "started", config=desc, phase=f"round {race.rounds + r}")
                 token, error = self._guarded(index, desc, "sample",
@@ -333,7 +333,7 @@ class Measurer(Guarding):
             samples: list[float] = []
             if error is None:
                 count = self.plan.race.max_rounds
-                steady = timing.steady_calls(self.trial.clock, wanted or 0.0, False, True, self.plan.batch)
+                steady = timing.steady_calls(self.trial.host_counts, wanted or 0.0, False, True, self.plan.batch)
                 sample = ((lambda c=config: self.trial.cold(c)) if self.cold
                           else (lambda c=config, s=steady: self.trial.steady_now(c, s)))
                 samples, error = self._guarded(index, desc, "sharded",

@@ -275,19 +275,20 @@ def make_clock() -> HostClock | DeviceClock:
     return clock
 
 
-def steady_calls(clock: Any, per_call_ms: float, settled: bool, first: bool, batch: int | None) -> Steady:
+def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, batch: int | None) -> Steady:
     """The calls of a steady sample of a config taking ``per_call_ms``: a screening or a ``settled`` one, settling
-    longer when ``first`` in its round (or settled block); ``batch`` fixes the timed calls. On the host clock (no
-    power state to settle) the settling is one call."""
+    longer when ``first`` in its round (or settled block); ``batch`` fixes the timed calls. ``host``: by the host
+    clock's rules (no power state to settle: the settling is one call; no queued calls). The group agrees on
+    ``host`` and on ``per_call_ms``, so every rank makes the same calls."""
     if settled:
         settle, span = SETTLED_SETTLE_MS, SETTLED_SPAN_MS
     else:
         settle, span = SCREEN_SETTLE_MS, SCREEN_SPAN_MS
     settle += ROUND_SETTLE_MS if first else 0.0
-    if clock.kind == "host" and per_call_ms > 0:
+    if host and per_call_ms > 0:
         settle = min(settle, per_call_ms)
     steady = Steady.calls(per_call_ms, settle, span, batch)
-    if clock.kind == "host" or not 0 < per_call_ms < QUEUED_BELOW_MS:
+    if host or not 0 < per_call_ms < QUEUED_BELOW_MS:
         return steady
     queued = max(1, min(QUEUED_MAX_CALLS, math.ceil(QUEUED_MS / per_call_ms)))
     hold = min(HOLD_MAX_MS, 2 * queued * per_call_ms) + HOLD_MARGIN_MS

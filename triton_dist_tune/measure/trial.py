@@ -43,6 +43,8 @@ class Trial:
     pre_hook: Callable[..., Any] | None = None
     post_hook: Callable[..., Any] | None = None
     reference: Reference | None = None
+    #: whether the samples' call counts follow the host clock's rules (agreed: some rank times on the host)
+    host_counts: bool = False
 
     def call(self, config: dict[str, Any]) -> Any:
         """Prepare the arguments and run once with ``config``; returns the function's result."""
