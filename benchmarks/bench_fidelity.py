@@ -4,8 +4,9 @@ Launch: ``python benchmarks/bench_fidelity.py --out DIR [--phases compile,tune,c
 [--variants ours,ours_span,ours_3x130,ours_lead3,ours_w75,stock] [--shapes 128,256]``.
 
 Regime. Every figure of choice quality here is judged against a **sustained oracle**: the device never idles
-between configs; in each of 8 shuffled rounds every candidate config runs ~100 ms of its own calls (untimed), then
-a ~250 ms window of its calls timed with device events, with no synchronize between configs (one per round). A
+between configs; in each of 8 shuffled rounds (``--oracle-rounds``) every candidate config runs ~100 ms of its own
+calls (untimed), then a ~250 ms window of its calls timed with device events, with no synchronize between configs
+(one per round). A
 config's score is the median over the rounds of its window's time relative to the round's median candidate (so a
 drift of the machine between rounds, e.g. the host's speed at host-bound shapes, cancels out); its ratio is its
 score over the best score. Repeatability: the same computed from the even rounds and from the odd rounds (two
@@ -79,6 +80,9 @@ TILES = [(128, 256, 64), (256, 128, 64), (128, 128, 64), (128, 128, 128), (64, 2
          (64, 128, 64), (64, 64, 128)]
 SHAPES = [(m, 8192, 4096) for m in (128, 256, 512, 1024, 2048, 4096, 8192, 16384)]
 SMEM = 227 * 1024
+#: rounds of each oracle (``--oracle-rounds``): more rounds, a more repeatable judge (its even and odd halves agree
+#: closer), at ~0.35 s per candidate and round
+ORACLE_ROUNDS = 8
 
 
 def space() -> list[triton.Config]:
@@ -208,18 +212,19 @@ def screen(calls: dict[str, object], keep: int = 6) -> list[str]:
 
 
 def oracle(calls: dict[str, object], chosen: set[str]) -> dict:
-    """The sustained oracle over the screening's 6 best and every chosen config: 8 shuffled rounds; a config's
-    ratio is its drift-free score (:func:`scores`) over the best score; repeatability: the even rounds against
-    the odd ones (two independent oracles of 4 rounds each). The second oracle, :func:`among_heavy`, judges the
-    same candidates in the regime of a layer between heavy layers (``among_heavy_*``)."""
+    """The sustained oracle over the screening's 6 best and every chosen config: :data:`ORACLE_ROUNDS` shuffled
+    rounds; a config's ratio is its drift-free score (:func:`scores`) over the best score; repeatability: the even
+    rounds against the odd ones (two independent oracles of half the rounds each). The second oracle,
+    :func:`among_heavy`, judges the same candidates in the regime of a layer between heavy layers
+    (``among_heavy_*``)."""
     names = sorted(set(screen(calls)) | chosen)
-    samples = sustained({n: calls[n] for n in names}, seed=1)
+    samples = sustained({n: calls[n] for n in names}, rounds=ORACLE_ROUNDS, seed=1)
     every, even, odd = all_even_odd(samples, names)
     best = min(every, key=every.get)
     ms = {n: statistics.median(samples[n]) for n in names}
     host = {n: statistics.median(host_launch_ms(calls[n]) for _ in range(5)) for n in names}
     ratio = lambda sc, n: sc[n] / min(sc.values())  # noqa: E731
-    mixed = among_heavy({n: calls[n] for n in names})
+    mixed = among_heavy({n: calls[n] for n in names}, rounds=ORACLE_ROUNDS)
     m_every, m_even, m_odd = all_even_odd(mixed, names)
     return {"times": ms, "ratios": {n: ratio(every, n) for n in names}, "host_ms": host, "best": best,
             "among_heavy_ratios": {n: ratio(m_every, n) for n in names},
@@ -464,6 +469,7 @@ def main() -> None:
     p.add_argument("--phases", default="compile,tune,contextual")
     p.add_argument("--tunings", type=int, default=3)
     p.add_argument("--shapes", default="", help="comma-separated M values (default: all 8)")
+    p.add_argument("--oracle-rounds", type=int, default=ORACLE_ROUNDS, help="rounds of each oracle (default 8)")
     p.add_argument("--variants", default="ours,stock",
                    help="tuners of the tune phase: ours, ours_span, ours_3x130, ours_lead3, ours_w75, stock")
     args = p.parse_args()
@@ -473,13 +479,14 @@ def main() -> None:
         sys.argv = [sys.argv[0], "--out", args.out, "--ops", "ag,rs", "--tunings", str(args.tunings),
                     "--modes", "steady,cold", "--steady-oracle", "sustained"]
         raise SystemExit(bench_choice.main())
-    global SHAPES
+    global SHAPES, ORACLE_ROUNDS
+    ORACLE_ROUNDS = args.oracle_rounds
     if args.shapes:
         SHAPES = [(int(m), 8192, 4096) for m in args.shapes.split(",")]
     torch.manual_seed(0)
     cfgs = space()
     report: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-                    "configs": len(cfgs)}
+                    "configs": len(cfgs), "oracle_rounds": ORACLE_ROUNDS}
     out = Path(args.out)
     for phase in args.phases.split(","):
         t0 = time.perf_counter()
