@@ -464,6 +464,7 @@ def phase_contextual(cfgs, tunings: int, report) -> None:
 
 
 def main() -> None:
+    global SHAPES, ORACLE_ROUNDS
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--phases", default="compile,tune,contextual")
@@ -479,7 +480,6 @@ def main() -> None:
         sys.argv = [sys.argv[0], "--out", args.out, "--ops", "ag,rs", "--tunings", str(args.tunings),
                     "--modes", "steady,cold", "--steady-oracle", "sustained"]
         raise SystemExit(bench_choice.main())
-    global SHAPES, ORACLE_ROUNDS
     ORACLE_ROUNDS = args.oracle_rounds
     if args.shapes:
         SHAPES = [(int(m), 8192, 4096) for m in args.shapes.split(",")]
