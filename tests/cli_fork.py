@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -85,19 +86,21 @@ def serve() -> None:
 
 _server: subprocess.Popen | None = None
 _lock = threading.Lock()
+_folder: Path | None = None
 
 
-def run_cli(args: list[str], env: dict[str, str], cwd: Path | str | None, folder: Path,
+def run_cli(args: list[str], env: dict[str, str], cwd: Path | str | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run one command in a forked child; ``folder`` holds its output files. Raises TimeoutExpired past
-    ``timeout``, as subprocess.run would."""
-    global _server
+    """Run one command in a forked child, in environment ``env`` (the whole of it) and folder ``cwd``. Raises
+    TimeoutExpired past ``timeout``, as subprocess.run would."""
+    global _server, _folder
     with _lock:
         if _server is None or _server.poll() is not None:
             _server = subprocess.Popen([sys.executable, __file__], env=env, stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True)
-        folder.mkdir(parents=True, exist_ok=True)
-        stem = folder / f"cli-{time.monotonic_ns()}"
+        if _folder is None:  # the children's output files
+            _folder = Path(tempfile.mkdtemp(prefix="triton-dist-tune-cli-"))
+        stem = _folder / f"cli-{time.monotonic_ns()}"
         out, err = Path(f"{stem}.out"), Path(f"{stem}.err")
         request = {"args": [str(a) for a in args], "env": env, "cwd": str(cwd or os.getcwd()), "stdout": str(out),
                    "stderr": str(err), "timeout": timeout}

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -53,13 +52,10 @@ def tuned(tmp_path_factory, worker_id) -> dict:
     return {"root": tmp, "cache": tmp / "cache", "logs": tmp / "logs", "jobs": jobs}
 
 
-CLI_OUTPUT = Path(tempfile.mkdtemp(prefix="triton-dist-tune-cli-"))
-
-
 def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``python -m triton_dist_tune ARGS`` in a process of its own, forked from one that imported torch already
     (tests/cli_fork.py: it saves each command torch's import; the test of the console script starts a fresh one)."""
-    return run_cli(list(args), base_env(env), cwd, CLI_OUTPUT, timeout=120)
+    return run_cli(list(args), base_env(env), cwd, timeout=120)
 
 
 def cache_copy(tuned: dict, tmp_path: Path) -> Path:
