@@ -140,9 +140,10 @@ def replicas_job(tmp_path, n: int, modes: str) -> dict[str, list[dict]]:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("n", [4])
-def test_replicas_split_the_first_pass_and_end_on_one_config_given_as_groups_or_a_device_mesh(tmp_path, n):
+def test_replicas_split_the_first_pass_and_end_on_one_config(tmp_path, n):
     """One job runs three tunings one after another (each its own function, so its own decision): the TP groups
-    alone, the same groups as replicas of one layout, and the layout given as the groups of a DeviceMesh."""
+    alone, the same groups as replicas of one layout, and the layout given as the groups of a DeviceMesh (which
+    ends on the same config, each non-leader measured by one replica)."""
     replicas = n // 2
     job = replicas_job(tmp_path, n, "independent,replicas,mesh")
     independent, together = job["independent"], job["replicas"]
