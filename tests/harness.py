@@ -106,5 +106,18 @@ def run_mpiexec(script: str | Path, n: int, args: list[str], env: dict[str, str]
                           env=base_env(extra), capture_output=True, text=True, timeout=timeout)
 
 
+def run_cases(script: str | Path, n: int, cases: list[str], env: dict[str, str] | None = None,
+              timeout: float = 120.0) -> dict[str, list[RankResult]]:
+    """Run several cases of one scenario script one after another in one job of ``n`` ranks (one rank start
+    instead of one per case); every rank must exit 0. Returns, for each case, one RankResult per rank holding
+    that case's RESULT lines (without their ``case`` field); exit status and output are the whole job's."""
+    results = run_ranks(script, n, cases, env=env, timeout=timeout)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return {case: [RankResult(r.rank, r.returncode, r.stdout, r.stderr,
+                              [{k: v for k, v in x.items() if k != "case"} for x in r.results
+                               if isinstance(x, dict) and x.get("case") == case]) for r in results]
+            for case in cases}
+
+
 def describe(results: list[RankResult]) -> str:
     return "\n".join(f"--- rank {r.rank} rc={r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-3000:]}" for r in results)

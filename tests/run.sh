@@ -17,9 +17,10 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 echo "== ruff"
 "$PY" -m ruff check .
 
-# two workers (pytest-xdist): most tests wait on their ranks' processes, so two at a time keep both cores busy
+# two workers (pytest-xdist): most tests wait on their ranks' processes, so two at a time keep both cores busy;
+# work stealing: a worker that runs out takes tests queued for the other, so neither idles at the end
 echo "== pytest (triton $("$PY" -c 'import triton; print(triton.__version__)'), 2 workers)"
-"$PY" -m pytest -q -n 2 "$@"
+"$PY" -m pytest -q -n 2 --dist worksteal "$@"
 
 echo "== pytest-mpi under mpiexec -n 2"
 mpiexec -n 2 --oversubscribe "$PY" -m pytest --with-mpi -q -p no:cacheprovider tests/test_mpi.py
@@ -33,5 +34,5 @@ if [ ! -f "$T36/triton/__init__.py" ] || [ ! -d "$T36/numpy" ]; then
   "$PY" -m pip install -q --no-deps --target "$T36" triton==3.6.0 'numpy<2.4'
 fi
 PYTHONPATH="$T36${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c 'import triton; assert triton.__version__.startswith("3.6"), triton.__version__'
-PYTHONPATH="$T36${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -n 2 -p no:cacheprovider \
+PYTHONPATH="$T36${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -n 2 --dist worksteal -p no:cacheprovider \
   tests/test_contextual_semantics.py tests/test_triton_compat.py

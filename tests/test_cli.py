@@ -6,6 +6,8 @@ Format-2 entries (the lead's new writer) are written here directly from :class:`
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import json
 import os
 import shutil
@@ -15,7 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import ROOT, base_env, describe, run_ranks, tuner_env
+from cli_fork import run_cli
+from harness import ROOT, RankResult, base_env, describe, run_ranks, tuner_env
 
 from triton_dist_tune.disk.cache import versions, write_json_atomic
 from triton_dist_tune.faults.journal import Journal
@@ -27,21 +30,32 @@ CHOSEN_RGB, FAILED_RGB = (0xD9, 0x5F, 0x02), (0xC0, 0x39, 0x2B)  # plots.CHOSEN,
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory) -> dict:
-    """Two real jobs of 2 ranks: the first tunes keys (4,) and (8,), the second hits the cache for both."""
-    tmp = tmp_path_factory.mktemp("cli")
-    env = tuner_env(tmp, timeout=60)
-    jobs = []
-    for _ in range(2):
-        results = run_ranks(SCENARIO, 2, ["tune"], env=env, timeout=240)
-        assert all(r.returncode == 0 for r in results), describe(results)
-        jobs.append(results)
+def tuned(tmp_path_factory, worker_id) -> dict:
+    """Two real jobs of 2 ranks: the first tunes keys (4,) and (8,), the second hits the cache for both.
+
+    Run once per test session: under pytest-xdist the first worker to get here runs them (the others wait on a
+    lock) into the session's shared temporary folder; every test reads them only (or copies the cache)."""
+    base = tmp_path_factory.getbasetemp()
+    tmp = (base.parent if worker_id != "master" else base) / "cli-tuned"
+    with open(f"{tmp}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        saved = tmp / "jobs.json"
+        if not saved.exists():
+            env = tuner_env(tmp, timeout=60)
+            jobs = []
+            for _ in range(2):
+                results = run_ranks(SCENARIO, 2, ["tune"], env=env, timeout=240)
+                assert all(r.returncode == 0 for r in results), describe(results)
+                jobs.append([dataclasses.asdict(r) for r in results])
+            saved.write_text(json.dumps(jobs))
+    jobs = [[RankResult(**r) for r in job] for job in json.loads(saved.read_text())]
     return {"root": tmp, "cache": tmp / "cache", "logs": tmp / "logs", "jobs": jobs}
 
 
 def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "triton_dist_tune", *args], env=base_env(env), cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    """``python -m triton_dist_tune ARGS`` in a process of its own, forked from one that imported torch already
+    (tests/cli_fork.py: it saves each command torch's import; the test of the console script starts a fresh one)."""
+    return run_cli(list(args), base_env(env), cwd, timeout=120)
 
 
 def cache_copy(tuned: dict, tmp_path: Path) -> Path:
@@ -370,7 +384,8 @@ def test_console_script_and_plot_extra_are_declared():
     module, _, function = project["scripts"]["triton-dist-tune"].partition(":")
     assert module == "triton_dist_tune.cli" and callable(getattr(__import__(module, fromlist=[function]), function))
     assert any(d.startswith("matplotlib") for d in project["optional-dependencies"]["plot"])
-    usage = cli("--help")
+    usage = subprocess.run([sys.executable, "-m", "triton_dist_tune", "--help"], env=base_env(), capture_output=True,
+                           text=True, timeout=120)  # a fresh interpreter, as a user starts it
     assert usage.returncode == 0
     assert all(c in usage.stdout for c in ("list", "show", "plot", "clear", "export", "import", "logs"))
 

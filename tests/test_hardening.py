@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import HERE, base_env, describe, parse_results, run_ranks, tuner_env
+from harness import HERE, base_env, describe, parse_results, run_cases, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "hardening_cases.py"
 
@@ -25,9 +25,20 @@ def run(case, env, n=2, ok=True, **kw):
     return results
 
 
+#: scenarios of 2 ranks whose tests read only their RESULT lines (not the job's stderr), run one after another in
+#: one job: each tunes functions of its own names, and the groups it creates it also uses alone
+SHARED_CASES = ["callers_errors", "group_recreated", "not_a_member", "threads_share_a_group"]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """case -> each rank's results; the job runs once per module (once per pytest-xdist worker that runs these)."""
+    return run_cases(CASES, 2, SHARED_CASES, env=tuner_env(tmp_path_factory.mktemp("hardening"), 30), timeout=100)
+
+
 @pytest.mark.timeout(120)
-def test_callers_errors_are_bad_input_on_every_rank(env):
-    for r in run("callers_errors", env):
+def test_callers_errors_are_bad_input_on_every_rank(shared):
+    for r in shared["callers_errors"]:
         seen = r.result["seen"]
         assert seen["positional"]["error"] == "BadInputError", seen
         assert "['block'] were passed by position" in seen["positional"]["message"]
@@ -87,16 +98,16 @@ def test_keys_are_canonical_and_tensors_are_refused(env):
 
 
 @pytest.mark.timeout(150)
-def test_a_group_created_again_is_tuned_on_its_own_channel(env):
-    for r in run("group_recreated", env):
+def test_a_group_created_again_is_tuned_on_its_own_channel(shared):
+    for r in shared["group_recreated"]:
         assert r.result["outs"] == [[32.0, 32.0]] * 3
         assert r.result["tunings"] == [1, 1, 1]
         assert len({tuple(i) for i in r.result["identities"]}) == 3
 
 
 @pytest.mark.timeout(120)
-def test_a_rank_outside_the_group_gets_a_clear_message(env):
-    results = run("not_a_member", env)
+def test_a_rank_outside_the_group_gets_a_clear_message(shared):
+    results = shared["not_a_member"]
     assert results[0].result["result"] == {"ok": 16}
     assert results[1].result["result"]["error"] == "BadInputError"
     assert "not a member" in results[1].result["result"]["message"]
@@ -110,8 +121,8 @@ def test_a_waiting_rank_says_whom_it_waits_for(env):
 
 
 @pytest.mark.timeout(120)
-def test_two_threads_share_one_tuning(env):
-    for r in run("threads_share_a_group", env):
+def test_two_threads_share_one_tuning(shared):
+    for r in shared["threads_share_a_group"]:
         assert r.result["results"] == [{"ok": 16}, {"ok": 16}]
         assert r.result["runs"] == 3 * 2 + 2  # one tuning (2 runs per config), then each thread's call
 

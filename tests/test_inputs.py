@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from cli_fork import run_cli
 from harness import HERE, base_env, describe, run_ranks, tuner_env
 
 import triton_dist_tune as tdt
@@ -82,8 +82,8 @@ def test_store_payloads_from_outsiders_never_run_and_unsendable_values_fail_ever
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "triton_dist_tune", *args], env=base_env(), capture_output=True,
-                          text=True, timeout=120)
+    """``python -m triton_dist_tune ARGS`` in a child forked from a process that imported torch (tests/cli_fork.py)."""
+    return run_cli(list(args), base_env(), timeout=120)
 
 
 def bundle_with(tmp_path: Path, *paths: str) -> Path:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from harness import HERE, describe, run_ranks, tuner_env
+from harness import HERE, run_cases, tuner_env
 
 from triton_dist_tune.function.options import TuneOptions
 from triton_dist_tune.measure.race import Race, RacePlan
@@ -21,15 +21,25 @@ from triton_dist_tune.measure.timing import (
 CASES = HERE / "scenarios" / "race_cases.py"
 
 
+#: the scenarios of the tests on real ranks below, run one after another in one job of 2 ranks (each tunes a
+#: function of its own name, so its own cache folder; steady_structure, which counts the default group's exchanges,
+#: comes last)
+RANK_CASES = ["drift", "race_drops", "early_stop", "keep_top", "measured_batch", "cold", "mixed_clocks",
+              "steady_structure"]
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """case -> each rank's results; the job runs once per module (once per pytest-xdist worker that runs these)."""
+    return run_cases(CASES, 2, RANK_CASES, env=tuner_env(tmp_path_factory.mktemp("race"), 30), timeout=150)
+
+
 @pytest.fixture
-def env(tmp_path):
-    return tuner_env(tmp_path, 30)
+def run(jobs):
+    def results(case):
+        return [r.result for r in jobs[case]]
 
-
-def run(case, env, n=2):
-    results = run_ranks(CASES, n, [case], env=env, timeout=150)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    return [r.result for r in results]
+    return results
 
 
 # -- statistics -------------------------------------------------------------------------------------------------------
@@ -232,8 +242,8 @@ def test_settled_leaders_are_ranked_on_drift_free_ratios_not_raw_medians():
 
 
 @pytest.mark.timeout(200)
-def test_interleaved_rounds_see_through_drift_where_sequential_timing_does_not(env):
-    results = run("drift", env)
+def test_interleaved_rounds_see_through_drift_where_sequential_timing_does_not(run):
+    results = run("drift")
     for r in results:
         assert r["sequential_choice"] == 0  # one config after another: fooled by the drift
         assert r["chosen"] == 1  # the race: the truly faster config
@@ -244,8 +254,8 @@ def test_interleaved_rounds_see_through_drift_where_sequential_timing_does_not(e
 
 
 @pytest.mark.timeout(200)
-def test_race_drops_clearly_slow_configs_early(env):
-    results = run("race_drops", env)
+def test_race_drops_clearly_slow_configs_early(run):
+    results = run("race_drops")
     assert results[0]["order"] == results[1]["order"]
     for r in results:
         assert r["chosen"] == 0
@@ -258,16 +268,16 @@ def test_race_drops_clearly_slow_configs_early(env):
 
 
 @pytest.mark.timeout(200)
-def test_early_stop_factor_removes_a_far_slower_config_after_one_round(env):
-    for r in run("early_stop", env):
+def test_early_stop_factor_removes_a_far_slower_config_after_one_round(run):
+    for r in run("early_stop"):
         assert r["calls"][1] == 3  # a warm-up call and one round (a settling call and batch=1)
         assert [o["state"] for o in r["outcomes"]][1] == "stopped"
         assert r["chosen"] == 0
 
 
 @pytest.mark.timeout(200)
-def test_refine_top_keeps_at_most_that_many_after_three_rounds(env):
-    for r in run("keep_top", env):
+def test_refine_top_keeps_at_most_that_many_after_three_rounds(run):
+    for r in run("keep_top"):
         samples = {o["index"]: o["samples"] for o in r["outcomes"]}
         assert all(n >= 2 for n in samples.values())
         assert {i for i, n in samples.items() if n > 3} <= {1, 3}  # only the two best race on
@@ -275,8 +285,8 @@ def test_refine_top_keeps_at_most_that_many_after_three_rounds(env):
 
 
 @pytest.mark.timeout(200)
-def test_measured_batches_agree_and_the_cache_says_how_sure_the_choice_is(env):
-    results = run("measured_batch", env)
+def test_measured_batches_agree_and_the_cache_says_how_sure_the_choice_is(run):
+    results = run("measured_batch")
     assert results[0]["calls"] == results[1]["calls"]  # the batch length is the group's, not each rank's
     for r in results:
         assert r["chosen"] == 0
@@ -289,17 +299,17 @@ def test_measured_batches_agree_and_the_cache_says_how_sure_the_choice_is(env):
 
 
 @pytest.mark.timeout(200)
-def test_ranks_timing_with_different_clocks_make_the_same_calls(env):
+def test_ranks_timing_with_different_clocks_make_the_same_calls(run):
     """One rank on a device-kind clock, one on the host clock: the ranks agree on whose rules size the samples, so
     the function (an all_reduce per call) is called as often on both and nobody waits in a collective alone."""
-    results = run("mixed_clocks", env)
+    results = run("mixed_clocks")
     assert results[0]["calls"] == results[1]["calls"]
     assert results[0]["chosen"] == results[1]["chosen"] == 0
 
 
 @pytest.mark.timeout(200)
-def test_cold_timing_takes_one_call_per_sample(env):
-    results = run("cold", env)
+def test_cold_timing_takes_one_call_per_sample(run):
+    results = run("cold")
     for r in results:
         assert r["chosen"] == 1
         samples = {o["index"]: o["samples"] for o in r["outcomes"]}
@@ -308,12 +318,12 @@ def test_cold_timing_takes_one_call_per_sample(env):
 
 
 @pytest.mark.timeout(200)
-def test_a_steady_round_runs_settling_and_span_back_to_back_with_one_exchange_per_round(env):
+def test_a_steady_round_runs_settling_and_span_back_to_back_with_one_exchange_per_round(run):
     """Steady timing on 2 real ranks, batch=3, n_repeat=6: each sample is one settling call (host clock) then 3 timed
     calls, a round's samples run back to back with no exchange between them, and one exchange follows each round.
     The 8x slower config leaves after 2 rounds; the leaders left then get the settled block: the 4 rounds left, run
     without a break (one exchange), every leader once per round."""
-    results = run("steady_structure", env)
+    results = run("steady_structure")
     assert results[0]["calls"] == results[1]["calls"]  # the same samples, in the same order, on both ranks
     for r in results:
         calls = [tuple(c) for c in r["calls"]]

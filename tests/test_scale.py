@@ -128,21 +128,29 @@ def test_c10d_rendezvous_writes_on_the_node_that_got_rank_0(tmp_path):
 
 # -- replicas: TP groups replicated across the job, tuned as one ----------------------------------------------------
 
-def replicas_job(tmp_path, n: int, mode: str) -> list[dict]:
-    env = tuner_env(tmp_path, 60, MODE=mode)
-    return sorted(run("replicas", n, env, timeout=300), key=lambda r: r["rank"])
+def replicas_job(tmp_path, n: int, modes: str) -> dict[str, list[dict]]:
+    """One job of ``n`` ranks running the tunings ``modes`` (comma-separated) one after another: mode -> the
+    results of every rank, by rank."""
+    env = tuner_env(tmp_path, 60, MODE=modes)
+    results = run_ranks(CASES, n, ["replicas"], env=env, timeout=300)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return {mode: sorted((x for r in results for x in r.results if x["mode"] == mode), key=lambda x: x["rank"])
+            for mode in modes.split(",")}
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("n", [4])
 def test_replicas_split_the_first_pass_and_end_on_one_config(tmp_path, n):
+    """One job runs three tunings one after another (each its own function, so its own decision): the TP groups
+    alone, the same groups as replicas of one layout, and the layout given as the groups of a DeviceMesh (which
+    ends on the same config, each non-leader measured by one replica)."""
     replicas = n // 2
-    independent = replicas_job(tmp_path / "alone", n, "independent")
+    job = replicas_job(tmp_path, n, "independent,replicas,mesh")
+    independent, together = job["independent"], job["replicas"]
     # a subgroup-only job as before: each TP group measures all 16 configs and chooses for itself
     assert all(sorted(set(r["calls"])) == list(range(16)) for r in independent), independent
     assert [r["chosen"] for r in independent] == [0, 0, 1, 1] + [0] * (n - 4), independent
 
-    together = replicas_job(tmp_path / "layout", n, "replicas")
     assert {r["chosen"] for r in together} == {1}, together  # least over configs of the max over every replica
     for config in range(2, 16):  # not a leader: measured in the first pass by one replica only
         measured_by = sorted({r["replica"] for r in together if config in r["calls"]})
@@ -153,18 +161,17 @@ def test_replicas_split_the_first_pass_and_end_on_one_config(tmp_path, n):
     most = max(len(r["calls"]) for r in together)
     print(f"calls per rank: {alone} alone, at most {most} with {replicas} replicas")
     assert most <= (0.7 if replicas == 2 else 0.5) * alone, (most, alone)
-    files = list((tmp_path / "layout" / "cache" / "replicas").glob("*.json"))
+    files = list((tmp_path / "cache" / "replicas").glob("*.json"))
     assert len(files) == 1, files  # one decision for the layout, written once
     assert json.loads(files[0].read_text())["index"] == 1
-    if n == 4:  # a second job of the same layout reuses it: no measuring, the final call only
-        again = replicas_job(tmp_path / "layout", n, "replicas")
-        assert [r["calls"] for r in again] == [[1]] * n, again
 
-
-@pytest.mark.timeout(300)
-def test_replicas_given_as_the_groups_of_a_device_mesh(tmp_path):
-    results = replicas_job(tmp_path, 4, "mesh")
-    assert [r["chosen"] for r in results] == [1] * 4, results
+    # the replicas given as the groups of a device mesh
+    mesh = job["mesh"]
+    assert [r["chosen"] for r in mesh] == [1] * 4, mesh
     for config in range(2, 16):
-        assert len({r["replica"] for r in results if config in r["calls"]}) == 1, (config, results)
-    assert len(list((tmp_path / "cache" / "replicas").glob("*.json"))) == 1
+        assert len({r["replica"] for r in mesh if config in r["calls"]}) == 1, (config, mesh)
+    assert len(list((tmp_path / "cache" / "replicas_mesh").glob("*.json"))) == 1
+
+    if n == 4:  # a second job of the same layout reuses it: no measuring, the final call only
+        again = replicas_job(tmp_path, n, "replicas")["replicas"]
+        assert [r["calls"] for r in again] == [[1]] * n, again

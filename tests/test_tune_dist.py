@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import HERE, base_env, describe, parse_results, run_mpiexec, run_ranks, tuner_env
+from harness import HERE, base_env, describe, parse_results, run_cases, run_mpiexec, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "tune_cases.py"
 
@@ -23,6 +23,17 @@ def run(case, n, env, **kw):
     results = run_ranks(CASES, n, [case], env=env, timeout=kw.pop("timeout", 90), **kw)
     assert all(r.returncode == 0 for r in results), describe(results)
     return results
+
+
+#: failures and bad input on 2 ranks: these scenarios run one after another in one job (each tunes a function of its
+#: own name; each error is raised and caught on every rank, and the group goes on to the next scenario)
+FAILURE_CASES = ["fail_one_rank", "fail_mid_warmup", "all_fail", "key_mismatch", "bad_input"]
+
+
+@pytest.fixture(scope="module")
+def failures(tmp_path_factory):
+    """case -> each rank's results; the job runs once per module (once per pytest-xdist worker that runs these)."""
+    return run_cases(CASES, 2, FAILURE_CASES, env=tuner_env(tmp_path_factory.mktemp("failures"), 20), timeout=90)
 
 
 @pytest.mark.timeout(120)
@@ -89,8 +100,8 @@ def test_subgroups_tune_independently(env):
 
 
 @pytest.mark.timeout(120)
-def test_config_failing_on_one_rank_is_left_out_everywhere(env):
-    results = run("fail_one_rank", 2, env)
+def test_config_failing_on_one_rank_is_left_out_everywhere(failures):
+    results = failures["fail_one_rank"]
     assert [r.result["chosen"] for r in results] == [1, 1]
     for r in results:  # config 0 (240 ms on rank 1) may leave the race early against config 1 (80 ms)
         assert r.result["states"] in (["measured", "measured", "failed"], ["stopped", "measured", "failed"])
@@ -98,32 +109,33 @@ def test_config_failing_on_one_rank_is_left_out_everywhere(env):
 
 
 @pytest.mark.timeout(120)
-def test_failure_mid_warmup_stops_every_rank_at_the_same_run(env):
-    # a rank left alone in the third run's all_reduce would be ended by its watchdog (exit 86): run() checks rc 0
-    results = run("fail_mid_warmup", 2, env)
+def test_failure_mid_warmup_stops_every_rank_at_the_same_run(failures):
+    # a rank left alone in the third run's all_reduce would be ended by its watchdog (exit 86), and the next
+    # scenarios of the job would not run: run_cases checks rc 0
+    results = failures["fail_mid_warmup"]
     for r in results:
         assert r.result["chosen"] == 1 and r.result["states"][1:] == ["measured", "failed"]
         assert r.result["calls"] == 2  # both ranks stopped after the second warmup run of config 2
 
 
 @pytest.mark.timeout(120)
-def test_every_config_failing_raises_the_same_error_everywhere(env):
-    results = run("all_fail", 2, env)
+def test_every_config_failing_raises_the_same_error_everywhere(failures):
+    results = failures["all_fail"]
     messages = {r.result["message"] for r in results}
     assert len(messages) == 1 and "config 1 ({variant: 1}): rank 1: ValueError" in messages.pop()
 
 
 @pytest.mark.timeout(120)
-def test_key_mismatch_raises_on_every_rank(env):
-    results = run("key_mismatch", 2, env)
+def test_key_mismatch_raises_on_every_rank(failures):
+    results = failures["key_mismatch"]
     for r in results:
         assert r.result["error"] == "MismatchError"
         assert "ranks [0]: (2,); ranks [1]: (3,)" in r.result["message"]
 
 
 @pytest.mark.timeout(120)
-def test_bad_input_raises_clear_errors_on_every_rank(env):
-    results = run("bad_input", 2, env)
+def test_bad_input_raises_clear_errors_on_every_rank(failures):
+    results = failures["bad_input"]
     for r in results:
         assert r.result == {"key_fn_raises": "BadInputError", "unhashable_key": "BadInputError",
                             "prune_all_on_some_rank": None, "prune_removes_all": "BadInputError",

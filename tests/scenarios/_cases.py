@@ -20,18 +20,32 @@ def case(fn: Callable[[], None]) -> Callable[[], None]:
     return fn
 
 
+#: the case running, when one process runs several (``python SCRIPT CASE CASE ...``): its RESULT lines name it
+RUNNING: list[str] = []
+
+
 def emit(**fields: object) -> None:
     """One ``RESULT {json}`` line, written with one ``write`` so that the lines of ranks sharing a pipe (torchrun,
-    mpiexec) never interleave."""
+    mpiexec) never interleave. Where the process runs several cases, the line says which (``"case"``)."""
+    if RUNNING:
+        fields = {"case": RUNNING[0], **fields}
     sys.stdout.flush()
     os.write(1, ("RESULT " + json.dumps(fields) + "\n").encode())
 
 
 def main(mpi: bool | None = None) -> None:
-    """Run the case named by ``sys.argv[1]``, then leave cleanly: MPI ranks exit normally (to finalize); torch
-    ranks wait for each other (rank 0 may host the store) and skip the slow interpreter teardown."""
+    """Run the case named by ``sys.argv[1]`` (or the cases named by ``sys.argv[1:]``, one after another, in this
+    one process: every case must leave the process group as it found it), then leave cleanly: MPI ranks exit
+    normally (to finalize); torch ranks wait for each other (rank 0 may host the store) and skip the slow
+    interpreter teardown."""
     name = sys.argv[1]
-    CASES[name]()
+    if len(sys.argv) > 2:
+        for each in sys.argv[1:]:
+            RUNNING[:] = [each]
+            CASES[each]()
+        RUNNING.clear()
+    else:
+        CASES[name]()
     sys.stdout.flush()
     sys.stderr.flush()
     if mpi if mpi is not None else name.startswith("mpi"):

@@ -123,38 +123,42 @@ def replica_sleep_ms(replica: int, variant: int) -> float:
 
 @case
 def replicas():
-    """TP groups of 2 ranks, replicated world/2 times; ``MODE=replicas`` tunes them as one layout (``MODE=mesh``:
-    the same, with the groups of a DeviceMesh), ``MODE=independent`` lets every TP group tune alone (a
-    subgroup-only job, as before replicas existed)."""
+    """TP groups of 2 ranks, replicated world/2 times. ``MODE`` is a comma-separated list of tunings run one after
+    another in this job, each of its own function (so its own cache folder): ``replicas`` tunes the TP groups as one
+    layout (function ``replicas``), ``mesh`` the same with the groups of a DeviceMesh (``replicas_mesh``),
+    ``independent`` lets every TP group tune alone (``replicas_alone``: a subgroup-only job, as before replicas
+    existed). One ``RESULT`` per mode, in order."""
     tdt.init_distributed(backend="gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    if os.environ["MODE"] == "mesh":  # the same layout as a DeviceMesh with named dimensions
-        from torch.distributed.device_mesh import init_device_mesh
-
-        mesh = init_device_mesh("cpu", (world // TP, TP), mesh_dim_names=("dp", "tp"))
-        tp, across = mesh.get_group("tp"), mesh.get_group("dp")
-    else:
-        tp_groups = [dist.new_group(list(range(s, s + TP))) for s in range(0, world, TP)]
-        replica_groups = [dist.new_group(list(range(p, world, TP))) for p in range(TP)]
-        tp, across = tp_groups[rank // TP], replica_groups[rank % TP]
+    tp_groups = [dist.new_group(list(range(s, s + TP))) for s in range(0, world, TP)]
+    replica_groups = [dist.new_group(list(range(p, world, TP))) for p in range(TP)]
     replica = rank // TP
-    calls = []
+    names = {"replicas": "replicas", "mesh": "replicas_mesh", "independent": "replicas_alone"}
+    for mode in os.environ["MODE"].split(","):
+        if mode == "mesh":  # the same layout as a DeviceMesh with named dimensions
+            from torch.distributed.device_mesh import init_device_mesh
 
-    @tdt.autotune([{"variant": v} for v in range(N_CONFIGS)], key_fn=lambda x, **kw: tuple(x.shape), n_warmup=1,
-                  n_repeat=3, name="replicas")
-    def layer(x, *, variant):
-        calls.append(variant)
-        time.sleep(replica_sleep_ms(replica, variant) / 1e3)
-        y = x * (variant + 1)
-        dist.all_reduce(y, group=tp)
-        return y
+            mesh = init_device_mesh("cpu", (world // TP, TP), mesh_dim_names=("dp", "tp"))
+            tp, across = mesh.get_group("tp"), mesh.get_group("dp")
+        else:
+            tp, across = tp_groups[rank // TP], replica_groups[rank % TP]
+        calls = []
 
-    import torch
+        @tdt.autotune([{"variant": v} for v in range(N_CONFIGS)], key_fn=lambda x, **kw: tuple(x.shape), n_warmup=1,
+                      n_repeat=3, name=names[mode])
+        def layer(x, *, variant):
+            calls.append(variant)
+            time.sleep(replica_sleep_ms(replica, variant) / 1e3)
+            y = x * (variant + 1)
+            dist.all_reduce(y, group=tp)
+            return y
 
-    extra = {} if os.environ["MODE"] == "independent" else {"autotune_replicas": across}
-    out = layer(torch.ones(4), autotune_pg=tp, **extra)
-    emit(rank=rank, replica=replica, calls=calls, out=out.tolist(),
-         chosen=next(iter(layer.tuner.decided_in.values()))["variant"])
+        import torch
+
+        extra = {} if mode == "independent" else {"autotune_replicas": across}
+        out = layer(torch.ones(4), autotune_pg=tp, **extra)
+        emit(mode=mode, rank=rank, replica=replica, calls=calls, out=out.tolist(),
+             chosen=next(iter(layer.tuner.decided_in.values()))["variant"])
 
 
 if __name__ == "__main__":
