@@ -90,9 +90,8 @@ def prepare(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[st
         if user_pre_hook is not None:
             user_pre_hook(config, *a, **k)
 
-    trial = Trial(tuner.fn, args, kwargs, timer, state, pre_hook, options.post_hook)
-    trial.reference = reference
     # the calls of a sample follow the host clock's rules on every rank when any rank times on the host (a rank
     # whose device cannot time falls back to it alone): the function's collectives must match
-    trial.host_counts = any(k == "host" for _, k in everyone)
+    trial = Trial(tuner.fn, args, kwargs, timer, state, pre_hook, options.post_hook, reference,
+                  host_counts=any(k == "host" for _, k in everyone))
     return trial, state

@@ -174,10 +174,9 @@ class Race:
         """How many leaders get the settled rounds: ``final_top_fast`` when the leader among ``left`` is fast,
         else ``final_top`` (the leader's time is the group's: every rank decides alike)."""
         plan = self.plan
-        if plan.final_top and plan.final_top_fast > plan.final_top and left:
-            if self.entrants[self.leader(left)].time() < plan.fast_below_ms:
-                return plan.final_top_fast
-        return plan.final_top
+        fast = (bool(left) and 0 < plan.final_top < plan.final_top_fast
+                and self.entrants[self.leader(left)].time() < plan.fast_below_ms)
+        return plan.final_top_fast if fast else plan.final_top
 
     def _leaving(self, running: list[int]) -> set[int]:
         """The configs that are clearly slower than the leader after this round."""
