@@ -297,47 +297,21 @@ def three_long_rounds():
         timing.SETTLED_SETTLE_MS, timing.SETTLED_SPAN_MS, race_mod.Race.block, race_mod.RacePlan.__init__ = saved
 
 
-@contextlib.contextmanager
-def span_only():
-    """Steady samples without their queued calls (the span alone, as before they were added), for a side-by-side."""
-    from triton_dist_tune.measure import timing
+def patched(module: str, name: str, value: object):
+    """``module.name`` set to ``value`` while a variant tunes (``unittest.mock.patch.object``)."""
+    import importlib
+    from unittest import mock
 
-    saved = timing.QUEUED_BELOW_MS
-    timing.QUEUED_BELOW_MS = 0.0
-    try:
-        yield
-    finally:
-        timing.QUEUED_BELOW_MS = saved
+    return mock.patch.object(importlib.import_module(module), name, value)
 
 
-@contextlib.contextmanager
-def three_leaders():
-    """Three settled leaders whatever the config's speed (before fast keys got six), for a side-by-side."""
-    from triton_dist_tune.function import options
-
-    saved = options.SETTLED_LEADERS_FAST
-    options.SETTLED_LEADERS_FAST = 0
-    try:
-        yield
-    finally:
-        options.SETTLED_LEADERS_FAST = saved
-
-
-@contextlib.contextmanager
-def queued_weight(weight: float):
-    """A steady sample weighing its queued calls ``weight`` (the default: 0.5), for a side-by-side."""
-    from triton_dist_tune.measure import timing
-
-    saved = timing.QUEUED_WEIGHT
-    timing.QUEUED_WEIGHT = weight
-    try:
-        yield
-    finally:
-        timing.QUEUED_WEIGHT = saved
-
-
-VARIANTS = {"ours_3x130": three_long_rounds, "ours_span": span_only, "ours_lead3": three_leaders,
-            "ours_w75": lambda: queued_weight(0.75)}
+#: the variants of ours, side by side with the defaults: the previous settled rounds; steady samples without their
+#: queued calls (the span alone, as before they were added); 3 settled leaders even for fast configs (before fast
+#: keys got six); a sample weighing its queued calls 0.75 instead of 0.5
+VARIANTS = {"ours_3x130": three_long_rounds,
+            "ours_span": lambda: patched("triton_dist_tune.measure.timing", "QUEUED_BELOW_MS", 0.0),
+            "ours_lead3": lambda: patched("triton_dist_tune.function.options", "SETTLED_LEADERS_FAST", 0),
+            "ours_w75": lambda: patched("triton_dist_tune.measure.timing", "QUEUED_WEIGHT", 0.75)}
 
 
 def stock_tuning(kernel, cfgs, shape) -> tuple[str, float]:
