@@ -355,10 +355,11 @@ def precompile(autotuner: Autotuner, indices: list[int], args: tuple, kwargs: di
     for, and cached on, the device the launches will use.
     """
     from ..errors import describe_error
-    from ..measure.precompile import current_cuda_device, default_workers, on_device
+    from ..measure.precompile import current_cuda_device, default_workers, on_device, version_key
 
     if not indices:
         return {}
+    version_key()  # once, here, not in every compile thread at once
     launch_kwargs = {k: v for k, v in kwargs.items() if k != "warmup"}
     device = current_cuda_device()
 

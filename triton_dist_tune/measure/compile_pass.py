@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..group.channel import Group
+from . import precompile
 from .precompile import Compiles, current_cuda_device, node_share, on_device, start_pool
 
 
@@ -68,7 +69,9 @@ def _patched(original: Callable[..., Any]) -> Callable[..., Any]:
         if current.compiles is not None:
             def compile_one() -> Any:
                 on_device(current.device)
-                return original(self, *args, grid=grid, warmup=True, **kwargs)
+                kernel = original(self, *args, grid=grid, warmup=True, **kwargs)
+                precompile.load_ahead(kernel)
+                return kernel
 
             current.compiles.submit(current.index, compile_one)
         return None

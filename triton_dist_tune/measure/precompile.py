@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -92,6 +93,8 @@ class Compiles:
 
     pool: ThreadPoolExecutor | None = None
     futures: dict[int, list[Future]] = field(default_factory=dict)
+    #: the pool's first task, Triton's version key (:func:`version_key`): every compile waits for it
+    keyed: Future | None = None
     #: seconds a config's wait may take (the tuning's timeout): a compile still running then counts as failed
     limit: float = 0.0
     active: bool = False
@@ -99,7 +102,14 @@ class Compiles:
     def submit(self, index: int, compile_one: Callable[[], Any]) -> None:
         """Compile config ``index`` (one more of its kernels) in the pool."""
         assert self.pool is not None
-        self.futures.setdefault(index, []).append(self.pool.submit(compile_one))
+        keyed = self.keyed
+
+        def task() -> Any:
+            if keyed is not None:
+                keyed.exception()  # wait for it; a failure there is the compile's to raise again
+            return compile_one()
+
+        self.futures.setdefault(index, []).append(self.pool.submit(task))
 
     def wait(self, index: int) -> str | None:
         """Wait for config ``index``'s compiles; returns "compile: error" of the first that failed (or did not end
@@ -123,8 +133,23 @@ class Compiles:
 def start_pool(workers: int | None, timeout: float) -> Compiles:
     """An active :class:`Compiles` with a pool of ``workers`` threads (default :func:`default_workers`)."""
     threads = 1 if default_workers() == 1 else (workers or default_workers())
-    return Compiles(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tdt-compile"), limit=timeout,
-                    active=True)
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tdt-compile")
+    return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True)
+
+
+def version_key() -> None:
+    """Compute Triton's version key once, before any compile: every compile needs it (a hash of Triton's compiler
+    files and of its C library, hundreds of MB), Triton caches it per process, and compile threads that all start
+    before it is cached each compute it again. Measured on a 16-CPU H100 host, first key of 40 configs: 16 threads
+    spent ~22 s of their time on it (``benchmarks/probe_first_key.py``). Nothing under Triton's interpreter, which
+    compiles nothing."""
+    if settings.current().interpret:
+        return
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:  # another Triton: its compiles compute what they need
+        return
+    triton_key()
 
 
 def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo: Sequence[tuple[int, dict, str]],
@@ -144,6 +169,30 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
         for future in [f for futures in compiles.futures.values() for f in futures]:
             future.exception()
     return compiles
+
+
+_launchers_built: set[Any] = set()
+_launchers_lock = threading.Lock()
+
+
+def load_ahead(kernel: Any) -> None:
+    """Build the launcher of a kernel just compiled in a compile thread, once per kernel signature, so that the
+    warm-up's first run of it does not. (On triton 3.6 a launcher is a C module that Triton builds with the C
+    compiler, ~1 s, at a kernel's first run, on the main thread; newer Triton launches through one generic module.)
+    Only Triton's file cache and its loaded modules change here, never the kernel: its first run still loads it.
+    Anything Triton raises here is left to that first run to raise again."""
+    src, metadata = getattr(kernel, "src", None), getattr(kernel, "metadata", None)
+    try:
+        from triton.runtime import driver
+
+        key = (id(getattr(src, "fn", None)), tuple(sorted(getattr(src, "signature", {}).items())))
+        with _launchers_lock:
+            if key in _launchers_built:
+                return
+            _launchers_built.add(key)
+        driver.active.launcher_cls(src, metadata)
+    except Exception:
+        return
 
 
 def on_device(device: int | None) -> None:
