@@ -25,7 +25,7 @@ CASES = HERE / "scenarios" / "race_cases.py"
 #: function of its own name, so its own cache folder; steady_structure, which counts the default group's exchanges,
 #: comes last)
 RANK_CASES = ["drift", "race_drops", "early_stop", "keep_top", "measured_batch", "cold", "mixed_clocks",
-              "steady_structure"]
+              "probe_follows_the_group", "steady_structure"]
 
 
 @pytest.fixture(scope="module")
@@ -305,6 +305,15 @@ def test_ranks_timing_with_different_clocks_make_the_same_calls(run):
     results = run("mixed_clocks")
     assert results[0]["calls"] == results[1]["calls"]
     assert results[0]["chosen"] == results[1]["chosen"] == 0
+
+
+@pytest.mark.timeout(200)
+def test_the_probes_calls_follow_the_groups_time_of_the_config_before(run):
+    """The probe times 3 calls of the first config and one of config 1, on both ranks, because config 0 took 3 ms
+    per call on one rank (the group's time), though 0.2 ms on the other (an all_reduce per call: had the ranks made
+    different calls, they would have failed)."""
+    results = run("probe_follows_the_group")
+    assert results[0]["probes"] == results[1]["probes"] == [3, 1]
 
 
 @pytest.mark.timeout(200)

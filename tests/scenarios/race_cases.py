@@ -205,5 +205,33 @@ def mixed_clocks():
         agreed.make_clock = saved  # the scenarios after this one in the same job time as usual
     emit(calls=[calls[v] for v in range(2)], chosen=f.tuner.decided[0]["variant"])
 
+
+@case
+def probe_follows_the_group():
+    """Config 0 takes 3 ms per call on rank 0 and 0.2 ms on rank 1; the group's time (3 ms) makes config 1's probe
+    one timed call on both ranks (a call of 2 ms or more sizes its samples alone). Were each rank to decide from its
+    own time, rank 1 would make 3 probe calls to rank 0's one, and the all_reduce in each call would not match."""
+    from triton_dist_tune.measure import timing
+
+    tdt.init_distributed(backend="gloo")
+    probes: list[int] = []
+    real = timing.probe
+
+    def observed(clock, call, lead=True, calls=timing.PROBE_CALLS):
+        probes.append(calls)
+        return real(clock, call, lead, calls)
+
+    @tdt.autotune(space(2), key_fn=lambda: 0, n_warmup=1, n_repeat=3, name="probe_follows")
+    def f(*, variant):
+        time.sleep(0.003 if variant == 0 and dist.get_rank() == 0 else 0.0002)
+        dist.all_reduce(torch.ones(1))
+
+    timing.probe = observed
+    try:
+        f()
+    finally:
+        timing.probe = real
+    emit(probes=probes)
+
 if __name__ == "__main__":
     main()

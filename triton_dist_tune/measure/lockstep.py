@@ -161,8 +161,9 @@ class Measurer(Guarding):
 
     # -- warm-up ---------------------------------------------------------------------------------------------------
 
-    def _warmup_runs(self, index: int, config: dict[str, Any]) -> list[Callable[[], Any]]:
-        """The runs of a config's warm-up: the checked run, ``n_warmup`` runs, and the steady probe."""
+    def _warmup_runs(self, index: int, config: dict[str, Any], probe_calls: int) -> list[Callable[[], Any]]:
+        """The runs of a config's warm-up: the checked run, ``n_warmup`` runs, and the steady probe (``probe_calls``
+        timed calls)."""
         def checked() -> None:
             wrong = self.trial.checked_run(config)
             if wrong:
@@ -176,16 +177,18 @@ class Measurer(Guarding):
         lead = not runs  # a warm-up run just ran the config: the probe needs no lead call of its own
 
         def probe() -> float:
-            return self.trial.probe(config, lead)
+            return self.trial.probe(config, lead, probe_calls)
 
         if not self.cold and self.plan.batch is None:
             runs.append(probe)
         return runs
 
-    def _warm(self, index: int, config: dict[str, Any], desc: str, aligned: bool) -> tuple[float | None, str | None]:
+    def _warm(self, index: int, config: dict[str, Any], desc: str, aligned: bool,
+              previous_ms: float) -> tuple[float | None, str | None]:
         """Warm one config up; returns (this rank's time per call from the probe, None) or (None, error); the time
         is 0 when no probe ran (cold timing, a fixed ``batch``: one settling call, or stopped early by another rank's
-        failure)."""
+        failure). ``previous_ms``: the time per call of the config warmed up before it (the group's when
+        ``aligned``), which sets the probe's calls (:func:`~triton_dist_tune.measure.timing.probe_calls`)."""
         self.journal.append(index, "started", config=desc, phase="warmup")
         compiled = self.compiles.wait(index)  # bounded by its own limit, outside the watchdog
         if aligned and self.compiles.active:  # every rank: start its first run once its kernels are in the cache
@@ -193,7 +196,7 @@ class Measurer(Guarding):
                                         exchange_timeout(self.plan.timeout) + self.compiles.limit)
             if failed and compiled is None:
                 return 0.0, None  # another rank's compile failed: its error comes in the exchange
-        runs = self._warmup_runs(index, config)
+        runs = self._warmup_runs(index, config, timing.probe_calls(previous_ms))
         if compiled is not None:
             runs = [lambda: _raise(CompileFailed(compiled))]
         results, error = self._guarded(index, desc, "warmup",
@@ -213,13 +216,14 @@ class Measurer(Guarding):
         outcomes: dict[int, Outcome] = {}
         per_call: dict[int, float] = {}
         warming = time.monotonic()
+        previous = 0.0  # the group's time per call of the config warmed up last
         for index, config, desc in todo:
-            wanted, error = self._warm(index, config, desc, aligned=True)
+            wanted, error = self._warm(index, config, desc, aligned=True, previous_ms=previous)
             combined = self._exchange(index, desc, (error or wanted, 0.0), error, "warmup")
             if combined.errors:
                 outcomes[index] = self._failed(index, desc, combined.errors)
             else:
-                per_call[index] = float(max(combined.values))
+                per_call[index] = previous = float(max(combined.values))
         entries = {index: (config, desc) for index, config, desc in todo if index in per_call}
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)
         race = Race(sorted(entries), self.plan.race)
@@ -324,12 +328,14 @@ class Measurer(Guarding):
     def sharded(self, todo: Sequence[Todo]) -> list[Outcome]:
         """Measure this rank's share of ``todo`` alone (``max_rounds`` samples each), then share all outcomes."""
         mine = []
+        previous = 0.0  # this rank's time per call of the config it warmed up last (it measures alone)
         for position, (index, config, desc) in enumerate(todo):
             if position % self.group.size != self.group.rank:
                 continue
             if self._deferred is not None or self._peer_poisoned():
                 break  # a poisoned context fails everything after it: go and tell the others
-            wanted, error = self._warm(index, config, desc, aligned=False)
+            wanted, error = self._warm(index, config, desc, aligned=False, previous_ms=previous)
+            previous = wanted or previous
             samples: list[float] = []
             if error is None:
                 count = self.plan.race.max_rounds

@@ -68,8 +68,9 @@ SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.25
 ROUND_SETTLE_MS = 25.0
 #: at most this many calls in a settling run or a span (a function of a few microseconds)
 MAX_CALLS = 20000
-#: timed calls in the probe that gives a config's time per call
-PROBE_CALLS = 3
+#: timed calls in the probe that gives a config's time per call; one when the config probed before it took at least
+#: :data:`PROBE_ONE_CALL_MS` per call (:func:`probe_calls`)
+PROBE_CALLS, PROBE_ONE_CALL_MS = 3, 2.0
 #: the queued part of a steady sample: about this many ms of calls (1 to :data:`QUEUED_MAX_CALLS` calls), timed
 #: after the device was held long enough for the host to queue them all; only for configs faster than
 #: :data:`QUEUED_BELOW_MS` per call (a slower call is device-bound on any launch path: its span is its device time)
@@ -361,13 +362,21 @@ def cold_sample(clock: Any, call: Callable[[], Any]) -> float:
     return clock.read(token)
 
 
-def probe(clock: Any, call: Callable[[], Any], lead: bool = True) -> float:
+def probe_calls(previous_ms: float) -> int:
+    """The timed calls of a config's probe, from the time per call of the config probed before it (the group's,
+    so that every rank makes the same calls): the configs of one key take times of one order, and a call of
+    :data:`PROBE_ONE_CALL_MS` or more is device-bound, so one call sizes its samples (at the largest GEMMs this
+    halves the warm-up); :data:`PROBE_CALLS` otherwise, and for the first config."""
+    return 1 if previous_ms >= PROBE_ONE_CALL_MS else PROBE_CALLS
+
+
+def probe(clock: Any, call: Callable[[], Any], lead: bool = True, calls: int = PROBE_CALLS) -> float:
     """A config's time per call, for sizing its samples: one untimed call (unless ``lead`` is false: a warm-up run
-    just ran it), a synchronize, then :data:`PROBE_CALLS` calls timed as one span; ms per call."""
+    just ran it), a synchronize, then ``calls`` calls timed as one span; ms per call."""
     if lead:
         call()
     clock.synchronize()
-    steady = Steady(0, PROBE_CALLS)
+    steady = Steady(0, calls)
     token = steady_span(clock, call, steady)
     clock.synchronize()
     return read_sample(clock, token, steady)

@@ -57,10 +57,10 @@ class Trial:
             self.post_hook(config, *self.args, **self.kwargs)
         return out
 
-    def probe(self, config: dict[str, Any], lead: bool = True) -> float:
+    def probe(self, config: dict[str, Any], lead: bool = True, calls: int = timing.PROBE_CALLS) -> float:
         """The config's time per call, for sizing its samples (:func:`~triton_dist_tune.measure.timing.probe`;
-        ``lead`` false: a warm-up run just ran)."""
-        return timing.probe(self.clock, lambda: self.call(config), lead)
+        ``lead`` false: a warm-up run just ran; ``calls`` timed)."""
+        return timing.probe(self.clock, lambda: self.call(config), lead, calls)
 
     def cold(self, config: dict[str, Any]) -> float:
         """One cold sample, ms (:func:`~triton_dist_tune.measure.timing.cold_sample`)."""
