@@ -213,6 +213,37 @@ def test_a_fast_leader_sends_more_configs_to_the_settled_block_on_every_rank_ali
     assert TuneOptions().plan(60.0, "cold", "k").race.final_top_fast == 0
 
 
+def test_the_runner_up_is_judged_on_the_samples_it_shares_with_the_winner():
+    """The device runs every config ~10% slower once settled than in the screening's bursts. Config 2 leaves after
+    the screening (1.04); its screening time is under the settled winner's (1.10), yet it is no runner-up: config 1,
+    the other settled leader (1.13), is, and the margin is positive (a decision logged "-5.5% ahead of config 2"
+    before)."""
+    race = Race([0, 1, 2], RacePlan(max_rounds=10, min_rounds=2, final_top=2, final_rounds=3, seed="s"))
+    for _ in range(2):
+        for i in race.order():
+            race.record(i, [{0: 1.00, 1: 1.02, 2: 1.04}[i]])
+        race.end_round()
+    assert race.settling and race.running == [0, 1]
+    for _ in range(3):
+        for i in race.order():
+            race.record(i, [{0: 1.10, 1: 1.13}[i]])
+        race.end_round()
+    assert race.finished(0.0) and race.winner() == 0 and race.runner_up(0) == 1
+    margin, _ = race.margin(0, 1)
+    assert margin is not None and 0.02 < margin < 0.035
+    # with no other settled leader, the runner-up and margin come from the screening rounds alike
+    alone = Race([0, 1], RacePlan(max_rounds=10, min_rounds=1, final_top=1, final_rounds=2, seed="s"))
+    for i in alone.order():
+        alone.record(i, [{0: 1.00, 1: 1.03}[i]])
+    alone.end_round()
+    for _ in range(2):
+        alone.record(0, [1.10])
+        alone.end_round()
+    assert alone.winner() == 0 and alone.runner_up(0) == 1
+    margin, _ = alone.margin(0, 1)
+    assert margin is not None and 0.025 < margin < 0.035
+
+
 def test_settled_leaders_are_ranked_on_drift_free_ratios_not_raw_medians():
     """Config 0 is 2% faster than 1 in every settled round, but one hiccup of its own and rounds that run 1.5x slower
     (the machine drifted) put its raw median above config 1's; ranked on each round's relative times it wins."""

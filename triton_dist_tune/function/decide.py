@@ -35,7 +35,8 @@ def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
         return Decision(-1, "", float("nan"), None, False, None, outcomes, timing, rounds)
     others = [o for o in usable if o.index != winner]
     runner_up = min(others, key=lambda o: (o.time, o.index)).index if others else None
-    if race is not None and winner in race.entrants and runner_up in race.entrants:
+    if race is not None and winner in race.entrants and race.runner_up(winner) is not None:
+        runner_up = race.runner_up(winner)  # judged on the samples it shares with the winner
         margin, near_tie = race.margin(winner, runner_up)
     elif runner_up is not None and by_index[winner].time > 0:
         margin = by_index[runner_up].time / by_index[winner].time - 1

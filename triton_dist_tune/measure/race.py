@@ -249,20 +249,36 @@ class Race:
         return self.leader(candidates) if candidates else None
 
     def runner_up(self, winner: int) -> int | None:
-        """The next-best config that has a time (running or stopped), or None."""
+        """The next-best config that has a time (running or stopped), or None, judged on the samples it shares with
+        the winner: among the other settled leaders when there are any (a settled time and a screening time are not
+        comparable: a device that has run a config long enough runs it slower than in the screening's bursts),
+        else among all by their screening samples."""
         others = [i for i, e in self.entrants.items() if i != winner and e.state != "failed" and e.timed()]
-        return min(others, key=self._rank_key) if others else None
+        settled = [i for i in others if self.entrants[i].settled]
+        if settled and self.entrants[winner].settled:
+            return min(settled, key=self._rank_key)
+        return min(others, key=lambda i: (median(self._screening(i)), i)) if others else None
+
+    def _screening(self, index: int) -> list[float]:
+        """A config's samples of the screening rounds (all of them when it has none: a race that only settled)."""
+        entrant = self.entrants[index]
+        end = self.settled_from if self.settled_from is not None else len(entrant.samples)
+        return [s for s in entrant.samples[:end] if s is not None] or entrant.timed()
 
     def margin(self, winner: int, runner_up: int | None) -> tuple[float | None, bool]:
         """(runner-up time / winner time - 1, whether the two are a near-tie: the runner-up is not clearly slower
-        on their paired rounds)."""
+        on their paired rounds), on the samples :meth:`runner_up` judged them by."""
         if runner_up is None:
             return None, False
         chosen, second = self.entrants[winner], self.entrants[runner_up]
-        first_key, second_key = self._rank_key(winner)[0], self._rank_key(runner_up)[0]
+        if chosen.settled and second.settled:
+            first_key, second_key = self._rank_key(winner)[0], self._rank_key(runner_up)[0]
+            ratios = paired_ratios(second.settled, chosen.settled)
+        else:
+            first_key, second_key = median(self._screening(winner)), median(self._screening(runner_up))
+            end = self.settled_from if self.settled_from is not None else None
+            ratios = paired_ratios(second.samples[:end], chosen.samples[:end])
         margin = second_key / first_key - 1 if first_key > 0 else None
-        ratios = (paired_ratios(second.settled, chosen.settled) if second.settled and chosen.settled
-                  else paired_ratios(second.samples, chosen.samples))
         return margin, not clearly_slower(ratios) or (margin is not None and margin <= INDIFFERENCE)
 
     def outcome(self, index: int, description: str, own_rank: int) -> Outcome:
