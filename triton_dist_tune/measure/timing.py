@@ -61,8 +61,10 @@ SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: times the host's launch time at most, its span carries the host's noise, and three screening samples cannot
 #: rank the many configs within a few percent of each other (on one H100 host, M = 128 GEMMs: 3 leaders chose
 #: configs 8-9% slower than the best in 2 of 3 tunings, 6 leaders 1.9-3.2%; ``benchmarks/RESULTS.md``). The block
-#: then costs about twice as long (~0.4 s more), which such a key's tuning affords
-SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.25
+#: then costs about twice as long (~0.4 s more), which such a key's tuning affords. 0.1 ms is about three times a
+#: Triton launch from Python (~30 us): a slower call is device-bound (at 0.25 ms, a 0.24 ms GEMM at M = 2048 on an
+#: H200 got six leaders and its tuning took 43% of stock's time)
+SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
 #: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
 ROUND_SETTLE_MS = 25.0
