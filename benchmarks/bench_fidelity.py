@@ -1,7 +1,7 @@
 """Choice fidelity and tuning time on one GPU, in the regime the tuner claims: steady = sustained (issue 20).
 
 Launch: ``python benchmarks/bench_fidelity.py --out DIR [--phases compile,tune,contextual] [--tunings 3]
-[--variants ours,ours_span,ours_3x130,ours_lead3,ours_w75,ours_fast25,stock] [--shapes 128,256]``.
+[--variants ours,ours_span,ours_3x130,ours_lead3,ours_w75,ours_fast25,ours_span30,stock] [--shapes 128,256]``.
 
 Regime. Every figure of choice quality here is judged against a **sustained oracle**: the device never idles
 between configs; in each of 8 shuffled rounds (``--oracle-rounds``) every candidate config runs ~100 ms of its own
@@ -33,7 +33,7 @@ memory: 40 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 40
    of a steady sample: the span alone), ``ours_3x130`` (the same with the previous engine's settled rounds: 3
    rounds of 100 ms settling + 30 ms span, each with its own synchronize), ``ours_lead3`` (3 settled leaders
    even for fast configs), ``ours_w75`` (a sample weighing its queued calls 0.75), ``ours_fast25`` (six settled
-   leaders under 0.25 ms per call, as before 0.1) and stock
+   leaders under 0.25 ms per call, as before 0.1), ``ours_span30`` (settled samples with 30 ms spans) and stock
    ``triton.autotune`` (``do_bench``); the time of each tuning call, and ours' warm-up and race seconds (from the
    rank log);
 3. ``contextual``: a layer of two ``triton.autotune`` GEMM kernels (the whole space, at M = 1024 and 8192, where
@@ -308,12 +308,14 @@ def patched(module: str, name: str, value: object):
 
 #: the variants of ours, side by side with the defaults: the previous settled rounds; steady samples without their
 #: queued calls (the span alone, as before they were added); 3 settled leaders even for fast configs (before fast
-#: keys got six); a sample weighing its queued calls 0.75 instead of 0.5; six leaders under 0.25 ms per call (not 0.1)
+#: keys got six); a sample weighing its queued calls 0.75 instead of 0.5; six leaders under 0.25 ms per call (not 0.1);
+#: settled samples timing 30 ms spans (not 10)
 VARIANTS = {"ours_3x130": three_long_rounds,
             "ours_span": lambda: patched("triton_dist_tune.measure.timing", "QUEUED_BELOW_MS", 0.0),
             "ours_lead3": lambda: patched("triton_dist_tune.function.options", "SETTLED_LEADERS_FAST", 0),
             "ours_w75": lambda: patched("triton_dist_tune.measure.timing", "QUEUED_WEIGHT", 0.75),
-            "ours_fast25": lambda: patched("triton_dist_tune.function.options", "FAST_LEADER_MS", 0.25)}
+            "ours_fast25": lambda: patched("triton_dist_tune.function.options", "FAST_LEADER_MS", 0.25),
+            "ours_span30": lambda: patched("triton_dist_tune.measure.timing", "SETTLED_SPAN_MS", 30.0)}
 
 
 def stock_tuning(kernel, cfgs, shape) -> tuple[str, float]:
