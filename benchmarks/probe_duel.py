@@ -8,7 +8,9 @@ the config's own clock. Two configs with the same cycle count but different powe
 and apart in long ones. This probe measures exactly that, side by side in one run: the close contenders of
 ``bench_fidelity.py``'s GEMM space (128x256x64 with 8 warps and 3 or 4 stages, and 256x128x64 with 3 stages as a
 third), in shuffled rounds with no synchronize between configs (one per round), for several (settle ms, timed
-window ms) pairs from the tuner's settled sample (5 + 10) to the sustained oracle's (100 + 250). For each pair it
+window ms) pairs from the tuner's settled sample (5 + 10) to the sustained oracle's (100 + 250); then the tuner's
+own settled samples (and their span and queued parts alone) and stock's ``do_bench``, in the same rounds
+(:func:`structured`). For each pair it
 reports every config's drift-free score relative to the first (the median over rounds of the ratio of their
 samples in the same round) and the same from the even and the odd rounds, and the median SM clock (pynvml, sampled
 every ~2 ms by a thread while the pair ran). Regime: sustained (the device never idles inside a round).
@@ -78,6 +80,45 @@ def relative(samples: dict[str, list[float]], rounds: list[int]) -> dict[str, fl
     return {n: statistics.median(samples[n][r] / samples[base][r] for r in rounds) for n in samples}
 
 
+def structured(calls: dict[str, object], rounds: int, seed: int, settled_blocks: int = 8) -> dict[str, dict]:
+    """The contenders timed the tuner's way and stock's way, in the same shuffled rounds: ``tuner`` is the tuner's
+    settled block (``settled_blocks`` cycles back to back, each contender once per cycle, one synchronize) of settled
+    samples (:func:`triton_dist_tune.measure.timing.steady_calls`: 5 ms settling, a 10 ms span and, under
+    1 ms per call, calls queued behind a short hold, averaged), ``span`` and ``queued`` its two parts alone;
+    ``do_bench`` is ``triton.testing.do_bench`` (stock ``triton.autotune``'s: each call timed alone after an L2
+    flush, ~100 ms). Returns {mode: {name: [ms per call, one per round]}}."""
+    import random
+
+    import triton
+
+    from triton_dist_tune.measure import timing
+
+    clock = timing.DeviceClock("cuda")
+    per = {}
+    for name, call in calls.items():
+        per[name] = timing.probe(clock, call)
+    out: dict[str, dict] = {"tuner": {}, "span": {}, "queued": {}, "do_bench": {}}
+    rng = random.Random(seed)
+    for _ in range(rounds):
+        order = list(calls)
+        tokens = []
+        for cycle in range(settled_blocks):  # one settled block: cycles back to back, one synchronize
+            rng.shuffle(order)
+            for k, name in enumerate(order):
+                steady = timing.steady_calls(False, per[name], True, cycle == 0 and k == 0, None)
+                tokens.append((name, steady, timing.steady_span(clock, calls[name], steady)))
+        clock.synchronize()
+        for name, steady, token in tokens:
+            out["tuner"].setdefault(name, []).append(timing.read_sample(clock, token, steady))
+            out["span"].setdefault(name, []).append(clock.read(token.span) / steady.span)
+            if token.queued is not None:
+                out["queued"].setdefault(name, []).append(clock.read(token.queued) / steady.queued)
+        rng.shuffle(order)
+        for name in order:
+            out["do_bench"].setdefault(name, []).append(triton.testing.do_bench(calls[name]))
+    return {mode: samples for mode, samples in out.items() if samples}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -107,6 +148,17 @@ def main() -> None:
             print(f"M={m} settle {settle} ms + window {window} ms: relative to {CONTENDERS[0]}: {fmt(row['all'])} "
                   f"(even {fmt(row['even'])}, odd {fmt(row['odd'])}); {CONTENDERS[0]} "
                   f"{row['ms'][CONTENDERS[0]]:.4f} ms; SM {row['sm_mhz']} MHz", flush=True)
+        with clocks:
+            modes = structured(calls, args.rounds, seed=m)
+        for mode, samples in modes.items():
+            rounds = list(range(min(len(v) for v in samples.values())))
+            row = {"all": relative(samples, rounds), "even": relative(samples, rounds[0::2]),
+                   "odd": relative(samples, rounds[1::2]), "sm_mhz": clocks.median(),
+                   "ms": {n: statistics.median(v) for n, v in samples.items()}}
+            report["pairs"][f"{m} {mode}"] = row
+            fmt = lambda d: " ".join(f"{d[n]:.4f}" for n in CONTENDERS)  # noqa: E731
+            print(f"M={m} {mode}: relative to {CONTENDERS[0]}: {fmt(row['all'])} (even {fmt(row['even'])}, odd "
+                  f"{fmt(row['odd'])}); {CONTENDERS[0]} {row['ms'][CONTENDERS[0]]:.4f} ms", flush=True)
     (out / "duel.json").write_text(json.dumps(report, indent=1))
 
 
