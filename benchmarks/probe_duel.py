@@ -119,6 +119,19 @@ def structured(calls: dict[str, object], rounds: int, seed: int, settled_blocks:
     return {mode: samples for mode, samples in out.items() if samples}
 
 
+def summary(title: str, samples: dict[str, list[float]], clocks: ClockSampler) -> dict:
+    """Each contender's time relative to the first (all rounds, even ones, odd ones), the median SM clock and each
+    one's median ms; printed."""
+    rounds = list(range(min(len(v) for v in samples.values())))
+    row = {"all": relative(samples, rounds), "even": relative(samples, rounds[0::2]),
+           "odd": relative(samples, rounds[1::2]), "sm_mhz": clocks.median(),
+           "ms": {n: statistics.median(v) for n, v in samples.items()}}
+    fmt = lambda d: " ".join(f"{d[n]:.4f}" for n in CONTENDERS)  # noqa: E731
+    print(f"{title}: relative to {CONTENDERS[0]}: {fmt(row['all'])} (even {fmt(row['even'])}, odd "
+          f"{fmt(row['odd'])}); {CONTENDERS[0]} {row['ms'][CONTENDERS[0]]:.4f} ms; SM {row['sm_mhz']} MHz", flush=True)
+    return row
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -139,26 +152,12 @@ def main() -> None:
         for settle, window in PAIRS:
             with clocks:
                 samples = sustained(calls, rounds=args.rounds, settle_ms=settle, window_ms=window, seed=m)
-            rounds = list(range(args.rounds))
-            row = {"all": relative(samples, rounds), "even": relative(samples, rounds[0::2]),
-                   "odd": relative(samples, rounds[1::2]), "sm_mhz": clocks.median(),
-                   "ms": {n: statistics.median(v) for n, v in samples.items()}}
-            report["pairs"][f"{m} {settle}+{window}"] = row
-            fmt = lambda d: " ".join(f"{d[n]:.4f}" for n in CONTENDERS)  # noqa: E731
-            print(f"M={m} settle {settle} ms + window {window} ms: relative to {CONTENDERS[0]}: {fmt(row['all'])} "
-                  f"(even {fmt(row['even'])}, odd {fmt(row['odd'])}); {CONTENDERS[0]} "
-                  f"{row['ms'][CONTENDERS[0]]:.4f} ms; SM {row['sm_mhz']} MHz", flush=True)
+            report["pairs"][f"{m} {settle}+{window}"] = summary(f"M={m} settle {settle} ms + window {window} ms",
+                                                                 samples, clocks)
         with clocks:
             modes = structured(calls, args.rounds, seed=m)
         for mode, samples in modes.items():
-            rounds = list(range(min(len(v) for v in samples.values())))
-            row = {"all": relative(samples, rounds), "even": relative(samples, rounds[0::2]),
-                   "odd": relative(samples, rounds[1::2]), "sm_mhz": clocks.median(),
-                   "ms": {n: statistics.median(v) for n, v in samples.items()}}
-            report["pairs"][f"{m} {mode}"] = row
-            fmt = lambda d: " ".join(f"{d[n]:.4f}" for n in CONTENDERS)  # noqa: E731
-            print(f"M={m} {mode}: relative to {CONTENDERS[0]}: {fmt(row['all'])} (even {fmt(row['even'])}, odd "
-                  f"{fmt(row['odd'])}); {CONTENDERS[0]} {row['ms'][CONTENDERS[0]]:.4f} ms", flush=True)
+            report["pairs"][f"{m} {mode}"] = summary(f"M={m} {mode}", samples, clocks)
     (out / "duel.json").write_text(json.dumps(report, indent=1))
 
 
