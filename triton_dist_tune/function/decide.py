@@ -34,13 +34,14 @@ def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
     if winner is None:
         return Decision(-1, "", float("nan"), None, False, None, outcomes, timing, rounds)
     others = [o for o in usable if o.index != winner]
-    runner_up = min(others, key=lambda o: (o.time, o.index)).index if others else None
-    if race is not None and winner in race.entrants and race.runner_up(winner) is not None:
-        runner_up = race.runner_up(winner)  # judged on the samples it shares with the winner
+    runner_up = race.runner_up(winner) if race is not None and winner in race.entrants else None
+    if race is not None and runner_up is not None:  # judged on the samples it shares with the winner
         margin, near_tie = race.margin(winner, runner_up)
-    elif runner_up is not None and by_index[winner].time > 0:
-        margin = by_index[runner_up].time / by_index[winner].time - 1
-        near_tie = margin <= (by_index[winner].spread or 0) + (by_index[runner_up].spread or 0)
+    elif others:
+        runner_up = min(others, key=lambda o: (o.time, o.index)).index
+        best = by_index[winner].time
+        margin = by_index[runner_up].time / best - 1 if best > 0 else None
+        near_tie = margin is not None and margin <= (by_index[winner].spread or 0) + (by_index[runner_up].spread or 0)
     else:
         margin, near_tie = None, False
     chosen = by_index[winner]
