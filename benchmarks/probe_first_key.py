@@ -2,14 +2,15 @@
 no user code) sampled every 2 ms in every thread (issue 20).
 
 Launch (one fresh process per tuning, each with a fresh ``HOME`` and Triton cache):
-``python benchmarks/probe_first_key.py --out FILE.json [--no-load-ahead]``.
+``python benchmarks/probe_first_key.py --out FILE.json [--no-launcher-ahead]``.
 
 The same tuning as ``bench_fidelity.py``'s ``compile`` phase (40 configs, 4096 x 8192 x 4096 bf16). A sampler thread
 reads ``sys._current_frames()`` every 2 ms and counts, for the main thread, the innermost frame of Triton or of
 this package with the stage it belongs to (waiting for a compile, building Triton's launcher, loading a module,
-the race ...), and for the compile threads the compiler stage each busy thread is in. ``--no-load-ahead`` turns off
-the compile threads' loading of each compiled kernel (:func:`triton_dist_tune.measure.precompile.load_ahead`), for
-a side-by-side. Triton's own runtime (its driver's C module, built
+the race ...), and for the compile threads the compiler stage each busy thread is in. ``--no-launcher-ahead`` turns
+off the compile threads' building of each kernel's launcher
+(:func:`triton_dist_tune.measure.compile_pass.build_launcher`), for a side-by-side (the files of the first runs call
+it ``load_ahead``). Triton's own runtime (its driver's C module, built
 once per process and Triton cache) is started before the timing, as ``bench_fidelity.py`` does. Prints and writes
 the seconds per stage.
 """
@@ -78,12 +79,12 @@ def sample(stop: threading.Event, counts: dict[str, collections.Counter], period
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    parser.add_argument("--no-load-ahead", action="store_true")
+    parser.add_argument("--no-launcher-ahead", action="store_true")
     args = parser.parse_args()
-    if args.no_load_ahead:
-        from triton_dist_tune.measure import precompile
+    if args.no_launcher_ahead:
+        from triton_dist_tune.measure import compile_pass
 
-        precompile.load_ahead = lambda kernel: None
+        compile_pass.build_launcher = lambda kernel: None
     use_triton_cache(tempfile.mkdtemp(prefix="tdt_probe_first_"))
     kernel = fresh_kernel(_gemm_kernel)
     torch.zeros(1, device="cuda")
@@ -102,7 +103,7 @@ def main() -> None:
     stop.set()
     sampler.join()
     tick_s = wall / max(1, counts["ticks"]["ticks"])  # the sampler's real period (it waits for the GIL)
-    result = {"load_ahead": not args.no_load_ahead, "triton_driver_init_s": round(driver_s, 3),
+    result = {"launcher_ahead": not args.no_launcher_ahead, "triton_driver_init_s": round(driver_s, 3),
               "seconds": seconds, "warmup_s": warm, "race_s": race,
               "choice": choice, "cpus": os.cpu_count(),
               "sample_period_ms": round(tick_s * 1e3, 2),

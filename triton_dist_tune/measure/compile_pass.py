@@ -7,7 +7,8 @@ Triton's JIT launches are turned into compiles: each launch of a ``@triton.jit``
 node with several ranks a launch is compiled only by the rank whose share holds the config
 (:func:`~triton_dist_tune.measure.precompile.node_share`); the others skip it and load the kernel from the node's
 Triton cache at their first run. The pass only submits: the compiles go on while the measurer warms up the first
-configs (:class:`~triton_dist_tune.measure.precompile.Compiles`).
+configs (:class:`~triton_dist_tune.measure.precompile.Compiles`); the thread that compiled a kernel also builds its
+launcher (:func:`build_launcher`).
 
 What it cannot compile ahead falls back to today's path (compiled in the warm-up): a kernel launched after a
 stop (a launch inside ``triton.autotune``'s own benchmarking, whose choice must not be made on launches that
@@ -26,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..group.channel import Group
-from . import precompile
 from .precompile import Compiles, current_cuda_device, node_share, on_device, start_pool
 
 
@@ -70,13 +70,37 @@ def _patched(original: Callable[..., Any]) -> Callable[..., Any]:
             def compile_one() -> Any:
                 on_device(current.device)
                 kernel = original(self, *args, grid=grid, warmup=True, **kwargs)
-                precompile.load_ahead(kernel)
+                build_launcher(kernel)
                 return kernel
 
             current.compiles.submit(current.index, compile_one)
         return None
     run.__wrapped__ = original  # type: ignore[attr-defined]
     return run
+
+
+_launchers_built: set[Any] = set()
+_launchers_lock = threading.Lock()
+
+
+def build_launcher(kernel: Any) -> None:
+    """Build the launcher of a kernel just compiled in a compile thread, once per kernel signature, so that the
+    warm-up's first run of it does not. (On triton 3.6 a launcher is a C module that Triton builds with the C
+    compiler, ~1 s, at a kernel's first run, on the main thread; newer Triton launches through one generic module.)
+    Only Triton's file cache and its loaded modules change here, never the kernel: its first run still loads it.
+    Anything Triton raises here is left to that first run to raise again."""
+    src, metadata = getattr(kernel, "src", None), getattr(kernel, "metadata", None)
+    try:
+        from triton.runtime import driver
+
+        key = (id(getattr(src, "fn", None)), tuple(sorted(getattr(src, "signature", {}).items())))
+        with _launchers_lock:
+            if key in _launchers_built:
+                return
+            _launchers_built.add(key)
+        driver.active.launcher_cls(src, metadata)
+    except Exception:
+        return
 
 
 def available() -> bool:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -169,30 +168,6 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
         for future in [f for futures in compiles.futures.values() for f in futures]:
             future.exception()
     return compiles
-
-
-_launchers_built: set[Any] = set()
-_launchers_lock = threading.Lock()
-
-
-def load_ahead(kernel: Any) -> None:
-    """Build the launcher of a kernel just compiled in a compile thread, once per kernel signature, so that the
-    warm-up's first run of it does not. (On triton 3.6 a launcher is a C module that Triton builds with the C
-    compiler, ~1 s, at a kernel's first run, on the main thread; newer Triton launches through one generic module.)
-    Only Triton's file cache and its loaded modules change here, never the kernel: its first run still loads it.
-    Anything Triton raises here is left to that first run to raise again."""
-    src, metadata = getattr(kernel, "src", None), getattr(kernel, "metadata", None)
-    try:
-        from triton.runtime import driver
-
-        key = (id(getattr(src, "fn", None)), tuple(sorted(getattr(src, "signature", {}).items())))
-        with _launchers_lock:
-            if key in _launchers_built:
-                return
-            _launchers_built.add(key)
-        driver.active.launcher_cls(src, metadata)
-    except Exception:
-        return
 
 
 def on_device(device: int | None) -> None:
