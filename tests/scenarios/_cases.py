@@ -38,14 +38,11 @@ def main(mpi: bool | None = None) -> None:
     one process: every case must leave the process group as it found it), then leave cleanly: MPI ranks exit
     normally (to finalize); torch ranks wait for each other (rank 0 may host the store) and skip the slow
     interpreter teardown."""
-    name = sys.argv[1]
-    if len(sys.argv) > 2:
-        for each in sys.argv[1:]:
-            RUNNING[:] = [each]
-            CASES[each]()
-        RUNNING.clear()
-    else:
-        CASES[name]()
+    name, cases = sys.argv[1], sys.argv[1:]
+    for each in cases:
+        RUNNING[:] = [each] if len(cases) > 1 else []
+        CASES[each]()
+    RUNNING.clear()
     sys.stdout.flush()
     sys.stderr.flush()
     if mpi if mpi is not None else name.startswith("mpi"):

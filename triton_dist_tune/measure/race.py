@@ -262,8 +262,7 @@ class Race:
     def _screening(self, index: int) -> list[float]:
         """A config's samples of the screening rounds (all of them when it has none: a race that only settled)."""
         entrant = self.entrants[index]
-        end = self.settled_from if self.settled_from is not None else len(entrant.samples)
-        return [s for s in entrant.samples[:end] if s is not None] or entrant.timed()
+        return [s for s in entrant.samples[:self.settled_from] if s is not None] or entrant.timed()
 
     def margin(self, winner: int, runner_up: int | None) -> tuple[float | None, bool]:
         """(runner-up time / winner time - 1, whether the two are a near-tie: the runner-up is not clearly slower
@@ -276,8 +275,7 @@ class Race:
             ratios = paired_ratios(second.settled, chosen.settled)
         else:
             first_key, second_key = median(self._screening(winner)), median(self._screening(runner_up))
-            end = self.settled_from if self.settled_from is not None else None
-            ratios = paired_ratios(second.samples[:end], chosen.samples[:end])
+            ratios = paired_ratios(second.samples[:self.settled_from], chosen.samples[:self.settled_from])
         margin = second_key / first_key - 1 if first_key > 0 else None
         return margin, not clearly_slower(ratios) or (margin is not None and margin <= INDIFFERENCE)
 
