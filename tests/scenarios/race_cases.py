@@ -169,7 +169,9 @@ def steady_structure():
     @tdt.autotune(space(4), key_fn=lambda: 0, n_warmup=1, n_repeat=6, batch=3, name="structure")
     def f(*, variant):
         calls.append((variant, exchanges[0]))
-        time.sleep([0.002, 0.002, 0.002, 0.016][variant])
+        # 8 ms for the three equal configs: a loaded machine's stalls would have to add 2 ms a call, in two rounds,
+        # to make one leave (at 2 ms, CI once saw two of them leave and no settled block); 8x for the slow one
+        time.sleep([0.008, 0.008, 0.008, 0.064][variant])
         dist.all_reduce(torch.ones(1))
 
     f()
