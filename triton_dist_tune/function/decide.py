@@ -53,7 +53,8 @@ def cache_record(name: str, key_text: str, group: Group, decision: Decision) -> 
     return {"function": name, "key": key_text, "group_size": group.size, "group": logs.group_title(group),
             "index": decision.index, "config": decision.config, "time_ms": decision.time,
             "margin": decision.margin, "near_tie": decision.near_tie, "runner_up": decision.runner_up,
-            "timing": decision.timing, "rounds": decision.rounds, "tuning_seconds": decision.seconds,
+            "timing": decision.timing, "search": decision.search, "rounds": decision.rounds,
+            "tuning_seconds": decision.seconds,
             "created": time.time(), "measurements": [o.to_json() for o in decision.outcomes]}
 
 

@@ -210,9 +210,9 @@ class Measurer(Guarding):
 
     # -- lock-step -------------------------------------------------------------------------------------------------
 
-    def lockstep(self, todo: Sequence[Todo]) -> list[Outcome]:
-        """Warm up and race ``todo`` with the group; returns one outcome per config (identical on every rank
-        except ``own``), in index order."""
+    def lockstep(self, todo: Sequence[Todo], race_plan: RacePlan | None = None) -> list[Outcome]:
+        """Warm up and race ``todo`` with the group (under ``race_plan``, default the plan's); returns one outcome
+        per config (identical on every rank except ``own``), in index order."""
         outcomes: dict[int, Outcome] = {}
         per_call: dict[int, float] = {}
         warming = time.monotonic()
@@ -226,7 +226,7 @@ class Measurer(Guarding):
                 per_call[index] = previous = float(max(combined.values))
         entries = {index: (config, desc) for index, config, desc in todo if index in per_call}
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)
-        race = Race(sorted(entries), self.plan.race)
+        race = Race(sorted(entries), race_plan or self.plan.race)
         started = time.monotonic()
         elapsed = 0.0
         while entries and not race.finished(elapsed):
