@@ -208,7 +208,9 @@ class Tuning:
                 state.put_back()
         if layout is not None:
             return decision
-        return decide(sorted(outcomes, key=lambda o: o.index), getattr(measurer, "race", None), timing)
+        decision = decide(sorted(outcomes, key=lambda o: o.index), getattr(measurer, "race", None), timing)
+        decision.clock = measurer.clock_kind
+        return decision
 
     def _search(self, measurer: Measurer, kept: list[int], earlier: dict[int, dict[str, Any]],
                 pruned: list[Outcome], seed: str, timing: str, state: ArgumentState | None) -> Decision:
@@ -225,6 +227,7 @@ class Tuning:
                 state.put_back()
         decision = decide(sorted(outcomes + pruned, key=lambda o: o.index), race, timing)
         decision.search = searched.record.text()
+        decision.clock = measurer.clock_kind
         return decision
 
     def _resume(self, share: list[int], earlier: dict[int, dict[str, Any]]) -> tuple[list[Outcome], list[Todo]]:
