@@ -159,3 +159,14 @@ def test_ranks_that_disagree_on_the_search_mode_get_the_same_clear_error(tmp_pat
     assert all(r.returncode == 0 for r in results), describe(results)
     errors = [r.results[0]["error"] for r in results]
     assert errors[0] == errors[1] and "TRITON_DIST_AUTOTUNE_SEARCH" in errors[0], errors
+
+
+def test_contextual_autotune_searches_an_inner_kernel_of_120_configs_alike_on_every_rank(tmp_path):
+    results = run_ranks(HERE / "scenarios" / "contextual_search_cases.py", 2, ["landscape"],
+                        env=tuner_env(tmp_path, 60), timeout=240)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    mine, other = (r.results[0] for r in results)
+    assert mine == other
+    assert mine["ok"] and mine["chosen_ms"] <= 1.10 * mine["best_ms"]
+    assert mine["launched"] < 120 / 2 and mine["runs"] < 300  # a part of the space, in far fewer runs than 1000
+    assert "skipped" in mine["states"]  # the configs the search did not reach
