@@ -170,3 +170,15 @@ def test_contextual_autotune_searches_an_inner_kernel_of_120_configs_alike_on_ev
     assert mine["ok"] and mine["chosen_ms"] <= 1.10 * mine["best_ms"]
     assert mine["launched"] < 120 / 2 and mine["runs"] < 300  # a part of the space, in far fewer runs than 1000
     assert "skipped" in mine["states"]  # the configs the search did not reach
+
+
+def test_a_config_written_as_a_string_of_numbers_or_a_triton_config_is_a_point_of_its_numbers():
+    specs = [f"{m}x{n}x64-g8-w{w}-s3" for m in (16, 32, 64) for n in (32, 64) for w in (4, 8)]
+    grid = Grid([{"gemm": s} for s in specs], range(len(specs)))
+    assert grid.names[:2] == ["gemm#0.BLOCK", "gemm#1.BLOCK"] and len(grid.names) == 6
+    found = sorted(specs[i] for i in grid.neighbours(specs.index("32x32x64-g8-w4-s3")))
+    assert found == ["16x32x64-g8-w4-s3", "16x64x64-g8-w4-s3", "32x32x64-g8-w8-s3", "32x64x64-g8-w4-s3",
+                     "64x32x64-g8-w4-s3", "64x64x64-g8-w4-s3"]
+    triton = pytest.importorskip("triton")
+    space = [{"cfg": triton.Config({"BLOCK_M": m}, num_warps=w)} for m in (16, 32) for w in (4, 8)]
+    assert "cfg.BLOCK_M" in Grid(space, range(4)).names and "cfg.num_warps" in Grid(space, range(4)).names

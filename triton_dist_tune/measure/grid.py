@@ -12,12 +12,16 @@ count more, one stage less), which the search (:mod:`~triton_dist_tune.measure.s
 - for each pair of block-size parameters (a name containing ``BLOCK``, case-insensitive), the configs one step
   away in both at once (up-up, up-down, down-up, down-down), where such a config exists.
 
+Parameters are read through :func:`flatten` (a ``triton.Config`` value is its keyword arguments, warps and stages)
+and :func:`split_numbered` (a string such as ``"128x256x64-g8-w8-s3"`` is its numbers).
+
 Everything here is a pure function of the configs and the kept indices, so every rank builds the same grid.
 """
 
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Mapping, Sequence
 from itertools import combinations
 from typing import Any
@@ -32,11 +36,58 @@ def _order(value: Any) -> tuple[int, float, str]:
     return (1, 0.0, describe(value))
 
 
+_NUMBER = re.compile(r"(\d+)")
+
+
+def flatten(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config's parameters as the grid sees them: a ``triton.Config`` value becomes its keyword arguments, warps,
+    stages and CTAs (``name.BLOCK_M``, ``name.num_warps``, ...); anything else stays as it is."""
+    flat: dict[str, Any] = {}
+    for name, value in config.items():
+        kwargs = getattr(value, "kwargs", None)
+        if isinstance(kwargs, dict) and hasattr(value, "num_warps"):
+            for key, item in kwargs.items():
+                flat[f"{name}.{key}"] = item
+            for key in ("num_warps", "num_stages", "num_ctas"):
+                if getattr(value, key, None) is not None:
+                    flat[f"{name}.{key}"] = getattr(value, key)
+        else:
+            flat[name] = value
+    return flat
+
+
+def split_numbered(configs: list[dict[str, Any]]) -> None:
+    """Where every value of a parameter is a string of numbers in one shared pattern (``"128x256x64-g8-w8-s3"``),
+    make each number an axis of its own (``gemm#0`` .. ``gemm#5``), in place; a number joined to the next or the
+    previous by ``x`` is a block size (``gemm#0.BLOCK``)."""
+    names = sorted({name for config in configs for name in config})
+    for name in names:
+        values = [config.get(name) for config in configs]
+        if not all(isinstance(v, str) for v in values):
+            continue
+        parts = [_NUMBER.split(v) for v in values]
+        skeleton = parts[0][0::2]
+        if len(parts[0]) < 3 or any(p[0::2] != skeleton for p in parts):
+            continue
+        count = len(parts[0]) // 2
+        labels = []
+        for k in range(count):
+            block = skeleton[k].endswith("x") or skeleton[k + 1].startswith("x")
+            labels.append(f"{name}#{k}{'.BLOCK' if block else ''}")
+        for config, part in zip(configs, parts, strict=True):
+            del config[name]
+            for k in range(count):
+                config[labels[k]] = int(part[2 * k + 1])
+
+
 class Grid:
     """The kept configs of a space as points of a grid (see the module docstring)."""
 
     def __init__(self, configs: Sequence[Mapping[str, Any]], kept: Sequence[int]) -> None:
         self.kept = sorted(kept)
+        flat = [flatten(configs[i]) for i in self.kept]
+        split_numbered(flat)
+        configs = dict(zip(self.kept, flat, strict=True))  # type: ignore[assignment]
         self.names = sorted({name for i in self.kept for name in configs[i]})
         missing = object()
         axes: dict[str, list[Any]] = {}
