@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Start one rank per GPU (or N CPU ranks) of a Python script under torchrun.
+# Start one rank per GPU (or N CPU ranks) of a Python script or module under torchrun.
 set -euo pipefail
 
 usage() {
   cat <<'EOF'
 Usage: bash launch.sh [--nproc N] [--cpu] script.py [args...]
+       bash launch.sh [--nproc N] [--cpu] -m package.module [args...]
 
-Runs script.py under torchrun, one process per rank:
+Runs script.py (or, with -m, a module, as python -m does) under torchrun, one process per rank:
   * with GPUs: one rank per visible GPU (NCCL), unless --nproc N says otherwise;
   * without GPUs (or with --cpu): N CPU ranks (default 2) with gloo and TRITON_INTERPRET=1.
 Always exports NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -20,12 +21,14 @@ EOF
 
 nproc=""
 force_cpu=0
+module=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --nproc) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; nproc="$2"; shift 2 ;;
     --nproc=*) nproc="${1#--nproc=}"; shift ;;
     --cpu) force_cpu=1; shift ;;
     -h|--help) usage; exit 0 ;;
+    -m) module=1; shift; break ;;
     --) shift; break ;;
     -*) echo "launch.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
     *) break ;;
@@ -79,4 +82,6 @@ shift
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON="${PYTHON:-python3}" bash "$here/scripts/ensure_env.sh" --quick  # a fresh machine: install what is missing
-exec "${PYTHON:-python3}" -m torch.distributed.run "${rdzv[@]}" --nproc-per-node "$nproc" "$script" "$@"
+target=("$script")
+[[ $module -eq 1 ]] && target=(-m "$script")  # torchrun's -m: run the module as python -m does
+exec "${PYTHON:-python3}" -m torch.distributed.run "${rdzv[@]}" --nproc-per-node "$nproc" "${target[@]}" "$@"

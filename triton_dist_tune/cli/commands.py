@@ -382,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_age(getattr(args, "older_than", None))
         return args.run(args)
-    except (dec.CacheError, UsageError) as exc:
+    except (dec.CacheError, UsageError, campaign.LoadError) as exc:
         print(f"triton-dist-tune: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # a bad --older-than

@@ -1,0 +1,118 @@
+"""A newcomer's first hour (issue 29, items 5-8 and 10): the documented campaign command through real torchrun,
+``launch.sh -m``, what ``launch.sh`` installs, the first error messages, the plots and ``list``, and the README's
+own example on 2 CPU ranks.
+
+Every multi-rank test starts real processes (torchrun, or the harness's ranks) under a timeout; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from harness import ROOT, base_env, tuner_env
+
+HERE = Path(__file__).resolve().parent
+
+CAMPAIGN_MODULE = '''
+import torch
+import triton_dist_tune as tdt
+
+
+@tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold")
+def fn(x, *, v):
+    return x + v
+
+
+def build(n):
+    return torch.ones(n)
+'''
+
+
+def run_command(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own process group; on a timeout kill the whole group (torchrun's workers too)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{cmd} outlived {timeout} s:\n{out[-2000:]}\n{err[-3000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def campaign_folder(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A folder holding a small campaign module, and the environment to run it in (own cache and logs)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "camp_mod.py").write_text(CAMPAIGN_MODULE)
+    env = base_env(tuner_env(tmp_path))
+    env.pop("RANK", None), env.pop("WORLD_SIZE", None)
+    return work, env
+
+
+# -- item 5: the campaign command works as documented ------------------------------------------------------------
+
+
+def test_campaign_options_are_no_prefix_of_a_torchrun_option():
+    """argparse takes any prefix of an option as that option: a campaign option that is a prefix of one of
+    torchrun's is read (or rejected as ambiguous) by torchrun, even after the module name."""
+    from torch.distributed.run import get_args_parser
+
+    from triton_dist_tune.cli.commands import parser
+
+    theirs = [s for a in get_args_parser()._actions for s in a.option_strings if s.startswith("--")]
+    campaign = parser()._subparsers._group_actions[0].choices["campaign"]
+    ours = [s for a in campaign._actions for s in a.option_strings
+            if s.startswith("--") and a.help != "==SUPPRESS==" and s != "--help"]  # --help: torchrun's own help
+    assert "--rank-local" in ours
+    assert not [(o, t) for o in ours for t in theirs if t.startswith(o)]
+
+
+@pytest.mark.timeout(150)
+def test_documented_campaign_command_runs_under_real_torchrun(tmp_path):
+    """``torchrun --nproc-per-node 2 -m triton_dist_tune campaign MOD:FN --calls MOD:BUILD --keys ... --rank-local``
+    (the README's form) on 2 CPU ranks: both keys tuned, one per rank, summary written."""
+    work, env = campaign_folder(tmp_path)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+           "triton_dist_tune", "campaign", "camp_mod:fn", "--calls", "camp_mod:build", "--keys", "8", "16",
+           "--rank-local", "--backend", "gloo", "--json", str(tmp_path / "summary.json")]
+    done = run_command(cmd, work, env, timeout=130)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert sorted(k["key"] for k in summary["keys"]) == ["16", "8"]
+    assert {k["state"] for k in summary["keys"]} == {"tuned"}
+
+
+@pytest.mark.timeout(150)
+def test_launch_sh_starts_a_module(tmp_path):
+    """``bash launch.sh --cpu -m triton_dist_tune campaign ...`` runs the module on 2 CPU ranks."""
+    work, env = campaign_folder(tmp_path)
+    cmd = ["bash", str(ROOT / "launch.sh"), "--cpu", "-m", "triton_dist_tune", "campaign", "camp_mod:fn",
+           "--calls", "camp_mod:build", "--keys", "8", "16", "--rank-local", "--json", str(tmp_path / "s.json")]
+    done = run_command(cmd, work, env, timeout=130)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "campaign fn: 2 keys on 2 unit(s)" in done.stdout + done.stderr
+    assert len(json.loads((tmp_path / "s.json").read_text())["keys"]) == 2
+
+
+# -- item 7: the campaign command's input errors ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, says", [
+    (["camp_mod:nope", "--calls", "camp_mod:build", "--keys", "8"], "module 'camp_mod' has no 'nope'"),
+    (["no_such_mod:fn", "--calls", "camp_mod:build", "--keys", "8"], "no module named 'no_such_mod'"),
+    (["camp_mod:fn", "--calls", "camp_mod:build", "--keys", "[256"], "'[256' is not valid JSON"),
+])
+def test_campaign_command_input_errors_are_one_line_and_status_2(tmp_path, args, says):
+    work, env = campaign_folder(tmp_path)
+    done = run_command([sys.executable, "-m", "triton_dist_tune", "campaign", *args], work, env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("triton-dist-tune: ") and says in lines[0], done.stderr
