@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness import ROOT, base_env, tuner_env
+from harness import ROOT, base_env, run_ranks, tuner_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -116,3 +116,45 @@ def test_campaign_command_input_errors_are_one_line_and_status_2(tmp_path, args,
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("triton-dist-tune: ") and says in lines[0], done.stderr
+
+
+# -- item 7: the messages a newcomer meets first ---------------------------------------------------------------
+
+CASES = HERE / "scenarios" / "newcomer_cases.py"
+
+
+@pytest.mark.timeout(120)
+def test_every_config_failing_alike_is_said_once_by_each_rank_with_its_own_number(tmp_path):
+    """2 launched ranks, no init_process_group: each tunes alone and every config fails the same way. The error
+    says it once, blames the function or environment, and each rank names itself (both said "rank 0")."""
+    results = run_ranks(CASES, 2, ["no_init"], env=tuner_env(tmp_path), timeout=100)
+    for r in results:
+        assert r.result["error"] == "AllConfigsFailedError", r.stderr[-2000:]
+        message = r.result["message"]
+        assert "same error" in message and "function or its environment" in message, message
+        assert message.count("init_process_group") == 1, message
+        assert f"rank {r.rank}: ValueError" in message, message
+
+
+@pytest.mark.timeout(120)
+def test_no_gpu_driver_names_triton_interpret_and_launch_sh(tmp_path):
+    results = run_ranks(CASES, 1, ["no_driver"], env={**tuner_env(tmp_path), "TRITON_INTERPRET": "0",
+                                                     "CUDA_VISIBLE_DEVICES": ""}, timeout=100)
+    message = results[0].result["message"]
+    assert results[0].result["error"] == "AllConfigsFailedError" and "active drivers" in message, message
+    assert "TRITON_INTERPRET=1" in message and "launch.sh" in message, message
+    assert message.count("active drivers") == 1, message
+
+
+@pytest.mark.timeout(120)
+def test_tuned_parameter_by_position_and_tuner_keyword_typo_are_named(tmp_path):
+    results = run_ranks(CASES, 1, ["by_position", "typo_on_decided_key"], env=tuner_env(tmp_path), timeout=100)
+    found = {r["case"]: r for r in results[0].results}
+    for how in ("plain", "keyword_only"):
+        seen = found["by_position"][how]
+        assert seen["error"] == "BadInputError" and "['v']" in seen["message"], seen
+        assert "key_fn failed" not in seen["message"], seen
+    for when in ("decided", "undecided"):
+        seen = found["typo_on_decided_key"][when]
+        assert seen["error"] == "BadInputError" and "unknown tuner keyword(s) ['autotune_verbos']" in \
+            seen["message"], seen
