@@ -7,6 +7,7 @@ Every multi-rank test starts real processes (torchrun, or the harness's ranks) u
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -158,3 +159,99 @@ def test_tuned_parameter_by_position_and_tuner_keyword_typo_are_named(tmp_path):
         seen = found["typo_on_decided_key"][when]
         assert seen["error"] == "BadInputError" and "unknown tuner keyword(s) ['autotune_verbos']" in \
             seen["message"], seen
+
+
+# -- item 8: pictures and tables a person can read -------------------------------------------------------------
+
+LONG = "{gemm_config: Config({BLOCK_K: 32, BLOCK_M: 64, BLOCK_N: 128, GROUP_M: 8, num_ctas: 1, num_stages: 3, "
+
+
+def write_entry(cache: Path, function: str, key: str, configs: list[str], times: list[float | None], chosen: int,
+                kernel: str | None = None, near_tie: bool = False, timeline: bool = True) -> Path:
+    """A cache entry as the tuners write them: one config per time (None: failed), rounds recorded or not."""
+    from triton_dist_tune.disk.cache import versions, write_json_atomic
+    from triton_dist_tune.records import Outcome
+
+    outcomes = []
+    for i, (config, t) in enumerate(zip(configs, times, strict=True)):
+        if t is None:
+            outcomes.append(Outcome(i, config, "failed", error="OutOfResources: shared memory"))
+        else:
+            rounds = dict(order=[i, i + len(configs)], round_times=[t * 1.01, t * 0.99]) if timeline else {}
+            outcomes.append(Outcome(i, config, "measured", time=t, spread=0.01, per_rank=[t, t], samples=2,
+                                    **rounds))
+    data = {"format": 2, "function": function, "key": key, "index": chosen, "config": configs[chosen],
+            "time_ms": times[chosen], "margin": 0.02, "near_tie": near_tie, "runner_up": 1 - chosen,
+            "timing": "steady", "rounds": 2, "group_size": 2, "group": "default", "created": 0.0,
+            "versions": versions(), "gpu": "NVIDIA H200", "gpu_count": 2, "space": "abc",
+            "measurements": [o.to_json() for o in outcomes]}
+    if kernel:
+        data["kernel"] = kernel
+    folder = "contextual" if kernel else function
+    name = hashlib.sha1(repr((function, key, kernel)).encode()).hexdigest()[:20]
+    return write_json_atomic(cache / folder / f"{name}.json", data)
+
+
+def test_decision_plot_says_what_a_bar_is_and_keeps_labels_whole(tmp_path):
+    pytest.importorskip("matplotlib")
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import read_entry
+
+    configs = [LONG + "num_warps: 4})}", LONG + "num_warps: 8})}", "{gemm_config: 'torch'}"]
+    entry = read_entry(write_entry(tmp_path, "ag_gemm", "(4096,)", configs, [1.0, 1.2, None], 0))
+    fig = plots.decision_figure(entry)
+    bars = fig.axes[0]
+    assert "median over samples" in bars.get_xlabel() and "slowest rank" in bars.get_xlabel()
+    labels = [t.get_text() for t in bars.get_yticklabels()]
+    for config, label in zip(configs, labels, strict=True):  # whole: wrapped onto lines, nothing cut
+        assert "…" not in label and label.replace("\n", " ").split(" ", 1)[1] == config
+        assert max(len(line) for line in label.splitlines()) <= plots.LABEL_WIDTH + 6
+    assert len(fig.axes) == 2  # bars and the recorded timeline
+
+
+def test_contextual_plot_has_no_empty_panel_and_function_plot_names_configs_in_key_order(tmp_path):
+    pytest.importorskip("matplotlib")
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import read_entry
+
+    configs = ["Config({BLOCK: 16, num_warps: 4})", "Config({BLOCK: 32, num_warps: 4})"]
+    entries = [read_entry(write_entry(tmp_path, "layer", f"({n}, 'torch.float32')", configs, [2.0, 1.0], 1,
+                                      kernel="__main__.add_one", timeline=False)) for n in (1024, 64, 128)]
+    one = plots.decision_figure(entries[0])
+    assert len([ax for ax in one.axes if ax.get_visible()]) == 1  # no timeline recorded: no timeline panel
+    across = plots.function_figure(entries)
+    assert len(across.axes) == 1
+    ax = across.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["(64, 'torch.float32')", "(128, 'torch.float32')",
+                                                              "(1024, 'torch.float32')"]
+    legend = [t.get_text().replace("\n", " ") for t in ax.get_legend().get_texts()]
+    assert "#0: BLOCK: 16" in legend and "#1: BLOCK: 32" in legend, legend
+    assert "num_warps: 4" in ax.get_legend().get_title().get_text()
+    assert "median over samples" in ax.get_ylabel().replace("\n", " ")
+
+
+def test_readme_image_is_readable_at_its_shown_size():
+    """docs/tuning.png is shown about 1000 pixels wide: it is drawn at that width (its text at its own size), not a
+    1210x3920 strip of 92 configs scaled down to a third."""
+    from PIL import Image
+
+    width, height = Image.open(ROOT / "docs" / "tuning.png").size
+    assert width <= 1000 and height <= 1400, (width, height)
+    assert "docs/tuning.png" in (ROOT / "README.md").read_text()
+
+
+def test_list_fits_120_columns_sorts_by_function_and_key_and_explains_near_ties(tmp_path, capsys):
+    from triton_dist_tune.cli.commands import NEAR_TIE_NOTE, main
+
+    configs = [LONG + "num_warps: 4})}", LONG + "num_warps: 8})}"]
+    for n in (1024, 64, 128):
+        write_entry(tmp_path, "zeta_gemm_with_a_long_function_name", f"(({n}, 8192), 'torch.bfloat16', (8192, 1))",
+                    configs, [1.0, 1.01], 0, near_tie=True)
+    write_entry(tmp_path, "alpha", "(8,)", configs, [1.0, 1.5], 1)
+    assert main(["list", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 120, "\n".join(line for line in lines if len(line) > 120)
+    assert out.index("alpha") < out.index("zeta_gemm")
+    assert out.index("((64, 8192)") < out.index("((128, 8192)") < out.index("((1024, 8192)")
+    assert "tie" not in out.replace(NEAR_TIE_NOTE, "") and NEAR_TIE_NOTE in out and "~+2.0%" in out
