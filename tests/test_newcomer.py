@@ -255,3 +255,35 @@ def test_list_fits_120_columns_sorts_by_function_and_key_and_explains_near_ties(
     assert out.index("alpha") < out.index("zeta_gemm")
     assert out.index("((64, 8192)") < out.index("((128, 8192)") < out.index("((1024, 8192)")
     assert "tie" not in out.replace(NEAR_TIE_NOTE, "") and NEAR_TIE_NOTE in out and "~+2.0%" in out
+
+
+# -- item 6: launch.sh installs what the README says -------------------------------------------------------------
+
+
+def python_without_the_package(tmp_path: Path) -> Path:
+    """An interpreter (a venv) that sees this one's packages (torch, triton, ...) through links, except an
+    installed triton-dist-tune and pip: a machine where the package was never installed, and nothing can be."""
+    import sysconfig
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    for item in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if "triton_dist_tune" not in item.name and not item.name.startswith("pip"):
+            (site / item.name).symlink_to(item)
+    return venv / "bin" / "python"
+
+
+@pytest.mark.timeout(150)
+def test_launch_sh_installs_the_package_where_it_is_not_installed(tmp_path):
+    """launch.sh puts the checkout on PYTHONPATH for the ranks; its check of what is installed must not count
+    that, or the package (its console script, its extras) is never installed although the README says so. Here
+    pip is absent, so the install is attempted and fails: launch.sh stops before starting any rank."""
+    python = python_without_the_package(tmp_path)
+    script = tmp_path / "hello.py"
+    script.write_text("print('RANK RAN')\n")
+    env = base_env({"PYTHON": str(python), "TMPDIR": str(tmp_path)})
+    done = run_command(["bash", str(ROOT / "launch.sh"), "--cpu", "--nproc", "1", str(script)], tmp_path, env,
+                       timeout=130)
+    assert "ensure_env: installing triton-dist-tune from" in done.stderr, done.stderr[-3000:]
+    assert done.returncode != 0 and "RANK RAN" not in done.stdout
