@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -287,3 +288,56 @@ def test_launch_sh_installs_the_package_where_it_is_not_installed(tmp_path):
                        timeout=130)
     assert "ensure_env: installing triton-dist-tune from" in done.stderr, done.stderr[-3000:]
     assert done.returncode != 0 and "RANK RAN" not in done.stdout
+
+
+# -- item 10: the README is a user's front page ------------------------------------------------------------------
+
+README = ROOT / "README.md"
+
+
+def readme_block(heading: str) -> str:
+    """The first fenced code block under the README's section ``heading``."""
+    text = README.read_text()
+    section = text[text.index(heading):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("```", start)]
+
+
+@pytest.mark.timeout(150)
+def test_readme_example_runs_on_two_cpu_ranks_and_both_choose_alike(tmp_path):
+    code = readme_block("## Your own function on CPU ranks")
+    assert len(code.strip().splitlines()) <= 20
+    script = tmp_path / "my_tuned.py"
+    script.write_text(code)
+    results = run_ranks(script, 2, env=tuner_env(tmp_path), timeout=130)
+    lines = []
+    for r in results:
+        assert r.returncode == 0, r.stderr[-3000:]
+        found = re.search(rf"^rank {r.rank}: (\{{'chunks': \d+\}}), y\[0\] = 2\.0$", r.stdout, re.M)
+        assert found, r.stdout + r.stderr[-2000:]
+        lines.append(found.group(1))
+    assert lines[0] == lines[1]
+
+
+def test_readme_is_a_front_page():
+    """What and why, the two commands, the example, the API, the CLI, links; the protocol, layout, CI timings and
+    measurement narratives live in docs/ and benchmarks/; every relative link leads to a file."""
+    text = README.read_text()
+    quick = text[text.index("## Quick start"):text.index("## Your own function")]
+    commands = quick[quick.index("```bash\n") + 8:quick.index("```", quick.index("```bash\n") + 8)].strip()
+    assert [c.split("#")[0].strip() for c in commands.splitlines()] == ["bash launch.sh examples/quickstart.py",
+                                                                         "bash tests/run.sh"]
+    for heading in ("## The API in brief", "## Command line", "## Environment variables", "## More",
+                    "## Large config spaces: the search\n\n(written by the lead)\n",
+                    "### Where this differs from Triton and Triton-distributed, on purpose"):
+        assert heading in text, heading
+    for gone in ("### The agreement protocol", "## Layout", "min 29 s", "24 fresh steady tunings", "22.4 s"):
+        assert gone not in text, gone
+    for page, holds in (("docs/protocol.md", "## The agreement protocol"), ("docs/layout.md", "| `tests/` |"),
+                        ("benchmarks/HISTORY.md", "min 29 s"), ("benchmarks/RESULTS.md", "bench_fidelity.py"),
+                        ("docs/autotune.md", "**Arguments changed in place.**")):
+        assert holds in (ROOT / page).read_text(), page
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)  # code blocks hold no links, only indexing like k[grid](x)
+    for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", prose):
+        assert (ROOT / link).exists(), link
+    assert "--rank-local" in text and " --local\n" not in text
