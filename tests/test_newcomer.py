@@ -341,3 +341,11 @@ def test_readme_is_a_front_page():
     for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", prose):
         assert (ROOT / link).exists(), link
     assert "--rank-local" in text and " --local\n" not in text
+
+
+def test_near_tie_is_explained_where_the_tuner_prints_it():
+    from triton_dist_tune.disk.logs import margin_text
+    from triton_dist_tune.records import Decision
+
+    decision = Decision(1, "{v: 1}", 1.0, 0.021, True, 0, [], "steady", 2)
+    assert margin_text(decision) == " (2.1% ahead of config 0, a near tie: within the measured noise)"
