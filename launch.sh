@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Start one rank per GPU (or N CPU ranks) of a Python script under torchrun.
+# Start one rank per GPU (or N CPU ranks) of a Python script or module under torchrun.
 set -euo pipefail
 
 usage() {
   cat <<'EOF'
 Usage: bash launch.sh [--nproc N] [--cpu] script.py [args...]
+       bash launch.sh [--nproc N] [--cpu] -m package.module [args...]
 
-Runs script.py under torchrun, one process per rank:
+Runs script.py (or, with -m, a module, as python -m does) under torchrun, one process per rank:
   * with GPUs: one rank per visible GPU (NCCL), unless --nproc N says otherwise;
   * without GPUs (or with --cpu): N CPU ranks (default 2) with gloo and TRITON_INTERPRET=1.
 Always exports NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 (NVLink multicast stays off), and OMP_NUM_THREADS=1 unless it is set.
+First installs what is missing (scripts/ensure_env.sh --quick: torch, this package with its console script
+triton-dist-tune and its test, mpi and plot extras, Open MPI); the ranks then run this checkout's code
+(PYTHONPATH), whatever copy of the package is installed.
 
 Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT (default 29500) on every node; they are
 passed to torchrun as --nnodes/--node-rank/--master-addr/--master-port. Otherwise --standalone is used.
@@ -20,12 +24,14 @@ EOF
 
 nproc=""
 force_cpu=0
+module=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --nproc) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; nproc="$2"; shift 2 ;;
     --nproc=*) nproc="${1#--nproc=}"; shift ;;
     --cpu) force_cpu=1; shift ;;
     -h|--help) usage; exit 0 ;;
+    -m) module=1; shift; break ;;
     --) shift; break ;;
     -*) echo "launch.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
     *) break ;;
@@ -77,6 +83,11 @@ fi
 script="$1"
 shift
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# A fresh machine: install what is missing (torch, this package with its console script and its test, mpi and plot
+# extras, Open MPI), judged by what is installed, not by what this script's PYTHONPATH below makes importable.
+PYTHON="${PYTHON:-python3}" bash "$here/scripts/ensure_env.sh" --quick
+# The ranks run this checkout's code, whatever copy of the package is installed (an edit needs no reinstall).
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
-PYTHON="${PYTHON:-python3}" bash "$here/scripts/ensure_env.sh" --quick  # a fresh machine: install what is missing
-exec "${PYTHON:-python3}" -m torch.distributed.run "${rdzv[@]}" --nproc-per-node "$nproc" "$script" "$@"
+target=("$script")
+[[ $module -eq 1 ]] && target=(-m "$script")  # torchrun's -m: run the module as python -m does
+exec "${PYTHON:-python3}" -m torch.distributed.run "${rdzv[@]}" --nproc-per-node "$nproc" "${target[@]}" "$@"

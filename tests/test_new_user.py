@@ -14,8 +14,11 @@ def test_plot_labels_keep_the_fields_that_tell_configs_apart():
     base = "{gemm_config: Config({BLOCK_K: 32, BLOCK_M: 64, BLOCK_N: 128, GROUP_M: 8, num_ctas: 1, num_stages: 3, "
     configs = [base + "num_warps: 4})}", base + "num_warps: 8})}"]
     assert configs[0][:38] == configs[1][:38]  # cut at 38 characters (as before) they looked identical
-    labels = plots.config_labels(configs)
-    assert labels == ["num_warps: 4", "num_warps: 8"]
+    labels = plots.config_labels(configs)  # whole, wrapped (issue 29): the differing field is always there
+    assert [label.replace("\n", " ") for label in labels] == configs
+    assert plots.distinguishing(configs) == (["num_warps: 4", "num_warps: 8"],
+                                             ["gemm_config: Config", "BLOCK_K: 32", "BLOCK_M: 64", "BLOCK_N: 128",
+                                              "GROUP_M: 8", "num_ctas: 1", "num_stages: 3"])
     assert plots.config_labels(["BLOCK: 16", "BLOCK: 32"]) == ["BLOCK: 16", "BLOCK: 32"]  # short: whole
 
 

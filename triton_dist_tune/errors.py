@@ -51,7 +51,11 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, (WrongResult, CompileFailed)):
         return str(exc)[:500]
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500]
+    hint = ""
+    if "active drivers" in str(exc):  # Triton's "0 active drivers ([]). There should only be one."
+        hint = (" (Triton found no GPU driver: on a machine without a GPU, set TRITON_INTERPRET=1 to run Triton "
+                "kernels in its interpreter, or start the job with launch.sh, which does)")
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500] + hint
 
 
 def per_rank(parts: list[tuple[int, str]], name: str = "") -> str:

@@ -141,7 +141,9 @@ def check_call(fn: Callable[..., Any], space: Sequence[Mapping[str, Any]], args:
     try:
         bound = inspect.signature(fn).bind_partial(*args).arguments
     except (TypeError, ValueError) as exc:
-        raise BadInputError(f"{name}: the call's positional arguments do not fit {name}(): {exc}") from exc
+        raise BadInputError(f"{name}: the call's positional arguments do not fit {name}(): {exc}; is one of them a "
+                            f"tuned parameter ({tuned})? the tuner passes those by keyword from each config: leave "
+                            "them out of the call") from exc
     positional = sorted(set(tuned).intersection(bound))
     if positional:
         raise BadInputError(f"{name}: the tuned parameters {positional} were passed by position; the tuner passes "

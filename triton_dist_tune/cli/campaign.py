@@ -1,9 +1,14 @@
 """``triton-dist-tune campaign``: run a tuning campaign from the command line, under torchrun or mpiexec.
 
 ``torchrun --nproc-per-node 8 -m triton_dist_tune campaign pkg.kernels:gemm_fn --calls pkg.kernels:build
---keys 1 2 4 8 16 --local`` imports the decorated function and the builder of its calls (``module:name``, or
+--keys 1 2 4 8 16 --rank-local`` imports the decorated function and the builder of its calls (``module:name``, or
 ``path/to/file.py:name``), starts the job's default group (``init_distributed``) when a launcher started several
 ranks, runs :func:`~triton_dist_tune.campaign` and prints its summary on rank 0 (``--json FILE`` writes it).
+
+Every option name here must stay clear of torchrun's: torchrun's parser reads each ``--word`` of the whole command
+line, and one that is a prefix of a torchrun option (argparse accepts abbreviations) is taken as that option or
+rejected as ambiguous, even after the module name. ``--local`` was such a prefix (``--local-addr``,
+``--local-ranks-filter``), hence ``--rank-local``; ``--local`` is still read when torchrun is not in the way.
 """
 
 from __future__ import annotations
@@ -17,33 +22,60 @@ from pathlib import Path
 from typing import Any
 
 
+class LoadError(ValueError):
+    """A ``MODULE:NAME`` or ``FILE.py:NAME`` that names nothing importable: a one-line command-line error."""
+
+
 def load(spec: str) -> Any:
-    """The object named by ``module:name`` or ``file.py:name``."""
+    """The object named by ``module:name`` or ``file.py:name``; :class:`LoadError` when the module, the file or
+    the name is missing (an error raised while the module runs is the module's own, and propagates)."""
     where, _, name = spec.rpartition(":")
     if not where or not name:
-        raise ValueError(f"{spec!r} is not MODULE:NAME or FILE.py:NAME")
+        raise LoadError(f"{spec!r} is not MODULE:NAME or FILE.py:NAME")
     if where.endswith(".py"):
         path = Path(where).resolve()
+        if not path.is_file():
+            raise LoadError(f"{spec!r}: no file {path}")
         sys.path.insert(0, str(path.parent))
         module_spec = importlib.util.spec_from_file_location(path.stem, path)
         if module_spec is None or module_spec.loader is None:
-            raise ValueError(f"cannot import {where}")
+            raise LoadError(f"{spec!r}: cannot import {where}")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[path.stem] = module
         module_spec.loader.exec_module(module)
     else:
         sys.path.insert(0, str(Path.cwd()))
-        module = importlib.import_module(where)
-    return getattr(module, name)
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (where == exc.name or where.startswith(exc.name + ".")):
+                raise  # the module exists but imports something missing: its own traceback says what
+            raise LoadError(f"{spec!r}: no module named {exc.name!r} (from the current folder {Path.cwd()} or "
+                            "sys.path; run from the folder that holds it, or give FILE.py:NAME)") from None
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        public = sorted(n for n in vars(module) if not n.startswith("_"))
+        raise LoadError(f"{spec!r}: module {where!r} has no {name!r} (it has: {', '.join(public[:12])}"
+                        f"{', ...' if len(public) > 12 else ''})") from None
 
 
 def _key(text: str) -> Any:
-    """A key from the command line: JSON (lists become tuples), else the text itself."""
+    """A key from the command line: JSON (lists become tuples), else the text itself when it is a plain word; text
+    that starts like JSON (``[``, ``{``, ``"``) but does not parse is a :class:`LoadError`, not a string key."""
     try:
         value = json.loads(text)
-    except ValueError:
+    except ValueError as exc:
+        if text.lstrip()[:1] in ("[", "{", '"'):
+            raise LoadError(f"--keys: {text!r} is not valid JSON ({exc}); quote each key for the shell, e.g. "
+                            "'[16, 4096]'") from None
         return text
-    return tuple(_key(json.dumps(v)) for v in value) if isinstance(value, list) else value
+    return _tuple(value)
+
+
+def _tuple(value: Any) -> Any:
+    """JSON lists as tuples (hashable keys), nested too."""
+    return tuple(_tuple(v) for v in value) if isinstance(value, list) else value
 
 
 def _groups(size: int) -> tuple[Any, Any]:
@@ -59,20 +91,22 @@ def _groups(size: int) -> tuple[Any, Any]:
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
+    """``campaign``: check the keys and load the function and builder, start the group, tune; 1 when some key
+    failed."""
     import triton_dist_tune as tdt
     from triton_dist_tune import settings
 
     launcher = settings.launcher()
+    keys = [_key(k) for k in args.keys]  # bad input fails before the ranks start a group
+    tuned, build = load(args.function), load(args.calls)
     if (launcher.world_size or 1) > 1:
         tdt.init_distributed(backend=args.backend)
-    tuned, build = load(args.function), load(args.calls)
     pg = replicas = None
     if args.group_size:
         import torch.distributed as dist
 
         if args.group_size < dist.get_world_size():
             pg, replicas = _groups(args.group_size)
-    keys = [_key(k) for k in args.keys]
     summary = tdt.campaign(tuned, build, keys, local=True if args.local else None, pg=pg, replicas=replicas)
     if args.json and (launcher.rank or 0) == 0:
         Path(args.json).write_text(json.dumps(summary.to_json(), indent=1, default=str))
@@ -88,8 +122,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--keys", nargs="+", required=True, help="the keys given to --calls (JSON values, e.g. 16 "
                    "'[16, 4096]')")
     scope = p.add_mutually_exclusive_group()
-    scope.add_argument("--local", action="store_true", help="the function talks to no other rank: every rank "
-                       "tunes its share of the keys alone")
+    scope.add_argument("--rank-local", dest="local", action="store_true", help="the function talks to no other "
+                       "rank: every rank tunes its share of the keys alone")
+    # the former name: under torchrun it is taken for an abbreviation of torchrun's --local-addr/--local-ranks-filter
+    scope.add_argument("--local", dest="local", action="store_true", help=argparse.SUPPRESS)
     scope.add_argument("--group-size", type=int, help="the function is collective over groups of this many "
                        "consecutive ranks: the keys are split between the groups (replicas)")
     p.add_argument("--backend", help="torch.distributed backend (default: nccl with CUDA, else gloo)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -91,7 +92,41 @@ def _selected(args: argparse.Namespace) -> tuple[list[dec.Entry], list[dec.Cache
 # -- list / show -----------------------------------------------------------------------------------------------
 
 
+#: the widest line ``list`` prints
+LIST_WIDTH = 120
+#: what the mark before a margin means, said under any table that shows it
+NEAR_TIE_NOTE = ("~ before a margin: the runner-up is within the measured noise (a near tie: either config is about "
+                 "as fast)")
+
+
+def key_order(text: str) -> tuple[Any, ...]:
+    """A sort key that orders the numbers inside a key's text by value: ``(64, ...)`` before ``(128, ...)``."""
+    return tuple((0, float(part), "") if re.fullmatch(r"-?\d+(?:\.\d+)?", part) else (1, 0.0, part)
+                 for part in re.findall(r"-?\d+(?:\.\d+)?|[^\d-]+|-", text))
+
+
+def _heading(entry: dec.Entry) -> str:
+    """What ``list`` groups an entry under: its function, and for ``contextual_autotune`` its kernel."""
+    return entry.function if entry.kernel is None else f"{entry.function}:{entry.kernel.rsplit('.', 1)[-1]}"
+
+
+def _fit(rows: list[list[str]], header: list[str], shrink: tuple[int, int], width: int) -> list[int]:
+    """Column widths for ``rows`` such that a line (two spaces between columns, two before the first) fits
+    ``width``: the two columns ``shrink`` names (key, config) give up characters, the key first."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    over = 2 + sum(widths) + 2 * (len(widths) - 1) - width
+    key, config = shrink
+    for column, floor in ((key, 20), (config, 24), (key, 12), (config, 12)):
+        if over > 0:
+            cut = min(over, max(0, widths[column] - floor))
+            widths[column] -= cut
+            over -= cut
+    return widths
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    """``list``: one line per decision, grouped by function (and kernel), keys in numeric order, within
+    :data:`LIST_WIDTH` columns (``show`` has every field whole)."""
     entries, problems = _selected(args)
     now, wall = current_versions(), time.time()
     if args.json:
@@ -102,17 +137,34 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not entries:
         print(f"no decisions in {_root(args)}" + (" matching the filters" if args.function or args.stale else ""))
         return status
-    rows = []
+    entries = sorted(entries, key=lambda e: (_heading(e), key_order(e.key), e.path.stem))
+    header = ["name", "key", "chosen config", "ms", "margin", "ranks", "gpu", "versions", "age"]
+    rows, stale = [], []
     for e in entries:
-        function = e.function if e.kernel is None else f"{e.function}:{e.kernel.rsplit('.', 1)[-1]}"
-        margin = _pct(e.margin) + (" (tie)" if e.near_tie else "")
-        rows.append([f"{e.path.parent.name}/{e.path.stem[:8]}", _clip(function, 24), _clip(e.key, 36),
-                     _clip(e.config, 48), _ms(e.time_ms), margin, str(e.group_size or "-"),
-                     f"{e.gpu} x{e.gpu_count}" if e.gpu_count else e.gpu, _versions_text(e, now),
+        gpu = e.gpu.removeprefix("NVIDIA ") + (f" x{e.gpu_count}" if e.gpu_count else "")
+        versions = _versions_text(e, now)
+        if versions != "current":
+            stale.append(f"{e.path.stem[:8]} ({_heading(e)}, key {_clip(e.key, 40)}): {versions}")
+        rows.append([e.path.stem[:8], e.key, e.config, _ms(e.time_ms), ("~" if e.near_tie else "") + _pct(e.margin),
+                     str(e.group_size or "-"), _clip(gpu, 12), "current" if versions == "current" else "STALE",
                      dec.age_text(wall - e.created)])
-    print(_table(["name", "function", "key", "chosen config", "ms", "margin", "ranks", "gpu", "versions", "age"],
-                 rows))
+    widths = _fit(rows, header, (1, 2), LIST_WIDTH)
+
+    def line(cells: list[str]) -> str:
+        return ("  " + "  ".join(_clip(c, w).ljust(w) for c, w in zip(cells, widths, strict=True))).rstrip()
+
+    print(line(header))
+    heading = None
+    for e, row in zip(entries, rows, strict=True):
+        if _heading(e) != heading:
+            heading = _heading(e)
+            print(_clip(heading, LIST_WIDTH))
+        print(line(row))
+    for text in stale:
+        print(_clip(text, LIST_WIDTH))
     print(f"{len(entries)} decision(s) in {_root(args)}; 'show NAME' for the whole table")
+    if any(e.near_tie for e in entries):
+        print(NEAR_TIE_NOTE)
     return status
 
 
@@ -171,10 +223,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
         from . import plots
     except ImportError as exc:
         raise UsageError(f"plot needs matplotlib ({exc}): pip install 'triton-dist-tune[plot]'") from None
-    entries, problems = dec.scan(_root(args))
-    if args.name:
+    given = Path(args.name) if args.name else None
+    if given is not None and given.suffix == ".json" and given.is_file():  # a cache file's path, as for 'show'
+        chosen, problems = [dec.read_entry(given)], []
+    elif args.name:
+        entries, problems = dec.scan(_root(args))
         chosen = [dec.find(entries, args.name)]
     else:
+        entries, problems = dec.scan(_root(args))
         chosen = dec.select(entries, args.function)
         if not chosen:
             raise UsageError(f"no decisions of function {args.function!r} in {_root(args)}")
@@ -382,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_age(getattr(args, "older_than", None))
         return args.run(args)
-    except (dec.CacheError, UsageError) as exc:
+    except (dec.CacheError, UsageError, campaign.LoadError) as exc:
         print(f"triton-dist-tune: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # a bad --older-than

@@ -1,15 +1,21 @@
 """PNG pictures of decisions for the command line's ``plot`` (needs matplotlib: ``pip install '.[plot]'``).
 
-A decision: every config's time with its spread (the chosen one marked, failed and pruned configs shown), and the
-measurement timeline (each round's time against the order it was measured in), where drift during a long tuning
-shows as a slope. Every decision of a function: each config's time across the keys, and every key's timeline
-relative to its chosen config.
+A decision: every config's time with its spread (the chosen one marked, failed and pruned configs shown; in a large
+space the fastest :data:`MAX_BARS`, the others counted), and, where the entry recorded it, the measurement timeline
+(each round's time against the order it was measured in), where drift during a long tuning shows as a slope.
+Every decision of a function: each config's time across the keys (in numeric order), and, where recorded, every
+key's timeline relative to its chosen config.
+
+A bar is a config's time as the tuner compares it: the median over its samples, where a sample's time is the
+slowest rank's (the max over ranks). Config labels are whole, wrapped, never cut. The figures are sized to be read
+at about 1000 pixels wide (the README shows one at that size).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -18,10 +24,12 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from ..disk.decisions import Entry  # noqa: E402
 from ..records import Outcome  # noqa: E402
+from .commands import key_order  # noqa: E402
 
 CHOSEN, MEASURED, STOPPED, FAILED, PRUNED = "#d95f02", "#1b9e77", "#7fa7c9", "#c0392b", "#9e9e9e"
 
@@ -31,24 +39,36 @@ def _clip(text: str, width: int) -> str:
 
 
 _FIELD = re.compile(r"[A-Za-z_][\w.]*: [^,{}()\[\]]+")
-#: the widest config label on the bar chart
-LABEL_WIDTH = 60
+#: characters per line of a config label (labels are wrapped onto more lines, never cut)
+LABEL_WIDTH = 46
 #: slowest over fastest time above which the bar chart's time axis is logarithmic
 LOG_RATIO = 20.0
+#: the most timed configs drawn as bars (the fastest); the others are counted in the title
+MAX_BARS = 16
+#: what a bar is, on every time axis
+TIME_AXIS = "ms per call: median over samples of the slowest rank's time"
+#: the figures' width in inches and their resolution: 1000 pixels, the size the README shows
+WIDTH, DPI = 10.0, 100
+
+
+def wrap(text: str, width: int = LABEL_WIDTH) -> str:
+    """``text`` whole, on lines of at most ``width`` characters (broken after ``, `` where it can)."""
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False)) or text
 
 
 def config_labels(configs: list[str], width: int = LABEL_WIDTH) -> list[str]:
-    """One label per config description: the whole text where it fits, else the fields (``name: value``) that
-    tell the configs apart (those every config shares left out), so that two configs never look identical."""
+    """One label per config description: the whole text, wrapped onto lines of ``width`` characters (never cut,
+    so two configs never look identical)."""
+    return [wrap(text, width) for text in configs]
+
+
+def distinguishing(configs: list[str]) -> tuple[list[str], list[str]]:
+    """(per config, the fields (``name: value``) that tell it from the others, whole; the fields every config
+    shares). A config with no such fields keeps its whole text."""
     fields = [_FIELD.findall(text) for text in configs]
     shared = set.intersection(*(set(f) for f in fields)) if fields else set()
-    labels = []
-    for text, own in zip(configs, fields, strict=True):
-        if len(text) <= width or not own:
-            labels.append(_clip(text, width))
-        else:
-            labels.append(_clip(", ".join(f for f in own if f not in shared) or text, width))
-    return labels
+    own = [", ".join(f for f in mine if f not in shared) or text for text, mine in zip(configs, fields, strict=True)]
+    return own, [f for f in (fields[0] if fields else []) if f in shared]
 
 
 def log_scale(times: list[float]) -> bool:
@@ -84,43 +104,52 @@ def _bars(ax: Axes, entry: Entry) -> None:
             ax.barh(row, o.time, xerr=error, color=color, alpha=0.9 if o.state != "stopped" else 0.5,
                     edgecolor="black" if o.index == entry.index else color, capsize=3)
             note = f"{o.time:.4g} ms" + (f" ±{100 * o.spread:.1f}%" if o.spread else "")
-            note += " (chosen)" if o.index == entry.index else " (stopped)" if o.state == "stopped" else ""
+            note += " (chosen)" if o.index == entry.index else " (left early)" if o.state == "stopped" else ""
             ax.text((o.time + (error or 0)) * 1.05 if log else o.time + top * 0.01 + (error or 0), row, note,
-                    va="center", fontsize=8)
+                    va="center", fontsize=9)
         else:
-            low = min(times) * 0.6 if log else 0
+            low = min(times) * 0.6 if log and times else 0
             ax.barh(row, top * 0.02, left=low, color=color, hatch="//" if o.state == "failed" else "..", alpha=0.6)
-            note = o.state + (f": {_clip(o.error, 60)}" if o.error else "")
+            note = wrap(o.state + (f": {o.error}" if o.error else ""), 70)
             ax.text(low + top * 0.03 if not log else min(times), row, note, va="center", fontsize=8, color=color)
     labels = config_labels([o.config for o in outcomes])
     ax.set_yticks(range(len(outcomes)), [f"#{o.index} {text}" for o, text in zip(outcomes, labels, strict=True)],
-                  fontsize=7)
-    ax.invert_yaxis()
-    what = "group time (ms): max over ranks of each rank's median; bars: spread"
+                  fontsize=9)
+    ax.set_ylim(len(outcomes) - 0.5, -0.5)
+    what = TIME_AXIS + "; error bar: spread"
     if log:
         ax.set_xscale("log")
         ax.set_xlim(min(times) * 0.5, top * 6)
-        ax.set_xlabel(what + f" (log scale: the slowest is {top / min(times):.0f}x the fastest)")
+        ax.set_xlabel(what + f"\n(log scale: the slowest is {top / min(times):.0f}x the fastest)", fontsize=9)
     else:
-        ax.set_xlim(0, top * 1.45)
-        ax.set_xlabel(what)
+        ax.set_xlim(0, top * 1.55)
+        ax.set_xlabel(what, fontsize=9)
 
 
-def _timeline(ax: Axes, entry: Entry) -> None:
-    recorded = any(o.order for o in entry.measurements)
+def recorded(entry: Entry) -> bool:
+    """Whether the entry recorded when each sample was measured (``contextual_autotune``'s entries and format-1
+    ones did not: no timeline to draw)."""
+    return any(o.order and len(o.order) == len(o.round_times) for o in entry.measurements)
+
+
+def _timeline(ax: Axes, entry: Entry, drawn: set[int]) -> None:
+    """Every recorded sample against the order measured: the drawn (fastest) configs in colour, the others grey."""
     for position, o in enumerate(entry.measurements):
         xs, ys = timeline(o, position)
-        if not xs:
+        if not xs or not o.order:
             continue
         big = o.index == entry.index
+        if o.index not in drawn:
+            ax.plot(xs, ys, "o", color=PRUNED, markersize=2, alpha=0.5, zorder=1)
+            continue
         ax.plot(xs, ys, "o-" if len(xs) > 1 else "o", color=_color(o, entry.index), markersize=7 if big else 4,
                 linewidth=1, label=f"#{o.index}" + (" (chosen)" if big else ""), zorder=3 if big else 2)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("order measured" if recorded else "config (measurement order not recorded in this entry)")
-    ax.set_ylabel("ms")
-    ax.set_title("measurement timeline: a slope is drift", fontsize=9)
-    if len(entry.measurements) <= 12:
-        ax.legend(fontsize=7, ncol=min(6, len(entry.measurements)), loc="best")
+    ax.set_xlabel("order measured (each sample; grey: configs not drawn above)", fontsize=9)
+    ax.set_ylabel("ms (slowest rank)", fontsize=9)
+    ax.set_title("measurement timeline: a slope is drift", fontsize=10)
+    if len(drawn) <= 12:
+        ax.legend(fontsize=8, ncol=min(6, len(drawn)), loc="best")
     ax.grid(alpha=0.3)
 
 
@@ -130,90 +159,150 @@ def _gpu(entry: Entry) -> str:
 
 def _title(entry: Entry) -> str:
     margin = f"+{100 * entry.margin:.1f}% over #{entry.runner_up}" if entry.margin is not None else "no runner-up"
-    return (f"{entry.function}{' / ' + entry.kernel if entry.kernel else ''}  key={_clip(entry.key, 70)}\n"
-            f"chosen #{entry.index} ({margin}{', near tie' if entry.near_tie else ''}); "
+    return (f"{entry.function}{' / ' + entry.kernel if entry.kernel else ''}\nkey={wrap(entry.key, 100)}\n"
+            f"chosen #{entry.index} ({margin}{', within the measured noise' if entry.near_tie else ''}); "
             f"{entry.group_size or '?'} rank(s), {_gpu(entry)}, "
             f"triton {entry.versions.get('triton', '?')}, torch {entry.versions.get('torch', '?')}")
 
 
-#: above this many configs, pruned ones are counted in the title instead of drawn one bar each
-MAX_DRAWN_PRUNED = 40
+def _line_count(labels: list[str]) -> int:
+    return sum(max(1, label.count("\n") + 1) for label in labels)
+
+
+def _save(fig: Figure, out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)
+    return out
 
 
 def plot_decision(entry: Entry, out: Path) -> Path:
-    """Write a PNG of one decision to ``out``; returns ``out``. In a large space, pruned configs are counted in
-    the title rather than drawn."""
-    title = _title(entry)
-    pruned = [o for o in entry.measurements if o.state == "pruned"]
-    if len(entry.measurements) > MAX_DRAWN_PRUNED and pruned:
-        entry = dataclasses.replace(entry, measurements=[o for o in entry.measurements if o.state != "pruned"])
-        title += f"; {len(pruned)} pruned configs not drawn"
-    n = max(1, len(entry.measurements))
-    fig, (bars, line) = plt.subplots(2, 1, figsize=(11, 3.2 + 0.32 * n + 3), height_ratios=[0.4 + 0.32 * n, 3])
-    _bars(bars, entry)
-    _timeline(line, entry)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    """Write a PNG of one decision (:func:`decision_figure`) to ``out``; returns ``out``."""
+    return _save(decision_figure(entry), out)
 
 
 def plot_function(entries: list[Entry], out: Path) -> Path:
-    """Write a PNG of every decision of one function, across its keys, to ``out``; returns ``out``."""
-    entries = sorted(entries, key=lambda e: e.key)
-    fig, (across, drift) = plt.subplots(2, 1, figsize=(11, 8), height_ratios=[3, 2])
-    indices = sorted({o.index for e in entries for o in e.measurements})
-    cmap = plt.get_cmap("tab10" if len(indices) <= 10 else "tab20")
+    """Write a PNG of every decision of one function (:func:`function_figure`) to ``out``; returns ``out``."""
+    return _save(function_figure(entries), out)
+
+
+def decision_figure(entry: Entry) -> Figure:
+    """The picture of one decision. In a large space (over :data:`MAX_BARS` configs) only the fastest
+    :data:`MAX_BARS` timed configs and the failed ones are drawn, fastest first, and the title counts the others;
+    a small space is drawn whole, in its own order."""
+    title = _title(entry)
+    shown = list(entry.measurements)
+    if len(shown) > MAX_BARS:
+        timed = sorted((o for o in shown if o.time is not None), key=lambda o: (o.time, o.index))
+        failed = [o for o in shown if o.time is None and o.state == "failed"]
+        rest = len(shown) - len(timed) - len(failed)
+        shown = timed[:MAX_BARS] + failed[:4]
+        counts = [(len(timed) - len(timed[:MAX_BARS]), "slower"), (len(failed) - len(failed[:4]), "failed"),
+                  (rest, "pruned or not run")]
+        title += "\nnot drawn: " + ", ".join(f"{n} {what}" for n, what in counts if n) + " ('show' lists every config)"
+    drawn = {o.index for o in shown}
+    whole, entry = entry, dataclasses.replace(entry, measurements=shown)
+    bars_height = 0.5 + 0.19 * _line_count(config_labels([o.config for o in shown])) + 0.1 * len(shown)
+    if recorded(whole):
+        fig, (bars, line) = plt.subplots(2, 1, figsize=(WIDTH, bars_height + 4.8), height_ratios=[bars_height, 3])
+        _timeline(line, whole, drawn)
+    else:  # nothing recorded over time (contextual_autotune's entries): no empty timeline panel
+        fig, bars = plt.subplots(1, 1, figsize=(WIDTH, bars_height + 1.8))
+    _bars(bars, entry)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+#: the most configs drawn as named lines across keys (those chosen somewhere first, then the runners-up)
+MAX_LINES = 8
+
+
+def _named_configs(entries: list[Entry]) -> list[int]:
+    """The configs worth a named line across keys: every chosen one, then runners-up, at most :data:`MAX_LINES`
+    (all of them in a small space)."""
+    indices = sorted({o.index for e in entries for o in e.measurements if o.time is not None})
+    if len(indices) <= MAX_LINES:
+        return indices
+    chosen = sorted({e.index for e in entries})
+    runners = sorted({e.runner_up for e in entries if e.runner_up is not None} - set(chosen))
+    return (chosen + runners)[:MAX_LINES]
+
+
+def function_figure(entries: list[Entry]) -> Figure:
+    """The picture of every decision of one function, across its keys (numeric order). The legend names each
+    config by the fields that tell it apart (those every config shares in its title)."""
+    entries = sorted(entries, key=lambda e: key_order(e.key))
+    drifting = any(recorded(e) for e in entries)
+    if drifting:
+        fig, (across, drift) = plt.subplots(2, 1, figsize=(WIDTH, 9.5), height_ratios=[3, 2])
+    else:  # no timelines recorded (contextual_autotune's entries): no empty panel
+        fig, across = plt.subplots(1, 1, figsize=(WIDTH, 6.5))
+    named = _named_configs(entries)
+    texts = {o.index: o.config for e in entries for o in e.measurements}
+    own, shared = distinguishing([texts[i] for i in named])
+    names = dict(zip(named, own, strict=True))
+    cmap = plt.get_cmap("tab10")
     floor = min((o.time for e in entries for o in e.measurements if o.time), default=1.0) * 0.8
-    for k, index in enumerate(indices):
+    for index in sorted({o.index for e in entries for o in e.measurements}):
         xs, ys, errors = [], [], []
+        k = named.index(index) if index in named else None
         for x, e in enumerate(entries):
             o = next((m for m in e.measurements if m.index == index), None)
-            if o is None or o.time is None:  # failed, or pruned (absent: not kept for this key): at the bottom
-                failed = o is not None and o.state == "failed"
-                across.plot(x + 0.05 * k, floor, "x" if failed else "s", color=FAILED if failed else PRUNED,
-                            markersize=8, markerfacecolor="none" if not failed else FAILED)
+            if o is None or o.time is None:
+                if o is not None and o.state == "failed" and k is not None:
+                    across.plot(x, floor, "x", color=FAILED, markersize=8)
                 continue
-            xs.append(x + 0.05 * k)
+            xs.append(x + (0.04 * k if k is not None else 0))
             ys.append(o.time)
             errors.append(o.time * o.spread if o.spread else 0.0)
             if o.index == e.index:
-                across.plot(x + 0.05 * k, o.time, "*", color=CHOSEN, markersize=16, markeredgecolor="black",
-                            zorder=5)
-        if xs:
-            across.errorbar(xs, ys, yerr=errors, fmt="o-", color=cmap(k % cmap.N), label=f"config #{index}",
-                            markersize=4, linewidth=1, capsize=2, alpha=0.8)
-    across.plot([], [], "*", color=CHOSEN, markersize=12, markeredgecolor="black", label="chosen")
-    across.plot([], [], "x", color=FAILED, label="failed")
-    across.plot([], [], "s", color=PRUNED, markerfacecolor="none", label="pruned / not run")
+                across.plot(xs[-1], o.time, "*", color=CHOSEN, markersize=16, markeredgecolor="black", zorder=5)
+        if not xs:
+            continue
+        if k is None:  # not named: a thin grey line, for the shape of the space
+            across.plot(xs, ys, "-", color=PRUNED, linewidth=0.6, alpha=0.5, zorder=1)
+        else:
+            across.errorbar(xs, ys, yerr=errors, fmt="o-", color=cmap(k % 10), label=wrap(f"#{index}: {names[index]}",
+                            40), markersize=4, linewidth=1.2, capsize=2, alpha=0.9, zorder=3)
+    across.plot([], [], "*", color=CHOSEN, markersize=12, markeredgecolor="black", label="chosen at that key")
+    if any(o.state == "failed" for e in entries for o in e.measurements):
+        across.plot([], [], "x", color=FAILED, label="failed")
     across.set_yscale("log")
-    across.set_xticks(range(len(entries)), [_clip(e.key, 28) for e in entries], rotation=20, ha="right", fontsize=7)
-    across.set_ylabel("group time (ms)")
-    across.legend(fontsize=7, ncol=4)
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    across.yaxis.set_major_formatter(plain)
+    across.yaxis.set_minor_formatter(plain)
+    across.set_xticks(range(len(entries)), [wrap(e.key, 24) for e in entries],
+                      rotation=20 if len(entries) > 6 else 0, ha="right" if len(entries) > 6 else "center",
+                      fontsize=8)
+    across.set_xlabel("key", fontsize=9)
+    across.set_ylabel(wrap(TIME_AXIS, 32), fontsize=9)
+    legend_title = wrap("every config also has " + ", ".join(shared), 40) if shared else None
+    others = len({o.index for e in entries for o in e.measurements if o.time is not None} - set(named))
+    if others:
+        across.plot([], [], "-", color=PRUNED, label=f"{others} other configs")
+    across.legend(fontsize=8, title=legend_title, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     across.grid(alpha=0.3)
-    key_colors = plt.get_cmap("tab10")
-    for x, e in enumerate(entries):  # each round relative to its own config's median: drift is a common trend
-        points = sorted((order, t / o.time) for pos, o in enumerate(e.measurements) if o.time
-                        for order, t in zip(*timeline(o, pos), strict=True))
-        if points:
-            drift.plot([p[0] for p in points], [p[1] for p in points], "o-", markersize=3, linewidth=0.8,
-                       color=key_colors(x % 10), label=_clip(e.key, 28))
-    drift.xaxis.set_major_locator(MaxNLocator(integer=True))
-    drift.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    drift.set_xlabel("order measured (config order where not recorded)")
-    drift.set_ylabel("round time / its config's median")
-    drift.set_title("measurement timelines: every round against its config's median (a trend is drift)",
-                    fontsize=9)
-    if len(entries) <= 10:
-        drift.legend(fontsize=7, ncol=2)
-    drift.grid(alpha=0.3)
+    if drifting:
+        key_colors = plt.get_cmap("tab10")
+        for x, e in enumerate(entries):  # each round relative to its own config's median: drift is a common trend
+            points = sorted((order, t / o.time) for pos, o in enumerate(e.measurements) if o.time and o.order
+                            for order, t in zip(*timeline(o, pos), strict=True))
+            if points:
+                drift.plot([p[0] for p in points], [p[1] for p in points], "o-", markersize=3, linewidth=0.8,
+                           color=key_colors(x % 10), label=_clip(e.key, 28))
+        drift.xaxis.set_major_locator(MaxNLocator(integer=True))
+        drift.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        drift.set_xlabel("order measured", fontsize=9)
+        drift.set_ylabel("sample / its config's median", fontsize=9)
+        drift.set_title("measurement timelines: every sample against its config's median (a trend is drift)",
+                        fontsize=10)
+        if len(entries) <= 10:
+            drift.legend(fontsize=8, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="key",
+                         title_fontsize=8)
+        drift.grid(alpha=0.3)
     first = entries[0]
-    fig.suptitle(f"{first.function}: {len(entries)} decision(s) across keys; {first.group_size or '?'} rank(s), "
-                 f"{_gpu(first)}", fontsize=10)
+    fig.suptitle(f"{first.function}{' / ' + first.kernel if first.kernel else ''}: {len(entries)} decision(s) "
+                 f"across keys; {first.group_size or '?'} rank(s), {_gpu(first)}", fontsize=10)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return fig

@@ -231,7 +231,7 @@ def margin_text(decision: Decision) -> str:
     """How sure a decision is, in words: the margin over the runner-up, and whether it is a near-tie."""
     if decision.margin is None:
         return " (the only usable config)"
-    tie = ", a near-tie" if decision.near_tie else ""
+    tie = ", a near tie: within the measured noise" if decision.near_tie else ""
     return f" ({100 * decision.margin:.1f}% ahead of config {decision.runner_up}{tie})"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -58,16 +59,31 @@ def cache_record(name: str, key_text: str, group: Group, decision: Decision) -> 
             "created": time.time(), "measurements": [o.to_json() for o in decision.outcomes]}
 
 
+def failure_text(outcomes: list[Outcome], group_size: int) -> str:
+    """The end of the message when every config failed: each config's error, or, when every failed config failed
+    with the same error, that error once, as what it most likely is (the function or its environment: a missing
+    ``init_process_group``, no GPU driver), not the configs. In a group of one rank the errors' ``rank 0`` is this
+    process, named by its rank in the job (in a job of several processes tuning alone, each would say rank 0)."""
+    failed = [o for o in outcomes if o.state == "failed"]
+    me = logs.global_rank()
+    errors = [(o.error or "?") if group_size > 1 or me == 0 else re.sub(r"\brank 0: ", f"rank {me}: ", o.error or "?")
+              for o in failed]
+    if len(failed) > 1 and len(set(errors)) == 1:
+        return (f", all {len(failed)} with the same error, so the cause is most likely the function or its "
+                f"environment, not the configs: {errors[0]}")
+    return " on some rank: " + "; ".join(f"config {o.index} ({o.config}): {e}" for o, e in zip(failed, errors,
+                                                                                                strict=True))
+
+
 def conclude(group: Group, label: str, decision: Decision, timeout: float,
              store: Callable[[], Any] | None) -> None:
     """Every rank raises the same error when no config is usable; else group rank 0 calls ``store`` (None: this
     rank does not write the cache), and the group waits for it. The decision itself is already identical on every
     rank (it was computed from exchanged data only)."""
     if decision.index < 0:
-        text = "; ".join(f"config {o.index} ({o.config}): {o.error}" for o in decision.outcomes
-                         if o.state == "failed")
+        text = failure_text(decision.outcomes, group.size)
         logs.rank_log().error("%s every config failed: %s", label, text)
-        raise AllConfigsFailedError(f"{label} every config failed on some rank: {text}")
+        raise AllConfigsFailedError(f"{label} every config failed{text}")
     if group.rank == 0 and store is not None:
         try:
             store()

@@ -73,7 +73,7 @@ class Summary:
         """A table: every key with its choice, time, margin over the runner-up, how it was decided and where."""
         header = ("key", "state", "unit", "seconds", "ms", "margin", "config")
         body = [(r.key, r.state, str(r.unit), f"{r.seconds:.1f}", _ms(r.time_ms),
-                 _pct(r.margin) + (" tie" if r.near_tie else ""), r.config if r.state != "failed" else
+                 ("~" if r.near_tie else "") + _pct(r.margin), r.config if r.state != "failed" else
                  f"ERROR {r.error}") for r in self.rows]
         widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
@@ -81,7 +81,9 @@ class Summary:
         counts = {s: sum(r.state == s for r in self.rows) for s in KEY_STATES}
         head = (f"campaign {self.function}: {len(self.rows)} keys on {self.units} unit(s) in {self.seconds:.1f} s "
                 f"({counts['tuned']} tuned, {counts['cached']} from the cache, {counts['failed']} failed)")
-        return "\n".join([head, *lines])
+        note = ["~ before a margin: the runner-up is within the measured noise (a near tie: either config is about "
+                "as fast)"] if any(r.near_tie for r in self.rows) else []
+        return "\n".join([head, *lines, *note])
 
 
 def progress_line(name: str, done: list[KeyResult], total: int, elapsed: float, rounds_done: int,

@@ -15,7 +15,7 @@ from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
 from ..measure.timing import timing_mode
 from ..records import Decision
-from ..space import CALL_KEYWORDS, check_no_clash, check_space_signature, describe, validate_space
+from ..space import CALL_KEYWORDS, check_call, check_no_clash, check_space_signature, describe, validate_space
 from .options import TuneOptions
 from .policy import Undecided
 from .tuning import Tuning
@@ -91,12 +91,12 @@ class Tuner:
         layout = None if replicas is None else Layout(group, resolve_group(replicas))
         if layout is not None and self.options.sharded:
             raise BadInputError(f"{self.name}: autotune_replicas is for lock-step tuning, not sharded=True")
-        try:
-            key = self.key_fn(*args, **kwargs)
+        try:  # without a mistyped tuner keyword, which key_fn would reject before the mistake could be named
+            key = self.key_fn(*args, **({k: v for k, v in kwargs.items() if k not in typos} if typos else kwargs))
             hash(key)
             key_error = None
         except Exception as exc:
-            key, key_error = None, f"key_fn failed: {describe_error(exc)}"
+            key, key_error = None, self._positional_problem(args) or f"key_fn failed: {describe_error(exc)}"
         table, slot = (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
         if layout is not None:
             table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
@@ -114,6 +114,15 @@ class Tuner:
                                     overwrite, layout)
                     config = table[slot] = tuning.run(key_error, problem)
         return self._run(args, kwargs, config, overwrite)
+
+    def _positional_problem(self, args: tuple) -> str | None:
+        """The message for a tuned parameter passed by position (what makes a ``key_fn`` written for the call
+        without it fail), else None."""
+        try:
+            check_call(self.fn, self.space, args, {}, self.name)
+        except BadInputError as exc:
+            return str(exc)
+        return None
 
     def _run(self, args: tuple, kwargs: dict[str, Any], config: dict[str, Any], overwrite: bool) -> Any:
         """Call the function with ``config``; with ``autotune_allow_arg_overwrite``, the caller's keywords win."""

@@ -1,0 +1,351 @@
+"""A newcomer's first hour (issue 29, items 5-8 and 10): the documented campaign command through real torchrun,
+``launch.sh -m``, what ``launch.sh`` installs, the first error messages, the plots and ``list``, and the README's
+own example on 2 CPU ranks.
+
+Every multi-rank test starts real processes (torchrun, or the harness's ranks) under a timeout; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from harness import ROOT, base_env, run_ranks, tuner_env
+
+HERE = Path(__file__).resolve().parent
+
+CAMPAIGN_MODULE = '''
+import torch
+import triton_dist_tune as tdt
+
+
+@tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold")
+def fn(x, *, v):
+    return x + v
+
+
+def build(n):
+    return torch.ones(n)
+'''
+
+
+def run_command(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own process group; on a timeout kill the whole group (torchrun's workers too)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{cmd} outlived {timeout} s:\n{out[-2000:]}\n{err[-3000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def campaign_folder(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A folder holding a small campaign module, and the environment to run it in (own cache and logs)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "camp_mod.py").write_text(CAMPAIGN_MODULE)
+    env = base_env(tuner_env(tmp_path))
+    env.pop("RANK", None), env.pop("WORLD_SIZE", None)
+    return work, env
+
+
+# -- item 5: the campaign command works as documented ------------------------------------------------------------
+
+
+def test_campaign_options_are_no_prefix_of_a_torchrun_option():
+    """argparse takes any prefix of an option as that option: a campaign option that is a prefix of one of
+    torchrun's is read (or rejected as ambiguous) by torchrun, even after the module name."""
+    from torch.distributed.run import get_args_parser
+
+    from triton_dist_tune.cli.commands import parser
+
+    theirs = [s for a in get_args_parser()._actions for s in a.option_strings if s.startswith("--")]
+    campaign = parser()._subparsers._group_actions[0].choices["campaign"]
+    ours = [s for a in campaign._actions for s in a.option_strings
+            if s.startswith("--") and a.help != "==SUPPRESS==" and s != "--help"]  # --help: torchrun's own help
+    assert "--rank-local" in ours
+    assert not [(o, t) for o in ours for t in theirs if t.startswith(o)]
+
+
+@pytest.mark.timeout(150)
+def test_documented_campaign_command_runs_under_real_torchrun(tmp_path):
+    """``torchrun --nproc-per-node 2 -m triton_dist_tune campaign MOD:FN --calls MOD:BUILD --keys ... --rank-local``
+    (the README's form) on 2 CPU ranks: both keys tuned, one per rank, summary written."""
+    work, env = campaign_folder(tmp_path)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+           "triton_dist_tune", "campaign", "camp_mod:fn", "--calls", "camp_mod:build", "--keys", "8", "16",
+           "--rank-local", "--backend", "gloo", "--json", str(tmp_path / "summary.json")]
+    done = run_command(cmd, work, env, timeout=130)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert sorted(k["key"] for k in summary["keys"]) == ["16", "8"]
+    assert {k["state"] for k in summary["keys"]} == {"tuned"}
+
+
+@pytest.mark.timeout(150)
+def test_launch_sh_starts_a_module(tmp_path):
+    """``bash launch.sh --cpu -m triton_dist_tune campaign ...`` runs the module on 2 CPU ranks."""
+    work, env = campaign_folder(tmp_path)
+    cmd = ["bash", str(ROOT / "launch.sh"), "--cpu", "-m", "triton_dist_tune", "campaign", "camp_mod:fn",
+           "--calls", "camp_mod:build", "--keys", "8", "16", "--rank-local", "--json", str(tmp_path / "s.json")]
+    done = run_command(cmd, work, env, timeout=130)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "campaign fn: 2 keys on 2 unit(s)" in done.stdout + done.stderr
+    assert len(json.loads((tmp_path / "s.json").read_text())["keys"]) == 2
+
+
+# -- item 7: the campaign command's input errors ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, says", [
+    (["camp_mod:nope", "--calls", "camp_mod:build", "--keys", "8"], "module 'camp_mod' has no 'nope'"),
+    (["no_such_mod:fn", "--calls", "camp_mod:build", "--keys", "8"], "no module named 'no_such_mod'"),
+    (["camp_mod:fn", "--calls", "camp_mod:build", "--keys", "[256"], "'[256' is not valid JSON"),
+])
+def test_campaign_command_input_errors_are_one_line_and_status_2(tmp_path, args, says):
+    work, env = campaign_folder(tmp_path)
+    done = run_command([sys.executable, "-m", "triton_dist_tune", "campaign", *args], work, env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("triton-dist-tune: ") and says in lines[0], done.stderr
+
+
+# -- item 7: the messages a newcomer meets first ---------------------------------------------------------------
+
+CASES = HERE / "scenarios" / "newcomer_cases.py"
+
+
+@pytest.mark.timeout(120)
+def test_every_config_failing_alike_is_said_once_by_each_rank_with_its_own_number(tmp_path):
+    """2 launched ranks, no init_process_group: each tunes alone and every config fails the same way. The error
+    says it once, blames the function or environment, and each rank names itself (both said "rank 0")."""
+    results = run_ranks(CASES, 2, ["no_init"], env=tuner_env(tmp_path), timeout=100)
+    for r in results:
+        assert r.result["error"] == "AllConfigsFailedError", r.stderr[-2000:]
+        message = r.result["message"]
+        assert "same error" in message and "function or its environment" in message, message
+        assert message.count("init_process_group") == 1, message
+        assert f"rank {r.rank}: ValueError" in message, message
+
+
+@pytest.mark.timeout(120)
+def test_no_gpu_driver_names_triton_interpret_and_launch_sh(tmp_path):
+    results = run_ranks(CASES, 1, ["no_driver"], env={**tuner_env(tmp_path), "TRITON_INTERPRET": "0",
+                                                     "CUDA_VISIBLE_DEVICES": ""}, timeout=100)
+    message = results[0].result["message"]
+    assert results[0].result["error"] == "AllConfigsFailedError" and "active drivers" in message, message
+    assert "TRITON_INTERPRET=1" in message and "launch.sh" in message, message
+    assert message.count("active drivers") == 1, message
+
+
+@pytest.mark.timeout(120)
+def test_tuned_parameter_by_position_and_tuner_keyword_typo_are_named(tmp_path):
+    results = run_ranks(CASES, 1, ["by_position", "typo_on_decided_key"], env=tuner_env(tmp_path), timeout=100)
+    found = {r["case"]: r for r in results[0].results}
+    for how in ("plain", "keyword_only"):
+        seen = found["by_position"][how]
+        assert seen["error"] == "BadInputError" and "['v']" in seen["message"], seen
+        assert "key_fn failed" not in seen["message"], seen
+    for when in ("decided", "undecided"):
+        seen = found["typo_on_decided_key"][when]
+        assert seen["error"] == "BadInputError" and "unknown tuner keyword(s) ['autotune_verbos']" in \
+            seen["message"], seen
+
+
+# -- item 8: pictures and tables a person can read -------------------------------------------------------------
+
+LONG = "{gemm_config: Config({BLOCK_K: 32, BLOCK_M: 64, BLOCK_N: 128, GROUP_M: 8, num_ctas: 1, num_stages: 3, "
+
+
+def write_entry(cache: Path, function: str, key: str, configs: list[str], times: list[float | None], chosen: int,
+                kernel: str | None = None, near_tie: bool = False, timeline: bool = True) -> Path:
+    """A cache entry as the tuners write them: one config per time (None: failed), rounds recorded or not."""
+    from triton_dist_tune.disk.cache import versions, write_json_atomic
+    from triton_dist_tune.records import Outcome
+
+    outcomes = []
+    for i, (config, t) in enumerate(zip(configs, times, strict=True)):
+        if t is None:
+            outcomes.append(Outcome(i, config, "failed", error="OutOfResources: shared memory"))
+        else:
+            rounds = dict(order=[i, i + len(configs)], round_times=[t * 1.01, t * 0.99]) if timeline else {}
+            outcomes.append(Outcome(i, config, "measured", time=t, spread=0.01, per_rank=[t, t], samples=2,
+                                    **rounds))
+    data = {"format": 2, "function": function, "key": key, "index": chosen, "config": configs[chosen],
+            "time_ms": times[chosen], "margin": 0.02, "near_tie": near_tie, "runner_up": 1 - chosen,
+            "timing": "steady", "rounds": 2, "group_size": 2, "group": "default", "created": 0.0,
+            "versions": versions(), "gpu": "NVIDIA H200", "gpu_count": 2, "space": "abc",
+            "measurements": [o.to_json() for o in outcomes]}
+    if kernel:
+        data["kernel"] = kernel
+    folder = "contextual" if kernel else function
+    name = hashlib.sha1(repr((function, key, kernel)).encode()).hexdigest()[:20]
+    return write_json_atomic(cache / folder / f"{name}.json", data)
+
+
+def test_decision_plot_says_what_a_bar_is_and_keeps_labels_whole(tmp_path):
+    pytest.importorskip("matplotlib")
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import read_entry
+
+    configs = [LONG + "num_warps: 4})}", LONG + "num_warps: 8})}", "{gemm_config: 'torch'}"]
+    entry = read_entry(write_entry(tmp_path, "ag_gemm", "(4096,)", configs, [1.0, 1.2, None], 0))
+    fig = plots.decision_figure(entry)
+    bars = fig.axes[0]
+    assert "median over samples" in bars.get_xlabel() and "slowest rank" in bars.get_xlabel()
+    labels = [t.get_text() for t in bars.get_yticklabels()]
+    for config, label in zip(configs, labels, strict=True):  # whole: wrapped onto lines, nothing cut
+        assert "…" not in label and label.replace("\n", " ").split(" ", 1)[1] == config
+        assert max(len(line) for line in label.splitlines()) <= plots.LABEL_WIDTH + 6
+    assert len(fig.axes) == 2  # bars and the recorded timeline
+
+
+def test_contextual_plot_has_no_empty_panel_and_function_plot_names_configs_in_key_order(tmp_path):
+    pytest.importorskip("matplotlib")
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import read_entry
+
+    configs = ["Config({BLOCK: 16, num_warps: 4})", "Config({BLOCK: 32, num_warps: 4})"]
+    entries = [read_entry(write_entry(tmp_path, "layer", f"({n}, 'torch.float32')", configs, [2.0, 1.0], 1,
+                                      kernel="__main__.add_one", timeline=False)) for n in (1024, 64, 128)]
+    one = plots.decision_figure(entries[0])
+    assert len([ax for ax in one.axes if ax.get_visible()]) == 1  # no timeline recorded: no timeline panel
+    across = plots.function_figure(entries)
+    assert len(across.axes) == 1
+    ax = across.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["(64, 'torch.float32')", "(128, 'torch.float32')",
+                                                              "(1024, 'torch.float32')"]
+    legend = [t.get_text().replace("\n", " ") for t in ax.get_legend().get_texts()]
+    assert "#0: BLOCK: 16" in legend and "#1: BLOCK: 32" in legend, legend
+    assert "num_warps: 4" in ax.get_legend().get_title().get_text()
+    assert "median over samples" in ax.get_ylabel().replace("\n", " ")
+
+
+def test_readme_image_is_readable_at_its_shown_size():
+    """docs/tuning.png is shown about 1000 pixels wide: it is drawn at that width (its text at its own size), not a
+    1210x3920 strip of 92 configs scaled down to a third."""
+    from PIL import Image
+
+    width, height = Image.open(ROOT / "docs" / "tuning.png").size
+    assert width <= 1000 and height <= 1400, (width, height)
+    assert "docs/tuning.png" in (ROOT / "README.md").read_text()
+
+
+def test_list_fits_120_columns_sorts_by_function_and_key_and_explains_near_ties(tmp_path, capsys):
+    from triton_dist_tune.cli.commands import NEAR_TIE_NOTE, main
+
+    configs = [LONG + "num_warps: 4})}", LONG + "num_warps: 8})}"]
+    for n in (1024, 64, 128):
+        write_entry(tmp_path, "zeta_gemm_with_a_long_function_name", f"(({n}, 8192), 'torch.bfloat16', (8192, 1))",
+                    configs, [1.0, 1.01], 0, near_tie=True)
+    write_entry(tmp_path, "alpha", "(8,)", configs, [1.0, 1.5], 1)
+    assert main(["list", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 120, "\n".join(line for line in lines if len(line) > 120)
+    assert out.index("alpha") < out.index("zeta_gemm")
+    assert out.index("((64, 8192)") < out.index("((128, 8192)") < out.index("((1024, 8192)")
+    assert "tie" not in out.replace(NEAR_TIE_NOTE, "") and NEAR_TIE_NOTE in out and "~+2.0%" in out
+
+
+# -- item 6: launch.sh installs what the README says -------------------------------------------------------------
+
+
+def python_without_the_package(tmp_path: Path) -> Path:
+    """An interpreter (a venv) that sees this one's packages (torch, triton, ...) through links, except an
+    installed triton-dist-tune and pip: a machine where the package was never installed, and nothing can be."""
+    import sysconfig
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    for item in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if "triton_dist_tune" not in item.name and not item.name.startswith("pip"):
+            (site / item.name).symlink_to(item)
+    return venv / "bin" / "python"
+
+
+@pytest.mark.timeout(150)
+def test_launch_sh_installs_the_package_where_it_is_not_installed(tmp_path):
+    """launch.sh puts the checkout on PYTHONPATH for the ranks; its check of what is installed must not count
+    that, or the package (its console script, its extras) is never installed although the README says so. Here
+    pip is absent, so the install is attempted and fails: launch.sh stops before starting any rank."""
+    python = python_without_the_package(tmp_path)
+    script = tmp_path / "hello.py"
+    script.write_text("print('RANK RAN')\n")
+    env = base_env({"PYTHON": str(python), "TMPDIR": str(tmp_path)})
+    done = run_command(["bash", str(ROOT / "launch.sh"), "--cpu", "--nproc", "1", str(script)], tmp_path, env,
+                       timeout=130)
+    assert "ensure_env: installing triton-dist-tune from" in done.stderr, done.stderr[-3000:]
+    assert done.returncode != 0 and "RANK RAN" not in done.stdout
+
+
+# -- item 10: the README is a user's front page ------------------------------------------------------------------
+
+README = ROOT / "README.md"
+
+
+def readme_block(heading: str) -> str:
+    """The first fenced code block under the README's section ``heading``."""
+    text = README.read_text()
+    section = text[text.index(heading):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("```", start)]
+
+
+@pytest.mark.timeout(150)
+def test_readme_example_runs_on_two_cpu_ranks_and_both_choose_alike(tmp_path):
+    code = readme_block("## Your own function on CPU ranks")
+    assert len(code.strip().splitlines()) <= 20
+    script = tmp_path / "my_tuned.py"
+    script.write_text(code)
+    results = run_ranks(script, 2, env=tuner_env(tmp_path), timeout=130)
+    lines = []
+    for r in results:
+        assert r.returncode == 0, r.stderr[-3000:]
+        found = re.search(rf"^rank {r.rank}: (\{{'chunks': \d+\}}), y\[0\] = 2\.0$", r.stdout, re.M)
+        assert found, r.stdout + r.stderr[-2000:]
+        lines.append(found.group(1))
+    assert lines[0] == lines[1]
+
+
+def test_readme_is_a_front_page():
+    """What and why, the two commands, the example, the API, the CLI, links; the protocol, layout, CI timings and
+    measurement narratives live in docs/ and benchmarks/; every relative link leads to a file."""
+    text = README.read_text()
+    quick = text[text.index("## Quick start"):text.index("## Your own function")]
+    commands = quick[quick.index("```bash\n") + 8:quick.index("```", quick.index("```bash\n") + 8)].strip()
+    assert [c.split("#")[0].strip() for c in commands.splitlines()] == ["bash launch.sh examples/quickstart.py",
+                                                                         "bash tests/run.sh"]
+    for heading in ("## The API in brief", "## Command line", "## Environment variables", "## More",
+                    "## Large config spaces: the search\n\n(written by the lead)\n",
+                    "### Where this differs from Triton and Triton-distributed, on purpose"):
+        assert heading in text, heading
+    for gone in ("### The agreement protocol", "## Layout", "min 29 s", "24 fresh steady tunings", "22.4 s"):
+        assert gone not in text, gone
+    for page, holds in (("docs/protocol.md", "## The agreement protocol"), ("docs/layout.md", "| `tests/` |"),
+                        ("benchmarks/HISTORY.md", "min 29 s"), ("benchmarks/RESULTS.md", "bench_fidelity.py"),
+                        ("docs/autotune.md", "**Arguments changed in place.**")):
+        assert holds in (ROOT / page).read_text(), page
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)  # code blocks hold no links, only indexing like k[grid](x)
+    for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", prose):
+        assert (ROOT / link).exists(), link
+    assert "--rank-local" in text and " --local\n" not in text
+
+
+def test_near_tie_is_explained_where_the_tuner_prints_it():
+    from triton_dist_tune.disk.logs import margin_text
+    from triton_dist_tune.records import Decision
+
+    decision = Decision(1, "{v: 1}", 1.0, 0.021, True, 0, [], "steady", 2)
+    assert margin_text(decision) == " (2.1% ahead of config 0, a near tie: within the measured noise)"
