@@ -90,6 +90,7 @@ def _fresh_environment() -> Path:
 BASE = _fresh_environment()
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import random  # noqa: E402
@@ -119,6 +120,9 @@ GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "
 SHAPES = (16, 32, 64, 128, 256, 512, 2048, 8192)
 CAMPAIGN_BATCHES = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096, 6144, 8192)
 GRAPH_CALLS = 20
+#: a config whose settling replay is this many times the best screened so far is not timed further
+SCREEN_CUTOFF = 3.0
+parsed = functools.lru_cache(maxsize=None)(to_triton_config)  # a GEMM config string, parsed once
 
 
 def say(text: str) -> None:
@@ -174,7 +178,7 @@ class GemmSpace:
 
     def _launch(self, kernel: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: str,
                 warmup: bool = False) -> None:
-        cfg = to_triton_config(config)
+        cfg = parsed(config)
         kw = cfg.kwargs
         m, n = c.shape
         grid = (triton.cdiv(m, kw["BLOCK_M"]) * triton.cdiv(n, kw["BLOCK_N"]), 1)
@@ -336,8 +340,10 @@ class GraphClock:
                 call()
         return graph
 
-    def screen(self, call: Callable[[], None], min_ms: float = 2.0) -> float:
-        """ms per call: one settling replay, then at least ``min_ms`` of replays timed with device events."""
+    def screen(self, call: Callable[[], None], min_ms: float = 2.0, cutoff_ms: float = math.inf) -> float:
+        """ms per call: one settling replay, then at least ``min_ms`` of replays timed with device events; a
+        config whose settling replay takes over ``cutoff_ms`` per call is not timed further (the settling replay's
+        time is returned: it is no contender)."""
         graph = self.capture(call)
         s0, s1, e = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         s0.record()
@@ -345,6 +351,8 @@ class GraphClock:
         s1.record()
         torch.cuda.synchronize()
         per_replay = max(s0.elapsed_time(s1), 1e-3)
+        if per_replay / GRAPH_CALLS > cutoff_ms:
+            return per_replay / GRAPH_CALLS
         reps = min(50, max(1, math.ceil(min_ms / per_replay)))
         s1.record()
         for _ in range(reps):
@@ -397,7 +405,7 @@ class WallClock:
 
     label = "CPU smoke: wall clock of eager calls (no device, no graphs)"
 
-    def screen(self, call: Callable[[], None], min_ms: float = 0.0) -> float:
+    def screen(self, call: Callable[[], None], min_ms: float = 0.0, cutoff_ms: float = math.inf) -> float:
         call()
         t0 = time.perf_counter()
         call()
@@ -460,7 +468,8 @@ def device_oracle(space: Any, m: int, kernel: Any, rounds: int) -> dict[str, Any
             if name in failed:
                 continue
             try:
-                screened[name] = clock.screen(space.launch(kernel, st, config))
+                cutoff = SCREEN_CUTOFF * min(screened.values(), default=math.inf)
+                screened[name] = clock.screen(space.launch(kernel, st, config), cutoff_ms=cutoff)
             except Exception as exc:  # a launch that fails (e.g. out of resources at run time)
                 failed[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 sync()
@@ -771,12 +780,12 @@ def main() -> int:
     smoke = args.cpu_smoke
     world = int(os.environ.get("WORLD_SIZE", "1"))
     phases = args.phases.split(",")
+    if GPU:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if world > 1:
         if phases != ["campaign"]:
             raise SystemExit("under torchrun only --phases campaign runs (the other phases use one GPU)")
         tdt.init_distributed()
-    if GPU:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     shapes = [int(m) for m in args.shapes.split(",")] if args.shapes else ([3, 20] if smoke else list(SHAPES))
     batches = ([int(m) for m in args.campaign_batches.split(",")] if args.campaign_batches
                else ([3, 20] if smoke else list(CAMPAIGN_BATCHES)))
