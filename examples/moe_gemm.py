@@ -70,7 +70,7 @@ TINY_AXES: dict[str, tuple[int, ...]] = {
 GPU_PROBLEM = {"experts": 8, "top_k": 2, "n": 3584, "k": 4096}
 CPU_PROBLEM = {"experts": 4, "top_k": 2, "n": 48, "k": 40}
 #: the batch sizes of a campaign (16 of them, most small: decode), and of a CPU campaign
-CAMPAIGN_BATCHES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096)
+CAMPAIGN_BATCHES = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096, 6144, 8192)
 CPU_CAMPAIGN_BATCHES = (3, 8, 20)
 
 
@@ -424,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         p = make_problem(tokens, w, problem["top_k"])
         kept = sum(moe_prune({"config": c}, p.a, p.w, p.routing) for c in space)
         started = time.perf_counter()
-        out = moe(p.a, p.w, p.routing, autotune_verbose=rank == 0 and not tiny)
+        out = moe(p.a, p.w, p.routing, autotune_verbose=not tiny)
         seconds = time.perf_counter() - started
         choice = config_text(moe.tuner.decided[moe_key(p.a, p.w, p.routing)]["config"])
         error = relative_error(out, moe_reference(p.a, p.w, p.routing))

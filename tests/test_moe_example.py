@@ -114,3 +114,29 @@ def test_moe_example_two_cpu_ranks_same_choice(tmp_path: Path) -> None:
     assert result["world"] == 2 and result["same_on_every_rank"], output[-4000:]
     assert max(result["errors"]) <= 1e-4, output[-4000:]
     assert result["kept"] >= 1 and len(result["choices"]) == 1
+
+
+@pytest.mark.timeout(120)
+def test_bench_search_cpu_smoke_oracle_cached_and_tunings_judged(tmp_path: Path) -> None:
+    """benchmarks/bench_search.py's plumbing on CPU (interpreter, wall clock instead of graphs): the oracle is
+    computed once and reused from its cache, and every tuning's choice is judged by both oracles."""
+    import subprocess
+
+    out = tmp_path / "out"
+    command = [sys.executable, str(HERE.parent / "benchmarks" / "bench_search.py"), "--out", str(out), "--cpu-smoke",
+               "--spaces", "gemm", "--shapes", "3", "--tunings", "1", "--tuners", "ours,stock"]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    first = subprocess.run([*command, "--phases", "oracle"], env=env, capture_output=True, text=True, timeout=100)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    second = subprocess.run([*command, "--phases", "oracle,tune"], env=env, capture_output=True, text=True,
+                            timeout=100)
+    assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
+    assert "cached in" in second.stdout, second.stdout[-3000:]
+    report = json.loads((out / "search.json").read_text())
+    row = report["tune"]["gemm|3"]
+    for who in ("ours", "stock"):
+        choice = row[who][0]["choice"]
+        assert row["device_oracle"]["ratios"][choice] >= 1.0
+        assert row["eager_oracle"]["ratios"][choice] >= 1.0
+    assert row["ours"][0]["decision"].get("timing")
+    assert "| gemm | 3 |" in (out / "search.md").read_text()
