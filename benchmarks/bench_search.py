@@ -330,14 +330,22 @@ class GraphClock:
 
     def __init__(self) -> None:
         self.pool = torch.cuda.graph_pool_handle()
+        self.stream = torch.cuda.Stream()
 
     def capture(self, call: Callable[[], None]) -> torch.cuda.CUDAGraph:
+        """A graph of :data:`GRAPH_CALLS` calls, captured on a side stream with the low-level API (the
+        ``torch.cuda.graph`` context empties the allocator's cache at every capture: thousands of captures)."""
         call()  # outside the graph: the first launch (and the MoE alignment for this BLOCK_SIZE_M)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            for _ in range(GRAPH_CALLS):
-                call()
+        with torch.cuda.stream(self.stream):
+            graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
+            try:
+                for _ in range(GRAPH_CALLS):
+                    call()
+            finally:
+                graph.capture_end()
+        torch.cuda.synchronize()
         return graph
 
     def screen(self, call: Callable[[], None], min_ms: float = 2.0, cutoff_ms: float = math.inf) -> float:
