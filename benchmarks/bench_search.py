@@ -29,7 +29,9 @@ Phases (``--phases``, in this order):
    device kept busy); a finalist's ratio is the median over the rounds of its time relative to the round's median
    finalist (drift-free, ``bench_fidelity.scores``) over the best; other configs' ratios are screened time over the
    best finalist's time. The SM clock (pynvml, if installed) is sampled meanwhile. Saved into ``--oracle-cache``
-   (default ``DIR/oracle.json``), keyed by space, shape and GPU; reused when present.
+   (default ``DIR/oracle.json``), keyed by space, shape and GPU; reused when present. The oracle and tune phases
+   compile into one Triton cache folder (``--triton-cache``, kept across invocations when given; a fresh temp
+   folder otherwise).
 2. ``compile``: the first key with compiles (``--compile-shape``, default M = 256): ours with the defaults and no
    user code, a fresh Triton cache in a fresh temp folder and a fresh kernel copy; stock only with
    ``--stock-compile`` (it compiles every config serially: 10 minutes or more for 840 configs).
@@ -595,7 +597,9 @@ def oracle_key(space: Any, m: int) -> str:
     return f"{gpu_name()}|{space.name}|{m}|{len(space.configs)}"
 
 
-def phase_oracle(spaces: list[Any], shapes: list[int], cache: dict, cache_path: Path, rounds: int) -> None:
+def phase_oracle(spaces: list[Any], shapes: list[int], cache: dict, cache_path: Path, rounds: int,
+                 triton_cache: Path) -> None:
+    use_triton_cache(str(triton_cache))  # the tune phase's folder: its kernel copies load from here
     for space in spaces:
         kernel = fresh_kernel(space.source)  # one copy per space: compiled once, every shape
         for m in shapes:
@@ -630,8 +634,8 @@ def phase_compile(spaces: list[Any], m: int, stock_too: bool, report: dict) -> N
 
 
 def phase_tune(spaces: list[Any], shapes: list[int], tuners: list[str], tunings: int, stock_tunings: int,
-               eager_rounds: int, cache: dict, report: dict) -> None:
-    use_triton_cache(str(BASE / "triton_tune"))  # one cache: every kernel copy compiles from it once
+               eager_rounds: int, cache: dict, report: dict, triton_cache: Path) -> None:
+    use_triton_cache(str(triton_cache))  # one cache: every kernel copy compiles from it once
     rows = report.setdefault("tune", {})
     for space in spaces:
         ours_kernel, stock_kernel = fresh_kernel(space.source), fresh_kernel(space.source)
@@ -680,6 +684,14 @@ def summary_line(row: dict[str, Any]) -> str:
         secs = [f"{r['seconds']:.1f}" for r in runs]
         parts.append(f"{who} dev {dev} eager {eag} in {secs} s")
     return "; ".join(parts)
+
+
+def timing_text(decision: dict[str, Any]) -> str:
+    """How a tuning timed its key, from its Decision: ``timing`` and every other text field it records (a search
+    stage may add how it timed: device / graph replay or eager), the config's text left out."""
+    parts = [str(decision.get("timing", "?"))]
+    parts += [f"{k}={v}" for k, v in decision.items() if isinstance(v, str) and k not in ("timing", "config")]
+    return " ".join(parts)
 
 
 def fmt_ratio(row: dict[str, Any], oracle: str, choice: str) -> str:
@@ -741,7 +753,7 @@ def markdown(report: dict) -> str:
                 secs = ", ".join(f"{r['seconds']:.1f}" for r in runs)
                 return f"{dev} / {eager} / {secs}"
 
-            timing = ", ".join(sorted({str(r["decision"].get("timing", "?")) for r in ours})) or "-"
+            timing = ", ".join(sorted({timing_text(r["decision"]) for r in ours})) or "-"
             lines.append(" | ".join([
                 f"| {space}", m, str(row["kept"]), "-" if best is None else f"{1e3 * best:.1f}",
                 ", ".join(fmt_ratio(row, "device_oracle", r["choice"]) for r in ours) or "-",
@@ -783,6 +795,9 @@ def main() -> int:
     p.add_argument("--stock-compile", action="store_true", help="also stock's first key with compiles (slow)")
     p.add_argument("--campaign-batches", default="", help="comma-separated M (default: 16 from 16 to 8192)")
     p.add_argument("--gemm-nk", type=int, default=4096, help="N = K of the GEMM space")
+    p.add_argument("--triton-cache", type=Path, default=None,
+                   help="Triton cache folder of the oracle and tune phases, kept across invocations (default: a "
+                        "fresh temp folder; the compile and campaign phases always use fresh ones)")
     p.add_argument("--cpu-smoke", action="store_true", help="CPU, interpreter, tiny spaces, 2 shapes, no graphs")
     args = p.parse_args()
     smoke = args.cpu_smoke
@@ -804,6 +819,8 @@ def main() -> int:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     cache_path = args.oracle_cache or out / "oracle.json"
+    triton_cache = (args.triton_cache or BASE / "triton_tune").resolve()
+    triton_cache.mkdir(parents=True, exist_ok=True)
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     report_path = out / "search.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
@@ -815,12 +832,12 @@ def main() -> int:
     for phase in phases:
         t0 = time.perf_counter()
         if phase == "oracle":
-            phase_oracle(spaces, shapes, cache, cache_path, args.oracle_rounds)
+            phase_oracle(spaces, shapes, cache, cache_path, args.oracle_rounds, triton_cache)
         elif phase == "compile":
             phase_compile(spaces, shapes[0] if smoke else args.compile_shape, args.stock_compile, report)
         elif phase == "tune":
             phase_tune(spaces, shapes, args.tuners.split(","), args.tunings, args.stock_tunings, args.eager_rounds,
-                       cache, report)
+                       cache, report, triton_cache)
         elif phase == "campaign":
             moe = next((s for s in spaces if s.name == "moe"), None) or MoeSpace(smoke)
             phase_campaign(moe, batches, cache, report)
