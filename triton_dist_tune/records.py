@@ -100,3 +100,7 @@ class Decision:
     timing: str = "steady"
     rounds: int = 0
     seconds: float = 0.0
+    #: how the configs were chosen for measuring: "" (every kept config raced) or the search's summary line
+    search: str = ""
+    #: how the samples were timed: "eager" (launched by the host) or "graph" (device time: CUDA graph replays)
+    clock: str = "eager"

@@ -35,6 +35,8 @@ LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRA
 JOB_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")
 #: what a call does with a key not decided yet (``autotune(undecided=...)``, ``..._UNDECIDED``)
 UNDECIDED_POLICIES = ("tune", "nearest", "first")
+#: ``search=``: search spaces of more than 64 kept configs (auto), always, or race every config (exhaustive)
+SEARCH_MODES = ("auto", "search", "exhaustive")
 
 
 def flag(value: str | None) -> bool:
@@ -123,6 +125,9 @@ class Settings:
     #: what every tuned function does with a key not decided yet (``..._UNDECIDED``: tune, nearest or first);
     #: None: each decorator's ``undecided`` (default tune)
     undecided: str | None = None
+    #: whether large spaces are searched (``..._SEARCH``: auto, search or exhaustive); None: each decorator's
+    #: ``search`` (default auto)
+    search: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -149,6 +154,7 @@ class Settings:
             compile_threads=_threads(env),
             print_autotuning=flag(env.get("TRITON_PRINT_AUTOTUNING")),
             undecided=_undecided(env.get(PREFIX + "UNDECIDED", "")),
+            search=_search(env.get(PREFIX + "SEARCH", "")),
         )
 
 
@@ -164,6 +170,13 @@ def _undecided(value: str) -> str | None:
     if policy and policy not in UNDECIDED_POLICIES:
         raise BadInputError(f"{PREFIX}UNDECIDED must be one of {', '.join(UNDECIDED_POLICIES)}, not {value!r}")
     return policy or None
+
+
+def _search(value: str) -> str | None:
+    mode = value.strip().lower()
+    if mode and mode not in SEARCH_MODES:
+        raise BadInputError(f"{PREFIX}SEARCH must be one of {', '.join(SEARCH_MODES)}, not {value!r}")
+    return mode or None
 
 
 def current() -> Settings:

@@ -35,7 +35,7 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
              refine_top: int = 0, name: str | None = None, timing: str | None = None, batch: int | None = None,
              budget: float | None = None, cache_key_extra: str | Callable[[], str] | None = None,
              undecided: str | None = None, distance: Callable[[Any, Any], float | None] | None = None,
-             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+             search: str = "auto") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Tune a whole (distributed) function over ``config_space``, with every rank of the group in lock-step.
 
     ``config_space`` holds dicts of keyword arguments (values may be ``triton.Config``), one merged into each
@@ -61,7 +61,7 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
         restore_value=restore_value, pre_hook=pre_hook, post_hook=post_hook, ref_prog=ref_prog, rtol=rtol, atol=atol,
         early_stop=early_stop, sharded=sharded, precompile_fn=precompile_fn, compile_threads=compile_threads,
         refine_top=refine_top, name=name, timing=timing, batch=batch, budget=budget, cache_key_extra=cache_key_extra,
-        undecided=undecided, distance=distance)
+        undecided=undecided, distance=distance, search=search)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         return _hot_path(Tuner(fn, config_space, key_fn, prune_fn, options()), fn, key_fn)

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..errors import AllConfigsFailedError, BadInputError, MismatchError
 from ..measure.race import Race, RacePlan
+from ..measure.search import PatternSearch, SearchPlan, search_applies
 from ..measure.stats import clearly_slower, median, paired_ratios
 from ..records import Outcome
 from . import intercept, report
@@ -57,6 +58,16 @@ class Track:
         self.n_warmup, self.n_repeat = n_warmup, n_repeat
         #: the configs to try, in config order: those every rank's pruning keeps
         self.order = agreed_order(self.label, infos)
+        #: a large space is searched (:mod:`~triton_dist_tune.measure.search`): ``batch`` holds the configs of the
+        #: current stage (warmed up, then screened by a one-round race), and the finalists' race decides; otherwise
+        #: ``batch`` is every config and its race decides (``final``)
+        self.search: PatternSearch | None = None
+        self.batch: list[int] = self.order
+        self.final = True
+        mode = agreed_search_mode(self.label, infos)
+        if first.get("params") and search_applies(mode, len(self.order)):
+            self.search = PatternSearch(first["params"], self.order, SearchPlan(seed=self.label))
+            self.batch, self.final = self.search.first(), False
         self.holders: list[int] = sorted(infos)
         self.pos, self.step, self.runs = 0, 0, 0
         #: steps taken and failures seen: grows whenever the track moves (a stalled track is ended by the session)
@@ -97,7 +108,7 @@ class Track:
             return self.best
         if self.race is not None:
             return self.round_order[self.round_pos]
-        return self.order[self.pos]
+        return self.batch[self.pos]
 
     def phase(self) -> tuple[str, int]:
         """("warmup", step) or ("measure", round) of the current step."""
@@ -195,11 +206,11 @@ class Track:
     def _move_on(self) -> None:
         """Go to the next step that needs a config: the next warm-up, the next in the round, or a new round."""
         if self.race is None:
-            if self.step >= self.n_warmup or not self._open(self.order[self.pos]):
+            if self.step >= self.n_warmup or not self._open(self.batch[self.pos]):
                 self.pos, self.step = self.pos + 1, 0
-            while self.pos < len(self.order) and not self._open(self.order[self.pos]):
+            while self.pos < len(self.batch) and not self._open(self.batch[self.pos]):
                 self.pos += 1
-            if self.pos == len(self.order):
+            if self.pos == len(self.batch):
                 self._start_race()
             return
         race = self.race
@@ -210,6 +221,9 @@ class Track:
             return
         for index in race.end_round():
             self._take(index)
+        if race.finished(0.0) and not self.final:
+            self._next_stage()
+            return
         if race.finished(0.0):
             leaving = None if race.settling or self.n_repeat < 2 else begin_closing(race, self.n_repeat)
             if leaving is None:
@@ -220,12 +234,36 @@ class Track:
         self.round_order, self.round_pos = race.order(), 0
         self._move_on()
 
+    def _next_stage(self) -> None:
+        """A screening stage of the search is over: the next stage's configs, or the finalists' race."""
+        assert self.search is not None and self.race is not None
+        for index in self.race.running:
+            self._take(index)
+        history: dict[int, float | None] = {i: None for i in self.failed}
+        history.update(self.times)
+        batch = self.search.next(history)
+        if not batch:  # the finalists race afresh: their screening times leave the table
+            batch, self.final = self.search.finalists(history), True
+            for index in batch:
+                for table in (self.times, self.per_rank, self.spreads):
+                    table.pop(index, None)
+                self.resumed.discard(index)
+        self.batch, self.race, self.pos, self.step = batch, None, 0, 0
+        self.progress += 1
+        self._move_on()
+
     def _start_race(self) -> None:
-        entrants = [i for i in self.order if self._open(i)]
+        entrants = [i for i in self.batch if self._open(i)]
         if not entrants:
+            if not self.final:
+                self.race = Race([], RacePlan(max_rounds=1, seed=self.label))
+                self._next_stage()
+                return
             self._conclude()
             return
-        self.race = Race(entrants, RacePlan(max_rounds=max(1, self.n_repeat), seed=self.label))
+        rounds = max(1, self.n_repeat) if self.final else 1
+        stage = "" if self.search is None else f"/stage{len(self.search.stages)}{'/final' if self.final else ''}"
+        self.race = Race(entrants, RacePlan(max_rounds=rounds, seed=self.label + stage))
         self.round_order, self.round_pos = self.race.order(), 0
         if self.n_warmup == 0 and self.runs == 0:  # a key's first launch (its first pruned config) counts at once
             self.round_order.sort(key=self.order.index)
@@ -246,7 +284,8 @@ class Track:
         if race is not None:
             for index in race.running:
                 self._take(index)
-        candidates = {i: t for i, t in self.times.items() if i == winner or i in self.resumed}
+        candidates = {i: t for i, t in self.times.items()
+                      if i == winner or (i in self.resumed and self.search is None)}
         if candidates:
             self.finish(self._least(candidates), "tuned")
         elif self.times:
@@ -325,6 +364,16 @@ def begin_closing(race: Race, n_repeat: int) -> list[int] | None:
     race.plan = replace(race.plan, max_rounds=race.rounds + rounds, final_top=len(close), final_rounds=rounds)
     race.settled_from = race.rounds
     return leaving
+
+
+def agreed_search_mode(label: str, infos: Mapping[int, dict[str, Any]]) -> str:
+    """The search mode every rank's environment gives (``TRITON_DIST_AUTOTUNE_SEARCH``; ``auto`` when unset);
+    MismatchError when the ranks differ."""
+    modes = {rank: info.get("search") or "auto" for rank, info in sorted(infos.items())}
+    if len(set(modes.values())) > 1:
+        raise MismatchError(f"{label}: the ranks differ in the search mode (TRITON_DIST_AUTOTUNE_SEARCH): "
+                            + "; ".join(f"rank {r}: {m}" for r, m in modes.items()))
+    return next(iter(modes.values()))
 
 
 def agreed_order(label: str, infos: Mapping[int, dict[str, Any]]) -> list[int]:

@@ -126,14 +126,26 @@ class LocalTrack:
         at = self.autotuners[0]
         return {"name": intercept.kernel_name(at), "descriptions": self.descriptions,
                 "names": [str(c) for c in at.configs], "space_text": self.space_text, "pruned": self.pruned,
-                "pruning": self.pruning,
-                "entry": self.entry}
+                "pruning": self.pruning, "entry": self.entry, "params": config_params(at.configs),
+                "search": settings.current().search or "auto"}
 
     def note(self, index: int, state: str, **fields: Any) -> None:
         """Append to this rank's journal of the track, once per (config, state)."""
         if (index, state) not in self.journaled:
             self.journaled.add((index, state))
             self.journal.append(index, state, config=self.descriptions[index], **fields)
+
+
+def config_params(configs: list[Any]) -> list[dict[str, Any]]:
+    """Each ``triton.Config``'s parameters as plain data (its keyword arguments, warps, stages, CTAs), for the
+    search's grid: numbers, strings and booleans as they are, anything else by its description."""
+    params = []
+    for config in configs:
+        values = {**getattr(config, "kwargs", {}), "num_warps": getattr(config, "num_warps", None),
+                  "num_stages": getattr(config, "num_stages", None), "num_ctas": getattr(config, "num_ctas", None)}
+        params.append({name: value if isinstance(value, (int, float, str, bool)) or value is None
+                       else describe(value) for name, value in sorted(values.items())})
+    return params
 
 
 def earlier_outcomes(per_rank: list[list[dict[str, Any]]], descriptions: list[str]) -> dict[int, dict[str, Any]]:

@@ -26,7 +26,8 @@ def agree_on_call(tuner: Tuner, group: Group, key_text: str, problem: str | None
             check_call(tuner.fn, tuner.space, args, kwargs, tuner.name, overwrite)
         except BadInputError as exc:
             problem = str(exc)
-    fields = {"group size": str(group.size), "config space": tuner.space_text, "key": key_text}
+    fields = {"group size": str(group.size), "config space": tuner.space_text, "key": key_text,
+              "search mode (search= / TRITON_DIST_AUTOTUNE_SEARCH)": tuner.search_mode()}
     agreement = agree(group, fields, f"[{tuner.name}] agree on key and config space", tuner.options.timeout,
                       problem)
     if agreement.notes:

@@ -53,7 +53,8 @@ def cache_record(name: str, key_text: str, group: Group, decision: Decision) -> 
     return {"function": name, "key": key_text, "group_size": group.size, "group": logs.group_title(group),
             "index": decision.index, "config": decision.config, "time_ms": decision.time,
             "margin": decision.margin, "near_tie": decision.near_tie, "runner_up": decision.runner_up,
-            "timing": decision.timing, "rounds": decision.rounds, "tuning_seconds": decision.seconds,
+            "timing": decision.timing, "search": decision.search, "clock": decision.clock, "rounds": decision.rounds,
+            "tuning_seconds": decision.seconds,
             "created": time.time(), "measurements": [o.to_json() for o in decision.outcomes]}
 
 
@@ -73,8 +74,10 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
         except OSError as exc:
             log.warning("triton_dist_tune: could not write the cache (%s)", exc)
     group.barrier(f"{label} decision written", timeout=timeout)
-    logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s", label, decision.index,
-                         decision.config, decision.time, logs.margin_text(decision))
+    logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s; timed %s%s", label, decision.index,
+                         decision.config, decision.time, logs.margin_text(decision),
+                         "on the device (CUDA graph replays)" if decision.clock == "graph" else "eagerly",
+                         f"; {decision.search}" if decision.search else "")
 
 
 def warn_if_another_group_chose_otherwise(path: Path, name: str, key_text: str, group: Group,

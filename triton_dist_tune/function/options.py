@@ -17,6 +17,7 @@ from ..measure.arguments import check_names
 from ..measure.lockstep import Plan
 from ..measure.race import RacePlan
 from ..measure.timing import FAST_LEADER_MS, SETTLED_CYCLES, SETTLED_LEADERS, SETTLED_LEADERS_FAST, timing_mode
+from ..settings import SEARCH_MODES
 from .policy import check_policy
 
 
@@ -62,6 +63,10 @@ class TuneOptions:
         undecided: a key not decided yet is tuned now (``"tune"``, default), or served with no tuning and no
             communication: the ``"nearest"`` decided key's choice, or the ``"first"`` kept config (docs/campaign.md).
         distance: ``distance(key, decided_key) -> float | None`` for ``"nearest"`` (default: numeric parts, L1).
+        search: ``"auto"`` (default: search when more than 64 configs are kept after pruning), ``"search"``
+            (always) or ``"exhaustive"`` (race every kept config); ``TRITON_DIST_AUTOTUNE_SEARCH`` overrides it for
+            a job. The search screens a part of the space in stages (a first look, then the neighbourhoods of the
+            best configs on the parameter grid) and races the best it found (docs/search.md).
     """
 
     n_warmup: int = 1
@@ -86,6 +91,7 @@ class TuneOptions:
     cache_key_extra: str | Callable[[], str] | None = None
     undecided: str | None = None
     distance: Callable[[Any, Any], float | None] | None = None
+    search: str = "auto"
 
     def __post_init__(self) -> None:
         checks.whole(self.n_warmup, "n_warmup", 0)
@@ -111,6 +117,8 @@ class TuneOptions:
             raise BadInputError(f"timing must be 'steady', 'cold' or None, got {self.timing!r}")
         check_policy(self.undecided)
         checks.function(self.distance, "distance")
+        if self.search not in SEARCH_MODES:
+            raise BadInputError(f"search must be one of {', '.join(SEARCH_MODES)}, not {self.search!r}")
         timing_mode(self.timing)  # reject a bad mode now; the environment may still override it per call
 
     def for_function(self, fn: Callable[..., Any]) -> TuneOptions:

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+from .. import settings
 from ..disk.cache import DiskCache, dependency_text, source_of
 from ..errors import BadInputError, describe_error
 from ..group.resolve import resolve_group
@@ -62,6 +63,10 @@ class Tuner:
         self.decided_in: dict[tuple[tuple, Hashable], dict[str, Any]] = {}
         #: the last decision per (group name, key), with every config's outcome, for inspection
         self.decisions: dict[tuple[str, Hashable], Decision] = {}
+
+    def search_mode(self) -> str:
+        """``auto``, ``search`` or ``exhaustive``: the job's ``TRITON_DIST_AUTOTUNE_SEARCH``, else ``search=``."""
+        return settings.current().search or self.options.search
 
     @property
     def tables(self) -> dict[tuple[str, Hashable], list[dict[str, Any]]]:

@@ -34,15 +34,17 @@ from ..faults.recovery import across, interruptible, journal_path, shared_view
 from ..faults.watchdog import WATCHDOG, Guard
 from ..group.channel import Group
 from ..measure import compile_pass
-from ..measure.arguments import RandomState
+from ..measure.arguments import ArgumentState, RandomState
 from ..measure.lockstep import Measurer, Todo
 from ..measure.precompile import compiles_here, precompile
 from ..measure.replicas import Layout, settle
+from ..measure.search import SearchPlan, search_applies
 from ..measure.timing import timing_mode
 from ..records import Decision, Outcome
 from ..space import describe_key, fingerprint
 from .agreed import agree_on_call, agreed_prune, prepare
 from .decide import cache_record, conclude, decide, warn_if_another_group_chose_otherwise
+from .searched import Searched
 
 if TYPE_CHECKING:
     from .tuner import Tuner
@@ -185,8 +187,11 @@ class Tuning:
         measurer = Measurer(self.group, trial, tuner.options.plan(self.timeout, timing, seed), journal,
                             logs.rank_log(), self.label, guard)
         share = kept if layout is None else layout.share(kept)
+        pruned = [Outcome(i, tuner.descriptions[i], "pruned") for i in range(len(tuner.space)) if i not in kept]
+        if layout is None and not tuner.options.sharded and search_applies(tuner.search_mode(), len(kept)):
+            return self._search(measurer, kept, earlier, pruned, seed, timing, state)
         outcomes, todo = self._resume(share, earlier)
-        outcomes += [Outcome(i, tuner.descriptions[i], "pruned") for i in range(len(tuner.space)) if i not in kept]
+        outcomes += pruned
         try:
             self._precompile(todo, measurer)
             if layout is not None:  # this replica's share, then the leaders on every replica
@@ -203,7 +208,27 @@ class Tuning:
                 state.put_back()
         if layout is not None:
             return decision
-        return decide(sorted(outcomes, key=lambda o: o.index), getattr(measurer, "race", None), timing)
+        decision = decide(sorted(outcomes, key=lambda o: o.index), getattr(measurer, "race", None), timing)
+        decision.clock = measurer.clock_kind
+        return decision
+
+    def _search(self, measurer: Measurer, kept: list[int], earlier: dict[int, dict[str, Any]],
+                pruned: list[Outcome], seed: str, timing: str, state: ArgumentState | None) -> Decision:
+        """Step 5 by search (:mod:`~triton_dist_tune.function.searched`): the stages, then the finalists' race."""
+        searched = Searched(self, measurer, kept, earlier, lambda todo: self._precompile(todo, measurer))
+        try:
+            outcomes, race = searched.run(SearchPlan(seed=seed), measurer.plan.race)
+        except (KeyboardInterrupt, SystemExit) as exc:  # SIGINT, SIGTERM: journaled, and no config is blamed
+            measurer.interrupted(exc)
+            raise
+        finally:
+            measurer.compiles.close()
+            if state is not None:
+                state.put_back()
+        decision = decide(sorted(outcomes + pruned, key=lambda o: o.index), race, timing)
+        decision.search = searched.record.text()
+        decision.clock = measurer.clock_kind
+        return decision
 
     def _resume(self, share: list[int], earlier: dict[int, dict[str, Any]]) -> tuple[list[Outcome], list[Todo]]:
         """The outcomes an earlier attempt settled (failed or stopped), and the configs left to race."""
@@ -230,6 +255,7 @@ class Tuning:
         options = self.tuner.options
         if not todo:
             return
+        measurer.compiles.close()  # a search's earlier stage
         if options.precompile_fn is not None:
             measurer.compiles = precompile(self.group, self.label, options.precompile_fn, todo, self.args,
                                            self.kwargs, options.compile_threads, self.timeout)
@@ -237,6 +263,10 @@ class Tuning:
                                 self.timeout):  # every rank, or none: it starts collectives
             measurer.compiles = compile_pass.compile_pass(self.group, self.label, todo, measurer.aligned_run,
                                                           measurer.trial.call, options.compile_threads, self.timeout)
+
+    def todo(self, index: int) -> Todo:
+        """(index, config, description) of config ``index``."""
+        return self._todo(index)
 
     def _todo(self, index: int) -> Todo:
         return index, self.tuner.space[index], self.tuner.descriptions[index]

@@ -45,6 +45,7 @@ from ..group import codec
 from ..group.channel import Board, Group
 from ..records import Outcome
 from . import timing
+from .graphs import EAGER, GRAPH, Graphs, device_time_applies, graph_calls
 from .guarding import POISONED, Guarding
 from .precompile import Compiles
 from .race import Race, RacePlan
@@ -129,6 +130,10 @@ class Measurer(Guarding):
         self._deferred: str | None = None  # sharded: a poisoning failure, raised on every rank after the exchange
         #: the compiles started ahead (:mod:`~triton_dist_tune.measure.precompile`), waited for config by config
         self.compiles = Compiles()
+        #: how the samples are timed: eagerly, or by replaying CUDA graphs (:mod:`~triton_dist_tune.measure.graphs`)
+        self.clock_kind = EAGER
+        self.graphs: Graphs | None = None
+        self._clock_chosen = False
 
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
@@ -210,9 +215,9 @@ class Measurer(Guarding):
 
     # -- lock-step -------------------------------------------------------------------------------------------------
 
-    def lockstep(self, todo: Sequence[Todo]) -> list[Outcome]:
-        """Warm up and race ``todo`` with the group; returns one outcome per config (identical on every rank
-        except ``own``), in index order."""
+    def lockstep(self, todo: Sequence[Todo], race_plan: RacePlan | None = None) -> list[Outcome]:
+        """Warm up and race ``todo`` with the group (under ``race_plan``, default the plan's); returns one outcome
+        per config (identical on every rank except ``own``), in index order."""
         outcomes: dict[int, Outcome] = {}
         per_call: dict[int, float] = {}
         warming = time.monotonic()
@@ -226,7 +231,8 @@ class Measurer(Guarding):
                 per_call[index] = previous = float(max(combined.values))
         entries = {index: (config, desc) for index, config, desc in todo if index in per_call}
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)
-        race = Race(sorted(entries), self.plan.race)
+        self._capture(entries, per_call)
+        race = Race(sorted(entries), race_plan or self.plan.race)
         started = time.monotonic()
         elapsed = 0.0
         while entries and not race.finished(elapsed):
@@ -246,6 +252,8 @@ class Measurer(Guarding):
                     outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
         for index in race.running:
             outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
+        if self.graphs is not None:
+            self.graphs.release()
         self.log.info("%s race: %d round(s) (settled from %s) in %.2f s", self.label, race.rounds,
                       race.settled_from, time.monotonic() - started)
         self.race = race
@@ -264,30 +272,28 @@ class Measurer(Guarding):
         back to back (no synchronize, no exchange between them; a failing sample ends this rank's step), then one
         synchronize and one exchange of every time; returns each round's (index, group sample)."""
         mine: list[tuple[tuple[int, int], Any]] = []
-        tokens: list[tuple[tuple[int, int], Any, int]] = []
+        tokens: list[tuple[tuple[int, int], Any, timing.Steady, int]] = []
         phase = f"round {race.rounds}"
         orders = [race.order(ahead=r) for r in range(race.block())]
         failed = False
         for r, order in enumerate(orders):
             for index in order:
                 config, desc = entries[index]
-                steady = timing.steady_calls(self.trial.host_counts, per_call[index], race.settling, not tokens,
-                                             self.plan.batch)
+                steady, sample, per = self._sampler(index, config, per_call[index], race.settling, not tokens)
                 self.journal.append(index, "started", config=desc, phase=f"round {race.rounds + r}")
-                token, error = self._guarded(index, desc, "sample",
-                                             lambda c=config, s=steady: self.trial.steady(c, s), sync=False)
+                token, error = self._guarded(index, desc, "sample", sample, sync=False)
                 if error is not None:  # posted on the failure board by the guard
                     mine.append(((r, index), error))
                     failed = True
                     break
-                tokens.append(((r, index), token, steady))
+                tokens.append(((r, index), token, steady, per))
             if failed:
                 break
         if tokens:
             last = tokens[-1][0][1]
             _, error = self._guarded(last, entries[last][1], "sample", lambda: None)  # the step's one synchronize
-            for key, token, steady in tokens:
-                mine.append((key, error or timing.read_sample(self.trial.clock, token, steady)))
+            for key, token, steady, per in tokens:
+                mine.append((key, error or timing.read_sample(self.trial.clock, token, steady) / per))
         try:
             combined = self.group.combine((mine, time.monotonic() - started), f"{self.label} {phase}", combine_round,
                                           exchange_timeout(self.plan.timeout * max(1, len(tokens))))
@@ -300,6 +306,43 @@ class Measurer(Guarding):
             raise RankFailedError(f"triton_dist_tune: rank {self.group.rank} failed in {phase} ({failures}); "
                                   f"then: {exc}") from exc
         return [[(index, result) for (r, index), result in combined if r == round_] for round_ in range(len(orders))]
+
+    # -- device time (CUDA graphs) ---------------------------------------------------------------------------------
+
+    def _capture(self, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float]) -> None:
+        """Before the first race of a tuning, decide whether its samples are timed on the device
+        (:mod:`~triton_dist_tune.measure.graphs`; from the group's probes); then capture the graph of each config of
+        this race. A capture that fails makes the rest of the tuning time eagerly, and is logged."""
+        if self.graphs is None and not self._clock_chosen and per_call:
+            self._clock_chosen = True
+            fastest = min(per_call.values())
+            kind = getattr(self.trial.clock, "kind", "host")
+            if device_time_applies(self.cold or self.plan.batch is not None, self.group.size, kind, fastest):
+                self.graphs = Graphs(graph_calls(fastest))
+                self.clock_kind = GRAPH
+                self.log.info("%s timing on the device: each config's calls replayed from a CUDA graph of %d "
+                              "(the fastest takes %.4f ms per eager call)", self.label, self.graphs.calls, fastest)
+        if self.graphs is None:
+            return
+        for index in sorted(entries):
+            if not self.graphs.capture(index, lambda c=entries[index][0]: self.trial.call(c)):
+                self.log.warning("%s the function cannot be captured in a CUDA graph (%s): timing eagerly",
+                                 self.label, self.graphs.error)
+                self.graphs = None
+                self.clock_kind = EAGER
+                return
+
+    def _sampler(self, index: int, config: dict[str, Any], per_call_ms: float, settled: bool,
+                 first: bool) -> tuple[timing.Steady, Callable[[], Any], int]:
+        """(the calls of a steady sample of config ``index``, the sample to run, the calls per counted call): a
+        replay of its graph counts as ``calls`` calls when the tuning times on the device."""
+        graphs = self.graphs
+        if graphs is not None and index in graphs.graphs:
+            steady = timing.steady_calls(self.trial.host_counts, per_call_ms * graphs.calls, settled, first, None)
+            replay = graphs.replay(index)
+            return steady, lambda: timing.steady_span(self.trial.clock, replay, steady), graphs.calls
+        steady = timing.steady_calls(self.trial.host_counts, per_call_ms, settled, first, self.plan.batch)
+        return steady, lambda: self.trial.steady(config, steady), 1
 
     @property
     def _own(self) -> int:

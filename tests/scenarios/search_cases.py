@@ -1,0 +1,111 @@
+"""Multi-rank scenarios for the search of large spaces: a 600-config collective function on a smooth landscape.
+
+Usage: python search_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Prints ``RESULT {json}``.
+Each call sleeps its config's time (2 ms at the landscape's bottom, up to 4x that at its rim) and all-reduces, so
+the ranks stay in step as a collective function's would. ``SEARCH_CALLS`` names a file each rank appends every
+call's config to (one line per call, with the attempt), so that a test can count calls across attempts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main
+
+import triton_dist_tune as tdt
+
+#: the space: 10 x 6 x 5 x 2 = 600 configs
+SPACE = [{"BLOCK_A": a, "b": b, "c": c, "d": d}
+         for a, b, c, d in itertools.product([2**k for k in range(10)], range(6), range(5), (False, True))]
+#: where the landscape's bottom is (positions along BLOCK_A, b, c) and its d
+BOTTOM = (6, 2, 3)
+
+
+def landscape_ms(config: dict) -> float:
+    """A smooth bowl: 2 ms at the bottom; each step away adds to it, the worst config 8 ms."""
+    a = config["BLOCK_A"].bit_length() - 1
+    steps = (abs(a - BOTTOM[0]) / 9) ** 2 * 3 + (abs(config["b"] - BOTTOM[1]) / 5) ** 2 * 1.5
+    steps += (abs(config["c"] - BOTTOM[2]) / 4) ** 2 * 1.0 + (0.5 if config["d"] else 0.0)
+    return 2.0 * (1.0 + steps * 0.5)
+
+
+def tuned(name: str, calls: list[int], jitter: float, kill_at: int | None = None):
+    """The 600-config collective function. ``jitter``: this rank's own noise (a fraction of each call's time);
+    ``kill_at``: SIGKILL this rank at the first call of the ``kill_at``-th distinct config it runs."""
+    noise = random.Random(1000 + dist.get_rank())
+    seen: list[int] = []
+    log = os.environ.get("SEARCH_CALLS")
+    attempt = os.environ.get("SEARCH_ATTEMPT", "1")
+
+    @tdt.autotune(SPACE, key_fn=lambda: 0, name=name, timeout=60)
+    def f(*, BLOCK_A, b, c, d):
+        index = SPACE.index({"BLOCK_A": BLOCK_A, "b": b, "c": c, "d": d})
+        if index not in seen:
+            seen.append(index)
+            if kill_at is not None and len(seen) == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        calls.append(index)
+        if log:
+            with open(f"{log}.rank{dist.get_rank()}", "a") as out:
+                out.write(f"{attempt} {index}\n")
+        ms = landscape_ms(SPACE[index]) * (1.0 + jitter * noise.random())
+        time.sleep(ms / 1e3)
+        dist.all_reduce(torch.ones(1))
+
+    return f
+
+
+@case
+def smooth():
+    """Tune the 600-config function; rank 1's calls carry 20% noise of their own, rank 0's none."""
+    tdt.init_distributed()
+    calls: list[int] = []
+    f = tuned("smooth", calls, jitter=0.2 if dist.get_rank() == 1 else 0.0)
+    started = time.monotonic()
+    f()
+    ((_, decision),) = f.tuner.decisions.items()
+    chosen = decision.index
+    emit(chosen=chosen, chosen_ms=landscape_ms(SPACE[chosen]), best_ms=min(map(landscape_ms, SPACE)),
+         calls=len(calls), order=list(dict.fromkeys(calls)), search=decision.search,
+         seconds=time.monotonic() - started,
+         screened=sorted(o.index for o in decision.outcomes if o.state != "pruned"))
+
+
+@case
+def killed():
+    """The first attempt: every rank kills itself at the first call of the 45th distinct config (mid-search: the
+    first look has 37); run again (``SEARCH_ATTEMPT=2``) it resumes."""
+    tdt.init_distributed()
+    calls: list[int] = []
+    attempt = os.environ.get("SEARCH_ATTEMPT", "1")
+    f = tuned("killed", calls, jitter=0.0, kill_at=45 if attempt == "1" else None)
+    f()
+    ((_, decision),) = f.tuner.decisions.items()
+    finalists = sorted(o.index for o in decision.outcomes if o.state == "measured")
+    emit(chosen=decision.index, search=decision.search, finalists=finalists)
+
+
+@case
+def mismatch():
+    """The ranks disagree on the search mode (the environment differs): the same clear error on every rank."""
+    tdt.init_distributed()
+
+    @tdt.autotune(SPACE[:80], key_fn=lambda: 0, name="mismatch", timeout=30)
+    def f(*, BLOCK_A, b, c, d):
+        dist.all_reduce(torch.ones(1))
+
+    try:
+        f()
+        emit(error=None)
+    except Exception as exc:
+        emit(error=f"{type(exc).__name__}: {exc}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""The search of large spaces: the grid and the strategy in-process (replayed landscapes), the whole search on real
+gloo ranks (a 600-config collective function), a search killed mid-way and resumed, and the mode agreed."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import re
+
+import pytest
+from harness import HERE, describe, run_ranks, tuner_env
+
+from triton_dist_tune.errors import BadInputError
+from triton_dist_tune.function.options import TuneOptions
+from triton_dist_tune.measure.grid import Grid
+from triton_dist_tune.measure.search import SEARCH_ABOVE, PatternSearch, SearchPlan, search_applies, simulate
+from triton_dist_tune.settings import Settings
+
+CASES = HERE / "scenarios" / "search_cases.py"
+
+#: a GEMM-like space: 5 x 4 x 3 x 2 x 2 x 4 = 960 configs, pruned by a shared-memory rule
+GEMM = [dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, GROUP_M=g, num_warps=w, num_stages=s)
+        for m, n, k, g, w, s in itertools.product([16, 32, 64, 128, 256], [32, 64, 128, 256], [32, 64, 128], [1, 8],
+                                                  [4, 8], [2, 3, 4, 5])]
+KEPT = [i for i, c in enumerate(GEMM)
+        if (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * 2 * c["num_stages"] <= 228 * 1024]
+
+
+def bowl(seed: int):
+    """A smooth landscape over GEMM with its bottom at a random point, and 2% noise of its own per config."""
+    r = random.Random(seed)
+    bottom = [r.randrange(5), r.randrange(4), r.randrange(3), r.randrange(4)]
+
+    def time_of(i: int) -> float:
+        c = GEMM[i]
+        at = [math.log2(c["BLOCK_M"] / 16), math.log2(c["BLOCK_N"] / 32), math.log2(c["BLOCK_K"] / 32),
+              c["num_stages"] - 2]
+        cost = sum(w * (a - b) ** 2 for w, a, b in zip((0.08, 0.06, 0.05, 0.02), at, bottom, strict=True))
+        cost += (0.03 if c["num_warps"] == 8 else 0) + (0.01 if c["GROUP_M"] == 1 else 0)
+        return (1.0 + cost) * (1 + 0.02 * random.Random(f"{seed}/{i}").random())
+
+    return time_of
+
+
+# -- the grid ----------------------------------------------------------------------------------------------------------
+
+
+def test_neighbours_move_one_parameter_to_the_next_kept_value_or_two_block_sizes():
+    space = [dict(BLOCK_M=m, BLOCK_N=n, w=w) for m in (16, 32, 64) for n in (16, 32, 64) for w in (4, 8)]
+    kept = [i for i, c in enumerate(space) if not (c["BLOCK_M"] == 32 and c["w"] == 4)]  # a hole pruning left
+    grid = Grid(space, kept)
+    at = {(c["BLOCK_M"], c["BLOCK_N"], c["w"]): i for i, c in enumerate(space)}
+    found = {(space[i]["BLOCK_M"], space[i]["BLOCK_N"], space[i]["w"]) for i in grid.neighbours(at[(16, 32, 4)])}
+    # BLOCK_M: 32 is pruned at w=4, so the next kept value (64) is adjacent; BLOCK_N both ways; w up; the block
+    # pairs from (16, 32) lead to BLOCK_M = 32 at w=4 only, which is pruned
+    assert found == {(64, 32, 4), (16, 16, 4), (16, 64, 4), (16, 32, 8)}
+    assert (32, 32, 4) not in found and (16, 32, 4) not in found
+    assert all(i in kept for i in grid.neighbours(at[(16, 32, 4)]))
+
+
+def test_neighbours_of_a_block_pair_exist_only_where_the_config_exists():
+    space = [dict(BLOCK_M=m, BLOCK_N=n) for m in (16, 32) for n in (16, 32)]
+    grid = Grid(space, range(4))
+    assert sorted(grid.neighbours(0)) == [1, 2, 3]  # (16,32), (32,16) along one axis, (32,32) as the pair
+    assert Grid([{"x": "a"}, {"x": "b"}, {"x": 1}], [0, 1, 2]).axes["x"] == [1, "a", "b"]  # numbers first
+
+
+# -- the strategy ------------------------------------------------------------------------------------------------------
+
+
+def test_the_first_look_covers_every_value_and_is_the_same_for_the_same_seed():
+    first = PatternSearch(GEMM, KEPT, SearchPlan(seed="s")).first()
+    assert first == PatternSearch(GEMM, KEPT, SearchPlan(seed="s")).first()
+    assert first != PatternSearch(GEMM, KEPT, SearchPlan(seed="t")).first()
+    grid = Grid(GEMM, KEPT)
+    covered = set().union(*(grid.coverage(i) for i in first))
+    assert covered == {(a, p) for a, values in enumerate(grid.axes.values()) for p in range(len(values))}
+    assert len(first) == len(set(first)) == round(1.5 * math.sqrt(len(KEPT)))  # within 16..48
+
+
+def test_seeds_come_first_and_only_kept_ones():
+    pruned = next(i for i in range(len(GEMM)) if i not in KEPT)
+    search = PatternSearch(GEMM, KEPT, SearchPlan(seed="s"), seeds=[KEPT[5], pruned, KEPT[3], KEPT[5]])
+    assert search.first()[:2] == [KEPT[5], KEPT[3]]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_search_finds_the_bottom_of_a_smooth_landscape_measuring_a_fraction(seed):
+    time_of = bowl(seed)
+    best = min(time_of(i) for i in KEPT)
+    finalists, times = simulate(GEMM, KEPT, SearchPlan(seed=f"k{seed}"), time_of)
+    assert min(time_of(i) for i in finalists) <= 1.03 * best  # the noise is 2%
+    assert len(times) <= 160 < len(KEPT) / 5
+    assert finalists == sorted(finalists) and len(finalists) == 8
+
+
+def test_failed_configs_are_never_leaders_and_the_search_ends_at_its_cap():
+    time_of = bowl(3)
+    finalists, times = simulate(GEMM, KEPT, SearchPlan(seed="f", max_measured=70),
+                                lambda i: None if i % 3 == 0 else time_of(i))
+    assert all(i % 3 for i in finalists) and len(times) <= 70
+
+
+def test_when_the_search_applies_and_plans_are_checked():
+    assert not search_applies("auto", SEARCH_ABOVE) and search_applies("auto", SEARCH_ABOVE + 1)
+    assert search_applies("search", 2) and not search_applies("search", 1)
+    assert not search_applies("exhaustive", 10_000)
+    with pytest.raises(ValueError):
+        SearchPlan(leaders=0)
+    with pytest.raises(BadInputError, match="search must be one of"):
+        TuneOptions(search="fast")
+    with pytest.raises(BadInputError, match="TRITON_DIST_AUTOTUNE_SEARCH"):
+        Settings.from_env({"TRITON_DIST_AUTOTUNE_SEARCH": "always"})
+    assert Settings.from_env({"TRITON_DIST_AUTOTUNE_SEARCH": " Exhaustive"}).search == "exhaustive"
+
+
+# -- on real ranks -----------------------------------------------------------------------------------------------------
+
+
+def test_a_600_config_collective_function_is_searched_alike_on_ranks_whose_noise_differs(tmp_path):
+    results = run_ranks(CASES, 2, ["smooth"], env=tuner_env(tmp_path, 60), timeout=240)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    mine, other = (r.results[0] for r in results)
+    assert mine["order"] == other["order"]  # the same configs in the same order (rank 1 had 20% noise)
+    assert mine["chosen"] == other["chosen"]
+    assert mine["chosen_ms"] <= 1.10 * mine["best_ms"]
+    assert mine["calls"] <= 2.5 * 600  # calls of the function, all configs' together
+    assert len(mine["screened"]) < 600 / 4
+    assert re.match(r"search: \d+ of 600 configs screened in \d+ stage\(s\), \d+ finalists raced", mine["search"])
+
+
+def test_a_search_killed_mid_way_resumes_without_measuring_a_config_twice(tmp_path):
+    env = tuner_env(tmp_path, 30, SEARCH_CALLS=str(tmp_path / "calls"))
+    first = run_ranks(CASES, 2, ["killed"], env={**env, "SEARCH_ATTEMPT": "1"}, timeout=200)
+    assert first[0].returncode == -9, describe(first)  # every rank killed itself; rank 1 may have seen rank 0 go
+    second = run_ranks(CASES, 2, ["killed"], env={**env, "SEARCH_ATTEMPT": "2"}, timeout=200)
+    assert all(r.returncode == 0 for r in second), describe(second)
+    result = second[0].results[0]
+    assert result == second[1].results[0]
+    assert re.search(r"\((\d+) from the journal\)", result["search"])
+    # every config's outcome lines across both attempts (rank 0's log): a config screened once; a finalist is
+    # raced once more at the end
+    log = (tmp_path / "logs" / "rank-0.log").read_text()
+    counts: dict[int, int] = {}
+    for index in re.findall(r"\[killed key=0\] config (\d+) (?:measured|stopped|FAILED)", log):
+        counts[int(index)] = counts.get(int(index), 0) + 1
+    twice = {i for i, n in counts.items() if n > 1}
+    finalists = {int(i) for i in re.findall(r"search finalists: ([\d ]+)", log)[-1].split()}
+    assert len(finalists) == 8 and set(result["finalists"]) <= finalists
+    assert twice <= finalists, (twice, finalists)
+    attempts = [line.split() for line in (tmp_path / "calls.rank0").read_text().splitlines()]
+    assert {a for a, _ in attempts} == {"1", "2"}
+
+
+def test_ranks_that_disagree_on_the_search_mode_get_the_same_clear_error(tmp_path):
+    results = run_ranks(CASES, 2, ["mismatch"], env=tuner_env(tmp_path, 20), timeout=120,
+                        per_rank_env={1: {"TRITON_DIST_AUTOTUNE_SEARCH": "exhaustive"}})
+    assert all(r.returncode == 0 for r in results), describe(results)
+    errors = [r.results[0]["error"] for r in results]
+    assert errors[0] == errors[1] and "TRITON_DIST_AUTOTUNE_SEARCH" in errors[0], errors
+
+
+def test_contextual_autotune_searches_an_inner_kernel_of_120_configs_alike_on_every_rank(tmp_path):
+    results = run_ranks(HERE / "scenarios" / "contextual_search_cases.py", 2, ["landscape"],
+                        env=tuner_env(tmp_path, 60), timeout=240)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    mine, other = (r.results[0] for r in results)
+    assert mine == other
+    assert mine["ok"] and mine["chosen_ms"] <= 1.10 * mine["best_ms"]
+    assert mine["launched"] < 120 / 2 and mine["runs"] < 300  # a part of the space, in far fewer runs than 1000
+    assert "skipped" in mine["states"]  # the configs the search did not reach
+
+
+def test_a_config_written_as_a_string_of_numbers_or_a_triton_config_is_a_point_of_its_numbers():
+    specs = [f"{m}x{n}x64-g8-w{w}-s3" for m in (16, 32, 64) for n in (32, 64) for w in (4, 8)]
+    grid = Grid([{"gemm": s} for s in specs], range(len(specs)))
+    assert grid.names[:2] == ["gemm#0.BLOCK", "gemm#1.BLOCK"] and len(grid.names) == 6
+    found = sorted(specs[i] for i in grid.neighbours(specs.index("32x32x64-g8-w4-s3")))
+    assert found == ["16x32x64-g8-w4-s3", "16x64x64-g8-w4-s3", "32x32x64-g8-w8-s3", "32x64x64-g8-w4-s3",
+                     "64x32x64-g8-w4-s3", "64x64x64-g8-w4-s3"]
+    triton = pytest.importorskip("triton")
+    space = [{"cfg": triton.Config({"BLOCK_M": m}, num_warps=w)} for m in (16, 32) for w in (4, 8)]
+    assert "cfg.BLOCK_M" in Grid(space, range(4)).names and "cfg.num_warps" in Grid(space, range(4)).names

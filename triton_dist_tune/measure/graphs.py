@@ -1,0 +1,99 @@
+"""Device time for short calls: each config's calls captured as a CUDA graph and timed by replaying it.
+
+A call shorter than the host needs to launch it is timed, launched eagerly, at the host's pace: every config of a
+short GEMM reads about the same launch time, and the choice follows the host's noise. A served model replays such
+calls from CUDA graphs, where launch time disappears and only the device's time counts. So when the fastest config
+of a steady tuning takes under :data:`DEVICE_TIME_BELOW_MS` per call (the group's probe, agreed), every config of
+that tuning is timed on the device instead: its calls are captured once as a graph of ``calls`` launches
+(:data:`GRAPH_MS` of work, at most :data:`GRAPH_CALLS`), and a steady sample replays the graph back to back
+(settling replays, then a timed span of replays, the same rules as eager samples) and reports the time per call.
+
+Only for groups of one rank on CUDA: a collective function's calls cannot be captured safely (its ranks would
+have to capture and replay together), and keep the eager steady timing. A function that cannot be captured (it
+synchronizes, allocates from the host, reads a tensor's value) raises during the capture: the tuning then times
+every config eagerly, as before, and says so. Which way a key was timed is in its decision (``clock``), its log and
+its summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import describe_error
+
+log = logging.getLogger("triton_dist_tune")
+
+#: device time is used when the fastest config's call takes under this (ms; a Triton launch from Python takes
+#: 10-30 us, so below ~0.1 ms the launch is a large part of an eager call)
+DEVICE_TIME_BELOW_MS = 0.1
+#: the work one captured graph holds (ms of eager calls), and its calls at most
+GRAPH_MS, GRAPH_CALLS = 0.5, 64
+
+#: how a tuning's samples were timed
+EAGER, GRAPH = "eager", "graph"
+
+
+@dataclass
+class Graphs:
+    """The captured graph of each config of one tuning (see the module docstring)."""
+
+    #: calls per graph
+    calls: int
+    graphs: dict[int, Any] = field(default_factory=dict)
+    #: the first capture's error, when capturing failed (the tuning then times eagerly)
+    error: str | None = None
+
+    def capture(self, index: int, call: Callable[[], Any]) -> bool:
+        """Capture ``calls`` calls of config ``index`` (already warm: compiled and run); False (with ``error``) when
+        the function cannot be captured."""
+        import torch
+
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # the warm-up torch asks for before a capture
+                call()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(self.calls):
+                    call()
+            torch.cuda.synchronize()
+        except Exception as exc:  # a function that cannot be captured: time eagerly
+            self.error = describe_error(exc)
+            self.release()
+            try:
+                torch.cuda.synchronize()
+            except Exception:  # pragma: no cover - a broken context surfaces in the next run
+                pass
+            return False
+        self.graphs[index] = graph
+        return True
+
+    def replay(self, index: int) -> Callable[[], Any]:
+        """One replay of config ``index``'s graph (``calls`` calls)."""
+        return self.graphs[index].replay
+
+    def drop(self, index: int) -> None:
+        """Free config ``index``'s graph (it left the race)."""
+        self.graphs.pop(index, None)
+
+    def release(self) -> None:
+        self.graphs.clear()
+
+
+def graph_calls(fastest_ms: float) -> int:
+    """Calls per graph for a tuning whose fastest config takes ``fastest_ms`` per eager call."""
+    if fastest_ms <= 0:
+        return GRAPH_CALLS
+    return max(1, min(GRAPH_CALLS, math.ceil(GRAPH_MS / fastest_ms)))
+
+
+def device_time_applies(cold: bool, group_size: int, device: str, fastest_ms: float) -> bool:
+    """Whether a tuning times on the device (see the module docstring): steady timing, one rank, CUDA, and a
+    fastest config under :data:`DEVICE_TIME_BELOW_MS` per call (every input agreed or the rank's own alone)."""
+    return not cold and group_size == 1 and device == "cuda" and 0 < fastest_ms < DEVICE_TIME_BELOW_MS

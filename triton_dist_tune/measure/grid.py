@@ -1,0 +1,157 @@
+"""The parameter grid of a config space: each config as a point, and its neighbours.
+
+A config is a mapping of parameter names to values (``BLOCK_M``, ``num_warps``, ...). The grid sorts each
+parameter's values (numbers by value, anything else by its stable description) and places every config at the
+point of its value positions. Good configs cluster on such a grid (a tile one step larger or smaller, one warp
+count more, one stage less), which the search (:mod:`~triton_dist_tune.measure.search`) exploits.
+
+**Neighbours** of a config (Kernel Tuner's "adjacent" neighbourhood, plus Helion's block-size pairs):
+
+- along each parameter, the nearest config below and above it that differs in that parameter alone (a gap left by
+  pruning is skipped: the next surviving value counts as adjacent);
+- for each pair of block-size parameters (a name containing ``BLOCK``, case-insensitive), the configs one step
+  away in both at once (up-up, up-down, down-up, down-down), where such a config exists.
+
+Parameters are read through :func:`flatten` (a ``triton.Config`` value is its keyword arguments, warps and stages)
+and :func:`split_numbered` (a string such as ``"128x256x64-g8-w8-s3"`` is its numbers).
+
+Everything here is a pure function of the configs and the kept indices, so every rank builds the same grid.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Mapping, Sequence
+from itertools import combinations
+from typing import Any
+
+from ..space import describe
+
+
+def _order(value: Any) -> tuple[int, float, str]:
+    """Sort key of a parameter value: numbers by value (before anything else), others by description."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, describe(value))
+
+
+_NUMBER = re.compile(r"(\d+)")
+
+
+def flatten(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config's parameters as the grid sees them: a ``triton.Config`` value becomes its keyword arguments, warps,
+    stages and CTAs (``name.BLOCK_M``, ``name.num_warps``, ...); anything else stays as it is."""
+    flat: dict[str, Any] = {}
+    for name, value in config.items():
+        kwargs = getattr(value, "kwargs", None)
+        if isinstance(kwargs, dict) and hasattr(value, "num_warps"):
+            for key, item in kwargs.items():
+                flat[f"{name}.{key}"] = item
+            for key in ("num_warps", "num_stages", "num_ctas"):
+                if getattr(value, key, None) is not None:
+                    flat[f"{name}.{key}"] = getattr(value, key)
+        else:
+            flat[name] = value
+    return flat
+
+
+def split_numbered(configs: list[dict[str, Any]]) -> None:
+    """Where every value of a parameter is a string of numbers in one shared pattern (``"128x256x64-g8-w8-s3"``),
+    make each number an axis of its own (``gemm#0`` .. ``gemm#5``), in place; a number joined to the next or the
+    previous by ``x`` is a block size (``gemm#0.BLOCK``)."""
+    names = sorted({name for config in configs for name in config})
+    for name in names:
+        values = [config.get(name) for config in configs]
+        if not all(isinstance(v, str) for v in values):
+            continue
+        parts = [_NUMBER.split(v) for v in values]
+        skeleton = parts[0][0::2]
+        if len(parts[0]) < 3 or any(p[0::2] != skeleton for p in parts):
+            continue
+        count = len(parts[0]) // 2
+        labels = []
+        for k in range(count):
+            block = skeleton[k].endswith("x") or skeleton[k + 1].startswith("x")
+            labels.append(f"{name}#{k}{'.BLOCK' if block else ''}")
+        for config, part in zip(configs, parts, strict=True):
+            del config[name]
+            for k in range(count):
+                config[labels[k]] = int(part[2 * k + 1])
+
+
+class Grid:
+    """The kept configs of a space as points of a grid (see the module docstring)."""
+
+    def __init__(self, configs: Sequence[Mapping[str, Any]], kept: Sequence[int]) -> None:
+        self.kept = sorted(kept)
+        flat = [flatten(configs[i]) for i in self.kept]
+        split_numbered(flat)
+        configs = dict(zip(self.kept, flat, strict=True))  # type: ignore[assignment]
+        self.names = sorted({name for i in self.kept for name in configs[i]})
+        missing = object()
+        axes: dict[str, list[Any]] = {}
+        for name in self.names:
+            values: dict[str, Any] = {}
+            for i in self.kept:
+                value = configs[i].get(name, missing)
+                if value is not missing:
+                    values.setdefault(describe(value), value)
+            axes[name] = sorted(values.values(), key=_order)
+        #: each parameter's distinct values, in order
+        self.axes = axes
+        positions = {name: {describe(v): k for k, v in enumerate(values)} for name, values in axes.items()}
+        #: each kept config's point: the position of its value along each parameter (-1: it does not set it)
+        self.point: dict[int, tuple[int, ...]] = {}
+        for i in self.kept:
+            self.point[i] = tuple(positions[name][describe(configs[i][name])] if name in configs[i] else -1
+                                  for name in self.names)
+        #: point -> the lowest kept index there
+        self.at: dict[tuple[int, ...], int] = {}
+        for i in self.kept:
+            self.at.setdefault(self.point[i], i)
+        # along each parameter: the configs that differ in it alone, sorted by their position on it
+        self._lines: list[dict[tuple[int, ...], list[tuple[int, int]]]] = []
+        for axis in range(len(self.names)):
+            lines: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+            for point, index in self.at.items():
+                rest = point[:axis] + point[axis + 1:]
+                lines.setdefault(rest, []).append((point[axis], index))
+            for line in lines.values():
+                line.sort()
+            self._lines.append(lines)
+        self.block_axes = [k for k, name in enumerate(self.names) if "block" in name.lower()]
+
+    def neighbours(self, index: int) -> list[int]:
+        """The kept configs adjacent to ``index`` (see the module docstring), each once, in a fixed order: along each
+        parameter (in name order, below then above), then the block-size pairs."""
+        point = self.point[index]
+        found: list[int] = []
+        for axis in range(len(self.names)):
+            line = self._lines[axis][point[:axis] + point[axis + 1:]]
+            where = bisect.bisect_left(line, (point[axis], -1))
+            if where > 0:
+                found.append(line[where - 1][1])
+            after = where + 1 if where < len(line) and line[where][0] == point[axis] else where
+            if after < len(line):
+                found.append(line[after][1])
+        for a, b in combinations(self.block_axes, 2):
+            for step_a in (-1, 1):
+                for step_b in (-1, 1):
+                    moved = list(point)
+                    moved[a] += step_a
+                    moved[b] += step_b
+                    if min(moved[a], moved[b]) < 0:  # off the grid, or a config that does not set it
+                        continue
+                    other = self.at.get(tuple(moved))
+                    if other is not None:
+                        found.append(other)
+        unique: list[int] = []
+        for other in found:
+            if other != index and other not in unique:
+                unique.append(other)
+        return unique
+
+    def coverage(self, index: int) -> set[tuple[int, int]]:
+        """The (parameter, value position) pairs config ``index`` sets."""
+        return {(axis, position) for axis, position in enumerate(self.point[index]) if position >= 0}

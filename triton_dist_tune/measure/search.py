@@ -1,0 +1,159 @@
+"""The search: which configs of a large space to measure, from what the group measured so far.
+
+Racing every kept config costs a warm-up, a probe and screening samples per config whether or not it could win;
+on an 800-config space that is most of a key's tuning. The search measures a part of the space instead, in
+**stages**, each a batch of configs screened together (one warm-up and one screening sample each, in lock-step),
+then sends the best of everything it screened (the **finalists**) to the race, whose settled rounds decide among
+them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.measure.race`).
+
+:class:`PatternSearch` (the strategy; pure, no device, no messages):
+
+1. **First look**: the seeds (the choices and runners-up of keys already decided nearby, agreed by the group),
+   then configs that cover every value of every parameter at least once, then configs drawn at random from a seed
+   the group shares, up to ``initial`` configs.
+2. **Neighbourhoods**: the ``leaders`` best configs screened so far, and each one's neighbours on the parameter grid
+   (:class:`~triton_dist_tune.measure.grid.Grid`): one parameter one step up or down, or two block sizes at once.
+   The neighbours not screened yet are the next stage (at most ``stage_cap``, the best leader's first). The search
+   moves on while the leaders change; it ends when every neighbour of the leaders is screened, or at
+   ``max_measured`` configs.
+3. **Finalists**: the ``finalists`` best screened configs.
+
+Every decision is a function of the kept configs, the plan (its seed included) and the group's times (the MAX over
+ranks, exchanged): every rank computes the same stages in the same order with no further message, and a resumed
+tuning that reads the same times from the journals replays the same stages, measuring only what was not screened.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..settings import SEARCH_MODES
+from .grid import Grid
+
+#: the search is used (``search="auto"``) when more configs than this are kept after pruning: at or below it the
+#: exhaustive race costs a few seconds and is what the 48-config figures were measured with
+SEARCH_ABOVE = 64
+__all__ = ["SEARCH_ABOVE", "SEARCH_MODES", "PatternSearch", "SearchPlan", "search_applies", "simulate"]
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """How a search runs; identical on every rank."""
+
+    #: configs in the first look (seeds included); 0: from the space's size (:func:`initial_size`)
+    initial: int = 0
+    #: how many of the best configs' neighbourhoods each stage explores
+    leaders: int = 3
+    #: configs in one stage at most
+    stage_cap: int = 32
+    #: configs screened at most (0: from the space's size, :func:`measured_cap`)
+    max_measured: int = 0
+    #: configs sent to the race at the end
+    finalists: int = 8
+    #: the seed of the random part of the first look: the same on every rank (derived from the key and the space)
+    seed: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("initial", "max_measured"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"a search needs {name} >= 0")
+        for name in ("leaders", "stage_cap", "finalists"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"a search needs {name} >= 1")
+
+
+def initial_size(kept: int) -> int:
+    """Configs of the first look for ``kept`` configs: 1.5 sqrt(kept), between 16 and 48 (42 of 804)."""
+    return max(16, min(48, round(1.5 * math.sqrt(kept))))
+
+
+def measured_cap(kept: int) -> int:
+    """The most configs one search screens: a sixth of the space, between 64 and 256."""
+    return max(64, min(256, kept // 6))
+
+
+def search_applies(mode: str, kept: int) -> bool:
+    """Whether a tuning of ``kept`` configs searches under ``mode`` (``auto``: above :data:`SEARCH_ABOVE`)."""
+    if mode == "exhaustive" or kept <= 1:
+        return False
+    return mode == "search" or kept > SEARCH_ABOVE
+
+
+class PatternSearch:
+    """The strategy of the module docstring over ``kept`` config indices of ``configs``."""
+
+    def __init__(self, configs: Sequence[Mapping[str, Any]], kept: Sequence[int], plan: SearchPlan,
+                 seeds: Sequence[int] = ()) -> None:
+        self.grid = Grid(configs, kept)
+        self.kept = self.grid.kept
+        self.plan = plan
+        self.seeds = [i for i in dict.fromkeys(seeds) if i in self.grid.point]
+        self.initial_count = min(len(self.kept), plan.initial or initial_size(len(self.kept)))
+        self.cap = min(len(self.kept), max(self.initial_count, plan.max_measured or measured_cap(len(self.kept))))
+        #: the stages proposed so far (each a list of indices), for logs and tests
+        self.stages: list[list[int]] = []
+
+    def first(self) -> list[int]:
+        """The first look (step 1 of the module docstring)."""
+        chosen = list(self.seeds[:self.initial_count])
+        covered: set[tuple[int, int]] = set()
+        for i in chosen:
+            covered |= self.grid.coverage(i)
+        order = list(self.kept)
+        random.Random(f"{self.plan.seed}/first").shuffle(order)
+        for i in order:  # cover every value of every parameter
+            if len(chosen) >= self.initial_count:
+                break
+            if i not in chosen and self.grid.coverage(i) - covered:
+                chosen.append(i)
+                covered |= self.grid.coverage(i)
+        for i in order:  # then at random
+            if len(chosen) >= self.initial_count:
+                break
+            if i not in chosen:
+                chosen.append(i)
+        self.stages.append(chosen)
+        return chosen
+
+    def leaders(self, times: Mapping[int, float | None], count: int) -> list[int]:
+        """The ``count`` configs with the least screened time (failed ones have None; ties: the lower index)."""
+        timed = sorted((t, i) for i, t in times.items() if t is not None and i in self.grid.point)
+        return [i for _, i in timed[:count]]
+
+    def next(self, times: Mapping[int, float | None]) -> list[int]:
+        """The next stage, given the group's screened time of every config screened so far (None: failed); empty
+        when the search is over (step 2 of the module docstring)."""
+        room = self.cap - len(times)
+        if room <= 0:
+            return []
+        batch: list[int] = []
+        for leader in self.leaders(times, self.plan.leaders):
+            for other in self.grid.neighbours(leader):
+                if other not in times and other not in batch:
+                    batch.append(other)
+        batch = batch[:min(room, self.plan.stage_cap)]
+        if batch:
+            self.stages.append(batch)
+        return batch
+
+    def finalists(self, times: Mapping[int, float | None]) -> list[int]:
+        """The configs the race decides among (step 3), ascending."""
+        return sorted(self.leaders(times, self.plan.finalists))
+
+
+def simulate(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], plan: SearchPlan,
+             time_of: Any, seeds: Sequence[int] = ()) -> tuple[list[int], dict[int, float | None]]:
+    """Replay a search over a recorded or synthetic landscape (``time_of(index) -> ms or None``); returns (the
+    finalists, every screened time). For tests and for trying strategies on data measured once on a GPU."""
+    search = PatternSearch(configs, kept, plan, seeds)
+    times: dict[int, float | None] = {}
+    batch = search.first()
+    while batch:
+        for i in batch:
+            times[i] = time_of(i)
+        batch = search.next(times)
+    return search.finalists(times), times
