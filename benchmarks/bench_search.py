@@ -167,6 +167,11 @@ class GemmSpace:
     def text(self, config: str) -> str:
         return config
 
+    @staticmethod
+    def chosen(entry: dict[str, Any]) -> str:
+        """The config of an entry of the tuned function's space (``{"config": spec}``)."""
+        return entry["config"]
+
     def kept(self, m: int) -> list[str]:
         return [c for c in self.configs if prune_by_shared_memory(c, 2, H100_SHARED_MEMORY_BYTES)]
 
@@ -247,6 +252,11 @@ class MoeSpace:
 
     def text(self, config: dict[str, int]) -> str:
         return moe_mod.config_text(config)
+
+    @staticmethod
+    def chosen(entry: dict[str, Any]) -> dict[str, int]:
+        """The config of an entry of the tuned function's space (the six keywords themselves)."""
+        return entry
 
     def kept(self, m: int) -> list[dict[str, int]]:
         p = self.problem
@@ -576,7 +586,7 @@ def ours_tuning(space: Any, kernel: Any, st: State, name: str, search: str | Non
     sync()
     seconds = time.perf_counter() - t0
     decided = {**tuned.tuner.decided, **tuned.tuner.decided_in}
-    choice = space.text(next(iter(decided.values()))["config"])
+    choice = space.text(space.chosen(next(iter(decided.values()))))
     return {"choice": choice, "seconds": seconds, "decision": decision_info(tuned, name)}
 
 
@@ -714,7 +724,7 @@ def phase_campaign(space: Any, batches: list[int], cache: dict, report: dict) ->
     rows = []
     for row in summary.rows:
         m = int(str(row.key).strip("()").split(",")[0])
-        choice = space.text(tuned.tuner.space[row.index]["config"]) if row.index >= 0 else row.config
+        choice = space.text(space.chosen(tuned.tuner.space[row.index])) if row.index >= 0 else row.config
         dev = cache.get(oracle_key(space, m))
         rows.append({"m": m, "state": row.state, "seconds": row.seconds, "choice": choice,
                      "device_ratio": None if dev is None else dev["ratios"].get(choice)})

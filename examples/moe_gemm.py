@@ -8,7 +8,8 @@ swizzling of the program order, and scatters the rows back to ``out[token, slot]
 
 The config space is the one vLLM's ``benchmark_moe.py`` sweeps (BLOCK_SIZE_M x BLOCK_SIZE_N x BLOCK_SIZE_K x
 GROUP_SIZE_M x num_warps x num_stages: 1,920 configs), pruned per key by shared memory and by the shape
-(:func:`moe_prune`). The key is the number of tokens M (with the problem's fixed sizes beside it).
+(:func:`moe_prune`). Each config is a flat dict of those six keywords, so the tuner's search sees each one as an
+axis of its grid. The key is the number of tokens M (with the problem's fixed sizes beside it).
 
 Run::
 
@@ -306,11 +307,12 @@ def moe_key(a: torch.Tensor, w: torch.Tensor, routing: Routing) -> tuple:
 
 
 def moe_prune(config: dict[str, Any], a: torch.Tensor, w: torch.Tensor, routing: Routing) -> bool:
-    """``prune_fn`` of the tuned function: :func:`moe_prune_for` at this call's sizes."""
+    """``prune_fn`` of the tuned function (``config`` holds the six tile keywords): :func:`moe_prune_for` at this
+    call's sizes."""
     limit = H100_SHARED_MEMORY_BYTES
     if a.device.type == "cuda" and not interpreter_enabled():
         limit = int(triton.runtime.driver.active.utils.get_device_properties(a.device.index or 0)["max_shared_mem"])
-    return moe_prune_for(config["config"], a.shape[0], routing.top_k, w.shape[0], a.element_size(), limit)
+    return moe_prune_for(config, a.shape[0], routing.top_k, w.shape[0], a.element_size(), limit)
 
 
 def supports_search() -> bool:
@@ -336,11 +338,14 @@ def make_tuned_moe(space: Sequence[dict[str, int]], name: str = "moe_gemm", sear
     prune: :func:`moe_prune`). ``search`` is passed on where the tuner has it (see :func:`search_option`);
     ``kernel`` is the Triton kernel to launch (default :func:`fused_moe_kernel`); ``options`` go to the decorator."""
 
-    @tdt.autotune([{"config": dict(c)} for c in space], key_fn=moe_key, prune_fn=moe_prune, name=name,
+    @tdt.autotune([dict(c) for c in space], key_fn=moe_key, prune_fn=moe_prune, name=name,
                   **search_option(search), **options)
-    def moe(a: torch.Tensor, w: torch.Tensor, routing: Routing, *, config: dict[str, int]) -> torch.Tensor:
+    def moe(a: torch.Tensor, w: torch.Tensor, routing: Routing, *, BLOCK_SIZE_M: int, BLOCK_SIZE_N: int,
+            BLOCK_SIZE_K: int, GROUP_SIZE_M: int, num_warps: int, num_stages: int) -> torch.Tensor:
         """The MoE grouped GEMM at one config: a new ``[M, top_k, N]`` output (allocated per call, as vLLM's
         ``fused_experts`` allocates its intermediate cache, so no argument is written in place)."""
+        config = {"BLOCK_SIZE_M": BLOCK_SIZE_M, "BLOCK_SIZE_N": BLOCK_SIZE_N, "BLOCK_SIZE_K": BLOCK_SIZE_K,
+                  "GROUP_SIZE_M": GROUP_SIZE_M, "num_warps": num_warps, "num_stages": num_stages}
         return moe_gemm(a, w, routing, None, config, kernel)
 
     return moe
@@ -415,18 +420,18 @@ def main(argv: list[str] | None = None) -> int:
         for m in batches:  # every key decided: each call is the hot path
             p = make_problem(m, w, problem["top_k"])
             out = moe(p.a, p.w, p.routing)
-            checks[m] = (config_text(moe.tuner.decided[moe_key(p.a, p.w, p.routing)]["config"]),
+            checks[m] = (config_text(moe.tuner.decided[moe_key(p.a, p.w, p.routing)]),
                          relative_error(out, moe_reference(p.a, p.w, p.routing)))
         result["choices"] = {str(m): c for m, (c, _) in checks.items()}
         result["max_error"] = max(e for _, e in checks.values())
     else:
         tokens = args.tokens or (20 if tiny else 256)
         p = make_problem(tokens, w, problem["top_k"])
-        kept = sum(moe_prune({"config": c}, p.a, p.w, p.routing) for c in space)
+        kept = sum(moe_prune(c, p.a, p.w, p.routing) for c in space)
         started = time.perf_counter()
         out = moe(p.a, p.w, p.routing, autotune_verbose=not tiny)
         seconds = time.perf_counter() - started
-        choice = config_text(moe.tuner.decided[moe_key(p.a, p.w, p.routing)]["config"])
+        choice = config_text(moe.tuner.decided[moe_key(p.a, p.w, p.routing)])
         error = relative_error(out, moe_reference(p.a, p.w, p.routing))
         result.update(tokens=tokens, kept=kept, tuning_s=seconds, choices={str(tokens): choice}, max_error=error)
     lines: list[Any] = [None] * world
