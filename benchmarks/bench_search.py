@@ -644,7 +644,8 @@ def phase_compile(spaces: list[Any], m: int, stock_too: bool, report: dict) -> N
 
 
 def phase_tune(spaces: list[Any], shapes: list[int], tuners: list[str], tunings: int, stock_tunings: int,
-               eager_rounds: int, cache: dict, report: dict, triton_cache: Path) -> None:
+               eager_rounds: int, cache: dict, report: dict, triton_cache: Path, ours_search: str | None = None
+               ) -> None:
     use_triton_cache(str(triton_cache))  # one cache: every kernel copy compiles from it once
     rows = report.setdefault("tune", {})
     for space in spaces:
@@ -656,8 +657,8 @@ def phase_tune(spaces: list[Any], shapes: list[int], tuners: list[str], tunings:
             say(f"tune {space.name} M={m}: kernels compiled in memory ({seconds:.1f} s, not counted)")
             row: dict[str, Any] = {"m": m, "kept": len(space.kept(m))}
             if "ours" in tuners:
-                row["ours"] = [ours_tuning(space, ours_kernel, st, f"bs_{space.name}_{m}_{t}_{os.getpid()}", None)
-                               for t in range(tunings)]
+                row["ours"] = [ours_tuning(space, ours_kernel, st, f"bs_{space.name}_{m}_{t}_{os.getpid()}",
+                                           ours_search) for t in range(tunings)]
             if "exhaustive" in tuners:
                 row["exhaustive"] = [ours_tuning(space, ours_kernel, st, f"bs_ex_{space.name}_{m}_{os.getpid()}",
                                                  "exhaustive")]
@@ -700,7 +701,7 @@ def timing_text(decision: dict[str, Any]) -> str:
     """How a tuning timed its key, from its Decision: ``timing`` and every other text field it records (a search
     stage may add how it timed: device / graph replay or eager), the config's text left out."""
     parts = [str(decision.get("timing", "?"))]
-    parts += [f"{k}={v}" for k, v in decision.items() if isinstance(v, str) and k not in ("timing", "config")]
+    parts += [f"{k}={v}" for k, v in decision.items() if isinstance(v, str) and v and k not in ("timing", "config")]
     return " ".join(parts)
 
 
@@ -798,6 +799,8 @@ def main() -> int:
     p.add_argument("--tuners", default="ours,exhaustive,stock", help="of the tune phase: ours, exhaustive, stock")
     p.add_argument("--tunings", type=int, default=3, help="fresh tunings of ours per key")
     p.add_argument("--stock-tunings", type=int, default=1)
+    p.add_argument("--ours-search", default=None,
+                   help="search= of ours in the tune phase (default: the decorator's default, auto)")
     p.add_argument("--oracle-cache", type=Path, default=None, help="default: OUT/oracle.json")
     p.add_argument("--oracle-rounds", type=int, default=5)
     p.add_argument("--eager-rounds", type=int, default=4, help="rounds of the eager oracle (0: none)")
@@ -847,7 +850,7 @@ def main() -> int:
             phase_compile(spaces, shapes[0] if smoke else args.compile_shape, args.stock_compile, report)
         elif phase == "tune":
             phase_tune(spaces, shapes, args.tuners.split(","), args.tunings, args.stock_tunings, args.eager_rounds,
-                       cache, report, triton_cache)
+                       cache, report, triton_cache, args.ours_search)
         elif phase == "campaign":
             moe = next((s for s in spaces if s.name == "moe"), None) or MoeSpace(smoke)
             phase_campaign(moe, batches, cache, report)

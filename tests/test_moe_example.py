@@ -36,6 +36,7 @@ from examples.moe_gemm import (  # noqa: E402
     moe_prune_for,
     moe_reference,
     relative_error,
+    supports_search,
 )
 
 needs_kernel = pytest.mark.skipif(not torch.cuda.is_available() and not interpreter_enabled(),
@@ -101,9 +102,14 @@ def test_moe_prune_is_shape_aware() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_moe_example_two_cpu_ranks_same_choice(tmp_path: Path) -> None:
-    """The example tuned on 2 gloo ranks (interpreter, tiny space): right result, the same config everywhere."""
-    proc = launch(["examples/moe_gemm.py", "--tiny", "--tokens", "6"], 2, 110,
+@pytest.mark.parametrize("search", [None, "search"])
+def test_moe_example_two_cpu_ranks_same_choice(tmp_path: Path, search: str | None) -> None:
+    """The example tuned on 2 gloo ranks (interpreter, tiny space), with the defaults and with the search forced:
+    right result, the same config everywhere."""
+    if search and not supports_search():
+        pytest.skip("this triton_dist_tune has no search= option")
+    extra = ["--search", search] if search else []
+    proc = launch(["examples/moe_gemm.py", "--tiny", "--tokens", "6", *extra], 2, 110,
                   TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path / "cache"),
                   TRITON_DIST_AUTOTUNE_LOG_DIR=str(tmp_path / "logs"))
     output = proc.stdout + proc.stderr
@@ -124,7 +130,8 @@ def test_bench_search_cpu_smoke_oracle_cached_and_tunings_judged(tmp_path: Path)
 
     out = tmp_path / "out"
     command = [sys.executable, str(HERE.parent / "benchmarks" / "bench_search.py"), "--out", str(out), "--cpu-smoke",
-               "--spaces", "gemm", "--shapes", "3", "--tunings", "1", "--tuners", "ours,stock"]
+               "--spaces", "gemm", "--shapes", "3", "--tunings", "1", "--tuners", "ours,stock",
+               "--ours-search", "search"]
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     first = subprocess.run([*command, "--phases", "oracle"], env=env, capture_output=True, text=True, timeout=100)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
@@ -139,4 +146,6 @@ def test_bench_search_cpu_smoke_oracle_cached_and_tunings_judged(tmp_path: Path)
         assert row["device_oracle"]["ratios"][choice] >= 1.0
         assert row["eager_oracle"]["ratios"][choice] >= 1.0
     assert row["ours"][0]["decision"].get("timing")
+    if supports_search():  # the search ran and its Decision says so
+        assert row["ours"][0]["decision"].get("search"), row["ours"][0]["decision"]
     assert "| gemm | 3 |" in (out / "search.md").read_text()
