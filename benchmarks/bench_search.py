@@ -655,7 +655,8 @@ def phase_tune(spaces: list[Any], shapes: list[int], tuners: list[str], tunings:
             t0 = time.perf_counter()
             seconds = precompile(space, ours_kernel, st) + precompile(space, stock_kernel, st)
             say(f"tune {space.name} M={m}: kernels compiled in memory ({seconds:.1f} s, not counted)")
-            row: dict[str, Any] = {"m": m, "kept": len(space.kept(m))}
+            # an earlier invocation's tunings of this key stay (tuners not rerun), and are judged again below
+            row: dict[str, Any] = {**rows.get(f"{space.name}|{m}", {}), "m": m, "kept": len(space.kept(m))}
             if "ours" in tuners:
                 row["ours"] = [ours_tuning(space, ours_kernel, st, f"bs_{space.name}_{m}_{t}_{os.getpid()}",
                                            ours_search) for t in range(tunings)]
