@@ -152,7 +152,9 @@ def moe_align_block_size(topk_ids: torch.Tensor, block_m: int, experts: int) -> 
     case: ``numel + experts * (block_m - 1)`` rows)."""
     flat = topk_ids.reshape(-1).to(torch.int64)
     numel, device = flat.numel(), flat.device
-    counts = torch.bincount(flat, minlength=experts)
+    # scatter_add, not bincount: bincount on CUDA reads the input's max on the host (a synchronize), which a
+    # CUDA graph capture forbids
+    counts = torch.zeros(experts, dtype=torch.int64, device=device).scatter_add_(0, flat, torch.ones_like(flat))
     padded = (counts + block_m - 1) // block_m * block_m
     ends = torch.cumsum(padded, 0)
     starts = ends - padded
