@@ -25,6 +25,7 @@ Rank 0 prints one line per rank with the config it chose and its error against t
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import itertools
 import json
@@ -308,12 +309,18 @@ def moe_key(a: torch.Tensor, w: torch.Tensor, routing: Routing) -> tuple:
     return (int(a.shape[0]), int(w.shape[0]), int(w.shape[1]), int(w.shape[2]), routing.top_k, str(a.dtype))
 
 
+@functools.cache
+def shared_memory_limit(device_index: int) -> int:
+    """Opt-in shared memory per block of CUDA device ``device_index`` (read once)."""
+    return int(triton.runtime.driver.active.utils.get_device_properties(device_index)["max_shared_mem"])
+
+
 def moe_prune(config: dict[str, Any], a: torch.Tensor, w: torch.Tensor, routing: Routing) -> bool:
     """``prune_fn`` of the tuned function (``config`` holds the six tile keywords): :func:`moe_prune_for` at this
     call's sizes."""
     limit = H100_SHARED_MEMORY_BYTES
     if a.device.type == "cuda" and not interpreter_enabled():
-        limit = int(triton.runtime.driver.active.utils.get_device_properties(a.device.index or 0)["max_shared_mem"])
+        limit = shared_memory_limit(a.device.index or 0)
     return moe_prune_for(config, a.shape[0], routing.top_k, w.shape[0], a.element_size(), limit)
 
 
