@@ -271,6 +271,11 @@ class MoeSpace:
         a, w, routing = st.args
         return lambda: moe_mod.moe_gemm(a, w, routing, st.out, config, kernel)
 
+    def prepare(self, st: State, configs: list[dict[str, int]]) -> None:
+        """The token alignment of every BLOCK_SIZE_M among ``configs`` (kept by the routing)."""
+        for block_m in sorted({c["BLOCK_SIZE_M"] for c in configs}):
+            st.args[2].aligned(block_m)
+
     def compile(self, kernel: Any, st: State, config: dict[str, int]) -> None:
         a, w, routing = st.args
         aligned = routing.aligned(config["BLOCK_SIZE_M"])
@@ -451,6 +456,9 @@ def compile_all(space: Any, kernel: Any, st: State, configs: list[Any]) -> dict[
     if not GPU:
         return {}
     failed: dict[str, str] = {}
+    prepare = getattr(space, "prepare", None)
+    if prepare is not None:  # shared state the launches read, built once before the threads start
+        prepare(st, configs)
 
     def one(config: Any) -> None:
         try:
