@@ -14,7 +14,7 @@ axis of its grid. The key is the number of tokens M (with the problem's fixed si
 Run::
 
     bash launch.sh examples/moe_gemm.py                        # GPUs: the full space, M = 256
-    bash launch.sh examples/moe_gemm.py --campaign             # GPUs: 16 batch sizes tuned as a campaign
+    bash launch.sh examples/moe_gemm.py --campaign             # GPUs: 16 batch sizes, spread over the ranks
     TRITON_INTERPRET=1 bash launch.sh --cpu --nproc 2 examples/moe_gemm.py --tiny   # CPU ranks, tiny space
     TRITON_INTERPRET=1 bash launch.sh --cpu --nproc 2 examples/moe_gemm.py --tiny --campaign
 
@@ -400,8 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--campaign", action="store_true", help="tune 16 batch sizes as a campaign (3 with --tiny)")
     parser.add_argument("--tokens", type=int, default=None, help="M of the single call (default 256; 20 --tiny)")
     parser.add_argument("--search", default=None, help="search= of the tuner (auto, exhaustive, search)")
-    parser.add_argument("--local", action="store_true",
-                        help="campaign: every rank tunes its share of the keys alone (the kernel is rank-local)")
+    parser.add_argument("--lockstep", action="store_true",
+                        help="campaign: the whole group tunes every key together (default: the kernel is rank-local, "
+                             "so every rank tunes its share of the keys alone, spread over the job)")
     args = parser.parse_args(argv)
 
     tdt.init_distributed()
@@ -422,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         batches = CPU_CAMPAIGN_BATCHES if tiny else CAMPAIGN_BATCHES
         started = time.perf_counter()
         summary = tdt.campaign(moe, lambda m: make_problem(m, w, problem["top_k"]).call(), list(batches),
-                               local=args.local)
+                               local=not args.lockstep)
         seconds = time.perf_counter() - started
         result.update(campaign_s=seconds, failed=len(summary.failed), keys=len(summary.rows))
         checks = {}

@@ -149,3 +149,18 @@ def test_bench_search_cpu_smoke_oracle_cached_and_tunings_judged(tmp_path: Path)
     if supports_search():  # the search ran and its Decision says so
         assert row["ours"][0]["decision"].get("search"), row["ours"][0]["decision"]
     assert "| gemm | 3 |" in (out / "search.md").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_moe_example_campaign_spread_over_two_cpu_ranks(tmp_path: Path) -> None:
+    """The example's campaign (3 batch sizes on CPU), its keys spread over 2 gloo ranks: every key decided, the
+    same decisions on both ranks, right results at every key."""
+    proc = launch(["examples/moe_gemm.py", "--tiny", "--campaign"], 2, 110,
+                  TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path / "cache"),
+                  TRITON_DIST_AUTOTUNE_LOG_DIR=str(tmp_path / "logs"))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    result = next(json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    assert result["keys"] == 3 and result["failed"] == 0, output[-4000:]
+    assert result["same_on_every_rank"] and len(result["choices"]) == 3, output[-4000:]
+    assert max(result["errors"]) <= 1e-4, output[-4000:]
