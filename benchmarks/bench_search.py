@@ -691,6 +691,7 @@ def phase_tune(spaces: list[Any], shapes: list[int], tuners: list[str], tunings:
             row["seconds"] = time.perf_counter() - t0
             rows[f"{space.name}|{m}"] = row
             say(f"tune {space.name} M={m}: " + summary_line(row))
+            save(report)  # a call cut short at its time limit keeps the keys it finished
 
 
 def summary_line(row: dict[str, Any]) -> str:
@@ -799,7 +800,20 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: where :func:`save` writes (set by :func:`main`)
+OUT_DIR: Path | None = None
+
+
+def save(report: dict) -> None:
+    """Write ``search.json`` and ``search.md`` into :data:`OUT_DIR` (rank 0 only)."""
+    if OUT_DIR is None or int(os.environ.get("RANK", "0")) != 0:
+        return
+    (OUT_DIR / "search.json").write_text(json.dumps(report, indent=1, default=str))
+    (OUT_DIR / "search.md").write_text(markdown(report))
+
+
 def main() -> int:
+    global OUT_DIR
     p = argparse.ArgumentParser(description="issue 28: large spaces, ours vs stock, device and eager oracles")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--spaces", default="gemm,moe")
@@ -840,6 +854,7 @@ def main() -> int:
     spaces = [by_name[s]() for s in args.spaces.split(",")]
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    OUT_DIR = out
     cache_path = args.oracle_cache or out / "oracle.json"
     triton_cache = (args.triton_cache or BASE / "triton_tune").resolve()
     triton_cache.mkdir(parents=True, exist_ok=True)
@@ -866,9 +881,7 @@ def main() -> int:
         else:
             raise SystemExit(f"unknown phase {phase!r}")
         say(f"phase {phase}: {time.perf_counter() - t0:.1f} s")
-        if int(os.environ.get("RANK", "0")) == 0:
-            report_path.write_text(json.dumps(report, indent=1, default=str))
-            (out / "search.md").write_text(markdown(report))
+        save(report)
     if int(os.environ.get("RANK", "0")) == 0:
         print(markdown(report), flush=True)
     if world > 1:
