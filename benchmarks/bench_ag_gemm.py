@@ -15,9 +15,17 @@ Per shape: the collective alone, the local GEMM alone (torch.matmul / cuBLAS), c
 cache in ``DIR/tune_cache`` unless TRITON_DIST_AUTOTUNE_CACHE_DIR is set; with its chosen config and
 the wall time of the tuning call, compiles included), and the limit ``max(collective, GEMM)``.
 ``--sweep`` also times a hand-picked list of our configs (and our Triton GEMM alone per tile).
-Each time is the max over ranks of the median of ``--repeat`` runs after ``--warmup`` runs, timed with
-CUDA events, with a barrier and a device synchronize before each run. Writes ``DIR/bench_ag_gemm.json``
-and ``DIR/bench_ag_gemm.md``.
+Two regimes, each in a table of its own:
+
+* **latency** (as before): the max over ranks of the median of ``--repeat`` runs after ``--warmup`` runs,
+  timed with CUDA events, with a barrier and a device synchronize before each run (one call on an idle,
+  aligned group);
+* **back-to-back** (steady, throughput; the regime the tuner's steady timing tunes for): ``--steady-calls``
+  calls queued back to back with no barrier or synchronize between them, timed with CUDA events from before
+  the first to after the last, per call = window / calls; the max over ranks of the median of
+  ``--steady-windows`` windows (a barrier and a synchronize before each window only). Keys ``*_steady_ms``.
+
+Writes ``DIR/bench_ag_gemm.json`` and ``DIR/bench_ag_gemm.md``.
 """
 
 from __future__ import annotations
@@ -100,6 +108,12 @@ class Bench:
     def time(self, fn: Callable[[], Any]) -> float:
         return time_group_ms(fn, warmup=self.args.warmup, repeat=self.args.repeat)
 
+    def time_both(self, key: str, fn: Callable[[], Any]) -> None:
+        """``row[key]`` in the latency regime and ``row[key_steady_ms]`` back to back."""
+        self.row[key] = self.time(fn)
+        self.row[steady_key(key)] = time_steady_ms(fn, self.args.warmup, self.args.steady_windows,
+                                                   self.args.steady_calls)
+
     def p2p_push_only(self, splits: int) -> None:
         _, _, events, handle = p2p_push(self.A, None, splits)
         torch.cuda.current_stream().wait_event(events[-1])
@@ -119,16 +133,17 @@ class Bench:
             ("gemm_ms", lambda: torch.mm(self.gemm_in, self.B, out=self.gemm_out)),  # cuBLAS
         ]
         for name, step in steps if self.op == "ag" else steps[::-1]:
-            row[name] = self.time(step)
+            self.time_both(name, step)
         row["limit_ms"] = max(row["comm_ms"], row["gemm_ms"])
+        row["limit_steady_ms"] = max(row["comm_steady_ms"], row["gemm_steady_ms"])
         ref = self.fn(self.A, self.B, algo="torch")
-        row["torch_ms"] = self.time(lambda: self.fn(self.A, self.B, algo="torch"))
+        self.time_both("torch_ms", lambda: self.fn(self.A, self.B, algo="torch"))
         if self.op == "ag" and symm_mem_available(self.A, None, self.fused_op):
             for splits in (1, 4):  # our copy-engine all-gather alone (p2p algo without its GEMMs)
                 row[f"p2p_push{splits}_ms"] = self.time(lambda splits=splits: self.p2p_push_only(splits))
         if symm_mem_available(self.A, None, self.fused_op):
             row["fused_err"] = rel_err(self.fn(self.A, self.B, algo="torch_fused"), ref)
-            row["fused_ms"] = self.time(lambda: self.fn(self.A, self.B, algo="torch_fused"))
+            self.time_both("fused_ms", lambda: self.fn(self.A, self.B, algo="torch_fused"))
         if self.args.sweep:
             self.sweep(ref)
         if not self.args.no_tune:
@@ -163,12 +178,47 @@ class Bench:
         row["tuning_s"] = time.perf_counter() - start
         row["tuned_config"] = LAST_CONFIG.get(self.fn.__name__)
         row["tuned_err"] = rel_err(out, ref)
-        row["tuned_ms"] = self.time(lambda: tuned(self.A, self.B))
+        self.time_both("tuned_ms", lambda: tuned(self.A, self.B))
 
 
 def sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def steady_key(key: str) -> str:
+    """``"tuned_ms"`` -> ``"tuned_steady_ms"``."""
+    return key[: -len("_ms")] + "_steady_ms"
+
+
+def time_steady_ms(fn: Callable[[], Any], warmup: int = 5, windows: int = 5, calls: int = 10) -> float:
+    """The back-to-back regime: ``calls`` calls of ``fn`` queued with no barrier or synchronize between them,
+    timed with CUDA events around the whole window (the host clock without CUDA); ms per call, the median of
+    ``windows`` windows (each after a barrier and a synchronize), the max over ranks."""
+    cuda = torch.cuda.is_available()
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(windows):
+        dist.barrier()
+        sync()
+        if not cuda:
+            start_s = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples.append((time.perf_counter() - start_s) * 1e3 / calls)
+            continue
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / calls)
+    samples.sort()
+    median = torch.tensor([samples[len(samples) // 2]], device="cuda" if cuda else "cpu")
+    dist.all_reduce(median, op=dist.ReduceOp.MAX)
+    return float(median.item())
 
 
 def environment() -> dict[str, Any]:
@@ -205,7 +255,8 @@ def markdown(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
             continue
         gemm_name = "AG-GEMM" if op == "ag" else "GEMM-RS"
         lines += [
-            f"### {gemm_name} (M x K x N, bf16, {env['gpus']} ranks)",
+            f"### {gemm_name} (M x K x N, bf16, {env['gpus']} ranks), latency regime (barrier + synchronize "
+            "before each call; ms)",
             "",
             f"| shape | {comm} | GEMM | {comm}+GEMM | torch fused | ours tuned | tuned config | tuning s "
             "| best of sweep | sweep config | limit max | ours/limit | ours/fused |",
@@ -217,6 +268,21 @@ def markdown(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
             cells += [config_text(r.get("tuned_config")), fmt(r.get("tuning_s")), fmt(r.get("sweep_best_ms"))]
             cells += [config_text(r.get("sweep_best_config")), fmt(r["limit_ms"])]
             cells += [ratio(r, "limit_ms"), ratio(r, "fused_ms")]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+        lines += [
+            f"### {gemm_name}, back-to-back regime (steady, throughput: {comm}, GEMM, ... each timed over "
+            "--steady-calls calls queued back to back; ms per call)",
+            "",
+            f"| shape | {comm} | GEMM | {comm}+GEMM | torch fused | ours tuned | limit max | ours/limit | ours/fused "
+            "| ours/torch |",
+            "|---" * 10 + "|",
+        ]
+        for r in mine:
+            keys = ("comm_steady_ms", "gemm_steady_ms", "torch_steady_ms", "fused_steady_ms", "tuned_steady_ms",
+                    "limit_steady_ms")
+            cells = [r["shape"], *(fmt(r.get(k)) for k in keys)]
+            cells += [steady_ratio(r, b) for b in ("limit_steady_ms", "fused_steady_ms", "torch_steady_ms")]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines += goal_lines(rows)
@@ -233,8 +299,14 @@ def ratio(row: dict[str, Any], baseline: str) -> str:
     return f"{ours / row[baseline]:.3f}" if ours and row.get(baseline) else "-"
 
 
+def steady_ratio(row: dict[str, Any], baseline: str) -> str:
+    ours, base = row.get("tuned_steady_ms"), row.get(baseline)
+    return f"{ours / base:.3f}" if ours and base else "-"
+
+
 def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Verdicts on the AG-GEMM goals: ours <= torch fused everywhere; <= 1.1 x limit at the goal shapes."""
+    """Verdicts on the AG-GEMM goals: ours <= torch fused everywhere; <= 1.1 x limit at the goal shapes (latency
+    regime); ours <= torch fused back to back."""
     out = []
     for r in (r for r in rows if r["op"] == "ag"):
         ours = ours_ms(r)
@@ -252,6 +324,10 @@ def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
             out.append(
                 f"- {r['shape']}: ours ({label}) / max(AG, GEMM) = {ours / r['limit_ms']:.3f}: {verdict}"
             )
+        steady, fused = r.get("tuned_steady_ms"), r.get("fused_steady_ms")
+        if steady and fused:
+            verdict = "MET" if steady <= fused * 1.01 else "MISSED"
+            out.append(f"- {r['shape']}, back-to-back: ours (tuned) {steady:.3f} vs torch fused {fused:.3f}: {verdict}")
     return out
 
 
@@ -266,6 +342,8 @@ def main() -> int:
     parser.add_argument("--verbose", action="store_true", help="print the tuner's tables")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--steady-calls", type=int, default=10, help="back-to-back calls per timed window")
+    parser.add_argument("--steady-windows", type=int, default=5, help="back-to-back windows (median)")
     args = parser.parse_args()
     import triton_dist_tune
 

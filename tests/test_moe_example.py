@@ -1,0 +1,166 @@
+"""CPU tests of the MoE example (examples/moe_gemm.py) and of the large config spaces of issue 28.
+
+The kernel runs in Triton's interpreter; the tuned example runs on 2 real gloo ranks started by ``launch.sh``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+for path in (HERE.parent, HERE):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import torch  # noqa: E402
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the examples import Triton
+
+import pytest  # noqa: E402
+from test_ag_gemm import launch  # noqa: E402
+
+from examples.gemm_kernels import LARGE_AXES, large_gemm_config_specs, shared_memory_bytes  # noqa: E402
+from examples.moe_gemm import (  # noqa: E402
+    CPU_PROBLEM,
+    FULL_AXES,
+    interpreter_enabled,
+    make_problem,
+    make_weights,
+    moe_align_block_size,
+    moe_config_space,
+    moe_gemm,
+    moe_prune_for,
+    moe_reference,
+    relative_error,
+    supports_search,
+)
+
+needs_kernel = pytest.mark.skipif(not torch.cuda.is_available() and not interpreter_enabled(),
+                                  reason="needs a GPU or TRITON_INTERPRET=1")
+
+
+@needs_kernel
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("tokens", [1, 5, 20])
+def test_moe_gemm_matches_torch_reference(tokens: int) -> None:
+    """Every tiny config, including tiles taller than any expert's rows and padding-only row blocks."""
+    w = make_weights(CPU_PROBLEM, "cpu", torch.float32)
+    p = make_problem(tokens, w, CPU_PROBLEM["top_k"])
+    ref = moe_reference(p.a, p.w, p.routing)
+    for config in moe_config_space(tiny=True):
+        out = torch.full((tokens, CPU_PROBLEM["top_k"], CPU_PROBLEM["n"]), float("nan"))
+        assert moe_gemm(p.a, p.w, p.routing, out, config) is out
+        assert relative_error(out, ref) <= 1e-5, config
+
+
+def test_align_block_size_sorts_pads_and_names_each_blocks_expert() -> None:
+    topk_ids = torch.tensor([[0, 1], [1, 2], [0, 1]], dtype=torch.int32)
+    al = moe_align_block_size(topk_ids, 4, 3)
+    numel = topk_ids.numel()
+    used = int(al.num_tokens_post_padded.item())
+    assert used == 12  # expert 0: 2 rows -> 4, expert 1: 3 -> 4, expert 2: 1 -> 4
+    ids = al.sorted_token_ids.tolist()
+    assert sorted(i for i in ids if i < numel) == list(range(numel))  # every (token, slot) exactly once
+    assert all(i == numel for i in ids[used:])  # the rest is padding
+    flat = topk_ids.reshape(-1).tolist()
+    for row, i in enumerate(ids[:used]):  # each real row sits in a block of its own expert
+        assert i == numel or flat[i] == al.expert_ids[row // 4].item()
+
+
+def test_space_counts_before_and_after_pruning() -> None:
+    """The MoE space has at least 1,000 configs before pruning; the large GEMM space counts 960 before and 840
+    after pruning by Hopper's shared memory in bf16."""
+    moe = moe_config_space()
+    assert len(moe) == 1920 >= 1000
+    assert len({json.dumps(c, sort_keys=True) for c in moe}) == len(moe)
+    assert set(moe[0]) == set(FULL_AXES)
+    assert len(moe_config_space(tiny=True)) == 8
+    assert len(large_gemm_config_specs(limit_bytes=None)) == 960
+    kept = large_gemm_config_specs()  # bf16, 227 KiB
+    assert len(kept) == 840 == len(large_gemm_config_specs(limit_bytes=228 * 1024))
+    assert all(shared_memory_bytes(s, 2) <= 227 * 1024 for s in kept)
+    assert {int(s.split("x")[0]) for s in kept} == set(LARGE_AXES["BLOCK_M"])
+
+
+def test_moe_prune_is_shape_aware() -> None:
+    """Few tokens keep only short row tiles; GROUP_SIZE_M values that give the same program order are kept
+    once; shared memory bounds every shape."""
+    space = moe_config_space()
+    kept = {m: [c for c in space if moe_prune_for(c, m, 2, 8, 2)] for m in (16, 256, 8192)}
+    assert {c["BLOCK_SIZE_M"] for c in kept[16]} == {16}
+    assert {c["BLOCK_SIZE_M"] for c in kept[8192]} == set(FULL_AXES["BLOCK_SIZE_M"])
+    assert len(kept[16]) < len(kept[256]) < len(kept[8192])
+    assert len(kept[8192]) >= 1000
+    assert not moe_prune_for({**space[0], "BLOCK_SIZE_K": 256, "num_stages": 5, "BLOCK_SIZE_M": 128,
+                              "BLOCK_SIZE_N": 128}, 8192, 2, 8, 2)
+    # 16 tokens x top 2 over 8 experts: at most 5 row blocks of 16, so GROUP_SIZE_M 16, 32 and 64 are one order
+    assert {c["GROUP_SIZE_M"] for c in kept[16]} == {1, 16}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("search", [None, "search"])
+def test_moe_example_two_cpu_ranks_same_choice(tmp_path: Path, search: str | None) -> None:
+    """The example tuned on 2 gloo ranks (interpreter, tiny space), with the defaults and with the search forced:
+    right result, the same config everywhere."""
+    if search and not supports_search():
+        pytest.skip("this triton_dist_tune has no search= option")
+    extra = ["--search", search] if search else []
+    proc = launch(["examples/moe_gemm.py", "--tiny", "--tokens", "6", *extra], 2, 110,
+                  TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path / "cache"),
+                  TRITON_DIST_AUTOTUNE_LOG_DIR=str(tmp_path / "logs"))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(results) == 1, output[-4000:]
+    result = results[0]
+    assert result["world"] == 2 and result["same_on_every_rank"], output[-4000:]
+    assert max(result["errors"]) <= 1e-4, output[-4000:]
+    assert result["kept"] >= 1 and len(result["choices"]) == 1
+
+
+@pytest.mark.timeout(120)
+def test_bench_search_cpu_smoke_oracle_cached_and_tunings_judged(tmp_path: Path) -> None:
+    """benchmarks/bench_search.py's plumbing on CPU (interpreter, wall clock instead of graphs): the oracle is
+    computed once and reused from its cache, and every tuning's choice is judged by both oracles."""
+    import subprocess
+
+    out = tmp_path / "out"
+    command = [sys.executable, str(HERE.parent / "benchmarks" / "bench_search.py"), "--out", str(out), "--cpu-smoke",
+               "--spaces", "gemm", "--shapes", "3", "--tunings", "1", "--tuners", "ours,stock",
+               "--ours-search", "search"]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    first = subprocess.run([*command, "--phases", "oracle"], env=env, capture_output=True, text=True, timeout=100)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    second = subprocess.run([*command, "--phases", "oracle,tune"], env=env, capture_output=True, text=True,
+                            timeout=100)
+    assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
+    assert "cached in" in second.stdout, second.stdout[-3000:]
+    report = json.loads((out / "search.json").read_text())
+    row = report["tune"]["gemm|3"]
+    for who in ("ours", "stock"):
+        choice = row[who][0]["choice"]
+        assert row["device_oracle"]["ratios"][choice] >= 1.0
+        assert row["eager_oracle"]["ratios"][choice] >= 1.0
+    assert row["ours"][0]["decision"].get("timing")
+    if supports_search():  # the search ran and its Decision says so
+        assert row["ours"][0]["decision"].get("search"), row["ours"][0]["decision"]
+    assert "| gemm | 3 |" in (out / "search.md").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_moe_example_campaign_spread_over_two_cpu_ranks(tmp_path: Path) -> None:
+    """The example's campaign (3 batch sizes on CPU), its keys spread over 2 gloo ranks: every key decided, the
+    same decisions on both ranks, right results at every key."""
+    proc = launch(["examples/moe_gemm.py", "--tiny", "--campaign"], 2, 110,
+                  TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path / "cache"),
+                  TRITON_DIST_AUTOTUNE_LOG_DIR=str(tmp_path / "logs"))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    result = next(json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    assert result["keys"] == 3 and result["failed"] == 0, output[-4000:]
+    assert result["same_on_every_rank"] and len(result["choices"]) == 3, output[-4000:]
+    assert max(result["errors"]) <= 1e-4, output[-4000:]
