@@ -16,6 +16,7 @@ the values of the ``key`` arguments, then the dtype of every argument that has o
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import threading
@@ -162,14 +163,58 @@ DECIDED = "_tdt_decided"
 
 
 def kernel_id(autotuner: Autotuner) -> str:
-    """The kernel's name across ranks and processes: module and qualified name of the jitted Python function."""
+    """The kernel's identity across ranks and processes: module and qualified name of the jitted Python function,
+    and for a wrapper with ``prune_configs_by``, ``+prune@`` and :func:`pruning_id` (so that a decision made under
+    one pruning, in this process or in the disk cache, is never taken for a wrapper that prunes otherwise)."""
     base = autotuner.base_fn
-    return f"{base.__module__}.{base.__qualname__}"
+    pruning_digest = pruning_id(autotuner)
+    return f"{base.__module__}.{base.__qualname__}" + (f"+prune@{pruning_digest}" if pruning_digest else "")
+
+
+def pruning_id(autotuner: Autotuner) -> str:
+    """A digest of the wrapper's ``prune_configs_by`` (the source and closure values of ``early_config_prune`` and
+    ``perf_model``, and ``top_k`` with a perf model), the same on every rank and in every process; "" without
+    pruning. Made once per autotuner."""
+    cached = autotuner.__dict__.get("_tdt_pruning_id")
+    if cached is None:
+        parts = []
+        if autotuner.early_config_prune:
+            parts.append("early_config_prune=" + _callable_text(autotuner.early_config_prune))
+        if autotuner.perf_model:
+            parts.append("perf_model=" + _callable_text(autotuner.perf_model))
+            parts.append(f"top_k={autotuner.configs_top_k!r}")
+        cached = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:8] if parts else ""
+        autotuner.__dict__["_tdt_pruning_id"] = cached
+    return cached
+
+
+def _callable_text(fn: Any) -> str:
+    """A callable's identity across processes: its qualified name, source and the values its closure holds (plain
+    values by ``repr``, others by type), with a ``functools.partial``'s arguments."""
+    from ..disk.cache import source_of
+
+    extra = ""
+    if isinstance(fn, functools.partial):
+        extra = f" partial{fn.args!r}{sorted(fn.keywords.items())!r}"
+        fn = fn.func
+    if not hasattr(fn, "__code__") and not hasattr(fn, "__func__"):
+        fn = type(fn)  # a callable object: its class (a repr may hold a memory address, different on each rank)
+    cells = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            value = None
+        plain = isinstance(value, (bool, int, float, str, bytes, tuple, frozenset, type(None)))
+        cells.append(repr(value) if plain else type(value).__qualname__)
+    name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+    return f"{name}{extra}\n{source_of(fn)}\nclosure={cells}"
 
 
 def track_id(autotuner: Autotuner) -> str:
-    """The id of this ``triton.autotune`` wrapper across ranks and processes: :func:`kernel_id` plus a digest of
-    its configs and key names, so that two wrappers of one ``@triton.jit`` body are tracked apart."""
+    """The id of this ``triton.autotune`` wrapper across ranks and processes: :func:`kernel_id` (its pruning
+    included) plus a digest of its configs and key names, so that two wrappers of one ``@triton.jit`` body are
+    tracked apart."""
     cached = autotuner.__dict__.get("_tdt_track_id")
     if cached is None:
         from ..space import describe

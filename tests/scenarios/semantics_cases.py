@@ -1,0 +1,98 @@
+"""Scenarios for Triton's and Triton-distributed's semantics kept to the letter (issue 29): pruning before the
+cache, Triton's error text, a bare ``contextual_autotune`` in a multi-rank job, and calls inside CUDA-graph capture
+or ``torch.compile``; run as real processes by tests/test_semantics.py.
+
+Usage: python semantics_cases.py CASE [CASE ...] (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set for the multi-rank
+cases). Each process prints ``RESULT {json}`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from _cases import case, emit, main  # noqa: E402
+
+from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
+
+BLOCKS = (16, 32, 128)
+#: seconds each config's pre_hook sleeps: BLOCK=128 is clearly the fastest
+SLEEP = {16: 0.030, 32: 0.020, 128: 0.001}
+#: BLOCK of every launch (config pre_hooks record them)
+LAUNCHED: list[int] = []
+#: calls of the perf model
+ESTIMATED: list[int] = []
+
+
+def _hook(block: int):
+    def hook(nargs):
+        LAUNCHED.append(block)
+        time.sleep(SLEEP[block])
+
+    return hook
+
+
+def perf_model(x, out, n, BLOCK, **kwargs):  # noqa: N803 - Triton's meta-parameter names
+    """Estimates that keep BLOCK 16 and 32 with ``top_k=2``."""
+    ESTIMATED.append(BLOCK)
+    return float(BLOCK)
+
+
+def make_kernel(pruning: str):
+    """One ``triton.autotune`` wrapper of one jit body (the same name and source every time), with the given
+    pruning: "none" or "perf" (perf_model, top_k=2: BLOCK 16 and 32)."""
+    prune = {"perf_model": perf_model, "top_k": 2} if pruning == "perf" else None
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=_hook(b)) for b in BLOCKS], key=["n"],
+                     prune_configs_by=prune)
+    @triton.jit
+    def copy_kernel(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
+
+    return copy_kernel
+
+
+def layer_of(kernel, **options):
+    @contextual_autotune(n_warmup=0, n_repeat=2, **options)
+    def layer(n: int) -> bool:
+        x = torch.arange(n, dtype=torch.float32)
+        out = torch.empty_like(x)
+        kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+        return bool(torch.equal(out, x + 1))
+
+    return layer
+
+
+def _calls(pruning: str, times: int = 2) -> dict:
+    kernel = make_kernel(pruning)
+    layer = layer_of(kernel)
+    LAUNCHED.clear()
+    ESTIMATED.clear()
+    oks = [layer(64) for _ in range(times)]
+    return {"pruning": pruning, "launched": sorted(set(LAUNCHED)), "estimated": sorted(set(ESTIMATED)),
+            "ok": all(oks), "chosen": [BLOCKS[d["index"]] for d in layer.tuner.decisions.values()],
+            "how": [d["how"] for d in layer.tuner.decisions.values()]}
+
+
+@case
+def prune_none():
+    """A process that tunes without pruning (BLOCK 128 wins)."""
+    emit(**_calls("none"))
+
+
+@case
+def prune_perf():
+    """A process whose perf model keeps BLOCK 16 and 32."""
+    emit(**_calls("perf"))
+
+
+if __name__ == "__main__":
+    main()

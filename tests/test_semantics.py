@@ -1,0 +1,41 @@
+"""Triton's and Triton-distributed's semantics kept to the letter (issue 29): pruning runs before the cache is read
+and the kept configs are part of a decision's identity, Triton's error text, Triton-distributed's module paths, no
+silent rank-local tuning in a multi-rank job, calls inside CUDA-graph capture and under ``torch.compile``, and the
+decided path's cost. Real processes, real gloo ranks, Triton's interpreter; the scenarios are in
+tests/scenarios/semantics_cases.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from harness import HERE, base_env, tuner_env
+
+CASES = HERE / "scenarios" / "semantics_cases.py"
+TIMEOUT_S = 30
+
+
+def process(cases: list[str], env: dict[str, str], timeout: float = 100) -> list[dict]:
+    """Run ``cases`` one after another in one fresh process; their RESULT lines."""
+    proc = subprocess.run([sys.executable, str(CASES), *cases], env=base_env(env), capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+
+
+@pytest.mark.timeout(120)
+def test_pruning_runs_before_the_cache_and_a_config_it_leaves_out_is_never_launched(tmp_path):
+    env = tuner_env(tmp_path, TIMEOUT_S)
+    # one process: a wrapper without pruning chooses BLOCK 128 (the fastest); then a wrapper of the same jit body
+    # whose perf model keeps BLOCK 16 and 32 (top_k=2): it calls its perf model and never launches 128
+    first, second = process(["prune_none", "prune_perf"], env)
+    assert first["chosen"] == [128] and first["launched"] == [16, 32, 128], first
+    assert second["estimated"] == [16, 32, 128] and second["launched"] == [16, 32], second
+    assert second["chosen"] in ([16], [32]) and second["how"] == ["tuned"] and second["ok"]
+    # fresh processes, the disk cache shared: each pruning finds its own decision, never the other's
+    perf, none = process(["prune_perf"], env)[0], process(["prune_none"], env)[0]
+    assert perf["chosen"] == second["chosen"] and perf["how"] == ["disk cache"] and 128 not in perf["launched"]
+    assert perf["estimated"] == [16, 32, 128], perf  # the perf model is called before the cache is read
+    assert none["chosen"] == [128] and none["how"] == ["disk cache"], none
