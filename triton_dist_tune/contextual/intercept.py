@@ -317,9 +317,13 @@ def _indices_of(configs: list[Any], kept: list[Any]) -> list[int]:
     return found
 
 
+#: Triton's own message when pruning keeps no config (``str(error)`` is ``"Autotuner error: "`` and this)
+EMPTY_PRUNING = "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
+
+
 def empty_pruning_error(detail: str = "") -> Exception:
     """Triton's own error for a pruning that keeps no config (``AutotunerError`` in 3.6 and newer)."""
-    text = "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
+    text = EMPTY_PRUNING
     try:
         from triton.runtime.errors import AutotunerError
     except ImportError:  # pragma: no cover - older Triton
