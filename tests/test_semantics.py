@@ -39,3 +39,17 @@ def test_pruning_runs_before_the_cache_and_a_config_it_leaves_out_is_never_launc
     assert perf["chosen"] == second["chosen"] and perf["how"] == ["disk cache"] and 128 not in perf["launched"]
     assert perf["estimated"] == [16, 32, 128], perf  # the perf model is called before the cache is read
     assert none["chosen"] == [128] and none["how"] == ["disk cache"], none
+
+
+def test_triton_distributed_module_paths_import_the_same_functions():
+    code = ("from triton_dist_tune.tune import autotune, to_hashable\n"
+            "from triton_dist_tune.autotuner import contextual_autotune\n"
+            "import triton_dist_tune as tdt, torch\n"
+            "assert autotune is tdt.autotune and to_hashable is tdt.to_hashable\n"
+            "assert contextual_autotune is tdt.contextual_autotune\n"
+            "assert to_hashable(torch.empty(2, 3)) == ((2, 3), (3, 1), torch.float32)\n"
+            "import triton.runtime.autotuner as a; assert 'run' in vars(a.Autotuner)\n"
+            "import triton_dist_tune.contextual.intercept as i; assert not i.patched()  # importing patches nothing\n"
+            "print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
