@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import HERE, base_env, tuner_env
+from harness import HERE, base_env, describe, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "semantics_cases.py"
 TIMEOUT_S = 30
@@ -53,3 +53,28 @@ def test_triton_distributed_module_paths_import_the_same_functions():
             "print('ok')")
     proc = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_a_bare_contextual_autotune_in_a_multi_rank_job_tunes_with_the_default_group(tmp_path):
+    env = tuner_env(tmp_path, TIMEOUT_S)
+    results = run_ranks(CASES, 2, ["bare_in_job"], env=env, timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    # alone, rank 0 would choose BLOCK 16 and rank 1 BLOCK 128; the group's MAX over ranks chooses 32 on both
+    assert [r.result["chosen"] for r in results] == [[32], [32]], describe(results)
+    assert all(r.result["group_size"] == 2 and r.result["ok"] for r in results)
+
+
+@pytest.mark.timeout(120)
+def test_is_dist_false_in_a_multi_rank_job_tunes_each_rank_alone_as_asked(tmp_path):
+    results = run_ranks(CASES, 2, ["alone_on_purpose"], env=tuner_env(tmp_path, TIMEOUT_S), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert [r.result["chosen"] for r in results] == [[16], [128]] and results[0].result["group_size"] == 1
+
+
+@pytest.mark.parametrize("value", ["yes", 1, 0, "False", object()])
+def test_is_dist_is_checked_when_decorating_and_named(value):
+    from triton_dist_tune import BadInputError, contextual_autotune
+
+    with pytest.raises(BadInputError, match="is_dist"):
+        contextual_autotune(is_dist=value)(lambda: None)

@@ -94,5 +94,66 @@ def prune_perf():
     emit(**_calls("perf"))
 
 
+# -- a bare contextual_autotune in a multi-rank job ------------------------------------------------------------
+
+#: seconds each config sleeps on each rank: alone, rank 0 would choose BLOCK 16 and rank 1 BLOCK 128; the group
+#: (the MAX over ranks: 40, 20, 40 ms) chooses BLOCK 32
+RANK_SLEEP = {0: {16: 0.001, 32: 0.020, 128: 0.040}, 1: {16: 0.040, 32: 0.020, 128: 0.001}}
+
+
+def _rank_hook(block: int):
+    def hook(nargs):
+        time.sleep(RANK_SLEEP[int(os.environ.get("RANK", "0")) % 2][block])
+
+    return hook
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=_rank_hook(b)) for b in BLOCKS], key=["n"])
+@triton.jit
+def rank_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
+
+
+def _rank_layer(layer) -> dict:
+    x = torch.arange(64, dtype=torch.float32)
+    out = layer(x)
+    return {"chosen": [BLOCKS[d["index"]] for d in layer.tuner.decisions.values()],
+            "group_size": layer.tuner.group().size, "ok": bool(torch.equal(out, x + 1))}
+
+
+@case
+def bare_in_job():
+    """``@contextual_autotune`` with no arguments, in a 2-rank job whose ranks' timings differ."""
+    import triton_dist_tune as tdt
+
+    tdt.init_distributed()
+
+    @contextual_autotune
+    def layer(x):
+        out = torch.empty_like(x)
+        rank_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        return out
+
+    emit(**_rank_layer(layer))
+
+
+@case
+def alone_on_purpose():
+    """``is_dist=False`` in a 2-rank job: each rank tunes alone, as asked."""
+    import triton_dist_tune as tdt
+
+    tdt.init_distributed()
+
+    @contextual_autotune(is_dist=False, n_warmup=0, n_repeat=2)
+    def layer(x):
+        out = torch.empty_like(x)
+        rank_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        return out
+
+    emit(**_rank_layer(layer))
+
+
 if __name__ == "__main__":
     main()

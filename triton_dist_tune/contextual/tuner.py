@@ -5,10 +5,13 @@ that decides whether a call tunes (each call itself is a :class:`~triton_dist_tu
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from .. import settings
 from ..disk import logs
+from ..errors import BadInputError
 from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
 from . import intercept
@@ -17,8 +20,11 @@ from .options import ContextualOptions
 from .session import Session
 from .tracks import TrackId, group_choice
 
+log = logging.getLogger("triton_dist_tune")
+
 _ALONE = SingleGroup()
 _dist: Any = None
+_warned = False
 
 
 def _world() -> Any:
@@ -29,6 +35,20 @@ def _world() -> Any:
 
         _dist = dist
     return _dist.group.WORLD if _dist.is_available() else None
+
+
+def _warn_not_initialized(options: ContextualOptions) -> None:
+    """Once per process: the job has several ranks (a launcher's WORLD_SIZE) but torch.distributed is not
+    initialized, so a contextual tuning with the default group runs alone on each rank."""
+    global _warned
+    world = settings.current().world_size
+    if _warned or world is None or world <= 1:
+        return
+    _warned = True
+    log.warning("triton_dist_tune: %s WORLD_SIZE is %d but torch.distributed is not initialized: each rank tunes "
+                "alone and the ranks may choose differently; call triton_dist_tune.init_distributed() (or "
+                "init_process_group) before the first call, or pass is_dist= a process group or an mpi4py "
+                "communicator", options.label, world)
 
 
 class ContextualTuner:
@@ -52,16 +72,25 @@ class ContextualTuner:
         self._calls: dict[tuple, int] = {}
 
     def group(self) -> Group:
-        """The group this function tunes with: alone, the default group, or the given one (resolved again only
-        when the default group object changes)."""
+        """The group this function tunes with: alone (``is_dist=False``), the given one, or the default group
+        (``is_dist=True``, and by default): the default torch.distributed group when it is initialized, else this
+        process alone (with a warning naming ``is_dist`` once when a launcher says the job has several ranks).
+        Resolved again only when the default group object changes."""
         is_dist = self.options.is_dist
-        if is_dist is False or is_dist is None:
+        if is_dist is False:
             return _ALONE
-        source = _world() if is_dist is True else is_dist
+        default = is_dist is None or is_dist is True
+        source = _world() if default else is_dist
         cached = self._group
         if cached is not None and cached[0] is source:
             return cached[1]
-        group = resolve_group(None if is_dist is True else is_dist)
+        if source is None:  # torch.distributed not initialized: alone
+            _warn_not_initialized(self.options)
+            return _ALONE
+        try:
+            group = resolve_group(None if default else is_dist)
+        except BadInputError as exc:  # named as this decorator's option, not autotune's call keyword
+            raise BadInputError(str(exc).replace("autotune_pg", "is_dist")) from exc
         group = _ALONE if group.size == 1 else group
         self._group = (source, group)
         return group
