@@ -78,3 +78,12 @@ def test_is_dist_is_checked_when_decorating_and_named(value):
 
     with pytest.raises(BadInputError, match="is_dist"):
         contextual_autotune(is_dist=value)(lambda: None)
+
+
+@pytest.mark.timeout(60)
+def test_a_decided_contextual_call_enters_no_more_python_functions_than_a_decided_stock_launch(tmp_path):
+    # counted, not timed: the Python functions one decided call enters, the kernel's (no-op) run included
+    result = process(["decided_cost"], tuner_env(tmp_path, TIMEOUT_S))[0]
+    assert result["contextual"] <= result["stock"], result
+    assert result["installed"] == [True] * 4  # no patch and restore of Autotuner.run per call
+    assert result["keys"] == [True] * 3 and result["runs"] == 1 and result["plan"], result

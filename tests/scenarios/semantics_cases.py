@@ -155,5 +155,78 @@ def alone_on_purpose():
     emit(**_rank_layer(layer))
 
 
+# -- the decided path's cost ----------------------------------------------------------------------------------
+
+
+class _NoOpKernel:
+    """Stands in for a jitted kernel whose launch does nothing (Triton's interpreter would dwarf the wrappers'
+    cost): ``run`` returns at once, ``[grid]`` launches as ``JITFunction`` does."""
+
+    def __init__(self) -> None:
+        self.fn = lambda x, y, n, BLOCK: None  # noqa: N803 - Triton walks .fn to the Python function
+        self.arg_names = ["x", "y", "n", "BLOCK"]
+
+    def run(self, *args, **kwargs):
+        return None
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
+
+
+def _python_calls(fn) -> int:
+    """The Python functions entered during one call of ``fn`` (``sys.setprofile``'s "call" events)."""
+    import sys
+
+    count = [0]
+
+    def profile(frame, event, arg):
+        if event == "call":
+            count[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count[0] - 1  # fn itself
+
+
+@case
+def decided_cost():
+    """One decided call of a stock ``triton.autotune`` kernel and of a ``contextual_autotune`` function launching
+    one: the Python functions each enters, the result of the fast key against ``Autotuner.run``'s, and whether the
+    interception stays installed between calls (no patch and restore per call)."""
+    from triton.runtime.autotuner import Autotuner
+
+    from triton_dist_tune.contextual import hot, intercept
+
+    configs = [triton.Config({"BLOCK": b}) for b in (128, 256, 512)]
+    kernel = _NoOpKernel()
+    stock, inner = (Autotuner(kernel, kernel.arg_names, configs, ["n"], None, None) for _ in range(2))
+    x, y = torch.randn(64), torch.empty(64)
+    n = x.numel()
+    stock.cache[(n, str(x.dtype), str(y.dtype))] = configs[1]
+    meta_grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)  # noqa: E731
+
+    @contextual_autotune(is_dist=False, n_warmup=0, n_repeat=1)
+    def contextual():
+        inner[meta_grid](x, y, n)
+
+    def stock_call():
+        stock[meta_grid](x, y, n)
+
+    contextual()  # tunes (alone)
+    installed = [intercept.patched()]
+    for _ in range(3):
+        contextual()
+        installed.append(intercept.patched())
+    stock_call()
+    keys = []
+    for args, kwargs in [((x, y, n), {}), ((x, y), {"n": n}), ((x, y, n), {"BLOCK": 256})]:
+        keys.append(intercept.tuning_key(inner, args, kwargs) == (n, "torch.float32", "torch.float32"))
+    emit(stock=_python_calls(stock_call), contextual=_python_calls(contextual), installed=installed, keys=keys,
+         runs=contextual.tuner.last_runs, plan=getattr(hot, "PLAN", None) in inner.__dict__)
+
+
 if __name__ == "__main__":
     main()

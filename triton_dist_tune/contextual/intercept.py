@@ -1,12 +1,14 @@
 """Scoped interception of ``triton.autotune`` kernel launches, and the few Triton internals it relies on.
 
-While at least one contextual tuning is running in the process, ``Autotuner.run`` is replaced (reference-counted,
-under a lock) by a wrapper that looks up the handler of the *current* context (a :class:`contextvars.ContextVar`):
+From the first call of a contextual tuned function on, ``Autotuner.run`` is replaced (once per process, under a
+lock) by a wrapper that looks up the handler of the *current* context (a :class:`contextvars.ContextVar`):
 
 - with a handler (inside a tuned function, in the thread or task that called it), the launch goes to the handler;
 - without one (other threads, code outside the tuned function), the wrapper calls the original ``run`` exactly.
 
-When the last tuning ends the original method is put back, so outside tunings Triton is untouched.
+The wrapper stays in place, so that a decided call pays one context set and reset, not a patch and a restore (a
+class attribute set twice per call, under a lock); outside tuned calls Triton's own ``run`` does everything, as
+before, after one context lookup.
 
 The key of a launch is computed exactly as ``Autotuner.run`` computes it (the same code in Triton 3.6 and 3.9):
 the values of the ``key`` arguments, then the dtype of every argument that has one. Writing
@@ -40,7 +42,7 @@ class Handler(Protocol):
 
 _ACTIVE: ContextVar[Handler | None] = ContextVar("triton_dist_tune_contextual", default=None)
 _patch_lock = threading.Lock()
-_patch_depth = 0
+_installed = False
 _original_run: Any = None
 _class: type | None = None
 
@@ -62,28 +64,31 @@ def _intercepted_run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
 
 
 def _install() -> None:
-    global _patch_depth, _original_run
+    """Replace ``Autotuner.run`` by :func:`_intercepted_run`, once per process (the first contextual call), and
+    leave it there: outside a tuned call it calls the original ``run`` exactly, after one context lookup, and a
+    decided call pays no installing and restoring. A replacement made later by someone else is left in place
+    (it calls ours in turn, as Triton-distributed's did)."""
+    global _installed, _original_run
+    if _installed:
+        return
     with _patch_lock:
-        if _patch_depth == 0:
+        if not _installed:
             cls = _autotuner_class()
             current = cls.__dict__.get("run")
             if current is not _intercepted_run:
                 _original_run = current
             cls.run = _intercepted_run
-        _patch_depth += 1
+            _installed = True
 
 
-def _uninstall() -> None:
-    global _patch_depth
-    with _patch_lock:
-        _patch_depth -= 1
-        if _patch_depth == 0:
-            cls = _autotuner_class()
-            if cls.__dict__.get("run") is _intercepted_run:
-                cls.run = _original_run
-            else:
-                log.warning("triton_dist_tune: Autotuner.run was replaced by someone else during a contextual "
-                            "tuning; leaving their replacement in place")
+def install() -> None:
+    """Install the interception (once per process; see :func:`_install`)."""
+    _install()
+
+
+def installed() -> bool:
+    """Whether the interception is installed (it then stays)."""
+    return _installed
 
 
 @contextlib.contextmanager
@@ -95,13 +100,13 @@ def intercepting(handler: Handler) -> Iterator[None]:
         yield
     finally:
         _ACTIVE.reset(token)
-        _uninstall()
 
 
 def run_with(handler: Handler, fn: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, Exception | None]:
     """Call ``fn(*args, **kwargs)`` with its launches sent to ``handler``; returns (result, None) or (None, the
     exception it raised) (:func:`intercepting` without a generator: the hot path's)."""
-    _install()
+    if not _installed:
+        _install()
     token = _ACTIVE.set(handler)
     try:
         return fn(*args, **kwargs), None
@@ -109,7 +114,12 @@ def run_with(handler: Handler, fn: Any, args: tuple, kwargs: dict[str, Any]) -> 
         return None, exc
     finally:
         _ACTIVE.reset(token)
-        _uninstall()
+
+
+def original_run() -> Any:
+    """The ``Autotuner.run`` that launches outside a tuned call reach (Triton's own, or what replaced it before
+    the first contextual call); None before that call."""
+    return _original_run
 
 
 def active_handler() -> Handler | None:

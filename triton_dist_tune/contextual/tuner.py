@@ -23,6 +23,7 @@ from .tracks import TrackId, group_choice
 log = logging.getLogger("triton_dist_tune")
 
 _ALONE = SingleGroup()
+_active = intercept._ACTIVE.get
 _dist: Any = None
 _warned = False
 
@@ -33,8 +34,8 @@ def _world() -> Any:
     if _dist is None:
         import torch.distributed as dist
 
-        _dist = dist
-    return _dist.group.WORLD if _dist.is_available() else None
+        _dist = dist if dist.is_available() else False
+    return _dist.group.WORLD if _dist else None
 
 
 def _warn_not_initialized(options: ContextualOptions) -> None:
@@ -69,6 +70,7 @@ class ContextualTuner:
         self.nodes: dict[tuple, list[int]] = {}
         self._called: set[tuple] = set()
         self._group: tuple[Any, Group] | None = None
+        self._default = options.is_dist is None or options.is_dist is True
         self._calls: dict[tuple, int] = {}
 
     def group(self) -> Group:
@@ -96,9 +98,15 @@ class ContextualTuner:
         return group
 
     def __call__(self, args: tuple, kwargs: dict[str, Any]) -> Any:
-        group = self.group()
-        outer = intercept.active_handler()
-        if isinstance(outer, (Session, HotCall)) and outer.group is group:
+        cached = self._group
+        if self.options.is_dist is False:
+            group = _ALONE
+        elif cached is not None and cached[0] is (_dist.group.WORLD if self._default else self.options.is_dist):
+            group = cached[1]  # the common case, without a call to group()
+        else:
+            group = self.group()
+        outer = _active()
+        if outer is not None and isinstance(outer, (Session, HotCall)) and outer.group is group:
             return self.fn(*args, **kwargs)  # nested in a call of the same group: that call handles our launches
         gid = group.identity
         calls = self._calls[gid] = self._calls.get(gid, 0) + 1
