@@ -87,3 +87,28 @@ def test_a_decided_contextual_call_enters_no_more_python_functions_than_a_decide
     assert result["contextual"] <= result["stock"], result
     assert result["installed"] == [True] * 4  # no patch and restore of Autotuner.run per call
     assert result["keys"] == [True] * 3 and result["runs"] == 1 and result["plan"], result
+
+
+#: the only frames of this package that Dynamo may process: the decorators' wrappers, up to the graph break
+WRAPPER_FILES = {"tune.py", "capture.py", "__init__.py"}
+
+
+@pytest.mark.timeout(200)
+def test_autotune_under_torch_compile_tunes_each_key_once_and_is_never_traced(tmp_path):
+    result = process(["compiled_autotune"], tuner_env(tmp_path, TIMEOUT_S), timeout=180)[0]
+    # keys 8 and 16, met across recompiles (new shapes) and after torch._dynamo.reset(): each tuned once
+    assert result["ok"] and result["tuned"] == ["16", "8"] and result["decided"] == [8, 16], result
+    assert len(result["after_reset"]) == 2  # after the reset: the decided configs only, no tuning
+    # Dynamo never traced the tuner (before: hundreds of its frames compiled, and recompile limits hit)
+    assert {f.split(":")[0] for f in result["package_frames"]} <= WRAPPER_FILES, result["package_frames"]
+
+
+@pytest.mark.timeout(200)
+def test_contextual_autotune_under_torch_compile_tunes_each_key_once_with_its_launches_intercepted(tmp_path):
+    result = process(["compiled_contextual"], tuner_env(tmp_path, TIMEOUT_S), timeout=180)[0]
+    # before: Dynamo traced the Triton launch inside the tuned function, and the call failed
+    assert result["ok"] and result["decisions"] == {"64": "tuned", "32": "tuned"}, result
+    per_call = result["per_call"]  # sizes 64, 64, 32, 64, 32: each key tuned in its first call, then decided
+    assert per_call[0] == per_call[2] == [16, 32, 128], per_call
+    assert len(per_call[1]) == len(per_call[4]) == 1 and per_call[1] == per_call[3] == result["after_reset"]
+    assert {f.split(":")[0] for f in result["package_frames"]} <= WRAPPER_FILES, result["package_frames"]

@@ -23,7 +23,7 @@ from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 
 BLOCKS = (16, 32, 128)
 #: seconds each config's pre_hook sleeps: BLOCK=128 is clearly the fastest
-SLEEP = {16: 0.030, 32: 0.020, 128: 0.001}
+SLEEP = {16: 0.060, 32: 0.040, 128: 0.001}
 #: BLOCK of every launch (config pre_hooks record them)
 LAUNCHED: list[int] = []
 #: calls of the perf model
@@ -226,6 +226,96 @@ def decided_cost():
         keys.append(intercept.tuning_key(inner, args, kwargs) == (n, "torch.float32", "torch.float32"))
     emit(stock=_python_calls(stock_call), contextual=_python_calls(contextual), installed=installed, keys=keys,
          runs=contextual.tuner.last_runs, plan=getattr(hot, "PLAN", None) in inner.__dict__)
+
+
+# -- torch.compile --------------------------------------------------------------------------------------------
+
+#: (n, scale) of every run of the function-level tuned function
+SCALED: list[tuple[int, int]] = []
+
+
+def _rank_log_lines(text: str) -> list[str]:
+    folder = os.environ["TRITON_DIST_AUTOTUNE_LOG_DIR"]
+    path = os.path.join(folder, "rank-0.log")
+    return [line for line in open(path).read().splitlines() if text in line] if os.path.exists(path) else []
+
+
+def _package_frames() -> list[str]:
+    """The frames of this package that Dynamo has processed (``convert_frame.input_codes``; [] where that
+    internal is missing)."""
+    try:
+        from torch._dynamo.convert_frame import input_codes
+    except ImportError:
+        return []
+    codes = [ref() for ref in getattr(input_codes, "seen", [])]
+    return sorted({f"{os.path.basename(c.co_filename)}:{c.co_name}" for c in codes
+                   if c is not None and f"{os.sep}triton_dist_tune{os.sep}" in c.co_filename})
+
+
+@case
+def compiled_autotune():
+    """A model under ``torch.compile`` calling an ``autotune`` function: shapes that make Dynamo recompile, then
+    ``torch._dynamo.reset()`` and the same shapes again."""
+    import torch._dynamo
+
+    import triton_dist_tune as tdt
+
+    @tdt.autotune([{"scale": 1}, {"scale": 2}], key_fn=lambda x: x.shape[0], n_warmup=0, n_repeat=2,
+                  name="scaled")
+    def scaled(x, *, scale):
+        SCALED.append((x.shape[0], scale))
+        return x * scale
+
+    def model(x):
+        return scaled(x + 1) - 1
+
+    compiled = torch.compile(model, backend=os.environ.get("SEM_BACKEND", "eager"))
+    ok = True
+    for n in (8, 8, 16, 8, 16):
+        ok = ok and bool(torch.equal(compiled(torch.ones(n)), model(torch.ones(n))))
+    frames = _package_frames()
+    torch._dynamo.reset()  # every compiled frame dropped: recompiled at the next call
+    SCALED.clear()
+    for n in (8, 16):
+        ok = ok and bool(torch.equal(compiled(torch.ones(n)), model(torch.ones(n))))
+    after_reset = sorted(set(SCALED))
+    tuned = [line.split("key=", 1)[1].split("]", 1)[0] for line in _rank_log_lines(" tuning ")]
+    from torch._dynamo.utils import counters
+
+    emit(ok=ok, tuned=sorted(tuned), decided=sorted(scaled.tuner.decided), after_reset=after_reset,
+         frames=counters["frames"]["total"], package_frames=sorted(set(frames + _package_frames())))
+
+
+@case
+def compiled_contextual():
+    """A model under ``torch.compile`` calling a ``contextual_autotune`` function (a Triton kernel inside)."""
+    import torch._dynamo
+
+    kernel = make_kernel("none")
+
+    @contextual_autotune(n_warmup=0, n_repeat=2)
+    def layer(x):
+        out = torch.empty_like(x)
+        kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        return out
+
+    def model(x):
+        return layer(x * 1) - 1
+
+    compiled = torch.compile(model, backend=os.environ.get("SEM_BACKEND", "eager"))
+    ok, per_call = True, []
+    for n in (64, 64, 32, 64, 32):
+        LAUNCHED.clear()
+        x = torch.arange(n, dtype=torch.float32)
+        ok = ok and bool(torch.equal(compiled(x), x))
+        per_call.append(sorted(set(LAUNCHED)))
+    frames = _package_frames()
+    torch._dynamo.reset()
+    LAUNCHED.clear()
+    ok = ok and bool(torch.equal(compiled(torch.arange(64, dtype=torch.float32)), torch.arange(64.0)))
+    emit(ok=ok, per_call=per_call, after_reset=sorted(set(LAUNCHED)), package_frames=sorted(set(frames +
+                                                                                                _package_frames())),
+         decisions={k[1].split(",")[0].strip("("): d["how"] for k, d in layer.tuner.decisions.items()})
 
 
 if __name__ == "__main__":

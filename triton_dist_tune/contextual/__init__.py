@@ -55,6 +55,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from ..capture import eagerly, is_compiling
 from .options import ContextualOptions
 from .tuner import ContextualTuner
 
@@ -117,9 +118,12 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
         options = ContextualOptions.build(fn, is_dist, n_repeat, n_warmup, timeout=timeout, precompile=precompile,
                                           name=name, max_runs=max_runs, sync_every=sync_every)
         tuner = ContextualTuner(fn, options)
+        compiling = is_compiling()
 
         @functools.wraps(fn)
         def tuned(*args: Any, **kwargs: Any) -> Any:
+            if compiling():  # traced by torch.compile: run eagerly, launches intercepted (a graph break)
+                return eagerly(tuner, args, kwargs)
             return tuner(args, kwargs)
 
         tuned.tuner = tuner  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ..capture import capturing, tuning_in_capture
 from . import intercept
 from .intercept import _ACTIVE, Autotuner
 from .session import Session
@@ -20,6 +21,10 @@ _lock = threading.Lock()
 
 #: what :func:`launch_decided` returns for a key not decided
 UNDECIDED: Any = object()
+
+#: what tunes a contextual key ahead, for the message of a call that would tune inside a CUDA-graph capture
+TUNE_AHEAD = ("call the tuned function once with the same shapes before capturing (a warm-up call tunes every "
+              "(kernel, key) it meets; later calls are decided and can be captured)")
 
 
 #: where an autotuner keeps its hot-path plan (made once): the positions of its key arguments, the argument count
@@ -105,6 +110,9 @@ class HotCall:
             out = launch_decided(autotuner, args, kwargs, self.identity)
             if out is not UNDECIDED:
                 return out
+            if capturing():  # a key to tune, met inside a CUDA-graph capture: nothing is launched for it
+                raise tuning_in_capture(f"{self.tuner.options.name}: kernel {intercept.kernel_name(autotuner)}",
+                                        repr(intercept.tuning_key(autotuner, args, kwargs)), TUNE_AHEAD)
             session = self._start()
         return session.launch(autotuner, args, kwargs)
 

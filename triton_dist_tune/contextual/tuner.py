@@ -10,12 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import settings
+from ..capture import capturing, tuning_in_capture
 from ..disk import logs
 from ..errors import BadInputError
 from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
 from . import intercept
-from .hot import HotCall
+from .hot import TUNE_AHEAD, HotCall
 from .options import ContextualOptions
 from .session import Session
 from .tracks import TrackId, group_choice
@@ -71,6 +72,9 @@ class ContextualTuner:
         self._called: set[tuple] = set()
         self._group: tuple[Any, Group] | None = None
         self._default = options.is_dist is None or options.is_dist is True
+        #: group identities whose agreement (every ``sync_every`` calls) fell in a CUDA-graph capture: made at the
+        #: next call outside one (every rank captures the same calls, so every rank makes it at the same call)
+        self._due: set[tuple] = set()
         self._calls: dict[tuple, int] = {}
 
     def group(self) -> Group:
@@ -110,8 +114,15 @@ class ContextualTuner:
             return self.fn(*args, **kwargs)  # nested in a call of the same group: that call handles our launches
         gid = group.identity
         calls = self._calls[gid] = self._calls.get(gid, 0) + 1
-        tuning = gid not in self._called or (group.size > 1 and calls % self.options.sync_every == 0
-                                             and self._agree(group, calls))
+        first = gid not in self._called
+        due = group.size > 1 and (calls % self.options.sync_every == 0 or gid in self._due)
+        if (first or due) and capturing():  # inside a CUDA-graph capture: no tuning, no store, no exchange
+            if first:
+                raise tuning_in_capture(self.options.name, "(its first call: every key it meets)", TUNE_AHEAD)
+            self._due.add(gid)  # the group's agreement waits for the next call outside a capture
+            tuning = False
+        else:
+            tuning = first or (due and self._agree(group, calls))
         if not tuning:
             return HotCall(self, group, calls).call(args, kwargs)
         session = Session(self, group, tuning, calls)
@@ -125,6 +136,7 @@ class ContextualTuner:
     def _agree(self, group: Group, calls: int) -> bool:
         """Every ``sync_every`` calls, one exchange: does any rank hold pending keys? Then this call tunes, on
         every rank alike (the pending keys are met again and tuned like new ones)."""
+        self._due.discard(group.identity)
         pending = self.pending.pop(group.identity, {})
         mine = sorted({f"{tid[0]} {tid[1]}" for tid, _ in pending.values() if group_choice(group, tid) is None})
         everyone = group.allgather(mine, f"{self.options.label} agreement at call {calls}",
