@@ -9,7 +9,7 @@
   (a graph break) and, once Dynamo is loaded, the call runs under ``torch._dynamo.disable``, so that no frame of the
   tuner (nor the tuned function while it is tuned) is compiled, and each key is tuned once, by the tuner, whatever
   Dynamo recompiles.
-- :func:`is_compiling`: ``torch.compiler.is_compiling`` (True only while Dynamo traces), to bind once.
+- :func:`is_compiling`: ``torch.compiler.is_dynamo_compiling`` (True only while Dynamo traces), to bind once.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ eagerly._torchdynamo_disable = True  # type: ignore[attr-defined]  # read by Dyn
 
 
 def is_compiling() -> Callable[[], bool]:
-    """``torch.compiler.is_compiling`` (True only while Dynamo traces its caller), to bind once where a tuned
-    function is decorated."""
+    """``torch.compiler.is_dynamo_compiling`` (True only while Dynamo traces its caller; one Python call, where
+    ``is_compiling`` makes two), else ``torch.compiler.is_compiling``: to bind once where a tuned function is
+    decorated."""
     import torch.compiler
 
-    return torch.compiler.is_compiling
+    return getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)

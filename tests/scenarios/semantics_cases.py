@@ -140,6 +140,20 @@ def bare_in_job():
 
 
 @case
+def bare_without_init():
+    """A bare ``@contextual_autotune`` in a job whose launcher says WORLD_SIZE=2, torch.distributed not
+    initialized: each rank tunes alone, with a warning naming ``is_dist``."""
+
+    @contextual_autotune
+    def layer(x):
+        out = torch.empty_like(x)
+        rank_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        return out
+
+    emit(**_rank_layer(layer))
+
+
+@case
 def alone_on_purpose():
     """``is_dist=False`` in a 2-rank job: each rank tunes alone, as asked."""
     import triton_dist_tune as tdt
