@@ -9,7 +9,13 @@ alternating, median per call:
 - ``plain``: the jitted kernel launched with a fixed config (``kernel[grid](..., BLOCK=..)``);
 - ``stock``: the same kernel behind ``triton.autotune``, its key decided (Triton's cache hit);
 - ``contextual``: a function decorated with ``contextual_autotune`` (``is_dist=True``; one rank) that launches the
-  kernel behind another ``triton.autotune``, decided by the first call's tuning (a hot call: no communication).
+  kernel behind another ``triton.autotune``, decided by the first call's tuning (a hot call: no communication);
+- ``contextual_alone``: the same with ``is_dist=False`` (no group at all).
+
+Stock and contextual are measured in the same run, alternating within each round, so that their figures compare
+(the question: does a decided contextual call cost more than a decided stock launch?). Once the first contextual
+call has installed the interception, stock launches outside a tuned call also pass through its wrapper (one
+context lookup) before Triton's own ``run``: ``stock`` here includes that.
 
 On a GPU (default when CUDA is there) the kernel is a real 4096-element add, and each round ends with a device
 synchronize: the figures are host time per launch in a burst of N launches. Without a GPU (or with ``--standin``)
@@ -113,15 +119,24 @@ def main() -> None:
     def contextual():
         inner[meta_grid](x, y, n)
 
+    alone_inner = autotuned(kernel, standin)
+
+    @tdt.contextual_autotune(is_dist=False, n_warmup=1, n_repeat=2)
+    def contextual_alone():
+        alone_inner[meta_grid](x, y, n)
+
     stock_call()  # Triton tunes its key (GPU), or it was set above
     contextual()  # the first call tunes; every later call is decided
+    contextual_alone()
     sync()
-    times = per_call_us({"plain": plain, "stock": stock_call, "contextual": contextual}, opts.calls, sync)
+    times = per_call_us({"plain": plain, "stock": stock_call, "contextual": contextual,
+                         "contextual_alone": contextual_alone}, opts.calls, sync)
     result = {"machine": platform.node(), "device": torch.cuda.get_device_name() if not standin else "cpu",
               "kernel": "no-op stand-in" if standin else "4096-element add", "python": platform.python_version(),
               "torch": torch.__version__, "triton": triton.__version__, "calls_per_round": opts.calls,
               "us_per_call": times, "stock_adds_us": times["stock"] - times["plain"],
-              "contextual_adds_us": times["contextual"] - times["plain"]}
+              "contextual_adds_us": times["contextual"] - times["plain"],
+              "contextual_alone_adds_us": times["contextual_alone"] - times["plain"]}
     print(f"{result['device']} ({result['kernel']}), triton {triton.__version__}, {opts.calls} calls x 7 rounds")
     print("| call | us per call | over plain |\n|---|---|---|")
     for name, us in times.items():

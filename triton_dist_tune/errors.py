@@ -38,6 +38,11 @@ class DevicePoisonedError(AutotuneError):
     rank stops, the config is journaled as failed, and a restarted job resumes without it."""
 
 
+class CaptureError(AutotuneError):
+    """A call would tune a key while its CUDA stream is being captured into a graph (``torch.cuda.graph``), where
+    tuning cannot run; nothing was launched. Tune the key ahead, outside the capture (see docs/cuda-graphs.md)."""
+
+
 class WrongResult(Exception):
     """A config's result differs from ``ref_prog``'s (a config failure, not an error of the tuner)."""
 

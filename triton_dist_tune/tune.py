@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+from .capture import capturing, eagerly, tuning_in_capture
 from .function import TuneOptions, Tuner
 from .group.resolve import channel_entries
 from .space import CALL_KEYWORDS
@@ -71,8 +72,11 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
 
 def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashable]) -> Callable[..., Any]:
     """The decorated function: a decided key goes straight to ``fn``; anything else to ``tuner.call``."""
-    decided, decided_in, slow, keywords = tuner.decided, tuner.decided_in, tuner.call, CALL_KEYWORDS
+    decided, decided_in, keywords = tuner.decided, tuner.decided_in, CALL_KEYWORDS
     channels = channel_entries()
+
+    def slow(args: tuple, kwargs: dict[str, Any]) -> Any:
+        return _slow_path(tuner, key_fn, args, kwargs)
 
     @functools.wraps(fn)
     def tuned(*args: Any, **kwargs: Any) -> Any:
@@ -100,3 +104,27 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
     tuned.tuner = tuner  # type: ignore[attr-defined]
     tuned.fn = fn  # type: ignore[attr-defined]  # the undecorated function, as Triton-distributed's tuner has it
     return tuned
+
+
+#: what tunes a key ahead, for the message of a call that would tune inside a CUDA-graph capture
+TUNE_AHEAD = ("call the function once with these arguments before capturing (a warm-up call), or run a campaign "
+              "for its keys (triton_dist_tune.campaign, or python -m triton_dist_tune campaign); or pass "
+              "undecided='first' or 'nearest' (or set TRITON_DIST_AUTOTUNE_UNDECIDED) to serve undecided keys "
+              "without tuning")
+
+
+def _slow_path(tuner: Tuner, key_fn: Callable[..., Hashable], args: tuple, kwargs: dict[str, Any]) -> Any:
+    """A call whose key is not decided (or that carries tuner keywords): ``tuner.call``, outside
+    ``torch.compile``'s tracing (:func:`~triton_dist_tune.capture.eagerly`: each key is tuned once, by the tuner,
+    however often Dynamo recompiles the caller). Inside a CUDA-graph capture a call that would tune raises
+    :class:`~triton_dist_tune.errors.CaptureError` (naming the key) before anything runs; a call that the
+    ``undecided`` policy serves, or ``autotune=False``, runs."""
+    if kwargs.get("autotune", True) is not False and tuner.undecided.current() == "tune" and capturing():
+        try:
+            key: Any = key_fn(*args, **{k: v for k, v in kwargs.items() if k not in CALL_KEYWORDS})
+        except Exception as exc:  # the message names what it can
+            key = f"<key_fn failed: {type(exc).__name__}>"
+        table = tuner.decided if "autotune_pg" not in kwargs else None
+        if table is None or table.get(key) is None:
+            raise tuning_in_capture(tuner.name, repr(key), TUNE_AHEAD)
+    return eagerly(tuner.call, args, kwargs)

@@ -197,6 +197,13 @@ def add_reduce_scale_reference(x, y, group=None):
     return ref * 0.5
 
 
+def untouched_outside() -> bool:
+    """Outside a tuned call Triton is untouched: no handler is active, and ``Autotuner.run`` is Triton's own or the
+    interception wrapper (installed once, left in place) whose launches outside a tuned call go to Triton's own."""
+    return intercept.active_handler() is None and (
+        Autotuner.run is ORIGINAL_RUN or (intercept.patched() and intercept.original_run() is ORIGINAL_RUN))
+
+
 @case
 def two_kernels():
     """Two kernels with 3 and 2 configs around an all_reduce; the group must choose add=2, scale=1."""
@@ -208,7 +215,7 @@ def two_kernels():
     expected = add_reduce_scale_reference(x, y)
     ok = bool(torch.equal(out, expected))
     seq = runs_of_seq()
-    patched_after = intercept.patched() or Autotuner.run is not ORIGINAL_RUN
+    patched_after = not untouched_outside()
     z = torch.empty_like(x)
     hit = stock_hits(add_kernel, x, y, z, 64, 0, n=64) and bool(torch.equal(z, x + y))
     SEQ.clear()
@@ -368,7 +375,7 @@ def nested_repeated():
     together(x4, y4)
     result["alone_then_group"] = [next(iter(alone.tuner.decisions.values()))["index"],
                                   next(iter(together.tuner.decisions.values()))["index"]]
-    result["patched_after"] = intercept.patched() or Autotuner.run is not ORIGINAL_RUN
+    result["patched_after"] = not untouched_outside()
     emit(**result)
 
 
@@ -423,7 +430,7 @@ def user_raises():
         emit(error=None)
     except tdt.AutotuneError as exc:
         emit(error=type(exc).__name__, message=str(exc), runs=len(count),
-             cause=type(exc.__cause__).__name__ if exc.__cause__ else None, patched_after=intercept.patched())
+             cause=type(exc.__cause__).__name__ if exc.__cause__ else None, patched_after=not untouched_outside())
 
 
 @case
@@ -444,7 +451,7 @@ def single():
     x, y = inputs()
     out = outer(x, y)
     emit(ok=bool(torch.equal(out, 2 * (x + y))), runs=len(runs_of_seq()), inner_runs=len(inner_runs),
-         chosen=chosen(outer.tuner), patched_after=intercept.patched())
+         chosen=chosen(outer.tuner), patched_after=not untouched_outside())
 
 
 @case

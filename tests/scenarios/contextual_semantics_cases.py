@@ -173,7 +173,8 @@ def prune_empty():
         emit(error=None)
     except Exception as exc:
         emit(error=type(exc).__name__, triton_error=isinstance(exc, AutotunerError),
-             ours=isinstance(exc, tdt.AutotuneError), message=str(exc))
+             ours=isinstance(exc, tdt.AutotuneError), message=str(exc), kernel=getattr(exc, "kernel", None),
+             details=getattr(exc, "details", None))
 
 
 # -- caller-given meta-parameters --------------------------------------------------------------------------------

@@ -55,19 +55,25 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from ..capture import eagerly, is_compiling
 from .options import ContextualOptions
 from .tuner import ContextualTuner
 
 
-def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int = 3, *, timeout: float | None = None,
+def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 3, *, timeout: float | None = None,
                         precompile: bool = True, name: str | None = None, max_runs: int | None = None,
                         sync_every: int | None = None) -> Any:
     """Decorate a function so that each call tunes the ``triton.autotune`` kernels it launches, in context.
 
-    :param is_dist: ``False``: this process tunes alone. ``True``: the default ``torch.distributed`` group (alone
-        when torch.distributed is not initialized). Or a ``torch.distributed`` process group or an ``mpi4py``
-        communicator to tune with. The tuner talks to the group through a control channel of its own (the job's
-        store, or a duplicate communicator), never through the user's collectives.
+    :param is_dist: ``None`` (the default) or ``True``: the default ``torch.distributed`` group when it is
+        initialized (every rank of the job tunes together and ends on the same choices), else this process alone.
+        ``False``: this process tunes alone, even in a multi-rank job (each rank may choose differently). Or a
+        ``torch.distributed`` process group or an ``mpi4py`` communicator to tune with. Anything else is a
+        :class:`~triton_dist_tune.errors.BadInputError` when decorating. The tuner talks to the group through a
+        control channel of its own (the job's store, or a duplicate communicator), never through the user's
+        collectives. (Triton-distributed's default, ``is_dist=False``, tunes each rank alone; here a bare
+        ``@contextual_autotune`` in a multi-rank job tunes with the job's default group, so that the ranks never
+        diverge silently.)
     :param n_repeat: the most rounds of the race (one timed step per running config each), closing rounds aside.
     :param n_warmup: untimed steps (runs) per config before the race.
     :param timeout: seconds a rank waits for the others at each exchange (default
@@ -112,9 +118,12 @@ def contextual_autotune(is_dist: Any = False, n_repeat: int = 5, n_warmup: int =
         options = ContextualOptions.build(fn, is_dist, n_repeat, n_warmup, timeout=timeout, precompile=precompile,
                                           name=name, max_runs=max_runs, sync_every=sync_every)
         tuner = ContextualTuner(fn, options)
+        compiling = is_compiling()
 
         @functools.wraps(fn)
         def tuned(*args: Any, **kwargs: Any) -> Any:
+            if compiling():  # traced by torch.compile: run eagerly, launches intercepted (a graph break)
+                return eagerly(tuner, args, kwargs)
             return tuner(args, kwargs)
 
         tuned.tuner = tuner  # type: ignore[attr-defined]

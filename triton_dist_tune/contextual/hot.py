@@ -8,8 +8,9 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ..capture import capturing, tuning_in_capture
 from . import intercept
-from .intercept import Autotuner
+from .intercept import _ACTIVE, Autotuner
 from .session import Session
 
 if TYPE_CHECKING:
@@ -21,30 +22,75 @@ _lock = threading.Lock()
 #: what :func:`launch_decided` returns for a key not decided
 UNDECIDED: Any = object()
 
+#: what tunes a contextual key ahead, for the message of a call that would tune inside a CUDA-graph capture
+TUNE_AHEAD = ("call the tuned function once with the same shapes before capturing (a warm-up call tunes every "
+              "(kernel, key) it meets; later calls are decided and can be captured)")
+
+
+#: where an autotuner keeps its hot-path plan (made once): the positions of its key arguments, the argument count
+#: from which a config's meta-parameter is passed by position, the keyword names that need the full path (kernel
+#: arguments and config meta-parameters), and {id(config): (config, config.all_kwargs())}
+PLAN = "_tdt_hot_plan"
+
+
+def _plan(autotuner: Autotuner) -> tuple[tuple[int, ...], int, frozenset[str], dict[int, tuple[Any, dict]]]:
+    names = list(autotuner.arg_names)
+    positions = tuple(names.index(k) for k in autotuner.keys if k in names)
+    slow = intercept.arg_name_set(autotuner) | intercept.config_names(autotuner)
+    plan = (positions, intercept.first_config_position(autotuner), slow, {})
+    autotuner.__dict__[PLAN] = plan
+    return plan
+
 
 def launch_decided(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any], identity: tuple) -> Any:
     """The hot path: when group ``identity`` decided this launch's key, launch its config as
     :func:`~.intercept.launch_with` does and return what the kernel returns; else return :data:`UNDECIDED` (nothing
-    launched). The key is computed as :func:`~.intercept.tuning_key` does, with the arguments named once for both."""
+    launched).
+
+    The common launch (kernel arguments by position, no meta-parameter given by the caller) computes the key as
+    ``Autotuner.run`` does (:func:`~.intercept.key_of`: the key arguments' values, then every argument's dtype)
+    straight from the positional arguments, with the plan made once per autotuner, and launches with the config's
+    meta-parameters made once per config; any other launch takes the full path."""
     table = autotuner.__dict__.get(intercept.DECIDED)
     if table is None:
         return UNDECIDED
-    nargs, named = intercept.named_arguments(autotuner, args, kwargs)
-    config = table.get((identity, intercept.key_of(autotuner, named)))
+    positions, first_meta, slow, metas = autotuner.__dict__.get(PLAN) or _plan(autotuner)
+    count = len(args)
+    if count > first_meta or not slow.isdisjoint(kwargs):
+        return _launch_decided_full(autotuner, args, kwargs, identity, table)
+    key = []
+    for p in positions:
+        if p < count:
+            key.append(args[p])
+    for value in args:
+        if hasattr(value, "dtype"):
+            key.append(str(value.dtype))
+    config = table.get((identity, tuple(key)))
     if config is None:
         return UNDECIDED
-    if len(args) > intercept.first_config_position(autotuner) or not intercept.config_names(autotuner).isdisjoint(
-            kwargs):
-        return intercept.launch_with(autotuner, config, args, kwargs)  # caller-given meta-parameters: cut them first
-    autotuner.nargs = nargs
+    known = metas.get(id(config))
+    if known is None or known[0] is not config:
+        known = metas[id(config)] = (config, config.all_kwargs())
+    meta = known[1]
     autotuner.best_config = config
+    if config.pre_hook is None:
+        return autotuner.fn.run(*args, **kwargs, **meta)
+    nargs = autotuner.nargs = dict(zip(autotuner.arg_names, args, strict=False))
     try:
-        meta = config.all_kwargs()
-        if config.pre_hook is not None:
-            config.pre_hook({**nargs, **kwargs, **meta})
+        config.pre_hook({**nargs, **kwargs, **meta})
         return autotuner.fn.run(*args, **kwargs, **meta)
     finally:
         autotuner.nargs = None
+
+
+def _launch_decided_full(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any], identity: tuple,
+                         table: dict) -> Any:
+    """:func:`launch_decided` for a launch that passes kernel arguments or meta-parameters by keyword (or a
+    meta-parameter by position): the key from every named argument, the caller's meta-parameters cut."""
+    config = table.get((identity, intercept.tuning_key(autotuner, args, kwargs)))
+    if config is None:
+        return UNDECIDED
+    return intercept.launch_with(autotuner, config, args, kwargs)
 
 
 class HotCall:
@@ -58,12 +104,31 @@ class HotCall:
         self.session: Session | None = None
 
     def launch(self, autotuner: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
-        """A decided key: its config, exactly as stock Triton launches it; anything else: the session's."""
+        """A decided key: its config, exactly as stock Triton launches it (:func:`launch_decided`, inlined for the
+        common launch); anything else: the session's."""
         session = self.session
         if session is None:
+            table = autotuner.__dict__.get(intercept.DECIDED)
+            plan = autotuner.__dict__.get(PLAN)
+            if table is not None and plan is not None and len(args) <= plan[1] and plan[2].isdisjoint(kwargs):
+                key = []
+                for p in plan[0]:
+                    if p < len(args):
+                        key.append(args[p])
+                for value in args:
+                    if hasattr(value, "dtype"):
+                        key.append(str(value.dtype))
+                config = table.get((self.identity, tuple(key)))
+                known = plan[3].get(id(config)) if config is not None else None
+                if known is not None and known[0] is config and config.pre_hook is None:
+                    autotuner.best_config = config
+                    return autotuner.fn.run(*args, **kwargs, **known[1])
             out = launch_decided(autotuner, args, kwargs, self.identity)
             if out is not UNDECIDED:
                 return out
+            if capturing():  # a key to tune, met inside a CUDA-graph capture: nothing is launched for it
+                raise tuning_in_capture(f"{self.tuner.options.name}: kernel {intercept.kernel_name(autotuner)}",
+                                        repr(intercept.tuning_key(autotuner, args, kwargs)), TUNE_AHEAD)
             session = self._start()
         return session.launch(autotuner, args, kwargs)
 
@@ -76,8 +141,17 @@ class HotCall:
             return self.session
 
     def call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
-        """Run the function once; when a session started, let it finish the call."""
-        out, error = intercept.run_with(self, self.tuner.fn, args, kwargs)
+        """Run the function once, its launches sent here (:func:`~.intercept.run_with`, inlined: the hot path);
+        when a session started, let it finish the call."""
+        if not intercept._installed:
+            intercept.install()
+        token = _ACTIVE.set(self)
+        try:
+            out, error = self.tuner.fn(*args, **kwargs), None
+        except Exception as exc:
+            out, error = None, exc
+        finally:
+            _ACTIVE.reset(token)
         session = self.session
         if session is None:
             self.tuner.last_runs = 1

@@ -1,12 +1,14 @@
 """Scoped interception of ``triton.autotune`` kernel launches, and the few Triton internals it relies on.
 
-While at least one contextual tuning is running in the process, ``Autotuner.run`` is replaced (reference-counted,
-under a lock) by a wrapper that looks up the handler of the *current* context (a :class:`contextvars.ContextVar`):
+From the first call of a contextual tuned function on, ``Autotuner.run`` is replaced (once per process, under a
+lock) by a wrapper that looks up the handler of the *current* context (a :class:`contextvars.ContextVar`):
 
 - with a handler (inside a tuned function, in the thread or task that called it), the launch goes to the handler;
 - without one (other threads, code outside the tuned function), the wrapper calls the original ``run`` exactly.
 
-When the last tuning ends the original method is put back, so outside tunings Triton is untouched.
+The wrapper stays in place, so that a decided call pays one context set and reset, not a patch and a restore (a
+class attribute set twice per call, under a lock); outside tuned calls Triton's own ``run`` does everything, as
+before, after one context lookup.
 
 The key of a launch is computed exactly as ``Autotuner.run`` computes it (the same code in Triton 3.6 and 3.9):
 the values of the ``key`` arguments, then the dtype of every argument that has one. Writing
@@ -16,6 +18,7 @@ the values of the ``key`` arguments, then the dtype of every argument that has o
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import threading
@@ -39,7 +42,7 @@ class Handler(Protocol):
 
 _ACTIVE: ContextVar[Handler | None] = ContextVar("triton_dist_tune_contextual", default=None)
 _patch_lock = threading.Lock()
-_patch_depth = 0
+_installed = False
 _original_run: Any = None
 _class: type | None = None
 
@@ -61,28 +64,31 @@ def _intercepted_run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
 
 
 def _install() -> None:
-    global _patch_depth, _original_run
+    """Replace ``Autotuner.run`` by :func:`_intercepted_run`, once per process (the first contextual call), and
+    leave it there: outside a tuned call it calls the original ``run`` exactly, after one context lookup, and a
+    decided call pays no installing and restoring. A replacement made later by someone else is left in place
+    (it calls ours in turn, as Triton-distributed's did)."""
+    global _installed, _original_run
+    if _installed:
+        return
     with _patch_lock:
-        if _patch_depth == 0:
+        if not _installed:
             cls = _autotuner_class()
             current = cls.__dict__.get("run")
             if current is not _intercepted_run:
                 _original_run = current
             cls.run = _intercepted_run
-        _patch_depth += 1
+            _installed = True
 
 
-def _uninstall() -> None:
-    global _patch_depth
-    with _patch_lock:
-        _patch_depth -= 1
-        if _patch_depth == 0:
-            cls = _autotuner_class()
-            if cls.__dict__.get("run") is _intercepted_run:
-                cls.run = _original_run
-            else:
-                log.warning("triton_dist_tune: Autotuner.run was replaced by someone else during a contextual "
-                            "tuning; leaving their replacement in place")
+def install() -> None:
+    """Install the interception (once per process; see :func:`_install`)."""
+    _install()
+
+
+def installed() -> bool:
+    """Whether the interception is installed (it then stays)."""
+    return _installed
 
 
 @contextlib.contextmanager
@@ -94,13 +100,13 @@ def intercepting(handler: Handler) -> Iterator[None]:
         yield
     finally:
         _ACTIVE.reset(token)
-        _uninstall()
 
 
 def run_with(handler: Handler, fn: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, Exception | None]:
     """Call ``fn(*args, **kwargs)`` with its launches sent to ``handler``; returns (result, None) or (None, the
     exception it raised) (:func:`intercepting` without a generator: the hot path's)."""
-    _install()
+    if not _installed:
+        _install()
     token = _ACTIVE.set(handler)
     try:
         return fn(*args, **kwargs), None
@@ -108,7 +114,12 @@ def run_with(handler: Handler, fn: Any, args: tuple, kwargs: dict[str, Any]) -> 
         return None, exc
     finally:
         _ACTIVE.reset(token)
-        _uninstall()
+
+
+def original_run() -> Any:
+    """The ``Autotuner.run`` that launches outside a tuned call reach (Triton's own, or what replaced it before
+    the first contextual call); None before that call."""
+    return _original_run
 
 
 def active_handler() -> Handler | None:
@@ -162,14 +173,58 @@ DECIDED = "_tdt_decided"
 
 
 def kernel_id(autotuner: Autotuner) -> str:
-    """The kernel's name across ranks and processes: module and qualified name of the jitted Python function."""
+    """The kernel's identity across ranks and processes: module and qualified name of the jitted Python function,
+    and for a wrapper with ``prune_configs_by``, ``+prune@`` and :func:`pruning_id` (so that a decision made under
+    one pruning, in this process or in the disk cache, is never taken for a wrapper that prunes otherwise)."""
     base = autotuner.base_fn
-    return f"{base.__module__}.{base.__qualname__}"
+    pruning_digest = pruning_id(autotuner)
+    return f"{base.__module__}.{base.__qualname__}" + (f"+prune@{pruning_digest}" if pruning_digest else "")
+
+
+def pruning_id(autotuner: Autotuner) -> str:
+    """A digest of the wrapper's ``prune_configs_by`` (the source and closure values of ``early_config_prune`` and
+    ``perf_model``, and ``top_k`` with a perf model), the same on every rank and in every process; "" without
+    pruning. Made once per autotuner."""
+    cached = autotuner.__dict__.get("_tdt_pruning_id")
+    if cached is None:
+        parts = []
+        if autotuner.early_config_prune:
+            parts.append("early_config_prune=" + _callable_text(autotuner.early_config_prune))
+        if autotuner.perf_model:
+            parts.append("perf_model=" + _callable_text(autotuner.perf_model))
+            parts.append(f"top_k={autotuner.configs_top_k!r}")
+        cached = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:8] if parts else ""
+        autotuner.__dict__["_tdt_pruning_id"] = cached
+    return cached
+
+
+def _callable_text(fn: Any) -> str:
+    """A callable's identity across processes: its qualified name, source and the values its closure holds (plain
+    values by ``repr``, others by type), with a ``functools.partial``'s arguments."""
+    from ..disk.cache import source_of
+
+    extra = ""
+    if isinstance(fn, functools.partial):
+        extra = f" partial{fn.args!r}{sorted(fn.keywords.items())!r}"
+        fn = fn.func
+    if not hasattr(fn, "__code__") and not hasattr(fn, "__func__"):
+        fn = type(fn)  # a callable object: its class (a repr may hold a memory address, different on each rank)
+    cells = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            value = None
+        plain = isinstance(value, (bool, int, float, str, bytes, tuple, frozenset, type(None)))
+        cells.append(repr(value) if plain else type(value).__qualname__)
+    name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+    return f"{name}{extra}\n{source_of(fn)}\nclosure={cells}"
 
 
 def track_id(autotuner: Autotuner) -> str:
-    """The id of this ``triton.autotune`` wrapper across ranks and processes: :func:`kernel_id` plus a digest of
-    its configs and key names, so that two wrappers of one ``@triton.jit`` body are tracked apart."""
+    """The id of this ``triton.autotune`` wrapper across ranks and processes: :func:`kernel_id` (its pruning
+    included) plus a digest of its configs and key names, so that two wrappers of one ``@triton.jit`` body are
+    tracked apart."""
     cached = autotuner.__dict__.get("_tdt_track_id")
     if cached is None:
         from ..space import describe
@@ -272,9 +327,13 @@ def _indices_of(configs: list[Any], kept: list[Any]) -> list[int]:
     return found
 
 
+#: Triton's own message when pruning keeps no config (``str(error)`` is ``"Autotuner error: "`` and this)
+EMPTY_PRUNING = "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
+
+
 def empty_pruning_error(detail: str = "") -> Exception:
     """Triton's own error for a pruning that keeps no config (``AutotunerError`` in 3.6 and newer)."""
-    text = "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
+    text = EMPTY_PRUNING
     try:
         from triton.runtime.errors import AutotunerError
     except ImportError:  # pragma: no cover - older Triton

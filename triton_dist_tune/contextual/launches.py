@@ -52,7 +52,8 @@ def launch(session: Session, autotuner: Any, args: tuple, kwargs: dict[str, Any]
         return intercept.launch_with(autotuner, config, args, kwargs)
     tid = (intercept.track_id(autotuner), repr(key))
     chosen = group_choice(group, tid)
-    if chosen is not None:  # the group decided it without this rank (met by the others only)
+    if chosen is not None and _kept_here(autotuner, chosen, args, kwargs):
+        # the group decided it without this rank (met by the others only), among configs this rank's pruning keeps
         config = autotuner.configs[chosen]
         decide(autotuner, key, config, group)
         return intercept.launch_with(autotuner, config, args, kwargs)
@@ -79,6 +80,17 @@ def launch(session: Session, autotuner: Any, args: tuple, kwargs: dict[str, Any]
     if index is None:
         return None
     return timed_launch(session, tid, autotuner, key, index, args, kwargs)
+
+
+def _kept_here(autotuner: Any, index: int, args: tuple, kwargs: dict[str, Any]) -> bool:
+    """Whether this rank's own pruning keeps config ``index`` for this launch (a choice the group made without this
+    rank is taken only then: a config the current pruning leaves out is never launched)."""
+    if not autotuner.early_config_prune and not autotuner.perf_model:
+        return True
+    try:
+        return index in intercept.pruned_indices(autotuner, args, kwargs)
+    except Exception:
+        return False  # the tuning path reports the pruning's error
 
 
 def decided_launch(session: Session, autotuner: Any, key: tuple, config: Any, args: tuple,

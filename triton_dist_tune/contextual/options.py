@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import checks, settings
+from ..errors import BadInputError
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,9 @@ class ContextualOptions:
     the function is decorated, never during a call.
     """
 
-    #: False or None (this process alone), True (the default group), or a process group or mpi4py communicator
+    #: None (the default: the default torch.distributed group when it is initialized with several ranks, else this
+    #: process alone), True (the default group), False (this process alone, on purpose), or a torch.distributed
+    #: ProcessGroup or an mpi4py communicator
     is_dist: Any
     #: the most rounds of the race
     n_repeat: int
@@ -37,6 +40,7 @@ class ContextualOptions:
 
     def __post_init__(self) -> None:
         _check_steps(self.n_warmup, self.n_repeat)
+        check_is_dist(self.is_dist)
         checks.whole(self.max_runs, "max_runs", 1)
         checks.whole(self.sync_every, "sync_every", 1)
         checks.number(self.timeout, "timeout", 0, "a positive number of seconds")
@@ -62,6 +66,24 @@ class ContextualOptions:
         return cls(is_dist=is_dist, n_repeat=n_repeat, n_warmup=n_warmup, timeout=timeout, precompile=precompile,
                    name=name or getattr(fn, "__qualname__", getattr(fn, "__name__", "function")),
                    max_runs=max_runs, sync_every=sync_every)
+
+
+def check_is_dist(value: Any) -> None:
+    """Raise :class:`~triton_dist_tune.errors.BadInputError` naming ``is_dist`` unless it is None, True, False, a
+    ``torch.distributed`` ProcessGroup or an ``mpi4py`` communicator (checked when decorating, never in a call)."""
+    if value is None or value is True or value is False:
+        return
+    if type(value).__module__.startswith("mpi4py"):
+        return
+    module = type(value).__module__
+    if module.startswith("torch"):
+        from torch.distributed import ProcessGroup
+
+        if isinstance(value, ProcessGroup):
+            return
+    raise BadInputError(f"contextual_autotune(is_dist=...) must be True, False, None (the default group when "
+                        f"torch.distributed is initialized), a torch.distributed ProcessGroup or an mpi4py "
+                        f"communicator, not {value!r} ({type(value).__name__})")
 
 
 def _check_steps(n_warmup: Any, n_repeat: Any) -> None:

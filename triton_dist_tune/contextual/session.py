@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..disk import logs
 from ..disk.cache import DiskCache
+from ..errors import BadInputError
 from ..faults.recovery import gather_entries, interruptible
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Group, default_timeout
@@ -187,6 +188,10 @@ class Session:
                 self.gather_journals()
             with interruptible():
                 return self._loop(args, kwargs, first)
+        except BadInputError as exc:
+            if isinstance(exc, type(intercept.empty_pruning_error())) and _keeps_nothing(str(exc)):
+                raise self._empty_pruning(exc) from exc
+            raise
         finally:
             for local in self.local.values():
                 local.journal.close()
@@ -212,6 +217,22 @@ class Session:
                 return self._bounded(args, kwargs)
             precompile_new(self, exchanged)
             self._idle_check(created)
+
+    def _empty_pruning(self, exc: Exception) -> Exception:
+        """Triton's own error for a pruning that keeps no config, on every rank alike: ``str(error)`` is Triton's
+        text exactly; the kernel (``kernel``: the name Triton prints, ``kernel_id``, ``key``) and the group's
+        account of it (``details``: which rank's pruning kept what) are attributes, and in the logs."""
+        details = getattr(exc, "error_message", str(exc))
+        tid = next((t for t in sorted({*self.tracks, *self.local}) if f"kernel={t[0]} key={t[1]}" in details), None)
+        local = self.local.get(tid) if tid is not None else None
+        error = type(exc)(intercept.EMPTY_PRUNING)
+        error.kernel = intercept.kernel_name(local.autotuners[0]) if local is not None else (  # type: ignore
+            tid[0] if tid is not None else None)
+        error.kernel_id, error.key = (tid or (None, None))  # type: ignore[attr-defined]
+        error.details = details  # type: ignore[attr-defined]
+        self.log.error("%s %s: %s", self.label, error.kernel, details)  # type: ignore[attr-defined]
+        log.error("triton_dist_tune: %s kernel %s: %s", self.label, error.kernel, details)  # type: ignore
+        return error
 
     def _tune_now(self) -> bool:
         """A hot call whose ranks all met an undecided key: it goes on as a tuning call, on every rank alike."""
@@ -275,3 +296,10 @@ class Session:
         tuned = [t for t in self.tracks.values() if t.how == "tuned"]
         self.log.info("%s done after %d run(s): %d kernel key(s) decided (%d tuned) in %.2f s", self.label,
                       self.runs, len(self.tracks), len(tuned), time.monotonic() - self.started)
+
+
+def _keeps_nothing(text: str) -> bool:
+    """Whether a group's pruning error (the same text on every rank) says that no config is left: some rank's
+    pruning kept none (Triton's own error there), or no config is kept by every rank; not a pruning function that
+    raised something else."""
+    return intercept.EMPTY_PRUNING in text or "keeps no config that every rank keeps" in text

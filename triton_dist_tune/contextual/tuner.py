@@ -5,20 +5,28 @@ that decides whether a call tunes (each call itself is a :class:`~triton_dist_tu
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from .. import settings
+from ..capture import capturing, tuning_in_capture
 from ..disk import logs
+from ..errors import BadInputError
 from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
 from . import intercept
-from .hot import HotCall
+from .hot import TUNE_AHEAD, HotCall
 from .options import ContextualOptions
 from .session import Session
 from .tracks import TrackId, group_choice
 
+log = logging.getLogger("triton_dist_tune")
+
 _ALONE = SingleGroup()
+_active = intercept._ACTIVE.get
 _dist: Any = None
+_warned = False
 
 
 def _world() -> Any:
@@ -27,8 +35,22 @@ def _world() -> Any:
     if _dist is None:
         import torch.distributed as dist
 
-        _dist = dist
-    return _dist.group.WORLD if _dist.is_available() else None
+        _dist = dist if dist.is_available() else False
+    return _dist.group.WORLD if _dist else None
+
+
+def _warn_not_initialized(options: ContextualOptions) -> None:
+    """Once per process: the job has several ranks (a launcher's WORLD_SIZE) but torch.distributed is not
+    initialized, so a contextual tuning with the default group runs alone on each rank."""
+    global _warned
+    world = settings.current().world_size
+    if _warned or world is None or world <= 1:
+        return
+    _warned = True
+    log.warning("triton_dist_tune: %s WORLD_SIZE is %d but torch.distributed is not initialized: each rank tunes "
+                "alone and the ranks may choose differently; call triton_dist_tune.init_distributed() (or "
+                "init_process_group) before the first call, or pass is_dist= a process group or an mpi4py "
+                "communicator", options.label, world)
 
 
 class ContextualTuner:
@@ -49,32 +71,58 @@ class ContextualTuner:
         self.nodes: dict[tuple, list[int]] = {}
         self._called: set[tuple] = set()
         self._group: tuple[Any, Group] | None = None
+        self._default = options.is_dist is None or options.is_dist is True
+        #: group identities whose agreement (every ``sync_every`` calls) fell in a CUDA-graph capture: made at the
+        #: next call outside one (every rank captures the same calls, so every rank makes it at the same call)
+        self._due: set[tuple] = set()
         self._calls: dict[tuple, int] = {}
 
     def group(self) -> Group:
-        """The group this function tunes with: alone, the default group, or the given one (resolved again only
-        when the default group object changes)."""
+        """The group this function tunes with: alone (``is_dist=False``), the given one, or the default group
+        (``is_dist=True``, and by default): the default torch.distributed group when it is initialized, else this
+        process alone (with a warning naming ``is_dist`` once when a launcher says the job has several ranks).
+        Resolved again only when the default group object changes."""
         is_dist = self.options.is_dist
-        if is_dist is False or is_dist is None:
+        if is_dist is False:
             return _ALONE
-        source = _world() if is_dist is True else is_dist
+        default = is_dist is None or is_dist is True
+        source = _world() if default else is_dist
         cached = self._group
         if cached is not None and cached[0] is source:
             return cached[1]
-        group = resolve_group(None if is_dist is True else is_dist)
+        if source is None:  # torch.distributed not initialized: alone
+            _warn_not_initialized(self.options)
+            return _ALONE
+        try:
+            group = resolve_group(None if default else is_dist)
+        except BadInputError as exc:  # named as this decorator's option, not autotune's call keyword
+            raise BadInputError(str(exc).replace("autotune_pg", "is_dist")) from exc
         group = _ALONE if group.size == 1 else group
         self._group = (source, group)
         return group
 
     def __call__(self, args: tuple, kwargs: dict[str, Any]) -> Any:
-        group = self.group()
-        outer = intercept.active_handler()
-        if isinstance(outer, (Session, HotCall)) and outer.group is group:
+        cached = self._group
+        if self.options.is_dist is False:
+            group = _ALONE
+        elif cached is not None and cached[0] is (_dist.group.WORLD if self._default else self.options.is_dist):
+            group = cached[1]  # the common case, without a call to group()
+        else:
+            group = self.group()
+        outer = _active()
+        if outer is not None and isinstance(outer, (Session, HotCall)) and outer.group is group:
             return self.fn(*args, **kwargs)  # nested in a call of the same group: that call handles our launches
         gid = group.identity
         calls = self._calls[gid] = self._calls.get(gid, 0) + 1
-        tuning = gid not in self._called or (group.size > 1 and calls % self.options.sync_every == 0
-                                             and self._agree(group, calls))
+        first = gid not in self._called
+        due = group.size > 1 and (calls % self.options.sync_every == 0 or gid in self._due)
+        if (first or due) and capturing():  # inside a CUDA-graph capture: no tuning, no store, no exchange
+            if first:
+                raise tuning_in_capture(self.options.name, "(its first call: every key it meets)", TUNE_AHEAD)
+            self._due.add(gid)  # the group's agreement waits for the next call outside a capture
+            tuning = False
+        else:
+            tuning = first or (due and self._agree(group, calls))
         if not tuning:
             return HotCall(self, group, calls).call(args, kwargs)
         session = Session(self, group, tuning, calls)
@@ -88,6 +136,7 @@ class ContextualTuner:
     def _agree(self, group: Group, calls: int) -> bool:
         """Every ``sync_every`` calls, one exchange: does any rank hold pending keys? Then this call tunes, on
         every rank alike (the pending keys are met again and tuned like new ones)."""
+        self._due.discard(group.identity)
         pending = self.pending.pop(group.identity, {})
         mine = sorted({f"{tid[0]} {tid[1]}" for tid, _ in pending.values() if group_choice(group, tid) is None})
         everyone = group.allgather(mine, f"{self.options.label} agreement at call {calls}",
