@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,93 @@ def test_import_refuses_duplicates_and_is_all_or_nothing(tmp_path):
     assert out.returncode == 0, out.stderr
     assert sorted(Path(p).name for p in json.loads(out.stdout)["imported"]) == ["a.json", "b.json"]
     assert json.loads((target / "fn" / "a.json").read_text())["index"] == 0
+
+
+# -- case 10 and issue 29 item 9: log files kept per job, never rewritten under a writer ------------------------
+
+LOG_WRITER = Path(__file__).resolve().parent / "scenarios" / "reliability_b_logs.py"
+
+
+def log_writer(folder: Path, job: str, rank: int, marker: str, *hold: Path) -> subprocess.Popen:
+    """A process of job ``job`` (rank ``rank``) that logs ``marker first`` (and, holding, ``marker second``)."""
+    env = base_env({"TORCHELASTIC_RUN_ID": job, "RANK": str(rank), "WORLD_SIZE": "2",
+                    "TRITON_DIST_AUTOTUNE_LOG_DIR": str(folder)})
+    return subprocess.Popen([sys.executable, str(LOG_WRITER), marker, *map(str, hold)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+
+
+def lines_with(folder: Path, text: str) -> int:
+    """How many records of the folder's JSON-lines files hold ``text`` (records name their job: exact)."""
+    return sum(line.count(text) for path in folder.glob("rank-*.jsonl") for line in path.read_text().splitlines())
+
+
+@pytest.mark.timeout(120)
+def test_rotation_never_rewrites_a_file_a_running_job_writes(tmp_path):
+    """Case 10: job ``long`` opens rank-0.log and keeps running while 5 other jobs start in the folder (the 6th
+    job makes a rotation drop the oldest, ``long``); its second record must be in the file (before: the file was
+    replaced under its open handler and the record vanished, 0 lines)."""
+    folder = tmp_path / "logs"
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    holder = log_writer(folder, "long", 0, "LONG", ready, go)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert time.monotonic() < deadline and holder.poll() is None, holder.communicate()
+        time.sleep(0.05)
+    for n in range(5):
+        finish([log_writer(folder, f"later{n}", 0, f"LATER{n}")])
+    go.touch()
+    finish([holder])
+    assert lines_with(folder, "LONG first") == 1 and lines_with(folder, "LONG second") == 1
+    # the folder is free now: the next job drops the oldest jobs, ``long`` first, from every file
+    finish([log_writer(folder, "next", 0, "NEXT")])
+    assert lines_with(folder, "LONG") == 0 and lines_with(folder, "LATER0") == 0 and lines_with(folder, "NEXT") == 1
+    assert not list(folder.glob("*.partial")), list(folder.iterdir())
+
+
+@pytest.mark.timeout(120)
+def test_jobs_kept_as_jobs_and_listed_with_their_ranks(tmp_path):
+    """Issue 29 item 9: a 2-rank job, then single-process jobs: the 2-rank job stays whole (both ranks) while it is
+    among the last 5 jobs and leaves all its files together (before: a single-process job pushed it out of
+    rank-0.log only, and ``logs --list`` counted it with 1 rank)."""
+    folder = tmp_path / "logs"
+    finish([log_writer(folder, "pair", 0, "PAIR0"), log_writer(folder, "pair", 1, "PAIR1")])
+    for n in range(4):
+        finish([log_writer(folder, f"solo{n}", 0, f"SOLO{n}")])
+    listed = cli("logs", "--list", "--log-dir", str(folder))
+    assert listed.returncode == 0, listed.stderr
+    first = listed.stdout.splitlines()[0]
+    assert first.startswith("torchelastic-pair ") and "  2 rank(s)" in first, listed.stdout
+    assert lines_with(folder, "PAIR0 first") == 1 and lines_with(folder, "PAIR1 first") == 1
+    finish([log_writer(folder, "solo4", 0, "SOLO4")])  # the 6th job: the oldest, the pair, leaves whole
+    assert lines_with(folder, "PAIR0") == 0 and lines_with(folder, "PAIR1") == 0, "the pair job left only in part"
+    listed = cli("logs", "--list", "--log-dir", str(folder))
+    assert len(listed.stdout.splitlines()) == 5 and "pair" not in listed.stdout, listed.stdout
+
+
+@pytest.mark.timeout(120)
+def test_concurrent_rotators_lose_no_record(tmp_path):
+    """Case 10: 6 jobs start at once in a folder that holds 5 old jobs, each rotating it: no rotator fails on
+    another's temporary file (before: they shared one ``.partial`` name), and every new job's record is kept."""
+    folder = tmp_path / "logs"
+    for n in range(5):
+        finish([log_writer(folder, f"old{n}", 0, f"OLD{n}")])
+    ready = [tmp_path / f"ready{n}" for n in range(6)]
+    go = tmp_path / "go"
+    procs = [log_writer(folder, f"new{n}", 0, f"NEW{n}", ready[n], go) for n in range(6)]
+    deadline = time.monotonic() + 60
+    while not all(r.exists() for r in ready):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+    go.touch()
+    finish(procs)
+    for n in range(6):
+        assert lines_with(folder, f"NEW{n} first") == 1 and lines_with(folder, f"NEW{n} second") == 1, n
+    assert not list(folder.glob("*.partial")), list(folder.iterdir())
+    for line in (folder / "rank-0.jsonl").read_text().splitlines():
+        json.loads(line)  # whole lines only
