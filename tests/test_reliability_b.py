@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import base_env
+from harness import base_env, describe, run_ranks, tuner_env
 
 from triton_dist_tune.disk.cache import hardware, versions
 from triton_dist_tune.disk.decisions import BUNDLE_FORMAT, BUNDLE_KIND
@@ -166,3 +166,40 @@ def test_concurrent_rotators_lose_no_record(tmp_path):
     assert not list(folder.glob("*.partial")), list(folder.iterdir())
     for line in (folder / "rank-0.jsonl").read_text().splitlines():
         json.loads(line)  # whole lines only
+
+
+# -- case 2: a campaign round's deadline follows the units' progress -------------------------------------------
+
+CASES = Path(__file__).resolve().parent / "scenarios" / "reliability_b_cases.py"
+
+
+@pytest.mark.timeout(150)
+def test_campaign_waits_for_a_slow_but_healthy_unit(tmp_path):
+    """Case 2 (a): rank 1's key takes longer than the old round deadline (18 s with T = 2 s): before, rank 0 gave
+    up with GroupTimeoutError; now both ranks end the campaign normally, each key tuned."""
+    env = tuner_env(tmp_path, timeout=2, BUILD_S="20")
+    results = run_ranks(CASES, 2, ["campaign_slow_unit"], env=env, timeout=140)
+    for r in results:
+        print(f"rank {r.rank}: {r.result}")
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result["ok"], r.result
+        assert r.result["states"] == ["tuned", "tuned"] and r.result["decided"] == [8, 16], r.result
+        assert r.result["seconds"] > 18, r.result  # it did outlast the old deadline
+
+
+@pytest.mark.timeout(150)
+def test_campaign_notices_a_killed_unit_within_its_deadline(tmp_path):
+    """Case 2 (b): rank 1 is SIGKILLed inside its tuning; rank 0, waiting at the round, ends with a
+    GroupTimeoutError naming it within T + grace of the kill (T = 2 s: exchange_timeout 3 s, a beat 0.5 s), not
+    at the old deadline (30 s after the round began). Asserted below 10 s, a third of the old deadline."""
+    killed_at = tmp_path / "killed_at"
+    env = tuner_env(tmp_path, timeout=2, KILLED_AT=str(killed_at))
+    results = run_ranks(CASES, 2, ["campaign_killed_unit"], env=env, timeout=140)
+    assert results[1].returncode == -9, describe(results)
+    assert results[0].returncode == 0, describe(results)
+    out = results[0].result
+    waited = out["ended"] - float(killed_at.read_text())
+    print(f"rank 0 ended {waited:.2f} s after rank 1 was killed ({out['seconds']:.2f} s into the campaign)")
+    assert not out["ok"] and "unit(s) [1]" in out["error"] and "no sign of life" in out["error"], out
+    assert waited < 10, out

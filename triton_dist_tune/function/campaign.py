@@ -14,6 +14,10 @@ After each round the units exchange their results (plain data over the tuner's c
 rank then holds every decision in its tuner's tables, and ranks that are local rank 0 write the cache records
 their disk lacks. Every rank takes part in every exchange, whatever happened to its key (an error is data).
 
+A round lasts as long as its slowest unit (:mod:`.rounds`): every unit beats a counter in the job's key-value store
+while it works, and a unit that shows no sign of life for the exchange deadline ends the others' wait with a
+:class:`~triton_dist_tune.GroupTimeoutError` naming it; a slow but healthy unit is waited for.
+
 Resuming: a key decided by an earlier run is a cache hit; a key cut short resumes from its journals. A rerun of
 the same campaign therefore tunes only what is left.
 """
@@ -35,6 +39,7 @@ from ..group.channel import Group, SingleGroup, agree
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
 from ..space import describe_key
+from .rounds import RoundWatch
 from .summary import KeyResult, Summary, progress_line
 from .tuning import Tuning
 
@@ -213,19 +218,27 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     todo = [p for p in range(count) if texts.index(texts[p]) == p]  # equal keys: the first call only
     rounds = math.ceil(len(todo) / plan.units)
     shows = progress and plan.tune_group.rank == 0 and plan.across.rank == 0 and logs.global_rank() == 0
-    round_timeout = exchange_timeout(timeout) * (len(tuner.space) + 4)
     rows: list[KeyResult] = []
-    for r in range(rounds):
-        mine = r * plan.units + plan.unit
-        result = _tune_one(tuner, plan, todo[mine], build, verbose).to_json() if mine < len(todo) else None
-        gathered = plan.across.allgather(result, f"[campaign {tuner.name}] round {r + 1} of {rounds}",
-                                         timeout=round_timeout)
-        for item in gathered:
-            if item is not None:
-                rows.append(_learn(tuner, plan, KeyResult.from_json(item), all_keys))
-        if shows:
-            logs.console().info(progress_line(tuner.name, rows, len(todo), time.perf_counter() - started, r + 1,
-                                              rounds))
+    watch = RoundWatch.start(plan.across, tuner.name, timeout)  # units beat; a lost one is noticed in T + grace
+    # with the watch, everyone is at the exchange when it runs; without a side channel (mpi4py), the worst case
+    round_timeout = exchange_timeout(timeout) * (1 if watch.watched else len(tuner.space) + 4)
+    try:
+        for r in range(rounds):
+            mine = r * plan.units + plan.unit
+            result = _tune_one(tuner, plan, todo[mine], build, verbose).to_json() if mine < len(todo) else None
+            what = f"[campaign {tuner.name}] round {r + 1} of {rounds}"
+            watch.finished(r)
+            watch.wait(r, what)
+            gathered = plan.across.allgather(result, what, timeout=round_timeout)
+            watch.passed(r)
+            for item in gathered:
+                if item is not None:
+                    rows.append(_learn(tuner, plan, KeyResult.from_json(item), all_keys))
+            if shows:
+                logs.console().info(progress_line(tuner.name, rows, len(todo), time.perf_counter() - started, r + 1,
+                                                  rounds))
+    finally:
+        watch.close()
     rows.sort(key=lambda row: row.position)
     summary = Summary(tuner.name, rows, time.perf_counter() - started, plan.units)
     logs.rank_log().info("%s", summary.text())
