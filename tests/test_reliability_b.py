@@ -203,3 +203,31 @@ def test_campaign_notices_a_killed_unit_within_its_deadline(tmp_path):
     print(f"rank 0 ended {waited:.2f} s after rank 1 was killed ({out['seconds']:.2f} s into the campaign)")
     assert not out["ok"] and "unit(s) [1]" in out["error"] and "no sign of life" in out["error"], out
     assert waited < 10, out
+
+
+# -- case 7: a served decision runs only a config prune_fn keeps, agreed by the group ---------------------------
+
+
+@pytest.mark.timeout(150)
+def test_nearest_serves_only_a_kept_config_agreed_by_the_group(tmp_path):
+    """Case 7: M = 64's tile 64 is not served at M = 60 where ``prune_fn`` forbids it (before: it ran, an
+    out-of-bounds kernel on a GPU); the next-nearest key's tile 32 is kept on rank 0 only, so both ranks serve
+    tile 16 (kept everywhere), agreed in one exchange at the first call and none at the next."""
+    results = run_ranks(CASES, 2, ["nearest_pruned"], env=tuner_env(tmp_path, timeout=20), timeout=140)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        out = r.result
+        assert out["decided"] == {"32": 32, "64": 64}, out
+        assert out["out_of_bounds"] == [] and out["served"] == [16, 16], out
+        assert out["exchanges"] == [1, 0], out
+        assert out["out"] == [2 * 16, 2 * 16], out
+
+
+@pytest.mark.timeout(150)
+def test_local_campaign_applies_only_decisions_prune_fn_keeps_here(tmp_path):
+    """Case 7, a local campaign's learned decisions: rank 0's tile 32 for M = 32 is not applied on rank 1, whose
+    ``prune_fn`` leaves it out for its own call (before: applied); rank 1's tile 16 for M = 64 applies on both."""
+    results = run_ranks(CASES, 2, ["local_learned_pruned"], env=tuner_env(tmp_path, timeout=20), timeout=140)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert results[0].result["decided"] == {"32": 32, "64": 16}, results[0].result
+    assert results[1].result["decided"] == {"64": 16}, results[1].result

@@ -88,5 +88,68 @@ def campaign_killed_unit():
     leave(rank=rank, ok=True, ended=time.time(), seconds=time.monotonic() - started)
 
 
+TILES = [{"tile": t} for t in (16, 32, 64)]
+
+
+@case
+def nearest_pruned():
+    """A collective function, a shape-based ``prune_fn`` (a tile wider than the rows or than the second input
+    would read out of bounds) and ``undecided="nearest"``: a campaign decides M = 32 and 64 (tile 32 and 64), then
+    calls at M = 60: the nearest key's tile 64 is pruned, the next-nearest's tile 32 is kept on rank 0, but rank 1's
+    second input is 24 long, so only tile 16 is kept on every rank: every rank serves tile 16, agreed in one
+    exchange; the next call at M = 60 serves it again with none."""
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    ran: list[tuple[int, int, int]] = []
+
+    def prune(config, x, y):
+        return config["tile"] <= x.shape[0] and config["tile"] <= y.shape[0]
+
+    @tdt.autotune(TILES, key_fn=lambda x, y: x.shape[0], prune_fn=prune, n_warmup=1, n_repeat=3, timing="cold",
+                  name="tiles", undecided="nearest")
+    def kernel(x, y, *, tile):
+        ran.append((x.shape[0], y.shape[0], tile))
+        time.sleep({16: 0.040, 32: 0.020, 64: 0.004}[tile])
+        y = x * tile
+        dist.all_reduce(y)
+        return y
+
+    tdt.campaign(kernel, lambda m: (torch.ones(m), torch.ones(m)), [32, 64], progress=False)
+    decided = {str(k): v["tile"] for k, v in kernel.tuner.decided.items()}
+    channel = resolve_group(None)
+    ran.clear()
+    seq = channel._seq
+    out = kernel(torch.ones(60), torch.ones(60 if rank == 0 else 24))
+    first_exchanges = channel._seq - seq
+    out2 = kernel(torch.ones(60), torch.ones(60 if rank == 0 else 24))
+    emit(rank=rank, decided=decided, served=[t for _, _, t in ran], exchanges=[first_exchanges,
+         channel._seq - seq - first_exchanges], out=[out[0].item(), out2[0].item()],
+         out_of_bounds=[r for r in ran if r[2] > min(r[0], r[1])])
+
+
+@case
+def local_learned_pruned():
+    """A rank-local function and a local campaign over M = 32 and 64 (rank 0 tunes 32, rank 1 tunes 64); rank 1
+    builds its calls with a second input 16 long, so its ``prune_fn`` keeps only tile 16: rank 0's decision for
+    M = 32 (tile 32) must not be applied on rank 1, and rank 1's own (tile 16) applies everywhere."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+
+    def prune(config, x, y):
+        return config["tile"] <= x.shape[0] and config["tile"] <= y.shape[0]
+
+    @tdt.autotune(TILES, key_fn=lambda x, y: x.shape[0], prune_fn=prune, n_warmup=1, n_repeat=3, timing="cold",
+                  name="local_tiles")
+    def kernel(x, y, *, tile):
+        time.sleep({16: 0.040, 32: 0.020, 64: 0.004}[tile])
+        return x * tile
+
+    tdt.campaign(kernel, lambda m: (torch.ones(m), torch.ones(m if rank == 0 else 16)), [32, 64], local=True,
+                 progress=False)
+    emit(rank=rank, decided={str(k): v["tile"] for k, v in kernel.tuner.decided.items()})
+
+
 if __name__ == "__main__":
     main()

@@ -118,8 +118,20 @@ class _Tuning(Tuning):
         self.entry = self.plan.entry(self)
 
 
-def _keys(tuner: Tuner, build: Callable[[int], Call], count: int, across: Group, timeout: float) -> list[Hashable]:
-    """Every position's key, computed on every rank; the ranks agree on them (or all raise the same error)."""
+def _keeps(tuner: Tuner, call: Call) -> list[bool] | None:
+    """Which configs ``prune_fn`` keeps for ``call`` on this rank (None: no ``prune_fn``; it raised: none)."""
+    if tuner.prune_fn is None:
+        return None
+    try:
+        return [bool(tuner.prune_fn(config, *call.args, **call.kwargs)) for config in tuner.space]
+    except Exception:
+        return [False] * len(tuner.space)
+
+
+def _keys(tuner: Tuner, build: Callable[[int], Call], count: int, across: Group, timeout: float,
+          masks: list[list[bool] | None]) -> list[Hashable]:
+    """Every position's key, computed on every rank; the ranks agree on them (or all raise the same error).
+    ``masks`` gets, per position, which configs ``prune_fn`` keeps for this rank's call."""
     keys: list[Hashable] = []
     texts: list[str] = []
     problem = None
@@ -128,6 +140,7 @@ def _keys(tuner: Tuner, build: Callable[[int], Call], count: int, across: Group,
             call = build(position)
             keys.append(tuner.key_fn(*call.args, **call.kwargs))
             texts.append(describe_key(keys[-1], "the key key_fn returned"))
+            masks.append(_keeps(tuner, call))
     except Exception as exc:
         problem = f"building call {len(keys)} or its key raised {describe_error(exc)}"
     found = agree(across, {"campaign keys": "\n".join(texts)}, f"[campaign {tuner.name}] agree on the keys",
@@ -210,10 +223,14 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     if tuner is None or not hasattr(tuner, "decided"):
         raise BadInputError("campaign: tuned must be a function decorated with triton_dist_tune.autotune")
     build, count = _builder(calls, keys)
-    plan = _plan(tuner, tuner.options.sharded if local is None else bool(local), pg, replicas)
+    rank_local = tuner.options.sharded if local is None else bool(local)
+    plan = _plan(tuner, rank_local, pg, replicas)
+    if rank_local:
+        tuner.rank_local = True  # its undecided keys are served by each rank alone (function/policy.py)
     timeout = tuner.options.timeout if tuner.options.timeout is not None else settings.current().timeout
     started = time.perf_counter()
-    all_keys = _keys(tuner, build, count, plan.across, timeout)
+    masks: list[list[bool] | None] = []
+    all_keys = _keys(tuner, build, count, plan.across, timeout, masks)
     texts = [describe_key(k) for k in all_keys]
     todo = [p for p in range(count) if texts.index(texts[p]) == p]  # equal keys: the first call only
     rounds = math.ceil(len(todo) / plan.units)
@@ -239,6 +256,7 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
                                                   rounds))
     finally:
         watch.close()
+    _unlearn_pruned(tuner, plan, rows, all_keys, masks, timeout)
     rows.sort(key=lambda row: row.position)
     summary = Summary(tuner.name, rows, time.perf_counter() - started, plan.units)
     logs.rank_log().info("%s", summary.text())
@@ -258,6 +276,24 @@ def _builder(calls: Sequence[Any] | Callable[[Any], Any], keys: Sequence[Any] | 
         raise BadInputError("campaign: keys= is for a function that builds the calls, not a list of calls")
     items = list(calls)
     return (lambda position: Call.of(items[position])), len(items)
+
+
+def _unlearn_pruned(tuner: Tuner, plan: Plan, rows: list[KeyResult], keys: list[Hashable],
+                    masks: list[list[bool] | None], timeout: float) -> None:
+    """A learned decision runs only where ``prune_fn`` keeps its config for the call: the positions whose config
+    this rank's ``prune_fn`` leaves out for its own build of the call (another unit tuned it with its own) are
+    gathered over the rank's tuning group (whose ranks must run one config), and their decisions are taken back
+    on every rank of it: such a key stays undecided (a call tunes it or serves it by the ``undecided`` policy)."""
+    mine = sorted(row.position for row in rows
+                  if row.state != "failed" and masks[row.position] is not None
+                  and not masks[row.position][row.index])  # type: ignore[index]
+    pruned = plan.tune_group.combine(mine, f"[campaign {tuner.name}] decisions prune_fn leaves out",
+                                     lambda values: sorted({p for ps in values for p in ps}), timeout)
+    for position in pruned:
+        plan.table.pop(plan.slot(keys[position]), None)
+        logs.rank_log().warning("campaign %s: key %s: prune_fn leaves out the decided config for this call on a "
+                                "rank of the group: the decision is not applied here (the key stays undecided)",
+                                tuner.name, describe_key(keys[position]))
 
 
 def _learn(tuner: Tuner, plan: Plan, row: KeyResult, keys: list[Hashable]) -> KeyResult:
