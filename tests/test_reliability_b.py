@@ -231,3 +231,28 @@ def test_local_campaign_applies_only_decisions_prune_fn_keeps_here(tmp_path):
     assert all(r.returncode == 0 for r in results), describe(results)
     assert results[0].result["decided"] == {"32": 32, "64": 16}, results[0].result
     assert results[1].result["decided"] == {"64": 16}, results[1].result
+
+
+# -- case 9: a contextual key met off the agreement points stays pending and gets tuned --------------------------
+
+
+@pytest.mark.timeout(200)
+def test_contextual_key_met_off_agreement_points_is_tuned_and_settled_once(tmp_path):
+    """Case 9: rank 1 meets n = 32 only in calls that are not agreement points (sync_every=4). Before: popped at
+    each agreement and dropped, never tuned, and every call meeting it paid the grace (8 settles on rank 1). Now:
+    it is decided (in the tuning window the agreement at call 4 opens) and rank 1 settles it once (counted in its
+    log: one 'undecided key(s) met here' line)."""
+    env = tuner_env(tmp_path, timeout=30)
+    results = run_ranks(CASES, 2, ["contextual_off_agreement"], env=env, timeout=190)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    settles = {}
+    for r in results:
+        (log,) = (tmp_path / "logs").rglob(f"rank-{r.rank}.log")
+        settles[r.rank] = log.read_text().count("undecided key(s) met here")
+    print(f"settles (grace waits) per rank: {settles}; results: {[r.result for r in results]}")
+    for r in results:
+        out = r.result
+        assert out["ok"], out
+        assert "32" in out["choices"] and out["choices"]["32"] is not None, out
+        assert out["agreed"] == [4], out
+    assert settles == {0: 0, 1: 1}, settles

@@ -151,5 +151,55 @@ def local_learned_pruned():
     emit(rank=rank, decided={str(k): v["tile"] for k, v in kernel.tuner.decided.items()})
 
 
+@case
+def contextual_off_agreement():
+    """Case 9: ``contextual_autotune`` on 2 ranks with ``sync_every=4``, 12 calls: both ranks launch n = 64 in
+    every call; rank 1 also launches n = 32 in the calls that are not agreement points (2, 3, 5, 6, 7, 9, 10, 11).
+    The n = 32 key must get decided, and rank 1 must settle it (wait the new-key grace) once, not in every call."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    import triton
+    import triton.language as tl
+
+    from triton_dist_tune.contextual import contextual_autotune
+
+    def nap(index: int):
+        def hook(nargs):
+            time.sleep((0.004, 0.040)[index])
+        return hook
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=nap(i)) for i, b in enumerate((128, 256))],
+                     key=["n"])
+    @triton.jit
+    def inc(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
+
+    tdt.init_distributed(backend="gloo")
+    me = dist.get_rank()
+
+    @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1, sync_every=4)
+    def layer(call):
+        sizes = [64, 32] if me == 1 and call >= 2 and call % 4 else [64]
+        ok = True
+        for n in sizes:
+            x = torch.arange(n, dtype=torch.float32)
+            out = torch.empty_like(x)
+            inc[(triton.cdiv(n, 128),)](x, out, n)
+            ok = ok and bool(torch.equal(out, x + 1))
+        total = torch.tensor([1.0])
+        dist.all_reduce(total)
+        return ok
+
+    oks = [layer(call) for call in range(1, 13)]
+    from triton_dist_tune.contextual.tracks import group_choice
+
+    group = layer.tuner.group()
+    decided = sorted(tid[1].split(",")[0].strip("(") for tid in layer.tuner.decisions)
+    choices = {str(n): group_choice(group, (tid[0], tid[1])) for tid in layer.tuner.decisions
+               for n in [tid[1].split(",")[0].strip("(")]}
+    emit(rank=me, ok=all(oks), decided=decided, choices=choices, agreed=layer.tuner.agreed_calls)
+
+
 if __name__ == "__main__":
     main()

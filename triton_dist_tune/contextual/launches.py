@@ -102,8 +102,13 @@ def pending_launch(session: Session, tid: TrackId, autotuner: Any, key: tuple, a
     group = session.group
     # (a single process tunes a new key in its next call: nothing to agree on, nothing kept)
     pending = session.tuner.pending.setdefault(group.identity, {}) if group.size > 1 else {}
+    met_since = session.tuner.met_since.setdefault(group.identity, set()) if group.size > 1 else set()
     slot = (id(autotuner), key)
-    if session.met is not None and tid not in session.local:
+    # settled in the first hot call that meets it since the last agreement only: a key the others do not meet
+    # then waits for the agreement, instead of making every call wait the grace again
+    settle = session.met is not None and tid not in session.local and tid not in met_since
+    met_since.add(tid)
+    if settle:
         with session.lock:
             session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group,
                                             session.earlier)
