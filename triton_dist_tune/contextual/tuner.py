@@ -45,9 +45,10 @@ class ContextualTuner:
         #: group identity -> {(autotuner id, key): (track id, local default index)}: keys met in hot calls that the
         #: group has not decided, run with a local default until the group's next agreement
         self.pending: dict[tuple, dict[tuple[int, tuple], tuple[Any, int]]] = {}
-        #: group identity -> the undecided keys this rank met in hot calls since the group's last agreement: each is
-        #: settled (:mod:`~.newkeys`) in the first hot call that meets it only, and offered at the next agreement
-        self.met_since: dict[tuple, set[TrackId]] = {}
+        #: group identity -> the undecided keys this rank met in hot calls since the group's last agreement, with
+        #: (how many calls met it, the last of them): settled (:mod:`~.newkeys`) in the 1st, 2nd, 4th ... of those
+        #: calls only, and offered at the next agreement
+        self.met_since: dict[tuple, dict[TrackId, tuple[int, int | None]]] = {}
         #: group identity -> the first call after the tuning window opened by the last agreement that found pending
         #: keys: calls before it tune on every rank (a key met off the agreement points is met in one of them)
         self.window_end: dict[tuple, int] = {}
@@ -101,7 +102,7 @@ class ContextualTuner:
         included). A pending key stays pending until the group decides it; one not met again since the last
         agreement is dropped from the offer (met again, it is pending again)."""
         gid = group.identity
-        met = self.met_since.pop(gid, set())
+        met = self.met_since.pop(gid, {})
         pending = self.pending.get(gid, {})
         for slot, (tid, _) in list(pending.items()):  # decided, or not met since the last agreement: not pending
             if group_choice(group, tid) is not None or tid not in met:

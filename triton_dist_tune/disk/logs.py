@@ -12,8 +12,8 @@ dropped from every rank's files together, so that a kept job keeps all its ranks
 and again does not grow without bound). A file some running process writes to is never rewritten, replaced or
 unlinked: every writer holds a shared ``flock`` on its files for its lifetime, and a job with records in such a
 file is kept until the file is free (the folder may then hold more jobs for a while). Rotations in one folder
-take turns (``.rotate.lock``) and write through temporary files of their own. ``python -m triton_dist_tune logs``
-merges the ranks' JSON lines of a job into one timeline.
+take turns (an exclusive ``flock`` on the folder) and write through temporary files of their own.
+``python -m triton_dist_tune logs`` merges the ranks' JSON lines of a job into one timeline.
 
 Console output goes through the ``triton_dist_tune`` logger at INFO level with a handler of its own, on group
 rank 0 only, when asked for with ``autotune_verbose=True`` or ``TRITON_PRINT_AUTOTUNING=1``.
@@ -136,8 +136,9 @@ def rank_log() -> logging.Logger:
             handlers: list[logging.Handler]
             try:
                 folder.mkdir(parents=True, exist_ok=True)
-                with _rotation_lock(folder):  # no file of the folder is opened while another process rotates it
-                    rotate(folder, KEEP_JOBS)
+                with _rotation_lock(folder) as held:  # no file of the folder is opened while another rotates it
+                    if held:
+                        rotate(folder, KEEP_JOBS)
                     handlers = [logging.FileHandler(folder / f"rank-{rank}.log"),
                                 logging.FileHandler(folder / f"rank-{rank}.jsonl")]
                     for handler in handlers:  # held until this process ends: no rotation rewrites these files
@@ -257,23 +258,28 @@ class _LogFile:
 
 @contextlib.contextmanager
 def _rotation_lock(folder: Path) -> Iterator[bool]:
-    """Hold the folder's rotation lock (waits at most :data:`ROTATE_WAIT_S`); yields whether it is held (if not,
-    the caller goes on without: a process that stops while rotating must not stop every job that starts later)."""
-    with open(folder / ".rotate.lock", "a") as lock:
+    """Hold the folder's rotation lock (an exclusive ``flock`` on the folder itself: no file of its own), waiting at
+    most :data:`ROTATE_WAIT_S`; yields whether it is held (if not, the caller goes on without rotating: a process
+    that stops while rotating must not stop every job that starts later)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        yield False
+        return
+    try:
         deadline = time.monotonic() + ROTATE_WAIT_S
         while True:
             try:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except OSError:
                 if time.monotonic() > deadline:
                     yield False
                     return
                 time.sleep(0.02)
-        try:
-            yield True
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def rotate(folder: Path, keep: int, current: str | None = None) -> list[str | None]:

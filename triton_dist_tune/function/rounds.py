@@ -117,22 +117,25 @@ class RoundWatch:
         seen = {u: _Seen(None, started) for u in others}
         reported = 0.0
         while True:
-            missing = [u for u in others if not store.check([self._done_key(round_, u)])]
-            if not missing:
-                return
-            began = time.monotonic()
             try:
-                store.wait([self._done_key(round_, u) for u in missing], timedelta(seconds=every))
-                continue
-            except Exception as exc:  # a timeout after ``every`` s, or the store went away at once
-                if time.monotonic() - began < 0.9 * every:
-                    raise GroupTimeoutError(
-                        f"triton_dist_tune: rank {self.group.rank} of group '{self.group.title}' lost the key-value "
-                        f"store at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 without "
-                        "torchrun) has ended") from exc
-            now = time.monotonic()
-            for unit in missing:
-                count = int(store.add(self._beat_key(unit), 0))
+                missing = [u for u in others if not store.check([self._done_key(round_, u)])]
+                if not missing:
+                    return
+                began = time.monotonic()
+                try:
+                    store.wait([self._done_key(round_, u) for u in missing], timedelta(seconds=every))
+                    continue
+                except Exception:  # a timeout after ``every`` s, or the store went away at once
+                    if time.monotonic() - began < 0.9 * every:
+                        raise
+                now = time.monotonic()
+                counts = {unit: int(store.add(self._beat_key(unit), 0)) for unit in missing}
+            except Exception as exc:
+                raise GroupTimeoutError(
+                    f"triton_dist_tune: rank {self.group.rank} of group '{self.group.title}' lost the key-value store "
+                    f"at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 without torchrun) has "
+                    "ended") from exc
+            for unit, count in counts.items():
                 if count != seen[unit].count:
                     seen[unit] = _Seen(count, now)
             lost = [u for u in missing if now - seen[u].since > window]
