@@ -309,7 +309,11 @@ def cmd_import(args: argparse.Namespace) -> int:
               f"decision already in {_root(args)} ({', '.join(replaced[:3])}{', ...' if len(replaced) > 3 else ''}; "
               "--force replaces them)", file=sys.stderr)
         return 1
-    written = dec.write_incoming(_root(args), incoming)
+    try:
+        written = dec.write_incoming(_root(args), incoming)  # all or nothing
+    except OSError as exc:
+        raise dec.CacheError(f"could not import into {_root(args)} ({type(exc).__name__}: {exc}); nothing was "
+                             "imported") from None
     if args.json:
         _emit_json({"imported": [str(p) for p in written], "mismatched": [i.path for i in doubtful]})
     else:

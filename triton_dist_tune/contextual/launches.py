@@ -114,8 +114,17 @@ def pending_launch(session: Session, tid: TrackId, autotuner: Any, key: tuple, a
     group = session.group
     # (a single process tunes a new key in its next call: nothing to agree on, nothing kept)
     pending = session.tuner.pending.setdefault(group.identity, {}) if group.size > 1 else {}
+    met_since = session.tuner.met_since.setdefault(group.identity, {}) if group.size > 1 else {}
     slot = (id(autotuner), key)
-    if session.met is not None and tid not in session.local:
+    meetings, last_call = met_since.get(tid, (0, None))
+    if last_call != session.call_number:
+        meetings, last_call = meetings + 1, session.call_number
+        met_since[tid] = (meetings, last_call)
+    # settled (waiting the grace for the others) in the 1st, 2nd, 4th, 8th ... hot call that meets it since the
+    # group's last agreement, not in every one: a key the others do not meet costs log2(sync_every) + 1 graces at
+    # most, and is tuned in the window of the next agreement (contextual/tuner.py)
+    settle = session.met is not None and tid not in session.local and meetings & (meetings - 1) == 0
+    if settle:
         with session.lock:
             session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group,
                                             session.earlier)

@@ -16,8 +16,12 @@ every rank: every rank calls the function the same number of times) and the key:
 they all continue the call as a tuning call (the next step is the usual exchange, matched on every rank). A rank
 that reads ``later`` for every key it met returns at once; so does every rank that met none (it makes no request
 at all), and no rank reads ``now`` then (it would mean that every rank met that key). A key left ``later`` runs
-with the first kept config and is tuned in the first call where every rank meets it in time, or at the group's
-next agreement (every ``sync_every`` calls).
+with the first kept config and stays *pending* on the ranks that met it until the group decides it: a rank settles
+it again (waiting the grace) only in the 2nd, 4th, 8th ... hot call that meets it after the group's last agreement
+(other calls meeting it neither settle it nor wait), and offers it at the next agreement (every ``sync_every``
+calls). An agreement
+that finds pending keys makes that call and the next ``sync_every - 1`` tuning calls on every rank, until every
+key offered is decided, so a key met only in calls that are not agreement points is tuned in one of them.
 """
 
 from __future__ import annotations

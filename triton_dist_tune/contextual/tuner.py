@@ -67,6 +67,15 @@ class ContextualTuner:
         #: group identity -> {(autotuner id, key): (track id, local default index)}: keys met in hot calls that the
         #: group has not decided, run with a local default until the group's next agreement
         self.pending: dict[tuple, dict[tuple[int, tuple], tuple[Any, int]]] = {}
+        #: group identity -> the undecided keys this rank met in hot calls since the group's last agreement, with
+        #: (how many calls met it, the last of them): settled (:mod:`~.newkeys`) in the 1st, 2nd, 4th ... of those
+        #: calls only, and offered at the next agreement
+        self.met_since: dict[tuple, dict[TrackId, tuple[int, int | None]]] = {}
+        #: group identity -> the first call after the tuning window opened by the last agreement that found pending
+        #: keys: calls before it tune on every rank (a key met off the agreement points is met in one of them)
+        self.window_end: dict[tuple, int] = {}
+        #: group identity -> the keys every rank offered at that agreement (the window ends once all are decided)
+        self.offered: dict[tuple, list[TrackId]] = {}
         #: group identity -> the group ranks on this rank's node (found once, when compiling ahead first splits)
         self.nodes: dict[tuple, list[int]] = {}
         self._called: set[tuple] = set()
@@ -116,13 +125,15 @@ class ContextualTuner:
         calls = self._calls[gid] = self._calls.get(gid, 0) + 1
         first = gid not in self._called
         due = group.size > 1 and (calls % self.options.sync_every == 0 or gid in self._due)
-        if (first or due) and capturing():  # inside a CUDA-graph capture: no tuning, no store, no exchange
+        window = group.size > 1 and self._in_window(group, calls)  # the last agreement's tuning calls
+        if (first or due or window) and capturing():  # inside a CUDA-graph capture: no tuning, no store, no exchange
             if first:
                 raise tuning_in_capture(self.options.name, "(its first call: every key it meets)", TUNE_AHEAD)
-            self._due.add(gid)  # the group's agreement waits for the next call outside a capture
+            if due:
+                self._due.add(gid)  # the group's agreement waits for the next call outside a capture
             tuning = False
         else:
-            tuning = first or (due and self._agree(group, calls))
+            tuning = first or window or (due and self._agree(group, calls))
         if not tuning:
             return HotCall(self, group, calls).call(args, kwargs)
         session = Session(self, group, tuning, calls)
@@ -134,16 +145,36 @@ class ContextualTuner:
         return out
 
     def _agree(self, group: Group, calls: int) -> bool:
-        """Every ``sync_every`` calls, one exchange: does any rank hold pending keys? Then this call tunes, on
-        every rank alike (the pending keys are met again and tuned like new ones)."""
-        self._due.discard(group.identity)
-        pending = self.pending.pop(group.identity, {})
-        mine = sorted({f"{tid[0]} {tid[1]}" for tid, _ in pending.values() if group_choice(group, tid) is None})
-        everyone = group.allgather(mine, f"{self.options.label} agreement at call {calls}",
+        """Every ``sync_every`` calls, one exchange: does any rank hold pending keys (met in hot calls since the
+        last agreement and still undecided)? Then this call and the next ``sync_every - 1`` tune, on every rank
+        alike: a pending key is tuned in whichever of them meets it (a key met only off the agreement points
+        included). A pending key stays pending until the group decides it; one not met again since the last
+        agreement is dropped from the offer (met again, it is pending again)."""
+        gid = group.identity
+        self._due.discard(gid)
+        met = self.met_since.pop(gid, {})
+        pending = self.pending.get(gid, {})
+        for slot, (tid, _) in list(pending.items()):  # decided, or not met since the last agreement: not pending
+            if group_choice(group, tid) is not None or tid not in met:
+                del pending[slot]
+        mine = sorted({tid for tid, _ in pending.values()})
+        everyone = group.allgather([list(tid) for tid in mine], f"{self.options.label} agreement at call {calls}",
                                    timeout=self.options.timeout)
         if not any(everyone):
             return False
         self.agreed_calls.append(calls)
-        logs.rank_log().info("%s call %d: the group tunes pending key(s): %s", self.options.label, calls,
-                             "; ".join(f"rank {r}: {p}" for r, p in enumerate(everyone) if p))
+        self.window_end[gid] = calls + self.options.sync_every
+        self.offered[gid] = sorted({(str(k), str(t)) for offer in everyone for k, t in offer})
+        logs.rank_log().info("%s call %d: the group tunes pending key(s) until they are decided, at most in calls %d "
+                             "to %d: %s", self.options.label, calls, calls, calls + self.options.sync_every - 1,
+                             "; ".join(f"rank {r}: {', '.join(f'{k} {t}' for k, t in p)}"
+                                       for r, p in enumerate(everyone) if p))
         return True
+
+    def _in_window(self, group: Group, calls: int) -> bool:
+        """Whether this call is in the tuning window of the last agreement: before its end, with a key offered
+        then still undecided (the same answer on every rank: the offer and the decisions are the group's)."""
+        gid = group.identity
+        if calls >= self.window_end.get(gid, 0):
+            return False
+        return any(group_choice(group, tid) is None for tid in self.offered.get(gid, []))

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..records import Outcome
+from .cache import _umask, write_json_atomic
 from .cache import versions as current_versions
-from .cache import write_json_atomic
 
 #: what a bundle file says it is (``export`` writes it, ``import`` checks it)
 BUNDLE_KIND = "triton-dist-tune bundle"
@@ -274,6 +276,8 @@ class Incoming:
     entry: Entry
     #: differences that make the decision doubtful here: "<name>: <theirs> here <ours>"
     mismatches: list[str]
+    #: the file's text as it will be written (encoded while the bundle is checked, so writing cannot fail on it)
+    text: str = ""
 
 
 def read_bundle(path: Path) -> list[Incoming]:
@@ -291,18 +295,29 @@ def read_bundle(path: Path) -> list[Incoming]:
     from .cache import hardware
 
     now, hw = current_versions(), hardware()
-    incoming = []
-    for item in data["entries"]:
+    incoming: list[Incoming] = []
+    seen: dict[str, int] = {}
+    for number, item in enumerate(data["entries"], 1):
         rel = item.get("path") if isinstance(item, dict) else None
         if not _relative_entry_path(rel):
             raise CacheError(f"{path}: bad entry path {rel!r} in the bundle (an entry is <function>/<entry>.json, "
                              "inside the cache folder)")
+        rel = str(PurePosixPath(rel))
+        if rel in seen:
+            raise CacheError(f"{path}: entries {seen[rel]} and {number} of the bundle are both {rel}: a bundle "
+                             "holds one decision per file (refused, nothing imported)")
+        seen[rel] = number
         entry = parse_entry(Path(rel), item.get("data"))
+        try:
+            text = json.dumps(entry.raw, indent=1, sort_keys=True, allow_nan=False)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise CacheError(f"{path}: entry {number} ({rel}) cannot be written as standard JSON "
+                             f"({type(exc).__name__}: {exc}); refused, nothing imported") from None
         mismatches = [f"{k}: {entry.versions.get(k)} here {now.get(k)}" for k in sorted(set(now) | set(entry.versions))
                       if entry.versions.get(k) != now.get(k)]
         if entry.gpu != hw["gpu"] or (entry.gpu_count is not None and entry.gpu_count != hw["gpu_count"]):
             mismatches.append(f"gpu: {entry.gpu} x{entry.gpu_count} here {hw['gpu']} x{hw['gpu_count']}")
-        incoming.append(Incoming(rel, entry, mismatches))
+        incoming.append(Incoming(rel, entry, mismatches, text))
     return incoming
 
 
@@ -328,11 +343,79 @@ def _inside(root: Path, rel: str) -> Path:
 
 
 def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
-    """Write the bundle's decisions into the cache folder ``root`` (atomically, replacing same-named files).
-    Every path is checked first: when one leads out of ``root`` (through a link), nothing is written."""
-    root.mkdir(parents=True, exist_ok=True)
-    targets = [_inside(root, item.path) for item in incoming]
-    return [write_json_atomic(target, item.entry.raw) for target, item in zip(targets, incoming, strict=True)]
+    """Write the bundle's decisions into the cache folder ``root``, all or nothing.
+
+    Every path is checked first (one that leads out of ``root`` through a link, or whose place is taken by a folder,
+    refuses the whole bundle), then every file is staged as a hidden temporary file beside its target, and only
+    when every one is staged are they renamed into place. A failure while staging removes what was staged (and the
+    folders made for it); a failure while renaming puts back the files already replaced. Nothing is left half
+    written; only a crash of this process between two renames can leave part of the bundle in place.
+    """
+    made: list[Path] = []
+    if not root.exists():
+        root.mkdir(parents=True)
+        made.append(root)
+    staged: list[tuple[Path, str, bytes | None]] = []  # (target, temporary file, previous content or None)
+    try:
+        targets = [_inside(root, item.path) for item in incoming]
+        for target in targets:
+            if target.is_dir() or (target.parent.exists() and not target.parent.is_dir()):
+                raise CacheError(f"{target} (or its folder) is in the way of the bundle's entry: refused, nothing "
+                                 "imported")
+        for target, item in zip(targets, incoming, strict=True):
+            if not target.parent.exists():
+                target.parent.mkdir()
+                made.append(target.parent)
+            previous = target.read_bytes() if target.exists() else None
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".import", dir=target.parent)
+            staged.append((target, tmp, previous))
+            os.fchmod(fd, 0o666 & ~_umask())
+            with os.fdopen(fd, "w") as f:
+                f.write(item.text or json.dumps(item.entry.raw, indent=1, sort_keys=True, allow_nan=False))
+                f.flush()
+                os.fsync(f.fileno())
+    except BaseException:
+        _discard(staged, made)
+        raise
+    done: list[tuple[Path, str, bytes | None]] = []
+    try:
+        for target, tmp, previous in staged:
+            os.replace(tmp, target)
+            done.append((target, tmp, previous))
+    except BaseException:
+        for target, _, previous in reversed(done):  # put back what this import replaced
+            try:
+                if previous is None:
+                    target.unlink()
+                else:
+                    write_json_atomic_bytes(target, previous)
+            except OSError:
+                pass
+        _discard([s for s in staged if s not in done], made)
+        raise
+    return [target for target, _, _ in staged]
+
+
+def write_json_atomic_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (a temporary file renamed over it)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".restore", dir=path.parent)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _discard(staged: list[tuple[Path, str, bytes | None]], made: list[Path]) -> None:
+    """Remove staged temporary files and the (then empty) folders made for them."""
+    for _, tmp, _ in staged:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
 
 
 def age_text(seconds: float) -> str:

@@ -6,9 +6,14 @@ Triton-distributed documents, or ``TRITON_DIST_AUTOTUNE_LOG_DIR``. A process's r
 its job (a readable ``==== triton-dist-tune job ... ====`` line, a JSON record with ``"header": true``); the job is
 named by the launcher's job id (``TORCHELASTIC_RUN_ID``, ``SLURM_JOB_ID``, ``PMIX_NAMESPACE``,
 ``OMPI_MCA_ess_base_jobid``), else by ``MASTER_PORT`` and the start time of the ranks' parent (torchrun's agent,
-mpiexec's daemon), else by the process. The files keep the last :data:`KEEP_JOBS` jobs: when a process opens its
-file, the records of older jobs are dropped (so a folder where jobs start again and again does not grow without
-bound). ``python -m triton_dist_tune logs`` merges the ranks' JSON lines of a job into one timeline.
+mpiexec's daemon), else by the process. The folder keeps the last :data:`KEEP_JOBS` jobs, counted as jobs (a job
+of one process and a job of eight count alike): when a process opens its files, the records of older jobs are
+dropped from every rank's files together, so that a kept job keeps all its ranks (a folder where jobs start again
+and again does not grow without bound). A file some running process writes to is never rewritten, replaced or
+unlinked: every writer holds a shared ``flock`` on its files for its lifetime, and a job with records in such a
+file is kept until the file is free (the folder may then hold more jobs for a while). Rotations in one folder
+take turns (an exclusive ``flock`` on the folder) and write through temporary files of their own.
+``python -m triton_dist_tune logs`` merges the ranks' JSON lines of a job into one timeline.
 
 Console output goes through the ``triton_dist_tune`` logger at INFO level with a handler of its own, on group
 rank 0 only, when asked for with ``autotune_verbose=True`` or ``TRITON_PRINT_AUTOTUNING=1``.
@@ -16,16 +21,20 @@ rank 0 only, when asked for with ``autotune_verbose=True`` or ``TRITON_PRINT_AUT
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import logging
 import os
 import re
 import socket
+import stat
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +49,12 @@ _folder: Path | None = None
 
 #: jobs whose records a rank's log files keep
 KEEP_JOBS = 5
-_HEADER = re.compile(r"^==== triton-dist-tune job (\S+) ")
+_HEADER = re.compile(r"^==== triton-dist-tune job (\S+) .*? started (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ====|"
+                     r"^==== triton-dist-tune job (\S+) ")
+#: how long a process waits for another's rotation of its log folder before it opens its files without rotating
+ROTATE_WAIT_S = 5.0
+#: the files of this process, kept open with a shared lock on each (see the module docstring)
+_held: list[Any] = []
 
 
 def log_dir() -> Path:
@@ -122,10 +136,14 @@ def rank_log() -> logging.Logger:
             handlers: list[logging.Handler]
             try:
                 folder.mkdir(parents=True, exist_ok=True)
-                for name in (f"rank-{rank}.log", f"rank-{rank}.jsonl"):
-                    keep_last_jobs(folder / name, KEEP_JOBS - 1)
-                handlers = [logging.FileHandler(folder / f"rank-{rank}.log"),
-                            logging.FileHandler(folder / f"rank-{rank}.jsonl")]
+                with _rotation_lock(folder) as held:  # no file of the folder is opened while another rotates it
+                    if held:
+                        rotate(folder, KEEP_JOBS)
+                    handlers = [logging.FileHandler(folder / f"rank-{rank}.log"),
+                                logging.FileHandler(folder / f"rank-{rank}.jsonl")]
+                    for handler in handlers:  # held until this process ends: no rotation rewrites these files
+                        fcntl.flock(handler.stream.fileno(), fcntl.LOCK_SH)
+                        _held.append(handler.stream)
                 _write_headers(handlers, rank)
             except OSError:
                 handlers = [logging.NullHandler()]  # an unwritable log folder must not stop the job
@@ -156,36 +174,169 @@ def _write_headers(handlers: list[logging.Handler], rank: int) -> None:
 
 def _job_of(line: str) -> str | None:
     """The job a header line names (readable or JSON), None for any other line."""
+    header = _header(line)
+    return None if header is None else header[0]
+
+
+def _header(line: str) -> tuple[str, float | None] | None:
+    """(job, start time or None) of a header line (readable or JSON), None for any other line."""
     found = _HEADER.match(line)
     if found:
-        return found.group(1)
+        if found.group(1) is None:
+            return found.group(3), None
+        try:
+            return found.group(1), time.mktime(time.strptime(found.group(2), "%Y-%m-%d %H:%M:%S"))
+        except (ValueError, OverflowError):
+            return found.group(1), None
     if line.startswith("{") and '"header": true' in line:
         try:
-            return str(json.loads(line)["job"])
-        except (ValueError, KeyError, TypeError, RecursionError):
+            data = json.loads(line)
+            started = data.get("time")
+            return str(data["job"]), float(started) if isinstance(started, (int, float)) else None
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return None
     return None
 
 
+def _record_job(line: str) -> str | None:
+    """The job a JSON record line names, None when it is not one."""
+    if not line.startswith("{"):
+        return None
+    try:
+        data = json.loads(line)
+        return str(data["job"]) if isinstance(data, dict) and "job" in data else None
+    except (ValueError, RecursionError):
+        return None
+
+
+@dataclass
+class _LogFile:
+    """A rank's log file, split by job: (job or None for lines before the first header, its lines)."""
+
+    path: Path
+    segments: list[tuple[str | None, list[str]]]
+
+    @classmethod
+    def read(cls, path: Path, starts: dict[str | None, float]) -> _LogFile:
+        """The file's segments; ``starts`` learns each job's earliest header time (None: unknown, -inf)."""
+        segments: list[tuple[str | None, list[str]]] = [(None, [])]
+        jsonl = path.suffix == ".jsonl"
+        for line in path.read_text(errors="replace").splitlines(keepends=True):
+            header = _header(line)
+            if header is not None:
+                job, started = header
+                segments.append((job, []))
+                known = starts.get(job, float("inf"))
+                starts[job] = min(known, started if started is not None else float("-inf"))
+            elif jsonl:  # a JSON record names its job: jobs that ran at once interleave their records
+                own = _record_job(line)
+                if own is not None and own != segments[-1][0] and own in starts:
+                    segments.append((own, []))
+            segments[-1][1].append(line)
+        segments = [(job, lines) for job, lines in segments if lines]
+        if any(job is None for job, _ in segments):
+            starts[None] = float("-inf")
+        return cls(path, segments)
+
+    @property
+    def jobs(self) -> set[str | None]:
+        return {job for job, _ in self.segments}
+
+    def rewrite(self, drop: set[str | None]) -> None:
+        """Write the file again without the records of ``drop`` (through a temporary file of its own)."""
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".partial", dir=self.path.parent)
+        try:
+            os.fchmod(fd, stat.S_IMODE(self.path.stat().st_mode))  # as the file was (mkstemp makes 0600)
+            with os.fdopen(fd, "w") as f:
+                f.write("".join(line for job, lines in self.segments if job not in drop for line in lines))
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+@contextlib.contextmanager
+def _rotation_lock(folder: Path) -> Iterator[bool]:
+    """Hold the folder's rotation lock (an exclusive ``flock`` on the folder itself: no file of its own), waiting at
+    most :data:`ROTATE_WAIT_S`; yields whether it is held (if not, the caller goes on without rotating: a process
+    that stops while rotating must not stop every job that starts later)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        yield False
+        return
+    try:
+        deadline = time.monotonic() + ROTATE_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    yield False
+                    return
+                time.sleep(0.02)
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def rotate(folder: Path, keep: int, current: str | None = None) -> list[str | None]:
+    """Drop from every rank log file in ``folder`` the records of all but the last ``keep`` jobs (by start time;
+    ``current``, this process's job by default, counts as the newest). A job with records in a file that a
+    running process holds (its shared lock) is kept; the other files are rewritten without the dropped jobs, so
+    a job is dropped from all of its ranks' files at once. Returns the jobs dropped. Call it holding
+    :func:`_rotation_lock`."""
+    current = job_name() if current is None else current
+    starts: dict[str | None, float] = {}
+    files, handles = [], []
+    try:
+        for path in sorted([*folder.glob("rank-*.log"), *folder.glob("rank-*.jsonl")]):
+            try:
+                handle = open(path, "r+")  # noqa: SIM115 - held while the folder is rotated
+            except OSError:
+                continue
+            handles.append(handle)
+            log_file = _LogFile.read(path, starts)
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                files.append((log_file, False))
+            except OSError:
+                files.append((log_file, True))  # a running process writes it
+        starts[current] = float("inf")
+        order = sorted(starts, key=lambda job: (starts[job], "" if job is None else job))
+        drop = set(order[:max(0, len(order) - keep)])
+        for log_file, busy in files:
+            if busy:
+                drop -= log_file.jobs
+        for log_file, busy in files:
+            if not busy and drop & log_file.jobs:
+                log_file.rewrite(drop)
+        return sorted(drop, key=lambda job: (starts[job], "" if job is None else job))
+    finally:
+        for handle in handles:
+            handle.close()
+
+
 def keep_last_jobs(path: Path, keep: int) -> None:
-    """Drop from the log file ``path`` the records of all but its last ``keep`` jobs other than this process's
-    (lines before the first header count as one job); rewritten atomically, untouched when nothing is dropped."""
+    """Drop from the one log file ``path`` the records of all but its last ``keep`` jobs other than this
+    process's (in the order they appear; lines before the first header count as one job); rewritten through a
+    temporary file of its own, untouched when nothing is dropped or when a running process holds the file."""
     if not path.is_file():
         return
-    segments: list[tuple[str | None, list[str]]] = [(None, [])]
-    for line in path.read_text(errors="replace").splitlines(keepends=True):
-        job = _job_of(line)
-        if job is not None:
-            segments.append((job, []))
-        segments[-1][1].append(line)
-    segments = [(job, lines) for job, lines in segments if lines]
-    order = list(dict.fromkeys(job for job, _ in segments if job != job_name()))
-    kept = set(order[len(order) - keep:] if keep > 0 else []) | {job_name()}
+    starts: dict[str | None, float] = {}
+    log_file = _LogFile.read(path, starts)
+    order = list(dict.fromkeys(job for job, _ in log_file.segments if job != job_name()))
     if len(order) <= keep:
         return
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text("".join(line for job, lines in segments if job in kept for line in lines))
-    os.replace(partial, path)
+    kept = set(order[len(order) - keep:] if keep > 0 else []) | {job_name()}
+    with open(path, "r+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return
+        log_file.rewrite(set(order) - kept)
 
 
 def printing_enabled(verbose: bool | None) -> bool:

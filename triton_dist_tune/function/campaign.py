@@ -14,6 +14,10 @@ After each round the units exchange their results (plain data over the tuner's c
 rank then holds every decision in its tuner's tables, and ranks that are local rank 0 write the cache records
 their disk lacks. Every rank takes part in every exchange, whatever happened to its key (an error is data).
 
+A round lasts as long as its slowest unit (:mod:`.rounds`): every unit beats a counter in the job's key-value store
+while it works, and a unit that shows no sign of life for the exchange deadline ends the others' wait with a
+:class:`~triton_dist_tune.GroupTimeoutError` naming it; a slow but healthy unit is waited for.
+
 Resuming: a key decided by an earlier run is a cache hit; a key cut short resumes from its journals. A rerun of
 the same campaign therefore tunes only what is left.
 """
@@ -35,6 +39,7 @@ from ..group.channel import Group, SingleGroup, agree
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
 from ..space import describe_key
+from .rounds import RoundWatch
 from .summary import KeyResult, Summary, progress_line
 from .tuning import Tuning
 
@@ -113,8 +118,20 @@ class _Tuning(Tuning):
         self.entry = self.plan.entry(self)
 
 
-def _keys(tuner: Tuner, build: Callable[[int], Call], count: int, across: Group, timeout: float) -> list[Hashable]:
-    """Every position's key, computed on every rank; the ranks agree on them (or all raise the same error)."""
+def _keeps(tuner: Tuner, call: Call) -> list[bool] | None:
+    """Which configs ``prune_fn`` keeps for ``call`` on this rank (None: no ``prune_fn``; it raised: none)."""
+    if tuner.prune_fn is None:
+        return None
+    try:
+        return [bool(tuner.prune_fn(config, *call.args, **call.kwargs)) for config in tuner.space]
+    except Exception:
+        return [False] * len(tuner.space)
+
+
+def _keys(tuner: Tuner, build: Callable[[int], Call], count: int, across: Group, timeout: float,
+          masks: list[list[bool] | None]) -> list[Hashable]:
+    """Every position's key, computed on every rank; the ranks agree on them (or all raise the same error).
+    ``masks`` gets, per position, which configs ``prune_fn`` keeps for this rank's call."""
     keys: list[Hashable] = []
     texts: list[str] = []
     problem = None
@@ -123,6 +140,7 @@ def _keys(tuner: Tuner, build: Callable[[int], Call], count: int, across: Group,
             call = build(position)
             keys.append(tuner.key_fn(*call.args, **call.kwargs))
             texts.append(describe_key(keys[-1], "the key key_fn returned"))
+            masks.append(_keeps(tuner, call))
     except Exception as exc:
         problem = f"building call {len(keys)} or its key raised {describe_error(exc)}"
     found = agree(across, {"campaign keys": "\n".join(texts)}, f"[campaign {tuner.name}] agree on the keys",
@@ -205,27 +223,40 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     if tuner is None or not hasattr(tuner, "decided"):
         raise BadInputError("campaign: tuned must be a function decorated with triton_dist_tune.autotune")
     build, count = _builder(calls, keys)
-    plan = _plan(tuner, tuner.options.sharded if local is None else bool(local), pg, replicas)
+    rank_local = tuner.options.sharded if local is None else bool(local)
+    plan = _plan(tuner, rank_local, pg, replicas)
+    if rank_local:
+        tuner.rank_local = True  # its undecided keys are served by each rank alone (function/policy.py)
     timeout = tuner.options.timeout if tuner.options.timeout is not None else settings.current().timeout
     started = time.perf_counter()
-    all_keys = _keys(tuner, build, count, plan.across, timeout)
+    masks: list[list[bool] | None] = []
+    all_keys = _keys(tuner, build, count, plan.across, timeout, masks)
     texts = [describe_key(k) for k in all_keys]
     todo = [p for p in range(count) if texts.index(texts[p]) == p]  # equal keys: the first call only
     rounds = math.ceil(len(todo) / plan.units)
     shows = progress and plan.tune_group.rank == 0 and plan.across.rank == 0 and logs.global_rank() == 0
-    round_timeout = exchange_timeout(timeout) * (len(tuner.space) + 4)
     rows: list[KeyResult] = []
-    for r in range(rounds):
-        mine = r * plan.units + plan.unit
-        result = _tune_one(tuner, plan, todo[mine], build, verbose).to_json() if mine < len(todo) else None
-        gathered = plan.across.allgather(result, f"[campaign {tuner.name}] round {r + 1} of {rounds}",
-                                         timeout=round_timeout)
-        for item in gathered:
-            if item is not None:
-                rows.append(_learn(tuner, plan, KeyResult.from_json(item), all_keys))
-        if shows:
-            logs.console().info(progress_line(tuner.name, rows, len(todo), time.perf_counter() - started, r + 1,
-                                              rounds))
+    watch = RoundWatch.start(plan.across, tuner.name, timeout)  # units beat; a lost one is noticed in T + grace
+    # with the watch, everyone is at the exchange when it runs; without a side channel (mpi4py), the worst case
+    round_timeout = exchange_timeout(timeout) * (1 if watch.watched else len(tuner.space) + 4)
+    try:
+        for r in range(rounds):
+            mine = r * plan.units + plan.unit
+            result = _tune_one(tuner, plan, todo[mine], build, verbose).to_json() if mine < len(todo) else None
+            what = f"[campaign {tuner.name}] round {r + 1} of {rounds}"
+            watch.finished(r)
+            watch.wait(r, what)
+            gathered = plan.across.allgather(result, what, timeout=round_timeout)
+            watch.passed(r)
+            for item in gathered:
+                if item is not None:
+                    rows.append(_learn(tuner, plan, KeyResult.from_json(item), all_keys))
+            if shows:
+                logs.console().info(progress_line(tuner.name, rows, len(todo), time.perf_counter() - started, r + 1,
+                                                  rounds))
+    finally:
+        watch.close()
+    _unlearn_pruned(tuner, plan, rows, all_keys, masks, timeout)
     rows.sort(key=lambda row: row.position)
     summary = Summary(tuner.name, rows, time.perf_counter() - started, plan.units)
     logs.rank_log().info("%s", summary.text())
@@ -245,6 +276,24 @@ def _builder(calls: Sequence[Any] | Callable[[Any], Any], keys: Sequence[Any] | 
         raise BadInputError("campaign: keys= is for a function that builds the calls, not a list of calls")
     items = list(calls)
     return (lambda position: Call.of(items[position])), len(items)
+
+
+def _unlearn_pruned(tuner: Tuner, plan: Plan, rows: list[KeyResult], keys: list[Hashable],
+                    masks: list[list[bool] | None], timeout: float) -> None:
+    """A learned decision runs only where ``prune_fn`` keeps its config for the call: the positions whose config
+    this rank's ``prune_fn`` leaves out for its own build of the call (another unit tuned it with its own) are
+    gathered over the rank's tuning group (whose ranks must run one config), and their decisions are taken back
+    on every rank of it: such a key stays undecided (a call tunes it or serves it by the ``undecided`` policy)."""
+    mine = sorted(row.position for row in rows
+                  if row.state != "failed" and masks[row.position] is not None
+                  and not masks[row.position][row.index])  # type: ignore[index]
+    pruned = plan.tune_group.combine(mine, f"[campaign {tuner.name}] decisions prune_fn leaves out",
+                                     lambda values: sorted({p for ps in values for p in ps}), timeout)
+    for position in pruned:
+        plan.table.pop(plan.slot(keys[position]), None)
+        logs.rank_log().warning("campaign %s: key %s: prune_fn leaves out the decided config for this call on a "
+                                "rank of the group: the decision is not applied here (the key stays undecided)",
+                                tuner.name, describe_key(keys[position]))
 
 
 def _learn(tuner: Tuner, plan: Plan, row: KeyResult, keys: list[Hashable]) -> KeyResult:

@@ -60,8 +60,9 @@ class TuneOptions:
             called at each tuning), made part of the disk cache's entry: change it to re-tune. The entry already
             covers the function's source, the Triton kernels it names (their sources), ``key_fn``'s and
             ``prune_fn``'s sources, the key, the config space, the group size, the devices and the GPU model.
-        undecided: a key not decided yet is tuned now (``"tune"``, default), or served with no tuning and no
-            communication: the ``"nearest"`` decided key's choice, or the ``"first"`` kept config (docs/campaign.md).
+        undecided: a key not decided yet is tuned now (``"tune"``, default), or served with no tuning: the
+            ``"nearest"`` decided key's choice that ``prune_fn`` keeps for the call, or the ``"first"`` kept config
+            (a function that is not rank-local agrees on it in one exchange per key; docs/campaign.md).
         distance: ``distance(key, decided_key) -> float | None`` for ``"nearest"`` (default: numeric parts, L1).
         search: ``"auto"`` (default: search when more than 64 configs are kept after pruning), ``"search"``
             (always) or ``"exhaustive"`` (race every kept config); ``TRITON_DIST_AUTOTUNE_SEARCH`` overrides it for

@@ -2,11 +2,17 @@
 
 - ``tune`` (the default): tune it now, with the group (today's behaviour).
 - ``nearest``: use the decision of the nearest decided key of the same group, by the decorator's ``distance`` or
-  by the numeric parts of the keys; no tuning and no communication. Every rank picks the same config when every
-  rank holds the same decisions (as after :func:`~triton_dist_tune.campaign`): candidates are ordered by
-  (distance, key text), never by the order in which this rank learnt them. With no comparable decided key it
-  serves the first config ``prune_fn`` keeps, as ``first`` does.
-- ``first``: the first config ``prune_fn`` keeps, with no tuning and no communication.
+  by the numeric parts of the keys, **among those whose config ``prune_fn`` keeps for this call**; no tuning.
+  Candidates are ordered by (distance, key text), never by the order in which this rank learnt them. When no
+  comparable decided key's config is kept, it serves the first config ``prune_fn`` keeps, as ``first`` does;
+  when ``prune_fn`` keeps none, the key is tuned (which raises Triton's pruning error on every rank).
+- ``first``: the first config ``prune_fn`` keeps, with no tuning (none kept: tuned, as above).
+
+A served config is always one ``prune_fn`` keeps for the call. For a function whose ranks must run the same config
+(one that is not rank-local: not ``sharded=True`` and never given to a ``local=True`` campaign) and a group of
+several ranks, the choice is agreed in one exchange when a key is first served (and again after a new decision):
+a config counts as kept only where every rank keeps it, so every rank serves the same config (or every rank tunes).
+A rank-local function's ranks choose alone, with no communication.
 
 ``TRITON_DIST_AUTOTUNE_UNDECIDED`` sets the policy of every tuned function of a job (it overrides the
 decorators'). A key served this way is logged once and is not a decision: a later campaign or call with
@@ -17,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from numbers import Real
 from typing import Any
@@ -25,6 +31,7 @@ from typing import Any
 from .. import settings
 from ..disk import logs
 from ..errors import BadInputError
+from ..group.channel import Group
 from ..space import describe_key
 
 log = logging.getLogger("triton_dist_tune")
@@ -72,12 +79,54 @@ def numeric_distance(key: Hashable, other: Hashable) -> float | None:
 
 @dataclass
 class Served:
-    """A key served without tuning: the config, which decided key it came from, and how many decisions the
-    table held when it was chosen (a new decision makes it choose again)."""
+    """A key served without tuning: the config, which decided key it came from, and how many decisions of the
+    slot's group the table held when it was chosen (a new decision makes it choose again)."""
 
     config: dict[str, Any]
     source: str | None
     seen: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A decided key that could serve an undecided one: its distance, its key text and its config's index."""
+
+    distance: float
+    text: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What serving chose: the config's index in the space and the decided key it came from (None: the first
+    kept config)."""
+
+    index: int
+    source: str | None
+
+
+def choose(candidates: Sequence[Candidate], keeps: Sequence[bool]) -> Choice | None:
+    """The served config: the nearest candidate whose config ``keeps`` (``prune_fn`` for this call) keeps, else
+    the first kept config, else None (nothing is kept: tune, which raises the pruning error)."""
+    for candidate in candidates:
+        if keeps[candidate.index]:
+            return Choice(candidate.index, candidate.text)
+    first = next((i for i, kept in enumerate(keeps) if kept), None)
+    return None if first is None else Choice(first, None)
+
+
+def _choose_for_group(values: list[Any]) -> tuple[int, str | None] | None:
+    """Group rank 0: the ranks' (candidates, keep mask) -> the choice every rank serves. A config is kept only where
+    every rank keeps it; a candidate counts only where every rank holds it (rank 0's order: (distance, text)).
+    None: some rank's ``prune_fn`` raised or nothing is kept everywhere (the key is tuned)."""
+    masks = [mask for _, mask in values]
+    if any(not isinstance(mask, list) for mask in masks):
+        return None
+    keeps = [all(mask[i] for mask in masks) for i in range(len(masks[0]))]
+    held = [{tuple(c) for c in cands} for cands, _ in values]
+    common = [Candidate(*c) for c in values[0][0] if all(tuple(c) in h for h in held)]
+    found = choose(common, keeps)
+    return None if found is None else (found.index, found.source)
 
 
 class Undecided:
@@ -94,32 +143,55 @@ class Undecided:
         return settings.current().undecided or self.mode or "tune"
 
     def serve(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, grouped: bool,
-              first: Callable[[], dict[str, Any]], group_rank: int) -> dict[str, Any] | None:
+              space: Sequence[dict[str, Any]], keeps: Callable[[dict[str, Any]], bool],
+              group: Group | None = None, timeout: float | None = None) -> dict[str, Any] | None:
         """The config for the undecided ``slot`` of ``table`` (None: tune it). ``grouped``: ``table`` is
-        ``decided_in`` (slots are (group..., key)); ``first()`` is the first kept config."""
-        served = self._served.get(slot)
-        if served is not None and served.seen == len(table):
-            return served.config
+        ``decided_in`` (slots are (group..., key)); ``keeps(config)``: whether ``prune_fn`` keeps ``config`` for
+        this call (a served config is always one it keeps).
+
+        With ``group`` (a function whose ranks must run the same config: it is not rank-local), the choice is
+        agreed in one exchange per key and decision count: a config counts as kept only where every rank keeps it,
+        and a decided key only where every rank holds it; every rank serves the same config or every rank tunes.
+        Without, this rank chooses alone (no communication)."""
         mode = self.current()
         if mode == "tune":
             return None
-        found = self._nearest(table, slot, grouped) if mode == "nearest" else None
-        config, source = found if found is not None else (first(), None)
+        prefix, key = _split(slot, grouped)
+        seen = sum(1 for other in table if _split(other, grouped)[0] == prefix)
+        served = self._served.get(slot)
+        if served is not None and served.seen == seen:
+            return served.config
+        candidates = self._nearest(table, slot, grouped, space) if mode == "nearest" else []
+        try:
+            mask: list[bool] | str = [bool(keeps(config)) for config in space]
+        except Exception as exc:  # as data: every rank learns of it (the key is tuned, which reports it)
+            mask = f"prune_fn raised {exc!r}"
+        if group is not None and group.size > 1:
+            mine = ([[c.distance, c.text, c.index] for c in candidates], mask)
+            agreed = group.combine(mine, f"[{self.name}] serve undecided key {_key_text(key)} ({mode})",
+                                   _choose_for_group, timeout)
+            found = None if agreed is None else Choice(int(agreed[0]), agreed[1])
+        else:
+            found = choose(candidates, mask) if isinstance(mask, list) else None
+        if found is None:  # nothing usable is kept: tune (the tuning raises the pruning error on every rank)
+            return None
+        config = space[found.index]
         if served is None or served.config != config:
-            how = f"the decision of the nearest decided key {source}" if source else "the first kept config"
-            key = _key_text(_split(slot, grouped)[1])
-            text = f"triton_dist_tune: {self.name}: key {key} is not decided: serving {how} (undecided={mode!r})"
+            how = (f"the decision of the nearest decided key {found.source} that prune_fn keeps" if found.source
+                   else "the first kept config")
+            text = f"triton_dist_tune: {self.name}: key {_key_text(key)} is not decided: serving {how} " \
+                   f"(undecided={mode!r})"
             logs.rank_log().info(text)
-            if group_rank == 0:
+            if group is None or group.rank == 0:
                 log.warning(text)
-        self._served[slot] = Served(config, source, len(table))
+        self._served[slot] = Served(config, found.source, seen)
         return config
 
-    def _nearest(self, table: dict[Hashable, dict[str, Any]], slot: Hashable,
-                 grouped: bool) -> tuple[dict[str, Any], str] | None:
-        """The decided slot of the same group nearest to ``slot``: least (distance, key text); None if none."""
+    def _nearest(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, grouped: bool,
+                 space: Sequence[dict[str, Any]]) -> list[Candidate]:
+        """The decided slots of the same group comparable with ``slot``, nearest first: by (distance, key text)."""
         prefix, key = _split(slot, grouped)
-        best: tuple[float, str, dict[str, Any]] | None = None
+        found: list[Candidate] = []
         for other, config in table.items():
             other_prefix, other_key = _split(other, grouped)
             if other_prefix != prefix:
@@ -129,11 +201,10 @@ class Undecided:
                 text = describe_key(other_key)
             except Exception as exc:
                 raise BadInputError(f"{self.name}: distance({key!r}, {other_key!r}) raised {exc!r}") from exc
-            if d is None or not math.isfinite(d):
+            if d is None or not math.isfinite(d) or config not in space:
                 continue
-            if best is None or (d, text) < best[:2]:
-                best = (float(d), text, config)
-        return None if best is None else (best[2], best[1])
+            found.append(Candidate(float(d), text, space.index(config)))
+        return sorted(found, key=lambda c: (c.distance, c.text))
 
 
 def _split(slot: Hashable, grouped: bool) -> tuple[tuple, Hashable]:

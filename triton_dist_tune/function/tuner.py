@@ -63,6 +63,9 @@ class Tuner:
         self.decided_in: dict[tuple[tuple, Hashable], dict[str, Any]] = {}
         #: the last decision per (group name, key), with every config's outcome, for inspection
         self.decisions: dict[tuple[str, Hashable], Decision] = {}
+        #: the function talks to no other rank (``sharded=True``, or a ``local=True`` campaign said so): a config
+        #: served for an undecided key is this rank's own choice, not agreed with the group
+        self.rank_local = False
 
     def search_mode(self) -> str:
         """``auto``, ``search`` or ``exhaustive``: the job's ``TRITON_DIST_AUTOTUNE_SEARCH``, else ``search=``."""
@@ -101,9 +104,8 @@ class Tuner:
         if layout is not None:
             table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
         config = table.get(slot) if key_error is None else None
-        if config is None and key_error is None:  # ``undecided="nearest"|"first"``: no tuning, no communication
-            config = self.undecided.serve(table, slot, table is self.decided_in,
-                                          lambda: self._first_config(args, kwargs, overwrite), group.rank)
+        if config is None and key_error is None:  # ``undecided="nearest"|"first"``: no tuning
+            config = self._serve(table, slot, group, args, kwargs, overwrite)
         if config is not None and problem:
             raise BadInputError(problem)  # decided: the other ranks are not tuning, so nothing to agree on
         if config is None:
@@ -123,6 +125,23 @@ class Tuner:
         except BadInputError as exc:
             return str(exc)
         return None
+
+    def _serve(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, group: Any, args: tuple,
+               kwargs: dict[str, Any], overwrite: bool) -> dict[str, Any] | None:
+        """The ``undecided`` policy's config for an undecided key (None: tune it): one ``prune_fn`` keeps for this
+        call, agreed by the group unless the function is rank-local (see :mod:`.policy`)."""
+        tuned_kwargs = self._tuned_kwargs(kwargs, overwrite)
+
+        def keeps(config: dict[str, Any]) -> bool:
+            return self.prune_fn is None or bool(self.prune_fn(config, *args, **tuned_kwargs))
+
+        local = self.options.sharded or self.rank_local
+        timeout = self.options.timeout if self.options.timeout is not None else settings.current().timeout
+        config = self.undecided.serve(table, slot, table is self.decided_in, self.space, keeps,
+                                      None if local else group, timeout)
+        if config is not None and not overwrite:
+            check_no_clash(config, tuned_kwargs)
+        return config
 
     def _run(self, args: tuple, kwargs: dict[str, Any], config: dict[str, Any], overwrite: bool) -> Any:
         """Call the function with ``config``; with ``autotune_allow_arg_overwrite``, the caller's keywords win."""

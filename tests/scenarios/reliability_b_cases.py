@@ -1,0 +1,205 @@
+"""Multi-rank scenarios of issue 30 cases 2, 7 and 9, run by tests/test_reliability_b.py.
+
+Usage: python reliability_b_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set, or under torchrun).
+Each rank prints ``RESULT {json}`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main
+
+import triton_dist_tune as tdt
+from triton_dist_tune.errors import GroupTimeoutError
+
+#: the key of the slow unit (rank 1's share of the campaign's two keys)
+SLOW_KEY = 16
+
+
+def leave(**fields: object) -> None:
+    """Emit and end at once, with no barrier (the other rank is gone or elsewhere)."""
+    emit(**fields)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+@case
+def campaign_slow_unit():
+    """Two keys, one per rank, T = 2 s: rank 1's key is slow but healthy (its call takes BUILD_S s to build, its
+    configs sleep 0.25 s each run), longer than the old round deadline (exchange_timeout(2) x (2 configs + 4) =
+    18 s). Every rank must end the campaign normally."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    builds: Counter = Counter()
+
+    def make(n: int) -> torch.Tensor:
+        builds[n] += 1
+        if n == SLOW_KEY and builds[n] == 2:  # the tuning's own build (the first one only computes the key)
+            time.sleep(float(os.environ["BUILD_S"]))
+        return torch.ones(n)
+
+    @tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=12,
+                  timing="cold", name="slow_unit")
+    def kernel(x, *, v):
+        time.sleep(0.25 if x.shape[0] == SLOW_KEY else 0.001)
+        return x
+
+    started = time.monotonic()
+    try:
+        summary = tdt.campaign(kernel, make, [8, SLOW_KEY], local=True, progress=False)
+    except GroupTimeoutError as exc:
+        leave(rank=rank, ok=False, error=str(exc)[:600], seconds=time.monotonic() - started)
+    emit(rank=rank, ok=True, states=[row.state for row in summary.rows], seconds=time.monotonic() - started,
+         decided=sorted(kernel.tuner.decided))
+
+
+@case
+def campaign_killed_unit():
+    """Two keys, one per rank, T = 2 s, 6 configs (old round deadline: 3 x 10 = 30 s): rank 1 SIGKILLs itself at
+    its third call while rank 0 (a fast key) waits at the round. Rank 0 must end within T + grace of the kill."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    calls = [0]
+
+    @tdt.autotune([{"v": v} for v in range(6)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=3,
+                  timing="cold", name="killed_unit")
+    def kernel(x, *, v):
+        if rank == 1:
+            calls[0] += 1
+            if calls[0] == 3:
+                Path(os.environ["KILLED_AT"]).write_text(repr(time.time()))
+                os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.01)
+        return x
+
+    started = time.monotonic()
+    try:
+        tdt.campaign(kernel, lambda n: torch.ones(n), [8, SLOW_KEY], local=True, progress=False)
+    except GroupTimeoutError as exc:
+        leave(rank=rank, ok=False, error=str(exc)[:600], ended=time.time(), seconds=time.monotonic() - started)
+    leave(rank=rank, ok=True, ended=time.time(), seconds=time.monotonic() - started)
+
+
+TILES = [{"tile": t} for t in (16, 32, 64)]
+
+
+@case
+def nearest_pruned():
+    """A collective function, a shape-based ``prune_fn`` (a tile wider than the rows or than the second input
+    would read out of bounds) and ``undecided="nearest"``: a campaign decides M = 32 and 64 (tile 32 and 64), then
+    calls at M = 60: the nearest key's tile 64 is pruned, the next-nearest's tile 32 is kept on rank 0, but rank 1's
+    second input is 24 long, so only tile 16 is kept on every rank: every rank serves tile 16, agreed in one
+    exchange; the next call at M = 60 serves it again with none."""
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    ran: list[tuple[int, int, int]] = []
+
+    def prune(config, x, y):
+        return config["tile"] <= x.shape[0] and config["tile"] <= y.shape[0]
+
+    @tdt.autotune(TILES, key_fn=lambda x, y: x.shape[0], prune_fn=prune, n_warmup=1, n_repeat=3, timing="cold",
+                  name="tiles", undecided="nearest")
+    def kernel(x, y, *, tile):
+        ran.append((x.shape[0], y.shape[0], tile))
+        time.sleep({16: 0.040, 32: 0.020, 64: 0.004}[tile])
+        y = x * tile
+        dist.all_reduce(y)
+        return y
+
+    tdt.campaign(kernel, lambda m: (torch.ones(m), torch.ones(m)), [32, 64], progress=False)
+    decided = {str(k): v["tile"] for k, v in kernel.tuner.decided.items()}
+    channel = resolve_group(None)
+    ran.clear()
+    seq = channel._seq
+    out = kernel(torch.ones(60), torch.ones(60 if rank == 0 else 24))
+    first_exchanges = channel._seq - seq
+    out2 = kernel(torch.ones(60), torch.ones(60 if rank == 0 else 24))
+    emit(rank=rank, decided=decided, served=[t for _, _, t in ran], exchanges=[first_exchanges,
+         channel._seq - seq - first_exchanges], out=[out[0].item(), out2[0].item()],
+         out_of_bounds=[r for r in ran if r[2] > min(r[0], r[1])])
+
+
+@case
+def local_learned_pruned():
+    """A rank-local function and a local campaign over M = 32 and 64 (rank 0 tunes 32, rank 1 tunes 64); rank 1
+    builds its calls with a second input 16 long, so its ``prune_fn`` keeps only tile 16: rank 0's decision for
+    M = 32 (tile 32) must not be applied on rank 1, and rank 1's own (tile 16) applies everywhere."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+
+    def prune(config, x, y):
+        return config["tile"] <= x.shape[0] and config["tile"] <= y.shape[0]
+
+    @tdt.autotune(TILES, key_fn=lambda x, y: x.shape[0], prune_fn=prune, n_warmup=1, n_repeat=3, timing="cold",
+                  name="local_tiles")
+    def kernel(x, y, *, tile):
+        time.sleep({16: 0.040, 32: 0.020, 64: 0.004}[tile])
+        return x * tile
+
+    tdt.campaign(kernel, lambda m: (torch.ones(m), torch.ones(m if rank == 0 else 16)), [32, 64], local=True,
+                 progress=False)
+    emit(rank=rank, decided={str(k): v["tile"] for k, v in kernel.tuner.decided.items()})
+
+
+@case
+def contextual_off_agreement():
+    """Case 9: ``contextual_autotune`` on 2 ranks with ``sync_every=4``, 12 calls: both ranks launch n = 64 in
+    every call; rank 1 also launches n = 32 in the calls that are not agreement points (2, 3, 5, 6, 7, 9, 10, 11).
+    The n = 32 key must get decided, and rank 1 must settle it (wait the new-key grace) once, not in every call."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    import triton
+    import triton.language as tl
+
+    from triton_dist_tune.contextual import contextual_autotune
+
+    def nap(index: int):
+        def hook(nargs):
+            time.sleep((0.004, 0.040)[index])
+        return hook
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=nap(i)) for i, b in enumerate((128, 256))],
+                     key=["n"])
+    @triton.jit
+    def inc(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
+
+    tdt.init_distributed(backend="gloo")
+    me = dist.get_rank()
+
+    @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1, sync_every=4)
+    def layer(call):
+        sizes = [64, 32] if me == 1 and call >= 2 and call % 4 else [64]
+        ok = True
+        for n in sizes:
+            x = torch.arange(n, dtype=torch.float32)
+            out = torch.empty_like(x)
+            inc[(triton.cdiv(n, 128),)](x, out, n)
+            ok = ok and bool(torch.equal(out, x + 1))
+        total = torch.tensor([1.0])
+        dist.all_reduce(total)
+        return ok
+
+    oks = [layer(call) for call in range(1, 13)]
+    from triton_dist_tune.contextual.tracks import group_choice
+
+    group = layer.tuner.group()
+    decided = sorted(tid[1].split(",")[0].strip("(") for tid in layer.tuner.decisions)
+    choices = {str(n): group_choice(group, (tid[0], tid[1])) for tid in layer.tuner.decisions
+               for n in [tid[1].split(",")[0].strip("(")]}
+    emit(rank=me, ok=all(oks), decided=decided, choices=choices, agreed=layer.tuner.agreed_calls)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""Issue 30 cases 2, 7, 9, 10, 11 and issue 29 item 9, with real processes: campaign rounds under a deadline tied
+to progress, served decisions that ``prune_fn`` keeps, contextual keys met off the agreement points, log files
+kept per job, and ``import`` all or nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from harness import base_env, describe, run_ranks, tuner_env
+
+from triton_dist_tune.disk.cache import hardware, versions
+from triton_dist_tune.disk.decisions import BUNDLE_FORMAT, BUNDLE_KIND
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m triton_dist_tune ARGS`` in a process of its own."""
+    return subprocess.run([sys.executable, "-m", "triton_dist_tune", *args], env=base_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# -- case 11: import checks the whole bundle, refuses duplicates, writes all or nothing --------------------------
+
+
+def entry_data(index: int, **extra: object) -> dict:
+    hw = hardware()
+    return {"format": 2, "function": "fn", "key": str(index), "index": index, "config": f"{{BLOCK: {index}}}",
+            "time_ms": 1.0, "versions": versions(), "gpu": hw["gpu"], "gpu_count": hw["gpu_count"], **extra}
+
+
+def bundle(tmp_path: Path, entries: list[tuple[str, dict]], name: str = "bundle.json") -> Path:
+    path = tmp_path / name
+    text = json.dumps({"kind": BUNDLE_KIND, "format": BUNDLE_FORMAT, "created": 0.0, "versions": versions(),
+                       "entries": [{"path": p, "data": d} for p, d in entries]})
+    path.write_text(text.replace('"time_ms": "NaN"', '"time_ms": NaN'))  # JSON's reader takes NaN, its writer not
+    return path
+
+
+def files_under(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.timeout(120)
+def test_import_refuses_duplicates_and_is_all_or_nothing(tmp_path):
+    """Case 11: a bundle with two entries for one file is refused (before: both written, the last won); a bundle
+    whose second entry cannot be written as JSON (NaN) or whose place is taken writes nothing (before: the first
+    was written, then exit 2); a replaced file keeps its content when a later entry fails; a good bundle imports."""
+    target = tmp_path / "cache"
+    dup = bundle(tmp_path, [("fn/a.json", entry_data(0)), ("fn/b.json", entry_data(1)),
+                            ("fn//a.json", entry_data(2))], "dup.json")
+    out = cli("import", str(dup), "--cache-dir", str(target))
+    assert out.returncode == 2 and "entries 1 and 3" in out.stderr and "fn/a.json" in out.stderr, out.stderr
+    assert not target.exists(), files_under(target)
+
+    nan = bundle(tmp_path, [("fn/a.json", entry_data(0)), ("fn/b.json", entry_data(1, time_ms="NaN"))], "nan.json")
+    out = cli("import", str(nan), "--cache-dir", str(target))
+    assert out.returncode == 2 and "entry 2 (fn/b.json)" in out.stderr, out.stderr
+    assert not target.exists(), files_under(target)
+
+    (target / "fn").mkdir(parents=True)
+    (target / "fn" / "a.json").write_text(json.dumps(entry_data(5)))
+    before = files_under(target)
+    (target / "fn" / "b.json").mkdir()  # a folder where the second entry goes
+    blocked = bundle(tmp_path, [("fn/a.json", entry_data(0)), ("fn/b.json", entry_data(1))], "blocked.json")
+    out = cli("import", str(blocked), "--force", "--cache-dir", str(target))
+    assert out.returncode == 2 and "nothing" in out.stderr, out.stderr
+    assert files_under(target) == before
+    assert not [p for p in (target / "fn").iterdir() if p.name.startswith(".")], "a staged file was left behind"
+
+    (target / "fn" / "b.json").rmdir()
+    out = cli("import", str(blocked), "--force", "--json", "--cache-dir", str(target))
+    assert out.returncode == 0, out.stderr
+    assert sorted(Path(p).name for p in json.loads(out.stdout)["imported"]) == ["a.json", "b.json"]
+    assert json.loads((target / "fn" / "a.json").read_text())["index"] == 0
+
+
+# -- case 10 and issue 29 item 9: log files kept per job, never rewritten under a writer ------------------------
+
+LOG_WRITER = Path(__file__).resolve().parent / "scenarios" / "reliability_b_logs.py"
+
+
+def log_writer(folder: Path, job: str, rank: int, marker: str, *hold: Path) -> subprocess.Popen:
+    """A process of job ``job`` (rank ``rank``) that logs ``marker first`` (and, holding, ``marker second``)."""
+    env = base_env({"TORCHELASTIC_RUN_ID": job, "RANK": str(rank), "WORLD_SIZE": "2",
+                    "TRITON_DIST_AUTOTUNE_LOG_DIR": str(folder)})
+    return subprocess.Popen([sys.executable, str(LOG_WRITER), marker, *map(str, hold)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+
+
+def lines_with(folder: Path, text: str) -> int:
+    """How many records of the folder's JSON-lines files hold ``text`` (records name their job: exact)."""
+    return sum(line.count(text) for path in folder.glob("rank-*.jsonl") for line in path.read_text().splitlines())
+
+
+@pytest.mark.timeout(120)
+def test_rotation_never_rewrites_a_file_a_running_job_writes(tmp_path):
+    """Case 10: job ``long`` opens rank-0.log and keeps running while 5 other jobs start in the folder (the 6th
+    job makes a rotation drop the oldest, ``long``); its second record must be in the file (before: the file was
+    replaced under its open handler and the record vanished, 0 lines)."""
+    folder = tmp_path / "logs"
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    holder = log_writer(folder, "long", 0, "LONG", ready, go)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert time.monotonic() < deadline and holder.poll() is None, holder.communicate()
+        time.sleep(0.05)
+    for n in range(5):
+        finish([log_writer(folder, f"later{n}", 0, f"LATER{n}")])
+    go.touch()
+    finish([holder])
+    assert lines_with(folder, "LONG first") == 1 and lines_with(folder, "LONG second") == 1
+    # the folder is free now: the next job drops the oldest jobs, ``long`` first, from every file
+    finish([log_writer(folder, "next", 0, "NEXT")])
+    assert lines_with(folder, "LONG") == 0 and lines_with(folder, "LATER0") == 0 and lines_with(folder, "NEXT") == 1
+    assert not list(folder.glob("*.partial")), list(folder.iterdir())
+
+
+@pytest.mark.timeout(120)
+def test_jobs_kept_as_jobs_and_listed_with_their_ranks(tmp_path):
+    """Issue 29 item 9: a 2-rank job, then single-process jobs: the 2-rank job stays whole (both ranks) while it is
+    among the last 5 jobs and leaves all its files together (before: a single-process job pushed it out of
+    rank-0.log only, and ``logs --list`` counted it with 1 rank)."""
+    folder = tmp_path / "logs"
+    finish([log_writer(folder, "pair", 0, "PAIR0"), log_writer(folder, "pair", 1, "PAIR1")])
+    for n in range(4):
+        finish([log_writer(folder, f"solo{n}", 0, f"SOLO{n}")])
+    listed = cli("logs", "--list", "--log-dir", str(folder))
+    assert listed.returncode == 0, listed.stderr
+    first = listed.stdout.splitlines()[0]
+    assert first.startswith("torchelastic-pair ") and "  2 rank(s)" in first, listed.stdout
+    assert lines_with(folder, "PAIR0 first") == 1 and lines_with(folder, "PAIR1 first") == 1
+    finish([log_writer(folder, "solo4", 0, "SOLO4")])  # the 6th job: the oldest, the pair, leaves whole
+    assert lines_with(folder, "PAIR0") == 0 and lines_with(folder, "PAIR1") == 0, "the pair job left only in part"
+    listed = cli("logs", "--list", "--log-dir", str(folder))
+    assert len(listed.stdout.splitlines()) == 5 and "pair" not in listed.stdout, listed.stdout
+
+
+@pytest.mark.timeout(120)
+def test_concurrent_rotators_lose_no_record(tmp_path):
+    """Case 10: 6 jobs start at once in a folder that holds 5 old jobs, each rotating it: no rotator fails on
+    another's temporary file (before: they shared one ``.partial`` name), and every new job's record is kept."""
+    folder = tmp_path / "logs"
+    for n in range(5):
+        finish([log_writer(folder, f"old{n}", 0, f"OLD{n}")])
+    ready = [tmp_path / f"ready{n}" for n in range(6)]
+    go = tmp_path / "go"
+    procs = [log_writer(folder, f"new{n}", 0, f"NEW{n}", ready[n], go) for n in range(6)]
+    deadline = time.monotonic() + 60
+    while not all(r.exists() for r in ready):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+    go.touch()
+    finish(procs)
+    for n in range(6):
+        assert lines_with(folder, f"NEW{n} first") == 1 and lines_with(folder, f"NEW{n} second") == 1, n
+    assert not list(folder.glob("*.partial")), list(folder.iterdir())
+    for line in (folder / "rank-0.jsonl").read_text().splitlines():
+        json.loads(line)  # whole lines only
+
+
+# -- case 2: a campaign round's deadline follows the units' progress -------------------------------------------
+
+CASES = Path(__file__).resolve().parent / "scenarios" / "reliability_b_cases.py"
+
+
+@pytest.mark.timeout(150)
+def test_campaign_waits_for_a_slow_but_healthy_unit(tmp_path):
+    """Case 2 (a): rank 1's key takes longer than the old round deadline (18 s with T = 2 s): before, rank 0 gave
+    up with GroupTimeoutError; now both ranks end the campaign normally, each key tuned."""
+    env = tuner_env(tmp_path, timeout=2, BUILD_S="20")
+    results = run_ranks(CASES, 2, ["campaign_slow_unit"], env=env, timeout=140)
+    for r in results:
+        print(f"rank {r.rank}: {r.result}")
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result["ok"], r.result
+        assert r.result["states"] == ["tuned", "tuned"] and r.result["decided"] == [8, 16], r.result
+        assert r.result["seconds"] > 18, r.result  # it did outlast the old deadline
+
+
+@pytest.mark.timeout(150)
+def test_campaign_notices_a_killed_unit_within_its_deadline(tmp_path):
+    """Case 2 (b): rank 1 is SIGKILLed inside its tuning; rank 0, waiting at the round, ends with a
+    GroupTimeoutError naming it within T + grace of the kill (T = 2 s: exchange_timeout 3 s, a beat 0.5 s), not
+    at the old deadline (30 s after the round began). Asserted below 10 s, a third of the old deadline."""
+    killed_at = tmp_path / "killed_at"
+    env = tuner_env(tmp_path, timeout=2, KILLED_AT=str(killed_at))
+    results = run_ranks(CASES, 2, ["campaign_killed_unit"], env=env, timeout=140)
+    assert results[1].returncode == -9, describe(results)
+    assert results[0].returncode == 0, describe(results)
+    out = results[0].result
+    waited = out["ended"] - float(killed_at.read_text())
+    print(f"rank 0 ended {waited:.2f} s after rank 1 was killed ({out['seconds']:.2f} s into the campaign)")
+    assert not out["ok"] and "unit(s) [1]" in out["error"] and "no sign of life" in out["error"], out
+    assert waited < 10, out
+
+
+# -- case 7: a served decision runs only a config prune_fn keeps, agreed by the group ---------------------------
+
+
+@pytest.mark.timeout(150)
+def test_nearest_serves_only_a_kept_config_agreed_by_the_group(tmp_path):
+    """Case 7: M = 64's tile 64 is not served at M = 60 where ``prune_fn`` forbids it (before: it ran, an
+    out-of-bounds kernel on a GPU); the next-nearest key's tile 32 is kept on rank 0 only, so both ranks serve
+    tile 16 (kept everywhere), agreed in one exchange at the first call and none at the next."""
+    results = run_ranks(CASES, 2, ["nearest_pruned"], env=tuner_env(tmp_path, timeout=20), timeout=140)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        out = r.result
+        assert out["decided"] == {"32": 32, "64": 64}, out
+        assert out["out_of_bounds"] == [] and out["served"] == [16, 16], out
+        assert out["exchanges"] == [1, 0], out
+        assert out["out"] == [2 * 16, 2 * 16], out
+
+
+@pytest.mark.timeout(150)
+def test_local_campaign_applies_only_decisions_prune_fn_keeps_here(tmp_path):
+    """Case 7, a local campaign's learned decisions: rank 0's tile 32 for M = 32 is not applied on rank 1, whose
+    ``prune_fn`` leaves it out for its own call (before: applied); rank 1's tile 16 for M = 64 applies on both."""
+    results = run_ranks(CASES, 2, ["local_learned_pruned"], env=tuner_env(tmp_path, timeout=20), timeout=140)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert results[0].result["decided"] == {"32": 32, "64": 16}, results[0].result
+    assert results[1].result["decided"] == {"64": 16}, results[1].result
+
+
+# -- case 9: a contextual key met off the agreement points stays pending and gets tuned --------------------------
+
+
+@pytest.mark.timeout(200)
+def test_contextual_key_met_off_agreement_points_is_tuned_and_settled_once(tmp_path):
+    """Case 9: rank 1 meets n = 32 only in calls that are not agreement points (sync_every=4). Before: popped at
+    each agreement and dropped, never tuned, and every call meeting it paid the grace (8 settles on rank 1 in 12
+    calls). Now: it is decided (in the tuning window the agreement at call 4 opens, at call 5) and rank 1 settles
+    it in its 1st and 2nd meeting only (calls 2 and 3; counted in its log: 'undecided key(s) met here' lines)."""
+    env = tuner_env(tmp_path, timeout=30)
+    results = run_ranks(CASES, 2, ["contextual_off_agreement"], env=env, timeout=190)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    settles = {}
+    for r in results:
+        (log,) = (tmp_path / "logs").rglob(f"rank-{r.rank}.log")
+        settles[r.rank] = log.read_text().count("undecided key(s) met here")
+    print(f"settles (grace waits) per rank: {settles}; results: {[r.result for r in results]}")
+    for r in results:
+        out = r.result
+        assert out["ok"], out
+        assert "32" in out["choices"] and out["choices"]["32"] is not None, out
+        assert out["agreed"] == [4], out
+    assert settles == {0: 0, 1: 2}, settles

@@ -1,0 +1,161 @@
+"""The deadline of a campaign round, tied to the units' progress instead of a worst case.
+
+A round of a campaign lasts as long as its slowest unit's tuning: a fixed deadline is wrong both ways (a slow but
+healthy unit makes the others give up; a dead unit makes them wait the whole worst case). Instead every rank of the
+round exchange (``plan.across``) beats a counter in the job's key-value store while the campaign runs (a daemon
+thread, every :func:`beat_interval` seconds), and marks in the store when it has finished its share of a round.
+A rank waiting at a round watches the others' marks and counters: while a unit's counter moves it is alive and
+its tuning goes on under the tuning's own deadlines (the watchdog bounds every run of a config, every exchange of
+its group has its deadline), so the wait goes on; a unit whose counter has not moved for ``exchange_timeout(T)``
+seconds (its process ended, was killed, or is frozen) ends the wait on every other rank with a
+:class:`~triton_dist_tune.GroupTimeoutError` naming it, within T + grace of its end. Only when every unit has
+marked the round does the round's exchange run (with an exchange deadline: everyone is there).
+
+A group without a key-value store (mpi4py) has no side channel: its rounds keep one deadline per round, long
+enough for the round's worst case (``exchange_timeout(T) x (configs + 4)``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from ..errors import GroupTimeoutError
+from ..faults.watchdog import exchange_timeout
+from ..group.channel import Group, report_waiting
+from ..settings import current
+
+#: campaigns run by this process per round-exchange group (every member runs them in the same order)
+_campaigns: dict[tuple, int] = {}
+
+
+def beat_interval(timeout: float) -> float:
+    """Seconds between two beats of a unit, and between two looks of a waiting rank: at most a second, and a
+    quarter of the deadline for small ones."""
+    return max(0.05, min(1.0, timeout / 4))
+
+
+@dataclass
+class _Seen:
+    """What a waiting rank last saw of a unit: its beat counter and when the counter last moved."""
+
+    count: int | None
+    since: float
+
+
+@dataclass
+class RoundWatch:
+    """The progress side channel of one campaign on its round-exchange group (see the module docstring)."""
+
+    group: Group
+    name: str
+    timeout: float
+    #: the store keys' prefix of this campaign (None: no store, a plain deadline per round)
+    scope: str | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    @classmethod
+    def start(cls, group: Group, name: str, timeout: float) -> RoundWatch:
+        """The watch of a campaign on ``group``, beating already (every member calls this at the same point)."""
+        watch = cls(group, name, timeout)
+        if group.size > 1 and hasattr(group, "key") and hasattr(group, "store"):
+            n = _campaigns[group.identity] = _campaigns.get(group.identity, 0) + 1
+            watch.scope = group.key(f"campaign{n}/")
+            watch._beat()
+            watch._thread = threading.Thread(target=watch._beating, name=f"tdt-campaign-beat-{name}", daemon=True)
+            watch._thread.start()
+        return watch
+
+    @property
+    def watched(self) -> bool:
+        """Whether the rounds are watched through the store (else a plain deadline per round)."""
+        return self.scope is not None
+
+    def _beat_key(self, unit: int) -> str:
+        return f"{self.scope}beat/{unit}"
+
+    def _done_key(self, round_: int, unit: int) -> str:
+        return f"{self.scope}done/{round_}/{unit}"
+
+    def _beat(self) -> None:
+        self.group.store.add(self._beat_key(self.group.rank), 1)  # type: ignore[attr-defined]
+
+    def _beating(self) -> None:
+        every = beat_interval(self.timeout)
+        while not self._stop.wait(every):
+            try:
+                self._beat()
+            except Exception:  # the store is gone: the waits say so; a beat thread must never raise
+                return
+
+    def finished(self, round_: int) -> None:
+        """This unit has finished its share of round ``round_``."""
+        if self.watched:
+            self.group.store.set(self._done_key(round_, self.group.rank), b"1")  # type: ignore[attr-defined]
+
+    def passed(self, round_: int) -> None:
+        """Every unit has left round ``round_`` (its exchange ran): this unit's mark of it is no longer read."""
+        if self.watched:
+            try:
+                self.group.store.delete_key(self._done_key(round_, self.group.rank))  # type: ignore[attr-defined]
+            except Exception:
+                pass
+
+    def wait(self, round_: int, what: str) -> None:
+        """Return when every unit has finished round ``round_``; raise :class:`GroupTimeoutError` (naming the
+        units) when some unit shows no sign of life for ``exchange_timeout(T)`` seconds."""
+        if not self.watched:
+            return
+        store, every = self.group.store, beat_interval(self.timeout)  # type: ignore[attr-defined]
+        window, progress_s = exchange_timeout(self.timeout), current().progress_s
+        others = [u for u in range(self.group.size) if u != self.group.rank]
+        started = time.monotonic()
+        seen = {u: _Seen(None, started) for u in others}
+        reported = 0.0
+        while True:
+            try:
+                missing = [u for u in others if not store.check([self._done_key(round_, u)])]
+                if not missing:
+                    return
+                began = time.monotonic()
+                try:
+                    store.wait([self._done_key(round_, u) for u in missing], timedelta(seconds=every))
+                    continue
+                except Exception:  # a timeout after ``every`` s, or the store went away at once
+                    if time.monotonic() - began < 0.9 * every:
+                        raise
+                now = time.monotonic()
+                counts = {unit: int(store.add(self._beat_key(unit), 0)) for unit in missing}
+            except Exception as exc:
+                raise GroupTimeoutError(
+                    f"triton_dist_tune: rank {self.group.rank} of group '{self.group.title}' lost the key-value store "
+                    f"at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 without torchrun) has "
+                    "ended") from exc
+            for unit, count in counts.items():
+                if count != seen[unit].count:
+                    seen[unit] = _Seen(count, now)
+            lost = [u for u in missing if now - seen[u].since > window]
+            if lost:
+                raise GroupTimeoutError(self._lost_message(lost, what, now - started))
+            if now - started - reported >= progress_s:
+                reported = now - started
+                report_waiting(self.group.rank, self.group.title, what, missing,
+                               getattr(self.group, "global_ranks", None), reported, window)
+
+    def _lost_message(self, lost: list[int], what: str, waited: float) -> str:
+        ranks: Any = getattr(self.group, "global_ranks", None)
+        globals_ = f" (global ranks {[ranks[u] for u in lost]})" if ranks else ""
+        return (f"triton_dist_tune: campaign {self.name}: rank {self.group.rank} of group '{self.group.title}' "
+                f"waited {waited:.1f} s at '{what}'; unit(s) {lost}{globals_} showed no sign of life for "
+                f"{exchange_timeout(self.timeout):g} s (their process ended, was killed or is frozen). Rerun the "
+                "campaign: the keys decided so far are in the cache")
+
+    def close(self) -> None:
+        """Stop beating (the campaign is over, or this rank leaves it with an error)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * beat_interval(self.timeout))
