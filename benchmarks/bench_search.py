@@ -346,7 +346,6 @@ class GraphClock:
     label = "CUDA graph of 20 launches, replayed; device events"
 
     def __init__(self) -> None:
-        self.pool = torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream()
 
     def capture(self, call: Callable[[], None]) -> torch.cuda.CUDAGraph:
@@ -356,7 +355,9 @@ class GraphClock:
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.stream(self.stream):
-            graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
+            # each graph its own memory pool: a pool shared by graphs that were freed is released with them, and a
+            # capture into it then fails an allocator assertion (seen on an H100, torch 2.11)
+            graph.capture_begin(capture_error_mode="thread_local")
             try:
                 for _ in range(GRAPH_CALLS):
                     call()
