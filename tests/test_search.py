@@ -182,3 +182,15 @@ def test_a_config_written_as_a_string_of_numbers_or_a_triton_config_is_a_point_o
     triton = pytest.importorskip("triton")
     space = [{"cfg": triton.Config({"BLOCK_M": m}, num_warps=w)} for m in (16, 32) for w in (4, 8)]
     assert "cfg.BLOCK_M" in Grid(space, range(4)).names and "cfg.num_warps" in Grid(space, range(4)).names
+
+
+def test_a_move_pruning_forbids_is_repaired_and_a_whole_line_is_reached():
+    # BLOCK_K 64 -> 128 does not fit at 5 stages: the repaired move takes 128 at 4 stages; a line of 4 tile sizes
+    # reaches the farthest too (after the nearer moves and the pairs)
+    space = [dict(BLOCK_M=m, BLOCK_K=k, stages=s) for m in (16, 32, 64, 128) for k in (64, 128) for s in (4, 5)]
+    kept = [i for i, c in enumerate(space) if not (c["BLOCK_K"] == 128 and c["stages"] == 5)]
+    grid = Grid(space, kept)
+    at = {(c["BLOCK_M"], c["BLOCK_K"], c["stages"]): i for i, c in enumerate(space)}
+    order = [(space[i]["BLOCK_M"], space[i]["BLOCK_K"], space[i]["stages"]) for i in grid.neighbours(at[(16, 64, 5)])]
+    assert (16, 128, 4) in order  # repaired: one stage fewer
+    assert order.index((32, 64, 5)) < order.index((64, 64, 5)) < order.index((128, 64, 5))

@@ -47,7 +47,7 @@ class SearchPlan:
     #: configs in the first look (seeds included); 0: from the space's size (:func:`initial_size`)
     initial: int = 0
     #: how many of the best configs' neighbourhoods each stage explores
-    leaders: int = 3
+    leaders: int = 4
     #: configs in one stage at most
     stage_cap: int = 32
     #: configs screened at most (0: from the space's size, :func:`measured_cap`)
