@@ -6,7 +6,9 @@ After the exchange that ends a run (every rank in lock step, with the same data)
 first in that run and that the group has not decided:
 
 1. the configs to compile are the same list on every rank: the track's configs not failed and not measured, in
-   its config order, less those some rank launched in the run (their kernels are compiled already);
+   its config order, less those some rank launched in the run (their kernels are compiled already); for a track
+   whose space is searched, only its current stage's configs, and again at each new stage (the ranks that met it
+   keep the arguments of its first launch until its finalists' stage);
 2. the ranks of this node (same host name and Triton cache folder,
    :func:`~triton_dist_tune.measure.precompile.node_ranks`) that met the track in the run split them: the k-th is
    compiled by the (k mod n)-th of those n ranks (:func:`~triton_dist_tune.measure.precompile.my_share`), with the
@@ -71,27 +73,33 @@ def precompile_new(session: Session, exchanged: Exchanged) -> None:
             if plans:  # decided from shared data: every rank compiles (its share) and agrees, or none does
                 _compile_and_agree(session, plans)
     finally:
-        for local in session.local.values():
-            local.sample = None  # the arguments of the first launch are not kept longer than this
+        for tid, local in session.local.items():
+            track = session.tracks.get(tid)
+            if track is None or track.done or track.search is None or track.final:
+                local.sample = None  # the arguments of the first launch are not kept longer than this (a search
+                # keeps them until its finalists: each stage compiles its own configs ahead)
 
 
 def _plans(session: Session, exchanged: Exchanged) -> list[Plan]:
     """The tracks to compile ahead, in track order; the node is found (once per tuner and group) when some are."""
-    todos: list[tuple[TrackId, list[int]]] = []
-    for tid in sorted(exchanged.met):
+    todos: list[tuple[TrackId, list[int], list[int]]] = []
+    for tid in sorted(session.tracks):
         track = session.tracks[tid]
-        if track.done:
-            continue
+        stage = track.stage()
+        if track.done or (tid not in exchanged.met and stage == track.compiled_stage):
+            continue  # met before, and no new stage of its search since its last compile
+        track.compiled_stage = stage
+        met = sorted(exchanged.met[tid]) if tid in exchanged.met else list(track.holders)
         launched = exchanged.launched.get(tid, set())
-        todo = [i for i in track.order if i not in track.failed and i not in track.times and i not in launched]
+        todo = [i for i in track.batch if i not in track.failed and i not in track.times and i not in launched]
         if todo:
-            todos.append((tid, todo))
+            todos.append((tid, todo, met))
     if not todos:
         return []
     node = _node(session)
     plans, base = [], 0
-    for tid, todo in todos:
-        plans.append(Plan(tid, todo, [r for r in node if r in exchanged.met[tid]], base))
+    for tid, todo, met in todos:
+        plans.append(Plan(tid, todo, [r for r in node if r in met], base))
         base += len(session.tracks[tid].descriptions)
     return plans
 

@@ -64,6 +64,8 @@ class Track:
         self.search: PatternSearch | None = None
         self.batch: list[int] = self.order
         self.final = True
+        #: the stage whose configs were last compiled ahead (:mod:`~.compiling`)
+        self.compiled_stage: tuple[int, bool] | None = None
         mode = agreed_search_mode(self.label, infos)
         if first.get("params") and search_applies(mode, len(self.order)):
             self.search = PatternSearch(first["params"], self.order, SearchPlan(seed=self.label))
@@ -92,6 +94,10 @@ class Track:
             self._start_race()
 
     # -- state -----------------------------------------------------------------------------------------------------
+
+    def stage(self) -> tuple[int, bool]:
+        """(the search's stages so far, whether the finalists race): changes when a new stage begins."""
+        return (len(self.search.stages) if self.search is not None else 0), self.final
 
     @property
     def done(self) -> bool:
