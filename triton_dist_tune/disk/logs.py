@@ -393,12 +393,17 @@ def group_title(group: Any) -> str:
 
 
 def print_summary(name: str, key_text: str, group: Any, decision: Decision, cache_file: Path) -> None:
-    """Print a finished tuning on the console, in the form Triton users know, with where it was written."""
+    """Print a finished tuning on the console, in the form Triton users know, with where it was written. After a
+    search, the configs it did not screen are counted, not listed."""
+    shown = [o for o in decision.outcomes if not (decision.search and o.state == "pruned")]
+    left = len(decision.outcomes) - len(shown)
+    how = "timed on the device (CUDA graph replays)" if decision.clock == "graph" else "timed eagerly"
+    search = f"\n{decision.search}; {left} config(s) pruned or not screened" if decision.search else ""
     console().info(
         "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group '%s' "
-        "(%s timing, %d round(s)),\nbest config selected: %s%s;\n%s\ncache file: %s\nlogs: %s", name, key_text,
-        decision.seconds, group.size, group_title(group), decision.timing, decision.rounds, decision.config,
-        margin_text(decision), format_table(decision.outcomes, decision.index), cache_file, log_folder())
+        "(%s timing, %s, %d round(s)),%s\nbest config selected: %s%s;\n%s\ncache file: %s\nlogs: %s", name,
+        key_text, decision.seconds, group.size, group_title(group), decision.timing, how, decision.rounds, search,
+        decision.config, margin_text(decision), format_table(shown, decision.index), cache_file, log_folder())
 
 
 def print_cache_hit(name: str, key_text: str, group: Any, chosen: str, cache_file: Path) -> None:
