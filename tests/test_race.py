@@ -393,3 +393,31 @@ def test_a_steady_round_runs_settling_and_span_back_to_back_with_one_exchange_pe
         assert all(sorted(c) == leaders for c in cycles), cycles  # every leader once in each settled round
         outcome = {o["index"]: (o["state"], o["samples"]) for o in r["outcomes"]}
         assert outcome[3] == ("stopped", 2) and all(outcome[i] == ("measured", 6) for i in leaders)
+
+
+def test_an_unsettled_near_tie_of_the_finalists_gets_more_settled_blocks_and_a_clear_one_does_not():
+    def settle(pairs, tie_blocks=2):
+        race = Race([0, 1], RacePlan(max_rounds=4, min_rounds=1, final_top=2, final_rounds=3, seed="s",
+                                     tie_blocks=tie_blocks))
+        for i in race.order():
+            race.record(i, [1.0])
+        race.end_round()
+        assert race.settling
+        rounds = 0
+        while not race.finished(0.0):
+            a, b = pairs[rounds % len(pairs)]
+            for i in race.order():
+                race.record(i, [a if i == 0 else b])
+            race.end_round()
+            rounds += 1
+        return race, rounds
+
+    # 3% apart, but config 1 is ahead in one round of three: a near-tie that more rounds can settle
+    race, rounds = settle([(1.00, 1.03), (1.03, 1.00), (1.00, 1.03)])
+    assert rounds == 9 and race.tie_blocks == 2  # the first block and two more, each of 3 rounds
+    race, rounds = settle([(1.00, 1.03)])  # config 1 clearly slower in every round: no more blocks
+    assert rounds == 3 and race.tie_blocks == 0 and race.winner() == 0
+    race, rounds = settle([(1.000, 1.004), (1.004, 1.000)])  # within the indifference margin: a tie, no more blocks
+    assert rounds == 3 and race.tie_blocks == 0
+    race, rounds = settle([(1.00, 1.03), (1.03, 1.00), (1.00, 1.03)], tie_blocks=0)  # off: the plan's rounds only
+    assert rounds == 3

@@ -168,7 +168,8 @@ def test_contextual_autotune_searches_an_inner_kernel_of_120_configs_alike_on_ev
     mine, other = (r.results[0] for r in results)
     assert mine == other
     assert mine["ok"] and mine["chosen_ms"] <= 1.10 * mine["best_ms"]
-    assert mine["launched"] < 120 / 2 and mine["runs"] < 300  # a part of the space, in far fewer runs than 1000
+    # at most 64 screened (the cap for 120 configs) and the first launch, in far fewer runs than the limit of 1000
+    assert mine["launched"] <= 65 and mine["runs"] < 300
     assert "skipped" in mine["states"]  # the configs the search did not reach
 
 

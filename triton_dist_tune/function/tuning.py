@@ -23,6 +23,7 @@ Once a key is decided, a call is a ``key_fn`` call, a dict lookup and the functi
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
@@ -38,7 +39,7 @@ from ..measure.arguments import ArgumentState, RandomState
 from ..measure.lockstep import Measurer, Todo
 from ..measure.precompile import compiles_here, precompile
 from ..measure.replicas import Layout, settle
-from ..measure.search import SearchPlan, search_applies
+from ..measure.search import TIE_BLOCKS, SearchPlan, search_applies
 from ..measure.timing import timing_mode
 from ..records import Decision, Outcome
 from ..space import describe_key, fingerprint
@@ -217,7 +218,7 @@ class Tuning:
         """Step 5 by search (:mod:`~triton_dist_tune.function.searched`): the stages, then the finalists' race."""
         searched = Searched(self, measurer, kept, earlier, lambda todo: self._precompile(todo, measurer))
         try:
-            outcomes, race = searched.run(SearchPlan(seed=seed), measurer.plan.race)
+            outcomes, race = searched.run(SearchPlan(seed=seed), replace(measurer.plan.race, tie_blocks=TIE_BLOCKS))
         except (KeyboardInterrupt, SystemExit) as exc:  # SIGINT, SIGTERM: journaled, and no config is blamed
             measurer.interrupted(exc)
             raise

@@ -26,12 +26,15 @@ further message.
   running wins (ties: the lower index). After settled rounds the leaders are ranked drift-free: by the median of
   each one's sample relative to the round's median leader sample (a drift of the machine between rounds, such as
   the host's speed for a host-bound function or the phase of the power limiter, cancels out).
+- **Near-ties** (``tie_blocks``, the finalists of a search): when the settled rounds leave the leader and the
+  runner-up a near-tie that is more than the indifference margin apart, another settled block runs (the same
+  length, the same leaders, interleaved and paired as before), at most ``tie_blocks`` times.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..records import Outcome
 from .stats import INDIFFERENCE, clearly_slower, median, paired_ratios, spread
@@ -61,6 +64,10 @@ class RacePlan:
     #: ``fast_below_ms`` (0: always ``final_top``)
     final_top_fast: int = 0
     fast_below_ms: float = 0.0
+    #: settled blocks added (``final_rounds`` rounds each) while the leader and the runner-up are a near-tie that
+    #: more samples can settle (the runner-up not clearly slower, yet more than the indifference margin apart), at
+    #: most this many: the finalists' paired shoot-out of a search
+    tie_blocks: int = 0
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1 or self.min_rounds < 1:
@@ -104,6 +111,9 @@ class Race:
         self.position = 0
         #: the round the settled rounds began with (None: still screening)
         self.settled_from: int | None = None
+        #: settled blocks added for a near-tie (``tie_blocks``), each of the first block's length
+        self.tie_blocks = 0
+        self._block = plan.final_rounds
 
     # -- running ---------------------------------------------------------------------------------------------------
 
@@ -201,12 +211,32 @@ class Race:
         if self.rounds == 0:
             return not self.running  # every config gets at least one sample, even alone
         if self.settled_from is not None:
-            done = self.rounds - self.settled_from >= self.plan.final_rounds
-            return done or self.rounds >= self.plan.max_rounds
+            done = self.rounds - self.settled_from >= self.plan.final_rounds or self.rounds >= self.plan.max_rounds
+            if done and self.tie_blocks < self.plan.tie_blocks and self._unsettled_tie():
+                self.tie_blocks += 1  # one more block, paired and interleaved as the first
+                cycles = self._block
+                self.plan = replace(self.plan, final_rounds=self.rounds - self.settled_from + cycles,
+                                    max_rounds=self.rounds + cycles)
+                return False
+            return done
         if len(self.running) <= 1 or self.rounds >= self.plan.max_rounds:
             return True
         budget = self.plan.budget_s
         return budget is not None and elapsed_s >= budget and self.rounds >= self.plan.min_rounds
+
+    def _unsettled_tie(self) -> bool:
+        """Whether the leader and the runner-up of the settled rounds are a near-tie that more samples could
+        settle: the runner-up not clearly slower, and more than the indifference margin apart (closer is a tie for
+        every practical purpose)."""
+        candidates = [i for i in self.running if self.entrants[i].settled]
+        if len(candidates) < 2:
+            return False
+        winner = self.leader(candidates)
+        runner_up = self.runner_up(winner)
+        if runner_up is None:
+            return False
+        margin, near_tie = self.margin(winner, runner_up)
+        return near_tie and margin is not None and margin > INDIFFERENCE
 
     # -- deciding --------------------------------------------------------------------------------------------------
 

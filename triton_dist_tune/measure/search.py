@@ -37,7 +37,10 @@ from .grid import Grid
 #: the search is used (``search="auto"``) when more configs than this are kept after pruning: at or below it the
 #: exhaustive race costs a few seconds and is what the 48-config figures were measured with
 SEARCH_ABOVE = 64
-__all__ = ["SEARCH_ABOVE", "SEARCH_MODES", "PatternSearch", "SearchPlan", "search_applies", "simulate"]
+#: settled blocks the finalists' race may add while its leader and runner-up are an unsettled near-tie
+#: (:class:`~triton_dist_tune.measure.race.RacePlan` ``tie_blocks``)
+TIE_BLOCKS = 2
+__all__ = ["SEARCH_ABOVE", "SEARCH_MODES", "TIE_BLOCKS", "PatternSearch", "SearchPlan", "search_applies", "simulate"]
 
 
 @dataclass(frozen=True)
