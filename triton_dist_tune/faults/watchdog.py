@@ -158,8 +158,8 @@ class Watchdog:
                 faulthandler.dump_traceback_later(left + BACKSTOP_S, exit=True)
             else:
                 faulthandler.cancel_dump_traceback_later()
-        except (AttributeError, OSError, RuntimeError, ValueError):  # no usable stderr: no backstop
-            pass
+        except (AttributeError, OSError, RuntimeError, ValueError, OverflowError):  # no usable stderr, or a
+            pass  # deadline past the platform's time_t (refused when checked: settings.MAX_SECONDS): no backstop
 
     def stop(self) -> None:
         """End the watchdog thread (at interpreter exit), so that no thread of ours outlives the interpreter."""

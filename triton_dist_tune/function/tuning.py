@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING, Any
 from .. import settings
 from ..disk import logs
 from ..disk.cache import entry_id
-from ..errors import AllConfigsFailedError, BadInputError, describe_error
+from ..errors import (
+    AllConfigsFailedError,
+    BadInputError,
+    DevicePoisonedError,
+    GroupTimeoutError,
+    RankFailedError,
+    describe_error,
+)
 from ..faults.journal import Journal
 from ..faults.recovery import across, interruptible, journal_path, shared_view
 from ..faults.watchdog import WATCHDOG, Guard
@@ -196,6 +203,11 @@ class Tuning:
                 outcomes += measurer.sharded(todo) if tuner.options.sharded else measurer.lockstep(todo)
         except (KeyboardInterrupt, SystemExit) as exc:  # SIGINT, SIGTERM: journaled, and no config is blamed
             measurer.interrupted(exc)
+            raise
+        except (RankFailedError, GroupTimeoutError, DevicePoisonedError):
+            raise  # the evidence is journaled where it arose (a failing rank, a hung one, a poisoned context)
+        except Exception as exc:  # the tuner's own code (or a refused exchange): the config in flight is not blamed
+            measurer.not_blamed(exc)
             raise
         finally:
             measurer.compiles.close()

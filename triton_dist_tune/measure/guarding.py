@@ -85,13 +85,25 @@ class Guarding:
         except Exception as exc:  # the store is going away: the exchange will say so
             self.log.warning("%s cannot post the failure of config %d (%s)", self.label, index, exc)
 
-    def interrupted(self, exc: BaseException) -> None:
+    def started(self, index: int, desc: str, phase: str) -> None:
+        """Journal that this rank starts a phase of config ``index`` (the record a crash leaves last) and remember
+        the config in flight, so that anything ending this rank before its outcome is journaled for it."""
+        self._current = (index, desc)
+        self.journal.append(index, "started", config=desc, phase=phase)
+
+    def not_blamed(self, exc: BaseException) -> None:
+        """The tuner's own code raised ``exc`` while a config was in flight (after its ``started`` record, outside
+        the guarded run of the user's function): not evidence against the config. Journaled and told like an
+        interruption, so that the next attempt measures the config again and no rank blames it."""
+        self.interrupted(exc, f"interrupted by the tuner's own error, not the config's ({describe_error(exc)})")
+
+    def interrupted(self, exc: BaseException, reason: str | None = None) -> None:
         """An interruption (SIGINT, SIGTERM, SystemExit) reached this rank: journal it for the config in flight (no
         config is blamed: the next attempt measures it again) and tell the other ranks."""
         if self._current is None:
             return
         index, desc = self._current
-        reason = f"interrupted ({type(exc).__name__})"
+        reason = reason or f"interrupted ({type(exc).__name__})"
         self.journal.append(index, "interrupted", config=desc, error=reason)
         try:
             self.guard.board.post(FailureReport(self.group.rank, index, desc, reason, ended=True,

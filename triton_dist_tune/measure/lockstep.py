@@ -189,7 +189,7 @@ class Measurer(Guarding):
         is 0 when no probe ran (cold timing, a fixed ``batch``: one settling call, or stopped early by another rank's
         failure). ``previous_ms``: the time per call of the config warmed up before it (the group's when
         ``aligned``), which sets the probe's calls (:func:`~triton_dist_tune.measure.timing.probe_calls`)."""
-        self.journal.append(index, "started", config=desc, phase="warmup")
+        self.started(index, desc, "warmup")
         compiled = self.compiles.wait(index)  # bounded by its own limit, outside the watchdog
         if aligned and self.compiles.active:  # every rank: start its first run once its kernels are in the cache
             failed = self.group.combine(compiled is not None, f"{self.label} config {index} compiled", any,
@@ -253,7 +253,7 @@ class Measurer(Guarding):
 
     def _cold_sample(self, index: int, config: dict[str, Any], desc: str, race: Race, started: float) -> Combined:
         """One cold sample of ``index``, right after the previous exchange, then its own exchange."""
-        self.journal.append(index, "started", config=desc, phase=f"round {race.rounds}")
+        self.started(index, desc, f"round {race.rounds}")
         value, error = self._guarded(index, desc, "sample", lambda: self.trial.cold(config))
         return self._exchange(index, desc, (error or value, time.monotonic() - started), error,
                               f"round {race.rounds}")
@@ -273,7 +273,7 @@ class Measurer(Guarding):
                 config, desc = entries[index]
                 steady = timing.steady_calls(self.trial.host_counts, per_call[index], race.settling, not tokens,
                                              self.plan.batch)
-                self.journal.append(index, "started", config=desc, phase=f"round {race.rounds + r}")
+                self.started(index, desc, f"round {race.rounds + r}")
                 token, error = self._guarded(index, desc, "sample",
                                              lambda c=config, s=steady: self.trial.steady(c, s), sync=False)
                 if error is not None:  # posted on the failure board by the guard

@@ -1,0 +1,76 @@
+"""Multi-rank scenarios of issue 30 (every phase under a deadline, blame only with evidence, every protocol input
+agreed, hostile store values), run as real gloo ranks by tests/test_reliability.py.
+
+Usage: python reliability_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Prints ``RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main
+
+import triton_dist_tune as tdt
+
+SPACE = [{"block": b} for b in (16, 32, 64)]
+#: ms per config: 16 is the fastest by 75 ms or more (a stall of a loaded machine must not flip the choice)
+SLEEP_MS = {16: 5, 32: 80, 64: 120}
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def outcome(fn, *args, **kwargs) -> dict:
+    """Call ``fn`` and describe what happened: its result or the exception's type and message."""
+    try:
+        value = fn(*args, **kwargs)
+        return {"ok": value if isinstance(value, (int, float, str, list)) else repr(value)}
+    except Exception as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
+
+
+def journals(tuner) -> list[str]:
+    """The text of every journal in the tuner's cache folder (the ranks share it)."""
+    return [p.read_text() for p in Path(tuner.cache.folder).glob("*.journal")]
+
+
+def states(tuner) -> list[str]:
+    rows = next(iter(tuner.tables.values()), [])
+    return [r["state"] for r in rows]
+
+
+@case
+def tuner_bug_blames_no_config():
+    """Case 6: the tuner's own code raises between a config's ``started`` record and its guarded run (injected:
+    INJECT=1 replaces the measurer's warm-up plan with one that raises, on every rank, for config 0). Two such
+    attempts must not leave config 0 out as crashed: a third attempt without the fault chooses it."""
+    tdt.init_distributed()
+    if os.environ.get("INJECT") == "1":
+        from triton_dist_tune.measure import lockstep
+
+        original = lockstep.Measurer._warmup_runs
+
+        def broken(self, index, config, probe_calls):
+            if index == 0:
+                raise OverflowError("timestamp out of range for platform time_t (a tuner bug, injected)")
+            return original(self, index, config, probe_calls)
+
+        lockstep.Measurer._warmup_runs = broken
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name="tunerbug")
+    def f(x, *, block):
+        time.sleep(SLEEP_MS[block] / 1e3)
+        dist.all_reduce(x.clone())
+        return block
+
+    result = outcome(f, torch.ones(2))
+    emit(result=result, states=states(f.tuner), journals=journals(f.tuner))
+
+
+if __name__ == "__main__":
+    main()

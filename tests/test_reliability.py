@@ -1,0 +1,66 @@
+"""Issue 30, on real gloo ranks, real threads and a real store: every phase under a deadline, blame only with
+evidence, every protocol input agreed, hostile store values refused clearly."""
+
+from __future__ import annotations
+
+import faulthandler
+import math
+
+import pytest
+from harness import HERE, describe, run_ranks, tuner_env
+
+import triton_dist_tune as tdt
+from triton_dist_tune import settings
+from triton_dist_tune.errors import BadInputError
+from triton_dist_tune.faults.watchdog import BACKSTOP_S, exchange_timeout
+
+CASES = HERE / "scenarios" / "reliability_cases.py"
+
+
+def run(case, env, n=2, ok=True, timeout=100, **kw):
+    results = run_ranks(CASES, n, [case], env=env, timeout=timeout, **kw)
+    if ok:
+        assert all(r.returncode == 0 for r in results), describe(results)
+    return results
+
+
+# -- case 3: values no clock can hold --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["1e10", "inf", "nan", "-1", "0"])
+def test_a_timeout_no_clock_holds_is_refused_naming_the_variable(value):
+    with pytest.raises(BadInputError, match="TRITON_DIST_AUTOTUNE_TIMEOUT"):
+        settings.Settings.from_env({"TRITON_DIST_AUTOTUNE_TIMEOUT": value})
+
+
+@pytest.mark.parametrize("value", [1e10, math.inf, math.nan, settings.MAX_SECONDS * 1.01])
+def test_a_timeout_option_no_clock_holds_is_refused_naming_the_option(value):
+    with pytest.raises(BadInputError, match="timeout must be"):
+        tdt.autotune([{"block": 1}], key_fn=lambda x: 0, timeout=value)(lambda x, *, block: block)
+
+
+def test_the_cap_is_held_by_every_clock_of_the_watchdog():
+    env = settings.Settings.from_env({"TRITON_DIST_AUTOTUNE_TIMEOUT": f"{settings.MAX_SECONDS:g}"})
+    assert env.timeout == settings.MAX_SECONDS
+    try:  # the GIL-free backstop is armed at the deadline plus BACKSTOP_S
+        faulthandler.dump_traceback_later(settings.MAX_SECONDS + BACKSTOP_S, exit=True)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    import threading
+
+    # a steady round waits T per sample in it: thousands of configs' worth still fits a thread's wait
+    assert exchange_timeout(settings.MAX_SECONDS * 5000) < threading.TIMEOUT_MAX
+
+
+# -- case 6: the tuner's own error blames no config ------------------------------------------------------------------
+
+@pytest.mark.timeout(240)
+def test_the_tuners_own_error_after_started_blames_no_config(tmp_path):
+    env = tuner_env(tmp_path, 20)
+    for _ in range(2):  # two attempts ended inside config 0 by the tuner's own error
+        failed = run("tuner_bug_blames_no_config", {**env, "INJECT": "1"})
+        for r in failed:
+            assert r.result["result"]["error"] == "OverflowError", describe(failed)
+    fixed = run("tuner_bug_blames_no_config", env)
+    for r in fixed:
+        assert r.result["result"] == {"ok": 16}, describe(fixed)  # config 0 was not left out as crashed
+        assert r.result["states"][0] == "measured", r.result
