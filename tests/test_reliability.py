@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import faulthandler
 import math
+import time
 
 import pytest
 from harness import HERE, describe, run_ranks, tuner_env
@@ -64,3 +65,21 @@ def test_the_tuners_own_error_after_started_blames_no_config(tmp_path):
     for r in fixed:
         assert r.result["result"] == {"ok": 16}, describe(fixed)  # config 0 was not left out as crashed
         assert r.result["states"][0] == "measured", r.result
+
+
+# -- case 1: a compile that never returns ------------------------------------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_a_precompile_fn_that_never_returns_fails_its_config_and_the_ranks_still_exit(tmp_path):
+    t0 = time.monotonic()
+    results = run("precompile_never_returns", tuner_env(tmp_path, 4), timeout=90)
+    job_s = time.monotonic() - t0
+    for r in results:
+        result = r.result
+        assert result["result"] == {"ok": 32}, describe(results)
+        assert result["states"][0] == "failed" and "did not finish within 4 s" in result["errors"][0], result
+        assert result["states"][1:] == ["measured", "measured"], result
+        print(f"rank {r.rank}: tuning ended after {result['tuned_s']:.1f} s, process ran "
+              f"{result['since_start_s']:.1f} s to its exit call; job {job_s:.1f} s")
+    # the stuck thread is still there at exit on the rank that compiled config 0: a daemon, so the process exited
+    assert any(any(name.startswith("tdt-compile") for name in r.result["threads"]) for r in results)

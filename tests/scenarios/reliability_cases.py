@@ -7,6 +7,7 @@ Usage: python reliability_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -70,6 +71,45 @@ def tuner_bug_blames_no_config():
 
     result = outcome(f, torch.ones(2))
     emit(result=result, states=states(f.tuner), journals=journals(f.tuner))
+
+
+def leave_normally() -> None:
+    """End the process the ordinary way (the interpreter's exit, which joins every non-daemon thread), not with
+    ``os._exit`` as :func:`_cases.main` does: a thread the tuner left behind must not keep the process alive."""
+    import sys
+
+    sys.stdout.flush()
+    dist.barrier()
+    dist.destroy_process_group()
+    raise SystemExit(0)
+
+
+@case
+def precompile_never_returns():
+    """Case 1: ``precompile_fn`` never returns for config 0 (a real thread stuck for good): the tuning ends with
+    config 0 failed on every rank, the choice is the next fastest, and the process exits normally."""
+    started = time.monotonic()
+    tdt.init_distributed()
+    stuck = threading.Event()
+
+    def precompile(config, x):
+        if config["block"] == 16:
+            stuck.wait()  # never set: this thread never returns
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name="stuckcompile",
+                  precompile_fn=precompile)
+    def f(x, *, block):
+        time.sleep(SLEEP_MS[block] / 1e3)
+        dist.all_reduce(x.clone())
+        return block
+
+    t0 = time.monotonic()
+    result = outcome(f, torch.ones(2))
+    rows = next(iter(f.tuner.tables.values()), [])
+    emit(result=result, tuned_s=time.monotonic() - t0, states=[r["state"] for r in rows],
+         errors=[r.get("error") for r in rows], threads=[t.name for t in threading.enumerate()],
+         since_start_s=time.monotonic() - started)
+    leave_normally()
 
 
 if __name__ == "__main__":
