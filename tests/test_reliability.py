@@ -83,3 +83,16 @@ def test_a_precompile_fn_that_never_returns_fails_its_config_and_the_ranks_still
               f"{result['since_start_s']:.1f} s to its exit call; job {job_s:.1f} s")
     # the stuck thread is still there at exit on the rank that compiled config 0: a daemon, so the process exited
     assert any(any(name.startswith("tdt-compile") for name in r.result["threads"]) for r in results)
+
+
+# -- case 4: an exception in the compile pass blames nothing -------------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_an_exception_in_the_compile_pass_blames_no_config_and_ends_no_rank(tmp_path):
+    results = run("compile_pass_raises", {**tuner_env(tmp_path, 4), "TRITON_INTERPRET": "0"}, ok=False)
+    assert [r.returncode for r in results] == [0, 0], describe(results)  # no rank ended (exit 87)
+    for r in results:
+        assert r.result["result"] == {"ok": 16}, describe(results)
+        assert r.result["states"] == ["measured"] * 3, r.result
+        assert r.result["again"] == {"ok": 16}
+        assert "ending this rank" not in r.stderr

@@ -73,6 +73,33 @@ def tuner_bug_blames_no_config():
     emit(result=result, states=states(f.tuner), journals=journals(f.tuner))
 
 
+@case
+def compile_pass_raises():
+    """Case 4: the function raises in the compile pass on every rank (it reads outputs the pass never launched:
+    a stand-in, since no Triton kernel compiles on these CPU ranks, is the pass's own context, which is set only
+    while the pass runs the function). The compile pass is forced on (on a GPU it is the default). Config 0's
+    first real run is long (2.6 s: a JIT compile), longer than the board's grace (T/2 = 2 s). Expected: nothing
+    is blamed, no rank is ended, the fastest config is chosen."""
+    from triton_dist_tune.function import tuning
+    from triton_dist_tune.measure import compile_pass
+
+    tdt.init_distributed()
+    tuning.compiles_here = lambda: True
+    ran: dict[int, int] = {}
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, timing="cold", name="passraises")
+    def f(x, *, block):
+        if compile_pass._active.get() is not None:  # inside the pass: the kernel's output was never written
+            raise ValueError("read an output the compile pass never launched (garbage)")
+        ran[block] = ran.get(block, 0) + 1
+        time.sleep(2.6 if ran[block] == 1 and block == 16 else SLEEP_MS[block] / 1e3)
+        dist.all_reduce(x.clone())
+        return block
+
+    result = outcome(f, torch.ones(2))
+    emit(result=result, states=states(f.tuner), journals=journals(f.tuner), again=outcome(f, torch.ones(2)))
+
+
 def leave_normally() -> None:
     """End the process the ordinary way (the interpreter's exit, which joins every non-daemon thread), not with
     ``os._exit`` as :func:`_cases.main` does: a thread the tuner left behind must not keep the process alive."""

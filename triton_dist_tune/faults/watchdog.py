@@ -73,18 +73,22 @@ class Guard:
         self.what = ""
         self.timeout = 0.0
         self.index: int | None = None
+        #: the step of the protocol the guarded phase belongs to (see :meth:`arm`)
+        self.step = ""
         self.on_fire: Callable[[], None] | None = None
         self.on_peer: Callable[[Any], None] | None = None
         self.seen: dict[int, float] = {}  # rank -> when its failure in the current config was first seen
         self.polled = 0.0
 
     def arm(self, timeout: float, what: str, on_fire: Callable[[], None], index: int | None = None,
-            on_peer: Callable[[Any], None] | None = None) -> None:
+            on_peer: Callable[[Any], None] | None = None, step: str = "") -> None:
         """Fire ``on_fire`` and end the process unless :meth:`disarm` comes within ``timeout`` seconds; with
-        ``index`` and a board, end it (after ``on_peer``) when another rank posts that config ``index`` raised."""
+        ``index`` and a board, end it (after ``on_peer``) when another rank posts a failure in this phase's
+        ``step`` (any config of it: in a steady round a rank may be inside the next config's collective, waiting
+        for a rank that failed in the previous one), or, for reports that name no step, in config ``index``."""
         with self._dog.cond:
             self.deadline = time.monotonic() + timeout
-            self.what, self.timeout, self.index = what, timeout, index
+            self.what, self.timeout, self.index, self.step = what, timeout, index, step
             self.on_fire, self.on_peer = on_fire, on_peer
             self.seen = {}
         self._dog.watch(self)
@@ -198,8 +202,8 @@ class Watchdog:
         if not guard.watches_board or index is None:
             return
         try:
-            reports = [r for r in guard.board.read() if r.index == index and r.rank != guard.rank
-                       and (not r.ended or r.interrupted)]
+            reports = [r for r in guard.board.read() if r.rank != guard.rank and (not r.ended or r.interrupted)
+                       and (r.step == guard.step if r.step and guard.step else r.index == index)]
         except Exception:  # the store is going away: the deadline still holds
             return
         now = time.monotonic()

@@ -133,6 +133,9 @@ class FailureReport:
     ended: bool = False
     #: the rank whose failure this is (the poster itself unless ``ended``)
     origin: int = -1
+    #: the step of the protocol the failure happened in (``config 3 warmup``, ``round 5``, ``config 3 compile
+    #: pass``): a rank's guard acts only on reports of the step it is in (:mod:`~triton_dist_tune.faults.watchdog`)
+    step: str = ""
 
     @property
     def interrupted(self) -> bool:
@@ -148,16 +151,29 @@ class FailureReport:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> FailureReport | None:
-        """The report in ``text``, or None when it is not one (plain data only: nothing read is executed)."""
+    def from_json(cls, text: str | bytes) -> FailureReport:
+        """The report in ``text``; raises :class:`BadBoardEntry` when it is not one (anything that is not a flat
+        JSON object of the report's fields and types: nested too deep, not UTF-8, wrong types). Plain data only:
+        nothing read is executed."""
         try:
             data = json.loads(text)
-            report = cls(**{k: data[k] for k in ("rank", "index", "config", "error", "ended", "origin")})
-        except (ValueError, TypeError, KeyError):
-            return None
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON {type(data).__name__}, not an object")
+            report = cls(**{k: data[k] for k in ("rank", "index", "config", "error", "ended", "origin")},
+                         step=data.get("step", ""))
+        except Exception as exc:  # RecursionError (nested too deep), ValueError, TypeError, KeyError, ...
+            raise BadBoardEntry(f"{type(exc).__name__}: {str(exc)[:200]}") from None
         ok = (type(report.rank) is int and type(report.index) is int and type(report.origin) is int
-              and isinstance(report.config, str) and isinstance(report.error, str) and type(report.ended) is bool)
-        return report if ok else None
+              and isinstance(report.config, str) and isinstance(report.error, str) and type(report.ended) is bool
+              and isinstance(report.step, str))
+        if not ok:
+            raise BadBoardEntry("a field of the wrong type")
+        return report
+
+
+class BadBoardEntry(ValueError):
+    """A value on the failure board that is not a report of the tuner (written by another process: the store
+    has no authentication). Refused: it is never evidence against a config, and never ends a rank."""
 
 
 class Board:
@@ -171,7 +187,7 @@ class Board:
     def post_ended(self, rank: int, report: FailureReport) -> None:
         """Post that ``rank`` ends its process because of ``report`` (another rank's failure)."""
         self.post(FailureReport(rank, report.index, report.config, report.error, True,
-                                report.rank if report.origin < 0 else report.origin))
+                                report.rank if report.origin < 0 else report.origin, report.step))
 
     def read(self) -> list[FailureReport]:
         """Every report posted so far (cheap: read by the watchdog's monitor twice a second)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -13,6 +14,7 @@ from .. import settings
 from ..errors import BadInputError, GroupTimeoutError, RankFailedError
 from .channel import (
     NOT_A_MEMBER,
+    BadBoardEntry,
     Board,
     FailureReport,
     Group,
@@ -25,6 +27,8 @@ from .channel import (
     unpack,
     wait_in_slices,
 )
+
+log = logging.getLogger("triton_dist_tune")
 
 #: while a failure board is open, a waiting rank reads it between store waits of this many seconds
 BOARD_SLICE_S = 1.0
@@ -205,9 +209,16 @@ class StoreBoard(Board):
                 key = f"{self.scope}{n}"
                 if not store.check([key]):
                     break  # counted, not written yet: next time
-                report = FailureReport.from_json(store.get(key))
-                self._seen.append(report if report is not None else FailureReport(-1, -1, "", "unreadable"))
-            return [r for r in self._seen if r.rank >= 0]
+                try:
+                    report = FailureReport.from_json(store.get(key))
+                except BadBoardEntry as exc:  # written by another process: refused, once, with a warning
+                    log.warning("triton_dist_tune: rank %d refused the failure board entry %r: not a report of "
+                                "the tuner (%s); a process other than the tuner wrote under its keys of the "
+                                "key-value store. It is ignored: it blames no config and ends no rank",
+                                self.group.rank, key, exc)
+                    report = FailureReport(-1, -1, "", "refused")
+                self._seen.append(report)
+            return [r for r in self._seen if 0 <= r.rank < self.group.size]
 
     def close(self) -> None:
         with self.group._lock:

@@ -124,8 +124,9 @@ class Measurer(Guarding):
         self.cold = plan.timing == "cold"
         #: this tuning's deadline and failure board (see :mod:`~triton_dist_tune.faults.watchdog`)
         self.guard = guard if guard is not None else WATCHDOG.guard(Board(), group.rank)
-        self._posted: set[int] = set()
+        self._posted: set[tuple[int, str]] = set()
         self._current: tuple[int, str] | None = None  # the config in flight
+        self._step = ""  # the step of the protocol the config in flight belongs to (its board reports name it)
         self._deferred: str | None = None  # sharded: a poisoning failure, raised on every rank after the exchange
         #: the compiles started ahead (:mod:`~triton_dist_tune.measure.precompile`), waited for config by config
         self.compiles = Compiles()
@@ -275,7 +276,8 @@ class Measurer(Guarding):
                                              self.plan.batch)
                 self.started(index, desc, f"round {race.rounds + r}")
                 token, error = self._guarded(index, desc, "sample",
-                                             lambda c=config, s=steady: self.trial.steady(c, s), sync=False)
+                                             lambda c=config, s=steady: self.trial.steady(c, s), sync=False,
+                                             step=phase)
                 if error is not None:  # posted on the failure board by the guard
                     mine.append(((r, index), error))
                     failed = True
@@ -285,7 +287,8 @@ class Measurer(Guarding):
                 break
         if tokens:
             last = tokens[-1][0][1]
-            _, error = self._guarded(last, entries[last][1], "sample", lambda: None)  # the step's one synchronize
+            _, error = self._guarded(last, entries[last][1], "sample", lambda: None,  # the step's one synchronize
+                                     step=phase)
             for key, token, steady in tokens:
                 mine.append((key, error or timing.read_sample(self.trial.clock, token, steady)))
         try:
