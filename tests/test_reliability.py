@@ -96,3 +96,24 @@ def test_an_exception_in_the_compile_pass_blames_no_config_and_ends_no_rank(tmp_
         assert r.result["states"] == ["measured"] * 3, r.result
         assert r.result["again"] == {"ok": 16}
         assert "ending this rank" not in r.stderr
+
+
+# -- case 5: a failure after the collective in a steady round blames only its own config -----------------------------
+
+@pytest.mark.timeout(150)
+def test_a_failure_after_the_collective_in_a_round_blames_only_its_config(tmp_path):
+    env = tuner_env(tmp_path, 4)
+    t0 = time.monotonic()
+    first = run("fails_after_collective_in_a_round", env, ok=False)
+    first_s = time.monotonic() - t0
+    print(f"first attempt: rank return codes {[r.returncode for r in first]}, job {first_s:.1f} s")
+    records = "\n".join(r.stderr for r in first)
+    assert "HUNG" not in records and "exit status 86" not in records, describe(first)
+    # rank 0, stuck in the all_reduce of config 2 (block 64) that rank 1 never joins, ends after the board's grace
+    assert first[0].returncode == 87, describe(first)
+    assert "rank 1 failed in config 1" in first[0].stderr
+    assert first[1].result["result"]["error"] == "RankFailedError", describe(first)
+    again = run("fails_after_collective_in_a_round", env)
+    for r in again:
+        assert r.result["result"] == {"ok": 64}, describe(again)  # the innocent config was measured again, chosen
+        assert r.result["states"][1] == "failed" and r.result["states"][2] == "measured", r.result

@@ -100,6 +100,46 @@ def compile_pass_raises():
     emit(result=result, states=states(f.tuner), journals=journals(f.tuner), again=outcome(f, torch.ones(2)))
 
 
+def in_steady_round() -> bool:
+    """Whether the tuner runs this call as part of a steady round's sample (not the warm-up)."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_steady_rounds":
+            return True
+        frame = frame.f_back
+    return False
+
+
+@case
+def fails_after_collective_in_a_round():
+    """Case 5: in steady rounds, rank 1 raises in config 1 (block 32) after the function's all_reduce, in the last
+    call of its sample (a sample here is 2 calls: one settling, one timed, ``batch=1`` on the host clock). Rank 1
+    leaves the round for its exchange; rank 0 goes on into the next config's sample and waits in its all_reduce.
+    The first round's order (seeded by the key and space) is 32, 64, 16, so the config after it is 64, the
+    fastest (10 ms a call; 16 takes 120, 32 80). FAIL=0 turns the failure off. The innocent config after it must
+    not be blamed: the rerun measures it again and chooses it."""
+    tdt.init_distributed()
+    fail = os.environ.get("FAIL", "1") == "1"
+    in_rounds: list[int] = []
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=3, batch=1, name="roundfail")
+    def f(x, *, block):
+        time.sleep({16: 120, 32: 80, 64: 10}[block] / 1e3)
+        dist.all_reduce(x.clone())
+        if in_steady_round():
+            in_rounds.append(block)
+            if fail and block == 32 and rank() == 1 and in_rounds.count(32) % 2 == 0:
+                raise RuntimeError("a check after the all_reduce failed (config 32, rank 1)")
+        return block
+
+    t0 = time.monotonic()
+    result = outcome(f, torch.ones(2))
+    emit(result=result, seconds=time.monotonic() - t0, states=states(f.tuner), journals=journals(f.tuner),
+         in_rounds=in_rounds)
+
+
 def leave_normally() -> None:
     """End the process the ordinary way (the interpreter's exit, which joins every non-daemon thread), not with
     ``os._exit`` as :func:`_cases.main` does: a thread the tuner left behind must not keep the process alive."""
