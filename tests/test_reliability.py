@@ -117,3 +117,31 @@ def test_a_failure_after_the_collective_in_a_round_blames_only_its_config(tmp_pa
     for r in again:
         assert r.result["result"] == {"ok": 64}, describe(again)  # the innocent config was measured again, chosen
         assert r.result["states"][1] == "failed" and r.result["states"][2] == "measured", r.result
+
+
+# -- case 8: every setting that changes the protocol's steps is agreed; every exchange carries its step -----------
+
+@pytest.mark.timeout(120)
+def test_a_timing_mode_that_differs_between_ranks_is_a_clear_error_on_every_rank(tmp_path):
+    per_rank = {0: {"TRITON_DIST_AUTOTUNE_TIMING": "steady"}, 1: {"TRITON_DIST_AUTOTUNE_TIMING": "cold"}}
+    results = run("timing_differs", tuner_env(tmp_path, 20), per_rank_env=per_rank)
+    for r in results:
+        result = r.result
+        assert result["result"]["error"] == "MismatchError", describe(results)
+        assert "TRITON_DIST_AUTOTUNE_TIMING" in result["result"]["message"]
+        assert "ranks [0]: steady" in result["result"]["message"] and "ranks [1]: cold" in result["result"]["message"]
+        assert result["seconds"] < 5  # at the first agreement (the deadline is 20 s)
+        print(f"rank {r.rank}: MismatchError after {result['seconds']:.2f} s")
+
+
+@pytest.mark.timeout(120)
+def test_ranks_at_different_steps_get_a_clear_error_naming_both(tmp_path):
+    results = run("steps_differ", tuner_env(tmp_path, 20))
+    for r in results:
+        result = r.result
+        assert result["result"]["error"] == "ExchangeError", describe(results)
+        message = result["result"]["message"]
+        assert "'config 0 warmup 2'" in message and "'config 0 warmup 1'" in message, message
+        assert "different steps" in message
+        assert result["seconds"] < 5
+        assert result["after"] == {"ok": [0, 1]}

@@ -140,6 +140,36 @@ def fails_after_collective_in_a_round():
          in_rounds=in_rounds)
 
 
+@case
+def timing_differs():
+    """Case 8: TRITON_DIST_AUTOTUNE_TIMING differs between the ranks (set per rank by the test)."""
+    tdt.init_distributed()
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, name="timingdiffers")
+    def f(x, *, block):
+        time.sleep(SLEEP_MS[block] / 1e3)
+        dist.all_reduce(x.clone())
+        return block
+
+    t0 = time.monotonic()
+    result = outcome(f, torch.ones(2))
+    emit(result=result, seconds=time.monotonic() - t0)
+
+
+@case
+def steps_differ():
+    """Case 8: the two ranks make one exchange each, at different steps (rank 1 one step ahead)."""
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed()
+    group = resolve_group(None)
+    step = "config 0 warmup 1" if rank() == 0 else "config 0 warmup 2"
+    t0 = time.monotonic()
+    result = outcome(lambda: group.combine(rank(), step, any, 20))
+    after = outcome(lambda: group.allgather(rank(), "the same step", 20))  # the channel still works
+    emit(result=result, seconds=time.monotonic() - t0, after=after)
+
+
 def leave_normally() -> None:
     """End the process the ordinary way (the interpreter's exit, which joins every non-daemon thread), not with
     ``os._exit`` as :func:`_cases.main` does: a thread the tuner left behind must not keep the process alive."""

@@ -250,44 +250,80 @@ def unwrap(result: Any, what: str) -> Any:
     return result
 
 
-def pack(obj: Any, rank: int) -> bytes:
-    """This rank's message as plain data; a value that is not plain data becomes a refusal that rank 0 passes on
-    to every rank (so nobody waits for a message that never comes)."""
+@codec.record
+@dataclass(frozen=True)
+class Message:
+    """What travels in one exchange: the value, and the step of the protocol it belongs to (the exchange's
+    ``what``), so that ranks at different steps (a setting that changes the number of steps differs between them,
+    a rank that left a loop early) get a clear error naming both steps instead of pairing unrelated values."""
+
+    step: str
+    value: Any
+
+
+#: the most characters of a step's text quoted in the error of ranks at different steps
+STEP_QUOTE = 200
+
+
+def pack(obj: Any, rank: int, step: str = "") -> bytes:
+    """This rank's message at ``step`` as plain data; a value that is not plain data becomes a refusal that rank 0
+    passes on to every rank (so nobody waits for a message that never comes)."""
     try:
-        return codec.encode(obj)
+        return codec.encode(Message(step, obj))
     except codec.NotPlainData as exc:
-        return codec.encode(Failed(f"group rank {rank} cannot send its message: {exc}", refused=True))
+        return codec.encode(Message(step, Failed(f"group rank {rank} cannot send its message: {exc}", refused=True)))
 
 
-def combine_payloads(fn: Callable[[list[Any]], Any], payloads: Sequence[bytes]) -> bytes:
-    """Group rank 0: decode every rank's message (by group rank), run ``fn`` on them and encode the result, or
-    a :class:`Failed` when a message is refused, ``fn`` raised or its result is not plain data."""
+def steps_differ(rank: int, theirs: str, ours: str, reader: int) -> str:
+    """The error of ranks found at different steps of the protocol."""
+    return (f"group rank {rank} is at step '{theirs[:STEP_QUOTE]}' while group rank {reader} is at "
+            f"'{ours[:STEP_QUOTE]}': the ranks run different steps of the protocol (a setting that changes the "
+            "steps, e.g. TRITON_DIST_AUTOTUNE_TIMING or n_warmup, differs between them, or they called the tuned "
+            "function in another order)")
+
+
+def combine_payloads(fn: Callable[[list[Any]], Any], payloads: Sequence[bytes], step: str = "",
+                     reader: int = 0) -> bytes:
+    """Group rank 0 (``reader``): decode every rank's message (by group rank), check that each belongs to
+    ``step``, run ``fn`` on them and encode the result, or a :class:`Failed` when a message is refused, belongs
+    to another step, ``fn`` raised or its result is not plain data."""
     values = []
     for rank, payload in enumerate(payloads):
         try:
-            value = codec.decode(payload)
+            message = codec.decode(payload)
+            if not isinstance(message, Message):
+                raise codec.BadMessage("not a message of the tuner (no step)")
         except codec.BadMessage as exc:
-            return codec.encode(Failed(f"the message read for group rank {rank} is refused: {exc}; a process other "
-                                       "than the tuner wrote under the tuner's keys of the key-value store"))
-        if isinstance(value, Failed):
-            return codec.encode(value)
-        values.append(value)
+            return codec.encode(Message(step, Failed(
+                f"the message read for group rank {rank} is refused: {exc}; a process other than the tuner wrote "
+                "under the tuner's keys of the key-value store")))
+        if isinstance(message.value, Failed):
+            return codec.encode(Message(step, message.value))
+        if message.step != step:
+            return codec.encode(Message(step, Failed(steps_differ(rank, message.step, step, reader))))
+        values.append(message.value)
     result = run_on_root(fn, values)
     try:
-        return codec.encode(result)
+        return codec.encode(Message(step, result))
     except codec.NotPlainData as exc:
-        return codec.encode(Failed(f"the combined result cannot be sent: {exc}", refused=True))
+        return codec.encode(Message(step, Failed(f"the combined result cannot be sent: {exc}", refused=True)))
 
 
 def unpack(payload: bytes, what: str, rank: int) -> Any:
-    """The result of an exchange, as rank 0 combined it; raises what rank 0 sent instead of a result."""
+    """The result of an exchange, as rank 0 combined it; raises what rank 0 sent instead of a result, or
+    :class:`ExchangeError` when the result belongs to another step than ``what``."""
     try:
-        result = codec.decode(payload)
+        message = codec.decode(payload)
+        if not isinstance(message, Message):
+            raise codec.BadMessage("not a result of the tuner (no step)")
     except codec.BadMessage as exc:
         raise ExchangeError(f"triton_dist_tune: group rank {rank} refused the result it read at '{what}': {exc}; a "
                             "process other than the tuner wrote under the tuner's keys of the key-value store") \
             from None
-    return unwrap(result, what)
+    if message.step != what and not isinstance(message.value, Failed):
+        raise ExchangeError(f"triton_dist_tune: at '{what[:STEP_QUOTE]}': "
+                            + steps_differ(0, message.step, what, rank))
+    return unwrap(message.value, what)
 
 
 class SingleGroup(Group):

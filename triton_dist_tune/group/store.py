@@ -115,7 +115,7 @@ class StoreGroup(Group):
                          timeout: float) -> Any:
         keys = [self._key(seq, r) for r in range(1, self.size)]
         self._wait(keys, what, timeout, lambda: [r for r in range(1, self.size) if not self._arrived(keys[r - 1])])
-        payload = combine_payloads(fn, [pack(obj, 0), *self.store.multi_get(keys)])
+        payload = combine_payloads(fn, [pack(obj, 0, what), *self.store.multi_get(keys)], what)
         self.store.set(self._key(seq, "all"), payload)
         if seq > 1:
             self.store.delete_key(self._key(seq - 1, "all"))
@@ -123,7 +123,7 @@ class StoreGroup(Group):
 
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
-        self.store.set(mine, pack(obj, self.rank))
+        self.store.set(mine, pack(obj, self.rank, what))
         self._wait([combined], what, timeout, lambda: self._missing_seen_from(seq))
         payload = self.store.get(combined)
         self.store.delete_key(mine)  # rank 0 has read it: it wrote the result
