@@ -145,3 +145,34 @@ def test_ranks_at_different_steps_get_a_clear_error_naming_both(tmp_path):
         assert "different steps" in message
         assert result["seconds"] < 5
         assert result["after"] == {"ok": [0, 1]}
+
+
+# -- case 12: hostile values in the store ---------------------------------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_a_forged_message_pre_written_for_a_rank_is_detected_on_every_rank(tmp_path):
+    results = run("forged_prune_message", tuner_env(tmp_path, 10))
+    for r in results:
+        result = r.result
+        assert result["result"]["error"] == "ExchangeError", describe(results)
+        assert "already written" in result["result"]["message"], result
+        assert "prune" in result["result"]["message"]
+        assert result["cached"] == []  # no choice was made, let alone cached
+        assert result["seconds"] < 8  # at once, not after a deadline (10 s)
+        print(f"rank {r.rank}: ExchangeError after {result['seconds']:.2f} s")
+
+
+@pytest.mark.timeout(120)
+def test_the_same_job_without_the_forgery_chooses_the_fastest(tmp_path):
+    results = run("forged_prune_message", {**tuner_env(tmp_path, 10), "FORGE": "0"})
+    assert all(r.result["result"] == {"ok": 16} for r in results), describe(results)
+
+
+@pytest.mark.timeout(120)
+def test_a_deeply_nested_value_on_the_failure_board_is_refused_clearly(tmp_path):
+    results = run("deep_json_on_the_board", tuner_env(tmp_path, 10))
+    for r in results:
+        assert r.result["result"] == {"ok": 16}, describe(results)
+        assert r.result["states"] == ["measured"] * 3
+        assert "lost the key-value store" not in r.stderr
+    assert "refused the failure board entry" in results[0].stderr and "RecursionError" in results[0].stderr

@@ -170,6 +170,77 @@ def steps_differ():
     emit(result=result, seconds=time.monotonic() - t0, after=after)
 
 
+def outsider_store():
+    """A client of the job's TCPStore of its own, as any process that reaches the port has (no authentication),
+    under the prefixes the tuner's keys have there: ``init_distributed``'s ``attempt0/`` and torch's default group
+    name (``0``), each joined with a ``/`` by ``PrefixStore`` (the keys read ``attempt0//0//tdt/...``)."""
+    from datetime import timedelta
+
+    tcp = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                        timeout=timedelta(seconds=10))
+    return dist.PrefixStore("0/", dist.PrefixStore("attempt0/", tcp))
+
+
+@case
+def forged_prune_message():
+    """Case 12: before the tuning starts, an outsider writes a well-formed message for rank 1 under the key of the
+    prune step (keeping only config 2, the slowest), with the right step label. It must not decide the choice:
+    every rank fails with a clear error."""
+    from triton_dist_tune.group import codec
+    from triton_dist_tune.group.channel import Message
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed()
+    group = resolve_group(None)
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=2, timing="cold", name="forged")
+    def f(x, *, block):
+        time.sleep(SLEEP_MS[block] / 1e3)
+        dist.all_reduce(x.clone())
+        return block
+
+    prune_seq = group._seq + 3  # agreement, cache lookup, prune
+    if rank() == 0 and os.environ.get("FORGE", "1") == "1":
+        outsider_store().set(group._key(prune_seq, 1), codec.encode(Message("[forged key=2] prune",
+                                                                            [False, False, True])))
+    dist.barrier()
+    t0 = time.monotonic()
+    result = outcome(f, torch.ones(2))
+    emit(result=result, seconds=time.monotonic() - t0, cached=[p.read_text() for p in
+                                                             Path(f.tuner.cache.folder).glob("*.json")])
+
+
+@case
+def deep_json_on_the_board():
+    """Case 12: an outsider posts a deeply nested JSON value on the failure board of the tuning about to start
+    (``[`` x 100000: json raises RecursionError). Rank 1's first run is slow (1.5 s after the collective), so
+    rank 0 waits at an exchange and reads the board between its waits. The entry must be refused with a clear
+    warning; the tuning goes on and ends normally."""
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed()
+    group = resolve_group(None)
+    calls: list[int] = []
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, timing="cold", name="deepboard")
+    def f(x, *, block):
+        calls.append(block)
+        dist.all_reduce(x.clone())
+        time.sleep(1.5 if rank() == 1 and len(calls) == 1 else SLEEP_MS[block] / 1e3)  # after it: rank 0 waits
+        return block  # at the exchange that follows, where it reads the board between its waits
+
+    board_seq = group._seq + 3  # agreement, cache lookup, prune: the board is scoped to the sequence number then
+    if rank() == 0:
+        store = outsider_store()
+        scope = f"{group.key('board')}/{board_seq}/"  # StoreGroup.board's scope
+        n = store.add(f"{scope}count", 1)
+        store.set(f"{scope}{n}", "[" * 100000)
+    dist.barrier()
+    t0 = time.monotonic()
+    result = outcome(f, torch.ones(2))
+    emit(result=result, seconds=time.monotonic() - t0, states=states(f.tuner))
+
+
 def leave_normally() -> None:
     """End the process the ordinary way (the interpreter's exit, which joins every non-daemon thread), not with
     ``os._exit`` as :func:`_cases.main` does: a thread the tuner left behind must not keep the process alive."""

@@ -12,12 +12,16 @@ from typing import Any
 
 from .. import settings
 from ..errors import BadInputError, GroupTimeoutError, RankFailedError
+from . import codec
 from .channel import (
     NOT_A_MEMBER,
     BadBoardEntry,
     Board,
+    ExchangeError,
+    Failed,
     FailureReport,
     Group,
+    Message,
     RankEnded,
     combine_payloads,
     default_timeout,
@@ -116,18 +120,38 @@ class StoreGroup(Group):
         keys = [self._key(seq, r) for r in range(1, self.size)]
         self._wait(keys, what, timeout, lambda: [r for r in range(1, self.size) if not self._arrived(keys[r - 1])])
         payload = combine_payloads(fn, [pack(obj, 0, what), *self.store.multi_get(keys)], what)
-        self.store.set(self._key(seq, "all"), payload)
+        self._write_new(seq, "all", payload, what)
         if seq > 1:
             self.store.delete_key(self._key(seq - 1, "all"))
         return unpack(payload, what, 0)
 
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
-        self.store.set(mine, pack(obj, self.rank, what))
+        self._write_new(seq, self.rank, pack(obj, self.rank, what), what)
         self._wait([combined], what, timeout, lambda: self._missing_seen_from(seq))
         payload = self.store.get(combined)
         self.store.delete_key(mine)  # rank 0 has read it: it wrote the result
         return unpack(payload, what, self.rank)
+
+    def _write_new(self, seq: int, slot: int | str, payload: bytes, what: str) -> None:
+        """Write ``payload`` under the key of ``slot`` (this rank's, or ``all``) at exchange ``seq``, which no one
+        may have written before: a compare-and-set that expects it absent. A key found written already was written
+        by another process (the store has no authentication), and the ranks that read it may have taken it for
+        this rank's: this rank raises :class:`ExchangeError` saying so, after writing the same error as its message
+        of the next exchange, so that every other rank raises it at its next exchange (which reads that key)."""
+        key = self._key(seq, slot)
+        found = bytes(self.store.compare_set(key, b"", payload))
+        if found == bytes(payload):
+            return
+        message = (f"triton_dist_tune: group rank {self.rank} of group '{self.title}' found the key of its message at "
+                   f"'{what}' ({key}) already written when it came to write it: a process other than the tuner wrote "
+                   "under the tuner's keys of the key-value store (it has no authentication), and a rank may have "
+                   "read that value as this rank's. The tuning stops on every rank (at their next exchange): "
+                   "nothing read from the store is trusted past this point")
+        try:
+            self.store.set(self._key(seq + 1, slot), codec.encode(Message("", Failed(message))))
+        finally:
+            raise ExchangeError(message)
 
     def _missing_seen_from(self, seq: int) -> list[int]:
         """On a timeout at a rank other than 0: the ranks whose message is not in the store, or rank 0 when every
