@@ -176,3 +176,27 @@ def test_a_deeply_nested_value_on_the_failure_board_is_refused_clearly(tmp_path)
         assert r.result["states"] == ["measured"] * 3
         assert "lost the key-value store" not in r.stderr
     assert "refused the failure board entry" in results[0].stderr and "RecursionError" in results[0].stderr
+
+
+def test_a_stuck_compile_thread_is_abandoned_and_the_queue_goes_on():
+    """The pool under both compile paths (autotune's and contextual_autotune's compile_share): a real thread stuck
+    for good fails its config at the deadline; the next task still runs (a thread replaces the stuck one); the
+    stuck thread is a daemon (the interpreter does not join it at exit)."""
+    import threading
+
+    from triton_dist_tune.measure.precompile import DaemonPool, wait_within
+
+    stuck = threading.Event()
+    pool = DaemonPool(1, "tdt-test")
+    try:
+        blocked = pool.submit(stuck.wait)
+        after = pool.submit(lambda: 7)
+        t0 = time.monotonic()
+        error = wait_within([blocked], 0.5, pool)
+        assert error is not None and "did not finish within 0.5 s" in error
+        assert time.monotonic() - t0 < 5
+        assert wait_within([after], 5, pool) is None and after.result() == 7
+        assert all(t.daemon for t in threading.enumerate() if t.name.startswith("tdt-test"))
+    finally:
+        pool.shutdown()
+        stuck.set()

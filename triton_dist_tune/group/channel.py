@@ -208,9 +208,11 @@ def ended_message(reports: Sequence[FailureReport], missing: Sequence[int]) -> s
         return None
     failures = [r for r in reports if not r.ended] or [r for r in reports if r.ended]
     first = failures[0]
+    blamed = ("No config is blamed (an interruption, or the tuner's own error)" if first.interrupted
+              else "The config is journaled as failed")
     return (f"triton_dist_tune: {first.describe()}; group rank(s) {ended} ended their process to leave a "
-            "collective of the function. The config is journaled as failed: resume with torchrun --max-restarts "
-            "or by running the job again")
+            f"collective of the function. {blamed}: resume with torchrun --max-restarts or by running the job "
+            "again")
 
 
 def _nothing(values: list[Any]) -> None:
