@@ -4,6 +4,7 @@ evidence, every protocol input agreed, hostile store values refused clearly."""
 from __future__ import annotations
 
 import faulthandler
+import json
 import math
 import time
 
@@ -200,3 +201,26 @@ def test_a_stuck_compile_thread_is_abandoned_and_the_queue_goes_on():
     finally:
         pool.shutdown()
         stuck.set()
+
+
+@pytest.mark.timeout(120)
+def test_a_contextual_compile_that_never_returns_fails_its_config_and_the_process_exits(tmp_path):
+    import subprocess
+    import sys
+
+    from harness import base_env
+
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, str(CASES), "contextual_compile_never_returns"],
+                          env=base_env(tuner_env(tmp_path, 3)), capture_output=True, text=True, timeout=90)
+    process_s = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    result = json.loads(lines[0][len("RESULT "):])
+    assert result["ok"]
+    # under the interpreter one thread compiles this rank's two configs: two waves of T = 3 s
+    assert result["states"][1] == "failed", result
+    assert "did not finish within 6 s (the timeout x 2 waves)" in result["errors"][1], result
+    assert [s.replace("stopped", "measured") for i, s in enumerate(result["states"]) if i != 1] == ["measured"] * 2
+    assert any(name.startswith("tdt-precompile") for name in result["threads"])  # left behind, still stuck
+    print(f"tuning ended after {result['tuned_s']:.1f} s; the process exited after {process_s:.1f} s")

@@ -241,6 +241,46 @@ def deep_json_on_the_board():
     emit(result=result, seconds=time.monotonic() - t0, states=states(f.tuner))
 
 
+@case
+def contextual_compile_never_returns():
+    """Case 1, contextual: precompiling forced on (under the interpreter, as tests/scenarios/contextual_cases.py's
+    ``precompile`` does); the compile (``warmup``) of the second config never returns (a real thread stuck for
+    good). One process. The config must fail after the deadline (T x waves), the others be measured, and the
+    process exit normally."""
+    import sys
+
+    from contextual_cases import ADD_BLOCKS, SEQ, add, add_kernel, inputs
+
+    from triton_dist_tune.contextual import compiling as contextual
+    from triton_dist_tune.contextual import contextual_autotune
+
+    contextual.compiles = lambda: True
+    stuck = threading.Event()
+    real_warmup = type(add_kernel.fn).warmup
+
+    def warmup(self, *args, grid, **kwargs):
+        if kwargs["BLOCK"] == ADD_BLOCKS[1]:
+            stuck.wait()  # never set: this thread never returns
+        return real_warmup(self, *args, grid=grid, **kwargs)
+
+    type(add_kernel.fn).warmup = warmup
+
+    @contextual_autotune(n_warmup=1, n_repeat=1)
+    def f(x, y):
+        SEQ.append("run")
+        return add(x, y)
+
+    t0 = time.monotonic()
+    x, y = inputs()
+    out = f(x, y)
+    decision = next(iter(f.tuner.decisions.values()))
+    emit(ok=bool(torch.equal(out, x + y)), tuned_s=time.monotonic() - t0,
+         states=[r["state"] for r in decision["table"]], errors=[r["error"] for r in decision["table"]],
+         threads=[t.name for t in threading.enumerate()])
+    sys.stdout.flush()
+    raise SystemExit(0)  # the interpreter's own exit: it joins every non-daemon thread
+
+
 def leave_normally() -> None:
     """End the process the ordinary way (the interpreter's exit, which joins every non-daemon thread), not with
     ``os._exit`` as :func:`_cases.main` does: a thread the tuner left behind must not keep the process alive."""
