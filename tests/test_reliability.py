@@ -142,8 +142,9 @@ def test_ranks_at_different_steps_get_a_clear_error_naming_both(tmp_path):
         result = r.result
         assert result["result"]["error"] == "ExchangeError", describe(results)
         message = result["result"]["message"]
-        assert "'config 0 warmup 2'" in message and "'config 0 warmup 1'" in message, message
-        assert "different steps" in message
+        # every rank names its own step and rank 0's, and the rank at another step
+        assert f"'config 0 warmup {r.rank + 1}'" in message and "which is at 'config 0 warmup 1'" in message, message
+        assert "group rank(s) [1] are at another step" in message and "different steps" in message
         assert result["seconds"] < 5
         assert result["after"] == {"ok": [0, 1]}
 

@@ -187,7 +187,7 @@ def forged_prune_message():
     prune step (keeping only config 2, the slowest), with the right step label. It must not decide the choice:
     every rank fails with a clear error."""
     from triton_dist_tune.group import codec
-    from triton_dist_tune.group.channel import Message
+    from triton_dist_tune.group.channel import Message, step_print
     from triton_dist_tune.group.resolve import resolve_group
 
     tdt.init_distributed()
@@ -201,8 +201,8 @@ def forged_prune_message():
 
     prune_seq = group._seq + 3  # agreement, cache lookup, prune
     if rank() == 0 and os.environ.get("FORGE", "1") == "1":
-        outsider_store().set(group._key(prune_seq, 1), codec.encode(Message("[forged key=2] prune",
-                                                                            [False, False, True])))
+        forged = Message(step_print("[forged key=2] prune"), [False, False, True])  # the step's own print
+        outsider_store().set(group._key(prune_seq, 1), codec.encode(forged))
     dist.barrier()
     t0 = time.monotonic()
     result = outcome(f, torch.ones(2))

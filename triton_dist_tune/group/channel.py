@@ -18,6 +18,7 @@ makes every waiting rank raise :class:`GroupTimeoutError` naming the missing ran
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import operator
@@ -255,9 +256,10 @@ def unwrap(result: Any, what: str) -> Any:
 @codec.record
 @dataclass(frozen=True)
 class Message:
-    """What travels in one exchange: the value, and the step of the protocol it belongs to (the exchange's
-    ``what``), so that ranks at different steps (a setting that changes the number of steps differs between them,
-    a rank that left a loop early) get a clear error naming both steps instead of pairing unrelated values."""
+    """What travels in one exchange: the value, and a fingerprint of the step of the protocol it belongs to (the
+    exchange's ``what``: :func:`step_print`), so that ranks at different steps (a setting that changes the number
+    of steps differs between them, a rank that left a loop early) get a clear error naming the steps instead of
+    pairing unrelated values. A fingerprint, not the text, keeps every message a few bytes longer only."""
 
     step: str
     value: Any
@@ -267,21 +269,27 @@ class Message:
 STEP_QUOTE = 200
 
 
+def step_print(what: str) -> str:
+    """The fingerprint of a step's text that its messages carry (12 hex digits)."""
+    return hashlib.blake2b(what.encode(), digest_size=6).hexdigest()
+
+
 def pack(obj: Any, rank: int, step: str = "") -> bytes:
-    """This rank's message at ``step`` as plain data; a value that is not plain data becomes a refusal that rank 0
-    passes on to every rank (so nobody waits for a message that never comes)."""
+    """This rank's message at ``step`` (the exchange's ``what``) as plain data; a value that is not plain data
+    becomes a refusal that rank 0 passes on to every rank (so nobody waits for a message that never comes)."""
     try:
-        return codec.encode(Message(step, obj))
+        return codec.encode(Message(step_print(step), obj))
     except codec.NotPlainData as exc:
-        return codec.encode(Message(step, Failed(f"group rank {rank} cannot send its message: {exc}", refused=True)))
+        refusal = Failed(f"group rank {rank} cannot send its message: {exc}", refused=True)
+        return codec.encode(Message(step_print(step), refusal))
 
 
-def steps_differ(rank: int, theirs: str, ours: str, reader: int) -> str:
-    """The error of ranks found at different steps of the protocol."""
-    return (f"group rank {rank} is at step '{theirs[:STEP_QUOTE]}' while group rank {reader} is at "
-            f"'{ours[:STEP_QUOTE]}': the ranks run different steps of the protocol (a setting that changes the "
-            "steps, e.g. TRITON_DIST_AUTOTUNE_TIMING or n_warmup, differs between them, or they called the tuned "
-            "function in another order)")
+def steps_differ(ranks: Sequence[int], step: str, reader: int) -> str:
+    """The error of ranks found at different steps of the protocol (each rank's error names its own step too)."""
+    return (f"group rank(s) {list(ranks)} are at another step of the protocol than group rank {reader}, which is at "
+            f"'{step[:STEP_QUOTE]}': the ranks run different steps (a setting that changes the steps, e.g. "
+            "TRITON_DIST_AUTOTUNE_TIMING or n_warmup, differs between them, or they called the tuned function in "
+            "another order)")
 
 
 def combine_payloads(fn: Callable[[list[Any]], Any], payloads: Sequence[bytes], step: str = "",
@@ -289,26 +297,29 @@ def combine_payloads(fn: Callable[[list[Any]], Any], payloads: Sequence[bytes], 
     """Group rank 0 (``reader``): decode every rank's message (by group rank), check that each belongs to
     ``step``, run ``fn`` on them and encode the result, or a :class:`Failed` when a message is refused, belongs
     to another step, ``fn`` raised or its result is not plain data."""
-    values = []
+    mine = step_print(step)
+    values, elsewhere = [], []
     for rank, payload in enumerate(payloads):
         try:
             message = codec.decode(payload)
             if not isinstance(message, Message):
                 raise codec.BadMessage("not a message of the tuner (no step)")
         except codec.BadMessage as exc:
-            return codec.encode(Message(step, Failed(
+            return codec.encode(Message(mine, Failed(
                 f"the message read for group rank {rank} is refused: {exc}; a process other than the tuner wrote "
                 "under the tuner's keys of the key-value store")))
         if isinstance(message.value, Failed):
-            return codec.encode(Message(step, message.value))
-        if message.step != step:
-            return codec.encode(Message(step, Failed(steps_differ(rank, message.step, step, reader))))
+            return codec.encode(Message(mine, message.value))
+        if message.step != mine:
+            elsewhere.append(rank)
         values.append(message.value)
+    if elsewhere:
+        return codec.encode(Message(mine, Failed(steps_differ(elsewhere, step, reader))))
     result = run_on_root(fn, values)
     try:
-        return codec.encode(Message(step, result))
+        return codec.encode(Message(mine, result))
     except codec.NotPlainData as exc:
-        return codec.encode(Message(step, Failed(f"the combined result cannot be sent: {exc}", refused=True)))
+        return codec.encode(Message(mine, Failed(f"the combined result cannot be sent: {exc}", refused=True)))
 
 
 def unpack(payload: bytes, what: str, rank: int) -> Any:
@@ -322,9 +333,10 @@ def unpack(payload: bytes, what: str, rank: int) -> Any:
         raise ExchangeError(f"triton_dist_tune: group rank {rank} refused the result it read at '{what}': {exc}; a "
                             "process other than the tuner wrote under the tuner's keys of the key-value store") \
             from None
-    if message.step != what and not isinstance(message.value, Failed):
-        raise ExchangeError(f"triton_dist_tune: at '{what[:STEP_QUOTE]}': "
-                            + steps_differ(0, message.step, what, rank))
+    if message.step != step_print(what) and not isinstance(message.value, Failed):
+        raise ExchangeError(f"triton_dist_tune: group rank {rank} is at '{what[:STEP_QUOTE]}' and read a result of "
+                            "another step of the protocol: the ranks run different steps (a setting that changes the "
+                            "steps, e.g. TRITON_DIST_AUTOTUNE_TIMING or n_warmup, differs between them)")
     return unwrap(message.value, what)
 
 

@@ -65,7 +65,9 @@ class StoreGroup(Group):
     an outsider writes under these keys is refused, never run.
 
     Every rank makes four store requests per exchange whatever the group size, and the server moves each message
-    once in and the result once out to each rank: linear in the group size when the result does not grow with it.
+    once in (and back to its writer: a key is written with a compare-and-set expecting it absent, whose reply is the
+    value, so that a key another process wrote first is found; :meth:`_write_new`) and the result once out to each
+    rank: linear in the group size when the result does not grow with it.
     """
 
 

@@ -42,7 +42,7 @@ class Guarding:
     _step: str
 
     def _guarded(self, index: int, desc: str, phase: str, runs: Callable[[], Any],
-                 sync: bool = True, step: str | None = None) -> tuple[Any, str | None]:
+                 sync: bool = True, step: str | None = None, patience: float = 0.0) -> tuple[Any, str | None]:
         """Run ``runs`` under this tuning's guard, then synchronize the device (unless ``sync`` is false: a steady
         round's samples are read after the round); returns (its result, None) or (None, error). A failure is posted
         on the failure board at once; an interruption (SIGINT, SIGTERM) is journaled as such and re-raised.
@@ -50,12 +50,19 @@ class Guarding:
         ``step`` (default ``config <index> <phase>``) names the step of the protocol the phase belongs to, the same
         on every rank: the guard acts on the board's reports of that step only. Blame needs evidence from the
         config's own run: the compile pass (:data:`BEST_EFFORT`) blames nothing, and a rank ended because another
-        rank failed in another config of its step (a steady round) journals its own config as interrupted."""
+        rank failed in another config of its step (a steady round) journals its own config as interrupted, after
+        ``patience`` seconds (the time the phase takes when not stuck), or at the deadline."""
         step = f"config {index} {phase}" if step is None else step
         blames = phase not in BEST_EFFORT
 
         def on_fire() -> None:
-            if blames:
+            peers = [r for r in self._board_reports() if r.step == step and r.rank != self.group.rank]
+            if peers and blames:  # stuck because another rank left this step: no evidence against this config
+                first = peers[0]
+                self.journal.append(index, "interrupted", config=desc,
+                                    error=f"interrupted: {phase} exceeded {self.plan.timeout:g} s after rank "
+                                          f"{first.rank} failed in config {first.index} of {step}: {first.error}")
+            elif blames:
                 self.journal.append(index, "hung", config=desc, error=f"{phase} exceeded {self.plan.timeout:g} s")
             else:  # the pass runs the function on outputs it never launched: no evidence
                 self.journal.append(index, "interrupted", config=desc,
@@ -75,7 +82,7 @@ class Guarding:
         self._current = (index, desc)
         self._step = step
         self.guard.arm(self.plan.timeout, f"{self.label} config {index} ({desc}) {phase}", on_fire, index, on_peer,
-                       step)
+                       step, patience)
         try:
             result = runs()
             if sync:

@@ -275,9 +275,11 @@ class Measurer(Guarding):
                 steady = timing.steady_calls(self.trial.host_counts, per_call[index], race.settling, not tokens,
                                              self.plan.batch)
                 self.started(index, desc, f"round {race.rounds + r}")
+                calls = steady.settle + steady.span + steady.queued  # unstuck, the sample ends in a few times this
+                patience = 4 * calls * per_call[index] / 1e3 + steady.hold_ms / 1e3
                 token, error = self._guarded(index, desc, "sample",
                                              lambda c=config, s=steady: self.trial.steady(c, s), sync=False,
-                                             step=phase)
+                                             step=phase, patience=patience)
                 if error is not None:  # posted on the failure board by the guard
                     mine.append(((r, index), error))
                     failed = True
