@@ -22,9 +22,12 @@ For one key, on every rank, with the configs left after pruning and the journal:
    the GPU context is unusable (:data:`POISONED`) stops every rank with ``DevicePoisonedError``.
 
 A failure inside a steady round cannot stop the other ranks mid-round (the failing rank stops its round there and
-goes to the round's exchange): when the function has collectives, they
-wait in them until their watchdog ends them, and the config is journaled as hung (failures almost always show in
-the aligned warm-up runs, which stop every rank at the same run).
+goes to the round's exchange): when the function has collectives, the others may wait in one, of that config or
+of the next one of the round. The failing rank posts its failure on the board, naming the round (its step); a
+rank whose guard is in that round ends after the board's grace (or, inside another config, after 4x that
+config's expected sample time) and journals its own config ``interrupted`` unless it is the one that failed: only
+the failing rank's record is evidence, so the resume leaves out the config at fault and nothing else (failures
+almost always show in the aligned warm-up runs, which stop every rank at the same run).
 
 Sharded (rank-local functions only): each rank warms up and samples its share of the configs alone, and one
 exchange at the end shares every outcome.
