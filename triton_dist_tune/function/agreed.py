@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInputError, MismatchError, describe_error, per_rank
-from ..group.channel import Group, agree
+from ..group.channel import ExchangeError, Group, agree
 from ..measure.arguments import ArgumentState, named_arguments
 from ..measure.timing import make_clock, timing_mode
 from ..measure.trial import Reference, Trial
@@ -65,6 +65,11 @@ def agreed_prune(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: di
     except Exception as exc:
         mine = f"prune_fn raised {describe_error(exc)}"
     everyone = group.allgather(mine, f"{label} prune", timeout=timeout)
+    for r, m in enumerate(everyone):  # what the store held for a rank: the tuner's own shape, or a clear error
+        if not isinstance(m, str) and not (isinstance(m, list) and len(m) == len(tuner.space)
+                                           and all(isinstance(v, bool) for v in m)):
+            raise ExchangeError(f"{label} prune: the message read for group rank {r} is not a prune message of the "
+                                "tuner (another process wrote under the tuner's keys of the key-value store)")
     errors = [(r, m) for r, m in enumerate(everyone) if isinstance(m, str)]
     if errors:
         raise BadInputError(f"{tuner.name}: " + per_rank(errors, tuner.name))
