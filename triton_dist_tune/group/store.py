@@ -91,6 +91,8 @@ class StoreGroup(Group):
         attempt = settings.current().restart_count
         self._prefix = namespace(self.name, self.global_ranks, attempt, incarnation)
         self._seq = 0
+        #: the exchange whose key holds this rank's own notice of a key written by another process (0: none)
+        self._notice = 0
         self._lock = threading.Lock()
         self._board: StoreBoard | None = None
 
@@ -142,6 +144,9 @@ class StoreGroup(Group):
         this rank's: this rank raises :class:`ExchangeError` saying so, after writing the same error as its message
         of the next exchange, so that every other rank raises it at its next exchange (which reads that key)."""
         key = self._key(seq, slot)
+        if seq == self._notice:  # this rank left an error here itself (below): it writes over it
+            self.store.set(key, payload)
+            return
         found = bytes(self.store.compare_set(key, b"", payload))
         if found == bytes(payload):
             return
@@ -151,6 +156,7 @@ class StoreGroup(Group):
                    "read that value as this rank's. The tuning stops on every rank (at their next exchange): "
                    "nothing read from the store is trusted past this point")
         try:
+            self._notice = seq + 1
             self.store.set(self._key(seq + 1, slot), codec.encode(Message("", Failed(message))))
         finally:
             raise ExchangeError(message)
