@@ -37,7 +37,9 @@ def test_requests_per_rank_per_exchange_do_not_grow_with_the_group(tmp_path):
     for results in by_size.values():  # agreeing on a 32 KB config space sends fingerprints, not the text
         for r in results:
             tuning = r["counts"]["tuning"]
-            assert tuning["space_chars"] > 32_000 and tuning["bytes"] < tuning["space_chars"] / 2, r
+            # (each key is written with a compare-and-set, whose reply echoes the value written: the messages a
+            # rank writes count twice; the text of the space sent once would alone be space_chars)
+            assert tuning["space_chars"] > 32_000 and tuning["bytes"] < tuning["space_chars"], r
 
 
 @pytest.mark.timeout(120)

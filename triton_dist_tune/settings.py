@@ -23,6 +23,11 @@ from pathlib import Path
 from .errors import BadInputError
 
 DEFAULT_TIMEOUT_S = 300.0
+#: the most seconds any duration setting or option may hold (about 11.6 days): every clock the tuner arms must hold
+#: it with room to spare. A deadline becomes ``faulthandler.dump_traceback_later(T + 5)`` (which overflows past
+#: ~9.2e9 s on Linux, ``threading.TIMEOUT_MAX``), and the waits of a round or a campaign are T times the configs
+#: in them: 1e6 keeps 9,000 configs' worth of a round under that limit
+MAX_SECONDS = 1e6
 PREFIX = "TRITON_DIST_AUTOTUNE_"
 
 #: launcher variables of a process's rank in the whole job (the first one set wins)
@@ -57,6 +62,9 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         seconds = math.nan
     if not (seconds > 0 and math.isfinite(seconds)):
         raise BadInputError(f"{name} must be a positive number of seconds, not {value!r}")
+    if seconds > MAX_SECONDS:
+        raise BadInputError(f"{name} must be at most {MAX_SECONDS:g} seconds (about 11.6 days: the watchdog's "
+                            f"clocks must hold it), not {value!r}")
     return seconds
 
 

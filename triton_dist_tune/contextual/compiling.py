@@ -14,6 +14,9 @@ first in that run and that the group has not decided:
    compiled by the (k mod n)-th of those n ranks (:func:`~triton_dist_tune.measure.precompile.my_share`), with the
    arguments of its first launch, into the node's shared Triton cache. A rank that did not meet the track has no
    arguments to compile with and compiles none of it;
+   Each rank's compiles run in daemon threads under a deadline (:func:`compile_share`): a config whose compile has
+   not ended ``T`` s times this rank's waves of compiles after they started counts as failed, its thread left
+   behind (it never keeps the process from exiting);
 3. one allgather of every rank's failures (:func:`~triton_dist_tune.measure.precompile.agree_failures`, for every
    track at once), which is also the barrier after which the others find the kernels in Triton's cache: a config
    that failed on some rank is failed on every rank ("rank r: compile: error") before the next run, so no rank
@@ -29,9 +32,20 @@ that every rank of the group tunes (a hot call that meets a new key exchanges on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..measure.precompile import agree_failures, compiles_here, default_workers, my_share, node_ranks
+from ..measure.precompile import (
+    DaemonPool,
+    agree_failures,
+    compiles_here,
+    current_cuda_device,
+    default_workers,
+    my_share,
+    node_ranks,
+    on_device,
+    version_key,
+    wait_within,
+)
 from . import intercept
 from .decisions import record_decision
 from .tracks import TrackId
@@ -122,7 +136,7 @@ def _compile_and_agree(session: Session, plans: list[Plan]) -> None:
             continue
         share = my_share(plan.todo, plan.holders.index(rank), len(plan.holders))
         args, kwargs = local.sample
-        failures = intercept.precompile(local.autotuners[0], share, args, kwargs)
+        failures = compile_share(local.autotuners[0], share, args, kwargs, session.timeout)
         mine.update({plan.base + index: error for index, error in failures.items()})
     # every rank waits for the slowest: the timeout for each wave of compilations, as if one rank compiled all
     waves = -(-sum(len(plan.todo) for plan in plans) // default_workers())
@@ -136,3 +150,43 @@ def _compile_and_agree(session: Session, plans: list[Plan]) -> None:
                 track.fail(index, error)
         if track.done:
             record_decision(session, track)
+
+
+def compile_share(autotuner: Any, indices: list[int], args: tuple, kwargs: dict[str, Any],
+                  timeout: float) -> dict[int, str]:
+    """Compile the kernel of each config of ``indices`` (``fn.warmup(..., grid=...)``, which compiles without
+    launching) in daemon threads, each thread first on the caller's CUDA device; returns {index: error} of the
+    configs that failed to compile or did not end in time. The whole share must end within ``timeout`` times its
+    waves (ceil(configs / threads)); a compile still running then is failed and its thread left behind, so that the
+    exchange of failures (whose deadline counts every rank's configs, :func:`_compile_and_agree`) is reached in
+    time, and a stuck compile never keeps the process from exiting."""
+    import time
+
+    if not indices:
+        return {}
+    version_key()  # once, here, not in every compile thread at once
+    launch_kwargs = {k: v for k, v in kwargs.items() if k != "warmup"}
+    device = current_cuda_device()
+    workers = max(1, min(default_workers(), len(indices)))
+    pool = DaemonPool(workers, "tdt-precompile")
+
+    def compile_one(index: int) -> None:
+        on_device(device)
+        cut_args, cut_kwargs = intercept.without_config_names(autotuner, args, launch_kwargs)
+        autotuner.fn.warmup(*cut_args, **cut_kwargs, **autotuner.configs[index].all_kwargs())
+
+    futures = {index: pool.submit(lambda i=index: compile_one(i)) for index in indices}
+    limit = timeout * -(-len(indices) // workers)
+    deadline = time.monotonic() + limit
+    failures: dict[int, str] = {}
+    try:
+        for index, future in futures.items():  # one deadline for the share: each wait takes what is left of it
+            error = wait_within([future], max(0.0, deadline - time.monotonic()), pool)
+            if error is not None:
+                failures[index] = error.removeprefix("compile: ")
+                if error.startswith("compile: did not finish"):
+                    failures[index] = f"did not finish within {limit:g} s (the timeout x {limit / timeout:g} " \
+                                      "waves); its thread is left behind"
+    finally:
+        pool.shutdown()
+    return failures

@@ -23,7 +23,6 @@ import hashlib
 import logging
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -403,34 +402,3 @@ def notify_listener(autotuner: Autotuner, key: tuple, best: Any, timings: dict[A
     while not isinstance(jit_fn, JITFunction) and hasattr(jit_fn, "fn"):
         jit_fn = jit_fn.fn
     listener(fn=jit_fn, key=key, best_config=best, configs_timings=timings, duration=duration, cache_hit=cache_hit)
-
-
-def precompile(autotuner: Autotuner, indices: list[int], args: tuple, kwargs: dict[str, Any]) -> dict[int, str]:
-    """Compile the kernel for each config of ``indices`` in a bounded thread pool (``fn.warmup(..., grid=...)``,
-    which compiles without launching); returns {index: error} of the configs that failed to compile.
-
-    Triton's compiler spends most of its time outside the interpreter lock (MLIR, LLVM, ptxas), so the configs'
-    compilations overlap. Each worker thread first selects the caller's CUDA device, so that kernels are compiled
-    for, and cached on, the device the launches will use.
-    """
-    from ..errors import describe_error
-    from ..measure.precompile import current_cuda_device, default_workers, on_device, version_key
-
-    if not indices:
-        return {}
-    version_key()  # once, here, not in every compile thread at once
-    launch_kwargs = {k: v for k, v in kwargs.items() if k != "warmup"}
-    device = current_cuda_device()
-
-    def compile_one(index: int) -> tuple[int, str | None]:
-        try:
-            on_device(device)
-            cut_args, cut_kwargs = without_config_names(autotuner, args, launch_kwargs)
-            autotuner.fn.warmup(*cut_args, **cut_kwargs, **autotuner.configs[index].all_kwargs())
-            return index, None
-        except Exception as exc:  # a config that does not compile is data, not an error
-            return index, describe_error(exc)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(default_workers(), len(indices))),
-                            thread_name_prefix="tdt-precompile") as pool:
-        return {i: e for i, e in pool.map(compile_one, indices) if e}

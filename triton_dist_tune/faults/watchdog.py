@@ -73,18 +73,27 @@ class Guard:
         self.what = ""
         self.timeout = 0.0
         self.index: int | None = None
+        #: the step of the protocol the guarded phase belongs to (see :meth:`arm`)
+        self.step = ""
+        #: seconds the phase may still take, unstuck, after another rank's report of another config of the step
+        self.patience = 0.0
         self.on_fire: Callable[[], None] | None = None
         self.on_peer: Callable[[Any], None] | None = None
         self.seen: dict[int, float] = {}  # rank -> when its failure in the current config was first seen
         self.polled = 0.0
 
     def arm(self, timeout: float, what: str, on_fire: Callable[[], None], index: int | None = None,
-            on_peer: Callable[[Any], None] | None = None) -> None:
+            on_peer: Callable[[Any], None] | None = None, step: str = "", patience: float = 0.0) -> None:
         """Fire ``on_fire`` and end the process unless :meth:`disarm` comes within ``timeout`` seconds; with
-        ``index`` and a board, end it (after ``on_peer``) when another rank posts that config ``index`` raised."""
+        ``index`` and a board, end it (after ``on_peer``) when another rank posts a failure in this phase's
+        ``step`` (any config of it: in a steady round a rank may be inside the next config's collective, waiting
+        for a rank that failed in the previous one), or, for reports that name no step, in config ``index``. A
+        report of another config of the step ends it only after ``patience`` seconds (at least the grace): the
+        time this phase may take when it is not stuck (a rank-local function is never stuck)."""
         with self._dog.cond:
             self.deadline = time.monotonic() + timeout
-            self.what, self.timeout, self.index = what, timeout, index
+            self.what, self.timeout, self.index, self.step = what, timeout, index, step
+            self.patience = patience
             self.on_fire, self.on_peer = on_fire, on_peer
             self.seen = {}
         self._dog.watch(self)
@@ -158,8 +167,8 @@ class Watchdog:
                 faulthandler.dump_traceback_later(left + BACKSTOP_S, exit=True)
             else:
                 faulthandler.cancel_dump_traceback_later()
-        except (AttributeError, OSError, RuntimeError, ValueError):  # no usable stderr: no backstop
-            pass
+        except (AttributeError, OSError, RuntimeError, ValueError, OverflowError):  # no usable stderr, or a
+            pass  # deadline past the platform's time_t (refused when checked: settings.MAX_SECONDS): no backstop
 
     def stop(self) -> None:
         """End the watchdog thread (at interpreter exit), so that no thread of ours outlives the interpreter."""
@@ -198,14 +207,17 @@ class Watchdog:
         if not guard.watches_board or index is None:
             return
         try:
-            reports = [r for r in guard.board.read() if r.index == index and r.rank != guard.rank
-                       and (not r.ended or r.interrupted)]
+            reports = [r for r in guard.board.read() if r.rank != guard.rank and (not r.ended or r.interrupted)
+                       and (r.step == guard.step if r.step and guard.step else r.index == index)]
         except Exception:  # the store is going away: the deadline still holds
             return
         now = time.monotonic()
         for report in reports:
             first = guard.seen.setdefault(report.rank, now)
-            if now - first >= failure_grace(guard.timeout) and guard.index == index and guard.deadline is not None:
+            wait = failure_grace(guard.timeout)
+            if report.index != index:  # another config of this step: this rank may be inside its own, unstuck
+                wait = max(wait, guard.patience)
+            if now - first >= wait and guard.index == index and guard.deadline is not None:
                 self._peer_fire(guard, report)
 
     def _fire(self, guard: Guard) -> None:

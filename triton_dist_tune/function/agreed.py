@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInputError, MismatchError, describe_error, per_rank
-from ..group.channel import Group, agree
+from ..group.channel import ExchangeError, Group, agree
 from ..measure.arguments import ArgumentState, named_arguments
-from ..measure.timing import make_clock
+from ..measure.timing import make_clock, timing_mode
 from ..measure.trial import Reference, Trial
 from ..space import check_call
 
@@ -27,6 +27,7 @@ def agree_on_call(tuner: Tuner, group: Group, key_text: str, problem: str | None
         except BadInputError as exc:
             problem = str(exc)
     fields = {"group size": str(group.size), "config space": tuner.space_text, "key": key_text,
+              **protocol_fields(tuner),
               "search mode (search= / TRITON_DIST_AUTOTUNE_SEARCH)": tuner.search_mode()}
     agreement = agree(group, fields, f"[{tuner.name}] agree on key and config space", tuner.options.timeout,
                       problem)
@@ -35,6 +36,25 @@ def agree_on_call(tuner: Tuner, group: Group, key_text: str, problem: str | None
     for what, holders in agreement.differ.items():
         detail = "; ".join(f"ranks {ranks}: {text}" for ranks, text in holders)
         raise MismatchError(f"{tuner.name}: the ranks of group '{group.title}' differ in {what}: {detail}")
+
+
+def protocol_fields(tuner: Tuner) -> dict[str, str]:
+    """The settings that change the steps of a tuning (how many runs, exchanges and rounds), as the fields of the
+    first agreement: ranks that differ in one get a ``MismatchError`` naming it at once, on every rank, instead of
+    pairing different steps. The timing mode (``TRITON_DIST_AUTOTUNE_TIMING`` over ``timing=``: steady timing has
+    a probe run and settled rounds that cold timing has not), and the options that set the runs and rounds."""
+    options = tuner.options
+    try:
+        timing = timing_mode(options.timing)
+    except BadInputError as exc:  # checked when decorating; the environment may still be bad: agreed as text
+        timing = f"invalid: {exc}"
+    runs = (f"n_warmup={options.n_warmup} n_repeat={options.n_repeat} batch={options.batch} "
+            f"budget={options.budget} early_stop={options.early_stop} refine_top={options.refine_top} "
+            f"sharded={options.sharded} ref_prog={options.ref_prog is not None} "
+            f"precompile_fn={options.precompile_fn is not None}")
+    return {"timing mode (TRITON_DIST_AUTOTUNE_TIMING, or timing=)": timing,
+            "runs and rounds (n_warmup, n_repeat, batch, budget, early_stop, refine_top, sharded, ref_prog, "
+            "precompile_fn)": runs}
 
 
 def agreed_prune(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
@@ -46,6 +66,11 @@ def agreed_prune(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: di
     except Exception as exc:
         mine = f"prune_fn raised {describe_error(exc)}"
     everyone = group.allgather(mine, f"{label} prune", timeout=timeout)
+    for r, m in enumerate(everyone):  # what the store held for a rank: the tuner's own shape, or a clear error
+        if not isinstance(m, str) and not (isinstance(m, list) and len(m) == len(tuner.space)
+                                           and all(isinstance(v, bool) for v in m)):
+            raise ExchangeError(f"{label} prune: the message read for group rank {r} is not a prune message of the "
+                                "tuner (another process wrote under the tuner's keys of the key-value store)")
     errors = [(r, m) for r, m in enumerate(everyone) if isinstance(m, str)]
     if errors:
         raise BadInputError(f"{tuner.name}: " + per_rank(errors, tuner.name))

@@ -29,11 +29,18 @@ from typing import TYPE_CHECKING, Any
 from .. import settings
 from ..disk import logs
 from ..disk.cache import entry_id
-from ..errors import AllConfigsFailedError, BadInputError, describe_error
+from ..errors import (
+    AllConfigsFailedError,
+    BadInputError,
+    DevicePoisonedError,
+    GroupTimeoutError,
+    RankFailedError,
+    describe_error,
+)
 from ..faults.journal import Journal
 from ..faults.recovery import across, interruptible, journal_path, shared_view
 from ..faults.watchdog import WATCHDOG, Guard
-from ..group.channel import Group
+from ..group.channel import ExchangeError, Group
 from ..measure import compile_pass
 from ..measure.arguments import ArgumentState, RandomState
 from ..measure.lockstep import Measurer, Todo
@@ -122,8 +129,13 @@ class Tuning:
 
         what = f"{self.label} cache lookup"
         if self.layout is None:
-            return self.group.broadcast(read_cache() if self.group.rank == 0 else None, what, timeout=self.timeout)
-        return self.layout.lookup(read_cache, what, self.timeout)
+            found = self.group.broadcast(read_cache() if self.group.rank == 0 else None, what, timeout=self.timeout)
+        else:
+            found = self.layout.lookup(read_cache, what, self.timeout)
+        if found is not None and not (type(found) is int and 0 <= found < len(tuner.space)):
+            raise ExchangeError(f"{what}: the index read is not one of the space's ({str(found)[:100]}): another "
+                                "process wrote under the tuner's keys of the key-value store")
+        return found
 
     def _tune(self) -> Decision:
         """Steps 3 to 6. The journal is locked while this tuning runs; when it is cut short its records stay for
@@ -202,6 +214,11 @@ class Tuning:
                 outcomes += measurer.sharded(todo) if tuner.options.sharded else measurer.lockstep(todo)
         except (KeyboardInterrupt, SystemExit) as exc:  # SIGINT, SIGTERM: journaled, and no config is blamed
             measurer.interrupted(exc)
+            raise
+        except (RankFailedError, GroupTimeoutError, DevicePoisonedError):
+            raise  # the evidence is journaled where it arose (a failing rank, a hung one, a poisoned context)
+        except Exception as exc:  # the tuner's own code (or a refused exchange): the config in flight is not blamed
+            measurer.not_blamed(exc)
             raise
         finally:
             measurer.compiles.close()

@@ -18,6 +18,7 @@ makes every waiting rank raise :class:`GroupTimeoutError` naming the missing ran
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import operator
@@ -133,6 +134,9 @@ class FailureReport:
     ended: bool = False
     #: the rank whose failure this is (the poster itself unless ``ended``)
     origin: int = -1
+    #: the step of the protocol the failure happened in (``config 3 warmup``, ``round 5``, ``config 3 compile
+    #: pass``): a rank's guard acts only on reports of the step it is in (:mod:`~triton_dist_tune.faults.watchdog`)
+    step: str = ""
 
     @property
     def interrupted(self) -> bool:
@@ -148,16 +152,29 @@ class FailureReport:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> FailureReport | None:
-        """The report in ``text``, or None when it is not one (plain data only: nothing read is executed)."""
+    def from_json(cls, text: str | bytes) -> FailureReport:
+        """The report in ``text``; raises :class:`BadBoardEntry` when it is not one (anything that is not a flat
+        JSON object of the report's fields and types: nested too deep, not UTF-8, wrong types). Plain data only:
+        nothing read is executed."""
         try:
             data = json.loads(text)
-            report = cls(**{k: data[k] for k in ("rank", "index", "config", "error", "ended", "origin")})
-        except (ValueError, TypeError, KeyError):
-            return None
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON {type(data).__name__}, not an object")
+            report = cls(**{k: data[k] for k in ("rank", "index", "config", "error", "ended", "origin")},
+                         step=data.get("step", ""))
+        except Exception as exc:  # RecursionError (nested too deep), ValueError, TypeError, KeyError, ...
+            raise BadBoardEntry(f"{type(exc).__name__}: {str(exc)[:200]}") from None
         ok = (type(report.rank) is int and type(report.index) is int and type(report.origin) is int
-              and isinstance(report.config, str) and isinstance(report.error, str) and type(report.ended) is bool)
-        return report if ok else None
+              and isinstance(report.config, str) and isinstance(report.error, str) and type(report.ended) is bool
+              and isinstance(report.step, str))
+        if not ok:
+            raise BadBoardEntry("a field of the wrong type")
+        return report
+
+
+class BadBoardEntry(ValueError):
+    """A value on the failure board that is not a report of the tuner (written by another process: the store
+    has no authentication). Refused: it is never evidence against a config, and never ends a rank."""
 
 
 class Board:
@@ -171,7 +188,7 @@ class Board:
     def post_ended(self, rank: int, report: FailureReport) -> None:
         """Post that ``rank`` ends its process because of ``report`` (another rank's failure)."""
         self.post(FailureReport(rank, report.index, report.config, report.error, True,
-                                report.rank if report.origin < 0 else report.origin))
+                                report.rank if report.origin < 0 else report.origin, report.step))
 
     def read(self) -> list[FailureReport]:
         """Every report posted so far (cheap: read by the watchdog's monitor twice a second)."""
@@ -192,9 +209,11 @@ def ended_message(reports: Sequence[FailureReport], missing: Sequence[int]) -> s
         return None
     failures = [r for r in reports if not r.ended] or [r for r in reports if r.ended]
     first = failures[0]
+    blamed = ("No config is blamed (an interruption, or the tuner's own error)" if first.interrupted
+              else "The config is journaled as failed")
     return (f"triton_dist_tune: {first.describe()}; group rank(s) {ended} ended their process to leave a "
-            "collective of the function. The config is journaled as failed: resume with torchrun --max-restarts "
-            "or by running the job again")
+            f"collective of the function. {blamed}: resume with torchrun --max-restarts or by running the job "
+            "again")
 
 
 def _nothing(values: list[Any]) -> None:
@@ -234,44 +253,91 @@ def unwrap(result: Any, what: str) -> Any:
     return result
 
 
-def pack(obj: Any, rank: int) -> bytes:
-    """This rank's message as plain data; a value that is not plain data becomes a refusal that rank 0 passes on
-    to every rank (so nobody waits for a message that never comes)."""
+@codec.record
+@dataclass(frozen=True)
+class Message:
+    """What travels in one exchange: the value, and a fingerprint of the step of the protocol it belongs to (the
+    exchange's ``what``: :func:`step_print`), so that ranks at different steps (a setting that changes the number
+    of steps differs between them, a rank that left a loop early) get a clear error naming the steps instead of
+    pairing unrelated values. A fingerprint, not the text, keeps every message a few bytes longer only."""
+
+    step: str
+    value: Any
+
+
+#: the most characters of a step's text quoted in the error of ranks at different steps
+STEP_QUOTE = 200
+
+
+def step_print(what: str) -> str:
+    """The fingerprint of a step's text that its messages carry (12 hex digits)."""
+    return hashlib.blake2b(what.encode(), digest_size=6).hexdigest()
+
+
+def pack(obj: Any, rank: int, step: str = "") -> bytes:
+    """This rank's message at ``step`` (the exchange's ``what``) as plain data; a value that is not plain data
+    becomes a refusal that rank 0 passes on to every rank (so nobody waits for a message that never comes)."""
     try:
-        return codec.encode(obj)
+        return codec.encode(Message(step_print(step), obj))
     except codec.NotPlainData as exc:
-        return codec.encode(Failed(f"group rank {rank} cannot send its message: {exc}", refused=True))
+        refusal = Failed(f"group rank {rank} cannot send its message: {exc}", refused=True)
+        return codec.encode(Message(step_print(step), refusal))
 
 
-def combine_payloads(fn: Callable[[list[Any]], Any], payloads: Sequence[bytes]) -> bytes:
-    """Group rank 0: decode every rank's message (by group rank), run ``fn`` on them and encode the result, or
-    a :class:`Failed` when a message is refused, ``fn`` raised or its result is not plain data."""
-    values = []
+def steps_differ(ranks: Sequence[int], step: str, reader: int) -> str:
+    """The error of ranks found at different steps of the protocol (each rank's error names its own step too)."""
+    return (f"group rank(s) {list(ranks)} are at another step of the protocol than group rank {reader}, which is at "
+            f"'{step[:STEP_QUOTE]}': the ranks run different steps (a setting that changes the steps, e.g. "
+            "TRITON_DIST_AUTOTUNE_TIMING or n_warmup, differs between them, or they called the tuned function in "
+            "another order)")
+
+
+def combine_payloads(fn: Callable[[list[Any]], Any], payloads: Sequence[bytes], step: str = "",
+                     reader: int = 0) -> bytes:
+    """Group rank 0 (``reader``): decode every rank's message (by group rank), check that each belongs to
+    ``step``, run ``fn`` on them and encode the result, or a :class:`Failed` when a message is refused, belongs
+    to another step, ``fn`` raised or its result is not plain data."""
+    mine = step_print(step)
+    values, elsewhere = [], []
     for rank, payload in enumerate(payloads):
         try:
-            value = codec.decode(payload)
+            message = codec.decode(payload)
+            if not isinstance(message, Message):
+                raise codec.BadMessage("not a message of the tuner (no step)")
         except codec.BadMessage as exc:
-            return codec.encode(Failed(f"the message read for group rank {rank} is refused: {exc}; a process other "
-                                       "than the tuner wrote under the tuner's keys of the key-value store"))
-        if isinstance(value, Failed):
-            return codec.encode(value)
-        values.append(value)
+            return codec.encode(Message(mine, Failed(
+                f"the message read for group rank {rank} is refused: {exc}; a process other than the tuner wrote "
+                "under the tuner's keys of the key-value store")))
+        if isinstance(message.value, Failed):
+            return codec.encode(Message(mine, message.value))
+        if message.step != mine:
+            elsewhere.append(rank)
+        values.append(message.value)
+    if elsewhere:
+        return codec.encode(Message(mine, Failed(steps_differ(elsewhere, step, reader))))
     result = run_on_root(fn, values)
     try:
-        return codec.encode(result)
+        return codec.encode(Message(mine, result))
     except codec.NotPlainData as exc:
-        return codec.encode(Failed(f"the combined result cannot be sent: {exc}", refused=True))
+        return codec.encode(Message(mine, Failed(f"the combined result cannot be sent: {exc}", refused=True)))
 
 
 def unpack(payload: bytes, what: str, rank: int) -> Any:
-    """The result of an exchange, as rank 0 combined it; raises what rank 0 sent instead of a result."""
+    """The result of an exchange, as rank 0 combined it; raises what rank 0 sent instead of a result, or
+    :class:`ExchangeError` when the result belongs to another step than ``what``."""
     try:
-        result = codec.decode(payload)
+        message = codec.decode(payload)
+        if not isinstance(message, Message):
+            raise codec.BadMessage("not a result of the tuner (no step)")
     except codec.BadMessage as exc:
         raise ExchangeError(f"triton_dist_tune: group rank {rank} refused the result it read at '{what}': {exc}; a "
                             "process other than the tuner wrote under the tuner's keys of the key-value store") \
             from None
-    return unwrap(result, what)
+    if message.step != step_print(what) and not isinstance(message.value, Failed):
+        raise ExchangeError(f"triton_dist_tune: group rank {rank} is at '{what[:STEP_QUOTE]}' and read a result of "
+                            "another step of the protocol: the ranks run different steps (a setting that changes the "
+                            "steps, e.g. TRITON_DIST_AUTOTUNE_TIMING or n_warmup, differs between them)")
+    return unwrap(message.value, what)
 
 
 class SingleGroup(Group):

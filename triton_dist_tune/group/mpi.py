@@ -50,13 +50,14 @@ class MpiGroup(Group):
 
     def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
         self._wait(self.comm.Ibarrier(), what, timeout, self.rank)  # every rank is here: the rest cannot hang
-        payloads = self.comm.gather(pack(obj, self.rank), root=0)
-        payload = self.comm.bcast(combine_payloads(fn, payloads) if self.rank == 0 else None, root=0)
+        payloads = self.comm.gather(pack(obj, self.rank, what), root=0)
+        payload = self.comm.bcast(combine_payloads(fn, payloads, what) if self.rank == 0 else None, root=0)
         return unpack(payload, what, self.rank)
 
     def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
         self._wait(self.comm.Ibarrier(), what, timeout, self.rank)
-        return unpack(combine_payloads(list, self.comm.allgather(pack(obj, self.rank))), what, self.rank)
+        payloads = self.comm.allgather(pack(obj, self.rank, what))
+        return unpack(combine_payloads(list, payloads, what, self.rank), what, self.rank)
 
 
 

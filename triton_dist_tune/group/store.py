@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -11,11 +12,16 @@ from typing import Any
 
 from .. import settings
 from ..errors import BadInputError, GroupTimeoutError, RankFailedError
+from . import codec
 from .channel import (
     NOT_A_MEMBER,
+    BadBoardEntry,
     Board,
+    ExchangeError,
+    Failed,
     FailureReport,
     Group,
+    Message,
     RankEnded,
     combine_payloads,
     default_timeout,
@@ -25,6 +31,8 @@ from .channel import (
     unpack,
     wait_in_slices,
 )
+
+log = logging.getLogger("triton_dist_tune")
 
 #: while a failure board is open, a waiting rank reads it between store waits of this many seconds
 BOARD_SLICE_S = 1.0
@@ -57,7 +65,9 @@ class StoreGroup(Group):
     an outsider writes under these keys is refused, never run.
 
     Every rank makes four store requests per exchange whatever the group size, and the server moves each message
-    once in and the result once out to each rank: linear in the group size when the result does not grow with it.
+    once in (and back to its writer: a key is written with a compare-and-set expecting it absent, whose reply is the
+    value, so that a key another process wrote first is found; :meth:`_write_new`) and the result once out to each
+    rank: linear in the group size when the result does not grow with it.
     """
 
 
@@ -81,6 +91,8 @@ class StoreGroup(Group):
         attempt = settings.current().restart_count
         self._prefix = namespace(self.name, self.global_ranks, attempt, incarnation)
         self._seq = 0
+        #: the exchange whose key holds this rank's own notice of a key written by another process (0: none)
+        self._notice = 0
         self._lock = threading.Lock()
         self._board: StoreBoard | None = None
 
@@ -111,19 +123,43 @@ class StoreGroup(Group):
                          timeout: float) -> Any:
         keys = [self._key(seq, r) for r in range(1, self.size)]
         self._wait(keys, what, timeout, lambda: [r for r in range(1, self.size) if not self._arrived(keys[r - 1])])
-        payload = combine_payloads(fn, [pack(obj, 0), *self.store.multi_get(keys)])
-        self.store.set(self._key(seq, "all"), payload)
+        payload = combine_payloads(fn, [pack(obj, 0, what), *self.store.multi_get(keys)], what)
+        self._write_new(seq, "all", payload, what)
         if seq > 1:
             self.store.delete_key(self._key(seq - 1, "all"))
         return unpack(payload, what, 0)
 
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
-        self.store.set(mine, pack(obj, self.rank))
+        self._write_new(seq, self.rank, pack(obj, self.rank, what), what)
         self._wait([combined], what, timeout, lambda: self._missing_seen_from(seq))
         payload = self.store.get(combined)
         self.store.delete_key(mine)  # rank 0 has read it: it wrote the result
         return unpack(payload, what, self.rank)
+
+    def _write_new(self, seq: int, slot: int | str, payload: bytes, what: str) -> None:
+        """Write ``payload`` under the key of ``slot`` (this rank's, or ``all``) at exchange ``seq``, which no one
+        may have written before: a compare-and-set that expects it absent. A key found written already was written
+        by another process (the store has no authentication), and the ranks that read it may have taken it for
+        this rank's: this rank raises :class:`ExchangeError` saying so, after writing the same error as its message
+        of the next exchange, so that every other rank raises it at its next exchange (which reads that key)."""
+        key = self._key(seq, slot)
+        if seq == self._notice:  # this rank left an error here itself (below): it writes over it
+            self.store.set(key, payload)
+            return
+        found = bytes(self.store.compare_set(key, b"", payload))
+        if found == bytes(payload):
+            return
+        message = (f"triton_dist_tune: group rank {self.rank} of group '{self.title}' found the key of its message at "
+                   f"'{what}' ({key}) already written when it came to write it: a process other than the tuner wrote "
+                   "under the tuner's keys of the key-value store (it has no authentication), and a rank may have "
+                   "read that value as this rank's. The tuning stops on every rank (at their next exchange): "
+                   "nothing read from the store is trusted past this point")
+        try:
+            self._notice = seq + 1
+            self.store.set(self._key(seq + 1, slot), codec.encode(Message("", Failed(message))))
+        finally:
+            raise ExchangeError(message)
 
     def _missing_seen_from(self, seq: int) -> list[int]:
         """On a timeout at a rank other than 0: the ranks whose message is not in the store, or rank 0 when every
@@ -205,9 +241,16 @@ class StoreBoard(Board):
                 key = f"{self.scope}{n}"
                 if not store.check([key]):
                     break  # counted, not written yet: next time
-                report = FailureReport.from_json(store.get(key))
-                self._seen.append(report if report is not None else FailureReport(-1, -1, "", "unreadable"))
-            return [r for r in self._seen if r.rank >= 0]
+                try:
+                    report = FailureReport.from_json(store.get(key))
+                except BadBoardEntry as exc:  # written by another process: refused, once, with a warning
+                    log.warning("triton_dist_tune: rank %d refused the failure board entry %r: not a report of "
+                                "the tuner (%s); a process other than the tuner wrote under its keys of the "
+                                "key-value store. It is ignored: it blames no config and ends no rank",
+                                self.group.rank, key, exc)
+                    report = FailureReport(-1, -1, "", "refused")
+                self._seen.append(report)
+            return [r for r in self._seen if 0 <= r.rank < self.group.size]
 
     def close(self) -> None:
         with self.group._lock:

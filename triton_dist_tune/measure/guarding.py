@@ -22,6 +22,10 @@ POISONED = re.compile(r"illegal memory access|unspecified launch failure|misalig
                       r"|CUDA_ERROR_(?:ILLEGAL|LAUNCH_FAILED|MISALIGNED|ASSERT)", re.IGNORECASE)
 
 
+#: phases that are best-effort: nothing that happens in them is evidence against a config
+BEST_EFFORT = ("compile pass",)
+
+
 class Guarding:
     """What :class:`~triton_dist_tune.measure.lockstep.Measurer` runs each phase with (a mixin: it needs the
     measurer's group, journal, guard, plan, trial, log and label)."""
@@ -33,27 +37,52 @@ class Guarding:
     trial: Any
     log: logging.Logger
     label: str
-    _posted: set[int]
+    _posted: set[tuple[int, str]]
     _current: tuple[int, str] | None
+    _step: str
 
     def _guarded(self, index: int, desc: str, phase: str, runs: Callable[[], Any],
-                 sync: bool = True) -> tuple[Any, str | None]:
+                 sync: bool = True, step: str | None = None, patience: float = 0.0) -> tuple[Any, str | None]:
         """Run ``runs`` under this tuning's guard, then synchronize the device (unless ``sync`` is false: a steady
         round's samples are read after the round); returns (its result, None) or (None, error). A failure is posted
-        on the failure board at once; an interruption (SIGINT, SIGTERM) is journaled as such and re-raised."""
+        on the failure board at once; an interruption (SIGINT, SIGTERM) is journaled as such and re-raised.
+
+        ``step`` (default ``config <index> <phase>``) names the step of the protocol the phase belongs to, the same
+        on every rank: the guard acts on the board's reports of that step only. Blame needs evidence from the
+        config's own run: the compile pass (:data:`BEST_EFFORT`) blames nothing, and a rank ended because another
+        rank failed in another config of its step (a steady round) journals its own config as interrupted, after
+        ``patience`` seconds (the time the phase takes when not stuck), or at the deadline."""
+        step = f"config {index} {phase}" if step is None else step
+        blames = phase not in BEST_EFFORT
+
         def on_fire() -> None:
-            self.journal.append(index, "hung", config=desc, error=f"{phase} exceeded {self.plan.timeout:g} s")
+            peers = [r for r in self._board_reports() if r.step == step and r.rank != self.group.rank]
+            if peers and blames:  # stuck because another rank left this step: no evidence against this config
+                first = peers[0]
+                self.journal.append(index, "interrupted", config=desc,
+                                    error=f"interrupted: {phase} exceeded {self.plan.timeout:g} s after rank "
+                                          f"{first.rank} failed in config {first.index} of {step}: {first.error}")
+            elif blames:
+                self.journal.append(index, "hung", config=desc, error=f"{phase} exceeded {self.plan.timeout:g} s")
+            else:  # the pass runs the function on outputs it never launched: no evidence
+                self.journal.append(index, "interrupted", config=desc,
+                                    error=f"interrupted: {phase} exceeded {self.plan.timeout:g} s (not blamed)")
             self.log.error("%s config %d %s: HUNG past %g s: %s", self.label, index, phase, self.plan.timeout, desc)
 
-        def on_peer(report: FailureReport) -> None:  # another rank raised in this config: it failed, not hung
-            if report.interrupted:
-                self.journal.append(index, "interrupted", config=desc, error=f"rank {report.rank}: {report.error}")
+        def on_peer(report: FailureReport) -> None:  # another rank raised in this step: it failed, not this one
+            if report.interrupted or not blames or report.index != index:
+                why = (report.error if report.interrupted else
+                       f"interrupted: rank {report.rank} failed in config {report.index} ({report.step}): "
+                       f"{report.error}")
+                self.journal.append(index, "interrupted", config=desc, error=f"rank {report.rank}: {why}")
             else:
                 self.journal.record(Outcome(index, desc, "failed", error=f"rank {report.rank}: {report.error}"))
             self.log.error("%s config %d %s: %s; ending this rank", self.label, index, phase, report.describe())
 
         self._current = (index, desc)
-        self.guard.arm(self.plan.timeout, f"{self.label} config {index} ({desc}) {phase}", on_fire, index, on_peer)
+        self._step = step
+        self.guard.arm(self.plan.timeout, f"{self.label} config {index} ({desc}) {phase}", on_fire, index, on_peer,
+                       step, patience)
         try:
             result = runs()
             if sync:
@@ -72,30 +101,46 @@ class Guarding:
             self.guard.disarm()
 
     def _post(self, index: int, desc: str, error: str) -> None:
-        """Journal this rank's failure in config ``index`` and post it on the failure board (once)."""
-        if index in self._posted:
+        """Journal this rank's failure in config ``index`` and post it on the failure board (once per step). In
+        the compile pass nothing is journaled (no evidence), and the report only lets a rank stuck in that step
+        (in a collective of the function) end."""
+        step = getattr(self, "_step", "")
+        if (index, step) in self._posted:
             return
-        self._posted.add(index)
+        self._posted.add((index, step))
         if any(r.interrupted for r in self._board_reports()):  # a peer was interrupted: this failure follows
             self.journal.append(index, "interrupted", config=desc, error=f"after a peer's interruption: {error}")
             return
-        self.journal.append(index, "local_failure", config=desc, error=error)
+        if not step.endswith(BEST_EFFORT):
+            self.journal.append(index, "local_failure", config=desc, error=error)
         try:
-            self.guard.board.post(FailureReport(self.group.rank, index, desc, error))
+            self.guard.board.post(FailureReport(self.group.rank, index, desc, error, step=step))
         except Exception as exc:  # the store is going away: the exchange will say so
             self.log.warning("%s cannot post the failure of config %d (%s)", self.label, index, exc)
 
-    def interrupted(self, exc: BaseException) -> None:
+    def started(self, index: int, desc: str, phase: str) -> None:
+        """Journal that this rank starts a phase of config ``index`` (the record a crash leaves last) and remember
+        the config in flight, so that anything ending this rank before its outcome is journaled for it."""
+        self._current = (index, desc)
+        self.journal.append(index, "started", config=desc, phase=phase)
+
+    def not_blamed(self, exc: BaseException) -> None:
+        """The tuner's own code raised ``exc`` while a config was in flight (after its ``started`` record, outside
+        the guarded run of the user's function): not evidence against the config. Journaled and told like an
+        interruption, so that the next attempt measures the config again and no rank blames it."""
+        self.interrupted(exc, f"interrupted by the tuner's own error, not the config's ({describe_error(exc)})")
+
+    def interrupted(self, exc: BaseException, reason: str | None = None) -> None:
         """An interruption (SIGINT, SIGTERM, SystemExit) reached this rank: journal it for the config in flight (no
         config is blamed: the next attempt measures it again) and tell the other ranks."""
         if self._current is None:
             return
         index, desc = self._current
-        reason = f"interrupted ({type(exc).__name__})"
+        reason = reason or f"interrupted ({type(exc).__name__})"
         self.journal.append(index, "interrupted", config=desc, error=reason)
         try:
             self.guard.board.post(FailureReport(self.group.rank, index, desc, reason, ended=True,
-                                                origin=self.group.rank))
+                                                origin=self.group.rank, step=getattr(self, "_step", "")))
         except Exception:
             pass
 

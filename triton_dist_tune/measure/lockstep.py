@@ -22,9 +22,12 @@ For one key, on every rank, with the configs left after pruning and the journal:
    the GPU context is unusable (:data:`POISONED`) stops every rank with ``DevicePoisonedError``.
 
 A failure inside a steady round cannot stop the other ranks mid-round (the failing rank stops its round there and
-goes to the round's exchange): when the function has collectives, they
-wait in them until their watchdog ends them, and the config is journaled as hung (failures almost always show in
-the aligned warm-up runs, which stop every rank at the same run).
+goes to the round's exchange): when the function has collectives, the others may wait in one, of that config or
+of the next one of the round. The failing rank posts its failure on the board, naming the round (its step); a
+rank whose guard is in that round ends after the board's grace (or, inside another config, after 4x that
+config's expected sample time) and journals its own config ``interrupted`` unless it is the one that failed: only
+the failing rank's record is evidence, so the resume leaves out the config at fault and nothing else (failures
+almost always show in the aligned warm-up runs, which stop every rank at the same run).
 
 Sharded (rank-local functions only): each rank warms up and samples its share of the configs alone, and one
 exchange at the end shares every outcome.
@@ -125,8 +128,9 @@ class Measurer(Guarding):
         self.cold = plan.timing == "cold"
         #: this tuning's deadline and failure board (see :mod:`~triton_dist_tune.faults.watchdog`)
         self.guard = guard if guard is not None else WATCHDOG.guard(Board(), group.rank)
-        self._posted: set[int] = set()
+        self._posted: set[tuple[int, str]] = set()
         self._current: tuple[int, str] | None = None  # the config in flight
+        self._step = ""  # the step of the protocol the config in flight belongs to (its board reports name it)
         self._deferred: str | None = None  # sharded: a poisoning failure, raised on every rank after the exchange
         #: the compiles started ahead (:mod:`~triton_dist_tune.measure.precompile`), waited for config by config
         self.compiles = Compiles()
@@ -194,7 +198,7 @@ class Measurer(Guarding):
         is 0 when no probe ran (cold timing, a fixed ``batch``: one settling call, or stopped early by another rank's
         failure). ``previous_ms``: the time per call of the config warmed up before it (the group's when
         ``aligned``), which sets the probe's calls (:func:`~triton_dist_tune.measure.timing.probe_calls`)."""
-        self.journal.append(index, "started", config=desc, phase="warmup")
+        self.started(index, desc, "warmup")
         compiled = self.compiles.wait(index)  # bounded by its own limit, outside the watchdog
         if aligned and self.compiles.active:  # every rank: start its first run once its kernels are in the cache
             failed = self.group.combine(compiled is not None, f"{self.label} config {index} compiled", any,
@@ -261,7 +265,7 @@ class Measurer(Guarding):
 
     def _cold_sample(self, index: int, config: dict[str, Any], desc: str, race: Race, started: float) -> Combined:
         """One cold sample of ``index``, right after the previous exchange, then its own exchange."""
-        self.journal.append(index, "started", config=desc, phase=f"round {race.rounds}")
+        self.started(index, desc, f"round {race.rounds}")
         value, error = self._guarded(index, desc, "sample", lambda: self.trial.cold(config))
         return self._exchange(index, desc, (error or value, time.monotonic() - started), error,
                               f"round {race.rounds}")
@@ -280,8 +284,11 @@ class Measurer(Guarding):
             for index in order:
                 config, desc = entries[index]
                 steady, sample, per = self._sampler(index, config, per_call[index], race.settling, not tokens)
-                self.journal.append(index, "started", config=desc, phase=f"round {race.rounds + r}")
-                token, error = self._guarded(index, desc, "sample", sample, sync=False)
+                self.started(index, desc, f"round {race.rounds + r}")
+                calls = steady.settle + steady.span + steady.queued  # unstuck, the sample ends in a few times this
+                patience = 4 * calls * per * per_call[index] / 1e3 + steady.hold_ms / 1e3
+                token, error = self._guarded(index, desc, "sample", sample, sync=False, step=phase,
+                                             patience=patience)
                 if error is not None:  # posted on the failure board by the guard
                     mine.append(((r, index), error))
                     failed = True
@@ -291,7 +298,8 @@ class Measurer(Guarding):
                 break
         if tokens:
             last = tokens[-1][0][1]
-            _, error = self._guarded(last, entries[last][1], "sample", lambda: None)  # the step's one synchronize
+            _, error = self._guarded(last, entries[last][1], "sample", lambda: None,  # the step's one synchronize
+                                     step=phase)
             for key, token, steady, per in tokens:
                 mine.append((key, error or timing.read_sample(self.trial.clock, token, steady) / per))
         try:

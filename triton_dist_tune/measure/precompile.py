@@ -9,6 +9,12 @@
   one exchange tells every rank whether it compiled (so the others start its first run only once the kernel is
   in the node's cache, and a config that failed to compile is left out on every rank, with its error, before any
   rank runs it). The race starts once every config is warm, so no compile runs while a sample is timed.
+- **Under a deadline, in threads that can be abandoned.** A config whose compile has not ended ``T`` s (the
+  tuning's timeout) after the measurer starts waiting for it counts as failed (on every rank: the failures are
+  agreed); its thread is left behind. The pool's threads are daemon threads (:class:`DaemonPool`, not
+  ``concurrent.futures``' pool, whose threads the interpreter joins at exit), so a ``precompile_fn`` that never
+  returns costs its config and ``T`` seconds, never the rank: the tuning ends and the process still exits. A
+  thread left behind is replaced, so the configs queued after it still compile.
 - **``precompile_fn``** (the user's way): ``precompile_fn(config, *args, **kwargs)``, typically a call of
   ``kernel.warmup(*args, grid=..., **meta)`` for each Triton kernel the config would launch, run in a bounded
   thread pool for this rank's share (Triton's compiler spends most of its time outside the interpreter lock).
@@ -19,10 +25,12 @@
 from __future__ import annotations
 
 import os
+import queue
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,13 +93,94 @@ def agree_failures(group: Group, label: str, mine: dict[int, str], timeout: floa
     return failed
 
 
+class DaemonPool:
+    """A pool of daemon threads running submitted callables in order (``concurrent.futures.Future`` results).
+
+    Unlike ``ThreadPoolExecutor``, whose threads the interpreter joins at exit, a thread stuck in a call here never
+    keeps the process alive; :meth:`abandon` adds a thread in place of one left behind, so the queue goes on."""
+
+    def __init__(self, workers: int, name: str) -> None:
+        self.name = name
+        self._tasks: queue.SimpleQueue[tuple[Future, Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        for _ in range(max(1, workers)):
+            self._start()
+
+    def _start(self) -> None:
+        thread = threading.Thread(target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _work(self) -> None:
+        while True:
+            item = self._tasks.get()
+            if item is None:
+                return
+            future, fn = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to whoever waits for it
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+    def submit(self, fn: Callable[[], Any]) -> Future:
+        """Run ``fn`` in a thread of the pool; returns its future."""
+        future: Future = Future()
+        if self._closed:
+            future.cancel()
+        else:
+            self._tasks.put((future, fn))
+        return future
+
+    def abandon(self) -> None:
+        """A thread of the pool is stuck in a call past its deadline: leave it, and start one in its place."""
+        if not self._closed:
+            self._start()
+
+    def shutdown(self) -> None:
+        """Cancel what has not started; idle threads end, a stuck one is left (a daemon: it never blocks exit)."""
+        self._closed = True
+        while True:
+            try:
+                item = self._tasks.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        for _ in self._threads:
+            self._tasks.put(None)
+
+
+def wait_within(futures: Sequence[Future], limit: float, pool: DaemonPool | None = None) -> str | None:
+    """Wait for ``futures`` at most ``limit`` seconds from now; returns "compile: error" of the first that failed
+    or did not end in time (its thread is then abandoned: ``pool`` gets a new one), else None."""
+    deadline = time.monotonic() + limit
+    for future in futures:
+        try:
+            future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            if pool is not None and future.running():
+                pool.abandon()
+            future.cancel()
+            return f"compile: did not finish within {limit:g} s (the timeout); its thread is left behind"
+        except Exception as exc:  # a config that does not compile is data
+            return f"compile: {describe_error(exc)}"
+    return None
+
+
 @dataclass
 class Compiles:
     """This rank's compiles started ahead, by config index (see the module docstring). ``active`` on every rank of a
     group that compiles ahead (a rank with no share too), so that every rank makes the same exchanges."""
 
-    pool: ThreadPoolExecutor | None = None
+    pool: DaemonPool | None = None
     futures: dict[int, list[Future]] = field(default_factory=dict)
+    #: outcomes already waited for (:meth:`settle`), by config index
+    settled: dict[int, str | None] = field(default_factory=dict)
     #: the pool's first task, Triton's version key (:func:`version_key`): every compile waits for it
     keyed: Future | None = None
     #: seconds a config's wait may take (the tuning's timeout): a compile still running then counts as failed
@@ -112,27 +201,27 @@ class Compiles:
 
     def wait(self, index: int) -> str | None:
         """Wait for config ``index``'s compiles; returns "compile: error" of the first that failed (or did not end
-        within ``limit``), else None."""
-        deadline = time.monotonic() + self.limit
-        for future in self.futures.pop(index, []):
-            try:
-                future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except FutureTimeout:
-                return f"compile: did not finish within {self.limit:g} s"
-            except Exception as exc:  # a config that does not compile is data
-                return f"compile: {describe_error(exc)}"
-        return None
+        within ``limit`` seconds from now: its thread is left behind), else None."""
+        if index in self.settled:
+            return self.settled.pop(index)
+        return wait_within(self.futures.pop(index, []), self.limit, self.pool)
+
+    def settle(self) -> None:
+        """Wait for every config's compiles now, in order, each within ``limit`` (Triton's interpreter, which is
+        not thread-safe: nothing compiles while the function runs); :meth:`wait` then returns at once."""
+        for index in list(self.futures):
+            self.settled[index] = self.wait(index)
 
     def close(self) -> None:
-        """Drop the compiles not started yet (the tuning ended); running ones finish in the background."""
+        """Drop the compiles not started yet (the tuning ended); running ones go on in daemon threads."""
         if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool.shutdown()
 
 
 def start_pool(workers: int | None, timeout: float) -> Compiles:
-    """An active :class:`Compiles` with a pool of ``workers`` threads (default :func:`default_workers`)."""
+    """An active :class:`Compiles` with a pool of ``workers`` daemon threads (default :func:`default_workers`)."""
     threads = 1 if default_workers() == 1 else (workers or default_workers())
-    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tdt-compile")
+    pool = DaemonPool(threads, "tdt-compile")
     return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True)
 
 
@@ -165,8 +254,7 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
 
         compiles.submit(index, compile_one)
     if settings.current().interpret:
-        for future in [f for futures in compiles.futures.values() for f in futures]:
-            future.exception()
+        compiles.settle()
     return compiles
 
 

@@ -1,0 +1,324 @@
+"""Multi-rank scenarios of issue 30 (every phase under a deadline, blame only with evidence, every protocol input
+agreed, hostile store values), run as real gloo ranks by tests/test_reliability.py.
+
+Usage: python reliability_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Prints ``RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main
+
+import triton_dist_tune as tdt
+
+SPACE = [{"block": b} for b in (16, 32, 64)]
+#: ms per config: 16 is the fastest by 75 ms or more (a stall of a loaded machine must not flip the choice)
+SLEEP_MS = {16: 5, 32: 80, 64: 120}
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def outcome(fn, *args, **kwargs) -> dict:
+    """Call ``fn`` and describe what happened: its result or the exception's type and message."""
+    try:
+        value = fn(*args, **kwargs)
+        return {"ok": value if isinstance(value, (int, float, str, list)) else repr(value)}
+    except Exception as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
+
+
+def journals(tuner) -> list[str]:
+    """The text of every journal in the tuner's cache folder (the ranks share it)."""
+    return [p.read_text() for p in Path(tuner.cache.folder).glob("*.journal")]
+
+
+def states(tuner) -> list[str]:
+    rows = next(iter(tuner.tables.values()), [])
+    return [r["state"] for r in rows]
+
+
+@case
+def tuner_bug_blames_no_config():
+    """Case 6: the tuner's own code raises between a config's ``started`` record and its guarded run (injected:
+    INJECT=1 replaces the measurer's warm-up plan with one that raises, on every rank, for config 0). Two such
+    attempts must not leave config 0 out as crashed: a third attempt without the fault chooses it."""
+    tdt.init_distributed()
+    if os.environ.get("INJECT") == "1":
+        from triton_dist_tune.measure import lockstep
+
+        original = lockstep.Measurer._warmup_runs
+
+        def broken(self, index, config, probe_calls):
+            if index == 0:
+                raise OverflowError("timestamp out of range for platform time_t (a tuner bug, injected)")
+            return original(self, index, config, probe_calls)
+
+        lockstep.Measurer._warmup_runs = broken
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name="tunerbug")
+    def f(x, *, block):
+        time.sleep(SLEEP_MS[block] / 1e3)
+        dist.all_reduce(x.clone())
+        return block
+
+    result = outcome(f, torch.ones(2))
+    emit(result=result, states=states(f.tuner), journals=journals(f.tuner))
+
+
+@case
+def compile_pass_raises():
+    """Case 4: the function raises in the compile pass on every rank (it reads outputs the pass never launched:
+    a stand-in, since no Triton kernel compiles on these CPU ranks, is the pass's own context, which is set only
+    while the pass runs the function). The compile pass is forced on (on a GPU it is the default). Config 0's
+    first real run is long (2.6 s: a JIT compile), longer than the board's grace (T/2 = 2 s). Expected: nothing
+    is blamed, no rank is ended, the fastest config is chosen."""
+    from triton_dist_tune.function import tuning
+    from triton_dist_tune.measure import compile_pass
+
+    tdt.init_distributed()
+    tuning.compiles_here = lambda: True
+    ran: dict[int, int] = {}
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, timing="cold", name="passraises")
+    def f(x, *, block):
+        if compile_pass._active.get() is not None:  # inside the pass: the kernel's output was never written
+            raise ValueError("read an output the compile pass never launched (garbage)")
+        ran[block] = ran.get(block, 0) + 1
+        time.sleep(2.6 if ran[block] == 1 and block == 16 else SLEEP_MS[block] / 1e3)
+        dist.all_reduce(x.clone())
+        return block
+
+    result = outcome(f, torch.ones(2))
+    emit(result=result, states=states(f.tuner), journals=journals(f.tuner), again=outcome(f, torch.ones(2)))
+
+
+def in_steady_round() -> bool:
+    """Whether the tuner runs this call as part of a steady round's sample (not the warm-up)."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_steady_rounds":
+            return True
+        frame = frame.f_back
+    return False
+
+
+@case
+def fails_after_collective_in_a_round():
+    """Case 5: in steady rounds, rank 1 raises in config 1 (block 32) after the function's all_reduce, in the last
+    call of its sample (a sample here is 2 calls: one settling, one timed, ``batch=1`` on the host clock). Rank 1
+    leaves the round for its exchange; rank 0 goes on into the next config's sample and waits in its all_reduce.
+    The first round's order (seeded by the key and space) is 32, 64, 16, so the config after it is 64, the
+    fastest (10 ms a call; 16 takes 120, 32 80). FAIL=0 turns the failure off. The innocent config after it must
+    not be blamed: the rerun measures it again and chooses it."""
+    tdt.init_distributed()
+    fail = os.environ.get("FAIL", "1") == "1"
+    in_rounds: list[int] = []
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=3, batch=1, name="roundfail")
+    def f(x, *, block):
+        time.sleep({16: 120, 32: 80, 64: 10}[block] / 1e3)
+        dist.all_reduce(x.clone())
+        if in_steady_round():
+            in_rounds.append(block)
+            if fail and block == 32 and rank() == 1 and in_rounds.count(32) % 2 == 0:
+                raise RuntimeError("a check after the all_reduce failed (config 32, rank 1)")
+        return block
+
+    t0 = time.monotonic()
+    result = outcome(f, torch.ones(2))
+    emit(result=result, seconds=time.monotonic() - t0, states=states(f.tuner), journals=journals(f.tuner),
+         in_rounds=in_rounds)
+
+
+@case
+def timing_differs():
+    """Case 8: TRITON_DIST_AUTOTUNE_TIMING differs between the ranks (set per rank by the test)."""
+    tdt.init_distributed()
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, name="timingdiffers")
+    def f(x, *, block):
+        time.sleep(SLEEP_MS[block] / 1e3)
+        dist.all_reduce(x.clone())
+        return block
+
+    t0 = time.monotonic()
+    result = outcome(f, torch.ones(2))
+    emit(result=result, seconds=time.monotonic() - t0)
+
+
+@case
+def steps_differ():
+    """Case 8: the two ranks make one exchange each, at different steps (rank 1 one step ahead)."""
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed()
+    group = resolve_group(None)
+    step = "config 0 warmup 1" if rank() == 0 else "config 0 warmup 2"
+    t0 = time.monotonic()
+    result = outcome(lambda: group.combine(rank(), step, any, 20))
+    after = outcome(lambda: group.allgather(rank(), "the same step", 20))  # the channel still works
+    emit(result=result, seconds=time.monotonic() - t0, after=after)
+
+
+def outsider_store():
+    """A client of the job's TCPStore of its own, as any process that reaches the port has (no authentication),
+    under the prefixes the tuner's keys have there: ``init_distributed``'s ``attempt0/`` and torch's default group
+    name (``0``), each joined with a ``/`` by ``PrefixStore`` (the keys read ``attempt0//0//tdt/...``)."""
+    from datetime import timedelta
+
+    tcp = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                        timeout=timedelta(seconds=10))
+    return dist.PrefixStore("0/", dist.PrefixStore("attempt0/", tcp))
+
+
+@case
+def forged_prune_message():
+    """Case 12: before the tuning starts, an outsider writes a well-formed message for rank 1 under the key of the
+    prune step (keeping only config 2, the slowest), with the right step label. It must not decide the choice:
+    every rank fails with a clear error."""
+    from triton_dist_tune.group import codec
+    from triton_dist_tune.group.channel import Message, step_print
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed()
+    group = resolve_group(None)
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=2, timing="cold", name="forged")
+    def f(x, *, block):
+        time.sleep(SLEEP_MS[block] / 1e3)
+        dist.all_reduce(x.clone())
+        return block
+
+    prune_seq = group._seq + 3  # agreement, cache lookup, prune
+    if rank() == 0 and os.environ.get("FORGE", "1") == "1":
+        forged = Message(step_print("[forged key=2] prune"), [False, False, True])  # the step's own print
+        outsider_store().set(group._key(prune_seq, 1), codec.encode(forged))
+    dist.barrier()
+    t0 = time.monotonic()
+    result = outcome(f, torch.ones(2))
+    emit(result=result, seconds=time.monotonic() - t0, cached=[p.read_text() for p in
+                                                             Path(f.tuner.cache.folder).glob("*.json")])
+
+
+@case
+def deep_json_on_the_board():
+    """Case 12: an outsider posts a deeply nested JSON value on the failure board of the tuning about to start
+    (``[`` x 100000: json raises RecursionError). Rank 1's first run is slow (1.5 s after the collective), so
+    rank 0 waits at an exchange and reads the board between its waits. The entry must be refused with a clear
+    warning; the tuning goes on and ends normally."""
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed()
+    group = resolve_group(None)
+    calls: list[int] = []
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, timing="cold", name="deepboard")
+    def f(x, *, block):
+        calls.append(block)
+        dist.all_reduce(x.clone())
+        time.sleep(1.5 if rank() == 1 and len(calls) == 1 else SLEEP_MS[block] / 1e3)  # after it: rank 0 waits
+        return block  # at the exchange that follows, where it reads the board between its waits
+
+    board_seq = group._seq + 3  # agreement, cache lookup, prune: the board is scoped to the sequence number then
+    if rank() == 0:
+        store = outsider_store()
+        scope = f"{group.key('board')}/{board_seq}/"  # StoreGroup.board's scope
+        n = store.add(f"{scope}count", 1)
+        store.set(f"{scope}{n}", "[" * 100000)
+    dist.barrier()
+    t0 = time.monotonic()
+    result = outcome(f, torch.ones(2))
+    emit(result=result, seconds=time.monotonic() - t0, states=states(f.tuner))
+
+
+@case
+def contextual_compile_never_returns():
+    """Case 1, contextual: precompiling forced on (under the interpreter, as tests/scenarios/contextual_cases.py's
+    ``precompile`` does); the compile (``warmup``) of the second config never returns (a real thread stuck for
+    good). One process. The config must fail after the deadline (T x waves), the others be measured, and the
+    process exit normally."""
+    import sys
+
+    from contextual_cases import ADD_BLOCKS, SEQ, add, add_kernel, inputs
+
+    from triton_dist_tune.contextual import compiling as contextual
+    from triton_dist_tune.contextual import contextual_autotune
+
+    contextual.compiles = lambda: True
+    stuck = threading.Event()
+    real_warmup = type(add_kernel.fn).warmup
+
+    def warmup(self, *args, grid, **kwargs):
+        if kwargs["BLOCK"] == ADD_BLOCKS[1]:
+            stuck.wait()  # never set: this thread never returns
+        return real_warmup(self, *args, grid=grid, **kwargs)
+
+    type(add_kernel.fn).warmup = warmup
+
+    @contextual_autotune(n_warmup=1, n_repeat=1)
+    def f(x, y):
+        SEQ.append("run")
+        return add(x, y)
+
+    t0 = time.monotonic()
+    x, y = inputs()
+    out = f(x, y)
+    decision = next(iter(f.tuner.decisions.values()))
+    emit(ok=bool(torch.equal(out, x + y)), tuned_s=time.monotonic() - t0,
+         states=[r["state"] for r in decision["table"]], errors=[r["error"] for r in decision["table"]],
+         threads=[t.name for t in threading.enumerate()])
+    sys.stdout.flush()
+    raise SystemExit(0)  # the interpreter's own exit: it joins every non-daemon thread
+
+
+def leave_normally() -> None:
+    """End the process the ordinary way (the interpreter's exit, which joins every non-daemon thread), not with
+    ``os._exit`` as :func:`_cases.main` does: a thread the tuner left behind must not keep the process alive."""
+    import sys
+
+    sys.stdout.flush()
+    dist.barrier()
+    dist.destroy_process_group()
+    raise SystemExit(0)
+
+
+@case
+def precompile_never_returns():
+    """Case 1: ``precompile_fn`` never returns for config 0 (a real thread stuck for good): the tuning ends with
+    config 0 failed on every rank, the choice is the next fastest, and the process exits normally."""
+    started = time.monotonic()
+    tdt.init_distributed()
+    stuck = threading.Event()
+
+    def precompile(config, x):
+        if config["block"] == 16:
+            stuck.wait()  # never set: this thread never returns
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name="stuckcompile",
+                  precompile_fn=precompile)
+    def f(x, *, block):
+        time.sleep(SLEEP_MS[block] / 1e3)
+        dist.all_reduce(x.clone())
+        return block
+
+    t0 = time.monotonic()
+    result = outcome(f, torch.ones(2))
+    rows = next(iter(f.tuner.tables.values()), [])
+    emit(result=result, tuned_s=time.monotonic() - t0, states=[r["state"] for r in rows],
+         errors=[r.get("error") for r in rows], threads=[t.name for t in threading.enumerate()],
+         since_start_s=time.monotonic() - started)
+    leave_normally()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Issue 30, on real gloo ranks, real threads and a real store: every phase under a deadline, blame only with
+evidence, every protocol input agreed, hostile store values refused clearly."""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import math
+import time
+
+import pytest
+from harness import HERE, describe, run_ranks, tuner_env
+
+import triton_dist_tune as tdt
+from triton_dist_tune import settings
+from triton_dist_tune.errors import BadInputError
+from triton_dist_tune.faults.watchdog import BACKSTOP_S, exchange_timeout
+
+CASES = HERE / "scenarios" / "reliability_cases.py"
+
+
+def run(case, env, n=2, ok=True, timeout=100, **kw):
+    results = run_ranks(CASES, n, [case], env=env, timeout=timeout, **kw)
+    if ok:
+        assert all(r.returncode == 0 for r in results), describe(results)
+    return results
+
+
+# -- case 3: values no clock can hold --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["1e10", "inf", "nan", "-1", "0"])
+def test_a_timeout_no_clock_holds_is_refused_naming_the_variable(value):
+    with pytest.raises(BadInputError, match="TRITON_DIST_AUTOTUNE_TIMEOUT"):
+        settings.Settings.from_env({"TRITON_DIST_AUTOTUNE_TIMEOUT": value})
+
+
+@pytest.mark.parametrize("value", [1e10, math.inf, math.nan, settings.MAX_SECONDS * 1.01])
+def test_a_timeout_option_no_clock_holds_is_refused_naming_the_option(value):
+    with pytest.raises(BadInputError, match="timeout must be"):
+        tdt.autotune([{"block": 1}], key_fn=lambda x: 0, timeout=value)(lambda x, *, block: block)
+
+
+def test_the_cap_is_held_by_every_clock_of_the_watchdog():
+    env = settings.Settings.from_env({"TRITON_DIST_AUTOTUNE_TIMEOUT": f"{settings.MAX_SECONDS:g}"})
+    assert env.timeout == settings.MAX_SECONDS
+    try:  # the GIL-free backstop is armed at the deadline plus BACKSTOP_S
+        faulthandler.dump_traceback_later(settings.MAX_SECONDS + BACKSTOP_S, exit=True)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    import threading
+
+    # a steady round waits T per sample in it: thousands of configs' worth still fits a thread's wait
+    assert exchange_timeout(settings.MAX_SECONDS * 5000) < threading.TIMEOUT_MAX
+
+
+# -- case 6: the tuner's own error blames no config ------------------------------------------------------------------
+
+@pytest.mark.timeout(240)
+def test_the_tuners_own_error_after_started_blames_no_config(tmp_path):
+    env = tuner_env(tmp_path, 20)
+    for _ in range(2):  # two attempts ended inside config 0 by the tuner's own error
+        failed = run("tuner_bug_blames_no_config", {**env, "INJECT": "1"})
+        for r in failed:
+            assert r.result["result"]["error"] == "OverflowError", describe(failed)
+    fixed = run("tuner_bug_blames_no_config", env)
+    for r in fixed:
+        assert r.result["result"] == {"ok": 16}, describe(fixed)  # config 0 was not left out as crashed
+        assert r.result["states"][0] == "measured", r.result
+
+
+# -- case 1: a compile that never returns ------------------------------------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_a_precompile_fn_that_never_returns_fails_its_config_and_the_ranks_still_exit(tmp_path):
+    t0 = time.monotonic()
+    results = run("precompile_never_returns", tuner_env(tmp_path, 4), timeout=90)
+    job_s = time.monotonic() - t0
+    for r in results:
+        result = r.result
+        assert result["result"] == {"ok": 32}, describe(results)
+        assert result["states"][0] == "failed" and "did not finish within 4 s" in result["errors"][0], result
+        assert result["states"][1:] == ["measured", "measured"], result
+        print(f"rank {r.rank}: tuning ended after {result['tuned_s']:.1f} s, process ran "
+              f"{result['since_start_s']:.1f} s to its exit call; job {job_s:.1f} s")
+    # the stuck thread is still there at exit on the rank that compiled config 0: a daemon, so the process exited
+    assert any(any(name.startswith("tdt-compile") for name in r.result["threads"]) for r in results)
+
+
+# -- case 4: an exception in the compile pass blames nothing -------------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_an_exception_in_the_compile_pass_blames_no_config_and_ends_no_rank(tmp_path):
+    results = run("compile_pass_raises", {**tuner_env(tmp_path, 4), "TRITON_INTERPRET": "0"}, ok=False)
+    assert [r.returncode for r in results] == [0, 0], describe(results)  # no rank ended (exit 87)
+    for r in results:
+        assert r.result["result"] == {"ok": 16}, describe(results)
+        assert r.result["states"] == ["measured"] * 3, r.result
+        assert r.result["again"] == {"ok": 16}
+        assert "ending this rank" not in r.stderr
+
+
+# -- case 5: a failure after the collective in a steady round blames only its own config -----------------------------
+
+@pytest.mark.timeout(150)
+def test_a_failure_after_the_collective_in_a_round_blames_only_its_config(tmp_path):
+    env = tuner_env(tmp_path, 4)
+    t0 = time.monotonic()
+    first = run("fails_after_collective_in_a_round", env, ok=False)
+    first_s = time.monotonic() - t0
+    print(f"first attempt: rank return codes {[r.returncode for r in first]}, job {first_s:.1f} s")
+    records = "\n".join(r.stderr for r in first)
+    assert "HUNG" not in records and "exit status 86" not in records, describe(first)
+    # rank 0, stuck in the all_reduce of config 2 (block 64) that rank 1 never joins, ends after the board's grace
+    assert first[0].returncode == 87, describe(first)
+    assert "rank 1 failed in config 1" in first[0].stderr
+    assert first[1].result["result"]["error"] == "RankFailedError", describe(first)
+    again = run("fails_after_collective_in_a_round", env)
+    for r in again:
+        assert r.result["result"] == {"ok": 64}, describe(again)  # the innocent config was measured again, chosen
+        assert r.result["states"][1] == "failed" and r.result["states"][2] == "measured", r.result
+
+
+# -- case 8: every setting that changes the protocol's steps is agreed; every exchange carries its step -----------
+
+@pytest.mark.timeout(120)
+def test_a_timing_mode_that_differs_between_ranks_is_a_clear_error_on_every_rank(tmp_path):
+    per_rank = {0: {"TRITON_DIST_AUTOTUNE_TIMING": "steady"}, 1: {"TRITON_DIST_AUTOTUNE_TIMING": "cold"}}
+    results = run("timing_differs", tuner_env(tmp_path, 20), per_rank_env=per_rank)
+    for r in results:
+        result = r.result
+        assert result["result"]["error"] == "MismatchError", describe(results)
+        assert "TRITON_DIST_AUTOTUNE_TIMING" in result["result"]["message"]
+        assert "ranks [0]: steady" in result["result"]["message"] and "ranks [1]: cold" in result["result"]["message"]
+        assert result["seconds"] < 5  # at the first agreement (the deadline is 20 s)
+        print(f"rank {r.rank}: MismatchError after {result['seconds']:.2f} s")
+
+
+@pytest.mark.timeout(120)
+def test_ranks_at_different_steps_get_a_clear_error_naming_both(tmp_path):
+    results = run("steps_differ", tuner_env(tmp_path, 20))
+    for r in results:
+        result = r.result
+        assert result["result"]["error"] == "ExchangeError", describe(results)
+        message = result["result"]["message"]
+        # every rank names its own step and rank 0's, and the rank at another step
+        assert f"'config 0 warmup {r.rank + 1}'" in message and "which is at 'config 0 warmup 1'" in message, message
+        assert "group rank(s) [1] are at another step" in message and "different steps" in message
+        assert result["seconds"] < 5
+        assert result["after"] == {"ok": [0, 1]}
+
+
+# -- case 12: hostile values in the store ---------------------------------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_a_forged_message_pre_written_for_a_rank_is_detected_on_every_rank(tmp_path):
+    results = run("forged_prune_message", tuner_env(tmp_path, 10))
+    for r in results:
+        result = r.result
+        assert result["result"]["error"] == "ExchangeError", describe(results)
+        assert "already written" in result["result"]["message"], result
+        assert "prune" in result["result"]["message"]
+        assert result["cached"] == []  # no choice was made, let alone cached
+        assert result["seconds"] < 8  # at once, not after a deadline (10 s)
+        print(f"rank {r.rank}: ExchangeError after {result['seconds']:.2f} s")
+
+
+@pytest.mark.timeout(120)
+def test_the_same_job_without_the_forgery_chooses_the_fastest(tmp_path):
+    results = run("forged_prune_message", {**tuner_env(tmp_path, 10), "FORGE": "0"})
+    assert all(r.result["result"] == {"ok": 16} for r in results), describe(results)
+
+
+@pytest.mark.timeout(120)
+def test_a_deeply_nested_value_on_the_failure_board_is_refused_clearly(tmp_path):
+    results = run("deep_json_on_the_board", tuner_env(tmp_path, 10))
+    for r in results:
+        assert r.result["result"] == {"ok": 16}, describe(results)
+        assert r.result["states"] == ["measured"] * 3
+        assert "lost the key-value store" not in r.stderr
+    assert "refused the failure board entry" in results[0].stderr and "RecursionError" in results[0].stderr
+
+
+def test_a_stuck_compile_thread_is_abandoned_and_the_queue_goes_on():
+    """The pool under both compile paths (autotune's and contextual_autotune's compile_share): a real thread stuck
+    for good fails its config at the deadline; the next task still runs (a thread replaces the stuck one); the
+    stuck thread is a daemon (the interpreter does not join it at exit)."""
+    import threading
+
+    from triton_dist_tune.measure.precompile import DaemonPool, wait_within
+
+    stuck = threading.Event()
+    pool = DaemonPool(1, "tdt-test")
+    try:
+        blocked = pool.submit(stuck.wait)
+        after = pool.submit(lambda: 7)
+        t0 = time.monotonic()
+        error = wait_within([blocked], 0.5, pool)
+        assert error is not None and "did not finish within 0.5 s" in error
+        assert time.monotonic() - t0 < 5
+        assert wait_within([after], 5, pool) is None and after.result() == 7
+        assert all(t.daemon for t in threading.enumerate() if t.name.startswith("tdt-test"))
+    finally:
+        pool.shutdown()
+        stuck.set()
+
+
+@pytest.mark.timeout(120)
+def test_a_contextual_compile_that_never_returns_fails_its_config_and_the_process_exits(tmp_path):
+    import subprocess
+    import sys
+
+    from harness import base_env
+
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, str(CASES), "contextual_compile_never_returns"],
+                          env=base_env(tuner_env(tmp_path, 3)), capture_output=True, text=True, timeout=90)
+    process_s = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    result = json.loads(lines[0][len("RESULT "):])
+    assert result["ok"]
+    # under the interpreter one thread compiles this rank's two configs: two waves of T = 3 s
+    assert result["states"][1] == "failed", result
+    assert "did not finish within 6 s (the timeout x 2 waves)" in result["errors"][1], result
+    assert [s.replace("stopped", "measured") for i, s in enumerate(result["states"]) if i != 1] == ["measured"] * 2
+    assert any(name.startswith("tdt-precompile") for name in result["threads"])  # left behind, still stuck
+    print(f"tuning ended after {result['tuned_s']:.1f} s; the process exited after {process_s:.1f} s")
