@@ -23,6 +23,8 @@ Once a key is decided, a call is a ``key_fn`` call, a dict lookup and the functi
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +58,27 @@ from .searched import Searched
 
 if TYPE_CHECKING:
     from .tuner import Tuner
+
+
+@contextmanager
+def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]:
+    """Around step 5: an interrupt (SIGINT, SIGTERM) is journaled and blames no config; the evidence of a failing,
+    hung or poisoned rank is journaled where it arose; any other exception (the tuner's own code, a refused
+    exchange) blames no config in flight. The compiles are dropped and the arguments put back either way."""
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit) as exc:
+        measurer.interrupted(exc)
+        raise
+    except (RankFailedError, GroupTimeoutError, DevicePoisonedError):
+        raise
+    except Exception as exc:
+        measurer.not_blamed(exc)
+        raise
+    finally:
+        measurer.compiles.close()
+        if state is not None:
+            state.put_back()
 
 
 class Tuning:
@@ -205,25 +228,13 @@ class Tuning:
             return self._search(measurer, kept, earlier, pruned, seed, timing, state)
         outcomes, todo = self._resume(share, earlier)
         outcomes += pruned
-        try:
+        with measuring(measurer, state):
             self._precompile(todo, measurer)
             if layout is not None:  # this replica's share, then the leaders on every replica
                 decision = settle(layout, measurer, outcomes + measurer.lockstep(todo), self._todo,
                                   tuner.options.refine_top, self.label, self.timeout, len(share), timing)
             else:
                 outcomes += measurer.sharded(todo) if tuner.options.sharded else measurer.lockstep(todo)
-        except (KeyboardInterrupt, SystemExit) as exc:  # SIGINT, SIGTERM: journaled, and no config is blamed
-            measurer.interrupted(exc)
-            raise
-        except (RankFailedError, GroupTimeoutError, DevicePoisonedError):
-            raise  # the evidence is journaled where it arose (a failing rank, a hung one, a poisoned context)
-        except Exception as exc:  # the tuner's own code (or a refused exchange): the config in flight is not blamed
-            measurer.not_blamed(exc)
-            raise
-        finally:
-            measurer.compiles.close()
-            if state is not None:
-                state.put_back()
         if layout is not None:
             return decision
         decision = decide(sorted(outcomes, key=lambda o: o.index), getattr(measurer, "race", None), timing)
@@ -234,15 +245,8 @@ class Tuning:
                 pruned: list[Outcome], seed: str, timing: str, state: ArgumentState | None) -> Decision:
         """Step 5 by search (:mod:`~triton_dist_tune.function.searched`): the stages, then the finalists' race."""
         searched = Searched(self, measurer, kept, earlier, lambda todo: self._precompile(todo, measurer))
-        try:
+        with measuring(measurer, state):
             outcomes, race = searched.run(SearchPlan(seed=seed), replace(measurer.plan.race, tie_blocks=TIE_BLOCKS))
-        except (KeyboardInterrupt, SystemExit) as exc:  # SIGINT, SIGTERM: journaled, and no config is blamed
-            measurer.interrupted(exc)
-            raise
-        finally:
-            measurer.compiles.close()
-            if state is not None:
-                state.put_back()
         decision = decide(sorted(outcomes + pruned, key=lambda o: o.index), race, timing)
         decision.search = searched.record.text()
         decision.clock = measurer.clock_kind
