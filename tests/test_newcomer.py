@@ -251,7 +251,7 @@ def test_list_fits_120_columns_sorts_by_function_and_key_and_explains_near_ties(
     write_entry(tmp_path, "alpha", "(8,)", configs, [1.0, 1.5], 1)
     assert main(["list", "--cache-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    lines = out.splitlines()
+    lines = [line for line in out.splitlines() if str(tmp_path) not in line]  # the line naming the folder: its path
     assert max(len(line) for line in lines) <= 120, "\n".join(line for line in lines if len(line) > 120)
     assert out.index("alpha") < out.index("zeta_gemm")
     assert out.index("((64, 8192)") < out.index("((128, 8192)") < out.index("((1024, 8192)")
@@ -328,7 +328,7 @@ def test_readme_is_a_front_page():
     assert [c.split("#")[0].strip() for c in commands.splitlines()] == ["bash launch.sh examples/quickstart.py",
                                                                          "bash tests/run.sh"]
     for heading in ("## The API in brief", "## Command line", "## Environment variables", "## More",
-                    "## Large config spaces: the search\n\n(written by the lead)\n",
+                    "## Large config spaces: the search\n\nA space of more than 64 configs",
                     "### Where this differs from Triton and Triton-distributed, on purpose"):
         assert heading in text, heading
     for gone in ("### The agreement protocol", "## Layout", "min 29 s", "24 fresh steady tunings", "22.4 s"):

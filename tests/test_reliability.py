@@ -165,6 +165,16 @@ def test_a_forged_message_pre_written_for_a_rank_is_detected_on_every_rank(tmp_p
 
 
 @pytest.mark.timeout(120)
+def test_a_forged_message_is_detected_on_every_rank_when_the_forged_rank_reads_late(tmp_path):
+    # rank 0 passes the prune exchange on the forged message while rank 1 has yet to read the cache lookup's result:
+    # that result must still be there for rank 1 (before: rank 0 deleted it, and rank 1 waited its whole deadline)
+    results = run("forged_prune_message", {**tuner_env(tmp_path, 10), "SLOW_READER": "1"})
+    for r in results:
+        assert r.result["result"]["error"] == "ExchangeError", describe(results)
+        assert r.result["seconds"] < 8 and r.result["cached"] == []
+
+
+@pytest.mark.timeout(120)
 def test_the_same_job_without_the_forgery_chooses_the_fastest(tmp_path):
     results = run("forged_prune_message", {**tuner_env(tmp_path, 10), "FORGE": "0"})
     assert all(r.result["result"] == {"ok": 16} for r in results), describe(results)

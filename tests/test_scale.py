@@ -27,7 +27,9 @@ def test_requests_per_rank_per_exchange_do_not_grow_with_the_group(tmp_path):
     for n, results in by_size.items():
         for r in results:
             for kind in ("allgather", "broadcast", "barrier", "combine"):
-                assert r["counts"][kind]["requests"] == 4, (n, r)  # whatever the group size
+                # whatever the group size: 4 (rank 0 deletes the result two exchanges back, so its first two
+                # exchanges of a group make 3)
+                assert 3.5 <= r["counts"][kind]["requests"] <= 4, (n, r)
     for kind in ("broadcast", "barrier", "combine"):  # results that do not grow: a rank's bytes do not either
         small = max(r["counts"][kind]["bytes"] for r in by_size[2][1:])
         large = max(r["counts"][kind]["bytes"] for r in by_size[4][1:])

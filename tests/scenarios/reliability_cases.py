@@ -199,6 +199,17 @@ def forged_prune_message():
         dist.all_reduce(x.clone())
         return block
 
+    if rank() == 1 and os.environ.get("SLOW_READER") == "1":  # a loaded machine: rank 1 reads a result late
+        from triton_dist_tune.group.store import StoreGroup
+
+        wait = StoreGroup._wait
+
+        def late(self, keys, what, timeout, missing):
+            if "cache lookup" in what:
+                time.sleep(1.5)  # rank 0 meanwhile reads the forged prune message and goes on
+            return wait(self, keys, what, timeout, missing)
+
+        StoreGroup._wait = late
     prune_seq = group._seq + 3  # agreement, cache lookup, prune
     if rank() == 0 and os.environ.get("FORGE", "1") == "1":
         forged = Message(step_print("[forged key=2] prune"), [False, False, True])  # the step's own print

@@ -125,8 +125,12 @@ class StoreGroup(Group):
         self._wait(keys, what, timeout, lambda: [r for r in range(1, self.size) if not self._arrived(keys[r - 1])])
         payload = combine_payloads(fn, [pack(obj, 0, what), *self.store.multi_get(keys)], what)
         self._write_new(seq, "all", payload, what)
-        if seq > 1:
-            self.store.delete_key(self._key(seq - 1, "all"))
+        # the result two exchanges back: every rank has read it, as it wrote its message of the last exchange after
+        # reading it. Not the last one: a message an outsider pre-wrote for a rank lets rank 0 through an exchange
+        # that rank has not reached, and that rank must still find the last result to reach the forged key and
+        # tell everyone (at the exchange after, which rank 0 cannot pass without it)
+        if seq > 2:
+            self.store.delete_key(self._key(seq - 2, "all"))
         return unpack(payload, what, 0)
 
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
