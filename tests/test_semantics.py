@@ -41,6 +41,20 @@ def test_pruning_runs_before_the_cache_and_a_config_it_leaves_out_is_never_launc
     assert none["chosen"] == [128] and none["how"] == ["disk cache"], none
 
 
+@pytest.mark.timeout(120)
+def test_a_decision_made_under_another_kept_set_is_tuned_again(tmp_path):
+    # the same pruning function (the same digest) keeps {32, 128} in one process and {16, 128} in the next: as in
+    # Triton, whose disk cache is keyed by the configs that survive, the second tunes (before: it took 128 from
+    # the disk, never measuring 16); the same kept set again reads its own decision
+    env = tuner_env(tmp_path, TIMEOUT_S)
+    first = process(["prune_by_env"], {**env, "KEEP_BLOCKS": "32,128"})[0]
+    assert first["chosen"] == [128] and first["how"] == ["tuned"] and first["ok"], first
+    second = process(["prune_by_env"], {**env, "KEEP_BLOCKS": "16,128"})[0]
+    assert second["how"] == ["tuned"] and 16 in second["launched"] and second["ok"], second
+    third = process(["prune_by_env"], {**env, "KEEP_BLOCKS": "16,128"})[0]
+    assert third["how"] == ["disk cache"] and third["chosen"] == second["chosen"], third
+
+
 def test_triton_distributed_module_paths_import_the_same_functions():
     code = ("from triton_dist_tune.tune import autotune, to_hashable\n"
             "from triton_dist_tune.autotuner import contextual_autotune\n"

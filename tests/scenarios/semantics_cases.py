@@ -60,6 +60,25 @@ def make_kernel(pruning: str):
     return copy_kernel
 
 
+def keep_from_env(configs, named_args, **kwargs):
+    """An ``early_config_prune`` whose kept configs depend on more than the key: ``KEEP_BLOCKS`` (its source, and
+    so its digest, is the same whatever it keeps)."""
+    keep = {int(b) for b in os.environ["KEEP_BLOCKS"].split(",")}
+    return [c for c in configs if c.kwargs["BLOCK"] in keep]
+
+
+def env_pruned_kernel():
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=_hook(b)) for b in BLOCKS], key=["n"],
+                     prune_configs_by={"early_config_prune": keep_from_env})
+    @triton.jit
+    def copy_kernel(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
+
+    return copy_kernel
+
+
 def layer_of(kernel, **options):
     @contextual_autotune(n_warmup=0, n_repeat=2, **options)
     def layer(n: int) -> bool:
@@ -80,6 +99,17 @@ def _calls(pruning: str, times: int = 2) -> dict:
     return {"pruning": pruning, "launched": sorted(set(LAUNCHED)), "estimated": sorted(set(ESTIMATED)),
             "ok": all(oks), "chosen": [BLOCKS[d["index"]] for d in layer.tuner.decisions.values()],
             "how": [d["how"] for d in layer.tuner.decisions.values()]}
+
+
+@case
+def prune_by_env():
+    """A process whose pruning keeps the BLOCKs ``KEEP_BLOCKS`` names."""
+    layer = layer_of(env_pruned_kernel())
+    LAUNCHED.clear()
+    oks = [layer(64) for _ in range(2)]
+    decisions = list(layer.tuner.decisions.values())
+    emit(launched=sorted(set(LAUNCHED)), ok=all(oks), chosen=[BLOCKS[d["index"]] for d in decisions],
+         how=[d["how"] for d in decisions])
 
 
 @case

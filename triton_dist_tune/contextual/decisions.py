@@ -63,7 +63,7 @@ def _store(session: Session, track: Track, ms: float | None) -> None:
     """Group rank 0: write the decision to the disk cache, and print Triton's summary when asked to."""
     decision = {"index": track.best, "config": track.descriptions[track.best], "key": track.key_text,
                 "kernel": track.kernel, "function": session.tuner.options.name, "group_size": session.group.size,
-                "time_ms": ms, "how": track.how, "measurements": track.table()}
+                "time_ms": ms, "how": track.how, "kept": list(track.order), "measurements": track.table()}
     try:
         session.cache.store(track.entry, decision, track.space_text)
     except (OSError, ValueError) as exc:

@@ -109,8 +109,11 @@ def create_tracks(session: Session, gathered: list[dict[str, Any]]) -> bool:
                                              f"{session.label} disk cache", timeout=session.timeout))
     for tid in created:
         track = session.tracks[tid]
-        index = found.get(tid)
-        if not track.done and index is not None and index in track.order and index not in track.failed:
+        index, kept = found.get(tid) or (None, None)
+        # as in Triton, the configs the pruning keeps are part of a decision's identity: a decision made under
+        # another kept set is tuned again, and a config the pruning leaves out now is never launched
+        usable = index is not None and index in track.order and index not in track.failed
+        if not track.done and usable and (kept is None or kept == track.order):
             track.finish(index, "disk cache")
         if track.done:
             record_decision(session, track)
@@ -133,16 +136,20 @@ def revised(session: Session, track: Track, was_done: bool, revision: int) -> No
             undecide(autotuner, local.key, session.group)
 
 
-def lookup(session: Session, infos: dict[TrackId, dict[str, Any]]) -> dict[TrackId, int | None]:
-    """Group rank 0 only: the disk cache's config index for each (kernel, key) of ``infos``."""
+def lookup(session: Session, infos: dict[TrackId, dict[str, Any]]) -> dict[TrackId, list | None]:
+    """Group rank 0 only: the disk cache's [config index, the configs the pruning kept then] for each (kernel, key)
+    of ``infos`` (None: not there, or unusable; the kept configs None in a record written before they were)."""
     if settings.current().always_tune:
         return dict.fromkeys(infos)
-    found = {}
+    found: dict[TrackId, list | None] = {}
     for tid, info in infos.items():
         data = session.cache.load(info["entry"], info["space_text"])
         index = data["index"] if data is not None else -1
         ok = 0 <= index < len(info["descriptions"]) and data["config"] == info["descriptions"][index]
-        found[tid] = index if ok else None
+        kept = data.get("kept") if ok else None
+        if kept is not None and not (isinstance(kept, list) and all(type(i) is int for i in kept)):
+            ok = False  # a damaged record: tuned again
+        found[tid] = [index, kept] if ok else None
     return found
 
 
