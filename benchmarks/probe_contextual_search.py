@@ -95,10 +95,14 @@ def main() -> None:
                    "seconds": seconds, "chosen": chosen, "how": [d["how"] for d in decisions],
                    "ratio": ratios.get(chosen), "screened": sum(1 for d in decisions for r in d["table"]
                                                                  if r["state"] not in ("skipped",))}
+            table = [r for d in decisions for r in d["table"] if r.get("time") is not None]
+            row["top"] = [(r["config"], r["time"], r["state"]) for r in sorted(table, key=lambda r: r["time"])[:8]]
             rows.append(row)
             print(f"M={m} tuning {t}: {row['runs']} runs in {calls} call(s), {seconds:.2f} s, {chosen}, "
                   f"{row['screened']} configs measured, ratio to the device oracle's best "
                   f"{row['ratio'] if row['ratio'] is None else round(row['ratio'], 4)}", flush=True)
+            for config, ms, state in row["top"]:
+                print(f"    {ms:.4f} ms {state:9} {config}", flush=True)
             (args.out / "contextual_search.json").write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))
     if smoke:
         ref = a @ b
