@@ -197,3 +197,16 @@ def test_a_move_pruning_forbids_is_repaired_and_a_whole_line_is_reached():
     order = [(space[i]["BLOCK_M"], space[i]["BLOCK_K"], space[i]["stages"]) for i in grid.neighbours(at[(16, 64, 5)])]
     assert (16, 128, 4) in order  # repaired: one stage fewer
     assert order.index((32, 64, 5)) < order.index((64, 64, 5)) < order.index((128, 64, 5))
+
+
+def test_contextual_autotune_races_every_config_when_asked_and_checks_the_option(tmp_path):
+    results = run_ranks(HERE / "scenarios" / "contextual_search_cases.py", 2, ["landscape_exhaustive"],
+                        env=tuner_env(tmp_path, 60), timeout=240)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    mine, other = (r.results[0] for r in results)
+    assert mine["chosen"] == other["chosen"] and mine["ok"]
+    assert mine["launched"] == 120 and "skipped" not in mine["states"]
+    from triton_dist_tune import contextual_autotune
+
+    with pytest.raises(BadInputError, match="search must be one of"):
+        contextual_autotune(search="all")(lambda: None)

@@ -53,11 +53,22 @@ def add_kernel(x, y, out, n, A: tl.constexpr, B: tl.constexpr, BLOCK: tl.constex
 
 @case
 def landscape():
-    """Tune the 120-config kernel inside a function with an all_reduce, on every rank."""
+    """Tune the 120-config kernel inside a function with an all_reduce, on every rank (the default: searched)."""
+    tune_landscape()
+
+
+@case
+def landscape_exhaustive():
+    """The same with ``search="exhaustive"``: every config is measured."""
+    tune_landscape(search="exhaustive")
+
+
+def tune_landscape(**options):
     tdt.init_distributed()
     runs = [0]
+    LAUNCHED.clear()
 
-    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3)
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, **options)
     def layer(x, y):
         runs[0] += 1
         out = torch.empty_like(x)

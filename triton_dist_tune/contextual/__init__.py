@@ -62,7 +62,7 @@ from .tuner import ContextualTuner
 
 def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 3, *, timeout: float | None = None,
                         precompile: bool = True, name: str | None = None, max_runs: int | None = None,
-                        sync_every: int | None = None) -> Any:
+                        sync_every: int | None = None, search: str = "auto") -> Any:
     """Decorate a function so that each call tunes the ``triton.autotune`` kernels it launches, in context.
 
     :param is_dist: ``None`` (the default) or ``True``: the default ``torch.distributed`` group when it is
@@ -87,6 +87,9 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
         1000); when reached, every unfinished (kernel, key) takes its best config so far (a warning says which).
     :param sync_every: on a group, every this many calls the ranks make one exchange to tune the keys that some
         rank met in a call without tuning (default ``TRITON_DIST_AUTOTUNE_SYNC_EVERY`` or 64; 1: every call).
+    :param search: ``"auto"`` (default: a kernel with more than 64 configs kept after pruning is searched: stages
+        of configs screened by one timed step each, then the best race), ``"search"`` (always) or ``"exhaustive"``
+        (every kept config races); ``TRITON_DIST_AUTOTUNE_SEARCH`` overrides it for a job (docs/search.md).
 
     Each run advances each (kernel, key) by one step: ``n_warmup`` untimed launches per config, then a race of at
     most ``n_repeat`` rounds with the rules and statistics of :func:`~triton_dist_tune.autotune` (clearly slower
@@ -116,7 +119,7 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         options = ContextualOptions.build(fn, is_dist, n_repeat, n_warmup, timeout=timeout, precompile=precompile,
-                                          name=name, max_runs=max_runs, sync_every=sync_every)
+                                          name=name, max_runs=max_runs, sync_every=sync_every, search=search)
         tuner = ContextualTuner(fn, options)
         compiling = is_compiling()
 

@@ -98,7 +98,8 @@ def create_tracks(session: Session, gathered: list[dict[str, Any]]) -> bool:
             revised(session, track, done, revision)
         else:
             options = session.tuner.options
-            track = session.tracks[tid] = Track(tid[0], tid[1], infos[tid], options.n_warmup, options.n_repeat)
+            track = session.tracks[tid] = Track(tid[0], tid[1], infos[tid], options.n_warmup, options.n_repeat,
+                                                   options.max_runs)
             track.resume(earlier_outcomes(session.earlier(track.entry), track.descriptions))
             created.append(tid)
     found = dict(gathered[0]["disk"])

@@ -69,7 +69,7 @@ def launch(session: Session, autotuner: Any, args: tuple, kwargs: dict[str, Any]
             local = session.local.get(tid)
             if local is None:
                 local = session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group,
-                                                        session.earlier)
+                                                        session.earlier, session.tuner.options.search)
                 session.record.new.append(tid)
             elif not any(a is autotuner for a in local.autotuners):
                 local.autotuners.append(autotuner)
@@ -127,7 +127,7 @@ def pending_launch(session: Session, tid: TrackId, autotuner: Any, key: tuple, a
     if settle:
         with session.lock:
             session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group,
-                                            session.earlier)
+                                            session.earlier, session.tuner.options.search)
             session.record.new.append(tid)
             session.met.append(tid)
     index = pending.get(slot, (None, None))[1]

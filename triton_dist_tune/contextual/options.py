@@ -37,6 +37,9 @@ class ContextualOptions:
     max_runs: int
     #: calls between the group's agreements on keys met without tuning
     sync_every: int
+    #: ``auto``, ``search`` or ``exhaustive``: whether a kernel's large space is searched (the job's
+    #: ``TRITON_DIST_AUTOTUNE_SEARCH`` wins, read when a call meets the kernel)
+    search: str = "auto"
 
     def __post_init__(self) -> None:
         _check_steps(self.n_warmup, self.n_repeat)
@@ -46,6 +49,8 @@ class ContextualOptions:
         checks.number(self.timeout, "timeout", 0, "a positive number of seconds")
         checks.flag(self.precompile, "precompile")
         checks.text(self.name, "name")
+        if self.search not in settings.SEARCH_MODES:
+            raise BadInputError(f"search must be one of {', '.join(settings.SEARCH_MODES)}, not {self.search!r}")
 
     @property
     def label(self) -> str:
@@ -55,7 +60,7 @@ class ContextualOptions:
     @classmethod
     def build(cls, fn: Callable[..., Any], is_dist: Any, n_repeat: int, n_warmup: int, *, timeout: float | None,
               precompile: bool, name: str | None, max_runs: int | None,
-              sync_every: int | None) -> ContextualOptions:
+              sync_every: int | None, search: str = "auto") -> ContextualOptions:
         """The options of ``fn`` as decorated; ``max_runs`` / ``sync_every`` None take the environment's
         (``settings.current()``: ``TRITON_DIST_AUTOTUNE_MAX_RUNS``, ``..._SYNC_EVERY``)."""
         _check_steps(n_warmup, n_repeat)  # before the environment is read, as the decorator always checked
@@ -65,7 +70,7 @@ class ContextualOptions:
             sync_every = env.sync_every if sync_every is None else sync_every
         return cls(is_dist=is_dist, n_repeat=n_repeat, n_warmup=n_warmup, timeout=timeout, precompile=precompile,
                    name=name or getattr(fn, "__qualname__", getattr(fn, "__name__", "function")),
-                   max_runs=max_runs, sync_every=sync_every)
+                   max_runs=max_runs, sync_every=sync_every, search=search)
 
 
 def check_is_dist(value: Any) -> None:

@@ -27,11 +27,13 @@ from typing import Any
 
 from ..errors import AllConfigsFailedError, BadInputError, MismatchError
 from ..measure.race import Race, RacePlan
-from ..measure.search import PatternSearch, SearchPlan, search_applies
+from ..measure.search import PatternSearch, SearchPlan, measured_cap, search_applies
 from ..measure.stats import clearly_slower, median, paired_ratios
 from ..records import Outcome
 from . import intercept, report
 
+#: the share of a call's ``max_runs`` a search's screening may take (the finalists' race takes the rest)
+SEARCH_SHARE_OF_RUNS = 0.6
 #: the most configs that race the closing rounds, and how many closing rounds there are per ``n_repeat`` past 1
 CLOSE_TOP = 3
 CLOSE_ROUNDS = 2
@@ -49,7 +51,7 @@ class Track:
     """The group's schedule and measurements for one (kernel, key)."""
 
     def __init__(self, kernel: str, key_text: str, infos: Mapping[int, dict[str, Any]], n_warmup: int,
-                 n_repeat: int) -> None:
+                 n_repeat: int, max_runs: int = 1000) -> None:
         self.kernel, self.key_text = kernel, key_text
         self.label = f"kernel={kernel} key={key_text}"
         first = infos[min(infos)]
@@ -68,7 +70,10 @@ class Track:
         self.compiled_stage: tuple[int, bool] | None = None
         mode = agreed_search_mode(self.label, infos)
         if first.get("params") and search_applies(mode, len(self.order)):
-            self.search = PatternSearch(first["params"], self.order, SearchPlan(seed=self.label))
+            # the search's screening fits in the call's runs: each config takes n_warmup + 1 steps
+            budget = max(16, int(SEARCH_SHARE_OF_RUNS * max_runs) // (n_warmup + 1))
+            cap = min(measured_cap(len(self.order)), budget)
+            self.search = PatternSearch(first["params"], self.order, SearchPlan(seed=self.label, max_measured=cap))
             self.batch, self.final = self.search.first(), False
         self.holders: list[int] = sorted(infos)
         self.pos, self.step, self.runs = 0, 0, 0

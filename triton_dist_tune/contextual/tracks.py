@@ -81,8 +81,10 @@ class LocalTrack:
     from that shared view only, so they are the same on every rank."""
 
     def __init__(self, autotuner: Any, key: tuple, args: tuple, kwargs: dict[str, Any], cache: DiskCache,
-                 group: Group, earlier: Callable[[str], list[list[dict[str, Any]]]]) -> None:
+                 group: Group, earlier: Callable[[str], list[list[dict[str, Any]]]], search: str = "auto") -> None:
         self.autotuners = [autotuner]
+        #: the decorator's ``search=`` (the environment's wins when the group agrees on the track)
+        self.search = search
         self.key = key
         self.prune_error: Exception | None = None
         #: the configs the early pruning keeps, the perf model's estimates and top_k (agreed by the group)
@@ -127,7 +129,7 @@ class LocalTrack:
         return {"name": intercept.kernel_name(at), "descriptions": self.descriptions,
                 "names": [str(c) for c in at.configs], "space_text": self.space_text, "pruned": self.pruned,
                 "pruning": self.pruning, "entry": self.entry, "params": config_params(at.configs),
-                "search": settings.current().search or "auto"}
+                "search": settings.current().search or self.search}
 
     def note(self, index: int, state: str, **fields: Any) -> None:
         """Append to this rank's journal of the track, once per (config, state)."""
