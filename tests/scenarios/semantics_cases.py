@@ -46,8 +46,9 @@ def perf_model(x, out, n, BLOCK, **kwargs):  # noqa: N803 - Triton's meta-parame
 
 def make_kernel(pruning: str):
     """One ``triton.autotune`` wrapper of one jit body (the same name and source every time), with the given
-    pruning: "none" or "perf" (perf_model, top_k=2: BLOCK 16 and 32)."""
-    prune = {"perf_model": perf_model, "top_k": 2} if pruning == "perf" else None
+    pruning: "none", "perf" (perf_model, top_k=2: BLOCK 16 and 32) or "env" (:func:`keep_from_env`)."""
+    prune = {"none": None, "perf": {"perf_model": perf_model, "top_k": 2},
+             "env": {"early_config_prune": keep_from_env}}[pruning]
 
     @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=_hook(b)) for b in BLOCKS], key=["n"],
                      prune_configs_by=prune)
@@ -65,18 +66,6 @@ def keep_from_env(configs, named_args, **kwargs):
     so its digest, is the same whatever it keeps)."""
     keep = {int(b) for b in os.environ["KEEP_BLOCKS"].split(",")}
     return [c for c in configs if c.kwargs["BLOCK"] in keep]
-
-
-def env_pruned_kernel():
-    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=_hook(b)) for b in BLOCKS], key=["n"],
-                     prune_configs_by={"early_config_prune": keep_from_env})
-    @triton.jit
-    def copy_kernel(x, out, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
-
-    return copy_kernel
 
 
 def layer_of(kernel, **options):
@@ -104,7 +93,7 @@ def _calls(pruning: str, times: int = 2) -> dict:
 @case
 def prune_by_env():
     """A process whose pruning keeps the BLOCKs ``KEEP_BLOCKS`` names."""
-    layer = layer_of(env_pruned_kernel())
+    layer = layer_of(make_kernel("env"))
     LAUNCHED.clear()
     oks = [layer(64) for _ in range(2)]
     decisions = list(layer.tuner.decisions.values())
