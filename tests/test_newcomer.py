@@ -349,3 +349,21 @@ def test_near_tie_is_explained_where_the_tuner_prints_it():
 
     decision = Decision(1, "{v: 1}", 1.0, 0.021, True, 0, [], "steady", 2)
     assert margin_text(decision) == " (2.1% ahead of config 0, a near tie: within the measured noise)"
+
+
+def test_a_decided_key_called_with_a_tuned_parameter_by_position_names_it(tmp_path, monkeypatch):
+    # before: the decided (hot) path called the function with both, and Python's TypeError "got multiple values
+    # for argument 'block'" came out of the user's function
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_LOG_DIR", str(tmp_path / "logs"))
+    import triton_dist_tune as tdt
+    from triton_dist_tune.errors import BadInputError
+
+    @tdt.autotune([{"block": b} for b in (1, 2)], key_fn=lambda x, *rest: x, name="by_position")
+    def f(x, block=1):
+        return x * block
+
+    assert f(3) in (3, 6)  # tuned, then decided
+    with pytest.raises(BadInputError, match=r"\['block'\] were passed by position"):
+        f(3, 2)
+    assert f(3) in (3, 6)  # the decided key still serves

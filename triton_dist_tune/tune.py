@@ -73,6 +73,7 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
 def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashable]) -> Callable[..., Any]:
     """The decorated function: a decided key goes straight to ``fn``; anything else to ``tuner.call``."""
     decided, decided_in, keywords = tuner.decided, tuner.decided_in, CALL_KEYWORDS
+    limit = tuner.positional_limit
     channels = channel_entries()
 
     def slow(args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -80,6 +81,8 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
 
     @functools.wraps(fn)
     def tuned(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > limit:  # a tuned parameter passed by position: the slow path names it
+            return slow(args, kwargs)
         if kwargs and not keywords.isdisjoint(kwargs):
             pg = kwargs.pop("autotune_pg", None)
             if pg is not None and keywords.isdisjoint(kwargs):  # a TP layer's call: its group, decided key

@@ -23,6 +23,23 @@ from .tuning import Tuning
 log = logging.getLogger("triton_dist_tune")
 
 
+def positional_limit(fn: Callable[..., Any], tuned: frozenset[str]) -> float:
+    """How many positional arguments ``fn`` takes before its first tuned parameter (infinity when that cannot be
+    told: no signature, or ``*args`` before any tuned parameter)."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return float("inf")
+    count = 0
+    for p in parameters:
+        if p.kind is p.VAR_POSITIONAL:
+            return float("inf")
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.name in tuned:
+            return count
+        count += 1
+    return count
+
+
 def _tensor_devices(args: tuple, kwargs: dict[str, Any]) -> str:
     kinds = {v.device.type for v in (*args, *kwargs.values()) if hasattr(v, "device") and hasattr(v, "data_ptr")}
     return ",".join(sorted(kinds))
@@ -50,6 +67,9 @@ class Tuner:
         self.descriptions = [describe(c) for c in self.space]
         #: every name some config sets
         self.space_names = frozenset(name for config in self.space for name in config)
+        #: positional arguments a call may pass before the first tuned parameter: a call with more passes a tuned
+        #: parameter by position, and goes to the slow path, which names it
+        self.positional_limit = positional_limit(fn, self.space_names)
         self.space_text = "\n".join(self.descriptions)
         self.cache = DiskCache(self.name)
         self.source = source_of(fn)
@@ -86,6 +106,8 @@ class Tuner:
         typos = sorted(k for k in kwargs if k.startswith("autotune") and k not in self.params)
         problem = (f"{getattr(self.fn, '__qualname__', self.name)}() got unknown tuner keyword(s) {typos}; the "
                    f"tuner's call keywords are {sorted(CALL_KEYWORDS)}") if typos else None
+        if len(args) > self.positional_limit:  # a tuned parameter by position: named, decided key or not
+            problem = problem or self._positional_problem(args)
         if not enabled:
             if problem:
                 raise BadInputError(problem)
