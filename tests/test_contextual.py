@@ -372,8 +372,13 @@ def test_schedule_failures_waiting_pruning_and_ties():
     assert tie.best == 0  # ties go to the earlier config
     doomed = make_track(configs=2, n_warmup=0, n_repeat=1)
     doomed.advance({0: [(0, None, "boom")], 1: [(0, 1.0, None)]})
-    with pytest.raises(AllConfigsFailedError, match="every config failed"):
+    with pytest.raises(AllConfigsFailedError, match="every config failed on some rank: config 0 .*boom.*bang"):
         doomed.advance({0: [(1, 1.0, None)], 1: [(1, None, "bang")]})
+    alike = make_track(configs=2, n_warmup=0, n_repeat=1)  # the same error everywhere: said once, as the cause
+    alike.advance({0: [(0, None, "no driver")], 1: [(0, 1.0, None)]})
+    with pytest.raises(AllConfigsFailedError, match="all 2 with the same error, so the cause is most likely the "
+                                                    "function or its environment, not the configs: rank 0: no driver"):
+        alike.advance({0: [(1, None, "no driver")], 1: [(1, 1.0, None)]})
     with pytest.raises(BadInputError, match="keeps no config"):
         make_track(pruned={0: [0], 1: [1]})
     assert make_track(pruned={0: [2], 1: [2]}).how == "only config"

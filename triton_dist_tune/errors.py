@@ -51,6 +51,16 @@ class CompileFailed(Exception):
     """A config's kernels did not compile ahead (a config failure: the message is the compiler's error)."""
 
 
+def one_cause(errors: list[str]) -> str | None:
+    """When every config failed with the same error (two or more configs), the end of the message that says it once,
+    as what it most likely is: the function or its environment (a missing ``init_process_group``, no GPU driver),
+    not the configs; else None."""
+    if len(errors) > 1 and len(set(errors)) == 1:
+        return (f", all {len(errors)} with the same error, so the cause is most likely the function or its "
+                f"environment, not the configs: {errors[0]}")
+    return None
+
+
 def describe_error(exc: BaseException) -> str:
     """A one-line description of an exception, for logs, journals and error messages."""
     if isinstance(exc, (WrongResult, CompileFailed)):

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..errors import AllConfigsFailedError, BadInputError, MismatchError
+from ..errors import AllConfigsFailedError, BadInputError, MismatchError, one_cause
 from ..measure.race import Race, RacePlan
 from ..measure.search import PatternSearch, SearchPlan, measured_cap, search_applies
 from ..measure.stats import clearly_slower, median, paired_ratios
@@ -308,8 +308,10 @@ class Track:
         return min(times, key=lambda i: (times[i], self.order.index(i)))
 
     def _all_failed(self) -> None:
-        raise AllConfigsFailedError(f"{self.label}: every config failed on some rank: " + "; ".join(
-            f"config {i} ({self.descriptions[i]}): {self.failed.get(i)}" for i in self.order))
+        errors = [self.failed.get(i) or "?" for i in self.order]
+        same = one_cause(errors)
+        raise AllConfigsFailedError(f"{self.label}: every config failed" + (same or " on some rank: " + "; ".join(
+            f"config {i} ({self.descriptions[i]}): {e}" for i, e in zip(self.order, errors, strict=True))))
 
     def finish(self, index: int, how: str) -> None:
         """Choose config ``index``; ``how`` says why (tuned, disk cache, only config, forced)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..disk import logs
-from ..errors import AllConfigsFailedError
+from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
 from ..measure.race import Race
 from ..records import Decision, Outcome
@@ -68,9 +68,9 @@ def failure_text(outcomes: list[Outcome], group_size: int) -> str:
     me = logs.global_rank()
     errors = [(o.error or "?") if group_size > 1 or me == 0 else re.sub(r"\brank 0: ", f"rank {me}: ", o.error or "?")
               for o in failed]
-    if len(failed) > 1 and len(set(errors)) == 1:
-        return (f", all {len(failed)} with the same error, so the cause is most likely the function or its "
-                f"environment, not the configs: {errors[0]}")
+    same = one_cause(errors)
+    if same is not None:
+        return same
     return " on some rank: " + "; ".join(f"config {o.index} ({o.config}): {e}" for o, e in zip(failed, errors,
                                                                                                 strict=True))
 
