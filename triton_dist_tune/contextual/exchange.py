@@ -98,8 +98,11 @@ def create_tracks(session: Session, gathered: list[dict[str, Any]]) -> bool:
             revised(session, track, done, revision)
         else:
             options = session.tuner.options
+            # the choices of the kernel's keys this group decided (shared data), as seeds of a search
+            decided = [t.best for other, t in sorted(session.tracks.items())
+                       if other[0] == tid[0] and t.best is not None]
             track = session.tracks[tid] = Track(tid[0], tid[1], infos[tid], options.n_warmup, options.n_repeat,
-                                                   options.max_runs)
+                                                options.max_runs, decided)
             track.resume(earlier_outcomes(session.earlier(track.entry), track.descriptions))
             created.append(tid)
     found = dict(gathered[0]["disk"])

@@ -51,7 +51,7 @@ class Track:
     """The group's schedule and measurements for one (kernel, key)."""
 
     def __init__(self, kernel: str, key_text: str, infos: Mapping[int, dict[str, Any]], n_warmup: int,
-                 n_repeat: int, max_runs: int = 1000) -> None:
+                 n_repeat: int, max_runs: int = 1000, seeds: Sequence[int] = ()) -> None:
         self.kernel, self.key_text = kernel, key_text
         self.label = f"kernel={kernel} key={key_text}"
         first = infos[min(infos)]
@@ -73,7 +73,9 @@ class Track:
             # the search's screening fits in the call's runs: each config takes n_warmup + 1 steps
             budget = max(16, int(SEARCH_SHARE_OF_RUNS * max_runs) // (n_warmup + 1))
             cap = min(measured_cap(len(self.order)), budget)
-            self.search = PatternSearch(first["params"], self.order, SearchPlan(seed=self.label, max_measured=cap))
+            seeds = [*seeds, *estimated_best(infos, self.order)]  # nearby keys' choices, then the perf model's best
+            self.search = PatternSearch(first["params"], self.order, SearchPlan(seed=self.label, max_measured=cap),
+                                        seeds)
             self.batch, self.final = self.search.first(), False
         self.holders: list[int] = sorted(infos)
         self.pos, self.step, self.runs = 0, 0, 0
@@ -377,6 +379,16 @@ def begin_closing(race: Race, n_repeat: int) -> list[int] | None:
     race.plan = replace(race.plan, max_rounds=race.rounds + rounds, final_top=len(close), final_rounds=rounds)
     race.settled_from = race.rounds
     return leaving
+
+
+def estimated_best(infos: Mapping[int, dict[str, Any]], order: list[int], count: int = 4) -> list[int]:
+    """The ``count`` configs of ``order`` the kernel's ``perf_model`` estimates fastest (the largest estimate over
+    ranks), as seeds of a search; none without a perf model."""
+    parts = [info.get("pruning") for _, info in sorted(infos.items())]
+    if not parts or any(p is None or p[1] is None for p in parts):
+        return []
+    estimates = {i: max(float(p[1][i]) for p in parts) for i in order if all(i in p[1] for p in parts)}
+    return sorted(estimates, key=lambda i: (estimates[i], i))[:count]
 
 
 def agreed_search_mode(label: str, infos: Mapping[int, dict[str, Any]]) -> str:
