@@ -49,11 +49,6 @@ def flag(value: str | None) -> bool:
     return (value or "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-def env_flag(name: str) -> bool:
-    """Whether environment variable ``name`` is set to a true value now."""
-    return flag(os.environ.get(name))
-
-
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     value = env.get(name, "")
     try:

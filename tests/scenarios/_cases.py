@@ -33,6 +33,15 @@ def emit(**fields: object) -> None:
     os.write(1, ("RESULT " + json.dumps(fields) + "\n").encode())
 
 
+def outcome(fn, *args, **kwargs) -> dict:
+    """Call ``fn`` and describe what happened: its result or the exception's type and message."""
+    try:
+        value = fn(*args, **kwargs)
+        return {"ok": value if isinstance(value, (int, float, str, list)) else repr(value)}
+    except Exception as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
+
+
 def main(mpi: bool | None = None) -> None:
     """Run the case named by ``sys.argv[1]`` (or the cases named by ``sys.argv[1:]``, one after another, in this
     one process: every case must leave the process group as it found it), then leave cleanly: MPI ranks exit

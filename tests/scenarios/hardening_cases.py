@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, outcome
 
 import triton_dist_tune as tdt
 
@@ -28,15 +28,6 @@ SLEEP_MS = {16: 5, 32: 80, 64: 120}
 
 def rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
-
-
-def outcome(fn, *args, **kwargs) -> dict:
-    """Call ``fn`` and describe what happened: its result or the exception's type and message."""
-    try:
-        value = fn(*args, **kwargs)
-        return {"ok": value if isinstance(value, (int, float, str, list)) else repr(value)}
-    except Exception as exc:
-        return {"error": type(exc).__name__, "message": str(exc)}
 
 
 @case

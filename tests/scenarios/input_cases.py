@@ -12,7 +12,7 @@ import sys
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, outcome
 
 import triton_dist_tune as tdt
 from triton_dist_tune.group.resolve import resolve_group
@@ -37,14 +37,6 @@ store = TCPStore(host, int(port), is_master=False, wait_for_workers=False)
 for n, key in enumerate(keys):
     store.set(prefix + key, pickle.dumps(Payload(f"{marker_dir}/ran-{n}")))
 """
-
-
-def outcome(fn, *args, **kwargs) -> dict:
-    try:
-        value = fn(*args, **kwargs)
-        return {"ok": value if isinstance(value, (int, float, str, list)) else repr(value)}
-    except Exception as exc:
-        return {"error": type(exc).__name__, "message": str(exc)}
 
 
 def store_prefix() -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, outcome
 
 import triton_dist_tune as tdt
 
@@ -26,13 +26,17 @@ def rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
 
-def outcome(fn, *args, **kwargs) -> dict:
-    """Call ``fn`` and describe what happened: its result or the exception's type and message."""
-    try:
-        value = fn(*args, **kwargs)
-        return {"ok": value if isinstance(value, (int, float, str, list)) else repr(value)}
-    except Exception as exc:
-        return {"error": type(exc).__name__, "message": str(exc)}
+def tuned(**options):
+    """The scenarios' function: config ``block`` sleeps ``SLEEP_MS[block]``, then an all-reduce; tuned with
+    ``options``."""
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), **options)
+    def f(x, *, block):
+        time.sleep(SLEEP_MS[block] / 1e3)
+        dist.all_reduce(x.clone())
+        return block
+
+    return f
 
 
 def journals(tuner) -> list[str]:
@@ -63,11 +67,7 @@ def tuner_bug_blames_no_config():
 
         lockstep.Measurer._warmup_runs = broken
 
-    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name="tunerbug")
-    def f(x, *, block):
-        time.sleep(SLEEP_MS[block] / 1e3)
-        dist.all_reduce(x.clone())
-        return block
+    f = tuned(n_warmup=0, n_repeat=1, timing="cold", name="tunerbug")
 
     result = outcome(f, torch.ones(2))
     emit(result=result, states=states(f.tuner), journals=journals(f.tuner))
@@ -145,11 +145,7 @@ def timing_differs():
     """Case 8: TRITON_DIST_AUTOTUNE_TIMING differs between the ranks (set per rank by the test)."""
     tdt.init_distributed()
 
-    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, name="timingdiffers")
-    def f(x, *, block):
-        time.sleep(SLEEP_MS[block] / 1e3)
-        dist.all_reduce(x.clone())
-        return block
+    f = tuned(n_warmup=1, n_repeat=2, name="timingdiffers")
 
     t0 = time.monotonic()
     result = outcome(f, torch.ones(2))
@@ -193,11 +189,7 @@ def forged_prune_message():
     tdt.init_distributed()
     group = resolve_group(None)
 
-    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=2, timing="cold", name="forged")
-    def f(x, *, block):
-        time.sleep(SLEEP_MS[block] / 1e3)
-        dist.all_reduce(x.clone())
-        return block
+    f = tuned(n_warmup=0, n_repeat=2, timing="cold", name="forged")
 
     if rank() == 1 and os.environ.get("SLOW_READER") == "1":  # a loaded machine: rank 1 reads a result late
         from triton_dist_tune.group.store import StoreGroup
@@ -315,12 +307,7 @@ def precompile_never_returns():
         if config["block"] == 16:
             stuck.wait()  # never set: this thread never returns
 
-    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name="stuckcompile",
-                  precompile_fn=precompile)
-    def f(x, *, block):
-        time.sleep(SLEEP_MS[block] / 1e3)
-        dist.all_reduce(x.clone())
-        return block
+    f = tuned(n_warmup=0, n_repeat=1, timing="cold", name="stuckcompile", precompile_fn=precompile)
 
     t0 = time.monotonic()
     result = outcome(f, torch.ones(2))

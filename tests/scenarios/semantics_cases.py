@@ -142,6 +142,18 @@ def _rank_layer(layer) -> dict:
             "group_size": layer.tuner.group().size, "ok": bool(torch.equal(out, x + 1))}
 
 
+def bare_layer():
+    """A function decorated with a bare ``@contextual_autotune`` that launches ``rank_kernel``."""
+
+    @contextual_autotune
+    def layer(x):
+        out = torch.empty_like(x)
+        rank_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        return out
+
+    return layer
+
+
 @case
 def bare_in_job():
     """``@contextual_autotune`` with no arguments, in a 2-rank job whose ranks' timings differ."""
@@ -149,13 +161,7 @@ def bare_in_job():
 
     tdt.init_distributed()
 
-    @contextual_autotune
-    def layer(x):
-        out = torch.empty_like(x)
-        rank_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
-        return out
-
-    emit(**_rank_layer(layer))
+    emit(**_rank_layer(bare_layer()))
 
 
 @case
@@ -163,13 +169,7 @@ def bare_without_init():
     """A bare ``@contextual_autotune`` in a job whose launcher says WORLD_SIZE=2, torch.distributed not
     initialized: each rank tunes alone, with a warning naming ``is_dist``."""
 
-    @contextual_autotune
-    def layer(x):
-        out = torch.empty_like(x)
-        rank_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
-        return out
-
-    emit(**_rank_layer(layer))
+    emit(**_rank_layer(bare_layer()))
 
 
 @case

@@ -104,25 +104,10 @@ class HotCall:
         self.session: Session | None = None
 
     def launch(self, autotuner: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
-        """A decided key: its config, exactly as stock Triton launches it (:func:`launch_decided`, inlined for the
-        common launch); anything else: the session's."""
+        """A decided key: its config, exactly as stock Triton launches it (:func:`launch_decided`); anything else:
+        the session's."""
         session = self.session
         if session is None:
-            table = autotuner.__dict__.get(intercept.DECIDED)
-            plan = autotuner.__dict__.get(PLAN)
-            if table is not None and plan is not None and len(args) <= plan[1] and plan[2].isdisjoint(kwargs):
-                key = []
-                for p in plan[0]:
-                    if p < len(args):
-                        key.append(args[p])
-                for value in args:
-                    if hasattr(value, "dtype"):
-                        key.append(str(value.dtype))
-                config = table.get((self.identity, tuple(key)))
-                known = plan[3].get(id(config)) if config is not None else None
-                if known is not None and known[0] is config and config.pre_hook is None:
-                    autotuner.best_config = config
-                    return autotuner.fn.run(*args, **kwargs, **known[1])
             out = launch_decided(autotuner, args, kwargs, self.identity)
             if out is not UNDECIDED:
                 return out
@@ -141,8 +126,8 @@ class HotCall:
             return self.session
 
     def call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
-        """Run the function once, its launches sent here (:func:`~.intercept.run_with`, inlined: the hot path);
-        when a session started, let it finish the call."""
+        """Run the function once, its launches sent here (through :data:`~.intercept._ACTIVE`); when a session
+        started, let it finish the call."""
         if not intercept._installed:
             intercept.install()
         token = _ACTIVE.set(self)

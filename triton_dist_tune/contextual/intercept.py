@@ -101,20 +101,6 @@ def intercepting(handler: Handler) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
-def run_with(handler: Handler, fn: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, Exception | None]:
-    """Call ``fn(*args, **kwargs)`` with its launches sent to ``handler``; returns (result, None) or (None, the
-    exception it raised) (:func:`intercepting` without a generator: the hot path's)."""
-    if not _installed:
-        _install()
-    token = _ACTIVE.set(handler)
-    try:
-        return fn(*args, **kwargs), None
-    except Exception as exc:
-        return None, exc
-    finally:
-        _ACTIVE.reset(token)
-
-
 def original_run() -> Any:
     """The ``Autotuner.run`` that launches outside a tuned call reach (Triton's own, or what replaced it before
     the first contextual call); None before that call."""

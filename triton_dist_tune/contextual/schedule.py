@@ -249,8 +249,8 @@ class Track:
 
     def _next_stage(self) -> None:
         """A screening stage of the search is over: the next stage's configs, or the finalists' race."""
-        assert self.search is not None and self.race is not None
-        for index in self.race.running:
+        assert self.search is not None
+        for index in self.race.running if self.race is not None else []:
             self._take(index)
         history: dict[int, float | None] = {i: None for i in self.failed}
         history.update(self.times)
@@ -268,8 +268,7 @@ class Track:
     def _start_race(self) -> None:
         entrants = [i for i in self.batch if self._open(i)]
         if not entrants:
-            if not self.final:
-                self.race = Race([], RacePlan(max_rounds=1, seed=self.label))
+            if not self.final:  # the stage's configs are all settled already (resumed or failed)
                 self._next_stage()
                 return
             self._conclude()

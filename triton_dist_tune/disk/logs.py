@@ -172,12 +172,6 @@ def _write_headers(handlers: list[logging.Handler], rank: int) -> None:
         handler.flush()
 
 
-def _job_of(line: str) -> str | None:
-    """The job a header line names (readable or JSON), None for any other line."""
-    header = _header(line)
-    return None if header is None else header[0]
-
-
 def _header(line: str) -> tuple[str, float | None] | None:
     """(job, start time or None) of a header line (readable or JSON), None for any other line."""
     found = _HEADER.match(line)

@@ -43,8 +43,7 @@ class SearchRecord:
 
     kept: int
     stages: list[list[int]] = field(default_factory=list)
-    #: configs screened by this attempt, and those whose screening came from an earlier attempt's journal
-    screened: int = 0
+    #: configs whose screening came from an earlier attempt's journal
     resumed: int = 0
     finalists: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
@@ -96,7 +95,8 @@ class Searched:
         mine = (nearby_seeds(tuner.decisions, group.name, tuning.key, tuner.options.distance)
                 if group.rank == 0 else None)
         seeds = group.broadcast(mine, f"{tuning.label} search seeds", timeout=tuning.timeout)
-        return [i for i in seeds if isinstance(i, int) and i in set(self.kept)]
+        kept = set(self.kept)
+        return [i for i in seeds if isinstance(i, int) and i in kept]
 
     def run(self, plan: SearchPlan, final: RacePlan) -> tuple[list[Outcome], Race | None]:
         """Screen the stages, race the finalists; returns every kept config's outcome (unscreened ones as
@@ -119,7 +119,6 @@ class Searched:
                 for outcome in measurer.lockstep(todo, screen):
                     outcomes[outcome.index] = outcome
                     times[outcome.index] = outcome.time if outcome.usable else None
-            self.record.screened += len(fresh)
             log.info("%s search stage %d: %d config(s), %d screened now; best so far %s", tuning.label,
                      len(search.stages), len(batch), len(fresh), _best(times))
             batch = search.next(times)
@@ -129,7 +128,8 @@ class Searched:
         race: Race | None = None
         log.info("%s search finalists: %s", tuning.label, " ".join(map(str, finalists)))
         if finalists:
-            self.compile_stage([tuning.todo(i) for i in finalists])
+            # compiled in their stage, unless an earlier attempt screened them
+            self.compile_stage([tuning.todo(i) for i in finalists if outcomes[i].resumed])
             for outcome in measurer.lockstep([tuning.todo(i) for i in finalists], final):
                 outcomes[outcome.index] = outcome
             race = getattr(measurer, "race", None)

@@ -231,7 +231,7 @@ class Tuning:
         with measuring(measurer, state):
             self._precompile(todo, measurer)
             if layout is not None:  # this replica's share, then the leaders on every replica
-                decision = settle(layout, measurer, outcomes + measurer.lockstep(todo), self._todo,
+                decision = settle(layout, measurer, outcomes + measurer.lockstep(todo), self.todo,
                                   tuner.options.refine_top, self.label, self.timeout, len(share), timing)
             else:
                 outcomes += measurer.sharded(todo) if tuner.options.sharded else measurer.lockstep(todo)
@@ -267,7 +267,7 @@ class Tuning:
                 outcomes.append(resumed)
                 logs.rank_log().info("%s config %d from the journal: %s", self.label, i, resumed)
             else:  # not measured yet, or still in the race when an earlier attempt ended: race it now
-                todo.append(self._todo(i))
+                todo.append(self.todo(i))
         return outcomes, todo
 
     def _precompile(self, todo: list[Todo], measurer: Measurer) -> None:
@@ -288,7 +288,4 @@ class Tuning:
 
     def todo(self, index: int) -> Todo:
         """(index, config, description) of config ``index``."""
-        return self._todo(index)
-
-    def _todo(self, index: int) -> Todo:
         return index, self.tuner.space[index], self.tuner.descriptions[index]

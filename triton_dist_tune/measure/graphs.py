@@ -78,10 +78,6 @@ class Graphs:
         """One replay of config ``index``'s graph (``calls`` calls)."""
         return self.graphs[index].replay
 
-    def drop(self, index: int) -> None:
-        """Free config ``index``'s graph (it left the race)."""
-        self.graphs.pop(index, None)
-
     def release(self) -> None:
         self.graphs.clear()
 

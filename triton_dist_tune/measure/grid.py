@@ -96,25 +96,18 @@ class Grid:
         self.kept = sorted(kept)
         flat = [flatten(configs[i]) for i in self.kept]
         split_numbered(flat)
-        configs = dict(zip(self.kept, flat, strict=True))  # type: ignore[assignment]
-        self.names = sorted({name for i in self.kept for name in configs[i]})
-        missing = object()
-        axes: dict[str, list[Any]] = {}
-        for name in self.names:
-            values: dict[str, Any] = {}
-            for i in self.kept:
-                value = configs[i].get(name, missing)
-                if value is not missing:
-                    values.setdefault(describe(value), value)
-            axes[name] = sorted(values.values(), key=_order)
+        params = dict(zip(self.kept, flat, strict=True))  # each kept config's parameters, as the grid reads them
+        self.names = sorted({name for config in flat for name in config})
+        values: dict[str, dict[str, Any]] = {name: {} for name in self.names}  # description -> value
+        for config in flat:
+            for name, value in config.items():
+                values[name].setdefault(describe(value), value)
         #: each parameter's distinct values, in order
-        self.axes = axes
-        positions = {name: {describe(v): k for k, v in enumerate(values)} for name, values in axes.items()}
+        self.axes = {name: sorted(found.values(), key=_order) for name, found in values.items()}
+        positions = {name: {describe(v): k for k, v in enumerate(axis)} for name, axis in self.axes.items()}
         #: each kept config's point: the position of its value along each parameter (-1: it does not set it)
-        self.point: dict[int, tuple[int, ...]] = {}
-        for i in self.kept:
-            self.point[i] = tuple(positions[name][describe(configs[i][name])] if name in configs[i] else -1
-                                  for name in self.names)
+        self.point = {i: tuple(positions[name][describe(params[i][name])] if name in params[i] else -1
+                               for name in self.names) for i in self.kept}
         #: point -> the lowest kept index there
         self.at: dict[tuple[int, ...], int] = {}
         for i in self.kept:

@@ -50,10 +50,6 @@ class Layout:
         """The cache entry of a decision for this layout (the group's entry, made distinct per replica count)."""
         return fingerprint(f"{entry}/replicas{self.replicas.size}")
 
-    def journal_suffix(self) -> str:
-        """Distinguishes the journals of ranks at one group position in different replicas (one folder)."""
-        return f".replica{self.replicas.rank}"
-
     def agree(self, name: str, key_text: str, space_text: str, timeout: float | None,
               problem: str | None = None) -> None:
         """Raise the same error on every rank when some replica reports a ``problem`` (a failing ``key_fn``), or

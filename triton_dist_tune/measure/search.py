@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..settings import SEARCH_MODES
 from .grid import Grid
 
 #: the search is used (``search="auto"``) when more configs than this are kept after pruning: at or below it the
@@ -40,7 +39,6 @@ SEARCH_ABOVE = 64
 #: settled blocks the finalists' race may add while its leader and runner-up are an unsettled near-tie
 #: (:class:`~triton_dist_tune.measure.race.RacePlan` ``tie_blocks``)
 TIE_BLOCKS = 2
-__all__ = ["SEARCH_ABOVE", "SEARCH_MODES", "TIE_BLOCKS", "PatternSearch", "SearchPlan", "search_applies", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -149,7 +147,8 @@ class PatternSearch:
 
 
 def simulate(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], plan: SearchPlan,
-             time_of: Any, seeds: Sequence[int] = ()) -> tuple[list[int], dict[int, float | None]]:
+             time_of: Callable[[int], float | None], seeds: Sequence[int] = ()
+             ) -> tuple[list[int], dict[int, float | None]]:
     """Replay a search over a recorded or synthetic landscape (``time_of(index) -> ms or None``); returns (the
     finalists, every screened time). For tests and for trying strategies on data measured once on a GPU."""
     search = PatternSearch(configs, kept, plan, seeds)
