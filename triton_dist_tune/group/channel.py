@@ -143,6 +143,12 @@ class FailureReport:
         """Whether the poster was interrupted (SIGINT, SIGTERM): it ended, and no config is to blame."""
         return self.ended and self.error.startswith("interrupted")
 
+    @property
+    def hung(self) -> bool:
+        """Whether the poster's own watchdog ended it: its run did not finish in time (its collective partners'
+        runs then break: that is no evidence against the config on their side)."""
+        return self.ended and self.error.startswith("hung")
+
     def describe(self) -> str:
         """'rank r failed in config i (config): error'."""
         origin = self.rank if self.origin < 0 else self.origin

@@ -22,6 +22,11 @@ POISONED = re.compile(r"illegal memory access|unspecified launch failure|misalig
                       r"|CUDA_ERROR_(?:ILLEGAL|LAUNCH_FAILED|MISALIGNED|ASSERT)", re.IGNORECASE)
 
 
+#: what the collective libraries raise in a rank whose peer process went away (gloo, NCCL, the store's sockets):
+#: the loss of a peer, whose own journal holds what happened to it, not evidence against this rank's config
+PEER_LOST = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|remote process exited"
+                       r"|DistNetworkError|NCCL communicator was aborted", re.IGNORECASE)
+
 #: phases that are best-effort: nothing that happens in them is evidence against a config
 BEST_EFFORT = ("compile pass",)
 
@@ -64,6 +69,12 @@ class Guarding:
                                           f"{first.rank} failed in config {first.index} of {step}: {first.error}")
             elif blames:
                 self.journal.append(index, "hung", config=desc, error=f"{phase} exceeded {self.plan.timeout:g} s")
+                try:  # before this process ends and its partners' collectives break: their errors follow this
+                    self.guard.board.post(FailureReport(self.group.rank, index, desc,
+                                                        f"hung: {phase} exceeded {self.plan.timeout:g} s",
+                                                        ended=True, step=step))
+                except Exception:  # the store is going away: the journal holds the hang
+                    pass
             else:  # the pass runs the function on outputs it never launched: no evidence
                 self.journal.append(index, "interrupted", config=desc,
                                     error=f"interrupted: {phase} exceeded {self.plan.timeout:g} s (not blamed)")
@@ -108,8 +119,19 @@ class Guarding:
         if (index, step) in self._posted:
             return
         self._posted.add((index, step))
-        if any(r.interrupted for r in self._board_reports()):  # a peer was interrupted: this failure follows
-            self.journal.append(index, "interrupted", config=desc, error=f"after a peer's interruption: {error}")
+        # a peer was interrupted, or its watchdog ended it, or its process went away (this rank's collective then
+        # breaks): this failure follows from the peer's, whose own journal holds the evidence
+        peers = [r for r in self._board_reports() if r.rank != self.group.rank and (r.interrupted or r.hung)]
+        if peers or PEER_LOST.search(error):
+            cause = (f"rank {peers[0].rank} {'hung' if peers[0].hung else 'was interrupted'}" if peers
+                     else "a peer's process was lost")
+            self.journal.append(index, "interrupted", config=desc, error=f"interrupted after {cause}: {error}")
+            if not peers:  # the others (a larger group) end too, blaming nothing
+                try:
+                    self.guard.board.post(FailureReport(self.group.rank, index, desc, f"interrupted: {cause}",
+                                                        ended=True, step=step))
+                except Exception:  # the store went with the peer: the exchange will say so
+                    pass
             return
         if not step.endswith(BEST_EFFORT):
             self.journal.append(index, "local_failure", config=desc, error=error)
