@@ -233,6 +233,20 @@ def test_a_collective_broken_by_a_peer_that_hung_is_no_evidence_against_the_conf
     assert late[0]["error"].startswith("interrupted after "), late  # a hang posted, or a lost peer process
 
 
+@pytest.mark.timeout(60)
+def test_a_rank_whose_own_run_hung_journals_the_hang_when_a_waiting_peer_fired_first(env):
+    # rank 0 hangs in config 1 (deadline 2 T); rank 1 waits for it in the function's all_reduce and its own watchdog
+    # (deadline T) fires first, posting its hang. Before: rank 0 took that post for another rank leaving the step
+    # and journaled its own hang as interrupted (seen in CI with equal deadlines), so the rerun measured config 1
+    # again instead of leaving it out
+    env = {**env, "FAULTS": "1:hang@0"}
+    results, _ = ranks("tune", 2, env, per_rank_env={0: {"TRITON_DIST_AUTOTUNE_TIMEOUT": str(2 * T)}})
+    assert [r.returncode for r in results] == [WATCHDOG_EXIT, WATCHDOG_EXIT], describe(results)
+    rank0, rank1 = journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]))
+    assert [r["state"] for r in records(rank0)] == ["started", "started", "hung"]
+    assert [r["state"] for r in records(rank1)] == ["started", "started", "hung"]
+
+
 @pytest.mark.timeout(90)
 def test_hang_holding_the_gil_is_ended_by_the_faulthandler_backstop(env, tmp_path):
     """C code that never releases the GIL starves the watchdog thread; faulthandler ends the process anyway. The

@@ -61,8 +61,12 @@ class Guarding:
         blames = phase not in BEST_EFFORT
 
         def on_fire() -> None:
-            peers = [r for r in self._board_reports() if r.step == step and r.rank != self.group.rank]
-            if peers and blames:  # stuck because another rank left this step: no evidence against this config
+            # a peer that failed, was interrupted or hung in another config of this step left this rank stuck: no
+            # evidence against this config. A peer that hung in this same config is no exoneration: its watchdog
+            # may fire first even when this rank's own run is the one that never finished (seen in CI)
+            peers = [r for r in self._board_reports() if r.step == step and r.rank != self.group.rank
+                     and not (r.hung and r.index == index)]
+            if peers and blames:
                 first = peers[0]
                 self.journal.append(index, "interrupted", config=desc,
                                     error=f"interrupted: {phase} exceeded {self.plan.timeout:g} s after rank "
