@@ -4,6 +4,7 @@ gloo ranks (a 600-config collective function), a search killed mid-way and resum
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
 import re
@@ -91,8 +92,40 @@ def test_the_search_finds_the_bottom_of_a_smooth_landscape_measuring_a_fraction(
     best = min(time_of(i) for i in KEPT)
     finalists, times = simulate(GEMM, KEPT, SearchPlan(seed=f"k{seed}"), time_of)
     assert min(time_of(i) for i in finalists) <= 1.03 * best  # the noise is 2%
-    assert len(times) <= 160 < len(KEPT) / 5
-    assert finalists == sorted(finalists) and len(finalists) == 8
+    assert len(times) <= len(KEPT) // 5  # the cap: a fifth of the space
+    assert finalists == sorted(finalists) and len(finalists) == SearchPlan().finalists
+
+
+def test_a_stage_takes_every_leaders_nearest_moves_before_any_leaders_farther_ones():
+    search = PatternSearch(GEMM, KEPT, SearchPlan(seed="r", stage_cap=1000, max_measured=len(KEPT)))
+    times = {i: bowl(5)(i) for i in search.first()}
+    leaders = search.leaders(times, search.plan.leaders)
+    rings = [search.grid.rings(leader) for leader in leaders]
+    batch = search.next(times)
+    nearest = {i for r in rings for i in r[0] if i not in times}
+    assert nearest and set(batch[:len(nearest)]) == nearest
+    assert set(batch) == {i for r in rings for ring in r for i in ring if i not in times}
+    # before: the best leader's whole neighbourhood, its farthest line ends included, came before the others'
+    # one-step moves, and a stage cut at 32 configs left those out
+
+
+ORACLE = HERE.parent / "benchmarks" / "results" / "search" / "h100_call5" / "oracle5.json"
+
+
+@pytest.mark.parametrize("shape", ["gemm|256|840", "gemm|2048|840", "moe|256|1920"])
+def test_on_recorded_h100_landscapes_the_best_config_reaches_the_finalists(shape):
+    # every kept config's device time, measured once on an H100 (bench_search.py), screened with 2% noise. Before
+    # (one leader's whole neighbourhood per stage, a sixth of the space, 8 finalists) the best was left out in 4 of
+    # these 30 seeds at GEMM M = 256 (a 1.042-1.131 finalist instead), 12 of 100 in benchmarks/replay_search.py
+    ratios = next(e["ratios"] for k, e in json.loads(ORACLE.read_text()).items() if k.endswith(shape))
+    specs = sorted(ratios)
+    space = [{"config": s} for s in specs]
+    for seed in range(30):
+        noise = random.Random(seed)
+        noisy = {i: ratios[s] * (1 + 0.02 * noise.gauss(0, 1)) for i, s in enumerate(specs)}
+        finalists, times = simulate(space, range(len(specs)), SearchPlan(seed=f"k{seed}"), noisy.get)
+        assert min(ratios[specs[i]] for i in finalists) <= 1.02, (seed, sorted(specs[i] for i in finalists))
+        assert len(times) <= len(specs) // 5
 
 
 def test_failed_configs_are_never_leaders_and_the_search_ends_at_its_cap():
@@ -149,7 +182,7 @@ def test_a_search_killed_mid_way_resumes_without_measuring_a_config_twice(tmp_pa
         counts[int(index)] = counts.get(int(index), 0) + 1
     twice = {i for i, n in counts.items() if n > 1}
     finalists = {int(i) for i in re.findall(r"search finalists: ([\d ]+)", log)[-1].split()}
-    assert len(finalists) == 8 and set(result["finalists"]) <= finalists
+    assert len(finalists) == SearchPlan().finalists and set(result["finalists"]) <= finalists
     assert twice <= finalists, (twice, finalists)
     attempts = [line.split() for line in (tmp_path / "calls.rank0").read_text().splitlines()]
     assert {a for a, _ in attempts} == {"1", "2"}

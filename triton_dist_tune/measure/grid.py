@@ -5,21 +5,24 @@ parameter's values (numbers by value, anything else by its stable description) a
 point of its value positions. Good configs cluster on such a grid (a tile one step larger or smaller, one warp
 count more, one stage less), which the search (:mod:`~triton_dist_tune.measure.search`) exploits.
 
-**Neighbours** of a config (Kernel Tuner's "adjacent" neighbourhood, plus Helion's block-size pairs):
+**Neighbours** of a config (Kernel Tuner's "adjacent" neighbourhood, plus Helion's block-size pairs), in three
+rings (:meth:`Grid.rings`), nearest first:
 
-- along each parameter, the nearest config below and above it that differs in that parameter alone (a gap left by
-  pruning is skipped: the next surviving value counts as adjacent); where pruning left nothing further along that
-  line, the configs one value further that differ in one other parameter by one step (the move repaired: a larger
-  tile with one stage fewer, where the larger tile alone does not fit);
-- then every other config along each parameter, nearest first (Kernel Tuner's "Hamming" neighbourhood: a landscape
-  that is not monotone along one parameter, such as a 16-row tile beating 64 while 32 loses to both, is crossed);
-- for each pair of block-size parameters (a name containing ``BLOCK``, case-insensitive), the configs one step
-  away in both at once (up-up, up-down, down-up, down-down), where such a config exists.
+1. along each parameter, the nearest config below and above it that differs in that parameter alone (a gap left by
+   pruning is skipped: the next surviving value counts as adjacent); where pruning left nothing further along that
+   line, the configs one value further that differ in one other parameter by one step (the move repaired: a larger
+   tile with one stage fewer, where the larger tile alone does not fit);
+2. for each pair of block-size parameters (a name containing ``BLOCK``, case-insensitive), the configs one step
+   away in both at once (up-up, up-down, down-up, down-down), where such a config exists;
+3. every other config along each parameter, nearest first (Kernel Tuner's "Hamming" neighbourhood: a landscape
+   that is not monotone along one parameter, such as a 16-row tile beating 64 while 32 loses to both, is crossed).
 
-Replayed over the exhaustive device-time screenings of an 840-config GEMM space at four shapes on an H100 (20
-seeds, 2% noise added; ``simulate``), the adjacent moves alone ended 4-25% off the best in some runs (a larger
-tile one stage fewer, two moves away across the pruning edge; a non-monotone tile size); with both additions and
-four leaders, the median was the best at every shape and the worst 4.2% off.
+Replayed over the exhaustive device-time screenings of an 840-config GEMM space at four shapes on an H100
+(``simulate``, 2% noise added), the adjacent moves alone ended 4-25% off the best in some seeds (a larger tile one
+stage fewer, two moves away across the pruning edge; a non-monotone tile size). With the repaired moves and the
+whole lines, the best still missed the finalists in 12 and 4 of 100 seeds at M = 256 and 2048 while one leader's
+whole neighbourhood filled a stage; with every leader's first ring first (the search's order), a fifth of the space
+and 10 finalists, in none (``docs/search.md``).
 
 Parameters are read through :func:`flatten` (a ``triton.Config`` value is its keyword arguments, warps and stages)
 and :func:`split_numbered` (a string such as ``"128x256x64-g8-w8-s3"`` is its numbers).
@@ -125,23 +128,29 @@ class Grid:
         self.block_axes = [k for k, name in enumerate(self.names) if "block" in name.lower()]
 
     def neighbours(self, index: int) -> list[int]:
-        """The kept configs near ``index`` (see the module docstring), each once, in a fixed order: along each
-        parameter (in name order: below, above, the repaired moves), the block-size pairs, then the rest of
+        """The kept configs near ``index`` (see the module docstring), each once, in a fixed order: its
+        :meth:`rings`, nearest first."""
+        return [other for ring in self.rings(index) for other in ring]
+
+    def rings(self, index: int) -> list[list[int]]:
+        """The kept configs near ``index`` in three rings, each config once, each ring in a fixed order: the moves
+        along one parameter (in name order: below, above, the repaired moves); the block-size pairs; the rest of
         every line, nearest first."""
         point = self.point[index]
-        found: list[int] = []
+        near: list[int] = []
+        pairs: list[int] = []
         farther: list[tuple[int, int, int]] = []  # (distance, position, index) along some parameter
         for axis in range(len(self.names)):
             line = self._lines[axis][point[:axis] + point[axis + 1:]]
             where = bisect.bisect_left(line, (point[axis], -1))
             if where > 0:
-                found.append(line[where - 1][1])
+                near.append(line[where - 1][1])
             after = where + 1 if where < len(line) and line[where][0] == point[axis] else where
             if after < len(line):
-                found.append(line[after][1])
+                near.append(line[after][1])
             for step, blocked in ((-1, where == 0), (1, after == len(line))):
                 if blocked:  # pruning left nothing further along this line: step across its edge
-                    found += self._repaired(point, axis, point[axis] + step)
+                    near += self._repaired(point, axis, point[axis] + step)
             farther += sorted((abs(p - point[axis]), p, i) for p, i in line if p != point[axis])
         for a, b in combinations(self.block_axes, 2):
             for step_a in (-1, 1):
@@ -153,13 +162,13 @@ class Grid:
                         continue
                     other = self.at.get(tuple(moved))
                     if other is not None:
-                        found.append(other)
-        found += [i for _, _, i in sorted(farther)]  # then the rest of each line, nearest first
-        unique: list[int] = []
-        for other in found:
-            if other != index and other not in unique:
-                unique.append(other)
-        return unique
+                        pairs.append(other)
+        seen = {index}
+        rings: list[list[int]] = []
+        for ring in (near, pairs, [i for _, _, i in sorted(farther)]):
+            rings.append([i for i in dict.fromkeys(ring) if i not in seen])
+            seen.update(rings[-1])
+        return rings
 
     def _repaired(self, point: tuple[int, ...], axis: int, position: int) -> list[int]:
         """The kept configs at ``position`` along ``axis`` that differ from ``point`` in one other parameter, by one

@@ -12,10 +12,10 @@ them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.measure.race`
    then configs that cover every value of every parameter at least once, then configs drawn at random from a seed
    the group shares, up to ``initial`` configs.
 2. **Neighbourhoods**: the ``leaders`` best configs screened so far, and each one's neighbours on the parameter grid
-   (:class:`~triton_dist_tune.measure.grid.Grid`): one parameter one step up or down, or two block sizes at once.
-   The neighbours not screened yet are the next stage (at most ``stage_cap``, the best leader's first). The search
-   moves on while the leaders change; it ends when every neighbour of the leaders is screened, or at
-   ``max_measured`` configs.
+   (:class:`~triton_dist_tune.measure.grid.Grid`) in rings: one parameter one step up or down, then two block sizes
+   at once, then the rest of each line. The neighbours not screened yet are the next stage (at most ``stage_cap``):
+   every leader's first ring, best leader first, before any leader's second. The search moves on while the leaders
+   change; it ends when every neighbour of the leaders is screened, or at ``max_measured`` configs.
 3. **Finalists**: the ``finalists`` best screened configs.
 
 Every decision is a function of the kept configs, the plan (its seed included) and the group's times (the MAX over
@@ -54,7 +54,7 @@ class SearchPlan:
     #: configs screened at most (0: from the space's size, :func:`measured_cap`)
     max_measured: int = 0
     #: configs sent to the race at the end
-    finalists: int = 8
+    finalists: int = 10
     #: the seed of the random part of the first look: the same on every rank (derived from the key and the space)
     seed: str = ""
 
@@ -73,8 +73,8 @@ def initial_size(kept: int) -> int:
 
 
 def measured_cap(kept: int) -> int:
-    """The most configs one search screens: a sixth of the space, between 64 and 256."""
-    return max(64, min(256, kept // 6))
+    """The most configs one search screens: a fifth of the space, between 64 and 256 (168 of 840)."""
+    return max(64, min(256, kept // 5))
 
 
 def search_applies(mode: str, kept: int) -> bool:
@@ -131,11 +131,11 @@ class PatternSearch:
         room = self.cap - len(times)
         if room <= 0:
             return []
+        rings = [self.grid.rings(leader) for leader in self.leaders(times, self.plan.leaders)]
         batch: list[int] = []
-        for leader in self.leaders(times, self.plan.leaders):
-            for other in self.grid.neighbours(leader):
-                if other not in times and other not in batch:
-                    batch.append(other)
+        for ring in range(3):  # every leader's nearest moves before any leader's farther ones
+            for leader_rings in rings:
+                batch += [other for other in leader_rings[ring] if other not in times and other not in batch]
         batch = batch[:min(room, self.plan.stage_cap)]
         if batch:
             self.stages.append(batch)
