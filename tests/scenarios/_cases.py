@@ -42,6 +42,18 @@ def outcome(fn, *args, **kwargs) -> dict:
         return {"error": type(exc).__name__, "message": str(exc)}
 
 
+def before_each_compile(kernel, hook: Callable[[object, dict], None]) -> None:
+    """Call ``hook(jit_function, launch_kwargs)`` before every ``warmup`` (the compile a tuner runs ahead) of
+    ``kernel``'s class of jitted functions; an exception from ``hook`` is that compile's error."""
+    real = type(kernel.fn).warmup
+
+    def warmup(self, *args, grid, **kwargs):
+        hook(self, kwargs)
+        return real(self, *args, grid=grid, **kwargs)
+
+    type(kernel.fn).warmup = warmup
+
+
 def main(mpi: bool | None = None) -> None:
     """Run the case named by ``sys.argv[1]`` (or the cases named by ``sys.argv[1:]``, one after another, in this
     one process: every case must leave the process group as it found it), then leave cleanly: MPI ranks exit

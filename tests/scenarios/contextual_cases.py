@@ -29,7 +29,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, emit, main
+from _cases import before_each_compile, case, emit, main
 from triton.runtime.autotuner import Autotuner  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
@@ -462,15 +462,13 @@ def precompile():
 
     contextual.compiles = lambda: True
     compiled = []
-    real_warmup = type(add_kernel.fn).warmup
 
-    def warmup(self, *args, grid, **kwargs):
+    def compile_hook(_, kwargs):
         compiled.append((kwargs["BLOCK"], threading.current_thread().name.startswith("tdt-precompile")))
         if kwargs["BLOCK"] == ADD_BLOCKS[1]:
             raise RuntimeError("ptxas error")
-        return real_warmup(self, *args, grid=grid, **kwargs)
 
-    type(add_kernel.fn).warmup = warmup
+    before_each_compile(add_kernel, compile_hook)
 
     @contextual_autotune(n_warmup=1, n_repeat=1)
     def f(x, y):

@@ -17,7 +17,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, emit, main  # noqa: E402
+from _cases import before_each_compile, case, emit, main  # noqa: E402
 from contextual_cases import ADD_BLOCKS, SEQ, add, chosen, configs, launch, rank, runs_of_seq, short  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
@@ -45,17 +45,15 @@ def count_compiles(force: bool = True) -> list[list]:
     if force:
         compiling.compiles = lambda: True
     compiled: list[list] = []
-    real_warmup = type(wide_kernel.fn).warmup
 
-    def warmup(self, *args, grid, **kwargs):
-        name = self.fn.__name__
+    def compile_hook(jitted, kwargs):
+        name = jitted.fn.__name__
         index = (WIDE_BLOCKS if name == "wide_kernel" else ADD_BLOCKS).index(kwargs["BLOCK"])
         compiled.append([name, index, threading.current_thread().name.startswith("tdt-precompile")])
         if name == "wide_kernel" and index == FAILING:
             raise RuntimeError(f"ptxas error on rank {rank()}")
-        return real_warmup(self, *args, grid=grid, **kwargs)
 
-    type(wide_kernel.fn).warmup = warmup
+    before_each_compile(wide_kernel, compile_hook)
     return compiled
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, outcome
+from _cases import before_each_compile, case, emit, main, outcome
 
 import triton_dist_tune as tdt
 
@@ -259,14 +259,12 @@ def contextual_compile_never_returns():
 
     contextual.compiles = lambda: True
     stuck = threading.Event()
-    real_warmup = type(add_kernel.fn).warmup
 
-    def warmup(self, *args, grid, **kwargs):
+    def compile_hook(_, kwargs):
         if kwargs["BLOCK"] == ADD_BLOCKS[1]:
             stuck.wait()  # never set: this thread never returns
-        return real_warmup(self, *args, grid=grid, **kwargs)
 
-    type(add_kernel.fn).warmup = warmup
+    before_each_compile(add_kernel, compile_hook)
 
     @contextual_autotune(n_warmup=1, n_repeat=1)
     def f(x, y):

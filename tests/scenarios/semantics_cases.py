@@ -9,10 +9,12 @@ cases). Each process prints ``RESULT {json}`` lines.
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -191,25 +193,8 @@ def alone_on_purpose():
 # -- the decided path's cost ----------------------------------------------------------------------------------
 
 
-class _NoOpKernel:
-    """Stands in for a jitted kernel whose launch does nothing (Triton's interpreter would dwarf the wrappers'
-    cost): ``run`` returns at once, ``[grid]`` launches as ``JITFunction`` does."""
-
-    def __init__(self) -> None:
-        self.fn = lambda x, y, n, BLOCK: None  # noqa: N803 - Triton walks .fn to the Python function
-        self.arg_names = ["x", "y", "n", "BLOCK"]
-
-    def run(self, *args, **kwargs):
-        return None
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
-
-
 def _python_calls(fn) -> int:
     """The Python functions entered during one call of ``fn`` (``sys.setprofile``'s "call" events)."""
-    import sys
-
     count = [0]
 
     def profile(frame, event, arg):
@@ -233,8 +218,11 @@ def decided_cost():
 
     from triton_dist_tune.contextual import hot, intercept
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from bench_decided_overhead import StandIn  # the benchmark's own stand-in: this count is its Python part
+
     configs = [triton.Config({"BLOCK": b}) for b in (128, 256, 512)]
-    kernel = _NoOpKernel()
+    kernel = StandIn()
     stock, inner = (Autotuner(kernel, kernel.arg_names, configs, ["n"], None, None) for _ in range(2))
     x, y = torch.randn(64), torch.empty(64)
     n = x.numel()
