@@ -1,7 +1,8 @@
 """Multi-rank scenarios for the measurement race: drift, early drops, shared rounds, timing modes.
 
 Usage: python race_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Prints ``RESULT {json}``.
-Every gap between configs here is 2x or more, so that a loaded machine cannot close it.
+Every gap between configs here is 2x or more, so that a loaded machine cannot close it; a scenario whose configs
+are equal by design times them on a virtual clock.
 """
 
 from __future__ import annotations
@@ -151,8 +152,23 @@ def cold():
 def steady_structure():
     """Steady timing, ``batch=3``: every call with the number of exchanges (``Group.combine``) this rank had made
     before it, so that the test sees where the exchanges fall between the calls. (Store requests would also count
-    the failure board's watcher, which reads the store from its own thread.)"""
+    the failure board's watcher, which reads the store from its own thread.)
+
+    The samples are read from a virtual clock that each call advances by its config's cost (8 ms for the three
+    equal configs, 64 for the slow one): the structure under test follows from the times, and wall-clock times on a
+    loaded machine once made two of three equal configs leave (CI saw it at 2 ms, and again at 8 ms)."""
+    from triton_dist_tune.function import agreed
     from triton_dist_tune.group.resolve import resolve_group
+    from triton_dist_tune.measure.timing import HostClock
+
+    virtual_ms = [0.0]
+
+    class VirtualClock(HostClock):
+        def start(self) -> float:
+            return virtual_ms[0]
+
+        def stop(self, start: float) -> float:
+            return virtual_ms[0] - start
 
     tdt.init_distributed(backend="gloo")
     group = resolve_group(None)
@@ -169,12 +185,15 @@ def steady_structure():
     @tdt.autotune(space(4), key_fn=lambda: 0, n_warmup=1, n_repeat=6, batch=3, name="structure")
     def f(*, variant):
         calls.append((variant, exchanges[0]))
-        # 8 ms for the three equal configs: a loaded machine's stalls would have to add 2 ms a call, in two rounds,
-        # to make one leave (at 2 ms, CI once saw two of them leave and no settled block); 8x for the slow one
-        time.sleep([0.008, 0.008, 0.008, 0.064][variant])
+        virtual_ms[0] += [8.0, 8.0, 8.0, 64.0][variant]
         dist.all_reduce(torch.ones(1))
 
-    f()
+    saved = agreed.make_clock
+    agreed.make_clock = VirtualClock
+    try:
+        f()
+    finally:
+        agreed.make_clock = saved  # the scenarios after this one in the same job time as usual
     emit(calls=calls, outcomes=outcomes(f))
 
 
