@@ -163,6 +163,17 @@ def test_a_600_config_collective_function_is_searched_alike_on_ranks_whose_noise
     assert re.match(r"search: \d+ of 600 configs screened in \d+ stage\(s\), \d+ finalists raced", mine["search"])
 
 
+@pytest.mark.timeout(300)
+def test_four_ranks_whose_noise_differs_search_the_600_config_function_alike(tmp_path):
+    results = run_ranks(CASES, 4, ["smooth"], env=tuner_env(tmp_path, 60), timeout=280)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    mine, *others = (r.results[0] for r in results)
+    for other in others:  # the same configs in the same order, the same choice (ranks 1-3 had 10-20% noise)
+        assert (other["order"], other["chosen"], other["calls"]) == (mine["order"], mine["chosen"], mine["calls"])
+    assert mine["chosen_ms"] <= 1.10 * mine["best_ms"]
+    assert len(mine["screened"]) < 600 / 4
+
+
 def test_a_search_killed_mid_way_resumes_without_measuring_a_config_twice(tmp_path):
     env = tuner_env(tmp_path, 30, SEARCH_CALLS=str(tmp_path / "calls"))
     first = run_ranks(CASES, 2, ["killed"], env={**env, "SEARCH_ATTEMPT": "1"}, timeout=200)
@@ -206,6 +217,17 @@ def test_contextual_autotune_searches_an_inner_kernel_of_120_configs_alike_on_ev
     # at most 64 screened (the cap for 120 configs) and the first launch, in far fewer runs than the limit of 1000
     assert mine["launched"] <= 65 and mine["runs"] < 300
     assert "skipped" in mine["states"]  # the configs the search did not reach
+
+
+@pytest.mark.timeout(300)
+def test_contextual_autotune_searches_alike_on_four_ranks_whose_noise_differs(tmp_path):
+    results = run_ranks(HERE / "scenarios" / "contextual_search_cases.py", 4, ["noisy"],
+                        env=tuner_env(tmp_path, 60), timeout=280)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    mine, *others = (r.results[0] for r in results)
+    assert all(other == mine for other in others)  # the same configs launched, runs and choice on every rank
+    assert mine["ok"] and mine["launched"] <= 65 and "skipped" in mine["states"]
+    assert mine["chosen_ms"] <= 1.10 * mine["best_ms"]
 
 
 def test_a_config_written_as_a_string_of_numbers_or_a_triton_config_is_a_point_of_its_numbers():

@@ -11,6 +11,7 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import random  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
@@ -31,10 +32,15 @@ def landscape_ms(a: int, b: int) -> float:
     return 10.0 * (1 + 3 * (((a - BOTTOM[0]) / 11) ** 2 + ((b - BOTTOM[1]) / 9) ** 2) / 2)
 
 
+#: the ranks' own noise in the ``noisy`` case, a fraction of each launch's time (rank r: JITTER[r % 4])
+JITTER = (0.0, 0.1, 0.05, 0.15)
+NOISE = {"jitter": 0.0, "random": random.Random(0)}
+
+
 def sleeper(index: int, a: int, b: int):
     def hook(nargs):
         LAUNCHED.append(index)
-        time.sleep(landscape_ms(a, b) / 1e3)
+        time.sleep(landscape_ms(a, b) * (1.0 + NOISE["jitter"] * NOISE["random"].random()) / 1e3)
 
     return hook
 
@@ -54,6 +60,14 @@ def add_kernel(x, y, out, n, A: tl.constexpr, B: tl.constexpr, BLOCK: tl.constex
 @case
 def landscape():
     """Tune the 120-config kernel inside a function with an all_reduce, on every rank (the default: searched)."""
+    tune_landscape()
+
+
+@case
+def noisy():
+    """The searched tuning with noise of each rank's own (:data:`JITTER`), for 4 ranks."""
+    rank = int(os.environ["RANK"])
+    NOISE.update(jitter=JITTER[rank % len(JITTER)], random=random.Random(1000 + rank))
     tune_landscape()
 
 
@@ -82,7 +96,7 @@ def tune_landscape(**options):
     chosen = decision["index"]
     a, b = CONFIGS[chosen].kwargs["A"], CONFIGS[chosen].kwargs["B"]
     emit(chosen=chosen, chosen_ms=landscape_ms(a, b), best_ms=landscape_ms(*BOTTOM), runs=runs[0],
-         ok=bool(torch.equal(out, 2 * (x + y))), launched=len(set(LAUNCHED)),
+         ok=bool(torch.equal(out, dist.get_world_size() * (x + y))), launched=len(set(LAUNCHED)),
          states=sorted({r["state"] for r in decision["table"]}))
 
 

@@ -25,6 +25,8 @@ SPACE = [{"BLOCK_A": a, "b": b, "c": c, "d": d}
          for a, b, c, d in itertools.product([2**k for k in range(10)], range(6), range(5), (False, True))]
 #: where the landscape's bottom is (positions along BLOCK_A, b, c) and its d
 BOTTOM = (6, 2, 3)
+#: each rank's own noise, a fraction of each call's time (rank r: JITTER[r % 4])
+JITTER = (0.0, 0.2, 0.1, 0.2)
 
 
 def landscape_ms(config: dict) -> float:
@@ -63,10 +65,10 @@ def tuned(name: str, calls: list[int], jitter: float, kill_at: int | None = None
 
 @case
 def smooth():
-    """Tune the 600-config function; rank 1's calls carry 20% noise of their own, rank 0's none."""
+    """Tune the 600-config function; each rank's calls carry noise of their own (:data:`JITTER`), rank 0's none."""
     tdt.init_distributed()
     calls: list[int] = []
-    f = tuned("smooth", calls, jitter=0.2 if dist.get_rank() == 1 else 0.0)
+    f = tuned("smooth", calls, jitter=JITTER[dist.get_rank() % len(JITTER)])
     started = time.monotonic()
     f()
     ((_, decision),) = f.tuner.decisions.items()
