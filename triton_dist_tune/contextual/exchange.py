@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
-from ..errors import AutotuneError, BadInputError, describe_error, per_rank
+from ..errors import AutotuneError, BadInputError, MismatchError, describe_error, per_rank
 from ..faults.watchdog import exchange_timeout
 from . import intercept
 from .compiling import compiles_ahead
@@ -23,6 +23,7 @@ from .schedule import PruningError, Track
 from .tracks import TrackId, earlier_outcomes, forget_choice, undecide
 
 if TYPE_CHECKING:
+    from .options import ContextualOptions
     from .session import Session
 
 
@@ -46,6 +47,7 @@ def exchange(session: Session, error: Exception | None) -> Exchanged:
     group = session.group
     gathered = group.allgather(_message(session, error), f"{session.label} end of run {session.runs - 1}",
                                timeout=exchange_timeout(session.timeout))
+    check_same_steps(session.label, [message.get("steps") for message in gathered])
     try:
         created = create_tracks(session, gathered)
     except PruningError as exc:
@@ -79,7 +81,28 @@ def _message(session: Session, error: Exception | None) -> dict[str, Any]:
     raised = describe_error(error) if error is not None else None
     disk = lookup(session, new) if session.group.rank == 0 else {}
     return {"new": new, "launches": launches, "raised": raised, "excused": raised is not None and failed_here,
-            "disk": disk, "compiles": compiles_ahead(session)}
+            "disk": disk, "compiles": compiles_ahead(session), "steps": steps_text(session.tuner.options)}
+
+
+def steps_text(options: ContextualOptions) -> str:
+    """The options that set a call's steps on every rank: runs per config, the bound on a call's runs (and so the
+    search's budget), and when the ranks agree on pending keys. Any of them may come from the environment
+    (``TRITON_DIST_AUTOTUNE_MAX_RUNS``, ``..._SYNC_EVERY``), which may differ between ranks."""
+    return (f"n_warmup={options.n_warmup} n_repeat={options.n_repeat} max_runs={options.max_runs} "
+            f"sync_every={options.sync_every}")
+
+
+def check_same_steps(label: str, steps: list[Any]) -> None:
+    """MismatchError on every rank (each read the same ``steps``, one per rank) when the ranks' options that set
+    the steps differ: they would run different steps from here on."""
+    if len({str(s) for s in steps}) > 1:
+        held: dict[str, list[int]] = {}
+        for rank, text in enumerate(steps):
+            held.setdefault(str(text), []).append(rank)
+        detail = "; ".join(f"ranks {ranks}: {text}" for text, ranks in held.items())
+        raise MismatchError(f"{label} the ranks differ in the options that set the steps of a call (max_runs, "
+                            "sync_every: the decorator's or TRITON_DIST_AUTOTUNE_MAX_RUNS / "
+                            f"TRITON_DIST_AUTOTUNE_SYNC_EVERY; n_warmup, n_repeat): {detail}")
 
 
 def create_tracks(session: Session, gathered: list[dict[str, Any]]) -> bool:

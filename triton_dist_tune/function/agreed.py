@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .. import settings
 from ..errors import BadInputError, MismatchError, describe_error, per_rank
 from ..group.channel import ExchangeError, Group, agree
 from ..measure.arguments import ArgumentState, named_arguments
@@ -42,8 +43,11 @@ def protocol_fields(tuner: Tuner) -> dict[str, str]:
     """The settings that change the steps of a tuning (how many runs, exchanges and rounds), as the fields of the
     first agreement: ranks that differ in one get a ``MismatchError`` naming it at once, on every rank, instead of
     pairing different steps. The timing mode (``TRITON_DIST_AUTOTUNE_TIMING`` over ``timing=``: steady timing has
-    a probe run and settled rounds that cold timing has not), and the options that set the runs and rounds."""
+    a probe run and settled rounds that cold timing has not), the options that set the runs and rounds, and
+    ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE`` with the job id it reads journals by (an earlier job's records are left
+    out of the shared view only under it: ranks that differ would plan different configs)."""
     options = tuner.options
+    env = settings.current()
     try:
         timing = timing_mode(options.timing)
     except BadInputError as exc:  # checked when decorating; the environment may still be bad: agreed as text
@@ -52,9 +56,12 @@ def protocol_fields(tuner: Tuner) -> dict[str, str]:
             f"budget={options.budget} early_stop={options.early_stop} refine_top={options.refine_top} "
             f"sharded={options.sharded} ref_prog={options.ref_prog is not None} "
             f"precompile_fn={options.precompile_fn is not None}")
+    always = f"on, job {env.job_id}" if env.always_tune else "off"
     return {"timing mode (TRITON_DIST_AUTOTUNE_TIMING, or timing=)": timing,
             "runs and rounds (n_warmup, n_repeat, batch, budget, early_stop, refine_top, sharded, ref_prog, "
-            "precompile_fn)": runs}
+            "precompile_fn)": runs,
+            "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE (and the job id: TRITON_DIST_AUTOTUNE_JOB_ID, TORCHELASTIC_RUN_ID or "
+            "SLURM_JOB_ID)": always}
 
 
 def agreed_prune(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[str, Any],

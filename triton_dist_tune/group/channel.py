@@ -294,7 +294,7 @@ def steps_differ(ranks: Sequence[int], step: str, reader: int) -> str:
     """The error of ranks found at different steps of the protocol (each rank's error names its own step too)."""
     return (f"group rank(s) {list(ranks)} are at another step of the protocol than group rank {reader}, which is at "
             f"'{step[:STEP_QUOTE]}': the ranks run different steps (a setting that changes the steps, e.g. "
-            "TRITON_DIST_AUTOTUNE_TIMING or n_warmup, differs between them, or they called the tuned function in "
+            "TRITON_DIST_AUTOTUNE_UNDECIDED or n_warmup, differs between them, or they called the tuned function in "
             "another order)")
 
 
@@ -342,7 +342,7 @@ def unpack(payload: bytes, what: str, rank: int) -> Any:
     if message.step != step_print(what) and not isinstance(message.value, Failed):
         raise ExchangeError(f"triton_dist_tune: group rank {rank} is at '{what[:STEP_QUOTE]}' and read a result of "
                             "another step of the protocol: the ranks run different steps (a setting that changes the "
-                            "steps, e.g. TRITON_DIST_AUTOTUNE_TIMING or n_warmup, differs between them)")
+                            "steps, e.g. TRITON_DIST_AUTOTUNE_UNDECIDED or n_warmup, differs between them)")
     return unwrap(message.value, what)
 
 

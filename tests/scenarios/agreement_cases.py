@@ -1,0 +1,83 @@
+"""Scenarios for settings that change a tuning's steps and may differ between ranks (each rank's environment is
+set by the test): every rank must get the same clear error naming the setting, at once.
+
+Usage: python agreement_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Prints ``RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from _cases import case, emit, main, outcome  # noqa: E402
+
+import triton_dist_tune as tdt  # noqa: E402
+from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
+
+
+@case
+def always_tune_differs():
+    """``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE`` on one rank only (it decides which journal records the ranks plan
+    from)."""
+    tdt.init_distributed()
+
+    @tdt.autotune([{"block": 16}, {"block": 32}], key_fn=lambda x: x.numel(), name="always")
+    def f(x, *, block):
+        time.sleep(0.001)
+        dist.all_reduce(x.clone())
+        return block
+
+    started = time.monotonic()
+    emit(result=outcome(f, torch.ones(2)), seconds=time.monotonic() - started)
+
+
+@case
+def undecided_differs():
+    """``TRITON_DIST_AUTOTUNE_UNDECIDED`` differs: a rank that serves an undecided key exchanges once to agree on
+    what it serves, a rank that tunes it goes to the first agreement of a tuning."""
+    tdt.init_distributed()
+
+    @tdt.autotune([{"block": 16}, {"block": 32}], key_fn=lambda x: x.numel(), name="undecided")
+    def f(x, *, block):
+        time.sleep(0.001)
+        dist.all_reduce(x.clone())
+        return block
+
+    started = time.monotonic()
+    emit(result=outcome(f, torch.ones(2)), seconds=time.monotonic() - started)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32)], key=["n"])
+@triton.jit
+def copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+
+@case
+def contextual_steps_differ():
+    """``TRITON_DIST_AUTOTUNE_MAX_RUNS`` / ``..._SYNC_EVERY`` differ between the ranks: they bound a call's runs
+    and set when the ranks agree on pending keys."""
+    tdt.init_distributed()
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
+    def layer(x):
+        out = torch.empty_like(x)
+        copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        dist.all_reduce(out)
+        return out
+
+    started = time.monotonic()
+    emit(result=outcome(lambda: float(layer(torch.ones(64)).sum())), seconds=time.monotonic() - started)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Settings that change the steps of a tuning are agreed: ranks whose environments differ in one get the same
+``MismatchError`` naming it, at the first exchange, instead of running different steps (real gloo ranks)."""
+
+from __future__ import annotations
+
+import pytest
+from harness import HERE, describe, run_ranks, tuner_env
+
+CASES = HERE / "scenarios" / "agreement_cases.py"
+
+
+def run(case, tmp_path, per_rank_env):
+    results = run_ranks(CASES, 2, [case], env=tuner_env(tmp_path, 20), timeout=100, per_rank_env=per_rank_env)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return [r.result for r in results]
+
+
+@pytest.mark.timeout(120)
+def test_always_tune_on_one_rank_only_is_a_clear_error_on_every_rank(tmp_path):
+    results = run("always_tune_differs", tmp_path, {1: {"TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1"}})
+    for result in results:
+        assert result["result"]["error"] == "MismatchError", results
+        message = result["result"]["message"]
+        assert "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE" in message and "ranks [0]: off" in message
+        assert "ranks [1]: on" in message
+        assert result["seconds"] < 5  # at the first agreement (the deadline is 20 s)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("variable, value", [("TRITON_DIST_AUTOTUNE_MAX_RUNS", "50"),
+                                             ("TRITON_DIST_AUTOTUNE_SYNC_EVERY", "4")])
+def test_contextual_steps_set_differently_on_one_rank_are_a_clear_error_on_every_rank(tmp_path, variable, value):
+    results = run("contextual_steps_differ", tmp_path, {1: {variable: value}})
+    messages = [result["result"].get("message") for result in results]
+    for result in results:
+        assert result["result"].get("error") == "MismatchError", results
+        assert variable in result["result"]["message"]
+        assert f"{variable.rsplit('_', 1)[-1].lower()}" in result["result"]["message"]
+        assert result["seconds"] < 5  # at the end of the first run (the deadline is 20 s)
+    assert messages[0] == messages[1]
+
+
+@pytest.mark.timeout(120)
+def test_an_undecided_policy_set_on_one_rank_only_is_a_clear_error_on_every_rank(tmp_path):
+    # not agreed (serving takes one exchange, tuning none before its first agreement): the step check of every
+    # exchange names both steps at once
+    results = run("undecided_differs", tmp_path, {1: {"TRITON_DIST_AUTOTUNE_UNDECIDED": "first"}})
+    for result in results:
+        assert result["result"].get("error") == "ExchangeError", results
+        assert "TRITON_DIST_AUTOTUNE_UNDECIDED" in result["result"]["message"]
+        assert result["seconds"] < 5  # at once (the deadline is 20 s)
