@@ -55,6 +55,27 @@ def test_a_decision_made_under_another_kept_set_is_tuned_again(tmp_path):
     assert third["how"] == ["disk cache"] and third["chosen"] == second["chosen"], third
 
 
+@pytest.mark.timeout(200)
+def test_autotune_prunes_before_the_cache_and_never_serves_a_config_the_current_pruning_leaves_out(tmp_path):
+    # the same prune_fn source keeps variants {2, 3} in one job and {1, 2} in the next (2 ranks each, one cache
+    # folder): the second job tunes among 1 and 2 (before: both ranks served 3 from the disk, which its pruning
+    # leaves out); each kept set then reads its own decision; pruning that keeps everything is its own entry too
+    env = tuner_env(tmp_path, TIMEOUT_S)
+
+    def job(keep: str) -> dict:
+        results = run_ranks(CASES, 2, ["autotune_prune_by_env"], env={**env, "KEEP_VARIANTS": keep}, timeout=150)
+        assert all(r.returncode == 0 for r in results), describe(results)
+        first, other = (r.result for r in results)
+        assert first == other, (first, other)  # the same on both ranks
+        return first
+
+    assert job("2,3") == {"chosen": 3, "launched": [2, 3], "how": "tuned"}
+    assert job("1,2") == {"chosen": 2, "launched": [1, 2], "how": "tuned"}
+    assert job("1,2") == {"chosen": 2, "launched": [2], "how": "disk cache"}
+    assert job("2,3") == {"chosen": 3, "launched": [3], "how": "disk cache"}
+    assert job("0,1,2,3") == {"chosen": 3, "launched": [0, 1, 2, 3], "how": "tuned"}
+
+
 def test_triton_distributed_module_paths_import_the_same_functions():
     code = ("from triton_dist_tune.tune import autotune, to_hashable\n"
             "from triton_dist_tune.autotuner import contextual_autotune\n"

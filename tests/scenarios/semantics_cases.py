@@ -115,6 +115,37 @@ def prune_perf():
     emit(**_calls("perf"))
 
 
+# -- the function-level autotune: pruning before the cache ---------------------------------------------------------
+
+#: ms each variant sleeps: 3 is the fastest, then 2 (4x apart at least)
+VARIANT_MS = (160.0, 80.0, 20.0, 5.0)
+
+
+@case
+def autotune_prune_by_env():
+    """``autotune`` on every rank (RANK/WORLD_SIZE set) or alone, with a ``prune_fn`` that keeps the variants in
+    ``KEEP_VARIANTS``: its source is the same in every process, what it keeps is not."""
+    import torch.distributed as dist
+
+    import triton_dist_tune as tdt
+
+    tdt.init_distributed()
+    keep = {int(v) for v in os.environ["KEEP_VARIANTS"].split(",")}
+    launched: list[int] = []
+
+    @tdt.autotune([{"variant": v} for v in range(len(VARIANT_MS))], key_fn=lambda x: x.numel(),
+                  prune_fn=lambda config, x: config["variant"] in keep, name="prune_by_env")
+    def f(x, *, variant):
+        launched.append(variant)
+        time.sleep(VARIANT_MS[variant] / 1e3)
+        dist.all_reduce(x.clone())
+        return variant
+
+    chosen = f(torch.ones(4))
+    ((_, decision),) = f.tuner.decisions.items() if f.tuner.decisions else ((None, None),)
+    emit(chosen=chosen, launched=sorted(set(launched)), how="tuned" if decision is not None else "disk cache")
+
+
 # -- a bare contextual_autotune in a multi-rank job ------------------------------------------------------------
 
 #: seconds each config sleeps on each rank: alone, rank 0 would choose BLOCK 16 and rank 1 BLOCK 128; the group

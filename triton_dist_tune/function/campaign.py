@@ -92,8 +92,7 @@ def _plan(tuner: Tuner, local: bool, pg: Any, replicas: Any) -> Plan:
         home = resolve_group(None)  # where a call without autotune_pg tunes: its cache entry is the one to fill
 
         def home_entry(t: Tuning) -> str:
-            extra = tuner.entry_extra(t.args, t.kwargs)
-            return entry_id(tuner.source, t.key_text, tuner.space_text, home.size, extra)
+            return entry_id(tuner.source, t.key_text, tuner.space_text, home.size, t.extra)
 
         return Plan(SingleGroup(), home, tuner.decided, lambda key: key, home_entry)
     group = resolve_group(pg)
@@ -113,8 +112,8 @@ class _Tuning(Tuning):
         super().__init__(*args)
         self.plan = plan
 
-    def _agree(self, key_error: str | None, problem: str | None) -> None:
-        super()._agree(key_error, problem)
+    def _name_entry(self, kept: list[int]) -> None:
+        super()._name_entry(kept)
         self.entry = self.plan.entry(self)
 
 

@@ -5,8 +5,9 @@ The protocol, every step on every rank of the group:
 
 1. **Agree**: one exchange of (key, config-space fingerprint, group size, local problems). Any difference, or a
    ``key_fn`` that raised, or a config that clashes with the call's keywords, raises the same error everywhere.
-2. **Cache**: group rank 0 alone reads the disk cache and broadcasts what it found.
-3. **Prune**: ``prune_fn`` runs on every rank; a config is kept only where every rank keeps it.
+2. **Prune**: ``prune_fn`` runs on every rank; a config is kept only where every rank keeps it. As in Triton,
+   pruning comes before the cache: the kept set is part of the cache entry's identity.
+3. **Cache**: group rank 0 alone reads the disk cache and broadcasts what it found.
 4. **Resume**: the ranks gather their crash journals once and merge them into one view
    (:mod:`~triton_dist_tune.faults.recovery`, across replicas too); configs stopped are not measured again, configs
    that hung or failed in an earlier attempt (or crashed in two) are left out, suspects are measured again.
@@ -14,7 +15,7 @@ The protocol, every step on every rank of the group:
    clearly slower configs leave early (or sharded measuring, for rank-local functions).
 6. **Decide**: the least group time among the configs left in the race wins (ties: the lower index); group rank 0
    writes the cache atomically, with every config's median and spread and the margin over the runner-up, and
-   broadcasts the choice. Torch's random generators are put back as they were before step 3, and the function
+   broadcasts the choice. Torch's random generators are put back as they were before step 4, and the function
    is called once with the choice and its result returned.
 
 Once a key is decided, a call is a ``key_fn`` call, a dict lookup and the function call: no communication.
@@ -91,7 +92,7 @@ class Tuning:
                  verbose: bool | None, overwrite: bool = False, layout: Layout | None = None) -> None:
         self.tuner, self.group, self.key, self.layout = tuner, group, key, layout
         self.args, self.kwargs, self.verbose, self.overwrite = args, kwargs, verbose, overwrite
-        self.label = self.key_text = self.entry = ""
+        self.label = self.key_text = self.entry = self.extra = ""
         self.timeout = 0.0
         self.started = 0.0
 
@@ -102,6 +103,8 @@ class Tuning:
         rank_log = logs.rank_log()
         self.env = settings.current()
         self._agree(key_error, problem)
+        kept = self._prune()
+        self._name_entry(kept)
         found = self._lookup()
         if found is not None:
             rank_log.info("%s cache hit: config %d %s", self.label, found, tuner.descriptions[found])
@@ -113,7 +116,7 @@ class Tuning:
                       logs.group_title(group))
         random_state = RandomState()  # the final call draws what one untuned call would
         try:
-            decision = self._tune()
+            decision = self._tune(kept)
         finally:
             random_state.put_back()
         tuner.decisions[(group.name, self.key)] = decision
@@ -122,7 +125,7 @@ class Tuning:
         return tuner.space[decision.index]
 
     def _agree(self, key_error: str | None, problem: str | None) -> None:
-        """Step 1 (across replicas too, with a layout); then the cache entry and the timeout of this tuning."""
+        """Step 1 (across replicas too, with a layout); then the timeout of this tuning."""
         tuner, layout = self.tuner, self.layout
         key_text = extra = ""
         if key_error is None:
@@ -135,12 +138,26 @@ class Tuning:
         if layout is not None:
             layout.agree(tuner.name, key_text, tuner.space_text, tuner.options.timeout, key_error or problem)
         agree_on_call(tuner, self.group, key_text, key_error or problem, self.args, self.kwargs, self.overwrite)
-        entry = entry_id(tuner.source, key_text, tuner.space_text, self.group.size, extra)
+        self.extra = extra
         self.timeout = tuner.options.timeout if tuner.options.timeout is not None else self.env.timeout
-        self.entry = entry if layout is None else layout.entry(entry)
+
+    def _prune(self) -> list[int]:
+        """Step 2, before the cache is read (as Triton prunes before it looks a key up): the configs ``prune_fn``
+        keeps on every rank (and every replica, with a layout)."""
+        kept = agreed_prune(self.tuner, self.group, self.label, self.args, self.kwargs, self.timeout)
+        if self.layout is not None:
+            kept = self.layout.keep_everywhere(kept, f"{self.label} prune", self.timeout)
+        return kept
+
+    def _name_entry(self, kept: list[int]) -> None:
+        """The cache entry of this tuning: what it depends on (:meth:`Tuner.entry_extra`) and the configs pruning
+        kept, so that a decision made under another kept set is never served (it is tuned again)."""
+        self.extra += kept_text(kept, len(self.tuner.space))
+        entry = entry_id(self.tuner.source, self.key_text, self.tuner.space_text, self.group.size, self.extra)
+        self.entry = entry if self.layout is None else self.layout.entry(entry)
 
     def _lookup(self) -> int | None:
-        """Step 2: the index of the cached choice (read by one rank, broadcast to all), or None."""
+        """Step 3: the index of the cached choice (read by one rank, broadcast to all), or None."""
         tuner = self.tuner
 
         def read_cache() -> int | None:
@@ -160,13 +177,10 @@ class Tuning:
                                 "process wrote under the tuner's keys of the key-value store")
         return found
 
-    def _tune(self) -> Decision:
-        """Steps 3 to 6. The journal is locked while this tuning runs; when it is cut short its records stay for
-        the next attempt."""
+    def _tune(self, kept: list[int]) -> Decision:
+        """Steps 4 to 6, over the ``kept`` configs. The journal is locked while this tuning runs; when it is cut
+        short its records stay for the next attempt."""
         tuner, group, label, env = self.tuner, self.group, self.label, self.env
-        kept = agreed_prune(tuner, group, label, self.args, self.kwargs, self.timeout)
-        if self.layout is not None:
-            kept = self.layout.keep_everywhere(kept, f"{label} prune", self.timeout)
         journal = self._journal()
         ended = False
         board = group.board()
@@ -289,3 +303,20 @@ class Tuning:
     def todo(self, index: int) -> Todo:
         """(index, config, description) of config ``index``."""
         return index, self.tuner.space[index], self.tuner.descriptions[index]
+
+
+def kept_text(kept: list[int], size: int) -> str:
+    """The part of a cache entry's identity that names the configs pruning kept: nothing when it kept every one
+    (so such entries keep their names), else the kept indices as ranges."""
+    if len(kept) == size:
+        return ""
+    ranges: list[str] = []
+    start = prev = kept[0]
+    for index in [*kept[1:], None]:
+        if index is not None and index == prev + 1:
+            prev = index
+            continue
+        ranges.append(str(start) if start == prev else f"{start}-{prev}")
+        if index is not None:
+            start = prev = index
+    return "\nkept: " + ",".join(ranges)
