@@ -35,4 +35,5 @@ if [ ! -f "$T36/triton/__init__.py" ] || [ ! -d "$T36/numpy" ]; then
 fi
 PYTHONPATH="$T36${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c 'import triton; assert triton.__version__.startswith("3.6"), triton.__version__'
 PYTHONPATH="$T36${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -n 2 --dist worksteal -p no:cacheprovider \
-  tests/test_contextual_semantics.py tests/test_triton_compat.py tests/test_semantics.py tests/test_search.py
+  tests/test_contextual_semantics.py tests/test_triton_compat.py tests/test_semantics.py tests/test_search.py \
+  tests/test_triton_autotuner.py
