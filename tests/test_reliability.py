@@ -214,24 +214,81 @@ def test_a_stuck_compile_thread_is_abandoned_and_the_queue_goes_on():
         stuck.set()
 
 
-@pytest.mark.timeout(120)
-def test_a_contextual_compile_that_never_returns_fails_its_config_and_the_process_exits(tmp_path):
+@pytest.mark.timeout(60)
+def test_each_contextual_compile_has_its_own_deadline_and_the_share_ends_within_its_waves(monkeypatch):
+    """compile_share with 2 threads, ``T`` = 0.5 s: stuck compiles (None) fail, each after ``T`` s of its own, and
+    only they; the compiles queued behind them run on the threads that replace them; the share ends within
+    ``T`` x ceil(configs / threads) (the bound the exchange of failures counts on), here 4 waves."""
+    import threading
+    from types import SimpleNamespace
+
+    from triton_dist_tune.contextual import compiling, intercept
+
+    stuck = threading.Event()
+    seconds = [0.4, None, 0.3, None, None, 0.2, 0.05]
+
+    def warmup(*, index):
+        if seconds[index] is None:
+            stuck.wait()
+        else:
+            time.sleep(seconds[index])
+
+    configs = [SimpleNamespace(all_kwargs=lambda i=i: {"index": i}) for i in range(len(seconds))]
+    autotuner = SimpleNamespace(fn=SimpleNamespace(warmup=warmup), configs=configs)
+    monkeypatch.setattr(compiling, "default_workers", lambda: 2)
+    monkeypatch.setattr(intercept, "without_config_names", lambda _, args, kwargs: (args, kwargs))
+    compiling.current_cuda_device()  # imports torch once, here: not the compiles' time
+    try:
+        t0 = time.monotonic()
+        failures = compiling.compile_share(autotuner, list(range(len(seconds))), (), {}, 0.5)
+        elapsed = time.monotonic() - t0
+    finally:
+        stuck.set()
+    assert sorted(failures) == [1, 3, 4], failures
+    assert all("did not finish within 0.5 s (the timeout) of its own start" in e for e in failures.values())
+    assert elapsed < 0.5 * 4 + 0.5, elapsed  # 0.5 s of slack for a loaded machine
+    print(f"the share ended after {elapsed:.2f} s")
+
+
+def run_one(case: str, env: dict[str, str]) -> tuple[dict, float]:
+    """Run ``case`` in one process (no group), which must exit normally: (its result, the process's seconds)."""
     import subprocess
     import sys
 
     from harness import base_env
 
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, str(CASES), "contextual_compile_never_returns"],
-                          env=base_env(tuner_env(tmp_path, 3)), capture_output=True, text=True, timeout=90)
+    proc = subprocess.run([sys.executable, str(CASES), case], env=base_env(env), capture_output=True, text=True,
+                          timeout=90)
     process_s = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    result = json.loads(lines[0][len("RESULT "):])
+    return json.loads(lines[0][len("RESULT "):]), process_s
+
+
+@pytest.mark.timeout(120)
+def test_a_contextual_compile_that_never_returns_fails_its_config_and_the_process_exits(tmp_path):
+    result, process_s = run_one("contextual_compile_never_returns", tuner_env(tmp_path, 3))
     assert result["ok"]
-    # under the interpreter one thread compiles this rank's two configs: two waves of T = 3 s
     assert result["states"][1] == "failed", result
-    assert "did not finish within 6 s (the timeout x 2 waves)" in result["errors"][1], result
+    assert "did not finish within 3 s (the timeout) of its own start; its thread is left behind" \
+        in result["errors"][1], result
     assert [s.replace("stopped", "measured") for i, s in enumerate(result["states"]) if i != 1] == ["measured"] * 2
     assert any(name.startswith("tdt-precompile") for name in result["threads"])  # left behind, still stuck
+    print(f"tuning ended after {result['tuned_s']:.1f} s; the process exited after {process_s:.1f} s")
+
+
+@pytest.mark.timeout(120)
+def test_contextual_compiles_queued_behind_a_stuck_one_get_their_own_deadline_and_are_measured(tmp_path):
+    """One compile thread (the interpreter), ``T`` = 3 s: config 1's compile never returns, configs 2 and 3 are
+    queued behind it (0.3 s each). Before, the share had one deadline (T x 3 waves) that the stuck compile used up,
+    and 2 and 3 were failed as "did not finish" with 0 s left although they compile."""
+    result, process_s = run_one("contextual_compiles_queued_behind_a_stuck_one", tuner_env(tmp_path, 3))
+    assert result["ok"]
+    assert {i: e for i, e in enumerate(result["errors"]) if i != 1} == {0: None, 2: None, 3: None}, result
+    assert [s.replace("stopped", "measured") for i, s in enumerate(result["states"]) if i != 1] == ["measured"] * 3
+    assert result["chosen"] == result["fastest"] == 2, result
+    assert result["states"][1] == "failed", result
+    assert "did not finish within 3 s (the timeout) of its own start; its thread is left behind" \
+        in result["errors"][1], result
     print(f"tuning ended after {result['tuned_s']:.1f} s; the process exited after {process_s:.1f} s")

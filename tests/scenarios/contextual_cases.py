@@ -116,6 +116,20 @@ def close_kernel(x, out, n, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
 
 
+# config 0 is launched first; the others are compiled ahead, one after another by one thread (the interpreter):
+# reliability_cases.py's contextual_compiles_queued_behind_a_stuck_one makes config 1's compile hang for good.
+# Config 2 (queued behind it) is the fastest, 5 ms against 80
+QUEUED_BY_N = {64: [80, 80, 5, 80]}
+
+
+@triton.autotune(configs=configs("queued", (128, 256, 512, 1024), by_n=QUEUED_BY_N), key=["n"])
+@triton.jit
+def queued_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
 def grid(n):
     return lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
 

@@ -248,7 +248,7 @@ def deep_json_on_the_board():
 def contextual_compile_never_returns():
     """Case 1, contextual: precompiling forced on (under the interpreter, as tests/scenarios/contextual_cases.py's
     ``precompile`` does); the compile (``warmup``) of the second config never returns (a real thread stuck for
-    good). One process. The config must fail after the deadline (T x waves), the others be measured, and the
+    good). One process. The config must fail after its own deadline (T s), the others be measured, and the
     process exit normally."""
     import sys
 
@@ -280,6 +280,48 @@ def contextual_compile_never_returns():
          threads=[t.name for t in threading.enumerate()])
     sys.stdout.flush()
     raise SystemExit(0)  # the interpreter's own exit: it joins every non-daemon thread
+
+
+@case
+def contextual_compiles_queued_behind_a_stuck_one():
+    """Case 1, contextual, each config's own deadline: precompiling forced on under the interpreter (one compile
+    thread), one process. Of a kernel's four configs, config 0 is launched in the first run; the compile of config
+    1 never returns (a real thread stuck for good) and configs 2 and 3, queued behind it, compile in 0.3 s each.
+    Only config 1 may fail (``T`` s after its own start); 2 and 3 are compiled by the thread that replaces the
+    stuck one, measured, and 2 (the fastest) is chosen."""
+    import sys
+
+    from contextual_cases import QUEUED_BY_N, inputs, launch, queued_kernel
+
+    from triton_dist_tune.contextual import compiling as contextual
+    from triton_dist_tune.contextual import contextual_autotune
+
+    contextual.compiles = lambda: True
+    stuck = threading.Event()
+    blocks = [c.kwargs["BLOCK"] for c in queued_kernel.configs]
+
+    def compile_hook(_, kwargs):
+        if kwargs["BLOCK"] == blocks[1]:
+            stuck.wait()  # never set: this thread never returns
+        time.sleep(0.3)  # a compile that takes time: not done at once when its turn to be waited for comes
+
+    before_each_compile(queued_kernel, compile_hook)
+
+    @contextual_autotune(n_warmup=1, n_repeat=1)
+    def f(x):
+        out = torch.empty_like(x)
+        launch(queued_kernel, x.numel(), x, out, x.numel())
+        return out
+
+    t0 = time.monotonic()
+    x, _ = inputs()
+    out = f(x)
+    decision = next(iter(f.tuner.decisions.values()))
+    emit(ok=bool(torch.equal(out, x)), tuned_s=time.monotonic() - t0, chosen=decision["index"],
+         fastest=QUEUED_BY_N[64].index(min(QUEUED_BY_N[64])), states=[r["state"] for r in decision["table"]],
+         errors=[r["error"] for r in decision["table"]])
+    sys.stdout.flush()
+    raise SystemExit(0)
 
 
 def leave_normally() -> None:

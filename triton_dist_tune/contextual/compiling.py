@@ -14,9 +14,10 @@ first in that run and that the group has not decided:
    compiled by the (k mod n)-th of those n ranks (:func:`~triton_dist_tune.measure.precompile.my_share`), with the
    arguments of its first launch, into the node's shared Triton cache. A rank that did not meet the track has no
    arguments to compile with and compiles none of it;
-   Each rank's compiles run in daemon threads under a deadline (:func:`compile_share`): a config whose compile has
-   not ended ``T`` s times this rank's waves of compiles after they started counts as failed, its thread left
-   behind (it never keeps the process from exiting);
+   Each rank's compiles run in daemon threads, each config under its own deadline (:func:`compile_share`): a
+   config whose compile has not ended ``T`` s after a thread started it counts as failed, its thread left behind
+   (it never keeps the process from exiting) and replaced, so the configs queued after it still compile; a track's
+   share ends within ``T`` times its waves (ceil(configs / compile threads));
 3. one allgather of every rank's failures (:func:`~triton_dist_tune.measure.precompile.agree_failures`, for every
    track at once), which is also the barrier after which the others find the kernels in Triton's cache: a config
    that failed on some rank is failed on every rank ("rank r: compile: error") before the next run, so no rank
@@ -128,7 +129,9 @@ def _node(session: Session) -> list[int]:
 
 
 def _compile_and_agree(session: Session, plans: list[Plan]) -> None:
-    """Compile this rank's share of each plan; one allgather of the failures; fail them on every rank."""
+    """Compile this rank's share of each plan; one allgather of the failures; fail them on every rank. The
+    allgather waits ``T`` times the sum over plans of ceil(configs to compile / compile threads): no rank's shares
+    take longer (:func:`compile_share`)."""
     rank, mine = session.group.rank, {}
     for plan in plans:
         local = session.local.get(plan.tid)
@@ -138,8 +141,9 @@ def _compile_and_agree(session: Session, plans: list[Plan]) -> None:
         args, kwargs = local.sample
         failures = compile_share(local.autotuners[0], share, args, kwargs, session.timeout)
         mine.update({plan.base + index: error for index, error in failures.items()})
-    # every rank waits for the slowest: the timeout for each wave of compilations, as if one rank compiled all
-    waves = -(-sum(len(plan.todo) for plan in plans) // default_workers())
+    # every rank waits for the slowest: the timeout for each wave of each plan's compiles (each share ends within
+    # T x its waves, :func:`compile_share`), as if one rank compiled every plan's configs
+    waves = sum(-(-len(plan.todo) // default_workers()) for plan in plans)
     agreed = agree_failures(session.group, session.label, mine, session.timeout * waves)
     for plan in plans:
         track = session.tracks[plan.tid]
@@ -156,10 +160,16 @@ def compile_share(autotuner: Any, indices: list[int], args: tuple, kwargs: dict[
                   timeout: float) -> dict[int, str]:
     """Compile the kernel of each config of ``indices`` (``fn.warmup(..., grid=...)``, which compiles without
     launching) in daemon threads, each thread first on the caller's CUDA device; returns {index: error} of the
-    configs that failed to compile or did not end in time. The whole share must end within ``timeout`` times its
-    waves (ceil(configs / threads)); a compile still running then is failed and its thread left behind, so that the
-    exchange of failures (whose deadline counts every rank's configs, :func:`_compile_and_agree`) is reached in
-    time, and a stuck compile never keeps the process from exiting."""
+    configs that failed to compile or did not end in time.
+
+    Each config has its own deadline: ``timeout`` s from when a thread started its compile. A compile still running
+    then fails its config (and no other), its thread is left behind (a daemon: it never keeps the process from
+    exiting) and replaced (:meth:`~triton_dist_tune.measure.precompile.DaemonPool.abandon`), so the configs queued
+    after it still compile. The configs are waited for in the order they are queued, so when a config's turn comes
+    every config before it has ended or been left behind, and it has started or starts at once on a free thread.
+    Each thread is so held at most ``timeout`` s by each config it takes, and the share ends within ``timeout``
+    times its waves (ceil(configs / threads)), the bound :func:`_compile_and_agree`'s exchange of failures counts
+    on."""
     import time
 
     if not indices:
@@ -167,26 +177,26 @@ def compile_share(autotuner: Any, indices: list[int], args: tuple, kwargs: dict[
     version_key()  # once, here, not in every compile thread at once
     launch_kwargs = {k: v for k, v in kwargs.items() if k != "warmup"}
     device = current_cuda_device()
-    workers = max(1, min(default_workers(), len(indices)))
-    pool = DaemonPool(workers, "tdt-precompile")
+    pool = DaemonPool(max(1, min(default_workers(), len(indices))), "tdt-precompile")
+    started: dict[int, float] = {}  # when a thread started each config's compile
 
     def compile_one(index: int) -> None:
+        started[index] = time.monotonic()
         on_device(device)
         cut_args, cut_kwargs = intercept.without_config_names(autotuner, args, launch_kwargs)
         autotuner.fn.warmup(*cut_args, **cut_kwargs, **autotuner.configs[index].all_kwargs())
 
     futures = {index: pool.submit(lambda i=index: compile_one(i)) for index in indices}
-    limit = timeout * -(-len(indices) // workers)
-    deadline = time.monotonic() + limit
     failures: dict[int, str] = {}
     try:
-        for index, future in futures.items():  # one deadline for the share: each wait takes what is left of it
-            error = wait_within([future], max(0.0, deadline - time.monotonic()), pool)
+        for index, future in futures.items():
+            begun = started.get(index, time.monotonic())  # not yet: a free thread is taking it now
+            error = wait_within([future], max(0.0, begun + timeout - time.monotonic()), pool)
             if error is not None:
                 failures[index] = error.removeprefix("compile: ")
                 if error.startswith("compile: did not finish"):
-                    failures[index] = f"did not finish within {limit:g} s (the timeout x {limit / timeout:g} " \
-                                      "waves); its thread is left behind"
+                    failures[index] = f"did not finish within {timeout:g} s (the timeout) of its own start; " \
+                                      "its thread is left behind"
     finally:
         pool.shutdown()
     return failures
