@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 CASES: dict[str, Callable[[], None]] = {}
 
@@ -18,6 +19,38 @@ def case(fn: Callable[[], None]) -> Callable[[], None]:
     """Register ``fn`` under its name."""
     CASES[fn.__name__] = fn
     return fn
+
+
+#: the virtual clock's reading, in ms (:func:`spend`, :func:`virtual_clock`)
+_VIRTUAL_MS = [0.0]
+
+
+def spend(ms: float) -> None:
+    """Advance the virtual clock by ``ms``: what the call making it takes when timed on :func:`virtual_clock`."""
+    _VIRTUAL_MS[0] += ms
+
+
+@contextmanager
+def virtual_clock() -> Iterator[None]:
+    """Time ``autotune``'s samples on a clock that only :func:`spend` advances, for scenarios whose assertions
+    follow from the configs' times: a loaded machine's stalls then cannot reorder configs (wall-clock gaps of 4x
+    have failed under load)."""
+    from triton_dist_tune.function import agreed
+    from triton_dist_tune.measure.timing import HostClock
+
+    class VirtualClock(HostClock):
+        def start(self) -> float:
+            return _VIRTUAL_MS[0]
+
+        def stop(self, start: float) -> float:
+            return _VIRTUAL_MS[0] - start
+
+    saved = agreed.make_clock
+    agreed.make_clock = VirtualClock
+    try:
+        yield
+    finally:
+        agreed.make_clock = saved  # the scenarios after this one in the same process time as usual
 
 
 #: the case running, when one process runs several (``python SCRIPT CASE CASE ...``): its RESULT lines name it

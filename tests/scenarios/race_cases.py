@@ -1,8 +1,9 @@
 """Multi-rank scenarios for the measurement race: drift, early drops, shared rounds, timing modes.
 
 Usage: python race_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Prints ``RESULT {json}``.
-Every gap between configs here is 2x or more, so that a loaded machine cannot close it; a scenario whose configs
-are equal by design times them on a virtual clock.
+Every gap between configs here is 2x or more; the scenarios whose assertions follow from the configs' times time
+them on a virtual clock (``_cases.virtual_clock``: each call advances it by its config's cost), so that a loaded
+machine's stalls cannot reorder configs.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, spend, virtual_clock
 
 import triton_dist_tune as tdt
 
@@ -39,7 +40,9 @@ def drift():
 
     def work(variant: int) -> None:
         made[0] += 1
-        time.sleep(base_ms[variant] * (1 if made[0] <= 3 else 4) / 1e3)
+        ms = base_ms[variant] * (1 if made[0] <= 3 else 4)
+        time.sleep(ms / 1e3)
+        spend(ms)
         dist.all_reduce(torch.ones(1))
 
     # the old way, one config after another: 3 runs of config 0, then 3 runs of config 1
@@ -59,7 +62,8 @@ def drift():
         order.append(variant)
         work(variant)
 
-    f()
+    with virtual_clock():
+        f()
     emit(sequential_choice=min(sequential, key=sequential.get), chosen=f.tuner.decided[0]["variant"], order=order)
 
 
@@ -74,9 +78,11 @@ def race_drops():
     def f(*, variant):
         order.append(variant)
         time.sleep(sleeps[variant])
+        spend(sleeps[variant] * 1e3)
         dist.all_reduce(torch.ones(1))
 
-    f()
+    with virtual_clock():
+        f()
     calls = collections.Counter(order)
     emit(calls=[calls[v] for v in range(4)], order=order, chosen=f.tuner.decided[0]["variant"],
          outcomes=outcomes(f))
@@ -92,8 +98,10 @@ def early_stop():
     def f(*, variant):
         calls[variant] += 1
         time.sleep([0.005, 0.080, 0.020][variant])
+        spend([5.0, 80.0, 20.0][variant])
 
-    f()
+    with virtual_clock():
+        f()
     emit(calls=[calls[v] for v in range(3)], outcomes=outcomes(f), chosen=f.tuner.decided[0]["variant"])
 
 
@@ -105,8 +113,10 @@ def keep_top():
     @tdt.autotune(space(5), key_fn=lambda: 0, n_warmup=1, n_repeat=5, batch=1, refine_top=2, name="top")
     def f(*, variant):
         time.sleep([0.100, 0.005, 0.060, 0.030, 0.120][variant])  # 1 wins by 25 ms, 3 is second by 30
+        spend([100.0, 5.0, 60.0, 30.0, 120.0][variant])
 
-    f()
+    with virtual_clock():
+        f()
     emit(outcomes=outcomes(f), chosen=f.tuner.decided[0]["variant"])
 
 
@@ -157,18 +167,7 @@ def steady_structure():
     The samples are read from a virtual clock that each call advances by its config's cost (8 ms for the three
     equal configs, 64 for the slow one): the structure under test follows from the times, and wall-clock times on a
     loaded machine once made two of three equal configs leave (CI saw it at 2 ms, and again at 8 ms)."""
-    from triton_dist_tune.function import agreed
     from triton_dist_tune.group.resolve import resolve_group
-    from triton_dist_tune.measure.timing import HostClock
-
-    virtual_ms = [0.0]
-
-    class VirtualClock(HostClock):
-        def start(self) -> float:
-            return virtual_ms[0]
-
-        def stop(self, start: float) -> float:
-            return virtual_ms[0] - start
 
     tdt.init_distributed(backend="gloo")
     group = resolve_group(None)
@@ -185,15 +184,11 @@ def steady_structure():
     @tdt.autotune(space(4), key_fn=lambda: 0, n_warmup=1, n_repeat=6, batch=3, name="structure")
     def f(*, variant):
         calls.append((variant, exchanges[0]))
-        virtual_ms[0] += [8.0, 8.0, 8.0, 64.0][variant]
+        spend([8.0, 8.0, 8.0, 64.0][variant])
         dist.all_reduce(torch.ones(1))
 
-    saved = agreed.make_clock
-    agreed.make_clock = VirtualClock
-    try:
+    with virtual_clock():
         f()
-    finally:
-        agreed.make_clock = saved  # the scenarios after this one in the same job time as usual
     emit(calls=calls, outcomes=outcomes(f))
 
 

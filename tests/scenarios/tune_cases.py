@@ -11,7 +11,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, spend, virtual_clock
 
 import triton_dist_tune as tdt
 
@@ -31,6 +31,7 @@ def make_sleepy(name="sleepy", collective=True, **options):
     def sleepy(x, *, variant, group=None):
         rank = dist.get_rank() if dist.is_initialized() else 0
         time.sleep(SLEEP_MS[rank % 4][variant] / 1e3)
+        spend(SLEEP_MS[rank % 4][variant])  # the time it takes on the virtual clock, where a case uses it
         y = x * (variant + 1)
         if collective and dist.is_initialized():
             dist.all_reduce(y, group=group)
@@ -41,11 +42,13 @@ def make_sleepy(name="sleepy", collective=True, **options):
 
 @case
 def agree():
-    """Each rank alone would choose differently; the group must agree on config 2 for every key."""
+    """Each rank alone would choose differently; the group must agree on config 2 for every key. Timed on the
+    virtual clock: under load the group once chose config 1 (4x slower) at the second key."""
     tdt.init_distributed()
     sleepy = make_sleepy()
     for n in (4, 8):
-        out = sleepy(torch.ones(n))
+        with virtual_clock():
+            out = sleepy(torch.ones(n))
         emit(key=n, chosen=sleepy.tuner.decided[(n,)]["variant"], out=out.tolist())
     t0 = time.perf_counter()
     for _ in range(1000):
