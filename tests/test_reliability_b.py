@@ -5,6 +5,7 @@ kept per job, and ``import`` all or nothing."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -167,6 +168,85 @@ def test_concurrent_rotators_lose_no_record(tmp_path):
     for line in (folder / "rank-0.jsonl").read_text().splitlines():
         json.loads(line)  # whole lines only
 
+
+
+STALLED_ROTATOR = Path(__file__).resolve().parent / "scenarios" / "reliability_b_stalled_rotator.py"
+
+
+def stalled_rotator(tmp_path: Path) -> subprocess.Popen:
+    """Job ``stalled``'s process, stopped (``SIGSTOP``) in the middle of its rotation of a folder holding 5 old
+    jobs: it holds the folder's rotation lock and the exclusive locks of rank-0's files, about to replace them."""
+    folder = tmp_path / "logs"
+    for n in range(5):
+        finish([log_writer(folder, f"old{n}", 0, f"OLD{n}")])
+    ready = tmp_path / "stalled"
+    env = base_env({"TORCHELASTIC_RUN_ID": "stalled", "RANK": "0", "WORLD_SIZE": "2",
+                    "TRITON_DIST_AUTOTUNE_LOG_DIR": str(folder)})
+    proc = subprocess.Popen([sys.executable, str(STALLED_ROTATOR), "STALLED", str(ready)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not ready.exists() or Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.timeout(300)
+def test_a_writer_that_outwaits_a_stalled_rotation_keeps_its_records(tmp_path):
+    """A rotation that stalls longer than a writer waits for the rotation lock (its process stopped, then
+    continued): the writer of another job goes on promptly, and none of its records is lost when the rotation
+    resumes and replaces rank-0's files (before: the writer opened rank-0.jsonl without the lock, waited on its
+    shared lock until the rotation replaced the file, then wrote into the replaced file: 0 of its records left)."""
+    folder = tmp_path / "logs"
+    rotator = stalled_rotator(tmp_path)
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    writer = log_writer(folder, "quick", 0, "QUICK", ready, go)
+    try:
+        deadline = time.monotonic() + 90  # the writer waits 5 s for the lock; 90 s: a loaded machine
+        while not ready.exists() and time.monotonic() < deadline and writer.poll() is None:
+            time.sleep(0.05)
+        prompt = ready.exists()
+    finally:
+        rotator.send_signal(signal.SIGCONT)  # the rotation resumes: rank-0's files are replaced without old0
+        finish([rotator])
+        go.touch()
+        _, err = writer.communicate(timeout=60)
+    found = (prompt, lines_with(folder, "QUICK first"), lines_with(folder, "QUICK second"))
+    assert writer.returncode == 0 and found == (True, 1, 1), f"(went on promptly, first, second) = {found}: {err}"
+    assert err.count("slow or stopped log rotation") == 1, err  # one warning line says what happened
+    assert lines_with(folder, "OLD0") == 0 and lines_with(folder, "STALLED first") == 1
+    listed = cli("logs", "--list", "--log-dir", str(folder))
+    assert listed.returncode == 0 and "torchelastic-quick  1 rank(s)" in listed.stdout, listed.stdout
+    shown = cli("logs", "torchelastic-quick", "--log-dir", str(folder))
+    assert "QUICK first" in shown.stdout and "QUICK second" in shown.stdout, shown.stdout
+
+
+@pytest.mark.timeout(300)
+def test_a_writer_never_hangs_on_a_rotator_stopped_for_good(tmp_path):
+    """A rotator stopped for good while it holds the rotation lock and rank-0's file locks: a writer of another
+    job returns within a bound with its record kept (before: it waited forever on rank-0.jsonl's shared lock);
+    once the rotator is gone, later jobs rotate the folder again and drop that job with the others, its files
+    too."""
+    folder = tmp_path / "logs"
+    rotator = stalled_rotator(tmp_path)
+    try:
+        writer = log_writer(folder, "quick", 0, "QUICK")
+        try:
+            _, err = writer.communicate(timeout=90)  # the writer waits 5 s for the lock; 90 s: a loaded machine
+        except subprocess.TimeoutExpired:
+            writer.kill()
+            writer.communicate()
+            pytest.fail("the writer hung on the stopped rotator's locks")
+        assert writer.returncode == 0 and lines_with(folder, "QUICK first") == 1, err
+    finally:
+        rotator.kill()
+        rotator.communicate()
+    for n in range(5):  # the lock is free again: the 5 jobs after ``quick`` push it out
+        finish([log_writer(folder, f"new{n}", 0, f"NEW{n}")])
+    assert lines_with(folder, "QUICK") == 0 and lines_with(folder, "NEW0") == 1
+    assert sorted(p.name for p in folder.iterdir()) == ["rank-0.jsonl", "rank-0.log"], list(folder.iterdir())
+    listed = cli("logs", "--list", "--log-dir", str(folder))
+    assert len(listed.stdout.splitlines()) == 5 and "quick" not in listed.stdout, listed.stdout
 
 # -- case 2: a campaign round's deadline follows the units' progress -------------------------------------------
 

@@ -9,10 +9,15 @@ named by the launcher's job id (``TORCHELASTIC_RUN_ID``, ``SLURM_JOB_ID``, ``PMI
 mpiexec's daemon), else by the process. The folder keeps the last :data:`KEEP_JOBS` jobs, counted as jobs (a job
 of one process and a job of eight count alike): when a process opens its files, the records of older jobs are
 dropped from every rank's files together, so that a kept job keeps all its ranks (a folder where jobs start again
-and again does not grow without bound). A file some running process writes to is never rewritten, replaced or
-unlinked: every writer holds a shared ``flock`` on its files for its lifetime, and a job with records in such a
-file is kept until the file is free (the folder may then hold more jobs for a while). Rotations in one folder
-take turns (an exclusive ``flock`` on the folder) and write through temporary files of their own.
+and again does not grow without bound; a file left without records is removed). A file some running process
+writes to is never rewritten, replaced or unlinked: every writer holds a shared ``flock`` on its files for its
+lifetime, and a job with records in such a file is kept until the file is free (the folder may then hold more jobs
+for a while). Rotations in one folder take turns (an exclusive ``flock`` on the folder), lock each file before
+they read it and write through temporary files of their own. Logging never waits for a lock more than
+:data:`LOCK_WAIT_S`: a process that cannot have the folder's rotation lock in time (another process rotates it
+slowly, or was stopped while rotating) does not rotate and writes ``rank-{i}.{job}.log`` and ``.jsonl`` instead,
+files of its job that no rotation holds at that time (one warning says so); later rotations count their records
+with the others. A process that cannot lock even those (a rare double stall) logs nothing.
 ``python -m triton_dist_tune logs`` merges the ranks' JSON lines of a job into one timeline.
 
 Console output goes through the ``triton_dist_tune`` logger at INFO level with a handler of its own, on group
@@ -43,6 +48,7 @@ from .. import settings
 from ..records import Decision, Outcome
 
 _lock = threading.Lock()
+log = logging.getLogger("triton_dist_tune")
 _file_loggers: dict[int, logging.Logger] = {}
 _console: logging.Logger | None = None
 _folder: Path | None = None
@@ -51,8 +57,8 @@ _folder: Path | None = None
 KEEP_JOBS = 5
 _HEADER = re.compile(r"^==== triton-dist-tune job (\S+) .*? started (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ====|"
                      r"^==== triton-dist-tune job (\S+) ")
-#: how long a process waits for another's rotation of its log folder before it opens its files without rotating
-ROTATE_WAIT_S = 5.0
+#: the longest a process waits for a lock of its log folder (another's rotation) before it goes on without it
+LOCK_WAIT_S = 5.0
 #: the files of this process, kept open with a shared lock on each (see the module docstring)
 _held: list[Any] = []
 
@@ -123,7 +129,9 @@ class JsonLines(logging.Formatter):
 
 def rank_log() -> logging.Logger:
     """The logger that writes this process's ``rank-{i}.log`` and ``rank-{i}.jsonl`` in the log folder (opened
-    once per process, after dropping the records of all but the last jobs, and starting with a header)."""
+    once per process, after dropping the records of all but the last jobs, and starting with a header; see
+    :func:`_open_files` for a folder another process keeps locked). Logging is best effort: an unwritable or locked
+    folder leaves the logger without a file, never stops or stalls the job."""
     global _folder
     rank = global_rank()
     with _lock:
@@ -133,20 +141,15 @@ def rank_log() -> logging.Logger:
             logger.setLevel(logging.DEBUG)
             logger.propagate = False
             _folder = folder = log_folder()
-            handlers: list[logging.Handler]
+            handlers: list[logging.Handler] = [logging.NullHandler()]
             try:
                 folder.mkdir(parents=True, exist_ok=True)
-                with _rotation_lock(folder) as held:  # no file of the folder is opened while another rotates it
-                    if held:
-                        rotate(folder, KEEP_JOBS)
-                    handlers = [logging.FileHandler(folder / f"rank-{rank}.log"),
-                                logging.FileHandler(folder / f"rank-{rank}.jsonl")]
-                    for handler in handlers:  # held until this process ends: no rotation rewrites these files
-                        fcntl.flock(handler.stream.fileno(), fcntl.LOCK_SH)
-                        _held.append(handler.stream)
-                _write_headers(handlers, rank)
+                files = _open_files(folder, rank)
+                if files:
+                    _write_headers(files, rank)
+                    handlers = [*files]
             except OSError:
-                handlers = [logging.NullHandler()]  # an unwritable log folder must not stop the job
+                pass  # an unwritable log folder must not stop the job
             handlers[0].setFormatter(logging.Formatter("%(asctime)s %(message)s"))
             if len(handlers) > 1:
                 handlers[1].setFormatter(JsonLines(rank))
@@ -156,13 +159,81 @@ def rank_log() -> logging.Logger:
         return logger
 
 
-def _write_headers(handlers: list[logging.Handler], rank: int) -> None:
+def _open_files(folder: Path, rank: int) -> list[logging.FileHandler]:
+    """This process's readable and JSON-lines log files, each with a shared lock held until the process ends:
+    ``rank-{rank}.log``/``.jsonl``, opened after rotating the folder under its rotation lock; or, when that lock
+    or theirs is not had within :data:`LOCK_WAIT_S`, ``rank-{rank}.{job}.log``/``.jsonl`` (without rotating the
+    folder: a file a stalled rotation may replace is never written; one warning says so); none when even their
+    locks are not had in time."""
+    with _rotation_lock(folder) as held:  # no rank file of the folder is opened while another rotates it
+        if held:
+            rotate(folder, KEEP_JOBS)
+            files = _open_held([folder / f"rank-{rank}.log", folder / f"rank-{rank}.jsonl"])
+            if files:
+                return files
+    stem = f"rank-{rank}.{job_name()}"
+    files = _open_held([folder / f"{stem}.log", folder / f"{stem}.jsonl"])
+    instead = f"to {stem}.log and .jsonl instead" if files else "nothing (those files are locked too)"
+    log.warning("triton_dist_tune: the log folder %s stayed locked for more than %.0f s (a slow or stopped log "
+                "rotation by another process): this process logs %s", folder, LOCK_WAIT_S, instead)
+    return files
+
+
+def _open_held(paths: list[Path]) -> list[logging.FileHandler]:
+    """Handlers appending to ``paths``, each holding a shared ``flock`` on its file until this process ends (no
+    rotation rewrites or removes such a file); none, and no file left open, when a lock is not had within
+    :data:`LOCK_WAIT_S`."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    handlers: list[logging.FileHandler] = []
+    for path in paths:
+        handler = _open_locked(path, deadline)
+        if handler is None:
+            for opened in handlers:
+                opened.close()
+            return []
+        handlers.append(handler)
+    _held.extend(handler.stream for handler in handlers)
+    return handlers
+
+
+def _open_locked(path: Path, deadline: float) -> logging.FileHandler | None:
+    """A handler appending to ``path`` with a shared ``flock`` on the file ``path`` names, had by the monotonic
+    ``deadline``, else None. A file that a rotation replaced or removed while this process waited for its lock is
+    let go, and the file the path names now is opened instead."""
+    while time.monotonic() < deadline:
+        handler = logging.FileHandler(path)
+        fd = handler.stream.fileno()
+        if not _flock(fd, fcntl.LOCK_SH, deadline):
+            handler.close()
+            return None
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.stat(path), os.fstat(fd)):
+                return handler
+        handler.close()
+    return None
+
+
+def _flock(fd: int, operation: int, deadline: float) -> bool:
+    """Take the ``flock`` ``operation`` (shared or exclusive) on ``fd``, trying until the monotonic ``deadline``;
+    whether it is held (False at once where the file system refuses ``flock``)."""
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        except OSError:
+            return False
+
+
+def _write_headers(handlers: list[logging.FileHandler], rank: int) -> None:
     """The first record of this process in each file: which job, rank, host and process."""
     started = time.time()
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
     host, job = socket.gethostname(), job_name()
-    text, jsonl = handlers[0], handlers[1]
-    assert isinstance(text, logging.FileHandler) and isinstance(jsonl, logging.FileHandler)
+    text, jsonl = handlers
     text.stream.write(f"==== triton-dist-tune job {job} rank {rank} host {host} pid {os.getpid()} started {when} "
                       "====\n")
     jsonl.stream.write(json.dumps({"time": started, "job": job, "rank": rank, "host": host, "level": "INFO",
@@ -237,12 +308,17 @@ class _LogFile:
         return {job for job, _ in self.segments}
 
     def rewrite(self, drop: set[str | None]) -> None:
-        """Write the file again without the records of ``drop`` (through a temporary file of its own)."""
+        """Write the file again without the records of ``drop`` (through a temporary file of its own), or remove it
+        when nothing is left."""
+        kept = "".join(line for job, lines in self.segments if job not in drop for line in lines)
+        if not kept:
+            self.path.unlink(missing_ok=True)
+            return
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".partial", dir=self.path.parent)
         try:
             os.fchmod(fd, stat.S_IMODE(self.path.stat().st_mode))  # as the file was (mkstemp makes 0600)
             with os.fdopen(fd, "w") as f:
-                f.write("".join(line for job, lines in self.segments if job not in drop for line in lines))
+                f.write(kept)
             os.replace(tmp, self.path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -253,7 +329,7 @@ class _LogFile:
 @contextlib.contextmanager
 def _rotation_lock(folder: Path) -> Iterator[bool]:
     """Hold the folder's rotation lock (an exclusive ``flock`` on the folder itself: no file of its own), waiting at
-    most :data:`ROTATE_WAIT_S`; yields whether it is held (if not, the caller goes on without rotating: a process
+    most :data:`LOCK_WAIT_S`; yields whether it is held (if not, the caller goes on without rotating: a process
     that stops while rotating must not stop every job that starts later)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -261,17 +337,7 @@ def _rotation_lock(folder: Path) -> Iterator[bool]:
         yield False
         return
     try:
-        deadline = time.monotonic() + ROTATE_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    yield False
-                    return
-                time.sleep(0.02)
-        yield True
+        yield _flock(fd, fcntl.LOCK_EX, time.monotonic() + LOCK_WAIT_S)
     finally:
         os.close(fd)  # releases the lock
 
@@ -279,9 +345,9 @@ def _rotation_lock(folder: Path) -> Iterator[bool]:
 def rotate(folder: Path, keep: int, current: str | None = None) -> list[str | None]:
     """Drop from every rank log file in ``folder`` the records of all but the last ``keep`` jobs (by start time;
     ``current``, this process's job by default, counts as the newest). A job with records in a file that a
-    running process holds (its shared lock) is kept; the other files are rewritten without the dropped jobs, so
-    a job is dropped from all of its ranks' files at once. Returns the jobs dropped. Call it holding
-    :func:`_rotation_lock`."""
+    running process holds (its shared lock) is kept; the other files, each locked before it is read, are rewritten
+    without the dropped jobs (removed when nothing is left), so a job is dropped from all of its ranks' files at
+    once. Returns the jobs dropped. Call it holding :func:`_rotation_lock`."""
     current = job_name() if current is None else current
     starts: dict[str | None, float] = {}
     files, handles = [], []
@@ -292,12 +358,12 @@ def rotate(folder: Path, keep: int, current: str | None = None) -> list[str | No
             except OSError:
                 continue
             handles.append(handle)
-            log_file = _LogFile.read(path, starts)
             try:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                files.append((log_file, False))
+                busy = False
             except OSError:
-                files.append((log_file, True))  # a running process writes it
+                busy = True  # a running process writes it
+            files.append((_LogFile.read(path, starts), busy))  # read once locked: no writer adds lines since
         starts[current] = float("inf")
         order = sorted(starts, key=lambda job: (starts[job], "" if job is None else job))
         drop = set(order[:max(0, len(order) - keep)])
@@ -305,7 +371,7 @@ def rotate(folder: Path, keep: int, current: str | None = None) -> list[str | No
             if busy:
                 drop -= log_file.jobs
         for log_file, busy in files:
-            if not busy and drop & log_file.jobs:
+            if not busy and (drop & log_file.jobs or not log_file.segments):
                 log_file.rewrite(drop)
         return sorted(drop, key=lambda job: (starts[job], "" if job is None else job))
     finally:
