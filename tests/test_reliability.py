@@ -166,7 +166,7 @@ def test_a_forged_message_pre_written_for_a_rank_is_detected_on_every_rank(tmp_p
 
 @pytest.mark.timeout(120)
 def test_a_forged_message_is_detected_on_every_rank_when_the_forged_rank_reads_late(tmp_path):
-    # rank 0 passes the prune exchange on the forged message while rank 1 has yet to read the cache lookup's result:
+    # rank 0 passes the prune exchange on the forged message while rank 1 has yet to read the agreement's result:
     # that result must still be there for rank 1 (before: rank 0 deleted it, and rank 1 waited its whole deadline)
     results = run("forged_prune_message", {**tuner_env(tmp_path, 40), "SLOW_READER": "1"})
     for r in results:

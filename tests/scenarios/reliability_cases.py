@@ -197,12 +197,12 @@ def forged_prune_message():
         wait = StoreGroup._wait
 
         def late(self, keys, what, timeout, missing):
-            if "cache lookup" in what:
+            if "agree on key" in what:
                 time.sleep(1.5)  # rank 0 meanwhile reads the forged prune message and goes on
             return wait(self, keys, what, timeout, missing)
 
         StoreGroup._wait = late
-    prune_seq = group._seq + 3  # agreement, cache lookup, prune
+    prune_seq = group._seq + 2  # the agreement, then the prune (before the cache lookup, as in Triton)
     if rank() == 0 and os.environ.get("FORGE", "1") == "1":
         forged = Message(step_print("[forged key=2] prune"), [False, False, True])  # the step's own print
         outsider_store().set(group._key(prune_seq, 1), codec.encode(forged))
