@@ -510,6 +510,41 @@ def test_merge_names_every_rank_and_prefers_group_outcomes():
 
 
 @pytest.mark.timeout(30)
+def test_merge_marks_a_config_whose_compile_pass_ended_an_attempt_and_blames_nothing():
+    from triton_dist_tune.faults.recovery import _strongest
+
+    descriptions = ["a", "b", "c", "d"]
+
+    def passed(i, session):
+        return {"index": i, "state": "started", "config": descriptions[i], "phase": "compile pass", "session": session}
+
+    # attempt s1: config 0's pass raised on rank 1 (its last record) while rank 0 waited in the collective and was
+    # ended by the board (interrupted, in the pass); config 1's pass ran on both and the attempt went on past it
+    rank0 = [passed(0, "s1"), {"index": 0, "state": "interrupted", "config": "a", "phase": "compile pass",
+                               "error": "rank 1: interrupted: ...", "session": "s1"}]
+    rank1 = [passed(0, "s1")]
+    # attempt s2 (config 0 without a pass): config 0 measured; config 1's pass ran, then a crash in config 2's pass
+    for records in (rank0, rank1):
+        records += [passed(1, "s2"), {"index": 0, "state": "measured", "config": "a", "time": 1.0, "session": "s2"},
+                    {"index": 3, "state": "started", "config": "d", "phase": "warmup", "session": "s2"},
+                    passed(2, "s2")]
+    out = merge([rank0, rank1], descriptions)
+    assert out[0]["state"] == "measured" and out[0]["time"] == 1.0 and out[0]["skip_pass"]  # the outcome still wins
+    assert 1 not in out  # its pass ended no attempt
+    assert out[2]["state"] == "interrupted" and out[2]["skip_pass"]  # a crash in the pass: no suspect
+    assert "ended in its compile pass on rank(s) [0, 1], blaming nothing" in out[2]["error"]
+    assert 3 not in out  # not the last record of its attempt
+    # across replicas: any replica's mark is kept, and an outcome outweighs an attempt that ended in the pass
+    other = [{"index": 2, "state": "measured", "config": "c", "time": 2.0}, {"index": 0, "state": "measured",
+                                                                             "config": "a", "time": 1.0}]
+    for views in ([sorted(out.values(), key=lambda r: r["index"]), other],
+                  [other, sorted(out.values(), key=lambda r: r["index"])]):
+        merged = {r["index"]: r for r in _strongest(views)}
+        assert merged[2]["state"] == "measured" and merged[2]["skip_pass"], merged
+        assert merged[0]["skip_pass"], merged
+
+
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "ten"])
 def test_a_timeout_that_is_not_a_positive_number_is_bad_input(monkeypatch, value):
     import triton_dist_tune as tdt

@@ -30,7 +30,8 @@ class GroupTimeoutError(AutotuneError):
 class RankFailedError(GroupTimeoutError):
     """A rank's run of a config raised while other ranks were inside a collective of the function; those ended
     their processes (the only way out of a collective), and every rank still waiting raises this with the failing
-    rank's error. The config is journaled as failed: a restarted (or rerun) job resumes without it."""
+    rank's error. The config is journaled as failed: a restarted (or rerun) job resumes without it (in the compile
+    pass, which blames nothing, it is journaled as interrupted: the rerun measures it, without a compile pass)."""
 
 
 class DevicePoisonedError(AutotuneError):

@@ -16,6 +16,9 @@ from typing import Any, Literal
 #: ``failed`` (raised, crashed, hung or gave a wrong result on some rank), ``pruned`` (not kept by ``prune_fn``)
 State = Literal["measured", "stopped", "failed", "pruned"]
 STATES: tuple[str, ...] = ("measured", "stopped", "failed", "pruned")
+#: the phase of a config in which ``autotune`` runs the function once with Triton's launches turned into compiles
+#: (:mod:`~triton_dist_tune.measure.compile_pass`): best-effort, nothing that happens in it blames the config
+COMPILE_PASS = "compile pass"
 
 
 @dataclass

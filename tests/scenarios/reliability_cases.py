@@ -100,6 +100,40 @@ def compile_pass_raises():
     emit(result=result, states=states(f.tuner), journals=journals(f.tuner), again=outcome(f, torch.ones(2)))
 
 
+@case
+def compile_pass_raises_on_one_rank():
+    """Case 4, on one rank: rank 1 alone raises in the compile pass of config 0 (block 16, the fastest), before the
+    function's all_reduce (a check on an output the pass never launched fails there only; the stand-in for such
+    outputs is the pass's own context, as in ``compile_pass_raises``, with the pass forced on outside the
+    interpreter). Rank 0 waits in that all_reduce: the first attempt ends (rank 0 leaves the collective by ending,
+    rank 1 fails at its next exchange), blaming nothing. A second attempt (same cache folder, new processes) must
+    not take config 0's compile pass again (the pass would end it the same way): it warms config 0 up directly,
+    measures every config once and chooses block 16 on both ranks. Emits the pass's runs and the other runs by
+    block."""
+    from triton_dist_tune.function import tuning
+    from triton_dist_tune.measure import compile_pass
+
+    tdt.init_distributed()
+    tuning.compiles_here = lambda: True
+    in_pass: dict[int, int] = {}
+    ran: dict[int, int] = {}
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, timing="cold", name="passraisesone")
+    def f(x, *, block):
+        counts = in_pass if compile_pass._active.get() is not None else ran
+        counts[block] = counts.get(block, 0) + 1
+        if counts is in_pass and block == 16 and rank() == 1:  # the pass's output was never written
+            raise ValueError("a check on an output the compile pass never launched failed (rank 1 only)")
+        time.sleep(SLEEP_MS[block] / 1e3)
+        dist.all_reduce(x.clone())
+        return block
+
+    result = outcome(f, torch.ones(2))
+    rows = next(iter(f.tuner.tables.values()), [])
+    emit(result=result, states=[r["state"] for r in rows], resumed=[r.get("resumed") for r in rows],
+         in_pass=in_pass, ran=ran)
+
+
 def in_steady_round() -> bool:
     """Whether the tuner runs this call as part of a steady round's sample (not the warm-up)."""
     import sys

@@ -18,8 +18,10 @@ On the next attempt the ranks gather their journals and merge them (:func:`merge
 :mod:`~triton_dist_tune.faults.recovery`): configs whose group result is known are not measured again; configs that
 hung past the watchdog or failed on some rank are left out, with an error that says it comes from an earlier
 attempt and how to measure it again; configs in flight when an attempt ended without an error are *suspects*,
-measured once more; an interrupted attempt (SIGINT, SIGTERM) blames nothing. Every record names its attempt
-(``session``), so that readers know which config each attempt was inside when it ended.
+measured once more; an interrupted attempt (SIGINT, SIGTERM) blames nothing; an attempt that ended inside a
+config's compile pass blames nothing either, and the next one runs no compile pass for that config (it would end
+the same way). Every record names its attempt (``session``), so that readers know which config each attempt was
+inside when it ended.
 
 A tuning that ends (decided, or every config failed) removes its journals: nothing of it is replayed later. Only a
 tuning cut short (a crash, a hang, a lost rank, a poisoned GPU) leaves journals for the next attempt. With
@@ -37,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..records import Outcome
+from ..records import COMPILE_PASS, Outcome
 
 try:
     import fcntl
@@ -261,10 +263,17 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
       ranks' lost-peer errors in it are then taken for consequences: a peer that vanished inside a collective);
     - the group's ``measured`` / ``stopped`` record otherwise. An ``interrupted`` attempt (SIGINT, SIGTERM) blames
       nothing: the config it was inside is measured again.
+
+    An attempt whose last record on some rank is in a config's compile pass (its ``started`` record there, or the
+    ``interrupted`` one of a hang or of another rank's failure there: the record's ``phase``) ended in that pass,
+    which is best-effort: it blames nothing (no suspect), and the config's outcome gets ``skip_pass`` (true), so
+    that the next attempt warms it up without a compile pass. Without another outcome, that is an
+    ``interrupted`` one (measured as if new).
     """
     final: dict[int, dict[str, Any]] = {}
     local: dict[int, dict[int, dict[str, dict[str, Any]]]] = {}  # index -> rank -> state -> last record
     crashes: dict[int, dict[int, int]] = {}  # index -> rank -> attempts that ended inside it
+    passes: dict[int, set[int]] = {}  # index -> ranks with an attempt that ended in its compile pass
     for rank, records in enumerate(per_rank):
         usable = [r for r in records if well_formed(r) and 0 <= r["index"] < len(descriptions)
                   and r["config"] == descriptions[r["index"]]
@@ -280,7 +289,9 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
                 elif state in ("local_failure", "hung"):
                     local.setdefault(i, {}).setdefault(rank, {})[state] = record
             last = attempt[-1]
-            if last["state"] == "started":  # the attempt ended inside this config, with no error recorded
+            if last.get("phase") == COMPILE_PASS:  # the attempt ended in this config's compile pass: no evidence
+                passes.setdefault(last["index"], set()).add(rank)
+            elif last["state"] == "started":  # the attempt ended inside this config, with no error recorded
                 by_rank = crashes.setdefault(last["index"], {})
                 by_rank[rank] = by_rank.get(rank, 0) + 1
     outcomes: dict[int, dict[str, Any]] = {}
@@ -304,6 +315,11 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
     for i, by_rank in sorted(crashes.items()):
         if outcomes.get(i, {}).get("state") != "failed":
             outcomes[i] = _crashed(i, descriptions[i], by_rank)
+    for i, ranks in sorted(passes.items()):
+        ended = {"index": i, "state": "interrupted", "config": descriptions[i],
+                 "error": f"an earlier attempt ended in its {COMPILE_PASS} on rank(s) {sorted(ranks)}, blaming "
+                          f"nothing: warmed up without a {COMPILE_PASS}"}
+        outcomes[i] = {**outcomes.get(i, ended), "skip_pass": True}
     return outcomes
 
 

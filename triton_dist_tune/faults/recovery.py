@@ -26,8 +26,9 @@ from ..group.channel import Group
 from ..space import fingerprint
 from .journal import Journal, merge
 
-#: the preference between outcomes of one config seen by different replicas: the strongest evidence wins
-_WEIGHT = {"failed": 3, "suspect": 2, "stopped": 1, "measured": 0}
+#: the preference between outcomes of one config seen by different replicas: the strongest evidence wins (an
+#: attempt that ended in the config's compile pass, ``interrupted``, is none)
+_WEIGHT = {"failed": 3, "suspect": 2, "stopped": 1, "measured": 0, "interrupted": -1}
 
 
 def group_tag(group: Group) -> str:
@@ -49,19 +50,22 @@ def shared_view(group: Group, journal: Journal, descriptions: list[str], only_jo
 
 def across(replicas: Group, view: dict[int, dict[str, Any]], what: str, timeout: float) -> dict[int, dict[str, Any]]:
     """The views of every replica merged into one (per config, the strongest evidence: failed, suspect, stopped,
-    measured), identical on every rank of every replica."""
+    measured; ``skip_pass`` where any replica's view has it), identical on every rank of every replica."""
     merged = replicas.combine(sorted(view.values(), key=lambda r: r["index"]), what, _strongest, timeout)
     return {record["index"]: record for record in merged}
 
 
 def _strongest(views: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     best: dict[int, dict[str, Any]] = {}
+    skip_pass: set[int] = set()
     for view in views:
         for record in view:
             held = best.get(record["index"])
             if held is None or _WEIGHT.get(record["state"], 0) > _WEIGHT.get(held["state"], 0):
                 best[record["index"]] = record
-    return [best[i] for i in sorted(best)]
+            if record.get("skip_pass"):
+                skip_pass.add(record["index"])
+    return [{**best[i], "skip_pass": True} if i in skip_pass else best[i] for i in sorted(best)]
 
 
 _SLOT = re.compile(r"^(?P<entry>.+)\.(?P<tag>[0-9a-f]{10})\.rank(?P<rank>\d+)(?:\.\d+)?\.journal$")

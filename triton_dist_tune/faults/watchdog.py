@@ -8,9 +8,10 @@ deadline, so one tuning's arm or disarm never touches another's.
 A guard can also watch the group's failure board (:class:`~triton_dist_tune.group.channel.Board`): when another
 rank posts that its run of config ``i`` raised while this rank is still inside config ``i`` (stuck in a
 collective of the function, waiting for the rank that raised), the guard waits :func:`failure_grace` seconds and,
-if the rank is still inside, calls its ``on_peer`` (which journals the config as failed with the other rank's
-error), posts that this rank ended, prints one line saying so and how to resume, and ends the process with
-:data:`PEER_EXIT_CODE`: a process is the only thing that can leave a collective.
+if the rank is still inside, calls its ``on_peer`` (which journals what the report is evidence of: the config
+failed with the other rank's error, or, in the compile pass or after an interruption, nothing is blamed; it
+returns a sentence saying which), posts that this rank ended, prints one line saying so and how to resume, and
+ends the process with :data:`PEER_EXIT_CODE`: a process is the only thing that can leave a collective.
 
 Under ``torchrun --max-restarts`` the job then restarts and the journal leaves that config out; without restarts,
 running the job again resumes the same way.
@@ -78,14 +79,15 @@ class Guard:
         #: seconds the phase may still take, unstuck, after another rank's report of another config of the step
         self.patience = 0.0
         self.on_fire: Callable[[], None] | None = None
-        self.on_peer: Callable[[Any], None] | None = None
+        self.on_peer: Callable[[Any], str] | None = None
         self.seen: dict[int, float] = {}  # rank -> when its failure in the current config was first seen
         self.polled = 0.0
 
     def arm(self, timeout: float, what: str, on_fire: Callable[[], None], index: int | None = None,
-            on_peer: Callable[[Any], None] | None = None, step: str = "", patience: float = 0.0) -> None:
+            on_peer: Callable[[Any], str] | None = None, step: str = "", patience: float = 0.0) -> None:
         """Fire ``on_fire`` and end the process unless :meth:`disarm` comes within ``timeout`` seconds; with
-        ``index`` and a board, end it (after ``on_peer``) when another rank posts a failure in this phase's
+        ``index`` and a board, end it (after ``on_peer``, which journals the report's evidence and returns a
+        sentence saying what it journaled, for the message) when another rank posts a failure in this phase's
         ``step`` (any config of it: in a steady round a rank may be inside the next config's collective, waiting
         for a rank that failed in the previous one), or, for reports that name no step, in config ``index``. A
         report of another config of the step ends it only after ``patience`` seconds (at least the grace): the
@@ -236,18 +238,18 @@ class Watchdog:
     def _peer_fire(self, guard: Guard, report: Any) -> None:
         from ..disk.logs import global_rank
 
-        message = (f"triton_dist_tune: rank {global_rank()}: {report.describe()}, while this rank was still inside "
-                   f"{guard.what} (in a collective of the function, waiting for that rank): a process can only "
-                   f"leave a collective by ending, so this one ends now with exit status {PEER_EXIT_CODE}. The "
-                   "config is journaled as failed: resume with torchrun --max-restarts or by running the job again")
+        what, journaled = guard.what, "Nothing was journaled"
         try:
             if guard.on_peer is not None:
-                guard.on_peer(report)
+                journaled = guard.on_peer(report)
             guard.board.post_ended(guard.rank, report)
         except Exception:
             pass
         finally:
-            _end(message, PEER_EXIT_CODE)
+            _end(f"triton_dist_tune: rank {global_rank()}: {report.describe()}, while this rank was still inside "
+                 f"{what} (in a collective of the function, waiting for that rank): a process can only leave a "
+                 f"collective by ending, so this one ends now with exit status {PEER_EXIT_CODE}. {journaled}: resume "
+                 "with torchrun --max-restarts or by running the job again", PEER_EXIT_CODE)
 
 
 def _end(message: str, code: int) -> None:

@@ -10,7 +10,8 @@ The protocol, every step on every rank of the group:
 3. **Cache**: group rank 0 alone reads the disk cache and broadcasts what it found.
 4. **Resume**: the ranks gather their crash journals once and merge them into one view
    (:mod:`~triton_dist_tune.faults.recovery`, across replicas too); configs stopped are not measured again, configs
-   that hung or failed in an earlier attempt (or crashed in two) are left out, suspects are measured again.
+   that hung or failed in an earlier attempt (or crashed in two) are left out, suspects are measured again, and
+   configs whose compile pass ended an earlier attempt are measured without one.
 5. **Measure**: see :mod:`triton_dist_tune.measure`: a warm-up, then a race of interleaved rounds in which
    clearly slower configs leave early (or sharded measuring, for rank-local functions).
 6. **Decide**: the least group time among the configs left in the race wins (ties: the lower index); group rank 0
@@ -95,6 +96,8 @@ class Tuning:
         self.label = self.key_text = self.entry = self.extra = ""
         self.timeout = 0.0
         self.started = 0.0
+        #: configs whose compile pass ended an earlier attempt (from the shared view): warmed up without one
+        self.skip_pass: set[int] = set()
 
     def run(self, key_error: str | None, problem: str | None) -> dict[str, Any]:
         """Every step on this rank; returns the chosen config (the same on every rank)."""
@@ -190,6 +193,7 @@ class Tuning:
                                   f"{label} journal exchange", self.timeout)
             if self.layout is not None:  # the leaders' round reads every replica's journals too
                 earlier = across(self.layout.replicas, earlier, f"{label} journals across replicas", self.timeout)
+            self.skip_pass = {i for i, record in earlier.items() if record.get("skip_pass")}
             with interruptible():
                 decision = self._measure(kept, earlier, journal, fingerprint(f"{self.key_text}\n{tuner.space_text}"),
                                          guard)
@@ -286,18 +290,21 @@ class Tuning:
 
     def _precompile(self, todo: list[Todo], measurer: Measurer) -> None:
         """Start compiling the configs' kernels, split across the node: with ``precompile_fn``, else by the compile
-        pass (on GPUs, when every rank can: one exchange says); the measurer waits for each config's just before
-        its warm-up, and a config that failed to compile on any rank is failed on every rank there."""
+        pass (on GPUs, when every rank can: one exchange says), which leaves out the configs whose pass ended an
+        earlier attempt (:attr:`skip_pass`: they compile in their warm-up); the measurer waits for each config's
+        just before its warm-up, and a config that failed to compile on any rank is failed on every rank there."""
         options = self.tuner.options
         if not todo:
             return
         measurer.compiles.close()  # a search's earlier stage
+        passing = [item for item in todo if item[0] not in self.skip_pass]  # the same on every rank
         if options.precompile_fn is not None:
             measurer.compiles = precompile(self.group, self.label, options.precompile_fn, todo, self.args,
                                            self.kwargs, options.compile_threads, self.timeout)
-        elif self.group.combine(compiles_here() and compile_pass.available(), f"{self.label} compile ahead", all,
-                                self.timeout):  # every rank, or none: it starts collectives
-            measurer.compiles = compile_pass.compile_pass(self.group, self.label, todo, measurer.aligned_run,
+        elif passing and self.group.combine(compiles_here() and compile_pass.available(),
+                                            f"{self.label} compile ahead", all, self.timeout):
+            # every rank or none: the pass starts collectives
+            measurer.compiles = compile_pass.compile_pass(self.group, self.label, passing, measurer.aligned_run,
                                                           measurer.trial.call, options.compile_threads, self.timeout)
 
     def todo(self, index: int) -> Todo:

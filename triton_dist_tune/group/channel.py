@@ -30,6 +30,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import BadInputError
+from ..records import COMPILE_PASS
 from ..space import fingerprint
 from . import codec
 
@@ -215,8 +216,12 @@ def ended_message(reports: Sequence[FailureReport], missing: Sequence[int]) -> s
         return None
     failures = [r for r in reports if not r.ended] or [r for r in reports if r.ended]
     first = failures[0]
-    blamed = ("No config is blamed (an interruption, or the tuner's own error)" if first.interrupted
-              else "The config is journaled as failed")
+    if first.interrupted:
+        blamed = "No config is blamed (an interruption, or the tuner's own error)"
+    elif first.step.endswith(COMPILE_PASS):
+        blamed = f"No config is blamed (the {COMPILE_PASS} is best-effort; the next attempt runs none for that config)"
+    else:
+        blamed = "The config is journaled as failed"
     return (f"triton_dist_tune: {first.describe()}; group rank(s) {ended} ended their process to leave a "
             f"collective of the function. {blamed}: resume with torchrun --max-restarts or by running the job "
             "again")

@@ -15,6 +15,12 @@ stop (a launch inside ``triton.autotune``'s own benchmarking, whose choice must 
 never ran, stops the pass for that config), and anything after an exception the function raises on the pass's
 garbage (unlaunched) outputs. A compile that fails is the config's compile failure, agreed by the group before any
 rank runs the config.
+
+Nothing that happens in the pass blames a config. Each config's pass is journaled (``started``, phase ``compile
+pass``): when it ends the attempt (the function raised on one rank while another waits in its collective, which
+it leaves by ending; a hang; a crash), the next attempt, reading the group's merged journals, leaves that config
+out of the pass on every rank (:attr:`~triton_dist_tune.function.tuning.Tuning.skip_pass`): its kernels compile
+in its warm-up, so the same pass cannot end every attempt.
 """
 
 from __future__ import annotations
@@ -117,8 +123,8 @@ def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]]
                  run_aligned: Callable[[int, str, Callable[[], Any]], str | None], call: Callable[[dict], Any],
                  workers: int | None, timeout: float) -> Compiles:
     """Run the compile pass of every config of ``todo`` (``run_aligned(index, desc, run)`` runs ``run`` on every
-    rank together and returns its error or None; ``call(config)`` runs the function once); returns this rank's
-    compiles, still running."""
+    rank together, journaled, and returns its error or None; ``call(config)`` runs the function once); returns this
+    rank's compiles, still running."""
     from triton.runtime.jit import JITFunction
 
     position, peers = node_share(group, label, timeout)

@@ -14,7 +14,7 @@ from ..errors import GroupTimeoutError, describe_error
 from ..faults.journal import Journal
 from ..faults.watchdog import Guard
 from ..group.channel import FailureReport, Group
-from ..records import Outcome
+from ..records import COMPILE_PASS, Outcome
 
 #: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too
 POISONED = re.compile(r"illegal memory access|unspecified launch failure|misaligned address|device-side assert"
@@ -28,7 +28,7 @@ PEER_LOST = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|remote 
                        r"|DistNetworkError|NCCL communicator was aborted", re.IGNORECASE)
 
 #: phases that are best-effort: nothing that happens in them is evidence against a config
-BEST_EFFORT = ("compile pass",)
+BEST_EFFORT = (COMPILE_PASS,)
 
 
 class Guarding:
@@ -56,7 +56,9 @@ class Guarding:
         on every rank: the guard acts on the board's reports of that step only. Blame needs evidence from the
         config's own run: the compile pass (:data:`BEST_EFFORT`) blames nothing, and a rank ended because another
         rank failed in another config of its step (a steady round) journals its own config as interrupted, after
-        ``patience`` seconds (the time the phase takes when not stuck), or at the deadline."""
+        ``patience`` seconds (the time the phase takes when not stuck), or at the deadline. The ``interrupted``
+        records written here name their ``phase``: one in the compile pass, the last record of its attempt, makes
+        the next attempt run no compile pass for the config (:func:`~triton_dist_tune.faults.journal.merge`)."""
         step = f"config {index} {phase}" if step is None else step
         blames = phase not in BEST_EFFORT
 
@@ -68,7 +70,7 @@ class Guarding:
                      and not (r.hung and r.index == index)]
             if peers and blames:
                 first = peers[0]
-                self.journal.append(index, "interrupted", config=desc,
+                self.journal.append(index, "interrupted", config=desc, phase=phase,
                                     error=f"interrupted: {phase} exceeded {self.plan.timeout:g} s after rank "
                                           f"{first.rank} failed in config {first.index} of {step}: {first.error}")
             elif blames:
@@ -80,19 +82,24 @@ class Guarding:
                 except Exception:  # the store is going away: the journal holds the hang
                     pass
             else:  # the pass runs the function on outputs it never launched: no evidence
-                self.journal.append(index, "interrupted", config=desc,
+                self.journal.append(index, "interrupted", config=desc, phase=phase,
                                     error=f"interrupted: {phase} exceeded {self.plan.timeout:g} s (not blamed)")
             self.log.error("%s config %d %s: HUNG past %g s: %s", self.label, index, phase, self.plan.timeout, desc)
 
-        def on_peer(report: FailureReport) -> None:  # another rank raised in this step: it failed, not this one
+        def on_peer(report: FailureReport) -> str:  # another rank raised in this step: it failed, not this one
             if report.interrupted or not blames or report.index != index:
                 why = (report.error if report.interrupted else
                        f"interrupted: rank {report.rank} failed in config {report.index} ({report.step}): "
                        f"{report.error}")
-                self.journal.append(index, "interrupted", config=desc, error=f"rank {report.rank}: {why}")
+                self.journal.append(index, "interrupted", config=desc, phase=phase, error=f"rank {report.rank}: {why}")
+                told = f"Config {index} is journaled as interrupted: no config is blamed"
+                if not blames:
+                    told += f" (the next attempt warms it up without its {phase})"
             else:
                 self.journal.record(Outcome(index, desc, "failed", error=f"rank {report.rank}: {report.error}"))
+                told = f"Config {index} is journaled as failed"
             self.log.error("%s config %d %s: %s; ending this rank", self.label, index, phase, report.describe())
+            return told
 
         self._current = (index, desc)
         self._step = step
@@ -117,8 +124,9 @@ class Guarding:
 
     def _post(self, index: int, desc: str, error: str) -> None:
         """Journal this rank's failure in config ``index`` and post it on the failure board (once per step). In
-        the compile pass nothing is journaled (no evidence), and the report only lets a rank stuck in that step
-        (in a collective of the function) end."""
+        the compile pass nothing is journaled (no evidence: the pass's ``started`` record stays this rank's last
+        if the attempt ends here), and the report only lets a rank stuck in that step (in a collective of the
+        function) end."""
         step = getattr(self, "_step", "")
         if (index, step) in self._posted:
             return

@@ -16,10 +16,11 @@ For one key, on every rank, with the configs left after pruning and the journal:
    together, and is followed by one exchange. After each round the group removes the configs that are clearly
    slower than the leader; the race ends when one is left, after ``max_rounds`` rounds (or the settled rounds), or
    at the time budget.
-3. Every sample is preceded by a journal ``started`` record, and every config's final outcome (``failed``,
-   ``stopped`` or ``measured``) is journaled as soon as the group knows it, so a restarted job resumes without
-   the configs that crashed, hung or failed, and without measuring stopped ones again. A failure whose error says
-   the GPU context is unusable (:data:`POISONED`) stops every rank with ``DevicePoisonedError``.
+3. Every sample (and every config's compile pass) is preceded by a journal ``started`` record, and every config's
+   final outcome (``failed``, ``stopped`` or ``measured``) is journaled as soon as the group knows it, so a
+   restarted job resumes without the configs that crashed, hung or failed, without measuring stopped ones again,
+   and without the compile pass of a config whose pass ended the attempt. A failure whose error says the GPU
+   context is unusable (:data:`POISONED`) stops every rank with ``DevicePoisonedError``.
 
 A failure inside a steady round cannot stop the other ranks mid-round (the failing rank stops its round there and
 goes to the round's exchange): when the function has collectives, the others may wait in one, of that config or
@@ -46,7 +47,7 @@ from ..faults.journal import Journal
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group import codec
 from ..group.channel import Board, Group
-from ..records import Outcome
+from ..records import COMPILE_PASS, Outcome
 from . import timing
 from .graphs import EAGER, GRAPH, Graphs, device_time_applies, graph_calls
 from .guarding import POISONED, Guarding
@@ -165,8 +166,14 @@ class Measurer(Guarding):
 
     def aligned_run(self, index: int, desc: str, run: Callable[[], Any]) -> str | None:
         """Run ``run`` once on every rank together, under the watchdog, like a warm-up run (the compile pass);
-        returns this rank's error or None."""
-        return self._guarded(index, desc, "compile pass", lambda: self._aligned([run], index, "compile pass"))[1]
+        returns this rank's error or None. Once the ranks are aligned, its ``started`` record names the pass: an
+        attempt that ends before the next record (a rank raised there while another waits in a collective, a hang,
+        a crash) ended in this config's pass, which the next attempt then leaves out."""
+        def started_run() -> Any:
+            self.started(index, desc, COMPILE_PASS)
+            return run()
+
+        return self._guarded(index, desc, COMPILE_PASS, lambda: self._aligned([started_run], index, COMPILE_PASS))[1]
 
     # -- warm-up ---------------------------------------------------------------------------------------------------
 
