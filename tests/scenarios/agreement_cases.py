@@ -22,13 +22,11 @@ import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 
 
-@case
-def always_tune_differs():
-    """``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE`` on one rank only (it decides which journal records the ranks plan
-    from)."""
+def tune_once(name: str) -> None:
+    """Tune a 2-config collective function at one key; emit what happened and how long it took."""
     tdt.init_distributed()
 
-    @tdt.autotune([{"block": 16}, {"block": 32}], key_fn=lambda x: x.numel(), name="always")
+    @tdt.autotune([{"block": 16}, {"block": 32}], key_fn=lambda x: x.numel(), name=name)
     def f(x, *, block):
         time.sleep(0.001)
         dist.all_reduce(x.clone())
@@ -36,22 +34,20 @@ def always_tune_differs():
 
     started = time.monotonic()
     emit(result=outcome(f, torch.ones(2)), seconds=time.monotonic() - started)
+
+
+@case
+def always_tune_differs():
+    """``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE`` on one rank only (it decides which journal records the ranks plan
+    from)."""
+    tune_once("always")
 
 
 @case
 def undecided_differs():
     """``TRITON_DIST_AUTOTUNE_UNDECIDED`` differs: a rank that serves an undecided key exchanges once to agree on
     what it serves, a rank that tunes it goes to the first agreement of a tuning."""
-    tdt.init_distributed()
-
-    @tdt.autotune([{"block": 16}, {"block": 32}], key_fn=lambda x: x.numel(), name="undecided")
-    def f(x, *, block):
-        time.sleep(0.001)
-        dist.all_reduce(x.clone())
-        return block
-
-    started = time.monotonic()
-    emit(result=outcome(f, torch.ones(2)), seconds=time.monotonic() - started)
+    tune_once("undecided")
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32)], key=["n"])
