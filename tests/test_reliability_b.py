@@ -79,6 +79,18 @@ def test_import_refuses_duplicates_and_is_all_or_nothing(tmp_path):
     assert json.loads((target / "fn" / "a.json").read_text())["index"] == 0
 
 
+def test_import_refuses_two_entries_that_name_one_file_through_a_link(tmp_path):
+    # alias -> fn inside the cache folder: fn/a.json and alias/a.json are one file (before: both written, the
+    # last won)
+    target = tmp_path / "cache"
+    (target / "fn").mkdir(parents=True)
+    (target / "alias").symlink_to("fn")
+    aliased = bundle(tmp_path, [("fn/a.json", entry_data(0)), ("alias/a.json", entry_data(1))], "aliased.json")
+    out = cli("import", str(aliased), "--cache-dir", str(target))
+    assert out.returncode == 2 and "one file" in out.stderr and "alias/a.json" in out.stderr, out.stderr
+    assert not (target / "fn" / "a.json").exists() and not list((target / "fn").iterdir())
+
+
 # -- case 10 and issue 29 item 9: log files kept per job, never rewritten under a writer ------------------------
 
 LOG_WRITER = Path(__file__).resolve().parent / "scenarios" / "reliability_b_logs.py"

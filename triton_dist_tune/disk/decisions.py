@@ -345,11 +345,12 @@ def _inside(root: Path, rel: str) -> Path:
 def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
     """Write the bundle's decisions into the cache folder ``root``, all or nothing.
 
-    Every path is checked first (one that leads out of ``root`` through a link, or whose place is taken by a folder,
-    refuses the whole bundle), then every file is staged as a hidden temporary file beside its target, and only
-    when every one is staged are they renamed into place. A failure while staging removes what was staged (and the
-    folders made for it); a failure while renaming puts back the files already replaced. Nothing is left half
-    written; only a crash of this process between two renames can leave part of the bundle in place.
+    Every path is checked first (one that leads out of ``root`` through a link, two that name one file through a
+    link, or one whose place is taken by a folder, refuses the whole bundle), then every file is staged as a hidden
+    temporary file beside its target, and only when every one is staged are they renamed into place. A failure
+    while staging removes what was staged (and the folders made for it); a failure while renaming puts back the
+    files already replaced. Nothing is left half written; only a crash of this process between two renames can
+    leave part of the bundle in place.
     """
     made: list[Path] = []
     if not root.exists():
@@ -358,6 +359,12 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
     staged: list[tuple[Path, str, bytes | None]] = []  # (target, temporary file, previous content or None)
     try:
         targets = [_inside(root, item.path) for item in incoming]
+        files: dict[Path, str] = {}
+        for target, item in zip(targets, incoming, strict=True):  # two entry paths may name one file through a link
+            other = files.setdefault(target.resolve(), item.path)
+            if other != item.path:
+                raise CacheError(f"entries {other} and {item.path} of the bundle are one file ({target.resolve()}) "
+                                 "through a link: a bundle holds one decision per file (refused, nothing imported)")
         for target in targets:
             if target.is_dir() or (target.parent.exists() and not target.parent.is_dir()):
                 raise CacheError(f"{target} (or its folder) is in the way of the bundle's entry: refused, nothing "
