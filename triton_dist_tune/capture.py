@@ -37,11 +37,11 @@ def capturing() -> bool:
     return bool(torch.cuda.is_current_stream_capturing())
 
 
-def tuning_in_capture(name: str, key: Any, how: str) -> CaptureError:
-    """The error of a call that would tune ``key`` of ``name`` while its stream is captured; ``how``: what tunes
-    it ahead for this tuner."""
+def tuning_in_capture(name: str, undecided: str, how: str) -> CaptureError:
+    """The error of a call of ``name`` that would tune while its stream is captured; ``undecided``: what is not
+    decided (``key (64,) is not decided``); ``how``: what tunes it ahead for this tuner."""
     return CaptureError(
-        f"{name}: key {key} is not decided, and this call is inside a CUDA graph capture (torch.cuda.graph), where "
+        f"{name}: {undecided}, and this call is inside a CUDA graph capture (torch.cuda.graph), where "
         f"tuning cannot run (it synchronizes, measures and talks to the group; the capture would be invalidated). "
         f"Tune the key ahead, outside the capture: {how}. Nothing was launched; the capture is left as it was.")
 

@@ -129,5 +129,5 @@ def _slow_path(tuner: Tuner, key_fn: Callable[..., Hashable], args: tuple, kwarg
             key = f"<key_fn failed: {type(exc).__name__}>"
         table = tuner.decided if "autotune_pg" not in kwargs else None
         if table is None or table.get(key) is None:
-            raise tuning_in_capture(tuner.name, repr(key), TUNE_AHEAD)
+            raise tuning_in_capture(tuner.name, f"key {key!r} is not decided", TUNE_AHEAD)
     return eagerly(tuner.call, args, kwargs)

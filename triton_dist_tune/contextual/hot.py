@@ -113,7 +113,8 @@ class HotCall:
                 return out
             if capturing():  # a key to tune, met inside a CUDA-graph capture: nothing is launched for it
                 raise tuning_in_capture(f"{self.tuner.options.name}: kernel {intercept.kernel_name(autotuner)}",
-                                        repr(intercept.tuning_key(autotuner, args, kwargs)), TUNE_AHEAD)
+                                        f"key {intercept.tuning_key(autotuner, args, kwargs)!r} is not decided",
+                                        TUNE_AHEAD)
             session = self._start()
         return session.launch(autotuner, args, kwargs)
 

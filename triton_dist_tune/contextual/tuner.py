@@ -128,7 +128,8 @@ class ContextualTuner:
         window = group.size > 1 and self._in_window(group, calls)  # the last agreement's tuning calls
         if (first or due or window) and capturing():  # inside a CUDA-graph capture: no tuning, no store, no exchange
             if first:
-                raise tuning_in_capture(self.options.name, "(its first call: every key it meets)", TUNE_AHEAD)
+                raise tuning_in_capture(self.options.name, "this is its first call, which tunes every kernel key "
+                                        "it meets", TUNE_AHEAD)
             if due:
                 self._due.add(gid)  # the group's agreement waits for the next call outside a capture
             tuning = False
