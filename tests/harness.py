@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,11 @@ def parse_results(stdout: str) -> list[Any]:
 
 
 def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: dict[str, str] | None = None,
-              timeout: float = 120.0, per_rank_env: dict[int, dict[str, str]] | None = None) -> list[RankResult]:
-    """Run ``n`` ranks of ``script``; raise TimeoutError (after killing them) if they outlive ``timeout``."""
+              timeout: float = 120.0, per_rank_env: dict[int, dict[str, str]] | None = None,
+              stuck: Sequence[int] = ()) -> list[RankResult]:
+    """Run ``n`` ranks of ``script``; raise TimeoutError (after killing them) if they outlive ``timeout``.
+    The ranks in ``stuck`` are expected never to end: once every other rank has ended they are SIGKILLed (not
+    waited for; their return code is then -9)."""
     port = free_port()
     procs = []
     for rank in range(n):
@@ -76,7 +80,9 @@ def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: di
     deadline = time.monotonic() + timeout
     outputs = []
     timed_out = False
-    for proc in procs:
+    for rank, proc in sorted(enumerate(procs), key=lambda item: item[0] in stuck):  # the stuck ranks last
+        if rank in stuck and not timed_out:
+            proc.kill()
         try:
             out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -84,7 +90,8 @@ def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: di
             for p in procs:
                 p.kill()
             out, err = proc.communicate()
-        outputs.append((proc.returncode, out, err))
+        outputs.append((rank, proc.returncode, out, err))
+    outputs = [output[1:] for output in sorted(outputs)]
     if timed_out:
         detail = "\n".join(f"--- rank {r} rc={rc}\n{err[-2000:]}" for r, (rc, _, err) in enumerate(outputs))
         raise TimeoutError(f"{script} did not finish within {timeout} s\n{detail}")

@@ -268,8 +268,10 @@ CASES = Path(__file__).resolve().parent / "scenarios" / "reliability_b_cases.py"
 @pytest.mark.timeout(150)
 def test_campaign_waits_for_a_slow_but_healthy_unit(tmp_path):
     """Case 2 (a): rank 1's key takes longer than the old round deadline (18 s with T = 2 s): before, rank 0 gave
-    up with GroupTimeoutError; now both ranks end the campaign normally, each key tuned."""
-    env = tuner_env(tmp_path, timeout=2, BUILD_S="20")
+    up with GroupTimeoutError; now both ranks end the campaign normally, each key tuned. Its time goes to its
+    tuning's runs (each under the watchdog) and to a build of 2 s, under the 3 s (exchange_timeout(T)) after which
+    a unit in user code with no deadline counts as stuck (see test_campaign_notices_a_unit_stuck_in_user_code)."""
+    env = tuner_env(tmp_path, timeout=2, BUILD_S="2")
     results = run_ranks(CASES, 2, ["campaign_slow_unit"], env=env, timeout=140)
     for r in results:
         print(f"rank {r.rank}: {r.result}")
@@ -295,6 +297,40 @@ def test_campaign_notices_a_killed_unit_within_its_deadline(tmp_path):
     print(f"rank 0 ended {waited:.2f} s after rank 1 was killed ({out['seconds']:.2f} s into the campaign)")
     assert not out["ok"] and "unit(s) [1]" in out["error"] and "no sign of life" in out["error"], out
     assert waited < 10, out
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("where", ["build", "ref_prog"])
+def test_campaign_notices_a_unit_stuck_in_user_code(tmp_path, where):
+    """Case 2 (c): rank 1 is stuck for good in user code the tuner gives no deadline (its build of its key's call,
+    or ``ref_prog``), its process alive and beating. Before, rank 0 waited at the round for ever (its beat went on);
+    now rank 1 stops beating once it has been there exchange_timeout(T) s (3 s with T = 2 s), and rank 0 ends
+    with a GroupTimeoutError naming it as stuck, exchange_timeout(T) + a beat later: about 6.5 s after rank 1 got
+    stuck, asserted below 4 x that. Rank 1 stays stuck (Python code cannot be interrupted): the test kills it."""
+    stuck_at = tmp_path / "stuck_at"
+    env = tuner_env(tmp_path, timeout=2, STUCK_AT=str(stuck_at), STUCK_IN=where)
+    results = run_ranks(CASES, 2, ["campaign_stuck_unit"], env=env, timeout=60, stuck=[1])
+    assert results[1].returncode == -9, describe(results)  # still stuck when rank 0 ended: killed by run_ranks
+    assert results[0].returncode == 0, describe(results)
+    out = results[0].result
+    waited = out["ended"] - float(stuck_at.read_text())
+    print(f"rank 0 ended {waited:.2f} s after rank 1 got stuck in {where} ({out['seconds']:.2f} s into the campaign)")
+    print(out["error"])
+    assert not out["ok"] and "unit(s) [1]" in out["error"], out
+    assert f"unit 1 has been stuck in {where}" in out["error"], out
+    assert waited < 26, out
+
+
+@pytest.mark.timeout(150)
+def test_campaign_unit_back_from_user_code_too_late_ends_cleanly(tmp_path):
+    """Case 2 (c), continued: rank 1's build takes 15 s, so rank 0 gives up on it as stuck and ends (taking the
+    key-value store it hosts with it); rank 1, back, ends with a GroupTimeoutError too (before: a raw
+    DistNetworkError from the store at the round's mark)."""
+    env = tuner_env(tmp_path, timeout=2, STUCK_AT=str(tmp_path / "stuck_at"), STUCK_IN="build", STUCK_FOR="15")
+    results = run_ranks(CASES, 2, ["campaign_stuck_unit"], env=env, timeout=60)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert not results[0].result["ok"] and "stuck in build" in results[0].result["error"], results[0].result
+    assert not results[1].result["ok"] and "lost the key-value store" in results[1].result["error"], results[1].result
 
 
 # -- case 7: a served decision runs only a config prune_fn keeps, agreed by the group ---------------------------

@@ -33,9 +33,10 @@ def leave(**fields: object) -> None:
 
 @case
 def campaign_slow_unit():
-    """Two keys, one per rank, T = 2 s: rank 1's key is slow but healthy (its call takes BUILD_S s to build, its
-    configs sleep 0.25 s each run), longer than the old round deadline (exchange_timeout(2) x (2 configs + 4) =
-    18 s). Every rank must end the campaign normally."""
+    """Two keys, one per rank, T = 2 s: rank 1's key is slow but healthy (its call takes BUILD_S s to build, less
+    than the exchange_timeout(2) = 3 s a unit may spend in user code with no deadline; its configs sleep 0.25 s each
+    of 1 + 36 runs), longer than the old round deadline (exchange_timeout(2) x (2 configs + 4) = 18 s). Every rank
+    must end the campaign normally."""
     tdt.init_distributed(backend="gloo")
     rank = dist.get_rank()
     builds: Counter = Counter()
@@ -46,7 +47,7 @@ def campaign_slow_unit():
             time.sleep(float(os.environ["BUILD_S"]))
         return torch.ones(n)
 
-    @tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=12,
+    @tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=36,
                   timing="cold", name="slow_unit")
     def kernel(x, *, v):
         time.sleep(0.25 if x.shape[0] == SLOW_KEY else 0.001)
@@ -85,6 +86,47 @@ def campaign_killed_unit():
         tdt.campaign(kernel, lambda n: torch.ones(n), [8, SLOW_KEY], local=True, progress=False)
     except GroupTimeoutError as exc:
         leave(rank=rank, ok=False, error=str(exc)[:600], ended=time.time(), seconds=time.monotonic() - started)
+    leave(rank=rank, ok=True, ended=time.time(), seconds=time.monotonic() - started)
+
+
+@case
+def campaign_stuck_unit():
+    """Two keys, one per rank, T = 2 s: rank 1 gets stuck for good in user code the tuner has no deadline for
+    (STUCK_IN: ``build``, its build of its key's call, or ``ref_prog``), after writing when to STUCK_AT; its process
+    stays alive and its beat thread runs. Rank 0 (a fast key) waits at the round and must end with a
+    GroupTimeoutError naming rank 1 as stuck there (the test then kills rank 1). With STUCK_FOR, rank 1 comes back
+    after that many seconds, when rank 0 has ended: it must end with a GroupTimeoutError too."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    where = os.environ["STUCK_IN"]
+    builds: Counter = Counter()
+
+    def stuck() -> None:
+        Path(os.environ["STUCK_AT"]).write_text(repr(time.time()))
+        time.sleep(float(os.environ.get("STUCK_FOR", 3600)))
+
+    def make(n: int) -> torch.Tensor:
+        builds[n] += 1
+        if where == "build" and rank == 1 and builds[n] == 2:  # the tuning's own build (the first: the key only)
+            stuck()
+        return torch.ones(n)
+
+    def reference(x):
+        if where == "ref_prog" and rank == 1:
+            stuck()
+        return x
+
+    @tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=3,
+                  timing="cold", name="stuck_unit", ref_prog=reference)
+    def kernel(x, *, v):
+        time.sleep(0.01)
+        return x
+
+    started = time.monotonic()
+    try:
+        tdt.campaign(kernel, make, [8, SLOW_KEY], local=True, progress=False)
+    except GroupTimeoutError as exc:
+        leave(rank=rank, ok=False, error=str(exc)[:800], ended=time.time(), seconds=time.monotonic() - started)
     leave(rank=rank, ok=True, ended=time.time(), seconds=time.monotonic() - started)
 
 

@@ -13,6 +13,7 @@ from ..measure.arguments import ArgumentState, named_arguments
 from ..measure.timing import make_clock, timing_mode
 from ..measure.trial import Reference, Trial
 from ..space import check_call
+from .rounds import user_code
 
 if TYPE_CHECKING:
     from .tuner import Tuner
@@ -69,7 +70,9 @@ def agreed_prune(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: di
     """Step 3: the indices of the configs that ``prune_fn`` keeps on every rank."""
     mine: list[bool] | str
     try:
-        mine = [True if tuner.prune_fn is None else bool(tuner.prune_fn(c, *args, **kwargs)) for c in tuner.space]
+        with user_code("prune_fn"):  # no deadline of its own: a campaign unit stuck there stops beating
+            mine = [True if tuner.prune_fn is None else bool(tuner.prune_fn(c, *args, **kwargs))
+                    for c in tuner.space]
     except Exception as exc:
         mine = f"prune_fn raised {describe_error(exc)}"
     everyone = group.allgather(mine, f"{label} prune", timeout=timeout)
@@ -103,7 +106,8 @@ def prepare(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[st
         if options.ref_prog is not None:
             step = "ref_prog"
             state.before_run()
-            out = options.ref_prog(*args, **kwargs)
+            with user_code("ref_prog"):  # as prune_fn
+                out = options.ref_prog(*args, **kwargs)
             state.check_after()
             reference = Reference((out, *state.outputs), options.rtol, options.atol)
     except Exception as exc:

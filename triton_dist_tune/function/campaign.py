@@ -16,7 +16,9 @@ their disk lacks. Every rank takes part in every exchange, whatever happened to 
 
 A round lasts as long as its slowest unit (:mod:`.rounds`): every unit beats a counter in the job's key-value store
 while it works, and a unit that shows no sign of life for the exchange deadline ends the others' wait with a
-:class:`~triton_dist_tune.GroupTimeoutError` naming it; a slow but healthy unit is waited for.
+:class:`~triton_dist_tune.GroupTimeoutError` naming it; a slow but healthy unit is waited for. A unit stuck for
+longer than the exchange deadline in user code the tuner gives no deadline (building a key's call, ``key_fn``,
+``prune_fn``, ``ref_prog``) stops beating: the others end as for a dead unit, and the error says where it is stuck.
 
 Resuming: a key decided by an earlier run is a cache hit; a key cut short resumes from its journals. A rerun of
 the same campaign therefore tunes only what is left.
@@ -39,7 +41,7 @@ from ..group.channel import Group, SingleGroup, agree
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
 from ..space import describe_key
-from .rounds import RoundWatch
+from .rounds import RoundWatch, user_code
 from .summary import KeyResult, Summary, progress_line
 from .tuning import Tuning
 
@@ -157,9 +159,11 @@ def _tune_one(tuner: Tuner, plan: Plan, position: int, build: Callable[[int], Ca
     group, started = plan.tune_group, time.perf_counter()
     key, args, kwargs, key_error = None, (), {}, None
     try:
-        call = build(position)
+        with user_code(f"build of call {position}"):  # user code with no deadline: a unit stuck there stops beating
+            call = build(position)
         args, kwargs = call.args, dict(call.kwargs)
-        key = tuner.key_fn(*args, **kwargs)
+        with user_code("key_fn"):
+            key = tuner.key_fn(*args, **kwargs)
     except Exception as exc:  # agreed in step 1 of the tuning: the same error on every rank of the group
         key_error = f"building the call or its key raised {describe_error(exc)}"
     tuning = _Tuning(plan, tuner, group, key, args, kwargs, verbose)

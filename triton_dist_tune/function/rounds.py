@@ -11,6 +11,14 @@ seconds (its process ended, was killed, or is frozen) ends the wait on every oth
 :class:`~triton_dist_tune.GroupTimeoutError` naming it, within T + grace of its end. Only when every unit has
 marked the round does the round's exchange run (with an exchange deadline: everyone is there).
 
+A beat means progress, not only a live process: the user code a unit runs that no deadline of the tuner bounds
+(the campaign's build of a key's call, ``key_fn``, ``prune_fn``, ``ref_prog``) is marked with :func:`user_code`,
+and a unit whose campaign thread has been inside it for longer than ``exchange_timeout(T)`` (what a rank gets to
+reach an exchange outside campaigns, where the others wait at the next exchange for a rank stuck there) stops
+beating and notes in the store where it is stuck: the others end their wait as for a dead unit,
+``exchange_timeout(T)`` later, with an error saying where it is stuck. The stuck unit itself stays there (Python
+code cannot be interrupted safely): its process has to be ended. If it comes back, it beats again.
+
 A group without a key-value store (mpi4py) has no side channel: its rounds keep one deadline per round, long
 enough for the round's worst case (``exchange_timeout(T) x (configs + 4)``).
 """
@@ -19,6 +27,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -30,6 +40,26 @@ from ..settings import current
 
 #: campaigns run by this process per round-exchange group (every member runs them in the same order)
 _campaigns: dict[tuple, int] = {}
+
+
+#: per thread: the user code without a deadline it is in (what, and when it entered), read by the beat threads
+_inside: dict[int, tuple[str, float]] = {}
+
+
+@contextmanager
+def user_code(what: str) -> Iterator[None]:
+    """Mark the calling thread as inside user code that no deadline of the tuner bounds (``what``: e.g.
+    ``"key_fn"``). A campaign whose thread stays inside longer than ``exchange_timeout(T)`` stops beating (see the
+    module docstring); elsewhere the mark costs a dict entry. Nested marks: the outermost counts."""
+    me = threading.get_ident()
+    if me in _inside:
+        yield
+        return
+    _inside[me] = (what, time.monotonic())
+    try:
+        yield
+    finally:
+        _inside.pop(me, None)
 
 
 def beat_interval(timeout: float) -> float:
@@ -57,6 +87,8 @@ class RoundWatch:
     scope: str | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    #: the thread running the campaign (whose :func:`user_code` marks stop the beat)
+    _owner: int = field(default_factory=threading.get_ident)
 
     @classmethod
     def start(cls, group: Group, name: str, timeout: float) -> RoundWatch:
@@ -81,13 +113,26 @@ class RoundWatch:
     def _done_key(self, round_: int, unit: int) -> str:
         return f"{self.scope}done/{round_}/{unit}"
 
+    def _stuck_key(self, unit: int) -> str:
+        return f"{self.scope}stuck/{unit}"
+
     def _beat(self) -> None:
         self.group.store.add(self._beat_key(self.group.rank), 1)  # type: ignore[attr-defined]
 
     def _beating(self) -> None:
-        every = beat_interval(self.timeout)
+        every, limit = beat_interval(self.timeout), exchange_timeout(self.timeout)
+        store, told = self.group.store, False  # type: ignore[attr-defined]
         while not self._stop.wait(every):
+            inside = _inside.get(self._owner)
             try:
+                if inside is not None and time.monotonic() - inside[1] > limit:
+                    if not told:  # stuck in user code: no beat, the others end their wait as for a dead unit
+                        store.set(self._stuck_key(self.group.rank), inside[0].encode())
+                        told = True
+                    continue
+                if told:  # it came back after all
+                    store.delete_key(self._stuck_key(self.group.rank))
+                    told = False
                 self._beat()
             except Exception:  # the store is gone: the waits say so; a beat thread must never raise
                 return
@@ -95,7 +140,10 @@ class RoundWatch:
     def finished(self, round_: int) -> None:
         """This unit has finished its share of round ``round_``."""
         if self.watched:
-            self.group.store.set(self._done_key(round_, self.group.rank), b"1")  # type: ignore[attr-defined]
+            try:
+                self.group.store.set(self._done_key(round_, self.group.rank), b"1")  # type: ignore[attr-defined]
+            except Exception as exc:  # e.g. this unit comes back from user code after the others gave up on it
+                raise GroupTimeoutError(self._store_lost(f"round {round_ + 1}", exc)) from exc
 
     def passed(self, round_: int) -> None:
         """Every unit has left round ``round_`` (its exchange ran): this unit's mark of it is no longer read."""
@@ -131,28 +179,45 @@ class RoundWatch:
                 now = time.monotonic()
                 counts = {unit: int(store.add(self._beat_key(unit), 0)) for unit in missing}
             except Exception as exc:
-                raise GroupTimeoutError(
-                    f"triton_dist_tune: rank {self.group.rank} of group '{self.group.title}' lost the key-value store "
-                    f"at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 without torchrun) has "
-                    "ended") from exc
+                raise GroupTimeoutError(self._store_lost(what, exc)) from exc
             for unit, count in counts.items():
                 if count != seen[unit].count:
                     seen[unit] = _Seen(count, now)
             lost = [u for u in missing if now - seen[u].since > window]
             if lost:
-                raise GroupTimeoutError(self._lost_message(lost, what, now - started))
+                raise GroupTimeoutError(self._lost_message(lost, what, now - started, self._stuck(lost)))
             if now - started - reported >= progress_s:
                 reported = now - started
                 report_waiting(self.group.rank, self.group.title, what, missing,
                                getattr(self.group, "global_ranks", None), reported, window)
 
-    def _lost_message(self, lost: list[int], what: str, waited: float) -> str:
+    def _store_lost(self, what: str, exc: Exception) -> str:
+        return (f"triton_dist_tune: rank {self.group.rank} of group '{self.group.title}' lost the key-value store "
+                f"at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 without torchrun) has ended")
+
+    def _stuck(self, units: list[int]) -> dict[int, str]:
+        """Where each of ``units`` noted it is stuck in user code (units that noted nothing are left out)."""
+        stuck: dict[int, str] = {}
+        for unit in units:
+            try:
+                if self.group.store.check([self._stuck_key(unit)]):  # type: ignore[attr-defined]
+                    place = self.group.store.get(self._stuck_key(unit))  # type: ignore[attr-defined]
+                    stuck[unit] = place.decode(errors="replace")
+            except Exception:  # the store is gone: the unit is reported as lost, without a place
+                pass
+        return stuck
+
+    def _lost_message(self, lost: list[int], what: str, waited: float, stuck: dict[int, str]) -> str:
         ranks: Any = getattr(self.group, "global_ranks", None)
         globals_ = f" (global ranks {[ranks[u] for u in lost]})" if ranks else ""
+        window = exchange_timeout(self.timeout)
+        places = "".join(f"; unit {u} has been stuck in {place} (user code the tuner gives no deadline) for more "
+                         f"than {window:g} s: its process is alive but stays there, end it"
+                         for u, place in stuck.items())
         return (f"triton_dist_tune: campaign {self.name}: rank {self.group.rank} of group '{self.group.title}' "
                 f"waited {waited:.1f} s at '{what}'; unit(s) {lost}{globals_} showed no sign of life for "
-                f"{exchange_timeout(self.timeout):g} s (their process ended, was killed or is frozen). Rerun the "
-                "campaign: the keys decided so far are in the cache")
+                f"{window:g} s (their process ended, was killed or is frozen, or is stuck in user code){places}. "
+                "Rerun the campaign: the keys decided so far are in the cache")
 
     def close(self) -> None:
         """Stop beating (the campaign is over, or this rank leaves it with an error)."""
