@@ -67,7 +67,7 @@ def protocol_fields(tuner: Tuner) -> dict[str, str]:
 
 def agreed_prune(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
                  timeout: float) -> list[int]:
-    """Step 3: the indices of the configs that ``prune_fn`` keeps on every rank."""
+    """Step 2: the indices of the configs that ``prune_fn`` keeps on every rank."""
     mine: list[bool] | str
     try:
         with user_code("prune_fn"):  # no deadline of its own: a campaign unit stuck there stops beating
