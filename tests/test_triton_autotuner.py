@@ -328,32 +328,16 @@ def test_group_still_tunes_after_the_failed_calls(results):
 
 # -- not portable to CPU ranks ---------------------------------------------------------------------------------------
 
-GPU_ONLY = "needs a GPU: Triton's interpreter on CPU ranks has no {}"
+#: Triton's tests that need a GPU, and what the interpreter on CPU ranks lacks for each
+GPU_ONLY = {
+    "test_override_ttir": "TTIR compilation to override (ir_override of a .ttir, compute capability >= 9)",
+    "test_override_ttgir": "TTGIR compilation to override (ir_override of a .ttgir, compute capability >= 9)",
+    "test_override_ptx": "PTX to override (ir_override of a .ptx, SM90 only)",
+    "test_exceed_tmem": "tensor memory to exceed (out of resource: tensor memory, compute capability 10)",
+    "test_exceed_threads": "thread limit to exceed (num_warps=128: out of resource: threads, CUDA)",
+}
 
 
-@pytest.mark.skip(reason=GPU_ONLY.format("TTIR compilation to override (ir_override of a .ttir, compute capability "
-                                         ">= 9)"))
-def test_override_ttir():
-    pass
-
-
-@pytest.mark.skip(reason=GPU_ONLY.format("TTGIR compilation to override (ir_override of a .ttgir, compute capability "
-                                         ">= 9)"))
-def test_override_ttgir():
-    pass
-
-
-@pytest.mark.skip(reason=GPU_ONLY.format("PTX to override (ir_override of a .ptx, SM90 only)"))
-def test_override_ptx():
-    pass
-
-
-@pytest.mark.skip(reason=GPU_ONLY.format("tensor memory to exceed (out of resource: tensor memory, compute "
-                                         "capability 10)"))
-def test_exceed_tmem():
-    pass
-
-
-@pytest.mark.skip(reason=GPU_ONLY.format("thread limit to exceed (num_warps=128: out of resource: threads, CUDA)"))
-def test_exceed_threads():
-    pass
+@pytest.mark.parametrize("triton_test", sorted(GPU_ONLY))
+def test_gpu_only(triton_test):
+    pytest.skip(f"{triton_test} needs a GPU: Triton's interpreter on CPU ranks has no {GPU_ONLY[triton_test]}")

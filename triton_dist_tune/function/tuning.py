@@ -314,16 +314,5 @@ class Tuning:
 
 def kept_text(kept: list[int], size: int) -> str:
     """The part of a cache entry's identity that names the configs pruning kept: nothing when it kept every one
-    (so such entries keep their names), else the kept indices as ranges."""
-    if len(kept) == size:
-        return ""
-    ranges: list[str] = []
-    start = prev = kept[0]
-    for index in [*kept[1:], None]:
-        if index is not None and index == prev + 1:
-            prev = index
-            continue
-        ranges.append(str(start) if start == prev else f"{start}-{prev}")
-        if index is not None:
-            start = prev = index
-    return "\nkept: " + ",".join(ranges)
+    (so such entries keep their names), else the kept indices."""
+    return "" if len(kept) == size else "\nkept: " + ",".join(map(str, kept))
