@@ -161,6 +161,18 @@ class SoftmaxSpace:
         x, y = st.args
         self._launch(kernel, x, y, config, warmup=True)
 
+    def ours(self, kernel: Any, name: str, search: str | None) -> Callable[..., Any]:
+        """The softmax tuned by ``autotune`` over this space, pruned per shape as :meth:`kept` prunes."""
+        space = self
+
+        @bs.tdt.autotune([{"config": c} for c in self.configs], key_fn=lambda x, y: tuple(x.shape),
+                         prune_fn=lambda cfg, x, y: cfg["config"] in space.kept(f"{x.shape[0]}x{x.shape[1]}"),
+                         name=name, **bs.moe_mod.search_option(search))
+        def softmax_fn(x, y, *, config):
+            space._launch(kernel, x, y, config)
+
+        return softmax_fn
+
 
 def family(name: str, smoke: bool) -> tuple[Any, list[Any]]:
     """(the space, its shapes) of a ``--family`` name."""

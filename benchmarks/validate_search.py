@@ -1,0 +1,79 @@
+"""Judge ``autotune``'s choices on a GPU against the recorded corpus (issue 33, "GPU choices"): for each shape of a
+family, fresh tunings with the defaults (an empty decision cache each, kernels compiled beforehand: the cost "once
+compiled"), each choice's ratio read from the corpus landscape of the same GPU, and optionally the first key with
+compiles (a fresh Triton cache, no user code).
+
+Launch (one GPU; the corpus must hold this GPU's landscapes)::
+
+    python benchmarks/validate_search.py --family gemm_k4096_n4096 --corpus benchmarks/results/corpus \
+        --tunings 3 --out DIR/v.json [--first-key 256]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
+
+import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
+import corpus  # noqa: E402
+from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
+
+
+def landscapes(folder: Path) -> dict:
+    found: dict = {}
+    for path in sorted(folder.glob("*.json")):
+        found.update(json.loads(path.read_text()))
+    return found
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--family", required=True)
+    p.add_argument("--corpus", type=Path, required=True)
+    p.add_argument("--shapes", default="")
+    p.add_argument("--tunings", type=int, default=3)
+    p.add_argument("--first-key", default="", help="also time the first key with compiles at this shape")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--cpu-smoke", action="store_true", help="the interpreter on CPU, tiny spaces: plumbing only")
+    args = p.parse_args()
+    known = landscapes(args.corpus)
+    space, shapes = corpus.family(args.family, args.cpu_smoke)
+    if args.shapes:
+        shapes = [s if "x" in s else int(s) for s in args.shapes.split(",")]
+    rows: list[dict] = []
+    report = {"gpu": bs.gpu_name(), "family": args.family, "cpus": os.cpu_count(), "rows": rows}
+    if args.first_key:
+        m = args.first_key if "x" in args.first_key else int(args.first_key)
+        use_triton_cache(tempfile.mkdtemp(prefix="triton_first_", dir=bs.BASE))
+        got = bs.ours_tuning(space, fresh_kernel(space.source), space.state(m), f"first_{os.getpid()}", None)
+        report["first_key"] = {"m": m, "seconds": got["seconds"], "choice": got["choice"],
+                               "search": got["decision"].get("search")}
+        bs.say(f"first key with compiles at {m}: {got['seconds']:.1f} s -> {got['choice']}")
+    use_triton_cache(str(bs.BASE / "triton_validate"))
+    kernel = fresh_kernel(space.source)
+    for m in shapes:
+        land = known.get(bs.oracle_key(space, m))
+        st = space.state(m)
+        bs.precompile(space, kernel, st)
+        for t in range(args.tunings):
+            got = bs.ours_tuning(space, kernel, st, f"v_{args.family}_{m}_{t}_{os.getpid()}", None)
+            ratio = land["ratios"].get(got["choice"]) if land else None
+            rows.append({"m": m, "tuning": t, "choice": got["choice"], "ratio": ratio, "seconds": got["seconds"],
+                         "search": got["decision"].get("search")})
+            bs.say(f"{args.family} M={m} tuning {t}: {got['choice']} ratio {ratio} in {got['seconds']:.2f} s; "
+                   f"{got['decision'].get('search')}")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1, default=str))
+    args.out.write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
