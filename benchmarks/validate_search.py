@@ -20,6 +20,8 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import tempfile  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
 
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
 import corpus  # noqa: E402
@@ -31,6 +33,26 @@ def landscapes(folder: Path) -> dict:
     for path in sorted(folder.glob("*.json")):
         found.update(json.loads(path.read_text()))
     return found
+
+
+def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:
+    """``bench_search.ours_tuning``, plus the group's time of every config the tuning screened ({text: ms}): against
+    the landscape it tells a search that never screened the best from a screening that mis-timed it."""
+    os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="decisions_", dir=bs.BASE)
+    tuned = space.ours(kernel, name, None)
+    bs.sync()
+    t0 = time.perf_counter()
+    tuned(*st.args)
+    bs.sync()
+    seconds = time.perf_counter() - t0
+    decided = {**tuned.tuner.decided, **tuned.tuner.decided_in}
+    choice = space.text(space.chosen(next(iter(decided.values()))))
+    screened: dict[str, float] = {}
+    for decision in tuned.tuner.decisions.values():
+        for o in decision.outcomes:
+            if o.time is not None:
+                screened[space.text(space.chosen(tuned.tuner.space[o.index]))] = o.time
+    return {"choice": choice, "seconds": seconds, "decision": bs.decision_info(tuned, name), "screened": screened}
 
 
 def main() -> int:
@@ -63,10 +85,13 @@ def main() -> int:
         st = space.state(m)
         bs.precompile(space, kernel, st)
         for t in range(args.tunings):
-            got = bs.ours_tuning(space, kernel, st, f"v_{args.family}_{m}_{t}_{os.getpid()}", None)
+            got = tune_once(space, kernel, st, f"v_{args.family}_{m}_{t}_{os.getpid()}")
             ratio = land["ratios"].get(got["choice"]) if land else None
+            screened = got["screened"]
+            best = land["best"] if land else None
             rows.append({"m": m, "tuning": t, "choice": got["choice"], "ratio": ratio, "seconds": got["seconds"],
-                         "search": got["decision"].get("search")})
+                         "search": got["decision"].get("search"), "best_screened": best in screened,
+                         "screened": screened})
             bs.say(f"{args.family} M={m} tuning {t}: {got['choice']} ratio {ratio} in {got['seconds']:.2f} s; "
                    f"{got['decision'].get('search')}")
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -92,7 +92,7 @@ def test_the_search_finds_the_bottom_of_a_smooth_landscape_measuring_a_fraction(
     best = min(time_of(i) for i in KEPT)
     finalists, times = simulate(GEMM, KEPT, SearchPlan(seed=f"k{seed}"), time_of)
     assert min(time_of(i) for i in finalists) <= 1.03 * best  # the noise is 2%
-    assert len(times) <= len(KEPT) // 5  # the cap: a fifth of the space
+    assert len(times) <= len(KEPT) // 3  # no cap: the evidence ends it well inside the space
     assert finalists == sorted(finalists) and len(finalists) == SearchPlan().finalists
 
 
@@ -125,10 +125,58 @@ def test_on_recorded_h100_landscapes_the_best_config_reaches_the_finalists(shape
         noisy = {i: ratios[s] * (1 + 0.02 * noise.gauss(0, 1)) for i, s in enumerate(specs)}
         finalists, times = simulate(space, range(len(specs)), SearchPlan(seed=f"k{seed}"), noisy.get)
         assert min(ratios[specs[i]] for i in finalists) <= 1.02, (seed, sorted(specs[i] for i in finalists))
-        assert len(times) <= len(specs) // 5
+        assert len(times) <= len(specs) // 2
 
 
-def test_failed_configs_are_never_leaders_and_the_search_ends_at_its_cap():
+CORPUS = HERE.parent / "benchmarks" / "results" / "corpus"
+
+
+@pytest.mark.parametrize("case", ["gpu0.json|gemm_k8192_n2048|256", "gpu2.json|gemm_fp16_bt|4096",
+                                  "gpu3.json|moe|512", "gpu1.json|softmax|8192x8192"])
+def test_on_the_recorded_corpus_the_best_finalist_is_within_2_percent(case):
+    # one landscape of each family of the H200 corpus (benchmarks/corpus.py), each with one config alone within
+    # 2% of the best or a runner-up 1.4-8.4% behind it: the landed search (4 leaders, capped at a fifth of the space,
+    # no model) left 1.03-1.09x finalists on these in some seeds
+    name, key = case.split("|", 1)
+    ratios = next(e["ratios"] for k, e in json.loads((CORPUS / name).read_text()).items() if key in k)
+    specs = sorted(ratios)
+    space = [{"config": s} for s in specs]
+    for seed in range(6):
+        noise = random.Random(seed)
+        noisy = {i: ratios[s] * (1 + 0.02 * noise.gauss(0, 1)) for i, s in enumerate(specs)}
+        finalists, _ = simulate(space, range(len(specs)), SearchPlan(seed=f"k{seed}"), noisy.get)
+        assert min(ratios[specs[i]] for i in finalists) / min(ratios.values()) <= 1.02, seed
+
+
+def test_a_first_look_that_only_fails_goes_on_through_untried_configs_until_one_works():
+    # before: no leaders, so no next stage: the tuning raised AllConfigsFailedError after the first look
+    search = PatternSearch(GEMM, KEPT, SearchPlan(seed="x"))
+    first = search.first()
+    working = [i for i in KEPT if i not in first][-5:]
+    finalists, times = simulate(GEMM, KEPT, SearchPlan(seed="x"), lambda i: 1.0 + i / 1e4 if i in working else None)
+    assert set(working) <= set(times) and set(finalists) <= set(working) and finalists
+    _, times = simulate(GEMM, KEPT, SearchPlan(seed="x", max_measured=40), lambda i: None)
+    assert len(times) == len(KEPT)  # every kept config tried before the search gives up, past its cap
+
+
+def test_the_model_adds_configs_it_predicts_faster_and_checks_a_bounded_number_of_times():
+    # two separate basins: the leaders' neighbourhoods settle in one; the additive model, fitted to everything
+    # screened, points at the other
+    def time_of(i):
+        c = GEMM[i]
+        bm, bn, w, st = c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"]
+        return 1.0 + 0.1 * abs(bm - 64) / 64 + 0.1 * abs(bn - 128) / 128 + (0.0 if (w, st) == (8, 5) else 0.05)
+    search = PatternSearch(GEMM, KEPT, SearchPlan(seed="m", model_rounds=2))
+    times: dict = {}
+    batch = search.first()
+    while batch:
+        times.update({i: time_of(i) for i in batch})
+        batch = search.next(times)
+    assert 1 <= search.checks <= 2
+    assert min(times.values()) == min(time_of(i) for i in KEPT)
+
+
+def test_failed_configs_are_never_leaders_and_the_search_ends_at_a_given_cap():
     time_of = bowl(3)
     finalists, times = simulate(GEMM, KEPT, SearchPlan(seed="f", max_measured=70),
                                 lambda i: None if i % 3 == 0 else time_of(i))
@@ -216,8 +264,9 @@ def test_contextual_autotune_searches_an_inner_kernel_of_120_configs_alike_on_ev
     mine, other = (r.results[0] for r in results)
     assert mine == other
     assert mine["ok"] and mine["chosen_ms"] <= 1.10 * mine["best_ms"]
-    # at most 64 screened (the cap for 120 configs) and the first launch, in far fewer runs than the limit of 1000
-    assert mine["launched"] <= 65 and mine["runs"] < 300
+    # the search ends on evidence (every leader's neighbourhood screened, the model's checks), before the whole
+    # space, in far fewer runs than the limit of 1000
+    assert mine["launched"] < len(range(120)) and mine["runs"] < 300
     assert "skipped" in mine["states"]  # the configs the search did not reach
 
 

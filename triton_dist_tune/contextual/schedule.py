@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import AllConfigsFailedError, BadInputError, MismatchError, one_cause
 from ..measure.race import Race, RacePlan
-from ..measure.search import PatternSearch, SearchPlan, measured_cap, search_applies
+from ..measure.search import PatternSearch, SearchPlan, search_applies
 from ..measure.stats import clearly_slower, median, paired_ratios
 from ..records import Outcome
 from . import intercept, report
@@ -72,9 +72,8 @@ class Track:
         if first.get("params") and search_applies(mode, len(self.order)):
             # the search's screening fits in the call's runs: each config takes n_warmup + 1 steps
             budget = max(16, int(SEARCH_SHARE_OF_RUNS * max_runs) // (n_warmup + 1))
-            cap = min(measured_cap(len(self.order)), budget)
             seeds = [*seeds, *estimated_best(infos, self.order)]  # nearby keys' choices, then the perf model's best
-            self.search = PatternSearch(first["params"], self.order, SearchPlan(seed=self.label, max_measured=cap),
+            self.search = PatternSearch(first["params"], self.order, SearchPlan(seed=self.label, max_measured=budget),
                                         seeds)
             self.batch, self.final = self.search.first(), False
         self.holders: list[int] = sorted(infos)

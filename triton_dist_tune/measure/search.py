@@ -1,10 +1,10 @@
 """The search: which configs of a large space to measure, from what the group measured so far.
 
-Racing every kept config costs a warm-up, a probe and screening samples per config whether or not it could win;
-on an 800-config space that is most of a key's tuning. The search measures a part of the space instead, in
-**stages**, each a batch of configs screened together (one warm-up and one screening sample each, in lock-step),
-then sends the best of everything it screened (the **finalists**) to the race, whose settled rounds decide among
-them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.measure.race`).
+Racing every kept config costs a compile, a warm-up, a probe and screening samples per config whether or not it
+could win; on an 800-config space compiling is most of a key's tuning. The search measures a part of the space
+instead, in **stages**, each a batch of configs screened together (one warm-up and one screening sample each, in
+lock-step), then sends the best of everything it screened (the **finalists**) to the race, whose settled rounds
+decide among them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.measure.race`).
 
 :class:`PatternSearch` (the strategy; pure, no device, no messages):
 
@@ -15,12 +15,25 @@ them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.measure.race`
    (:class:`~triton_dist_tune.measure.grid.Grid`) in rings: one parameter one step up or down, then two block sizes
    at once, then the rest of each line. The neighbours not screened yet are the next stage (at most ``stage_cap``):
    every leader's first ring, best leader first, before any leader's second. The search moves on while the leaders
-   change; it ends when every neighbour of the leaders is screened, or at ``max_measured`` configs.
-3. **Finalists**: the ``finalists`` best screened configs.
+   change, until every neighbour of every leader is screened.
+3. **The model's check**: then an additive model of log time over parameter values and pairs of values
+   (:class:`~triton_dist_tune.measure.surrogate.AdditiveModel`), fitted to every screened time, names the unscreened
+   configs it predicts faster than the ``finalists``-th best screened; up to ``model_batch`` of them, best first,
+   are the next stage, and step 2 resumes from the new leaders. The search ends when the leaders' neighbourhoods
+   are screened and the model predicts nothing unscreened to beat the finalists, or after ``model_rounds`` checks.
+   The budget follows this evidence, not a fraction of the space; ``max_measured`` (0: none) is a hard cap for
+   callers whose runs are bounded (``contextual_autotune``'s ``max_runs``).
+4. **No stage is empty while configs are left**: when every config screened so far failed (no leaders), the next
+   stage is the untried kept configs in the agreed order, so that the search ends only on evidence and the tuning
+   raises ``AllConfigsFailedError`` only when every kept config has failed.
+5. **Finalists**: the ``finalists`` best screened configs.
 
 Every decision is a function of the kept configs, the plan (its seed included) and the group's times (the MAX over
 ranks, exchanged): every rank computes the same stages in the same order with no further message, and a resumed
 tuning that reads the same times from the journals replays the same stages, measuring only what was not screened.
+
+The defaults were chosen by replaying a corpus of exhaustive device-time landscapes with one kernel family held out
+at a time (``benchmarks/replay_search.py``; the figures are in ``docs/search.md``).
 """
 
 from __future__ import annotations
@@ -32,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .grid import Grid
+from .surrogate import AdditiveModel
 
 #: the search is used (``search="auto"``) when more configs than this are kept after pruning: at or below it the
 #: exhaustive race costs a few seconds and is what the 48-config figures were measured with
@@ -47,34 +61,32 @@ class SearchPlan:
 
     #: configs in the first look (seeds included); 0: from the space's size (:func:`initial_size`)
     initial: int = 0
-    #: how many of the best configs' neighbourhoods each stage explores
-    leaders: int = 4
+    #: how many of the best configs' neighbourhoods the search explores
+    leaders: int = 8
     #: configs in one stage at most
     stage_cap: int = 32
-    #: configs screened at most (0: from the space's size, :func:`measured_cap`)
+    #: configs screened at most; 0: no cap (the search ends on evidence, step 3 of the module docstring)
     max_measured: int = 0
     #: configs sent to the race at the end
     finalists: int = 10
+    #: configs one check of the model may add, and how many checks a search makes at most (0: no model)
+    model_batch: int = 16
+    model_rounds: int = 4
     #: the seed of the random part of the first look: the same on every rank (derived from the key and the space)
     seed: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("initial", "max_measured"):
+        for name in ("initial", "max_measured", "model_rounds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"a search needs {name} >= 0")
-        for name in ("leaders", "stage_cap", "finalists"):
+        for name in ("leaders", "stage_cap", "finalists", "model_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"a search needs {name} >= 1")
 
 
 def initial_size(kept: int) -> int:
-    """Configs of the first look for ``kept`` configs: 1.5 sqrt(kept), between 16 and 48 (42 of 804)."""
+    """Configs of the first look for ``kept`` configs: 1.5 sqrt(kept), between 16 and 48 (43 of 840)."""
     return max(16, min(48, round(1.5 * math.sqrt(kept))))
-
-
-def measured_cap(kept: int) -> int:
-    """The most configs one search screens: a fifth of the space, between 64 and 256 (168 of 840)."""
-    return max(64, min(256, kept // 5))
 
 
 def search_applies(mode: str, kept: int) -> bool:
@@ -94,9 +106,11 @@ class PatternSearch:
         self.plan = plan
         self.seeds = [i for i in dict.fromkeys(seeds) if i in self.grid.point]
         self.initial_count = min(len(self.kept), plan.initial or initial_size(len(self.kept)))
-        self.cap = min(len(self.kept), max(self.initial_count, plan.max_measured or measured_cap(len(self.kept))))
+        self.cap = min(len(self.kept), max(self.initial_count, plan.max_measured or len(self.kept)))
         #: the stages proposed so far (each a list of indices), for logs and tests
         self.stages: list[list[int]] = []
+        #: the model's checks so far
+        self.checks = 0
 
     def first(self) -> list[int]:
         """The first look (step 1 of the module docstring)."""
@@ -127,22 +141,44 @@ class PatternSearch:
 
     def next(self, times: Mapping[int, float | None]) -> list[int]:
         """The next stage, given the group's screened time of every config screened so far (None: failed); empty
-        when the search is over (step 2 of the module docstring)."""
-        room = self.cap - len(times)
-        if room <= 0:
-            return []
-        rings = [self.grid.rings(leader) for leader in self.leaders(times, self.plan.leaders)]
-        batch: list[int] = []
-        for ring in range(3):  # every leader's nearest moves before any leader's farther ones
-            for leader_rings in rings:
-                batch += [other for other in leader_rings[ring] if other not in times and other not in batch]
-        batch = batch[:min(room, self.plan.stage_cap)]
+        when the search is over (steps 2-4 of the module docstring). Never empty while no screened config has
+        worked and kept configs are left untried."""
+        room = min(self.cap - len(times), self.plan.stage_cap)
+        leaders = self.leaders(times, self.plan.leaders)
+        if not leaders:  # every config screened so far failed: go on through the untried ones, in agreed order
+            batch = [i for i in self.kept if i not in times][:self.plan.stage_cap]
+        elif room <= 0:
+            batch = []
+        else:
+            batch = self._neighbours(leaders, times)[:room] or self._check(times)[:room]
         if batch:
             self.stages.append(batch)
         return batch
 
+    def _neighbours(self, leaders: list[int], times: Mapping[int, float | None]) -> list[int]:
+        """The leaders' unscreened neighbours: every leader's first ring, best leader first, then the second..."""
+        rings = [self.grid.rings(leader) for leader in leaders]
+        batch: list[int] = []
+        for ring in range(3):
+            for leader_rings in rings:
+                batch += [other for other in leader_rings[ring] if other not in times and other not in batch]
+        return batch
+
+    def _check(self, times: Mapping[int, float | None]) -> list[int]:
+        """The model's check (step 3): unscreened configs predicted faster than the finalists' last, best first."""
+        if self.checks >= self.plan.model_rounds:
+            return []
+        self.checks += 1
+        model = AdditiveModel(self.grid)
+        ranked = self.leaders(times, self.plan.finalists)
+        if not ranked or not model.fit(times):
+            return []
+        bar = math.log(times[ranked[-1]])  # type: ignore[arg-type]
+        predicted = sorted((model.predict(i), i) for i in self.kept if i not in times)
+        return [i for y, i in predicted if y < bar][:self.plan.model_batch]
+
     def finalists(self, times: Mapping[int, float | None]) -> list[int]:
-        """The configs the race decides among (step 3), ascending."""
+        """The configs the race decides among (step 5), ascending."""
         return sorted(self.leaders(times, self.plan.finalists))
 
 
