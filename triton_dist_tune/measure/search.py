@@ -127,7 +127,18 @@ class PatternSearch:
 
     def next(self, times: Mapping[int, float | None]) -> list[int]:
         """The next stage, given the group's screened time of every config screened so far (None: failed); empty
-        when the search is over (step 2 of the module docstring)."""
+        when the search is over (step 2 of the module docstring).
+
+        **A search ends only on evidence** (a contract every strategy here must keep): while no screened config
+        has a time (every one screened so far failed: there are no leaders) and kept configs remain unscreened,
+        the next stage is the untried kept configs in the agreed order (``self.kept``), up to ``stage_cap``,
+        whatever ``max_measured`` says. So an empty stage means either leaders exist (the finalists race) or every
+        kept config has failed (the tuner then raises ``AllConfigsFailedError``), never a search that gave up."""
+        if not self.leaders(times, 1):
+            untried = [i for i in self.kept if i not in times][:self.plan.stage_cap]
+            if untried:
+                self.stages.append(untried)
+            return untried
         room = self.cap - len(times)
         if room <= 0:
             return []
