@@ -32,3 +32,48 @@ def test_a_function_search_where_every_config_fails_raises_all_configs_failed(tm
     assert all(r.returncode == 0 for r in results), describe(results)
     for r in results:
         assert r.result["error"] == "AllConfigsFailedError" and r.result["tried"] == 80, r.result
+
+
+@pytest.mark.timeout(120)
+def test_a_contextual_search_whose_first_look_all_fails_goes_on_to_untried_configs(tmp_path):
+    """Defect 3: the meeting launch and the 16 configs of the first look raise on every rank (before: an empty stage,
+    then a bare IndexError on every rank although 63 configs work). The track screens untried configs and chooses
+    a working one, alike on every rank."""
+    results = run_ranks(CASES, 2, ["contextual_first_look_fails"], env=tuner_env(tmp_path, timeout=30), timeout=110)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first, second = (r.result for r in results)
+    assert first["error"] is None and second["error"] is None, (first, second)
+    assert first["chosen"] == second["chosen"] and first["chosen"] not in first["failing"], (first, second)
+    assert len(first["failing"]) == 17 and set(first["failing"]) <= set(first["failed"]), first
+    assert first["how"] == "tuned" and first["ok"] and second["ok"]
+
+
+@pytest.mark.timeout(120)
+def test_a_contextual_attempt_after_journaled_first_look_failures_resumes_and_chooses(tmp_path):
+    """Defect 3, the second attempt: attempt 1's 17 failures are journaled, then every rank is killed (SIGKILL at
+    its 20th distinct config). Attempt 2, where nothing fails any more, reads the journals (before: IndexError at
+    once, every time): it leaves the 17 out without launching them and chooses a working config."""
+    env = tuner_env(tmp_path, timeout=30)
+    first = run_ranks(CASES, 2, ["contextual_first_look_fails"], env={**env, "KILL_AT": "20"}, timeout=110)
+    assert all(r.returncode == -9 for r in first), describe(first)
+    journals = list((tmp_path / "cache").rglob("*.journal"))
+    assert journals, "attempt 1 left no journal"
+    second = run_ranks(CASES, 2, ["contextual_first_look_fails"], env={**env, "FAILING": "0"}, timeout=110)
+    assert all(r.returncode == 0 for r in second), describe(second)
+    a, b = (r.result for r in second)
+    assert a["error"] is None and b["error"] is None, (a, b)
+    assert a["chosen"] == b["chosen"] and a["how"] == "tuned", (a, b)
+    assert len(a["failed"]) == 17, a  # attempt 1's failures, from the journals
+    assert not set(a["launches"]) & set(a["failed"]), "a config that failed in attempt 1 was launched again"
+    assert a["chosen"] not in a["failed"]
+
+
+@pytest.mark.timeout(120)
+def test_a_contextual_search_where_every_config_fails_raises_all_configs_failed(tmp_path):
+    """The other half of the contract in ``contextual_autotune``: when every kept config fails, every one is tried
+    (past the search's cap) and every rank raises AllConfigsFailedError (before: IndexError after 17)."""
+    results = run_ranks(CASES, 2, ["contextual_first_look_fails"], env=tuner_env(tmp_path, timeout=30, FAILING="80"),
+                        timeout=110)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result["error"] == "AllConfigsFailedError" and len(r.result["failing"]) == 80, r.result

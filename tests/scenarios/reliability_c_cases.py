@@ -12,6 +12,7 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import signal  # noqa: E402
 import sys  # noqa: E402
 
 import torch  # noqa: E402
@@ -82,6 +83,104 @@ def function_first_look_fails():
     ((_, decision),) = f.tuner.decisions.items()
     emit(error=None, chosen=decision.index, tried=len(seen), failing=seen[:failing], search=decision.search,
          ok=bool(torch.equal(out, 2 * dist.get_world_size() * x)))
+
+
+#: the inner kernel's 80 configs (5 x 4 x 4): each config's pre_hook runs this rank's hook for it (index, config)
+KERNEL_SPACE = [{"A": a, "B": b, "C": c} for a, b, c in itertools.product(range(5), range(4), range(4))]
+HOOK: list = [lambda index, params: None]
+
+
+def hook_of(index: int):
+    def hook(nargs):
+        HOOK[0](index, KERNEL_SPACE[index])
+
+    return hook
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64, **params}, pre_hook=hook_of(i))
+                          for i, params in enumerate(KERNEL_SPACE)], key=["n"])
+@triton.jit
+def inner_kernel(x, y, out, n, A: tl.constexpr, B: tl.constexpr, C: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+
+def kernel_ms(params: dict) -> float:
+    """A smooth bowl over the kernel's space: 1 ms at (A 3, B 1, C 2), up to 13 ms away from it."""
+    return 1.0 + 2 * abs(params["A"] - 3) + 1.5 * abs(params["B"] - 1) + abs(params["C"] - 2)
+
+
+def contextual_virtual_clock() -> None:
+    """Time ``contextual_autotune``'s launches on the virtual clock (:func:`_cases.spend`): the pre_hooks spend
+    their config's time, so the group's times follow from :func:`kernel_ms` exactly, whatever the load."""
+    from _cases import _VIRTUAL_MS
+
+    from triton_dist_tune.contextual import session
+    from triton_dist_tune.measure.timing import HostClock
+
+    class VirtualClock(HostClock):
+        def start(self) -> float:
+            return _VIRTUAL_MS[0]
+
+        def stop(self, start: float) -> float:
+            return _VIRTUAL_MS[0] - start
+
+    session.make_clock = VirtualClock
+
+
+def contextual_layer(max_runs: int):
+    """A function that launches the 80-config kernel between collectives, tuned by ``contextual_autotune``."""
+    from triton_dist_tune.contextual import contextual_autotune
+
+    runs = [0]
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1, max_runs=max_runs, timeout=30)
+    def layer(x, y):
+        runs[0] += 1
+        out = torch.empty_like(x)
+        inner_kernel[(1,)](x, y, out, x.numel())
+        dist.all_reduce(out)
+        return out
+
+    return layer, runs
+
+
+@case
+def contextual_first_look_fails():
+    """Defects 3: ``contextual_autotune`` over the 80-config inner kernel; the first FAILING (default 17) distinct
+    configs launched raise in their pre_hook on every rank (the meeting launch and the whole first look). With
+    KILL_AT, a rank SIGKILLs itself at the first launch of the KILL_AT-th distinct config (an attempt cut short
+    after the failures are journaled). Prints the choice, or the error."""
+    tdt.init_distributed(backend="gloo")
+    contextual_virtual_clock()
+    failing = int(os.environ.get("FAILING", "17"))
+    kill_at = int(os.environ.get("KILL_AT", "0"))
+    seen: list[int] = []
+    launches: list[int] = []
+
+    def hook(index: int, params: dict) -> None:
+        launches.append(index)
+        if index not in seen:
+            seen.append(index)
+            if kill_at and len(seen) == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        if index in seen[:failing]:
+            raise RuntimeError(f"config {index} does not run here")
+        spend(kernel_ms(params))
+
+    HOOK[0] = hook
+    layer, runs = contextual_layer(int(os.environ.get("MAX_RUNS", "1000")))
+    x, y = torch.ones(64), torch.ones(64)
+    try:
+        out = layer(x, y)
+    except Exception as exc:
+        leave(error=type(exc).__name__, message=str(exc)[:400], failing=seen[:failing], runs=runs[0],
+              launches=launches)
+    ((_, decision),) = layer.tuner.decisions.items()
+    emit(error=None, chosen=decision["index"], how=decision["how"], failing=seen[:failing], runs=runs[0],
+         launches=launches, failed=sorted(r["index"] for r in decision["table"] if r["state"] == "failed"),
+         ok=bool(torch.equal(out, dist.get_world_size() * (x + y))))
 
 
 if __name__ == "__main__":

@@ -254,9 +254,13 @@ class Track:
             self._take(index)
         history: dict[int, float | None] = {i: None for i in self.failed}
         history.update(self.times)
+        # a search ends only on evidence: while no config has a time, the search's next stage is untried configs;
+        # an empty stage then means the finalists race, or every kept config failed
         batch = self.search.next(history)
         if not batch:  # the finalists race afresh: their screening times leave the table
             batch, self.final = self.search.finalists(history), True
+            if not batch:
+                self._all_failed()
             for index in batch:
                 for table in (self.times, self.per_rank, self.spreads):
                     table.pop(index, None)
