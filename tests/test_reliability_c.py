@@ -3,6 +3,8 @@ provisional, a search ends only on evidence (both tuners), a resumed search repl
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from harness import HERE, describe, run_ranks, tuner_env
 
@@ -77,3 +79,31 @@ def test_a_contextual_search_where_every_config_fails_raises_all_configs_failed(
     assert all(r.returncode == 0 for r in results), describe(results)
     for r in results:
         assert r.result["error"] == "AllConfigsFailedError" and len(r.result["failing"]) == 80, r.result
+
+
+@pytest.mark.timeout(150)
+def test_a_max_runs_cut_chooses_the_best_screened_config_and_is_provisional(tmp_path):
+    """Defect 1: ``max_runs=40`` on the 80-config kernel cuts the finalists' warm-ups off. The choice is the best
+    config the group timed, screening included (before: the finalists' screening times were dropped and the best
+    of the configs that missed the finals was forced, then served from the disk cache to later jobs). The decision
+    says it was cut; the cache records it as provisional; the next job (no cut) tunes the key again, and its
+    tuning goes on from the journals the cut left."""
+    env = tuner_env(tmp_path, timeout=30)
+    results = run_ranks(CASES, 2, ["contextual_cut"], env={**env, "MAX_RUNS": "40"}, timeout=110)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first, second = (r.result for r in results)
+    assert first["chosen"] == second["chosen"] and first["how"] == "best so far at max_runs", (first, second)
+    assert first["runs"] == 41 and first["ok"], first
+    assert first["chosen_ms"] == first["best_timed_ms"], first
+    assert first["cut"] is True and second["cut"] is True
+    entries = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("*.json")]
+    assert [e.get("provisional") for e in entries] == [True], entries
+    assert list((tmp_path / "cache").rglob("*.journal")), "the cut removed the journals its next job resumes from"
+
+    again = run_ranks(CASES, 2, ["contextual_cut"], env={**env, "MAX_RUNS": "1000"}, timeout=110)
+    assert all(r.returncode == 0 for r in again), describe(again)
+    a, b = (r.result for r in again)
+    assert a["how"] == "tuned" and a["chosen"] == b["chosen"] and not a["cut"], (a, b)
+    assert a["runs"] > 2  # tuned, not served
+    entries = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("*.json")]
+    assert [e.get("provisional") for e in entries] == [None], entries

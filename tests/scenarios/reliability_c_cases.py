@@ -183,5 +183,30 @@ def contextual_first_look_fails():
          ok=bool(torch.equal(out, dist.get_world_size() * (x + y))))
 
 
+@case
+def contextual_cut():
+    """Defect 1: ``contextual_autotune`` over the 80-config inner kernel (times on the virtual clock, from
+    :func:`kernel_ms`), cut by MAX_RUNS (40: the screening takes 33 runs, then the finalists' warm-ups are cut
+    off). Prints the choice, how it was made, and each config's launches."""
+    tdt.init_distributed(backend="gloo")
+    contextual_virtual_clock()
+    launches: list[int] = []
+
+    def hook(index: int, params: dict) -> None:
+        launches.append(index)
+        spend(kernel_ms(params))
+
+    HOOK[0] = hook
+    layer, runs = contextual_layer(int(os.environ["MAX_RUNS"]))
+    x, y = torch.ones(64), torch.ones(64)
+    out = layer(x, y)
+    ((_, decision),) = layer.tuner.decisions.items()
+    timed = sorted({i for i in launches if launches.count(i) >= 2})  # a warm-up and a timed step at least
+    best_timed_ms = min(kernel_ms(KERNEL_SPACE[i]) for i in timed)
+    emit(chosen=decision["index"], chosen_ms=kernel_ms(KERNEL_SPACE[decision["index"]]), how=decision["how"],
+         cut=decision.get("cut"), runs=runs[0], timed=timed, best_timed_ms=best_timed_ms,
+         ok=bool(torch.equal(out, dist.get_world_size() * (x + y))))
+
+
 if __name__ == "__main__":
     main()
