@@ -107,3 +107,19 @@ def test_a_max_runs_cut_chooses_the_best_screened_config_and_is_provisional(tmp_
     assert a["runs"] > 2  # tuned, not served
     entries = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("*.json")]
     assert [e.get("provisional") for e in entries] == [None], entries
+
+
+@pytest.mark.timeout(120)
+def test_autotune_cut_by_its_time_budget_is_provisional_and_tuned_again_by_the_next_job(tmp_path):
+    """Defect 1's rule in ``autotune``: a race ended by its time budget (3 of 10 rounds) chooses the best measured
+    (the least median of the race), says it was cut, and is recorded as provisional: the next job tunes the key
+    again instead of serving it (before: served from the disk cache, one call)."""
+    env = tuner_env(tmp_path, timeout=30)
+    for job in range(2):
+        results = run_ranks(CASES, 2, ["function_budget_cut"], env=env, timeout=110)
+        assert all(r.returncode == 0 for r in results), describe(results)
+        first, second = (r.result for r in results)
+        assert first["chosen"] == second["chosen"] and first["chosen"] in (0, 1), (job, first, second)
+        assert first["cut"] is True and first["rounds"] == 3 and first["calls"] > 4, (job, first)
+        entries = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("*.json")]
+        assert [e.get("provisional") for e in entries] == [True], entries

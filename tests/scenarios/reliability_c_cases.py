@@ -85,6 +85,36 @@ def function_first_look_fails():
          ok=bool(torch.equal(out, 2 * dist.get_world_size() * x)))
 
 
+#: each config's time in the budget case (ms, virtual clock): configs 0 and 1 tie, so the race runs on to its budget
+BUDGET_MS = (5.0, 5.0, 9.0, 12.0)
+
+
+@case
+def function_budget_cut():
+    """Defect 1 in ``autotune``: 4 configs, ``budget`` 1 ms of racing (the race ends after its 3 minimum rounds,
+    of 10): a cut. Prints the choice, whether the decision says it was cut, and how many calls the job made (a cache
+    hit makes one)."""
+    tdt.init_distributed(backend="gloo")
+    calls = [0]
+
+    @tdt.autotune([{"v": v} for v in range(len(BUDGET_MS))], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=10,
+                  timing="cold", name="budget_cut", budget=0.001, timeout=30)
+    def f(x, *, v):
+        calls[0] += 1
+        spend(BUDGET_MS[v])
+        out = torch.empty_like(x)
+        add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
+        dist.all_reduce(out)
+        return out
+
+    with virtual_clock():
+        f(torch.ones(64))
+    ((_, decision),) = f.tuner.decisions.items() or [(None, None)]
+    emit(calls=calls[0], chosen=None if decision is None else decision.index,
+         cut=None if decision is None else getattr(decision, "cut", None),
+         rounds=None if decision is None else decision.rounds)
+
+
 #: the inner kernel's 80 configs (5 x 4 x 4): each config's pre_hook runs this rank's hook for it (index, config)
 KERNEL_SPACE = [{"A": a, "B": b, "C": c} for a, b, c in itertools.product(range(5), range(4), range(4))]
 HOOK: list = [lambda index, params: None]

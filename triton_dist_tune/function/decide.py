@@ -46,7 +46,9 @@ def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
     else:
         margin, near_tie = None, False
     chosen = by_index[winner]
-    return Decision(winner, chosen.config, chosen.time, margin, near_tie, runner_up, outcomes, timing, rounds)
+    decision = Decision(winner, chosen.config, chosen.time, margin, near_tie, runner_up, outcomes, timing, rounds)
+    decision.cut = bool(race is not None and race.cut)
+    return decision
 
 
 def cache_record(name: str, key_text: str, group: Group, decision: Decision) -> dict[str, Any]:
@@ -56,7 +58,8 @@ def cache_record(name: str, key_text: str, group: Group, decision: Decision) -> 
             "margin": decision.margin, "near_tie": decision.near_tie, "runner_up": decision.runner_up,
             "timing": decision.timing, "search": decision.search, "clock": decision.clock, "rounds": decision.rounds,
             "tuning_seconds": decision.seconds,
-            "created": time.time(), "measurements": [o.to_json() for o in decision.outcomes]}
+            "created": time.time(), "measurements": [o.to_json() for o in decision.outcomes],
+            **({"provisional": True} if decision.cut else {})}
 
 
 def failure_text(outcomes: list[Outcome], group_size: int) -> str:
@@ -90,10 +93,12 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
         except OSError as exc:
             log.warning("triton_dist_tune: could not write the cache (%s)", exc)
     group.barrier(f"{label} decision written", timeout=timeout)
-    logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s; timed %s%s", label, decision.index,
+    logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s; timed %s%s%s", label, decision.index,
                          decision.config, decision.time, logs.margin_text(decision),
                          "on the device (CUDA graph replays)" if decision.clock == "graph" else "eagerly",
-                         f"; {decision.search}" if decision.search else "")
+                         f"; {decision.search}" if decision.search else "",
+                         "; cut short by the time budget: provisional (a later job tunes it again)"
+                         if decision.cut else "")
 
 
 def warn_if_another_group_chose_otherwise(path: Path, name: str, key_text: str, group: Group,

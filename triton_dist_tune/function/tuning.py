@@ -166,6 +166,8 @@ class Tuning:
         def read_cache() -> int | None:
             data = None if self.env.always_tune else tuner.cache.load(self.entry, tuner.space_text)
             index = data["index"] if data is not None else -1
+            if data is not None and data.get("provisional"):
+                return None  # a cut's choice (the time budget ended its race): tuned again, from the journals
             if 0 <= index < len(tuner.space) and data["config"] == tuner.descriptions[index]:
                 return index
             return None
@@ -204,7 +206,7 @@ class Tuning:
             except AllConfigsFailedError:
                 ended = True  # every config failed: this tuning is over, and nothing of it may replay later
                 raise
-            ended = True
+            ended = not decision.cut  # a cut's choice is provisional: the next job goes on from the journals
         finally:
             guard.close()
             board.close()
