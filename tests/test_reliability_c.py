@@ -57,7 +57,8 @@ def test_a_contextual_attempt_after_journaled_first_look_failures_resumes_and_ch
     once, every time): it leaves the 17 out without launching them and chooses a working config."""
     env = tuner_env(tmp_path, timeout=30)
     first = run_ranks(CASES, 2, ["contextual_first_look_fails"], env={**env, "KILL_AT": "20"}, timeout=110)
-    assert all(r.returncode == -9 for r in first), describe(first)
+    # each rank kills itself there; one may instead end on the transport error of its peer's end first
+    assert all(r.returncode != 0 for r in first) and any(r.returncode == -9 for r in first), describe(first)
     journals = list((tmp_path / "cache").rglob("*.journal"))
     assert journals, "attempt 1 left no journal"
     second = run_ranks(CASES, 2, ["contextual_first_look_fails"], env={**env, "FAILING": "0"}, timeout=110)
@@ -123,3 +124,32 @@ def test_autotune_cut_by_its_time_budget_is_provisional_and_tuned_again_by_the_n
         assert first["cut"] is True and first["rounds"] == 3 and first["calls"] > 4, (job, first)
         entries = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("*.json")]
         assert [e.get("provisional") for e in entries] == [True], entries
+
+
+def stage_lines(folder, key: int) -> list[str]:
+    """The rank logs' lines of the search stages of key ``key`` under ``folder``."""
+    return [line for path in sorted(folder.glob("rank-*.log")) for line in path.read_text().splitlines()
+            if f"key={key}] search stage " in line]
+
+
+@pytest.mark.timeout(150)
+def test_a_resumed_search_is_seeded_as_before_and_replays_its_first_stage_from_the_journals(tmp_path):
+    """Defect 8: attempt 1 tunes key 64, then is killed in the middle of key 128's search, which key 64's decision
+    seeded. In attempt 2 key 64 is a cache hit; the hit fills ``tuner.decisions`` (before: it did not), so key
+    128's search gets the same seeds and its first stage is attempt 1's: every config of it comes from the
+    journals, none is screened again (before: the first look differed and configs were screened anew)."""
+    env = tuner_env(tmp_path, timeout=30)
+    first = run_ranks(CASES, 2, ["function_resumed_search"],
+                      env={**env, "KILL_AT": "20", "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs1")},
+                      timeout=120)
+    # each rank kills itself there; one may instead end on the transport error of its peer's end first
+    assert all(r.returncode != 0 for r in first) and any(r.returncode == -9 for r in first), describe(first)
+    before = stage_lines(tmp_path / "logs1", 128)
+    assert before and "search stage 1: 16 config(s), 16 screened now" in before[0], before
+    second = run_ranks(CASES, 2, ["function_resumed_search"],
+                       env={**env, "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs2")}, timeout=120)
+    assert all(r.returncode == 0 for r in second), describe(second)
+    after = stage_lines(tmp_path / "logs2", 128)
+    assert "search stage 1: 16 config(s), 0 screened now" in after[0], after
+    a, b = (r.result for r in second)
+    assert a["chosen"] == b["chosen"] and a["cached"] == {"64": True, "128": False}, (a, b)

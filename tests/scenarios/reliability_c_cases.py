@@ -85,6 +85,38 @@ def function_first_look_fails():
          ok=bool(torch.equal(out, 2 * dist.get_world_size() * x)))
 
 
+@case
+def function_resumed_search():
+    """Defect 8: ``autotune`` over the 80 configs (times on the virtual clock, from :func:`landscape_ms`), key 64
+    tuned in full, then key 128, whose search is seeded by key 64's decision. With KILL_AT, every rank SIGKILLs
+    itself at the first call of key 128's KILL_AT-th distinct config (mid-search). Run again, key 64 is a cache
+    hit, and key 128's search must replay the stages of attempt 1 (its first stage all from the journals)."""
+    tdt.init_distributed(backend="gloo")
+    kill_at = int(os.environ.get("KILL_AT", "0"))
+    seen: list[int] = []
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=3, timing="cold", name="resumed",
+                  timeout=30)
+    def f(x, *, BLOCK, a, b):
+        index = SPACE.index({"BLOCK": BLOCK, "a": a, "b": b})
+        if x.shape[0] == 128 and index not in seen:
+            seen.append(index)
+            if kill_at and len(seen) == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        spend(landscape_ms(SPACE[index]) * (1.5 if x.shape[0] == 128 and a == 3 else 1.0))
+        out = torch.empty_like(x)
+        add_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, x, out, x.numel(), BLOCK=BLOCK)
+        dist.all_reduce(out)
+        return out
+
+    with virtual_clock():
+        f(torch.ones(64))
+        f(torch.ones(128))
+    decisions = {key: d for (_, key), d in f.tuner.decisions.items()}
+    emit(keys=sorted(decisions), chosen={str(k): d.index for k, d in decisions.items()},
+         cached={str(k): d.cached for k, d in decisions.items()}, search=decisions[128].search, screened=len(seen))
+
+
 #: each config's time in the budget case (ms, virtual clock): configs 0 and 1 tie, so the race runs on to its budget
 BUDGET_MS = (5.0, 5.0, 9.0, 12.0)
 

@@ -62,6 +62,35 @@ def cache_record(name: str, key_text: str, group: Group, decision: Decision) -> 
             **({"provisional": True} if decision.cut else {})}
 
 
+def served(data: dict[str, Any]) -> dict[str, Any]:
+    """What group rank 0 shares of a cache record it serves: the choice and the measured outcomes (pruned and
+    unscreened configs left out), so that every rank's ``tuner.decisions`` holds the decision (the seeds of a later
+    search of a nearby key come from it, as after a tuning)."""
+    keep = ("index", "config", "time_ms", "margin", "near_tie", "runner_up", "timing", "search", "clock", "rounds")
+    outcomes = [o for o in data.get("measurements") or [] if isinstance(o, dict) and o.get("state") != "pruned"]
+    return {**{k: data.get(k) for k in keep}, "measurements": outcomes}
+
+
+def decision_from_record(record: Any, index: int, description: str) -> Decision:
+    """The :class:`Decision` of a served cache record (:func:`served`): config ``index`` with the record's times;
+    anything malformed in it is left out (the choice itself was checked against the space)."""
+    data = record if isinstance(record, dict) else {}
+    outcomes = [o for o in (Outcome.from_json(m) for m in data.get("measurements") or []) if o is not None]
+
+    def number(value: Any) -> float | None:
+        return float(value) if type(value) in (int, float) else None
+
+    runner_up = data.get("runner_up")
+    decision = Decision(index, description, number(data.get("time_ms")) or float("nan"), number(data.get("margin")),
+                        data.get("near_tie") is True, runner_up if type(runner_up) is int else None, outcomes,
+                        str(data.get("timing") or "steady"), data.get("rounds") if type(data.get("rounds")) is int
+                        else 0)
+    decision.search = str(data.get("search") or "")
+    decision.clock = str(data.get("clock") or "eager")
+    decision.cached = True
+    return decision
+
+
 def failure_text(outcomes: list[Outcome], group_size: int) -> str:
     """The end of the message when every config failed: each config's error, or, when every failed config failed
     with the same error, that error once, as what it most likely is (the function or its environment: a missing
