@@ -107,3 +107,8 @@ class Decision:
     search: str = ""
     #: how the samples were timed: "eager" (launched by the host) or "graph" (device time: CUDA graph replays)
     clock: str = "eager"
+    #: True when a cut (the time budget) ended the measuring early: the best measured so far, provisional (the
+    #: disk cache records it so, and a later job tunes the key again instead of serving it)
+    cut: bool = False
+    #: True when this decision was served from the disk cache (not tuned by this process)
+    cached: bool = False

@@ -29,7 +29,8 @@ def record_decision(session: Session, track: Track) -> None:
         _publish(session, track, local)
     ms = track.times.get(track.best)
     session.tuner.decisions[tid] = {"index": track.best, "config": track.descriptions[track.best],
-                                    "how": track.how, "time_ms": ms, "runs": track.runs, "table": track.table()}
+                                    "how": track.how, "time_ms": ms, "runs": track.runs, "table": track.table(),
+                                    "cut": track.cut}
     session.log.info("%s decision %s config=%d group_ms=%s how=%s after %d run(s) | %s%s", session.label,
                      track.label, track.best, "-" if ms is None else f"{ms:.4f}", track.how, track.runs,
                      track.descriptions[track.best], f"; table: {track.table()}" if track.runs else "")
@@ -39,8 +40,9 @@ def record_decision(session: Session, track: Track) -> None:
         return
     if session.group.rank == 0:
         _store(session, track, ms)
-    if local is not None:
+    if local is not None and not track.cut:
         local.journal.remove()  # after the decision is in the cache (rank 0), so a crash loses nothing
+    # a cut's choice is provisional: the journals stay, so that the next job's tuning goes on from them
 
 
 def _publish(session: Session, track: Track, local: LocalTrack) -> None:
@@ -64,6 +66,8 @@ def _store(session: Session, track: Track, ms: float | None) -> None:
     decision = {"index": track.best, "config": track.descriptions[track.best], "key": track.key_text,
                 "kernel": track.kernel, "function": session.tuner.options.name, "group_size": session.group.size,
                 "time_ms": ms, "how": track.how, "kept": list(track.order), "measurements": track.table()}
+    if track.cut:  # never served as a decision: a later job tunes the key again (from the journals kept)
+        decision["provisional"] = True
     try:
         session.cache.store(track.entry, decision, track.space_text)
     except (OSError, ValueError) as exc:

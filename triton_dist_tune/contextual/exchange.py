@@ -173,6 +173,8 @@ def lookup(session: Session, infos: dict[TrackId, dict[str, Any]]) -> dict[Track
         data = session.cache.load(info["entry"], info["space_text"])
         index = data["index"] if data is not None else -1
         ok = 0 <= index < len(info["descriptions"]) and data["config"] == info["descriptions"][index]
+        if ok and data.get("provisional"):
+            ok = False  # a cut's choice (max_runs, a stalled track): provisional, tuned again
         kept = data.get("kept") if ok else None
         if kept is not None and not (isinstance(kept, list) and all(type(i) is int for i in kept)):
             ok = False  # a damaged record: tuned again

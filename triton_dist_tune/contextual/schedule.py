@@ -90,6 +90,12 @@ class Track:
         self.failed: dict[int, str] = {}
         #: configs whose time came from an earlier attempt's journal
         self.resumed: set[int] = set()
+        #: the finalists' screening times (and per-rank times), kept while their race runs afresh: a cut
+        #: (:meth:`force`) chooses by every time the group has, screening times included
+        self.screened: dict[int, float] = {}
+        self.screened_per_rank: dict[int, dict[int, float]] = {}
+        #: True when the choice was forced before the schedule ended (``max_runs``, a stalled track): provisional
+        self.cut = False
         self.best: int | None = None
         self.how = ""
         #: increases whenever the choice changes (a late failure of the chosen config)
@@ -253,10 +259,17 @@ class Track:
             self._take(index)
         history: dict[int, float | None] = {i: None for i in self.failed}
         history.update(self.times)
+        # a search ends only on evidence: while no config has a time, the search's next stage is untried configs;
+        # an empty stage then means the finalists race, or every kept config failed
         batch = self.search.next(history)
         if not batch:  # the finalists race afresh: their screening times leave the table
             batch, self.final = self.search.finalists(history), True
+            if not batch:
+                self._all_failed()
             for index in batch:
+                if index in self.times:
+                    self.screened[index] = self.times[index]
+                    self.screened_per_rank[index] = self.per_rank.get(index, {})
                 for table in (self.times, self.per_rank, self.spreads):
                     table.pop(index, None)
                 self.resumed.discard(index)
@@ -318,11 +331,19 @@ class Track:
         self.best, self.how = index, how
 
     def force(self, how: str = "forced") -> None:
-        """End the track now: the best measured config, else the first usable one."""
+        """End the track now (a cut: ``max_runs``, a stalled track): the best config measured so far by every time
+        the group has (a finalist's screening time included while its race has not timed it), else the first
+        usable one. The choice is provisional (:attr:`cut`): the disk cache records it as such, and later jobs
+        tune the key again instead of serving it."""
+        self.cut = True
         if self.race is not None:
             for index in self.race.running:
                 if self.race.entrants[index].timed():
                     self._take(index)
+        for index, ms in self.screened.items():
+            if index not in self.times and index not in self.failed:
+                self.times[index] = ms
+                self.per_rank[index] = dict(self.screened_per_rank.get(index, {}))
         if self.times:
             self.finish(self._least(self.times), how)
             return

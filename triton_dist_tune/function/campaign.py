@@ -175,7 +175,7 @@ def _tune_one(tuner: Tuner, plan: Plan, position: int, build: Callable[[int], Ca
         result.index = tuner.space.index(config)
         result.key, result.config, result.entry = tuning.key_text, tuner.descriptions[result.index], tuning.entry
         decision = tuner.decisions.get((group.name, key))
-        if decision is not None and decision is not before:
+        if decision is not None and decision is not before and not decision.cached:
             result.state, result.time_ms, result.margin = "tuned", decision.time, decision.margin
             result.near_tie = decision.near_tie
         else:

@@ -46,7 +46,9 @@ def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
     else:
         margin, near_tie = None, False
     chosen = by_index[winner]
-    return Decision(winner, chosen.config, chosen.time, margin, near_tie, runner_up, outcomes, timing, rounds)
+    decision = Decision(winner, chosen.config, chosen.time, margin, near_tie, runner_up, outcomes, timing, rounds)
+    decision.cut = bool(race is not None and race.cut)
+    return decision
 
 
 def cache_record(name: str, key_text: str, group: Group, decision: Decision) -> dict[str, Any]:
@@ -56,7 +58,37 @@ def cache_record(name: str, key_text: str, group: Group, decision: Decision) -> 
             "margin": decision.margin, "near_tie": decision.near_tie, "runner_up": decision.runner_up,
             "timing": decision.timing, "search": decision.search, "clock": decision.clock, "rounds": decision.rounds,
             "tuning_seconds": decision.seconds,
-            "created": time.time(), "measurements": [o.to_json() for o in decision.outcomes]}
+            "created": time.time(), "measurements": [o.to_json() for o in decision.outcomes],
+            **({"provisional": True} if decision.cut else {})}
+
+
+def served(data: dict[str, Any]) -> dict[str, Any]:
+    """What group rank 0 shares of a cache record it serves: the choice and the measured outcomes (pruned and
+    unscreened configs left out), so that every rank's ``tuner.decisions`` holds the decision (the seeds of a later
+    search of a nearby key come from it, as after a tuning)."""
+    keep = ("index", "config", "time_ms", "margin", "near_tie", "runner_up", "timing", "search", "clock", "rounds")
+    outcomes = [o for o in data.get("measurements") or [] if isinstance(o, dict) and o.get("state") != "pruned"]
+    return {**{k: data.get(k) for k in keep}, "measurements": outcomes}
+
+
+def decision_from_record(record: Any, index: int, description: str) -> Decision:
+    """The :class:`Decision` of a served cache record (:func:`served`): config ``index`` with the record's times;
+    anything malformed in it is left out (the choice itself was checked against the space)."""
+    data = record if isinstance(record, dict) else {}
+    outcomes = [o for o in (Outcome.from_json(m) for m in data.get("measurements") or []) if o is not None]
+
+    def number(value: Any) -> float | None:
+        return float(value) if type(value) in (int, float) else None
+
+    runner_up = data.get("runner_up")
+    decision = Decision(index, description, number(data.get("time_ms")) or float("nan"), number(data.get("margin")),
+                        data.get("near_tie") is True, runner_up if type(runner_up) is int else None, outcomes,
+                        str(data.get("timing") or "steady"), data.get("rounds") if type(data.get("rounds")) is int
+                        else 0)
+    decision.search = str(data.get("search") or "")
+    decision.clock = str(data.get("clock") or "eager")
+    decision.cached = True
+    return decision
 
 
 def failure_text(outcomes: list[Outcome], group_size: int) -> str:
@@ -90,10 +122,12 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
         except OSError as exc:
             log.warning("triton_dist_tune: could not write the cache (%s)", exc)
     group.barrier(f"{label} decision written", timeout=timeout)
-    logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s; timed %s%s", label, decision.index,
+    logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s; timed %s%s%s", label, decision.index,
                          decision.config, decision.time, logs.margin_text(decision),
                          "on the device (CUDA graph replays)" if decision.clock == "graph" else "eagerly",
-                         f"; {decision.search}" if decision.search else "")
+                         f"; {decision.search}" if decision.search else "",
+                         "; cut short by the time budget: provisional (a later job tunes it again)"
+                         if decision.cut else "")
 
 
 def warn_if_another_group_chose_otherwise(path: Path, name: str, key_text: str, group: Group,

@@ -55,7 +55,14 @@ from ..measure.timing import timing_mode
 from ..records import Decision, Outcome
 from ..space import describe_key, fingerprint
 from .agreed import agree_on_call, agreed_prune, prepare
-from .decide import cache_record, conclude, decide, warn_if_another_group_chose_otherwise
+from .decide import (
+    cache_record,
+    conclude,
+    decide,
+    decision_from_record,
+    served,
+    warn_if_another_group_chose_otherwise,
+)
 from .searched import Searched
 
 if TYPE_CHECKING:
@@ -108,8 +115,10 @@ class Tuning:
         self._agree(key_error, problem)
         kept = self._prune()
         self._name_entry(kept)
-        found = self._lookup()
+        found, record = self._lookup()
         if found is not None:
+            # a served decision is a decision: a later search of a nearby key is seeded from it, as after a tuning
+            tuner.decisions[(group.name, self.key)] = decision_from_record(record, found, tuner.descriptions[found])
             rank_log.info("%s cache hit: config %d %s", self.label, found, tuner.descriptions[found])
             if group.rank == 0 and logs.printing_enabled(self.verbose):
                 logs.print_cache_hit(tuner.name, self.key_text, group, tuner.descriptions[found],
@@ -159,15 +168,18 @@ class Tuning:
         entry = entry_id(self.tuner.source, self.key_text, self.tuner.space_text, self.group.size, self.extra)
         self.entry = entry if self.layout is None else self.layout.entry(entry)
 
-    def _lookup(self) -> int | None:
-        """Step 3: the index of the cached choice (read by one rank, broadcast to all), or None."""
+    def _lookup(self) -> tuple[int | None, Any]:
+        """Step 3: the index of the cached choice and what rank 0 shares of its record (:func:`served`; read by
+        one rank, broadcast to all), or (None, None)."""
         tuner = self.tuner
 
-        def read_cache() -> int | None:
+        def read_cache() -> list | None:
             data = None if self.env.always_tune else tuner.cache.load(self.entry, tuner.space_text)
             index = data["index"] if data is not None else -1
+            if data is not None and data.get("provisional"):
+                return None  # a cut's choice (the time budget ended its race): tuned again, from the journals
             if 0 <= index < len(tuner.space) and data["config"] == tuner.descriptions[index]:
-                return index
+                return [index, served(data)]
             return None
 
         what = f"{self.label} cache lookup"
@@ -175,10 +187,13 @@ class Tuning:
             found = self.group.broadcast(read_cache() if self.group.rank == 0 else None, what, timeout=self.timeout)
         else:
             found = self.layout.lookup(read_cache, what, self.timeout)
-        if found is not None and not (type(found) is int and 0 <= found < len(tuner.space)):
+        if found is None:
+            return None, None
+        index = found[0] if isinstance(found, list) and len(found) == 2 else None
+        if not (type(index) is int and 0 <= index < len(tuner.space)):
             raise ExchangeError(f"{what}: the index read is not one of the space's ({str(found)[:100]}): another "
                                 "process wrote under the tuner's keys of the key-value store")
-        return found
+        return index, found[1]
 
     def _tune(self, kept: list[int]) -> Decision:
         """Steps 4 to 6, over the ``kept`` configs. The journal is locked while this tuning runs; when it is cut
@@ -204,7 +219,7 @@ class Tuning:
             except AllConfigsFailedError:
                 ended = True  # every config failed: this tuning is over, and nothing of it may replay later
                 raise
-            ended = True
+            ended = not decision.cut  # a cut's choice is provisional: the next job goes on from the journals
         finally:
             guard.close()
             board.close()

@@ -114,6 +114,8 @@ class Race:
         #: settled blocks added for a near-tie (``tie_blocks``), each of the first block's length
         self.tie_blocks = 0
         self._block = plan.final_rounds
+        #: True when the time budget ended the race before its rounds did (a cut: the choice is provisional)
+        self.cut = False
 
     # -- running ---------------------------------------------------------------------------------------------------
 
@@ -222,7 +224,8 @@ class Race:
         if len(self.running) <= 1 or self.rounds >= self.plan.max_rounds:
             return True
         budget = self.plan.budget_s
-        return budget is not None and elapsed_s >= budget and self.rounds >= self.plan.min_rounds
+        self.cut = budget is not None and elapsed_s >= budget and self.rounds >= self.plan.min_rounds
+        return self.cut
 
     def _unsettled_tie(self) -> bool:
         """Whether the leader and the runner-up of the settled rounds are a near-tie that more samples could

@@ -1,0 +1,274 @@
+"""Multi-rank scenarios of issue 34 defects 1, 2, 3 and 8, run by tests/test_reliability_c.py: a cut keeps the best
+measured, a search ends only on evidence, a resumed search replays its stages.
+
+Usage: python reliability_c_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Each rank prints
+``RESULT {json}`` lines. Every tuned call launches a real Triton kernel (Triton's interpreter on CPU ranks).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import signal  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from _cases import case, emit, main, spend, virtual_clock  # noqa: E402
+
+import triton_dist_tune as tdt  # noqa: E402
+from triton_dist_tune.errors import AllConfigsFailedError  # noqa: E402
+
+#: an 80-config space (5 x 4 x 4): more than the search threshold (64), so it is searched; the first look is 16
+SPACE = [{"BLOCK": block, "a": a, "b": b} for block, a, b in itertools.product((16, 32, 64, 128, 256), range(4),
+                                                                                range(4))]
+
+
+@triton.jit
+def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+
+def leave(**fields: object) -> None:
+    """Emit and end at once, with no barrier (the other rank is gone or elsewhere)."""
+    emit(**fields)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def landscape_ms(config: dict) -> float:
+    """A smooth bowl over the space: 1 ms at (BLOCK 64, a 2, b 1), more away from it."""
+    return 1.0 + abs(config["BLOCK"].bit_length() - 7) + abs(config["a"] - 2) + 0.5 * abs(config["b"] - 1)
+
+
+@case
+def function_first_look_fails():
+    """Defect 2: ``autotune`` over the 80 configs, whose first 16 distinct configs run (the search's first look)
+    raise on every rank; every other config works. The search must go on to untried configs and choose one."""
+    tdt.init_distributed(backend="gloo")
+    seen: list[int] = []
+    failing = int(os.environ.get("FAILING", "16"))
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=3, timing="cold", name="first_look",
+                  timeout=30)
+    def f(x, *, BLOCK, a, b):
+        index = SPACE.index({"BLOCK": BLOCK, "a": a, "b": b})
+        if index not in seen:
+            seen.append(index)
+        if index in seen[:failing]:
+            raise RuntimeError(f"config {index} does not run here")
+        spend(landscape_ms(SPACE[index]))
+        out = torch.empty_like(x)
+        add_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, x, out, x.numel(), BLOCK=BLOCK)
+        dist.all_reduce(out)
+        return out
+
+    x = torch.ones(64)
+    with virtual_clock():
+        try:
+            out = f(x)
+        except AllConfigsFailedError as exc:
+            emit(error=type(exc).__name__, message=str(exc)[:400], tried=len(seen), failing=seen[:failing])
+            return
+        except Exception as exc:
+            emit(error=type(exc).__name__, message=str(exc)[:400], tried=len(seen), failing=seen[:failing])
+            return
+    ((_, decision),) = f.tuner.decisions.items()
+    emit(error=None, chosen=decision.index, tried=len(seen), failing=seen[:failing], search=decision.search,
+         ok=bool(torch.equal(out, 2 * dist.get_world_size() * x)))
+
+
+@case
+def function_resumed_search():
+    """Defect 8: ``autotune`` over the 80 configs (times on the virtual clock, from :func:`landscape_ms`), key 64
+    tuned in full, then key 128, whose search is seeded by key 64's decision. With KILL_AT, every rank SIGKILLs
+    itself at the first call of key 128's KILL_AT-th distinct config (mid-search). Run again, key 64 is a cache
+    hit, and key 128's search must replay the stages of attempt 1 (its first stage all from the journals)."""
+    tdt.init_distributed(backend="gloo")
+    kill_at = int(os.environ.get("KILL_AT", "0"))
+    seen: list[int] = []
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=3, timing="cold", name="resumed",
+                  timeout=30)
+    def f(x, *, BLOCK, a, b):
+        index = SPACE.index({"BLOCK": BLOCK, "a": a, "b": b})
+        if x.shape[0] == 128 and index not in seen:
+            seen.append(index)
+            if kill_at and len(seen) == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        spend(landscape_ms(SPACE[index]) * (1.5 if x.shape[0] == 128 and a == 3 else 1.0))
+        out = torch.empty_like(x)
+        add_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, x, out, x.numel(), BLOCK=BLOCK)
+        dist.all_reduce(out)
+        return out
+
+    with virtual_clock():
+        f(torch.ones(64))
+        f(torch.ones(128))
+    decisions = {key: d for (_, key), d in f.tuner.decisions.items()}
+    emit(keys=sorted(decisions), chosen={str(k): d.index for k, d in decisions.items()},
+         cached={str(k): d.cached for k, d in decisions.items()}, search=decisions[128].search, screened=len(seen))
+
+
+#: each config's time in the budget case (ms, virtual clock): configs 0 and 1 tie, so the race runs on to its budget
+BUDGET_MS = (5.0, 5.0, 9.0, 12.0)
+
+
+@case
+def function_budget_cut():
+    """Defect 1 in ``autotune``: 4 configs, ``budget`` 1 ms of racing (the race ends after its 3 minimum rounds,
+    of 10): a cut. Prints the choice, whether the decision says it was cut, and how many calls the job made (a cache
+    hit makes one)."""
+    tdt.init_distributed(backend="gloo")
+    calls = [0]
+
+    @tdt.autotune([{"v": v} for v in range(len(BUDGET_MS))], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=10,
+                  timing="cold", name="budget_cut", budget=0.001, timeout=30)
+    def f(x, *, v):
+        calls[0] += 1
+        spend(BUDGET_MS[v])
+        out = torch.empty_like(x)
+        add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
+        dist.all_reduce(out)
+        return out
+
+    with virtual_clock():
+        f(torch.ones(64))
+    ((_, decision),) = f.tuner.decisions.items() or [(None, None)]
+    emit(calls=calls[0], chosen=None if decision is None else decision.index,
+         cut=None if decision is None else getattr(decision, "cut", None),
+         rounds=None if decision is None else decision.rounds)
+
+
+#: the inner kernel's 80 configs (5 x 4 x 4): each config's pre_hook runs this rank's hook for it (index, config)
+KERNEL_SPACE = [{"A": a, "B": b, "C": c} for a, b, c in itertools.product(range(5), range(4), range(4))]
+HOOK: list = [lambda index, params: None]
+
+
+def hook_of(index: int):
+    def hook(nargs):
+        HOOK[0](index, KERNEL_SPACE[index])
+
+    return hook
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64, **params}, pre_hook=hook_of(i))
+                          for i, params in enumerate(KERNEL_SPACE)], key=["n"])
+@triton.jit
+def inner_kernel(x, y, out, n, A: tl.constexpr, B: tl.constexpr, C: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+
+def kernel_ms(params: dict) -> float:
+    """A smooth bowl over the kernel's space: 1 ms at (A 3, B 1, C 2), up to 13 ms away from it."""
+    return 1.0 + 2 * abs(params["A"] - 3) + 1.5 * abs(params["B"] - 1) + abs(params["C"] - 2)
+
+
+def contextual_virtual_clock() -> None:
+    """Time ``contextual_autotune``'s launches on the virtual clock (:func:`_cases.spend`): the pre_hooks spend
+    their config's time, so the group's times follow from :func:`kernel_ms` exactly, whatever the load."""
+    from _cases import _VIRTUAL_MS
+
+    from triton_dist_tune.contextual import session
+    from triton_dist_tune.measure.timing import HostClock
+
+    class VirtualClock(HostClock):
+        def start(self) -> float:
+            return _VIRTUAL_MS[0]
+
+        def stop(self, start: float) -> float:
+            return _VIRTUAL_MS[0] - start
+
+    session.make_clock = VirtualClock
+
+
+def contextual_layer(max_runs: int):
+    """A function that launches the 80-config kernel between collectives, tuned by ``contextual_autotune``."""
+    from triton_dist_tune.contextual import contextual_autotune
+
+    runs = [0]
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1, max_runs=max_runs, timeout=30)
+    def layer(x, y):
+        runs[0] += 1
+        out = torch.empty_like(x)
+        inner_kernel[(1,)](x, y, out, x.numel())
+        dist.all_reduce(out)
+        return out
+
+    return layer, runs
+
+
+@case
+def contextual_first_look_fails():
+    """Defects 3: ``contextual_autotune`` over the 80-config inner kernel; the first FAILING (default 17) distinct
+    configs launched raise in their pre_hook on every rank (the meeting launch and the whole first look). With
+    KILL_AT, a rank SIGKILLs itself at the first launch of the KILL_AT-th distinct config (an attempt cut short
+    after the failures are journaled). Prints the choice, or the error."""
+    tdt.init_distributed(backend="gloo")
+    contextual_virtual_clock()
+    failing = int(os.environ.get("FAILING", "17"))
+    kill_at = int(os.environ.get("KILL_AT", "0"))
+    seen: list[int] = []
+    launches: list[int] = []
+
+    def hook(index: int, params: dict) -> None:
+        launches.append(index)
+        if index not in seen:
+            seen.append(index)
+            if kill_at and len(seen) == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        if index in seen[:failing]:
+            raise RuntimeError(f"config {index} does not run here")
+        spend(kernel_ms(params))
+
+    HOOK[0] = hook
+    layer, runs = contextual_layer(int(os.environ.get("MAX_RUNS", "1000")))
+    x, y = torch.ones(64), torch.ones(64)
+    try:
+        out = layer(x, y)
+    except Exception as exc:
+        leave(error=type(exc).__name__, message=str(exc)[:400], failing=seen[:failing], runs=runs[0],
+              launches=launches)
+    ((_, decision),) = layer.tuner.decisions.items()
+    emit(error=None, chosen=decision["index"], how=decision["how"], failing=seen[:failing], runs=runs[0],
+         launches=launches, failed=sorted(r["index"] for r in decision["table"] if r["state"] == "failed"),
+         ok=bool(torch.equal(out, dist.get_world_size() * (x + y))))
+
+
+@case
+def contextual_cut():
+    """Defect 1: ``contextual_autotune`` over the 80-config inner kernel (times on the virtual clock, from
+    :func:`kernel_ms`), cut by MAX_RUNS (40: the screening takes 33 runs, then the finalists' warm-ups are cut
+    off). Prints the choice, how it was made, and each config's launches."""
+    tdt.init_distributed(backend="gloo")
+    contextual_virtual_clock()
+    launches: list[int] = []
+
+    def hook(index: int, params: dict) -> None:
+        launches.append(index)
+        spend(kernel_ms(params))
+
+    HOOK[0] = hook
+    layer, runs = contextual_layer(int(os.environ["MAX_RUNS"]))
+    x, y = torch.ones(64), torch.ones(64)
+    out = layer(x, y)
+    ((_, decision),) = layer.tuner.decisions.items()
+    timed = sorted({i for i in launches if launches.count(i) >= 2})  # a warm-up and a timed step at least
+    best_timed_ms = min(kernel_ms(KERNEL_SPACE[i]) for i in timed)
+    emit(chosen=decision["index"], chosen_ms=kernel_ms(KERNEL_SPACE[decision["index"]]), how=decision["how"],
+         cut=decision.get("cut"), runs=runs[0], timed=timed, best_timed_ms=best_timed_ms,
+         ok=bool(torch.equal(out, dist.get_world_size() * (x + y))))
+
+
+if __name__ == "__main__":
+    main()

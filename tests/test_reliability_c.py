@@ -1,0 +1,155 @@
+"""Issue 34 defects 1, 2, 3 and 8, on real ranks (gloo, Triton's interpreter): a cut keeps the best measured and is
+provisional, a search ends only on evidence (both tuners), a resumed search replays its stages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from harness import HERE, describe, run_ranks, tuner_env
+
+CASES = HERE / "scenarios" / "reliability_c_cases.py"
+
+
+@pytest.mark.timeout(120)
+def test_a_function_search_whose_first_look_all_fails_goes_on_to_untried_configs(tmp_path):
+    """Defect 2: the 16 configs of the first look raise on every rank (before: no leaders, so no next stage, and
+    AllConfigsFailedError after 16 of 80 configs while 64 work). The search screens untried configs until it has
+    leaders and chooses a working config, alike on every rank."""
+    results = run_ranks(CASES, 2, ["function_first_look_fails"], env=tuner_env(tmp_path, timeout=30), timeout=110)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first, second = (r.result for r in results)
+    assert first["error"] is None, first
+    assert first["chosen"] == second["chosen"] and first["chosen"] not in first["failing"], (first, second)
+    assert first["failing"] == second["failing"] and len(first["failing"]) == 16
+    assert first["tried"] > 16 and first["ok"] and second["ok"], (first, second)
+
+
+@pytest.mark.timeout(120)
+def test_a_function_search_where_every_config_fails_raises_all_configs_failed(tmp_path):
+    """The other half of the contract: when every kept config fails, the search tries every one of them (ignoring
+    its cap on configs screened) and every rank raises AllConfigsFailedError."""
+    results = run_ranks(CASES, 2, ["function_first_look_fails"], env=tuner_env(tmp_path, timeout=30, FAILING="80"),
+                        timeout=110)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result["error"] == "AllConfigsFailedError" and r.result["tried"] == 80, r.result
+
+
+@pytest.mark.timeout(120)
+def test_a_contextual_search_whose_first_look_all_fails_goes_on_to_untried_configs(tmp_path):
+    """Defect 3: the meeting launch and the 16 configs of the first look raise on every rank (before: an empty stage,
+    then a bare IndexError on every rank although 63 configs work). The track screens untried configs and chooses
+    a working one, alike on every rank."""
+    results = run_ranks(CASES, 2, ["contextual_first_look_fails"], env=tuner_env(tmp_path, timeout=30), timeout=110)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first, second = (r.result for r in results)
+    assert first["error"] is None and second["error"] is None, (first, second)
+    assert first["chosen"] == second["chosen"] and first["chosen"] not in first["failing"], (first, second)
+    assert len(first["failing"]) == 17 and set(first["failing"]) <= set(first["failed"]), first
+    assert first["how"] == "tuned" and first["ok"] and second["ok"]
+
+
+@pytest.mark.timeout(120)
+def test_a_contextual_attempt_after_journaled_first_look_failures_resumes_and_chooses(tmp_path):
+    """Defect 3, the second attempt: attempt 1's 17 failures are journaled, then every rank is killed (SIGKILL at
+    its 20th distinct config). Attempt 2, where nothing fails any more, reads the journals (before: IndexError at
+    once, every time): it leaves the 17 out without launching them and chooses a working config."""
+    env = tuner_env(tmp_path, timeout=30)
+    first = run_ranks(CASES, 2, ["contextual_first_look_fails"], env={**env, "KILL_AT": "20"}, timeout=110)
+    # each rank kills itself there; one may instead end on the transport error of its peer's end first
+    assert all(r.returncode != 0 for r in first) and any(r.returncode == -9 for r in first), describe(first)
+    journals = list((tmp_path / "cache").rglob("*.journal"))
+    assert journals, "attempt 1 left no journal"
+    second = run_ranks(CASES, 2, ["contextual_first_look_fails"], env={**env, "FAILING": "0"}, timeout=110)
+    assert all(r.returncode == 0 for r in second), describe(second)
+    a, b = (r.result for r in second)
+    assert a["error"] is None and b["error"] is None, (a, b)
+    assert a["chosen"] == b["chosen"] and a["how"] == "tuned", (a, b)
+    assert len(a["failed"]) == 17, a  # attempt 1's failures, from the journals
+    assert not set(a["launches"]) & set(a["failed"]), "a config that failed in attempt 1 was launched again"
+    assert a["chosen"] not in a["failed"]
+
+
+@pytest.mark.timeout(120)
+def test_a_contextual_search_where_every_config_fails_raises_all_configs_failed(tmp_path):
+    """The other half of the contract in ``contextual_autotune``: when every kept config fails, every one is tried
+    (past the search's cap) and every rank raises AllConfigsFailedError (before: IndexError after 17)."""
+    results = run_ranks(CASES, 2, ["contextual_first_look_fails"], env=tuner_env(tmp_path, timeout=30, FAILING="80"),
+                        timeout=110)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result["error"] == "AllConfigsFailedError" and len(r.result["failing"]) == 80, r.result
+
+
+@pytest.mark.timeout(150)
+def test_a_max_runs_cut_chooses_the_best_screened_config_and_is_provisional(tmp_path):
+    """Defect 1: ``max_runs=40`` on the 80-config kernel cuts the finalists' warm-ups off. The choice is the best
+    config the group timed, screening included (before: the finalists' screening times were dropped and the best
+    of the configs that missed the finals was forced, then served from the disk cache to later jobs). The decision
+    says it was cut; the cache records it as provisional; the next job (no cut) tunes the key again, and its
+    tuning goes on from the journals the cut left."""
+    env = tuner_env(tmp_path, timeout=30)
+    results = run_ranks(CASES, 2, ["contextual_cut"], env={**env, "MAX_RUNS": "40"}, timeout=110)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first, second = (r.result for r in results)
+    assert first["chosen"] == second["chosen"] and first["how"] == "best so far at max_runs", (first, second)
+    assert first["runs"] == 41 and first["ok"], first
+    assert first["chosen_ms"] == first["best_timed_ms"], first
+    assert first["cut"] is True and second["cut"] is True
+    entries = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("*.json")]
+    assert [e.get("provisional") for e in entries] == [True], entries
+    assert list((tmp_path / "cache").rglob("*.journal")), "the cut removed the journals its next job resumes from"
+
+    again = run_ranks(CASES, 2, ["contextual_cut"], env={**env, "MAX_RUNS": "1000"}, timeout=110)
+    assert all(r.returncode == 0 for r in again), describe(again)
+    a, b = (r.result for r in again)
+    assert a["how"] == "tuned" and a["chosen"] == b["chosen"] and not a["cut"], (a, b)
+    assert a["runs"] > 2  # tuned, not served
+    entries = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("*.json")]
+    assert [e.get("provisional") for e in entries] == [None], entries
+
+
+@pytest.mark.timeout(120)
+def test_autotune_cut_by_its_time_budget_is_provisional_and_tuned_again_by_the_next_job(tmp_path):
+    """Defect 1's rule in ``autotune``: a race ended by its time budget (3 of 10 rounds) chooses the best measured
+    (the least median of the race), says it was cut, and is recorded as provisional: the next job tunes the key
+    again instead of serving it (before: served from the disk cache, one call)."""
+    env = tuner_env(tmp_path, timeout=30)
+    for job in range(2):
+        results = run_ranks(CASES, 2, ["function_budget_cut"], env=env, timeout=110)
+        assert all(r.returncode == 0 for r in results), describe(results)
+        first, second = (r.result for r in results)
+        assert first["chosen"] == second["chosen"] and first["chosen"] in (0, 1), (job, first, second)
+        assert first["cut"] is True and first["rounds"] == 3 and first["calls"] > 4, (job, first)
+        entries = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("*.json")]
+        assert [e.get("provisional") for e in entries] == [True], entries
+
+
+def stage_lines(folder, key: int) -> list[str]:
+    """The rank logs' lines of the search stages of key ``key`` under ``folder``."""
+    return [line for path in sorted(folder.glob("rank-*.log")) for line in path.read_text().splitlines()
+            if f"key={key}] search stage " in line]
+
+
+@pytest.mark.timeout(150)
+def test_a_resumed_search_is_seeded_as_before_and_replays_its_first_stage_from_the_journals(tmp_path):
+    """Defect 8: attempt 1 tunes key 64, then is killed in the middle of key 128's search, which key 64's decision
+    seeded. In attempt 2 key 64 is a cache hit; the hit fills ``tuner.decisions`` (before: it did not), so key
+    128's search gets the same seeds and its first stage is attempt 1's: every config of it comes from the
+    journals, none is screened again (before: the first look differed and configs were screened anew)."""
+    env = tuner_env(tmp_path, timeout=30)
+    first = run_ranks(CASES, 2, ["function_resumed_search"],
+                      env={**env, "KILL_AT": "20", "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs1")},
+                      timeout=120)
+    # each rank kills itself there; one may instead end on the transport error of its peer's end first
+    assert all(r.returncode != 0 for r in first) and any(r.returncode == -9 for r in first), describe(first)
+    before = stage_lines(tmp_path / "logs1", 128)
+    assert before and "search stage 1: 16 config(s), 16 screened now" in before[0], before
+    second = run_ranks(CASES, 2, ["function_resumed_search"],
+                       env={**env, "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs2")}, timeout=120)
+    assert all(r.returncode == 0 for r in second), describe(second)
+    after = stage_lines(tmp_path / "logs2", 128)
+    assert "search stage 1: 16 config(s), 0 screened now" in after[0], after
+    a, b = (r.result for r in second)
+    assert a["chosen"] == b["chosen"] and a["cached"] == {"64": True, "128": False}, (a, b)
