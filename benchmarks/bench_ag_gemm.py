@@ -45,6 +45,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -226,6 +227,21 @@ def summarize_cell(cell: Cell, per_repeat: list[dict[str, dict[str, Any]]]) -> N
         row[f"{regime}_limit_ms"] = summarize(limits)
 
 
+def settle_threads(limit_s: float = 20.0) -> dict[str, Any]:
+    """The threads alive once tuning is over; waits (at most ``limit_s``) for the tuner's compile threads, which
+    finish a compile already started when the decision came, so that none runs (holding the GIL at times) while
+    a host-bound contender is timed. The old benchmark timed ours right after its tuning."""
+    start = time.perf_counter()
+    alive = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+    while time.perf_counter() - start < limit_s:
+        busy = [t for t in threading.enumerate() if t.name.startswith("tdt-compile") and t.is_alive()]
+        if not busy:
+            break
+        busy[0].join(timeout=0.5)
+    left = sorted(t.name for t in threading.enumerate() if t.name.startswith("tdt-compile"))
+    return {"threads": alive, "waited_s": time.perf_counter() - start, "compile_threads_left": left}
+
+
 def environment() -> dict[str, Any]:
     """GPU, versions and world size, for the JSON."""
     cuda = torch.cuda.is_available()
@@ -281,6 +297,7 @@ def main() -> int:
             cell.tune()
             say(f"tuned {cell.label}: {config_text(cell.config)} in {cell.row['tuning_s']:.1f} s")
     phases["tune_s"] = time.perf_counter() - t0
+    env["after_tuning"] = settle_threads()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the tuner's leftovers; the warm-up below allocates what the contenders need
     sizes = warm(cells, args.warmup)
@@ -297,6 +314,10 @@ def main() -> int:
             results[label].append(measure(cell.contenders(), sizes[label], args.rounds, args.lat_calls, timer,
                                           args.seed, rep, label))
         say(f"repeat {rep + 1}/{args.repeats} done")
+        if rank == 0:  # what a run cut short still leaves behind
+            args.out.mkdir(parents=True, exist_ok=True)
+            partial = {"environment": env, "rows": [c.row for c in cells], "repeats": results}
+            (args.out / "bench_ag_gemm.partial.json").write_text(json.dumps(partial, indent=1, default=str))
     phases["measure_s"] = time.perf_counter() - t0 - phases["tune_s"] - phases["warm_s"]
     for cell in cells:
         summarize_cell(cell, results[cell.label])
