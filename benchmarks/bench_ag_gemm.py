@@ -1,29 +1,39 @@
-"""AG-GEMM and GEMM-RS on GPUs: baselines, PyTorch's fused ops, and ours (tuned, or a hand-picked sweep).
+"""AG-GEMM and GEMM-RS on GPUs: ours tuned against the chosen algorithm called directly, PyTorch's fused op and
+the baselines, measured so that a cell repeats (issue 33, item 4).
 
-Usage (one rank per GPU)::
+Usage (one rank per GPU; the script also forces NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+NVSHMEM_DISABLE_NVLS=1 before the group starts)::
 
-    bash launch.sh benchmarks/bench_ag_gemm.py --out DIR [--shapes 8192x8192x8192,...] [--ops ag,rs]
-        [--no-tune] [--sweep] [--warmup 5] [--repeat 30]
+    torchrun --nproc-per-node 4 benchmarks/bench_ag_gemm.py --out DIR [--ops ag,rs]
+        [--ag-shapes 8192x8192x8192,16384x8192x8192] [--rs-shapes 8192x8192x8192,32768x8192x3584]
+        [--repeats 3] [--rounds 5] [--no-tune] [--sweep]
 
-Shapes are ``M x K x N`` in bf16 with tensor-parallel sharding over the W ranks:
+Shapes are ``M x K x N`` in bf16 (float32 on CPU) with tensor-parallel sharding over the W ranks:
 
 * AG-GEMM: A row-sharded ``[M/W, K]`` per rank, B the rank's column shard ``[K, N/W]``; out ``[M, N/W]``.
 * GEMM-RS: A column-sharded ``[M, K/W]``, B the rank's row shard ``[K/W, N]``; out ``[M/W, N]``.
 
-Per shape: the collective alone, the local GEMM alone (torch.matmul / cuBLAS), collective then GEMM
-(algo "torch"), the PyTorch fused op (algo "torch_fused"), ours tuned with ``triton_dist_tune`` (fresh
-cache in ``DIR/tune_cache`` unless TRITON_DIST_AUTOTUNE_CACHE_DIR is set; with its chosen config and
-the wall time of the tuning call, compiles included), and the limit ``max(collective, GEMM)``.
-``--sweep`` also times a hand-picked list of our configs (and our Triton GEMM alone per tile).
-Two regimes, each in a table of its own:
+Contenders per (op, shape) cell: ``ours`` (the tuned function, hot path, after tuning with a fresh cache in
+``DIR/tune_cache`` unless TRITON_DIST_AUTOTUNE_CACHE_DIR is set), ``direct`` (the example function called with
+the config ``ours`` chose, read from ``LAST_CONFIG`` after a hot-path call: same code, same allocations, no
+tuner), ``fused`` (``torch.ops.symm_mem.fused_*`` called directly), ``torch`` (collective then ``torch.mm``),
+``comm`` and ``gemm`` (each alone, into preallocated buffers), and with ``--sweep`` a hand-picked list of configs.
 
-* **latency** (as before): the max over ranks of the median of ``--repeat`` runs after ``--warmup`` runs,
-  timed with CUDA events, with a barrier and a device synchronize before each run (one call on an idle,
-  aligned group);
-* **back-to-back** (steady, throughput; the regime the tuner's steady timing tunes for): ``--steady-calls``
-  calls queued back to back with no barrier or synchronize between them, timed with CUDA events from before
-  the first to after the last, per call = window / calls; the max over ranks of the median of
-  ``--steady-windows`` windows (a barrier and a synchronize before each window only). Keys ``*_steady_ms``.
+Method (why: the old version timed each contender in one block, the fused op before the tuning and ours right
+after it, with the GPUs at another clock and the allocator in another state; see benchmarks/ag_gemm_notes.md):
+
+1. tune every cell first; then free the allocator's cache and warm every contender of every cell (``--warmup``
+   calls each, in data-flow order, which includes first-call setup such as the fused op's symmetric-memory
+   workspace and rendezvous), size the back-to-back windows, and run one untimed round of everything;
+2. ``--repeats`` times, over the cells in a shuffled order: ``--rounds`` rounds, each timing every contender once
+   per regime in an order shuffled per round and shared by all ranks (:mod:`benchmarks._interleave`):
+   * latency: barrier + synchronize, one call timed with CUDA events (``--lat-calls`` such samples per round);
+   * back-to-back: barrier + synchronize, ``--settle-ms`` of untimed calls, then a window of about
+     ``--window-ms`` (at least ``--min-calls`` calls) timed with events, ms per call;
+   a repeat's value is the max over ranks of the rank's median over its rounds;
+3. per cell and regime: each contender's median over the repeats and its spread (max / min - 1), ours / direct
+   and ours / fused (per repeat, then their median and spread), the SM clock (pynvml, if importable; the min
+   over ranks of the median) and the host time of a latency call (what the tuner's wrapper adds shows there).
 
 Writes ``DIR/bench_ag_gemm.json`` and ``DIR/bench_ag_gemm.md``.
 """
@@ -35,10 +45,15 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+_OVERRIDDEN = {k: os.environ[k] for k, v in NO_MULTICAST.items() if os.environ.get(k, v) != v}
+os.environ.update(NO_MULTICAST)  # before torch starts NCCL or symmetric memory: NVLink multicast stays off
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -46,31 +61,18 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 
-from examples._dist_common import LAST_CONFIG, symm_mem_available, time_group_ms  # noqa: E402
-from examples.ag_gemm import ag_gemm, ag_gemm_prune, make_tuned_ag_gemm, p2p_push, p2p_release  # noqa: E402
-from examples.gemm_kernels import TORCH_GEMM, gemm, tile_usable  # noqa: E402
+from benchmarks._interleave import Clock, Timer, estimate_ms, measure, shared_order, summarize, sync, window_sizes  # noqa: E402,E501
+from examples._dist_common import LAST_CONFIG, enable_symm_mem, symm_mem_available  # noqa: E402
+from examples.ag_gemm import ag_gemm, ag_gemm_prune, make_tuned_ag_gemm  # noqa: E402
+from examples.gemm_kernels import TORCH_GEMM  # noqa: E402
 from examples.gemm_rs import gemm_rs, gemm_rs_prune, make_tuned_gemm_rs  # noqa: E402
 
-DEFAULT_SHAPES = "8192x8192x8192,16384x8192x8192,32768x8192x3584,4096x4096x4096,128x8192x8192"
-GOAL_SHAPES = ("8192x8192x8192", "32768x8192x3584")
-SWEEP_TILES = ("128x256x64-g8-w8-s4", "64x128x128-g8-w4-s3")
-SWEEP = [
-    {"algo": algo, "splits": s, "gemm_config": tile}
-    for algo, s, tile in (
-        ("torch", 1, TORCH_GEMM),
-        ("chunked", 1, TORCH_GEMM),
-        ("chunked", 2, TORCH_GEMM),
-        ("p2p", 1, TORCH_GEMM),
-        ("p2p", 2, TORCH_GEMM),
-        ("p2p", 4, TORCH_GEMM),
-        ("p2p", 2, SWEEP_TILES[0]),
-        ("p2p", 4, SWEEP_TILES[0]),
-        ("chunked", 1, SWEEP_TILES[0]),
-        ("sequential", 1, SWEEP_TILES[0]),
-        ("sequential", 1, SWEEP_TILES[1]),
-        ("p2p", 1, SWEEP_TILES[1]),
-    )
-]
+AG_SHAPES = "8192x8192x8192,16384x8192x8192"
+RS_SHAPES = "8192x8192x8192,32768x8192x3584"
+SWEEP_TILE = "128x256x64-g8-w8-s4"
+SWEEP = [{"algo": a, "splits": s, "gemm_config": t} for a, s, t in (
+    ("chunked", 2, TORCH_GEMM), ("p2p", 1, TORCH_GEMM), ("p2p", 4, TORCH_GEMM), ("sequential", 1, SWEEP_TILE))]
+REGIMES = ("latency", "steady")
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -78,46 +80,66 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
 
 
-class Bench:
-    """Times one operation (AG-GEMM or GEMM-RS) at one shape; collects the figures in ``row``."""
+def config_text(cfg: dict[str, Any] | None) -> str:
+    return "-" if not cfg else f"{cfg['algo']}/{cfg['splits']}/{cfg['gemm_config']}"
+
+
+class Cell:
+    """One operation (AG-GEMM or GEMM-RS) at one shape: its tensors, its tuning and its contenders."""
 
     def __init__(self, op: str, shape: str, args: argparse.Namespace) -> None:
         m, k, n = (int(v) for v in shape.split("x"))
         world, cuda = dist.get_world_size(), torch.cuda.is_available()
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-        self.op, self.args, self.world = op, args, world
+        self.op, self.shape, self.args = op, shape, args
+        self.label = f"{op} {shape}"
         gen = torch.Generator(device=device).manual_seed(7 + dist.get_rank())
-        bf16 = {"dtype": torch.bfloat16 if cuda else torch.float32, "device": device}  # CPU: smoke test
+        opts = {"dtype": torch.bfloat16 if cuda else torch.float32, "device": device}  # CPU: smoke test
         if op == "ag":
-            self.A = torch.randn(m // world, k, generator=gen, **bf16)
-            self.B = torch.randn(k, n // world, generator=gen, **bf16) / k**0.5
+            self.A = torch.randn(m // world, k, generator=gen, **opts)
+            self.B = torch.randn(k, n // world, generator=gen, **opts) / k**0.5
             self.fn, self.prune, self.make_tuned = ag_gemm, ag_gemm_prune, make_tuned_ag_gemm
             self.fused_op = "fused_all_gather_matmul"
-            self.gemm_in = torch.empty(m, k, **bf16)  # the gathered A
-            self.gemm_out = torch.empty(m, n // world, **bf16)
-            self.comm_in, self.comm_out = self.A, self.gemm_in
+            self.gemm_in, self.gemm_out = torch.empty(m, k, **opts), torch.empty(m, n // world, **opts)
+            self.comm_in, self.comm_out = self.A, self.gemm_in  # the collective fills the GEMM's input
         else:
-            self.A = torch.randn(m, k // world, generator=gen, **bf16)
-            self.B = torch.randn(k // world, n, generator=gen, **bf16) / k**0.5
+            self.A = torch.randn(m, k // world, generator=gen, **opts)
+            self.B = torch.randn(k // world, n, generator=gen, **opts) / k**0.5
             self.fn, self.prune, self.make_tuned = gemm_rs, gemm_rs_prune, make_tuned_gemm_rs
             self.fused_op = "fused_matmul_reduce_scatter"
-            self.gemm_in, self.gemm_out = self.A, torch.empty(m, n, **bf16)
-            self.comm_in, self.comm_out = self.gemm_out, torch.empty(m // world, n, **bf16)
+            self.gemm_in, self.gemm_out = self.A, torch.empty(m, n, **opts)
+            self.comm_in, self.comm_out = self.gemm_out, torch.empty(m // world, n, **opts)  # GEMM feeds it
+        self.has_fused = symm_mem_available(self.A, None, self.fused_op)
+        self.group_name = enable_symm_mem(None) if self.has_fused else ""
+        self.tuned: Callable[..., Any] | None = None
+        self.config: dict[str, Any] | None = None
         self.row: dict[str, Any] = {"op": op, "shape": shape, "M": m, "K": k, "N": n, "world": world}
 
-    def time(self, fn: Callable[[], Any]) -> float:
-        return time_group_ms(fn, warmup=self.args.warmup, repeat=self.args.repeat)
+    def ref(self) -> torch.Tensor:
+        return self.fn(self.A, self.B, algo="torch")
 
-    def time_both(self, key: str, fn: Callable[[], Any]) -> None:
-        """``row[key]`` in the latency regime and ``row[key_steady_ms]`` back to back."""
-        self.row[key] = self.time(fn)
-        self.row[steady_key(key)] = time_steady_ms(fn, self.args.warmup, self.args.steady_windows,
-                                                   self.args.steady_calls)
+    def tune(self) -> None:
+        """Tune (timed, compiles included), then read the chosen config off a hot-path call."""
+        row, tuned = self.row, self.make_tuned()
+        dist.barrier()
+        sync()
+        start = time.perf_counter()
+        tuned(self.A, self.B, autotune_verbose=self.args.verbose)  # tunes over the default group
+        sync()
+        row["tuning_s"] = time.perf_counter() - start
+        out = tuned(self.A, self.B)  # the hot path: decided key, no tuner keyword
+        self.tuned, self.config = tuned, dict(LAST_CONFIG[self.fn.__name__])
+        configs: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(configs, self.config)
+        row["config"], row["configs_agree"] = self.config, all(c == self.config for c in configs)
+        ref = self.ref()
+        row["ours_err"] = rel_err(out, ref)
+        row["direct_err"] = rel_err(self.fn(self.A, self.B, **self.config), ref)
 
-    def p2p_push_only(self, splits: int) -> None:
-        _, _, events, handle = p2p_push(self.A, None, splits)
-        torch.cuda.current_stream().wait_event(events[-1])
-        p2p_release(handle)
+    def fused(self) -> torch.Tensor:
+        if self.op == "ag":
+            return torch.ops.symm_mem.fused_all_gather_matmul(self.A, [self.B], 0, self.group_name)[1][0]
+        return torch.ops.symm_mem.fused_matmul_reduce_scatter(self.A, self.B, "sum", 0, self.group_name)
 
     def collective(self) -> None:
         if self.op == "ag":
@@ -125,100 +147,99 @@ class Bench:
         else:
             dist.reduce_scatter_tensor(self.comm_out, self.comm_in)
 
-    def run(self) -> dict[str, Any]:
-        row = self.row
-        # In data-flow order, so that each timed step reads real data (the gathered A, the partial sums).
-        steps = [
-            ("comm_ms", self.collective),
-            ("gemm_ms", lambda: torch.mm(self.gemm_in, self.B, out=self.gemm_out)),  # cuBLAS
-        ]
-        for name, step in steps if self.op == "ag" else steps[::-1]:
-            self.time_both(name, step)
-        row["limit_ms"] = max(row["comm_ms"], row["gemm_ms"])
-        row["limit_steady_ms"] = max(row["comm_steady_ms"], row["gemm_steady_ms"])
-        ref = self.fn(self.A, self.B, algo="torch")
-        self.time_both("torch_ms", lambda: self.fn(self.A, self.B, algo="torch"))
-        if self.op == "ag" and symm_mem_available(self.A, None, self.fused_op):
-            for splits in (1, 4):  # our copy-engine all-gather alone (p2p algo without its GEMMs)
-                row[f"p2p_push{splits}_ms"] = self.time(lambda splits=splits: self.p2p_push_only(splits))
-        if symm_mem_available(self.A, None, self.fused_op):
-            row["fused_err"] = rel_err(self.fn(self.A, self.B, algo="torch_fused"), ref)
-            self.time_both("fused_ms", lambda: self.fn(self.A, self.B, algo="torch_fused"))
-        if self.args.sweep:
-            self.sweep(ref)
-        if not self.args.no_tune:
-            self.tuned(ref)
-        return row
-
-    def sweep(self, ref: torch.Tensor) -> None:
-        row = self.row
-        row["triton_gemm_ms"] = {
-            tile: self.time(lambda tile=tile: gemm(self.gemm_in, self.B, self.gemm_out, tile))
-            for tile in SWEEP_TILES
-            if tile_usable(tile, self.A, self.gemm_in.shape[0])
+    def contenders(self) -> dict[str, Callable[[], Any]]:
+        """Name -> zero-argument call, in data-flow order (the first warm-up fills the baselines' buffers)."""
+        A, B, fn = self.A, self.B, self.fn
+        base: dict[str, Callable[[], Any]] = {
+            "comm": self.collective,
+            "gemm": lambda: torch.mm(self.gemm_in, B, out=self.gemm_out),  # cuBLAS
         }
-        row["sweep"] = []
-        for cfg in SWEEP:
-            if not self.prune(cfg, self.A, self.B):
-                continue
-            err = rel_err(self.fn(self.A, self.B, **cfg), ref)
-            ms = self.time(lambda cfg=cfg: self.fn(self.A, self.B, **cfg))
-            row["sweep"].append({"config": cfg, "ms": ms, "err": err})
-        best = min(row["sweep"], key=lambda r: r["ms"])
-        row["sweep_best_ms"], row["sweep_best_config"] = best["ms"], best["config"]
+        if self.op == "rs":
+            base = dict(reversed(base.items()))
+        c: dict[str, Callable[[], Any]] = {}
+        if self.tuned is not None and self.config is not None:
+            tuned, config = self.tuned, self.config
+            c["ours"] = lambda: tuned(A, B)
+            c["direct"] = lambda: fn(A, B, **config)
+        if self.has_fused:
+            c["fused"] = self.fused
+        c["torch"] = lambda: fn(A, B, algo="torch")
+        c.update(base)
+        if self.args.sweep:
+            for cfg in SWEEP:
+                if self.prune(cfg, A, B):
+                    c[f"sweep:{config_text(cfg)}"] = lambda cfg=cfg: fn(A, B, **cfg)
+        return c
 
-    def tuned(self, ref: torch.Tensor) -> None:
-        row = self.row
-        tuned = self.make_tuned()
-        dist.barrier()
-        sync()
-        start = time.perf_counter()
-        out = tuned(self.A, self.B, autotune_verbose=self.args.verbose)  # tunes over the default group
-        sync()
-        row["tuning_s"] = time.perf_counter() - start
-        row["tuned_config"] = LAST_CONFIG.get(self.fn.__name__)
-        row["tuned_err"] = rel_err(out, ref)
-        self.time_both("tuned_ms", lambda: tuned(self.A, self.B))
-
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    def check(self) -> None:
+        """Errors of the fused op and the sweep against the ``torch`` algorithm."""
+        ref = self.ref()
+        if self.has_fused:
+            self.row["fused_err"] = rel_err(self.fused(), ref)
+        if self.args.sweep:
+            self.row["sweep_err"] = {config_text(c): rel_err(self.fn(self.A, self.B, **c), ref) for c in SWEEP
+                                     if self.prune(c, self.A, self.B)}
 
 
-def steady_key(key: str) -> str:
-    """``"tuned_ms"`` -> ``"tuned_steady_ms"``."""
-    return key[: -len("_ms")] + "_steady_ms"
-
-
-def time_steady_ms(fn: Callable[[], Any], warmup: int = 5, windows: int = 5, calls: int = 10) -> float:
-    """The back-to-back regime: ``calls`` calls of ``fn`` queued with no barrier or synchronize between them,
-    timed with CUDA events around the whole window (the host clock without CUDA); ms per call, the median of
-    ``windows`` windows (each after a barrier and a synchronize), the max over ranks."""
-    cuda = torch.cuda.is_available()
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(windows):
-        dist.barrier()
-        sync()
-        if not cuda:
-            start_s = time.perf_counter()
+def warm(cells: list[Cell], calls: int) -> dict[str, dict[str, tuple[int, int]]]:
+    """Every contender of every cell ``calls`` times (first-call setup included), then the window sizes."""
+    sizes = {}
+    for cell in cells:
+        cell.check()
+        for fn in cell.contenders().values():
             for _ in range(calls):
                 fn()
-            samples.append((time.perf_counter() - start_s) * 1e3 / calls)
-            continue
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / calls)
-    samples.sort()
-    median = torch.tensor([samples[len(samples) // 2]], device="cuda" if cuda else "cpu")
-    dist.all_reduce(median, op=dist.ReduceOp.MAX)
-    return float(median.item())
+            sync()
+        dist.barrier()
+        est = estimate_ms(cell.contenders())
+        a = cell.args
+        sizes[cell.label] = {n: window_sizes(ms, a.settle_ms, a.window_ms, a.min_calls) for n, ms in est.items()}
+        cell.row["est_ms"] = est
+        cell.row["window"] = {n: {"settle": s, "calls": k} for n, (s, k) in sizes[cell.label].items()}
+    return sizes
+
+
+def ratio_summary(per_repeat: list[dict[str, dict[str, Any]]], regime: str, a: str, b: str) -> dict[str, Any] | None:
+    """``a / b`` in ``regime``, per repeat (paired: same rounds), with its median and spread."""
+    if a not in per_repeat[0] or b not in per_repeat[0]:
+        return None
+    key = f"{regime}_ms"
+    return summarize([r[a][key] / r[b][key] for r in per_repeat])
+
+
+def summarize_cell(cell: Cell, per_repeat: list[dict[str, dict[str, Any]]]) -> None:
+    """Medians and spreads over the repeats into ``cell.row``."""
+    row = cell.row
+    row["repeats"] = per_repeat
+    row["contenders"] = {
+        name: {key: summarize([r[name][key] for r in per_repeat])
+               if all(r[name][key] is not None for r in per_repeat) else None
+               for key in ("latency_ms", "steady_ms", "host_us", "latency_mhz", "steady_mhz")}
+        for name in per_repeat[0]
+    }
+    for regime in REGIMES:
+        row[f"{regime}_ratios"] = {
+            "ours/direct": ratio_summary(per_repeat, regime, "ours", "direct"),
+            "ours/fused": ratio_summary(per_repeat, regime, "ours", "fused"),
+            "direct/fused": ratio_summary(per_repeat, regime, "direct", "fused"),
+        }
+        limits = [max(r["comm"][f"{regime}_ms"], r["gemm"][f"{regime}_ms"]) for r in per_repeat]
+        row[f"{regime}_limit_ms"] = summarize(limits)
+
+
+def settle_threads(limit_s: float = 20.0) -> dict[str, Any]:
+    """The threads alive once tuning is over; waits (at most ``limit_s``) for the tuner's compile threads, which
+    finish a compile already started when the decision came, so that none runs (holding the GIL at times) while
+    a host-bound contender is timed. The old benchmark timed ours right after its tuning."""
+    start = time.perf_counter()
+    alive = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+    while time.perf_counter() - start < limit_s:
+        busy = [t for t in threading.enumerate() if t.name.startswith("tdt-compile") and t.is_alive()]
+        if not busy:
+            break
+        busy[0].join(timeout=0.5)
+    left = sorted(t.name for t in threading.enumerate() if t.name.startswith("tdt-compile"))
+    return {"threads": alive, "waited_s": time.perf_counter() - start, "compile_threads_left": left}
 
 
 def environment() -> dict[str, Any]:
@@ -231,119 +252,30 @@ def environment() -> dict[str, Any]:
         "triton": triton.__version__,
         "cuda": torch.version.cuda,
         "nccl": ".".join(str(v) for v in torch.cuda.nccl.version()) if cuda else "-",
-        "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
+        "env": {k: os.environ.get(k) for k in NO_MULTICAST},
+        "env_overridden": _OVERRIDDEN,
+        "sm_clock_read": Clock().handle is not None,
     }
 
 
-def fmt(value: Any) -> str:
-    return f"{value:.3f}" if isinstance(value, float) else ("-" if value is None else str(value))
-
-
-def config_text(cfg: dict[str, Any] | None) -> str:
-    return "-" if not cfg else f"{cfg['algo']}/{cfg['splits']}/{cfg['gemm_config']}"
-
-
-def markdown(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
-    """The results as markdown tables (times in ms), one per operation, plus the goal verdicts."""
-    lines = [
-        f"{env['gpus']}x {env['gpu']}, torch {env['torch']}, triton {env['triton']}, NCCL {env['nccl']}",
-        "",
-    ]
-    for op, comm in (("ag", "AG"), ("rs", "RS")):
-        mine = [r for r in rows if r["op"] == op]
-        if not mine:
-            continue
-        gemm_name = "AG-GEMM" if op == "ag" else "GEMM-RS"
-        lines += [
-            f"### {gemm_name} (M x K x N, bf16, {env['gpus']} ranks), latency regime (barrier + synchronize "
-            "before each call; ms)",
-            "",
-            f"| shape | {comm} | GEMM | {comm}+GEMM | torch fused | ours tuned | tuned config | tuning s "
-            "| best of sweep | sweep config | limit max | ours/limit | ours/fused |",
-            "|---" * 13 + "|",
-        ]
-        for r in mine:
-            times = ("comm_ms", "gemm_ms", "torch_ms", "fused_ms", "tuned_ms")
-            cells = [r["shape"], *(fmt(r.get(k)) for k in times)]
-            cells += [config_text(r.get("tuned_config")), fmt(r.get("tuning_s")), fmt(r.get("sweep_best_ms"))]
-            cells += [config_text(r.get("sweep_best_config")), fmt(r["limit_ms"])]
-            cells += [ratio(r, "limit_ms"), ratio(r, "fused_ms")]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-        lines += [
-            f"### {gemm_name}, back-to-back regime (steady, throughput: {comm}, GEMM, ... each timed over "
-            "--steady-calls calls queued back to back; ms per call)",
-            "",
-            f"| shape | {comm} | GEMM | {comm}+GEMM | torch fused | ours tuned | limit max | ours/limit | ours/fused "
-            "| ours/torch |",
-            "|---" * 10 + "|",
-        ]
-        for r in mine:
-            keys = ("comm_steady_ms", "gemm_steady_ms", "torch_steady_ms", "fused_steady_ms", "tuned_steady_ms",
-                    "limit_steady_ms")
-            cells = [r["shape"], *(fmt(r.get(k)) for k in keys)]
-            cells += [steady_ratio(r, b) for b in ("limit_steady_ms", "fused_steady_ms", "torch_steady_ms")]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-    lines += goal_lines(rows)
-    return "\n".join(lines) + "\n"
-
-
-def ours_ms(row: dict[str, Any]) -> float | None:
-    """Our time at a row: tuned when measured, else the best of the sweep."""
-    return row.get("tuned_ms", row.get("sweep_best_ms"))
-
-
-def ratio(row: dict[str, Any], baseline: str) -> str:
-    ours = ours_ms(row)
-    return f"{ours / row[baseline]:.3f}" if ours and row.get(baseline) else "-"
-
-
-def steady_ratio(row: dict[str, Any], baseline: str) -> str:
-    ours, base = row.get("tuned_steady_ms"), row.get(baseline)
-    return f"{ours / base:.3f}" if ours and base else "-"
-
-
-def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Verdicts on the AG-GEMM goals: ours <= torch fused everywhere; <= 1.1 x limit at the goal shapes (latency
-    regime); ours <= torch fused back to back."""
-    out = []
-    for r in (r for r in rows if r["op"] == "ag"):
-        ours = ours_ms(r)
-        label = "tuned" if "tuned_ms" in r else "best of sweep"
-        if ours is None:
-            continue
-        if r.get("fused_ms"):
-            ok = ours <= r["fused_ms"] * 1.01
-            verdict = "MET" if ok else "MISSED"
-            out.append(
-                f"- {r['shape']}: ours ({label}) {ours:.3f} vs torch fused {r['fused_ms']:.3f}: {verdict}"
-            )
-        if r["shape"] in GOAL_SHAPES:
-            verdict = "MET" if ours <= 1.10 * r["limit_ms"] else "MISSED"
-            out.append(
-                f"- {r['shape']}: ours ({label}) / max(AG, GEMM) = {ours / r['limit_ms']:.3f}: {verdict}"
-            )
-        steady, fused = r.get("tuned_steady_ms"), r.get("fused_steady_ms")
-        if steady and fused:
-            verdict = "MET" if steady <= fused * 1.01 else "MISSED"
-            out.append(f"- {r['shape']}, back-to-back: ours (tuned) {steady:.3f} vs torch fused {fused:.3f}: {verdict}")
-    return out
-
-
 def main() -> int:
-    """Parse the arguments, run every (op, shape), write JSON and markdown on rank 0."""
-    parser = argparse.ArgumentParser(description="AG-GEMM / GEMM-RS benchmark")
+    """Parse the arguments, tune, warm, measure every cell --repeats times, write JSON and markdown on rank 0."""
+    parser = argparse.ArgumentParser(description="AG-GEMM / GEMM-RS benchmark (interleaved, repeated)")
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--shapes", default=DEFAULT_SHAPES)
     parser.add_argument("--ops", default="ag,rs")
+    parser.add_argument("--ag-shapes", default=AG_SHAPES)
+    parser.add_argument("--rs-shapes", default=RS_SHAPES)
+    parser.add_argument("--repeats", type=int, default=3, help="whole measurements in this process")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per cell and repeat")
+    parser.add_argument("--lat-calls", type=int, default=3, help="latency samples per contender and round")
+    parser.add_argument("--settle-ms", type=float, default=20.0, help="untimed back-to-back calls before a window")
+    parser.add_argument("--window-ms", type=float, default=15.0, help="timed back-to-back window (about)")
+    parser.add_argument("--min-calls", type=int, default=5, help="calls per back-to-back window, at least")
+    parser.add_argument("--warmup", type=int, default=5, help="calls per contender before any timing")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the shared shuffles")
     parser.add_argument("--no-tune", action="store_true", help="skip the tuner (baselines and --sweep only)")
     parser.add_argument("--sweep", action="store_true", help="also time a hand-picked list of our configs")
     parser.add_argument("--verbose", action="store_true", help="print the tuner's tables")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--steady-calls", type=int, default=10, help="back-to-back calls per timed window")
-    parser.add_argument("--steady-windows", type=int, default=5, help="back-to-back windows (median)")
     args = parser.parse_args()
     import triton_dist_tune
 
@@ -354,31 +286,53 @@ def main() -> int:
             shutil.rmtree(cache)  # a fresh cache: every shape is tuned
     triton_dist_tune.init_distributed()
     dist.barrier()
-    rank = dist.get_rank()
+    rank, t0 = dist.get_rank(), time.perf_counter()
+    say = (lambda *a: print(f"[{time.perf_counter() - t0:7.1f} s]", *a, flush=True)) if rank == 0 else (lambda *a: None)
     env = environment()
-    rows = []
-    for op in args.ops.split(","):
-        for shape in args.shapes.split(","):
-            row = Bench(op, shape, args).run()
-            rows.append(row)
-            if rank == 0:
-                print(json.dumps(row), flush=True)
-            torch.cuda.empty_cache()
+    shapes = {"ag": args.ag_shapes, "rs": args.rs_shapes}
+    cells = [Cell(op, s, args) for op in args.ops.split(",") for s in shapes[op].split(",") if s]
+    phases: dict[str, float] = {}
+    if not args.no_tune:
+        for cell in cells:
+            cell.tune()
+            say(f"tuned {cell.label}: {config_text(cell.config)} in {cell.row['tuning_s']:.1f} s")
+    phases["tune_s"] = time.perf_counter() - t0
+    env["after_tuning"] = settle_threads()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the tuner's leftovers; the warm-up below allocates what the contenders need
+    sizes = warm(cells, args.warmup)
+    timer = Timer(Clock())
+    for cell in cells:  # one untimed round of everything (windows included), discarded
+        measure(cell.contenders(), sizes[cell.label], 1, 1, timer, args.seed, "burn-in", cell.label)
+    phases["warm_s"] = time.perf_counter() - t0 - phases["tune_s"]
+    say("warm; measuring")
+    results: dict[str, list[dict[str, Any]]] = {c.label: [] for c in cells}
+    by_label = {c.label: c for c in cells}
+    for rep in range(args.repeats):
+        for label in shared_order(list(by_label), args.seed, rep, "cells"):
+            cell = by_label[label]
+            results[label].append(measure(cell.contenders(), sizes[label], args.rounds, args.lat_calls, timer,
+                                          args.seed, rep, label))
+        say(f"repeat {rep + 1}/{args.repeats} done")
+        if rank == 0:  # what a run cut short still leaves behind
+            args.out.mkdir(parents=True, exist_ok=True)
+            partial = {"environment": env, "rows": [c.row for c in cells], "repeats": results}
+            (args.out / "bench_ag_gemm.partial.json").write_text(json.dumps(partial, indent=1, default=str))
+    phases["measure_s"] = time.perf_counter() - t0 - phases["tune_s"] - phases["warm_s"]
+    for cell in cells:
+        summarize_cell(cell, results[cell.label])
     if rank == 0:
+        from benchmarks._ag_report import markdown
+
         args.out.mkdir(parents=True, exist_ok=True)
-        method = (
-            "max over ranks of the median of --repeat CUDA-event timings after --warmup runs; "
-            "barrier + synchronize before each run"
-        )
-        payload = {
-            "environment": env,
-            "method": method,
-            "args": vars(args) | {"out": str(args.out)},
-            "rows": rows,
-        }
-        (args.out / "bench_ag_gemm.json").write_text(json.dumps(payload, indent=1))
-        (args.out / "bench_ag_gemm.md").write_text(markdown(rows, env))
-        print(markdown(rows, env))
+        rows = [c.row for c in cells]
+        payload = {"environment": env, "args": vars(args) | {"out": str(args.out)}, "phases_s": phases,
+                   "method": __doc__.split("Method", 1)[1], "rows": rows}
+        (args.out / "bench_ag_gemm.json").write_text(json.dumps(payload, indent=1, default=str))
+        text = markdown(rows, env, args, phases)
+        (args.out / "bench_ag_gemm.md").write_text(text)
+        print(text, flush=True)
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 
