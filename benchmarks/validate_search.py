@@ -91,6 +91,7 @@ def main() -> int:
             best = land["best"] if land else None
             rows.append({"m": m, "tuning": t, "choice": got["choice"], "ratio": ratio, "seconds": got["seconds"],
                          "search": got["decision"].get("search"), "best_screened": best in screened,
+                         "clock": got["decision"].get("clock"),
                          "screened": screened})
             bs.say(f"{args.family} M={m} tuning {t}: {got['choice']} ratio {ratio} in {got['seconds']:.2f} s; "
                    f"{got['decision'].get('search')}")
