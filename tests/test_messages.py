@@ -172,8 +172,8 @@ def test_a_config_space_mismatch_names_the_first_entry_that_differs(tmp_path):
         assert r.result.get("error") == "MismatchError", describe(results)
         message = r.result["message"]
         assert "differ in config space: ranks [0]: entry 137 of 200 (the first that differs): {block: 16, " \
-               "stage: 137, name: cfg137}; ranks [1]: entry 137 of 200 (the first that differs): {block: 32, " \
-               "stage: 137, name: cfg137}" in message, message
+               "name: 'cfg137', stage: 137}; ranks [1]: entry 137 of 200 (the first that differs): {block: 32, " \
+               "name: 'cfg137', stage: 137}" in message, message
         assert "cfg000" not in message and len(message) < 1500, message
 
 
@@ -261,6 +261,109 @@ def test_launch_sh_names_another_installed_copy_and_runs_this_checkout(tmp_path)
         done.stderr
     assert f"pip install -e '{ROOT}[test,mpi,plot]'" in done.stderr
     assert f"RUNS {ROOT / 'triton_dist_tune' / '__init__.py'}" in done.stdout, done.stdout  # this checkout's code
+
+
+@pytest.mark.timeout(150)
+def test_launch_sh_says_nothing_of_copies_when_this_checkout_is_installed(tmp_path):
+    script = tmp_path / "where.py"
+    script.write_text("print('RAN')\n")
     same = base_env({"PYTHONPATH": f"{ROOT}:{fake_install(tmp_path / 'mine', ROOT)}"})
     done = launch(["--nproc", "1", str(script)], tmp_path, same)
     assert done.returncode == 0 and "NOTE" not in done.stderr, done.stderr[-3000:]
+
+
+# -- plots (item 4) ----------------------------------------------------------------------------------------------
+
+
+def plot_entry(cache: Path, times: list[float | None], name: str = "plotted", key: str = "(8,)",
+               group_size: int = 2, stem: str = "0123456789abcdef0123", stopped: tuple[int, ...] = ()) -> Path:
+    """A format-2 entry over len(times) configs with long descriptions; None: a config that failed."""
+    from triton_dist_tune.disk.cache import versions, write_json_atomic
+    from triton_dist_tune.records import Outcome
+
+    outcomes = []
+    for i, t in enumerate(times):
+        config = f"{{BLOCK_SIZE_M: {16 << i}, BLOCK_SIZE_N: 64, BLOCK_SIZE_K: 32, GROUP_SIZE_M: 8, num_warps: 4}}"
+        if t is None:
+            outcomes.append(Outcome(i, config, "failed", error="OutOfResources: out of resource: shared memory, "
+                                    "Required: 262144, Hardware limit: 232448. Reducing block sizes or num_stages "
+                                    "may help."))
+        else:
+            outcomes.append(Outcome(i, config, "stopped" if i in stopped else "measured", time=t, spread=0.12,
+                                    per_rank=[t] * group_size, samples=3, order=[i, i + 10, i + 20],
+                                    round_times=[t, t * 1.01, t * 0.99]))
+    best = min(range(len(times)), key=lambda i: times[i] if times[i] is not None else float("inf"))
+    data = {"format": 2, "function": name, "key": key, "index": best, "config": outcomes[best].config,
+            "time_ms": times[best], "margin": 0.3, "near_tie": False, "runner_up": 0, "timing": "steady",
+            "rounds": 3, "group_size": group_size, "group": "default", "created": time.time(),
+            "versions": versions(), "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": group_size, "space": "abc",
+            "measurements": [o.to_json() for o in outcomes]}
+    return write_json_atomic(cache / name / f"{stem}.json", data)
+
+
+def texts_inside(fig) -> list[str]:
+    """The texts of ``fig`` (drawn) that reach outside it: empty when every label is whole."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = fig.bbox
+    out = []
+    axes = [axis for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)]
+    ticks = {id(t.label1) for a in axes for t in (*a.majorTicks, *a.minorTicks)} | \
+        {id(t.label2) for a in axes for t in (*a.majorTicks, *a.minorTicks)}
+    drawn = [(t.label1, t.label2) for a in axes for t in a._update_ticks()]  # the ticks drawn: those in view
+    for text in [t for t in fig.findobj(Text) if id(t) not in ticks] + [t for labels in drawn for t in labels]:
+        if not text.get_visible() or not text.get_text().strip():
+            continue
+        box = text.get_window_extent(renderer)
+        if box.x0 < frame.x0 - 1 or box.x1 > frame.x1 + 1 or box.y0 < frame.y0 - 1 or box.y1 > frame.y1 + 1:
+            out.append(f"{text.get_text()!r} at {box} outside {frame}")
+    return out
+
+
+@pytest.mark.parametrize("times", [
+    [0.2, 0.9, 1.03, 0.95, None],  # linear axis: the slowest bars' notes, "(left early)", at the right edge
+    [0.01, 0.02, 5.0, 4.0, None],  # a log axis (500x)
+])
+def test_decision_plot_keeps_every_label_inside_and_beside_its_bar(tmp_path, times):
+    """Before: right-edge notes were cut off ("(left ear") or pushed far from their bar."""
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import read_entry
+
+    entry = read_entry(plot_entry(tmp_path / "cache", times, stopped=(2, 3)))
+    fig = plots.decision_figure(entry)
+    assert texts_inside(fig) == []
+    bars = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    box = bars.get_window_extent(renderer)
+    notes = [t for t in bars.texts if " ms" in t.get_text()]
+    assert len(notes) == 4 and any("(left early)" in t.get_text() for t in notes)
+    for note in notes:
+        extent = note.get_window_extent(renderer)
+        assert extent.x1 <= box.x1, note.get_text()  # inside the axes
+        row = round(note.get_position()[1])
+        o = entry.measurements[row]
+        end = bars.transData.transform(((o.time * (1 + o.spread)), row))[0]  # the bar's end with its error bar
+        assert -box.width * 0.6 < extent.x0 - end < 40, (note.get_text(), extent.x0, end)  # beside it or on it
+
+
+def test_function_plot_fits_and_counts_the_ranks_each_record_says(tmp_path, capsys):
+    """Before: the title said "1 rank(s)" (the first key's record) where 'list' showed 2 for the other keys."""
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import scan
+
+    cache = tmp_path / "cache"
+    plot_entry(cache, [0.2, 0.3, 0.5], name="moe", key="(1, 2048, 'bf16')", group_size=1, stem="a" * 20)
+    plot_entry(cache, [0.4, 0.3, 0.6], name="moe", key="(64, 2048, 'bf16')", group_size=2, stem="b" * 20)
+    _, out, _ = cli(["list", "--cache-dir", str(cache)], capsys)
+    rows = [line for line in out.splitlines() if line.startswith(("  aaaa", "  bbbb"))]
+    assert "+30.0%  1  " in rows[0] and "+30.0%  2  " in rows[1], out  # the ranks column
+    fig = plots.function_figure(scan(cache)[0])
+    assert "1-2 rank(s) (per key, under its name)" in fig._suptitle.get_text()
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks == ["(1, 2048, 'bf16')\n1 rank(s)", "(64, 2048, 'bf16')\n2 rank(s)"], ticks
+    assert texts_inside(fig) == []
+    plot_entry(cache, [0.4, 0.3, 0.6], name="moe", key="(64, 2048, 'bf16')", group_size=1, stem="b" * 20)
+    fig = plots.function_figure(scan(cache)[0])
+    assert fig._suptitle.get_text().endswith("2 decision(s) across keys; 1 rank(s), NVIDIA H100 80GB HBM3 x1")

@@ -104,7 +104,8 @@ def _keep_notes_inside(fig: Figure, ax: Axes, notes: list[tuple[plt.Text, float]
     if not notes:
         return
     log = ax.get_xscale() == "log"
-    for _ in range(3):  # widening changes the ticks, and so the layout: measure again
+    for _ in range(3):  # widening changes the ticks, and so the layout: lay out and measure again
+        fig.tight_layout()
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()
         box = ax.get_window_extent(renderer)
@@ -121,6 +122,7 @@ def _keep_notes_inside(fig: Figure, ax: Axes, notes: list[tuple[plt.Text, float]
             break
         need = min(need, 2.5)
         ax.set_xlim(low, low * float(np.exp(whole * need)) if log else low + whole * need)
+    fig.tight_layout()
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     box = ax.get_window_extent(renderer)
