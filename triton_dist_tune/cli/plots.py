@@ -19,7 +19,6 @@ import textwrap
 from pathlib import Path
 
 import matplotlib
-import numpy as np
 
 matplotlib.use("Agg")
 
@@ -98,40 +97,36 @@ EDGE_PX = 4
 
 
 def _keep_notes_inside(fig: Figure, ax: Axes, notes: list[tuple[plt.Text, float]]) -> None:
-    """Keep each bar's note (``(text, the bar's end)``) beside its bar and inside the axes: where one would cross
-    the right edge, the time axis is widened just enough for it (up to 2.5 times the span), else the note goes
-    inside its bar, right-aligned at the bar's end."""
-    if not notes:
-        return
+    """Lay ``fig`` out, keeping each bar's note (``(text, the bar's end)``) beside its bar and inside the axes:
+    where one would cross the right edge, the time axis is widened just enough for it (at most 2.5 times the span
+    each time), else the note goes inside its bar, right-aligned at the bar's end."""
     log = ax.get_xscale() == "log"
-    for _ in range(3):  # widening changes the ticks, and so the layout: lay out and measure again
+    for attempt in range(4):  # widening changes the ticks, and so the layout: lay out and measure again
         fig.tight_layout()
+        if not notes:
+            return
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()
         box = ax.get_window_extent(renderer)
+        over = [(text, end) for text, end in notes if text.get_window_extent(renderer).x1 > box.x1 - EDGE_PX]
+        if not over or attempt == 3:
+            break
         low, high = ax.get_xlim()
-        whole = float(np.log(high / low)) if log else high - low
         need = 1.0
-        for text, _ in notes:
+        for text, _ in over:
             extent = text.get_window_extent(renderer)
             room = (box.x1 - EDGE_PX - box.x0 - extent.width) / box.width  # where its start may be, at most
-            start = (extent.x0 - box.x0) / box.width
-            if extent.x1 > box.x1 - EDGE_PX and room > 0:
-                need = max(need, start / room)
+            if room > 0:
+                need = max(need, (extent.x0 - box.x0) / box.width / room)
         if need <= 1.0:
             break
         need = min(need, 2.5)
-        ax.set_xlim(low, low * float(np.exp(whole * need)) if log else low + whole * need)
-    fig.tight_layout()
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    box = ax.get_window_extent(renderer)
-    for text, end in notes:  # still over the edge: inside the bar, at its end
-        if text.get_window_extent(renderer).x1 > box.x1 - EDGE_PX:
-            text.set_x(end)
-            text.set_horizontalalignment("right")
-            text.set_color("white")
-            text.set_text(text.get_text() + " ")
+        ax.set_xlim(low, low * (high / low) ** need if log else low + (high - low) * need)
+    for text, end in over:  # still over the edge: inside the bar, at its end
+        text.set_x(end)
+        text.set_horizontalalignment("right")
+        text.set_color("white")
+        text.set_text(text.get_text() + " ")
 
 
 def _bars(ax: Axes, entry: Entry) -> list[tuple[plt.Text, float]]:
@@ -270,7 +265,6 @@ def decision_figure(entry: Entry) -> Figure:
         fig, bars = plt.subplots(1, 1, figsize=(WIDTH, bars_height + 1.8))
     notes = _bars(bars, entry)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     _keep_notes_inside(fig, bars, notes)
     return fig
 
