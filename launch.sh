@@ -14,7 +14,9 @@ Always exports NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DIS
 (NVLink multicast stays off), and OMP_NUM_THREADS=1 unless it is set.
 First installs what is missing (scripts/ensure_env.sh --quick: torch, this package with its console script
 triton-dist-tune and its test, mpi and plot extras, Open MPI); the ranks then run this checkout's code
-(PYTHONPATH), whatever copy of the package is installed.
+(PYTHONPATH), whatever copy of the package is installed; where pip's install (or what a plain python imports) is
+another copy, launch.sh says so on stderr, naming both. With -m triton_dist_tune campaign, the campaign's
+MODULE:NAME and --keys are checked before torchrun starts.
 
 Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT (default 29500) on every node; they are
 passed to torchrun as --nnodes/--node-rank/--master-addr/--master-port. Otherwise --standalone is used.
@@ -86,8 +88,44 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # A fresh machine: install what is missing (torch, this package with its console script and its test, mpi and plot
 # extras, Open MPI), judged by what is installed, not by what this script's PYTHONPATH below makes importable.
 PYTHON="${PYTHON:-python3}" bash "$here/scripts/ensure_env.sh" --quick
+# Which copy of the package is installed (pip's record: an editable checkout's folder, or site-packages) and which
+# one a plain python, torchrun or the console script imports (the caller's PYTHONPATH, without this script's).
+# Where either is not this checkout, say so loudly: the ranks started below run this checkout, those commands not.
+copies="$("${PYTHON:-python3}" - "$here" 2>/dev/null <<'PYEOF' || true
+import importlib.metadata as m, importlib.util, json, os, sys
+here = os.path.realpath(sys.argv[1])
+sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]  # not the current folder: what is installed
+try:
+    dist = m.distribution("triton-dist-tune")
+    url = json.loads(dist.read_text("direct_url.json") or "{}")
+    editable = url.get("dir_info", {}).get("editable") and url.get("url", "").startswith("file://")
+    installed = os.path.realpath(url["url"][len("file://"):]) if editable else os.path.realpath(
+        str(dist.locate_file("")))
+    installed_text = f"installed (pip) from {installed}" + (" (editable)" if editable else "")
+except m.PackageNotFoundError:
+    installed, installed_text = None, "not installed (pip)"
+spec = importlib.util.find_spec("triton_dist_tune")
+imported = os.path.dirname(os.path.dirname(os.path.realpath(spec.origin))) if spec and spec.origin else None
+if installed != here or imported != here:
+    print(f"the triton-dist-tune package is {installed_text}; a plain python imports "
+          + (f"triton_dist_tune from {imported}" if imported else "no triton_dist_tune"))
+PYEOF
+)"
+if [[ -n "$copies" ]]; then
+  {
+    echo "launch.sh: NOTE: this checkout is $here, but $copies."
+    echo "launch.sh: the ranks started here run this checkout's code (PYTHONPATH); torchrun, python and the"
+    echo "launch.sh: triton-dist-tune command started by hand run that other copy. To install this checkout instead:"
+    echo "launch.sh:   ${PYTHON:-python3} -m pip install -e '$here[test,mpi,plot]'"
+  } >&2
+fi
 # The ranks run this checkout's code, whatever copy of the package is installed (an edit needs no reinstall).
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 target=("$script")
 [[ $module -eq 1 ]] && target=(-m "$script")  # torchrun's -m: run the module as python -m does
+if [[ $module -eq 1 && "$script" == triton_dist_tune && "${1:-}" == campaign ]]; then
+  # a campaign's input (MODULE:NAME, --keys) is checked once here: a mistake is its one-line message and exit
+  # status 2, not that message from every rank followed by torchrun's traceback of the failed ranks
+  "${PYTHON:-python3}" -m triton_dist_tune "$@" --check-only || exit $?
+fi
 exec "${PYTHON:-python3}" -m torch.distributed.run "${rdzv[@]}" --nproc-per-node "$nproc" "${target[@]}" "$@"

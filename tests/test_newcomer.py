@@ -348,7 +348,7 @@ def test_near_tie_is_explained_where_the_tuner_prints_it():
     from triton_dist_tune.records import Decision
 
     decision = Decision(1, "{v: 1}", 1.0, 0.021, True, 0, [], "steady", 2)
-    assert margin_text(decision) == " (2.1% ahead of config 0, a near tie: within the measured noise)"
+    assert margin_text(decision) == " (2.1% less time than config 0, a near tie: within the measured noise)"
 
 
 def test_a_decided_key_called_with_a_tuned_parameter_by_position_names_it(tmp_path, monkeypatch):

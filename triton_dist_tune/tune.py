@@ -13,6 +13,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from .capture import capturing, eagerly, tuning_in_capture
+from .errors import BadInputError
 from .function import TuneOptions, Tuner
 from .group.resolve import channel_entries
 from .space import CALL_KEYWORDS
@@ -22,11 +23,23 @@ def to_hashable(tensor: Any) -> tuple:
     """A hashable key part for a tensor: ``(shape, stride, dtype)``, as Triton-distributed's ``to_hashable``.
 
     The device type is not part of it; the tuner adds the device types of the call's tensors to the disk cache's
-    entry itself."""
-    return (tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+    entry itself. Anything without a shape, stride and dtype is a :class:`~triton_dist_tune.errors.BadInputError`
+    saying what to do with it."""
+    try:
+        return (tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+    except (AttributeError, TypeError):
+        pass
+    what = type(tensor).__name__
+    if isinstance(tensor, (list, tuple)):
+        hint = (f"for a {what} of tensors, use tuple(to_hashable(t) for t in the {what}); a {what} of plain "
+                f"values is hashable as tuple(...)")
+    else:
+        hint = "pass plain hashable values (ints, strings, tuples) into the key as they are"
+    raise BadInputError(f"to_hashable takes one tensor (anything with .shape, .stride() and .dtype), not a {what}: "
+                        f"{hint}")
 
 
-def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hashable],
+def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hashable] | None = None,
              prune_fn: Callable[..., bool] | None = None, *, n_warmup: int = 1, n_repeat: int = 10,
              timeout: float | None = None, reset_to_zero: Iterable[str] = (), restore_value: Iterable[str] = (),
              pre_hook: Callable[..., Any] | None = None, post_hook: Callable[..., Any] | None = None,
@@ -57,6 +70,14 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
     Tensor arguments that a run changes in place are restored before every tuning run and before the final call
     (see :mod:`triton_dist_tune.measure.arguments`); the decorated function's ``.fn`` is the undecorated function.
     """
+    if key_fn is None:  # ``@autotune`` without its arguments: the function arrived as ``config_space``
+        if callable(config_space) and not isinstance(config_space, Sequence):
+            raise BadInputError(
+                f"@autotune was applied to {getattr(config_space, '__qualname__', config_space)!r} without its "
+                "arguments: call it with them, @autotune(config_space, key_fn=...), as in "
+                "@autotune([{'BLOCK': 64}, {'BLOCK': 128}], key_fn=lambda x: to_hashable(x))")
+        raise BadInputError("autotune needs a key_fn: autotune(config_space, key_fn=...) (key_fn(*args, **kwargs) "
+                            "returns the hashable key a decision is made and cached for)")
     options = functools.partial(
         TuneOptions, n_warmup=n_warmup, n_repeat=n_repeat, timeout=timeout, reset_to_zero=reset_to_zero,
         restore_value=restore_value, pre_hook=pre_hook, post_hook=post_hook, ref_prog=ref_prog, rtol=rtol, atol=atol,
@@ -72,8 +93,9 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
 
 def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashable]) -> Callable[..., Any]:
     """The decorated function: a decided key goes straight to ``fn``; anything else to ``tuner.call``."""
-    decided, decided_in, keywords = tuner.decided, tuner.decided_in, CALL_KEYWORDS
+    decided, decided_in, keywords, params = tuner.decided, tuner.decided_in, CALL_KEYWORDS, tuner.params
     limit = tuner.positional_limit
+    known: set[str] = set()  # keyword names met in calls that are no tuner typo (checked once each)
     channels = channel_entries()
 
     def slow(args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -83,6 +105,12 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
     def tuned(*args: Any, **kwargs: Any) -> Any:
         if len(args) > limit:  # a tuned parameter passed by position: the slow path names it
             return slow(args, kwargs)
+        if kwargs and not known.issuperset(kwargs):  # a keyword name not met before: is it a tuner typo?
+            for name in kwargs:  # an ``autotune*`` keyword the tuner does not know: the slow path names the typo
+                if name[:8] == "autotune" and name not in keywords and name not in params:
+                    return slow(args, kwargs)
+            if len(known) < 1024:
+                known.update(kwargs)
         if kwargs and not keywords.isdisjoint(kwargs):
             pg = kwargs.pop("autotune_pg", None)
             if pg is not None and keywords.isdisjoint(kwargs):  # a TP layer's call: its group, decided key

@@ -99,6 +99,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     launcher = settings.launcher()
     keys = [_key(k) for k in args.keys]  # bad input fails before the ranks start a group
     tuned, build = load(args.function), load(args.calls)
+    if args.check_only:  # launch.sh, before torchrun starts the ranks: the input is good
+        return 0
     if (launcher.world_size or 1) > 1:
         tdt.init_distributed(backend=args.backend)
     pg = replicas = None
@@ -130,4 +132,6 @@ def add_parser(sub: Any) -> None:
                        "consecutive ranks: the keys are split between the groups (replicas)")
     p.add_argument("--backend", help="torch.distributed backend (default: nccl with CUDA, else gloo)")
     p.add_argument("--json", metavar="FILE", help="write the summary as JSON (rank 0)")
+    # launch.sh's check before torchrun starts: load the function and the builder, read the keys, run nothing
+    p.add_argument("--check-only", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(run=cmd_campaign)

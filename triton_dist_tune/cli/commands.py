@@ -178,10 +178,23 @@ def _outcome_rows(entry: dec.Entry) -> list[list[str]]:
     return rows
 
 
-def cmd_show(args: argparse.Namespace) -> int:
+def _named(args: argparse.Namespace, entries: list[dec.Entry] | None = None) -> dec.Entry:
+    """The decision ``args.name`` names: a cache file's path, else a name from ``list``. A ``.json`` path that
+    names neither is said to be no such file (not "no decision called")."""
     path = Path(args.name)
-    entry = dec.read_entry(path) if path.suffix == ".json" and path.exists() else dec.find(
-        dec.scan(_root(args))[0], args.name)
+    if path.suffix == ".json" and path.is_file():
+        return dec.read_entry(path)
+    try:
+        return dec.find(entries if entries is not None else dec.scan(_root(args))[0], args.name)
+    except dec.CacheError:
+        if path.suffix == ".json" and not path.exists():
+            raise dec.CacheError(f"{args.name}: no such file (and no decision of that name in {_root(args)}; see "
+                                 "the 'list' command for names)") from None
+        raise
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    entry = _named(args)
     if args.json:
         _emit_json(entry.to_json())
         return 0
@@ -191,7 +204,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("file", str(entry.path)), ("function", entry.function + (f" (kernel {entry.kernel})" if entry.kernel else "")),
         ("key", entry.key), ("chosen", f"config {entry.index}: {entry.config}"),
         ("time", f"{_ms(entry.time_ms)} ms" + (f" ({entry.timing} timing)" if entry.timing else "")),
-        ("margin", (f"{_pct(entry.margin)} over config {entry.runner_up}" if entry.margin is not None else "-")
+        ("margin", (f"{_pct(entry.margin)} over config {entry.runner_up}: chosen config "
+                    + logs.faster_text(entry.margin, entry.runner_up).replace(f" than config {entry.runner_up}", "")
+                    if entry.margin is not None else "-")
          + (" (a near tie: within the measurement's spread)" if entry.near_tie else "")),
         ("group", f"{entry.group_size or '?'} rank(s)" + (f" of group '{entry.group}'" if entry.group else "")),
         ("gpu", f"{entry.gpu} x{entry.gpu_count}"), ("versions", _versions_text(entry, now)),
@@ -228,7 +243,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         chosen, problems = [dec.read_entry(given)], []
     elif args.name:
         entries, problems = dec.scan(_root(args))
-        chosen = [dec.find(entries, args.name)]
+        chosen = [_named(args, entries)]
     else:
         entries, problems = dec.scan(_root(args))
         chosen = dec.select(entries, args.function)
@@ -363,6 +378,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
         job = jobs[-1]
     records, damaged = logs.read_job(root, job.name)
     if args.rank is not None:
+        present = sorted({r.get("rank") for r in records if type(r.get("rank")) is int})
+        if args.rank not in present:
+            raise UsageError(f"job {job.name} has no records of rank {args.rank}: its ranks are "
+                             f"{', '.join(map(str, present)) or 'none'} ({root})")
         records = [r for r in records if r.get("rank") == args.rank]
     if args.json:
         _emit_json({"job": job.name, "folder": str(root), "records": records, "damaged_lines": damaged})

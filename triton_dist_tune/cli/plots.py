@@ -92,7 +92,46 @@ def timeline(outcome: Outcome, position: int) -> tuple[list[float], list[float]]
     return ([float(position)], [outcome.time]) if outcome.time is not None else ([], [])
 
 
-def _bars(ax: Axes, entry: Entry) -> None:
+#: a note must end this many pixels inside the axes' right edge
+EDGE_PX = 4
+
+
+def _keep_notes_inside(fig: Figure, ax: Axes, notes: list[tuple[plt.Text, float]]) -> None:
+    """Lay ``fig`` out, keeping each bar's note (``(text, the bar's end)``) beside its bar and inside the axes:
+    where one would cross the right edge, the time axis is widened just enough for it (at most 2.5 times the span
+    each time), else the note goes inside its bar, right-aligned at the bar's end."""
+    log = ax.get_xscale() == "log"
+    for attempt in range(4):  # widening changes the ticks, and so the layout: lay out and measure again
+        fig.tight_layout()
+        if not notes:
+            return
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        box = ax.get_window_extent(renderer)
+        over = [(text, end) for text, end in notes if text.get_window_extent(renderer).x1 > box.x1 - EDGE_PX]
+        if not over or attempt == 3:
+            break
+        low, high = ax.get_xlim()
+        need = 1.0
+        for text, _ in over:
+            extent = text.get_window_extent(renderer)
+            room = (box.x1 - EDGE_PX - box.x0 - extent.width) / box.width  # where its start may be, at most
+            if room > 0:
+                need = max(need, (extent.x0 - box.x0) / box.width / room)
+        if need <= 1.0:
+            break
+        need = min(need, 2.5)
+        ax.set_xlim(low, low * (high / low) ** need if log else low + (high - low) * need)
+    for text, end in over:  # still over the edge: inside the bar, at its end
+        text.set_x(end)
+        text.set_horizontalalignment("right")
+        text.set_color("white")
+        text.set_text(text.get_text() + " ")
+
+
+def _bars(ax: Axes, entry: Entry) -> list[tuple[plt.Text, float]]:
+    """Draw the bars; returns each timed bar's note with where its bar ends (for :func:`_keep_notes_inside`)."""
+    notes = []
     outcomes = entry.measurements
     times = [o.time for o in outcomes if o.time is not None]
     top = max(times) if times else 1.0
@@ -105,12 +144,12 @@ def _bars(ax: Axes, entry: Entry) -> None:
                     edgecolor="black" if o.index == entry.index else color, capsize=3)
             note = f"{o.time:.4g} ms" + (f" ±{100 * o.spread:.1f}%" if o.spread else "")
             note += " (chosen)" if o.index == entry.index else " (left early)" if o.state == "stopped" else ""
-            ax.text((o.time + (error or 0)) * 1.05 if log else o.time + top * 0.01 + (error or 0), row, note,
-                    va="center", fontsize=9)
+            notes.append((ax.text((o.time + (error or 0)) * 1.05 if log else o.time + top * 0.01 + (error or 0),
+                                  row, note, va="center", fontsize=9), o.time))
         else:
             low = min(times) * 0.6 if log and times else 0
             ax.barh(row, top * 0.02, left=low, color=color, hatch="//" if o.state == "failed" else "..", alpha=0.6)
-            note = wrap(o.state + (f": {o.error}" if o.error else ""), 70)
+            note = wrap(o.state + (f": {o.error}" if o.error else ""), 60)
             ax.text(low + top * 0.03 if not log else min(times), row, note, va="center", fontsize=8, color=color)
     labels = config_labels([o.config for o in outcomes])
     ax.set_yticks(range(len(outcomes)), [f"#{o.index} {text}" for o, text in zip(outcomes, labels, strict=True)],
@@ -124,6 +163,7 @@ def _bars(ax: Axes, entry: Entry) -> None:
     else:
         ax.set_xlim(0, top * 1.55)
         ax.set_xlabel(what, fontsize=9)
+    return notes
 
 
 def recorded(entry: Entry) -> bool:
@@ -159,10 +199,25 @@ def _gpu(entry: Entry) -> str:
 
 def _title(entry: Entry) -> str:
     margin = f"+{100 * entry.margin:.1f}% over #{entry.runner_up}" if entry.margin is not None else "no runner-up"
-    return (f"{entry.function}{' / ' + entry.kernel if entry.kernel else ''}\nkey={wrap(entry.key, 100)}\n"
-            f"chosen #{entry.index} ({margin}{', within the measured noise' if entry.near_tie else ''}); "
-            f"{entry.group_size or '?'} rank(s), {_gpu(entry)}, "
-            f"triton {entry.versions.get('triton', '?')}, torch {entry.versions.get('torch', '?')}")
+    return (f"{wrap(entry.function + (' / ' + entry.kernel if entry.kernel else ''), TITLE_WIDTH)}\n"
+            f"key={wrap(entry.key, 100)}\n"
+            + wrap(f"chosen #{entry.index} ({margin}{', within the measured noise' if entry.near_tie else ''}); "
+                   f"{entry.group_size or '?'} rank(s), {_gpu(entry)}, "
+                   f"triton {entry.versions.get('triton', '?')}, torch {entry.versions.get('torch', '?')}",
+                   TITLE_WIDTH))
+
+
+#: characters per line of a figure's title (at its font size, the figure's width holds about 150)
+TITLE_WIDTH = 120
+
+
+def _ranks_text(entries: list[Entry]) -> str:
+    """How many ranks tuned the keys, from each decision's own record (as ``list`` shows it): ``2 rank(s)``, or
+    where keys differ ``1-2 rank(s) (per key, under its name)``."""
+    sizes = sorted({e.group_size for e in entries if e.group_size}) or [None]
+    if len(sizes) == 1:
+        return f"{sizes[0] or '?'} rank(s)"
+    return f"{sizes[0]}-{sizes[-1]} rank(s) (per key, under its name)"
 
 
 def _line_count(labels: list[str]) -> int:
@@ -208,9 +263,9 @@ def decision_figure(entry: Entry) -> Figure:
         _timeline(line, whole, drawn)
     else:  # nothing recorded over time (contextual_autotune's entries): no empty timeline panel
         fig, bars = plt.subplots(1, 1, figsize=(WIDTH, bars_height + 1.8))
-    _bars(bars, entry)
+    notes = _bars(bars, entry)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    _keep_notes_inside(fig, bars, notes)
     return fig
 
 
@@ -272,7 +327,9 @@ def function_figure(entries: list[Entry]) -> Figure:
     plain = FuncFormatter(lambda value, _: f"{value:g}")
     across.yaxis.set_major_formatter(plain)
     across.yaxis.set_minor_formatter(plain)
-    across.set_xticks(range(len(entries)), [wrap(e.key, 24) for e in entries],
+    per_key = len({e.group_size for e in entries}) > 1  # keys tuned on different rank counts: each says its own
+    across.set_xticks(range(len(entries)), [wrap(e.key, 24) + (f"\n{e.group_size or '?'} rank(s)" if per_key else "")
+                                            for e in entries],
                       rotation=20 if len(entries) > 6 else 0, ha="right" if len(entries) > 6 else "center",
                       fontsize=8)
     across.set_xlabel("key", fontsize=9)
@@ -302,7 +359,7 @@ def function_figure(entries: list[Entry]) -> Figure:
                          title_fontsize=8)
         drift.grid(alpha=0.3)
     first = entries[0]
-    fig.suptitle(f"{first.function}{' / ' + first.kernel if first.kernel else ''}: {len(entries)} decision(s) "
-                 f"across keys; {first.group_size or '?'} rank(s), {_gpu(first)}", fontsize=10)
+    fig.suptitle(wrap(f"{first.function}{' / ' + first.kernel if first.kernel else ''}: {len(entries)} "
+                      f"decision(s) across keys; {_ranks_text(entries)}, {_gpu(first)}", TITLE_WIDTH), fontsize=10)
     fig.tight_layout()
     return fig

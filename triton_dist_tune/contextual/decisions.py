@@ -35,6 +35,9 @@ def record_decision(session: Session, track: Track) -> None:
                      track.label, track.best, "-" if ms is None else f"{ms:.4f}", track.how, track.runs,
                      track.descriptions[track.best], f"; table: {track.table()}" if track.runs else "")
     if track.how in ("disk cache", "only config"):
+        if track.how == "disk cache" and session.group.rank == 0 and logs.printing_enabled(None):
+            logs.print_cache_hit(track.name, track.key_text, session.group, track.names[track.best],
+                                 session.cache.path(track.entry))
         if local is not None:
             local.journal.remove()
         return

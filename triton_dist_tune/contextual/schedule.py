@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import AllConfigsFailedError, BadInputError, MismatchError, one_cause
+from ..group.channel import difference
 from ..measure.race import Race, RacePlan
 from ..measure.search import PatternSearch, SearchPlan, search_applies
 from ..measure.stats import clearly_slower, median, paired_ratios
@@ -428,8 +429,9 @@ def agreed_order(label: str, infos: Mapping[int, dict[str, Any]]) -> list[int]:
     first = infos[min(infos)]
     for rank, info in sorted(infos.items()):
         if info["descriptions"] != first["descriptions"]:
-            raise MismatchError(f"{label}: the ranks differ in the kernel's configs (rank {min(infos)}: "
-                                f"{len(first['descriptions'])} configs, rank {rank}: {len(info['descriptions'])})")
+            theirs = difference(["\n".join(first["descriptions"]), "\n".join(info["descriptions"])])
+            raise MismatchError(f"{label}: the ranks differ in the kernel's configs: rank {min(infos)}: {theirs[0]}; "
+                                f"rank {rank}: {theirs[1]}")
     problems = [f"rank {r}: {i['pruned']}" for r, i in sorted(infos.items()) if isinstance(i["pruned"], str)]
     if problems:
         raise PruningError(f"{label}: pruning the configs failed: " + "; ".join(problems))

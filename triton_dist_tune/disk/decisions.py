@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..measure.stats import near_tie
 from ..records import Outcome
 from .cache import _umask, write_json_atomic
 from .cache import versions as current_versions
@@ -122,6 +123,17 @@ def _margin(outcomes: list[Outcome], chosen: int) -> tuple[float | None, int | N
     return others[0].time / best.time - 1, others[0].index
 
 
+def recorded_near_tie(data: dict[str, Any]) -> bool:
+    """A record's near-tie flag, kept only where its margin is within the spread of the two configs' measurements
+    (records written before that rule flagged any pair the race had not yet told apart, +322% included)."""
+    if not data.get("near_tie"):
+        return False
+    pair = (data.get("index"), data.get("runner_up"))
+    rows = data.get("measurements") if isinstance(data.get("measurements"), list) else []
+    spreads = [_finite(r.get("spread")) for r in rows if isinstance(r, dict) and r.get("index") in pair]
+    return near_tie(_finite(data.get("margin")), spreads)
+
+
 def parse_entry(path: Path, data: Any) -> Entry:
     """The decision in ``data`` (read from ``path``); raises :class:`CacheError` when it is not one."""
     if not isinstance(data, dict):
@@ -150,7 +162,7 @@ def parse_entry(path: Path, data: Any) -> Entry:
     return Entry(path=path, format=fmt, function=str(data.get("function") or path.parent.name),
                  key=str(data.get("key", "?")), index=index, config=config, time_ms=_finite(data.get("time_ms")),
                  margin=margin, runner_up=runner_up if type(runner_up) is int else None,
-                 near_tie=bool(data.get("near_tie", False)), timing=data.get("timing"),
+                 near_tie=recorded_near_tie(data), timing=data.get("timing"),
                  group_size=size if type(size) is int else None, group=data.get("group"), created=created,
                  versions={str(k): str(v) for k, v in data["versions"].items()}, gpu=str(data.get("gpu", "?")),
                  gpu_count=data.get("gpu_count") if type(data.get("gpu_count")) is int else None,

@@ -438,12 +438,22 @@ def format_table(outcomes: Sequence[Outcome], chosen: int | None) -> str:
     return "\n".join(lines)
 
 
+def faster_text(margin: float, runner_up: Any) -> str:
+    """How much faster the choice is than the runner-up that took ``1 + margin`` times as long, as a person says
+    it: ``2.0x faster than config 0 (49% less time)`` from 1.5x on, else ``4.8% less time than config 0``."""
+    ratio = 1 + margin
+    less = 100 * (1 - 1 / ratio) if ratio > 0 else 0.0
+    if ratio >= 1.5:
+        return f"{ratio:.1f}x faster than config {runner_up} ({less:.0f}% less time)"
+    return f"{less:.1f}% less time than config {runner_up}"
+
+
 def margin_text(decision: Decision) -> str:
-    """How sure a decision is, in words: the margin over the runner-up, and whether it is a near-tie."""
+    """How sure a decision is, in words: how much faster than the runner-up, and whether it is a near-tie."""
     if decision.margin is None:
         return " (the only usable config)"
     tie = ", a near tie: within the measured noise" if decision.near_tie else ""
-    return f" ({100 * decision.margin:.1f}% ahead of config {decision.runner_up}{tie})"
+    return f" ({faster_text(decision.margin, decision.runner_up)}{tie})"
 
 
 def group_title(group: Any) -> str:

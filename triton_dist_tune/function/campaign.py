@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from .. import settings
 from ..disk import logs
 from ..disk.cache import entry_id
+from ..disk.decisions import recorded_near_tie
 from ..errors import AutotuneError, BadInputError, DevicePoisonedError, GroupTimeoutError, describe_error
 from ..faults.watchdog import exchange_timeout
 from ..group.channel import Group, SingleGroup, agree
@@ -149,7 +150,8 @@ def _keys(tuner: Tuner, build: Callable[[int], Call], count: int, across: Group,
     if found.notes:
         raise BadInputError(f"campaign {tuner.name}: " + "; ".join(f"rank {r}: {p}" for r, p in found.notes))
     if found.differ:
-        raise BadInputError(f"campaign {tuner.name}: the ranks' keys differ: {found.differ}")
+        detail = "; ".join(f"ranks {ranks}: key {text}" for ranks, text in found.differ["campaign keys"])
+        raise BadInputError(f"campaign {tuner.name}: the ranks' keys differ: {detail}")
     return keys
 
 
@@ -190,7 +192,7 @@ def _tune_one(tuner: Tuner, plan: Plan, position: int, build: Callable[[int], Ca
             result.record = {k: v for k, v in record.items() if k not in ("format", "space", "versions")}
             if result.state == "cached":
                 result.time_ms, result.margin = record.get("time_ms"), record.get("margin")
-                result.near_tie = bool(record.get("near_tie"))
+                result.near_tie = recorded_near_tie(record)
     result.seconds = time.perf_counter() - started
     shared = group.broadcast(result.to_json(), f"[campaign {tuner.name}] key {position} result",
                              timeout=tuning.timeout or None)

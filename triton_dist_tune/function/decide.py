@@ -14,6 +14,7 @@ from ..disk import logs
 from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
 from ..measure.race import Race
+from ..measure.stats import near_tie as near_tie_within
 from ..records import Decision, Outcome
 
 log = logging.getLogger("triton_dist_tune")
@@ -37,12 +38,13 @@ def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
     others = [o for o in usable if o.index != winner]
     runner_up = race.runner_up(winner) if race is not None and winner in race.entrants else None
     if race is not None and runner_up is not None:  # judged on the samples it shares with the winner
-        margin, near_tie = race.margin(winner, runner_up)
+        margin, undecided = race.margin(winner, runner_up)  # not told apart yet: a near tie only within the spread
+        near_tie = undecided and near_tie_within(margin, [o.spread for o in outcomes if o.index in (winner, runner_up)])
     elif others:
         runner_up = min(others, key=lambda o: (o.time, o.index)).index
         best = by_index[winner].time
         margin = by_index[runner_up].time / best - 1 if best > 0 else None
-        near_tie = margin is not None and margin <= (by_index[winner].spread or 0) + (by_index[runner_up].spread or 0)
+        near_tie = near_tie_within(margin, (by_index[winner].spread, by_index[runner_up].spread))
     else:
         margin, near_tie = None, False
     chosen = by_index[winner]

@@ -144,7 +144,8 @@ class Undecided:
 
     def serve(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, grouped: bool,
               space: Sequence[dict[str, Any]], keeps: Callable[[dict[str, Any]], bool],
-              group: Group | None = None, timeout: float | None = None) -> dict[str, Any] | None:
+              group: Group | None = None, timeout: float | None = None,
+              announce: bool = True) -> dict[str, Any] | None:
         """The config for the undecided ``slot`` of ``table`` (None: tune it). ``grouped``: ``table`` is
         ``decided_in`` (slots are (group..., key)); ``keeps(config)``: whether ``prune_fn`` keeps ``config`` for
         this call (a served config is always one it keeps).
@@ -152,7 +153,8 @@ class Undecided:
         With ``group`` (a function whose ranks must run the same config: it is not rank-local), the choice is
         agreed in one exchange per key and decision count: a config counts as kept only where every rank keeps it,
         and a decided key only where every rank holds it; every rank serves the same config or every rank tunes.
-        Without, this rank chooses alone (no communication)."""
+        Without, this rank chooses alone (no communication). What is served is said in every rank's log, and as a
+        warning on group rank 0 only (``announce``: whether this rank is it, for a rank-local function)."""
         mode = self.current()
         if mode == "tune":
             return None
@@ -182,7 +184,7 @@ class Undecided:
             text = f"triton_dist_tune: {self.name}: key {_key_text(key)} is not decided: serving {how} " \
                    f"(undecided={mode!r})"
             logs.rank_log().info(text)
-            if group is None or group.rank == 0:
+            if announce and (group is None or group.rank == 0):
                 log.warning(text)
         self._served[slot] = Served(config, found.source, seen)
         return config

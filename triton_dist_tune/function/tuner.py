@@ -160,7 +160,7 @@ class Tuner:
         local = self.options.sharded or self.rank_local
         timeout = self.options.timeout if self.options.timeout is not None else settings.current().timeout
         config = self.undecided.serve(table, slot, table is self.decided_in, self.space, keeps,
-                                      None if local else group, timeout)
+                                      None if local else group, timeout, announce=getattr(group, "rank", 0) == 0)
         if config is not None and not overwrite:
             check_no_clash(config, tuned_kwargs)
         return config

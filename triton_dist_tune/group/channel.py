@@ -397,7 +397,33 @@ def agree(group: Group, fields: Mapping[str, str], what: str, timeout: float | N
     notes, split = group.combine(mine, what, summarize, timeout)
     if not split:
         return Agreement(notes, {})
-    sample = {i: fields[names[i]][:200] for i, groups in split.items() if any(g[0] == group.rank for g in groups)}
+    # one rank per distinct value sends its text (whole up to DETAIL_CHARS: the entry that differs may be far in)
+    sample = {i: fields[names[i]][:DETAIL_CHARS] for i, groups in split.items()
+              if any(g[0] == group.rank for g in groups)}
     texts = group.combine(sample, f"{what} (details of the difference)", list, timeout)
-    differ = {names[i]: [(ranks, texts[ranks[0]][i]) for ranks in groups] for i, groups in split.items()}
+    differ = {names[i]: list(zip(groups, difference([texts[ranks[0]][i] for ranks in groups]), strict=True))
+              for i, groups in split.items()}
     return Agreement(notes, differ)
+
+
+#: how much of a differing field's text one rank sends for the message (the error path only)
+DETAIL_CHARS = 1 << 20
+#: how much of one value (a line of a list, or a one-line text) a message shows
+SHOWN_CHARS = 300
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+
+
+def difference(texts: Sequence[str]) -> list[str]:
+    """Each holder's text for a message saying how ``texts`` differ. One-line texts are shown (clipped); texts of
+    several lines (a config space: one config a line) by their length and the first entry where they differ,
+    ``entry 137 of 200 (the first that differs): {BLOCK: 64}``, not by their common start."""
+    lists = [t.split("\n") for t in texts]
+    if all(len(lines) == 1 for lines in lists):
+        return [_shown(t) for t in texts]
+    common = min(len(lines) for lines in lists)
+    at = next((j for j in range(common) if len({lines[j] for lines in lists}) > 1), common)
+    return [f"entry {at} of {len(lines)} (the first that differs): "
+            + (_shown(lines[at]) if at < len(lines) else "none (the list ends before it)") for lines in lists]

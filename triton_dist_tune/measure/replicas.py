@@ -29,6 +29,7 @@ from ..faults.watchdog import exchange_timeout
 from ..group.channel import Group, agree
 from ..records import Decision, Outcome
 from ..space import fingerprint
+from . import stats
 from .lockstep import Measurer, Todo
 
 MIN_LEADERS = 2
@@ -140,7 +141,7 @@ def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: i
     chosen = usable[0]
     runner_up = usable[1] if len(usable) > 1 else None
     margin = runner_up.time / chosen.time - 1 if runner_up is not None and chosen.time else None
-    near_tie = margin is not None and margin <= (chosen.spread or 0) + (runner_up.spread or 0)
+    near_tie = runner_up is not None and stats.near_tie(margin, (chosen.spread, runner_up.spread))
     return Decision(chosen.index, chosen.config, chosen.time, margin, near_tie,
                     runner_up.index if runner_up is not None else None, outcomes, timing, rounds)
 

@@ -58,6 +58,13 @@ def spread(samples: Sequence[float]) -> float:
     return (high - low) / 2 / center if center > 0 else 0.0
 
 
+def near_tie(margin: float | None, spreads: Sequence[float | None]) -> bool:
+    """Whether a runner-up ``margin`` behind (0.05: 5% slower) may be called a near tie: the margin is within the
+    measurements' spread (the sum of the two configs' ``spreads``) or within :data:`INDIFFERENCE`. A race that could
+    not yet tell two configs apart (too few rounds) is no near tie when the gap between them is wider than that."""
+    return margin is not None and margin <= max(INDIFFERENCE, sum(s or 0.0 for s in spreads))
+
+
 def paired_ratios(slower: Sequence[float | None], faster: Sequence[float | None]) -> list[float]:
     """``slower[r] / faster[r]`` for every round ``r`` in which both were timed (``None``: not timed)."""
     return [s / f for s, f in zip(slower, faster, strict=False) if s is not None and f is not None and f > 0]

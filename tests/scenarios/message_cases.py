@@ -1,0 +1,54 @@
+"""Multi-rank scenarios of the messages of issue 35 item 3, run by tests/test_messages.py.
+
+Usage: python message_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Each rank prints
+``RESULT {json}`` lines.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main, outcome
+
+import triton_dist_tune as tdt
+
+#: the entry at which rank 1's config space differs from rank 0's (of 200)
+DIFFERS_AT = 137
+
+
+@case
+def space_mismatch():
+    """200-config spaces that differ at one entry: the MismatchError names that entry and both values."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    space = [{"block": 16, "stage": i, "name": f"cfg{i:03d}"} for i in range(200)]
+    if rank == 1:
+        space[DIFFERS_AT] = {"block": 32, "stage": DIFFERS_AT, "name": f"cfg{DIFFERS_AT:03d}"}
+
+    @tdt.autotune(space, key_fn=lambda n: n, n_warmup=0, n_repeat=1, search="exhaustive")
+    def f(n, *, block, stage, name):
+        return block
+
+    emit(**outcome(f, 8))
+
+
+@case
+def local_nearest():
+    """A rank-local campaign of two keys, then a key served by ``undecided='nearest'`` on every rank."""
+    tdt.init_distributed(backend="gloo")
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=0, n_repeat=1,
+                  timing="cold", name="served", undecided="nearest")
+    def kernel(x, *, variant):
+        time.sleep(0.002 if variant == 0 else 0.03)
+        return x * (variant + 1)
+
+    tdt.campaign(kernel, lambda n: torch.ones(n), [8, 64], local=True)
+    served = kernel(torch.ones(10))  # never tuned: the nearest decided key's choice (8's)
+    emit(rank=dist.get_rank(), served=served[0].item() - 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+"""Issue 35 items 3, 4 and 6: messages that said something else than what happened, plots whose labels left the
+picture, and launch.sh naming the copy of the package in use. Each test asserts the new text and failed before.
+Real files, real ranks (tests/scenarios/message_cases.py), real Triton kernels in the interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from harness import HERE, ROOT, base_env, describe, run_ranks, tuner_env
+
+CASES = HERE / "scenarios" / "message_cases.py"
+
+
+def cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """The command line in this process: (exit status, stdout, stderr)."""
+    from triton_dist_tune.cli.commands import main
+
+    capsys.readouterr()
+    status = main(args)
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def write_entry(cache: Path, margin: float, near_tie: bool, times: tuple[float, float],
+                spreads: tuple[float, float], group_size: int = 2, key: str = "(8,)", name: str = "f",
+                stem: str = "0123456789abcdef0123") -> Path:
+    """A format-2 cache entry: config 1 chosen over config 0 (the runner-up)."""
+    from triton_dist_tune.disk.cache import versions, write_json_atomic
+    from triton_dist_tune.records import Outcome
+
+    outcomes = [Outcome(0, "{BLOCK: 64}", "measured", time=times[0], spread=spreads[0], per_rank=[times[0]] * 2,
+                        samples=1, order=[0], round_times=[times[0]]),
+                Outcome(1, "{BLOCK: 128}", "measured", time=times[1], spread=spreads[1], per_rank=[times[1]] * 2,
+                        samples=1, order=[1], round_times=[times[1]])]
+    data = {"format": 2, "function": name, "key": key, "index": 1, "config": "{BLOCK: 128}", "time_ms": times[1],
+            "margin": margin, "near_tie": near_tie, "runner_up": 0, "timing": "cold", "rounds": 1,
+            "group_size": group_size, "group": "default", "created": time.time(), "versions": versions(),
+            "gpu": "cpu", "gpu_count": 0, "space": "abc", "measurements": [o.to_json() for o in outcomes]}
+    return write_json_atomic(cache / name / f"{stem}.json", data)
+
+
+# -- near ties and margins ---------------------------------------------------------------------------------------
+
+
+def test_a_near_tie_is_only_called_so_within_the_spread():
+    """One round each, 152 ms against 36 ms: the race cannot yet call the runner-up clearly slower, which was
+    recorded and shown as "a near tie: within the measurement's spread" beside +322% (both spreads 0)."""
+    from triton_dist_tune.disk.logs import margin_text
+    from triton_dist_tune.function.decide import decide
+    from triton_dist_tune.measure.race import Race, RacePlan
+
+    def raced(times: list[float]):
+        race = Race([0, 1], RacePlan(max_rounds=1, seed="s"))
+        for i in race.order():
+            race.record(i, [times[i], times[i]])
+        race.end_round()
+        return decide([race.outcome(i, f"{{v: {i}}}", 0) for i in (0, 1)], race, "cold")
+
+    far = raced([152.0, 36.0])
+    assert far.index == 1 and far.margin == pytest.approx(152 / 36 - 1) and not far.near_tie
+    assert margin_text(far) == " (4.2x faster than config 0 (76% less time))"
+    close = raced([10.05, 10.0])  # 0.5% apart: within the indifference margin, a near tie whatever the spread
+    assert close.near_tie and margin_text(close).endswith(", a near tie: within the measured noise)")
+
+
+def test_show_and_list_call_a_recorded_near_tie_so_only_within_the_spread(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    write_entry(cache, 3.22, True, (152.0, 36.0), (0.0, 0.0))  # as written before: flagged at +322%
+    status, out, _ = cli(["show", "f", "--cache-dir", str(cache)], capsys)
+    assert status == 0
+    assert "margin: +322.0% over config 0: chosen config 4.2x faster (76% less time)" in out, out
+    assert "near tie" not in out
+    status, out, _ = cli(["list", "--cache-dir", str(cache)], capsys)
+    assert "+322.0%" in out and "~+322.0%" not in out and "near tie" not in out, out
+    write_entry(cache, 0.02, True, (1.02, 1.0), (0.02, 0.01), stem="fedcba98765432100000")  # 2% within ±3%
+    status, out, _ = cli(["show", "fedcba", "--cache-dir", str(cache)], capsys)
+    assert "margin: +2.0% over config 0: chosen config 2.0% less time (a near tie: within the measurement's " \
+           "spread)" in out, out
+
+
+def test_a_margin_is_said_as_times_faster_and_less_time():
+    from triton_dist_tune.disk.logs import margin_text
+    from triton_dist_tune.records import Decision
+
+    # 77 ms against 152 ms was "(97.0% ahead of config 0)"
+    assert margin_text(Decision(1, "{v: 1}", 77.0, 152 / 77 - 1, False, 0, [], "steady", 3)) == \
+        " (2.0x faster than config 0 (49% less time))"
+    assert margin_text(Decision(1, "{v: 1}", 1.0, 0.05, False, 0, [], "steady", 3)) == \
+        " (4.8% less time than config 0)"
+
+
+# -- the caller's mistakes ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tuner_dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_LOG_DIR", str(tmp_path / "logs"))
+
+
+def test_an_autotune_typo_is_bad_input_on_a_decided_key_too(tuner_dirs):
+    """Before: on a decided key the typo reached the function (a plain TypeError), or passed silently into one
+    that takes **kwargs."""
+    import triton_dist_tune as tdt
+    from triton_dist_tune.errors import BadInputError
+
+    @tdt.autotune([{"block": 1}, {"block": 2}], key_fn=lambda n, **kw: n, n_warmup=0, n_repeat=1, name="strict")
+    def strict(n, *, block):
+        return block
+
+    @tdt.autotune([{"block": 1}, {"block": 2}], key_fn=lambda n, **kw: n, n_warmup=0, n_repeat=1, name="loose")
+    def loose(n, *, block, **kwargs):
+        return block
+
+    for f in (strict, loose):
+        with pytest.raises(BadInputError, match=r"got unknown tuner keyword\(s\) \['autotune_verbos'\]"):
+            f(3, autotune_verbos=True)  # tuning path: undecided key
+        assert f(8) in (1, 2)  # decided
+        with pytest.raises(BadInputError, match=r"got unknown tuner keyword\(s\) \['autotune_verbos'\]"):
+            f(8, autotune_verbos=True)  # the hot path
+        with pytest.raises(BadInputError, match="autotune_pgg"):
+            f(8, scale=2, autotune_pgg=None) if f is loose else f(8, autotune_pgg=None)
+    assert loose(8, scale=2) in (1, 2) and loose(8, scale=2) == loose(8)  # other keywords still pass
+
+
+def test_autotune_without_its_arguments_says_so():
+    import triton_dist_tune as tdt
+    from triton_dist_tune.errors import BadInputError
+
+    with pytest.raises(BadInputError, match=r"@autotune was applied to '.*kernel' without its arguments: call it "
+                                            r"with them, @autotune\(config_space, key_fn=...\)"):
+        @tdt.autotune
+        def kernel(x, *, block):
+            return x
+
+
+def test_to_hashable_of_a_list_says_what_it_takes():
+    import torch
+
+    import triton_dist_tune as tdt
+    from triton_dist_tune.errors import BadInputError
+
+    assert tdt.to_hashable(torch.ones(2, 3)) == ((2, 3), (3, 1), torch.float32)
+    with pytest.raises(BadInputError, match=r"to_hashable takes one tensor .* not a list: for a list of tensors, "
+                                            r"use tuple\(to_hashable\(t\) for t in the list\)"):
+        tdt.to_hashable([torch.ones(2), torch.ones(3)])
+
+
+def test_show_of_a_missing_file_says_no_such_file(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    write_entry(cache, 0.3, False, (1.3, 1.0), (0.0, 0.0))
+    status, _, err = cli(["show", str(tmp_path / "missing.json"), "--cache-dir", str(cache)], capsys)
+    assert status == 2 and f"{tmp_path / 'missing.json'}: no such file" in err, err
+    status, out, _ = cli(["show", "f/0123456789abcdef0123.json", "--cache-dir", str(cache)], capsys)
+    assert status == 0 and "key: (8,)" in out  # a name from 'list' that ends in .json still names the entry
+
+
+# -- multi-rank messages -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_a_config_space_mismatch_names_the_first_entry_that_differs(tmp_path):
+    """Before: the first 15 configs of each rank (identical), cut off mid-dict, and never the one that differs."""
+    results = run_ranks(CASES, 2, ["space_mismatch"], env=tuner_env(tmp_path), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result.get("error") == "MismatchError", describe(results)
+        message = r.result["message"]
+        assert "differ in config space: ranks [0]: entry 137 of 200 (the first that differs): {block: 16, " \
+               "name: 'cfg137', stage: 137}; ranks [1]: entry 137 of 200 (the first that differs): {block: 32, " \
+               "name: 'cfg137', stage: 137}" in message, message
+        assert "cfg000" not in message and len(message) < 1500, message
+
+
+@pytest.mark.timeout(150)
+def test_rank_local_policy_speaks_once_and_logs_of_a_missing_rank_fail(tmp_path, capsys):
+    """A rank-local campaign: the ``nearest`` policy's warning on rank 0 only (before: once per rank; each rank's
+    log still has it). Then ``logs --rank 7`` of that 2-rank job: exit 2 naming ranks 0 and 1 (before: exit 0
+    and "0 record(s) from rank(s) []")."""
+    results = run_ranks(CASES, 2, ["local_nearest"], env=tuner_env(tmp_path), timeout=130)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert [r.result["served"] for r in results] == [0, 0]
+    said = "key 10 is not decided: serving the decision of the nearest decided key 8"
+    assert said in results[0].stderr, results[0].stderr[-2000:]
+    assert said not in results[1].stderr, results[1].stderr[-2000:]
+    assert all(said in (tmp_path / "logs" / f"rank-{r}.log").read_text() for r in (0, 1))
+    status, _, err = cli(["logs", "--log-dir", str(tmp_path / "logs"), "--rank", "7"], capsys)
+    assert status == 2 and "has no records of rank 7: its ranks are 0, 1" in err, err
+    status, out, _ = cli(["logs", "--log-dir", str(tmp_path / "logs"), "--rank", "1"], capsys)
+    assert status == 0 and "from rank(s) [1]" in out, out
+
+
+@pytest.mark.timeout(150)
+def test_a_contextual_disk_cache_hit_prints_under_triton_print_autotuning(tmp_path):
+    """``contextual_autotune`` alone (no torch.distributed), run twice with one cache: the second run's hits say
+    the config and the file (before: nothing)."""
+    script = HERE / "scenarios" / "contextual_cases.py"
+    env = base_env({**tuner_env(tmp_path, 60), "TRITON_PRINT_AUTOTUNING": "1"})
+    runs = [subprocess.run([sys.executable, str(script), "single"], env=env, capture_output=True, text=True,
+                           timeout=120) for _ in range(2)]
+    assert all(run.returncode == 0 for run in runs), runs[-1].stderr[-3000:]
+    assert "cache hit" not in runs[0].stderr and "finished after" in runs[0].stderr
+    second = runs[1].stderr
+    cache_files = sorted(str(p) for p in (tmp_path / "cache").rglob("*.json"))
+    assert "Triton autotuning for function add_kernel,\nwith key as (64, 'torch.float32', 'torch.float32', " \
+           "'torch.float32'): cache hit on 1 rank(s) of group 'this process alone',\nconfig: BLOCK: 128" in second, \
+        second[-3000:]
+    assert "Triton autotuning for function scale_kernel," in second
+    assert sum(f"cache file: {f}" in second for f in cache_files) == 2, (cache_files, second[-3000:])
+    assert "finished after" not in second
+
+
+# -- launch.sh ---------------------------------------------------------------------------------------------------
+
+
+def launch(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / "launch.sh"), "--cpu", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(150)
+def test_launch_sh_campaign_with_a_bad_module_ends_on_its_message(tmp_path):
+    """Before: the message from each rank, then about 40 lines of torchrun's ChildFailedError traceback."""
+    done = launch(["-m", "triton_dist_tune", "campaign", "no_such_mod:fn", "--calls", "no_such_mod:build",
+                   "--keys", "8"], tmp_path, base_env())
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("triton-dist-tune: 'no_such_mod:fn': no module named 'no_such_mod'"), done.stderr
+    assert done.stderr.count("no module named") == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "ChildFailedError" not in done.stderr + done.stdout
+
+
+def fake_install(where: Path, project: Path) -> Path:
+    """A folder that, on PYTHONPATH, looks like triton-dist-tune installed editable from ``project``: pip's
+    metadata (with its direct_url.json) and a package of that name."""
+    info = where / "triton_dist_tune-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: triton-dist-tune\nVersion: 0.1.0\n")
+    (info / "direct_url.json").write_text(json.dumps({"url": project.as_uri(), "dir_info": {"editable": True}}))
+    (where / "triton_dist_tune").mkdir()
+    (where / "triton_dist_tune" / "__init__.py").write_text("")
+    return where
+
+
+@pytest.mark.timeout(150)
+def test_launch_sh_names_another_installed_copy_and_runs_this_checkout(tmp_path):
+    """Before: an editable install of another checkout was accepted in silence (and plain torchrun runs it)."""
+    other = tmp_path / "other-checkout"
+    script = tmp_path / "where.py"
+    script.write_text("import importlib.util\nprint('RUNS', importlib.util.find_spec('triton_dist_tune').origin)\n")
+    env = base_env({"PYTHONPATH": str(fake_install(tmp_path / "site", other))})
+    done = launch(["--nproc", "1", str(script)], tmp_path, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"launch.sh: NOTE: this checkout is {ROOT}, but the triton-dist-tune package is installed (pip) from " \
+           f"{other} (editable); a plain python imports triton_dist_tune from {tmp_path / 'site'}." in done.stderr, \
+        done.stderr
+    assert f"pip install -e '{ROOT}[test,mpi,plot]'" in done.stderr
+    assert f"RUNS {ROOT / 'triton_dist_tune' / '__init__.py'}" in done.stdout, done.stdout  # this checkout's code
+
+
+@pytest.mark.timeout(150)
+def test_launch_sh_says_nothing_of_copies_when_this_checkout_is_installed(tmp_path):
+    script = tmp_path / "where.py"
+    script.write_text("print('RAN')\n")
+    same = base_env({"PYTHONPATH": f"{ROOT}:{fake_install(tmp_path / 'mine', ROOT)}"})
+    done = launch(["--nproc", "1", str(script)], tmp_path, same)
+    assert done.returncode == 0 and "NOTE" not in done.stderr, done.stderr[-3000:]
+
+
+# -- plots (item 4) ----------------------------------------------------------------------------------------------
+
+
+def plot_entry(cache: Path, times: list[float | None], name: str = "plotted", key: str = "(8,)",
+               group_size: int = 2, stem: str = "0123456789abcdef0123", stopped: tuple[int, ...] = ()) -> Path:
+    """A format-2 entry over len(times) configs with long descriptions; None: a config that failed."""
+    from triton_dist_tune.disk.cache import versions, write_json_atomic
+    from triton_dist_tune.records import Outcome
+
+    outcomes = []
+    for i, t in enumerate(times):
+        config = f"{{BLOCK_SIZE_M: {16 << i}, BLOCK_SIZE_N: 64, BLOCK_SIZE_K: 32, GROUP_SIZE_M: 8, num_warps: 4}}"
+        if t is None:
+            outcomes.append(Outcome(i, config, "failed", error="OutOfResources: out of resource: shared memory, "
+                                    "Required: 262144, Hardware limit: 232448. Reducing block sizes or num_stages "
+                                    "may help."))
+        else:
+            outcomes.append(Outcome(i, config, "stopped" if i in stopped else "measured", time=t, spread=0.12,
+                                    per_rank=[t] * group_size, samples=3, order=[i, i + 10, i + 20],
+                                    round_times=[t, t * 1.01, t * 0.99]))
+    best = min(range(len(times)), key=lambda i: times[i] if times[i] is not None else float("inf"))
+    data = {"format": 2, "function": name, "key": key, "index": best, "config": outcomes[best].config,
+            "time_ms": times[best], "margin": 0.3, "near_tie": False, "runner_up": 0, "timing": "steady",
+            "rounds": 3, "group_size": group_size, "group": "default", "created": time.time(),
+            "versions": versions(), "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": group_size, "space": "abc",
+            "measurements": [o.to_json() for o in outcomes]}
+    return write_json_atomic(cache / name / f"{stem}.json", data)
+
+
+def texts_inside(fig) -> list[str]:
+    """The texts of ``fig`` (drawn) that reach outside it: empty when every label is whole."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = fig.bbox
+    out = []
+    axes = [axis for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)]
+    ticks = {id(t.label1) for a in axes for t in (*a.majorTicks, *a.minorTicks)} | \
+        {id(t.label2) for a in axes for t in (*a.majorTicks, *a.minorTicks)}
+    drawn = [(t.label1, t.label2) for a in axes for t in a._update_ticks()]  # the ticks drawn: those in view
+    for text in [t for t in fig.findobj(Text) if id(t) not in ticks] + [t for labels in drawn for t in labels]:
+        if not text.get_visible() or not text.get_text().strip():
+            continue
+        box = text.get_window_extent(renderer)
+        if box.x0 < frame.x0 - 1 or box.x1 > frame.x1 + 1 or box.y0 < frame.y0 - 1 or box.y1 > frame.y1 + 1:
+            out.append(f"{text.get_text()!r} at {box} outside {frame}")
+    return out
+
+
+@pytest.mark.parametrize("times", [
+    [0.2, 0.9, 1.03, 0.95, None],  # linear axis: the slowest bars' notes, "(left early)", at the right edge
+    [0.01, 0.02, 5.0, 4.0, None],  # a log axis (500x)
+])
+def test_decision_plot_keeps_every_label_inside_and_beside_its_bar(tmp_path, times):
+    """Before: right-edge notes were cut off ("(left ear") or pushed far from their bar."""
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import read_entry
+
+    entry = read_entry(plot_entry(tmp_path / "cache", times, stopped=(2, 3)))
+    fig = plots.decision_figure(entry)
+    assert texts_inside(fig) == []
+    bars = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    box = bars.get_window_extent(renderer)
+    notes = [t for t in bars.texts if " ms" in t.get_text()]
+    assert len(notes) == 4 and any("(left early)" in t.get_text() for t in notes)
+    for note in notes:
+        extent = note.get_window_extent(renderer)
+        assert extent.x1 <= box.x1, note.get_text()  # inside the axes
+        row = round(note.get_position()[1])
+        o = entry.measurements[row]
+        end = bars.transData.transform(((o.time * (1 + o.spread)), row))[0]  # the bar's end with its error bar
+        assert -box.width * 0.6 < extent.x0 - end < 40, (note.get_text(), extent.x0, end)  # beside it or on it
+
+
+def test_function_plot_fits_and_counts_the_ranks_each_record_says(tmp_path, capsys):
+    """Before: the title said "1 rank(s)" (the first key's record) where 'list' showed 2 for the other keys."""
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import scan
+
+    cache = tmp_path / "cache"
+    plot_entry(cache, [0.2, 0.3, 0.5], name="moe", key="(1, 2048, 'bf16')", group_size=1, stem="a" * 20)
+    plot_entry(cache, [0.4, 0.3, 0.6], name="moe", key="(64, 2048, 'bf16')", group_size=2, stem="b" * 20)
+    _, out, _ = cli(["list", "--cache-dir", str(cache)], capsys)
+    rows = [line for line in out.splitlines() if line.startswith(("  aaaa", "  bbbb"))]
+    assert "+30.0%  1  " in rows[0] and "+30.0%  2  " in rows[1], out  # the ranks column
+    fig = plots.function_figure(scan(cache)[0])
+    assert "1-2 rank(s) (per key, under its name)" in fig._suptitle.get_text()
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks == ["(1, 2048, 'bf16')\n1 rank(s)", "(64, 2048, 'bf16')\n2 rank(s)"], ticks
+    assert texts_inside(fig) == []
+    plot_entry(cache, [0.4, 0.3, 0.6], name="moe", key="(64, 2048, 'bf16')", group_size=1, stem="b" * 20)
+    fig = plots.function_figure(scan(cache)[0])
+    assert fig._suptitle.get_text().endswith("2 decision(s) across keys; 1 rank(s), NVIDIA H100 80GB HBM3 x1")
