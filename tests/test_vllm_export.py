@@ -51,6 +51,12 @@ def test_export_vllm_moe_writes_the_file_vllm_loads(tmp_path, capsys):
                             "num_warps": 4, "num_stages": 3}
     assert all(type(v) is int for c in configs.values() for v in c.values())
     assert [p.name for p in out.iterdir()] == ["E=8,N=3584,device_name=NVIDIA_H100_80GB_HBM3.json"]
+    assert main(["export", str(out), "--format", "vllm-moe", "--cache-dir", str(cache), "--function", "moe",
+                 "--experts", "16", "--n", "3584", "--where", "1=16", "--dtype", "fp8_w8a8", "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done["batch_sizes"] == [64] and done["file"].endswith("E=16,N=3584,device_name=NVIDIA_H100_80GB_HBM3,"
+                                                                   "dtype=fp8_w8a8.json")
+    assert list(vllm_load(out, 16, 3584, "NVIDIA H100 80GB HBM3", "fp8_w8a8")) == [64]
 
 
 def test_export_vllm_moe_says_what_is_wrong(tmp_path, capsys):
