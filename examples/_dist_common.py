@@ -31,7 +31,8 @@ def group_name(group: dist.ProcessGroup | None) -> str:
 
 
 def all_gather_rows(out: torch.Tensor, inp: torch.Tensor, group: dist.ProcessGroup | None = None) -> None:
-    """``out = concat over ranks of inp`` by rows, with the collective this torch does not call deprecated."""
+    """``out = concat over ranks of inp`` by rows: ``all_gather_single`` (torch 2.13 deprecates
+    ``all_gather_into_tensor`` for it), or the old name on a torch without it."""
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     gather(out, inp, group=group)
 

@@ -4,7 +4,7 @@ Each rank holds ``A_local`` ``[M_local, K]`` and the same-shaped local ``B`` ``[
 parallelism usually a column shard of the full weight). The result is ``[world * M_local, N]``, rows
 in rank order. Algorithms (the ``algo`` config entry):
 
-* ``"sequential"``: ``all_gather_into_tensor`` then one Triton GEMM.
+* ``"sequential"``: ``all_gather_single`` then one Triton GEMM.
 * ``"chunked"``: each rank's rows are cut into ``splits`` chunks, gathered one collective per chunk
   on a side stream while the compute stream first multiplies the local shard (which needs no
   communication) and then each chunk as its event fires. On CPU the same steps run in order.
@@ -12,7 +12,7 @@ in rank order. Algorithms (the ``algo`` config entry):
   symmetric-memory buffers with copy-engine copies (no SMs taken from the GEMM, unlike NCCL's
   kernels), one symmetric-memory barrier per chunk (CUDA + NCCL group + torch symm_mem only).
 * ``"torch_fused"``: ``torch.ops.symm_mem.fused_all_gather_matmul`` (CUDA + NCCL only).
-* ``"torch"``: ``all_gather_into_tensor`` + ``torch.matmul``, the baseline.
+* ``"torch"``: ``all_gather_single`` + ``torch.matmul``, the baseline.
 
 ``gemm_config`` is a Triton tile string (see :mod:`examples.gemm_kernels`) or ``"torch"`` for
 ``torch.matmul`` chunks. :func:`ag_gemm` takes every config entry explicitly; ``tuned_ag_gemm``

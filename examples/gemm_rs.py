@@ -4,12 +4,12 @@ Each rank holds ``A`` ``[M, K_local]`` and ``B`` ``[K_local, N]`` (a row shard o
 ``A @ B`` is a partial sum of the full product. Rank ``r`` gets rows ``[r * M / world, (r + 1) * M /
 world)`` of the sum, ``[M / world, N]``; ``M`` must be divisible by the group size. Algorithms:
 
-* ``"sequential"``: one Triton GEMM, then ``reduce_scatter_tensor``.
+* ``"sequential"``: one Triton GEMM, then ``reduce_scatter_single``.
 * ``"chunked"``: each rank's block of output rows is cut into ``splits`` chunks; the GEMM of chunk
   ``c`` (all ranks' rows of it, one batched launch) runs on the compute stream while the
   reduce-scatter of chunk ``c - 1`` runs on a side stream. On CPU the same steps run in order.
 * ``"torch_fused"``: ``torch.ops.symm_mem.fused_matmul_reduce_scatter`` (CUDA + NCCL only).
-* ``"torch"``: ``torch.matmul`` + ``reduce_scatter_tensor``, the baseline.
+* ``"torch"``: ``torch.matmul`` + ``reduce_scatter_single``, the baseline.
 
 ``tuned_gemm_rs`` (built on first access, needs ``triton_dist_tune``) tunes the config per shape.
 

@@ -208,8 +208,14 @@ def test_gemm_rs_check_cpu_two_ranks(tmp_path: Path) -> None:
 @pytest.mark.timeout(240)
 def test_tp_mlp_four_ranks_two_groups_tuned_as_one(tmp_path: Path) -> None:
     """Two TP groups of 2, replicas of each other, tuned as one (``autotune_replicas=``): every rank runs the same
-    configs, and the tuner never warns that the groups chose differently for one shared cache entry."""
-    proc = launch(["examples/tp_mlp.py"], 4, 220, TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path))
+    configs, and the tuner never warns that the groups chose differently for one shared cache entry. Tuned as one,
+    each function's key has two races on every rank (docs/scale.md: the replicas share the first pass, then the
+    leaders race again on every replica); two TP groups tuning apart have one each."""
+    import json
+
+    cache, log_dir = tmp_path / "cache", tmp_path / "logs"
+    proc = launch(["examples/tp_mlp.py"], 4, 220, TRITON_DIST_AUTOTUNE_CACHE_DIR=str(cache),
+                  TRITON_DIST_AUTOTUNE_LOG_DIR=str(log_dir))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("tp_mlp rank")]
@@ -218,7 +224,12 @@ def test_tp_mlp_four_ranks_two_groups_tuned_as_one(tmp_path: Path) -> None:
     assert all("'algo'" in line for line in lines)  # each rank reports the configs it runs
     assert len({line.split("; ", 1)[1] for line in lines}) == 1, "\n".join(lines)  # one choice everywhere
     assert "share one cache entry" not in output, output[-4000:]
-    assert sorted(p.parent.name for p in tmp_path.rglob("*.json")) == ["ag_gemm", "gemm_rs"]
+    assert sorted(p.parent.name for p in cache.rglob("*.json")) == ["ag_gemm", "gemm_rs"]
+    for rank in range(4):
+        messages = [json.loads(line)["message"] for line in (log_dir / f"rank-{rank}.jsonl").read_text().splitlines()]
+        for name in ("ag_gemm", "gemm_rs"):
+            races = [m for m in messages if m.startswith(f"[{name} key=") and "] race: " in m]
+            assert len(races) == 2, (rank, name, races)
 
 
 @pytest.mark.timeout(240)

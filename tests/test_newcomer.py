@@ -365,6 +365,22 @@ def test_readme_is_a_front_page():
     assert "--rank-local" in operations and " --local\n" not in operations
 
 
+def test_docs_and_examples_show_the_collectives_torch_does_not_deprecate():
+    """Issue 35 item 5: torch 2.13 warns that ``all_gather_into_tensor`` and ``reduce_scatter_tensor`` are deprecated
+    in favour of ``all_gather_single`` and ``reduce_scatter_single``; the README, docs/, the package's docstrings and
+    the examples show the new names (examples/_dist_common.py falls back to the old ones on a torch without them)."""
+    import torch.distributed as dist
+
+    assert hasattr(dist, "all_gather_single") and hasattr(dist, "reduce_scatter_single")
+    pages = [README, *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").glob("*.py"),
+             *(ROOT / "triton_dist_tune").rglob("*.py")]
+    for page in pages:
+        for line in page.read_text().splitlines():
+            if "all_gather_into_tensor" in line or "reduce_scatter_tensor" in line:
+                assert "deprecate" in line or "or dist." in line or "``all_gather_into_tensor`` for it" in line, \
+                    (page.relative_to(ROOT), line)
+
+
 def test_near_tie_is_explained_where_the_tuner_prints_it():
     from triton_dist_tune.disk.logs import margin_text
     from triton_dist_tune.records import Decision
