@@ -478,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"moe_gemm rank {r}/{world}: chose {row['choices']}, max relative error {row['max_error']:.2e}",
                   flush=True)
         same = all(row["choices"] == lines[0]["choices"] for row in lines)
+        if "vllm_file" in result:
+            print(f"vLLM / SGLang fused-MoE config file: {result['vllm_file']} (batch sizes "
+                  f"{', '.join(result['choices'])})", flush=True)
         print("RESULT " + json.dumps({**result, "same_on_every_rank": same,
                                       "errors": [row["max_error"] for row in lines]}), flush=True)
     dist.destroy_process_group()
