@@ -31,7 +31,8 @@ def group_name(group: dist.ProcessGroup | None) -> str:
 
 
 def all_gather_rows(out: torch.Tensor, inp: torch.Tensor, group: dist.ProcessGroup | None = None) -> None:
-    """``out = concat over ranks of inp`` by rows, with the collective this torch does not call deprecated."""
+    """``out = concat over ranks of inp`` by rows: ``all_gather_single`` (torch 2.13 deprecates
+    ``all_gather_into_tensor`` for it), or the old name on a torch without it."""
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     gather(out, inp, group=group)
 
@@ -186,3 +187,25 @@ def make_tuned(fn: Callable[..., Any], config_space: list[dict[str, Any]], prune
     }
     return triton_dist_tune.autotune(config_space=config_space, key_fn=tuning_key, prune_fn=prune_fn,
                                      **options)(recording_config(fn))
+
+
+def demo_device() -> tuple[torch.device, torch.dtype, float]:
+    """The device, dtype and relative tolerance of a demo: a GPU in bf16, else the CPU in float32 (the kernels in
+    Triton's interpreter)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device()), torch.bfloat16, 2e-2
+    return torch.device("cpu"), torch.float32, 1e-4
+
+
+def demo_report(name: str, result: torch.Tensor, expected: torch.Tensor, tol: float) -> int:
+    """Rank 0 prints one line per rank (its error against ``expected`` and the config it ran); every rank
+    returns the exit status: 1 when some rank's error is above ``tol``. Ends the process group."""
+    error = ((result.float() - expected).norm() / expected.norm().clamp_min(1e-30)).item()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    line = f"{name} rank {rank}/{world}: {'OK' if error <= tol else 'FAIL'} rel err {error:.2e}; {LAST_CONFIG[name]}"
+    lines: list[Any] = [None] * world
+    dist.all_gather_object(lines, (line, error <= tol))
+    if rank == 0:  # in rank order, from one process: ranks printing at once would mix their lines
+        print("\n".join(text for text, _ in lines), flush=True)
+    dist.destroy_process_group()
+    return 0 if all(ok for _, ok in lines) else 1

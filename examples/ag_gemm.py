@@ -4,7 +4,7 @@ Each rank holds ``A_local`` ``[M_local, K]`` and the same-shaped local ``B`` ``[
 parallelism usually a column shard of the full weight). The result is ``[world * M_local, N]``, rows
 in rank order. Algorithms (the ``algo`` config entry):
 
-* ``"sequential"``: ``all_gather_into_tensor`` then one Triton GEMM.
+* ``"sequential"``: ``all_gather_single`` then one Triton GEMM.
 * ``"chunked"``: each rank's rows are cut into ``splits`` chunks, gathered one collective per chunk
   on a side stream while the compute stream first multiplies the local shard (which needs no
   communication) and then each chunk as its event fires. On CPU the same steps run in order.
@@ -12,25 +12,36 @@ in rank order. Algorithms (the ``algo`` config entry):
   symmetric-memory buffers with copy-engine copies (no SMs taken from the GEMM, unlike NCCL's
   kernels), one symmetric-memory barrier per chunk (CUDA + NCCL group + torch symm_mem only).
 * ``"torch_fused"``: ``torch.ops.symm_mem.fused_all_gather_matmul`` (CUDA + NCCL only).
-* ``"torch"``: ``all_gather_into_tensor`` + ``torch.matmul``, the baseline.
+* ``"torch"``: ``all_gather_single`` + ``torch.matmul``, the baseline.
 
 ``gemm_config`` is a Triton tile string (see :mod:`examples.gemm_kernels`) or ``"torch"`` for
 ``torch.matmul`` chunks. :func:`ag_gemm` takes every config entry explicitly; ``tuned_ag_gemm``
 (built on first access, needs the ``triton_dist_tune`` package) tunes them per shape over the group
 given as ``autotune_pg=``.
+
+Run: ``bash launch.sh examples/ag_gemm.py`` (one rank per GPU; 2 CPU ranks with gloo and Triton's interpreter,
+tiny shapes, where there is no GPU): every rank tunes one shape, rank 0 prints one line per rank with its error
+against the torch reference and the config it ran (the same on every rank).
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from examples._dist_common import (
+if __package__ in (None, ""):  # run as a script: make `examples` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from examples._dist_common import (  # noqa: E402
     all_gather_rows,
+    demo_device,
+    demo_report,
     enable_symm_mem,
     group_rank_size,
     make_tuned,
@@ -39,7 +50,7 @@ from examples._dist_common import (
     symm_buffer,
     symm_mem_available,
 )
-from examples.gemm_kernels import TORCH_GEMM, gemm, gemm_config_specs, tile_usable
+from examples.gemm_kernels import TORCH_GEMM, gemm, gemm_config_specs, tile_usable  # noqa: E402
 
 ALGOS = ("chunked", "sequential", "p2p", "torch_fused", "torch")
 SPLITS = (1, 2, 4)
@@ -259,3 +270,25 @@ def __getattr__(name: str) -> Any:
             _TUNED[name] = make_tuned_ag_gemm()
         return _TUNED[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main() -> int:
+    """Tune :func:`ag_gemm` at one shape on every rank of the job, check it against ``all_gather`` + ``matmul``, and
+    print one line per rank (rank 0): its error and the config it ran, the same on every rank."""
+    import triton_dist_tune
+
+    triton_dist_tune.init_distributed()  # NCCL and one GPU per rank with CUDA, else gloo
+    device, dtype, tol = demo_device()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    m_local, k, n = (1024, 4096, 4096) if device.type == "cuda" else (8, 16, 24)
+    a_local = torch.randn(m_local, k, generator=torch.Generator().manual_seed(rank)).to(device, dtype)
+    b = (torch.randn(k, n, generator=torch.Generator().manual_seed(1234)) / k**0.5).to(device, dtype)  # one B
+    quick = {} if device.type == "cuda" else {"n_warmup": 1, "n_repeat": 3}  # the interpreter is slow
+    c = make_tuned_ag_gemm(**quick)(a_local, b)
+    gathered = torch.empty(world * m_local, k, device=device, dtype=dtype)
+    all_gather_rows(gathered, a_local)
+    return demo_report("ag_gemm", c, gathered.float() @ b.float(), tol)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

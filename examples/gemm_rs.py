@@ -4,26 +4,37 @@ Each rank holds ``A`` ``[M, K_local]`` and ``B`` ``[K_local, N]`` (a row shard o
 ``A @ B`` is a partial sum of the full product. Rank ``r`` gets rows ``[r * M / world, (r + 1) * M /
 world)`` of the sum, ``[M / world, N]``; ``M`` must be divisible by the group size. Algorithms:
 
-* ``"sequential"``: one Triton GEMM, then ``reduce_scatter_tensor``.
+* ``"sequential"``: one Triton GEMM, then ``reduce_scatter_single``.
 * ``"chunked"``: each rank's block of output rows is cut into ``splits`` chunks; the GEMM of chunk
   ``c`` (all ranks' rows of it, one batched launch) runs on the compute stream while the
   reduce-scatter of chunk ``c - 1`` runs on a side stream. On CPU the same steps run in order.
 * ``"torch_fused"``: ``torch.ops.symm_mem.fused_matmul_reduce_scatter`` (CUDA + NCCL only).
-* ``"torch"``: ``torch.matmul`` + ``reduce_scatter_tensor``, the baseline.
+* ``"torch"``: ``torch.matmul`` + ``reduce_scatter_single``, the baseline.
 
 ``tuned_gemm_rs`` (built on first access, needs ``triton_dist_tune``) tunes the config per shape.
+
+Run: ``bash launch.sh examples/gemm_rs.py`` (one rank per GPU; 2 CPU ranks with gloo and Triton's interpreter,
+tiny shapes, where there is no GPU): every rank tunes one shape, rank 0 prints one line per rank with its error
+against the torch reference and the config it ran (the same on every rank).
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from examples._dist_common import (
+if __package__ in (None, ""):  # run as a script: make `examples` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from examples._dist_common import (  # noqa: E402
+    demo_device,
+    demo_report,
     enable_symm_mem,
     group_rank_size,
     make_tuned,
@@ -32,7 +43,7 @@ from examples._dist_common import (
     split_rows,
     symm_mem_available,
 )
-from examples.gemm_kernels import TORCH_GEMM, gemm, gemm_config_specs, tile_usable
+from examples.gemm_kernels import TORCH_GEMM, gemm, gemm_config_specs, tile_usable  # noqa: E402
 
 ALGOS = ("chunked", "sequential", "torch_fused", "torch")
 SPLITS = (1, 2, 4)
@@ -169,3 +180,26 @@ def __getattr__(name: str) -> Any:
             _TUNED[name] = make_tuned_gemm_rs()
         return _TUNED[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main() -> int:
+    """Tune :func:`gemm_rs` at one shape on every rank of the job, check it against ``matmul`` + an all-reduce of
+    the partial sums, and print one line per rank (rank 0): its error and the config it ran, the same everywhere."""
+    import triton_dist_tune
+
+    triton_dist_tune.init_distributed()  # NCCL and one GPU per rank with CUDA, else gloo
+    device, dtype, tol = demo_device()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    m, k_local, n = (4096, 2048, 4096) if device.type == "cuda" else (8 * world, 16, 24)
+    a = torch.randn(m, k_local, generator=torch.Generator().manual_seed(rank)).to(device, dtype)
+    b = (torch.randn(k_local, n, generator=torch.Generator().manual_seed(100 + rank)) / k_local**0.5).to(device, dtype)
+    quick = {} if device.type == "cuda" else {"n_warmup": 1, "n_repeat": 3}  # the interpreter is slow
+    out = make_tuned_gemm_rs(**quick)(a, b)
+    full = a.float() @ b.float()
+    dist.all_reduce(full)  # the sum over ranks of every rank's partial product
+    rows = m // world
+    return demo_report("gemm_rs", out, full[rank * rows : (rank + 1) * rows], tol)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,6 +17,11 @@ Run::
     bash launch.sh examples/moe_gemm.py --campaign             # GPUs: 16 batch sizes, spread over the ranks
     TRITON_INTERPRET=1 bash launch.sh --cpu --nproc 2 examples/moe_gemm.py --tiny   # CPU ranks, tiny space
     TRITON_INTERPRET=1 bash launch.sh --cpu --nproc 2 examples/moe_gemm.py --tiny --campaign
+    bash launch.sh examples/moe_gemm.py --campaign --export-vllm configs/   # and vLLM's / SGLang's config file
+
+``--export-vllm DIR`` (with ``--campaign``) writes the campaign's decisions as the fused-MoE config file vLLM and
+SGLang read, ``DIR/E=<E>,N=<N>,device_name=<GPU>[,dtype=float32].json`` (on CPU ranks the device name is the CPU
+model's): one entry per batch size tuned (or found in the cache), none for a batch size that failed.
 
 Rank 0 prints one line per rank with the config it chose and its error against the torch reference, then
 ``RESULT {json}`` (what the tests read).
@@ -394,6 +399,22 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 # -- the script ---------------------------------------------------------------------------------------------------
 
 
+def export_vllm(folder: Path, moe: Any, w: torch.Tensor, problem: dict[str, int], batches: Sequence[int],
+                cuda: bool) -> Path:
+    """Write the campaign's decisions as vLLM's fused-MoE config file into ``folder``; returns its path. Every
+    batch size the campaign tuned or found in the cache is in it; one that failed is not."""
+    from triton_dist_tune.disk import vllm_moe
+
+    decided = []
+    for m in batches:  # a batch size whose tuning failed has no decision
+        p = make_problem(m, w, problem["top_k"])
+        key = moe_key(p.a, p.w, p.routing)
+        if key in moe.tuner.decided:
+            decided.append((m, moe.tuner.decided[key]))
+    return vllm_moe.write(folder, problem["experts"], problem["n"], vllm_moe.device_name(cuda),
+                          vllm_moe.table(decided), vllm_moe.dtype_selector(w.dtype))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="the tiny space and problem (CPU ranks, interpreter)")
@@ -403,7 +424,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lockstep", action="store_true",
                         help="campaign: the whole group tunes every key together (default: the kernel is rank-local, "
                              "so every rank tunes its share of the keys alone, spread over the job)")
+    parser.add_argument("--export-vllm", metavar="DIR", help="campaign: write vLLM's / SGLang's fused-MoE config "
+                        "file of the decisions into DIR (rank 0)")
     args = parser.parse_args(argv)
+    if args.export_vllm and not args.campaign:
+        parser.error("--export-vllm needs --campaign (the file holds one config per batch size)")
 
     tdt.init_distributed()
     import torch.distributed as dist
@@ -434,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
                          relative_error(out, moe_reference(p.a, p.w, p.routing)))
         result["choices"] = {str(m): c for m, (c, _) in checks.items()}
         result["max_error"] = max(e for _, e in checks.values())
+        if args.export_vllm and rank == 0:
+            result["vllm_file"] = str(export_vllm(Path(args.export_vllm), moe, w, problem, batches, cuda))
     else:
         tokens = args.tokens or (20 if tiny else 256)
         p = make_problem(tokens, w, problem["top_k"])
@@ -451,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"moe_gemm rank {r}/{world}: chose {row['choices']}, max relative error {row['max_error']:.2e}",
                   flush=True)
         same = all(row["choices"] == lines[0]["choices"] for row in lines)
+        if "vllm_file" in result:
+            print(f"vLLM / SGLang fused-MoE config file: {result['vllm_file']} (batch sizes "
+                  f"{', '.join(result['choices'])})", flush=True)
         print("RESULT " + json.dumps({**result, "same_on_every_rank": same,
                                       "errors": [row["max_error"] for row in lines]}), flush=True)
     dist.destroy_process_group()

@@ -6,9 +6,15 @@ of ``W_up``), then the activation, then the row-parallel down projection (GEMM-R
 rank's row shard of ``W_down`` and reduce-scatter the partial sums by rows). The output is again
 sequence-parallel, ``[M_local, hidden]``. Both GEMMs are tuned over the TP group (``autotune_pg``).
 
-Demo: ``torchrun --nproc-per-node 4 examples/tp_mlp.py`` (or ``bash launch.sh --nproc 4 ...``): the
-4 ranks form two TP groups of 2, each tunes on its own, checks against a dense reference and prints
-one line per rank with the configs it runs.
+The TP group is repeated across the data-parallel dimension (replicas). The replicas are tuned as one
+(``autotune_replicas=`` the group linking the same TP rank of every replica): they split the first pass of
+the race between them and end on one config, the one that is fastest at the slowest replica, so every
+replica runs the same configs and one cache entry holds the layout's choice (tuned alone, each TP group
+could choose differently, and the last one to write the shared cache entry would win).
+
+Demo: ``bash launch.sh --nproc 4 examples/tp_mlp.py`` (or ``torchrun --nproc-per-node 4 ...``): the
+4 ranks form two TP groups of 2 (two replicas), tuned as one, check against a dense reference and print
+one line per rank with the configs it runs: the same on every rank.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ class TPMLP(nn.Module):
         w_up: this rank's column shard of the up projection, ``[hidden, ffn / tp]``.
         w_down: this rank's row shard of the down projection, ``[ffn / tp, hidden]``.
         group: the tensor-parallel process group; also the group the GEMMs are tuned over.
+        replicas: the group linking this rank's position in every replica of ``group`` (None: ``group`` is not
+            replicated, or its replicas tune apart); passed as ``autotune_replicas``.
         ag_gemm_fn / gemm_rs_fn: the tuned functions (default: ``tuned_ag_gemm`` / ``tuned_gemm_rs``).
     """
 
@@ -47,6 +55,7 @@ class TPMLP(nn.Module):
         group: dist.ProcessGroup,
         ag_gemm_fn: GemmFn | None = None,
         gemm_rs_fn: GemmFn | None = None,
+        replicas: dist.ProcessGroup | None = None,
     ) -> None:
         super().__init__()
         if w_up.shape[1] != w_down.shape[0] or w_up.shape[0] != w_down.shape[1]:
@@ -54,6 +63,8 @@ class TPMLP(nn.Module):
         self.w_up = nn.Parameter(w_up, requires_grad=False)
         self.w_down = nn.Parameter(w_down, requires_grad=False)
         self.group = group
+        self.tuning = {"autotune_pg": group} if replicas is None else {"autotune_pg": group,
+                                                                        "autotune_replicas": replicas}
         if ag_gemm_fn is None:
             from examples.ag_gemm import tuned_ag_gemm as ag_gemm_fn
         if gemm_rs_fn is None:
@@ -72,9 +83,9 @@ class TPMLP(nn.Module):
 
     def forward(self, x_local: torch.Tensor) -> torch.Tensor:
         """``[M_local, hidden]`` in, ``[M_local, hidden]`` out (this rank's rows of the block's output)."""
-        h = self.ag_gemm_fn(x_local, self.w_up, group=self.group, autotune_pg=self.group)
+        h = self.ag_gemm_fn(x_local, self.w_up, group=self.group, **self.tuning)
         h = F.gelu(h, approximate="tanh")
-        return self.gemm_rs_fn(h, self.w_down, group=self.group, autotune_pg=self.group)
+        return self.gemm_rs_fn(h, self.w_down, group=self.group, **self.tuning)
 
 
 def reference(x_full: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
@@ -83,7 +94,7 @@ def reference(x_full: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) ->
 
 
 def main() -> int:
-    """4 ranks, two TP groups of 2: tune, check against the dense block, print one line per rank."""
+    """4 ranks, two TP groups of 2 tuned as one: tune, check against the dense block, print one line per rank."""
     import triton_dist_tune
     from examples.ag_gemm import make_tuned_ag_gemm
     from examples.gemm_rs import make_tuned_gemm_rs
@@ -93,7 +104,10 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     tp = 2 if world % 2 == 0 else 1
     groups = [dist.new_group(list(range(g, g + tp))) for g in range(0, world, tp)]  # every rank creates all
+    # the replicas: rank r of every TP group together (every rank creates all of them too)
+    across = [dist.new_group(list(range(r, world, tp))) for r in range(tp)]
     index, group = rank // tp, groups[rank // tp]
+    replicas = across[rank % tp] if world // tp > 1 else None
     tp_rank = dist.get_rank(group)
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     dtype, tol = (torch.bfloat16, 2e-2) if cuda else (torch.float32, 1e-4)
@@ -108,7 +122,8 @@ def main() -> int:
 
     quick = {} if cuda else {"n_warmup": 1, "n_repeat": 3}  # the interpreter is slow
     mlp = TPMLP.from_dense(
-        w_up, w_down, group, ag_gemm_fn=make_tuned_ag_gemm(**quick), gemm_rs_fn=make_tuned_gemm_rs(**quick)
+        w_up, w_down, group, ag_gemm_fn=make_tuned_ag_gemm(**quick), gemm_rs_fn=make_tuned_gemm_rs(**quick),
+        replicas=replicas,
     )
     with torch.no_grad():
         y = mlp(x_full[rows])

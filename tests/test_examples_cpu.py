@@ -1,4 +1,5 @@
-"""CPU tests of the examples: the Triton GEMM (interpreter), GEMM-RS on 2 gloo ranks, the TP MLP on 4.
+"""CPU tests of the examples: the Triton GEMM (interpreter), GEMM-RS on 2 gloo ranks, the TP MLP on 4, the AG-GEMM
+and GEMM-RS scripts on 2, and the flash-linear-attention example's skip line.
 
 Also a script for the GEMM-RS check on any device::
 
@@ -205,15 +206,57 @@ def test_gemm_rs_check_cpu_two_ranks(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-def test_tp_mlp_four_ranks_two_groups(tmp_path: Path) -> None:
-    proc = launch(["examples/tp_mlp.py"], 4, 220, TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path))
+def test_tp_mlp_four_ranks_two_groups_tuned_as_one(tmp_path: Path) -> None:
+    """Two TP groups of 2, replicas of each other, tuned as one (``autotune_replicas=``): every rank runs the same
+    configs, and the tuner never warns that the groups chose differently for one shared cache entry. Tuned as one,
+    each function's key has two races on every rank (docs/scale.md: the replicas share the first pass, then the
+    leaders race again on every replica); two TP groups tuning apart have one each."""
+    import json
+
+    cache, log_dir = tmp_path / "cache", tmp_path / "logs"
+    proc = launch(["examples/tp_mlp.py"], 4, 220, TRITON_DIST_AUTOTUNE_CACHE_DIR=str(cache),
+                  TRITON_DIST_AUTOTUNE_LOG_DIR=str(log_dir))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("tp_mlp rank")]
     assert len(lines) == 4 and all(": OK " in line for line in lines), output[-4000:]
     assert {line.split(" group ")[1][0] for line in lines} == {"0", "1"}  # two TP groups
     assert all("'algo'" in line for line in lines)  # each rank reports the configs it runs
-    assert list(tmp_path.rglob("*.json")), "the tuner wrote no cache file"
+    assert len({line.split("; ", 1)[1] for line in lines}) == 1, "\n".join(lines)  # one choice everywhere
+    assert "share one cache entry" not in output, output[-4000:]
+    assert sorted(p.parent.name for p in cache.rglob("*.json")) == ["ag_gemm", "gemm_rs"]
+    for rank in range(4):
+        messages = [json.loads(line)["message"] for line in (log_dir / f"rank-{rank}.jsonl").read_text().splitlines()]
+        for name in ("ag_gemm", "gemm_rs"):
+            races = [m for m in messages if m.startswith(f"[{name} key=") and "] race: " in m]
+            assert len(races) == 2, (rank, name, races)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("example", ["ag_gemm", "gemm_rs"])
+def test_ag_gemm_and_gemm_rs_examples_run_on_two_cpu_ranks(tmp_path: Path, example: str) -> None:
+    """``bash launch.sh examples/<example>.py`` without a GPU: 2 gloo ranks, the interpreter, tiny shapes; rank 0
+    prints one OK line per rank, with one config for every rank (before: the files had no main and ran nothing)."""
+    proc = launch([f"examples/{example}.py"], 2, 220, TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path / "cache"),
+                  TRITON_DIST_AUTOTUNE_LOG_DIR=str(tmp_path / "logs"))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(f"{example} rank ")]
+    assert [line.split(":")[0] for line in lines] == [f"{example} rank 0/2", f"{example} rank 1/2"], output[-4000:]
+    assert all(": OK rel err" in line and "'algo'" in line for line in lines), output[-4000:]
+    assert len({line.split("; ", 1)[1] for line in lines}) == 1, lines
+
+
+@pytest.mark.timeout(120)
+def test_fla_example_says_it_is_skipped_without_fla_core_or_a_gpu() -> None:
+    import subprocess
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the example would run")
+    proc = subprocess.run([sys.executable, str(HERE.parent / "examples" / "fla_contextual.py")], capture_output=True,
+                          text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "skipped: needs fla-core and a GPU\n", proc.stdout + proc.stderr[-3000:]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -151,11 +151,36 @@ def test_bench_search_cpu_smoke_oracle_cached_and_tunings_judged(tmp_path: Path)
     assert "| gemm | 3 |" in (out / "search.md").read_text()
 
 
-@pytest.mark.timeout(120)
-def test_moe_example_campaign_spread_over_two_cpu_ranks(tmp_path: Path) -> None:
+def vllm_config_file_name(experts: int, n: int, device_name: str, dtype: str | None) -> str:
+    """The file name vLLM's ``get_config_file_name`` looks up (written here from its rules, not from ours)."""
+    dtype_selector = "" if not dtype else f",dtype={dtype}"
+    return f"E={experts},N={n},device_name={device_name.replace(' ', '_')}{dtype_selector}.json"
+
+
+def this_cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo says it (what the example names the file after on CPU ranks)."""
+    import platform
+
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+             if line.startswith("model name")]
+    return names[0] if names and names[0] else platform.processor() or platform.machine()
+
+
+VLLM_TILE_KEYS = {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages"}
+
+
+@pytest.mark.timeout(240)
+def test_moe_example_campaign_spread_over_two_cpu_ranks_writes_vllms_config_file(tmp_path: Path) -> None:
     """The example's campaign (3 batch sizes on CPU), its keys spread over 2 gloo ranks: every key decided, the
-    same decisions on both ranks, right results at every key."""
-    proc = launch(["examples/moe_gemm.py", "--tiny", "--campaign"], 2, 110,
+    same decisions on both ranks, right results at every key. With ``--export-vllm DIR`` rank 0 writes one file that
+    vLLM's loader finds (its name from E, N and the device name) and reads (int keys: the batch sizes), holding the
+    campaign's choices; ``triton-dist-tune export --format vllm-moe`` writes the same file from the cache."""
+    from examples.moe_gemm import CPU_CAMPAIGN_BATCHES, config_text
+    from triton_dist_tune.cli.commands import main as cli
+
+    out = tmp_path / "vllm"
+    proc = launch(["examples/moe_gemm.py", "--tiny", "--campaign", "--export-vllm", str(out)], 2, 220,
                   TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path / "cache"),
                   TRITON_DIST_AUTOTUNE_LOG_DIR=str(tmp_path / "logs"))
     output = proc.stdout + proc.stderr
@@ -164,3 +189,21 @@ def test_moe_example_campaign_spread_over_two_cpu_ranks(tmp_path: Path) -> None:
     assert result["keys"] == 3 and result["failed"] == 0, output[-4000:]
     assert result["same_on_every_rank"] and len(result["choices"]) == 3, output[-4000:]
     assert max(result["errors"]) <= 1e-4, output[-4000:]
+
+    # vLLM's loader: the file name from E, N and the device name (float32 MoE: dtype=float32), int keys
+    name = vllm_config_file_name(CPU_PROBLEM["experts"], CPU_PROBLEM["n"], this_cpu_model(), "float32")
+    assert [p.name for p in out.iterdir()] == [name], output[-4000:]
+    assert result["vllm_file"] == str(out / name)
+    with open(out / name) as f:
+        configs = {int(k): v for k, v in json.load(f).items()}
+    assert sorted(configs) == list(CPU_CAMPAIGN_BATCHES)
+    for batch, config in configs.items():
+        assert set(config) == VLLM_TILE_KEYS and all(type(v) is int for v in config.values()), config
+        assert config_text(config) == result["choices"][str(batch)]
+
+    # the general form, from the campaign's cache: the same content (the device as the cache records it: cpu)
+    again = tmp_path / "again"
+    assert cli(["export", str(again), "--format", "vllm-moe", "--cache-dir", str(tmp_path / "cache"),
+                "--function", "moe_gemm", "--experts", str(CPU_PROBLEM["experts"]), "--n", str(CPU_PROBLEM["n"]),
+                "--dtype", "float32", "--device-name", this_cpu_model()]) == 0
+    assert (again / name).read_text() == (out / name).read_text()

@@ -4,7 +4,7 @@
 it at most once per tuning, never on the hot path, so that a test or a launcher may change a variable between
 tunings). To add a variable: add a field to :class:`Settings` with its documented default, parse it in
 :meth:`Settings.from_env` (raising :class:`~triton_dist_tune.errors.BadInputError` for a malformed value), and read
-it through ``settings.current().<field>``; document it in README's table of variables.
+it through ``settings.current().<field>``; document it in docs/operations.md's table of variables.
 
 What the launcher (torchrun, mpiexec, Slurm) tells a process is a :class:`Launcher`, read by :func:`launcher`. It
 is apart from :class:`Settings` because it is read where a malformed tuner variable must not stop anything:

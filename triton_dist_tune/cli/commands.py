@@ -1,7 +1,7 @@
 """The command line: ``triton-dist-tune`` / ``python -m triton_dist_tune``, over the cache, its journals and the logs.
 
-Subcommands: ``list``, ``show``, ``plot``, ``clear``, ``export``, ``import``, ``logs``, ``campaign`` (see
-:mod:`.campaign`). Data goes to stdout (as text,
+Subcommands: ``list``, ``show``, ``plot``, ``clear``, ``export`` (``--format vllm-moe``: :mod:`.vllm_export`),
+``import``, ``logs``, ``campaign`` (see :mod:`.campaign`). Data goes to stdout (as text,
 or as JSON with ``--json``); a problem is one line on stderr and exit status 2 (1 for ``import`` refused over
 mismatching versions or different decisions already in the cache, and for ``list``, ``plot`` and ``export`` that
 skipped unreadable cache files).
@@ -22,7 +22,7 @@ from ..disk import decisions as dec
 from ..disk import logs
 from ..disk.cache import cache_root
 from ..disk.cache import versions as current_versions
-from . import campaign
+from . import campaign, vllm_export
 
 
 class UsageError(Exception):
@@ -298,6 +298,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     status = _warn_problems(problems)
     if not entries:
         raise UsageError(f"nothing to export from {_root(args)}")
+    if args.format == "vllm-moe":
+        done = vllm_export.export(args, entries, UsageError)
+        _emit_json(done) if args.json else print(vllm_export.report(done))
+        return status
     if not Path(args.bundle).absolute().parent.is_dir():
         raise UsageError(f"no folder {Path(args.bundle).absolute().parent} to write the bundle into (create it first)")
     path = dec.export_bundle(entries, Path(args.bundle))
@@ -433,10 +437,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     p.set_defaults(run=cmd_clear)
 
-    p = sub.add_parser("export", parents=[cache, as_json], help="write decisions into one bundle file")
-    p.add_argument("bundle", help="the bundle file to write")
+    p = sub.add_parser("export", parents=[cache, as_json], help="write decisions into one bundle file (or vLLM's "
+                       "fused-MoE config file: --format vllm-moe)")
+    p.add_argument("bundle", help="the bundle file to write (--format vllm-moe: the folder to write into)")
     p.add_argument("--function", help="only this function's decisions")
     p.add_argument("--stale", action="store_true", help="only decisions tuned under other software versions")
+    vllm_export.add_arguments(p)
     p.set_defaults(run=cmd_export)
 
     p = sub.add_parser("import", parents=[cache, as_json], help="add a bundle's decisions to the cache")

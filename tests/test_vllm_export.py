@@ -1,0 +1,98 @@
+"""``triton-dist-tune export --format vllm-moe``: vLLM's / SGLang's fused-MoE config file from cache entries (issue
+35 item 7). The entries here are written as the tuner writes them; the example's real campaign and its file are
+tested in test_moe_example.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from triton_dist_tune.cli.commands import main
+from triton_dist_tune.disk import vllm_moe
+from triton_dist_tune.disk.cache import versions, write_json_atomic
+
+TILE = "{{BLOCK_SIZE_K: {k}, BLOCK_SIZE_M: {m}, BLOCK_SIZE_N: 64, GROUP_SIZE_M: 1, num_stages: 3, num_warps: 4}}"
+
+
+def entry(cache: Path, function: str, key: str, config: str, gpu: str = "NVIDIA H100 80GB HBM3") -> Path:
+    """One decision as the tuners write it (two configs measured, the given one chosen)."""
+    data = {"format": 2, "function": function, "key": key, "index": 0, "config": config, "time_ms": 1.0,
+            "margin": 0.1, "near_tie": False, "runner_up": 1, "timing": "steady", "rounds": 2, "group_size": 2,
+            "group": "default", "created": 0.0, "versions": versions(), "gpu": gpu, "gpu_count": 8, "space": "abc",
+            "measurements": []}
+    name = hashlib.sha1(repr((function, key, gpu)).encode()).hexdigest()[:20]
+    return write_json_atomic(cache / function / f"{name}.json", data)
+
+
+def vllm_load(folder: Path, experts: int, n: int, device_name: str, dtype: str | None = None) -> dict[int, dict]:
+    """What vLLM does: the file name from E, N and the device name (spaces to '_'), then int keys."""
+    name = f"E={experts},N={n},device_name={device_name.replace(' ', '_')}" + (f",dtype={dtype}" if dtype else "")
+    with open(folder / f"{name}.json") as f:
+        return {int(k): v for k, v in json.load(f).items()}
+
+
+def test_export_vllm_moe_writes_the_file_vllm_loads(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    for m, (bm, bk) in {1: (16, 64), 16: (16, 128), 256: (64, 128)}.items():
+        entry(cache, "moe", f"({m}, 8, 3584, 4096, 2, 'torch.bfloat16')", TILE.format(m=bm, k=bk))
+    entry(cache, "moe", "(64, 16, 3584, 4096, 2, 'torch.bfloat16')", TILE.format(m=32, k=64))  # another problem
+    entry(cache, "other", "(64,)", "{algo: ring}")
+    out = tmp_path / "configs"
+    assert main(["export", str(out), "--format", "vllm-moe", "--cache-dir", str(cache), "--function", "moe",
+                 "--experts", "8", "--n", "3584", "--where", "1=8"]) == 0
+    said = capsys.readouterr().out
+    assert "3 tuned batch size(s) 1, 16, 256" in said and "nearest" in said
+    configs = vllm_load(out, 8, 3584, "NVIDIA H100 80GB HBM3")
+    assert list(configs) == [1, 16, 256]
+    assert configs[256] == {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+                            "num_warps": 4, "num_stages": 3}
+    assert all(type(v) is int for c in configs.values() for v in c.values())
+    assert [p.name for p in out.iterdir()] == ["E=8,N=3584,device_name=NVIDIA_H100_80GB_HBM3.json"]
+    assert main(["export", str(out), "--format", "vllm-moe", "--cache-dir", str(cache), "--function", "moe",
+                 "--experts", "16", "--n", "3584", "--where", "1=16", "--dtype", "fp8_w8a8", "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done["batch_sizes"] == [64] and done["file"].endswith("E=16,N=3584,device_name=NVIDIA_H100_80GB_HBM3,"
+                                                                   "dtype=fp8_w8a8.json")
+    assert list(vllm_load(out, 16, 3584, "NVIDIA H100 80GB HBM3", "fp8_w8a8")) == [64]
+
+
+def test_export_vllm_moe_says_what_is_wrong(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    entry(cache, "moe", "(16, 8)", TILE.format(m=16, k=64))
+    entry(cache, "moe", "(16, 16)", TILE.format(m=32, k=64))
+    entry(cache, "algo", "(16,)", "{algo: ring}")
+    entry(cache, "b", "(16,)", TILE.format(m=16, k=64), gpu="NVIDIA A100-SXM4-80GB")
+    entry(cache, "b", "(32,)", TILE.format(m=16, k=64))
+    base = ["export", str(tmp_path / "out"), "--format", "vllm-moe", "--cache-dir", str(cache)]
+    cases = [
+        (["--experts", "8", "--n", "64"], "needs --function"),
+        (["--function", "moe", "--n", "64"], "needs --experts E and --n N"),
+        (["--function", "moe", "--experts", "8", "--n", "64"], "batch size 16 has two different decisions"),
+        (["--function", "moe", "--experts", "8", "--n", "64", "--where", "1=99"], "no decision of 'moe' matches"),
+        (["--function", "moe", "--experts", "8", "--n", "64", "--where", "x"], "--where wants POS=VALUE"),
+        (["--function", "algo", "--experts", "8", "--n", "64"], "has no BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K"),
+        (["--function", "b", "--experts", "8", "--n", "64"], "pick one with --gpu"),
+        (["--function", "moe", "--experts", "8", "--n", "64", "--batch-index", "5"], "holds no batch size"),
+    ]
+    for extra, expected in cases:
+        assert main(base + extra) == 2, extra
+        err = capsys.readouterr().err
+        assert expected in err, (extra, err)
+    assert not (tmp_path / "out").exists()
+    assert main(base + ["--function", "b", "--experts", "8", "--n", "64", "--gpu", "NVIDIA A100-SXM4-80GB"]) == 0
+    assert list(vllm_load(tmp_path / "out", 8, 64, "NVIDIA A100-SXM4-80GB")) == [16]
+
+
+def test_vllm_file_names_and_configs():
+    assert vllm_moe.file_name(8, 14336, "NVIDIA H200") == "E=8,N=14336,device_name=NVIDIA_H200.json"
+    assert vllm_moe.file_name(8, 64, "AMD EPYC 7B13", "float32") == \
+        "E=8,N=64,device_name=AMD_EPYC_7B13,dtype=float32.json"
+    assert vllm_moe.dtype_selector("torch.float32") == "float32" and vllm_moe.dtype_selector("torch.bfloat16") is None
+    assert vllm_moe.batch_of(7) == 7 and vllm_moe.batch_of("(64, 8, 'x')") == 64
+    with pytest.raises(ValueError, match="num_warps"):
+        vllm_moe.tile_config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16, "GROUP_SIZE_M": 1,
+                              "num_warps": "four", "num_stages": 2})
+    assert " " not in vllm_moe.device_name(cuda=False) and vllm_moe.device_name(cuda=False)

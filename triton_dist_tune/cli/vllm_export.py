@@ -1,0 +1,104 @@
+"""``triton-dist-tune export DIR --format vllm-moe``: vLLM's / SGLang's fused-MoE config file from the cache.
+
+For a tuned function whose configs carry the six tile entries (``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``,
+``BLOCK_SIZE_K``, ``GROUP_SIZE_M``, ``num_warps``, ``num_stages``) and whose key holds the batch size (the key
+itself, or its element ``--batch-index``): one file ``E=..,N=..,device_name=..[,dtype=..].json`` in ``DIR``,
+one entry per batch size the cache holds a decision for. See :mod:`triton_dist_tune.disk.vllm_moe`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..disk import decisions as dec
+from ..disk import vllm_moe
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``export`` options of the ``vllm-moe`` format."""
+    p.add_argument("--format", choices=("bundle", "vllm-moe"), default="bundle",
+                   help="bundle (default): one file of decisions for 'import'; vllm-moe: vLLM's / SGLang's fused-MoE "
+                        "config file, written into the folder BUNDLE names")
+    g = p.add_argument_group("--format vllm-moe")
+    g.add_argument("--experts", type=int, metavar="E", help="the number of experts (the file name's E)")
+    g.add_argument("--n", type=int, metavar="N", help="the weights' out features per expert (the file name's N)")
+    g.add_argument("--dtype", help="the file name's dtype part (float32, fp8_w8a8, ...; none for fp16 and bf16)")
+    g.add_argument("--device-name", help="the file name's device (default: the GPU the decisions were tuned on)")
+    g.add_argument("--batch-index", type=int, default=0,
+                   help="where the batch size is in a tuple key (default 0; a key that is an int is the batch size)")
+    g.add_argument("--where", action="append", default=[], metavar="POS=VALUE",
+                   help="only keys whose element POS equals VALUE (a Python literal), to pick one problem; repeatable")
+    g.add_argument("--gpu", help="only decisions tuned on this GPU model (as 'list' shows it)")
+
+
+def _filters(texts: list[str], fail: Callable[[str], Exception]) -> list[tuple[int, Any]]:
+    """``--where`` texts as (position, value); a value that is no Python literal is taken as text."""
+    out = []
+    for text in texts:
+        pos, sep, value = text.partition("=")
+        if not sep or not pos.strip().lstrip("-").isdigit():
+            raise fail(f"--where wants POS=VALUE (1=8, 5='torch.bfloat16'), not {text!r}")
+        try:
+            out.append((int(pos), ast.literal_eval(value)))
+        except (ValueError, SyntaxError):
+            out.append((int(pos), value))
+    return out
+
+
+def _matches(key: str, filters: list[tuple[int, Any]]) -> bool:
+    if not filters:
+        return True
+    try:
+        parsed = ast.literal_eval(key)
+    except (ValueError, SyntaxError):
+        return False
+    if not isinstance(parsed, (tuple, list)):
+        return False
+    return all(-len(parsed) <= pos < len(parsed) and parsed[pos] == value for pos, value in filters)
+
+
+def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[str], Exception]) -> dict[str, Any]:
+    """Write the file; returns what was written (path, batch sizes, the entries used). ``fail(text)`` makes the
+    exception to raise for the user's mistakes."""
+    if not args.function:
+        raise fail("--format vllm-moe needs --function: one file holds one tuned function's decisions")
+    if args.experts is None or args.n is None:
+        raise fail("--format vllm-moe needs --experts E and --n N (they name the file, as vLLM looks it up)")
+    filters = _filters(args.where, fail)
+    chosen = [e for e in entries if e.kernel is None and _matches(e.key, filters)
+              and (args.gpu is None or e.gpu == args.gpu)]
+    if not chosen:
+        raise fail(f"no decision of {args.function!r} matches" + (f" --where {' '.join(args.where)}"
+                                                                  if args.where else "")
+                   + (f" --gpu {args.gpu!r}" if args.gpu else ""))
+    gpus = sorted({e.gpu for e in chosen})
+    if len(gpus) > 1:
+        raise fail(f"decisions tuned on {len(gpus)} GPU models ({', '.join(gpus)}): pick one with --gpu")
+    pairs = []
+    for entry in chosen:
+        try:
+            pairs.append((vllm_moe.batch_of(entry.key, args.batch_index), vllm_moe.tile_config(entry.config)))
+        except ValueError as exc:
+            raise fail(f"{entry.name}: {exc}") from None
+    try:
+        configs = vllm_moe.table(pairs)
+    except ValueError as exc:
+        raise fail(f"{exc} (--where POS=VALUE picks keys)") from None
+    folder = Path(args.bundle)
+    if folder.exists() and not folder.is_dir():
+        raise fail(f"{folder} is not a folder: --format vllm-moe writes a file into the folder it is given")
+    device = args.device_name or gpus[0]
+    path = vllm_moe.write(folder, args.experts, args.n, device, configs, args.dtype)
+    return {"file": str(path), "batch_sizes": [int(b) for b in configs], "entries": [e.name for e in chosen]}
+
+
+def report(done: dict[str, Any]) -> str:
+    """What ``export`` prints after writing the file."""
+    return (f"wrote {done['file']}: {len(done['batch_sizes'])} tuned batch size(s) "
+            f"{', '.join(map(str, done['batch_sizes']))}\n"
+            "only batch sizes with a decision in the cache are in the file (none served by an undecided= policy); "
+            "vLLM serves any other batch size with the config of the nearest one in the file")

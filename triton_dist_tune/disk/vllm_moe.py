@@ -1,0 +1,136 @@
+"""The fused-MoE config file that vLLM and SGLang read: ``E=<E>,N=<N>,device_name=<device>[,dtype=<d>].json``.
+
+Its keys are batch sizes (the number of tokens M) as strings; each value is one tile config with exactly the six
+integer entries of :data:`TILE_KEYS`. vLLM builds the file name in ``get_config_file_name`` (the device name is
+``torch.cuda.get_device_name()`` with spaces replaced by ``_``; the dtype part is absent for fp16 and bf16), loads
+the file with ``{int(k): v for k, v in json.load(f).items()}`` and, for a batch size it does not hold, uses the
+config of the nearest batch size in the file.
+
+Only batch sizes that were tuned go in a file written here: a key served by a policy (``undecided="nearest"`` or
+``"first"``) has no decision of its own, and vLLM already serves a batch size missing from the file by the nearest.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import platform
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+#: the entries of one config in the file, all integers
+TILE_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+
+
+def cpu_name() -> str:
+    """This machine's CPU model (``model name`` in ``/proc/cpuinfo``, else ``platform.processor()``, else the
+    architecture)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name") and ":" in line:
+                found = line.split(":", 1)[1].strip()
+                if found:
+                    return found
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def device_name(cuda: bool | None = None) -> str:
+    """The device name as vLLM puts it in the file name: the current GPU's ``torch.cuda.get_device_name()``, or
+    without one (or with ``cuda=False``) this machine's CPU model; whitespace runs become ``_``."""
+    import torch
+
+    if cuda is None:
+        cuda = torch.cuda.is_available()
+    return file_safe(torch.cuda.get_device_name() if cuda else cpu_name())
+
+
+def file_safe(name: str) -> str:
+    """A device name with each run of whitespace replaced by ``_`` (vLLM replaces each space)."""
+    return re.sub(r"\s+", "_", name.strip())
+
+
+def dtype_selector(dtype: Any) -> str | None:
+    """The ``dtype=`` part vLLM expects for an unquantized MoE in ``dtype`` (a torch dtype or its text): ``float32``
+    for float32, none for float16 and bfloat16 (quantized schemes such as ``fp8_w8a8`` are passed by name)."""
+    text = str(dtype).removeprefix("torch.")
+    return "float32" if text in ("float32", "float") else None
+
+
+def file_name(experts: int, n: int, device: str, dtype: str | None = None) -> str:
+    """``E=<experts>,N=<n>,device_name=<device>[,dtype=<dtype>].json``, as vLLM's ``get_config_file_name``."""
+    return f"E={experts},N={n},device_name={file_safe(device)}" + (f",dtype={dtype}" if dtype else "") + ".json"
+
+
+def tile_config(config: Mapping[str, Any] | str) -> dict[str, int]:
+    """The six entries of a config (a dict, or a cache file's config text ``{BLOCK_SIZE_K: 32, ...}``) as ints, in
+    :data:`TILE_KEYS` order. A ``ValueError`` says which entry is missing or not an integer."""
+    if isinstance(config, str):
+        pairs = re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*:\s*([^,{}]+)", config)
+        config = {name: value.strip() for name, value in pairs}
+    missing = [k for k in TILE_KEYS if k not in config]
+    if missing:
+        raise ValueError(f"the config {config!r} has no {', '.join(missing)}: a vLLM MoE config needs "
+                         f"{', '.join(TILE_KEYS)}")
+    out = {}
+    for k in TILE_KEYS:
+        value = config[k]
+        try:
+            number = int(value) if not isinstance(value, float) or value.is_integer() else None
+        except (TypeError, ValueError):
+            number = None
+        if number is None or isinstance(value, bool):
+            raise ValueError(f"the config's {k} is {value!r}, not an integer")
+        out[k] = number
+    return out
+
+
+def batch_of(key: Any, index: int = 0) -> int:
+    """The batch size in a tuning key: the key itself when it is an integer, else its element ``index`` (a key
+    read from a cache file is text, parsed as a Python literal)."""
+    if isinstance(key, str):
+        try:
+            key = ast.literal_eval(key)
+        except (ValueError, SyntaxError):
+            raise ValueError(f"the key {key!r} is not a literal this export can read") from None
+    value = key if isinstance(key, int) else (key[index] if isinstance(key, (tuple, list)) and
+                                              -len(key) <= index < len(key) else None)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"the key {key!r} holds no batch size (a positive integer) at position {index}")
+    return value
+
+
+def table(choices: Iterable[tuple[int, Mapping[str, Any] | str]]) -> dict[str, dict[str, int]]:
+    """The file's content: batch size (as a string, in increasing order) -> tile config. Two different configs
+    for one batch size are a ``ValueError``."""
+    by_batch: dict[int, dict[str, int]] = {}
+    for batch, config in choices:
+        tile = tile_config(config)
+        if batch in by_batch and by_batch[batch] != tile:
+            raise ValueError(f"batch size {batch} has two different decisions ({by_batch[batch]} and {tile}): "
+                             "select one problem (E, N, dtype, GPU) per file")
+        by_batch[batch] = tile
+    return {str(batch): by_batch[batch] for batch in sorted(by_batch)}
+
+
+def write(folder: Path | str, experts: int, n: int, device: str, configs: Mapping[str, Mapping[str, int]],
+          dtype: str | None = None) -> Path:
+    """Write ``configs`` (see :func:`table`) to ``folder/file_name(...)`` atomically; returns the path."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / file_name(experts, n, device, dtype)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".vllm-moe-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(configs, f, indent=4)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
