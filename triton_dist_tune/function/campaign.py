@@ -76,7 +76,8 @@ class Plan:
     across: Group  #: links this rank to the same place in every other unit (the round exchanges)
     table: dict[Hashable, dict[str, Any]]  #: the tuner's table that the decisions go into
     slot: Callable[[Hashable], Hashable]  #: key -> its slot in ``table``
-    entry: Callable[[Tuning], str]  #: the cache entry of a key (after step 1 of its tuning)
+    #: the entry of a key named by what its tuning depends on (after step 1 of the tuning): (tuning, extra) -> entry
+    entry: Callable[[Tuning, str], str]
 
     @property
     def unit(self) -> int:
@@ -93,18 +94,18 @@ def _plan(tuner: Tuner, local: bool, pg: Any, replicas: Any) -> Plan:
             raise BadInputError("campaign: a rank-local campaign (local=True) takes no pg or replicas")
         home = resolve_group(None)  # where a call without autotune_pg tunes: its cache entry is the one to fill
 
-        def home_entry(t: Tuning) -> str:
-            return entry_id(tuner.source, t.key_text, tuner.space_text, home.size, t.extra)
+        def home_entry(t: Tuning, extra: str) -> str:
+            return entry_id(tuner.source, t.key_text, tuner.space_text, home.size, extra)
 
         return Plan(SingleGroup(), home, tuner.decided, lambda key: key, home_entry)
     group = resolve_group(pg)
     if replicas is None:
         if pg is None:
-            return Plan(group, SingleGroup(), tuner.decided, lambda key: key, lambda t: t.entry)
-        return Plan(group, SingleGroup(), tuner.decided_in, lambda key: (group.identity, key), lambda t: t.entry)
+            return Plan(group, SingleGroup(), tuner.decided, lambda key: key, Tuning._entry)
+        return Plan(group, SingleGroup(), tuner.decided_in, lambda key: (group.identity, key), Tuning._entry)
     layout = Layout(group, resolve_group(replicas))
     return Plan(group, layout.replicas, tuner.decided_in, lambda key: (group.identity, layout.replicas.identity, key),
-                lambda t: layout.entry(t.entry))
+                lambda t, extra: layout.entry(Tuning._entry(t, extra)))
 
 
 class _Tuning(Tuning):
@@ -114,9 +115,8 @@ class _Tuning(Tuning):
         super().__init__(*args)
         self.plan = plan
 
-    def _name_entry(self, kept: list[int]) -> None:
-        super()._name_entry(kept)
-        self.entry = self.plan.entry(self)
+    def _entry(self, extra: str) -> str:
+        return self.plan.entry(self, extra)
 
 
 def _keeps(tuner: Tuner, call: Call) -> list[bool] | None:
