@@ -35,6 +35,7 @@ from ..disk import logs
 from ..disk.cache import entry_id
 from ..errors import (
     AllConfigsFailedError,
+    AutotuneError,
     BadInputError,
     DevicePoisonedError,
     GroupTimeoutError,
@@ -44,7 +45,7 @@ from ..errors import (
 from ..faults.journal import Journal
 from ..faults.recovery import across, interruptible, journal_path, shared_view
 from ..faults.watchdog import WATCHDOG, Guard
-from ..group.channel import ExchangeError, Group
+from ..group.channel import ExchangeError, Group, from_root
 from ..measure import compile_pass
 from ..measure.arguments import ArgumentState, RandomState
 from ..measure.lockstep import Measurer, Todo
@@ -185,7 +186,7 @@ class Tuning:
 
         what = f"{self.label} cache lookup"
         if self.layout is None:
-            found = self.group.broadcast(read_cache() if self.group.rank == 0 else None, what, timeout=self.timeout)
+            found = from_root(self.group, read_cache, what, timeout=self.timeout, error=AutotuneError)
         else:
             found = self.layout.lookup(read_cache, what, self.timeout)
         if found is not None and not (type(found) is int and 0 <= found < len(tuner.space)):
