@@ -111,3 +111,12 @@ def test_a_poisoned_rank_raises_its_own_failure_when_the_store_host_ended_first(
     assert all(not o["ok"] and o["error"] == "DevicePoisonedError" for o in outs), outs
     assert "illegal memory access" in outs[1]["message"] and "config 1" in outs[1]["message"], outs
     assert outs[0]["message"] == outs[1]["message"], outs
+
+
+@pytest.mark.timeout(120)
+def test_the_store_host_ending_first_lingers_until_the_other_ranks_have_read():
+    """Rank 0 hosts the store (a plain launcher) and ends right after writing; rank 1 reads 1.5 s later. Before
+    init_distributed's linger at exit, rank 1's read met a store whose host had gone (a raw DistNetworkError)."""
+    results = run_ranks(CASES, 2, ["host_ends_first"], timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert results[1].result["note"] == "from rank 0", results[1].result

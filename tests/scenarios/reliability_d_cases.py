@@ -104,7 +104,9 @@ def seed_distance_tuple():
 
     first = caught(lambda: kernel(torch.ones(4)).tolist())
     second = caught(lambda: kernel(torch.ones(8)).tolist())
-    leave(rank=me, first=first, second=second, ended=time.time())
+    # a normal end (main's barrier): rank 0 hosts the store and must not end before rank 1 has read the exchange
+    # that carries its error, as a user's process ends through init_distributed's linger at exit
+    emit(rank=me, first=first, second=second, ended=time.time())
 
 
 class HeldStore:
@@ -165,5 +167,27 @@ def sharded_poison_store_gone():
     leave(rank=me, **out)
 
 
+@case
+def host_ends_first():
+    """Rank 0 (hosting the store: no torchrun agent) writes a note and ends at once, normally; rank 1 reads the note
+    1.5 s later. init_distributed's linger at exit keeps the store up until rank 1 has ended too."""
+    tdt.init_distributed(backend="gloo")
+    store = dist.distributed_c10d._get_default_store()
+    if dist.get_rank() == 0:
+        store.set("note", "from rank 0")
+        emit(rank=0, ended=time.time())
+        sys.stdout.flush()
+        sys.exit(0)
+    time.sleep(1.5)
+    try:
+        note = store.get("note").decode()
+    except Exception as exc:  # the store's host has gone
+        note = f"{type(exc).__name__}: {exc}"
+    emit(rank=1, note=note, ended=time.time())
+    sys.stdout.flush()
+    sys.exit(0)
+
+
 if __name__ == "__main__":
     main()
+
