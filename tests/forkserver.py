@@ -70,59 +70,52 @@ class Server:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         theirs.close()
         self.sock = ours
-        self.lock = threading.Lock()
+        # one thread reads every message; the callers wait on the condition (several threads of one test may
+        # start and wait for ranks at once: none may hold the socket while it waits)
+        self.cond = threading.Condition()
+        self.send_lock = threading.Lock()
+        self.pids: list[int] = []
         self.exits: dict[int, int] = {}
-        self.ready = False
+        self.dead = False
+        threading.Thread(target=self._read, name="forkserver-reader", daemon=True).start()
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return not self.dead and self.proc.poll() is None
 
-    def _read_message(self, timeout: float | None) -> dict | None:
-        self.sock.settimeout(timeout)
+    def _read(self) -> None:
         try:
-            header = _recv_exact(self.sock, 4)
-            if header is None:
-                raise ConnectionError("fork server gone")
-            body = _recv_exact(self.sock, struct.unpack("!I", header)[0])
-            if body is None:
-                raise ConnectionError("fork server gone")
-        finally:
-            self.sock.settimeout(None)
-        return json.loads(body)
-
-    def _pump(self, timeout: float | None) -> dict | None:
-        """Read one message (an exit is recorded); None on timeout."""
-        try:
-            msg = self._read_message(timeout)
-        except TimeoutError:
-            return None
-        if "exit" in msg:
-            self.exits[msg["exit"]] = msg["status"]
-            CPU_SECONDS[0] += msg.get("cpu", 0.0)
-        return msg
+            while True:
+                header = _recv_exact(self.sock, 4)
+                body = None if header is None else _recv_exact(self.sock, struct.unpack("!I", header)[0])
+                if body is None:
+                    break
+                msg = json.loads(body)
+                with self.cond:
+                    if "pid" in msg:
+                        self.pids.append(msg["pid"])
+                    elif "exit" in msg:
+                        self.exits[msg["exit"]] = msg["status"]
+                        CPU_SECONDS[0] += msg.get("cpu", 0.0)
+                    self.cond.notify_all()
+        except OSError:
+            pass
+        with self.cond:
+            self.dead = True
+            self.cond.notify_all()
 
     def fork(self, script: str, args: list[str], env: dict[str, str], out_w: int, err_w: int) -> int:
         request = json.dumps({"script": script, "args": args, "env": env, "cwd": os.getcwd()}).encode()
-        with self.lock:
+        with self.send_lock:  # the server answers requests in order: one request in flight
             socket.send_fds(self.sock, [_frame(request)], [out_w, err_w])
-            while True:
-                msg = self._pump(60)
-                if msg is None:
+            with self.cond:
+                if not self.cond.wait_for(lambda: self.pids or self.dead, 60) or not self.pids:
                     raise ConnectionError("fork server did not answer")
-                if "pid" in msg:
-                    return msg["pid"]
-                if "error" in msg:
-                    raise ConnectionError(msg["error"])
+                return self.pids.pop(0)
 
     def wait_exit(self, pid: int, timeout: float | None) -> int | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self.lock:
-            while pid not in self.exits:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return None
-                self._pump(left)
-            return self.exits.pop(pid)
+        with self.cond:
+            self.cond.wait_for(lambda: pid in self.exits or self.dead, timeout)
+            return self.exits.pop(pid, None)
 
 
 _SERVERS: dict[int, Server] = {}
