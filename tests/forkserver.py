@@ -342,7 +342,8 @@ def _become(request: dict) -> None:
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException as e:  # as an uncaught exception: the hook prints it (without this file's frames)
-        sys.excepthook(type(e), e, e.__traceback__.tb_next)
+        e = e.with_traceback(e.__traceback__.tb_next)
+        sys.excepthook(type(e), e, e.__traceback__)
         raise SystemExit(1) from None
 
 
