@@ -1,11 +1,14 @@
 """Rank processes forked from a server that has already imported torch, triton and this package.
 
 A rank started as ``python SCRIPT`` spends about 3 CPU-seconds importing torch and Triton before it runs a line of
-the scenario; the suite starts several hundred ranks. A server (one per rank index, so that rank 0 and rank 1 of a
-job never share a hash seed or anything else chosen at start) imports them once; each rank is then a fork of it,
+the scenario; the suite starts several hundred ranks. A server imports them once; each rank is then a fork of it,
 in which the environment, working directory, ``sys.argv``, ``sys.path[0]``, stdin/stdout/stderr and ``__main__``
 are set as ``python SCRIPT ARGS`` would set them, and the script runs to a normal interpreter exit (atexit
 handlers, thread joins, the exit status of ``sys.exit`` or of an uncaught exception, death by a signal).
+
+One server for every rank: the ranks of a job share their parent process, as they do under torchrun (the log
+folder's job name is taken from the parent's start time). What a fork cannot give: each rank its own hash seed
+(``PYTHONHASHSEED``); every forked rank has the server's.
 
 :func:`start` returns ``None`` where a fork cannot stand for a fresh process: an environment that differs from the
 server's in a variable read when torch, Triton or Python start (``TORCH*``, ``PYTHON*``, ``OMP_*``, ...), another
@@ -31,13 +34,13 @@ import time
 #: a variable whose value differs from the server's forces a fresh process where its name starts with one of these
 #: (read when Python, torch, Triton or an MPI/OpenMP runtime start), unless it starts with one of LAZY
 AT_START = ("PYTHON", "TORCH", "PYTORCH", "TRITON_", "CUDA", "NCCL", "GLOO", "NVSHMEM", "OMP_", "MKL", "KMP_",
-            "LD_", "OMPI", "PMI", "PMIX", "MPI", "KINETO", "HIP", "ROCM", "XLA", "TF_", "MALLOC", "GLIBC")
+            "LD_", "OMPI", "PMI", "PMIX", "MPI", "KINETO", "HIP", "ROCM", "XLA", "TF_", "MALLOC", "GLIBC",
+            # folders a module may have resolved when the server imported it (the home folder, the temporary one)
+            "HOME", "USER", "XDG_", "TMP", "TEMP")
 #: read each time they are used (the tuner's settings; Triton's knobs are read on access)
 LAZY = ("TRITON_DIST_AUTOTUNE_", "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_DIR", "TORCHELASTIC_")
 #: what the server imports before it forks
 PRELOAD = ("torch", "torch.distributed", "triton", "triton.language", "numpy", "triton_dist_tune")
-#: rank indexes with a server of their own (a job's higher ranks start fresh processes)
-SLOTS = 4
 
 
 def _frame(data: bytes) -> bytes:
@@ -118,7 +121,7 @@ class Server:
             return self.exits.pop(pid, None)
 
 
-_SERVERS: dict[int, Server] = {}
+_SERVERS: dict[int, Server] = {}  # one server, under key 0
 #: CPU seconds of the forked ranks that have ended (they are the servers' children, not the test process's)
 CPU_SECONDS = [0.0]
 
@@ -215,10 +218,11 @@ class ForkedProcess:
         return text(self._out), text(self._err)
 
 
-def start(slot: int, script: str, args: list[str], env: dict[str, str], base: dict[str, str]) -> ForkedProcess | None:
-    """A rank of ``script`` forked from the server of rank index ``slot`` (started with ``base``, the environment
-    every test's ranks start from), or None where it cannot stand for a fresh ``python script`` process."""
-    if os.environ.get("TDT_TEST_FORKSERVER", "1") == "0" or slot >= SLOTS or _differs(env, base):
+def start(script: str, args: list[str], env: dict[str, str], base: dict[str, str]) -> ForkedProcess | None:
+    """A rank of ``script`` forked from the server (started with ``base``, the environment every test's ranks start
+    from), or None where it cannot stand for a fresh ``python script`` process."""
+    slot = 0
+    if os.environ.get("TDT_TEST_FORKSERVER", "1") == "0" or _differs(env, base):
         return None
     server = _SERVERS.get(slot)
     if server is None or not server.alive() or server.env != base:

@@ -79,7 +79,7 @@ def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: di
         rank_env.update((per_rank_env or {}).get(rank, {}))
         # a fork of a server that has imported torch and Triton already (tests/forkserver.py), or where the
         # environment asks for a fresh process, a fresh one
-        proc = forkserver.start(rank, str(script), list(args or []), rank_env, base_env())
+        proc = forkserver.start(str(script), list(args or []), rank_env, base_env())
         if proc is None:
             proc = subprocess.Popen([sys.executable, str(script), *(args or [])], env=rank_env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
