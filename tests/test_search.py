@@ -263,6 +263,7 @@ def test_ranks_that_disagree_on_the_search_mode_get_the_same_clear_error(tmp_pat
     assert errors[0] == errors[1] and "TRITON_DIST_AUTOTUNE_SEARCH" in errors[0], errors
 
 
+@pytest.mark.triton_dependent
 def test_contextual_autotune_searches_an_inner_kernel_of_120_configs_alike_on_every_rank(tmp_path):
     results = run_ranks(HERE / "scenarios" / "contextual_search_cases.py", 2, ["landscape"],
                         env=tuner_env(tmp_path, 60), timeout=240)
@@ -313,6 +314,7 @@ def test_a_move_pruning_forbids_is_repaired_and_a_whole_line_is_reached():
     assert order.index((32, 64, 5)) < order.index((64, 64, 5)) < order.index((128, 64, 5))
 
 
+@pytest.mark.triton_dependent
 def test_contextual_autotune_races_every_config_when_asked_and_checks_the_option(tmp_path):
     results = run_ranks(HERE / "scenarios" / "contextual_search_cases.py", 2, ["landscape_exhaustive"],
                         env=tuner_env(tmp_path, 60), timeout=240)
