@@ -30,8 +30,12 @@ install() {  # install WHAT PIP-ARGS...
   fi
 }
 
+# --quick finds each module without importing it (importing torch alone costs about 3 s of CPU, paid by every
+# launch.sh); the full path below imports them
 if [[ "${1:-}" == "--quick" ]] && has_mpiexec && env -u PYTHONPATH "$PY" -c "
-import torch, triton, numpy, pytest, xdist, ruff, matplotlib, mpi4py
+import importlib.util
+names = ('torch', 'triton', 'numpy', 'pytest', 'xdist', 'ruff', 'matplotlib', 'mpi4py')
+assert all(importlib.util.find_spec(name) is not None for name in names)
 $installed" 2>/dev/null; then
   exit 0
 fi

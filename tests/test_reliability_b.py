@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_fork import run_cli
 from harness import base_env, describe, run_ranks, tuner_env
 
 from triton_dist_tune.disk.cache import hardware, versions
@@ -19,9 +20,9 @@ from triton_dist_tune.disk.decisions import BUNDLE_FORMAT, BUNDLE_KIND
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``python -m triton_dist_tune ARGS`` in a process of its own."""
-    return subprocess.run([sys.executable, "-m", "triton_dist_tune", *args], env=base_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    """``python -m triton_dist_tune ARGS`` in a process of its own (forked from one that imported torch already:
+    tests/cli_fork.py)."""
+    return run_cli(list(args), base_env(), timeout=timeout)
 
 
 # -- case 11: import checks the whole bundle, refuses duplicates, writes all or nothing --------------------------
@@ -325,10 +326,11 @@ def test_campaign_notices_a_unit_stuck_in_user_code(tmp_path, where):
 
 @pytest.mark.timeout(150)
 def test_campaign_unit_back_from_user_code_too_late_ends_cleanly(tmp_path):
-    """Case 2 (c), continued: rank 1's build takes 15 s, so rank 0 gives up on it as stuck and ends (taking the
-    key-value store it hosts with it); rank 1, back, ends with a GroupTimeoutError too (before: a raw
-    DistNetworkError from the store at the round's mark)."""
-    env = tuner_env(tmp_path, timeout=4, STUCK_AT=str(tmp_path / "stuck_at"), STUCK_IN="build", STUCK_FOR="15")
+    """Case 2 (c), continued: rank 1's build takes 25 s, so rank 0 gives up on it as stuck and ends (taking the
+    key-value store it hosts with it, after lingering up to 5 s: about 15 s in with T = 4 s); rank 1, back after
+    the store has gone, ends with a GroupTimeoutError too (before: a raw DistNetworkError from the store at the
+    round's mark)."""
+    env = tuner_env(tmp_path, timeout=4, STUCK_AT=str(tmp_path / "stuck_at"), STUCK_IN="build", STUCK_FOR="25")
     results = run_ranks(CASES, 2, ["campaign_stuck_unit"], env=env, timeout=60)
     assert all(r.returncode == 0 for r in results), describe(results)
     assert not results[0].result["ok"] and "stuck in build" in results[0].result["error"], results[0].result

@@ -103,11 +103,13 @@ def job_name() -> str:
 
 
 def global_rank() -> int:
-    """This process's rank in the whole job (torch.distributed, then launcher variables, else 0)."""
-    try:
-        import torch.distributed as dist
+    """This process's rank in the whole job (torch.distributed, then launcher variables, else 0).
 
-        if dist.is_available() and dist.is_initialized():
+    torch.distributed is asked only where the process has imported it: a process that has not cannot have
+    initialized it, and importing torch to find out costs seconds (every CLI command and log writer paid that)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
             return dist.get_rank()
     except Exception:
         pass
