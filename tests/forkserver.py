@@ -225,7 +225,9 @@ def start(script: str, args: list[str], env: dict[str, str], base: dict[str, str
     if os.environ.get("TDT_TEST_FORKSERVER", "1") == "0" or _differs(env, base):
         return None
     server = _SERVERS.get(slot)
-    if server is None or not server.alive() or server.env != base:
+    # the server is started again only where a variable read at start differs: comparing whole environments
+    # restarted it for every test (pytest sets PYTEST_CURRENT_TEST per test), 4-5 s of CPU each time
+    if server is None or not server.alive() or _differs(server.env, base):
         if server is not None:
             server.proc.kill()
         server = _SERVERS[slot] = Server(base)

@@ -61,3 +61,17 @@ def test_a_variable_read_when_torch_starts_asks_for_a_fresh_process(script):
     assert proc is not None
     out, _ = proc.communicate(timeout=100)
     assert proc.returncode == 0 and json.loads(out.split("RESULT ", 1)[1].splitlines()[0])["rank"] == "0"
+
+
+def test_one_server_serves_test_after_test(script, monkeypatch):
+    """The server is kept while only variables nobody reads at start change (pytest's PYTEST_CURRENT_TEST changes
+    with every test): before, it was started again for every test, 4-5 s of CPU importing torch each time."""
+    first = forkserver.start(str(script), ["ok"], {**base_env(), "RANK": "0"}, base_env())
+    assert first is not None
+    first.communicate(timeout=100)
+    server = first.server
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/elsewhere.py::test_next (call)")
+    second = forkserver.start(str(script), ["ok"], {**base_env(), "RANK": "0"}, base_env())
+    assert second is not None
+    second.communicate(timeout=100)
+    assert second.server is server and server.alive() and second.returncode == 0
