@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import forkserver
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -75,8 +77,13 @@ def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: di
         rank_env.update({"RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
                          "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
         rank_env.update((per_rank_env or {}).get(rank, {}))
-        procs.append(subprocess.Popen([sys.executable, str(script), *(args or [])], env=rank_env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        # a fork of a server that has imported torch and Triton already (tests/forkserver.py), or where the
+        # environment asks for a fresh process, a fresh one
+        proc = forkserver.start(str(script), list(args or []), rank_env, base_env())
+        if proc is None:
+            proc = subprocess.Popen([sys.executable, str(script), *(args or [])], env=rank_env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
     deadline = time.monotonic() + timeout
     outputs = []
     timed_out = False

@@ -34,6 +34,7 @@ def single(case, env):
     return json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0]), proc.stderr
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(150)
 def test_restore_value_reset_to_zero_hooks_and_listener_inside_a_tuning(env):
     results = run("semantics", 2, env)
@@ -58,6 +59,7 @@ def test_restore_value_reset_to_zero_hooks_and_listener_inside_a_tuning(env):
             assert res["version"].startswith("3.6")
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(120)
 def test_pruning_that_keeps_nothing_raises_tritons_error_on_every_rank(env):
     results = run("prune_empty", 2, env)
@@ -70,6 +72,7 @@ def test_pruning_that_keeps_nothing_raises_tritons_error_on_every_rank(env):
         assert res["kernel"] == "pruned_kernel" and "rank 1" in res["details"], res
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(120)
 def test_caller_given_meta_parameters_are_overridden_by_the_config_under_test(env, tmp_path):
     results = run("caller_meta", 2, env)
@@ -82,6 +85,7 @@ def test_caller_given_meta_parameters_are_overridden_by_the_config_under_test(en
     assert text.count("are overridden by the config under test") <= 1  # logged once per kernel
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(60)
 def test_two_wrappers_of_one_jit_body_are_separate_tracks(env):
     result, _ = single("two_wrappers", env)
@@ -91,6 +95,7 @@ def test_two_wrappers_of_one_jit_body_are_separate_tracks(env):
     assert result["wide_best"] == {"BLOCK": 64} and result["narrow_best"] == {"BLOCK": 128}
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(60)
 def test_max_runs_bounds_a_call_whose_keys_change_every_run(env, tmp_path):
     result, stderr = single("max_runs", env)
@@ -102,6 +107,7 @@ def test_max_runs_bounds_a_call_whose_keys_change_every_run(env, tmp_path):
     assert "reached max_runs=5" in stderr  # also on the library's logger (stderr without a handler)
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(150)
 def test_ranks_meeting_different_keys_finish_without_waiting(env):
     results = run("keys_differ", 2, env)

@@ -25,6 +25,7 @@ def process(cases: list[str], env: dict[str, str], timeout: float = 100) -> list
     return [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(120)
 def test_pruning_runs_before_the_cache_and_a_config_it_leaves_out_is_never_launched(tmp_path):
     env = tuner_env(tmp_path, TIMEOUT_S)
@@ -41,6 +42,7 @@ def test_pruning_runs_before_the_cache_and_a_config_it_leaves_out_is_never_launc
     assert none["chosen"] == [128] and none["how"] == ["disk cache"], none
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(120)
 def test_a_decision_made_under_another_kept_set_is_tuned_again(tmp_path):
     # the same pruning function (the same digest) keeps {32, 128} in one process and {16, 128} in the next: as in
@@ -76,6 +78,7 @@ def test_autotune_prunes_before_the_cache_and_never_serves_a_config_the_current_
     assert job("0,1,2,3") == {"chosen": 3, "launched": [0, 1, 2, 3], "how": "tuned"}
 
 
+@pytest.mark.triton_dependent
 def test_triton_distributed_module_paths_import_the_same_functions():
     code = ("from triton_dist_tune.tune import autotune, to_hashable\n"
             "from triton_dist_tune.autotuner import contextual_autotune\n"
@@ -90,6 +93,7 @@ def test_triton_distributed_module_paths_import_the_same_functions():
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(120)
 def test_a_bare_contextual_autotune_in_a_multi_rank_job_tunes_with_the_default_group(tmp_path):
     env = tuner_env(tmp_path, TIMEOUT_S)
@@ -117,6 +121,7 @@ def test_is_dist_is_checked_when_decorating_and_named(value):
         contextual_autotune(is_dist=value)(lambda: None)
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(60)
 def test_a_decided_contextual_call_enters_no_more_python_functions_than_a_decided_stock_launch(tmp_path):
     # counted, not timed: the Python functions one decided call enters, the kernel's (no-op) run included
@@ -140,6 +145,7 @@ def test_autotune_under_torch_compile_tunes_each_key_once_and_is_never_traced(tm
     assert {f.split(":")[0] for f in result["package_frames"]} <= WRAPPER_FILES, result["package_frames"]
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(200)
 def test_contextual_autotune_under_torch_compile_tunes_each_key_once_with_its_launches_intercepted(tmp_path):
     result = process(["compiled_contextual"], tuner_env(tmp_path, TIMEOUT_S), timeout=180)[0]

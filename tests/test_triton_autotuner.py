@@ -25,6 +25,8 @@ import pytest
 from harness import HERE, run_cases, tuner_env
 
 CASES = HERE / "scenarios" / "triton_autotuner_cases.py"
+#: every test here is Triton's own: run again under triton 3.6 (tests/run.sh)
+pytestmark = pytest.mark.triton_dependent
 
 #: every case, in the order they run in each job (``group_still_works`` last: the failed calls left the group usable)
 ALL_CASES = ["kwargs", "dtype_cache_results", "no_do_bench", "restore_positional", "restore_kwargs",

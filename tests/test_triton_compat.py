@@ -26,6 +26,7 @@ def run(case, n, tmp_path, **extra):
     return results
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(180)
 def test_a_key_every_rank_meets_is_tuned_in_that_call_and_a_key_some_meet_makes_nobody_wait(tmp_path):
     results = run("new_keys", 2, tmp_path)
@@ -54,6 +55,7 @@ def test_a_key_every_rank_meets_is_tuned_in_that_call_and_a_key_some_meet_makes_
         assert res["titles"] == ["default", "ranks [0, 1]"]  # as users know them, in errors too (not '0')
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(150)
 def test_prune_configs_by_perf_model_top_k_and_early_prune_agreed_over_ranks(tmp_path):
     results = run("prune_top_k", 2, tmp_path)
@@ -69,6 +71,7 @@ def test_prune_configs_by_perf_model_top_k_and_early_prune_agreed_over_ranks(tmp
         assert res["tiny"]["launched"] == [2] and res["tiny"]["chosen"] == [2]  # 0.1 of 4: at least one kept
 
 
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(120)
 def test_allow_arg_overwrite_with_a_prune_fn_tunes_the_config_and_the_callers_keyword_wins(tmp_path):
     results = run("overwrite_prune_fn", 2, tmp_path)

@@ -171,6 +171,11 @@ def chosen(work) -> int:
     return config["variant"]
 
 
+
+def tuned(work) -> int:
+    """How many keys ``work`` tuned (a cache hit also fills ``tuner.decisions``, marked cached)."""
+    return sum(not d.cached for d in work.tuner.decisions.values())
+
 @case
 def cache_damage():
     """Damage the cache file in every way a crash or a disk can, each time asking again in a new tuner."""
@@ -194,7 +199,7 @@ def cache_damage():
         _barrier()
         work = make_work()
         work(x)
-        outcome[label] = (chosen(work), len(work.tuner.tables))  # tables: 1 when it tuned again
+        outcome[label] = (chosen(work), tuned(work))  # 1 when it tuned again
         _barrier()
     # a half-written cache file (the temporary file of an interrupted atomic write) next to the real one
     if rank() == 0:
@@ -203,14 +208,14 @@ def cache_damage():
     _barrier()
     work = make_work()
     work(x)
-    outcome["tmp_leftover_with_file"] = (chosen(work), len(work.tuner.tables))
+    outcome["tmp_leftover_with_file"] = (chosen(work), tuned(work))
     _barrier()
     if rank() == 0:
         files[0].unlink()
     _barrier()
     work = make_work()
     work(x)
-    outcome["tmp_leftover_alone"] = (chosen(work), len(work.tuner.tables))
+    outcome["tmp_leftover_alone"] = (chosen(work), tuned(work))
     _barrier()
     outcome["valid_json_after"] = json.loads(files[0].read_text())["config"]
     emit(**outcome)

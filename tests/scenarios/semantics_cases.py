@@ -143,7 +143,9 @@ def autotune_prune_by_env():
 
     chosen = f(torch.ones(4))
     ((_, decision),) = f.tuner.decisions.items() if f.tuner.decisions else ((None, None),)
-    emit(chosen=chosen, launched=sorted(set(launched)), how="tuned" if decision is not None else "disk cache")
+    # a cache hit fills tuner.decisions too, marked cached (issue 34 defect 8)
+    how = "tuned" if decision is not None and not decision.cached else "disk cache"
+    emit(chosen=chosen, launched=sorted(set(launched)), how=how)
 
 
 # -- a bare contextual_autotune in a multi-rank job ------------------------------------------------------------

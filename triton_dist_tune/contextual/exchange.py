@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .. import settings
 from ..errors import AutotuneError, BadInputError, MismatchError, describe_error, per_rank
 from ..faults.watchdog import exchange_timeout
+from ..group.channel import from_root
 from . import intercept
 from .compiling import compiles_ahead
 from .decisions import record_decision
@@ -132,8 +133,8 @@ def create_tracks(session: Session, gathered: list[dict[str, Any]]) -> bool:
     missing = [tid for tid in created if tid not in found]
     if missing:  # met on other ranks only: rank 0 looks them up now
         wanted = {tid: infos[tid][min(infos[tid])] for tid in missing}
-        found.update(session.group.broadcast(lookup(session, wanted) if session.group.rank == 0 else None,
-                                             f"{session.label} disk cache", timeout=session.timeout))
+        found.update(from_root(session.group, lambda: lookup(session, wanted), f"{session.label} disk cache",
+                               timeout=session.timeout, error=AutotuneError))
     for tid in created:
         track = session.tracks[tid]
         index, kept = found.get(tid) or (None, None)

@@ -248,7 +248,7 @@ def well_formed(record: Any) -> bool:
 
 
 def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
-          only_job: str | None | bool = False) -> dict[int, dict[str, Any]]:
+          only_job: str | None | bool = False, kept: str | None = None) -> dict[int, dict[str, Any]]:
     """Merge the journals of every rank into one outcome per config index (the same on every rank that merges
     the same records: every resume decision is taken from it).
 
@@ -263,6 +263,12 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
       ranks' lost-peer errors in it are then taken for consequences: a peer that vanished inside a collective);
     - the group's ``measured`` / ``stopped`` record otherwise. An ``interrupted`` attempt (SIGINT, SIGTERM) blames
       nothing: the config it was inside is measured again.
+
+    Evidence belongs to the config, not to the kept set: the journals of an entry are shared by every kept set of
+    its key, and a failure, a hang or a crash recorded under any kept set counts. A time, though, ranks a config
+    only against the configs it raced: with ``kept`` (the fingerprint of this tuning's kept set), a ``measured`` or
+    ``stopped`` record written under another kept set (its ``kept`` field differs) is ignored, and the config is
+    measured again.
 
     An attempt whose last record on some rank is in a config's compile pass (its ``started`` record there, or the
     ``interrupted`` one of a hang or of another rank's failure there: the record's ``phase``) ended in that pass,
@@ -284,6 +290,8 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
         for attempt in sessions.values():
             for record in attempt:
                 i, state = record["index"], record["state"]
+                if state in ("measured", "stopped") and kept is not None and record.get("kept", kept) != kept:
+                    continue  # timed against another kept set's configs: measured again
                 if state in FINAL and (i not in final or (state == "failed" and final[i]["state"] != "failed")):
                     final[i] = record  # the first group outcome, or the first failure after a measured one
                 elif state in ("local_failure", "hung"):

@@ -42,10 +42,11 @@ def journal_path(folder: Path, entry: str, group: Group) -> Path:
 
 
 def shared_view(group: Group, journal: Journal, descriptions: list[str], only_job: str | None | bool, what: str,
-                timeout: float) -> dict[int, dict[str, Any]]:
-    """Every rank's records of ``journal``, gathered in one exchange and merged: the same view on every rank."""
+                timeout: float, kept: str | None = None) -> dict[int, dict[str, Any]]:
+    """Every rank's records of ``journal``, gathered in one exchange and merged: the same view on every rank
+    (``kept``: the kept set of this tuning, see :func:`~.journal.merge`)."""
     gathered = group.allgather(journal.read(), what, timeout=timeout)
-    return merge(gathered, descriptions, only_job=only_job)
+    return merge(gathered, descriptions, only_job=only_job, kept=kept)
 
 
 def across(replicas: Group, view: dict[int, dict[str, Any]], what: str, timeout: float) -> dict[int, dict[str, Any]]:

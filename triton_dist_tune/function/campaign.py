@@ -77,7 +77,8 @@ class Plan:
     across: Group  #: links this rank to the same place in every other unit (the round exchanges)
     table: dict[Hashable, dict[str, Any]]  #: the tuner's table that the decisions go into
     slot: Callable[[Hashable], Hashable]  #: key -> its slot in ``table``
-    entry: Callable[[Tuning], str]  #: the cache entry of a key (after step 1 of its tuning)
+    #: the entry of a key named by what its tuning depends on (after step 1 of the tuning): (tuning, extra) -> entry
+    entry: Callable[[Tuning, str], str]
 
     @property
     def unit(self) -> int:
@@ -94,18 +95,18 @@ def _plan(tuner: Tuner, local: bool, pg: Any, replicas: Any) -> Plan:
             raise BadInputError("campaign: a rank-local campaign (local=True) takes no pg or replicas")
         home = resolve_group(None)  # where a call without autotune_pg tunes: its cache entry is the one to fill
 
-        def home_entry(t: Tuning) -> str:
-            return entry_id(tuner.source, t.key_text, tuner.space_text, home.size, t.extra)
+        def home_entry(t: Tuning, extra: str) -> str:
+            return entry_id(tuner.source, t.key_text, tuner.space_text, home.size, extra)
 
         return Plan(SingleGroup(), home, tuner.decided, lambda key: key, home_entry)
     group = resolve_group(pg)
     if replicas is None:
         if pg is None:
-            return Plan(group, SingleGroup(), tuner.decided, lambda key: key, lambda t: t.entry)
-        return Plan(group, SingleGroup(), tuner.decided_in, lambda key: (group.identity, key), lambda t: t.entry)
+            return Plan(group, SingleGroup(), tuner.decided, lambda key: key, Tuning._entry)
+        return Plan(group, SingleGroup(), tuner.decided_in, lambda key: (group.identity, key), Tuning._entry)
     layout = Layout(group, resolve_group(replicas))
     return Plan(group, layout.replicas, tuner.decided_in, lambda key: (group.identity, layout.replicas.identity, key),
-                lambda t: layout.entry(t.entry))
+                lambda t, extra: layout.entry(Tuning._entry(t, extra)))
 
 
 class _Tuning(Tuning):
@@ -115,9 +116,8 @@ class _Tuning(Tuning):
         super().__init__(*args)
         self.plan = plan
 
-    def _name_entry(self, kept: list[int]) -> None:
-        super()._name_entry(kept)
-        self.entry = self.plan.entry(self)
+    def _entry(self, extra: str) -> str:
+        return self.plan.entry(self, extra)
 
 
 def _keeps(tuner: Tuner, call: Call) -> list[bool] | None:
@@ -130,10 +130,15 @@ def _keeps(tuner: Tuner, call: Call) -> list[bool] | None:
         return [False] * len(tuner.space)
 
 
-def _keys(tuner: Tuner, build: Callable[[int], Call], count: int, across: Group, timeout: float,
+def _keys(tuner: Tuner, build: Callable[[int], Call], count: int, plan: Plan, timeout: float,
           masks: list[list[bool] | None]) -> list[Hashable]:
-    """Every position's key, computed on every rank; the ranks agree on them (or all raise the same error).
-    ``masks`` gets, per position, which configs ``prune_fn`` keeps for this rank's call."""
+    """Every position's key, computed on every rank; every rank of the campaign agrees on them (or all raise the
+    same error, naming the ranks by their global rank). ``masks`` gets, per position, which configs ``prune_fn``
+    keeps for this rank's call.
+
+    The campaign's ranks are its units' groups linked by ``plan.across``: the ranks agree inside the tuning group
+    first, then across the units, the first agreement's error (if any) travelling as the second one's note, so that
+    a rank whose ``key_fn`` raised ends every rank of the job at this step, never at a later one by a timeout."""
     keys: list[Hashable] = []
     texts: list[str] = []
     problem = None
@@ -144,15 +149,28 @@ def _keys(tuner: Tuner, build: Callable[[int], Call], count: int, across: Group,
             texts.append(describe_key(keys[-1], "the key key_fn returned"))
             masks.append(_keeps(tuner, call))
     except Exception as exc:
-        problem = f"building call {len(keys)} or its key raised {describe_error(exc)}"
-    found = agree(across, {"campaign keys": "\n".join(texts)}, f"[campaign {tuner.name}] agree on the keys",
-                  timeout, problem)
-    if found.notes:
-        raise BadInputError(f"campaign {tuner.name}: " + "; ".join(f"rank {r}: {p}" for r, p in found.notes))
-    if found.differ:
-        detail = "; ".join(f"ranks {ranks}: key {text}" for ranks, text in found.differ["campaign keys"])
-        raise BadInputError(f"campaign {tuner.name}: the ranks' keys differ: {detail}")
+        problem = f"rank {logs.global_rank()}: building call {len(keys)} or its key raised {describe_error(exc)}"
+    fields = {"campaign keys": "\n".join(texts)}
+    what = f"[campaign {tuner.name}] agree on the keys"
+    for group, step in ((plan.tune_group, what), (plan.across, f"{what} (across units)")):
+        if group.size <= 1:
+            continue
+        found = agree(group, fields, step, timeout, problem)
+        notes = list(dict.fromkeys(note for _, note in found.notes))  # each note names its rank already
+        if found.differ:
+            detail = "; ".join(f"ranks {_global(group, ranks)}: key {text}" for holders in found.differ.values()
+                               for ranks, text in holders)
+            notes.append(f"the ranks' keys differ: {detail}")
+        problem = "; ".join(notes) or None
+    if problem is not None:
+        raise BadInputError(f"campaign {tuner.name}: {problem}")
     return keys
+
+
+def _global(group: Group, ranks: list[int]) -> list[int]:
+    """``ranks`` of ``group`` as global ranks (as they are when the group does not say)."""
+    known = list(getattr(group, "global_ranks", []) or [])
+    return [known[r] if r < len(known) else r for r in ranks]
 
 
 def _tune_one(tuner: Tuner, plan: Plan, position: int, build: Callable[[int], Call],
@@ -187,7 +205,12 @@ def _tune_one(tuner: Tuner, plan: Plan, position: int, build: Callable[[int], Ca
     except AutotuneError as exc:
         result.key, result.error = tuning.key_text or result.key, str(exc)
     if group.rank == 0 and result.state != "failed":  # its record, for the disks of the other units
-        record = tuner.cache.load(result.entry, tuner.space_text)
+        try:
+            record = tuner.cache.load(result.entry, tuner.space_text)
+        except Exception as exc:  # only a copy for other disks: the row goes out without it, never not at all
+            logs.rank_log().warning("campaign %s: could not read the record of key %s (%s)", tuner.name, result.key,
+                                    describe_error(exc))
+            record = None
         if record is not None:
             result.record = {k: v for k, v in record.items() if k not in ("format", "space", "versions")}
             if result.state == "cached":
@@ -235,7 +258,7 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     timeout = tuner.options.timeout if tuner.options.timeout is not None else settings.current().timeout
     started = time.perf_counter()
     masks: list[list[bool] | None] = []
-    all_keys = _keys(tuner, build, count, plan.across, timeout, masks)
+    all_keys = _keys(tuner, build, count, plan, timeout, masks)
     texts = [describe_key(k) for k in all_keys]
     todo = [p for p in range(count) if texts.index(texts[p]) == p]  # equal keys: the first call only
     rounds = math.ceil(len(todo) / plan.units)

@@ -119,6 +119,9 @@ def _choose_for_group(values: list[Any]) -> tuple[int, str | None] | None:
     """Group rank 0: the ranks' (candidates, keep mask) -> the choice every rank serves. A config is kept only where
     every rank keeps it; a candidate counts only where every rank holds it (rank 0's order: (distance, text)).
     None: some rank's ``prune_fn`` raised or nothing is kept everywhere (the key is tuned)."""
+    errors = [(r, cands) for r, (cands, _) in enumerate(values) if isinstance(cands, str)]
+    if errors:  # some rank's distance failed: the same BadInputError on every rank
+        return ("error", "; ".join(f"rank {r}: {text}" for r, text in errors))
     masks = [mask for _, mask in values]
     if any(not isinstance(mask, list) for mask in masks):
         return None
@@ -163,18 +166,27 @@ class Undecided:
         served = self._served.get(slot)
         if served is not None and served.seen == seen:
             return served.config
-        candidates = self._nearest(table, slot, grouped, space) if mode == "nearest" else []
+        grouped_call = group is not None and group.size > 1
+        try:
+            candidates: list[Candidate] | str = self._nearest(table, slot, grouped, space) if mode == "nearest" else []
+        except BadInputError as exc:  # a distance that raised or returned no number
+            if not grouped_call:
+                raise
+            candidates = str(exc)  # as data: every rank of the group raises it, naming this rank
         try:
             mask: list[bool] | str = [bool(keeps(config)) for config in space]
         except Exception as exc:  # as data: every rank learns of it (the key is tuned, which reports it)
             mask = f"prune_fn raised {exc!r}"
-        if group is not None and group.size > 1:
-            mine = ([[c.distance, c.text, c.index] for c in candidates], mask)
-            agreed = group.combine(mine, f"[{self.name}] serve undecided key {_key_text(key)} ({mode})",
-                                   _choose_for_group, timeout)
+        if grouped_call:
+            mine = (candidates if isinstance(candidates, str) else [[c.distance, c.text, c.index] for c in candidates],
+                    mask)
+            what = f"[{self.name}] serve undecided key {_key_text(key)} ({mode})"
+            agreed = group.combine(mine, what, _choose_for_group, timeout)
+            if agreed is not None and agreed[0] == "error":
+                raise BadInputError(f"triton_dist_tune: {what}: {agreed[1]}")
             found = None if agreed is None else Choice(int(agreed[0]), agreed[1])
         else:
-            found = choose(candidates, mask) if isinstance(mask, list) else None
+            found = choose(candidates, mask) if isinstance(mask, list) else None  # type: ignore[arg-type]
         if found is None:  # nothing usable is kept: tune (the tuning raises the pruning error on every rank)
             return None
         config = space[found.index]
@@ -203,6 +215,9 @@ class Undecided:
                 text = describe_key(other_key)
             except Exception as exc:
                 raise BadInputError(f"{self.name}: distance({key!r}, {other_key!r}) raised {exc!r}") from exc
+            if d is not None and (isinstance(d, bool) or not isinstance(d, Real)):
+                raise BadInputError(f"{self.name}: distance({key!r}, {other_key!r}) returned {str(d)[:100]} "
+                                    f"({type(d).__name__}): it must return a number (smaller is nearer) or None")
             if d is None or not math.isfinite(d) or config not in space:
                 continue
             found.append(Candidate(float(d), text, space.index(config)))

@@ -18,12 +18,15 @@ configs no attempt screened.
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..disk import logs
+from ..errors import BadInputError
+from ..group.channel import from_root
 from ..measure.lockstep import Measurer, Todo
 from ..measure.race import Race, RacePlan
 from ..measure.search import PatternSearch, SearchPlan
@@ -60,7 +63,9 @@ class SearchRecord:
 def nearby_seeds(decisions: dict[tuple[str, Hashable], Decision], group_name: str, key: Hashable,
                  distance: Callable[[Any, Any], float | None] | None) -> list[int]:
     """Config indices to seed a search with: the choice and runner-up of the :data:`SEED_KEYS` decided keys of
-    this group nearest ``key`` (by ``distance``, default the numeric one), nearest first."""
+    this group nearest ``key`` (by ``distance``, default the numeric one), nearest first. A ``distance`` that raises
+    cannot compare the two keys (skipped); one that returns neither a number nor None is a
+    :class:`~triton_dist_tune.errors.BadInputError`."""
     measure = distance or numeric_distance
     near: list[tuple[float, str, Decision]] = []
     for (name, other), decision in decisions.items():
@@ -70,6 +75,9 @@ def nearby_seeds(decisions: dict[tuple[str, Hashable], Decision], group_name: st
             d = measure(key, other)
         except Exception:  # a user's distance that cannot compare these keys
             d = None
+        if d is not None and (isinstance(d, bool) or not isinstance(d, numbers.Real)):
+            raise BadInputError(f"distance({key!r}, {other!r}) returned {str(d)[:100]} ({type(d).__name__}): it must "
+                                "return a number (smaller is nearer) or None (not comparable)")
         if d is not None and d == d and d != float("inf"):
             near.append((float(d), repr(other), decision))
     seeds: list[int] = []
@@ -89,12 +97,14 @@ class Searched:
         self.record = SearchRecord(len(self.kept))
 
     def _seeds(self) -> list[int]:
-        """Rank 0's seeds, the same on every rank (one exchange)."""
+        """Rank 0's seeds, or its error (a ``distance`` that returns no number), the same on every rank (one
+        exchange)."""
         tuning, tuner = self.tuning, self.tuning.tuner
         group = tuning.group
-        mine = (nearby_seeds(tuner.decisions, group.name, tuning.key, tuner.options.distance)
-                if group.rank == 0 else None)
-        seeds = group.broadcast(mine, f"{tuning.label} search seeds", timeout=tuning.timeout)
+        seeds = from_root(group, lambda: nearby_seeds(tuner.decisions, group.name, tuning.key, tuner.options.distance),
+                          f"{tuning.label} search seeds", timeout=tuning.timeout)
+        if not isinstance(seeds, list):
+            seeds = []
         kept = set(self.kept)
         return [i for i in seeds if isinstance(i, int) and i in kept]
 

@@ -35,6 +35,7 @@ from ..disk import logs
 from ..disk.cache import entry_id
 from ..errors import (
     AllConfigsFailedError,
+    AutotuneError,
     BadInputError,
     DevicePoisonedError,
     GroupTimeoutError,
@@ -44,7 +45,7 @@ from ..errors import (
 from ..faults.journal import Journal
 from ..faults.recovery import across, interruptible, journal_path, shared_view
 from ..faults.watchdog import WATCHDOG, Guard
-from ..group.channel import ExchangeError, Group
+from ..group.channel import ExchangeError, Group, from_root
 from ..measure import compile_pass
 from ..measure.arguments import ArgumentState, RandomState
 from ..measure.lockstep import Measurer, Todo
@@ -101,6 +102,10 @@ class Tuning:
         self.tuner, self.group, self.key, self.layout = tuner, group, key, layout
         self.args, self.kwargs, self.verbose, self.overwrite = args, kwargs, verbose, overwrite
         self.label = self.key_text = self.entry = self.extra = ""
+        #: the entry the journals are named after: the cache entry's name without the kept set
+        self.journal_entry = ""
+        #: the part of the entry's identity naming the configs pruning kept ("" when it kept every one)
+        self.kept_mark = ""
         self.timeout = 0.0
         self.started = 0.0
         #: configs whose compile pass ended an earlier attempt (from the shared view): warmed up without one
@@ -163,10 +168,19 @@ class Tuning:
 
     def _name_entry(self, kept: list[int]) -> None:
         """The cache entry of this tuning: what it depends on (:meth:`Tuner.entry_extra`) and the configs pruning
-        kept, so that a decision made under another kept set is never served (it is tuned again)."""
-        self.extra += kept_text(kept, len(self.tuner.space))
-        entry = entry_id(self.tuner.source, self.key_text, self.tuner.space_text, self.group.size, self.extra)
-        self.entry = entry if self.layout is None else self.layout.entry(entry)
+        kept, so that a decision made under another kept set is never served (it is tuned again). The journals are
+        named without the kept set (:attr:`journal_entry`): evidence belongs to the config, so a config that hung or
+        crashed under one kept set is left out under any other (the records carry their kept set in ``kept``, and a
+        time measured under another kept set is measured again: :func:`~triton_dist_tune.faults.journal.merge`)."""
+        self.kept_mark = kept_text(kept, len(self.tuner.space))
+        self.journal_entry = self._entry(self.extra)
+        self.extra += self.kept_mark
+        self.entry = self._entry(self.extra)
+
+    def _entry(self, extra: str) -> str:
+        """The entry named by what this tuning depends on (``extra``), for its group (and layout)."""
+        entry = entry_id(self.tuner.source, self.key_text, self.tuner.space_text, self.group.size, extra)
+        return entry if self.layout is None else self.layout.entry(entry)
 
     def _lookup(self) -> tuple[int | None, Any]:
         """Step 3: the index of the cached choice and what rank 0 shares of its record (:func:`served`; read by
@@ -184,7 +198,7 @@ class Tuning:
 
         what = f"{self.label} cache lookup"
         if self.layout is None:
-            found = self.group.broadcast(read_cache() if self.group.rank == 0 else None, what, timeout=self.timeout)
+            found = from_root(self.group, read_cache, what, timeout=self.timeout, error=AutotuneError)
         else:
             found = self.layout.lookup(read_cache, what, self.timeout)
         if found is None:
@@ -205,7 +219,7 @@ class Tuning:
         guard = WATCHDOG.guard(board, group.rank)
         try:
             earlier = shared_view(group, journal, tuner.descriptions, env.job_id if env.always_tune else False,
-                                  f"{label} journal exchange", self.timeout)
+                                  f"{label} journal exchange", self.timeout, kept=kept_print(self.kept_mark))
             if self.layout is not None:  # the leaders' round reads every replica's journals too
                 earlier = across(self.layout.replicas, earlier, f"{label} journals across replicas", self.timeout)
             self.skip_pass = {i for i, record in earlier.items() if record.get("skip_pass")}
@@ -244,8 +258,9 @@ class Tuning:
         """This rank's crash journal for the entry: its file names the group (name and global ranks)."""
         group = self.group
         ranks = list(getattr(group, "global_ranks", []) or [])
-        return Journal(journal_path(self.tuner.cache.folder, self.entry, group),
-                       {"job": self.env.job_id, "group": group.name, "ranks": ranks})
+        return Journal(journal_path(self.tuner.cache.folder, self.journal_entry, group),
+                       {"job": self.env.job_id, "group": group.name, "ranks": ranks,
+                        "kept": kept_print(self.kept_mark)})
 
     def _measure(self, kept: list[int], earlier: dict[int, dict[str, Any]], journal: Journal,
                  seed: str, guard: Guard) -> Decision:
@@ -331,3 +346,8 @@ def kept_text(kept: list[int], size: int) -> str:
     """The part of a cache entry's identity that names the configs pruning kept: nothing when it kept every one
     (so such entries keep their names), else the kept indices."""
     return "" if len(kept) == size else "\nkept: " + ",".join(map(str, kept))
+
+
+def kept_print(mark: str) -> str:
+    """What a journal record says of the kept set it was written under: a fingerprint of :func:`kept_text`."""
+    return fingerprint(mark)[:12]

@@ -427,3 +427,58 @@ def difference(texts: Sequence[str]) -> list[str]:
     at = next((j for j in range(common) if len({lines[j] for lines in lists}) > 1), common)
     return [f"entry {at} of {len(lines)} (the first that differs): "
             + (_shown(lines[at]) if at < len(lines) else "none (the list ends before it)") for lines in lists]
+
+
+# -- what one rank computes for the group: its result or its error, on every rank ------------------------------------
+
+
+def rank_name(group: Group, rank: int) -> str:
+    """How messages name group rank ``rank``: ``rank r`` where group and global ranks agree (the default group,
+    one process), else ``group rank r (global rank g)``."""
+    ranks = list(getattr(group, "global_ranks", []) or [])
+    if not ranks or ranks == list(range(len(ranks))) or not 0 <= rank < len(ranks):
+        return f"rank {rank}"
+    return f"group rank {rank} (global rank {ranks[rank]})"
+
+
+def attempt(compute: Callable[[], Any]) -> list[Any]:
+    """What ``compute()`` gave, as plain data to exchange: ``[True, value]``, or ``[False, "Type: message"]`` when it
+    raised (a :class:`BadInputError` keeps its own text)."""
+    try:
+        return [True, compute()]
+    except Exception as exc:
+        return [False, str(exc) if isinstance(exc, BadInputError) else f"{type(exc).__name__}: {exc}"[:800]]
+
+
+def unwrap_outcomes(group: Group, outcomes: Sequence[tuple[int, Any]], what: str,
+                    error: type[Exception] = BadInputError, combine: Callable[[list[Any]], Any] | None = None) -> Any:
+    """The value of what ranks computed (``outcomes``: (group rank, :func:`attempt`'s result), the same list on
+    every rank, since it was exchanged); when any of them raised, every rank raises the same ``error`` naming each
+    rank that did. One value is returned as it is, several through ``combine``."""
+    failures, values = [], []
+    for rank, outcome in outcomes:
+        if not (isinstance(outcome, (list, tuple)) and len(outcome) == 2 and type(outcome[0]) is bool):
+            raise ExchangeError(f"triton_dist_tune: '{what}': {rank_name(group, rank)} sent something that is not an "
+                                f"outcome ({str(outcome)[:100]}): another process wrote under the tuner's keys")
+        (values if outcome[0] else failures).append(outcome[1] if outcome[0] else (rank, outcome[1]))
+    if failures:
+        detail = "; ".join(f"{rank_name(group, rank)}: {text}" for rank, text in failures)
+        raise error(f"triton_dist_tune: {what}: {detail}")
+    return values[0] if combine is None else combine(values)
+
+
+def from_root(group: Group, compute: Callable[[], Any], what: str, timeout: float | None = None,
+              error: type[Exception] = BadInputError) -> Any:
+    """Group rank 0 computes for the group (``compute()``, called there alone); every rank gets its result, or
+    raises the same ``error`` naming rank 0 when it raised: nothing one rank decides fails on that rank alone while
+    the others wait for it."""
+    mine = attempt(compute) if group.rank == 0 else None
+    return unwrap_outcomes(group, [(0, group.broadcast(mine, what, timeout=timeout))], what, error)
+
+
+def from_each(group: Group, compute: Callable[[], Any], what: str, combine: Callable[[list[Any]], Any] = list,
+              timeout: float | None = None, error: type[Exception] = BadInputError) -> Any:
+    """Every rank computes its part (``compute()``); every rank gets ``combine`` of the parts (by group rank), or
+    raises the same ``error`` naming every rank whose ``compute`` raised."""
+    gathered = group.allgather(attempt(compute), what, timeout=timeout)
+    return unwrap_outcomes(group, list(enumerate(gathered)), what, error, combine)

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from .. import settings
-from ..errors import BadInputError, GroupTimeoutError, RankFailedError
+from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
 from . import codec
 from .channel import (
     NOT_A_MEMBER,
@@ -122,24 +122,53 @@ class StoreGroup(Group):
     def _gather_and_send(self, seq: int, obj: Any, fn: Callable[[list[Any]], Any], what: str,
                          timeout: float) -> Any:
         keys = [self._key(seq, r) for r in range(1, self.size)]
+        started = time.monotonic()
         self._wait(keys, what, timeout, lambda: [r for r in range(1, self.size) if not self._arrived(keys[r - 1])])
-        payload = combine_payloads(fn, [pack(obj, 0, what), *self.store.multi_get(keys)], what)
-        self._write_new(seq, "all", payload, what)
+        payloads = self._request(lambda: self.store.multi_get(keys), what, started)
+        payload = combine_payloads(fn, [pack(obj, 0, what), *payloads], what)
+        self._request(lambda: self._write_new(seq, "all", payload, what), what, started)
         # the result two exchanges back: every rank has read it, as it wrote its message of the last exchange after
         # reading it. Not the last one: a message an outsider pre-wrote for a rank lets rank 0 through an exchange
         # that rank has not reached, and that rank must still find the last result to reach the forged key and
         # tell everyone (at the exchange after, which rank 0 cannot pass without it)
         if seq > 2:
-            self.store.delete_key(self._key(seq - 2, "all"))
+            self._tidy(self._key(seq - 2, "all"))
         return unpack(payload, what, 0)
 
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
-        self._write_new(seq, self.rank, pack(obj, self.rank, what), what)
+        started = time.monotonic()
+        self._request(lambda: self._write_new(seq, self.rank, pack(obj, self.rank, what), what), what, started)
         self._wait([combined], what, timeout, lambda: self._missing_seen_from(seq))
-        payload = self.store.get(combined)
-        self.store.delete_key(mine)  # rank 0 has read it: it wrote the result
+        payload = self._request(lambda: self.store.get(combined), what, started)
+        self._tidy(mine)  # rank 0 has read it: it wrote the result
         return unpack(payload, what, self.rank)
+
+    def _request(self, request: Callable[[], Any], what: str, started: float) -> Any:
+        """One store request of an exchange: a transport error (the store's host ended: rank 0 of a job started
+        without torchrun, after a peer's end) is the tuner's :class:`GroupTimeoutError` saying so, never a raw
+        ``DistNetworkError``; the tuner's own errors pass through."""
+        try:
+            return request()
+        except (AutotuneError, BadInputError):
+            raise
+        except Exception as exc:
+            raise GroupTimeoutError(self._lost_message(what, time.monotonic() - started, exc)) from exc
+
+    def _tidy(self, key: str) -> None:
+        """Delete a key every rank has read: the exchange is complete without it, so a store already gone (its
+        host ended after the exchange) is no error here; the next exchange, if any, says so."""
+        try:
+            self.store.delete_key(key)
+        except (AutotuneError, BadInputError):
+            raise
+        except Exception as exc:
+            log.debug("triton_dist_tune: could not delete %s (%s): the store's host has ended", key, exc)
+
+    def _lost_message(self, what: str, waited: float, exc: BaseException) -> str:
+        return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' lost the key-value store after "
+                f"{waited:.1f} s at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 without torchrun) "
+                "has ended")
 
     def _write_new(self, seq: int, slot: int | str, payload: bytes, what: str) -> None:
         """Write ``payload`` under the key of ``slot`` (this rank's, or ``all``) at exchange ``seq``, which no one
@@ -200,9 +229,7 @@ class StoreGroup(Group):
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
             waited = time.monotonic() - started
             if waited < 0.9 * timeout:  # not a timeout: the store itself went away
-                message = (f"triton_dist_tune: rank {self.rank} of group '{self.title}' lost the key-value store "
-                           f"after {waited:.1f} s at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 "
-                           "without torchrun) has ended")
+                message = self._lost_message(what, waited, exc)
             else:
                 message = self._late_message(what, missing(), timeout)
             raise GroupTimeoutError(message) from exc

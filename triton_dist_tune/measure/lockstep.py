@@ -303,6 +303,7 @@ class Measurer(Sampling, Guarding):
         except GroupTimeoutError as exc:
             if not error:
                 raise
+            self._stop_if_poisoned(index, desc, error)  # this rank's own failure first: a poisoned device says so
             raise RankFailedError(f"triton_dist_tune: rank {self.group.rank} failed in config {index} ({desc}): "
                                   f"{error}; then: {exc}") from exc
 
@@ -335,8 +336,17 @@ class Measurer(Sampling, Guarding):
                                                 per_rank=[time_ms], samples=len(samples), own=time_ms,
                                                 round_times=samples)))
         share = -(-len(todo) // self.group.size)  # the most configs one rank measures, each under the watchdog
-        shared = self.group.allgather(mine, f"{self.label} sharded results",
-                                      exchange_timeout(self.plan.timeout) * max(1, share))
+        try:
+            shared = self.group.allgather(mine, f"{self.label} sharded results",
+                                          exchange_timeout(self.plan.timeout) * max(1, share))
+        except GroupTimeoutError:
+            if self._deferred is None:
+                raise
+            # this rank knows its own failure: it raises that (as its peers do from the exchanged outcomes), not
+            # what the exchange met after a peer ended (the store's host gone with it)
+            poisoned = next(o for o in mine if o.error == self._deferred)
+            self._stop_if_poisoned(poisoned.index, poisoned.config, self._deferred)
+            raise
         outcomes = sorted((outcome for outcomes in shared for outcome in outcomes), key=lambda o: o.index)
         for outcome in outcomes:  # the same outcomes everywhere: the same DevicePoisonedError on every rank
             self._stop_if_poisoned(outcome.index, outcome.config, outcome.error or "")

@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import BadInputError, MismatchError
+from ..errors import AutotuneError, BadInputError, MismatchError
 from ..faults.watchdog import exchange_timeout
-from ..group.channel import Group, agree
+from ..group.channel import Group, agree, attempt, unwrap_outcomes
 from ..records import Decision, Outcome
 from ..space import fingerprint
 from . import stats
@@ -65,9 +65,10 @@ class Layout:
                                 f"{detail}")
 
     def lookup(self, read: Callable[[], Any], what: str, timeout: float) -> Any:
-        """``read()`` on the cache-reading rank alone; its answer on every rank of every replica."""
-        found = self.group.broadcast(read() if self.reads_cache else None, what, timeout=timeout)
-        return self.replicas.broadcast(found, f"{what} (across replicas)", timeout=timeout)
+        """``read()`` on the cache-reading rank alone; its answer, or its error, on every rank of every replica."""
+        found = self.group.broadcast(attempt(read) if self.reads_cache else None, what, timeout=timeout)
+        found = self.replicas.broadcast(found, f"{what} (across replicas)", timeout=timeout)
+        return unwrap_outcomes(self.group, [(0, found)], what, AutotuneError)
 
     def keep_everywhere(self, kept: list[int], what: str, timeout: float) -> list[int]:
         """The configs that every replica keeps (each replica's ``kept`` is already agreed inside its group)."""

@@ -171,9 +171,10 @@ class PatternSearch:
         self.checks += 1
         model = AdditiveModel(self.grid)
         ranked = self.leaders(times, self.plan.finalists)
-        if not ranked or not model.fit(times):
+        last = times[ranked[-1]] if ranked else None
+        if last is None or last <= 0 or not model.fit(times):
             return []
-        bar = math.log(times[ranked[-1]])  # type: ignore[arg-type]
+        bar = math.log(last)
         predicted = sorted((model.predict(i), i) for i in self.kept if i not in times)
         return [i for y, i in predicted if y < bar][:self.plan.model_batch]
 

@@ -1,0 +1,358 @@
+"""Rank processes forked from a server that has already imported torch, triton and this package.
+
+A rank started as ``python SCRIPT`` spends about 3 CPU-seconds importing torch and Triton before it runs a line of
+the scenario; the suite starts several hundred ranks. A server imports them once; each rank is then a fork of it,
+in which the environment, working directory, ``sys.argv``, ``sys.path[0]``, stdin/stdout/stderr and ``__main__``
+are set as ``python SCRIPT ARGS`` would set them, and the script runs to a normal interpreter exit (atexit
+handlers, thread joins, the exit status of ``sys.exit`` or of an uncaught exception, death by a signal).
+
+One server for every rank: the ranks of a job share their parent process, as they do under torchrun (the log
+folder's job name is taken from the parent's start time). What a fork cannot give: each rank its own hash seed
+(``PYTHONHASHSEED``); every forked rank has the server's.
+
+:func:`start` returns ``None`` where a fork cannot stand for a fresh process: an environment that differs from the
+server's in a variable read when torch, Triton or Python start (``TORCH*``, ``PYTHON*``, ``OMP_*``, ...), another
+Python, or ``TDT_TEST_FORKSERVER=0``; the caller then starts a fresh process as before.
+
+The server is ``python -c "... forkserver.main(FD)"``, reading requests on the socket FD from the test process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+#: a variable whose value differs from the server's forces a fresh process where its name starts with one of these
+#: (read when Python, torch, Triton or an MPI/OpenMP runtime start), unless it starts with one of LAZY
+AT_START = ("PYTHON", "TORCH", "PYTORCH", "TRITON_", "CUDA", "NCCL", "GLOO", "NVSHMEM", "OMP_", "MKL", "KMP_",
+            "LD_", "OMPI", "PMI", "PMIX", "MPI", "KINETO", "HIP", "ROCM", "XLA", "TF_", "MALLOC", "GLIBC",
+            # folders a module may have resolved when the server imported it (the home folder, the temporary one)
+            "HOME", "USER", "XDG_", "TMP", "TEMP")
+#: read each time they are used (the tuner's settings; Triton's knobs are read on access)
+LAZY = ("TRITON_DIST_AUTOTUNE_", "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_DIR", "TORCHELASTIC_")
+#: what the server imports before it forks
+PRELOAD = ("torch", "torch.distributed", "triton", "triton.language", "numpy", "triton_dist_tune")
+
+
+def _frame(data: bytes) -> bytes:
+    return struct.pack("!I", len(data)) + data
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+# -- the test process's side ---------------------------------------------------------------------------------------
+
+
+class Server:
+    """One forking server process and the socket to it."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = dict(env)
+        ours, theirs = socket.socketpair()
+        code = (f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); import forkserver; "
+                f"del sys.path[0]; forkserver.main({theirs.fileno()})")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], env=self.env,
+                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        theirs.close()
+        self.sock = ours
+        # one thread reads every message; the callers wait on the condition (several threads of one test may
+        # start and wait for ranks at once: none may hold the socket while it waits)
+        self.cond = threading.Condition()
+        self.send_lock = threading.Lock()
+        self.pids: list[int] = []
+        self.exits: dict[int, int] = {}
+        self.dead = False
+        threading.Thread(target=self._read, name="forkserver-reader", daemon=True).start()
+
+    def alive(self) -> bool:
+        return not self.dead and self.proc.poll() is None
+
+    def _read(self) -> None:
+        try:
+            while True:
+                header = _recv_exact(self.sock, 4)
+                body = None if header is None else _recv_exact(self.sock, struct.unpack("!I", header)[0])
+                if body is None:
+                    break
+                msg = json.loads(body)
+                with self.cond:
+                    if "pid" in msg:
+                        self.pids.append(msg["pid"])
+                    elif "exit" in msg:
+                        self.exits[msg["exit"]] = msg["status"]
+                        CPU_SECONDS[0] += msg.get("cpu", 0.0)
+                    self.cond.notify_all()
+        except OSError:
+            pass
+        with self.cond:
+            self.dead = True
+            self.cond.notify_all()
+
+    def fork(self, script: str, args: list[str], env: dict[str, str], out_w: int, err_w: int) -> int:
+        request = json.dumps({"script": script, "args": args, "env": env, "cwd": os.getcwd()}).encode()
+        with self.send_lock:  # the server answers requests in order: one request in flight
+            socket.send_fds(self.sock, [_frame(request)], [out_w, err_w])
+            with self.cond:
+                if not self.cond.wait_for(lambda: self.pids or self.dead, 60) or not self.pids:
+                    raise ConnectionError("fork server did not answer")
+                return self.pids.pop(0)
+
+    def wait_exit(self, pid: int, timeout: float | None) -> int | None:
+        with self.cond:
+            self.cond.wait_for(lambda: pid in self.exits or self.dead, timeout)
+            return self.exits.pop(pid, None)
+
+
+_SERVERS: dict[int, Server] = {}  # one server, under key 0
+#: CPU seconds of the forked ranks that have ended (they are the servers' children, not the test process's)
+CPU_SECONDS = [0.0]
+
+
+@atexit.register
+def _stop_servers() -> None:
+    """Close every server (it kills what ranks it still has) and wait for it."""
+    for server in _SERVERS.values():
+        server.sock.close()
+    for server in _SERVERS.values():
+        try:
+            server.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait()
+    _SERVERS.clear()
+
+
+def _differs(a: dict[str, str], b: dict[str, str]) -> list[str]:
+    return [k for k in set(a) | set(b)
+            if a.get(k) != b.get(k) and k.startswith(AT_START) and not k.startswith(LAZY)]
+
+
+class ForkedProcess:
+    """What ``subprocess.Popen(..., stdout=PIPE, stderr=PIPE, text=True)`` gives, for a forked rank."""
+
+    def __init__(self, server: Server, script: str, args: list[str], env: dict[str, str]):
+        self.server = server
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            self.pid = server.fork(script, args, env, out_w, err_w)
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        self.returncode: int | None = None
+        self._bufs = {out_r: bytearray(), err_r: bytearray()}
+        self._open = [out_r, err_r]
+        self._out, self._err = out_r, err_r
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server.wait_exit(self.pid, 0.0)
+        return self.returncode
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _drain(self, deadline: float | None) -> bool:
+        """Read both pipes until both are closed (True) or the deadline passes (False)."""
+        with selectors.DefaultSelector() as sel:
+            for fd in self._open:
+                sel.register(fd, selectors.EVENT_READ)
+            while self._open:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                for key, _ in sel.select(left):
+                    data = os.read(key.fd, 65536)
+                    if data:
+                        self._bufs[key.fd] += data
+                    else:
+                        sel.unregister(key.fd)
+                        os.close(key.fd)
+                        self._open.remove(key.fd)
+        return True
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self.server.wait_exit(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.pid, timeout)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._drain(deadline):
+            raise subprocess.TimeoutExpired(self.pid, timeout)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+        def text(fd: int) -> str:
+            return self._bufs[fd].decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+
+        return text(self._out), text(self._err)
+
+
+def start(script: str, args: list[str], env: dict[str, str], base: dict[str, str]) -> ForkedProcess | None:
+    """A rank of ``script`` forked from the server (started with ``base``, the environment every test's ranks start
+    from), or None where it cannot stand for a fresh ``python script`` process."""
+    slot = 0
+    if os.environ.get("TDT_TEST_FORKSERVER", "1") == "0" or _differs(env, base):
+        return None
+    server = _SERVERS.get(slot)
+    if server is None or not server.alive() or server.env != base:
+        if server is not None:
+            server.proc.kill()
+        server = _SERVERS[slot] = Server(base)
+    try:
+        return ForkedProcess(server, os.path.abspath(script), [str(a) for a in args], env)
+    except (ConnectionError, OSError):  # the server died (it failed to import, or was killed): a fresh process
+        server.proc.kill()
+        del _SERVERS[slot]
+        return None
+
+
+# -- the server's side -------------------------------------------------------------------------------------------
+
+
+def _send(sock: socket.socket, msg: dict) -> None:
+    sock.sendall(_frame(json.dumps(msg).encode()))
+
+
+def _serve(fd: int) -> dict | None:
+    """Answer requests until the test process goes; in a forked child, return its request (to run it)."""
+    import importlib
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    import gc
+
+    gc.collect()
+    gc.freeze()  # the imported modules' objects: a rank's collections never walk (and so never copy) them
+    sock = socket.socket(fileno=fd)
+    children: set[int] = set()
+    while True:
+        try:
+            ready = socket_wait(sock, 0.05 if children else None)
+            if ready:
+                header, fds, _, _ = socket.recv_fds(sock, 4, 2)  # the rank's stdout and stderr come with it
+                if not header:
+                    break
+                rest = _recv_exact(sock, 4 - len(header)) if len(header) < 4 else b""
+                if rest is None:
+                    break
+                body = _recv_exact(sock, struct.unpack("!I", header + rest)[0])
+                if body is None:
+                    break
+                request = json.loads(body)
+                pid = os.fork()
+                if pid == 0:
+                    sock.close()
+                    request["fds"] = fds
+                    return request
+                for f in fds:
+                    os.close(f)
+                children.add(pid)
+                _send(sock, {"pid": pid})
+            while children:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                children.discard(pid)
+                _send(sock, {"exit": pid, "status": os.waitstatus_to_exitcode(status),
+                             "cpu": usage.ru_utime + usage.ru_stime})
+        except ChildProcessError:
+            children.clear()
+        except (BrokenPipeError, ConnectionError):
+            break
+    for pid in children:  # the test process is gone: so are its ranks
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return None
+
+
+def socket_wait(sock: socket.socket, timeout: float | None) -> bool:
+    with selectors.DefaultSelector() as sel:
+        sel.register(sock, selectors.EVENT_READ)
+        return bool(sel.select(timeout))
+
+
+def _become(request: dict) -> None:
+    """In the forked child: be ``python SCRIPT ARGS`` with the request's environment, and run the script."""
+    import builtins
+    import importlib.machinery
+
+    out_fd, err_fd = request["fds"]
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    for f in (null, out_fd, err_fd):
+        os.close(f)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    if "numpy.random" in sys.modules:  # a fresh process seeds numpy's global generator from the OS
+        sys.modules["numpy.random"].seed()
+    script = request["script"]
+    sys.argv = [script, *request["args"]]
+    sys.path[0] = os.path.dirname(script)
+    main = sys.modules["__main__"]
+    main.__dict__.clear()
+    main.__dict__.update(__name__="__main__", __file__=script, __builtins__=builtins, __doc__=None,
+                         __package__=None, __spec__=None, __cached__=None,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", script))
+    import atexit
+    import gc
+
+    # the server froze its objects (out of the collector's walks); the last exit handler gives them back to the
+    # collector, so that the interpreter's final collection frees them as in a fresh process (nanobind counts
+    # what is left as leaked)
+    atexit.register(gc.unfreeze)
+    with open(script, "rb") as f:
+        code = compile(f.read(), script, "exec")
+    try:
+        exec(code, main.__dict__)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as e:  # as an uncaught exception: the hook prints it (without this file's frames)
+        e = e.with_traceback(e.__traceback__.tb_next)
+        sys.excepthook(type(e), e, e.__traceback__)
+        raise SystemExit(1) from None
+
+
+def main(fd: int) -> None:
+    """The server (``python -c ... main(FD)``): a forked child returns here from :func:`_serve` to become its rank."""
+    request = _serve(fd)
+    if request is not None:
+        _become(request)
