@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .. import settings
 from ..errors import AutotuneError, BadInputError, MismatchError, describe_error, per_rank
 from ..faults.watchdog import exchange_timeout
-from ..group.channel import from_root
+from ..group.agreement import from_root
 from . import intercept
 from .compiling import compiles_ahead
 from .decisions import record_decision

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import AllConfigsFailedError, BadInputError, MismatchError, one_cause
-from ..group.channel import difference
+from ..group.agreement import difference
 from ..measure.race import Race, RacePlan
 from ..measure.search import PatternSearch, SearchPlan, search_applies
 from ..measure.stats import clearly_slower, median, paired_ratios

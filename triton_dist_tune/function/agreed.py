@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import settings
 from ..errors import BadInputError, MismatchError, describe_error, per_rank
-from ..group.channel import ExchangeError, Group, agree
+from ..group.agreement import agree
+from ..group.channel import ExchangeError, Group
 from ..measure.arguments import ArgumentState, named_arguments
 from ..measure.timing import make_clock, timing_mode
 from ..measure.trial import Reference, Trial

@@ -38,7 +38,8 @@ from ..disk.cache import entry_id
 from ..disk.decisions import recorded_near_tie
 from ..errors import AutotuneError, BadInputError, DevicePoisonedError, GroupTimeoutError, describe_error
 from ..faults.watchdog import exchange_timeout
-from ..group.channel import Group, SingleGroup, agree
+from ..group.agreement import agree
+from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
 from ..space import describe_key

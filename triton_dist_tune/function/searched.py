@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..disk import logs
 from ..errors import BadInputError
-from ..group.channel import from_root
+from ..group.agreement import from_root
 from ..measure.lockstep import Measurer, Todo
 from ..measure.race import Race, RacePlan
 from ..measure.search import PatternSearch, SearchPlan

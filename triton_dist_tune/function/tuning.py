@@ -45,7 +45,8 @@ from ..errors import (
 from ..faults.journal import Journal
 from ..faults.recovery import across, interruptible, journal_path, shared_view
 from ..faults.watchdog import WATCHDOG, Guard
-from ..group.channel import ExchangeError, Group, from_root
+from ..group.agreement import from_root
+from ..group.channel import ExchangeError, Group
 from ..measure import compile_pass
 from ..measure.arguments import ArgumentState, RandomState
 from ..measure.lockstep import Measurer, Todo

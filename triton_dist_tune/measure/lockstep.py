@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CompileFailed, DevicePoisonedError, GroupTimeoutError, RankFailedError, WrongResult, describe_error
+from ..errors import CompileFailed, GroupTimeoutError, RankFailedError, WrongResult, describe_error
 from ..faults.journal import Journal
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, Group
@@ -54,7 +54,7 @@ from .combine import by_rank as by_rank
 from .combine import combine_phase as combine_phase
 from .combine import combine_round as combine_round
 from .graphs import EAGER, Graphs
-from .guarding import POISONED, Guarding
+from .guarding import Guarding
 from .precompile import Compiles
 from .race import Race, RacePlan
 from .sampling import Sampling
@@ -351,36 +351,3 @@ class Measurer(Sampling, Guarding):
         for outcome in outcomes:  # the same outcomes everywhere: the same DevicePoisonedError on every rank
             self._stop_if_poisoned(outcome.index, outcome.config, outcome.error or "")
         return outcomes
-
-    # -- outcomes --------------------------------------------------------------------------------------------------
-
-    def fail(self, index: int, desc: str, error: str) -> Outcome:
-        """Record a config the group already knows to be failed (e.g. it did not compile on some rank)."""
-        return self._failed(index, desc, error)
-
-    def _failed(self, index: int, desc: str, text: str, sharded: bool = False) -> Outcome:
-        outcome = Outcome(index, desc, "failed", error=text)
-        self.journal.record(outcome)
-        self.log.info("%s config %d FAILED (%s): %s", self.label, index, text, desc)
-        if sharded and POISONED.search(text):
-            self._deferred = text  # raised after the exchange of outcomes, on every rank alike
-        else:
-            self._stop_if_poisoned(index, desc, text)
-        return outcome
-
-    def _final(self, outcome: Outcome) -> Outcome:
-        """Journal a measured or stopped outcome the group agreed on."""
-        self.journal.record(outcome)
-        self.log.info("%s config %d %s: own %s ms, group %.4f ms +-%.1f%% over %d sample(s): %s", self.label,
-                      outcome.index, outcome.state, f"{outcome.own:.4f}" if outcome.own is not None else "-",
-                      outcome.time, 100 * (outcome.spread or 0), outcome.samples, outcome.config)
-        return outcome
-
-    def _stop_if_poisoned(self, index: int, desc: str, text: str) -> None:
-        """A CUDA error that leaves a context unusable fails every later config on that rank: stop the whole group
-        (the failure is journaled) so that a restart resumes without this config."""
-        if POISONED.search(text):
-            message = (f"{self.label} config {index} ({desc}) left a GPU context unusable ({text}); it is journaled "
-                       "as failed: restart the job (e.g. torchrun --max-restarts) to resume without it")
-            self.log.error(message)
-            raise DevicePoisonedError(message)
