@@ -26,7 +26,6 @@ def test_no_module_over_450_lines(report):
     assert not report.long_modules, report.lines()
 
 
-@pytest.mark.xfail(strict=True, reason="contextual/schedule.py's Track (315 lines) is not split yet")
 def test_no_class_over_300_lines(report):
     assert not report.long_classes, report.lines()
 

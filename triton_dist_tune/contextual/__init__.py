@@ -44,8 +44,9 @@ package's measure/, group/, faults/, disk/ and its errors, records, settings and
     compiling  compiling the configs of newly met kernels ahead, between runs, once per node (GPUs only)
     decisions  a decided track: to the autotuners, tuner.decisions, the disk cache, the log and the printed summary
     tracks     LocalTrack (this rank's view of a (kernel, key)), its journal, the process-wide tables of choices
-    schedule   Track: the group's schedule of one (kernel, key): warm-ups, then the race; failures however late
     report     a Track's measurements as table rows and outcomes
+    schedule   Track: the group's schedule of one (kernel, key): warm-ups, then the race; failures however late
+    stages     which configs a Track warms up and races: all at once, or a search's stages, then its finalists
     intercept  the scoped interception of Autotuner.run, and the Triton internals it relies on
 """
 

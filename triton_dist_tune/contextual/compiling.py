@@ -90,7 +90,7 @@ def precompile_new(session: Session, exchanged: Exchanged) -> None:
     finally:
         for tid, local in session.local.items():
             track = session.tracks.get(tid)
-            if track is None or track.done or track.search is None or track.final:
+            if track is None or track.done or track.stages.search is None or track.stages.final:
                 local.sample = None  # the arguments of the first launch are not kept longer than this (a search
                 # keeps them until its finalists: each stage compiles its own configs ahead)
 
@@ -100,13 +100,13 @@ def _plans(session: Session, exchanged: Exchanged) -> list[Plan]:
     todos: list[tuple[TrackId, list[int], list[int]]] = []
     for tid in sorted(session.tracks):
         track = session.tracks[tid]
-        stage = track.stage()
-        if track.done or (tid not in exchanged.met and stage == track.compiled_stage):
+        stage = track.stages.stage()
+        if track.done or (tid not in exchanged.met and stage == track.stages.compiled):
             continue  # met before, and no new stage of its search since its last compile
-        track.compiled_stage = stage
+        track.stages.compiled = stage
         met = sorted(exchanged.met[tid]) if tid in exchanged.met else list(track.holders)
         launched = exchanged.launched.get(tid, set())
-        todo = [i for i in track.batch if i not in track.failed and i not in track.times and i not in launched]
+        todo = [i for i in track.stages.batch if i not in track.failed and i not in track.times and i not in launched]
         if todo:
             todos.append((tid, todo, met))
     if not todos:

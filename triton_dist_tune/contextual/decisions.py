@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..disk import logs
-from . import intercept
+from . import intercept, report
 from .schedule import Track
 from .tracks import LocalTrack, decide, remember_choice
 
@@ -29,11 +29,11 @@ def record_decision(session: Session, track: Track) -> None:
         _publish(session, track, local)
     ms = track.times.get(track.best)
     session.tuner.decisions[tid] = {"index": track.best, "config": track.descriptions[track.best],
-                                    "how": track.how, "time_ms": ms, "runs": track.runs, "table": track.table(),
+                                    "how": track.how, "time_ms": ms, "runs": track.runs, "table": report.table(track),
                                     "cut": track.cut}
     session.log.info("%s decision %s config=%d group_ms=%s how=%s after %d run(s) | %s%s", session.label,
                      track.label, track.best, "-" if ms is None else f"{ms:.4f}", track.how, track.runs,
-                     track.descriptions[track.best], f"; table: {track.table()}" if track.runs else "")
+                     track.descriptions[track.best], f"; table: {report.table(track)}" if track.runs else "")
     if track.how in ("disk cache", "only config"):
         if track.how == "disk cache" and session.group.rank == 0 and logs.printing_enabled(None):
             logs.print_cache_hit(track.name, track.key_text, session.group, track.names[track.best],
@@ -68,7 +68,7 @@ def _store(session: Session, track: Track, ms: float | None) -> None:
     """Group rank 0: write the decision to the disk cache, and print Triton's summary when asked to."""
     decision = {"index": track.best, "config": track.descriptions[track.best], "key": track.key_text,
                 "kernel": track.kernel, "function": session.tuner.options.name, "group_size": session.group.size,
-                "time_ms": ms, "how": track.how, "kept": list(track.order), "measurements": track.table()}
+                "time_ms": ms, "how": track.how, "kept": list(track.order), "measurements": report.table(track)}
     if track.cut:  # never served as a decision: a later job tunes the key again (from the journals kept)
         decision["provisional"] = True
     try:
@@ -86,4 +86,4 @@ def _print_summary(session: Session, track: Track) -> None:
         "'%s' (%d run(s) of %s),\nbest config selected: %s;\n%s\ncache file: %s\nlogs: %s", track.name,
         track.key_text, time.monotonic() - session.started, session.group.size, logs.group_title(session.group),
         track.runs, session.tuner.options.name, track.names[track.best],
-        logs.format_table(track.outcomes(), track.best), session.cache.path(track.entry), logs.log_folder())
+        logs.format_table(report.outcomes(track), track.best), session.cache.path(track.entry), logs.log_folder())
