@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from ..disk import logs
 from . import intercept, report
 from .schedule import Track
+from .state import CallState
 from .tracks import LocalTrack, decide, remember_choice
-
-if TYPE_CHECKING:
-    from .session import Session
 
 log = logging.getLogger("triton_dist_tune")
 
 
-def record_decision(session: Session, track: Track) -> None:
+def record_decision(session: CallState, track: Track) -> None:
     """Publish ``track``'s choice (decided now, or again after a late failure) on this rank."""
     tid = (track.kernel, track.key_text)
     remember_choice(session.group, tid, track.best)
@@ -48,7 +45,7 @@ def record_decision(session: Session, track: Track) -> None:
     # a cut's choice is provisional: the journals stay, so that the next job's tuning goes on from them
 
 
-def _publish(session: Session, track: Track, local: LocalTrack) -> None:
+def _publish(session: CallState, track: Track, local: LocalTrack) -> None:
     """Set the choice on each autotuner of the track (and its timings; Triton's listener is called)."""
     timings = {i: [track.times[i]] if i in track.times else [float("inf")] for i in track.order}
     for autotuner in local.autotuners:
@@ -64,7 +61,7 @@ def _publish(session: Session, track: Track, local: LocalTrack) -> None:
     local.sample = None
 
 
-def _store(session: Session, track: Track, ms: float | None) -> None:
+def _store(session: CallState, track: Track, ms: float | None) -> None:
     """Group rank 0: write the decision to the disk cache, and print Triton's summary when asked to."""
     decision = {"index": track.best, "config": track.descriptions[track.best], "key": track.key_text,
                 "kernel": track.kernel, "function": session.tuner.options.name, "group_size": session.group.size,
@@ -79,7 +76,7 @@ def _store(session: Session, track: Track, ms: float | None) -> None:
         _print_summary(session, track)
 
 
-def _print_summary(session: Session, track: Track) -> None:
+def _print_summary(session: CallState, track: Track) -> None:
     """Triton's summary of one tuned (kernel, key) (``TRITON_PRINT_AUTOTUNING=1``), with the group and files."""
     logs.console().info(
         "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group "
