@@ -5,12 +5,13 @@
 Rules:
   * no module of ``triton_dist_tune`` over ``MAX_MODULE_LINES`` lines;
   * no class over ``MAX_CLASS_LINES`` lines (``class`` line to its last line);
-  * no import circle among the modules of one directory: of each (sub)package of
-    ``triton_dist_tune``, and of ``benchmarks/`` (whose scripts import each other by plain name).
+  * no import circle among the modules of ``triton_dist_tune`` (within one folder or across folders), nor among
+    the scripts of ``benchmarks/`` (which import each other by plain name, or through ``benchmarks.``).
 
-An import counts when it runs while the module is imported: at module level, in a class body, or
-under a module-level ``if``/``try``/``with``. Imports inside functions and under
-``if TYPE_CHECKING:`` are not circles and are left out.
+Every import counts, wherever it is: at module level, inside a function (a deferred import) or under
+``if TYPE_CHECKING:`` (an annotation). Deferring an import, or keeping it for annotations, hides a circle from
+Python's import machinery, not from the reader: two modules that need each other are one job split in two, and
+the fix is a lower module that owns what both need.
 """
 
 from __future__ import annotations
@@ -26,15 +27,19 @@ MAX_MODULE_LINES = 450
 MAX_CLASS_LINES = 300
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "triton_dist_tune"
+SCRIPTS = "benchmarks"
+#: the key of :attr:`Report.cycles` for circles whose modules are in more than one folder of the package
+ACROSS = "(across folders)"
 
 
 @dataclass
 class Report:
     long_modules: list[tuple[str, int]] = field(default_factory=list)  # (path, lines)
     long_classes: list[tuple[str, str, int]] = field(default_factory=list)  # (path, class, lines)
-    cycles: dict[str, list[list[str]]] = field(default_factory=dict)  # directory -> circles of module names
-    # the same, counting also imports inside functions and under TYPE_CHECKING: reported, not a broken rule
-    loose_cycles: dict[str, list[list[str]]] = field(default_factory=dict)
+    #: folder (or ``ACROSS``) -> the circles found there: each a path of modules, the first imports the second ...
+    #: the last imports the first; every folder checked has an entry, empty when it has no circle
+    cycles: dict[str, list[list[str]]] = field(default_factory=dict)
+    package: str = PACKAGE
 
     def broken(self) -> bool:
         return bool(self.long_modules or self.long_classes or any(self.cycles.values()))
@@ -43,12 +48,9 @@ class Report:
         out = [f"module over {MAX_MODULE_LINES} lines: {p} ({n})" for p, n in self.long_modules]
         out += [f"class over {MAX_CLASS_LINES} lines: {p} {c} ({n})" for p, c, n in self.long_classes]
         for where, circles in sorted(self.cycles.items()):
-            out += [f"import circle in {where}/: {' -> '.join([*c, c[0]])}" for c in circles]
-        out = out or ["house rules hold: no long module, no long class, no import circle"]
-        for where, circles in sorted(self.loose_cycles.items()):
-            out += [f"note: circle through a deferred or TYPE_CHECKING import in {where}/: {' -> '.join([*c, c[0]])}"
-                    for c in circles]
-        return out
+            out += [f"import circle {'across folders of ' + self.package if where == ACROSS else 'in ' + where + '/'}: "
+                    f"{' -> '.join([*c, c[0]])}" for c in circles]
+        return out or ["house rules hold: no long module, no long class, no import circle"]
 
 
 @functools.cache
@@ -56,33 +58,9 @@ def _parse(path: Path) -> ast.Module:
     return ast.parse(path.read_text(), str(path))
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _imports(tree: ast.Module, every: bool) -> Iterator[ast.Import | ast.ImportFrom]:
-    if every:
-        yield from (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
-    else:
-        yield from _runtime_imports(tree.body)
-
-
-def _runtime_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The imports that run when the module is imported (not in functions, not under TYPE_CHECKING)."""
-    for node in body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-        elif isinstance(node, ast.If):
-            if not _is_type_checking(node.test):
-                yield from _runtime_imports(node.body)
-            yield from _runtime_imports(node.orelse)
-        elif isinstance(node, ast.Try):
-            for part in (node.body, node.orelse, node.finalbody, *[h.body for h in node.handlers]):
-                yield from _runtime_imports(part)
-        elif isinstance(node, (ast.With, ast.ClassDef)):
-            yield from _runtime_imports(node.body)
+def _imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import of a module, wherever it is (module level, functions, ``if TYPE_CHECKING:``)."""
+    yield from (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
 
 
 def _module_name(path: Path, top: Path) -> str:
@@ -92,15 +70,15 @@ def _module_name(path: Path, top: Path) -> str:
     return ".".join(parts)
 
 
-def _package_edges(top: Path, files: list[Path], every: bool = False) -> dict[str, set[str]]:
-    """Module -> modules of the package it imports at import time (relative or absolute imports)."""
+def _package_edges(top: Path, files: list[Path]) -> dict[str, set[str]]:
+    """Module -> modules of the package it imports (relative or absolute imports)."""
     names = {_module_name(f, top): f for f in files}
     packages = {n for n, f in names.items() if f.name == "__init__.py"}
     edges: dict[str, set[str]] = {n: set() for n in names}
     for name, path in names.items():
         own_package = name if name in packages else name.rpartition(".")[0]
         tree = _parse(path)
-        for node in _imports(tree, every):
+        for node in _imports(tree):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif node.level:
@@ -113,28 +91,40 @@ def _package_edges(top: Path, files: list[Path], every: bool = False) -> dict[st
                 targets = subs if own else [module, *subs]
             else:
                 module = node.module or ""
-                targets = [module] + [f"{module}.{a.name}" for a in node.names]
+                subs = [f"{module}.{a.name}" for a in node.names]
+                targets = subs if all(s in names for s in subs) else [module, *subs]  # as ``from . import x``
             for target in targets:
                 if target in names and target != name:
                     edges[name].add(target)
     return edges
 
 
-def _flat_edges(files: list[Path], every: bool = False) -> dict[str, set[str]]:
-    """Script -> sibling scripts it imports by plain name at import time (``benchmarks/``)."""
+def _flat_edges(folder: str, files: list[Path]) -> dict[str, set[str]]:
+    """Script -> sibling scripts it imports, by plain name (``import corpus``, the folder on ``sys.path``) or through
+    the folder (``from benchmarks import corpus``, ``from benchmarks._oracle import scores``)."""
     names = {f.stem for f in files}
     edges: dict[str, set[str]] = {f.stem: set() for f in files}
     for path in files:
-        for node in _imports(_parse(path), every):
-            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            if isinstance(node, ast.ImportFrom) and node.level:
+        for node in _imports(_parse(path)):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif node.level:
                 continue
-            edges[path.stem] |= {m.split(".")[0] for m in mods if m.split(".")[0] in names} - {path.stem}
+            elif node.module == folder:
+                mods = [a.name for a in node.names]
+            else:
+                mods = [node.module or ""]
+            for mod in mods:
+                parts = mod.split(".")
+                name = parts[1] if parts[0] == folder and len(parts) > 1 else parts[0]
+                if name in names and name != path.stem:
+                    edges[path.stem].add(name)
     return edges
 
 
-def _circles(edges: dict[str, set[str]], members: set[str]) -> list[list[str]]:
-    """Strongly connected groups of more than one module among ``members`` (Tarjan), each as a path."""
+def _groups(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan): each module of a group reaches every other
+    through imports."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -145,7 +135,7 @@ def _circles(edges: dict[str, set[str]], members: set[str]) -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in sorted(edges[v] & members):
+        for w in sorted(edges[v]):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -162,19 +152,47 @@ def _circles(edges: dict[str, set[str]], members: set[str]) -> list[list[str]]:
             if len(group) > 1:
                 groups.append(sorted(group))
 
-    for v in sorted(members):
+    for v in sorted(edges):
         if v not in index:
             visit(v)
     return sorted(groups)
+
+
+def _circle(edges: dict[str, set[str]], group: list[str]) -> list[str]:
+    """A shortest circle through the first module of ``group`` (a strongly connected group), as a path."""
+    start, members = group[0], set(group)
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for v in frontier:
+            for w in sorted(edges[v] & members):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return path[::-1]
+                if w not in previous:
+                    previous[w] = v
+                    following.append(w)
+        frontier = following
+    raise AssertionError(f"not a strongly connected group: {group}")
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """One circle per strongly connected group of modules, each as a path (every module of a group lies on some
+    circle; the path shown is a shortest one through the group's first module)."""
+    return [_circle(edges, group) for group in _groups(edges)]
 
 
 def _short(name: str) -> str:
     return name.rpartition(".")[2] or name
 
 
-def check(root: Path = ROOT) -> Report:
-    report = Report()
-    files = sorted((root / PACKAGE).rglob("*.py"))
+def check(root: Path = ROOT, package: str = PACKAGE, scripts: str = SCRIPTS) -> Report:
+    """The house rules over ``root / package`` (lengths, circles) and ``root / scripts`` (circles)."""
+    report = Report(package=package)
+    files = sorted((root / package).rglob("*.py"))
     for path in files:
         text = path.read_text()
         rel = str(path.relative_to(root))
@@ -186,16 +204,19 @@ def check(root: Path = ROOT) -> Report:
                 length = node.end_lineno - node.lineno + 1
                 if length > MAX_CLASS_LINES:
                     report.long_classes.append((rel, node.name, length))
-    bench = sorted((root / "benchmarks").glob("*.py"))
-    for every, found in ((False, report.cycles), (True, report.loose_cycles)):
-        edges = _package_edges(root, files, every)
-        for directory in sorted({p.parent for p in files}):
-            members = {_module_name(p, root) for p in files if p.parent == directory}
-            rel = str(directory.relative_to(root))
-            found[rel] = [[_short(m) if m != rel.replace("/", ".") else "__init__" for m in c]
-                          for c in _circles(edges, members)]
-        if bench:
-            found["benchmarks"] = _circles(_flat_edges(bench, every), {p.stem for p in bench})
+    folder = {_module_name(p, root): str(p.parent.relative_to(root)) for p in files}
+    report.cycles = {f: [] for f in sorted(set(folder.values()))}
+    for circle in _circles(_package_edges(root, files)):
+        where = {folder[m] for m in circle}
+        if len(where) == 1:
+            (home,) = where
+            own = home.replace("/", ".")
+            report.cycles[home].append([_short(m) if m != own else "__init__" for m in circle])
+        else:
+            report.cycles.setdefault(ACROSS, []).append([m.removeprefix(package + ".") for m in circle])
+    flat = sorted((root / scripts).glob("*.py"))
+    if flat:
+        report.cycles[scripts] = _circles(_flat_edges(scripts, flat))
     return report
 
 
