@@ -21,7 +21,7 @@ A second oracle, **among heavy layers**, judges the same candidates in the regim
 other layers: each candidate's ~10 ms window (at least 3 calls) follows 20 ms of a heavy cuBLAS GEMM (8192^3 bf16)
 with no settling of its own, 8 shuffled rounds, drift-free scores as above. The power limiter's clock is then the
 one the heavy work sets, not the one the candidate would reach alone in 350 ms; configs that draw different power
-can rank differently under the two oracles (``probe_duel.py`` measures how much).
+can rank differently under the two oracles (the duel probe in HISTORY.md measured how much).
 
 Side by side in one run, on one Triton GEMM space (8 tiles x warps {4, 8} x stages {3, 4, 5}, pruned by shared
 memory: 40 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 4096, bf16):
