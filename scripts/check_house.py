@@ -4,7 +4,7 @@
 
 Rules:
   * no module of ``triton_dist_tune`` over ``MAX_MODULE_LINES`` lines;
-  * no class over ``MAX_CLASS_LINES`` lines (``class`` line to its last line);
+  * no class of ``triton_dist_tune`` over ``MAX_CLASS_LINES`` lines (``class`` line to its last line);
   * no import circle among the modules of ``triton_dist_tune`` (within one folder or across folders), nor among
     the scripts of ``benchmarks/`` (which import each other by plain name, or through ``benchmarks.``).
 
@@ -34,6 +34,8 @@ ACROSS = "(across folders)"
 
 @dataclass
 class Report:
+    """What :func:`check` found: each broken rule, and the folders it checked for circles."""
+
     long_modules: list[tuple[str, int]] = field(default_factory=list)  # (path, lines)
     long_classes: list[tuple[str, str, int]] = field(default_factory=list)  # (path, class, lines)
     #: folder (or ``ACROSS``) -> the circles found there: each a path of modules, the first imports the second ...
@@ -42,9 +44,11 @@ class Report:
     package: str = PACKAGE
 
     def broken(self) -> bool:
+        """Whether some rule is broken."""
         return bool(self.long_modules or self.long_classes or any(self.cycles.values()))
 
     def lines(self) -> list[str]:
+        """One line per broken rule, or one saying that the rules hold."""
         out = [f"module over {MAX_MODULE_LINES} lines: {p} ({n})" for p, n in self.long_modules]
         out += [f"class over {MAX_CLASS_LINES} lines: {p} {c} ({n})" for p, c, n in self.long_classes]
         for where, circles in sorted(self.cycles.items()):
