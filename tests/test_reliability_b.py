@@ -304,11 +304,13 @@ def test_campaign_notices_a_killed_unit_within_its_deadline(tmp_path):
 def test_campaign_notices_a_unit_stuck_in_user_code(tmp_path, where):
     """Case 2 (c): rank 1 is stuck for good in user code the tuner gives no deadline (its build of its key's call,
     or ``ref_prog``), its process alive and beating. Before, rank 0 waited at the round for ever (its beat went on);
-    now rank 1 stops beating once it has been there exchange_timeout(T) s (3 s with T = 2 s), and rank 0 ends
-    with a GroupTimeoutError naming it as stuck, exchange_timeout(T) + a beat later: about 6.5 s after rank 1 got
-    stuck, asserted below 4 x that. Rank 1 stays stuck (Python code cannot be interrupted): the test kills it."""
+    now rank 1 stops beating once it has been there exchange_timeout(T) s (5 s with T = 4 s), and rank 0 ends
+    with a GroupTimeoutError naming it as stuck, exchange_timeout(T) + a beat later: about 11 s after rank 1 got
+    stuck, asserted below 4 x that. Rank 1 stays stuck (Python code cannot be interrupted): the test kills it.
+    T = 4 s, not 2: with T = 2 s a loaded CI machine once took over 2 s to warm rank 0's 10 ms config up, and its
+    watchdog ended the rank."""
     stuck_at = tmp_path / "stuck_at"
-    env = tuner_env(tmp_path, timeout=2, STUCK_AT=str(stuck_at), STUCK_IN=where)
+    env = tuner_env(tmp_path, timeout=4, STUCK_AT=str(stuck_at), STUCK_IN=where)
     results = run_ranks(CASES, 2, ["campaign_stuck_unit"], env=env, timeout=60, stuck=[1])
     assert results[1].returncode == -9, describe(results)  # still stuck when rank 0 ended: killed by run_ranks
     assert results[0].returncode == 0, describe(results)
@@ -318,7 +320,7 @@ def test_campaign_notices_a_unit_stuck_in_user_code(tmp_path, where):
     print(out["error"])
     assert not out["ok"] and "unit(s) [1]" in out["error"], out
     assert f"unit 1 has been stuck in {where}" in out["error"], out
-    assert waited < 26, out
+    assert waited < 44, out
 
 
 @pytest.mark.timeout(150)
@@ -326,7 +328,7 @@ def test_campaign_unit_back_from_user_code_too_late_ends_cleanly(tmp_path):
     """Case 2 (c), continued: rank 1's build takes 15 s, so rank 0 gives up on it as stuck and ends (taking the
     key-value store it hosts with it); rank 1, back, ends with a GroupTimeoutError too (before: a raw
     DistNetworkError from the store at the round's mark)."""
-    env = tuner_env(tmp_path, timeout=2, STUCK_AT=str(tmp_path / "stuck_at"), STUCK_IN="build", STUCK_FOR="15")
+    env = tuner_env(tmp_path, timeout=4, STUCK_AT=str(tmp_path / "stuck_at"), STUCK_IN="build", STUCK_FOR="15")
     results = run_ranks(CASES, 2, ["campaign_stuck_unit"], env=env, timeout=60)
     assert all(r.returncode == 0 for r in results), describe(results)
     assert not results[0].result["ok"] and "stuck in build" in results[0].result["error"], results[0].result

@@ -91,11 +91,12 @@ def campaign_killed_unit():
 
 @case
 def campaign_stuck_unit():
-    """Two keys, one per rank, T = 2 s: rank 1 gets stuck for good in user code the tuner has no deadline for
-    (STUCK_IN: ``build``, its build of its key's call, or ``ref_prog``), after writing when to STUCK_AT; its process
-    stays alive and its beat thread runs. Rank 0 (a fast key) waits at the round and must end with a
-    GroupTimeoutError naming rank 1 as stuck there (the test then kills rank 1). With STUCK_FOR, rank 1 comes back
-    after that many seconds, when rank 0 has ended: it must end with a GroupTimeoutError too."""
+    """Two keys, one per rank, T = TRITON_DIST_AUTOTUNE_TIMEOUT (4 s in the tests): rank 1 gets stuck for good in user
+    code the tuner has no deadline for (STUCK_IN: ``build``, its build of its key's call, or ``ref_prog``), after
+    writing when to STUCK_AT; its process stays alive and its beat thread runs. Rank 0 (a fast key) waits at the
+    round and must end with a GroupTimeoutError naming rank 1 as stuck there (the test then kills rank 1). With
+    STUCK_FOR, rank 1 comes back after that many seconds, when rank 0 has ended: it must end with a
+    GroupTimeoutError too."""
     tdt.init_distributed(backend="gloo")
     rank = dist.get_rank()
     where = os.environ["STUCK_IN"]
