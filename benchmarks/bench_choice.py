@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from _oracle import scores  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 from examples._dist_common import recording_config, tuning_key  # noqa: E402
@@ -173,8 +174,6 @@ def remeasure_sustained(key: Key, rounds: int, seed: int, chosen: set[int], sett
     sample is the max over ranks. Returns each config's drift-free score (the median over rounds of its sample
     relative to the round's median config) times the median sample, in ms. Candidates: ``chosen`` and the
     ``screened`` best of one such round of 20 ms + 20 ms per config."""
-    from bench_fidelity import scores
-
     if settle_ms >= 100.0:  # the screening that picks the candidates
         first = remeasure_sustained(key, 1, seed + 1, set(), 20.0, 20.0, screened=len(key.kept))
         kept = sorted(set(sorted(first, key=first.get)[:screened]) | chosen)

@@ -21,7 +21,7 @@ A second oracle, **among heavy layers**, judges the same candidates in the regim
 other layers: each candidate's ~10 ms window (at least 3 calls) follows 20 ms of a heavy cuBLAS GEMM (8192^3 bf16)
 with no settling of its own, 8 shuffled rounds, drift-free scores as above. The power limiter's clock is then the
 one the heavy work sets, not the one the candidate would reach alone in 350 ms; configs that draw different power
-can rank differently under the two oracles (``probe_duel.py`` measures how much).
+can rank differently under the two oracles (the duel probe in HISTORY.md measured how much).
 
 Side by side in one run, on one Triton GEMM space (8 tiles x warps {4, 8} x stages {3, 4, 5}, pruned by shared
 memory: 40 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 4096, bf16):
@@ -57,7 +57,6 @@ import argparse
 import contextlib
 import json
 import os
-import random
 import re
 import statistics
 import sys
@@ -71,6 +70,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
+from _oracle import all_even_odd, host_launch_ms, per_call_ms, run_for, sustained, windows  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, gemm_args, spec, use_triton_cache  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
@@ -115,68 +115,6 @@ def launcher(kernel, a, b, c):
     return launch
 
 
-def run_for(call, ms: float, per_call: float) -> None:
-    for _ in range(max(1, int(ms / per_call))):
-        call()
-
-
-def per_call_ms(call) -> float:
-    call()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(5):
-        call()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / 5
-
-
-def host_launch_ms(call, n: int = 50) -> float:
-    """The host's time to enqueue one call, from an empty queue (``n`` calls, far fewer than the queue holds)."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        call()
-    seconds = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return seconds * 1e3 / n
-
-
-def windows(calls: dict[str, object], rounds: int, lead_in, window_ms: float, min_calls: int,
-            seed: int) -> dict[str, list[float]]:
-    """Shuffled rounds of timed windows: in each round every config runs ``lead_in(name, per_call_ms)`` (untimed),
-    then a window of ``window_ms`` of its calls (at least ``min_calls``) timed with device events; no synchronize
-    between configs, one per round. {name: [ms per call, one per round]}."""
-    per = {name: per_call_ms(call) for name, call in calls.items()}
-    times: dict[str, list[float]] = {}
-    rng = random.Random(seed)
-    for _ in range(rounds):
-        order = list(calls)
-        rng.shuffle(order)
-        marks = []
-        for name in order:
-            lead_in(name, per[name])
-            n = max(min_calls, int(window_ms / per[name]))
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(n):
-                calls[name]()
-            e.record()
-            marks.append((name, s, e, n))
-        torch.cuda.synchronize()
-        for name, s, e, n in marks:
-            times.setdefault(name, []).append(s.elapsed_time(e) / n)
-    return times
-
-
-def sustained(calls: dict[str, object], rounds: int = 8, settle_ms: float = 100, window_ms: float = 250,
-              seed: int = 0) -> dict[str, list[float]]:
-    """The sustained oracle's samples (see the module docstring): each window follows ``settle_ms`` of the config's
-    own calls. {name: [ms per call, one per round]}."""
-    return windows(calls, rounds, lambda name, per: run_for(calls[name], settle_ms, per), window_ms, 1, seed)
-
-
 def among_heavy(calls: dict[str, object], rounds: int = 8, background_ms: float = 20, window_ms: float = 10,
                 seed: int = 2) -> dict[str, list[float]]:
     """The second oracle, "among heavy layers": the regime of a layer that runs between other layers on a busy,
@@ -189,22 +127,6 @@ def among_heavy(calls: dict[str, object], rounds: int = 8, background_ms: float 
     per_heavy = per_call_ms(heavy)
     run_for(heavy, 200, per_heavy)
     return windows(calls, rounds, lambda name, per: run_for(heavy, background_ms, per_heavy), window_ms, 3, seed)
-
-
-def scores(samples: dict[str, list[float]], names: list[str], rounds: list[int]) -> dict[str, float]:
-    """Each config's median over ``rounds`` of its time relative to the round's median config: a drift of the
-    machine between rounds (the host's speed, the limiter's phase) cancels out."""
-    out = {}
-    for n in names:
-        rel = [samples[n][r] / statistics.median(samples[m][r] for m in names) for r in rounds]
-        out[n] = statistics.median(rel)
-    return out
-
-
-def all_even_odd(samples: dict[str, list[float]], names: list[str]) -> list[dict[str, float]]:
-    """:func:`scores` over every round, the even rounds and the odd ones (two independent halves)."""
-    rounds = len(samples[names[0]])
-    return [scores(samples, names, list(r)) for r in (range(rounds), range(0, rounds, 2), range(1, rounds, 2))]
 
 
 def screen(calls: dict[str, object], keep: int = 6) -> list[str]:

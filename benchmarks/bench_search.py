@@ -27,7 +27,7 @@ Phases (``--phases``, in this order):
    the screened best (at least 16, at most 48) are the finalists: their graphs are replayed in ``--oracle-rounds``
    shuffled rounds, each config 10 ms settling then a 20 ms timed window, with no synchronize between configs (the
    device kept busy); a finalist's ratio is the median over the rounds of its time relative to the round's median
-   finalist (drift-free, ``bench_fidelity.scores``) over the best; other configs' ratios are screened time over the
+   finalist (drift-free, ``_oracle.scores``) over the best; other configs' ratios are screened time over the
    best finalist's time. The SM clock (pynvml, if installed) is sampled meanwhile. Saved into ``--oracle-cache``
    (default ``DIR/oracle.json``), keyed by space, shape and GPU; reused when present. The oracle and tune phases
    compile into one Triton cache folder (``--triton-cache``, kept across invocations when given; a fresh temp
@@ -41,7 +41,7 @@ Phases (``--phases``, in this order):
    GEMM through ``triton.autotune`` (same configs, ``key=[M, N, K]``); the MoE kernel through Triton's own method
    (``triton.testing.do_bench`` per kept config, quantiles 0.5/0.2/0.8, least median wins), because the MoE
    tile's ``BLOCK_SIZE_M`` changes the token alignment (vLLM's tuning script does the same). Each choice is judged
-   by the device oracle and by a **sustained eager oracle** (``bench_fidelity.sustained``: shuffled rounds, 50 ms
+   by the device oracle and by a **sustained eager oracle** (``_oracle.sustained``: shuffled rounds, 50 ms
    settling then a 100 ms window of eager calls per candidate, no synchronize between candidates; candidates: the
    device oracle's 8 best and every config a tuner chose; ``--eager-rounds``). The timing each tuning of ours used
    is read from its ``Decision`` (``timing`` and any other field the tuner records) and its rank log.
@@ -106,6 +106,8 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 import triton  # noqa: E402
+from _oracle import ClockSampler, all_even_odd, host_launch_ms, sustained  # noqa: E402
+from _oracle import scores as oracle_scores  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, gemm_args, use_triton_cache  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
@@ -331,10 +333,9 @@ def bench_stock(fn: Callable[[], Any]) -> float:
 
 
 def sm_clock() -> Any:
-    """A sampler of the SM clock (``probe_duel.ClockSampler``, pynvml), or None without pynvml."""
+    """A sampler of the SM clock (``_oracle.ClockSampler``, pynvml), or None without pynvml."""
     try:
         import pynvml  # noqa: F401
-        from probe_duel import ClockSampler
     except Exception:
         return None
     return ClockSampler()
@@ -473,10 +474,8 @@ def compile_all(space: Any, kernel: Any, st: State, configs: list[Any]) -> dict[
 
 
 def scores(samples: dict[str, list[float]], names: list[str]) -> dict[str, float]:
-    """``bench_fidelity.scores`` over every round: each config's median time relative to its round's median."""
-    from bench_fidelity import scores as fid_scores
-
-    return fid_scores(samples, names, list(range(len(samples[names[0]]))))
+    """``_oracle.scores`` over every round: each config's median time relative to its round's median."""
+    return oracle_scores(samples, names, list(range(len(samples[names[0]]))))
 
 
 def device_oracle(space: Any, m: int, kernel: Any, rounds: int) -> dict[str, Any]:
@@ -535,24 +534,19 @@ class _null:
 
 
 def eager_oracle(space: Any, m: int, kernel: Any, candidates: list[str], rounds: int) -> dict[str, Any]:
-    """The sustained eager oracle over ``candidates`` (``bench_fidelity.sustained``: 50 ms settling and a 100 ms
+    """The sustained eager oracle over ``candidates`` (``_oracle.sustained``: 50 ms settling and a 100 ms
     window of eager calls per candidate and round; drift-free scores; even/odd halves for repeatability)."""
     st = space.state(m)
     configs = {space.text(c): c for c in space.kept(m)}
     calls = {n: space.launch(kernel, st, configs[n]) for n in candidates}
-    if GPU:
-        from bench_fidelity import all_even_odd, host_launch_ms, sustained
-
-        samples = sustained(calls, rounds=rounds, settle_ms=50, window_ms=100, seed=1)
-    else:
-        samples = WallClock().rounds(calls, rounds, seed=1)
-        all_even_odd = None
+    samples = (sustained(calls, rounds=rounds, settle_ms=50, window_ms=100, seed=1) if GPU
+               else WallClock().rounds(calls, rounds, seed=1))
     names = sorted(candidates)
     every = scores(samples, names)
     best = min(every, key=every.get)
     out: dict[str, Any] = {"ratios": {n: every[n] / every[best] for n in names}, "best": best,
                            "ms": {n: statistics.median(samples[n]) for n in names}, "rounds": rounds}
-    if all_even_odd is not None and rounds >= 2:
+    if GPU and rounds >= 2:
         _, even, odd = all_even_odd(samples, names)
         ratio = lambda sc, n: sc[n] / min(sc.values())  # noqa: E731
         out["repeat_max_dev"] = max(abs(ratio(even, n) / ratio(odd, n) - 1) for n in names)

@@ -315,9 +315,11 @@ def test_schedule_races_and_drops_clearly_slower_configs_early():
     assert steps.count(2) == 3 and steps.count(0) == 3  # 5% slower every round: out after three (sign test)
     assert track.best == 0 and track.spreads[0] == 0.0
     # the summary says which configs left the race, with their samples (not "ok" with n 0)
-    rows = {o.index: (o.state, o.samples) for o in track.outcomes()}
+    from triton_dist_tune.contextual import report
+
+    rows = {o.index: (o.state, o.samples) for o in report.outcomes(track)}
     assert rows == {0: ("measured", 3), 1: ("stopped", 2), 2: ("stopped", 3)}
-    assert [r["state"] for r in track.table()] == ["measured", "stopped", "stopped"]
+    assert [r["state"] for r in report.table(track)] == ["measured", "stopped", "stopped"]
 
 
 def test_schedule_close_contenders_race_closing_rounds():

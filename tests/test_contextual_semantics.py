@@ -202,4 +202,6 @@ def test_resume_takes_measured_configs_and_leaves_out_failed_ones():
     track.resume({0: {"state": "measured", "time": 2.0, "per_rank": [2.0]}, 1: {"state": "failed", "error": "hung"}})
     assert track.current() == 2 and track.times == {0: 2.0} and "hung" in track.failed[1]
     track.advance({0: [(2, 1.0, None)]})
-    assert track.best == 2 and [r["state"] for r in track.table()] == ["resumed", "failed", "measured"]
+    from triton_dist_tune.contextual import report
+
+    assert track.best == 2 and [r["state"] for r in report.table(track)] == ["resumed", "failed", "measured"]

@@ -170,7 +170,7 @@ def contextual_virtual_clock() -> None:
     their config's time, so the group's times follow from :func:`kernel_ms` exactly, whatever the load."""
     from _cases import _VIRTUAL_MS
 
-    from triton_dist_tune.contextual import session
+    from triton_dist_tune.contextual import state
     from triton_dist_tune.measure.timing import HostClock
 
     class VirtualClock(HostClock):
@@ -180,7 +180,7 @@ def contextual_virtual_clock() -> None:
         def stop(self, start: float) -> float:
             return _VIRTUAL_MS[0] - start
 
-    session.make_clock = VirtualClock
+    state.make_clock = VirtualClock
 
 
 def contextual_layer(max_runs: int):

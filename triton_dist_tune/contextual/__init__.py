@@ -30,22 +30,25 @@ config, then a race of rounds in a shuffled order shared by the group (one round
     5      best                round 0: config-1
     final  best                best
 
-The modules, from the decorator down (each imports only modules listed below it, besides type annotations, and the
-package's measure/, group/, faults/, disk/ and its errors, records, settings and space)::
+The modules, from the decorator down (each imports only modules listed below it, type annotations included, and
+the package's measure/, group/, faults/, disk/ and its errors, records, settings and space)::
 
     __init__   contextual_autotune: the decorator
     tuner      ContextualTuner: one decorated function across calls: its group, call counts, sync_every agreement
     hot        HotCall: a decided call's launches, with no session unless an undecided key is met
-    options    ContextualOptions: the decorator's options, with the environment's defaults, checked once
-    session    Session: one call, the run loop (run, exchange, repeat, final run), the watchdog, the bound
-    launches   each intercepted launch of a call: decided, pending, or a timed step; the run's RunRecord
-    newkeys    whether a hot call tunes the undecided keys its ranks met (settled in the store, no exchange)
+    session    Session: one call, the run loop (run, exchange, repeat, final run), the bound
+    launches   each intercepted launch of a call: decided, pending, or a timed step
     exchange   the exchange after each tuning run, and how every rank updates the same tracks from it
     compiling  compiling the configs of newly met kernels ahead, between runs, once per node (GPUs only)
     decisions  a decided track: to the autotuners, tuner.decisions, the disk cache, the log and the printed summary
+    report     a Track's measurements as table rows and outcomes
+    state      what the modules above act on: TunerState (a function across calls), CallState (one call: its
+               tracks, the run's RunRecord, clock, cache, log, the journals gathered, the watchdog), Exchanged
+    newkeys    whether a hot call tunes the undecided keys its ranks met (settled in the store, no exchange)
+    options    ContextualOptions: the decorator's options, with the environment's defaults, checked once
     tracks     LocalTrack (this rank's view of a (kernel, key)), its journal, the process-wide tables of choices
     schedule   Track: the group's schedule of one (kernel, key): warm-ups, then the race; failures however late
-    report     a Track's measurements as table rows and outcomes
+    stages     which configs a Track warms up and races: all at once, or a search's stages, then its finalists
     intercept  the scoped interception of Autotuner.run, and the Triton internals it relies on
 """
 

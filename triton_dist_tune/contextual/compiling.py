@@ -33,7 +33,7 @@ that every rank of the group tunes (a hot call that meets a new key exchanges on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..measure.precompile import (
     DaemonPool,
@@ -49,11 +49,8 @@ from ..measure.precompile import (
 )
 from . import intercept
 from .decisions import record_decision
+from .state import CallState, Exchanged
 from .tracks import TrackId
-
-if TYPE_CHECKING:
-    from .exchange import Exchanged
-    from .session import Session
 
 
 def compiles() -> bool:
@@ -61,7 +58,7 @@ def compiles() -> bool:
     return compiles_here()
 
 
-def compiles_ahead(session: Session) -> bool:
+def compiles_ahead(session: CallState) -> bool:
     """This rank's word in each exchange: whether it compiles ahead (``precompile`` on, and :func:`compiles`)."""
     return session.tuner.options.precompile and compiles()
 
@@ -79,7 +76,7 @@ class Plan:
     base: int
 
 
-def precompile_new(session: Session, exchanged: Exchanged) -> None:
+def precompile_new(session: CallState, exchanged: Exchanged) -> None:
     """Compile this rank's node share of the configs of the tracks first met in the last run, then agree on the
     failures with the group (see the module docstring); drop the arguments kept for it."""
     try:
@@ -90,23 +87,23 @@ def precompile_new(session: Session, exchanged: Exchanged) -> None:
     finally:
         for tid, local in session.local.items():
             track = session.tracks.get(tid)
-            if track is None or track.done or track.search is None or track.final:
+            if track is None or track.done or track.stages.search is None or track.stages.final:
                 local.sample = None  # the arguments of the first launch are not kept longer than this (a search
                 # keeps them until its finalists: each stage compiles its own configs ahead)
 
 
-def _plans(session: Session, exchanged: Exchanged) -> list[Plan]:
+def _plans(session: CallState, exchanged: Exchanged) -> list[Plan]:
     """The tracks to compile ahead, in track order; the node is found (once per tuner and group) when some are."""
     todos: list[tuple[TrackId, list[int], list[int]]] = []
     for tid in sorted(session.tracks):
         track = session.tracks[tid]
-        stage = track.stage()
-        if track.done or (tid not in exchanged.met and stage == track.compiled_stage):
+        stage = track.stages.stage()
+        if track.done or (tid not in exchanged.met and stage == track.stages.compiled):
             continue  # met before, and no new stage of its search since its last compile
-        track.compiled_stage = stage
+        track.stages.compiled = stage
         met = sorted(exchanged.met[tid]) if tid in exchanged.met else list(track.holders)
         launched = exchanged.launched.get(tid, set())
-        todo = [i for i in track.batch if i not in track.failed and i not in track.times and i not in launched]
+        todo = [i for i in track.stages.batch if i not in track.failed and i not in track.times and i not in launched]
         if todo:
             todos.append((tid, todo, met))
     if not todos:
@@ -119,7 +116,7 @@ def _plans(session: Session, exchanged: Exchanged) -> list[Plan]:
     return plans
 
 
-def _node(session: Session) -> list[int]:
+def _node(session: CallState) -> list[int]:
     """The group ranks on this rank's node: found by one allgather the first time, kept per tuner and group."""
     nodes = session.tuner.nodes
     identity = session.group.identity
@@ -128,7 +125,7 @@ def _node(session: Session) -> list[int]:
     return nodes[identity]
 
 
-def _compile_and_agree(session: Session, plans: list[Plan]) -> None:
+def _compile_and_agree(session: CallState, plans: list[Plan]) -> None:
     """Compile this rank's share of each plan; one allgather of the failures; fail them on every rank. The
     allgather waits ``T`` times the sum over plans of ceil(configs to compile / compile threads): no rank's shares
     take longer (:func:`compile_share`)."""

@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from ..disk import logs
-from . import intercept
+from . import intercept, report
 from .schedule import Track
+from .state import CallState
 from .tracks import LocalTrack, decide, remember_choice
-
-if TYPE_CHECKING:
-    from .session import Session
 
 log = logging.getLogger("triton_dist_tune")
 
 
-def record_decision(session: Session, track: Track) -> None:
+def record_decision(session: CallState, track: Track) -> None:
     """Publish ``track``'s choice (decided now, or again after a late failure) on this rank."""
     tid = (track.kernel, track.key_text)
     remember_choice(session.group, tid, track.best)
@@ -29,11 +26,11 @@ def record_decision(session: Session, track: Track) -> None:
         _publish(session, track, local)
     ms = track.times.get(track.best)
     session.tuner.decisions[tid] = {"index": track.best, "config": track.descriptions[track.best],
-                                    "how": track.how, "time_ms": ms, "runs": track.runs, "table": track.table(),
+                                    "how": track.how, "time_ms": ms, "runs": track.runs, "table": report.table(track),
                                     "cut": track.cut}
     session.log.info("%s decision %s config=%d group_ms=%s how=%s after %d run(s) | %s%s", session.label,
                      track.label, track.best, "-" if ms is None else f"{ms:.4f}", track.how, track.runs,
-                     track.descriptions[track.best], f"; table: {track.table()}" if track.runs else "")
+                     track.descriptions[track.best], f"; table: {report.table(track)}" if track.runs else "")
     if track.how in ("disk cache", "only config"):
         if track.how == "disk cache" and session.group.rank == 0 and logs.printing_enabled(None):
             logs.print_cache_hit(track.name, track.key_text, session.group, track.names[track.best],
@@ -48,7 +45,7 @@ def record_decision(session: Session, track: Track) -> None:
     # a cut's choice is provisional: the journals stay, so that the next job's tuning goes on from them
 
 
-def _publish(session: Session, track: Track, local: LocalTrack) -> None:
+def _publish(session: CallState, track: Track, local: LocalTrack) -> None:
     """Set the choice on each autotuner of the track (and its timings; Triton's listener is called)."""
     timings = {i: [track.times[i]] if i in track.times else [float("inf")] for i in track.order}
     for autotuner in local.autotuners:
@@ -64,11 +61,11 @@ def _publish(session: Session, track: Track, local: LocalTrack) -> None:
     local.sample = None
 
 
-def _store(session: Session, track: Track, ms: float | None) -> None:
+def _store(session: CallState, track: Track, ms: float | None) -> None:
     """Group rank 0: write the decision to the disk cache, and print Triton's summary when asked to."""
     decision = {"index": track.best, "config": track.descriptions[track.best], "key": track.key_text,
                 "kernel": track.kernel, "function": session.tuner.options.name, "group_size": session.group.size,
-                "time_ms": ms, "how": track.how, "kept": list(track.order), "measurements": track.table()}
+                "time_ms": ms, "how": track.how, "kept": list(track.order), "measurements": report.table(track)}
     if track.cut:  # never served as a decision: a later job tunes the key again (from the journals kept)
         decision["provisional"] = True
     try:
@@ -79,11 +76,11 @@ def _store(session: Session, track: Track, ms: float | None) -> None:
         _print_summary(session, track)
 
 
-def _print_summary(session: Session, track: Track) -> None:
+def _print_summary(session: CallState, track: Track) -> None:
     """Triton's summary of one tuned (kernel, key) (``TRITON_PRINT_AUTOTUNING=1``), with the group and files."""
     logs.console().info(
         "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group "
         "'%s' (%d run(s) of %s),\nbest config selected: %s;\n%s\ncache file: %s\nlogs: %s", track.name,
         track.key_text, time.monotonic() - session.started, session.group.size, logs.group_title(session.group),
         track.runs, session.tuner.options.name, track.names[track.best],
-        logs.format_table(track.outcomes(), track.best), session.cache.path(track.entry), logs.log_folder())
+        logs.format_table(report.outcomes(track), track.best), session.cache.path(track.entry), logs.log_folder())

@@ -1,48 +1,33 @@
 """The exchange at the end of each tuning run, and how every rank updates the same tracks from it.
 
-One ``allgather`` on the tuner's control channel carries each rank's :class:`~.launches.RunRecord` (newly met
+One ``allgather`` on the tuner's control channel carries each rank's :class:`~.state.RunRecord` (newly met
 (kernel, key)s, launch times and errors), whether the function raised, and whether the rank compiles ahead. Every
 rank then applies the same data in the same order: new tracks are created (:func:`create_tracks`: resumed from the
 journals every rank gathered before the first run, looked up in the disk cache by group rank 0), then every track
 takes one step (:func:`step_track`), so the number of runs and every choice are identical everywhere. What the
-exchange told (:class:`Exchanged`) decides what is compiled ahead before the next run (:mod:`~.compiling`).
+exchange told (:class:`~.state.Exchanged`) decides what is compiled ahead before the next run (:mod:`~.compiling`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, MismatchError, describe_error, per_rank
 from ..faults.watchdog import exchange_timeout
-from ..group.channel import from_root
+from ..group.agreement import from_root
 from . import intercept
 from .compiling import compiles_ahead
 from .decisions import record_decision
 from .schedule import PruningError, Track
+from .state import CallState, Exchanged
 from .tracks import TrackId, earlier_outcomes, forget_choice, undecide
 
 if TYPE_CHECKING:
     from .options import ContextualOptions
-    from .session import Session
 
 
-@dataclass(frozen=True)
-class Exchanged:
-    """What one exchange told every rank alike, besides the tracks' steps."""
-
-    #: whether tracks were created (met for the first time by the group in the run)
-    created: bool
-    #: track -> the ranks that met it first in the run (a new track, or ranks that joined one late)
-    met: dict[TrackId, list[int]]
-    #: track -> the configs some rank launched in the run
-    launched: dict[TrackId, set[int]]
-    #: every rank compiles ahead (:func:`~.compiling.compiles_ahead`)
-    compiles: bool
-
-
-def exchange(session: Session, error: Exception | None) -> Exchanged:
+def exchange(session: CallState, error: Exception | None) -> Exchanged:
     """Share this run's data, update every track alike; returns what the exchange told. Raises on every rank when
     the function raised on some rank (other than because of a failing config)."""
     group = session.group
@@ -72,7 +57,7 @@ def exchange(session: Session, error: Exception | None) -> Exchanged:
     return Exchanged(created, met, launched, all(message["compiles"] for message in gathered))
 
 
-def _message(session: Session, error: Exception | None) -> dict[str, Any]:
+def _message(session: CallState, error: Exception | None) -> dict[str, Any]:
     """This rank's part of the exchange (reads the clock's tokens, so after the run's launches are done)."""
     session.clock.synchronize()
     launches = {tid: [(i, None if tok is None else session.clock.read(tok), e) for i, tok, e in recs]
@@ -106,7 +91,7 @@ def check_same_steps(label: str, steps: list[Any]) -> None:
                             f"TRITON_DIST_AUTOTUNE_SYNC_EVERY; n_warmup, n_repeat): {detail}")
 
 
-def create_tracks(session: Session, gathered: list[dict[str, Any]]) -> bool:
+def create_tracks(session: CallState, gathered: list[dict[str, Any]]) -> bool:
     """Create the tracks first met in this run (on any rank), or let ranks that met one late join it; take the
     disk cache's choices. Returns whether a track was created."""
     infos: dict[TrackId, dict[int, dict[str, Any]]] = {}
@@ -148,7 +133,7 @@ def create_tracks(session: Session, gathered: list[dict[str, Any]]) -> bool:
     return bool(created)
 
 
-def revised(session: Session, track: Track, was_done: bool, revision: int) -> None:
+def revised(session: CallState, track: Track, was_done: bool, revision: int) -> None:
     """A late failure changed a decided track: publish its new choice, or take the old one back."""
     if track.revision == revision:
         return
@@ -164,7 +149,7 @@ def revised(session: Session, track: Track, was_done: bool, revision: int) -> No
             undecide(autotuner, local.key, session.group)
 
 
-def lookup(session: Session, infos: dict[TrackId, dict[str, Any]]) -> dict[TrackId, list | None]:
+def lookup(session: CallState, infos: dict[TrackId, dict[str, Any]]) -> dict[TrackId, list | None]:
     """Group rank 0 only: the disk cache's [config index, the configs the pruning kept then] for each (kernel, key)
     of ``infos`` (None: not there, or unusable; the kept configs None in a record written before they were)."""
     if settings.current().always_tune:
@@ -183,7 +168,7 @@ def lookup(session: Session, infos: dict[TrackId, dict[str, Any]]) -> dict[Track
     return found
 
 
-def step_track(session: Session, tid: TrackId, track: Track, gathered: list[dict[str, Any]]) -> None:
+def step_track(session: CallState, tid: TrackId, track: Track, gathered: list[dict[str, Any]]) -> None:
     """Apply the run's launches (every rank's, their failures included) to one track; log this rank's part."""
     if track.done:
         return
@@ -205,7 +190,7 @@ def step_track(session: Session, tid: TrackId, track: Track, gathered: list[dict
         record_decision(session, track)
 
 
-def journal_outcomes(session: Session, tid: TrackId, track: Track) -> None:
+def journal_outcomes(session: CallState, tid: TrackId, track: Track) -> None:
     """Journal the group outcomes this rank has not written yet (configs it took part in)."""
     local = session.local.get(tid)
     if local is None:

@@ -15,7 +15,7 @@ from .session import Session
 
 if TYPE_CHECKING:
     from ..group.channel import Group
-    from .tuner import ContextualTuner
+    from .state import TunerState
 
 _lock = threading.Lock()
 
@@ -98,7 +98,7 @@ class HotCall:
 
     __slots__ = ("tuner", "group", "identity", "call_number", "session")
 
-    def __init__(self, tuner: ContextualTuner, group: Group, call_number: int) -> None:
+    def __init__(self, tuner: TunerState, group: Group, call_number: int) -> None:
         self.tuner, self.group, self.identity, self.call_number = tuner, group, group.identity, call_number
         #: the session started by the first undecided launch, if any
         self.session: Session | None = None

@@ -8,40 +8,20 @@ each ``triton.autotune`` launch made inside the tuned function (it is the call's
 - one that cannot be tuned in this call (a hot call on a group, or past ``max_runs``) runs a local default and is
   *pending* until the group's next agreement (:func:`pending_launch`);
 - any other runs the config its track's schedule says, timed and journaled (:func:`timed_launch`); what this rank
-  saw goes into the run's :class:`RunRecord`, sent at the end of the run (:mod:`~.exchange`).
+  saw goes into the run's :class:`~.state.RunRecord`, sent at the end of the run (:mod:`~.exchange`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import describe_error
 from . import intercept
+from .state import CallState
 from .tracks import LocalTrack, TrackId, decide, decided_config, group_choice
 
-if TYPE_CHECKING:
-    from .session import Session
 
-#: one launch as this rank records it: (config index, the clock's token or None, error or None)
-Record = tuple[int, Any, "str | None"]
-
-
-@dataclass
-class RunRecord:
-    """What this rank saw in one run of the function (made afresh for each run)."""
-
-    #: the tracks first met in this run (their :meth:`~.tracks.LocalTrack.info` is sent)
-    new: list[TrackId] = field(default_factory=list)
-    #: track -> this rank's launches of it in the run
-    launches: dict[TrackId, list[Record]] = field(default_factory=dict)
-    #: (track, config index) of every timed launch started in the run: journaled ``hung`` if the watchdog fires
-    inflight: list[tuple[TrackId, int]] = field(default_factory=list)
-    #: (autotuner id, key)s whose reset before use is made (final run)
-    reset: set[tuple[int, tuple]] = field(default_factory=set)
-
-
-def launch(session: Session, autotuner: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+def launch(session: CallState, autotuner: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
     """Run one intercepted launch (see :class:`~triton_dist_tune.contextual.intercept.Handler`)."""
     group = session.group
     key = intercept.tuning_key(autotuner, args, kwargs)
@@ -93,7 +73,7 @@ def _kept_here(autotuner: Any, index: int, args: tuple, kwargs: dict[str, Any]) 
         return False  # the tuning path reports the pruning's error
 
 
-def decided_launch(session: Session, autotuner: Any, key: tuple, config: Any, args: tuple,
+def decided_launch(session: CallState, autotuner: Any, key: tuple, config: Any, args: tuple,
                    kwargs: dict[str, Any]) -> Any:
     """A launch of a key this call tuned, once decided: a benchmark launch (hooks restore what it changes) until
     the final run, where it is the real launch, after the reset Triton makes once tuning is done."""
@@ -105,7 +85,7 @@ def decided_launch(session: Session, autotuner: Any, key: tuple, config: Any, ar
     return intercept.launch_with(autotuner, config, args, kwargs)
 
 
-def pending_launch(session: Session, tid: TrackId, autotuner: Any, key: tuple, args: tuple,
+def pending_launch(session: CallState, tid: TrackId, autotuner: Any, key: tuple, args: tuple,
                    kwargs: dict[str, Any]) -> Any:
     """A key the group has not decided, met where this rank cannot ask the group: run the first config its
     pruning keeps (a real launch), and remember the key for the group's next agreement. In the first run of a hot
@@ -154,7 +134,7 @@ def pending_launch(session: Session, tid: TrackId, autotuner: Any, key: tuple, a
 HOLD_BEFORE_TIMED_MS = 0.3
 
 
-def timed_launch(session: Session, tid: TrackId, autotuner: Any, key: tuple, index: int, args: tuple,
+def timed_launch(session: CallState, tid: TrackId, autotuner: Any, key: tuple, index: int, args: tuple,
                  kwargs: dict[str, Any]) -> Any:
     """A step of a track: a benchmarking launch of config ``index``, under the watchdog, timed by the session's
     clock and journaled; a launch that raises is recorded as that config's failure here, and skipped."""

@@ -27,6 +27,7 @@ key offered is decided, so a key met only in calls that are not agreement points
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,6 @@ from .. import settings
 
 if TYPE_CHECKING:
     from ..group.channel import Group
-    from .session import Session
     from .tracks import TrackId
 
 
@@ -43,11 +43,12 @@ def can_settle(group: Group) -> bool:
     return group.size > 1 and callable(getattr(group, "key", None)) and hasattr(group, "store")
 
 
-def settle(session: Session, met: list[TrackId]) -> bool:
-    """Settle the undecided keys this rank met in this run (see the module docstring): True when the group
-    tunes them now (then it does on every rank)."""
-    group, store = session.group, session.group.store
-    names = {tid: group.key(f"newkey/{_digest(session.label, session.call_number, tid)}") for tid in met}
+def settle(group: Group, label: str, call: int, log: logging.Logger, met: list[TrackId]) -> bool:
+    """Settle the undecided keys this rank met in this run of call number ``call`` of the function ``label``
+    names (see the module docstring): True when the group tunes them now (then it does on every rank). Logged in
+    ``log``."""
+    store = group.store
+    names = {tid: group.key(f"newkey/{_digest(label, call, tid)}") for tid in met}
     for name in names.values():
         if store.add(name + "/n", 1) >= group.size:
             store.compare_set(name + "/d", "", "now")
@@ -59,9 +60,8 @@ def settle(session: Session, met: list[TrackId]) -> bool:
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(2 * pause, 0.02)
     now = [tid for tid, name in names.items() if store.compare_set(name + "/d", "", "later") == b"now"]
-    session.log.info("%s call %d: undecided key(s) met here: %s; %s", session.label, session.call_number,
-                     "; ".join(f"{k} {t}" for k, t in met),
-                     f"every rank met {len(now)}: tuned in this call" if now else "tuned later")
+    log.info("%s call %d: undecided key(s) met here: %s; %s", label, call, "; ".join(f"{k} {t}" for k, t in met),
+             f"every rank met {len(now)}: tuned in this call" if now else "tuned later")
     return bool(now)
 
 

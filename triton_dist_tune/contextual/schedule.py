@@ -15,8 +15,9 @@ error, in that run; its sample is the MAX over ranks. A config that failed on an
 The least median among the configs still running wins (ties: the lower index).
 
 A failure counts however late it is seen: a config measured before a rank reported it failing leaves the running,
-and a decided track whose choice fails is decided again among the rest (or raced again). The track's tables (its
-decision's measurements and the printed summary) are built in :mod:`~triton_dist_tune.contextual.report`.
+and a decided track whose choice fails is decided again among the rest (or raced again). A large space is searched:
+which configs each stage warms up and races is :mod:`~triton_dist_tune.contextual.stages`'s. The track's tables (its
+decision's measurements and the printed summary) are built from it in :mod:`~triton_dist_tune.contextual.report`.
 """
 
 from __future__ import annotations
@@ -26,15 +27,12 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import AllConfigsFailedError, BadInputError, MismatchError, one_cause
-from ..group.channel import difference
-from ..measure.race import Race, RacePlan
-from ..measure.search import PatternSearch, SearchPlan, search_applies
+from ..group.agreement import difference
+from ..measure.race import Race
 from ..measure.stats import clearly_slower, median, paired_ratios
-from ..records import Outcome
-from . import intercept, report
+from . import intercept
+from .stages import Stages, estimated_best
 
-#: the share of a call's ``max_runs`` a search's screening may take (the finalists' race takes the rest)
-SEARCH_SHARE_OF_RUNS = 0.6
 #: the most configs that race the closing rounds, and how many closing rounds there are per ``n_repeat`` past 1
 CLOSE_TOP = 3
 CLOSE_ROUNDS = 2
@@ -61,22 +59,10 @@ class Track:
         self.n_warmup, self.n_repeat = n_warmup, n_repeat
         #: the configs to try, in config order: those every rank's pruning keeps
         self.order = agreed_order(self.label, infos)
-        #: a large space is searched (:mod:`~triton_dist_tune.measure.search`): ``batch`` holds the configs of the
-        #: current stage (warmed up, then screened by a one-round race), and the finalists' race decides; otherwise
-        #: ``batch`` is every config and its race decides (``final``)
-        self.search: PatternSearch | None = None
-        self.batch: list[int] = self.order
-        self.final = True
-        #: the stage whose configs were last compiled ahead (:mod:`~.compiling`)
-        self.compiled_stage: tuple[int, bool] | None = None
-        mode = agreed_search_mode(self.label, infos)
-        if first.get("params") and search_applies(mode, len(self.order)):
-            # the search's screening fits in the call's runs: each config takes n_warmup + 1 steps
-            budget = max(16, int(SEARCH_SHARE_OF_RUNS * max_runs) // (n_warmup + 1))
-            seeds = [*seeds, *estimated_best(infos, self.order)]  # nearby keys' choices, then the perf model's best
-            self.search = PatternSearch(first["params"], self.order, SearchPlan(seed=self.label, max_measured=budget),
-                                        seeds)
-            self.batch, self.final = self.search.first(), False
+        #: the configs of the current stage (:mod:`~.stages`): every config, or a search's screening stages, then
+        #: its finalists; seeded by nearby keys' choices, then the perf model's best
+        self.stages = Stages(self.label, self.order, first.get("params"), agreed_search_mode(self.label, infos),
+                             n_warmup, max_runs, [*seeds, *estimated_best(infos, self.order)])
         self.holders: list[int] = sorted(infos)
         self.pos, self.step, self.runs = 0, 0, 0
         #: steps taken and failures seen: grows whenever the track moves (a stalled track is ended by the session)
@@ -108,10 +94,6 @@ class Track:
 
     # -- state -----------------------------------------------------------------------------------------------------
 
-    def stage(self) -> tuple[int, bool]:
-        """(the search's stages so far, whether the finalists race): changes when a new stage begins."""
-        return (len(self.search.stages) if self.search is not None else 0), self.final
-
     @property
     def done(self) -> bool:
         """Whether the group has chosen a config."""
@@ -127,7 +109,7 @@ class Track:
             return self.best
         if self.race is not None:
             return self.round_order[self.round_pos]
-        return self.batch[self.pos]
+        return self.stages.batch[self.pos]
 
     def phase(self) -> tuple[str, int]:
         """("warmup", step) or ("measure", round) of the current step."""
@@ -225,11 +207,12 @@ class Track:
     def _move_on(self) -> None:
         """Go to the next step that needs a config: the next warm-up, the next in the round, or a new round."""
         if self.race is None:
-            if self.step >= self.n_warmup or not self._open(self.batch[self.pos]):
+            batch = self.stages.batch
+            if self.step >= self.n_warmup or not self._open(batch[self.pos]):
                 self.pos, self.step = self.pos + 1, 0
-            while self.pos < len(self.batch) and not self._open(self.batch[self.pos]):
+            while self.pos < len(batch) and not self._open(batch[self.pos]):
                 self.pos += 1
-            if self.pos == len(self.batch):
+            if self.pos == len(batch):
                 self._start_race()
             return
         race = self.race
@@ -240,7 +223,7 @@ class Track:
             return
         for index in race.end_round():
             self._take(index)
-        if race.finished(0.0) and not self.final:
+        if race.finished(0.0) and not self.stages.final:
             self._next_stage()
             return
         if race.finished(0.0):
@@ -255,16 +238,12 @@ class Track:
 
     def _next_stage(self) -> None:
         """A screening stage of the search is over: the next stage's configs, or the finalists' race."""
-        assert self.search is not None
         for index in self.race.running if self.race is not None else []:
             self._take(index)
         history: dict[int, float | None] = {i: None for i in self.failed}
         history.update(self.times)
-        # a search ends only on evidence: while no config has a time, the search's next stage is untried configs;
-        # an empty stage then means the finalists race, or every kept config failed
-        batch = self.search.next(history)
-        if not batch:  # the finalists race afresh: their screening times leave the table
-            batch, self.final = self.search.finalists(history), True
+        batch = self.stages.next(history)
+        if self.stages.final:  # the finalists race afresh: their screening times leave the table
             if not batch:
                 self._all_failed()
             for index in batch:
@@ -274,21 +253,19 @@ class Track:
                 for table in (self.times, self.per_rank, self.spreads):
                     table.pop(index, None)
                 self.resumed.discard(index)
-        self.batch, self.race, self.pos, self.step = batch, None, 0, 0
+        self.race, self.pos, self.step = None, 0, 0
         self.progress += 1
         self._move_on()
 
     def _start_race(self) -> None:
-        entrants = [i for i in self.batch if self._open(i)]
+        entrants = [i for i in self.stages.batch if self._open(i)]
         if not entrants:
-            if not self.final:  # the stage's configs are all settled already (resumed or failed)
+            if not self.stages.final:  # the stage's configs are all settled already (resumed or failed)
                 self._next_stage()
                 return
             self._conclude()
             return
-        rounds = max(1, self.n_repeat) if self.final else 1
-        stage = "" if self.search is None else f"/stage{len(self.search.stages)}{'/final' if self.final else ''}"
-        self.race = Race(entrants, RacePlan(max_rounds=rounds, seed=self.label + stage))
+        self.race = Race(entrants, self.stages.race_plan(self.n_repeat))
         self.round_order, self.round_pos = self.race.order(), 0
         if self.n_warmup == 0 and self.runs == 0:  # a key's first launch (its first pruned config) counts at once
             self.round_order.sort(key=self.order.index)
@@ -310,7 +287,7 @@ class Track:
             for index in race.running:
                 self._take(index)
         candidates = {i: t for i, t in self.times.items()
-                      if i == winner or (i in self.resumed and self.search is None)}
+                      if i == winner or (i in self.resumed and self.stages.search is None)}
         if candidates:
             self.finish(self._least(candidates), "tuned")
         elif self.times:
@@ -353,17 +330,6 @@ class Track:
             raise AllConfigsFailedError(f"{self.label}: every config failed on some rank")
         self.finish(usable[0], f"{how}, unmeasured")
 
-    # -- reporting (rows built in report.py) ---------------------------------------------------------------------
-
-    def outcomes(self) -> list[Outcome]:
-        """The track's table as typed outcomes (for the summary that group rank 0 prints)."""
-        return report.outcomes(self)
-
-    def table(self) -> list[dict[str, Any]]:
-        """One row per config in the order tried: index, config, state, group time, spread, per-rank medians,
-        error."""
-        return report.table(self)
-
 
 def agreed_pruning(infos: Mapping[int, dict[str, Any]]) -> list[int]:
     """Triton's ``prune_configs_by``, agreed: the configs every rank's ``early_config_prune`` keeps, then the
@@ -399,16 +365,6 @@ def begin_closing(race: Race, n_repeat: int) -> list[int] | None:
     race.plan = replace(race.plan, max_rounds=race.rounds + rounds, final_top=len(close), final_rounds=rounds)
     race.settled_from = race.rounds
     return leaving
-
-
-def estimated_best(infos: Mapping[int, dict[str, Any]], order: list[int], count: int = 4) -> list[int]:
-    """The ``count`` configs of ``order`` the kernel's ``perf_model`` estimates fastest (the largest estimate over
-    ranks), as seeds of a search; none without a perf model."""
-    parts = [info.get("pruning") for _, info in sorted(infos.items())]
-    if not parts or any(p is None or p[1] is None for p in parts):
-        return []
-    estimates = {i: max(float(p[1][i]) for p in parts) for i in order if all(i in p[1] for p in parts)}
-    return sorted(estimates, key=lambda i: (estimates[i], i))[:count]
 
 
 def agreed_search_mode(label: str, infos: Mapping[int, dict[str, Any]]) -> str:

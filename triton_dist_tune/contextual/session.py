@@ -33,150 +33,43 @@ calls, and ranks that meet different keys").
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..disk import logs
-from ..disk.cache import DiskCache
 from ..errors import BadInputError
-from ..faults.recovery import gather_entries, interruptible
-from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
-from ..group.channel import Group, default_timeout
-from ..measure.timing import make_clock
+from ..faults.recovery import interruptible
+from ..group.channel import Group
 from . import intercept, launches
 from .compiling import precompile_new
 from .decisions import record_decision
 from .exchange import exchange
-from .launches import RunRecord
-from .newkeys import can_settle, settle
-from .schedule import Track
-from .tracks import LocalTrack, TrackId
-
-if TYPE_CHECKING:
-    from .tuner import ContextualTuner
+from .newkeys import settle
+from .state import CallState, RunRecord, TunerState
 
 log = logging.getLogger("triton_dist_tune")
 
 #: consecutive runs without progress after which unfinished tracks are ended with what they have
 MAX_IDLE_RUNS = 2
 
-#: the session whose run the watchdog guards (an inner tuning on another group leaves it to the outer one)
-_watch_owner: Any = None
-_watch_lock = threading.Lock()
 
-
-class Session:
-    """One call of a contextual tuned function (see the module docstring).
+class Session(CallState):
+    """One call of a contextual tuned function (see the module docstring): its state (:class:`~.state.CallState`)
+    and the run loop.
 
     ``tuning``: every rank of the group takes part (the group's first call, or a call the group agreed to tune
     in); otherwise the call is *hot*: no communication, and a key the group has not decided runs with a local
     default and is *pending* until the group's next agreement.
     """
 
-    def __init__(self, tuner: ContextualTuner, group: Group, tuning: bool, call: int = 0) -> None:
-        self.tuner, self.group, self.tuning, self.call_number = tuner, group, tuning, call
-        self.label = tuner.options.label
-        self.tracks: dict[TrackId, Track] = {}
-        self.local: dict[TrackId, LocalTrack] = {}
-        self.lock = threading.Lock()
-        self.runs = 0
-        self.needs_tuning = False
-        #: undecided keys run with a local default, without communication (hot calls on a group, or past the bound)
-        self.pending_mode = not tuning and group.size > 1
-        #: the undecided keys met in the first run of a hot call, settled at its end (:mod:`~.newkeys`); None: this
-        #: call cannot turn into a tuning call (alone, an mpi4py group, or past the bound)
-        self.met: list[TrackId] | None = [] if self.pending_mode and can_settle(group) else None
-        #: (autotuner id, key) of every launch this call tuned: benchmark launches until the final run
-        self.session_keys: set[tuple[int, tuple]] = set()
-        self.final_run = False
-        #: what this rank saw in the current run
-        self.record = RunRecord()
-        self.started = time.monotonic()
-        self._armed = False
-        self._guard: Guard | None = None
+    def __init__(self, tuner: TunerState, group: Group, tuning: bool, call: int = 0) -> None:
+        super().__init__(tuner, group, tuning, call)
         self._idle, self._last_state = 0, ()
-        #: entry -> every group rank's journal records of it, gathered before the first run (None: not yet)
-        self._earlier: dict[str, list[list[dict[str, Any]]]] | None = None
-
-    # what a hot call never needs is made on first use
-
-    @functools.cached_property
-    def clock(self) -> Any:
-        """Times the tuning launches of this call."""
-        return make_clock()
-
-    @functools.cached_property
-    def cache(self) -> DiskCache:
-        """The contextual disk cache (and the folder of the journals)."""
-        return DiskCache("contextual")
-
-    @functools.cached_property
-    def timeout(self) -> float:
-        """Seconds of the watchdog per run and of each exchange."""
-        timeout = self.tuner.options.timeout
-        return timeout if timeout is not None else default_timeout()
-
-    @functools.cached_property
-    def log(self) -> logging.Logger:
-        """This rank's log file."""
-        return logs.rank_log()
 
     def launch(self, autotuner: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
         """Run one intercepted launch (see :class:`~triton_dist_tune.contextual.intercept.Handler` and
         :func:`~triton_dist_tune.contextual.launches.launch`)."""
         return launches.launch(self, autotuner, args, kwargs)
-
-    # -- the earlier attempts -------------------------------------------------------------------------------------
-
-    def gather_journals(self) -> None:
-        """Before the first run of a call the whole group tunes: one exchange of every rank's journals of this
-        group (:func:`~triton_dist_tune.faults.recovery.gather_entries`), the view every resume decision of the
-        call is taken from (which configs to leave out, which to launch first), identical on every rank."""
-        self._earlier = gather_entries(self.group, self.cache.folder, f"{self.label} journal exchange",
-                                       exchange_timeout(self.timeout))
-
-    def earlier(self, entry: str) -> list[list[dict[str, Any]]]:
-        """Every group rank's journal records of ``entry`` from the gathered view (a process alone reads its own
-        now; a rank that meets a key without the group, never: it runs a pending default)."""
-        if self._earlier is None and self.group.size == 1:
-            self.gather_journals()
-        return (self._earlier or {}).get(entry) or [[] for _ in range(self.group.size)]
-
-    # -- the watchdog ----------------------------------------------------------------------------------------------
-
-    def arm(self) -> None:
-        """Put this run under the watchdog (once per run; not when an outer tuning already has it)."""
-        global _watch_owner
-        if self._armed:
-            return
-        with _watch_lock:
-            if _watch_owner is not None:
-                return
-            _watch_owner = self
-        self._armed = True
-        self._guard = self._guard or WATCHDOG.guard(rank=self.group.rank)  # this session's own deadline
-        self._guard.arm(self.timeout, f"{self.label} run {self.runs - 1}", self._hung)
-
-    def _disarm(self) -> None:
-        global _watch_owner
-        if self._armed:
-            if self._guard is not None:
-                self._guard.close()
-                self._guard = None
-            self._armed = False
-            with _watch_lock:
-                _watch_owner = None
-
-    def _hung(self) -> None:
-        """The watchdog fired: every config this rank launched in the run is journaled as hung."""
-        self._journal_inflight("hung", error=f"run {self.runs - 1} exceeded {self.timeout:g} s")
-
-    def _journal_inflight(self, state: str, **fields: Any) -> None:
-        for tid, index in sorted(set(self.record.inflight)):
-            self.local[tid].journal.append(index, state, config=self.local[tid].descriptions[index], **fields)
 
     # -- the loop --------------------------------------------------------------------------------------------------
 
@@ -236,7 +129,7 @@ class Session:
 
     def _tune_now(self) -> bool:
         """A hot call whose ranks all met an undecided key: it goes on as a tuning call, on every rank alike."""
-        if not settle(self, self.met):
+        if not settle(self.group, self.label, self.call_number, self.log, self.met):
             return False
         self.tuning, self.pending_mode, self.met = True, False, None
         self.gather_journals()  # every rank settled "now": the journal exchange is matched everywhere

@@ -77,7 +77,7 @@ class LocalTrack:
     """What this rank knows of one (kernel, key): its autotuners, key, pruning and journal.
 
     ``earlier`` gives, for a cache entry, every group rank's journal records of it, gathered before the session's
-    first run (:meth:`~.session.Session.earlier`): the configs it excludes and the one it launches first come
+    first run (:meth:`~.state.CallState.earlier`): the configs it excludes and the one it launches first come
     from that shared view only, so they are the same on every rank."""
 
     def __init__(self, autotuner: Any, key: tuple, args: tuple, kwargs: dict[str, Any], cache: DiskCache,

@@ -19,6 +19,7 @@ from . import intercept
 from .hot import TUNE_AHEAD, HotCall
 from .options import ContextualOptions
 from .session import Session
+from .state import TunerState
 from .tracks import TrackId, group_choice
 
 log = logging.getLogger("triton_dist_tune")
@@ -53,31 +54,20 @@ def _warn_not_initialized(options: ContextualOptions) -> None:
                 "communicator", options.label, world)
 
 
-class ContextualTuner:
-    """The state behind one function decorated with :func:`~triton_dist_tune.contextual.contextual_autotune`."""
+class ContextualTuner(TunerState):
+    """The state behind one function decorated with :func:`~triton_dist_tune.contextual.contextual_autotune`
+    (:class:`~.state.TunerState`), and its calls: the group it tunes with, the calls counted per group, the
+    agreement every ``sync_every`` calls."""
 
     def __init__(self, fn: Callable[..., Any], options: ContextualOptions) -> None:
-        self.fn, self.options = fn, options
-        #: (track id, key text) -> the group's decision and its table of measurements
-        self.decisions: dict[TrackId, dict[str, Any]] = {}
-        #: runs of the function in the last call
-        self.last_runs = 0
+        super().__init__(fn, options)
         #: calls in which the group agreed to tune (pending keys), for inspection
         self.agreed_calls: list[int] = []
-        #: group identity -> {(autotuner id, key): (track id, local default index)}: keys met in hot calls that the
-        #: group has not decided, run with a local default until the group's next agreement
-        self.pending: dict[tuple, dict[tuple[int, tuple], tuple[Any, int]]] = {}
-        #: group identity -> the undecided keys this rank met in hot calls since the group's last agreement, with
-        #: (how many calls met it, the last of them): settled (:mod:`~.newkeys`) in the 1st, 2nd, 4th ... of those
-        #: calls only, and offered at the next agreement
-        self.met_since: dict[tuple, dict[TrackId, tuple[int, int | None]]] = {}
         #: group identity -> the first call after the tuning window opened by the last agreement that found pending
         #: keys: calls before it tune on every rank (a key met off the agreement points is met in one of them)
         self.window_end: dict[tuple, int] = {}
         #: group identity -> the keys every rank offered at that agreement (the window ends once all are decided)
         self.offered: dict[tuple, list[TrackId]] = {}
-        #: group identity -> the group ranks on this rank's node (found once, when compiling ahead first splits)
-        self.nodes: dict[tuple, list[int]] = {}
         self._called: set[tuple] = set()
         self._group: tuple[Any, Group] | None = None
         self._default = options.is_dist is None or options.is_dist is True

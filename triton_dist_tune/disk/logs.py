@@ -28,24 +28,27 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import json
 import logging
 import os
-import re
 import socket
-import stat
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import settings
 from ..records import Decision, Outcome
+from .identity import global_rank as global_rank
+from .identity import job_name as job_name
+from .rotation import LOCK_WAIT_S as LOCK_WAIT_S
+from .rotation import _flock, _rotation_lock
+from .rotation import _LogFile as _LogFile
+from .rotation import keep_last_jobs as keep_last_jobs
+from .rotation import rotate as rotate
 
 _lock = threading.Lock()
 log = logging.getLogger("triton_dist_tune")
@@ -55,10 +58,6 @@ _folder: Path | None = None
 
 #: jobs whose records a rank's log files keep
 KEEP_JOBS = 5
-_HEADER = re.compile(r"^==== triton-dist-tune job (\S+) .*? started (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ====|"
-                     r"^==== triton-dist-tune job (\S+) ")
-#: the longest a process waits for a lock of its log folder (another's rotation) before it goes on without it
-LOCK_WAIT_S = 5.0
 #: the files of this process, kept open with a shared lock on each (see the module docstring)
 _held: list[Any] = []
 
@@ -74,47 +73,6 @@ def log_folder() -> Path:
     does not split a rank's logs)."""
     return _folder if _folder is not None else log_dir()
 
-
-def _parent_start() -> float | None:
-    """The unix time the parent process started (Linux), which every rank a launcher started shares."""
-    try:
-        fields = Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = int(fields[19])  # field 22 (starttime) of proc(5), counted after the command name
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
-
-
-@functools.lru_cache(maxsize=1)
-def job_name() -> str:
-    """The name of this job's log folder, the same on every rank of the job (see the module docstring)."""
-    launcher = settings.launcher()
-    if launcher.job is not None:
-        var, value = launcher.job
-        return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{var.split('_')[0].lower()}-{value}")[:80]
-    port = (launcher.master_port or "").strip()
-    started = _parent_start() if port.isdigit() else None
-    if started is None:
-        port, started = "", time.time()
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
-    return f"{stamp}-port{port}" if port else f"{stamp}-pid{os.getpid()}"
-
-
-def global_rank() -> int:
-    """This process's rank in the whole job (torch.distributed, then launcher variables, else 0).
-
-    torch.distributed is asked only where the process has imported it: a process that has not cannot have
-    initialized it, and importing torch to find out costs seconds (every CLI command and log writer paid that)."""
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return dist.get_rank()
-    except Exception:
-        pass
-    rank = settings.launcher().rank
-    return rank if rank is not None else 0
 
 
 class JsonLines(logging.Formatter):
@@ -215,21 +173,6 @@ def _open_locked(path: Path, deadline: float) -> logging.FileHandler | None:
     return None
 
 
-def _flock(fd: int, operation: int, deadline: float) -> bool:
-    """Take the ``flock`` ``operation`` (shared or exclusive) on ``fd``, trying until the monotonic ``deadline``;
-    whether it is held (False at once where the file system refuses ``flock``)."""
-    while True:
-        try:
-            fcntl.flock(fd, operation | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.02)
-        except OSError:
-            return False
-
-
 def _write_headers(handlers: list[logging.FileHandler], rank: int) -> None:
     """The first record of this process in each file: which job, rank, host and process."""
     started = time.time()
@@ -244,161 +187,6 @@ def _write_headers(handlers: list[logging.FileHandler], rank: int) -> None:
     for handler in handlers:
         handler.flush()
 
-
-def _header(line: str) -> tuple[str, float | None] | None:
-    """(job, start time or None) of a header line (readable or JSON), None for any other line."""
-    found = _HEADER.match(line)
-    if found:
-        if found.group(1) is None:
-            return found.group(3), None
-        try:
-            return found.group(1), time.mktime(time.strptime(found.group(2), "%Y-%m-%d %H:%M:%S"))
-        except (ValueError, OverflowError):
-            return found.group(1), None
-    if line.startswith("{") and '"header": true' in line:
-        try:
-            data = json.loads(line)
-            started = data.get("time")
-            return str(data["job"]), float(started) if isinstance(started, (int, float)) else None
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
-            return None
-    return None
-
-
-def _record_job(line: str) -> str | None:
-    """The job a JSON record line names, None when it is not one."""
-    if not line.startswith("{"):
-        return None
-    try:
-        data = json.loads(line)
-        return str(data["job"]) if isinstance(data, dict) and "job" in data else None
-    except (ValueError, RecursionError):
-        return None
-
-
-@dataclass
-class _LogFile:
-    """A rank's log file, split by job: (job or None for lines before the first header, its lines)."""
-
-    path: Path
-    segments: list[tuple[str | None, list[str]]]
-
-    @classmethod
-    def read(cls, path: Path, starts: dict[str | None, float]) -> _LogFile:
-        """The file's segments; ``starts`` learns each job's earliest header time (None: unknown, -inf)."""
-        segments: list[tuple[str | None, list[str]]] = [(None, [])]
-        jsonl = path.suffix == ".jsonl"
-        for line in path.read_text(errors="replace").splitlines(keepends=True):
-            header = _header(line)
-            if header is not None:
-                job, started = header
-                segments.append((job, []))
-                known = starts.get(job, float("inf"))
-                starts[job] = min(known, started if started is not None else float("-inf"))
-            elif jsonl:  # a JSON record names its job: jobs that ran at once interleave their records
-                own = _record_job(line)
-                if own is not None and own != segments[-1][0] and own in starts:
-                    segments.append((own, []))
-            segments[-1][1].append(line)
-        segments = [(job, lines) for job, lines in segments if lines]
-        if any(job is None for job, _ in segments):
-            starts[None] = float("-inf")
-        return cls(path, segments)
-
-    @property
-    def jobs(self) -> set[str | None]:
-        return {job for job, _ in self.segments}
-
-    def rewrite(self, drop: set[str | None]) -> None:
-        """Write the file again without the records of ``drop`` (through a temporary file of its own), or remove it
-        when nothing is left."""
-        kept = "".join(line for job, lines in self.segments if job not in drop for line in lines)
-        if not kept:
-            self.path.unlink(missing_ok=True)
-            return
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".partial", dir=self.path.parent)
-        try:
-            os.fchmod(fd, stat.S_IMODE(self.path.stat().st_mode))  # as the file was (mkstemp makes 0600)
-            with os.fdopen(fd, "w") as f:
-                f.write(kept)
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
-
-@contextlib.contextmanager
-def _rotation_lock(folder: Path) -> Iterator[bool]:
-    """Hold the folder's rotation lock (an exclusive ``flock`` on the folder itself: no file of its own), waiting at
-    most :data:`LOCK_WAIT_S`; yields whether it is held (if not, the caller goes on without rotating: a process
-    that stops while rotating must not stop every job that starts later)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        yield False
-        return
-    try:
-        yield _flock(fd, fcntl.LOCK_EX, time.monotonic() + LOCK_WAIT_S)
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def rotate(folder: Path, keep: int, current: str | None = None) -> list[str | None]:
-    """Drop from every rank log file in ``folder`` the records of all but the last ``keep`` jobs (by start time;
-    ``current``, this process's job by default, counts as the newest). A job with records in a file that a
-    running process holds (its shared lock) is kept; the other files, each locked before it is read, are rewritten
-    without the dropped jobs (removed when nothing is left), so a job is dropped from all of its ranks' files at
-    once. Returns the jobs dropped. Call it holding :func:`_rotation_lock`."""
-    current = job_name() if current is None else current
-    starts: dict[str | None, float] = {}
-    files, handles = [], []
-    try:
-        for path in sorted([*folder.glob("rank-*.log"), *folder.glob("rank-*.jsonl")]):
-            try:
-                handle = open(path, "r+")  # noqa: SIM115 - held while the folder is rotated
-            except OSError:
-                continue
-            handles.append(handle)
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                busy = False
-            except OSError:
-                busy = True  # a running process writes it
-            files.append((_LogFile.read(path, starts), busy))  # read once locked: no writer adds lines since
-        starts[current] = float("inf")
-        order = sorted(starts, key=lambda job: (starts[job], "" if job is None else job))
-        drop = set(order[:max(0, len(order) - keep)])
-        for log_file, busy in files:
-            if busy:
-                drop -= log_file.jobs
-        for log_file, busy in files:
-            if not busy and (drop & log_file.jobs or not log_file.segments):
-                log_file.rewrite(drop)
-        return sorted(drop, key=lambda job: (starts[job], "" if job is None else job))
-    finally:
-        for handle in handles:
-            handle.close()
-
-
-def keep_last_jobs(path: Path, keep: int) -> None:
-    """Drop from the one log file ``path`` the records of all but its last ``keep`` jobs other than this
-    process's (in the order they appear; lines before the first header count as one job); rewritten through a
-    temporary file of its own, untouched when nothing is dropped or when a running process holds the file."""
-    if not path.is_file():
-        return
-    starts: dict[str | None, float] = {}
-    log_file = _LogFile.read(path, starts)
-    order = list(dict.fromkeys(job for job, _ in log_file.segments if job != job_name()))
-    if len(order) <= keep:
-        return
-    kept = set(order[len(order) - keep:] if keep > 0 else []) | {job_name()}
-    with open(path, "r+") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return
-        log_file.rewrite(set(order) - kept)
 
 
 def printing_enabled(verbose: bool | None) -> bool:

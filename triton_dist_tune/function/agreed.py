@@ -4,22 +4,21 @@ same error on every rank, and no config is blamed for it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import settings
 from ..errors import BadInputError, MismatchError, describe_error, per_rank
-from ..group.channel import ExchangeError, Group, agree
+from ..group.agreement import agree
+from ..group.channel import ExchangeError, Group
 from ..measure.arguments import ArgumentState, named_arguments
 from ..measure.timing import make_clock, timing_mode
 from ..measure.trial import Reference, Trial
 from ..space import check_call
 from .rounds import user_code
-
-if TYPE_CHECKING:
-    from .tuner import Tuner
+from .tuned import TunedFunction
 
 
-def agree_on_call(tuner: Tuner, group: Group, key_text: str, problem: str | None, args: tuple,
+def agree_on_call(tuner: TunedFunction, group: Group, key_text: str, problem: str | None, args: tuple,
                   kwargs: dict[str, Any], overwrite: bool = False) -> None:
     """Step 1: one exchange of (key, config space, group size) and this rank's ``problem`` (a failing ``key_fn``,
     a bad call keyword) or a config that clashes with the call's keywords."""
@@ -40,7 +39,7 @@ def agree_on_call(tuner: Tuner, group: Group, key_text: str, problem: str | None
         raise MismatchError(f"{tuner.name}: the ranks of group '{group.title}' differ in {what}: {detail}")
 
 
-def protocol_fields(tuner: Tuner) -> dict[str, str]:
+def protocol_fields(tuner: TunedFunction) -> dict[str, str]:
     """The settings that change the steps of a tuning (how many runs, exchanges and rounds), as the fields of the
     first agreement: ranks that differ in one get a ``MismatchError`` naming it at once, on every rank, instead of
     pairing different steps. The timing mode (``TRITON_DIST_AUTOTUNE_TIMING`` over ``timing=``: steady timing has
@@ -65,7 +64,7 @@ def protocol_fields(tuner: Tuner) -> dict[str, str]:
             "SLURM_JOB_ID)": always}
 
 
-def agreed_prune(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
+def agreed_prune(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
                  timeout: float) -> list[int]:
     """Step 2: the indices of the configs that ``prune_fn`` keeps on every rank."""
     mine: list[bool] | str
@@ -90,7 +89,7 @@ def agreed_prune(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: di
     return kept
 
 
-def prepare(tuner: Tuner, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
+def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
             timeout: float) -> tuple[Trial, ArgumentState]:
     """What runs before the first aligned exchange of measuring: the timer, the argument snapshots and
     ``ref_prog``'s reference. Agreed like ``key_fn``: an exception on any rank is the same BadInputError on

@@ -30,7 +30,7 @@ import math
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import settings
 from ..disk import logs
@@ -38,16 +38,15 @@ from ..disk.cache import entry_id
 from ..disk.decisions import recorded_near_tie
 from ..errors import AutotuneError, BadInputError, DevicePoisonedError, GroupTimeoutError, describe_error
 from ..faults.watchdog import exchange_timeout
-from ..group.channel import Group, SingleGroup, agree
+from ..group.agreement import agree
+from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
 from ..space import describe_key
 from .rounds import RoundWatch, user_code
 from .summary import KeyResult, Summary, progress_line
+from .tuned import TunedFunction
 from .tuning import Tuning
-
-if TYPE_CHECKING:
-    from .tuner import Tuner
 
 
 class Call:
@@ -89,7 +88,7 @@ class Plan:
         return self.across.size
 
 
-def _plan(tuner: Tuner, local: bool, pg: Any, replicas: Any) -> Plan:
+def _plan(tuner: TunedFunction, local: bool, pg: Any, replicas: Any) -> Plan:
     if local:
         if pg is not None or replicas is not None:
             raise BadInputError("campaign: a rank-local campaign (local=True) takes no pg or replicas")
@@ -120,7 +119,7 @@ class _Tuning(Tuning):
         return self.plan.entry(self, extra)
 
 
-def _keeps(tuner: Tuner, call: Call) -> list[bool] | None:
+def _keeps(tuner: TunedFunction, call: Call) -> list[bool] | None:
     """Which configs ``prune_fn`` keeps for ``call`` on this rank (None: no ``prune_fn``; it raised: none)."""
     if tuner.prune_fn is None:
         return None
@@ -130,7 +129,7 @@ def _keeps(tuner: Tuner, call: Call) -> list[bool] | None:
         return [False] * len(tuner.space)
 
 
-def _keys(tuner: Tuner, build: Callable[[int], Call], count: int, plan: Plan, timeout: float,
+def _keys(tuner: TunedFunction, build: Callable[[int], Call], count: int, plan: Plan, timeout: float,
           masks: list[list[bool] | None]) -> list[Hashable]:
     """Every position's key, computed on every rank; every rank of the campaign agrees on them (or all raise the
     same error, naming the ranks by their global rank). ``masks`` gets, per position, which configs ``prune_fn``
@@ -173,7 +172,7 @@ def _global(group: Group, ranks: list[int]) -> list[int]:
     return [known[r] if r < len(known) else r for r in ranks]
 
 
-def _tune_one(tuner: Tuner, plan: Plan, position: int, build: Callable[[int], Call],
+def _tune_one(tuner: TunedFunction, plan: Plan, position: int, build: Callable[[int], Call],
               verbose: bool | None) -> KeyResult:
     """Tune (or look up) one key on this unit's group; every rank of the group returns the same result."""
     group, started = plan.tune_group, time.perf_counter()
@@ -247,7 +246,7 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     raises only for errors every rank shares (keys that differ between ranks, a call that cannot be built) or
     when a rank is lost (:class:`~triton_dist_tune.GroupTimeoutError`).
     """
-    tuner: Tuner | None = getattr(tuned, "tuner", None)
+    tuner: TunedFunction | None = getattr(tuned, "tuner", None)
     if tuner is None or not hasattr(tuner, "decided"):
         raise BadInputError("campaign: tuned must be a function decorated with triton_dist_tune.autotune")
     build, count = _builder(calls, keys)
@@ -306,7 +305,7 @@ def _builder(calls: Sequence[Any] | Callable[[Any], Any], keys: Sequence[Any] | 
     return (lambda position: Call.of(items[position])), len(items)
 
 
-def _unlearn_pruned(tuner: Tuner, plan: Plan, rows: list[KeyResult], keys: list[Hashable],
+def _unlearn_pruned(tuner: TunedFunction, plan: Plan, rows: list[KeyResult], keys: list[Hashable],
                     masks: list[list[bool] | None], timeout: float) -> None:
     """A learned decision runs only where ``prune_fn`` keeps its config for the call: the positions whose config
     this rank's ``prune_fn`` leaves out for its own build of the call (another unit tuned it with its own) are
@@ -324,7 +323,7 @@ def _unlearn_pruned(tuner: Tuner, plan: Plan, rows: list[KeyResult], keys: list[
                                 tuner.name, describe_key(keys[position]))
 
 
-def _learn(tuner: Tuner, plan: Plan, row: KeyResult, keys: list[Hashable]) -> KeyResult:
+def _learn(tuner: TunedFunction, plan: Plan, row: KeyResult, keys: list[Hashable]) -> KeyResult:
     """Put a unit's decision into this rank's table; local rank 0 writes its record where the disk lacks it."""
     if row.state == "failed":
         return row

@@ -22,19 +22,18 @@ import numbers
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..disk import logs
 from ..errors import BadInputError
-from ..group.channel import from_root
+from ..group.agreement import from_root
+from ..group.channel import Group
 from ..measure.lockstep import Measurer, Todo
 from ..measure.race import Race, RacePlan
 from ..measure.search import PatternSearch, SearchPlan
 from ..records import Decision, Outcome
 from .policy import numeric_distance
-
-if TYPE_CHECKING:
-    from .tuning import Tuning
+from .tuned import TunedFunction
 
 #: seeds taken from each of the nearest decided keys: its choice and its runner-up
 SEEDS_PER_KEY, SEED_KEYS = 2, 4
@@ -87,10 +86,24 @@ def nearby_seeds(decisions: dict[tuple[str, Hashable], Decision], group_name: st
     return list(dict.fromkeys(seeds))
 
 
-class Searched:
-    """Step 5 by search, for one :class:`~triton_dist_tune.function.tuning.Tuning` (see the module docstring)."""
+class KeyTuning(Protocol):
+    """What a search reads of the tuning of one key (a :class:`~triton_dist_tune.function.tuning.Tuning`)."""
 
-    def __init__(self, tuning: Tuning, measurer: Measurer, kept: Sequence[int],
+    tuner: TunedFunction
+    group: Group
+    key: Any
+    label: str
+    timeout: float
+
+    def todo(self, index: int) -> Todo:
+        """(index, config, description) of config ``index``."""
+        ...
+
+
+class Searched:
+    """Step 5 by search, for one tuning of a key (see the module docstring)."""
+
+    def __init__(self, tuning: KeyTuning, measurer: Measurer, kept: Sequence[int],
                  earlier: dict[int, dict[str, Any]], compile_stage: Callable[[list[Todo]], None]) -> None:
         self.tuning, self.measurer, self.kept = tuning, measurer, list(kept)
         self.earlier, self.compile_stage = earlier, compile_stage

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import settings
 from ..disk import logs
@@ -45,7 +45,8 @@ from ..errors import (
 from ..faults.journal import Journal
 from ..faults.recovery import across, interruptible, journal_path, shared_view
 from ..faults.watchdog import WATCHDOG, Guard
-from ..group.channel import ExchangeError, Group, from_root
+from ..group.agreement import from_root
+from ..group.channel import ExchangeError, Group
 from ..measure import compile_pass
 from ..measure.arguments import ArgumentState, RandomState
 from ..measure.lockstep import Measurer, Todo
@@ -65,9 +66,7 @@ from .decide import (
     warn_if_another_group_chose_otherwise,
 )
 from .searched import Searched
-
-if TYPE_CHECKING:
-    from .tuner import Tuner
+from .tuned import TunedFunction
 
 
 @contextmanager
@@ -97,7 +96,7 @@ class Tuning:
 
     env: settings.Settings  #: the settings as the environment says when the tuning starts
 
-    def __init__(self, tuner: Tuner, group: Group, key: Any, args: tuple, kwargs: dict[str, Any],
+    def __init__(self, tuner: TunedFunction, group: Group, key: Any, args: tuple, kwargs: dict[str, Any],
                  verbose: bool | None, overwrite: bool = False, layout: Layout | None = None) -> None:
         self.tuner, self.group, self.key, self.layout = tuner, group, key, layout
         self.args, self.kwargs, self.verbose, self.overwrite = args, kwargs, verbose, overwrite
@@ -167,11 +166,12 @@ class Tuning:
         return kept
 
     def _name_entry(self, kept: list[int]) -> None:
-        """The cache entry of this tuning: what it depends on (:meth:`Tuner.entry_extra`) and the configs pruning
-        kept, so that a decision made under another kept set is never served (it is tuned again). The journals are
-        named without the kept set (:attr:`journal_entry`): evidence belongs to the config, so a config that hung or
-        crashed under one kept set is left out under any other (the records carry their kept set in ``kept``, and a
-        time measured under another kept set is measured again: :func:`~triton_dist_tune.faults.journal.merge`)."""
+        """The cache entry of this tuning: what it depends on (:meth:`~.tuned.TunedFunction.entry_extra`) and the
+        configs pruning kept, so that a decision made under another kept set is never served (it is tuned again).
+        The journals are named without the kept set (:attr:`journal_entry`): evidence belongs to the config, so a
+        config that hung or crashed under one kept set is left out under any other (the records carry their kept set
+        in ``kept``, and a time measured under another kept set is measured again:
+        :func:`~triton_dist_tune.faults.journal.merge`)."""
         self.kept_mark = kept_text(kept, len(self.tuner.space))
         self.journal_entry = self._entry(self.extra)
         self.extra += self.kept_mark

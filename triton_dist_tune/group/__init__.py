@@ -1,14 +1,17 @@
 """The tuner's control channel between the ranks of a group, and how a job's ranks start.
 
-- :mod:`.channel`: :class:`Group` (one primitive, ``combine``, with a deadline), the single-process group,
-  :func:`agree` (the same texts on every rank, by fingerprint);
+- :mod:`.channel`: :class:`Group` (one primitive, ``combine``, with a deadline), the single-process group;
+- :mod:`.agreement`: :func:`agree` (the same texts on every rank, by fingerprint), and what one rank or each rank
+  computes for the group, its result or its error, on every rank alike (:func:`~.agreement.from_root`,
+  :func:`~.agreement.from_each`);
 - :mod:`.store`: a torch.distributed group, through the job's key-value store;
 - :mod:`.mpi`: an mpi4py communicator, through a duplicate of it;
 - :mod:`.resolve`: the channel of a call's ``autotune_pg`` (one per group object and process);
 - :mod:`.dist`: :func:`init_distributed`, a restart-safe ``init_process_group``.
 """
 
-from .channel import Agreement, ExchangeError, Group, SingleGroup, agree, default_timeout
+from .agreement import Agreement, agree
+from .channel import ExchangeError, Group, SingleGroup, default_timeout
 from .resolve import channel_entries, find_group, forget_groups, resolve_group
 
 __all__ = ["Agreement", "ExchangeError", "Group", "SingleGroup", "agree", "channel_entries", "default_timeout",

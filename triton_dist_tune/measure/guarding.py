@@ -1,7 +1,8 @@
 """The guarded runs of one tuning's measurer: each phase of a config under the tuning's own deadline (a
 :class:`~triton_dist_tune.faults.watchdog.Guard`), a failure posted at once on the group's failure board (so that
 ranks stuck in a collective of the function end promptly with the real error), an interruption journaled so that
-no config is blamed for it."""
+no config is blamed for it; and each config's outcome journaled as the group knows it, a failure that leaves the
+GPU context unusable stopping every rank (:class:`~triton_dist_tune.errors.DevicePoisonedError`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import GroupTimeoutError, describe_error
+from ..errors import DevicePoisonedError, GroupTimeoutError, describe_error
 from ..faults.journal import Journal
 from ..faults.watchdog import Guard
 from ..group.channel import FailureReport, Group
@@ -32,8 +33,8 @@ BEST_EFFORT = (COMPILE_PASS,)
 
 
 class Guarding:
-    """What :class:`~triton_dist_tune.measure.lockstep.Measurer` runs each phase with (a mixin: it needs the
-    measurer's group, journal, guard, plan, trial, log and label)."""
+    """What :class:`~triton_dist_tune.measure.lockstep.Measurer` runs each phase with, and how it journals each
+    config's outcome (a mixin: it needs the measurer's group, journal, guard, plan, trial, log and label)."""
 
     group: Group
     journal: Journal
@@ -45,6 +46,8 @@ class Guarding:
     _posted: set[tuple[int, str]]
     _current: tuple[int, str] | None
     _step: str
+    #: sharded: a poisoning failure, raised on every rank after the exchange of outcomes
+    _deferred: str | None
 
     def _guarded(self, index: int, desc: str, phase: str, runs: Callable[[], Any],
                  sync: bool = True, step: str | None = None, patience: float = 0.0) -> tuple[Any, str | None]:
@@ -188,4 +191,35 @@ class Guarding:
         except Exception:  # the store is going away: the next exchange says so
             return []
 
+    # -- outcomes --------------------------------------------------------------------------------------------------
 
+    def fail(self, index: int, desc: str, error: str) -> Outcome:
+        """Record a config the group already knows to be failed (e.g. it did not compile on some rank)."""
+        return self._failed(index, desc, error)
+
+    def _failed(self, index: int, desc: str, text: str, sharded: bool = False) -> Outcome:
+        outcome = Outcome(index, desc, "failed", error=text)
+        self.journal.record(outcome)
+        self.log.info("%s config %d FAILED (%s): %s", self.label, index, text, desc)
+        if sharded and POISONED.search(text):
+            self._deferred = text  # raised after the exchange of outcomes, on every rank alike
+        else:
+            self._stop_if_poisoned(index, desc, text)
+        return outcome
+
+    def _final(self, outcome: Outcome) -> Outcome:
+        """Journal a measured or stopped outcome the group agreed on."""
+        self.journal.record(outcome)
+        self.log.info("%s config %d %s: own %s ms, group %.4f ms +-%.1f%% over %d sample(s): %s", self.label,
+                      outcome.index, outcome.state, f"{outcome.own:.4f}" if outcome.own is not None else "-",
+                      outcome.time, 100 * (outcome.spread or 0), outcome.samples, outcome.config)
+        return outcome
+
+    def _stop_if_poisoned(self, index: int, desc: str, text: str) -> None:
+        """A CUDA error that leaves a context unusable fails every later config on that rank: stop the whole group
+        (the failure is journaled) so that a restart resumes without this config."""
+        if POISONED.search(text):
+            message = (f"{self.label} config {index} ({desc}) left a GPU context unusable ({text}); it is journaled "
+                       "as failed: restart the job (e.g. torchrun --max-restarts) to resume without it")
+            self.log.error(message)
+            raise DevicePoisonedError(message)

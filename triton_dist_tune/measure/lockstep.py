@@ -42,60 +42,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CompileFailed, DevicePoisonedError, GroupTimeoutError, RankFailedError, WrongResult, describe_error
+from ..errors import CompileFailed, GroupTimeoutError, RankFailedError, WrongResult, describe_error
 from ..faults.journal import Journal
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
-from ..group import codec
 from ..group.channel import Board, Group
 from ..records import COMPILE_PASS, Outcome
 from . import timing
-from .graphs import EAGER, GRAPH, Graphs, device_time_applies, graph_calls
-from .guarding import POISONED, Guarding
+from .combine import PER_RANK_LIMIT as PER_RANK_LIMIT
+from .combine import Combined as Combined
+from .combine import by_rank as by_rank
+from .combine import combine_phase as combine_phase
+from .combine import combine_round as combine_round
+from .graphs import EAGER, Graphs
+from .guarding import Guarding
 from .precompile import Compiles
 from .race import Race, RacePlan
+from .sampling import Sampling
 from .stats import median, spread
 from .trial import Trial
 
 #: (index, config, description) of a config to measure
 Todo = tuple[int, dict[str, Any], str]
-#: above this many ranks, an exchange of the race carries only the group's time of a sample (the max over ranks),
-#: not every rank's, so that what the store serves stays linear in the group's size
-PER_RANK_LIMIT = 64
-
-
-@codec.record
-@dataclass(frozen=True)
-class Combined:
-    """What one exchange of the warm-up or the race tells every rank (computed once, on group rank 0)."""
-
-    #: "rank r: error; ..." when some rank failed, else None
-    errors: str | None
-    #: every rank's value, by group rank (only the largest in a group over :data:`PER_RANK_LIMIT` ranks)
-    values: list[float]
-    #: the largest of the ranks' elapsed racing times
-    elapsed: float
-
-
-def combine_phase(contributions: list[tuple[Any, float]]) -> Combined:
-    """Rank 0's reduction of an exchange: each rank sent (its value or its error text, its elapsed seconds)."""
-    errors = [value if isinstance(value, str) else None for value, _ in contributions]
-    elapsed = max(seconds for _, seconds in contributions)
-    if any(errors):
-        return Combined(by_rank(errors), [], elapsed)
-    values = [float(value) for value, _ in contributions]
-    return Combined(None, values if len(values) <= PER_RANK_LIMIT else [max(values)], elapsed)
-
-
-def combine_round(contributions: list[tuple[list[tuple[Any, Any]], float]]) -> list[tuple[Any, Combined]]:
-    """Rank 0's reduction of a steady step's exchange: each rank sent ([(sample key, its time or error text)...], its
-    elapsed seconds); a key is (round in the step, config index). A sample some rank did not reach (it stopped its
-    step at a failure) is left out."""
-    elapsed = max(seconds for _, seconds in contributions)
-    by_rank = [dict(samples) for samples, _ in contributions]
-    common = [index for index, _ in contributions[0][0] if all(index in mine for mine in by_rank)]
-    failed = {index for mine in by_rank for index, value in mine.items() if isinstance(value, str)}
-    order = common + sorted(failed - set(common))
-    return [(index, combine_phase([(mine.get(index), elapsed) for mine in by_rank])) for index in order]
 
 
 @dataclass(frozen=True)
@@ -115,12 +82,7 @@ def _raise(exc: Exception) -> None:
     raise exc
 
 
-def by_rank(errors: Sequence[str | None]) -> str:
-    """'rank r: error; ...' for the ranks whose entry is an error."""
-    return "; ".join(f"rank {r}: {e}" for r, e in enumerate(errors) if e)
-
-
-class Measurer(Guarding):
+class Measurer(Sampling, Guarding):
     """Runs the measurement of one tuning call of one key (see the module docstring)."""
 
     def __init__(self, group: Group, trial: Trial, plan: Plan, journal: Journal, log: logging.Logger,
@@ -322,43 +284,6 @@ class Measurer(Guarding):
                                   f"then: {exc}") from exc
         return [[(index, result) for (r, index), result in combined if r == round_] for round_ in range(len(orders))]
 
-    # -- device time (CUDA graphs) ---------------------------------------------------------------------------------
-
-    def _capture(self, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float]) -> None:
-        """Before the first race of a tuning, decide whether its samples are timed on the device
-        (:mod:`~triton_dist_tune.measure.graphs`; from the group's probes); then capture the graph of each config of
-        this race. A capture that fails makes the rest of the tuning time eagerly, and is logged."""
-        if self.graphs is None and not self._clock_chosen and per_call:
-            self._clock_chosen = True
-            fastest = min(per_call.values())
-            kind = getattr(self.trial.clock, "kind", "host")
-            if device_time_applies(self.cold or self.plan.batch is not None, self.group.size, kind, fastest):
-                self.graphs = Graphs(graph_calls(fastest))
-                self.clock_kind = GRAPH
-                self.log.info("%s timing on the device: each config's calls replayed from a CUDA graph of %d "
-                              "(the fastest takes %.4f ms per eager call)", self.label, self.graphs.calls, fastest)
-        if self.graphs is None:
-            return
-        for index in sorted(entries):
-            if not self.graphs.capture(index, lambda c=entries[index][0]: self.trial.call(c)):
-                self.log.warning("%s the function cannot be captured in a CUDA graph (%s): timing eagerly",
-                                 self.label, self.graphs.error)
-                self.graphs = None
-                self.clock_kind = EAGER
-                return
-
-    def _sampler(self, index: int, config: dict[str, Any], per_call_ms: float, settled: bool,
-                 first: bool) -> tuple[timing.Steady, Callable[[], Any], int]:
-        """(the calls of a steady sample of config ``index``, the sample to run, the calls per counted call): a
-        replay of its graph counts as ``calls`` calls when the tuning times on the device."""
-        graphs = self.graphs
-        if graphs is not None and index in graphs.graphs:
-            steady = timing.steady_calls(self.trial.host_counts, per_call_ms * graphs.calls, settled, first, None)
-            replay = graphs.replay(index)
-            return steady, lambda: timing.steady_span(self.trial.clock, replay, steady), graphs.calls
-        steady = timing.steady_calls(self.trial.host_counts, per_call_ms, settled, first, self.plan.batch)
-        return steady, lambda: self.trial.steady(config, steady), 1
-
     @property
     def _own(self) -> int:
         """This rank's position in a sample's values (-1 when a large group sends only the max)."""
@@ -426,36 +351,3 @@ class Measurer(Guarding):
         for outcome in outcomes:  # the same outcomes everywhere: the same DevicePoisonedError on every rank
             self._stop_if_poisoned(outcome.index, outcome.config, outcome.error or "")
         return outcomes
-
-    # -- outcomes --------------------------------------------------------------------------------------------------
-
-    def fail(self, index: int, desc: str, error: str) -> Outcome:
-        """Record a config the group already knows to be failed (e.g. it did not compile on some rank)."""
-        return self._failed(index, desc, error)
-
-    def _failed(self, index: int, desc: str, text: str, sharded: bool = False) -> Outcome:
-        outcome = Outcome(index, desc, "failed", error=text)
-        self.journal.record(outcome)
-        self.log.info("%s config %d FAILED (%s): %s", self.label, index, text, desc)
-        if sharded and POISONED.search(text):
-            self._deferred = text  # raised after the exchange of outcomes, on every rank alike
-        else:
-            self._stop_if_poisoned(index, desc, text)
-        return outcome
-
-    def _final(self, outcome: Outcome) -> Outcome:
-        """Journal a measured or stopped outcome the group agreed on."""
-        self.journal.record(outcome)
-        self.log.info("%s config %d %s: own %s ms, group %.4f ms +-%.1f%% over %d sample(s): %s", self.label,
-                      outcome.index, outcome.state, f"{outcome.own:.4f}" if outcome.own is not None else "-",
-                      outcome.time, 100 * (outcome.spread or 0), outcome.samples, outcome.config)
-        return outcome
-
-    def _stop_if_poisoned(self, index: int, desc: str, text: str) -> None:
-        """A CUDA error that leaves a context unusable fails every later config on that rank: stop the whole group
-        (the failure is journaled) so that a restart resumes without this config."""
-        if POISONED.search(text):
-            message = (f"{self.label} config {index} ({desc}) left a GPU context unusable ({text}); it is journaled "
-                       "as failed: restart the job (e.g. torchrun --max-restarts) to resume without it")
-            self.log.error(message)
-            raise DevicePoisonedError(message)

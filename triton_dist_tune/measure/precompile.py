@@ -229,8 +229,8 @@ def version_key() -> None:
     """Compute Triton's version key once, before any compile: every compile needs it (a hash of Triton's compiler
     files and of its C library, hundreds of MB), Triton caches it per process, and compile threads that all start
     before it is cached each compute it again. Measured on a 16-CPU H100 host, first key of 40 configs: 16 threads
-    spent ~22 s of their time on it (``benchmarks/probe_first_key.py``). Nothing under Triton's interpreter, which
-    compiles nothing."""
+    spent ~22 s of their time on it (the first-key probe, ``benchmarks/HISTORY.md``). Nothing under Triton's
+    interpreter, which compiles nothing."""
     if settings.current().interpret:
         return
     try:

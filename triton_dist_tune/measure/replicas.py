@@ -26,7 +26,8 @@ from typing import Any
 
 from ..errors import AutotuneError, BadInputError, MismatchError
 from ..faults.watchdog import exchange_timeout
-from ..group.channel import Group, agree, attempt, unwrap_outcomes
+from ..group.agreement import agree, attempt, unwrap_outcomes
+from ..group.channel import Group
 from ..records import Decision, Outcome
 from ..space import fingerprint
 from . import stats

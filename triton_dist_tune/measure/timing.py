@@ -24,8 +24,8 @@ A **sample** is one timed span of calls, reported in ms per call:
   block. On a device at its power limit the SM clock swings over several hundred milliseconds; interleaving the
   leaders' short samples across the whole block spreads that swing, and the lending of clocks between
   neighbours, over all of them alike, where one long sample per leader would catch each in its own phase.
-  The durations below were measured on an H100 (``benchmarks/probe_settling.py``): from idle, a bf16 GEMM at its
-  power limit keeps its burst speed for 20-50 ms and reaches its sustained speed within 50-100 ms; a light
+  The durations below were measured on an H100 (the settling probe, ``benchmarks/HISTORY.md``): from idle, a bf16
+  GEMM at its power limit keeps its burst speed for 20-50 ms and reaches its sustained speed within 50-100 ms; a light
   config after a heavy one reaches its own sustained speed within 2 ms when the device stays busy; the limiter
   then cycles the SM clock (about 1,125-1,455 MHz) with a period of several hundred ms;
 - ``cold``: one call after the L2 cache is flushed (and, by the caller, the ranks aligned): for functions that run

@@ -1,0 +1,119 @@
+"""Issue 35 item 9: no module over 450 lines, no class over 300, no import circle (scripts/check_house.py), and the
+checker itself finds what it is there to find (tiny fake packages in a temporary folder)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "check_house.py"
+
+
+@pytest.fixture(scope="module")
+def house():
+    """scripts/check_house.py as a module."""
+    spec = importlib.util.spec_from_file_location("check_house", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("check_house", module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def report(house):
+    return house.check()
+
+
+def test_no_module_over_450_lines(report):
+    assert not report.long_modules, report.lines()
+
+
+def test_no_class_over_300_lines(report):
+    assert not report.long_classes, report.lines()
+
+
+def test_no_import_circle_in_contextual_and_function(report):
+    for where in ("triton_dist_tune/contextual", "triton_dist_tune/function"):
+        assert report.cycles[where] == [], report.lines()
+
+
+def test_no_import_circle_anywhere(report):
+    assert not any(report.cycles.values()), report.lines()
+    assert "benchmarks" in report.cycles and "triton_dist_tune/measure" in report.cycles  # both were checked
+
+
+# -- the checker on fake packages ----------------------------------------------------------------------------------
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_checker_finds_circles_through_annotations_and_deferred_imports(house, tmp_path):
+    write(tmp_path, {
+        "fake/__init__.py": "from .sub import a\n",
+        "fake/sub/__init__.py": "",
+        # a -> b at import time, b -> a for an annotation only
+        "fake/sub/a.py": "from .b import B\n\n\nclass A:\n    pass\n",
+        "fake/sub/b.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from .a import A\n\n\nclass B:\n"
+                         "    def f(self, a: 'A') -> None:\n        pass\n",
+        # c -> d inside a function (deferred), d -> c at import time, absolutely
+        "fake/sub/c.py": "def f():\n    from . import d\n\n    return d\n",
+        "fake/sub/d.py": "from fake.sub import c\n",
+        # one way only: no circle
+        "fake/sub/e.py": "from .a import A\nfrom . import d\n",
+        # across folders: x/p -> y/q -> x/p
+        "fake/x/__init__.py": "",
+        "fake/x/p.py": "from ..y.q import Q\n",
+        "fake/y/__init__.py": "",
+        "fake/y/q.py": "from ..x import p\n\nQ = 1\n",
+    })
+    found = house.check(tmp_path, "fake", "benchmarks")
+    assert found.cycles["fake/sub"] == [["a", "b"], ["c", "d"]], found.lines()
+    assert found.cycles[house.ACROSS] == [["x.p", "y.q"]], found.lines()
+    assert found.cycles["fake"] == [] and found.cycles["fake/x"] == [] and found.broken()
+    assert "import circle in fake/sub/: a -> b -> a" in found.lines()
+    assert "import circle across folders of fake: x.p -> y.q -> x.p" in found.lines()
+
+
+def test_the_checker_shows_a_real_circle_of_a_larger_group(house, tmp_path):
+    # a -> b -> c -> a and b -> a: one group of three; the path shown follows real imports
+    write(tmp_path, {"fake/__init__.py": "", "fake/a.py": "from . import b\n", "fake/b.py": "from . import a, c\n",
+                     "fake/c.py": "from . import a\n"})
+    (circle,) = house.check(tmp_path, "fake", "benchmarks").cycles["fake"]
+    assert circle == ["a", "b"]  # the shortest circle through a
+    write(tmp_path, {"fake/b.py": "from . import c\n"})
+    house._parse.cache_clear()
+    (circle,) = house.check(tmp_path, "fake", "benchmarks").cycles["fake"]
+    assert circle == ["a", "b", "c"]
+
+
+def test_the_checker_finds_circles_among_scripts(house, tmp_path):
+    write(tmp_path, {
+        "fake/__init__.py": "",
+        "benchmarks/one.py": "import sys\n\n\ndef main():\n    import two\n\n    return two.X\n",
+        "benchmarks/two.py": "from benchmarks.one import main\n\nX = 1\n",
+        "benchmarks/three.py": "from benchmarks import one\nfrom _helpers import h\n",
+        "benchmarks/_helpers.py": "def h():\n    return 1\n",
+    })
+    found = house.check(tmp_path, "fake", "benchmarks")
+    assert found.cycles["benchmarks"] == [["one", "two"]], found.lines()
+
+
+def test_the_checker_finds_long_modules_and_classes(house, tmp_path):
+    body = "".join(f"    x{i} = {i}\n" for i in range(house.MAX_CLASS_LINES - 1))  # with its class line: the most
+    write(tmp_path, {
+        "fake/__init__.py": "",
+        "fake/fits.py": "x = 1\n" * house.MAX_MODULE_LINES,
+        "fake/fitting_class.py": "class Fits:\n" + body,
+        "fake/long.py": "x = 1\n" * (house.MAX_MODULE_LINES + 1),
+        "fake/wide.py": "class Wide:\n" + body + "    y = 0\n",
+    })
+    found = house.check(tmp_path, "fake", "benchmarks")
+    assert found.long_modules == [("fake/long.py", house.MAX_MODULE_LINES + 1)]
+    assert found.long_classes == [("fake/wide.py", "Wide", house.MAX_CLASS_LINES + 1)]
+    assert found.broken() and not any(found.cycles.values())

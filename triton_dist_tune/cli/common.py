@@ -1,0 +1,84 @@
+"""What the subcommands share: the usage error, tables and numbers as text, the entries selected, key order."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..disk import decisions as dec
+from ..disk.cache import cache_root
+
+
+class UsageError(Exception):
+    """A problem to report in one line with exit status 2."""
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.4f}" if value is not None else "-"
+
+
+def _pct(value: float | None, sign: str = "+") -> str:
+    return f"{sign}{100 * value:.1f}%" if value is not None else "-"
+
+
+def _versions_text(entry: dec.Entry, now: dict[str, str]) -> str:
+    """``current``, or what differs: ``triton 3.6.0 (now 3.5.1)``."""
+    differ = [f"{k} {entry.versions.get(k, '-')} (now {now.get(k, '-')})"
+              for k in sorted(set(now) | set(entry.versions)) if entry.versions.get(k) != now.get(k)]
+    return "current" if not differ else "STALE: " + ", ".join(differ)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=1, allow_nan=False, default=str))
+
+
+def _warn_problems(problems: Sequence[dec.CacheError]) -> int:
+    """Say each unreadable file on stderr; the exit status: 1 when some file was skipped, else 0."""
+    for problem in problems:
+        print(f"triton-dist-tune: skipped {problem}", file=sys.stderr)
+    if problems:
+        print(f"triton-dist-tune: {len(problems)} unreadable file(s) skipped ('clear --older-than AGE' or deleting "
+              "them removes them)", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _check_age(text: str | None) -> None:
+    """``--older-than``'s check: an age ``parse_age`` reads, else a :class:`UsageError` that says what is."""
+    try:
+        if text is not None:
+            dec.parse_age(text)
+    except ValueError:
+        raise UsageError(f"--older-than wants an age: a number with s, m, h, d or w (30m, 12h, 7d, 2w), not "
+                         f"{text!r}") from None
+
+
+def _root(args: argparse.Namespace) -> Path:
+    return Path(args.cache_dir) if args.cache_dir else cache_root()
+
+
+def _selected(args: argparse.Namespace) -> tuple[list[dec.Entry], list[dec.CacheError]]:
+    entries, problems = dec.scan(_root(args))
+    older = dec.parse_age(args.older_than) if getattr(args, "older_than", None) else None
+    return dec.select(entries, getattr(args, "function", None), getattr(args, "stale", False), older), problems
+
+
+def key_order(text: str) -> tuple[Any, ...]:
+    """A sort key that orders the numbers inside a key's text by value: ``(64, ...)`` before ``(128, ...)``."""
+    return tuple((0, float(part), "") if re.fullmatch(r"-?\d+(?:\.\d+)?", part) else (1, 0.0, part)
+                 for part in re.findall(r"-?\d+(?:\.\d+)?|[^\d-]+|-", text))

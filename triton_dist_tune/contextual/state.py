@@ -1,0 +1,191 @@
+"""What a contextual tuned function holds, as the modules that act on one of its calls see it.
+
+- :class:`TunerState`: one decorated function's state across its calls (its
+  :class:`~triton_dist_tune.contextual.tuner.ContextualTuner` adds the calls themselves: the group, the agreement);
+- :class:`CallState`: one call's state (its :class:`~triton_dist_tune.contextual.session.Session` adds the run
+  loop): the tracks, this rank's view of them, the current run's :class:`RunRecord`, what is made on first use
+  (clock, disk cache, log), the journals every rank gathered before the first run, and the watchdog over each run;
+- :class:`Exchanged`: what the exchange after a run told every rank alike.
+
+The modules that act on a call (:mod:`~.launches`, :mod:`~.exchange`, :mod:`~.compiling`, :mod:`~.decisions`,
+:mod:`~.hot`) take these, so that none of them imports the session or the tuner, which import them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..disk import logs
+from ..disk.cache import DiskCache
+from ..faults.recovery import gather_entries
+from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
+from ..group.channel import Group, default_timeout
+from ..measure.timing import make_clock
+from .newkeys import can_settle
+from .options import ContextualOptions
+from .schedule import Track
+from .tracks import LocalTrack, TrackId
+
+#: the call whose run the watchdog guards (an inner tuning on another group leaves it to the outer one)
+_watch_owner: Any = None
+_watch_lock = threading.Lock()
+
+#: one launch as this rank records it: (config index, the clock's token or None, error or None)
+Record = tuple[int, Any, "str | None"]
+
+
+class TunerState:
+    """One function decorated with :func:`~triton_dist_tune.contextual.contextual_autotune`, across its calls:
+    what its calls read and fill."""
+
+    def __init__(self, fn: Callable[..., Any], options: ContextualOptions) -> None:
+        self.fn, self.options = fn, options
+        #: (track id, key text) -> the group's decision and its table of measurements
+        self.decisions: dict[TrackId, dict[str, Any]] = {}
+        #: runs of the function in the last call
+        self.last_runs = 0
+        #: group identity -> {(autotuner id, key): (track id, local default index)}: keys met in hot calls that the
+        #: group has not decided, run with a local default until the group's next agreement
+        self.pending: dict[tuple, dict[tuple[int, tuple], tuple[Any, int]]] = {}
+        #: group identity -> the undecided keys this rank met in hot calls since the group's last agreement, with
+        #: (how many calls met it, the last of them): settled (:mod:`~.newkeys`) in the 1st, 2nd, 4th ... of those
+        #: calls only, and offered at the next agreement
+        self.met_since: dict[tuple, dict[TrackId, tuple[int, int | None]]] = {}
+        #: group identity -> the group ranks on this rank's node (found once, when compiling ahead first splits)
+        self.nodes: dict[tuple, list[int]] = {}
+
+
+@dataclass
+class RunRecord:
+    """What this rank saw in one run of the function (made afresh for each run)."""
+
+    #: the tracks first met in this run (their :meth:`~.tracks.LocalTrack.info` is sent)
+    new: list[TrackId] = field(default_factory=list)
+    #: track -> this rank's launches of it in the run
+    launches: dict[TrackId, list[Record]] = field(default_factory=dict)
+    #: (track, config index) of every timed launch started in the run: journaled ``hung`` if the watchdog fires
+    inflight: list[tuple[TrackId, int]] = field(default_factory=list)
+    #: (autotuner id, key)s whose reset before use is made (final run)
+    reset: set[tuple[int, tuple]] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Exchanged:
+    """What one exchange told every rank alike, besides the tracks' steps."""
+
+    #: whether tracks were created (met for the first time by the group in the run)
+    created: bool
+    #: track -> the ranks that met it first in the run (a new track, or ranks that joined one late)
+    met: dict[TrackId, list[int]]
+    #: track -> the configs some rank launched in the run
+    launched: dict[TrackId, set[int]]
+    #: every rank compiles ahead (:func:`~.compiling.compiles_ahead`)
+    compiles: bool
+
+
+class CallState:
+    """One call of a contextual tuned function on ``group``: what its launches, exchanges and decisions read and
+    change (see the module docstring). ``tuning``: every rank of the group takes part; otherwise the call is *hot*
+    (no communication; a key the group has not decided runs with a local default and is *pending*)."""
+
+    def __init__(self, tuner: TunerState, group: Group, tuning: bool, call: int = 0) -> None:
+        self.tuner, self.group, self.tuning, self.call_number = tuner, group, tuning, call
+        self.label = tuner.options.label
+        self.tracks: dict[TrackId, Track] = {}
+        self.local: dict[TrackId, LocalTrack] = {}
+        self.lock = threading.Lock()
+        self.runs = 0
+        self.needs_tuning = False
+        #: undecided keys run with a local default, without communication (hot calls on a group, or past the bound)
+        self.pending_mode = not tuning and group.size > 1
+        #: the undecided keys met in the first run of a hot call, settled at its end (:mod:`~.newkeys`); None: this
+        #: call cannot turn into a tuning call (alone, an mpi4py group, or past the bound)
+        self.met: list[TrackId] | None = [] if self.pending_mode and can_settle(group) else None
+        #: (autotuner id, key) of every launch this call tuned: benchmark launches until the final run
+        self.session_keys: set[tuple[int, tuple]] = set()
+        self.final_run = False
+        #: what this rank saw in the current run
+        self.record = RunRecord()
+        self.started = time.monotonic()
+        self._armed = False
+        self._guard: Guard | None = None
+        #: entry -> every group rank's journal records of it, gathered before the first run (None: not yet)
+        self._earlier: dict[str, list[list[dict[str, Any]]]] | None = None
+
+    # what a hot call never needs is made on first use
+
+    @functools.cached_property
+    def clock(self) -> Any:
+        """Times the tuning launches of this call."""
+        return make_clock()
+
+    @functools.cached_property
+    def cache(self) -> DiskCache:
+        """The contextual disk cache (and the folder of the journals)."""
+        return DiskCache("contextual")
+
+    @functools.cached_property
+    def timeout(self) -> float:
+        """Seconds of the watchdog per run and of each exchange."""
+        timeout = self.tuner.options.timeout
+        return timeout if timeout is not None else default_timeout()
+
+    @functools.cached_property
+    def log(self) -> logging.Logger:
+        """This rank's log file."""
+        return logs.rank_log()
+
+    # -- the earlier attempts -------------------------------------------------------------------------------------
+
+    def gather_journals(self) -> None:
+        """Before the first run of a call the whole group tunes: one exchange of every rank's journals of this
+        group (:func:`~triton_dist_tune.faults.recovery.gather_entries`), the view every resume decision of the
+        call is taken from (which configs to leave out, which to launch first), identical on every rank."""
+        self._earlier = gather_entries(self.group, self.cache.folder, f"{self.label} journal exchange",
+                                       exchange_timeout(self.timeout))
+
+    def earlier(self, entry: str) -> list[list[dict[str, Any]]]:
+        """Every group rank's journal records of ``entry`` from the gathered view (a process alone reads its own
+        now; a rank that meets a key without the group, never: it runs a pending default)."""
+        if self._earlier is None and self.group.size == 1:
+            self.gather_journals()
+        return (self._earlier or {}).get(entry) or [[] for _ in range(self.group.size)]
+
+    # -- the watchdog ----------------------------------------------------------------------------------------------
+
+    def arm(self) -> None:
+        """Put this run under the watchdog (once per run; not when an outer tuning already has it)."""
+        global _watch_owner
+        if self._armed:
+            return
+        with _watch_lock:
+            if _watch_owner is not None:
+                return
+            _watch_owner = self
+        self._armed = True
+        self._guard = self._guard or WATCHDOG.guard(rank=self.group.rank)  # this call's own deadline
+        self._guard.arm(self.timeout, f"{self.label} run {self.runs - 1}", self._hung)
+
+    def _disarm(self) -> None:
+        global _watch_owner
+        if self._armed:
+            if self._guard is not None:
+                self._guard.close()
+                self._guard = None
+            self._armed = False
+            with _watch_lock:
+                _watch_owner = None
+
+    def _hung(self) -> None:
+        """The watchdog fired: every config this rank launched in the run is journaled as hung."""
+        self._journal_inflight("hung", error=f"run {self.runs - 1} exceeded {self.timeout:g} s")
+
+    def _journal_inflight(self, state: str, **fields: Any) -> None:
+        for tid, index in sorted(set(self.record.inflight)):
+            self.local[tid].journal.append(index, state, config=self.local[tid].descriptions[index], **fields)

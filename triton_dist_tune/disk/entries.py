@@ -1,0 +1,171 @@
+"""One cache file read into a typed :class:`Entry` (formats 1 and 2), and the errors of unusable cache files."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..measure.stats import near_tie
+from ..records import Outcome
+from .cache import versions as current_versions
+
+
+class CacheError(Exception):
+    """A cache folder, cache file or bundle that cannot be used; the message is one line for a person."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        #: the file at fault, where there is one
+        self.path = path
+
+
+@dataclass
+class Entry:
+    """One decision of the cache, whatever the format it was written in."""
+
+    path: Path
+    format: int
+    function: str
+    key: str
+    index: int
+    config: str
+    time_ms: float | None
+    margin: float | None
+    runner_up: int | None
+    near_tie: bool
+    timing: str | None
+    group_size: int | None
+    group: str | None
+    #: unix seconds; the file's modification time for format 1 (which does not record it)
+    created: float
+    versions: dict[str, str]
+    gpu: str
+    gpu_count: int | None
+    kernel: str | None = None
+    rounds: int | None = None
+    tuning_seconds: float | None = None
+    measurements: list[Outcome] = field(default_factory=list)
+    #: the raw JSON object as read from disk (what ``export`` ships)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def name(self) -> str:
+        """``<function folder>/<file name>``: how the command line names an entry."""
+        return f"{self.path.parent.name}/{self.path.name}"
+
+    def stale(self, now: dict[str, str] | None = None) -> bool:
+        """Whether the entry was tuned under other software versions than this process runs."""
+        return self.versions != (now if now is not None else current_versions())
+
+    def chosen(self) -> Outcome | None:
+        """The chosen config's outcome, when its measurements are recorded."""
+        return next((o for o in self.measurements if o.index == self.index), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """A summary for ``--json`` output (standard JSON)."""
+        return {"file": str(self.path), "name": self.name, "format": self.format, "function": self.function,
+                "kernel": self.kernel, "key": self.key, "index": self.index, "config": self.config,
+                "time_ms": self.time_ms, "margin": self.margin, "runner_up": self.runner_up,
+                "near_tie": self.near_tie, "timing": self.timing, "group_size": self.group_size,
+                "group": self.group, "gpu": self.gpu, "gpu_count": self.gpu_count, "versions": self.versions,
+                "created": self.created, "stale": self.stale(),
+                "measurements": [o.to_json() for o in self.measurements]}
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if type(value) in (int, float) and math.isfinite(value) else None
+
+
+def _outcome_of_format1(row: Any) -> Outcome | None:
+    """A format-1 measurement row (or a contextual table row) as an :class:`Outcome`."""
+    if not isinstance(row, dict) or type(row.get("index")) is not int or not isinstance(row.get("config"), str):
+        return None
+    state = row.get("state")
+    time_ms = _finite(row.get("time"))
+    if state == "measured" and row.get("early_stop"):
+        state = "stopped"
+    if state in ("measured", "stopped") and time_ms is None:
+        return None
+    if state not in ("measured", "stopped", "failed"):
+        state = "pruned"  # contextual "skipped": never run
+    per_rank = row.get("per_rank")
+    per_rank = [float(t) for t in per_rank if _finite(t) is not None] if isinstance(per_rank, list) else None
+    error = row.get("error")
+    return Outcome(index=row["index"], config=row["config"], state=state, time=time_ms, per_rank=per_rank,
+                   error=str(error) if error is not None else None, own=_finite(row.get("own")),
+                   resumed=bool(row.get("resumed", False)))
+
+
+def _margin(outcomes: list[Outcome], chosen: int) -> tuple[float | None, int | None]:
+    """Runner-up time / chosen time - 1 and the runner-up's index, from the measurements (format 1)."""
+    best = next((o for o in outcomes if o.index == chosen and o.time), None)
+    others = sorted((o for o in outcomes if o.usable and o.index != chosen), key=lambda o: (o.time, o.index))
+    if best is None or not others:
+        return None, None
+    return others[0].time / best.time - 1, others[0].index
+
+
+def recorded_near_tie(data: dict[str, Any]) -> bool:
+    """A record's near-tie flag, kept only where its margin is within the spread of the two configs' measurements
+    (records written before that rule flagged any pair the race had not yet told apart, +322% included)."""
+    if not data.get("near_tie"):
+        return False
+    pair = (data.get("index"), data.get("runner_up"))
+    rows = data.get("measurements") if isinstance(data.get("measurements"), list) else []
+    spreads = [_finite(r.get("spread")) for r in rows if isinstance(r, dict) and r.get("index") in pair]
+    return near_tie(_finite(data.get("margin")), spreads)
+
+
+def parse_entry(path: Path, data: Any) -> Entry:
+    """The decision in ``data`` (read from ``path``); raises :class:`CacheError` when it is not one."""
+    if not isinstance(data, dict):
+        raise CacheError(f"{path}: not a cache entry (a JSON {type(data).__name__}, not an object)", path)
+    fmt = data.get("format")
+    if fmt not in (1, 2):
+        raise CacheError(f"{path}: unknown cache format {fmt!r} (this reader knows 1 and 2)", path)
+    index, config = data.get("index"), data.get("config")
+    if type(index) is not int or not isinstance(config, str) or not isinstance(data.get("versions"), dict):
+        raise CacheError(f"{path}: malformed cache entry (needs index, config and versions)", path)
+    rows = data.get("measurements") if isinstance(data.get("measurements"), list) else []
+    # format 2 stores Outcome.to_json() rows; a row that is not one (format 1, a contextual table) is read as one
+    found = [(Outcome.from_json(r) if fmt == 2 else None) or _outcome_of_format1(r) for r in rows]
+    outcomes = [o for o in found if o is not None]
+    outcomes.sort(key=lambda o: o.index)
+    margin, runner_up = _finite(data.get("margin")), data.get("runner_up")
+    if fmt == 1 or "margin" not in data:  # not recorded (format 1, contextual entries): from the measurements
+        margin, runner_up = _margin(outcomes, index)
+    created = _finite(data.get("created"))
+    if created is None:
+        try:
+            created = path.stat().st_mtime
+        except OSError:
+            created = 0.0
+    size = data.get("group_size")
+    return Entry(path=path, format=fmt, function=str(data.get("function") or path.parent.name),
+                 key=str(data.get("key", "?")), index=index, config=config, time_ms=_finite(data.get("time_ms")),
+                 margin=margin, runner_up=runner_up if type(runner_up) is int else None,
+                 near_tie=recorded_near_tie(data), timing=data.get("timing"),
+                 group_size=size if type(size) is int else None, group=data.get("group"), created=created,
+                 versions={str(k): str(v) for k, v in data["versions"].items()}, gpu=str(data.get("gpu", "?")),
+                 gpu_count=data.get("gpu_count") if type(data.get("gpu_count")) is int else None,
+                 kernel=data.get("kernel"), rounds=data.get("rounds") if type(data.get("rounds")) is int else None,
+                 tuning_seconds=_finite(data.get("tuning_seconds")),
+                 measurements=outcomes, raw=data)
+
+
+def read_entry(path: Path) -> Entry:
+    """The decision stored in ``path``; raises :class:`CacheError` for a missing, unreadable or corrupt file."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise CacheError(f"{path}: no such cache file") from None
+    except OSError as exc:
+        raise CacheError(f"{path}: cannot read ({exc.strerror or exc})", path) from None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise CacheError(f"{path}: corrupt cache file (not JSON: {exc})", path) from None
+    return parse_entry(path, data)

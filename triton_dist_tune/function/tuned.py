@@ -1,0 +1,105 @@
+"""What one function decorated with :func:`~triton_dist_tune.autotune` is and has decided: its space, options,
+cache entry's dependencies and decisions.
+
+A :class:`TunedFunction` is what a tuning of one of its keys reads and fills (:mod:`~.tuning`, :mod:`~.agreed`,
+:mod:`~.campaign`); its :class:`~triton_dist_tune.function.tuner.Tuner` adds the routing of its calls.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from .. import settings
+from ..disk.cache import DiskCache, dependency_text, source_of
+from ..errors import BadInputError
+from ..measure.timing import timing_mode
+from ..records import Decision
+from ..space import check_space_signature, describe, validate_space
+from .options import TuneOptions
+from .policy import Undecided
+
+
+def positional_limit(fn: Callable[..., Any], tuned: frozenset[str]) -> float:
+    """How many positional arguments ``fn`` takes before its first tuned parameter (infinity when that cannot be
+    told: no signature, or ``*args`` before any tuned parameter)."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return float("inf")
+    count = 0
+    for p in parameters:
+        if p.kind is p.VAR_POSITIONAL:
+            return float("inf")
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.name in tuned:
+            return count
+        count += 1
+    return count
+
+
+def _tensor_devices(args: tuple, kwargs: dict[str, Any]) -> str:
+    kinds = {v.device.type for v in (*args, *kwargs.values()) if hasattr(v, "device") and hasattr(v, "data_ptr")}
+    return ",".join(sorted(kinds))
+
+
+class TunedFunction:
+    """One decorated function: its space, options and decisions (see :func:`~triton_dist_tune.autotune`)."""
+
+    def __init__(self, fn: Callable[..., Any], config_space: Sequence[dict[str, Any]],
+                 key_fn: Callable[..., Hashable], prune_fn: Callable[..., bool] | None, options: TuneOptions) -> None:
+        if not callable(key_fn):
+            raise BadInputError("key_fn must be callable")
+        if prune_fn is not None and not callable(prune_fn):
+            raise BadInputError("prune_fn must be callable or None")
+        self.fn = fn
+        self.name = options.name or getattr(fn, "__name__", "tuned")
+        self.space = validate_space(config_space)
+        check_space_signature(fn, self.space, self.name)
+        try:
+            self.params = frozenset(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            self.params = frozenset()
+        self.options = options.for_function(fn)
+        self.key_fn, self.prune_fn = key_fn, prune_fn
+        self.descriptions = [describe(c) for c in self.space]
+        #: every name some config sets
+        self.space_names = frozenset(name for config in self.space for name in config)
+        #: positional arguments a call may pass before the first tuned parameter: a call with more passes a tuned
+        #: parameter by position, and goes to the slow path, which names it
+        self.positional_limit = positional_limit(fn, self.space_names)
+        self.space_text = "\n".join(self.descriptions)
+        self.cache = DiskCache(self.name)
+        self.source = source_of(fn)
+        self._dependencies: str | None = None
+        #: what a call does with a key not decided yet (``undecided=``)
+        self.undecided = Undecided(self.name, options.undecided, options.distance)
+        #: decisions of calls on the default group, key -> config (the hot path reads this)
+        self.decided: dict[Hashable, dict[str, Any]] = {}
+        #: decisions of calls with an explicit group, (group identity: kind, name, global ranks; key) -> config
+        self.decided_in: dict[tuple[tuple, Hashable], dict[str, Any]] = {}
+        #: the last decision per (group name, key), with every config's outcome, for inspection
+        self.decisions: dict[tuple[str, Hashable], Decision] = {}
+        #: the function talks to no other rank (``sharded=True``, or a ``local=True`` campaign said so): a config
+        #: served for an undecided key is this rank's own choice, not agreed with the group
+        self.rank_local = False
+
+    def search_mode(self) -> str:
+        """``auto``, ``search`` or ``exhaustive``: the job's ``TRITON_DIST_AUTOTUNE_SEARCH``, else ``search=``."""
+        return settings.current().search or self.options.search
+
+    @property
+    def tables(self) -> dict[tuple[str, Hashable], list[dict[str, Any]]]:
+        """The last decision's outcomes per (group name, key), as JSON-style rows (a view of ``decisions``)."""
+        return {slot: [o.to_json() for o in d.outcomes] for slot, d in self.decisions.items()}
+
+    def entry_extra(self, args: tuple, kwargs: dict[str, Any]) -> str:
+        """What the cache entry depends on besides the function's source, key, space and group size: the code it
+        uses, the devices of its tensors, ``cache_key_extra`` and the timing mode (a decision timed cold is no
+        answer for steady timing)."""
+        if self._dependencies is None:
+            self._dependencies = dependency_text(self.fn, self.key_fn, self.prune_fn, "")
+        extra = self.options.cache_key_extra
+        extra = extra() if callable(extra) else (extra or "")
+        return (f"{self._dependencies}\ndevices: {_tensor_devices(args, kwargs)}\nextra: {extra}\n"
+                f"timing: {timing_mode(self.options.timing)}")

@@ -1,0 +1,53 @@
+"""What one exchange of the warm-up or the race carries, and how group rank 0 reduces the ranks' contributions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..group import codec
+
+#: above this many ranks, an exchange of the race carries only the group's time of a sample (the max over ranks),
+#: not every rank's, so that what the store serves stays linear in the group's size
+PER_RANK_LIMIT = 64
+
+
+@codec.record
+@dataclass(frozen=True)
+class Combined:
+    """What one exchange of the warm-up or the race tells every rank (computed once, on group rank 0)."""
+
+    #: "rank r: error; ..." when some rank failed, else None
+    errors: str | None
+    #: every rank's value, by group rank (only the largest in a group over :data:`PER_RANK_LIMIT` ranks)
+    values: list[float]
+    #: the largest of the ranks' elapsed racing times
+    elapsed: float
+
+
+def combine_phase(contributions: list[tuple[Any, float]]) -> Combined:
+    """Rank 0's reduction of an exchange: each rank sent (its value or its error text, its elapsed seconds)."""
+    errors = [value if isinstance(value, str) else None for value, _ in contributions]
+    elapsed = max(seconds for _, seconds in contributions)
+    if any(errors):
+        return Combined(by_rank(errors), [], elapsed)
+    values = [float(value) for value, _ in contributions]
+    return Combined(None, values if len(values) <= PER_RANK_LIMIT else [max(values)], elapsed)
+
+
+def combine_round(contributions: list[tuple[list[tuple[Any, Any]], float]]) -> list[tuple[Any, Combined]]:
+    """Rank 0's reduction of a steady step's exchange: each rank sent ([(sample key, its time or error text)...], its
+    elapsed seconds); a key is (round in the step, config index). A sample some rank did not reach (it stopped its
+    step at a failure) is left out."""
+    elapsed = max(seconds for _, seconds in contributions)
+    by_rank = [dict(samples) for samples, _ in contributions]
+    common = [index for index, _ in contributions[0][0] if all(index in mine for mine in by_rank)]
+    failed = {index for mine in by_rank for index, value in mine.items() if isinstance(value, str)}
+    order = common + sorted(failed - set(common))
+    return [(index, combine_phase([(mine.get(index), elapsed) for mine in by_rank])) for index in order]
+
+
+def by_rank(errors: Sequence[str | None]) -> str:
+    """'rank r: error; ...' for the ranks whose entry is an error."""
+    return "; ".join(f"rank {r}: {e}" for r, e in enumerate(errors) if e)
