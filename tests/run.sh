@@ -42,11 +42,13 @@ echo "== triton 3.6 pass: started in the background (its output comes at the end
 pass36 >"$logs/triton36.log" 2>&1 &
 pass36_pid=$!
 
-# two workers (pytest-xdist): most tests wait on their ranks' processes, so two at a time keep both cores busy;
-# work stealing: a worker that runs out takes tests queued for the other, so neither idles at the end
-echo "== pytest (triton $("$PY" -c 'import triton; print(triton.__version__)'), 2 workers)"
+# three workers (pytest-xdist) on two cores: most tests spend much of their time waiting (on their ranks, on a
+# watchdog's deadline), so a third keeps the cores busy (measured: 2 workers left them 40% idle); TDT_TEST_WORKERS
+# sets another count. Work stealing: a worker that runs out takes tests queued for another, so none idles at the end
+workers=${TDT_TEST_WORKERS:-3}
+echo "== pytest (triton $("$PY" -c 'import triton; print(triton.__version__)'), $workers workers)"
 main=0
-"$PY" -m pytest -q -n 2 --dist worksteal "$@" || main=$?
+"$PY" -m pytest -q -n "$workers" --dist worksteal "$@" || main=$?
 
 echo "== pytest-mpi under mpiexec -n 2"
 mpi=0
