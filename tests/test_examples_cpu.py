@@ -199,10 +199,14 @@ def check_gemm_rs() -> int:
 
 @pytest.mark.timeout(240)
 def test_gemm_rs_check_cpu_two_ranks(tmp_path: Path) -> None:
-    proc = launch(["tests/test_examples_cpu.py", "--case", "gemm_rs"], 2, 220)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0 and "gemm_rs check: PASSED" in proc.stdout, output[-4000:]
-    assert "FAIL" not in proc.stdout, output[-4000:]
+    """Every gemm_rs config against matmul + reduce_scatter on 2 gloo ranks (forks of the test server, as in
+    test_ag_gemm_check_cpu_two_ranks)."""
+    from harness import describe, run_ranks
+
+    ranks = run_ranks(Path(__file__), 2, ["--case", "gemm_rs"], timeout=220)
+    assert all(r.returncode == 0 for r in ranks), describe(ranks)
+    assert "gemm_rs check: PASSED" in ranks[0].stdout, describe(ranks)
+    assert not any("FAIL" in r.stdout for r in ranks), describe(ranks)
 
 
 @pytest.mark.timeout(240)
@@ -235,15 +239,19 @@ def test_tp_mlp_four_ranks_two_groups_tuned_as_one(tmp_path: Path) -> None:
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("example", ["ag_gemm", "gemm_rs"])
 def test_ag_gemm_and_gemm_rs_examples_run_on_two_cpu_ranks(tmp_path: Path, example: str) -> None:
-    """``bash launch.sh examples/<example>.py`` without a GPU: 2 gloo ranks, the interpreter, tiny shapes; rank 0
-    prints one OK line per rank, with one config for every rank (before: the files had no main and ran nothing)."""
-    proc = launch([f"examples/{example}.py"], 2, 220, TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path / "cache"),
-                  TRITON_DIST_AUTOTUNE_LOG_DIR=str(tmp_path / "logs"))
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-4000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(f"{example} rank ")]
-    assert [line.split(":")[0] for line in lines] == [f"{example} rank 0/2", f"{example} rank 1/2"], output[-4000:]
-    assert all(": OK rel err" in line and "'algo'" in line for line in lines), output[-4000:]
+    """``examples/<example>.py`` on 2 gloo ranks without a GPU (what ``bash launch.sh`` runs; the ranks here are forks
+    of the test server with torchrun's variables, launch.sh itself being tested with the quick start, tp_mlp.py and
+    moe_gemm.py): the interpreter, tiny shapes; rank 0 prints one OK line per rank, with one config for every rank
+    (before: the files had no main and ran nothing)."""
+    from harness import describe, run_ranks
+
+    ranks = run_ranks(HERE.parent / "examples" / f"{example}.py", 2, timeout=220,
+                      env={"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
+                           "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")})
+    assert all(r.returncode == 0 for r in ranks), describe(ranks)
+    lines = [line for line in ranks[0].stdout.splitlines() if line.startswith(f"{example} rank ")]
+    assert [line.split(":")[0] for line in lines] == [f"{example} rank 0/2", f"{example} rank 1/2"], describe(ranks)
+    assert all(": OK rel err" in line and "'algo'" in line for line in lines), describe(ranks)
     assert len({line.split("; ", 1)[1] for line in lines}) == 1, lines
 
 

@@ -159,6 +159,31 @@ def test_jobs_kept_as_jobs_and_listed_with_their_ranks(tmp_path):
     assert len(listed.stdout.splitlines()) == 5 and "pair" not in listed.stdout, listed.stdout
 
 
+def test_jobs_started_within_one_second_are_dropped_oldest_first(tmp_path):
+    """Six jobs started within one second, named so that their names sort against their order: the rotation drops
+    the oldest by the JSON header's exact time (before: by the readable header's, to the second, and the tie went
+    to the name: a newer job was dropped and the oldest kept; seen once log writers started in half a second)."""
+    from triton_dist_tune.disk.rotation import rotate
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    second = 1_790_000_000.0
+    jobs = [f"job-{name}" for name in "fedcba"]  # oldest first
+    text, jsonl = [], []
+    for n, job in enumerate(jobs):
+        started = second + 0.1 * n
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+        text.append(f"==== triton-dist-tune job {job} rank 0 host h pid {n} started {when} ====\n{job} first\n")
+        jsonl.append(json.dumps({"time": started, "job": job, "rank": 0, "header": True}) + "\n"
+                     + json.dumps({"time": started, "job": job, "rank": 0, "message": f"{job} first"}) + "\n")
+    (folder / "rank-0.log").write_text("".join(text))
+    (folder / "rank-0.jsonl").write_text("".join(jsonl))
+    assert rotate(folder, 5, current="job-new") == ["job-f", "job-e"]
+    assert lines_with(folder, "job-f") == lines_with(folder, "job-e") == 0
+    assert all(lines_with(folder, f"{job} first") == 1 for job in jobs[2:])
+    assert "job-f" not in (folder / "rank-0.log").read_text()
+
+
 @pytest.mark.timeout(120)
 def test_concurrent_rotators_lose_no_record(tmp_path):
     """Case 10: 6 jobs start at once in a folder that holds 5 old jobs, each rotating it: no rotator fails on

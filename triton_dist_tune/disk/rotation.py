@@ -11,7 +11,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .identity import job_name
@@ -37,21 +37,22 @@ def _flock(fd: int, operation: int, deadline: float) -> bool:
             return False
 
 
-def _header(line: str) -> tuple[str, float | None] | None:
-    """(job, start time or None) of a header line (readable or JSON), None for any other line."""
+def _header(line: str) -> tuple[str, float | None, bool] | None:
+    """(job, start time or None, whether that time is precise) of a header line, None for any other line. A JSON
+    header's time is the exact one; a readable header's is to the second (jobs started within one second tie)."""
     found = _HEADER.match(line)
     if found:
         if found.group(1) is None:
-            return found.group(3), None
+            return found.group(3), None, False
         try:
-            return found.group(1), time.mktime(time.strptime(found.group(2), "%Y-%m-%d %H:%M:%S"))
+            return found.group(1), time.mktime(time.strptime(found.group(2), "%Y-%m-%d %H:%M:%S")), False
         except (ValueError, OverflowError):
-            return found.group(1), None
+            return found.group(1), None, False
     if line.startswith("{") and '"header": true' in line:
         try:
             data = json.loads(line)
             started = data.get("time")
-            return str(data["job"]), float(started) if isinstance(started, (int, float)) else None
+            return str(data["job"]), float(started) if isinstance(started, (int, float)) else None, True
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return None
     return None
@@ -69,6 +70,28 @@ def _record_job(line: str) -> str | None:
 
 
 @dataclass
+class _Starts:
+    """When each job started, by its headers in every file: the earliest precise (JSON) time where one was read,
+    else the earliest readable one (to the second); an unknown time (lines before any header) sorts first."""
+
+    precise: dict[str | None, float] = field(default_factory=dict)
+    rough: dict[str | None, float] = field(default_factory=dict)
+
+    def learn(self, job: str | None, started: float | None, precise: bool) -> None:
+        times = self.precise if precise else self.rough
+        times[job] = min(times.get(job, float("inf")), started if started is not None else float("-inf"))
+
+    def __contains__(self, job: object) -> bool:
+        return job in self.precise or job in self.rough
+
+    def of(self, job: str | None) -> float:
+        return self.precise[job] if job in self.precise else self.rough[job]
+
+    def jobs(self) -> set[str | None]:
+        return {*self.precise, *self.rough}
+
+
+@dataclass
 class _LogFile:
     """A rank's log file, split by job: (job or None for lines before the first header, its lines)."""
 
@@ -76,17 +99,15 @@ class _LogFile:
     segments: list[tuple[str | None, list[str]]]
 
     @classmethod
-    def read(cls, path: Path, starts: dict[str | None, float]) -> _LogFile:
-        """The file's segments; ``starts`` learns each job's earliest header time (None: unknown, -inf)."""
+    def read(cls, path: Path, starts: _Starts) -> _LogFile:
+        """The file's segments; ``starts`` learns each job's header times."""
         segments: list[tuple[str | None, list[str]]] = [(None, [])]
         jsonl = path.suffix == ".jsonl"
         for line in path.read_text(errors="replace").splitlines(keepends=True):
             header = _header(line)
             if header is not None:
-                job, started = header
-                segments.append((job, []))
-                known = starts.get(job, float("inf"))
-                starts[job] = min(known, started if started is not None else float("-inf"))
+                segments.append((header[0], []))
+                starts.learn(*header)
             elif jsonl:  # a JSON record names its job: jobs that ran at once interleave their records
                 own = _record_job(line)
                 if own is not None and own != segments[-1][0] and own in starts:
@@ -94,7 +115,7 @@ class _LogFile:
             segments[-1][1].append(line)
         segments = [(job, lines) for job, lines in segments if lines]
         if any(job is None for job, _ in segments):
-            starts[None] = float("-inf")
+            starts.learn(None, None, True)
         return cls(path, segments)
 
     @property
@@ -143,7 +164,7 @@ def rotate(folder: Path, keep: int, current: str | None = None) -> list[str | No
     without the dropped jobs (removed when nothing is left), so a job is dropped from all of its ranks' files at
     once. Returns the jobs dropped. Call it holding :func:`_rotation_lock`."""
     current = job_name() if current is None else current
-    starts: dict[str | None, float] = {}
+    starts = _Starts()
     files, handles = [], []
     try:
         for path in sorted([*folder.glob("rank-*.log"), *folder.glob("rank-*.jsonl")]):
@@ -158,8 +179,9 @@ def rotate(folder: Path, keep: int, current: str | None = None) -> list[str | No
             except OSError:
                 busy = True  # a running process writes it
             files.append((_LogFile.read(path, starts), busy))  # read once locked: no writer adds lines since
-        starts[current] = float("inf")
-        order = sorted(starts, key=lambda job: (starts[job], "" if job is None else job))
+        when = {job: starts.of(job) for job in starts.jobs()}
+        when[current] = float("inf")
+        order = sorted(when, key=lambda job: (when[job], "" if job is None else job))
         drop = set(order[:max(0, len(order) - keep)])
         for log_file, busy in files:
             if busy:
@@ -167,7 +189,7 @@ def rotate(folder: Path, keep: int, current: str | None = None) -> list[str | No
         for log_file, busy in files:
             if not busy and (drop & log_file.jobs or not log_file.segments):
                 log_file.rewrite(drop)
-        return sorted(drop, key=lambda job: (starts[job], "" if job is None else job))
+        return sorted(drop, key=lambda job: (when[job], "" if job is None else job))
     finally:
         for handle in handles:
             handle.close()
@@ -179,8 +201,7 @@ def keep_last_jobs(path: Path, keep: int) -> None:
     temporary file of its own, untouched when nothing is dropped or when a running process holds the file."""
     if not path.is_file():
         return
-    starts: dict[str | None, float] = {}
-    log_file = _LogFile.read(path, starts)
+    log_file = _LogFile.read(path, _Starts())
     order = list(dict.fromkeys(job for job, _ in log_file.segments if job != job_name()))
     if len(order) <= keep:
         return

@@ -1,9 +1,8 @@
 """The tuner's control channel between the ranks of a group, and how a job's ranks start.
 
 - :mod:`.channel`: :class:`Group` (one primitive, ``combine``, with a deadline), the single-process group;
-- :mod:`.agreement`: :func:`agree` (the same texts on every rank, by fingerprint), and what one rank or each rank
-  computes for the group, its result or its error, on every rank alike (:func:`~.agreement.from_root`,
-  :func:`~.agreement.from_each`);
+- :mod:`.agreement`: :func:`agree` (the same texts on every rank, by fingerprint), and what group rank 0
+  computes for the group, its result or its error, on every rank alike (:func:`~.agreement.from_root`);
 - :mod:`.store`: a torch.distributed group, through the job's key-value store;
 - :mod:`.mpi`: an mpi4py communicator, through a duplicate of it;
 - :mod:`.resolve`: the channel of a call's ``autotune_pg`` (one per group object and process);

@@ -2,7 +2,7 @@
 
 - :func:`agree`: every rank holds the same text in each of some fields (sent as fingerprints), else an
   :class:`Agreement` saying where they differ (:func:`difference` words it);
-- :func:`from_root` and :func:`from_each`: what one rank, or each rank, computes for the group, its result or its
+- :func:`from_root`: what group rank 0 computes for the group, its result or its
   error (:func:`attempt`), on every rank alike (:func:`unwrap_outcomes`): nothing one rank decides fails on that
   rank alone while the others wait for it.
 """
@@ -131,10 +131,3 @@ def from_root(group: Group, compute: Callable[[], Any], what: str, timeout: floa
     mine = attempt(compute) if group.rank == 0 else None
     return unwrap_outcomes(group, [(0, group.broadcast(mine, what, timeout=timeout))], what, error)
 
-
-def from_each(group: Group, compute: Callable[[], Any], what: str, combine: Callable[[list[Any]], Any] = list,
-              timeout: float | None = None, error: type[Exception] = BadInputError) -> Any:
-    """Every rank computes its part (``compute()``); every rank gets ``combine`` of the parts (by group rank), or
-    raises the same ``error`` naming every rank whose ``compute`` raised."""
-    gathered = group.allgather(attempt(compute), what, timeout=timeout)
-    return unwrap_outcomes(group, list(enumerate(gathered)), what, error, combine)
