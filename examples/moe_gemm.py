@@ -440,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     tiny = args.tiny or not cuda
     problem = CPU_PROBLEM if tiny else GPU_PROBLEM
     space = moe_config_space(tiny=tiny)
-    moe = make_tuned_moe(space, search=args.search)
+    quick = {} if cuda else {"n_warmup": 1, "n_repeat": 3}  # the interpreter is slow
+    moe = make_tuned_moe(space, search=args.search, **quick)
     w = make_weights(problem, device, dtype)
     result: dict[str, Any] = {"world": world, "space": len(space), "search_option": supports_search()}
 
