@@ -42,9 +42,11 @@ import bench_search as bs  # noqa: E402  (sets fresh HOME and caches before Trit
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from _search_common import State  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
 
 from examples.gemm_kernels import H100_SHARED_MEMORY_BYTES, prune_by_shared_memory  # noqa: E402
+from examples.moe_gemm import search_option  # noqa: E402
 
 GEMM_SHAPES = (16, 64, 256, 1024, 4096, 8192)
 MOE_SHAPES = (16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -67,14 +69,14 @@ class GemmVariant(bs.GemmSpace):
         specs = [f"{bm}x{bn}x{bk}-g{g}-w{w}-s{s}" for bm, bn, bk, g, w, s in itertools.product(*axes.values())]
         self.configs = [s for s in specs if prune_by_shared_memory(s, 2, H100_SHARED_MEMORY_BYTES)]
 
-    def state(self, m: int) -> bs.State:
+    def state(self, m: int) -> State:
         if self.smoke or not getattr(self, "b_transposed", False):
             return super().state(m)
         gen = torch.Generator().manual_seed(m)
         a = torch.randn(m, self.k, generator=gen).to("cuda", self.dtype)
         b = torch.randn(self.n, self.k, generator=gen).to("cuda", self.dtype).t()  # [K, N], column-major
         c = torch.empty(m, self.n, device="cuda", dtype=self.dtype)
-        return bs.State(m, (a, b, c), c)
+        return State(m, (a, b, c), c)
 
 
 @triton.jit
@@ -137,12 +139,12 @@ class SoftmaxSpace:
         widest = max(16, triton.next_power_of_2(cols))
         return [c for c in self.configs if self.parse(c)[0] <= widest and self.parse(c)[0] * self.parse(c)[1] <= 16384]
 
-    def state(self, m: str) -> bs.State:
+    def state(self, m: str) -> State:
         r, c = self.dims(m)
         device = "cuda" if bs.GPU else "cpu"
         x = torch.randn(r, c, generator=torch.Generator().manual_seed(r * 7 + c)).to(device, self.dtype)
         y = torch.empty_like(x)
-        return bs.State(m, (x, y), y)
+        return State(m, (x, y), y)
 
     def _launch(self, kernel: Any, x: torch.Tensor, y: torch.Tensor, config: str, warmup: bool = False) -> None:
         block, rows, warps, stages = self.parse(config)
@@ -153,11 +155,11 @@ class SoftmaxSpace:
         else:
             kernel[grid](*args, BLOCK=block, ROWS=rows, num_warps=warps, num_stages=stages)
 
-    def launch(self, kernel: Any, st: bs.State, config: str) -> Callable[[], None]:
+    def launch(self, kernel: Any, st: State, config: str) -> Callable[[], None]:
         x, y = st.args
         return lambda: self._launch(kernel, x, y, config)
 
-    def compile(self, kernel: Any, st: bs.State, config: str) -> None:
+    def compile(self, kernel: Any, st: State, config: str) -> None:
         x, y = st.args
         self._launch(kernel, x, y, config, warmup=True)
 
@@ -167,7 +169,7 @@ class SoftmaxSpace:
 
         @bs.tdt.autotune([{"config": c} for c in self.configs], key_fn=lambda x, y: tuple(x.shape),
                          prune_fn=lambda cfg, x, y: cfg["config"] in space.kept(f"{x.shape[0]}x{x.shape[1]}"),
-                         name=name, **bs.moe_mod.search_option(search))
+                         name=name, **search_option(search))
         def softmax_fn(x, y, *, config):
             space._launch(kernel, x, y, config)
 

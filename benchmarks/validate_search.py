@@ -25,6 +25,7 @@ from typing import Any  # noqa: E402
 
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
 import corpus  # noqa: E402
+from _search_tuners import decision_info  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
 
 
@@ -52,7 +53,7 @@ def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:
         for o in decision.outcomes:
             if o.time is not None:
                 screened[space.text(space.chosen(tuned.tuner.space[o.index]))] = o.time
-    return {"choice": choice, "seconds": seconds, "decision": bs.decision_info(tuned, name), "screened": screened}
+    return {"choice": choice, "seconds": seconds, "decision": decision_info(tuned, name), "screened": screened}
 
 
 def main() -> int:

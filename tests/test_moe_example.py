@@ -24,7 +24,8 @@ import pytest  # noqa: E402
 from test_ag_gemm import launch  # noqa: E402
 
 from examples.gemm_kernels import LARGE_AXES, large_gemm_config_specs, shared_memory_bytes  # noqa: E402
-from examples.moe_gemm import (  # noqa: E402
+from examples.moe_gemm import supports_search  # noqa: E402
+from examples.moe_kernels import (  # noqa: E402
     CPU_PROBLEM,
     FULL_AXES,
     interpreter_enabled,
@@ -36,7 +37,6 @@ from examples.moe_gemm import (  # noqa: E402
     moe_prune_for,
     moe_reference,
     relative_error,
-    supports_search,
 )
 
 needs_kernel = pytest.mark.skipif(not torch.cuda.is_available() and not interpreter_enabled(),

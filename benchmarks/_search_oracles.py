@@ -1,0 +1,127 @@
+"""The oracles of ``bench_search.py`` (see its docstring): the exhaustive device-time oracle of one (space, M) and
+the sustained eager oracle over a few candidates."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from _oracle import all_even_odd, host_launch_ms, sustained
+from _oracle import scores as oracle_scores
+from _search_clocks import GraphClock, WallClock, sm_clock
+from _search_common import GPU, State, gpu_name, say, sync
+
+#: a config whose settling replay is this many times the best screened so far is not timed further
+SCREEN_CUTOFF = 3.0
+
+
+def compile_all(space: Any, kernel: Any, st: State, configs: list[Any]) -> dict[str, str]:
+    """Compile ``configs`` on ``kernel`` in parallel threads (Triton's compile-only launch); {config: error}."""
+    if not GPU:
+        return {}
+    failed: dict[str, str] = {}
+    prepare = getattr(space, "prepare", None)
+    if prepare is not None:  # shared state the launches read, built once before the threads start
+        prepare(st, configs)
+
+    def one(config: Any) -> None:
+        try:
+            space.compile(kernel, st, config)
+        except Exception as exc:  # out of resources and the like: the config cannot run
+            failed[space.text(config)] = f"{type(exc).__name__}: {str(exc)[:200]}"
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
+        list(pool.map(one, configs))
+    return failed
+
+
+def scores(samples: dict[str, list[float]], names: list[str]) -> dict[str, float]:
+    """``_oracle.scores`` over every round: each config's median time relative to its round's median."""
+    return oracle_scores(samples, names, list(range(len(samples[names[0]]))))
+
+
+def device_oracle(space: Any, m: int, kernel: Any, rounds: int) -> dict[str, Any]:
+    """The exhaustive device-time oracle of one (space, M) (see ``bench_search.py``'s docstring)."""
+    st = space.state(m)
+    kept = space.kept(m)
+    t0 = time.perf_counter()
+    failed = compile_all(space, kernel, st, kept)
+    compile_s = time.perf_counter() - t0
+    clock = GraphClock() if GPU else WallClock()
+    sampler = sm_clock() if GPU else None
+    screened: dict[str, float] = {}
+    order = list(kept)
+    random.Random(m).shuffle(order)
+    with sampler if sampler is not None else _null():
+        for i, config in enumerate(order):
+            name = space.text(config)
+            if name in failed:
+                continue
+            try:
+                cutoff = SCREEN_CUTOFF * min(screened.values(), default=math.inf)
+                screened[name] = clock.screen(space.launch(kernel, st, config), cutoff_ms=cutoff)
+            except Exception as exc:  # a launch that fails (e.g. out of resources at run time)
+                failed[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                sync()
+            if (i + 1) % 200 == 0:
+                say(f"oracle {space.name} M={m}: screened {i + 1}/{len(order)}")
+        by_time = sorted(screened, key=screened.get)
+        best_screen = screened[by_time[0]]
+        finalists = [n for n in by_time if screened[n] <= 1.25 * best_screen][:48]
+        finalists = finalists if len(finalists) >= 16 else by_time[:16]
+        configs = {space.text(c): c for c in kept}
+        samples = clock.rounds({n: space.launch(kernel, st, configs[n]) for n in finalists}, rounds, seed=m)
+    sc = scores(samples, finalists)
+    best = min(sc, key=sc.get)
+    final_ms = {n: statistics.median(samples[n]) for n in finalists}
+    ratios = {n: screened[n] / final_ms[best] for n in screened}
+    ratios.update({n: sc[n] / sc[best] for n in finalists})
+    found = {"space": space.name, "m": m, "kept": len(kept), "compile_s": compile_s, "failed": failed,
+             "screen_ms": screened, "finalists": finalists, "final_ms": final_ms, "ratios": ratios, "best": best,
+             "best_ms": final_ms[best], "rounds": rounds, "method": clock.label,
+             "sm_clock_mhz": sampler.median() if sampler is not None else None,
+             "seconds": time.perf_counter() - t0}
+    say(f"oracle {space.name} M={m}: {len(kept)} kept, {len(failed)} failed, best {best} "
+        f"{1e3 * final_ms[best]:.1f} us/call, {len(finalists)} finalists, {found['seconds']:.1f} s "
+        f"(compile {compile_s:.1f} s), SM clock {found['sm_clock_mhz']}")
+    return found
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def eager_oracle(space: Any, m: int, kernel: Any, candidates: list[str], rounds: int) -> dict[str, Any]:
+    """The sustained eager oracle over ``candidates`` (``_oracle.sustained``: 50 ms settling and a 100 ms
+    window of eager calls per candidate and round; drift-free scores; even/odd halves for repeatability)."""
+    st = space.state(m)
+    configs = {space.text(c): c for c in space.kept(m)}
+    calls = {n: space.launch(kernel, st, configs[n]) for n in candidates}
+    samples = (sustained(calls, rounds=rounds, settle_ms=50, window_ms=100, seed=1) if GPU
+               else WallClock().rounds(calls, rounds, seed=1))
+    names = sorted(candidates)
+    every = scores(samples, names)
+    best = min(every, key=every.get)
+    out: dict[str, Any] = {"ratios": {n: every[n] / every[best] for n in names}, "best": best,
+                           "ms": {n: statistics.median(samples[n]) for n in names}, "rounds": rounds}
+    if GPU and rounds >= 2:
+        _, even, odd = all_even_odd(samples, names)
+        ratio = lambda sc, n: sc[n] / min(sc.values())  # noqa: E731
+        out["repeat_max_dev"] = max(abs(ratio(even, n) / ratio(odd, n) - 1) for n in names)
+        host = statistics.median(host_launch_ms(calls[best]) for _ in range(3))
+        out["host_ms"], out["host_bound"] = host, host >= 0.9 * out["ms"][best]
+    return out
+
+
+def oracle_key(space: Any, m: int) -> str:
+    """The oracle cache's key of (space, M) on this GPU."""
+    return f"{gpu_name()}|{space.name}|{m}|{len(space.configs)}"
