@@ -67,7 +67,9 @@ def hang_then_prune():
 
     out = caught(lambda: kernel(torch.ones(4)).tolist())
     chosen = next(iter(kernel.tuner.decided.values()), None)
-    leave(rank=me, run=run, chosen=None if chosen is None else chosen["v"], **out)
+    # run 1: rank 1 is ended by its watchdog, so rank 0 leaves without main's barrier; run 2: both end normally
+    # (rank 0, the store's host, waits at the barrier until rank 1 has read the last exchange)
+    (leave if run == "1" else emit)(rank=me, run=run, chosen=None if chosen is None else chosen["v"], **out)
 
 
 @case
@@ -88,7 +90,9 @@ def campaign_key_fn_raises():
 
     out = caught(lambda: tdt.campaign(kernel, lambda n: torch.ones(n), [8, 16], progress=False).to_json())
     out.pop("value", None)
-    leave(rank=me, ended=time.time(), **out)
+    # a normal end (main's barrier), not leave(): rank 0 hosts the store and must not end before rank 1 has read
+    # the exchange that carries the error (under load rank 1 lost the store there: a DistNetworkError)
+    emit(rank=me, ended=time.time(), **out)
 
 
 @case
