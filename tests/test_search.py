@@ -224,9 +224,8 @@ def test_four_ranks_whose_noise_differs_search_the_600_config_function_alike(tmp
     mine, *others = (r.results[0] for r in results)
     for other in others:  # the same configs in the same order, the same choice (ranks 1-3 had 10-20% noise)
         assert (other["order"], other["chosen"], other["calls"]) == (mine["order"], mine["chosen"], mine["calls"])
-    # near the bottom, not at the rim (4x): 4 ranks on 2 loaded cores stall calls by tens of ms (a run with 4
-    # pytest workers chose 1.26x), so the 10% bound is the 2-rank test's
-    assert mine["chosen_ms"] <= 1.5 * mine["best_ms"]
+    # times are on the virtual clock (load cannot reorder configs): the same 10% bound as on 2 ranks
+    assert mine["chosen_ms"] <= 1.10 * mine["best_ms"]
     assert len(mine["screened"]) < 600 / 2  # no fixed cap: the evidence ends it (244 of 600 seen)
 
 
@@ -285,9 +284,8 @@ def test_contextual_autotune_searches_alike_on_four_ranks_whose_noise_differs(tm
     mine, *others = (r.results[0] for r in results)
     assert all(other == mine for other in others)  # the same configs launched, runs and choice on every rank
     assert mine["ok"] and mine["launched"] < 120 and "skipped" in mine["states"]
-    # near the bottom, not at the rim (4x): 4 ranks on 2 loaded cores stall single launches by tens of ms (a run
-    # with 4 pytest workers chose 1.22x), so the 10% bound is the 2-rank test's
-    assert mine["chosen_ms"] <= 1.5 * mine["best_ms"]
+    # times are on the virtual clock (load cannot reorder configs): the same 10% bound as on 2 ranks
+    assert mine["chosen_ms"] <= 1.10 * mine["best_ms"]
 
 
 def test_a_config_written_as_a_string_of_numbers_or_a_triton_config_is_a_point_of_its_numbers():

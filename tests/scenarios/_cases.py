@@ -57,6 +57,22 @@ def virtual_clock() -> Iterator[None]:
 RUNNING: list[str] = []
 
 
+def contextual_virtual_clock() -> None:
+    """Time ``contextual_autotune``'s launches on the virtual clock (:func:`spend`): the pre_hooks spend
+    their config's time, so the group's times follow from the scenario's landscape exactly, whatever the load."""
+    from triton_dist_tune.contextual import state
+    from triton_dist_tune.measure.timing import HostClock
+
+    class VirtualClock(HostClock):
+        def start(self) -> float:
+            return _VIRTUAL_MS[0]
+
+        def stop(self, start: float) -> float:
+            return _VIRTUAL_MS[0] - start
+
+    state.make_clock = VirtualClock
+
+
 def emit(**fields: object) -> None:
     """One ``RESULT {json}`` line, written with one ``write`` so that the lines of ranks sharing a pipe (torchrun,
     mpiexec) never interleave. Where the process runs several cases, the line says which (``"case"``)."""

@@ -1,6 +1,7 @@
 """Scenarios for the search in ``contextual_autotune``: an inner ``triton.autotune`` kernel of 120 configs (more than
-the search threshold), each config's ``pre_hook`` sleeping a smooth landscape's time (10 ms at its bottom, 4x that
-at its rim), on real ranks with Triton's interpreter.
+the search threshold), each config's ``pre_hook`` spending a smooth landscape's time on the virtual clock (10 ms at its
+bottom, 4x that at its rim; ``_cases.contextual_virtual_clock``, so that load cannot reorder configs), on real ranks
+with Triton's interpreter.
 
 Usage: python contextual_search_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Prints ``RESULT``.
 """
@@ -12,13 +13,12 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import random  # noqa: E402
-import time  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, emit, main
+from _cases import case, contextual_virtual_clock, emit, main, spend
 
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
@@ -40,7 +40,7 @@ NOISE = {"jitter": 0.0, "random": random.Random(0)}
 def sleeper(index: int, a: int, b: int):
     def hook(nargs):
         LAUNCHED.append(index)
-        time.sleep(landscape_ms(a, b) * (1.0 + NOISE["jitter"] * NOISE["random"].random()) / 1e3)
+        spend(landscape_ms(a, b) * (1.0 + NOISE["jitter"] * NOISE["random"].random()))
 
     return hook
 
@@ -79,6 +79,7 @@ def landscape_exhaustive():
 
 def tune_landscape(**options):
     tdt.init_distributed()
+    contextual_virtual_clock()
     runs = [0]
     LAUNCHED.clear()
 

@@ -18,7 +18,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, emit, main, spend, virtual_clock  # noqa: E402
+from _cases import case, contextual_virtual_clock, emit, main, spend, virtual_clock  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.errors import AllConfigsFailedError  # noqa: E402
@@ -163,24 +163,6 @@ def inner_kernel(x, y, out, n, A: tl.constexpr, B: tl.constexpr, C: tl.constexpr
 def kernel_ms(params: dict) -> float:
     """A smooth bowl over the kernel's space: 1 ms at (A 3, B 1, C 2), up to 13 ms away from it."""
     return 1.0 + 2 * abs(params["A"] - 3) + 1.5 * abs(params["B"] - 1) + abs(params["C"] - 2)
-
-
-def contextual_virtual_clock() -> None:
-    """Time ``contextual_autotune``'s launches on the virtual clock (:func:`_cases.spend`): the pre_hooks spend
-    their config's time, so the group's times follow from :func:`kernel_ms` exactly, whatever the load."""
-    from _cases import _VIRTUAL_MS
-
-    from triton_dist_tune.contextual import state
-    from triton_dist_tune.measure.timing import HostClock
-
-    class VirtualClock(HostClock):
-        def start(self) -> float:
-            return _VIRTUAL_MS[0]
-
-        def stop(self, start: float) -> float:
-            return _VIRTUAL_MS[0] - start
-
-    state.make_clock = VirtualClock
 
 
 def contextual_layer(max_runs: int):

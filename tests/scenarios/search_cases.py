@@ -1,8 +1,9 @@
 """Multi-rank scenarios for the search of large spaces: a 600-config collective function on a smooth landscape.
 
 Usage: python search_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Prints ``RESULT {json}``.
-Each call sleeps its config's time (2 ms at the landscape's bottom, up to 4x that at its rim) and all-reduces, so
-the ranks stay in step as a collective function's would. ``SEARCH_CALLS`` names a file each rank appends every
+Each call spends its config's time on the virtual clock (``_cases.virtual_clock``: 2 ms at the landscape's
+bottom, up to 4x that at its rim, so that a loaded machine cannot reorder configs) and all-reduces, so the ranks
+stay in step as a collective function's would. ``SEARCH_CALLS`` names a file each rank appends every
 call's config to (one line per call, with the attempt), so that a test can count calls across attempts.
 """
 
@@ -16,7 +17,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, spend, virtual_clock
 
 import triton_dist_tune as tdt
 
@@ -56,8 +57,7 @@ def tuned(name: str, calls: list[int], jitter: float, kill_at: int | None = None
         if log:
             with open(f"{log}.rank{dist.get_rank()}", "a") as out:
                 out.write(f"{attempt} {index}\n")
-        ms = landscape_ms(SPACE[index]) * (1.0 + jitter * noise.random())
-        time.sleep(ms / 1e3)
+        spend(landscape_ms(SPACE[index]) * (1.0 + jitter * noise.random()))
         dist.all_reduce(torch.ones(1))
 
     return f
@@ -70,7 +70,8 @@ def smooth():
     calls: list[int] = []
     f = tuned("smooth", calls, jitter=JITTER[dist.get_rank() % len(JITTER)])
     started = time.monotonic()
-    f()
+    with virtual_clock():
+        f()
     ((_, decision),) = f.tuner.decisions.items()
     chosen = decision.index
     emit(chosen=chosen, chosen_ms=landscape_ms(SPACE[chosen]), best_ms=min(map(landscape_ms, SPACE)),
@@ -87,7 +88,8 @@ def killed():
     calls: list[int] = []
     attempt = os.environ.get("SEARCH_ATTEMPT", "1")
     f = tuned("killed", calls, jitter=0.0, kill_at=45 if attempt == "1" else None)
-    f()
+    with virtual_clock():
+        f()
     ((_, decision),) = f.tuner.decisions.items()
     finalists = sorted(o.index for o in decision.outcomes if o.state == "measured")
     emit(chosen=decision.index, search=decision.search, finalists=finalists)
