@@ -1,13 +1,8 @@
 """A grouped (MoE) GEMM in the style of vLLM / SGLang ``fused_moe``, tuned over a vLLM-sized config space.
 
 The kernel, its config space and pruning, and the routing and problem builders are in ``examples/moe_kernels.py``;
-this file is the runnable example: the tuned function, the campaign and the vLLM export.
-
-Each token is routed to ``top_k`` of ``E`` experts; expert ``e`` multiplies its tokens by its weight ``W[e]``
-(``[N, K]``, as vLLM stores ``w1``). The tokens are sorted by expert and each expert's list padded to a multiple of
-``BLOCK_SIZE_M`` (:func:`moe_align_block_size`, plain torch here, no host synchronization); every program of the
-Triton kernel then computes one ``BLOCK_SIZE_M x BLOCK_SIZE_N`` tile of one expert's rows, with ``GROUP_SIZE_M``
-swizzling of the program order, and scatters the rows back to ``out[token, slot]``.
+this file is the runnable example: the tuned function, the campaign and the vLLM export (how the kernel works: its
+module docstring).
 
 The config space is the one vLLM's ``benchmark_moe.py`` sweeps (BLOCK_SIZE_M x BLOCK_SIZE_N x BLOCK_SIZE_K x
 GROUP_SIZE_M x num_warps x num_stages: 1,920 configs), pruned per key by shared memory and by the shape
