@@ -26,7 +26,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
-from test_ag_gemm import init_distributed, launch, relative_error, runnable_configs  # noqa: E402
+from test_ag_gemm import init_distributed, relative_error, runnable_configs  # noqa: E402
 
 from examples._dist_common import split_rows  # noqa: E402
 from examples.gemm_kernels import (  # noqa: E402
@@ -209,7 +209,7 @@ def test_gemm_rs_check_cpu_two_ranks(tmp_path: Path) -> None:
     assert not any("FAIL" in r.stdout for r in ranks), describe(ranks)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_tp_mlp_four_ranks_two_groups_tuned_as_one(tmp_path: Path) -> None:
     """Two TP groups of 2, replicas of each other, tuned as one (``autotune_replicas=``): every rank runs the same
     configs, and the tuner never warns that the groups chose differently for one shared cache entry. Tuned as one,
@@ -217,12 +217,14 @@ def test_tp_mlp_four_ranks_two_groups_tuned_as_one(tmp_path: Path) -> None:
     leaders race again on every replica); two TP groups tuning apart have one each."""
     import json
 
+    from harness import describe, run_ranks
+
     cache, log_dir = tmp_path / "cache", tmp_path / "logs"
-    proc = launch(["examples/tp_mlp.py"], 4, 220, TRITON_DIST_AUTOTUNE_CACHE_DIR=str(cache),
-                  TRITON_DIST_AUTOTUNE_LOG_DIR=str(log_dir))
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-4000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("tp_mlp rank")]
+    ranks = run_ranks(HERE.parent / "examples" / "tp_mlp.py", 4, timeout=280,
+                      env={"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(cache), "TRITON_DIST_AUTOTUNE_LOG_DIR": str(log_dir)})
+    output = describe(ranks)
+    assert all(r.returncode == 0 for r in ranks), output[-4000:]
+    lines = [line for r in ranks for line in r.stdout.splitlines() if line.startswith("tp_mlp rank")]
     assert len(lines) == 4 and all(": OK " in line for line in lines), output[-4000:]
     assert {line.split(" group ")[1][0] for line in lines} == {"0", "1"}  # two TP groups
     assert all("'algo'" in line for line in lines)  # each rank reports the configs it runs
@@ -240,9 +242,9 @@ def test_tp_mlp_four_ranks_two_groups_tuned_as_one(tmp_path: Path) -> None:
 @pytest.mark.parametrize("example", ["ag_gemm", "gemm_rs"])
 def test_ag_gemm_and_gemm_rs_examples_run_on_two_cpu_ranks(tmp_path: Path, example: str) -> None:
     """``examples/<example>.py`` on 2 gloo ranks without a GPU (what ``bash launch.sh`` runs; the ranks here are forks
-    of the test server with torchrun's variables, launch.sh itself being tested with the quick start, tp_mlp.py and
-    moe_gemm.py): the interpreter, tiny shapes; rank 0 prints one OK line per rank, with one config for every rank
-    (before: the files had no main and ran nothing)."""
+    of the test server with torchrun's variables, launch.sh itself being tested with the quick start and
+    tests/test_newcomer.py): the interpreter, tiny shapes; rank 0 prints one OK line per rank, with one config for
+    every rank (before: the files had no main and ran nothing)."""
     from harness import describe, run_ranks
 
     ranks = run_ranks(HERE.parent / "examples" / f"{example}.py", 2, timeout=220,

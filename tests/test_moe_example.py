@@ -1,6 +1,7 @@
 """CPU tests of the MoE example (examples/moe_gemm.py) and of the large config spaces of issue 28.
 
-The kernel runs in Triton's interpreter; the tuned example runs on 2 real gloo ranks started by ``launch.sh``.
+The kernel runs in Triton's interpreter; the tuned example runs on 2 real gloo ranks
+(forks of the test server with torchrun's variables).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the examples import Triton
 
 import pytest  # noqa: E402
-from test_ag_gemm import launch  # noqa: E402
 
 from examples.gemm_kernels import LARGE_AXES, large_gemm_config_specs, shared_memory_bytes  # noqa: E402
 from examples.moe_gemm import supports_search  # noqa: E402
@@ -101,18 +101,28 @@ def test_moe_prune_is_shape_aware() -> None:
     assert {c["GROUP_SIZE_M"] for c in kept[16]} == {1, 16}
 
 
-@pytest.mark.timeout(120)
+def example_ranks(tmp_path: Path, args: list[str], timeout: float) -> tuple[str, str]:
+    """``examples/moe_gemm.py ARGS`` on 2 gloo ranks: forks of the test server with torchrun's variables (what
+    ``bash launch.sh --cpu`` runs; launch.sh itself is tested by the quick start and tests/test_newcomer.py).
+    Returns rank 0's stdout and every rank's output, for messages; asserts that every rank ended well."""
+    from harness import describe, run_ranks
+
+    ranks = run_ranks(HERE.parent / "examples" / "moe_gemm.py", 2, args, timeout=timeout,
+                      env={"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
+                           "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")})
+    output = describe(ranks)
+    assert all(r.returncode == 0 for r in ranks), output[-4000:]
+    return ranks[0].stdout, output
+
+
+@pytest.mark.timeout(240)
 def test_moe_example_two_cpu_ranks_same_choice(tmp_path: Path) -> None:
     """The example's single-call mode tuned on 2 gloo ranks (interpreter, tiny space) with the search forced: right
     result, the same config everywhere. (The defaults are run by the campaign test below, on 3 batch sizes.)"""
     if not supports_search():
         pytest.skip("this triton_dist_tune has no search= option")
-    proc = launch(["examples/moe_gemm.py", "--tiny", "--tokens", "6", "--search", "search"], 2, 110,
-                  TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path / "cache"),
-                  TRITON_DIST_AUTOTUNE_LOG_DIR=str(tmp_path / "logs"))
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-4000:]
-    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    stdout, output = example_ranks(tmp_path, ["--tiny", "--tokens", "6", "--search", "search"], 220)
+    results = [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
     assert len(results) == 1, output[-4000:]
     result = results[0]
     assert result["world"] == 2 and result["same_on_every_rank"], output[-4000:]
@@ -168,7 +178,7 @@ def this_cpu_model() -> str:
 VLLM_TILE_KEYS = {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages"}
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_moe_example_campaign_spread_over_two_cpu_ranks_writes_vllms_config_file(tmp_path: Path) -> None:
     """The example's campaign (3 batch sizes on CPU), its keys spread over 2 gloo ranks: every key decided, the
     same decisions on both ranks, right results at every key. With ``--export-vllm DIR`` rank 0 writes one file that
@@ -178,12 +188,8 @@ def test_moe_example_campaign_spread_over_two_cpu_ranks_writes_vllms_config_file
     from triton_dist_tune.cli.commands import main as cli
 
     out = tmp_path / "vllm"
-    proc = launch(["examples/moe_gemm.py", "--tiny", "--campaign", "--export-vllm", str(out)], 2, 220,
-                  TRITON_DIST_AUTOTUNE_CACHE_DIR=str(tmp_path / "cache"),
-                  TRITON_DIST_AUTOTUNE_LOG_DIR=str(tmp_path / "logs"))
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-4000:]
-    result = next(json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    stdout, output = example_ranks(tmp_path, ["--tiny", "--campaign", "--export-vllm", str(out)], 280)
+    result = next(json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT "))
     assert result["keys"] == 3 and result["failed"] == 0, output[-4000:]
     assert result["same_on_every_rank"] and len(result["choices"]) == 3, output[-4000:]
     assert max(result["errors"]) <= 1e-4, output[-4000:]
