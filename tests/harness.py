@@ -64,6 +64,25 @@ def parse_results(stdout: str) -> list[Any]:
     return [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
 
 
+def run_process(script: str | Path, args: list[str] | None = None, env: dict[str, str] | None = None,
+                timeout: float = 100.0) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` in an environment of ``base_env(env)`` (no rank of a group unless ``env`` says so): a
+    fork of the test server where one can stand for a fresh process (tests/forkserver.py), else a fresh one. Past
+    ``timeout`` it is killed and subprocess.TimeoutExpired raised, as subprocess.run does."""
+    command = [sys.executable, str(script), *(args or [])]
+    full = base_env(env)
+    proc = forkserver.start(str(script), list(args or []), full, base_env())
+    if proc is None:
+        return subprocess.run(command, env=full, capture_output=True, text=True, timeout=timeout)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
 def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: dict[str, str] | None = None,
               timeout: float = 120.0, per_rank_env: dict[int, dict[str, str]] | None = None,
               stuck: Sequence[int] = ()) -> list[RankResult]:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import HERE, base_env, describe, parse_results, run_cases, run_ranks, tuner_env
+from harness import HERE, base_env, describe, parse_results, run_cases, run_process, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "hardening_cases.py"
 
@@ -138,8 +138,7 @@ def test_caller_value_wins_with_allow_arg_overwrite(env):
 
 
 def _single(env, tmp_path, **extra):
-    proc = subprocess.run([sys.executable, str(CASES), "kernel_cache"], env=base_env({**env, **extra}),
-                          capture_output=True, text=True, timeout=100)
+    proc = run_process(CASES, ["kernel_cache"], {**env, **extra}, timeout=100)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return parse_results(proc.stdout)[-1]
 

@@ -280,14 +280,10 @@ def test_each_contextual_compile_has_its_own_deadline_and_the_share_ends_within_
 
 def run_one(case: str, env: dict[str, str]) -> tuple[dict, float]:
     """Run ``case`` in one process (no group), which must exit normally: (its result, the process's seconds)."""
-    import subprocess
-    import sys
-
-    from harness import base_env
+    from harness import run_process
 
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, str(CASES), case], env=base_env(env), capture_output=True, text=True,
-                          timeout=90)
+    proc = run_process(CASES, [case], env, timeout=90)
     process_s = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]

@@ -11,16 +11,15 @@ import subprocess
 import sys
 
 import pytest
-from harness import HERE, base_env, describe, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_process, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "semantics_cases.py"
 TIMEOUT_S = 30
 
 
 def process(cases: list[str], env: dict[str, str], timeout: float = 100) -> list[dict]:
-    """Run ``cases`` one after another in one fresh process; their RESULT lines."""
-    proc = subprocess.run([sys.executable, str(CASES), *cases], env=base_env(env), capture_output=True, text=True,
-                          timeout=timeout)
+    """Run ``cases`` one after another in one process of its own (no group); their RESULT lines."""
+    proc = run_process(CASES, cases, env, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
 
@@ -160,8 +159,7 @@ def test_contextual_autotune_under_torch_compile_tunes_each_key_once_with_its_la
 @pytest.mark.timeout(60)
 def test_a_bare_contextual_autotune_without_init_in_a_multi_rank_job_warns_naming_is_dist(tmp_path):
     env = {**tuner_env(tmp_path, TIMEOUT_S), "WORLD_SIZE": "2", "RANK": "0"}
-    proc = subprocess.run([sys.executable, str(CASES), "bare_without_init"], env=base_env(env),
-                          capture_output=True, text=True, timeout=50)
+    proc = run_process(CASES, ["bare_without_init"], env, timeout=50)
     assert proc.returncode == 0, proc.stderr[-3000:]
     warned = [line for line in proc.stderr.splitlines() if "torch.distributed is not initialized" in line]
     assert len(warned) == 1 and "is_dist=" in warned[0] and "autotune_pg" not in warned[0], proc.stderr[-3000:]
