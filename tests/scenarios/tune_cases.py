@@ -235,8 +235,15 @@ def clean_exit():
     import sys
     import threading
 
+    def name_of(task: str) -> str | None:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                return f.read().strip()
+        except FileNotFoundError:  # an OS thread of torch's (gloo, timers) ended between the listing and the read
+            return None
+
     def report():
-        tasks = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+        tasks = sorted(filter(None, map(name_of, os.listdir("/proc/self/task"))))
         emit(python_threads=[t.name for t in threading.enumerate()], os_threads=tasks)
 
     atexit.register(report)  # registered first: runs last
