@@ -30,8 +30,9 @@ class AdditiveModel:
         self.mean = 0.0
         self.effects: list[dict[tuple[int, ...], float]] = [{} for _ in self.terms]
 
-    def _cell(self, term: tuple[int, ...], point: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(point[a] for a in term)
+    @staticmethod
+    def _cell(term: tuple[int, ...], point: tuple[int, ...]) -> tuple[int, ...]:
+        return (point[term[0]],) if len(term) == 1 else (point[term[0]], point[term[1]])
 
     def fit(self, times: Mapping[int, float | None]) -> bool:
         """Fit to the screened ``times`` (None: failed, left out); False when nothing usable was screened."""
@@ -40,21 +41,29 @@ class AdditiveModel:
         if not points:
             return False
         self.mean = math.fsum(y for _, y in points) / len(points)
-        self.effects = [{} for _ in self.terms]
         residual = [y - self.mean for _, y in points]
-        cells = [[self._cell(term, p) for p, _ in points] for term in self.terms]
-        for _ in range(SWEEPS):
-            for k in range(len(self.terms)):
-                old = self.effects[k]
-                sums: dict[tuple[int, ...], float] = {}
-                counts: dict[tuple[int, ...], int] = {}
-                for j, cell in enumerate(cells[k]):
-                    sums[cell] = sums.get(cell, 0.0) + residual[j] + old.get(cell, 0.0)
-                    counts[cell] = counts.get(cell, 0) + 1
-                new = {cell: sums[cell] / (counts[cell] + SHRINK) for cell in sums}
-                for j, cell in enumerate(cells[k]):
-                    residual[j] += old.get(cell, 0.0) - new[cell]
-                self.effects[k] = new
+        # each term's cells numbered once: per point, its cell's number; per cell, its count (fixed for the fit)
+        numbered: list[list[int]] = []
+        cells: list[list[tuple[int, ...]]] = []
+        for term in self.terms:
+            number: dict[tuple[int, ...], int] = {}
+            numbered.append([number.setdefault(self._cell(term, p), len(number)) for p, _ in points])
+            cells.append(list(number))
+        counts = [[0] * len(c) for c in cells]
+        for k, column in enumerate(numbered):
+            for c in column:
+                counts[k][c] += 1
+        effects = [[0.0] * len(c) for c in cells]
+        for _ in range(SWEEPS):  # the same sums in the same order as a walk over the points
+            for k, column in enumerate(numbered):
+                old, sums = effects[k], [0.0] * len(cells[k])
+                for j, c in enumerate(column):
+                    sums[c] = sums[c] + residual[j] + old[c]
+                new = [total / (n + SHRINK) for total, n in zip(sums, counts[k], strict=True)]
+                for j, c in enumerate(column):
+                    residual[j] += old[c] - new[c]
+                effects[k] = new
+        self.effects = [dict(zip(c, e, strict=True)) for c, e in zip(cells, effects, strict=True)]
         return True
 
     def predict(self, index: int) -> float:
