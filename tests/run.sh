@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what is missing, then lint, the multi-rank suite on CPU ranks
-# (gloo, Triton's interpreter), the pytest-mpi tests under mpiexec, and the Triton-dependent tests (marker
-# triton_dependent) again under triton 3.6 (the version on the GPU machines), beside the main pass.
+# (gloo, Triton's interpreter), the pytest-mpi tests under mpiexec and the Triton-dependent tests (marker
+# triton_dependent) again under triton 3.6 (the version on the GPU machines), both beside the main pass.
 # Usage: bash tests/run.sh [extra pytest args]   (the args go to the main pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +42,10 @@ echo "== triton 3.6 pass: started in the background (its output comes at the end
 pass36 >"$logs/triton36.log" 2>&1 &
 pass36_pid=$!
 
+echo "== pytest-mpi: started in the background (its output comes after the main pass)"
+mpiexec -n 2 --oversubscribe "$PY" -m pytest --with-mpi -q -p no:cacheprovider tests/test_mpi.py >"$logs/mpi.log" 2>&1 &
+mpi_pid=$!
+
 # three workers (pytest-xdist) on two cores: most tests spend much of their time waiting (on their ranks, on a
 # watchdog's deadline), so a third keeps the cores busy (measured: 2 workers left them 40% idle); TDT_TEST_WORKERS
 # sets another count. Work stealing: a worker that runs out takes tests queued for another, so none idles at the end
@@ -50,9 +54,10 @@ echo "== pytest (triton $("$PY" -c 'import triton; print(triton.__version__)'), 
 main=0
 "$PY" -m pytest -q -n "$workers" --dist worksteal "$@" || main=$?
 
-echo "== pytest-mpi under mpiexec -n 2"
+echo "== pytest-mpi under mpiexec -n 2 (run beside the main pass; its output)"
 mpi=0
-mpiexec -n 2 --oversubscribe "$PY" -m pytest --with-mpi -q -p no:cacheprovider tests/test_mpi.py || mpi=$?
+wait "$mpi_pid" || mpi=$?
+cat "$logs/mpi.log"
 
 echo "== Triton-dependent tests under triton 3.6 (run beside the main pass; its output)"
 t36=0
