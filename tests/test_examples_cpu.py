@@ -259,12 +259,11 @@ def test_ag_gemm_and_gemm_rs_examples_run_on_two_cpu_ranks(tmp_path: Path, examp
 
 @pytest.mark.timeout(120)
 def test_fla_example_says_it_is_skipped_without_fla_core_or_a_gpu() -> None:
-    import subprocess
+    from harness import run_process
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the example would run")
-    proc = subprocess.run([sys.executable, str(HERE.parent / "examples" / "fla_contextual.py")], capture_output=True,
-                          text=True, timeout=110)
+    proc = run_process(HERE.parent / "examples" / "fla_contextual.py", timeout=110)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == "skipped: needs fla-core and a GPU\n", proc.stdout + proc.stderr[-3000:]
 

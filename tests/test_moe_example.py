@@ -134,17 +134,15 @@ def test_moe_example_two_cpu_ranks_same_choice(tmp_path: Path) -> None:
 def test_bench_search_cpu_smoke_oracle_cached_and_tunings_judged(tmp_path: Path) -> None:
     """benchmarks/bench_search.py's plumbing on CPU (interpreter, wall clock instead of graphs): the oracle is
     computed once and reused from its cache, and every tuning's choice is judged by both oracles."""
-    import subprocess
+    from harness import run_process
 
     out = tmp_path / "out"
-    command = [sys.executable, str(HERE.parent / "benchmarks" / "bench_search.py"), "--out", str(out), "--cpu-smoke",
-               "--spaces", "gemm", "--shapes", "3", "--tunings", "1", "--tuners", "ours,stock",
-               "--ours-search", "search"]
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    first = subprocess.run([*command, "--phases", "oracle"], env=env, capture_output=True, text=True, timeout=100)
+    script = HERE.parent / "benchmarks" / "bench_search.py"
+    args = ["--out", str(out), "--cpu-smoke", "--spaces", "gemm", "--shapes", "3", "--tunings", "1",
+            "--tuners", "ours,stock", "--ours-search", "search"]
+    first = run_process(script, [*args, "--phases", "oracle"], timeout=100)  # the interpreter, 1 thread (harness)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
-    second = subprocess.run([*command, "--phases", "oracle,tune"], env=env, capture_output=True, text=True,
-                            timeout=100)
+    second = run_process(script, [*args, "--phases", "oracle,tune"], timeout=100)
     assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
     assert "cached in" in second.stdout, second.stdout[-3000:]
     report = json.loads((out / "search.json").read_text())
