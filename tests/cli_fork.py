@@ -1,10 +1,10 @@
 """``python -m triton_dist_tune ARGS`` in a process of its own, forked from one that has already imported torch.
 
 A fresh interpreter spends about 2.5 s of CPU importing torch (the command line reads its version) before it runs a
-command; tests/test_cli.py runs about 60 commands. This script is started once per pytest worker, imports torch
-(nothing of triton_dist_tune: every command imports it fresh, and reads its variables then), and for each request
-forks a child that takes the command's environment, working folder and ``sys.argv``, sends its stdout and stderr to
-files, and runs ``triton_dist_tune`` as ``__main__`` as ``python -m`` does. The child's exit status is the
+command; tests/test_cli.py runs about 60 commands. This script is started once per pytest worker, imports torch, Triton
+and matplotlib (nothing of triton_dist_tune: every command imports it fresh, and reads its variables then), and for each
+request forks a child that takes the command's environment, working folder and ``sys.argv``, sends its stdout and
+stderr to files, and runs ``triton_dist_tune`` as ``__main__`` as ``python -m`` does. The child's exit status is the
 command's: ``sys.exit``'s code, or 1 with the traceback on stderr for an uncaught exception.
 
 Protocol: one JSON request a line on stdin (``args``, ``env``, ``cwd``, ``stdout``, ``stderr``, ``timeout``); one
@@ -60,7 +60,16 @@ def _child(request: dict) -> None:
 
 
 def serve() -> None:
-    import torch  # noqa: F401  (the import every command would make first)
+    import torch  # noqa: F401  (the imports every command makes first: the versions a decision depends on)
+    import triton  # noqa: F401
+
+    try:  # what every ``plot`` command imports first (1 s of CPU each): the package's own backend choice
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
+    except ImportError:
+        pass
 
     for line in sys.stdin:
         request = json.loads(line)

@@ -52,7 +52,7 @@ mpi_pid=$!
 workers=${TDT_TEST_WORKERS:-3}
 echo "== pytest (triton $("$PY" -c 'import triton; print(triton.__version__)'), $workers workers)"
 main=0
-"$PY" -m pytest -q -n "$workers" --dist worksteal "$@" || main=$?
+"$PY" -m pytest -q -n "$workers" --dist worksteal --durations=15 "$@" || main=$?
 
 echo "== pytest-mpi under mpiexec -n 2 (run beside the main pass; its output)"
 mpi=0
