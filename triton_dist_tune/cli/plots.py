@@ -105,8 +105,7 @@ def _keep_notes_inside(fig: Figure, ax: Axes, notes: list[tuple[plt.Text, float]
         fig.tight_layout()
         if not notes:
             return
-        fig.canvas.draw()
-        renderer = fig.canvas.get_renderer()
+        renderer = fig.canvas.get_renderer()  # extents need a renderer, not a drawn picture (tight_layout laid out)
         box = ax.get_window_extent(renderer)
         over = [(text, end) for text, end in notes if text.get_window_extent(renderer).x1 > box.x1 - EDGE_PX]
         if not over or attempt == 3:
