@@ -64,23 +64,30 @@ def parse_results(stdout: str) -> list[Any]:
     return [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
 
 
+def spawn(script: str | Path, args: list[str], env: dict[str, str]) -> Any:
+    """``python SCRIPT ARGS`` in environment ``env``: a fork of a server that has imported torch and Triton already
+    (tests/forkserver.py), or, where the environment asks for a fresh process, a fresh one (both Popen-like)."""
+    proc = forkserver.start(str(script), list(args), env, base_env())
+    if proc is None:
+        proc = subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    return proc
+
+
 def run_process(script: str | Path, args: list[str] | None = None, env: dict[str, str] | None = None,
                 timeout: float = 100.0) -> subprocess.CompletedProcess:
-    """``python SCRIPT ARGS`` in an environment of ``base_env(env)`` (no rank of a group unless ``env`` says so): a
-    fork of the test server where one can stand for a fresh process (tests/forkserver.py), else a fresh one. Past
-    ``timeout`` it is killed and subprocess.TimeoutExpired raised, as subprocess.run does."""
-    command = [sys.executable, str(script), *(args or [])]
-    full = base_env(env)
-    proc = forkserver.start(str(script), list(args or []), full, base_env())
-    if proc is None:
-        return subprocess.run(command, env=full, capture_output=True, text=True, timeout=timeout)
+    """``python SCRIPT ARGS`` in an environment of ``base_env(env)`` (no rank of a group unless ``env`` says so), as
+    :func:`spawn` starts it. Past ``timeout`` it is killed and subprocess.TimeoutExpired raised, as subprocess.run
+    does."""
+    args = list(args or [])
+    proc = spawn(script, args, base_env(env))
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
         raise
-    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+    return subprocess.CompletedProcess([sys.executable, str(script), *args], proc.returncode, out, err)
 
 
 def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: dict[str, str] | None = None,
@@ -96,13 +103,7 @@ def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: di
         rank_env.update({"RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
                          "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
         rank_env.update((per_rank_env or {}).get(rank, {}))
-        # a fork of a server that has imported torch and Triton already (tests/forkserver.py), or where the
-        # environment asks for a fresh process, a fresh one
-        proc = forkserver.start(str(script), list(args or []), rank_env, base_env())
-        if proc is None:
-            proc = subprocess.Popen([sys.executable, str(script), *(args or [])], env=rank_env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(proc)
+        procs.append(spawn(script, list(args or []), rank_env))
     deadline = time.monotonic() + timeout
     outputs = []
     timed_out = False
