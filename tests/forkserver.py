@@ -6,13 +6,14 @@ in which the environment, working directory, ``sys.argv``, ``sys.path[0]``, stdi
 are set as ``python SCRIPT ARGS`` would set them, and the script runs to a normal interpreter exit (atexit
 handlers, thread joins, the exit status of ``sys.exit`` or of an uncaught exception, death by a signal).
 
-One server for every rank: the ranks of a job share their parent process, as they do under torchrun (the log
+One server for every rank of a job: its ranks share their parent process, as they do under torchrun (the log
 folder's job name is taken from the parent's start time). What a fork cannot give: each rank its own hash seed
 (``PYTHONHASHSEED``); every forked rank has the server's.
 
 :func:`start` returns ``None`` where a fork cannot stand for a fresh process: an environment that differs from the
 server's in a variable read when torch, Triton or Python start (``TORCH*``, ``PYTHON*``, ``OMP_*``, ...), another
-Python, or ``TDT_TEST_FORKSERVER=0``; the caller then starts a fresh process as before.
+Python, or ``TDT_TEST_FORKSERVER=0``; the caller then starts a fresh process as before. A variable of
+:data:`KEYED` that differs gets a server of its own, started with that value.
 
 The server is ``python -c "... forkserver.main(FD)"``, reading requests on the socket FD from the test process.
 """
@@ -39,6 +40,9 @@ AT_START = ("PYTHON", "TORCH", "PYTORCH", "TRITON_", "CUDA", "NCCL", "GLOO", "NV
             "HOME", "USER", "XDG_", "TMP", "TEMP")
 #: read each time they are used (the tuner's settings; Triton's knobs are read on access)
 LAZY = ("TRITON_DIST_AUTOTUNE_", "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_DIR", "TORCHELASTIC_")
+#: variables read at start for which a test asks for whole jobs of ranks with another value (the compile-pass tests
+#: run with TRITON_INTERPRET=0): a second server started with that value forks them, instead of a fresh process each
+KEYED = ("TRITON_INTERPRET",)
 #: what the server imports before it forks
 PRELOAD = ("torch", "torch.distributed", "triton", "triton.language", "numpy", "triton_dist_tune")
 
@@ -121,7 +125,7 @@ class Server:
             return self.exits.pop(pid, None)
 
 
-_SERVERS: dict[int, Server] = {}  # one server, under key 0
+_SERVERS: dict[tuple[tuple[str, str | None], ...], Server] = {}  # by what their environment changes of KEYED
 #: CPU seconds of the forked ranks that have ended (they are the servers' children, not the test process's)
 CPU_SECONDS = [0.0]
 
@@ -219,18 +223,22 @@ class ForkedProcess:
 
 
 def start(script: str, args: list[str], env: dict[str, str], base: dict[str, str]) -> ForkedProcess | None:
-    """A rank of ``script`` forked from the server (started with ``base``, the environment every test's ranks start
-    from), or None where it cannot stand for a fresh ``python script`` process."""
-    slot = 0
-    if os.environ.get("TDT_TEST_FORKSERVER", "1") == "0" or _differs(env, base):
+    """A rank of ``script`` forked from a server started with ``base`` (the environment every test's ranks start
+    from), or with ``base`` and ``env``'s values of :data:`KEYED` where they differ; None where no fork can stand for
+    a fresh ``python script`` process."""
+    differing = sorted(_differs(env, base))
+    if os.environ.get("TDT_TEST_FORKSERVER", "1") == "0" or any(k not in KEYED for k in differing):
         return None
+    slot = tuple((k, env.get(k)) for k in differing)
+    wanted = {k: v for k, v in base.items() if k not in differing}
+    wanted.update((k, v) for k, v in slot if v is not None)
     server = _SERVERS.get(slot)
-    # the server is started again only where a variable read at start differs: comparing whole environments
+    # a server is started again only where a variable read at start differs: comparing whole environments
     # restarted it for every test (pytest sets PYTEST_CURRENT_TEST per test), 4-5 s of CPU each time
-    if server is None or not server.alive() or _differs(server.env, base):
+    if server is None or not server.alive() or _differs(server.env, wanted):
         if server is not None:
             server.proc.kill()
-        server = _SERVERS[slot] = Server(base)
+        server = _SERVERS[slot] = Server(wanted)
     try:
         return ForkedProcess(server, os.path.abspath(script), [str(a) for a in args], env)
     except (ConnectionError, OSError):  # the server died (it failed to import, or was killed): a fresh process

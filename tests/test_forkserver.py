@@ -75,3 +75,22 @@ def test_one_server_serves_test_after_test(script, monkeypatch):
     assert second is not None
     second.communicate(timeout=100)
     assert second.server is server and server.alive() and second.returncode == 0
+
+
+def test_ranks_with_another_triton_interpret_are_forked_from_a_server_started_with_it(script):
+    """TRITON_INTERPRET is read when Triton starts: ranks that set it otherwise (the compile-pass tests' ``0``) come
+    from a second server started with that value, and the first keeps serving the rest; another start-time
+    variable beside it still asks for a fresh process."""
+    base = base_env()
+    interpreted = forkserver.start(str(script), ["ok"], {**base, "RANK": "0"}, base)
+    compiled = [forkserver.start(str(script), ["ok"], {**base, "RANK": str(r), "TRITON_INTERPRET": "0"}, base)
+                for r in (0, 1)]
+    assert interpreted is not None and None not in compiled
+    assert compiled[0].server is compiled[1].server is not interpreted.server
+    assert compiled[0].server.env["TRITON_INTERPRET"] == "0" and interpreted.server.env["TRITON_INTERPRET"] == "1"
+    for proc in (interpreted, *compiled):
+        out, _ = proc.communicate(timeout=100)
+        assert proc.returncode == 0, out
+    parents = [json.loads(p.communicate()[0].split("RESULT ", 1)[1].splitlines()[0])["parent"] for p in compiled]
+    assert parents[0] == parents[1] == compiled[0].server.proc.pid
+    assert forkserver.start(str(script), ["ok"], {**base, "TRITON_INTERPRET": "0", "HOME": "/elsewhere"}, base) is None
