@@ -12,9 +12,9 @@ bash scripts/ensure_env.sh
 export PATH="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
 
 export TRITON_INTERPRET=1 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
-# bytecode caches, where the environment turned them off: the suite starts about 150 fresh interpreters, each of which
-# would compile this package again (~0.2 s of CPU), and each pytest process would rewrite the test modules' asserts
-# again (~4 s); written once into the checkout's __pycache__ folders (ignored by git), then read
+# bytecode caches, where the environment turned them off: the suite starts over a hundred fresh interpreters, each
+# of which would compile this package again (~0.2 s of CPU), and each pytest process would rewrite the test modules'
+# asserts again (~4 s); written once into the checkout's __pycache__ folders (ignored by git), then read
 unset PYTHONDONTWRITEBYTECODE
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

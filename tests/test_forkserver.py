@@ -88,9 +88,10 @@ def test_ranks_with_another_triton_interpret_are_forked_from_a_server_started_wi
     assert interpreted is not None and None not in compiled
     assert compiled[0].server is compiled[1].server is not interpreted.server
     assert compiled[0].server.env["TRITON_INTERPRET"] == "0" and interpreted.server.env["TRITON_INTERPRET"] == "1"
+    parents = []
     for proc in (interpreted, *compiled):
         out, _ = proc.communicate(timeout=100)
         assert proc.returncode == 0, out
-    parents = [json.loads(p.communicate()[0].split("RESULT ", 1)[1].splitlines()[0])["parent"] for p in compiled]
-    assert parents[0] == parents[1] == compiled[0].server.proc.pid
+        parents.append(json.loads(out.split("RESULT ", 1)[1].splitlines()[0])["parent"])
+    assert parents[1] == parents[2] == compiled[0].server.proc.pid
     assert forkserver.start(str(script), ["ok"], {**base, "TRITON_INTERPRET": "0", "HOME": "/elsewhere"}, base) is None
