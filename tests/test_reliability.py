@@ -316,3 +316,14 @@ def test_contextual_compiles_queued_behind_a_stuck_one_get_their_own_deadline_an
     assert "did not finish within 3 s (the timeout) of its own start; its thread is left behind" \
         in result["errors"][1], result
     print(f"tuning ended after {result['tuned_s']:.1f} s; the process exited after {process_s:.1f} s")
+
+
+@pytest.mark.timeout(120)
+def test_the_reference_check_is_set_up_before_any_config_runs(tmp_path):
+    """A config is charged only for its own run: the first comparison with ``ref_prog``'s result imports what
+    torch.testing needs (DTensor and sympy, 1.6 s of CPU) inside the first config's warm-up deadline, and on a loaded
+    CI machine that took more than the 4 s deadline: the config was recorded as hung. Now the comparison is set up
+    when the reference is taken, before any config runs: nothing is imported while the configs run."""
+    result, _ = run_one("ref_check_set_up_before_the_deadlines", tuner_env(tmp_path, 30))
+    assert result["ok"]
+    assert result["imported"] == [], result["imported"][:20]

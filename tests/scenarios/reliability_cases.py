@@ -358,6 +358,28 @@ def contextual_compiles_queued_behind_a_stuck_one():
     raise SystemExit(0)
 
 
+@case
+def ref_check_set_up_before_the_deadlines():
+    """One process, no group: ``ref_prog``'s check compares with torch.testing, whose first use imports DTensor and
+    sympy (1.6 s of CPU, 4 s and more on a loaded machine). Reports what was imported from the first config's first
+    run (inside its warm-up deadline) to the end of the tuning."""
+    import sys
+
+    before_configs: set[str] = set()
+
+    def pre_hook(config, *args, **kwargs):
+        if not before_configs:
+            before_configs.update(sys.modules)
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), ref_prog=lambda x: x * 2, pre_hook=pre_hook, n_warmup=1,
+                  n_repeat=2, name="ref_check")
+    def f(x, *, block):
+        return x * 2
+
+    out = f(torch.ones(4))
+    emit(ok=bool((out == 2).all()), imported=sorted(set(sys.modules) - before_configs))
+
+
 def leave_normally() -> None:
     """End the process the ordinary way (the interpreter's exit, which joins every non-daemon thread), not with
     ``os._exit`` as :func:`_cases.main` does: a thread the tuner left behind must not keep the process alive."""

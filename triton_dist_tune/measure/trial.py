@@ -18,6 +18,9 @@ class Reference:
     def __init__(self, value: Any, rtol: float | None, atol: float | None) -> None:
         self.value = _detach_copy(value)
         self.rtol, self.atol = rtol, atol
+        # the comparison's first use imports what torch.testing needs (DTensor and sympy: 1.6 s of CPU, more on a
+        # loaded machine); paid here, before any config's deadline, not in the first config's checked run
+        self.mismatch(self.value)
 
     def mismatch(self, value: Any) -> str | None:
         """None when ``value`` matches the reference, else what differs."""
