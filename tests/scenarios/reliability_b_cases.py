@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, spend, virtual_clock
 
 import triton_dist_tune as tdt
 from triton_dist_tune.errors import GroupTimeoutError
@@ -36,7 +36,9 @@ def campaign_slow_unit():
     """Two keys, one per rank, T = 2 s: rank 1's key is slow but healthy (its call takes BUILD_S s to build, less
     than the exchange_timeout(2) = 3 s a unit may spend in user code with no deadline; its configs sleep 0.25 s each
     of 1 + 36 runs), longer than the old round deadline (exchange_timeout(2) x (2 configs + 4) = 18 s). Every rank
-    must end the campaign normally."""
+    must end the campaign normally. The samples are timed on the virtual clock, equal for both configs: the race
+    cannot tell them apart and runs all 36 rounds (on the wall clock, a loaded machine's jitter once made one config
+    1.6% slower, the race ended after 3 rounds, and the key took 4 s)."""
     tdt.init_distributed(backend="gloo")
     rank = dist.get_rank()
     builds: Counter = Counter()
@@ -50,12 +52,15 @@ def campaign_slow_unit():
     @tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=36,
                   timing="cold", name="slow_unit")
     def kernel(x, *, v):
-        time.sleep(0.25 if x.shape[0] == SLOW_KEY else 0.001)
+        seconds = 0.25 if x.shape[0] == SLOW_KEY else 0.001
+        time.sleep(seconds)
+        spend(seconds * 1e3)
         return x
 
     started = time.monotonic()
     try:
-        summary = tdt.campaign(kernel, make, [8, SLOW_KEY], local=True, progress=False)
+        with virtual_clock():
+            summary = tdt.campaign(kernel, make, [8, SLOW_KEY], local=True, progress=False)
     except GroupTimeoutError as exc:
         leave(rank=rank, ok=False, error=str(exc)[:600], seconds=time.monotonic() - started)
     emit(rank=rank, ok=True, states=[row.state for row in summary.rows], seconds=time.monotonic() - started,
