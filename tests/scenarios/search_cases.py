@@ -92,7 +92,8 @@ def killed():
         f()
     ((_, decision),) = f.tuner.decisions.items()
     finalists = sorted(o.index for o in decision.outcomes if o.state == "measured")
-    emit(chosen=decision.index, search=decision.search, finalists=finalists)
+    screened = {o.index: o.samples for o in decision.outcomes if o.state == "stopped"}
+    emit(chosen=decision.index, search=decision.search, finalists=finalists, screened=screened)
 
 
 @case

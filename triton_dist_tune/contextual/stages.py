@@ -36,7 +36,9 @@ class Stages:
         if params and search_applies(mode, len(order)):
             # the search's screening fits in the call's runs: each config takes n_warmup + 1 steps
             budget = max(16, int(SEARCH_SHARE_OF_RUNS * max_runs) // (n_warmup + 1))
-            self.search = PatternSearch(params, order, SearchPlan(seed=label, max_measured=budget), seeds)
+            # one screening sample per config: a second one costs runs of the call, which its cap counts
+            plan = SearchPlan(seed=label, max_measured=budget, max_samples=1)
+            self.search = PatternSearch(params, order, plan, seeds)
             self.batch, self.final = self.search.first(), False
 
     def stage(self) -> tuple[int, bool]:

@@ -247,6 +247,15 @@ def well_formed(record: Any) -> bool:
     return True
 
 
+def _more_samples(record: dict[str, Any], held: dict[str, Any]) -> bool:
+    """Whether ``record`` is a timed outcome with more group samples than the timed outcome ``held``."""
+    timed = ("measured", "stopped")
+    if record["state"] not in timed or held["state"] not in timed:
+        return False
+    count = [len(r["round_times"]) if isinstance(r.get("round_times"), list) else 0 for r in (record, held)]
+    return count[0] > count[1]
+
+
 def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
           only_job: str | None | bool = False, kept: str | None = None) -> dict[int, dict[str, Any]]:
     """Merge the journals of every rank into one outcome per config index (the same on every rank that merges
@@ -261,8 +270,9 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
     - ``failed`` when ranks were inside it at the end of two attempts that ended without an error (``kill -9``,
       the OOM killer, a lost node); after one such attempt it is a ``suspect``: measured again once (the other
       ranks' lost-peer errors in it are then taken for consequences: a peer that vanished inside a collective);
-    - the group's ``measured`` / ``stopped`` record otherwise. An ``interrupted`` attempt (SIGINT, SIGTERM) blames
-      nothing: the config it was inside is measured again.
+    - the group's ``measured`` / ``stopped`` record otherwise (of several, the one with the most samples: a
+      search journals a config it sampled again with every sample it took). An ``interrupted`` attempt (SIGINT,
+      SIGTERM) blames nothing: the config it was inside is measured again.
 
     Evidence belongs to the config, not to the kept set: the journals of an entry are shared by every kept set of
     its key, and a failure, a hang or a crash recorded under any kept set counts. A time, though, ranks a config
@@ -292,8 +302,11 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
                 i, state = record["index"], record["state"]
                 if state in ("measured", "stopped") and kept is not None and record.get("kept", kept) != kept:
                     continue  # timed against another kept set's configs: measured again
-                if state in FINAL and (i not in final or (state == "failed" and final[i]["state"] != "failed")):
-                    final[i] = record  # the first group outcome, or the first failure after a measured one
+                if state in FINAL and (i not in final or (state == "failed" and final[i]["state"] != "failed")
+                                       or _more_samples(record, final[i])):
+                    # the first group outcome, or the first failure after a measured one, or a later record of
+                    # the same config with more samples (a search's config sampled again)
+                    final[i] = record
                 elif state in ("local_failure", "hung"):
                     local.setdefault(i, {}).setdefault(rank, {})[state] = record
             last = attempt[-1]

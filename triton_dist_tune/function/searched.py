@@ -29,6 +29,7 @@ from ..errors import BadInputError
 from ..group.agreement import from_root
 from ..group.channel import Group
 from ..measure.lockstep import Measurer, Todo
+from ..measure.noise import NoiseEstimate, central
 from ..measure.race import Race, RacePlan
 from ..measure.search import PatternSearch, SearchPlan
 from ..records import Decision, Outcome
@@ -50,13 +51,18 @@ class SearchRecord:
     finalists: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    #: screening samples taken again (a config whose place the noise left uncertain)
+    resampled: int = 0
+    noise: NoiseEstimate | None = None
 
     def text(self) -> str:
-        """One line: how much of the space was screened."""
-        total = sum(len(stage) for stage in self.stages)
+        """One line: how much of the space was screened, and the noise the screening measured."""
+        total = len({i for stage in self.stages for i in stage})
         resumed = f" ({self.resumed} from the journal)" if self.resumed else ""
-        return (f"search: {total} of {self.kept} configs screened{resumed} in {len(self.stages)} stage(s), "
-                f"{len(self.finalists)} finalists raced, {self.seconds:.2f} s")
+        again = f", {self.resampled} sampled again" if self.resampled else ""
+        noise = f"; {self.noise.text()}" if self.noise is not None else ""
+        return (f"search: {total} of {self.kept} configs screened{resumed}{again} in {len(self.stages)} stage(s), "
+                f"{len(self.finalists)} finalists raced, {self.seconds:.2f} s{noise}")
 
 
 def nearby_seeds(decisions: dict[tuple[str, Hashable], Decision], group_name: str, key: Hashable,
@@ -129,24 +135,28 @@ class Searched:
         descriptions = tuning.tuner.descriptions
         self.record.seeds = self._seeds()
         search = PatternSearch(tuning.tuner.space, self.kept, plan, self.record.seeds)
-        times: dict[int, float | None] = {}
+        history: dict[int, list[float] | None] = {}
         outcomes: dict[int, Outcome] = {}
         screen = RacePlan(max_rounds=1, min_rounds=1, seed=plan.seed, budget_s=None)
         batch = search.first()
         while batch:
-            fresh = [i for i in batch if not self._known(i, times, outcomes)]
+            fresh = [i for i in batch if not self._known(i, history, outcomes)]
             self.record.resumed += len(batch) - len(fresh)
-            if fresh:
-                todo = [tuning.todo(i) for i in fresh]
+            new = [i for i in fresh if i not in history]
+            again = [i for i in fresh if i in history]
+            if new:
+                todo = [tuning.todo(i) for i in new]
                 self.compile_stage(todo)
                 for outcome in measurer.lockstep(todo, screen):
-                    outcomes[outcome.index] = outcome
-                    times[outcome.index] = outcome.time if outcome.usable else None
-            log.info("%s search stage %d: %d config(s), %d screened now; best so far %s", tuning.label,
-                     len(search.stages), len(batch), len(fresh), _best(times))
-            batch = search.next(times)
-        self.record.stages = search.stages
-        finalists = search.finalists(times)
+                    self._screened(outcome, history, outcomes)
+            if again:  # samples taken again: no compile, no warm-up (each sample settles first)
+                for outcome in measurer.lockstep([tuning.todo(i) for i in again], screen, warmed=True):
+                    self._screened(outcome, history, outcomes)
+            log.info("%s search stage %d: %d config(s) (%d sampled again), %d measured now; best so far %s",
+                     tuning.label, len(search.stages), len(batch), len(again), len(fresh), _best(history))
+            batch = search.next(history)
+        self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
+        finalists = search.finalists(history)
         self.record.finalists = finalists
         race: Race | None = None
         log.info("%s search finalists: %s", tuning.label, " ".join(map(str, finalists)))
@@ -169,22 +179,49 @@ class Searched:
         log.info("%s %s", tuning.label, self.record.text())
         return result, race
 
-    def _known(self, index: int, times: dict[int, float | None], outcomes: dict[int, Outcome]) -> bool:
-        """Whether an earlier attempt's journal settles ``index``'s screening; records it if so."""
+    def _screened(self, outcome: Outcome, history: dict[int, list[float] | None],
+                  outcomes: dict[int, Outcome]) -> None:
+        """Add one screening sample (or a failure) to the config's history; a config sampled again is journaled
+        with every sample it has (its time their median), so that a resumed search replays them."""
+        index = outcome.index
+        if not outcome.usable or outcome.time is None:
+            history[index] = None
+            outcomes[index] = outcome
+            return
+        samples = [*(history.get(index) or ()), outcome.time]
+        history[index] = samples
+        outcomes[index] = outcome
+        if len(samples) > 1:
+            outcomes[index] = replace(outcome, time=central(samples), samples=len(samples), round_times=samples)
+            self.measurer.journal.record(outcomes[index])
+
+    def _known(self, index: int, history: dict[int, list[float] | None], outcomes: dict[int, Outcome]) -> bool:
+        """Whether an earlier attempt's journal holds ``index``'s next screening sample (or its failure); records it
+        if so. The journal holds every sample a config was screened with (its ``round_times``)."""
         record = self.earlier.get(index)
         if record is None or record.get("state") not in ("measured", "stopped", "failed"):
             return False
         outcome = Outcome.from_json({**record, "index": index})
         if outcome is None:
             return False
+        taken = len(history.get(index) or ())
+        if not outcome.usable:
+            if index in history and taken:
+                return False  # it failed later than the samples taken so far: sample it again now
+            outcome.resumed = True
+            history[index], outcomes[index] = None, outcome
+            return True
+        journaled = [t for t in outcome.round_times if isinstance(t, (int, float))] or [outcome.time]
+        if taken >= len(journaled):
+            return False
         outcome.resumed = True
+        history[index] = [*(history.get(index) or ()), float(journaled[taken])]
         outcomes[index] = outcome
-        times[index] = outcome.time if outcome.usable else None
         return True
 
 
-def _best(times: dict[int, float | None]) -> str:
-    timed = [(t, i) for i, t in times.items() if t is not None]
+def _best(history: dict[int, list[float] | None]) -> str:
+    timed = [(central(t), i) for i, t in history.items() if t]
     if not timed:
         return "-"
     t, i = min(timed)

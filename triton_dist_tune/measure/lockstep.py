@@ -101,6 +101,8 @@ class Measurer(Sampling, Guarding):
         self.clock_kind = EAGER
         self.graphs: Graphs | None = None
         self._clock_chosen = False
+        #: the group's time per call of every config warmed up so far (the MAX over ranks: the same everywhere)
+        self.per_call: dict[int, float] = {}
 
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
@@ -188,20 +190,26 @@ class Measurer(Sampling, Guarding):
 
     # -- lock-step -------------------------------------------------------------------------------------------------
 
-    def lockstep(self, todo: Sequence[Todo], race_plan: RacePlan | None = None) -> list[Outcome]:
+    def lockstep(self, todo: Sequence[Todo], race_plan: RacePlan | None = None,
+                 warmed: bool = False) -> list[Outcome]:
         """Warm up and race ``todo`` with the group (under ``race_plan``, default the plan's); returns one outcome
-        per config (identical on every rank except ``own``), in index order."""
+        per config (identical on every rank except ``own``), in index order. ``warmed``: configs this measurer
+        warmed up before are not warmed up again (a search's second screening sample; each sample settles first)."""
         outcomes: dict[int, Outcome] = {}
         per_call: dict[int, float] = {}
         warming = time.monotonic()
         previous = 0.0  # the group's time per call of the config warmed up last
         for index, config, desc in todo:
+            if warmed and index in self.per_call:
+                per_call[index] = previous = self.per_call[index]
+                continue
             wanted, error = self._warm(index, config, desc, aligned=True, previous_ms=previous)
             combined = self._exchange(index, desc, (error or wanted, 0.0), error, "warmup")
             if combined.errors:
                 outcomes[index] = self._failed(index, desc, combined.errors)
             else:
                 per_call[index] = previous = float(max(combined.values))
+        self.per_call.update(per_call)
         entries = {index: (config, desc) for index, config, desc in todo if index in per_call}
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)
         self._capture(entries, per_call)

@@ -45,7 +45,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .grid import Grid
+from .noise import NoiseEstimate, central, estimate_noise
 from .surrogate import AdditiveModel
+
+SQRT2 = math.sqrt(2)
+
+#: what a search reads of the configs screened so far: index -> the group's screening samples of it, in the order
+#: taken (a single time counts as one sample), or None when it failed
+Samples = Mapping[int, "Sequence[float] | float | None"]
 
 #: the search is used (``search="auto"``) when more configs than this are kept after pruning: at or below it the
 #: exhaustive race costs a few seconds and is what the 48-config figures were measured with
@@ -67,19 +74,31 @@ class SearchPlan:
     stage_cap: int = 32
     #: configs screened at most; 0: no cap (the search ends on evidence, step 3 of the module docstring)
     max_measured: int = 0
-    #: configs sent to the race at the end
+    #: configs sent to the race at the end, and at most, with those within the noise band of the best
     finalists: int = 10
+    max_finalists: int = 20
     #: configs one check of the model may add, and how many checks a search makes at most (0: no model)
     model_batch: int = 16
     model_rounds: int = 4
     #: the seed of the random part of the first look: the same on every rank (derived from the key and the space)
     seed: str = ""
+    #: screening samples one config may take at most (1: one sample each, no re-sampling; step 4 of the docstring)
+    max_samples: int = 3
+    #: the best configs that take a second sample whatever the noise (the pairs the noise is first measured on)
+    noise_pairs: int = 4
+    #: the width of the noise band, in standard deviations of the difference of two estimates
+    band: float = 2.0
+    #: the least relative noise of one sample the search assumes
+    noise_floor: float = 0.01
+    #: re-samples at most, as a share of the configs screened so far
+    resample_share: float = 0.5
 
     def __post_init__(self) -> None:
-        for name in ("initial", "max_measured", "model_rounds"):
+        for name in ("initial", "max_measured", "model_rounds", "noise_pairs", "band", "noise_floor",
+                     "resample_share"):
             if getattr(self, name) < 0:
                 raise ValueError(f"a search needs {name} >= 0")
-        for name in ("leaders", "stage_cap", "finalists", "model_batch"):
+        for name in ("leaders", "stage_cap", "finalists", "model_batch", "max_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"a search needs {name} >= 1")
 
@@ -111,6 +130,10 @@ class PatternSearch:
         self.stages: list[list[int]] = []
         #: the model's checks so far
         self.checks = 0
+        #: second and later screening samples proposed so far
+        self.resampled = 0
+        #: the noise of one screening sample, as last estimated (None: no config screened twice yet)
+        self.noise: NoiseEstimate | None = None
 
     def first(self) -> list[int]:
         """The first look (step 1 of the module docstring)."""
@@ -134,26 +157,88 @@ class PatternSearch:
         self.stages.append(chosen)
         return chosen
 
+    @staticmethod
+    def history(samples: Samples) -> dict[int, list[float] | None]:
+        """``samples`` with every value a list of samples (a single time: one sample) or None (failed)."""
+        return {i: None if s is None else ([float(s)] if isinstance(s, (int, float)) else [float(t) for t in s])
+                for i, s in samples.items()}
+
+    @staticmethod
+    def estimates(samples: Samples) -> dict[int, float | None]:
+        """Each screened config's time: the median of its samples (:func:`~.noise.central`); None: failed."""
+        return {i: None if not s else central(s) for i, s in PatternSearch.history(samples).items()}
+
     def leaders(self, times: Mapping[int, float | None], count: int) -> list[int]:
         """The ``count`` configs with the least screened time (failed ones have None; ties: the lower index)."""
         timed = sorted((t, i) for i, t in times.items() if t is not None and i in self.grid.point)
         return [i for _, i in timed[:count]]
 
-    def next(self, times: Mapping[int, float | None]) -> list[int]:
-        """The next stage, given the group's screened time of every config screened so far (None: failed); empty
-        when the search is over (steps 2-4 of the module docstring). Never empty while no screened config has
-        worked and kept configs are left untried."""
+    def next(self, samples: Samples) -> list[int]:
+        """The next stage, given the group's screening samples of every config screened so far (None: failed);
+        empty when the search is over (steps 2-5 of the module docstring). A stage holds either configs to screen
+        for the first time or configs to sample again, never both. Never empty while no screened config has worked
+        and kept configs are left untried."""
+        history = self.history(samples)
+        times = self.estimates(history)
         room = min(self.cap - len(times), self.plan.stage_cap)
         leaders = self.leaders(times, self.plan.leaders)
         if not leaders:  # every config screened so far failed: go on through the untried ones, in agreed order
             batch = [i for i in self.kept if i not in times][:self.plan.stage_cap]
-        elif room <= 0:
-            batch = []
         else:
-            batch = self._neighbours(leaders, times)[:room] or self._check(times)[:room]
+            batch = self._resample(history, times)
+            if not batch and room > 0:
+                batch = self._neighbours(leaders, times)[:room] or self._check(times)[:room]
         if batch:
             self.stages.append(batch)
         return batch
+
+    def _resample(self, history: dict[int, list[float] | None], times: dict[int, float | None]) -> list[int]:
+        """The configs whose order is still uncertain, to sample again (step 4 of the module docstring)."""
+        plan = self.plan
+        ranked = self.leaders(times, len(times))
+        allowed = min(plan.stage_cap, math.ceil(plan.resample_share * len(ranked)) - self.resampled)
+        if plan.max_samples < 2 or allowed <= 0 or not ranked:
+            return []
+        count = {i: len(history[i] or ()) for i in ranked}
+        pairs = sum(1 for c in count.values() if c >= 2)
+        # the noise's first pairs: the best few; then the best, the reference the others are compared with
+        batch = [i for i in ranked[:plan.noise_pairs if pairs < plan.noise_pairs else 1] if count[i] < 2]
+        self.noise = estimate_noise(history, plan.noise_floor)
+        if self.noise is not None and not batch:
+            batch = self._uncertain(ranked, times, history, self.noise.sigma)
+        batch = batch[:allowed]
+        self.resampled += len(batch)
+        return batch
+
+    def _uncertain(self, ranked: list[int], times: Mapping[int, float | None],
+                   history: Mapping[int, list[float] | None], sigma: float) -> list[int]:
+        """The configs that could still be the best within the noise (step 4), best first: those whose samples
+        disagree beyond the noise (one of them spiked: a third settles it); outside the finalists, those read within
+        the noise band of the best, or predicted there by the model though read far above it."""
+        plan = self.plan
+        logs = {i: [math.log(t) for t in history[i] or () if t > 0] for i in ranked}
+        estimate = {i: math.log(times[i] or 0.0) for i in ranked if logs[i]}
+        ranked = [i for i in ranked if i in estimate]
+        if not ranked:
+            return []
+        best = ranked[0]
+
+        def width(i: int) -> float:  # the band: two estimates of this many samples each, ``band`` deviations apart
+            return plan.band * sigma * math.sqrt(1 / len(logs[i]) + 1 / len(logs[best]))
+
+        open_ = [i for i in ranked if len(logs[i]) < plan.max_samples]
+        batch = [i for i in open_ if len(logs[i]) >= 2 and max(logs[i]) - min(logs[i]) > plan.band * sigma * SQRT2
+                 and min(logs[i]) - estimate[best] < width(i)]
+        finalists = set(ranked[:plan.finalists])
+        outside = [i for i in open_ if i not in finalists and i not in batch]
+        batch += [i for i in outside if estimate[i] - estimate[best] < width(i)]
+        model = AdditiveModel(self.grid)
+        if outside and model.fit(times):
+            predicted = {i: model.predict(i) for i in ranked}
+            misfit = sorted(abs(estimate[i] - predicted[i]) for i in ranked)[len(ranked) // 2] / 0.6745
+            batch += [i for i in outside if i not in batch and predicted[i] - estimate[best] < width(i)
+                      and estimate[i] - predicted[i] > plan.band * math.hypot(misfit, sigma)]
+        return sorted(dict.fromkeys(batch), key=lambda i: (estimate[i], i))
 
     def _neighbours(self, leaders: list[int], times: Mapping[int, float | None]) -> list[int]:
         """The leaders' unscreened neighbours: every leader's first ring, best leader first, then the second..."""
@@ -178,21 +263,42 @@ class PatternSearch:
         predicted = sorted((model.predict(i), i) for i in self.kept if i not in times)
         return [i for y, i in predicted if y < bar][:self.plan.model_batch]
 
-    def finalists(self, times: Mapping[int, float | None]) -> list[int]:
-        """The configs the race decides among (step 5), ascending."""
-        return sorted(self.leaders(times, self.plan.finalists))
+    def finalists(self, samples: Samples) -> list[int]:
+        """The configs the race decides among (step 6), ascending: the ``finalists`` best screened, and after them
+        those within the noise band of the best, up to ``max_finalists``."""
+        plan = self.plan
+        history = self.history(samples)
+        times = self.estimates(history)
+        ranked = self.leaders(times, plan.max_finalists)
+        chosen = ranked[:plan.finalists]
+        noise = estimate_noise(history, plan.noise_floor)
+        if noise is not None and chosen and (times[chosen[0]] or 0) > 0:
+            best = chosen[0]
+            for i in ranked[plan.finalists:]:
+                count = len(history[i] or ()), len(history[best] or ())
+                width = plan.band * noise.sigma * math.sqrt(1 / count[0] + 1 / count[1])
+                if (times[i] or 0) > 0 and math.log(times[i] or 1) - math.log(times[best] or 1) < width:
+                    chosen.append(i)
+        return sorted(chosen)
 
 
 def simulate(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], plan: SearchPlan,
              time_of: Callable[[int], float | None], seeds: Sequence[int] = ()
              ) -> tuple[list[int], dict[int, float | None]]:
-    """Replay a search over a recorded or synthetic landscape (``time_of(index) -> ms or None``); returns (the
-    finalists, every screened time). For tests and for trying strategies on data measured once on a GPU."""
+    """Replay a search over a recorded or synthetic landscape; returns (the finalists, every screened config's time:
+    the median of its samples, None for a failed one). ``time_of(index) -> ms or None`` is called once for every
+    sample the search takes, in the order the live tuner takes them (a config sampled twice: twice), so that a
+    replay can draw fresh noise per sample; None fails the config, as an error in its run does. For tests and for
+    trying strategies on data measured once on a GPU."""
     search = PatternSearch(configs, kept, plan, seeds)
-    times: dict[int, float | None] = {}
+    history: dict[int, list[float] | None] = {}
     batch = search.first()
     while batch:
         for i in batch:
-            times[i] = time_of(i)
-        batch = search.next(times)
-    return search.finalists(times), times
+            sample = time_of(i)
+            if sample is None:
+                history[i] = None
+            elif i not in history or history[i] is not None:
+                history.setdefault(i, []).append(sample)  # type: ignore[union-attr]
+        batch = search.next(history)
+    return search.finalists(history), search.estimates(history)
