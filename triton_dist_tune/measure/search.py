@@ -23,13 +23,26 @@ decide among them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.
    are screened and the model predicts nothing unscreened to beat the finalists, or after ``model_rounds`` checks.
    The budget follows this evidence, not a fraction of the space; ``max_measured`` (0: none) is a hard cap for
    callers whose runs are bounded (``contextual_autotune``'s ``max_runs``).
-4. **No stage is empty while configs are left**: when every config screened so far failed (no leaders), the next
+4. **Samples where they decide** (:mod:`~triton_dist_tune.measure.noise`): one screening sample is a bet that the
+   noise is smaller than the landscape's steps, so before each new stage of step 2 or 3 the search takes another
+   sample of the configs whose place the noise leaves uncertain, and measures that noise from the pairs it takes:
+   first the ``noise_pairs`` best configs (the first pairs), then always the best one (the reference the others are
+   compared with); then, once the noise ``s`` of one sample is estimated, the configs whose samples disagree by more
+   than ``band`` standard deviations (one of them spiked: a third settles it), and the configs outside the finalists
+   that could still be the best: read within the noise band of the best (``band * s * sqrt(1/n + 1/n_best)`` in
+   log time, n the samples of each), or predicted there by the model of step 3 though read further above that
+   prediction than the model's own misfit and the noise explain. A config takes ``max_samples`` at most; its time
+   is the median of its samples (two: their mean); second samples are at most ``resample_share`` of the configs
+   screened. A quiet space (a floor of ``noise_floor``) pays for its first pairs and a few more; a noisy one spends
+   where the order is still open.
+5. **No stage is empty while configs are left**: when every config screened so far failed (no leaders), the next
    stage is the untried kept configs in the agreed order, so that the search ends only on evidence and the tuning
    raises ``AllConfigsFailedError`` only when every kept config has failed.
-5. **Finalists**: the ``finalists`` best screened configs.
+6. **Finalists**: the ``finalists`` best screened configs, and after them those within the noise band of the best,
+   up to ``max_finalists``: the race's repeated, interleaved rounds decide among them.
 
-Every decision is a function of the kept configs, the plan (its seed included) and the group's times (the MAX over
-ranks, exchanged): every rank computes the same stages in the same order with no further message, and a resumed
+Every decision is a function of the kept configs, the plan (its seed included) and the group's samples (each the MAX
+over ranks, exchanged): every rank computes the same stages in the same order with no further message, and a resumed
 tuning that reads the same times from the journals replays the same stages, measuring only what was not screened.
 
 The defaults were chosen by replaying a corpus of exhaustive device-time landscapes with one kernel family held out
@@ -232,13 +245,25 @@ class PatternSearch:
         finalists = set(ranked[:plan.finalists])
         outside = [i for i in open_ if i not in finalists and i not in batch]
         batch += [i for i in outside if estimate[i] - estimate[best] < width(i)]
-        model = AdditiveModel(self.grid)
-        if outside and model.fit(times):
-            predicted = {i: model.predict(i) for i in ranked}
-            misfit = sorted(abs(estimate[i] - predicted[i]) for i in ranked)[len(ranked) // 2] / 0.6745
-            batch += [i for i in outside if i not in batch and predicted[i] - estimate[best] < width(i)
-                      and estimate[i] - predicted[i] > plan.band * math.hypot(misfit, sigma)]
+        batch += [i for i in self._jumps(ranked, estimate, finalists, sigma) if i in outside and i not in batch]
         return sorted(dict.fromkeys(batch), key=lambda i: (estimate[i], i))
+
+    def _jumps(self, ranked: list[int], estimate: Mapping[int, float], finalists: set[int], sigma: float) -> list[int]:
+        """Configs next to a finalist (one step along one parameter) that read further above their best screened
+        neighbour than the landscape's steps explain: ``band`` times the 90th percentile of every screened config's
+        step up from its best neighbour, and the noise."""
+        rise: dict[int, float] = {}
+        near: dict[int, int] = {}
+        for i in ranked:
+            screened = [j for j in self.grid.rings(i)[0] if j in estimate]
+            if screened:
+                nearest = min(screened, key=lambda j: (estimate[j], j))
+                rise[i], near[i] = estimate[i] - estimate[nearest], nearest
+        if len(rise) < 10:
+            return []
+        steps = sorted(max(0.0, r) for r in rise.values())
+        bar = self.plan.band * math.hypot(steps[(9 * len(steps)) // 10], sigma)
+        return [i for i in ranked if i in rise and near[i] in finalists and rise[i] > bar]
 
     def _neighbours(self, leaders: list[int], times: Mapping[int, float | None]) -> list[int]:
         """The leaders' unscreened neighbours: every leader's first ring, best leader first, then the second..."""
