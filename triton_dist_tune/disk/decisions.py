@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..group.codec import FILE_DEPTH, Unreadable, read_json
+from ..group.codec import Unreadable, read_json
 from .cache import new_file_mode, write_json_atomic
 from .cache import versions as current_versions
 from .entries import CacheError as CacheError
@@ -174,8 +174,8 @@ class Incoming:
 
 def read_bundle(path: Path) -> list[Incoming]:
     """The decisions in the bundle file ``path``, each with its version and hardware mismatches."""
-    try:  # each entry is checked to the limits of what the tuner reads (parse_entry), the bundle with its 3 levels
-        data = read_json(path.read_bytes(), FILE_DEPTH + 3)
+    try:  # each entry is checked to the limits of what the tuner reads where it is parsed (parse_entry)
+        data = read_json(path.read_bytes(), None)
     except FileNotFoundError:
         raise CacheError(f"{path}: no such bundle file") from None
     except (OSError, Unreadable) as exc:

@@ -65,9 +65,10 @@ def depth(value: Any) -> int:
     return deepest
 
 
-def read_json(data: bytes | str, limit: int = FILE_DEPTH) -> Any:
+def read_json(data: bytes | str, limit: int | None = FILE_DEPTH) -> Any:
     """The JSON value in ``data`` (a file's bytes or text), checked to the limits of what the exchanges send:
-    UTF-8, JSON, at most ``limit`` levels deep. Raises :class:`Unreadable` saying which limit it fails."""
+    UTF-8, JSON, at most ``limit`` levels deep (None: the caller checks the depth of each part it keeps). Raises
+    :class:`Unreadable` saying which limit it fails."""
     try:
         text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
     except UnicodeDecodeError as exc:
@@ -75,11 +76,11 @@ def read_json(data: bytes | str, limit: int = FILE_DEPTH) -> Any:
     try:
         value = json.loads(text)
     except RecursionError:
-        raise Unreadable(f"nested deeper than the JSON reader goes (at most {limit} levels are read)") from None
+        raise Unreadable(f"nested deeper than the JSON reader goes (the tuner reads {FILE_DEPTH} levels)") from None
     except ValueError as exc:
         raise Unreadable(f"not JSON: {exc}") from None
-    levels = depth(value)
-    if levels > limit:
+    levels = depth(value) if limit is not None else 0
+    if limit is not None and levels > limit:
         raise Unreadable(f"nested {levels} levels deep, more than the {limit} the tuner reads (its exchanges carry "
                          f"at most {MAX_DEPTH})")
     return value
