@@ -41,8 +41,8 @@ def make_tuned():
 
 @case
 def deep_cache():
-    """Tune key (4,); rank 0 then adds a field nested 100 levels deep to the cache file (as an imported bundle
-    could); a fresh tuned function (the same entry) looks the key up: a warning and a re-tune, on every rank."""
+    """Tune key (4,); rank 0 then adds a field nested 100 levels deep to a measurement of the cache file (as an
+    imported bundle could); a fresh tuned function (the same entry) looks the key up: a warning and a re-tune, on every rank."""
     tdt.init_distributed()
     make_tuned()(torch.ones(4))
     dist.barrier()
@@ -53,7 +53,8 @@ def deep_cache():
         files = list((Path(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"]) / "edge_sleepy").glob("*.json"))
         assert len(files) == 1, files
         data = json.loads(files[0].read_text())
-        files[0].write_text(json.dumps({**data, "deep": value}))
+        data["measurements"][0]["deep"] = value  # a field of a measurement: the lookup broadcasts the rows
+        files[0].write_text(json.dumps(data))
     dist.barrier()
     again = make_tuned()
     again(torch.ones(4))
