@@ -94,6 +94,8 @@ def test_a_file_that_is_not_utf8_is_skipped_and_named_by_every_command(tmp_path,
 def _as_another_user(fn) -> tuple[int, str]:
     """Run ``fn()`` (returning an exit status) in a child process that cannot write what root can (root ignores a
     folder's mode: the child drops to ``nobody``); returns its status and its stderr."""
+    import torch  # noqa: F401  (imported here: the other user may not read the environment's packages)
+
     err = tempfile.NamedTemporaryFile(delete=False)
     pid = os.fork()
     if pid == 0:
@@ -101,10 +103,17 @@ def _as_another_user(fn) -> tuple[int, str]:
         try:
             os.dup2(err.fileno(), 2)
             sys.stderr = os.fdopen(2, "w", closefd=False)
+            import logging
+
+            logging.getLogger().handlers.clear()  # as in a process of its own (pytest's capture is no handler there)
             if os.geteuid() == 0:
                 os.setgid(65534)
                 os.setuid(65534)
             code = fn()
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
         finally:
             sys.stderr.flush()
             os._exit(code)
@@ -185,3 +194,94 @@ def test_a_kernel_whose_configs_differ_between_ranks_is_a_mismatch_on_every_rank
         assert "rank_scaled" in error["message"] and "entry 1 of 2 (the first that differs)" in error["message"]
         assert "BLOCK: 256" in error["message"] and "BLOCK: 512" in error["message"], error
         assert error["decided"] == 0
+
+
+def test_a_read_only_cache_and_log_folder_are_said_not_named_as_written():
+    """Defect 10: a read-only cache printed ``cache file: <path>`` for a file it could not write, and an unwritable
+    log folder was silent (the summary still named it; ``logs`` later found nothing). A tuning in a process that
+    cannot write either folder: one warning for each, and the summary says that nothing was written."""
+    top = Path(tempfile.mkdtemp())
+    top.chmod(0o555)  # read-only to the other user: neither folder can be made in it
+
+    def tune() -> int:
+        os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"] = str(top / "cache")
+        os.environ["TRITON_DIST_AUTOTUNE_LOG_DIR"] = str(top / "logs")
+        import triton_dist_tune as tdt
+
+        @tdt.autotune([{"scale": 1}, {"scale": 2}], key_fn=lambda x, **_: x, n_warmup=0, n_repeat=1)
+        def read_only_fn(x, *, scale):
+            return x * scale
+
+        read_only_fn(3, autotune_verbose=True)
+        read_only_fn(4, autotune_verbose=True)
+        return 0
+
+    try:
+        code, err = _as_another_user(tune)
+    finally:
+        top.chmod(0o755)
+        top.rmdir()
+    assert code == 0, err
+    assert err.count("cannot write the rank logs into") == 1, err  # said once, not per record
+    assert "cache file: none written (PermissionError" in err and "cache file: /" not in err, err
+    assert "logs: none written (" in err and err.count("could not write the cache") == 2, err
+
+
+# -- tune only what runs inside the call -------------------------------------------------------------------------
+
+
+def test_generator_and_async_functions_are_refused_when_decorating():
+    """Defect 3: ``contextual_autotune`` on a generator function or an ``async def`` tuned nothing (the kernels
+    launched while the caller iterated, outside the interception: each rank tuned alone and the ranks diverged), and
+    ``autotune`` on a generator function timed only the generator's creation. Both refuse them when decorating,
+    saying what to decorate instead; a misspelt option names the nearest one (defect 10)."""
+    import triton_dist_tune as tdt
+    from triton_dist_tune.contextual import contextual_autotune
+
+    def layer_steps(x, *, scale=1):
+        yield x * scale
+
+    async def layer_async(x, *, scale=1):
+        return x * scale
+
+    async def layer_stream(x, *, scale=1):
+        yield x * scale
+
+    decorators = {"autotune": tdt.autotune([{"scale": 1}, {"scale": 2}], key_fn=lambda x, **_: 0),
+                  "contextual_autotune": contextual_autotune(is_dist=False)}
+    for fn, kind, instead in ((layer_steps, "a generator function", "iterate over that"),
+                              (layer_async, "a coroutine function", "call it from the coroutine"),
+                              (layer_stream, "an async generator function", "call it from the async generator")):
+        for name, decorate in decorators.items():
+            with pytest.raises(tdt.BadInputError) as caught:
+                decorate(fn)
+            text = str(caught.value)
+            assert f"{name} cannot tune" in text and fn.__name__ in text and kind in text and instead in text, text
+    with pytest.raises(tdt.BadInputError, match="'restore_valu' \\(did you mean 'restore_value'\\?\\)"):
+        tdt.autotune([{"scale": 1}], key_fn=lambda x, **_: 0, restore_valu=["x"])
+    with pytest.raises(tdt.BadInputError, match="'n_repat' \\(did you mean 'n_repeat'\\?\\)"):
+        contextual_autotune(n_repat=3)
+
+
+def test_campaign_and_nearest_tell_apart_configs_that_compare_equal(tmp_path, monkeypatch):
+    """Defect 10: the campaign and the ``nearest`` policy found a config with ``space.index(config)``, which takes
+    ``{"s": 1.0}`` for ``{"s": 1}`` (they compare equal): the campaign reported config 0, and ``nearest`` served
+    the int config for a key whose decision is the float one."""
+    import time
+
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    seen: list[object] = []
+
+    @tdt.autotune([{"s": 1}, {"s": 1.0}], key_fn=lambda n, **_: n, undecided="nearest", n_warmup=0, n_repeat=3)
+    def equal_configs(n, *, s):
+        seen.append(s)
+        time.sleep(0.02 if type(s) is int else 0.002)  # the float config is 10x faster
+        return n
+
+    summary = tdt.campaign(equal_configs, [8], progress=False)
+    assert [(r.index, r.config) for r in summary.rows] == [(1, "{s: 1.0}")], summary.rows
+    seen.clear()
+    equal_configs(9)  # undecided: served the nearest decided key's choice, the float config
+    assert [type(s) for s in seen] == [float], seen

@@ -42,7 +42,8 @@ def make_tuned():
 @case
 def deep_cache():
     """Tune key (4,); rank 0 then adds a field nested 100 levels deep to a measurement of the cache file (as an
-    imported bundle could); a fresh tuned function (the same entry) looks the key up: a warning and a re-tune, on every rank."""
+    imported bundle could); a fresh tuned function (the same entry) looks the key up: a warning and a re-tune, on
+    every rank."""
     tdt.init_distributed()
     make_tuned()(torch.ones(4))
     dist.barrier()
