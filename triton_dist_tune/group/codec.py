@@ -76,7 +76,8 @@ def read_json(data: bytes | str, limit: int | None = FILE_DEPTH) -> Any:
     try:
         value = json.loads(text)
     except RecursionError:
-        raise Unreadable(f"nested deeper than the JSON reader goes (the tuner reads {FILE_DEPTH} levels)") from None
+        raise Unreadable(f"nested deeper than the JSON reader goes (RecursionError; the tuner reads {FILE_DEPTH} "
+                         "levels)") from None
     except ValueError as exc:
         raise Unreadable(f"not JSON: {exc}") from None
     levels = depth(value) if limit is not None else 0
