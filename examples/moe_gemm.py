@@ -18,8 +18,9 @@ Run::
     bash launch.sh examples/moe_gemm.py --campaign --export-vllm configs/   # and vLLM's / SGLang's config file
 
 ``--export-vllm DIR`` (with ``--campaign``) writes the campaign's decisions as the fused-MoE config file vLLM and
-SGLang read, ``DIR/E=<E>,N=<N>,device_name=<GPU>[,dtype=float32].json`` (on CPU ranks the device name is the CPU
-model's): one entry per batch size tuned (or found in the cache), none for a batch size that failed.
+SGLang read, ``DIR/E=<E>,N=<N>,device_name=<GPU>[,dtype=float32].json`` (the device the cache records: on CPU
+ranks the CPU model's), named as ``triton-dist-tune export --format vllm-moe`` names it: one entry per batch size
+tuned (or found in the cache), none for a batch size that failed.
 
 Rank 0 prints one line per rank with the config it chose and its error against the torch reference, then
 ``RESULT {json}`` (what the tests read).
@@ -127,8 +128,7 @@ def make_tuned_moe(space: Sequence[dict[str, int]], name: str = "moe_gemm", sear
 # -- the script ---------------------------------------------------------------------------------------------------
 
 
-def export_vllm(folder: Path, moe: Any, w: torch.Tensor, problem: dict[str, int], batches: Sequence[int],
-                cuda: bool) -> Path:
+def export_vllm(folder: Path, moe: Any, w: torch.Tensor, problem: dict[str, int], batches: Sequence[int]) -> Path:
     """Write the campaign's decisions as vLLM's fused-MoE config file into ``folder``; returns its path. Every
     batch size the campaign tuned or found in the cache is in it; one that failed is not."""
     from triton_dist_tune.disk import vllm_moe
@@ -139,8 +139,9 @@ def export_vllm(folder: Path, moe: Any, w: torch.Tensor, problem: dict[str, int]
         key = moe_key(p.a, p.w, p.routing)
         if key in moe.tuner.decided:
             decided.append((m, moe.tuner.decided[key]))
-    return vllm_moe.write(folder, problem["experts"], problem["n"], vllm_moe.device_name(cuda),
-                          vllm_moe.table(decided), vllm_moe.dtype_selector(w.dtype))
+    # named as `triton-dist-tune export --format vllm-moe` names it: the device this process tunes on, the dtype
+    return vllm_moe.write(vllm_moe.config_file(folder, problem["experts"], problem["n"], None, w.dtype),
+                          vllm_moe.table(decided))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         result["choices"] = {str(m): c for m, (c, _) in checks.items()}
         result["max_error"] = max(e for _, e in checks.values())
         if args.export_vllm and rank == 0:
-            result["vllm_file"] = str(export_vllm(Path(args.export_vllm), moe, w, problem, batches, cuda))
+            result["vllm_file"] = str(export_vllm(Path(args.export_vllm), moe, w, problem, batches))
     else:
         tokens = args.tokens or (20 if tiny else 256)
         p = make_problem(tokens, w, problem["top_k"])

@@ -203,9 +203,9 @@ def test_moe_example_campaign_spread_over_two_cpu_ranks_writes_vllms_config_file
         assert set(config) == VLLM_TILE_KEYS and all(type(v) is int for v in config.values()), config
         assert config_text(config) == result["choices"][str(batch)]
 
-    # the general form, from the campaign's cache: the same content (the device as the cache records it: cpu)
+    # the general form, from the campaign's cache: the same file, named alike (the device as the cache records it,
+    # cpu: this CPU's model; the dtype the keys name: float32) with no --dtype or --device-name (issue 40 item 10)
     again = tmp_path / "again"
     assert cli(["export", str(again), "--format", "vllm-moe", "--cache-dir", str(tmp_path / "cache"),
-                "--function", "moe_gemm", "--experts", str(CPU_PROBLEM["experts"]), "--n", str(CPU_PROBLEM["n"]),
-                "--dtype", "float32", "--device-name", this_cpu_model()]) == 0
+                "--function", "moe_gemm", "--experts", str(CPU_PROBLEM["experts"]), "--n", str(CPU_PROBLEM["n"])]) == 0
     assert (again / name).read_text() == (out / name).read_text()

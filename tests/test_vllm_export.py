@@ -82,7 +82,9 @@ def test_export_vllm_moe_says_what_is_wrong(tmp_path, capsys):
         err = capsys.readouterr().err
         assert expected in err, (extra, err)
     assert not (tmp_path / "out").exists()
-    assert main(base + ["--function", "b", "--experts", "8", "--n", "64", "--gpu", "NVIDIA A100-SXM4-80GB"]) == 0
+    a100 = ["--function", "b", "--experts", "8", "--n", "64", "--gpu", "NVIDIA A100-SXM4-80GB"]
+    assert main(base + a100) == 2 and "needs --dtype" in capsys.readouterr().err  # the keys name no dtype
+    assert main(base + a100 + ["--dtype", "bfloat16"]) == 0
     assert list(vllm_load(tmp_path / "out", 8, 64, "NVIDIA A100-SXM4-80GB")) == [16]
 
 
@@ -95,4 +97,27 @@ def test_vllm_file_names_and_configs():
     with pytest.raises(ValueError, match="num_warps"):
         vllm_moe.tile_config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16, "GROUP_SIZE_M": 1,
                               "num_warps": "four", "num_stages": 2})
-    assert " " not in vllm_moe.device_name(cuda=False) and vllm_moe.device_name(cuda=False)
+    assert " " not in vllm_moe.device_name("cpu") and vllm_moe.device_name("cpu")
+
+
+def test_export_names_the_file_as_the_example_and_honours_the_umask(tmp_path, capsys):
+    """Issue 40 items 9 and 10: decisions tuned on CPU ranks for float32 are written to the file the example writes
+    (this CPU's model, ``dtype=float32``: one function names it), not ``device_name=cpu`` with no dtype (vLLM would
+    take float32 configs for its bf16 file); and the file is readable as the umask allows (mkstemp made it 0600)."""
+    import os
+
+    cache = tmp_path / "cache"
+    for m in (16, 32):
+        entry(cache, "moe", f"({m}, 8, 64, 32, 2, 'torch.float32')", TILE.format(m=16, k=32), gpu="cpu")
+    old = os.umask(0o022)
+    try:
+        assert main(["export", str(tmp_path / "out"), "--format", "vllm-moe", "--cache-dir", str(cache),
+                     "--function", "moe", "--experts", "8", "--n", "64"]) == 0
+    finally:
+        os.umask(old)
+    capsys.readouterr()
+    expected = vllm_moe.config_file(tmp_path / "out", 8, 64, None, "torch.float32")  # as examples/moe_gemm.py
+    assert expected.name == f"E=8,N=64,device_name={vllm_moe.device_name('cpu')},dtype=float32.json"
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [expected.name]
+    assert list(vllm_load(tmp_path / "out", 8, 64, vllm_moe.cpu_name(), "float32")) == [16, 32]
+    assert expected.stat().st_mode & 0o777 == 0o644

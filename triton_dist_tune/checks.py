@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import math
 import operator
 from typing import Any
@@ -88,3 +90,35 @@ def text(value: Any, option: str) -> None:
     """``value`` must be None or a non-empty string."""
     if value is not None and not (isinstance(value, str) and value):
         raise BadInputError(f"{option} must be a non-empty string or None, got {_given(value)}")
+
+
+def runs_inside(fn: Any, decorator: str) -> None:
+    """``fn`` must do its work inside the call: a generator function, a coroutine function or an async generator
+    returns at once, and its kernels launch later, while the caller iterates or awaits, outside the tuning (each
+    rank would tune alone, or the tuner would time the object's creation). Refused with what to wrap instead."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    if inspect.isasyncgenfunction(fn):
+        kind, instead = "an async generator function", "the plain function that launches the kernels, and call it " \
+            "from the async generator"
+    elif inspect.iscoroutinefunction(fn):
+        kind, instead = "a coroutine function (async def)", "the plain (not async) function that launches the " \
+            "kernels, and call it from the coroutine"
+    elif inspect.isgeneratorfunction(fn):
+        kind, instead = "a generator function", "a plain function that does the work and returns its result (a " \
+            "list of the items, say), and iterate over that"
+    else:
+        return
+    raise BadInputError(f"{decorator} cannot tune {name}: it is {kind}, whose work runs after the call returns, "
+                        f"outside the tuning. Decorate {instead}")
+
+
+def no_unknown_options(unknown: dict[str, Any], known: Any, decorator: str) -> None:
+    """A decorator's keyword arguments that it does not have: refused, with the nearest option's name."""
+    if not unknown:
+        return
+    parts = []
+    for name in sorted(unknown):
+        near = difflib.get_close_matches(name, list(known), n=1)
+        parts.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+    raise BadInputError(f"{decorator}() got unknown option(s) {', '.join(parts)}; its options are "
+                        f"{', '.join(sorted(known))}")

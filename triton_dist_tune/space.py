@@ -81,6 +81,13 @@ def fingerprint(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
+def index_of(space: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> int | None:
+    """The position of ``config`` (one of the dicts of ``space``) in ``space``, by identity: configs that compare
+    equal but differ (``{"s": 1}`` and ``{"s": 1.0}``) are told apart, where ``list.index`` would find the first
+    equal one. None when ``config`` is none of them (:func:`validate_space` makes each a dict of its own)."""
+    return next((i for i, c in enumerate(space) if c is config), None)
+
+
 def validate_space(config_space: Any) -> list[dict[str, Any]]:
     """Check a config space and return it as a list of dicts (raises :class:`BadInputError`)."""
     if isinstance(config_space, (str, bytes, Mapping)) or not isinstance(config_space, Sequence):

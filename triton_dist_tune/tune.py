@@ -9,9 +9,11 @@ Once a key is decided, a call is a ``key_fn`` call, a dict lookup and the functi
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+from . import checks
 from .capture import capturing, eagerly, tuning_in_capture
 from .errors import BadInputError
 from .function import TuneOptions, Tuner
@@ -49,7 +51,7 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
              refine_top: int = 0, name: str | None = None, timing: str | None = None, batch: int | None = None,
              budget: float | None = None, cache_key_extra: str | Callable[[], str] | None = None,
              undecided: str | None = None, distance: Callable[[Any, Any], float | None] | None = None,
-             search: str = "auto") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+             search: str = "auto", **unknown: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Tune a whole (distributed) function over ``config_space``, with every rank of the group in lock-step.
 
     ``config_space`` holds dicts of keyword arguments (values may be ``triton.Config``), one merged into each
@@ -69,7 +71,12 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
 
     Tensor arguments that a run changes in place are restored before every tuning run and before the final call
     (see :mod:`triton_dist_tune.measure.arguments`); the decorated function's ``.fn`` is the undecorated function.
+
+    Only work done inside the call is tuned: a generator function, a coroutine function or an async generator is a
+    :class:`~triton_dist_tune.errors.BadInputError` when decorating (their work runs after the call returns), and
+    so is an option the decorator does not have (naming the nearest one: ``restore_valu`` -> ``restore_value``).
     """
+    checks.no_unknown_options(unknown, _OPTIONS, "autotune")
     if key_fn is None:  # ``@autotune`` without its arguments: the function arrived as ``config_space``
         if callable(config_space) and not isinstance(config_space, Sequence):
             raise BadInputError(
@@ -86,9 +93,15 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
         undecided=undecided, distance=distance, search=search)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        checks.runs_inside(fn, "autotune")
         return _hot_path(Tuner(fn, config_space, key_fn, prune_fn, options()), fn, key_fn)
 
     return decorate
+
+
+#: the options of :func:`autotune`, for the message of a misspelt one
+_OPTIONS = [name for name, p in inspect.signature(autotune).parameters.items() if p.kind is p.KEYWORD_ONLY
+            or name in ("key_fn", "prune_fn")]
 
 
 def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashable]) -> Callable[..., Any]:

@@ -211,14 +211,21 @@ def cmd_clear(args: argparse.Namespace) -> int:
         folders = {p.parent for p in dec.entry_files(root) + dec.journal_files(root)}
         if args.function:
             folders = {f for f in folders if f.name == args.function} | {e.path.parent for e in entries}
-        doomed += [p for f in folders for p in (*f.glob("*.json"), *f.glob("*.journal")) if not p.name.startswith(".")]
+        doomed += [p for f in folders for p in (*f.glob("*.json"), *f.glob("*.journal"))
+                   if not p.name.startswith(".") and dec.inside(root, p)]  # never through a link out of the folder
     elif args.older_than:  # journals and corrupt files older than the age, by their modification time
         limit = time.time() - dec.parse_age(args.older_than)
         strays = [p.path for p in problems if p.path is not None] if not args.stale else []
         doomed += [p for p in dec.journal_files(root) + strays
                    if (not args.function or p.parent.name == args.function) and p.stat().st_mtime < limit]
     doomed = sorted(set(doomed))
-    gone = doomed if args.dry_run else dec.remove(doomed)
+    _warn_problems([p for p in problems if p.path is None or p.path not in doomed])  # named, though not removed
+    removal = dec.remove(doomed) if not args.dry_run else dec.Removal(doomed, [])
+    gone = removal.gone
+    if removal.failed:
+        path, exc = removal.failed[0]
+        raise UsageError(f"could not remove {len(removal.failed)} of {len(doomed)} file(s) from {root} ({path.name}: "
+                         f"{exc.strerror or exc}: is the folder read-only?); removed {len(gone)}")
     if args.json:
         _emit_json({"removed" if not args.dry_run else "would_remove": [str(p) for p in gone]})
     else:
@@ -415,6 +422,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # `... | head`
         return 0
+    except OSError as exc:  # a read-only or full folder, a file that vanished: one line, never a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"triton-dist-tune: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 def run() -> None:

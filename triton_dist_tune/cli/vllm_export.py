@@ -3,7 +3,9 @@
 For a tuned function whose configs carry the six tile entries (``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``,
 ``BLOCK_SIZE_K``, ``GROUP_SIZE_M``, ``num_warps``, ``num_stages``) and whose key holds the batch size (the key
 itself, or its element ``--batch-index``): one file ``E=..,N=..,device_name=..[,dtype=..].json`` in ``DIR``,
-one entry per batch size the cache holds a decision for. See :mod:`triton_dist_tune.disk.vllm_moe`.
+one entry per batch size the cache holds a decision for, named by
+:func:`~triton_dist_tune.disk.vllm_moe.config_file` from the device the decisions were tuned on and the dtype
+(``--dtype``, else the one the keys name), as the example names it. See :mod:`triton_dist_tune.disk.vllm_moe`.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("--format vllm-moe")
     g.add_argument("--experts", type=int, metavar="E", help="the number of experts (the file name's E)")
     g.add_argument("--n", type=int, metavar="N", help="the weights' out features per expert (the file name's N)")
-    g.add_argument("--dtype", help="the file name's dtype part (float32, fp8_w8a8, ...; none for fp16 and bf16)")
-    g.add_argument("--device-name", help="the file name's device (default: the GPU the decisions were tuned on)")
+    g.add_argument("--dtype", help="the problem's dtype: bfloat16 or float16 (no dtype part in the file name), "
+                   "float32, or a quantized scheme (fp8_w8a8, ...); default: the torch dtype the keys name")
+    g.add_argument("--device-name", help="the file name's device (default: the GPU the decisions were tuned on; "
+                   "for decisions tuned on CPU ranks, this machine's CPU model)")
     g.add_argument("--batch-index", type=int, default=0,
                    help="where the batch size is in a tuple key (default 0; a key that is an int is the batch size)")
     g.add_argument("--where", action="append", default=[], metavar="POS=VALUE",
@@ -91,8 +95,16 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
     folder = Path(args.bundle)
     if folder.exists() and not folder.is_dir():
         raise fail(f"{folder} is not a folder: --format vllm-moe writes a file into the folder it is given")
-    device = args.device_name or gpus[0]
-    path = vllm_moe.write(folder, args.experts, args.n, device, configs, args.dtype)
+    dtype = args.dtype
+    if dtype is None:  # the dtype the keys name (as the example's key ends with it), else the user must say
+        found = {vllm_moe.key_dtype(e.key) for e in chosen}
+        if len(found) != 1 or None in found:
+            raise fail("--format vllm-moe needs --dtype (bfloat16 or float16: the file has no dtype part; float32; "
+                       "fp8_w8a8, ...): " + ("the keys name no dtype" if found == {None} else
+                                             f"the keys name several: {', '.join(sorted(map(str, found)))}"))
+        dtype = found.pop()
+    path = vllm_moe.write(vllm_moe.config_file(folder, args.experts, args.n, args.device_name or gpus[0], dtype),
+                          configs)
     return {"file": str(path), "batch_sizes": [int(b) for b in configs], "entries": [e.name for e in chosen]}
 
 

@@ -55,9 +55,11 @@ the package's measure/, group/, faults/, disk/ and its errors, records, settings
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
+from .. import checks
 from ..capture import eagerly, is_compiling
 from .options import ContextualOptions
 from .tuner import ContextualTuner
@@ -65,7 +67,7 @@ from .tuner import ContextualTuner
 
 def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 3, *, timeout: float | None = None,
                         precompile: bool = True, name: str | None = None, max_runs: int | None = None,
-                        sync_every: int | None = None, search: str = "auto") -> Any:
+                        sync_every: int | None = None, search: str = "auto", **unknown: Any) -> Any:
     """Decorate a function so that each call tunes the ``triton.autotune`` kernels it launches, in context.
 
     :param is_dist: ``None`` (the default) or ``True``: the default ``torch.distributed`` group when it is
@@ -116,11 +118,18 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
     (``contextvars``), so other threads launch stock. A tuned function called inside the tuning of another on
     the same group is stepped by the outer one. Logs: ``./.autotune_logs/rank-{i}.log``; set
     ``TRITON_PRINT_AUTOTUNING=1`` for Triton's summary per decision on group rank 0. Also usable bare.
+
+    Only the launches made inside the call are tuned: a generator function, a coroutine function or an async
+    generator (whose kernels launch after the call returns, outside the interception) is a
+    :class:`~triton_dist_tune.errors.BadInputError` when decorating, and so is an option the decorator does not
+    have (naming the nearest one).
     """
+    checks.no_unknown_options(unknown, _OPTIONS, "contextual_autotune")
     if callable(is_dist) and not _is_group(is_dist):
         return contextual_autotune()(is_dist)
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        checks.runs_inside(fn, "contextual_autotune")
         options = ContextualOptions.build(fn, is_dist, n_repeat, n_warmup, timeout=timeout, precompile=precompile,
                                           name=name, max_runs=max_runs, sync_every=sync_every, search=search)
         tuner = ContextualTuner(fn, options)
@@ -136,6 +145,10 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
         return tuned
 
     return decorator
+
+
+#: the options of :func:`contextual_autotune`, for the message of a misspelt one
+_OPTIONS = [name for name in inspect.signature(contextual_autotune).parameters if name != "unknown"]
 
 
 def _is_group(obj: Any) -> bool:

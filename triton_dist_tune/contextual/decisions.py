@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from ..disk import logs
 from . import intercept, report
@@ -68,19 +69,21 @@ def _store(session: CallState, track: Track, ms: float | None) -> None:
                 "time_ms": ms, "how": track.how, "kept": list(track.order), "measurements": report.table(track)}
     if track.cut:  # never served as a decision: a later job tunes the key again (from the journals kept)
         decision["provisional"] = True
+    written: Path | str = session.cache.path(track.entry)
     try:
         session.cache.store(track.entry, decision, track.space_text)
     except (OSError, ValueError) as exc:
         log.warning("triton_dist_tune: could not write the contextual cache (%s)", exc)
+        written = f"none written ({type(exc).__name__}: {getattr(exc, 'strerror', None) or exc})"
     if logs.printing_enabled(None):
-        _print_summary(session, track)
+        _print_summary(session, track, written)
 
 
-def _print_summary(session: CallState, track: Track) -> None:
+def _print_summary(session: CallState, track: Track, written: Path | str) -> None:
     """Triton's summary of one tuned (kernel, key) (``TRITON_PRINT_AUTOTUNING=1``), with the group and files."""
     logs.console().info(
         "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group "
         "'%s' (%d run(s) of %s),\nbest config selected: %s;\n%s\ncache file: %s\nlogs: %s", track.name,
         track.key_text, time.monotonic() - session.started, session.group.size, logs.group_title(session.group),
         track.runs, session.tuner.options.name, track.names[track.best],
-        logs.format_table(report.outcomes(track), track.best), session.cache.path(track.entry), logs.log_folder())
+        logs.format_table(report.outcomes(track), track.best), written, logs.logs_text())

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .. import settings
 from ..errors import AutotuneError, BadInputError, MismatchError, describe_error, per_rank
 from ..faults.watchdog import exchange_timeout
-from ..group.agreement import from_root
+from ..group.agreement import difference, from_root
 from . import intercept
 from .compiling import compiles_ahead
 from .decisions import record_decision
@@ -34,6 +34,7 @@ def exchange(session: CallState, error: Exception | None) -> Exchanged:
     gathered = group.allgather(_message(session, error), f"{session.label} end of run {session.runs - 1}",
                                timeout=exchange_timeout(session.timeout))
     check_same_steps(session.label, [message.get("steps") for message in gathered])
+    check_same_kernels(session, gathered)
     try:
         created = create_tracks(session, gathered)
     except PruningError as exc:
@@ -89,6 +90,42 @@ def check_same_steps(label: str, steps: list[Any]) -> None:
         raise MismatchError(f"{label} the ranks differ in the options that set the steps of a call (max_runs, "
                             "sync_every: the decorator's or TRITON_DIST_AUTOTUNE_MAX_RUNS / "
                             f"TRITON_DIST_AUTOTUNE_SYNC_EVERY; n_warmup, n_repeat): {detail}")
+
+
+def check_same_kernels(session: CallState, gathered: list[dict[str, Any]]) -> None:
+    """Every rank tunes the same kernels: before a new track's first step, the ``triton.autotune`` wrappers each rank
+    met of each jitted kernel in this call (their configs and key names) are compared, from exchanged data only.
+    Two ranks of which each met a wrapper the other did not (a config list that depends on the rank, or another
+    version of the code on some rank: two tracks that would be tuned apart, each by its own ranks) are a
+    :class:`MismatchError` on every rank, naming the kernel and the first entry that differs. (A rank that met
+    fewer wrappers of a kernel than another, such as a key met by some ranks only, is no mismatch.)"""
+    for rank, message in enumerate(gathered):
+        for tid, info in sorted(message["new"].items()):
+            if info.get("kernel") is not None:
+                seen = session.wrappers.setdefault(info["kernel"], {}).setdefault(rank, {})
+                seen[tid[0]] = (info["descriptions"], info.get("keys") or [])
+    for kernel, by_rank in sorted(session.wrappers.items()):
+        held: dict[frozenset[str], int] = {}  # each distinct set of wrappers, with the first rank that met it
+        for rank in sorted(by_rank):
+            held.setdefault(frozenset(by_rank[rank]), rank)
+        sets = sorted(held.items(), key=lambda item: item[1])
+        for i, (mine, rank) in enumerate(sets):
+            for theirs, other in sets[i + 1:]:
+                if mine - theirs and theirs - mine:
+                    first, second = by_rank[rank][min(mine - theirs)], by_rank[other][min(theirs - mine)]
+                    raise MismatchError(_kernels_differ(session.label, kernel, (rank, first), (other, second)))
+
+
+def _kernels_differ(label: str, kernel: str, *held: tuple[int, tuple[list[str], list[str]]]) -> str:
+    """The message of :func:`check_same_kernels`: the first differing config (or the key names) of two ranks."""
+    (rank, (configs, keys)), (other, (their_configs, their_keys)) = held
+    if configs != their_configs:
+        what, texts = "configs", difference(["\n".join(configs), "\n".join(their_configs)])
+    else:
+        what, texts = "key", [f"key={keys}", f"key={their_keys}"]
+    return (f"{label} the ranks differ in the {what} of triton.autotune kernel {kernel} (a config list or key that "
+            f"depends on the rank, or another version of the code on some rank): rank {rank}: {texts[0]}; rank "
+            f"{other}: {texts[1]}. Every rank must tune the same kernels, or the ranks would choose apart")
 
 
 def create_tracks(session: CallState, gathered: list[dict[str, Any]]) -> bool:

@@ -157,13 +157,18 @@ def tuning_key(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tup
 DECIDED = "_tdt_decided"
 
 
+def jit_id(autotuner: Autotuner) -> str:
+    """The jitted Python function a wrapper tunes, as every rank names it: its module and qualified name."""
+    base = autotuner.base_fn
+    return f"{base.__module__}.{base.__qualname__}"
+
+
 def kernel_id(autotuner: Autotuner) -> str:
     """The kernel's identity across ranks and processes: module and qualified name of the jitted Python function,
     and for a wrapper with ``prune_configs_by``, ``+prune@`` and :func:`pruning_id` (so that a decision made under
     one pruning, in this process or in the disk cache, is never taken for a wrapper that prunes otherwise)."""
-    base = autotuner.base_fn
     pruning_digest = pruning_id(autotuner)
-    return f"{base.__module__}.{base.__qualname__}" + (f"+prune@{pruning_digest}" if pruning_digest else "")
+    return jit_id(autotuner) + (f"+prune@{pruning_digest}" if pruning_digest else "")
 
 
 def pruning_id(autotuner: Autotuner) -> str:

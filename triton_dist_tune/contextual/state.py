@@ -117,6 +117,9 @@ class CallState:
         self._guard: Guard | None = None
         #: entry -> every group rank's journal records of it, gathered before the first run (None: not yet)
         self._earlier: dict[str, list[list[dict[str, Any]]]] | None = None
+        #: jitted kernel -> group rank -> the ``triton.autotune`` wrappers of it that rank met in this call (track
+        #: kernel id -> its configs and key names), from the exchanges: every rank must tune the same ones
+        self.wrappers: dict[str, dict[int, dict[str, tuple[list[str], list[str]]]]] = {}
 
     # what a hot call never needs is made on first use
 

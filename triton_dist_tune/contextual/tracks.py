@@ -126,7 +126,8 @@ class LocalTrack:
     def info(self) -> dict[str, Any]:
         """What the group needs to know about it (sent once, in the run it was first met)."""
         at = self.autotuners[0]
-        return {"name": intercept.kernel_name(at), "descriptions": self.descriptions,
+        return {"name": intercept.kernel_name(at), "kernel": intercept.jit_id(at), "keys": [str(k) for k in at.keys],
+                "descriptions": self.descriptions,
                 "names": [str(c) for c in at.configs], "space_text": self.space_text, "pruned": self.pruned,
                 "pruning": self.pruning, "entry": self.entry, "params": config_params(at.configs),
                 "search": settings.current().search or self.search}

@@ -2,7 +2,8 @@
 
 Only group rank 0 reads it and broadcasts what it found (see ``function/``), so ranks whose disks differ never split.
 Files are written atomically (a temporary file in the same folder, then ``os.replace``), so any number of
-processes may write one folder. An unreadable or corrupt file is a warning and a re-tune, never a crash.
+processes may write one folder. An unreadable or corrupt file, or one that holds more than the tuner's exchanges
+carry (:func:`~triton_dist_tune.group.codec.read_json`), is a warning and a re-tune, never a crash.
 
 The software versions (torch, triton, CUDA, NCCL, this package) are recorded in each file, not in its name: a file
 written under other versions is used with a warning, or re-tuned when ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``.
@@ -21,6 +22,7 @@ from typing import Any
 
 from .. import settings
 from .._version import __version__
+from ..group.codec import read_json
 from ..space import fingerprint
 
 log = logging.getLogger("triton_dist_tune")
@@ -167,11 +169,11 @@ class DiskCache:
         under ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``. Never raises for what the file holds: group rank 0 reads
         it before the broadcast that the other ranks wait on."""
         path = self.path(entry)
-        try:
-            data = json.loads(path.read_text())
+        try:  # checked to the limits of what is sent: rank 0 broadcasts what it serves
+            data = read_json(path.read_bytes())
         except FileNotFoundError:
             return None
-        except Exception as exc:  # any problem, not only OSError/ValueError (a nested file raises RecursionError)
+        except Exception as exc:  # any problem: unreadable, not UTF-8, not JSON, nested too deep
             log.warning("triton_dist_tune: ignoring unreadable cache file %s (%s: %s); tuning again", path,
                         type(exc).__name__, str(exc)[:200])
             return None
@@ -204,17 +206,22 @@ def _well_formed(data: Any) -> bool:
     )
 
 
-def _umask() -> int:
-    """The process's umask, read without changing it where Linux shows it (/proc), else by setting it back."""
+def new_file_mode() -> int:
+    """The mode a new file gets under this process's umask (``0o666 & ~umask``): every file written here for a
+    person or another program (cache entries, bundles, vLLM's config file) is created with ``mkstemp`` (mode 0600)
+    and set to this, so that it is as readable as any other new file. The umask is read without changing it where
+    Linux shows it (/proc), else by setting it back."""
+    mask = None
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
+                mask = int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    if mask is None:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
 
 
 def write_json_atomic(path: Path, data: Any) -> Path:
@@ -223,7 +230,7 @@ def write_json_atomic(path: Path, data: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600: readable as any other new file instead
+        os.fchmod(fd, new_file_mode())  # mkstemp makes it 0600: readable as any other new file instead
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

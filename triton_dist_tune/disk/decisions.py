@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .cache import _umask, write_json_atomic
+from ..group.codec import Unreadable, read_json
+from .cache import new_file_mode, write_json_atomic
 from .cache import versions as current_versions
 from .entries import CacheError as CacheError
 from .entries import Entry as Entry
@@ -39,22 +40,45 @@ def check_root(root: Path) -> None:
         raise CacheError(f"{root} is not a folder (the cache is a folder of <function>/<entry>.json files)")
 
 
-def entry_files(root: Path) -> list[Path]:
-    """Every ``<root>/<function>/<entry>.json`` file, sorted (temporary files of writers in flight excluded)."""
+def inside(root: Path, path: Path) -> bool:
+    """Whether ``path``, with every link on its way followed, is inside the cache folder ``root``: the command line
+    reads, lists and deletes nothing else (a link out of the folder is skipped, never followed)."""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a loop of links
+        return False
+
+
+def _files(root: Path, pattern: str) -> tuple[list[Path], list[CacheError]]:
+    """The files ``pattern`` names under ``root``, sorted, inside it (:func:`inside`), and a :class:`CacheError`
+    for each one skipped because a link leads out of the folder (its ``path`` None: never deleted either)."""
     check_root(root)
-    return sorted(p for p in root.glob("*/*.json") if not p.name.startswith("."))
+    found, outside = [], []
+    for path in sorted(p for p in root.glob(pattern) if not p.name.startswith(".")):
+        if inside(root, path):
+            found.append(path)
+        else:
+            outside.append(CacheError(f"{path}: a link out of the cache folder (to {path.resolve()}); not followed"))
+    return found, outside
+
+
+def entry_files(root: Path) -> list[Path]:
+    """Every ``<root>/<function>/<entry>.json`` file inside ``root``, sorted (temporary files of writers in flight,
+    and links out of the folder, excluded)."""
+    return _files(root, "*/*.json")[0]
 
 
 def journal_files(root: Path) -> list[Path]:
-    """Every crash journal in the cache folder, sorted."""
-    check_root(root)
-    return sorted(root.glob("*/*.journal"))
+    """Every crash journal inside the cache folder, sorted."""
+    return _files(root, "*/*.journal")[0]
 
 
 def scan(root: Path) -> tuple[list[Entry], list[CacheError]]:
-    """Every readable decision under ``root`` and a :class:`CacheError` for each file that is not one."""
-    entries, problems = [], []
-    for path in entry_files(root):
+    """Every readable decision under ``root`` and a :class:`CacheError` for each file that is not one (unreadable,
+    corrupt, not UTF-8, nested too deep) or that a link out of the folder leads to (skipped, not read)."""
+    paths, problems = _files(root, "*/*.json")
+    entries = []
+    for path in paths:
         try:
             entries.append(read_entry(path))
         except CacheError as exc:
@@ -92,27 +116,38 @@ _JOURNAL_TAIL = re.compile(r"^(?:\.[0-9a-f]{10})?\.rank\d+(?:\.\d+)?\.journal$")
 
 def journals_of(entry_path: Path) -> list[Path]:
     """The crash journals beside a cache entry: every group, every rank, every slot, of ``autotune`` and
-    ``contextual_autotune`` alike (``<entry>.<group>.rank<r>[.<k>].journal``)."""
-    stem = entry_path.stem
-    return sorted(p for p in entry_path.parent.glob(f"{stem}.*journal")
-                  if _JOURNAL_TAIL.match(p.name[len(stem):]))
+    ``contextual_autotune`` alike (``<entry>.<group>.rank<r>[.<k>].journal``); links out of its folder left out."""
+    stem, folder = entry_path.stem, entry_path.parent
+    return sorted(p for p in folder.glob(f"{stem}.*journal")
+                  if _JOURNAL_TAIL.match(p.name[len(stem):]) and inside(folder, p))
 
 
-def remove(paths: list[Path]) -> list[Path]:
-    """Delete ``paths`` (already gone is fine); returns those actually deleted."""
-    gone = []
+@dataclass
+class Removal:
+    """What :func:`remove` did: the files deleted, and each it could not delete with the reason."""
+
+    gone: list[Path]
+    failed: list[tuple[Path, OSError]]
+
+
+def remove(paths: list[Path]) -> Removal:
+    """Delete ``paths`` (already gone is fine); a file that cannot be deleted (a read-only folder) is kept in
+    ``failed`` and the others are still deleted."""
+    gone, failed = [], []
     for path in paths:
         try:
             path.unlink()
             gone.append(path)
         except FileNotFoundError:
             pass
+        except OSError as exc:
+            failed.append((path, exc))
     for folder in sorted({p.parent for p in gone}):
         try:
             folder.rmdir()  # only when empty
         except OSError:
             pass
-    return gone
+    return Removal(gone, failed)
 
 
 # -- bundles ---------------------------------------------------------------------------------------------------
@@ -139,11 +174,11 @@ class Incoming:
 
 def read_bundle(path: Path) -> list[Incoming]:
     """The decisions in the bundle file ``path``, each with its version and hardware mismatches."""
-    try:
-        data = json.loads(path.read_text())
+    try:  # each entry is checked to the limits of what the tuner reads where it is parsed (parse_entry)
+        data = read_json(path.read_bytes(), None)
     except FileNotFoundError:
         raise CacheError(f"{path}: no such bundle file") from None
-    except (OSError, ValueError, RecursionError) as exc:
+    except (OSError, Unreadable) as exc:
         raise CacheError(f"{path}: not a readable bundle ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, dict) or data.get("kind") != BUNDLE_KIND or not isinstance(data.get("entries"), list):
         raise CacheError(f"{path}: not a triton-dist-tune bundle (made by 'triton-dist-tune export')")
@@ -164,7 +199,10 @@ def read_bundle(path: Path) -> list[Incoming]:
             raise CacheError(f"{path}: entries {seen[rel]} and {number} of the bundle are both {rel}: a bundle "
                              "holds one decision per file (refused, nothing imported)")
         seen[rel] = number
-        entry = parse_entry(Path(rel), item.get("data"))
+        try:  # a decision the tuner would not read (malformed, nested too deep) is refused here, not at each call
+            entry = parse_entry(Path(rel), item.get("data"))
+        except CacheError as exc:
+            raise CacheError(f"{path}: entry {number} of the bundle: {exc}; refused, nothing imported") from None
         try:
             text = json.dumps(entry.raw, indent=1, sort_keys=True, allow_nan=False)
         except (ValueError, TypeError, RecursionError) as exc:
@@ -233,7 +271,7 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
             previous = target.read_bytes() if target.exists() else None
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".import", dir=target.parent)
             staged.append((target, tmp, previous))
-            os.fchmod(fd, 0o666 & ~_umask())
+            os.fchmod(fd, new_file_mode())
             with os.fdopen(fd, "w") as f:
                 f.write(item.text or json.dumps(item.entry.raw, indent=1, sort_keys=True, allow_nan=False))
                 f.flush()
@@ -263,6 +301,7 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
 def write_json_atomic_bytes(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (a temporary file renamed over it)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".restore", dir=path.parent)
+    os.fchmod(fd, new_file_mode())
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     os.replace(tmp, path)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..group.codec import FILE_DEPTH, Unreadable, depth, read_json
 from ..measure.stats import near_tie
 from ..records import Outcome
 from .cache import versions as current_versions
@@ -123,6 +123,10 @@ def parse_entry(path: Path, data: Any) -> Entry:
     """The decision in ``data`` (read from ``path``); raises :class:`CacheError` when it is not one."""
     if not isinstance(data, dict):
         raise CacheError(f"{path}: not a cache entry (a JSON {type(data).__name__}, not an object)", path)
+    levels = depth(data)
+    if levels > FILE_DEPTH:  # the tuner would refuse it at the lookup: refused here, where it is read
+        raise CacheError(f"{path}: malformed cache entry (nested {levels} levels deep, more than the {FILE_DEPTH} "
+                         "the tuner reads)", path)
     fmt = data.get("format")
     if fmt not in (1, 2):
         raise CacheError(f"{path}: unknown cache format {fmt!r} (this reader knows 1 and 2)", path)
@@ -159,13 +163,11 @@ def parse_entry(path: Path, data: Any) -> Entry:
 def read_entry(path: Path) -> Entry:
     """The decision stored in ``path``; raises :class:`CacheError` for a missing, unreadable or corrupt file."""
     try:
-        text = path.read_text()
+        data = read_json(path.read_bytes())
     except FileNotFoundError:
         raise CacheError(f"{path}: no such cache file") from None
     except OSError as exc:
         raise CacheError(f"{path}: cannot read ({exc.strerror or exc})", path) from None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
-        raise CacheError(f"{path}: corrupt cache file (not JSON: {exc})", path) from None
+    except Unreadable as exc:  # not UTF-8, not JSON, nested deeper than the tuner reads
+        raise CacheError(f"{path}: corrupt cache file ({exc})", path) from None
     return parse_entry(path, data)

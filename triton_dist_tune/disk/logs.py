@@ -60,6 +60,8 @@ _folder: Path | None = None
 KEEP_JOBS = 5
 #: the files of this process, kept open with a shared lock on each (see the module docstring)
 _held: list[Any] = []
+#: rank -> why its log folder could not be written (said once, in a warning, and in the summaries)
+_unwritable: dict[int, str] = {}
 
 
 def log_dir() -> Path:
@@ -72,6 +74,12 @@ def log_folder() -> Path:
     """The folder this process writes its rank logs to (:func:`log_dir` when it first logged: a later ``chdir``
     does not split a rank's logs)."""
     return _folder if _folder is not None else log_dir()
+
+
+def logs_text() -> str:
+    """Where this rank's logs are, for a summary: the folder, or that it could not be written (and why)."""
+    problem = _unwritable.get(global_rank())
+    return str(log_folder()) if problem is None else f"none written ({log_folder()}: {problem})"
 
 
 
@@ -108,8 +116,10 @@ def rank_log() -> logging.Logger:
                 if files:
                     _write_headers(files, rank)
                     handlers = [*files]
-            except OSError:
-                pass  # an unwritable log folder must not stop the job
+            except OSError as exc:  # an unwritable log folder must not stop the job, but is said, once
+                _unwritable[rank] = f"{type(exc).__name__}: {exc.strerror or exc}"
+                log.warning("triton_dist_tune: cannot write the rank logs into %s (%s); this process logs nothing "
+                            "(set TRITON_DIST_AUTOTUNE_LOG_DIR to a writable folder)", folder, _unwritable[rank])
             handlers[0].setFormatter(logging.Formatter("%(asctime)s %(message)s"))
             if len(handlers) > 1:
                 handlers[1].setFormatter(JsonLines(rank))
@@ -252,9 +262,10 @@ def group_title(group: Any) -> str:
     return str(getattr(group, "title", None) or group.name)
 
 
-def print_summary(name: str, key_text: str, group: Any, decision: Decision, cache_file: Path) -> None:
-    """Print a finished tuning on the console, in the form Triton users know, with where it was written. After a
-    search, the configs it did not screen are counted, not listed."""
+def print_summary(name: str, key_text: str, group: Any, decision: Decision, cache_file: Path | str) -> None:
+    """Print a finished tuning on the console, in the form Triton users know, with where it was written
+    (``cache_file``: the file, or why none was written). After a search, the configs it did not screen are counted,
+    not listed."""
     shown = [o for o in decision.outcomes if not (decision.search and o.state == "pruned")]
     left = len(decision.outcomes) - len(shown)
     how = "timed on the device (CUDA graph replays)" if decision.clock == "graph" else "timed eagerly"
@@ -263,7 +274,7 @@ def print_summary(name: str, key_text: str, group: Any, decision: Decision, cach
         "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group '%s' "
         "(%s timing, %s, %d round(s)),%s\nbest config selected: %s%s;\n%s\ncache file: %s\nlogs: %s", name,
         key_text, decision.seconds, group.size, group_title(group), decision.timing, how, decision.rounds, search,
-        decision.config, margin_text(decision), format_table(shown, decision.index), cache_file, log_folder())
+        decision.config, margin_text(decision), format_table(shown, decision.index), cache_file, logs_text())
 
 
 def print_cache_hit(name: str, key_text: str, group: Any, chosen: str, cache_file: Path) -> None:

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .cache import hardware, new_file_mode
+
 #: the entries of one config in the file, all integers
 TILE_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 
@@ -40,14 +42,13 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def device_name(cuda: bool | None = None) -> str:
-    """The device name as vLLM puts it in the file name: the current GPU's ``torch.cuda.get_device_name()``, or
-    without one (or with ``cuda=False``) this machine's CPU model; whitespace runs become ``_``."""
-    import torch
-
-    if cuda is None:
-        cuda = torch.cuda.is_available()
-    return file_safe(torch.cuda.get_device_name() if cuda else cpu_name())
+def device_name(device: str | None = None) -> str:
+    """The device part of the file name for decisions tuned on ``device``: the GPU model as the cache records it
+    (``torch.cuda.get_device_name()``), or for ``"cpu"`` (CPU ranks) this machine's CPU model; default: the device
+    this process tunes on (:func:`~triton_dist_tune.disk.cache.hardware`). Whitespace runs become ``_``."""
+    if device is None:
+        device = hardware()["gpu"]
+    return file_safe(cpu_name() if device == "cpu" else device)
 
 
 def file_safe(name: str) -> str:
@@ -56,15 +57,39 @@ def file_safe(name: str) -> str:
 
 
 def dtype_selector(dtype: Any) -> str | None:
-    """The ``dtype=`` part vLLM expects for an unquantized MoE in ``dtype`` (a torch dtype or its text): ``float32``
-    for float32, none for float16 and bfloat16 (quantized schemes such as ``fp8_w8a8`` are passed by name)."""
+    """The ``dtype=`` part vLLM expects for a MoE in ``dtype`` (a torch dtype or its text, ``torch.`` or not):
+    ``float32`` for float32, none for float16 and bfloat16 (vLLM's default file), and a quantized scheme's name
+    (``fp8_w8a8``, ``int8_w8a16``) as it is; None for None."""
+    if dtype is None:
+        return None
     text = str(dtype).removeprefix("torch.")
-    return "float32" if text in ("float32", "float") else None
+    if text in ("float32", "float"):
+        return "float32"
+    return None if text in ("float16", "half", "bfloat16") else text
+
+
+def key_dtype(key: Any) -> str | None:
+    """The torch dtype a tuning key names (an element ``'torch.<dtype>'``, as the example's key ends), or None; a
+    key read from a cache file is text, parsed as a Python literal."""
+    if isinstance(key, str):
+        try:
+            key = ast.literal_eval(key)
+        except (ValueError, SyntaxError):
+            return None
+    parts = key if isinstance(key, (tuple, list)) else (key,)
+    found = [p for p in parts if isinstance(p, str) and p.startswith("torch.")]
+    return found[0] if len(found) == 1 else None
 
 
 def file_name(experts: int, n: int, device: str, dtype: str | None = None) -> str:
     """``E=<experts>,N=<n>,device_name=<device>[,dtype=<dtype>].json``, as vLLM's ``get_config_file_name``."""
     return f"E={experts},N={n},device_name={file_safe(device)}" + (f",dtype={dtype}" if dtype else "") + ".json"
+
+
+def config_file(folder: Path | str, experts: int, n: int, device: str | None, dtype: Any) -> Path:
+    """Where vLLM and SGLang look for the config file of decisions tuned on ``device`` (:func:`device_name`) for
+    ``dtype`` (:func:`dtype_selector`): the one place that names the file, for the example and the command line."""
+    return Path(folder) / file_name(experts, n, device_name(device), dtype_selector(dtype))
 
 
 def tile_config(config: Mapping[str, Any] | str) -> dict[str, int]:
@@ -118,14 +143,13 @@ def table(choices: Iterable[tuple[int, Mapping[str, Any] | str]]) -> dict[str, d
     return {str(batch): by_batch[batch] for batch in sorted(by_batch)}
 
 
-def write(folder: Path | str, experts: int, n: int, device: str, configs: Mapping[str, Mapping[str, int]],
-          dtype: str | None = None) -> Path:
-    """Write ``configs`` (see :func:`table`) to ``folder/file_name(...)`` atomically; returns the path."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / file_name(experts, n, device, dtype)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".vllm-moe-", suffix=".tmp")
+def write(path: Path, configs: Mapping[str, Mapping[str, int]]) -> Path:
+    """Write ``configs`` (see :func:`table`) to ``path`` (:func:`config_file`) atomically, readable as the umask
+    allows (a server running as another user reads it); returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".vllm-moe-", suffix=".tmp")
     try:
+        os.fchmod(fd, new_file_mode())  # mkstemp makes it 0600
         with os.fdopen(fd, "w") as f:
             json.dump(configs, f, indent=4)
             f.write("\n")

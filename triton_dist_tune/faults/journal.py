@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..group.codec import Unreadable, read_json
 from ..records import COMPILE_PASS, Outcome
 
 try:
@@ -188,8 +189,8 @@ class Journal:
         self.append(outcome.index, outcome.state, **fields)
 
     def read(self) -> list[dict[str, Any]]:
-        """Every well-formed record of every adopted journal, oldest first (damaged lines are skipped); each
-        record names its file in ``file``."""
+        """Every well-formed record of every adopted journal, oldest first (damaged lines, and lines nested deeper
+        than the tuner's exchanges carry, are skipped with a warning); each record names its file in ``file``."""
         if not self._open():
             return []
         records = []
@@ -200,9 +201,9 @@ class Journal:
                 log.warning("triton_dist_tune: cannot read journal %s (%s); ignoring it", path, exc)
                 continue
             for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
-                try:
-                    record = json.loads(line)
-                except ValueError:
+                try:  # checked to the limits of what is sent: the ranks exchange their records
+                    record = read_json(line)
+                except Unreadable:
                     record = None
                 if well_formed(record):
                     records.append({**record, "file": str(path)})

@@ -42,7 +42,7 @@ from ..group.agreement import agree
 from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
-from ..space import describe_key
+from ..space import describe_key, index_of
 from .rounds import RoundWatch, user_code
 from .summary import KeyResult, Summary, progress_line
 from .tuned import TunedFunction
@@ -191,7 +191,7 @@ def _tune_one(tuner: TunedFunction, plan: Plan, position: int, build: Callable[[
     try:
         with group.lock:
             config = tuning.run(key_error, None)
-        result.index = tuner.space.index(config)
+        result.index = index_of(tuner.space, config)  # type: ignore[assignment]  # one of the space's dicts
         result.key, result.config, result.entry = tuning.key_text, tuner.descriptions[result.index], tuning.entry
         decision = tuner.decisions.get((group.name, key))
         if decision is not None and decision is not before and not decision.cached:

@@ -32,7 +32,7 @@ from .. import settings
 from ..disk import logs
 from ..errors import BadInputError
 from ..group.channel import Group
-from ..space import describe_key
+from ..space import describe_key, index_of
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -218,9 +218,10 @@ class Undecided:
             if d is not None and (isinstance(d, bool) or not isinstance(d, Real)):
                 raise BadInputError(f"{self.name}: distance({key!r}, {other_key!r}) returned {str(d)[:100]} "
                                     f"({type(d).__name__}): it must return a number (smaller is nearer) or None")
-            if d is None or not math.isfinite(d) or config not in space:
+            index = index_of(space, config)  # by identity: {"s": 1} and {"s": 1.0} are two configs
+            if d is None or not math.isfinite(d) or index is None:
                 continue
-            found.append(Candidate(float(d), text, space.index(config)))
+            found.append(Candidate(float(d), text, index))
         return sorted(found, key=lambda c: (c.distance, c.text))
 
 

@@ -109,6 +109,8 @@ class Tuning:
         self.started = 0.0
         #: configs whose compile pass ended an earlier attempt (from the shared view): warmed up without one
         self.skip_pass: set[int] = set()
+        #: group rank 0: why the decision could not be written to the disk cache (a read-only folder), if so
+        self.not_written: str | None = None
 
     def run(self, key_error: str | None, problem: str | None) -> dict[str, Any]:
         """Every step on this rank; returns the chosen config (the same on every rank)."""
@@ -137,7 +139,8 @@ class Tuning:
             random_state.put_back()
         tuner.decisions[(group.name, self.key)] = decision
         if group.rank == 0 and logs.printing_enabled(self.verbose):
-            logs.print_summary(tuner.name, self.key_text, group, decision, tuner.cache.path(self.entry))
+            logs.print_summary(tuner.name, self.key_text, group, decision,
+                               self.not_written or tuner.cache.path(self.entry))
         return tuner.space[decision.index]
 
     def _agree(self, key_error: str | None, problem: str | None) -> None:
@@ -249,8 +252,12 @@ class Tuning:
         def store() -> Any:
             warn_if_another_group_chose_otherwise(tuner.cache.path(self.entry), tuner.name, self.key_text, self.group,
                                                   decision)
-            return tuner.cache.store(self.entry, cache_record(tuner.name, self.key_text, self.group, decision),
-                                     tuner.space_text)
+            try:
+                return tuner.cache.store(self.entry, cache_record(tuner.name, self.key_text, self.group, decision),
+                                         tuner.space_text)
+            except OSError as exc:  # a warning (conclude); the summary says that nothing was written
+                self.not_written = f"none written ({type(exc).__name__}: {exc.strerror or exc})"
+                raise
 
         return store
 

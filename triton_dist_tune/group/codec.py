@@ -13,6 +13,11 @@ raises :class:`NotPlainData` (a ``TypeError`` naming the type) on the rank that 
 JSON cannot say ``tuple`` or a dict with non-string keys, so those (and records) are written as a small tagged
 object ``{"~": kind, "v": ...}``; a plain dict that itself has a ``"~"`` key is written tagged too, so nothing is
 ambiguous. Decoding never goes deeper than :data:`MAX_DEPTH` levels.
+
+What the tuner reads from a file and may send (a cache entry, a journal record, a bundle's entry) is read with
+:func:`read_json`, which checks it to the limits of what is sent: UTF-8 JSON text, nested at most
+:data:`FILE_DEPTH` levels (the messages that carry it add their own levels, within :data:`MAX_DEPTH`). What fails is
+:class:`Unreadable`: the reader's warning and a re-tune, never an exchange that fails at every call.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ from ..records import Outcome
 TAG = "~"
 #: the deepest nesting :func:`decode` accepts (the tuner's messages are a few levels deep)
 MAX_DEPTH = 64
+#: the deepest nesting :func:`read_json` accepts in a file's value: a record the tuner writes is 4 levels deep, and
+#: the exchanges that carry one wrap it in a few levels of their own, all within :data:`MAX_DEPTH`
+FILE_DEPTH = MAX_DEPTH // 2
 
 _RECORDS: dict[str, type] = {}
 
@@ -39,6 +47,44 @@ class NotPlainData(TypeError):
 class BadMessage(ValueError):
     """Bytes read from the key-value store that are not a message of the tuner (damaged, or written by an
     outsider): they are refused, never executed."""
+
+
+class Unreadable(ValueError):
+    """What a file holds is not a value the tuner can read and send: not UTF-8, not JSON, or nested too deep."""
+
+
+def depth(value: Any) -> int:
+    """How many levels of lists and dicts ``value`` nests (0 for a number or a text); counted without recursion,
+    so any depth the JSON reader built is measured."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, (list, tuple, dict)):
+            deepest = max(deepest, level + 1)
+            todo.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def read_json(data: bytes | str, limit: int | None = FILE_DEPTH) -> Any:
+    """The JSON value in ``data`` (a file's bytes or text), checked to the limits of what the exchanges send:
+    UTF-8, JSON, at most ``limit`` levels deep (None: the caller checks the depth of each part it keeps). Raises
+    :class:`Unreadable` saying which limit it fails."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+    except UnicodeDecodeError as exc:
+        raise Unreadable(f"not UTF-8 text ({exc})") from None
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise Unreadable(f"nested deeper than the JSON reader goes (RecursionError; the tuner reads {FILE_DEPTH} "
+                         "levels)") from None
+    except ValueError as exc:
+        raise Unreadable(f"not JSON: {exc}") from None
+    levels = depth(value) if limit is not None else 0
+    if limit is not None and levels > limit:
+        raise Unreadable(f"nested {levels} levels deep, more than the {limit} the tuner reads (its exchanges carry "
+                         f"at most {MAX_DEPTH})")
+    return value
 
 
 def record(cls: T) -> T:
