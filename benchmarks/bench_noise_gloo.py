@@ -2,10 +2,11 @@
 all-reduce, tuned with ``tdt.autotune``'s defaults, several fresh tunings.
 
 The landscape is the test suite's (``tests/scenarios/search_cases.py``: ``SPACE``, ``landscape_ms``; 2 ms at the
-bottom, 4.9 ms at the worst config), scaled by ``--scale`` (1.5: 3.0-7.4 ms, issue 39's regime; 0.5: 1.0-2.5 ms). Each call sleeps its config's time on the
-real wall clock, then all-reduces a float32 tensor over gloo: a real collective with the machine's own jitter,
-sized (``--collective-ms``, calibrated once by the first tuning's ranks, MAX over ranks) to take about 2.5 ms.
-Nothing is timed on a virtual clock: what the tuner sees is what this machine does.
+bottom, 4.9 ms at the worst config), scaled by ``--scale`` (1.5: 3.0-7.4 ms, issue 39's regime; 0.5: 1.0-2.5 ms).
+Each call sleeps its config's time on the real wall clock, then all-reduces a float32 tensor over gloo: a real
+collective with the machine's own jitter, sized (``--collective-ms``, calibrated once by the first tuning's
+ranks, MAX over ranks) to take about 2.5 ms when the machine is idle. Nothing is timed on a virtual clock: what
+the tuner sees is what this machine does.
 
 Each tuning starts fresh ranks (``--ranks``, separate processes with torchrun's variables), with a fresh cache
 and log directory and a decision name of its own, and reports:
@@ -14,14 +15,15 @@ and log directory and a decision name of its own, and reports:
 - ``calls_per_config``: the function's calls on rank 0 (warm-ups, screening, race) / 600 (the bar: at most 2.5);
 - the configs screened, the tuning's wall seconds, the decision's ``margin``, ``near_tie`` and runner-up (and any
   other scalar field of the decision), where the best config stood (screened? its group time);
-- the measured noise: each rank's all-reduce times (median, p90) and sleep overshoot during the tuning.
+- the measured noise: each rank's all-reduce times (median, p90; they include waiting for the other ranks) and
+  sleep overshoot during the tuning.
 
 The summary: how many tunings within 1.10, the worst ratio, the most calls per config. ``--noise-beside`` is a
 note of what ran beside the benchmark (``idle``, ``the test suite``), written into the report as given.
 
 Usage::
 
-    PYTHONPATH=$PWD python benchmarks/bench_noise_gloo.py --out DIR [--ranks 2|4] [--tunings 10] [--scale 0.5]
+    PYTHONPATH=$PWD python benchmarks/bench_noise_gloo.py --out DIR [--ranks 2|4] [--tunings 10] [--scale 1.5]
         [--noise-beside "idle"]
 
 Writes ``DIR/noise_gloo.json`` and ``DIR/noise_gloo.md``; prints a line per tuning.
@@ -117,8 +119,9 @@ def worker(args: argparse.Namespace) -> None:
     best = min(range(len(SPACE)), key=times.__getitem__)
     by_index = {o.index: o for o in decision.outcomes}
     best_outcome = by_index.get(best)
+    plain = (bool, int, float, str, type(None))
     scalars = {fld.name: getattr(decision, fld.name) for fld in dataclasses.fields(decision)
-               if fld.name != "outcomes" and isinstance(getattr(decision, fld.name), (bool, int, float, str, type(None)))}
+               if fld.name != "outcomes" and isinstance(getattr(decision, fld.name), plain)}
     runner_up = decision.runner_up
     result = {
         "rank": rank, "elems": elems, "chosen": decision.index, "chosen_ms": times[decision.index] * args.scale,
