@@ -318,21 +318,26 @@ def main() -> int:
     dist.broadcast_object_list(shared, src=0)  # every rank skips and resumes the same cases
     corpus: dict[str, Any] = shared[0]
     gpu = torch.cuda.get_device_name() if GPU else "cpu-smoke"
-    cases = [(op, s) for op in args.op.split(",") for s in (["24x16x8"] if args.cpu_smoke else args.shapes.split(","))]
-    for index, (op, shape) in enumerate(cases):
+    shapes = ["24x16x8"] if args.cpu_smoke else args.shapes.split(",")
+    pending = []
+    for op, shape in ((op, s) for op in args.op.split(",") for s in shapes):
         case = make_case(op, shape, args.cpu_smoke, device, dtype)
         key = f"{gpu}|{op}_gemm_w{world}|{shape}|{len(case.kept)}"
-        earlier = corpus.get(key, {})
-        if earlier.get("complete", False):
+        if corpus.get(key, {}).get("complete", False):
             if rank == 0:
                 print(f"[corpus_collective] {op} {shape}: recorded already, skipped", flush=True)
             continue
+        pending.append((case, key))
+    for index, (case, key) in enumerate(pending):
         left = args.time_limit - (time.perf_counter() - started)
-        entry = record(case, key, earlier, args, time.perf_counter() + left / (len(cases) - index))
+        entry = record(case, key, corpus.get(key, {}), args, time.perf_counter() + left / (len(pending) - index))
         corpus[key] = entry
         if rank == 0:  # saved as soon as measured
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(corpus, indent=1))
+    if rank == 0:
+        done = sum(e.get("complete", False) for e in corpus.values())
+        print(f"[corpus_collective] {done} of {len(corpus)} cases in {args.out} complete", flush=True)
     dist.barrier()
     dist.destroy_process_group()
     return 0
