@@ -30,5 +30,5 @@ bench fixed_order --order fixed                  # the same order every round
 bench long_windows --window-ms 60 --settle-ms 100
 bench short_windows --window-ms 5
 (export NCCL_ALGO=Ring NCCL_PROTO=Simple; bench ring_simple)   # NCCL's algorithm and protocol pinned
-kill "$smi"
+kill "$smi" 2>/dev/null
 for d in "$OUT"/*/; do [ -f "$d/diagnosis.md" ] && { echo "== $d"; cat "$d/diagnosis.md"; }; done
