@@ -12,9 +12,15 @@ Two regimes, sampled in the same rounds:
   pipelines reach the state steady work sets), then a window of ``calls`` calls timed with events, no
   synchronize between them; ms per call.
 
-A round times every contender once per regime, in a shuffled order shared by all ranks; one contender's samples
-are never taken in one block. The SM clock is read with pynvml (when importable) while the device is still busy
-with the timed work; without pynvml it is ``None``.
+A round times every contender once per regime, in a shuffled order shared by all ranks (or, with ``fixed_order``,
+the same order every round: to show what the order does); one contender's samples are never taken in one block.
+The SM clock is read with pynvml (when importable) twice per sample: after the barrier and synchronize, before the
+timed work (the idle clock), and while the device is still busy with it; with it the clock-event (throttle)
+reasons. Without pynvml they are ``None``.
+
+Every sample can be logged raw (``measure(..., log=[])``): its round, regime, position in the round's order and
+the contender before it, its times, clocks and the host's monotonic time at its start (one clock for every process
+on a host, so the ranks' arrival skew can be computed afterwards: ``benchmarks/_ag_diagnose.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -83,6 +90,30 @@ class Clock:
         except Exception:
             return None
 
+    def reasons(self) -> int | None:
+        """The clock-event (throttle) reasons bitmask (power cap 0x4, thermal 0x20/0x40, idle 0x1, ...)."""
+        if self.handle is None:
+            return None
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            try:
+                return int(getattr(self.nvml, name)(self.handle))
+            except Exception:
+                continue
+        return None
+
+
+@dataclass
+class Sample:
+    """One timed window: device ms of its calls, host ms until they were queued, the SM clock after the barrier
+    (idle) and during the window, the clock-event reasons during it, the host's monotonic ns at its start."""
+
+    ms: float
+    host_ms: float
+    mhz: float | None = None
+    idle_mhz: float | None = None
+    reasons: int | None = None
+    start_ns: int = 0
+
 
 class Timer:
     """Times one contender in either regime; ``clock`` is read before waiting for the timed work."""
@@ -90,18 +121,20 @@ class Timer:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
 
-    def _window(self, fn: Callable[[], Any], calls: int, settle: int = 0) -> tuple[float, float, float | None]:
-        """(device ms of ``calls`` calls after ``settle`` untimed ones, host ms of the timed calls, SM MHz)."""
+    def window(self, fn: Callable[[], Any], calls: int, settle: int = 0) -> Sample:
+        """``calls`` calls after ``settle`` untimed ones, after a barrier and a synchronize."""
         dist.barrier()
         sync()
+        idle_mhz = self.clock.read()
         for _ in range(settle):
             fn()
+        start_ns = time.monotonic_ns()
         if not cuda():
             start_s = time.perf_counter()
             for _ in range(calls):
                 fn()
             elapsed = (time.perf_counter() - start_s) * 1e3
-            return elapsed, elapsed, None
+            return Sample(elapsed, elapsed, start_ns=start_ns)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         host_s = time.perf_counter()
@@ -110,18 +143,19 @@ class Timer:
         host_ms = (time.perf_counter() - host_s) * 1e3
         end.record()
         mhz = self.clock.read()  # the device is still running the window (or just finished a short one)
+        reasons = self.clock.reasons()
         end.synchronize()
-        return start.elapsed_time(end), host_ms, mhz
+        return Sample(start.elapsed_time(end), host_ms, mhz, idle_mhz, reasons, start_ns)
 
     def latency(self, fn: Callable[[], Any]) -> tuple[float, float, float | None]:
         """One call on an idle, aligned group: (device ms, host us until it returned, SM MHz)."""
-        ms, host_ms, mhz = self._window(fn, 1)
-        return ms, host_ms * 1e3, mhz
+        s = self.window(fn, 1)
+        return s.ms, s.host_ms * 1e3, s.mhz
 
     def steady(self, fn: Callable[[], Any], settle: int, calls: int) -> tuple[float, float | None]:
         """Back to back: (ms per call over the window, SM MHz)."""
-        ms, _, mhz = self._window(fn, calls, settle)
-        return ms / calls, mhz
+        s = self.window(fn, calls, settle)
+        return s.ms / calls, s.mhz
 
 
 def estimate_ms(contenders: Contenders, calls: int = 3) -> dict[str, float]:
@@ -140,28 +174,46 @@ def window_sizes(est_ms: float, settle_ms: float, window_ms: float, min_calls: i
 
 
 def measure(contenders: Contenders, sizes: dict[str, tuple[int, int]], rounds: int, lat_calls: int,
-            timer: Timer, *salt: Any) -> dict[str, dict[str, float | None]]:
+            timer: Timer, *salt: Any, log: list[dict[str, Any]] | None = None,
+            fixed_order: bool = False) -> dict[str, dict[str, float | None]]:
     """``rounds`` interleaved rounds over ``contenders``; per contender, the max over ranks of this rank's median
     latency (ms), back-to-back time (ms per call) and host time of a latency call (us), and the min over ranks
-    of the median SM clock (MHz) in each regime."""
+    of the median SM clock (MHz) in each regime. ``log``: every sample appended raw (:class:`Sample`'s fields,
+    with its round, regime, position in the round's order and the contender timed just before it)."""
     names = list(contenders)
     lat: dict[str, list[float]] = {n: [] for n in names}
     host: dict[str, list[float]] = {n: [] for n in names}
     steady: dict[str, list[float]] = {n: [] for n in names}
     mhz: dict[tuple[str, str], list[float]] = {(n, r): [] for n in names for r in ("lat", "steady")}
+
+    def order(*more: Any) -> list[str]:
+        return list(names) if fixed_order else shared_order(names, *salt, *more)
+
+    def note(sample: Sample, rnd: int, regime: str, pos: int, prev: str | None, name: str, per_call: int) -> None:
+        if log is not None:
+            log.append({"salt": [str(s) for s in salt], "round": rnd, "regime": regime, "pos": pos, "prev": prev,
+                        "name": name, **asdict(sample), "ms": sample.ms / per_call})
+
     for rnd in range(rounds):
-        for name in shared_order(names, *salt, rnd, "latency"):
+        prev = None
+        for pos, name in enumerate(order(rnd, "latency")):
             for _ in range(lat_calls):
-                ms, us, clock = timer.latency(contenders[name])
-                lat[name].append(ms)
-                host[name].append(us)
-                if clock is not None:
-                    mhz[(name, "lat")].append(clock)
-        for name in shared_order(names, *salt, rnd, "steady"):
-            ms, clock = timer.steady(contenders[name], *sizes[name])
-            steady[name].append(ms)
-            if clock is not None:
-                mhz[(name, "steady")].append(clock)
+                s = timer.window(contenders[name], 1)
+                lat[name].append(s.ms)
+                host[name].append(s.host_ms * 1e3)
+                if s.mhz is not None:
+                    mhz[(name, "lat")].append(s.mhz)
+                note(s, rnd, "latency", pos, prev, name, 1)
+                prev = name
+        prev = None
+        for pos, name in enumerate(order(rnd, "steady")):
+            settle, calls = sizes[name]
+            s = timer.window(contenders[name], calls, settle)
+            steady[name].append(s.ms / calls)
+            if s.mhz is not None:
+                mhz[(name, "steady")].append(s.mhz)
+            note(s, rnd, "steady", pos, prev, name, calls)
+            prev = name
     times = agree([statistics.median(d[n]) for n in names for d in (lat, steady, host)])
     clocks = agree([statistics.median(mhz[(n, r)]) if mhz[(n, r)] else 0.0
                     for n in names for r in ("lat", "steady")], dist.ReduceOp.MIN)

@@ -6,7 +6,7 @@ NVSHMEM_DISABLE_NVLS=1 before the group starts)::
 
     torchrun --nproc-per-node 4 benchmarks/bench_ag_gemm.py --out DIR [--ops ag,rs]
         [--ag-shapes 8192x8192x8192,16384x8192x8192] [--rs-shapes 8192x8192x8192,32768x8192x3584]
-        [--repeats 3] [--rounds 5] [--no-tune] [--sweep]
+        [--repeats 3] [--rounds 5] [--window-ms 15] [--order shuffled|fixed] [--nccl-debug] [--no-tune] [--sweep]
 
 Shapes are ``M x K x N`` in bf16 (float32 on CPU) with tensor-parallel sharding over the W ranks:
 
@@ -35,7 +35,16 @@ after it, with the GPUs at another clock and the allocator in another state; see
    and ours / fused (per repeat, then their median and spread), the SM clock (pynvml, if importable; the min
    over ranks of the median) and the host time of a latency call (what the tuner's wrapper adds shows there).
 
-Writes ``DIR/bench_ag_gemm.json`` and ``DIR/bench_ag_gemm.md``.
+To find the cause of a spread (issue 39, item 5), every sample is also written raw per rank
+(``DIR/samples_rank{R}.json``: round, regime, position in the round's order and the contender before it, idle and
+busy SM clock, clock-event reasons, host start time) and ``benchmarks/_ag_diagnose.py`` reads them into
+``DIR/diagnosis.md``: per cell and contender, the spread over repeats beside the spread within a repeat, time
+against SM clock, against position in the order, against the contender before it, and the ranks' arrival skew.
+The JSON records every NCCL / symmetric-memory / NVSHMEM variable and the symmetric-memory state;
+``--nccl-debug`` writes NCCL's INIT and TUNING log (channels, algorithms, protocols) to ``DIR/nccl_debug.*``;
+``--order fixed`` times the contenders in the same order every round; ``--window-ms`` sets the windows' length.
+
+Writes ``DIR/bench_ag_gemm.json``, ``DIR/bench_ag_gemm.md``, ``DIR/samples_rank*.json`` and ``DIR/diagnosis.md``.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import sys
 import threading
@@ -242,10 +252,30 @@ def settle_threads(limit_s: float = 20.0) -> dict[str, Any]:
     return {"threads": alive, "waited_s": time.perf_counter() - start, "compile_threads_left": left}
 
 
+#: the environment variables that can change how the collectives run, recorded whole
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL", "TORCH_SYMM_MEM", "NVSHMEM_", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_VISIBLE",
+                "TORCH_DIST")
+
+
+def symm_mem_state(cells: list[Cell]) -> dict[str, Any]:
+    """What symmetric memory the fused ops use: its backend (where torch says) and each cell's group name."""
+    state: dict[str, Any] = {"cells": {c.label: {"has_fused": c.has_fused, "group": c.group_name} for c in cells}}
+    try:
+        from torch.distributed import _symmetric_memory as symm
+
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        if device is not None and hasattr(symm, "get_backend"):
+            state["backend"] = symm.get_backend(device)
+    except Exception as exc:  # noqa: BLE001 (a record only)
+        state["backend_error"] = f"{type(exc).__name__}: {exc}"
+    return state
+
+
 def environment() -> dict[str, Any]:
     """GPU, versions and world size, for the JSON."""
     cuda = torch.cuda.is_available()
     return {
+        "all_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
         "gpu": torch.cuda.get_device_name() if cuda else "CPU (smoke test, Triton interpreter)",
         "gpus": dist.get_world_size(),
         "torch": torch.__version__,
@@ -276,8 +306,16 @@ def main() -> int:
     parser.add_argument("--no-tune", action="store_true", help="skip the tuner (baselines and --sweep only)")
     parser.add_argument("--sweep", action="store_true", help="also time a hand-picked list of our configs")
     parser.add_argument("--verbose", action="store_true", help="print the tuner's tables")
+    parser.add_argument("--order", choices=("shuffled", "fixed"), default="shuffled",
+                        help="contenders' order in a round: shuffled per round (shared), or the same every round")
+    parser.add_argument("--nccl-debug", action="store_true", help="NCCL's INIT,TUNING log into DIR/nccl_debug.*")
     args = parser.parse_args()
     import triton_dist_tune
+
+    if args.nccl_debug:  # before the group starts NCCL
+        args.out.mkdir(parents=True, exist_ok=True)
+        os.environ.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,TUNING",
+                           "NCCL_DEBUG_FILE": str(args.out.resolve() / "nccl_debug.%h.%p.log")})
 
     if not args.no_tune and "TRITON_DIST_AUTOTUNE_CACHE_DIR" not in os.environ:
         cache = args.out / "tune_cache"
@@ -298,6 +336,7 @@ def main() -> int:
             say(f"tuned {cell.label}: {config_text(cell.config)} in {cell.row['tuning_s']:.1f} s")
     phases["tune_s"] = time.perf_counter() - t0
     env["after_tuning"] = settle_threads()
+    env["symm_mem"] = symm_mem_state(cells)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the tuner's leftovers; the warm-up below allocates what the contenders need
     sizes = warm(cells, args.warmup)
@@ -308,11 +347,14 @@ def main() -> int:
     say("warm; measuring")
     results: dict[str, list[dict[str, Any]]] = {c.label: [] for c in cells}
     by_label = {c.label: c for c in cells}
+    raw: list[dict[str, Any]] = []
+    cell_orders: list[list[str]] = []
     for rep in range(args.repeats):
-        for label in shared_order(list(by_label), args.seed, rep, "cells"):
+        cell_orders.append(shared_order(list(by_label), args.seed, rep, "cells"))
+        for label in cell_orders[-1]:
             cell = by_label[label]
             results[label].append(measure(cell.contenders(), sizes[label], args.rounds, args.lat_calls, timer,
-                                          args.seed, rep, label))
+                                          args.seed, rep, label, log=raw, fixed_order=args.order == "fixed"))
         say(f"repeat {rep + 1}/{args.repeats} done")
         if rank == 0:  # what a run cut short still leaves behind
             args.out.mkdir(parents=True, exist_ok=True)
@@ -321,8 +363,15 @@ def main() -> int:
     phases["measure_s"] = time.perf_counter() - t0 - phases["tune_s"] - phases["warm_s"]
     for cell in cells:
         summarize_cell(cell, results[cell.label])
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"samples_rank{rank}.json").write_text(json.dumps(
+        {"rank": rank, "host": platform.node(), "cell_orders": cell_orders, "samples": raw}))
+    dist.barrier()  # every rank's samples are on disk before rank 0 reads them
     if rank == 0:
+        from benchmarks._ag_diagnose import diagnose
         from benchmarks._ag_report import markdown
+
+        (args.out / "diagnosis.md").write_text(diagnose(args.out))
 
         args.out.mkdir(parents=True, exist_ok=True)
         rows = [c.row for c in cells]

@@ -38,6 +38,8 @@ from triton_dist_tune.measure.search import SearchPlan, simulate  # noqa: E402
 
 _MOE = re.compile(r"^M(\d+)-N(\d+)-K(\d+)-G(\d+)-w(\d+)-s(\d+)$")
 _MOE_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+#: a collective config of ``corpus_collective.py``: ``{algo}-x{splits}-{gemm tile}``
+_COLLECTIVE = re.compile(r"^(chunked|sequential|p2p)-x(\d+)-(.+)$")
 
 
 @dataclass
@@ -79,15 +81,21 @@ class Score:
 
 
 def load(paths: list[Path]) -> list[Landscape]:
-    """Every landscape of the files, in a fixed order; a family is the space name without its (K, N) suffix."""
+    """Every landscape of the files, in a fixed order; a family is the space name without its (K, N) suffix.
+    A landscape recorded ``"complete": false`` (its recorder ran out of time) is left out: it is not exhaustive."""
     found = []
     for path in paths:
         for key, entry in sorted(json.loads(path.read_text()).items()):
+            if entry.get("complete") is False:
+                continue
             family = entry.get("family") or entry["space"]
             family = "gemm" if family.startswith("gemm_k") else family
             specs = sorted(entry["ratios"])
             if all(_MOE.match(s) for s in specs):
                 configs = [dict(zip(_MOE_KEYS, map(int, _MOE.match(s).groups()), strict=True)) for s in specs]
+            elif all(_COLLECTIVE.match(s) for s in specs):  # as the examples' tuned AG-GEMM / GEMM-RS hold them
+                configs = [{"algo": m[1], "splits": int(m[2]), "gemm_config": m[3]}
+                           for m in map(_COLLECTIVE.match, specs)]
             else:
                 configs = [{"config": s} for s in specs]
             found.append(Landscape(family, key.split("|", 1)[1], configs, [entry["ratios"][s] for s in specs]))
