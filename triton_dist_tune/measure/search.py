@@ -100,7 +100,7 @@ class SearchPlan:
     #: the best configs that take a second sample whatever the noise (the pairs the noise is first measured on)
     noise_pairs: int = 4
     #: the width of the noise band, in standard deviations of the difference of two estimates
-    band: float = 2.0
+    band: float = 2.5
     #: the least relative noise of one sample the search assumes
     noise_floor: float = 0.01
     #: re-samples at most, as a share of the configs screened so far
