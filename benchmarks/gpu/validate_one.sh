@@ -3,7 +3,7 @@
 # validation of benchmarks/gpu/validate.sh (3 fresh tunings per shape, each choice judged by the H200 corpus), run
 # on ONE GPU, one family after another (never two at once: they would share the GPU and its clock), each under a
 # time limit (VTIME seconds, default 250). Writes $OUT/validate_one.tgz and $OUT/vlog_<family>.txt.
-# Usage: OUT=DIR bash benchmarks/gpu/validate_one.sh [FAMILY ...]   (default: gemm_k4096_n4096 moe)
+# Usage: OUT=DIR [FIRST_KEY=256] bash benchmarks/gpu/validate_one.sh [FAMILY ...]   (default: gemm_k4096_n4096 moe)
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 bash benchmarks/gpu/validate_one.sh gemm_k4096_n4096
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -11,10 +11,12 @@ OUT=${OUT:-/tmp/validate_one}; mkdir -p "$OUT/validate_one"
 families=("$@"); [ ${#families[@]} -eq 0 ] && families=(gemm_k4096_n4096 moe)
 smoke=(); [ -n "${CPU_SMOKE:-}" ] && smoke=(--cpu-smoke)
 nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+first=(); [ -n "${FIRST_KEY:-}" ] && first=(--first-key "$FIRST_KEY")  # the first family also times a first key
 for family in "${families[@]}"; do
   echo "== $family (limit ${VTIME:-250} s)"
   timeout "${VTIME:-250}" python3 benchmarks/validate_search.py --corpus benchmarks/results/corpus --tunings 3 \
-    --family "$family" --out "$OUT/validate_one/$family.json" "${smoke[@]}" > "$OUT/vlog_$family.txt" 2>&1
+    --family "$family" --out "$OUT/validate_one/$family.json" "${smoke[@]}" "${first[@]}" > "$OUT/vlog_$family.txt" 2>&1
+  first=()
   echo "exit $? after $SECONDS s"; tail -n 3 "$OUT/vlog_$family.txt"
 done
 (cd "$OUT" && tar czf validate_one.tgz validate_one)
