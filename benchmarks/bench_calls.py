@@ -89,7 +89,8 @@ def main() -> None:
     for rank in range(args.ranks):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(args.ranks), "LOCAL_RANK": str(rank),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": str(ROOT),
-               "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "TRITON_DIST_AUTOTUNE_CACHE_DIR": str(work / "cache"),
+               "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
+               "TRITON_DIST_AUTOTUNE_CACHE_DIR": str(work / "cache"),
                "TRITON_DIST_AUTOTUNE_LOG_DIR": str(work / "logs")}
         env.pop("TORCHELASTIC_RESTART_COUNT", None)
         procs.append(subprocess.Popen([sys.executable, __file__, "--worker", "--sizes", args.sizes, "--n-repeat",
