@@ -95,11 +95,11 @@ def main() -> None:
         env.pop("TORCHELASTIC_RESTART_COUNT", None)
         procs.append(subprocess.Popen([sys.executable, __file__, "--worker", "--sizes", args.sizes, "--n-repeat",
                                        str(args.n_repeat), "--tunings", str(args.tunings)], env=env,
-                                      stdout=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=900)[0] for p in procs]
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=900) for p in procs]  # stderr: the tuner's note that x changes in place
     if any(p.returncode for p in procs):
-        raise SystemExit(f"a rank failed: {[p.returncode for p in procs]}")
-    rows: list[dict[str, Any]] = json.loads(next(line for line in outs[0].splitlines()
+        raise SystemExit(f"a rank failed: {[p.returncode for p in procs]}\n{outs[0][1][-3000:]}")
+    rows: list[dict[str, Any]] = json.loads(next(line for line in outs[0][0].splitlines()
                                                  if line.startswith("RESULT "))[len("RESULT "):])
     print("| elements of x | ms per call | tuning | runs per config (ring / tree) |")
     print("| ---: | ---: | ---: | ---: |")
