@@ -19,7 +19,7 @@ from pathlib import Path
 from ..disk import decisions as dec
 from ..disk import logs
 from ..disk.cache import versions as current_versions
-from ..disk.unfinished import find_unfinished, unfinished
+from ..faults.unfinished import find_unfinished, unfinished
 from . import campaign, vllm_export
 from .common import (
     UsageError,
@@ -147,9 +147,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         entry = _named(args)
     except dec.CacheError:  # no decision of that name: a tuning never finished, whose journals are all there is?
         cut_short = find_unfinished(_root(args), args.name)
-        if cut_short is None:
+        if not cut_short:
             raise
-        return show_unfinished(cut_short, args.json)
+        if len(cut_short) > 1:
+            raise dec.CacheError(f"{args.name!r} names {len(cut_short)} unfinished tunings: "
+                                 f"{', '.join(t.name for t in cut_short[:5])}") from None
+        return show_unfinished(cut_short[0], args.json)
     if args.json:
         _emit_json(entry.to_json())
         return 0

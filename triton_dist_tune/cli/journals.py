@@ -1,4 +1,4 @@
-"""``list`` and ``show`` of tunings never finished: journals, no decision (:mod:`~triton_dist_tune.disk.unfinished`).
+"""``list`` and ``show`` of tunings never finished: journals, no decision (:mod:`~triton_dist_tune.faults.unfinished`).
 
 A first tuning cut short leaves only journals: ``list`` names it under the decisions and ``show NAME`` prints what
 its journals recorded, per config, as the next attempt will start from it (measured configs reused, failed ones
@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from ..disk import decisions as dec
-from ..disk.unfinished import Unfinished
+from ..faults.unfinished import Unfinished
 from .common import _clip, _emit_json, _ms, _table
 
 #: the title of ``list``'s section of unfinished tunings

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..faults.journal import merge, parse_records
-from .entries import CacheError
+from .journal import merge, parse_records
 
 #: a journal's file name: its entry, its group's tag (absent in old journals), its group rank and slot
 _JOURNAL = re.compile(r"^(?P<entry>[^.]+)(?:\.(?P<tag>[0-9a-f]{10}))?\.rank(?P<rank>\d+)(?:\.\d+)?\.journal$")
@@ -134,16 +133,12 @@ def unfinished(root: Path) -> list[Unfinished]:
     return out
 
 
-def find_unfinished(root: Path, name: str) -> Unfinished | None:
-    """The unfinished tuning called ``name`` (``<function>/<entry>``, its entry, or a unique prefix of it), or
-    None; raises :class:`CacheError` when ``name`` names several."""
+def find_unfinished(root: Path, name: str) -> list[Unfinished]:
+    """The unfinished tunings called ``name``: ``<function>/<entry>`` or its entry, else those whose entry (or
+    ``<function>/<entry>``) starts with ``name``."""
     tunings = unfinished(root)
-    matches = [t for t in tunings if name in (t.name, t.entry)]
-    if not matches:
-        matches = [t for t in tunings if t.entry.startswith(name) or t.name.startswith(name)]
-    if len(matches) <= 1:
-        return matches[0] if matches else None
-    raise CacheError(f"{name!r} names {len(matches)} unfinished tunings: {', '.join(t.name for t in matches[:5])}")
+    return [t for t in tunings if name in (t.name, t.entry)] or \
+        [t for t in tunings if t.entry.startswith(name) or t.name.startswith(name)]
 
 
 def _mtime(path: Path) -> float:
