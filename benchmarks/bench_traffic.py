@@ -1,6 +1,6 @@
 """The tuner's control traffic as the group grows: wall time, key-value store requests and bytes.
 
-Usage: python benchmarks/bench_traffic.py [--ranks 2,4,8,16,32] [--rounds 30] [--ref REF] [--out DIR]
+Usage: python benchmarks/bench_traffic.py [--ranks 2,4,8,16,32] [--rounds 30] [--ref REF] [--out DIR] [--name NAME]
 
 For each N it starts N CPU ranks (gloo, one process each; most of them sleep in the store) on the default group
 and measures, on every rank:
@@ -9,13 +9,15 @@ and measures, on every rank:
   wall time over ``--rounds`` exchanges, and the store requests and bytes of one exchange;
 - per tuning of a fixed 8-config space with the real ``autotune`` decorator (a trivial function, ``n_warmup=1
   n_repeat=3``, a new key each time, so every tuning measures): wall time, exchanges, store requests and bytes.
+  ``--per-rank-limit 1`` makes the race send only the group's time of a sample, as it does above 64 ranks
+  (``measure/combine.py``), so that a few ranks show a large group's per-rank traffic.
 
 Requests and bytes are counted by a proxy around the store object the tuner's channel uses (``group.store``):
 each call of set/get/wait/multi_get/check/add/delete_key/compare_set is one request; its bytes are the key
 lengths plus the values sent or received (store-side key prefixes and framing are not counted). The server's
 figures are the sums over ranks. ``--ref REF`` measures the package as it is in git revision REF instead of the
-working tree (``git archive``), e.g. ``--ref main`` for the comm before this change. Writes traffic.json and
-traffic.md to ``--out`` (default benchmarks/results/cpu) unless ``--no-write``.
+working tree (``git archive``), e.g. ``--ref main`` for the comm before this change. Writes NAME.json and
+NAME.md (``--name``, default traffic) to ``--out`` (default benchmarks/results/cpu) unless ``--no-write``.
 """
 
 from __future__ import annotations
@@ -94,11 +96,15 @@ def _size(value: Any) -> int:
 # -- one rank ---------------------------------------------------------------------------------------------------
 
 
-def worker(rounds: int, tunings: int) -> None:
+def worker(rounds: int, tunings: int, per_rank_limit: int | None) -> None:
     import torch.distributed as dist
 
     import triton_dist_tune as tdt
     from triton_dist_tune.group.resolve import resolve_group
+    from triton_dist_tune.measure import combine, lockstep
+
+    if per_rank_limit is not None:  # what a group above the limit sends, measured on a few ranks
+        combine.PER_RANK_LIMIT = lockstep.PER_RANK_LIMIT = per_rank_limit
 
     tdt.init_distributed(backend="gloo")
     group = resolve_group(None)
@@ -154,7 +160,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_size(n: int, package_root: Path, rounds: int, tunings: int, timeout: float) -> list[dict[str, Any]]:
+def run_size(n: int, package_root: Path, rounds: int, tunings: int, timeout: float,
+             per_rank_limit: int | None = None) -> list[dict[str, Any]]:
     """Start ``n`` ranks of this script in worker mode; return each rank's RESULT."""
     port = _free_port()
     work = Path(tempfile.mkdtemp(prefix=f"bench_traffic{n}_"))
@@ -167,8 +174,9 @@ def run_size(n: int, package_root: Path, rounds: int, tunings: int, timeout: flo
                "TRITON_DIST_AUTOTUNE_LOG_DIR": str(work / "logs"),
                "TRITON_DIST_AUTOTUNE_TIMEOUT": str(timeout)}
         env.pop("TORCHELASTIC_RESTART_COUNT", None)
+        limit = [] if per_rank_limit is None else ["--per-rank-limit", str(per_rank_limit)]
         procs.append(subprocess.Popen([sys.executable, __file__, "--worker", "--rounds", str(rounds),
-                                       "--tunings", str(tunings)], env=env, stdout=subprocess.PIPE,
+                                       "--tunings", str(tunings), *limit], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     deadline = time.monotonic() + timeout
     results = []
@@ -245,10 +253,14 @@ def main() -> None:
                         help="also measure the package of this git revision (repeatable), e.g. main")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one size may take")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "cpu")
+    parser.add_argument("--per-rank-limit", type=int, default=None,
+                        help="the race sends every rank's time of a sample up to this many ranks (default: the "
+                             "package's, 64), only the group's time above: 1 measures a larger group's messages")
+    parser.add_argument("--name", default="traffic", help="the result files' name, without .md/.json")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     if args.worker:
-        worker(args.rounds, args.tunings)
+        worker(args.rounds, args.tunings, args.per_rank_limit)
         return
     sizes = [int(n) for n in args.ranks.split(",")]
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -257,16 +269,18 @@ def main() -> None:
         runs[label] = []
         for n in sizes:
             started = time.perf_counter()
-            runs[label].append(summarize(n, run_size(n, root, args.rounds, args.tunings, args.timeout)))
+            runs[label].append(summarize(n, run_size(n, root, args.rounds, args.tunings, args.timeout,
+                                                                      args.per_rank_limit)))
             print(f"{label}: {n} ranks done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     table = markdown(runs)
     print(table)
     if not args.no_write:
         args.out.mkdir(parents=True, exist_ok=True)
         meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                "rounds": args.rounds, "tunings": args.tunings, "configs": N_CONFIGS, "n_warmup": 1, "n_repeat": 3}
-        (args.out / "traffic.json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
-        (args.out / "traffic.md").write_text(
+                "rounds": args.rounds, "tunings": args.tunings, "configs": N_CONFIGS, "n_warmup": 1, "n_repeat": 3,
+                "per_rank_limit": args.per_rank_limit}
+        (args.out / f"{args.name}.json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
+        (args.out / f"{args.name}.md").write_text(
             "# Control traffic per exchange and per tuning (benchmarks/bench_traffic.py)\n\n"
             f"{meta['cpus']} CPUs, {meta['machine']}; exchange wall time: median over {args.rounds} exchanges, "
             "slowest rank; tuning: 8 configs, n_warmup=1 n_repeat=3, median of "

@@ -296,6 +296,40 @@ def test_clear_by_filter_removes_entries_and_journals(tuned, tmp_path):
     assert cli("clear", "--all", "--cache-dir", str(again)).returncode == 0 and entries_of(again) == []
 
 
+@pytest.mark.timeout(120)
+def test_the_journals_of_a_first_tuning_cut_short_are_listed_and_shown(tmp_path):
+    """No decision yet, only the journals of a first tuning that was cut short (issue 40, item 11): 'list' names
+    it and 'show' prints what its journals recorded, per config, as the next attempt starts from it."""
+    cache = tmp_path / "cache"
+    stem = "0123456789abcdef0123"
+    for rank in range(2):  # as the tuner writes them: the group's tag, the job and group in every record
+        journal = Journal(cache / "cut_short" / f"{stem}.0123456789.rank{rank}.journal",
+                          {"job": "job-1", "group": "default", "ranks": [0, 1]})
+        journal.record(Outcome(0, "{BLOCK: 64}", "measured", time=1.25, spread=0.01, per_rank=[1.2, 1.25]))
+        journal.record(Outcome(1, "{BLOCK: 128}", "failed", error="RuntimeError: out of resources"))
+        journal.append(2, "started", config="{BLOCK: 256}")  # in flight when the job was killed
+        journal.close()
+
+    listed = cli("list", "--cache-dir", str(cache))
+    assert listed.returncode == 0, listed.stderr
+    assert "no decisions in" in listed.stdout and "tunings never finished" in listed.stdout, listed.stdout
+    line = next(text for text in listed.stdout.splitlines() if text.strip().startswith(stem[:8]))
+    assert "cut_short" in line and "0,1" in line and "1 measured, 1 failed, 1 suspect" in line, line
+    as_json = json.loads(cli("list", "--json", "--cache-dir", str(cache)).stdout)
+    assert [t["name"] for t in as_json["unfinished"]] == [f"cut_short/{stem}"] and as_json["entries"] == []
+
+    shown = cli("show", stem[:8], "--cache-dir", str(cache))
+    assert shown.returncode == 0, shown.stderr
+    assert f"{stem}.0123456789.rank0.journal, {stem}.0123456789.rank1.journal" in shown.stdout, shown.stdout
+    rows = {text.split()[0]: text.split() for text in shown.stdout.splitlines() if text[:1].isdigit()}
+    assert rows["0"][1:3] == ["measured", "1.2500"] and rows["1"][1] == "failed" and rows["2"][1] == "suspect", rows
+    assert "out of resources" in shown.stdout and "ranks [0, 1] were inside this config" in shown.stdout
+    detail = json.loads(cli("show", f"cut_short/{stem}", "--json", "--cache-dir", str(cache)).stdout)
+    assert [c["state"] for c in detail["configs"]] == ["measured", "failed", "suspect"] and detail["unfinished"]
+    missing = cli("show", "feedface", "--cache-dir", str(cache))
+    assert missing.returncode == 2 and "no decision called 'feedface'" in missing.stderr
+
+
 # -- export / import -------------------------------------------------------------------------------------------
 
 

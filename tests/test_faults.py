@@ -220,6 +220,23 @@ def test_hang_without_restart_ends_every_rank_then_rerun_resumes_past_torn_journ
 
 
 @pytest.mark.timeout(60)
+def test_a_rank_waiting_at_the_exchange_for_a_hung_peer_raises_rank_failed_naming_the_hang(env):
+    # rank 1 hangs after the function's collective, so rank 0 finishes its run and waits at the exchange. Rank 1's
+    # watchdog posts its hang on the failure board before it ends the process (after T), and rank 0, reading the
+    # board between its store waits, raises RankFailedError naming the hang then: not GroupTimeoutError at the
+    # exchange's deadline, T + max(1, T/10), which only a peer that cannot post reaches (docs/fault-tolerance.md)
+    env = {**env, "FAULTS": "1:hang_after@1"}
+    results, _ = ranks("tune", 2, env)
+    waiting, hung = results
+    assert hung.returncode == WATCHDOG_EXIT, describe(results)
+    assert waiting.returncode not in (0, None), describe(results)
+    error = waiting.result
+    assert error["error"] == "RankFailedError", error
+    assert error["message"].startswith("triton_dist_tune: rank 1 failed in config 1 ({variant: 1}): hung: warmup "
+                                       f"exceeded {T} s; group rank(s) [1] ended their process"), error
+
+
+@pytest.mark.timeout(60)
 def test_a_collective_broken_by_a_peer_that_hung_is_no_evidence_against_the_config(env):
     # rank 0 hangs in config 1 and its watchdog (T = 2 s) ends it; rank 1 (its own deadline 8 s) is inside the
     # function's all_reduce, which breaks when rank 0's process goes. Before: rank 1 journaled that error as its own

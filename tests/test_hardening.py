@@ -133,6 +133,10 @@ def test_caller_value_wins_with_allow_arg_overwrite(env):
         res = r.result
         assert res["tuned"] == 16 and res["caller_wins"] == 99 and res["fn"] == 7
         assert res["clash"]["error"] == "BadInputError" and "autotune_allow_arg_overwrite" in res["clash"]["message"]
+        for clash in [*res["clash_decided"], res["clash_decided_slow"]]:  # a decided key: the same error
+            assert clash["error"] == "BadInputError", clash
+            assert "config keys ['block'] clash" in clash["message"], clash
+            assert "autotune_allow_arg_overwrite" in clash["message"], clash
         assert res["to_hashable"] == [[2, 3], [3, 1], "torch.float32"]
         assert "the caller's block=99 overrides" in r.stderr
 

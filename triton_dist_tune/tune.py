@@ -107,8 +107,8 @@ _OPTIONS = [name for name, p in inspect.signature(autotune).parameters.items() i
 def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashable]) -> Callable[..., Any]:
     """The decorated function: a decided key goes straight to ``fn``; anything else to ``tuner.call``."""
     decided, decided_in, keywords, params = tuner.decided, tuner.decided_in, CALL_KEYWORDS, tuner.params
-    limit = tuner.positional_limit
-    known: set[str] = set()  # keyword names met in calls that are no tuner typo (checked once each)
+    limit, tuned_names = tuner.positional_limit, tuner.space_names
+    known: set[str] = set()  # keyword names met in calls that are no tuner typo nor tuned parameter (checked once)
     channels = channel_entries()
 
     def slow(args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -118,9 +118,10 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
     def tuned(*args: Any, **kwargs: Any) -> Any:
         if len(args) > limit:  # a tuned parameter passed by position: the slow path names it
             return slow(args, kwargs)
-        if kwargs and not known.issuperset(kwargs):  # a keyword name not met before: is it a tuner typo?
-            for name in kwargs:  # an ``autotune*`` keyword the tuner does not know: the slow path names the typo
-                if name[:8] == "autotune" and name not in keywords and name not in params:
+        if kwargs and not known.issuperset(kwargs):  # a keyword name not met before: a typo, a tuned parameter?
+            for name in kwargs:  # an ``autotune*`` keyword the tuner does not know, or a parameter a config sets
+                # (never added to ``known``): the slow path names the mistake
+                if (name[:8] == "autotune" and name not in keywords and name not in params) or name in tuned_names:
                     return slow(args, kwargs)
             if len(known) < 1024:
                 known.update(kwargs)

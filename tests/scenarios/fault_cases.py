@@ -9,7 +9,8 @@ Environment of the ``tune`` case:
 - ``FAULTS``: comma-separated ``config:kind@rank`` faults, each injected into the tuned function:
   ``raise`` (raise after the function's collective), ``poison`` (raise as torch does after an illegal memory
   access, which leaves the GPU context unusable), ``raise_before`` (raise before it, while the other ranks
-  wait inside it), ``hang`` (sleep for an hour before the collective), ``hang_gil`` (sleep in C holding the GIL),
+  wait inside it), ``hang`` (sleep for an hour before the collective), ``hang_after`` (after it: the other ranks
+  go on to the exchange and wait there), ``hang_gil`` (sleep in C holding the GIL),
   ``kill`` (first attempt only, of the runs ``KILL_RUNS`` names, default ``0``: write ``kill-me.rank<r>`` with the
   pid into ``FAULT_DIR`` and wait to be killed, or signalled).
 - ``FAULT_DIR``: each rank appends one line ``<run>.<attempt> <config>`` to ``calls.rank<r>`` for every call of
@@ -121,6 +122,8 @@ def make_work(name: str = "work", **options):
             time.sleep(3600)
         time.sleep(SLEEP_MS[variant] / 1e3)
         y = collective(x * (variant + 1))
+        if kind == "hang_after":
+            time.sleep(3600)
         if kind == "raise":
             raise RuntimeError(f"injected: config {variant} raised on rank {me}")
         if kind == "poison":  # what torch raises once a kernel made an illegal memory access

@@ -222,6 +222,9 @@ def overwrite_and_fn():
     shape, stride, dtype = tdt.to_hashable(torch.ones(2, 3))
     emit(tuned=g(torch.ones(2)), caller_wins=g(torch.ones(2), block=99, autotune_allow_arg_overwrite=True),
          clash=outcome(g, torch.ones(5), block=99), fn=g.fn(torch.ones(2), block=7),
+         # a decided key: the hot path, and the routing of a call with a tuner keyword
+         clash_decided=[outcome(g, torch.ones(2), block=99) for _ in range(2)],
+         clash_decided_slow=outcome(g, torch.ones(2), block=99, autotune_verbose=False),
          to_hashable=[list(shape), list(stride), str(dtype)])
 
 

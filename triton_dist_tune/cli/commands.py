@@ -19,6 +19,7 @@ from pathlib import Path
 from ..disk import decisions as dec
 from ..disk import logs
 from ..disk.cache import versions as current_versions
+from ..faults.unfinished import find_unfinished, unfinished
 from . import campaign, vllm_export
 from .common import (
     UsageError,
@@ -34,6 +35,9 @@ from .common import (
     _warn_problems,
     key_order,
 )
+from .journals import list_lines as unfinished_lines
+from .journals import show as show_unfinished
+from .journals import to_json as unfinished_json
 
 # -- list / show -----------------------------------------------------------------------------------------------
 
@@ -69,13 +73,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     :data:`LIST_WIDTH` columns (``show`` has every field whole)."""
     entries, problems = _selected(args)
     now, wall = current_versions(), time.time()
+    cut_short = [t for t in unfinished(_root(args)) if not args.stale and args.function in (None, t.function)]
     if args.json:
         _emit_json({"cache": str(_root(args)), "entries": [e.to_json() for e in entries],
-                    "problems": [str(p) for p in problems]})
+                    "unfinished": [unfinished_json(t) for t in cut_short], "problems": [str(p) for p in problems]})
         return 1 if problems else 0
     status = _warn_problems(problems)
     if not entries:
         print(f"no decisions in {_root(args)}" + (" matching the filters" if args.function or args.stale else ""))
+        for text in unfinished_lines(cut_short, LIST_WIDTH):
+            print(text)
         return status
     entries = sorted(entries, key=lambda e: (_heading(e), key_order(e.key), e.path.stem))
     header = ["name", "key", "chosen config", "ms", "margin", "ranks", "gpu", "versions", "age"]
@@ -105,6 +112,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     print(f"{len(entries)} decision(s) in {_root(args)}; 'show NAME' for the whole table")
     if any(e.near_tie for e in entries):
         print(NEAR_TIE_NOTE)
+    for text in unfinished_lines(cut_short, LIST_WIDTH):
+        print(text)
     return status
 
 
@@ -134,7 +143,16 @@ def _named(args: argparse.Namespace, entries: list[dec.Entry] | None = None) -> 
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    entry = _named(args)
+    try:
+        entry = _named(args)
+    except dec.CacheError:  # no decision of that name: a tuning never finished, whose journals are all there is?
+        cut_short = find_unfinished(_root(args), args.name)
+        if not cut_short:
+            raise
+        if len(cut_short) > 1:
+            raise dec.CacheError(f"{args.name!r} names {len(cut_short)} unfinished tunings: "
+                                 f"{', '.join(t.name for t in cut_short[:5])}") from None
+        return show_unfinished(cut_short[0], args.json)
     if args.json:
         _emit_json(entry.to_json())
         return 0

@@ -20,13 +20,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import logging
 import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol
-
-log = logging.getLogger("triton_dist_tune")
 
 #: a ``triton.runtime.autotuner.Autotuner`` (Triton is imported only when a tuning starts)
 Autotuner = Any
@@ -251,7 +248,7 @@ def first_config_position(autotuner: Autotuner) -> int:
 
 def without_config_names(autotuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
     """The launch's arguments without the meta-parameters the caller gave that a config sets (positional ones
-    included): they are the config's to choose. Logged once per kernel."""
+    included): they are the config's to choose. Logged once per kernel, in the rank's log."""
     names = config_names(autotuner)
     if len(args) <= first_config_position(autotuner) and names.isdisjoint(kwargs):
         return args, kwargs  # the common case, checked cheaply
@@ -261,8 +258,10 @@ def without_config_names(autotuner: Autotuner, args: tuple, kwargs: dict[str, An
         return args, kwargs
     if not autotuner.__dict__.get("_tdt_override_logged"):
         autotuner.__dict__["_tdt_override_logged"] = True
-        log.info("triton_dist_tune: %s: the caller's meta-parameters %s are overridden by the config under test "
-                 "(contextual tuning)", kernel_name(autotuner), sorted(positional + given))
+        from ..disk import logs
+
+        logs.rank_log().info("triton_dist_tune: %s: the caller's meta-parameters %s are overridden by the config "
+                             "under test (contextual tuning)", kernel_name(autotuner), sorted(positional + given))
     named = dict(zip(autotuner.arg_names, args, strict=False))
     cut = min(autotuner.arg_names.index(n) for n in positional) if positional else len(args)
     rest = {n: named[n] for n in autotuner.arg_names[cut: len(args)] if n not in names}

@@ -200,15 +200,10 @@ class Journal:
             except OSError as exc:
                 log.warning("triton_dist_tune: cannot read journal %s (%s); ignoring it", path, exc)
                 continue
-            for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
-                try:  # checked to the limits of what is sent: the ranks exchange their records
-                    record = read_json(line)
-                except Unreadable:
-                    record = None
-                if well_formed(record):
-                    records.append({**record, "file": str(path)})
-                elif line.strip():
-                    log.warning("triton_dist_tune: skipping damaged line %d of journal %s", number, path)
+            found, damaged = parse_records(data, path)
+            records += found
+            for number in damaged:
+                log.warning("triton_dist_tune: skipping damaged line %d of journal %s", number, path)
         return records
 
     def remove(self) -> None:
@@ -234,6 +229,22 @@ class Journal:
                 os.close(fd)  # closing the last fd of the file releases the flock
             except OSError:
                 pass
+
+
+def parse_records(data: bytes, path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The well-formed records of a journal's bytes (each naming ``path`` in ``file``), and the numbers of the
+    damaged lines skipped (a torn last line, garbage, an invalid record)."""
+    records, damaged = [], []
+    for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
+        try:  # checked to the limits of what is sent: the ranks exchange their records
+            record = read_json(line)
+        except Unreadable:
+            record = None
+        if well_formed(record):
+            records.append({**record, "file": str(path)})
+        elif line.strip():
+            damaged.append(number)
+    return records, damaged
 
 
 def well_formed(record: Any) -> bool:

@@ -40,7 +40,7 @@ class Tuner(TunedFunction):
         problem = (f"{getattr(self.fn, '__qualname__', self.name)}() got unknown tuner keyword(s) {typos}; the "
                    f"tuner's call keywords are {sorted(CALL_KEYWORDS)}") if typos else None
         if len(args) > self.positional_limit:  # a tuned parameter by position: named, decided key or not
-            problem = problem or self._positional_problem(args)
+            problem = problem or self._call_problem(args)
         if not enabled:
             if problem:
                 raise BadInputError(problem)
@@ -54,13 +54,15 @@ class Tuner(TunedFunction):
             hash(key)
             key_error = None
         except Exception as exc:
-            key, key_error = None, self._positional_problem(args) or f"key_fn failed: {describe_error(exc)}"
+            key, key_error = None, self._call_problem(args) or f"key_fn failed: {describe_error(exc)}"
         table, slot = (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
         if layout is not None:
             table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
         config = table.get(slot) if key_error is None else None
         if config is None and key_error is None:  # ``undecided="nearest"|"first"``: no tuning
             config = self._serve(table, slot, group, args, kwargs, overwrite)
+        if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
+            problem = self._call_problem((), kwargs)  # a tuned parameter by keyword: named, decided key or not
         if config is not None and problem:
             raise BadInputError(problem)  # decided: the other ranks are not tuning, so nothing to agree on
         if config is None:
@@ -72,11 +74,11 @@ class Tuner(TunedFunction):
                     config = table[slot] = tuning.run(key_error, problem)
         return self._run(args, kwargs, config, overwrite)
 
-    def _positional_problem(self, args: tuple) -> str | None:
+    def _call_problem(self, args: tuple, kwargs: dict[str, Any] | None = None) -> str | None:
         """The message for a tuned parameter passed by position (what makes a ``key_fn`` written for the call
-        without it fail), else None."""
+        without it fail) or by keyword (the same message as for an undecided key), else None."""
         try:
-            check_call(self.fn, self.space, args, {}, self.name)
+            check_call(self.fn, self.space, args, kwargs or {}, self.name)
         except BadInputError as exc:
             return str(exc)
         return None

@@ -1,0 +1,148 @@
+"""Tunings that left journals but no decision: cut short (a crash, a hang, a lost rank, an interruption) or still in
+flight. A tuning that ends removes its journals, so a journal whose entry has no cache file is such a tuning; the
+command line lists them beside the decisions and shows what each journal recorded.
+
+A journal is ``<root>/<function>/<entry>.<group>.rank<r>[.<k>].journal`` (:mod:`~triton_dist_tune.faults.journal`).
+The files are read as they are, without taking their locks: a live tuner's journal is read too, and nothing is
+created or changed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .journal import merge, parse_records
+
+#: a journal's file name: its entry, its group's tag (absent in old journals), its group rank and slot
+_JOURNAL = re.compile(r"^(?P<entry>[^.]+)(?:\.(?P<tag>[0-9a-f]{10}))?\.rank(?P<rank>\d+)(?:\.\d+)?\.journal$")
+
+
+@dataclass
+class ConfigRecord:
+    """What the journals say of one config: the merged outcome the next attempt starts from (``measured``,
+    ``stopped``, ``failed``, ``suspect``, ``interrupted``), or ``started`` (in flight, or begun and not finished)."""
+
+    index: int
+    config: str
+    state: str
+    time: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class Unfinished:
+    """One cache entry's journals without its cache file: a tuning never finished."""
+
+    #: the function's folder in the cache (the tuned function's name, or ``contextual``)
+    folder: Path
+    #: the entry's file name without ``.json`` (what its decision will be called)
+    entry: str
+    journals: list[Path]
+    #: every well-formed record of every journal, oldest first within each file
+    records: list[dict[str, Any]] = field(default_factory=list)
+    #: damaged lines skipped: "<journal>: line <n>"
+    damaged: list[str] = field(default_factory=list)
+
+    @property
+    def function(self) -> str:
+        return self.folder.name
+
+    @property
+    def name(self) -> str:
+        """``<function>/<entry>``, as ``list`` names decisions."""
+        return f"{self.folder.name}/{self.entry}"
+
+    @property
+    def modified(self) -> float:
+        """When a journal was last written (unix seconds)."""
+        return max((_mtime(p) for p in self.journals), default=0.0)
+
+    @property
+    def ranks(self) -> list[int]:
+        """The group ranks that journaled."""
+        return sorted({int(_JOURNAL.match(p.name)["rank"]) for p in self.journals})
+
+    @property
+    def attempts(self) -> int:
+        """The attempts (processes' tunings) whose records are there, counted on the rank with the most."""
+        by_rank: dict[str, set[Any]] = {}
+        for record in self.records:
+            rank = _JOURNAL.match(Path(record["file"]).name)["rank"]
+            by_rank.setdefault(rank, set()).add(record.get("session"))
+        return max((len(s) for s in by_rank.values()), default=0)
+
+    def configs(self) -> list[ConfigRecord]:
+        """Per config the journals name, by index: the outcome the next attempt starts from (the tuner's own merge
+        of every rank's records), or ``started`` for a config begun with no outcome yet."""
+        descriptions: dict[int, str] = {}
+        per_rank: dict[str, list[dict[str, Any]]] = {}
+        for record in self.records:
+            descriptions[record["index"]] = record["config"]
+            per_rank.setdefault(_JOURNAL.match(Path(record["file"]).name)["rank"], []).append(record)
+        space = [descriptions.get(i, "") for i in range(max(descriptions, default=-1) + 1)]
+        merged = merge([per_rank[r] for r in sorted(per_rank, key=int)], space)
+        out = []
+        for index in sorted(descriptions):
+            outcome = merged.get(index)
+            if outcome is None:
+                out.append(ConfigRecord(index, descriptions[index], "started"))
+            else:
+                time = outcome.get("time")
+                out.append(ConfigRecord(index, descriptions[index], outcome["state"],
+                                        float(time) if isinstance(time, (int, float)) else None, outcome.get("error")))
+        return out
+
+    def summary(self) -> str:
+        """``2 measured, 1 failed, 1 started``: how many configs are in each state."""
+        counts: dict[str, int] = {}
+        for config in self.configs():
+            counts[config.state] = counts.get(config.state, 0) + 1
+        return ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: _ORDER.get(kv[0], 9)))
+
+
+_ORDER = {"measured": 0, "stopped": 1, "failed": 2, "suspect": 3, "interrupted": 4, "started": 5}
+
+
+def unfinished(root: Path) -> list[Unfinished]:
+    """Every tuning under ``root`` that left journals and no cache file, sorted by function and entry."""
+    groups: dict[tuple[Path, str], list[Path]] = {}
+    for path in sorted(root.glob("*/*.journal")) if root.is_dir() else []:
+        found = _JOURNAL.match(path.name)
+        if found is None or path.name.startswith(".") or not path.is_file():
+            continue
+        if (path.parent / f"{found['entry']}.json").exists():
+            continue  # a decision's journals (a tuning of it again, in flight or cut short): 'show' names them
+        groups.setdefault((path.parent, found["entry"]), []).append(path)
+    out = []
+    for (folder, entry), journals in sorted(groups.items()):
+        tuning = Unfinished(folder, entry, journals)
+        for path in journals:
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                tuning.damaged.append(f"{path.name}: unreadable ({exc.strerror or exc})")
+                continue
+            records, damaged = parse_records(data, path)
+            tuning.records += records
+            tuning.damaged += [f"{path.name}: line {n}" for n in damaged]
+        out.append(tuning)
+    return out
+
+
+def find_unfinished(root: Path, name: str) -> list[Unfinished]:
+    """The unfinished tunings called ``name``: ``<function>/<entry>`` or its entry, else those whose entry (or
+    ``<function>/<entry>``) starts with ``name``."""
+    tunings = unfinished(root)
+    return [t for t in tunings if name in (t.name, t.entry)] or \
+        [t for t in tunings if t.entry.startswith(name) or t.name.startswith(name)]
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
