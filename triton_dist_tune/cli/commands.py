@@ -20,7 +20,7 @@ from ..disk import decisions as dec
 from ..disk import logs
 from ..disk.cache import versions as current_versions
 from ..faults.unfinished import find_unfinished, unfinished
-from . import campaign, vllm_export
+from . import campaign, journals, vllm_export
 from .common import (
     UsageError,
     _check_age,
@@ -35,9 +35,6 @@ from .common import (
     _warn_problems,
     key_order,
 )
-from .journals import list_lines as unfinished_lines
-from .journals import show as show_unfinished
-from .journals import to_json as unfinished_json
 
 # -- list / show -----------------------------------------------------------------------------------------------
 
@@ -76,12 +73,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     cut_short = [t for t in unfinished(_root(args)) if not args.stale and args.function in (None, t.function)]
     if args.json:
         _emit_json({"cache": str(_root(args)), "entries": [e.to_json() for e in entries],
-                    "unfinished": [unfinished_json(t) for t in cut_short], "problems": [str(p) for p in problems]})
+                    "unfinished": [journals.to_json(t) for t in cut_short], "problems": [str(p) for p in problems]})
         return 1 if problems else 0
     status = _warn_problems(problems)
     if not entries:
         print(f"no decisions in {_root(args)}" + (" matching the filters" if args.function or args.stale else ""))
-        for text in unfinished_lines(cut_short, LIST_WIDTH):
+        for text in journals.list_lines(cut_short, LIST_WIDTH):
             print(text)
         return status
     entries = sorted(entries, key=lambda e: (_heading(e), key_order(e.key), e.path.stem))
@@ -112,7 +109,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     print(f"{len(entries)} decision(s) in {_root(args)}; 'show NAME' for the whole table")
     if any(e.near_tie for e in entries):
         print(NEAR_TIE_NOTE)
-    for text in unfinished_lines(cut_short, LIST_WIDTH):
+    for text in journals.list_lines(cut_short, LIST_WIDTH):
         print(text)
     return status
 
@@ -152,12 +149,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         if len(cut_short) > 1:
             raise dec.CacheError(f"{args.name!r} names {len(cut_short)} unfinished tunings: "
                                  f"{', '.join(t.name for t in cut_short[:5])}") from None
-        return show_unfinished(cut_short[0], args.json)
+        return journals.show(cut_short[0], args.json)
     if args.json:
         _emit_json(entry.to_json())
         return 0
     now = current_versions()
-    journals = dec.journals_of(entry.path)
+    held = dec.journals_of(entry.path)
     facts = [
         ("file", str(entry.path)), ("function", entry.function + (f" (kernel {entry.kernel})" if entry.kernel else "")),
         ("key", entry.key), ("chosen", f"config {entry.index}: {entry.config}"),
@@ -174,8 +171,8 @@ def cmd_show(args: argparse.Namespace) -> int:
          + (f", {entry.rounds} round(s)" if entry.rounds else "")),
         ("format", str(entry.format)),
     ]
-    if journals:
-        facts.append(("journals", ", ".join(p.name for p in journals) + " (a tuning in flight or interrupted)"))
+    if held:
+        facts.append(("journals", ", ".join(p.name for p in held) + " (a tuning in flight or interrupted)"))
     width = max(len(k) for k, _ in facts)
     print("\n".join(f"{k.rjust(width)}: {v}" for k, v in facts))
     print()
