@@ -116,6 +116,15 @@ class SearchPlan:
                 raise ValueError(f"a search needs {name} >= 1")
 
 
+@dataclass(frozen=True)
+class Posterior:
+    """What the search believes of each screened config: its time (denoised; None: failed) and the variance of
+    that belief in log time (the noise of one sample over its samples, shrunk where the landscape tells more)."""
+
+    times: dict[int, float | None]
+    variance: dict[int, float]
+
+
 def initial_size(kept: int) -> int:
     """Configs of the first look for ``kept`` configs: 1.5 sqrt(kept), between 16 and 48 (43 of 840)."""
     return max(16, min(48, round(1.5 * math.sqrt(kept))))
@@ -192,7 +201,7 @@ class PatternSearch:
         for the first time or configs to sample again, never both. Never empty while no screened config has worked
         and kept configs are left untried."""
         history = self.history(samples)
-        times = self.estimates(history)
+        times = self.posterior(history).times
         room = min(self.cap - len(times), self.plan.stage_cap)
         leaders = self.leaders(times, self.plan.leaders)
         if not leaders:  # every config screened so far failed: go on through the untried ones, in agreed order
@@ -218,26 +227,27 @@ class PatternSearch:
         batch = [i for i in ranked[:plan.noise_pairs if pairs < plan.noise_pairs else 1] if count[i] < 2]
         self.noise = estimate_noise(history, plan.noise_floor)
         if self.noise is not None and not batch:
-            batch = self._uncertain(ranked, times, history, self.noise.sigma)
+            batch = self._uncertain(ranked, self.posterior(history), history, self.noise.sigma)
         batch = batch[:allowed]
         self.resampled += len(batch)
         return batch
 
-    def _uncertain(self, ranked: list[int], times: Mapping[int, float | None],
-                   history: Mapping[int, list[float] | None], sigma: float) -> list[int]:
+    def _uncertain(self, ranked: list[int], post: Posterior, history: Mapping[int, list[float] | None],
+                   sigma: float) -> list[int]:
         """The configs that could still be the best within the noise (step 4), best first: those whose samples
-        disagree beyond the noise (one of them spiked: a third settles it); outside the finalists, those read within
-        the noise band of the best, or predicted there by the model though read far above it."""
+        disagree beyond the noise (one of them spiked: a third settles it); outside the finalists, those whose
+        estimate lies within the noise band of the best; and those next to a finalist that rise above their best
+        neighbour beyond the landscape's steps."""
         plan = self.plan
         logs = {i: [math.log(t) for t in history[i] or () if t > 0] for i in ranked}
-        estimate = {i: math.log(times[i] or 0.0) for i in ranked if logs[i]}
+        estimate = {i: math.log(t) for i in ranked if logs[i] and (t := post.times[i]) is not None and t > 0}
         ranked = [i for i in ranked if i in estimate]
         if not ranked:
             return []
         best = ranked[0]
 
-        def width(i: int) -> float:  # the band: two estimates of this many samples each, ``band`` deviations apart
-            return plan.band * sigma * math.sqrt(1 / len(logs[i]) + 1 / len(logs[best]))
+        def width(i: int) -> float:  # the band: ``band`` deviations of the difference of two estimates
+            return plan.band * math.sqrt(post.variance.get(i, sigma ** 2) + post.variance.get(best, sigma ** 2))
 
         open_ = [i for i in ranked if len(logs[i]) < plan.max_samples]
         batch = [i for i in open_ if len(logs[i]) >= 2 and max(logs[i]) - min(logs[i]) > plan.band * sigma * SQRT2
@@ -247,6 +257,37 @@ class PatternSearch:
         batch += [i for i in outside if estimate[i] - estimate[best] < width(i)]
         batch += [i for i in self._jumps(ranked, estimate, finalists, sigma) if i in outside and i not in batch]
         return sorted(dict.fromkeys(batch), key=lambda i: (estimate[i], i))
+
+    def posterior(self, samples: Samples) -> Posterior:
+        """Each screened config's time, denoised by the landscape (empirical Bayes): its samples' median and the
+        prediction of an additive model without pairs (fitted to every screened config, so that each effect pools
+        many of them), weighted by how well each is known: the noise of one sample over the config's samples,
+        against the model's own misfit (its residuals' variance less the noise's). Only where the model's misfit is
+        below the noise of one sample (a smooth landscape under heavy noise, which then leans on its neighbours); a
+        quiet space, or one rougher than its noise (a needle), keeps its own times, as do all until the noise is
+        measured or while few configs are screened (3 per effect of the model)."""
+        history = self.history(samples)
+        times = self.estimates(history)
+        noise = estimate_noise(history, self.plan.noise_floor)
+        timed = sorted(i for i, t in times.items() if t is not None and t > 0 and i in self.grid.point)
+        model = AdditiveModel(self.grid, pairs=False)
+        effects = sum(len(values) for values in self.grid.axes.values())
+        if noise is None or len(timed) < 3 * effects or not model.fit(times):
+            variance = {i: (noise.sigma if noise else 0.0) ** 2 / len(history[i] or (1,)) for i in timed}
+            return Posterior(times, variance)
+        own = {i: noise.sigma ** 2 / len(history[i] or (1,)) for i in timed}
+        residual = {i: math.log(times[i] or 1.0) - model.predict(i) for i in timed}
+        misfit = max(math.fsum(r * r for r in residual.values()) / len(timed) - math.fsum(own.values()) / len(timed),
+                     (noise.sigma / 4) ** 2)
+        if misfit >= noise.sigma ** 2:  # the landscape is rougher than the noise (a needle, a quiet space): own times
+            return Posterior(times, own)
+        denoised: dict[int, float | None] = dict(times)
+        variance = {}
+        for i in timed:
+            weight = misfit / (misfit + own[i])
+            denoised[i] = math.exp(model.predict(i) + weight * residual[i])
+            variance[i] = weight * own[i]
+        return Posterior(denoised, variance)
 
     def _jumps(self, ranked: list[int], estimate: Mapping[int, float], finalists: set[int], sigma: float) -> list[int]:
         """Configs next to a finalist (one step along one parameter) that read further above their best screened
@@ -289,19 +330,18 @@ class PatternSearch:
         return [i for y, i in predicted if y < bar][:self.plan.model_batch]
 
     def finalists(self, samples: Samples) -> list[int]:
-        """The configs the race decides among (step 6), ascending: the ``finalists`` best screened, and after them
-        those within the noise band of the best, up to ``max_finalists``."""
+        """The configs the race decides among (step 6), ascending: the ``finalists`` best screened (by the
+        denoised times of :meth:`posterior`), and after them those within the noise band of the best, up to
+        ``max_finalists``."""
         plan = self.plan
-        history = self.history(samples)
-        times = self.estimates(history)
+        post = self.posterior(samples)
+        times = post.times
         ranked = self.leaders(times, plan.max_finalists)
         chosen = ranked[:plan.finalists]
-        noise = estimate_noise(history, plan.noise_floor)
-        if noise is not None and chosen and (times[chosen[0]] or 0) > 0:
+        if post.variance and chosen and (times[chosen[0]] or 0) > 0:
             best = chosen[0]
             for i in ranked[plan.finalists:]:
-                count = len(history[i] or ()), len(history[best] or ())
-                width = plan.band * noise.sigma * math.sqrt(1 / count[0] + 1 / count[1])
+                width = plan.band * math.sqrt(post.variance.get(i, 0.0) + post.variance.get(best, 0.0))
                 if (times[i] or 0) > 0 and math.log(times[i] or 1) - math.log(times[best] or 1) < width:
                     chosen.append(i)
         return sorted(chosen)

@@ -23,10 +23,12 @@ SWEEPS, SHRINK = 10, 1.0
 class AdditiveModel:
     """log(time) ~ mean + one effect per parameter value + one per pair of values (see the module docstring)."""
 
-    def __init__(self, grid: Grid) -> None:
+    def __init__(self, grid: Grid, pairs: bool = True) -> None:
         self.grid = grid
         axes = range(len(grid.names))
-        self.terms: list[tuple[int, ...]] = [(a,) for a in axes] + list(combinations(axes, 2))
+        #: one term per parameter, and (``pairs``) one per two parameters; without pairs the model has few effects
+        #: and pools many configs into each: what denoising a screening needs (:mod:`~.search`)
+        self.terms: list[tuple[int, ...]] = [(a,) for a in axes] + (list(combinations(axes, 2)) if pairs else [])
         self.mean = 0.0
         self.effects: list[dict[tuple[int, ...], float]] = [{} for _ in self.terms]
 
