@@ -154,6 +154,30 @@ def test_on_the_recorded_corpus_the_best_finalist_is_within_2_percent(case):
         assert found <= 1.02, (seed, found)
 
 
+@pytest.mark.parametrize("case", ["gpu0.json|gemm_k8192_n2048|256", "gpu3.json|moe|512"])
+def test_a_corpus_landscape_written_as_nested_configs_is_searched_as_its_flat_form(case):
+    # before, a nested mapping was one opaque axis of every config: the search screened the whole space
+    name, key = case.split("|", 1)
+    ratios = next(e["ratios"] for k, e in json.loads((CORPUS / name).read_text()).items() if key in k)
+    specs = sorted(ratios)
+    numbers = [re.fullmatch(r"M?(\d+)[x-]N?(\d+)[x-]K?(\d+)-[gG](\d+)-w(\d+)-s(\d+)", s).groups() for s in specs]
+    flat = [dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"), map(int, n),
+                     strict=True)) for n in numbers]
+    forms = [[{"gemm": {k: c[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")},
+               "launch": {"num_warps": c["num_warps"], "num_stages": c["num_stages"]}} for c in flat]]
+    triton = pytest.importorskip("triton")
+    forms.append([{"kernel": {"tile": triton.Config({k: c[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")},
+                                                    num_warps=c["num_warps"], num_stages=c["num_stages"])}}
+                  for c in flat])
+    noisy = {i: ratios[s] * (1 + 0.02 * random.Random(i).gauss(0, 1)) for i, s in enumerate(specs)}
+    finalists, times = simulate(flat, range(len(specs)), SearchPlan(seed="k"), noisy.get)
+    for form in forms:
+        assert Grid(form, range(4)).names[-1].endswith(".num_warps")  # one axis per parameter, named by its path
+        nested_finalists, nested_times = simulate(form, range(len(specs)), SearchPlan(seed="k"), noisy.get)
+        assert (nested_finalists, list(nested_times)) == (finalists, list(times))  # the same configs, same order
+        assert len(nested_times) <= 0.35 * len(specs), len(nested_times)  # about a fifth
+
+
 def test_a_first_look_that_only_fails_goes_on_through_untried_configs_until_one_works():
     # before: no leaders, so no next stage: the tuning raised AllConfigsFailedError after the first look
     search = PatternSearch(GEMM, KEPT, SearchPlan(seed="x"))
