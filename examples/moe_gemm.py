@@ -22,7 +22,9 @@ SGLang read, ``DIR/E=<E>,N=<N>,device_name=<GPU>[,dtype=float32].json`` (on CPU 
 model's): one entry per batch size tuned (or found in the cache), none for a batch size that failed.
 
 Rank 0 prints one line per rank with the config it chose and its error against the torch reference, then
-``RESULT {json}`` (what the tests read).
+``RESULT {json}`` (what the tests read). The reference is computed expert by expert (:func:`moe_reference`): the
+check of the largest campaign batch on a GPU (8,192 tokens) needs about 0.7 GB besides the problem's tensors (before:
+224 GiB, and the campaign died before its vLLM file was written).
 """
 
 from __future__ import annotations
