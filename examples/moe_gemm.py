@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="the tiny space and problem (CPU ranks, interpreter)")
     parser.add_argument("--campaign", action="store_true", help="tune 16 batch sizes as a campaign (3 with --tiny)")
     parser.add_argument("--tokens", type=int, default=None, help="M of the single call (default 256; 20 --tiny)")
+    parser.add_argument("--batches", type=lambda text: [int(m) for m in text.split(",")], default=None,
+                        metavar="M,M,...", help="campaign: these batch sizes instead of the 16 (3 with --tiny)")
     parser.add_argument("--search", default=None, help="search= of the tuner (auto, exhaustive, search)")
     parser.add_argument("--lockstep", action="store_true",
                         help="campaign: the whole group tunes every key together (default: the kernel is rank-local, "
@@ -157,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-vllm", metavar="DIR", help="campaign: write vLLM's / SGLang's fused-MoE config "
                         "file of the decisions into DIR (rank 0)")
     args = parser.parse_args(argv)
+    if args.batches and not args.campaign:
+        parser.error("--batches needs --campaign")
     if args.export_vllm and not args.campaign:
         parser.error("--export-vllm needs --campaign (the file holds one config per batch size)")
 
@@ -176,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"world": world, "space": len(space), "search_option": supports_search()}
 
     if args.campaign:
-        batches = CPU_CAMPAIGN_BATCHES if tiny else CAMPAIGN_BATCHES
+        batches = args.batches or (CPU_CAMPAIGN_BATCHES if tiny else CAMPAIGN_BATCHES)
         started = time.perf_counter()
         summary = tdt.campaign(moe, lambda m: make_problem(m, w, problem["top_k"]).call(), list(batches),
                                local=not args.lockstep)
