@@ -72,7 +72,6 @@ class Context:
     gpus: int
     batches: list[int]
     as_written: bool  # the MoE campaign is the README's
-    cli: list[str]
     current: str = ""  # the step running now
 
     @property
@@ -82,6 +81,14 @@ class Context:
     @property
     def cache(self) -> Path:
         return self.home / ".triton_dist" / "autotune"
+
+    @property
+    def cli(self) -> list[str]:
+        """The command line as the README writes it (``triton-dist-tune``: on PATH, or beside this python, where
+        launch.sh installed it), else ``python -m triton_dist_tune`` (this checkout, where nothing installed it)."""
+        beside = Path(sys.executable).parent / "triton-dist-tune"
+        console = shutil.which("triton-dist-tune") or (str(beside) if beside.is_file() else None)
+        return [console] if console else [sys.executable, "-m", "triton_dist_tune"]
 
     def entries(self) -> set[Path]:
         """The decision cache's entries (one JSON file per decision)."""
@@ -288,15 +295,17 @@ def run_text(argv: list[str], timeout: float = 60) -> str:
 
 
 def machine(cpu: bool) -> str:
-    """One line: the GPUs (or the CPU), cores, python, torch and triton."""
+    """One line: the GPUs (or the CPU), cores, python, torch and triton (as this python imports them: the one the
+    commands run under)."""
     gpus = run_text(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"])
     names = sorted(set(gpus.strip().splitlines()))
     where = (f"{len(gpus.strip().splitlines())} x {', '.join(names)}" if gpus.strip() and not cpu
              else f"CPU ranks ({device_name(True)})")
-    versions = run_text([sys.executable, "-c", "import sys, torch, triton; print(sys.version.split()[0], "
-                         "torch.__version__, triton.__version__)"]).split()
-    python, torch, triton = (versions + ["?", "?", "?"])[:3]
-    return f"{where}; {os.cpu_count()} CPU cores; python {python}, torch {torch}, triton {triton}"
+    import torch
+    import triton
+
+    return (f"{where}; {os.cpu_count()} CPU cores; python {sys.version.split()[0]}, torch {torch.__version__}, "
+            f"triton {triton.__version__}")
 
 
 def step_env(ctx: Context, name: str) -> dict[str, str]:
@@ -392,12 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "logs").mkdir(exist_ok=True)
     for sub in ("home", "tmp", "logs"):
         (work / sub).mkdir(parents=True, exist_ok=True)
-    console = shutil.which("triton-dist-tune")
     ctx = Context(args.out, work, args.cpu, gpus, args.moe_batches or list(CPU_CAMPAIGN_BATCHES if args.cpu else
-                  CAMPAIGN_BATCHES), args.moe_batches is None, [console] if console else
-                  [sys.executable, "-m", "triton_dist_tune"])
+                  CAMPAIGN_BATCHES), args.moe_batches is None)
     header = machine(args.cpu)
-    notes = [f"checkout {ROOT}; fresh HOME {ctx.home}; the CLI as {' '.join(ctx.cli)}"]
+    notes = [f"checkout {ROOT}; fresh HOME {ctx.home}"]
     print(f"acceptance: {header}", flush=True)
     rows: list[Row] = []
     started = time.perf_counter()
