@@ -169,6 +169,7 @@ def test_a_corpus_landscape_written_as_nested_configs_is_searched_as_its_flat_fo
     forms.append([{"kernel": {"tile": triton.Config({k: c[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")},
                                                     num_warps=c["num_warps"], num_stages=c["num_stages"])}}
                   for c in flat])
+    written = json.dumps(forms[0])
     noisy = {i: ratios[s] * (1 + 0.02 * random.Random(i).gauss(0, 1)) for i, s in enumerate(specs)}
     finalists, times = simulate(flat, range(len(specs)), SearchPlan(seed="k"), noisy.get)
     for form in forms:
@@ -176,6 +177,7 @@ def test_a_corpus_landscape_written_as_nested_configs_is_searched_as_its_flat_fo
         nested_finalists, nested_times = simulate(form, range(len(specs)), SearchPlan(seed="k"), noisy.get)
         assert (nested_finalists, list(nested_times)) == (finalists, list(times))  # the same configs, same order
         assert len(nested_times) <= 0.35 * len(specs), len(nested_times)  # about a fifth
+    assert json.dumps(forms[0]) == written  # the configs as written: the grid reads a copy
 
 
 def test_a_first_look_that_only_fails_goes_on_through_untried_configs_until_one_works():
