@@ -24,6 +24,9 @@ whole lines, the best still missed the finalists in 12 and 4 of 100 seeds at M =
 whole neighbourhood filled a stage; with every leader's first ring first (the search's order), a fifth of the space
 and 10 finalists, in none (``docs/search.md``).
 
+A parameter every kept config sets to one value (a ``triton.Config``'s ``num_ctas``, a tile size pruning left one
+of) is no axis: the grid, and the search's model on it, are those of the same space written without it.
+
 Parameters are read through :func:`flatten` (a nested mapping is its entries, named by their path such as
 ``cfg.BLOCK_M``; a ``triton.Config`` value is its keyword arguments, warps and stages) and :func:`split_numbered` (a
 string such as ``"128x256x64-g8-w8-s3"`` is its numbers).
@@ -105,11 +108,17 @@ class Grid:
         flat = [flatten(configs[i]) for i in self.kept]
         split_numbered(flat)
         params = dict(zip(self.kept, flat, strict=True))  # each kept config's parameters, as the grid reads them
-        self.names = sorted({name for config in flat for name in config})
-        values: dict[str, dict[str, Any]] = {name: {} for name in self.names}  # description -> value
+        names = sorted({name for config in flat for name in config})
+        values: dict[str, dict[str, Any]] = {name: {} for name in names}  # description -> value
         for config in flat:
             for name, value in config.items():
                 values[name].setdefault(describe(value), value)
+        # a parameter every kept config sets to one value tells no config from another (a triton.Config's num_ctas,
+        # or a tile size pruning left one of): no axis, so that the grid and the model are those of the same space
+        # written without it
+        constant = {name for name in names if len(values[name]) == 1 and all(name in config for config in flat)}
+        self.names = [name for name in names if name not in constant]
+        values = {name: found for name, found in values.items() if name not in constant}
         #: each parameter's distinct values, in order
         self.axes = {name: sorted(found.values(), key=_order) for name, found in values.items()}
         positions = {name: {describe(v): k for k, v in enumerate(axis)} for name, axis in self.axes.items()}
