@@ -120,7 +120,7 @@ def result_of(stdout: str) -> dict:
     return json.loads(line[len("RESULT "):]) if line else {}
 
 
-def tuned(function: str | None, at_least: int, pattern: str, logs: bool = True):
+def tuned(function: str | None, at_least: int, pattern: str):
     """A check: at least ``at_least`` new decision-cache entries (of ``function``, where named), rank 0's log in the
     step's log folder, and the figure: the first printed line matching ``pattern``."""
 
@@ -130,9 +130,11 @@ def tuned(function: str | None, at_least: int, pattern: str, logs: bool = True):
         files = [f"{len(mine)} cache entr{'y' if len(mine) == 1 else 'ies'} ({functions})"]
         problems = [] if len(mine) >= at_least else [f"{len(mine)} new cache entries of {function or 'any'}, "
                                                      f"expected {at_least} or more"]
-        if logs:
-            rank0 = ctx.work / "logs" / ctx.current / "rank-0.log"
-            files.append("rank-0.log") if rank0.is_file() else problems.append(f"no {rank0}")
+        rank0 = ctx.work / "logs" / ctx.current / "rank-0.log"
+        if rank0.is_file():
+            files.append("rank-0.log")
+        else:
+            problems.append(f"no {rank0}")
         figure = line_of(stdout, pattern)
         if not figure:
             problems.append(f"no line matching {pattern!r} printed")
@@ -142,6 +144,7 @@ def tuned(function: str | None, at_least: int, pattern: str, logs: bool = True):
 
 
 def moe_alone(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], list[str], str]:
+    """A decision and rank 0's log; the figure from the example's ``RESULT`` line."""
     files, problems, _ = tuned("moe_gemm", 1, r"^RESULT ")(ctx, stdout, new)
     r = result_of(stdout)
     if not r.get("same_on_every_rank"):
@@ -190,6 +193,7 @@ def device_name(cpu: bool) -> str:
 
 
 def moe_campaign(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], list[str], str]:
+    """Every batch size decided on every rank alike, and the vLLM file (:func:`vllm_file`), copied into OUT."""
     # the batch size of the single run (M = 256; 20 on CPU) is found in the cache, not tuned again
     files, problems, _ = tuned("moe_gemm", len(ctx.batches) - 1, r"^RESULT ")(ctx, stdout, new)
     sys.path.insert(0, str(ROOT))
@@ -210,12 +214,16 @@ def moe_campaign(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], 
 
 
 def fla(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], list[str], str]:
+    """``skipped: ...`` (no fla-core, or no GPU) or rank 0's figure."""
     figure = line_of(stdout, r"^skipped: |^fla chunk_gla rank 0")
     problems = [] if figure else ["neither 'skipped: ...' nor rank 0's figure printed"]
     return [f"{len(new)} cache entries"], problems, figure
 
 
 def cli_check(pattern: str, png: str | None = None):
+    """A check of a command-line step: the figure is the first line matching ``pattern``; ``png``: the PNG it must
+    have written into OUT."""
+
     def check(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], list[str], str]:
         files, problems = [], []
         if png:
@@ -250,8 +258,9 @@ def busiest_function(ctx: Context) -> str:
 def steps() -> list[Step]:
     launch = ["bash", "launch.sh"]
 
-    def on(ctx: Context, *args: str, cpu: tuple[str, ...] = ()) -> list[str]:
-        return [*launch, "--cpu", *cpu, *args] if ctx.cpu else [*launch, *args]
+    def on(ctx: Context, *args: str) -> list[str]:
+        """``bash launch.sh ARGS`` as the README writes it, or its CPU form."""
+        return [*launch, "--cpu", *args] if ctx.cpu else [*launch, *args]
 
     def tp_mlp(ctx: Context) -> list[str]:
         if ctx.cpu or ctx.gpus >= 4:
@@ -355,6 +364,7 @@ def run_step(ctx: Context, step: Step, timeout: float) -> tuple[Row, str]:
 
 
 def cell(text: str, width: int = 160) -> str:
+    """``text`` as one markdown table cell, cut at ``width`` characters."""
     text = text if len(text) <= width else text[:width - 1] + "…"
     return text.replace("|", "\\|").replace("\n", " ")
 
