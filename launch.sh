@@ -12,10 +12,12 @@ Runs script.py (or, with -m, a module, as python -m does) under torchrun, one pr
   * without GPUs (or with --cpu): N CPU ranks (default 2) with gloo and TRITON_INTERPRET=1.
 Always exports NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 (NVLink multicast stays off), and OMP_NUM_THREADS=1 unless it is set.
-First installs what is missing (scripts/ensure_env.sh --quick: torch, this package with its console script
-triton-dist-tune and its test, mpi and plot extras, Open MPI); the ranks then run this checkout's code
-(PYTHONPATH), whatever copy of the package is installed; where pip's install (or what a plain python imports) is
-another copy, launch.sh says so on stderr, naming both. With -m triton_dist_tune campaign, the campaign's
+First installs what the ranks need where it is missing (scripts/ensure_env.sh --launch): where torch and triton
+are importable, nothing is downloaded: this package (with its console script triton-dist-tune) is installed
+without build isolation or dependencies, or, where pip cannot, the ranks run from this checkout, and one line
+says which; where torch or triton is missing, everything (torch, this package with its test, mpi and plot extras,
+Open MPI). The ranks then run this checkout's code (PYTHONPATH), whatever copy of the package is installed; where
+pip's install (or what a plain python imports) is another copy, launch.sh says so on stderr, naming both. With -m triton_dist_tune campaign, the campaign's
 MODULE:NAME and --keys are checked before torchrun starts.
 
 Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT (default 29500) on every node; they are
@@ -85,9 +87,9 @@ fi
 script="$1"
 shift
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# A fresh machine: install what is missing (torch, this package with its console script and its test, mpi and plot
-# extras, Open MPI), judged by what is installed, not by what this script's PYTHONPATH below makes importable.
-PYTHON="${PYTHON:-python3}" bash "$here/scripts/ensure_env.sh" --quick
+# A fresh machine: install what the ranks need where it is missing (never a download they do not need: see the usage
+# above), judged by what is installed, not by what this script's PYTHONPATH below makes importable.
+PYTHON="${PYTHON:-python3}" bash "$here/scripts/ensure_env.sh" --launch
 # Which copy of the package is installed (pip's record: an editable checkout's folder, or site-packages) and which
 # one a plain python, torchrun or the console script imports (the caller's PYTHONPATH, without this script's).
 # Where either is not this checkout, say so loudly: the ranks started below run this checkout, those commands not.
@@ -106,7 +108,8 @@ except m.PackageNotFoundError:
     installed, installed_text = None, "not installed (pip)"
 spec = importlib.util.find_spec("triton_dist_tune")
 imported = os.path.dirname(os.path.dirname(os.path.realpath(spec.origin))) if spec and spec.origin else None
-if installed != here or imported != here:
+not_installed = installed is None and imported in (None, here)  # ensure_env said so: the ranks run this checkout
+if not not_installed and (installed != here or imported != here):
     print(f"the triton-dist-tune package is {installed_text}; a plain python imports "
           + (f"triton_dist_tune from {imported}" if imported else "no triton_dist_tune"))
 PYEOF

@@ -23,7 +23,9 @@ ranks the CPU model's), named as ``triton-dist-tune export --format vllm-moe`` n
 tuned (or found in the cache), none for a batch size that failed.
 
 Rank 0 prints one line per rank with the config it chose and its error against the torch reference, then
-``RESULT {json}`` (what the tests read).
+``RESULT {json}`` (what the tests read). The reference is computed expert by expert (:func:`moe_reference`): the
+check of the largest campaign batch on a GPU (8,192 tokens) needs about 0.7 GB besides the problem's tensors (before:
+224 GiB, and the campaign died before its vLLM file was written).
 """
 
 from __future__ import annotations
@@ -149,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="the tiny space and problem (CPU ranks, interpreter)")
     parser.add_argument("--campaign", action="store_true", help="tune 16 batch sizes as a campaign (3 with --tiny)")
     parser.add_argument("--tokens", type=int, default=None, help="M of the single call (default 256; 20 --tiny)")
+    parser.add_argument("--batches", type=lambda text: [int(m) for m in text.split(",")], default=None,
+                        metavar="M,M,...", help="campaign: these batch sizes instead of the 16 (3 with --tiny)")
     parser.add_argument("--search", default=None, help="search= of the tuner (auto, exhaustive, search)")
     parser.add_argument("--lockstep", action="store_true",
                         help="campaign: the whole group tunes every key together (default: the kernel is rank-local, "
@@ -156,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-vllm", metavar="DIR", help="campaign: write vLLM's / SGLang's fused-MoE config "
                         "file of the decisions into DIR (rank 0)")
     args = parser.parse_args(argv)
+    if args.batches and not args.campaign:
+        parser.error("--batches needs --campaign")
     if args.export_vllm and not args.campaign:
         parser.error("--export-vllm needs --campaign (the file holds one config per batch size)")
 
@@ -175,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"world": world, "space": len(space), "search_option": supports_search()}
 
     if args.campaign:
-        batches = CPU_CAMPAIGN_BATCHES if tiny else CAMPAIGN_BATCHES
+        batches = args.batches or (CPU_CAMPAIGN_BATCHES if tiny else CAMPAIGN_BATCHES)
         started = time.perf_counter()
         summary = tdt.campaign(moe, lambda m: make_problem(m, w, problem["top_k"]).call(), list(batches),
                                local=not args.lockstep)

@@ -6,7 +6,12 @@
 #   is found. Each install says so in one line on stderr; pip's own output goes to a log file, shown on failure.
 # "Installed" means installed: the package counts only as a distribution with its console script (pip's metadata),
 # never because a PYTHONPATH happens to make it importable.
-# Usage: bash scripts/ensure_env.sh [--quick]   (--quick: one check of everything, and nothing more when it passes)
+# Usage: bash scripts/ensure_env.sh [--launch]
+#   --launch (what launch.sh runs): only what the ranks need. Where torch and triton are importable nothing is
+#   downloaded, ever: an uninstalled package is installed from this checkout without build isolation, dependencies
+#   or an index (pip --no-index --no-build-isolation --no-deps -e), or, where pip cannot do that, not at all (the
+#   ranks run this checkout from PYTHONPATH); one line says which. The extras are left to the full form (tests/run.sh
+#   runs it). Where torch or triton is missing, it installs everything, as the full form does.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY=${PYTHON:-python3}
@@ -30,13 +35,22 @@ install() {  # install WHAT PIP-ARGS...
   fi
 }
 
-# --quick finds each module without importing it (importing torch alone costs about 3 s of CPU, paid by every
-# launch.sh); the full path below imports them
-if [[ "${1:-}" == "--quick" ]] && has_mpiexec && env -u PYTHONPATH "$PY" -c "
+# --launch finds torch and triton without importing them (importing torch alone costs about 3 s of CPU, paid by
+# every launch.sh; the ranks see the caller's PYTHONPATH, so this check does too); the full path below imports them
+if [[ "${1:-}" == "--launch" ]] && "$PY" -c "
 import importlib.util
-names = ('torch', 'triton', 'numpy', 'pytest', 'xdist', 'ruff', 'matplotlib', 'mpi4py')
-assert all(importlib.util.find_spec(name) is not None for name in names)
-$installed" 2>/dev/null; then
+assert all(importlib.util.find_spec(name) is not None for name in ('torch', 'triton'))" 2>/dev/null; then
+  env -u PYTHONPATH "$PY" -c "$installed" 2>/dev/null && exit 0
+  if env -u PYTHONPATH "$PY" -c "
+import importlib.metadata as m
+assert int(m.version('setuptools').split('.')[0]) >= 64  # pyproject.toml's build requirement" 2>/dev/null \
+     && "$PY" -m pip install -q --no-index --no-build-isolation --no-deps -e "$root" >>"$log" 2>&1; then
+    echo "ensure_env: torch and triton are installed, so triton-dist-tune was installed from $root without" \
+         "build isolation, dependencies or a download (pip --no-index --no-build-isolation --no-deps -e)" >&2
+  else
+    echo "ensure_env: torch and triton are installed; triton-dist-tune is not, and pip could not install it" \
+         "without a download (pip's output: $log): the ranks run this checkout (PYTHONPATH)" >&2
+  fi
   exit 0
 fi
 if ! "$PY" -c "import torch" 2>/dev/null; then

@@ -251,33 +251,60 @@ def test_list_fits_120_columns_sorts_by_function_and_key_and_explains_near_ties(
 # -- item 6: launch.sh installs what the README says -------------------------------------------------------------
 
 
-def python_without_the_package(tmp_path: Path) -> Path:
-    """An interpreter (a venv) that sees this one's packages (torch, triton, ...) through links, except an
-    installed triton-dist-tune and pip: a machine where the package was never installed, and nothing can be."""
+def python_without_the_package(tmp_path: Path, pip: bool = False) -> Path:
+    """An interpreter (a venv) that sees this one's packages (torch, triton, setuptools, ...) through links, except an
+    installed triton-dist-tune and (unless ``pip``) pip: a machine where the package was never installed."""
     import sysconfig
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     site = next((venv / "lib").glob("python*/site-packages"))
     for item in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if "triton_dist_tune" not in item.name and not item.name.startswith("pip"):
+        if "triton_dist_tune" not in item.name and (pip or not item.name.startswith("pip")):
             (site / item.name).symlink_to(item)
     return venv / "bin" / "python"
 
 
 @pytest.mark.timeout(150)
-def test_launch_sh_installs_the_package_where_it_is_not_installed(tmp_path):
+def test_launch_sh_runs_the_checkout_where_torch_and_triton_are_installed_and_pip_cannot_install_it(tmp_path):
     """launch.sh puts the checkout on PYTHONPATH for the ranks; its check of what is installed must not count
-    that, or the package (its console script, its extras) is never installed although the README says so. Here
-    pip is absent, so the install is attempted and fails: launch.sh stops before starting any rank."""
+    that, or the package (its console script) is never installed although the README says so. Here pip is absent:
+    the ranks need nothing more than torch and triton, so launch.sh says they run this checkout, and starts them
+    (before issue 41 it stopped: nothing started for want of an install the ranks did not need)."""
     python = python_without_the_package(tmp_path)
     script = tmp_path / "hello.py"
     script.write_text("print('RANK RAN')\n")
     env = base_env({"PYTHON": str(python), "TMPDIR": str(tmp_path)})
     done = run_command(["bash", str(ROOT / "launch.sh"), "--cpu", "--nproc", "1", str(script)], tmp_path, env,
                        timeout=130)
-    assert "ensure_env: installing triton-dist-tune from" in done.stderr, done.stderr[-3000:]
-    assert done.returncode != 0 and "RANK RAN" not in done.stdout
+    assert done.returncode == 0 and "RANK RAN" in done.stdout, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "ensure_env" in line or "launch.sh" in line]
+    assert said == ["ensure_env: torch and triton are installed; triton-dist-tune is not, and pip could not install "
+                    f"it without a download (pip's output: {tmp_path}/triton-dist-tune-ensure-env.log): the ranks run "
+                    "this checkout (PYTHONPATH)"], done.stderr[-3000:]
+
+
+@pytest.mark.timeout(200)
+def test_launch_sh_installs_the_package_without_a_package_index_where_torch_and_triton_are_installed(tmp_path):
+    """A GPU host with torch and triton and no package index (issue 41): launch.sh installed the package with build
+    isolation, which fetched setuptools, and stopped before any rank. Now pip installs it from the checkout with no
+    index, no build isolation and no dependencies, says so in one line, and the rank runs; the console script is
+    there. pip is pointed at an empty index and told to use none, so any download would fail."""
+    python = python_without_the_package(tmp_path, pip=True)
+    script = tmp_path / "hello.py"
+    script.write_text("print('RANK RAN')\n")
+    empty = tmp_path / "empty-index"
+    empty.mkdir()
+    env = base_env({"PYTHON": str(python), "TMPDIR": str(tmp_path), "PIP_INDEX_URL": empty.as_uri(),
+                    "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    done = run_command(["bash", str(ROOT / "launch.sh"), "--cpu", "--nproc", "1", str(script)], tmp_path, env,
+                       timeout=180)
+    assert done.returncode == 0 and "RANK RAN" in done.stdout, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "ensure_env" in line or "launch.sh" in line]
+    assert said == [f"ensure_env: torch and triton are installed, so triton-dist-tune was installed from {ROOT} "
+                    "without build isolation, dependencies or a download (pip --no-index --no-build-isolation "
+                    "--no-deps -e)"], done.stderr[-3000:]
+    assert (python.parent / "triton-dist-tune").exists()
 
 
 # -- item 10: the README is a user's front page ------------------------------------------------------------------

@@ -24,8 +24,12 @@ whole lines, the best still missed the finalists in 12 and 4 of 100 seeds at M =
 whole neighbourhood filled a stage; with every leader's first ring first (the search's order), a fifth of the space
 and 10 finalists, in none (``docs/search.md``).
 
-Parameters are read through :func:`flatten` (a ``triton.Config`` value is its keyword arguments, warps and stages)
-and :func:`split_numbered` (a string such as ``"128x256x64-g8-w8-s3"`` is its numbers).
+A parameter every kept config sets to one value (a ``triton.Config``'s ``num_ctas``, a tile size pruning left one
+of) is no axis: the grid, and the search's model on it, are those of the same space written without it.
+
+Parameters are read through :func:`flatten` (a nested mapping is its entries, named by their path such as
+``cfg.BLOCK_M``; a ``triton.Config`` value is its keyword arguments, warps and stages) and :func:`split_numbered` (a
+string such as ``"128x256x64-g8-w8-s3"`` is its numbers).
 
 Everything here is a pure function of the configs and the kept indices, so every rank builds the same grid.
 """
@@ -51,20 +55,24 @@ def _order(value: Any) -> tuple[int, float, str]:
 _NUMBER = re.compile(r"(\d+)")
 
 
-def flatten(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A config's parameters as the grid sees them: a ``triton.Config`` value becomes its keyword arguments, warps,
-    stages and CTAs (``name.BLOCK_M``, ``name.num_warps``, ...); anything else stays as it is."""
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A config's parameters as the grid sees them, each named by its path: a nested mapping's entries
+    (``cfg.BLOCK_M``), a ``triton.Config`` value's keyword arguments, warps, stages and CTAs (``name.BLOCK_M``,
+    ``name.num_warps``, ...), at any depth; anything else stays as it is. Only the grid reads this copy: the tuned
+    function receives the config as written."""
     flat: dict[str, Any] = {}
     for name, value in config.items():
+        path = f"{prefix}{name}"
         kwargs = getattr(value, "kwargs", None)
         if isinstance(kwargs, dict) and hasattr(value, "num_warps"):
-            for key, item in kwargs.items():
-                flat[f"{name}.{key}"] = item
+            flat.update(flatten(kwargs, f"{path}."))
             for key in ("num_warps", "num_stages", "num_ctas"):
                 if getattr(value, key, None) is not None:
-                    flat[f"{name}.{key}"] = getattr(value, key)
+                    flat[f"{path}.{key}"] = getattr(value, key)
+        elif isinstance(value, Mapping) and value and all(isinstance(key, str) for key in value):
+            flat.update(flatten(value, f"{path}."))
         else:
-            flat[name] = value
+            flat[path] = value
     return flat
 
 
@@ -100,11 +108,17 @@ class Grid:
         flat = [flatten(configs[i]) for i in self.kept]
         split_numbered(flat)
         params = dict(zip(self.kept, flat, strict=True))  # each kept config's parameters, as the grid reads them
-        self.names = sorted({name for config in flat for name in config})
-        values: dict[str, dict[str, Any]] = {name: {} for name in self.names}  # description -> value
+        names = sorted({name for config in flat for name in config})
+        values: dict[str, dict[str, Any]] = {name: {} for name in names}  # description -> value
         for config in flat:
             for name, value in config.items():
                 values[name].setdefault(describe(value), value)
+        # a parameter every kept config sets to one value tells no config from another (a triton.Config's num_ctas,
+        # or a tile size pruning left one of): no axis, so that the grid and the model are those of the same space
+        # written without it
+        constant = {name for name in names if len(values[name]) == 1 and all(name in config for config in flat)}
+        self.names = [name for name in names if name not in constant]
+        values = {name: found for name, found in values.items() if name not in constant}
         #: each parameter's distinct values, in order
         self.axes = {name: sorted(found.values(), key=_order) for name, found in values.items()}
         positions = {name: {describe(v): k for k, v in enumerate(axis)} for name, axis in self.axes.items()}

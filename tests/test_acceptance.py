@@ -1,0 +1,57 @@
+"""The GPU acceptance script's plumbing on CPU (benchmarks/gpu/acceptance.py --cpu): real launch.sh runs of the MoE
+campaign's CPU form and the command line over what it wrote, the table, and the vLLM file checked as vLLM reads it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+from harness import ROOT, base_env
+
+SCRIPT = ROOT / "benchmarks" / "gpu" / "acceptance.py"
+
+
+def acceptance():
+    spec = importlib.util.spec_from_file_location("acceptance", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("acceptance", module)  # its dataclasses look their module up
+    spec.loader.exec_module(sys.modules["acceptance"])
+    return sys.modules["acceptance"]
+
+
+@pytest.mark.timeout(200)
+def test_the_acceptance_script_runs_the_campaign_and_the_cli_on_cpu_and_writes_its_table(tmp_path):
+    from test_newcomer import run_command
+
+    out = tmp_path / "out"
+    done = run_command([sys.executable, str(SCRIPT), "--cpu", "--out", str(out), "--work", str(tmp_path / "work"),
+                        "--only", "moe_campaign,cli_list,cli_plot_function"], tmp_path, base_env(), timeout=180)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    rows = {r["name"]: r for r in json.loads((out / "acceptance.json").read_text())["rows"]}
+    assert list(rows) == ["moe_campaign", "cli_list", "cli_plot_function"]
+    assert all(r["ok"] and r["status"] == 0 and r["seconds"] > 0 for r in rows.values()), rows
+    assert rows["moe_campaign"]["figure"].startswith("3 batch sizes in ")
+    assert any(f.startswith("vLLM file E=4,N=24,device_name=") for f in rows["moe_campaign"]["files"])
+    assert rows["cli_list"]["figure"].startswith("3 decision(s) in ")
+    assert (out / "function.png").read_bytes()[:4] == b"\x89PNG"
+    table = (out / "acceptance.md").read_text()
+    assert "| moe_campaign | `bash launch.sh --cpu examples/moe_gemm.py --tiny --campaign --export-vllm " in table
+    assert table.count("| OK |") == 3 and (out / "logs" / "moe_campaign.out").is_file()
+
+
+def test_the_vllm_check_reads_the_file_as_vllm_does_and_names_what_is_wrong(tmp_path):
+    check = acceptance().vllm_file
+    good = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+            "num_stages": 3}
+    folder = tmp_path / "vllm"
+    folder.mkdir()
+    path = folder / "E=8,N=3584,device_name=NVIDIA_H200.json"
+    path.write_text(json.dumps({"16": good, "256": good}))
+    assert check(folder, 8, 3584, "NVIDIA H200", [16, 256]) == (path, [])
+    path.write_text(json.dumps({"16": good, "256": {**good, "num_warps": "4"}}))
+    _, problems = check(folder, 8, 3584, "NVIDIA H100", [16, 256, 512])
+    assert len(problems) == 3, problems  # the device in the name, a batch size missing, a value not an int
+    path.rename(folder / "moe.json")
+    assert "not vLLM's" in check(folder, 8, 3584, "NVIDIA H200", [16, 256])[1][0]
