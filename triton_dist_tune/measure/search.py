@@ -89,7 +89,7 @@ class SearchPlan:
     max_measured: int = 0
     #: configs sent to the race at the end, and at most, with those within the noise band of the best
     finalists: int = 10
-    max_finalists: int = 20
+    max_finalists: int = 14
     #: configs one check of the model may add, and how many checks a search makes at most (0: no model)
     model_batch: int = 16
     model_rounds: int = 4
