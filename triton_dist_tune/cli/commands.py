@@ -156,6 +156,10 @@ def cmd_show(args: argparse.Namespace) -> int:
          + (f", {entry.rounds} round(s)" if entry.rounds else "")),
         ("format", str(entry.format)),
     ]
+    if entry.breakdown is not None:
+        facts.insert(-1, ("time spent", entry.breakdown.text()))
+    if entry.provisional:
+        facts.insert(-1, ("provisional", "cut short by the time budget: the next job tunes this key again"))
     if journals:
         facts.append(("journals", ", ".join(p.name for p in journals) + " (a tuning in flight or interrupted)"))
     width = max(len(k) for k, _ in facts)

@@ -259,11 +259,14 @@ def print_summary(name: str, key_text: str, group: Any, decision: Decision, cach
     left = len(decision.outcomes) - len(shown)
     how = "timed on the device (CUDA graph replays)" if decision.clock == "graph" else "timed eagerly"
     search = f"\n{decision.search}; {left} config(s) pruned or not screened" if decision.search else ""
+    spent = f"\ntime: {decision.breakdown.text()}" if decision.breakdown is not None else ""
+    cut = "\ncut short by the time budget: the best measured so far, provisional" if decision.cut else ""
     console().info(
         "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group '%s' "
-        "(%s timing, %s, %d round(s)),%s\nbest config selected: %s%s;\n%s\ncache file: %s\nlogs: %s", name,
+        "(%s timing, %s, %d round(s)),%s%s%s\nbest config selected: %s%s;\n%s\ncache file: %s\nlogs: %s", name,
         key_text, decision.seconds, group.size, group_title(group), decision.timing, how, decision.rounds, search,
-        decision.config, margin_text(decision), format_table(shown, decision.index), cache_file, log_folder())
+        spent, cut, decision.config, margin_text(decision), format_table(shown, decision.index), cache_file,
+        log_folder())
 
 
 def print_cache_hit(name: str, key_text: str, group: Any, chosen: str, cache_file: Path) -> None:

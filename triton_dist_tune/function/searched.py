@@ -28,6 +28,8 @@ from ..disk import logs
 from ..errors import BadInputError
 from ..group.agreement import from_root
 from ..group.channel import Group
+from ..measure import breakdown
+from ..measure.budget import LEFT_OUT
 from ..measure.lockstep import Measurer, Todo
 from ..measure.race import Race, RacePlan
 from ..measure.search import PatternSearch, SearchPlan
@@ -50,13 +52,19 @@ class SearchRecord:
     finalists: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    #: configs of the stages that the time budget left unmeasured
+    left_out: int = 0
+    #: True when the time budget ended the screening: the finalists were not raced
+    cut: bool = False
 
     def text(self) -> str:
         """One line: how much of the space was screened."""
-        total = sum(len(stage) for stage in self.stages)
+        total = sum(len(stage) for stage in self.stages) - self.left_out
         resumed = f" ({self.resumed} from the journal)" if self.resumed else ""
-        return (f"search: {total} of {self.kept} configs screened{resumed} in {len(self.stages)} stage(s), "
-                f"{len(self.finalists)} finalists raced, {self.seconds:.2f} s")
+        raced = ("the time budget ended the screening (the best screened chosen)" if self.cut else
+                 f"{len(self.finalists)} finalists raced")
+        return (f"search: {total} of {self.kept} configs screened{resumed} in {len(self.stages)} stage(s), {raced}, "
+                f"{self.seconds:.2f} s")
 
 
 def nearby_seeds(decisions: dict[tuple[str, Hashable], Decision], group_name: str, key: Hashable,
@@ -127,12 +135,15 @@ class Searched:
         started = time.monotonic()
         tuning, measurer, log = self.tuning, self.measurer, logs.rank_log()
         descriptions = tuning.tuner.descriptions
-        self.record.seeds = self._seeds()
-        search = PatternSearch(tuning.tuner.space, self.kept, plan, self.record.seeds)
+        budget, watch = measurer.budget, measurer.watch
+        with breakdown.part("model"):
+            self.record.seeds = self._seeds()
+            search = PatternSearch(tuning.tuner.space, self.kept, plan, self.record.seeds)
+            batch = search.first()
         times: dict[int, float | None] = {}
         outcomes: dict[int, Outcome] = {}
         screen = RacePlan(max_rounds=1, min_rounds=1, seed=plan.seed, budget_s=None)
-        batch = search.first()
+        watch.rounds = "screening"
         while batch:
             fresh = [i for i in batch if not self._known(i, times, outcomes)]
             self.record.resumed += len(batch) - len(fresh)
@@ -142,19 +153,27 @@ class Searched:
                 for outcome in measurer.lockstep(todo, screen):
                     outcomes[outcome.index] = outcome
                     times[outcome.index] = outcome.time if outcome.usable else None
+                    self.record.left_out += outcome.error == LEFT_OUT
             log.info("%s search stage %d: %d config(s), %d screened now; best so far %s", tuning.label,
                      len(search.stages), len(batch), len(fresh), _best(times))
-            batch = search.next(times)
+            if (budget.cut or budget.spent) and any(t is not None for t in times.values()):
+                budget.cut = self.record.cut = True  # the best screened is chosen (agreed: the group's clock)
+                break
+            with breakdown.part("model"):
+                batch = search.next(times)
+        watch.rounds = "race"
         self.record.stages = search.stages
-        finalists = search.finalists(times)
+        with breakdown.part("model"):
+            finalists = search.finalists(times)
         self.record.finalists = finalists
         race: Race | None = None
         log.info("%s search finalists: %s", tuning.label, " ".join(map(str, finalists)))
-        if finalists:
+        if finalists and not budget.cut:
             # compiled in their stage, unless an earlier attempt screened them
             self.compile_stage([tuning.todo(i) for i in finalists if outcomes[i].resumed])
             for outcome in measurer.lockstep([tuning.todo(i) for i in finalists], final):
-                outcomes[outcome.index] = outcome
+                if outcome.error != LEFT_OUT:  # a finalist the budget left out keeps its screening
+                    outcomes[outcome.index] = outcome
             race = getattr(measurer, "race", None)
         self.record.seconds = time.monotonic() - started
         result = []
