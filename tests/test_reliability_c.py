@@ -8,6 +8,8 @@ import json
 import pytest
 from harness import HERE, describe, run_cases, run_ranks, tuner_env
 
+from triton_dist_tune.records import TIME_PARTS
+
 CASES = HERE / "scenarios" / "reliability_c_cases.py"
 
 
@@ -138,8 +140,14 @@ def test_autotune_cut_by_its_time_budget_is_provisional_and_tuned_again_by_the_n
             first, second = (r.result for r in results[case])
             assert first["chosen"] == second["chosen"] and first["cut"] is True, (job, case, first, second)
             assert first["calls"] > 1 and first["slept_ms"] <= BUDGET_BOUND_MS, (job, case, first)
+            spent = first["time"]  # issue 41 item 1: the parts are exclusive and sum to the wall time
+            assert sum(spent[part] for part in TIME_PARTS) == pytest.approx(spent["wall"], rel=1e-6), spent
+            assert spent["exchanges"] > 0 and spent["warmup"] > 0, spent
+            assert spent["screening" if case.endswith("search") else "race"] > 0, (case, spent)
         entries = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("*.json")]
         assert [e.get("provisional") for e in entries] == [True] * 3, entries
+    logs = "".join(path.read_text() for path in (tmp_path / "logs").glob("rank-*.log"))
+    assert "key=64] time: " in logs and "device floor" in logs, logs[-2000:]
 
 
 def stage_lines(folder, key: int) -> list[str]:
