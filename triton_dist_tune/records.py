@@ -133,11 +133,11 @@ class TimeBreakdown:
     times the time per call its clock measured: device time on a GPU); ``host``: the rest of those rounds' wall
     time (launches the device did not hide, synchronizes, the loop between samples); ``exchange``: the group's
     collectives (``exchanges`` of them: agreement, cache lookup, journals, warm-up and round exchanges);
-    ``restore``: saving, checking and putting back the arguments; ``model``: the search's
-    model (seeds, each stage's proposals, the finalists); ``other``: the rest (the reference run, journals, the
-    cache's files, logging). ``floor`` is the device-time floor: the sum, over the configs this rank ran, of the
-    calls it launched of each (warm-ups, samples, captures) times that config's own time per call (the median of
-    its samples on this rank; its probe when it has none).
+    ``restore``: saving, checking and putting back the arguments; ``model``: the search's model (seeds, each
+    stage's proposals, the finalists); ``other``: the rest (the reference run, journals, the cache's files,
+    logging; a ``sharded`` measuring too). ``floor`` is the device-time floor: the sum, over the configs this rank
+    ran, of the calls it launched of each (warm-ups, samples, captures) times that config's own time per call (the
+    median of its samples on this rank; its probe when it has none).
     """
 
     wall: float = 0.0

@@ -277,8 +277,10 @@ class Tuning:
         tuner, layout = self.tuner, self.layout
         trial, state = prepare(tuner, self.group, self.label, self.args, self.kwargs, self.timeout)
         timing = timing_mode(tuner.options.timing)
-        measurer = Measurer(self.group, trial, tuner.options.plan(self.timeout, timing, seed), journal,
-                            logs.rank_log(), self.label, guard)
+        plan = tuner.options.plan(self.timeout, timing, seed)
+        if layout is not None:  # replicas keep no common clock: a cut could differ between them
+            plan = replace(plan, race=replace(plan.race, budget_s=None))
+        measurer = Measurer(self.group, trial, plan, journal, logs.rank_log(), self.label, guard)
         measurer.budget.began = self.began  # the budget counts from the start of the tuning
         share = kept if layout is None else layout.share(kept)
         pruned = [Outcome(i, tuner.descriptions[i], "pruned") for i in range(len(tuner.space)) if i not in kept]

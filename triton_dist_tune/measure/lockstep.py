@@ -204,10 +204,10 @@ class Measurer(Sampling, Guarding):
         per_call: dict[int, float] = {}
         warming = time.monotonic()
         previous = 0.0  # the group's time per call of the config warmed up last
-        configs = {index: config for index, config, _ in todo}
+        round_s = 0.0  # the predicted length of a screening round of the configs warmed up (with a budget)
         self.watch.enter("warmup")
         for index, config, desc in todo:
-            if per_call and self.budget.ends_before(self.round_seconds(list(per_call), configs, per_call, False)):
+            if per_call and self.budget.ends_before(round_s):
                 outcomes[index] = self.budget.left_out(index, desc)  # agreed: the group's probes and clock
                 continue
             wanted, error = self._warm(index, config, desc, aligned=True, previous_ms=previous)
@@ -217,6 +217,8 @@ class Measurer(Sampling, Guarding):
                 outcomes[index] = self._failed(index, desc, combined.errors)
             else:
                 per_call[index] = previous = float(max(combined.values))
+                if self.budget.bounded:
+                    round_s += self.sample_seconds(index, config, previous, False, len(per_call) == 1)
         self.watch.leave()
         entries = {index: (config, desc) for index, config, desc in todo if index in per_call}
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)

@@ -44,13 +44,16 @@ class Sampling:
         """The predicted length of one steady round of ``indices`` (their calls times the group's time per call, in
         seconds): what a time budget checks before it warms another config or runs a settled block
         (:mod:`~triton_dist_tune.measure.budget`); 0 in cold timing (a sample is one call, as a warm-up run)."""
+        return sum(self.sample_seconds(index, configs[index], per_call[index], settled, n == 0)
+                   for n, index in enumerate(indices))
+
+    def sample_seconds(self, index: int, config: dict[str, Any], per_call_ms: float, settled: bool,
+                       first: bool) -> float:
+        """The predicted length of one steady sample of config ``index`` (seconds; 0 in cold timing)."""
         if self.cold:
             return 0.0
-        total = 0.0
-        for n, index in enumerate(indices):
-            steady, _, per = self._sampler(index, configs[index], per_call[index], settled, n == 0)
-            total += ((steady.settle + steady.span + steady.queued) * per * per_call[index] + steady.hold_ms) / 1e3
-        return total
+        steady, _, per = self._sampler(index, config, per_call_ms, settled, first)
+        return ((steady.settle + steady.span + steady.queued) * per * per_call_ms + steady.hold_ms) / 1e3
 
     def _sampler(self, index: int, config: dict[str, Any], per_call_ms: float, settled: bool,
                  first: bool) -> tuple[timing.Steady, Callable[[], Any], int]:
