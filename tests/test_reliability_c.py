@@ -148,6 +148,9 @@ def test_autotune_cut_by_its_time_budget_is_provisional_and_tuned_again_by_the_n
         assert [e.get("provisional") for e in entries] == [True] * 3, entries
     logs = "".join(path.read_text() for path in (tmp_path / "logs").glob("rank-*.log"))
     assert "key=64] time: " in logs and "device floor" in logs, logs[-2000:]
+    records = [json.loads(line) for path in (tmp_path / "logs").glob("rank-*.jsonl")
+               for line in path.read_text().splitlines()]
+    assert sum("breakdown" in r for r in records) == 2 * 2 * 3, records[-3:]  # 2 jobs, 2 ranks, 3 tunings each
 
 
 def stage_lines(folder, key: int) -> list[str]:

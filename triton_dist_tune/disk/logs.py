@@ -76,15 +76,17 @@ def log_folder() -> Path:
 
 
 class JsonLines(logging.Formatter):
-    """One JSON object per record: time (unix seconds), job, rank, host, level, message."""
+    """One JSON object per record: time (unix seconds), job, rank, host, level, message; and ``breakdown`` where the
+    record carries one (a tuning's time line: :class:`~triton_dist_tune.records.TimeBreakdown` as JSON)."""
 
     def __init__(self, rank: int) -> None:
         super().__init__()
         self.fixed = {"job": job_name(), "rank": rank, "host": socket.gethostname()}
 
     def format(self, record: logging.LogRecord) -> str:
+        spent = getattr(record, "breakdown", None)
         return json.dumps({"time": record.created, **self.fixed, "level": record.levelname,
-                           "message": record.getMessage()}, default=str)
+                           "message": record.getMessage(), **({"breakdown": spent} if spent else {})}, default=str)
 
 
 def rank_log() -> logging.Logger:

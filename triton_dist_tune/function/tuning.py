@@ -241,7 +241,8 @@ class Tuning:
                 ended = True  # every config failed: this tuning is over, and nothing of it may replay later
                 raise
             if decision.breakdown is not None:
-                logs.rank_log().info("%s time: %s", label, decision.breakdown.text())
+                logs.rank_log().info("%s time: %s", label, decision.breakdown.text(),
+                                     extra={"breakdown": decision.breakdown.to_json()})
             ended = not decision.cut  # a cut's choice is provisional: the next job goes on from the journals
         finally:
             guard.close()
