@@ -22,7 +22,7 @@ from harness import ROOT, RankResult, base_env, describe, run_ranks, tuner_env
 
 from triton_dist_tune.disk.cache import versions, write_json_atomic
 from triton_dist_tune.faults.journal import Journal
-from triton_dist_tune.records import Outcome
+from triton_dist_tune.records import TIME_PARTS, Outcome
 
 SCENARIO = Path(__file__).resolve().parent / "scenarios" / "cli_cases.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -166,6 +166,11 @@ def test_show_prints_the_whole_table_with_failures(tuned, tmp_path):
     assert states[chosen] == "measured" and states[3] == "failed" and states.get(4) == "pruned"  # pruned for (8,)
     assert all(states[i] in ("measured", "stopped") for i in (0, 1, 2))
     assert all(len(m["per_rank"]) == 2 for m in data["measurements"] if m["state"] in ("measured", "stopped"))
+    # issue 41 item 1: where the tuning's seconds went, its parts exclusive and summing to its wall time
+    assert "time spent: " in out.stdout and "exchanges " in out.stdout and "device floor" in out.stdout
+    spent = data["breakdown"]
+    assert spent["exchanges"] > 0 and spent["warmup"] > 0 and spent["race"] > 0 and spent["floor"] > 0
+    assert sum(spent[part] for part in TIME_PARTS) == pytest.approx(spent["wall"], rel=1e-6)
     by_path = cli("show", str(big), "--cache-dir", str(cache))
     assert by_path.returncode == 0 and "key: (8,)" in by_path.stdout
     format2 = cli("show", "drifting", "--cache-dir", str(format2_entry(cache).parents[1]))

@@ -6,6 +6,9 @@ import pytest
 from harness import HERE, run_cases, tuner_env
 
 from triton_dist_tune.function.options import TuneOptions
+from triton_dist_tune.measure import breakdown
+from triton_dist_tune.measure.breakdown import Stopwatch
+from triton_dist_tune.measure.budget import Budget
 from triton_dist_tune.measure.race import Race, RacePlan
 from triton_dist_tune.measure.stats import clearly_slower, median_bounds, paired_ratios, spread
 from triton_dist_tune.measure.timing import (
@@ -89,7 +92,59 @@ def test_race_rules_drop_slow_configs_and_stop_at_the_budget():
         for i in timed.order():
             timed.record(i, [1.0, 1.0])
         timed.end_round()
-    assert not timed.finished(0.5) and timed.finished(1.5)
+    assert not timed.finished(0.5) and timed.finished(1.5) and timed.cut
+
+
+def test_the_budget_ends_a_settled_block_and_any_round_after_the_first():
+    """Issue 41 item 5c: the budget is read in the settled rounds too (before: never once they had begun, so
+    ``budget=0.1`` under steady timing raced all 10 rounds), and from the first round on (before: after 3)."""
+    settling = Race([0, 1, 2], RacePlan(max_rounds=10, budget_s=0.1, seed="s", final_top=3, min_rounds=3))
+    for i in settling.order():
+        settling.record(i, [1.0 + i / 10])
+    settling.end_round()
+    assert settling.settling  # at most final_top configs: the settled block starts after the first round
+    assert not settling.finished(0.05)
+    for i in settling.order():
+        settling.record(i, [1.0 + i / 10])
+    settling.end_round()
+    assert settling.finished(0.12) and settling.cut and settling.winner() == 0
+    first = Race([0, 1, 2, 3, 4], RacePlan(max_rounds=10, budget_s=0.1, seed="s", min_rounds=3))
+    for i in first.order():
+        first.record(i, [1.0])
+    first.end_round()
+    assert first.finished(0.12) and first.cut and first.rounds == 1
+
+
+def test_a_budget_fits_the_rounds_it_has_time_for():
+    budget = Budget(seconds=1.0, began=0.0)
+    assert not budget.spent and budget.rounds(8, 0.3) == 3  # 1 s left: three rounds of 0.3 s
+    budget.agreed(0.5)
+    budget.agreed(0.2)  # the group's elapsed time only grows
+    assert budget.elapsed == 0.5 and budget.rounds(8, 0.3) == 1 and budget.rounds(8, 0.0) == 8
+    assert budget.ends_before(0.5) and not budget.ends_before(0.4) and not budget.spent
+    budget.agreed(1.0)
+    assert budget.spent and budget.rounds(8, 0.3) == 1  # at least one: the caller checks the bound before
+    assert Budget().rounds(8, 0.3) == 8 and not Budget().spent and not Budget().ends_before(1e9)
+
+
+def test_a_stopwatch_charges_nested_parts_exclusively(monkeypatch):
+    """Issue 41 item 1: a part nested in another pauses it; the parts and ``other`` sum to the wall time, and a
+    race's rounds split into their samples' device time and ``host``."""
+    watch = Stopwatch(started=0.0)
+    clock = iter([1.0, 2.0, 3.5, 4.0, 6.0, 7.0, 10.0])  # each boundary's perf_counter reading
+    monkeypatch.setattr(breakdown.time, "perf_counter", lambda: next(clock))
+    watch.enter("warmup")  # 1.0: 1 s before it is nobody's
+    watch.enter("exchange")  # 2.0: warm-up 1 s
+    watch.leave()  # 3.5: exchange 1.5 s
+    watch.leave()  # 4.0: warm-up 0.5 s more
+    watch.enter("race")  # 6.0
+    watch.sampled(0.25)
+    watch.launched(3, 10)
+    watch.timed(3, 20.0)
+    watch.leave()  # 7.0: race 1 s, of which 0.25 s of device time
+    result = watch.result()  # 10.0
+    assert (result.wall, result.warmup, result.exchange, result.race, result.host) == (10.0, 1.5, 1.5, 0.25, 0.75)
+    assert result.other == pytest.approx(10.0 - 4.0) and result.floor == pytest.approx(0.2)  # 10 calls of 20 ms
 
 
 def test_steady_sample_calls_span_the_measured_settling_and_span():

@@ -112,3 +112,71 @@ class Decision:
     cut: bool = False
     #: True when this decision was served from the disk cache (not tuned by this process)
     cached: bool = False
+    #: where this rank's seconds of the tuning went (None: served from the cache)
+    breakdown: TimeBreakdown | None = None
+
+
+#: the parts of a tuning's wall time, in the order a breakdown lists them (see :class:`TimeBreakdown`)
+TIME_PARTS: tuple[str, ...] = ("compile", "capture", "warmup", "screening", "race", "host", "exchange", "restore",
+                               "model", "other")
+
+
+@dataclass
+class TimeBreakdown:
+    """Where the seconds of one tuning of one key went, on one rank (group rank 0's in the summary line and the cache
+    record; each rank's in its own log). The parts are this rank's wall time, exclusive of each other, and sum to
+    ``wall`` (``other`` is the remainder); :mod:`~triton_dist_tune.measure.breakdown` fills them.
+
+    ``compile``: compiling ahead and waiting for compiles (``compiled`` configs); ``capture``: CUDA-graph captures;
+    ``warmup``: the configs' warm-up runs (checked run, ``n_warmup`` runs, probe); ``screening`` and ``race``: the
+    device time of the samples of a search's stages and of the race (each sample's calls, settling ones included,
+    times the time per call its clock measured: device time on a GPU); ``host``: the rest of those rounds' wall
+    time (launches the device did not hide, synchronizes, the loop between samples); ``exchange``: the group's
+    collectives (``exchanges`` of them: agreement, cache lookup, journals, warm-up and round exchanges);
+    ``restore``: saving, checking and putting back the arguments; ``model``: the search's model (seeds, each
+    stage's proposals, the finalists); ``other``: the rest (the reference run, journals, the cache's files,
+    logging; a ``sharded`` measuring too). ``floor`` is the device-time floor: the sum, over the configs this rank
+    ran, of the calls it launched of each (warm-ups, samples, captures) times that config's own time per call (the
+    median of its samples on this rank; its probe when it has none).
+    """
+
+    wall: float = 0.0
+    compile: float = 0.0
+    capture: float = 0.0
+    warmup: float = 0.0
+    screening: float = 0.0
+    race: float = 0.0
+    host: float = 0.0
+    exchange: float = 0.0
+    restore: float = 0.0
+    model: float = 0.0
+    other: float = 0.0
+    compiled: int = 0
+    exchanges: int = 0
+    floor: float = 0.0
+
+    def text(self) -> str:
+        """One line: ``1.84 s: compile 0.52 (12 configs), capture 0.00, warm-up 0.31, ...; device floor 0.20 s``."""
+        names = {"warmup": "warm-up", "exchange": "exchanges"}
+        parts = []
+        for part in TIME_PARTS:
+            note = {"compile": f" ({self.compiled} configs)", "exchange": f" ({self.exchanges})"}.get(part, "")
+            parts.append(f"{names.get(part, part)} {getattr(self, part):.2f}{note}")
+        return f"{self.wall:.2f} s: {', '.join(parts)}; device floor {self.floor:.2f} s"
+
+    def to_json(self) -> dict[str, Any]:
+        """A standard-JSON object."""
+        return {k: (v if math.isfinite(v) else 0.0) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: Any) -> TimeBreakdown | None:
+        """The breakdown in ``data``, or None when ``data`` is not one (an older record has none)."""
+        if not isinstance(data, dict):
+            return None
+        values = {}
+        for f in fields(cls):
+            value = data.get(f.name, 0)
+            if type(value) not in (int, float) or not math.isfinite(value):
+                return None
+            values[f.name] = int(value) if f.name in ("compiled", "exchanges") else float(value)
+        return cls(**values)

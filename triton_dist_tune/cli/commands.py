@@ -171,6 +171,10 @@ def cmd_show(args: argparse.Namespace) -> int:
          + (f", {entry.rounds} round(s)" if entry.rounds else "")),
         ("format", str(entry.format)),
     ]
+    if entry.breakdown is not None:
+        facts.insert(-1, ("time spent", entry.breakdown.text()))
+    if entry.provisional:
+        facts.insert(-1, ("provisional", "cut short by the time budget: the next job tunes this key again"))
     if held:
         facts.append(("journals", ", ".join(p.name for p in held) + " (a tuning in flight or interrupted)"))
     width = max(len(k) for k, _ in facts)
@@ -183,9 +187,6 @@ def cmd_show(args: argparse.Namespace) -> int:
         for o in failures:
             print(f"  config {o.index} ({o.state}): {o.error}")
     return 0
-
-
-# -- plot ------------------------------------------------------------------------------------------------------
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -210,9 +211,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
     path = plots.plot_decision(chosen[0], out) if len(chosen) == 1 else plots.plot_function(chosen, out)
     print(path)
     return status
-
-
-# -- clear -----------------------------------------------------------------------------------------------------
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
@@ -315,9 +313,6 @@ def _differs(path: Path, item: dec.Incoming) -> bool:
     theirs = item.entry.raw
     return not isinstance(mine, dict) or (mine.get("index"), mine.get("config")) != (theirs.get("index"),
                                                                                       theirs.get("config"))
-
-
-# -- logs ------------------------------------------------------------------------------------------------------
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

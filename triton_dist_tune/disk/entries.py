@@ -9,7 +9,7 @@ from typing import Any
 
 from ..group.codec import FILE_DEPTH, Unreadable, depth, read_json
 from ..measure.stats import near_tie
-from ..records import Outcome
+from ..records import Outcome, TimeBreakdown
 from .cache import versions as current_versions
 
 
@@ -47,6 +47,10 @@ class Entry:
     kernel: str | None = None
     rounds: int | None = None
     tuning_seconds: float | None = None
+    #: where the tuning's seconds went on group rank 0 (None: not recorded)
+    breakdown: TimeBreakdown | None = None
+    #: True for a cut's choice (the time budget ended the tuning): tuned again by the next job
+    provisional: bool = False
     measurements: list[Outcome] = field(default_factory=list)
     #: the raw JSON object as read from disk (what ``export`` ships)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -71,8 +75,9 @@ class Entry:
                 "time_ms": self.time_ms, "margin": self.margin, "runner_up": self.runner_up,
                 "near_tie": self.near_tie, "timing": self.timing, "group_size": self.group_size,
                 "group": self.group, "gpu": self.gpu, "gpu_count": self.gpu_count, "versions": self.versions,
-                "created": self.created, "stale": self.stale(),
-                "measurements": [o.to_json() for o in self.measurements]}
+                "created": self.created, "stale": self.stale(), "tuning_seconds": self.tuning_seconds,
+                "breakdown": self.breakdown.to_json() if self.breakdown is not None else None,
+                "provisional": self.provisional, "measurements": [o.to_json() for o in self.measurements]}
 
 
 def _finite(value: Any) -> float | None:
@@ -157,6 +162,7 @@ def parse_entry(path: Path, data: Any) -> Entry:
                  gpu_count=data.get("gpu_count") if type(data.get("gpu_count")) is int else None,
                  kernel=data.get("kernel"), rounds=data.get("rounds") if type(data.get("rounds")) is int else None,
                  tuning_seconds=_finite(data.get("tuning_seconds")),
+                 breakdown=TimeBreakdown.from_json(data.get("breakdown")), provisional=data.get("provisional") is True,
                  measurements=outcomes, raw=data)
 
 

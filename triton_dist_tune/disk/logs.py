@@ -82,17 +82,18 @@ def logs_text() -> str:
     return str(log_folder()) if problem is None else f"none written ({log_folder()}: {problem})"
 
 
-
 class JsonLines(logging.Formatter):
-    """One JSON object per record: time (unix seconds), job, rank, host, level, message."""
+    """One JSON object per record: time (unix seconds), job, rank, host, level, message; and ``breakdown`` where the
+    record carries one (a tuning's time line: :class:`~triton_dist_tune.records.TimeBreakdown` as JSON)."""
 
     def __init__(self, rank: int) -> None:
         super().__init__()
         self.fixed = {"job": job_name(), "rank": rank, "host": socket.gethostname()}
 
     def format(self, record: logging.LogRecord) -> str:
+        spent = getattr(record, "breakdown", None)
         return json.dumps({"time": record.created, **self.fixed, "level": record.levelname,
-                           "message": record.getMessage()}, default=str)
+                           "message": record.getMessage(), **({"breakdown": spent} if spent else {})}, default=str)
 
 
 def rank_log() -> logging.Logger:
@@ -270,11 +271,14 @@ def print_summary(name: str, key_text: str, group: Any, decision: Decision, cach
     left = len(decision.outcomes) - len(shown)
     how = "timed on the device (CUDA graph replays)" if decision.clock == "graph" else "timed eagerly"
     search = f"\n{decision.search}; {left} config(s) pruned or not screened" if decision.search else ""
+    spent = f"\ntime: {decision.breakdown.text()}" if decision.breakdown is not None else ""
+    cut = "\ncut short by the time budget: the best measured so far, provisional" if decision.cut else ""
     console().info(
         "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group '%s' "
-        "(%s timing, %s, %d round(s)),%s\nbest config selected: %s%s;\n%s\ncache file: %s\nlogs: %s", name,
+        "(%s timing, %s, %d round(s)),%s%s%s\nbest config selected: %s%s;\n%s\ncache file: %s\nlogs: %s", name,
         key_text, decision.seconds, group.size, group_title(group), decision.timing, how, decision.rounds, search,
-        decision.config, margin_text(decision), format_table(shown, decision.index), cache_file, logs_text())
+        spent, cut, decision.config, margin_text(decision), format_table(shown, decision.index), cache_file,
+        logs_text())
 
 
 def print_cache_hit(name: str, key_text: str, group: Any, chosen: str, cache_file: Path) -> None:

@@ -60,6 +60,7 @@ def cache_record(name: str, key_text: str, group: Group, decision: Decision) -> 
             "margin": decision.margin, "near_tie": decision.near_tie, "runner_up": decision.runner_up,
             "timing": decision.timing, "search": decision.search, "clock": decision.clock, "rounds": decision.rounds,
             "tuning_seconds": decision.seconds,
+            **({"breakdown": decision.breakdown.to_json()} if decision.breakdown is not None else {}),
             "created": time.time(), "measurements": [o.to_json() for o in decision.outcomes],
             **({"provisional": True} if decision.cut else {})}
 

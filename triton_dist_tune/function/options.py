@@ -55,7 +55,9 @@ class TuneOptions:
         timing: ``"steady"`` (default: back-to-back batches, as a model layer runs) or ``"cold"`` (one call after
             an L2 flush and an alignment of the ranks); ``TRITON_DIST_AUTOTUNE_TIMING`` overrides it for a job.
         batch: calls per steady sample (default: measured per config, long enough to hide the launch gap).
-        budget: seconds of racing after which the race ends once 3 rounds are done (default: no limit).
+        budget: seconds a tuning of one key may take, from its start, checked on the group's agreed clock between
+            its steps (warm-ups, rounds, settled blocks, search stages): at the bound it ends with the best config
+            measured so far, cut and provisional (tuned again by the next job); default: no limit.
         cache_key_extra: state of your own that a decision depends on (a string, or a function returning one,
             called at each tuning), made part of the disk cache's entry: change it to re-tune. The entry already
             covers the function's source, the Triton kernels it names (their sources), ``key_fn``'s and

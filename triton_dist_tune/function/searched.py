@@ -28,6 +28,8 @@ from ..disk import logs
 from ..errors import BadInputError
 from ..group.agreement import from_root
 from ..group.channel import Group
+from ..measure import breakdown
+from ..measure.budget import LEFT_OUT
 from ..measure.lockstep import Measurer, Todo
 from ..measure.noise import NoiseEstimate, central
 from ..measure.race import Race, RacePlan
@@ -54,15 +56,21 @@ class SearchRecord:
     #: screening samples taken again (a config whose place the noise left uncertain)
     resampled: int = 0
     noise: NoiseEstimate | None = None
+    #: configs of the stages that the time budget left unmeasured
+    left_out: int = 0
+    #: True when the time budget ended the screening: the finalists were not raced
+    cut: bool = False
 
     def text(self) -> str:
         """One line: how much of the space was screened, and the noise the screening measured."""
-        total = len({i for stage in self.stages for i in stage})
+        total = len({i for stage in self.stages for i in stage}) - self.left_out
         resumed = f" ({self.resumed} from the journal)" if self.resumed else ""
         again = f", {self.resampled} sampled again" if self.resampled else ""
+        raced = ("the time budget ended the screening (the best screened chosen)" if self.cut else
+                 f"{len(self.finalists)} finalists raced")
         noise = f"; {self.noise.text()}" if self.noise is not None else ""
         return (f"search: {total} of {self.kept} configs screened{resumed}{again} in {len(self.stages)} stage(s), "
-                f"{len(self.finalists)} finalists raced, {self.seconds:.2f} s{noise}")
+                f"{raced}, {self.seconds:.2f} s{noise}")
 
 
 def nearby_seeds(decisions: dict[tuple[str, Hashable], Decision], group_name: str, key: Hashable,
@@ -133,12 +141,15 @@ class Searched:
         started = time.monotonic()
         tuning, measurer, log = self.tuning, self.measurer, logs.rank_log()
         descriptions = tuning.tuner.descriptions
-        self.record.seeds = self._seeds()
-        search = PatternSearch(tuning.tuner.space, self.kept, plan, self.record.seeds)
+        budget, watch = measurer.budget, measurer.watch
+        with breakdown.part("model"):
+            self.record.seeds = self._seeds()
+            search = PatternSearch(tuning.tuner.space, self.kept, plan, self.record.seeds)
+            batch = search.first()
         history: dict[int, list[float] | None] = {}
         outcomes: dict[int, Outcome] = {}
         screen = RacePlan(max_rounds=1, min_rounds=1, seed=plan.seed, budget_s=None)
-        batch = search.first()
+        watch.rounds = "screening"
         while batch:
             fresh = [i for i in batch if not self._known(i, history, outcomes)]
             self.record.resumed += len(batch) - len(fresh)
@@ -148,23 +159,35 @@ class Searched:
                 todo = [tuning.todo(i) for i in new]
                 self.compile_stage(todo)
                 for outcome in measurer.lockstep(todo, screen):
-                    self._screened(outcome, history, outcomes)
-            if again:  # samples taken again: no compile, no warm-up (each sample settles first)
+                    if outcome.error == LEFT_OUT:  # the time budget left it unmeasured
+                        outcomes[outcome.index] = outcome
+                        self.record.left_out += 1
+                    else:
+                        self._screened(outcome, history, outcomes)
+            if again and not budget.cut:  # samples taken again: no compile, no warm-up (each sample settles first)
                 for outcome in measurer.lockstep([tuning.todo(i) for i in again], screen, warmed=True):
-                    self._screened(outcome, history, outcomes)
+                    if outcome.error != LEFT_OUT:
+                        self._screened(outcome, history, outcomes)
             log.info("%s search stage %d: %d config(s) (%d sampled again), %d measured now; best so far %s",
                      tuning.label, len(search.stages), len(batch), len(again), len(fresh), _best(history))
-            batch = search.next(history)
+            if (budget.cut or budget.spent) and any(history.values()):
+                budget.cut = self.record.cut = True  # the best screened is chosen (agreed: the group's clock)
+                break
+            with breakdown.part("model"):
+                batch = search.next(history)
+        watch.rounds = "race"
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
-        finalists = search.finalists(history)
+        with breakdown.part("model"):
+            finalists = search.finalists(history)
         self.record.finalists = finalists
         race: Race | None = None
         log.info("%s search finalists: %s", tuning.label, " ".join(map(str, finalists)))
-        if finalists:
+        if finalists and not budget.cut:
             # compiled in their stage, unless an earlier attempt screened them
             self.compile_stage([tuning.todo(i) for i in finalists if outcomes[i].resumed])
             for outcome in measurer.lockstep([tuning.todo(i) for i in finalists], final):
-                outcomes[outcome.index] = outcome
+                if outcome.error != LEFT_OUT:  # a finalist the budget left out keeps its screening
+                    outcomes[outcome.index] = outcome
             race = getattr(measurer, "race", None)
         self.record.seconds = time.monotonic() - started
         result = []

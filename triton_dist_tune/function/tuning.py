@@ -47,7 +47,7 @@ from ..faults.recovery import across, interruptible, journal_path, shared_view
 from ..faults.watchdog import WATCHDOG, Guard
 from ..group.agreement import from_root
 from ..group.channel import ExchangeError, Group
-from ..measure import compile_pass
+from ..measure import breakdown, compile_pass
 from ..measure.arguments import ArgumentState, RandomState
 from ..measure.lockstep import Measurer, Todo
 from ..measure.precompile import compiles_here, precompile
@@ -106,7 +106,8 @@ class Tuning:
         #: the part of the entry's identity naming the configs pruning kept ("" when it kept every one)
         self.kept_mark = ""
         self.timeout = 0.0
-        self.started = 0.0
+        #: when the tuning started (``perf_counter``, for its seconds; ``monotonic``, for its time budget)
+        self.started = self.began = 0.0
         #: configs whose compile pass ended an earlier attempt (from the shared view): warmed up without one
         self.skip_pass: set[int] = set()
         #: group rank 0: why the decision could not be written to the disk cache (a read-only folder), if so
@@ -114,8 +115,12 @@ class Tuning:
 
     def run(self, key_error: str | None, problem: str | None) -> dict[str, Any]:
         """Every step on this rank; returns the chosen config (the same on every rank)."""
+        self.started, self.began = time.perf_counter(), time.monotonic()
+        with breakdown.watching(breakdown.Stopwatch(self.started)):
+            return self._run(key_error, problem)
+
+    def _run(self, key_error: str | None, problem: str | None) -> dict[str, Any]:
         tuner, group = self.tuner, self.group
-        self.started = time.perf_counter()
         rank_log = logs.rank_log()
         self.env = settings.current()
         self._agree(key_error, problem)
@@ -230,12 +235,17 @@ class Tuning:
                 decision = self._measure(kept, earlier, journal, fingerprint(f"{self.key_text}\n{tuner.space_text}"),
                                          guard)
             decision.seconds = time.perf_counter() - self.started
+            watch = breakdown.current()
+            decision.breakdown = watch.result() if watch is not None else None
             writes = self.layout is None or self.layout.reads_cache
             try:
                 conclude(group, label, decision, self.timeout, self._store(decision) if writes else None)
             except AllConfigsFailedError:
                 ended = True  # every config failed: this tuning is over, and nothing of it may replay later
                 raise
+            if decision.breakdown is not None:
+                logs.rank_log().info("%s time: %s", label, decision.breakdown.text(),
+                                     extra={"breakdown": decision.breakdown.to_json()})
             ended = not decision.cut  # a cut's choice is provisional: the next job goes on from the journals
         finally:
             guard.close()
@@ -275,8 +285,11 @@ class Tuning:
         tuner, layout = self.tuner, self.layout
         trial, state = prepare(tuner, self.group, self.label, self.args, self.kwargs, self.timeout)
         timing = timing_mode(tuner.options.timing)
-        measurer = Measurer(self.group, trial, tuner.options.plan(self.timeout, timing, seed), journal,
-                            logs.rank_log(), self.label, guard)
+        plan = tuner.options.plan(self.timeout, timing, seed)
+        if layout is not None:  # replicas keep no common clock: a cut could differ between them
+            plan = replace(plan, race=replace(plan.race, budget_s=None))
+        measurer = Measurer(self.group, trial, plan, journal, logs.rank_log(), self.label, guard)
+        measurer.budget.began = self.began  # the budget counts from the start of the tuning
         share = kept if layout is None else layout.share(kept)
         pruned = [Outcome(i, tuner.descriptions[i], "pruned") for i in range(len(tuner.space)) if i not in kept]
         if layout is None and not tuner.options.sharded and search_applies(tuner.search_mode(), len(kept)):
@@ -294,6 +307,7 @@ class Tuning:
             return decision
         decision = decide(sorted(outcomes, key=lambda o: o.index), getattr(measurer, "race", None), timing)
         decision.clock = measurer.clock_kind
+        decision.cut = decision.cut or measurer.budget.cut
         return decision
 
     def _search(self, measurer: Measurer, kept: list[int], earlier: dict[int, dict[str, Any]],
@@ -305,6 +319,7 @@ class Tuning:
         decision = decide(sorted(outcomes + pruned, key=lambda o: o.index), race, timing)
         decision.search = searched.record.text()
         decision.clock = measurer.clock_kind
+        decision.cut = decision.cut or measurer.budget.cut
         return decision
 
     def _resume(self, share: list[int], earlier: dict[int, dict[str, Any]]) -> tuple[list[Outcome], list[Todo]]:
@@ -330,19 +345,24 @@ class Tuning:
         pass (on GPUs, when every rank can: one exchange says), which leaves out the configs whose pass ended an
         earlier attempt (:attr:`skip_pass`: they compile in their warm-up); the measurer waits for each config's
         just before its warm-up, and a config that failed to compile on any rank is failed on every rank there."""
+        if todo:
+            with breakdown.part("compile"):
+                self._compile_ahead(todo, measurer)
+
+    def _compile_ahead(self, todo: list[Todo], measurer: Measurer) -> None:
         options = self.tuner.options
-        if not todo:
-            return
         measurer.compiles.close()  # a search's earlier stage
         passing = [item for item in todo if item[0] not in self.skip_pass]  # the same on every rank
         if options.precompile_fn is not None:
             measurer.compiles = precompile(self.group, self.label, options.precompile_fn, todo, self.args,
                                            self.kwargs, options.compile_threads, self.timeout)
+            measurer.watch.compiled += len(todo)
         elif passing and self.group.combine(compiles_here() and compile_pass.available(),
                                             f"{self.label} compile ahead", all, self.timeout):
             # every rank or none: the pass starts collectives
             measurer.compiles = compile_pass.compile_pass(self.group, self.label, passing, measurer.aligned_run,
                                                           measurer.trial.call, options.compile_threads, self.timeout)
+            measurer.watch.compiled += len(passing)
 
     def todo(self, index: int) -> Todo:
         """(index, config, description) of config ``index``."""

@@ -18,6 +18,7 @@ makes every waiting rank raise :class:`GroupTimeoutError` naming the missing ran
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -30,6 +31,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import BadInputError
+from ..measure import breakdown
 from ..records import COMPILE_PASS
 from . import codec
 
@@ -94,6 +96,14 @@ class Group:
         #: held by a thread for a whole tuning on this group, so that two threads never interleave its exchanges
         self.lock = threading.RLock()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every subclass's :meth:`combine` is charged to the tuning's ``exchange`` time
+        (:mod:`~triton_dist_tune.measure.breakdown`)."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("combine")
+        if own is not None:
+            cls.combine = _charged(own)  # type: ignore[method-assign]
+
     def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
         """Every rank contributes ``obj``; ``fn`` (run once, on group rank 0) turns the list of contributions, by
         group rank, into one result, which every rank gets back.
@@ -120,6 +130,23 @@ class Group:
         """A failure board for one tuning, outside the exchange sequence (every rank calls this at the same point
         of the sequence). This base has none: a rank learns of another's failure at the next exchange."""
         return Board()
+
+
+def _charged(combine: Callable[..., Any]) -> Callable[..., Any]:
+    """``combine``, its time charged to the exchanges of the tuning in progress on this thread, if any."""
+    @functools.wraps(combine)
+    def charged(self: Group, *args: Any, **kwargs: Any) -> Any:
+        watch = breakdown.current()
+        if watch is None:
+            return combine(self, *args, **kwargs)
+        watch.exchanges += 1
+        watch.enter("exchange")
+        try:
+            return combine(self, *args, **kwargs)
+        finally:
+            watch.leave()
+
+    return charged
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import BadInputError
+from . import breakdown
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -68,17 +69,18 @@ class ArgumentState:
         self.label = label
         self.restore = _declared(named, restore_value, "restore_value")
         self.zero = _declared(named, reset_to_zero, "reset_to_zero")
-        self.saved = [(t, t.clone()) for t in {id(t): t for t in self.restore + self.zero}.values()]
-        seen = {id(t) for t in self.restore + self.zero}
         #: name (``xs[0]`` for a tensor inside a list argument) -> (tensor, saved copy, version counter when saved)
         #: of every other tensor argument
         self.watched: dict[str, tuple[Any, Any, int]] = {}
-        if watch:
-            for name, value in sorted(named.items()):
-                for path, tensor in tensors_in(name, value):
-                    if id(tensor) not in seen:
-                        seen.add(id(tensor))
-                        self.watched[path] = (tensor, tensor.detach().clone(), _version(tensor))
+        with breakdown.part("restore"):
+            self.saved = [(t, t.clone()) for t in {id(t): t for t in self.restore + self.zero}.values()]
+            seen = {id(t) for t in self.restore + self.zero}
+            if watch:
+                for name, value in sorted(named.items()):
+                    for path, tensor in tensors_in(name, value):
+                        if id(tensor) not in seen:
+                            seen.add(id(tensor))
+                            self.watched[path] = (tensor, tensor.detach().clone(), _version(tensor))
         #: names of watched arguments some run changed: restored before every run from now on
         self.changed: list[str] = []
         self._seen_configs: set[int] = set()
@@ -109,7 +111,18 @@ class ArgumentState:
 
     def before_run(self) -> None:
         """Put ``restore_value`` tensors and changed arguments back and zero ``reset_to_zero`` tensors (before
-        every measured run)."""
+        every measured run). The time is the tuning's ``restore`` time when there is something to copy or check."""
+        watch = breakdown.current() if self.saved or self.zero or self.changed or self._check_due else None
+        if watch is None:
+            self._before_run()
+            return
+        watch.enter("restore")
+        try:
+            self._before_run()
+        finally:
+            watch.leave()
+
+    def _before_run(self) -> None:
         self._detect()
         for tensor, copy in self.saved:
             if any(tensor is t for t in self.restore):
@@ -122,12 +135,13 @@ class ArgumentState:
 
     def put_back(self) -> None:
         """Put every saved tensor back as it was before tuning (before the final call)."""
-        self._detect()
-        for tensor, copy in self.saved:
-            tensor.copy_(copy)
-        for name in self.changed:
-            tensor, copy, _ = self.watched[name]
-            tensor.copy_(copy)
+        with breakdown.part("restore"):
+            self._detect()
+            for tensor, copy in self.saved:
+                tensor.copy_(copy)
+            for name in self.changed:
+                tensor, copy, _ = self.watched[name]
+                tensor.copy_(copy)
 
     @property
     def outputs(self) -> list[Any]:

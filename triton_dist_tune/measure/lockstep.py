@@ -47,7 +47,8 @@ from ..faults.journal import Journal
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, Group
 from ..records import COMPILE_PASS, Outcome
-from . import timing
+from . import breakdown, timing
+from .budget import Budget
 from .combine import PER_RANK_LIMIT as PER_RANK_LIMIT
 from .combine import Combined as Combined
 from .combine import by_rank as by_rank
@@ -58,7 +59,7 @@ from .guarding import Guarding
 from .precompile import Compiles
 from .race import Race, RacePlan
 from .sampling import Sampling
-from .stats import median, spread
+from .sharded import Sharding
 from .trial import Trial
 
 #: (index, config, description) of a config to measure
@@ -82,7 +83,7 @@ def _raise(exc: Exception) -> None:
     raise exc
 
 
-class Measurer(Sampling, Guarding):
+class Measurer(Sampling, Sharding, Guarding):
     """Runs the measurement of one tuning call of one key (see the module docstring)."""
 
     def __init__(self, group: Group, trial: Trial, plan: Plan, journal: Journal, log: logging.Logger,
@@ -103,6 +104,10 @@ class Measurer(Sampling, Guarding):
         self._clock_chosen = False
         #: the group's time per call of every config warmed up so far (the MAX over ranks: the same everywhere)
         self.per_call: dict[int, float] = {}
+        #: where this tuning's time goes (:mod:`~triton_dist_tune.measure.breakdown`)
+        self.watch = breakdown.current() or breakdown.Stopwatch()
+        #: the time budget, on the group's agreed clock (:mod:`~triton_dist_tune.measure.budget`)
+        self.budget = Budget(plan.race.budget_s)
 
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
@@ -170,7 +175,8 @@ class Measurer(Sampling, Guarding):
         failure). ``previous_ms``: the time per call of the config warmed up before it (the group's when
         ``aligned``), which sets the probe's calls (:func:`~triton_dist_tune.measure.timing.probe_calls`)."""
         self.started(index, desc, "warmup")
-        compiled = self.compiles.wait(index)  # bounded by its own limit, outside the watchdog
+        with breakdown.part("compile"):
+            compiled = self.compiles.wait(index)  # bounded by its own limit, outside the watchdog
         if aligned and self.compiles.active:  # every rank: start its first run once its kernels are in the cache
             failed = self.group.combine(compiled is not None, f"{self.label} config {index} compiled", any,
                                         exchange_timeout(self.plan.timeout) + self.compiles.limit)
@@ -179,13 +185,16 @@ class Measurer(Sampling, Guarding):
         runs = self._warmup_runs(index, config, timing.probe_calls(previous_ms))
         if compiled is not None:
             runs = [lambda: _raise(CompileFailed(compiled))]
+        calls = self.trial.calls
         results, error = self._guarded(index, desc, "warmup",
                                        lambda: self._aligned(runs, None if compiled or not aligned else index,
                                                              "warmup"))
+        self.watch.launched(index, self.trial.calls - calls)
         if error is not None:
             return None, error
         if self.cold or self.plan.batch is not None or len(results) < len(runs):
             return 0.0, None
+        self.watch.timed(index, float(results[-1]), probe=True)
         return float(results[-1]), None
 
     # -- lock-step -------------------------------------------------------------------------------------------------
@@ -199,31 +208,40 @@ class Measurer(Sampling, Guarding):
         per_call: dict[int, float] = {}
         warming = time.monotonic()
         previous = 0.0  # the group's time per call of the config warmed up last
+        round_s = 0.0  # the predicted length of a screening round of the configs warmed up (with a budget)
+        self.watch.enter("warmup")
         for index, config, desc in todo:
             if warmed and index in self.per_call:
                 per_call[index] = previous = self.per_call[index]
                 continue
+            if per_call and self.budget.ends_before(round_s):
+                outcomes[index] = self.budget.left_out(index, desc)  # agreed: the group's probes and clock
+                continue
             wanted, error = self._warm(index, config, desc, aligned=True, previous_ms=previous)
-            combined = self._exchange(index, desc, (error or wanted, 0.0), error, "warmup")
+            combined = self._exchange(index, desc, (error or wanted, self.budget.now()), error, "warmup")
+            self.budget.agreed(combined.elapsed)
             if combined.errors:
                 outcomes[index] = self._failed(index, desc, combined.errors)
             else:
                 per_call[index] = previous = float(max(combined.values))
+                if self.budget.bounded:
+                    round_s += self.sample_seconds(index, config, previous, False, len(per_call) == 1)
         self.per_call.update(per_call)
+        self.watch.leave()
         entries = {index: (config, desc) for index, config, desc in todo if index in per_call}
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)
         self._capture(entries, per_call)
         race = Race(sorted(entries), race_plan or self.plan.race)
         started = time.monotonic()
-        elapsed = 0.0
-        while entries and not race.finished(elapsed):
+        self.watch.enter(self.watch.rounds)
+        while entries and not race.finished(self.budget.elapsed):
             if self.cold:
-                rounds = [[(i, self._cold_sample(i, *entries[i], race, started)) for i in race.order()]]
+                rounds = [[(i, self._cold_sample(i, *entries[i], race)) for i in race.order()]]
             else:
-                rounds = self._steady_rounds(race, entries, per_call, started)
+                rounds = self._steady_rounds(race, entries, per_call)
             for results in rounds:
                 for index, combined in results:
-                    elapsed = max(elapsed, combined.elapsed)  # the group's racing time: every rank reads the same
+                    self.budget.agreed(combined.elapsed)  # the group's clock: every rank reads the same
                     if combined.errors:
                         race.fail(index, combined.errors)
                         outcomes[index] = self._failed(index, entries[index][1], combined.errors)
@@ -231,6 +249,8 @@ class Measurer(Sampling, Guarding):
                         race.record(index, combined.values)
                 for index in race.end_round():
                     outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
+        self.watch.leave()
+        self.budget.cut = self.budget.cut or race.cut
         for index in race.running:
             outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
         if self.graphs is not None:
@@ -240,22 +260,30 @@ class Measurer(Sampling, Guarding):
         self.race = race
         return [outcomes[i] for i in sorted(outcomes)]
 
-    def _cold_sample(self, index: int, config: dict[str, Any], desc: str, race: Race, started: float) -> Combined:
+    def _cold_sample(self, index: int, config: dict[str, Any], desc: str, race: Race) -> Combined:
         """One cold sample of ``index``, right after the previous exchange, then its own exchange."""
         self.started(index, desc, f"round {race.rounds}")
         value, error = self._guarded(index, desc, "sample", lambda: self.trial.cold(config))
-        return self._exchange(index, desc, (error or value, time.monotonic() - started), error,
-                              f"round {race.rounds}")
+        if error is None:
+            self.watch.launched(index, 1)
+            self.watch.timed(index, value)
+            self.watch.sampled(value / 1e3)
+        return self._exchange(index, desc, (error or value, self.budget.now()), error, f"round {race.rounds}")
 
     def _steady_rounds(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
-                       per_call: dict[int, float], started: float) -> list[list[tuple[int, Combined]]]:
+                       per_call: dict[int, float]) -> list[list[tuple[int, Combined]]]:
         """One steady step: a screening round, or the whole settled block (:meth:`Race.block` rounds), every sample
         back to back (no synchronize, no exchange between them; a failing sample ends this rank's step), then one
         synchronize and one exchange of every time; returns each round's (index, group sample)."""
         mine: list[tuple[tuple[int, int], Any]] = []
         tokens: list[tuple[tuple[int, int], Any, timing.Steady, int]] = []
         phase = f"round {race.rounds}"
-        orders = [race.order(ahead=r) for r in range(race.block())]
+        block = race.block()
+        if block > 1 and self.budget.bounded:  # the rounds the time left affords
+            running = race.running
+            block = self.budget.rounds(block, self.round_seconds(running, {i: entries[i][0] for i in running},
+                                                                 per_call, True))
+        orders = [race.order(ahead=r) for r in range(block)]
         failed = False
         for r, order in enumerate(orders):
             for index in order:
@@ -271,6 +299,7 @@ class Measurer(Sampling, Guarding):
                     failed = True
                     break
                 tokens.append(((r, index), token, steady, per))
+                self.watch.launched(index, calls * per)
             if failed:
                 break
         if tokens:
@@ -279,8 +308,11 @@ class Measurer(Sampling, Guarding):
                                      step=phase)
             for key, token, steady, per in tokens:
                 mine.append((key, error or timing.read_sample(self.trial.clock, token, steady) / per))
+                if error is None:
+                    self.watch.timed(key[1], mine[-1][1])
+                    self.watch.sampled(mine[-1][1] * (steady.settle + steady.span + steady.queued) * per / 1e3)
         try:
-            combined = self.group.combine((mine, time.monotonic() - started), f"{self.label} {phase}", combine_round,
+            combined = self.group.combine((mine, self.budget.now()), f"{self.label} {phase}", combine_round,
                                           exchange_timeout(self.plan.timeout * max(1, len(tokens))))
         except RankFailedError:
             raise  # the board names the failure (this rank's or another's): the same text everywhere
@@ -314,48 +346,3 @@ class Measurer(Sampling, Guarding):
             self._stop_if_poisoned(index, desc, error)  # this rank's own failure first: a poisoned device says so
             raise RankFailedError(f"triton_dist_tune: rank {self.group.rank} failed in config {index} ({desc}): "
                                   f"{error}; then: {exc}") from exc
-
-    # -- sharded ---------------------------------------------------------------------------------------------------
-
-    def sharded(self, todo: Sequence[Todo]) -> list[Outcome]:
-        """Measure this rank's share of ``todo`` alone (``max_rounds`` samples each), then share all outcomes."""
-        mine = []
-        previous = 0.0  # this rank's time per call of the config it warmed up last (it measures alone)
-        for position, (index, config, desc) in enumerate(todo):
-            if position % self.group.size != self.group.rank:
-                continue
-            if self._deferred is not None or self._peer_poisoned():
-                break  # a poisoned context fails everything after it: go and tell the others
-            wanted, error = self._warm(index, config, desc, aligned=False, previous_ms=previous)
-            previous = wanted or previous
-            samples: list[float] = []
-            if error is None:
-                count = self.plan.race.max_rounds
-                steady = timing.steady_calls(self.trial.host_counts, wanted or 0.0, False, True, self.plan.batch)
-                sample = ((lambda c=config: self.trial.cold(c)) if self.cold
-                          else (lambda c=config, s=steady: self.trial.steady_now(c, s)))
-                samples, error = self._guarded(index, desc, "sharded",
-                                               lambda f=sample, n=count: [f() for _ in range(n)])
-            if error:
-                mine.append(self._failed(index, desc, f"rank {self.group.rank}: {error}", sharded=True))
-            else:
-                time_ms = median(samples)
-                mine.append(self._final(Outcome(index, desc, "measured", time=time_ms, spread=spread(samples),
-                                                per_rank=[time_ms], samples=len(samples), own=time_ms,
-                                                round_times=samples)))
-        share = -(-len(todo) // self.group.size)  # the most configs one rank measures, each under the watchdog
-        try:
-            shared = self.group.allgather(mine, f"{self.label} sharded results",
-                                          exchange_timeout(self.plan.timeout) * max(1, share))
-        except GroupTimeoutError:
-            if self._deferred is None:
-                raise
-            # this rank knows its own failure: it raises that (as its peers do from the exchanged outcomes), not
-            # what the exchange met after a peer ended (the store's host gone with it)
-            poisoned = next(o for o in mine if o.error == self._deferred)
-            self._stop_if_poisoned(poisoned.index, poisoned.config, self._deferred)
-            raise
-        outcomes = sorted((outcome for outcomes in shared for outcome in outcomes), key=lambda o: o.index)
-        for outcome in outcomes:  # the same outcomes everywhere: the same DevicePoisonedError on every rank
-            self._stop_if_poisoned(outcome.index, outcome.config, outcome.error or "")
-        return outcomes

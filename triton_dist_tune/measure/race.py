@@ -22,10 +22,10 @@ further message.
   block with no break between its rounds (:meth:`Race.block`; see :mod:`~triton_dist_tune.measure.timing`).
   Their time then comes from their settled samples alone, and nobody leaves during these rounds.
 - **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
-  rounds are, or when the time budget is spent (and ``min_rounds`` are done): the least median among those still
-  running wins (ties: the lower index). After settled rounds the leaders are ranked drift-free: by the median of
-  each one's sample relative to the round's median leader sample (a drift of the machine between rounds, such as
-  the host's speed for a host-bound function or the phase of the power limiter, cancels out).
+  rounds are, or when the time budget is spent (after any round, settled ones included: a cut): the least median
+  among those still running wins (ties: the lower index). After settled rounds the leaders are ranked drift-free:
+  by the median of each one's sample relative to the round's median leader sample (a drift of the machine between
+  rounds, such as the host's speed for a host-bound function or the phase of the power limiter, cancels out).
 - **Near-ties** (``tie_blocks``, the finalists of a search): when the settled rounds leave the leader and the
   runner-up a near-tie that is more than the indifference margin apart, another settled block runs (the same
   length, the same leaders, interleaved and paired as before), at most ``tie_blocks`` times.
@@ -48,7 +48,8 @@ class RacePlan:
     max_rounds: int = 10
     #: rounds before ``keep_top`` may remove a config
     min_rounds: int = 3
-    #: seconds of racing after which the race ends once ``min_rounds`` are done (None: no limit)
+    #: the tuning's time budget: the race ends after the round in which the group's elapsed time (from the start of
+    #: the tuning) reaches it (None: no limit; :mod:`~triton_dist_tune.measure.budget`)
     budget_s: float | None = None
     #: a slowdown factor: a config whose median exceeds this times the leader's leaves at once (None: off)
     early_stop: float | None = None
@@ -212,19 +213,20 @@ class Race:
         """Whether the race is over after the rounds so far (``elapsed_s``: the group's agreed racing time)."""
         if self.rounds == 0:
             return not self.running  # every config gets at least one sample, even alone
+        spent = self.plan.budget_s is not None and elapsed_s >= self.plan.budget_s
         if self.settled_from is not None:
             done = self.rounds - self.settled_from >= self.plan.final_rounds or self.rounds >= self.plan.max_rounds
-            if done and self.tie_blocks < self.plan.tie_blocks and self._unsettled_tie():
+            if done and not spent and self.tie_blocks < self.plan.tie_blocks and self._unsettled_tie():
                 self.tie_blocks += 1  # one more block, paired and interleaved as the first
                 cycles = self._block
                 self.plan = replace(self.plan, final_rounds=self.rounds - self.settled_from + cycles,
                                     max_rounds=self.rounds + cycles)
                 return False
-            return done
+            self.cut = spent and not done
+            return done or spent
         if len(self.running) <= 1 or self.rounds >= self.plan.max_rounds:
             return True
-        budget = self.plan.budget_s
-        self.cut = budget is not None and elapsed_s >= budget and self.rounds >= self.plan.min_rounds
+        self.cut = spent  # every config running has a sample: the best measured so far wins
         return self.cut
 
     def _unsettled_tie(self) -> bool:

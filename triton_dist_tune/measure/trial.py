@@ -48,9 +48,12 @@ class Trial:
     reference: Reference | None = None
     #: whether the samples' call counts follow the host clock's rules (agreed: some rank times on the host)
     host_counts: bool = False
+    #: the calls made so far (for the device-time floor of :mod:`~triton_dist_tune.measure.breakdown`)
+    calls: int = 0
 
     def call(self, config: dict[str, Any]) -> Any:
         """Prepare the arguments and run once with ``config``; returns the function's result."""
+        self.calls += 1
         if self.state is not None:
             self.state.before_run()
         if self.pre_hook is not None:

@@ -1,0 +1,77 @@
+"""The time bound of one tuning (``autotune(budget=s)``), read from the group's agreed clock.
+
+The budget counts from the start of the tuning of the key (the ``seconds`` its decision reports). Every exchange
+of the measuring (each config's warm-up, each round or settled block of the race, each stage of a search) carries
+each rank's elapsed seconds, and the group's maximum is the agreed elapsed time (:attr:`Budget.elapsed`): every
+rank reads the same value at the same step, so every rank cuts at the same step, without an exchange of its own.
+
+At the bound the tuning ends with the best config measured so far (the decision is ``cut``, recorded in the disk
+cache as provisional and tuned again by the next job):
+
+- **warm-ups** stop once the time spent plus one screening round of the configs warmed so far (predicted from the
+  group's probes) reaches the budget (after at least one config warmed up without failing: a choice needs a time);
+  the configs left are ``pruned`` with the reason;
+- **the race** ends after the round (or the block) in which the budget is spent, once every config in it has a
+  sample, and a settled block runs only the rounds its predicted length leaves time for (at least one);
+- **a search** screens no further stage once the budget is spent (and some config has a time), and races no
+  finalist: the best screened config is chosen.
+
+A single warm-up run or sample that outlasts the budget is not interrupted: the bound is checked between them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from ..records import Outcome
+
+#: the reason given for the configs the budget left unmeasured
+LEFT_OUT = "not measured: the time budget was spent"
+
+
+@dataclass
+class Budget:
+    """One tuning's time budget and the group's agreed elapsed time (see the module docstring)."""
+
+    #: seconds (None: no bound)
+    seconds: float | None = None
+    #: when the tuning began (``time.monotonic``)
+    began: float = field(default_factory=time.monotonic)
+    #: the group's elapsed seconds at the last exchange (the max over ranks: the same on every rank)
+    elapsed: float = 0.0
+    #: True once the budget ended some phase early: the decision is a cut
+    cut: bool = False
+
+    @property
+    def bounded(self) -> bool:
+        return self.seconds is not None
+
+    def now(self) -> float:
+        """This rank's elapsed seconds, sent in each exchange."""
+        return time.monotonic() - self.began
+
+    def agreed(self, elapsed: float) -> None:
+        """Take in the group's elapsed seconds from an exchange."""
+        self.elapsed = max(self.elapsed, elapsed)
+
+    @property
+    def spent(self) -> bool:
+        """Whether the agreed elapsed time has reached the budget."""
+        return self.seconds is not None and self.elapsed >= self.seconds
+
+    def ends_before(self, seconds: float) -> bool:
+        """Whether a step predicted to take ``seconds`` would end past the budget (the agreed elapsed time plus it)."""
+        return self.seconds is not None and self.elapsed + seconds >= self.seconds
+
+    def rounds(self, wanted: int, round_s: float) -> int:
+        """How many of ``wanted`` rounds of ``round_s`` seconds each fit in the time left (at least one)."""
+        if self.seconds is None or round_s <= 0:
+            return wanted
+        return max(1, min(wanted, math.floor((self.seconds - self.elapsed) / round_s)))
+
+    def left_out(self, index: int, description: str) -> Outcome:
+        """The outcome of a config the budget left unmeasured; marks the cut."""
+        self.cut = True
+        return Outcome(index, description, "pruned", error=LEFT_OUT)

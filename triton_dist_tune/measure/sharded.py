@@ -1,0 +1,64 @@
+"""Sharded measuring (rank-local functions only): each rank warms up and samples its share of the configs alone, and
+one exchange at the end shares every outcome (the last part of :mod:`~triton_dist_tune.measure.lockstep`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import GroupTimeoutError
+from ..faults.watchdog import exchange_timeout
+from ..records import Outcome
+from . import timing
+from .stats import median, spread
+
+#: (index, config, description) of a config to measure
+Todo = tuple[int, dict[str, Any], str]
+
+
+class Sharding:
+    """The sharded part of :class:`~triton_dist_tune.measure.lockstep.Measurer` (a mixin: it uses the measurer's
+    ``group``, ``plan``, ``trial``, ``cold``, ``label``, its warm-up and its guards)."""
+
+    def sharded(self, todo: Sequence[Todo]) -> list[Outcome]:
+        """Measure this rank's share of ``todo`` alone (``max_rounds`` samples each), then share all outcomes."""
+        mine = []
+        previous = 0.0  # this rank's time per call of the config it warmed up last (it measures alone)
+        for position, (index, config, desc) in enumerate(todo):
+            if position % self.group.size != self.group.rank:
+                continue
+            if self._deferred is not None or self._peer_poisoned():
+                break  # a poisoned context fails everything after it: go and tell the others
+            wanted, error = self._warm(index, config, desc, aligned=False, previous_ms=previous)
+            previous = wanted or previous
+            samples: list[float] = []
+            if error is None:
+                count = self.plan.race.max_rounds
+                steady = timing.steady_calls(self.trial.host_counts, wanted or 0.0, False, True, self.plan.batch)
+                sample = ((lambda c=config: self.trial.cold(c)) if self.cold
+                          else (lambda c=config, s=steady: self.trial.steady_now(c, s)))
+                samples, error = self._guarded(index, desc, "sharded",
+                                               lambda f=sample, n=count: [f() for _ in range(n)])
+            if error:
+                mine.append(self._failed(index, desc, f"rank {self.group.rank}: {error}", sharded=True))
+            else:
+                time_ms = median(samples)
+                mine.append(self._final(Outcome(index, desc, "measured", time=time_ms, spread=spread(samples),
+                                                per_rank=[time_ms], samples=len(samples), own=time_ms,
+                                                round_times=samples)))
+        share = -(-len(todo) // self.group.size)  # the most configs one rank measures, each under the watchdog
+        try:
+            shared = self.group.allgather(mine, f"{self.label} sharded results",
+                                          exchange_timeout(self.plan.timeout) * max(1, share))
+        except GroupTimeoutError:
+            if self._deferred is None:
+                raise
+            # this rank knows its own failure: it raises that (as its peers do from the exchanged outcomes), not
+            # what the exchange met after a peer ended (the store's host gone with it)
+            poisoned = next(o for o in mine if o.error == self._deferred)
+            self._stop_if_poisoned(poisoned.index, poisoned.config, self._deferred)
+            raise
+        outcomes = sorted((outcome for outcomes in shared for outcome in outcomes), key=lambda o: o.index)
+        for outcome in outcomes:  # the same outcomes everywhere: the same DevicePoisonedError on every rank
+            self._stop_if_poisoned(outcome.index, outcome.config, outcome.error or "")
+        return outcomes
