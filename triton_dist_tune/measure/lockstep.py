@@ -28,7 +28,11 @@ of the next one of the round. The failing rank posts its failure on the board, n
 rank whose guard is in that round ends after the board's grace (or, inside another config, after 4x that
 config's expected sample time) and journals its own config ``interrupted`` unless it is the one that failed: only
 the failing rank's record is evidence, so the resume leaves out the config at fault and nothing else (failures
-almost always show in the aligned warm-up runs, which stop every rank at the same run).
+almost always show in the aligned warm-up runs, which stop every rank at the same run). When the others are not
+stuck (no collective in the samples after it), they finish the round; the samples the failing rank did not take
+are **missing, not failed** (a config is failed only by an error of its own run): they are taken again in a
+make-up step of the same round, over just those samples, before the round closes, so a one-round race (the
+search's screening) or a last round loses no config to another config's failure.
 
 Sharded (rank-local functions only): each rank warms up and samples its share of the configs alone, and one
 exchange at the end shares every outcome.
@@ -241,39 +245,58 @@ class Measurer(Sampling, Guarding):
 
     def _steady_rounds(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
                        per_call: dict[int, float], started: float) -> list[list[tuple[int, Combined]]]:
-        """One steady step: a screening round, or the whole settled block (:meth:`Race.block` rounds), every sample
-        back to back (no synchronize, no exchange between them; a failing sample ends this rank's step), then one
-        synchronize and one exchange of every time; returns each round's (index, group sample)."""
+        """One steady step: a screening round, or the whole settled block (:meth:`Race.block` rounds); returns each
+        round's (index, group sample). A rank whose sample fails ends its step there, so the samples after it in
+        the step's order are missing on that rank: missing, not failed (no error of their own). They are taken
+        again, before the round closes, in a make-up step over just those samples (its own step name, so that the
+        failure of the first does not end a rank inside it); a make-up step loses samples only when one more config
+        fails, so the make-ups end."""
+        orders = [race.order(ahead=r) for r in range(race.block())]
+        todo = [(r, index) for r, order in enumerate(orders) for index in order]
+        results: dict[tuple[int, int], Combined] = {}
+        makeup = 0
+        while todo:
+            phase = f"round {race.rounds}" + (f" make-up {makeup}" if makeup else "")
+            got = self._steady_step(race, entries, per_call, started, todo, phase)
+            results.update(got)
+            failed = {index for (_, index), combined in got if combined.errors}
+            todo = [key for key in todo if key not in results and key[1] not in failed]
+            if not failed:  # only a failure ends a rank's step early: nothing can be missing
+                break
+            if todo:
+                makeup += 1
+                self.log.info("%s %s: %d sample(s) missing on some rank after a failure: taken again", self.label,
+                              phase, len(todo))
+        return [[(index, results[(r, index)]) for index in order if (r, index) in results]
+                for r, order in enumerate(orders)]
+
+    def _steady_step(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float],
+                     started: float, todo: list[tuple[int, int]], phase: str) -> list[tuple[tuple[int, int], Combined]]:
+        """The samples ``todo`` ((round in the step, index) each) back to back (no synchronize, no exchange between
+        them; a failing sample ends this rank's step), then one synchronize and one exchange of every time; returns
+        the group's (key, sample) of every sample each rank took or some rank failed (:func:`combine_round`)."""
         mine: list[tuple[tuple[int, int], Any]] = []
         tokens: list[tuple[tuple[int, int], Any, timing.Steady, int]] = []
-        phase = f"round {race.rounds}"
-        orders = [race.order(ahead=r) for r in range(race.block())]
-        failed = False
-        for r, order in enumerate(orders):
-            for index in order:
-                config, desc = entries[index]
-                steady, sample, per = self._sampler(index, config, per_call[index], race.settling, not tokens)
-                self.started(index, desc, f"round {race.rounds + r}")
-                calls = steady.settle + steady.span + steady.queued  # unstuck, the sample ends in a few times this
-                patience = 4 * calls * per * per_call[index] / 1e3 + steady.hold_ms / 1e3
-                token, error = self._guarded(index, desc, "sample", sample, sync=False, step=phase,
-                                             patience=patience)
-                if error is not None:  # posted on the failure board by the guard
-                    mine.append(((r, index), error))
-                    failed = True
-                    break
-                tokens.append(((r, index), token, steady, per))
-            if failed:
+        for r, index in todo:
+            config, desc = entries[index]
+            steady, sample, per = self._sampler(index, config, per_call[index], race.settling, not tokens)
+            self.started(index, desc, f"round {race.rounds + r}")
+            calls = steady.settle + steady.span + steady.queued  # unstuck, the sample ends in a few times this
+            patience = 4 * calls * per * per_call[index] / 1e3 + steady.hold_ms / 1e3
+            token, error = self._guarded(index, desc, "sample", sample, sync=False, step=phase, patience=patience)
+            if error is not None:  # posted on the failure board by the guard
+                mine.append(((r, index), error))
                 break
+            tokens.append(((r, index), token, steady, per))
         if tokens:
             last = tokens[-1][0][1]
             _, error = self._guarded(last, entries[last][1], "sample", lambda: None,  # the step's one synchronize
                                      step=phase)
             for key, token, steady, per in tokens:
                 mine.append((key, error or timing.read_sample(self.trial.clock, token, steady) / per))
-        try:
-            combined = self.group.combine((mine, time.monotonic() - started), f"{self.label} {phase}", combine_round,
-                                          exchange_timeout(self.plan.timeout * max(1, len(tokens))))
+        try:  # every rank waits as long as the whole step may take (a rank that stopped early too)
+            return self.group.combine((mine, time.monotonic() - started), f"{self.label} {phase}", combine_round,
+                                      exchange_timeout(self.plan.timeout * max(1, len(todo))))
         except RankFailedError:
             raise  # the board names the failure (this rank's or another's): the same text everywhere
         except GroupTimeoutError as exc:
@@ -282,7 +305,6 @@ class Measurer(Sampling, Guarding):
                 raise
             raise RankFailedError(f"triton_dist_tune: rank {self.group.rank} failed in {phase} ({failures}); "
                                   f"then: {exc}") from exc
-        return [[(index, result) for (r, index), result in combined if r == round_] for round_ in range(len(orders))]
 
     @property
     def _own(self) -> int:
