@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from harness import HERE, describe, run_cases, tuner_env
+from harness import HERE, describe, run_cases, run_ranks, tuner_env
 
 from triton_dist_tune.faults.journal import Journal
 from triton_dist_tune.measure.guarding import Guarding
@@ -57,3 +57,45 @@ def test_a_final_outcome_without_a_time_is_logged_without_a_traceback(tmp_path, 
     with caplog.at_level(logging.INFO, logger="triton_dist_tune.test_blame"):
         Measured()._final(Outcome(3, "{x: 1}", "stopped", samples=0))
     assert "config 3 stopped: own - ms, group - ms" in caplog.text
+
+
+# -- contextual_autotune: blame needs the same evidence as in autotune --------------------------------------------
+
+
+def contextual_attempts(tmp_path, case: str, flag: str) -> list[list]:
+    """Three jobs of ``case`` on 2 ranks in one cache folder: the first two with ``flag``=1, the last with 0."""
+    env = tuner_env(tmp_path, 30, FAULT_DIR=str(tmp_path / "faults"))
+    (tmp_path / "faults").mkdir()
+    return [run_ranks(CASES, 2, [case], env={**env, "ATTEMPT": str(a), flag: "1" if a < 2 else "0"}, timeout=90)
+            for a in range(3)]
+
+
+@pytest.mark.timeout(300)
+def test_a_contextual_crash_inside_a_race_launch_is_blamed_on_that_launch(tmp_path):
+    """Two attempts are SIGKILLed inside config 0's first race launch (after the warm-ups of configs 0, 1, 2).
+    The third leaves config 0 out as crashed and chooses config 1, the fastest of the rest. Before: each
+    (config, state) was journaled once per attempt, so the race launch wrote nothing, and the last ``started``
+    record named config 2 (warmed up last): config 2 was left out and config 0 measured again."""
+    first, second, third = contextual_attempts(tmp_path, "killed_in_race", "KILL")
+    assert [r.returncode for r in first + second] == [-9] * 4, describe(first + second)
+    assert all(r.returncode == 0 for r in third), describe(third)
+    for r in third:
+        out = r.result
+        assert out["states"] == ["failed", "measured", "measured"], out
+        assert out["errors"][0].startswith("crashed: ranks [0, 1] were inside this config when 2"), out
+        assert out["chosen"] == 1 and 0 not in out["launched"], out
+
+
+@pytest.mark.timeout(300)
+def test_the_functions_own_error_in_contextual_tuning_blames_no_config(tmp_path):
+    """Two jobs whose tuned function raises its own error (after its kernel and all_reduce) in run 2, config 1's
+    warm-up: every rank raises AutotuneError. The third job leaves no config out and chooses config 1. Before:
+    the journals ended on config 1's ``started`` record, as after a crash, and config 1 was left out as "crashed
+    ... ended without an error"."""
+    first, second, third = contextual_attempts(tmp_path, "function_raises", "RAISE")
+    for r in first + second:
+        assert r.returncode == 0 and r.result["error"] == "AutotuneError", describe(first + second)
+        assert "a transient error of the function's own I/O" in r.result["message"]
+    for r in third:
+        out = r.result
+        assert out["states"] == ["measured"] * 3 and out["chosen"] == 1, describe(third)
