@@ -1,7 +1,10 @@
-"""Issue 40's blame mechanisms on real gloo ranks (docs/fault-tolerance.md, "Blame needs the config's own error"):
+"""Issue 40's blame mechanisms on real gloo ranks, real kills and real journals (docs/fault-tolerance.md, "Blame
+needs evidence from the config's own run"):
 
 - a config is failed only by its own error: a sample one rank did not take, because it stopped its step at another
-  config's failure, is missing, not failed, and is taken again before the round closes."""
+  config's failure, is missing, not failed, and is taken again before the round closes;
+- blame in ``contextual_autotune`` needs the same evidence as in ``autotune``: every launch a crash could end inside
+  is journaled (race launches too), and an attempt ended by the function's own error blames no config."""
 
 from __future__ import annotations
 
