@@ -243,51 +243,34 @@ class Measurer(Sampling, Guarding):
         return self._exchange(index, desc, (error or value, time.monotonic() - started), error,
                               f"round {race.rounds}")
 
-    def _steady_rounds(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
-                       per_call: dict[int, float], started: float) -> list[list[tuple[int, Combined]]]:
-        """One steady step: a screening round, or the whole settled block (:meth:`Race.block` rounds); returns each
-        round's (index, group sample). A rank whose sample fails ends its step there, so the samples after it in
-        the step's order are missing on that rank: missing, not failed (no error of their own). They are taken
-        again, before the round closes, in a make-up step over just those samples (its own step name, so that the
-        failure of the first does not end a rank inside it); a make-up step loses samples only when one more config
-        fails, so the make-ups end."""
-        orders = [race.order(ahead=r) for r in range(race.block())]
-        todo = [(r, index) for r, order in enumerate(orders) for index in order]
-        results: dict[tuple[int, int], Combined] = {}
-        makeup = 0
-        while todo:
-            phase = f"round {race.rounds}" + (f" make-up {makeup}" if makeup else "")
-            got = self._steady_step(race, entries, per_call, started, todo, phase)
-            results.update(got)
-            failed = {index for (_, index), combined in got if combined.errors}
-            todo = [key for key in todo if key not in results and key[1] not in failed]
-            if not failed:  # only a failure ends a rank's step early: nothing can be missing
-                break
-            if todo:
-                makeup += 1
-                self.log.info("%s %s: %d sample(s) missing on some rank after a failure: taken again", self.label,
-                              phase, len(todo))
-        return [[(index, results[(r, index)]) for index in order if (r, index) in results]
-                for r, order in enumerate(orders)]
-
     def _steady_step(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float],
-                     started: float, todo: list[tuple[int, int]], phase: str) -> list[tuple[tuple[int, int], Combined]]:
-        """The samples ``todo`` ((round in the step, index) each) back to back (no synchronize, no exchange between
-        them; a failing sample ends this rank's step), then one synchronize and one exchange of every time; returns
-        the group's (key, sample) of every sample each rank took or some rank failed (:func:`combine_round`)."""
+                     started: float, orders: list[list[int]], wanted: set[tuple[int, int]],
+                     phase: str) -> list[tuple[tuple[int, int], Combined]]:
+        """The samples of ``orders`` (one order per round of the step) that are ``wanted`` ((round in the step, index)
+        each), every sample back to back (no synchronize, no exchange between them; a failing sample ends this rank's
+        step), then one synchronize and one exchange of every time; returns the group's (key, sample) of every sample
+        each rank took or some rank failed (:func:`combine_round`)."""
         mine: list[tuple[tuple[int, int], Any]] = []
         tokens: list[tuple[tuple[int, int], Any, timing.Steady, int]] = []
-        for r, index in todo:
-            config, desc = entries[index]
-            steady, sample, per = self._sampler(index, config, per_call[index], race.settling, not tokens)
-            self.started(index, desc, f"round {race.rounds + r}")
-            calls = steady.settle + steady.span + steady.queued  # unstuck, the sample ends in a few times this
-            patience = 4 * calls * per * per_call[index] / 1e3 + steady.hold_ms / 1e3
-            token, error = self._guarded(index, desc, "sample", sample, sync=False, step=phase, patience=patience)
-            if error is not None:  # posted on the failure board by the guard
-                mine.append(((r, index), error))
+        failed = False
+        for r, order in enumerate(orders):
+            for index in order:
+                if (r, index) not in wanted:
+                    continue
+                config, desc = entries[index]
+                steady, sample, per = self._sampler(index, config, per_call[index], race.settling, not tokens)
+                self.started(index, desc, f"round {race.rounds + r}")
+                calls = steady.settle + steady.span + steady.queued  # unstuck, the sample ends in a few times this
+                patience = 4 * calls * per * per_call[index] / 1e3 + steady.hold_ms / 1e3
+                token, error = self._guarded(index, desc, "sample", sample, sync=False, step=phase,
+                                             patience=patience)
+                if error is not None:  # posted on the failure board by the guard
+                    mine.append(((r, index), error))
+                    failed = True
+                    break
+                tokens.append(((r, index), token, steady, per))
+            if failed:
                 break
-            tokens.append(((r, index), token, steady, per))
         if tokens:
             last = tokens[-1][0][1]
             _, error = self._guarded(last, entries[last][1], "sample", lambda: None,  # the step's one synchronize
@@ -296,7 +279,7 @@ class Measurer(Sampling, Guarding):
                 mine.append((key, error or timing.read_sample(self.trial.clock, token, steady) / per))
         try:  # every rank waits as long as the whole step may take (a rank that stopped early too)
             return self.group.combine((mine, time.monotonic() - started), f"{self.label} {phase}", combine_round,
-                                      exchange_timeout(self.plan.timeout * max(1, len(todo))))
+                                      exchange_timeout(self.plan.timeout * max(1, len(wanted))))
         except RankFailedError:
             raise  # the board names the failure (this rank's or another's): the same text everywhere
         except GroupTimeoutError as exc:
@@ -305,6 +288,33 @@ class Measurer(Sampling, Guarding):
                 raise
             raise RankFailedError(f"triton_dist_tune: rank {self.group.rank} failed in {phase} ({failures}); "
                                   f"then: {exc}") from exc
+
+    def _steady_rounds(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
+                       per_call: dict[int, float], started: float) -> list[list[tuple[int, Combined]]]:
+        """One steady step (:meth:`_steady_step`): a screening round, or the whole settled block (:meth:`Race.block`
+        rounds); returns each round's (index, group sample). A rank whose sample fails ends its step there, so the
+        samples after it in the step's order are missing on that rank: missing, not failed (no error of their own).
+        They are taken again, before the round closes, in a make-up step over just those samples (a step name of
+        its own, so that the first failure's report ends no rank inside it); a make-up step loses samples only when
+        one more config fails, so the make-ups end."""
+        orders = [race.order(ahead=r) for r in range(race.block())]
+        wanted = {(r, index) for r, order in enumerate(orders) for index in order}
+        results: dict[tuple[int, int], Combined] = {}
+        makeup = 0
+        while wanted:
+            phase = f"round {race.rounds}" + (f" make-up {makeup}" if makeup else "")
+            got = self._steady_step(race, entries, per_call, started, orders, wanted, phase)
+            results.update(got)
+            failed = {index for (_, index), combined in got if combined.errors}
+            if not failed:  # only a failure ends a rank's step early: nothing can be missing
+                break
+            wanted = {key for key in wanted if key not in results and key[1] not in failed}
+            if wanted:
+                makeup += 1
+                self.log.info("%s %s: %d sample(s) missing on some rank after a failure: taken again", self.label,
+                              phase, len(wanted))
+        return [[(index, results[(r, index)]) for index in order if (r, index) in results]
+                for r, order in enumerate(orders)]
 
     @property
     def _own(self) -> int:
