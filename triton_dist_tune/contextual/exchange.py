@@ -46,6 +46,8 @@ def exchange(session: CallState, error: Exception | None) -> Exchanged:
     if raisers:
         text = per_rank(raisers, session.tuner.options.name)
         session.log.error("%s the function raised in run=%d: %s", session.label, session.runs - 1, text)
+        session.not_blamed(f"interrupted: the tuned function raised its own error in run {session.runs - 1}, not "
+                           f"the config's: {text}")
         raise AutotuneError(f"{session.label} the tuned function raised during tuning run {session.runs - 1} on "
                             f"group '{group.title}': {text}") from error
     met: dict[TrackId, list[int]] = {}

@@ -143,7 +143,7 @@ def timed_launch(session: CallState, tid: TrackId, autotuner: Any, key: tuple, i
     with session.lock:
         session.session_keys.add((id(autotuner), key))
         session.record.inflight.append((tid, index))
-        local.note(index, "started")
+        local.started(index)
     session.arm()
     try:
         session.clock.hold(HOLD_BEFORE_TIMED_MS)  # the launch is queued before the device reaches its start event

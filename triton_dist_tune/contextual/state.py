@@ -191,4 +191,11 @@ class CallState:
 
     def _journal_inflight(self, state: str, **fields: Any) -> None:
         for tid, index in sorted(set(self.record.inflight)):
-            self.local[tid].journal.append(index, state, config=self.local[tid].descriptions[index], **fields)
+            self.local[tid].append(index, state, **fields)
+
+    def not_blamed(self, reason: str) -> None:
+        """The attempt ends with an error the group attributes to the function (not to a config): every track's
+        config in flight (the config of its journal's last record, when that is a ``started`` one) is journaled
+        ``interrupted``, so that no config is blamed for the attempt's end (``autotune``'s rule too)."""
+        for tid in sorted(self.local):
+            self.local[tid].not_blamed(reason)

@@ -106,6 +106,9 @@ class LocalTrack:
         self.journal.adopt()  # the earlier attempts' files, removed with this one once the track is decided
         self._earlier_of = earlier
         self.journaled: set[tuple[int, str]] = set()  # (config, state) written by this attempt
+        #: the config of this attempt's last record of the track when that is a ``started`` one (None otherwise):
+        #: the config an attempt that ends now ends inside, for the journal's crash rule
+        self.in_flight: int | None = None
 
     @functools.cached_property
     def earlier(self) -> dict[int, dict[str, Any]]:
@@ -132,11 +135,29 @@ class LocalTrack:
                 "pruning": self.pruning, "entry": self.entry, "params": config_params(at.configs),
                 "search": settings.current().search or self.search}
 
+    def append(self, index: int, state: str, **fields: Any) -> None:
+        """Append a record of config ``index`` to this rank's journal of the track."""
+        self.journal.append(index, state, config=self.descriptions[index], **fields)
+        self.in_flight = index if state == "started" else None
+
     def note(self, index: int, state: str, **fields: Any) -> None:
-        """Append to this rank's journal of the track, once per (config, state)."""
+        """Append to this rank's journal of the track, once per (config, state) (a group outcome, a failure)."""
         if (index, state) not in self.journaled:
             self.journaled.add((index, state))
-            self.journal.append(index, state, config=self.descriptions[index], **fields)
+            self.append(index, state, **fields)
+
+    def started(self, index: int) -> None:
+        """Journal that a launch of config ``index`` starts: every launch a crash could end inside, warm-up and race
+        alike, leaves the attempt's last record naming its config (the journal's crash rule blames the config of
+        that record). A launch of the config the last record already names adds nothing and writes nothing."""
+        if self.in_flight != index:
+            self.append(index, "started")
+
+    def not_blamed(self, reason: str) -> None:
+        """The attempt ends with an error that is not the config's (the function's own): the config in flight is
+        journaled ``interrupted``, so that the crash rule does not count the attempt against it."""
+        if self.in_flight is not None:
+            self.append(self.in_flight, "interrupted", error=reason)
 
 
 def config_params(configs: list[Any]) -> list[dict[str, Any]]:

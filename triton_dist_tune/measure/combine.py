@@ -39,7 +39,7 @@ def combine_phase(contributions: list[tuple[Any, float]]) -> Combined:
 def combine_round(contributions: list[tuple[list[tuple[Any, Any]], float]]) -> list[tuple[Any, Combined]]:
     """Rank 0's reduction of a steady step's exchange: each rank sent ([(sample key, its time or error text)...], its
     elapsed seconds); a key is (round in the step, config index). A sample some rank did not reach (it stopped its
-    step at a failure) is left out."""
+    step at another config's failure) is left out: it is missing, not failed, and the measurer takes it again."""
     elapsed = max(seconds for _, seconds in contributions)
     by_rank = [dict(samples) for samples, _ in contributions]
     common = [index for index, _ in contributions[0][0] if all(index in mine for mine in by_rank)]

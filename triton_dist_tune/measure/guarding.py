@@ -210,9 +210,9 @@ class Guarding:
     def _final(self, outcome: Outcome) -> Outcome:
         """Journal a measured or stopped outcome the group agreed on."""
         self.journal.record(outcome)
-        self.log.info("%s config %d %s: own %s ms, group %.4f ms +-%.1f%% over %d sample(s): %s", self.label,
-                      outcome.index, outcome.state, f"{outcome.own:.4f}" if outcome.own is not None else "-",
-                      outcome.time, 100 * (outcome.spread or 0), outcome.samples, outcome.config)
+        self.log.info("%s config %d %s: own %s ms, group %s ms +-%.1f%% over %d sample(s): %s", self.label,
+                      outcome.index, outcome.state, _ms(outcome.own), _ms(outcome.time), 100 * (outcome.spread or 0),
+                      outcome.samples, outcome.config)
         return outcome
 
     def _stop_if_poisoned(self, index: int, desc: str, text: str) -> None:
@@ -223,3 +223,8 @@ class Guarding:
                        "as failed: restart the job (e.g. torchrun --max-restarts) to resume without it")
             self.log.error(message)
             raise DevicePoisonedError(message)
+
+
+def _ms(value: float | None) -> str:
+    """A time for the log: 4 decimals, or "-" when there is none."""
+    return f"{value:.4f}" if value is not None else "-"

@@ -28,7 +28,11 @@ of the next one of the round. The failing rank posts its failure on the board, n
 rank whose guard is in that round ends after the board's grace (or, inside another config, after 4x that
 config's expected sample time) and journals its own config ``interrupted`` unless it is the one that failed: only
 the failing rank's record is evidence, so the resume leaves out the config at fault and nothing else (failures
-almost always show in the aligned warm-up runs, which stop every rank at the same run).
+almost always show in the aligned warm-up runs, which stop every rank at the same run). When the others are not
+stuck (no collective in the samples after it), they finish the round; the samples the failing rank did not take
+are **missing, not failed** (a config is failed only by an error of its own run): they are taken again in a
+make-up step of the same round, over just those samples, before the round closes, so a one-round race (the
+search's screening) or a last round loses no config to another config's failure.
 
 Sharded (rank-local functions only): each rank warms up and samples its share of the configs alone, and one
 exchange at the end shares every outcome.
@@ -270,23 +274,20 @@ class Measurer(Sampling, Sharding, Guarding):
             self.watch.sampled(value / 1e3)
         return self._exchange(index, desc, (error or value, self.budget.now()), error, f"round {race.rounds}")
 
-    def _steady_rounds(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
-                       per_call: dict[int, float]) -> list[list[tuple[int, Combined]]]:
-        """One steady step: a screening round, or the whole settled block (:meth:`Race.block` rounds), every sample
-        back to back (no synchronize, no exchange between them; a failing sample ends this rank's step), then one
-        synchronize and one exchange of every time; returns each round's (index, group sample)."""
+    def _steady_step(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float],
+                     orders: list[list[int]], wanted: set[tuple[int, int]],
+                     phase: str) -> list[tuple[tuple[int, int], Combined]]:
+        """The samples of ``orders`` (one order per round of the step) that are ``wanted`` ((round in the step, index)
+        each), every sample back to back (no synchronize, no exchange between them; a failing sample ends this rank's
+        step), then one synchronize and one exchange of every time; returns the group's (key, sample) of every sample
+        each rank took or some rank failed (:func:`combine_round`)."""
         mine: list[tuple[tuple[int, int], Any]] = []
         tokens: list[tuple[tuple[int, int], Any, timing.Steady, int]] = []
-        phase = f"round {race.rounds}"
-        block = race.block()
-        if block > 1 and self.budget.bounded:  # the rounds the time left affords
-            running = race.running
-            block = self.budget.rounds(block, self.round_seconds(running, {i: entries[i][0] for i in running},
-                                                                 per_call, True))
-        orders = [race.order(ahead=r) for r in range(block)]
         failed = False
         for r, order in enumerate(orders):
             for index in order:
+                if (r, index) not in wanted:
+                    continue
                 config, desc = entries[index]
                 steady, sample, per = self._sampler(index, config, per_call[index], race.settling, not tokens)
                 self.started(index, desc, f"round {race.rounds + r}")
@@ -311,9 +312,9 @@ class Measurer(Sampling, Sharding, Guarding):
                 if error is None:
                     self.watch.timed(key[1], mine[-1][1])
                     self.watch.sampled(mine[-1][1] * (steady.settle + steady.span + steady.queued) * per / 1e3)
-        try:
-            combined = self.group.combine((mine, self.budget.now()), f"{self.label} {phase}", combine_round,
-                                          exchange_timeout(self.plan.timeout * max(1, len(tokens))))
+        try:  # every rank waits as long as the whole step may take (a rank that stopped early too)
+            return self.group.combine((mine, self.budget.now()), f"{self.label} {phase}", combine_round,
+                                      exchange_timeout(self.plan.timeout * max(1, len(wanted))))
         except RankFailedError:
             raise  # the board names the failure (this rank's or another's): the same text everywhere
         except GroupTimeoutError as exc:
@@ -322,7 +323,38 @@ class Measurer(Sampling, Sharding, Guarding):
                 raise
             raise RankFailedError(f"triton_dist_tune: rank {self.group.rank} failed in {phase} ({failures}); "
                                   f"then: {exc}") from exc
-        return [[(index, result) for (r, index), result in combined if r == round_] for round_ in range(len(orders))]
+
+    def _steady_rounds(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
+                       per_call: dict[int, float]) -> list[list[tuple[int, Combined]]]:
+        """One steady step (:meth:`_steady_step`): a screening round, or the whole settled block (:meth:`Race.block`
+        rounds, as many as the time budget affords); returns each round's (index, group sample). A rank whose sample
+        fails ends its step there, so the samples after it in the step's order are missing on that rank: missing,
+        not failed (no error of their own). They are taken again, before the round closes, in a make-up step over
+        just those samples (a step name of its own, so that the first failure's report ends no rank inside it); a
+        make-up step loses samples only when one more config fails, so the make-ups end."""
+        block = race.block()
+        if block > 1 and self.budget.bounded:  # the rounds the time left affords
+            running = race.running
+            block = self.budget.rounds(block, self.round_seconds(running, {i: entries[i][0] for i in running},
+                                                                 per_call, True))
+        orders = [race.order(ahead=r) for r in range(block)]
+        wanted = {(r, index) for r, order in enumerate(orders) for index in order}
+        results: dict[tuple[int, int], Combined] = {}
+        makeup = 0
+        while wanted:
+            phase = f"round {race.rounds}" + (f" make-up {makeup}" if makeup else "")
+            got = self._steady_step(race, entries, per_call, orders, wanted, phase)
+            results.update(got)
+            failed = {index for (_, index), combined in got if combined.errors}
+            if not failed:  # only a failure ends a rank's step early: nothing can be missing
+                break
+            wanted = {key for key in wanted if key not in results and key[1] not in failed}
+            if wanted:
+                makeup += 1
+                self.log.info("%s %s: %d sample(s) missing on some rank after a failure: taken again", self.label,
+                              phase, len(wanted))
+        return [[(index, results[(r, index)]) for index in order if (r, index) in results]
+                for r, order in enumerate(orders)]
 
     @property
     def _own(self) -> int:
