@@ -65,7 +65,15 @@ def main() -> int:
     p.add_argument("--first-key", default="", help="also time the first key with compiles at this shape")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--cpu-smoke", action="store_true", help="the interpreter on CPU, tiny spaces: plumbing only")
+    p.add_argument("--one-sample", action="store_true",
+                   help="screen with one sample per config (the search before issue 39), for a side-by-side run")
     args = p.parse_args()
+    if args.one_sample:  # the tuner builds its plan as SearchPlan(seed=...): the same plan, one screening sample
+        import functools
+
+        from triton_dist_tune.function import tuning
+        from triton_dist_tune.measure.search import SearchPlan
+        tuning.SearchPlan = functools.partial(SearchPlan, max_samples=1)
     known = landscapes(args.corpus)
     space, shapes = corpus.family(args.family, args.cpu_smoke)
     if args.shapes:
