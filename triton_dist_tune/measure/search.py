@@ -29,13 +29,13 @@ decide among them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.
    first the ``noise_pairs`` best configs (the first pairs), then always the best one (the reference the others are
    compared with); then, once the noise ``s`` of one sample is estimated, the configs whose samples disagree by more
    than ``band`` standard deviations (one of them spiked: a third settles it), and the configs outside the finalists
-   that could still be the best: read within the noise band of the best (``band * s * sqrt(1/n + 1/n_best)`` in
-   log time, n the samples of each), or next to a finalist and risen above its best screened neighbour by more
-   than the landscape's steps explain (``band`` times their 90th percentile, with the noise). A config takes ``max_samples`` at most; its time
-   is the median of its samples (two: their mean); second samples are at most ``resample_share`` of the configs
-   screened. A quiet space (a floor of ``noise_floor``) pays for its first pairs and a few more; a noisy one spends
-   where the order is still open. Where the landscape is smoother than the noise, each config's time is also
-   weighed against its neighbours' (:meth:`PatternSearch.posterior`).
+   that could still be the best: read within the noise band of the best (``band * s * sqrt(1/n + 1/n_best)`` in log
+   time, n the samples of each), or next to a finalist and risen above its best screened neighbour by more than the
+   landscape's steps explain (``band`` times their 90th percentile, with the noise). A config takes ``max_samples``
+   at most; its time is the median of its samples (two: their mean); second samples are at most ``resample_share``
+   of the configs screened. A quiet space (a floor of ``noise_floor``) pays for its first pairs and a few more; a
+   noisy one spends where the order is still open. Where the landscape is smoother than the noise, each config's
+   time is also weighed against its neighbours' (:meth:`PatternSearch.posterior`).
 5. **No stage is empty while configs are left**: when every config screened so far failed (no leaders), the next
    stage is the untried kept configs in the agreed order, so that the search ends only on evidence and the tuning
    raises ``AllConfigsFailedError`` only when every kept config has failed.
