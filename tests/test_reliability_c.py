@@ -172,11 +172,11 @@ def test_a_resumed_search_is_seeded_as_before_and_replays_its_first_stage_from_t
     # each rank kills itself there; one may instead end on the transport error of its peer's end first
     assert all(r.returncode != 0 for r in first) and any(r.returncode == -9 for r in first), describe(first)
     before = stage_lines(tmp_path / "logs1", 128)
-    assert before and "search stage 1: 16 config(s), 16 screened now" in before[0], before
+    assert before and "search stage 1: 16 config(s) (0 sampled again), 16 measured now" in before[0], before
     second = run_ranks(CASES, 2, ["function_resumed_search"],
                        env={**env, "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs2")}, timeout=120)
     assert all(r.returncode == 0 for r in second), describe(second)
     after = stage_lines(tmp_path / "logs2", 128)
-    assert "search stage 1: 16 config(s), 0 screened now" in after[0], after
+    assert "search stage 1: 16 config(s) (0 sampled again), 0 measured now" in after[0], after
     a, b = (r.result for r in second)
     assert a["chosen"] == b["chosen"] and a["cached"] == {"64": True, "128": False}, (a, b)

@@ -97,7 +97,7 @@ class SearchPlan:
     #: the seed of the random part of the first look: the same on every rank (derived from the key and the space)
     seed: str = ""
     #: screening samples one config may take at most (1: one sample each, no re-sampling; step 4 of the docstring)
-    max_samples: int = 3
+    max_samples: int = 4
     #: the best configs that take a second sample whatever the noise (the pairs the noise is first measured on)
     noise_pairs: int = 4
     #: the width of the noise band, in standard deviations of the difference of two estimates
