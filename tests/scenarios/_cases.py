@@ -73,6 +73,17 @@ def contextual_virtual_clock() -> None:
     state.make_clock = VirtualClock
 
 
+def in_steady_round() -> bool:
+    """Whether the tuner runs this call as part of a steady round's sample (not the warm-up): a frame of
+    :meth:`~triton_dist_tune.measure.lockstep.Measurer._steady_rounds` is on the stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_steady_rounds":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def emit(**fields: object) -> None:
     """One ``RESULT {json}`` line, written with one ``write`` so that the lines of ranks sharing a pipe (torchrun,
     mpiexec) never interleave. Where the process runs several cases, the line says which (``"case"``)."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import torch
 import torch.distributed as dist
 import triton
 import triton.language as tl
-from _cases import case, contextual_virtual_clock, emit, main, outcome, spend, virtual_clock
+from _cases import case, contextual_virtual_clock, emit, in_steady_round, main, outcome, spend, virtual_clock
 
 import triton_dist_tune as tdt
 from triton_dist_tune.contextual import contextual_autotune
@@ -30,16 +29,6 @@ from triton_dist_tune.contextual import contextual_autotune
 #: ms per call of each config on the virtual clock: config 0 is the fastest by 3x or more
 COST_MS = [2.0, 8.0, 10.0, 12.0, 6.0, 14.0]
 SPACE = [{"variant": v} for v in range(len(COST_MS))]
-
-
-def in_steady_round() -> bool:
-    """Whether the tuner runs this call as part of a steady round's sample (not the warm-up)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "_steady_rounds":
-            return True
-        frame = frame.f_back
-    return False
 
 
 def rows(fn) -> list[dict]:

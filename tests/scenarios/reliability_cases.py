@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import before_each_compile, case, emit, main, outcome
+from _cases import before_each_compile, case, emit, in_steady_round, main, outcome
 
 import triton_dist_tune as tdt
 
@@ -132,18 +132,6 @@ def compile_pass_raises_on_one_rank():
     rows = next(iter(f.tuner.tables.values()), [])
     emit(result=result, states=[r["state"] for r in rows], resumed=[r.get("resumed") for r in rows],
          in_pass=in_pass, ran=ran)
-
-
-def in_steady_round() -> bool:
-    """Whether the tuner runs this call as part of a steady round's sample (not the warm-up)."""
-    import sys
-
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "_steady_rounds":
-            return True
-        frame = frame.f_back
-    return False
 
 
 @case

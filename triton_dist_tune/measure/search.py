@@ -124,6 +124,8 @@ class Posterior:
 
     times: dict[int, float | None]
     variance: dict[int, float]
+    #: the noise of one sample it rests on (None: no config screened twice yet)
+    noise: NoiseEstimate | None
 
 
 def initial_size(kept: int) -> int:
@@ -202,23 +204,24 @@ class PatternSearch:
         for the first time or configs to sample again, never both. Never empty while no screened config has worked
         and kept configs are left untried."""
         history = self.history(samples)
-        times = self.posterior(history).times
+        post = self.posterior(history)
+        times = post.times
         room = min(self.cap - len(times), self.plan.stage_cap)
         leaders = self.leaders(times, self.plan.leaders)
         if not leaders:  # every config screened so far failed: go on through the untried ones, in agreed order
             batch = [i for i in self.kept if i not in times][:self.plan.stage_cap]
         else:
-            batch = self._resample(history, times)
+            batch = self._resample(history, post)
             if not batch and room > 0:
                 batch = self._neighbours(leaders, times)[:room] or self._check(times)[:room]
         if batch:
             self.stages.append(batch)
         return batch
 
-    def _resample(self, history: dict[int, list[float] | None], times: dict[int, float | None]) -> list[int]:
+    def _resample(self, history: dict[int, list[float] | None], post: Posterior) -> list[int]:
         """The configs whose order is still uncertain, to sample again (step 4 of the module docstring)."""
         plan = self.plan
-        ranked = self.leaders(times, len(times))
+        ranked = self.leaders(post.times, len(post.times))
         allowed = min(plan.stage_cap, math.ceil(plan.resample_share * len(ranked)) - self.resampled)
         if plan.max_samples < 2 or allowed <= 0 or not ranked:
             return []
@@ -226,9 +229,9 @@ class PatternSearch:
         pairs = sum(1 for c in count.values() if c >= 2)
         # the noise's first pairs: the best few; then the best, the reference the others are compared with
         batch = [i for i in ranked[:plan.noise_pairs if pairs < plan.noise_pairs else 1] if count[i] < 2]
-        self.noise = estimate_noise(history, plan.noise_floor)
+        self.noise = post.noise
         if self.noise is not None and not batch:
-            batch = self._uncertain(ranked, self.posterior(history), history, self.noise.sigma)
+            batch = self._uncertain(ranked, post, history, self.noise.sigma)
         batch = batch[:allowed]
         self.resampled += len(batch)
         return batch
@@ -273,22 +276,23 @@ class PatternSearch:
         timed = sorted(i for i, t in times.items() if t is not None and t > 0 and i in self.grid.point)
         model = AdditiveModel(self.grid, pairs=False)
         effects = sum(len(values) for values in self.grid.axes.values())
+        sigma = noise.sigma if noise is not None else 0.0
+        own = {i: sigma ** 2 / len(history[i] or (1,)) for i in timed}  # the noise of each config's median
         if noise is None or len(timed) < 3 * effects or not model.fit(times):
-            variance = {i: (noise.sigma if noise else 0.0) ** 2 / len(history[i] or (1,)) for i in timed}
-            return Posterior(times, variance)
-        own = {i: noise.sigma ** 2 / len(history[i] or (1,)) for i in timed}
-        residual = {i: math.log(times[i] or 1.0) - model.predict(i) for i in timed}
+            return Posterior(times, own, noise)
+        predicted = {i: model.predict(i) for i in timed}
+        residual = {i: math.log(times[i] or 1.0) - predicted[i] for i in timed}
         misfit = max(math.fsum(r * r for r in residual.values()) / len(timed) - math.fsum(own.values()) / len(timed),
-                     (noise.sigma / 4) ** 2)
-        if misfit >= noise.sigma ** 2:  # the landscape is rougher than the noise (a needle, a quiet space): own times
-            return Posterior(times, own)
+                     (sigma / 4) ** 2)
+        if misfit >= sigma ** 2:  # the landscape is rougher than the noise (a needle, a quiet space): own times
+            return Posterior(times, own, noise)
         denoised: dict[int, float | None] = dict(times)
         variance = {}
         for i in timed:
             weight = misfit / (misfit + own[i])
-            denoised[i] = math.exp(model.predict(i) + weight * residual[i])
+            denoised[i] = math.exp(predicted[i] + weight * residual[i])
             variance[i] = weight * own[i]
-        return Posterior(denoised, variance)
+        return Posterior(denoised, variance, noise)
 
     def _jumps(self, ranked: list[int], estimate: Mapping[int, float], finalists: set[int], sigma: float) -> list[int]:
         """Configs next to a finalist (one step along one parameter) that read further above their best screened
