@@ -476,3 +476,47 @@ def test_an_unsettled_near_tie_of_the_finalists_gets_more_settled_blocks_and_a_c
     assert rounds == 3 and race.tie_blocks == 0
     race, rounds = settle([(1.00, 1.03), (1.03, 1.00), (1.00, 1.03)], tie_blocks=0)  # off: the plan's rounds only
     assert rounds == 3
+
+
+# -- heavy, one-sided noise ---------------------------------------------------------------------------------------------
+
+
+def _race_with(samples: dict[int, list[float]], plan: RacePlan) -> Race:
+    race = Race(sorted(samples), plan)
+    for r in range(len(next(iter(samples.values())))):
+        for i in race.order():
+            if race.entrants[i].state == "running":
+                race.record(i, [samples[i][r]])
+        race.end_round()
+    return race
+
+
+def test_under_heavy_one_sided_noise_the_race_ranks_by_the_lower_quartile_of_its_samples():
+    # config 0 takes 1.0 ms, but a collective that waited doubles 5 of its 8 samples; config 1 takes 1.2 ms with
+    # fewer delays. Their medians say 1 is faster (1.9 against 1.2); their lower quartiles say 0 (1.0 against 1.2)
+    spiky = {0: [2.0, 1.0, 2.0, 1.0, 2.1, 1.02, 2.0, 1.9], 1: [1.2, 1.21, 2.4, 1.2, 1.22, 2.3, 1.19, 1.2]}
+    race = _race_with(spiky, RacePlan(max_rounds=8, min_rounds=8, seed="q"))
+    assert race.location().__name__ == "lower_quartile"
+    assert race.winner() == 0
+    # a quiet race keeps the median: 1% apart, one slow sample each (a lower quartile would rank them the other way)
+    quiet = {0: [1.00, 1.00, 1.001, 1.003, 1.004, 1.002, 1.001, 0.97],
+             1: [0.98, 1.012, 1.011, 1.013, 1.01, 1.012, 1.011, 1.01]}
+    race = _race_with(quiet, RacePlan(max_rounds=8, min_rounds=8, seed="q"))
+    assert race.location().__name__ == "median"
+    assert race.winner() == 0
+
+
+def test_heavy_noise_adds_no_near_tie_blocks_that_cannot_settle_it():
+    plan = RacePlan(max_rounds=4, min_rounds=1, final_top=2, final_rounds=2, tie_blocks=2, seed="t")
+    added = {}
+    for noisy in (False, True):
+        race = Race([0, 1], plan)
+        rounds = 0
+        while not race.finished(0.0) and rounds < 40:
+            for i in race.order():
+                spike = 1.8 if noisy and (rounds + i) % 2 else 1.0
+                race.record(i, [(1.0 + 0.02 * i) * spike * (1.001 if rounds % 3 else 0.999)])
+            race.end_round()
+            rounds += 1
+        added[noisy] = race.tie_blocks
+    assert added[False] >= 1 and added[True] == 0, added  # quiet: 2% apart, settled by another block

@@ -185,7 +185,8 @@ class Searched:
         if finalists and not budget.cut:
             # compiled in their stage, unless an earlier attempt screened them
             self.compile_stage([tuning.todo(i) for i in finalists if outcomes[i].resumed])
-            for outcome in measurer.lockstep([tuning.todo(i) for i in finalists], final):
+            # warmed up in their stage: each sample settles first
+            for outcome in measurer.lockstep([tuning.todo(i) for i in finalists], final, warmed=True):
                 if outcome.error != LEFT_OUT:  # a finalist the budget left out keeps its screening
                     outcomes[outcome.index] = outcome
             race = getattr(measurer, "race", None)

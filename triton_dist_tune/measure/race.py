@@ -9,7 +9,8 @@ further message.
   one cold call), in an order shuffled afresh each round from a seed the group shares. A slow drift of the machine
   therefore spreads over all configs alike instead of favouring those measured first.
 - **Samples.** A config's sample in a round is the MAX over ranks of the ranks' times for it (the ranks started
-  it together, and the slowest rank is what the job waits for); its time is the median of its samples.
+  it together, and the slowest rank is what the job waits for); its time is the median of its samples, or their
+  lower quartile once the race's samples are noisier than 5% each (:meth:`Race.location`; :data:`~.noise.NOISY`).
 - **Leaving the race.** After each round, a config that is clearly slower than the leader on their paired
   per-round ratios (:func:`~triton_dist_tune.measure.stats.clearly_slower`: over 25% slower in each of two or more
   rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
@@ -34,10 +35,12 @@ further message.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..records import Outcome
-from .stats import INDIFFERENCE, clearly_slower, median, paired_ratios, spread
+from .noise import NOISY, spread_of_runs
+from .stats import INDIFFERENCE, clearly_slower, lower_quartile, median, paired_ratios, spread
 
 
 @dataclass(frozen=True)
@@ -95,11 +98,12 @@ class Entrant:
         return [s for s in self.samples if s is not None]
 
     def deciding(self) -> list[float]:
-        """The samples its time is the median of: the settled ones when it has any, else all."""
+        """The samples its time is taken from: the settled ones when it has any, else all."""
         return self.settled or self.timed()
 
-    def time(self) -> float:
-        return median(self.deciding())
+    def time(self, location: Callable[[Sequence[float]], float] = median) -> float:
+        """Its time: the ``location`` (the median, or the race's :meth:`Race.location`) of :meth:`deciding`."""
+        return location(self.deciding())
 
 
 class Race:
@@ -107,6 +111,7 @@ class Race:
 
     def __init__(self, indices: list[int], plan: RacePlan) -> None:
         self.plan = plan
+        self._noisy: tuple[tuple[int, int], bool] | None = None
         self.entrants = {i: Entrant(i) for i in indices}
         self.rounds = 0
         self.position = 0
@@ -188,7 +193,7 @@ class Race:
         else ``final_top`` (the leader's time is the group's: every rank decides alike)."""
         plan = self.plan
         fast = (bool(left) and 0 < plan.final_top < plan.final_top_fast
-                and self.entrants[self.leader(left)].time() < plan.fast_below_ms)
+                and self.entrants[self.leader(left)].time(self.location()) < plan.fast_below_ms)
         return plan.final_top_fast if fast else plan.final_top
 
     def _leaving(self, running: list[int]) -> set[int]:
@@ -200,7 +205,8 @@ class Race:
             if i == leader:
                 continue
             entrant = self.entrants[i]
-            if self.plan.early_stop is not None and entrant.time() > self.plan.early_stop * best.time():
+            location = self.location()
+            if self.plan.early_stop is not None and entrant.time(location) > self.plan.early_stop * best.time(location):
                 leaving.add(i)
             elif clearly_slower(paired_ratios(entrant.samples, best.samples)):
                 leaving.add(i)
@@ -216,7 +222,8 @@ class Race:
         spent = self.plan.budget_s is not None and elapsed_s >= self.plan.budget_s
         if self.settled_from is not None:
             done = self.rounds - self.settled_from >= self.plan.final_rounds or self.rounds >= self.plan.max_rounds
-            if done and not spent and self.tie_blocks < self.plan.tie_blocks and self._unsettled_tie():
+            if (done and not spent and self.tie_blocks < self.plan.tie_blocks and self.location() is median
+                    and self._unsettled_tie()):
                 self.tie_blocks += 1  # one more block, paired and interleaved as the first
                 cycles = self._block
                 self.plan = replace(self.plan, final_rounds=self.rounds - self.settled_from + cycles,
@@ -245,9 +252,20 @@ class Race:
 
     # -- deciding --------------------------------------------------------------------------------------------------
 
+    def location(self) -> Callable[[Sequence[float]], float]:
+        """How a config's samples make its time: their median, or, once the race's samples read further apart than
+        :data:`~.noise.NOISY` per sample (measured from every config's consecutive samples), their lower quartile
+        (heavy noise is one-sided: see :data:`~.noise.NOISY`)."""
+        stamp = (self.position, self.rounds)
+        if self._noisy is None or self._noisy[0] != stamp:
+            runs = [e.timed() for _, e in sorted(self.entrants.items()) if e.state != "failed"]
+            noise = spread_of_runs(runs, 0.0)
+            self._noisy = (stamp, noise is not None and noise.sigma > NOISY)
+        return lower_quartile if self._noisy[1] else median
+
     def _rank_key(self, index: int) -> tuple[float, int]:
         drift_free = self._drift_free(index)
-        return (drift_free if drift_free is not None else self.entrants[index].time()), index
+        return (drift_free if drift_free is not None else self.entrants[index].time(self.location())), index
 
     def _relative(self, index: int) -> list[float]:
         """A leader's settled samples relative to their round's median leader sample (a drift of the machine
@@ -272,7 +290,7 @@ class Race:
         if not relative:
             return None
         leaders = [e for e in self.entrants.values() if e.settled and e.state != "failed"]
-        return median(relative) * median([s for e in leaders for s in e.settled])
+        return self.location()(relative) * median([s for e in leaders for s in e.settled])
 
     def leader(self, among: list[int] | None = None) -> int:
         """The config with the least median among ``among`` (default: those still running)."""
@@ -292,7 +310,7 @@ class Race:
         settled = [i for i in others if self.entrants[i].settled]
         if settled and self.entrants[winner].settled:
             return min(settled, key=self._rank_key)
-        return min(others, key=lambda i: (median(self._screening(i)), i)) if others else None
+        return min(others, key=lambda i: (self.location()(self._screening(i)), i)) if others else None
 
     def _screening(self, index: int) -> list[float]:
         """A config's samples of the screening rounds (all of them when it has none: a race that only settled)."""
@@ -309,7 +327,8 @@ class Race:
             first_key, second_key = self._rank_key(winner)[0], self._rank_key(runner_up)[0]
             ratios = paired_ratios(second.settled, chosen.settled)
         else:
-            first_key, second_key = median(self._screening(winner)), median(self._screening(runner_up))
+            location = self.location()
+            first_key, second_key = location(self._screening(winner)), location(self._screening(runner_up))
             ratios = paired_ratios(second.samples[:self.settled_from], chosen.samples[:self.settled_from])
         margin = second_key / first_key - 1 if first_key > 0 else None
         return margin, not clearly_slower(ratios) or (margin is not None and margin <= INDIFFERENCE)
