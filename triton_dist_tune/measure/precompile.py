@@ -179,13 +179,19 @@ class Compiles:
 
     pool: DaemonPool | None = None
     futures: dict[int, list[Future]] = field(default_factory=dict)
-    #: outcomes already waited for (:meth:`settle`), by config index
-    settled: dict[int, str | None] = field(default_factory=dict)
     #: the pool's first task, Triton's version key (:func:`version_key`): every compile waits for it
     keyed: Future | None = None
     #: seconds a config's wait may take (the tuning's timeout): a compile still running then counts as failed
     limit: float = 0.0
     active: bool = False
+    #: configs the compile pass ran (:func:`~.compile_pass.compile_pass`; it stops at the time budget)
+    passed: int = 0
+    #: submit each config's compiles only when :meth:`wait` asks for them (Triton's interpreter, which is not
+    #: thread-safe: nothing compiles while the function runs, and a config the time budget leaves out never
+    #: compiles)
+    lazy: bool = False
+    #: the compiles of ``lazy`` submits not submitted yet, by config index
+    deferred: dict[int, list[Callable[[], Any]]] = field(default_factory=dict)
 
     def submit(self, index: int, compile_one: Callable[[], Any]) -> None:
         """Compile config ``index`` (one more of its kernels) in the pool."""
@@ -197,23 +203,23 @@ class Compiles:
                 keyed.exception()  # wait for it; a failure there is the compile's to raise again
             return compile_one()
 
-        self.futures.setdefault(index, []).append(self.pool.submit(task))
+        if self.lazy:
+            self.deferred.setdefault(index, []).append(task)
+        else:
+            self.futures.setdefault(index, []).append(self.pool.submit(task))
 
     def wait(self, index: int) -> str | None:
-        """Wait for config ``index``'s compiles; returns "compile: error" of the first that failed (or did not end
-        within ``limit`` seconds from now: its thread is left behind), else None."""
-        if index in self.settled:
-            return self.settled.pop(index)
+        """Wait for config ``index``'s compiles (submitted now when :attr:`lazy`); returns "compile: error" of the
+        first that failed (or did not end within ``limit`` seconds from now: its thread is left behind), else
+        None."""
+        assert self.pool is not None or index not in self.deferred
+        for task in self.deferred.pop(index, []):
+            self.futures.setdefault(index, []).append(self.pool.submit(task))  # type: ignore[union-attr]
         return wait_within(self.futures.pop(index, []), self.limit, self.pool)
-
-    def settle(self) -> None:
-        """Wait for every config's compiles now, in order, each within ``limit`` (Triton's interpreter, which is
-        not thread-safe: nothing compiles while the function runs); :meth:`wait` then returns at once."""
-        for index in list(self.futures):
-            self.settled[index] = self.wait(index)
 
     def close(self) -> None:
         """Drop the compiles not started yet (the tuning ended); running ones go on in daemon threads."""
+        self.deferred.clear()
         if self.pool is not None:
             self.pool.shutdown()
 
@@ -243,18 +249,18 @@ def version_key() -> None:
 def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo: Sequence[tuple[int, dict, str]],
                args: tuple, kwargs: dict[str, Any], workers: int | None, timeout: float) -> Compiles:
     """Start compiling this rank's node share of ``todo`` with ``precompile_fn`` in a thread pool. Under Triton's
-    interpreter (which is not thread-safe) the compiles are done before this returns."""
+    interpreter (which is not thread-safe) each config's compile starts only when its warm-up waits for it
+    (:attr:`Compiles.lazy`)."""
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
     compiles = start_pool(workers, timeout)
+    compiles.lazy = settings.current().interpret
     for index, config, _ in my_share(todo, position, peers):
         def compile_one(config: dict = config) -> None:
             on_device(device)
             precompile_fn(config, *args, **kwargs)
 
         compiles.submit(index, compile_one)
-    if settings.current().interpret:
-        compiles.settle()
     return compiles
 
 
