@@ -92,6 +92,16 @@ def test_the_compile_pass_splits_the_node_and_agrees_its_failures(env):
 
 
 @pytest.mark.timeout(120)
+def test_an_argument_a_kernel_writes_is_found_after_the_compile_pass(env):
+    """The check of the arguments after each config's first run must look at a run that launched its kernels: the
+    compile pass launches none (before: the pass was taken as each config's first run, the write was never found
+    nor undone, and the argument held every tuning run's write, 4056 on CPU ranks instead of 1)."""
+    for r in run("compile_pass_in_place", {**env, "TRITON_INTERPRET": "0"}, full=True):
+        assert r.result["passed"] == [0, 1, 2] and r.result["x"] == [1.0] * 4, r.result
+        assert "changed its argument 'x' in place" in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("how", ["pass", "precompile_fn"])
 def test_the_time_budget_bounds_the_first_looks_compiles(env, how):
     """Issue 41 item 5: ``budget=0.1`` over 80 configs (searched) whose compile step takes 40 ms per config. The

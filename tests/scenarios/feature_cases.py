@@ -203,6 +203,32 @@ def compile_pass_split():
     emit(submitted=sorted(submitted), ran=ran, error=error)
 
 
+@case
+def compile_pass_in_place():
+    """The compile pass forced on outside the interpreter; the function writes its argument in place the way a Triton
+    kernel does (no version counter bumped: through ``.data``), and, as a Triton launch, not in its pass. The write
+    must be found after each config's first real run and undone: after tuning the argument holds one call's write."""
+    from triton_dist_tune.function import tuning
+    from triton_dist_tune.measure import compile_pass
+
+    tdt.init_distributed()
+    tuning.compiles_here = lambda: True
+
+    passed = []
+
+    @tdt.autotune(space(), key_fn=lambda x: 0, n_warmup=1, n_repeat=2, name="in_place_pass")
+    def bump(x, *, variant):
+        if compile_pass.in_pass():
+            passed.append(variant)
+        else:
+            x.data.add_(1.0)
+        dist.all_reduce(torch.zeros(1))
+
+    x = torch.zeros(4)
+    bump(x)
+    emit(x=x.tolist(), passed=passed)
+
+
 #: an 80-config space: searched (more than 64 configs), its first look 16 configs
 BUDGET_SPACE = [{"a": a, "b": b, "c": c} for a in range(5) for b in range(4) for c in range(4)]
 #: the seconds one config's compile step takes in the budget case (every rank)

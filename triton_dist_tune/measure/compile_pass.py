@@ -53,6 +53,11 @@ _active: ContextVar[_Pass | None] = ContextVar("tdt_compile_pass", default=None)
 _lock = threading.Lock()
 
 
+def in_pass() -> bool:
+    """Whether the function is running its compile pass on this thread (its Triton launches launch nothing)."""
+    return _active.get() is not None
+
+
 def _in_autotuner_bench() -> bool:
     """Whether a ``triton.autotune`` benchmark is on the stack (its choice must not be made on unlaunched runs)."""
     frame = sys._getframe(2)
