@@ -132,7 +132,8 @@ def cells(row: dict) -> list[str]:
     parts[TIME_PARTS.index("compile")] += f" ({spent.get('compiled', 0)})"
     parts[TIME_PARTS.index("exchange")] += f" ({spent.get('exchanges', 0)})"
     screened = row["search"].split(" configs screened")[0].removeprefix("search: ") if row["search"] else "all"
-    return [row["pass"] + (" (profiled)" if row.get("profiled") else ""), str(row["m"]), f"{wall:.2f}", *parts, f"{floor:.3f}",
+    label = row["pass"] + (" (profiled)" if row.get("profiled") else "")
+    return [label, str(row["m"]), f"{wall:.2f}", *parts, f"{floor:.3f}",
             f"{wall / floor:.1f}x" if floor > 0 else "-", screened, "cut" if row["cut"] else ""]
 
 
@@ -160,7 +161,7 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None, help="one more pass under budget=S")
     parser.add_argument("--cpu-smoke", action="store_true")
     parser.add_argument("--profile", action="store_true",
-                        help="run the passes after the first and the budget pass under cProfile: DIR/profile_<pass>.txt")
+                        help="the passes after the first and the budget pass under cProfile: DIR/profile_<pass>.txt")
     args = parser.parse_args()
     if args.cpu_smoke == GPU:
         parser.error("--cpu-smoke runs on CPU only (TRITON_INTERPRET=1); without it a GPU is needed")
