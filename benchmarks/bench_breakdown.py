@@ -30,9 +30,10 @@ it has no sample. It is what the GPU had to do; ``wall / floor`` is how far the 
 
 With ``--profile``, every pass after the first (the kernels compiled: the compile check, the argument restores and
 the model, not the compiler) and the budget pass run under ``cProfile`` (the standard library's; the main thread
-only: the compile threads are not in it), each written to ``DIR/profile_<pass>.txt``: the 40 functions with the
-most cumulative time, then the 40 with the most time of their own. cProfile slows Python code (often 1.5-2x), so
-the profiled passes' rows in the tables are marked and read as shares, not as seconds.
+only: the compile threads are not in it), each written to ``DIR/profile_<pass>.txt``: the garbage collector's
+pauses (by generation: a full collection over a heap of torch and Triton objects can take a tenth of a second), the
+40 functions with the most cumulative time, then the 40 with the most time of their own. cProfile slows Python
+code (often 1.5-2x), so the profiled passes' rows in the tables are marked and read as shares, not as seconds.
 
 Writes ``DIR/breakdown.json`` (every key's breakdown and decision) and ``DIR/breakdown.md`` (the tables).
 """
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import pstats
@@ -105,15 +107,44 @@ def tune_pass(space: GemmSpace, kernel: Any, shapes: list[int], label: str, budg
 PROFILE_TOP = 40
 
 
+class GcPauses:
+    """A ``gc.callbacks`` entry: the collector's pauses by generation (count, seconds, the longest)."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.seconds = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self.longest = [0.0, 0.0, 0.0]
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+            return
+        generation, spent = info["generation"], time.perf_counter() - self.started
+        self.seconds[generation] += spent
+        self.count[generation] += 1
+        self.longest[generation] = max(self.longest[generation], spent)
+
+    def text(self) -> str:
+        return ", ".join(f"generation {g}: {self.count[g]} pause(s), {self.seconds[g]:.3f} s, longest "
+                         f"{self.longest[g] * 1e3:.1f} ms" for g in range(3))
+
+
 def profiled_pass(space: GemmSpace, kernel: Any, shapes: list[int], label: str, budget: float | None,
                   out: Path | None) -> list[dict]:
     """:func:`tune_pass`, under ``cProfile`` when ``out`` is given (written to ``out/profile_<label>.txt``)."""
     if out is None:
         return tune_pass(space, kernel, shapes, label, budget)
     profile = cProfile.Profile()
-    rows = profile.runcall(tune_pass, space, kernel, shapes, label, budget)
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
+    try:
+        rows = profile.runcall(tune_pass, space, kernel, shapes, label, budget)
+    finally:
+        gc.callbacks.remove(pauses)
     text = io.StringIO()
-    text.write(f"# pass {label}: M = {shapes}, budget={budget}, under cProfile (main thread; times inflated)\n")
+    text.write(f"# pass {label}: M = {shapes}, budget={budget}, under cProfile (main thread; times inflated)\n\n"
+               f"garbage collector pauses (any thread): {pauses.text()}\n")
     for order in ("cumulative", "tottime"):
         text.write(f"\n## top {PROFILE_TOP} by {order}\n")
         pstats.Stats(profile, stream=text).sort_stats(order).print_stats(PROFILE_TOP)
