@@ -4,7 +4,8 @@ Launch (one GPU)::
 
     python benchmarks/bench_breakdown.py --out DIR [--shapes 16,256,1024,4096,8192] [--passes 3] [--gemm-nk 4096] \
         [--budget 0.1]
-    TRITON_INTERPRET=1 python benchmarks/bench_breakdown.py --out DIR --cpu-smoke       # plumbing, on CPU
+    python benchmarks/bench_breakdown.py --out DIR --passes 2 --budget 0.1 --profile   # where the host time goes
+    TRITON_INTERPRET=1 python benchmarks/bench_breakdown.py --out DIR --cpu-smoke [--profile]  # plumbing, on CPU
 
 The space is the examples' Triton GEMM over issue 28's large grid (``_search_spaces.GemmSpace``: 840 configs in
 bf16 after pruning by shared memory on Hopper; ``--cpu-smoke``: 4 tiny configs in fp32 under Triton's interpreter),
@@ -27,13 +28,24 @@ warm-up call) times that config's own device time per call: the median of its sa
 (CUDA events around eager spans, or around graph replays when the tuning timed on the device), or its probe's when
 it has no sample. It is what the GPU had to do; ``wall / floor`` is how far the key's time is from it.
 
+With ``--profile``, every pass after the first (the kernels compiled: the compile check, the argument restores and
+the model, not the compiler) and the budget pass run under ``cProfile`` (the standard library's; the main thread
+only: the compile threads are not in it), each written to ``DIR/profile_<pass>.txt``: the garbage collector's
+pauses (by generation: a full collection over a heap of torch and Triton objects can take a tenth of a second), the
+40 functions with the most cumulative time, then the 40 with the most time of their own. cProfile slows Python
+code (often 1.5-2x), so the profiled passes' rows in the tables are marked and read as shares, not as seconds.
+
 Writes ``DIR/breakdown.json`` (every key's breakdown and decision) and ``DIR/breakdown.md`` (the tables).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import gc
+import io
 import json
+import pstats
 import sys
 import time
 from pathlib import Path
@@ -91,6 +103,58 @@ def tune_pass(space: GemmSpace, kernel: Any, shapes: list[int], label: str, budg
     return rows
 
 
+#: functions listed per ordering in a profile
+PROFILE_TOP = 40
+
+
+class GcPauses:
+    """A ``gc.callbacks`` entry: the collector's pauses by generation (count, seconds, the longest)."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.seconds = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self.longest = [0.0, 0.0, 0.0]
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+            return
+        generation, spent = info["generation"], time.perf_counter() - self.started
+        self.seconds[generation] += spent
+        self.count[generation] += 1
+        self.longest[generation] = max(self.longest[generation], spent)
+
+    def text(self) -> str:
+        return ", ".join(f"generation {g}: {self.count[g]} pause(s), {self.seconds[g]:.3f} s, longest "
+                         f"{self.longest[g] * 1e3:.1f} ms" for g in range(3))
+
+
+def profiled_pass(space: GemmSpace, kernel: Any, shapes: list[int], label: str, budget: float | None,
+                  out: Path | None) -> list[dict]:
+    """:func:`tune_pass`, under ``cProfile`` when ``out`` is given (written to ``out/profile_<label>.txt``)."""
+    if out is None:
+        return tune_pass(space, kernel, shapes, label, budget)
+    profile = cProfile.Profile()
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
+    try:
+        rows = profile.runcall(tune_pass, space, kernel, shapes, label, budget)
+    finally:
+        gc.callbacks.remove(pauses)
+    text = io.StringIO()
+    text.write(f"# pass {label}: M = {shapes}, budget={budget}, under cProfile (main thread; times inflated)\n\n"
+               f"garbage collector pauses (any thread): {pauses.text()}\n")
+    for order in ("cumulative", "tottime"):
+        text.write(f"\n## top {PROFILE_TOP} by {order}\n")
+        pstats.Stats(profile, stream=text).sort_stats(order).print_stats(PROFILE_TOP)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"profile_{label}.txt").write_text(text.getvalue())
+    for row in rows:
+        row["profiled"] = True
+    return rows
+
+
 def cells(row: dict) -> list[str]:
     spent = row["breakdown"]
     floor = spent.get("floor", 0.0)
@@ -99,7 +163,8 @@ def cells(row: dict) -> list[str]:
     parts[TIME_PARTS.index("compile")] += f" ({spent.get('compiled', 0)})"
     parts[TIME_PARTS.index("exchange")] += f" ({spent.get('exchanges', 0)})"
     screened = row["search"].split(" configs screened")[0].removeprefix("search: ") if row["search"] else "all"
-    return [row["pass"], str(row["m"]), f"{wall:.2f}", *parts, f"{floor:.3f}",
+    label = row["pass"] + (" (profiled)" if row.get("profiled") else "")
+    return [label, str(row["m"]), f"{wall:.2f}", *parts, f"{floor:.3f}",
             f"{wall / floor:.1f}x" if floor > 0 else "-", screened, "cut" if row["cut"] else ""]
 
 
@@ -126,6 +191,8 @@ def main() -> None:
     parser.add_argument("--gemm-nk", type=int, default=4096)
     parser.add_argument("--budget", type=float, default=None, help="one more pass under budget=S")
     parser.add_argument("--cpu-smoke", action="store_true")
+    parser.add_argument("--profile", action="store_true",
+                        help="the passes after the first and the budget pass under cProfile: DIR/profile_<pass>.txt")
     args = parser.parse_args()
     if args.cpu_smoke == GPU:
         parser.error("--cpu-smoke runs on CPU only (TRITON_INTERPRET=1); without it a GPU is needed")
@@ -135,9 +202,11 @@ def main() -> None:
     kernel = triton.jit(GemmSpace.source.fn)  # a fresh in-memory compile cache: the first key compiles
     say(f"{len(space.configs)} configs, shapes {shapes}, N = K = {space.n}, {args.passes} pass(es) on {gpu_name()}")
     rows: list[dict] = []
+    profiles = args.out if args.profile else None
     for p in range(args.passes):
-        rows += tune_pass(space, kernel, shapes, f"p{p}", None)
-    budgeted = tune_pass(space, kernel, shapes, "budget", args.budget) if args.budget is not None else []
+        rows += profiled_pass(space, kernel, shapes, f"p{p}", None, profiles if p > 0 else None)
+    budgeted = (profiled_pass(space, kernel, shapes, "budget", args.budget, profiles) if args.budget is not None
+                else [])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "breakdown.json").write_text(json.dumps({"gpu": gpu_name(), "configs": len(space.configs),
                                                          "nk": space.n, "rows": rows + budgeted}, indent=1))

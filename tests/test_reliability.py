@@ -242,6 +242,40 @@ def test_a_stuck_compile_thread_is_abandoned_and_the_queue_goes_on():
         stuck.set()
 
 
+#: a process whose pool holds a compile still running when the program ends, and one left behind stuck for good
+EXIT_SCRIPT = """
+import sys, threading, time
+from pathlib import Path
+from triton_dist_tune.measure.precompile import DaemonPool, wait_within
+done = Path(sys.argv[1])
+pool = DaemonPool(2, "tdt-exit")
+stuck = pool.submit(threading.Event().wait)
+assert wait_within([stuck], 0.2, pool) is not None  # left behind: not waited for at exit
+def compile_one():
+    time.sleep(1.0)
+    done.write_text("compiled")
+pool.submit(compile_one)
+time.sleep(0.1)  # the compile has started; the program ends
+"""
+
+
+@pytest.mark.timeout(60)
+def test_compiles_still_running_at_exit_are_waited_for_and_threads_left_behind_are_not(tmp_path):
+    """Bench_breakdown on a GPU aborted at exit after its budget pass (``terminate called after throwing an instance
+    of ''``): compiles the cut left running were still inside Triton's compiler when the interpreter finalized. At
+    exit the pool now waits for the compiles still running (the file is written), but not for a thread left behind
+    stuck for good (the process still exits, long before the 30 s the wait allows)."""
+    import os
+    import subprocess
+    import sys
+
+    done = tmp_path / "done"
+    proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(done)], capture_output=True, text=True, timeout=25,
+                          env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    assert proc.returncode == 0, proc.stderr
+    assert done.exists() and done.read_text() == "compiled", proc.stderr
+
+
 @pytest.mark.timeout(60)
 def test_each_contextual_compile_has_its_own_deadline_and_the_share_ends_within_its_waves(monkeypatch):
     """compile_share with 2 threads, ``T`` = 0.5 s: stuck compiles (None) fail, each after ``T`` s of its own, and

@@ -6,6 +6,7 @@ Usage: python feature_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set
 from __future__ import annotations
 
 import collections
+import os
 import time
 
 import torch
@@ -200,6 +201,71 @@ def compile_pass_split():
     except tdt.AllConfigsFailedError as exc:
         error = str(exc)
     emit(submitted=sorted(submitted), ran=ran, error=error)
+
+
+@case
+def compile_pass_in_place():
+    """The compile pass forced on outside the interpreter; the function writes its argument in place the way a Triton
+    kernel does (no version counter bumped: through ``.data``), and, as a Triton launch, not in its pass. The write
+    must be found after each config's first real run and undone: after tuning the argument holds one call's write."""
+    from triton_dist_tune.function import tuning
+    from triton_dist_tune.measure import compile_pass
+
+    tdt.init_distributed()
+    tuning.compiles_here = lambda: True
+
+    passed = []
+
+    @tdt.autotune(space(), key_fn=lambda x: 0, n_warmup=1, n_repeat=2, name="in_place_pass")
+    def bump(x, *, variant):
+        if compile_pass.in_pass():
+            passed.append(variant)
+        else:
+            x.data.add_(1.0)
+        dist.all_reduce(torch.zeros(1))
+
+    x = torch.zeros(4)
+    bump(x)
+    emit(x=x.tolist(), passed=passed)
+
+
+#: an 80-config space: searched (more than 64 configs), its first look 16 configs
+BUDGET_SPACE = [{"a": a, "b": b, "c": c} for a in range(5) for b in range(4) for c in range(4)]
+#: the seconds one config's compile step takes in the budget case (every rank)
+SLOW_COMPILE_S = 0.04
+
+
+@case
+def budget_bounds_compiles():
+    """Issue 41 item 5: ``budget=0.1`` over the 80-config space whose compile step takes 40 ms per config: the
+    compile pass (``COMPILE=pass``: forced on outside the interpreter; the function sleeps in its pass), or else a
+    ``precompile_fn`` under Triton's interpreter. Prints the configs this rank compiled (passed or precompiled), in
+    order, whether the decision was cut, and its choice."""
+    from triton_dist_tune.function import tuning
+    from triton_dist_tune.measure import compile_pass
+
+    tdt.init_distributed()
+    by_pass = os.environ.get("COMPILE") == "pass"
+    if by_pass:
+        tuning.compiles_here = lambda: True
+    compiled = []
+
+    def precompile(config, x):
+        compiled.append(BUDGET_SPACE.index(config))
+        time.sleep(SLOW_COMPILE_S)
+
+    @tdt.autotune(BUDGET_SPACE, key_fn=lambda x: 0, name="budget_compile", budget=0.1, timeout=30,
+                  **({} if by_pass else {"precompile_fn": precompile}))
+    def f(x, **config):
+        if compile_pass._active.get() is not None:  # this call is the config's compile pass
+            precompile(config, x)
+            return
+        time.sleep(0.0005 * (1 + config["a"] + config["b"]))
+        dist.all_reduce(x)
+
+    f(torch.zeros(4))
+    ((_, decision),) = f.tuner.decisions.items()
+    emit(compiled=compiled, cut=decision.cut, chosen=decision.index, search=decision.search)
 
 
 @case

@@ -10,6 +10,7 @@ from .. import settings
 from ..errors import BadInputError, MismatchError, describe_error, per_rank
 from ..group.agreement import agree
 from ..group.channel import ExchangeError, Group
+from ..measure import compile_pass
 from ..measure.arguments import ArgumentState, named_arguments
 from ..measure.timing import make_clock, timing_mode
 from ..measure.trial import Reference, Trial
@@ -122,7 +123,8 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
     user_pre_hook = options.pre_hook
 
     def pre_hook(config: dict[str, Any], *a: Any, **k: Any) -> None:
-        state.config_starting(config)  # a config's first run gets its arguments checked afterwards
+        if not compile_pass.in_pass():  # a config's first real run gets its arguments checked afterwards (its
+            state.config_starting(config)  # pass launches no Triton kernel: it would see no kernel's writes)
         if user_pre_hook is not None:
             user_pre_hook(config, *a, **k)
 

@@ -49,6 +49,7 @@ from ..group.agreement import from_root
 from ..group.channel import ExchangeError, Group
 from ..measure import breakdown, compile_pass
 from ..measure.arguments import ArgumentState, RandomState
+from ..measure.budget import clocked
 from ..measure.lockstep import Measurer, Todo
 from ..measure.precompile import compiles_here, precompile
 from ..measure.replicas import Layout, settle
@@ -344,7 +345,9 @@ class Tuning:
         """Start compiling the configs' kernels, split across the node: with ``precompile_fn``, else by the compile
         pass (on GPUs, when every rank can: one exchange says), which leaves out the configs whose pass ended an
         earlier attempt (:attr:`skip_pass`: they compile in their warm-up); the measurer waits for each config's
-        just before its warm-up, and a config that failed to compile on any rank is failed on every rank there."""
+        just before its warm-up, and a config that failed to compile on any rank is failed on every rank there.
+        Under a time budget the pass runs no further config once the group's clock says it is spent
+        (:mod:`~triton_dist_tune.measure.budget`)."""
         if todo:
             with breakdown.part("compile"):
                 self._compile_ahead(todo, measurer)
@@ -357,12 +360,17 @@ class Tuning:
             measurer.compiles = precompile(self.group, self.label, options.precompile_fn, todo, self.args,
                                            self.kwargs, options.compile_threads, self.timeout)
             measurer.watch.compiled += len(todo)
-        elif passing and self.group.combine(compiles_here() and compile_pass.available(),
-                                            f"{self.label} compile ahead", all, self.timeout):
-            # every rank or none: the pass starts collectives
+        elif passing and clocked(self.group, measurer.budget, compiles_here() and compile_pass.available(),
+                                 f"{self.label} compile ahead", all, self.timeout):
+            # every rank or none: the pass starts collectives; it stops at the time budget (the group's clock)
+            budget = measurer.budget
             measurer.compiles = compile_pass.compile_pass(self.group, self.label, passing, measurer.aligned_run,
-                                                          measurer.trial.call, options.compile_threads, self.timeout)
-            measurer.watch.compiled += len(passing)
+                                                          measurer.trial.call, options.compile_threads, self.timeout,
+                                                          go_on=lambda: not budget.spent)
+            measurer.watch.compiled += measurer.compiles.passed
+            if measurer.compiles.passed < len(passing):
+                logs.rank_log().info("%s compile pass: %d of %d config(s), then the time budget was spent",
+                                     self.label, measurer.compiles.passed, len(passing))
 
     def todo(self, index: int) -> Todo:
         """(index, config, description) of config ``index``."""

@@ -9,7 +9,8 @@ A list, tuple or dict argument counts as the tensors inside it (nested too): nam
 Naming an argument that holds no tensor there (an object that keeps its tensors in attributes, say) is a
 :class:`~triton_dist_tune.errors.BadInputError`, never ignored.
 
-Every other tensor argument is watched: it is saved before tuning too, and after the first run of each config (and
+Every other tensor argument is watched: it is saved before tuning too, and after the first run of each config (the
+first that launches its kernels: a compile pass's run is not announced, :func:`~.compile_pass.in_pass`) (and
 after ``ref_prog``) it is checked, by torch's in-place version counter and by comparing it with the saved copy
 (which also sees writes that bump no counter: collectives such as ``all_reduce``, Triton kernels). An argument found
 changed is restored before every later run and before the final call, with a warning that names it and the option

@@ -16,16 +16,26 @@ cache as provisional and tuned again by the next job):
 - **a search** screens no further stage once the budget is spent (and some config has a time), and races no
   finalist: the best screened config is chosen.
 
+- **the compile pass** of a stage (or of the exhaustive race's configs) runs no further config once the group's
+  clock says the budget is spent (its exchange, and each config's aligned run, carry the clock: :func:`clocked`);
+  the configs it did not reach compile in their own warm-up, if the budget leaves them one.
+
 A single warm-up run or sample that outlasts the budget is not interrupted: the bound is checked between them.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..records import Outcome
+
+if TYPE_CHECKING:
+    from ..group.channel import Group
 
 #: the reason given for the configs the budget left unmeasured
 LEFT_OUT = "not measured: the time budget was spent"
@@ -75,3 +85,20 @@ class Budget:
         """The outcome of a config the budget left unmeasured; marks the cut."""
         self.cut = True
         return Outcome(index, description, "pruned", error=LEFT_OUT)
+
+
+def clocked(group: Group, budget: Budget, value: Any, what: str, reduce: Callable[[list[Any]], Any],
+            timeout: float | None) -> Any:
+    """``group.combine(value, what, reduce, timeout)``; under a time budget the exchange also carries each rank's
+    elapsed seconds, and ``budget`` takes in the group's (so that a step between exchanges reads the agreed clock).
+    Every rank of a tuning has the same budget, so every rank sends the same shape."""
+    if not budget.bounded:
+        return group.combine(value, what, reduce, timeout)
+    result, elapsed = group.combine((value, budget.now()), what, functools.partial(_with_clock, reduce), timeout)
+    budget.agreed(elapsed)
+    return result
+
+
+def _with_clock(reduce: Callable[[list[Any]], Any], contributions: list[tuple[Any, float]]) -> list[Any]:
+    """Rank 0's reduction of a :func:`clocked` exchange: [``reduce`` of the values, the largest elapsed seconds]."""
+    return [reduce([value for value, _ in contributions]), max(float(seconds) for _, seconds in contributions)]

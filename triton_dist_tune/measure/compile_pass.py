@@ -53,6 +53,11 @@ _active: ContextVar[_Pass | None] = ContextVar("tdt_compile_pass", default=None)
 _lock = threading.Lock()
 
 
+def in_pass() -> bool:
+    """Whether the function is running its compile pass on this thread (its Triton launches launch nothing)."""
+    return _active.get() is not None
+
+
 def _in_autotuner_bench() -> bool:
     """Whether a ``triton.autotune`` benchmark is on the stack (its choice must not be made on unlaunched runs)."""
     frame = sys._getframe(2)
@@ -121,10 +126,12 @@ def available() -> bool:
 
 def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]],
                  run_aligned: Callable[[int, str, Callable[[], Any]], str | None], call: Callable[[dict], Any],
-                 workers: int | None, timeout: float) -> Compiles:
+                 workers: int | None, timeout: float, go_on: Callable[[], bool] | None = None) -> Compiles:
     """Run the compile pass of every config of ``todo`` (``run_aligned(index, desc, run)`` runs ``run`` on every
-    rank together, journaled, and returns its error or None; ``call(config)`` runs the function once); returns this
-    rank's compiles, still running."""
+    rank together, journaled, and returns its error or None; ``call(config)`` runs the function once), in order,
+    while ``go_on()`` (asked before each config; it must read only what the group agreed, such as the time
+    budget's clock) says so: the configs after a stop compile in their warm-up. Returns this rank's compiles, still
+    running (:attr:`~.precompile.Compiles.passed`: how many configs the pass ran)."""
     from triton.runtime.jit import JITFunction
 
     position, peers = node_share(group, label, timeout)
@@ -135,6 +142,9 @@ def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]]
         JITFunction.run = _patched(original)
         try:
             for k, (index, config, desc) in enumerate(todo):
+                if go_on is not None and not go_on():
+                    break
+                compiles.passed = k + 1
                 token = _active.set(_Pass(index, compiles if k % peers == position else None, device))
                 try:
                     run_aligned(index, desc, lambda c=config: call(c))  # its errors: the warm-up's to report

@@ -52,7 +52,7 @@ from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, Group
 from ..records import COMPILE_PASS, Outcome
 from . import breakdown, timing
-from .budget import Budget
+from .budget import Budget, clocked
 from .combine import PER_RANK_LIMIT as PER_RANK_LIMIT
 from .combine import Combined as Combined
 from .combine import by_rank as by_rank
@@ -118,14 +118,15 @@ class Measurer(Sampling, Sharding, Guarding):
     def _aligned(self, runs: Sequence[Callable[[], Any]], index: int | None, phase: str) -> list[Any]:
         """Call each of ``runs`` in turn. With ``index`` (lock-step), the ranks start every run together and all
         stop at the same run once any of them failed (so that nobody is left alone inside a collective of the
-        function, and the exchanges stay matched); the failure is then re-raised."""
+        function, and the exchanges stay matched); the failure is then re-raised. Under a time budget each run's
+        exchange carries the group's clock (:func:`~.budget.clocked`)."""
         if index is None:  # sharded: nobody to align with
             return [run() for run in runs]
         results: list[Any] = []
         failure: Exception | None = None
         for t, run in enumerate(runs):
-            stop = self.group.combine(failure is not None, f"{self.label} config {index} {phase} {t}", any,
-                                      exchange_timeout(self.plan.timeout))
+            stop = clocked(self.group, self.budget, failure is not None, f"{self.label} config {index} {phase} {t}",
+                           any, exchange_timeout(self.plan.timeout))
             if stop:
                 break
             try:

@@ -14,7 +14,11 @@
   agreed); its thread is left behind. The pool's threads are daemon threads (:class:`DaemonPool`, not
   ``concurrent.futures``' pool, whose threads the interpreter joins at exit), so a ``precompile_fn`` that never
   returns costs its config and ``T`` seconds, never the rank: the tuning ends and the process still exits. A
-  thread left behind is replaced, so the configs queued after it still compile.
+  thread left behind is replaced, so the configs queued after it still compile. **At exit** the compiles still
+  running (those of configs a time budget left out, say) are waited for, up to :data:`EXIT_WAIT_S` in all, unless
+  left behind: a daemon thread still inside Triton's compiler when the interpreter finalizes is ended by it where it
+  takes the interpreter lock back, inside the compiler's C++ code, which aborts the process (``terminate called
+  after throwing an instance of ''``, ``FATAL: exception not rethrown``) after the program's work is done.
 - **``precompile_fn``** (the user's way): ``precompile_fn(config, *args, **kwargs)``, typically a call of
   ``kernel.warmup(*args, grid=..., **meta)`` for each Triton kernel the config would launch, run in a bounded
   thread pool for this rank's share (Triton's compiler spends most of its time outside the interpreter lock).
@@ -24,11 +28,13 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -93,6 +99,10 @@ def agree_failures(group: Group, label: str, mine: dict[int, str], timeout: floa
     return failed
 
 
+#: seconds the process waits at exit, in all, for the compiles still running in its pools (not those left behind)
+EXIT_WAIT_S = 30.0
+
+
 class DaemonPool:
     """A pool of daemon threads running submitted callables in order (``concurrent.futures.Future`` results).
 
@@ -104,8 +114,12 @@ class DaemonPool:
         self._tasks: queue.SimpleQueue[tuple[Future, Callable[[], Any]] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._closed = False
+        #: the task each thread runs now, by thread name; the tasks left behind past their deadline
+        self._busy: dict[str, Future] = {}
+        self._left: set[Future] = set()
         for _ in range(max(1, workers)):
             self._start()
+        _pools.add(self)
 
     def _start(self) -> None:
         thread = threading.Thread(target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True)
@@ -120,12 +134,16 @@ class DaemonPool:
             future, fn = item
             if not future.set_running_or_notify_cancel():
                 continue
+            name = threading.current_thread().name
+            self._busy[name] = future
             try:
                 result = fn()
             except BaseException as exc:  # handed to whoever waits for it
                 future.set_exception(exc)
             else:
                 future.set_result(result)
+            finally:
+                self._busy.pop(name, None)
 
     def submit(self, fn: Callable[[], Any]) -> Future:
         """Run ``fn`` in a thread of the pool; returns its future."""
@@ -136,10 +154,22 @@ class DaemonPool:
             self._tasks.put((future, fn))
         return future
 
-    def abandon(self) -> None:
-        """A thread of the pool is stuck in a call past its deadline: leave it, and start one in its place."""
+    def abandon(self, future: Future | None = None) -> None:
+        """A thread of the pool is stuck in a call (``future``'s) past its deadline: leave it, and start one in its
+        place; :meth:`drain` does not wait for it."""
+        if future is not None:
+            self._left.add(future)
         if not self._closed:
             self._start()
+
+    def drain(self, deadline: float) -> None:
+        """Cancel what has not started and wait, until ``deadline`` (``time.monotonic``), for the threads still
+        running a task that was not left behind."""
+        self.shutdown()
+        for thread in list(self._threads):
+            task = self._busy.get(thread.name)
+            if task is not None and task not in self._left and thread is not threading.current_thread():
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def shutdown(self) -> None:
         """Cancel what has not started; idle threads end, a stuck one is left (a daemon: it never blocks exit)."""
@@ -155,6 +185,19 @@ class DaemonPool:
             self._tasks.put(None)
 
 
+#: every pool of this process, for :func:`_drain_at_exit`
+_pools: weakref.WeakSet[DaemonPool] = weakref.WeakSet()
+
+
+@atexit.register
+def _drain_at_exit() -> None:
+    """At interpreter exit: let the compiles still running end (see the module docstring), :data:`EXIT_WAIT_S` at
+    most in all."""
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for pool in list(_pools):
+        pool.drain(deadline)
+
+
 def wait_within(futures: Sequence[Future], limit: float, pool: DaemonPool | None = None) -> str | None:
     """Wait for ``futures`` at most ``limit`` seconds from now; returns "compile: error" of the first that failed
     or did not end in time (its thread is then abandoned: ``pool`` gets a new one), else None."""
@@ -164,7 +207,7 @@ def wait_within(futures: Sequence[Future], limit: float, pool: DaemonPool | None
             future.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
             if pool is not None and future.running():
-                pool.abandon()
+                pool.abandon(future)
             future.cancel()
             return f"compile: did not finish within {limit:g} s (the timeout); its thread is left behind"
         except Exception as exc:  # a config that does not compile is data
@@ -179,13 +222,19 @@ class Compiles:
 
     pool: DaemonPool | None = None
     futures: dict[int, list[Future]] = field(default_factory=dict)
-    #: outcomes already waited for (:meth:`settle`), by config index
-    settled: dict[int, str | None] = field(default_factory=dict)
     #: the pool's first task, Triton's version key (:func:`version_key`): every compile waits for it
     keyed: Future | None = None
     #: seconds a config's wait may take (the tuning's timeout): a compile still running then counts as failed
     limit: float = 0.0
     active: bool = False
+    #: configs the compile pass ran (:func:`~.compile_pass.compile_pass`; it stops at the time budget)
+    passed: int = 0
+    #: submit each config's compiles only when :meth:`wait` asks for them (Triton's interpreter, which is not
+    #: thread-safe: nothing compiles while the function runs, and a config the time budget leaves out never
+    #: compiles)
+    lazy: bool = False
+    #: the compiles of ``lazy`` submits not submitted yet, by config index
+    deferred: dict[int, list[Callable[[], Any]]] = field(default_factory=dict)
 
     def submit(self, index: int, compile_one: Callable[[], Any]) -> None:
         """Compile config ``index`` (one more of its kernels) in the pool."""
@@ -197,23 +246,23 @@ class Compiles:
                 keyed.exception()  # wait for it; a failure there is the compile's to raise again
             return compile_one()
 
-        self.futures.setdefault(index, []).append(self.pool.submit(task))
+        if self.lazy:
+            self.deferred.setdefault(index, []).append(task)
+        else:
+            self.futures.setdefault(index, []).append(self.pool.submit(task))
 
     def wait(self, index: int) -> str | None:
-        """Wait for config ``index``'s compiles; returns "compile: error" of the first that failed (or did not end
-        within ``limit`` seconds from now: its thread is left behind), else None."""
-        if index in self.settled:
-            return self.settled.pop(index)
+        """Wait for config ``index``'s compiles (submitted now when :attr:`lazy`); returns "compile: error" of the
+        first that failed (or did not end within ``limit`` seconds from now: its thread is left behind), else
+        None."""
+        assert self.pool is not None or index not in self.deferred
+        for task in self.deferred.pop(index, []):
+            self.futures.setdefault(index, []).append(self.pool.submit(task))  # type: ignore[union-attr]
         return wait_within(self.futures.pop(index, []), self.limit, self.pool)
-
-    def settle(self) -> None:
-        """Wait for every config's compiles now, in order, each within ``limit`` (Triton's interpreter, which is
-        not thread-safe: nothing compiles while the function runs); :meth:`wait` then returns at once."""
-        for index in list(self.futures):
-            self.settled[index] = self.wait(index)
 
     def close(self) -> None:
         """Drop the compiles not started yet (the tuning ended); running ones go on in daemon threads."""
+        self.deferred.clear()
         if self.pool is not None:
             self.pool.shutdown()
 
@@ -243,18 +292,18 @@ def version_key() -> None:
 def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo: Sequence[tuple[int, dict, str]],
                args: tuple, kwargs: dict[str, Any], workers: int | None, timeout: float) -> Compiles:
     """Start compiling this rank's node share of ``todo`` with ``precompile_fn`` in a thread pool. Under Triton's
-    interpreter (which is not thread-safe) the compiles are done before this returns."""
+    interpreter (which is not thread-safe) each config's compile starts only when its warm-up waits for it
+    (:attr:`Compiles.lazy`)."""
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
     compiles = start_pool(workers, timeout)
+    compiles.lazy = settings.current().interpret
     for index, config, _ in my_share(todo, position, peers):
         def compile_one(config: dict = config) -> None:
             on_device(device)
             precompile_fn(config, *args, **kwargs)
 
         compiles.submit(index, compile_one)
-    if settings.current().interpret:
-        compiles.settle()
     return compiles
 
 
