@@ -478,7 +478,7 @@ def test_an_unsettled_near_tie_of_the_finalists_gets_more_settled_blocks_and_a_c
     assert rounds == 3
 
 
-# -- heavy, one-sided noise ---------------------------------------------------------------------------------------------
+# -- heavy, one-sided noise --------------------------------------------------------------------------------------------
 
 
 def _race_with(samples: dict[int, list[float]], plan: RacePlan) -> Race:

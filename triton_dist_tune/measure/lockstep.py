@@ -64,6 +64,7 @@ from .precompile import Compiles
 from .race import Race, RacePlan
 from .sampling import Sampling
 from .sharded import Sharding
+from .stats import median
 from .trial import Trial
 
 #: (index, config, description) of a config to measure
@@ -260,8 +261,9 @@ class Measurer(Sampling, Sharding, Guarding):
             outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
         if self.graphs is not None:
             self.graphs.release()
-        self.log.info("%s race: %d round(s) (settled from %s) in %.2f s", self.label, race.rounds,
-                      race.settled_from, time.monotonic() - started)
+        self.log.info("%s race: %d round(s) (settled from %s) in %.2f s%s", self.label, race.rounds,
+                      race.settled_from, time.monotonic() - started,
+                      "; noisy: times are lower quartiles" if race.location() is not median else "")
         self.race = race
         return [outcomes[i] for i in sorted(outcomes)]
 
