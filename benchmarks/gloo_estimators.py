@@ -115,8 +115,13 @@ def _q25(values: Sequence[float]) -> float:
 
 
 RANKS: dict[str, Callable[[Sequence[float]], float]] = {"max": max, "median": statistics.median, "min": min}
+def _second(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(1, len(ordered) - 1)]
+
+
 STATS: dict[str, Callable[[Sequence[float]], float]] = {"median": statistics.median, "mean": statistics.fmean,
-                                                      "q25": _q25, "min": min}
+                                                      "q25": _q25, "second": _second, "min": min}
 
 
 def analyse(by_rank: list[dict[int, list[float]]], draws: int = DRAWS) -> list[dict]:

@@ -10,7 +10,7 @@ from triton_dist_tune.measure import breakdown
 from triton_dist_tune.measure.breakdown import Stopwatch
 from triton_dist_tune.measure.budget import Budget
 from triton_dist_tune.measure.race import Race, RacePlan
-from triton_dist_tune.measure.stats import clearly_slower, median_bounds, paired_ratios, spread
+from triton_dist_tune.measure.stats import clearly_slower, median, median_bounds, paired_ratios, spread
 from triton_dist_tune.measure.timing import (
     MAX_CALLS,
     SETTLED_LEADERS_FAST,
@@ -491,18 +491,24 @@ def _race_with(samples: dict[int, list[float]], plan: RacePlan) -> Race:
     return race
 
 
-def test_under_heavy_one_sided_noise_the_race_ranks_by_the_lower_quartile_of_its_samples():
-    # config 0 takes 1.0 ms, but a collective that waited doubles 5 of its 8 samples; config 1 takes 1.2 ms with
-    # fewer delays. Their medians say 1 is faster (1.9 against 1.2); their lower quartiles say 0 (1.0 against 1.2)
-    spiky = {0: [2.0, 1.0, 2.0, 1.0, 2.1, 1.02, 2.0, 1.9], 1: [1.2, 1.21, 2.4, 1.2, 1.22, 2.3, 1.19, 1.2]}
+def test_under_heavy_one_sided_noise_the_race_ranks_by_the_least_of_its_samples():
+    # config 0 takes 1.0 ms, but a collective that waited doubles 6 of its 8 samples; config 1 takes 1.2 ms with
+    # fewer delays. Their medians say 1 is faster (2.0 against 1.2); their least samples say 0 (1.0 against 1.19)
+    spiky = {0: [2.0, 1.0, 2.0, 2.0, 2.1, 1.02, 2.0, 1.9], 1: [1.2, 1.21, 2.4, 1.2, 1.22, 2.3, 1.19, 1.2]}
     race = _race_with(spiky, RacePlan(max_rounds=8, min_rounds=8, seed="q"))
-    assert race.location().__name__ == "lower_quartile"
+    assert race.location() is min
     assert race.winner() == 0
-    # a quiet race keeps the median: 1% apart, one slow sample each (a lower quartile would rank them the other way)
+    # settled leaders too: ranked by the least of all their samples, not by ratios to the round's others (which
+    # carry the others' delays); here config 1's settled samples are all delayed but its screening ones are clean
+    plan = RacePlan(max_rounds=6, min_rounds=2, final_top=2, final_rounds=4, seed="s")
+    settled = {0: [1.3, 2.6, 1.31, 2.6, 1.3, 2.7], 1: [1.0, 2.0, 2.1, 2.0, 2.05, 2.0]}
+    race = _race_with(settled, plan)
+    assert race.settled_from == 1 and race.location() is min and race.winner() == 1
+    # a quiet race keeps the median: 1% apart, one slow sample each (the least would rank them the other way)
     quiet = {0: [1.00, 1.00, 1.001, 1.003, 1.004, 1.002, 1.001, 0.97],
              1: [0.98, 1.012, 1.011, 1.013, 1.01, 1.012, 1.011, 1.01]}
     race = _race_with(quiet, RacePlan(max_rounds=8, min_rounds=8, seed="q"))
-    assert race.location().__name__ == "median"
+    assert race.location() is median
     assert race.winner() == 0
 
 

@@ -77,7 +77,8 @@ def smooth():
     emit(chosen=chosen, chosen_ms=landscape_ms(SPACE[chosen]), best_ms=min(map(landscape_ms, SPACE)),
          calls=len(calls), order=list(dict.fromkeys(calls)), search=decision.search,
          seconds=time.monotonic() - started,
-         screened=sorted(o.index for o in decision.outcomes if o.state != "pruned"))
+         screened=sorted(o.index for o in decision.outcomes if o.state != "pruned"),
+         samples=sorted({o.samples for o in decision.outcomes if o.state == "stopped"}))
 
 
 @case

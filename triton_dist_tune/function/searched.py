@@ -5,7 +5,9 @@ PatternSearch` screened in lock-step, then the race among the finalists.
   already decided on this group, nearest keys first; every rank takes rank 0's list.
 - **Stages**: each stage's configs not screened yet (by this attempt or an earlier one: the journals' times) are
   compiled ahead (split across the node, as for the exhaustive race: only what the stage measures), warmed up and
-  given one screening sample each, in lock-step (:meth:`~triton_dist_tune.measure.lockstep.Measurer.lockstep`
+  given one screening sample each (two where the warm-up's probe is timed as a sample is: eager calls on the host's
+  clock, steady timing; :attr:`~triton_dist_tune.measure.lockstep.Measurer.probes_are_samples`), in lock-step
+  (:meth:`~triton_dist_tune.measure.lockstep.Measurer.lockstep`
   with a one-round race). A config that fails is failed on every rank and never proposed again.
 - **Finalists**: the race of the tuning's plan (interleaved rounds, then the settled block among the leaders: a
   paired shoot-out whose margin and near-tie the decision reports).
@@ -122,6 +124,8 @@ class Searched:
         self.tuning, self.measurer, self.kept = tuning, measurer, list(kept)
         self.earlier, self.compile_stage = earlier, compile_stage
         self.record = SearchRecord(len(self.kept))
+        #: whether a config's warm-up probe counts as its first screening sample (timed as the samples are)
+        self.probes = measurer.probes_are_samples
 
     def _seeds(self) -> list[int]:
         """Rank 0's seeds, or its error (a ``distance`` that returns no number), the same on every rank (one
@@ -163,6 +167,9 @@ class Searched:
                         outcomes[outcome.index] = outcome
                         self.record.left_out += 1
                     else:
+                        probe = measurer.per_call.get(outcome.index, 0.0)
+                        if self.probes and outcome.usable and probe > 0:  # the warm-up's probe: a sample too
+                            history[outcome.index] = [probe]
                         self._screened(outcome, history, outcomes)
             if again and not budget.cut:  # samples taken again: no compile, no warm-up (each sample settles first)
                 for outcome in measurer.lockstep([tuning.todo(i) for i in again], screen, warmed=True):
@@ -239,7 +246,8 @@ class Searched:
         if taken >= len(journaled):
             return False
         outcome.resumed = True
-        history[index] = [*(history.get(index) or ()), float(journaled[taken])]
+        first = 2 if self.probes and taken == 0 else 1  # a first screening took the probe and a sample
+        history[index] = [*(history.get(index) or ()), *map(float, journaled[taken:taken + first])]
         outcomes[index] = outcome
         return True
 

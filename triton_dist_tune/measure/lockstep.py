@@ -203,6 +203,12 @@ class Measurer(Sampling, Sharding, Guarding):
         self.watch.timed(index, float(results[-1]), probe=True)
         return float(results[-1]), None
 
+    @property
+    def probes_are_samples(self) -> bool:
+        """Whether a config's warm-up probe is timed as its steady screening samples are (eager calls on the host's
+        clock, agreed; steady timing, no fixed batch): a search counts it as a sample it already took."""
+        return self.trial.host_counts and self.clock_kind == EAGER and not self.cold and self.plan.batch is None
+
     # -- lock-step -------------------------------------------------------------------------------------------------
 
     def lockstep(self, todo: Sequence[Todo], race_plan: RacePlan | None = None,
@@ -263,7 +269,7 @@ class Measurer(Sampling, Sharding, Guarding):
             self.graphs.release()
         self.log.info("%s race: %d round(s) (settled from %s) in %.2f s%s", self.label, race.rounds,
                       race.settled_from, time.monotonic() - started,
-                      "; noisy: times are lower quartiles" if race.location() is not median else "")
+                      "; noisy: times are least samples" if race.location() is not median else "")
         self.race = race
         return [outcomes[i] for i in sorted(outcomes)]
 

@@ -20,17 +20,18 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-#: the noise of one sample (relative) above which a config's time is the lower quartile of its samples, not their
-#: median (the smallest of up to four): heavy noise is one-sided (a collective that waited, a descheduled rank,
-#: never a fast sample), so the lower samples keep a config's own time while the median jumps between clean and
-#: delayed ones. A quiet device (0.5-3% per sample) keeps the median. On 2 gloo ranks behind an all-reduce (30-40%
-#: per sample) the lower quartile ranked 48 configs at a Spearman correlation of 0.68-0.89 with the landscape from
-#: 3-12 samples each, the median at 0.12-0.18 (``benchmarks/gloo_estimators.py``, ``benchmarks/RESULTS.md``)
+#: the noise of one race sample (relative) above which a config's race time is the least of its samples, not their
+#: median. Heavy noise is one-sided and comes in bursts: a call that waited on a late rank or a descheduled process
+#: reads slow, never fast. Recorded behind a gloo all-reduce on 2 CPU ranks (``benchmarks/gloo_estimators.py``),
+#: a clean sample read its config's time + 0.4-0.6 ms and a delayed one + 3-5 ms, on 38-75% of samples; from 3 /
+#: 6 / 12 samples per config the least ranked 48 configs at a Spearman correlation of 0.68 / 0.92 / 0.98 with the
+#: landscape, the lower quartile at 0.68 / 0.69 / 0.89, the median at 0.17 / 0.15 / 0.12 (it jumps between the
+#: clean and the delayed samples). A quiet device (0.5-3% per sample) keeps the median
 NOISY = 0.05
-#: the screening's own bar for the lower quartile: higher, because its configs have unequal sample counts (one for
-#: most, up to four near the best), and under symmetric noise the least of more samples reads lower: replayed over
-#: the corpus at Gaussian 5%, a lower quartile from 5% on missed in 2.5% of runs, the median in 0.8%. Behind a
-#: collective the noise measured 16-44% per sample (``benchmarks/results/noise_gloo/``)
+#: the screening's own bar for the least sample: higher, because its configs have unequal sample counts (one or two
+#: for most, up to four near the best), and under symmetric noise the least of more samples reads lower: replayed over
+#: the corpus at Gaussian 5%, a 5% bar missed in 2.5% of runs, the median in 0.8%; and only on enough pairs (four
+#: pairs of 10% noise can read over 15%). Behind the gloo all-reduce the noise measured 16-44% per sample
 HEAVY, HEAVY_PAIRS = 0.15, 12
 
 #: the median of |log a - log b| for two independent Gaussian samples of standard deviation 1: 0.6745 * sqrt(2)
@@ -48,7 +49,7 @@ class NoiseEstimate:
 
     @property
     def heavy(self) -> bool:
-        """Whether the noise is heavy enough, on enough pairs, for a screening to take its configs' lower quartiles
+        """Whether the noise is heavy enough, on enough pairs, for a screening to take its configs' least samples
         (:data:`HEAVY`, from :data:`HEAVY_PAIRS` pairs: four pairs of 10% noise can read over 15%)."""
         return self.sigma > HEAVY and self.pairs >= HEAVY_PAIRS
 
@@ -65,10 +66,10 @@ def estimate_noise(history: Mapping[int, Sequence[float] | None], floor: float) 
 
 def central(samples: Sequence[float], noisy: bool = False) -> float:
     """A config's screened time from its samples: the median (two: their mean); ``noisy`` (the noise measured above
-    :data:`HEAVY`): their lower quartile."""
+    :data:`HEAVY`): the least of them."""
     ordered = sorted(samples)
     if noisy:
-        return ordered[(len(ordered) - 1) // 4]
+        return ordered[0]
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 

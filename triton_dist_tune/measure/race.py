@@ -10,7 +10,8 @@ further message.
   therefore spreads over all configs alike instead of favouring those measured first.
 - **Samples.** A config's sample in a round is the MAX over ranks of the ranks' times for it (the ranks started
   it together, and the slowest rank is what the job waits for); its time is the median of its samples, or their
-  lower quartile once the race's samples are noisier than 5% each (:meth:`Race.location`; :data:`~.noise.NOISY`).
+  least sample (of all its rounds, settled or not, with no drift-free ratio) once the race's samples are noisier
+  than 5% each (:meth:`Race.location`; :data:`~.noise.NOISY`).
 - **Leaving the race.** After each round, a config that is clearly slower than the leader on their paired
   per-round ratios (:func:`~triton_dist_tune.measure.stats.clearly_slower`: over 25% slower in each of two or more
   rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field, replace
 
 from ..records import Outcome
 from .noise import NOISY, spread_of_runs
-from .stats import INDIFFERENCE, clearly_slower, lower_quartile, median, paired_ratios, spread
+from .stats import INDIFFERENCE, clearly_slower, median, paired_ratios, spread
 
 
 @dataclass(frozen=True)
@@ -192,8 +193,9 @@ class Race:
         """How many leaders get the settled rounds: ``final_top_fast`` when the leader among ``left`` is fast,
         else ``final_top`` (the leader's time is the group's: every rank decides alike)."""
         plan = self.plan
+        location = self.location()
         fast = (bool(left) and 0 < plan.final_top < plan.final_top_fast
-                and self.entrants[self.leader(left)].time(self.location()) < plan.fast_below_ms)
+                and (self.entrants[self.leader(left)].time(location) < plan.fast_below_ms or location is not median))
         return plan.final_top_fast if fast else plan.final_top
 
     def _leaving(self, running: list[int]) -> set[int]:
@@ -254,18 +256,22 @@ class Race:
 
     def location(self) -> Callable[[Sequence[float]], float]:
         """How a config's samples make its time: their median, or, once the race's samples read further apart than
-        :data:`~.noise.NOISY` per sample (measured from every config's consecutive samples), their lower quartile
-        (heavy noise is one-sided: see :data:`~.noise.NOISY`)."""
+        :data:`~.noise.NOISY` per sample (measured from every config's consecutive samples), the least of them
+        (heavy noise is one-sided: see :data:`~.noise.NOISY`); the leaders then get ``final_top_fast`` places in
+        the settled block, and no near-tie blocks (more blocks cannot settle what the noise hides)."""
         stamp = (self.position, self.rounds)
         if self._noisy is None or self._noisy[0] != stamp:
             runs = [e.timed() for _, e in sorted(self.entrants.items()) if e.state != "failed"]
             noise = spread_of_runs(runs, 0.0)
             self._noisy = (stamp, noise is not None and noise.sigma > NOISY)
-        return lower_quartile if self._noisy[1] else median
+        return min if self._noisy[1] else median
 
     def _rank_key(self, index: int) -> tuple[float, int]:
+        location = self.location()
+        if location is not median:  # noisy: the least of all its samples, settled or not (a ratio to the round's
+            return location(self.entrants[index].timed()), index  # others would carry their delays)
         drift_free = self._drift_free(index)
-        return (drift_free if drift_free is not None else self.entrants[index].time(self.location())), index
+        return (drift_free if drift_free is not None else self.entrants[index].time(location)), index
 
     def _relative(self, index: int) -> list[float]:
         """A leader's settled samples relative to their round's median leader sample (a drift of the machine
@@ -290,7 +296,7 @@ class Race:
         if not relative:
             return None
         leaders = [e for e in self.entrants.values() if e.settled and e.state != "failed"]
-        return self.location()(relative) * median([s for e in leaders for s in e.settled])
+        return median(relative) * median([s for e in leaders for s in e.settled])
 
     def leader(self, among: list[int] | None = None) -> int:
         """The config with the least median among ``among`` (default: those still running)."""

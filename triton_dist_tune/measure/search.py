@@ -32,8 +32,8 @@ decide among them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.
    that could still be the best: read within the noise band of the best (``band * s * sqrt(1/n + 1/n_best)`` in log
    time, n the samples of each), or next to a finalist and risen above its best screened neighbour by more than the
    landscape's steps explain (``band`` times their 90th percentile, with the noise). A config takes ``max_samples``
-   at most; its time is the median of its samples (two: their mean; under noise above :data:`~.noise.HEAVY`, their
-   lower quartile); second samples are at most ``resample_share``
+   at most; its time is the median of its samples (two: their mean; under noise above :data:`~.noise.HEAVY`, the
+   least of them); second samples are at most ``resample_share``
    of the configs screened. A quiet space (a floor of ``noise_floor``) pays for its first pairs and a few more; a
    noisy one spends where the order is still open. Where the landscape is smoother than the noise, each config's
    time is also weighed against its neighbours' (:meth:`PatternSearch.posterior`).
@@ -191,8 +191,8 @@ class PatternSearch:
 
     @staticmethod
     def estimates(samples: Samples, noisy: bool = False) -> dict[int, float | None]:
-        """Each screened config's time: the median of its samples, or under heavy noise (``noisy``) their lower
-        quartile (:func:`~.noise.central`); None: failed."""
+        """Each screened config's time: the median of its samples, or under heavy noise (``noisy``) the least of
+        them (:func:`~.noise.central`); None: failed."""
         return {i: None if not s else central(s, noisy) for i, s in PatternSearch.history(samples).items()}
 
     def leaders(self, times: Mapping[int, float | None], count: int) -> list[int]:

@@ -26,12 +26,6 @@ def median(samples: Sequence[float]) -> float:
     return float(statistics.median(samples))
 
 
-def lower_quartile(samples: Sequence[float]) -> float:
-    """The lower quartile of a non-empty sequence (the smallest of up to four samples)."""
-    ordered = sorted(samples)
-    return float(ordered[(len(ordered) - 1) // 4])
-
-
 def _rank_for(n: int, alpha: float) -> int:
     """The largest k (0-based) such that P(Binomial(n, 1/2) <= k) <= alpha, or -1 if there is none: the k-th
     smallest of n samples is then a lower bound of their median with confidence 1 - alpha (sign test)."""
