@@ -9,10 +9,10 @@ the ranks, and each sample is the tuner's steady sample of a slow call: one unti
 call, on every rank's own host clock. Nothing is exchanged between samples (one all-gather at the end).
 
 Then, offline, for every estimator (how the ranks' times of one sample combine: MAX, median, MIN; then how a
-config's samples combine: median, mean, lower quartile, min; or each rank's own median first, then the MAX over
-ranks) and every sample count k, it draws k samples per config at random (2,000 draws) and reports how often the
-config with the least estimate lies within 1.10 of the best config's landscape time, the mean of that ratio, and the
-rank correlation of the estimates with the landscape.
+config's samples combine: median, mean, lower quartile, second smallest, min; or each rank's own statistic first,
+then the MAX over ranks) and every sample count k, it draws k samples per config at random (1,000 draws) and reports
+how often the config with the least estimate lies within 1.10 of the best config's landscape time, the mean of that
+ratio, and the rank correlation of the estimates with the landscape.
 
 Usage::
 

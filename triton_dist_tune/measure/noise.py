@@ -76,8 +76,8 @@ def central(samples: Sequence[float], noisy: bool = False) -> float:
 
 def spread_of_runs(samples: Sequence[Sequence[float]], floor: float) -> NoiseEstimate | None:
     """The noise of one sample from several configs' runs of samples (each run: one config's samples in the order
-    taken): the median |log a - log b| over every two consecutive samples of a run, scaled as
-    :func:`estimate_noise` scales it; None when no run has two positive samples. Never below ``floor``."""
+    taken): the median |log a - log b| over every two consecutive samples of a run, scaled to one sample's standard
+    deviation (robust to a spiked sample); None when no run has two positive samples. Never below ``floor``."""
     gaps = sorted(abs(math.log(a) - math.log(b)) for run in samples
                   for a, b in zip(run, run[1:], strict=False) if a > 0 and b > 0)
     if not gaps:

@@ -99,12 +99,11 @@ class Entrant:
         return [s for s in self.samples if s is not None]
 
     def deciding(self) -> list[float]:
-        """The samples its time is taken from: the settled ones when it has any, else all."""
+        """The samples its time is the median of: the settled ones when it has any, else all."""
         return self.settled or self.timed()
 
-    def time(self, location: Callable[[Sequence[float]], float] = median) -> float:
-        """Its time: the ``location`` (the median, or the race's :meth:`Race.location`) of :meth:`deciding`."""
-        return location(self.deciding())
+    def time(self) -> float:
+        return median(self.deciding())
 
 
 class Race:
@@ -193,9 +192,8 @@ class Race:
         """How many leaders get the settled rounds: ``final_top_fast`` when the leader among ``left`` is fast,
         else ``final_top`` (the leader's time is the group's: every rank decides alike)."""
         plan = self.plan
-        location = self.location()
         fast = (bool(left) and 0 < plan.final_top < plan.final_top_fast
-                and (self.entrants[self.leader(left)].time(location) < plan.fast_below_ms or location is not median))
+                and (self._time(self.leader(left)) < plan.fast_below_ms or self.location() is not median))
         return plan.final_top_fast if fast else plan.final_top
 
     def _leaving(self, running: list[int]) -> set[int]:
@@ -207,8 +205,7 @@ class Race:
             if i == leader:
                 continue
             entrant = self.entrants[i]
-            location = self.location()
-            if self.plan.early_stop is not None and entrant.time(location) > self.plan.early_stop * best.time(location):
+            if self.plan.early_stop is not None and self._time(i) > self.plan.early_stop * self._time(leader):
                 leaving.add(i)
             elif clearly_slower(paired_ratios(entrant.samples, best.samples)):
                 leaving.add(i)
@@ -266,12 +263,15 @@ class Race:
             self._noisy = (stamp, noise is not None and noise.sigma > NOISY)
         return min if self._noisy[1] else median
 
+    def _time(self, index: int) -> float:
+        """A config's own time: the median of its deciding samples, or under noise the least of all its samples,
+        settled or not (:meth:`location`)."""
+        entrant = self.entrants[index]
+        return entrant.time() if self.location() is median else min(entrant.timed())
+
     def _rank_key(self, index: int) -> tuple[float, int]:
-        location = self.location()
-        if location is not median:  # noisy: the least of all its samples, settled or not (a ratio to the round's
-            return location(self.entrants[index].timed()), index  # others would carry their delays)
-        drift_free = self._drift_free(index)
-        return (drift_free if drift_free is not None else self.entrants[index].time(location)), index
+        drift_free = self._drift_free(index) if self.location() is median else None  # noisy: a ratio to the
+        return (drift_free if drift_free is not None else self._time(index)), index  # round's others carries delays
 
     def _relative(self, index: int) -> list[float]:
         """A leader's settled samples relative to their round's median leader sample (a drift of the machine
