@@ -446,3 +446,20 @@ def test_a_contextual_search_is_seeded_by_decided_keys_and_the_perf_model():
     assert track.current() == 42
     plain = Track("mod.k", "(1,)", {r: {**info, "pruning": None} for r in (0, 1)}, 1, 2)
     assert plain.stages.batch[:4] != [79, 78, 77, 76]  # without a perf model and seeds: the covering first look
+
+
+def test_on_one_rank_with_a_device_clock_configs_far_behind_are_screened_by_their_probe_alone(tmp_path):
+    (result,) = run_ranks(CASES, 1, ["far_behind"], env=tuner_env(tmp_path, 60), timeout=240)
+    assert result.returncode == 0, describe([result])
+    found = result.results[0]
+    calls = {int(i): n for i, n in found["calls"].items()}
+    ms, true_ms = ({int(i): t for i, t in found[k].items()} for k in ("ms", "true_ms"))
+    fastest = min(true_ms.values())
+    # the warm-up (one run, then a probe: one lead call and 3 timed calls when the config before took under 2 ms, one
+    # timed call after one of 2 ms or more) and nothing else: no steady sample, which takes 2 calls or more
+    probed = {i for i in calls if calls[i] <= 5 and i not in set(found["finalists"])}
+    assert probed and all(true_ms[i] > 1.5 * fastest for i in probed), (probed, fastest)
+    assert all(calls[i] > 5 for i in calls if true_ms[i] <= 1.5 * fastest)  # those near the best: sampled
+    assert all(abs(ms[i] / true_ms[i] - 1) < 0.01 for i in probed)  # the probe reads the config's time
+    assert re.search(r"\d+ screened by their probe alone", found["search"]), found["search"]
+    assert found["chosen_ms"] <= 1.10 * found["best_ms"]

@@ -31,14 +31,19 @@ def spend(ms: float) -> None:
 
 
 @contextmanager
-def virtual_clock() -> Iterator[None]:
+def virtual_clock(kind: str = "host") -> Iterator[None]:
     """Time ``autotune``'s samples on a clock that only :func:`spend` advances, for scenarios whose assertions
     follow from the configs' times: a loaded machine's stalls then cannot reorder configs (wall-clock gaps of 4x
-    have failed under load)."""
+    have failed under load). ``kind``: the clock's kind as the tuner sees it (another than "host" times as a
+    device's clock does, not as CUDA's: no graphs)."""
     from triton_dist_tune.function import agreed
     from triton_dist_tune.measure.timing import HostClock
 
     class VirtualClock(HostClock):
+        def __init__(self) -> None:
+            super().__init__()
+            self.kind = kind
+
         def start(self) -> float:
             return _VIRTUAL_MS[0]
 

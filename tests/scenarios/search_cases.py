@@ -82,6 +82,23 @@ def smooth():
 
 
 @case
+def far_behind():
+    """One rank tunes the 600-config function on a device-like virtual clock: the configs whose warm-up probe reads
+    over 1.5x the fastest probe get no steady sample."""
+    tdt.init_distributed()
+    calls: list[int] = []
+    f = tuned("far_behind", calls, jitter=0.0)
+    with virtual_clock(kind="device"):
+        f()
+    ((_, decision),) = f.tuner.decisions.items()
+    emit(chosen=decision.index, chosen_ms=landscape_ms(SPACE[decision.index]), best_ms=min(map(landscape_ms, SPACE)),
+         search=decision.search, calls={i: calls.count(i) for i in set(calls)},
+         finalists=[o.index for o in decision.outcomes if o.state == "measured"],
+         ms={o.index: o.time for o in decision.outcomes if o.time is not None},
+         true_ms={o.index: landscape_ms(SPACE[o.index]) for o in decision.outcomes if o.time is not None})
+
+
+@case
 def killed():
     """The first attempt: every rank kills itself at the first call of the 45th distinct config (mid-search: the
     first look has 37); run again (``SEARCH_ATTEMPT=2``) it resumes."""

@@ -57,6 +57,8 @@ class SearchRecord:
     seconds: float = 0.0
     #: screening samples taken again (a config whose place the noise left uncertain)
     resampled: int = 0
+    #: configs screened by their warm-up probe alone (far behind the fastest probe)
+    probed: int = 0
     noise: NoiseEstimate | None = None
     #: configs of the stages that the time budget left unmeasured
     left_out: int = 0
@@ -68,6 +70,7 @@ class SearchRecord:
         total = len({i for stage in self.stages for i in stage}) - self.left_out
         resumed = f" ({self.resumed} from the journal)" if self.resumed else ""
         again = f", {self.resampled} sampled again" if self.resampled else ""
+        again += f", {self.probed} screened by their probe alone" if self.probed else ""
         raced = ("the time budget ended the screening (the best screened chosen)" if self.cut else
                  f"{len(self.finalists)} finalists raced")
         noise = f"; {self.noise.text()}" if self.noise is not None else ""
@@ -162,7 +165,7 @@ class Searched:
             if new:
                 todo = [tuning.todo(i) for i in new]
                 self.compile_stage(todo)
-                for outcome in measurer.lockstep(todo, screen):
+                for outcome in measurer.lockstep(todo, screen, screen=True):
                     if outcome.error == LEFT_OUT:  # the time budget left it unmeasured
                         outcomes[outcome.index] = outcome
                         self.record.left_out += 1
@@ -184,6 +187,7 @@ class Searched:
                 batch = search.next(history)
         watch.rounds = "race"
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
+        self.record.probed = len(measurer.probed.indices)
         with breakdown.part("model"):
             finalists = search.finalists(history)
         self.record.finalists = finalists

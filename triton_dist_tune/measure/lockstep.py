@@ -62,7 +62,7 @@ from .graphs import EAGER, Graphs
 from .guarding import Guarding
 from .precompile import Compiles
 from .race import Race, RacePlan
-from .sampling import Sampling
+from .sampling import Probed, Sampling
 from .sharded import Sharding
 from .stats import median
 from .trial import Trial
@@ -113,6 +113,8 @@ class Measurer(Sampling, Sharding, Guarding):
         self.watch = breakdown.current() or breakdown.Stopwatch()
         #: the time budget, on the group's agreed clock (:mod:`~triton_dist_tune.measure.budget`)
         self.budget = Budget(plan.race.budget_s)
+        #: the configs a search screened by their probe alone (:meth:`~.sampling.Sampling.far_behind`)
+        self.probed = Probed()
 
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
@@ -212,10 +214,12 @@ class Measurer(Sampling, Sharding, Guarding):
     # -- lock-step -------------------------------------------------------------------------------------------------
 
     def lockstep(self, todo: Sequence[Todo], race_plan: RacePlan | None = None,
-                 warmed: bool = False) -> list[Outcome]:
+                 warmed: bool = False, screen: bool = False) -> list[Outcome]:
         """Warm up and race ``todo`` with the group (under ``race_plan``, default the plan's); returns one outcome
         per config (identical on every rank except ``own``), in index order. ``warmed``: configs this measurer
-        warmed up before are not warmed up again (a search's second screening sample; each sample settles first)."""
+        warmed up before are not warmed up again (a search's second screening sample; each sample settles first).
+        ``screen``: a search's screening of new configs, where those far behind get their probe as their sample
+        (:meth:`~.sampling.Sampling.far_behind`)."""
         outcomes: dict[int, Outcome] = {}
         per_call: dict[int, float] = {}
         warming = time.monotonic()
@@ -240,7 +244,8 @@ class Measurer(Sampling, Sharding, Guarding):
                     round_s += self.sample_seconds(index, config, previous, False, len(per_call) == 1)
         self.per_call.update(per_call)
         self.watch.leave()
-        entries = {index: (config, desc) for index, config, desc in todo if index in per_call}
+        far = self.far_behind(per_call) if screen else []
+        entries = {index: (config, desc) for index, config, desc in todo if index in per_call and index not in far}
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)
         self._capture(entries, per_call)
         race = Race(sorted(entries), race_plan or self.plan.race)
@@ -265,6 +270,8 @@ class Measurer(Sampling, Sharding, Guarding):
         self.budget.cut = self.budget.cut or race.cut
         for index in race.running:
             outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
+        if far:
+            outcomes.update(self.probed_outcomes(far, todo, per_call, [outcomes[i] for i in entries]))
         if self.graphs is not None:
             self.graphs.release()
         self.log.info("%s race: %d round(s) (settled from %s) in %.2f s%s", self.label, race.rounds,
@@ -272,16 +279,6 @@ class Measurer(Sampling, Sharding, Guarding):
                       "; noisy: times are least samples" if race.location() is not median else "")
         self.race = race
         return [outcomes[i] for i in sorted(outcomes)]
-
-    def _cold_sample(self, index: int, config: dict[str, Any], desc: str, race: Race) -> Combined:
-        """One cold sample of ``index``, right after the previous exchange, then its own exchange."""
-        self.started(index, desc, f"round {race.rounds}")
-        value, error = self._guarded(index, desc, "sample", lambda: self.trial.cold(config))
-        if error is None:
-            self.watch.launched(index, 1)
-            self.watch.timed(index, value)
-            self.watch.sampled(value / 1e3)
-        return self._exchange(index, desc, (error or value, self.budget.now()), error, f"round {race.rounds}")
 
     def _steady_step(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float],
                      orders: list[list[int]], wanted: set[tuple[int, int]],
