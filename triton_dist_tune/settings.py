@@ -85,6 +85,11 @@ def _threads(env: Mapping[str, str]) -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None  # anything else: the default
 
 
+def _processes(env: Mapping[str, str]) -> int | None:
+    value = env.get(PREFIX + "COMPILE_PROCESSES", "").strip()
+    return int(value) if value.isdigit() else None  # anything else: the default
+
+
 @dataclass(frozen=True)
 class Settings:
     """The tuner's view of the environment."""
@@ -122,6 +127,9 @@ class Settings:
     #: threads that compile configs (``..._COMPILE_THREADS``, a whole number >= 1); None (unset or not such a
     #: number): min(16, CPU count)
     compile_threads: int | None = None
+    #: worker processes that compile for those threads (``..._COMPILE_PROCESSES``, a whole number; 0: none, the
+    #: threads compile); None (unset or not such a number): min(16, CPU count / ranks of the group on the node)
+    compile_processes: int | None = None
     #: print summaries on group rank 0 where a decorator's ``autotune_verbose`` is not given
     #: (``TRITON_PRINT_AUTOTUNING=1``)
     print_autotuning: bool = False
@@ -155,6 +163,7 @@ class Settings:
             log_dir=Path(log_dir) if log_dir else cls.log_dir,
             new_key_grace=_seconds(env, PREFIX + "NEW_KEY_GRACE", 0.5),
             compile_threads=_threads(env),
+            compile_processes=_processes(env),
             print_autotuning=flag(env.get("TRITON_PRINT_AUTOTUNING")),
             undecided=_undecided(env.get(PREFIX + "UNDECIDED", "")),
             search=_search(env.get(PREFIX + "SEARCH", "")),

@@ -136,7 +136,7 @@ def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]]
 
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
-    compiles = start_pool(workers, timeout)
+    compiles = start_pool(workers, timeout, peers)
     with _lock:
         original = JITFunction.run
         JITFunction.run = _patched(original)

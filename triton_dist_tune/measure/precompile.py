@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import queue
 import socket
@@ -44,6 +45,19 @@ from typing import Any
 from .. import settings
 from ..errors import describe_error
 from ..group.channel import Group
+from .compile_workers import WorkerPool, routed, shared_pool
+
+log = logging.getLogger("triton_dist_tune")
+
+
+def default_processes(peers: int) -> int:
+    """Compile worker processes (:mod:`~triton_dist_tune.measure.compile_workers`) for a rank whose node runs
+    ``peers`` ranks of the group: ``TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES`` (0: none), else min(16, its share of
+    the CPUs); none where nothing is compiled here (:func:`compiles_here`)."""
+    if not compiles_here():
+        return 0
+    chosen = settings.current().compile_processes
+    return chosen if chosen is not None else min(16, max(1, (os.cpu_count() or 1) // max(1, peers)))
 
 
 def default_workers() -> int:
@@ -235,16 +249,19 @@ class Compiles:
     lazy: bool = False
     #: the compiles of ``lazy`` submits not submitted yet, by config index
     deferred: dict[int, list[Callable[[], Any]]] = field(default_factory=dict)
+    #: the worker processes the compile threads hand their compiles to (None: the threads compile)
+    workers: WorkerPool | None = None
 
     def submit(self, index: int, compile_one: Callable[[], Any]) -> None:
         """Compile config ``index`` (one more of its kernels) in the pool."""
         assert self.pool is not None
-        keyed = self.keyed
+        keyed, workers = self.keyed, self.workers
 
         def task() -> Any:
             if keyed is not None:
                 keyed.exception()  # wait for it; a failure there is the compile's to raise again
-            return compile_one()
+            with routed(workers):
+                return compile_one()
 
         if self.lazy:
             self.deferred.setdefault(index, []).append(task)
@@ -262,16 +279,25 @@ class Compiles:
 
     def close(self) -> None:
         """Drop the compiles not started yet (the tuning ended); running ones go on in daemon threads."""
+        if self.workers is not None:
+            stats = self.workers.stats
+            log.info("triton_dist_tune: compile workers (%d process(es)) so far: %d kernel(s) compiled there, %d left "
+                     "to the threads%s", self.workers.alive, stats.compiled, stats.left,
+                     f" (first: {stats.reason})" if stats.reason else "")
         self.deferred.clear()
         if self.pool is not None:
             self.pool.shutdown()
 
 
-def start_pool(workers: int | None, timeout: float) -> Compiles:
-    """An active :class:`Compiles` with a pool of ``workers`` daemon threads (default :func:`default_workers`)."""
+def start_pool(workers: int | None, timeout: float, peers: int = 1) -> Compiles:
+    """An active :class:`Compiles` with a pool of ``workers`` daemon threads (default :func:`default_workers`),
+    which hand their compiles to this process's worker processes (:func:`default_processes` for a node of ``peers``
+    ranks of the group)."""
     threads = 1 if default_workers() == 1 else (workers or default_workers())
     pool = DaemonPool(threads, "tdt-compile")
-    return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True)
+    processes = default_processes(peers)
+    return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True,
+                    workers=shared_pool(processes) if processes else None)
 
 
 def version_key() -> None:
@@ -296,7 +322,7 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
     (:attr:`Compiles.lazy`)."""
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
-    compiles = start_pool(workers, timeout)
+    compiles = start_pool(workers, timeout, peers)
     compiles.lazy = settings.current().interpret
     for index, config, _ in my_share(todo, position, peers):
         def compile_one(config: dict = config) -> None:

@@ -1,0 +1,97 @@
+"""Compiles in worker processes (``measure/compile_workers.py``): a real worker compiles a real Triton kernel for a
+GPU target (no GPU needed: Triton's compiler and ptxas run on the CPU) into the cache folder this process then
+loads it from."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from triton_dist_tune.measure.compile_workers import WorkerPool, task
+
+KERNEL = textwrap.dedent('''
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def scale_kernel(x, y, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(y + offsets, tl.load(x + offsets, mask=mask) * 2.0, mask=mask)
+''')
+
+
+@pytest.fixture
+def kernel_module(tmp_path, monkeypatch):
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if not ptxas.exists() and shutil.which("ptxas") is None:
+        pytest.skip("no ptxas in this Triton")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    (tmp_path / "tdt_worker_kernels.py").write_text(KERNEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("tdt_worker_kernels")
+    yield module, GPUTarget("cuda", 90, 32), tmp_path / "cache"
+    sys.modules.pop("tdt_worker_kernels", None)
+
+
+def _files(cache: Path) -> dict[str, int]:
+    return {str(p.relative_to(cache)): os.stat(p).st_ino for p in cache.rglob("*") if p.is_file()}
+
+
+@pytest.mark.triton_dependent
+def test_a_worker_compiles_a_kernel_into_the_cache_that_this_process_then_loads_without_compiling(kernel_module):
+    module, target, cache = kernel_module
+    import triton
+    from triton.compiler import ASTSource
+
+    signature = {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    constexprs, options = {"BLOCK": 128}, {"num_warps": 4, "num_stages": 2}
+    pool = WorkerPool(1)
+    try:
+        work = task(module.scale_kernel, signature, constexprs, {}, target, options)
+        assert work is not None
+        assert pool.compile(work), pool.stats
+        compiled = _files(cache)
+        assert any(name.endswith(".cubin") for name in compiled), compiled  # the worker wrote the kernel
+        kernel = triton.compile(ASTSource(module.scale_kernel, signature, constexprs, {}), target=target,
+                                options=options)
+        assert kernel.asm.get("cubin")
+        assert _files(cache) == compiled  # the same files, not written again: loaded, not compiled
+        # a task the worker cannot do (a module it cannot import) is answered, and the worker serves on
+        bad = task(module.scale_kernel, signature, constexprs, {}, target, options)
+        assert bad is not None
+        import pickle
+        broken = pickle.loads(bad)
+        assert not pool.compile(pickle.dumps((*broken[:2], "no_such_module_here", *broken[3:])))
+        assert pool.stats.left == 1 and "no_such_module_here" in pool.stats.reason
+        assert pool.compile(work) and pool.stats.compiled == 2 and pool.alive == 1
+    finally:
+        pool.close()
+
+
+@pytest.mark.triton_dependent
+def test_a_kernel_a_worker_cannot_import_by_name_is_left_to_the_threads(kernel_module):
+    module, target, _ = kernel_module
+    inner = module.scale_kernel.fn
+    saved = inner.__module__
+    try:
+        inner.__module__ = "__main__"  # a kernel of the script the job runs: a worker would run the script
+        assert task(module.scale_kernel, {}, {}, {}, target, {}) is None
+    finally:
+        inner.__module__ = saved
+    inner.__qualname__, saved = "make.<locals>.scale_kernel", inner.__qualname__
+    try:
+        assert task(module.scale_kernel, {}, {}, {}, target, {}) is None
+    finally:
+        inner.__qualname__ = saved

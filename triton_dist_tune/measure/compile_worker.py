@@ -1,0 +1,74 @@
+"""One compile worker process (:mod:`~triton_dist_tune.measure.compile_workers`): run as a script, it imports only
+Triton and what each task names.
+
+Each task arrives on standard input as an 8-byte length and a pickle from the parent process that started it
+(never from a file or the store): ``(sys.path, TRITON_* variables, module, qualname, signature, constexprs, attrs,
+target, options)``, the variables as the parent has them now (its cache folder, say). The worker imports
+``module``, finds the ``@triton.jit`` kernel bound to ``qualname`` (through ``triton.autotune`` or
+``triton.heuristics`` wrappers), compiles it with the kernel's own ``compile`` (``triton.compile``) into Triton's
+cache folder, and answers one JSON line: ``{"ok": true}``, or ``{"ok": false, "error": "..."}``. Standard output
+carries only the answers: anything else written to it goes to standard error. The worker ends at the end of its
+input (the parent ended or closed it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pickle
+import struct
+import sys
+from typing import Any
+
+
+def kernel(module: str, qualname: str) -> Any:
+    """The ``@triton.jit`` kernel bound to ``qualname`` in ``module``."""
+    from triton.runtime.jit import JITFunction
+
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    for _ in range(8):  # through triton.autotune / triton.heuristics wrappers
+        if isinstance(found, JITFunction):
+            return found
+        found = getattr(found, "fn", None)
+    raise LookupError(f"{module}.{qualname} is not a @triton.jit kernel")
+
+
+def compile_one(task: tuple) -> None:
+    """Compile one task's kernel into Triton's cache."""
+    import triton
+    from triton.compiler import ASTSource
+
+    path, triton_env, module, qualname, signature, constexprs, attrs, target, options = task
+    sys.path.extend(p for p in path if p not in sys.path)
+    for name in [k for k in os.environ if k.startswith("TRITON_") and k not in triton_env]:
+        del os.environ[name]
+    os.environ.update(triton_env)
+    fn = kernel(module, qualname)
+    source = getattr(fn, "ASTSource", ASTSource)
+    getattr(fn, "compile", triton.compile)(source(fn, signature, constexprs, attrs), target=target, options=options)
+
+
+def main() -> None:
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # print() and C code write to standard error; standard output is the answers' alone
+    sys.stdout = sys.stderr
+    tasks = sys.stdin.buffer
+    while True:
+        head = tasks.read(8)
+        if len(head) < 8:
+            return
+        body = tasks.read(struct.unpack("<Q", head)[0])
+        try:
+            compile_one(pickle.loads(body))
+            answer: dict[str, Any] = {"ok": True}
+        except BaseException as exc:  # the parent compiles it itself, and raises what Triton raises there
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        answers.write(json.dumps(answer) + "\n")
+        answers.flush()
+
+
+if __name__ == "__main__":
+    main()
