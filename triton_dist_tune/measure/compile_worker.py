@@ -55,6 +55,12 @@ def main() -> None:
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # print() and C code write to standard error; standard output is the answers' alone
     sys.stdout = sys.stderr
+    try:  # Triton's version key (a hash of its C library, ~1 s), before the first task waits for it
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+    except Exception:
+        pass
     tasks = sys.stdin.buffer
     while True:
         head = tasks.read(8)
