@@ -35,6 +35,10 @@ pauses (by generation: a full collection over a heap of torch and Triton objects
 40 functions with the most cumulative time, then the 40 with the most time of their own. cProfile slows Python
 code (often 1.5-2x), so the profiled passes' rows in the tables are marked and read as shares, not as seconds.
 
+``TDT_BENCH_SWITCH_S``, when set, is the interpreter's thread switch interval for the run (``sys.setswitchinterval``;
+Python's default is 0.005 s): how long the tuning's thread may wait for the interpreter lock that compile threads
+hold (an experiment of issue 41).
+
 Writes ``DIR/breakdown.json`` (every key's breakdown and decision) and ``DIR/breakdown.md`` (the tables).
 """
 
@@ -45,6 +49,7 @@ import cProfile
 import gc
 import io
 import json
+import os
 import pstats
 import sys
 import time
@@ -54,6 +59,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+if os.environ.get("TDT_BENCH_SWITCH_S"):
+    sys.setswitchinterval(float(os.environ["TDT_BENCH_SWITCH_S"]))
 
 import _search_env  # noqa: E402,F401  (fresh HOME and caches before Triton is imported)
 import triton  # noqa: E402

@@ -73,7 +73,7 @@ def test_a_worker_compiles_a_kernel_into_the_cache_that_this_process_then_loads_
         assert bad is not None
         import pickle
         broken = pickle.loads(bad)
-        assert not pool.compile(pickle.dumps((*broken[:2], "no_such_module_here", *broken[3:])))
+        assert not pool.compile(pickle.dumps((*broken[:3], "no_such_module_here", *broken[4:])))
         assert pool.stats.left == 1 and "no_such_module_here" in pool.stats.reason
         assert pool.compile(work) and pool.stats.compiled == 2 and pool.alive == 1
     finally:

@@ -128,7 +128,7 @@ class Settings:
     #: number): min(16, CPU count)
     compile_threads: int | None = None
     #: worker processes that compile for those threads (``..._COMPILE_PROCESSES``, a whole number; 0: none, the
-    #: threads compile); None (unset or not such a number): min(16, CPU count / ranks of the group on the node)
+    #: threads compile); None (unset or not such a number): none
     compile_processes: int | None = None
     #: print summaries on group rank 0 where a decorator's ``autotune_verbose`` is not given
     #: (``TRITON_PRINT_AUTOTUNING=1``)

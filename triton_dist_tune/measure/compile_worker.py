@@ -2,8 +2,10 @@
 Triton and what each task names.
 
 Each task arrives on standard input as an 8-byte length and a pickle from the parent process that started it
-(never from a file or the store): ``(sys.path, TRITON_* variables, module, qualname, signature, constexprs, attrs,
-target, options)``, the variables as the parent has them now (its cache folder, say). The worker imports
+(never from a file or the store): ``(sys.path, TRITON_* variables, Triton's version key, module, qualname,
+signature, constexprs, attrs, target, options)``, the variables as the parent has them now (its cache folder, say),
+the key as the parent computed it (the same Triton: the worker runs
+the parent's interpreter and path). The worker imports
 ``module``, finds the ``@triton.jit`` kernel bound to ``qualname`` (through ``triton.autotune`` or
 ``triton.heuristics`` wrappers), compiles it with the kernel's own ``compile`` (``triton.compile``) into Triton's
 cache folder, and answers one JSON line: ``{"ok": true}``, or ``{"ok": false, "error": "..."}``. Standard output
@@ -41,8 +43,12 @@ def compile_one(task: tuple) -> None:
     import triton
     from triton.compiler import ASTSource
 
-    path, triton_env, module, qualname, signature, constexprs, attrs, target, options = task
+    path, triton_env, version_key, module, qualname, signature, constexprs, attrs, target, options = task
     sys.path.extend(p for p in path if p not in sys.path)
+    if version_key is not None:
+        import triton.runtime.cache
+
+        triton.runtime.cache.triton_key = lambda: version_key
     for name in [k for k in os.environ if k.startswith("TRITON_") and k not in triton_env]:
         del os.environ[name]
     os.environ.update(triton_env)
@@ -55,12 +61,6 @@ def main() -> None:
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # print() and C code write to standard error; standard output is the answers' alone
     sys.stdout = sys.stderr
-    try:  # Triton's version key (a hash of its C library, ~1 s), before the first task waits for it
-        from triton.runtime.cache import triton_key
-
-        triton_key()
-    except Exception:
-        pass
     tasks = sys.stdin.buffer
     while True:
         head = tasks.read(8)

@@ -31,6 +31,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -71,12 +72,23 @@ class Worker:
         return bool(answer.get("ok")), str(answer.get("error", ""))
 
     def close(self) -> None:
-        """End the worker (its input closes; killed if it does not end)."""
+        """End the worker now (its input closes; killed if it does not end within 2 s)."""
+        self.close_input()
+        self.end(2.0)
+
+    def close_input(self) -> None:
+        """Close the worker's input: it ends after its task."""
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
-            self.proc.wait(timeout=2)
-        except Exception:
+        except OSError:
+            pass
+
+    def end(self, wait: float) -> None:
+        """Wait ``wait`` seconds for the worker to end, then kill it."""
+        try:
+            self.proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
             self.proc.kill()
 
 
@@ -86,23 +98,46 @@ class WorkerPool:
     def __init__(self, size: int) -> None:
         self.size = max(1, size)
         self.idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
+        #: workers started and not ended (started on demand: a task that finds none idle starts one, up to ``size``)
         self.alive = 0
+        self.failed_to_start = False
         self.stats = WorkerStats()
         self._lock = threading.Lock()
-        for _ in range(self.size):
-            try:
-                self.idle.put(Worker())
+        self._all: list[Worker] = []
+
+    def _borrow(self) -> Worker | None:
+        """An idle worker, a new one while fewer than ``size`` run, else the next to come back; None when none can
+        start."""
+        try:
+            return self.idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            start = self.alive < self.size and not self.failed_to_start
+            if start:
                 self.alive += 1
-            except OSError as exc:
-                log.warning("triton_dist_tune: cannot start a compile worker (%s): compiling in threads", exc)
-                break
+            elif self.alive == 0:
+                return None
+        if not start:
+            return self.idle.get()
+        try:
+            worker = Worker()
+        except OSError as exc:
+            with self._lock:
+                self.alive -= 1
+                self.failed_to_start = True
+            log.warning("triton_dist_tune: cannot start a compile worker (%s): compiling in threads", exc)
+            return None
+        with self._lock:
+            self._all.append(worker)
+        return worker
 
     def compile(self, task: bytes) -> bool:
         """Compile one task in a worker; False when it did not (the caller compiles it)."""
-        with self._lock:
-            if self.alive == 0:
-                return False
-        worker = self.idle.get()
+        worker = self._borrow()
+        if worker is None:
+            self.skip("no compile worker could start")
+            return False
         try:
             done, error = worker.compile(task)
         except (OSError, ValueError) as exc:
@@ -129,12 +164,14 @@ class WorkerPool:
         self.stats.reason = self.stats.reason or reason
 
     def close(self) -> None:
-        """End every idle worker (a busy one ends with its input at exit)."""
-        while True:
-            try:
-                self.idle.get_nowait().close()
-            except queue.Empty:
-                return
+        """End every worker: close all their inputs, then wait for them together (killed after 2 s)."""
+        with self._lock:
+            workers, self._all = self._all, []
+        for worker in workers:
+            worker.close_input()
+        deadline = time.monotonic() + 2.0
+        for worker in workers:
+            worker.end(max(0.0, deadline - time.monotonic()))
 
 
 _pool: WorkerPool | None = None
@@ -172,10 +209,21 @@ def task(fn: Any, signature: Any, constexprs: Any, attrs: Any, target: Any, opti
         return None
     try:
         triton_env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}  # its cache folder: now
-        return pickle.dumps((list(sys.path), triton_env, module, qualname, signature, constexprs, attrs, target,
-                             options))
+        return pickle.dumps((list(sys.path), triton_env, _version_key(), module, qualname, signature, constexprs,
+                             attrs, target, options))
     except Exception:
         return None
+
+
+def _version_key() -> str | None:
+    """Triton's version key (a hash of its compiler and C library, computed once per process), for the workers:
+    each would otherwise spend about a second of CPU on it, as the threads did before the compile pool's first
+    task computed it once."""
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:
+        return None
+    return triton_key()
 
 
 def _install() -> None:

@@ -52,12 +52,12 @@ log = logging.getLogger("triton_dist_tune")
 
 def default_processes(peers: int) -> int:
     """Compile worker processes (:mod:`~triton_dist_tune.measure.compile_workers`) for a rank whose node runs
-    ``peers`` ranks of the group: ``TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES`` (0: none), else min(16, its share of
-    the CPUs); none where nothing is compiled here (:func:`compiles_here`)."""
-    if not compiles_here():
-        return 0
+    ``peers`` ranks of the group: ``TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES`` (default 0: the threads compile), at
+    most the rank's share of the CPUs; none where nothing is compiled here (:func:`compiles_here`)."""
     chosen = settings.current().compile_processes
-    return chosen if chosen is not None else min(16, max(1, (os.cpu_count() or 1) // max(1, peers)))
+    if not chosen or not compiles_here():
+        return 0
+    return min(chosen, max(1, (os.cpu_count() or 1) // max(1, peers)))
 
 
 def default_workers() -> int:
