@@ -95,3 +95,13 @@ def test_a_kernel_a_worker_cannot_import_by_name_is_left_to_the_threads(kernel_m
         assert task(module.scale_kernel, {}, {}, {}, target, {}) is None
     finally:
         inner.__qualname__ = saved
+
+
+def test_the_processes_setting_reads_a_whole_number_and_zero_turns_the_workers_off():
+    from triton_dist_tune.settings import Settings
+
+    name = "TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES"
+    assert Settings.from_env({name: "0"}).compile_processes == 0
+    assert Settings.from_env({name: " 8 "}).compile_processes == 8
+    assert Settings.from_env({name: "many"}).compile_processes is None  # not a number: the default
+    assert Settings.from_env({}).compile_processes is None

@@ -128,7 +128,8 @@ class Settings:
     #: number): min(16, CPU count)
     compile_threads: int | None = None
     #: worker processes that compile for those threads (``..._COMPILE_PROCESSES``, a whole number; 0: none, the
-    #: threads compile); None (unset or not such a number): none
+    #: threads compile); None (unset or not such a number): min(16, CPUs / ranks of the group on the node) for keys
+    #: of 128 configs or more, none for smaller ones
     compile_processes: int | None = None
     #: print summaries on group rank 0 where a decorator's ``autotune_verbose`` is not given
     #: (``TRITON_PRINT_AUTOTUNING=1``)

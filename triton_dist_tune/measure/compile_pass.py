@@ -126,17 +126,19 @@ def available() -> bool:
 
 def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]],
                  run_aligned: Callable[[int, str, Callable[[], Any]], str | None], call: Callable[[dict], Any],
-                 workers: int | None, timeout: float, go_on: Callable[[], bool] | None = None) -> Compiles:
+                 workers: int | None, timeout: float, go_on: Callable[[], bool] | None = None,
+                 space: int = 0) -> Compiles:
     """Run the compile pass of every config of ``todo`` (``run_aligned(index, desc, run)`` runs ``run`` on every
     rank together, journaled, and returns its error or None; ``call(config)`` runs the function once), in order,
     while ``go_on()`` (asked before each config; it must read only what the group agreed, such as the time
-    budget's clock) says so: the configs after a stop compile in their warm-up. Returns this rank's compiles, still
+    budget's clock) says so: the configs after a stop compile in their warm-up (``space``: the configs kept for
+    the key, see :func:`~.precompile.default_processes`). Returns this rank's compiles, still
     running (:attr:`~.precompile.Compiles.passed`: how many configs the pass ran)."""
     from triton.runtime.jit import JITFunction
 
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
-    compiles = start_pool(workers, timeout, peers)
+    compiles = start_pool(workers, timeout, peers, space)
     with _lock:
         original = JITFunction.run
         JITFunction.run = _patched(original)

@@ -50,14 +50,27 @@ from .compile_workers import WorkerPool, routed, shared_pool
 log = logging.getLogger("triton_dist_tune")
 
 
-def default_processes(peers: int) -> int:
+#: a tuning whose key keeps this many configs or more hands its compiles to worker processes by default. Measured on
+#: one H200 host (16 CPUs; ``benchmarks/results/session_h200_3``): the first key of an 840-config GEMM (200-300
+#: configs compiled) took 16.4 / 16.7 s with 16 workers, 20.3 / 20.8 s with 16 threads alone (the tuning's own
+#: thread starved: restores 3.0-3.9 s, warm-ups 1.7-2.0 s, against 0.2-0.3 and 0.3-0.4 s); the quick start's 12
+#: configs took 5.6 s with workers (each starts an interpreter and imports Triton and the kernel's module), 2.1 s
+#: without. Between the two, unmeasured.
+WORKERS_FROM_CONFIGS = 128
+
+
+def default_processes(peers: int, space: int) -> int:
     """Compile worker processes (:mod:`~triton_dist_tune.measure.compile_workers`) for a rank whose node runs
-    ``peers`` ranks of the group: ``TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES`` (default 0: the threads compile), at
-    most the rank's share of the CPUs; none where nothing is compiled here (:func:`compiles_here`)."""
-    chosen = settings.current().compile_processes
-    if not chosen or not compiles_here():
+    ``peers`` ranks of the group, tuning a key that keeps ``space`` configs: ``TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES``
+    (0: none, the threads compile), else min(16, the rank's share of the CPUs) from :data:`WORKERS_FROM_CONFIGS`
+    configs, none below; none where nothing is compiled here (:func:`compiles_here`)."""
+    if not compiles_here():
         return 0
-    return min(chosen, max(1, (os.cpu_count() or 1) // max(1, peers)))
+    share = max(1, (os.cpu_count() or 1) // max(1, peers))
+    chosen = settings.current().compile_processes
+    if chosen is not None:
+        return min(chosen, share)
+    return min(16, share) if space >= WORKERS_FROM_CONFIGS else 0
 
 
 def default_workers() -> int:
@@ -289,13 +302,13 @@ class Compiles:
             self.pool.shutdown()
 
 
-def start_pool(workers: int | None, timeout: float, peers: int = 1) -> Compiles:
+def start_pool(workers: int | None, timeout: float, peers: int = 1, space: int = 0) -> Compiles:
     """An active :class:`Compiles` with a pool of ``workers`` daemon threads (default :func:`default_workers`),
     which hand their compiles to this process's worker processes (:func:`default_processes` for a node of ``peers``
-    ranks of the group)."""
+    ranks of the group and a key of ``space`` configs)."""
     threads = 1 if default_workers() == 1 else (workers or default_workers())
     pool = DaemonPool(threads, "tdt-compile")
-    processes = default_processes(peers)
+    processes = default_processes(peers, space)
     return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True,
                     workers=shared_pool(processes) if processes else None)
 
@@ -316,13 +329,13 @@ def version_key() -> None:
 
 
 def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo: Sequence[tuple[int, dict, str]],
-               args: tuple, kwargs: dict[str, Any], workers: int | None, timeout: float) -> Compiles:
+               args: tuple, kwargs: dict[str, Any], workers: int | None, timeout: float, space: int = 0) -> Compiles:
     """Start compiling this rank's node share of ``todo`` with ``precompile_fn`` in a thread pool. Under Triton's
     interpreter (which is not thread-safe) each config's compile starts only when its warm-up waits for it
     (:attr:`Compiles.lazy`)."""
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
-    compiles = start_pool(workers, timeout, peers)
+    compiles = start_pool(workers, timeout, peers, space)
     compiles.lazy = settings.current().interpret
     for index, config, _ in my_share(todo, position, peers):
         def compile_one(config: dict = config) -> None:
