@@ -67,7 +67,12 @@ def main() -> int:
     p.add_argument("--cpu-smoke", action="store_true", help="the interpreter on CPU, tiny spaces: plumbing only")
     p.add_argument("--one-sample", action="store_true",
                    help="screen with one sample per config (the search before issue 39), for a side-by-side run")
+    p.add_argument("--no-far-behind", action="store_true",
+                   help="give every screened config its steady sample (before the probe screened those far behind)")
     args = p.parse_args()
+    if args.no_far_behind:
+        from triton_dist_tune.measure import sampling
+        sampling.FAR_BEHIND = float("inf")
     if args.one_sample:  # the tuner builds its plan as SearchPlan(seed=...): the same plan, one screening sample
         import functools
 
