@@ -31,7 +31,9 @@ decide among them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.
    than ``band`` standard deviations (one of them spiked: a third settles it), and the configs outside the finalists
    that could still be the best: read within the noise band of the best (``band * s * sqrt(1/n + 1/n_best)`` in log
    time, n the samples of each), or next to a finalist and risen above its best screened neighbour by more than the
-   landscape's steps explain (``band`` times their 90th percentile, with the noise). A config takes ``max_samples``
+   landscape's steps explain (``band`` times their 90th percentile, with the noise); and, once two samples of one
+   config have read further apart than Gaussian noise ever would (twice the band: a spike, such as a collective that
+   waited on a late rank), every config next to a finalist screened once. A config takes ``max_samples``
    at most; its time is the median of its samples (two: their mean; under noise above :data:`~.noise.HEAVY`, the
    least of them); second samples are at most ``resample_share``
    of the configs screened. A quiet space (a floor of ``noise_floor``) pays for its first pairs and a few more; a
