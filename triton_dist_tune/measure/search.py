@@ -31,7 +31,9 @@ decide among them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.
    than ``band`` standard deviations (one of them spiked: a third settles it), and the configs outside the finalists
    that could still be the best: read within the noise band of the best (``band * s * sqrt(1/n + 1/n_best)`` in log
    time, n the samples of each), or next to a finalist and risen above its best screened neighbour by more than the
-   landscape's steps explain (``band`` times their 90th percentile, with the noise). A config takes ``max_samples``
+   landscape's steps explain (``band`` times their 90th percentile, with the noise); and, once two samples of one
+   config have read further apart than Gaussian noise ever would (twice the band: a spike, such as a collective that
+   waited on a late rank), every config next to a finalist screened once. A config takes ``max_samples``
    at most; its time is the median of its samples (two: their mean; under noise above :data:`~.noise.HEAVY`, the
    least of them); second samples are at most ``resample_share``
    of the configs screened. A quiet space (a floor of ``noise_floor``) pays for its first pairs and a few more; a
@@ -242,8 +244,9 @@ class PatternSearch:
                    sigma: float) -> list[int]:
         """The configs that could still be the best within the noise (step 4), best first: those whose samples
         disagree beyond the noise (one of them spiked: a third settles it); outside the finalists, those whose
-        estimate lies within the noise band of the best; and those next to a finalist that rise above their best
-        neighbour beyond the landscape's steps."""
+        estimate lies within the noise band of the best; those next to a finalist that rise above their best
+        neighbour beyond the landscape's steps; and, once two samples of one config have read further apart than
+        Gaussian noise explains (:meth:`_spiked`), every config next to a finalist sampled once."""
         plan = self.plan
         logs = {i: [math.log(t) for t in history[i] or () if t > 0] for i in ranked}
         estimate = {i: math.log(t) for i in ranked if logs[i] and (t := post.times[i]) is not None and t > 0}
@@ -262,7 +265,16 @@ class PatternSearch:
         outside = [i for i in open_ if i not in finalists and i not in batch]
         batch += [i for i in outside if estimate[i] - estimate[best] < width(i)]
         batch += [i for i in self._jumps(ranked, estimate, finalists, sigma) if i in outside and i not in batch]
+        if self._spiked(logs, sigma):  # the noise has a tail: a config next to a finalist may hide behind a spike
+            batch += [i for i in outside if len(logs[i]) == 1 and i not in batch
+                      and any(j in finalists for j in self.grid.rings(i)[0])]
         return sorted(dict.fromkeys(batch), key=lambda i: (estimate[i], i))
+
+    def _spiked(self, logs: Mapping[int, list[float]], sigma: float) -> bool:
+        """Whether two samples of one config read further apart than Gaussian noise of ``sigma`` ever would: twice
+        the band (5 standard deviations of their difference), the evidence that some samples are spiked."""
+        bar = 2 * self.plan.band * sigma * SQRT2
+        return any(abs(a - b) > bar for run in logs.values() for a, b in zip(run, run[1:], strict=False))
 
     def posterior(self, samples: Samples) -> Posterior:
         """Each screened config's time, denoised by the landscape (empirical Bayes): its samples' median and the
