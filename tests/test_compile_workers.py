@@ -36,6 +36,9 @@ def kernel_module(tmp_path, monkeypatch):
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     if not ptxas.exists() and shutil.which("ptxas") is None:
         pytest.skip("no ptxas in this Triton")
+    # workers compile only where kernels are compiled (not under Triton's interpreter, as the suite runs): the
+    # kernel module is imported, here and in the worker, with @triton.jit compiling
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
     (tmp_path / "tdt_worker_kernels.py").write_text(KERNEL)
