@@ -87,6 +87,9 @@ def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]
         raise
     finally:
         measurer.compiles.close()
+        workers = measurer.compiles.workers_text()
+        if workers is not None:
+            logs.rank_log().info("%s %s", measurer.label, workers)
         if state is not None:
             state.put_back()
 

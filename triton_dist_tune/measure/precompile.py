@@ -29,7 +29,6 @@
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import queue
 import socket
@@ -46,9 +45,6 @@ from .. import settings
 from ..errors import describe_error
 from ..group.channel import Group
 from .compile_workers import WorkerPool, routed, shared_pool
-
-log = logging.getLogger("triton_dist_tune")
-
 
 #: a tuning whose key keeps this many configs or more hands its compiles to worker processes by default. Measured on
 #: one H200 host (16 CPUs; ``benchmarks/results/session_h200_3``): the first key of an 840-config GEMM (200-300
@@ -290,13 +286,17 @@ class Compiles:
             self.futures.setdefault(index, []).append(self.pool.submit(task))  # type: ignore[union-attr]
         return wait_within(self.futures.pop(index, []), self.limit, self.pool)
 
+    def workers_text(self) -> str | None:
+        """What the compile worker processes did so far in this process (None: this tuning used none)."""
+        if self.workers is None:
+            return None
+        stats = self.workers.stats
+        reason = f" (the first: {stats.reason})" if stats.reason else ""
+        return (f"compile workers ({self.workers.alive} process(es)) so far: {stats.compiled} kernel(s) compiled "
+                f"there, {stats.left} left to the compile threads{reason}")
+
     def close(self) -> None:
         """Drop the compiles not started yet (the tuning ended); running ones go on in daemon threads."""
-        if self.workers is not None:
-            stats = self.workers.stats
-            log.info("triton_dist_tune: compile workers (%d process(es)) so far: %d kernel(s) compiled there, %d left "
-                     "to the threads%s", self.workers.alive, stats.compiled, stats.left,
-                     f" (first: {stats.reason})" if stats.reason else "")
         self.deferred.clear()
         if self.pool is not None:
             self.pool.shutdown()
