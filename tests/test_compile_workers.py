@@ -108,3 +108,41 @@ def test_the_processes_setting_reads_a_whole_number_and_zero_turns_the_workers_o
     assert Settings.from_env({name: " 8 "}).compile_processes == 8
     assert Settings.from_env({name: "many"}).compile_processes is None  # not a number: the default
     assert Settings.from_env({}).compile_processes is None
+
+
+EXIT_SCRIPT = textwrap.dedent('''
+    import sys, time
+    sys.path.insert(0, sys.argv[1])
+    import tdt_worker_kernels as module
+    from triton.backends.compiler import GPUTarget
+    from triton_dist_tune.measure.compile_workers import shared_pool, task
+    from triton_dist_tune.measure.precompile import DaemonPool
+
+    pool = shared_pool(1)
+    work = task(module.scale_kernel, {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                {"BLOCK": 64}, {}, GPUTarget("cuda", 90, 32), {"num_warps": 4, "num_stages": 2})
+    threads = DaemonPool(1, "tdt-compile")
+    threads.submit(lambda: pool.compile(work))
+    while pool.alive == 0:  # the worker started: the process now ends while it compiles
+        time.sleep(0.01)
+    print("worker", pool._all[0].proc.pid, flush=True)
+''')
+
+
+@pytest.mark.triton_dependent
+def test_a_process_that_ends_while_a_worker_compiles_waits_for_it_then_ends_the_worker(kernel_module, tmp_path):
+    import subprocess
+    import time
+
+    _, _, cache = kernel_module
+    script = tmp_path / "ends.py"
+    script.write_text(EXIT_SCRIPT)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert time.monotonic() - started < 60
+    pid = int(done.stdout.split()[-1])
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    # the compile the exit waited for finished in the worker (the thread did not compile it again, itself)
+    assert any(name.endswith(".cubin") for name in _files(cache)), _files(cache)

@@ -16,12 +16,12 @@ error) is compiled by the thread as before, so the outcome (and any error Triton
 
 The workers are started once per process, at the first compile pass, and serve every tuning after it. They see
 no GPU (``CUDA_VISIBLE_DEVICES`` empty: a kernel module that touches one at import fails there, not on the GPU),
-and they end when the process ends (the end of their input), or at exit.
+and they end when the process ends (the end of their input), or at exit, after the compile threads still
+waiting on them.
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
@@ -186,8 +186,16 @@ def shared_pool(size: int) -> WorkerPool:
         if _pool is None:
             _install()
             _pool = WorkerPool(size)
-            atexit.register(_pool.close)
         return _pool
+
+
+def close_shared() -> None:
+    """End this process's workers (at exit, once the compile threads waiting on them are done: see
+    :func:`~triton_dist_tune.measure.precompile._drain_at_exit`)."""
+    with _pool_lock:
+        pool = _pool
+    if pool is not None:
+        pool.close()
 
 
 @contextmanager

@@ -44,7 +44,7 @@ from typing import Any
 from .. import settings
 from ..errors import describe_error
 from ..group.channel import Group
-from .compile_workers import WorkerPool, routed, shared_pool
+from .compile_workers import WorkerPool, close_shared, routed, shared_pool
 
 #: a tuning whose key keeps this many configs or more hands its compiles to worker processes by default. Measured on
 #: one H200 host (16 CPUs; ``benchmarks/results/session_h200_3``): the first key of an 840-config GEMM (200-300
@@ -215,10 +215,12 @@ _pools: weakref.WeakSet[DaemonPool] = weakref.WeakSet()
 @atexit.register
 def _drain_at_exit() -> None:
     """At interpreter exit: let the compiles still running end (see the module docstring), :data:`EXIT_WAIT_S` at
-    most in all."""
+    most in all, then end the compile worker processes (a thread waiting on one would otherwise see it end and
+    compile its kernel again, itself)."""
     deadline = time.monotonic() + EXIT_WAIT_S
     for pool in list(_pools):
         pool.drain(deadline)
+    close_shared()
 
 
 def wait_within(futures: Sequence[Future], limit: float, pool: DaemonPool | None = None) -> str | None:
