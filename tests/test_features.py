@@ -112,8 +112,9 @@ def test_the_time_budget_bounds_the_first_looks_compiles(env, how):
     mode = {"COMPILE": "pass", "TRITON_INTERPRET": "0"} if how == "pass" else {}
     first, second = run("budget_bounds_compiles", {**env, **mode})
     assert first["cut"] is True and first["chosen"] == second["chosen"], (first, second)
-    if how == "pass":  # every rank runs every config's pass, in the agreed order, until the budget
-        assert first["compiled"] == second["compiled"] and 1 <= len(first["compiled"]) <= 5, (first, second)
+    if how == "pass":  # every rank runs every config's pass, in the agreed order, until the budget (a loaded
+        # machine can spend it before the first: none compiled, as a fresh-clone CI run beside other jobs saw)
+        assert first["compiled"] == second["compiled"] and len(first["compiled"]) <= 5, (first, second)
     else:  # each config by one rank of the node, as its warm-up comes
         assert len(first["compiled"] + second["compiled"]) <= 5, (first, second)
         assert not set(first["compiled"]) & set(second["compiled"]), (first, second)
