@@ -146,3 +146,30 @@ def test_a_process_that_ends_while_a_worker_compiles_waits_for_it_then_ends_the_
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
     # the compile the exit waited for finished in the worker (the thread did not compile it again, itself)
     assert any(name.endswith(".cubin") for name in _files(cache)), _files(cache)
+
+
+@pytest.mark.triton_dependent
+def test_a_thread_waiting_for_a_busy_worker_is_not_left_waiting_when_that_worker_ends(kernel_module):
+    import threading
+    import time
+
+    module, target, _ = kernel_module
+    pool = WorkerPool(1)
+    work = task(module.scale_kernel, {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 32},
+                {}, target, {"num_warps": 4, "num_stages": 2})
+    assert pool.compile(work)  # the one worker runs, and is idle
+    worker = pool.idle.get()  # borrowed, as a busy thread holds it
+    answers: list[bool] = []
+    waiting = threading.Thread(target=lambda: answers.append(pool.compile(work)), daemon=True)
+    waiting.start()
+    time.sleep(0.5)  # it waits for the busy worker (were it not yet waiting, the old code passed too)
+    worker.proc.kill()  # the busy worker ends: its thread sees it, closes it and counts it out
+    worker.proc.wait()
+    with pool._lock:
+        pool.alive -= 1
+    waiting.join(timeout=30)
+    try:
+        assert not waiting.is_alive()  # it started a worker of its own (before: it waited for the dead one forever)
+        assert answers == [True] and pool.alive == 1
+    finally:
+        pool.close()

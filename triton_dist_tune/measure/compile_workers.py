@@ -41,6 +41,8 @@ from typing import Any
 log = logging.getLogger("triton_dist_tune")
 
 _SCRIPT = Path(__file__).with_name("compile_worker.py")
+#: seconds between a waiting thread's checks that some worker still runs
+_POLL_S = 0.5
 
 
 @dataclass
@@ -101,25 +103,34 @@ class WorkerPool:
         #: workers started and not ended (started on demand: a task that finds none idle starts one, up to ``size``)
         self.alive = 0
         self.failed_to_start = False
+        self.closed = False
         self.stats = WorkerStats()
         self._lock = threading.Lock()
         self._all: list[Worker] = []
 
     def _borrow(self) -> Worker | None:
-        """An idle worker, a new one while fewer than ``size`` run, else the next to come back; None when none can
+        """An idle worker, a new one while fewer than ``size`` run, else the next to come back (checking every
+        :data:`_POLL_S` that one still runs: a worker that ended is not coming back); None when none runs or can
         start."""
-        try:
-            return self.idle.get_nowait()
-        except queue.Empty:
-            pass
-        with self._lock:
-            start = self.alive < self.size and not self.failed_to_start
+        while True:
+            try:
+                return self.idle.get_nowait()
+            except queue.Empty:
+                pass
+            with self._lock:
+                start = self.alive < self.size and not self.failed_to_start and not self.closed
+                if start:
+                    self.alive += 1
+                elif self.alive == 0 or self.closed:
+                    return None
             if start:
-                self.alive += 1
-            elif self.alive == 0:
-                return None
-        if not start:
-            return self.idle.get()
+                return self._start()
+            try:
+                return self.idle.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+
+    def _start(self) -> Worker | None:
         try:
             worker = Worker()
         except OSError as exc:
@@ -167,6 +178,7 @@ class WorkerPool:
         """End every worker: close all their inputs, then wait for them together (killed after 2 s)."""
         with self._lock:
             workers, self._all = self._all, []
+            self.closed = True
         for worker in workers:
             worker.close_input()
         deadline = time.monotonic() + 2.0
