@@ -270,7 +270,7 @@ class Measurer(Sampling, Sharding, Guarding):
         self.budget.cut = self.budget.cut or race.cut
         for index in race.running:
             outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
-        if far:
+        if screen:
             outcomes.update(self.probed_outcomes(far, todo, per_call, [outcomes[i] for i in entries]))
         if self.graphs is not None:
             self.graphs.release()

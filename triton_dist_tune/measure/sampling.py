@@ -20,8 +20,9 @@ from .stats import median
 #: closer to 1, never further apart: a config over 1.5x the fastest probe is at least that far behind on the
 #: device, and it can be a finalist only where the search's noise band reaches 50%. On one H200 (840-config GEMM,
 #: ``benchmarks/results/session_h200_3``): 16-151 configs of a key's 153-254 screened by their probe alone, and a
-#: key at M = 4096 / 8192 tuned in 2.8-3.5 / 2.9-3.3 s (before: 4.0-4.6 / 4.5-5.7 s), choices as before within the
-#: validation's spread.
+#: key at M = 4096 / 8192 tuned in 2.8-3.5 / 2.9-3.3 s (before: 4.0-4.6 / 4.5-5.7 s). Choices side by side at
+#: M = 1024-8192: 4 of 18 within 1.02 of the corpus's best with the rule, 8 of 18 without, worst 1.050 both (not
+#: significant; a cost at M = 4096 is not ruled out: ``benchmarks/RESULTS.md``).
 FAR_BEHIND = 1.5
 
 
@@ -78,14 +79,16 @@ class Sampling:
 
     def probed_outcomes(self, far: Sequence[int], todo: Sequence[tuple[int, dict[str, Any], str]],
                         per_call: dict[int, float], raced: Sequence[Outcome]) -> dict[int, Outcome]:
-        """The screening outcomes (journaled) of the configs ``far`` behind (:meth:`far_behind`): each its probe,
-        scaled to the samples' regime by the median ratio of sample to probe over every config this measurer
-        raced after its probe (``raced`` adds this race's: at least the fastest probe's config, which is never far
-        behind)."""
+        """After a search's screening round: the outcomes (journaled) of the configs ``far`` behind
+        (:meth:`far_behind`; none: nothing), each its probe scaled to the samples' regime by the median ratio of
+        sample to probe over every config a screening round of this measurer raced (``raced``, this round's, is
+        added first: the first round holds the fastest probe's config, which is never far behind)."""
         for outcome in raced:
             probe = self.per_call.get(outcome.index, 0.0)
             if outcome.usable and outcome.time and probe > 0:
                 self.probed.scale.append(outcome.time / probe)
+        if not far:
+            return {}
         scale = median(self.probed.scale) if self.probed.scale else 1.0
         self.probed.indices.update(far)
         descriptions = {index: desc for index, _, desc in todo}
