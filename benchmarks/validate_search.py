@@ -49,11 +49,14 @@ def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:
     decided = {**tuned.tuner.decided, **tuned.tuner.decided_in}
     choice = space.text(space.chosen(next(iter(decided.values()))))
     screened: dict[str, float] = {}
+    spent = ""
     for decision in tuned.tuner.decisions.values():
+        spent = decision.breakdown.text() if decision.breakdown is not None else ""
         for o in decision.outcomes:
             if o.time is not None:
                 screened[space.text(space.chosen(tuned.tuner.space[o.index]))] = o.time
-    return {"choice": choice, "seconds": seconds, "decision": decision_info(tuned, name), "screened": screened}
+    return {"choice": choice, "seconds": seconds, "decision": decision_info(tuned, name), "screened": screened,
+            "breakdown": spent}
 
 
 def main() -> int:
@@ -69,7 +72,16 @@ def main() -> int:
                    help="screen with one sample per config (the search before issue 39), for a side-by-side run")
     p.add_argument("--no-far-behind", action="store_true",
                    help="give every screened config its steady sample (before the probe screened those far behind)")
+    p.add_argument("--screen-settle-ms", type=float, default=None,
+                   help="the screening samples' settling (timing.SCREEN_SETTLE_MS), for a side-by-side run")
+    p.add_argument("--round-settle-ms", type=float, default=None,
+                   help="the extra settling of a round's first sample (timing.ROUND_SETTLE_MS), side by side")
     args = p.parse_args()
+    from triton_dist_tune.measure import timing
+    if args.screen_settle_ms is not None:
+        timing.SCREEN_SETTLE_MS = args.screen_settle_ms
+    if args.round_settle_ms is not None:
+        timing.ROUND_SETTLE_MS = args.round_settle_ms
     if args.no_far_behind:
         from triton_dist_tune.measure import sampling
         sampling.FAR_BEHIND = float("inf")
@@ -105,10 +117,10 @@ def main() -> int:
             best = land["best"] if land else None
             rows.append({"m": m, "tuning": t, "choice": got["choice"], "ratio": ratio, "seconds": got["seconds"],
                          "search": got["decision"].get("search"), "best_screened": best in screened,
-                         "clock": got["decision"].get("clock"),
+                         "clock": got["decision"].get("clock"), "breakdown": got["breakdown"],
                          "screened": screened})
             bs.say(f"{args.family} M={m} tuning {t}: {got['choice']} ratio {ratio} in {got['seconds']:.2f} s; "
-                   f"{got['decision'].get('search')}")
+                   f"{got['decision'].get('search')}; {got['breakdown']}")
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1, default=str))
     args.out.write_text(json.dumps(report, indent=1, default=str))
