@@ -50,8 +50,12 @@ log = logging.getLogger("triton_dist_tune")
 
 TIMING_MODES = ("steady", "cold")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024
-#: screening rounds: settling and timed span of a steady sample, in ms of the config's own calls
-SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
+#: screening rounds: settling and timed span of a steady sample, in ms of the config's own calls. The samples of a
+#: round run back to back, so a sample's settling follows another config's busy span: 2 ms is when a config reaches
+#: its own sustained speed after another (below). Side by side on one H200 (GEMM, M = 1024-8192, 18 tunings each,
+#: ``benchmarks/results/session_h200_4``): 2 ms here and 10 ms for a round's first sample chose as well as 5 and
+#: 25 ms (4 of 18 within 1.02 of the corpus's best both, worst 1.050 against 1.131) in 0.5 s less per key
+SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 2.0, 5.0
 #: a sample of the settled block: the device is already busy (a config reaches its own sustained speed within
 #: 2 ms after another), so a short settling, then a span long enough to time a host-bound config as such
 SETTLED_SETTLE_MS, SETTLED_SPAN_MS = 5.0, 10.0
@@ -66,13 +70,16 @@ SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: H200 got six leaders and its tuning took 43% of stock's time)
 SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
-#: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
-ROUND_SETTLE_MS = 25.0
+#: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms; 10 ms chose as well as 25 ms
+#: side by side, with :data:`SCREEN_SETTLE_MS`)
+ROUND_SETTLE_MS = 10.0
 #: at most this many calls in a settling run or a span (a function of a few microseconds)
 MAX_CALLS = 20000
 #: timed calls in the probe that gives a config's time per call; one when the config probed before it took at least
-#: :data:`PROBE_ONE_CALL_MS` per call (:func:`probe_calls`)
-PROBE_CALLS, PROBE_ONE_CALL_MS = 3, 2.0
+#: :data:`PROBE_ONE_CALL_MS` per call (:func:`probe_calls`): a launch adds 5-10 us to one call timed after a
+#: synchronize, under 2% of 0.5 ms, where a probe sizes samples and screens configs 1.5x behind
+#: (:data:`~triton_dist_tune.measure.sampling.FAR_BEHIND`); at M = 8192 GEMMs two calls fewer per config
+PROBE_CALLS, PROBE_ONE_CALL_MS = 3, 0.5
 #: the queued part of a steady sample: about this many ms of calls (1 to :data:`QUEUED_MAX_CALLS` calls), timed
 #: after the device was held long enough for the host to queue them all; only for configs faster than
 #: :data:`QUEUED_BELOW_MS` per call (a slower call is device-bound on any launch path: its span is its device time)
@@ -368,7 +375,7 @@ def probe_calls(previous_ms: float) -> int:
     """The timed calls of a config's probe, from the time per call of the config probed before it (the group's,
     so that every rank makes the same calls): the configs of one key take times of one order, and a call of
     :data:`PROBE_ONE_CALL_MS` or more is device-bound, so one call sizes its samples (at the largest GEMMs this
-    halves the warm-up); :data:`PROBE_CALLS` otherwise, and for the first config."""
+    halves the warm-up's calls); :data:`PROBE_CALLS` otherwise, and for the first config."""
     return 1 if previous_ms >= PROBE_ONE_CALL_MS else PROBE_CALLS
 
 
