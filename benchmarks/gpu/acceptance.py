@@ -14,7 +14,8 @@ PNGs), its wall time and one line of the figure it prints. Every command runs fr
 with a fresh HOME (so a fresh decision cache and Triton cache), no ``TRITON_DIST_AUTOTUNE_*`` variable of the
 caller's and its own log folder. Written into ``--out``: ``acceptance.md`` (the table; rewritten after every command,
 so a run cut short still leaves one), ``acceptance.json``, each command's output (``logs/``), the vLLM file, the
-PNGs, and the rank logs of a failed command. Exit status 0 when every command that ran is OK.
+PNGs, and every command's rank logs (``logs/<step>.ranks/``: each key's time breakdown). Exit status 0 when every
+command that ran is OK.
 
 One H200, under the device tool's 600 s limit (about 5 minutes; ``--budget`` stops starting commands after that
 many seconds and marks the rest not run)::
@@ -357,7 +358,7 @@ def run_step(ctx: Context, step: Step, timeout: float) -> tuple[Row, str]:
     if status == 124:
         problems.insert(0, f"killed after {timeout:.0f} s")
     row = Row(step.name, command, status, seconds, files, problems, figure)
-    if not row.ok and (ctx.work / "logs" / step.name).is_dir():
+    if (ctx.work / "logs" / step.name).is_dir():  # every step's: its keys' breakdowns, and a failure's story
         shutil.copytree(ctx.work / "logs" / step.name, ctx.out / "logs" / f"{step.name}.ranks", dirs_exist_ok=True)
     said = [line for line in stderr.splitlines() if line.startswith(("ensure_env:", "launch.sh: NOTE"))]
     return row, "\n".join(said)
