@@ -76,12 +76,16 @@ def main() -> int:
                    help="the screening samples' settling (timing.SCREEN_SETTLE_MS), for a side-by-side run")
     p.add_argument("--round-settle-ms", type=float, default=None,
                    help="the extra settling of a round's first sample (timing.ROUND_SETTLE_MS), side by side")
+    p.add_argument("--probe-one-call-ms", type=float, default=None,
+                   help="a probe's one-call threshold (timing.PROBE_ONE_CALL_MS), for a side-by-side run")
     args = p.parse_args()
     from triton_dist_tune.measure import timing
     if args.screen_settle_ms is not None:
         timing.SCREEN_SETTLE_MS = args.screen_settle_ms
     if args.round_settle_ms is not None:
         timing.ROUND_SETTLE_MS = args.round_settle_ms
+    if args.probe_one_call_ms is not None:
+        timing.PROBE_ONE_CALL_MS = args.probe_one_call_ms
     if args.no_far_behind:
         from triton_dist_tune.measure import sampling
         sampling.FAR_BEHIND = float("inf")
