@@ -54,7 +54,8 @@ _L2_FLUSH_BYTES = 256 * 1024 * 1024
 #: round run back to back, so a sample's settling follows another config's busy span: 2 ms is when a config reaches
 #: its own sustained speed after another (below). Side by side on one H200 (GEMM, M = 1024-8192, 18 tunings each,
 #: ``benchmarks/results/session_h200_4``): 2 ms here and 10 ms for a round's first sample chose as well as 5 and
-#: 25 ms (4 of 18 within 1.02 of the corpus's best both, worst 1.050 against 1.131) in 0.5 s less per key
+#: 25 ms (4 of 18 within 1.02 of the corpus's best both, worst 1.050 against 1.131) in 0.5 s less per key; the
+#: round's first sample keeps its 25 ms (:data:`ROUND_SETTLE_MS`)
 SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 2.0, 5.0
 #: a sample of the settled block: the device is already busy (a config reaches its own sustained speed within
 #: 2 ms after another), so a short settling, then a span long enough to time a host-bound config as such
@@ -70,9 +71,10 @@ SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: H200 got six leaders and its tuning took 43% of stock's time)
 SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
-#: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms; 10 ms chose as well as 25 ms
-#: side by side, with :data:`SCREEN_SETTLE_MS`)
-ROUND_SETTLE_MS = 10.0
+#: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms). 10 ms with
+#: :data:`SCREEN_SETTLE_MS` chose as well on GEMMs, but the MoE's choices side by side looked worse (12 of 18 within
+#: 1.02, worst 1.145, against 12 of 15, worst 1.067; ``benchmarks/RESULTS.md``): a burst outlasts 10 ms
+ROUND_SETTLE_MS = 25.0
 #: at most this many calls in a settling run or a span (a function of a few microseconds)
 MAX_CALLS = 20000
 #: timed calls in the probe that gives a config's time per call; one when the config probed before it took at least
