@@ -481,8 +481,8 @@ def test_on_one_rank_with_a_device_clock_configs_far_behind_are_screened_by_thei
     ms, true_ms = ({int(i): t for i, t in found[k].items()} for k in ("ms", "true_ms"))
     fastest = min(true_ms.values())
     # the warm-up (one run, then a probe: 3 timed calls for the first config, one after a config of 0.5 ms or more:
-    # every config here takes 2-8 ms) and nothing else. A steady sample takes 2 ms of settling and 5 ms of span
-    # (at least 1 + 2 calls of a config of 3 ms or less, those near the best), so a sampled config near the best
+    # every config here takes 2-8 ms) and nothing else. A steady sample takes 5 ms of settling and 5 ms of span
+    # (at least 2 + 2 calls of a config of 3 ms or less, those near the best), so a sampled config near the best
     # makes 5 calls or more
     probed = {i for i in calls if calls[i] <= 4 and i not in set(found["finalists"])}
     assert probed and all(true_ms[i] > 1.5 * fastest for i in probed), (probed, fastest)

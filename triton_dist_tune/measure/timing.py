@@ -50,13 +50,12 @@ log = logging.getLogger("triton_dist_tune")
 
 TIMING_MODES = ("steady", "cold")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024
-#: screening rounds: settling and timed span of a steady sample, in ms of the config's own calls. The samples of a
-#: round run back to back, so a sample's settling follows another config's busy span: 2 ms is when a config reaches
-#: its own sustained speed after another (below). Side by side on one H200 (GEMM, M = 1024-8192, 18 tunings each,
-#: ``benchmarks/results/session_h200_4``): 2 ms here and 10 ms for a round's first sample chose as well as 5 and
-#: 25 ms (4 of 18 within 1.02 of the corpus's best both, worst 1.050 against 1.131) in 0.5 s less per key; the
-#: round's first sample keeps its 25 ms (:data:`ROUND_SETTLE_MS`)
-SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 2.0, 5.0
+#: screening rounds: settling and timed span of a steady sample, in ms of the config's own calls. 2 ms of settling
+#: (a config reaches its own sustained speed within 2 ms after another, below) was tried side by side on one H200
+#: (``benchmarks/results/session_h200_4``): as good on GEMMs in 0.3-0.5 s less per key, but on the MoE at
+#: M = 32 / 256 / 512 it chose a config 1.145x the best in 2 of 4 runs and one 1.076x in a third (last side by
+#: side: 12 of 18 within 1.02, worst 1.145, against 13 of 18 and 1.027 with 5 ms), so 5 ms stays
+SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
 #: a sample of the settled block: the device is already busy (a config reaches its own sustained speed within
 #: 2 ms after another), so a short settling, then a span long enough to time a host-bound config as such
 SETTLED_SETTLE_MS, SETTLED_SPAN_MS = 5.0, 10.0
@@ -71,9 +70,7 @@ SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: H200 got six leaders and its tuning took 43% of stock's time)
 SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
-#: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms). 10 ms with
-#: :data:`SCREEN_SETTLE_MS` chose as well on GEMMs, but the MoE's choices side by side looked worse (12 of 18 within
-#: 1.02, worst 1.145, against 12 of 15, worst 1.067; ``benchmarks/RESULTS.md``): a burst outlasts 10 ms
+#: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
 ROUND_SETTLE_MS = 25.0
 #: at most this many calls in a settling run or a span (a function of a few microseconds)
 MAX_CALLS = 20000
