@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 41, one GPU: a family's validation (FAMILY, default the 840-config GEMM, N = K = 4096; SHAPES) under the
 # timing protocol's settling and probe as given per arm, one after the other in one call, in an order reversed
-# halfway: choices within 1.02, seconds per key and their breakdown. Arms: default (the library's), s2 / s2r10
-# (screening samples settle 2 ms / and a round's first 10 ms more: the third session's defaults were 5 and 25),
-# old (5 ms, 25 ms and a probe of one call from 2 ms: the third session's protocol).
+# halfway: choices within 1.02, seconds per key and their breakdown. Arms: default (the library's: screening
+# samples settle 5 ms, a round's first 25 ms more, a probe times one call after a config of 0.5 ms or more), s2 /
+# s2r10 (settling 2 ms / and a round's first 10 ms more), old (5 ms, 25 ms, one probe call from 2 ms: the third
+# session's protocol). What "default" was in each recorded run: benchmarks/results/session_h200_4/README.md.
 # Usage: OUT=DIR [ARMS="default old old default"] [FAMILY=moe SHAPES=32,256,512] bash benchmarks/gpu/side_by_side_settle.sh
 # (CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1)
 set -u
