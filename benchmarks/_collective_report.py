@@ -64,6 +64,8 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         shown = [_fmt(j["ratio"]) if j["ratio"] is not None else j["note"] for j in judged]
         shown = shown[:1] if len(set(shown)) == 1 and judged[0]["ratio"] is None else shown  # "owed" once
         oracle = "-" if r["oracle_key"] is None else ("complete" if r["oracle_complete"] else "INCOMPLETE")
+        if r["oracle_key"] is not None and not r["oracle_exact"]:
+            oracle += f" (`{r['oracle_key']}`: another GPU or count)"
         lines.append(f"| {r['op']} | {r['shape']} | {r['mode']} | {r['configs']} | {against} | {', '.join(shown)} | "
                      f"{', '.join(_fmt(j['ratio_overall']) for j in judged)} | "
                      f"{', '.join(_fmt(t['seconds'], 1) for t in tunings)} | "

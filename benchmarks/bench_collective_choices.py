@@ -8,12 +8,13 @@ pruned by the example's own ``*_prune``: 840 configs at the default shapes), in 
   ``algo="torch"``, the tuner's defaults) over ``corpus_collective.space()``;
 - ``contextual``: the example's function with its GEMM launched through a ``triton.autotune`` wrapper of the
   examples' GEMM kernel over the tiles the example keeps for one algo (``key=["N", "K"]``: one tile for every GEMM
-  of a call, as in the oracle's configs), tuned by ``contextual_autotune`` with its defaults. ``contextual_autotune``
-  tunes the inner ``triton.autotune`` kernels only: it **cannot express the algo axis** (``algo`` and ``splits``
-  are arguments of the function, not of a kernel). It runs the algo and splits of the oracle's best config of the
-  case (``--contextual-algo best``; ``chunked-x1`` when no oracle is given, or name one, e.g. ``sequential-x1``)
-  and is judged against the oracle **restricted to that algo's configs**; its ratio to the unrestricted best is
-  reported beside. Its tuned time is the GEMM kernel's (the median launch in a call), not the function's.
+  of a call, as in the oracle's configs), tuned by ``contextual_autotune`` with its defaults.
+  ``contextual_autotune`` tunes the inner ``triton.autotune`` kernels only: it **cannot express the algo axis**
+  (``algo`` and ``splits`` are arguments of the function, not of a kernel). It runs the algo and splits of the
+  oracle's best config of the case (``--contextual-algo best``; ``chunked-x1`` when no oracle is given, or name one,
+  e.g. ``sequential-x1``) and is judged against the oracle **restricted to that algo's configs**; its ratio to the
+  unrestricted best is reported beside (a case resumed keeps the algo it began with). Its tuned time is the GEMM
+  kernel's (the median launch in a call), not the function's.
 
 Each case takes ``--tunings`` fresh tunings (the same on every rank): a new tuned-function name and an empty
 decision-cache folder each; for ``contextual`` also a new ``triton.autotune`` wrapper, with the process-wide
@@ -317,6 +318,7 @@ def write(args: argparse.Namespace, gpu: str, world: int, rows: list[dict[str, A
         key, entry = find_entry(oracle, gpu, row["op"], world, row["shape"], row["configs"])
         restrict = f"{row['algo']}-x{row['splits']}-" if row["mode"] == "contextual" else ""
         row["oracle_key"], row["oracle_complete"] = key, None if entry is None else entry.get("complete")
+        row["oracle_exact"] = key == cc.case_key(gpu, row["op"], world, row["shape"], row["configs"])
         row["judged"] = [judge(t["choice"], entry, restrict) for t in row["tunings"]]
     meta = {"gpu": gpu, "world": world, "oracle": str(args.oracle) if args.oracle else None,
             "torch": torch.__version__, "triton": triton.__version__, "cpus": os.cpu_count()}
