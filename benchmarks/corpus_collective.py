@@ -62,6 +62,8 @@ from examples import gemm_rs as rs_mod  # noqa: E402
 
 GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
 SHAPES = "4096x4096x3584,1024x8192x8192"
+#: the one shape of ``--cpu-smoke`` (Triton's interpreter on CPU ranks)
+SMOKE_SHAPE = "24x16x8"
 #: a gathered time that means "failed on this rank"
 FAILED = 1e30
 
@@ -84,6 +86,16 @@ def space(smoke: bool) -> list[dict[str, Any]]:
 def text(config: dict[str, Any]) -> str:
     """The corpus name of a config (``replay_search.load`` parses it back)."""
     return f"{config['algo']}-x{config['splits']}-{config['gemm_config']}"
+
+
+def device_name() -> str:
+    """The GPU's name as the corpus keys carry it (``cpu-smoke`` in the interpreter)."""
+    return torch.cuda.get_device_name() if GPU else "cpu-smoke"
+
+
+def case_key(gpu: str, op: str, world: int, shape: str, kept: int) -> str:
+    """The corpus key of one case: ``{gpu}|{op}_gemm_w{world}|{shape}|{kept configs}``."""
+    return f"{gpu}|{op}_gemm_w{world}|{shape}|{kept}"
 
 
 def agree_max(values: list[float]) -> list[float]:
@@ -317,12 +329,12 @@ def main() -> int:
     shared = [json.loads(args.out.read_text()) if args.out.exists() and rank == 0 else {}]
     dist.broadcast_object_list(shared, src=0)  # every rank skips and resumes the same cases
     corpus: dict[str, Any] = shared[0]
-    gpu = torch.cuda.get_device_name() if GPU else "cpu-smoke"
-    shapes = ["24x16x8"] if args.cpu_smoke else args.shapes.split(",")
+    gpu = device_name()
+    shapes = [SMOKE_SHAPE] if args.cpu_smoke else args.shapes.split(",")
     pending = []
     for op, shape in ((op, s) for op in args.op.split(",") for s in shapes):
         case = make_case(op, shape, args.cpu_smoke, device, dtype)
-        key = f"{gpu}|{op}_gemm_w{world}|{shape}|{len(case.kept)}"
+        key = case_key(gpu, op, world, shape, len(case.kept))
         if corpus.get(key, {}).get("complete", False):
             if rank == 0:
                 print(f"[corpus_collective] {op} {shape}: recorded already, skipped", flush=True)

@@ -63,7 +63,7 @@ def ag_gemm(
     group: dist.ProcessGroup | None = None,
     algo: str = "chunked",
     splits: int = 1,
-    gemm_config: str = TORCH_GEMM,
+    gemm_config: str | Callable[..., torch.Tensor] = TORCH_GEMM,
 ) -> torch.Tensor:
     """Return ``all_gather(A, group) @ B`` (``[world * M_local, N]``) with the given algorithm.
 
@@ -73,7 +73,8 @@ def ag_gemm(
         group: the process group (None: the default group).
         algo: one of :data:`ALGOS`.
         splits: chunks per rank for ``"chunked"`` / ``"p2p"`` (uneven chunks allowed); 1 otherwise.
-        gemm_config: Triton tile string or ``"torch"``; ignored by the ``torch*`` algorithms.
+        gemm_config: Triton tile string, ``"torch"`` or a GEMM launcher (see :func:`~examples.gemm_kernels.gemm`);
+            ignored by the ``torch*`` algorithms.
     """
     if A.dim() != 2 or B.dim() != 2 or A.shape[1] != B.shape[0]:
         raise ValueError(f"ag_gemm: need A [M_local, K] and B [K, N], got {tuple(A.shape)}, {tuple(B.shape)}")
@@ -113,7 +114,7 @@ def _chunked(
     rank: int,
     world: int,
     splits: int,
-    gemm_config: str,
+    gemm_config: str | Callable[..., torch.Tensor],
 ) -> torch.Tensor:
     """Overlap per-chunk all-gathers (side stream) with per-chunk GEMMs (current stream)."""
     m_local, k = A.shape
@@ -203,7 +204,7 @@ def _p2p(
     rank: int,
     world: int,
     splits: int,
-    gemm_config: str,
+    gemm_config: str | Callable[..., torch.Tensor],
 ) -> torch.Tensor:
     """Copy-engine pushes into symmetric memory (side streams) overlapped with per-chunk GEMMs."""
     recv, chunks, events, handle = p2p_push(A, group, splits)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from collections.abc import Callable
 
 import torch
 import triton
@@ -233,7 +234,7 @@ def gemm(
     a: torch.Tensor,
     b: torch.Tensor,
     out: torch.Tensor | None = None,
-    config: str | triton.Config = _INTERPRETER_SPECS[0],
+    config: str | triton.Config | Callable[..., torch.Tensor] = _INTERPRETER_SPECS[0],
 ) -> torch.Tensor:
     """Compute ``out = a @ b`` with the Triton kernel (or ``torch.matmul`` for :data:`TORCH_GEMM`).
 
@@ -242,7 +243,9 @@ def gemm(
         b: ``[k, n]``, shared by every batch entry.
         out: ``[m, n]`` or ``[batch, m, n]`` with ``a``'s leading shape, any strides (a view into a
             larger tensor is fine); allocated (contiguous, ``a``'s dtype) when None.
-        config: a config string, a ``triton.Config``, or :data:`TORCH_GEMM`.
+        config: a config string, a ``triton.Config``, :data:`TORCH_GEMM`, or a callable, called as
+            ``config(a, b, out)`` in place of the built-in launch (e.g. a launcher of a ``triton.autotune``
+            kernel, whose tile ``contextual_autotune`` then chooses in context).
 
     Returns:
         ``out``.
@@ -263,6 +266,8 @@ def gemm(
             else:
                 o2.copy_(a2 @ b)
         return out
+    if callable(config):
+        return config(a, b, out)
     if a.device.type != "cuda" and not interpreter_enabled():
         raise RuntimeError(
             "gemm: the Triton kernel needs CUDA tensors, or TRITON_INTERPRET=1 set before import"

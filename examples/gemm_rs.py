@@ -56,7 +56,7 @@ def gemm_rs(
     group: dist.ProcessGroup | None = None,
     algo: str = "chunked",
     splits: int = 1,
-    gemm_config: str = TORCH_GEMM,
+    gemm_config: str | Callable[..., torch.Tensor] = TORCH_GEMM,
 ) -> torch.Tensor:
     """Return this rank's ``[M / world, N]`` row block of ``sum over ranks of A @ B``.
 
@@ -66,7 +66,8 @@ def gemm_rs(
         group: the process group (None: the default group).
         algo: one of :data:`ALGOS`.
         splits: chunks of this rank's output rows for ``"chunked"`` (uneven chunks allowed); 1 otherwise.
-        gemm_config: Triton tile string or ``"torch"``; ignored by the ``torch*`` algorithms.
+        gemm_config: Triton tile string, ``"torch"`` or a GEMM launcher (see :func:`~examples.gemm_kernels.gemm`);
+            ignored by the ``torch*`` algorithms.
     """
     if A.dim() != 2 or B.dim() != 2 or A.shape[1] != B.shape[0]:
         raise ValueError(
@@ -106,7 +107,7 @@ def _chunked(
     group: dist.ProcessGroup | None,
     world: int,
     splits: int,
-    gemm_config: str,
+    gemm_config: str | Callable[..., torch.Tensor],
 ) -> torch.Tensor:
     """Overlap per-chunk GEMMs (current stream) with per-chunk reduce-scatters (side stream)."""
     m_out, n = out.shape

@@ -82,6 +82,24 @@ def test_gemm_rejects_bad_shapes() -> None:
         gemm(torch.zeros(4, 3), torch.zeros(3, 2), torch.zeros(4, 3))
 
 
+def test_gemm_hands_a_callable_config_the_checked_operands() -> None:
+    """A launcher as the config (how a triton.autotune kernel runs inside the examples): called once with the
+    operands and the output ``gemm`` allocated, after the shape checks; its result is returned."""
+    seen = []
+
+    def launcher(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        seen.append((a, b, tuple(out.shape)))
+        return torch.mm(a, b, out=out)
+
+    a, b = torch.randn(5, 3), torch.randn(3, 2)
+    out = gemm(a, b, None, launcher)
+    assert len(seen) == 1 and seen[0][0] is a and seen[0][1] is b and seen[0][2] == (5, 2)
+    assert relative_error(out, a @ b) <= 1e-6
+    with pytest.raises(ValueError):
+        gemm(a, torch.zeros(4, 2), None, launcher)
+    assert len(seen) == 1
+
+
 def test_config_strings_round_trip() -> None:
     for spec in gemm_config_specs("cuda") + gemm_config_specs("cpu"):
         cfg = to_triton_config(spec)
