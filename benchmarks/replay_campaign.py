@@ -351,7 +351,8 @@ def main() -> None:
                          f"{c.union / d.union - 1:+.0%} |")
     for order in (None, *orders):
         lines += ["", f"## Every rule, every family, {order or 'both orders'}", "",
-                  "| rule | noise | " + " | ".join(families) + " | all |", "| --- | --- |" + " --- |" * (len(families) + 1)]
+                  "| rule | noise | " + " | ".join(families) + " | all |",
+                  "| --- | --- |" + " --- |" * (len(families) + 1)]
         for name in names:
             for m in models:
                 cells = [total(name, m.name, [f], order).text() for f in families]
@@ -363,9 +364,16 @@ def main() -> None:
     for name in names:
         cs = [c for c in done if c.rule == name and c.family == "moe" and c.order == "ascending"
               and c.noise == models[0].name]
-        per = [f"{statistics.mean(c.keys[k].screened for c in cs):.0f} ({statistics.mean(c.keys[k].new for c in cs):.0f}"
-               " new)" for k in range(len(cs[0].keys))]
+        per = [f"{statistics.mean(c.keys[k].screened for c in cs):.0f} "
+               f"({statistics.mean(c.keys[k].new for c in cs):.0f} new)" for k in range(len(cs[0].keys))]
         lines.append(f"| {name} | " + " | ".join(per) + f" | {statistics.mean(c.union for c in cs):.0f} |")
+    lines += ["", "Rules (a seeded key only): *compiled first*: the first look's coverage and random picks are taken "
+              "from the configs earlier keys screened before any other; *leaders 7-8 compiled only*: the 7th and 8th "
+              "leaders' neighbours are screened only where an earlier key screened them; *whole lines compiled "
+              "only*: the third ring (the rest of each line) likewise; *first look /2*: half the default's size; "
+              "*rings 2*: no third ring. Command: `python benchmarks/replay_campaign.py "
+              f"benchmarks/results/corpus/gpu*.json --seeds {args.seeds} --jobs 2 --out "
+              "benchmarks/results/corpus/replay_campaign.md`."]
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out is not None:
