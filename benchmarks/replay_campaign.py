@@ -144,29 +144,11 @@ class RuledSearch(PatternSearch):
                           and ((n < full and ring < self.full_rings) or other in self.free)]
         return batch
 
-    def first(self) -> list[int]:
+    def first_look_order(self) -> list[int]:
+        order = super().first_look_order()
         if not self.preferred:
-            return super().first()
-        chosen = list(self.seeds[:self.initial_count])
-        covered: set[tuple[int, int]] = set()
-        for i in chosen:
-            covered |= self.grid.coverage(i)
-        order = list(self.kept)
-        random.Random(f"{self.plan.seed}/first").shuffle(order)
-        order = [i for i in order if i in self.preferred] + [i for i in order if i not in self.preferred]
-        for i in order:
-            if len(chosen) >= self.initial_count:
-                break
-            if i not in chosen and self.grid.coverage(i) - covered:
-                chosen.append(i)
-                covered |= self.grid.coverage(i)
-        for i in order:
-            if len(chosen) >= self.initial_count:
-                break
-            if i not in chosen:
-                chosen.append(i)
-        self.stages.append(chosen)
-        return chosen
+            return order
+        return [i for i in order if i in self.preferred] + [i for i in order if i not in self.preferred]
 
 
 def run(search: PatternSearch, time_of) -> tuple[list[int], dict[int, float | None], int]:
@@ -327,8 +309,8 @@ def main() -> None:
     def key(rule: str, fams: Sequence[str]) -> tuple[int, float]:
         """Misses beyond the default's (summed over the noise models), then the union relative to the default's."""
         extra = sum(max(0, total(rule, m.name, fams).misses - total("default", m.name, fams).misses) for m in models)
-        ratio = statistics.mean(total(rule, m.name, fams).union / total("default", m.name, fams).union
-                                for m in models)
+        ratio = statistics.mean(total(rule, m.name, fams).union / max(1, total("default", m.name, fams).union)
+                                for m in models)  # no campaign of ``fams`` (one family given): 0
         return (extra, ratio)
 
     names = [r.name for r in rules]

@@ -169,8 +169,7 @@ class PatternSearch:
         covered: set[tuple[int, int]] = set()
         for i in chosen:
             covered |= self.grid.coverage(i)
-        order = list(self.kept)
-        random.Random(f"{self.plan.seed}/first").shuffle(order)
+        order = self.first_look_order()
         for i in order:  # cover every value of every parameter
             if len(chosen) >= self.initial_count:
                 break
@@ -184,6 +183,13 @@ class PatternSearch:
                 chosen.append(i)
         self.stages.append(chosen)
         return chosen
+
+    def first_look_order(self) -> list[int]:
+        """The kept configs in the order the first look takes them after the seeds: shuffled by the plan's seed,
+        the same on every rank."""
+        order = list(self.kept)
+        random.Random(f"{self.plan.seed}/first").shuffle(order)
+        return order
 
     @staticmethod
     def history(samples: Samples) -> dict[int, list[float] | None]:
