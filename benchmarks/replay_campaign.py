@@ -43,7 +43,7 @@ from replay_search import NOISE_MODELS, Landscape, NoiseModel, load  # noqa: E40
 
 from triton_dist_tune.function.policy import numeric_distance  # noqa: E402
 from triton_dist_tune.function.searched import SEED_KEYS, SEEDS_PER_KEY  # noqa: E402
-from triton_dist_tune.measure.search import PatternSearch, SearchPlan, simulate  # noqa: E402
+from triton_dist_tune.measure.search import PatternSearch, SearchPlan, run_search, simulate  # noqa: E402
 
 
 @dataclass
@@ -153,19 +153,14 @@ class RuledSearch(PatternSearch):
 
 def run(search: PatternSearch, time_of) -> tuple[list[int], dict[int, float | None], int]:
     """``simulate``'s loop over a given search: (finalists, estimates, samples taken)."""
-    history: dict[int, list[float] | None] = {}
-    taken = 0
-    batch = search.first()
-    while batch:
-        for i in batch:
-            taken += 1
-            sample = time_of(i)
-            if sample is None:
-                history[i] = None
-            elif i not in history or history[i] is not None:
-                history.setdefault(i, []).append(sample)  # type: ignore[union-attr]
-        batch = search.next(history)
-    return search.finalists(history), search.estimates(history), taken
+    taken = [0]
+
+    def counted(i: int) -> float | None:
+        taken[0] += 1
+        return time_of(i)
+
+    finalists, estimates = run_search(search, counted)
+    return finalists, estimates, taken[0]
 
 
 RULES = [

@@ -380,7 +380,12 @@ def simulate(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], plan: Se
     sample the search takes, in the order the live tuner takes them (a config sampled twice: twice), so that a
     replay can draw fresh noise per sample; None fails the config, as an error in its run does. For tests and for
     trying strategies on data measured once on a GPU."""
-    search = PatternSearch(configs, kept, plan, seeds)
+    return run_search(PatternSearch(configs, kept, plan, seeds), time_of)
+
+
+def run_search(search: PatternSearch, time_of: Callable[[int], float | None]
+               ) -> tuple[list[int], dict[int, float | None]]:
+    """:func:`simulate`'s loop over a search already made (a replay's variant of :class:`PatternSearch`)."""
     history: dict[int, list[float] | None] = {}
     batch = search.first()
     while batch:
