@@ -30,12 +30,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from ..errors import GroupTimeoutError
 from ..faults.watchdog import exchange_timeout
-from ..group.channel import Group, report_waiting
+from ..group.channel import Group, StoreWaitTimeout, quiet_store_wait, report_waiting
 from ..settings import current
 
 #: campaigns run by this process per round-exchange group (every member runs them in the same order)
@@ -169,13 +168,11 @@ class RoundWatch:
                 missing = [u for u in others if not store.check([self._done_key(round_, u)])]
                 if not missing:
                     return
-                began = time.monotonic()
-                try:
-                    store.wait([self._done_key(round_, u) for u in missing], timedelta(seconds=every))
+                try:  # a unit tunes its keys for seconds: look without blocking (no store warnings on screen)
+                    quiet_store_wait(store, [self._done_key(round_, u) for u in missing], every, block=False)
                     continue
-                except Exception:  # a timeout after ``every`` s, or the store went away at once
-                    if time.monotonic() - began < 0.9 * every:
-                        raise
+                except StoreWaitTimeout:  # ``every`` s passed (a store that is gone raises another error, at once)
+                    pass
                 now = time.monotonic()
                 counts = {unit: int(store.add(self._beat_key(unit), 0)) for unit in missing}
             except Exception as exc:

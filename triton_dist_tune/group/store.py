@@ -7,7 +7,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from typing import Any
 
 from .. import settings
@@ -27,6 +26,7 @@ from .channel import (
     default_timeout,
     ended_message,
     pack,
+    quiet_store_wait,
     report_waiting,
     unpack,
     wait_in_slices,
@@ -221,9 +221,15 @@ class StoreGroup(Group):
                 reported[0] = waited
                 report_waiting(self.rank, self.title, what, missing(), self.global_ranks, waited, timeout)
 
+        slices = [0]
+
+        def wait(seconds: float) -> None:  # the first slice blocks, the others poll (no store warnings)
+            slices[0] += 1
+            quiet_store_wait(self.store, keys, seconds, block=slices[0] == 1)
+
         try:
-            wait_in_slices(lambda seconds: self.store.wait(keys, timedelta(seconds=seconds)), timeout,
-                           between_slices, every=min(every, BOARD_SLICE_S) if board is not None else every)
+            wait_in_slices(wait, timeout, between_slices,
+                           every=min(every, BOARD_SLICE_S) if board is not None else every)
         except RankEnded as exc:
             raise RankFailedError(str(exc)) from None
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
