@@ -12,11 +12,14 @@ Then, offline, for every estimator (how the ranks' times of one sample combine: 
 config's samples combine: median, mean, lower quartile, second smallest, min; or each rank's own statistic first,
 then the MAX over ranks) and every sample count k, it draws k samples per config at random (1,000 draws) and reports
 how often the config with the least estimate lies within 1.10 of the best config's landscape time, the mean of that
-ratio, and the rank correlation of the estimates with the landscape.
+ratio, and the rank correlation of the estimates with the landscape. Then, paired as a race's settled block takes
+them (:func:`analyse_paired`): a few leaders sampled in the same rounds, ranked by their least sample, by their
+ranks within rounds (Friedman, as F-race ranks), by their least ratio to each round's median, or by their median.
 
 Usage::
 
     PYTHONPATH=$PWD python benchmarks/gloo_estimators.py --out DIR [--ranks 2] [--rounds 24] [--configs 48]
+    python benchmarks/gloo_estimators.py --out DIR --replay OLD/estimators.json   # analyse a recording again
 
 Writes ``DIR/estimators.json`` (the samples and the table) and ``DIR/estimators.md``.
 """
@@ -158,6 +161,48 @@ def analyse(by_rank: list[dict[int, list[float]]], draws: int = DRAWS) -> list[d
     return rows
 
 
+#: the paired analysis: leaders raced together, and rounds each leader takes (as a race's settled block does)
+PAIRED_LEADERS, PAIRED_ROUNDS = (6, 10), (4, 8, 12)
+
+
+def analyse_paired(by_rank: list[dict[int, list[float]]], draws: int = DRAWS) -> list[dict]:
+    """Rankings that compare leaders within a round (paired, as F-race ranks them) against the least sample: each
+    draw takes ``L`` configs at random and ``k`` rounds at random, the same rounds for every one of them (each
+    sample the MAX over ranks), and scores the config each statistic ranks first: within 1.10 of the best of the
+    ``L``, and the mean ratio. ``rank in round``: the sum of each config's rank within every round (Friedman);
+    ``least ratio to round median``: the least, over rounds, of its sample over the round's median."""
+    from search_cases import SPACE, landscape_ms
+
+    configs = sorted(by_rank[0])
+    rounds = len(by_rank[0][configs[0]])
+    group = {i: [max(rank[i][r] for rank in by_rank) for r in range(rounds)] for i in configs}
+    truth = {i: landscape_ms(SPACE[i]) for i in configs}
+    rng, rows = random.Random(12), []
+    for leaders in PAIRED_LEADERS:
+        for k in (k for k in PAIRED_ROUNDS if k <= rounds):
+            found: dict[str, list[float]] = {"least sample": [], "rank in round": [],
+                                             "least ratio to round median": [], "median": []}
+            for _ in range(draws):
+                chosen, picks = rng.sample(configs, leaders), rng.sample(range(rounds), k)
+                ranks = {i: 0 for i in chosen}
+                for r in picks:
+                    for place, i in enumerate(sorted(chosen, key=lambda i: (group[i][r], i))):
+                        ranks[i] += place
+                middle = {r: statistics.median(group[i][r] for i in chosen) for r in picks}
+                values = {"least sample": {i: min(group[i][r] for r in picks) for i in chosen},
+                          "rank in round": ranks,
+                          "least ratio to round median": {i: min(group[i][r] / middle[r] for r in picks)
+                                                          for i in chosen},
+                          "median": {i: statistics.median(group[i][r] for r in picks) for i in chosen}}
+                best = min(truth[i] for i in chosen)
+                for name, value in values.items():
+                    found[name].append(truth[min(chosen, key=lambda i: (value[i], i))] / best)
+            rows += [{"estimator": name, "leaders": leaders, "rounds": k,
+                      "within": sum(x <= BAR for x in ratios) / len(ratios), "mean_ratio": statistics.fmean(ratios)}
+                     for name, ratios in found.items()]
+    return rows
+
+
 def _spearman(a: Sequence[float], b: Sequence[float]) -> float:
     def ranks(v: Sequence[float]) -> list[float]:
         order = sorted(range(len(v)), key=lambda i: v[i])
@@ -169,6 +214,20 @@ def _spearman(a: Sequence[float], b: Sequence[float]) -> float:
     ra, rb = ranks(a), ranks(b)
     n = len(a)
     return 1 - 6 * sum((x - y) ** 2 for x, y in zip(ra, rb, strict=True)) / (n * (n * n - 1))
+
+
+def markdown_paired(rows: list[dict]) -> str:
+    """The paired analysis's table (:func:`analyse_paired`)."""
+    cases = list(dict.fromkeys((r["leaders"], r["rounds"]) for r in rows))
+    lines = ["", "Paired rounds (L leaders, k rounds shared by all of them): share of draws whose first-ranked config "
+             "is within 1.10 of the best of the L (mean ratio):", "",
+             "| estimator | " + " | ".join(f"L={L}, k={k}" for L, k in cases) + " |",
+             "| --- | " + " | ".join("---" for _ in cases) + " |"]
+    for name in dict.fromkeys(r["estimator"] for r in rows):
+        cells = {(r["leaders"], r["rounds"]): r for r in rows if r["estimator"] == name}
+        lines.append(f"| {name} | " + " | ".join(
+            f"{cells[c]['within']:.2f} ({cells[c]['mean_ratio']:.3f})" for c in cases) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def markdown(meta: dict, rows: list[dict]) -> str:
@@ -214,10 +273,11 @@ def main() -> int:
                 "elems": data["elems"], "command": " ".join([Path(sys.executable).name, *sys.argv]),
                 "seconds": time.perf_counter() - started, "load_before": load_before, "load_after": os.getloadavg(),
                 "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    rows = analyse(data["by_rank"])
+    rows, paired = analyse(data["by_rank"]), analyse_paired(data["by_rank"])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "estimators.json").write_text(json.dumps({"meta": meta, "data": data, "rows": rows}))
-    report = markdown(meta, rows)
+    (args.out / "estimators.json").write_text(json.dumps({"meta": meta, "data": data, "rows": rows,
+                                                          "paired": paired}))
+    report = markdown(meta, rows) + markdown_paired(paired)
     (args.out / "estimators.md").write_text(report)
     print(report)
     return 0
