@@ -229,16 +229,17 @@ def task(fn: Any, signature: Any, constexprs: Any, attrs: Any, target: Any, opti
         return None
     try:
         triton_env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}  # its cache folder: now
-        return pickle.dumps((list(sys.path), triton_env, _version_key(), module, qualname, signature, constexprs,
+        return pickle.dumps((list(sys.path), triton_env, triton_version_key(), module, qualname, signature, constexprs,
                              attrs, target, options))
     except Exception:
         return None
 
 
-def _version_key() -> str | None:
-    """Triton's version key (a hash of its compiler and C library, computed once per process), for the workers:
-    each would otherwise spend about a second of CPU on it, as the threads did before the compile pool's first
-    task computed it once."""
+def triton_version_key() -> str | None:
+    """Triton's version key (a hash of its compiler and C library, computed once per process and cached by
+    Triton); None for a Triton without one. The compile pool computes it first
+    (:func:`~triton_dist_tune.measure.precompile.version_key`), and every task carries it to the workers: each
+    would otherwise spend about a second of CPU on it."""
     try:
         from triton.runtime.cache import triton_key
     except ImportError:

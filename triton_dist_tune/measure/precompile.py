@@ -44,7 +44,7 @@ from typing import Any
 from .. import settings
 from ..errors import describe_error
 from ..group.channel import Group
-from .compile_workers import WorkerPool, close_shared, routed, shared_pool
+from .compile_workers import WorkerPool, close_shared, routed, shared_pool, triton_version_key
 
 #: a tuning whose key keeps this many configs or more hands its compiles to worker processes by default. Measured on
 #: one H200 host (16 CPUs; ``benchmarks/results/session_h200_3``): the first key of an 840-config GEMM (200-300
@@ -321,13 +321,8 @@ def version_key() -> None:
     before it is cached each compute it again. Measured on a 16-CPU H100 host, first key of 40 configs: 16 threads
     spent ~22 s of their time on it (the first-key probe, ``benchmarks/HISTORY.md``). Nothing under Triton's
     interpreter, which compiles nothing."""
-    if settings.current().interpret:
-        return
-    try:
-        from triton.runtime.cache import triton_key
-    except ImportError:  # another Triton: its compiles compute what they need
-        return
-    triton_key()
+    if not settings.current().interpret:
+        triton_version_key()
 
 
 def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo: Sequence[tuple[int, dict, str]],
