@@ -250,7 +250,6 @@ class Totals:
     seeded_screened: list[int] = field(default_factory=list)
     samples: list[int] = field(default_factory=list)
     unions: list[int] = field(default_factory=list)
-    keys: int = 0
 
     def add(self, c: Campaign) -> None:
         self.found += [k.found for k in c.keys]
@@ -258,7 +257,6 @@ class Totals:
         self.seeded_screened += [k.screened for k in c.keys if k.seeded]
         self.samples += [k.samples for k in c.keys]
         self.unions.append(c.union)
-        self.keys += len(c.keys)
 
     @property
     def misses(self) -> int:
@@ -272,7 +270,7 @@ class Totals:
         n = len(self.found)
         return (f"{self.misses}/{n} miss, worst {max(self.found):.3f}, {statistics.mean(self.screened):.0f} screened "
                 f"per key ({statistics.mean(self.seeded_screened or [0]):.0f} seeded), union "
-                f"{statistics.mean(self.unions):.0f} per campaign = {self.union / self.keys:.0f} per key")
+                f"{statistics.mean(self.unions):.0f} per campaign = {self.union / len(self.found):.0f} per key")
 
 
 def main() -> None:
