@@ -1,8 +1,23 @@
 """The judgement and tables of ``bench_collective_choices.py``: each choice's ratio to the group oracle's best
-(``corpus_collective.py``'s ``ratios``), and ``choices.md``."""
+(``corpus_collective.py``'s ``ratios``), and ``choices.md``. Run as a script, it judges a ``choices.json`` again
+against other oracle files and writes both files anew::
+
+    python benchmarks/_collective_report.py CHOICES.json --oracle ORACLE.json [MORE.json ...] --out DIR
+
+Several recordings (separate processes) make one oracle, :func:`pooled`: each config's ratio is the median of its
+ratios over the recordings, relative to the smallest such median. On 2 H200s some group landscapes were not
+repeatable from one process to the next (chunked AG-GEMM configs ran 0.26 ms in one process and 0.4-1.0 ms in
+another): a config is the best only if it is fast in most processes, which is what a decision reused by later
+processes needs.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
 from typing import Any
 
 #: the issue's bar: every choice within this ratio of the group oracle's best
@@ -23,6 +38,49 @@ def judge(choice: str | None, entry: dict[str, Any] | None, restrict: str = "") 
     pool = [v for k, v in ratios.items() if k.startswith(restrict)]
     return {"ratio": ratios[choice] / min(pool), "ratio_overall": ratios[choice] / min(ratios.values()),
             "note": ""}
+
+
+def case_key(gpu: str, op: str, world: int, shape: str, kept: int) -> str:
+    """The corpus key of one case: ``{gpu}|{op}_gemm_w{world}|{shape}|{kept configs}``."""
+    return f"{gpu}|{op}_gemm_w{world}|{shape}|{kept}"
+
+
+def find_entry(oracle: dict[str, Any], gpu: str, op: str, world: int, shape: str,
+               kept: int) -> tuple[str | None, dict[str, Any] | None]:
+    """The oracle's entry of one case: its exact corpus key, else the same op, ranks and shape on another GPU or
+    with another count of kept configs (the key names which)."""
+    exact = case_key(gpu, op, world, shape, kept)
+    if exact in oracle:
+        return exact, oracle[exact]
+    middle = f"|{op}_gemm_w{world}|{shape}|"
+    near = sorted(k for k in oracle if middle in k)
+    return (near[0], oracle[near[0]]) if near else (None, None)
+
+
+def pooled(oracles: list[dict[str, Any]]) -> dict[str, Any]:
+    """One oracle from several recordings of the same cases (see the module's docstring); a case missing from a
+    recording, or recorded incomplete there, is pooled over the others."""
+    out: dict[str, Any] = {}
+    for key in sorted({k for o in oracles for k in o}):
+        entries = [o[key] for o in oracles if key in o and o[key].get("complete") is not False]
+        if not entries:
+            continue
+        names = sorted(set.intersection(*(set(e["ratios"]) for e in entries)))
+        middle = {n: statistics.median(e["ratios"][n] for e in entries) for n in names}
+        floor = min(middle.values())
+        out[key] = {**entries[0], "ratios": {n: v / floor for n, v in middle.items()},
+                    "best": min(middle, key=middle.get), "recordings": len(entries)}
+    return out
+
+
+def judge_rows(rows: list[dict[str, Any]], oracle: dict[str, Any], gpu: str, world: int) -> None:
+    """Every tuning of ``rows`` judged against ``oracle``, in place (``judged``, ``oracle_*``)."""
+    for row in rows:
+        key, entry = find_entry(oracle, gpu, row["op"], world, row["shape"], row["configs"])
+        restrict = f"{row['algo']}-x{row['splits']}-" if row["mode"] == "contextual" else ""
+        row["oracle_key"], row["oracle_complete"] = key, None if entry is None else entry.get("complete")
+        row["oracle_exact"] = key == case_key(gpu, row["op"], world, row["shape"], row["configs"])
+        row["judged"] = [judge(t["choice"], entry, restrict) for t in row["tunings"]]
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -73,3 +131,38 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                      f"{', '.join(_fmt(t['tuned_ms'], 4) for t in tunings)} | "
                      f"{choices} | {oracle} |")
     return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description="judge a choices.json again against another group oracle")
+    p.add_argument("choices", type=Path, help="bench_collective_choices.py's choices.json")
+    p.add_argument("--oracle", type=Path, nargs="+", required=True,
+                   help="corpus_collective.py's file; several: pooled (the median over recordings)")
+    p.add_argument("--out", type=Path, required=True, help="folder for the new choices.json and choices.md")
+    p.add_argument("--pooled-out", type=Path, default=None,
+                   help="also write the pooled oracle here, in the corpus format (the replays' collective family)")
+    args = p.parse_args()
+    report = json.loads(args.choices.read_text())
+    meta = {k: v for k, v in report.items() if k != "rows"}
+    meta["oracle"] = ", ".join(map(str, args.oracle)) + (" (pooled: median over recordings)"
+                                                         if len(args.oracle) > 1 else "")
+    oracle = pooled([json.loads(f.read_text()) for f in args.oracle])
+    judge_rows(report["rows"], oracle, meta["gpu"], meta["world"])
+    if args.pooled_out:
+        kept = ("space", "family", "op", "m", "kept", "complete", "world", "window_ms", "passes", "rounds", "env")
+        corpus = {k: {**{f: e[f] for f in kept if f in e}, "ratios": e["ratios"], "best": e["best"],
+                      "recordings": e["recordings"], "sources": [str(f) for f in args.oracle],
+                      "method": "median over recordings (separate processes) of each config's ratio to its "
+                                "recording's best, relative to the smallest median; " + e.get("method", "")}
+                  for k, e in oracle.items()}
+        args.pooled_out.write_text(json.dumps(corpus, indent=1))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "choices.json").write_text(json.dumps({**meta, "rows": report["rows"]}, indent=1, default=str))
+    text = markdown(meta, report["rows"])
+    (args.out / "choices.md").write_text(text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

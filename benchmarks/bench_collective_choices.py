@@ -69,7 +69,7 @@ import corpus_collective as cc  # noqa: E402  (turns NVLink multicast off before
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
-from _collective_report import judge, markdown  # noqa: E402
+from _collective_report import find_entry, judge_rows, markdown  # noqa: E402
 
 from examples import ag_gemm as ag_mod  # noqa: E402
 from examples import gemm_rs as rs_mod  # noqa: E402
@@ -299,27 +299,10 @@ def main() -> int:
     return 0
 
 
-def find_entry(oracle: dict[str, Any], gpu: str, op: str, world: int, shape: str,
-               kept: int) -> tuple[str | None, dict[str, Any] | None]:
-    """The oracle's entry of one case: its exact corpus key, else the same op, ranks and shape on another GPU or
-    with another count of kept configs (the key names which)."""
-    exact = cc.case_key(gpu, op, world, shape, kept)
-    if exact in oracle:
-        return exact, oracle[exact]
-    middle = f"|{op}_gemm_w{world}|{shape}|"
-    near = sorted(k for k in oracle if middle in k)
-    return (near[0], oracle[near[0]]) if near else (None, None)
-
-
 def write(args: argparse.Namespace, gpu: str, world: int, rows: list[dict[str, Any]],
           oracle: dict[str, Any]) -> str:
     """``choices.json`` (rows with their judgement) and ``choices.md``; returns the markdown."""
-    for row in rows:
-        key, entry = find_entry(oracle, gpu, row["op"], world, row["shape"], row["configs"])
-        restrict = f"{row['algo']}-x{row['splits']}-" if row["mode"] == "contextual" else ""
-        row["oracle_key"], row["oracle_complete"] = key, None if entry is None else entry.get("complete")
-        row["oracle_exact"] = key == cc.case_key(gpu, row["op"], world, row["shape"], row["configs"])
-        row["judged"] = [judge(t["choice"], entry, restrict) for t in row["tunings"]]
+    judge_rows(rows, oracle, gpu, world)
     meta = {"gpu": gpu, "world": world, "oracle": str(args.oracle) if args.oracle else None,
             "torch": torch.__version__, "triton": triton.__version__, "cpus": os.cpu_count()}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,10 @@
 # within LIMIT seconds (cases share it); run the same command again on the warm machine until every case says
 # "complete": recorded cases are skipped, a case cut short resumes (state and Triton's cache in $STATE).
 #   bash benchmarks/gpu/record_collective.sh            (OP=ag or OP=rs for one op per command)
-# Writes $OUT/collective_w{N}.json (commit it as benchmarks/results/corpus/collective_w{N}.json) and the log.
+# Writes $OUT/collective_w{N}.json and the log. The corpus's benchmarks/results/corpus/collective_w{N}.json pools
+# several such recordings, each from its own process (the landscapes are not repeatable to 2% from one process to
+# the next): python benchmarks/_collective_report.py CHOICES.json --oracle R1.json R2.json R3.json --out DIR
+#   --pooled-out benchmarks/results/corpus/collective_w{N}.json
 set -u
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 HOME=$(mktemp -d); export HOME
@@ -13,8 +16,6 @@ export TRITON_CACHE_DIR="$STATE/triton_cache"
 OUT=${OUT:-/tmp/collective_out}; mkdir -p "$OUT"
 N=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); if [ "$N" -ge 4 ]; then N=4; else N=2; fi
 FILE="$STATE/collective_w$N.json"
-SEED="benchmarks/results/corpus/collective_w$N.json"  # an earlier command's output, committed: resume from it
-if [ ! -f "$FILE" ] && [ -f "$SEED" ]; then cp "$SEED" "$FILE"; fi
 nvidia-smi --query-gpu=index,name,clocks.sm,power.draw,power.limit --format=csv,noheader
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.device_count(), "GPUs")'
 timeout "${TIMEOUT:-585}" python3 -m torch.distributed.run --standalone --nproc-per-node "$N" \
