@@ -134,6 +134,10 @@ def worker(args: argparse.Namespace) -> None:
         "best_outcome": None if best_outcome is None else {
             "state": best_outcome.state, "time": best_outcome.time, "per_rank": best_outcome.per_rank,
             "samples": best_outcome.samples, "round_times": best_outcome.round_times},
+        # every screened config within 1.2x of the best, and the chosen one: how the race treated them
+        "near_best": [{"index": o.index, "ratio": times[o.index] / times[best], "state": o.state,
+                       "round_times": o.round_times} for o in decision.outcomes
+                      if o.state != "pruned" and (times[o.index] <= 1.2 * times[best] or o.index == decision.index)],
         "seconds": seconds, "decision": scalars,
         "collective_ms": {"median": statistics.median(collective_ms), "p90": _quantile(collective_ms, 0.9),
                           "max": max(collective_ms)},
@@ -199,7 +203,8 @@ def row(tuning: dict[str, Any]) -> dict[str, Any]:
             "chosen_ms": first["chosen_ms"], "best_ms": first["best_ms"],
             "calls_per_config": first["calls_per_config"], "calls_by_rank": [r["calls"] for r in tuning["ranks"]],
             "screened": first["screened"], "best_screened": first["best_screened"],
-            "best_outcome": first["best_outcome"], "tuning_seconds": first["seconds"], "wall": tuning["wall"],
+            "best_outcome": first["best_outcome"], "near_best": first["near_best"],
+            "tuning_seconds": first["seconds"], "wall": tuning["wall"],
             "margin": decision.get("margin"), "near_tie": decision.get("near_tie"),
             "runner_up_ratio": first["runner_up_ratio"], "rounds": decision.get("rounds"),
             "search": decision.get("search"), "decision": decision,
