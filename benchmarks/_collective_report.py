@@ -3,6 +3,7 @@
 against other oracle files and writes both files anew::
 
     python benchmarks/_collective_report.py CHOICES.json --oracle ORACLE.json [MORE.json ...] --out DIR
+    python benchmarks/_collective_report.py --oracle R1.json R2.json R3.json --pooled-out POOLED.json
 
 Several recordings (separate processes) make one oracle, :func:`pooled`: each config's ratio is the median of its
 ratios over the recordings, relative to the smallest such median. On 2 H200s some group landscapes were not
@@ -135,19 +136,18 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description="judge a choices.json again against another group oracle")
-    p.add_argument("choices", type=Path, help="bench_collective_choices.py's choices.json")
+    p.add_argument("choices", type=Path, nargs="?", help="bench_collective_choices.py's choices.json")
     p.add_argument("--oracle", type=Path, nargs="+", required=True,
                    help="corpus_collective.py's file; several: pooled (the median over recordings)")
-    p.add_argument("--out", type=Path, required=True, help="folder for the new choices.json and choices.md")
+    p.add_argument("--out", type=Path, help="folder for the new choices.json and choices.md")
     p.add_argument("--pooled-out", type=Path, default=None,
                    help="also write the pooled oracle here, in the corpus format (the replays' collective family)")
     args = p.parse_args()
-    report = json.loads(args.choices.read_text())
-    meta = {k: v for k, v in report.items() if k != "rows"}
-    meta["oracle"] = ", ".join(map(str, args.oracle)) + (" (pooled: median over recordings)"
-                                                         if len(args.oracle) > 1 else "")
+    if (args.choices is None) != (args.out is None):
+        p.error("CHOICES and --out go together")
+    if args.choices is None and args.pooled_out is None:
+        p.error("nothing to do: give CHOICES and --out, or --pooled-out")
     oracle = pooled([json.loads(f.read_text()) for f in args.oracle])
-    judge_rows(report["rows"], oracle, meta["gpu"], meta["world"])
     if args.pooled_out:
         kept = ("space", "family", "op", "m", "kept", "complete", "world", "window_ms", "passes", "rounds", "env")
         corpus = {k: {**{f: e[f] for f in kept if f in e}, "ratios": e["ratios"], "best": e["best"],
@@ -156,13 +156,19 @@ def main() -> int:
                                 "recording's best, relative to the smallest median; " + e.get("method", "")}
                   for k, e in oracle.items()}
         args.pooled_out.write_text(json.dumps(corpus, indent=1))
+    if args.choices is None:
+        return 0
+    report = json.loads(args.choices.read_text())
+    meta = {k: v for k, v in report.items() if k != "rows"}
+    meta["oracle"] = ", ".join(map(str, args.oracle)) + (" (pooled: median over recordings)"
+                                                         if len(args.oracle) > 1 else "")
+    judge_rows(report["rows"], oracle, meta["gpu"], meta["world"])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "choices.json").write_text(json.dumps({**meta, "rows": report["rows"]}, indent=1, default=str))
     text = markdown(meta, report["rows"])
     (args.out / "choices.md").write_text(text)
     print(text, end="")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
