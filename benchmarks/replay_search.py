@@ -17,8 +17,8 @@ Method (leave one family out, as Kernel Tuner's authors judge strategies):
 4. the random baseline: per landscape and seed, as many configs drawn at random as the default screened there,
    then the same number of finalists.
 
-Launch: ``python benchmarks/replay_search.py benchmarks/results/corpus/*.json [--seeds 10] [--noise-models gauss2,gauss10]
-[--jobs 2] [--out benchmarks/results/corpus/replay.md]``.
+Launch: ``python benchmarks/replay_search.py benchmarks/results/corpus/*.json [--seeds 10]
+[--noise-models gauss2,gauss10] [--jobs 2] [--out benchmarks/results/corpus/replay.md]``.
 """
 
 from __future__ import annotations

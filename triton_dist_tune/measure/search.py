@@ -33,10 +33,13 @@ decide among them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.
    time, n the samples of each), or next to a finalist and risen above its best screened neighbour by more than the
    landscape's steps explain (``band`` times their 90th percentile, with the noise); and, once two samples of one
    config have read further apart than Gaussian noise ever would (twice the band: a spike, such as a collective that
-   waited on a late rank), every config next to a finalist screened once. A config takes ``max_samples``
-   at most; its time is the median of its samples (two: their mean; under noise above :data:`~.noise.HEAVY`, the
-   least of them); second samples are at most ``resample_share``
-   of the configs screened. A quiet space (a floor of ``noise_floor``) pays for its first pairs and a few more; a
+   waited on a late rank), every config next to a finalist screened once; and the model's outliers: configs
+   screened once that the additive model of :meth:`PatternSearch.posterior` predicts within the finalists' cut, yet
+   read above that prediction by more than the band (the best behind one spiked sample its neighbours do not
+   share). A config takes ``max_samples`` at most; its time is the median of its samples (two: their mean) within
+   twice the band of its least (samples further above are spiked and do not count: two spikes of four moved the
+   median), or under noise above :data:`~.noise.HEAVY` the least of them; second samples are at most
+   ``resample_share`` of the configs screened. A quiet space (a floor of ``noise_floor``) pays for its first pairs and a few more; a
    noisy one spends where the order is still open. Where the landscape is smoother than the noise, each config's
    time is also weighed against its neighbours' (:meth:`PatternSearch.posterior`).
 5. **No stage is empty while configs are left**: when every config screened so far failed (no leaders), the next
