@@ -39,9 +39,9 @@ decide among them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.
    share). A config takes ``max_samples`` at most; its time is the median of its samples (two: their mean) within
    twice the band of its least (samples further above are spiked and do not count: two spikes of four moved the
    median), or under noise above :data:`~.noise.HEAVY` the least of them; second samples are at most
-   ``resample_share`` of the configs screened. A quiet space (a floor of ``noise_floor``) pays for its first pairs and a few more; a
-   noisy one spends where the order is still open. Where the landscape is smoother than the noise, each config's
-   time is also weighed against its neighbours' (:meth:`PatternSearch.posterior`).
+   ``resample_share`` of the configs screened. A quiet space (a floor of ``noise_floor``) pays for its first pairs
+   and a few more; a noisy one spends where the order is still open. Where the landscape is smoother than the
+   noise, each config's time is also weighed against its neighbours' (:meth:`PatternSearch.posterior`).
 5. **No stage is empty while configs are left**: when every config screened so far failed (no leaders), the next
    stage is the untried kept configs in the agreed order, so that the search ends only on evidence and the tuning
    raises ``AllConfigsFailedError`` only when every kept config has failed.
