@@ -17,14 +17,15 @@ Method (leave one family out, as Kernel Tuner's authors judge strategies):
 4. the random baseline: per landscape and seed, as many configs drawn at random as the default screened there,
    then the same number of finalists.
 
-Launch: ``python benchmarks/replay_search.py benchmarks/results/corpus/*.json [--seeds 10] [--noise 0.02]
-[--out benchmarks/results/corpus/replay.md]``.
+Launch: ``python benchmarks/replay_search.py benchmarks/results/corpus/*.json [--seeds 10]
+[--noise-models gauss2,gauss10] [--jobs 2] [--out benchmarks/results/corpus/replay.md]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import random
 import re
 import statistics
@@ -181,6 +182,7 @@ def main() -> None:
     parser.add_argument("corpus", type=Path, nargs="+")
     parser.add_argument("--noise-models", default=",".join(NOISE_MODELS))
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=1, help="replays run in this many processes")
     parser.add_argument("--out", type=Path, default=None, help="also write the report (markdown) here")
     args = parser.parse_args()
     lands = load(args.corpus)
@@ -188,8 +190,10 @@ def main() -> None:
     families = sorted({land.family for land in lands})
     default, one = SearchPlan(), SearchPlan(max_samples=1)
     plans = list(dict.fromkeys([*CANDIDATES, default, one]))
-    scores = {(plan, model.name, land.name): replay(plan, land, args.seeds, model)
-              for plan in plans for model in models for land in lands}
+    cells = [(plan, model, land) for plan in plans for model in models for land in lands]
+    with multiprocessing.Pool(args.jobs) as pool:
+        replayed = pool.starmap(replay, [(plan, land, args.seeds, model) for plan, model, land in cells], chunksize=1)
+    scores = {(plan, model.name, land.name): score for (plan, model, land), score in zip(cells, replayed, strict=True)}
 
     def over(plan: SearchPlan, model: NoiseModel, chosen: list[Landscape]) -> Score:
         total = Score()

@@ -64,12 +64,16 @@ def estimate_noise(history: Mapping[int, Sequence[float] | None], floor: float) 
     return spread_of_runs([s[:2] for _, s in sorted(history.items()) if s is not None and len(s) >= 2], floor)
 
 
-def central(samples: Sequence[float], noisy: bool = False) -> float:
-    """A config's screened time from its samples: the median (two: their mean); ``noisy`` (the noise measured above
-    :data:`HEAVY`): the least of them."""
+def central(samples: Sequence[float], noisy: bool = False, spike: float = math.inf) -> float:
+    """A config's screened time from its samples: the median (two: their mean) of those within ``spike`` (in log
+    time) of the least, so that samples read further above the least than the noise ever puts them (spiked: a
+    collective that waited on a late rank) do not count, however many of them there are; ``noisy`` (the noise
+    measured above :data:`HEAVY`): the least of them."""
     ordered = sorted(samples)
     if noisy:
         return ordered[0]
+    if ordered[0] > 0 and spike < math.inf:
+        ordered = [t for t in ordered if math.log(t) - math.log(ordered[0]) <= spike]
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 

@@ -33,12 +33,15 @@ decide among them (a paired, interleaved shoot-out; see :mod:`~triton_dist_tune.
    time, n the samples of each), or next to a finalist and risen above its best screened neighbour by more than the
    landscape's steps explain (``band`` times their 90th percentile, with the noise); and, once two samples of one
    config have read further apart than Gaussian noise ever would (twice the band: a spike, such as a collective that
-   waited on a late rank), every config next to a finalist screened once. A config takes ``max_samples``
-   at most; its time is the median of its samples (two: their mean; under noise above :data:`~.noise.HEAVY`, the
-   least of them); second samples are at most ``resample_share``
-   of the configs screened. A quiet space (a floor of ``noise_floor``) pays for its first pairs and a few more; a
-   noisy one spends where the order is still open. Where the landscape is smoother than the noise, each config's
-   time is also weighed against its neighbours' (:meth:`PatternSearch.posterior`).
+   waited on a late rank), every config next to a finalist screened once; and the model's outliers: configs
+   screened once that the additive model of :meth:`PatternSearch.posterior` predicts within the finalists' cut, yet
+   read above that prediction by more than the band (the best behind one spiked sample its neighbours do not
+   share). A config takes ``max_samples`` at most; its time is the median of its samples (two: their mean) within
+   twice the band of its least (samples further above are spiked and do not count: two spikes of four moved the
+   median), or under noise above :data:`~.noise.HEAVY` the least of them; second samples are at most
+   ``resample_share`` of the configs screened. A quiet space (a floor of ``noise_floor``) pays for its first pairs
+   and a few more; a noisy one spends where the order is still open. Where the landscape is smoother than the
+   noise, each config's time is also weighed against its neighbours' (:meth:`PatternSearch.posterior`).
 5. **No stage is empty while configs are left**: when every config screened so far failed (no leaders), the next
    stage is the untried kept configs in the agreed order, so that the search ends only on evidence and the tuning
    raises ``AllConfigsFailedError`` only when every kept config has failed.
@@ -58,7 +61,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .grid import Grid
@@ -93,7 +96,7 @@ class SearchPlan:
     max_measured: int = 0
     #: configs sent to the race at the end, and at most, with those within the noise band of the best
     finalists: int = 10
-    max_finalists: int = 14
+    max_finalists: int = 20
     #: configs one check of the model may add, and how many checks a search makes at most (0: no model)
     model_batch: int = 16
     model_rounds: int = 4
@@ -129,6 +132,8 @@ class Posterior:
     variance: dict[int, float]
     #: the noise of one sample it rests on (None: no config screened twice yet)
     noise: NoiseEstimate | None
+    #: the additive model's log time of each screened config, where it was fitted (empty: not yet)
+    predicted: dict[int, float] = field(default_factory=dict)
 
 
 def initial_size(kept: int) -> int:
@@ -198,10 +203,10 @@ class PatternSearch:
                 for i, s in samples.items()}
 
     @staticmethod
-    def estimates(samples: Samples, noisy: bool = False) -> dict[int, float | None]:
-        """Each screened config's time: the median of its samples, or under heavy noise (``noisy``) the least of
-        them (:func:`~.noise.central`); None: failed."""
-        return {i: None if not s else central(s, noisy) for i, s in PatternSearch.history(samples).items()}
+    def estimates(samples: Samples, noisy: bool = False, spike: float = math.inf) -> dict[int, float | None]:
+        """Each screened config's time: the median of its samples within ``spike`` (log time) of its least, or
+        under heavy noise (``noisy``) the least of them (:func:`~.noise.central`); None: failed."""
+        return {i: None if not s else central(s, noisy, spike) for i, s in PatternSearch.history(samples).items()}
 
     def leaders(self, times: Mapping[int, float | None], count: int) -> list[int]:
         """The ``count`` configs with the least screened time (failed ones have None; ties: the lower index)."""
@@ -274,13 +279,34 @@ class PatternSearch:
         if self._spiked(logs, sigma):  # the noise has a tail: a config next to a finalist may hide behind a spike
             batch += [i for i in outside if len(logs[i]) == 1 and i not in batch
                       and any(j in finalists for j in self.grid.rings(i)[0])]
+        batch += [i for i in self._outliers(outside, logs, post, ranked, sigma) if i not in batch]
         return sorted(dict.fromkeys(batch), key=lambda i: (estimate[i], i))
+
+    def _outliers(self, outside: list[int], logs: Mapping[int, list[float]], post: Posterior, ranked: list[int],
+                  sigma: float) -> list[int]:
+        """The model's outliers: configs outside the finalists screened once that the additive model of the
+        posterior (no pairs) predicts faster than the finalists' cut, yet read above that prediction by more than
+        ``band`` deviations of two samples' difference: the best behind one spiked sample, which its neighbours
+        do not share (a true cliff reads the same again)."""
+        if not post.predicted:
+            return []
+        cut = post.times[ranked[min(len(ranked), self.plan.finalists) - 1]] or 0.0
+        if cut <= 0:
+            return []
+        bar = self.plan.band * sigma * SQRT2
+        return [i for i in outside if len(logs[i]) == 1 and i in post.predicted
+                and post.predicted[i] < math.log(cut) and logs[i][0] - post.predicted[i] > bar]
 
     def _spiked(self, logs: Mapping[int, list[float]], sigma: float) -> bool:
         """Whether two samples of one config read further apart than Gaussian noise of ``sigma`` ever would: twice
         the band (5 standard deviations of their difference), the evidence that some samples are spiked."""
-        bar = 2 * self.plan.band * sigma * SQRT2
+        bar = self.spike_gap(sigma)
         return any(abs(a - b) > bar for run in logs.values() for a, b in zip(run, run[1:], strict=False))
+
+    def spike_gap(self, sigma: float) -> float:
+        """How far apart (log time) two samples of one config read only when one is spiked: twice the band, 5
+        standard deviations of the difference of two samples of noise ``sigma``."""
+        return 2 * self.plan.band * sigma * SQRT2
 
     def posterior(self, samples: Samples) -> Posterior:
         """Each screened config's time, denoised by the landscape (empirical Bayes): its samples' median and the
@@ -292,7 +318,8 @@ class PatternSearch:
         measured or while few configs are screened (3 per effect of the model)."""
         history = self.history(samples)
         noise = estimate_noise(history, self.plan.noise_floor)
-        times = self.estimates(history, noise is not None and noise.heavy)
+        spike = self.spike_gap(noise.sigma) if noise is not None else math.inf
+        times = self.estimates(history, noise is not None and noise.heavy, spike)
         timed = sorted(i for i, t in times.items() if t is not None and t > 0 and i in self.grid.point)
         model = AdditiveModel(self.grid, pairs=False)
         effects = sum(len(values) for values in self.grid.axes.values())
@@ -305,14 +332,14 @@ class PatternSearch:
         misfit = max(math.fsum(r * r for r in residual.values()) / len(timed) - math.fsum(own.values()) / len(timed),
                      (sigma / 4) ** 2)
         if misfit >= sigma ** 2:  # the landscape is rougher than the noise (a needle, a quiet space): own times
-            return Posterior(times, own, noise)
+            return Posterior(times, own, noise, predicted)
         denoised: dict[int, float | None] = dict(times)
         variance = {}
         for i in timed:
             weight = misfit / (misfit + own[i])
             denoised[i] = math.exp(predicted[i] + weight * residual[i])
             variance[i] = weight * own[i]
-        return Posterior(denoised, variance, noise)
+        return Posterior(denoised, variance, noise, predicted)
 
     def _jumps(self, ranked: list[int], estimate: Mapping[int, float], finalists: set[int], sigma: float) -> list[int]:
         """Configs next to a finalist (one step along one parameter) that read further above their best screened
