@@ -1,5 +1,6 @@
 """GPU choices on many ranks (issue 39, item 4): fresh tunings of the examples' AG-GEMM and GEMM-RS, judged against
-the group's exhaustive device-time oracle that ``corpus_collective.py`` records.
+the group's exhaustive device-time oracle that ``corpus_collective.py`` records (the corpus's file pools several
+recordings, each its own process: ``benchmarks/gpu/record_collective.sh``, ``_collective_report.pooled``).
 
 Cases: each op (``ag``, ``rs``) at each shape of ``corpus_collective.SHAPES`` over its space (algo x tile grid,
 pruned by the example's own ``*_prune``: 840 configs at the default shapes), in two modes:
@@ -41,8 +42,8 @@ Launch (the script sets NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NV
     TRITON_INTERPRET=1 torchrun --nproc-per-node 2 benchmarks/bench_collective_choices.py --out DIR --cpu-smoke \\
         [--oracle F.json]   # F.json from corpus_collective.py --cpu-smoke
 
-Not measured yet (no multi-GPU machine so far): the GPU command above is owed, after the oracle
-(``benchmarks/gpu/record_collective.sh``).
+Measured on 2 H200s (``benchmarks/RESULTS.md``, issue 39); a report is judged again against other recordings with
+``python benchmarks/_collective_report.py DIR/choices.json --oracle R1.json R2.json R3.json --out DIR2``.
 """
 
 from __future__ import annotations
