@@ -6,7 +6,7 @@ NVSHMEM_DISABLE_NVLS=1 before the group starts)::
 
     torchrun --nproc-per-node 4 benchmarks/bench_ag_gemm.py --out DIR [--ops ag,rs]
         [--ag-shapes 8192x8192x8192,16384x8192x8192] [--rs-shapes 8192x8192x8192,32768x8192x3584]
-        [--repeats 3] [--rounds 5] [--window-ms 15] [--order shuffled|fixed] [--nccl-debug] [--no-tune] [--sweep]
+        [--repeats 3] [--rounds 5] [--window-ms 60] [--order shuffled|fixed] [--nccl-debug] [--no-tune] [--sweep]
 
 Shapes are ``M x K x N`` in bf16 (float32 on CPU) with tensor-parallel sharding over the W ranks:
 
@@ -43,6 +43,12 @@ against SM clock, against position in the order, against the contender before it
 The JSON records every NCCL / symmetric-memory / NVSHMEM variable and the symmetric-memory state;
 ``--nccl-debug`` writes NCCL's INIT and TUNING log (channels, algorithms, protocols) to ``DIR/nccl_debug.*``;
 ``--order fixed`` times the contenders in the same order every round; ``--window-ms`` sets the windows' length.
+
+The windows' defaults (60 ms after 100 ms of settling; before: 15 ms after 20 ms) come from the diagnosis on 2 H200s
+(``benchmarks/RESULTS.md``, issue 39 item 5): with 15 ms windows the back-to-back cells spread 5.0-8.7% over their
+repeats, with 60 ms windows 1.4-2.2% in 3 of 4 cells (the fused op at RS 8192: 14.4%) and ours/direct 0.994-0.999
+in every cell. Those figures come from the run that chose the defaults. The latency regime (one call after a
+barrier) spread 3.8-21.7% in every regime: a burst figure, reported beside the back-to-back one.
 
 Writes ``DIR/bench_ag_gemm.json``, ``DIR/bench_ag_gemm.md``, ``DIR/samples_rank*.json`` and ``DIR/diagnosis.md``.
 """
@@ -298,8 +304,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="whole measurements in this process")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per cell and repeat")
     parser.add_argument("--lat-calls", type=int, default=3, help="latency samples per contender and round")
-    parser.add_argument("--settle-ms", type=float, default=20.0, help="untimed back-to-back calls before a window")
-    parser.add_argument("--window-ms", type=float, default=15.0, help="timed back-to-back window (about)")
+    parser.add_argument("--settle-ms", type=float, default=100.0, help="untimed back-to-back calls before a window")
+    parser.add_argument("--window-ms", type=float, default=60.0, help="timed back-to-back window (about)")
     parser.add_argument("--min-calls", type=int, default=5, help="calls per back-to-back window, at least")
     parser.add_argument("--warmup", type=int, default=5, help="calls per contender before any timing")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shared shuffles")

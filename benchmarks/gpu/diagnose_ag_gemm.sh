@@ -25,10 +25,10 @@ bench() { local name=$1; shift
     --out "$OUT/$name" --repeats 3 ${EXTRA:-} "$@" 2>&1 | grep -v -i warn > "$OUT/$name.log"
   grep -A12 '^### Verdicts' "$OUT/$name/bench_ag_gemm.md" 2>/dev/null || tail -n 20 "$OUT/$name.log"
 }
-bench default --nccl-debug                       # the regime of the 5-36% figures (windows 15 ms, shuffled)
-bench fixed_order --order fixed                  # the same order every round
-bench long_windows --window-ms 60 --settle-ms 100
-bench short_windows --window-ms 5
-(export NCCL_ALGO=Ring NCCL_PROTO=Simple; bench ring_simple)   # NCCL's algorithm and protocol pinned
+bench default --nccl-debug --window-ms 15 --settle-ms 20   # the regime of the 5-36% figures (15 ms, shuffled)
+bench fixed_order --order fixed --window-ms 15 --settle-ms 20  # the same order every round
+bench long_windows --window-ms 60 --settle-ms 100  # the benchmark's default since this diagnosis
+bench short_windows --window-ms 5 --settle-ms 20
+(export NCCL_ALGO=Ring NCCL_PROTO=Simple; bench ring_simple --window-ms 15 --settle-ms 20)   # NCCL's algorithm and protocol pinned
 kill "$smi" 2>/dev/null
 for d in "$OUT"/*/; do [ -f "$d/diagnosis.md" ] && { echo "== $d"; cat "$d/diagnosis.md"; }; done
