@@ -84,6 +84,26 @@ def judge_rows(rows: list[dict[str, Any]], oracle: dict[str, Any], gpu: str, wor
         row["judged"] = [judge(t["choice"], entry, restrict) for t in row["tunings"]]
 
 
+def write_report(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]], oracle: dict[str, Any]) -> str:
+    """Judge ``rows`` against ``oracle`` and write ``out/choices.json`` and ``out/choices.md``; the markdown."""
+    judge_rows(rows, oracle, meta["gpu"], meta["world"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "choices.json").write_text(json.dumps({**meta, "rows": rows}, indent=1, default=str))
+    text = markdown(meta, rows)
+    (out / "choices.md").write_text(text)
+    return text
+
+
+def corpus_file(oracle: dict[str, Any], sources: list[Path]) -> dict[str, Any]:
+    """A pooled oracle (:func:`pooled`) in the corpus format the replays read (family ``collective``)."""
+    kept = ("space", "family", "op", "m", "kept", "complete", "world", "window_ms", "passes", "rounds", "env")
+    return {k: {**{f: e[f] for f in kept if f in e}, "ratios": e["ratios"], "best": e["best"],
+                "recordings": e["recordings"], "sources": [str(f) for f in sources],
+                "method": "median over recordings (separate processes) of each config's ratio to its recording's "
+                          "best, relative to the smallest median; " + e.get("method", "")}
+            for k, e in oracle.items()}
+
+
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -149,25 +169,14 @@ def main() -> int:
         p.error("nothing to do: give CHOICES and --out, or --pooled-out")
     oracle = pooled([json.loads(f.read_text()) for f in args.oracle])
     if args.pooled_out:
-        kept = ("space", "family", "op", "m", "kept", "complete", "world", "window_ms", "passes", "rounds", "env")
-        corpus = {k: {**{f: e[f] for f in kept if f in e}, "ratios": e["ratios"], "best": e["best"],
-                      "recordings": e["recordings"], "sources": [str(f) for f in args.oracle],
-                      "method": "median over recordings (separate processes) of each config's ratio to its "
-                                "recording's best, relative to the smallest median; " + e.get("method", "")}
-                  for k, e in oracle.items()}
-        args.pooled_out.write_text(json.dumps(corpus, indent=1))
+        args.pooled_out.write_text(json.dumps(corpus_file(oracle, args.oracle), indent=1))
     if args.choices is None:
         return 0
     report = json.loads(args.choices.read_text())
     meta = {k: v for k, v in report.items() if k != "rows"}
     meta["oracle"] = ", ".join(map(str, args.oracle)) + (" (pooled: median over recordings)"
                                                          if len(args.oracle) > 1 else "")
-    judge_rows(report["rows"], oracle, meta["gpu"], meta["world"])
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "choices.json").write_text(json.dumps({**meta, "rows": report["rows"]}, indent=1, default=str))
-    text = markdown(meta, report["rows"])
-    (args.out / "choices.md").write_text(text)
-    print(text, end="")
+    print(write_report(args.out, meta, report["rows"], oracle), end="")
     return 0
 
 if __name__ == "__main__":

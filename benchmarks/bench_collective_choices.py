@@ -70,7 +70,7 @@ import corpus_collective as cc  # noqa: E402  (turns NVLink multicast off before
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
-from _collective_report import find_entry, judge_rows, markdown  # noqa: E402
+from _collective_report import find_entry, write_report  # noqa: E402
 
 from examples import ag_gemm as ag_mod  # noqa: E402
 from examples import gemm_rs as rs_mod  # noqa: E402
@@ -303,15 +303,9 @@ def main() -> int:
 def write(args: argparse.Namespace, gpu: str, world: int, rows: list[dict[str, Any]],
           oracle: dict[str, Any]) -> str:
     """``choices.json`` (rows with their judgement) and ``choices.md``; returns the markdown."""
-    judge_rows(rows, oracle, gpu, world)
     meta = {"gpu": gpu, "world": world, "oracle": str(args.oracle) if args.oracle else None,
             "torch": torch.__version__, "triton": triton.__version__, "cpus": os.cpu_count()}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "choices.json").write_text(json.dumps({**meta, "rows": rows}, indent=1, default=str))
-    text = markdown(meta, rows)
-    (args.out / "choices.md").write_text(text)
-    return text
-
+    return write_report(args.out, meta, rows, oracle)
 
 if __name__ == "__main__":
     sys.exit(main())

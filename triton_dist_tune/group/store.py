@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import threading
 import time
@@ -221,11 +222,10 @@ class StoreGroup(Group):
                 reported[0] = waited
                 report_waiting(self.rank, self.title, what, missing(), self.global_ranks, waited, timeout)
 
-        slices = [0]
+        slices = itertools.count()
 
         def wait(seconds: float) -> None:  # the first slice blocks, the others poll (no store warnings)
-            slices[0] += 1
-            quiet_store_wait(self.store, keys, seconds, block=slices[0] == 1)
+            quiet_store_wait(self.store, keys, seconds, block=next(slices) == 0)
 
         try:
             wait_in_slices(wait, timeout, between_slices,
