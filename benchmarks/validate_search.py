@@ -87,8 +87,8 @@ def main() -> int:
     if args.probe_one_call_ms is not None:
         timing.PROBE_ONE_CALL_MS = args.probe_one_call_ms
     if args.no_far_behind:
-        from triton_dist_tune.measure import sampling
-        sampling.FAR_BEHIND = float("inf")
+        from triton_dist_tune.measure import probe_screen
+        probe_screen.FAR_BEHIND = float("inf")
     if args.one_sample:  # the tuner builds its plan as SearchPlan(seed=...): the same plan, one screening sample
         import functools
 

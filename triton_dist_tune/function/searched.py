@@ -184,10 +184,10 @@ class Searched:
                 budget.cut = self.record.cut = True  # the best screened is chosen (agreed: the group's clock)
                 break
             with breakdown.part("model"):
-                batch = search.next(history)
+                batch = search.next(history, measurer.probes.indices)
         watch.rounds = "race"
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
-        self.record.probed = len(measurer.probed.indices)
+        self.record.probed = len(measurer.probes.indices)
         with breakdown.part("model"):
             finalists = search.finalists(history)
         self.record.finalists = finalists

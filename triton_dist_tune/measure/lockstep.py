@@ -61,8 +61,9 @@ from .combine import combine_round as combine_round
 from .graphs import EAGER, Graphs
 from .guarding import Guarding
 from .precompile import Compiles
+from .probe_screen import ProbeScreen
 from .race import Race, RacePlan
-from .sampling import Probed, Sampling
+from .sampling import Sampling
 from .sharded import Sharding
 from .stats import median
 from .trial import Trial
@@ -113,8 +114,8 @@ class Measurer(Sampling, Sharding, Guarding):
         self.watch = breakdown.current() or breakdown.Stopwatch()
         #: the time budget, on the group's agreed clock (:mod:`~triton_dist_tune.measure.budget`)
         self.budget = Budget(plan.race.budget_s)
-        #: the configs a search screened by their probe alone (:meth:`~.sampling.Sampling.far_behind`)
-        self.probed = Probed()
+        #: the configs a search screened by their probe alone (:mod:`~triton_dist_tune.measure.probe_screen`)
+        self.probes = ProbeScreen()
 
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
@@ -278,6 +279,9 @@ class Measurer(Sampling, Sharding, Guarding):
                       race.settled_from, time.monotonic() - started,
                       "; noisy: times are least samples" if race.location() is not median else "")
         self.race = race
+        if (behind := [e for e in todo if e[0] in far and e[0] not in outcomes]) and not self.budget.cut:
+            outcomes.update((o.index, o) for o in self.lockstep(behind, race_plan, warmed=True))  # probes not trusted
+            self.probed_outcomes((), todo, per_call, [outcomes[e[0]] for e in behind])  # their evidence too
         return [outcomes[i] for i in sorted(outcomes)]
 
     def _steady_step(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float],

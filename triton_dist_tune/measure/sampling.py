@@ -1,45 +1,24 @@
 """How a config's samples are timed: eagerly, or replayed from a CUDA graph of its calls (device time); and which
-configs a search screens by their warm-up probe alone (:meth:`Sampling.far_behind`)."""
+configs a search screens by their warm-up probe alone (:meth:`Sampling.far_behind`,
+:mod:`~triton_dist_tune.measure.probe_screen`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..records import Outcome
-from . import breakdown, timing
+from . import breakdown, probe_screen, timing
 from .combine import Combined
 from .graphs import EAGER, GRAPH, Graphs, device_time_applies, graph_calls
 from .race import Race
-from .stats import median
-
-#: a search's new config whose warm-up probe takes more than this many times the tuning's fastest probe is screened
-#: by its probe alone: no graph capture, no steady sample (:meth:`Sampling.far_behind`). A probe times a few calls
-#: after a synchronize, so it reads the config's device time with the launch overhead on top, which brings ratios
-#: closer to 1, never further apart: a config over 1.5x the fastest probe is at least that far behind on the
-#: device, and it can be a finalist only where the search's noise band reaches 50%. On one H200 (840-config GEMM,
-#: ``benchmarks/results/session_h200_3``): 16-151 configs of a key's 153-254 screened by their probe alone, and a
-#: key at M = 4096 / 8192 tuned in 2.8-3.5 / 2.9-3.3 s (before: 4.0-4.6 / 4.5-5.7 s). Choices side by side at
-#: M = 1024-8192: 4 of 18 within 1.02 of the corpus's best with the rule, 8 of 18 without, worst 1.050 both (not
-#: significant; a cost at M = 4096 is not ruled out: ``benchmarks/RESULTS.md``).
-FAR_BEHIND = 1.5
-
-
-@dataclass
-class Probed:
-    """The configs a search screened by their warm-up probe alone (:meth:`Sampling.far_behind`)."""
-
-    indices: set[int] = field(default_factory=set)
-    #: sample / probe of every config raced after its probe: a probe's scale to the samples' regime
-    scale: list[float] = field(default_factory=list)
 
 
 class Sampling:
     """The CUDA-graph part of :class:`~triton_dist_tune.measure.lockstep.Measurer`: whether a tuning times on the
     device, each config's capture, and each steady or cold sample. Uses the measurer's ``trial``, ``plan``,
     ``group``, ``cold``, ``log``, ``label``, ``watch``, ``per_call``, ``_final``, and its ``graphs``, ``clock_kind``,
-    ``_clock_chosen`` and ``probed``."""
+    ``_clock_chosen`` and ``probes``."""
 
     def _capture(self, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float]) -> None:
         """Before the first race of a tuning, decide whether its samples are timed on the device
@@ -67,36 +46,35 @@ class Sampling:
                     return
 
     def far_behind(self, per_call: dict[int, float]) -> list[int]:
-        """The configs of ``per_call`` (this stage's, warmed up) that a search screens by their probe alone: those
-        over :data:`FAR_BEHIND` times the tuning's fastest probe (every probe of this measurer: earlier stages'
-        too). Only on one rank timing on a device clock, where a probe carries the device's small noise: a
-        collective's one-sided delays (or a loaded host's stalls) can make a probe read twice a config's time,
-        and a config screened by such a probe would be lost to the search. The group's probes: agreed."""
+        """The configs of ``per_call`` (this stage's, warmed up) over
+        :data:`~triton_dist_tune.measure.probe_screen.FAR_BEHIND` times the tuning's fastest probe (every probe of
+        this measurer: earlier stages' too): those a search screens by their probe alone if probes are trusted
+        after this stage's others are raced (:meth:`probed_outcomes`). Only on one rank timing on a device clock,
+        where a probe carries the device's small noise: a collective's one-sided delays (or a loaded host's
+        stalls) can make a probe read twice a config's time, and a config screened by such a probe would be lost to
+        the search. The group's probes: agreed."""
         if self.group.size != 1 or self.cold or self.plan.batch is not None or self.trial.host_counts:
             return []
-        fastest = min(self.per_call.values(), default=0.0)
-        return [i for i in sorted(per_call) if fastest > 0 and per_call[i] > FAR_BEHIND * fastest]
+        self.probes.probed(per_call)
+        return self.probes.far(per_call)
 
     def probed_outcomes(self, far: Sequence[int], todo: Sequence[tuple[int, dict[str, Any], str]],
                         per_call: dict[int, float], raced: Sequence[Outcome]) -> dict[int, Outcome]:
-        """After a search's screening round: the outcomes (journaled) of the configs ``far`` behind
-        (:meth:`far_behind`; none: nothing), each its probe scaled to the samples' regime by the median ratio of
-        sample to probe over every config a screening round of this measurer raced (``raced``, this round's, is
-        added first: the first round holds the fastest probe's config, which is never far behind)."""
+        """After a search's screening round: first the evidence of ``raced`` (this round's outcomes: sample /
+        probe); then the outcomes (journaled) of the configs ``far`` behind (:meth:`far_behind`): where probes are
+        trusted (:attr:`~.probe_screen.ProbeScreen.trusted`), each its probe's stand-in time, else nothing (the
+        caller races them)."""
         for outcome in raced:
-            probe = self.per_call.get(outcome.index, 0.0)
-            if outcome.usable and outcome.time and probe > 0:
-                self.probed.scale.append(outcome.time / probe)
-        if not far:
+            if outcome.usable and outcome.time:
+                self.probes.raced(self.per_call.get(outcome.index, 0.0), outcome.time)
+        if not far or not self.probes.trusted:
             return {}
-        scale = median(self.probed.scale) if self.probed.scale else 1.0
-        self.probed.indices.update(far)
         descriptions = {index: desc for index, _, desc in todo}
+        stand_in = {i: self.probes.stand_in(i, per_call[i]) for i in far}
         self.log.info("%s %d config(s) screened by their probe alone (over %gx the fastest; probe x %.3f)",
-                      self.label, len(far), FAR_BEHIND, scale)
-        return {i: self._final(Outcome(i, descriptions[i], "measured", time=per_call[i] * scale,
-                                       per_rank=[per_call[i] * scale], samples=1, own=per_call[i] * scale))
-                for i in far}
+                      self.label, len(far), probe_screen.FAR_BEHIND, self.probes.scale)
+        return {i: self._final(Outcome(i, descriptions[i], "measured", time=t, per_rank=[t], samples=1, own=t))
+                for i, t in stand_in.items()}
 
     def _cold_sample(self, index: int, config: dict[str, Any], desc: str, race: Race) -> Combined:
         """One cold sample of ``index``, right after the previous exchange, then its own exchange."""

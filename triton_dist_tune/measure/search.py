@@ -60,12 +60,13 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .grid import Grid
 from .noise import NoiseEstimate, central, estimate_noise
+from .probe_screen import ProbeScreen
 from .surrogate import AdditiveModel
 
 SQRT2 = math.sqrt(2)
@@ -167,6 +168,8 @@ class PatternSearch:
         self.resampled = 0
         #: the noise of one screening sample, as last estimated (None: no config screened twice yet)
         self.noise: NoiseEstimate | None = None
+        #: the configs never to sample again (:meth:`next`'s ``bounded``)
+        self.bounded: set[int] = set()
 
     def first(self) -> list[int]:
         """The first look (step 1 of the module docstring)."""
@@ -213,11 +216,13 @@ class PatternSearch:
         timed = sorted((t, i) for i, t in times.items() if t is not None and i in self.grid.point)
         return [i for _, i in timed[:count]]
 
-    def next(self, samples: Samples) -> list[int]:
+    def next(self, samples: Samples, bounded: Collection[int] = ()) -> list[int]:
         """The next stage, given the group's screening samples of every config screened so far (None: failed);
         empty when the search is over (steps 2-5 of the module docstring). A stage holds either configs to screen
         for the first time or configs to sample again, never both. Never empty while no screened config has worked
-        and kept configs are left untried."""
+        and kept configs are left untried. ``bounded``: configs whose one sample stands in for a time known to be
+        far behind (:mod:`~triton_dist_tune.measure.probe_screen`): never sampled again."""
+        self.bounded = set(bounded)
         history = self.history(samples)
         post = self.posterior(history)
         times = post.times
@@ -243,7 +248,8 @@ class PatternSearch:
         count = {i: len(history[i] or ()) for i in ranked}
         pairs = sum(1 for c in count.values() if c >= 2)
         # the noise's first pairs: the best few; then the best, the reference the others are compared with
-        batch = [i for i in ranked[:plan.noise_pairs if pairs < plan.noise_pairs else 1] if count[i] < 2]
+        batch = [i for i in ranked[:plan.noise_pairs if pairs < plan.noise_pairs else 1]
+                 if count[i] < 2 and i not in self.bounded]
         self.noise = post.noise
         if self.noise is not None and not batch:
             batch = self._uncertain(ranked, post, history, self.noise.sigma)
@@ -269,7 +275,7 @@ class PatternSearch:
         def width(i: int) -> float:  # the band: ``band`` deviations of the difference of two estimates
             return plan.band * math.sqrt(post.variance.get(i, sigma ** 2) + post.variance.get(best, sigma ** 2))
 
-        open_ = [i for i in ranked if len(logs[i]) < plan.max_samples]
+        open_ = [i for i in ranked if len(logs[i]) < plan.max_samples and i not in self.bounded]
         batch = [i for i in open_ if len(logs[i]) >= 2 and max(logs[i]) - min(logs[i]) > plan.band * sigma * SQRT2
                  and min(logs[i]) - estimate[best] < width(i)]
         finalists = set(ranked[:plan.finalists])
@@ -400,27 +406,41 @@ class PatternSearch:
 
 
 def simulate(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], plan: SearchPlan,
-             time_of: Callable[[int], float | None], seeds: Sequence[int] = ()
-             ) -> tuple[list[int], dict[int, float | None]]:
+             time_of: Callable[[int], float | None], seeds: Sequence[int] = (),
+             probe_of: Callable[[int], float] | None = None) -> tuple[list[int], dict[int, float | None]]:
     """Replay a search over a recorded or synthetic landscape; returns (the finalists, every screened config's time:
     the median of its samples, None for a failed one). ``time_of(index) -> ms or None`` is called once for every
     sample the search takes, in the order the live tuner takes them (a config sampled twice: twice), so that a
-    replay can draw fresh noise per sample; None fails the config, as an error in its run does. For tests and for
-    trying strategies on data measured once on a GPU."""
-    return run_search(PatternSearch(configs, kept, plan, seeds), time_of)
+    replay can draw fresh noise per sample; None fails the config, as an error in its run does. ``probe_of(index)
+    -> ms``: each new config's warm-up probe, for a replay of the far-behind screening of one rank on a device clock
+    (:mod:`~triton_dist_tune.measure.probe_screen`: the configs a trusted probe puts far behind take no sample);
+    None: none, as on a group of ranks. For tests and for trying strategies on data measured once on a GPU."""
+    return run_search(PatternSearch(configs, kept, plan, seeds), time_of, probe_of)
 
 
-def run_search(search: PatternSearch, time_of: Callable[[int], float | None]
-               ) -> tuple[list[int], dict[int, float | None]]:
-    """:func:`simulate`'s loop over a search already made (a replay's variant of :class:`PatternSearch`)."""
+def run_search(search: PatternSearch, time_of: Callable[[int], float | None],
+               probe_of: Callable[[int], float] | None = None) -> tuple[list[int], dict[int, float | None]]:
+    """:func:`simulate`'s loop over a search already made (a replay's variant of :class:`PatternSearch`). With
+    ``probe_of``, each stage's new configs are screened as the live tuner screens them: every one probed, those not
+    far behind sampled (their samples the evidence of how probes read), then those far behind given their probe's
+    stand-in where probes are trusted, else sampled too."""
     history: dict[int, list[float] | None] = {}
+    screen = ProbeScreen()
+
     batch = search.first()
     while batch:
-        for i in batch:
+        probes = {i: probe_of(i) for i in batch if i not in history} if probe_of is not None else {}
+        screen.probed(probes)
+        far = screen.far(probes)
+        for i in [i for i in batch if i not in far] + far:  # the others first: their samples are the evidence
+            if i in far and screen.trusted:
+                history[i] = [screen.stand_in(i, probes[i])]
+                continue
             sample = time_of(i)
             if sample is None:
                 history[i] = None
             elif i not in history or history[i] is not None:
                 history.setdefault(i, []).append(sample)  # type: ignore[union-attr]
-        batch = search.next(history)
+                screen.raced(probes.get(i, 0.0), sample)
+        batch = search.next(history, screen.indices)
     return search.finalists(history), search.estimates(history)

@@ -77,7 +77,7 @@ MAX_CALLS = 20000
 #: timed calls in the probe that gives a config's time per call; one when the config probed before it took at least
 #: :data:`PROBE_ONE_CALL_MS` per call (:func:`probe_calls`): a launch adds 5-10 us to one call timed after a
 #: synchronize, under 2% of 0.5 ms, where a probe sizes samples and screens configs 1.5x behind
-#: (:data:`~triton_dist_tune.measure.sampling.FAR_BEHIND`); at M = 8192 GEMMs two calls fewer per config
+#: (:data:`~triton_dist_tune.measure.probe_screen.FAR_BEHIND`); at M = 8192 GEMMs two calls fewer per config
 PROBE_CALLS, PROBE_ONE_CALL_MS = 3, 0.5
 #: the queued part of a steady sample: about this many ms of calls (1 to :data:`QUEUED_MAX_CALLS` calls), timed
 #: after the device was held long enough for the host to queue them all; only for configs faster than
