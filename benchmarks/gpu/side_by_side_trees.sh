@@ -15,7 +15,8 @@ FAMILY=${FAMILY:-gemm_k4096_n4096}
 read -r -a arms <<< "${ARMS:?ARMS=\"NAME=TREE ...\"}"
 smoke=(); [ -n "${CPU_SMOKE:-}" ] && smoke=(--cpu-smoke)
 shapes=(); [ -n "${SHAPES:-}" ] && shapes=(--shapes "$SHAPES")
-order=("${arms[@]}"); for ((i = ${#arms[@]} - 1; i >= 0; i--)); do order+=("${arms[i]}"); done
+order=("${arms[@]}")  # MIRROR=0: each arm once, in the order given
+[ "${MIRROR:-1}" != 0 ] && for ((i = ${#arms[@]} - 1; i >= 0; i--)); do order+=("${arms[i]}"); done
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
 n=0
 for arm in "${order[@]}"; do

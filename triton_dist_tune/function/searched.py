@@ -60,6 +60,8 @@ class SearchRecord:
     #: configs screened by their warm-up probe alone (far behind the fastest probe)
     probed: int = 0
     noise: NoiseEstimate | None = None
+    #: how probes read the samples, where they may screen configs (one rank, a device clock; empty: they may not)
+    probes: str = ""
     #: configs of the stages that the time budget left unmeasured
     left_out: int = 0
     #: True when the time budget ended the screening: the finalists were not raced
@@ -74,6 +76,7 @@ class SearchRecord:
         raced = ("the time budget ended the screening (the best screened chosen)" if self.cut else
                  f"{len(self.finalists)} finalists raced")
         noise = f"; {self.noise.text()}" if self.noise is not None else ""
+        noise += f"; probes: {self.probes}" if self.probes else ""
         return (f"search: {total} of {self.kept} configs screened{resumed}{again} in {len(self.stages)} stage(s), "
                 f"{raced}, {self.seconds:.2f} s{noise}")
 
@@ -188,6 +191,7 @@ class Searched:
         watch.rounds = "race"
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
         self.record.probed = len(measurer.probes.indices)
+        self.record.probes = measurer.probes.text() if measurer.probes.ratios else ""
         with breakdown.part("model"):
             finalists = search.finalists(history)
         self.record.finalists = finalists

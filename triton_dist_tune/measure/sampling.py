@@ -48,31 +48,37 @@ class Sampling:
     def far_behind(self, per_call: dict[int, float]) -> list[int]:
         """The configs of ``per_call`` (this stage's, warmed up) over
         :data:`~triton_dist_tune.measure.probe_screen.FAR_BEHIND` times the tuning's fastest probe (every probe of
-        this measurer: earlier stages' too): those a search screens by their probe alone if probes are trusted
-        after this stage's others are raced (:meth:`probed_outcomes`). Only on one rank timing on a device clock,
-        where a probe carries the device's small noise: a collective's one-sided delays (or a loaded host's
-        stalls) can make a probe read twice a config's time, and a config screened by such a probe would be lost to
-        the search. The group's probes: agreed."""
-        if self.group.size != 1 or self.cold or self.plan.batch is not None or self.trial.host_counts:
+        this measurer: earlier stages' too): the candidates a search may screen by their probe alone once this
+        stage's others are raced (:meth:`probed_outcomes`). Only on one rank timing on a device clock
+        (:meth:`_probes_screen`). The group's probes: agreed."""
+        if not self._probes_screen():
             return []
         self.probes.probed(per_call)
         return self.probes.far(per_call)
 
+    def _probes_screen(self) -> bool:
+        """Whether probes may screen configs: on one rank timing on a device clock, where a probe carries the
+        device's small noise. A collective's one-sided delays (or a loaded host's stalls) can make a probe read
+        twice a config's time, and a config screened by such a probe would be lost to the search."""
+        return self.group.size == 1 and not self.cold and self.plan.batch is None and not self.trial.host_counts
+
     def probed_outcomes(self, far: Sequence[int], todo: Sequence[tuple[int, dict[str, Any], str]],
                         per_call: dict[int, float], raced: Sequence[Outcome]) -> dict[int, Outcome]:
         """After a search's screening round: first the evidence of ``raced`` (this round's outcomes: sample /
-        probe); then the outcomes (journaled) of the configs ``far`` behind (:meth:`far_behind`): where probes are
-        trusted (:attr:`~.probe_screen.ProbeScreen.trusted`), each its probe's stand-in time, else nothing (the
-        caller races them)."""
+        probe); then the outcomes (journaled) of the candidates ``far`` behind (:meth:`far_behind`) that are
+        behind the measured bar (:meth:`~.probe_screen.ProbeScreen.stand_ins`), each its probe's stand-in time.
+        The caller races the other candidates."""
+        if not self._probes_screen():
+            return {}
         for outcome in raced:
             if outcome.usable and outcome.time:
                 self.probes.raced(self.per_call.get(outcome.index, 0.0), outcome.time)
-        if not far or not self.probes.trusted:
+        if not far:
             return {}
+        stand_in = self.probes.stand_ins(per_call, far)
         descriptions = {index: desc for index, _, desc in todo}
-        stand_in = {i: self.probes.stand_in(i, per_call[i]) for i in far}
-        self.log.info("%s %d config(s) screened by their probe alone (over %gx the fastest; probe x %.3f)",
-                      self.label, len(far), probe_screen.FAR_BEHIND, self.probes.scale)
+        self.log.info("%s %d of %d config(s) over %gx the fastest probe screened by their probe alone (%s)",
+                      self.label, len(stand_in), len(far), probe_screen.FAR_BEHIND, self.probes.text())
         return {i: self._final(Outcome(i, descriptions[i], "measured", time=t, per_rank=[t], samples=1, own=t))
                 for i, t in stand_in.items()}
 

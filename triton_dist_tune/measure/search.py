@@ -432,9 +432,12 @@ def run_search(search: PatternSearch, time_of: Callable[[int], float | None],
         probes = {i: probe_of(i) for i in batch if i not in history} if probe_of is not None else {}
         screen.probed(probes)
         far = screen.far(probes)
+        stand_ins: dict[int, float] = {}
         for i in [i for i in batch if i not in far] + far:  # the others first: their samples are the evidence
-            if i in far and screen.trusted:
-                history[i] = [screen.stand_in(i, probes[i])]
+            if far and i == far[0]:
+                stand_ins = screen.stand_ins(probes, far)
+            if i in stand_ins:
+                history[i] = [stand_ins[i]]
                 continue
             sample = time_of(i)
             if sample is None:
