@@ -512,7 +512,7 @@ def test_on_one_rank_with_a_device_clock_configs_far_behind_are_screened_by_thei
     assert found["chosen_ms"] <= 1.10 * found["best_ms"]
 
 
-def test_a_probe_is_far_behind_over_one_and_a_half_times_the_best_raced_configs_probe():
+def test_a_probe_is_far_behind_over_one_and_a_half_times_the_best_raced_configs_probe_widened_where_host_bound():
     screen = ProbeScreen()
     first = {1: 2.0, 2: 3.5, 3: 2.9, 4: 6.0}
     screen.probed(first)
@@ -525,6 +525,15 @@ def test_a_probe_is_far_behind_over_one_and_a_half_times_the_best_raced_configs_
     screen.probed(later)
     assert screen.far(later) == [5, 6]  # over 1.5x the fastest probe (now 0.5): candidates
     assert screen.stand_ins(later, [5, 6]) == {6: 3.1 * 0.95} and screen.indices == {2, 4, 6}  # over 1.5 x 2.0 only
+    host = ProbeScreen()  # host-bound probes: samples read 0.3-0.4 of them, 0.15 after a host stall
+    host.probed(first)
+    host.raced(2.0, 0.6)
+    assert host.host_bound and host.stand_ins(first, [2, 4]) == {}  # the first stage races every config
+    for ratio in (0.35, 0.4, 0.33, 0.38, 0.31, 0.36, 0.34, 0.37, 0.15):
+        host.raced(5.0, ratio * 5.0)
+    host.probed({8: 6.5, 9: 7.5})
+    # the bar: 1.5 x spread (0.345 / 0.15 = 2.3) x the best raced config's probe (2.0) = 6.9, not 3.0
+    assert abs(host.spread - 2.3) < 1e-9 and host.stand_ins({8: 6.5, 9: 7.5}, [8, 9]) == {9: 7.5 * host.scale}
 
 
 def test_a_config_screened_by_its_probe_alone_is_never_sampled_again():
@@ -556,3 +565,14 @@ def test_a_config_screened_by_its_probe_alone_is_never_sampled_again():
         stand_ins = set(times) - set(first_sample_in)
         assert len(stand_ins) >= 50 and not again, (len(stand_ins), again)
         assert min(ratios[i] for i in finalists) <= 1.02 * min(ratios)
+
+
+def test_where_probes_read_the_host_only_configs_far_behind_beyond_the_host_stalls_get_a_stand_in(tmp_path):
+    # the MoE example's probes on an H200 read 1.4-8x its graphs' device time, and a host stall put configs near
+    # the best "far behind" (before: 26 of 156 screened configs got a stand-in, 23 of them within 1.5x of the best)
+    (result,) = run_ranks(CASES, 1, ["far_behind_host_probe"], env=tuner_env(tmp_path, 60), timeout=240)
+    assert result.returncode == 0, describe([result])
+    found = result.results[0]
+    stand_ins = found["stand_ins"]
+    assert all(ms > 1.5 * found["best_ms"] for ms in stand_ins.values()), (found["best_ms"], stand_ins)
+    assert found["chosen_ms"] <= 1.02 * found["best_ms"] and "probes: samples read" in found["search"]

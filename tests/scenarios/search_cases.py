@@ -14,10 +14,11 @@ import os
 import random
 import signal
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, spend, virtual_clock
+from _cases import case, emit, in_steady_round, main, spend, virtual_clock
 
 import triton_dist_tune as tdt
 
@@ -26,6 +27,8 @@ SPACE = [{"BLOCK_A": a, "b": b, "c": c, "d": d}
          for a, b, c, d in itertools.product([2**k for k in range(10)], range(6), range(5), (False, True))]
 #: where the landscape's bottom is (positions along BLOCK_A, b, c) and its d
 BOTTOM = (6, 2, 3)
+#: the configs called in a steady sample (the others made warm-up calls alone: screened by their probe alone)
+STEADY: list[int] = []
 #: each rank's own noise, a fraction of each call's time (rank r: JITTER[r % 4])
 JITTER = (0.0, 0.2, 0.1, 0.2)
 
@@ -38,9 +41,11 @@ def landscape_ms(config: dict) -> float:
     return 2.0 * (1.0 + steps * 0.5)
 
 
-def tuned(name: str, calls: list[int], jitter: float, kill_at: int | None = None):
+def tuned(name: str, calls: list[int], jitter: float, kill_at: int | None = None,
+          probe_ms: Callable[[int, float], float] | None = None):
     """The 600-config collective function. ``jitter``: this rank's own noise (a fraction of each call's time);
-    ``kill_at``: SIGKILL this rank at the first call of the ``kill_at``-th distinct config it runs."""
+    ``kill_at``: SIGKILL this rank at the first call of the ``kill_at``-th distinct config it runs; ``probe_ms``:
+    what a call outside a steady sample (the warm-up, the probe) takes, from the config's index and its time."""
     noise = random.Random(1000 + dist.get_rank())
     seen: list[int] = []
     log = os.environ.get("SEARCH_CALLS")
@@ -57,7 +62,10 @@ def tuned(name: str, calls: list[int], jitter: float, kill_at: int | None = None
         if log:
             with open(f"{log}.rank{dist.get_rank()}", "a") as out:
                 out.write(f"{attempt} {index}\n")
-        spend(landscape_ms(SPACE[index]) * (1.0 + jitter * noise.random()))
+        ms = landscape_ms(SPACE[index])
+        if in_steady_round():
+            STEADY.append(index)
+        spend(ms * (1.0 + jitter * noise.random()) if probe_ms is None or in_steady_round() else probe_ms(index, ms))
         dist.all_reduce(torch.ones(1))
 
     return f
@@ -96,6 +104,30 @@ def far_behind():
          finalists=[o.index for o in decision.outcomes if o.state == "measured"],
          ms={o.index: o.time for o in decision.outcomes if o.time is not None},
          true_ms={o.index: landscape_ms(SPACE[o.index]) for o in decision.outcomes if o.time is not None})
+
+
+def _far_behind_case(name: str, probe_ms: Callable[[int, float], float]) -> None:
+    """``far_behind`` with calls outside the steady samples (the warm-up's probe) timed by ``probe_ms``."""
+    tdt.init_distributed()
+    calls: list[int] = []
+    f = tuned(name, calls, jitter=0.0, probe_ms=probe_ms)
+    with virtual_clock(kind="device"):
+        f()
+    ((_, decision),) = f.tuner.decisions.items()
+    steady = set(STEADY)
+    emit(chosen_ms=landscape_ms(SPACE[decision.index]), best_ms=min(map(landscape_ms, SPACE)), search=decision.search,
+         stand_ins={i: landscape_ms(SPACE[i]) for i in sorted(set(calls) - steady)})
+
+
+@case
+def far_behind_host_probe():
+    """``far_behind`` where the probe is host-bound, as a function of many launches is on a GPU (the MoE example:
+    its probes read 1.4-8x its graphs' device time): every call outside a steady sample takes 4 ms more than its
+    config's time, and 8 ms more on one call in six (the host stalled), so that a probe's ratio to the fastest
+    says more about the host than about the config. Emits the configs screened by their probe alone (no steady
+    call) with their times."""
+    stalls = random.Random(7)
+    _far_behind_case("far_behind_host_probe", lambda index, ms: ms + 4.0 * (2.0 if stalls.random() < 1 / 6 else 1.0))
 
 
 @case
