@@ -19,7 +19,8 @@ Method (leave one family out, as Kernel Tuner's authors judge strategies):
 
 Launch: ``python benchmarks/replay_search.py benchmarks/results/corpus/*.json [--seeds 10]
 [--noise-models gauss2,gauss10] [--jobs 2] [--out benchmarks/results/corpus/replay.md]``; ``--default-only``
-replays the default plan alone (the 20-seed figures of docs/search.md: ``--seeds 20 --jobs 2 --default-only``).
+replays the default plan alone (the 20-seed figures of docs/search.md: ``--seeds 20 --jobs 2 --default-only``);
+``--probes device|host`` replays the far-behind screening too (one rank on a device clock), probes drawn so.
 """
 
 from __future__ import annotations
@@ -123,13 +124,37 @@ class NoiseModel:
         return sample
 
 
+@dataclass(frozen=True)
+class ProbeModel:
+    """How a replayed config's warm-up probe reads its recorded time, for a replay of the far-behind screening of one
+    rank on a device clock (``--probes``): the time x (1 + U(0, ``misread``)), plus a host cost of ``host`` times the
+    landscape's best time x (1 + U(0, 0.1)), doubled on a ``stalled`` share of probes (a host stall)."""
+
+    name: str
+    misread: float = 0.0
+    host: float = 0.0
+    stalled: float = 0.0
+
+    def draw(self, rng: random.Random, time: float, best: float) -> float:
+        host = self.host * best * (1 + 0.1 * rng.random()) * (2.0 if rng.random() < self.stalled else 1.0)
+        return time * (1 + self.misread * rng.random()) + host
+
+
+#: ``--probes``: device-bound probes that read each config up to 5% high (an 840-config GEMM at large M on an H200:
+#: samples 0.62-0.81 of their probe, a fairly constant share), and host-bound ones (the MoE example: samples 0.11-0.50
+#: of their probe) with a host cost twice the best config's time, stalled on one probe in six
+PROBE_MODELS = {m.name: m for m in (ProbeModel("device", misread=0.05), ProbeModel("host", host=2.0, stalled=1 / 6))}
+
+
 #: the noise models of issue 39's bars (``--noise-models``)
 NOISE_MODELS = {m.name: m for m in (NoiseModel("gauss2", 0.02), NoiseModel("gauss5", 0.05),
                                     NoiseModel("gauss10", 0.10), NoiseModel("spiked", 0.02, spiked=0.05))}
 
 
-def replay(plan: SearchPlan, land: Landscape, seeds: int, noise: NoiseModel) -> Score:
-    """``seeds`` replays of ``plan`` over ``land``, each sample drawn afresh under ``noise``."""
+def replay(plan: SearchPlan, land: Landscape, seeds: int, noise: NoiseModel, probes: ProbeModel | None = None
+           ) -> Score:
+    """``seeds`` replays of ``plan`` over ``land``, each sample drawn afresh under ``noise``; with ``probes``, each new
+    config's warm-up probe drawn under it and the far-behind screening replayed (``simulate``'s ``probe_of``)."""
     best = min(land.ratios)
     score = Score()
     for seed in range(seeds):
@@ -140,7 +165,9 @@ def replay(plan: SearchPlan, land: Landscape, seeds: int, noise: NoiseModel) -> 
             taken[0] += 1
             return noise.draw(rng, land.ratios[i])
 
-        finalists, times = simulate(land.configs, range(len(land.configs)), replace(plan, seed=f"k{seed}"), time_of)
+        probe_of = None if probes is None else (lambda i: probes.draw(rng, land.ratios[i], best))
+        finalists, times = simulate(land.configs, range(len(land.configs)), replace(plan, seed=f"k{seed}"), time_of,
+                                    probe_of=probe_of)
         score.found.append(min(land.ratios[i] for i in finalists) / best)
         score.screened.append(len(times))
         score.fraction.append(len(times) / len(land.configs))
@@ -187,7 +214,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write the report (markdown) here")
     parser.add_argument("--default-only", action="store_true",
                         help="replay the default plan alone (per family and over all): many seeds, in less time")
+    parser.add_argument("--probes", choices=sorted(PROBE_MODELS), default=None,
+                        help="replay the far-behind screening of one rank on a device clock, probes drawn so")
     args = parser.parse_args()
+    probes = PROBE_MODELS[args.probes] if args.probes else None
     lands = load(args.corpus)
     models = [NOISE_MODELS[name] for name in args.noise_models.split(",")]
     families = sorted({land.family for land in lands})
@@ -195,7 +225,8 @@ def main() -> None:
     plans = [default] if args.default_only else list(dict.fromkeys([*CANDIDATES, default, one]))
     cells = [(plan, model, land) for plan in plans for model in models for land in lands]
     with multiprocessing.Pool(args.jobs) as pool:
-        replayed = pool.starmap(replay, [(plan, land, args.seeds, model) for plan, model, land in cells], chunksize=1)
+        replayed = pool.starmap(replay, [(plan, land, args.seeds, model, probes) for plan, model, land in cells],
+                                chunksize=1)
     scores = {(plan, model.name, land.name): score for (plan, model, land), score in zip(cells, replayed, strict=True)}
 
     def over(plan: SearchPlan, model: NoiseModel, chosen: list[Landscape]) -> Score:
@@ -214,6 +245,7 @@ def main() -> None:
              f"noise drawn afresh for every sample", "",
              "Models: " + "; ".join(f"{m.name}: Gaussian {m.sigma:.0%}" + (f", {m.spiked:.0%} of samples x "
                                     f"(1 + U({m.spike_low}, {m.spike_high}))" if m.spiked else "") for m in models),
+             *(["", f"Probes ({probes.name}): {ProbeModel.__doc__.split(chr(10))[0]} {probes}"] if probes else []),
              "", "A miss: the best finalist more than 2% behind the best. Bars (issue 39): "
              + ", ".join(f"{k} {v:.0%}" for k, v in BARS.items()) + "; worst at most 1.05.", "",
              ]
