@@ -245,7 +245,9 @@ def main() -> None:
              f"noise drawn afresh for every sample", "",
              "Models: " + "; ".join(f"{m.name}: Gaussian {m.sigma:.0%}" + (f", {m.spiked:.0%} of samples x "
                                     f"(1 + U({m.spike_low}, {m.spike_high}))" if m.spiked else "") for m in models),
-             *(["", f"Probes ({probes.name}): {ProbeModel.__doc__.split(chr(10))[0]} {probes}"] if probes else []),
+             *(["", f"The far-behind screening replayed (one rank, a device clock), probes drawn as {probes.name}: a "
+                    f"config's time x (1 + U(0, {probes.misread})) + {probes.host} x the best time x (1 + U(0, 0.1)), "
+                    f"doubled on {probes.stalled:.0%} of probes"] if probes else []),
              "", "A miss: the best finalist more than 2% behind the best. Bars (issue 39): "
              + ", ".join(f"{k} {v:.0%}" for k, v in BARS.items()) + "; worst at most 1.05.", "",
              ]
