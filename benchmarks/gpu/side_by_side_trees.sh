@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU: the corpus validation (benchmarks/validate_search.py: fresh tunings, each choice judged by the H200
 # corpus, seconds per key) of two or more source trees of the library side by side in one call, in the order
-# A B ... B A (each arm twice, mirrored, so that a drift of the machine over the call weighs on every arm alike).
+# A B ... B A (each arm twice, mirrored, so that a drift of the machine over the call weighs on every arm alike;
+# MIRROR=0: A B ..., each arm once).
 # An arm is NAME=TREE: TREE a checkout or an export of a commit (git archive COMMIT triton_dist_tune benchmarks/*.py
 # examples | tar -x -C arms/NAME; arms/ is ignored: carry it). Each run is its own process with a fresh HOME and
 # Triton cache; every run reads the corpus of this checkout.
