@@ -10,16 +10,16 @@ constant cost on top: ``a D_x + h > 1.5 (a D_best + h)`` implies ``D_x > 1.5 D_b
 
 - **The reference is the probe of the best config raced** (the least screened time; the stage's configs under the
   bar are raced first, so that the first stage has one), not the fastest probe: a probe that misreads one config low
-  no longer puts the rest behind (one MoE tuning on an H200 screened 89 of its 98 configs by their probe alone).
+  no longer puts the rest behind (one MoE tuning on an H200 screened 89 of its 98 configs by their probe alone, a
+  misread fastest probe the likely cause).
 - **Where probes read the host, the bar is measured.** Probes whose raced configs' samples read under
   :data:`HOST_BOUND` of them (the median) are mostly the host's time: a function of several launches per call, or of
   kernels of a few microseconds (the MoE example on an H200: 0.11-0.50 at M <= 2048, 0.50-0.70 at M >= 4096; an
   840-config GEMM at M = 4096 / 8192: 0.62-0.81). There the host's jitter, not the config, can put a config near
   the best "far behind". So the first stage then races every config, far behind or not, and a probe may read as
   far above its config's time as the worst twentieth of that stage's ratios of sample to probe reads below their
-  median
-  (:attr:`ProbeScreen.spread`); from the second stage on, a config is far behind over :data:`FAR_BEHIND` x that
-  spread x the reference. Only the first stage's ratios count: later stages race only the configs under the bar,
+  median (:attr:`ProbeScreen.spread`); from the second stage on, a config is far behind over :data:`FAR_BEHIND` x
+  that spread x the reference. Only the first stage's ratios count: later stages race only the configs under the bar,
   whose ratios would hide the stalls. Elsewhere the plain bar holds, and the first stage's far configs get their
   stand-in as soon as the stage's others are raced.
 - **A stand-in is a bound, not a sample**: the search never samples it again and it gives no pair to the noise
@@ -44,10 +44,11 @@ from dataclasses import dataclass, field
 
 from .stats import median
 
-#: a search's new config whose warm-up probe takes more than this many times the tuning's fastest probe is screened
-#: by its probe alone, where probes are trusted. A probe reads the config's device time with the launch overhead
-#: on top, which brings ratios closer to 1, never further apart: a config over 1.5x the fastest probe is at least
-#: that far behind on the device, and it can be a finalist only where the search's noise band reaches 50%. On one
+#: a search's new config whose warm-up probe takes more than this many times the best raced config's probe (times the
+#: spread, where probes are host-bound) is screened by its probe alone; over this many times the tuning's fastest
+#: probe it is a candidate. A probe reads the config's device time with the launch overhead on top, which brings
+#: ratios closer to 1, never further apart: such a config is at least that far behind on the device, and it can be
+#: a finalist only where the search's noise band reaches 50%. Before the guards of the module docstring, on one
 #: H200 (840-config GEMM, ``benchmarks/results/session_h200_3``): 16-151 configs of a key's 153-254 screened by their
 #: probe alone, and a key at M = 4096 / 8192 tuned in 2.8-3.5 / 2.9-3.3 s (before: 4.0-4.6 / 4.5-5.7 s)
 FAR_BEHIND = 1.5
