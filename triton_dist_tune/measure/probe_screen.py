@@ -29,9 +29,9 @@ constant cost on top: ``a D_x + h > 1.5 (a D_best + h)`` implies ``D_x > 1.5 D_b
   88%.
 
 Side by side on one H200 (``benchmarks/RESULTS.md``; the threshold is a training figure, chosen on those runs): the
-measured bar on every function cost GEMM keys at M = 4096 / 8192 0.3-1.0 s more and changed none of their choices;
-with the plain bar, MoE tunings at M = 256 chose 1.060 and 1.114 (72 and 111 configs screened by their probe alone)
-in 2 of 9, with the measured bar none of 6.
+measured bar on every function made GEMM keys take 0.7-1.1 / 0.1-0.4 s more at M = 4096 / 8192 and changed none of
+their choices; with the plain bar, MoE tunings at M = 256 chose 1.060 and 1.114 (72 and 111 configs screened by their
+probe alone) in 2 of 9, with the measured bar none of 6.
 
 Pure: every rank of a group decides the same from the same probes and samples (only a group of one rank uses it).
 """
