@@ -62,10 +62,10 @@ def tuned(name: str, calls: list[int], jitter: float, kill_at: int | None = None
         if log:
             with open(f"{log}.rank{dist.get_rank()}", "a") as out:
                 out.write(f"{attempt} {index}\n")
-        ms = landscape_ms(SPACE[index])
-        if in_steady_round():
+        ms, steady = landscape_ms(SPACE[index]), in_steady_round()
+        if steady:
             STEADY.append(index)
-        spend(ms * (1.0 + jitter * noise.random()) if probe_ms is None or in_steady_round() else probe_ms(index, ms))
+        spend(ms * (1.0 + jitter * noise.random()) if probe_ms is None or steady else probe_ms(index, ms))
         dist.all_reduce(torch.ones(1))
 
     return f
@@ -106,19 +106,6 @@ def far_behind():
          true_ms={o.index: landscape_ms(SPACE[o.index]) for o in decision.outcomes if o.time is not None})
 
 
-def _far_behind_case(name: str, probe_ms: Callable[[int, float], float]) -> None:
-    """``far_behind`` with calls outside the steady samples (the warm-up's probe) timed by ``probe_ms``."""
-    tdt.init_distributed()
-    calls: list[int] = []
-    f = tuned(name, calls, jitter=0.0, probe_ms=probe_ms)
-    with virtual_clock(kind="device"):
-        f()
-    ((_, decision),) = f.tuner.decisions.items()
-    steady = set(STEADY)
-    emit(chosen_ms=landscape_ms(SPACE[decision.index]), best_ms=min(map(landscape_ms, SPACE)), search=decision.search,
-         stand_ins={i: landscape_ms(SPACE[i]) for i in sorted(set(calls) - steady)})
-
-
 @case
 def far_behind_host_probe():
     """``far_behind`` where the probe is host-bound, as a function of many launches is on a GPU (the MoE example:
@@ -126,8 +113,16 @@ def far_behind_host_probe():
     config's time, and 8 ms more on one call in six (the host stalled), so that a probe's ratio to the fastest
     says more about the host than about the config. Emits the configs screened by their probe alone (no steady
     call) with their times."""
+    tdt.init_distributed()
+    calls: list[int] = []
     stalls = random.Random(7)
-    _far_behind_case("far_behind_host_probe", lambda index, ms: ms + 4.0 * (2.0 if stalls.random() < 1 / 6 else 1.0))
+    f = tuned("far_behind_host_probe", calls, jitter=0.0,
+              probe_ms=lambda index, ms: ms + 4.0 * (2.0 if stalls.random() < 1 / 6 else 1.0))
+    with virtual_clock(kind="device"):
+        f()
+    ((_, decision),) = f.tuner.decisions.items()
+    emit(chosen_ms=landscape_ms(SPACE[decision.index]), best_ms=min(map(landscape_ms, SPACE)), search=decision.search,
+         stand_ins={i: landscape_ms(SPACE[i]) for i in sorted(set(calls) - set(STEADY))})
 
 
 @case

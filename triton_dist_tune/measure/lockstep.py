@@ -281,7 +281,7 @@ class Measurer(Sampling, Sharding, Guarding):
         self.race = race
         if (behind := [e for e in todo if e[0] in far and e[0] not in outcomes]) and not self.budget.cut:
             outcomes.update((o.index, o) for o in self.lockstep(behind, race_plan, warmed=True))  # probes not trusted
-            self.probed_outcomes((), todo, per_call, [outcomes[e[0]] for e in behind])  # their evidence too
+            self.probes_raced([outcomes[e[0]] for e in behind])  # their evidence too
         return [outcomes[i] for i in sorted(outcomes)]
 
     def _steady_step(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float],

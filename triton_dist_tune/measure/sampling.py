@@ -62,18 +62,21 @@ class Sampling:
         twice a config's time, and a config screened by such a probe would be lost to the search."""
         return self.group.size == 1 and not self.cold and self.plan.batch is None and not self.trial.host_counts
 
+    def probes_raced(self, raced: Sequence[Outcome]) -> None:
+        """Note how the samples of configs raced after their probe read those probes (where probes may screen)."""
+        if self._probes_screen():
+            for outcome in raced:
+                if outcome.usable and outcome.time:
+                    self.probes.raced(self.per_call.get(outcome.index, 0.0), outcome.time)
+
     def probed_outcomes(self, far: Sequence[int], todo: Sequence[tuple[int, dict[str, Any], str]],
                         per_call: dict[int, float], raced: Sequence[Outcome]) -> dict[int, Outcome]:
         """After a search's screening round: first the evidence of ``raced`` (this round's outcomes: sample /
         probe); then the outcomes (journaled) of the candidates ``far`` behind (:meth:`far_behind`) that are
         behind the measured bar (:meth:`~.probe_screen.ProbeScreen.stand_ins`), each its probe's stand-in time.
         The caller races the other candidates."""
-        if not self._probes_screen():
-            return {}
-        for outcome in raced:
-            if outcome.usable and outcome.time:
-                self.probes.raced(self.per_call.get(outcome.index, 0.0), outcome.time)
-        if not far:
+        self.probes_raced(raced)
+        if not far or not self._probes_screen():
             return {}
         stand_in = self.probes.stand_ins(per_call, far)
         descriptions = {index: desc for index, _, desc in todo}
