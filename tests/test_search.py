@@ -576,3 +576,27 @@ def test_where_probes_read_the_host_only_configs_far_behind_beyond_the_host_stal
     stand_ins = found["stand_ins"]
     assert all(ms > 1.5 * found["best_ms"] for ms in stand_ins.values()), (found["best_ms"], stand_ins)
     assert found["chosen_ms"] <= 1.02 * found["best_ms"] and "probes: samples read" in found["search"]
+
+
+def test_a_resumed_search_keeps_an_earlier_attempts_stand_ins_as_bounds_and_counts_them(tmp_path):
+    # before: the resumed attempt read the first attempt's stand-ins (configs screened by their probe alone) as
+    # ordinary samples, free to be sampled again, and its summary counted only its own stand-ins (7 of 47)
+    env = tuner_env(tmp_path, 60, SEARCH_CALLS=str(tmp_path / "calls"), SEARCH_KILL="140")
+    first = run_ranks(CASES, 1, ["far_behind_killed"], env={**env, "SEARCH_ATTEMPT": "1"}, timeout=240)
+    assert first[0].returncode == -9, describe(first)
+    (second,) = run_ranks(CASES, 1, ["far_behind_killed"], env={**env, "SEARCH_ATTEMPT": "2"}, timeout=240)
+    assert second.returncode == 0, describe([second])
+    calls: dict[tuple[int, int], list[int]] = {}  # (attempt, config): whether each call was in a steady sample
+    for line in (tmp_path / "calls.rank0").read_text().splitlines():
+        attempt, index, in_sample = map(int, line.split())
+        calls.setdefault((attempt, index), []).append(in_sample)
+    probed_first = {i for (a, i), s in calls.items() if a == 1 and not any(s)}
+    stand_ins = {i for (a, i), s in calls.items() if not any(s) and not any(calls.get((3 - a, i), []))}
+    # a config only probed by the first attempt and sampled, with no warm-up, by the second: a stand-in sampled again
+    again = {i for (a, i), s in calls.items() if a == 2 and i in probed_first and all(s)}
+    found = second.results[0]
+    assert re.search(r"\(\d+ from the journal\)", found["search"]), found["search"]
+    probed = re.search(r"(\d+) screened by their probe alone", found["search"])
+    assert probed and int(probed.group(1)) == len(stand_ins) > 20, (found["search"], len(stand_ins))
+    assert not again, again
+    assert found["chosen_ms"] <= 1.02 * found["best_ms"]

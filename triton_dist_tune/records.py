@@ -47,6 +47,9 @@ class Outcome:
     order: list[int] = field(default_factory=list)
     #: group time of each round this config took part in (ms), in order
     round_times: list[float] = field(default_factory=list)
+    #: True when ``time`` stands in for a sample: the config was screened by its warm-up probe alone, far behind
+    #: (a bound, never sampled again; :mod:`~triton_dist_tune.measure.probe_screen`)
+    probed: bool = False
 
     def __post_init__(self) -> None:
         if self.state not in STATES:

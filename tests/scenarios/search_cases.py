@@ -59,10 +59,10 @@ def tuned(name: str, calls: list[int], jitter: float, kill_at: int | None = None
             if kill_at is not None and len(seen) == kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
         calls.append(index)
-        if log:
-            with open(f"{log}.rank{dist.get_rank()}", "a") as out:
-                out.write(f"{attempt} {index}\n")
         ms, steady = landscape_ms(SPACE[index]), in_steady_round()
+        if log:  # the attempt, the config, and whether the call is part of a steady sample
+            with open(f"{log}.rank{dist.get_rank()}", "a") as out:
+                out.write(f"{attempt} {index} {int(steady)}\n")
         if steady:
             STEADY.append(index)
         spend(ms * (1.0 + jitter * noise.random()) if probe_ms is None or steady else probe_ms(index, ms))
@@ -123,6 +123,25 @@ def far_behind_host_probe():
     ((_, decision),) = f.tuner.decisions.items()
     emit(chosen_ms=landscape_ms(SPACE[decision.index]), best_ms=min(map(landscape_ms, SPACE)), search=decision.search,
          stand_ins={i: landscape_ms(SPACE[i]) for i in sorted(set(calls) - set(STEADY))})
+
+
+@case
+def far_behind_killed():
+    """``far_behind`` where the probes of some configs near the best read 1.7x their time (stand-ins that the
+    landscape's model reads as outliers), killed at the ``SEARCH_KILL``-th distinct config of its first attempt and
+    resumed in the second (``SEARCH_ATTEMPT=2``)."""
+    tdt.init_distributed()
+    calls: list[int] = []
+    attempt = os.environ.get("SEARCH_ATTEMPT", "1")
+    misread = {i for i, c in enumerate(SPACE) if landscape_ms(c) <= 2.6 and i % 3 == 0}
+    kill = int(os.environ.get("SEARCH_KILL", "0")) or None
+    f = tuned("far_behind_killed", calls, jitter=0.0, kill_at=kill if attempt == "1" else None,
+              probe_ms=lambda index, ms: ms * (1.7 if index in misread else 1.0))
+    with virtual_clock(kind="device"):
+        f()
+    ((_, decision),) = f.tuner.decisions.items()
+    emit(chosen_ms=landscape_ms(SPACE[decision.index]), best_ms=min(map(landscape_ms, SPACE)), search=decision.search,
+         misread=sorted(misread))
 
 
 @case
