@@ -82,6 +82,19 @@ def _calibrate(target_ms: float) -> int:
     return elems
 
 
+def _phase() -> str:
+    """Where the tuner is calling the function from: ``screening`` or ``race`` (the search's phase), then
+    ``sample`` (a steady sample's calls) or ``warm-up`` (the calls outside one: the warm-up and its probe)."""
+    frame, sample, phase = sys._getframe(2), False, "other"
+    while frame is not None:
+        sample = sample or frame.f_code.co_name == "_steady_rounds"
+        if frame.f_code.co_name == "run" and frame.f_code.co_filename.endswith("searched.py"):
+            phase = getattr(frame.f_locals.get("watch"), "rounds", "other")
+            break
+        frame = frame.f_back
+    return f"{phase} {'sample' if sample else 'warm-up'}"
+
+
 def worker(args: argparse.Namespace) -> None:
     """One rank of one tuning: tune the function once, print ``RESULT {json}``."""
     import torch
@@ -96,6 +109,7 @@ def worker(args: argparse.Namespace) -> None:
     buf = torch.ones(elems)
     position = {tuple(c.values()): i for i, c in enumerate(SPACE)}
     calls: list[int] = []
+    phases: dict[str, int] = {}
     collective_ms: list[float] = []
     overshoot_ms: list[float] = []
 
@@ -103,6 +117,8 @@ def worker(args: argparse.Namespace) -> None:
     def f(*, BLOCK_A, b, c, d):
         index = position[(BLOCK_A, b, c, d)]
         calls.append(index)
+        phase = _phase()
+        phases[phase] = phases.get(phase, 0) + 1
         want = landscape_ms(SPACE[index]) * args.scale
         start = time.perf_counter()
         time.sleep(want / 1e3)
@@ -128,6 +144,7 @@ def worker(args: argparse.Namespace) -> None:
         "best": best, "best_ms": times[best] * args.scale, "ratio": times[decision.index] / times[best],
         "runner_up_ratio": None if runner_up is None else times[runner_up] / times[best],
         "calls": len(calls), "distinct_called": len(set(calls)), "calls_per_config": len(calls) / len(SPACE),
+        "calls_by_phase": dict(sorted(phases.items())),
         "screened": sum(o.state != "pruned" for o in decision.outcomes),
         "finalists": sorted(o.index for o in decision.outcomes if o.state == "measured"),
         "best_screened": best_outcome is not None and best_outcome.state != "pruned",
@@ -202,6 +219,7 @@ def row(tuning: dict[str, Any]) -> dict[str, Any]:
     return {"tuning": tuning["tuning"], "ratio": first["ratio"], "chosen": first["chosen"],
             "chosen_ms": first["chosen_ms"], "best_ms": first["best_ms"],
             "calls_per_config": first["calls_per_config"], "calls_by_rank": [r["calls"] for r in tuning["ranks"]],
+            "calls_by_phase": first.get("calls_by_phase"),
             "screened": first["screened"], "best_screened": first["best_screened"],
             "best_outcome": first["best_outcome"], "near_best": first["near_best"],
             "tuning_seconds": first["seconds"], "wall": tuning["wall"],

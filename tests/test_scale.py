@@ -158,9 +158,9 @@ def test_replicas_split_the_first_pass_and_end_on_one_config(tmp_path, n):
     alone = max(len(r["calls"]) for r in independent)
     most = max(len(r["calls"]) for r in together)
     print(f"calls per rank: {alone} alone, at most {most} with {replicas} replicas")
-    # 2 replicas: 71 calls of 99 (87 of 129 when every probe timed 3 calls, before a config of 2 ms or more per
-    # call made the next probe one call)
-    assert most <= (0.75 if replicas == 2 else 0.5) * alone, (most, alone)
+    # 2 replicas: 56 calls of 69 (71 of 99 when every screening sample on CPU ranks settled one call first, and
+    # 87 of 129 when every probe timed 3 calls)
+    assert most <= (0.85 if replicas == 2 else 0.5) * alone, (most, alone)
     files = list((tmp_path / "cache" / "replicas").glob("*.json"))
     assert len(files) == 1, files  # one decision for the layout, written once
     assert json.loads(files[0].read_text())["index"] == 1

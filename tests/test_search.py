@@ -400,7 +400,7 @@ def test_a_search_killed_mid_way_resumes_without_measuring_a_config_twice(tmp_pa
     over = {i: n for i, n in counts.items() if n > (SearchPlan().max_samples + 1 if i in finalists else screened[i])}
     assert not over, (over, finalists)
     attempts = [line.split() for line in (tmp_path / "calls.rank0").read_text().splitlines()]
-    assert {a for a, _ in attempts} == {"1", "2"}
+    assert {a for a, _, _ in attempts} == {"1", "2"}  # the attempt, the config, whether in a steady sample
 
 
 def test_ranks_that_disagree_on_the_search_mode_get_the_same_clear_error(tmp_path):

@@ -287,7 +287,8 @@ def make_clock() -> HostClock | DeviceClock:
 def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, batch: int | None) -> Steady:
     """The calls of a steady sample of a config taking ``per_call_ms``: a screening or a ``settled`` one, settling
     longer when ``first`` in its round (or settled block); ``batch`` fixes the timed calls. ``host``: by the host
-    clock's rules (no power state to settle: the settling is one call; no queued calls). The group agrees on
+    clock's rules (no power state to settle: the settling is one call, and none for a screening sample that is not
+    its round's first, which the previous call's collective has just aligned; no queued calls). The group agrees on
     ``host`` and on ``per_call_ms``, so every rank makes the same calls."""
     if settled:
         settle, span = SETTLED_SETTLE_MS, SETTLED_SPAN_MS
@@ -295,7 +296,7 @@ def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, bat
         settle, span = SCREEN_SETTLE_MS, SCREEN_SPAN_MS
     settle += ROUND_SETTLE_MS if first else 0.0
     if host and per_call_ms > 0:
-        settle = min(settle, per_call_ms)
+        settle = min(settle, per_call_ms) if first or settled else 0.0
     steady = Steady.calls(per_call_ms, settle, span, batch)
     if host or not 0 < per_call_ms < QUEUED_BELOW_MS:
         return steady
