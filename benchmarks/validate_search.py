@@ -104,10 +104,10 @@ def main() -> int:
     if args.first_key:
         m = args.first_key if "x" in args.first_key else int(args.first_key)
         use_triton_cache(tempfile.mkdtemp(prefix="triton_first_", dir=bs.BASE))
-        got = bs.ours_tuning(space, fresh_kernel(space.source), space.state(m), f"first_{os.getpid()}", None)
+        got = tune_once(space, fresh_kernel(space.source), space.state(m), f"first_{os.getpid()}")
         report["first_key"] = {"m": m, "seconds": got["seconds"], "choice": got["choice"],
-                               "search": got["decision"].get("search")}
-        bs.say(f"first key with compiles at {m}: {got['seconds']:.1f} s -> {got['choice']}")
+                               "search": got["decision"].get("search"), "breakdown": got["breakdown"]}
+        bs.say(f"first key with compiles at {m}: {got['seconds']:.1f} s -> {got['choice']}; {got['breakdown']}")
     use_triton_cache(str(bs.BASE / "triton_validate"))
     kernel = fresh_kernel(space.source)
     for m in shapes:
