@@ -288,8 +288,8 @@ def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, bat
     """The calls of a steady sample of a config taking ``per_call_ms``: a screening or a ``settled`` one, settling
     longer when ``first`` in its round (or settled block); ``batch`` fixes the timed calls. ``host``: by the host
     clock's rules (no power state to settle: the settling is one call, and none for a screening sample that is not
-    its round's first, whose ranks the previous call's collective has just aligned; no queued calls). The group agrees on
-    ``host`` and on ``per_call_ms``, so every rank makes the same calls."""
+    its round's first, whose ranks the previous call's collective has just aligned; no queued calls). The group
+    agrees on ``host`` and on ``per_call_ms``, so every rank makes the same calls."""
     if settled:
         settle, span = SETTLED_SETTLE_MS, SETTLED_SPAN_MS
     else:
