@@ -49,9 +49,13 @@ def test_two_kernels_around_a_collective(env, n, tmp_path):
         # once, in a shuffled order; scale has fewer configs, finishes first and runs its best
         add = [c for run in res["seq"] for k, _, c in run if k == "add"]
         scale = [c for run in res["seq"] for k, _, c in run if k == "scale"]
-        assert add[:3] == [0, 1, 2] and sorted(add[3:6]) == sorted(add[6:9]) == [0, 1, 2] and add[9:] == [2]
+        assert add[:3] == [0, 1, 2] and sorted(add[3:6]) == sorted(add[6:9]) == [0, 1, 2] and add[-1] == 2
+        # then add's choice; before it, closing rounds only where the race was close, which a 4x gap is not on an
+        # idle machine (a loaded one, with 2 busy processes beside the suite, once stalled config 2 enough)
+        closing, close = add[9:-1], sorted(set(add[9:-1]))
+        assert all(sorted(closing[i:i + len(close)]) == close for i in range(0, len(closing), len(close) or 1))
         assert scale[:2] == [0, 1] and sorted(scale[2:4]) == sorted(scale[4:6]) == [0, 1] and set(scale[6:]) == {1}
-        assert res["runs"] == 10 and res["second_runs"] == 1  # a decided call is a single run
+        assert res["runs"] == 10 + len(closing) and res["second_runs"] == 1  # a decided call is a single run
         assert res["stock_hit"] and res["cache"]  # a stock launch afterwards uses the choice (no benchmarking)
         assert res["patched_after"] is False
         assert len(res["tables"]["add_kernel"][0]["per_rank"]) == n
