@@ -119,6 +119,10 @@ class NoiseModel:
     #: the share of an unstable config's samples read in its slow mode, x (1 + U(0.3, 0.8)): the chunked AG/RS-GEMM
     #: algorithms on 2 H200s, half of whose pairs of screening samples read over 15% apart
     bimodal: float = 0.0
+    #: phases of the device: after each sample, with probability 1/:data:`PHASE_SAMPLES`, a new phase begins, slow
+    #: (every sample x 1 + U(0.05, ``drift``)) 40% of the time: the stages and processes on 2 H200s that read every
+    #: config slower (the seventh session's item 4 logs: a race 15-20% slower than its screening)
+    drift: float = 0.0
 
     def draw(self, rng: random.Random, time: float, unstable: bool = False) -> float:
         sample = time * max(0.05, 1 + self.sigma * rng.gauss(0, 1))
@@ -155,10 +159,14 @@ PROBE_MODELS = {m.name: m for m in (ProbeModel("device", misread=0.05), ProbeMod
 NOISE_MODELS = {m.name: m for m in (NoiseModel("gauss2", 0.02), NoiseModel("gauss5", 0.05),
                                     NoiseModel("gauss10", 0.10), NoiseModel("spiked", 0.02, spiked=0.05),
                                     NoiseModel("spiked20", 0.02, spiked=0.20),
-                                    NoiseModel("bimodal", 0.02, spiked=0.05, bimodal=0.4))}
+                                    NoiseModel("bimodal", 0.02, spiked=0.05, bimodal=0.4),
+                                    NoiseModel("drift", 0.02, spiked=0.05, drift=0.2))}
+#: samples in one phase of the ``drift`` model, on average (about one search stage)
+PHASE_SAMPLES = 30
 #: the models of issue 39's bars (the default of ``--noise-models``); ``spiked20``: four times the spikes (on 2 H200s
 #: 2-38% of the pairs of a sequential AG/RS-GEMM config's screening samples read over 15% apart, by tuning; the
-#: seventh session's item 4 logs); ``bimodal``: ``spiked``, and the chunked configs of the collective family unstable
+#: seventh session's item 4 logs); ``bimodal``: ``spiked``, and the chunked configs of the collective family unstable;
+#: ``drift``: ``spiked``, in slow and fast phases of the device
 BAR_MODELS = ("gauss2", "gauss5", "gauss10", "spiked")
 
 
@@ -170,11 +178,13 @@ def replay(plan: SearchPlan, land: Landscape, seeds: int, noise: NoiseModel, pro
     score = Score()
     for seed in range(seeds):
         rng = random.Random(f"{land.name}/{seed}/{noise.name}")
-        taken = [0]
+        taken, phase = [0], [1.0]
 
         def time_of(i: int) -> float:
             taken[0] += 1
-            return noise.draw(rng, land.ratios[i], land.configs[i].get("algo") == "chunked")
+            if noise.drift and rng.random() < 1 / PHASE_SAMPLES:
+                phase[0] = 1 + rng.uniform(0.05, noise.drift) if rng.random() < 0.4 else 1.0
+            return phase[0] * noise.draw(rng, land.ratios[i], land.configs[i].get("algo") == "chunked")
 
         probe_of = None if probes is None else (lambda i: probes.draw(rng, land.ratios[i], best))
         finalists, times = simulate(land.configs, range(len(land.configs)), replace(plan, seed=f"k{seed}"), time_of,
