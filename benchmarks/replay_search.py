@@ -176,6 +176,7 @@ def replay(plan: SearchPlan, land: Landscape, seeds: int, noise: NoiseModel, pro
     config's warm-up probe drawn under it and the far-behind screening replayed (``simulate``'s ``probe_of``)."""
     best = min(land.ratios)
     score = Score()
+    unstable = {i for i, c in enumerate(land.configs) if c.get("algo") == "chunked"} if noise.bimodal else set()
     for seed in range(seeds):
         rng = random.Random(f"{land.name}/{seed}/{noise.name}")
         taken, phase = [0], [1.0]
@@ -184,7 +185,7 @@ def replay(plan: SearchPlan, land: Landscape, seeds: int, noise: NoiseModel, pro
             taken[0] += 1
             if noise.drift and rng.random() < 1 / PHASE_SAMPLES:
                 phase[0] = 1 + rng.uniform(0.05, noise.drift) if rng.random() < 0.4 else 1.0
-            return phase[0] * noise.draw(rng, land.ratios[i], land.configs[i].get("algo") == "chunked")
+            return phase[0] * noise.draw(rng, land.ratios[i], i in unstable)
 
         probe_of = None if probes is None else (lambda i: probes.draw(rng, land.ratios[i], best))
         finalists, times = simulate(land.configs, range(len(land.configs)), replace(plan, seed=f"k{seed}"), time_of,

@@ -132,8 +132,6 @@ class Searched:
         self.record = SearchRecord(len(self.kept))
         #: whether a config's warm-up probe counts as its first screening sample (timed as the samples are)
         self.probes = measurer.probes_are_samples
-        #: configs an earlier attempt screened by their probe alone (bounds, as this attempt's own stand-ins)
-        self.resumed_probed: set[int] = set()
 
     def _seeds(self) -> list[int]:
         """Rank 0's seeds, or its error (a ``distance`` that returns no number), the same on every rank (one
@@ -189,10 +187,10 @@ class Searched:
                 budget.cut = self.record.cut = True  # the best screened is chosen (agreed: the group's clock)
                 break
             with breakdown.part("model"):
-                batch = search.next(history, measurer.probes.indices | self.resumed_probed)
+                batch = search.next(history, measurer.probes.indices)
         watch.rounds = "race"
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
-        self.record.probed = len(measurer.probes.indices | self.resumed_probed)
+        self.record.probed = len(measurer.probes.indices)
         self.record.probes = measurer.probes.text() if measurer.probes.ratios else ""
         with breakdown.part("model"):
             finalists = search.finalists(history)
@@ -256,8 +254,8 @@ class Searched:
         if taken >= len(journaled):
             return False
         outcome.resumed = True
-        if outcome.probed:  # a stand-in, not a sample: a bound the search never samples again
-            self.resumed_probed.add(index)
+        if outcome.probed:  # an earlier attempt's stand-in: a bound, as this attempt's own
+            self.measurer.probes.indices.add(index)
         first = 2 if self.probes and taken == 0 else 1  # a first screening took the probe and a sample
         history[index] = [*(history.get(index) or ()), *map(float, journaled[taken:taken + first])]
         outcomes[index] = outcome

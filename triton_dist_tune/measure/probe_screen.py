@@ -70,7 +70,7 @@ class ProbeScreen:
     ratios: list[float] = field(default_factory=list)
     #: those of the first stage
     first: list[float] = field(default_factory=list)
-    #: the configs screened by their probe alone so far
+    #: the configs screened by their probe alone so far (by this attempt or, read from the journal, an earlier one)
     indices: set[int] = field(default_factory=set)
     #: the least probe (ms per call) of every config probed so far
     fastest: float = 0.0

@@ -83,8 +83,7 @@ class Sampling:
         self.log.info("%s %d of %d config(s) over %gx the fastest probe screened by their probe alone (%s)",
                       self.label, len(stand_in), len(far), probe_screen.FAR_BEHIND, self.probes.text())
         return {i: self._final(Outcome(i, descriptions[i], "measured", time=t, per_rank=[t], samples=1, own=t,
-                                            probed=True))
-                for i, t in stand_in.items()}
+                                       probed=True)) for i, t in stand_in.items()}
 
     def _cold_sample(self, index: int, config: dict[str, Any], desc: str, race: Race) -> Combined:
         """One cold sample of ``index``, right after the previous exchange, then its own exchange."""
