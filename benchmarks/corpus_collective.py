@@ -113,9 +113,16 @@ def gathered(values: list[float]) -> list[list[float]]:
     return [[float(v) for v in o.tolist()] for o in out]
 
 
-def timed(call: Any, window_ms: float, settle_ms: float = 0.0) -> float:
+def timed(call: Any, window_ms: float, settle_ms: float = 0.0, queued: bool = True) -> float:
     """ms per call of ``call`` over a window of back-to-back calls (device events; wall clock on CPU). The call
-    counts come from the MAX over ranks of one call's time, so every rank issues the same collectives."""
+    counts come from the MAX over ranks of one call's time, so every rank issues the same collectives.
+
+    ``queued`` (the default since the eighth session): the window's calls are enqueued while a spin kernel holds
+    the device (for 1.5x the host's launch time of the window, the MAX over ranks), and timed from the end of the
+    first (which absorbs the ranks' arrival skew): the group's device time. Else (``--timing eager``) the host
+    launches each call as the device takes them, and a host-bound function's window reads the slowest rank's host:
+    on 4 H200s GEMM-RS spread 1.36-1.76 over rounds that way, 1.005 queued
+    (``benchmarks/diagnose_collective_noise.py``)."""
     if not GPU:
         t0 = time.perf_counter()
         call()
@@ -126,9 +133,17 @@ def timed(call: Any, window_ms: float, settle_ms: float = 0.0) -> float:
     end.record()
     end.synchronize()
     (once,) = agree_max([max(start.elapsed_time(end), 1e-3)])
-    for _ in range(max(0, math.ceil(settle_ms / once))):
+    settle = max(1 if queued else 0, math.ceil(settle_ms / once))
+    t0 = time.perf_counter()
+    for _ in range(settle):
         call()
+    host_ms = (time.perf_counter() - t0) * 1e3 / max(1, settle)
     n = max(3, math.ceil(window_ms / once))
+    if queued:
+        (host_ms,) = agree_max([host_ms])
+        torch.cuda._sleep(int(min(50.0, 1.0 + 1.5 * n * host_ms) * 1e3 * 1900))  # ~1,900 cycles per us
+        call()
+        n -= 1
     start.record()
     for _ in range(n):
         call()
@@ -241,7 +256,7 @@ def screen(case: Case, known: dict[str, list[float]], args: argparse.Namespace, 
             try:
                 call = case.call(case.kept[i])
                 call()
-                mine = timed(call, args.window_ms)
+                mine = timed(call, args.window_ms, queued=args.timing == "queued")
             except Exception as exc:  # noqa: BLE001 (a config that cannot run: failed on every rank)
                 failed[name], mine = f"{type(exc).__name__}: {str(exc)[:200]}", FAILED
             ranks = gathered([mine, float(time.perf_counter() > stop_at)])
@@ -271,7 +286,8 @@ def refine(case: Case, screened: dict[str, float], args: argparse.Namespace, see
         order = list(finalists)
         rng.shuffle(order)
         for x in order:
-            samples[x].append(agree_max([timed(case.call(configs[x]), 2 * args.window_ms, settle_ms=10.0)])[0])
+            window = timed(case.call(configs[x]), 2 * args.window_ms, settle_ms=10.0, queued=args.timing == "queued")
+            samples[x].append(agree_max([window])[0])
     rel = {x: statistics.median(samples[x][r] / statistics.median(samples[y][r] for y in finalists)
                                 for r in range(args.rounds)) for x in finalists}
     best = min(rel, key=rel.get)
@@ -313,8 +329,9 @@ def record(case: Case, key: str, earlier: dict[str, Any], args: argparse.Namespa
             "compile_s": compile_s, "failed": failed, "screen_ms": screened, "screen_passes_ms": passes,
             "screen_per_rank": per_rank, **found, "rounds": args.rounds, "passes": args.passes, "world": world,
             "window_ms": args.window_ms,
-            "method": "eager windows on every rank (agreed call counts), MAX over ranks; the median of the screening "
-                      "passes; leaders in shuffled rounds",
+            "timing": args.timing,
+            "method": f"{args.timing} windows on every rank (agreed call counts), MAX over ranks; the median of the "
+                      "screening passes; leaders in shuffled rounds",
             "env": {k: os.environ.get(k) for k in sorted(os.environ) if k.startswith(("NCCL_", "TORCH_SYMM",
                                                                                       "NVSHMEM_"))},
             "seconds": seconds + earlier.get("seconds", 0.0)}
@@ -327,6 +344,9 @@ def main() -> int:
                                                     "before the scatter for RS)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--window-ms", type=float, default=3.0)
+    p.add_argument("--timing", choices=("queued", "eager"), default="queued",
+                   help="queued: the group's device time (calls queued behind a hold); eager: as the host launches "
+                        "them (the recordings before the eighth session)")
     p.add_argument("--rounds", type=int, default=5, help="rounds of the leaders' refinement")
     p.add_argument("--passes", type=int, default=3,
                    help="screening passes over every config (each its own order); a config's screened time is the "

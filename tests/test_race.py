@@ -223,6 +223,27 @@ def test_a_fast_config_s_sample_also_times_calls_queued_behind_a_device_hold():
     assert steady_calls(True, 0.04, settled=True, first=False, batch=None).queued == 0  # the host clock's rules
 
 
+def test_on_a_group_a_fast_configs_sample_is_its_queued_calls_after_the_first():
+    """On 4 H200s a host-bound GEMM-RS's spans read the slowest rank's host (spread up to 1.76 over rounds), calls
+    queued behind a hold read the device (1.005): on a group of ranks a fast config's sample is its queued calls
+    alone, about 1.5 ms of them (3 to 8) behind a hold of at most 3 ms, timed from the end of the first (which
+    absorbs the ranks' arrival skew)."""
+    group = steady_calls(False, 0.2, settled=False, first=False, batch=None, ranks=4)
+    assert (group.queued, round(group.hold_ms, 6), group.device_only) == (8, 3.05, True)
+    assert steady_calls(False, 0.9, settled=False, first=False, batch=None, ranks=2).queued == 3  # at least 3
+    assert steady_calls(False, 0.01, settled=True, first=False, batch=None, ranks=2).hold_ms == 0.05 + 0.16
+    assert steady_calls(False, 0.2, settled=False, first=False, batch=None, ranks=1).device_only is False
+    assert steady_calls(True, 0.2, settled=False, first=False, batch=None, ranks=4).queued == 0  # host clock
+    assert steady_calls(False, 1.5, settled=False, first=False, batch=None, ranks=4).queued == 0  # device-bound
+    seen: list[str] = []
+    steady = Steady(1, 2, queued=3, hold_ms=0.3, device_only=True)
+    token = steady_span(Recording(seen), lambda: seen.append("call"), steady)
+    assert seen == ["mark", "call", "wait m", "start", "call", "call", "stop",
+                    "hold 0.3", "call", "start", "call", "call", "stop"]  # the first queued call is not timed
+    assert token.queued is not None
+    assert read_sample(Recording([]), SampleToken("span", "queued"), steady) == 6.0 / 2  # the span is not read
+
+
 def test_on_the_host_clock_only_a_rounds_first_sample_and_a_settled_one_settle():
     # on CPU ranks a screening sample after another config's in its round settled one call for nothing: the
     # previous call's collective had aligned the ranks (behind gloo: 1.72-2.10 calls per config, now 1.46-1.82)

@@ -4,7 +4,7 @@
 # judged against the group oracle (benchmarks/bench_collective_choices.py; its docstring has the method). 4 GPUs,
 # or 2 where only 2 are (device tool, kind nvidia-h200-x4 or -x2).
 #   bash benchmarks/gpu/collective_choices.sh
-# The oracle: benchmarks/results/corpus/collective_w{N}.json when committed, else $OUT/collective_w{N}.json (written
+# The oracle: $ORACLE when set, else benchmarks/results/corpus/collective_w{N}.json when committed, else $OUT/collective_w{N}.json (written
 # by benchmarks/gpu/record_collective.sh earlier in the same device call), else the recorder's state on a warm
 # machine ($STATE/collective_w{N}.json); with none, the choices and their tuned times only (the ratios are owed).
 # Both in one call of 600 s:
@@ -21,7 +21,7 @@ export TRITON_CACHE_DIR="$STATE/triton_cache"  # the recorder's: its compiled ti
 OUT=${OUT:-/tmp/collective_out}; mkdir -p "$OUT"
 N=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); if [ "$N" -ge 4 ]; then N=4; else N=2; fi
 oracle=()
-for f in "benchmarks/results/corpus/collective_w$N.json" "$OUT/collective_w$N.json" "$STATE/collective_w$N.json"; do
+for f in ${ORACLE:-} "benchmarks/results/corpus/collective_w$N.json" "$OUT/collective_w$N.json" "$STATE/collective_w$N.json"; do
   if [ -f "$f" ]; then oracle=(--oracle "$f"); break; fi
 done
 echo "oracle: ${oracle[1]:-none (the ratios are owed)}"

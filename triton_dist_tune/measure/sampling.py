@@ -117,8 +117,10 @@ class Sampling:
         replay of its graph counts as ``calls`` calls when the tuning times on the device."""
         graphs = self.graphs
         if graphs is not None and index in graphs.graphs:
-            steady = timing.steady_calls(self.trial.host_counts, per_call_ms * graphs.calls, settled, first, None)
+            steady = timing.steady_calls(self.trial.host_counts, per_call_ms * graphs.calls, settled, first, None,
+                                          self.group.size)
             replay = graphs.replay(index)
             return steady, lambda: timing.steady_span(self.trial.clock, replay, steady), graphs.calls
-        steady = timing.steady_calls(self.trial.host_counts, per_call_ms, settled, first, self.plan.batch)
+        steady = timing.steady_calls(self.trial.host_counts, per_call_ms, settled, first, self.plan.batch,
+                                      self.group.size)
         return steady, lambda: self.trial.steady(config, steady), 1

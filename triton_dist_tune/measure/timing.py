@@ -90,6 +90,16 @@ QUEUED_WEIGHT = 0.5
 HOLD_MAX_MS, HOLD_MARGIN_MS = 0.5, 0.05
 #: cycles of the device's hold kernel per microsecond (an SM clock near 2 GHz; a slower clock holds longer)
 _HOLD_CYCLES_PER_US = 2000
+#: the queued part of a sample on a **group** of ranks (a function with collectives): about this many ms of calls
+#: (:data:`GROUP_QUEUED_MIN_CALLS` to :data:`QUEUED_MAX_CALLS`), behind a hold of twice their time, at most
+#: :data:`GROUP_HOLD_MAX_MS` (idle gaps of 1-10 ms lend no burst of clock), timed from the end of the first queued
+#: call (which absorbs the ranks' arrival skew); the sample's time is theirs alone. A group's span is paced by the
+#: slowest rank's host: on 4 H200s the examples' GEMM-RS launched a call in 0.20-0.26 ms of host time against
+#: 0.11-0.15 ms of device time, so its spans read the hosts (spread 1.36-1.76 over rounds, and each process's best
+#: read 1.17-1.48x in the others), where calls queued behind a hold read the device (spread 1.004-1.005, the same
+#: best in every process to 0.4%; ``benchmarks/diagnose_collective_noise.py``). Between heavy layers the host runs
+#: ahead, so the device's time is what a layer costs there
+GROUP_QUEUED_MS, GROUP_QUEUED_MIN_CALLS, GROUP_HOLD_MAX_MS = 1.5, 3, 3.0
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,8 @@ class Steady:
     span: int
     queued: int = 0
     hold_ms: float = 0.0
+    #: the queued calls alone give the sample's time, timed from the end of the first (a group of ranks)
+    device_only: bool = False
 
     @staticmethod
     def calls(per_call_ms: float, settle_ms: float, span_ms: float, span: int | None = None) -> Steady:
@@ -284,12 +296,14 @@ def make_clock() -> HostClock | DeviceClock:
     return clock
 
 
-def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, batch: int | None) -> Steady:
+def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, batch: int | None,
+                 ranks: int = 1) -> Steady:
     """The calls of a steady sample of a config taking ``per_call_ms``: a screening or a ``settled`` one, settling
     longer when ``first`` in its round (or settled block); ``batch`` fixes the timed calls. ``host``: by the host
     clock's rules (no power state to settle: the settling is one call, and none for a screening sample that is not
-    its round's first, whose ranks the previous call's collective has just aligned; no queued calls). The group
-    agrees on ``host`` and on ``per_call_ms``, so every rank makes the same calls."""
+    its round's first, whose ranks the previous call's collective has just aligned; no queued calls). ``ranks``:
+    the group's size; over one, a fast config's sample is its queued calls alone (:data:`GROUP_QUEUED_MS`). The
+    group agrees on ``host`` and on ``per_call_ms``, so every rank makes the same calls."""
     if settled:
         settle, span = SETTLED_SETTLE_MS, SETTLED_SPAN_MS
     else:
@@ -300,6 +314,10 @@ def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, bat
     steady = Steady.calls(per_call_ms, settle, span, batch)
     if host or not 0 < per_call_ms < QUEUED_BELOW_MS:
         return steady
+    if ranks > 1:
+        queued = max(GROUP_QUEUED_MIN_CALLS, min(QUEUED_MAX_CALLS, math.ceil(GROUP_QUEUED_MS / per_call_ms)))
+        hold = min(GROUP_HOLD_MAX_MS, 2 * queued * per_call_ms) + HOLD_MARGIN_MS
+        return Steady(steady.settle, steady.span, queued, hold, device_only=True)
     queued = max(1, min(QUEUED_MAX_CALLS, math.ceil(QUEUED_MS / per_call_ms)))
     hold = min(HOLD_MAX_MS, 2 * queued * per_call_ms) + HOLD_MARGIN_MS
     return Steady(steady.settle, steady.span, queued, hold)
@@ -315,10 +333,13 @@ class SampleToken:
 
 def read_sample(clock: Any, token: SampleToken, steady: Steady) -> float:
     """A steady sample's time per call, ms (after a synchronize): the span's time per call and, when the queued
-    calls were timed, theirs, weighted :data:`QUEUED_WEIGHT` (an even mean). See :func:`steady_span`."""
+    calls were timed, theirs, weighted :data:`QUEUED_WEIGHT` (an even mean); ``steady.device_only`` (a group of
+    ranks): the queued calls' alone, all but the first. See :func:`steady_span`."""
     span = clock.read(token.span) / steady.span
     if token.queued is None:
         return span
+    if steady.device_only:
+        return clock.read(token.queued) / (steady.queued - 1)
     return (1 - QUEUED_WEIGHT) * span + QUEUED_WEIGHT * clock.read(token.queued) / steady.queued
 
 
@@ -355,8 +376,10 @@ def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> SampleTo
     # the queued calls run even where the device cannot be held: the calls a rank makes never depend on its own
     # device (the function's collectives must match on every rank); they are then timed as they come
     clock.hold(steady.hold_ms)
+    if steady.device_only:  # a group: the first queued call absorbs the ranks' arrival skew, untimed
+        call()
     start = clock.start()
-    for _ in range(steady.queued):
+    for _ in range(steady.queued - (1 if steady.device_only else 0)):
         call()
     return SampleToken(span, clock.stop(start))
 
