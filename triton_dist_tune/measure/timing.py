@@ -15,7 +15,9 @@ A **sample** is one timed span of calls, reported in ms per call:
   head start that would hide a host-bound config's launch time), and the span is timed on the device from the end
   of the settling calls to the end of the last call, so that a host-bound function is timed as host-bound (its
   device idles between calls). A config under :data:`QUEUED_BELOW_MS` per call also times a few calls queued
-  behind a short hold of the device, and its sample is the mean of both times (:func:`steady_span`). The samples
+  behind a short hold of the device, and its sample is the mean of both times (:func:`steady_span`); on a group of
+  ranks its sample is the queued calls' time alone (:data:`GROUP_QUEUED_MS`: a group's span reads the slowest
+  rank's host). The samples
   of one round run back to back, with one synchronize and one exchange
   per round (:meth:`~triton_dist_tune.measure.lockstep.Measurer.lockstep`), so the device never idles inside a
   round; a round's first sample settles longer (:data:`ROUND_SETTLE_MS`), after the idle gap of the exchange.
@@ -359,7 +361,9 @@ def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> SampleTo
     H100, ``benchmarks/bench_fidelity.py``). So a fast config's sample also times a few **queued** calls: the
     device is held (a spin kernel of ``steady.hold_ms``, shorter than any idle gap that lends a burst of clock)
     while the host queues them, and they then run back to back at the device's speed. The sample's time is the
-    mean of the two views (:func:`read_sample`); a device-bound config reads the same in both."""
+    mean of the two views (:func:`read_sample`); a device-bound config reads the same in both. On a group of ranks
+    (``steady.device_only``) the first queued call runs untimed (it absorbs the ranks' arrival skew) and the
+    sample is the other queued calls' time alone."""
     mark = None
     for i in range(steady.settle):
         if i == steady.settle - 1:
