@@ -72,6 +72,8 @@ SHAPES = "4096x4096x3584,1024x8192x8192"
 SMOKE_SHAPE = "24x16x8"
 #: a gathered time that means "failed on this rank"
 FAILED = 1e30
+#: spin cycles per microsecond of the device hold (``torch.cuda._sleep``; about an H200's SM clock)
+HOLD_CYCLES_PER_US = 1900
 
 
 def tiles(smoke: bool) -> list[str]:
@@ -141,7 +143,7 @@ def timed(call: Any, window_ms: float, settle_ms: float = 0.0, queued: bool = Tr
     n = max(3, math.ceil(window_ms / once))
     if queued:
         (host_ms,) = agree_max([host_ms])
-        torch.cuda._sleep(int(min(50.0, 1.0 + 1.5 * n * host_ms) * 1e3 * 1900))  # ~1,900 cycles per us
+        torch.cuda._sleep(int(min(50.0, 1.0 + 1.5 * n * host_ms) * 1e3 * HOLD_CYCLES_PER_US))
         call()
         n -= 1
     start.record()

@@ -45,9 +45,6 @@ import corpus_collective as cc  # noqa: E402  (turns NVLink multicast off before
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-#: spin cycles per microsecond of ``torch.cuda._sleep`` (about an H200's SM clock; the hold is checked, not trusted)
-CYCLES_PER_US = 1900
-
 
 def sm_clock() -> float:
     """This rank's SM clock in MHz (pynvml), or 0 where it cannot be read."""
@@ -89,7 +86,7 @@ def queued(call: Any, calls: int, hold_ms: float) -> dict[str, float]:
         return eager(call, calls, 0) | {"late": 0.0}
     torch.cuda.synchronize()
     start, end, held = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-    torch.cuda._sleep(int(hold_ms * 1e3 * CYCLES_PER_US))
+    torch.cuda._sleep(int(hold_ms * 1e3 * cc.HOLD_CYCLES_PER_US))  # checked after: late
     held.record()
     t0 = time.perf_counter()
     call()

@@ -4,7 +4,8 @@
 # judged against the group oracle (benchmarks/bench_collective_choices.py; its docstring has the method). 4 GPUs,
 # or 2 where only 2 are (device tool, kind nvidia-h200-x4 or -x2).
 #   bash benchmarks/gpu/collective_choices.sh
-# The oracle: $ORACLE when set, else benchmarks/results/corpus/collective_w{N}.json when committed, else $OUT/collective_w{N}.json (written
+# The oracle (collective_w4.json: the group's device time; collective_w2.json: eager windows, before the eighth
+# session): $ORACLE when set, else benchmarks/results/corpus/collective_w{N}.json when committed, else $OUT/collective_w{N}.json (written
 # by benchmarks/gpu/record_collective.sh earlier in the same device call), else the recorder's state on a warm
 # machine ($STATE/collective_w{N}.json); with none, the choices and their tuned times only (the ratios are owed).
 # Both in one call of 600 s:
