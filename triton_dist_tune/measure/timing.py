@@ -117,6 +117,11 @@ class Steady:
     #: the queued calls alone give the sample's time, timed from the end of the first (a group of ranks)
     device_only: bool = False
 
+    @property
+    def queued_timed(self) -> int:
+        """The queued calls inside the timed span: all of them, or all but the first (``device_only``)."""
+        return self.queued - 1 if self.device_only else self.queued
+
     @staticmethod
     def calls(per_call_ms: float, settle_ms: float, span_ms: float, span: int | None = None) -> Steady:
         """The sample for a config that takes ``per_call_ms`` per call (measured by a probe): about ``settle_ms``
@@ -316,13 +321,12 @@ def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, bat
     steady = Steady.calls(per_call_ms, settle, span, batch)
     if host or not 0 < per_call_ms < QUEUED_BELOW_MS:
         return steady
-    if ranks > 1:
-        queued = max(GROUP_QUEUED_MIN_CALLS, min(QUEUED_MAX_CALLS, math.ceil(GROUP_QUEUED_MS / per_call_ms)))
-        hold = min(GROUP_HOLD_MAX_MS, 2 * queued * per_call_ms) + HOLD_MARGIN_MS
-        return Steady(steady.settle, steady.span, queued, hold, device_only=True)
-    queued = max(1, min(QUEUED_MAX_CALLS, math.ceil(QUEUED_MS / per_call_ms)))
-    hold = min(HOLD_MAX_MS, 2 * queued * per_call_ms) + HOLD_MARGIN_MS
-    return Steady(steady.settle, steady.span, queued, hold)
+    group = ranks > 1
+    queued_ms, fewest, hold_max = ((GROUP_QUEUED_MS, GROUP_QUEUED_MIN_CALLS, GROUP_HOLD_MAX_MS) if group
+                                   else (QUEUED_MS, 1, HOLD_MAX_MS))
+    queued = max(fewest, min(QUEUED_MAX_CALLS, math.ceil(queued_ms / per_call_ms)))
+    hold = min(hold_max, 2 * queued * per_call_ms) + HOLD_MARGIN_MS
+    return Steady(steady.settle, steady.span, queued, hold, device_only=group)
 
 
 @dataclass(frozen=True)
@@ -337,12 +341,12 @@ def read_sample(clock: Any, token: SampleToken, steady: Steady) -> float:
     """A steady sample's time per call, ms (after a synchronize): the span's time per call and, when the queued
     calls were timed, theirs, weighted :data:`QUEUED_WEIGHT` (an even mean); ``steady.device_only`` (a group of
     ranks): the queued calls' alone, all but the first. See :func:`steady_span`."""
+    if token.queued is not None and steady.device_only:
+        return clock.read(token.queued) / steady.queued_timed
     span = clock.read(token.span) / steady.span
     if token.queued is None:
         return span
-    if steady.device_only:
-        return clock.read(token.queued) / (steady.queued - 1)
-    return (1 - QUEUED_WEIGHT) * span + QUEUED_WEIGHT * clock.read(token.queued) / steady.queued
+    return (1 - QUEUED_WEIGHT) * span + QUEUED_WEIGHT * clock.read(token.queued) / steady.queued_timed
 
 
 def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> SampleToken:
@@ -383,7 +387,7 @@ def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> SampleTo
     if steady.device_only:  # a group: the first queued call absorbs the ranks' arrival skew, untimed
         call()
     start = clock.start()
-    for _ in range(steady.queued - (1 if steady.device_only else 0)):
+    for _ in range(steady.queued_timed):
         call()
     return SampleToken(span, clock.stop(start))
 
