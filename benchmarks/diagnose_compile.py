@@ -160,8 +160,11 @@ def main() -> int:
     m = args.shape if "x" in args.shape else int(args.shape)
     use_triton_cache(tempfile.mkdtemp(prefix="triton_diag_", dir=bs.BASE))
     got = tune_once(space, fresh_kernel(space.source), space.state(m), f"diag_{os.getpid()}")
+    import triton_dist_tune
+
     report = {"gpu": bs.gpu_name(), "cpus": os.cpu_count(), "family": args.family, "shape": args.shape,
-              "summary": summary(got, default_processes(1, 840)), "events": events}
+              "library": triton_dist_tune.__file__, "summary": summary(got, default_processes(1, 840)),
+              "events": events}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=str))
     print(json.dumps(report["summary"], indent=1, default=str))

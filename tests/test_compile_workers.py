@@ -64,6 +64,7 @@ def test_a_worker_compiles_a_kernel_into_the_cache_that_this_process_then_loads_
     try:
         work = task(module.scale_kernel, signature, constexprs, {}, target, options)
         assert work is not None
+        assert pool.wait_ready(60)
         assert pool.compile(work), pool.stats
         compiled = _files(cache)
         assert any(name.endswith(".cubin") for name in compiled), compiled  # the worker wrote the kernel
@@ -119,6 +120,7 @@ EXIT_SCRIPT = textwrap.dedent('''
     from triton_dist_tune.measure.precompile import DaemonPool
 
     pool = shared_pool(1)
+    assert pool.wait_ready(60)
     work = task(module.scale_kernel, {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"},
                 {"BLOCK": 64}, {}, GPUTarget("cuda", 90, 32), {"num_warps": 4, "num_stages": 2})
     threads = DaemonPool(1, "tdt-compile")
@@ -157,7 +159,7 @@ def test_a_thread_waiting_for_a_busy_worker_is_not_left_waiting_when_that_worker
     pool = WorkerPool(1)
     work = task(module.scale_kernel, {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 32},
                 {}, target, {"num_warps": 4, "num_stages": 2})
-    assert pool.compile(work)  # the one worker runs, and is idle
+    assert pool.wait_ready(60) and pool.compile(work)  # the one worker runs, and is idle
     worker = pool.idle.get()  # borrowed, as a busy thread holds it
     answers: list[bool] = []
     waiting = threading.Thread(target=lambda: answers.append(pool.compile(work)), daemon=True)
@@ -169,7 +171,50 @@ def test_a_thread_waiting_for_a_busy_worker_is_not_left_waiting_when_that_worker
         pool.alive -= 1
     waiting.join(timeout=30)
     try:
-        assert not waiting.is_alive()  # it started a worker of its own (before: it waited for the dead one forever)
-        assert answers == [True] and pool.alive == 1
+        # it started a worker in place of the dead one and, while that one starts, left its kernel to its own
+        # thread (before: it waited for the dead one forever)
+        assert not waiting.is_alive()
+        assert answers == [False] and pool.alive == 1 and pool.stats.early == 1
+        assert pool.wait_ready(60) and pool.compile(work)  # the new worker serves
     finally:
         pool.close()
+
+
+STARTING_SCRIPT = textwrap.dedent('''
+    import sys, time
+    sys.path.insert(0, sys.argv[1])
+    import torch  # a process that has torch: its workers import it before they say they are ready
+    import tdt_worker_kernels as module
+    from triton.backends.compiler import GPUTarget
+    from triton_dist_tune.measure.compile_workers import WorkerPool, preloaded, task
+
+    pool = WorkerPool(2)
+    work = task(module.scale_kernel, {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                {"BLOCK": 64}, {}, GPUTarget("cuda", 90, 32), {"num_warps": 4, "num_stages": 2})
+    started = time.monotonic()
+    pool.start()
+    first = pool.compile(work)  # the workers are starting: the caller compiles this one itself, at once
+    print("answered", first, round(time.monotonic() - started, 3), pool.starting, pool.stats.early, flush=True)
+    assert pool.wait_ready(120)
+    print("ready", round(time.monotonic() - started, 3), pool.compile(work), "torch" in preloaded(), flush=True)
+    pool.close()
+''')
+
+
+@pytest.mark.triton_dependent
+def test_while_the_workers_start_a_kernel_is_left_to_its_thread_at_once_then_the_ready_workers_compile(
+        kernel_module, tmp_path):
+    import subprocess
+
+    script = tmp_path / "starting.py"
+    script.write_text(STARTING_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    answered, ready = (line.split() for line in done.stdout.splitlines()[-2:])
+    # before: the first task waited for a worker to start (its interpreter, Triton, torch) and was compiled there
+    assert answered[:2] == ["answered", "False"] and answered[3:] == ["2", "1"], answered
+    # the worker imported torch before it said it was ready: that import is no longer part of a task
+    assert ready[0] == "ready" and ready[2:] == ["True", "True"], ready
+    # counted, not timed: the early answer came before the workers were ready
+    assert float(answered[2]) < float(ready[1]), (answered, ready)

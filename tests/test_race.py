@@ -13,9 +13,12 @@ from triton_dist_tune.measure.race import Race, RacePlan
 from triton_dist_tune.measure.stats import clearly_slower, median, median_bounds, paired_ratios, spread
 from triton_dist_tune.measure.timing import (
     MAX_CALLS,
+    ROUND_IDLE_MS,
     SETTLED_LEADERS_FAST,
+    HostClock,
     SampleToken,
     Steady,
+    may_have_idled,
     read_sample,
     steady_calls,
     steady_span,
@@ -251,7 +254,32 @@ def test_on_the_host_clock_only_a_rounds_first_sample_and_a_settled_one_settle()
     assert steady_calls(True, 4.0, settled=False, first=True, batch=None) == Steady(1, 2)  # after the exchange
     assert steady_calls(True, 4.0, settled=True, first=False, batch=None) == Steady(1, 3)
     assert steady_calls(True, 0.0, settled=False, first=False, batch=None) == Steady(1, 1)  # no probe: one call
-    assert steady_calls(False, 4.0, settled=False, first=False, batch=None) == Steady(2, 2)  # a device settles 5 ms
+    assert steady_calls(False, 0.4, settled=False, first=False, batch=None).settle == 13  # a device settles 5 ms
+
+
+def test_a_device_bound_configs_screening_sample_settles_2_ms_and_a_rounds_first_only_after_an_idle_gap():
+    """At M = 8192 a GEMM's call takes 0.4-2 ms: its screening samples settled 5 ms (10 calls) and each round's
+    first 25 ms more, 3.0-4.1 s per key on one H200. A config reaches its own sustained speed within 2 ms when the
+    device stays busy, and an idle gap under 10 ms lends no burst: a call of 0.5 ms or more settles 2 ms when
+    screened, and on one rank a round's first sample settles longer only when the device may have idled 10 ms."""
+    assert steady_calls(False, 1.0, settled=False, first=False, batch=None) == Steady(2, 5)  # 2 ms, not 5
+    assert steady_calls(False, 4.0, settled=False, first=False, batch=None) == Steady(1, 2)
+    assert steady_calls(False, 0.49, settled=False, first=False, batch=None).settle == 11  # short calls: 5 ms
+    assert steady_calls(False, 1.0, settled=True, first=False, batch=None).settle == 5  # the settled block: 5 ms
+    assert steady_calls(False, 1.0, settled=False, first=True, batch=None).settle == 27  # + the round's 25 ms
+    assert steady_calls(True, 1.0, settled=False, first=True, batch=None) == Steady(1, 5)  # the host clock's rules
+
+    class Idle:
+        def __init__(self, ms: float) -> None:
+            self.ms = ms
+
+        def idle_ms(self) -> float:
+            return self.ms
+
+    assert not may_have_idled(Idle(3.0), ranks=1)  # waited for 3 ms ago: no burst to settle away
+    assert may_have_idled(Idle(ROUND_IDLE_MS), ranks=1)
+    assert may_have_idled(Idle(3.0), ranks=2)  # a group: every rank makes the same calls, whatever its own gap
+    assert may_have_idled(HostClock(), ranks=1) and may_have_idled(object(), ranks=1)
 
 
 def test_leaders_get_settled_rounds_and_are_decided_on_them_alone():

@@ -1,6 +1,8 @@
 """One compile worker process (:mod:`~triton_dist_tune.measure.compile_workers`): run as a script, it imports only
-Triton and what each task names.
+Triton, what the parent names at its start and what each task names.
 
+Run with the names of modules to import first (Triton's compiler, torch: :func:`~triton_dist_tune.measure.
+compile_workers.preloaded`), it imports them, then says it is ready in one JSON line, ``{"ready": true}``.
 Each task arrives on standard input as an 8-byte length and a pickle from the parent process that started it
 (never from a file or the store): ``(sys.path, TRITON_* variables, Triton's version key, module, qualname,
 signature, constexprs, attrs, target, options)``, the variables as the parent has them now (its cache folder, say),
@@ -61,6 +63,13 @@ def main() -> None:
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # print() and C code write to standard error; standard output is the answers' alone
     sys.stdout = sys.stderr
+    for name in sys.argv[1:]:  # what the parent names, before the first task (a module that fails: at its task)
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+    answers.write(json.dumps({"ready": True}) + "\n")
+    answers.flush()
     tasks = sys.stdin.buffer
     while True:
         head = tasks.read(8)

@@ -14,10 +14,15 @@ kernel the worker cannot compile (its module cannot be imported by name: a kerne
 a function; a Triton option set in code, not in the environment, that gives the worker another cache key; an
 error) is compiled by the thread as before, so the outcome (and any error Triton raises) is the same.
 
-The workers are started once per process, at the first compile pass, and serve every tuning after it. They see
-no GPU (``CUDA_VISIBLE_DEVICES`` empty: a kernel module that touches one at import fails there, not on the GPU),
-and they end when the process ends (the end of their input), or at exit, after the compile threads still
-waiting on them.
+The workers are started once per process, all at once at the first compile pass, and serve every tuning after it.
+A worker's start costs seconds: its interpreter imports Triton and torch (when this process has it: a kernel's
+module mostly imports it), and at its first task the kernel's module. On one H200 host (16 CPUs) 16 workers
+started together took 5.4 s (median) to answer their first task, where a kernel then took 0.32 s; the first stage
+of a first key waited for them (``benchmarks/diagnose_compile.py``, ``benchmarks/results/session_h200_9``). So
+the workers start in the background, and until one is ready the compile threads compile their kernels themselves
+(:attr:`WorkerStats.early`): the first configs compile while the workers start. They see no GPU
+(``CUDA_VISIBLE_DEVICES`` empty: a kernel module that touches one at import fails there, not on the GPU), and they
+end when the process ends (the end of their input), or at exit, after the compile threads still waiting on them.
 """
 
 from __future__ import annotations
@@ -47,11 +52,20 @@ _POLL_S = 0.5
 
 @dataclass
 class WorkerStats:
-    """Kernels handed to the workers: compiled there, and left to the compile threads (with the first reason)."""
+    """Kernels handed to the workers: compiled there, compiled by the compile threads while no worker was ready yet
+    (``early``), and left to the compile threads for another reason (``left``, with the first reason)."""
 
     compiled: int = 0
+    early: int = 0
     left: int = 0
     reason: str = ""
+
+
+def preloaded() -> list[str]:
+    """The heavy modules a worker imports before it says it is ready: Triton's compiler, and torch where this
+    process has imported it (a kernel's module mostly imports it; the worker would otherwise import it at its first
+    task)."""
+    return ["triton.compiler", *(["torch"] if "torch" in sys.modules else [])]
 
 
 class Worker:
@@ -59,8 +73,18 @@ class Worker:
 
     def __init__(self) -> None:
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-        self.proc = subprocess.Popen([sys.executable, str(_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env)
+        self.proc = subprocess.Popen([sys.executable, str(_SCRIPT), *preloaded()], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+
+    def ready(self) -> None:
+        """Wait for the worker's first line, which it writes once its imports are done. Raises OSError when the
+        worker ended or wrote something else."""
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise OSError("the compile worker ended before it was ready")
+        if not json.loads(line).get("ready"):
+            raise OSError(f"the compile worker did not say it was ready: {line[:200]!r}")
 
     def compile(self, task: bytes) -> tuple[bool, str]:
         """Send one task and wait for its answer: (compiled, error). Raises OSError when the worker is gone."""
@@ -95,58 +119,113 @@ class Worker:
 
 
 class WorkerPool:
-    """Worker processes shared by the compile threads: a thread borrows an idle one for each task."""
+    """Worker processes shared by the compile threads: a thread borrows an idle one for each task. The workers start
+    in the background (:meth:`start`); a task that finds none idle while some are still starting is compiled by its
+    thread."""
 
     def __init__(self, size: int) -> None:
         self.size = max(1, size)
         self.idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
-        #: workers started and not ended (started on demand: a task that finds none idle starts one, up to ``size``)
+        #: workers started and not ended (those still starting included)
         self.alive = 0
+        #: workers started and not ready yet
+        self.starting = 0
         self.failed_to_start = False
         self.closed = False
         self.stats = WorkerStats()
         self._lock = threading.Lock()
         self._all: list[Worker] = []
 
+    def start(self) -> None:
+        """Start, in the background, the workers that would bring the pool to ``size`` (none once one failed to
+        start, or after :meth:`close`)."""
+        with self._lock:
+            count = 0 if self.failed_to_start or self.closed else self.size - self.alive
+            self.alive += count
+            self.starting += count
+        for _ in range(count):
+            threading.Thread(target=self._start, name="tdt-compile-worker-start", daemon=True).start()
+
+    def _start(self) -> None:
+        """Start one worker and wait until it is ready, then make it idle."""
+        try:
+            worker = Worker()
+        except OSError as exc:
+            self._not_started(None, exc)
+            return
+        with self._lock:
+            self._all.append(worker)
+        try:
+            worker.ready()
+        except (OSError, ValueError) as exc:
+            self._not_started(worker, exc)
+            return
+        with self._lock:
+            self.starting -= 1
+            closed = self.closed
+        if closed:  # the pool closed while this worker started (close() may have listed it before)
+            worker.close()
+        else:
+            self.idle.put(worker)
+
+    def _not_started(self, worker: Worker | None, exc: Exception) -> None:
+        if worker is not None:
+            worker.close()
+        with self._lock:
+            self.alive -= 1
+            self.starting -= 1
+            first = not self.failed_to_start
+            self.failed_to_start = True
+        if first:
+            log.warning("triton_dist_tune: cannot start a compile worker (%s): compiling in threads", exc)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until some worker is ready (started if none runs); False if none is."""
+        self.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                worker = self.idle.get(timeout=min(_POLL_S, max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                with self._lock:
+                    if self.alive == 0:
+                        return False
+                continue
+            self.idle.put(worker)
+            return True
+        return False
+
     def _borrow(self) -> Worker | None:
-        """An idle worker, a new one while fewer than ``size`` run, else the next to come back (checking every
-        :data:`_POLL_S` that one still runs: a worker that ended is not coming back); None when none runs or can
-        start."""
+        """An idle worker, else the next to come back (checking every :data:`_POLL_S` that one still runs: a worker
+        that ended is not coming back, and is replaced); None while workers are still starting (the caller compiles
+        its kernel itself) and when none runs or can start."""
         while True:
             try:
                 return self.idle.get_nowait()
             except queue.Empty:
                 pass
             with self._lock:
-                start = self.alive < self.size and not self.failed_to_start and not self.closed
-                if start:
-                    self.alive += 1
-                elif self.alive == 0 or self.closed:
+                if self.closed or (self.alive == 0 and self.failed_to_start):
                     return None
-            if start:
-                return self._start()
+                replace = self.alive < self.size and not self.failed_to_start
+            if replace:
+                self.start()
+            with self._lock:
+                if self.starting:
+                    return None
             try:
                 return self.idle.get(timeout=_POLL_S)
             except queue.Empty:
                 continue
 
-    def _start(self) -> Worker | None:
-        try:
-            worker = Worker()
-        except OSError as exc:
-            with self._lock:
-                self.alive -= 1
-                self.failed_to_start = True
-            log.warning("triton_dist_tune: cannot start a compile worker (%s): compiling in threads", exc)
-            return None
-        with self._lock:
-            self._all.append(worker)
-        return worker
-
     def compile(self, task: bytes) -> bool:
         """Compile one task in a worker; False when it did not (the caller compiles it)."""
         worker = self._borrow()
         if worker is None:
+            with self._lock:
+                if self.starting and not self.closed:
+                    self.stats.early += 1
+                    return False
             self.skip("no compile worker could start")
             return False
         try:
@@ -192,12 +271,13 @@ _route = threading.local()
 
 
 def shared_pool(size: int) -> WorkerPool:
-    """This process's worker pool (started at the first call, with ``size`` workers)."""
+    """This process's worker pool (created at the first call, with ``size`` workers starting in the background)."""
     global _pool
     with _pool_lock:
         if _pool is None:
             _install()
             _pool = WorkerPool(size)
+            _pool.start()
         return _pool
 
 

@@ -299,7 +299,8 @@ class Measurer(Sampling, Sharding, Guarding):
                 if (r, index) not in wanted:
                     continue
                 config, desc = entries[index]
-                steady, sample, per = self._sampler(index, config, per_call[index], race.settling, not tokens)
+                first = not tokens and timing.may_have_idled(self.trial.clock, self.group.size)
+                steady, sample, per = self._sampler(index, config, per_call[index], race.settling, first)
                 self.started(index, desc, f"round {race.rounds + r}")
                 calls = steady.settle + steady.span + steady.queued  # unstuck, the sample ends in a few times this
                 patience = 4 * calls * per * per_call[index] / 1e3 + steady.hold_ms / 1e3

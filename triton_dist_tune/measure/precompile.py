@@ -295,7 +295,8 @@ class Compiles:
         stats = self.workers.stats
         reason = f" (the first: {stats.reason})" if stats.reason else ""
         return (f"compile workers ({self.workers.alive} process(es)) so far: {stats.compiled} kernel(s) compiled "
-                f"there, {stats.left} left to the compile threads{reason}")
+                f"there, {stats.early} by the compile threads while the workers started, {stats.left} left to the "
+                f"compile threads{reason}")
 
     def close(self) -> None:
         """Drop the compiles not started yet (the tuning ended); running ones go on in daemon threads."""

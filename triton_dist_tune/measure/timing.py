@@ -20,7 +20,9 @@ A **sample** is one timed span of calls, reported in ms per call:
   rank's host). The samples
   of one round run back to back, with one synchronize and one exchange
   per round (:meth:`~triton_dist_tune.measure.lockstep.Measurer.lockstep`), so the device never idles inside a
-  round; a round's first sample settles longer (:data:`ROUND_SETTLE_MS`), after the idle gap of the exchange.
+  round; a round's first sample settles longer (:data:`ROUND_SETTLE_MS`), after the idle gap of the exchange,
+  unless one rank's device cannot have idled :data:`ROUND_IDLE_MS` (:func:`may_have_idled`); a screening sample
+  of a device-bound call settles :data:`LONG_CALL_SETTLE_MS`.
   The leaders of the screening rounds end with one **settled block**: :data:`SETTLED_CYCLES` cycles in a row, each
   giving every leader one sample (in an order shuffled afresh each cycle), with no synchronize anywhere inside the
   block. On a device at its power limit the SM clock swings over several hundred milliseconds; interleaving the
@@ -74,6 +76,16 @@ SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
 #: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
 ROUND_SETTLE_MS = 25.0
+#: on one rank a round's first sample settles no longer than the others when the device cannot have idled this
+#: long: the host waited for it (a synchronize) less than this many ms before (an idle gap this short lends no
+#: burst, above). A group settles longer every time: its ranks' calls must match, and each rank's gap is its own.
+#: On one H200, 840-config GEMM at M = 8192: 2.3-3.3 s per key without the extra settling, 3.0-4.1 s with it, the
+#: same choices (``benchmarks/results/session_h200_9``)
+ROUND_IDLE_MS = 10.0
+#: screening samples of a config of at least :data:`PROBE_ONE_CALL_MS` per call (a device-bound call: settling
+#: 2 ms is 4 of its calls or more) settle this long: a config reaches its own sustained speed within 2 ms when the
+#: device stays busy (above). Short calls keep 5 ms (the MoE's 0.06-0.2 ms calls chose a 1.145x config with 2 ms)
+LONG_CALL_SETTLE_MS = 2.0
 #: at most this many calls in a settling run or a span (a function of a few microseconds)
 MAX_CALLS = 20000
 #: timed calls in the probe that gives a config's time per call; one when the config probed before it took at least
@@ -198,6 +210,10 @@ class HostClock:
         """Keep the device busy for ``ms`` (impossible on the host: work is done when a call returns)."""
         return False
 
+    def idle_ms(self) -> float:
+        """How long the device may have idled (no device here: no bound)."""
+        return math.inf
+
 
 class DeviceClock:
     """Device events recorded on the current stream; read after :meth:`synchronize`."""
@@ -212,6 +228,8 @@ class DeviceClock:
         self._flush_failed = False
         #: the device's spin kernel, for :meth:`hold` (CUDA and ROCm builds of torch; None elsewhere)
         self._spin = getattr(torch.cuda, "_sleep", None) if device_type == "cuda" else None
+        #: when the host last waited for the device (``time.perf_counter``): the device cannot have idled longer
+        self.waited = 0.0
         self.stop(self.start())  # fail here, at once, if events do not work on this device
         self.synchronize()
 
@@ -236,6 +254,7 @@ class DeviceClock:
     def wait(self, mark: Any) -> None:
         """Block the host until the device has reached ``mark`` (the work enqueued after it goes on)."""
         mark.synchronize()
+        self.waited = time.perf_counter()
 
     def hold(self, ms: float) -> bool:
         """Enqueue a spin kernel that keeps the current stream busy for about ``ms``, so that the calls enqueued
@@ -251,6 +270,12 @@ class DeviceClock:
             accelerator.synchronize()
         else:
             self._torch.cuda.synchronize()
+        self.waited = time.perf_counter()
+
+    def idle_ms(self) -> float:
+        """At most how long the device has idled: since the host last waited for it (work enqueued since then
+        only shortens the gap)."""
+        return (time.perf_counter() - self.waited) * 1e3
 
     def flush(self) -> None:
         """Evict the device's L2 cache by writing a buffer larger than it (allocated on first use)."""
@@ -306,7 +331,9 @@ def make_clock() -> HostClock | DeviceClock:
 def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, batch: int | None,
                  ranks: int = 1) -> Steady:
     """The calls of a steady sample of a config taking ``per_call_ms``: a screening or a ``settled`` one, settling
-    longer when ``first`` in its round (or settled block); ``batch`` fixes the timed calls. ``host``: by the host
+    longer when ``first`` in its round (or settled block) after the device may have idled (the caller decides:
+    :func:`may_have_idled`), and a screening one shorter when its calls are long (:data:`LONG_CALL_SETTLE_MS`);
+    ``batch`` fixes the timed calls. ``host``: by the host
     clock's rules (no power state to settle: the settling is one call, and none for a screening sample that is not
     its round's first, whose ranks the previous call's collective has just aligned; no queued calls). ``ranks``:
     the group's size; over one, a fast config's sample is its queued calls alone (:data:`GROUP_QUEUED_MS`). The
@@ -315,6 +342,8 @@ def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, bat
         settle, span = SETTLED_SETTLE_MS, SETTLED_SPAN_MS
     else:
         settle, span = SCREEN_SETTLE_MS, SCREEN_SPAN_MS
+        if not host and per_call_ms >= PROBE_ONE_CALL_MS:
+            settle = LONG_CALL_SETTLE_MS
     settle += ROUND_SETTLE_MS if first else 0.0
     if host and per_call_ms > 0:
         settle = min(settle, per_call_ms) if first or settled else 0.0
@@ -327,6 +356,14 @@ def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, bat
     queued = max(fewest, min(QUEUED_MAX_CALLS, math.ceil(queued_ms / per_call_ms)))
     hold = min(hold_max, 2 * queued * per_call_ms) + HOLD_MARGIN_MS
     return Steady(steady.settle, steady.span, queued, hold, device_only=group)
+
+
+def may_have_idled(clock: Any, ranks: int) -> bool:
+    """Whether a round's first sample settles :data:`ROUND_SETTLE_MS` longer: always on a group of ranks (every
+    rank must make the same calls, and each rank's idle gap is its own), else when ``clock``'s device may have
+    idled :data:`ROUND_IDLE_MS` or more."""
+    idle = getattr(clock, "idle_ms", None)
+    return ranks > 1 or idle is None or idle() >= ROUND_IDLE_MS
 
 
 @dataclass(frozen=True)
