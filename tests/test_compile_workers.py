@@ -125,8 +125,8 @@ EXIT_SCRIPT = textwrap.dedent('''
                 {"BLOCK": 64}, {}, GPUTarget("cuda", 90, 32), {"num_warps": 4, "num_stages": 2})
     threads = DaemonPool(1, "tdt-compile")
     threads.submit(lambda: pool.compile(work))
-    while not pool._all:  # the worker started (``alive`` counts it from before its process starts: under load the
-        time.sleep(0.01)  # first reads saw it counted and not yet listed): the process now ends while it compiles
+    while not pool.idle.empty():  # the thread borrowed the ready worker: the process now ends while it compiles
+        time.sleep(0.01)
     print("worker", pool._all[0].proc.pid, flush=True)
 ''')
 
