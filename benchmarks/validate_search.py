@@ -76,6 +76,8 @@ def main() -> int:
                    help="the screening samples' settling (timing.SCREEN_SETTLE_MS), for a side-by-side run")
     p.add_argument("--round-settle-ms", type=float, default=None,
                    help="the extra settling of a round's first sample (timing.ROUND_SETTLE_MS), side by side")
+    p.add_argument("--long-call-settle-ms", type=float, default=None,
+                   help="the screening settling of device-bound calls (timing.LONG_CALL_SETTLE_MS), side by side")
     p.add_argument("--probe-one-call-ms", type=float, default=None,
                    help="a probe's one-call threshold (timing.PROBE_ONE_CALL_MS), for a side-by-side run")
     args = p.parse_args()
@@ -84,6 +86,8 @@ def main() -> int:
         timing.SCREEN_SETTLE_MS = args.screen_settle_ms
     if args.round_settle_ms is not None:
         timing.ROUND_SETTLE_MS = args.round_settle_ms
+    if args.long_call_settle_ms is not None:
+        timing.LONG_CALL_SETTLE_MS = args.long_call_settle_ms
     if args.probe_one_call_ms is not None:
         timing.PROBE_ONE_CALL_MS = args.probe_one_call_ms
     if args.no_far_behind:

@@ -55,10 +55,8 @@ log = logging.getLogger("triton_dist_tune")
 TIMING_MODES = ("steady", "cold")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024
 #: screening rounds: settling and timed span of a steady sample, in ms of the config's own calls. 2 ms of settling
-#: (a config reaches its own sustained speed within 2 ms after another, below) was tried side by side on one H200
-#: (``benchmarks/results/session_h200_4``): as good on GEMMs in 0.3-0.5 s less per key, but on the MoE at
-#: M = 32 / 256 / 512 it chose a config 1.145x the best in 2 of 4 runs and one 1.076x in a third (last side by
-#: side: 12 of 18 within 1.02, worst 1.145, against 13 of 18 and 1.027 with 5 ms), so 5 ms stays
+#: for every config, side by side on one H200 (``benchmarks/results/session_h200_4``), chose a MoE config 1.145x the
+#: best at M = 512 in 2 of 4 runs (12 of 18 within 1.02 against 13 of 18 with 5 ms): only long calls settle 2 ms
 SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
 #: a sample of the settled block: the device is already busy (a config reaches its own sustained speed within
 #: 2 ms after another), so a short settling, then a span long enough to time a host-bound config as such
@@ -76,15 +74,12 @@ SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
 #: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
 ROUND_SETTLE_MS = 25.0
-#: on one rank a round's first sample settles no longer than the others when the device cannot have idled this
-#: long: the host waited for it (a synchronize) less than this many ms before (an idle gap this short lends no
-#: burst, above). A group settles longer every time: its ranks' calls must match, and each rank's gap is its own.
-#: On one H200, 840-config GEMM at M = 8192: 2.3-3.3 s per key without the extra settling, 3.0-4.1 s with it, the
-#: same choices (``benchmarks/results/session_h200_9``)
+#: one rank: a round's first sample settles no longer than the others when the host waited for the device less than
+#: this many ms before (a shorter idle gap lends no burst, above); a group always does (its ranks' calls must match).
+#: One H200, 840-config GEMM at M = 8192: 2.3-3.3 s per key without, 3.0-4.1 s with (``results/session_h200_9``)
 ROUND_IDLE_MS = 10.0
-#: screening samples of a config of at least :data:`PROBE_ONE_CALL_MS` per call (a device-bound call: settling
-#: 2 ms is 4 of its calls or more) settle this long: a config reaches its own sustained speed within 2 ms when the
-#: device stays busy (above). Short calls keep 5 ms (the MoE's 0.06-0.2 ms calls chose a 1.145x config with 2 ms)
+#: the screening settling of a config of :data:`PROBE_ONE_CALL_MS` or more per call (4 of its calls or more): a
+#: config reaches its own sustained speed within 2 ms when the device stays busy (above)
 LONG_CALL_SETTLE_MS = 2.0
 #: at most this many calls in a settling run or a span (a function of a few microseconds)
 MAX_CALLS = 20000
@@ -104,15 +99,11 @@ QUEUED_WEIGHT = 0.5
 HOLD_MAX_MS, HOLD_MARGIN_MS = 0.5, 0.05
 #: cycles of the device's hold kernel per microsecond (an SM clock near 2 GHz; a slower clock holds longer)
 _HOLD_CYCLES_PER_US = 2000
-#: the queued part of a sample on a **group** of ranks (a function with collectives): about this many ms of calls
-#: (:data:`GROUP_QUEUED_MIN_CALLS` to :data:`QUEUED_MAX_CALLS`), behind a hold of twice their time, at most
-#: :data:`GROUP_HOLD_MAX_MS` (idle gaps of 1-10 ms lend no burst of clock), timed from the end of the first queued
-#: call (which absorbs the ranks' arrival skew); the sample's time is theirs alone. A group's span is paced by the
-#: slowest rank's host: on 4 H200s the examples' GEMM-RS launched a call in 0.20-0.26 ms of host time against
-#: 0.11-0.15 ms of device time, so its spans read the hosts (spread 1.36-1.76 over rounds, and each process's best
-#: read 1.17-1.48x in the others), where calls queued behind a hold read the device (spread 1.004-1.005, the same
-#: best in every process to 0.4%; ``benchmarks/diagnose_collective_noise.py``). Between heavy layers the host runs
-#: ahead, so the device's time is what a layer costs there
+#: the queued part of a sample on a **group** of ranks: about this many ms of calls (:data:`GROUP_QUEUED_MIN_CALLS` to
+#: :data:`QUEUED_MAX_CALLS`) behind a hold of twice their time (at most :data:`GROUP_HOLD_MAX_MS`), timed from the
+#: end of the first (which absorbs the ranks' arrival skew); the sample is theirs alone. A group's span reads the
+#: slowest rank's host: on 4 H200s GEMM-RS spans spread 1.36-1.76 over rounds, queued calls 1.004-1.005
+#: (``benchmarks/diagnose_collective_noise.py``). Between heavy layers the host runs ahead: device time is the cost
 GROUP_QUEUED_MS, GROUP_QUEUED_MIN_CALLS, GROUP_HOLD_MAX_MS = 1.5, 3, 3.0
 
 
