@@ -78,7 +78,7 @@ def instrument() -> None:
 
     submit = precompile.Compiles.submit
 
-    def submit_timed(self: Any, index: int, compile_one: Any) -> None:
+    def submit_timed(self: Any, index: int, compile_one: Any, *rest: Any) -> None:
         submitted = time.perf_counter() - T0
 
         def timed() -> Any:
@@ -88,7 +88,7 @@ def instrument() -> None:
             finally:
                 note("thread_compile", index=index, submitted=submitted, start=start)
 
-        submit(self, index, timed)
+        submit(self, index, timed, *rest)
 
     precompile.Compiles.submit = submit_timed
 
@@ -110,7 +110,7 @@ def instrument() -> None:
         try:
             return run_pass(group, label, todo, *rest, **kwargs)
         finally:
-            note("compile_pass", start=start, configs=len(todo))
+            note("compile_pass", start=start, configs=len(todo), later=bool(kwargs.get("later")))
 
     compile_pass.compile_pass = pass_timed
 
@@ -142,7 +142,8 @@ def summary(got: dict[str, Any], processes: int) -> dict[str, Any]:
         "compile_span_s": span[1] - span[0], "worker_busy_s": busy,
         "utilization": busy / capacity if capacity > 0 else None,
         "waits_s": sum(e["t"] - e["start"] for e in waits),
-        "stages": [{"start": p["start"], "end": p["t"], "configs": p["configs"]} for p in passes],
+        "stages": [{"start": p["start"], "end": p["t"], "configs": p["configs"], "ahead": p.get("later", False)}
+                   for p in passes],
     }
 
 

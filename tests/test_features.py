@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from harness import HERE, describe, run_ranks, tuner_env
 
@@ -77,6 +79,23 @@ def test_compiles_overlap_the_warm_up_and_a_failed_compile_is_never_run(env):
 
 
 @pytest.mark.timeout(120)
+def test_on_one_rank_the_configs_the_next_stage_will_likely_screen_compile_while_this_one_is_measured(env):
+    """A first key's stages waited for their compiles one after the other (on one H200 the 32-config stages took
+    1.0-2.1 s each with the compile workers 26-64% busy): once a stage has waited for its compiles, the configs the
+    next stage will likely hold are compiled after this stage's, while it is measured. Before, no config compiled
+    before its own stage."""
+    result = run("compile_ahead", {**env, "TRITON_INTERPRET": "0"}, n=1)[0]
+    compiled, screened = [tuple(c) for c in result["compiled"]], [tuple(c) for c in result["screened"]]
+    assert len(compiled) == len(set(compiled))  # a config compiled ahead is not compiled again in its stage
+    assert set(screened) <= set(compiled)  # every screened config compiled first
+    ahead = re.search(r"(\d+) compiled ahead \((\d+) of them screened\)", result["search"])
+    assert ahead is not None, result["search"]
+    named, used = int(ahead.group(1)), int(ahead.group(2))
+    assert named > 0 and used > 0, result["search"]  # the guesses were right for some configs
+    assert len(compiled) <= len(screened) + named  # nothing compiled beyond the stages and the guesses
+
+
+@pytest.mark.timeout(120)
 def test_the_compile_pass_splits_the_node_and_agrees_its_failures(env):
     """The real compile pass on 2 CPU ranks outside the interpreter (forced on; every compile fails for want of a
     GPU compiler): each config's compile is submitted by one rank of the node, and each fails everywhere with
@@ -89,6 +108,17 @@ def test_the_compile_pass_splits_the_node_and_agrees_its_failures(env):
             assert f"config {v} ({{variant: {v}}}): rank {v % 2}: compile: RuntimeError: 0 active drivers" in r["error"]
             assert f"config {v} ({{variant: {v}}}): rank {1 - v % 2}" not in r["error"]
     assert results[0]["error"] == results[1]["error"]
+
+
+@pytest.mark.timeout(120)
+def test_on_one_rank_a_searchs_stages_share_one_compile_pool_and_submit_each_config_once(env):
+    """On one rank the search's stages add to one pool of compiles (so that configs compiled ahead of their stage
+    are not compiled again): the real compile pass, forced on a CPU rank where every compile fails, over 100
+    configs in stages."""
+    r = run("compile_pass_one_rank_search", {**env, "TRITON_INTERPRET": "0"}, n=1)[0]
+    assert r["submitted"] == list(range(100)), r["submitted"]
+    assert r["error"] is not None and "all 100 with the same error" in r["error"], r["error"]
+    assert "compile: RuntimeError: 0 active drivers" in r["error"], r["error"]
 
 
 @pytest.mark.timeout(120)

@@ -242,6 +242,32 @@ def test_a_stuck_compile_thread_is_abandoned_and_the_queue_goes_on():
         stuck.set()
 
 
+def test_compiles_submitted_later_run_after_the_others_unless_promoted_and_each_runs_once():
+    """The configs compiled ahead of their stage (``later``) must not delay a stage's own compiles, and one that its
+    stage then needs goes first (promoted) and still runs once."""
+    import threading
+
+    from triton_dist_tune.measure.precompile import DaemonPool
+
+    gate, order = threading.Event(), []
+    pool = DaemonPool(1, "tdt-order")
+    try:
+        pool.submit(gate.wait)  # holds the one thread while the rest is queued
+        guesses = [pool.submit(lambda n=n: order.append(f"ahead {n}"), later=True) for n in range(3)]
+        needed = pool.submit(lambda: order.append("needed"))
+        pool.promote(guesses[2])  # its stage came: before the other guesses
+        gate.set()
+        for future in [needed, *guesses]:
+            future.result(timeout=10)
+        assert order == ["needed", "ahead 2", "ahead 0", "ahead 1"]
+        pool.promote(guesses[0])  # already run: nothing
+        pool.shutdown()
+        assert pool.submit(lambda: None).cancelled()
+    finally:
+        gate.set()
+        pool.shutdown()
+
+
 #: a process whose pool holds a compile still running when the program ends, and one left behind stuck for good
 EXIT_SCRIPT = """
 import sys, threading, time

@@ -600,3 +600,25 @@ def test_a_resumed_search_keeps_an_earlier_attempts_stand_ins_as_bounds_and_coun
     assert probed and int(probed.group(1)) == len(stand_ins) > 20, (found["search"], len(stand_ins))
     assert not again, again
     assert found["chosen_ms"] <= 1.02 * found["best_ms"]
+
+
+def test_the_configs_compiled_ahead_are_the_leaders_neighbours_whether_the_stage_comes_in_slow_or_ahead():
+    """While a stage is measured, the configs the next stage will likely hold compile (``measure/ahead.py``): the
+    leaders' unscreened neighbours if the stage's configs come in slow, then those around the stage's configs if each
+    comes in just ahead of its best screened neighbour; never a config screened or in the stage."""
+    from triton_dist_tune.measure.ahead import likely_next
+    from triton_dist_tune.measure.search import PatternSearch, SearchPlan
+
+    configs = [{"a": a, "b": b} for a in range(10) for b in range(10)]
+    search = PatternSearch(configs, list(range(100)), SearchPlan(leaders=1, stage_cap=4, seed="t"))
+    index = {(c["a"], c["b"]): i for i, c in enumerate(configs)}
+    samples = {index[(5, 5)]: [1.0], index[(0, 0)]: [3.0]}  # the leader is (5, 5)
+    stage = [index[(5, 6)], index[(5, 4)]]
+    likely = likely_next(search, samples, stage)
+    named = {(configs[i]["a"], configs[i]["b"]) for i in likely}
+    assert {(4, 5), (6, 5)} <= named  # (5, 5)'s neighbours outside the stage
+    assert not named & {(5, 5), (0, 0), (5, 6), (5, 4)}
+    assert len(likely) <= 2 * 4 and len(likely) == len(set(likely))
+    around = {j for i in [index[(5, 5)], *stage] for ring in search.grid.rings(i) for j in ring}
+    assert set(likely) <= around  # the leader's neighbourhood, or a stage config's that might lead
+    assert likely_next(search, {index[(0, 0)]: None}, stage) == []  # no leader yet: no guess

@@ -163,6 +163,33 @@ def compile_overlap():
          error=rows[2].get("error"))
 
 
+@case
+def compile_ahead():
+    """One rank, ``precompile_fn`` outside the interpreter, a 144-config grid the search screens in stages: each
+    compile takes 0.15 s, so the first stage waits for its compiles, and from then on the configs the next stage will
+    likely hold compile while the current one is measured (each config's compile runs once, needed or not)."""
+    import threading
+
+    lock = threading.Lock()
+    compiled: list[tuple[int, int]] = []
+
+    def precompile(config):
+        time.sleep(0.15)
+        with lock:
+            compiled.append((config["a"], config["b"]))
+
+    grid = [{"a": a, "b": b} for a in range(12) for b in range(12)]
+
+    @tdt.autotune(grid, key_fn=lambda: 0, n_warmup=0, precompile_fn=precompile, name="ahead")
+    def f(*, a, b):
+        time.sleep(0.0002 * (1 + abs(a - 7) + abs(b - 4)))  # a smooth landscape, its bottom at (7, 4)
+
+    f()
+    decision = next(iter(f.tuner.decisions.values()))
+    screened = sorted((grid[o.index]["a"], grid[o.index]["b"]) for o in decision.outcomes if o.state != "pruned")
+    emit(compiled=sorted(compiled), screened=screened, search=decision.search)
+
+
 @triton.jit
 def _fill_kernel(dst, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -183,9 +210,9 @@ def compile_pass_split():
     submitted, ran = [], []
     submit = precompile.Compiles.submit
 
-    def counted(self, index, compile_one):
+    def counted(self, index, compile_one, *rest):
         submitted.append(index)
-        return submit(self, index, compile_one)
+        return submit(self, index, compile_one, *rest)
 
     precompile.Compiles.submit = counted
 
@@ -201,6 +228,36 @@ def compile_pass_split():
     except tdt.AllConfigsFailedError as exc:
         error = str(exc)
     emit(submitted=sorted(submitted), ran=ran, error=error)
+
+
+@case
+def compile_pass_one_rank_search():
+    """The compile pass forced on one CPU rank outside the interpreter (every compile fails: no GPU compiler) over a
+    100-config space the search screens in stages that share one compile pool: each config's compile is submitted
+    once, and every config fails with its compile error."""
+    from triton_dist_tune.function import tuning
+    from triton_dist_tune.measure import precompile
+
+    tuning.compiles_here = lambda: True
+    submitted = []
+    submit = precompile.Compiles.submit
+
+    def counted(self, index, compile_one, *rest):
+        submitted.append(index)
+        return submit(self, index, compile_one, *rest)
+
+    precompile.Compiles.submit = counted
+
+    @tdt.autotune(space(100), key_fn=lambda x: 0, n_warmup=1, name="pass_search")
+    def f(x, *, variant):
+        _fill_kernel[(1,)](x, x.numel(), BLOCK=16)
+
+    try:
+        f(torch.zeros(16))
+        error = None
+    except tdt.AllConfigsFailedError as exc:
+        error = str(exc)
+    emit(submitted=sorted(submitted), error=error)
 
 
 @case

@@ -30,7 +30,7 @@ from ..disk import logs
 from ..errors import BadInputError
 from ..group.agreement import from_root
 from ..group.channel import Group
-from ..measure import breakdown
+from ..measure import ahead, breakdown
 from ..measure.budget import LEFT_OUT
 from ..measure.lockstep import Measurer, Todo
 from ..measure.noise import NoiseEstimate, central
@@ -66,6 +66,9 @@ class SearchRecord:
     left_out: int = 0
     #: True when the time budget ended the screening: the finalists were not raced
     cut: bool = False
+    #: configs compiled ahead of the stage that might screen them, and how many of them were screened
+    ahead: int = 0
+    ahead_screened: int = 0
 
     def text(self) -> str:
         """One line: how much of the space was screened, and the noise the screening measured."""
@@ -73,6 +76,7 @@ class SearchRecord:
         resumed = f" ({self.resumed} from the journal)" if self.resumed else ""
         again = f", {self.resampled} sampled again" if self.resampled else ""
         again += f", {self.probed} screened by their probe alone" if self.probed else ""
+        again += f", {self.ahead} compiled ahead ({self.ahead_screened} of them screened)" if self.ahead else ""
         raced = ("the time budget ended the screening (the best screened chosen)" if self.cut else
                  f"{len(self.finalists)} finalists raced")
         noise = f"; {self.noise.text()}" if self.noise is not None else ""
@@ -126,9 +130,13 @@ class Searched:
     """Step 5 by search, for one tuning of a key (see the module docstring)."""
 
     def __init__(self, tuning: KeyTuning, measurer: Measurer, kept: Sequence[int],
-                 earlier: dict[int, dict[str, Any]], compile_stage: Callable[[list[Todo]], None]) -> None:
+                 earlier: dict[int, dict[str, Any]], compile_stage: Callable[[list[Todo], bool], None]) -> None:
         self.tuning, self.measurer, self.kept = tuning, measurer, list(kept)
         self.earlier, self.compile_stage = earlier, compile_stage
+        #: seconds the last stage waited for its compiles (:mod:`~triton_dist_tune.measure.ahead`)
+        self.stage_waited = 0.0
+        #: configs compiled ahead of their stage (:meth:`_compile_likely`)
+        self.ahead: set[int] = set()
         self.record = SearchRecord(len(self.kept))
         #: whether a config's warm-up probe counts as its first screening sample (timed as the samples are)
         self.probes = measurer.probes_are_samples
@@ -167,7 +175,9 @@ class Searched:
             again = [i for i in fresh if i in history]
             if new:
                 todo = [tuning.todo(i) for i in new]
-                self.compile_stage(todo)
+                self.compile_stage(todo, False)
+                self._compile_likely(search, history, new)
+                waited = measurer.compiles.waited
                 for outcome in measurer.lockstep(todo, screen, screen=True):
                     if outcome.error == LEFT_OUT:  # the time budget left it unmeasured
                         outcomes[outcome.index] = outcome
@@ -177,6 +187,7 @@ class Searched:
                         if self.probes and outcome.usable and probe > 0:  # the warm-up's probe: a sample too
                             history[outcome.index] = [probe]
                         self._screened(outcome, history, outcomes)
+                self.stage_waited = measurer.compiles.waited - waited
             if again and not budget.cut:  # samples taken again: no compile, no warm-up (each sample settles first)
                 for outcome in measurer.lockstep([tuning.todo(i) for i in again], screen, warmed=True):
                     if outcome.error != LEFT_OUT:
@@ -191,6 +202,7 @@ class Searched:
         watch.rounds = "race"
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
         self.record.probed = len(measurer.probes.indices)
+        self.record.ahead, self.record.ahead_screened = len(self.ahead), len(self.ahead & set(history))
         self.record.probes = measurer.probes.text() if measurer.probes.ratios else ""
         with breakdown.part("model"):
             finalists = search.finalists(history)
@@ -199,7 +211,7 @@ class Searched:
         log.info("%s search finalists: %s", tuning.label, " ".join(map(str, finalists)))
         if finalists and not budget.cut:
             # compiled in their stage, unless an earlier attempt screened them
-            self.compile_stage([tuning.todo(i) for i in finalists if outcomes[i].resumed])
+            self.compile_stage([tuning.todo(i) for i in finalists if outcomes[i].resumed], False)
             # warmed up in their stage: each sample settles first
             for outcome in measurer.lockstep([tuning.todo(i) for i in finalists], final, warmed=True):
                 if outcome.error != LEFT_OUT:  # a finalist the budget left out keeps its screening
@@ -217,6 +229,18 @@ class Searched:
                 result.append(Outcome(i, descriptions[i], "pruned", error="not screened by the search"))
         log.info("%s %s", tuning.label, self.record.text())
         return result, race
+
+    def _compile_likely(self, search: PatternSearch, history: dict[int, list[float] | None],
+                        screening: list[int]) -> None:
+        """On one rank, after a stage that waited for its compiles: compile the configs the next stage will likely
+        hold, after this stage's (:mod:`~triton_dist_tune.measure.ahead`)."""
+        if self.tuning.group.size != 1 or self.stage_waited < ahead.AHEAD_WAIT_S:
+            return
+        with breakdown.part("model"):
+            likely = [i for i in ahead.likely_next(search, history, screening) if i not in history]
+        if likely:
+            self.ahead.update(likely)
+            self.compile_stage([self.tuning.todo(i) for i in likely], True)
 
     def _screened(self, outcome: Outcome, history: dict[int, list[float] | None],
                   outcomes: dict[int, Outcome]) -> None:

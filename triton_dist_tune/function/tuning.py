@@ -317,7 +317,8 @@ class Tuning:
     def _search(self, measurer: Measurer, kept: list[int], earlier: dict[int, dict[str, Any]],
                 pruned: list[Outcome], seed: str, timing: str, state: ArgumentState | None) -> Decision:
         """Step 5 by search (:mod:`~triton_dist_tune.function.searched`): the stages, then the finalists' race."""
-        searched = Searched(self, measurer, kept, earlier, lambda todo: self._precompile(todo, measurer, len(kept)))
+        searched = Searched(self, measurer, kept, earlier,
+                            lambda todo, later: self._precompile(todo, measurer, len(kept), later))
         with measuring(measurer, state):
             outcomes, race = searched.run(SearchPlan(seed=seed), replace(measurer.plan.race, tie_blocks=TIE_BLOCKS))
         decision = decide(sorted(outcomes + pruned, key=lambda o: o.index), race, timing)
@@ -344,25 +345,37 @@ class Tuning:
                 todo.append(self.todo(i))
         return outcomes, todo
 
-    def _precompile(self, todo: list[Todo], measurer: Measurer, space: int) -> None:
+    def _precompile(self, todo: list[Todo], measurer: Measurer, space: int, later: bool = False) -> None:
         """Start compiling the configs' kernels, split across the node: with ``precompile_fn``, else by the compile
         pass (on GPUs, when every rank can: one exchange says), which leaves out the configs whose pass ended an
         earlier attempt (:attr:`skip_pass`: they compile in their warm-up); the measurer waits for each config's
         just before its warm-up, and a config that failed to compile on any rank is failed on every rank there.
         Under a time budget the pass runs no further config once the group's clock says it is spent
         (:mod:`~triton_dist_tune.measure.budget`). ``space``: the configs kept for the key, which decides whether
-        the compiles go to worker processes (:func:`~triton_dist_tune.measure.precompile.default_processes`)."""
+        the compiles go to worker processes (:func:`~triton_dist_tune.measure.precompile.default_processes`).
+        ``later``: compiled ahead, after the others (:mod:`~triton_dist_tune.measure.ahead`); on one rank a search's
+        stages share one pool, and a config compiled ahead is not compiled again when its stage comes."""
         if todo:
             with breakdown.part("compile"):
-                self._compile_ahead(todo, measurer, space)
+                self._compile_ahead(todo, measurer, space, later)
 
-    def _compile_ahead(self, todo: list[Todo], measurer: Measurer, space: int) -> None:
+    def _compile_ahead(self, todo: list[Todo], measurer: Measurer, space: int, later: bool) -> None:
         options = self.tuner.options
-        measurer.compiles.close()  # a search's earlier stage
+        kept = measurer.compiles
+        shared = self.group.size == 1 and kept.active and kept.pool is not None and not kept.lazy
+        if not shared:
+            kept.close()  # a search's earlier stage
+            kept = None
+        else:  # compiled ahead and needed now: its compiles not started yet go first
+            for index in [item[0] for item in todo if item[0] in kept.submitted and not later]:
+                kept.promote(index)
+            todo = [item for item in todo if item[0] not in kept.submitted]
         passing = [item for item in todo if item[0] not in self.skip_pass]  # the same on every rank
+        if not todo:
+            return
         if options.precompile_fn is not None:
             measurer.compiles = precompile(self.group, self.label, options.precompile_fn, todo, self.args,
-                                           self.kwargs, options.compile_threads, self.timeout, space)
+                                           self.kwargs, options.compile_threads, self.timeout, space, kept, later)
             measurer.watch.compiled += len(todo)
         elif passing and clocked(self.group, measurer.budget, compiles_here() and compile_pass.available(),
                                  f"{self.label} compile ahead", all, self.timeout):
@@ -370,7 +383,8 @@ class Tuning:
             budget = measurer.budget
             measurer.compiles = compile_pass.compile_pass(self.group, self.label, passing, measurer.aligned_run,
                                                           measurer.trial.call, options.compile_threads, self.timeout,
-                                                          go_on=lambda: not budget.spent, space=space)
+                                                          go_on=lambda: not budget.spent, space=space,
+                                                          compiles=kept, later=later)
             measurer.watch.compiled += measurer.compiles.passed
             if measurer.compiles.passed < len(passing):
                 logs.rank_log().info("%s compile pass: %d of %d config(s), then the time budget was spent",

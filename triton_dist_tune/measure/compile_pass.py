@@ -47,6 +47,8 @@ class _Pass:
     index: int
     compiles: Compiles | None  #: None: another rank of the node compiles this config
     device: int | None
+    #: compiled ahead of the stage that may need it (:meth:`~.precompile.Compiles.submit`)
+    later: bool = False
 
 
 _active: ContextVar[_Pass | None] = ContextVar("tdt_compile_pass", default=None)
@@ -84,7 +86,7 @@ def _patched(original: Callable[..., Any]) -> Callable[..., Any]:
                 build_launcher(kernel)
                 return kernel
 
-            current.compiles.submit(current.index, compile_one)
+            current.compiles.submit(current.index, compile_one, current.later)
         return None
     run.__wrapped__ = original  # type: ignore[attr-defined]
     return run
@@ -127,18 +129,19 @@ def available() -> bool:
 def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]],
                  run_aligned: Callable[[int, str, Callable[[], Any]], str | None], call: Callable[[dict], Any],
                  workers: int | None, timeout: float, go_on: Callable[[], bool] | None = None,
-                 space: int = 0) -> Compiles:
+                 space: int = 0, compiles: Compiles | None = None, later: bool = False) -> Compiles:
     """Run the compile pass of every config of ``todo`` (``run_aligned(index, desc, run)`` runs ``run`` on every
     rank together, journaled, and returns its error or None; ``call(config)`` runs the function once), in order,
     while ``go_on()`` (asked before each config; it must read only what the group agreed, such as the time
     budget's clock) says so: the configs after a stop compile in their warm-up (``space``: the configs kept for
-    the key, see :func:`~.precompile.default_processes`). Returns this rank's compiles, still
-    running (:attr:`~.precompile.Compiles.passed`: how many configs the pass ran)."""
+    the key, see :func:`~.precompile.default_processes`). Returns this rank's compiles (``compiles``, added to,
+    else new ones), still running (:attr:`~.precompile.Compiles.passed`: how many configs this pass ran);
+    ``later``: compiled ahead of the stage that may need them (:meth:`~.precompile.Compiles.submit`)."""
     from triton.runtime.jit import JITFunction
 
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
-    compiles = start_pool(workers, timeout, peers, space)
+    compiles = compiles if compiles is not None else start_pool(workers, timeout, peers, space)
     with _lock:
         original = JITFunction.run
         JITFunction.run = _patched(original)
@@ -147,7 +150,8 @@ def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]]
                 if go_on is not None and not go_on():
                     break
                 compiles.passed = k + 1
-                token = _active.set(_Pass(index, compiles if k % peers == position else None, device))
+                compiles.submitted.add(index)
+                token = _active.set(_Pass(index, compiles if k % peers == position else None, device, later))
                 try:
                     run_aligned(index, desc, lambda c=config: call(c))  # its errors: the warm-up's to report
                 finally:

@@ -29,8 +29,8 @@
 from __future__ import annotations
 
 import atexit
+import heapq
 import os
-import queue
 import socket
 import threading
 import time
@@ -127,19 +127,25 @@ EXIT_WAIT_S = 30.0
 
 
 class DaemonPool:
-    """A pool of daemon threads running submitted callables in order (``concurrent.futures.Future`` results).
+    """A pool of daemon threads running submitted callables (``concurrent.futures.Future`` results), in order of
+    submission, those submitted ``later`` after every other (:meth:`promote` moves one forward).
 
     Unlike ``ThreadPoolExecutor``, whose threads the interpreter joins at exit, a thread stuck in a call here never
     keeps the process alive; :meth:`abandon` adds a thread in place of one left behind, so the queue goes on."""
 
     def __init__(self, workers: int, name: str) -> None:
         self.name = name
-        self._tasks: queue.SimpleQueue[tuple[Future, Callable[[], Any]] | None] = queue.SimpleQueue()
+        #: (rank: 0 now, 1 later; submission order, the future, the callable); None entries end a thread
+        self._tasks: list[tuple[int, int, Future, Callable[[], Any]] | tuple[int, int, None, None]] = []
+        self._ready = threading.Condition()
+        self._count = 0
         self._threads: list[threading.Thread] = []
         self._closed = False
         #: the task each thread runs now, by thread name; the tasks left behind past their deadline
         self._busy: dict[str, Future] = {}
         self._left: set[Future] = set()
+        #: the callables of the futures not started yet (for :meth:`promote`)
+        self._pending: dict[Future, Callable[[], Any]] = {}
         for _ in range(max(1, workers)):
             self._start()
         _pools.add(self)
@@ -149,14 +155,32 @@ class DaemonPool:
         self._threads.append(thread)
         thread.start()
 
+    def _put(self, rank: int, future: Future | None, fn: Callable[[], Any] | None) -> None:
+        with self._ready:
+            self._count += 1
+            heapq.heappush(self._tasks, (rank, self._count, future, fn))  # type: ignore[arg-type]
+            self._ready.notify()
+
+    def _next(self) -> tuple[Future, Callable[[], Any]] | None:
+        """The next task to run (marked running), or None: the thread ends."""
+        with self._ready:
+            while True:
+                while not self._tasks:
+                    self._ready.wait()
+                _, _, future, fn = heapq.heappop(self._tasks)
+                if future is None or fn is None:
+                    return None
+                if self._pending.pop(future, None) is None:
+                    continue  # started from its other entry (promoted), or cancelled
+                if future.set_running_or_notify_cancel():
+                    return future, fn
+
     def _work(self) -> None:
         while True:
-            item = self._tasks.get()
+            item = self._next()
             if item is None:
                 return
             future, fn = item
-            if not future.set_running_or_notify_cancel():
-                continue
             name = threading.current_thread().name
             self._busy[name] = future
             try:
@@ -168,14 +192,24 @@ class DaemonPool:
             finally:
                 self._busy.pop(name, None)
 
-    def submit(self, fn: Callable[[], Any]) -> Future:
-        """Run ``fn`` in a thread of the pool; returns its future."""
+    def submit(self, fn: Callable[[], Any], later: bool = False) -> Future:
+        """Run ``fn`` in a thread of the pool, after every task submitted before it and, unless ``later``, before
+        every ``later`` one not started yet; returns its future."""
         future: Future = Future()
         if self._closed:
             future.cancel()
-        else:
-            self._tasks.put((future, fn))
+            return future
+        with self._ready:
+            self._pending[future] = fn
+        self._put(1 if later else 0, future, fn)
         return future
+
+    def promote(self, future: Future) -> None:
+        """Run ``future``'s task, if it has not started, before every ``later`` one (it was submitted ``later``)."""
+        with self._ready:
+            fn = self._pending.get(future)
+        if fn is not None:
+            self._put(0, future, fn)
 
     def abandon(self, future: Future | None = None) -> None:
         """A thread of the pool is stuck in a call (``future``'s) past its deadline: leave it, and start one in its
@@ -197,15 +231,13 @@ class DaemonPool:
     def shutdown(self) -> None:
         """Cancel what has not started; idle threads end, a stuck one is left (a daemon: it never blocks exit)."""
         self._closed = True
-        while True:
-            try:
-                item = self._tasks.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                item[0].cancel()
+        with self._ready:
+            pending, self._pending = list(self._pending), {}
+            self._tasks.clear()
+        for future in pending:
+            future.cancel()
         for _ in self._threads:
-            self._tasks.put(None)
+            self._put(2, None, None)
 
 
 #: every pool of this process, for :func:`_drain_at_exit`
@@ -262,9 +294,14 @@ class Compiles:
     deferred: dict[int, list[Callable[[], Any]]] = field(default_factory=dict)
     #: the worker processes the compile threads hand their compiles to (None: the threads compile)
     workers: WorkerPool | None = None
+    #: every config submitted so far (its compile ahead started: needed, or :meth:`ahead`)
+    submitted: set[int] = field(default_factory=set)
+    #: seconds :meth:`wait` has waited, in all
+    waited: float = 0.0
 
-    def submit(self, index: int, compile_one: Callable[[], Any]) -> None:
-        """Compile config ``index`` (one more of its kernels) in the pool."""
+    def submit(self, index: int, compile_one: Callable[[], Any], later: bool = False) -> None:
+        """Compile config ``index`` (one more of its kernels) in the pool; ``later``: after every compile submitted
+        without it (a config compiled ahead of the stage that may need it: :meth:`promote` when it is needed)."""
         assert self.pool is not None
         keyed, workers = self.keyed, self.workers
 
@@ -274,10 +311,17 @@ class Compiles:
             with routed(workers):
                 return compile_one()
 
+        self.submitted.add(index)
         if self.lazy:
             self.deferred.setdefault(index, []).append(task)
         else:
-            self.futures.setdefault(index, []).append(self.pool.submit(task))
+            self.futures.setdefault(index, []).append(self.pool.submit(task, later))
+
+    def promote(self, index: int) -> None:
+        """Config ``index``, submitted ``later``, is needed now: its compiles not started go before those ``later``."""
+        if self.pool is not None:
+            for future in self.futures.get(index, []):
+                self.pool.promote(future)
 
     def wait(self, index: int) -> str | None:
         """Wait for config ``index``'s compiles (submitted now when :attr:`lazy`); returns "compile: error" of the
@@ -286,7 +330,11 @@ class Compiles:
         assert self.pool is not None or index not in self.deferred
         for task in self.deferred.pop(index, []):
             self.futures.setdefault(index, []).append(self.pool.submit(task))  # type: ignore[union-attr]
-        return wait_within(self.futures.pop(index, []), self.limit, self.pool)
+        started = time.monotonic()
+        try:
+            return wait_within(self.futures.pop(index, []), self.limit, self.pool)
+        finally:
+            self.waited += time.monotonic() - started
 
     def workers_text(self) -> str | None:
         """What the compile worker processes did so far in this process (None: this tuning used none)."""
@@ -327,20 +375,23 @@ def version_key() -> None:
 
 
 def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo: Sequence[tuple[int, dict, str]],
-               args: tuple, kwargs: dict[str, Any], workers: int | None, timeout: float, space: int = 0) -> Compiles:
-    """Start compiling this rank's node share of ``todo`` with ``precompile_fn`` in a thread pool. Under Triton's
-    interpreter (which is not thread-safe) each config's compile starts only when its warm-up waits for it
+               args: tuple, kwargs: dict[str, Any], workers: int | None, timeout: float, space: int = 0,
+               compiles: Compiles | None = None, later: bool = False) -> Compiles:
+    """Start compiling this rank's node share of ``todo`` with ``precompile_fn`` in a thread pool (``compiles``'s:
+    adding to it; else a new one); ``later``: ahead of the stage that may need them (:meth:`Compiles.submit`). Under
+    Triton's interpreter (which is not thread-safe) each config's compile starts only when its warm-up waits for it
     (:attr:`Compiles.lazy`)."""
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
-    compiles = start_pool(workers, timeout, peers, space)
-    compiles.lazy = settings.current().interpret
+    if compiles is None:
+        compiles = start_pool(workers, timeout, peers, space)
+        compiles.lazy = settings.current().interpret
     for index, config, _ in my_share(todo, position, peers):
         def compile_one(config: dict = config) -> None:
             on_device(device)
             precompile_fn(config, *args, **kwargs)
 
-        compiles.submit(index, compile_one)
+        compiles.submit(index, compile_one, later)
     return compiles
 
 

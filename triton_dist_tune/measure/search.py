@@ -233,7 +233,7 @@ class PatternSearch:
         else:
             batch = self._resample(history, post)
             if not batch and room > 0:
-                batch = self._neighbours(leaders, times)[:room] or self._check(times)[:room]
+                batch = self.neighbours(leaders, times)[:room] or self._check(times)[:room]
         if batch:
             self.stages.append(batch)
         return batch
@@ -364,7 +364,7 @@ class PatternSearch:
         bar = self.plan.band * math.hypot(steps[(9 * len(steps)) // 10], sigma)
         return [i for i in ranked if i in rise and near[i] in finalists and rise[i] > bar]
 
-    def _neighbours(self, leaders: list[int], times: Mapping[int, float | None]) -> list[int]:
+    def neighbours(self, leaders: list[int], times: Mapping[int, float | None]) -> list[int]:
         """The leaders' unscreened neighbours: every leader's first ring, best leader first, then the second..."""
         rings = [self.grid.rings(leader) for leader in leaders]
         batch: list[int] = []

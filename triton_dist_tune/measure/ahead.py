@@ -1,0 +1,48 @@
+"""Which configs a search will likely screen next, so that they compile while its current stage is measured.
+
+A first key's compiles wait in stages: each stage of the search (:mod:`~triton_dist_tune.measure.search`) compiles
+its new configs, then measures them, then the next stage is known. On one H200 host (16 compile workers, a kernel
+0.3-0.4 s in a worker) the 32-config stages of an 840-config GEMM's first key took 1.0-2.1 s each while the workers
+were busy 26-64% of the time (``benchmarks/diagnose_compile.py``): the wait of each stage for its slowest compiles,
+and the workers idle while a stage is measured.
+
+So once a stage's compiles are started, the configs the next stage will likely hold are compiled too, after them
+(:meth:`~triton_dist_tune.measure.precompile.Compiles.submit` ``later``): the neighbours of the leaders so far, both
+as if the stage's configs all come in slow (the leaders stay) and as if each comes in just ahead of its best
+screened neighbour (the leaders move to them); :func:`likely_next`. Replayed over the corpus's 40 landscapes, that
+set held 61% of the next stage's new configs (one in three of the configs it names is screened next). A config
+compiled ahead and then needed is not compiled again; one never needed costs only a worker's time.
+
+Pure: a function of the search and its agreed samples. Only a tuning on one rank compiles ahead, and only while
+compiles cost it: its last stage waited :data:`AHEAD_WAIT_S` or more for them (a later key whose kernels are in
+memory waits for none, and its stages then run no compile pass for configs it may never screen).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from .search import PatternSearch, Samples
+
+#: a stage that waited this many seconds for its compiles makes the next one compile ahead
+AHEAD_WAIT_S = 0.1
+#: a config of the stage, in the optimistic view, reads this share of its best screened neighbour's time
+AHEAD_OF_NEIGHBOUR = 0.98
+
+
+def likely_next(search: PatternSearch, samples: Samples, screening: Collection[int]) -> list[int]:
+    """The configs not screened yet that the stage after the one ``screening`` will likely hold (best guess first):
+    the leaders' neighbours if ``screening``'s configs all come in slow, then those if each comes in just ahead of
+    its best screened neighbour; at most two stages' worth."""
+    times = search.estimates(search.history(samples))
+    cap = search.plan.stage_cap
+    leaders = search.leaders(times, search.plan.leaders)
+    if not leaders:
+        return []
+    slow = search.neighbours(leaders, {**times, **{i: None for i in screening}})[:cap]
+    ahead = dict(times)
+    for i in screening:
+        near = [t for j in search.grid.rings(i)[0] if (t := times.get(j)) is not None]
+        ahead[i] = min(near) * AHEAD_OF_NEIGHBOUR if near else None
+    moved = search.neighbours(search.leaders(ahead, search.plan.leaders), ahead)[:cap]
+    return list(dict.fromkeys(slow + moved))
