@@ -234,7 +234,7 @@ class Searched:
                         screening: list[int]) -> None:
         """On one rank, after a stage that waited for its compiles: compile the configs the next stage will likely
         hold, after this stage's (:mod:`~triton_dist_tune.measure.ahead`)."""
-        if self.tuning.group.size != 1 or self.stage_waited < ahead.AHEAD_WAIT_S:
+        if self.tuning.group.size != 1 or self.stage_waited < ahead.AHEAD_WAIT_S or not self.measurer.compiles.open:
             return
         with breakdown.part("model"):
             likely = [i for i in ahead.likely_next(search, history, screening) if i not in history]

@@ -350,9 +350,8 @@ class Tuning:
         pass (on GPUs, when every rank can: one exchange says), which leaves out the configs whose pass ended an
         earlier attempt (:attr:`skip_pass`: they compile in their warm-up); the measurer waits for each config's
         just before its warm-up, and a config that failed to compile on any rank is failed on every rank there.
-        Under a time budget the pass runs no further config once the group's clock says it is spent
-        (:mod:`~triton_dist_tune.measure.budget`). ``space``: the configs kept for the key, which decides whether
-        the compiles go to worker processes (:func:`~triton_dist_tune.measure.precompile.default_processes`).
+        Under a time budget the pass runs no further config once the group's clock says it is spent. ``space``:
+        the configs kept for the key (worker processes or not: :func:`~.measure.precompile.default_processes`).
         ``later``: compiled ahead, after the others (:mod:`~triton_dist_tune.measure.ahead`); on one rank a search's
         stages share one pool, and a config compiled ahead is not compiled again when its stage comes."""
         if todo:
@@ -362,8 +361,10 @@ class Tuning:
     def _compile_ahead(self, todo: list[Todo], measurer: Measurer, space: int, later: bool) -> None:
         options = self.tuner.options
         kept = measurer.compiles
-        shared = self.group.size == 1 and kept.active and kept.pool is not None and not kept.lazy
+        shared = self.group.size == 1 and kept.open
         if not shared:
+            if later:  # compiling ahead adds to a pool the stages share; never in place of the stage's own compiles
+                return
             kept.close()  # a search's earlier stage
             kept = None
         else:  # compiled ahead and needed now: its compiles not started yet go first

@@ -317,6 +317,12 @@ class Compiles:
         else:
             self.futures.setdefault(index, []).append(self.pool.submit(task, later))
 
+    @property
+    def open(self) -> bool:
+        """Whether compiles can be added to this pool, ahead of the stage that needs them: an active pool that
+        compiles as it is given work (not :attr:`lazy`)."""
+        return self.active and self.pool is not None and not self.lazy
+
     def promote(self, index: int) -> None:
         """Config ``index``, submitted ``later``, is needed now: its compiles not started go before those ``later``."""
         if self.pool is not None:
