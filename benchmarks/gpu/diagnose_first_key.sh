@@ -5,12 +5,7 @@
 # 3. the GEMM validation at M = 8192 (3 fresh tunings per arm, kernels compiled first) with the default settling,
 #    without a round's extra settling (--round-settle-ms 0), and with 2 ms screening settles as well.
 # Usage: OUT=DIR bash benchmarks/gpu/diagnose_first_key.sh   (CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1)
-set -u
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/diagnose_first_key}; mkdir -p "$OUT"
-smoke=(); [ -n "${CPU_SMOKE:-}" ] && smoke=(--cpu-smoke)
-export HOME=$(mktemp -d)
-nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+source "$(dirname "$0")/_setup.sh" /tmp/diagnose_first_key
 nproc
 for what in "import triton" "import torch" "import examples.gemm_kernels" "import examples.moe_kernels"; do
   s=$(date +%s.%N); python3 -c "$what" 2>/dev/null; e=$(date +%s.%N)

@@ -5,12 +5,7 @@
 # validation of the GEMM (with a first key) and of the MoE on the same GPU, one after the other.
 # Usage: OUT=DIR [ARM_OLD=arms/s9old] bash benchmarks/gpu/first_key_and_validate.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 SHAPE=16 VTIME=60 bash benchmarks/gpu/first_key_and_validate.sh
-set -u
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/first_key_and_validate}; mkdir -p "$OUT"
-smoke=(); [ -n "${CPU_SMOKE:-}" ] && smoke=(--cpu-smoke)
-export HOME=$(mktemp -d)
-nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+source "$(dirname "$0")/_setup.sh" /tmp/first_key_and_validate
 arms=(new); [ -n "${ARM_OLD:-}" ] && arms=(new old new)
 k=0
 for arm in "${arms[@]}"; do

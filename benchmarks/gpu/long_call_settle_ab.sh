@@ -2,11 +2,7 @@
 # Issue 41, ninth session, one GPU: the GEMM validation at SHAPES (default 8192), TUNINGS fresh tunings per arm, with
 # device-bound calls' screening settling at 2 ms (the default) and at 5 ms (as before), alternating (2, 5, 2, 5).
 # Usage: OUT=DIR bash benchmarks/gpu/long_call_settle_ab.sh   (CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 SHAPES=16)
-set -u
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/long_call_settle_ab}; mkdir -p "$OUT"
-smoke=(); [ -n "${CPU_SMOKE:-}" ] && smoke=(--cpu-smoke)
-export HOME=$(mktemp -d)
+source "$(dirname "$0")/_setup.sh" /tmp/long_call_settle_ab
 k=0
 for ms in 2 5 2 5; do
   k=$((k + 1))
