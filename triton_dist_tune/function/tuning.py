@@ -371,9 +371,9 @@ class Tuning:
             for index in [item[0] for item in todo if item[0] in kept.submitted and not later]:
                 kept.promote(index)
             todo = [item for item in todo if item[0] not in kept.submitted]
+            if not todo:
+                return
         passing = [item for item in todo if item[0] not in self.skip_pass]  # the same on every rank
-        if not todo:
-            return
         if options.precompile_fn is not None:
             measurer.compiles = precompile(self.group, self.label, options.precompile_fn, todo, self.args,
                                            self.kwargs, options.compile_threads, self.timeout, space, kept, later)

@@ -195,38 +195,34 @@ class WorkerPool:
             return True
         return False
 
-    def _borrow(self) -> Worker | None:
-        """An idle worker, else the next to come back (checking every :data:`_POLL_S` that one still runs: a worker
-        that ended is not coming back, and is replaced); None while workers are still starting (the caller compiles
-        its kernel itself) and when none runs or can start."""
+    def _borrow(self) -> tuple[Worker | None, bool]:
+        """(an idle worker, else the next to come back, checking every :data:`_POLL_S` that one still runs: a worker
+        that ended is not coming back, and is replaced; None when none is lent), and whether none is lent because
+        workers are still starting (the caller compiles its kernel itself), not because none runs or can start."""
         while True:
             try:
-                return self.idle.get_nowait()
+                return self.idle.get_nowait(), False
             except queue.Empty:
                 pass
             with self._lock:
                 if self.closed or (self.alive == 0 and self.failed_to_start):
-                    return None
-                replace = self.alive < self.size and not self.failed_to_start
-            if replace:
-                self.start()
+                    return None, False
+            self.start()  # in place of workers that ended
             with self._lock:
                 if self.starting:
-                    return None
+                    self.stats.early += 1
+                    return None, True
             try:
-                return self.idle.get(timeout=_POLL_S)
+                return self.idle.get(timeout=_POLL_S), False
             except queue.Empty:
                 continue
 
     def compile(self, task: bytes) -> bool:
         """Compile one task in a worker; False when it did not (the caller compiles it)."""
-        worker = self._borrow()
+        worker, starting = self._borrow()
         if worker is None:
-            with self._lock:
-                if self.starting and not self.closed:
-                    self.stats.early += 1
-                    return False
-            self.skip("no compile worker could start")
+            if not starting:
+                self.skip("no compile worker could start")
             return False
         try:
             done, error = worker.compile(task)

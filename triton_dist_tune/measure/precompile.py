@@ -201,15 +201,15 @@ class DaemonPool:
             return future
         with self._ready:
             self._pending[future] = fn
-        self._put(1 if later else 0, future, fn)
+            self._put(1 if later else 0, future, fn)
         return future
 
     def promote(self, future: Future) -> None:
         """Run ``future``'s task, if it has not started, before every ``later`` one (it was submitted ``later``)."""
         with self._ready:
             fn = self._pending.get(future)
-        if fn is not None:
-            self._put(0, future, fn)
+            if fn is not None:
+                self._put(0, future, fn)
 
     def abandon(self, future: Future | None = None) -> None:
         """A thread of the pool is stuck in a call (``future``'s) past its deadline: leave it, and start one in its
@@ -294,7 +294,7 @@ class Compiles:
     deferred: dict[int, list[Callable[[], Any]]] = field(default_factory=dict)
     #: the worker processes the compile threads hand their compiles to (None: the threads compile)
     workers: WorkerPool | None = None
-    #: every config submitted so far (its compile ahead started: needed, or :meth:`ahead`)
+    #: every config whose compile was started here (by :func:`precompile` or the compile pass), needed or ahead
     submitted: set[int] = field(default_factory=set)
     #: seconds :meth:`wait` has waited, in all
     waited: float = 0.0
@@ -311,7 +311,6 @@ class Compiles:
             with routed(workers):
                 return compile_one()
 
-        self.submitted.add(index)
         if self.lazy:
             self.deferred.setdefault(index, []).append(task)
         else:
@@ -398,6 +397,7 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
             precompile_fn(config, *args, **kwargs)
 
         compiles.submit(index, compile_one, later)
+        compiles.submitted.add(index)
     return compiles
 
 

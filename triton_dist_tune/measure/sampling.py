@@ -4,7 +4,6 @@ configs a search screens by their warm-up probe alone (:meth:`Sampling.far_behin
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,8 +39,7 @@ class Sampling:
             for index in sorted(entries):
                 self.watch.launched(index, 1)  # the warm-up call before the capture (the captured calls do not run)
                 captured = self.graphs.capture(index, lambda c=entries[index][0]: self.trial.call(c))
-                if hasattr(self.trial.clock, "waited"):  # a capture ends with a synchronize: the device's idle gap
-                    self.trial.clock.waited = time.perf_counter()  # starts there (timing.may_have_idled)
+                self.trial.clock.synchronize()  # the device is idle from here (timing.may_have_idled)
                 if not captured:
                     self.log.warning("%s the function cannot be captured in a CUDA graph (%s): timing eagerly",
                                      self.label, self.graphs.error)

@@ -167,6 +167,8 @@ class Clock(Protocol):
 
     def hold(self, ms: float) -> bool: ...
 
+    def idle_ms(self) -> float: ...
+
 
 class HostClock:
     """Wall-clock time, for CPU ranks and Triton's interpreter (work is done when a call returns)."""
@@ -201,8 +203,7 @@ class HostClock:
         """Keep the device busy for ``ms`` (impossible on the host: work is done when a call returns)."""
         return False
 
-    def idle_ms(self) -> float:
-        """How long the device may have idled (no device here: no bound)."""
+    def idle_ms(self) -> float:  # how long the device may have idled: no device here, no bound
         return math.inf
 
 
@@ -322,13 +323,12 @@ def make_clock() -> HostClock | DeviceClock:
 def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, batch: int | None,
                  ranks: int = 1) -> Steady:
     """The calls of a steady sample of a config taking ``per_call_ms``: a screening or a ``settled`` one, settling
-    longer when ``first`` in its round (or settled block) after the device may have idled (the caller decides:
-    :func:`may_have_idled`), and a screening one shorter when its calls are long (:data:`LONG_CALL_SETTLE_MS`);
-    ``batch`` fixes the timed calls. ``host``: by the host
-    clock's rules (no power state to settle: the settling is one call, and none for a screening sample that is not
-    its round's first, whose ranks the previous call's collective has just aligned; no queued calls). ``ranks``:
-    the group's size; over one, a fast config's sample is its queued calls alone (:data:`GROUP_QUEUED_MS`). The
-    group agrees on ``host`` and on ``per_call_ms``, so every rank makes the same calls."""
+    longer when ``first`` in its round (or settled block) after the device may have idled (:func:`may_have_idled`),
+    a screening one shorter when its calls are long (:data:`LONG_CALL_SETTLE_MS`); ``batch`` fixes the timed calls.
+    ``host``: by the host clock's rules (no power state to settle: the settling is one call, and none for a screening
+    sample that is not its round's first, whose ranks the previous call's collective has just aligned; no queued
+    calls). ``ranks``: the group's size; over one, a fast config's sample is its queued calls alone
+    (:data:`GROUP_QUEUED_MS`). The group agrees on ``host`` and ``per_call_ms``: every rank makes the same calls."""
     if settled:
         settle, span = SETTLED_SETTLE_MS, SETTLED_SPAN_MS
     else:
