@@ -58,9 +58,9 @@ def instrument() -> None:
 
     worker_init = compile_workers.Worker.__init__
 
-    def init(self: Any) -> None:
-        note("worker_start")
-        worker_init(self)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        note("worker_start", fork=kwargs.get("fork", False))
+        worker_init(self, *args, **kwargs)
         self.tasks_done = 0
 
     worker_compile = compile_workers.Worker.compile
@@ -136,7 +136,8 @@ def summary(got: dict[str, Any], processes: int) -> dict[str, Any]:
 
     return {
         "seconds": got["seconds"], "breakdown": got["breakdown"], "search": got["decision"].get("search"),
-        "workers_started": len(starts), "worker_first_task_s": dist(first), "worker_task_s": dist(later),
+        "workers_started": len(starts),
+        "workers_forked": sum(1 for e in events if e["kind"] == "worker_start" and e.get("fork")), "worker_first_task_s": dist(first), "worker_task_s": dist(later),
         "thread_compile_s": dist([e["t"] - e["start"] for e in threads]),
         "queued_s": dist([e["start"] - e["submitted"] for e in threads]),
         "compile_span_s": span[1] - span[0], "worker_busy_s": busy,

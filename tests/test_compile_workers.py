@@ -218,3 +218,87 @@ def test_while_the_workers_start_a_kernel_is_left_to_its_thread_at_once_then_the
     assert ready[0] == "ready" and ready[2:] == ["True", "True"], ready
     # counted, not timed: the early answer came before the workers were ready
     assert float(answered[2]) < float(ready[1]), (answered, ready)
+
+
+FORK_SCRIPT = textwrap.dedent('''
+    import json, os, signal, socket, sys
+    sys.path.insert(0, sys.argv[1])
+    import torch  # noqa: F401  (a rank's process: torch imported, a socket open, a handler of its own)
+    import tdt_worker_kernels as module
+    from triton.backends.compiler import GPUTarget
+    from triton_dist_tune.measure.compile_workers import WorkerPool, task
+
+    signal.signal(signal.SIGTERM, lambda *_: open(sys.argv[2], "w").write("the parent's handler ran"))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    pool = WorkerPool(2)
+    pool.start(fork=True)
+    assert pool.wait_ready(60)
+    work = task(module.scale_kernel, {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                {"BLOCK": 256}, {}, GPUTarget("cuda", 90, 32), {"num_warps": 4, "num_stages": 2})
+    compiled = pool.compile(work)
+    workers = [w.proc.pid for w in pool._all]
+    files = {pid: sorted(os.readlink(f"/proc/{pid}/fd/{n}") for n in os.listdir(f"/proc/{pid}/fd"))
+             for pid in workers}
+    print(json.dumps({"compiled": compiled, "forked": pool.stats.forked, "spawned": pool.stats.spawned,
+                      "files": files, "socket": os.readlink(f"/proc/self/fd/{listener.fileno()}")}), flush=True)
+    os.kill(workers[0], signal.SIGTERM)
+    print(json.dumps({"terminated": pool._all[0].proc.wait(10)}), flush=True)
+    if sys.argv[3] == "die":  # the rank dies: its other worker must see its input end, and end
+        os.kill(os.getpid(), signal.SIGKILL)
+    pool.close()
+''')
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(180)
+def test_a_forked_worker_keeps_only_its_pipes_compiles_and_ends_with_its_rank(kernel_module, tmp_path):
+    """A forked worker (``Forked``) compiles a real kernel, holds none of the rank's files or sockets (so a rank that
+    dies leaves no socket open behind it, and each worker sees its own input end), and does not run the rank's
+    signal handlers."""
+    import json
+    import signal
+    import subprocess
+    import time
+
+    _, _, cache = kernel_module
+    script, marker = tmp_path / "forked.py", tmp_path / "handler-ran"
+    script.write_text(FORK_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), str(marker), "die"], capture_output=True,
+                          text=True, timeout=150, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    report, ended = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    assert report["compiled"] and report["forked"] == 2 and report["spawned"] == 0, report
+    assert any(name.endswith(".cubin") for name in _files(cache))
+    for pid, files in report["files"].items():
+        # its standard streams on /dev/null and its two pipes: not the rank's socket, nor its siblings' pipes
+        assert files[:3] == ["/dev/null"] * 3 and len(files) == 5, (pid, files)
+        assert all(name.startswith("pipe:") for name in files[3:]) and report["socket"] not in files, (pid, files)
+    assert ended == {"terminated": -signal.SIGTERM} and not marker.exists()  # default handler: it ended
+    survivor = int(list(report["files"])[1])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # its input ended with the rank: it ends (or waits to be reaped)
+        status = Path(f"/proc/{survivor}/status")
+        if not status.exists() or "zombie" in status.read_text().lower():
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the forked worker {survivor} outlived its rank")
+
+
+def test_workers_are_not_forked_while_a_compile_thread_runs_nor_under_mpi_unless_asked(monkeypatch):
+    from triton_dist_tune.measure.compile_workers import fork_refusal
+
+    monkeypatch.delenv("TRITON_DIST_AUTOTUNE_COMPILE_START", raising=False)
+    assert fork_refusal(compiling=False) is None
+    assert fork_refusal(compiling=True) == "a compile thread is running"
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_START", "fork")
+    assert fork_refusal(compiling=True) is None
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_START", "spawn")
+    assert "spawn" in fork_refusal(compiling=False)
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_START", "vfork")
+    from triton_dist_tune.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="fork or spawn"):
+        fork_refusal(compiling=False)

@@ -131,6 +131,9 @@ class Settings:
     #: threads compile); None (unset or not such a number): min(16, CPUs / ranks of the group on the node) for keys
     #: of 128 configs or more, none for smaller ones
     compile_processes: int | None = None
+    #: how those workers start (``..._COMPILE_START``: fork or spawn); None: forked where that is safe (see
+    #: :func:`~triton_dist_tune.measure.compile_workers.fork_refusal`), else spawned
+    compile_start: str | None = None
     #: print summaries on group rank 0 where a decorator's ``autotune_verbose`` is not given
     #: (``TRITON_PRINT_AUTOTUNING=1``)
     print_autotuning: bool = False
@@ -165,6 +168,7 @@ class Settings:
             new_key_grace=_seconds(env, PREFIX + "NEW_KEY_GRACE", 0.5),
             compile_threads=_threads(env),
             compile_processes=_processes(env),
+            compile_start=_compile_start(env.get(PREFIX + "COMPILE_START", "")),
             print_autotuning=flag(env.get("TRITON_PRINT_AUTOTUNING")),
             undecided=_undecided(env.get(PREFIX + "UNDECIDED", "")),
             search=_search(env.get(PREFIX + "SEARCH", "")),
@@ -176,6 +180,13 @@ def _timing(value: str) -> str | None:
     if mode and mode not in ("steady", "cold"):
         raise BadInputError(f"{PREFIX}TIMING must be steady or cold, not {value!r}")
     return mode or None
+
+
+def _compile_start(value: str) -> str | None:
+    how = value.strip().lower()
+    if how and how not in ("fork", "spawn"):
+        raise BadInputError(f"{PREFIX}COMPILE_START must be fork or spawn, not {value!r}")
+    return how or None
 
 
 def _undecided(value: str) -> str | None:

@@ -12,7 +12,8 @@ the parent's interpreter and path). The worker imports
 ``triton.heuristics`` wrappers), compiles it with the kernel's own ``compile`` (``triton.compile``) into Triton's
 cache folder, and answers one JSON line: ``{"ok": true}``, or ``{"ok": false, "error": "..."}``. Standard output
 carries only the answers: anything else written to it goes to standard error. The worker ends at the end of its
-input (the parent ended or closed it).
+input (the parent ended or closed it). A worker forked from the parent (:class:`~triton_dist_tune.measure.
+compile_workers.Forked`) runs :func:`serve` on its two pipes, with everything imported already.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 import pickle
 import struct
 import sys
-from typing import Any
+from typing import Any, BinaryIO, TextIO
 
 
 def kernel(module: str, qualname: str) -> Any:
@@ -59,18 +60,10 @@ def compile_one(task: tuple) -> None:
     getattr(fn, "compile", triton.compile)(source(fn, signature, constexprs, attrs), target=target, options=options)
 
 
-def main() -> None:
-    answers = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # print() and C code write to standard error; standard output is the answers' alone
-    sys.stdout = sys.stderr
-    for name in sys.argv[1:]:  # what the parent names, before the first task (a module that fails: at its task)
-        try:
-            importlib.import_module(name)
-        except Exception:
-            pass
+def serve(tasks: BinaryIO, answers: TextIO) -> None:
+    """Say ready, then answer each task of ``tasks`` on ``answers`` until the end of ``tasks``."""
     answers.write(json.dumps({"ready": True}) + "\n")
     answers.flush()
-    tasks = sys.stdin.buffer
     while True:
         head = tasks.read(8)
         if len(head) < 8:
@@ -83,6 +76,18 @@ def main() -> None:
             answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
         answers.write(json.dumps(answer) + "\n")
         answers.flush()
+
+
+def main() -> None:
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # print() and C code write to standard error; standard output is the answers' alone
+    sys.stdout = sys.stderr
+    for name in sys.argv[1:]:  # what the parent names, before the first task (a module that fails: at its task)
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+    serve(sys.stdin.buffer, answers)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,19 @@ a function; a Triton option set in code, not in the environment, that gives the 
 error) is compiled by the thread as before, so the outcome (and any error Triton raises) is the same.
 
 The workers are started once per process, all at once at the first compile pass, and serve every tuning after it.
-A worker's start costs seconds: its interpreter imports Triton and torch (when this process has it: a kernel's
-module mostly imports it), and at its first task the kernel's module. On one H200 host (16 CPUs) 16 workers
-started together took 5.4 s (median) to answer their first task, where a kernel then took 0.32 s; the first stage
-of a first key waited for them (``benchmarks/diagnose_compile.py``, ``benchmarks/results/session_h200_9``). So
-the workers start in the background, and until one is ready the compile threads compile their kernels themselves
-(:attr:`WorkerStats.early`): the first configs compile while the workers start. They see no GPU
-(``CUDA_VISIBLE_DEVICES`` empty: a kernel module that touches one at import fails there, not on the GPU), and they
-end when the process ends (the end of their input), or at exit, after the compile threads still waiting on them.
+A worker started as a new interpreter costs seconds: it imports Triton and torch (when this process has it: a
+kernel's module mostly imports it), and at its first task the kernel's module. On one H200 host (16 CPUs) 16 such
+workers started together took 5.4 s (median) to answer their first task, where a kernel then took 0.32 s; the
+first stage of a first key waited for them (``benchmarks/diagnose_compile.py``, ``benchmarks/results/
+session_h200_9``). So on Linux the workers are forked from this process (:mod:`~triton_dist_tune.measure.
+forked_worker`), with everything it has imported, before any compile thread of the pass starts: 16 were ready in
+0.13 s on a 2-core VM with torch imported. Where a fork is refused (:func:`~triton_dist_tune.measure.
+forked_worker.fork_refusal`: a compile thread of this process is running, MPI is initialized,
+``TRITON_DIST_AUTOTUNE_COMPILE_START=spawn``, not Linux) they are spawned as new interpreters in the background,
+and until one is ready the compile threads compile their kernels themselves (:attr:`WorkerStats.early`). Spawned
+workers see no GPU (``CUDA_VISIBLE_DEVICES`` empty: a kernel module that touches one at import fails there, not on
+the GPU). Workers end when the process ends (the end of their input), or at exit, after the compile threads still
+waiting on them.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .forked_worker import Forked, fork_refusal
+
 log = logging.getLogger("triton_dist_tune")
 
 _SCRIPT = Path(__file__).with_name("compile_worker.py")
@@ -59,6 +66,9 @@ class WorkerStats:
     early: int = 0
     left: int = 0
     reason: str = ""
+    #: workers forked from this process, and spawned as new interpreters
+    forked: int = 0
+    spawned: int = 0
 
 
 def preloaded() -> list[str]:
@@ -69,9 +79,13 @@ def preloaded() -> list[str]:
 
 
 class Worker:
-    """One worker process and its pipes."""
+    """One worker process (spawned or :class:`Forked`) and its pipes."""
 
-    def __init__(self) -> None:
+    def __init__(self, fork: bool = False) -> None:
+        self.proc: Any
+        if fork:
+            self.proc = Forked()
+            return
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
         self.proc = subprocess.Popen([sys.executable, str(_SCRIPT), *preloaded()], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
@@ -136,25 +150,40 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._all: list[Worker] = []
 
-    def start(self) -> None:
-        """Start, in the background, the workers that would bring the pool to ``size`` (none once one failed to
-        start, or after :meth:`close`)."""
+    def start(self, fork: bool = False) -> None:
+        """Start the workers that would bring the pool to ``size`` (none once one failed to start, or after
+        :meth:`close`): ``fork``, forked here and now (:class:`Forked`; the caller has checked
+        :func:`fork_refusal`), else spawned in the background."""
         with self._lock:
             count = 0 if self.failed_to_start or self.closed else self.size - self.alive
             self.alive += count
             self.starting += count
         for _ in range(count):
-            threading.Thread(target=self._start, name="tdt-compile-worker-start", daemon=True).start()
+            worker = None
+            if fork:
+                try:
+                    worker = Worker(fork=True)
+                except OSError as exc:
+                    log.warning("triton_dist_tune: cannot fork a compile worker (%s): spawning it", exc)
+                    fork = False
+            threading.Thread(target=self._start, args=(worker,), name="tdt-compile-worker-start",
+                             daemon=True).start()
 
-    def _start(self) -> None:
-        """Start one worker and wait until it is ready, then make it idle."""
-        try:
-            worker = Worker()
-        except OSError as exc:
-            self._not_started(None, exc)
-            return
+    def _start(self, worker: Worker | None) -> None:
+        """Start one worker (unless forked: ``worker``) and wait until it is ready, then make it idle."""
+        forked = worker is not None
+        if worker is None:
+            try:
+                worker = Worker()
+            except OSError as exc:
+                self._not_started(None, exc)
+                return
         with self._lock:
             self._all.append(worker)
+            if forked:
+                self.stats.forked += 1
+            else:
+                self.stats.spawned += 1
         try:
             worker.ready()
         except (OSError, ValueError) as exc:
@@ -266,14 +295,19 @@ _pool_lock = threading.Lock()
 _route = threading.local()
 
 
-def shared_pool(size: int) -> WorkerPool:
-    """This process's worker pool (created at the first call, with ``size`` workers starting in the background)."""
+def shared_pool(size: int, compiling: bool = True) -> WorkerPool:
+    """This process's worker pool (created at the first call, with ``size`` workers: forked now unless
+    :func:`fork_refusal` says why not, given whether a compile thread of this process is ``compiling``; else spawned
+    in the background)."""
     global _pool
     with _pool_lock:
         if _pool is None:
             _install()
             _pool = WorkerPool(size)
-            _pool.start()
+            refusal = fork_refusal(compiling)
+            if refusal is not None:
+                log.debug("triton_dist_tune: compile workers spawned, not forked: %s", refusal)
+            _pool.start(fork=refusal is None)
         return _pool
 
 

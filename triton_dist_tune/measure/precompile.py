@@ -244,6 +244,11 @@ class DaemonPool:
 _pools: weakref.WeakSet[DaemonPool] = weakref.WeakSet()
 
 
+def compiling() -> bool:
+    """Whether a thread of some pool of this process runs a task now (a compile, mostly)."""
+    return any(pool._busy for pool in list(_pools))
+
+
 @atexit.register
 def _drain_at_exit() -> None:
     """At interpreter exit: let the compiles still running end (see the module docstring), :data:`EXIT_WAIT_S` at
@@ -347,7 +352,8 @@ class Compiles:
             return None
         stats = self.workers.stats
         reason = f" (the first: {stats.reason})" if stats.reason else ""
-        return (f"compile workers ({self.workers.alive} process(es)) so far: {stats.compiled} kernel(s) compiled "
+        return (f"compile workers ({self.workers.alive} process(es); {stats.forked} forked, {stats.spawned} "
+                f"spawned) so far: {stats.compiled} kernel(s) compiled "
                 f"there, {stats.early} by the compile threads while the workers started, {stats.left} left to the "
                 f"compile threads{reason}")
 
@@ -363,10 +369,11 @@ def start_pool(workers: int | None, timeout: float, peers: int = 1, space: int =
     which hand their compiles to this process's worker processes (:func:`default_processes` for a node of ``peers``
     ranks of the group and a key of ``space`` configs)."""
     threads = 1 if default_workers() == 1 else (workers or default_workers())
-    pool = DaemonPool(threads, "tdt-compile")
     processes = default_processes(peers, space)
-    return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True,
-                    workers=shared_pool(processes) if processes else None)
+    # the workers first: forked (at their first start) before this pool's threads run, and while no other does
+    processes_pool = shared_pool(processes, compiling=compiling()) if processes else None
+    pool = DaemonPool(threads, "tdt-compile")
+    return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True, workers=processes_pool)
 
 
 def version_key() -> None:
