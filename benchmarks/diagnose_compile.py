@@ -137,7 +137,8 @@ def summary(got: dict[str, Any], processes: int) -> dict[str, Any]:
     return {
         "seconds": got["seconds"], "breakdown": got["breakdown"], "search": got["decision"].get("search"),
         "workers_started": len(starts),
-        "workers_forked": sum(1 for e in events if e["kind"] == "worker_start" and e.get("fork")), "worker_first_task_s": dist(first), "worker_task_s": dist(later),
+        "workers_forked": sum(1 for e in events if e["kind"] == "worker_start" and e.get("fork")),
+        "worker_first_task_s": dist(first), "worker_task_s": dist(later),
         "thread_compile_s": dist([e["t"] - e["start"] for e in threads]),
         "queued_s": dist([e["start"] - e["submitted"] for e in threads]),
         "compile_span_s": span[1] - span[0], "worker_busy_s": busy,

@@ -74,6 +74,7 @@ class Context:
     batches: list[int]
     as_written: bool  # the MoE campaign is the README's
     current: str = ""  # the step running now
+    extra_env: dict[str, str] = field(default_factory=dict)  # --env: set for every step (an arm of an A/B run)
 
     @property
     def home(self) -> Path:
@@ -328,6 +329,7 @@ def step_env(ctx: Context, name: str) -> dict[str, str]:
                NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     if ctx.cpu:
         env.update(CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1")
+    env.update(ctx.extra_env)
     return env
 
 
@@ -395,7 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=0, help="start no step after this many seconds (0: none)")
     parser.add_argument("--moe-batches", type=lambda t: [int(m) for m in t.split(",")], default=None,
                         help="a smaller MoE campaign (the README's command is then not run as written)")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set for every step, after the tuner's own variables are cleared (an arm of an A/B run)")
     args = parser.parse_args(argv)
+    if any("=" not in item for item in args.env):
+        parser.error("--env takes NAME=VALUE")
     known = [s.name for s in steps()]
     if args.only and set(args.only) - set(known):
         parser.error(f"unknown step(s) {sorted(set(args.only) - set(known))}; the steps: {', '.join(known)}")
@@ -413,9 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     for sub in ("home", "tmp", "logs"):
         (work / sub).mkdir(parents=True, exist_ok=True)
     ctx = Context(args.out, work, args.cpu, gpus, args.moe_batches or list(CPU_CAMPAIGN_BATCHES if args.cpu else
-                  CAMPAIGN_BATCHES), args.moe_batches is None)
+                  CAMPAIGN_BATCHES), args.moe_batches is None, extra_env=dict(i.split("=", 1) for i in args.env))
     header = machine(args.cpu)
-    notes = [f"checkout {ROOT}; fresh HOME {ctx.home}"]
+    notes = [f"checkout {ROOT}; fresh HOME {ctx.home}"] + [f"every step ran with {i}" for i in args.env]
     print(f"acceptance: {header}", flush=True)
     rows: list[Row] = []
     started = time.perf_counter()
