@@ -117,7 +117,7 @@ EXIT_SCRIPT = textwrap.dedent('''
     import tdt_worker_kernels as module
     from triton.backends.compiler import GPUTarget
     from triton_dist_tune.measure.compile_workers import shared_pool, task
-    from triton_dist_tune.measure.precompile import DaemonPool
+    from triton_dist_tune.measure.daemon_pool import DaemonPool
 
     pool = shared_pool(1)
     assert pool.wait_ready(60)

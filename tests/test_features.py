@@ -101,6 +101,52 @@ def test_on_one_rank_the_configs_the_next_stage_will_likely_screen_compile_while
 
 
 @pytest.mark.timeout(120)
+def test_on_one_rank_a_config_still_compiling_when_its_stage_is_measured_is_screened_in_a_later_stage(env):
+    """On one H200 a first key waited 2.5-3.2 s for one kernel of its first stage (4.1-4.6 s to compile; the other
+    42 took 0.3-1.5 s), and warmed no config after it in the meantime. Now the stage's configs are warmed up as
+    their compiles end, and a config still compiling once the rest of its stage is measured is deferred to a later
+    stage. Before: the straggler was warmed up in its own stage, before the configs after it (here its compile
+    could end only once a later stage ran, or after 30 s)."""
+    r = run("compile_straggler", {**env, "TRITON_INTERPRET": "0"}, n=1)[0]
+    assert r["state"] in ("measured", "stopped"), r  # screened in the end
+    assert r["before"] >= r["first_look"], r  # after every other config of its stage, and after a later stage's
+    assert re.search(r"\d+ deferred to a later stage", r["search"]), r["search"]
+
+
+@pytest.mark.timeout(60)
+def test_a_stage_is_warmed_in_compile_order_alone_and_in_its_own_order_in_a_group():
+    """``WarmOrder`` with real compile futures: config 0's compile ends only when released. Alone, the others come
+    first; without ``defer`` it then waits for config 0 (and defers nothing); in a group, the stage's own order."""
+    import threading
+
+    from triton_dist_tune.measure.daemon_pool import DaemonPool
+    from triton_dist_tune.measure.precompile import Compiles
+    from triton_dist_tune.measure.warm_order import WarmOrder
+
+    release = threading.Event()
+    compiles = Compiles(DaemonPool(2, "tdt-order-test"), limit=30.0, active=True)
+    compiles.submit(0, lambda: release.wait(30))
+    for index in (1, 2, 3):
+        compiles.submit(index, lambda: None)
+    for index in (1, 2, 3):
+        compiles.futures[index][0].result(timeout=30)  # ended: the order below is counted, not timed
+    todo = [(i, {}, f"config {i}") for i in range(4)]
+    assert [i for i, _, _ in WarmOrder(todo, compiles, alone=False, defer=True)] == [0, 1, 2, 3]
+    deferring = WarmOrder(todo, compiles, alone=True, defer=True)
+    assert [i for i, _, _ in deferring] == [1, 2, 3] and deferring.deferred == [0]
+    outcomes = deferring.deferred_outcomes()
+    assert list(outcomes) == [0] and "compile had not ended" in (outcomes[0].error or "")
+    waiting = WarmOrder(todo, compiles, alone=True, defer=False)
+    seen = []
+    for item in waiting:
+        seen.append(item[0])
+        if len(seen) == 3:
+            threading.Timer(0.3, release.set).start()
+    assert seen == [1, 2, 3, 0] and waiting.deferred == []
+    compiles.pool.shutdown()
+
+
+@pytest.mark.timeout(120)
 def test_the_compile_pass_splits_the_node_and_agrees_its_failures(env):
     """The real compile pass on 2 CPU ranks outside the interpreter (forced on; every compile fails for want of a
     GPU compiler): each config's compile is submitted by one rank of the node, and each fails everywhere with

@@ -224,7 +224,7 @@ def test_a_stuck_compile_thread_is_abandoned_and_the_queue_goes_on():
     stuck thread is a daemon (the interpreter does not join it at exit)."""
     import threading
 
-    from triton_dist_tune.measure.precompile import DaemonPool, wait_within
+    from triton_dist_tune.measure.daemon_pool import DaemonPool, wait_within
 
     stuck = threading.Event()
     pool = DaemonPool(1, "tdt-test")
@@ -247,7 +247,7 @@ def test_compiles_submitted_later_run_after_the_others_unless_promoted_and_each_
     stage then needs goes first (promoted) and still runs once."""
     import threading
 
-    from triton_dist_tune.measure.precompile import DaemonPool
+    from triton_dist_tune.measure.daemon_pool import DaemonPool
 
     gate, order = threading.Event(), []
     pool = DaemonPool(1, "tdt-order")
@@ -272,7 +272,7 @@ def test_compiles_submitted_later_run_after_the_others_unless_promoted_and_each_
 EXIT_SCRIPT = """
 import sys, threading, time
 from pathlib import Path
-from triton_dist_tune.measure.precompile import DaemonPool, wait_within
+from triton_dist_tune.measure.daemon_pool import DaemonPool, wait_within
 done = Path(sys.argv[1])
 pool = DaemonPool(2, "tdt-exit")
 stuck = pool.submit(threading.Event().wait)

@@ -190,6 +190,48 @@ def compile_ahead():
     emit(compiled=sorted(compiled), screened=screened, search=decision.search)
 
 
+@case
+def compile_straggler():
+    """One rank, ``precompile_fn`` outside the interpreter, a 144-config grid the search screens in stages: the
+    first config submitted for compiling (one of the first stage's) is a straggler, whose compile ends only once
+    the function has run configs of a later stage (or after 30 s). The rest of its stage is warmed up as its
+    compiles end; the straggler is deferred to a later stage, and screened there."""
+    import threading
+
+    from triton_dist_tune.measure.search import initial_size
+
+    lock = threading.Lock()
+    order: list[tuple[int, int]] = []  # the first call of each config
+    first: list[tuple[int, int]] = []
+    later_stage = threading.Event()
+
+    def precompile(config):
+        with lock:
+            straggler = not first
+            first.append((config["a"], config["b"]))
+        if straggler:
+            later_stage.wait(30)
+        else:
+            time.sleep(0.01)
+
+    grid = [{"a": a, "b": b} for a in range(12) for b in range(12)]
+
+    @tdt.autotune(grid, key_fn=lambda: 0, n_warmup=0, precompile_fn=precompile, name="straggler")
+    def f(*, a, b):
+        with lock:
+            if (a, b) not in order:
+                order.append((a, b))
+                if len(order) > initial_size(len(grid)):
+                    later_stage.set()
+        time.sleep(0.0002 * (1 + abs(a - 7) + abs(b - 4)))
+
+    f()
+    decision = next(iter(f.tuner.decisions.values()))
+    states = {(grid[o.index]["a"], grid[o.index]["b"]): o.state for o in decision.outcomes}
+    emit(straggler=first[0], state=states[first[0]], before=order.index(first[0]), first_look=initial_size(len(grid)),
+         search=decision.search)
+
+
 @triton.jit
 def _fill_kernel(dst, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

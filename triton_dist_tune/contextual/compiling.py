@@ -35,8 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..measure.daemon_pool import DaemonPool, wait_within
 from ..measure.precompile import (
-    DaemonPool,
     agree_failures,
     compiles_here,
     current_cuda_device,
@@ -45,7 +45,6 @@ from ..measure.precompile import (
     node_ranks,
     on_device,
     version_key,
-    wait_within,
 )
 from . import intercept
 from .decisions import record_decision
@@ -161,7 +160,7 @@ def compile_share(autotuner: Any, indices: list[int], args: tuple, kwargs: dict[
 
     Each config has its own deadline: ``timeout`` s from when a thread started its compile. A compile still running
     then fails its config (and no other), its thread is left behind (a daemon: it never keeps the process from
-    exiting) and replaced (:meth:`~triton_dist_tune.measure.precompile.DaemonPool.abandon`), so the configs queued
+    exiting) and replaced (:meth:`~triton_dist_tune.measure.daemon_pool.DaemonPool.abandon`), so the configs queued
     after it still compile. The configs are waited for in the order they are queued, so when a config's turn comes
     every config before it has ended or been left behind, and it has started or starts at once on a free thread.
     Each thread is so held at most ``timeout`` s by each config it takes, and the share ends within ``timeout``

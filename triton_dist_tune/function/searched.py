@@ -36,6 +36,7 @@ from ..measure.lockstep import Measurer, Todo
 from ..measure.noise import NoiseEstimate, central
 from ..measure.race import Race, RacePlan
 from ..measure.search import PatternSearch, SearchPlan
+from ..measure.warm_order import DEFERRED
 from ..records import Decision, Outcome
 from .policy import numeric_distance
 from .tuned import TunedFunction
@@ -69,6 +70,8 @@ class SearchRecord:
     #: configs compiled ahead of the stage that might screen them, and how many of them were screened
     ahead: int = 0
     ahead_screened: int = 0
+    #: configs deferred to the next stage because their compiles had not ended (measure/warm_order.py)
+    deferred: int = 0
 
     def text(self) -> str:
         """One line: how much of the space was screened, and the noise the screening measured."""
@@ -77,6 +80,7 @@ class SearchRecord:
         again = f", {self.resampled} sampled again" if self.resampled else ""
         again += f", {self.probed} screened by their probe alone" if self.probed else ""
         again += f", {self.ahead} compiled ahead ({self.ahead_screened} of them screened)" if self.ahead else ""
+        again += f", {self.deferred} deferred to a later stage while they compiled" if self.deferred else ""
         raced = ("the time budget ended the screening (the best screened chosen)" if self.cut else
                  f"{len(self.finalists)} finalists raced")
         noise = f"; {self.noise.text()}" if self.noise is not None else ""
@@ -167,6 +171,7 @@ class Searched:
         history: dict[int, list[float] | None] = {}
         outcomes: dict[int, Outcome] = {}
         screen = RacePlan(max_rounds=1, min_rounds=1, seed=plan.seed, budget_s=None)
+        deferred: list[int] = []  # configs whose compiles had not ended in their stage: the next new configs'
         watch.rounds = "screening"
         while batch:
             fresh = [i for i in batch if not self._known(i, history, outcomes)]
@@ -175,11 +180,15 @@ class Searched:
             again = [i for i in fresh if i in history]
             if new:
                 todo = [tuning.todo(i) for i in new]
-                self.compile_stage(todo, False)
+                self.compile_stage(todo, False)  # a deferred config is compiling: not compiled again
                 self._compile_likely(search, history, new)
                 waited = measurer.compiles.waited
+                deferred = []
                 for outcome in measurer.lockstep(todo, screen, screen=True):
-                    if outcome.error == LEFT_OUT:  # the time budget left it unmeasured
+                    if outcome.error == DEFERRED:  # its compile runs on: screened in a later stage
+                        deferred.append(outcome.index)
+                        self.record.deferred += 1
+                    elif outcome.error == LEFT_OUT:  # the time budget left it unmeasured
                         outcomes[outcome.index] = outcome
                         self.record.left_out += 1
                     else:
@@ -199,6 +208,8 @@ class Searched:
                 break
             with breakdown.part("model"):
                 batch = search.next(history, measurer.probes.indices)
+            if deferred and (not batch or any(i not in history for i in batch)):  # not a stage of samples again
+                batch, deferred = deferred + [i for i in batch if i not in deferred], []
         watch.rounds = "race"
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
         self.record.probed = len(measurer.probes.indices)

@@ -313,7 +313,7 @@ def shared_pool(size: int, compiling: bool = True) -> WorkerPool:
 
 def close_shared() -> None:
     """End this process's workers (at exit, once the compile threads waiting on them are done: see
-    :func:`~triton_dist_tune.measure.precompile._drain_at_exit`)."""
+    :func:`~triton_dist_tune.measure.daemon_pool._drain_at_exit`)."""
     with _pool_lock:
         pool = _pool
     if pool is not None:

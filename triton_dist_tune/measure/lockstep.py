@@ -67,6 +67,7 @@ from .sampling import Sampling
 from .sharded import Sharding
 from .stats import median
 from .trial import Trial
+from .warm_order import WarmOrder
 
 #: (index, config, description) of a config to measure
 Todo = tuple[int, dict[str, Any], str]
@@ -169,12 +170,8 @@ class Measurer(Sampling, Sharding, Guarding):
         runs: list[Callable[[], Any]] = [checked] if self.trial.reference is not None else []
         runs += [plain] * self.plan.n_warmup
         lead = not runs  # a warm-up run just ran the config: the probe needs no lead call of its own
-
-        def probe() -> float:
-            return self.trial.probe(config, lead, probe_calls)
-
         if not self.cold and self.plan.batch is None:
-            runs.append(probe)
+            runs.append(lambda: self.trial.probe(config, lead, probe_calls))
         return runs
 
     def _warm(self, index: int, config: dict[str, Any], desc: str, aligned: bool,
@@ -220,14 +217,16 @@ class Measurer(Sampling, Sharding, Guarding):
         per config (identical on every rank except ``own``), in index order. ``warmed``: configs this measurer
         warmed up before are not warmed up again (a search's second screening sample; each sample settles first).
         ``screen``: a search's screening of new configs, where those far behind get their probe as their sample
-        (:meth:`~.sampling.Sampling.far_behind`)."""
+        (:meth:`~.sampling.Sampling.far_behind`), and where a rank tuning alone may defer a config whose compile has
+        not ended (:mod:`~.warm_order`: its outcome's error is ``DEFERRED``)."""
         outcomes: dict[int, Outcome] = {}
         per_call: dict[int, float] = {}
         warming = time.monotonic()
         previous = 0.0  # the group's time per call of the config warmed up last
         round_s = 0.0  # the predicted length of a screening round of the configs warmed up (with a budget)
         self.watch.enter("warmup")
-        for index, config, desc in todo:
+        order = WarmOrder(todo, self.compiles, alone=self.group.size == 1, defer=screen)
+        for index, config, desc in order:
             if warmed and index in self.per_call:
                 per_call[index] = previous = self.per_call[index]
                 continue
@@ -245,6 +244,7 @@ class Measurer(Sampling, Sharding, Guarding):
                     round_s += self.sample_seconds(index, config, previous, False, len(per_call) == 1)
         self.per_call.update(per_call)
         self.watch.leave()
+        outcomes.update(order.deferred_outcomes())  # screened in the search's next stage
         far = self.far_behind(per_call) if screen else []
         entries = {index: (config, desc) for index, config, desc in todo if index in per_call and index not in far}
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)

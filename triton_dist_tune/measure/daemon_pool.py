@@ -1,0 +1,171 @@
+"""The daemon threads that compile (:class:`DaemonPool`), their deadline (:func:`wait_within`), and the wait for
+them at exit (see :mod:`~triton_dist_tune.measure.precompile`, whose compiles run here)."""
+
+from __future__ import annotations
+
+import atexit
+import heapq
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from ..errors import describe_error
+from .compile_workers import close_shared
+
+#: seconds the process waits at exit, in all, for the compiles still running in its pools (not those left behind)
+EXIT_WAIT_S = 30.0
+
+
+class DaemonPool:
+    """A pool of daemon threads running submitted callables (``concurrent.futures.Future`` results), in order of
+    submission, those submitted ``later`` after every other (:meth:`promote` moves one forward).
+
+    Unlike ``ThreadPoolExecutor``, whose threads the interpreter joins at exit, a thread stuck in a call here never
+    keeps the process alive; :meth:`abandon` adds a thread in place of one left behind, so the queue goes on."""
+
+    def __init__(self, workers: int, name: str) -> None:
+        self.name = name
+        #: (rank: 0 now, 1 later; submission order, the future, the callable); None entries end a thread
+        self._tasks: list[tuple[int, int, Future, Callable[[], Any]] | tuple[int, int, None, None]] = []
+        self._ready = threading.Condition()
+        self._count = 0
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        #: the task each thread runs now, by thread name; the tasks left behind past their deadline
+        self._busy: dict[str, Future] = {}
+        self._left: set[Future] = set()
+        #: the callables of the futures not started yet (for :meth:`promote`)
+        self._pending: dict[Future, Callable[[], Any]] = {}
+        for _ in range(max(1, workers)):
+            self._start()
+        _pools.add(self)
+
+    def _start(self) -> None:
+        thread = threading.Thread(target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _put(self, rank: int, future: Future | None, fn: Callable[[], Any] | None) -> None:
+        with self._ready:
+            self._count += 1
+            heapq.heappush(self._tasks, (rank, self._count, future, fn))  # type: ignore[arg-type]
+            self._ready.notify()
+
+    def _next(self) -> tuple[Future, Callable[[], Any]] | None:
+        """The next task to run (marked running), or None: the thread ends."""
+        with self._ready:
+            while True:
+                while not self._tasks:
+                    self._ready.wait()
+                _, _, future, fn = heapq.heappop(self._tasks)
+                if future is None or fn is None:
+                    return None
+                if self._pending.pop(future, None) is None:
+                    continue  # started from its other entry (promoted), or cancelled
+                if future.set_running_or_notify_cancel():
+                    return future, fn
+
+    def _work(self) -> None:
+        while True:
+            item = self._next()
+            if item is None:
+                return
+            future, fn = item
+            name = threading.current_thread().name
+            self._busy[name] = future
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to whoever waits for it
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            finally:
+                self._busy.pop(name, None)
+
+    def submit(self, fn: Callable[[], Any], later: bool = False) -> Future:
+        """Run ``fn`` in a thread of the pool, after every task submitted before it and, unless ``later``, before
+        every ``later`` one not started yet; returns its future."""
+        future: Future = Future()
+        if self._closed:
+            future.cancel()
+            return future
+        with self._ready:
+            self._pending[future] = fn
+            self._put(1 if later else 0, future, fn)
+        return future
+
+    def promote(self, future: Future) -> None:
+        """Run ``future``'s task, if it has not started, before every ``later`` one (it was submitted ``later``)."""
+        with self._ready:
+            fn = self._pending.get(future)
+            if fn is not None:
+                self._put(0, future, fn)
+
+    def abandon(self, future: Future | None = None) -> None:
+        """A thread of the pool is stuck in a call (``future``'s) past its deadline: leave it, and start one in its
+        place; :meth:`drain` does not wait for it."""
+        if future is not None:
+            self._left.add(future)
+        if not self._closed:
+            self._start()
+
+    def drain(self, deadline: float) -> None:
+        """Cancel what has not started and wait, until ``deadline`` (``time.monotonic``), for the threads still
+        running a task that was not left behind."""
+        self.shutdown()
+        for thread in list(self._threads):
+            task = self._busy.get(thread.name)
+            if task is not None and task not in self._left and thread is not threading.current_thread():
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    def shutdown(self) -> None:
+        """Cancel what has not started; idle threads end, a stuck one is left (a daemon: it never blocks exit)."""
+        self._closed = True
+        with self._ready:
+            pending, self._pending = list(self._pending), {}
+            self._tasks.clear()
+        for future in pending:
+            future.cancel()
+        for _ in self._threads:
+            self._put(2, None, None)
+
+
+#: every pool of this process, for :func:`_drain_at_exit`
+_pools: weakref.WeakSet[DaemonPool] = weakref.WeakSet()
+
+
+def compiling() -> bool:
+    """Whether a thread of some pool of this process runs a task now (a compile, mostly)."""
+    return any(pool._busy for pool in list(_pools))
+
+
+@atexit.register
+def _drain_at_exit() -> None:
+    """At interpreter exit: let the compiles still running end (see the module docstring), :data:`EXIT_WAIT_S` at
+    most in all, then end the compile worker processes (a thread waiting on one would otherwise see it end and
+    compile its kernel again, itself)."""
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for pool in list(_pools):
+        pool.drain(deadline)
+    close_shared()
+
+
+def wait_within(futures: Sequence[Future], limit: float, pool: DaemonPool | None = None) -> str | None:
+    """Wait for ``futures`` at most ``limit`` seconds from now; returns "compile: error" of the first that failed
+    or did not end in time (its thread is then abandoned: ``pool`` gets a new one), else None."""
+    deadline = time.monotonic() + limit
+    for future in futures:
+        try:
+            future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            if pool is not None and future.running():
+                pool.abandon(future)
+            future.cancel()
+            return f"compile: did not finish within {limit:g} s (the timeout); its thread is left behind"
+        except Exception as exc:  # a config that does not compile is data
+            return f"compile: {describe_error(exc)}"
+    return None

@@ -1,0 +1,76 @@
+"""The order in which one rank warms up a stage's configs: as their compiles end, a straggler deferred.
+
+A stage's configs compile in parallel, but their warm-ups ran in the stage's order, each waiting for its own
+compile: one slow kernel held up every config after it, though their kernels were ready. On one H200 host the
+first key of an 840-config GEMM waited 2.5-3.2 s for one config of its first stage, whose kernel took 4.1-4.6 s in
+a compile worker while the other 42 took 0.3-1.5 s (``benchmarks/results/session_h200_10``).
+
+So on a rank tuning alone, with compiles running ahead of the warm-ups, :class:`WarmOrder` gives the configs whose
+compiles have ended first (in the stage's order among them), and waits only when none has. In a search's screening
+(``defer``), once every other config of the stage is warmed up, a config whose compile has still not ended
+:data:`STRAGGLER_GRACE_S` later is deferred: it is not measured in this stage, and the search screens it with the
+next stage of new configs (:mod:`~triton_dist_tune.function.searched`; a stage that samples screened configs again
+goes first), while its compile goes on. Nothing is deferred when no config of the call was warmed up (a stage of
+stragglers alone waits for them), so each deferred config is screened by a later stage, at the latest by one made
+of the deferred configs alone once the search has nothing else to screen.
+
+Groups keep the stage's order: every rank must warm the same config at the same step, and each rank knows only its
+own compiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..records import Outcome
+from . import breakdown
+from .precompile import Compiles
+
+#: seconds a search stage waits for the compiles of its last configs, once every other config of it is warmed up,
+#: before it defers them to the next stage
+STRAGGLER_GRACE_S = 0.25
+
+#: a deferred config's error text in its outcome of the stage (it is screened in the next)
+DEFERRED = "not measured yet: its compile had not ended when the rest of its stage was measured"
+
+Todo = tuple[int, dict[str, Any], str]
+
+
+class WarmOrder:
+    """Iterate a stage's ``todo`` in the order to warm it up (see the module docstring); :attr:`deferred` holds
+    the indices left out once the iteration ends. ``alone``: the rank tunes without a group; ``defer``: a search's
+    screening, which may defer a straggler."""
+
+    def __init__(self, todo: Sequence[Todo], compiles: Compiles, alone: bool, defer: bool) -> None:
+        self.todo = list(todo)
+        self.compiles = compiles
+        self.reorder = alone and compiles.open
+        self.defer = defer
+        self.deferred: list[int] = []
+
+    def deferred_outcomes(self) -> dict[int, Outcome]:
+        """The deferred configs' outcomes of this stage (their error :data:`DEFERRED`), by index."""
+        return {index: Outcome(index, desc, "pruned", error=DEFERRED) for index, _, desc in self.todo
+                if index in self.deferred}
+
+    def __iter__(self) -> Iterator[Todo]:
+        if not self.reorder:
+            yield from self.todo
+            return
+        pending = list(self.todo)
+        warmed = False
+        while pending:
+            ready = next((item for item in pending if self.compiles.done(item[0])), None)
+            if ready is None:
+                grace = self.defer and warmed
+                with breakdown.part("compile"):
+                    ended = self.compiles.wait_first([item[0] for item in pending],
+                                                     STRAGGLER_GRACE_S if grace else self.compiles.limit)
+                if not ended and grace:
+                    self.deferred = [item[0] for item in pending]
+                    return
+                ready = next((item for item in pending if self.compiles.done(item[0])), pending[0])
+            pending.remove(ready)
+            warmed = True
+            yield ready
