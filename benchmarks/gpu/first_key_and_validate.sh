@@ -19,7 +19,8 @@ json.load(open(sys.argv[1]))['library'])" \
       "$OUT/fk/$k-$arm-$family.json" 2>&1 | tail -n 1)"
   done
 done
-for family in ${VFAMILIES:-gemm_k4096_n4096 moe}; do
+for family in ${VFAMILIES:-gemm_k4096_n4096 moe}; do  # VFAMILIES=none: no validation
+  [ "$family" = none ] && continue
   first=(); [ "$family" = gemm_k4096_n4096 ] && first=(--first-key "${SHAPE:-256}")
   timeout "${VTIME:-210}" python3 benchmarks/validate_search.py --corpus benchmarks/results/corpus --tunings 3 \
     --family "$family" --out "$OUT/validate/$family.json" "${smoke[@]}" "${first[@]}" > "$OUT/vlog_$family.txt" 2>&1

@@ -6,7 +6,7 @@
 # Usage: OUT=DIR ARM_OLD=arms/s10fork bash benchmarks/gpu/session10_final.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 SHAPE=16 ACC=--cpu OUT=DIR bash benchmarks/gpu/session10_final.sh
 set -u
-FINAL=$OUT; W=$(mktemp -d); mkdir -p "$W/fk"
+FINAL=$OUT; W=$(mktemp -d); mkdir -p "$W/fk" "$FINAL"
 OUT=$W FAMILIES="${FAMILIES:-gemm_k4096_n4096 moe}" VFAMILIES=none bash "$(dirname "$0")/first_key_and_validate.sh"
 timeout "${ACC_TIME:-240}" python3 benchmarks/gpu/acceptance.py --out "$W/acc" --budget "${ACC_BUDGET:-230}" \
   ${ACC:-} > "$W/acc.log" 2>&1
