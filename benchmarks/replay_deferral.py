@@ -1,0 +1,100 @@
+"""Whether deferring a straggler to a later stage (``measure/warm_order.py``: on one rank, a config still compiling
+once the rest of its stage is measured is screened with the next stage of new configs) changes the search's
+choices, replayed over the corpus's exhaustive landscapes with fresh Gaussian noise per sample.
+
+Each new config of a stage is a straggler with probability ``p`` (on one H200 the README's MoE campaign deferred 64
+configs over 16 keys, about 1.6% of the configs it screened; ``p`` = 0.03 and 0.10 are taken); a straggler stays
+one to three stages of new configs behind (drawn uniformly), as the live rule defers it again while it compiles,
+and is screened by a stage of the deferred alone once the search has nothing else to screen. The same landscape and
+seed run without deferral beside it. A miss: the best finalist more than 2% behind the landscape's best. No rule
+was chosen on these figures (the rule was designed on the GPU timeline, not on this corpus).
+
+Launch: ``python benchmarks/replay_deferral.py benchmarks/results/corpus/gpu*.json [--seeds 5] [--noise 0.05]
+[--out benchmarks/results/corpus/replay_deferral.md]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import replay_search  # noqa: E402
+
+from triton_dist_tune.measure.search import PatternSearch, SearchPlan  # noqa: E402
+
+MISS = 1.02
+
+
+def replay(landscape: replay_search.Landscape, seed: int, noise: float, p: float) -> tuple[float, int, int]:
+    """(the best finalist's ratio to the best, configs screened, configs deferred) of one search."""
+    rng, draw = random.Random(seed), random.Random(7000 + seed)
+    search = PatternSearch(landscape.configs, list(range(len(landscape.configs))), SearchPlan(seed=f"defer{seed}"))
+    history: dict[int, list[float] | None] = {}
+    waiting: dict[int, int] = {}  # a straggler: the stages of new configs it stays behind
+    deferred: list[int] = []
+    deferrals = 0
+    batch = search.first()
+    while batch:
+        new = [i for i in batch if i not in history]
+        measured = batch
+        if new:  # as function/searched.py: a stage of new configs takes the deferred ones back
+            for i in new:
+                if i not in waiting and draw.random() < p:
+                    waiting[i] = draw.randint(1, 3)
+            behind = [i for i in new if waiting.get(i, 0) > 0]
+            if len(behind) < len(new):  # deferred only beside configs that are measured
+                for i in behind:
+                    waiting[i] -= 1
+                deferrals += len(behind)
+                measured, deferred = [i for i in batch if i not in behind], behind
+            else:  # a stage of stragglers alone waits for them
+                waiting.update((i, 0) for i in behind)
+                deferred = []
+        for i in measured:
+            ratio = landscape.ratios[i]
+            history.setdefault(i, []).append(ratio * (1 + rng.gauss(0, noise)) if ratio else None)
+        history = {k: (v if v and all(x is not None for x in v) else None) for k, v in history.items()}
+        batch = search.next(history, set())
+        if deferred and (not batch or any(i not in history for i in batch)):  # not a stage of samples again
+            batch, deferred = deferred + [i for i in batch if i not in deferred], []
+    finalists = search.finalists(history)
+    best = min((landscape.ratios[i] for i in finalists if landscape.ratios[i]), default=float("inf"))
+    return best, len(history), deferrals
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("corpus", nargs="+", type=Path)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--noise", type=float, default=0.05)
+    parser.add_argument("--shares", default="0,0.03,0.10", help="straggler probabilities p (0: no deferral)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    shares = [float(x) for x in args.shares.split(",")]
+    rows: dict[tuple[str, float], list[tuple[float, int, int]]] = {}
+    for landscape in replay_search.load(args.corpus):
+        for seed in range(args.seeds):
+            for p in shares:
+                rows.setdefault((landscape.family, p), []).append(replay(landscape, seed, args.noise, p))
+                rows.setdefault(("all", p), []).append(rows[(landscape.family, p)][-1])
+    lines = [f"# Deferring stragglers, replayed ({args.seeds} seeds, Gaussian {args.noise:.0%} per sample)", "",
+             "| family | p | misses (> 1.02) | worst | mean screened | mean deferred |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for (family, p), got in sorted(rows.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
+        misses = sum(1 for best, _, _ in got if best > MISS)
+        lines.append(f"| {family} | {p:g} | {misses}/{len(got)} | {max(b for b, _, _ in got):.3f} | "
+                     f"{sum(s for _, s, _ in got) / len(got):.0f} | {sum(d for _, _, d in got) / len(got):.1f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
