@@ -21,6 +21,7 @@ import warnings
 from typing import IO, NoReturn
 
 from .. import settings
+from .compile_worker import serve
 
 
 def fork_refusal(compiling: bool) -> str | None:
@@ -53,9 +54,14 @@ class Forked:
     def __init__(self) -> None:
         tasks_in, tasks_out = os.pipe()
         answers_in, answers_out = os.pipe()
-        with warnings.catch_warnings():  # Python 3.12 warns on a fork of a process with threads: see fork_refusal
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+        try:
+            with warnings.catch_warnings():  # Python 3.12 warns on a fork of a process with threads: fork_refusal
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError:
+            for number in (tasks_in, tasks_out, answers_in, answers_out):
+                os.close(number)
+            raise
         if pid == 0:
             _serve_forked(tasks_in, answers_out)
         os.close(tasks_in)
@@ -114,8 +120,6 @@ def _serve_forked(tasks: int, answers: int) -> NoReturn:
             os.dup2(null, number)
         _close_all_but({0, 1, 2, tasks, answers})
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-        from .compile_worker import serve
-
         serve(os.fdopen(tasks, "rb"), os.fdopen(answers, "w"))
         code = 0
     finally:
