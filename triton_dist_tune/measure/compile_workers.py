@@ -158,14 +158,15 @@ class WorkerPool:
             count = 0 if self.failed_to_start or self.closed else self.size - self.alive
             self.alive += count
             self.starting += count
-        for _ in range(count):
-            worker = None
-            if fork:
-                try:
-                    worker = Worker(fork=True)
-                except OSError as exc:
-                    log.warning("triton_dist_tune: cannot fork a compile worker (%s): spawning it", exc)
-                    fork = False
+        workers: list[Worker | None] = []
+        for _ in range(count):  # every fork first, before the threads below start
+            try:
+                workers.append(Worker(fork=True) if fork else None)
+            except OSError as exc:
+                log.warning("triton_dist_tune: cannot fork a compile worker (%s): spawning it", exc)
+                fork = False
+                workers.append(None)
+        for worker in workers:
             threading.Thread(target=self._start, args=(worker,), name="tdt-compile-worker-start",
                              daemon=True).start()
 
