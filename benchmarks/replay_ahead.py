@@ -73,10 +73,7 @@ def main() -> int:
              "| family | recall | precision | random guess's recall |", "| --- | --- | --- | --- |"]
     lines += [f"| {name} | {v[0] / v[1]:.2f} | {v[0] / max(1, v[2]):.2f} | {v[3] / v[1]:.2f} |"
               for name, v in families.items()]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    replay_search.publish(lines, args.out)
     return 0
 
 

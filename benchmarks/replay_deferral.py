@@ -89,10 +89,7 @@ def main() -> int:
         misses = sum(1 for best, _, _ in got if best > MISS)
         lines.append(f"| {family} | {p:g} | {misses}/{len(got)} | {max(b for b, _, _ in got):.3f} | "
                      f"{sum(s for _, s, _ in got) / len(got):.0f} | {sum(d for _, _, d in got) / len(got):.1f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    replay_search.publish(lines, args.out)
     return 0
 
 

@@ -279,10 +279,7 @@ def main() -> None:
         for family in [*families, "all"]:
             inside = [land for land in lands if family in ("all", land.family)]
             lines.append(f"| {family} | " + " | ".join(over(default, m, inside).text() for m in models) + " |")
-        report = "\n".join(lines) + "\n"
-        print(report)
-        if args.out is not None:
-            args.out.write_text(report)
+        publish(lines, args.out)
         return
     lines += ["## Held out: each family's plan chosen on the other families", "",
               "| held-out family | plan chosen on the others | " + " | ".join(m.name for m in models) + " |",
@@ -311,10 +308,15 @@ def main() -> None:
               "| --- |" + " --- |" * len(models)]
     for plan in plans:
         lines.append(f"| {plan_text(plan)} | " + " | ".join(over(plan, m, lands).text() for m in models) + " |")
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out is not None:
-        args.out.write_text(report)
+    publish(lines, args.out)
+
+
+def publish(lines: list[str], out: Path | None) -> None:
+    """Print a report's lines (markdown), and write them to ``out`` where given."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out is not None:
+        out.write_text(text)
 
 
 if __name__ == "__main__":
