@@ -146,6 +146,32 @@ def test_a_stage_is_warmed_in_compile_order_alone_and_in_its_own_order_in_a_grou
     compiles.pool.shutdown()
 
 
+@pytest.mark.timeout(60)
+def test_a_compile_hung_past_the_timeout_fails_its_config_one_timeout_after_the_first_wait_for_it():
+    """``WarmOrder`` waits up to the compile timeout for the first of a stage's compiles to end; a config whose
+    compile hangs is then failed at once, not after a second timeout of its own wait (before: 2 timeouts)."""
+    import threading
+    import time
+
+    from triton_dist_tune.measure.daemon_pool import DaemonPool
+    from triton_dist_tune.measure.precompile import Compiles
+    from triton_dist_tune.measure.warm_order import WarmOrder
+
+    release = threading.Event()
+    compiles = Compiles(DaemonPool(1, "tdt-hung-test"), limit=2.0, active=True)
+    compiles.submit(0, lambda: release.wait(30))
+    try:
+        order = WarmOrder([(0, {}, "config 0")], compiles, alone=True, defer=False)
+        assert [i for i, _, _ in order] == [0]  # after the timeout: nothing ended, the stage's first comes
+        started = time.monotonic()
+        error = compiles.wait(0)
+        assert error is not None and "did not finish within 2 s" in error, error
+        assert time.monotonic() - started < 0.5  # its deadline had passed (before: another 2 s)
+    finally:
+        release.set()
+        compiles.pool.shutdown()
+
+
 @pytest.mark.timeout(120)
 def test_the_compile_pass_splits_the_node_and_agrees_its_failures(env):
     """The real compile pass on 2 CPU ranks outside the interpreter (forced on; every compile fails for want of a

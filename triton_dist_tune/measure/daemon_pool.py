@@ -154,10 +154,12 @@ def _drain_at_exit() -> None:
     close_shared()
 
 
-def wait_within(futures: Sequence[Future], limit: float, pool: DaemonPool | None = None) -> str | None:
-    """Wait for ``futures`` at most ``limit`` seconds from now; returns "compile: error" of the first that failed
-    or did not end in time (its thread is then abandoned: ``pool`` gets a new one), else None."""
-    deadline = time.monotonic() + limit
+def wait_within(futures: Sequence[Future], limit: float, pool: DaemonPool | None = None,
+                began: float | None = None) -> str | None:
+    """Wait for ``futures`` at most ``limit`` seconds from ``began`` (``time.monotonic``; default now); returns
+    "compile: error" of the first that failed or did not end in time (its thread is then abandoned: ``pool`` gets a
+    new one), else None."""
+    deadline = (time.monotonic() if began is None else began) + limit
     for future in futures:
         try:
             future.result(timeout=max(0.0, deadline - time.monotonic()))

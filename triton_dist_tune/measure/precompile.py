@@ -146,6 +146,8 @@ class Compiles:
     submitted: set[int] = field(default_factory=set)
     #: seconds :meth:`wait` has waited, in all
     waited: float = 0.0
+    #: when a wait for a config's compiles first began (:meth:`wait_first`), by index: its deadline runs from then
+    wait_began: dict[int, float] = field(default_factory=dict)
 
     def submit(self, index: int, compile_one: Callable[[], Any], later: bool = False) -> None:
         """Compile config ``index`` (one more of its kernels) in the pool; ``later``: after every compile submitted
@@ -185,6 +187,8 @@ class Compiles:
         """Wait at most ``timeout`` seconds until the compiles of some config of ``indices`` have all ended
         (counted in :attr:`waited`); whether one has."""
         started = time.monotonic()
+        for index in indices:  # each config's deadline runs from its first wait
+            self.wait_began.setdefault(index, started)
         try:
             while True:
                 if any(self.done(index) for index in indices):
@@ -199,14 +203,14 @@ class Compiles:
 
     def wait(self, index: int) -> str | None:
         """Wait for config ``index``'s compiles (submitted now when :attr:`lazy`); returns "compile: error" of the
-        first that failed (or did not end within ``limit`` seconds from now: its thread is left behind), else
-        None."""
+        first that failed (or did not end within ``limit`` seconds from the first wait for it, this one or
+        :meth:`wait_first`'s: its thread is left behind), else None."""
         assert self.pool is not None or index not in self.deferred
         for task in self.deferred.pop(index, []):
             self.futures.setdefault(index, []).append(self.pool.submit(task))  # type: ignore[union-attr]
         started = time.monotonic()
         try:
-            return wait_within(self.futures.pop(index, []), self.limit, self.pool)
+            return wait_within(self.futures.pop(index, []), self.limit, self.pool, self.wait_began.pop(index, None))
         finally:
             self.waited += time.monotonic() - started
 

@@ -14,6 +14,10 @@ goes first), while its compile goes on. Nothing is deferred when no config of th
 stragglers alone waits for them), so each deferred config is screened by a later stage, at the latest by one made
 of the deferred configs alone once the search has nothing else to screen.
 
+A config's compile deadline (the tuning's timeout) runs from the first wait for it, this order's or its own
+(:meth:`~triton_dist_tune.measure.precompile.Compiles.wait`): a hung compile fails its config one timeout after
+the stage began waiting, not two.
+
 Groups keep the stage's order: every rank must warm the same config at the same step, and each rank knows only its
 own compiles.
 """
