@@ -70,7 +70,8 @@ class SearchRecord:
     #: configs compiled ahead of the stage that might screen them, and how many of them were screened
     ahead: int = 0
     ahead_screened: int = 0
-    #: configs deferred to the next stage because their compiles had not ended (measure/warm_order.py)
+    #: deferrals of configs to a later stage because their compiles had not ended (measure/warm_order.py; a config
+    #: deferred twice counts twice)
     deferred: int = 0
 
     def text(self) -> str:
