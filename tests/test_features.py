@@ -253,25 +253,3 @@ def test_compile_threads_compute_tritons_version_key_once(monkeypatch):
     assert [compiles.wait(index) for index in range(8)] == [None] * 8
     compiles.close()
     assert triton_key.cache_info().misses == 1
-
-
-@pytest.mark.timeout(120)
-def test_a_tuning_starts_tritons_version_key_at_once_and_the_compile_pool_waits_for_that_one(monkeypatch):
-    """On one H200 host the first key's compiles started 0.85 s after the compile pool, whose first task computed
-    the version key: a tuning now starts it in the background as it begins (where kernels are compiled), once per
-    process, and the pool's own computation waits for that one instead of hashing again."""
-    from triton.runtime.cache import triton_key
-
-    from triton_dist_tune.measure import precompile
-
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setattr(precompile, "_key_thread", None)
-    monkeypatch.setattr(precompile, "compiles_here", lambda: True)
-    triton_key.cache_clear()
-    precompile.start_version_key()
-    started = precompile._key_thread
-    assert started is not None and started.name == "tdt-version-key"
-    precompile.start_version_key()
-    assert precompile._key_thread is started  # once per process
-    precompile.version_key()
-    assert not started.is_alive() and triton_key.cache_info().misses == 1  # waited for it, did not hash again

@@ -51,7 +51,7 @@ from ..measure import breakdown, compile_pass
 from ..measure.arguments import ArgumentState, RandomState
 from ..measure.budget import clocked
 from ..measure.lockstep import Measurer, Todo
-from ..measure.precompile import compiles_here, precompile, start_version_key
+from ..measure.precompile import compiles_here, precompile
 from ..measure.replicas import Layout, settle
 from ..measure.search import TIE_BLOCKS, SearchPlan, search_applies
 from ..measure.timing import timing_mode
@@ -141,7 +141,6 @@ class Tuning:
             return tuner.space[found]
         rank_log.info("%s tuning %d configs on %d rank(s) of group '%s'", self.label, len(tuner.space), group.size,
                       logs.group_title(group))
-        start_version_key()  # ready by the first compiles
         random_state = RandomState()  # the final call draws what one untuned call would
         try:
             decision = self._tune(kept)
@@ -352,8 +351,9 @@ class Tuning:
         earlier attempt (:attr:`skip_pass`: they compile in their warm-up); the measurer waits for each config's
         just before its warm-up, and a config that failed to compile on any rank is failed on every rank there.
         Under a time budget the pass runs no further config once the group's clock says it is spent. ``space``:
-        the configs kept for the key (:func:`~.measure.precompile.default_processes`). ``later``: compiled ahead,
-        after the others (:mod:`~.measure.ahead`); on one rank a search's stages share one pool."""
+        the configs kept for the key (worker processes or not: :func:`~.measure.precompile.default_processes`).
+        ``later``: compiled ahead, after the others (:mod:`~triton_dist_tune.measure.ahead`); on one rank a search's
+        stages share one pool, and a config compiled ahead is not compiled again when its stage comes."""
         if todo:
             with breakdown.part("compile"):
                 self._compile_ahead(todo, measurer, space, later)

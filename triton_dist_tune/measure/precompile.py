@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future
@@ -238,8 +237,7 @@ def start_pool(workers: int | None, timeout: float, peers: int = 1, space: int =
     ranks of the group and a key of ``space`` configs)."""
     threads = 1 if default_workers() == 1 else (workers or default_workers())
     processes = default_processes(peers, space)
-    if processes:  # the workers first, forked (at their first start) with the version key, before any thread compiles
-        version_key()
+    # the workers first: forked (at their first start) before this pool's threads run, and while no other does
     processes_pool = shared_pool(processes, compiling=compiling()) if processes else None
     pool = DaemonPool(threads, "tdt-compile")
     return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True, workers=processes_pool)
@@ -249,31 +247,10 @@ def version_key() -> None:
     """Compute Triton's version key once, before any compile: every compile needs it (a hash of Triton's compiler
     files and of its C library, hundreds of MB), Triton caches it per process, and compile threads that all start
     before it is cached each compute it again. Measured on a 16-CPU H100 host, first key of 40 configs: 16 threads
-    spent ~22 s of their time on it (the first-key probe, ``benchmarks/HISTORY.md``). Waits for the computation
-    :func:`start_version_key` started, if any. Nothing under Triton's interpreter, which compiles nothing."""
+    spent ~22 s of their time on it (the first-key probe, ``benchmarks/HISTORY.md``). Nothing under Triton's
+    interpreter, which compiles nothing."""
     if not settings.current().interpret:
-        with _key_lock:
-            started = _key_thread
-        if started is not None:
-            started.join()
         triton_version_key()
-
-
-_key_lock = threading.Lock()
-_key_thread: threading.Thread | None = None
-
-
-def start_version_key() -> None:
-    """Start computing Triton's version key (:func:`version_key`) in a daemon thread, once per process, where
-    kernels are compiled here: a tuning calls it as it starts, so that the key is ready by its first compiles. On
-    one H200 host the first key's compiles started 0.85 s after the compile pool, which computed the key first
-    (``benchmarks/results/session_h200_10``)."""
-    global _key_thread
-    with _key_lock:
-        if _key_thread is not None or not compiles_here():
-            return
-        _key_thread = threading.Thread(target=triton_version_key, name="tdt-version-key", daemon=True)
-        _key_thread.start()
 
 
 def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo: Sequence[tuple[int, dict, str]],
