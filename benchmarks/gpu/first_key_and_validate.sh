@@ -3,7 +3,7 @@
 # tree (ARM_OLD: a folder holding its triton_dist_tune, benchmarks/*.py and examples, with this tree's
 # diagnose_compile.py copied in; default none), alternating (new, old, new); then the corpus
 # validation of the GEMM (with a first key) and of the MoE on the same GPU, one after the other.
-# Usage: OUT=DIR [ARM_OLD=arms/s9old] bash benchmarks/gpu/first_key_and_validate.sh
+# Usage: OUT=DIR [ARM_OLD=arms/s9old] bash benchmarks/gpu/first_key_and_validate.sh  (leaves first_key_and_validate.tgz alone in OUT)
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 SHAPE=16 VTIME=60 bash benchmarks/gpu/first_key_and_validate.sh
 source "$(dirname "$0")/_setup.sh" /tmp/first_key_and_validate
 arms=(new); [ -n "${ARM_OLD:-}" ] && arms=(new old new)
@@ -28,3 +28,4 @@ for family in ${VFAMILIES:-gemm_k4096_n4096 moe}; do  # VFAMILIES=none: no valid
   grep -h "tuning [0-9]:\|first key" "$OUT/vlog_$family.txt" | sed 's/search:.*probes:[^;]*;//' | cut -c1-330
 done
 (cd "$OUT" && tar czf first_key_and_validate.tgz fk validate ./*.log ./*.txt 2>/dev/null)
+find "$OUT" -mindepth 1 -maxdepth 1 ! -name first_key_and_validate.tgz -exec rm -rf {} +  # the archive alone comes back
