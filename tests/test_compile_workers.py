@@ -302,3 +302,58 @@ def test_workers_are_not_forked_while_a_compile_thread_runs_nor_under_mpi_unless
 
     with pytest.raises(BadInputError, match="fork or spawn"):
         fork_refusal(compiling=False)
+
+
+def test_a_fork_that_fails_leaves_no_pipe_open_and_the_worker_is_spawned_instead(monkeypatch):
+    """``Forked`` opens two pipes before it forks: a fork that fails (out of memory, too many processes) closed
+    none of them (4 file numbers lost per worker), and the pool then spawns the worker."""
+
+    from triton_dist_tune.measure import forked_worker
+    from triton_dist_tune.measure.compile_workers import WorkerPool
+
+    def failing() -> int:
+        raise OSError("fork failed (as with ENOMEM)")
+
+    monkeypatch.setattr(forked_worker.os, "fork", failing)
+    before = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError, match="fork failed"):
+        forked_worker.Forked()
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    pool = WorkerPool(1)
+    try:
+        pool.start(fork=True)
+        assert pool.wait_ready(120)
+        assert pool.stats.spawned == 1 and pool.stats.forked == 0
+    finally:
+        pool.close()
+
+
+def test_every_worker_is_forked_before_a_thread_of_the_pool_starts(monkeypatch):
+    """A fork copies the locks other threads hold: the pool forks all its workers first, then starts the threads
+    that wait for their first lines (before: each fork came after the previous worker's thread had started)."""
+    import threading
+
+    from triton_dist_tune.measure import forked_worker
+    from triton_dist_tune.measure.compile_workers import WorkerPool
+
+    real_fork, real_start = os.fork, threading.Thread.start
+    started: list[str] = []  # the pool's threads started so far (counted, not seen alive: they end quickly)
+    seen: list[int] = []
+
+    def counting() -> int:
+        seen.append(started.count("tdt-compile-worker-start"))
+        return real_fork()
+
+    def start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        real_start(thread)
+
+    monkeypatch.setattr(forked_worker.os, "fork", counting)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    pool = WorkerPool(3)
+    try:
+        pool.start(fork=True)
+        assert pool.wait_ready(60)
+        assert seen == [0, 0, 0] and pool.stats.forked == 3, seen
+    finally:
+        pool.close()
