@@ -25,7 +25,7 @@ from triton_dist_tune.measure.ahead import likely_next  # noqa: E402
 from triton_dist_tune.measure.search import PatternSearch, SearchPlan  # noqa: E402
 
 
-def replay(landscape: replay_search.Landscape, seed: int, noise: float) -> list[int]:
+def replay(landscape: replay_search.Landscape, seed: int, noise: replay_search.NoiseModel) -> list[int]:
     """[named and screened next, screened next, named, random and screened next] over one search."""
     rng, draw = random.Random(seed), random.Random(1000 + seed)
     search = PatternSearch(landscape.configs, list(range(len(landscape.configs))), SearchPlan(seed=f"ahead{seed}"))
@@ -46,10 +46,7 @@ def replay(landscape: replay_search.Landscape, seed: int, noise: float) -> list[
             if guess:
                 left = [i for i in range(len(landscape.configs)) if i not in history and i not in new]
                 pending = (guess, draw.sample(left, min(len(guess), len(left))))
-        for i in batch:
-            ratio = landscape.ratios[i]
-            history.setdefault(i, []).append(ratio * (1 + rng.gauss(0, noise)) if ratio else None)
-        history = {k: (v if v and all(x is not None for x in v) else None) for k, v in history.items()}
+        replay_search.screen(landscape, batch, history, noise, rng)
         batch = search.next(history, set())
     return counts
 
@@ -64,7 +61,7 @@ def main() -> int:
     families: dict[str, list[int]] = {}
     for landscape in replay_search.load(args.corpus):
         for seed in range(args.seeds):
-            got = replay(landscape, seed, args.noise)
+            got = replay(landscape, seed, replay_search.NoiseModel("gauss", args.noise))
             total = families.setdefault(landscape.family, [0, 0, 0, 0])
             for k in range(4):
                 total[k] += got[k]

@@ -1,6 +1,7 @@
 """Whether deferring a straggler to a later stage (``measure/warm_order.py``: on one rank, a config still compiling
 once the rest of its stage is measured is screened with the next stage of new configs) changes the search's
-choices, replayed over the corpus's exhaustive landscapes with fresh Gaussian noise per sample.
+choices, replayed over the corpus's exhaustive landscapes with noise drawn afresh per sample (``replay_search``'s
+noise models: Gaussian 5% and 10%, and ``spiked``, 2% with one sample in 20 slowed 20-100%).
 
 Each new config of a stage is a straggler with probability ``p`` (on one H200 the README's MoE campaign deferred 64
 configs over 16 keys, about 1.6% of the configs it screened; ``p`` = 0.03 and 0.10 are taken); a straggler stays
@@ -9,7 +10,7 @@ and is screened by a stage of the deferred alone once the search has nothing els
 seed run without deferral beside it. A miss: the best finalist more than 2% behind the landscape's best. No rule
 was chosen on these figures (the rule was designed on the GPU timeline, not on this corpus).
 
-Launch: ``python benchmarks/replay_deferral.py benchmarks/results/corpus/gpu*.json [--seeds 5] [--noise 0.05]
+Launch: ``python benchmarks/replay_deferral.py benchmarks/results/corpus/gpu*.json [--seeds 5] [--noise gauss5]
 [--out benchmarks/results/corpus/replay_deferral.md]``.
 """
 
@@ -30,7 +31,8 @@ from triton_dist_tune.measure.search import PatternSearch, SearchPlan  # noqa: E
 MISS = 1.02
 
 
-def replay(landscape: replay_search.Landscape, seed: int, noise: float, p: float) -> tuple[float, int, int]:
+def replay(landscape: replay_search.Landscape, seed: int, noise: replay_search.NoiseModel,
+           p: float) -> tuple[float, int, int]:
     """(the best finalist's ratio to the best, configs screened, configs deferred) of one search."""
     rng, draw = random.Random(seed), random.Random(7000 + seed)
     search = PatternSearch(landscape.configs, list(range(len(landscape.configs))), SearchPlan(seed=f"defer{seed}"))
@@ -55,34 +57,31 @@ def replay(landscape: replay_search.Landscape, seed: int, noise: float, p: float
             else:  # a stage of stragglers alone waits for them
                 waiting.update((i, 0) for i in behind)
                 deferred = []
-        for i in measured:
-            ratio = landscape.ratios[i]
-            history.setdefault(i, []).append(ratio * (1 + rng.gauss(0, noise)) if ratio else None)
-        history = {k: (v if v and all(x is not None for x in v) else None) for k, v in history.items()}
+        replay_search.screen(landscape, measured, history, noise, rng)
         batch = search.next(history, set())
         if deferred and (not batch or any(i not in history for i in batch)):  # not a stage of samples again
             batch, deferred = deferred + [i for i in batch if i not in deferred], []
-    finalists = search.finalists(history)
-    best = min((landscape.ratios[i] for i in finalists if landscape.ratios[i]), default=float("inf"))
-    return best, len(history), deferrals
+    found = min(landscape.ratios[i] for i in search.finalists(history)) / min(landscape.ratios)
+    return found, len(history), deferrals
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", nargs="+", type=Path)
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--noise", type=float, default=0.05)
+    parser.add_argument("--noise", default="gauss5", choices=sorted(replay_search.NOISE_MODELS))
     parser.add_argument("--shares", default="0,0.03,0.10", help="straggler probabilities p (0: no deferral)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     shares = [float(x) for x in args.shares.split(",")]
+    noise = replay_search.NOISE_MODELS[args.noise]
     rows: dict[tuple[str, float], list[tuple[float, int, int]]] = {}
     for landscape in replay_search.load(args.corpus):
         for seed in range(args.seeds):
             for p in shares:
-                rows.setdefault((landscape.family, p), []).append(replay(landscape, seed, args.noise, p))
+                rows.setdefault((landscape.family, p), []).append(replay(landscape, seed, noise, p))
                 rows.setdefault(("all", p), []).append(rows[(landscape.family, p)][-1])
-    lines = [f"# Deferring stragglers, replayed ({args.seeds} seeds, Gaussian {args.noise:.0%} per sample)", "",
+    lines = [f"# Deferring stragglers, replayed ({args.seeds} seeds, noise {noise.name}, drawn per sample)", "",
              "| family | p | misses (> 1.02) | worst | mean screened | mean deferred |",
              "| --- | --- | --- | --- | --- | --- |"]
     for (family, p), got in sorted(rows.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):

@@ -32,6 +32,7 @@ import random
 import re
 import statistics
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -195,6 +196,14 @@ def replay(plan: SearchPlan, land: Landscape, seeds: int, noise: NoiseModel, pro
         score.fraction.append(len(times) / len(land.configs))
         score.samples.append(taken[0] / len(land.configs))
     return score
+
+
+def screen(land: Landscape, batch: Iterable[int], history: dict[int, list[float] | None], noise: NoiseModel,
+           rng: random.Random) -> None:
+    """One screening sample of each config of ``batch``, drawn afresh under ``noise``, added to ``history`` (a
+    replay that drives the search itself, stage by stage)."""
+    for i in batch:
+        history.setdefault(i, []).append(noise.draw(rng, land.ratios[i]))  # type: ignore[union-attr]
 
 
 def random_baseline(land: Landscape, counts: list[int], finalists: int, noise: NoiseModel) -> Score:

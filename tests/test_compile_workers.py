@@ -304,6 +304,7 @@ def test_workers_are_not_forked_while_a_compile_thread_runs_nor_under_mpi_unless
         fork_refusal(compiling=False)
 
 
+@pytest.mark.timeout(180)
 def test_a_fork_that_fails_leaves_no_pipe_open_and_the_worker_is_spawned_instead(monkeypatch):
     """``Forked`` opens two pipes before it forks: a fork that fails (out of memory, too many processes) closed
     none of them (4 file numbers lost per worker), and the pool then spawns the worker."""
@@ -328,6 +329,7 @@ def test_a_fork_that_fails_leaves_no_pipe_open_and_the_worker_is_spawned_instead
         pool.close()
 
 
+@pytest.mark.timeout(180)
 def test_every_worker_is_forked_before_a_thread_of_the_pool_starts(monkeypatch):
     """A fork copies the locks other threads hold: the pool forks all its workers first, then starts the threads
     that wait for their first lines (before: each fork came after the previous worker's thread had started)."""
