@@ -113,6 +113,26 @@ def test_on_one_rank_a_config_still_compiling_when_its_stage_is_measured_is_scre
     assert re.search(r"\d+ deferred to a later stage", r["search"]), r["search"]
 
 
+@pytest.mark.timeout(180)
+def test_a_campaign_on_one_rank_compiles_its_next_keys_configs_while_it_tunes_the_current_one(env, tmp_path):
+    """The README's MoE campaign waited 31 s of its 63 s for compiles, its workers idle while each key was measured.
+    Now a unit of one rank compiles the configs its next key will likely screen, with that key's arguments, while
+    it tunes the current key; the rank's log says how many of them the next key screened. Off with
+    ``TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY=0``: every key's compiles start with its own tuning (as before)."""
+    env = {**env, "TRITON_INTERPRET": "0", "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")}
+    r = run("next_key_compiled_ahead", env, n=1)[0]
+    assert r["decided"] == ["tuned"] * 3, r
+    # key 2 compiled while key 1 was tuned (none decided), key 3 while key 2 was (one decided)
+    assert [2, 0] in r["ahead"] and [3, 1] in r["ahead"], r
+    log = "".join(path.read_text() for path in (tmp_path / "logs").rglob("*.log"))
+    hits = [int(n) for n in re.findall(r"screened (\d+) of the \d+ config\(s\) compiled ahead for it", log)]
+    assert len(hits) == 2 and all(n >= 1 for n in hits), hits
+
+    off = run("next_key_compiled_ahead", {**env, "TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY": "0",
+                                          "TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "off")}, n=1)[0]
+    assert off["decided"] == ["tuned"] * 3 and off["ahead"] == [], off
+
+
 @pytest.mark.timeout(60)
 def test_a_stage_is_warmed_in_compile_order_alone_and_in_its_own_order_in_a_group():
     """``WarmOrder`` with real compile futures: config 0's compile ends only when released. Alone, the others come

@@ -243,23 +243,25 @@ def test_a_stuck_compile_thread_is_abandoned_and_the_queue_goes_on():
 
 
 def test_compiles_submitted_later_run_after_the_others_unless_promoted_and_each_runs_once():
-    """The configs compiled ahead of their stage (``later``) must not delay a stage's own compiles, and one that its
-    stage then needs goes first (promoted) and still runs once."""
+    """The configs compiled ahead of their stage (``AHEAD``) must not delay a stage's own compiles, nor those for a
+    campaign's next key (``NEXT_KEY``) the key's own; one that its stage then needs goes first (promoted) and still
+    runs once."""
     import threading
 
-    from triton_dist_tune.measure.daemon_pool import DaemonPool
+    from triton_dist_tune.measure.daemon_pool import AHEAD, NEXT_KEY, DaemonPool
 
     gate, order = threading.Event(), []
     pool = DaemonPool(1, "tdt-order")
     try:
         pool.submit(gate.wait)  # holds the one thread while the rest is queued
-        guesses = [pool.submit(lambda n=n: order.append(f"ahead {n}"), later=True) for n in range(3)]
+        following = pool.submit(lambda: order.append("next key"), rank=NEXT_KEY)
+        guesses = [pool.submit(lambda n=n: order.append(f"ahead {n}"), rank=AHEAD) for n in range(3)]
         needed = pool.submit(lambda: order.append("needed"))
         pool.promote(guesses[2])  # its stage came: before the other guesses
         gate.set()
-        for future in [needed, *guesses]:
+        for future in [needed, *guesses, following]:
             future.result(timeout=10)
-        assert order == ["needed", "ahead 2", "ahead 0", "ahead 1"]
+        assert order == ["needed", "ahead 2", "ahead 0", "ahead 1", "next key"]
         pool.promote(guesses[0])  # already run: nothing
         pool.shutdown()
         assert pool.submit(lambda: None).cancelled()

@@ -134,6 +134,9 @@ class Settings:
     #: how those workers start (``..._COMPILE_START``: fork or spawn); None: forked where that is safe (see
     #: :func:`~triton_dist_tune.measure.compile_workers.fork_refusal`), else spawned
     compile_start: str | None = None
+    #: a campaign unit of one rank compiles its next key's likely configs while it tunes the current one
+    #: (``..._COMPILE_NEXT_KEY``, default 1; 0: not; see :mod:`~triton_dist_tune.function.next_key`)
+    compile_next_key: bool = True
     #: print summaries on group rank 0 where a decorator's ``autotune_verbose`` is not given
     #: (``TRITON_PRINT_AUTOTUNING=1``)
     print_autotuning: bool = False
@@ -169,6 +172,7 @@ class Settings:
             compile_threads=_threads(env),
             compile_processes=_processes(env),
             compile_start=_compile_start(env.get(PREFIX + "COMPILE_START", "")),
+            compile_next_key=flag(env.get(PREFIX + "COMPILE_NEXT_KEY", "1")),
             print_autotuning=flag(env.get("TRITON_PRINT_AUTOTUNING")),
             undecided=_undecided(env.get(PREFIX + "UNDECIDED", "")),
             search=_search(env.get(PREFIX + "SEARCH", "")),

@@ -232,6 +232,32 @@ def compile_straggler():
          search=decision.search)
 
 
+@case
+def next_key_compiled_ahead():
+    """A campaign of three keys on one rank, ``precompile_fn`` outside the interpreter (a pool that compiles as it
+    is given work), a 144-config grid the search screens in stages: each ``precompile_fn`` call records the key its
+    arguments are for and how many keys were decided then. ``TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY`` as set."""
+    import threading
+
+    lock = threading.Lock()
+    calls: list[tuple[int, int]] = []  # (the key compiled for, keys decided when compiled)
+
+    def precompile(config, m):
+        with lock:
+            calls.append((m, len(f.tuner.decisions)))
+        time.sleep(0.002)
+
+    grid = [{"a": a, "b": b} for a in range(12) for b in range(12)]
+
+    @tdt.autotune(grid, key_fn=lambda m: m, n_warmup=0, precompile_fn=precompile, name="next_key")
+    def f(m, *, a, b):
+        time.sleep(0.0002 * (1 + abs(a - 7 + m) + abs(b - 4)))
+
+    summary = tdt.campaign(f, [(1,), (2,), (3,)])
+    emit(ahead=sorted({(m, decided) for m, decided in calls if decided < m - 1}),
+         decided=[row.state for row in summary.rows])
+
+
 @triton.jit
 def _fill_kernel(dst, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

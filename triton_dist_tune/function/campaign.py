@@ -43,6 +43,7 @@ from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
 from ..space import describe_key, index_of
+from .next_key import NextKey, screened_by
 from .rounds import RoundWatch, user_code
 from .summary import KeyResult, Summary, progress_line
 from .tuned import TunedFunction
@@ -173,8 +174,9 @@ def _global(group: Group, ranks: list[int]) -> list[int]:
 
 
 def _tune_one(tuner: TunedFunction, plan: Plan, position: int, build: Callable[[int], Call],
-              verbose: bool | None) -> KeyResult:
-    """Tune (or look up) one key on this unit's group; every rank of the group returns the same result."""
+              verbose: bool | None, upcoming: NextKey | None = None) -> KeyResult:
+    """Tune (or look up) one key on this unit's group; every rank of the group returns the same result.
+    ``upcoming``: the key the unit tunes next, compiled ahead while this one is tuned (:mod:`.next_key`)."""
     group, started = plan.tune_group, time.perf_counter()
     key, args, kwargs, key_error = None, (), {}, None
     try:
@@ -186,6 +188,7 @@ def _tune_one(tuner: TunedFunction, plan: Plan, position: int, build: Callable[[
     except Exception as exc:  # agreed in step 1 of the tuning: the same error on every rank of the group
         key_error = f"building the call or its key raised {describe_error(exc)}"
     tuning = _Tuning(plan, tuner, group, key, args, kwargs, verbose)
+    tuning.next_key = upcoming
     result = KeyResult(position, f"call {position}", "failed", unit=plan.unit)
     before = tuner.decisions.get((group.name, key)) if key_error is None else None
     try:
@@ -219,6 +222,28 @@ def _tune_one(tuner: TunedFunction, plan: Plan, position: int, build: Callable[[
     shared = group.broadcast(result.to_json(), f"[campaign {tuner.name}] key {position} result",
                              timeout=tuning.timeout or None)
     return KeyResult.from_json(shared)
+
+
+def _upcoming(tuner: TunedFunction, build: Callable[[int], Call], position: int, key: Hashable,
+              mask: list[bool] | None, compiled: set[int]) -> NextKey | None:
+    """The next key of this rank's unit, to compile ahead (:mod:`.next_key`); None when its call cannot be built
+    (its own tuning reports that)."""
+    try:
+        with user_code(f"build of call {position}"):
+            call = build(position)
+    except Exception:
+        return None
+    kept = [i for i in range(len(tuner.space)) if mask is None or mask[i]]
+    return NextKey(key, call.args, dict(call.kwargs), kept, compiled)
+
+
+def _log_guess(tuner: TunedFunction, plan: Plan, key: Hashable, guessed: list[int]) -> None:
+    """How many of the configs compiled ahead for ``key`` its tuning screened (the rank's log)."""
+    decision = tuner.decisions.get((plan.tune_group.name, key))
+    if guessed and decision is not None and not decision.cached:
+        hit = len(set(guessed) & screened_by(decision))
+        logs.rank_log().info("campaign %s: key %s screened %d of the %d config(s) compiled ahead for it", tuner.name,
+                             describe_key(key), hit, len(guessed))
 
 
 def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], Any], keys: Sequence[Any] | None = None,
@@ -266,10 +291,22 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     watch = RoundWatch.start(plan.across, tuner.name, timeout)  # units beat; a lost one is noticed in T + grace
     # with the watch, everyone is at the exchange when it runs; without a side channel (mpi4py), the worst case
     round_timeout = exchange_timeout(timeout) * (1 if watch.watched else len(tuner.space) + 4)
+    ahead = plan.tune_group.size == 1 and settings.current().compile_next_key  # see next_key.py
+    compiled: set[int] = set()  # configs compiled ahead for some key of the campaign
+    guessed: list[int] = []  # for the key this unit tunes now
     try:
         for r in range(rounds):
-            mine = r * plan.units + plan.unit
-            result = _tune_one(tuner, plan, todo[mine], build, verbose).to_json() if mine < len(todo) else None
+            mine, following = r * plan.units + plan.unit, (r + 1) * plan.units + plan.unit
+            upcoming = None
+            if ahead and following < len(todo):
+                upcoming = _upcoming(tuner, build, todo[following], all_keys[todo[following]], masks[todo[following]],
+                                     compiled)
+            result = (_tune_one(tuner, plan, todo[mine], build, verbose, upcoming).to_json() if mine < len(todo)
+                      else None)
+            if mine < len(todo):
+                _log_guess(tuner, plan, all_keys[todo[mine]], guessed)
+            guessed = upcoming.guessed if upcoming is not None else []
+            del upcoming  # its call's tensors
             what = f"[campaign {tuner.name}] round {r + 1} of {rounds}"
             watch.finished(r)
             watch.wait(r, what)

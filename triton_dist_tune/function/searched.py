@@ -145,6 +145,9 @@ class Searched:
         self.record = SearchRecord(len(self.kept))
         #: whether a config's warm-up probe counts as its first screening sample (timed as the samples are)
         self.probes = measurer.probes_are_samples
+        #: run once the first stage's compiles are started (a campaign's next key compiled ahead:
+        #: :mod:`~triton_dist_tune.function.next_key`)
+        self.after_first_stage: Callable[[], None] | None = None
 
     def _seeds(self) -> list[int]:
         """Rank 0's seeds, or its error (a ``distance`` that returns no number), the same on every rank (one
@@ -183,6 +186,9 @@ class Searched:
                 todo = [tuning.todo(i) for i in new]
                 self.compile_stage(todo, False)  # a deferred config is compiling: not compiled again
                 self._compile_likely(search, history, new)
+                if self.after_first_stage is not None:
+                    self.after_first_stage()
+                    self.after_first_stage = None
                 waited = measurer.compiles.waited
                 deferred = []
                 for outcome in measurer.lockstep(todo, screen, screen=True):

@@ -66,6 +66,7 @@ from .decide import (
     served,
     warn_if_another_group_chose_otherwise,
 )
+from .next_key import NextKey, compile_next_key
 from .searched import Searched
 from .tuned import TunedFunction
 
@@ -116,6 +117,8 @@ class Tuning:
         self.skip_pass: set[int] = set()
         #: group rank 0: why the decision could not be written to the disk cache (a read-only folder), if so
         self.not_written: str | None = None
+        #: in a campaign, the key this unit tunes next, compiled ahead while this one is tuned (:mod:`.next_key`)
+        self.next_key: NextKey | None = None
 
     def run(self, key_error: str | None, problem: str | None) -> dict[str, Any]:
         """Every step on this rank; returns the chosen config (the same on every rank)."""
@@ -236,8 +239,7 @@ class Tuning:
                 earlier = across(self.layout.replicas, earlier, f"{label} journals across replicas", self.timeout)
             self.skip_pass = {i for i, record in earlier.items() if record.get("skip_pass")}
             with interruptible():
-                decision = self._measure(kept, earlier, journal, fingerprint(f"{self.key_text}\n{tuner.space_text}"),
-                                         guard)
+                decision = self._measure(kept, earlier, journal, self.search_seed(self.key_text), guard)
             decision.seconds = time.perf_counter() - self.started
             watch = breakdown.current()
             decision.breakdown = watch.result() if watch is not None else None
@@ -258,6 +260,10 @@ class Tuning:
                 journal.remove()
             journal.close()
         return decision
+
+    def search_seed(self, key_text: str) -> str:
+        """The seed of the plan that tunes the key described ``key_text`` (the same on every rank)."""
+        return fingerprint(f"{key_text}\n{self.tuner.space_text}")
 
     def _store(self, decision: Decision) -> Any:
         """Writes ``decision``'s record to the disk cache when called."""
@@ -319,6 +325,8 @@ class Tuning:
         """Step 5 by search (:mod:`~triton_dist_tune.function.searched`): the stages, then the finalists' race."""
         searched = Searched(self, measurer, kept, earlier,
                             lambda todo, later: self._precompile(todo, measurer, len(kept), later))
+        if self.next_key is not None:
+            searched.after_first_stage = lambda: compile_next_key(self, measurer, earlier, len(kept))
         with measuring(measurer, state):
             outcomes, race = searched.run(SearchPlan(seed=seed), replace(measurer.plan.race, tie_blocks=TIE_BLOCKS))
         decision = decide(sorted(outcomes + pruned, key=lambda o: o.index), race, timing)

@@ -17,13 +17,20 @@ compiled ahead and then needed is not compiled again; one never needed costs onl
 Pure: a function of the search and its agreed samples. Only a tuning on one rank compiles ahead, and only while
 compiles cost it: its last stage waited :data:`AHEAD_WAIT_S` or more for them (a later key whose kernels are in
 memory waits for none, and its stages then run no compile pass for configs it may never screen).
+
+A campaign's next key (:func:`likely_for_next_key`, used by :mod:`~triton_dist_tune.function.next_key`): its search
+run without a device over a nearby decided key's times names the configs it will likely screen. Replayed over the
+corpus's campaigns with 5% noise (``benchmarks/replay_next_key.py``), the guess made as a key starts names ...
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import math
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
-from .search import PatternSearch, Samples
+from .search import PatternSearch, Samples, SearchPlan, run_search
+from .surrogate import AdditiveModel
 
 #: a stage that waited this many seconds for its compiles makes the next one compile ahead
 AHEAD_WAIT_S = 0.1
@@ -47,3 +54,32 @@ def likely_next(search: PatternSearch, samples: Samples, screening: Collection[i
         ahead[i] = min(near) * AHEAD_OF_NEIGHBOUR if near else None
     moved = search.neighbours(search.leaders(ahead, search.plan.leaders), ahead)[:cap]
     return list(dict.fromkeys(slow + moved))
+
+
+#: configs compiled ahead for a campaign's next key at most (:func:`likely_for_next_key`)
+NEXT_KEY_CAP = 128
+
+
+def likely_for_next_key(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], seed: str, seeds: Sequence[int],
+                        landscape: Mapping[int, float], compiled: Collection[int],
+                        cap: int = NEXT_KEY_CAP) -> list[int]:
+    """The configs a key not tuned yet will likely screen, in the order it would, leaving out ``compiled``; at most
+    ``cap``. The key's own search (its ``kept`` configs, its plan's ``seed``, its ``seeds``) is run without a device
+    over a stand-in landscape: the times ``landscape`` holds (a nearby decided key's screened configs), and an
+    additive model fitted to them for the others (:class:`~.surrogate.AdditiveModel`). Without a landscape: the
+    search's first look (which depends on nothing measured)."""
+    search = PatternSearch(configs, kept, SearchPlan(seed=seed), seeds)
+    model = AdditiveModel(search.grid)
+    if not landscape or not model.fit({i: t for i, t in landscape.items() if i in search.grid.point}):
+        order = search.first()
+    else:
+        order = []
+
+        def time_of(index: int) -> float:
+            order.append(index)
+            known = landscape.get(index)
+            return known if known is not None else math.exp(model.predict(index))
+
+        run_search(search, time_of)
+    skip = set(compiled)
+    return [i for i in dict.fromkeys(order) if i not in skip][:cap]

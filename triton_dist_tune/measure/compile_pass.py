@@ -49,6 +49,8 @@ class _Pass:
     device: int | None
     #: compiled ahead of the stage that may need it (:meth:`~.precompile.Compiles.submit`)
     later: bool = False
+    #: compiled for a campaign's next key, with its arguments (:meth:`~.precompile.Compiles.submit`)
+    next_key: bool = False
 
 
 _active: ContextVar[_Pass | None] = ContextVar("tdt_compile_pass", default=None)
@@ -86,7 +88,7 @@ def _patched(original: Callable[..., Any]) -> Callable[..., Any]:
                 build_launcher(kernel)
                 return kernel
 
-            current.compiles.submit(current.index, compile_one, current.later)
+            current.compiles.submit(current.index, compile_one, current.later, current.next_key)
         return None
     run.__wrapped__ = original  # type: ignore[attr-defined]
     return run
@@ -129,14 +131,16 @@ def available() -> bool:
 def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]],
                  run_aligned: Callable[[int, str, Callable[[], Any]], str | None], call: Callable[[dict], Any],
                  workers: int | None, timeout: float, go_on: Callable[[], bool] | None = None,
-                 space: int = 0, compiles: Compiles | None = None, later: bool = False) -> Compiles:
+                 space: int = 0, compiles: Compiles | None = None, later: bool = False,
+                 next_key: bool = False) -> Compiles:
     """Run the compile pass of every config of ``todo`` (``run_aligned(index, desc, run)`` runs ``run`` on every
     rank together, journaled, and returns its error or None; ``call(config)`` runs the function once), in order,
     while ``go_on()`` (asked before each config; it must read only what the group agreed, such as the time
     budget's clock) says so: the configs after a stop compile in their warm-up (``space``: the configs kept for
     the key, see :func:`~.precompile.default_processes`). Returns this rank's compiles (``compiles``, added to,
     else new ones), still running (:attr:`~.precompile.Compiles.passed`: how many configs this pass ran);
-    ``later``: compiled ahead of the stage that may need them (:meth:`~.precompile.Compiles.submit`)."""
+    ``later``: compiled ahead of the stage that may need them, ``next_key``: for a campaign's next key (``call``
+    then runs the function with that key's arguments; :meth:`~.precompile.Compiles.submit`)."""
     from triton.runtime.jit import JITFunction
 
     position, peers = node_share(group, label, timeout)
@@ -149,9 +153,11 @@ def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]]
             for k, (index, config, desc) in enumerate(todo):
                 if go_on is not None and not go_on():
                     break
-                compiles.passed = k + 1
-                compiles.submitted.add(index)
-                token = _active.set(_Pass(index, compiles if k % peers == position else None, device, later))
+                if not next_key:
+                    compiles.passed = k + 1
+                    compiles.submitted.add(index)
+                token = _active.set(_Pass(index, compiles if k % peers == position else None, device, later,
+                                          next_key))
                 try:
                     run_aligned(index, desc, lambda c=config: call(c))  # its errors: the warm-up's to report
                 finally:

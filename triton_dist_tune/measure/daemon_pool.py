@@ -19,17 +19,24 @@ from .compile_workers import close_shared
 #: seconds the process waits at exit, in all, for the compiles still running in its pools (not those left behind)
 EXIT_WAIT_S = 30.0
 
+#: the ranks of a pool's tasks, run in this order (then in order of submission): needed now; compiled ahead of the
+#: stage that may need it (:mod:`~triton_dist_tune.measure.ahead`); compiled ahead for a campaign's next key
+#: (:mod:`~triton_dist_tune.function.next_key`)
+NOW, AHEAD, NEXT_KEY = 0, 1, 2
+_END = 3  # a thread's end, after every task
+
 
 class DaemonPool:
-    """A pool of daemon threads running submitted callables (``concurrent.futures.Future`` results), in order of
-    submission, those submitted ``later`` after every other (:meth:`promote` moves one forward).
+    """A pool of daemon threads running submitted callables (``concurrent.futures.Future`` results) by rank
+    (:data:`NOW`, then :data:`AHEAD`, then :data:`NEXT_KEY`), then in order of submission (:meth:`promote` moves one
+    forward).
 
     Unlike ``ThreadPoolExecutor``, whose threads the interpreter joins at exit, a thread stuck in a call here never
     keeps the process alive; :meth:`abandon` adds a thread in place of one left behind, so the queue goes on."""
 
     def __init__(self, workers: int, name: str) -> None:
         self.name = name
-        #: (rank: 0 now, 1 later; submission order, the future, the callable); None entries end a thread
+        #: (rank, submission order, the future, the callable); None entries end a thread
         self._tasks: list[tuple[int, int, Future, Callable[[], Any]] | tuple[int, int, None, None]] = []
         self._ready = threading.Condition()
         self._count = 0
@@ -86,24 +93,24 @@ class DaemonPool:
             finally:
                 self._busy.pop(name, None)
 
-    def submit(self, fn: Callable[[], Any], later: bool = False) -> Future:
-        """Run ``fn`` in a thread of the pool, after every task submitted before it and, unless ``later``, before
-        every ``later`` one not started yet; returns its future."""
+    def submit(self, fn: Callable[[], Any], rank: int = NOW) -> Future:
+        """Run ``fn`` in a thread of the pool after every task of its ``rank`` or a lower one submitted before it,
+        and before every task of a higher rank not started yet; returns its future."""
         future: Future = Future()
         if self._closed:
             future.cancel()
             return future
         with self._ready:
             self._pending[future] = fn
-            self._put(1 if later else 0, future, fn)
+            self._put(rank, future, fn)
         return future
 
     def promote(self, future: Future) -> None:
-        """Run ``future``'s task, if it has not started, before every ``later`` one (it was submitted ``later``)."""
+        """Run ``future``'s task, if it has not started, as if submitted now with rank :data:`NOW`."""
         with self._ready:
             fn = self._pending.get(future)
             if fn is not None:
-                self._put(0, future, fn)
+                self._put(NOW, future, fn)
 
     def abandon(self, future: Future | None = None) -> None:
         """A thread of the pool is stuck in a call (``future``'s) past its deadline: leave it, and start one in its
@@ -131,7 +138,7 @@ class DaemonPool:
         for future in pending:
             future.cancel()
         for _ in self._threads:
-            self._put(2, None, None)
+            self._put(_END, None, None)
 
 
 #: every pool of this process, for :func:`_drain_at_exit`

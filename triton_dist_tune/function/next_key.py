@@ -1,0 +1,155 @@
+"""A campaign's next key compiled ahead, while the current key is tuned.
+
+A campaign on units of one rank (the README's MoE campaign: 16 batch sizes on one GPU) spends half its time waiting
+for compiles: each key's search screens configs that no earlier key did (the larger batch sizes keep larger tiles),
+and the compile workers are idle while a stage is measured. The campaign knows which key comes next on the unit, so
+the tuning of one key also compiles the configs the next will likely screen (:class:`NextKey`), with the next key's
+own arguments (kernels specialise on them) and after every compile of its own (the pool's
+:data:`~triton_dist_tune.measure.daemon_pool.NEXT_KEY` rank): its workers take them up only when the current key's
+compiles leave them idle, and those not started when the key ends are dropped. The kernels compiled go into
+Triton's caches, where the next key's compile pass finds them.
+
+Which configs (:func:`~triton_dist_tune.measure.ahead.likely_for_next_key`): the next key's search, run without a
+device over the times of the decided key nearest it (the same seeds and plan as the real one), leaving out what the
+unit's decided keys screened and what was compiled ahead already.
+
+Only where nothing can go wrong for the current key:
+
+- one rank (a unit of one rank: no other rank is waiting in a collective), on a pool that compiles as it is given
+  work (a GPU; not Triton's interpreter);
+- a fresh tuning (no earlier attempt's journal): a compile pass for the next key that crashed or hung the process
+  is not run again by the attempt that resumes the current key (the next key's own pass, journaled, then meets the
+  same config and leaves it out);
+- each config's pass under the tuning's deadline, blaming nothing; whatever the function raises there is dropped
+  (the next key's own warm-up reports it).
+
+``TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY=0`` turns it off. The next key's call is built once more for it (the
+campaign's builder: keep building cheap), and held while the current key is tuned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..disk import logs
+from ..errors import describe_error
+from ..measure import ahead, breakdown, compile_pass
+from ..measure.precompile import compiles_here, precompile
+from ..records import Decision
+from ..space import describe_key
+from .searched import nearby_seeds
+
+if TYPE_CHECKING:
+    from ..measure.lockstep import Measurer
+    from .tuning import Tuning
+
+
+@dataclass
+class NextKey:
+    """The key a campaign's unit tunes after the current one: its key, its call and the configs kept for it."""
+
+    key: Hashable
+    args: tuple
+    kwargs: dict[str, Any]
+    kept: list[int]
+    #: configs compiled ahead for some key of the campaign already (shared by the campaign's keys)
+    compiled: set[int] = field(default_factory=set)
+    #: the configs this key's guess compiled ahead (for the log line of how many the key then screened)
+    guessed: list[int] = field(default_factory=list)
+
+
+def screened_by(decision: Decision) -> set[int]:
+    """The configs a decided key screened (each compiled in this process then)."""
+    return {o.index for o in decision.outcomes if o.time is not None or o.state == "failed"}
+
+
+def landscape_of(decision: Decision) -> dict[int, float]:
+    """A decided key's screened times (its usable outcomes)."""
+    return {o.index: float(o.time) for o in decision.outcomes
+            if o.usable and o.time is not None and math.isfinite(o.time) and o.time > 0}
+
+
+def compile_next_key(tuning: Tuning, measurer: Measurer, earlier: dict[int, Any], space: int) -> None:
+    """Start compiling the configs ``tuning.next_key`` will likely screen (see the module docstring): a no-op
+    unless this is a fresh tuning on one rank with an open compile pool."""
+    upcoming: NextKey | None = getattr(tuning, "next_key", None)
+    if upcoming is None or earlier or tuning.group.size != 1 or not measurer.compiles.open:
+        return
+    tuner, group = tuning.tuner, tuning.group
+    fn = tuner.options.precompile_fn
+    if fn is None and not (compiles_here() and compile_pass.available()):
+        return
+    with breakdown.part("compile"):
+        try:
+            guess = _guess(tuning, upcoming)
+        except Exception as exc:  # a user's distance or key that the next key's own tuning will report
+            logs.rank_log().info("%s next key: nothing compiled ahead (%s)", tuning.label, describe_error(exc))
+            return
+        if not guess:
+            return
+        upcoming.guessed = guess
+        upcoming.compiled.update(guess)
+        todo = [tuning.todo(i) for i in guess]
+        label = f"{tuning.label} next key {describe_key(upcoming.key)}"
+        logs.rank_log().info("%s: compiling %d config(s) it will likely screen, after this key's own", label,
+                             len(todo))
+        if fn is not None:
+            precompile(group, label, fn, todo, upcoming.args, upcoming.kwargs, tuner.options.compile_threads,
+                       tuning.timeout, space, measurer.compiles, next_key=True)
+            return
+        budget = measurer.budget
+
+        def run_quietly(index: int, desc: str, run: Any) -> str | None:
+            measurer.guard.arm(tuning.timeout, f"{label} compile pass of config {index}", lambda: None)
+            try:
+                run()
+            except Exception as exc:  # the next key's own warm-up reports it
+                return describe_error(exc)
+            finally:
+                measurer.guard.disarm()
+            return None
+
+        compile_pass.compile_pass(group, label, todo, run_quietly,
+                                  lambda config: tuner.fn(*upcoming.args, **upcoming.kwargs, **config),
+                                  tuner.options.compile_threads, tuning.timeout, go_on=lambda: not budget.spent,
+                                  space=space, compiles=measurer.compiles, next_key=True)
+
+
+def _guess(tuning: Tuning, upcoming: NextKey) -> list[int]:
+    """The configs to compile ahead for ``upcoming`` (:func:`~triton_dist_tune.measure.ahead.likely_for_next_key`)."""
+    tuner, group = tuning.tuner, tuning.group
+    decided = {key: d for (name, key), d in tuner.decisions.items() if name == group.name and d.index >= 0}
+    compiled = set(upcoming.compiled)
+    for decision in decided.values():
+        compiled |= screened_by(decision)
+    nearest = nearby_source(tuner, decided, upcoming.key)
+    seed = tuning.search_seed(describe_key(upcoming.key))
+    seeds = nearby_seeds(tuner.decisions, group.name, upcoming.key, tuner.options.distance)
+    return ahead.likely_for_next_key(tuner.space, upcoming.kept, seed, seeds,
+                                     landscape_of(nearest) if nearest is not None else {}, compiled)
+
+
+def nearby_source(tuner: Any, decided: dict[Hashable, Decision], key: Hashable) -> Decision | None:
+    """The decided key nearest ``key`` (by the function's ``distance``, default the numeric one), whose screened
+    times stand in for ``key``'s landscape; None when none compares."""
+    from .policy import numeric_distance
+
+    measure = tuner.options.distance or numeric_distance
+    best: tuple[float, str] | None = None
+    found = None
+    for other, decision in decided.items():
+        if other == key:
+            continue
+        try:
+            d = measure(key, other)
+        except Exception:
+            continue
+        if not isinstance(d, (int, float)) or isinstance(d, bool) or not math.isfinite(d):
+            continue
+        rank = (float(d), repr(other))
+        if best is None or rank < best:
+            best, found = rank, decision
+    return found
