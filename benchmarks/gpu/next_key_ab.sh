@@ -12,7 +12,7 @@ port=29700; k=0
 for arm in ${ARMS:-off on off on}; do
   k=$((k + 1)); port=$((port + 1)); flag=1; [ "$arm" = off ] && flag=0
   home=$(mktemp -d)
-  HOME=$home TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY=$flag TRITON_DIST_AUTOTUNE_LOG_DIR=$home/logs RANK=0 LOCAL_RANK=0 \
+  PYTHONPATH=$PWD HOME=$home TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY=$flag TRITON_DIST_AUTOTUNE_LOG_DIR=$home/logs RANK=0 LOCAL_RANK=0 \
     WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
     timeout "${RUN_TIME:-130}" python3 examples/moe_gemm.py --campaign "${tiny[@]}" > "$OUT/run_$k-$arm.txt" 2>&1
   rc=$?
