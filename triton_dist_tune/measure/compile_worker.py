@@ -60,8 +60,18 @@ def compile_one(task: tuple) -> None:
     getattr(fn, "compile", triton.compile)(source(fn, signature, constexprs, attrs), target=target, options=options)
 
 
+#: a worker's niceness: the rank's own threads (its warm-ups, captures and timed launches, which run while the
+#: workers compile ahead) take a CPU before any worker does; a worker still has every CPU the rank leaves idle
+NICENESS = 10
+
+
 def serve(tasks: BinaryIO, answers: TextIO) -> None:
-    """Say ready, then answer each task of ``tasks`` on ``answers`` until the end of ``tasks``."""
+    """Lower this process's priority (:data:`NICENESS`), say ready, then answer each task of ``tasks`` on ``answers``
+    until the end of ``tasks``."""
+    try:
+        os.nice(NICENESS)
+    except OSError:
+        pass
     answers.write(json.dumps({"ready": True}) + "\n")
     answers.flush()
     while True:
