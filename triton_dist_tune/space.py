@@ -165,3 +165,9 @@ def check_no_clash(config: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None
             f"config keys {sorted(clash)} clash with keyword arguments of the call: "
             "a tuned parameter must not also be passed by the caller"
         )
+
+
+def plan_seed(key_text: str, space_text: str) -> str:
+    """The seed of the search plan (and the race's) of the key described ``key_text`` over the space described
+    ``space_text``: the same on every rank, and for every attempt."""
+    return fingerprint(f"{key_text}\n{space_text}")

@@ -32,19 +32,16 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..disk import logs
 from ..errors import describe_error
 from ..measure import ahead, breakdown, compile_pass
+from ..measure.lockstep import Measurer
 from ..measure.precompile import compiles_here, precompile
 from ..records import Decision
-from ..space import describe_key
-from .searched import nearby_seeds
-
-if TYPE_CHECKING:
-    from ..measure.lockstep import Measurer
-    from .tuning import Tuning
+from ..space import describe_key, plan_seed
+from .searched import KeyTuning, nearby_seeds
 
 
 @dataclass
@@ -72,7 +69,7 @@ def landscape_of(decision: Decision) -> dict[int, float]:
             if o.usable and o.time is not None and math.isfinite(o.time) and o.time > 0}
 
 
-def compile_next_key(tuning: Tuning, measurer: Measurer, earlier: dict[int, Any], space: int) -> None:
+def compile_next_key(tuning: KeyTuning, measurer: Measurer, earlier: dict[int, Any], space: int) -> None:
     """Start compiling the configs ``tuning.next_key`` will likely screen (see the module docstring): a no-op
     unless this is a fresh tuning on one rank with an open compile pool."""
     upcoming: NextKey | None = getattr(tuning, "next_key", None)
@@ -118,7 +115,7 @@ def compile_next_key(tuning: Tuning, measurer: Measurer, earlier: dict[int, Any]
                                   space=space, compiles=measurer.compiles, next_key=True)
 
 
-def _guess(tuning: Tuning, upcoming: NextKey) -> list[int]:
+def _guess(tuning: KeyTuning, upcoming: NextKey) -> list[int]:
     """The configs to compile ahead for ``upcoming`` (:func:`~triton_dist_tune.measure.ahead.likely_for_next_key`)."""
     tuner, group = tuning.tuner, tuning.group
     decided = {key: d for (name, key), d in tuner.decisions.items() if name == group.name and d.index >= 0}
@@ -126,7 +123,7 @@ def _guess(tuning: Tuning, upcoming: NextKey) -> list[int]:
     for decision in decided.values():
         compiled |= screened_by(decision)
     nearest = nearby_source(tuner, decided, upcoming.key)
-    seed = tuning.search_seed(describe_key(upcoming.key))
+    seed = plan_seed(describe_key(upcoming.key), tuner.space_text)
     seeds = nearby_seeds(tuner.decisions, group.name, upcoming.key, tuner.options.distance)
     return ahead.likely_for_next_key(tuner.space, upcoming.kept, seed, seeds,
                                      landscape_of(nearest) if nearest is not None else {}, compiled)

@@ -56,7 +56,7 @@ from ..measure.replicas import Layout, settle
 from ..measure.search import TIE_BLOCKS, SearchPlan, search_applies
 from ..measure.timing import timing_mode
 from ..records import Decision, Outcome
-from ..space import describe_key, fingerprint
+from ..space import describe_key, fingerprint, plan_seed
 from .agreed import agree_on_call, agreed_prune, prepare
 from .decide import (
     cache_record,
@@ -117,8 +117,7 @@ class Tuning:
         self.skip_pass: set[int] = set()
         #: group rank 0: why the decision could not be written to the disk cache (a read-only folder), if so
         self.not_written: str | None = None
-        #: in a campaign, the key this unit tunes next, compiled ahead while this one is tuned (:mod:`.next_key`)
-        self.next_key: NextKey | None = None
+        self.next_key: NextKey | None = None  #: in a campaign: the unit's next key, compiled ahead (:mod:`.next_key`)
 
     def run(self, key_error: str | None, problem: str | None) -> dict[str, Any]:
         """Every step on this rank; returns the chosen config (the same on every rank)."""
@@ -228,7 +227,7 @@ class Tuning:
         """Steps 4 to 6, over the ``kept`` configs. The journal is locked while this tuning runs; when it is cut
         short its records stay for the next attempt."""
         tuner, group, label, env = self.tuner, self.group, self.label, self.env
-        journal = self._journal()
+        journal = journal_of(self)
         ended = False
         board = group.board()
         guard = WATCHDOG.guard(board, group.rank)
@@ -239,7 +238,7 @@ class Tuning:
                 earlier = across(self.layout.replicas, earlier, f"{label} journals across replicas", self.timeout)
             self.skip_pass = {i for i, record in earlier.items() if record.get("skip_pass")}
             with interruptible():
-                decision = self._measure(kept, earlier, journal, self.search_seed(self.key_text), guard)
+                decision = self._measure(kept, earlier, journal, plan_seed(self.key_text, tuner.space_text), guard)
             decision.seconds = time.perf_counter() - self.started
             watch = breakdown.current()
             decision.breakdown = watch.result() if watch is not None else None
@@ -261,10 +260,6 @@ class Tuning:
             journal.close()
         return decision
 
-    def search_seed(self, key_text: str) -> str:
-        """The seed of the plan that tunes the key described ``key_text`` (the same on every rank)."""
-        return fingerprint(f"{key_text}\n{self.tuner.space_text}")
-
     def _store(self, decision: Decision) -> Any:
         """Writes ``decision``'s record to the disk cache when called."""
         tuner = self.tuner
@@ -280,14 +275,6 @@ class Tuning:
                 raise
 
         return store
-
-    def _journal(self) -> Journal:
-        """This rank's crash journal for the entry: its file names the group (name and global ranks)."""
-        group = self.group
-        ranks = list(getattr(group, "global_ranks", []) or [])
-        return Journal(journal_path(self.tuner.cache.folder, self.journal_entry, group),
-                       {"job": self.env.job_id, "group": group.name, "ranks": ranks,
-                        "kept": kept_print(self.kept_mark)})
 
     def _measure(self, kept: list[int], earlier: dict[int, dict[str, Any]], journal: Journal,
                  seed: str, guard: Guard) -> Decision:
@@ -402,6 +389,15 @@ class Tuning:
     def todo(self, index: int) -> Todo:
         """(index, config, description) of config ``index``."""
         return index, self.tuner.space[index], self.tuner.descriptions[index]
+
+
+def journal_of(tuning: Tuning) -> Journal:
+    """The tuning's crash journal on this rank, for its entry: its file names the group (name and global ranks)."""
+    group = tuning.group
+    ranks = list(getattr(group, "global_ranks", []) or [])
+    return Journal(journal_path(tuning.tuner.cache.folder, tuning.journal_entry, group),
+                   {"job": tuning.env.job_id, "group": group.name, "ranks": ranks,
+                    "kept": kept_print(tuning.kept_mark)})
 
 
 def kept_text(kept: list[int], size: int) -> str:
