@@ -133,6 +133,20 @@ def test_a_campaign_on_one_rank_compiles_its_next_keys_configs_while_it_tunes_th
     assert off["decided"] == ["tuned"] * 3 and off["ahead"] == [], off
 
 
+@pytest.mark.timeout(180)
+def test_the_next_keys_compile_pass_runs_the_function_with_that_keys_arguments_and_nothing_else(env, tmp_path):
+    """Without ``precompile_fn`` the next key compiles through the compile pass: the function runs with the next
+    key's arguments, as a pass only (never measured before its own key), while the key before it is tuned."""
+    env = {**env, "TRITON_INTERPRET": "0"}
+    r = run("next_key_compile_pass", env, n=1)[0]
+    assert r["decided"] == ["tuned"] * 3, r
+    assert [2, 0] in r["ahead"] and [3, 1] in r["ahead"], r
+    assert r["early_runs"] == 0, r  # a key's measured runs come with its own tuning only
+    off = run("next_key_compile_pass", {**env, "TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY": "0",
+                                        "TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "off")}, n=1)[0]
+    assert off["decided"] == ["tuned"] * 3 and off["ahead"] == [], off
+
+
 @pytest.mark.timeout(60)
 def test_a_stage_is_warmed_in_compile_order_alone_and_in_its_own_order_in_a_group():
     """``WarmOrder`` with real compile futures: config 0's compile ends only when released. Alone, the others come

@@ -258,6 +258,30 @@ def next_key_compiled_ahead():
          decided=[row.state for row in summary.rows])
 
 
+@case
+def next_key_compile_pass():
+    """As ``next_key_compiled_ahead``, without ``precompile_fn``: the compile pass (forced on this CPU rank, outside
+    the interpreter; the function launches no kernel, so nothing fails to compile) runs the function once per
+    config; each run records the key its arguments are for, whether it is a pass, and how many keys were decided."""
+    from triton_dist_tune.function import next_key, tuning
+    from triton_dist_tune.measure import compile_pass
+
+    tuning.compiles_here = next_key.compiles_here = lambda: True
+    runs: list[tuple[int, bool, int]] = []
+    grid = [{"a": a, "b": b} for a in range(12) for b in range(12)]
+
+    @tdt.autotune(grid, key_fn=lambda m: m, n_warmup=0, name="next_key_pass")
+    def f(m, *, a, b):
+        runs.append((m, compile_pass.in_pass(), len(f.tuner.decisions)))
+        if not compile_pass.in_pass():
+            time.sleep(0.0002 * (1 + abs(a - 7 + m) + abs(b - 4)))
+
+    summary = tdt.campaign(f, [(1,), (2,), (3,)])
+    emit(ahead=sorted({(m, decided) for m, passing, decided in runs if passing and decided < m - 1}),
+         early_runs=sum(1 for m, passing, decided in runs if not passing and decided < m - 1),
+         decided=[row.state for row in summary.rows])
+
+
 @triton.jit
 def _fill_kernel(dst, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -257,7 +257,8 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
         calls: the calls to tune, each a :class:`Call`, a tuple of positional arguments, a dict of keyword
             arguments or the one positional argument; or a function ``calls(key)`` building one, with ``keys``.
             Every rank builds every call once to compute its key (keep building cheap, e.g. ``torch.empty``),
-            then again for the keys it tunes. Calls with equal keys are tuned once.
+            then again for the keys it tunes, and on a unit of one rank once more while the key before it is tuned
+            (its likely configs compiled ahead: :mod:`.next_key`). Calls with equal keys are tuned once.
         keys: the keys given to ``calls`` when it is a function (any values; its own key comes from ``key_fn``).
         local: the function talks to no other rank: every rank tunes its share of the keys alone, in parallel
             (default: the decorator's ``sharded``).

@@ -39,6 +39,7 @@ from ..errors import describe_error
 from ..measure import ahead, breakdown, compile_pass
 from ..measure.lockstep import Measurer
 from ..measure.precompile import compiles_here, precompile
+from ..measure.search import search_applies
 from ..records import Decision
 from ..space import describe_key, plan_seed
 from .searched import KeyTuning, nearby_seeds
@@ -122,6 +123,8 @@ def _guess(tuning: KeyTuning, upcoming: NextKey) -> list[int]:
     compiled = set(upcoming.compiled)
     for decision in decided.values():
         compiled |= screened_by(decision)
+    if not search_applies(tuner.search_mode(), len(upcoming.kept)):  # the next key races every kept config
+        return [i for i in upcoming.kept if i not in compiled][:ahead.NEXT_KEY_CAP]
     nearest = nearby_source(tuner, decided, upcoming.key)
     seed = plan_seed(describe_key(upcoming.key), tuner.space_text)
     seeds = nearby_seeds(tuner.decisions, group.name, upcoming.key, tuner.options.distance)
