@@ -225,16 +225,16 @@ def _tune_one(tuner: TunedFunction, plan: Plan, position: int, build: Callable[[
 
 
 def _upcoming(tuner: TunedFunction, build: Callable[[int], Call], position: int, key: Hashable,
-              mask: list[bool] | None, compiled: set[int]) -> NextKey | None:
-    """The next key of this rank's unit, to compile ahead (:mod:`.next_key`); None when its call cannot be built
-    (its own tuning reports that)."""
-    try:
+              mask: list[bool] | None, compiled: set[int]) -> NextKey:
+    """The next key of this rank's unit, to compile ahead (:mod:`.next_key`); its call is built only if that
+    happens."""
+    def call() -> tuple[tuple, dict[str, Any]]:
         with user_code(f"build of call {position}"):
-            call = build(position)
-    except Exception:
-        return None
+            built = build(position)
+        return built.args, dict(built.kwargs)
+
     kept = [i for i in range(len(tuner.space)) if mask is None or mask[i]]
-    return NextKey(key, call.args, dict(call.kwargs), kept, compiled)
+    return NextKey(key, call, kept, compiled)
 
 
 def _log_guess(tuner: TunedFunction, plan: Plan, key: Hashable, guessed: list[int]) -> None:
@@ -257,8 +257,9 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
         calls: the calls to tune, each a :class:`Call`, a tuple of positional arguments, a dict of keyword
             arguments or the one positional argument; or a function ``calls(key)`` building one, with ``keys``.
             Every rank builds every call once to compute its key (keep building cheap, e.g. ``torch.empty``),
-            then again for the keys it tunes, and on a unit of one rank once more while the key before it is tuned
-            (its likely configs compiled ahead: :mod:`.next_key`). Calls with equal keys are tuned once.
+            then again for the keys it tunes, and on a unit of one rank that compiles on a GPU once more while the
+            key before it is tuned (its likely configs compiled ahead: :mod:`.next_key`). Calls with equal keys are
+            tuned once.
         keys: the keys given to ``calls`` when it is a function (any values; its own key comes from ``key_fn``).
         local: the function talks to no other rank: every rank tunes its share of the keys alone, in parallel
             (default: the decorator's ``sharded``).
@@ -307,7 +308,6 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
             if mine < len(todo):
                 _log_guess(tuner, plan, all_keys[todo[mine]], guessed)
             guessed = upcoming.guessed if upcoming is not None else []
-            del upcoming  # its call's tensors
             what = f"[campaign {tuner.name}] round {r + 1} of {rounds}"
             watch.finished(r)
             watch.wait(r, what)

@@ -23,14 +23,14 @@ Only where nothing can go wrong for the current key:
 - each config's pass under the tuning's deadline, blaming nothing; whatever the function raises there is dropped
   (the next key's own warm-up reports it).
 
-``TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY=0`` turns it off. The next key's call is built once more for it (the
-campaign's builder: keep building cheap), and held while the current key is tuned.
+``TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY=0`` turns it off. The next key's call is built once more for it, only then
+(the campaign's builder: keep building cheap), and held while the current key is tuned.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,8 +50,9 @@ class NextKey:
     """The key a campaign's unit tunes after the current one: its key, its call and the configs kept for it."""
 
     key: Hashable
-    args: tuple
-    kwargs: dict[str, Any]
+    #: builds its call: (positional arguments, keyword arguments); the campaign's builder, called only when its
+    #: configs are compiled ahead
+    call: Callable[[], tuple[tuple, dict[str, Any]]]
     kept: list[int]
     #: configs compiled ahead for some key of the campaign already (shared by the campaign's keys)
     compiled: set[int] = field(default_factory=set)
@@ -88,6 +89,12 @@ def compile_next_key(tuning: KeyTuning, measurer: Measurer, earlier: dict[int, A
             return
         if not guess:
             return
+        try:
+            args, kwargs = upcoming.call()
+        except Exception as exc:  # the next key's own tuning reports it
+            logs.rank_log().info("%s next key: nothing compiled ahead (building its call raised %s)", tuning.label,
+                                 describe_error(exc))
+            return
         upcoming.guessed = guess
         upcoming.compiled.update(guess)
         todo = [tuning.todo(i) for i in guess]
@@ -95,7 +102,7 @@ def compile_next_key(tuning: KeyTuning, measurer: Measurer, earlier: dict[int, A
         logs.rank_log().info("%s: compiling %d config(s) it will likely screen, after this key's own", label,
                              len(todo))
         if fn is not None:
-            precompile(group, label, fn, todo, upcoming.args, upcoming.kwargs, tuner.options.compile_threads,
+            precompile(group, label, fn, todo, args, kwargs, tuner.options.compile_threads,
                        tuning.timeout, space, measurer.compiles, next_key=True)
             return
         budget = measurer.budget
@@ -111,7 +118,7 @@ def compile_next_key(tuning: KeyTuning, measurer: Measurer, earlier: dict[int, A
             return None
 
         compile_pass.compile_pass(group, label, todo, run_quietly,
-                                  lambda config: tuner.fn(*upcoming.args, **upcoming.kwargs, **config),
+                                  lambda config: tuner.fn(*args, **kwargs, **config),
                                   tuner.options.compile_threads, tuning.timeout, go_on=lambda: not budget.spent,
                                   space=space, compiles=measurer.compiles, next_key=True)
 
