@@ -622,3 +622,28 @@ def test_the_configs_compiled_ahead_are_the_leaders_neighbours_whether_the_stage
     around = {j for i in [index[(5, 5)], *stage] for ring in search.grid.rings(i) for j in ring}
     assert set(likely) <= around  # the leader's neighbourhood, or a stage config's that might lead
     assert likely_next(search, {index[(0, 0)]: None}, stage) == []  # no leader yet: no guess
+
+
+def test_the_next_keys_guess_is_the_search_that_key_would_run_over_the_landscape_it_is_given():
+    """A campaign compiles its next key's likely configs (``measure/ahead.py``, ``likely_for_next_key``): that key's
+    own search (kept configs, plan seed, seeds) run over a stand-in landscape. Given the whole landscape, the guess is
+    exactly the order the search screens it in; given part of it, the model fills the rest and the guess still
+    reaches the bottom; with none, it is the first look; what is compiled already is left out, and the cap holds."""
+    from triton_dist_tune.measure.ahead import likely_for_next_key
+
+    time_of = bowl(3)
+    plan = SearchPlan(seed="next")
+    order: list[int] = []
+    simulate(GEMM, KEPT, plan, lambda i: order.append(i) or time_of(i))
+    whole = {i: time_of(i) for i in KEPT}
+    assert likely_for_next_key(GEMM, KEPT, "next", [], whole, (), cap=len(KEPT)) == list(dict.fromkeys(order))
+
+    best = min(KEPT, key=time_of)
+    part = {i: t for i, t in whole.items() if random.Random(i).random() < 0.3 and i != best}
+    guess = likely_for_next_key(GEMM, KEPT, "next", [], part, part, cap=len(KEPT))
+    assert best in guess and not set(guess) & set(part)
+
+    first = PatternSearch(GEMM, KEPT, plan, [KEPT[5]]).first()
+    compiled = set(first[:4])
+    assert likely_for_next_key(GEMM, KEPT, "next", [KEPT[5]], {}, compiled) == [i for i in first if i not in compiled]
+    assert len(likely_for_next_key(GEMM, KEPT, "next", [], part, (), cap=7)) == 7
