@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from replay_search import NOISE_MODELS, Landscape, NoiseModel, load  # noqa: E402
+from replay_search import NOISE_MODELS, Landscape, NoiseModel, load, publish  # noqa: E402
 
 from triton_dist_tune.function.policy import numeric_distance  # noqa: E402
 from triton_dist_tune.function.searched import SEED_KEYS, SEEDS_PER_KEY  # noqa: E402
@@ -349,10 +349,7 @@ def main() -> None:
               "*rings 2*: no third ring. Command: `python benchmarks/replay_campaign.py "
               f"benchmarks/results/corpus/gpu*.json --seeds {args.seeds} --jobs 2 --out "
               "benchmarks/results/corpus/replay_campaign.md`."]
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out is not None:
-        args.out.write_text(report)
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

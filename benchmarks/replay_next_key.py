@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay_campaign import Problem, problems, run  # noqa: E402
-from replay_search import NOISE_MODELS, NoiseModel, load  # noqa: E402
+from replay_search import NOISE_MODELS, NoiseModel, load, publish  # noqa: E402
 
 from triton_dist_tune.function.policy import numeric_distance  # noqa: E402
 from triton_dist_tune.function.searched import SEED_KEYS, SEEDS_PER_KEY  # noqa: E402
@@ -117,10 +117,7 @@ def main() -> None:
                      f"({t.wasted / max(1, t.guessed):.0%}) |")
     lines += ["", f"Command: `python benchmarks/replay_next_key.py benchmarks/results/corpus/gpu*.json --seeds "
               f"{args.seeds} --noise {args.noise} --out benchmarks/results/corpus/replay_next_key.md`."]
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out is not None:
-        args.out.write_text(report)
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":
