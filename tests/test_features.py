@@ -128,9 +128,18 @@ def test_a_campaign_on_one_rank_compiles_its_next_keys_configs_while_it_tunes_th
     hits = [int(n) for n in re.findall(r"screened (\d+) of the \d+ config\(s\) compiled ahead for it", log)]
     assert len(hits) == 2 and all(n >= 1 for n in hits), hits
 
+    assert r["builds"] == [2, 3, 3], r  # the keys, the tunings, and keys 2 and 3 built once more to compile ahead
+
     off = run("next_key_compiled_ahead", {**env, "TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY": "0",
                                           "TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "off")}, n=1)[0]
-    assert off["decided"] == ["tuned"] * 3 and off["ahead"] == [], off
+    assert off["decided"] == ["tuned"] * 3 and off["ahead"] == [] and off["builds"] == [2, 2, 2], off
+
+    # the next key's call cannot be built: nothing is compiled ahead for it, and it is tuned as any key
+    failing = run("next_key_compiled_ahead", {**env, "NEXT_KEY_BUILD_FAILS": "1",
+                                              "TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "failing")}, n=1)[0]
+    assert failing["decided"] == ["tuned"] * 3 and [2, 0] not in failing["ahead"], failing
+    assert "building its call raised RuntimeError: out of memory" in "".join(
+        path.read_text() for path in (tmp_path / "logs").rglob("*.log")), "no log line"
 
 
 @pytest.mark.timeout(180)

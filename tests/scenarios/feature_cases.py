@@ -253,9 +253,17 @@ def next_key_compiled_ahead():
     def f(m, *, a, b):
         time.sleep(0.0002 * (1 + abs(a - 7 + m) + abs(b - 4)))
 
-    summary = tdt.campaign(f, [(1,), (2,), (3,)])
+    builds = collections.Counter()
+
+    def build(m):  # with NEXT_KEY_BUILD_FAILS set, key 2's second build (the one to compile it ahead) raises
+        builds[m] += 1
+        if os.environ.get("NEXT_KEY_BUILD_FAILS") and m == 2 and builds[m] == 2:
+            raise RuntimeError("out of memory building the call")
+        return (m,)
+
+    summary = tdt.campaign(f, build, keys=[1, 2, 3])
     emit(ahead=sorted({(m, decided) for m, decided in calls if decided < m - 1}),
-         decided=[row.state for row in summary.rows])
+         decided=[row.state for row in summary.rows], builds=[builds[m] for m in (1, 2, 3)])
 
 
 @case
