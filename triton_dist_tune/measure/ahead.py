@@ -23,7 +23,7 @@ run without a device over a nearby decided key's times names the configs it will
 corpus's campaigns with 5% noise (``benchmarks/replay_next_key.py``, 3 seeds, ascending and shuffled), the guesses
 made as each key starts compiled 29-63% of the configs the later keys screened for the first time (gemm 36%,
 gemm_fp16_bt 29%, moe 54%, softmax 63%), and 8-19% of the configs guessed were never screened. On one H200 the
-README's MoE campaign then screened 62-65% of the configs compiled ahead for each key (RESULTS.md).
+README's MoE campaign then screened 60-65% of the configs compiled ahead for each key (RESULTS.md).
 """
 
 from __future__ import annotations
