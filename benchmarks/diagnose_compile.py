@@ -110,7 +110,7 @@ def instrument() -> None:
         try:
             return run_pass(group, label, todo, *rest, **kwargs)
         finally:
-            note("compile_pass", start=start, configs=len(todo), later=bool(kwargs.get("later")))
+            note("compile_pass", start=start, configs=len(todo), later=kwargs.get("rank", 0) > 0)
 
     compile_pass.compile_pass = pass_timed
 

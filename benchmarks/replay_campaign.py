@@ -205,6 +205,13 @@ class Campaign:
     union: int = 0
 
 
+def seeds_for(shape: tuple[int, ...], decided: dict[tuple[int, ...], list[int]]) -> list[int]:
+    """The seeds of ``shape``'s search as ``nearby_seeds`` gives them: the first two configs (by estimated time) of
+    each of the 4 decided shapes nearest it, nearest first (``decided``: shape -> its configs, best first)."""
+    near = sorted((numeric_distance(shape, other), repr(other), other) for other in decided if other != shape)
+    return list(dict.fromkeys(i for _, _, other in near[:SEED_KEYS] for i in decided[other][:SEEDS_PER_KEY]))
+
+
 def campaign(rule: Rule, problem: Problem, order: str, noise: NoiseModel, seed: int,
              check_default: bool = False) -> Campaign:
     """Replay one campaign of ``problem``'s shapes (``ascending`` or ``shuffled``) under ``rule``."""
@@ -215,9 +222,7 @@ def campaign(rule: Rule, problem: Problem, order: str, noise: NoiseModel, seed: 
     decided: dict[tuple[int, ...], list[int]] = {}  # shape -> its configs ranked by estimated time
     compiled: set[int] = set()
     for shape in shapes:
-        near = sorted((numeric_distance(shape, other), repr(other), other) for other in decided)
-        seeds = [i for _, _, other in near[:SEED_KEYS] for i in decided[other][:SEEDS_PER_KEY]]
-        seeds = list(dict.fromkeys(seeds))
+        seeds = seeds_for(shape, decided)
         kept, ratios = problem.kept[shape], problem.ratios[shape]
         rng = random.Random(f"{problem.name}/{shape}/{seed}/{noise.name}/{order}")
         plan = SearchPlan(seed=f"k{seed}/{shape}")

@@ -37,12 +37,13 @@ from typing import Any
 from ..disk import logs
 from ..errors import describe_error
 from ..measure import ahead, breakdown, compile_pass
+from ..measure.daemon_pool import NEXT_KEY
 from ..measure.lockstep import Measurer
 from ..measure.precompile import compiles_here, precompile
 from ..measure.search import search_applies
 from ..records import Decision
 from ..space import describe_key, plan_seed
-from .searched import KeyTuning, nearby_seeds
+from .searched import KeyTuning, nearby_seeds, nearest_decided
 
 
 @dataclass
@@ -103,7 +104,7 @@ def compile_next_key(tuning: KeyTuning, measurer: Measurer, earlier: dict[int, A
                              len(todo))
         if fn is not None:
             precompile(group, label, fn, todo, args, kwargs, tuner.options.compile_threads,
-                       tuning.timeout, space, measurer.compiles, next_key=True)
+                       tuning.timeout, space, measurer.compiles, NEXT_KEY)
             return
         budget = measurer.budget
 
@@ -120,43 +121,20 @@ def compile_next_key(tuning: KeyTuning, measurer: Measurer, earlier: dict[int, A
         compile_pass.compile_pass(group, label, todo, run_quietly,
                                   lambda config: tuner.fn(*args, **kwargs, **config),
                                   tuner.options.compile_threads, tuning.timeout, go_on=lambda: not budget.spent,
-                                  space=space, compiles=measurer.compiles, next_key=True)
+                                  space=space, compiles=measurer.compiles, rank=NEXT_KEY)
 
 
 def _guess(tuning: KeyTuning, upcoming: NextKey) -> list[int]:
     """The configs to compile ahead for ``upcoming`` (:func:`~triton_dist_tune.measure.ahead.likely_for_next_key`)."""
     tuner, group = tuning.tuner, tuning.group
-    decided = {key: d for (name, key), d in tuner.decisions.items() if name == group.name and d.index >= 0}
     compiled = set(upcoming.compiled)
-    for decision in decided.values():
-        compiled |= screened_by(decision)
+    for (name, _), decision in tuner.decisions.items():
+        if name == group.name:
+            compiled |= screened_by(decision)
     if not search_applies(tuner.search_mode(), len(upcoming.kept)):  # the next key races every kept config
         return [i for i in upcoming.kept if i not in compiled][:ahead.NEXT_KEY_CAP]
-    nearest = nearby_source(tuner, decided, upcoming.key)
+    near = nearest_decided(tuner.decisions, group.name, upcoming.key, tuner.options.distance)
     seed = plan_seed(describe_key(upcoming.key), tuner.space_text)
     seeds = nearby_seeds(tuner.decisions, group.name, upcoming.key, tuner.options.distance)
-    return ahead.likely_for_next_key(tuner.space, upcoming.kept, seed, seeds,
-                                     landscape_of(nearest) if nearest is not None else {}, compiled)
-
-
-def nearby_source(tuner: Any, decided: dict[Hashable, Decision], key: Hashable) -> Decision | None:
-    """The decided key nearest ``key`` (by the function's ``distance``, default the numeric one), whose screened
-    times stand in for ``key``'s landscape; None when none compares."""
-    from .policy import numeric_distance
-
-    measure = tuner.options.distance or numeric_distance
-    best: tuple[float, str] | None = None
-    found = None
-    for other, decision in decided.items():
-        if other == key:
-            continue
-        try:
-            d = measure(key, other)
-        except Exception:
-            continue
-        if not isinstance(d, (int, float)) or isinstance(d, bool) or not math.isfinite(d):
-            continue
-        rank = (float(d), repr(other))
-        if best is None or rank < best:
-            best, found = rank, decision
-    return found
+    return ahead.likely_for_next_key(tuner.space, upcoming.kept, seed, seeds, landscape_of(near[0]) if near else {},
+                                     compiled)

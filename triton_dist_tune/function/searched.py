@@ -90,12 +90,11 @@ class SearchRecord:
                 f"{raced}, {self.seconds:.2f} s{noise}")
 
 
-def nearby_seeds(decisions: dict[tuple[str, Hashable], Decision], group_name: str, key: Hashable,
-                 distance: Callable[[Any, Any], float | None] | None) -> list[int]:
-    """Config indices to seed a search with: the choice and runner-up of the :data:`SEED_KEYS` decided keys of
-    this group nearest ``key`` (by ``distance``, default the numeric one), nearest first. A ``distance`` that raises
-    cannot compare the two keys (skipped); one that returns neither a number nor None is a
-    :class:`~triton_dist_tune.errors.BadInputError`."""
+def nearest_decided(decisions: dict[tuple[str, Hashable], Decision], group_name: str, key: Hashable,
+                    distance: Callable[[Any, Any], float | None] | None) -> list[Decision]:
+    """The decisions of the keys this group decided (other than ``key``), nearest ``key`` first (by ``distance``,
+    default the numeric one; ties by the key's text). A ``distance`` that raises cannot compare the two keys
+    (skipped); one that returns neither a number nor None is a :class:`~triton_dist_tune.errors.BadInputError`."""
     measure = distance or numeric_distance
     near: list[tuple[float, str, Decision]] = []
     for (name, other), decision in decisions.items():
@@ -110,8 +109,15 @@ def nearby_seeds(decisions: dict[tuple[str, Hashable], Decision], group_name: st
                                 "return a number (smaller is nearer) or None (not comparable)")
         if d is not None and d == d and d != float("inf"):
             near.append((float(d), repr(other), decision))
+    return [decision for _, _, decision in sorted(near, key=lambda item: (item[0], item[1]))]
+
+
+def nearby_seeds(decisions: dict[tuple[str, Hashable], Decision], group_name: str, key: Hashable,
+                 distance: Callable[[Any, Any], float | None] | None) -> list[int]:
+    """Config indices to seed a search with: the choice and runner-up of the :data:`SEED_KEYS` decided keys of
+    this group nearest ``key`` (:func:`nearest_decided`), nearest first."""
     seeds: list[int] = []
-    for _, _, decision in sorted(near, key=lambda item: (item[0], item[1]))[:SEED_KEYS]:
+    for decision in nearest_decided(decisions, group_name, key, distance)[:SEED_KEYS]:
         ranked = sorted((o for o in decision.outcomes if o.usable), key=lambda o: (o.time, o.index))
         seeds += [o.index for o in ranked[:SEEDS_PER_KEY]]
     return list(dict.fromkeys(seeds))

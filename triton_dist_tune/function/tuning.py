@@ -50,6 +50,7 @@ from ..group.channel import ExchangeError, Group
 from ..measure import breakdown, compile_pass
 from ..measure.arguments import ArgumentState, RandomState
 from ..measure.budget import clocked
+from ..measure.daemon_pool import AHEAD, NOW
 from ..measure.lockstep import Measurer, Todo
 from ..measure.precompile import compiles_here, precompile
 from ..measure.replicas import Layout, settle
@@ -371,7 +372,8 @@ class Tuning:
         passing = [item for item in todo if item[0] not in self.skip_pass]  # the same on every rank
         if options.precompile_fn is not None:
             measurer.compiles = precompile(self.group, self.label, options.precompile_fn, todo, self.args,
-                                           self.kwargs, options.compile_threads, self.timeout, space, kept, later)
+                                           self.kwargs, options.compile_threads, self.timeout, space, kept,
+                                           AHEAD if later else NOW)
             measurer.watch.compiled += len(todo)
         elif passing and clocked(self.group, measurer.budget, compiles_here() and compile_pass.available(),
                                  f"{self.label} compile ahead", all, self.timeout):
@@ -380,7 +382,7 @@ class Tuning:
             measurer.compiles = compile_pass.compile_pass(self.group, self.label, passing, measurer.aligned_run,
                                                           measurer.trial.call, options.compile_threads, self.timeout,
                                                           go_on=lambda: not budget.spent, space=space,
-                                                          compiles=kept, later=later)
+                                                          compiles=kept, rank=AHEAD if later else NOW)
             measurer.watch.compiled += measurer.compiles.passed
             if measurer.compiles.passed < len(passing):
                 logs.rank_log().info("%s compile pass: %d of %d config(s), then the time budget was spent",

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..group.channel import Group
+from .daemon_pool import NEXT_KEY, NOW
 from .precompile import Compiles, current_cuda_device, node_share, on_device, start_pool
 
 
@@ -47,10 +48,8 @@ class _Pass:
     index: int
     compiles: Compiles | None  #: None: another rank of the node compiles this config
     device: int | None
-    #: compiled ahead of the stage that may need it (:meth:`~.precompile.Compiles.submit`)
-    later: bool = False
-    #: compiled for a campaign's next key, with its arguments (:meth:`~.precompile.Compiles.submit`)
-    next_key: bool = False
+    #: the rank of its compiles in the pool (:meth:`~.precompile.Compiles.submit`)
+    rank: int = NOW
 
 
 _active: ContextVar[_Pass | None] = ContextVar("tdt_compile_pass", default=None)
@@ -88,7 +87,7 @@ def _patched(original: Callable[..., Any]) -> Callable[..., Any]:
                 build_launcher(kernel)
                 return kernel
 
-            current.compiles.submit(current.index, compile_one, current.later, current.next_key)
+            current.compiles.submit(current.index, compile_one, current.rank)
         return None
     run.__wrapped__ = original  # type: ignore[attr-defined]
     return run
@@ -131,16 +130,15 @@ def available() -> bool:
 def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]],
                  run_aligned: Callable[[int, str, Callable[[], Any]], str | None], call: Callable[[dict], Any],
                  workers: int | None, timeout: float, go_on: Callable[[], bool] | None = None,
-                 space: int = 0, compiles: Compiles | None = None, later: bool = False,
-                 next_key: bool = False) -> Compiles:
+                 space: int = 0, compiles: Compiles | None = None, rank: int = NOW) -> Compiles:
     """Run the compile pass of every config of ``todo`` (``run_aligned(index, desc, run)`` runs ``run`` on every
     rank together, journaled, and returns its error or None; ``call(config)`` runs the function once), in order,
     while ``go_on()`` (asked before each config; it must read only what the group agreed, such as the time
     budget's clock) says so: the configs after a stop compile in their warm-up (``space``: the configs kept for
     the key, see :func:`~.precompile.default_processes`). Returns this rank's compiles (``compiles``, added to,
     else new ones), still running (:attr:`~.precompile.Compiles.passed`: how many configs this pass ran);
-    ``later``: compiled ahead of the stage that may need them, ``next_key``: for a campaign's next key (``call``
-    then runs the function with that key's arguments; :meth:`~.precompile.Compiles.submit`)."""
+    ``rank``: the compiles' rank in the pool (:meth:`~.precompile.Compiles.submit`; for a campaign's next key,
+    ``call`` runs the function with that key's arguments, and the configs are not this tuning's)."""
     from triton.runtime.jit import JITFunction
 
     position, peers = node_share(group, label, timeout)
@@ -153,11 +151,10 @@ def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]]
             for k, (index, config, desc) in enumerate(todo):
                 if go_on is not None and not go_on():
                     break
-                if not next_key:
+                if rank != NEXT_KEY:
                     compiles.passed = k + 1
                     compiles.submitted.add(index)
-                token = _active.set(_Pass(index, compiles if k % peers == position else None, device, later,
-                                          next_key))
+                token = _active.set(_Pass(index, compiles if k % peers == position else None, device, rank))
                 try:
                     run_aligned(index, desc, lambda c=config: call(c))  # its errors: the warm-up's to report
                 finally:

@@ -41,7 +41,7 @@ from typing import Any
 from .. import settings
 from ..group.channel import Group
 from .compile_workers import WorkerPool, routed, shared_pool, triton_version_key
-from .daemon_pool import AHEAD, NEXT_KEY, NOW, DaemonPool, compiling, wait_within
+from .daemon_pool import NEXT_KEY, NOW, DaemonPool, compiling, wait_within
 
 #: a tuning whose key keeps this many configs or more hands its compiles to worker processes by default. Measured on
 #: one H200 host (16 CPUs; ``benchmarks/results/session_h200_3``): the first key of an 840-config GEMM (200-300
@@ -147,14 +147,11 @@ class Compiles:
     waited: float = 0.0
     #: when a wait for a config's compiles first began (:meth:`wait_first`), by index: its deadline runs from then
     wait_began: dict[int, float] = field(default_factory=dict)
-    #: the compiles started for a campaign's next key (:meth:`submit`'s ``next_key``): never waited for here
-    for_next_key: list[Future] = field(default_factory=list)
-
-    def submit(self, index: int, compile_one: Callable[[], Any], later: bool = False, next_key: bool = False) -> None:
-        """Compile config ``index`` (one more of its kernels) in the pool; ``later``: after every compile submitted
-        without it (a config compiled ahead of the stage that may need it: :meth:`promote` when it is needed);
-        ``next_key``: for the next key of a campaign (:mod:`~triton_dist_tune.function.next_key`), after every
-        other, and not one of this tuning's compiles (no wait of this tuning waits for it)."""
+    def submit(self, index: int, compile_one: Callable[[], Any], rank: int = NOW) -> None:
+        """Compile config ``index`` (one more of its kernels) in the pool, at ``rank``
+        (:data:`~.daemon_pool.NOW`; :data:`~.daemon_pool.AHEAD`: compiled ahead of the stage that may need it,
+        :meth:`promote` when it is; :data:`~.daemon_pool.NEXT_KEY`: for a campaign's next key, with its arguments,
+        :mod:`~triton_dist_tune.function.next_key`: not one of this tuning's compiles, never waited for here)."""
         assert self.pool is not None
         keyed, workers = self.keyed, self.workers
 
@@ -164,13 +161,13 @@ class Compiles:
             with routed(workers):
                 return compile_one()
 
-        if next_key:
+        if rank == NEXT_KEY:
             if not self.lazy:
-                self.for_next_key.append(self.pool.submit(task, NEXT_KEY))
+                self.pool.submit(task, NEXT_KEY)
         elif self.lazy:
             self.deferred.setdefault(index, []).append(task)
         else:
-            self.futures.setdefault(index, []).append(self.pool.submit(task, AHEAD if later else NOW))
+            self.futures.setdefault(index, []).append(self.pool.submit(task, rank))
 
     @property
     def open(self) -> bool:
@@ -179,7 +176,8 @@ class Compiles:
         return self.active and self.pool is not None and not self.lazy
 
     def promote(self, index: int) -> None:
-        """Config ``index``, submitted ``later``, is needed now: its compiles not started go before those ``later``."""
+        """Config ``index``, submitted :data:`~.daemon_pool.AHEAD`, is needed now: its compiles not started go
+        before those ahead."""
         if self.pool is not None:
             for future in self.futures.get(index, []):
                 self.pool.promote(future)
@@ -262,11 +260,11 @@ def version_key() -> None:
 
 def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo: Sequence[tuple[int, dict, str]],
                args: tuple, kwargs: dict[str, Any], workers: int | None, timeout: float, space: int = 0,
-               compiles: Compiles | None = None, later: bool = False, next_key: bool = False) -> Compiles:
+               compiles: Compiles | None = None, rank: int = NOW) -> Compiles:
     """Start compiling this rank's node share of ``todo`` with ``precompile_fn`` in a thread pool (``compiles``'s:
-    adding to it; else a new one); ``later``: ahead of the stage that may need them, ``next_key``: for a campaign's
-    next key, with its arguments (:meth:`Compiles.submit`). Under Triton's interpreter (which is not thread-safe)
-    each config's compile starts only when its warm-up waits for it (:attr:`Compiles.lazy`)."""
+    adding to it; else a new one), at ``rank`` (:meth:`Compiles.submit`; for a campaign's next key, ``args`` and
+    ``kwargs`` are that key's). Under Triton's interpreter (which is not thread-safe) each config's compile starts
+    only when its warm-up waits for it (:attr:`Compiles.lazy`)."""
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
     if compiles is None:
@@ -277,8 +275,8 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
             on_device(device)
             precompile_fn(config, *args, **kwargs)
 
-        compiles.submit(index, compile_one, later, next_key)
-        if not next_key:
+        compiles.submit(index, compile_one, rank)
+        if rank != NEXT_KEY:
             compiles.submitted.add(index)
     return compiles
 
