@@ -20,9 +20,10 @@ memory waits for none, and its stages then run no compile pass for configs it ma
 
 A campaign's next key (:func:`likely_for_next_key`, used by :mod:`~triton_dist_tune.function.next_key`): its search
 run without a device over a nearby decided key's times names the configs it will likely screen. Replayed over the
-corpus's campaigns with 5% noise (``benchmarks/replay_next_key.py``, 3 seeds, ascending and shuffled), the guesses
-made as each key starts compiled 29-63% of the configs the later keys screened for the first time (gemm 36%,
-gemm_fp16_bt 29%, moe 54%, softmax 63%), and 8-19% of the configs guessed were never screened. On one H200 the
+corpus's campaigns (``benchmarks/replay_next_key.py``: 3 seeds, ascending and shuffled, Gaussian 5% and 10% and
+spiked noise drawn per sample), the cap chosen with each family held out was :data:`NEXT_KEY_CAP` for every family;
+on the held-out family the guesses compiled 28-65% of the configs later keys screened for the first time (a random
+guess of as many: 11-53%), and 7-23% of what they compiled was never screened (random: 19-64%). On one H200 the
 README's MoE campaign then screened 60-65% of the configs compiled ahead for each key (RESULTS.md).
 """
 
