@@ -63,6 +63,8 @@ class WorkerStats:
     (``early``), and left to the compile threads for another reason (``left``, with the first reason)."""
 
     compiled: int = 0
+    #: seconds the workers spent on their tasks, in all (from handing one over to its answer)
+    busy: float = 0.0
     early: int = 0
     left: int = 0
     reason: str = ""
@@ -254,6 +256,7 @@ class WorkerPool:
             if not starting:
                 self.skip("no compile worker could start")
             return False
+        began = time.monotonic()
         try:
             done, error = worker.compile(task)
         except (OSError, ValueError) as exc:
@@ -264,6 +267,7 @@ class WorkerPool:
             return False
         self.idle.put(worker)
         with self._lock:
+            self.stats.busy += time.monotonic() - began
             if done:
                 self.stats.compiled += 1
             else:

@@ -225,9 +225,9 @@ class Compiles:
         stats = self.workers.stats
         reason = f" (the first: {stats.reason})" if stats.reason else ""
         return (f"compile workers ({self.workers.alive} process(es); {stats.forked} forked, {stats.spawned} "
-                f"spawned) so far: {stats.compiled} kernel(s) compiled "
-                f"there, {stats.early} by the compile threads while the workers started, {stats.left} left to the "
-                f"compile threads{reason}")
+                f"spawned) so far: {stats.compiled} kernel(s) compiled there in {stats.busy:.1f} s of their time, "
+                f"{stats.early} by the compile threads while the workers started, {stats.left} left to the compile "
+                f"threads{reason}")
 
     def close(self) -> None:
         """Drop the compiles not started yet (the tuning ended); running ones go on in daemon threads."""
@@ -244,7 +244,7 @@ def start_pool(workers: int | None, timeout: float, peers: int = 1, space: int =
     processes = default_processes(peers, space)
     # the workers first: forked (at their first start) before this pool's threads run, and while no other does
     processes_pool = shared_pool(processes, compiling=compiling()) if processes else None
-    pool = DaemonPool(threads, "tdt-compile")
+    pool = DaemonPool(threads, "tdt-compile", settings.current().next_key_threads)
     return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True, workers=processes_pool)
 
 
