@@ -112,23 +112,6 @@ def test_the_processes_setting_reads_a_whole_number_and_zero_turns_the_workers_o
     assert Settings.from_env({}).compile_processes is None
 
 
-def test_the_next_key_threads_setting_reads_a_whole_number_and_refuses_anything_else_clearly(monkeypatch):
-    from triton_dist_tune.errors import BadInputError
-    from triton_dist_tune.measure.precompile import start_pool
-    from triton_dist_tune.settings import Settings
-
-    name = "TRITON_DIST_AUTOTUNE_NEXT_KEY_THREADS"
-    assert Settings.from_env({name: " 8 "}).next_key_threads == 8
-    assert Settings.from_env({}).next_key_threads is None
-    for bad in ("0", "half", "-2"):
-        with pytest.raises(BadInputError, match="NEXT_KEY_THREADS must be a whole number"):
-            Settings.from_env({name: bad})
-    monkeypatch.setenv(name, "2")
-    compiles = start_pool(4, 5.0)  # the compile pool a tuning starts takes it
-    assert compiles.pool is not None and compiles.pool.next_key_threads == 2
-    compiles.close()
-
-
 EXIT_SCRIPT = textwrap.dedent('''
     import sys, time
     sys.path.insert(0, sys.argv[1])

@@ -270,44 +270,6 @@ def test_compiles_submitted_later_run_after_the_others_unless_promoted_and_each_
         pool.shutdown()
 
 
-def test_a_pool_runs_at_most_its_next_key_threads_of_next_key_tasks_at_once_and_keeps_the_rest_free():
-    """``TRITON_DIST_AUTOTUNE_NEXT_KEY_THREADS``: a campaign's compiles for its next key take at most that many of
-    the compile threads, so that a compile the current key needs starts at once, not after one of them. Without the
-    limit every thread may hold one (the check that it could fail)."""
-    import threading
-
-    from triton_dist_tune.measure.daemon_pool import NEXT_KEY, DaemonPool
-
-    for limit, expected in ((1, 1), (None, 3)):
-        gate, lock, running, most = threading.Event(), threading.Lock(), [0], [0]
-
-        def next_key_compile() -> None:
-            with lock:
-                running[0] += 1
-                most[0] = max(most[0], running[0])
-            gate.wait(20)
-            with lock:
-                running[0] -= 1
-
-        pool = DaemonPool(3, "tdt-next-key-limit", next_key_threads=limit)
-        try:
-            later = [pool.submit(next_key_compile, rank=NEXT_KEY) for _ in range(4)]
-            deadline = time.monotonic() + 10
-            while most[0] < expected and time.monotonic() < deadline:
-                time.sleep(0.01)
-            time.sleep(0.2)  # a thread that would break the limit has had its chance
-            assert most[0] == expected, (limit, most[0])
-            if limit is not None:  # a free thread takes the current key's compile while the next key's wait
-                assert pool.submit(lambda: "now").result(timeout=10) == "now"
-            gate.set()
-            for future in later:
-                future.result(timeout=10)
-            assert most[0] == expected, (limit, most[0])
-        finally:
-            gate.set()
-            pool.shutdown()
-
-
 #: a process whose pool holds a compile still running when the program ends, and one left behind stuck for good
 EXIT_SCRIPT = """
 import sys, threading, time

@@ -90,15 +90,6 @@ def _processes(env: Mapping[str, str]) -> int | None:
     return int(value) if value.isdigit() else None  # anything else: the default
 
 
-def _next_key_threads(env: Mapping[str, str]) -> int | None:
-    value = env.get(PREFIX + "NEXT_KEY_THREADS", "").strip()
-    if not value:
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise BadInputError(f"{PREFIX}NEXT_KEY_THREADS must be a whole number of threads, 1 or more, not {value!r}")
-    return int(value)
-
-
 @dataclass(frozen=True)
 class Settings:
     """The tuner's view of the environment."""
@@ -146,9 +137,6 @@ class Settings:
     #: a campaign unit of one rank compiles its next key's likely configs while it tunes the current one
     #: (``..._COMPILE_NEXT_KEY``, default 1; 0: not; see :mod:`~triton_dist_tune.function.next_key`)
     compile_next_key: bool = True
-    #: at most this many compile threads compile for the next key at once (``..._NEXT_KEY_THREADS``, a whole number
-    #: >= 1); None (unset): any number, as threads are free
-    next_key_threads: int | None = None
     #: print summaries on group rank 0 where a decorator's ``autotune_verbose`` is not given
     #: (``TRITON_PRINT_AUTOTUNING=1``)
     print_autotuning: bool = False
@@ -185,7 +173,6 @@ class Settings:
             compile_processes=_processes(env),
             compile_start=_compile_start(env.get(PREFIX + "COMPILE_START", "")),
             compile_next_key=flag(env.get(PREFIX + "COMPILE_NEXT_KEY", "1")),
-            next_key_threads=_next_key_threads(env),
             print_autotuning=flag(env.get("TRITON_PRINT_AUTOTUNING")),
             undecided=_undecided(env.get(PREFIX + "UNDECIDED", "")),
             search=_search(env.get(PREFIX + "SEARCH", "")),

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # Issue 41, eleventh session, one GPU: the README's MoE campaign (examples/moe_gemm.py --campaign, 16 batch sizes)
 # alone, one process, a fresh HOME per run (decision and Triton caches empty), with the next key compiled ahead
-# (TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY=1, the default) and without (0), alternating (ARMS, default "off on off on");
-# an arm capN compiles ahead with at most N compile threads on the next key at once (TRITON_DIST_AUTOTUNE_NEXT_KEY_THREADS,
-# twelfth session). Prints per run: exit status, the campaign's seconds (the example's RESULT line), the kernels the
-# compile workers compiled and the seconds they spent, and how many configs compiled ahead each key then screened;
-# keeps each run's rank log.
+# (TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY=1, the default) and without (0), alternating (ARMS, default "off on off on").
+# Prints per run: exit status, the campaign's seconds (the example's RESULT line), the kernels the compile workers
+# compiled and the seconds they spent on them, and how many configs compiled ahead each key then screened; keeps each
+# run's rank log.
 # Usage: OUT=DIR bash benchmarks/gpu/next_key_ab.sh   (leaves next_key_ab.tgz alone in OUT)
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 bash benchmarks/gpu/next_key_ab.sh (the example's --tiny --cpu)
 source "$(dirname "$0")/_setup.sh" /tmp/next_key_ab
@@ -13,9 +12,8 @@ tiny=(); [ -n "${CPU_SMOKE:-}" ] && tiny=(--tiny)
 port=29700; k=0
 for arm in ${ARMS:-off on off on}; do
   k=$((k + 1)); port=$((port + 1)); flag=1; [ "$arm" = off ] && flag=0
-  threads=; case $arm in cap*) threads=${arm#cap} ;; esac
   home=$(mktemp -d)
-  PYTHONPATH=$PWD HOME=$home TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY=$flag TRITON_DIST_AUTOTUNE_NEXT_KEY_THREADS=$threads TRITON_DIST_AUTOTUNE_LOG_DIR=$home/logs RANK=0 LOCAL_RANK=0 \
+  PYTHONPATH=$PWD HOME=$home TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY=$flag TRITON_DIST_AUTOTUNE_LOG_DIR=$home/logs RANK=0 LOCAL_RANK=0 \
     WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
     timeout "${RUN_TIME:-130}" python3 examples/moe_gemm.py --campaign "${tiny[@]}" > "$OUT/run_$k-$arm.txt" 2>&1
   rc=$?

@@ -32,16 +32,10 @@ class DaemonPool:
     forward).
 
     Unlike ``ThreadPoolExecutor``, whose threads the interpreter joins at exit, a thread stuck in a call here never
-    keeps the process alive; :meth:`abandon` adds a thread in place of one left behind, so the queue goes on.
+    keeps the process alive; :meth:`abandon` adds a thread in place of one left behind, so the queue goes on."""
 
-    ``next_key_threads``: at most this many threads run :data:`NEXT_KEY` tasks at once (None: any number), so that
-    the others are free the moment a task of a lower rank comes."""
-
-    def __init__(self, workers: int, name: str, next_key_threads: int | None = None) -> None:
+    def __init__(self, workers: int, name: str) -> None:
         self.name = name
-        self.next_key_threads = next_key_threads
-        #: :data:`NEXT_KEY` tasks running now
-        self._next_key_running = 0
         #: (rank, submission order, the future, the callable); None entries end a thread
         self._tasks: list[tuple[int, int, Future, Callable[[], Any]] | tuple[int, int, None, None]] = []
         self._ready = threading.Condition()
@@ -68,33 +62,26 @@ class DaemonPool:
             heapq.heappush(self._tasks, (rank, self._count, future, fn))  # type: ignore[arg-type]
             self._ready.notify()
 
-    def _held_back(self) -> bool:
-        """Whether the first task is of rank :data:`NEXT_KEY` while ``next_key_threads`` of them run already."""
-        return (self._tasks[0][0] == NEXT_KEY and self.next_key_threads is not None
-                and self._next_key_running >= self.next_key_threads)
-
-    def _next(self) -> tuple[int, Future, Callable[[], Any]] | None:
-        """The next task to run (marked running) and its rank, or None: the thread ends."""
+    def _next(self) -> tuple[Future, Callable[[], Any]] | None:
+        """The next task to run (marked running), or None: the thread ends."""
         with self._ready:
             while True:
-                while not self._tasks or self._held_back():
+                while not self._tasks:
                     self._ready.wait()
-                rank, _, future, fn = heapq.heappop(self._tasks)
+                _, _, future, fn = heapq.heappop(self._tasks)
                 if future is None or fn is None:
                     return None
                 if self._pending.pop(future, None) is None:
                     continue  # started from its other entry (promoted), or cancelled
                 if future.set_running_or_notify_cancel():
-                    if rank == NEXT_KEY:
-                        self._next_key_running += 1
-                    return rank, future, fn
+                    return future, fn
 
     def _work(self) -> None:
         while True:
             item = self._next()
             if item is None:
                 return
-            rank, future, fn = item
+            future, fn = item
             name = threading.current_thread().name
             self._busy[name] = future
             try:
@@ -105,10 +92,6 @@ class DaemonPool:
                 future.set_result(result)
             finally:
                 self._busy.pop(name, None)
-                if rank == NEXT_KEY:
-                    with self._ready:
-                        self._next_key_running -= 1
-                        self._ready.notify_all()
 
     def submit(self, fn: Callable[[], Any], rank: int = NOW) -> Future:
         """Run ``fn`` in a thread of the pool after every task of its ``rank`` or a lower one submitted before it,

@@ -244,7 +244,7 @@ def start_pool(workers: int | None, timeout: float, peers: int = 1, space: int =
     processes = default_processes(peers, space)
     # the workers first: forked (at their first start) before this pool's threads run, and while no other does
     processes_pool = shared_pool(processes, compiling=compiling()) if processes else None
-    pool = DaemonPool(threads, "tdt-compile", settings.current().next_key_threads)
+    pool = DaemonPool(threads, "tdt-compile")
     return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True, workers=processes_pool)
 
 
