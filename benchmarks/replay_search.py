@@ -84,6 +84,15 @@ class Score:
                 f"{statistics.mean(self.fraction):.1%} screened{sampled}")
 
 
+def landscapes(folder: Path) -> dict:
+    """Every corpus entry of the folder's JSON files ({"GPU|family|M|space size": entry}), the files in name
+    order."""
+    found: dict = {}
+    for path in sorted(folder.glob("*.json")):
+        found.update(json.loads(path.read_text()))
+    return found
+
+
 def load(paths: list[Path]) -> list[Landscape]:
     """Every landscape of the files, in a fixed order; a family is the space name without its (K, N) suffix.
     A landscape recorded ``"complete": false`` (its recorder ran out of time) is left out: it is not exhaustive."""

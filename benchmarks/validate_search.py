@@ -27,13 +27,7 @@ import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is
 import corpus  # noqa: E402
 from _search_tuners import decision_info  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
-
-
-def landscapes(folder: Path) -> dict:
-    found: dict = {}
-    for path in sorted(folder.glob("*.json")):
-        found.update(json.loads(path.read_text()))
-    return found
+from replay_search import landscapes  # noqa: E402
 
 
 def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:

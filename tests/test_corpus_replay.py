@@ -49,3 +49,34 @@ def test_pooled_oracle_takes_each_configs_median_over_recordings_and_skips_incom
     # judged against one recording, choosing the steady config reads 1.13; against the pooled oracle, 1.0
     assert abs(report.judge(steady, recordings[0][key])["ratio"] - 1.13) < 1e-9
     assert report.judge(steady, entry)["ratio"] == 1.0
+
+
+def test_corpus_vs_host_tells_a_choice_the_host_ranks_otherwise_from_a_near_tie_and_from_a_search_miss(tmp_path):
+    """``benchmarks/corpus_vs_host.py``: a validation miss (a choice over 1.02 by a corpus recorded on another host)
+    is the host's when the tuning screened the corpus's best and measured it slower than its choice."""
+    import subprocess
+
+    import corpus_vs_host
+
+    ratios = {"a": 1.0, "b": 1.05, "c": 1.10}
+    assert corpus_vs_host.verdict({"choice": "a", "screened": {"a": 1.0}}, ratios, 0.02) == ("a", "chosen", 1.0)
+    assert corpus_vs_host.verdict({"choice": "b", "screened": {"a": 1.10, "b": 1.0}}, ratios, 0.02)[1:] == \
+        ("slower here", 1.10)
+    assert corpus_vs_host.verdict({"choice": "b", "screened": {"a": 1.01, "b": 1.0}}, ratios, 0.02)[1] == \
+        "a near tie here"
+    assert corpus_vs_host.verdict({"choice": "c", "screened": {"c": 1.0}}, ratios, 0.02)[1:] == \
+        ("not screened here", None)
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "gpu0.json").write_text(json.dumps({"H200|moe|16|160": {"ratios": ratios}}))
+    rows = [{"m": 16, "tuning": 0, "choice": "b", "ratio": 1.05, "screened": {"a": 1.10, "b": 1.0}},
+            {"m": 16, "tuning": 1, "choice": "a", "ratio": 1.0, "screened": {"a": 1.0}},
+            {"m": 32, "tuning": 0, "choice": "a", "ratio": 1.0}]  # no landscape for M = 32: left out
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"gpu": "H200", "family": "moe", "rows": rows}))
+    out = tmp_path / "table.md"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "corpus_vs_host.py"), str(run), "--corpus",
+                           str(folder), "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    table = out.read_text()
+    assert table.count("| run.json |") == 2 and "Choices over 1.02 by the corpus: 1 slower here" in table

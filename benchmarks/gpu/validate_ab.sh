@@ -4,7 +4,8 @@
 # one family with this tree's library and an older one (ARM_OLD: a folder holding its triton_dist_tune and
 # benchmarks/*.py, made with `git archive COMMIT triton_dist_tune examples 'benchmarks/*.py'`; carry it), alternating
 # (ARMS, default "new old new old"), each run a fresh HOME, judged by this tree's corpus; then one line per run:
-# how many choices within 1.02, the median and worst ratio.
+# how many choices within 1.02, the median and worst ratio, and of the choices over 1.02 how many the host itself
+# measured ahead of the corpus's best (benchmarks/corpus_vs_host.py).
 # Usage: OUT=DIR ARM_OLD=arms/s9v [FAMILY=moe] [SHAPES=16,64,512] [VTIME=130] bash benchmarks/gpu/validate_ab.sh
 #        (leaves validate_ab.tgz alone in OUT)
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 ARM_OLD=DIR FAMILY=gemm_k4096_n4096 SHAPES=16 bash benchmarks/gpu/validate_ab.sh
@@ -22,6 +23,7 @@ print(f"{sum(r <= 1.02 for r in ratios)} of {len(ratios)} within 1.02, median {s
       f"worst {max(ratios):.3f}" if ratios else "no tuning judged")
 PY
 )"
+  [ -s "$OUT/run_$k-$arm.json" ] && echo "  $(python3 benchmarks/corpus_vs_host.py "$OUT/run_$k-$arm.json" | tail -n 1)"
 done
 (cd "$OUT" && tar czf validate_ab.tgz ./*.txt ./*.json 2>/dev/null)
 find "$OUT" -mindepth 1 -maxdepth 1 ! -name validate_ab.tgz -exec rm -rf {} +  # the archive alone comes back

@@ -1,0 +1,71 @@
+"""Is a validation miss the search's, or the host's? For each fresh tuning of a ``validate_search.py`` run: the
+choice's ratio by the corpus (recorded on another host), and how the tuning itself screened the corpus's best
+config on this host against its choice (its one screening sample each, the tuner's timing regime).
+
+- the corpus's best screened here and slower than the choice (beyond ``--noise``): this host ranks them the other
+  way; the corpus's judgement of that tuning says more of the two hosts than of the search;
+- screened here and within the noise: a near tie;
+- not screened: the search did not look at it (a search miss, if the corpus's best is also this host's).
+
+Launch: ``python benchmarks/corpus_vs_host.py RUN.json [RUN.json ...] [--corpus benchmarks/results/corpus]
+[--noise 0.02] [--out FILE.md]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from replay_search import landscapes  # noqa: E402
+
+
+def verdict(row: dict, ratios: dict[str, float], noise: float) -> tuple[str, str, float | None]:
+    """(the corpus's best config, what this host's screening says of it, its screened time over the choice's)."""
+    best = min(ratios, key=ratios.__getitem__)
+    screened = row.get("screened") or {}
+    if row["choice"] == best:
+        return best, "chosen", 1.0
+    if best not in screened or row["choice"] not in screened:
+        return best, "not screened here", None
+    over = screened[best] / screened[row["choice"]]
+    return best, ("slower here" if over > 1 + noise else "a near tie here"), over
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", type=Path)
+    p.add_argument("--corpus", type=Path, default=Path(__file__).resolve().parent / "results" / "corpus")
+    p.add_argument("--noise", type=float, default=0.02, help="screened gaps within this share are near ties")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    corpus = landscapes(args.corpus)
+    lines = ["| run | shape | tuning | choice | corpus ratio | corpus best | here | best / choice here |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    counts: dict[str, int] = {}
+    for path in args.runs:
+        run = json.loads(path.read_text())
+        for row in run["rows"]:
+            shape = f"{run['gpu']}|{run['family']}|{row['m']}|"  # the corpus's key: GPU|family|M|space size
+            land = next((v for k, v in sorted(corpus.items()) if k.startswith(shape)), None)
+            if land is None or row.get("ratio") is None:
+                continue
+            best, here, over = verdict(row, land["ratios"], args.noise)
+            if row["ratio"] > 1.02:
+                counts[here] = counts.get(here, 0) + 1
+            lines.append(f"| {path.name} | {row['m']} | {row['tuning']} | {row['choice']} | {row['ratio']:.3f} | "
+                         f"{best} | {here} | {'-' if over is None else f'{over:.3f}'} |")
+    lines += ["", "Choices over 1.02 by the corpus: " + (", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
+                                                         or "none")]
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
