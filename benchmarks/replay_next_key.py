@@ -37,7 +37,7 @@ from replay_campaign import Problem, problems, run, seeds_for  # noqa: E402
 from replay_search import NOISE_MODELS, NoiseModel, load, publish  # noqa: E402
 
 from triton_dist_tune.function.policy import numeric_distance  # noqa: E402
-from triton_dist_tune.measure.ahead import NEXT_KEY_CAP, NEXT_KEY_FILL, likely_for_next_key  # noqa: E402
+from triton_dist_tune.measure.ahead import NEXT_KEY_CAP, likely_for_next_key  # noqa: E402
 from triton_dist_tune.measure.search import PatternSearch, SearchPlan  # noqa: E402
 
 #: the caps replayed (the library's is NEXT_KEY_CAP)
@@ -83,8 +83,6 @@ class Result:
     noise: str
     caps: dict[int, Tally] = field(default_factory=dict)
     random: Tally = field(default_factory=Tally)
-    #: the library's guess: cap NEXT_KEY_CAP, then the NEXT_KEY_FILL configs the stand-in ranks fastest
-    filled: Tally = field(default_factory=Tally)
 
 
 def replayed(problem: Problem, shapes: list[tuple[int, ...]], noise: NoiseModel, seed: int, order: str) -> list[Key]:
@@ -130,7 +128,7 @@ def campaign(problem: Problem, order: str, noise: NoiseModel, seed: int) -> Resu
         random.Random(f"order/{problem.name}/{seed}").shuffle(shapes)
     keys = replayed(problem, shapes, noise, seed, order)
 
-    def model(cap: int, sizes: list[int] | None = None, fill: int = 0) -> Guess:
+    def model(cap: int, sizes: list[int] | None = None) -> Guess:
         def guess(position: int, screened: set[int], ahead: set[int]) -> list[int]:
             # as key position - 1 starts: the keys before it are decided
             before = keys[:position - 1]
@@ -139,7 +137,7 @@ def campaign(problem: Problem, order: str, noise: NoiseModel, seed: int) -> Resu
             near = sorted((numeric_distance(target, k.shape), repr(k.shape), k) for k in before)
             named = likely_for_next_key(problem.configs, problem.kept[target], f"k{seed}/{target}",
                                         seeds_for(target, decided), near[0][2].times if near else {},
-                                        screened | ahead, cap, fill)
+                                        screened | ahead, cap)
             if sizes is not None:
                 sizes.append(len(named))
             return named
@@ -156,7 +154,6 @@ def campaign(problem: Problem, order: str, noise: NoiseModel, seed: int) -> Resu
         return draw.sample(pool, min(len(pool), sizes[position - 1]))
 
     result.random = judged(keys, at_random)
-    result.filled = judged(keys, model(NEXT_KEY_CAP, fill=NEXT_KEY_FILL))
     return result
 
 
@@ -209,12 +206,6 @@ def main() -> None:
     for family in families:
         cells = [total([family], None, lambda r: r.caps[c]).text() for c in CAPS]  # noqa: B023
         lines.append(f"| {family} | " + " | ".join(cells) + f" | {total([family], None, lambda r: r.random).text()} |")
-    lines += ["", f"## The library's guess: cap {NEXT_KEY_CAP}, then the {NEXT_KEY_FILL} configs the stand-in ranks "
-              "fastest (twelfth session; the caps above have no fill)", "",
-              "| family | " + " | ".join(m.name for m in models) + " |", "| --- |" + " --- |" * len(models)]
-    for family in families:
-        lines.append(f"| {family} | " + " | ".join(total([family], m.name, lambda r: r.filled).text()  # noqa: B023
-                                                   for m in models) + " |")
     lines += ["", f"Command: `python benchmarks/replay_next_key.py benchmarks/results/corpus/gpu*.json --seeds "
               f"{args.seeds} --noise-models {args.noise_models} --jobs {args.jobs} --out "
               "benchmarks/results/corpus/replay_next_key.md`."]
