@@ -140,16 +140,24 @@ class Grid:
                 line.sort()
             self._lines.append(lines)
         self.block_axes = [k for k, name in enumerate(self.names) if "block" in name.lower()]
+        #: each config's rings, once asked for (a search asks for the same configs' rings at every stage)
+        self._rings: dict[int, tuple[tuple[int, ...], ...]] = {}
 
     def neighbours(self, index: int) -> list[int]:
         """The kept configs near ``index`` (see the module docstring), each once, in a fixed order: its
         :meth:`rings`, nearest first."""
         return [other for ring in self.rings(index) for other in ring]
 
-    def rings(self, index: int) -> list[list[int]]:
+    def rings(self, index: int) -> tuple[tuple[int, ...], ...]:
         """The kept configs near ``index`` in three rings, each config once, each ring in a fixed order: the moves
         along one parameter (in name order: below, above, the repaired moves); the block-size pairs; the rest of
         every line, nearest first."""
+        found = self._rings.get(index)
+        if found is None:
+            found = self._rings[index] = self._find_rings(index)
+        return found
+
+    def _find_rings(self, index: int) -> tuple[tuple[int, ...], ...]:
         point = self.point[index]
         near: list[int] = []
         pairs: list[int] = []
@@ -178,11 +186,11 @@ class Grid:
                     if other is not None:
                         pairs.append(other)
         seen = {index}
-        rings: list[list[int]] = []
+        rings: list[tuple[int, ...]] = []
         for ring in (near, pairs, [i for _, _, i in sorted(farther)]):
-            rings.append([i for i in dict.fromkeys(ring) if i not in seen])
+            rings.append(tuple(i for i in dict.fromkeys(ring) if i not in seen))
             seen.update(rings[-1])
-        return rings
+        return tuple(rings)
 
     def _repaired(self, point: tuple[int, ...], axis: int, position: int) -> list[int]:
         """The kept configs at ``position`` along ``axis`` that differ from ``point`` in one other parameter, by one
