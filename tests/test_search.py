@@ -64,8 +64,8 @@ def test_neighbours_move_one_parameter_to_the_next_kept_value_or_two_block_sizes
 
 def test_a_configs_rings_are_found_once_per_grid_and_cannot_be_changed_by_a_caller():
     """A search asks for the same configs' rings at every stage (its jumps, its leaders' neighbours): on the corpus's
-    landscapes finding them anew each time made its computation take 4.1 s, now 2.6 s, with the same decisions
-    (``benchmarks/search_compute.py``). Before: a new list each time."""
+    landscapes finding them anew each time made its computation take 3.7-4.6 s, now 2.5-3.3 s, with the same
+    decisions (``benchmarks/search_compute.py``). Before: a new list each time."""
     space = [dict(BLOCK_M=m, BLOCK_N=n, w=w) for m in (16, 32, 64) for n in (16, 32, 64) for w in (4, 8)]
     grid = Grid(space, range(len(space)))
     first = grid.rings(7)
