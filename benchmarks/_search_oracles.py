@@ -122,6 +122,21 @@ def eager_oracle(space: Any, m: int, kernel: Any, candidates: list[str], rounds:
     return out
 
 
+def judge_here(space: Any, m: int, kernel: Any, candidates: list[str], rounds: int) -> dict[str, Any]:
+    """The candidates (a corpus's best configs and the configs tunings chose) timed against each other on this host,
+    as the device oracle times its finalists: ``rounds`` shuffled rounds of CUDA-graph replays, each settled first
+    (the CPU smoke: wall clock); drift-free scores. {"ratios": {name: score over the best's}, "best", "method"}."""
+    st = space.state(m)
+    configs = {space.text(c): c for c in space.kept(m)}
+    names = sorted(candidates)
+    clock = GraphClock() if GPU else WallClock()
+    samples = clock.rounds({n: space.launch(kernel, st, configs[n]) for n in names}, rounds, seed=m)
+    every = scores(samples, names)
+    best = min(every, key=every.get)
+    return {"ratios": {n: every[n] / every[best] for n in names}, "best": best, "rounds": rounds,
+            "method": clock.label}
+
+
 def oracle_key(space: Any, m: int) -> str:
     """The oracle cache's key of (space, M) on this GPU."""
     return f"{gpu_name()}|{space.name}|{m}|{len(space.configs)}"

@@ -43,9 +43,10 @@ def main() -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     corpus = landscapes(args.corpus)
-    lines = ["| run | shape | tuning | choice | corpus ratio | corpus best | here | best / choice here |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| run | shape | tuning | choice | corpus ratio | corpus best | here | best / choice here | judged here |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     counts: dict[str, int] = {}
+    judged: list[float] = []
     for path in args.runs:
         run = json.loads(path.read_text())
         for row in run["rows"]:
@@ -56,10 +57,17 @@ def main() -> int:
             best, here, over = verdict(row, land["ratios"], args.noise)
             if row["ratio"] > 1.02:
                 counts[here] = counts.get(here, 0) + 1
+            local = row.get("ratio_here")  # validate_search.py --judge-here
+            if local is not None:
+                judged.append(local)
             lines.append(f"| {path.name} | {row['m']} | {row['tuning']} | {row['choice']} | {row['ratio']:.3f} | "
-                         f"{best} | {here} | {'-' if over is None else f'{over:.3f}'} |")
+                         f"{best} | {here} | {'-' if over is None else f'{over:.3f}'} | "
+                         f"{'-' if local is None else f'{local:.3f}'} |")
     lines += ["", "Choices over 1.02 by the corpus: " + (", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
                                                          or "none")]
+    if judged:
+        lines.append(f"Judged here (--judge-here): {sum(r <= 1.02 for r in judged)} of {len(judged)} within 1.02, "
+                     f"worst {max(judged):.3f}")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.out:

@@ -1,12 +1,15 @@
 """Judge ``autotune``'s choices on a GPU against the recorded corpus (issue 33, "GPU choices"): for each shape of a
 family, fresh tunings with the defaults (an empty decision cache each, kernels compiled beforehand: the cost "once
 compiled"), each choice's ratio read from the corpus landscape of the same GPU, and optionally the first key with
-compiles (a fresh Triton cache, no user code).
+compiles (a fresh Triton cache, no user code). ``--judge-here N`` also judges each shape's choices on this host:
+the corpus's N best configs and every config chosen, timed against each other after the tunings as the corpus's
+oracle times its finalists (each row's ``ratio_here``); the corpus was recorded on another host, and hosts can rank
+its best configs otherwise (``benchmarks/corpus_vs_host.py``).
 
 Launch (one GPU; the corpus must hold this GPU's landscapes)::
 
     python benchmarks/validate_search.py --family gemm_k4096_n4096 --corpus benchmarks/results/corpus \
-        --tunings 3 --out DIR/v.json [--first-key 256]
+        --tunings 3 --out DIR/v.json [--first-key 256] [--judge-here 8]
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any  # noqa: E402
 
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
 import corpus  # noqa: E402
+from _search_oracles import judge_here  # noqa: E402
 from _search_tuners import decision_info  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
 from replay_search import landscapes  # noqa: E402
@@ -53,6 +57,22 @@ def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:
             "breakdown": spent}
 
 
+def judged_here(space: Any, m: int, kernel: Any, land: dict, rows: list[dict], args: argparse.Namespace,
+                report: dict) -> None:
+    """Judge shape ``m``'s choices on this host (``--judge-here``): each row gets its ``ratio_here``."""
+    ranked = sorted(land["ratios"], key=land["ratios"].__getitem__)[:args.judge_here]
+    kept = {space.text(c) for c in space.kept(m)}
+    candidates = sorted({n for n in ranked + [r["choice"] for r in rows] if n in kept})
+    here = judge_here(space, m, kernel, candidates, args.judge_rounds)
+    report.setdefault("here", {})[str(m)] = {**here, "corpus_best": ranked[0] if ranked else None}
+    for row in rows:
+        row["ratio_here"] = here["ratios"].get(row["choice"])
+    corpus_best = here["ratios"].get(ranked[0]) if ranked else None
+    bs.say(f"{args.family} M={m} judged here ({len(candidates)} configs, {args.judge_rounds} rounds): best "
+           f"{here['best']}, the corpus's best at {corpus_best}; choices "
+           + ", ".join(f"{r['choice']} {r['ratio_here']:.3f}" for r in rows))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--family", required=True)
@@ -74,6 +94,10 @@ def main() -> int:
                    help="the screening settling of device-bound calls (timing.LONG_CALL_SETTLE_MS), side by side")
     p.add_argument("--probe-one-call-ms", type=float, default=None,
                    help="a probe's one-call threshold (timing.PROBE_ONE_CALL_MS), for a side-by-side run")
+    p.add_argument("--judge-here", type=int, default=0, metavar="N",
+                   help="also judge each shape's choices on this host: the corpus's N best configs and every config "
+                        "chosen, timed against each other after the tunings (its ratio_here; 0: not)")
+    p.add_argument("--judge-rounds", type=int, default=10, help="the rounds of that judgement")
     args = p.parse_args()
     from triton_dist_tune.measure import timing
     if args.screen_settle_ms is not None:
@@ -117,12 +141,15 @@ def main() -> int:
             ratio = land["ratios"].get(got["choice"]) if land else None
             screened = got["screened"]
             best = land["best"] if land else None
-            rows.append({"m": m, "tuning": t, "choice": got["choice"], "ratio": ratio, "seconds": got["seconds"],
+            rows.append({"m": m, "tuning": t, "corpus_key": bs.oracle_key(space, m), "choice": got["choice"],
+                         "ratio": ratio, "seconds": got["seconds"],
                          "search": got["decision"].get("search"), "best_screened": best in screened,
                          "clock": got["decision"].get("clock"), "breakdown": got["breakdown"],
                          "screened": screened})
             bs.say(f"{args.family} M={m} tuning {t}: {got['choice']} ratio {ratio} in {got['seconds']:.2f} s; "
                    f"{got['decision'].get('search')}; {got['breakdown']}")
+        if args.judge_here and land:
+            judged_here(space, m, kernel, land, [r for r in rows if r["m"] == m], args, report)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1, default=str))
     args.out.write_text(json.dumps(report, indent=1, default=str))

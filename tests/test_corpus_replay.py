@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from harness import ROOT
 
@@ -69,8 +70,8 @@ def test_corpus_vs_host_tells_a_choice_the_host_ranks_otherwise_from_a_near_tie_
     folder = tmp_path / "corpus"
     folder.mkdir()
     (folder / "gpu0.json").write_text(json.dumps({"H200|moe|16|160": {"ratios": ratios}}))
-    rows = [{"m": 16, "tuning": 0, "choice": "b", "ratio": 1.05, "screened": {"a": 1.10, "b": 1.0}},
-            {"m": 16, "tuning": 1, "choice": "a", "ratio": 1.0, "screened": {"a": 1.0}},
+    rows = [{"m": 16, "tuning": 0, "choice": "b", "ratio": 1.05, "screened": {"a": 1.10, "b": 1.0}, "ratio_here": 1.0},
+            {"m": 16, "tuning": 1, "choice": "a", "ratio": 1.0, "screened": {"a": 1.0}, "ratio_here": 1.03},
             {"m": 32, "tuning": 0, "choice": "a", "ratio": 1.0}]  # no landscape for M = 32: left out
     run = tmp_path / "run.json"
     run.write_text(json.dumps({"gpu": "H200", "family": "moe", "rows": rows}))
@@ -80,3 +81,39 @@ def test_corpus_vs_host_tells_a_choice_the_host_ranks_otherwise_from_a_near_tie_
     assert done.returncode == 0, done.stderr
     table = out.read_text()
     assert table.count("| run.json |") == 2 and "Choices over 1.02 by the corpus: 1 slower here" in table
+    assert "Judged here (--judge-here): 1 of 2 within 1.02, worst 1.030" in table
+
+
+def test_validate_search_judges_the_choices_on_this_host_beside_the_corpuss_best(tmp_path):
+    """``validate_search.py --judge-here N``: after a shape's tunings, the corpus's N best configs and every config
+    chosen are timed against each other on this host, and each choice gets its ``ratio_here`` beside the corpus's
+    ratio (the corpus was recorded on another host: the twelfth session found hosts that rank its best configs
+    otherwise). On CPU: Triton's interpreter, the smoke's tiny space, a corpus written here."""
+    import os
+    import subprocess
+
+    def validate(corpus: Path, out: Path, *extra: str) -> dict:
+        env = {**os.environ, "TRITON_INTERPRET": "1", "HOME": str(tmp_path / "home")}
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_search.py"), "--family",
+                               "gemm_k4096_n4096", "--corpus", str(corpus), "--shapes", "16", "--tunings", "2",
+                               "--out", str(out), "--cpu-smoke", *extra], capture_output=True, text=True,
+                              timeout=240, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(out.read_text())
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    first = validate(empty, tmp_path / "first.json")
+    row = first["rows"][0]
+    assert row["ratio"] is None and "ratio_here" not in row  # no landscape: nothing judged
+    names = sorted(row["screened"])
+    ratios = {name: 1.0 + k / 10 for k, name in enumerate(names)}
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "gpu0.json").write_text(json.dumps({row["corpus_key"]: {"ratios": ratios, "best": names[0]}}))
+    judged = validate(folder, tmp_path / "judged.json", "--judge-here", "2", "--judge-rounds", "2")
+    here = judged["here"]["16"]
+    assert here["corpus_best"] == names[0] and set(names[:2]) <= set(here["ratios"])
+    assert min(here["ratios"].values()) == 1.0
+    for got in judged["rows"]:
+        assert got["ratio"] == ratios[got["choice"]] and got["ratio_here"] == here["ratios"][got["choice"]]

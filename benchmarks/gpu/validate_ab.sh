@@ -6,16 +6,19 @@
 # (ARMS, default "new old new old"), each run a fresh HOME, judged by this tree's corpus; then one line per run:
 # how many choices within 1.02, the median and worst ratio, and of the choices over 1.02 how many the host itself
 # measured ahead of the corpus's best (benchmarks/corpus_vs_host.py).
-# Usage: OUT=DIR ARM_OLD=arms/s9v [FAMILY=moe] [SHAPES=16,64,512] [VTIME=130] bash benchmarks/gpu/validate_ab.sh
+# JUDGE=N: the new arm also judges its choices on this host (validate_search.py --judge-here N; an old arm may not
+# have the option).
+# Usage: OUT=DIR ARM_OLD=arms/s9v [FAMILY=moe] [SHAPES=16,64,512] [VTIME=130] [JUDGE=8] bash benchmarks/gpu/validate_ab.sh
 #        (leaves validate_ab.tgz alone in OUT)
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 ARM_OLD=DIR FAMILY=gemm_k4096_n4096 SHAPES=16 bash benchmarks/gpu/validate_ab.sh
 source "$(dirname "$0")/_setup.sh" /tmp/validate_ab
 k=0
 for arm in ${ARMS:-new old new old}; do
   k=$((k + 1)); root=$PWD; [ "$arm" = old ] && root=$(cd "${ARM_OLD:?set ARM_OLD}" && pwd)
+  judge=(); [ "$arm" = new ] && [ -n "${JUDGE:-}" ] && judge=(--judge-here "$JUDGE")
   HOME=$(mktemp -d) PYTHONPATH=$root timeout "${VTIME:-130}" python3 "$root/benchmarks/validate_search.py" \
     --corpus benchmarks/results/corpus --family "${FAMILY:-moe}" --shapes "${SHAPES:-16,64,512}" --tunings 3 \
-    --out "$OUT/run_$k-$arm.json" "${smoke[@]}" > "$OUT/vlog_$k-$arm.txt" 2>&1
+    --out "$OUT/run_$k-$arm.json" "${smoke[@]}" "${judge[@]}" > "$OUT/vlog_$k-$arm.txt" 2>&1
   echo "run $k $arm: exit $? $(python3 - "$OUT/vlog_$k-$arm.txt" <<'PY'
 import re, statistics, sys
 ratios = [float(r) for r in re.findall(r"tuning \d+: \S+ ratio ([0-9.]+)", open(sys.argv[1]).read())]
