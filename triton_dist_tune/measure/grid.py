@@ -107,12 +107,14 @@ class Grid:
         self.kept = sorted(kept)
         flat = [flatten(configs[i]) for i in self.kept]
         split_numbered(flat)
-        params = dict(zip(self.kept, flat, strict=True))  # each kept config's parameters, as the grid reads them
+        # each kept config's parameters as the grid reads them, described once
+        texts = {i: {name: describe(value) for name, value in config.items()} for i, config in zip(self.kept, flat,
+                                                                                                    strict=True)}
         names = sorted({name for config in flat for name in config})
         values: dict[str, dict[str, Any]] = {name: {} for name in names}  # description -> value
-        for config in flat:
+        for config, described in zip(flat, texts.values(), strict=True):
             for name, value in config.items():
-                values[name].setdefault(describe(value), value)
+                values[name].setdefault(described[name], value)
         # a parameter every kept config sets to one value tells no config from another (a triton.Config's num_ctas,
         # or a tile size pruning left one of): no axis, so that the grid and the model are those of the same space
         # written without it
@@ -123,8 +125,8 @@ class Grid:
         self.axes = {name: sorted(found.values(), key=_order) for name, found in values.items()}
         positions = {name: {describe(v): k for k, v in enumerate(axis)} for name, axis in self.axes.items()}
         #: each kept config's point: the position of its value along each parameter (-1: it does not set it)
-        self.point = {i: tuple(positions[name][describe(params[i][name])] if name in params[i] else -1
-                               for name in self.names) for i in self.kept}
+        self.point = {i: tuple(positions[name][texts[i][name]] if name in texts[i] else -1 for name in self.names)
+                      for i in self.kept}
         #: point -> the lowest kept index there
         self.at: dict[tuple[int, ...], int] = {}
         for i in self.kept:
