@@ -6,7 +6,8 @@ stage by stage as the tuner runs it: its stages, the guess of the next stage com
 (``likely_for_next_key`` over 150 of its screened times). Prints the seconds this took and a digest of all of it:
 a change meant to make the search faster, not different, must leave the digest as it was.
 
-Launch: ``python benchmarks/search_compute.py [--corpus benchmarks/results/corpus] [--every 3] [--repeat 3]``
+Launch: ``python benchmarks/search_compute.py [--corpus benchmarks/results/corpus] [--every 3] [--repeat 3]
+[--noise gauss5]`` (one of ``replay_search.NOISE_MODELS``)
 (``--library DIR``: import ``triton_dist_tune`` from that checkout instead, to compare two trees in one run).
 """
 
@@ -28,6 +29,7 @@ def main() -> int:
     p.add_argument("--every", type=int, default=3)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--library", type=Path, default=HERE.parent)
+    p.add_argument("--noise", default="gauss5", help="a noise model of replay_search.NOISE_MODELS")
     args = p.parse_args()
     sys.path.insert(0, str(args.library.resolve()))
     import triton_dist_tune  # first: replay_search puts this checkout's library on the path
@@ -38,7 +40,7 @@ def main() -> int:
     import replay_search
 
     lands = replay_search.load(sorted(args.corpus.glob("gpu*.json")))[::args.every]
-    noise = replay_search.NoiseModel("gauss", 0.05)
+    noise = replay_search.NOISE_MODELS[args.noise]
     best, digest = float("inf"), ""
     for _ in range(args.repeat):
         h = hashlib.sha256()

@@ -72,11 +72,11 @@ def landscape_of(decision: Decision) -> dict[int, float]:
             if o.usable and o.time is not None and math.isfinite(o.time) and o.time > 0}
 
 
-def compile_next_key(tuning: KeyTuning, measurer: Measurer, earlier: dict[int, Any], space: int) -> None:
-    """Start compiling the configs ``tuning.next_key`` will likely screen (see the module docstring): a no-op
-    unless this is a fresh tuning on one rank with an open compile pool."""
-    upcoming: NextKey | None = getattr(tuning, "next_key", None)
-    if upcoming is None or earlier or tuning.group.size != 1 or not measurer.compiles.open:
+def compile_next_key(tuning: KeyTuning, upcoming: NextKey, measurer: Measurer, earlier: dict[int, Any],
+                     space: int) -> None:
+    """Start compiling the configs ``upcoming``, the key after ``tuning``'s, will likely screen (see the module
+    docstring): a no-op unless this is a fresh tuning on one rank with an open compile pool."""
+    if earlier or tuning.group.size != 1 or not measurer.compiles.open:
         return
     tuner, group = tuning.tuner, tuning.group
     fn = tuner.options.precompile_fn

@@ -313,8 +313,9 @@ class Tuning:
         """Step 5 by search (:mod:`~triton_dist_tune.function.searched`): the stages, then the finalists' race."""
         searched = Searched(self, measurer, kept, earlier,
                             lambda todo, later: self._precompile(todo, measurer, len(kept), later))
-        if self.next_key is not None:
-            searched.after_first_stage = lambda: compile_next_key(self, measurer, earlier, len(kept))
+        upcoming = self.next_key
+        if upcoming is not None:
+            searched.after_first_stage = lambda: compile_next_key(self, upcoming, measurer, earlier, len(kept))
         with measuring(measurer, state):
             outcomes, race = searched.run(SearchPlan(seed=seed), replace(measurer.plan.race, tie_blocks=TIE_BLOCKS))
         decision = decide(sorted(outcomes + pruned, key=lambda o: o.index), race, timing)

@@ -147,6 +147,7 @@ class Compiles:
     waited: float = 0.0
     #: when a wait for a config's compiles first began (:meth:`wait_first`), by index: its deadline runs from then
     wait_began: dict[int, float] = field(default_factory=dict)
+
     def submit(self, index: int, compile_one: Callable[[], Any], rank: int = NOW) -> None:
         """Compile config ``index`` (one more of its kernels) in the pool, at ``rank``
         (:data:`~.daemon_pool.NOW`; :data:`~.daemon_pool.AHEAD`: compiled ahead of the stage that may need it,
