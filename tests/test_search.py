@@ -524,27 +524,6 @@ def test_on_one_rank_with_a_device_clock_configs_far_behind_are_screened_by_thei
     assert found["chosen_ms"] <= 1.10 * found["best_ms"]
 
 
-def test_on_one_rank_timing_on_the_device_a_config_is_captured_right_after_its_own_warm_up(tmp_path):
-    # issue 41: a stage's captures ran after its last warm-up, so after its last compile; on one H200 the README's
-    # MoE campaign spent 3.6-4.9 s capturing. Captured as each config is warmed up, they fill the rank's waits for
-    # the stage's later compiles. Before: 0 of 156 captures right after their config's warm-up
-    (result,) = run_ranks(CASES, 1, ["captured_as_warmed"], env=tuner_env(tmp_path, 60), timeout=240)
-    assert result.returncode == 0, describe([result])
-    found = result.results[0]
-    events = [tuple(e) for e in found["events"]]
-    assert found["clock"] == "graph" and found["chosen_ms"] <= 1.02 * found["best_ms"]
-    captures = [n for n, e in enumerate(events) if e[0] == "capture"]
-    right_after = [n for n in captures if events[n - 1] == ("warm", events[n][1])]
-    assert len(right_after) >= len(captures) // 2, (len(right_after), len(captures))
-    captured: set[int] = set()
-    for kind, index in events:  # every steady call replays a graph captured before it
-        if kind == "capture":
-            captured.add(index)
-        assert kind != "steady" or index in captured, index
-    stand_ins = {i for _, i in events} - {i for k, i in events if k == "steady"}
-    assert re.search(r"\d+ screened by their probe alone", found["search"]) and stand_ins
-
-
 def test_a_probe_is_far_behind_over_one_and_a_half_times_the_best_raced_configs_probe_widened_where_host_bound():
     screen = ProbeScreen()
     first = {1: 2.0, 2: 3.5, 3: 2.9, 4: 6.0}

@@ -107,51 +107,6 @@ def far_behind():
 
 
 @case
-def captured_as_warmed():
-    """One rank tunes the 600-config function (a quarter of its times: under 1 ms, so timed on the device) on a
-    virtual CUDA clock, with a stand-in for CUDA graphs that records each capture: the tuner's events in order
-    (a warm-up call, a capture, a steady call), by config."""
-    from triton_dist_tune.measure import sampling
-    from triton_dist_tune.measure.graphs import Graphs
-
-    events: list[tuple[str, int]] = []
-    capturing: list[int] = []
-
-    class RecordedGraphs(Graphs):
-        """Graphs that "capture" by recording the capture and "replay" by making the calls (each spends its time)."""
-
-        def capture(self, index, call):
-            events.append(("capture", index))
-            capturing.append(index)
-            call()  # the warm-up call before a capture
-            capturing.pop()
-            self.graphs[index] = lambda: [call() for _ in range(self.calls)]
-            return True
-
-        def replay(self, index):
-            return self.graphs[index]
-
-    tdt.init_distributed()
-
-    @tdt.autotune(SPACE, key_fn=lambda: 0, name="captured_as_warmed", timeout=60)
-    def f(*, BLOCK_A, b, c, d):
-        index = SPACE.index({"BLOCK_A": BLOCK_A, "b": b, "c": c, "d": d})
-        if not capturing:
-            events.append(("steady" if in_steady_round() else "warm", index))
-        spend(landscape_ms(SPACE[index]) / 4)
-
-    saved, sampling.Graphs = sampling.Graphs, RecordedGraphs
-    try:
-        with virtual_clock(kind="cuda"):
-            f()
-    finally:
-        sampling.Graphs = saved
-    ((_, decision),) = f.tuner.decisions.items()
-    emit(chosen_ms=landscape_ms(SPACE[decision.index]), best_ms=min(map(landscape_ms, SPACE)),
-         search=decision.search, clock=decision.clock, events=events)
-
-
-@case
 def far_behind_host_probe():
     """``far_behind`` where the probe is host-bound, as a function of many launches is on a GPU (the MoE example:
     its probes read 1.4-8x its graphs' device time): every call outside a steady sample takes 4 ms more than its

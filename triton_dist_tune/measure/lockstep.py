@@ -240,7 +240,6 @@ class Measurer(Sampling, Sharding, Guarding):
                 outcomes[index] = self._failed(index, desc, combined.errors)
             else:
                 per_call[index] = previous = float(max(combined.values))
-                self.capture_warmed(index, config, per_call)
                 if self.budget.bounded:
                     round_s += self.sample_seconds(index, config, previous, False, len(per_call) == 1)
         self.per_call.update(per_call)

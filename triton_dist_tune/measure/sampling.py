@@ -37,38 +37,15 @@ class Sampling:
             return
         with breakdown.part("capture"):
             for index in sorted(entries):
-                if index not in self.graphs.graphs and not self._capture_one(index, entries[index][0]):
+                self.watch.launched(index, 1)  # the warm-up call before the capture (the captured calls do not run)
+                captured = self.graphs.capture(index, lambda c=entries[index][0]: self.trial.call(c))
+                self.trial.clock.synchronize()  # the device is idle from here (timing.may_have_idled)
+                if not captured:
+                    self.log.warning("%s the function cannot be captured in a CUDA graph (%s): timing eagerly",
+                                     self.label, self.graphs.error)
+                    self.graphs = None
+                    self.clock_kind = EAGER
                     return
-
-    def capture_warmed(self, index: int, config: dict[str, Any], per_call: dict[int, float]) -> None:
-        """Capture config ``index``'s graph right after its warm-up, when the tuning already times on the device:
-        on a rank tuning alone the stage's later configs are often still compiling, so the capture takes time the
-        rank would spend waiting (:mod:`~triton_dist_tune.measure.warm_order`), not time after the stage's last
-        compile. Not a config whose probe already puts it far behind (``per_call``: this stage's probes so far):
-        the fastest probe only falls, so it stays a candidate to be screened by its probe alone (:meth:`far_behind`)
-        and is captured only if it is raced after all. :meth:`_capture` captures the others before the race."""
-        if self.graphs is None:
-            return
-        if self._probes_screen():
-            known = [t for t in (self.probes.fastest, *per_call.values()) if t > 0]
-            if known and per_call[index] > probe_screen.FAR_BEHIND * min(known):
-                return
-        with breakdown.part("capture"):
-            self._capture_one(index, config)
-
-    def _capture_one(self, index: int, config: dict[str, Any]) -> bool:
-        """Capture one config's graph; False when the function cannot be captured (the rest of the tuning then
-        times eagerly: a stage never mixes replayed and eager samples)."""
-        assert self.graphs is not None
-        self.watch.launched(index, 1)  # the warm-up call before the capture (the captured calls do not run)
-        captured = self.graphs.capture(index, lambda: self.trial.call(config))
-        self.trial.clock.synchronize()  # the device is idle from here (timing.may_have_idled)
-        if not captured:
-            self.log.warning("%s the function cannot be captured in a CUDA graph (%s): timing eagerly",
-                             self.label, self.graphs.error)
-            self.graphs = None
-            self.clock_kind = EAGER
-        return captured
 
     def far_behind(self, per_call: dict[int, float]) -> list[int]:
         """The configs of ``per_call`` (this stage's, warmed up) over
