@@ -1,0 +1,162 @@
+"""Do a few configs keep their order across timing regimes? For one shape of a family, the given configs are timed
+against each other in shuffled rounds (each config's calls captured as a CUDA graph, settled, then timed over a
+window with device events, one synchronize per round, as ``_search_clocks.GraphClock.rounds``), under each regime:
+calls per graph (the tuner's graphs hold as many calls as fill 0.5 ms of the fastest *eager* call: one, for the MoE
+example, whose eager calls are host-bound), the output preallocated or allocated per call (the tuned function's
+body), and the settling and window lengths (the tuner's screening samples, sized by eager probes, come to about
+1 ms of device time each; the corpus's oracle settles 10 ms and times 20 ms). Prints each regime's median ms per
+call of every config, their ratios to the fastest, and the SM clock's median (pynvml).
+
+Launch (one GPU): ``python benchmarks/regime_check.py --family moe --m 512 --configs A,B,... --out FILE``
+CPU plumbing: ``TRITON_INTERPRET=1 python benchmarks/regime_check.py --cpu-smoke --family moe --m 8 --configs ...``
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
+import corpus  # noqa: E402
+import torch  # noqa: E402
+from _search_clocks import sm_clock  # noqa: E402
+from bench_gemm_tuning import fresh_kernel  # noqa: E402
+
+#: (calls per graph, output, settle ms, window ms)
+REGIMES = [(1, "alloc", 1.0, 1.0), (1, "alloc", 10.0, 20.0), (20, "alloc", 1.0, 1.0), (20, "alloc", 10.0, 20.0),
+           (1, "prealloc", 1.0, 1.0), (20, "prealloc", 10.0, 20.0), (1, "alloc", 5.0, 5.0), (1, "alloc", 50.0, 50.0)]
+
+
+def graph_of(call: Callable[[], Any], calls: int) -> Any:
+    """``calls`` calls captured as one CUDA graph (the first call made outside it)."""
+    call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            call()
+    torch.cuda.synchronize()
+    return graph
+
+
+def timed_rounds(calls: dict[str, Callable[[], Any]], per_graph: int, settle_ms: float, window_ms: float,
+                 rounds: int, seed: int) -> dict[str, list[float]]:
+    """Shuffled rounds: each config settles, then is timed over a window; one synchronize per round."""
+    if not bs.GPU:  # the CPU smoke: wall clock of eager calls
+        out: dict[str, list[float]] = {}
+        for _ in range(rounds):
+            for name, call in calls.items():
+                t0 = time.perf_counter()
+                call()
+                out.setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
+        return out
+    graphs = {name: graph_of(call, per_graph) for name, call in calls.items()}
+    per: dict[str, float] = {}
+    for name, g in graphs.items():
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        g.replay()
+        s.record()
+        for _ in range(5):
+            g.replay()
+        e.record()
+        torch.cuda.synchronize()
+        per[name] = max(s.elapsed_time(e) / 5, 1e-3)
+    rng = random.Random(seed)
+    out = {}
+    for _ in range(rounds):
+        order = sorted(graphs)
+        rng.shuffle(order)
+        marks = []
+        for name in order:
+            for _ in range(max(1, round(settle_ms / per[name]))):
+                graphs[name].replay()
+            n = max(1, round(window_ms / per[name]))
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(n):
+                graphs[name].replay()
+            e.record()
+            marks.append((name, s, e, n))
+        torch.cuda.synchronize()
+        for name, s, e, n in marks:
+            out.setdefault(name, []).append(s.elapsed_time(e) / (n * per_graph))
+    return out
+
+
+def tune_these(space: Any, kernel: Any, st: Any, configs: list[Any], t: int) -> dict[str, Any]:
+    """A fresh tuning (an empty decision cache) of the tuned function over ``configs`` alone: its race's times."""
+    import os
+    import tempfile
+
+    from examples.moe_gemm import make_tuned_moe
+
+    os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="regime_", dir=bs.BASE)
+    if space.name != "moe":
+        raise SystemExit("regime_check --tune: the moe family only")
+    tuned = make_tuned_moe(configs, name=f"regime_{st.m}_{t}_{os.getpid()}", kernel=kernel)
+    tuned(*st.args)
+    ((_, decision),) = tuned.tuner.decisions.items()
+    ms = {space.text(configs[o.index]): o.time for o in decision.outcomes if o.time is not None}
+    return {"choice": space.text(configs[decision.index]), "clock": decision.clock, "ms": ms}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--family", default="moe")
+    p.add_argument("--m", type=int, required=True)
+    p.add_argument("--configs", required=True, help="config texts, comma-separated")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--tune", type=int, default=2, help="then this many fresh tunings over these configs alone "
+                   "(the tuner's race of them), each printing the times it measured")
+    p.add_argument("--cpu-smoke", action="store_true")
+    args = p.parse_args()
+    space, _ = corpus.family(args.family, args.cpu_smoke)
+    kernel = fresh_kernel(space.source)
+    st = space.state(args.m)
+    texts = {space.text(c): c for c in space.configs}
+    names = args.configs.split(",")
+    missing = [n for n in names if n not in texts]
+    if missing:
+        raise SystemExit(f"regime_check: not configs of {args.family}: {missing}")
+    sampler = sm_clock()
+    report: dict[str, Any] = {"gpu": bs.gpu_name(), "family": args.family, "m": args.m, "regimes": []}
+    for k, (per_graph, output, settle, window) in enumerate(REGIMES):
+        make = space.launch if output == "prealloc" else space.call
+        calls = {n: make(kernel, st, texts[n]) for n in names}
+        if sampler is not None:
+            with sampler:
+                samples = timed_rounds(calls, per_graph, settle, window, args.rounds, seed=k)
+            clock = sampler.median()
+        else:
+            samples, clock = timed_rounds(calls, per_graph, settle, window, args.rounds, seed=k), None
+        ms = {n: statistics.median(v) for n, v in samples.items()}
+        best = min(ms.values())
+        row = {"calls": per_graph, "output": output, "settle_ms": settle, "window_ms": window, "sm_mhz": clock,
+               "ms": ms, "ratios": {n: ms[n] / best for n in names}}
+        report["regimes"].append(row)
+        print(f"graph of {per_graph:2d}, {output:8s}, settle {settle:4.0f} ms, window {window:4.0f} ms, SM "
+              f"{clock} MHz: " + ", ".join(f"{n} {ms[n]:.4f} ({ms[n] / best:.3f})" for n in names), flush=True)
+    for t in range(args.tune):
+        report.setdefault("tunings", []).append(tune_these(space, kernel, st, [texts[n] for n in names], t))
+        row = report["tunings"][-1]
+        best = min(row["ms"].values())
+        print(f"tuning {t} of these configs alone ({row['clock']}): chose {row['choice']}; "
+              + ", ".join(f"{n} {row['ms'][n]:.4f} ({row['ms'][n] / best:.3f})" for n in names if n in row["ms"]),
+              flush=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
