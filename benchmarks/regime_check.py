@@ -110,6 +110,36 @@ def tune_these(space: Any, kernel: Any, st: Any, configs: list[Any], t: int) -> 
     return {"choice": space.text(configs[decision.index]), "clock": decision.clock, "ms": ms}
 
 
+def tuner_samples(calls: dict[str, Callable[[], Any]], sized_ms: float, rounds: int, seed: int
+                  ) -> dict[str, dict[str, list[float]]]:
+    """The tuner's own screening samples (``timing.steady_span`` over a graph of one call, the library's device
+    clock), sized as for a config of ``sized_ms`` per call, in shuffled rounds (one synchronize each); per config
+    the sample's time and its two views: the span's and the queued calls' (after the hold)."""
+    from triton_dist_tune.measure import graphs, timing
+
+    clock = timing.make_clock()
+    g = graphs.Graphs(1)
+    names = sorted(calls)
+    for k, name in enumerate(names):
+        g.capture(k, calls[name])
+    steady = timing.steady_calls(False, sized_ms, False, False, None, 1)
+    rng = random.Random(seed)
+    out: dict[str, dict[str, list[float]]] = {n: {"sample": [], "span": [], "queued": []} for n in names}
+    for _ in range(rounds):
+        order = list(range(len(names)))
+        rng.shuffle(order)
+        tokens = [(k, timing.steady_span(clock, g.replay(k), steady)) for k in order]
+        clock.synchronize()
+        for k, token in tokens:
+            views = out[names[k]]
+            views["sample"].append(timing.read_sample(clock, token, steady))
+            views["span"].append(clock.read(token.span) / steady.span)
+            if token.queued is not None:
+                views["queued"].append(clock.read(token.queued) / steady.queued_timed)
+    g.release()
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--family", default="moe")
@@ -147,6 +177,16 @@ def main() -> int:
         report["regimes"].append(row)
         print(f"graph of {per_graph:2d}, {output:8s}, settle {settle:4.0f} ms, window {window:4.0f} ms, SM "
               f"{clock} MHz: " + ", ".join(f"{n} {ms[n]:.4f} ({ms[n] / best:.3f})" for n in names), flush=True)
+    for sized in (0.5, 0.1) if bs.GPU else ():
+        calls = {n: space.call(kernel, st, texts[n]) for n in names}
+        views = tuner_samples(calls, sized, args.rounds, seed=7)
+        report.setdefault("tuner_samples", []).append({"sized_ms": sized, "views": views})
+        for view in ("sample", "span", "queued"):
+            ms = {n: statistics.median(v[view]) for n, v in views.items() if v[view]}
+            if ms:
+                best = min(ms.values())
+                print(f"the tuner's samples sized for {sized} ms per call, {view}: "
+                      + ", ".join(f"{n} {ms[n]:.4f} ({ms[n] / best:.3f})" for n in names), flush=True)
     for t in range(args.tune):
         report.setdefault("tunings", []).append(tune_these(space, kernel, st, [texts[n] for n in names], t))
         row = report["tunings"][-1]
