@@ -33,8 +33,7 @@ from _search_clocks import sm_clock  # noqa: E402
 from bench_gemm_tuning import fresh_kernel  # noqa: E402
 
 #: (calls per graph, output, settle ms, window ms)
-REGIMES = [(1, "alloc", 1.0, 1.0), (1, "alloc", 10.0, 20.0), (20, "alloc", 1.0, 1.0), (20, "alloc", 10.0, 20.0),
-           (1, "prealloc", 1.0, 1.0), (20, "prealloc", 10.0, 20.0), (1, "alloc", 5.0, 5.0), (1, "alloc", 50.0, 50.0)]
+REGIMES = [(1, "alloc", 1.0, 1.0), (1, "alloc", 5.0, 5.0), (20, "prealloc", 10.0, 20.0)]
 
 
 def graph_of(call: Callable[[], Any], calls: int) -> Any:
@@ -110,32 +109,54 @@ def tune_these(space: Any, kernel: Any, st: Any, configs: list[Any], t: int) -> 
     return {"choice": space.text(configs[decision.index]), "clock": decision.clock, "ms": ms}
 
 
-def tuner_samples(calls: dict[str, Callable[[], Any]], sized_ms: float, rounds: int, seed: int
+#: the tuner's samples timed side by side (:func:`tuner_samples`): name -> (ms per call the sample is sized for,
+#: whether it times queued calls after a hold, settling ms): as the tuner sizes a graph's samples from an eager
+#: probe (0.5 ms: the MoE example's host-bound calls) or from its device time (0.1 ms), with and without the
+#: queued calls, and with the screening's settling counted in device time alone
+VARIANTS = {"probe": (0.5, True, None), "probe_unqueued": (0.5, False, None),
+            "probe_settle_5ms": (0.5, False, 5.0), "device": (0.1, True, None), "device_unqueued": (0.1, False, None)}
+
+
+def tuner_samples(calls: dict[str, Callable[[], Any]], variant: str, rounds: int, seed: int
                   ) -> dict[str, dict[str, list[float]]]:
     """The tuner's own screening samples (``timing.steady_span`` over a graph of one call, the library's device
-    clock), sized as for a config of ``sized_ms`` per call, in shuffled rounds (one synchronize each); per config
-    the sample's time and its two views: the span's and the queued calls' (after the hold)."""
+    clock), sized as :data:`VARIANTS` says, in shuffled rounds (one synchronize each); per config the sample's time
+    and its two views: the span's and the queued calls' (after the hold)."""
     from triton_dist_tune.measure import graphs, timing
 
+    sized, queued, settle_ms = VARIANTS[variant]
     clock = timing.make_clock()
     g = graphs.Graphs(1)
     names = sorted(calls)
+    device_ms = {}
     for k, name in enumerate(names):
         g.capture(k, calls[name])
-    steady = timing.steady_calls(False, sized_ms, False, False, None, 1)
+        t0 = clock.start()
+        g.replay(k)()
+        stop = clock.stop(t0)
+        clock.synchronize()
+        device_ms[k] = clock.read(stop)
+    steady = timing.steady_calls(False, sized, False, False, None, 1)
+    if not queued:
+        steady = timing.Steady(steady.settle, steady.span)
     rng = random.Random(seed)
     out: dict[str, dict[str, list[float]]] = {n: {"sample": [], "span": [], "queued": []} for n in names}
     for _ in range(rounds):
         order = list(range(len(names)))
         rng.shuffle(order)
-        tokens = [(k, timing.steady_span(clock, g.replay(k), steady)) for k in order]
+        tokens = []
+        for k in order:
+            each = steady
+            if settle_ms is not None:  # the settling in device time: calls of this config's own graph
+                each = timing.Steady(max(1, round(settle_ms / max(device_ms[k], 1e-3))), steady.span)
+            tokens.append((k, each, timing.steady_span(clock, g.replay(k), each)))
         clock.synchronize()
-        for k, token in tokens:
+        for k, each, token in tokens:
             views = out[names[k]]
-            views["sample"].append(timing.read_sample(clock, token, steady))
-            views["span"].append(clock.read(token.span) / steady.span)
+            views["sample"].append(timing.read_sample(clock, token, each))
+            views["span"].append(clock.read(token.span) / each.span)
             if token.queued is not None:
-                views["queued"].append(clock.read(token.queued) / steady.queued_timed)
+                views["queued"].append(clock.read(token.queued) / each.queued_timed)
     g.release()
     return out
 
@@ -147,7 +168,7 @@ def main() -> int:
     p.add_argument("--configs", required=True, help="config texts, comma-separated")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--tune", type=int, default=2, help="then this many fresh tunings over these configs alone "
+    p.add_argument("--tune", type=int, default=1, help="then this many fresh tunings over these configs alone "
                    "(the tuner's race of them), each printing the times it measured")
     p.add_argument("--cpu-smoke", action="store_true")
     args = p.parse_args()
@@ -177,15 +198,15 @@ def main() -> int:
         report["regimes"].append(row)
         print(f"graph of {per_graph:2d}, {output:8s}, settle {settle:4.0f} ms, window {window:4.0f} ms, SM "
               f"{clock} MHz: " + ", ".join(f"{n} {ms[n]:.4f} ({ms[n] / best:.3f})" for n in names), flush=True)
-    for sized in (0.5, 0.1) if bs.GPU else ():
+    for variant in VARIANTS if bs.GPU else ():
         calls = {n: space.call(kernel, st, texts[n]) for n in names}
-        views = tuner_samples(calls, sized, args.rounds, seed=7)
-        report.setdefault("tuner_samples", []).append({"sized_ms": sized, "views": views})
+        views = tuner_samples(calls, variant, args.rounds, seed=7)
+        report.setdefault("tuner_samples", []).append({"variant": variant, "views": views})
         for view in ("sample", "span", "queued"):
             ms = {n: statistics.median(v[view]) for n, v in views.items() if v[view]}
             if ms:
                 best = min(ms.values())
-                print(f"the tuner's samples sized for {sized} ms per call, {view}: "
+                print(f"the tuner's samples, {variant}, {view}: "
                       + ", ".join(f"{n} {ms[n]:.4f} ({ms[n] / best:.3f})" for n in names), flush=True)
     for t in range(args.tune):
         report.setdefault("tunings", []).append(tune_these(space, kernel, st, [texts[n] for n in names], t))
