@@ -52,6 +52,9 @@ class Graphs:
     graphs: dict[int, Any] = field(default_factory=dict)
     #: the first capture's error, when capturing failed (the tuning then times eagerly)
     error: str | None = None
+    #: each config's device time per replay (ms), timed once after its first capture; kept when the graphs are
+    #: released, so that every sample of a config is sized alike
+    device_ms: dict[int, float] = field(default_factory=dict)
 
     def capture(self, index: int, call: Callable[[], Any]) -> bool:
         """Capture ``calls`` calls of config ``index`` (already warm: compiled and run); False (with ``error``) when
@@ -78,7 +81,14 @@ class Graphs:
                 pass
             return False
         self.graphs[index] = graph
+        if index not in self.device_ms:
+            self.device_ms[index] = _replay_ms(graph)
         return True
+
+    def replay_ms(self, index: int, per_call_ms: float) -> float:
+        """What one replay of config ``index``'s graph takes on the device (ms): its timed replay, or where none
+        was timed ``calls`` times ``per_call_ms`` (an eager call's time)."""
+        return self.device_ms.get(index) or per_call_ms * self.calls
 
     def replay(self, index: int) -> Callable[[], Any]:
         """One replay of config ``index``'s graph (``calls`` calls)."""
@@ -86,6 +96,19 @@ class Graphs:
 
     def release(self) -> None:
         self.graphs.clear()
+
+
+def _replay_ms(graph: Any) -> float:
+    """One replay's device time (ms), timed after an untimed replay (the first uploads the graph)."""
+    import torch
+
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return max(float(start.elapsed_time(end)), 1e-4)
 
 
 def graph_calls(fastest_ms: float) -> int:

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue 41, thirteenth session, one call on nvidia-h200-x2: a graph's samples sized by its replay's device time
+# (this tree) against sized by the eager probe (ARM_OLD, default arms/s12 = `git archive 5cbb1bd triton_dist_tune
+# examples`; carry it), side by side, each arm on one GPU and 16 CPUs; each arm: the MoE validation (shapes 16, 64,
+# 256, 512, 1024; 256 and 1024 held out of the diagnosis that found the bias), judged on its own GPU as well as by
+# the corpus (--judge-here 8), then the README's MoE campaign alone; with FAMILIES=gemm, the GEMM validation
+# (256, 1024, 4096) alone. The benchmarks are this tree's in both arms; only the library differs (PYTHONPATH).
+# Usage: OUT=DIR [FAMILIES=moe|gemm] bash benchmarks/gpu/session13_call5.sh
+# CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 CPUS_A=0 CPUS_B=1 OUT=DIR bash benchmarks/gpu/session13_call5.sh
+set -u
+OUT=${OUT:?set OUT}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+old=$(cd "${ARM_OLD:-arms/s12}" && pwd)
+smoke=(); moe=16,64,256,512,1024; gemm=256,1024,4096; gfam=gemm_k4096_n4096; tiny=()
+if [ -n "${CPU_SMOKE:-}" ]; then smoke=(--cpu-smoke); moe=8; gemm=16; tiny=(--tiny); fi
+arm() {  # name, library root, GPU, CPUs
+  local name=$1 root=$2 gpu=$3 cpus=$4 dir=$OUT/$1
+  mkdir -p "$dir"
+  local fams=(moe:$moe); [ "${FAMILIES:-moe}" = gemm ] && fams=("$gfam:$gemm")
+  for fam in "${fams[@]}"; do
+    HOME=$(mktemp -d) PYTHONPATH=$root CUDA_VISIBLE_DEVICES=$gpu timeout 330 taskset -c "$cpus" \
+      python3 benchmarks/validate_search.py --corpus benchmarks/results/corpus --family "${fam%%:*}" \
+      --shapes "${fam#*:}" --tunings 3 --judge-here 8 --out "$dir/${fam%%:*}.json" "${smoke[@]}" \
+      > "$dir/vlog_${fam%%:*}.txt" 2>&1
+    echo "$name ${fam%%:*}: exit $? | $(python3 benchmarks/corpus_vs_host.py "$dir/${fam%%:*}.json" 2>&1 | tail -n 2 | tr '\n' ' ')"
+  done
+  if [ "${FAMILIES:-moe}" = moe ]; then
+  home=$(mktemp -d)
+  HOME=$home PYTHONPATH=$root CUDA_VISIBLE_DEVICES=$gpu TRITON_DIST_AUTOTUNE_LOG_DIR=$home/logs RANK=0 LOCAL_RANK=0 \
+    WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29800 + gpu)) timeout 110 taskset -c "$cpus" \
+    python3 "$root/examples/moe_gemm.py" --campaign "${tiny[@]}" > "$dir/campaign.txt" 2>&1
+  echo "$name campaign: exit $? | $(grep -o '"campaign_s": [0-9.]*' "$dir/campaign.txt") | library $(cd /tmp && PYTHONPATH=$root python3 -c 'import triton_dist_tune; print(triton_dist_tune.__file__)')"
+  log=$(find "$home/logs" -name '*.log' | head -n 1); [ -n "$log" ] && gzip -c "$log" > "$dir/campaign_rank.log.gz"
+  fi
+  (cd "$OUT" && tar czf "$name.tgz" "$name" && rm -rf "$name")
+}
+arm new "$PWD" 0 "${CPUS_A:-0-15}" > "$OUT/new.txt" 2>&1 &
+arm old "$old" 1 "${CPUS_B:-16-31}" > "$OUT/old.txt" 2>&1 &
+wait
+cat "$OUT/new.txt" "$OUT/old.txt"
