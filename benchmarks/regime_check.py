@@ -109,50 +109,43 @@ def tune_these(space: Any, kernel: Any, st: Any, configs: list[Any], t: int) -> 
     return {"choice": space.text(configs[decision.index]), "clock": decision.clock, "ms": ms}
 
 
-#: the tuner's samples timed side by side (:func:`tuner_samples`): name -> (ms per call the sample is sized for,
-#: whether it times queued calls after a hold, settling ms): as the tuner sizes a graph's samples from an eager
-#: probe (0.5 ms: the MoE example's host-bound calls) or from its device time (0.1 ms), with and without the
-#: queued calls, and with the screening's settling counted in device time alone
-VARIANTS = {"probe": (0.5, True, None), "probe_unqueued": (0.5, False, None),
-            "probe_settle_5ms": (0.5, False, 5.0), "device": (0.1, True, None), "device_unqueued": (0.1, False, None)}
+#: the tuner's samples timed side by side (:func:`tuner_samples`): name -> (sized by "probe": an eager probe of
+#: 0.5 ms per call, the MoE example's host-bound calls, as the tuner sized a graph's samples before; or by "device":
+#: each config's replay timed after its capture, as it sizes them now; the screening's settling ms, its span ms)
+VARIANTS = {"probe": ("probe", 5.0, 5.0), "device_5_5": ("device", 5.0, 5.0), "device_2_2": ("device", 2.0, 2.0),
+            "device_2_5": ("device", 2.0, 5.0), "device_5_2": ("device", 5.0, 2.0), "device_1_1": ("device", 1.0, 1.0)}
 
 
 def tuner_samples(calls: dict[str, Callable[[], Any]], variant: str, rounds: int, seed: int
                   ) -> dict[str, dict[str, list[float]]]:
     """The tuner's own screening samples (``timing.steady_span`` over a graph of one call, the library's device
-    clock), sized as :data:`VARIANTS` says, in shuffled rounds (one synchronize each); per config the sample's time
-    and its two views: the span's and the queued calls' (after the hold)."""
+    clock, queued calls where the tuner takes them), sized as :data:`VARIANTS` says, in shuffled rounds (one
+    synchronize each); per config the sample's time and its two views: the span's and the queued calls'."""
     from triton_dist_tune.measure import graphs, timing
 
-    sized, queued, settle_ms = VARIANTS[variant]
+    sizing, settle_ms, span_ms = VARIANTS[variant]
     clock = timing.make_clock()
     g = graphs.Graphs(1)
     names = sorted(calls)
-    device_ms = {}
     for k, name in enumerate(names):
         g.capture(k, calls[name])
-        t0 = clock.start()
-        g.replay(k)()
-        stop = clock.stop(t0)
-        clock.synchronize()
-        device_ms[k] = clock.read(stop)
-    steady = timing.steady_calls(False, sized, False, False, None, 1)
-    if not queued:
-        steady = timing.Steady(steady.settle, steady.span)
+    saved = timing.SCREEN_SETTLE_MS, timing.SCREEN_SPAN_MS, timing.LONG_CALL_SETTLE_MS
+    timing.SCREEN_SETTLE_MS, timing.SCREEN_SPAN_MS = settle_ms, span_ms
+    timing.LONG_CALL_SETTLE_MS = min(timing.LONG_CALL_SETTLE_MS, settle_ms)
+    try:
+        steady = {k: timing.steady_calls(False, 0.5 if sizing == "probe" else g.device_ms[k], False, False, None, 1)
+                  for k in range(len(names))}
+    finally:
+        timing.SCREEN_SETTLE_MS, timing.SCREEN_SPAN_MS, timing.LONG_CALL_SETTLE_MS = saved
     rng = random.Random(seed)
     out: dict[str, dict[str, list[float]]] = {n: {"sample": [], "span": [], "queued": []} for n in names}
     for _ in range(rounds):
         order = list(range(len(names)))
         rng.shuffle(order)
-        tokens = []
-        for k in order:
-            each = steady
-            if settle_ms is not None:  # the settling in device time: calls of this config's own graph
-                each = timing.Steady(max(1, round(settle_ms / max(device_ms[k], 1e-3))), steady.span)
-            tokens.append((k, each, timing.steady_span(clock, g.replay(k), each)))
+        tokens = [(k, timing.steady_span(clock, g.replay(k), steady[k])) for k in order]
         clock.synchronize()
-        for k, each, token in tokens:
-            views = out[names[k]]
+        for k, token in tokens:
+            views, each = out[names[k]], steady[k]
             views["sample"].append(timing.read_sample(clock, token, each))
             views["span"].append(clock.read(token.span) / each.span)
             if token.queued is not None:

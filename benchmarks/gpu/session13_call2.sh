@@ -12,9 +12,10 @@ else
   jobs=("512 M64-N128-K64-G32-w4-s3,M128-N128-K64-G16-w8-s5,M128-N128-K64-G1-w8-s5,M64-N128-K64-G16-w4-s3,M128-N128-K64-G16-w8-s4,M64-N128-K64-G16-w8-s3,M64-N128-K64-G32-w8-s4"
         "64 M32-N128-K128-G1-w8-s3,M16-N64-K64-G16-w4-s3,M32-N64-K128-G16-w4-s3,M32-N128-K128-G16-w8-s3"
         "16 M16-N128-K128-G1-w4-s4,M16-N64-K64-G1-w4-s5,M16-N64-K64-G1-w4-s3,M16-N128-K64-G1-w8-s5")
+[ -n "${JOBS:-}" ] && IFS=';' read -r -a jobs <<< "$JOBS"
 fi
 for job in "${jobs[@]}"; do
   set -- $job
   timeout 250 python3 benchmarks/regime_check.py --family moe --m "$1" --configs "$2" --out "$OUT/regime_$1.json" \
-    "${smoke[@]}" 2>&1 | grep -v "^triton_dist_tune: \[" | tee "$OUT/regime_$1.txt"
+    --rounds "${ROUNDS:-10}" "${smoke[@]}" 2>&1 | grep -v "^triton_dist_tune: \[" | tee "$OUT/regime_$1.txt"
 done
