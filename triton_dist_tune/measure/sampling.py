@@ -122,12 +122,12 @@ class Sampling:
         by a replay's device time, not by ``per_call_ms`` (the eager probe's: a host-bound call's eager time is many
         times its device time, and samples sized by it settle and span too little of the device's time; on one
         H200, MoE calls of 0.1 ms whose eager calls took 0.5 ms got 0.4 ms of settling and 1 ms of span, which read
-        a config 9% slower than the one they chose where 5 ms of each, and the host's judge, read it 4% faster:
-        ``benchmarks/regime_check.py``)."""
+        a config 9% slower than the one they chose where 5 ms of settling, and the host's judge, read it 2-4%
+        faster: ``benchmarks/regime_check.py``; the span: :data:`~.timing.GRAPH_SCREEN_SPAN_MS`)."""
         graphs = self.graphs
         if graphs is not None and index in graphs.graphs:
             steady = timing.steady_calls(self.trial.host_counts, graphs.replay_ms(index, per_call_ms), settled, first,
-                                          None, self.group.size)
+                                          None, self.group.size, graph=True)
             replay = graphs.replay(index)
             return steady, lambda: timing.steady_span(self.trial.clock, replay, steady), graphs.calls
         steady = timing.steady_calls(self.trial.host_counts, per_call_ms, settled, first, self.plan.batch,

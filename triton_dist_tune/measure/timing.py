@@ -58,6 +58,12 @@ _L2_FLUSH_BYTES = 256 * 1024 * 1024
 #: for every config, side by side on one H200 (``benchmarks/results/session_h200_4``), chose a MoE config 1.145x the
 #: best at M = 512 in 2 of 4 runs (12 of 18 within 1.02 against 13 of 18 with 5 ms): only long calls settle 2 ms
 SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
+#: a screening sample's span when the config's calls replay from a CUDA graph (:mod:`~triton_dist_tune.measure.graphs`;
+#: its settling stays :data:`SCREEN_SETTLE_MS`), both in the replays' device time. One H200, the MoE example's
+#: configs at M = 16, 64 and 512 against a judge of long windows (``benchmarks/regime_check.py``,
+#: ``results/session_h200_13``): 1 ms of settling ranked M = 512's best config 9% behind where 2 ms and more did not;
+#: spans of 2 ms and 5 ms ranked every shape alike. Training figures: these three shapes chose it
+GRAPH_SCREEN_SPAN_MS = 2.0
 #: a sample of the settled block: the device is already busy (a config reaches its own sustained speed within
 #: 2 ms after another), so a short settling, then a span long enough to time a host-bound config as such
 SETTLED_SETTLE_MS, SETTLED_SPAN_MS = 5.0, 10.0
@@ -321,18 +327,20 @@ def make_clock() -> HostClock | DeviceClock:
 
 
 def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, batch: int | None,
-                 ranks: int = 1) -> Steady:
+                 ranks: int = 1, graph: bool = False) -> Steady:
     """The calls of a steady sample of a config taking ``per_call_ms``: a screening or a ``settled`` one, settling
     longer when ``first`` in its round (or settled block) after the device may have idled (:func:`may_have_idled`),
     a screening one shorter when its calls are long (:data:`LONG_CALL_SETTLE_MS`); ``batch`` fixes the timed calls.
     ``host``: by the host clock's rules (no power state to settle: the settling is one call, and none for a screening
     sample that is not its round's first, whose ranks the previous call's collective has just aligned; no queued
     calls). ``ranks``: the group's size; over one, a fast config's sample is its queued calls alone
-    (:data:`GROUP_QUEUED_MS`). The group agrees on ``host`` and ``per_call_ms``: every rank makes the same calls."""
+    (:data:`GROUP_QUEUED_MS`). ``graph``: a call is a replay of the config's CUDA graph, ``per_call_ms`` its device
+    time (a screening span of :data:`GRAPH_SCREEN_SPAN_MS`). The group agrees on ``host`` and ``per_call_ms``: every
+    rank makes the same calls."""
     if settled:
         settle, span = SETTLED_SETTLE_MS, SETTLED_SPAN_MS
     else:
-        settle, span = SCREEN_SETTLE_MS, SCREEN_SPAN_MS
+        settle, span = SCREEN_SETTLE_MS, GRAPH_SCREEN_SPAN_MS if graph else SCREEN_SPAN_MS
         if not host and per_call_ms >= PROBE_ONE_CALL_MS:
             settle = LONG_CALL_SETTLE_MS
     settle += ROUND_SETTLE_MS if first else 0.0
