@@ -161,6 +161,7 @@ def main() -> int:
     p.add_argument("--configs", required=True, help="config texts, comma-separated")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--variants", default=",".join(VARIANTS), help="the tuner's sample variants to time (VARIANTS)")
     p.add_argument("--tune", type=int, default=1, help="then this many fresh tunings over these configs alone "
                    "(the tuner's race of them), each printing the times it measured")
     p.add_argument("--cpu-smoke", action="store_true")
@@ -191,7 +192,7 @@ def main() -> int:
         report["regimes"].append(row)
         print(f"graph of {per_graph:2d}, {output:8s}, settle {settle:4.0f} ms, window {window:4.0f} ms, SM "
               f"{clock} MHz: " + ", ".join(f"{n} {ms[n]:.4f} ({ms[n] / best:.3f})" for n in names), flush=True)
-    for variant in VARIANTS if bs.GPU else ():
+    for variant in args.variants.split(",") if bs.GPU else ():
         calls = {n: space.call(kernel, st, texts[n]) for n in names}
         views = tuner_samples(calls, variant, args.rounds, seed=7)
         report.setdefault("tuner_samples", []).append({"variant": variant, "views": views})

@@ -17,5 +17,5 @@ fi
 for job in "${jobs[@]}"; do
   set -- $job
   timeout 250 python3 benchmarks/regime_check.py --family moe --m "$1" --configs "$2" --out "$OUT/regime_$1.json" \
-    --rounds "${ROUNDS:-10}" "${smoke[@]}" 2>&1 | grep -v "^triton_dist_tune: \[" | tee "$OUT/regime_$1.txt"
+    --rounds "${ROUNDS:-10}" --variants "${VARIANTS:-probe,device_5_5,device_2_2,device_2_5,device_5_2,device_1_1}" --tune "${TUNE:-1}" "${smoke[@]}" 2>&1 | grep -v "^triton_dist_tune: \[" | tee "$OUT/regime_$1.txt"
 done
