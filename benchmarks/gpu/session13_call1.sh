@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 41, thirteenth session, one call on nvidia-h200-x2: two jobs side by side, each on one GPU and 16 CPUs
 # (a 16-CPU H200 host's share), each leaving its archive in its own folder of OUT:
-# - a/ (GPU 0, CPUS_A): the README's MoE campaign alone, this tree's library (graphs captured as each config is
-#   warmed up: `on`) against the twelfth session's (ARM_OLD, default arms/s12 = `git archive 5cbb1bd triton_dist_tune
+# - a/ (GPU 0, CPUS_A): the README's MoE campaign alone, this tree's library (at d38eb72, the tree it ran from:
+#   graphs captured as each config is warmed up, since reverted: `on`) against the twelfth session's (ARM_OLD, default arms/s12 = `git archive 5cbb1bd triton_dist_tune
 #   examples`; carry it), alternating (ARMS_A);
 # - b/ then c/ (GPU 1, CPUS_B): the MoE validation of four shapes judged on this host as well as by the corpus
 #   (validate_search.py --judge-here 8), then the campaign with 12 compile worker processes against 16 (`procs12`,
