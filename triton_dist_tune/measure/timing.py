@@ -56,7 +56,8 @@ TIMING_MODES = ("steady", "cold")
 _L2_FLUSH_BYTES = 256 * 1024 * 1024
 #: screening rounds: settling and timed span of a steady sample, in ms of the config's own calls. 2 ms of settling
 #: for every config, side by side on one H200 (``benchmarks/results/session_h200_4``), chose a MoE config 1.145x the
-#: best at M = 512 in 2 of 4 runs (12 of 18 within 1.02 against 13 of 18 with 5 ms): only long calls settle 2 ms
+#: best at M = 512 in 2 of 4 runs (12 of 18 within 1.02 against 13 of 18 with 5 ms): only long calls settle 2 ms.
+#: (That MoE's samples were then counted from its eager probe, 2-5x its device time on the hosts measured since)
 SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
 #: a screening sample's span when the config's calls replay from a CUDA graph (:mod:`~triton_dist_tune.measure.graphs`;
 #: its settling stays :data:`SCREEN_SETTLE_MS`), both in the replays' device time. One H200, the MoE example's
