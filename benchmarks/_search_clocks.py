@@ -25,15 +25,15 @@ def sm_clock() -> Any:
 
 
 class GraphClock:
-    """Device time of a config: a CUDA graph of :data:`GRAPH_CALLS` launches, replayed (GPU only)."""
+    """Device time of a config: a CUDA graph of ``calls`` launches (:data:`GRAPH_CALLS`), replayed (GPU only)."""
 
-    label = "CUDA graph of 20 launches, replayed; device events"
-
-    def __init__(self) -> None:
+    def __init__(self, calls: int = GRAPH_CALLS) -> None:
         self.stream = torch.cuda.Stream()
+        self.calls = calls
+        self.label = f"CUDA graph of {calls} launches, replayed; device events"
 
     def capture(self, call: Callable[[], None]) -> torch.cuda.CUDAGraph:
-        """A graph of :data:`GRAPH_CALLS` calls, captured on a side stream with the low-level API (the
+        """A graph of ``calls`` calls, captured on a side stream with the low-level API (the
         ``torch.cuda.graph`` context empties the allocator's cache at every capture: thousands of captures)."""
         call()  # outside the graph: the first launch (and the MoE alignment for this BLOCK_SIZE_M)
         torch.cuda.synchronize()
@@ -43,7 +43,7 @@ class GraphClock:
             # capture into it then fails an allocator assertion (seen on an H100, torch 2.11)
             graph.capture_begin(capture_error_mode="thread_local")
             try:
-                for _ in range(GRAPH_CALLS):
+                for _ in range(self.calls):
                     call()
             finally:
                 graph.capture_end()
@@ -61,15 +61,15 @@ class GraphClock:
         s1.record()
         torch.cuda.synchronize()
         per_replay = max(s0.elapsed_time(s1), 1e-3)
-        if per_replay / GRAPH_CALLS > cutoff_ms:
-            return per_replay / GRAPH_CALLS
+        if per_replay / self.calls > cutoff_ms:
+            return per_replay / self.calls
         reps = min(50, max(1, math.ceil(min_ms / per_replay)))
         s1.record()
         for _ in range(reps):
             graph.replay()
         e.record()
         torch.cuda.synchronize()
-        return s1.elapsed_time(e) / (reps * GRAPH_CALLS)
+        return s1.elapsed_time(e) / (reps * self.calls)
 
     def rounds(self, calls: dict[str, Callable[[], None]], rounds: int, settle_ms: float = 10.0,
                window_ms: float = 20.0, seed: int = 0) -> dict[str, list[float]]:
@@ -84,7 +84,7 @@ class GraphClock:
             rng.shuffle(order)
             marks = []
             for name in order:
-                per_replay = per[name] * GRAPH_CALLS
+                per_replay = per[name] * self.calls
                 for _ in range(max(1, math.ceil(settle_ms / per_replay))):
                     graphs[name].replay()
                 n = max(1, math.ceil(window_ms / per_replay))
@@ -96,18 +96,17 @@ class GraphClock:
                 marks.append((name, s, e, n))
             torch.cuda.synchronize()
             for name, s, e, n in marks:
-                out.setdefault(name, []).append(s.elapsed_time(e) / (n * GRAPH_CALLS))
+                out.setdefault(name, []).append(s.elapsed_time(e) / (n * self.calls))
         return out
 
-    @staticmethod
-    def screen_graph(graph: torch.cuda.CUDAGraph) -> float:
+    def screen_graph(self, graph: torch.cuda.CUDAGraph) -> float:
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         graph.replay()
         s.record()
         graph.replay()
         e.record()
         torch.cuda.synchronize()
-        return max(s.elapsed_time(e), 1e-3) / GRAPH_CALLS
+        return max(s.elapsed_time(e), 1e-3) / self.calls
 
 
 class WallClock:

@@ -22,74 +22,25 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
 import statistics  # noqa: E402
-import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
 import corpus  # noqa: E402
-import torch  # noqa: E402
-from _search_clocks import sm_clock  # noqa: E402
+from _search_clocks import GraphClock, WallClock, sm_clock  # noqa: E402
 from bench_gemm_tuning import fresh_kernel  # noqa: E402
 
 #: (calls per graph, output, settle ms, window ms)
 REGIMES = [(1, "alloc", 1.0, 1.0), (1, "alloc", 5.0, 5.0), (20, "prealloc", 10.0, 20.0)]
 
 
-def graph_of(call: Callable[[], Any], calls: int) -> Any:
-    """``calls`` calls captured as one CUDA graph (the first call made outside it)."""
-    call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            call()
-    torch.cuda.synchronize()
-    return graph
-
-
 def timed_rounds(calls: dict[str, Callable[[], Any]], per_graph: int, settle_ms: float, window_ms: float,
                  rounds: int, seed: int) -> dict[str, list[float]]:
-    """Shuffled rounds: each config settles, then is timed over a window; one synchronize per round."""
-    if not bs.GPU:  # the CPU smoke: wall clock of eager calls
-        out: dict[str, list[float]] = {}
-        for _ in range(rounds):
-            for name, call in calls.items():
-                t0 = time.perf_counter()
-                call()
-                out.setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
-        return out
-    graphs = {name: graph_of(call, per_graph) for name, call in calls.items()}
-    per: dict[str, float] = {}
-    for name, g in graphs.items():
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        g.replay()
-        s.record()
-        for _ in range(5):
-            g.replay()
-        e.record()
-        torch.cuda.synchronize()
-        per[name] = max(s.elapsed_time(e) / 5, 1e-3)
-    rng = random.Random(seed)
-    out = {}
-    for _ in range(rounds):
-        order = sorted(graphs)
-        rng.shuffle(order)
-        marks = []
-        for name in order:
-            for _ in range(max(1, round(settle_ms / per[name]))):
-                graphs[name].replay()
-            n = max(1, round(window_ms / per[name]))
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(n):
-                graphs[name].replay()
-            e.record()
-            marks.append((name, s, e, n))
-        torch.cuda.synchronize()
-        for name, s, e, n in marks:
-            out.setdefault(name, []).append(s.elapsed_time(e) / (n * per_graph))
-    return out
+    """Shuffled rounds, as the judge's (:class:`_search_clocks.GraphClock` with ``per_graph`` calls per graph): each
+    config settles, then is timed over a window; one synchronize per round (the CPU smoke: the wall clock)."""
+    if not bs.GPU:
+        return WallClock().rounds(calls, rounds, seed=seed)
+    return GraphClock(per_graph).rounds(calls, rounds, settle_ms=settle_ms, window_ms=window_ms, seed=seed)
 
 
 def tune_these(space: Any, kernel: Any, st: Any, configs: list[Any], t: int) -> dict[str, Any]:
