@@ -72,10 +72,10 @@ def tuner_samples(calls: dict[str, Callable[[], Any]], variant: str, rounds: int
     """The tuner's own screening samples (``timing.steady_span`` over a graph of one call, the library's device
     clock, queued calls where the tuner takes them), sized as :data:`VARIANTS` says, in shuffled rounds (one
     synchronize each); per config the sample's time and its two views: the span's and the queued calls'."""
-    from triton_dist_tune.measure import graphs, timing
+    from triton_dist_tune.measure import clocks, graphs, timing
 
     sizing, settle_ms, span_ms = VARIANTS[variant]
-    clock = timing.make_clock()
+    clock = clocks.make_clock()
     g = graphs.Graphs(1)
     names = sorted(calls)
     for k, name in enumerate(names):

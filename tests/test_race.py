@@ -9,13 +9,13 @@ from triton_dist_tune.function.options import TuneOptions
 from triton_dist_tune.measure import breakdown
 from triton_dist_tune.measure.breakdown import Stopwatch
 from triton_dist_tune.measure.budget import Budget
+from triton_dist_tune.measure.clocks import HostClock
 from triton_dist_tune.measure.race import Race, RacePlan
 from triton_dist_tune.measure.stats import clearly_slower, median, median_bounds, paired_ratios, spread
 from triton_dist_tune.measure.timing import (
     MAX_CALLS,
     ROUND_IDLE_MS,
     SETTLED_LEADERS_FAST,
-    HostClock,
     SampleToken,
     Steady,
     may_have_idled,

@@ -37,7 +37,7 @@ def virtual_clock(kind: str = "host") -> Iterator[None]:
     have failed under load). ``kind``: the clock's kind as the tuner sees it (another than "host" times as a
     device's clock does, not as CUDA's: no graphs)."""
     from triton_dist_tune.function import agreed
-    from triton_dist_tune.measure.timing import HostClock
+    from triton_dist_tune.measure.clocks import HostClock
 
     class VirtualClock(HostClock):
         def __init__(self) -> None:
@@ -66,7 +66,7 @@ def contextual_virtual_clock() -> None:
     """Time ``contextual_autotune``'s launches on the virtual clock (:func:`spend`): the pre_hooks spend
     their config's time, so the group's times follow from the scenario's landscape exactly, whatever the load."""
     from triton_dist_tune.contextual import state
-    from triton_dist_tune.measure.timing import HostClock
+    from triton_dist_tune.measure.clocks import HostClock
 
     class VirtualClock(HostClock):
         def start(self) -> float:

@@ -198,7 +198,7 @@ def mixed_clocks():
     and cannot hold a device), rank 1 with the host clock, as when one rank's device events fail and it falls back
     alone: the function's collectives must still match, so both ranks make the same calls."""
     from triton_dist_tune.function import agreed
-    from triton_dist_tune.measure.timing import HostClock
+    from triton_dist_tune.measure.clocks import HostClock
 
     class DeviceKindClock(HostClock):
         kind = "cuda"

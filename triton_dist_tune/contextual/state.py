@@ -26,7 +26,7 @@ from ..disk.cache import DiskCache
 from ..faults.recovery import gather_entries
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Group, default_timeout
-from ..measure.timing import make_clock
+from ..measure.clocks import make_clock
 from .newkeys import can_settle
 from .options import ContextualOptions
 from .schedule import Track

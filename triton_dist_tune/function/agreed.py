@@ -12,7 +12,8 @@ from ..group.agreement import agree
 from ..group.channel import ExchangeError, Group
 from ..measure import compile_pass
 from ..measure.arguments import ArgumentState, named_arguments
-from ..measure.timing import make_clock, timing_mode
+from ..measure.clocks import make_clock
+from ..measure.timing import timing_mode
 from ..measure.trial import Reference, Trial
 from ..space import check_call
 from .rounds import user_code

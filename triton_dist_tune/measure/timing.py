@@ -1,8 +1,7 @@
-"""Clocks and samples: how both tuners time the calls they measure.
+"""Samples: how both tuners time the calls they measure.
 
-A **clock** times a span of work: on an accelerator with torch's device-generic events on the current stream
-(``torch.Event``; ``torch.cuda.Event`` on torch builds without it), so that a CUDA, ROCm or NPU job times on its
-device alike; on CPU ranks and under Triton's interpreter with the host clock.
+A **clock** (:mod:`~triton_dist_tune.measure.clocks`) times a span of work: device events on an accelerator, the
+host clock on CPU ranks and under Triton's interpreter.
 
 A **sample** is one timed span of calls, reported in ms per call:
 
@@ -40,20 +39,15 @@ The number of calls follows from a measured probe (:meth:`Steady.calls`), never 
 
 from __future__ import annotations
 
-import logging
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from .. import settings
 from ..errors import BadInputError
 
-log = logging.getLogger("triton_dist_tune")
-
 TIMING_MODES = ("steady", "cold")
-_L2_FLUSH_BYTES = 256 * 1024 * 1024
 #: screening rounds: settling and timed span of a steady sample, in ms of the config's own calls. 2 ms of settling
 #: for every config, side by side on one H200 (``benchmarks/results/session_h200_4``), chose a MoE config 1.145x the
 #: best at M = 512 in 2 of 4 runs (12 of 18 within 1.02 against 13 of 18 with 5 ms): only long calls settle 2 ms.
@@ -104,8 +98,6 @@ QUEUED_WEIGHT = 0.5
 #: the device hold before the queued calls: twice their span time (which bounds the host's time to launch them),
 #: at most :data:`HOLD_MAX_MS` (an idle gap this short lends no burst of clock), plus a margin for the two events
 HOLD_MAX_MS, HOLD_MARGIN_MS = 0.5, 0.05
-#: cycles of the device's hold kernel per microsecond (an SM clock near 2 GHz; a slower clock holds longer)
-_HOLD_CYCLES_PER_US = 2000
 #: the queued part of a sample on a **group** of ranks: about this many ms of calls (:data:`GROUP_QUEUED_MIN_CALLS` to
 #: :data:`QUEUED_MAX_CALLS`) behind a hold of twice their time (at most :data:`GROUP_HOLD_MAX_MS`), timed from the
 #: end of the first (which absorbs the ranks' arrival skew); the sample is theirs alone. A group's span reads the
@@ -151,180 +143,6 @@ def timing_mode(option: str | None) -> str:
     if option is not None and option not in TIMING_MODES:
         raise BadInputError(f"timing must be one of {TIMING_MODES}, not {option!r}")
     return settings.current().timing or option or "steady"
-
-
-class Clock(Protocol):
-    """Times spans of work: ``start()``, ``stop(start)``, then ``read(token)`` after ``synchronize()``."""
-
-    kind: str
-
-    def start(self) -> Any: ...
-
-    def stop(self, start: Any) -> Any: ...
-
-    def read(self, token: Any) -> float: ...
-
-    def synchronize(self) -> None: ...
-
-    def flush(self) -> None: ...
-
-    def mark(self) -> Any: ...
-
-    def wait(self, mark: Any) -> None: ...
-
-    def hold(self, ms: float) -> bool: ...
-
-    def idle_ms(self) -> float: ...
-
-
-class HostClock:
-    """Wall-clock time, for CPU ranks and Triton's interpreter (work is done when a call returns)."""
-
-    kind = "host"
-
-    def start(self) -> float:
-        """A token marking the start of a span."""
-        return time.perf_counter()
-
-    def stop(self, start: float) -> float:
-        """A token for the span since ``start``."""
-        return (time.perf_counter() - start) * 1e3
-
-    def read(self, token: float) -> float:
-        """Milliseconds of a span."""
-        return float(token)
-
-    def synchronize(self) -> None:
-        """Wait for outstanding device work (none on the host)."""
-
-    def flush(self) -> None:
-        """Nothing to flush on the host."""
-
-    def mark(self) -> None:
-        """A point in the work enqueued so far (none on the host: work is done when a call returns)."""
-
-    def wait(self, mark: None) -> None:
-        """Wait until the device has reached ``mark`` (nothing to wait for on the host)."""
-
-    def hold(self, ms: float) -> bool:
-        """Keep the device busy for ``ms`` (impossible on the host: work is done when a call returns)."""
-        return False
-
-    def idle_ms(self) -> float:  # how long the device may have idled: no device here, no bound
-        return math.inf
-
-
-class DeviceClock:
-    """Device events recorded on the current stream; read after :meth:`synchronize`."""
-
-    def __init__(self, device_type: str) -> None:
-        import torch
-
-        self.kind = device_type
-        self._torch = torch
-        self._event = getattr(torch, "Event", None) or torch.cuda.Event
-        self._flush_buffer: Any = None
-        self._flush_failed = False
-        #: the device's spin kernel, for :meth:`hold` (CUDA and ROCm builds of torch; None elsewhere)
-        self._spin = getattr(torch.cuda, "_sleep", None) if device_type == "cuda" else None
-        #: when the host last waited for the device (``time.perf_counter``): the device cannot have idled longer
-        self.waited = 0.0
-        self.stop(self.start())  # fail here, at once, if events do not work on this device
-        self.synchronize()
-
-    def _record(self) -> Any:
-        event = self._event(enable_timing=True)
-        event.record()
-        return event
-
-    def start(self) -> Any:
-        return self._record()
-
-    def stop(self, start: Any) -> Any:
-        return start, self._record()
-
-    def read(self, token: Any) -> float:
-        return float(token[0].elapsed_time(token[1]))
-
-    def mark(self) -> Any:
-        """An event at this point of the current stream."""
-        return self._record()
-
-    def wait(self, mark: Any) -> None:
-        """Block the host until the device has reached ``mark`` (the work enqueued after it goes on)."""
-        mark.synchronize()
-        self.waited = time.perf_counter()
-
-    def hold(self, ms: float) -> bool:
-        """Enqueue a spin kernel that keeps the current stream busy for about ``ms``, so that the calls enqueued
-        next are all queued before the device reaches them; False where this device has none."""
-        if self._spin is None:
-            return False
-        self._spin(int(ms * 1e3 * _HOLD_CYCLES_PER_US))
-        return True
-
-    def synchronize(self) -> None:
-        accelerator = getattr(self._torch, "accelerator", None)
-        if accelerator is not None and hasattr(accelerator, "synchronize"):
-            accelerator.synchronize()
-        else:
-            self._torch.cuda.synchronize()
-        self.waited = time.perf_counter()
-
-    def idle_ms(self) -> float:
-        """At most how long the device has idled: since the host last waited for it (work enqueued since then
-        only shortens the gap)."""
-        return (time.perf_counter() - self.waited) * 1e3
-
-    def flush(self) -> None:
-        """Evict the device's L2 cache by writing a buffer larger than it (allocated on first use)."""
-        if self._flush_failed:
-            return
-        if self._flush_buffer is None:
-            try:
-                self._flush_buffer = self._torch.empty(_L2_FLUSH_BYTES, dtype=self._torch.int8, device=self.kind)
-            except Exception as exc:  # out of memory: cold samples without the flush, and say so
-                self._flush_failed = True
-                log.warning("triton_dist_tune: cannot allocate the %d MiB L2 flush buffer (%s): cold samples are "
-                            "timed without flushing L2", _L2_FLUSH_BYTES >> 20, exc)
-                return
-        self._flush_buffer.zero_()
-
-
-_clocks: dict[str, Any] = {}
-
-
-def _accelerator() -> str | None:
-    """The device type torch computes on here ("cuda", "xpu", "npu"...), or None on CPU ranks."""
-    try:
-        import torch
-
-        accelerator = getattr(torch, "accelerator", None)
-        if accelerator is not None and hasattr(accelerator, "is_available"):
-            if accelerator.is_available():
-                return str(accelerator.current_accelerator().type)
-            return None
-        return "cuda" if torch.cuda.is_available() else None
-    except Exception:
-        return None
-
-
-def make_clock() -> HostClock | DeviceClock:
-    """The clock for this process: device events where torch has an accelerator (unless Triton's interpreter
-    runs the kernels on the host), the host clock otherwise. A device job that cannot use events gets the host
-    clock with a warning."""
-    device = _accelerator()
-    if device is None or settings.current().interpret:
-        return HostClock()
-    clock = _clocks.get(device)
-    if clock is None:
-        try:
-            clock = _clocks[device] = DeviceClock(device)
-        except Exception as exc:
-            log.warning("triton_dist_tune: cannot time with %s events (%s); falling back to the host clock, which "
-                        "times launches, not device work", device, exc)
-            return HostClock()
-    return clock
 
 
 def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, batch: int | None,
