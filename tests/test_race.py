@@ -615,3 +615,16 @@ def test_a_graphs_samples_are_sized_by_its_replays_device_time_not_by_the_eager_
     assert (steady.settle, steady.span) == (4, 4)  # no timed replay: by the eager probe (a long call: 2 ms settling)
     graphs.release()
     assert graphs.device_ms == {3: 0.1}  # kept for the config's next capture
+
+
+def test_a_replay_that_fails_when_its_graph_is_timed_is_left_to_the_configs_guarded_samples():
+    # the replay timed after a capture runs outside the guard of a sample: its error must not end the tuning, only
+    # leave the config's samples sized by the eager probe (they meet the error themselves, blamed on the config)
+    from types import SimpleNamespace
+
+    from triton_dist_tune.measure.graphs import _replay_ms
+
+    def failing() -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    assert _replay_ms(SimpleNamespace(replay=failing)) is None

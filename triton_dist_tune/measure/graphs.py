@@ -81,8 +81,8 @@ class Graphs:
                 pass
             return False
         self.graphs[index] = graph
-        if index not in self.device_ms:
-            self.device_ms[index] = _replay_ms(graph)
+        if index not in self.device_ms and (ms := _replay_ms(graph)) is not None:
+            self.device_ms[index] = ms
         return True
 
     def replay_ms(self, index: int, per_call_ms: float) -> float:
@@ -98,17 +98,21 @@ class Graphs:
         self.graphs.clear()
 
 
-def _replay_ms(graph: Any) -> float:
-    """One replay's device time (ms), timed after an untimed replay (the first uploads the graph)."""
+def _replay_ms(graph: Any) -> float | None:
+    """One replay's device time (ms), timed after an untimed replay (the first uploads the graph); None when the
+    replay fails: the config's samples then meet the error where a config's errors are caught and blamed on it."""
     import torch
 
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    end.synchronize()
-    return max(float(start.elapsed_time(end)), 1e-4)
+    try:
+        graph.replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return max(float(start.elapsed_time(end)), 1e-4)
+    except Exception:  # the config's own error: its guarded samples report it
+        return None
 
 
 def graph_calls(fastest_ms: float) -> int:
