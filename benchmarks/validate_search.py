@@ -92,6 +92,10 @@ def main() -> int:
                    help="the extra settling of a round's first sample (timing.ROUND_SETTLE_MS), side by side")
     p.add_argument("--long-call-settle-ms", type=float, default=None,
                    help="the screening settling of device-bound calls (timing.LONG_CALL_SETTLE_MS), side by side")
+    p.add_argument("--graph-screen-span-ms", type=float, default=None,
+                   help="a graph's screening span (timing.GRAPH_SCREEN_SPAN_MS), for a side-by-side run")
+    p.add_argument("--settled-span-ms", type=float, default=None,
+                   help="the settled block's span (timing.SETTLED_SPAN_MS), for a side-by-side run")
     p.add_argument("--probe-one-call-ms", type=float, default=None,
                    help="a probe's one-call threshold (timing.PROBE_ONE_CALL_MS), for a side-by-side run")
     p.add_argument("--judge-here", type=int, default=0, metavar="N",
@@ -106,6 +110,10 @@ def main() -> int:
         timing.ROUND_SETTLE_MS = args.round_settle_ms
     if args.long_call_settle_ms is not None:
         timing.LONG_CALL_SETTLE_MS = args.long_call_settle_ms
+    if args.graph_screen_span_ms is not None:
+        timing.GRAPH_SCREEN_SPAN_MS = args.graph_screen_span_ms
+    if args.settled_span_ms is not None:
+        timing.SETTLED_SPAN_MS = args.settled_span_ms
     if args.probe_one_call_ms is not None:
         timing.PROBE_ONE_CALL_MS = args.probe_one_call_ms
     if args.no_far_behind:
