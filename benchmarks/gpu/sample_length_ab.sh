@@ -7,6 +7,7 @@
 # Usage: OUT=DIR ARM_A=5/2/10 ARM_B=5/2/5 bash benchmarks/gpu/sample_length_ab.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 CPUS_A=0 CPUS_B=1 OUT=DIR bash benchmarks/gpu/sample_length_ab.sh
 set -u
+source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 smoke=(); moe=${MOE_SHAPES:-32,128,256,1024,2048}; tiny=()
@@ -21,18 +22,9 @@ arm() {  # name, "settle/span/settled", GPU, CPUs
     --tunings 3 --judge-here 8 --screen-settle-ms "$settle" --graph-screen-span-ms "$span" \
     --settled-span-ms "$settled" --out "$dir/moe.json" "${smoke[@]}" > "$dir/vlog_moe.txt" 2>&1
   echo "$name ($2) moe: exit $? | $(python3 benchmarks/corpus_vs_host.py "$dir/moe.json" 2>&1 | tail -n 2 | tr '\n' ' ')"
-  home=$(mktemp -d)
-  HOME=$home PYTHONPATH=$PWD CUDA_VISIBLE_DEVICES=$gpu TRITON_DIST_AUTOTUNE_LOG_DIR=$home/logs RANK=0 LOCAL_RANK=0 \
-    WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29810 + gpu)) timeout 120 taskset -c "$cpus" \
-    python3 - --campaign "${tiny[@]}" > "$dir/campaign.txt" 2>&1 <<PY
-import runpy, sys
-from triton_dist_tune.measure import timing
-timing.SCREEN_SETTLE_MS, timing.GRAPH_SCREEN_SPAN_MS, timing.SETTLED_SPAN_MS = $settle, $span, $settled
-sys.argv[0] = "examples/moe_gemm.py"
-runpy.run_path("examples/moe_gemm.py", run_name="__main__")
-PY
-  echo "$name ($2) campaign: exit $? | $(grep -o '"campaign_s": [0-9.]*' "$dir/campaign.txt")"
-  log=$(find "$home/logs" -name '*.log' | head -n 1); [ -n "$log" ] && gzip -c "$log" > "$dir/campaign_rank.log.gz"
+  echo "$name ($2) $(campaign_alone "$dir" "$PWD" "$gpu" "$cpus" $((29810 + gpu)) \
+    "from triton_dist_tune.measure import timing
+timing.SCREEN_SETTLE_MS, timing.GRAPH_SCREEN_SPAN_MS, timing.SETTLED_SPAN_MS = $settle, $span, $settled")"
   (cd "$OUT" && tar czf "$name.tgz" "$name" && rm -rf "$name")
 }
 arm a "${ARM_A:-5/2/10}" 0 "${CPUS_A:-0-15}" > "$OUT/a.txt" 2>&1 &

@@ -8,6 +8,7 @@
 # Usage: OUT=DIR [FAMILIES=moe|gemm] [MOE_SHAPES=16,64,256,512,1024] bash benchmarks/gpu/session13_call5.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 CPUS_A=0 CPUS_B=1 OUT=DIR bash benchmarks/gpu/session13_call5.sh
 set -u
+source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 old=$(cd "${ARM_OLD:-arms/s12}" && pwd)
@@ -25,12 +26,7 @@ arm() {  # name, library root, GPU, CPUs
     echo "$name ${fam%%:*}: exit $? | $(python3 benchmarks/corpus_vs_host.py "$dir/${fam%%:*}.json" 2>&1 | tail -n 2 | tr '\n' ' ')"
   done
   if [ "${FAMILIES:-moe}" = moe ]; then
-  home=$(mktemp -d)
-  HOME=$home PYTHONPATH=$root CUDA_VISIBLE_DEVICES=$gpu TRITON_DIST_AUTOTUNE_LOG_DIR=$home/logs RANK=0 LOCAL_RANK=0 \
-    WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29800 + gpu)) timeout 110 taskset -c "$cpus" \
-    python3 "$root/examples/moe_gemm.py" --campaign "${tiny[@]}" > "$dir/campaign.txt" 2>&1
-  echo "$name campaign: exit $? | $(grep -o '"campaign_s": [0-9.]*' "$dir/campaign.txt") | library $(cd /tmp && PYTHONPATH=$root python3 -c 'import triton_dist_tune; print(triton_dist_tune.__file__)')"
-  log=$(find "$home/logs" -name '*.log' | head -n 1); [ -n "$log" ] && gzip -c "$log" > "$dir/campaign_rank.log.gz"
+    echo "$name $(CAMPAIGN_TIME=110 campaign_alone "$dir" "$root" "$gpu" "$cpus" $((29800 + gpu)))"
   fi
   (cd "$OUT" && tar czf "$name.tgz" "$name" && rm -rf "$name")
 }

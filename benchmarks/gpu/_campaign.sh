@@ -1,0 +1,22 @@
+# Sourced by the side-by-side scripts: campaign_alone DIR ROOT GPU CPUS PORT [PRELUDE] runs the README's MoE campaign
+# alone (examples/moe_gemm.py --campaign, one process, a fresh HOME, the library of ROOT), on GPU and CPUS, under a
+# timeout (CAMPAIGN_TIME, default 120 s); PRELUDE is Python run first in the example's process (e.g. setting timing
+# constants). Leaves DIR/campaign.txt and DIR/campaign_rank.log.gz; prints one line: exit status, campaign seconds,
+# the library imported. Uses the caller's array `tiny` (--tiny under the CPU smoke).
+campaign_alone() {
+  local dir=$1 root=$2 gpu=$3 cpus=$4 port=$5 prelude=${6:-} home rc log
+  home=$(mktemp -d)
+  # python3 -P: the folder it runs in is not put first on sys.path, so PYTHONPATH decides the library
+  HOME=$home PYTHONPATH=$root CUDA_VISIBLE_DEVICES=$gpu TRITON_DIST_AUTOTUNE_LOG_DIR=$home/logs RANK=0 LOCAL_RANK=0 \
+    WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout "${CAMPAIGN_TIME:-120}" \
+    taskset -c "$cpus" python3 -P - --campaign "${tiny[@]}" > "$dir/campaign.txt" 2>&1 <<PY
+import runpy, sys
+$prelude
+sys.argv[0] = "$root/examples/moe_gemm.py"
+runpy.run_path("$root/examples/moe_gemm.py", run_name="__main__")
+PY
+  rc=$?
+  echo "campaign: exit $rc | $(grep -o '"campaign_s": [0-9.]*' "$dir/campaign.txt") | library $(cd /tmp && PYTHONPATH=$root python3 -c 'import triton_dist_tune; print(triton_dist_tune.__file__)')"
+  log=$(find "$home/logs" -name '*.log' | head -n 1); [ -n "$log" ] && gzip -c "$log" > "$dir/campaign_rank.log.gz"
+  rm -rf "$home"
+}
