@@ -53,7 +53,8 @@ class Graphs:
     #: the first capture's error, when capturing failed (the tuning then times eagerly)
     error: str | None = None
     #: each config's device time per replay (ms), timed once after its first capture; kept when the graphs are
-    #: released, so that every sample of a config is sized alike
+    #: released, so that every sample of a config is sized alike. This rank's own reading sizes its samples, which
+    #: no other rank needs to match: graphs time tunings of one rank only (:func:`device_time_applies`)
     device_ms: dict[int, float] = field(default_factory=dict)
 
     def capture(self, index: int, call: Callable[[], Any]) -> bool:
