@@ -5,7 +5,8 @@
 # 256, 512, 1024; 256 and 1024 held out of the diagnosis that found the bias), judged on its own GPU as well as by
 # the corpus (--judge-here 8), then the README's MoE campaign alone; with FAMILIES=gemm, the GEMM validation
 # (256, 1024, 4096) alone. The benchmarks are this tree's in both arms; only the library differs (PYTHONPATH).
-# Usage: OUT=DIR [FAMILIES=moe|gemm] [MOE_SHAPES=16,64,256,512,1024] bash benchmarks/gpu/session13_call5.sh
+# CAMPAIGNS=N runs the campaign N times in a row (DIR/c1 ... DIR/cN).
+# Usage: OUT=DIR [FAMILIES=moe|gemm] [MOE_SHAPES=16,64,256,512,1024] [CAMPAIGNS=1] bash benchmarks/gpu/session13_call5.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 CPUS_A=0 CPUS_B=1 OUT=DIR bash benchmarks/gpu/session13_call5.sh
 set -u
 source "$(dirname "$0")/_campaign.sh"
@@ -26,7 +27,10 @@ arm() {  # name, library root, GPU, CPUs
     echo "$name ${fam%%:*}: exit $? | $(python3 benchmarks/corpus_vs_host.py "$dir/${fam%%:*}.json" 2>&1 | tail -n 2 | tr '\n' ' ')"
   done
   if [ "${FAMILIES:-moe}" = moe ]; then
-    echo "$name $(CAMPAIGN_TIME=110 campaign_alone "$dir" "$root" "$gpu" "$cpus" $((29800 + gpu)))"
+    for k in $(seq 1 "${CAMPAIGNS:-1}"); do  # campaign k in DIR/c<k> (DIR itself when one)
+      local cdir=$dir; [ "${CAMPAIGNS:-1}" -gt 1 ] && cdir=$dir/c$k && mkdir -p "$cdir"
+      echo "$name $(CAMPAIGN_TIME=110 campaign_alone "$cdir" "$root" "$gpu" "$cpus" $((29800 + gpu)))"
+    done
   fi
   (cd "$OUT" && tar czf "$name.tgz" "$name" && rm -rf "$name")
 }

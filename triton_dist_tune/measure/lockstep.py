@@ -249,7 +249,7 @@ class Measurer(Sampling, Sharding, Guarding):
         entries = {index: (config, desc) for index, config, desc in todo if index in per_call and index not in far}
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)
         self._capture(entries, per_call)
-        race = Race(sorted(entries), race_plan or self.plan.race)
+        race = Race(sorted(entries), self.race_plan(race_plan or self.plan.race))
         started = time.monotonic()
         self.watch.enter(self.watch.rounds)
         while entries and not race.finished(self.budget.elapsed):

@@ -5,13 +5,14 @@ configs a search screens by their warm-up probe alone (:meth:`Sampling.far_behin
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..records import Outcome
 from . import breakdown, probe_screen, timing
 from .combine import Combined
 from .graphs import EAGER, GRAPH, Graphs, device_time_applies, graph_calls
-from .race import Race
+from .race import Race, RacePlan
 
 
 class Sampling:
@@ -46,6 +47,13 @@ class Sampling:
                     self.graphs = None
                     self.clock_kind = EAGER
                     return
+
+    def race_plan(self, plan: RacePlan) -> RacePlan:
+        """The race plan of a steady race: a tuning timed on the device gives the settled block six places only
+        in a noisy race, not because its leader is fast (:data:`~.timing.GRAPH_FAST_LEADER_MS`)."""
+        if self.graphs is None or plan.fast_below_ms <= timing.GRAPH_FAST_LEADER_MS:
+            return plan
+        return replace(plan, fast_below_ms=timing.GRAPH_FAST_LEADER_MS)
 
     def far_behind(self, per_call: dict[int, float]) -> list[int]:
         """The configs of ``per_call`` (this stage's, warmed up) over

@@ -59,9 +59,14 @@ SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
 #: ``results/session_h200_13``): 1 ms of settling ranked M = 512's best config 9% behind where 2 ms and more did not;
 #: spans of 2 ms and 5 ms ranked every shape alike. Training figures: these three shapes chose it
 GRAPH_SCREEN_SPAN_MS = 2.0
+#: a screening sample's settling when the config's calls replay from a CUDA graph (device time)
+GRAPH_SCREEN_SETTLE_MS = 3.0
 #: a sample of the settled block: the device is already busy (a config reaches its own sustained speed within
 #: 2 ms after another), so a short settling, then a span long enough to time a host-bound config as such
 SETTLED_SETTLE_MS, SETTLED_SPAN_MS = 5.0, 10.0
+#: the span of a settled sample replayed from a CUDA graph: a replay is never host-bound, so the span need not be
+#: long enough to time one as such
+GRAPH_SETTLED_SPAN_MS = 5.0
 #: the leaders that get the settled block at the end of a steady race, and its cycles (one sample per leader each)
 SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: more leaders when the screening leader takes under :data:`FAST_LEADER_MS` per call: a call then takes a few
@@ -72,6 +77,9 @@ SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: Triton launch from Python (~30 us): a slower call is device-bound (at 0.25 ms, a 0.24 ms GEMM at M = 2048 on an
 #: H200 got six leaders and its tuning took 43% of stock's time)
 SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
+#: the same bar for a tuning timed on the device (CUDA graphs): 0, none. Its samples are device time, without the
+#: host's launch noise that the six leaders are for; they still go to a noisy race (``race.Race.location``)
+GRAPH_FAST_LEADER_MS = 0.0
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
 #: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
 ROUND_SETTLE_MS = 25.0
@@ -154,12 +162,13 @@ def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, bat
     sample that is not its round's first, whose ranks the previous call's collective has just aligned; no queued
     calls). ``ranks``: the group's size; over one, a fast config's sample is its queued calls alone
     (:data:`GROUP_QUEUED_MS`). ``graph``: a call is a replay of the config's CUDA graph, ``per_call_ms`` its device
-    time (a screening span of :data:`GRAPH_SCREEN_SPAN_MS`). The group agrees on ``host`` and ``per_call_ms``: every
+    time (:data:`GRAPH_SCREEN_SETTLE_MS` and :data:`GRAPH_SCREEN_SPAN_MS` screening, a settled span of
+    :data:`GRAPH_SETTLED_SPAN_MS`). The group agrees on ``host`` and ``per_call_ms``: every
     rank makes the same calls."""
     if settled:
-        settle, span = SETTLED_SETTLE_MS, SETTLED_SPAN_MS
+        settle, span = SETTLED_SETTLE_MS, GRAPH_SETTLED_SPAN_MS if graph else SETTLED_SPAN_MS
     else:
-        settle, span = SCREEN_SETTLE_MS, GRAPH_SCREEN_SPAN_MS if graph else SCREEN_SPAN_MS
+        settle, span = (GRAPH_SCREEN_SETTLE_MS, GRAPH_SCREEN_SPAN_MS) if graph else (SCREEN_SETTLE_MS, SCREEN_SPAN_MS)
         if not host and per_call_ms >= PROBE_ONE_CALL_MS:
             settle = LONG_CALL_SETTLE_MS
     settle += ROUND_SETTLE_MS if first else 0.0
