@@ -621,8 +621,6 @@ def test_a_tuning_timed_on_the_device_gives_six_settled_places_only_to_a_noisy_r
     # issue 41: six leaders get the settled block when the leader is fast because an eager span of a host-bound call
     # carries the host's launch noise (benchmarks/HISTORY.md); replayed graphs time the device alone, and the six
     # places cost the README's MoE campaign about 0.36 s per key (0.72 s settled blocks, session_h200_13's call 7)
-    from types import SimpleNamespace
-
     from triton_dist_tune.measure.graphs import Graphs
     from triton_dist_tune.measure.sampling import Sampling
 

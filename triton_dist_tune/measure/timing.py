@@ -59,7 +59,11 @@ SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
 #: ``results/session_h200_13``): 1 ms of settling ranked M = 512's best config 9% behind where 2 ms and more did not;
 #: spans of 2 ms and 5 ms ranked every shape alike. Training figures: these three shapes chose it
 GRAPH_SCREEN_SPAN_MS = 2.0
-#: a screening sample's settling when the config's calls replay from a CUDA graph (device time)
+#: a screening sample's settling when the config's calls replay from a CUDA graph (device time). 3 ms, not 5: side by
+#: side on one x2 H200 host (``results/session_h200_14``, with :data:`GRAPH_SETTLED_SPAN_MS` and
+#: :data:`GRAPH_FAST_LEADER_MS`), the MoE validation judged on the host chose 14 of 15 within 1.02 against 11 of 15
+#: (M = 512, where 1 ms was biased, 3 of 3 right against 1 of 3), the GEMM 9 of 9 against 6 of 9, and the README's
+#: campaign took 64-67 s against 75-78 s alternating on one GPU
 GRAPH_SCREEN_SETTLE_MS = 3.0
 #: a sample of the settled block: the device is already busy (a config reaches its own sustained speed within
 #: 2 ms after another), so a short settling, then a span long enough to time a host-bound config as such
