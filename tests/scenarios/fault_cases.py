@@ -168,6 +168,51 @@ def tune():
          seconds=time.perf_counter() - t0)
 
 
+@case
+def capture_hang():
+    """One rank tunes ``captured`` (steady timing) as if its calls replayed from CUDA graphs, which cannot run here: a
+    stand-in :class:`~triton_dist_tune.measure.graphs.Graphs` whose capture runs the call once (as torch's warm-up
+    before a capture does) and replays the call itself. With ``CAPTURE_HANG=1`` config 1 hangs inside its capture
+    (a kernel that never ends: only the watchdog ends this); with ``CAPTURE_RAISE=1`` config 2 raises there, as the
+    synchronize after a capture raises a kernel's asynchronous error. Reports the choice, the clock and the table."""
+    from types import SimpleNamespace
+
+    from triton_dist_tune.measure import graphs, sampling
+
+    capturing: list[int] = []
+
+    class HostGraphs(graphs.Graphs):
+        def capture(self, index, call) -> bool:
+            capturing.append(index)
+            try:
+                call()
+            finally:
+                capturing.pop()
+            self.graphs[index] = SimpleNamespace(replay=call)
+            return True
+
+    sampling.Graphs = HostGraphs
+    sampling.device_time_applies = lambda *args: True
+    start()
+    hang, raises = os.environ.get("CAPTURE_HANG") == "1", os.environ.get("CAPTURE_RAISE") == "1"
+
+    @tdt.autotune(config_space=[{"variant": v} for v in range(3)], key_fn=lambda x: tuple(x.shape), name="captured")
+    def captured(x: torch.Tensor, *, variant: int) -> torch.Tensor:
+        record(variant)
+        if hang and variant == 1 and capturing:
+            time.sleep(3600)
+        if raises and variant == 2 and capturing:
+            raise RuntimeError("CUDA error: an unaligned access was encountered (injected in a capture)")
+        time.sleep(SLEEP_MS[variant] / 1e3)
+        return x * (variant + 1)
+
+    captured(torch.ones(4))
+    ((_, decision),) = captured.tuner.decisions.items()
+    ((_, table),) = captured.tuner.tables.items()
+    emit(chosen=chosen(captured), clock=decision.clock, states=[r["state"] for r in table],
+         errors=[r.get("error") for r in table])
+
+
 def chosen(work) -> int:
     """The variant ``work`` decided on (for its one key)."""
     (config,) = [*work.tuner.decided.values(), *work.tuner.decided_in.values()]

@@ -248,7 +248,8 @@ class Measurer(Sampling, Sharding, Guarding):
         far = self.far_behind(per_call) if screen else []
         entries = {index: (config, desc) for index, config, desc in todo if index in per_call and index not in far}
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)
-        self._capture(entries, per_call)
+        for index, error in self._capture(entries, per_call).items():
+            outcomes[index] = self._failed(index, entries.pop(index)[1], error)
         race = Race(sorted(entries), self.race_plan(race_plan or self.plan.race))
         started = time.monotonic()
         self.watch.enter(self.watch.rounds)

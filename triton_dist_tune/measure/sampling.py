@@ -21,10 +21,14 @@ class Sampling:
     ``group``, ``cold``, ``log``, ``label``, ``watch``, ``per_call``, ``_final``, and its ``graphs``, ``clock_kind``,
     ``_clock_chosen`` and ``probes``."""
 
-    def _capture(self, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float]) -> None:
+    def _capture(self, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float]) -> dict[int, str]:
         """Before the first race of a tuning, decide whether its samples are timed on the device
         (:mod:`~triton_dist_tune.measure.graphs`; from the group's probes); then capture the graph of each config of
-        this race. A capture that fails makes the rest of the tuning time eagerly, and is logged."""
+        this race, each under the tuning's deadline like any run of the function (a capture runs the config once,
+        and its timed replay runs it again: a call that hangs there ends the rank through the watchdog, the config
+        journaled as hung). A capture that fails makes the rest of the tuning time eagerly, and is logged. Returns
+        the configs whose capture met their own error at its synchronize (the caller fails them; one rank: no
+        other rank needs to agree)."""
         if self.graphs is None and not self._clock_chosen and per_call:
             self._clock_chosen = True
             fastest = min(per_call.values())
@@ -34,19 +38,31 @@ class Sampling:
                 self.clock_kind = GRAPH
                 self.log.info("%s timing on the device: each config's calls replayed from a CUDA graph of %d "
                               "(the fastest takes %.4f ms per eager call)", self.label, self.graphs.calls, fastest)
+        failed: dict[int, str] = {}
         if self.graphs is None:
-            return
+            return failed
         with breakdown.part("capture"):
             for index in sorted(entries):
+                config, desc = entries[index]
                 self.watch.launched(index, 1)  # the warm-up call before the capture (the captured calls do not run)
-                captured = self.graphs.capture(index, lambda c=entries[index][0]: self.trial.call(c))
-                self.trial.clock.synchronize()  # the device is idle from here (timing.may_have_idled)
-                if not captured:
+                self.started(index, desc, "capture")
+                # the synchronize after it: the device is idle from here (timing.may_have_idled)
+                captured, error = self._guarded(index, desc, "capture",
+                                                lambda i=index, c=config: self._capture_one(i, c))
+                if error is not None:
+                    failed[index] = error
+                elif not captured:
                     self.log.warning("%s the function cannot be captured in a CUDA graph (%s): timing eagerly",
                                      self.label, self.graphs.error)
                     self.graphs = None
                     self.clock_kind = EAGER
-                    return
+                    break
+        return failed
+
+    def _capture_one(self, index: int, config: dict[str, Any]) -> bool:
+        """Capture config ``index``'s graph (:meth:`Graphs.capture`)."""
+        assert self.graphs is not None
+        return self.graphs.capture(index, lambda: self.trial.call(config))
 
     def race_plan(self, plan: RacePlan) -> RacePlan:
         """The race plan of a steady race: a tuning timed on the device gives the settled block six places only
