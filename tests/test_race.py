@@ -617,35 +617,6 @@ def test_a_graphs_samples_are_sized_by_its_replays_device_time_not_by_the_eager_
     assert graphs.device_ms == {3: 0.1}  # kept for the config's next capture
 
 
-def test_a_tuning_timed_on_the_device_gives_six_settled_places_only_to_a_noisy_race():
-    # issue 41: six leaders get the settled block when the leader is fast because an eager span of a host-bound call
-    # carries the host's launch noise (benchmarks/HISTORY.md); replayed graphs time the device alone, and the six
-    # places cost the README's MoE campaign about 0.36 s per key (0.72 s settled blocks, session_h200_13's call 7)
-    from triton_dist_tune.measure.graphs import Graphs
-    from triton_dist_tune.measure.sampling import Sampling
-
-    class Sampler(Sampling):
-        def __init__(self, graphs: Graphs | None) -> None:
-            self.graphs = graphs
-
-    def settled_after_screening(plan: RacePlan, noisy: bool) -> list[int]:
-        race = Race(list(range(8)), plan)
-        for r in range(3):  # 0.04 ms calls within 3% of each other (as in the test above); noisy: every other 1.5x
-            for i in race.order():
-                race.record(i, [0.04 * (1.0 + 0.004 * ((3 * i + 5 * r) % 8)) * (1.5 if noisy and (i + r) % 2 else 1)])
-            race.end_round()
-        assert race.settling
-        return race.running
-
-    plan = RacePlan(max_rounds=12, min_rounds=3, final_top=3, final_rounds=4, final_top_fast=6, fast_below_ms=0.1,
-                    seed="s")
-    assert Sampler(None).race_plan(plan) is plan  # timed eagerly: six places below 0.1 ms, as before
-    assert len(settled_after_screening(plan, noisy=False)) == 6
-    on_device = Sampler(Graphs(calls=1)).race_plan(plan)
-    assert len(settled_after_screening(on_device, noisy=False)) == 3
-    assert len(settled_after_screening(on_device, noisy=True)) == 6
-
-
 def test_a_replay_that_fails_when_its_graph_is_timed_is_left_to_the_configs_guarded_samples():
     # the replay timed after a capture runs outside the guard of a sample: its error must not end the tuning, only
     # leave the config's samples sized by the eager probe (they meet the error themselves, blamed on the config)

@@ -250,7 +250,7 @@ class Measurer(Sampling, Sharding, Guarding):
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)
         for index, error in self._capture(entries, per_call).items():
             outcomes[index] = self._failed(index, entries.pop(index)[1], error)
-        race = Race(sorted(entries), self.race_plan(race_plan or self.plan.race))
+        race = Race(sorted(entries), race_plan or self.plan.race)
         started = time.monotonic()
         self.watch.enter(self.watch.rounds)
         while entries and not race.finished(self.budget.elapsed):

@@ -5,14 +5,13 @@ configs a search screens by their warm-up probe alone (:meth:`Sampling.far_behin
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from ..records import Outcome
 from . import breakdown, probe_screen, timing
 from .combine import Combined
 from .graphs import EAGER, GRAPH, Graphs, device_time_applies, graph_calls
-from .race import Race, RacePlan
+from .race import Race
 
 
 class Sampling:
@@ -63,13 +62,6 @@ class Sampling:
         """Capture config ``index``'s graph (:meth:`Graphs.capture`)."""
         assert self.graphs is not None
         return self.graphs.capture(index, lambda: self.trial.call(config))
-
-    def race_plan(self, plan: RacePlan) -> RacePlan:
-        """The race plan of a steady race: a tuning timed on the device gives the settled block six places only
-        in a noisy race, not because its leader is fast (:data:`~.timing.GRAPH_FAST_LEADER_MS`)."""
-        if self.graphs is None or plan.fast_below_ms <= timing.GRAPH_FAST_LEADER_MS:
-            return plan
-        return replace(plan, fast_below_ms=timing.GRAPH_FAST_LEADER_MS)
 
     def far_behind(self, per_call: dict[int, float]) -> list[int]:
         """The configs of ``per_call`` (this stage's, warmed up) over

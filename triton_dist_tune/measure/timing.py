@@ -60,8 +60,8 @@ SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
 #: spans of 2 ms and 5 ms ranked every shape alike. Training figures: these three shapes chose it
 GRAPH_SCREEN_SPAN_MS = 2.0
 #: a screening sample's settling when the config's calls replay from a CUDA graph (device time). 3 ms, not 5: side by
-#: side on one x2 H200 host (``results/session_h200_14``, with :data:`GRAPH_SETTLED_SPAN_MS` and
-#: :data:`GRAPH_FAST_LEADER_MS`), the MoE validation judged on the host chose 14 of 15 within 1.02 against 11 of 15
+#: side on one x2 H200 host (``results/session_h200_14``, with :data:`GRAPH_SETTLED_SPAN_MS` and three settled
+#: leaders, since put back to six), the MoE validation judged on the host chose 14 of 15 within 1.02 against 11 of 15
 #: (M = 512, where 1 ms was biased, 3 of 3 right against 1 of 3), the GEMM 9 of 9 against 6 of 9, and the README's
 #: campaign took 64-67 s against 75-78 s alternating on one GPU
 GRAPH_SCREEN_SETTLE_MS = 3.0
@@ -79,11 +79,11 @@ SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: configs 8-9% slower than the best in 2 of 3 tunings, 6 leaders 1.9-3.2%; ``benchmarks/RESULTS.md``). The block
 #: then costs about twice as long (~0.4 s more), which such a key's tuning affords. 0.1 ms is about three times a
 #: Triton launch from Python (~30 us): a slower call is device-bound (at 0.25 ms, a 0.24 ms GEMM at M = 2048 on an
-#: H200 got six leaders and its tuning took 43% of stock's time)
+#: H200 got six leaders and its tuning took 43% of stock's time). A tuning timed on the device (CUDA graphs) keeps the
+#: six: with three (tried in 1d6d2f2), the README's MoE campaign never chose M = 512's best config in 6 campaigns,
+#: where six chose it in 3 of 6: its screening samples read it 4-8% slower than the config chosen, and only the
+#: settled block, where it reached the six, ranked it first (``results/session_h200_14``)
 SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
-#: the same bar for a tuning timed on the device (CUDA graphs): 0, none. Its samples are device time, without the
-#: host's launch noise that the six leaders are for; they still go to a noisy race (``race.Race.location``)
-GRAPH_FAST_LEADER_MS = 0.0
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
 #: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
 ROUND_SETTLE_MS = 25.0
