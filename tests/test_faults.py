@@ -188,6 +188,17 @@ def test_raise_on_one_rank_is_left_out_without_any_restart(env):
 # -- failures that end processes, without a restart: clear errors; then the user runs again ------------------
 
 
+def captured_alone(env: dict[str, str]) -> dict:
+    """One rank of fault_cases.capture_hang that must end well: its RESULT, timed on the (stand-in) device, config 0
+    chosen."""
+    results, _ = ranks("capture_hang", 1, env)
+    (job,) = results
+    assert job.returncode == 0, describe(results)
+    (result,) = job.results
+    assert result["clock"] == "graph" and result["chosen"] == 0, result
+    return result
+
+
 @pytest.mark.timeout(90)
 def test_a_config_that_hangs_in_its_cuda_graph_capture_ends_the_rank_and_is_blamed_on_the_rerun(env):
     # issue 41: a tuning timed on the device captures each config's graph (the capture runs the config once, its
@@ -201,11 +212,7 @@ def test_a_config_that_hangs_in_its_cuda_graph_capture_ends_the_rank_and_is_blam
     states = [(r["index"], r["state"], r.get("phase")) for r in records(journal)]
     assert states[-1][:2] == (1, "hung") and (1, "started", "capture") in states, states
 
-    again, _ = ranks("capture_hang", 1, {**env, "RUN": "1"})
-    (rerun,) = again
-    assert rerun.returncode == 0, describe(again)
-    (result,) = rerun.results
-    assert result["clock"] == "graph" and result["chosen"] == 0, result
+    result = captured_alone({**env, "RUN": "1"})
     assert result["states"] == ["measured", "failed", "measured"], result
     assert re.match(rf"in an earlier attempt, hung on rank 0: capture exceeded {T} s", result["errors"][1]), result
 
@@ -214,11 +221,7 @@ def test_a_config_that_hangs_in_its_cuda_graph_capture_ends_the_rank_and_is_blam
 def test_a_config_whose_capture_meets_its_own_error_fails_alone_and_the_tuning_goes_on_on_the_device(env):
     # the synchronize after a capture can raise a kernel's asynchronous error: that config is failed by its own
     # error, and the others are still timed from their graphs (the stand-in of fault_cases.capture_hang)
-    results, _ = ranks("capture_hang", 1, {**env, "CAPTURE_RAISE": "1"})
-    (job,) = results
-    assert job.returncode == 0, describe(results)
-    (result,) = job.results
-    assert result["clock"] == "graph" and result["chosen"] == 0, result
+    result = captured_alone({**env, "CAPTURE_RAISE": "1"})
     assert result["states"] == ["measured", "measured", "failed"], result
     assert "unaligned access was encountered (injected in a capture)" in result["errors"][2], result
     # config 2 ran its warm-up (the checked run, then a probe of one call after config 1's 40 ms calls) and its
