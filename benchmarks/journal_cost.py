@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from triton_dist_tune.faults.journal import Journal  # noqa: E402
-from triton_dist_tune.faults.watchdog import WATCHDOG, Watchdog  # noqa: E402
+from triton_dist_tune.faults.watchdog import WATCHDOG  # noqa: E402
 
 
 def per_record_ms(folder: Path, records: int, sync: bool) -> tuple[float, float]:
@@ -57,12 +57,8 @@ def write_like_a_compile_worker(folder: str, stop: object) -> None:
         n += 1
 
 
-def guard_us(pairs: int = 2000, backstop: bool = True) -> float:
-    """Microseconds of one arm and disarm of a guard; without ``backstop``, with the watchdog's faulthandler timer
-    (re-armed at every arm and disarm: a thread started and joined each time) left out."""
-    saved = Watchdog._backstop
-    if not backstop:
-        Watchdog._backstop = lambda self: None  # type: ignore[method-assign]
+def guard_us(pairs: int = 2000) -> float:
+    """Microseconds of one arm and disarm of a guard, back to back as a tuning's phases run."""
     guard = WATCHDOG.guard()
     try:
         t0 = time.perf_counter()
@@ -72,7 +68,6 @@ def guard_us(pairs: int = 2000, backstop: bool = True) -> float:
         return 1e6 * (time.perf_counter() - t0) / pairs
     finally:
         guard.close()
-        Watchdog._backstop = saved  # type: ignore[method-assign]
 
 
 def main() -> int:
@@ -97,8 +92,7 @@ def main() -> int:
                 print(f"{folder}, {writers} writer(s): a journal record {synced[0]:.3f} ms fsynced (mean "
                       f"{synced[1]:.3f}), {unsynced[0]:.3f} ms without the fsync (mean {unsynced[1]:.3f}); medians "
                       f"of {args.records}")
-            print(f"{writers} writer(s): a guard's arm and disarm: {guard_us():.1f} us ({guard_us(backstop=False):.1f}"
-                  " us without the faulthandler backstop)")
+            print(f"{writers} writer(s): a guard's arm and disarm: {guard_us():.1f} us")
         finally:
             stop.set()
             for proc in procs:

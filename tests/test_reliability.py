@@ -53,6 +53,82 @@ def test_the_cap_is_held_by_every_clock_of_the_watchdog():
     assert exchange_timeout(settings.MAX_SECONDS * 5000) < threading.TIMEOUT_MAX
 
 
+def test_back_to_back_guarded_phases_move_the_backstop_once_a_second_and_it_is_cancelled_once_idle(monkeypatch):
+    """Issue 41: re-arming faulthandler's timer starts and joins a thread, which made each guarded phase (thousands
+    per tuning: warm-ups, captures, samples) cost 30-50 times a guard's own work. Counted here, not timed: the
+    timer moves about once per SLACK_S of back-to-back phases, never fires before the earliest deadline plus
+    BACKSTOP_S nor more than SLACK_S after it, and is cancelled by the monitor once no phase was armed for IDLE_S."""
+    import time
+
+    from triton_dist_tune.faults import backstop
+    from triton_dist_tune.faults.watchdog import WATCHDOG
+
+    armed: list[float] = []
+    real_arm = backstop.faulthandler.dump_traceback_later
+
+    def counted(timeout: float, exit: bool = False) -> None:
+        armed.append(timeout)
+        real_arm(timeout, exit=exit)
+
+    monkeypatch.setattr(backstop.faulthandler, "dump_traceback_later", counted)
+    guard = WATCHDOG.guard()
+    try:
+        started = time.monotonic()
+        for i in range(2000):  # well under a second on an idle machine; each pair checks the window
+            guard.arm(30.0, "phase", lambda: None, i, None, "step", 0.0)
+            due = guard.deadline + backstop.BACKSTOP_S
+            assert due <= WATCHDOG.backstop.at <= due + backstop.SLACK_S + 0.01
+            guard.disarm()
+        seconds = time.monotonic() - started
+        assert 1 <= len(armed) <= seconds / backstop.SLACK_S + 2, (len(armed), seconds)  # was 2000
+        guard.arm(2.0, "shorter", lambda: None, 0, None, "step", 0.0)  # an earlier deadline moves it at once
+        assert WATCHDOG.backstop.at <= guard.deadline + backstop.BACKSTOP_S + backstop.SLACK_S + 0.01
+        guard.disarm()
+        waited = time.monotonic()
+        while WATCHDOG.backstop.at is not None and time.monotonic() - waited < 10:
+            time.sleep(0.05)
+        assert WATCHDOG.backstop.at is None  # cancelled by the monitor, about IDLE_S after the last phase
+    finally:
+        guard.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_process_forked_while_a_phase_is_guarded_can_use_faulthandler_and_exit():
+    """A fork copies faulthandler's armed timer without its thread, and cancelling it in the child then waits
+    forever (a child that exits through atexit runs the watchdog's stop, which cancels it). The backstop is
+    cancelled around every fork and armed again in the parent."""
+    import os
+    import time
+
+    from triton_dist_tune.faults.watchdog import WATCHDOG
+
+    guard = WATCHDOG.guard()
+    guard.arm(30.0, "phase", lambda: None, 0, None, "step", 0.0)
+    try:
+        at = WATCHDOG.backstop.at
+        pid = os.fork()
+        if pid == 0:  # the child: cancel faulthandler's timer, as an exit through atexit does
+            import faulthandler
+
+            faulthandler.cancel_dump_traceback_later()
+            os._exit(7)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung cancelling faulthandler's timer")
+        assert os.waitstatus_to_exitcode(status) == 7
+        assert WATCHDOG.backstop.at is not None and abs(WATCHDOG.backstop.at - at) < 0.01  # armed again
+    finally:
+        guard.disarm()
+        guard.close()
+
+
 # -- case 6: the tuner's own error blames no config ------------------------------------------------------------------
 
 @pytest.mark.timeout(240)

@@ -17,18 +17,16 @@ Under ``torchrun --max-restarts`` the job then restarts and the journal leaves t
 running the job again resumes the same way.
 
 The watchdog is a Python thread, which needs the GIL to run. As a backstop for code that hangs while holding the
-GIL, :mod:`faulthandler` is armed too, :data:`BACKSTOP_S` seconds after the earliest deadline: it needs no GIL,
-prints every thread's stack and ends the process with status 1 (the journal then shows the config as started: a
-suspect, retried once by the next attempt). This takes over ``faulthandler.dump_traceback_later`` while a guarded
-phase runs.
+GIL, :mod:`faulthandler` is armed too, :data:`BACKSTOP_S` seconds (to 1 s more) after the earliest deadline
+(:mod:`~triton_dist_tune.faults.backstop`): it needs no GIL, prints every thread's stack and ends the process with
+status 1 (the journal then shows the config as started: a suspect, retried once by the next attempt). This takes
+over ``faulthandler.dump_traceback_later`` while a guarded phase runs, and for half a second after the last.
 """
 
 from __future__ import annotations
 
 import atexit
-import faulthandler
 import logging
-import math
 import os
 import sys
 import threading
@@ -36,14 +34,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .backstop import BACKSTOP_S as BACKSTOP_S
+from .backstop import Backstop
+
 log = logging.getLogger("triton_dist_tune")
 
 #: exit status of a process ended by the watchdog (a hang)
 EXIT_CODE = 86
 #: exit status of a process ended because another rank's run raised while this one was inside a collective
 PEER_EXIT_CODE = 87
-#: seconds after the deadline at which the GIL-free faulthandler backstop ends the process
-BACKSTOP_S = 5.0
 #: how often the monitor reads the failure board while a guarded phase runs
 POLL_S = 0.5
 #: the most seconds a rank stays inside a config after another rank posted that this config raised there
@@ -126,6 +125,7 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._registered = False
+        self.backstop = Backstop()
 
     def guard(self, board: Any = None, rank: int = 0) -> Guard:
         """A new guard for one tuning (watching ``board``, the group's failure board, when given)."""
@@ -152,29 +152,24 @@ class Watchdog:
                 self._thread = threading.Thread(target=self._watch, name="triton_dist_tune-watchdog", daemon=True)
                 self._thread.start()
             self.cond.notify()
-        self._backstop()
+        self.backstop.keep(self._earliest)
 
     def unwatch(self, guard: Guard) -> None:
+        self.backstop.keep(self._earliest)  # first: the monitor, woken next, counts the backstop's idle time from now
         with self.cond:
             self.cond.notify()
-        self._backstop()
 
-    def _backstop(self) -> None:
-        """faulthandler's timer at the earliest armed deadline plus BACKSTOP_S (cancelled when none is armed)."""
+    def _earliest(self) -> float | None:
+        """The earliest armed deadline (None: none is armed)."""
         with self.cond:
-            deadlines = [g.deadline for g in self._guards if g.deadline is not None]
-        try:
-            if deadlines:
-                left = math.ceil(max(0.001, min(deadlines) - time.monotonic()) * 1000) / 1000
-                faulthandler.dump_traceback_later(left + BACKSTOP_S, exit=True)
-            else:
-                faulthandler.cancel_dump_traceback_later()
-        except (AttributeError, OSError, RuntimeError, ValueError, OverflowError):  # no usable stderr, or a
-            pass  # deadline past the platform's time_t (refused when checked: settings.MAX_SECONDS): no backstop
+            return min((g.deadline for g in self._guards if g.deadline is not None), default=None)
+
+    def _armed(self) -> bool:
+        return self._earliest() is not None
 
     def stop(self) -> None:
         """End the watchdog thread (at interpreter exit), so that no thread of ours outlives the interpreter."""
-        faulthandler.cancel_dump_traceback_later()
+        self.backstop.stop()
         with self.cond:
             self._stopping = True
             thread, self._thread = self._thread, None
@@ -187,7 +182,17 @@ class Watchdog:
             while not self._stopping:
                 armed = [g for g in self._guards if g.deadline is not None]
                 if not armed:
-                    self.cond.wait()
+                    idle_left = self.backstop.idle_left()
+                    if idle_left is None:
+                        self.cond.wait()
+                    elif idle_left > 0:
+                        self.cond.wait(idle_left)
+                    else:  # no phase armed again meanwhile: cancel the backstop, outside the lock (as arm does)
+                        self.cond.release()
+                        try:
+                            self.backstop.cancel_if_idle(self._armed)
+                        finally:
+                            self.cond.acquire()
                     continue
                 now = time.monotonic()
                 late = [g for g in armed if g.deadline <= now]
