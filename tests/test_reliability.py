@@ -53,6 +53,7 @@ def test_the_cap_is_held_by_every_clock_of_the_watchdog():
     assert exchange_timeout(settings.MAX_SECONDS * 5000) < threading.TIMEOUT_MAX
 
 
+@pytest.mark.timeout(60)
 def test_back_to_back_guarded_phases_move_the_backstop_once_a_second_and_it_is_cancelled_once_idle(monkeypatch):
     """Issue 41: re-arming faulthandler's timer starts and joins a thread, which made each guarded phase (thousands
     per tuning: warm-ups, captures, samples) cost 30-50 times a guard's own work. Counted here, not timed: the

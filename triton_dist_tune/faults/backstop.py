@@ -80,10 +80,11 @@ class Backstop:
             self._cancel()
 
     def _arm(self, at: float) -> None:
+        """Fire at ``at`` (faulthandler's timer counts from its call, a little after: never sooner)."""
         left = math.ceil(max(0.001, at - time.monotonic()) * 1000) / 1000
         try:
             faulthandler.dump_traceback_later(left, exit=True)
-            self.at = time.monotonic() + left
+            self.at = at
         except _REFUSED:
             self.at = None  # no backstop
 

@@ -54,7 +54,7 @@ TIMING_MODES = ("steady", "cold")
 #: (That MoE's samples were then counted from its eager probe, 2-5x its device time on the hosts measured since)
 SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
 #: a screening sample's span when the config's calls replay from a CUDA graph (:mod:`~triton_dist_tune.measure.graphs`;
-#: its settling stays :data:`SCREEN_SETTLE_MS`), both in the replays' device time. One H200, the MoE example's
+#: its settling: :data:`GRAPH_SCREEN_SETTLE_MS`), both in the replays' device time. One H200, the MoE example's
 #: configs at M = 16, 64 and 512 against a judge of long windows (``benchmarks/regime_check.py``,
 #: ``results/session_h200_13``): 1 ms of settling ranked M = 512's best config 9% behind where 2 ms and more did not;
 #: spans of 2 ms and 5 ms ranked every shape alike. Training figures: these three shapes chose it
