@@ -20,3 +20,14 @@ PY
   log=$(find "$home/logs" -name '*.log' | head -n 1); [ -n "$log" ] && gzip -c "$log" > "$dir/campaign_rank.log.gz"
   rm -rf "$home"
 }
+
+# swapped_pairs DIR A B: the caller's `one PASS ARM GPU` for arms A and B side by side, A on GPU 0 and B on GPU 1,
+# then the GPUs swapped; each one's output in DIR/<arm><pass>.txt.
+swapped_pairs() {
+  local dir=$1 a=$2 b=$3 pass
+  for pass in 1 2; do
+    one "$pass" "$a" $((pass - 1)) > "$dir/$a$pass.txt" 2>&1 &
+    one "$pass" "$b" $((2 - pass)) > "$dir/$b$pass.txt" 2>&1 &
+    wait
+  done
+}

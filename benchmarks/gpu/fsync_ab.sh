@@ -26,12 +26,7 @@ one() {  # pass, arm, GPU
   echo "$1 $2 gpu $3 $(CAMPAIGN_TIME=110 campaign_alone "$OUT/fsync/$1-$2" "$PWD" "$3" "${cpus[$3]}" $((29840 + $3)) \
     "$prelude")"
 }
-for pass in 1 2; do
-  if [ "$pass" = 1 ]; then g_sync=0 g_nosync=1; else g_sync=1 g_nosync=0; fi
-  one "$pass" sync "$g_sync" > "$OUT/fsync/sync$pass.txt" 2>&1 &
-  one "$pass" nosync "$g_nosync" > "$OUT/fsync/nosync$pass.txt" 2>&1 &
-  wait
-done
+swapped_pairs "$OUT/fsync" sync nosync
 cat "$OUT"/fsync/*.txt > "$OUT/fsync.txt"
 grep -h "fsyncs skipped" "$OUT"/fsync/*/campaign.txt >> "$OUT/fsync.txt"
 (cd "$OUT" && tar czf fsync.tgz fsync && rm -rf fsync)

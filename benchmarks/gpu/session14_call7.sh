@@ -12,16 +12,12 @@ export PYTHONUNBUFFERED=1
 old=$(cd "${ARM_OLD:-arms/s14a}" && pwd)
 tiny=(); cpus=(0-15 16-31)
 if [ -n "${CPU_SMOKE:-}" ]; then tiny=(--tiny); cpus=(0 1); fi
-one() {  # pass, name, root, GPU
+one() {  # pass, arm (new: this tree; old: ARM_OLD), GPU
+  local root=$PWD; [ "$2" = old ] && root=$old
   mkdir -p "$OUT/camp7/$1-$2"
-  echo "$1 $2 gpu $4 $(CAMPAIGN_TIME=110 campaign_alone "$OUT/camp7/$1-$2" "$3" "$4" "${cpus[$4]}" $((29830 + $4)))"
+  echo "$1 $2 gpu $3 $(CAMPAIGN_TIME=110 campaign_alone "$OUT/camp7/$1-$2" "$root" "$3" "${cpus[$3]}" $((29830 + $3)))"
 }
-for pass in 1 2; do
-  if [ "$pass" = 1 ]; then g_new=0 g_old=1; else g_new=1 g_old=0; fi
-  one "$pass" new "$PWD" "$g_new" > "$OUT/camp7/new$pass.txt" 2>&1 &
-  one "$pass" old "$old" "$g_old" > "$OUT/camp7/old$pass.txt" 2>&1 &
-  wait
-done
+swapped_pairs "$OUT/camp7" new old
 cat "$OUT"/camp7/*.txt > "$OUT/camp7.txt"
 (cd "$OUT" && tar czf camp7.tgz camp7 && rm -rf camp7)
 cat "$OUT/camp7.txt"
