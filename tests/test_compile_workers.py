@@ -362,23 +362,114 @@ def test_every_worker_is_forked_before_a_thread_of_the_pool_starts(monkeypatch):
         pool.close()
 
 
-@pytest.mark.timeout(120)
-def test_workers_forked_or_spawned_run_at_a_lower_priority_than_their_rank():
+@pytest.mark.timeout(180)
+def test_workers_forked_or_spawned_run_at_a_lower_priority_than_their_rank_and_guess_workers_at_the_lowest():
     """With the next key compiled ahead, a campaign's workers compile while its rank measures; on one H200 the
     rank's own parts (warm-ups, captures, timed launches) then took 4 s more over 16 keys. A worker now runs at
-    niceness 10 above its rank's, so that the rank's threads take a CPU first. Before: the same niceness."""
+    niceness 10 above its rank's, so that the rank's threads take a CPU first. Before: the same niceness. A worker
+    that compiles guesses runs at the lowest priority (19), so that a compile a stage waits for takes a CPU first."""
     import os
 
-    from triton_dist_tune.measure.compile_worker import NICENESS
+    from triton_dist_tune.measure.compile_worker import NICENESS, SPECULATIVE_NICENESS
     from triton_dist_tune.measure.compile_workers import WorkerPool
 
     mine = os.getpriority(os.PRIO_PROCESS, 0)
-    for fork in (True, False):
-        pool = WorkerPool(1)
-        try:
-            pool.start(fork=fork)
-            assert pool.wait_ready(100), fork
-            pids = [worker.proc.pid for worker in pool._all]
-            assert pids and all(os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + NICENESS) for pid in pids), fork
-        finally:
-            pool.close()
+    for niceness in (NICENESS, SPECULATIVE_NICENESS):
+        for fork in (True, False):
+            pool = WorkerPool(1, niceness)
+            try:
+                pool.start(fork=fork)
+                assert pool.wait_ready(100), fork
+                pids = [worker.proc.pid for worker in pool._all]
+                assert pids and all(os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + niceness)
+                                    for pid in pids), (fork, niceness)
+            finally:
+                pool.close()
+    assert SPECULATIVE_NICENESS > NICENESS
+
+
+def test_a_guess_run_by_a_speculative_thread_goes_to_the_guess_workers_and_a_needed_or_promoted_one_to_the_others():
+    """The thread that runs a compile says which workers take it (``routed``): a guess promoted before it started
+    runs on a thread for needed compiles, so it must reach the workers of normal priority."""
+    import threading
+
+    from triton_dist_tune.measure import compile_workers
+    from triton_dist_tune.measure.compile_workers import WorkerPool
+    from triton_dist_tune.measure.daemon_pool import AHEAD, NEXT_KEY, DaemonPool
+    from triton_dist_tune.measure.precompile import Compiles
+
+    needed_workers, guess_workers = WorkerPool(1), WorkerPool(1, 19)  # never started: only their identity counts
+    gate = threading.Event()
+    compiles = Compiles(DaemonPool(1, "tdt-route", speculative=1), limit=30.0, active=True, workers=needed_workers,
+                        guess_workers=guess_workers)
+    routes: dict[int, object] = {}
+
+    def route_of(index: int) -> object:
+        if index == 0:
+            gate.wait()
+        routes[index] = compile_workers._route.pool
+        return None
+
+    try:
+        compiles.submit(0, lambda: route_of(0), AHEAD)  # holds the speculative thread
+        compiles.submit(1, lambda: route_of(1), AHEAD)
+        compiles.submit(2, lambda: route_of(2))
+        compiles.submit(3, lambda: route_of(3), NEXT_KEY)
+        compiles.promote(1)
+        assert compiles.wait(1) is None and compiles.wait(2) is None
+        gate.set()
+        assert compiles.wait(0) is None and compiles.wait(3) is None
+        assert routes[1] is needed_workers and routes[2] is needed_workers
+        assert routes[0] is guess_workers and routes[3] is guess_workers
+    finally:
+        gate.set()
+        compiles.close()
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(180)
+def test_a_rank_tuning_alone_compiles_its_guesses_in_workers_of_the_lowest_priority_and_its_needs_in_the_others(
+        kernel_module, monkeypatch):
+    """``start_pool(alone=True)`` (a rank tuning alone, which compiles guesses ahead) starts a second set of worker
+    processes at the lowest priority and speculative threads that hand them the guesses; a compile needed now goes
+    to the workers of normal priority. Real workers compile a real kernel for a GPU target here."""
+    import os
+    import time
+
+    from triton_dist_tune.measure import compile_workers, precompile
+    from triton_dist_tune.measure.compile_worker import SPECULATIVE_NICENESS
+    from triton_dist_tune.measure.daemon_pool import AHEAD, NEXT_KEY
+
+    module, target, _ = kernel_module
+    monkeypatch.setattr(compile_workers, "_pools", {})  # this test's pools, not the process's
+    monkeypatch.setattr(precompile, "compiles_here", lambda: True)
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES", "1")
+    signature = {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+
+    def compile_block(block: int) -> None:  # what Triton's JIT does on a routed thread (compile_workers._install)
+        work = task(module.scale_kernel, signature, {"BLOCK": block}, {}, target, {"num_warps": 4, "num_stages": 2})
+        assert work is not None and compile_workers._route.pool.compile(work)
+
+    compiles = precompile.start_pool(2, timeout=60, space=1000, alone=True)
+    try:
+        assert compiles.workers is not None and compiles.guess_workers is not None
+        assert compiles.pool is not None and compiles.pool.speculative == 1
+        assert compiles.workers.wait_ready(100) and compiles.guess_workers.wait_ready(100)
+        compiles.submit(0, lambda: compile_block(32), AHEAD)
+        compiles.submit(1, lambda: compile_block(64), NEXT_KEY)
+        compiles.submit(2, lambda: compile_block(128))
+        assert [compiles.wait(i) for i in range(3)] == [None, None, None]  # a next key's compile: never waited for
+        deadline = time.monotonic() + 60
+        while compiles.guess_workers.stats.compiled < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert compiles.guess_workers.stats.compiled == 2 and compiles.workers.stats.compiled == 1
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        assert all(os.getpriority(os.PRIO_PROCESS, w.proc.pid) == min(19, mine + SPECULATIVE_NICENESS)
+                   for w in compiles.guess_workers._all)
+        assert "guesses: 2 kernel(s) compiled" in (compiles.workers_text() or "")
+        single = precompile.start_pool(2, timeout=60, space=1000)  # a rank of a group compiles no guesses
+        assert single.pool is not None and single.pool.speculative == 0 and single.guess_workers is None
+        single.close()
+    finally:
+        compiles.close()
+        compile_workers.close_shared()

@@ -347,6 +347,46 @@ def test_compiles_submitted_later_run_after_the_others_unless_promoted_and_each_
         pool.shutdown()
 
 
+@pytest.mark.timeout(60)
+def test_a_needed_compile_starts_while_every_speculative_thread_is_busy_and_a_promoted_guess_runs_as_needed():
+    """In the README's MoE campaign on one H200 the compile workers were busy 40-60% of each key while the key waited
+    for its compiles: a guess, once started, held its thread, and a stage's own compiles queued behind it. Guesses
+    now run on threads of their own. Before: one class of threads, and the needed compile below waited for the
+    guess (the gate) to end."""
+    import threading
+
+    from triton_dist_tune.measure.daemon_pool import AHEAD, NEXT_KEY, DaemonPool, speculating
+
+    gate, started = threading.Event(), threading.Event()
+    pool = DaemonPool(1, "tdt-guess", speculative=1)
+
+    def guess() -> bool:
+        started.set()
+        gate.wait()
+        return speculating()
+
+    try:
+        running = pool.submit(guess, rank=AHEAD)
+        assert started.wait(10)  # the one speculative thread is busy with it
+        queued = pool.submit(speculating, rank=NEXT_KEY)
+        needed = pool.submit(speculating)
+        assert needed.result(timeout=10) is False  # at once, on a thread for the needed compiles
+        promoted = pool.submit(speculating, rank=AHEAD)
+        pool.promote(promoted)  # its stage came before a speculative thread was free
+        assert promoted.result(timeout=10) is False
+        assert not queued.done() and not running.done()
+        gate.set()
+        assert running.result(timeout=10) is True and queued.result(timeout=10) is True
+        assert speculating() is False
+    finally:
+        gate.set()
+        pool.shutdown()
+    threads = [t for t in threading.enumerate() if t.name.startswith("tdt-guess")]
+    for thread in threads:
+        thread.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)  # shutdown ends the threads of both classes
+
+
 #: a process whose pool holds a compile still running when the program ends, and one left behind stuck for good
 EXIT_SCRIPT = """
 import sys, threading, time

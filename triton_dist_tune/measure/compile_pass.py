@@ -143,7 +143,7 @@ def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]]
 
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
-    compiles = compiles if compiles is not None else start_pool(workers, timeout, peers, space)
+    compiles = compiles if compiles is not None else start_pool(workers, timeout, peers, space, alone=group.size == 1)
     with _lock:
         original = JITFunction.run
         JITFunction.run = _patched(original)

@@ -1,7 +1,8 @@
 """One compile worker process (:mod:`~triton_dist_tune.measure.compile_workers`): run as a script, it imports only
 Triton, what the parent names at its start and what each task names.
 
-Run with the names of modules to import first (Triton's compiler, torch: :func:`~triton_dist_tune.measure.
+Run with ``--niceness=N`` (how much to lower its priority: :data:`NICENESS` without it), then the names of modules
+to import first (Triton's compiler, torch: :func:`~triton_dist_tune.measure.
 compile_workers.preloaded`), it imports them, then says it is ready in one JSON line, ``{"ready": true}``.
 Each task arrives on standard input as an 8-byte length and a pickle from the parent process that started it
 (never from a file or the store): ``(sys.path, TRITON_* variables, Triton's version key, module, qualname,
@@ -63,13 +64,17 @@ def compile_one(task: tuple) -> None:
 #: a worker's niceness: the rank's own threads (its warm-ups, captures and timed launches, which run while the
 #: workers compile ahead) take a CPU before any worker does; a worker still has every CPU the rank leaves idle
 NICENESS = 10
+#: the niceness of a worker that compiles guesses (:mod:`~triton_dist_tune.measure.daemon_pool`'s speculative
+#: threads): the most Linux gives, so that a compile a stage waits for takes a CPU before any guess does (under
+#: Linux's scheduler a process of niceness 10 weighs 7 times one of 19)
+SPECULATIVE_NICENESS = 19
 
 
-def serve(tasks: BinaryIO, answers: TextIO) -> None:
-    """Lower this process's priority (:data:`NICENESS`), say ready, then answer each task of ``tasks`` on ``answers``
+def serve(tasks: BinaryIO, answers: TextIO, niceness: int = NICENESS) -> None:
+    """Lower this process's priority by ``niceness``, say ready, then answer each task of ``tasks`` on ``answers``
     until the end of ``tasks``."""
     try:
-        os.nice(NICENESS)
+        os.nice(niceness)
     except OSError:
         pass
     answers.write(json.dumps({"ready": True}) + "\n")
@@ -92,12 +97,16 @@ def main() -> None:
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # print() and C code write to standard error; standard output is the answers' alone
     sys.stdout = sys.stderr
-    for name in sys.argv[1:]:  # what the parent names, before the first task (a module that fails: at its task)
+    names = sys.argv[1:]
+    niceness = NICENESS
+    if names and names[0].startswith("--niceness="):
+        niceness = int(names.pop(0).split("=", 1)[1])
+    for name in names:  # what the parent names, before the first task (a module that fails: at its task)
         try:
             importlib.import_module(name)
         except Exception:
             pass
-    serve(sys.stdin.buffer, answers)
+    serve(sys.stdin.buffer, answers, niceness)
 
 
 if __name__ == "__main__":

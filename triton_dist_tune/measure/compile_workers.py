@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .compile_worker import NICENESS, SPECULATIVE_NICENESS
 from .forked_worker import Forked, fork_refusal
 
 log = logging.getLogger("triton_dist_tune")
@@ -81,15 +82,16 @@ def preloaded() -> list[str]:
 
 
 class Worker:
-    """One worker process (spawned or :class:`Forked`) and its pipes."""
+    """One worker process (spawned or :class:`Forked`) and its pipes; it lowers its priority by ``niceness``."""
 
-    def __init__(self, fork: bool = False) -> None:
+    def __init__(self, fork: bool = False, niceness: int = NICENESS) -> None:
         self.proc: Any
         if fork:
-            self.proc = Forked()
+            self.proc = Forked(niceness)
             return
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-        self.proc = subprocess.Popen([sys.executable, str(_SCRIPT), *preloaded()], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, str(_SCRIPT), f"--niceness={niceness}", *preloaded()],
+                                     stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
 
     def ready(self) -> None:
@@ -137,10 +139,11 @@ class Worker:
 class WorkerPool:
     """Worker processes shared by the compile threads: a thread borrows an idle one for each task. The workers start
     in the background (:meth:`start`); a task that finds none idle while some are still starting is compiled by its
-    thread."""
+    thread. Each worker lowers its priority by ``niceness``."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, niceness: int = NICENESS) -> None:
         self.size = max(1, size)
+        self.niceness = niceness
         self.idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
         #: workers started and not ended (those still starting included)
         self.alive = 0
@@ -163,7 +166,7 @@ class WorkerPool:
         workers: list[Worker | None] = []
         for _ in range(count):  # every fork first, before the threads below start
             try:
-                workers.append(Worker(fork=True) if fork else None)
+                workers.append(Worker(fork=True, niceness=self.niceness) if fork else None)
             except OSError as exc:
                 log.warning("triton_dist_tune: cannot fork a compile worker (%s): spawning it", exc)
                 fork = False
@@ -177,7 +180,7 @@ class WorkerPool:
         forked = worker is not None
         if worker is None:
             try:
-                worker = Worker()
+                worker = Worker(niceness=self.niceness)
             except OSError as exc:
                 self._not_started(None, exc)
                 return
@@ -295,33 +298,35 @@ class WorkerPool:
             worker.end(max(0.0, deadline - time.monotonic()))
 
 
-_pool: WorkerPool | None = None
+#: this process's worker pools: for the compiles a stage needs, and for the guesses (``True``)
+_pools: dict[bool, WorkerPool] = {}
 _pool_lock = threading.Lock()
 _route = threading.local()
 
 
-def shared_pool(size: int, compiling: bool = True) -> WorkerPool:
+def shared_pool(size: int, compiling: bool = True, speculative: bool = False) -> WorkerPool:
     """This process's worker pool (created at the first call, with ``size`` workers: forked now unless
     :func:`fork_refusal` says why not, given whether a compile thread of this process is ``compiling``; else spawned
-    in the background)."""
-    global _pool
+    in the background). ``speculative``: the pool for guesses, whose workers run at
+    :data:`~.compile_worker.SPECULATIVE_NICENESS` (:mod:`~.daemon_pool`)."""
     with _pool_lock:
-        if _pool is None:
+        pool = _pools.get(speculative)
+        if pool is None:
             _install()
-            _pool = WorkerPool(size)
+            pool = _pools[speculative] = WorkerPool(size, SPECULATIVE_NICENESS if speculative else NICENESS)
             refusal = fork_refusal(compiling)
             if refusal is not None:
                 log.debug("triton_dist_tune: compile workers spawned, not forked: %s", refusal)
-            _pool.start(fork=refusal is None)
-        return _pool
+            pool.start(fork=refusal is None)
+        return pool
 
 
 def close_shared() -> None:
     """End this process's workers (at exit, once the compile threads waiting on them are done: see
     :func:`~triton_dist_tune.measure.daemon_pool._drain_at_exit`)."""
     with _pool_lock:
-        pool = _pool
-    if pool is not None:
+        pools = [_pools[kind] for kind in sorted(_pools)]
+    for pool in pools:
         pool.close()
 
 

@@ -1,5 +1,18 @@
 """The daemon threads that compile (:class:`DaemonPool`), their deadline (:func:`wait_within`), and the wait for
-them at exit (see :mod:`~triton_dist_tune.measure.precompile`, whose compiles run here)."""
+them at exit (see :mod:`~triton_dist_tune.measure.precompile`, whose compiles run here).
+
+**Speculative compiles on threads of their own.** A rank tuning alone compiles ahead what it will likely need:
+the configs its search's next stage will likely hold (:data:`AHEAD`) and those a campaign's next key will likely
+screen (:data:`NEXT_KEY`). On one pool of threads, a stage's own compiles (:data:`NOW`) went first in the queue but
+waited for every thread busy with a guess: a guess is not stopped once started. In the README's MoE campaign on one
+H200 (16 compile workers, ``benchmarks/results/session_h200_14``) the workers were busy 40-60% of each key while
+the key waited 0.3-4.7 s for its compiles. So a pool given ``speculative`` threads runs the guesses there alone,
+and its ``workers`` threads run what a stage needs now (a guess promoted before it started included): a needed
+compile starts at once, whatever the guesses do. The thread a task runs on says which class it is
+(:func:`speculating`): :mod:`~triton_dist_tune.measure.precompile` hands a guess to worker processes of lower
+priority (:data:`~triton_dist_tune.measure.compile_worker.SPECULATIVE_NICENESS`), so that it takes only the CPUs
+the needed compiles leave idle.
+"""
 
 from __future__ import annotations
 
@@ -21,26 +34,41 @@ EXIT_WAIT_S = 30.0
 
 #: the ranks of a pool's tasks, run in this order (then in order of submission): needed now; compiled ahead of the
 #: stage that may need it (:mod:`~triton_dist_tune.measure.ahead`); compiled ahead for a campaign's next key
-#: (:mod:`~triton_dist_tune.function.next_key`)
+#: (:mod:`~triton_dist_tune.function.next_key`). The last two are guesses: a pool with speculative threads runs them
+#: there alone.
 NOW, AHEAD, NEXT_KEY = 0, 1, 2
 _END = 3  # a thread's end, after every task
+
+_thread = threading.local()
+
+
+def speculating() -> bool:
+    """Whether this thread is a speculative thread of some pool (it runs guesses: :data:`AHEAD`, :data:`NEXT_KEY`)."""
+    return bool(getattr(_thread, "speculative", False))
 
 
 class DaemonPool:
     """A pool of daemon threads running submitted callables (``concurrent.futures.Future`` results) by rank
     (:data:`NOW`, then :data:`AHEAD`, then :data:`NEXT_KEY`), then in order of submission (:meth:`promote` moves one
-    forward).
+    forward). With ``speculative`` threads, the guesses (:data:`AHEAD`, :data:`NEXT_KEY`) run on those alone and
+    the ``workers`` threads run the rest (see the module docstring).
 
     Unlike ``ThreadPoolExecutor``, whose threads the interpreter joins at exit, a thread stuck in a call here never
     keeps the process alive; :meth:`abandon` adds a thread in place of one left behind, so the queue goes on."""
 
-    def __init__(self, workers: int, name: str) -> None:
+    def __init__(self, workers: int, name: str, speculative: int = 0) -> None:
         self.name = name
-        #: (rank, submission order, the future, the callable); None entries end a thread
-        self._tasks: list[tuple[int, int, Future, Callable[[], Any]] | tuple[int, int, None, None]] = []
-        self._ready = threading.Condition()
+        #: each class's queue (False: the needed compiles; True: the guesses, with speculative threads), of (rank,
+        #: submission order, the future, the callable); None entries end a thread
+        self._tasks: dict[bool, list[tuple[int, int, Future, Callable[[], Any]] | tuple[int, int, None, None]]] = {
+            False: [], True: []}
+        self._lock = threading.Lock()
+        self._ready = {kind: threading.Condition(self._lock) for kind in (False, True)}
         self._count = 0
         self._threads: list[threading.Thread] = []
+        #: whether each thread (by name) is speculative
+        self._speculative: dict[str, bool] = {}
+        self.speculative = max(0, speculative)
         self._closed = False
         #: the task each thread runs now, by thread name; the tasks left behind past their deadline
         self._busy: dict[str, Future] = {}
@@ -48,27 +76,33 @@ class DaemonPool:
         #: the callables of the futures not started yet (for :meth:`promote`)
         self._pending: dict[Future, Callable[[], Any]] = {}
         for _ in range(max(1, workers)):
-            self._start()
+            self._start(False)
+        for _ in range(self.speculative):
+            self._start(True)
         _pools.add(self)
 
-    def _start(self) -> None:
-        thread = threading.Thread(target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True)
+    def _start(self, speculative: bool) -> None:
+        name = f"{self.name}-{'guess-' if speculative else ''}{len(self._threads)}"
+        self._speculative[name] = speculative
+        thread = threading.Thread(target=self._work, args=(speculative,), name=name, daemon=True)
         self._threads.append(thread)
         thread.start()
 
-    def _put(self, rank: int, future: Future | None, fn: Callable[[], Any] | None) -> None:
-        with self._ready:
-            self._count += 1
-            heapq.heappush(self._tasks, (rank, self._count, future, fn))  # type: ignore[arg-type]
-            self._ready.notify()
+    def _put(self, rank: int, future: Future | None, fn: Callable[[], Any] | None,
+             speculative: bool = False) -> None:
+        """Queue a task (the lock held) on the class ``speculative`` says."""
+        self._count += 1
+        heapq.heappush(self._tasks[speculative], (rank, self._count, future, fn))  # type: ignore[arg-type]
+        self._ready[speculative].notify()
 
-    def _next(self) -> tuple[Future, Callable[[], Any]] | None:
-        """The next task to run (marked running), or None: the thread ends."""
-        with self._ready:
+    def _next(self, speculative: bool) -> tuple[Future, Callable[[], Any]] | None:
+        """The next task of its class to run (marked running), or None: the thread ends."""
+        tasks = self._tasks[speculative]
+        with self._lock:
             while True:
-                while not self._tasks:
-                    self._ready.wait()
-                _, _, future, fn = heapq.heappop(self._tasks)
+                while not tasks:
+                    self._ready[speculative].wait()
+                _, _, future, fn = heapq.heappop(tasks)
                 if future is None or fn is None:
                     return None
                 if self._pending.pop(future, None) is None:
@@ -76,9 +110,10 @@ class DaemonPool:
                 if future.set_running_or_notify_cancel():
                     return future, fn
 
-    def _work(self) -> None:
+    def _work(self, speculative: bool) -> None:
+        _thread.speculative = speculative
         while True:
-            item = self._next()
+            item = self._next(speculative)
             if item is None:
                 return
             future, fn = item
@@ -95,30 +130,35 @@ class DaemonPool:
 
     def submit(self, fn: Callable[[], Any], rank: int = NOW) -> Future:
         """Run ``fn`` in a thread of the pool after every task of its ``rank`` or a lower one submitted before it,
-        and before every task of a higher rank not started yet; returns its future."""
+        and before every task of a higher rank not started yet (a guess, with speculative threads: on one of those);
+        returns its future."""
         future: Future = Future()
         if self._closed:
             future.cancel()
             return future
-        with self._ready:
+        with self._lock:
             self._pending[future] = fn
-            self._put(rank, future, fn)
+            self._put(rank, future, fn, speculative=rank != NOW and self.speculative > 0)
         return future
 
     def promote(self, future: Future) -> None:
-        """Run ``future``'s task, if it has not started, as if submitted now with rank :data:`NOW`."""
-        with self._ready:
+        """Run ``future``'s task, if it has not started, as if submitted now with rank :data:`NOW` (on a thread for
+        the needed compiles)."""
+        with self._lock:
             fn = self._pending.get(future)
             if fn is not None:
                 self._put(NOW, future, fn)
 
     def abandon(self, future: Future | None = None) -> None:
-        """A thread of the pool is stuck in a call (``future``'s) past its deadline: leave it, and start one in its
-        place; :meth:`drain` does not wait for it."""
+        """A thread of the pool is stuck in a call (``future``'s) past its deadline: leave it, and start one of its
+        class in its place; :meth:`drain` does not wait for it."""
+        speculative = False
         if future is not None:
             self._left.add(future)
+            speculative = any(task is future and self._speculative.get(name, False)
+                              for name, task in list(self._busy.items()))
         if not self._closed:
-            self._start()
+            self._start(speculative)
 
     def drain(self, deadline: float) -> None:
         """Cancel what has not started and wait, until ``deadline`` (``time.monotonic``), for the threads still
@@ -132,13 +172,15 @@ class DaemonPool:
     def shutdown(self) -> None:
         """Cancel what has not started; idle threads end, a stuck one is left (a daemon: it never blocks exit)."""
         self._closed = True
-        with self._ready:
+        with self._lock:
             pending, self._pending = list(self._pending), {}
-            self._tasks.clear()
+            for tasks in self._tasks.values():
+                tasks.clear()
         for future in pending:
             future.cancel()
-        for _ in self._threads:
-            self._put(_END, None, None)
+        with self._lock:
+            for thread in self._threads:
+                self._put(_END, None, None, self._speculative.get(thread.name, False))
 
 
 #: every pool of this process, for :func:`_drain_at_exit`

@@ -21,7 +21,7 @@ import warnings
 from typing import IO, NoReturn
 
 from .. import settings
-from .compile_worker import serve
+from .compile_worker import NICENESS, serve
 
 
 def fork_refusal(compiling: bool) -> str | None:
@@ -51,7 +51,7 @@ class Forked:
     """A worker forked from this process (:func:`_serve_forked`): its pid and pipes, with the part of
     ``subprocess.Popen`` that :class:`Worker` uses (``stdin``, ``stdout``, ``pid``, ``wait``, ``kill``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, niceness: int = NICENESS) -> None:
         tasks_in, tasks_out = os.pipe()
         answers_in, answers_out = os.pipe()
         try:
@@ -63,7 +63,7 @@ class Forked:
                 os.close(number)
             raise
         if pid == 0:
-            _serve_forked(tasks_in, answers_out)
+            _serve_forked(tasks_in, answers_out, niceness)
         os.close(tasks_in)
         os.close(answers_out)
         self.pid = pid
@@ -101,9 +101,9 @@ class Forked:
                 pass
 
 
-def _serve_forked(tasks: int, answers: int) -> NoReturn:
-    """In a forked worker: keep the pipes ``tasks`` and ``answers`` only, then serve them until the parent closes
-    ``tasks``; never returns."""
+def _serve_forked(tasks: int, answers: int, niceness: int) -> NoReturn:
+    """In a forked worker: keep the pipes ``tasks`` and ``answers`` only, then serve them (at ``niceness``) until the
+    parent closes ``tasks``; never returns."""
     code = 1
     try:
         gc.disable()  # an object of the parent's finalized here could close a file number this worker reuses
@@ -120,7 +120,7 @@ def _serve_forked(tasks: int, answers: int) -> NoReturn:
             os.dup2(null, number)
         _close_all_but({0, 1, 2, tasks, answers})
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-        serve(os.fdopen(tasks, "rb"), os.fdopen(answers, "w"))
+        serve(os.fdopen(tasks, "rb"), os.fdopen(answers, "w"), niceness)
         code = 0
     finally:
         os._exit(code)

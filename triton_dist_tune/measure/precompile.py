@@ -41,7 +41,7 @@ from typing import Any
 from .. import settings
 from ..group.channel import Group
 from .compile_workers import WorkerPool, routed, shared_pool, triton_version_key
-from .daemon_pool import NEXT_KEY, NOW, DaemonPool, compiling, wait_within
+from .daemon_pool import NEXT_KEY, NOW, DaemonPool, compiling, speculating, wait_within
 
 #: a tuning whose key keeps this many configs or more hands its compiles to worker processes by default. Measured on
 #: one H200 host (16 CPUs; ``benchmarks/results/session_h200_3``): the first key of an 840-config GEMM (200-300
@@ -141,6 +141,8 @@ class Compiles:
     deferred: dict[int, list[Callable[[], Any]]] = field(default_factory=dict)
     #: the worker processes the compile threads hand their compiles to (None: the threads compile)
     workers: WorkerPool | None = None
+    #: those the pool's speculative threads hand theirs to (:mod:`~.daemon_pool`; None: none)
+    guess_workers: WorkerPool | None = None
     #: every config whose compile was started here (by :func:`precompile` or the compile pass), needed or ahead
     submitted: set[int] = field(default_factory=set)
     #: seconds :meth:`wait` has waited, in all
@@ -154,12 +156,12 @@ class Compiles:
         :meth:`promote` when it is; :data:`~.daemon_pool.NEXT_KEY`: for a campaign's next key, with its arguments,
         :mod:`~triton_dist_tune.function.next_key`: not one of this tuning's compiles, never waited for here)."""
         assert self.pool is not None
-        keyed, workers = self.keyed, self.workers
+        keyed, workers, guess_workers = self.keyed, self.workers, self.guess_workers
 
         def task() -> Any:
             if keyed is not None:
                 keyed.exception()  # wait for it; a failure there is the compile's to raise again
-            with routed(workers):
+            with routed(guess_workers if guess_workers is not None and speculating() else workers):
                 return compile_one()
 
         if rank == NEXT_KEY:
@@ -225,10 +227,15 @@ class Compiles:
             return None
         stats = self.workers.stats
         reason = f" (the first: {stats.reason})" if stats.reason else ""
+        guesses = ""
+        if self.guess_workers is not None:
+            extra = self.guess_workers.stats
+            guesses = (f"; guesses: {extra.compiled} kernel(s) compiled in {extra.busy:.1f} s of the time of "
+                       f"{self.guess_workers.alive} process(es) of the lowest priority")
         return (f"compile workers ({self.workers.alive} process(es); {stats.forked} forked, {stats.spawned} "
                 f"spawned) so far: {stats.compiled} kernel(s) compiled there in {stats.busy:.1f} s of their time, "
                 f"{stats.early} by the compile threads while the workers started, {stats.left} left to the compile "
-                f"threads{reason}")
+                f"threads{reason}{guesses}")
 
     def close(self) -> None:
         """Drop the compiles not started yet (the tuning ended); running ones go on in daemon threads."""
@@ -237,16 +244,21 @@ class Compiles:
             self.pool.shutdown()
 
 
-def start_pool(workers: int | None, timeout: float, peers: int = 1, space: int = 0) -> Compiles:
+def start_pool(workers: int | None, timeout: float, peers: int = 1, space: int = 0, alone: bool = False) -> Compiles:
     """An active :class:`Compiles` with a pool of ``workers`` daemon threads (default :func:`default_workers`),
     which hand their compiles to this process's worker processes (:func:`default_processes` for a node of ``peers``
-    ranks of the group and a key of ``space`` configs)."""
+    ranks of the group and a key of ``space`` configs). ``alone``: a rank tuning alone, which compiles guesses
+    ahead: with worker processes, as many speculative threads, handing theirs to as many workers of the lowest
+    priority (:mod:`~.daemon_pool`)."""
     threads = 1 if default_workers() == 1 else (workers or default_workers())
     processes = default_processes(peers, space)
     # the workers first: forked (at their first start) before this pool's threads run, and while no other does
     processes_pool = shared_pool(processes, compiling=compiling()) if processes else None
-    pool = DaemonPool(threads, "tdt-compile")
-    return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True, workers=processes_pool)
+    guesses = processes if alone else 0
+    guess_pool = shared_pool(guesses, compiling=compiling(), speculative=True) if guesses else None
+    pool = DaemonPool(threads, "tdt-compile", speculative=guesses)
+    return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True, workers=processes_pool,
+                    guess_workers=guess_pool)
 
 
 def version_key() -> None:
@@ -269,7 +281,7 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
     if compiles is None:
-        compiles = start_pool(workers, timeout, peers, space)
+        compiles = start_pool(workers, timeout, peers, space, alone=group.size == 1)
         compiles.lazy = settings.current().interpret
     for index, config, _ in my_share(todo, position, peers):
         def compile_one(config: dict = config) -> None:
