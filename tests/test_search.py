@@ -639,16 +639,20 @@ def test_the_configs_compiled_ahead_are_the_leaders_neighbours_whether_the_stage
 def test_the_next_keys_guess_is_the_search_that_key_would_run_over_the_landscape_it_is_given():
     """A campaign compiles its next key's likely configs (``measure/ahead.py``, ``likely_for_next_key``): that key's
     own search (kept configs, plan seed, seeds) run over a stand-in landscape. Given the whole landscape, the guess is
-    exactly the order the search screens it in; given part of it, the model fills the rest and the guess still
-    reaches the bottom; with none, it is the first look; what is compiled already is left out, and the cap holds."""
+    exactly the order the search screens it in, then (the fill) the configs that landscape ranks fastest among the
+    rest; given part of it, the model fills the rest and the guess still reaches the bottom; with none, it is the
+    first look; what is compiled already is left out, and the cap and the fill hold."""
     from triton_dist_tune.measure.ahead import likely_for_next_key
 
     time_of = bowl(3)
     plan = SearchPlan(seed="next")
     order: list[int] = []
     simulate(GEMM, KEPT, plan, lambda i: order.append(i) or time_of(i))
+    order = list(dict.fromkeys(order))
     whole = {i: time_of(i) for i in KEPT}
-    assert likely_for_next_key(GEMM, KEPT, "next", [], whole, (), cap=len(KEPT)) == list(dict.fromkeys(order))
+    assert likely_for_next_key(GEMM, KEPT, "next", [], whole, (), cap=len(KEPT), fill=0) == order
+    rest = sorted((i for i in KEPT if i not in order), key=lambda i: (time_of(i), i))
+    assert likely_for_next_key(GEMM, KEPT, "next", [], whole, (), cap=len(KEPT), fill=5) == order + rest[:5]
 
     best = min(KEPT, key=time_of)
     part = {i: t for i, t in whole.items() if random.Random(i).random() < 0.3 and i != best}
@@ -658,4 +662,6 @@ def test_the_next_keys_guess_is_the_search_that_key_would_run_over_the_landscape
     first = PatternSearch(GEMM, KEPT, plan, [KEPT[5]]).first()
     compiled = set(first[:4])
     assert likely_for_next_key(GEMM, KEPT, "next", [KEPT[5]], {}, compiled) == [i for i in first if i not in compiled]
-    assert len(likely_for_next_key(GEMM, KEPT, "next", [], part, (), cap=7)) == 7
+    assert len(likely_for_next_key(GEMM, KEPT, "next", [], part, (), cap=7, fill=0)) == 7
+    assert len(likely_for_next_key(GEMM, KEPT, "next", [], part, (), cap=7, fill=3)) == 10
+    assert likely_for_next_key(GEMM, KEPT, "next", [KEPT[5]], {}, (), fill=3) == first  # no landscape: no fill

@@ -62,11 +62,13 @@ def likely_next(search: PatternSearch, samples: Samples, screening: Collection[i
 
 #: configs compiled ahead for a campaign's next key at most (:func:`likely_for_next_key`)
 NEXT_KEY_CAP = 128
+#: and after them, at most this many more: those the stand-in landscape ranks fastest
+NEXT_KEY_FILL = 128
 
 
 def likely_for_next_key(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], seed: str, seeds: Sequence[int],
                         landscape: Mapping[int, float], compiled: Collection[int],
-                        cap: int = NEXT_KEY_CAP) -> list[int]:
+                        cap: int = NEXT_KEY_CAP, fill: int = NEXT_KEY_FILL) -> list[int]:
     """The configs a key not tuned yet will likely screen, in the order it would, leaving out ``compiled``; at most
     ``cap``. The key's own search (its ``kept`` configs, its plan's ``seed``, its ``seeds``) is run without a device
     over a stand-in landscape: the times ``landscape`` holds (a nearby decided key's screened configs), and an
@@ -74,7 +76,8 @@ def likely_for_next_key(configs: Sequence[Mapping[str, Any]], kept: Sequence[int
     search's first look (which depends on nothing measured)."""
     search = PatternSearch(configs, kept, SearchPlan(seed=seed), seeds)
     model = AdditiveModel(search.grid)
-    if not landscape or not model.fit({i: t for i, t in landscape.items() if i in search.grid.point}):
+    fitted = bool(landscape) and model.fit({i: t for i, t in landscape.items() if i in search.grid.point})
+    if not fitted:
         order = search.first()
     else:
         order = []
@@ -86,4 +89,10 @@ def likely_for_next_key(configs: Sequence[Mapping[str, Any]], kept: Sequence[int
 
         run_search(search, time_of)
     skip = set(compiled)
-    return [i for i in dict.fromkeys(order) if i not in skip][:cap]
+    named = [i for i in dict.fromkeys(order) if i not in skip][:cap]
+    if not fitted or fill <= 0:  # no landscape: nothing to rank the rest by
+        return named
+    skip.update(named)
+    ranked = sorted((math.log(landscape[i]) if i in landscape else model.predict(i), i)
+                    for i in kept if i not in skip and i in search.grid.point)
+    return named + [i for _, i in ranked[:fill]]
