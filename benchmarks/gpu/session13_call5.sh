@@ -6,14 +6,15 @@
 # the corpus (--judge-here 8), then the README's MoE campaign alone; with FAMILIES=gemm, the GEMM validation
 # (256, 1024, 4096) alone. The benchmarks are this tree's in both arms; only the library differs (PYTHONPATH).
 # CAMPAIGNS=N runs the campaign N times in a row (DIR/c1 ... DIR/cN).
-# Usage: OUT=DIR [FAMILIES=moe|gemm] [MOE_SHAPES=16,64,256,512,1024] [CAMPAIGNS=1] bash benchmarks/gpu/session13_call5.sh
+# Usage: OUT=DIR [FAMILIES=moe|gemm] [MOE_SHAPES=16,64,256,512,1024] [GEMM_SHAPES=256,1024,4096] [CAMPAIGNS=1]
+#   bash benchmarks/gpu/session13_call5.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 CPUS_A=0 CPUS_B=1 OUT=DIR bash benchmarks/gpu/session13_call5.sh
 set -u
 source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 old=$(cd "${ARM_OLD:-arms/s12}" && pwd)
-smoke=(); moe=${MOE_SHAPES:-16,64,256,512,1024}; gemm=256,1024,4096; gfam=gemm_k4096_n4096; tiny=()
+smoke=(); moe=${MOE_SHAPES:-16,64,256,512,1024}; gemm=${GEMM_SHAPES:-256,1024,4096}; gfam=gemm_k4096_n4096; tiny=()
 if [ -n "${CPU_SMOKE:-}" ]; then smoke=(--cpu-smoke); moe=8; gemm=16; tiny=(--tiny); fi
 arm() {  # name, library root, GPU, CPUs
   local name=$1 root=$2 gpu=$3 cpus=$4 dir=$OUT/$1
