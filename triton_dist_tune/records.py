@@ -19,6 +19,8 @@ STATES: tuple[str, ...] = ("measured", "stopped", "failed", "pruned")
 #: the phase of a config in which ``autotune`` runs the function once with Triton's launches turned into compiles
 #: (:mod:`~triton_dist_tune.measure.compile_pass`): best-effort, nothing that happens in it blames the config
 COMPILE_PASS = "compile pass"
+#: the phase of a config in which its kernels first run on the device (its first call, which also probes its time)
+WARMUP = "warmup"
 
 
 @dataclass

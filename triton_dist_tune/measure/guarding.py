@@ -15,7 +15,7 @@ from ..errors import DevicePoisonedError, GroupTimeoutError, describe_error
 from ..faults.journal import Journal
 from ..faults.watchdog import Guard
 from ..group.channel import FailureReport, Group
-from ..records import COMPILE_PASS, Outcome
+from ..records import COMPILE_PASS, WARMUP, Outcome
 
 #: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too
 POISONED = re.compile(r"illegal memory access|unspecified launch failure|misaligned address|device-side assert"
@@ -30,6 +30,9 @@ PEER_LOST = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|remote 
 
 #: phases that are best-effort: nothing that happens in them is evidence against a config
 BEST_EFFORT = (COMPILE_PASS,)
+#: the phases whose ``started`` record is fsynced (:mod:`~triton_dist_tune.faults.journal`): a config's first runs,
+#: its compile pass and its warm-up; a capture's or a sample's reaches the disk with the next durable record
+FIRST_RUNS = (COMPILE_PASS, WARMUP)
 
 
 class Guarding:
@@ -159,7 +162,7 @@ class Guarding:
         """Journal that this rank starts a phase of config ``index`` (the record a crash leaves last) and remember
         the config in flight, so that anything ending this rank before its outcome is journaled for it."""
         self._current = (index, desc)
-        self.journal.append(index, "started", config=desc, phase=phase)
+        self.journal.append(index, "started", durable=phase in FIRST_RUNS, config=desc, phase=phase)
 
     def not_blamed(self, exc: BaseException) -> None:
         """The tuner's own code raised ``exc`` while a config was in flight (after its ``started`` record, outside

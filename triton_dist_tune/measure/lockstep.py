@@ -50,7 +50,7 @@ from ..errors import CompileFailed, GroupTimeoutError, RankFailedError, WrongRes
 from ..faults.journal import Journal
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, Group
-from ..records import COMPILE_PASS, Outcome
+from ..records import COMPILE_PASS, WARMUP, Outcome
 from . import breakdown, timing
 from .budget import Budget, clocked
 from .combine import PER_RANK_LIMIT as PER_RANK_LIMIT
@@ -180,7 +180,7 @@ class Measurer(Sampling, Sharding, Guarding):
         is 0 when no probe ran (cold timing, a fixed ``batch``: one settling call, or stopped early by another rank's
         failure). ``previous_ms``: the time per call of the config warmed up before it (the group's when
         ``aligned``), which sets the probe's calls (:func:`~triton_dist_tune.measure.timing.probe_calls`)."""
-        self.started(index, desc, "warmup")
+        self.started(index, desc, WARMUP)
         with breakdown.part("compile"):
             compiled = self.compiles.wait(index)  # bounded by its own limit, outside the watchdog
         if aligned and self.compiles.active:  # every rank: start its first run once its kernels are in the cache
@@ -192,7 +192,7 @@ class Measurer(Sampling, Sharding, Guarding):
         if compiled is not None:
             runs = [lambda: _raise(CompileFailed(compiled))]
         calls = self.trial.calls
-        results, error = self._guarded(index, desc, "warmup",
+        results, error = self._guarded(index, desc, WARMUP,
                                        lambda: self._aligned(runs, None if compiled or not aligned else index,
                                                              "warmup"))
         self.watch.launched(index, self.trial.calls - calls)
