@@ -5,13 +5,14 @@ for compiles: each key's search screens configs that no earlier key did (the lar
 and the compile workers are idle while a stage is measured. The campaign knows which key comes next on the unit, so
 the tuning of one key also compiles the configs the next will likely screen (:class:`NextKey`), with the next key's
 own arguments (kernels specialise on them) and after every compile of its own (the pool's
-:data:`~triton_dist_tune.measure.daemon_pool.NEXT_KEY` rank): its workers take them up only when the current key's
-compiles leave them idle, and those not started when the key ends are dropped. The kernels compiled go into
+:data:`~triton_dist_tune.measure.daemon_pool.NEXT_KEY` rank, run on its speculative threads, in worker processes of
+the lowest priority): they take only the CPUs the current key's compiles leave idle, and those not started when the
+key ends are dropped. The kernels compiled go into
 Triton's caches, where the next key's compile pass finds them.
 
 Which configs (:func:`~triton_dist_tune.measure.ahead.likely_for_next_key`): the next key's search, run without a
-device over the times of the decided key nearest it (the same seeds and plan as the real one), leaving out what the
-unit's decided keys screened and what was compiled ahead already.
+device over the times of the decided key nearest it (the same seeds and plan as the real one), then the configs
+those times rank fastest, leaving out what the unit's decided keys screened and what was compiled ahead already.
 
 Only where nothing can go wrong for the current key:
 

@@ -24,7 +24,12 @@ corpus's campaigns (``benchmarks/replay_next_key.py``: 3 seeds, ascending and sh
 spiked noise drawn per sample), the cap chosen with each family held out was :data:`NEXT_KEY_CAP` for every family;
 on the held-out family the guesses compiled 28-65% of the configs later keys screened for the first time (a random
 guess of as many: 11-53%), and 7-23% of what they compiled was never screened (random: 19-64%). On one H200 the
-README's MoE campaign then screened 60-65% of the configs compiled ahead for each key (RESULTS.md).
+README's MoE campaign then screened 60-65% of the configs compiled ahead for each key (RESULTS.md). After those, at
+most :data:`NEXT_KEY_FILL` more: the kept configs the stand-in ranks fastest (replayed: MoE coverage 53-56% to
+86-87%, at 3-22 times the compiles never screened). Dropped in the twelfth session, when the guesses took CPUs from
+the key being tuned; kept since they run on speculative threads in workers of the lowest priority
+(:mod:`~.daemon_pool`): the campaign then waited 17.6-22.3 s for compiles against 23.2-28.3 s without the fill
+(docs/search.md).
 """
 
 from __future__ import annotations
