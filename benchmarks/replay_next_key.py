@@ -1,7 +1,8 @@
 """Replay the campaign's **next key compiled ahead** over the recorded corpus, with no GPU: how many of the configs a
 key compiles for the first time were compiled ahead while the key before it was tuned, how many compiled ahead were
-never screened by any key, beside a random guess of the same size; and the cap on the guess chosen with each kernel
-family held out.
+never screened by any key, beside a random guess of the same size; the cap on the guess chosen with each kernel
+family held out; and the library's guess (its cap, then :data:`~triton_dist_tune.measure.ahead.NEXT_KEY_FILL`
+configs the stand-in ranks fastest).
 
 Each problem's shapes are a campaign (ascending, as the README's MoE campaign, and shuffled), replayed as
 ``replay_campaign.py`` replays it: each key's search seeded by the keys decided before it, noise drawn afresh for
@@ -37,7 +38,7 @@ from replay_campaign import Problem, problems, run, seeds_for  # noqa: E402
 from replay_search import NOISE_MODELS, NoiseModel, load, publish  # noqa: E402
 
 from triton_dist_tune.function.policy import numeric_distance  # noqa: E402
-from triton_dist_tune.measure.ahead import NEXT_KEY_CAP, likely_for_next_key  # noqa: E402
+from triton_dist_tune.measure.ahead import NEXT_KEY_CAP, NEXT_KEY_FILL, likely_for_next_key  # noqa: E402
 from triton_dist_tune.measure.search import PatternSearch, SearchPlan  # noqa: E402
 
 #: the caps replayed (the library's is NEXT_KEY_CAP)
@@ -77,11 +78,13 @@ class Tally:
 
 @dataclass
 class Result:
-    """One campaign's tallies: per cap, and the random guess."""
+    """One campaign's tallies: per cap (the simulated search's order alone), the library's guess (cap and fill),
+    and the random guess."""
 
     family: str
     noise: str
     caps: dict[int, Tally] = field(default_factory=dict)
+    library: Tally = field(default_factory=Tally)
     random: Tally = field(default_factory=Tally)
 
 
@@ -128,7 +131,7 @@ def campaign(problem: Problem, order: str, noise: NoiseModel, seed: int) -> Resu
         random.Random(f"order/{problem.name}/{seed}").shuffle(shapes)
     keys = replayed(problem, shapes, noise, seed, order)
 
-    def model(cap: int, sizes: list[int] | None = None) -> Guess:
+    def model(cap: int, sizes: list[int] | None = None, fill: int = 0) -> Guess:
         def guess(position: int, screened: set[int], ahead: set[int]) -> list[int]:
             # as key position - 1 starts: the keys before it are decided
             before = keys[:position - 1]
@@ -137,7 +140,7 @@ def campaign(problem: Problem, order: str, noise: NoiseModel, seed: int) -> Resu
             near = sorted((numeric_distance(target, k.shape), repr(k.shape), k) for k in before)
             named = likely_for_next_key(problem.configs, problem.kept[target], f"k{seed}/{target}",
                                         seeds_for(target, decided), near[0][2].times if near else {},
-                                        screened | ahead, cap)
+                                        screened | ahead, cap, fill)
             if sizes is not None:
                 sizes.append(len(named))
             return named
@@ -147,6 +150,7 @@ def campaign(problem: Problem, order: str, noise: NoiseModel, seed: int) -> Resu
     sizes: list[int] = []
     for cap in CAPS:
         result.caps[cap] = judged(keys, model(cap, sizes if cap == NEXT_KEY_CAP else None))
+    result.library = judged(keys, model(NEXT_KEY_CAP, fill=NEXT_KEY_FILL))
     draw = random.Random(f"random/{problem.name}/{seed}/{noise.name}/{order}")
 
     def at_random(position: int, screened: set[int], ahead: set[int]) -> list[int]:
@@ -206,6 +210,14 @@ def main() -> None:
     for family in families:
         cells = [total([family], None, lambda r: r.caps[c]).text() for c in CAPS]  # noqa: B023
         lines.append(f"| {family} | " + " | ".join(cells) + f" | {total([family], None, lambda r: r.random).text()} |")
+    lines += ["", f"## The library's guess: the search's order (cap {NEXT_KEY_CAP}), then the fill of "
+              f"{NEXT_KEY_FILL} the stand-in ranks fastest", "",
+              "| family | noise | guess | random (as many as the order alone named) |",
+              "| --- | --- | --- | --- |"]
+    for family in families:
+        for m in models:
+            lines.append(f"| {family} | {m.name} | {total([family], m.name, lambda r: r.library).text()} | "
+                         f"{total([family], m.name, lambda r: r.random).text()} |")
     lines += ["", f"Command: `python benchmarks/replay_next_key.py benchmarks/results/corpus/gpu*.json --seeds "
               f"{args.seeds} --noise-models {args.noise_models} --jobs {args.jobs} --out "
               "benchmarks/results/corpus/replay_next_key.md`."]

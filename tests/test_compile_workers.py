@@ -444,11 +444,14 @@ def test_a_rank_tuning_alone_compiles_its_guesses_in_workers_of_the_lowest_prior
     monkeypatch.setattr(compile_workers, "_pools", {})  # this test's pools, not the process's
     monkeypatch.setattr(precompile, "compiles_here", lambda: True)
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES", "1")
+    # spawned: a worker forked from this process would inherit the Triton the suite imported under its interpreter
+    # (TRITON_INTERPRET=1), whose compile fails there; forked workers' priority is checked above
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_COMPILE_START", "spawn")
     signature = {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"}
 
     def compile_block(block: int) -> None:  # what Triton's JIT does on a routed thread (compile_workers._install)
         work = task(module.scale_kernel, signature, {"BLOCK": block}, {}, target, {"num_warps": 4, "num_stages": 2})
-        assert work is not None and compile_workers._route.pool.compile(work)
+        assert work is not None and compile_workers._route.pool.compile(work), compile_workers._route.pool.stats
 
     compiles = precompile.start_pool(2, timeout=60, space=1000, alone=True)
     try:
