@@ -1,0 +1,64 @@
+"""Where a campaign's seconds went, from its rank log: each key's ``time:`` line (compile waits, captures, warm-ups,
+screening, the race, host time, restores, the model, the rest, and the device floor) summed over the keys, the
+campaign's wall time from the example's output beside it, and what the compile workers did (the kernels the
+needed compiles' workers and the guesses' workers compiled, and the seconds they spent).
+
+Launch: ``python benchmarks/campaign_parts.py DIR [DIR ...]``, each DIR holding ``campaign_rank.log.gz`` (or
+``campaign_rank.log``) and ``campaign.txt``, as ``benchmarks/gpu/_campaign.sh`` leaves them. One line per DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import re
+from pathlib import Path
+
+TIME = re.compile(r"\] time: ([0-9.]+) s: (.*); device floor ([0-9.]+) s")
+PART = re.compile(r"([a-z][a-z -]*?) ([0-9.]+)(?: \([^)]*\))?(?:, |$)")
+WORKERS = re.compile(r"compile workers .*?: (\d+) kernel\(s\) compiled there in ([0-9.]+) s")
+GUESSES = re.compile(r"guesses: (\d+) kernel\(s\) compiled in ([0-9.]+) s")
+CAMPAIGN = re.compile(r'"campaign_s": ([0-9.]+)')
+
+
+def parts(log: Path) -> tuple[dict[str, float], str]:
+    """The keys' parts summed (with ``keys``: their seconds, ``floor``: the device floor) and the last compile
+    workers' totals, as text."""
+    opener = gzip.open if log.suffix == ".gz" else open
+    summed: dict[str, float] = {}
+    workers = "no compile workers"
+    with opener(log, "rt", errors="replace") as f:
+        for line in f:
+            if (found := TIME.search(line)) is not None:
+                summed["keys"] = summed.get("keys", 0.0) + float(found.group(1))
+                for name, seconds in PART.findall(found.group(2)):
+                    summed[name.strip()] = summed.get(name.strip(), 0.0) + float(seconds)
+                summed["floor"] = summed.get("floor", 0.0) + float(found.group(3))
+            elif (found := WORKERS.search(line)) is not None:
+                workers = f"needed {found.group(1)} kernels in {float(found.group(2)):.0f} s"
+                if (guess := GUESSES.search(line)) is not None:
+                    workers += f", guesses {guess.group(1)} kernels in {float(guess.group(2)):.0f} s"
+    return summed, workers
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dirs", type=Path, nargs="+")
+    args = p.parse_args()
+    for folder in args.dirs:
+        log = next((folder / name for name in ("campaign_rank.log.gz", "campaign_rank.log")
+                    if (folder / name).exists()), None)
+        if log is None:
+            print(f"{folder}: no campaign_rank.log(.gz)")
+            continue
+        summed, workers = parts(log)
+        output = folder / "campaign.txt"
+        found = CAMPAIGN.search(output.read_text(errors="replace")) if output.exists() else None
+        wall = f"{float(found.group(1)):.1f} s" if found else "-"
+        shown = " ".join(f"{name} {seconds:.1f}" for name, seconds in summed.items() if name != "exchanges")
+        print(f"{folder}: campaign {wall}; {shown}; {workers}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
