@@ -6,7 +6,7 @@ and the compile workers are idle while a stage is measured. The campaign knows w
 the tuning of one key also compiles the configs the next will likely screen (:class:`NextKey`), with the next key's
 own arguments (kernels specialise on them) and after every compile of its own (the pool's
 :data:`~triton_dist_tune.measure.daemon_pool.NEXT_KEY` rank, run on its speculative threads, in worker processes of
-the lowest priority): they take only the CPUs the current key's compiles leave idle, and those not started when the
+the lowest priority): they take mostly the CPUs the current key's compiles leave idle, and those not started when the
 key ends are dropped. The kernels compiled go into
 Triton's caches, where the next key's compile pass finds them.
 

@@ -65,7 +65,7 @@ def compile_one(task: tuple) -> None:
 #: workers compile ahead) take a CPU before any worker does; a worker still has every CPU the rank leaves idle
 NICENESS = 10
 #: the niceness of a worker that compiles guesses (:mod:`~triton_dist_tune.measure.daemon_pool`'s speculative
-#: threads): the most Linux gives, so that a compile a stage waits for takes a CPU before any guess does (under
+#: threads): the most Linux gives, so that a compile a stage waits for gets most of a CPU it shares with a guess (under
 #: Linux's scheduler a process of niceness 10 weighs 7 times one of 19)
 SPECULATIVE_NICENESS = 19
 

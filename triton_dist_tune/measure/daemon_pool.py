@@ -10,7 +10,7 @@ the key waited 0.3-4.7 s for its compiles. So a pool given ``speculative`` threa
 and its ``workers`` threads run what a stage needs now (a guess promoted before it started included): a needed
 compile starts at once, whatever the guesses do. The thread a task runs on says which class it is
 (:func:`speculating`): :mod:`~triton_dist_tune.measure.precompile` hands a guess to worker processes of lower
-priority (:data:`~triton_dist_tune.measure.compile_worker.SPECULATIVE_NICENESS`), so that it takes only the CPUs
+priority (:data:`~triton_dist_tune.measure.compile_worker.SPECULATIVE_NICENESS`), so that it takes mostly the CPUs
 the needed compiles leave idle.
 """
 
