@@ -91,8 +91,7 @@ class Worker:
             return
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
         self.proc = subprocess.Popen([sys.executable, str(_SCRIPT), f"--niceness={niceness}", *preloaded()],
-                                     stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
 
     def ready(self) -> None:
         """Wait for the worker's first line, which it writes once its imports are done. Raises OSError when the
