@@ -172,8 +172,8 @@ class Routing:
 def random_routing(tokens: int, experts: int, top_k: int, device: torch.device | str,
                    generator: torch.Generator | None = None) -> Routing:
     """Each token's ``top_k`` experts, the top of random logits (distinct experts per token)."""
-    logits = torch.randn(tokens, experts, generator=generator)
-    return Routing(torch.topk(logits, top_k, dim=1).indices.to(torch.int32).to(device), experts)
+    logits = torch.randn(tokens, experts, generator=generator, device=device)
+    return Routing(torch.topk(logits, top_k, dim=1).indices.to(torch.int32), experts)
 
 
 # -- the kernel ---------------------------------------------------------------------------------------------------
@@ -307,9 +307,12 @@ class Problem:
 
 
 def make_problem(tokens: int, w: torch.Tensor, top_k: int, seed: int = 0) -> Problem:
-    """Random hidden states and routing for ``tokens`` tokens (the same on every rank for the same seed)."""
-    gen = torch.Generator().manual_seed(seed * 100_003 + tokens)
-    a = torch.randn(tokens, w.shape[2], generator=gen).to(w.device, w.dtype)
+    """Random hidden states and routing for ``tokens`` tokens (the same on every rank for the same seed), drawn on
+    ``w``'s device: a campaign builds each call three times (its key, its tuning, the next key's compiles ahead), and
+    drawn on the host and copied, the calls of the README's MoE campaign took 2.3-2.5 s of its time on an H200 host
+    (benchmarks/results/session_h200_16)."""
+    gen = torch.Generator(device=w.device).manual_seed(seed * 100_003 + tokens)
+    a = torch.randn(tokens, w.shape[2], generator=gen, device=w.device).to(w.dtype)
     routing = random_routing(tokens, w.shape[0], top_k, w.device, gen)
     return Problem(a, w, routing)
 

@@ -9,11 +9,15 @@ ranks and the wall time it was written (``at``, unix seconds). A record is one l
 readers skip and the next writer ends with a newline before appending. A write is in the operating system's hands
 when :meth:`Journal.append` returns: it survives the process's crash, whatever ends it. Surviving the machine's
 crash (a power loss, a GPU fault that takes the host down) takes an fsync, which is done for the records that
-matter there (``durable``): a config's first runs (its compile pass and its warm-up, where a kernel first meets the
-device), every outcome, every failure, hang and interruption. The fsync of one writes every record before it too, so
-a machine crash loses at most the records of the samples taken since the last config's outcome or first run. (The
-README's MoE campaign fsynced 15,600-16,000 records, one before every warm-up, capture and sample; on one H200 host it
-took 67.2 / 65.8 s with none fsynced and 69.5 / 70.7 s with all: ``benchmarks/results/session_h200_15``.)
+matter there (``durable``): the ``started`` record of a config's warm-up (where its kernels first meet the device),
+every failure, hang and interruption, and a failed outcome. The fsync of one writes every record before it too, so
+each outcome is on disk once the next config's warm-up starts, and a machine crash loses at most the records written
+since the last warm-up began: outcomes, which are measured again, and the ``started`` records of a compile pass
+(which launches no kernel), a capture or a sample. (The README's MoE campaign fsynced 15,600-16,000 records, one
+before every warm-up, capture and sample; on one H200 host it took 67.2 / 65.8 s with none fsynced and 69.5 / 70.7 s
+with all: ``benchmarks/results/session_h200_15``. With a warm-up's, a compile pass's and every outcome fsynced, about
+7,500 per campaign, the rank spent 8.0-9.0 s in the journal's ``append``, sampled on another host:
+``benchmarks/results/session_h200_16``.)
 
 While a process tunes an entry it holds an exclusive ``flock`` on its journal file. A second job tuning the same
 entry into the same folder at the same moment finds the file locked and uses a slot of its own
@@ -195,7 +199,7 @@ class Journal:
         fields = outcome.to_json()
         fields.pop("index")
         fields.pop("state")
-        self.append(outcome.index, outcome.state, **fields)
+        self.append(outcome.index, outcome.state, durable=outcome.state == "failed", **fields)
 
     def read(self) -> list[dict[str, Any]]:
         """Every well-formed record of every adopted journal, oldest first (damaged lines, and lines nested deeper

@@ -76,7 +76,8 @@ from .tuned import TunedFunction
 def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]:
     """Around step 5: an interrupt (SIGINT, SIGTERM) is journaled and blames no config; the evidence of a failing,
     hung or poisoned rank is journaled where it arose; any other exception (the tuner's own code, a refused
-    exchange) blames no config in flight. The compiles are dropped and the arguments put back either way."""
+    exchange) blames no config in flight. The compiles and the CUDA graphs are dropped and the arguments put back
+    either way."""
     try:
         yield
     except (KeyboardInterrupt, SystemExit) as exc:
@@ -89,6 +90,7 @@ def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]
         raise
     finally:
         measurer.compiles.close()
+        measurer.close_graphs()
         workers = measurer.compiles.workers_text()
         if workers is not None:
             logs.rank_log().info("%s %s", measurer.label, workers)

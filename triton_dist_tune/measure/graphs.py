@@ -13,6 +13,15 @@ have to capture and replay together), and keep the eager steady timing. A functi
 synchronizes, allocates from the host, reads a tensor's value) raises during the capture: the tuning then times
 every config eagerly, as before, and says so. Which way a key was timed is in its decision (``clock``), its log and
 its summary.
+
+A capture costs what its calls cost to launch, and no more: ``torch.cuda.graph`` synchronizes and empties the
+caching allocator before every capture (``empty_cache``: its freed blocks go back to the driver, and the next
+config's runs allocate them again), which in the README's MoE campaign (about 2,400 captures) took 7.5-9.1 s of the
+rank's time (``benchmarks/results/session_h200_16``). So the graphs are captured with ``capture_begin`` /
+``capture_end`` on one capture stream per device, made once, into one memory pool that the graphs of one race
+share (they replay one at a time, on one stream, and nothing reads their outputs). A pool whose graphs are all gone
+cannot take a capture again (torch asserts), so each race starts a pool of its own; the allocator is emptied once,
+when the tuning ends (:meth:`Graphs.close`), so a tuning leaves no more memory reserved than it did before.
 """
 
 from __future__ import annotations
@@ -56,6 +65,10 @@ class Graphs:
     #: released, so that every sample of a config is sized alike. This rank's own reading sizes its samples, which
     #: no other rank needs to match: graphs time tunings of one rank only (:func:`device_time_applies`)
     device_ms: dict[int, float] = field(default_factory=dict)
+    #: the memory pool the graphs of this race share (``torch.cuda.graph_pool_handle``), made at its first capture
+    _pool: Any = None
+    #: whether any graph was captured (the allocator is emptied when the tuning ends)
+    _captured: bool = False
 
     def capture(self, index: int, call: Callable[[], Any]) -> bool:
         """Capture ``calls`` calls of config ``index`` (already warm: compiled and run); False (with ``error``) when
@@ -63,15 +76,21 @@ class Graphs:
         import torch
 
         try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # the warm-up torch asks for before a capture
-                call()
-            torch.cuda.current_stream().wait_stream(side)
+            stream = _capture_stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            self._captured = True
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(self.calls):
-                    call()
+            with torch.cuda.stream(stream):
+                call()  # the warm-up torch asks for before a capture, on the capture's stream
+                graph.capture_begin(pool=self._pool)
+                try:
+                    for _ in range(self.calls):
+                        call()
+                finally:
+                    graph.capture_end()  # raises when the capture was invalidated (a synchronize, a host read)
+            torch.cuda.current_stream().wait_stream(stream)
             torch.cuda.synchronize()
         except Exception as exc:  # a function that cannot be captured: time eagerly
             self.error = describe_error(exc)
@@ -96,7 +115,37 @@ class Graphs:
         return self.graphs[index].replay
 
     def release(self) -> None:
+        """Drop the graphs (a lock-step's race ends) and their pool (the next race captures into a new one)."""
         self.graphs.clear()
+        self._pool = None
+
+    def close(self) -> None:
+        """The tuning ends: drop the graphs and the pool, and give the allocator's free blocks back to the driver
+        once (what ``torch.cuda.graph`` did before every capture)."""
+        self.release()
+        if not self._captured:
+            return
+        self._captured = False
+        import torch
+
+        try:
+            torch.cuda.empty_cache()
+        except Exception:  # pragma: no cover - a broken context surfaces in the next run
+            pass
+
+
+_streams: dict[int, Any] = {}
+
+
+def _capture_stream() -> Any:
+    """The stream graphs are captured on, one per device, made once (a capture needs a stream other than the
+    default one)."""
+    import torch
+
+    device = torch.cuda.current_device()
+    if device not in _streams:
+        _streams[device] = torch.cuda.Stream(device)
+    return _streams[device]
 
 
 def _replay_ms(graph: Any) -> float | None:

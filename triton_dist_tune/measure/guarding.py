@@ -30,9 +30,10 @@ PEER_LOST = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|remote 
 
 #: phases that are best-effort: nothing that happens in them is evidence against a config
 BEST_EFFORT = (COMPILE_PASS,)
-#: the phases whose ``started`` record is fsynced (:mod:`~triton_dist_tune.faults.journal`): a config's first runs,
-#: its compile pass and its warm-up; a capture's or a sample's reaches the disk with the next durable record
-FIRST_RUNS = (COMPILE_PASS, WARMUP)
+#: the phases whose ``started`` record is fsynced (:mod:`~triton_dist_tune.faults.journal`): a config's first runs
+#: on the device, its warm-up; a compile pass's (it launches no kernel), a capture's or a sample's reaches the disk
+#: with the next durable record
+FIRST_RUNS = (WARMUP,)
 
 
 class Guarding:

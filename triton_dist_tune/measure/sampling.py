@@ -53,10 +53,16 @@ class Sampling:
                 elif not captured:
                     self.log.warning("%s the function cannot be captured in a CUDA graph (%s): timing eagerly",
                                      self.label, self.graphs.error)
+                    self.graphs.close()
                     self.graphs = None
                     self.clock_kind = EAGER
                     break
         return failed
+
+    def close_graphs(self) -> None:
+        """The tuning ends: its graphs and their memory go (:meth:`Graphs.close`)."""
+        if self.graphs is not None:
+            self.graphs.close()
 
     def _capture_one(self, index: int, config: dict[str, Any]) -> bool:
         """Capture config ``index``'s graph (:meth:`Graphs.capture`)."""

@@ -1,0 +1,74 @@
+"""Device-time captures on a real GPU (skipped without CUDA; run by the GPU calls of issue 41): graphs captured with
+``capture_begin`` / ``capture_end`` into one pool per race, race after race of one tuning, and the memory given back
+when the tuning ends (triton_dist_tune/measure/graphs.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from triton_dist_tune.measure.graphs import Graphs
+
+try:
+    import pytest
+except ImportError:  # a GPU host without pytest runs this file as a script (the bottom of it)
+    pytest = None
+
+if pytest is not None:
+    pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+    timeout = pytest.mark.timeout(120)
+else:
+    def timeout(test):
+        return test
+
+
+def _config(scale: float):
+    a = torch.randn(512, 512, device="cuda")
+
+    def call() -> torch.Tensor:
+        return (a @ a) * scale  # allocates its output inside the capture: from the race's pool
+
+    return call
+
+
+@timeout
+def test_graphs_capture_race_after_race_and_the_tuning_gives_its_memory_back():
+    # a pool whose graphs are all gone cannot take a capture again: one pool for the whole tuning failed every
+    # capture after the first race with torch's "it->second->use_count > 0 INTERNAL ASSERT FAILED" (H200, torch
+    # 2.11), and the README's MoE campaign was timed eagerly from its second stage on
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    reserved = torch.cuda.memory_reserved()
+    graphs = Graphs(calls=8)
+    calls = [_config(s) for s in (1.0, 2.0, 3.0)]
+    for _race in range(3):
+        for index, call in enumerate(calls):
+            assert graphs.capture(index, call), graphs.error
+            graphs.replay(index)()
+        torch.cuda.synchronize()
+        assert set(graphs.device_ms) == {0, 1, 2} and all(ms > 0 for ms in graphs.device_ms.values())
+        graphs.release()
+    graphs.close()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_reserved() <= reserved + 64 * 2**20  # the inputs (3 MB) and no graph pools
+
+
+@timeout
+def test_a_function_that_synchronizes_cannot_be_captured_and_the_next_capture_works():
+    graphs = Graphs(calls=2)
+    a = torch.randn(256, 256, device="cuda")
+
+    def reads_a_value() -> float:
+        return float((a @ a).sum().item())  # a host read: not capturable
+
+    assert not graphs.capture(0, reads_a_value)
+    assert graphs.error
+    graphs.close()
+    fresh = Graphs(calls=2)
+    assert fresh.capture(1, _config(1.0)), fresh.error
+    fresh.close()
+
+
+if __name__ == "__main__":  # on a GPU host without pytest's plugins: python tests/test_graphs_cuda.py
+    test_graphs_capture_race_after_race_and_the_tuning_gives_its_memory_back()
+    test_a_function_that_synchronizes_cannot_be_captured_and_the_next_capture_works()
+    print("test_graphs_cuda: 2 passed")
