@@ -3,30 +3,30 @@
 # then the README's MoE campaign alone, this tree (`new`) beside ARM_OLD (`old`, default arms/s15f = `git archive
 # c7316a0 triton_dist_tune examples`; carry it), side by side then the GPUs swapped (GPU 0 on CPUs 0-15, GPU 1 on
 # CPUs 16-31); the first pass sampled by benchmarks/stack_sampler.py (every 5 ms: stacks.txt), the second not. Each
-# line says how many keys fell back to eager timing. Leaves camp16b.tgz and camp16b.txt.
-# Usage: OUT=DIR bash benchmarks/gpu/session16_call2.sh
+# line says how many keys fell back to eager timing. Leaves NAME.tgz and NAME.txt (NAME default camp16b).
+# Usage: OUT=DIR [NAME=camp16c] bash benchmarks/gpu/session16_call2.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 OUT=DIR bash benchmarks/gpu/session16_call2.sh
 set -u
 source "$(dirname "$0")/_campaign.sh"
-OUT=${OUT:?set OUT}; mkdir -p "$OUT/camp16b"
+OUT=${OUT:?set OUT}; NAME=${NAME:-camp16b}; mkdir -p "$OUT/$NAME"
 export PYTHONUNBUFFERED=1
 old=$(cd "${ARM_OLD:-arms/s15f}" && pwd)
 tiny=(); cpus=(0-15 16-31)
 if [ -n "${CPU_SMOKE:-}" ]; then tiny=(--tiny); cpus=(0 1); fi
 if [ -z "${CPU_SMOKE:-}" ]; then
-  (python3 -m pytest -q -p no:cacheprovider tests/test_graphs_cuda.py 2>&1 || python3 tests/test_graphs_cuda.py 2>&1) \
-    | tail -n 5 > "$OUT/camp16b/gpu_tests.txt"
-  cat "$OUT/camp16b/gpu_tests.txt"
+  (PYTHONPATH=$PWD python3 -m pytest -q -p no:cacheprovider tests/test_graphs_cuda.py 2>&1 || PYTHONPATH=$PWD python3 tests/test_graphs_cuda.py 2>&1) \
+    | tail -n 5 > "$OUT/$NAME/gpu_tests.txt"
+  cat "$OUT/$NAME/gpu_tests.txt"
 fi
 one() {  # pass, arm (new: this tree; old: ARM_OLD), GPU
-  local root=$PWD dir="$OUT/camp16b/$1-$2" prelude=""
+  local root=$PWD dir="$OUT/$NAME/$1-$2" prelude=""
   [ "$2" = old ] && root=$old
   mkdir -p "$dir"
   [ "$1" = 1 ] && prelude="import sys; sys.path.insert(0, '$PWD/benchmarks')
 import stack_sampler; stack_sampler.start('$dir/stacks.txt', 0.005)"
   echo "$1 $2 gpu $3 $(CAMPAIGN_TIME=110 campaign_alone "$dir" "$root" "$3" "${cpus[$3]}" $((29850 + $3)) "$prelude") | eager fallbacks $(zcat "$dir/campaign_rank.log.gz" 2>/dev/null | grep -c 'cannot be captured')"
 }
-swapped_pairs "$OUT/camp16b" new old
-cat "$OUT"/camp16b/*.txt > "$OUT/camp16b.txt"
-(cd "$OUT" && tar czf camp16b.tgz camp16b && rm -rf camp16b)
-cat "$OUT/camp16b.txt"
+swapped_pairs "$OUT/$NAME" new old
+cat "$OUT"/$NAME/*.txt > "$OUT/$NAME.txt"
+(cd "$OUT" && tar czf $NAME.tgz $NAME && rm -rf $NAME)
+cat "$OUT/$NAME.txt"

@@ -233,6 +233,45 @@ def compile_straggler():
 
 
 @case
+def compile_straggler_left_out():
+    """One rank, ``precompile_fn`` outside the interpreter, the 144-config grid of :func:`compile_straggler`, whose
+    times are additive in ``a`` and ``b`` (best at a = 7, b = 4): the first config submitted with a = 0 (seven steps
+    from the best: at least 8 times its time) is a straggler whose compile ends only when released, after the tuning
+    (or after 60 s). Reports its outcome, whether its compile was still running when the tuning returned, and the
+    search's line."""
+    import threading
+
+    lock = threading.Lock()
+    straggler: list[tuple[int, int]] = []
+    release, running = threading.Event(), threading.Event()
+
+    def precompile(config):
+        with lock:
+            slow = config["a"] == 0 and not straggler
+            if slow:
+                straggler.append((config["a"], config["b"]))
+        if slow:
+            running.set()
+            release.wait(60)
+        else:
+            time.sleep(0.01)
+
+    grid = [{"a": a, "b": b} for a in range(12) for b in range(12)]
+
+    @tdt.autotune(grid, key_fn=lambda: 0, n_warmup=0, precompile_fn=precompile, name="straggler_left")
+    def f(*, a, b):
+        time.sleep(0.0002 * (1 + abs(a - 7) + abs(b - 4)))
+
+    f()
+    still_compiling = running.is_set() and not release.is_set()
+    release.set()
+    decision = next(iter(f.tuner.decisions.values()))
+    outcome = next(o for o in decision.outcomes if (grid[o.index]["a"], grid[o.index]["b"]) == straggler[0])
+    emit(state=outcome.state, error=outcome.error, still_compiling=still_compiling, search=decision.search,
+         chosen=grid[decision.index])
+
+
+@case
 def next_key_compiled_ahead():
     """A campaign of three keys on one rank, ``precompile_fn`` outside the interpreter (a pool that compiles as it
     is given work), a 144-config grid the search screens in stages: each ``precompile_fn`` call records the key its

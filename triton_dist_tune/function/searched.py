@@ -8,7 +8,9 @@ PatternSearch` screened in lock-step, then the race among the finalists.
   given one screening sample each (two where the warm-up's probe is timed as a sample is: eager calls on the host's
   clock, steady timing; :attr:`~triton_dist_tune.measure.lockstep.Measurer.probes_are_samples`), in lock-step
   (:meth:`~triton_dist_tune.measure.lockstep.Measurer.lockstep`
-  with a one-round race). A config that fails is failed on every rank and never proposed again.
+  with a one-round race). A config that fails is failed on every rank and never proposed again. On a rank tuning
+  alone, a config still compiling when the rest of its stage is measured is deferred to a later stage; once the
+  search has nothing else to screen, one still compiling that the model predicts behind the finalists is left out.
 - **Finalists**: the race of the tuning's plan (interleaved rounds, then the settled block among the leaders: a
   paired shoot-out whose margin and near-tie the decision reports).
 
@@ -43,6 +45,8 @@ from .tuned import TunedFunction
 
 #: seeds taken from each of the nearest decided keys: its choice and its runner-up
 SEEDS_PER_KEY, SEED_KEYS = 2, 4
+#: the outcome's error of a deferred config left out once the search was over (:meth:`Searched._worth_waiting_for`)
+OUTLASTED = "not screened: its compile outlasted the search, and the model predicts it behind the finalists"
 
 
 @dataclass
@@ -73,15 +77,19 @@ class SearchRecord:
     #: deferrals of configs to a later stage because their compiles had not ended (measure/warm_order.py; a config
     #: deferred twice counts twice)
     deferred: int = 0
+    #: deferred configs left out, unscreened: still compiling when the search was over, predicted behind the finalists
+    outlasted: int = 0
 
     def text(self) -> str:
         """One line: how much of the space was screened, and the noise the screening measured."""
-        total = len({i for stage in self.stages for i in stage}) - self.left_out
+        total = len({i for stage in self.stages for i in stage}) - self.left_out - self.outlasted
         resumed = f" ({self.resumed} from the journal)" if self.resumed else ""
         again = f", {self.resampled} sampled again" if self.resampled else ""
         again += f", {self.probed} screened by their probe alone" if self.probed else ""
         again += f", {self.ahead} compiled ahead ({self.ahead_screened} of them screened)" if self.ahead else ""
         again += f", {self.deferred} deferred to a later stage while they compiled" if self.deferred else ""
+        again += (f", {self.outlasted} left out still compiling when the search was over (predicted behind the "
+                  "finalists)" if self.outlasted else "")
         raced = ("the time budget ended the screening (the best screened chosen)" if self.cut else
                  f"{len(self.finalists)} finalists raced")
         noise = f"; {self.noise.text()}" if self.noise is not None else ""
@@ -221,6 +229,8 @@ class Searched:
                 break
             with breakdown.part("model"):
                 batch = search.next(history, measurer.probes.indices)
+                if deferred and not batch:  # the search is over: wait only for a straggler that could still win
+                    deferred = self._worth_waiting_for(search, history, deferred, outcomes)
             if deferred and (not batch or any(i not in history for i in batch)):  # not a stage of samples again
                 batch, deferred = deferred + [i for i in batch if i not in deferred], []
         watch.rounds = "race"
@@ -253,6 +263,29 @@ class Searched:
                 result.append(Outcome(i, descriptions[i], "pruned", error="not screened by the search"))
         log.info("%s %s", tuning.label, self.record.text())
         return result, race
+
+    def _worth_waiting_for(self, search: PatternSearch, history: dict[int, list[float] | None], deferred: list[int],
+                           outcomes: dict[int, Outcome]) -> list[int]:
+        """The deferred configs to screen once the search has nothing else to screen: those whose compiles have
+        ended (cheap now), and those still compiling that the model predicts could be finalists
+        (:meth:`~triton_dist_tune.measure.search.PatternSearch.contenders`). The others are left out, unscreened:
+        waiting for them was the largest wait of a key in the README's MoE campaign (1.9-3.5 s at 384 tokens for a
+        256 x 256 tile of 4 warps, which its probe then read 5.7 times the best;
+        ``benchmarks/results/session_h200_16``)."""
+        compiles = self.measurer.compiles
+        compiling = [i for i in deferred if not compiles.done(i)]
+        if not compiling:
+            return deferred
+        could_win = set(search.contenders(history, compiling))
+        left = [i for i in compiling if i not in could_win]
+        for i in left:
+            outcomes[i] = Outcome(i, self.tuning.tuner.descriptions[i], "pruned", error=OUTLASTED)
+        self.record.outlasted += len(left)
+        if left:
+            logs.rank_log().info("%s search: %d config(s) still compiling once the search was over, predicted behind "
+                                 "the finalists, left out: %s", self.tuning.label, len(left),
+                                 " ".join(map(str, left)))
+        return [i for i in deferred if i not in left]
 
     def _compile_likely(self, search: PatternSearch, history: dict[int, list[float] | None],
                         screening: list[int]) -> None:

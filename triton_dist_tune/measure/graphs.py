@@ -14,12 +14,15 @@ synchronizes, allocates from the host, reads a tensor's value) raises during the
 every config eagerly, as before, and says so. Which way a key was timed is in its decision (``clock``), its log and
 its summary.
 
-A capture costs what its calls cost to launch, and no more: ``torch.cuda.graph`` synchronizes and empties the
+A capture should cost little more than its calls cost to launch. ``torch.cuda.graph`` synchronizes and empties the
 caching allocator before every capture (``empty_cache``: its freed blocks go back to the driver, and the next
-config's runs allocate them again), which in the README's MoE campaign (about 2,400 captures) took 7.5-9.1 s of the
-rank's time (``benchmarks/results/session_h200_16``). So the graphs are captured with ``capture_begin`` /
+config's runs allocate them again), and torch asks for a warm-up call before each capture: the README's MoE campaign
+(about 2,400 captures) spent 5.8-9.1 s of the rank's time capturing, 1.0 s of it in ``empty_cache`` and 2.9 s in the
+function's calls (``benchmarks/results/session_h200_16``). So the graphs are captured with ``capture_begin`` /
 ``capture_end`` on one capture stream per device, made once, into one memory pool that the graphs of one race
-share (they replay one at a time, on one stream, and nothing reads their outputs). A pool whose graphs are all gone
+share (they replay one at a time, on one stream, and nothing reads their outputs), and only a tuning's first
+capture runs the call on that stream before capturing (every config captured has run its warm-up; a function that
+then fails a capture is timed eagerly, as any that cannot be captured). A pool whose graphs are all gone
 cannot take a capture again (torch asserts), so each race starts a pool of its own; the allocator is emptied once,
 when the tuning ends (:meth:`Graphs.close`), so a tuning leaves no more memory reserved than it did before.
 """
@@ -69,6 +72,10 @@ class Graphs:
     _pool: Any = None
     #: whether any graph was captured (the allocator is emptied when the tuning ends)
     _captured: bool = False
+    #: whether the next capture runs the call once on the capture stream first: only until a capture of this
+    #: tuning succeeded. Every config is warm on the current stream when it is captured (its warm-up ran), and a
+    #: first capture readies the capture stream itself (what torch's warm-up before a capture is for)
+    warms_next: bool = True
 
     def capture(self, index: int, call: Callable[[], Any]) -> bool:
         """Capture ``calls`` calls of config ``index`` (already warm: compiled and run); False (with ``error``) when
@@ -83,7 +90,8 @@ class Graphs:
             self._captured = True
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.stream(stream):
-                call()  # the warm-up torch asks for before a capture, on the capture's stream
+                if self.warms_next:  # the warm-up torch asks for before a capture, on the capture's stream
+                    call()
                 graph.capture_begin(pool=self._pool)
                 try:
                     for _ in range(self.calls):
@@ -101,6 +109,7 @@ class Graphs:
                 pass
             return False
         self.graphs[index] = graph
+        self.warms_next = False
         if index not in self.device_ms and (ms := _replay_ms(graph)) is not None:
             self.device_ms[index] = ms
         return True

@@ -43,7 +43,8 @@ class Sampling:
         with breakdown.part("capture"):
             for index in sorted(entries):
                 config, desc = entries[index]
-                self.watch.launched(index, 1)  # the warm-up call before the capture (the captured calls do not run)
+                # the call before the capture, where one runs (the captured calls do not run)
+                self.watch.launched(index, 1 if self.graphs.warms_next else 0)
                 self.started(index, desc, "capture")
                 # the synchronize after it: the device is idle from here (timing.may_have_idled)
                 captured, error = self._guarded(index, desc, "capture",

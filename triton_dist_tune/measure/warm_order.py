@@ -12,7 +12,9 @@ compiles have ended first (in the stage's order among them), and waits only when
 next stage of new configs (:mod:`~triton_dist_tune.function.searched`; a stage that samples screened configs again
 goes first), while its compile goes on. Nothing is deferred when no config of the call was warmed up (a stage of
 stragglers alone waits for them), so each deferred config is screened by a later stage, at the latest by one made
-of the deferred configs alone once the search has nothing else to screen.
+of the deferred configs alone once the search has nothing else to screen; there a config still compiling is left
+out, unscreened, when the search's model predicts it behind the finalists (a tile so large that it compiles slowly
+is seldom fast).
 
 A config's compile deadline (the tuning's timeout) runs from the first wait for it, this order's or its own
 (:meth:`~triton_dist_tune.measure.precompile.Compiles.wait`): a hung compile fails its config one timeout after
