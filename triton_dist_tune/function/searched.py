@@ -22,6 +22,7 @@ configs no attempt screened.
 
 from __future__ import annotations
 
+import math
 import numbers
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -38,6 +39,7 @@ from ..measure.lockstep import Measurer, Todo
 from ..measure.noise import NoiseEstimate, central
 from ..measure.race import Race, RacePlan
 from ..measure.search import PatternSearch, SearchPlan
+from ..measure.surrogate import AdditiveModel
 from ..measure.warm_order import DEFERRED
 from ..records import Decision, Outcome
 from .policy import numeric_distance
@@ -268,7 +270,7 @@ class Searched:
                            outcomes: dict[int, Outcome]) -> list[int]:
         """The deferred configs to screen once the search has nothing else to screen: those whose compiles have
         ended (cheap now), and those still compiling that the model predicts could be finalists
-        (:meth:`~triton_dist_tune.measure.search.PatternSearch.contenders`). The others are left out, unscreened:
+        (:func:`contenders`). The others are left out, unscreened:
         waiting for them was the largest wait of a key in the README's MoE campaign (1.9-3.5 s at 384 tokens for a
         256 x 256 tile of 4 warps, which its probe then read 5.7 times the best;
         ``benchmarks/results/session_h200_16``)."""
@@ -276,7 +278,7 @@ class Searched:
         compiling = [i for i in deferred if not compiles.done(i)]
         if not compiling:
             return deferred
-        could_win = set(search.contenders(history, compiling))
+        could_win = set(contenders(search, history, compiling))
         left = [i for i in compiling if i not in could_win]
         for i in left:
             outcomes[i] = Outcome(i, self.tuning.tuner.descriptions[i], "pruned", error=OUTLASTED)
@@ -341,6 +343,19 @@ class Searched:
         history[index] = [*(history.get(index) or ()), *map(float, journaled[taken:taken + first])]
         outcomes[index] = outcome
         return True
+
+
+def contenders(search: PatternSearch, history: dict[int, list[float] | None], candidates: list[int]) -> list[int]:
+    """Which unscreened ``candidates`` could still be finalists: those the additive model of the screened times
+    predicts faster than the ``finalists``-th best screened (the bar of the search's model check); every candidate
+    when the model cannot be fitted."""
+    times = search.posterior(history).times
+    ranked = search.leaders(times, search.plan.finalists)
+    last = times[ranked[-1]] if ranked else None
+    model = AdditiveModel(search.grid)
+    if last is None or last <= 0 or not model.fit(times):
+        return list(candidates)
+    return [i for i in candidates if model.predict(i) < math.log(last)]
 
 
 def _best(history: dict[int, list[float] | None]) -> str:

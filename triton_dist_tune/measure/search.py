@@ -387,19 +387,6 @@ class PatternSearch:
         predicted = sorted((model.predict(i), i) for i in self.kept if i not in times)
         return [i for y, i in predicted if y < bar][:self.plan.model_batch]
 
-    def contenders(self, samples: Samples, candidates: Sequence[int]) -> list[int]:
-        """Which unscreened ``candidates`` could still be finalists: those the additive model of the screened times
-        predicts faster than the ``finalists``-th best screened (the bar of the model's check, step 3); every
-        candidate when the model cannot be fitted. Used when the search is over and only configs whose compiles
-        outlasted it are left (:mod:`~triton_dist_tune.function.searched`)."""
-        times = self.posterior(self.history(samples)).times
-        ranked = self.leaders(times, self.plan.finalists)
-        last = times[ranked[-1]] if ranked else None
-        model = AdditiveModel(self.grid)
-        if last is None or last <= 0 or not model.fit(times):
-            return list(candidates)
-        return [i for i in candidates if model.predict(i) < math.log(last)]
-
     def finalists(self, samples: Samples) -> list[int]:
         """The configs the race decides among (step 6), ascending: the ``finalists`` best screened (by the
         denoised times of :meth:`posterior`), and after them those within the noise band of the best, up to
