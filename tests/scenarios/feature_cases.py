@@ -190,6 +190,32 @@ def compile_ahead():
     emit(compiled=sorted(compiled), screened=screened, search=decision.search)
 
 
+#: the grid of the straggler scenarios: times additive in ``a`` and ``b``, best at a = 7, b = 4
+STRAGGLER_GRID = [{"a": a, "b": b} for a in range(12) for b in range(12)]
+
+
+def _straggling(slow, chosen: list, release, seconds: float, running=None):
+    """A ``precompile_fn`` whose first config that ``slow`` picks (appended to ``chosen`` as (a, b)) compiles until
+    ``release`` is set (or ``seconds`` pass, setting ``running`` first), the others in 10 ms."""
+    import threading
+
+    lock = threading.Lock()
+
+    def precompile(config):
+        with lock:
+            straggler = not chosen and slow(config)
+            if straggler:
+                chosen.append((config["a"], config["b"]))
+        if straggler:
+            if running is not None:
+                running.set()
+            release.wait(seconds)
+        else:
+            time.sleep(0.01)
+
+    return precompile
+
+
 @case
 def compile_straggler():
     """One rank, ``precompile_fn`` outside the interpreter, a 144-config grid the search screens in stages: the
@@ -204,17 +230,8 @@ def compile_straggler():
     order: list[tuple[int, int]] = []  # the first call of each config
     first: list[tuple[int, int]] = []
     later_stage = threading.Event()
-
-    def precompile(config):
-        with lock:
-            straggler = not first
-            first.append((config["a"], config["b"]))
-        if straggler:
-            later_stage.wait(30)
-        else:
-            time.sleep(0.01)
-
-    grid = [{"a": a, "b": b} for a in range(12) for b in range(12)]
+    precompile = _straggling(lambda config: True, first, later_stage, 30)
+    grid = STRAGGLER_GRID
 
     @tdt.autotune(grid, key_fn=lambda: 0, n_warmup=0, precompile_fn=precompile, name="straggler")
     def f(*, a, b):
@@ -241,22 +258,10 @@ def compile_straggler_left_out():
     search's line."""
     import threading
 
-    lock = threading.Lock()
     straggler: list[tuple[int, int]] = []
     release, running = threading.Event(), threading.Event()
-
-    def precompile(config):
-        with lock:
-            slow = config["a"] == 0 and not straggler
-            if slow:
-                straggler.append((config["a"], config["b"]))
-        if slow:
-            running.set()
-            release.wait(60)
-        else:
-            time.sleep(0.01)
-
-    grid = [{"a": a, "b": b} for a in range(12) for b in range(12)]
+    precompile = _straggling(lambda config: config["a"] == 0, straggler, release, 60, running)
+    grid = STRAGGLER_GRID
 
     @tdt.autotune(grid, key_fn=lambda: 0, n_warmup=0, precompile_fn=precompile, name="straggler_left")
     def f(*, a, b):
