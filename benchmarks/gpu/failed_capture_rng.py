@@ -1,7 +1,8 @@
 """After a capture that fails (the function reads a value on the host), does the process's next ``torch.randn`` on the
 GPU still work? Once through ``torch.cuda.graph`` (how the library captured before the sixteenth session) and once
-through :class:`triton_dist_tune.measure.graphs.Graphs` (``capture_begin`` / ``capture_end``), each in a process of
-its own. Prints one line per path. Launch: ``PYTHONPATH=$PWD python3 benchmarks/gpu/failed_capture_rng.py``."""
+through :class:`triton_dist_tune.measure.graphs.Graphs` (``capture_begin`` / ``capture_end``, then one capture that
+ends normally, which ends the generators' capture state), each in a process of its own. Prints one line per path.
+Launch: ``PYTHONPATH=$PWD python3 benchmarks/gpu/failed_capture_rng.py``."""
 
 from __future__ import annotations
 

@@ -107,6 +107,7 @@ class Graphs:
                 torch.cuda.synchronize()
             except Exception:  # pragma: no cover - a broken context surfaces in the next run
                 pass
+            _end_generator_capture()
             return False
         self.graphs[index] = graph
         self.warms_next = False
@@ -155,6 +156,26 @@ def _capture_stream() -> Any:
     if device not in _streams:
         _streams[device] = torch.cuda.Stream(device)
     return _streams[device]
+
+
+def _end_generator_capture() -> None:
+    """A capture that failed leaves torch's CUDA random generators in their capture state: on torch 2.11 the
+    process's next random draw on the GPU raised "Offset increment outside graph capture encountered unexpectedly",
+    whether the capture went through ``torch.cuda.graph`` or not (``benchmarks/gpu/failed_capture_rng.py``). One
+    capture that ends normally ends that state (torch's epilogue of every capture), so one of a single tiny kernel
+    follows a failed capture; the user's program draws random numbers again."""
+    import torch
+
+    try:
+        scratch = torch.zeros(1, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(_capture_stream()):
+            graph.capture_begin()
+            scratch.add_(1)
+            graph.capture_end()
+        torch.cuda.synchronize()
+    except Exception:  # pragma: no cover - nothing more to do: the next draw reports it
+        pass
 
 
 def _replay_ms(graph: Any) -> float | None:
