@@ -115,11 +115,11 @@ def test_on_one_rank_a_config_still_compiling_when_its_stage_is_measured_is_scre
 
 @pytest.mark.timeout(120)
 def test_a_straggler_still_compiling_when_the_search_is_over_is_left_out_when_the_model_puts_it_behind(env):
-    """In the README's MoE campaign the search's last stage at 384 tokens waited 1.9-3.5 s for the compile of one
-    deferred straggler (a 256 x 256 tile of 4 warps), which its probe then read 5.7 times the best. Now a config still
-    compiling once the search has nothing else to screen is left out, unscreened, when the additive model of the
-    screened times predicts it behind the finalists. Before: the search waited for its compile (here until the
-    scenario releases it, after 60 s)."""
+    """In the README's MoE campaign a search's last stage could wait seconds for the compile of one deferred
+    straggler (1.9-3.5 s at 384 tokens: a 256 x 256 tile of 4 warps, which its probe read 5.7 times the best). Now a
+    config still compiling once the search has nothing else to screen is left out, unscreened, when the additive
+    model of the screened times predicts it behind the finalists. Before: the search waited for its compile (here
+    until the 30 s compile timeout, which then failed it)."""
     r = run("compile_straggler_left_out", {**env, "TRITON_INTERPRET": "0"}, n=1)[0]
     assert r["still_compiling"], r  # the tuning returned before its compile ended
     assert r["state"] == "pruned" and "outlasted the search" in r["error"], r
