@@ -270,10 +270,10 @@ class Searched:
                            outcomes: dict[int, Outcome]) -> list[int]:
         """The deferred configs to screen once the search has nothing else to screen: those whose compiles have
         ended (cheap now), and those still compiling that the model predicts could be finalists
-        (:func:`contenders`). The others are left out, unscreened. In the README's MoE campaign
-        such a wait was the largest of a key (1.9-3.5 s at 384 tokens, a 256 x 256 tile of 4 warps that its probe read
-        5.7 times the best); with this rule one config was left out in 3 of 32 keys and in 2 of 32 others, but that tile is
-        still waited for: the model, which has never seen the pair (256, 256), calls it a contender
+        (:func:`contenders`). The others are left out, unscreened. In the README's MoE campaign such a wait was
+        the largest of a key (1.9-3.5 s at 384 tokens, a 256 x 256 tile of 4 warps that its probe read 5.7 times the
+        best); with this rule one config was left out in 3 of 32 keys and in 2 of 32 others, but that tile is still
+        waited for: the model, which has never seen the pair (256, 256), calls it a contender
         (``benchmarks/results/session_h200_16``)."""
         compiles = self.measurer.compiles
         compiling = [i for i in deferred if not compiles.done(i)]
