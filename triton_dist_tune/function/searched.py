@@ -22,7 +22,6 @@ configs no attempt screened.
 
 from __future__ import annotations
 
-import math
 import numbers
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -39,7 +38,6 @@ from ..measure.lockstep import Measurer, Todo
 from ..measure.noise import NoiseEstimate, central
 from ..measure.race import Race, RacePlan
 from ..measure.search import PatternSearch, SearchPlan
-from ..measure.surrogate import AdditiveModel
 from ..measure.warm_order import DEFERRED
 from ..records import Decision, Outcome
 from .policy import numeric_distance
@@ -347,16 +345,11 @@ class Searched:
 
 
 def contenders(search: PatternSearch, history: dict[int, list[float] | None], candidates: list[int]) -> list[int]:
-    """Which unscreened ``candidates`` could still be finalists: those the additive model of the screened times
-    predicts faster than the ``finalists``-th best screened (the bar of the search's model check); every candidate
-    when the model cannot be fitted."""
-    times = search.posterior(history).times
-    ranked = search.leaders(times, search.plan.finalists)
-    last = times[ranked[-1]] if ranked else None
-    model = AdditiveModel(search.grid)
-    if last is None or last <= 0 or not model.fit(times):
-        return list(candidates)
-    return [i for i in candidates if model.predict(i) < math.log(last)]
+    """Which unscreened ``candidates`` could still be finalists: those the model's check would name
+    (:meth:`~triton_dist_tune.measure.search.PatternSearch.predicted_faster`); every candidate when the model cannot
+    be fitted."""
+    named = search.predicted_faster(search.posterior(history).times, candidates)
+    return list(candidates) if named is None else named
 
 
 def _best(history: dict[int, list[float] | None]) -> str:

@@ -193,8 +193,7 @@ class PatternSearch:
         return chosen
 
     def first_look_order(self) -> list[int]:
-        """The kept configs in the order the first look takes them after the seeds: shuffled by the plan's seed,
-        the same on every rank."""
+        """The kept configs in the order the first look takes them after the seeds: shuffled by the shared seed."""
         order = list(self.kept)
         random.Random(f"{self.plan.seed}/first").shuffle(order)
         return order
@@ -378,19 +377,20 @@ class PatternSearch:
         if self.checks >= self.plan.model_rounds:
             return []
         self.checks += 1
-        model = AdditiveModel(self.grid)
-        ranked = self.leaders(times, self.plan.finalists)
+        return (self.predicted_faster(times, [i for i in self.kept if i not in times]) or [])[:self.plan.model_batch]
+
+    def predicted_faster(self, times: Mapping[int, float | None], candidates: Collection[int]) -> list[int] | None:
+        """The ``candidates`` that the additive model of ``times`` predicts faster than the ``finalists``-th best,
+        best first (step 3's bar); None when the model cannot be fitted."""
+        ranked, model = self.leaders(times, self.plan.finalists), AdditiveModel(self.grid)
         last = times[ranked[-1]] if ranked else None
         if last is None or last <= 0 or not model.fit(times):
-            return []
-        bar = math.log(last)
-        predicted = sorted((model.predict(i), i) for i in self.kept if i not in times)
-        return [i for y, i in predicted if y < bar][:self.plan.model_batch]
+            return None
+        return [i for y, i in sorted((model.predict(i), i) for i in candidates) if y < math.log(last)]
 
     def finalists(self, samples: Samples) -> list[int]:
-        """The configs the race decides among (step 6), ascending: the ``finalists`` best screened (by the
-        denoised times of :meth:`posterior`), and after them those within the noise band of the best, up to
-        ``max_finalists``."""
+        """The configs the race decides among (step 6), ascending: the ``finalists`` best screened (denoised:
+        :meth:`posterior`), and after them those within the noise band of the best, up to ``max_finalists``."""
         plan = self.plan
         post = self.posterior(samples)
         times = post.times
