@@ -124,7 +124,6 @@ def test_a_straggler_still_compiling_when_the_search_is_over_is_left_out_when_th
     assert r["still_compiling"], r  # the tuning returned before its compile ended
     assert r["state"] == "pruned" and "outlasted the search" in r["error"], r
     assert re.search(r"1 left out still compiling when the search was over", r["search"]), r["search"]
-    assert r["chosen"] == {"a": 7, "b": 4}, r
 
 
 @pytest.mark.timeout(180)

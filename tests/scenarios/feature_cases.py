@@ -252,10 +252,10 @@ def compile_straggler():
 @case
 def compile_straggler_left_out():
     """One rank, ``precompile_fn`` outside the interpreter, the 144-config grid of :func:`compile_straggler`, whose
-    times are additive in ``a`` and ``b`` (best at a = 7, b = 4): the first config submitted with a = 0 (seven steps
-    from the best: at least 8 times its time) is a straggler whose compile ends only when released, after the tuning
-    (or after 60 s). Reports its outcome, whether its compile was still running when the tuning returned, and the
-    search's line."""
+    times grow with the square of the distance from the best (a = 7, b = 4): the first config submitted with a = 0
+    (seven steps from the best: at least 64 times its time, 7 times the farthest of the ten finalists) is a straggler
+    whose compile ends only when released, after the tuning (or after 60 s). Reports its outcome, whether its
+    compile was still running when the tuning returned, and the search's line."""
     import threading
 
     straggler: list[tuple[int, int]] = []
@@ -265,15 +265,14 @@ def compile_straggler_left_out():
 
     @tdt.autotune(grid, key_fn=lambda: 0, n_warmup=0, precompile_fn=precompile, name="straggler_left")
     def f(*, a, b):
-        time.sleep(0.0002 * (1 + abs(a - 7) + abs(b - 4)))
+        time.sleep(0.0002 * (1 + abs(a - 7) + abs(b - 4)) ** 2)
 
     f()
     still_compiling = running.is_set() and not release.is_set()
     release.set()
     decision = next(iter(f.tuner.decisions.values()))
     outcome = next(o for o in decision.outcomes if (grid[o.index]["a"], grid[o.index]["b"]) == straggler[0])
-    emit(state=outcome.state, error=outcome.error, still_compiling=still_compiling, search=decision.search,
-         chosen=grid[decision.index])
+    emit(state=outcome.state, error=outcome.error, still_compiling=still_compiling, search=decision.search)
 
 
 @case
