@@ -272,8 +272,9 @@ class Searched:
         the largest of a key (1.9-3.5 s at 384 tokens, a 256 x 256 tile of 4 warps that its probe read 5.7 times the
         best); with this rule one config was left out in 3 of 32 keys and in 2 of 32 others, but that tile is still
         waited for: the model, which has never seen the pair (256, 256), calls it a contender
-        (``benchmarks/results/session_h200_16``). Only a rank tuning alone defers (:mod:`~.measure.warm_order`), so
-        whether a compile has ended, which only this rank knows, decides nothing that a group must agree on."""
+        (``benchmarks/results/session_h200_16``). Only a rank tuning alone defers
+        (:mod:`~triton_dist_tune.measure.warm_order`), so whether a compile has ended, which only this rank knows,
+        decides nothing that a group must agree on."""
         compiles = self.measurer.compiles
         compiling = [i for i in deferred if not compiles.done(i)]
         if not compiling:
