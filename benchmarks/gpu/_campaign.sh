@@ -31,3 +31,11 @@ swapped_pairs() {
     wait
   done
 }
+
+# pair_defaults: what the side-by-side scripts share: unbuffered Python, `tiny` (the example's --tiny under the CPU
+# smoke) and `cpus` (each GPU's CPUs: 0-15 and 16-31; one CPU each under the CPU smoke).
+pair_defaults() {
+  export PYTHONUNBUFFERED=1
+  tiny=(); cpus=(0-15 16-31)
+  if [ -n "${CPU_SMOKE:-}" ]; then tiny=(--tiny); cpus=(0 1); fi
+}

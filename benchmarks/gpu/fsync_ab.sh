@@ -11,9 +11,7 @@
 set -u
 source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; mkdir -p "$OUT/fsync"
-export PYTHONUNBUFFERED=1
-tiny=(); cpus=(0-15 16-31)
-if [ -n "${CPU_SMOKE:-}" ]; then tiny=(--tiny); cpus=(0 1); fi
+pair_defaults
 nosync='import os
 fsynced = [0]
 def _counted(fd): fsynced[0] += 1

@@ -8,10 +8,8 @@
 set -u
 source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; mkdir -p "$OUT/camp7"
-export PYTHONUNBUFFERED=1
 old=$(cd "${ARM_OLD:-arms/s14a}" && pwd)
-tiny=(); cpus=(0-15 16-31)
-if [ -n "${CPU_SMOKE:-}" ]; then tiny=(--tiny); cpus=(0 1); fi
+pair_defaults
 one() {  # pass, arm (new: this tree; old: ARM_OLD), GPU
   local root=$PWD; [ "$2" = old ] && root=$old
   mkdir -p "$OUT/camp7/$1-$2"

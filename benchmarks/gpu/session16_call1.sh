@@ -9,9 +9,7 @@
 set -u
 source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; mkdir -p "$OUT/camp16"
-export PYTHONUNBUFFERED=1
-tiny=(); cpus=(0-15 16-31)
-if [ -n "${CPU_SMOKE:-}" ]; then tiny=(--tiny); cpus=(0 1); fi
+pair_defaults
 one() {  # pass, arm (cur or var), GPU
   local dir="$OUT/camp16/$1-$2" root=$PWD install=memory_report
   [ "$2" = var ] && install=install

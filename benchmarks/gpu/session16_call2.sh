@@ -9,10 +9,8 @@
 set -u
 source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; NAME=${NAME:-camp16b}; mkdir -p "$OUT/$NAME"
-export PYTHONUNBUFFERED=1
 old=$(cd "${ARM_OLD:-arms/s15f}" && pwd)
-tiny=(); cpus=(0-15 16-31)
-if [ -n "${CPU_SMOKE:-}" ]; then tiny=(--tiny); cpus=(0 1); fi
+pair_defaults
 if [ -z "${CPU_SMOKE:-}" ]; then
   (PYTHONPATH=$PWD python3 -m pytest -q -p no:cacheprovider tests/test_graphs_cuda.py 2>&1 || PYTHONPATH=$PWD python3 tests/test_graphs_cuda.py 2>&1) \
     | tail -n 5 > "$OUT/$NAME/gpu_tests.txt"
