@@ -76,10 +76,12 @@ from .tuned import TunedFunction
 def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]:
     """Around step 5: an interrupt (SIGINT, SIGTERM) is journaled and blames no config; the evidence of a failing,
     hung or poisoned rank is journaled where it arose; any other exception (the tuner's own code, a refused
-    exchange) blames no config in flight. The compiles and the CUDA graphs are dropped and the arguments put back
-    either way."""
+    exchange) blames no config in flight. The compiles are dropped and the arguments put back either way; the CUDA
+    graphs' memory goes back to the driver when the tuning ended normally (after an interrupt a kernel may still run,
+    and emptying the allocator would wait for it, outside any deadline)."""
     try:
         yield
+        measurer.close_graphs()
     except (KeyboardInterrupt, SystemExit) as exc:
         measurer.interrupted(exc)
         raise
@@ -90,7 +92,6 @@ def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]
         raise
     finally:
         measurer.compiles.close()
-        measurer.close_graphs()
         workers = measurer.compiles.workers_text()
         if workers is not None:
             logs.rank_log().info("%s %s", measurer.label, workers)
