@@ -126,6 +126,19 @@ def test_a_straggler_still_compiling_when_the_search_is_over_is_left_out_when_th
     assert re.search(r"1 left out still compiling when the search was over", r["search"]), r["search"]
 
 
+@pytest.mark.timeout(120)
+def test_a_stage_screens_the_configs_it_warmed_up_while_the_rest_of_it_compiles(env):
+    """In the README's MoE campaign each search stage waited for its last compiles (0.3 s a stage, over 80 stages)
+    before it screened the configs it had warmed up. Now, on one rank, a stage that would wait for compiles first
+    screens what it has warmed up, then goes on. Here the straggler's compile ends only once another config was
+    sampled: before, the stage waited for it, gave up and deferred it to a later stage, and only then screened the
+    rest; now the rest is screened while it compiles, and it is screened in its own stage."""
+    r = run("screened_while_compiling", {**env, "TRITON_INTERPRET": "0"}, n=1)[0]
+    assert r["state"] in ("measured", "stopped"), r
+    assert re.search(r"screening while compiling \d+ time\(s\)", r["search"]), r["search"]
+    assert "deferred" not in r["search"], r["search"]
+
+
 @pytest.mark.timeout(180)
 def test_a_campaign_on_one_rank_compiles_its_next_keys_configs_while_it_tunes_the_current_one(env, tmp_path):
     """The README's MoE campaign waited 31 s of its 63 s for compiles, its workers idle while each key was measured.

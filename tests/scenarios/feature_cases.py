@@ -276,6 +276,35 @@ def compile_straggler_left_out():
 
 
 @case
+def screened_while_compiling():
+    """One rank, ``precompile_fn`` outside the interpreter, the 144-config grid of :func:`compile_straggler`: the
+    first config submitted for compiling (one of the first stage's) compiles until some other config has been
+    called 6 times (its warm-up calls it 4 times at most: a lead call and 3 timed ones; so only once a sample of it
+    was taken), or for 30 s;
+    the others compile in 10 ms. Reports the straggler's outcome and the search's line."""
+    import collections
+    import threading
+
+    straggler: list[tuple[int, int]] = []
+    release = threading.Event()
+    calls: collections.Counter = collections.Counter()
+    precompile = _straggling(lambda config: True, straggler, release, 30)
+    grid = STRAGGLER_GRID
+
+    @tdt.autotune(grid, key_fn=lambda: 0, n_warmup=0, precompile_fn=precompile, name="screened_while_compiling")
+    def f(*, a, b):
+        calls[a, b] += 1
+        if calls[a, b] >= 6:
+            release.set()
+        time.sleep(0.0002 * (1 + abs(a - 7) + abs(b - 4)))
+
+    f()
+    decision = next(iter(f.tuner.decisions.values()))
+    outcome = next(o for o in decision.outcomes if (grid[o.index]["a"], grid[o.index]["b"]) == straggler[0])
+    emit(state=outcome.state, search=decision.search)
+
+
+@case
 def next_key_compiled_ahead():
     """A campaign of three keys on one rank, ``precompile_fn`` outside the interpreter (a pool that compiles as it
     is given work), a 144-config grid the search screens in stages: each ``precompile_fn`` call records the key its

@@ -79,6 +79,8 @@ class SearchRecord:
     deferred: int = 0
     #: deferred configs left out, unscreened: still compiling when the search was over, predicted behind the finalists
     outlasted: int = 0
+    #: times a stage screened the configs it had warmed up while the rest of it compiled (measure/warm_order.py)
+    paused: int = 0
 
     def text(self) -> str:
         """One line: how much of the space was screened, and the noise the screening measured."""
@@ -88,6 +90,7 @@ class SearchRecord:
         again += f", {self.probed} screened by their probe alone" if self.probed else ""
         again += f", {self.ahead} compiled ahead ({self.ahead_screened} of them screened)" if self.ahead else ""
         again += f", {self.deferred} deferred to a later stage while they compiled" if self.deferred else ""
+        again += f", screening while compiling {self.paused} time(s)" if self.paused else ""
         again += (f", {self.outlasted} left out still compiling when the search was over (predicted behind the "
                   "finalists)" if self.outlasted else "")
         raced = ("the time budget ended the screening (the best screened chosen)" if self.cut else
@@ -180,6 +183,7 @@ class Searched:
         ``pruned``, with the reason) and the finalists' race."""
         started = time.monotonic()
         tuning, measurer, log = self.tuning, self.measurer, logs.rank_log()
+        pauses = measurer.pauses
         descriptions = tuning.tuner.descriptions
         budget, watch = measurer.budget, measurer.watch
         with breakdown.part("model"):
@@ -236,6 +240,7 @@ class Searched:
         watch.rounds = "race"
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
         self.record.probed = len(measurer.probes.indices)
+        self.record.paused = measurer.pauses - pauses
         self.record.ahead, self.record.ahead_screened = len(self.ahead), len(self.ahead & set(history))
         self.record.probes = measurer.probes.text() if measurer.probes.ratios else ""
         with breakdown.part("model"):

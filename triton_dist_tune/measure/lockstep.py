@@ -66,6 +66,7 @@ from .race import Race, RacePlan
 from .sampling import Sampling
 from .sharded import Sharding
 from .stats import median
+from .steps import SteadySteps
 from .trial import Trial
 from .warm_order import WarmOrder
 
@@ -90,7 +91,7 @@ def _raise(exc: Exception) -> None:
     raise exc
 
 
-class Measurer(Sampling, Sharding, Guarding):
+class Measurer(Sampling, Sharding, Guarding, SteadySteps):
     """Runs the measurement of one tuning call of one key (see the module docstring)."""
 
     def __init__(self, group: Group, trial: Trial, plan: Plan, journal: Journal, log: logging.Logger,
@@ -111,6 +112,8 @@ class Measurer(Sampling, Sharding, Guarding):
         self._clock_chosen = False
         #: the group's time per call of every config warmed up so far (the MAX over ranks: the same everywhere)
         self.per_call: dict[int, float] = {}
+        #: pauses a search's screening made to measure what it had warmed up before waiting for compiles
+        self.pauses = 0
         #: where this tuning's time goes (:mod:`~triton_dist_tune.measure.breakdown`)
         self.watch = breakdown.current() or breakdown.Stopwatch()
         #: the time budget, on the group's agreed clock (:mod:`~triton_dist_tune.measure.budget`)
@@ -220,13 +223,22 @@ class Measurer(Sampling, Sharding, Guarding):
         (:meth:`~.sampling.Sampling.far_behind`), and where a rank tuning alone may defer a config whose compile has
         not ended (:mod:`~.warm_order`: its outcome's error is ``DEFERRED``)."""
         outcomes: dict[int, Outcome] = {}
-        per_call: dict[int, float] = {}
+        per_call: dict[int, float] = {}  # the configs warmed up since the last pause (or the start)
+        warmed_now: list[Todo] = []
         warming = time.monotonic()
         previous = 0.0  # the group's time per call of the config warmed up last
         round_s = 0.0  # the predicted length of a screening round of the configs warmed up (with a budget)
         self.watch.enter("warmup")
         order = WarmOrder(todo, self.compiles, alone=self.group.size == 1, defer=screen)
-        for index, config, desc in order:
+        for item in order:
+            if item is None:  # a pause before a wait for compiles: measure what is warmed up meanwhile
+                self.watch.leave()
+                self._race_warmed(warmed_now, per_call, race_plan, screen, outcomes, warming)
+                warmed_now, per_call, round_s, warming = [], {}, 0.0, time.monotonic()
+                self.watch.enter("warmup")
+                continue
+            index, config, desc = item
+            warmed_now.append(item)
             if warmed and index in self.per_call:
                 per_call[index] = previous = self.per_call[index]
                 continue
@@ -242,9 +254,18 @@ class Measurer(Sampling, Sharding, Guarding):
                 per_call[index] = previous = float(max(combined.values))
                 if self.budget.bounded:
                     round_s += self.sample_seconds(index, config, previous, False, len(per_call) == 1)
-        self.per_call.update(per_call)
         self.watch.leave()
+        self.pauses += order.pauses
         outcomes.update(order.deferred_outcomes())  # screened in the search's next stage
+        self._race_warmed(warmed_now, per_call, race_plan, screen, outcomes, warming)
+        return [outcomes[i] for i in sorted(outcomes)]
+
+    def _race_warmed(self, todo: Sequence[Todo], per_call: dict[int, float], race_plan: RacePlan | None,
+                     screen: bool, outcomes: dict[int, Outcome], warming: float) -> None:
+        """Race the configs of ``todo`` warmed up with ``per_call`` (their group's times per call), since
+        ``warming`` (``time.monotonic``), into ``outcomes`` (:meth:`lockstep`'s race; a screening's far-behind
+        configs get their probe)."""
+        self.per_call.update(per_call)
         far = self.far_behind(per_call) if screen else []
         entries = {index: (config, desc) for index, config, desc in todo if index in per_call and index not in far}
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)
@@ -283,90 +304,6 @@ class Measurer(Sampling, Sharding, Guarding):
         if (behind := [e for e in todo if e[0] in far and e[0] not in outcomes]) and not self.budget.cut:
             outcomes.update((o.index, o) for o in self.lockstep(behind, race_plan, warmed=True))  # probes not trusted
             self.probes_raced([outcomes[e[0]] for e in behind])  # their evidence too
-        return [outcomes[i] for i in sorted(outcomes)]
-
-    def _steady_step(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float],
-                     orders: list[list[int]], wanted: set[tuple[int, int]],
-                     phase: str) -> list[tuple[tuple[int, int], Combined]]:
-        """The samples of ``orders`` (one order per round of the step) that are ``wanted`` ((round in the step, index)
-        each), every sample back to back (no synchronize, no exchange between them; a failing sample ends this rank's
-        step), then one synchronize and one exchange of every time; returns the group's (key, sample) of every sample
-        each rank took or some rank failed (:func:`combine_round`)."""
-        mine: list[tuple[tuple[int, int], Any]] = []
-        tokens: list[tuple[tuple[int, int], Any, timing.Steady, int]] = []
-        failed = False
-        for r, order in enumerate(orders):
-            for index in order:
-                if (r, index) not in wanted:
-                    continue
-                config, desc = entries[index]
-                first = not tokens and timing.may_have_idled(self.trial.clock, self.group.size)
-                steady, sample, per = self._sampler(index, config, per_call[index], race.settling, first)
-                self.started(index, desc, f"round {race.rounds + r}")
-                calls = steady.settle + steady.span + steady.queued  # unstuck, the sample ends in a few times this
-                patience = 4 * calls * per * per_call[index] / 1e3 + steady.hold_ms / 1e3
-                token, error = self._guarded(index, desc, "sample", sample, sync=False, step=phase,
-                                             patience=patience)
-                if error is not None:  # posted on the failure board by the guard
-                    mine.append(((r, index), error))
-                    failed = True
-                    break
-                tokens.append(((r, index), token, steady, per))
-                self.watch.launched(index, calls * per)
-            if failed:
-                break
-        if tokens:
-            last = tokens[-1][0][1]
-            _, error = self._guarded(last, entries[last][1], "sample", lambda: None,  # the step's one synchronize
-                                     step=phase)
-            for key, token, steady, per in tokens:
-                mine.append((key, error or timing.read_sample(self.trial.clock, token, steady) / per))
-                if error is None:
-                    self.watch.timed(key[1], mine[-1][1])
-                    self.watch.sampled(mine[-1][1] * (steady.settle + steady.span + steady.queued) * per / 1e3)
-        try:  # every rank waits as long as the whole step may take (a rank that stopped early too)
-            return self.group.combine((mine, self.budget.now()), f"{self.label} {phase}", combine_round,
-                                      exchange_timeout(self.plan.timeout * max(1, len(wanted))))
-        except RankFailedError:
-            raise  # the board names the failure (this rank's or another's): the same text everywhere
-        except GroupTimeoutError as exc:
-            failures = "; ".join(f"config {key[1]}: {v}" for key, v in mine if isinstance(v, str))
-            if not failures:
-                raise
-            raise RankFailedError(f"triton_dist_tune: rank {self.group.rank} failed in {phase} ({failures}); "
-                                  f"then: {exc}") from exc
-
-    def _steady_rounds(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
-                       per_call: dict[int, float]) -> list[list[tuple[int, Combined]]]:
-        """One steady step (:meth:`_steady_step`): a screening round, or the whole settled block (:meth:`Race.block`
-        rounds, as many as the time budget affords); returns each round's (index, group sample). A rank whose sample
-        fails ends its step there, so the samples after it in the step's order are missing on that rank: missing,
-        not failed (no error of their own). They are taken again, before the round closes, in a make-up step over
-        just those samples (a step name of its own, so that the first failure's report ends no rank inside it); a
-        make-up step loses samples only when one more config fails, so the make-ups end."""
-        block = race.block()
-        if block > 1 and self.budget.bounded:  # the rounds the time left affords
-            running = race.running
-            block = self.budget.rounds(block, self.round_seconds(running, {i: entries[i][0] for i in running},
-                                                                 per_call, True))
-        orders = [race.order(ahead=r) for r in range(block)]
-        wanted = {(r, index) for r, order in enumerate(orders) for index in order}
-        results: dict[tuple[int, int], Combined] = {}
-        makeup = 0
-        while wanted:
-            phase = f"round {race.rounds}" + (f" make-up {makeup}" if makeup else "")
-            got = self._steady_step(race, entries, per_call, orders, wanted, phase)
-            results.update(got)
-            failed = {index for (_, index), combined in got if combined.errors}
-            if not failed:  # only a failure ends a rank's step early: nothing can be missing
-                break
-            wanted = {key for key in wanted if key not in results and key[1] not in failed}
-            if wanted:
-                makeup += 1
-                self.log.info("%s %s: %d sample(s) missing on some rank after a failure: taken again", self.label,
-                              phase, len(wanted))
-        return [[(index, results[(r, index)]) for index in order if (r, index) in results]
-                for r, order in enumerate(orders)]
 
     @property
     def _own(self) -> int:

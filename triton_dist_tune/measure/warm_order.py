@@ -16,6 +16,12 @@ of the deferred configs alone once the search has nothing else to screen; there 
 out, unscreened, when the search's model predicts it behind the finalists (a tile so large that it compiles slowly
 is seldom fast).
 
+**Screening while compiling.** Each search stage waited for its last compiles (0.3 s a stage, over 80 stages of the
+README's MoE campaign on one H200), and only then screened the configs it had warmed up (0.1-0.2 s a stage, device
+time mostly), one after the other. So in a search's screening, when no config is ready and :data:`PAUSE_AFTER` or
+more have been warmed up since the last pause, the order yields a pause (``None``) before it waits: the caller
+screens the configs warmed up so far while the rest compile, then goes on (``benchmarks/results/session_h200_17``).
+
 A config's compile deadline (the tuning's timeout) runs from the first wait for it, this order's or its own
 (:meth:`~triton_dist_tune.measure.precompile.Compiles.wait`): a hung compile fails its config one timeout after
 the stage began waiting, not two.
@@ -37,6 +43,10 @@ from .precompile import Compiles
 #: before it defers them to the next stage
 STRAGGLER_GRACE_S = 0.25
 
+#: configs warmed up since the last pause that make a search's screening pause to measure them before it waits for
+#: compiles (see the module docstring): a pause costs a step (its first sample settles longer after the device idled)
+PAUSE_AFTER = 4
+
 #: a deferred config's error text in its outcome of the stage (it is screened in the next)
 DEFERRED = "not measured yet: its compile had not ended when the rest of its stage was measured"
 
@@ -46,7 +56,7 @@ Todo = tuple[int, dict[str, Any], str]
 class WarmOrder:
     """Iterate a stage's ``todo`` in the order to warm it up (see the module docstring); :attr:`deferred` holds
     the indices left out once the iteration ends. ``alone``: the rank tunes without a group; ``defer``: a search's
-    screening, which may defer a straggler."""
+    screening, which may defer a straggler and pauses (yields None) to measure what it warmed up before it waits."""
 
     def __init__(self, todo: Sequence[Todo], compiles: Compiles, alone: bool, defer: bool) -> None:
         self.todo = list(todo)
@@ -54,20 +64,28 @@ class WarmOrder:
         self.reorder = alone and compiles.open
         self.defer = defer
         self.deferred: list[int] = []
+        #: the pauses yielded so far
+        self.pauses = 0
 
     def deferred_outcomes(self) -> dict[int, Outcome]:
         """The deferred configs' outcomes of this stage (their error :data:`DEFERRED`), by index."""
         return {index: Outcome(index, desc, "pruned", error=DEFERRED) for index, _, desc in self.todo
                 if index in self.deferred}
 
-    def __iter__(self) -> Iterator[Todo]:
+    def __iter__(self) -> Iterator[Todo | None]:
         if not self.reorder:
             yield from self.todo
             return
         pending = list(self.todo)
         warmed = False
+        since = 0  # configs given since the last pause
         while pending:
             ready = next((item for item in pending if self.compiles.done(item[0])), None)
+            if ready is None and self.defer and since >= PAUSE_AFTER:
+                since = 0
+                self.pauses += 1
+                yield None
+                continue  # compiles ended during the pause: warm those first
             if ready is None:
                 grace = self.defer and warmed
                 with breakdown.part("compile"):
@@ -79,4 +97,5 @@ class WarmOrder:
                 ready = next((item for item in pending if self.compiles.done(item[0])), pending[0])
             pending.remove(ready)
             warmed = True
+            since += 1
             yield ready

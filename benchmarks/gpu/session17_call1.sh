@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issue 41, seventeenth session, one call on nvidia-h200-x2: the GPU tests (tests/test_graphs_cuda.py), then the
+# README's MoE campaign alone, this tree (`new`: a stage screens what it warmed up while the rest compiles) beside
+# ARM_OLD (`old`, default arms/s16f = `git archive 5c1f368 triton_dist_tune examples`; carry it), side by side then
+# the GPUs swapped (GPU 0 on CPUs 0-15, GPU 1 on CPUs 16-31), ROUNDS times (default 2: four runs of each arm).
+# Leaves NAME.tgz and NAME.txt (NAME default camp17a).
+# Usage: OUT=DIR [NAME=camp17a] [ROUNDS=2] bash benchmarks/gpu/session17_call1.sh
+# CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 OUT=DIR bash benchmarks/gpu/session17_call1.sh
+set -u
+source "$(dirname "$0")/_campaign.sh"
+OUT=${OUT:?set OUT}; NAME=${NAME:-camp17a}; mkdir -p "$OUT/$NAME"
+old=$(cd "${ARM_OLD:-arms/s16f}" && pwd)
+pair_defaults
+if [ -z "${CPU_SMOKE:-}" ]; then
+  (PYTHONPATH=$PWD python3 -m pytest -q -p no:cacheprovider tests/test_graphs_cuda.py 2>&1 || PYTHONPATH=$PWD python3 tests/test_graphs_cuda.py 2>&1) \
+    | tail -n 5 > "$OUT/$NAME/gpu_tests.txt"
+  cat "$OUT/$NAME/gpu_tests.txt"
+fi
+one() {  # pass, arm (new: this tree; old: ARM_OLD), GPU
+  local root=$PWD dir="$OUT/$NAME/r$round-$1-$2"
+  [ "$2" = old ] && root=$old
+  mkdir -p "$dir"
+  echo "round $round pass $1 $2 gpu $3 $(CAMPAIGN_TIME=110 campaign_alone "$dir" "$root" "$3" "${cpus[$3]}" $((29850 + $3))) | eager fallbacks $(zcat "$dir/campaign_rank.log.gz" 2>/dev/null | grep -c 'cannot be captured')"
+}
+for round in $(seq "${ROUNDS:-2}"); do
+  mkdir -p "$OUT/$NAME/round$round"
+  swapped_pairs "$OUT/$NAME/round$round" new old
+done
+cat "$OUT"/$NAME/round*/*.txt > "$OUT/$NAME.txt"
+(cd "$OUT" && tar czf $NAME.tgz $NAME && rm -rf $NAME)
+cat "$OUT/$NAME.txt"
