@@ -216,6 +216,42 @@ def test_a_stage_is_warmed_in_compile_order_alone_and_in_its_own_order_in_a_grou
 
 
 @pytest.mark.timeout(60)
+def test_before_waiting_for_compiles_the_order_runs_the_idle_work_until_a_config_is_ready():
+    """A campaign's next key's compile passes ran on the rank's thread before the first stage's warm-up (0.15 s a
+    key, 2.4 s over the README's MoE campaign on one H200). Now they are idle work: ``WarmOrder`` runs them, a unit
+    at a time, only while no config of its stage is ready, and the search runs what is left once its stages end.
+    Here config 0's compile ends when the second unit releases it: the third waits in the queue; a unit returning
+    False drops the rest."""
+    import threading
+
+    from triton_dist_tune.measure.daemon_pool import DaemonPool
+    from triton_dist_tune.measure.precompile import Compiles
+    from triton_dist_tune.measure.warm_order import WarmOrder
+
+    release = threading.Event()
+    compiles = Compiles(DaemonPool(1, "tdt-idle-test"), limit=30.0, active=True)
+    compiles.submit(0, lambda: release.wait(30))
+    ran: list[int] = []
+
+    def unit(k: int) -> bool:
+        ran.append(k)
+        if k == 2:
+            release.set()
+            compiles.futures[0][0].result(timeout=30)  # ended: the order below is counted, not timed
+        return k != 4
+
+    compiles.idle.extend(lambda k=k: unit(k) for k in (1, 2, 3, 4, 5))
+    try:
+        assert [i for i, _, _ in WarmOrder([(0, {}, "config 0")], compiles, alone=True, defer=False)] == [0]
+        assert ran == [1, 2] and len(compiles.idle) == 3
+        compiles.run_idle()
+        assert ran == [1, 2, 3, 4] and not compiles.idle  # unit 4 said to stop: 5 dropped
+    finally:
+        release.set()
+        compiles.pool.shutdown()
+
+
+@pytest.mark.timeout(60)
 def test_a_compile_hung_past_the_timeout_fails_its_config_one_timeout_after_the_first_wait_for_it():
     """``WarmOrder`` waits up to the compile timeout for the first of a stage's compiles to end; a config whose
     compile hangs is then failed at once, not after a second timeout of its own wait (before: 2 timeouts)."""

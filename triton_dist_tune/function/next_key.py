@@ -4,7 +4,9 @@ A campaign on units of one rank (the README's MoE campaign: 16 batch sizes on on
 for compiles: each key's search screens configs that no earlier key did (the larger batch sizes keep larger tiles),
 and the compile workers are idle while a stage is measured. The campaign knows which key comes next on the unit, so
 the tuning of one key also compiles the configs the next will likely screen (:class:`NextKey`), with the next key's
-own arguments (kernels specialise on them) and after every compile of its own (the pool's
+own arguments (kernels specialise on them) and after every compile of its own (its compile passes run on the
+rank's thread while it would wait for its own compiles, :meth:`~triton_dist_tune.measure.precompile.Compiles.run_idle`,
+and those left once the search's stages end run then; their compiles go to the pool's
 :data:`~triton_dist_tune.measure.daemon_pool.NEXT_KEY` rank, run on its speculative threads, in worker processes of
 the lowest priority): they take mostly the CPUs the current key's compiles leave idle, and those not started when the
 key ends are dropped. The kernels compiled go into
@@ -119,10 +121,13 @@ def compile_next_key(tuning: KeyTuning, upcoming: NextKey, measurer: Measurer, e
                 measurer.guard.disarm()
             return None
 
-        compile_pass.compile_pass(group, label, todo, run_quietly,
-                                  lambda config: tuner.fn(*args, **kwargs, **config),
-                                  tuner.options.compile_threads, tuning.timeout, go_on=lambda: not budget.spent,
-                                  space=space, compiles=measurer.compiles, rank=NEXT_KEY)
+        # the passes run while the rank would wait for its own compiles, the rest once the search's stages end
+        _, units = compile_pass.pass_units(group, label, todo, run_quietly,
+                                           lambda config: tuner.fn(*args, **kwargs, **config),
+                                           tuner.options.compile_threads, tuning.timeout,
+                                           go_on=lambda: not budget.spent, space=space, compiles=measurer.compiles,
+                                           rank=NEXT_KEY)
+        measurer.compiles.idle.extend(units)
 
 
 def _guess(tuning: KeyTuning, upcoming: NextKey) -> list[int]:

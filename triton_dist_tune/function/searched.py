@@ -238,6 +238,8 @@ class Searched:
             if deferred and (not batch or any(i not in history for i in batch)):  # not a stage of samples again
                 batch, deferred = deferred + [i for i in batch if i not in deferred], []
         watch.rounds = "race"
+        with breakdown.part("compile"):
+            measurer.compiles.run_idle()  # the next key's compile passes not run while the stages waited
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
         self.record.probed = len(measurer.probes.indices)
         self.record.paused = measurer.pauses - pauses

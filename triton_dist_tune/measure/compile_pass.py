@@ -25,6 +25,7 @@ in its warm-up, so the same pass cannot end every attempt.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -139,26 +140,44 @@ def compile_pass(group: Group, label: str, todo: Sequence[tuple[int, dict, str]]
     else new ones), still running (:attr:`~.precompile.Compiles.passed`: how many configs this pass ran);
     ``rank``: the compiles' rank in the pool (:meth:`~.precompile.Compiles.submit`; for a campaign's next key,
     ``call`` runs the function with that key's arguments, and the configs are not this tuning's)."""
-    from triton.runtime.jit import JITFunction
+    compiles, units = pass_units(group, label, todo, run_aligned, call, workers, timeout, go_on, space, compiles,
+                                 rank)
+    for unit in units:
+        if not unit():
+            break
+    return compiles
 
+
+def pass_units(group: Group, label: str, todo: Sequence[tuple[int, dict, str]],
+               run_aligned: Callable[[int, str, Callable[[], Any]], str | None], call: Callable[[dict], Any],
+               workers: int | None, timeout: float, go_on: Callable[[], bool] | None = None,
+               space: int = 0, compiles: Compiles | None = None,
+               rank: int = NOW) -> tuple[Compiles, list[Callable[[], bool]]]:
+    """:func:`compile_pass`'s compiles and its configs' passes, not run yet: each unit runs one config's pass, in
+    ``todo``'s order, and returns False without running it once ``go_on()`` says to stop (so that a campaign's
+    next key's passes can run while the rank would otherwise wait: :meth:`~.precompile.Compiles.run_idle`)."""
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
     compiles = compiles if compiles is not None else start_pool(workers, timeout, peers, space, alone=group.size == 1)
-    with _lock:
-        original = JITFunction.run
-        JITFunction.run = _patched(original)
-        try:
-            for k, (index, config, desc) in enumerate(todo):
-                if go_on is not None and not go_on():
-                    break
-                if rank != NEXT_KEY:
-                    compiles.passed = k + 1
-                    compiles.submitted.add(index)
-                token = _active.set(_Pass(index, compiles if k % peers == position else None, device, rank))
-                try:
-                    run_aligned(index, desc, lambda c=config: call(c))  # its errors: the warm-up's to report
-                finally:
-                    _active.reset(token)
-        finally:
-            JITFunction.run = original
-    return compiles
+    pool = compiles
+
+    def unit(k: int, index: int, config: dict, desc: str) -> bool:
+        from triton.runtime.jit import JITFunction
+
+        if go_on is not None and not go_on():
+            return False
+        if rank != NEXT_KEY:
+            pool.passed = k + 1
+            pool.submitted.add(index)
+        with _lock:
+            original = JITFunction.run
+            JITFunction.run = _patched(original)
+            token = _active.set(_Pass(index, pool if k % peers == position else None, device, rank))
+            try:
+                run_aligned(index, desc, lambda: call(config))  # its errors: the warm-up's to report
+            finally:
+                _active.reset(token)
+                JITFunction.run = original
+        return True
+
+    return compiles, [functools.partial(unit, k, *item) for k, item in enumerate(todo)]

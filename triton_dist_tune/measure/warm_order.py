@@ -21,6 +21,8 @@ README's MoE campaign on one H200), and only then screened the configs it had wa
 time mostly), one after the other. So in a search's screening, when no config is ready and :data:`PAUSE_AFTER` or
 more have been warmed up since the last pause, the order yields a pause (``None``) before it waits: the caller
 screens the configs warmed up so far while the rest compile, then goes on (``benchmarks/results/session_h200_17``).
+Before it waits, the rank runs the work it was given for such waits (:meth:`~.precompile.Compiles.run_idle`: a
+campaign's next key's compile passes) until some config is ready.
 
 A config's compile deadline (the tuning's timeout) runs from the first wait for it, this order's or its own
 (:meth:`~triton_dist_tune.measure.precompile.Compiles.wait`): a hung compile fails its config one timeout after
@@ -89,6 +91,7 @@ class WarmOrder:
             if ready is None:
                 grace = self.defer and warmed
                 with breakdown.part("compile"):
+                    self.compiles.run_idle(lambda: any(self.compiles.done(item[0]) for item in pending))
                     ended = self.compiles.wait_first([item[0] for item in pending],
                                                      STRAGGLER_GRACE_S if grace else self.compiles.limit)
                 if not ended and grace:
