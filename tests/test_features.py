@@ -219,7 +219,8 @@ def test_a_stage_is_warmed_in_compile_order_alone_and_in_its_own_order_in_a_grou
 def test_before_waiting_for_compiles_the_order_runs_the_idle_work_until_a_config_is_ready():
     """A campaign's next key's compile passes ran on the rank's thread before the first stage's warm-up (0.15 s a
     key, 2.4 s over the README's MoE campaign on one H200). Now they are idle work: ``WarmOrder`` runs them, a unit
-    at a time, only while no config of its stage is ready, and the search runs what is left once its stages end.
+    at a time, only while no config of its stage is ready, and the search runs what is left once that stage is
+    measured.
     Here config 0's compile ends when the second unit releases it: the third waits in the queue; a unit returning
     False drops the rest."""
     import threading

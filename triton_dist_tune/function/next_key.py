@@ -5,8 +5,10 @@ for compiles: each key's search screens configs that no earlier key did (the lar
 and the compile workers are idle while a stage is measured. The campaign knows which key comes next on the unit, so
 the tuning of one key also compiles the configs the next will likely screen (:class:`NextKey`), with the next key's
 own arguments (kernels specialise on them) and after every compile of its own (its compile passes run on the
-rank's thread while it would wait for its own compiles, :meth:`~triton_dist_tune.measure.precompile.Compiles.run_idle`,
-and those left once the search's stages end run then; their compiles go to the pool's
+rank's thread while the first stage would wait for its own compiles,
+:meth:`~triton_dist_tune.measure.precompile.Compiles.run_idle`, and those left once that stage is measured run then:
+left to later stages' waits, the next key's compiles started too late for it, 4.1-6.0 s against 1.9-2.5 s at 48
+tokens in ``benchmarks/results/session_h200_17``; their compiles go to the pool's
 :data:`~triton_dist_tune.measure.daemon_pool.NEXT_KEY` rank, run on its speculative threads, in worker processes of
 the lowest priority): they take mostly the CPUs the current key's compiles leave idle, and those not started when the
 key ends are dropped. The kernels compiled go into
@@ -121,7 +123,7 @@ def compile_next_key(tuning: KeyTuning, upcoming: NextKey, measurer: Measurer, e
                 measurer.guard.disarm()
             return None
 
-        # the passes run while the rank would wait for its own compiles, the rest once the search's stages end
+        # the passes run while the first stage would wait for its compiles, the rest once it is measured
         _, units = compile_pass.pass_units(group, label, todo, run_quietly,
                                            lambda config: tuner.fn(*args, **kwargs, **config),
                                            tuner.options.compile_threads, tuning.timeout,

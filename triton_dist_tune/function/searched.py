@@ -204,9 +204,9 @@ class Searched:
                 todo = [tuning.todo(i) for i in new]
                 self.compile_stage(todo, False)  # a deferred config is compiling: not compiled again
                 self._compile_likely(search, history, new)
-                if self.after_first_stage is not None:
-                    self.after_first_stage()
-                    self.after_first_stage = None
+                first, self.after_first_stage = self.after_first_stage, None
+                if first is not None:
+                    first()
                 waited = measurer.compiles.waited
                 deferred = []
                 for outcome in measurer.lockstep(todo, screen, screen=True):
@@ -222,6 +222,9 @@ class Searched:
                             history[outcome.index] = [probe]
                         self._screened(outcome, history, outcomes)
                 self.stage_waited = measurer.compiles.waited - waited
+                if first is not None:  # the next key's compile passes its waits did not run: their compiles start
+                    with breakdown.part("compile"):
+                        measurer.compiles.run_idle()
             if again and not budget.cut:  # samples taken again: no compile, no warm-up (each sample settles first)
                 for outcome in measurer.lockstep([tuning.todo(i) for i in again], screen, warmed=True):
                     if outcome.error != LEFT_OUT:
@@ -238,8 +241,6 @@ class Searched:
             if deferred and (not batch or any(i not in history for i in batch)):  # not a stage of samples again
                 batch, deferred = deferred + [i for i in batch if i not in deferred], []
         watch.rounds = "race"
-        with breakdown.part("compile"):
-            measurer.compiles.run_idle()  # the next key's compile passes not run while the stages waited
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
         self.record.probed = len(measurer.probes.indices)
         self.record.paused = measurer.pauses - pauses
