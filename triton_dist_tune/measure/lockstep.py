@@ -225,6 +225,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         outcomes: dict[int, Outcome] = {}
         per_call: dict[int, float] = {}  # the configs warmed up since the last pause (or the start)
         warmed_now: list[Todo] = []
+        raced = False  # a pause raced a config warmed up without failing: a time budget may stop any warm-up now
         warming = time.monotonic()
         previous = 0.0  # the group's time per call of the config warmed up last
         round_s = 0.0  # the predicted length of a screening round of the configs warmed up (with a budget)
@@ -234,6 +235,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
             if item is None:  # a pause before a wait for compiles: measure what is warmed up meanwhile
                 self.watch.leave()
                 self._race_warmed(warmed_now, per_call, race_plan, screen, outcomes, warming)
+                raced = raced or bool(per_call)
                 warmed_now, per_call, round_s, warming = [], {}, 0.0, time.monotonic()
                 self.watch.enter("warmup")
                 continue
@@ -242,7 +244,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
             if warmed and index in self.per_call:
                 per_call[index] = previous = self.per_call[index]
                 continue
-            if per_call and self.budget.ends_before(round_s):
+            if (per_call or raced) and self.budget.ends_before(round_s):
                 outcomes[index] = self.budget.left_out(index, desc)  # agreed: the group's probes and clock
                 continue
             wanted, error = self._warm(index, config, desc, aligned=True, previous_ms=previous)
