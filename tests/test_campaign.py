@@ -128,3 +128,28 @@ def test_policy_checks_and_default_distance():
     assert numeric_distance((64, "fp16"), (64, "bf16")) is None
     assert numeric_distance((64, True), (64, 1)) is None
     assert numeric_distance((64,), (64, 1)) is None
+
+
+def test_a_keys_result_and_its_outcomes_turn_into_json_without_deep_copies():
+    """Every key of a campaign turned its result into plain data with ``dataclasses.asdict``, which deep-copied its
+    cache record (every outcome of the key: 1,920 in the README's MoE campaign), and every outcome the same way:
+    about 1.2 s of a 16-key campaign's rank on one H200 host. Now field by field: the record is the same object,
+    an outcome's lists are copies, and the JSON is the same as before."""
+    import math
+    from dataclasses import asdict
+
+    from triton_dist_tune.function.summary import KeyResult
+    from triton_dist_tune.records import Outcome
+
+    outcome = Outcome(3, "{a: 1}", "stopped", time=math.inf, spread=0.01, per_rank=[0.2, 0.3], samples=2,
+                      order=[4, 9], round_times=[0.2, 0.25], own=math.nan)
+    data = outcome.to_json()
+    expected = asdict(outcome)
+    expected["time"] = expected["own"] = None  # no infinity or NaN in standard JSON
+    assert data == expected and json.loads(json.dumps(data)) == expected
+    assert data["per_rank"] is not outcome.per_rank and data["round_times"] is not outcome.round_times
+    record = {"measurements": [data] * 4}
+    result = KeyResult(0, "(16,)", "tuned", 3, "{a: 1}", 0.2, 0.05, record=record)
+    plain = result.to_json()
+    assert plain["record"] is record  # not copied
+    assert plain == asdict(result) and KeyResult.from_json(plain) == result

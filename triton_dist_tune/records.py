@@ -63,8 +63,12 @@ class Outcome:
         return self.state in ("measured", "stopped") and self.time is not None
 
     def to_json(self) -> dict[str, Any]:
-        """A standard-JSON object (no NaN or infinity)."""
-        data = asdict(self)
+        """A standard-JSON object (no NaN or infinity). Field by field, lists copied: ``dataclasses.asdict`` took
+        0.3 s of a campaign's rank on one H200 host (every outcome of every key is written to the cache)."""
+        data = {name: getattr(self, name) for name in _OUTCOME_FIELDS}
+        for name in ("per_rank", "order", "round_times"):
+            if data[name] is not None:
+                data[name] = list(data[name])
         for name in ("time", "spread", "own"):
             value = data[name]
             if value is not None and not math.isfinite(value):
@@ -89,6 +93,10 @@ class Outcome:
             return cls(**values)
         except (TypeError, ValueError):
             return None
+
+
+#: :class:`Outcome`'s field names, in order (its JSON object's keys)
+_OUTCOME_FIELDS = tuple(f.name for f in fields(Outcome))
 
 
 @dataclass

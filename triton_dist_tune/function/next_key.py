@@ -4,8 +4,8 @@ A campaign on units of one rank (the README's MoE campaign: 16 batch sizes on on
 for compiles: each key's search screens configs that no earlier key did (the larger batch sizes keep larger tiles),
 and the compile workers are idle while a stage is measured. The campaign knows which key comes next on the unit, so
 the tuning of one key also compiles the configs the next will likely screen (:class:`NextKey`), with the next key's
-own arguments (kernels specialise on them) and after every compile of its own (its compile passes run on the
-rank's thread while the first stage would wait for its own compiles,
+own arguments (kernels specialise on them) and after every compile of its own (the guess and its compile passes
+run on the rank's thread while the first stage would wait for its own compiles,
 :meth:`~triton_dist_tune.measure.precompile.Compiles.run_idle`, and those left once that stage is measured run then:
 left to later stages' waits, the next key's compiles started too late for it, 4.1-6.0 s against 1.9-2.5 s at 48
 tokens in ``benchmarks/results/session_h200_17``; their compiles go to the pool's
@@ -41,7 +41,7 @@ from typing import Any
 
 from ..disk import logs
 from ..errors import describe_error
-from ..measure import ahead, breakdown, compile_pass
+from ..measure import ahead, compile_pass
 from ..measure.daemon_pool import NEXT_KEY
 from ..measure.lockstep import Measurer
 from ..measure.precompile import compiles_here, precompile
@@ -79,57 +79,67 @@ def landscape_of(decision: Decision) -> dict[int, float]:
 
 def compile_next_key(tuning: KeyTuning, upcoming: NextKey, measurer: Measurer, earlier: dict[int, Any],
                      space: int) -> None:
-    """Start compiling the configs ``upcoming``, the key after ``tuning``'s, will likely screen (see the module
-    docstring): a no-op unless this is a fresh tuning on one rank with an open compile pool."""
+    """Queue, as the rank's idle work (:meth:`~triton_dist_tune.measure.precompile.Compiles.run_idle`), the
+    compiles of the configs ``upcoming``, the key after ``tuning``'s, will likely screen (see the module docstring):
+    a no-op unless this is a fresh tuning on one rank with an open compile pool."""
     if earlier or tuning.group.size != 1 or not measurer.compiles.open:
         return
+    if tuning.tuner.options.precompile_fn is None and not (compiles_here() and compile_pass.available()):
+        return
+
+    def start() -> bool:
+        _start(tuning, upcoming, measurer, space)
+        return True
+
+    measurer.compiles.idle.append(start)
+
+
+def _start(tuning: KeyTuning, upcoming: NextKey, measurer: Measurer, space: int) -> None:
+    """The guess (a search without a device: 0.1 s a key on one H200 host), the next key's call, then its configs'
+    compiles started (``precompile_fn``) or their compile passes queued as idle work, one unit each."""
     tuner, group = tuning.tuner, tuning.group
     fn = tuner.options.precompile_fn
-    if fn is None and not (compiles_here() and compile_pass.available()):
+    try:
+        guess = _guess(tuning, upcoming)
+    except Exception as exc:  # a user's distance or key that the next key's own tuning will report
+        logs.rank_log().info("%s next key: nothing compiled ahead (%s)", tuning.label, describe_error(exc))
         return
-    with breakdown.part("compile"):
-        try:
-            guess = _guess(tuning, upcoming)
-        except Exception as exc:  # a user's distance or key that the next key's own tuning will report
-            logs.rank_log().info("%s next key: nothing compiled ahead (%s)", tuning.label, describe_error(exc))
-            return
-        if not guess:
-            return
-        try:
-            args, kwargs = upcoming.call()
-        except Exception as exc:  # the next key's own tuning reports it
-            logs.rank_log().info("%s next key: nothing compiled ahead (building its call raised %s)", tuning.label,
-                                 describe_error(exc))
-            return
-        upcoming.guessed = guess
-        upcoming.compiled.update(guess)
-        todo = [tuning.todo(i) for i in guess]
-        label = f"{tuning.label} next key {describe_key(upcoming.key)}"
-        logs.rank_log().info("%s: compiling %d config(s) it will likely screen, after this key's own", label,
-                             len(todo))
-        if fn is not None:
-            precompile(group, label, fn, todo, args, kwargs, tuner.options.compile_threads,
-                       tuning.timeout, space, measurer.compiles, NEXT_KEY)
-            return
-        budget = measurer.budget
+    if not guess:
+        return
+    try:
+        args, kwargs = upcoming.call()
+    except Exception as exc:  # the next key's own tuning reports it
+        logs.rank_log().info("%s next key: nothing compiled ahead (building its call raised %s)", tuning.label,
+                             describe_error(exc))
+        return
+    upcoming.guessed = guess
+    upcoming.compiled.update(guess)
+    todo = [tuning.todo(i) for i in guess]
+    label = f"{tuning.label} next key {describe_key(upcoming.key)}"
+    logs.rank_log().info("%s: compiling %d config(s) it will likely screen, after this key's own", label, len(todo))
+    if fn is not None:
+        precompile(group, label, fn, todo, args, kwargs, tuner.options.compile_threads, tuning.timeout, space,
+                   measurer.compiles, NEXT_KEY)
+        return
+    budget = measurer.budget
 
-        def run_quietly(index: int, desc: str, run: Any) -> str | None:
-            measurer.guard.arm(tuning.timeout, f"{label} compile pass of config {index}", lambda: None)
-            try:
-                run()
-            except Exception as exc:  # the next key's own warm-up reports it
-                return describe_error(exc)
-            finally:
-                measurer.guard.disarm()
-            return None
+    def run_quietly(index: int, desc: str, run: Any) -> str | None:
+        measurer.guard.arm(tuning.timeout, f"{label} compile pass of config {index}", lambda: None)
+        try:
+            run()
+        except Exception as exc:  # the next key's own warm-up reports it
+            return describe_error(exc)
+        finally:
+            measurer.guard.disarm()
+        return None
 
-        # the passes run while the first stage would wait for its compiles, the rest once it is measured
-        _, units = compile_pass.pass_units(group, label, todo, run_quietly,
-                                           lambda config: tuner.fn(*args, **kwargs, **config),
-                                           tuner.options.compile_threads, tuning.timeout,
-                                           go_on=lambda: not budget.spent, space=space, compiles=measurer.compiles,
-                                           rank=NEXT_KEY)
-        measurer.compiles.idle.extend(units)
+    # one unit per config: run while the first stage would wait for its compiles, the rest once it is measured
+    _, units = compile_pass.pass_units(group, label, todo, run_quietly,
+                                       lambda config: tuner.fn(*args, **kwargs, **config),
+                                       tuner.options.compile_threads, tuning.timeout,
+                                       go_on=lambda: not budget.spent, space=space, compiles=measurer.compiles,
+                                       rank=NEXT_KEY)
+    measurer.compiles.idle.extend(units)
 
 
 def _guess(tuning: KeyTuning, upcoming: NextKey) -> list[int]:
