@@ -39,3 +39,30 @@ pair_defaults() {
   tiny=(); cpus=(0-15 16-31)
   if [ -n "${CPU_SMOKE:-}" ]; then tiny=(--tiny); cpus=(0 1); fi
 }
+
+# gpu_tests FILE: the GPU tests of the captures (tests/test_graphs_cuda.py) with this tree, their last lines in FILE
+# and on the screen; nothing under the CPU smoke.
+gpu_tests() {
+  [ -n "${CPU_SMOKE:-}" ] && return 0
+  (PYTHONPATH=$PWD python3 -m pytest -q -p no:cacheprovider tests/test_graphs_cuda.py 2>&1 \
+    || PYTHONPATH=$PWD python3 tests/test_graphs_cuda.py 2>&1) | tail -n 5 > "$1"
+  cat "$1"
+}
+
+# pair_setup NAME OLD: OUT (required), NAME (default NAME) with OUT/NAME made, and `old` (ARM_OLD, default OLD);
+# then pair_defaults and the GPU tests (OUT/NAME/gpu_tests.txt).
+pair_setup() {
+  OUT=${OUT:?set OUT}; NAME=${NAME:-$1}; mkdir -p "$OUT/$NAME"
+  old=$(cd "${ARM_OLD:-$2}" && pwd)
+  pair_defaults
+  gpu_tests "$OUT/$NAME/gpu_tests.txt"
+}
+
+# pair_run LABEL DIR ARM GPU [PRELUDE]: campaign_alone of ARM (new: this tree; old: the caller's `old`) in DIR on GPU
+# and its CPUs, printed after LABEL with the count of keys that fell back to eager timing.
+pair_run() {
+  local root=$PWD
+  [ "$3" = old ] && root=$old
+  mkdir -p "$2"
+  echo "$1 $(CAMPAIGN_TIME=110 campaign_alone "$2" "$root" "$4" "${cpus[$4]}" $((29850 + $4)) "${5:-}") | eager fallbacks $(zcat "$2/campaign_rank.log.gz" 2>/dev/null | grep -c 'cannot be captured')"
+}

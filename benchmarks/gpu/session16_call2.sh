@@ -8,21 +8,12 @@
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 OUT=DIR bash benchmarks/gpu/session16_call2.sh
 set -u
 source "$(dirname "$0")/_campaign.sh"
-OUT=${OUT:?set OUT}; NAME=${NAME:-camp16b}; mkdir -p "$OUT/$NAME"
-old=$(cd "${ARM_OLD:-arms/s15f}" && pwd)
-pair_defaults
-if [ -z "${CPU_SMOKE:-}" ]; then
-  (PYTHONPATH=$PWD python3 -m pytest -q -p no:cacheprovider tests/test_graphs_cuda.py 2>&1 || PYTHONPATH=$PWD python3 tests/test_graphs_cuda.py 2>&1) \
-    | tail -n 5 > "$OUT/$NAME/gpu_tests.txt"
-  cat "$OUT/$NAME/gpu_tests.txt"
-fi
+pair_setup camp16b arms/s15f
 one() {  # pass, arm (new: this tree; old: ARM_OLD), GPU
-  local root=$PWD dir="$OUT/$NAME/$1-$2" prelude=""
-  [ "$2" = old ] && root=$old
-  mkdir -p "$dir"
+  local dir="$OUT/$NAME/$1-$2" prelude=""
   [ "$1" = 1 ] && prelude="import sys; sys.path.insert(0, '$PWD/benchmarks')
 import stack_sampler; stack_sampler.start('$dir/stacks.txt', 0.005)"
-  echo "$1 $2 gpu $3 $(CAMPAIGN_TIME=110 campaign_alone "$dir" "$root" "$3" "${cpus[$3]}" $((29850 + $3)) "$prelude") | eager fallbacks $(zcat "$dir/campaign_rank.log.gz" 2>/dev/null | grep -c 'cannot be captured')"
+  pair_run "$1 $2 gpu $3" "$dir" "$2" "$3" "$prelude"
 }
 swapped_pairs "$OUT/$NAME" new old
 cat "$OUT"/$NAME/*.txt > "$OUT/$NAME.txt"

@@ -8,19 +8,9 @@
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 OUT=DIR bash benchmarks/gpu/session17_call1.sh
 set -u
 source "$(dirname "$0")/_campaign.sh"
-OUT=${OUT:?set OUT}; NAME=${NAME:-camp17a}; mkdir -p "$OUT/$NAME"
-old=$(cd "${ARM_OLD:-arms/s16f}" && pwd)
-pair_defaults
-if [ -z "${CPU_SMOKE:-}" ]; then
-  (PYTHONPATH=$PWD python3 -m pytest -q -p no:cacheprovider tests/test_graphs_cuda.py 2>&1 || PYTHONPATH=$PWD python3 tests/test_graphs_cuda.py 2>&1) \
-    | tail -n 5 > "$OUT/$NAME/gpu_tests.txt"
-  cat "$OUT/$NAME/gpu_tests.txt"
-fi
+pair_setup camp17a arms/s16f
 one() {  # pass, arm (new: this tree; old: ARM_OLD), GPU
-  local root=$PWD dir="$OUT/$NAME/r$round-$1-$2"
-  [ "$2" = old ] && root=$old
-  mkdir -p "$dir"
-  echo "round $round pass $1 $2 gpu $3 $(CAMPAIGN_TIME=110 campaign_alone "$dir" "$root" "$3" "${cpus[$3]}" $((29850 + $3))) | eager fallbacks $(zcat "$dir/campaign_rank.log.gz" 2>/dev/null | grep -c 'cannot be captured')"
+  pair_run "round $round pass $1 $2 gpu $3" "$OUT/$NAME/r$round-$1-$2" "$2" "$3"
 }
 for round in $(seq "${ROUNDS:-2}"); do
   mkdir -p "$OUT/$NAME/round$round"

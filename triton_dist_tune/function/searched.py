@@ -222,7 +222,7 @@ class Searched:
                             history[outcome.index] = [probe]
                         self._screened(outcome, history, outcomes)
                 self.stage_waited = measurer.compiles.waited - waited
-                if first is not None:  # the next key's compile passes its waits did not run: their compiles start
+                if first is not None:  # the next key's guess and compile passes the waits left: its compiles start
                     with breakdown.part("compile"):
                         measurer.compiles.run_idle()
             if again and not budget.cut:  # samples taken again: no compile, no warm-up (each sample settles first)

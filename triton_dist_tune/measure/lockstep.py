@@ -221,7 +221,8 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         warmed up before are not warmed up again (a search's second screening sample; each sample settles first).
         ``screen``: a search's screening of new configs, where those far behind get their probe as their sample
         (:meth:`~.sampling.Sampling.far_behind`), and where a rank tuning alone may defer a config whose compile has
-        not ended (:mod:`~.warm_order`: its outcome's error is ``DEFERRED``)."""
+        not ended (:mod:`~.warm_order`: its outcome's error is ``DEFERRED``) and races what it has warmed up before it
+        waits for the rest's compiles (a pause of the order)."""
         outcomes: dict[int, Outcome] = {}
         per_call: dict[int, float] = {}  # the configs warmed up since the last pause (or the start)
         warmed_now: list[Todo] = []

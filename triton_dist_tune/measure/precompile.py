@@ -150,7 +150,7 @@ class Compiles:
     waited: float = 0.0
     #: when a wait for a config's compiles first began (:meth:`wait_first`), by index: its deadline runs from then
     wait_began: dict[int, float] = field(default_factory=dict)
-    #: work for the rank's own thread while it would wait for compiles (a campaign's next key's compile passes:
+    #: work for the rank's own thread while it would wait for compiles (a campaign's next key's guess and passes:
     #: :mod:`~triton_dist_tune.function.next_key`), in order; each unit returns False to drop the rest
     idle: deque[Callable[[], bool]] = field(default_factory=deque)
 

@@ -22,7 +22,7 @@ time mostly), one after the other. So in a search's screening, when no config is
 more have been warmed up since the last pause, the order yields a pause (``None``) before it waits: the caller
 screens the configs warmed up so far while the rest compile, then goes on (``benchmarks/results/session_h200_17``).
 Before it waits, the rank runs the work it was given for such waits (:meth:`~.precompile.Compiles.run_idle`: a
-campaign's next key's compile passes) until some config is ready.
+campaign's next key's guess and compile passes) until some config is ready.
 
 A config's compile deadline (the tuning's timeout) runs from the first wait for it, this order's or its own
 (:meth:`~triton_dist_tune.measure.precompile.Compiles.wait`): a hung compile fails its config one timeout after
