@@ -114,6 +114,22 @@ def test_on_one_rank_a_config_still_compiling_when_its_stage_is_measured_is_scre
 
 
 @pytest.mark.timeout(120)
+def test_the_first_race_of_a_tuning_holds_its_whole_first_stage_whatever_compiles_first(env, tmp_path):
+    """The first race of a tuning decides from its configs' probes whether samples are timed on the device and how
+    many calls a CUDA graph holds. A stage that screens what it warmed up while the rest compiles made that first
+    race of the 4 configs that compiled first: 4 slow ones would have timed the whole tuning eagerly though the
+    stage held faster ones. So no stage pauses before the tuning's clock is chosen: here the first stage's configs
+    compile in 10 ms each but its straggler never, and its first race holds every other config of the stage
+    (before: 4)."""
+    env = {**env, "TRITON_INTERPRET": "0", "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")}
+    r = run("compile_straggler", env, n=1)[0]
+    log = "".join(path.read_text() for path in (tmp_path / "logs").rglob("*.log"))
+    first = re.search(r"warm-up: (\d+) config\(s\) in", log)
+    assert first is not None, log[-2000:]
+    assert int(first.group(1)) == r["first_look"] - 1, log[-3000:]  # the stage but its straggler, deferred
+
+
+@pytest.mark.timeout(120)
 def test_a_straggler_still_compiling_when_the_search_is_over_is_left_out_when_the_model_puts_it_behind(env):
     """In the README's MoE campaign a search's last stage could wait seconds for the compile of one deferred
     straggler (1.9-3.5 s at 384 tokens: a 256 x 256 tile of 4 warps, which its probe read 5.7 times the best). Now a

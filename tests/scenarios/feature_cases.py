@@ -278,23 +278,36 @@ def compile_straggler_left_out():
 @case
 def screened_while_compiling():
     """One rank, ``precompile_fn`` outside the interpreter, the 144-config grid of :func:`compile_straggler`: the
-    first config submitted for compiling (one of the first stage's) compiles until some other config has been
-    called 6 times (its warm-up calls it 4 times at most: a lead call and 3 timed ones; so only once a sample of it
-    was taken), or for 30 s;
-    the others compile in 10 ms. Reports the straggler's outcome and the search's line."""
+    first config submitted for compiling after the first stage's (so in a stage after the tuning's clock is chosen)
+    compiles until some config first called after it has been called 6 times (a warm-up calls a config 4 times at
+    most: a lead call and 3 timed ones; so only once a sample of it was taken), or for 30 s; the others compile in
+    10 ms. Reports the straggler's outcome and the search's line."""
     import collections
     import threading
 
-    straggler: list[tuple[int, int]] = []
-    release = threading.Event()
-    calls: collections.Counter = collections.Counter()
-    precompile = _straggling(lambda config: True, straggler, release, 30)
+    from triton_dist_tune.measure.search import initial_size
+
     grid = STRAGGLER_GRID
+    submitted: list[tuple[int, int]] = []
+    straggler: list[tuple[int, int]] = []
+    release, running = threading.Event(), threading.Event()
+    lock = threading.Lock()
+
+    def later(config):
+        with lock:
+            submitted.append((config["a"], config["b"]))
+            return len(submitted) > initial_size(len(grid))
+
+    precompile = _straggling(later, straggler, release, 30, running)
+    calls: collections.Counter = collections.Counter()
+    since: set[tuple[int, int]] = set()  # the configs first called after the straggler's compile began
 
     @tdt.autotune(grid, key_fn=lambda: 0, n_warmup=0, precompile_fn=precompile, name="screened_while_compiling")
     def f(*, a, b):
+        if running.is_set() and not calls[a, b]:
+            since.add((a, b))
         calls[a, b] += 1
-        if calls[a, b] >= 6:
+        if (a, b) in since and calls[a, b] >= 6:
             release.set()
         time.sleep(0.0002 * (1 + abs(a - 7) + abs(b - 4)))
 

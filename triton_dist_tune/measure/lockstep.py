@@ -231,7 +231,8 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         previous = 0.0  # the group's time per call of the config warmed up last
         round_s = 0.0  # the predicted length of a screening round of the configs warmed up (with a budget)
         self.watch.enter("warmup")
-        order = WarmOrder(todo, self.compiles, alone=self.group.size == 1, defer=screen)
+        # no pause before the first race has chosen the tuning's clock from every probe of its configs
+        order = WarmOrder(todo, self.compiles, alone=self.group.size == 1, defer=screen, pause=self._clock_chosen)
         for item in order:
             if item is None:  # a pause before a wait for compiles: measure what is warmed up meanwhile
                 self.watch.leave()

@@ -21,6 +21,9 @@ README's MoE campaign on one H200), and only then screened the configs it had wa
 time mostly), one after the other. So in a search's screening, when no config is ready and :data:`PAUSE_AFTER` or
 more have been warmed up since the last pause, the order yields a pause (``None``) before it waits: the caller
 screens the configs warmed up so far while the rest compile, then goes on (``benchmarks/results/session_h200_17``).
+Not before the tuning's clock is chosen: its first race decides, from the probes of the configs it holds, whether
+samples are timed on the device and how many calls a graph holds, and a pause would decide it from the few
+configs that compiled first (4 slow ones would time the whole tuning eagerly).
 Before it waits, the rank runs the work it was given for such waits (:meth:`~.precompile.Compiles.run_idle`: a
 campaign's next key's guess and compile passes) until some config is ready.
 
@@ -58,13 +61,15 @@ Todo = tuple[int, dict[str, Any], str]
 class WarmOrder:
     """Iterate a stage's ``todo`` in the order to warm it up (see the module docstring); :attr:`deferred` holds
     the indices left out once the iteration ends. ``alone``: the rank tunes without a group; ``defer``: a search's
-    screening, which may defer a straggler and pauses (yields None) to measure what it warmed up before it waits."""
+    screening, which may defer a straggler; ``pause`` (with ``defer``): it pauses (yields None) to measure what it
+    warmed up before it waits."""
 
-    def __init__(self, todo: Sequence[Todo], compiles: Compiles, alone: bool, defer: bool) -> None:
+    def __init__(self, todo: Sequence[Todo], compiles: Compiles, alone: bool, defer: bool, pause: bool = False) -> None:
         self.todo = list(todo)
         self.compiles = compiles
         self.reorder = alone and compiles.open
         self.defer = defer
+        self.pause = pause and defer
         self.deferred: list[int] = []
         #: the pauses yielded so far
         self.pauses = 0
@@ -83,7 +88,7 @@ class WarmOrder:
         since = 0  # configs given since the last pause
         while pending:
             ready = next((item for item in pending if self.compiles.done(item[0])), None)
-            if ready is None and self.defer and since >= PAUSE_AFTER:
+            if ready is None and self.pause and since >= PAUSE_AFTER:
                 since = 0
                 self.pauses += 1
                 yield None
