@@ -204,9 +204,9 @@ class Searched:
                 todo = [tuning.todo(i) for i in new]
                 self.compile_stage(todo, False)  # a deferred config is compiling: not compiled again
                 self._compile_likely(search, history, new)
-                first, self.after_first_stage = self.after_first_stage, None
-                if first is not None:
-                    first()
+                if self.after_first_stage is not None:
+                    self.after_first_stage()
+                    self.after_first_stage = None
                 waited = measurer.compiles.waited
                 deferred = []
                 for outcome in measurer.lockstep(todo, screen, screen=True):
@@ -222,9 +222,8 @@ class Searched:
                             history[outcome.index] = [probe]
                         self._screened(outcome, history, outcomes)
                 self.stage_waited = measurer.compiles.waited - waited
-                if first is not None:  # the next key's guess and compile passes the waits left: its compiles start
-                    with breakdown.part("compile"):
-                        measurer.compiles.run_idle()
+                with breakdown.part("compile"):  # the guesses the stage's waits left: their compiles start now
+                    measurer.compiles.run_idle()
             if again and not budget.cut:  # samples taken again: no compile, no warm-up (each sample settles first)
                 for outcome in measurer.lockstep([tuning.todo(i) for i in again], screen, warmed=True):
                     if outcome.error != LEFT_OUT:
@@ -301,14 +300,23 @@ class Searched:
     def _compile_likely(self, search: PatternSearch, history: dict[int, list[float] | None],
                         screening: list[int]) -> None:
         """On one rank, after a stage that waited for its compiles: compile the configs the next stage will likely
-        hold, after this stage's (:mod:`~triton_dist_tune.measure.ahead`)."""
+        hold, after this stage's (:mod:`~triton_dist_tune.measure.ahead`), from the samples as this stage begins.
+        Idle work of the rank (:meth:`~triton_dist_tune.measure.precompile.Compiles.run_idle`): run while the stage
+        waits for its compiles, else once it is measured (before the search's next step); on the search's path it
+        took 0.9 s of the README's MoE campaign's rank on one H200 host (``benchmarks/stack_sampler.py``)."""
         if self.tuning.group.size != 1 or self.stage_waited < ahead.AHEAD_WAIT_S or not self.measurer.compiles.open:
             return
-        with breakdown.part("model"):
-            likely = [i for i in ahead.likely_next(search, history, screening) if i not in history]
-        if likely:
-            self.ahead.update(likely)
-            self.compile_stage([self.tuning.todo(i) for i in likely], True)
+        known = {i: None if samples is None else list(samples) for i, samples in history.items()}
+
+        def start() -> bool:
+            with breakdown.part("model"):
+                likely = [i for i in ahead.likely_next(search, known, screening) if i not in known]
+            if likely:
+                self.ahead.update(likely)
+                self.compile_stage([self.tuning.todo(i) for i in likely], True)
+            return True
+
+        self.measurer.compiles.idle.append(start)
 
     def _screened(self, outcome: Outcome, history: dict[int, list[float] | None],
                   outcomes: dict[int, Outcome]) -> None:
