@@ -24,8 +24,9 @@ screens the configs warmed up so far while the rest compile, then goes on (``ben
 Not before the tuning's clock is chosen: its first race decides, from the probes of the configs it holds, whether
 samples are timed on the device and how many calls a graph holds, and a pause would decide it from the few
 configs that compiled first (4 slow ones would time the whole tuning eagerly).
-Before it waits, the rank runs the work it was given for such waits (:meth:`~.precompile.Compiles.run_idle`: a
-campaign's next key's guess and compile passes) until some config is ready.
+Before it pauses or waits, the rank runs the work it was given for such waits (:meth:`~.precompile.Compiles.run_idle`:
+the guesses of what the next stage and a campaign's next key will screen, and their compile passes) until some
+config is ready, so that their compiles start as early as they can.
 
 A config's compile deadline (the tuning's timeout) runs from the first wait for it, this order's or its own
 (:meth:`~triton_dist_tune.measure.precompile.Compiles.wait`): a hung compile fails its config one timeout after
@@ -88,6 +89,10 @@ class WarmOrder:
         since = 0  # configs given since the last pause
         while pending:
             ready = next((item for item in pending if self.compiles.done(item[0])), None)
+            if ready is None and self.compiles.idle:  # the guesses first: their compiles start before any wait
+                with breakdown.part("compile"):
+                    self.compiles.run_idle(lambda: any(self.compiles.done(item[0]) for item in pending))
+                continue
             if ready is None and self.pause and since >= PAUSE_AFTER:
                 since = 0
                 self.pauses += 1
@@ -96,7 +101,6 @@ class WarmOrder:
             if ready is None:
                 grace = self.defer and warmed
                 with breakdown.part("compile"):
-                    self.compiles.run_idle(lambda: any(self.compiles.done(item[0]) for item in pending))
                     ended = self.compiles.wait_first([item[0] for item in pending],
                                                      STRAGGLER_GRACE_S if grace else self.compiles.limit)
                 if not ended and grace:
