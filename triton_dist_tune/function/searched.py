@@ -222,6 +222,8 @@ class Searched:
                             history[outcome.index] = [probe]
                         self._screened(outcome, history, outcomes)
                 self.stage_waited = measurer.compiles.waited - waited
+                if budget.cut or budget.spent:  # the search ends here: no guess is worth its time
+                    measurer.compiles.idle.clear()
                 with breakdown.part("compile"):  # the guesses the stage's waits left: their compiles start now
                     measurer.compiles.run_idle()
             if again and not budget.cut:  # samples taken again: no compile, no warm-up (each sample settles first)
