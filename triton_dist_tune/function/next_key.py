@@ -86,12 +86,7 @@ def compile_next_key(tuning: KeyTuning, upcoming: NextKey, measurer: Measurer, e
         return
     if tuning.tuner.options.precompile_fn is None and not (compiles_here() and compile_pass.available()):
         return
-
-    def start() -> bool:
-        _start(tuning, upcoming, measurer, space)
-        return True
-
-    measurer.compiles.idle.append(start)
+    measurer.compiles.idle.append(lambda: _start(tuning, upcoming, measurer, space))
 
 
 def _start(tuning: KeyTuning, upcoming: NextKey, measurer: Measurer, space: int) -> None:

@@ -310,13 +310,12 @@ class Searched:
             return
         known = {i: None if samples is None else list(samples) for i, samples in history.items()}
 
-        def start() -> bool:
+        def start() -> None:
             with breakdown.part("model"):
                 likely = [i for i in ahead.likely_next(search, known, screening) if i not in known]
             if likely:
                 self.ahead.update(likely)
                 self.compile_stage([self.tuning.todo(i) for i in likely], True)
-            return True
 
         self.measurer.compiles.idle.append(start)
 

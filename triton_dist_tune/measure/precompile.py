@@ -151,14 +151,14 @@ class Compiles:
     #: when a wait for a config's compiles first began (:meth:`wait_first`), by index: its deadline runs from then
     wait_began: dict[int, float] = field(default_factory=dict)
     #: work for the rank's own thread while it would wait for compiles (a campaign's next key's guess and passes:
-    #: :mod:`~triton_dist_tune.function.next_key`), in order; each unit returns False to drop the rest
-    idle: deque[Callable[[], bool]] = field(default_factory=deque)
+    #: :mod:`~triton_dist_tune.function.next_key`), in order; a unit that returns False drops the rest
+    idle: deque[Callable[[], bool | None]] = field(default_factory=deque)
 
     def run_idle(self, until: Callable[[], bool] = lambda: False) -> None:
         """Run the :attr:`idle` work, a unit at a time, until ``until()`` says to stop, a unit returns False (the
         rest is dropped) or none is left."""
         while self.idle and not until():
-            if not self.idle.popleft()():
+            if self.idle.popleft()() is False:
                 self.idle.clear()
 
     def submit(self, index: int, compile_one: Callable[[], Any], rank: int = NOW) -> None:
