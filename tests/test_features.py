@@ -155,6 +155,19 @@ def test_a_stage_screens_the_configs_it_warmed_up_while_the_rest_of_it_compiles(
     assert "deferred" not in r["search"], r["search"]
 
 
+@pytest.mark.timeout(120)
+def test_a_time_budget_spent_in_a_pause_leaves_the_straggler_that_compiles_after_it_unmeasured(env):
+    """A stage that pauses to screen what it warmed up starts its next chunk with no config warmed up. Without a
+    guard the first warm-up after the pause ran whatever the budget said (a budget is checked before a warm-up only
+    once a config of the chunk is warmed up): here the straggler was then called 9 times and measured after the
+    budget was spent in the pause's race. Now a budget spent stops that warm-up too: the straggler is left out
+    unmeasured, never called, and the decision is cut."""
+    r = run("budget_spent_in_a_pause", {**env, "TRITON_INTERPRET": "0"}, n=1)[0]
+    assert re.search(r"screening while compiling \d+ time\(s\)", r["search"]), r  # the stage paused
+    assert r["called"] == 0 and r["state"] == "pruned" and "time budget" in (r["error"] or ""), r
+    assert r["cut"] and "the time budget ended the screening" in r["search"], r
+
+
 @pytest.mark.timeout(180)
 def test_a_campaign_on_one_rank_compiles_its_next_keys_configs_while_it_tunes_the_current_one(env, tmp_path):
     """The README's MoE campaign waited 31 s of its 63 s for compiles, its workers idle while each key was measured.

@@ -317,6 +317,60 @@ def screened_while_compiling():
     emit(state=outcome.state, search=decision.search)
 
 
+#: the time budget of :func:`budget_spent_in_a_pause` (s); the race's sample there sleeps as long
+PAUSE_BUDGET_S = 6.0
+
+
+@case
+def budget_spent_in_a_pause():
+    """One rank, ``precompile_fn`` outside the interpreter, the 144-config grid of :func:`compile_straggler`, a time
+    budget of :data:`PAUSE_BUDGET_S`: the first config submitted for compiling after the first stage's is a
+    straggler whose compile ends only once a config first called after it began is sampled in a race (called again
+    after another config: a warm-up's calls of one config come back to back), which sleeps the whole budget first
+    (or after 30 s). So its stage pauses, races what it warmed up, and the budget is spent in that race; then the
+    straggler's compile ends. Reports whether the straggler was ever called, its outcome, whether the decision was
+    cut, and the search's line."""
+    import collections
+    import threading
+
+    from triton_dist_tune.measure.search import initial_size
+
+    grid = STRAGGLER_GRID
+    submitted: list[tuple[int, int]] = []
+    straggler: list[tuple[int, int]] = []
+    release, running = threading.Event(), threading.Event()
+    lock = threading.Lock()
+
+    def later(config):
+        with lock:
+            submitted.append((config["a"], config["b"]))
+            return len(submitted) > initial_size(len(grid))
+
+    precompile = _straggling(later, straggler, release, 30, running)
+    calls: collections.Counter = collections.Counter()
+    since: set[tuple[int, int]] = set()  # the configs first called after the straggler's compile began
+    last: list[tuple[int, int]] = []
+
+    @tdt.autotune(grid, key_fn=lambda: 0, n_warmup=0, precompile_fn=precompile, name="budget_pause",
+                  budget=PAUSE_BUDGET_S, timeout=60)
+    def f(*, a, b):
+        if running.is_set() and not calls[a, b]:
+            since.add((a, b))
+        sampled_again = (a, b) in since and calls[a, b] and last and last[-1] != (a, b)
+        calls[a, b] += 1
+        last[:] = [(a, b)]
+        if sampled_again and not release.is_set():
+            time.sleep(PAUSE_BUDGET_S)  # the budget is spent in this race
+            release.set()
+        time.sleep(0.0002 * (1 + abs(a - 7) + abs(b - 4)))
+
+    f()
+    decision = next(iter(f.tuner.decisions.values()))
+    outcome = next(o for o in decision.outcomes if (grid[o.index]["a"], grid[o.index]["b"]) == straggler[0])
+    emit(called=calls[straggler[0]], state=outcome.state, error=outcome.error, cut=decision.cut,
+         search=decision.search)
+
+
 @case
 def next_key_compiled_ahead():
     """A campaign of three keys on one rank, ``precompile_fn`` outside the interpreter (a pool that compiles as it
