@@ -159,6 +159,42 @@ def test_on_recorded_h100_landscapes_the_best_config_reaches_the_finalists(shape
 CORPUS = HERE.parent / "benchmarks" / "results" / "corpus"
 
 
+#: the corpus's config names with six numbers each: the MoE example's tiles and Triton GEMMs' (benchmarks/corpus.py)
+TILE_NAMES = [re.compile(r"M(\d+)-N(\d+)-K(\d+)-G(\d+)-w(\d+)-s(\d+)$"),
+              re.compile(r"(\d+)x(\d+)x(\d+)-g(\d+)-w(\d+)-s(\d+)$")]
+
+
+def test_a_straggler_the_model_puts_near_the_finalists_is_not_left_out():
+    """A deferred config still compiling when the search has nothing else to screen is left out when the model
+    puts it far behind the finalists (``searched.contenders``). Before, "behind" meant predicted slower than the
+    slowest finalist's screened time; but the additive model regresses to the space's mean and predicts the best
+    configs slower than they read. Over every complete six-axis landscape of the H200 corpus (8 MoE, the rest
+    GEMMs), each config within 1.02 of the best that a noise-free search screened, held out in turn, as if it were
+    that straggler: the old rule left out 70 of 125; now (over 5 times the model's own prediction for the slowest
+    finalist) none is left out."""
+    from triton_dist_tune.function.searched import contenders
+
+    held_out = old_rule = new_rule = 0
+    for path in sorted(CORPUS.glob("gpu*.json")):
+        for entry in json.loads(path.read_text()).values():
+            specs = sorted(entry["ratios"])
+            pattern = next((p for p in TILE_NAMES if all(p.match(s) for s in specs)), None)
+            if pattern is None or entry.get("complete") is False:
+                continue
+            configs = [dict(zip("abcdef", map(int, pattern.match(s).groups()), strict=True)) for s in specs]
+            ratios = [entry["ratios"][s] for s in specs]
+            _, times = simulate(configs, range(len(configs)), SearchPlan(seed="s"), ratios.__getitem__)
+            history = {i: [t] for i, t in times.items() if t is not None}
+            for i in (i for i in history if ratios[i] <= 1.02 * min(ratios)):
+                others = {j: samples for j, samples in history.items() if j != i}
+                search = PatternSearch(configs, range(len(configs)), SearchPlan(seed="s"))
+                held_out += 1
+                old_rule += i not in (search.predicted_faster(search.posterior(others).times, [i]) or [])
+                new_rule += i not in contenders(search, others, [i])
+    assert held_out >= 100 and old_rule >= held_out // 3, (held_out, old_rule)  # what the old rule left out
+    assert new_rule == 0, new_rule
+
+
 @pytest.mark.parametrize("case", ["gpu0.json|gemm_k8192_n2048|256", "gpu2.json|gemm_fp16_bt|4096",
                                   "gpu3.json|moe|512", "gpu1.json|softmax|8192x8192"])
 def test_on_the_recorded_corpus_the_best_finalist_is_within_2_percent(case):

@@ -275,6 +275,37 @@ def compile_straggler_left_out():
     emit(state=outcome.state, error=outcome.error, still_compiling=still_compiling, search=decision.search)
 
 
+#: :func:`compile_straggler_named_again`'s cliff: every config with ``a`` = 9 takes this many times as long
+CLIFF = 30
+
+
+@case
+def compile_straggler_named_again():
+    """As :func:`compile_straggler_left_out`, the straggler next to the best: times grow with the distance from
+    the best (a = 7, b = 4), and every config with a = 9 (a cliff: a tile that spills) takes :data:`CLIFF` times as
+    long; the straggler is config (9, 4), whose compile ends only when released, after the tuning (or after 60 s).
+    The search names it again as a neighbour of the leader (8, 4) once its stage has deferred it. Reports as
+    :func:`compile_straggler_left_out`, and the stages' sizes."""
+    import threading
+
+    straggler: list[tuple[int, int]] = []
+    release, running = threading.Event(), threading.Event()
+    precompile = _straggling(lambda config: (config["a"], config["b"]) == (9, 4), straggler, release, 60, running)
+    grid = STRAGGLER_GRID
+
+    @tdt.autotune(grid, key_fn=lambda: 0, n_warmup=0, precompile_fn=precompile, name="straggler_named_again")
+    def f(*, a, b):
+        time.sleep(0.0002 * (1 + abs(a - 7) + abs(b - 4)) * (CLIFF if a == 9 else 1))
+
+    f()
+    still_compiling = running.is_set() and not release.is_set()
+    release.set()
+    decision = next(iter(f.tuner.decisions.values()))
+    outcome = next(o for o in decision.outcomes if (grid[o.index]["a"], grid[o.index]["b"]) == (9, 4))
+    emit(state=outcome.state, error=outcome.error, still_compiling=still_compiling, search=decision.search,
+         submitted=bool(straggler))
+
+
 @case
 def screened_while_compiling():
     """One rank, ``precompile_fn`` outside the interpreter, the 144-config grid of :func:`compile_straggler`: the

@@ -9,8 +9,9 @@ PatternSearch` screened in lock-step, then the race among the finalists.
   clock, steady timing; :attr:`~triton_dist_tune.measure.lockstep.Measurer.probes_are_samples`), in lock-step
   (:meth:`~triton_dist_tune.measure.lockstep.Measurer.lockstep`
   with a one-round race). A config that fails is failed on every rank and never proposed again. On a rank tuning
-  alone, a config still compiling when the rest of its stage is measured is deferred to a later stage; once the
-  search has nothing else to screen, one still compiling that the model predicts behind the finalists is left out.
+  alone, a config still compiling when the rest of its stage is measured is deferred to a later stage; when the
+  search has nothing else to screen but such configs, one still compiling that the model predicts far behind the
+  finalists is left out.
 - **Finalists**: the race of the tuning's plan (interleaved rounds, then the settled block among the leaders: a
   paired shoot-out whose margin and near-tie the decision reports).
 
@@ -22,6 +23,7 @@ configs no attempt screened.
 
 from __future__ import annotations
 
+import math
 import numbers
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -38,6 +40,7 @@ from ..measure.lockstep import Measurer, Todo
 from ..measure.noise import NoiseEstimate, central
 from ..measure.race import Race, RacePlan
 from ..measure.search import PatternSearch, SearchPlan
+from ..measure.surrogate import AdditiveModel
 from ..measure.warm_order import DEFERRED
 from ..records import Decision, Outcome
 from .policy import numeric_distance
@@ -45,8 +48,16 @@ from .tuned import TunedFunction
 
 #: seeds taken from each of the nearest decided keys: its choice and its runner-up
 SEEDS_PER_KEY, SEED_KEYS = 2, 4
-#: the outcome's error of a deferred config left out once the search was over (:meth:`Searched._worth_waiting_for`)
-OUTLASTED = "not screened: its compile outlasted the search, and the model predicts it behind the finalists"
+#: the outcome's error of a deferred config left out when the search had nothing else to screen
+#: (:meth:`Searched._worth_waiting_for`)
+OUTLASTED = "not screened: its compile outlasted the search, and the model predicts it far behind the finalists"
+#: a deferred config still compiling is left out when the search's model predicts it over this many times the
+#: model's own prediction for the slowest finalist (:func:`contenders`). Over the README's MoE campaign's logs on
+#: H200s (``benchmarks/straggler_rule.py``, ``benchmarks/results/session_h200_18``), the model so put none of the
+#: configs that then read within 1.02 of their key's choice over 3.34 times (2,061 of them, 15 logs) or 4.14 times
+#: (3,763, 27 earlier logs), where the stages of stragglers alone that waited 1.5 s or more waited for configs it put
+#: 2.7-21.5 times over (they read 3.6-17.8 times the choice). Picked after seeing both sets of logs
+OUTLASTED_FACTOR = 5.0
 
 
 @dataclass
@@ -77,7 +88,8 @@ class SearchRecord:
     #: deferrals of configs to a later stage because their compiles had not ended (measure/warm_order.py; a config
     #: deferred twice counts twice)
     deferred: int = 0
-    #: deferred configs left out, unscreened: still compiling when the search was over, predicted behind the finalists
+    #: deferred configs left out, unscreened: still compiling when the search had nothing else to screen, predicted
+    #: far behind the finalists
     outlasted: int = 0
     #: times a stage screened the configs it had warmed up while the rest of it compiled (measure/warm_order.py)
     paused: int = 0
@@ -91,8 +103,8 @@ class SearchRecord:
         again += f", {self.ahead} compiled ahead ({self.ahead_screened} of them screened)" if self.ahead else ""
         again += f", {self.deferred} deferred to a later stage while they compiled" if self.deferred else ""
         again += f", screening while compiling {self.paused} time(s)" if self.paused else ""
-        again += (f", {self.outlasted} left out still compiling when the search was over (predicted behind the "
-                  "finalists)" if self.outlasted else "")
+        again += (f", {self.outlasted} left out still compiling when nothing else was left to screen (predicted far "
+                  "behind the finalists)" if self.outlasted else "")
         raced = ("the time budget ended the screening (the best screened chosen)" if self.cut else
                  f"{len(self.finalists)} finalists raced")
         noise = f"; {self.noise.text()}" if self.noise is not None else ""
@@ -194,6 +206,7 @@ class Searched:
         outcomes: dict[int, Outcome] = {}
         screen = RacePlan(max_rounds=1, min_rounds=1, seed=plan.seed, budget_s=None)
         deferred: list[int] = []  # configs whose compiles had not ended in their stage: the next new configs'
+        left_out: dict[int, None] = {}  # deferred configs left out unscreened: failed, for the search's proposals
         watch.rounds = "screening"
         while batch:
             fresh = [i for i in batch if not self._known(i, history, outcomes)]
@@ -236,9 +249,18 @@ class Searched:
                 budget.cut = self.record.cut = True  # the best screened is chosen (agreed: the group's clock)
                 break
             with breakdown.part("model"):
-                batch = search.next(history, measurer.probes.indices)
-                if deferred and not batch:  # the search is over: wait only for a straggler that could still win
-                    deferred = self._worth_waiting_for(search, history, deferred, outcomes)
+                batch = search.next({**history, **left_out}, measurer.probes.indices)
+                # nothing else to screen but stragglers (the search may name one again): wait only for one that
+                # could still win; the search goes on without those left out
+                while deferred and set(batch) <= set(deferred):
+                    waiting = self._worth_waiting_for(search, history, deferred, outcomes)
+                    left = [i for i in deferred if i not in waiting]
+                    left_out.update(dict.fromkeys(left))
+                    deferred = waiting
+                    if not left or not batch:
+                        break
+                    search.stages.pop()  # the stage just proposed never runs as proposed
+                    batch = search.next({**history, **left_out}, measurer.probes.indices)
             if deferred and (not batch or any(i not in history for i in batch)):  # not a stage of samples again
                 batch, deferred = deferred + [i for i in batch if i not in deferred], []
         watch.rounds = "race"
@@ -275,13 +297,12 @@ class Searched:
 
     def _worth_waiting_for(self, search: PatternSearch, history: dict[int, list[float] | None], deferred: list[int],
                            outcomes: dict[int, Outcome]) -> list[int]:
-        """The deferred configs to screen once the search has nothing else to screen: those whose compiles have
-        ended (cheap now), and those still compiling that the model predicts could be finalists
+        """The deferred configs to screen when the search has nothing else to screen but them: those whose compiles
+        have ended (cheap now), and those still compiling that the model does not predict far behind the finalists
         (:func:`contenders`). The others are left out, unscreened. In the README's MoE campaign such a wait was
-        the largest of a key (1.9-3.5 s at 384 tokens, a 256 x 256 tile of 4 warps that its probe read 5.7 times the
-        best); with this rule one config was left out in 3 of 32 keys and in 2 of 32 others, but that tile is still
-        waited for: the model, which has never seen the pair (256, 256), calls it a contender
-        (``benchmarks/results/session_h200_16``). Only a rank tuning alone defers
+        the largest of a key: 1.8-3.3 s at 384 tokens in every campaign of ``benchmarks/results/session_h200_18``,
+        for a 256 x 256 tile of 4 warps that then read 4.3-17 times the choice, which the search had named again as
+        a leader's neighbour (before, only a search that named nothing was checked). Only a rank tuning alone defers
         (:mod:`~triton_dist_tune.measure.warm_order`), so whether a compile has ended, which only this rank knows,
         decides nothing that a group must agree on."""
         compiles = self.measurer.compiles
@@ -294,8 +315,8 @@ class Searched:
             outcomes[i] = Outcome(i, self.tuning.tuner.descriptions[i], "pruned", error=OUTLASTED)
         self.record.outlasted += len(left)
         if left:
-            logs.rank_log().info("%s search: %d config(s) still compiling once the search was over, predicted behind "
-                                 "the finalists, left out: %s", self.tuning.label, len(left),
+            logs.rank_log().info("%s search: %d config(s) still compiling when nothing else was left to screen, "
+                                 "predicted far behind the finalists, left out: %s", self.tuning.label, len(left),
                                  " ".join(map(str, left)))
         return [i for i in deferred if i not in left]
 
@@ -364,11 +385,19 @@ class Searched:
 
 
 def contenders(search: PatternSearch, history: dict[int, list[float] | None], candidates: list[int]) -> list[int]:
-    """Which unscreened ``candidates`` could still be finalists: those the model's check would name
-    (:meth:`~triton_dist_tune.measure.search.PatternSearch.predicted_faster`); every candidate when the model cannot
-    be fitted."""
-    named = search.predicted_faster(search.posterior(history).times, candidates)
-    return list(candidates) if named is None else named
+    """Which unscreened ``candidates`` could still be finalists: those that the additive model of the screened
+    times does not predict over :data:`OUTLASTED_FACTOR` times its own prediction for the slowest of the finalists
+    (every candidate when the model cannot be fitted). Measured against the model itself, not against the
+    finalists' screened times (the model check's bar, :meth:`~triton_dist_tune.measure.search.PatternSearch.
+    predicted_faster`): the model regresses to the space's mean, so it predicts the best configs slower than they
+    read, and against their screened times it put half of the configs that then read within 1.02 of their key's
+    choice behind the finalists (``benchmarks/straggler_rule.py``)."""
+    times = search.posterior(history).times
+    ranked, model = search.leaders(times, search.plan.finalists), AdditiveModel(search.grid)
+    if not ranked or not model.fit(times):
+        return list(candidates)
+    bar = max(model.predict(i) for i in ranked) + math.log(OUTLASTED_FACTOR)
+    return [i for i in candidates if model.predict(i) <= bar]
 
 
 def _best(history: dict[int, list[float] | None]) -> str:

@@ -13,8 +13,8 @@ next stage of new configs (:mod:`~triton_dist_tune.function.searched`; a stage t
 goes first), while its compile goes on. Nothing is deferred when no config of the call was warmed up (a stage of
 stragglers alone waits for them), so each deferred config is screened by a later stage, at the latest by one made
 of the deferred configs alone once the search has nothing else to screen; there a config still compiling is left
-out, unscreened, when the search's model predicts it behind the finalists (a tile so large that it compiles slowly
-is seldom fast).
+out, unscreened, when the search's model predicts it far behind the finalists (a tile so large that it compiles
+slowly is seldom fast; :func:`~triton_dist_tune.function.searched.contenders`).
 
 **Screening while compiling.** Each search stage waited for its last compiles (0.3 s a stage, over 80 stages of the
 README's MoE campaign on one H200), and only then screened the configs it had warmed up (0.1-0.2 s a stage, device
