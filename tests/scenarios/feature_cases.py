@@ -216,6 +216,27 @@ def _straggling(slow, chosen: list, release, seconds: float, running=None):
     return precompile
 
 
+def _straggling_after_the_first_stage():
+    """:func:`_straggling` over :data:`STRAGGLER_GRID` whose straggler is the first config submitted for compiling
+    after the first stage's (so in a stage after the tuning's clock is chosen), released by the caller (or after
+    30 s); returns (``precompile_fn``, the straggler as a one-item list once chosen, its release, its running)."""
+    import threading
+
+    from triton_dist_tune.measure.search import initial_size
+
+    submitted: list[tuple[int, int]] = []
+    straggler: list[tuple[int, int]] = []
+    release, running = threading.Event(), threading.Event()
+    lock = threading.Lock()
+
+    def later(config):
+        with lock:
+            submitted.append((config["a"], config["b"]))
+            return len(submitted) > initial_size(len(STRAGGLER_GRID))
+
+    return _straggling(later, straggler, release, 30, running), straggler, release, running
+
+
 @case
 def compile_straggler():
     """One rank, ``precompile_fn`` outside the interpreter, a 144-config grid the search screens in stages: the
@@ -313,23 +334,8 @@ def screened_while_compiling():
     compiles until some config first called after it has been called 6 times (a warm-up calls a config 4 times at
     most: a lead call and 3 timed ones; so only once a sample of it was taken), or for 30 s; the others compile in
     10 ms. Reports the straggler's outcome and the search's line."""
-    import collections
-    import threading
-
-    from triton_dist_tune.measure.search import initial_size
-
     grid = STRAGGLER_GRID
-    submitted: list[tuple[int, int]] = []
-    straggler: list[tuple[int, int]] = []
-    release, running = threading.Event(), threading.Event()
-    lock = threading.Lock()
-
-    def later(config):
-        with lock:
-            submitted.append((config["a"], config["b"]))
-            return len(submitted) > initial_size(len(grid))
-
-    precompile = _straggling(later, straggler, release, 30, running)
+    precompile, straggler, release, running = _straggling_after_the_first_stage()
     calls: collections.Counter = collections.Counter()
     since: set[tuple[int, int]] = set()  # the configs first called after the straggler's compile began
 
@@ -361,23 +367,8 @@ def budget_spent_in_a_pause():
     (or after 30 s). So its stage pauses, races what it warmed up, and the budget is spent in that race; then the
     straggler's compile ends. Reports whether the straggler was ever called, its outcome, whether the decision was
     cut, and the search's line."""
-    import collections
-    import threading
-
-    from triton_dist_tune.measure.search import initial_size
-
     grid = STRAGGLER_GRID
-    submitted: list[tuple[int, int]] = []
-    straggler: list[tuple[int, int]] = []
-    release, running = threading.Event(), threading.Event()
-    lock = threading.Lock()
-
-    def later(config):
-        with lock:
-            submitted.append((config["a"], config["b"]))
-            return len(submitted) > initial_size(len(grid))
-
-    precompile = _straggling(later, straggler, release, 30, running)
+    precompile, straggler, release, running = _straggling_after_the_first_stage()
     calls: collections.Counter = collections.Counter()
     since: set[tuple[int, int]] = set()  # the configs first called after the straggler's compile began
     last: list[tuple[int, int]] = []
