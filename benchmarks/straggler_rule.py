@@ -11,7 +11,9 @@ before the moment judged), in two ways:
    (the rule now). A good config over a bar would have been left out had it been that straggler.
 2. **The stages that waited for stragglers alone** (a warm-up of at most two configs that waited 0.2 s or more,
    whose stage screened them alone): the model's prediction for each over the model's own bar, the wait, and how
-   the config then read against its key's choice; for each factor, the seconds saved and what was left out.
+   the config then read against its key's choice; for each factor, the seconds saved and what was left out. The
+   logs do not say whether such a config had been deferred (the rule judges only those) or was named afresh, so
+   the seconds saved are an upper bound.
 
 Launch: ``python benchmarks/straggler_rule.py LOG [LOG ...] [--near 1.02] [--factors 3,4,5,6]``, each LOG a
 ``campaign_rank.log.gz`` as ``benchmarks/gpu/_campaign.sh`` leaves it (the README's MoE campaign, 8 experts, top
