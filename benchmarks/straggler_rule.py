@@ -13,7 +13,8 @@ before the moment judged), in two ways:
    whose stage screened them alone): the model's prediction for each over the model's own bar, the wait, and how
    the config then read against its key's choice; for each factor, the seconds saved and what was left out. The
    logs do not say whether such a config had been deferred (the rule judges only those) or was named afresh, so
-   the seconds saved are an upper bound.
+   the seconds saved are an upper bound. (Logs written since the eighteenth session name each stage's deferred
+   configs on its line: ``deferred while they compile: ...``.)
 
 Launch: ``python benchmarks/straggler_rule.py LOG [LOG ...] [--near 1.02] [--factors 3,4,5,6]``, each LOG a
 ``campaign_rank.log.gz`` as ``benchmarks/gpu/_campaign.sh`` leaves it (the README's MoE campaign, 8 experts, top

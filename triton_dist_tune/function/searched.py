@@ -243,8 +243,9 @@ class Searched:
                 for outcome in measurer.lockstep([tuning.todo(i) for i in again], screen, warmed=True):
                     if outcome.error != LEFT_OUT:
                         self._screened(outcome, history, outcomes)
-            log.info("%s search stage %d: %d config(s) (%d sampled again), %d measured now; best so far %s",
-                     tuning.label, len(search.stages), len(batch), len(again), len(fresh), _best(history))
+            log.info("%s search stage %d: %d config(s) (%d sampled again), %d measured now; best so far %s%s",
+                     tuning.label, len(search.stages), len(batch), len(again), len(fresh), _best(history),
+                     f"; deferred while they compile: {' '.join(map(str, deferred))}" if new and deferred else "")
             if (budget.cut or budget.spent) and any(history.values()):
                 budget.cut = self.record.cut = True  # the best screened is chosen (agreed: the group's clock)
                 break
