@@ -13,8 +13,8 @@ before the moment judged), in two ways:
    whose stage screened them alone): the model's prediction for each over the model's own bar, the wait, and how
    the config then read against its key's choice; for each factor, the seconds saved and what was left out. The
    logs do not say whether such a config had been deferred (the rule judges only those) or was named afresh, so
-   the seconds saved are an upper bound. (Logs written since the eighteenth session name each stage's deferred
-   configs on its line: ``deferred while they compile: ...``.)
+   the seconds saved are an upper bound. Logs written since the eighteenth session name each stage's deferred
+   configs on its line (``deferred while they compile: ...``); in those, only configs deferred before count.
 
 Launch: ``python benchmarks/straggler_rule.py LOG [LOG ...] [--near 1.02] [--factors 3,4,5,6]``, each LOG a
 ``campaign_rank.log.gz`` as ``benchmarks/gpu/_campaign.sh`` leaves it (the README's MoE campaign, 8 experts, top
@@ -45,6 +45,7 @@ MEASURED = re.compile(r"config (\d+) measured: own ([0-9.]+) ms")
 WARM = re.compile(r"warm-up: (\d+) config\(s\) in ([0-9.]+) s")
 STAGE = re.compile(r"search stage \d+: (\d+) config\(s\) \((\d+) sampled again\)")
 DECISION = re.compile(r"decision: config \d+ .*?group time ([0-9.]+) ms")
+DEFERRED = re.compile(r"deferred while they compile: ([\d ]+)")
 SPACE = moe_config_space()
 _STAGES = itertools.count(1)
 
@@ -86,20 +87,27 @@ def keys_of(log: Path) -> dict[int, list[str]]:
 def replay(log: Path, near: float) -> tuple[list[Judged], list[Judged]]:
     """(good configs at their first screening, stragglers whose stage screened them alone) of one log."""
     good, alone = [], []
-    for tokens, lines in keys_of(log).items():
+    keys = keys_of(log)
+    named = any(DEFERRED.search(line) for lines in keys.values() for line in lines)  # the log names deferrals
+    for tokens, lines in keys.items():
         choice = next((float(d.group(1)) for line in lines if (d := DECISION.search(line))), None)
         if choice is None:
             continue
         history: dict[int, list[float]] = {}
+        deferred: set[int] = set()
         for j, line in enumerate(lines):
             if "search finalists" in line:
                 break
+            if (d := DEFERRED.search(line)) is not None:
+                deferred.update(int(i) for i in d.group(1).split())
             warm = WARM.search(line)
             if warm and int(warm.group(1)) <= 2 and float(warm.group(2)) >= 0.2 and len(history) >= 10:
                 stage = next((s for later in lines[j:j + 12] if (s := STAGE.search(later))), None)
                 after = [(int(m.group(1)), float(m.group(2))) for later in lines[j + 1:j + 8]
                          if (m := MEASURED.search(later))][:int(warm.group(1))]
-                if stage and int(stage.group(1)) == len(after) and int(stage.group(2)) == 0:
+                if named:
+                    after = [(config, ms) for config, ms in after if config in deferred]
+                if after and stage and int(stage.group(1)) == len(after) and int(stage.group(2)) == 0:
                     number = next(_STAGES)
                     for config, ms in after:
                         if (bars := judge(tokens, history, config)) is not None:
