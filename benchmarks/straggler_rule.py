@@ -61,10 +61,8 @@ class Judged:
     stage: int = 0  # which stage (stragglers alone): a stage's wait is saved when all of its configs are left out
 
 
-def judge(tokens: int, history: dict[int, list[float]], config: int) -> tuple[float, float] | None:
+def judge(search: PatternSearch, history: dict[int, list[float]], config: int) -> tuple[float, float] | None:
     """The model's prediction for ``config`` from ``history``, over the old bar and over the bar now."""
-    kept = [i for i, c in enumerate(SPACE) if moe_prune_for(c, tokens, 2, 8, 2)]
-    search = PatternSearch(SPACE, kept, SearchPlan())
     times = search.posterior(history).times
     ranked, model = search.leaders(times, search.plan.finalists), AdditiveModel(search.grid)
     if not ranked or not model.fit(times) or config not in search.grid.point:
@@ -93,6 +91,8 @@ def replay(log: Path, near: float) -> tuple[list[Judged], list[Judged]]:
         choice = next((float(d.group(1)) for line in lines if (d := DECISION.search(line))), None)
         if choice is None:
             continue
+        search = PatternSearch(SPACE, [i for i, c in enumerate(SPACE) if moe_prune_for(c, tokens, 2, 8, 2)],
+                               SearchPlan())
         history: dict[int, list[float]] = {}
         deferred: set[int] = set()
         for j, line in enumerate(lines):
@@ -110,13 +110,13 @@ def replay(log: Path, near: float) -> tuple[list[Judged], list[Judged]]:
                 if after and stage and int(stage.group(1)) == len(after) and int(stage.group(2)) == 0:
                     number = next(_STAGES)
                     for config, ms in after:
-                        if (bars := judge(tokens, history, config)) is not None:
+                        if (bars := judge(search, history, config)) is not None:
                             alone.append(Judged(*bars, ms / choice, float(warm.group(2)), number))
             if (m := MEASURED.search(line)) is None:
                 continue
             config, ms = int(m.group(1)), float(m.group(2))
             if config not in history and ms <= near * choice and len(history) >= 30:
-                if (bars := judge(tokens, history, config)) is not None:
+                if (bars := judge(search, history, config)) is not None:
                     good.append(Judged(*bars, ms / choice))
             history.setdefault(config, []).append(ms)
     return good, alone
