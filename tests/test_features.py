@@ -143,17 +143,22 @@ def test_a_straggler_still_compiling_when_the_search_is_over_is_left_out_when_th
 
 
 @pytest.mark.timeout(120)
-def test_a_straggler_the_search_names_again_is_left_out_when_the_model_puts_it_far_behind(env):
+def test_a_straggler_the_search_names_again_is_left_out_when_the_model_puts_it_far_behind(env, tmp_path):
     """The rule above applied only when the search named nothing at all. But a deferred straggler next to a leader
     is named again, alone, once the rest of its neighbourhood is screened, and that stage waited for its compile:
     every README MoE campaign on an H200 waited 1.8-3.3 s at 384 tokens so for a 256 x 256 tile of 4 warps that
     read 4.3-17 times the choice. Here the straggler (9, 4) sits next to the leader (8, 4) behind a cliff (every
     config with a = 9 takes 30 times as long): before, the stage waited for it until the 30 s compile timeout, which
     failed it; now it is left out and the search goes on."""
-    r = run("compile_straggler_named_again", {**env, "TRITON_INTERPRET": "0"}, n=1)[0]
+    env = {**env, "TRITON_INTERPRET": "0", "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")}
+    r = run("compile_straggler_named_again", env, n=1)[0]
     assert r["submitted"] and r["still_compiling"], r  # the tuning returned before its compile ended
     assert r["state"] == "pruned" and "outlasted the search" in r["error"], r
     assert re.search(r"1 left out still compiling when nothing else was left to screen", r["search"]), r["search"]
+    # the stage that deferred it says so by index, as the one that left it out (benchmarks/straggler_rule.py)
+    log = "".join(path.read_text() for path in (tmp_path / "logs").rglob("*.log"))
+    left = re.search(r"left out: (\d+)", log)
+    assert left is not None and re.search(rf"deferred while they compile: [\d ]*\b{left.group(1)}\b", log), log[-2000:]
 
 
 @pytest.mark.timeout(120)
