@@ -30,8 +30,11 @@ import corpus  # noqa: E402
 from _search_clocks import GraphClock, WallClock, sm_clock  # noqa: E402
 from bench_gemm_tuning import fresh_kernel  # noqa: E402
 
-#: (calls per graph, output, settle ms, window ms)
-REGIMES = [(1, "alloc", 1.0, 1.0), (1, "alloc", 5.0, 5.0), (20, "prealloc", 10.0, 20.0)]
+#: (calls per graph, output, settle ms, window ms): the tuner's graphs (one call, the output allocated per call) at
+#: short and long windows, the judge's (20 calls, preallocated), and the two between them, which tell apart the
+#: calls per graph and the output's allocation
+REGIMES = [(1, "alloc", 1.0, 1.0), (1, "alloc", 5.0, 5.0), (1, "alloc", 10.0, 20.0), (1, "prealloc", 10.0, 20.0),
+           (20, "alloc", 10.0, 20.0), (20, "prealloc", 10.0, 20.0)]
 
 
 def timed_rounds(calls: dict[str, Callable[[], Any]], per_graph: int, settle_ms: float, window_ms: float,
@@ -63,7 +66,8 @@ def tune_these(space: Any, kernel: Any, st: Any, configs: list[Any], t: int) -> 
 #: the tuner's samples timed side by side (:func:`tuner_samples`): name -> (sized by "probe": an eager probe of
 #: 0.5 ms per call, the MoE example's host-bound calls, as the tuner sized a graph's samples before; or by "device":
 #: each config's replay timed after its capture, as it sizes them now; the screening's settling ms, its span ms)
-VARIANTS = {"probe": ("probe", 5.0, 5.0), "device_5_5": ("device", 5.0, 5.0), "device_2_2": ("device", 2.0, 2.0),
+VARIANTS = {"probe": ("probe", 5.0, 5.0), "device_3_2": ("device", 3.0, 2.0), "device_5_5": ("device", 5.0, 5.0),
+            "device_2_2": ("device", 2.0, 2.0),
             "device_2_5": ("device", 2.0, 5.0), "device_5_2": ("device", 5.0, 2.0), "device_1_1": ("device", 1.0, 1.0)}
 
 
