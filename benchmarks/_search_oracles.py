@@ -125,7 +125,9 @@ def eager_oracle(space: Any, m: int, kernel: Any, candidates: list[str], rounds:
 def judge_here(space: Any, m: int, kernel: Any, candidates: list[str], rounds: int) -> dict[str, Any]:
     """The candidates (a corpus's best configs and the configs tunings chose) timed against each other on this host,
     as the device oracle times its finalists: ``rounds`` shuffled rounds of CUDA-graph replays, each settled first
-    (the CPU smoke: wall clock); drift-free scores. {"ratios": {name: score over the best's}, "best", "method"}."""
+    (the CPU smoke: wall clock); drift-free scores. {"ratios": {name: score over the best's}, "best", "method",
+    "halves": {name: [its ratio over the even rounds' best, over the odd rounds']}, "repeat_max_dev": the largest
+    disagreement of the two halves on a ratio}: a judgement is no finer than its halves agree."""
     st = space.state(m)
     configs = {space.text(c): c for c in space.kept(m)}
     names = sorted(candidates)
@@ -133,8 +135,13 @@ def judge_here(space: Any, m: int, kernel: Any, candidates: list[str], rounds: i
     samples = clock.rounds({n: space.launch(kernel, st, configs[n]) for n in names}, rounds, seed=m)
     every = scores(samples, names)
     best = min(every, key=every.get)
-    return {"ratios": {n: every[n] / every[best] for n in names}, "best": best, "rounds": rounds,
-            "method": clock.label}
+    out: dict[str, Any] = {"ratios": {n: every[n] / every[best] for n in names}, "best": best, "rounds": rounds,
+                           "method": clock.label}
+    if rounds >= 2 and len(names) >= 2:
+        _, even, odd = all_even_odd(samples, names)
+        out["halves"] = {n: [even[n] / min(even.values()), odd[n] / min(odd.values())] for n in names}
+        out["repeat_max_dev"] = max(abs(a / b - 1) for a, b in out["halves"].values())
+    return out
 
 
 def oracle_key(space: Any, m: int) -> str:

@@ -47,6 +47,7 @@ def main() -> int:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     counts: dict[str, int] = {}
     judged: list[float] = []
+    halves: list[list[float]] = []  # a judged choice's ratio in the judge's even and odd rounds
     for path in args.runs:
         run = json.loads(path.read_text())
         for row in run["rows"]:
@@ -60,6 +61,8 @@ def main() -> int:
             local = row.get("ratio_here")  # validate_search.py --judge-here
             if local is not None:
                 judged.append(local)
+            if row.get("ratio_here_halves"):
+                halves.append(row["ratio_here_halves"])
             lines.append(f"| {path.name} | {row['m']} | {row['tuning']} | {row['choice']} | {row['ratio']:.3f} | "
                          f"{best} | {here} | {'-' if over is None else f'{over:.3f}'} | "
                          f"{'-' if local is None else f'{local:.3f}'} |")
@@ -68,6 +71,9 @@ def main() -> int:
     if judged:
         lines.append(f"Judged here (--judge-here): {sum(r <= 1.02 for r in judged)} of {len(judged)} within 1.02, "
                      f"worst {max(judged):.3f}")
+    if halves:  # over 1.02 in both halves of the judge's rounds: a miss the judge repeats
+        lines.append(f"Over 1.02 in both halves of the judge's rounds: {sum(min(h) > 1.02 for h in halves)} of "
+                     f"{len(halves)}; in one half only: {sum(min(h) <= 1.02 < max(h) for h in halves)}")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.out:

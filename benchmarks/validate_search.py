@@ -67,10 +67,13 @@ def judged_here(space: Any, m: int, kernel: Any, land: dict, rows: list[dict], a
     report.setdefault("here", {})[str(m)] = {**here, "corpus_best": ranked[0] if ranked else None}
     for row in rows:
         row["ratio_here"] = here["ratios"].get(row["choice"])
+        row["ratio_here_halves"] = here.get("halves", {}).get(row["choice"])
     corpus_best = here["ratios"].get(ranked[0]) if ranked else None
+    repeat = here.get("repeat_max_dev")
     bs.say(f"{args.family} M={m} judged here ({len(candidates)} configs, {args.judge_rounds} rounds): best "
            f"{here['best']}, the corpus's best at {corpus_best}; choices "
-           + ", ".join(f"{r['choice']} {r['ratio_here']:.3f}" for r in rows))
+           + ", ".join(f"{r['choice']} {r['ratio_here']:.3f}" for r in rows)
+           + ("" if repeat is None else f"; its even and odd rounds disagree by up to {100 * repeat:.1f}%"))
 
 
 def main() -> int:
