@@ -18,7 +18,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 from typing import Any  # noqa: E402
@@ -27,18 +26,12 @@ import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is
 import corpus  # noqa: E402
 from _search_oracles import compile_all, judge_here  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
+from regime_check import configs_parser  # noqa: E402
 from validate_search import tune_once  # noqa: E402
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--family", default="moe")
-    p.add_argument("--m", type=int, required=True)
-    p.add_argument("--configs", required=True, help="config texts, comma-separated")
-    p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--cpu-smoke", action="store_true")
-    args = p.parse_args()
+    args = configs_parser(__doc__.splitlines()[0]).parse_args()
     space, _ = corpus.family(args.family, args.cpu_smoke)
     use_triton_cache(str(bs.BASE / "triton_judge_repeat"))
     kernel = fresh_kernel(space.source)

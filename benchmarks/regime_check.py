@@ -109,17 +109,24 @@ def tuner_samples(calls: dict[str, Callable[[], Any]], variant: str, rounds: int
     return out
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def configs_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments of a script that times a few configs of one shape against each other (this one,
+    ``judge_repeat.py``): the family, the shape, the configs, the rounds, the output file, the CPU smoke."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--family", default="moe")
     p.add_argument("--m", type=int, required=True)
     p.add_argument("--configs", required=True, help="config texts, comma-separated")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--cpu-smoke", action="store_true")
+    return p
+
+
+def main() -> int:
+    p = configs_parser(__doc__.splitlines()[0])
     p.add_argument("--variants", default=",".join(VARIANTS), help="the tuner's sample variants to time (VARIANTS)")
     p.add_argument("--tune", type=int, default=1, help="then this many fresh tunings over these configs alone "
                    "(the tuner's race of them), each printing the times it measured")
-    p.add_argument("--cpu-smoke", action="store_true")
     args = p.parse_args()
     space, _ = corpus.family(args.family, args.cpu_smoke)
     kernel = fresh_kernel(space.source)
