@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import CompileFailed, GroupTimeoutError, RankFailedError, WrongResult, describe_error
@@ -58,7 +58,7 @@ from .combine import Combined as Combined
 from .combine import by_rank as by_rank
 from .combine import combine_phase as combine_phase
 from .combine import combine_round as combine_round
-from .graphs import EAGER, Graphs
+from .graphs import EAGER, GRAPH, Graphs
 from .guarding import Guarding
 from .precompile import Compiles
 from .probe_screen import ProbeScreen
@@ -275,7 +275,8 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         self.log.info("%s warm-up: %d config(s) in %.2f s", self.label, len(todo), time.monotonic() - warming)
         for index, error in self._capture(entries, per_call).items():
             outcomes[index] = self._failed(index, entries.pop(index)[1], error)
-        race = Race(sorted(entries), race_plan or self.plan.race)
+        plan = race_plan or self.plan.race
+        race = Race(sorted(entries), replace(plan, levels=True) if self.clock_kind == GRAPH else plan)
         started = time.monotonic()
         self.watch.enter(self.watch.rounds)
         while entries and not race.finished(self.budget.elapsed):

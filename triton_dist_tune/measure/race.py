@@ -28,6 +28,13 @@ further message.
   among those still running wins (ties: the lower index). After settled rounds the leaders are ranked drift-free:
   by the median of each one's sample relative to the round's median leader sample (a drift of the machine between
   rounds, such as the host's speed for a host-bound function or the phase of the power limiter, cancels out).
+- **Two levels.** Some configs' time flips between two levels: on one H200 a MoE tile at 32 tokens read 1.00-1.02
+  and 1.08 times the best in the two halves of one judge's rounds, where nine others' halves agreed within 0.8%
+  (``benchmarks/results/session_h200_19``), and tunings chose it in 2 of 3 where their samples caught its faster
+  level. A median reports the level most samples caught, where the calls of a served model average both. So a settled
+  leader whose relative samples hold a slower level too (their mean, its largest sample left out as a one-off
+  spike, more than the indifference margin over their median) is ranked by that mean (:func:`slower_level`), in a
+  race timed on the device (``levels``: a host-timed sample's spikes would read as a level).
 - **Near-ties** (``tie_blocks``, the finalists of a search): when the settled rounds leave the leader and the
   runner-up a near-tie that is more than the indifference margin apart, another settled block runs (the same
   length, the same leaders, interleaved and paired as before), at most ``tie_blocks`` times.
@@ -73,6 +80,10 @@ class RacePlan:
     #: more samples can settle (the runner-up not clearly slower, yet more than the indifference margin apart), at
     #: most this many: the finalists' paired shoot-out of a search
     tie_blocks: int = 0
+    #: rank a settled leader whose samples hold a slower level too by what its calls average
+    #: (:func:`slower_level`): races timed on the device (CUDA graphs), where the two levels were seen and no host
+    #: spike reaches a sample (a host-timed sample's spikes would read as a level)
+    levels: bool = False
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1 or self.min_rounds < 1:
@@ -290,13 +301,29 @@ class Race:
 
     def _drift_free(self, index: int) -> float | None:
         """A leader's time over the settled rounds with the machine's drift between rounds taken out: the median
-        of :meth:`_relative`, times the median of every leader's settled samples (so that it reads in ms); None
-        for a config without settled samples."""
+        of :meth:`_relative`, times its :meth:`_slower_level` (1 unless ``levels`` and its samples hold a slower
+        level too), times the median of every leader's settled samples (so that it reads in ms); None for a config
+        without settled samples."""
         relative = self._relative(index)
         if not relative:
             return None
         leaders = [e for e in self.entrants.values() if e.settled and e.state != "failed"]
-        return median(relative) * median([s for e in leaders for s in e.settled])
+        level = self._slower_level(index) if self.plan.levels else 1.0
+        return median(relative) * level * median([s for e in leaders for s in e.settled])
+
+    def _slower_level(self, index: int) -> float:
+        """:func:`slower_level` of a settled leader, judged against the median of the *other* leaders of each
+        round: against all of them, a config whose slower level lands in the middle of its round is the round's
+        median, and reads 1 there."""
+        entrant = self.entrants[index]
+        others = [e for e in self.entrants.values() if e.settled and e.state != "failed" and e is not entrant]
+        ratios = []
+        for r in range(self.settled_from or 0, self.rounds):
+            mine = entrant.samples[r] if r < len(entrant.samples) else None
+            theirs = [e.samples[r] for e in others if r < len(e.samples) and e.samples[r] is not None]
+            if mine is not None and theirs:
+                ratios.append(mine / median(theirs))
+        return slower_level(ratios)
 
     def leader(self, among: list[int] | None = None) -> int:
         """The config with the least median among ``among`` (default: those still running)."""
@@ -354,3 +381,16 @@ class Race:
         return Outcome(index, description, state, time=self._rank_key(index)[0],
                        spread=spread(relative or e.deciding()), per_rank=per_rank, samples=len(timed), own=own,
                        order=list(e.positions), round_times=timed)
+
+
+def slower_level(ratios: Sequence[float]) -> float:
+    """How much slower a settled leader's calls average than its median says (see "Two levels" in the module
+    docstring), from its ``ratios`` to the other leaders of each round: their mean with the largest left out (one
+    spike is noise; a level is several samples) over their median, where that is more than
+    :data:`~.stats.INDIFFERENCE` above 1; else 1."""
+    if len(ratios) < 3:
+        return 1.0
+    centre = median(ratios)
+    rest = sorted(ratios)[:-1]
+    factor = sum(rest) / len(rest) / centre if centre > 0 else 1.0
+    return factor if factor > 1 + INDIFFERENCE else 1.0
