@@ -412,11 +412,12 @@ def test_a_settled_leader_whose_time_flips_between_two_levels_is_ranked_by_what_
     # against the other leaders' median (1.05 in every round): 0.943 in 5 rounds, 1.019 in 3
     assert slower_level([f / 1.05 for f in flips]) == pytest.approx(sum(sorted(flips)[:-1]) / 7 / 0.99)
     assert race.winner() == 1 and race.runner_up(1) == 0
+    assert list(race.slower_levels()) == [0]  # what the rank's log names
     margin, near_tie = race.margin(1, 0)
     assert margin is not None and 0.01 < margin < 0.016 and near_tie
     # a steady config's one spike is noise, not a level: the median ranks it, as before
     spiked = settled_race({0: [0.99, 0.99, 0.99, 1.15, 0.99, 0.99, 0.99, 0.99], 1: [1.00] * 8, 2: [1.10] * 8})
-    assert spiked.winner() == 0
+    assert spiked.winner() == 0 and spiked.slower_levels() == {}
     assert slower_level([1.0, 1.0, 1.2]) == 1.0 and slower_level([0.9, 1.1]) == 1.0  # a spike; too few samples
 
 

@@ -311,6 +311,15 @@ class Race:
         level = self._slower_level(index) if self.plan.levels else 1.0
         return median(relative) * level * median([s for e in leaders for s in e.settled])
 
+    def slower_levels(self) -> dict[int, float]:
+        """The settled leaders ranked by their mean, their samples holding a slower level too (``levels``): {index:
+        the factor over their median}, by index (for the rank's log)."""
+        if not self.plan.levels or self.settled_from is None or self.location() is not median:
+            return {}
+        leaders = [i for i, e in sorted(self.entrants.items()) if e.settled and e.state != "failed"]
+        found = {i: self._slower_level(i) for i in leaders}
+        return {i: f for i, f in found.items() if f > 1}
+
     def _slower_level(self, index: int) -> float:
         """:func:`slower_level` of a settled leader, judged against the median of the *other* leaders of each
         round: against all of them, a config whose slower level lands in the middle of its round is the round's
