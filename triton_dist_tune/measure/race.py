@@ -33,8 +33,9 @@ further message.
   (``benchmarks/results/session_h200_19``), and tunings chose it in 2 of 3 where their samples caught its faster
   level. A median reports the level most samples caught, where the calls of a served model average both. So a settled
   leader whose relative samples hold a slower level too (their mean, its largest sample left out as a one-off
-  spike, more than the indifference margin over their median) is ranked by that mean (:func:`slower_level`), in a
-  race timed on the device (``levels``: a host-timed sample's spikes would read as a level).
+  spike, more than the indifference margin over their median) has its drift-free time raised by that ratio of
+  mean to median, as if ranked by the mean (:func:`slower_level`), in a race timed on the device (``levels``: a
+  host-timed sample's spikes would read as a level).
 - **Near-ties** (``tie_blocks``, the finalists of a search): when the settled rounds leave the leader and the
   runner-up a near-tie that is more than the indifference margin apart, another settled block runs (the same
   length, the same leaders, interleaved and paired as before), at most ``tie_blocks`` times.
