@@ -285,13 +285,15 @@ class Race:
         drift_free = self._drift_free(index) if self.location() is median else None  # noisy: a ratio to the
         return (drift_free if drift_free is not None else self._time(index)), index  # round's others carries delays
 
-    def _relative(self, index: int) -> list[float]:
+    def _relative(self, index: int, others_only: bool = False) -> list[float]:
         """A leader's settled samples relative to their round's median leader sample (a drift of the machine
-        between rounds cancels out); empty for a config without settled samples."""
+        between rounds cancels out), or with ``others_only`` to the median of the round's other leaders; empty for
+        a config without settled samples."""
         entrant = self.entrants[index]
         if self.settled_from is None or not entrant.settled:
             return []
-        leaders = [e for e in self.entrants.values() if e.settled and e.state != "failed"]
+        leaders = [e for e in self.entrants.values() if e.settled and e.state != "failed"
+                   and not (others_only and e is entrant)]
         relative = []
         for r in range(self.settled_from, self.rounds):
             round_ = [e.samples[r] for e in leaders if r < len(e.samples) and e.samples[r] is not None]
@@ -325,15 +327,7 @@ class Race:
         """:func:`slower_level` of a settled leader, judged against the median of the *other* leaders of each
         round: against all of them, a config whose slower level lands in the middle of its round is the round's
         median, and reads 1 there."""
-        entrant = self.entrants[index]
-        others = [e for e in self.entrants.values() if e.settled and e.state != "failed" and e is not entrant]
-        ratios = []
-        for r in range(self.settled_from or 0, self.rounds):
-            mine = entrant.samples[r] if r < len(entrant.samples) else None
-            theirs = [e.samples[r] for e in others if r < len(e.samples) and e.samples[r] is not None]
-            if mine is not None and theirs:
-                ratios.append(mine / median(theirs))
-        return slower_level(ratios)
+        return slower_level(self._relative(index, others_only=True))
 
     def leader(self, among: list[int] | None = None) -> int:
         """The config with the least median among ``among`` (default: those still running)."""
