@@ -10,7 +10,7 @@ from triton_dist_tune.measure import breakdown
 from triton_dist_tune.measure.breakdown import Stopwatch
 from triton_dist_tune.measure.budget import Budget
 from triton_dist_tune.measure.clocks import HostClock
-from triton_dist_tune.measure.race import Race, RacePlan, slower_level
+from triton_dist_tune.measure.race import Race, RacePlan, levels_note, slower_level
 from triton_dist_tune.measure.stats import clearly_slower, median, median_bounds, paired_ratios, spread
 from triton_dist_tune.measure.timing import (
     MAX_CALLS,
@@ -412,12 +412,16 @@ def test_a_settled_leader_whose_time_flips_between_two_levels_is_ranked_by_what_
     # against the other leaders' median (1.05 in every round): 0.943 in 5 rounds, 1.019 in 3
     assert slower_level([f / 1.05 for f in flips]) == pytest.approx(sum(sorted(flips)[:-1]) / 7 / 0.99)
     assert race.winner() == 1 and race.runner_up(1) == 0
-    assert list(race.slower_levels()) == [0]  # what the rank's log names
+    assert list(race.slower_levels()) == [0]  # what the rank's log names, with the choice the rule changed
+    assert race.median_winner() == 0 and levels_note(race).endswith("(by their medians config 0 would have won)")
+    clear = settled_race({0: flips, 1: [1.10] * 8, 2: [1.20] * 8})  # raised, yet still well ahead: same choice
+    assert clear.winner() == clear.median_winner() == 0 and list(clear.slower_levels()) == [0]
+    assert "config 0 x1.0" in levels_note(clear) and "would have won" not in levels_note(clear)
     margin, near_tie = race.margin(1, 0)
     assert margin is not None and 0.01 < margin < 0.016 and near_tie
     # a steady config's one spike is noise, not a level: the median ranks it, as before
     spiked = settled_race({0: [0.99, 0.99, 0.99, 1.15, 0.99, 0.99, 0.99, 0.99], 1: [1.00] * 8, 2: [1.10] * 8})
-    assert spiked.winner() == 0 and spiked.slower_levels() == {}
+    assert spiked.winner() == 0 and spiked.slower_levels() == {} and levels_note(spiked) == ""
     assert slower_level([1.0, 1.0, 1.2]) == 1.0 and slower_level([0.9, 1.1]) == 1.0  # a spike; too few samples
 
 

@@ -62,7 +62,7 @@ from .graphs import EAGER, GRAPH, Graphs
 from .guarding import Guarding
 from .precompile import Compiles
 from .probe_screen import ProbeScreen
-from .race import Race, RacePlan
+from .race import Race, RacePlan, levels_note
 from .sampling import Sampling
 from .sharded import Sharding
 from .stats import median
@@ -302,12 +302,10 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
             outcomes.update(self.probed_outcomes(far, todo, per_call, [outcomes[i] for i in entries]))
         if self.graphs is not None:
             self.graphs.release()
-        levels = race.slower_levels()
         self.log.info("%s race: %d round(s) (settled from %s) in %.2f s%s%s", self.label, race.rounds,
                       race.settled_from, time.monotonic() - started,
                       "; noisy: times are least samples" if race.location() is not median else "",
-                      "; ranked by their mean, their samples holding a slower level too: "
-                      + ", ".join(f"config {i} x{f:.3f}" for i, f in levels.items()) if levels else "")
+                      levels_note(race))
         self.race = race
         if (behind := [e for e in todo if e[0] in far and e[0] not in outcomes]) and not self.budget.cut:
             outcomes.update((o.index, o) for o in self.lockstep(behind, race_plan, warmed=True))  # probes not trusted

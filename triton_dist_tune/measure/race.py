@@ -281,8 +281,8 @@ class Race:
         entrant = self.entrants[index]
         return entrant.time() if self.location() is median else min(entrant.timed())
 
-    def _rank_key(self, index: int) -> tuple[float, int]:
-        drift_free = self._drift_free(index) if self.location() is median else None  # noisy: a ratio to the
+    def _rank_key(self, index: int, levels: bool = True) -> tuple[float, int]:
+        drift_free = self._drift_free(index, levels) if self.location() is median else None  # noisy: a ratio to the
         return (drift_free if drift_free is not None else self._time(index)), index  # round's others carries delays
 
     def _relative(self, index: int, others_only: bool = False) -> list[float]:
@@ -302,16 +302,16 @@ class Race:
                 relative.append(mine / median(round_))
         return relative
 
-    def _drift_free(self, index: int) -> float | None:
+    def _drift_free(self, index: int, levels: bool = True) -> float | None:
         """A leader's time over the settled rounds with the machine's drift between rounds taken out: the median
-        of :meth:`_relative`, times its :meth:`_slower_level` (1 unless ``levels`` and its samples hold a slower
-        level too), times the median of every leader's settled samples (so that it reads in ms); None for a config
-        without settled samples."""
+        of :meth:`_relative`, times its :meth:`_slower_level` (1 unless the plan's and the call's ``levels`` and its
+        samples hold a slower level too), times the median of every leader's settled samples (so that it reads in
+        ms); None for a config without settled samples."""
         relative = self._relative(index)
         if not relative:
             return None
         leaders = [e for e in self.entrants.values() if e.settled and e.state != "failed"]
-        level = self._slower_level(index) if self.plan.levels else 1.0
+        level = self._slower_level(index) if self.plan.levels and levels else 1.0
         return median(relative) * level * median([s for e in leaders for s in e.settled])
 
     def slower_levels(self) -> dict[int, float]:
@@ -337,6 +337,12 @@ class Race:
         """The chosen config: the least median among those still running with samples (None if there is none)."""
         candidates = [i for i in self.running if self.entrants[i].timed()]
         return self.leader(candidates) if candidates else None
+
+    def median_winner(self) -> int | None:
+        """The config :meth:`winner` would be with no leader ranked by its mean (``levels`` off): for the rank's log,
+        which says when the two-level rule changed the choice."""
+        candidates = [i for i in self.running if self.entrants[i].timed()]
+        return min(candidates, key=lambda i: self._rank_key(i, levels=False)) if candidates else None
 
     def runner_up(self, winner: int) -> int | None:
         """The next-best config that has a time (running or stopped), or None, judged on the samples it shares with
@@ -398,3 +404,17 @@ def slower_level(ratios: Sequence[float]) -> float:
     rest = sorted(ratios)[:-1]
     factor = sum(rest) / len(rest) / centre if centre > 0 else 1.0
     return factor if factor > 1 + INDIFFERENCE else 1.0
+
+
+def levels_note(race: Race) -> str:
+    """The race's log note on the two-level rule: the leaders ranked by their mean (:meth:`Race.slower_levels`)
+    and, where that changed the choice, the config the medians chose; empty when the rule ranked no leader."""
+    levels = race.slower_levels()
+    if not levels:
+        return ""
+    note = "; ranked by their mean, their samples holding a slower level too: " + ", ".join(
+        f"config {i} x{f:.3f}" for i, f in levels.items())
+    by_medians = race.median_winner()
+    if by_medians is not None and by_medians != race.winner():
+        note += f" (by their medians config {by_medians} would have won)"
+    return note
