@@ -78,6 +78,10 @@ class GemmSpace:
         a, b, c = st.args
         return lambda: self._launch(kernel, a, b, c, config)
 
+    def call(self, kernel: Any, st: State, config: str) -> Callable[[], None]:
+        """The tuned function's body at one config: it writes the output it is given (as :meth:`launch`)."""
+        return self.launch(kernel, st, config)
+
     def compile(self, kernel: Any, st: State, config: str) -> None:
         a, b, c = st.args
         self._launch(kernel, a, b, c, config, warmup=True)
