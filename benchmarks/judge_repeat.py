@@ -23,24 +23,14 @@ import os  # noqa: E402
 from typing import Any  # noqa: E402
 
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
-import corpus  # noqa: E402
 from _search_oracles import compile_all, judge_here  # noqa: E402
-from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
-from regime_check import configs_parser  # noqa: E402
+from regime_check import configs_parser, kept_candidates  # noqa: E402
 from validate_search import tune_once  # noqa: E402
 
 
 def main() -> int:
     args = configs_parser(__doc__.splitlines()[0]).parse_args()
-    space, _ = corpus.family(args.family, args.cpu_smoke)
-    use_triton_cache(str(bs.BASE / "triton_judge_repeat"))
-    kernel = fresh_kernel(space.source)
-    st = space.state(args.m)
-    texts = {space.text(c): c for c in space.kept(args.m)}
-    names = args.configs.split(",")
-    missing = [n for n in names if n not in texts]
-    if missing:
-        raise SystemExit(f"judge_repeat: not kept configs of {args.family} at {args.m}: {missing}")
+    space, kernel, st, texts, names = kept_candidates(args, "judge_repeat")
     report: dict[str, Any] = {"gpu": bs.gpu_name(), "family": args.family, "m": args.m, "steps": []}
 
     def judge(step: str) -> None:

@@ -28,10 +28,8 @@ import statistics  # noqa: E402
 from typing import Any  # noqa: E402
 
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
-import corpus  # noqa: E402
 from _search_oracles import compile_all, judge_here  # noqa: E402
-from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
-from regime_check import configs_parser, tune_these  # noqa: E402
+from regime_check import configs_parser, kept_candidates, tune_these  # noqa: E402
 
 from triton_dist_tune.measure import race  # noqa: E402
 
@@ -42,15 +40,7 @@ def main() -> int:
     p = configs_parser(__doc__.splitlines()[0])
     p.add_argument("--tunings", type=int, default=12, help="fresh tunings in all, alternating the two arms")
     args = p.parse_args()
-    space, _ = corpus.family(args.family, args.cpu_smoke)
-    use_triton_cache(str(bs.BASE / "triton_level_choices"))
-    kernel = fresh_kernel(space.source)
-    st = space.state(args.m)
-    texts = {space.text(c): c for c in space.kept(args.m)}
-    names = args.configs.split(",")
-    missing = [n for n in names if n not in texts]
-    if missing:
-        raise SystemExit(f"level_choices: not kept configs of {args.family} at {args.m}: {missing}")
+    space, kernel, st, texts, names = kept_candidates(args, "level_choices")
     compile_all(space, kernel, st, [texts[n] for n in names])
     rule = race.slower_level
     report: dict[str, Any] = {"gpu": bs.gpu_name(), "family": args.family, "m": args.m, "tunings": [],

@@ -28,7 +28,7 @@ from typing import Any  # noqa: E402
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
 import corpus  # noqa: E402
 from _search_clocks import GraphClock, WallClock, sm_clock  # noqa: E402
-from bench_gemm_tuning import fresh_kernel  # noqa: E402
+from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
 
 #: (calls per graph, output, settle ms, window ms): the tuner's graphs (one call, the output allocated per call) at
 #: short and long windows, the judge's (20 calls, preallocated), and the two between them, which tell apart the
@@ -111,7 +111,8 @@ def tuner_samples(calls: dict[str, Callable[[], Any]], variant: str, rounds: int
 
 def configs_parser(description: str) -> argparse.ArgumentParser:
     """The arguments of a script that times a few configs of one shape against each other (this one,
-    ``judge_repeat.py``): the family, the shape, the configs, the rounds, the output file, the CPU smoke."""
+    ``judge_repeat.py``, ``level_choices.py``): the family, the shape, the configs, the rounds, the output file,
+    the CPU smoke."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--family", default="moe")
     p.add_argument("--m", type=int, required=True)
@@ -120,6 +121,22 @@ def configs_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--cpu-smoke", action="store_true")
     return p
+
+
+def kept_candidates(args: argparse.Namespace, script: str) -> tuple[Any, Any, Any, dict[str, Any], list[str]]:
+    """For a script that judges a few kept configs of one shape (:func:`configs_parser`'s ``args``): its own Triton
+    cache, a fresh kernel, the shape's state, the kept configs by text and the candidates' names, each checked
+    (a name not kept ends the script, naming it); (space, kernel, state, texts, names)."""
+    space, _ = corpus.family(args.family, args.cpu_smoke)
+    use_triton_cache(str(bs.BASE / f"triton_{script}"))
+    kernel = fresh_kernel(space.source)
+    st = space.state(args.m)
+    texts = {space.text(c): c for c in space.kept(args.m)}
+    names = args.configs.split(",")
+    missing = [n for n in names if n not in texts]
+    if missing:
+        raise SystemExit(f"{script}: not kept configs of {args.family} at {args.m}: {missing}")
+    return space, kernel, st, texts, names
 
 
 def main() -> int:
