@@ -329,20 +329,20 @@ class Race:
         median, and reads 1 there."""
         return slower_level(self._relative(index, others_only=True))
 
-    def leader(self, among: list[int] | None = None) -> int:
-        """The config with the least median among ``among`` (default: those still running)."""
-        return min(among if among is not None else self.running, key=self._rank_key)
+    def leader(self, among: list[int] | None = None, levels: bool = True) -> int:
+        """The config with the least median among ``among`` (default: those still running); ``levels`` False: with
+        no leader ranked by its mean."""
+        return min(among if among is not None else self.running, key=lambda i: self._rank_key(i, levels))
 
-    def winner(self) -> int | None:
+    def winner(self, levels: bool = True) -> int | None:
         """The chosen config: the least median among those still running with samples (None if there is none)."""
         candidates = [i for i in self.running if self.entrants[i].timed()]
-        return self.leader(candidates) if candidates else None
+        return self.leader(candidates, levels) if candidates else None
 
     def median_winner(self) -> int | None:
         """The config :meth:`winner` would be with no leader ranked by its mean (``levels`` off): for the rank's log,
         which says when the two-level rule changed the choice."""
-        candidates = [i for i in self.running if self.entrants[i].timed()]
-        return min(candidates, key=lambda i: self._rank_key(i, levels=False)) if candidates else None
+        return self.winner(levels=False)
 
     def runner_up(self, winner: int) -> int | None:
         """The next-best config that has a time (running or stopped), or None, judged on the samples it shares with
