@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from triton_dist_tune.measure.race import slower_level  # noqa: E402
+from triton_dist_tune.measure.levels import slower_level  # noqa: E402
 
 
 def main() -> int:

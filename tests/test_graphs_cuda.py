@@ -73,7 +73,36 @@ def test_a_function_that_reads_a_value_cannot_be_captured_and_random_draws_and_c
     fresh.close()
 
 
+@timeout
+def test_a_config_placed_again_allocates_its_outputs_elsewhere_and_every_placement_replays_its_calls():
+    # the race times a settled leader at several output placements (measure/graphs.py, "Placements"): each must put
+    # the outputs the function allocates at another address, and replay the same calls
+    a = torch.full((512, 512), 0.5, device="cuda")
+    sink = torch.zeros(1, device="cuda")  # an argument the caller passed: it stays where it is
+    seen: list[int] = []
+
+    def call() -> torch.Tensor:
+        out = a @ a  # allocated by the function, dropped by the tuner after the call
+        seen.append(out.data_ptr())
+        sink.copy_(out[0, :1])
+        return out
+
+    graphs = Graphs(calls=1)
+    assert graphs.capture(0, call), graphs.error
+    for _ in range(3):
+        assert graphs.place(0, call)
+    assert graphs.placements(0) == 4 and graphs.placements(1) == 0
+    assert len(set(seen[-4:])) == 4, seen  # the warm-up call before the first capture ran eagerly: not counted
+    for placement in range(4):
+        sink.zero_()
+        graphs.replay(0, placement)()
+        torch.cuda.synchronize()
+        assert float(sink[0]) == 128.0  # 512 x 0.25: this placement's graph ran the calls
+    graphs.close()
+
+
 if __name__ == "__main__":  # on a GPU host without pytest's plugins: python tests/test_graphs_cuda.py
     test_graphs_capture_race_after_race_and_the_tuning_gives_its_memory_back()
     test_a_function_that_reads_a_value_cannot_be_captured_and_random_draws_and_captures_work_after()
-    print("test_graphs_cuda: 2 passed")
+    test_a_config_placed_again_allocates_its_outputs_elsewhere_and_every_placement_replays_its_calls()
+    print("test_graphs_cuda: 3 passed")

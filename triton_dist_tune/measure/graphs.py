@@ -25,6 +25,12 @@ capture runs the call on that stream before capturing (every config captured has
 then fails a capture is timed eagerly, as any that cannot be captured). A pool whose graphs are all gone
 cannot take a capture again (torch asserts), so each race starts a pool of its own; the allocator is emptied once,
 when the tuning ends (:meth:`Graphs.close`), so a tuning leaves no more memory reserved than it did before.
+
+**Placements.** Some configs' time depends on where the call's own outputs lie in memory (see "Placements" in
+:mod:`~triton_dist_tune.measure.race`). Before a race's settled block, each leader's calls are captured
+:data:`PLACEMENTS` - 1 more times (:meth:`Graphs.place`), each into a memory pool of its own, whose new memory puts
+the outputs the function allocates elsewhere; the block's samples replay them in turn. Arguments the caller passed
+stay where they are. A placement that cannot be captured is left out (the config keeps the placements it has).
 """
 
 from __future__ import annotations
@@ -51,6 +57,10 @@ DEVICE_TIME_BELOW_MS = 1.0
 #: the work one captured graph holds (ms of eager calls), and its calls at most
 GRAPH_MS, GRAPH_CALLS = 0.5, 64
 
+#: the output placements of each settled leader of a race timed on the device (see "Placements" above): its 8
+#: settled samples then sample 4 placements twice each
+PLACEMENTS = 4
+
 #: how a tuning's samples were timed
 EAGER, GRAPH = "eager", "graph"
 
@@ -68,6 +78,10 @@ class Graphs:
     #: released, so that every sample of a config is sized alike. This rank's own reading sizes its samples, which
     #: no other rank needs to match: graphs time tunings of one rank only (:func:`device_time_applies`)
     device_ms: dict[int, float] = field(default_factory=dict)
+    #: the graphs of each config at its other output placements (:meth:`place`), each with its memory pool
+    placed: dict[int, list[Any]] = field(default_factory=dict)
+    #: False once a placement failed to capture: the tuning places no more
+    placing: bool = True
     #: the memory pool the graphs of this race share (``torch.cuda.graph_pool_handle``), made at its first capture
     _pool: Any = None
     #: whether any graph was captured (the allocator is emptied when the tuning ends)
@@ -83,31 +97,14 @@ class Graphs:
         import torch
 
         try:
-            stream = _capture_stream()
-            stream.wait_stream(torch.cuda.current_stream())
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             self._captured = True
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.stream(stream):
-                if self.warms_next:  # the warm-up torch asks for before a capture, on the capture's stream
-                    call()
-                graph.capture_begin(pool=self._pool)
-                try:
-                    for _ in range(self.calls):
-                        call()
-                finally:
-                    graph.capture_end()  # raises when the capture was invalidated (a synchronize, a host read)
-            torch.cuda.current_stream().wait_stream(stream)
-            torch.cuda.synchronize()
+            graph = _captured(call, self.calls, self._pool, self.warms_next)
         except Exception as exc:  # a function that cannot be captured: time eagerly
             self.error = describe_error(exc)
             self.release()
-            try:
-                torch.cuda.synchronize()
-            except Exception:  # pragma: no cover - a broken context surfaces in the next run
-                pass
-            _end_generator_capture()
+            _after_failed_capture()
             return False
         self.graphs[index] = graph
         self.warms_next = False
@@ -115,18 +112,42 @@ class Graphs:
             self.device_ms[index] = ms
         return True
 
+    def place(self, index: int, call: Callable[[], Any]) -> bool:
+        """Capture config ``index``'s calls once more, into a memory pool of its own, so that the outputs it
+        allocates lie elsewhere: its next placement (see "Placements" above); False when the capture fails (the
+        placement is left out, and :attr:`placing` turns False: the tuning places no more)."""
+        import torch
+
+        try:
+            graph = _captured(call, self.calls, torch.cuda.graph_pool_handle(), warm=False)
+        except Exception as exc:
+            log.info("a graph at another output placement failed to capture (%s): the race goes on with the "
+                     "placements it has", describe_error(exc))
+            _after_failed_capture()
+            self.placing = False
+            return False
+        self.placed.setdefault(index, []).append(graph)
+        return True
+
+    def placements(self, index: int) -> int:
+        """How many output placements config ``index`` has a graph at (0 without a graph)."""
+        return (index in self.graphs) + len(self.placed.get(index, ()))
+
     def replay_ms(self, index: int, per_call_ms: float) -> float:
         """What one replay of config ``index``'s graph takes on the device (ms): its timed replay, or where none
         was timed ``calls`` times ``per_call_ms`` (an eager call's time)."""
         return self.device_ms.get(index) or per_call_ms * self.calls
 
-    def replay(self, index: int) -> Callable[[], Any]:
-        """One replay of config ``index``'s graph (``calls`` calls)."""
-        return self.graphs[index].replay
+    def replay(self, index: int, placement: int = 0) -> Callable[[], Any]:
+        """One replay of config ``index``'s graph (``calls`` calls) at output ``placement`` (0: its first graph; a
+        placement it has no graph at wraps around to one it has)."""
+        every = [self.graphs[index], *self.placed.get(index, ())]
+        return every[placement % len(every)].replay
 
     def release(self) -> None:
-        """Drop the graphs (a lock-step's race ends) and their pool (the next race captures into a new one)."""
+        """Drop the graphs (a lock-step's race ends) and their pools (the next race captures into a new one)."""
         self.graphs.clear()
+        self.placed.clear()
         self._pool = None
 
     def close(self) -> None:
@@ -145,6 +166,41 @@ class Graphs:
 
 
 _streams: dict[int, Any] = {}
+
+
+def _captured(call: Callable[[], Any], calls: int, pool: Any, warm: bool) -> Any:
+    """A graph of ``calls`` calls of ``call`` captured on the capture stream into ``pool`` (``warm``: the call runs
+    once on that stream first, the warm-up torch asks for before a capture); raises when the capture fails (a
+    synchronize or a host read in the call invalidates it)."""
+    import torch
+
+    stream = _capture_stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        if warm:
+            call()
+        graph.capture_begin(pool=pool)
+        try:
+            for _ in range(calls):
+                call()
+        finally:
+            graph.capture_end()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    return graph
+
+
+def _after_failed_capture() -> None:
+    """After a capture failed: wait for the device, and end the generators' capture state
+    (:func:`_end_generator_capture`)."""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+    except Exception:  # pragma: no cover - a broken context surfaces in the next run
+        pass
+    _end_generator_capture()
 
 
 def _capture_stream() -> Any:

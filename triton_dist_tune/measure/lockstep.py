@@ -58,7 +58,7 @@ from .combine import Combined as Combined
 from .combine import by_rank as by_rank
 from .combine import combine_phase as combine_phase
 from .combine import combine_round as combine_round
-from .graphs import EAGER, GRAPH, Graphs
+from .graphs import EAGER, GRAPH, PLACEMENTS, Graphs
 from .guarding import Guarding
 from .precompile import Compiles
 from .probe_screen import ProbeScreen
@@ -276,13 +276,20 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         for index, error in self._capture(entries, per_call).items():
             outcomes[index] = self._failed(index, entries.pop(index)[1], error)
         plan = race_plan or self.plan.race
-        race = Race(sorted(entries), replace(plan, levels=True) if self.clock_kind == GRAPH else plan)
+        race = Race(sorted(entries), replace(plan, levels=True, placements=PLACEMENTS) if self.clock_kind == GRAPH
+                    else plan)
         started = time.monotonic()
         self.watch.enter(self.watch.rounds)
         while entries and not race.finished(self.budget.elapsed):
             if self.cold:
                 rounds = [[(i, self._cold_sample(i, *entries[i], race)) for i in race.order()]]
             else:
+                if race.settling:  # the settled block's leaders at their other output placements (graphs)
+                    for index, error in self._place_leaders(race, entries).items():
+                        race.fail(index, error)
+                        outcomes[index] = self._failed(index, entries[index][1], error)
+                    if not race.running:
+                        break
                 rounds = self._steady_rounds(race, entries, per_call)
             for results in rounds:
                 for index, combined in results:

@@ -34,8 +34,18 @@ further message.
   level. A median reports the level most samples caught, where the calls of a served model average both. So a settled
   leader whose relative samples hold a slower level too (their mean, its largest sample left out as a one-off
   spike, more than the indifference margin over their median) has its drift-free time raised by that ratio of
-  mean to median, as if ranked by the mean (:func:`slower_level`), in a race timed on the device (``levels``: a
+  mean to median, as if ranked by the mean (:func:`~.levels.slower_level`), in a race timed on the device (``levels``: a
   host-timed sample's spikes would read as a level).
+- **Placements** (``placements=P``, races timed on the device). Some configs' time depends on where the call's
+  own outputs lie in memory: on one H200, at MoE M = 32, the same two tiles read 1.00 at most output placements and
+  1.01-1.06 at others (1 to 7 of 16 tried; M = 48 alike), where two other tiles read within 0.6% at all of them
+  (``benchmarks/address_check.py``, ``results/session_h200_21``); which placements are slow changed from process to
+  process. A tuning that times each config at one placement chooses a config that was lucky there, and a served
+  model's buffers lie wherever its allocator puts them. So each settled leader is timed at ``P`` placements (its
+  settled round ``j`` at placement ``j mod P``: :meth:`Race.placement`; the measurer captures one graph per
+  placement), and its time is raised, as by two levels, to the mean over the placements of each placement's least
+  sample (a one-off spike is noise; a placement's level is all its samples) where that is more than the
+  indifference margin over its median (:func:`~.levels.placement_level`).
 - **Near-ties** (``tie_blocks``, the finalists of a search): when the settled rounds leave the leader and the
   runner-up a near-tie that is more than the indifference margin apart, another settled block runs (the same
   length, the same leaders, interleaved and paired as before), at most ``tie_blocks`` times.
@@ -48,6 +58,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..records import Outcome
+from .levels import placement_level, slower_level
 from .noise import NOISY, spread_of_runs
 from .stats import INDIFFERENCE, clearly_slower, median, paired_ratios, spread
 
@@ -82,13 +93,16 @@ class RacePlan:
     #: most this many: the finalists' paired shoot-out of a search
     tie_blocks: int = 0
     #: rank a settled leader whose samples hold a slower level too by what its calls average
-    #: (:func:`slower_level`): races timed on the device (CUDA graphs), where the two levels were seen and no host
-    #: spike reaches a sample (a host-timed sample's spikes would read as a level)
+    #: (:func:`~.levels.slower_level`): races timed on the device (CUDA graphs), where the two levels were seen and
+    #: no host spike reaches a sample (a host-timed sample's spikes would read as a level)
     levels: bool = False
+    #: output placements each settled leader is timed at, in turn (see "Placements" in the module docstring): races
+    #: timed on the device, whose measurer captures a graph per placement; 1: one
+    placements: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_rounds < 1 or self.min_rounds < 1:
-            raise ValueError("a race needs max_rounds >= 1 and min_rounds >= 1")
+        if self.max_rounds < 1 or self.min_rounds < 1 or self.placements < 1:
+            raise ValueError("a race needs max_rounds >= 1, min_rounds >= 1 and placements >= 1")
 
 
 @dataclass
@@ -157,6 +171,13 @@ class Race:
             return 1
         left = self.plan.final_rounds - (self.rounds - self.settled_from)
         return max(1, min(left, self.plan.max_rounds - self.rounds))
+
+    def placement(self, ahead: int = 0) -> int:
+        """The output placement of the samples of the round ``ahead`` rounds from now: ``j mod placements`` for the
+        ``j``-th settled round (counted from 0), 0 in the screening (see "Placements" in the module docstring)."""
+        if self.settled_from is None:
+            return 0
+        return (self.rounds + ahead - self.settled_from) % self.plan.placements
 
     def record(self, index: int, per_rank: list[float]) -> None:
         """Config ``index``'s sample of the current round: every rank's time (ms per call)."""
@@ -289,18 +310,22 @@ class Race:
         """A leader's settled samples relative to their round's median leader sample (a drift of the machine
         between rounds cancels out), or with ``others_only`` to the median of the round's other leaders; empty for
         a config without settled samples."""
+        return [ratio for _, ratio in self._placed(index, others_only)]
+
+    def _placed(self, index: int, others_only: bool = False) -> list[tuple[int, float]]:
+        """:meth:`_relative`'s ratios, each with its round's output placement (:meth:`placement`)."""
         entrant = self.entrants[index]
         if self.settled_from is None or not entrant.settled:
             return []
         leaders = [e for e in self.entrants.values() if e.settled and e.state != "failed"
                    and not (others_only and e is entrant)]
-        relative = []
+        placed = []
         for r in range(self.settled_from, self.rounds):
             round_ = [e.samples[r] for e in leaders if r < len(e.samples) and e.samples[r] is not None]
             mine = entrant.samples[r] if r < len(entrant.samples) else None
             if mine is not None and round_:
-                relative.append(mine / median(round_))
-        return relative
+                placed.append(((r - self.settled_from) % self.plan.placements, mine / median(round_)))
+        return placed
 
     def _drift_free(self, index: int, levels: bool = True) -> float | None:
         """A leader's time over the settled rounds with the machine's drift between rounds taken out: the median
@@ -315,8 +340,8 @@ class Race:
         return median(relative) * level * median([s for e in leaders for s in e.settled])
 
     def slower_levels(self) -> dict[int, float]:
-        """The settled leaders ranked by their mean, their samples holding a slower level too (``levels``): {index:
-        the factor over their median}, by index (for the rank's log)."""
+        """The settled leaders ranked by their mean, their samples holding a slower level or placement too
+        (``levels``): {index: the factor over their median}, by index (for the rank's log)."""
         if not self.plan.levels or self.settled_from is None or self.location() is not median:
             return {}
         leaders = [i for i, e in sorted(self.entrants.items()) if e.settled and e.state != "failed"]
@@ -324,10 +349,11 @@ class Race:
         return {i: f for i, f in found.items() if f > 1}
 
     def _slower_level(self, index: int) -> float:
-        """:func:`slower_level` of a settled leader, judged against the median of the *other* leaders of each
-        round: against all of them, a config whose slower level lands in the middle of its round is the round's
-        median, and reads 1 there."""
-        return slower_level(self._relative(index, others_only=True))
+        """:func:`~.levels.slower_level` of a settled leader, or its :func:`~.levels.placement_level` where that is
+        larger, judged against the median of the *other* leaders of each round: against all of them, a config whose
+        slower level lands in the middle of its round is the round's median, and reads 1 there."""
+        placed = self._placed(index, others_only=True)
+        return max(slower_level([ratio for _, ratio in placed]), placement_level(placed))
 
     def leader(self, among: list[int] | None = None, levels: bool = True) -> int:
         """The config with the least median among ``among`` (default: those still running); ``levels`` False: with
@@ -393,26 +419,13 @@ class Race:
                        order=list(e.positions), round_times=timed)
 
 
-def slower_level(ratios: Sequence[float]) -> float:
-    """How much slower a settled leader's calls average than its median says (see "Two levels" in the module
-    docstring), from its ``ratios`` to the other leaders of each round: their mean with the largest left out (one
-    spike is noise; a level is several samples) over their median, where that is more than
-    :data:`~.stats.INDIFFERENCE` above 1; else 1."""
-    if len(ratios) < 3:
-        return 1.0
-    centre = median(ratios)
-    rest = sorted(ratios)[:-1]
-    factor = sum(rest) / len(rest) / centre if centre > 0 else 1.0
-    return factor if factor > 1 + INDIFFERENCE else 1.0
-
-
 def levels_note(race: Race) -> str:
     """The race's log note on the two-level rule: the leaders ranked by their mean (:meth:`Race.slower_levels`)
     and, where that changed the choice, the config the medians chose; empty when the rule ranked no leader."""
     levels = race.slower_levels()
     if not levels:
         return ""
-    note = "; ranked by their mean, their samples holding a slower level too: " + ", ".join(
+    note = "; ranked by their mean, their samples holding a slower level or placement too: " + ", ".join(
         f"config {i} x{f:.3f}" for i, f in levels.items())
     by_medians = race.median_winner()
     if by_medians is not None and by_medians != race.winner():

@@ -60,6 +60,30 @@ class Sampling:
                     break
         return failed
 
+    def _place_leaders(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]]) -> dict[int, str]:
+        """Before a race's settled block (timed on the device): each leader's graphs at the output placements it
+        lacks (:meth:`Graphs.place`), each capture under the tuning's deadline; returns the leaders whose capture met
+        their own error at its synchronize (the caller fails them). A placement that fails to capture ends the
+        placing: the leaders keep what they have."""
+        failed: dict[int, str] = {}
+        graphs = self.graphs
+        if graphs is None or race.plan.placements < 2 or not graphs.placing:
+            return failed
+        with breakdown.part("capture"):
+            for index in race.running:
+                config, desc = entries[index]
+                while 0 < graphs.placements(index) < race.plan.placements:
+                    self.started(index, desc, "capture")
+                    placed, error = self._guarded(index, desc, "capture",
+                                                  lambda i=index, c=config: graphs.place(i, lambda: self.trial.call(c)))
+                    if error is not None:
+                        failed[index] = error
+                    if error is not None or not placed:
+                        break
+                if not graphs.placing:
+                    break  # a placement that cannot be captured: the leaders keep the placements they have
+        return failed
+
     def close_graphs(self) -> None:
         """The tuning ends: its graphs and their memory go (:meth:`Graphs.close`)."""
         if self.graphs is not None:
@@ -139,19 +163,20 @@ class Sampling:
         return ((steady.settle + steady.span + steady.queued) * per * per_call_ms + steady.hold_ms) / 1e3
 
     def _sampler(self, index: int, config: dict[str, Any], per_call_ms: float, settled: bool,
-                 first: bool) -> tuple[timing.Steady, Callable[[], Any], int]:
+                 first: bool, placement: int = 0) -> tuple[timing.Steady, Callable[[], Any], int]:
         """(the calls of a steady sample of config ``index``, the sample to run, the calls per counted call): a
         replay of its graph counts as ``calls`` calls when the tuning times on the device, and the sample is sized
         by a replay's device time, not by ``per_call_ms`` (the eager probe's: a host-bound call's eager time is many
         times its device time, and samples sized by it settle and span too little of the device's time; on one
         H200, MoE calls of 0.1 ms whose eager calls took 0.5 ms got 0.4 ms of settling and 1 ms of span, which read
         a config 9% slower than the one they chose where 5 ms of settling, and the host's judge, read it 2-4%
-        faster: ``benchmarks/regime_check.py``; the span: :data:`~.timing.GRAPH_SCREEN_SPAN_MS`)."""
+        faster: ``benchmarks/regime_check.py``; the span: :data:`~.timing.GRAPH_SCREEN_SPAN_MS`). ``placement``: the
+        output placement whose graph a settled sample replays (:meth:`~.race.Race.placement`)."""
         graphs = self.graphs
         if graphs is not None and index in graphs.graphs:
             steady = timing.steady_calls(self.trial.host_counts, graphs.replay_ms(index, per_call_ms), settled, first,
                                           None, self.group.size, graph=True)
-            replay = graphs.replay(index)
+            replay = graphs.replay(index, placement)
             return steady, lambda: timing.steady_span(self.trial.clock, replay, steady), graphs.calls
         steady = timing.steady_calls(self.trial.host_counts, per_call_ms, settled, first, self.plan.batch,
                                       self.group.size)

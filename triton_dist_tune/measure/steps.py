@@ -34,7 +34,8 @@ class SteadySteps:
                     continue
                 config, desc = entries[index]
                 first = not tokens and timing.may_have_idled(self.trial.clock, self.group.size)
-                steady, sample, per = self._sampler(index, config, per_call[index], race.settling, first)
+                steady, sample, per = self._sampler(index, config, per_call[index], race.settling, first,
+                                                    race.placement(r))
                 self.started(index, desc, f"round {race.rounds + r}")
                 calls = steady.settle + steady.span + steady.queued  # unstuck, the sample ends in a few times this
                 patience = 4 * calls * per * per_call[index] / 1e3 + steady.hold_ms / 1e3

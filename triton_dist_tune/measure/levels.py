@@ -1,0 +1,37 @@
+"""How much slower a settled leader's calls average than its median says: its samples holding a slower level too
+(:func:`slower_level`), or a slower output placement (:func:`placement_level`); see "Two levels" and "Placements"
+in :mod:`~triton_dist_tune.measure.race`, which ranks such a leader by what its calls average."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .stats import INDIFFERENCE, median
+
+
+def slower_level(ratios: Sequence[float]) -> float:
+    """How much slower a settled leader's calls average than its median says (see "Two levels" in the module
+    docstring), from its ``ratios`` to the other leaders of each round: their mean with the largest left out (one
+    spike is noise; a level is several samples) over their median, where that is more than
+    :data:`~.stats.INDIFFERENCE` above 1; else 1."""
+    if len(ratios) < 3:
+        return 1.0
+    centre = median(ratios)
+    rest = sorted(ratios)[:-1]
+    factor = sum(rest) / len(rest) / centre if centre > 0 else 1.0
+    return factor if factor > 1 + INDIFFERENCE else 1.0
+
+
+def placement_level(placed: Sequence[tuple[int, float]]) -> float:
+    """How much slower a settled leader's calls average over its output placements than its median says (see
+    "Placements" in the module docstring), from its (placement, ratio to the other leaders) samples: the mean over
+    its placements of each one's least ratio, over the median of every ratio, where at least two placements were
+    timed and that is more than :data:`~.stats.INDIFFERENCE` above 1; else 1."""
+    least: dict[int, float] = {}
+    for placement, ratio in placed:
+        least[placement] = min(ratio, least.get(placement, ratio))
+    if len(least) < 2:
+        return 1.0
+    centre = median([ratio for _, ratio in placed])
+    factor = sum(least.values()) / len(least) / centre if centre > 0 else 1.0
+    return factor if factor > 1 + INDIFFERENCE else 1.0
