@@ -1,19 +1,23 @@
-"""Are the race's two-level rule's choices better than the medians'? (``measure/race.py``, "Two levels".) At MoE
-M = 24-48 the tiles K128-M16-N128-G1-s3 of 4 and 8 warps flip between two levels a few per cent apart, on a scale of
-hundreds of ms (``results/session_h200_19``, ``session_h200_20``): a single judgement reads whichever level it finds,
-so it cannot say which choice a served model, whose calls average both levels, would prefer.
+"""Are the race's two-level rule's choices better than the medians'? And its placement rule's than one placement's?
+(``measure/race.py``, "Two levels" and "Placements".) At MoE M = 24-48 the tiles K128-M16-N128-G1-s3 of 4 and 8
+warps read two levels a few per cent apart (``results/session_h200_19``, ``session_h200_20``), and at M = 32 which
+level depends on where their output lies (``address_check.py``, ``session_h200_21``): a judgement at one output
+placement reads whichever level that placement gives.
 
 One process, one shape, the given configs: fresh tunings of those configs alone (``regime_check.tune_these``, the
-tuner's own race of them), alternating the library as it is (``levels``: a settled leader whose samples hold a
-slower level too is ranked by their mean) and the library with the rule off (``medians``), with one judgement
-(``_search_oracles.judge_here``: graphs of 20 launches, shuffled rounds) after each tuning. The judgements, spread
-over the whole run, are averaged per config: the long judge, what a served model's calls average. Prints each
-config's mean ratio over the judgements and its range (a bistable config's range is wide), each tuning's choice, and
-each arm's choices against the long judge; writes them to ``--out``.
+tuner's own race of them), alternating two arms (``--compare levels``: the library as it is, ``levels``, against
+the library with the two-level rule off, ``medians``; ``--compare placements``: the library, ``placements``,
+against the library timing one output placement, ``one``), with one judgement (``_search_oracles.judge_here``:
+graphs of 20 launches, shuffled rounds, one preallocated output) after each tuning. The judgements, spread over the
+whole run, are averaged per config: the long judge. After the tunings, the judge over output placements
+(``address_check.over_placements``: each config writing at 16 offsets of one buffer) gives each config's mean over
+them, what a served model's calls cost wherever its buffers lie. Prints each config's ratios by both judges, each
+tuning's choice, and each arm's choices against both; writes them to ``--out``.
 
-Launch (one GPU): ``python benchmarks/level_choices.py --family moe --m 48 --configs A,B,... --tunings 12 --out F``
+Launch (one GPU): ``python benchmarks/level_choices.py --family moe --m 32 --configs A,B,... --tunings 12
+[--compare placements] --out F``
 CPU plumbing: ``TRITON_INTERPRET=1 python benchmarks/level_choices.py --cpu-smoke --family moe --m 8 --configs ...``
-(on CPU no race is timed on the device, so the rule never applies: both arms are the same library there).
+(on CPU no race is timed on the device, so neither rule applies: both arms are the same library there).
 """
 
 from __future__ import annotations
@@ -29,29 +33,58 @@ from typing import Any  # noqa: E402
 
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
 from _search_oracles import compile_all, judge_here  # noqa: E402
+from address_check import over_placements  # noqa: E402
 from regime_check import configs_parser, kept_candidates, tune_these  # noqa: E402
 
-from triton_dist_tune.measure import race  # noqa: E402
+from triton_dist_tune.measure import lockstep, race  # noqa: E402
 
-ARMS = ("levels", "medians")
+#: the two arms of each comparison: the library as it is first
+ARMS = {"levels": ("levels", "medians"), "placements": ("placements", "one")}
+
+
+def _rule_off(compare: str) -> Any:
+    """Turn the compared rule off (``--compare``); returns what puts it back."""
+    if compare == "levels":
+        rule = race.slower_level
+        race.slower_level = lambda ratios: 1.0
+
+        def back() -> None:
+            race.slower_level = rule
+    else:
+        placements = lockstep.PLACEMENTS
+        lockstep.PLACEMENTS = 1
+
+        def back() -> None:
+            lockstep.PLACEMENTS = placements
+    return back
+
+
+def _report_arms(report: dict[str, Any], arms: tuple[str, ...], judge: str) -> None:
+    for arm in arms:
+        chosen = [row["choice"] for row in report["tunings"] if row["arm"] == arm]
+        ratios = [report[judge][c] for c in chosen]
+        bs.say(f"{arm} by the {judge.replace('_', ' ')}: chose "
+               + ", ".join(f"{c} {r:.3f}" for c, r in zip(chosen, ratios, strict=True))
+               + (f"; mean {statistics.mean(ratios):.4f}, worst {max(ratios):.3f}" if ratios else ""))
 
 
 def main() -> int:
     p = configs_parser(__doc__.splitlines()[0])
     p.add_argument("--tunings", type=int, default=12, help="fresh tunings in all, alternating the two arms")
+    p.add_argument("--compare", choices=sorted(ARMS), default="levels")
     args = p.parse_args()
+    arms = ARMS[args.compare]
     space, kernel, st, texts, names = kept_candidates(args, "level_choices")
     compile_all(space, kernel, st, [texts[n] for n in names])
-    rule = race.slower_level
-    report: dict[str, Any] = {"gpu": bs.gpu_name(), "family": args.family, "m": args.m, "tunings": [],
-                              "judgements": []}
+    report: dict[str, Any] = {"gpu": bs.gpu_name(), "family": args.family, "m": args.m, "compare": args.compare,
+                              "tunings": [], "judgements": []}
     for t in range(args.tunings):
-        arm = ARMS[t % 2]
-        race.slower_level = rule if arm == "levels" else (lambda ratios: 1.0)
+        arm = arms[t % 2]
+        back = _rule_off(args.compare) if arm != arms[0] else (lambda: None)
         try:
             got = tune_these(space, kernel, st, [texts[n] for n in names], t)
         finally:
-            race.slower_level = rule
+            back()
         report["tunings"].append({"arm": arm, **got})
         here = judge_here(space, args.m, kernel, names, args.rounds)
         report["judgements"].append(here["ratios"])
@@ -60,14 +93,17 @@ def main() -> int:
     long = {n: statistics.mean(j[n] for j in report["judgements"]) for n in names}
     best = min(long.values())
     report["long_judge"] = {n: long[n] / best for n in names}
+    placed = over_placements(st, kernel, texts, names, args.rounds)
+    mean = {n: statistics.mean(placed[n]) for n in names}
+    report["placements_judge"] = {n: mean[n] / min(mean.values()) for n in names}
+    report["placements_ratios"] = placed
     for n in sorted(names, key=long.get):
         seen = [j[n] for j in report["judgements"]]
-        bs.say(f"long judge: {n} {long[n] / best:.3f} (one judgement read {min(seen):.3f}-{max(seen):.3f})")
-    for arm in ARMS:
-        chosen = [row["choice"] for row in report["tunings"] if row["arm"] == arm]
-        ratios = [report["long_judge"][c] for c in chosen]
-        bs.say(f"{arm}: chose " + ", ".join(f"{c} {r:.3f}" for c, r in zip(chosen, ratios, strict=True))
-               + (f"; mean {statistics.mean(ratios):.4f}, worst {max(ratios):.3f}" if ratios else ""))
+        bs.say(f"long judge: {n} {long[n] / best:.3f} (one judgement read {min(seen):.3f}-{max(seen):.3f}); over "
+               f"{len(placed[n])} output placements {report['placements_judge'][n]:.3f} (one placement read "
+               f"{min(placed[n]):.3f}-{max(placed[n]):.3f})")
+    _report_arms(report, arms, "long_judge")
+    _report_arms(report, arms, "placements_judge")
     args.out.write_text(json.dumps(report, indent=1, default=str))
     return 0
 

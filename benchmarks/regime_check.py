@@ -47,7 +47,8 @@ def timed_rounds(calls: dict[str, Callable[[], Any]], per_graph: int, settle_ms:
 
 
 def tune_these(space: Any, kernel: Any, st: Any, configs: list[Any], t: int) -> dict[str, Any]:
-    """A fresh tuning (an empty decision cache) of the tuned function over ``configs`` alone: its race's times."""
+    """A fresh tuning (an empty decision cache) of the tuned function over ``configs`` alone: its race's times
+    (``ms``: each config's time as ranked; ``samples``: its samples, round by round)."""
     import os
     import tempfile
 
@@ -60,7 +61,8 @@ def tune_these(space: Any, kernel: Any, st: Any, configs: list[Any], t: int) -> 
     tuned(*st.args)
     ((_, decision),) = tuned.tuner.decisions.items()
     ms = {space.text(configs[o.index]): o.time for o in decision.outcomes if o.time is not None}
-    return {"choice": space.text(configs[decision.index]), "clock": decision.clock, "ms": ms}
+    samples = {space.text(configs[o.index]): list(o.round_times) for o in decision.outcomes if o.round_times}
+    return {"choice": space.text(configs[decision.index]), "clock": decision.clock, "ms": ms, "samples": samples}
 
 
 #: the tuner's samples timed side by side (:func:`tuner_samples`): name -> (sized by "probe": an eager probe of
