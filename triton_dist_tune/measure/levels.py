@@ -10,9 +10,9 @@ from .stats import INDIFFERENCE, median
 
 
 def slower_level(ratios: Sequence[float]) -> float:
-    """How much slower a settled leader's calls average than its median says (see "Two levels" in the module
-    docstring), from its ``ratios`` to the other leaders of each round: their mean with the largest left out (one
-    spike is noise; a level is several samples) over their median, where that is more than
+    """How much slower a settled leader's calls average than its median says (see "Two levels" in
+    :mod:`~triton_dist_tune.measure.race`), from its ``ratios`` to the other leaders of each round: their mean with
+    the largest left out (one spike is noise; a level is several samples) over their median, where that is more than
     :data:`~.stats.INDIFFERENCE` above 1; else 1."""
     if len(ratios) < 3:
         return 1.0
@@ -24,9 +24,9 @@ def slower_level(ratios: Sequence[float]) -> float:
 
 def placement_level(placed: Sequence[tuple[int, float]]) -> float:
     """How much slower a settled leader's calls average over its output placements than its median says (see
-    "Placements" in the module docstring), from its (placement, ratio to the other leaders) samples: the mean over
-    its placements of each one's least ratio, over the median of every ratio, where at least two placements were
-    timed and that is more than :data:`~.stats.INDIFFERENCE` above 1; else 1."""
+    "Placements" in :mod:`~triton_dist_tune.measure.race`), from its (placement, ratio to the other leaders)
+    samples: the mean over its placements of each one's least ratio, over the median of every ratio, where at least
+    two placements were timed and that is more than :data:`~.stats.INDIFFERENCE` above 1; else 1."""
     least: dict[int, float] = {}
     for placement, ratio in placed:
         least[placement] = min(ratio, least.get(placement, ratio))
