@@ -101,8 +101,36 @@ def test_a_config_placed_again_allocates_its_outputs_elsewhere_and_every_placeme
     graphs.close()
 
 
+@timeout
+def test_placements_stop_before_they_would_hold_more_than_their_share_of_the_device_memory():
+    # each placement is a pool of its own that keeps what the function allocates: a 64 MB scratch per call here,
+    # with a share of the device's memory that holds one placement's and not two
+    from triton_dist_tune.measure import graphs as graphs_module
+
+    a = torch.full((64, 64), 0.5, device="cuda")
+
+    def call() -> torch.Tensor:
+        scratch = torch.empty(16 * 2**20, device="cuda")  # 64 MB, allocated and dropped by the function
+        scratch[:1].copy_(a[0, :1])
+        return a @ a
+
+    saved = graphs_module.PLACEMENT_MEMORY_SHARE
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    graphs_module.PLACEMENT_MEMORY_SHARE = 100 * 2**20 / total  # 100 MB
+    try:
+        graphs = Graphs(calls=1)
+        assert graphs.capture(0, call), graphs.error
+        assert graphs.place(0, call) and graphs.placed_bytes >= 64 * 2**20
+        assert not graphs.place(0, call) and not graphs.placing  # a second would take it past 100 MB
+        assert graphs.placements(0) == 2
+        graphs.close()
+    finally:
+        graphs_module.PLACEMENT_MEMORY_SHARE = saved
+
+
 if __name__ == "__main__":  # on a GPU host without pytest's plugins: python tests/test_graphs_cuda.py
     test_graphs_capture_race_after_race_and_the_tuning_gives_its_memory_back()
     test_a_function_that_reads_a_value_cannot_be_captured_and_random_draws_and_captures_work_after()
     test_a_config_placed_again_allocates_its_outputs_elsewhere_and_every_placement_replays_its_calls()
-    print("test_graphs_cuda: 3 passed")
+    test_placements_stop_before_they_would_hold_more_than_their_share_of_the_device_memory()
+    print("test_graphs_cuda: 4 passed")

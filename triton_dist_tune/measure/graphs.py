@@ -30,7 +30,8 @@ when the tuning ends (:meth:`Graphs.close`), so a tuning leaves no more memory r
 :mod:`~triton_dist_tune.measure.race`). Before a race's settled block, each leader's calls are captured
 :data:`PLACEMENTS` - 1 more times (:meth:`Graphs.place`), each into a memory pool of its own, whose new memory puts
 the outputs the function allocates elsewhere; the block's samples replay them in turn. Arguments the caller passed
-stay where they are. A placement that cannot be captured is left out (the config keeps the placements it has).
+stay where they are. A placement that cannot be captured is left out (the config keeps the placements it has), and
+the placements stop before they would hold more than :data:`PLACEMENT_MEMORY_SHARE` of the device's memory.
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ GRAPH_MS, GRAPH_CALLS = 0.5, 64
 #: settled samples then sample 4 placements twice each
 PLACEMENTS = 4
 
+#: the placements of a tuning hold at most this share of the device's memory (their pools keep what the function
+#: allocates: a function with a large scratch buffer would otherwise hold it 18 times more in a race of 6 leaders)
+PLACEMENT_MEMORY_SHARE = 0.05
+
 #: how a tuning's samples were timed
 EAGER, GRAPH = "eager", "graph"
 
@@ -80,8 +85,12 @@ class Graphs:
     device_ms: dict[int, float] = field(default_factory=dict)
     #: the graphs of each config at its other output placements (:meth:`place`), each with its memory pool
     placed: dict[int, list[Any]] = field(default_factory=dict)
-    #: False once a placement failed to capture: the tuning places no more
+    #: False once a placement failed to capture or reached the memory bound: the tuning places no more
     placing: bool = True
+    #: the device memory the placements of this tuning's races took (bytes reserved by their captures), and the
+    #: most one took: the next is expected to take as much
+    placed_bytes: int = 0
+    _place_bytes: int = 0
     #: the memory pool the graphs of this race share (``torch.cuda.graph_pool_handle``), made at its first capture
     _pool: Any = None
     #: whether any graph was captured (the allocator is emptied when the tuning ends)
@@ -114,18 +123,30 @@ class Graphs:
 
     def place(self, index: int, call: Callable[[], Any]) -> bool:
         """Capture config ``index``'s calls once more, into a memory pool of its own, so that the outputs it
-        allocates lie elsewhere: its next placement (see "Placements" above); False when the capture fails (the
-        placement is left out, and :attr:`placing` turns False: the tuning places no more)."""
+        allocates lie elsewhere: its next placement (see "Placements" above); False when the capture fails, or when
+        one more would take the memory the placements hold past :data:`PLACEMENT_MEMORY_SHARE` of the device's
+        (the placement is left out, and :attr:`placing` turns False: the tuning places no more)."""
         import torch
 
         try:
+            device = torch.cuda.current_device()
+            budget = PLACEMENT_MEMORY_SHARE * torch.cuda.get_device_properties(device).total_memory
+            if self.placed_bytes + self._place_bytes > budget:
+                log.info("no more output placements: they would hold over %.1f GB of the device's memory",
+                         budget / 1e9)
+                self.placing = False
+                return False
+            before = torch.cuda.memory_reserved(device)
             graph = _captured(call, self.calls, torch.cuda.graph_pool_handle(), warm=False)
+            taken = max(0, torch.cuda.memory_reserved(device) - before)
         except Exception as exc:
             log.info("a graph at another output placement failed to capture (%s): the race goes on with the "
                      "placements it has", describe_error(exc))
             _after_failed_capture()
             self.placing = False
             return False
+        self.placed_bytes += taken
+        self._place_bytes = max(self._place_bytes, taken)
         self.placed.setdefault(index, []).append(graph)
         return True
 
@@ -148,6 +169,7 @@ class Graphs:
         """Drop the graphs (a lock-step's race ends) and their pools (the next race captures into a new one)."""
         self.graphs.clear()
         self.placed.clear()
+        self.placed_bytes = 0
         self._pool = None
 
     def close(self) -> None:
