@@ -30,8 +30,9 @@ when the tuning ends (:meth:`Graphs.close`), so a tuning leaves no more memory r
 :mod:`~triton_dist_tune.measure.race`). Before a race's settled block, each leader's calls are captured
 :data:`PLACEMENTS` - 1 more times (:meth:`Graphs.place`), each into a memory pool of its own, whose new memory puts
 the outputs the function allocates elsewhere; the block's samples replay them in turn. Arguments the caller passed
-stay where they are. A placement that cannot be captured is left out (the config keeps the placements it has), and
-the placements stop before they would hold more than :data:`PLACEMENT_MEMORY_SHARE` of the device's memory.
+stay where they are. The placements stop at a capture that fails, or before they would hold more than
+:data:`PLACEMENT_MEMORY_SHARE` of the device's memory; a race whose leaders could not all be placed then times them
+all at their first placement (:meth:`~triton_dist_tune.measure.sampling.Sampling._place_leaders`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ configs a search screens by their warm-up probe alone (:meth:`Sampling.far_behin
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..records import Outcome
@@ -63,8 +64,10 @@ class Sampling:
     def _place_leaders(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]]) -> dict[int, str]:
         """Before a race's settled block (timed on the device): each leader's graphs at the output placements it
         lacks (:meth:`Graphs.place`), each capture under the tuning's deadline; returns the leaders whose capture met
-        their own error at its synchronize (the caller fails them). A placement that fails to capture ends the
-        placing: the leaders keep what they have."""
+        their own error at its synchronize (the caller fails them). A placement that fails to capture, or the
+        placements' memory bound, ends the placing; a race whose leaders could not all be placed then times every
+        leader at its one first placement (a leader judged on fewer placements than the others is not judged
+        alike)."""
         failed: dict[int, str] = {}
         graphs = self.graphs
         if graphs is None or race.plan.placements < 2 or not graphs.placing:
@@ -81,7 +84,12 @@ class Sampling:
                     if error is not None or not placed:
                         break
                 if not graphs.placing:
-                    break  # a placement that cannot be captured: the leaders keep the placements they have
+                    break  # a placement that cannot be captured, or the memory bound: no more placements
+        if any(graphs.placements(i) < race.plan.placements for i in race.running if i not in failed):
+            # a leader short of placements would be judged on fewer than the others: every leader at one
+            self.log.info("%s output placements dropped for this race: not every leader could be placed", self.label)
+            graphs.placed.clear()
+            race.plan = replace(race.plan, placements=1)
         return failed
 
     def close_graphs(self) -> None:
