@@ -25,13 +25,15 @@ def slower_level(ratios: Sequence[float]) -> float:
 def placement_level(placed: Sequence[tuple[int, float]]) -> float:
     """How much slower a settled leader's calls average over its output placements than its median says (see
     "Placements" in :mod:`~triton_dist_tune.measure.race`), from its (placement, ratio to the other leaders)
-    samples: the mean over its placements of each one's least ratio, over the median of every ratio, where at least
-    two placements were timed and that is more than :data:`~.stats.INDIFFERENCE` above 1; else 1."""
+    samples: the mean over its placements of each one's least ratio (a one-off spike is noise), over their median
+    (least against least: a least sample reads under a median one by the noise alone, which would hide a slow
+    placement), where at least two placements were timed and that is more than :data:`~.stats.INDIFFERENCE` above 1;
+    else 1."""
     least: dict[int, float] = {}
     for placement, ratio in placed:
         least[placement] = min(ratio, least.get(placement, ratio))
     if len(least) < 2:
         return 1.0
-    centre = median([ratio for _, ratio in placed])
+    centre = median(list(least.values()))
     factor = sum(least.values()) / len(least) / centre if centre > 0 else 1.0
     return factor if factor > 1 + INDIFFERENCE else 1.0

@@ -44,8 +44,8 @@ further message.
   model's buffers lie wherever its allocator puts them. So each settled leader is timed at ``P`` placements (its
   settled round ``j`` at placement ``j mod P``: :meth:`Race.placement`; the measurer captures one graph per
   placement), and its time is raised, as by two levels, to the mean over the placements of each placement's least
-  sample (a one-off spike is noise; a placement's level is all its samples) where that is more than the
-  indifference margin over its median (:func:`~.levels.placement_level`).
+  sample (a one-off spike is noise; a placement's level is all its samples) over the median of those least samples,
+  where that is more than the indifference margin (:func:`~.levels.placement_level`).
 - **Near-ties** (``tie_blocks``, the finalists of a search): when the settled rounds leave the leader and the
   runner-up a near-tie that is more than the indifference margin apart, another settled block runs (the same
   length, the same leaders, interleaved and paired as before), at most ``tie_blocks`` times.
