@@ -173,8 +173,9 @@ class Race:
         return max(1, min(left, self.plan.max_rounds - self.rounds))
 
     def placement(self, ahead: int = 0) -> int:
-        """The output placement of the samples of the round ``ahead`` rounds from now: ``j mod placements`` for the
-        ``j``-th settled round (counted from 0), 0 in the screening (see "Placements" in the module docstring)."""
+        """The output placement of the samples of the round ``ahead`` rounds from now (negative: one before it):
+        ``j mod placements`` for the ``j``-th settled round (counted from 0), 0 in the screening (see "Placements"
+        in the module docstring)."""
         if self.settled_from is None:
             return 0
         return (self.rounds + ahead - self.settled_from) % self.plan.placements
@@ -324,7 +325,7 @@ class Race:
             round_ = [e.samples[r] for e in leaders if r < len(e.samples) and e.samples[r] is not None]
             mine = entrant.samples[r] if r < len(entrant.samples) else None
             if mine is not None and round_:
-                placed.append(((r - self.settled_from) % self.plan.placements, mine / median(round_)))
+                placed.append((self.placement(r - self.rounds), mine / median(round_)))
         return placed
 
     def _drift_free(self, index: int, levels: bool = True) -> float | None:
