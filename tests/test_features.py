@@ -230,6 +230,22 @@ def test_the_next_keys_compile_pass_runs_the_function_with_that_keys_arguments_a
     assert off["decided"] == ["tuned"] * 3 and off["ahead"] == [], off
 
 
+@pytest.mark.timeout(180)
+def test_a_search_the_time_budget_ends_drops_the_next_keys_guess_instead_of_running_it(env, tmp_path):
+    """The rank's idle work (a campaign's next key's guess and compile passes, each stage's guess of the next) runs
+    once a stage is measured; after a stage that spends the time budget, the search ends, so that work is dropped
+    and the key ends with its best screened (before: the next key's guess, a search run without a device, ran
+    first on the rank's thread, after the budget; its passes then stopped at the budget). The next key is then
+    tuned as any key, under its own budget."""
+    env = {**env, "TRITON_INTERPRET": "0", "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")}
+    r = run("next_key_guess_after_the_budget", env, n=1)[0]
+    assert r["cut"] == [True, True], r  # each key's first stage spent the budget
+    assert r["ahead"] == 0, r  # no compile pass of key 2 while key 1 was tuned
+    assert r["decided"] == ["tuned"] * 2, r
+    log = "".join(path.read_text() for path in (tmp_path / "logs").rglob("*.log"))
+    assert "search stage 1" in log and "it will likely screen" not in log, log[-3000:]  # no guess ran
+
+
 @pytest.mark.timeout(60)
 def test_a_stage_is_warmed_in_compile_order_alone_and_in_its_own_order_in_a_group():
     """``WarmOrder`` with real compile futures: config 0's compile ends only when released. Alone, the others come

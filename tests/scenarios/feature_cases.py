@@ -452,6 +452,33 @@ def next_key_compile_pass():
          decided=[row.state for row in summary.rows])
 
 
+@case
+def next_key_guess_after_the_budget():
+    """As ``next_key_compile_pass`` over two keys, with a time budget (0.5 s) that the first stage of each key
+    spends: each measured call sleeps 20 ms, and that stage warms up and screens 20 configs or more. The function
+    launches no kernel, so no stage waits for compiles, and the rank's idle work (the next key's guess, then its
+    compile passes) would run only once the first stage is measured. Reports the next key's passes run while the
+    first key was tuned, each key's state and whether its decision was cut; the rank's log says whether the guess
+    ran (``compiling N config(s) it will likely screen``)."""
+    from triton_dist_tune.function import next_key, tuning
+    from triton_dist_tune.measure import compile_pass
+
+    tuning.compiles_here = next_key.compiles_here = lambda: True
+    runs: list[tuple[int, bool, int]] = []
+    grid = [{"a": a, "b": b} for a in range(12) for b in range(12)]
+
+    @tdt.autotune(grid, key_fn=lambda m: m, n_warmup=0, name="next_key_budget", budget=0.5)
+    def f(m, *, a, b):
+        runs.append((m, compile_pass.in_pass(), len(f.tuner.decisions)))
+        if not compile_pass.in_pass():
+            time.sleep(0.02)
+
+    summary = tdt.campaign(f, [(1,), (2,)])
+    emit(ahead=sum(1 for m, passing, decided in runs if m == 2 and passing and decided == 0),
+         decided=[row.state for row in summary.rows],
+         cut=[decision.cut for decision in f.tuner.decisions.values()])
+
+
 @triton.jit
 def _fill_kernel(dst, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
