@@ -46,6 +46,32 @@ def timed_rounds(calls: dict[str, Callable[[], Any]], per_graph: int, settle_ms:
     return GraphClock(per_graph).rounds(calls, rounds, settle_ms=settle_ms, window_ms=window_ms, seed=seed)
 
 
+def time_regimes(space: Any, kernel: Any, st: Any, texts: dict[str, Any], names: list[str], rounds: int,
+                 quiet: bool = False) -> list[dict[str, Any]]:
+    """Each of :data:`REGIMES` in turn: the configs ``names`` timed against each other in ``rounds`` shuffled rounds
+    (:func:`timed_rounds`), the SM clock's median beside them; one row per regime (its median ms per config and
+    their ratios to the fastest), each printed unless ``quiet``."""
+    sampler = sm_clock()
+    rows = []
+    for k, (per_graph, output, settle, window) in enumerate(REGIMES):
+        make = space.launch if output == "prealloc" else space.call
+        calls = {n: make(kernel, st, texts[n]) for n in names}
+        if sampler is not None:
+            with sampler:
+                samples = timed_rounds(calls, per_graph, settle, window, rounds, seed=k)
+            clock = sampler.median()
+        else:
+            samples, clock = timed_rounds(calls, per_graph, settle, window, rounds, seed=k), None
+        ms = {n: statistics.median(v) for n, v in samples.items()}
+        best = min(ms.values())
+        rows.append({"calls": per_graph, "output": output, "settle_ms": settle, "window_ms": window,
+                     "sm_mhz": clock, "ms": ms, "ratios": {n: ms[n] / best for n in names}})
+        if not quiet:
+            print(f"graph of {per_graph:2d}, {output:8s}, settle {settle:4.0f} ms, window {window:4.0f} ms, SM "
+                  f"{clock} MHz: " + ", ".join(f"{n} {ms[n]:.4f} ({ms[n] / best:.3f})" for n in names), flush=True)
+    return rows
+
+
 def tune_these(space: Any, kernel: Any, st: Any, configs: list[Any], t: int) -> dict[str, Any]:
     """A fresh tuning (an empty decision cache) of the tuned function over ``configs`` alone: its race's times
     (``ms``: each config's time as ranked; ``samples``: its samples, round by round)."""
@@ -155,24 +181,8 @@ def main() -> int:
     missing = [n for n in names if n not in texts]
     if missing:
         raise SystemExit(f"regime_check: not configs of {args.family}: {missing}")
-    sampler = sm_clock()
-    report: dict[str, Any] = {"gpu": bs.gpu_name(), "family": args.family, "m": args.m, "regimes": []}
-    for k, (per_graph, output, settle, window) in enumerate(REGIMES):
-        make = space.launch if output == "prealloc" else space.call
-        calls = {n: make(kernel, st, texts[n]) for n in names}
-        if sampler is not None:
-            with sampler:
-                samples = timed_rounds(calls, per_graph, settle, window, args.rounds, seed=k)
-            clock = sampler.median()
-        else:
-            samples, clock = timed_rounds(calls, per_graph, settle, window, args.rounds, seed=k), None
-        ms = {n: statistics.median(v) for n, v in samples.items()}
-        best = min(ms.values())
-        row = {"calls": per_graph, "output": output, "settle_ms": settle, "window_ms": window, "sm_mhz": clock,
-               "ms": ms, "ratios": {n: ms[n] / best for n in names}}
-        report["regimes"].append(row)
-        print(f"graph of {per_graph:2d}, {output:8s}, settle {settle:4.0f} ms, window {window:4.0f} ms, SM "
-              f"{clock} MHz: " + ", ".join(f"{n} {ms[n]:.4f} ({ms[n] / best:.3f})" for n in names), flush=True)
+    report: dict[str, Any] = {"gpu": bs.gpu_name(), "family": args.family, "m": args.m,
+                              "regimes": time_regimes(space, kernel, st, texts, names, args.rounds)}
     for variant in args.variants.split(",") if bs.GPU else ():
         calls = {n: space.call(kernel, st, texts[n]) for n in names}
         views = tuner_samples(calls, variant, args.rounds, seed=7)
