@@ -6,7 +6,7 @@
 # Usage: OUT=DIR bash benchmarks/gpu/session22_call6.sh
 set -u
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
-home=$(mktemp -d)
+home=/tmp/bph  # as run (a fixed folder; a fresh machine has none)
 for s in M16-N128-K128-G1-w4-s3,M16-N128-K128-G1-w8-s3,M16-N128-K128-G1-w4-s4,M16-N128-K128-G16-w8-s4,M16-N64-K64-G1-w4-s3 \
          M16-N128-K128-G1-w4-s4,M16-N128-K128-G1-w8-s3,M16-N128-K128-G1-w4-s3,M16-N128-K128-G16-w8-s4,M16-N64-K64-G1-w4-s3; do
   n=${s%%,*}
