@@ -66,3 +66,23 @@ pair_run() {
   mkdir -p "$2"
   echo "$1 $(CAMPAIGN_TIME=110 campaign_alone "$2" "$root" "$4" "${cpus[$4]}" $((29850 + $4)) "${5:-}") | eager fallbacks $(zcat "$2/campaign_rank.log.gz" 2>/dev/null | grep -c 'cannot be captured')"
 }
+
+# placement_arms DIR GPU CPUS PORT ARM...: the README's MoE campaign once per ARM, in turn (`one`: one output
+# placement, lockstep.PLACEMENTS = 1; `new`: this tree as it is), each in DIR/<k>-<arm> by campaign_alone; each run's
+# line and the count of races that ranked a leader by its mean over placements (or a slower level) appended to
+# DIR.txt and printed, then the runs' parts (campaign_parts.py); DIR is then packed into DIR.tgz and removed.
+placement_arms() {
+  local dir=$1 gpu=$2 cpus=$3 port=$4 k=0 arm prelude
+  shift 4
+  for arm in "$@"; do
+    k=$((k + 1)); prelude=""
+    [ "$arm" = one ] && prelude="import triton_dist_tune.measure.lockstep as _l; _l.PLACEMENTS = 1"
+    mkdir -p "$dir/$k-$arm"
+    echo "$k $arm $(CAMPAIGN_TIME=100 campaign_alone "$dir/$k-$arm" "$PWD" "$gpu" "$cpus" "$port" "$prelude")" \
+      | tee -a "$dir.txt"
+    zcat "$dir/$k-$arm/campaign_rank.log.gz" 2>/dev/null | grep -c "or placement too" \
+      | sed "s/^/  races where a leader was ranked by its mean: /" | tee -a "$dir.txt"
+  done
+  python3 benchmarks/campaign_parts.py "$dir"/*-* | tee -a "$dir.txt"
+  (cd "$(dirname "$dir")" && tar czf "$(basename "$dir").tgz" "$(basename "$dir")" && rm -rf "$(basename "$dir")")
+}

@@ -21,15 +21,4 @@ HOME=$(mktemp -d) PYTHONPATH=$PWD timeout "${PTIME:-120}" taskset -c "$cpus" pyt
   "${smoke[@]}" > "$OUT/placement_samples_$m.txt" 2>&1
 echo "placement_samples: exit $?" >> "$OUT/placement_samples_$m.txt"
 grep -h "both samples\|exit" "$OUT/placement_samples_$m.txt"
-k=0
-for arm in ${ARMS:-one new}; do
-  k=$((k + 1)); prelude=""
-  [ "$arm" = one ] && prelude="import triton_dist_tune.measure.lockstep as _l; _l.PLACEMENTS = 1"
-  mkdir -p "$OUT/camp21d/$k-$arm"
-  echo "$k $arm $(CAMPAIGN_TIME=100 campaign_alone "$OUT/camp21d/$k-$arm" "$PWD" 0 "$cpus" 29890 "$prelude")" \
-    | tee -a "$OUT/camp21d.txt"
-  zcat "$OUT/camp21d/$k-$arm/campaign_rank.log.gz" 2>/dev/null | grep -c "or placement too" \
-    | sed "s/^/  races where a leader was ranked by its mean: /" | tee -a "$OUT/camp21d.txt"
-done
-python3 benchmarks/campaign_parts.py "$OUT"/camp21d/*-* | tee -a "$OUT/camp21d.txt"
-(cd "$OUT" && tar czf camp21d.tgz camp21d && rm -rf camp21d)
+placement_arms "$OUT/camp21d" 0 "$cpus" 29890 ${ARMS:-one new}

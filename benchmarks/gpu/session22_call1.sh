@@ -35,18 +35,7 @@ run1 address_32 100 benchmarks/address_check.py --configs "$configs" --offsets "
 grep -h "graphs of\|  M\|exit" "$OUT/address_32.txt"
 run1 placements_32 160 benchmarks/level_choices.py --configs "$finalists" --tunings "$tunings" --compare placements
 grep -h "long judge\|by the\|exit" "$OUT/placements_32.txt"
-k=0
-for arm in ${ARMS:-one new one new}; do
-  k=$((k + 1)); prelude=""
-  [ "$arm" = one ] && prelude="import triton_dist_tune.measure.lockstep as _l; _l.PLACEMENTS = 1"
-  mkdir -p "$OUT/camp22a/$k-$arm"
-  echo "$k $arm $(CAMPAIGN_TIME=100 campaign_alone "$OUT/camp22a/$k-$arm" "$PWD" 1 "${cpus[1]}" 29890 "$prelude")" \
-    | tee -a "$OUT/camp22a.txt"
-  zcat "$OUT/camp22a/$k-$arm/campaign_rank.log.gz" 2>/dev/null | grep -c "or placement too" \
-    | sed "s/^/  races where a leader was ranked by its mean: /" | tee -a "$OUT/camp22a.txt"
-done
-python3 benchmarks/campaign_parts.py "$OUT"/camp22a/*-* | tee -a "$OUT/camp22a.txt"
-(cd "$OUT" && tar czf camp22a.tgz camp22a && rm -rf camp22a)
+placement_arms "$OUT/camp22a" 1 "${cpus[1]}" 29890 ${ARMS:-one new one new}
 wait
 if [ -z "${CPU_SMOKE:-}" ]; then
   python3 benchmarks/gpu/acceptance.py --out /tmp/acc2 --only "$multi" --budget 150 > "$OUT/acc2.txt" 2>&1
