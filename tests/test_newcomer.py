@@ -382,6 +382,30 @@ def test_readme_is_a_front_page():
     assert "--rank-local" in operations and " --local\n" not in operations
 
 
+def test_every_test_the_docs_cite_exists():
+    """The docs prove their claims by naming tests (``test_file.py::test_name`` or the bare name); a test renamed or
+    merged leaves a citation that proves nothing (docs/scale.md named two tests that had been merged into one). Every
+    name ``test_...`` in the README, docs/ and benchmarks/RESULTS.md is a test function of tests/, and every
+    ``test_file.py::test_name`` names one of that file."""
+    defined: dict[str, set[str]] = {}
+    for path in (ROOT / "tests").rglob("*.py"):
+        defined[path.name] = set(re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text(), re.M))
+    every = set().union(*defined.values())
+    files = {name for name in defined if name.startswith("test_")}
+    pages = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "RESULTS.md"]
+    missing = []
+    for page in pages:
+        text = re.sub(r"::\s*\n\s*", "::", page.read_text())  # a citation wrapped after its ``::``
+        for found in re.finditer(r"\b(test_\w+\.py)::(test_\w+)", text):
+            if found.group(2) not in defined.get(found.group(1), set()):
+                missing.append((page.name, f"{found.group(1)}::{found.group(2)}"))
+        for found in re.finditer(r"\b(test_\w+)\b", text):
+            name = found.group(1)
+            if f"{name}.py" not in files and name not in every:
+                missing.append((page.name, name))
+    assert not missing, missing
+
+
 def test_docs_and_examples_show_the_collectives_torch_does_not_deprecate():
     """Issue 35 item 5: torch 2.13 warns that ``all_gather_into_tensor`` and ``reduce_scatter_tensor`` are deprecated
     in favour of ``all_gather_single`` and ``reduce_scatter_single``; the README, docs/, the package's docstrings and
