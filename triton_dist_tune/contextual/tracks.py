@@ -173,8 +173,8 @@ def config_params(configs: list[Any]) -> list[dict[str, Any]]:
 
 
 def earlier_outcomes(per_rank: list[list[dict[str, Any]]], descriptions: list[str]) -> dict[int, dict[str, Any]]:
-    """The merged outcome per config of every rank's journal records (:func:`~.journal.merge`'s blame rules; with
-    ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE`` only this job's records)."""
+    """The merged outcome per config of every rank's journal records (:func:`~..faults.journal.merge`'s blame
+    rules; with ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE`` only this job's records)."""
     env = settings.current()
     return merge(per_rank, descriptions, only_job=env.job_id if env.always_tune else False)
 

@@ -2,8 +2,9 @@
 
 A cache folder holds ``<root>/<function name>/<entry>.json`` (one decision each; contextual decisions under
 ``<root>/contextual/``) and the crash journals ``<entry>.<group>.rank<r>[.<k>].journal`` beside them. Entries of
-format 2 (measurements as :meth:`Outcome.to_json` objects, margin, timing, creation time) and of format 1
-(measurements as rows of the summary table, no margin) are both read into one typed :class:`Entry`.
+format 2 (measurements as :meth:`~triton_dist_tune.records.Outcome.to_json` objects, margin, timing, creation
+time) and of format 1 (measurements as rows of the summary table, no margin) are both read into one typed
+:class:`Entry`.
 """
 
 from __future__ import annotations

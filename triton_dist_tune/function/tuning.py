@@ -351,7 +351,7 @@ class Tuning:
         earlier attempt (:attr:`skip_pass`: they compile in their warm-up); the measurer waits for each config's
         just before its warm-up, and a config that failed to compile on any rank is failed on every rank there.
         Under a time budget the pass runs no further config once the group's clock says it is spent. ``space``:
-        the configs kept for the key (worker processes or not: :func:`~.measure.precompile.default_processes`).
+        the configs kept for the key (worker processes or not: :func:`~..measure.precompile.default_processes`).
         ``later``: compiled ahead, after the others (:mod:`~triton_dist_tune.measure.ahead`); on one rank a search's
         stages share one pool, and a config compiled ahead is not compiled again when its stage comes."""
         if todo:

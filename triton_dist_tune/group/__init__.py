@@ -6,7 +6,7 @@
 - :mod:`.store`: a torch.distributed group, through the job's key-value store;
 - :mod:`.mpi`: an mpi4py communicator, through a duplicate of it;
 - :mod:`.resolve`: the channel of a call's ``autotune_pg`` (one per group object and process);
-- :mod:`.dist`: :func:`init_distributed`, a restart-safe ``init_process_group``.
+- :mod:`.dist`: :func:`~.dist.init_distributed`, a restart-safe ``init_process_group``.
 """
 
 from .agreement import Agreement, agree

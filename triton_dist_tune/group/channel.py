@@ -12,7 +12,7 @@ collectives inside the user's function. Instead every group gets a channel of it
 
 All exchanges are one primitive, :meth:`Group.combine` (``allgather``, ``broadcast`` and ``barrier`` are made of
 it), with a deadline: a rank that does not show up in time
-makes every waiting rank raise :class:`GroupTimeoutError` naming the missing ranks, never hang.
+makes every waiting rank raise :class:`~triton_dist_tune.errors.GroupTimeoutError` naming the missing ranks, never hang.
 """
 
 

@@ -147,8 +147,8 @@ class StoreGroup(Group):
 
     def _request(self, request: Callable[[], Any], what: str, started: float) -> Any:
         """One store request of an exchange: a transport error (the store's host ended: rank 0 of a job started
-        without torchrun, after a peer's end) is the tuner's :class:`GroupTimeoutError` saying so, never a raw
-        ``DistNetworkError``; the tuner's own errors pass through."""
+        without torchrun, after a peer's end) is the tuner's :class:`~triton_dist_tune.errors.GroupTimeoutError`
+        saying so, never a raw ``DistNetworkError``; the tuner's own errors pass through."""
         try:
             return request()
         except (AutotuneError, BadInputError):

@@ -20,7 +20,7 @@ For one key, on every rank, with the configs left after pruning and the journal:
    final outcome (``failed``, ``stopped`` or ``measured``) is journaled as soon as the group knows it, so a
    restarted job resumes without the configs that crashed, hung or failed, without measuring stopped ones again,
    and without the compile pass of a config whose pass ended the attempt. A failure whose error says the GPU
-   context is unusable (:data:`POISONED`) stops every rank with ``DevicePoisonedError``.
+   context is unusable (:data:`~.guarding.POISONED`) stops every rank with ``DevicePoisonedError``.
 
 A failure inside a steady round cannot stop the other ranks mid-round (the failing rank stops its round there and
 goes to the round's exchange): when the function has collectives, the others may wait in one, of that config or
