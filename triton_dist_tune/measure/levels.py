@@ -16,10 +16,8 @@ def slower_level(ratios: Sequence[float]) -> float:
     :data:`~.stats.INDIFFERENCE` above 1; else 1."""
     if len(ratios) < 3:
         return 1.0
-    centre = median(ratios)
     rest = sorted(ratios)[:-1]
-    factor = sum(rest) / len(rest) / centre if centre > 0 else 1.0
-    return factor if factor > 1 + INDIFFERENCE else 1.0
+    return _raised(sum(rest) / len(rest), median(ratios))
 
 
 def placement_level(placed: Sequence[tuple[int, float]]) -> float:
@@ -34,6 +32,10 @@ def placement_level(placed: Sequence[tuple[int, float]]) -> float:
         least[placement] = min(ratio, least.get(placement, ratio))
     if len(least) < 2:
         return 1.0
-    centre = median(list(least.values()))
-    factor = sum(least.values()) / len(least) / centre if centre > 0 else 1.0
+    return _raised(sum(least.values()) / len(least), median(list(least.values())))
+
+
+def _raised(mean: float, centre: float) -> float:
+    """``mean`` over ``centre`` where that is more than :data:`~.stats.INDIFFERENCE` above 1, else 1."""
+    factor = mean / centre if centre > 0 else 1.0
     return factor if factor > 1 + INDIFFERENCE else 1.0
