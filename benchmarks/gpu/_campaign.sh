@@ -86,3 +86,14 @@ placement_arms() {
   python3 benchmarks/campaign_parts.py "$dir"/*-* | tee -a "$dir.txt"
   (cd "$(dirname "$dir")" && tar czf "$(basename "$dir").tgz" "$(basename "$dir")" && rm -rf "$(basename "$dir")")
 }
+
+# bench_py LABEL TXT LIMIT CPUS SCRIPT ARG...: a benchmark script run with this tree's library, under `timeout
+# LIMIT`, pinned to CPUS, with a fresh HOME (BENCH_HOME if set: a Triton cache shared by the runs of one call); its
+# output in TXT, then the line "LABEL: exit STATUS".
+bench_py() {
+  local label=$1 txt=$2 limit=$3 cpus=$4 rc
+  shift 4
+  HOME=${BENCH_HOME:-$(mktemp -d)} PYTHONPATH=$PWD timeout "$limit" taskset -c "$cpus" python3 "$@" > "$txt" 2>&1
+  rc=$?
+  echo "$label: exit $rc" >> "$txt"
+}

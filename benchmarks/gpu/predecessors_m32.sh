@@ -6,6 +6,7 @@
 # Usage: OUT=DIR bash benchmarks/gpu/predecessors_m32.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 OUT=DIR bash benchmarks/gpu/predecessors_m32.sh
 set -u
+source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 home=$(mktemp -d) cpus=0-15 smoke=() m=32
@@ -16,9 +17,8 @@ if [ -n "${CPU_SMOKE:-}" ]; then
 fi
 for configs in "$a,$b,$c,$d" "$b,$a,$c,$d" "$c,$a,$b,$d"; do
   n=${configs%%,*}
-  HOME=$home PYTHONPATH=$PWD timeout "${BTIME:-120}" taskset -c "$cpus" python3 benchmarks/block_position.py \
-    --family moe --m "$m" --configs "$configs" --sample-ms 5 --predecessors gemm,norm,copy \
-    --out "$OUT/pred_$n.json" "${smoke[@]}" > "$OUT/pred_$n.txt" 2>&1
-  echo "block_position $n: exit $?" >> "$OUT/pred_$n.txt"
+  BENCH_HOME=$home bench_py "block_position $n" "$OUT/pred_$n.txt" "${BTIME:-120}" "$cpus" \
+    benchmarks/block_position.py --family moe --m "$m" --configs "$configs" --sample-ms 5 \
+    --predecessors gemm,norm,copy --out "$OUT/pred_$n.json" "${smoke[@]}"
   grep -h "repeat\|exit" "$OUT/pred_$n.txt" | sed 's/us; .*/us/' | sed 's/^.*\] //'
 done

@@ -7,6 +7,7 @@
 # Usage: OUT=DIR bash benchmarks/gpu/session20_levels.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 OUT=DIR bash benchmarks/gpu/session20_levels.sh
 set -u
+source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 shapes="48 32" smoke=() cpus=0-15 tunings=12
@@ -15,9 +16,7 @@ if [ -n "${CPU_SMOKE:-}" ]; then
   shapes=8 smoke=(--cpu-smoke --rounds 2) cpus=0 tunings=2 configs=M16-N32-K16-G1-w4-s2,M16-N32-K32-G1-w4-s2
 fi
 for m in $shapes; do
-  HOME=$(mktemp -d) PYTHONPATH=$PWD timeout "${LTIME:-240}" taskset -c "$cpus" python3 benchmarks/level_choices.py \
-    --family moe --m "$m" --configs "$configs" --tunings "$tunings" --out "$OUT/levels_$m.json" "${smoke[@]}" \
-    > "$OUT/levels_$m.txt" 2>&1
-  echo "level_choices M=$m: exit $?" >> "$OUT/levels_$m.txt"
+  bench_py "level_choices M=$m" "$OUT/levels_$m.txt" "${LTIME:-240}" "$cpus" benchmarks/level_choices.py \
+    --family moe --m "$m" --configs "$configs" --tunings "$tunings" --out "$OUT/levels_$m.json" "${smoke[@]}"
   grep -h "long judge\|levels:\|medians:\|exit" "$OUT/levels_$m.txt"
 done

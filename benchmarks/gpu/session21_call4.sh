@@ -6,6 +6,7 @@
 # Usage: OUT=DIR bash benchmarks/gpu/session21_call4.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 OUT=DIR bash benchmarks/gpu/session21_call4.sh
 set -u
+source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 runs="32:a 32:b 48:c" smoke=() cpus=0-15 offsets=16
@@ -15,9 +16,7 @@ if [ -n "${CPU_SMOKE:-}" ]; then
 fi
 for run in $runs; do
   m=${run%%:*} tag=$m${run##*:}
-  HOME=$(mktemp -d) PYTHONPATH=$PWD timeout "${ATIME:-180}" taskset -c "$cpus" python3 benchmarks/address_check.py \
-    --family moe --m "$m" --configs "$configs" --offsets "$offsets" --out "$OUT/address_$tag.json" "${smoke[@]}" \
-    > "$OUT/address_$tag.txt" 2>&1
-  echo "address_check M=$m ($tag): exit $?" >> "$OUT/address_$tag.txt"
+  bench_py "address_check M=$m ($tag)" "$OUT/address_$tag.txt" "${ATIME:-180}" "$cpus" benchmarks/address_check.py \
+    --family moe --m "$m" --configs "$configs" --offsets "$offsets" --out "$OUT/address_$tag.json" "${smoke[@]}"
   grep -h "graphs of\|  M\|exit" "$OUT/address_$tag.txt"
 done

@@ -25,11 +25,10 @@ if [ -n "${CPU_SMOKE:-}" ]; then
 fi
 (CUDA_VISIBLE_DEVICES=0 taskset -c "${cpus[0]}" python3 benchmarks/gpu/acceptance.py --out /tmp/acc "${acc[@]}" \
   > "$OUT/acc.txt" 2>&1; echo "acceptance (one GPU): exit $?" >> "$OUT/acc.txt") &
-run1() {  # run1 NAME SECONDS SCRIPT ARGS...: a benchmark on GPU 1 and its CPUs, a fresh HOME, its output in OUT/NAME.txt
+run1() {  # run1 NAME SECONDS SCRIPT ARGS...: a benchmark on GPU 1 and its CPUs (bench_py), its output in OUT/NAME.txt
   local name=$1 limit=$2; shift 2
-  CUDA_VISIBLE_DEVICES=1 HOME=$(mktemp -d) PYTHONPATH=$PWD timeout "$limit" taskset -c "${cpus[1]}" python3 "$@" \
-    --family moe --m "$m" --out "$OUT/$name.json" "${smoke[@]}" > "$OUT/$name.txt" 2>&1
-  echo "$name: exit $?" >> "$OUT/$name.txt"
+  CUDA_VISIBLE_DEVICES=1 bench_py "$name" "$OUT/$name.txt" "$limit" "${cpus[1]}" "$@" --family moe --m "$m" \
+    --out "$OUT/$name.json" "${smoke[@]}"
 }
 run1 address_32 100 benchmarks/address_check.py --configs "$configs" --offsets "$offsets"
 grep -h "graphs of\|  M\|exit" "$OUT/address_32.txt"

@@ -9,6 +9,7 @@
 # Usage: OUT=DIR bash benchmarks/gpu/session22_call4.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 OUT=DIR bash benchmarks/gpu/session22_call4.sh
 set -u
+source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 cpus=0-15 smoke=() tunings=10 m=32
@@ -16,8 +17,7 @@ configs=M16-N64-K64-G1-w4-s3,M16-N64-K64-G16-w4-s3,M16-N128-K128-G1-w4-s3,M16-N1
 if [ -n "${CPU_SMOKE:-}" ]; then
   m=8 smoke=(--cpu-smoke --rounds 2) cpus=0 tunings=2 configs=M16-N32-K16-G1-w4-s2,M16-N32-K32-G1-w4-s2
 fi
-HOME=$(mktemp -d) PYTHONPATH=$PWD timeout "${LTIME:-400}" taskset -c "$cpus" python3 benchmarks/level_choices.py \
+bench_py "level_choices --regimes M=$m" "$OUT/regimes_$m.txt" "${LTIME:-400}" "$cpus" benchmarks/level_choices.py \
   --family moe --m "$m" --configs "$configs" --tunings "$tunings" --compare placements --regimes 4 \
-  --out "$OUT/regimes_$m.json" "${smoke[@]}" > "$OUT/regimes_$m.txt" 2>&1
-echo "level_choices --regimes M=$m: exit $?" >> "$OUT/regimes_$m.txt"
+  --out "$OUT/regimes_$m.json" "${smoke[@]}"
 grep -h "long judge\|by the\|regime .*w8-s3\|regime .*w4-s4\|exit" "$OUT/regimes_$m.txt"

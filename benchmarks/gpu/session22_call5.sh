@@ -6,6 +6,7 @@
 # Usage: OUT=DIR bash benchmarks/gpu/session22_call5.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 OUT=DIR bash benchmarks/gpu/session22_call5.sh
 set -u
+source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 cpus=0-15 smoke=() m=32 home=$(mktemp -d)
@@ -14,9 +15,8 @@ if [ -n "${CPU_SMOKE:-}" ]; then
   m=8 smoke=(--cpu-smoke --samples 6 --head 2 --repeats 1) cpus=0 configs=M16-N32-K16-G1-w4-s2,M16-N32-K32-G1-w4-s2
 fi
 for ms in 5 2; do
-  HOME=$home PYTHONPATH=$PWD timeout "${BTIME:-120}" taskset -c "$cpus" python3 benchmarks/block_position.py \
-    --family moe --m "$m" --configs "$configs" --sample-ms "$ms" --out "$OUT/block_${ms}ms.json" "${smoke[@]}" \
-    > "$OUT/block_${ms}ms.txt" 2>&1
-  echo "block_position ${ms} ms: exit $?" >> "$OUT/block_${ms}ms.txt"
+  BENCH_HOME=$home bench_py "block_position ${ms} ms" "$OUT/block_${ms}ms.txt" "${BTIME:-120}" "$cpus" \
+    benchmarks/block_position.py --family moe --m "$m" --configs "$configs" --sample-ms "$ms" \
+    --out "$OUT/block_${ms}ms.json" "${smoke[@]}"
   grep -h "repeat\|exit" "$OUT/block_${ms}ms.txt" | sed 's/us; .*/us/'
 done
