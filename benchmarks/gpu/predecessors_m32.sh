@@ -3,13 +3,13 @@
 # bistable tiles read after the kernels a model runs before its MoE layer? benchmarks/block_position.py with
 # --predecessors gemm,norm,copy for the subjects w8-s3, w4-s3 and w4-s4 (the judges' best), each against the other
 # two and G16-w8-s4; 5 ms samples. Leaves pred_<subject>.{txt,json}. About 2 minutes.
-# Usage: OUT=DIR bash benchmarks/gpu/predecessors_m32.sh
+# Usage: OUT=DIR [CPUS=0-15] bash benchmarks/gpu/predecessors_m32.sh (the GPU: CUDA_VISIBLE_DEVICES)
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 OUT=DIR bash benchmarks/gpu/predecessors_m32.sh
 set -u
 source "$(dirname "$0")/_campaign.sh"
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-home=$(mktemp -d) cpus=0-15 smoke=() m=32
+home=$(mktemp -d) cpus=${CPUS:-0-15} smoke=() m=32
 a=M16-N128-K128-G1-w8-s3 b=M16-N128-K128-G1-w4-s3 c=M16-N128-K128-G1-w4-s4 d=M16-N128-K128-G16-w8-s4
 if [ -n "${CPU_SMOKE:-}" ]; then
   m=8 smoke=(--cpu-smoke --samples 6 --head 2 --repeats 1) cpus=0
