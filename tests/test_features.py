@@ -161,6 +161,44 @@ def test_a_straggler_the_search_names_again_is_left_out_when_the_model_puts_it_f
     assert left is not None and re.search(rf"deferred while they compile: [\d ]*\b{left.group(1)}\b", log), log[-2000:]
 
 
+@pytest.mark.timeout(60)
+def test_a_straggler_deferred_once_is_deferred_again_without_another_grace():
+    """A stage whose other configs are warmed up waits :data:`STRAGGLER_GRACE_S` for a straggler's compile, then
+    defers it. In the README's MoE campaign on one H200 the same stragglers (tiles that compile for seconds) were
+    deferred again by later stages of the same key, and each stage waited the grace again, in vain: 1-7 of a
+    campaign's 7-21 graces spent in full. Now a straggler gets its grace once. Here a real pool compiles two configs
+    at once and the straggler until released; the second stage defers it without waiting (before: it waited 0.25 s
+    more, counted in the pool's ``waited``)."""
+    import threading
+
+    from triton_dist_tune.measure.daemon_pool import DaemonPool
+    from triton_dist_tune.measure.precompile import Compiles
+    from triton_dist_tune.measure.warm_order import STRAGGLER_GRACE_S, WarmOrder
+
+    release = threading.Event()
+    compiles = Compiles(DaemonPool(2, "tdt-grace"), limit=30.0, active=True)
+    try:
+        compiles.submit(0, lambda: None)
+        compiles.submit(1, lambda: release.wait(30))  # the straggler
+        compiles.submit(2, lambda: None)
+        compiles.wait_first([0], 30)
+        compiles.wait_first([2], 30)
+        first = WarmOrder([(0, {}, "a"), (1, {}, "straggler")], compiles, alone=True, defer=True)
+        assert [item[0] for item in first if item is not None] == [0] and first.deferred == [1]
+        graced = compiles.waited
+        assert graced >= STRAGGLER_GRACE_S * 0.9  # its one grace
+        second = WarmOrder([(1, {}, "straggler"), (2, {}, "b")], compiles, alone=True, defer=True)
+        assert [item[0] for item in second if item is not None] == [2] and second.deferred == [1]
+        assert compiles.waited == graced  # no second grace
+        # a stage of the straggler alone (the search has nothing else to screen) still waits for it
+        release.set()
+        last = WarmOrder([(1, {}, "straggler")], compiles, alone=True, defer=True)
+        assert [item[0] for item in last if item is not None] == [1] and last.deferred == []
+    finally:
+        release.set()
+        compiles.close()
+
+
 @pytest.mark.timeout(120)
 def test_a_stage_screens_the_configs_it_warmed_up_while_the_rest_of_it_compiles(env):
     """In the README's MoE campaign each search stage waited for its last compiles (0.3 s a stage, over 80 stages)

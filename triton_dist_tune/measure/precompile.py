@@ -150,6 +150,9 @@ class Compiles:
     waited: float = 0.0
     #: when a wait for a config's compiles first began (:meth:`wait_first`), by index: its deadline runs from then
     wait_began: dict[int, float] = field(default_factory=dict)
+    #: configs a search's stage deferred once their grace was spent (:mod:`~.warm_order`): a later stage defers
+    #: them again without another
+    graced: set[int] = field(default_factory=set)
     #: work for the rank's own thread while it would wait for compiles (a campaign's next key's guess and passes:
     #: :mod:`~triton_dist_tune.function.next_key`), in order; a unit that returns False drops the rest
     idle: deque[Callable[[], bool | None]] = field(default_factory=deque)

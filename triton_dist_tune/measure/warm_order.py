@@ -8,13 +8,16 @@ a compile worker while the other 42 took 0.3-1.5 s (``benchmarks/results/session
 So on a rank tuning alone, with compiles running ahead of the warm-ups, :class:`WarmOrder` gives the configs whose
 compiles have ended first (in the stage's order among them), and waits only when none has. In a search's screening
 (``defer``), once every other config of the stage is warmed up, a config whose compile has still not ended
-:data:`STRAGGLER_GRACE_S` later is deferred: it is not measured in this stage, and the search screens it with the
-next stage of new configs (:mod:`~triton_dist_tune.function.searched`; a stage that samples screened configs again
-goes first), while its compile goes on. Nothing is deferred when no config of the call was warmed up (a stage of
-stragglers alone waits for them), so each deferred config is screened by a later stage, at the latest by one made
-of the deferred configs alone once the search has nothing else to screen; there a config still compiling is left
-out, unscreened, when the search's model predicts it far behind the finalists (a tile so large that it compiles
-slowly is seldom fast; :func:`~triton_dist_tune.function.searched.contenders`).
+:data:`STRAGGLER_GRACE_S` later is deferred: it is not measured in this stage, and the search screens it with the next
+stage of new configs (:mod:`~triton_dist_tune.function.searched`; a stage that samples screened configs again goes
+first), while its compile goes on. A config gets that grace once: a later stage whose other configs are all warmed up
+defers it again at once, if its compile has still not ended (in the README's MoE campaign on one H200, later graces of a
+straggler already deferred were 1 to 7 of the 7 to 21 graces a campaign waited in full, in vain: 0.25-1.75 s of its
+55-67 s, ``benchmarks/results/session_h200_23``). Nothing is deferred when no config of the call was warmed up (a stage
+of stragglers alone waits for them), so each deferred config is screened by a later stage, at the latest by one made of
+the deferred configs alone once the search has nothing else to screen; there a config still compiling is left out,
+unscreened, when the search's model predicts it far behind the finalists (a tile so large that it compiles slowly is
+seldom fast; :func:`~triton_dist_tune.function.searched.contenders`).
 
 **Screening while compiling.** Each search stage waited for its last compiles (0.3 s a stage, over 80 stages of the
 README's MoE campaign on one H200), and only then screened the configs it had warmed up (0.1-0.2 s a stage, device
@@ -89,6 +92,9 @@ class WarmOrder:
         since = 0  # configs given since the last pause
         while pending:
             ready = next((item for item in pending if self.compiles.done(item[0])), None)
+            if ready is None and self.defer and warmed and all(item[0] in self.compiles.graced for item in pending):
+                self.deferred = [item[0] for item in pending]  # stragglers whose grace an earlier stage spent
+                return
             if ready is None and self.compiles.idle:  # the guesses first: their compiles start before any wait
                 with breakdown.part("compile"):
                     self.compiles.run_idle(lambda: any(self.compiles.done(item[0]) for item in pending))
@@ -105,6 +111,7 @@ class WarmOrder:
                                                      STRAGGLER_GRACE_S if grace else self.compiles.limit)
                 if not ended and grace:
                     self.deferred = [item[0] for item in pending]
+                    self.compiles.graced.update(self.deferred)
                     return
                 ready = next((item for item in pending if self.compiles.done(item[0])), pending[0])
             pending.remove(ready)
