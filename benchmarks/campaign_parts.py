@@ -1,7 +1,9 @@
 """Where a campaign's seconds went, from its rank log: each key's ``time:`` line (compile waits, captures, warm-ups,
 screening, the race, host time, restores, the model, the rest, and the device floor) summed over the keys, the
-campaign's wall time from the example's output beside it, and what the compile workers did (the kernels the
-needed compiles' workers and the guesses' workers compiled, and the seconds they spent).
+campaign's wall time from the example's output beside it, what the compile workers did (the kernels the
+needed compiles' workers and the guesses' workers compiled, and the seconds they spent), and the stages' waits that
+warmed up nothing: a grace for a straggler's compile spent in vain (``measure/warm_order.py``), or a wait for a
+stage's compiles that ended with nothing ready.
 
 Launch: ``python benchmarks/campaign_parts.py DIR [DIR ...]``, each DIR holding ``campaign_rank.log.gz`` (or
 ``campaign_rank.log``) and ``campaign.txt``, as ``benchmarks/gpu/_campaign.sh`` leaves them. One line per DIR.
@@ -19,14 +21,18 @@ PART = re.compile(r"([a-z][a-z -]*?) ([0-9.]+)(?: \([^)]*\))?(?:, |$)")
 WORKERS = re.compile(r"compile workers .*?: (\d+) kernel\(s\) compiled there in ([0-9.]+) s")
 GUESSES = re.compile(r"guesses: (\d+) kernel\(s\) compiled in ([0-9.]+) s")
 CAMPAIGN = re.compile(r'"campaign_s": ([0-9.]+)')
+IDLE_WAIT = re.compile(r"warm-up: 0 config\(s\) in ([0-9.]+) s")
+#: a warm-up of nothing this long waited for compiles (a straggler's grace is 0.25 s)
+IDLE_WAIT_S = 0.2
 
 
 def parts(log: Path) -> tuple[dict[str, float], str]:
-    """The keys' parts summed (with ``keys``: their seconds, ``floor``: the device floor) and the last compile
-    workers' totals, as text."""
+    """The keys' parts summed (with ``keys``: their seconds, ``floor``: the device floor), and as text the last
+    compile workers' totals and the waits that warmed up nothing."""
     opener = gzip.open if log.suffix == ".gz" else open
     summed: dict[str, float] = {}
     workers = "no compile workers"
+    waits: list[float] = []
     with opener(log, "rt", errors="replace") as f:
         for line in f:
             if (found := TIME.search(line)) is not None:
@@ -38,7 +44,9 @@ def parts(log: Path) -> tuple[dict[str, float], str]:
                 workers = f"needed {found.group(1)} kernels in {float(found.group(2)):.0f} s"
                 if (guess := GUESSES.search(line)) is not None:
                     workers += f", guesses {guess.group(1)} kernels in {float(guess.group(2)):.0f} s"
-    return summed, workers
+            elif (found := IDLE_WAIT.search(line)) is not None and float(found.group(1)) >= IDLE_WAIT_S:
+                waits.append(float(found.group(1)))
+    return summed, f"{workers}; {len(waits)} waits that warmed up nothing ({sum(waits):.2f} s)"
 
 
 def main() -> int:
