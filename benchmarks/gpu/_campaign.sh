@@ -32,6 +32,23 @@ swapped_pairs() {
   done
 }
 
+# swapped_rounds ROUNDS: the README's MoE campaign of this tree (`new`) beside ARM_OLD (`old`), each run in
+# OUT/NAME/r<round>-<pass>-<arm> (pair_run), side by side then the GPUs swapped (swapped_pairs), ROUNDS times; every
+# run's line gathered in OUT/NAME.txt and printed, the runs packed into OUT/NAME.tgz. Needs pair_setup first.
+swapped_rounds() {
+  local round
+  one() {  # pass, arm, GPU
+    pair_run "round $round pass $1 $2 gpu $3" "$OUT/$NAME/r$round-$1-$2" "$2" "$3"
+  }
+  for round in $(seq "$1"); do
+    mkdir -p "$OUT/$NAME/round$round"
+    swapped_pairs "$OUT/$NAME/round$round" new old
+  done
+  cat "$OUT"/"$NAME"/round*/*.txt > "$OUT/$NAME.txt"
+  (cd "$OUT" && tar czf "$NAME.tgz" "$NAME" && rm -rf "$NAME")
+  cat "$OUT/$NAME.txt"
+}
+
 # pair_defaults: what the side-by-side scripts share: unbuffered Python, `tiny` (the example's --tiny under the CPU
 # smoke) and `cpus` (each GPU's CPUs: 0-15 and 16-31; one CPU each under the CPU smoke).
 pair_defaults() {

@@ -9,13 +9,4 @@
 set -u
 source "$(dirname "$0")/_campaign.sh"
 pair_setup camp17a arms/s16f
-one() {  # pass, arm (new: this tree; old: ARM_OLD), GPU
-  pair_run "round $round pass $1 $2 gpu $3" "$OUT/$NAME/r$round-$1-$2" "$2" "$3"
-}
-for round in $(seq "${ROUNDS:-2}"); do
-  mkdir -p "$OUT/$NAME/round$round"
-  swapped_pairs "$OUT/$NAME/round$round" new old
-done
-cat "$OUT"/$NAME/round*/*.txt > "$OUT/$NAME.txt"
-(cd "$OUT" && tar czf $NAME.tgz $NAME && rm -rf $NAME)
-cat "$OUT/$NAME.txt"
+swapped_rounds "${ROUNDS:-2}"

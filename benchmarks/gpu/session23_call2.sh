@@ -9,16 +9,7 @@
 set -u
 source "$(dirname "$0")/_campaign.sh"
 pair_setup camp23a arms/s23
-one() {  # pass, arm (new: this tree; old: ARM_OLD), GPU
-  pair_run "round $round pass $1 $2 gpu $3" "$OUT/$NAME/r$round-$1-$2" "$2" "$3"
-}
-for round in $(seq "${ROUNDS:-2}"); do
-  mkdir -p "$OUT/$NAME/round$round"
-  swapped_pairs "$OUT/$NAME/round$round" new old
-done
-cat "$OUT"/$NAME/round*/*.txt > "$OUT/$NAME.txt"
-(cd "$OUT" && tar czf $NAME.tgz $NAME && rm -rf $NAME)
-cat "$OUT/$NAME.txt"
+swapped_rounds "${ROUNDS:-2}"
 for arm in new old; do
   echo "$arm:"; mkdir -p /tmp/parts23 && tar xzf "$OUT/$NAME.tgz" -C /tmp/parts23
   python3 benchmarks/campaign_parts.py /tmp/parts23/$NAME/r*-*-$arm | tee -a "$OUT/$NAME.txt"
