@@ -82,11 +82,6 @@ def install() -> None:
     _install()
 
 
-def installed() -> bool:
-    """Whether the interception is installed (it then stays)."""
-    return _installed
-
-
 @contextlib.contextmanager
 def intercepting(handler: Handler) -> Iterator[None]:
     """Send every ``triton.autotune`` launch of the current context to ``handler`` while the block runs."""

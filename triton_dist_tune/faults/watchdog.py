@@ -80,7 +80,6 @@ class Guard:
         self.on_fire: Callable[[], None] | None = None
         self.on_peer: Callable[[Any], str] | None = None
         self.seen: dict[int, float] = {}  # rank -> when its failure in the current config was first seen
-        self.polled = 0.0
 
     def arm(self, timeout: float, what: str, on_fire: Callable[[], None], index: int | None = None,
             on_peer: Callable[[Any], str] | None = None, step: str = "", patience: float = 0.0) -> None:
