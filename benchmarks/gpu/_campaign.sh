@@ -1,7 +1,8 @@
 # Sourced by the side-by-side scripts: campaign_alone DIR ROOT GPU CPUS PORT [PRELUDE] runs the README's MoE campaign
 # alone (examples/moe_gemm.py --campaign, one process, a fresh HOME, the library of ROOT), on GPU and CPUS, under a
 # timeout (CAMPAIGN_TIME, default 120 s); PRELUDE is Python run first in the example's process (e.g. setting timing
-# constants). Leaves DIR/campaign.txt and DIR/campaign_rank.log.gz; prints one line: exit status, campaign seconds,
+# constants). Leaves DIR/campaign.txt, DIR/campaign_rank.log.gz and DIR/races.json (the raced configs' round times of
+# every decision: benchmarks/race_samples.py); prints one line: exit status, campaign seconds,
 # the library imported. Uses the caller's array `tiny` (--tiny under the CPU smoke).
 campaign_alone() {
   local dir=$1 root=$2 gpu=$3 cpus=$4 port=$5 prelude=${6:-} home rc log
@@ -18,6 +19,7 @@ PY
   rc=$?
   echo "campaign: exit $rc | $(grep -o '"campaign_s": [0-9.]*' "$dir/campaign.txt") | library $(cd /tmp && PYTHONPATH=$root python3 -c 'import triton_dist_tune; print(triton_dist_tune.__file__)')"
   log=$(find "$home/logs" -name '*.log' | head -n 1); [ -n "$log" ] && gzip -c "$log" > "$dir/campaign_rank.log.gz"
+  python3 "$(dirname "${BASH_SOURCE[0]}")/../race_samples.py" collect "$home/.triton_dist" "$dir/races.json" 2>/dev/null
   rm -rf "$home"
 }
 
