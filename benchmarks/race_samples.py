@@ -7,7 +7,8 @@ decision in the cache keeps each raced config's group time per round (``round_ti
 - ``collect DIR OUT``: from every decision file under DIR (a cache folder, e.g. ``$HOME/.triton_dist/autotune``),
   the configs with at least :data:`MIN_ROUNDS` rounds (the finalists of a search, the leaders of a race): key,
   clock, config and round times, into OUT (JSON; ``benchmarks/gpu/_campaign.sh`` keeps one per campaign run).
-- ``report FILE [...] [--settled-from K]``: per key, for each config that ran every round of its race, its first
+- ``report FILE [...] [--settled-from K]``: from such files, or from ``validate_search.py``'s output (each row's
+  ``raced``), per key, for each config that ran every round of its race, its first
   settled round (round K; a search's finalists race 2 screening rounds, then settle: the rank log's ``settled from
   3``) over the median of its settled rounds, those over :data:`FLAG` marked, and how many of all.
 
@@ -50,11 +51,21 @@ def collect(folder: Path) -> list[dict[str, Any]]:
     return kept
 
 
+def decisions_in(data: Any) -> list[dict[str, Any]]:
+    """The decisions of a ``collect`` file, or those of ``validate_search.py``'s output (its rows', in that form)."""
+    if isinstance(data, list):
+        return data
+    return [{"function": data.get("family"), "key": f"M={row['m']} tuning {row['tuning']}", "clock": row.get("clock"),
+             "rounds": row.get("rounds"), "chosen": row.get("choice"),
+             "raced": [{"index": text, "round_times": times} for text, times in row.get("raced", {}).items()]}
+            for row in data.get("rows", [])]
+
+
 def report(files: list[Path], settled_from: int) -> None:
     """Print each raced config's first settled round over its settled median, per key (see the module docstring)."""
     flagged = total = 0
     for path in files:
-        for decision in json.loads(path.read_text()):
+        for decision in decisions_in(json.loads(path.read_text())):
             marks = []
             for config in decision["raced"]:
                 times = config["round_times"][settled_from - 1:]

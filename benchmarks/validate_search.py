@@ -28,6 +28,7 @@ from typing import Any  # noqa: E402
 
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
 import corpus  # noqa: E402
+import race_samples  # noqa: E402
 from _search_oracles import judge_here  # noqa: E402
 from _search_tuners import decision_info  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
@@ -47,14 +48,19 @@ def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:
     decided = {**tuned.tuner.decided, **tuned.tuner.decided_in}
     choice = space.text(space.chosen(next(iter(decided.values()))))
     screened: dict[str, float] = {}
-    spent = ""
+    raced: dict[str, list[float]] = {}  # the round times of the configs raced MIN_ROUNDS rounds or more
+    spent, rounds = "", 0
     for decision in tuned.tuner.decisions.values():
         spent = decision.breakdown.text() if decision.breakdown is not None else ""
+        rounds = decision.rounds
         for o in decision.outcomes:
+            text = space.text(space.chosen(tuned.tuner.space[o.index]))
             if o.time is not None:
-                screened[space.text(space.chosen(tuned.tuner.space[o.index]))] = o.time
+                screened[text] = o.time
+            if len(o.round_times) >= race_samples.MIN_ROUNDS:
+                raced[text] = list(o.round_times)
     return {"choice": choice, "seconds": seconds, "decision": decision_info(tuned, name), "screened": screened,
-            "breakdown": spent}
+            "breakdown": spent, "raced": raced, "rounds": rounds}
 
 
 def judged_here(space: Any, m: int, kernel: Any, land: dict, rows: list[dict], args: argparse.Namespace,
@@ -156,7 +162,7 @@ def main() -> int:
                          "ratio": ratio, "seconds": got["seconds"],
                          "search": got["decision"].get("search"), "best_screened": best in screened,
                          "clock": got["decision"].get("clock"), "breakdown": got["breakdown"],
-                         "screened": screened})
+                         "screened": screened, "raced": got["raced"], "rounds": got["rounds"]})
             bs.say(f"{args.family} M={m} tuning {t}: {got['choice']} ratio {ratio} in {got['seconds']:.2f} s; "
                    f"{got['decision'].get('search')}; {got['breakdown']}")
         if args.judge_here and land:

@@ -106,6 +106,12 @@ def test_validate_search_judges_the_choices_on_this_host_beside_the_corpuss_best
     first = validate(empty, tmp_path / "first.json")
     row = first["rows"][0]
     assert row["ratio"] is None and "ratio_here" not in row  # no landscape: nothing judged
+    # the round times of the configs raced 4 rounds or more ride along, and benchmarks/race_samples.py reads them
+    assert row["rounds"] >= 1 and all(len(times) >= 4 for times in row["raced"].values()), row
+    every = sum(len(times) == got["rounds"] for got in first["rows"] for times in got["raced"].values())
+    report = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "race_samples.py"), "report",
+                             str(tmp_path / "first.json")], capture_output=True, text=True, timeout=60)
+    assert f"of {every} configs that ran every round" in report.stdout, report.stdout + report.stderr
     names = sorted(row["screened"])
     ratios = {name: 1.0 + k / 10 for k, name in enumerate(names)}
     folder = tmp_path / "corpus"
