@@ -2,7 +2,8 @@
 time flips between two levels? At MoE M = 32 on one H200 it read 1.052-1.093 of the block's median for the two
 bistable tiles in 11 of 13 races and 0.990-1.002 for the stable leaders in 18 of 18 (``results/session_h200_22``,
 call 4; docs/search.md, "Output placements"). Whether it fires at other shapes needs their blocks' samples: every
-decision in the cache keeps each raced config's group time per round (``round_times``).
+decision in the cache keeps each raced config's group time per round (``round_times``), and ``validate_search.py``
+keeps them in its rows (``raced``).
 
 - ``collect DIR OUT``: from every decision file under DIR (a cache folder, e.g. ``$HOME/.triton_dist/autotune``),
   the configs with at least :data:`MIN_ROUNDS` rounds (the finalists of a search, the leaders of a race): key,
