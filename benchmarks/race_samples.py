@@ -9,9 +9,9 @@ keeps them in its rows (``raced``).
   the configs with at least :data:`MIN_ROUNDS` rounds (the finalists of a search, the leaders of a race): key,
   clock, config and round times, into OUT (JSON; ``benchmarks/gpu/_campaign.sh`` keeps one per campaign run).
 - ``report FILE [...] [--settled-from K]``: from such files, or from ``validate_search.py``'s output (each row's
-  ``raced``), per key, for each config that ran every round of its race, its first
-  settled round (round K; a search's finalists race 2 screening rounds, then settle: the rank log's ``settled from
-  3``) over the median of its settled rounds, those over :data:`FLAG` marked, and how many of all.
+  ``raced``), per key, for each config that ran every round of its race, its first settled round (round K; a
+  search's finalists race 2 screening rounds, then settle: the rank log's ``settled from 3``) over the median of
+  its settled rounds, those over :data:`FLAG` marked, and how many of all.
 
 Launch: ``python benchmarks/race_samples.py collect DIR OUT`` / ``python benchmarks/race_samples.py report FILE ...``
 (CPU only: it reads files).
