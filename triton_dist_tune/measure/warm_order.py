@@ -13,7 +13,9 @@ stage of new configs (:mod:`~triton_dist_tune.function.searched`; a stage that s
 first), while its compile goes on. A config gets that grace once: a later stage whose other configs are all warmed up
 defers it again at once, if its compile has still not ended (in the README's MoE campaign on one H200, later graces of a
 straggler already deferred were 1 to 7 of the 7 to 21 graces a campaign waited in full, in vain: 0.25-1.75 s of its
-55-67 s, ``benchmarks/results/session_h200_23``). Nothing is deferred when no config of the call was warmed up (a stage
+55-67 s, ``benchmarks/results/session_h200_23``; replayed with stragglers 1-6 stages behind instead of 1-3, the
+search's misses were no more than without deferral at 5% and 10% Gaussian noise and spikes:
+``benchmarks/replay_deferral.py --behind``). Nothing is deferred when no config of the call was warmed up (a stage
 of stragglers alone waits for them), so each deferred config is screened by a later stage, at the latest by one made of
 the deferred configs alone once the search has nothing else to screen; there a config still compiling is left out,
 unscreened, when the search's model predicts it far behind the finalists (a tile so large that it compiles slowly is
