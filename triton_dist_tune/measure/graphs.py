@@ -163,8 +163,10 @@ class Graphs:
     def replay(self, index: int, placement: int = 0) -> Callable[[], Any]:
         """One replay of config ``index``'s graph (``calls`` calls) at output ``placement`` (0: its first graph; a
         placement it has no graph at wraps around to one it has)."""
-        every = [self.graphs[index], *self.placed.get(index, ())]
-        return every[placement % len(every)].replay
+        placed = self.placed.get(index)
+        if not placed:  # one placement (the screening, or a race placed at one)
+            return self.graphs[index].replay
+        return (self.graphs[index], *placed)[placement % (1 + len(placed))].replay
 
     def release(self) -> None:
         """Drop the graphs (a lock-step's race ends) and their pools (the next race captures into a new one)."""
