@@ -111,13 +111,8 @@ def main() -> int:
                    help="also judge each shape's choices on this host: the corpus's N best configs and every config "
                         "chosen, timed against each other after the tunings (its ratio_here; 0: not)")
     p.add_argument("--judge-rounds", type=int, default=10, help="the rounds of that judgement")
-    p.add_argument("--regime-margins", default="",
-                   help="side by side in one process: each tuning runs once per value of race.REGIME_MARGIN given "
-                        "(e.g. 0.05,0.01: the screening rounds' margin, and the margin before it), in an order "
-                        "that alternates by tuning; each row records its regime_margin")
     args = p.parse_args()
-    from triton_dist_tune.measure import race, timing
-    margins = [float(v) for v in args.regime_margins.split(",") if v] or [None]
+    from triton_dist_tune.measure import timing
     if args.screen_settle_ms is not None:
         timing.SCREEN_SETTLE_MS = args.screen_settle_ms
     if args.round_settle_ms is not None:
@@ -158,11 +153,8 @@ def main() -> int:
         land = known.get(bs.oracle_key(space, m))
         st = space.state(m)
         bs.precompile(space, kernel, st)
-        runs = [(t, v) for t in range(args.tunings) for v in (margins[::-1] if t % 2 else margins)]
-        for t, margin in runs:
-            if margin is not None:
-                race.REGIME_MARGIN = margin
-            got = tune_once(space, kernel, st, f"v_{args.family}_{m}_{t}_{margin}_{os.getpid()}")
+        for t in range(args.tunings):
+            got = tune_once(space, kernel, st, f"v_{args.family}_{m}_{t}_{os.getpid()}")
             ratio = land["ratios"].get(got["choice"]) if land else None
             screened = got["screened"]
             best = land["best"] if land else None
@@ -170,10 +162,8 @@ def main() -> int:
                          "ratio": ratio, "seconds": got["seconds"],
                          "search": got["decision"].get("search"), "best_screened": best in screened,
                          "clock": got["decision"].get("clock"), "breakdown": got["breakdown"],
-                         "screened": screened, "raced": got["raced"], "rounds": got["rounds"],
-                         "regime_margin": race.REGIME_MARGIN})
-            bs.say(f"{args.family} M={m} tuning {t} (regime margin {race.REGIME_MARGIN}): {got['choice']} ratio "
-                   f"{ratio} in {got['seconds']:.2f} s, {got['rounds']} race rounds; "
+                         "screened": screened, "raced": got["raced"], "rounds": got["rounds"]})
+            bs.say(f"{args.family} M={m} tuning {t}: {got['choice']} ratio {ratio} in {got['seconds']:.2f} s; "
                    f"{got['decision'].get('search')}; {got['breakdown']}")
         if args.judge_here and land:
             judged_here(space, m, kernel, land, [r for r in rows if r["m"] == m], args, report)

@@ -14,13 +14,7 @@ further message.
   than 5% each (:meth:`Race.location`; :data:`~.noise.NOISY`).
 - **Leaving the race.** After each round, a config that is clearly slower than the leader on their paired
   per-round ratios (:func:`~triton_dist_tune.measure.stats.clearly_slower`: over 25% slower in each of two or more
-  rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``). In a race that
-  ends with settled rounds (``final_top``), the screening rounds' margin is :data:`REGIME_MARGIN` instead: their
-  short samples run in a burst of the device's clock, the settled block in its sustained regime, and close configs
-  can swap order between the two (on one H200, an 840-config GEMM at M = 4096: ``-s5`` read over 1% ahead of
-  ``-s4`` in three screening rounds, which removed ``-s4`` and ended the race with no settled block in 2 of 3
-  tunings, where two sustained judges read ``-s5`` 1.022-1.034 times ``-s4``; ``benchmarks/results/session_h200_24``).
-  Which of the configs within that margin go on is then the settled block's ``final_top`` cut, by rank.
+  rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
   ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the
   leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done. Nobody leaves after the last
   round (it would save nothing): the configs still running then are all ``measured``.
@@ -67,12 +61,6 @@ from ..records import Outcome
 from .levels import placement_level, slower_level
 from .noise import NOISY, spread_of_runs
 from .stats import INDIFFERENCE, clearly_slower, median, paired_ratios, spread
-
-#: the gap a config must show, with confidence, to leave the screening rounds of a race that ends with settled
-#: rounds (see "Leaving the race" in the module docstring): the order of close configs can swap by a few percent
-#: between a burst and the sustained regime (GEMM ``-s4`` and ``-s5`` at M = 4096 on an H200, 2-3.4%; MoE tiles at
-#: 32 tokens, 3-7%: ``benchmarks/RESULTS.md``)
-REGIME_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -246,7 +234,6 @@ class Race:
         """The configs that are clearly slower than the leader after this round."""
         leader = self.leader(running)
         best = self.entrants[leader]
-        margin = REGIME_MARGIN if self.plan.final_top > 0 else INDIFFERENCE
         leaving = set()
         for i in running:
             if i == leader:
@@ -254,7 +241,7 @@ class Race:
             entrant = self.entrants[i]
             if self.plan.early_stop is not None and self._time(i) > self.plan.early_stop * self._time(leader):
                 leaving.add(i)
-            elif clearly_slower(paired_ratios(entrant.samples, best.samples), margin):
+            elif clearly_slower(paired_ratios(entrant.samples, best.samples)):
                 leaving.add(i)
         if self.plan.keep_top is not None and self.rounds >= self.plan.min_rounds:
             ranked = sorted((i for i in running if i not in leaving), key=self._rank_key)
