@@ -34,11 +34,31 @@ from _search_tuners import decision_info  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
 from replay_search import landscapes  # noqa: E402
 
+#: every warm-up probe of the tuning running now, in warm-up order: (config index, the time per call of the config
+#: warmed up before it, which sets the probe's calls, this probe's time per call); filled by :func:`record_probes`
+PROBES: list[tuple[int, float, float | None]] = []
+
+
+def record_probes() -> None:
+    """Record every config's warm-up probe (``--record-probes``): wraps the measurer's warm-up of one config."""
+    from triton_dist_tune.measure.lockstep import Measurer
+    warm = Measurer._warm
+
+    def recorded(self: Any, index: int, config: Any, desc: str, aligned: bool, previous_ms: float) -> Any:
+        got = warm(self, index, config, desc, aligned, previous_ms)
+        PROBES.append((index, previous_ms, got[0]))
+        return got
+
+    Measurer._warm = recorded
+
 
 def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:
     """``bench_search.ours_tuning``, plus the group's time of every config the tuning screened ({text: ms}): against
-    the landscape it tells a search that never screened the best from a screening that mis-timed it."""
+    the landscape it tells a search that never screened the best from a screening that mis-timed it; with
+    ``--record-probes``, every warm-up probe ([text, the previous config's ms per call, the probe's], in warm-up
+    order) and the configs screened by their probe alone."""
     os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="decisions_", dir=bs.BASE)
+    PROBES.clear()
     tuned = space.ours(kernel, name, None)
     bs.sync()
     t0 = time.perf_counter()
@@ -49,18 +69,24 @@ def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:
     choice = space.text(space.chosen(next(iter(decided.values()))))
     screened: dict[str, float] = {}
     raced: dict[str, list[float]] = {}  # the round times of the configs raced MIN_ROUNDS rounds or more
-    spent, rounds = "", 0
+    spent, rounds, probed = "", 0, []
+    text_of = lambda index: space.text(space.chosen(tuned.tuner.space[index]))  # noqa: E731
     for decision in tuned.tuner.decisions.values():
         spent = decision.breakdown.text() if decision.breakdown is not None else ""
         rounds = decision.rounds
         for o in decision.outcomes:
-            text = space.text(space.chosen(tuned.tuner.space[o.index]))
+            text = text_of(o.index)
             if o.time is not None:
                 screened[text] = o.time
+            if o.probed:
+                probed.append(text)
             if len(o.round_times) >= race_samples.MIN_ROUNDS:
                 raced[text] = list(o.round_times)
-    return {"choice": choice, "seconds": seconds, "decision": decision_info(tuned, name), "screened": screened,
-            "breakdown": spent, "raced": raced, "rounds": rounds}
+    got = {"choice": choice, "seconds": seconds, "decision": decision_info(tuned, name), "screened": screened,
+           "breakdown": spent, "raced": raced, "rounds": rounds, "probed": probed}
+    if PROBES:
+        got["probes"] = [[text_of(i), previous, ms] for i, previous, ms in PROBES]
+    return got
 
 
 def judged_here(space: Any, m: int, kernel: Any, land: dict, rows: list[dict], args: argparse.Namespace,
@@ -111,7 +137,11 @@ def main() -> int:
                    help="also judge each shape's choices on this host: the corpus's N best configs and every config "
                         "chosen, timed against each other after the tunings (its ratio_here; 0: not)")
     p.add_argument("--judge-rounds", type=int, default=10, help="the rounds of that judgement")
+    p.add_argument("--record-probes", action="store_true",
+                   help="record every warm-up probe of each tuning and the configs screened by their probe alone")
     args = p.parse_args()
+    if args.record_probes:
+        record_probes()
     from triton_dist_tune.measure import timing
     if args.screen_settle_ms is not None:
         timing.SCREEN_SETTLE_MS = args.screen_settle_ms
@@ -162,7 +192,8 @@ def main() -> int:
                          "ratio": ratio, "seconds": got["seconds"],
                          "search": got["decision"].get("search"), "best_screened": best in screened,
                          "clock": got["decision"].get("clock"), "breakdown": got["breakdown"],
-                         "screened": screened, "raced": got["raced"], "rounds": got["rounds"]})
+                         "screened": screened, "raced": got["raced"], "rounds": got["rounds"],
+                         "probed": got["probed"], **({"probes": got["probes"]} if "probes" in got else {})})
             bs.say(f"{args.family} M={m} tuning {t}: {got['choice']} ratio {ratio} in {got['seconds']:.2f} s; "
                    f"{got['decision'].get('search')}; {got['breakdown']}")
         if args.judge_here and land:

@@ -1,6 +1,7 @@
 """Which configs a search screens by their warm-up probe alone, and the time that stands in for their sample.
 
-Every config a tuning warms up ends its warm-up with a probe: a few calls timed after a synchronize, which size its
+Every config a tuning warms up ends its warm-up with a probe: a few calls timed behind its warm-up's last call
+(:func:`~triton_dist_tune.measure.timing.probe`: a device-bound probe reads no launch gap), which size its
 steady samples. On one rank timing on a device clock, a probe that reads far above the tuning's fastest probe
 tells the search that the config is far behind, so the search spares it the graph capture and the steady sample,
 and takes a stand-in time for it instead: its probe, scaled to the samples' regime (:data:`FAR_BEHIND`).

@@ -97,9 +97,10 @@ LONG_CALL_SETTLE_MS = 2.0
 #: at most this many calls in a settling run or a span (a function of a few microseconds)
 MAX_CALLS = 20000
 #: timed calls in the probe that gives a config's time per call; one when the config probed before it took at least
-#: :data:`PROBE_ONE_CALL_MS` per call (:func:`probe_calls`): a launch adds 5-10 us to one call timed after a
-#: synchronize, under 2% of 0.5 ms, where a probe sizes samples and screens configs 1.5x behind
-#: (:data:`~triton_dist_tune.measure.probe_screen.FAR_BEHIND`); at M = 8192 GEMMs two calls fewer per config
+#: :data:`PROBE_ONE_CALL_MS` per call (:func:`probe_calls`): such a call is device-bound, and a probe's span starts
+#: behind the call before it (:func:`probe`), so one call reads its device time, where a probe sizes samples and
+#: screens configs 1.5x behind (:data:`~triton_dist_tune.measure.probe_screen.FAR_BEHIND`); at M = 8192 GEMMs two
+#: calls fewer per config
 PROBE_CALLS, PROBE_ONE_CALL_MS = 3, 0.5
 #: the queued part of a steady sample: about this many ms of calls (1 to :data:`QUEUED_MAX_CALLS` calls), timed
 #: after the device was held long enough for the host to queue them all; only for configs faster than
@@ -280,10 +281,19 @@ def probe_calls(previous_ms: float) -> int:
 
 def probe(clock: Any, call: Callable[[], Any], lead: bool = True, calls: int = PROBE_CALLS) -> float:
     """A config's time per call, for sizing its samples: one untimed call (unless ``lead`` is false: a warm-up run
-    just ran it), a synchronize, then ``calls`` calls timed as one span; ms per call."""
+    just ran it), then ``calls`` calls timed as one span; ms per call.
+
+    No synchronize between the lead call and the span: the span's start waits on the device behind that call, and
+    a device-bound config's first timed call is queued by the time the device reaches it, so the probe reads the
+    config's device time (a host-bound config's still reads the host's launch rate). Timed after a synchronize,
+    the span began on an idle device that then waited for the host to launch the first call: on the H200 hosts
+    (triton 3.6) about 0.13 ms, all of it in a one-call probe (read 1.60 times its config's device time at a
+    0.22 ms GEMM, median; up to 2.62) and a third of it in a three-call probe (1.22). Which of the two a config gets
+    depends on the config before it (:func:`probe_calls`), so the far-behind screening compared probes of unequal
+    overheads, and screened the corpus's best config at M = 4096 by its one-call probe alone in 6 of 6 tunings
+    (``benchmarks/results/session_h200_24``)."""
     if lead:
         call()
-    clock.synchronize()
     steady = Steady(0, calls)
     token = steady_span(clock, call, steady)
     clock.synchronize()

@@ -1,0 +1,76 @@
+"""How warm-up probes read configs' device time, from a validation run with ``validate_search.py --record-probes``:
+per shape, each probe over the config's device time in the corpus (its ratio times the corpus best's ms), split by
+the probe's calls (one call when the config warmed up before it took ``timing.PROBE_ONE_CALL_MS`` or more per call,
+else ``timing.PROBE_CALLS``), and the near-best configs (within ``--near`` of the corpus's best) that a tuning
+screened by their probe alone.
+
+Usage: ``python3 benchmarks/probe_report.py --corpus benchmarks/results/corpus FILE.json [...]``
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from typing import Any  # noqa: E402
+
+from replay_search import landscapes  # noqa: E402
+
+ONE_CALL_MS, CALLS = 0.5, 3  # triton_dist_tune.measure.timing: PROBE_ONE_CALL_MS, PROBE_CALLS
+
+
+def quantiles(values: list[float]) -> str:
+    if not values:
+        return "none"
+    v = sorted(values)
+    at = lambda q: v[min(len(v) - 1, int(q * len(v)))]  # noqa: E731
+    return f"n={len(v)} median {at(0.5):.2f} (10% {at(0.1):.2f}, 90% {at(0.9):.2f}, max {v[-1]:.2f})"
+
+
+def report(path: Path, known: dict[str, Any], near: float) -> None:
+    data = json.loads(path.read_text())
+    by_m: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for row in data["rows"]:
+        if "probes" in row:
+            by_m[row["m"]].append(row)
+    for m, rows in by_m.items():
+        land = known.get(rows[0]["corpus_key"])
+        if land is None:
+            print(f"{path.name} M={m}: no corpus landscape")
+            continue
+        device = {n: r * land["best_ms"] for n, r in land["ratios"].items()}
+        split: dict[int, list[float]] = defaultdict(list)
+        lost = []
+        for row in rows:
+            for text, previous, ms in row["probes"]:
+                if ms and text in device:
+                    split[1 if previous >= ONE_CALL_MS else CALLS].append(ms / device[text])
+            calls = {text: 1 if previous >= ONE_CALL_MS else CALLS for text, previous, _ in row["probes"]}
+            lost += [f"{t} {land['ratios'][t]:.3f} ({calls.get(t, '?')}-call probe)"
+                     for t in row["probed"] if land["ratios"].get(t, 9.0) <= near]
+        print(f"{path.name} M={m} (corpus best {land['best_ms']:.4f} ms): probe / device time, one-call probes "
+              f"{quantiles(split[1])}; {CALLS}-call probes {quantiles(split[CALLS])}")
+        stand_ins = sum(len(r["probed"]) for r in rows)
+        print(f"  screened by their probe alone: {stand_ins} in {len(rows)} tunings; within {near} of the corpus best: "
+              f"{len(lost)}" + (": " + "; ".join(lost) if lost else ""))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", type=Path, required=True)
+    p.add_argument("--near", type=float, default=1.05)
+    p.add_argument("files", nargs="+", type=Path)
+    args = p.parse_args()
+    known = landscapes(args.corpus)
+    for path in args.files:
+        report(path, known, args.near)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
