@@ -45,16 +45,20 @@ def report(path: Path, known: dict[str, Any], near: float) -> None:
             continue
         device = {n: r * land["best_ms"] for n, r in land["ratios"].items()}
         split: dict[int, list[float]] = defaultdict(list)
-        lost = []
+        lost, gaps = [], []
         for row in rows:
-            for text, previous, ms in row["probes"]:
+            for text, previous, ms, *timing in row["probes"]:
                 if ms and text in device:
                     split[1 if previous >= ONE_CALL_MS else CALLS].append(ms / device[text])
-            calls = {text: 1 if previous >= ONE_CALL_MS else CALLS for text, previous, _ in row["probes"]}
+                if timing and timing[0] is not None:
+                    gaps.append(1e3 * timing[0])
+            calls = {text: 1 if previous >= ONE_CALL_MS else CALLS for text, previous, *_ in row["probes"]}
             lost += [f"{t} {land['ratios'][t]:.3f} ({calls.get(t, '?')}-call probe)"
                      for t in row["probed"] if land["ratios"].get(t, 9.0) <= near]
         print(f"{path.name} M={m} (corpus best {land['best_ms']:.4f} ms): probe / device time, one-call probes "
               f"{quantiles(split[1])}; {CALLS}-call probes {quantiles(split[CALLS])}")
+        if gaps:
+            print(f"  host ms between one config's warm-up and the next: {quantiles(gaps)}")
         stand_ins = sum(len(r["probed"]) for r in rows)
         print(f"  screened by their probe alone: {stand_ins} in {len(rows)} tunings; within {near} of the corpus best: "
               f"{len(lost)}" + (": " + "; ".join(lost) if lost else ""))

@@ -35,8 +35,9 @@ from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
 from replay_search import landscapes  # noqa: E402
 
 #: every warm-up probe of the tuning running now, in warm-up order: (config index, the time per call of the config
-#: warmed up before it, which sets the probe's calls, this probe's time per call); filled by :func:`record_probes`
-PROBES: list[tuple[int, float, float | None]] = []
+#: warmed up before it, which sets the probe's calls, this probe's time per call, the host's seconds since the
+#: previous config's warm-up ended, this warm-up's seconds); filled by :func:`record_probes`
+PROBES: list[tuple[int, float, float | None, float | None, float]] = []
 
 
 def record_probes() -> None:
@@ -44,9 +45,14 @@ def record_probes() -> None:
     from triton_dist_tune.measure.lockstep import Measurer
     warm = Measurer._warm
 
+    ended: list[float] = []
+
     def recorded(self: Any, index: int, config: Any, desc: str, aligned: bool, previous_ms: float) -> Any:
+        began = time.perf_counter()
         got = warm(self, index, config, desc, aligned, previous_ms)
-        PROBES.append((index, previous_ms, got[0]))
+        gap = began - ended[-1] if ended and PROBES else None
+        ended.append(time.perf_counter())
+        PROBES.append((index, previous_ms, got[0], gap, ended[-1] - began))
         return got
 
     Measurer._warm = recorded
@@ -55,8 +61,9 @@ def record_probes() -> None:
 def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:
     """``bench_search.ours_tuning``, plus the group's time of every config the tuning screened ({text: ms}): against
     the landscape it tells a search that never screened the best from a screening that mis-timed it; with
-    ``--record-probes``, every warm-up probe ([text, the previous config's ms per call, the probe's], in warm-up
-    order) and the configs screened by their probe alone."""
+    ``--record-probes``, every warm-up probe ([text, the previous config's ms per call, the probe's, the host's
+    seconds since the warm-up before it ended, its warm-up's seconds], in warm-up order) and the configs screened by
+    their probe alone."""
     os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="decisions_", dir=bs.BASE)
     PROBES.clear()
     tuned = space.ours(kernel, name, None)
@@ -85,7 +92,7 @@ def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:
     got = {"choice": choice, "seconds": seconds, "decision": decision_info(tuned, name), "screened": screened,
            "breakdown": spent, "raced": raced, "rounds": rounds, "probed": probed}
     if PROBES:
-        got["probes"] = [[text_of(i), previous, ms] for i, previous, ms in PROBES]
+        got["probes"] = [[text_of(i), previous, ms, gap, took] for i, previous, ms, gap, took in PROBES]
     return got
 
 

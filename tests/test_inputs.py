@@ -210,3 +210,28 @@ def test_a_decision_timed_cold_is_not_reused_for_steady_timing(tmp_path, monkeyp
     assert len(calls) > 1 + 1, calls  # tuned again: cold timings say nothing about steady ones
     assert len(list((tmp_path / "cache" / "timed").glob("*.json"))) == 2
     assert json.loads(next((tmp_path / "cache" / "timed").glob("*.json")).read_text())["timing"] in ("cold", "steady")
+
+
+def test_a_configs_first_run_has_its_arguments_checked_when_it_ends_not_inside_the_next_run():
+    """A config's first run gets its watched arguments checked (a compare, which synchronizes a device). The check
+    ran at the start of the next run, inside its timing: on one H200 the warm-up probe's first timed call, which
+    then began on an idle device (an 840-config GEMM's one-call probes read 1.52-1.60 times their configs' device
+    time, and the probe screening stood in the best config at M = 4096). It now runs as that first run ends."""
+    import torch
+
+    from triton_dist_tune.measure.arguments import ArgumentState
+    from triton_dist_tune.measure.clocks import HostClock
+    from triton_dist_tune.measure.trial import Trial
+
+    def fn(x, *, k):
+        x.add_(k)
+
+    x = torch.zeros(4)
+    state = ArgumentState({"x": x}, (), ())
+    config = {"k": 1.0}
+    trial = Trial(fn, (x,), {}, HostClock(), state, lambda c, *a, **kw: state.config_starting(c))
+    trial.call(config)
+    assert state.changed == ["x"]  # found when the run that changed it ended
+    trial.call(config)
+    assert x.tolist() == [1.0] * 4  # restored before the second run, which then added once
+    assert state.changed == ["x"]

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Issue 41, twenty-fourth session, one call on one GPU (CPUs 0-15): the corpus validation with every warm-up probe
-# recorded (validate_search.py --record-probes): the 840-config GEMM at GEMM_SHAPES (default 1024,4096,8192), then
-# the MoE at MOE_SHAPES (default 512,2048), 3 fresh tunings per shape, judged by the corpus and on this GPU
-# (--judge-here 8). Read with benchmarks/probe_report.py. Leaves gemm.tgz, moe.tgz, STEP.txt, summary.txt.
-# Usage: OUT=DIR bash benchmarks/gpu/session24_probes.sh
+# Issue 41, twenty-fourth session, one call on one GPU (CPUs 0-15), this tree, STEPS in turn (default "gemm moe"):
+# gemm / moe = the corpus validation with every warm-up probe recorded (validate_search.py --record-probes): the
+# 840-config GEMM at GEMM_SHAPES (default 1024,4096,8192), the MoE at MOE_SHAPES (default 512,2048), 3 fresh tunings
+# per shape, judged by the corpus and on this GPU (--judge-here 8), read with benchmarks/probe_report.py;
+# campaign = the README's MoE campaign alone CAMPAIGNS times (default 1; fill_ab.sh, the library's own fill);
+# fidelity = the 48-config bar (bench_fidelity.py, 3 tunings). Leaves gemm.tgz, moe.tgz, fill.{tgz,txt},
+# fidelity{.json,.txt,_log.txt}, summary.txt.
+# Usage: OUT=DIR [STEPS="gemm moe campaign fidelity"] bash benchmarks/gpu/session24_probes.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 OUT=DIR bash benchmarks/gpu/session24_probes.sh
 set -u
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
@@ -21,4 +24,15 @@ validate() {  # step, family, shapes
   python3 benchmarks/probe_report.py --corpus benchmarks/results/corpus "$dir/$fam.json" 2>&1 | tail -n 30
   (cd "$OUT" && tar czf "$step.tgz" "$step" && rm -rf "$step")
 }
-{ validate gemm gemm_k4096_n4096 "$gemm"; validate moe moe "$moe"; } 2>&1 | tee "$OUT/summary.txt"
+for step in ${STEPS:-gemm moe}; do
+  case $step in
+    gemm) validate gemm gemm_k4096_n4096 "$gemm" ;;
+    moe) validate moe moe "$moe" ;;
+    campaign) ARMS=$(printf 'f128 %.0s' $(seq "${CAMPAIGNS:-1}")) OUT=$OUT bash "$(dirname "$0")/fill_ab.sh" | tail -n 4 ;;
+    fidelity)
+      [ -n "${CPU_SMOKE:-}" ] && continue
+      HOME=$(mktemp -d) timeout "${FTIME:-260}" taskset -c "$cpus" python3 benchmarks/bench_fidelity.py \
+        --out "$OUT/fidelity.json" --phases tune --tunings 3 --variants ours > "$OUT/fidelity_log.txt" 2>&1
+      echo "fidelity: exit $? after $SECONDS s | $(tail -n 3 "$OUT/fidelity_log.txt" | tr '\n' ' ')" ;;
+  esac
+done 2>&1 | tee "$OUT/summary.txt"

@@ -61,6 +61,8 @@ class Trial:
         out = self.fn(*self.args, **self.kwargs, **config)
         if self.post_hook is not None:
             self.post_hook(config, *self.args, **self.kwargs)
+        if self.state is not None:
+            self.state.after_run()
         return out
 
     def probe(self, config: dict[str, Any], lead: bool = True, calls: int = timing.PROBE_CALLS) -> float:
