@@ -585,6 +585,17 @@ def test_a_probe_is_far_behind_over_one_and_a_half_times_the_best_raced_configs_
     assert abs(host.spread - 2.3) < 1e-9 and host.stand_ins({8: 6.5, 9: 7.5}, [8, 9]) == {9: 7.5 * host.scale}
 
 
+def test_a_fast_call_probed_in_one_call_is_never_far_behind():
+    """One call suits a device-bound probe only: on one H200, fast calls probed in one call (after a slow config)
+    read 1.15-1.67 times their device time, and were the probes of every near-best config screened by its probe
+    alone in 15 tunings (``benchmarks/results/session_h200_24``, call 6). A slow call probed once still may be."""
+    screen = ProbeScreen()
+    probes = {1: 0.05, 2: 0.09, 3: 0.09, 4: 0.8}
+    screen.short.add(2)  # probed in one call after a slow config, read 0.09 ms: the host's launch on top
+    screen.probed(probes)
+    assert screen.far(probes) == [3, 4]
+
+
 def test_a_config_screened_by_its_probe_alone_is_never_sampled_again():
     # issue 39: on one H200 a stand-in (a far-behind config's probe, scaled) that the search sampled again gave a
     # pair of a probe and a sample, and 29 such pairs read 88% screening noise. Replayed with probes that read each

@@ -255,7 +255,10 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
             if combined.errors:
                 outcomes[index] = self._failed(index, desc, combined.errors)
             else:
+                calls = timing.probe_calls(previous)
                 per_call[index] = previous = float(max(combined.values))
+                if calls == 1 and 0 < previous < timing.PROBE_ONE_CALL_MS:
+                    self.probes.short.add(index)  # a fast call probed once: no far-behind reading (ProbeScreen)
                 if self.budget.bounded:
                     round_s += self.sample_seconds(index, config, previous, False, len(per_call) == 1)
         self.watch.leave()

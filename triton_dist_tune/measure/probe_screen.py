@@ -15,14 +15,19 @@ constant cost on top: ``a D_x + h > 1.5 (a D_best + h)`` implies ``D_x > 1.5 D_b
   misread fastest probe the likely cause).
 - **Where probes read the host, the bar is measured.** Probes whose raced configs' samples read under
   :data:`HOST_BOUND` of them (the median) are mostly the host's time: a function of several launches per call, or of
-  kernels of a few microseconds (the MoE example on an H200: 0.11-0.50 at M <= 2048, 0.50-0.70 at M >= 4096; an
-  840-config GEMM at M = 4096 / 8192: 0.62-0.81). There the host's jitter, not the config, can put a config near
-  the best "far behind". So the first stage then races every config, far behind or not, and a probe may read as
+  kernels of a few microseconds. (The figures this threshold was chosen on, on an H200: the MoE validation's
+  0.11-0.50 at M <= 2048, an 840-config GEMM's 0.62-0.81 at M = 4096 / 8192, were mostly the argument check inside
+  each probe's first call; with it moved out of the probe, the same functions read 0.69-0.97 at M = 512-8192,
+  device-bound: ``benchmarks/results/session_h200_24``, call 6.) There the host's jitter, not the config, can put
+  a config near the best "far behind". So the first stage then races every config, far behind or not, and a probe may read as
   far above its config's time as the worst twentieth of that stage's ratios of sample to probe reads below their
   median (:attr:`ProbeScreen.spread`); from the second stage on, a config is far behind over :data:`FAR_BEHIND` x
   that spread x the reference. Only the first stage's ratios count: later stages race only the configs under the bar,
   whose ratios would hide the stalls. Elsewhere the plain bar holds, and the first stage's far configs get their
   stand-in as soon as the stage's others are raced.
+- **A fast call probed in one call is never far behind** (:attr:`ProbeScreen.short`): one call suits a device-bound
+  config (the config warmed up before it took 0.5 ms or more), and a fast call's probe then reads the host's launch
+  on top.
 - **A stand-in is a bound, not a sample**: the search never samples it again and it gives no pair to the noise
   estimate (:class:`~triton_dist_tune.measure.search.PatternSearch` ``bounded``). Before, the search's rules
   sampled stand-ins next to a finalist again, and each pair of a probe and a sample read as noise: on one H200, GEMM
@@ -79,6 +84,13 @@ class ProbeScreen:
     best: tuple[float, float] | None = None
     #: screening stages probed so far
     stages: int = 0
+    #: configs whose probe timed one call (the config warmed up before them took
+    #: :data:`~triton_dist_tune.measure.timing.PROBE_ONE_CALL_MS` or more) and read under that: one call suits a
+    #: device-bound config only, and a fast call's probe reads the host's launch on top (on one H200, such probes
+    #: read 1.15-1.67 times their configs' device time, median by shape, up to 3.45, where three-call probes read
+    #: 1.05-1.24, and they were the probes of all 3 configs within 1.10 of the best screened by their probe alone in
+    #: 15 tunings; ``benchmarks/results/session_h200_24``, call 6): never far behind (:meth:`far`)
+    short: set[int] = field(default_factory=set)
 
     def probed(self, per_call: Mapping[int, float]) -> None:
         """Note a stage's new probes (index -> ms per call; the group's)."""
@@ -118,9 +130,10 @@ class ProbeScreen:
 
     def far(self, per_call: Mapping[int, float]) -> list[int]:
         """The configs of ``per_call`` (new probes, already :meth:`probed`) over :data:`FAR_BEHIND` times the
-        fastest probe, ascending: the candidates, of which those over the bar once the stage's others are raced get
-        a stand-in (:meth:`stand_ins`)."""
-        return [i for i in sorted(per_call) if self.fastest > 0 and per_call[i] > FAR_BEHIND * self.fastest]
+        fastest probe, but for :attr:`short` probes, ascending: the candidates, of which those over the bar once the
+        stage's others are raced get a stand-in (:meth:`stand_ins`)."""
+        return [i for i in sorted(per_call)
+                if self.fastest > 0 and per_call[i] > FAR_BEHIND * self.fastest and i not in self.short]
 
     def stand_ins(self, per_call: Mapping[int, float], candidates: Sequence[int]) -> dict[int, float]:
         """Of the ``candidates`` (:meth:`far`), those over the bar (:data:`FAR_BEHIND` x :attr:`spread` x the best

@@ -283,15 +283,14 @@ def probe(clock: Any, call: Callable[[], Any], lead: bool = True, calls: int = P
     """A config's time per call, for sizing its samples: one untimed call (unless ``lead`` is false: a warm-up run
     just ran it), then ``calls`` calls timed as one span; ms per call.
 
-    No synchronize between the lead call and the span: the span's start waits on the device behind that call, and
-    a device-bound config's first timed call is queued by the time the device reaches it, so the probe reads the
-    config's device time (a host-bound config's still reads the host's launch rate). Timed after a synchronize,
-    the span began on an idle device that then waited for the host to launch the first call: on the H200 hosts
-    (triton 3.6) about 0.13 ms, all of it in a one-call probe (read 1.60 times its config's device time at a
-    0.22 ms GEMM, median; up to 2.62) and a third of it in a three-call probe (1.22). Which of the two a config gets
-    depends on the config before it (:func:`probe_calls`), so the far-behind screening compared probes of unequal
-    overheads, and screened the corpus's best config at M = 4096 by its one-call probe alone in 6 of 6 tunings
-    (``benchmarks/results/session_h200_24``)."""
+    No synchronize between the lead call and the span: the span's start waits on the device behind that call, so a
+    device-bound config's first timed call is queued by the time the device reaches it and the probe reads its
+    device time (a host-bound config's still reads the host's launch rate). Timed after a synchronize, the span
+    began on an idle device that waited for the host's launch: on one H200 (``benchmarks/probe_check.py``,
+    ``results/session_h200_24``), one-call probes of an 840-config GEMM's best configs read 1.10 times their
+    device time (median; 90th percentile 1.50) at M = 4096 and 1.46 at M = 1024, against 1.02 and 1.09 behind the
+    call before them. (The larger misreading the tunings showed, 1.52-1.60 at M = 4096, was the argument check
+    inside the probe's first call: :meth:`~triton_dist_tune.measure.arguments.ArgumentState.after_run`.)"""
     if lead:
         call()
     steady = Steady(0, calls)
