@@ -15,16 +15,16 @@ constant cost on top: ``a D_x + h > 1.5 (a D_best + h)`` implies ``D_x > 1.5 D_b
   misread fastest probe the likely cause).
 - **Where probes read the host, the bar is measured.** Probes whose raced configs' samples read under
   :data:`HOST_BOUND` of them (the median) are mostly the host's time: a function of several launches per call, or of
-  kernels of a few microseconds. (The figures this threshold was chosen on, on an H200: the MoE validation's
-  0.11-0.50 at M <= 2048, an 840-config GEMM's 0.62-0.81 at M = 4096 / 8192, were mostly the argument check inside
-  each probe's first call; with it moved out of the probe, the same functions read 0.69-0.97 at M = 512-8192,
-  device-bound: ``benchmarks/results/session_h200_24``, call 6.) There the host's jitter, not the config, can put
-  a config near the best "far behind". So the first stage then races every config, far behind or not, and a probe may read as
-  far above its config's time as the worst twentieth of that stage's ratios of sample to probe reads below their
-  median (:attr:`ProbeScreen.spread`); from the second stage on, a config is far behind over :data:`FAR_BEHIND` x
-  that spread x the reference. Only the first stage's ratios count: later stages race only the configs under the bar,
-  whose ratios would hide the stalls. Elsewhere the plain bar holds, and the first stage's far configs get their
-  stand-in as soon as the stage's others are raced.
+  kernels of a few microseconds. (The figures this threshold was chosen on, on an H200: the MoE validation's 0.11-0.50
+  at M <= 2048, an 840-config GEMM's 0.62-0.81 at M = 4096 / 8192, were mostly the argument check inside each probe's
+  first call; with it moved out of the probe, the same functions read 0.69-0.97 at M = 512-8192, device-bound:
+  ``benchmarks/results/session_h200_24``, call 6.) There the host's jitter, not the config, can put a config near the
+  best "far behind". So the first stage then races every config, far behind or not, and a probe may read as far above
+  its config's time as the worst twentieth of that stage's ratios of sample to probe reads below their median
+  (:attr:`ProbeScreen.spread`); from the second stage on, a config is far behind over :data:`FAR_BEHIND` x that spread
+  x the reference. Only the first stage's ratios count: later stages race only the configs under the bar, whose ratios
+  would hide the stalls. Elsewhere the plain bar holds, and the first stage's far configs get their stand-in as soon
+  as the stage's others are raced.
 - **A fast call probed in one call is never far behind** (:attr:`ProbeScreen.short`): one call suits a device-bound
   config (the config warmed up before it took 0.5 ms or more), and a fast call's probe then reads the host's launch
   on top.
