@@ -198,6 +198,7 @@ def main() -> int:
             rows.append({"m": m, "tuning": t, "corpus_key": bs.oracle_key(space, m), "choice": got["choice"],
                          "ratio": ratio, "seconds": got["seconds"],
                          "search": got["decision"].get("search"), "best_screened": best in screened,
+                         "best_sampled": best in screened and best not in got["probed"],
                          "clock": got["decision"].get("clock"), "breakdown": got["breakdown"],
                          "screened": screened, "raced": got["raced"], "rounds": got["rounds"],
                          "probed": got["probed"], **({"probes": got["probes"]} if "probes" in got else {})})
