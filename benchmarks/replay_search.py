@@ -20,7 +20,8 @@ Method (leave one family out, as Kernel Tuner's authors judge strategies):
 Launch: ``python benchmarks/replay_search.py benchmarks/results/corpus/*.json [--seeds 10]
 [--noise-models gauss2,gauss10] [--jobs 2] [--out benchmarks/results/corpus/replay.md]``; ``--default-only``
 replays the default plan alone (the 20-seed figures of docs/search.md: ``--seeds 20 --jobs 2 --default-only``);
-``--probes device|host`` replays the far-behind screening too (one rank on a device clock), probes drawn so.
+``--probes device|host|onecall|onecall_norule`` replays the far-behind screening too (one rank on a device clock),
+probes drawn so (``PROBE_MODELS``).
 """
 
 from __future__ import annotations
@@ -147,22 +148,39 @@ class NoiseModel:
 class ProbeModel:
     """How a replayed config's warm-up probe reads its recorded time, for a replay of the far-behind screening of one
     rank on a device clock (``--probes``): the time x (1 + U(0, ``misread``)), plus a host cost of ``host`` times the
-    landscape's best time x (1 + U(0, 0.1)), doubled on a ``stalled`` share of probes (a host stall)."""
+    landscape's best time x (1 + U(0, 0.1)), doubled on a ``stalled`` share of probes (a host stall). A ``one_call``
+    share of probes time one call; such a probe of a fast call (under ``fast`` times the best) reads a further
+    ``x (1 + U(short_extra))`` and is ``short`` (``ProbeScreen.short``) where ``short_rule`` holds."""
 
     name: str
     misread: float = 0.0
     host: float = 0.0
     stalled: float = 0.0
+    one_call: float = 0.0
+    fast: float = 0.0
+    short_extra: tuple[float, float] = (0.0, 0.0)
+    short_rule: bool = True
 
-    def draw(self, rng: random.Random, time: float, best: float) -> float:
+    def draw(self, rng: random.Random, time: float, best: float) -> tuple[float, bool]:
         host = self.host * best * (1 + 0.1 * rng.random()) * (2.0 if rng.random() < self.stalled else 1.0)
-        return time * (1 + self.misread * rng.random()) + host
+        value = time * (1 + self.misread * rng.random()) + host
+        short = self.one_call > 0 and rng.random() < self.one_call and time < self.fast * best
+        if short:
+            value *= 1 + rng.uniform(*self.short_extra)
+        return value, short and self.short_rule
 
 
 #: ``--probes``: device-bound probes that read each config up to 5% high (an 840-config GEMM at large M on an H200:
 #: samples 0.62-0.81 of their probe, a fairly constant share), and host-bound ones (the MoE example: samples 0.11-0.50
 #: of their probe) with a host cost twice the best config's time, stalled on one probe in six
-PROBE_MODELS = {m.name: m for m in (ProbeModel("device", misread=0.05), ProbeModel("host", host=2.0, stalled=1 / 6))}
+#: ``onecall``: device-bound probes, half of them one call (after a slow config), those of fast calls (under 2.5 times
+#: the best: 0.5 ms against the GEMM's 0.22 ms best at M = 4096) reading 1.15-1.67 times high (call 6 of
+#: ``results/session_h200_24``: 1.15-1.67 by shape, median), and ruled ``short``; ``onecall_norule``: the same probes,
+#: and no rule (the screening before 2c47a48)
+_ONE_CALL = {"misread": 0.05, "one_call": 0.5, "fast": 2.5, "short_extra": (0.15, 0.67)}
+PROBE_MODELS = {m.name: m for m in (ProbeModel("device", misread=0.05), ProbeModel("host", host=2.0, stalled=1 / 6),
+                                    ProbeModel("onecall", **_ONE_CALL),
+                                    ProbeModel("onecall_norule", short_rule=False, **_ONE_CALL))}
 
 
 #: the noise models of issue 39's bars (``--noise-models``)
@@ -287,7 +305,10 @@ def main() -> None:
                                     f"(1 + U({m.spike_low}, {m.spike_high}))" if m.spiked else "") for m in models),
              *(["", f"The far-behind screening replayed (one rank, a device clock), probes drawn as {probes.name}: a "
                     f"config's time x (1 + U(0, {probes.misread})) + {probes.host} x the best time x (1 + U(0, 0.1)), "
-                    f"doubled on {probes.stalled:.0%} of probes"] if probes else []),
+                    f"doubled on {probes.stalled:.0%} of probes"
+                    + (f"; {probes.one_call:.0%} of probes one call, those of configs under {probes.fast}x the best "
+                       f"x (1 + U{probes.short_extra}), ruled short: {probes.short_rule}" if probes.one_call else "")]
+               if probes else []),
              "", "A miss: the best finalist more than 2% behind the best. Bars (issue 39): "
              + ", ".join(f"{k} {v:.0%}" for k, v in BARS.items()) + "; worst at most 1.05.", "",
              ]

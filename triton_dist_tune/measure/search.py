@@ -407,19 +407,22 @@ class PatternSearch:
 
 def simulate(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], plan: SearchPlan,
              time_of: Callable[[int], float | None], seeds: Sequence[int] = (),
-             probe_of: Callable[[int], float] | None = None) -> tuple[list[int], dict[int, float | None]]:
+             probe_of: Callable[[int], float | tuple[float, bool]] | None = None
+             ) -> tuple[list[int], dict[int, float | None]]:
     """Replay a search over a recorded or synthetic landscape; returns (the finalists, every screened config's time:
     the median of its samples, None for a failed one). ``time_of(index) -> ms or None`` is called once for every
     sample the search takes, in the order the live tuner takes them (a config sampled twice: twice), so that a
     replay can draw fresh noise per sample; None fails the config, as an error in its run does. ``probe_of(index)
     -> ms``: each new config's warm-up probe, for a replay of the far-behind screening of one rank on a device clock
-    (:mod:`~triton_dist_tune.measure.probe_screen`: the configs a probe puts far behind take no sample);
-    None: none, as on a group of ranks. For tests and for trying strategies on data measured once on a GPU."""
+    (:mod:`~triton_dist_tune.measure.probe_screen`: the configs a probe puts far behind take no sample), or (ms,
+    short): ``short`` for a fast call probed in one call (:attr:`~.probe_screen.ProbeScreen.short`); None: none, as
+    on a group of ranks. For tests and for trying strategies on data measured once on a GPU."""
     return run_search(PatternSearch(configs, kept, plan, seeds), time_of, probe_of)
 
 
 def run_search(search: PatternSearch, time_of: Callable[[int], float | None],
-               probe_of: Callable[[int], float] | None = None) -> tuple[list[int], dict[int, float | None]]:
+               probe_of: Callable[[int], float | tuple[float, bool]] | None = None
+               ) -> tuple[list[int], dict[int, float | None]]:
     """:func:`simulate`'s loop over a search already made (a replay's variant of :class:`PatternSearch`). With
     ``probe_of``, each stage's new configs are screened as the live tuner screens them: every one probed, those not
     far behind sampled (their samples the evidence of how probes read), then those behind the measured bar given
@@ -437,7 +440,12 @@ def run_search(search: PatternSearch, time_of: Callable[[int], float | None],
 
     batch = search.first()
     while batch:
-        probes = {i: probe_of(i) for i in batch if i not in history} if probe_of is not None else {}
+        probes: dict[int, float] = {}
+        for i in (i for i in batch if i not in history) if probe_of is not None else ():
+            got = probe_of(i)
+            probes[i], short = got if isinstance(got, tuple) else (got, False)
+            if short:
+                screen.short.add(i)
         screen.probed(probes)
         far = screen.far(probes)
         for i in (i for i in batch if i not in far):  # the others first: their samples are the evidence
