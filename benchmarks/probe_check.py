@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
 import statistics  # noqa: E402
@@ -113,12 +114,12 @@ def main() -> int:
     for name, variant in VARIANTS.items():
         sampler = sm_clock()
         ratios: dict[str, list[float]] = {n: [] for n in near}
-        with (sampler if sampler is not None else _Nothing()):
+        with sampler if sampler is not None else contextlib.nullcontext():
             for _ in range(args.reps):
                 for n in rng.sample(near, len(near)):
                     ratios[n].append(probe_once(clock, calls[slow], calls[n], variant) / device[n])
         every = sorted(r for rs in ratios.values() for r in rs)
-        mhz = sampler.median() if sampler is not None and hasattr(sampler, "median") else None
+        mhz = sampler.median() if sampler is not None else None
         rows[name] = {"variant": variant, "ratios": ratios, "median": statistics.median(every),
                       "p90": every[int(0.9 * (len(every) - 1))], "max": every[-1], "sm_mhz": mhz}
         print(f"{name:22s} probe / device time: median {rows[name]['median']:.2f}, 90% {rows[name]['p90']:.2f}, "
@@ -127,14 +128,6 @@ def main() -> int:
     args.out.write_text(json.dumps({"gpu": bs.gpu_name(), "family": args.family, "m": m, "near": near, "slow": slow,
                                     "device_ms": device, "variants": rows}, indent=1, default=str))
     return 0
-
-
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 if __name__ == "__main__":

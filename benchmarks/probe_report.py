@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the package, from this checkout
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -21,7 +22,8 @@ from typing import Any  # noqa: E402
 
 from replay_search import landscapes  # noqa: E402
 
-ONE_CALL_MS, CALLS = 0.5, 3  # triton_dist_tune.measure.timing: PROBE_ONE_CALL_MS, PROBE_CALLS
+from triton_dist_tune.measure.timing import PROBE_CALLS as CALLS  # noqa: E402
+from triton_dist_tune.measure.timing import PROBE_ONE_CALL_MS as ONE_CALL_MS  # noqa: E402
 
 
 def quantiles(values: list[float]) -> str:

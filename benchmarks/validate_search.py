@@ -45,14 +45,14 @@ def record_probes() -> None:
     from triton_dist_tune.measure.lockstep import Measurer
     warm = Measurer._warm
 
-    ended: list[float] = []
+    ended = [0.0]  # when the last warm-up ended
 
     def recorded(self: Any, index: int, config: Any, desc: str, aligned: bool, previous_ms: float) -> Any:
         began = time.perf_counter()
         got = warm(self, index, config, desc, aligned, previous_ms)
-        gap = began - ended[-1] if ended and PROBES else None
-        ended.append(time.perf_counter())
-        PROBES.append((index, previous_ms, got[0], gap, ended[-1] - began))
+        gap = began - ended[0] if PROBES else None
+        ended[0] = time.perf_counter()
+        PROBES.append((index, previous_ms, got[0], gap, ended[0] - began))
         return got
 
     Measurer._warm = recorded

@@ -209,9 +209,9 @@ def test_a_steady_span_starts_after_the_device_ran_all_but_the_last_settling_cal
 
 def test_a_probe_is_timed_behind_the_call_before_it_not_after_a_synchronize():
     """A probe's span starts behind its lead call (or the warm-up's last run), still on the device: timed after a
-    synchronize, it began on an idle device that waited for the host's launch (~0.13 ms on the H200 hosts), whole
-    in a one-call probe, which then read a 0.22 ms GEMM config 1.60 times its device time (median) and screened
-    the best config by its probe alone (``benchmarks/results/session_h200_24``)."""
+    synchronize, it began on an idle device that waited for the host's launch. On one H200, one-call probes of a
+    0.22 ms GEMM's best configs read 1.10 times their device time after a synchronize (90th percentile 1.50) and
+    1.02 behind the call before them (``benchmarks/probe_check.py``, ``results/session_h200_24``)."""
     class Probed(Recording):
         def synchronize(self):
             self.seen.append("sync")
