@@ -4,7 +4,7 @@ differently (the first key is never changed), chosen with one family held out.
 
 A campaign is a problem's shapes in the order a program meets them: ascending (the README's MoE campaign), and a
 shuffled order (one per seed). Each key is replayed with
-:func:`~triton_dist_tune.measure.search.simulate` over one universe of configs (the union of the sequence's
+:func:`~triton_dist_tune.measure.replay.simulate` over one universe of configs (the union of the sequence's
 landscapes, so that an index names the same config at every shape; each key keeps the configs its landscape
 recorded), with fresh noise for every sample. The seeds of a key are those of
 :func:`~triton_dist_tune.function.searched.nearby_seeds`: the two configs with the least time (the estimates the
@@ -43,7 +43,8 @@ from replay_search import NOISE_MODELS, Landscape, NoiseModel, load, publish  # 
 
 from triton_dist_tune.function.policy import numeric_distance  # noqa: E402
 from triton_dist_tune.function.searched import SEED_KEYS, SEEDS_PER_KEY  # noqa: E402
-from triton_dist_tune.measure.search import PatternSearch, SearchPlan, run_search, simulate  # noqa: E402
+from triton_dist_tune.measure.replay import run_search, simulate  # noqa: E402
+from triton_dist_tune.measure.search import PatternSearch, SearchPlan  # noqa: E402
 
 
 @dataclass

@@ -2,7 +2,7 @@
 out at a time, and report the held-out figures beside the training ones and a random-search baseline.
 
 Input: corpus files of ``benchmarks/corpus.py`` (or ``bench_search.py`` oracle files): per (family, shape) every
-kept config's device time as ``ratios`` (time / best). A replay runs :func:`~triton_dist_tune.measure.search.simulate`
+kept config's device time as ``ratios`` (time / best). A replay runs :func:`~triton_dist_tune.measure.replay.simulate`
 with the plan under test over a landscape, with ``--noise`` relative Gaussian noise on every screened time (the
 search sees noisy times, the judge the recorded ones), and scores the best finalist's ratio to the best (the race
 then chooses among the finalists). A run "misses" when that ratio is over 1.02.
@@ -39,7 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from triton_dist_tune.measure.search import SearchPlan, simulate  # noqa: E402
+from triton_dist_tune.measure.replay import simulate  # noqa: E402
+from triton_dist_tune.measure.search import SearchPlan  # noqa: E402
 
 _MOE = re.compile(r"^M(\d+)-N(\d+)-K(\d+)-G(\d+)-w(\d+)-s(\d+)$")
 _MOE_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")

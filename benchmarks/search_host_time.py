@@ -1,5 +1,5 @@
 """The search's own host time, this tree's library against another side by side: every landscape of the corpus
-replayed through :func:`~triton_dist_tune.measure.search.simulate` (the default plan, spiked noise drawn per sample,
+replayed through :func:`~triton_dist_tune.measure.replay.simulate` (the default plan, spiked noise drawn per sample,
 ``--seeds`` seeds), timing what the live tuner's ``model`` part times (:meth:`PatternSearch.next`, each stage's
 choice of the next) and the grids' construction (once per key). Each arm runs in a process of its own
 (``PYTHONPATH`` = its root), the arms alternating ``--rounds`` times; each prints its seconds and a digest of every
@@ -33,7 +33,7 @@ def worker(seeds: int) -> dict[str, object]:
     from dataclasses import replace
 
     import triton_dist_tune
-    from triton_dist_tune.measure import grid, search
+    from triton_dist_tune.measure import grid, replay, search
 
     sys.path.insert(1, str(HERE))
     import replay_search as rs  # after the library: it puts this tree first on sys.path
@@ -59,7 +59,7 @@ def worker(seeds: int) -> dict[str, object]:
     for land in rs.load(CORPUS):
         for seed in range(seeds):
             rng = random.Random(f"{land.name}/{seed}")
-            got = search.simulate(land.configs, range(len(land.configs)),
+            got = replay.simulate(land.configs, range(len(land.configs)),
                                   replace(search.SearchPlan(), seed=f"k{seed}"),
                                   lambda i, rng=rng, land=land: noise.draw(rng, land.ratios[i], False))
             digest.update(repr(got).encode())

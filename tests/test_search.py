@@ -17,7 +17,8 @@ from triton_dist_tune.errors import BadInputError
 from triton_dist_tune.function.options import TuneOptions
 from triton_dist_tune.measure.grid import Grid
 from triton_dist_tune.measure.probe_screen import ProbeScreen
-from triton_dist_tune.measure.search import SEARCH_ABOVE, PatternSearch, SearchPlan, search_applies, simulate
+from triton_dist_tune.measure.replay import simulate
+from triton_dist_tune.measure.search import SEARCH_ABOVE, PatternSearch, SearchPlan, search_applies
 from triton_dist_tune.settings import Settings
 
 CASES = HERE / "scenarios" / "search_cases.py"

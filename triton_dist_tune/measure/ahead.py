@@ -41,7 +41,8 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from .search import PatternSearch, Samples, SearchPlan, run_search
+from .replay import run_search
+from .search import PatternSearch, Samples, SearchPlan
 from .surrogate import AdditiveModel
 
 #: a stage that waited this many seconds for its compiles makes the next one compile ahead
