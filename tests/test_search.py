@@ -586,6 +586,23 @@ def test_a_probe_is_far_behind_over_one_and_a_half_times_the_best_raced_configs_
     assert abs(host.spread - 2.3) < 1e-9 and host.stand_ins({8: 6.5, 9: 7.5}, [8, 9]) == {9: 7.5 * host.scale}
 
 
+def test_the_best_raced_configs_own_low_probe_puts_no_config_near_it_far_behind():
+    """On one H200 the MoE example at M = 32 read probes of about 1.9 times its configs' device time, but its best
+    raced config's 1.5 times; 17 configs within 1.05 of the best then stood in by their probe alone
+    (``benchmarks/results/session_h200_25``, call 4). The bar's reference is at least what a probe of the best's
+    time reads: that time over the median sample / probe."""
+    screen = ProbeScreen()
+    screen.probed({1: 0.088, 2: 0.13, 3: 0.14, 4: 0.2, 5: 0.21})
+    for probe, sample in ((0.088, 0.059), (0.13, 0.0598), (0.14, 0.0616), (0.2, 0.12), (0.21, 0.13)):
+        screen.raced(probe, sample)
+    assert abs(screen.scale - 0.6) < 1e-9 and not screen.host_bound  # device-bound: the plain bar
+    assert abs(screen.reference - 0.059 / 0.6) < 1e-9  # not its own probe, 0.088
+    later = {6: 0.14, 7: 0.2}  # 6 reads as config 3, whose sample was within 1.05 of the best's
+    screen.probed(later)
+    assert screen.far(later) == [6, 7]  # over 1.5x the fastest probe: candidates
+    assert screen.stand_ins(later, [6, 7]) == {7: 0.2 * 0.6}  # the bar 1.5 x 0.0983, not 1.5 x 0.088
+
+
 def test_a_fast_call_probed_in_one_call_is_never_far_behind():
     """One call suits a device-bound probe only: on one H200, fast calls probed in one call (after a slow config)
     read 1.15-1.67 times their device time, and were the probes of every near-best config screened by its probe

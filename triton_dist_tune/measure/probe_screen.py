@@ -12,7 +12,11 @@ constant cost on top: ``a D_x + h > 1.5 (a D_best + h)`` implies ``D_x > 1.5 D_b
 - **The reference is the probe of the best config raced** (the least screened time; the stage's configs under the
   bar are raced first, so that the first stage has one), not the fastest probe: a probe that misreads one config low
   no longer puts the rest behind (one MoE tuning on an H200 screened 89 of its 98 configs by their probe alone, a
-  misread fastest probe the likely cause).
+  misread fastest probe the likely cause). Nor may the best raced config's own probe put them behind by reading
+  low: the reference is at least what a probe of its time reads (:meth:`ProbeScreen.reference`). (On one H200, the
+  MoE example at M = 32: its best raced config's probe read 1.50 times its device time where the others' read 1.9
+  times, and 45 configs, 17 of them within 1.05 of the best, were screened by their probe alone; call 4 of
+  ``benchmarks/results/session_h200_25``.)
 - **Where probes read the host, the bar is measured.** Probes whose raced configs' samples read under
   :data:`HOST_BOUND` of them (the median) are mostly the host's time: a function of several launches per call, or of
   kernels of a few microseconds. (The figures this threshold was chosen on, on an H200: the MoE validation's 0.11-0.50
@@ -128,6 +132,15 @@ class ProbeScreen:
         ordered = sorted(self.first)
         return max(1.0, median(ordered) / ordered[max(0, math.ceil(SPREAD_QUANTILE * len(ordered)) - 1)])
 
+    @property
+    def reference(self) -> float:
+        """The probe the far-behind bar is a multiple of: the best raced config's probe, or what a probe of its
+        screened time reads (that time over :attr:`scale`) where its own probe read lower than that; 0 before any
+        config was raced."""
+        if self.best is None:
+            return 0.0
+        return max(self.best[1], self.best[0] / self.scale)
+
     def far(self, per_call: Mapping[int, float]) -> list[int]:
         """The configs of ``per_call`` (new probes, already :meth:`probed`) over :data:`FAR_BEHIND` times the
         fastest probe, but for :attr:`short` probes, ascending: the candidates, of which those over the bar once the
@@ -136,12 +149,12 @@ class ProbeScreen:
                 if self.fastest > 0 and per_call[i] > FAR_BEHIND * self.fastest and i not in self.short]
 
     def stand_ins(self, per_call: Mapping[int, float], candidates: Sequence[int]) -> dict[int, float]:
-        """Of the ``candidates`` (:meth:`far`), those over the bar (:data:`FAR_BEHIND` x :attr:`spread` x the best
-        raced config's probe), each with its stand-in time (its probe, scaled), ascending; the others are to be
-        raced: all of them before any config was raced, and in the first stage of host-bound probes."""
+        """Of the ``candidates`` (:meth:`far`), those over the bar (:data:`FAR_BEHIND` x :attr:`spread` x
+        :attr:`reference`), each with its stand-in time (its probe, scaled), ascending; the others are to be raced:
+        all of them before any config was raced, and in the first stage of host-bound probes."""
         if self.best is None or (self.stages == 1 and self.host_bound):
             return {}
-        bar, scale = FAR_BEHIND * self.spread * self.best[1], self.scale
+        bar, scale = FAR_BEHIND * self.spread * self.reference, self.scale
         chosen = {i: per_call[i] * scale for i in sorted(candidates) if per_call[i] > bar}
         self.indices.update(chosen)
         return chosen
