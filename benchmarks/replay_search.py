@@ -149,13 +149,15 @@ class NoiseModel:
 class ProbeModel:
     """How a replayed config's warm-up probe reads its recorded time, for a replay of the far-behind screening of one
     rank on a device clock (``--probes``): the time x (1 + U(0, ``misread``)), plus a host cost of ``host`` times the
-    landscape's best time x (1 + U(0, 0.1)), doubled on a ``stalled`` share of probes (a host stall). A ``one_call``
+    landscape's best time x (1 + U(0, ``host_spread``)), doubled on a ``stalled`` share of probes (a host stall). A
+    ``one_call``
     share of probes time one call; such a probe of a fast call (under ``fast`` times the best) reads a further
     ``x (1 + U(short_extra))`` and is ``short`` (``ProbeScreen.short``) where ``short_rule`` holds."""
 
     name: str
     misread: float = 0.0
     host: float = 0.0
+    host_spread: float = 0.1
     stalled: float = 0.0
     one_call: float = 0.0
     fast: float = 0.0
@@ -163,7 +165,7 @@ class ProbeModel:
     short_rule: bool = True
 
     def draw(self, rng: random.Random, time: float, best: float) -> tuple[float, bool]:
-        host = self.host * best * (1 + 0.1 * rng.random()) * (2.0 if rng.random() < self.stalled else 1.0)
+        host = self.host * best * (1 + self.host_spread * rng.random()) * (2.0 if rng.random() < self.stalled else 1.0)
         value = time * (1 + self.misread * rng.random()) + host
         short = self.one_call > 0 and rng.random() < self.one_call and time < self.fast * best
         if short:
@@ -178,8 +180,12 @@ class ProbeModel:
 #: the best: 0.5 ms against the GEMM's 0.22 ms best at M = 4096) reading 1.15-1.67 times high (call 6 of
 #: ``results/session_h200_24``: 1.15-1.67 by shape, median), and ruled ``short``; ``onecall_norule``: the same probes,
 #: and no rule (the screening before 2c47a48)
+#: ``hostjitter``: probes that read the host's launch, in a wide range, on top of a device-bound share: the MoE example
+#: at M = 32 (call 4 of ``results/session_h200_25``: three-call probes 1.51-2.37 times the device time, 10-90%, and
+#: samples 0.51-0.61 of their probes, either side of ``HOST_BOUND``)
 _ONE_CALL = {"misread": 0.05, "one_call": 0.5, "fast": 2.5, "short_extra": (0.15, 0.67)}
 PROBE_MODELS = {m.name: m for m in (ProbeModel("device", misread=0.05), ProbeModel("host", host=2.0, stalled=1 / 6),
+                                    ProbeModel("hostjitter", misread=0.05, host=0.45, host_spread=2.0),
                                     ProbeModel("onecall", **_ONE_CALL),
                                     ProbeModel("onecall_norule", short_rule=False, **_ONE_CALL))}
 
@@ -305,7 +311,8 @@ def main() -> None:
              "Models: " + "; ".join(f"{m.name}: Gaussian {m.sigma:.0%}" + (f", {m.spiked:.0%} of samples x "
                                     f"(1 + U({m.spike_low}, {m.spike_high}))" if m.spiked else "") for m in models),
              *(["", f"The far-behind screening replayed (one rank, a device clock), probes drawn as {probes.name}: a "
-                    f"config's time x (1 + U(0, {probes.misread})) + {probes.host} x the best time x (1 + U(0, 0.1)), "
+                    f"config's time x (1 + U(0, {probes.misread})) + {probes.host} x the best time x "
+                    f"(1 + U(0, {probes.host_spread})), "
                     f"doubled on {probes.stalled:.0%} of probes"
                     + (f"; {probes.one_call:.0%} of probes one call, those of configs under {probes.fast}x the best "
                        f"x (1 + U{probes.short_extra}), ruled short: {probes.short_rule}" if probes.one_call else "")]
