@@ -39,7 +39,7 @@ from ..measure.budget import LEFT_OUT
 from ..measure.lockstep import Measurer, Todo
 from ..measure.noise import NoiseEstimate, central
 from ..measure.race import Race, RacePlan
-from ..measure.search import PatternSearch, SearchPlan
+from ..measure.search import RESAMPLE_REASONS, PatternSearch, SearchPlan
 from ..measure.surrogate import AdditiveModel
 from ..measure.warm_order import DEFERRED
 from ..records import Decision, Outcome
@@ -73,6 +73,8 @@ class SearchRecord:
     seconds: float = 0.0
     #: screening samples taken again (a config whose place the noise left uncertain)
     resampled: int = 0
+    #: the same by the rule that asked for them (:attr:`~triton_dist_tune.measure.search.PatternSearch.again`)
+    again: dict[str, int] = field(default_factory=dict)
     #: configs screened by their warm-up probe alone (far behind the fastest probe)
     probed: int = 0
     noise: NoiseEstimate | None = None
@@ -98,7 +100,8 @@ class SearchRecord:
         """One line: how much of the space was screened, and the noise the screening measured."""
         total = len({i for stage in self.stages for i in stage}) - self.left_out - self.outlasted
         resumed = f" ({self.resumed} from the journal)" if self.resumed else ""
-        again = f", {self.resampled} sampled again" if self.resampled else ""
+        why = ", ".join(f"{n} {reason}" for reason, n in self.again.items())
+        again = f", {self.resampled} sampled again" + (f" ({why})" if why else "") if self.resampled else ""
         again += f", {self.probed} screened by their probe alone" if self.probed else ""
         again += f", {self.ahead} compiled ahead ({self.ahead_screened} of them screened)" if self.ahead else ""
         again += f", {self.deferred} deferred to a later stage while they compiled" if self.deferred else ""
@@ -266,6 +269,7 @@ class Searched:
                 batch, deferred = deferred + [i for i in batch if i not in deferred], []
         watch.rounds = "race"
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
+        self.record.again = {reason: search.again[reason] for reason in RESAMPLE_REASONS if reason in search.again}
         self.record.probed = len(measurer.probes.indices)
         self.record.paused = measurer.pauses - pauses
         self.record.ahead, self.record.ahead_screened = len(self.ahead), len(self.ahead & set(history))

@@ -82,6 +82,14 @@ SEARCH_ABOVE = 64
 TIE_BLOCKS = 2
 
 
+#: the rules of step 4 that take a config's sample again, in order, as the logs name them (:attr:`PatternSearch.again`):
+#: the noise's first pairs, the best (the reference), then samples that disagree beyond the noise, an estimate within
+#: the noise band of the best, a rise above a finalist's neighbour beyond the landscape's steps, a config next to a
+#: finalist once a spike was seen, and the model's outliers
+RESAMPLE_REASONS = ("noise pairs", "the best", "disagreeing", "within the band", "steps",
+                    "next to a finalist after a spike", "model outliers")
+
+
 @dataclass(frozen=True)
 class SearchPlan:
     """How a search runs; identical on every rank."""
@@ -165,6 +173,8 @@ class PatternSearch:
         self.checks = 0
         #: second and later screening samples proposed so far
         self.resampled = 0
+        #: the same by the rule of step 4 that asked for them (:data:`RESAMPLE_REASONS`), for the logs
+        self.again: dict[str, int] = {}
         #: the noise of one screening sample, as last estimated (None: no config screened twice yet)
         self.noise: NoiseEstimate | None = None
         #: the configs never to sample again (:meth:`next`'s ``bounded``)
@@ -248,43 +258,53 @@ class PatternSearch:
         # the noise's first pairs: the best few; then the best, the reference the others are compared with
         batch = [i for i in ranked[:plan.noise_pairs if pairs < plan.noise_pairs else 1]
                  if count[i] < 2 and i not in self.bounded]
+        reasons = dict.fromkeys(batch, RESAMPLE_REASONS[0 if pairs < plan.noise_pairs else 1])
         self.noise = post.noise
         if self.noise is not None and not batch:
-            batch = self._uncertain(ranked, post, history, self.noise.sigma)
+            reasons = self._uncertain(ranked, post, history, self.noise.sigma)
+            batch = list(reasons)
         batch = batch[:allowed]
         self.resampled += len(batch)
+        for i in batch:
+            self.again[reasons[i]] = self.again.get(reasons[i], 0) + 1
         return batch
 
     def _uncertain(self, ranked: list[int], post: Posterior, history: Mapping[int, list[float] | None],
-                   sigma: float) -> list[int]:
+                   sigma: float) -> dict[int, str]:
         """The configs that could still be the best within the noise (step 4), best first: those whose samples
         disagree beyond the noise (one of them spiked: a third settles it); outside the finalists, those whose
         estimate lies within the noise band of the best; those next to a finalist that rise above their best
         neighbour beyond the landscape's steps; and, once two samples of one config have read further apart than
-        Gaussian noise explains (:meth:`_spiked`), every config next to a finalist sampled once."""
+        Gaussian noise explains (:meth:`_spiked`), every config next to a finalist sampled once. Each with the first
+        rule that asked for it (:data:`RESAMPLE_REASONS`), in that order."""
         plan = self.plan
         logs = {i: [math.log(t) for t in history[i] or () if t > 0] for i in ranked}
         estimate = {i: math.log(t) for i in ranked if logs[i] and (t := post.times[i]) is not None and t > 0}
         ranked = [i for i in ranked if i in estimate]
         if not ranked:
-            return []
+            return {}
         best = ranked[0]
 
         def width(i: int) -> float:  # the band: ``band`` deviations of the difference of two estimates
             return plan.band * math.sqrt(post.variance.get(i, sigma ** 2) + post.variance.get(best, sigma ** 2))
 
         open_ = [i for i in ranked if len(logs[i]) < plan.max_samples and i not in self.bounded]
-        batch = [i for i in open_ if len(logs[i]) >= 2 and max(logs[i]) - min(logs[i]) > plan.band * sigma * SQRT2
-                 and min(logs[i]) - estimate[best] < width(i)]
+        disagree = [i for i in open_ if len(logs[i]) >= 2 and max(logs[i]) - min(logs[i]) > plan.band * sigma * SQRT2
+                    and min(logs[i]) - estimate[best] < width(i)]
         finalists = set(ranked[:plan.finalists])
-        outside = [i for i in open_ if i not in finalists and i not in batch]
-        batch += [i for i in outside if estimate[i] - estimate[best] < width(i)]
-        batch += [i for i in self._jumps(ranked, estimate, finalists, sigma) if i in outside and i not in batch]
-        if self._spiked(logs, sigma):  # the noise has a tail: a config next to a finalist may hide behind a spike
-            batch += [i for i in outside if len(logs[i]) == 1 and i not in batch
-                      and any(j in finalists for j in self.grid.rings(i)[0])]
-        batch += [i for i in self._outliers(outside, logs, post, ranked, sigma) if i not in batch]
-        return sorted(dict.fromkeys(batch), key=lambda i: (estimate[i], i))
+        outside = [i for i in open_ if i not in finalists and i not in disagree]
+        spiked = self._spiked(logs, sigma)  # the noise has a tail: a config next to a finalist may hide behind a spike
+        asked = zip(RESAMPLE_REASONS[2:], (
+            disagree,
+            [i for i in outside if estimate[i] - estimate[best] < width(i)],
+            [i for i in self._jumps(ranked, estimate, finalists, sigma) if i in outside],
+            [i for i in outside if spiked and len(logs[i]) == 1 and any(j in finalists for j in self.grid.rings(i)[0])],
+            self._outliers(outside, logs, post, ranked, sigma)), strict=True)
+        reasons: dict[int, str] = {}
+        for reason, configs in asked:
+            for i in configs:
+                reasons.setdefault(i, reason)
+        return {i: reasons[i] for i in sorted(reasons, key=lambda i: (estimate[i], i))}
 
     def _outliers(self, outside: list[int], logs: Mapping[int, list[float]], post: Posterior, ranked: list[int],
                   sigma: float) -> list[int]:
