@@ -6,8 +6,11 @@ Launch: ``python benchmarks/bench_fidelity.py --out DIR [--phases compile,tune,c
 Regime. Every figure of choice quality here is judged against a **sustained oracle**: the device never idles
 between configs; in each of 8 shuffled rounds (``--oracle-rounds``) every candidate config runs ~100 ms of its own
 calls (untimed), then a ~250 ms window of its calls timed with device events, with no synchronize between configs
-(one per round). A
-config's score is the median over the rounds of its window's time relative to the round's median candidate (so a
+(one per round). Eight rounds cannot judge a bar of 1%: on one H200 their halves disagreed by up to 2.3-25.7% (the
+largest over the shapes) in each of the four 8-round runs of the twenty-fourth and twenty-fifth sessions, and two
+configs 8 rounds put 2.3% apart read 0.43% apart over 16 (``results/session_h200_25``, calls 1 and 3); judge that
+bar with ``--oracle-rounds 14`` or more (14 rounds, all 8 shapes, 3 tunings: 326 s on one H200). A config's score
+is the median over the rounds of its window's time relative to the round's median candidate (so a
 drift of the machine between rounds, e.g. the host's speed at host-bound shapes, cancels out); its ratio is its
 score over the best score. Repeatability: the same computed from the even rounds and from the odd rounds (two
 independent 4-round oracles): their largest disagreement on a ratio, whether they agree on the best, and the worst
