@@ -2,7 +2,9 @@
 per shape, each probe over the config's device time in the corpus (its ratio times the corpus best's ms), split by
 the probe's calls (one call when the config warmed up before it took ``timing.PROBE_ONE_CALL_MS`` or more per call,
 else ``timing.PROBE_CALLS``), and the near-best configs (within ``--near`` of the corpus's best) that a tuning
-screened by their probe alone.
+screened by their probe alone. Where the rows hold the screening samples too (``samples``), each tuning's batches
+whose samples read, at the median, more than ``--phase`` apart from the tuning's median of sample / device time: a
+phase of the machine (a whole batch off) rather than a config's own mode (single samples off).
 
 Usage: ``python3 benchmarks/probe_report.py --corpus benchmarks/results/corpus FILE.json [...]``
 """
@@ -34,7 +36,28 @@ def quantiles(values: list[float]) -> str:
     return f"n={len(v)} median {at(0.5):.2f} (10% {at(0.1):.2f}, 90% {at(0.9):.2f}, max {v[-1]:.2f})"
 
 
-def report(path: Path, known: dict[str, Any], near: float) -> None:
+def batch_phases(samples: list[list[Any]], device: dict[str, float], apart: float) -> dict[str, Any]:
+    """Of a tuning's screening samples ([text, ms, batch, seconds, place]), the median sample / device time and the
+    batches (of 3 samples or more) whose own median reads more than ``apart`` from it: {"median", "off": [(batch,
+    its median over the tuning's, samples)]}; {} without samples."""
+    ratios = defaultdict(list)
+    for text, ms, batch, *_ in samples:
+        if ms and text in device:
+            ratios[batch].append(ms / device[text])
+    every = sorted(r for values in ratios.values() for r in values)
+    if not every:
+        return {}
+    middle = every[len(every) // 2]
+    off = []
+    for batch in sorted(ratios):
+        values = sorted(ratios[batch])
+        own = values[len(values) // 2] / middle
+        if len(values) >= 3 and abs(own - 1) > apart:
+            off.append((batch, own, len(values)))
+    return {"median": middle, "off": off}
+
+
+def report(path: Path, known: dict[str, Any], near: float, phase: float) -> None:
     data = json.loads(path.read_text())
     by_m: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for row in data["rows"]:
@@ -61,6 +84,12 @@ def report(path: Path, known: dict[str, Any], near: float) -> None:
               f"{quantiles(split[1])}; {CALLS}-call probes {quantiles(split[CALLS])}")
         if gaps:
             print(f"  host ms between one config's warm-up and the next: {quantiles(gaps)}")
+        for row in rows:
+            phases = batch_phases(row.get("samples", []), device, phase)
+            if phases.get("off"):
+                off = ", ".join(f"batch {b} x{r:.3f} (n={n})" for b, r, n in phases["off"])
+                print(f"  tuning {row['tuning']}: batches read apart from its median sample / device time "
+                      f"{phases['median']:.3f}: {off}")
         stand_ins = sum(len(r["probed"]) for r in rows)
         print(f"  screened by their probe alone: {stand_ins} in {len(rows)} tunings; within {near} of the corpus best: "
               f"{len(lost)}" + (": " + "; ".join(lost) if lost else ""))
@@ -70,11 +99,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus", type=Path, required=True)
     p.add_argument("--near", type=float, default=1.05)
+    p.add_argument("--phase", type=float, default=0.05, help="a batch this far off the tuning's median is a phase")
     p.add_argument("files", nargs="+", type=Path)
     args = p.parse_args()
     known = landscapes(args.corpus)
     for path in args.files:
-        report(path, known, args.near)
+        report(path, known, args.near, args.phase)
     return 0
 
 

@@ -38,12 +38,31 @@ from replay_search import landscapes  # noqa: E402
 #: warmed up before it, which sets the probe's calls, this probe's time per call, the host's seconds since the
 #: previous config's warm-up ended, this warm-up's seconds); filled by :func:`record_probes`
 PROBES: list[tuple[int, float, float | None, float | None, float]] = []
+#: every screening sample of the tuning running now, batch by batch (a stage's new configs, or its configs sampled
+#: again): (config index, its time per call or None for a failure, the batch's number from 0, seconds from the
+#: tuning's first batch to this one's start, its place in the batch's measurement order); filled by
+#: :func:`record_probes`
+SAMPLES: list[tuple[int, float | None, int, float, int | None]] = []
+#: when each batch of screening samples of the tuning running now began (``time.perf_counter``)
+BATCHES: list[float] = []
 
 
 def record_probes() -> None:
-    """Record every config's warm-up probe (``--record-probes``): wraps the measurer's warm-up of one config."""
+    """Record every config's warm-up probe (``--record-probes``): wraps the measurer's warm-up of one config; and
+    every screening sample with its batch, when the batch began and its place in the batch's measurement order (a
+    phase of the machine shows as a run of samples in that order, a config's own mode does not)."""
+    from triton_dist_tune.function.searched import Searched
     from triton_dist_tune.measure.lockstep import Measurer
-    warm = Measurer._warm
+    warm, screened, lockstep = Measurer._warm, Searched._screened, Measurer.lockstep
+
+    def measured(self: Any, *args: Any, **kwargs: Any) -> Any:
+        BATCHES.append(time.perf_counter())
+        return lockstep(self, *args, **kwargs)
+
+    def sampled(self: Any, outcome: Any, history: Any, outcomes: Any) -> None:
+        SAMPLES.append((outcome.index, outcome.time if outcome.usable else None, len(BATCHES) - 1,
+                        BATCHES[-1] - BATCHES[0], outcome.order[-1] if outcome.order else None))
+        screened(self, outcome, history, outcomes)
 
     ended = [0.0]  # when the last warm-up ended
 
@@ -55,7 +74,7 @@ def record_probes() -> None:
         PROBES.append((index, previous_ms, got[0], gap, ended[0] - began))
         return got
 
-    Measurer._warm = recorded
+    Measurer._warm, Measurer.lockstep, Searched._screened = recorded, measured, sampled
 
 
 def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:
@@ -66,6 +85,8 @@ def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:
     their probe alone."""
     os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="decisions_", dir=bs.BASE)
     PROBES.clear()
+    SAMPLES.clear()
+    BATCHES.clear()
     tuned = space.ours(kernel, name, None)
     bs.sync()
     t0 = time.perf_counter()
@@ -93,6 +114,7 @@ def tune_once(space: Any, kernel: Any, st: Any, name: str) -> dict[str, Any]:
            "breakdown": spent, "raced": raced, "rounds": rounds, "probed": probed}
     if PROBES:
         got["probes"] = [[text_of(i), previous, ms, gap, took] for i, previous, ms, gap, took in PROBES]
+        got["samples"] = [[text_of(i), ms, batch, at, place] for i, ms, batch, at, place in SAMPLES]
     return got
 
 
@@ -201,7 +223,7 @@ def main() -> int:
                          "best_sampled": best in screened and best not in got["probed"],
                          "clock": got["decision"].get("clock"), "breakdown": got["breakdown"],
                          "screened": screened, "raced": got["raced"], "rounds": got["rounds"],
-                         "probed": got["probed"], **({"probes": got["probes"]} if "probes" in got else {})})
+                         "probed": got["probed"], **{k: got[k] for k in ("probes", "samples") if k in got}})
             bs.say(f"{args.family} M={m} tuning {t}: {got['choice']} ratio {ratio} in {got['seconds']:.2f} s; "
                    f"{got['decision'].get('search')}; {got['breakdown']}")
         if args.judge_here and land:

@@ -123,3 +123,63 @@ def test_validate_search_judges_the_choices_on_this_host_beside_the_corpuss_best
     assert min(here["ratios"].values()) == 1.0
     for got in judged["rows"]:
         assert got["ratio"] == ratios[got["choice"]] and got["ratio_here"] == here["ratios"][got["choice"]]
+
+
+
+def test_validate_search_records_every_probe_and_every_screening_sample_with_its_place(tmp_path, monkeypatch):
+    """``validate_search.py --record-probes``: every warm-up probe, and every screening sample with when its stage
+    ended and its place in the stage's measurement order, so that a run of fast or slow samples (a phase of the
+    machine) can be told from a config's own mode (``benchmarks/results/session_h200_25``: nine MoE configs read 10%
+    fast in one tuning, and the rows could not say when). On CPU, in this process: a 100-config function searched
+    on one rank."""
+    import re
+    import time
+
+    import torch
+    import validate_search
+
+    import triton_dist_tune as tdt
+    from triton_dist_tune.function.searched import Searched
+    from triton_dist_tune.measure.lockstep import Measurer
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    for cls, name in ((Searched, "_screened"), (Measurer, "_warm"), (Measurer, "lockstep")):
+        monkeypatch.setattr(cls, name, getattr(cls, name))  # the wraps undone after the test
+    validate_search.record_probes()
+
+    @tdt.autotune([{"a": a, "b": b} for a in range(10) for b in range(10)], key_fn=lambda x: x.numel())
+    def spin(x, *, a, b):  # a bowl: 10 us at (3, 6), 10 us more per step away
+        began = time.perf_counter()
+        while time.perf_counter() - began < 1e-5 * (1 + abs(a - 3) + abs(b - 6)):
+            pass
+        return x
+
+    for recorded in (validate_search.PROBES, validate_search.SAMPLES, validate_search.BATCHES):
+        recorded.clear()
+    spin(torch.ones(4))
+    decision = next(iter(spin.tuner.decisions.values()))
+    assert re.match(r"search: \d+ of 100 configs screened", decision.search or ""), decision.search
+    screened = {o.index for o in decision.outcomes if o.state != "pruned"}
+    assert {i for i, *_ in validate_search.PROBES} == screened  # every config screened was warmed up once
+    samples = validate_search.SAMPLES
+    assert {i for i, *_ in samples} == screened and all(ms > 0 for _, ms, *_ in samples)
+    batches: dict[int, list[int]] = {}
+    for _, _, batch, _, place in samples:
+        batches.setdefault(batch, []).append(place)
+    assert len(batches) >= 2 and all(sorted(places) == list(range(len(places))) for places in batches.values())
+    starts = {batch: at for _, _, batch, at, _ in samples}
+    assert starts[min(starts)] == 0.0 and [starts[b] for b in sorted(starts)] == sorted(starts.values())
+
+
+def test_probe_report_tells_a_batch_read_apart_from_single_samples_read_apart():
+    """``probe_report.py``'s reading of the recorded screening samples: a whole batch 10% fast is a phase of the
+    machine and is named; one config read 10% fast in a batch of usual reads is not."""
+    import probe_report
+
+    device = {f"c{i}": 1.0 + 0.1 * i for i in range(12)}
+    samples = [[f"c{i}", device[f"c{i}"] * (0.9 if i == 5 else 1.0), 0, 0.0, i] for i in range(8)]  # one fast
+    samples += [[f"c{i}", device[f"c{i}"] * 0.9, 1, 0.2, i - 8] for i in range(8, 12)]  # a fast batch
+    samples += [[f"c{i}", device[f"c{i}"], 2, 0.3, i] for i in range(4)]
+    got = probe_report.batch_phases(samples, device, 0.05)
+    assert got["median"] == 1.0 and [(b, round(r, 3), n) for b, r, n in got["off"]] == [(1, 0.9, 4)]
+    assert probe_report.batch_phases([], device, 0.05) == {}
