@@ -126,42 +126,44 @@ def test_validate_search_judges_the_choices_on_this_host_beside_the_corpuss_best
 
 
 
-def test_validate_search_records_every_probe_and_every_screening_sample_with_its_place(tmp_path, monkeypatch):
-    """``validate_search.py --record-probes``: every warm-up probe, and every screening sample with when its stage
-    ended and its place in the stage's measurement order, so that a run of fast or slow samples (a phase of the
-    machine) can be told from a config's own mode (``benchmarks/results/session_h200_25``: nine MoE configs read 10%
-    fast in one tuning, and the rows could not say when). On CPU, in this process: a 100-config function searched
-    on one rank."""
-    import re
-    import time
+def test_validate_search_records_every_probe_and_every_screening_sample_with_its_place(tmp_path):
+    """``validate_search.py --record-probes``: every warm-up probe, and every screening sample with its batch, when
+    the batch began and its place in the batch's measurement order, so that a run of fast or slow samples (a phase
+    of the machine) can be told from a config's own mode (``benchmarks/results/session_h200_25``: nine MoE configs
+    read 10% fast in one tuning, and the rows could not say when). On CPU, in a process of its own (importing the
+    script sets fresh folders for the process): a 100-config function searched on one rank."""
+    import os
+    import subprocess
 
-    import torch
-    import validate_search
+    script = tmp_path / "record.py"
+    script.write_text(f"""
+import json, sys, time
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+import validate_search
+import torch
+import triton_dist_tune as tdt
+validate_search.record_probes()
 
-    import triton_dist_tune as tdt
-    from triton_dist_tune.function.searched import Searched
-    from triton_dist_tune.measure.lockstep import Measurer
+@tdt.autotune([{{"a": a, "b": b}} for a in range(10) for b in range(10)], key_fn=lambda x: x.numel())
+def spin(x, *, a, b):  # a bowl: 10 us at (3, 6), 10 us more per step away
+    began = time.perf_counter()
+    while time.perf_counter() - began < 1e-5 * (1 + abs(a - 3) + abs(b - 6)):
+        pass
+    return x
 
-    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
-    for cls, name in ((Searched, "_screened"), (Measurer, "_warm"), (Measurer, "lockstep")):
-        monkeypatch.setattr(cls, name, getattr(cls, name))  # the wraps undone after the test
-    validate_search.record_probes()
-
-    @tdt.autotune([{"a": a, "b": b} for a in range(10) for b in range(10)], key_fn=lambda x: x.numel())
-    def spin(x, *, a, b):  # a bowl: 10 us at (3, 6), 10 us more per step away
-        began = time.perf_counter()
-        while time.perf_counter() - began < 1e-5 * (1 + abs(a - 3) + abs(b - 6)):
-            pass
-        return x
-
-    for recorded in (validate_search.PROBES, validate_search.SAMPLES, validate_search.BATCHES):
-        recorded.clear()
-    spin(torch.ones(4))
-    decision = next(iter(spin.tuner.decisions.values()))
-    assert re.match(r"search: \d+ of 100 configs screened", decision.search or ""), decision.search
-    screened = {o.index for o in decision.outcomes if o.state != "pruned"}
-    assert {i for i, *_ in validate_search.PROBES} == screened  # every config screened was warmed up once
-    samples = validate_search.SAMPLES
+spin(torch.ones(4))
+decision = next(iter(spin.tuner.decisions.values()))
+print(json.dumps({{"search": decision.search, "probes": validate_search.PROBES, "samples": validate_search.SAMPLES,
+                  "screened": [o.index for o in decision.outcomes if o.state != "pruned"]}}))
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "HOME": str(tmp_path / "home")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["search"].startswith("search: ") and " of 100 configs screened" in got["search"], got["search"]
+    screened = set(got["screened"])
+    assert {i for i, *_ in got["probes"]} == screened  # every config screened was warmed up once
+    samples = got["samples"]
     assert {i for i, *_ in samples} == screened and all(ms > 0 for _, ms, *_ in samples)
     batches: dict[int, list[int]] = {}
     for _, _, batch, _, place in samples:
