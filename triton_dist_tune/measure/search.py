@@ -294,11 +294,13 @@ class PatternSearch:
         finalists = set(ranked[:plan.finalists])
         outside = [i for i in open_ if i not in finalists and i not in disagree]
         spiked = self._spiked(logs, sigma)  # the noise has a tail: a config next to a finalist may hide behind a spike
+        near_finalist = [i for i in outside if len(logs[i]) == 1
+                         and any(j in finalists for j in self.grid.rings(i)[0])] if spiked else []
         asked = zip(RESAMPLE_REASONS[2:], (
             disagree,
             [i for i in outside if estimate[i] - estimate[best] < width(i)],
             [i for i in self._jumps(ranked, estimate, finalists, sigma) if i in outside],
-            [i for i in outside if spiked and len(logs[i]) == 1 and any(j in finalists for j in self.grid.rings(i)[0])],
+            near_finalist,
             self._outliers(outside, logs, post, ranked, sigma)), strict=True)
         reasons: dict[int, str] = {}
         for reason, configs in asked:
