@@ -20,8 +20,9 @@ Method (leave one family out, as Kernel Tuner's authors judge strategies):
 Launch: ``python benchmarks/replay_search.py benchmarks/results/corpus/*.json [--seeds 10]
 [--noise-models gauss2,gauss10] [--jobs 2] [--out benchmarks/results/corpus/replay.md]``; ``--default-only``
 replays the default plan alone (the 20-seed figures of docs/search.md: ``--seeds 20 --jobs 2 --default-only``);
-``--probes device|host|onecall|onecall_norule`` replays the far-behind screening too (one rank on a device clock),
-probes drawn so (``PROBE_MODELS``).
+``--probes device|host|hostjitter|hostwide|onecall|onecall_norule`` replays the far-behind screening too (one rank
+on a device clock), probes drawn so (``PROBE_MODELS``); each cell then also counts the configs within ``NEAR`` (1.05)
+of the best that were screened by their probe alone.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ class Landscape:
     ratios: list[float]
 
 
+#: a config this close to the best counts as near-best in :attr:`Score.near_stand_ins`
+NEAR = 1.05
+
+
 @dataclass
 class Score:
     """A plan's replays over some landscapes: each run's best finalist / best, and configs screened."""
@@ -67,10 +72,12 @@ class Score:
     fraction: list[float] = field(default_factory=list)
     #: samples taken (a config sampled twice counts twice), as a share of the space
     samples: list[float] = field(default_factory=list)
+    #: configs within :data:`NEAR` of the best screened by their probe alone (probed, never sampled), per run
+    near_stand_ins: list[int] = field(default_factory=list)
 
     def add(self, other: Score) -> Score:
         return Score(self.found + other.found, self.screened + other.screened, self.fraction + other.fraction,
-                     self.samples + other.samples)
+                     self.samples + other.samples, self.near_stand_ins + other.near_stand_ins)
 
     @property
     def misses(self) -> int:
@@ -82,8 +89,10 @@ class Score:
     def text(self) -> str:
         n = len(self.found)
         sampled = f" ({statistics.mean(self.samples):.1%} in samples)" if self.samples else ""
+        near = (f", {sum(self.near_stand_ins)} within {NEAR} of the best screened by their probe alone"
+                if self.near_stand_ins else "")
         return (f"{self.misses}/{n} miss ({100 * self.misses / n:.1f}%), worst {max(self.found):.3f}, "
-                f"{statistics.mean(self.fraction):.1%} screened{sampled}")
+                f"{statistics.mean(self.fraction):.1%} screened{sampled}{near}")
 
 
 def landscapes(folder: Path) -> dict:
@@ -183,9 +192,12 @@ class ProbeModel:
 #: ``hostjitter``: probes that read the host's launch, in a wide range, on top of a device-bound share: the MoE example
 #: at M = 32 (call 4 of ``results/session_h200_25``: three-call probes 1.51-2.37 times the device time, 10-90%, and
 #: samples 0.51-0.61 of their probes, either side of ``HOST_BOUND``)
+#: ``hostwide``: the same shape a session later (call 1 of ``results/session_h200_26``): samples 0.60-0.65 of their
+#: probes (device-bound by ``HOST_BOUND``), probes 1.33-2.23 times the device time (10-90%), up to 3.34
 _ONE_CALL = {"misread": 0.05, "one_call": 0.5, "fast": 2.5, "short_extra": (0.15, 0.67)}
 PROBE_MODELS = {m.name: m for m in (ProbeModel("device", misread=0.05), ProbeModel("host", host=2.0, stalled=1 / 6),
                                     ProbeModel("hostjitter", misread=0.05, host=0.45, host_spread=2.0),
+                                    ProbeModel("hostwide", misread=0.05, host=0.3, host_spread=3.0, stalled=0.05),
                                     ProbeModel("onecall", **_ONE_CALL),
                                     ProbeModel("onecall_norule", short_rule=False, **_ONE_CALL))}
 
@@ -215,20 +227,28 @@ def replay(plan: SearchPlan, land: Landscape, seeds: int, noise: NoiseModel, pro
     for seed in range(seeds):
         rng = random.Random(f"{land.name}/{seed}/{noise.name}")
         taken, phase = [0], [1.0]
+        probed: set[int] = set()
+        sampled: set[int] = set()
 
         def time_of(i: int) -> float:
             taken[0] += 1
+            sampled.add(i)
             if noise.drift and rng.random() < 1 / PHASE_SAMPLES:
                 phase[0] = 1 + rng.uniform(0.05, noise.drift) if rng.random() < 0.4 else 1.0
             return phase[0] * noise.draw(rng, land.ratios[i], i in unstable)
 
-        probe_of = None if probes is None else (lambda i: probes.draw(rng, land.ratios[i], best))
+        def probe_of(i: int) -> tuple[float, bool]:
+            probed.add(i)
+            return probes.draw(rng, land.ratios[i], best)  # type: ignore[union-attr]
+
         finalists, times = simulate(land.configs, range(len(land.configs)), replace(plan, seed=f"k{seed}"), time_of,
-                                    probe_of=probe_of)
+                                    probe_of=None if probes is None else probe_of)
         score.found.append(min(land.ratios[i] for i in finalists) / best)
         score.screened.append(len(times))
         score.fraction.append(len(times) / len(land.configs))
         score.samples.append(taken[0] / len(land.configs))
+        if probes is not None:
+            score.near_stand_ins.append(sum(land.ratios[i] <= NEAR * best for i in probed - sampled))
     return score
 
 
