@@ -655,6 +655,27 @@ def test_where_probes_read_their_configs_unlike_a_device_bound_bar_widens_by_the
     assert screen.stand_ins(near, [20, 21]) == {21: near[21] * screen.scale}  # the bar 1.5 x 1.36 x the reference
 
 
+def test_a_fast_call_probed_in_one_call_widens_no_bar():
+    """A fast call probed in one call reads the host's launch on top: on one H200 the MoE example's first stage at
+    M = 512 / 1024 read 4-9 such ratios of sample to probe of 0.52-0.78 beside 0.77-0.85 for three-call probes, and
+    they widened the bar's spread from 1.11-1.24 to 1.29-1.46 (``benchmarks/results/session_h200_26``, call 2). Such a
+    probe is never judged by the bar, so it counts in neither the spread nor the scale."""
+    screen = ProbeScreen()
+    first = {i: 0.1 for i in range(10)}  # ten three-call probes of 0.1 ms ...
+    first.update({10: 0.16, 11: 0.17})  # ... and two fast calls probed once, after a slow config
+    screen.short.update({10, 11})
+    screen.probed(first)
+    for i in range(10):
+        screen.raced(0.1, 0.08 + 0.0005 * i, i)
+    screen.raced(0.16, 0.078, 10)  # the best sample, read 0.49 of its probe
+    screen.raced(0.17, 0.085, 11)
+    assert abs(screen.scale - 0.8225) < 1e-9 and abs(screen.spread - 0.8225 / 0.8) < 1e-9  # not 0.8225 / 0.49
+    assert abs(screen.reference - 0.078 / 0.8225) < 1e-9  # the best's time over the scale, not its own probe
+    later = {20: 0.16, 21: 0.14}
+    screen.probed(later)
+    assert screen.stand_ins(later, [20, 21]) == {20: 0.16 * screen.scale}  # the bar 1.5 x 1.03 x 0.095 = 0.146
+
+
 def test_a_fast_call_probed_in_one_call_is_never_far_behind():
     """One call suits a device-bound probe only: on one H200, fast calls probed in one call (after a slow config)
     read 1.15-1.67 times their device time, and were the probes of every near-best config screened by its probe

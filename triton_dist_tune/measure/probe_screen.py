@@ -110,14 +110,22 @@ class ProbeScreen:
         if positive:
             self.fastest = min([self.fastest, *positive]) if self.fastest > 0 else min(positive)
 
-    def raced(self, probe: float, sample: float) -> None:
-        """Note a config raced after its probe: its probe and its screened time, ms per call."""
-        if probe > 0 and sample > 0:
+    def raced(self, probe: float, sample: float, index: int | None = None) -> None:
+        """Note a config raced after its probe: its probe and its screened time, ms per call. A :attr:`short` probe
+        (config ``index``) reads the host's launch on top and is never judged by the bar: its ratio of sample to
+        probe counts neither in :attr:`scale` nor in :attr:`spread` (on one H200, the MoE example's first stage at
+        M = 512 / 1024 read 4-9 such ratios of 0.52-0.78 beside 0.77-0.85 for three-call probes, and they widened
+        the spread from 1.11-1.24 to 1.29-1.46; call 2 of ``benchmarks/results/session_h200_26``), and a probe of
+        its time reads what :attr:`scale` says."""
+        if probe <= 0 or sample <= 0:
+            return
+        short = index is not None and index in self.short
+        if not short:
             self.ratios.append(sample / probe)
             if self.stages == 1:
                 self.first.append(sample / probe)
-            if self.best is None or sample < self.best[0]:
-                self.best = (sample, probe)
+        if self.best is None or sample < self.best[0]:
+            self.best = (sample, 0.0 if short else probe)
 
     @property
     def scale(self) -> float:
@@ -141,8 +149,8 @@ class ProbeScreen:
     @property
     def reference(self) -> float:
         """The probe the far-behind bar is a multiple of: the best raced config's probe, or what a probe of its
-        screened time reads (that time over :attr:`scale`) where its own probe read lower than that; 0 before any
-        config was raced."""
+        screened time reads (that time over :attr:`scale`) where its own probe read lower than that or was
+        :attr:`short`; 0 before any config was raced."""
         if self.best is None:
             return 0.0
         return max(self.best[1], self.best[0] / self.scale)

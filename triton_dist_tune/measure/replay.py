@@ -45,7 +45,7 @@ def run_search(search: PatternSearch, time_of: Callable[[int], float | None],
             history[i] = None
         elif i not in history or history[i] is not None:
             history.setdefault(i, []).append(taken)  # type: ignore[union-attr]
-            screen.raced(probe, taken)
+            screen.raced(probe, taken, i)
 
     batch = search.first()
     while batch:

@@ -124,7 +124,7 @@ class Sampling:
         if self._probes_screen():
             for outcome in raced:
                 if outcome.usable and outcome.time:
-                    self.probes.raced(self.per_call.get(outcome.index, 0.0), outcome.time)
+                    self.probes.raced(self.per_call.get(outcome.index, 0.0), outcome.time, outcome.index)
 
     def probed_outcomes(self, far: Sequence[int], todo: Sequence[tuple[int, dict[str, Any], str]],
                         per_call: dict[int, float], raced: Sequence[Outcome]) -> dict[int, Outcome]:
