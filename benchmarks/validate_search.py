@@ -4,7 +4,11 @@ compiled"), each choice's ratio read from the corpus landscape of the same GPU, 
 compiles (a fresh Triton cache, no user code). ``--judge-here N`` also judges each shape's choices on this host:
 the corpus's N best configs and every config chosen, timed against each other after the tunings as the corpus's
 oracle times its finalists (each row's ``ratio_here``); the corpus was recorded on another host, and hosts can rank
-its best configs otherwise (``benchmarks/corpus_vs_host.py``).
+its best configs otherwise (``benchmarks/corpus_vs_host.py``). That judge times graphs of 20 launches of one config;
+a served layer runs among other layers, and some configs read otherwise there: on one H200, the MoE example's
+``w8-s3`` tile at M = 32, which such judges read 1.04-1.06, was 4% ahead of its neighbours among heavy layers, and
+GEMM M = 16's ``-s4`` tiles, judged 1.016-1.038, were within 1% (``benchmarks/judge_regimes.py``, which times a few
+configs in three regimes side by side; ``results/session_h200_26``, calls 5 and 6).
 
 Launch (one GPU; the corpus must hold this GPU's landscapes)::
 

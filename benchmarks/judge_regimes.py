@@ -1,0 +1,93 @@
+"""A few configs of one corpus family and shape, timed against each other in three regimes side by side, on one GPU:
+does a validation's judge read them as a served layer would?
+
+- ``graph20``: as ``validate_search.py --judge-here`` judges (CUDA graphs of 20 launches of one config, replayed after a
+  settling replay, shuffled rounds: ``_search_oracles.judge_here``);
+- ``eager``: eager calls back to back, a window of about 10 ms per config and round, shuffled rounds, no synchronize
+  between configs (``_oracle.windows``);
+- ``among_heavy``: the same windows, each right after 20 ms of a heavy bf16 GEMM (8192^3, cuBLAS), the regime of a
+  layer between other layers on a busy, power-limited device (``bench_fidelity.among_heavy``).
+
+Each regime's ratios are drift-free (each config relative to its round's median config), with the ratios of its even
+and odd rounds apart (a regime's reading is no finer than its halves agree). The question it was written for (the
+twenty-sixth session): at GEMM M = 16 the judge read `-s4` configs 1.038 where the tuner's race read them within 0.2%
+of the `-s5` ones, and at MoE M = 32 the judge read the `w8-s3` tile 1.041-1.061 where the race read it fastest.
+
+Launch (one GPU)::
+
+    python benchmarks/judge_regimes.py --family gemm_k4096_n4096 --shape 16 --configs A,B,C --rounds 10 --out F.json
+
+``--cpu-smoke``: the interpreter on CPU, the graph20 regime on the wall clock only (plumbing).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+from typing import Any  # noqa: E402
+
+import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
+import corpus  # noqa: E402
+from _oracle import all_even_odd  # noqa: E402
+from _search_oracles import judge_here  # noqa: E402
+from bench_gemm_tuning import fresh_kernel  # noqa: E402
+
+
+def judged(samples: dict[str, list[float]], names: list[str]) -> dict[str, Any]:
+    """Ratios over the best (every round, even rounds, odd rounds) of one regime's samples."""
+    every, even, odd = all_even_odd(samples, names)
+    best = min(every, key=every.get)
+    return {"ratios": {n: every[n] / every[best] for n in names}, "best": best,
+            "halves": {n: [even[n] / min(even.values()), odd[n] / min(odd.values())] for n in names},
+            "ms": {n: sorted(samples[n])[len(samples[n]) // 2] for n in names}}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--family", required=True)
+    p.add_argument("--shape", required=True)
+    p.add_argument("--configs", required=True, help="comma-separated config names, as the corpus writes them")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--cpu-smoke", action="store_true")
+    args = p.parse_args()
+    space, _ = corpus.family(args.family, args.cpu_smoke)
+    m = args.shape if "x" in args.shape else int(args.shape)
+    kept = {space.text(c): c for c in space.kept(m)}
+    names = sorted(dict.fromkeys(n.strip() for n in args.configs.split(",") if n.strip()))
+    missing = [n for n in names if n not in kept]
+    if missing or len(names) < 2:
+        p.error(f"need two or more of the shape's kept configs; not kept: {missing}")
+    kernel = fresh_kernel(space.source)
+    st = space.state(m)
+    report: dict[str, Any] = {"gpu": bs.gpu_name(), "family": args.family, "shape": m, "rounds": args.rounds}
+    alone = judge_here(space, m, kernel, names, args.rounds)
+    report["graph20"] = {k: alone[k] for k in ("ratios", "best", "halves", "method") if k in alone}
+    if bs.GPU:
+        from _oracle import windows
+        from bench_fidelity import among_heavy
+        calls = {n: space.launch(kernel, st, kept[n]) for n in names}
+        report["eager"] = judged(windows(calls, args.rounds, lambda name, per: None, 10.0, 3, m if isinstance(m, int)
+                                         else 1), names)
+        report["among_heavy"] = judged(among_heavy(calls, rounds=args.rounds), names)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1, default=str))
+    regimes = [r for r in ("graph20", "eager", "among_heavy") if r in report]
+    print(f"{args.family} M={m} on {report['gpu']}, {args.rounds} rounds; ratio over each regime's best "
+          f"[even, odd rounds]")
+    print("| config | " + " | ".join(regimes) + " |")
+    print("| --- |" + " --- |" * len(regimes))
+    for n in names:
+        cells = [f"{report[r]['ratios'][n]:.3f} [{report[r]['halves'][n][0]:.3f}, {report[r]['halves'][n][1]:.3f}]"
+                 for r in regimes]
+        print(f"| {n} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
