@@ -144,6 +144,33 @@ def judge_here(space: Any, m: int, kernel: Any, candidates: list[str], rounds: i
     return out
 
 
+def ratios_of(samples: dict[str, list[float]], names: list[str]) -> dict[str, Any]:
+    """One regime's samples ({name: [ms, one per round]}) as ratios over its best, drift-free (each config relative
+    to its round's median): {"ratios", "best", "halves": {name: [over the even rounds' best, the odd rounds']}}."""
+    every, even, odd = all_even_odd(samples, names)
+    best = min(every, key=every.get)
+    return {"ratios": {n: every[n] / every[best] for n in names}, "best": best,
+            "halves": {n: [even[n] / min(even.values()), odd[n] / min(odd.values())] for n in names}}
+
+
+def judge_among_heavy(space: Any, m: int, kernel: Any, candidates: list[str], rounds: int) -> dict[str, Any] | None:
+    """The candidates timed against each other as a layer among other layers runs (GPU only; None elsewhere):
+    ``rounds`` shuffled rounds, each candidate's 10 ms window of eager calls right after 20 ms of an 8192^3 bf16
+    cuBLAS GEMM (``bench_fidelity.among_heavy``). On one H200, configs that :func:`judge_here`'s graphs of one
+    config read 1.016-1.061 read within 1% there, or best (``benchmarks/judge_regimes.py``,
+    ``results/session_h200_26``); :func:`ratios_of`'s record with its "method"."""
+    if not GPU:
+        return None
+    from bench_fidelity import among_heavy
+
+    st = space.state(m)
+    configs = {space.text(c): c for c in space.kept(m)}
+    names = sorted(candidates)
+    samples = among_heavy({n: space.launch(kernel, st, configs[n]) for n in names}, rounds=rounds)
+    return {**ratios_of(samples, names), "rounds": rounds,
+            "method": "10 ms of eager calls after 20 ms of an 8192^3 bf16 GEMM; device events"}
+
+
 def oracle_key(space: Any, m: int) -> str:
     """The oracle cache's key of (space, M) on this GPU."""
     return f"{gpu_name()}|{space.name}|{m}|{len(space.configs)}"

@@ -48,6 +48,7 @@ def main() -> int:
     counts: dict[str, int] = {}
     judged: list[float] = []
     halves: list[list[float]] = []  # a judged choice's ratio in the judge's even and odd rounds
+    heavy: list[float] = []  # a judged choice's ratio among heavy layers (validate_search.py on a GPU)
     for path in args.runs:
         run = json.loads(path.read_text())
         for row in run["rows"]:
@@ -63,6 +64,8 @@ def main() -> int:
                 judged.append(local)
             if row.get("ratio_here_halves"):
                 halves.append(row["ratio_here_halves"])
+            if row.get("ratio_among_heavy") is not None:
+                heavy.append(row["ratio_among_heavy"])
             lines.append(f"| {path.name} | {row['m']} | {row['tuning']} | {row['choice']} | {row['ratio']:.3f} | "
                          f"{best} | {here} | {'-' if over is None else f'{over:.3f}'} | "
                          f"{'-' if local is None else f'{local:.3f}'} |")
@@ -74,6 +77,9 @@ def main() -> int:
     if halves:  # over 1.02 in both halves of the judge's rounds: a miss the judge repeats
         lines.append(f"Over 1.02 in both halves of the judge's rounds: {sum(min(h) > 1.02 for h in halves)} of "
                      f"{len(halves)}; in one half only: {sum(min(h) <= 1.02 < max(h) for h in halves)}")
+    if heavy:
+        lines.append(f"Judged among heavy layers: {sum(r <= 1.02 for r in heavy)} of {len(heavy)} within 1.02, "
+                     f"worst {max(heavy):.3f}")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.out:

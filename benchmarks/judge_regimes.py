@@ -33,18 +33,8 @@ from typing import Any  # noqa: E402
 
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
 import corpus  # noqa: E402
-from _oracle import all_even_odd  # noqa: E402
-from _search_oracles import judge_here  # noqa: E402
+from _search_oracles import judge_among_heavy, judge_here, ratios_of  # noqa: E402
 from bench_gemm_tuning import fresh_kernel  # noqa: E402
-
-
-def judged(samples: dict[str, list[float]], names: list[str]) -> dict[str, Any]:
-    """Ratios over the best (every round, even rounds, odd rounds) of one regime's samples."""
-    every, even, odd = all_even_odd(samples, names)
-    best = min(every, key=every.get)
-    return {"ratios": {n: every[n] / every[best] for n in names}, "best": best,
-            "halves": {n: [even[n] / min(even.values()), odd[n] / min(odd.values())] for n in names},
-            "ms": {n: sorted(samples[n])[len(samples[n]) // 2] for n in names}}
 
 
 def main() -> int:
@@ -70,11 +60,10 @@ def main() -> int:
     report["graph20"] = {k: alone[k] for k in ("ratios", "best", "halves", "method") if k in alone}
     if bs.GPU:
         from _oracle import windows
-        from bench_fidelity import among_heavy
         calls = {n: space.launch(kernel, st, kept[n]) for n in names}
-        report["eager"] = judged(windows(calls, args.rounds, lambda name, per: None, 10.0, 3, m if isinstance(m, int)
-                                         else 1), names)
-        report["among_heavy"] = judged(among_heavy(calls, rounds=args.rounds), names)
+        report["eager"] = ratios_of(windows(calls, args.rounds, lambda name, per: None, 10.0, 3,
+                                            m if isinstance(m, int) else 1), names)
+        report["among_heavy"] = judge_among_heavy(space, m, kernel, names, args.rounds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=str))
     regimes = [r for r in ("graph20", "eager", "among_heavy") if r in report]

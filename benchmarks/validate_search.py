@@ -3,8 +3,10 @@ family, fresh tunings with the defaults (an empty decision cache each, kernels c
 compiled"), each choice's ratio read from the corpus landscape of the same GPU, and optionally the first key with
 compiles (a fresh Triton cache, no user code). ``--judge-here N`` also judges each shape's choices on this host:
 the corpus's N best configs and every config chosen, timed against each other after the tunings as the corpus's
-oracle times its finalists (each row's ``ratio_here``); the corpus was recorded on another host, and hosts can rank
-its best configs otherwise (``benchmarks/corpus_vs_host.py``). That judge times graphs of 20 launches of one config;
+oracle times its finalists (each row's ``ratio_here``), and on a GPU also among heavy layers (each row's
+``ratio_among_heavy``: ``_search_oracles.judge_among_heavy``); the corpus was recorded on another host, and hosts
+can rank its best configs otherwise (``benchmarks/corpus_vs_host.py``). The first judge times graphs of 20 launches
+of one config;
 a served layer runs among other layers, and some configs read otherwise there: on one H200, the MoE example's
 ``w8-s3`` tile at M = 32, which such judges read 1.04-1.06, was 4% ahead of its neighbours among heavy layers, and
 GEMM M = 16's ``-s4`` tiles, judged 1.016-1.038, were within 1% (``benchmarks/judge_regimes.py``, which times a few
@@ -33,7 +35,7 @@ from typing import Any  # noqa: E402
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
 import corpus  # noqa: E402
 import race_samples  # noqa: E402
-from _search_oracles import judge_here  # noqa: E402
+from _search_oracles import judge_among_heavy, judge_here  # noqa: E402
 from _search_tuners import decision_info  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, use_triton_cache  # noqa: E402
 from replay_search import landscapes  # noqa: E402
@@ -130,9 +132,18 @@ def judged_here(space: Any, m: int, kernel: Any, land: dict, rows: list[dict], a
     candidates = sorted({n for n in ranked + [r["choice"] for r in rows] if n in kept})
     here = judge_here(space, m, kernel, candidates, args.judge_rounds)
     report.setdefault("here", {})[str(m)] = {**here, "corpus_best": ranked[0] if ranked else None}
+    try:  # a second judge: its failure costs its own figures, not the rows
+        heavy = judge_among_heavy(space, m, kernel, candidates, args.judge_rounds)
+    except Exception as error:  # noqa: BLE001
+        heavy = None
+        report.setdefault("among_heavy", {})[str(m)] = {"error": f"{type(error).__name__}: {error}"}
+    if heavy is not None:
+        report.setdefault("among_heavy", {})[str(m)] = heavy
     for row in rows:
         row["ratio_here"] = here["ratios"].get(row["choice"])
         row["ratio_here_halves"] = here.get("halves", {}).get(row["choice"])
+        if heavy is not None:
+            row["ratio_among_heavy"] = heavy["ratios"].get(row["choice"])
     corpus_best = here["ratios"].get(ranked[0]) if ranked else None
     repeat = here.get("repeat_max_dev")
     bs.say(f"{args.family} M={m} judged here ({len(candidates)} configs, {args.judge_rounds} rounds): best "
