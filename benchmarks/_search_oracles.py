@@ -157,8 +157,9 @@ def judge_among_heavy(space: Any, m: int, kernel: Any, candidates: list[str], ro
     """The candidates timed against each other as a layer among other layers runs (GPU only; None elsewhere):
     ``rounds`` shuffled rounds, each candidate's 10 ms window of eager calls right after 20 ms of an 8192^3 bf16
     cuBLAS GEMM (``bench_fidelity.among_heavy``). On one H200, configs that :func:`judge_here`'s graphs of one
-    config read 1.016-1.061 read within 1% there, or best (``benchmarks/judge_regimes.py``,
-    ``results/session_h200_26``); :func:`ratios_of`'s record with its "method"."""
+    config read 1.016-1.061 read within 1.2% there, or best; but at MoE M = 32 with ten candidates its halves
+    disagreed by up to 4.5% (``benchmarks/judge_regimes.py``, ``results/session_h200_26``, calls 5-7):
+    :func:`ratios_of`'s record with its "method"."""
     if not GPU:
         return None
     from bench_fidelity import among_heavy

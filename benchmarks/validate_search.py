@@ -6,11 +6,11 @@ the corpus's N best configs and every config chosen, timed against each other af
 oracle times its finalists (each row's ``ratio_here``), and on a GPU also among heavy layers (each row's
 ``ratio_among_heavy``: ``_search_oracles.judge_among_heavy``); the corpus was recorded on another host, and hosts
 can rank its best configs otherwise (``benchmarks/corpus_vs_host.py``). The first judge times graphs of 20 launches
-of one config;
-a served layer runs among other layers, and some configs read otherwise there: on one H200, the MoE example's
-``w8-s3`` tile at M = 32, which such judges read 1.04-1.06, was 4% ahead of its neighbours among heavy layers, and
-GEMM M = 16's ``-s4`` tiles, judged 1.016-1.038, were within 1% (``benchmarks/judge_regimes.py``, which times a few
-configs in three regimes side by side; ``results/session_h200_26``, calls 5 and 6).
+of one config; a served layer runs among other layers, and some configs read otherwise there. On one H200, GEMM
+M = 16's ``-s4`` tiles, judged 1.016-1.038 so, read 1.000-1.012 among heavy layers. The MoE example's ``w8-s3`` tile
+at M = 32, judged 1.04-1.06, read 4% ahead of its neighbours there in two processes; in a third, the ``G1-s3``
+tiles read 4% ahead in half the rounds and level in the other half (``benchmarks/judge_regimes.py``, which times a
+few configs in three regimes side by side; ``results/session_h200_26``, calls 5-7).
 
 Launch (one GPU; the corpus must hold this GPU's landscapes)::
 
