@@ -100,12 +100,17 @@ class _null:
         return None
 
 
+def launches(space: Any, m: int, kernel: Any, names: list[str]) -> dict[str, Any]:
+    """One call of each named config of shape ``m`` (a kept config's text -> a callable that launches it once)."""
+    st = space.state(m)
+    configs = {space.text(c): c for c in space.kept(m)}
+    return {n: space.launch(kernel, st, configs[n]) for n in names}
+
+
 def eager_oracle(space: Any, m: int, kernel: Any, candidates: list[str], rounds: int) -> dict[str, Any]:
     """The sustained eager oracle over ``candidates`` (``_oracle.sustained``: 50 ms settling and a 100 ms
     window of eager calls per candidate and round; drift-free scores; even/odd halves for repeatability)."""
-    st = space.state(m)
-    configs = {space.text(c): c for c in space.kept(m)}
-    calls = {n: space.launch(kernel, st, configs[n]) for n in candidates}
+    calls = launches(space, m, kernel, candidates)
     samples = (sustained(calls, rounds=rounds, settle_ms=50, window_ms=100, seed=1) if GPU
                else WallClock().rounds(calls, rounds, seed=1))
     names = sorted(candidates)
@@ -128,29 +133,26 @@ def judge_here(space: Any, m: int, kernel: Any, candidates: list[str], rounds: i
     (the CPU smoke: wall clock); drift-free scores. {"ratios": {name: score over the best's}, "best", "method",
     "halves": {name: [its ratio over the even rounds' best, over the odd rounds']}, "repeat_max_dev": the largest
     disagreement of the two halves on a ratio}: a judgement is no finer than its halves agree."""
-    st = space.state(m)
-    configs = {space.text(c): c for c in space.kept(m)}
     names = sorted(candidates)
     clock = GraphClock() if GPU else WallClock()
-    samples = clock.rounds({n: space.launch(kernel, st, configs[n]) for n in names}, rounds, seed=m)
-    every = scores(samples, names)
-    best = min(every, key=every.get)
-    out: dict[str, Any] = {"ratios": {n: every[n] / every[best] for n in names}, "best": best, "rounds": rounds,
-                           "method": clock.label}
-    if rounds >= 2 and len(names) >= 2:
-        _, even, odd = all_even_odd(samples, names)
-        out["halves"] = {n: [even[n] / min(even.values()), odd[n] / min(odd.values())] for n in names}
+    samples = clock.rounds(launches(space, m, kernel, names), rounds, seed=m)
+    out = {**ratios_of(samples, names), "rounds": rounds, "method": clock.label}
+    if "halves" in out:
         out["repeat_max_dev"] = max(abs(a / b - 1) for a, b in out["halves"].values())
     return out
 
 
 def ratios_of(samples: dict[str, list[float]], names: list[str]) -> dict[str, Any]:
     """One regime's samples ({name: [ms, one per round]}) as ratios over its best, drift-free (each config relative
-    to its round's median): {"ratios", "best", "halves": {name: [over the even rounds' best, the odd rounds']}}."""
-    every, even, odd = all_even_odd(samples, names)
+    to its round's median): {"ratios", "best", "halves": {name: [over the even rounds' best, the odd rounds']}},
+    "halves" where there are two rounds and two names or more."""
+    every = scores(samples, names)
     best = min(every, key=every.get)
-    return {"ratios": {n: every[n] / every[best] for n in names}, "best": best,
-            "halves": {n: [even[n] / min(even.values()), odd[n] / min(odd.values())] for n in names}}
+    out: dict[str, Any] = {"ratios": {n: every[n] / every[best] for n in names}, "best": best}
+    if len(samples[names[0]]) >= 2 and len(names) >= 2:
+        _, even, odd = all_even_odd(samples, names)
+        out["halves"] = {n: [even[n] / min(even.values()), odd[n] / min(odd.values())] for n in names}
+    return out
 
 
 def judge_among_heavy(space: Any, m: int, kernel: Any, candidates: list[str], rounds: int) -> dict[str, Any] | None:
@@ -164,10 +166,8 @@ def judge_among_heavy(space: Any, m: int, kernel: Any, candidates: list[str], ro
         return None
     from bench_fidelity import among_heavy
 
-    st = space.state(m)
-    configs = {space.text(c): c for c in space.kept(m)}
     names = sorted(candidates)
-    samples = among_heavy({n: space.launch(kernel, st, configs[n]) for n in names}, rounds=rounds)
+    samples = among_heavy(launches(space, m, kernel, names), rounds=rounds)
     return {**ratios_of(samples, names), "rounds": rounds,
             "method": "10 ms of eager calls after 20 ms of an 8192^3 bf16 GEMM; device events"}
 

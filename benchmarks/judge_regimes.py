@@ -33,7 +33,7 @@ from typing import Any  # noqa: E402
 
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
 import corpus  # noqa: E402
-from _search_oracles import judge_among_heavy, judge_here, ratios_of  # noqa: E402
+from _search_oracles import judge_among_heavy, judge_here, launches, ratios_of  # noqa: E402
 from bench_gemm_tuning import fresh_kernel  # noqa: E402
 
 
@@ -48,19 +48,18 @@ def main() -> int:
     args = p.parse_args()
     space, _ = corpus.family(args.family, args.cpu_smoke)
     m = args.shape if "x" in args.shape else int(args.shape)
-    kept = {space.text(c): c for c in space.kept(m)}
+    kept = {space.text(c) for c in space.kept(m)}
     names = sorted(dict.fromkeys(n.strip() for n in args.configs.split(",") if n.strip()))
     missing = [n for n in names if n not in kept]
     if missing or len(names) < 2:
         p.error(f"need two or more of the shape's kept configs; not kept: {missing}")
     kernel = fresh_kernel(space.source)
-    st = space.state(m)
     report: dict[str, Any] = {"gpu": bs.gpu_name(), "family": args.family, "shape": m, "rounds": args.rounds}
     alone = judge_here(space, m, kernel, names, args.rounds)
     report["graph20"] = {k: alone[k] for k in ("ratios", "best", "halves", "method") if k in alone}
     if bs.GPU:
         from _oracle import windows
-        calls = {n: space.launch(kernel, st, kept[n]) for n in names}
+        calls = launches(space, m, kernel, names)
         report["eager"] = ratios_of(windows(calls, args.rounds, lambda name, per: None, 10.0, 3,
                                             m if isinstance(m, int) else 1), names)
         report["among_heavy"] = judge_among_heavy(space, m, kernel, names, args.rounds)
