@@ -10,6 +10,8 @@ Usage: bash launch.sh [--nproc N] [--cpu] script.py [args...]
 Runs script.py (or, with -m, a module, as python -m does) under torchrun, one process per rank:
   * with GPUs: one rank per visible GPU (NCCL), unless --nproc N says otherwise;
   * without GPUs (or with --cpu): N CPU ranks (default 2) with gloo and TRITON_INTERPRET=1.
+One rank on one node (one GPU, or --nproc 1) runs without torchrun's agent: the script itself, with the variables
+torchrun would give it (RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, MASTER_ADDR=127.0.0.1, a free MASTER_PORT).
 Always exports NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 (NVLink multicast stays off), and OMP_NUM_THREADS=1 unless it is set.
 First installs what the ranks need where it is missing (scripts/ensure_env.sh --launch): where torch and triton
@@ -130,5 +132,13 @@ if [[ $module -eq 1 && "$script" == triton_dist_tune && "${1:-}" == campaign ]];
   # a campaign's input (MODULE:NAME, --keys) is checked once here: a mistake is its one-line message and exit
   # status 2, not that message from every rank followed by torchrun's traceback of the failed ranks
   "${PYTHON:-python3}" -m triton_dist_tune "$@" --check-only || exit $?
+fi
+if [[ "$nproc" -eq 1 && "${rdzv[0]}" == --standalone ]]; then
+  # One rank on one node: start it as torchrun would (its variables, a free port for the store rank 0 hosts), without
+  # torchrun's agent, a second Python that imports torch (about 4 s of every one-GPU command)
+  port="$("${PYTHON:-python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  export RANK=0 LOCAL_RANK=0 GROUP_RANK=0 ROLE_RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 GROUP_WORLD_SIZE=1 \
+    ROLE_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port"
+  exec "${PYTHON:-python3}" "${target[@]}" "$@"
 fi
 exec "${PYTHON:-python3}" -m torch.distributed.run "${rdzv[@]}" --nproc-per-node "$nproc" "${target[@]}" "$@"

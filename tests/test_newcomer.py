@@ -307,6 +307,41 @@ def test_launch_sh_installs_the_package_without_a_package_index_where_torch_and_
     assert (python.parent / "triton-dist-tune").exists()
 
 
+ONE_RANK = """
+import os, sys
+import torch
+import torch.distributed as dist
+import triton_dist_tune as tdt
+
+tdt.init_distributed()
+total = torch.ones(1)
+dist.all_reduce(total)
+parent = open(f"/proc/{os.getppid()}/cmdline").read().replace(chr(0), " ")
+print("RANK", dist.get_rank(), "OF", dist.get_world_size(), "LOCAL", os.environ["LOCAL_RANK"], "SUM", total.item())
+print("AGENT" if "torch.distributed.run" in parent or "torchrun" in parent else "NO AGENT")
+dist.destroy_process_group()
+sys.exit(int(sys.argv[-1]))
+"""
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("as_module", [False, True], ids=["script", "module"])
+def test_launch_sh_starts_one_rank_without_torchrun_and_passes_its_exit_status(tmp_path, as_module):
+    """One rank on one node (the README's one-GPU commands; ``--nproc 1``) ran under torchrun's agent, a second
+    Python that imports torch: about 4.6 s of every one-GPU command on an H200 host (issue 41: the campaign's
+    command took 61.6 s for a 49 s campaign). It now runs the script (or module) itself, with torchrun's variables
+    for rank 0 of 1: ``init_distributed`` and a collective work, and the script's exit status is launch.sh's."""
+    (tmp_path / "one_rank.py").write_text(ONE_RANK)
+    target = ["-m", "one_rank"] if as_module else [str(tmp_path / "one_rank.py")]
+    env = base_env(tuner_env(tmp_path))
+    env.pop("RANK", None), env.pop("WORLD_SIZE", None)
+    env["PYTHONPATH"] = f"{tmp_path}:{env.get('PYTHONPATH', '')}"
+    done = run_command(["bash", str(ROOT / "launch.sh"), "--cpu", "--nproc", "1", *target, "3"], tmp_path, env,
+                       timeout=130)
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert "RANK 0 OF 1 LOCAL 0 SUM 1.0" in done.stdout and "NO AGENT" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
 # -- item 10: the README is a user's front page ------------------------------------------------------------------
 
 README = ROOT / "README.md"

@@ -184,6 +184,28 @@ def test_jobs_started_within_one_second_are_dropped_oldest_first(tmp_path):
     assert "job-f" not in (folder / "rank-0.log").read_text()
 
 
+@pytest.mark.parametrize("world, ends", [("2", "-port29733"), ("1", "-pid")])
+def test_a_job_of_one_rank_is_named_by_its_process_not_its_parent(monkeypatch, world, ends):
+    """Without a launcher's job id, ranks share a name from MASTER_PORT and their parent's start (torchrun's agent,
+    mpiexec's daemon). launch.sh starts one rank without the agent, so its parent is the caller's shell: every job
+    from one shell got that shell's start time. A job of one rank is now named by its own process."""
+    import os
+
+    from triton_dist_tune.disk import identity
+    from triton_dist_tune.settings import JOB_VARIABLES
+
+    for name in JOB_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", world)
+    monkeypatch.setenv("MASTER_PORT", "29733")
+    identity.job_name.cache_clear()
+    try:
+        name = identity.job_name()
+    finally:
+        identity.job_name.cache_clear()
+    assert name.endswith(ends + (str(os.getpid()) if ends == "-pid" else "")), name
+
+
 @pytest.mark.timeout(120)
 def test_concurrent_rotators_lose_no_record(tmp_path):
     """Case 10: 6 jobs start at once in a folder that holds 5 old jobs, each rotating it: no rotator fails on

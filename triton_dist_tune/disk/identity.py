@@ -31,7 +31,9 @@ def job_name() -> str:
     if launcher.job is not None:
         var, value = launcher.job
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{var.split('_')[0].lower()}-{value}")[:80]
-    port = (launcher.master_port or "").strip()
+    # a job of one rank shares its name with no one: named by itself, not by its parent (launch.sh starts one rank
+    # without torchrun's agent, so its parent is the caller's shell, which may have started long before)
+    port = (launcher.master_port or "").strip() if launcher.world_size != 1 else ""
     started = _parent_start() if port.isdigit() else None
     if started is None:
         port, started = "", time.time()

@@ -6,19 +6,19 @@ Triton-distributed documents, or ``TRITON_DIST_AUTOTUNE_LOG_DIR``. A process's r
 its job (a readable ``==== triton-dist-tune job ... ====`` line, a JSON record with ``"header": true``); the job is
 named by the launcher's job id (``TORCHELASTIC_RUN_ID``, ``SLURM_JOB_ID``, ``PMIX_NAMESPACE``,
 ``OMPI_MCA_ess_base_jobid``), else by ``MASTER_PORT`` and the start time of the ranks' parent (torchrun's agent,
-mpiexec's daemon), else by the process. The folder keeps the last :data:`KEEP_JOBS` jobs, counted as jobs (a job
-of one process and a job of eight count alike): when a process opens its files, the records of older jobs are
-dropped from every rank's files together, so that a kept job keeps all its ranks (a folder where jobs start again
-and again does not grow without bound; a file left without records is removed). A file some running process
-writes to is never rewritten, replaced or unlinked: every writer holds a shared ``flock`` on its files for its
-lifetime, and a job with records in such a file is kept until the file is free (the folder may then hold more jobs
-for a while). Rotations in one folder take turns (an exclusive ``flock`` on the folder), lock each file before
-they read it and write through temporary files of their own. Logging never waits for a lock more than
+mpiexec's daemon) where the job has several ranks, else by the process. The folder keeps the last :data:`KEEP_JOBS`
+jobs, counted as jobs (a job of one process and a job of eight count alike): when a process opens its files, the
+records of older jobs are dropped from every rank's files together, so that a kept job keeps all its ranks (a folder
+where jobs start again and again does not grow without bound; a file left without records is removed). A file some
+running process writes to is never rewritten, replaced or unlinked: every writer holds a shared ``flock`` on its
+files for its lifetime, and a job with records in such a file is kept until the file is free (the folder may then
+hold more jobs for a while). Rotations in one folder take turns (an exclusive ``flock`` on the folder), lock each
+file before they read it and write through temporary files of their own. Logging never waits for a lock more than
 :data:`LOCK_WAIT_S`: a process that cannot have the folder's rotation lock in time (another process rotates it
 slowly, or was stopped while rotating) does not rotate and writes ``rank-{i}.{job}.log`` and ``.jsonl`` instead,
-files of its job that no rotation holds at that time (one warning says so); later rotations count their records
-with the others. A process that cannot lock even those (a rare double stall) logs nothing.
-``python -m triton_dist_tune logs`` merges the ranks' JSON lines of a job into one timeline.
+files of its job that no rotation holds at that time (one warning says so); later rotations count their records with
+the others. A process that cannot lock even those (a rare double stall) logs nothing. ``python -m triton_dist_tune
+logs`` merges the ranks' JSON lines of a job into one timeline.
 
 Console output goes through the ``triton_dist_tune`` logger at INFO level with a handler of its own, on group
 rank 0 only, when asked for with ``autotune_verbose=True`` or ``TRITON_PRINT_AUTOTUNING=1``.
