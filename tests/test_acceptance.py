@@ -55,3 +55,22 @@ def test_the_vllm_check_reads_the_file_as_vllm_does_and_names_what_is_wrong(tmp_
     assert len(problems) == 3, problems  # the device in the name, a batch size missing, a value not an int
     path.rename(folder / "moe.json")
     assert "not vLLM's" in check(folder, 8, 3584, "NVIDIA H200", [16, 256])[1][0]
+
+
+def test_the_acceptance_counts_only_the_gpus_cuda_visible_devices_leaves(tmp_path, monkeypatch):
+    """On a 2-GPU host, ``CUDA_VISIBLE_DEVICES=0`` runs the one-GPU steps on one GPU (the other one busy with other
+    work): the script counted every GPU nvidia-smi lists, so its table said 2 GPUs and it ran the 2-GPU steps, which
+    launch.sh then started on one. nvidia-smi does not run here: a script of that name prints what it prints on such
+    a host."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '0, NVIDIA H200, 143771 MiB, 580.159.04'\n"
+                    "echo '1, NVIDIA H200, 143771 MiB, 580.159.04'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{base_env()['PATH']}")
+    module = acceptance()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert module.visible_gpus() == ["NVIDIA H200, 143771 MiB, 580.159.04"] * 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert module.visible_gpus() == ["NVIDIA H200, 143771 MiB, 580.159.04"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert module.visible_gpus() == []

@@ -305,12 +305,23 @@ def run_text(argv: list[str], timeout: float = 60) -> str:
         return ""
 
 
+def visible_gpus() -> list[str]:
+    """One line per GPU the commands see: nvidia-smi's, narrowed to ``CUDA_VISIBLE_DEVICES`` (indices) where set, as
+    launch.sh counts them (one GPU of a 2-GPU host runs the one-GPU steps alone, beside other work)."""
+    rows = run_text(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader"])
+    found = {line.split(",", 1)[0].strip(): line.split(",", 1)[1].strip() for line in rows.strip().splitlines()
+             if "," in line}
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return list(found.values())
+    return [found[i] for i in (v.strip() for v in visible.split(",")) if i in found]
+
+
 def machine(cpu: bool) -> str:
     """One line: the GPUs (or the CPU), cores, python, torch and triton (as this python imports them: the one the
     commands run under)."""
-    gpus = run_text(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"])
-    names = sorted(set(gpus.strip().splitlines()))
-    where = (f"{len(gpus.strip().splitlines())} x {', '.join(names)}" if gpus.strip() and not cpu
+    gpus = visible_gpus()
+    where = (f"{len(gpus)} x {', '.join(sorted(set(gpus)))}" if gpus and not cpu
              else f"CPU ranks ({device_name(True)})")
     import torch
     import triton
@@ -405,9 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     known = [s.name for s in steps()]
     if args.only and set(args.only) - set(known):
         parser.error(f"unknown step(s) {sorted(set(args.only) - set(known))}; the steps: {', '.join(known)}")
-    gpus = 0 if args.cpu else len(run_text(["nvidia-smi", "-L"]).strip().splitlines())
+    gpus = 0 if args.cpu else len(visible_gpus())
     if not args.cpu and gpus == 0:
-        parser.error("no GPU found (nvidia-smi -L): pass --cpu for the CPU forms")
+        parser.error("no GPU found (nvidia-smi, CUDA_VISIBLE_DEVICES): pass --cpu for the CPU forms")
     sys.path.insert(0, str(ROOT))
     from examples.moe_gemm import CAMPAIGN_BATCHES, CPU_CAMPAIGN_BATCHES
 
