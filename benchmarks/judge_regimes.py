@@ -13,6 +13,11 @@ and odd rounds apart (a regime's reading is no finer than its halves agree). The
 twenty-sixth session): at GEMM M = 16 the judge read `-s4` configs 1.038 where the tuner's race read them within 0.2%
 of the `-s5` ones, and at MoE M = 32 the judge read the `w8-s3` tile 1.041-1.061 where the race read it fastest.
 
+``--preludes flush,heavy1,heavy5`` adds a regime per prelude, each the eager windows right after it (``after_flush``:
+a 512 MB buffer zeroed, which empties the 60 MB L2 and draws little power; ``after_heavyN``: N ms of the heavy
+GEMM): is it the cache or the power limiter's clock that makes ``among_heavy`` read differently, and how short a
+prelude gives its order? Each regime also records the SM clock (pynvml, read as each window is queued).
+
 Launch (one GPU)::
 
     python benchmarks/judge_regimes.py --family gemm_k4096_n4096 --shape 16 --configs A,B,C --rounds 10 --out F.json
@@ -29,12 +34,49 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 from typing import Any  # noqa: E402
 
 import bench_search as bs  # noqa: E402  (fresh HOME and caches before Triton is imported)
 import corpus  # noqa: E402
 from _search_oracles import judge_among_heavy, judge_here, launches, ratios_of  # noqa: E402
 from bench_gemm_tuning import fresh_kernel  # noqa: E402
+
+
+def prelude_of(name: str, clocks: list[int]):
+    """The lead-in of one regime's windows (see the module docstring); each call appends the SM clock (MHz) read as
+    it has queued the prelude, where pynvml can read it."""
+    import torch
+    from _oracle import per_call_ms, run_for
+
+    if name == "flush":
+        buffer = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+        work = lambda per: buffer.zero_()  # noqa: E731
+    elif name.startswith("heavy"):
+        x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        heavy = lambda: torch.matmul(x, x)  # noqa: E731
+        per_heavy = per_call_ms(heavy)
+        work = lambda per: run_for(heavy, float(name[5:]), per_heavy)  # noqa: E731
+    else:
+        raise ValueError(f"unknown prelude {name!r}")
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        import os
+
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")  # NVML counts every GPU of the host
+        index = torch.cuda.current_device()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible[index]) if visible[index].strip().isdigit() else index)
+        clock = lambda: clocks.append(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))  # noqa: E731
+    except Exception:  # no pynvml, or no NVML: no clock column
+        clock = lambda: None  # noqa: E731
+
+    def lead_in(config: str, per: float) -> None:
+        work(per)
+        clock()
+
+    return lead_in
 
 
 def main() -> int:
@@ -44,8 +86,12 @@ def main() -> int:
     p.add_argument("--configs", required=True, help="comma-separated config names, as the corpus writes them")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--preludes", default="", help="comma-separated: flush, heavyN (N ms of the heavy GEMM)")
     p.add_argument("--cpu-smoke", action="store_true")
     args = p.parse_args()
+    preludes = [x.strip() for x in args.preludes.split(",") if x.strip()]
+    if any(not re.fullmatch(r"flush|heavy\d+(\.\d+)?", x) for x in preludes):
+        p.error(f"--preludes takes flush and heavyN (N ms), got {args.preludes!r}")
     space, _ = corpus.family(args.family, args.cpu_smoke)
     m = args.shape if "x" in args.shape else int(args.shape)
     kept = {space.text(c) for c in space.kept(m)}
@@ -63,9 +109,14 @@ def main() -> int:
         report["eager"] = ratios_of(windows(calls, args.rounds, lambda name, per: None, 10.0, 3,
                                             m if isinstance(m, int) else 1), names)
         report["among_heavy"] = judge_among_heavy(space, m, kernel, names, args.rounds)
+        for prelude in preludes:
+            clocks: list[int] = []
+            lead_in = prelude_of(prelude, clocks)
+            report[f"after_{prelude}"] = {**ratios_of(windows(calls, args.rounds, lead_in, 10.0, 3, 7), names),
+                                          "sm_mhz_median": sorted(clocks)[len(clocks) // 2] if clocks else None}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=str))
-    regimes = [r for r in ("graph20", "eager", "among_heavy") if r in report]
+    regimes = [r for r in report if r in ("graph20", "eager", "among_heavy") or r.startswith("after_")]
     print(f"{args.family} M={m} on {report['gpu']}, {args.rounds} rounds; ratio over each regime's best "
           f"[even, odd rounds]")
     print("| config | " + " | ".join(regimes) + " |")

@@ -211,3 +211,7 @@ def test_judge_regimes_times_the_configs_named_and_refuses_a_config_the_shape_do
                               f"{names[0]},M999-nope", "--out", str(tmp_path / "no.json"), "--cpu-smoke"],
                              capture_output=True, text=True, timeout=240, env=env)
     assert refused.returncode == 2 and "M999-nope" in refused.stderr and not (tmp_path / "no.json").exists()
+    typo = subprocess.run([sys.executable, str(script), "--family", "moe", "--shape", "32", "--configs",
+                           ",".join(names), "--preludes", "flush,heavvy5", "--out", str(tmp_path / "no.json"),
+                           "--cpu-smoke"], capture_output=True, text=True, timeout=240, env=env)
+    assert typo.returncode == 2 and "heavvy5" in typo.stderr and not (tmp_path / "no.json").exists()
