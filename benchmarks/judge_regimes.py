@@ -16,7 +16,10 @@ of the `-s5` ones, and at MoE M = 32 the judge read the `w8-s3` tile 1.041-1.061
 ``--preludes flush,heavy1,heavy5`` adds a regime per prelude, each the eager windows right after it (``after_flush``:
 a 512 MB buffer zeroed, which empties the 60 MB L2 and draws little power; ``after_heavyN``: N ms of the heavy
 GEMM): is it the cache or the power limiter's clock that makes ``among_heavy`` read differently, and how short a
-prelude gives its order? Each regime also records the SM clock (pynvml, read as each window is queued).
+prelude gives its order? ``sleepN``: N ms of ``torch.cuda._sleep`` (the device busy, no power drawn, the host ahead
+of it); ``none``: no prelude. ``--graph-preludes`` the same, with each window's calls replayed from a CUDA graph of
+20 calls of its config (``graph_after_*``): graph replay against stream launches. Each regime also records the SM
+clock (pynvml, read as each window is queued).
 
 Launch (one GPU)::
 
@@ -49,7 +52,12 @@ def prelude_of(name: str, clocks: list[int]):
     import torch
     from _oracle import per_call_ms, run_for
 
-    if name == "flush":
+    if name == "none":
+        work = lambda per: None  # noqa: E731
+    elif name.startswith("sleep"):
+        cycles = int(float(name[5:]) * 1.98e6)  # cycles of the SM clock: N ms at an H200's 1,980 MHz
+        work = lambda per: torch.cuda._sleep(cycles)  # noqa: E731
+    elif name == "flush":
         buffer = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
         work = lambda per: buffer.zero_()  # noqa: E731
     elif name.startswith("heavy"):
@@ -86,12 +94,15 @@ def main() -> int:
     p.add_argument("--configs", required=True, help="comma-separated config names, as the corpus writes them")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--preludes", default="", help="comma-separated: flush, heavyN (N ms of the heavy GEMM)")
+    p.add_argument("--preludes", default="", help="comma-separated: none, flush, heavyN, sleepN (N ms)")
+    p.add_argument("--graph-preludes", default="", help="the same, before windows of graph replays")
     p.add_argument("--cpu-smoke", action="store_true")
     args = p.parse_args()
     preludes = [x.strip() for x in args.preludes.split(",") if x.strip()]
-    if any(not re.fullmatch(r"flush|heavy\d+(\.\d+)?", x) for x in preludes):
-        p.error(f"--preludes takes flush and heavyN (N ms), got {args.preludes!r}")
+    graph_preludes = [x.strip() for x in args.graph_preludes.split(",") if x.strip()]
+    if any(not re.fullmatch(r"none|flush|(heavy|sleep)\d+(\.\d+)?", x) for x in preludes + graph_preludes):
+        p.error(f"--preludes and --graph-preludes take none, flush, heavyN and sleepN (N ms), got "
+                f"{args.preludes!r} and {args.graph_preludes!r}")
     space, _ = corpus.family(args.family, args.cpu_smoke)
     m = args.shape if "x" in args.shape else int(args.shape)
     kept = {space.text(c) for c in space.kept(m)}
@@ -109,14 +120,23 @@ def main() -> int:
         report["eager"] = ratios_of(windows(calls, args.rounds, lambda name, per: None, 10.0, 3,
                                             m if isinstance(m, int) else 1), names)
         report["among_heavy"] = judge_among_heavy(space, m, kernel, names, args.rounds)
-        for prelude in preludes:
-            clocks: list[int] = []
-            lead_in = prelude_of(prelude, clocks)
-            report[f"after_{prelude}"] = {**ratios_of(windows(calls, args.rounds, lead_in, 10.0, 3, 7), names),
-                                          "sm_mhz_median": sorted(clocks)[len(clocks) // 2] if clocks else None}
+        graphs = {}
+        if graph_preludes:
+            from _search_clocks import GraphClock
+
+            captured = {n: GraphClock().capture(calls[n]) for n in names}
+            graphs = {n: captured[n].replay for n in names}
+        for label, timed, chosen in (("after", calls, preludes), ("graph_after", graphs, graph_preludes)):
+            for prelude in chosen:
+                clocks: list[int] = []
+                lead_in = prelude_of(prelude, clocks)
+                report[f"{label}_{prelude}"] = {
+                    **ratios_of(windows(timed, args.rounds, lead_in, 10.0, 3, 7), names),
+                    "sm_mhz_median": sorted(clocks)[len(clocks) // 2] if clocks else None}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=str))
-    regimes = [r for r in report if r in ("graph20", "eager", "among_heavy") or r.startswith("after_")]
+    regimes = [r for r in report
+               if r in ("graph20", "eager", "among_heavy") or r.startswith(("after_", "graph_after_"))]
     print(f"{args.family} M={m} on {report['gpu']}, {args.rounds} rounds; ratio over each regime's best "
           f"[even, odd rounds]")
     print("| config | " + " | ".join(regimes) + " |")

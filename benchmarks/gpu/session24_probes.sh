@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 41, twenty-fourth session, one call on one GPU (CPUs 0-15), this tree, STEPS in turn (default "gemm moe"):
+# Issue 41, twenty-fourth session, one call on one GPU (CPUS, default 0-15), this tree, STEPS in turn (default "gemm moe"):
 # gemm / moe = the corpus validation with every warm-up probe recorded (validate_search.py --record-probes): the
 # 840-config GEMM at GEMM_SHAPES (default 1024,4096,8192), the MoE at MOE_SHAPES (default 512,2048), 3 fresh tunings
 # per shape, judged by the corpus and on this GPU (--judge-here 8), read with benchmarks/probe_report.py;
@@ -11,7 +11,7 @@
 set -u
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-smoke=(); gemm=${GEMM_SHAPES:-1024,4096,8192}; moe=${MOE_SHAPES:-512,2048}; cpus=0-15
+smoke=(); gemm=${GEMM_SHAPES:-1024,4096,8192}; moe=${MOE_SHAPES:-512,2048}; cpus=${CPUS:-0-15}
 if [ -n "${CPU_SMOKE:-}" ]; then smoke=(--cpu-smoke); gemm=16; moe=8; cpus=0-1; fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 validate() {  # step, family, shapes
