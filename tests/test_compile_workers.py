@@ -112,6 +112,21 @@ def test_the_processes_setting_reads_a_whole_number_and_zero_turns_the_workers_o
     assert Settings.from_env({}).compile_processes is None
 
 
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")
+def test_compile_threads_count_the_cpus_this_process_may_run_on_not_the_hosts():
+    """Compile threads and worker processes were sized from the host's CPU count: ranks pinned to a share of a node
+    (taskset, a Slurm or container cpuset) each started up to 16 of them. Pinned to one CPU, a rank compiles on one
+    thread (without the fix: the host's count, 2 on a 2-core machine)."""
+    import subprocess
+
+    code = ("from triton_dist_tune.measure.precompile import default_workers, usable_cpus; "
+            "print(usable_cpus(), default_workers())")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_INTERPRET", "TRITON_DIST_AUTOTUNE"))}
+    done = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0 and done.stdout.split() == ["1", "1"], done.stdout + done.stderr[-2000:]
+
+
 EXIT_SCRIPT = textwrap.dedent('''
     import sys, time
     sys.path.insert(0, sys.argv[1])

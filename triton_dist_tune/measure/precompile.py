@@ -56,11 +56,11 @@ WORKERS_FROM_CONFIGS = 128
 def default_processes(peers: int, space: int) -> int:
     """Compile worker processes (:mod:`~triton_dist_tune.measure.compile_workers`) for a rank whose node runs
     ``peers`` ranks of the group, tuning a key that keeps ``space`` configs: ``TRITON_DIST_AUTOTUNE_COMPILE_PROCESSES``
-    (0: none, the threads compile), else min(16, the rank's share of the CPUs) from :data:`WORKERS_FROM_CONFIGS`
+    (0: none, the threads compile), else min(16, the rank's share of the usable CPUs) from :data:`WORKERS_FROM_CONFIGS`
     configs, none below; none where nothing is compiled here (:func:`compiles_here`)."""
     if not compiles_here():
         return 0
-    share = max(1, (os.cpu_count() or 1) // max(1, peers))
+    share = max(1, usable_cpus() // max(1, peers))
     chosen = settings.current().compile_processes
     if chosen is not None:
         return min(chosen, share)
@@ -68,13 +68,22 @@ def default_processes(peers: int, space: int) -> int:
 
 
 def default_workers() -> int:
-    """Threads used to compile: ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or the CPU count (at most 16); one under
+    """Threads used to compile: ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or the usable CPUs (at most 16); one under
     Triton's interpreter (``TRITON_INTERPRET=1``), which patches ``triton.language`` while it runs and is not
     thread-safe. (On a 16-core host the 48 configs of a GEMM space compile in 4.0 s with 16 threads, 4.2 s with 8.)"""
     env = settings.current()
     if env.interpret:
         return 1
-    return env.compile_threads or min(16, os.cpu_count() or 1)
+    return env.compile_threads or min(16, usable_cpus())
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: ``taskset``, a Slurm or container cpuset), not the host's
+    count: 8 ranks given 16 CPUs of a 128-core node each started 16 compile workers, 128 processes on 16 CPUs."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
 
 
 def compiles_here() -> bool:
