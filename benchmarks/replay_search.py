@@ -207,8 +207,11 @@ NOISE_MODELS = {m.name: m for m in (NoiseModel("gauss2", 0.02), NoiseModel("gaus
                                     NoiseModel("gauss10", 0.10), NoiseModel("spiked", 0.02, spiked=0.05),
                                     NoiseModel("spiked20", 0.02, spiked=0.20),
                                     NoiseModel("bimodal", 0.02, spiked=0.05, bimodal=0.4),
-                                    NoiseModel("drift", 0.02, spiked=0.05, drift=0.2))}
-#: samples in one phase of the ``drift`` model, on average (about one search stage)
+                                    NoiseModel("drift", 0.02, spiked=0.05, drift=0.2),
+                                    NoiseModel("phases", 0.01, drift=0.10))}
+#: samples in one phase of the ``drift`` model, on average (about one search stage); ``phases``: a quiet device (1% per
+#: sample) whose stages read 5-10% apart (GEMM M = 1024 on a 2-H200 host, ``results/session_h200_27`` call 3: screening
+#: batches 0.88-1.10 of the tuning's median, noise 1.0%; a pair of samples in two phases reads as a spike)
 PHASE_SAMPLES = 30
 #: the models of issue 39's bars (the default of ``--noise-models``); ``spiked20``: four times the spikes (on 2 H200s
 #: 2-38% of the pairs of a sequential AG/RS-GEMM config's screening samples read over 15% apart, by tuning; the
