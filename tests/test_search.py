@@ -373,8 +373,8 @@ def test_once_a_pair_shows_a_spike_a_spiked_config_next_to_a_finalist_is_taken_a
 
 def test_after_a_spike_only_configs_that_a_spike_that_large_could_hide_are_taken_again():
     """The rule "next to a finalist after a spike" took every config next to a finalist read once, however far
-    behind: on one H200 (2 GPUs' host, GEMM M = 1024) one pair read 8% apart, and 46 configs were sampled again, 1.02
-    s of a 3.46 s key. A config read once further behind the best than twice the largest spike seen (in log time,
+    behind: on one H200 (of a 2-GPU host, GEMM M = 1024) pairs up to 13% apart took 46 configs again, in a 3.46 s
+    key. A config read once further behind the best than twice the largest spike seen (in log time,
     with the noise band: 1.3 seen, so 1.69) is left; one within it is taken again."""
     search = PatternSearch(GEMM, KEPT, SearchPlan(seed="s"))
     grid = search.grid

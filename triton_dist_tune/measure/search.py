@@ -92,8 +92,9 @@ RESAMPLE_REASONS = ("noise pairs", "the best", "disagreeing", "within the band",
 
 #: once a spike is seen, a config next to a finalist read once is taken again if it reads within this many times the
 #: largest spike seen (log time: a ratio's square) of the best: a spike seen in a pair is one draw of the spikes, not
-#: their largest, yet a config read far further behind than any spike seen is not hiding the best (on one H200 a pair
-#: 8% apart took 46 configs as far as 2x behind again, 1.02 s of a 3.46 s key)
+#: their largest, yet a config read far further behind than any spike seen is not hiding the best (on one GPU of a
+#: 2-H200 host, pairs up to 13% apart took 46 configs again, half of them read over 1.33x the best and up to 7x, in a
+#: GEMM key of 3.46 s whose screening took 1.02 s)
 SPIKE_REACH = 2.0
 
 
