@@ -644,6 +644,30 @@ def test_an_unsettled_near_tie_of_the_finalists_gets_more_settled_blocks_and_a_c
     assert rounds == 3
 
 
+def test_a_near_tie_block_times_only_the_leaders_still_tied_with_the_leader():
+    """On one H200 (GEMM M = 1024) a near-tie of two settled leaders re-raced all six for 8 more rounds, 0.6 s of a
+    3.0-3.5 s key. Leaders clearly slower than the leader on their settled rounds now leave the race before a near-tie
+    block: here 2 and 3 (10% behind in every round) keep their 3 settled samples, 0 and 1 (a near-tie) get 9."""
+    race = Race([0, 1, 2, 3], RacePlan(max_rounds=4, min_rounds=1, final_top=4, final_rounds=3, seed="s",
+                                       tie_blocks=2))
+    for i in race.order():
+        race.record(i, [1.0])
+    race.end_round()
+    assert race.settling
+    pairs = [(1.00, 1.03), (1.03, 1.00), (1.00, 1.03)]
+    rounds = 0
+    while not race.finished(0.0):
+        a, b = pairs[rounds % len(pairs)]
+        for i in race.order():
+            race.record(i, [{0: a, 1: b}.get(i, 1.10 * (1 + 0.001 * rounds))])
+        race.end_round()
+        rounds += 1
+    assert rounds == 9 and race.tie_blocks == 2
+    assert [len(race.entrants[i].settled) for i in range(4)] == [9, 9, 3, 3]
+    assert [race.entrants[i].state for i in range(4)] == ["running", "running", "stopped", "stopped"]
+    assert race.winner() in (0, 1)
+
+
 # -- heavy, one-sided noise --------------------------------------------------------------------------------------------
 
 
