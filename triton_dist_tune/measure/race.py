@@ -332,8 +332,7 @@ class Race:
         entrant = self.entrants[index]
         if self.settled_from is None or not entrant.settled:
             return []
-        # the leaders still running: timed in every settled round, so that each round's median is of the same
-        # configs (a near-tie block times fewer: :meth:`_leave_the_tie`)
+        # the leaders still running, timed in every settled round: each round's median is of the same configs
         leaders = [e for e in self.entrants.values() if e.settled and e.state == "running"
                    and not (others_only and e is entrant)]
         placed = []
