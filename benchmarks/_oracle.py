@@ -103,13 +103,9 @@ class ClockSampler:
     """SM clock samples (MHz) every ~2 ms in a thread, while active."""
 
     def __init__(self) -> None:
-        try:
-            import pynvml
+        from _interleave import Clock  # the GPU this process runs on (CUDA_VISIBLE_DEVICES honoured)
 
-            pynvml.nvmlInit()
-            self.handle, self.nvml = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml
-        except Exception:  # no pynvml: no clock figures
-            self.handle = None
+        self.clock = Clock()
         self.samples: list[float] = []
         self.active = False
 
@@ -124,8 +120,8 @@ class ClockSampler:
         self.thread.join()
 
     def _loop(self) -> None:
-        while self.active and self.handle is not None:
-            self.samples.append(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+        while self.active and (mhz := self.clock.read()) is not None:
+            self.samples.append(mhz)
             time.sleep(0.002)
 
     def median(self) -> float | None:

@@ -46,10 +46,11 @@ from _search_oracles import judge_among_heavy, judge_here, launches, ratios_of  
 from bench_gemm_tuning import fresh_kernel  # noqa: E402
 
 
-def prelude_of(name: str, clocks: list[int]):
+def prelude_of(name: str, clocks: list[float]):
     """The lead-in of one regime's windows (see the module docstring); each call appends the SM clock (MHz) read as
     it has queued the prelude, where pynvml can read it."""
     import torch
+    from _interleave import Clock
     from _oracle import per_call_ms, run_for
 
     if name == "none":
@@ -67,22 +68,12 @@ def prelude_of(name: str, clocks: list[int]):
         work = lambda per: run_for(heavy, float(name[5:]), per_heavy)  # noqa: E731
     else:
         raise ValueError(f"unknown prelude {name!r}")
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        import os
-
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")  # NVML counts every GPU of the host
-        index = torch.cuda.current_device()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible[index]) if visible[index].strip().isdigit() else index)
-        clock = lambda: clocks.append(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))  # noqa: E731
-    except Exception:  # no pynvml, or no NVML: no clock column
-        clock = lambda: None  # noqa: E731
+    sm = Clock()
 
     def lead_in(config: str, per: float) -> None:
         work(per)
-        clock()
+        if (mhz := sm.read()) is not None:
+            clocks.append(mhz)
 
     return lead_in
 
@@ -128,7 +119,7 @@ def main() -> int:
             graphs = {n: captured[n].replay for n in names}
         for label, timed, chosen in (("after", calls, preludes), ("graph_after", graphs, graph_preludes)):
             for prelude in chosen:
-                clocks: list[int] = []
+                clocks: list[float] = []
                 lead_in = prelude_of(prelude, clocks)
                 report[f"{label}_{prelude}"] = {
                     **ratios_of(windows(timed, args.rounds, lead_in, 10.0, 3, 7), names),
