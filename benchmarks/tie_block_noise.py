@@ -11,10 +11,10 @@ The leaders' true times per call, by scenario:
 - ``spread``: 1.000, 1.003, 1.006, 1.010, 1.020, 1.030;
 - ``pair``: 1.000, 1.015, then four clearly behind (1.06-1.09): the case the tie blocks were made for.
 
-Noise models (each sample times ``1 + noise``): ``gauss1``, ``gauss2`` (Gaussian 1% / 2%; the settled samples of
-races on H200s spread about 1%) and ``spiked`` (2% Gaussian, 1 sample in 20 times 1.3). Per scenario and noise,
-over ``--trials`` seeds: the chosen leader's true time over the best's (mean, share over 1.01), the share of races
-that added a tie block, and the settled samples taken per race.
+Noise models (each sample times ``1 + noise``): ``gauss1``, ``gauss2``, ``gauss5``, ``gauss10`` (Gaussian 1-10%; the
+settled samples of races on H200s spread about 1%) and ``spiked`` (2% Gaussian, 1 sample in 20 times 1.3). Per
+scenario and noise, over ``--trials`` seeds: the chosen leader's true time over the best's (mean, share over 1.01),
+the share of races that added a tie block, and the settled samples taken per race.
 
 Launch: ``python benchmarks/tie_block_noise.py [--trials 2000]`` (CPU only). To compare with another library, copy
 this file into that tree's ``benchmarks/`` and run it there (it imports the library of the tree it lies in).
@@ -35,7 +35,8 @@ from triton_dist_tune.measure.race import Race, RacePlan  # noqa: E402
 SCENARIOS = {"m1024": [1.000, 1.002, 1.005, 1.007, 1.020, 1.040],
              "spread": [1.000, 1.003, 1.006, 1.010, 1.020, 1.030],
              "pair": [1.000, 1.015, 1.06, 1.07, 1.08, 1.09]}
-NOISE = {"gauss1": (0.01, 0.0), "gauss2": (0.02, 0.0), "spiked": (0.02, 0.05)}
+NOISE = {"gauss1": (0.01, 0.0), "gauss2": (0.02, 0.0), "gauss5": (0.05, 0.0), "gauss10": (0.10, 0.0),
+         "spiked": (0.02, 0.05)}
 
 
 def trial(rng: random.Random, true: list[float], noise: str) -> tuple[float, bool, int]:
