@@ -8,16 +8,22 @@
 # measured ahead of the corpus's best (benchmarks/corpus_vs_host.py).
 # JUDGE=N: the new arm also judges its choices on this host (validate_search.py --judge-here N; an old arm may not
 # have the option).
-# Usage: OUT=DIR ARM_OLD=arms/s9v [FAMILY=moe] [SHAPES=16,64,512] [VTIME=130] [JUDGE=8] bash benchmarks/gpu/validate_ab.sh
+# TUNINGS=N: fresh tunings per shape in each run (default 3). SHARED_TRITON_CACHE=DIR: every run compiles into, and
+# loads from, one Triton cache folder (the arms' kernels must be the same: only the first run compiles the space;
+# each run's decision cache is still empty; the old arm's benchmarks/_search_env.py must read
+# TDT_BENCH_SHARED_TRITON_CACHE, else it compiles into a fresh folder of its own).
+# Usage: OUT=DIR ARM_OLD=arms/s9v [FAMILY=moe] [SHAPES=16,64,512] [VTIME=130] [JUDGE=8] [TUNINGS=3]
+#        [SHARED_TRITON_CACHE=DIR] bash benchmarks/gpu/validate_ab.sh
 #        (leaves validate_ab.tgz alone in OUT)
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 ARM_OLD=DIR FAMILY=gemm_k4096_n4096 SHAPES=16 bash benchmarks/gpu/validate_ab.sh
 source "$(dirname "$0")/_setup.sh" /tmp/validate_ab
+[ -n "${SHARED_TRITON_CACHE:-}" ] && export TDT_BENCH_SHARED_TRITON_CACHE=$SHARED_TRITON_CACHE  # read by _search_env.py
 k=0
 for arm in ${ARMS:-new old new old}; do
   k=$((k + 1)); root=$PWD; [ "$arm" = old ] && root=$(cd "${ARM_OLD:?set ARM_OLD}" && pwd)
   judge=(); [ "$arm" = new ] && [ -n "${JUDGE:-}" ] && judge=(--judge-here "$JUDGE")
   HOME=$(mktemp -d) PYTHONPATH=$root timeout "${VTIME:-130}" python3 "$root/benchmarks/validate_search.py" \
-    --corpus benchmarks/results/corpus --family "${FAMILY:-moe}" --shapes "${SHAPES:-16,64,512}" --tunings 3 \
+    --corpus benchmarks/results/corpus --family "${FAMILY:-moe}" --shapes "${SHAPES:-16,64,512}" --tunings "${TUNINGS:-3}" \
     --out "$OUT/run_$k-$arm.json" "${smoke[@]}" "${judge[@]}" > "$OUT/vlog_$k-$arm.txt" 2>&1
   echo "run $k $arm: exit $? $(python3 - "$OUT/vlog_$k-$arm.txt" <<'PY'
 import re, statistics, sys
