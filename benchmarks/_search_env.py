@@ -25,10 +25,6 @@ def _fresh_environment() -> Path:
                      ("TRITON_DIST_AUTOTUNE_LOG_DIR", "logs")):
         (base / sub).mkdir(parents=True, exist_ok=True)
         os.environ[var] = str(base / sub)
-    shared = os.environ.get("TDT_BENCH_SHARED_TRITON_CACHE")  # runs of one A/B that compile the same kernels
-    if shared:
-        Path(shared).mkdir(parents=True, exist_ok=True)
-        os.environ["TRITON_CACHE_DIR"] = shared
     return base
 
 

@@ -221,7 +221,8 @@ def main() -> int:
         report["first_key"] = {"m": m, "seconds": got["seconds"], "choice": got["choice"],
                                "search": got["decision"].get("search"), "breakdown": got["breakdown"]}
         bs.say(f"first key with compiles at {m}: {got['seconds']:.1f} s -> {got['choice']}; {got['breakdown']}")
-    use_triton_cache(str(bs.BASE / "triton_validate"))
+    # TDT_BENCH_SHARED_TRITON_CACHE: the runs of one A/B (validate_ab.sh) compile the same kernels into one folder
+    use_triton_cache(os.environ.get("TDT_BENCH_SHARED_TRITON_CACHE") or str(bs.BASE / "triton_validate"))
     kernel = fresh_kernel(space.source)
     for m in shapes:
         land = known.get(bs.oracle_key(space, m))

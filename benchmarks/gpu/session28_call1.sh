@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 41, twenty-eighth session, one call on one H200 (nvidia-h200, CPUs 0-15):
 # (1) the near-tie block change (c894525) on the GPU: GEMM M = 1024 validation, this tree against ARM_OLD (the tree
-#     before it: `git archive ddbb797 triton_dist_tune examples 'benchmarks/*.py'`, with its _search_env.py reading
+#     before it: `git archive ddbb797 triton_dist_tune examples 'benchmarks/*.py'`, with its validate_search.py reading
 #     TDT_BENCH_SHARED_TRITON_CACHE; carried), alternating new old new old new old, 6 fresh tunings each, one shared
 #     Triton cache (only the first run compiles); each row records the race's rounds (run_*.json);
 # (2) then the one-GPU acceptance (fresh HOME, its own Triton cache), if the A/B left the time.

@@ -10,14 +10,14 @@
 # have the option).
 # TUNINGS=N: fresh tunings per shape in each run (default 3). SHARED_TRITON_CACHE=DIR: every run compiles into, and
 # loads from, one Triton cache folder (the arms' kernels must be the same: only the first run compiles the space;
-# each run's decision cache is still empty; the old arm's benchmarks/_search_env.py must read
+# each run's decision cache is still empty; the old arm's benchmarks/validate_search.py must read
 # TDT_BENCH_SHARED_TRITON_CACHE, else it compiles into a fresh folder of its own).
 # Usage: OUT=DIR ARM_OLD=arms/s9v [FAMILY=moe] [SHAPES=16,64,512] [VTIME=130] [JUDGE=8] [TUNINGS=3]
 #        [SHARED_TRITON_CACHE=DIR] bash benchmarks/gpu/validate_ab.sh
 #        (leaves validate_ab.tgz alone in OUT)
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 ARM_OLD=DIR FAMILY=gemm_k4096_n4096 SHAPES=16 bash benchmarks/gpu/validate_ab.sh
 source "$(dirname "$0")/_setup.sh" /tmp/validate_ab
-[ -n "${SHARED_TRITON_CACHE:-}" ] && export TDT_BENCH_SHARED_TRITON_CACHE=$SHARED_TRITON_CACHE  # read by _search_env.py
+[ -n "${SHARED_TRITON_CACHE:-}" ] && export TDT_BENCH_SHARED_TRITON_CACHE=$SHARED_TRITON_CACHE  # read by validate_search.py
 k=0
 for arm in ${ARMS:-new old new old}; do
   k=$((k + 1)); root=$PWD; [ "$arm" = old ] && root=$(cd "${ARM_OLD:?set ARM_OLD}" && pwd)
