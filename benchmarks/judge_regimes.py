@@ -17,7 +17,9 @@ of the `-s5` ones, and at MoE M = 32 the judge read the `w8-s3` tile 1.041-1.061
 a 512 MB buffer zeroed, which empties the 60 MB L2 and draws little power; ``after_heavyN``: N ms of the heavy
 GEMM): is it the cache or the power limiter's clock that makes ``among_heavy`` read differently, and how short a
 prelude gives its order? ``sleepN``: N ms of ``torch.cuda._sleep`` (the device busy, no power drawn, the host ahead
-of it); ``none``: no prelude. ``--graph-preludes`` the same, with each window's calls replayed from a CUDA graph of
+of it); ``gemm4kN``: N ms of 4096^3 bf16 GEMMs, at least one (0.2 ms each on an H200: compute-bound, short);
+``copyN``: N ms of 1 GiB device-to-device copies (memory-bound, at least one); ``none``: no prelude.
+``--graph-preludes`` the same, with each window's calls replayed from a CUDA graph of
 20 calls of its config (``graph_after_*``): graph replay against stream launches. Each regime also records the SM
 clock (pynvml, read as each window is queued).
 
@@ -61,11 +63,19 @@ def prelude_of(name: str, clocks: list[float]):
     elif name == "flush":
         buffer = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
         work = lambda per: buffer.zero_()  # noqa: E731
-    elif name.startswith("heavy"):
-        x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    elif name.startswith(("heavy", "gemm4k")):  # at least one GEMM, however short N
+        side = 4096 if name.startswith("gemm4k") else 8192
+        x = torch.randn(side, side, device="cuda", dtype=torch.bfloat16)
         heavy = lambda: torch.matmul(x, x)  # noqa: E731
         per_heavy = per_call_ms(heavy)
-        work = lambda per: run_for(heavy, float(name[5:]), per_heavy)  # noqa: E731
+        work = lambda per: run_for(heavy, float(name.removeprefix("heavy").removeprefix("gemm4k")),  # noqa: E731
+                                   per_heavy)
+    elif name.startswith("copy"):
+        src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        copy = lambda: dst.copy_(src)  # noqa: E731
+        per_copy = per_call_ms(copy)
+        work = lambda per: run_for(copy, float(name[4:]), per_copy)  # noqa: E731
     else:
         raise ValueError(f"unknown prelude {name!r}")
     sm = Clock()
@@ -85,14 +95,14 @@ def main() -> int:
     p.add_argument("--configs", required=True, help="comma-separated config names, as the corpus writes them")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--preludes", default="", help="comma-separated: none, flush, heavyN, sleepN (N ms)")
+    p.add_argument("--preludes", default="", help="comma-separated: none, flush, heavyN, gemm4kN, copyN, sleepN (N ms)")
     p.add_argument("--graph-preludes", default="", help="the same, before windows of graph replays")
     p.add_argument("--cpu-smoke", action="store_true")
     args = p.parse_args()
     preludes = [x.strip() for x in args.preludes.split(",") if x.strip()]
     graph_preludes = [x.strip() for x in args.graph_preludes.split(",") if x.strip()]
-    if any(not re.fullmatch(r"none|flush|(heavy|sleep)\d+(\.\d+)?", x) for x in preludes + graph_preludes):
-        p.error(f"--preludes and --graph-preludes take none, flush, heavyN and sleepN (N ms), got "
+    if any(not re.fullmatch(r"none|flush|(heavy|gemm4k|copy|sleep)\d+(\.\d+)?", x) for x in preludes + graph_preludes):
+        p.error(f"--preludes and --graph-preludes take none, flush, heavyN, gemm4kN, copyN and sleepN (N ms), got "
                 f"{args.preludes!r} and {args.graph_preludes!r}")
     space, _ = corpus.family(args.family, args.cpu_smoke)
     m = args.shape if "x" in args.shape else int(args.shape)
