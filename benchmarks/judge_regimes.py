@@ -18,7 +18,8 @@ a 512 MB buffer zeroed, which empties the 60 MB L2 and draws little power; ``aft
 GEMM): is it the cache or the power limiter's clock that makes ``among_heavy`` read differently, and how short a
 prelude gives its order? ``sleepN``: N ms of ``torch.cuda._sleep`` (the device busy, no power drawn, the host ahead
 of it); ``gemm4kN``: N ms of 4096^3 bf16 GEMMs, at least one (0.2 ms each on an H200: compute-bound, short);
-``copyN``: N ms of 1 GiB device-to-device copies (memory-bound, at least one); ``none``: no prelude.
+``copyN``: N ms of 1 GiB device-to-device copies (memory-bound, at least one); ``skinnyN``: N ms of 32 x 4096 by
+4096 x 4096 bf16 GEMMs (cuBLAS, memory-bound: a decode step's projections; at least one); ``none``: no prelude.
 ``--graph-preludes`` the same, with each window's calls replayed from a CUDA graph of
 20 calls of its config (``graph_after_*``): graph replay against stream launches. Each regime also records the SM
 clock (pynvml, read as each window is queued).
@@ -47,6 +48,8 @@ import corpus  # noqa: E402
 from _search_oracles import judge_among_heavy, judge_here, launches, ratios_of  # noqa: E402
 from bench_gemm_tuning import fresh_kernel  # noqa: E402
 
+PRELUDES = "none, flush, heavyN, gemm4kN, skinnyN, copyN, sleepN"
+
 
 def prelude_of(name: str, clocks: list[float]):
     """The lead-in of one regime's windows (see the module docstring); each call appends the SM clock (MHz) read as
@@ -70,6 +73,12 @@ def prelude_of(name: str, clocks: list[float]):
         per_heavy = per_call_ms(heavy)
         work = lambda per: run_for(heavy, float(name.removeprefix("heavy").removeprefix("gemm4k")),  # noqa: E731
                                    per_heavy)
+    elif name.startswith("skinny"):  # a decode step's projections: M = 32 rows through a 4096^2 weight, cuBLAS
+        rows = torch.randn(32, 4096, device="cuda", dtype=torch.bfloat16)
+        weight = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        skinny = lambda: torch.matmul(rows, weight)  # noqa: E731
+        per_skinny = per_call_ms(skinny)
+        work = lambda per: run_for(skinny, float(name[6:]), per_skinny)  # noqa: E731
     elif name.startswith("copy"):
         src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
@@ -95,15 +104,16 @@ def main() -> int:
     p.add_argument("--configs", required=True, help="comma-separated config names, as the corpus writes them")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--preludes", default="", help="comma-separated: none, flush, heavyN, gemm4kN, copyN, sleepN (N ms)")
+    p.add_argument("--preludes", default="", help=f"comma-separated: {PRELUDES} (N ms)")
     p.add_argument("--graph-preludes", default="", help="the same, before windows of graph replays")
     p.add_argument("--cpu-smoke", action="store_true")
     args = p.parse_args()
     preludes = [x.strip() for x in args.preludes.split(",") if x.strip()]
     graph_preludes = [x.strip() for x in args.graph_preludes.split(",") if x.strip()]
-    if any(not re.fullmatch(r"none|flush|(heavy|gemm4k|copy|sleep)\d+(\.\d+)?", x) for x in preludes + graph_preludes):
-        p.error(f"--preludes and --graph-preludes take none, flush, heavyN, gemm4kN, copyN and sleepN (N ms), got "
-                f"{args.preludes!r} and {args.graph_preludes!r}")
+    named = r"none|flush|(heavy|gemm4k|skinny|copy|sleep)\d+(\.\d+)?"
+    if any(not re.fullmatch(named, x) for x in preludes + graph_preludes):
+        p.error(f"--preludes and --graph-preludes take {PRELUDES} (N ms), got {args.preludes!r} and "
+                f"{args.graph_preludes!r}")
     space, _ = corpus.family(args.family, args.cpu_smoke)
     m = args.shape if "x" in args.shape else int(args.shape)
     kept = {space.text(c) for c in space.kept(m)}
