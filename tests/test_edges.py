@@ -106,6 +106,12 @@ def _as_another_user(fn) -> tuple[int, str]:
             import logging
 
             logging.getLogger().handlers.clear()  # as in a process of its own (pytest's capture is no handler there)
+            logs = sys.modules.get("triton_dist_tune.disk.logs")
+            if logs is not None:  # opened by a test before this one in the same pytest worker, in its own folder
+                for logger in logs._file_loggers.values():
+                    logger.handlers.clear()
+                logs._file_loggers.clear()
+                logs._unwritable.clear()
             if os.geteuid() == 0:
                 os.setgid(65534)
                 os.setuid(65534)

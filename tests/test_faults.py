@@ -460,7 +460,9 @@ def test_groups_that_do_not_match_raise_group_timeout_on_every_rank(env, groupin
 @pytest.mark.timeout(60)
 def test_mpi_communicator_that_not_every_rank_calls_with_raises_group_timeout(env):
     job = mpiexec("mpi_wrong_comm", env)
-    assert job.returncode == 1 and job.seconds < T + SLACK, job
+    # the ranks' own clocks say how long they waited (below); the job's wall time adds two interpreters' start, which
+    # took 23.7 s once on a loaded 2-core machine: bounded here only as "ended well within the test's timeout"
+    assert job.returncode == 1 and job.seconds < T + 2 * SLACK, job
     final = job.final()
     assert sorted(final) == [0, 1], job
     for r in final.values():

@@ -30,6 +30,11 @@ def spend(ms: float) -> None:
     _VIRTUAL_MS[0] += ms
 
 
+def virtual_ms() -> float:
+    """The virtual clock's reading: the milliseconds :func:`spend` has added so far."""
+    return _VIRTUAL_MS[0]
+
+
 @contextmanager
 def virtual_clock(kind: str = "host") -> Iterator[None]:
     """Time ``autotune``'s samples on a clock that only :func:`spend` advances, for scenarios whose assertions

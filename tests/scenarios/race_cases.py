@@ -14,7 +14,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, spend, virtual_clock
+from _cases import case, emit, main, spend, virtual_clock, virtual_ms
 
 import triton_dist_tune as tdt
 
@@ -45,15 +45,16 @@ def drift():
         spend(ms)
         dist.all_reduce(torch.ones(1))
 
-    # the old way, one config after another: 3 runs of config 0, then 3 runs of config 1
+    # the old way, one config after another: 3 runs of config 0, then 3 runs of config 1, read on the same virtual
+    # clock as the race (read on the wall clock, a loaded machine's stall in config 0's runs once made it look slower)
     sequential = {}
     for variant in (0, 1):
         runs = []
         for _ in range(3):
             dist.barrier()
-            start = time.perf_counter()
+            start = virtual_ms()
             work(variant)
-            runs.append(time.perf_counter() - start)
+            runs.append(virtual_ms() - start)
         sequential[variant] = statistics.median(runs)
     made[0] = 0
 
