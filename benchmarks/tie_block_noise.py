@@ -9,7 +9,9 @@ The leaders' true times per call, by scenario:
 - ``m1024``: 1.000, 1.002, 1.005, 1.007, 1.020, 1.040 (GEMM M = 1024 on one H200: the four ``128x256x32`` variants
   read within 0.7% of each other, ``results/session_h200_27`` call 5);
 - ``spread``: 1.000, 1.003, 1.006, 1.010, 1.020, 1.030;
-- ``pair``: 1.000, 1.015, then four clearly behind (1.06-1.09): the case the tie blocks were made for.
+- ``pair``: 1.000, 1.015, then four clearly behind (1.06-1.09): the case the tie blocks were made for;
+- ``six``: 1.000, 1.002, 1.005, 1.007, 1.010, 1.015 (six leaders within 1.5%: on one H200, GEMM M = 1024's races of
+  18-26 rounds, ``results/session_h200_28``).
 
 Noise models (each sample times ``1 + noise``): ``gauss1``, ``gauss2``, ``gauss5``, ``gauss10`` (Gaussian 1-10%; the
 settled samples of races on H200s spread about 1%) and ``spiked`` (2% Gaussian, 1 sample in 20 times 1.3). Per
@@ -34,7 +36,8 @@ from triton_dist_tune.measure.race import Race, RacePlan  # noqa: E402
 
 SCENARIOS = {"m1024": [1.000, 1.002, 1.005, 1.007, 1.020, 1.040],
              "spread": [1.000, 1.003, 1.006, 1.010, 1.020, 1.030],
-             "pair": [1.000, 1.015, 1.06, 1.07, 1.08, 1.09]}
+             "pair": [1.000, 1.015, 1.06, 1.07, 1.08, 1.09],
+             "six": [1.000, 1.002, 1.005, 1.007, 1.010, 1.015]}
 NOISE = {"gauss1": (0.01, 0.0), "gauss2": (0.02, 0.0), "gauss5": (0.05, 0.0), "gauss10": (0.10, 0.0),
          "spiked": (0.02, 0.05)}
 

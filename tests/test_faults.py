@@ -33,7 +33,9 @@ RUNS = 1 + 2  # N_WARMUP + N_REPEAT in fault_cases.py (cold timing: one call per
 WATCHDOG_EXIT = 86
 PEER_EXIT = 87  # a rank that ends because another rank's run raised (issue 17)
 T = 2  # TRITON_DIST_AUTOTUNE_TIMEOUT of these tests; the exchanges after a guarded phase wait T + 1 s
-SLACK = 20  # seconds allowed on top of the deadlines for starting processes on a loaded 2-core machine
+SLACK = 40  # seconds allowed on top of the deadlines for starting processes on a loaded 2-core machine (20 s was
+#             exceeded by 4-6 s twice, with two interpreters starting beside four test workers); the ranks' own clocks
+#             keep the tight bounds
 
 
 @pytest.fixture
@@ -460,9 +462,8 @@ def test_groups_that_do_not_match_raise_group_timeout_on_every_rank(env, groupin
 @pytest.mark.timeout(60)
 def test_mpi_communicator_that_not_every_rank_calls_with_raises_group_timeout(env):
     job = mpiexec("mpi_wrong_comm", env)
-    # the ranks' own clocks say how long they waited (below); the job's wall time adds two interpreters' start, which
-    # took 23.7 s once on a loaded 2-core machine: bounded here only as "ended well within the test's timeout"
-    assert job.returncode == 1 and job.seconds < T + 2 * SLACK, job
+    # the ranks' own clocks say how long they waited (below); the job's wall time adds two interpreters' start
+    assert job.returncode == 1 and job.seconds < T + SLACK, job
     final = job.final()
     assert sorted(final) == [0, 1], job
     for r in final.values():

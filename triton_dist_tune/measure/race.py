@@ -24,23 +24,20 @@ further message.
   block with no break between its rounds (:meth:`Race.block`; see :mod:`~triton_dist_tune.measure.timing`).
   Their time then comes from their settled samples alone, and nobody leaves during these rounds.
 - **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
-  rounds are, or when the time budget is spent (after any round, settled ones included: a cut): the least median
-  among those still running wins (ties: the lower index). After settled rounds the leaders are ranked drift-free:
-  by the median of each one's sample relative to the round's median leader sample (a drift of the machine between
-  rounds, such as the host's speed for a host-bound function or the phase of the power limiter, cancels out).
-- **Two levels.** Some configs' time flips between two levels: on one H200 a MoE tile at 32 tokens read 1.00-1.02
-  and 1.08 times the best in the two halves of one judge's rounds, where nine others' halves agreed within 0.8%
-  (``benchmarks/results/session_h200_19``), and tunings chose it in 2 of 3 where their samples caught its faster
-  level. A median reports the level most samples caught, where the calls of a served model average both. So a settled
-  leader whose relative samples hold a slower level too (their mean, its largest sample left out as a one-off
-  spike, more than the indifference margin over their median) has its drift-free time raised by that ratio of
-  mean to median, as if ranked by the mean (:func:`~.levels.slower_level`), in a race timed on the device (``levels``: a
-  host-timed sample's spikes would read as a level).
+  rounds are, or when the time budget is spent (after any round: a cut): the least median among those still running
+  wins (ties: the lower index). After settled rounds the leaders are ranked drift-free: by the median of each one's
+  sample relative to the round's median leader sample (a drift of the machine between rounds cancels out).
+- **Two levels.** Some configs' time flips between two levels (on one H200 a MoE tile at 32 tokens read 1.00-1.02
+  and 1.08 times the best in the two halves of one judge's rounds: ``benchmarks/results/session_h200_19``). A median
+  reports the level most samples caught, where a served model's calls average both. So a settled leader whose
+  relative samples hold a slower level too (their mean, its largest sample left out as a one-off spike, more than the
+  indifference margin over their median) has its drift-free time raised by that ratio of mean to median
+  (:func:`~.levels.slower_level`), in a race timed on the device (``levels``: a host-timed sample's spikes would
+  read as a level).
 - **Placements** (``placements=P``, races timed on the device). Some configs' time depends on where the call's
   own outputs lie in memory: on one H200, at MoE M = 32, the same two tiles read 1.00 at most output placements and
   1.01-1.06 at others (1 to 7 of 16 tried; M = 48 alike), where two other tiles read within 0.6% at all of them
-  (``benchmarks/address_check.py``, ``results/session_h200_21``); which placements are slow changed from process to
-  process. A tuning that times each config at one placement chooses a config that was lucky there, and a served
+  (``benchmarks/address_check.py``, ``results/session_h200_21``), which changed from process to process; a served
   model's buffers lie wherever its allocator puts them. So each settled leader is timed at ``P`` placements (its
   settled round ``j`` at placement ``j mod P``: :meth:`Race.placement`; the measurer captures one graph per
   placement), and its time is raised, as by two levels, to the mean over the placements of each placement's least
@@ -49,7 +46,8 @@ further message.
 - **Near-ties** (``tie_blocks``, the finalists of a search): when the settled rounds leave the leader and the
   runner-up a near-tie that is more than the indifference margin apart, another settled block runs (the same
   length, interleaved and paired as before), at most ``tie_blocks`` times. The leaders clearly slower than the leader
-  on their paired settled rounds leave the race first: the block times only those more samples could make the choice.
+  on their paired settled rounds leave the race first, and of the rest only the :data:`TIE_LEADERS` best ranked stay:
+  the block times only those more samples could make the choice.
 """
 
 from __future__ import annotations
@@ -62,6 +60,9 @@ from ..records import Outcome
 from .levels import placement_level, slower_level
 from .noise import NOISY, spread_of_runs
 from .stats import INDIFFERENCE, clearly_slower, median, paired_ratios, spread
+
+#: leaders a near-tie block times at the most (chosen on CPU replays, ``benchmarks/tie_block_noise.py``)
+TIE_LEADERS = 3
 
 
 @dataclass(frozen=True)
@@ -272,15 +273,15 @@ class Race:
         return self.cut
 
     def _leave_the_tie(self) -> None:
-        """Before a near-tie block: the settled leaders clearly slower than the leader on their paired settled
-        rounds leave the race (``stopped``), so that the block times only those more samples could make the choice
-        (on one H200, GEMM M = 1024: 6 leaders re-raced for 8 more rounds, 0.6 s of a 3.0-3.5 s key, to settle two
-        of them)."""
+        """Before a near-tie block only the :data:`TIE_LEADERS` best of the settled leaders not clearly slower than the
+        leader (on their paired settled rounds) stay; the rest are ``stopped`` (on one H200, GEMM M = 1024: 6 leaders
+        within 1-2% re-raced in two blocks, 1.5 s of a 3.5 s key)."""
         candidates = [i for i in self.running if self.entrants[i].settled]
-        leader = self.leader(candidates)
-        chosen = self.entrants[leader].settled
+        chosen = self.entrants[self.leader(candidates)].settled
+        tied = [i for i in candidates if not clearly_slower(paired_ratios(self.entrants[i].settled, chosen))]
+        staying = sorted(tied, key=self._rank_key)[:TIE_LEADERS]  # the leader's own ratios are 1: it stays
         for i in candidates:
-            if i != leader and clearly_slower(paired_ratios(self.entrants[i].settled, chosen)):
+            if i not in staying:
                 self.entrants[i].state = "stopped"
 
     def _unsettled_tie(self) -> bool:
