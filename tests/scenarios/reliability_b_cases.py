@@ -25,9 +25,12 @@ SLOW_KEY = 16
 
 
 def leave(**fields: object) -> None:
-    """Emit and end at once, with no barrier (the other rank is gone or elsewhere)."""
+    """Emit and end at once, with no barrier (the other rank is gone or elsewhere); rank 0 first writes ENDED_AT
+    where it is set (a rank stuck until rank 0 has gone waits for it)."""
     emit(**fields)
     sys.stdout.flush()
+    if fields.get("rank") == 0 and os.environ.get("ENDED_AT"):
+        Path(os.environ["ENDED_AT"]).write_text(repr(time.time()))
     os._exit(0)
 
 
@@ -100,8 +103,8 @@ def campaign_stuck_unit():
     code the tuner has no deadline for (STUCK_IN: ``build``, its build of its key's call, or ``ref_prog``), after
     writing when to STUCK_AT; its process stays alive and its beat thread runs. Rank 0 (a fast key) waits at the
     round and must end with a GroupTimeoutError naming rank 1 as stuck there (the test then kills rank 1). With
-    STUCK_FOR, rank 1 comes back after that many seconds, when rank 0 has ended: it must end with a
-    GroupTimeoutError too."""
+    STUCK_FOR, rank 1 comes back after that many seconds, or 1 s after rank 0 has written ENDED_AT as it ends
+    (whichever is first), when rank 0 has ended: it must end with a GroupTimeoutError too."""
     tdt.init_distributed(backend="gloo")
     rank = dist.get_rank()
     where = os.environ["STUCK_IN"]
@@ -109,7 +112,12 @@ def campaign_stuck_unit():
 
     def stuck() -> None:
         Path(os.environ["STUCK_AT"]).write_text(repr(time.time()))
-        time.sleep(float(os.environ.get("STUCK_FOR", 3600)))
+        until = time.monotonic() + float(os.environ.get("STUCK_FOR", 3600))
+        ended = Path(os.environ.get("ENDED_AT", "/nonexistent/ended_at"))  # rank 0 writes it as it ends
+        while time.monotonic() < until and not ended.exists():
+            time.sleep(0.2)
+        if ended.exists():
+            time.sleep(1.0)  # rank 0's process, and the key-value store it hosts, end right after it writes it
 
     def make(n: int) -> torch.Tensor:
         builds[n] += 1
