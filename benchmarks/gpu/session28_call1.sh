@@ -10,6 +10,7 @@
 set -u
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+source "$(dirname "$0")/_acceptance_left.sh"
 {
   nvidia-smi --query-gpu=index,name,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv 2>&1
   OUT=$OUT/ab ARM_OLD=${ARM_OLD:?set ARM_OLD} ARMS="new old new old new old" FAMILY=gemm_k4096_n4096 SHAPES=1024 \
@@ -17,13 +18,5 @@ export PYTHONUNBUFFERED=1
   mv "$OUT/ab/validate_ab.tgz" "$OUT/" && rmdir "$OUT/ab"
   echo "A/B done after $SECONDS s"
   left=$((${CALL_S:-560} - SECONDS - 20))
-  if [ "$left" -gt 120 ]; then
-    HOME=$(mktemp -d) timeout "$left" taskset -c 0-15 python3 benchmarks/gpu/acceptance.py --out "$OUT/acc" \
-      --budget $((left - 10)) ${ACC_ARGS:-} > "$OUT/acc_stdout.txt" 2>&1
-    echo "acceptance: exit $? after $SECONDS s"; grep '^|' "$OUT/acc/acceptance.md" | cut -c1-300
-    cp "$OUT/acc/acceptance.md" "$OUT/acc_table.md"
-    (cd "$OUT" && tar czf acc.tgz acc acc_stdout.txt && rm -rf acc acc_stdout.txt)
-  else
-    echo "acceptance skipped: $left s left"
-  fi
+  MIN=120 acceptance_left "$left"
 } 2>&1 | tee "$OUT/summary.txt"

@@ -11,6 +11,7 @@
 set -u
 OUT=${OUT:?set OUT}; mkdir -p "$OUT/pre"
 export PYTHONUNBUFFERED=1
+source "$(dirname "$0")/_acceptance_left.sh"
 {
   nvidia-smi --query-gpu=index,name,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv 2>&1
   OUT=$OUT/ab ARM_OLD=${ARM_OLD:?set ARM_OLD} ARMS="new old new old new old" FAMILY=gemm_k4096_n4096 \
@@ -25,13 +26,5 @@ export PYTHONUNBUFFERED=1
   echo "m32 preludes: exit $? after $SECONDS s"; tail -n 16 "$OUT/pre/m32.txt"
   (cd "$OUT" && tar czf pre.tgz pre && rm -rf pre)
   left=$((${CALL_S:-570} - SECONDS - 15))
-  if [ "$left" -gt 110 ]; then
-    HOME=$(mktemp -d) timeout "$left" taskset -c 0-15 python3 benchmarks/gpu/acceptance.py --out "$OUT/acc" \
-      --budget $((left - 10)) > "$OUT/acc_stdout.txt" 2>&1
-    echo "acceptance: exit $? after $SECONDS s"; grep '^|' "$OUT/acc/acceptance.md" | cut -c1-300
-    cp "$OUT/acc/acceptance.md" "$OUT/acc_table.md"
-    (cd "$OUT" && tar czf acc.tgz acc acc_stdout.txt && rm -rf acc acc_stdout.txt)
-  else
-    echo "acceptance skipped: $left s left"
-  fi
+  MIN=110 acceptance_left "$left"
 } 2>&1 | tee "$OUT/summary.txt"
