@@ -23,9 +23,10 @@ ranks the CPU model's), named as ``triton-dist-tune export --format vllm-moe`` n
 tuned (or found in the cache), none for a batch size that failed.
 
 Rank 0 prints one line per rank with the config it chose and its error against the torch reference, then
-``RESULT {json}`` (what the tests read). The reference is computed expert by expert (:func:`moe_reference`): the
-check of the largest campaign batch on a GPU (8,192 tokens) needs about 0.7 GB besides the problem's tensors (before:
-224 GiB, and the campaign died before its vLLM file was written).
+``RESULT {json}`` (what the tests read; for a campaign, ``phases`` holds rank 0's seconds in each step: the imports,
+the setup before the tuning, the tuning, the reference checks and the export). The reference is computed expert by
+expert (:func:`moe_reference`): the check of the largest campaign batch on a GPU (8,192 tokens) needs about 0.7 GB
+besides the problem's tensors (before: 224 GiB, and the campaign died before its vLLM file was written).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+IMPORTED_FROM = time.perf_counter()  # before torch and Triton: the imports are the first of RESULT's phases
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
@@ -165,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.export_vllm and not args.campaign:
         parser.error("--export-vllm needs --campaign (the file holds one config per batch size)")
 
+    entered = time.perf_counter()
     tdt.init_distributed()
     import torch.distributed as dist
 
@@ -187,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                                local=not args.lockstep)
         seconds = time.perf_counter() - started
         result.update(campaign_s=seconds, failed=len(summary.failed), keys=len(summary.rows))
+        checked_from = time.perf_counter()
         checks = {}
         for m in batches:  # every key decided: each call is the hot path
             p = make_problem(m, w, problem["top_k"])
@@ -195,8 +199,12 @@ def main(argv: list[str] | None = None) -> int:
                          relative_error(out, moe_reference(p.a, p.w, p.routing)))
         result["choices"] = {str(m): c for m, (c, _) in checks.items()}
         result["max_error"] = max(e for _, e in checks.values())
+        exported_from = time.perf_counter()
         if args.export_vllm and rank == 0:
             result["vllm_file"] = str(export_vllm(Path(args.export_vllm), moe, w, problem, batches))
+        result["phases"] = {"imports_s": entered - IMPORTED_FROM, "setup_s": started - entered, "tuning_s": seconds,
+                            "checks_s": exported_from - checked_from,
+                            "export_s": time.perf_counter() - exported_from}
     else:
         tokens = args.tokens or (20 if tiny else 256)
         p = make_problem(tokens, w, problem["top_k"])

@@ -33,6 +33,7 @@ def test_the_acceptance_script_runs_the_campaign_and_the_cli_on_cpu_and_writes_i
     assert list(rows) == ["moe_campaign", "cli_list", "cli_plot_function"]
     assert all(r["ok"] and r["status"] == 0 and r["seconds"] > 0 for r in rows.values()), rows
     assert rows["moe_campaign"]["figure"].startswith("3 batch sizes in ")
+    assert "; besides it: imports " in rows["moe_campaign"]["figure"], rows["moe_campaign"]  # the example's phases
     assert any(f.startswith("vLLM file E=4,N=24,device_name=") for f in rows["moe_campaign"]["files"])
     assert rows["cli_list"]["figure"].startswith("3 decision(s) in ")
     assert (out / "function.png").read_bytes()[:4] == b"\x89PNG"

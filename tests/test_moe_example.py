@@ -227,6 +227,10 @@ def test_moe_example_campaign_spread_over_two_cpu_ranks_writes_vllms_config_file
     assert "waitForInput" not in stderr, stderr[-3000:]
     assert result["same_on_every_rank"] and len(result["choices"]) == 3, output[-4000:]
     assert max(result["errors"]) <= 1e-4, output[-4000:]
+    # rank 0's seconds in each step of the command, the tuning's own as campaign_s
+    phases = result["phases"]
+    assert list(phases) == ["imports_s", "setup_s", "tuning_s", "checks_s", "export_s"], phases
+    assert all(v >= 0 for v in phases.values()) and phases["tuning_s"] == result["campaign_s"], phases
 
     # vLLM's loader: the file name from E, N and the device name (float32 MoE: dtype=float32), int keys
     name = vllm_config_file_name(CPU_PROBLEM["experts"], CPU_PROBLEM["n"], this_cpu_model(), "float32")

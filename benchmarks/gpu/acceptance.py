@@ -211,8 +211,18 @@ def moe_campaign(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], 
     if r and (r["keys"] != len(ctx.batches) or r["failed"] or not r["same_on_every_rank"]):
         problems.append(f"{r['keys']} keys, {r['failed']} failed, same on every rank: {r['same_on_every_rank']}")
     figure = (f"{r['keys']} batch sizes in {r['campaign_s']:.1f} s ({r['failed']} failed), max rel err "
-              f"{r['max_error']:.1e}" + ("" if ctx.as_written else " (--batches: not the README's 16)")) if r else ""
+              f"{r['max_error']:.1e}" + ("" if ctx.as_written else " (--batches: not the README's 16)")
+              + phases_text(r.get("phases"))) if r else ""
     return files, problems, figure
+
+
+def phases_text(phases: dict[str, float] | None) -> str:
+    """The example's own steps outside its tuning (RESULT's ``phases``), for the figure: what the command's wall
+    time holds besides the keys (the rest is the interpreter's start and exit)."""
+    if not phases:
+        return ""
+    named = [("imports", "imports_s"), ("setup", "setup_s"), ("checks", "checks_s"), ("export", "export_s")]
+    return "; besides it: " + ", ".join(f"{name} {phases[key]:.1f}" for name, key in named if key in phases) + " s"
 
 
 def fla(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], list[str], str]:
