@@ -51,6 +51,25 @@ from bench_gemm_tuning import fresh_kernel  # noqa: E402
 PRELUDES = "none, flush, heavyN, gemm4kN, skinnyN, copyN, sleepN"
 
 
+def repeated_call(kind: str):
+    """The call a prelude of N ms repeats: ``heavy`` an 8192^3 and ``gemm4k`` a 4096^3 bf16 GEMM (compute-bound),
+    ``skinny`` 32 rows through a 4096^2 weight (a decode step's projection, cuBLAS, memory-bound), ``copy`` 1 GiB
+    copied on the device (memory-bound)."""
+    import torch
+
+    bf16 = {"device": "cuda", "dtype": torch.bfloat16}
+    if kind in ("heavy", "gemm4k"):
+        side = 8192 if kind == "heavy" else 4096
+        x = torch.randn(side, side, **bf16)
+        return lambda: torch.matmul(x, x)
+    if kind == "skinny":
+        rows, weight = torch.randn(32, 4096, **bf16), torch.randn(4096, 4096, **bf16)
+        return lambda: torch.matmul(rows, weight)
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
 def prelude_of(name: str, clocks: list[float]):
     """The lead-in of one regime's windows (see the module docstring); each call appends the SM clock (MHz) read as
     it has queued the prelude, where pynvml can read it."""
@@ -66,25 +85,10 @@ def prelude_of(name: str, clocks: list[float]):
     elif name == "flush":
         buffer = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
         work = lambda per: buffer.zero_()  # noqa: E731
-    elif name.startswith(("heavy", "gemm4k")):  # at least one GEMM, however short N
-        side = 4096 if name.startswith("gemm4k") else 8192
-        x = torch.randn(side, side, device="cuda", dtype=torch.bfloat16)
-        heavy = lambda: torch.matmul(x, x)  # noqa: E731
-        per_heavy = per_call_ms(heavy)
-        work = lambda per: run_for(heavy, float(name.removeprefix("heavy").removeprefix("gemm4k")),  # noqa: E731
-                                   per_heavy)
-    elif name.startswith("skinny"):  # a decode step's projections: M = 32 rows through a 4096^2 weight, cuBLAS
-        rows = torch.randn(32, 4096, device="cuda", dtype=torch.bfloat16)
-        weight = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-        skinny = lambda: torch.matmul(rows, weight)  # noqa: E731
-        per_skinny = per_call_ms(skinny)
-        work = lambda per: run_for(skinny, float(name[6:]), per_skinny)  # noqa: E731
-    elif name.startswith("copy"):
-        src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-        dst = torch.empty_like(src)
-        copy = lambda: dst.copy_(src)  # noqa: E731
-        per_copy = per_call_ms(copy)
-        work = lambda per: run_for(copy, float(name[4:]), per_copy)  # noqa: E731
+    elif (kind := name.rstrip("0123456789.")) in ("heavy", "gemm4k", "skinny", "copy"):  # one call at least
+        call = repeated_call(kind)
+        per_call, ms = per_call_ms(call), float(name[len(kind):])
+        work = lambda per: run_for(call, ms, per_call)  # noqa: E731
     else:
         raise ValueError(f"unknown prelude {name!r}")
     sm = Clock()

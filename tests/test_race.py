@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -644,24 +645,30 @@ def test_an_unsettled_near_tie_of_the_finalists_gets_more_settled_blocks_and_a_c
     assert rounds == 3
 
 
-def test_a_near_tie_block_times_only_the_leaders_still_tied_with_the_leader():
-    """On one H200 (GEMM M = 1024) a near-tie of two settled leaders re-raced all six for 8 more rounds, 0.6 s of a
-    3.0-3.5 s key. Leaders clearly slower than the leader on their settled rounds now leave the race before a near-tie
-    block: here 2 and 3 (10% behind in every round) keep their 3 settled samples, 0 and 1 (a near-tie) get 9."""
-    race = Race([0, 1, 2, 3], RacePlan(max_rounds=4, min_rounds=1, final_top=4, final_rounds=3, seed="s",
-                                       tie_blocks=2))
+def _tie_blocks_race(n: int, sample: Callable[[int, int], float]) -> tuple[Race, int]:
+    """A race of ``n`` configs that all settle after one round, then 3 settled rounds and up to 2 near-tie blocks of
+    3; ``sample(i, r)``: config i's time in settled round r. Returns the race and its settled rounds."""
+    race = Race(list(range(n)), RacePlan(max_rounds=4, min_rounds=1, final_top=n, final_rounds=3, seed="s",
+                                         tie_blocks=2))
     for i in race.order():
         race.record(i, [1.0])
     race.end_round()
     assert race.settling
-    pairs = [(1.00, 1.03), (1.03, 1.00), (1.00, 1.03)]
     rounds = 0
     while not race.finished(0.0):
-        a, b = pairs[rounds % len(pairs)]
         for i in race.order():
-            race.record(i, [{0: a, 1: b}.get(i, 1.10 * (1 + 0.001 * rounds))])
+            race.record(i, [sample(i, rounds)])
         race.end_round()
         rounds += 1
+    return race, rounds
+
+
+def test_a_near_tie_block_times_only_the_leaders_still_tied_with_the_leader():
+    """On one H200 (GEMM M = 1024) a near-tie of two settled leaders re-raced all six for 8 more rounds, 0.6 s of a
+    3.0-3.5 s key. Leaders clearly slower than the leader on their settled rounds now leave the race before a near-tie
+    block: here 2 and 3 (10% behind in every round) keep their 3 settled samples, 0 and 1 (a near-tie) get 9."""
+    pairs = [(1.00, 1.03), (1.03, 1.00), (1.00, 1.03)]
+    race, rounds = _tie_blocks_race(4, lambda i, r: pairs[r % 3][i] if i < 2 else 1.10 * (1 + 0.001 * r))
     assert rounds == 9 and race.tie_blocks == 2
     assert [len(race.entrants[i].settled) for i in range(4)] == [9, 9, 3, 3]
     assert [race.entrants[i].state for i in range(4)] == ["running", "running", "stopped", "stopped"]
@@ -673,18 +680,12 @@ def test_a_near_tie_block_times_at_most_three_leaders_when_more_are_tied():
     two near-tie blocks: 26 rounds, 1.5 s of a 3.5 s key. A block now times only the TIE_LEADERS (3) best ranked of
     the tied leaders: here 0, 1 and 2 get 9 settled samples, and 3, 4 and 5 (tied, but ranked behind) keep 3."""
     assert TIE_LEADERS == 3
-    race = Race(list(range(6)), RacePlan(max_rounds=4, min_rounds=1, final_top=6, final_rounds=3, seed="s",
-                                         tie_blocks=2))
-    for i in race.order():
-        race.record(i, [1.0])
-    race.end_round()
-    rounds = 0
-    while not race.finished(0.0):
-        lead, behind = (1.03, 1.00) if rounds % 3 == 1 else (1.00, 1.03)  # 0 against the rest: never clearly apart
-        for i in race.order():
-            race.record(i, [lead if i == 0 else behind + 0.001 * i])
-        race.end_round()
-        rounds += 1
+
+    def sample(i: int, r: int) -> float:  # 0 against the rest: never clearly apart
+        lead, behind = (1.03, 1.00) if r % 3 == 1 else (1.00, 1.03)
+        return lead if i == 0 else behind + 0.001 * i
+
+    race, rounds = _tie_blocks_race(6, sample)
     assert rounds == 9 and race.tie_blocks == 2
     assert [len(race.entrants[i].settled) for i in range(6)] == [9, 9, 9, 3, 3, 3]
     assert race.winner() in (0, 1, 2)
