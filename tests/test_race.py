@@ -617,39 +617,12 @@ def test_a_steady_round_runs_settling_and_span_back_to_back_with_one_exchange_pe
         assert outcome[3] == ("stopped", 2) and all(outcome[i] == ("measured", 6) for i in leaders)
 
 
-def test_an_unsettled_near_tie_of_the_finalists_gets_more_settled_blocks_and_a_clear_one_does_not():
-    def settle(pairs, tie_blocks=2):
-        race = Race([0, 1], RacePlan(max_rounds=4, min_rounds=1, final_top=2, final_rounds=3, seed="s",
-                                     tie_blocks=tie_blocks))
-        for i in race.order():
-            race.record(i, [1.0])
-        race.end_round()
-        assert race.settling
-        rounds = 0
-        while not race.finished(0.0):
-            a, b = pairs[rounds % len(pairs)]
-            for i in race.order():
-                race.record(i, [a if i == 0 else b])
-            race.end_round()
-            rounds += 1
-        return race, rounds
-
-    # 3% apart, but config 1 is ahead in one round of three: a near-tie that more rounds can settle
-    race, rounds = settle([(1.00, 1.03), (1.03, 1.00), (1.00, 1.03)])
-    assert rounds == 9 and race.tie_blocks == 2  # the first block and two more, each of 3 rounds
-    race, rounds = settle([(1.00, 1.03)])  # config 1 clearly slower in every round: no more blocks
-    assert rounds == 3 and race.tie_blocks == 0 and race.winner() == 0
-    race, rounds = settle([(1.000, 1.004), (1.004, 1.000)])  # within the indifference margin: a tie, no more blocks
-    assert rounds == 3 and race.tie_blocks == 0
-    race, rounds = settle([(1.00, 1.03), (1.03, 1.00), (1.00, 1.03)], tie_blocks=0)  # off: the plan's rounds only
-    assert rounds == 3
-
-
-def _tie_blocks_race(n: int, sample: Callable[[int, int], float]) -> tuple[Race, int]:
-    """A race of ``n`` configs that all settle after one round, then 3 settled rounds and up to 2 near-tie blocks of
-    3; ``sample(i, r)``: config i's time in settled round r. Returns the race and its settled rounds."""
+def _tie_blocks_race(n: int, sample: Callable[[int, int], float], tie_blocks: int = 2) -> tuple[Race, int]:
+    """A race of ``n`` configs that all settle after one round, then 3 settled rounds and up to ``tie_blocks``
+    near-tie blocks of 3; ``sample(i, r)``: config i's time in settled round r. Returns the race and its settled
+    rounds."""
     race = Race(list(range(n)), RacePlan(max_rounds=4, min_rounds=1, final_top=n, final_rounds=3, seed="s",
-                                         tie_blocks=2))
+                                         tie_blocks=tie_blocks))
     for i in race.order():
         race.record(i, [1.0])
     race.end_round()
@@ -661,6 +634,21 @@ def _tie_blocks_race(n: int, sample: Callable[[int, int], float]) -> tuple[Race,
         race.end_round()
         rounds += 1
     return race, rounds
+
+
+def test_an_unsettled_near_tie_of_the_finalists_gets_more_settled_blocks_and_a_clear_one_does_not():
+    def settle(pairs, tie_blocks=2):
+        return _tie_blocks_race(2, lambda i, r: pairs[r % len(pairs)][i], tie_blocks)
+
+    # 3% apart, but config 1 is ahead in one round of three: a near-tie that more rounds can settle
+    race, rounds = settle([(1.00, 1.03), (1.03, 1.00), (1.00, 1.03)])
+    assert rounds == 9 and race.tie_blocks == 2  # the first block and two more, each of 3 rounds
+    race, rounds = settle([(1.00, 1.03)])  # config 1 clearly slower in every round: no more blocks
+    assert rounds == 3 and race.tie_blocks == 0 and race.winner() == 0
+    race, rounds = settle([(1.000, 1.004), (1.004, 1.000)])  # within the indifference margin: a tie, no more blocks
+    assert rounds == 3 and race.tie_blocks == 0
+    race, rounds = settle([(1.00, 1.03), (1.03, 1.00), (1.00, 1.03)], tie_blocks=0)  # off: the plan's rounds only
+    assert rounds == 3
 
 
 def test_a_near_tie_block_times_only_the_leaders_still_tied_with_the_leader():
