@@ -24,7 +24,9 @@ tuned (or found in the cache), none for a batch size that failed.
 
 Rank 0 prints one line per rank with the config it chose and its error against the torch reference, then
 ``RESULT {json}`` (what the tests read; for a campaign, ``phases`` holds rank 0's seconds in each step: the imports,
-the setup before the tuning, the tuning, the reference checks and the export). The reference is computed expert by
+the setup before the tuning, the tuning, the reference checks and the export; ``clock`` holds rank 0's wall clock,
+in seconds since the epoch, when its imports began and when it printed ``RESULT``: what comes before and after them
+in a caller's wall time is the interpreter's start and the process's end). The reference is computed expert by
 expert (:func:`moe_reference`): the check of the largest campaign batch on a GPU (8,192 tokens) needs about 0.7 GB
 besides the problem's tensors (before: 224 GiB, and the campaign died before its vLLM file was written).
 """
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 IMPORTED_FROM = time.perf_counter()  # before torch and Triton: the imports are the first of RESULT's phases
+IMPORTED_AT = time.time()  # the same instant on the wall clock (RESULT's ``clock``)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
@@ -225,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         if "vllm_file" in result:
             print(f"vLLM / SGLang fused-MoE config file: {result['vllm_file']} (batch sizes "
                   f"{', '.join(result['choices'])})", flush=True)
-        print("RESULT " + json.dumps({**result, "same_on_every_rank": same,
+        clock = {"imports_began": IMPORTED_AT, "result_printed": time.time()}
+        print("RESULT " + json.dumps({**result, "same_on_every_rank": same, "clock": clock,
                                       "errors": [row["max_error"] for row in lines]}), flush=True)
     dist.destroy_process_group()
     return 0 if result["max_error"] <= tol else 1

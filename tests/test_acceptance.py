@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 
 import pytest
@@ -33,7 +34,10 @@ def test_the_acceptance_script_runs_the_campaign_and_the_cli_on_cpu_and_writes_i
     assert list(rows) == ["moe_campaign", "cli_list", "cli_plot_function"]
     assert all(r["ok"] and r["status"] == 0 and r["seconds"] > 0 for r in rows.values()), rows
     assert rows["moe_campaign"]["figure"].startswith("3 batch sizes in ")
-    assert "; besides it: imports " in rows["moe_campaign"]["figure"], rows["moe_campaign"]  # the example's phases
+    # the command's seconds outside its keys: before the example's imports, its own steps, and after its RESULT
+    said = re.search(r"; besides it: start ([0-9.]+), imports [0-9.]+, setup [0-9.]+, checks [0-9.]+, export [0-9.]+, "
+                     r"exit ([0-9.]+) s$", rows["moe_campaign"]["figure"])
+    assert said and 0 < float(said[1]) + float(said[2]) < rows["moe_campaign"]["seconds"], rows["moe_campaign"]
     assert any(f.startswith("vLLM file E=4,N=24,device_name=") for f in rows["moe_campaign"]["files"])
     assert rows["cli_list"]["figure"].startswith("3 decision(s) in ")
     assert (out / "function.png").read_bytes()[:4] == b"\x89PNG"

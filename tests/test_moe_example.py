@@ -231,6 +231,8 @@ def test_moe_example_campaign_spread_over_two_cpu_ranks_writes_vllms_config_file
     phases = result["phases"]
     assert list(phases) == ["imports_s", "setup_s", "tuning_s", "checks_s", "export_s"], phases
     assert all(v >= 0 for v in phases.values()) and phases["tuning_s"] == result["campaign_s"], phases
+    clock = result["clock"]  # rank 0's wall clock: its imports began, then its RESULT printed, all the phases apart
+    assert clock["result_printed"] - clock["imports_began"] >= sum(phases.values()) > 0, (clock, phases)
 
     # vLLM's loader: the file name from E, N and the device name (float32 MoE: dtype=float32), int keys
     name = vllm_config_file_name(CPU_PROBLEM["experts"], CPU_PROBLEM["n"], this_cpu_model(), "float32")

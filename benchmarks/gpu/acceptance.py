@@ -74,6 +74,9 @@ class Context:
     batches: list[int]
     as_written: bool  # the MoE campaign is the README's
     current: str = ""  # the step running now
+    #: the wall clock (epoch seconds) when the step running now (or last run) was started, and when it ended
+    launched: float = 0.0
+    ended: float = 0.0
     extra_env: dict[str, str] = field(default_factory=dict)  # --env: set for every step (an arm of an A/B run)
 
     @property
@@ -212,17 +215,27 @@ def moe_campaign(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], 
         problems.append(f"{r['keys']} keys, {r['failed']} failed, same on every rank: {r['same_on_every_rank']}")
     figure = (f"{r['keys']} batch sizes in {r['campaign_s']:.1f} s ({r['failed']} failed), max rel err "
               f"{r['max_error']:.1e}" + ("" if ctx.as_written else " (--batches: not the README's 16)")
-              + phases_text(r.get("phases"))) if r else ""
+              + phases_text(r.get("phases"), outside(ctx, r.get("clock")))) if r else ""
     return files, problems, figure
 
 
-def phases_text(phases: dict[str, float] | None) -> str:
-    """The example's own steps outside its tuning (RESULT's ``phases``), for the figure: what the command's wall
-    time holds besides the keys (the rest is the interpreter's start and exit)."""
-    if not phases:
-        return ""
-    named = [("imports", "imports_s"), ("setup", "setup_s"), ("checks", "checks_s"), ("export", "export_s")]
-    return "; besides it: " + ", ".join(f"{name} {phases[key]:.1f}" for name, key in named if key in phases) + " s"
+def outside(ctx: Context, clock: dict[str, float] | None) -> dict[str, float]:
+    """The command's seconds before the example's imports began (launch.sh, the interpreter's start: ``start_s``)
+    and after it printed ``RESULT`` (the process group's end, the compiles waited for at exit, the interpreter's
+    end: ``exit_s``), from RESULT's ``clock`` and the step's own wall clock (one host: one clock)."""
+    if not clock or not ctx.ended:
+        return {}
+    return {"start_s": clock["imports_began"] - ctx.launched, "exit_s": ctx.ended - clock["result_printed"]}
+
+
+def phases_text(phases: dict[str, float] | None, around: dict[str, float] | None = None) -> str:
+    """The command's steps outside its tuning (RESULT's ``phases``, and :func:`outside`'s), for the figure: what its
+    wall time holds besides the keys."""
+    steps = {**(around or {}), **(phases or {})}
+    named = [("start", "start_s"), ("imports", "imports_s"), ("setup", "setup_s"), ("checks", "checks_s"),
+             ("export", "export_s"), ("exit", "exit_s")]
+    said = [f"{name} {steps[key]:.1f}" for name, key in named if key in steps]
+    return "; besides it: " + ", ".join(said) + " s" if said else ""
 
 
 def fla(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], list[str], str]:
@@ -362,6 +375,7 @@ def run_step(ctx: Context, step: Step, timeout: float) -> tuple[Row, str]:
     command = " ".join(a if re.fullmatch(r"[\w./=,:-]+", a) else repr(a) for a in argv)
     before = ctx.entries()
     started = time.perf_counter()
+    ctx.launched, ctx.ended = time.time(), 0.0
     proc = subprocess.Popen(argv, cwd=ROOT, env=step_env(ctx, step.name), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -372,6 +386,7 @@ def run_step(ctx: Context, step: Step, timeout: float) -> tuple[Row, str]:
         stdout, stderr = proc.communicate()
         status = 124
     seconds = time.perf_counter() - started
+    ctx.ended = time.time()
     (ctx.out / "logs" / f"{step.name}.out").write_text(stdout)
     (ctx.out / "logs" / f"{step.name}.err").write_text(stderr)
     try:
