@@ -166,6 +166,70 @@ def test_a_process_that_ends_while_a_worker_compiles_waits_for_it_then_ends_the_
     assert any(name.endswith(".cubin") for name in _files(cache)), _files(cache)
 
 
+GUESS_EXIT_SCRIPT = textwrap.dedent('''
+    import atexit, sys, threading, time
+    answers, answered = [], threading.Event()
+    # registered before the tuner's own exit handler (its module is imported below): runs after it
+    atexit.register(lambda: answered.wait(20) and print("answers", answers, flush=True))
+    sys.path.insert(0, sys.argv[1])
+    from triton.backends.compiler import GPUTarget
+    from triton_dist_tune.measure.compile_workers import shared_pool, task
+    from triton_dist_tune.measure.daemon_pool import AHEAD, DaemonPool
+
+    guesses = shared_pool(1, speculative=True)
+    assert guesses.wait_ready(60)  # the worker runs, without the kernel's module
+    import tdt_slow_kernels as module
+    open(sys.argv[2], "w").close()  # from now on the module's import takes 60 s: the worker's compile runs long
+    work = task(module.scale_kernel, {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                {"BLOCK": 64}, {}, GPUTarget("cuda", 90, 32), {"num_warps": 4, "num_stages": 2})
+
+    def guess():
+        try:
+            answers.append(guesses.compile(work))
+        finally:
+            answered.set()
+
+    DaemonPool(1, "tdt-compile", speculative=1).submit(guess, AHEAD)
+    while not guesses.idle.empty():  # the guess thread borrowed the worker: the process ends while it compiles
+        time.sleep(0.01)
+    print("worker", guesses._all[0].proc.pid, flush=True)
+''')
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(150)
+def test_a_process_that_ends_while_a_guess_compiles_drops_it_at_once_and_says_so_in_the_rank_log(kernel_module,
+                                                                                                 tmp_path):
+    """At exit the process waited for every compile still running, guesses too (up to 30 s, then 2 s for the
+    workers): compiles of a key that never comes. The README's MoE campaign on one H200 spent 1.7 s after its last
+    line. Now a guess's worker is ended at once, its thread drops the kernel, and the rank log says so."""
+    import subprocess
+    import time
+
+    flag = tmp_path / "slow"
+    (tmp_path / "tdt_slow_kernels.py").write_text(
+        f"import os, time\nif os.path.exists({str(flag)!r}):\n    time.sleep(60)\n" + KERNEL)
+    script = tmp_path / "ends.py"
+    script.write_text(GUESS_EXIT_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")}
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(flag)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()  # the guess compiles now
+        said = time.monotonic()
+        rest, stderr = proc.communicate(timeout=120)
+        ended = time.monotonic() - said
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and line.startswith("worker "), (line, rest, stderr[-2000:])
+    assert ended < 7.5, ended  # before: 32 s, the exit's wait for the compile (30 s), then for the worker (2 s)
+    assert "answers [False]" in rest, rest  # the thread got no kernel from the worker, and compiled none itself
+    pid = int(line.split()[1])
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    logged = "".join(p.read_text() for p in (tmp_path / "logs").rglob("rank-0.log"))
+    assert "at exit: " in logged and "1 guess(es) dropped while compiling" in logged, logged
+
+
 @pytest.mark.triton_dependent
 def test_a_thread_waiting_for_a_busy_worker_is_not_left_waiting_when_that_worker_ends(kernel_module):
     import threading

@@ -285,6 +285,19 @@ class WorkerPool:
         self.stats.left += 1
         self.stats.reason = self.stats.reason or reason
 
+    def kill(self) -> int:
+        """End every worker at once, killed, its task dropped (a thread waiting on one gets False). Returns how
+        many were busy."""
+        with self._lock:
+            workers, self._all = self._all, []
+            self.closed = True
+        busy = max(0, len(workers) - self.idle.qsize())
+        for worker in workers:
+            worker.proc.kill()
+        for worker in workers:
+            worker.end(1.0)
+        return busy
+
     def close(self) -> None:
         """End every worker: close all their inputs, then wait for them together (killed after 2 s)."""
         with self._lock:
@@ -301,6 +314,8 @@ class WorkerPool:
 _pools: dict[bool, WorkerPool] = {}
 _pool_lock = threading.Lock()
 _route = threading.local()
+#: set at interpreter exit (:func:`drop_guesses`): a compile a worker did not do is dropped, not done by its thread
+_exiting = threading.Event()
 
 
 def shared_pool(size: int, compiling: bool = True, speculative: bool = False) -> WorkerPool:
@@ -318,6 +333,16 @@ def shared_pool(size: int, compiling: bool = True, speculative: bool = False) ->
                 log.debug("triton_dist_tune: compile workers spawned, not forked: %s", refusal)
             pool.start(fork=refusal is None)
         return pool
+
+
+def drop_guesses() -> int:
+    """At interpreter exit: end the guesses' workers at once (no key of this process will use what they compile) and
+    from now on drop, rather than compile in its own thread, every kernel a worker did not compile (a compiler
+    running in a thread while the interpreter ends can crash the process). Returns the guesses dropped running."""
+    _exiting.set()
+    with _pool_lock:
+        pool = _pools.get(True)
+    return pool.kill() if pool is not None else 0
 
 
 def close_shared() -> None:
@@ -386,8 +411,9 @@ def _install() -> None:
                 work = None
             if work is None:
                 pool.skip("a kernel defined in __main__ or inside a function, or not pickled")
-            else:
-                pool.compile(work)
+            elif not pool.compile(work) and _exiting.is_set():
+                raise RuntimeError("triton_dist_tune: the process is exiting; a compile its worker did not do is "
+                                   "dropped")
         return original(self, key, signature, device, constexprs, options, attrs, *rest, **kwargs)
 
     _do_compile.__tdt_routed__ = True  # type: ignore[attr-defined]
