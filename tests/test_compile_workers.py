@@ -211,7 +211,8 @@ def test_a_process_that_ends_while_a_guess_compiles_drops_it_at_once_and_says_so
         f"import os, time\nif os.path.exists({str(flag)!r}):\n    time.sleep(60)\n" + KERNEL)
     script = tmp_path / "ends.py"
     script.write_text(GUESS_EXIT_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+           "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")}
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(flag)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     try:
