@@ -8,13 +8,10 @@
 # (2) and (3) share one Triton cache (only the first run compiles the space).
 # Leaves acc.tgz, acc_table.md, shapes.tgz, m1024.tgz, summary.txt.
 # Usage: OUT=DIR [CALL_S=575] bash benchmarks/gpu/session29_call1.sh
-set -u
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
 source "$(dirname "$0")/_acceptance_left.sh"
-CALL=${CALL_S:-575}
 {
-  nvidia-smi --query-gpu=index,name,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv 2>&1
+  gpu_state
   MIN=110 acceptance_left 250
   echo "acceptance done after $SECONDS s"
   shared=$(mktemp -d)

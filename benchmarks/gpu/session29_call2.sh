@@ -8,13 +8,10 @@
 #     host too (JUDGE), with what time is left.
 # Leaves acc1.tgz, acc2.tgz, acc{1,2}_table.md, moe.tgz, summary.txt.
 # Usage: OUT=DIR [CALL_S=575] bash benchmarks/gpu/session29_call2.sh
-set -u
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
 source "$(dirname "$0")/_acceptance_left.sh"
-CALL=${CALL_S:-575}
 {
-  nvidia-smi --query-gpu=index,name,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv 2>&1
+  gpu_state
   for k in 1 2; do
     ACC_ARGS="--only moe_alone,moe_campaign" MIN=100 acceptance_left 150
     mv "$OUT/acc.tgz" "$OUT/acc$k.tgz"; mv "$OUT/acc_table.md" "$OUT/acc${k}_table.md"
