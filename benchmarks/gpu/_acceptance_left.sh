@@ -1,7 +1,15 @@
 # Sourced by the session scripts that end with the one-GPU acceptance: acceptance_left LEFT runs
 # benchmarks/gpu/acceptance.py (fresh HOME, CPUs 0-15) into $OUT/acc under LEFT seconds (less 10 for its budget),
 # when LEFT exceeds MIN (default 110); prints its exit status and table, and leaves $OUT/acc.tgz and
-# $OUT/acc_table.md. ACC_ARGS: more arguments for the script.
+# $OUT/acc_table.md. ACC_ARGS: more arguments for the script. Also: unbuffered Python, CALL (the call's seconds:
+# CALL_S, default 575) and gpu_state (the GPU's clock, power and temperature, one line each).
+set -u
+export PYTHONUNBUFFERED=1
+CALL=${CALL_S:-575}
+gpu_state() {
+  nvidia-smi --query-gpu=index,name,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv 2>&1
+}
+
 acceptance_left() {
   local left=$1
   if [ "$left" -le "${MIN:-110}" ]; then

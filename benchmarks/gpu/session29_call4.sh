@@ -3,12 +3,13 @@
 # (1) the whole one-GPU acceptance (fresh HOME, its own Triton cache);
 # (2) the 48-config bar (bench_fidelity.py, the tuner's defaults) at four of its eight shapes, 3 fresh tunings each,
 #     against 14-round oracles (as the twenty-fifth session's call 5), with what time the call leaves.
+# ACC=0: (2) alone (call 4 ran (1), then failed to start (2): `_acceptance_left.sh` lacked gpu_state and CALL; call 5).
 # Leaves acc.tgz, acc_table.md, fidelity.tgz, summary.txt.   Usage: OUT=DIR [CALL_S=575] bash benchmarks/gpu/session29_call4.sh
 OUT=${OUT:?set OUT}; mkdir -p "$OUT/fid"
 source "$(dirname "$0")/_acceptance_left.sh"
 {
   gpu_state
-  MIN=110 acceptance_left 250
+  [ "${ACC:-1}" = 1 ] && MIN=110 acceptance_left 250
   echo "acceptance done after $SECONDS s"
   HOME=$(mktemp -d) TMPDIR=$(mktemp -d) timeout $((CALL - SECONDS - 20)) taskset -c 0-15 python3 \
     benchmarks/bench_fidelity.py --out "$OUT/fid/fidelity.json" --phases tune --tunings 3 --oracle-rounds 14 \
