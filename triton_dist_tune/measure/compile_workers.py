@@ -128,11 +128,15 @@ class Worker:
             pass
 
     def end(self, wait: float) -> None:
-        """Wait ``wait`` seconds for the worker to end, then kill it."""
+        """Wait ``wait`` seconds for the worker to end, then kill it (and reap it: no zombie is left)."""
         try:
             self.proc.wait(timeout=wait)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            try:
+                self.proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 class WorkerPool:

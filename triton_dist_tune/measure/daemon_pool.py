@@ -198,13 +198,10 @@ def compiling() -> bool:
 def _drain_at_exit() -> None:
     """At interpreter exit: drop what has not started and the guesses still running (their workers end at once:
     :func:`~.compile_workers.drop_guesses`); let the needed compiles still running end, :data:`EXIT_WAIT_S` at most
-    in all; then end the compile worker processes (a thread waiting on one would otherwise see it end). Said in
-    the rank log when it took a moment: the README's MoE campaign on one H200 spent 1.7 s after its last line
-    (``benchmarks/results/session_h200_29``)."""
-    pools = list(_pools)
-    if not pools:
-        return
+    in all; then end the compile worker processes (a thread waiting on one would otherwise see it end). The rank log
+    says so when this took over 0.1 s or dropped a guess."""
     began = time.monotonic()
+    pools = list(_pools)
     for pool in pools:
         pool.shutdown()
     dropped = drop_guesses()
