@@ -167,10 +167,14 @@ def test_a_process_that_ends_while_a_worker_compiles_waits_for_it_then_ends_the_
 
 
 GUESS_EXIT_SCRIPT = textwrap.dedent('''
-    import atexit, sys, threading, time
+    import atexit, os, sys, threading, time
     answers, answered = [], threading.Event()
     # registered before the tuner's own exit handler (its module is imported below): runs after it
-    atexit.register(lambda: answered.wait(20) and print("answers", answers, flush=True))
+    def said():  # then the process ends here: the interpreter's own end (torch's objects) is not what is timed
+        answered.wait(20) and print("answers", answers, flush=True)
+        os._exit(0)
+
+    atexit.register(said)
     sys.path.insert(0, sys.argv[1])
     from triton.backends.compiler import GPUTarget
     from triton_dist_tune.measure.compile_workers import shared_pool, task
@@ -224,6 +228,7 @@ def test_a_process_that_ends_while_a_guess_compiles_drops_it_at_once_and_says_so
         proc.kill()
     assert proc.returncode == 0 and line.startswith("worker "), (line, rest, stderr[-2000:])
     assert ended < 7.5, ended  # before: 32 s, the exit's wait for the compile (30 s), then for the worker (2 s)
+    # (the script ends with os._exit once it has said its answers: the interpreter's own end is not timed)
     assert "answers [False]" in rest, rest  # the thread got no kernel from the worker, and compiled none itself
     pid = int(line.split()[1])
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
@@ -266,8 +271,6 @@ def test_a_spawned_worker_ends_at_the_end_of_its_tasks_without_the_interpreters_
     interpreter's end, which with torch imported took 0.7-2.7 s on this machine, and the parent's exit waited for it
     (up to 2 s, then a kill). Here a module it imports first holds an exit handler that sleeps 60 s: before, the
     parent's close waited its 2 s and killed the worker (exit status -9); now the worker ends at once, status 0."""
-    import time
-
     from triton_dist_tune.measure import compile_workers
 
     (tmp_path / "tdt_slow_exit.py").write_text("import atexit, time\natexit.register(time.sleep, 60)\n")
@@ -276,10 +279,8 @@ def test_a_spawned_worker_ends_at_the_end_of_its_tasks_without_the_interpreters_
     pool = WorkerPool(1)
     assert pool.wait_ready(120)  # spawned: its own interpreter, which imported tdt_slow_exit before it was ready
     worker = pool._all[0]
-    began = time.monotonic()
     pool.close()
-    assert worker.proc.returncode == 0, worker.proc.returncode  # ended by itself, not killed
-    assert time.monotonic() - began < 1.0
+    assert worker.proc.returncode == 0, worker.proc.returncode  # ended by itself (before: killed after 2 s)
 
 
 STARTING_SCRIPT = textwrap.dedent('''
