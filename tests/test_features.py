@@ -255,6 +255,20 @@ def test_a_campaign_on_one_rank_compiles_its_next_keys_configs_while_it_tunes_th
 
 
 @pytest.mark.timeout(180)
+def test_a_campaigns_compiles_ahead_pass_over_a_key_its_disk_cache_serves_to_the_key_it_tunes_next(env, tmp_path):
+    """The acceptance's README campaign met its batch size 256 decided (by the MoE example's run before it): the
+    guess compiled 80 configs ahead for 256, a cache hit, and none for 384, whose tuning then waited 2.1-2.3 s for
+    compiles on one H200 (``benchmarks/results/session_h200_30``). Now the unit reads its disk cache before it
+    guesses: with key 2 decided before the campaign, key 3's configs compile while key 1 is tuned, and none of key
+    2's compile during the campaign."""
+    env = {**env, "TRITON_INTERPRET": "0", "NEXT_KEY_TUNED_BEFORE": "2"}
+    r = run("next_key_compiled_ahead", env, n=1)[0]
+    assert r["decided"] == ["tuned", "cached", "tuned"], r
+    assert [3, [2]] in r["during"], r  # key 3's configs compiled while key 1 was tuned (only key 2 decided)
+    assert not [m for m, _ in r["during"] if m == 2], r  # nothing compiled for the key the cache serves
+
+
+@pytest.mark.timeout(180)
 def test_the_next_keys_compile_pass_runs_the_function_with_that_keys_arguments_and_nothing_else(env, tmp_path):
     """Without ``precompile_fn`` the next key compiles through the compile pass: the function runs with the next
     key's arguments, as a pass only (never measured before its own key), while the key before it is tuned."""

@@ -398,15 +398,21 @@ def budget_spent_in_a_pause():
 def next_key_compiled_ahead():
     """A campaign of three keys on one rank, ``precompile_fn`` outside the interpreter (a pool that compiles as it
     is given work), a 144-config grid the search screens in stages: each ``precompile_fn`` call records the key its
-    arguments are for and how many keys were decided then. ``TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY`` as set."""
+    arguments are for and how many keys were decided then. ``TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY`` as set.
+    ``NEXT_KEY_TUNED_BEFORE=2``: key 2 is tuned by a call before the campaign (the campaign's cache hit); ``during``
+    then lists (key compiled for, keys decided then) of the campaign's compiles."""
     import threading
 
     lock = threading.Lock()
     calls: list[tuple[int, int]] = []  # (the key compiled for, keys decided when compiled)
+    during: list[tuple[int, list]] = []  # the campaign's: (the key compiled for, the keys decided then)
+    in_campaign = threading.Event()
 
     def precompile(config, m):
         with lock:
             calls.append((m, len(f.tuner.decisions)))
+            if in_campaign.is_set():
+                during.append((m, sorted(key for _, key in f.tuner.decisions)))
         time.sleep(0.002)
 
     grid = [{"a": a, "b": b} for a in range(12) for b in range(12)]
@@ -423,9 +429,14 @@ def next_key_compiled_ahead():
             raise RuntimeError("out of memory building the call")
         return (m,)
 
+    before = os.environ.get("NEXT_KEY_TUNED_BEFORE")
+    if before:
+        f(int(before))
+    in_campaign.set()
     summary = tdt.campaign(f, build, keys=[1, 2, 3])
     emit(ahead=sorted({(m, decided) for m, decided in calls if decided < m - 1}),
-         decided=[row.state for row in summary.rows], builds=[builds[m] for m in (1, 2, 3)])
+         decided=[row.state for row in summary.rows], builds=[builds[m] for m in (1, 2, 3)],
+         during=sorted({(m, tuple(keys)) for m, keys in during}))
 
 
 @case

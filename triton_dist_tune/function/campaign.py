@@ -43,7 +43,7 @@ from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
 from ..space import describe_key, index_of
-from .next_key import NextKey, screened_by
+from .next_key import NextKey, compiles_ahead, screened_by
 from .rounds import RoundWatch, user_code
 from .summary import KeyResult, Summary, progress_line
 from .tuned import TunedFunction
@@ -224,13 +224,43 @@ def _tune_one(tuner: TunedFunction, plan: Plan, position: int, build: Callable[[
     return KeyResult.from_json(shared)
 
 
-def _upcoming(tuner: TunedFunction, build: Callable[[int], Call], position: int, key: Hashable,
-              mask: list[bool] | None, compiled: set[int]) -> NextKey:
-    """The next key of this rank's unit, to compile ahead (:mod:`.next_key`); its call is built only if that
-    happens."""
+def _next_tuned(tuner: TunedFunction, plan: Plan, build: Callable[[int], Call], todo: list[int],
+                all_keys: list[Hashable], masks: list[list[bool] | None], start: int,
+                served: set[int], guessed: dict[int, list[int]]) -> tuple[int, Call | Exception] | None:
+    """The position and call of the next key this unit will tune, from ``todo[start]`` on (one per round), leaving
+    out the keys this rank's disk cache serves (a rerun of a campaign, or a key tuned before it: compiles ahead for
+    a key that is then a cache hit would be lost, and the key after it would get none). ``served`` remembers those
+    across rounds. None: no key left, or the next has configs compiled ahead already (``guessed``: in an earlier
+    round, whose key was then served); an exception in place of the call: building it raised (nothing is compiled
+    ahead for it; its tuning builds it again). Only a guess, on a unit of one rank: it decides which configs compile
+    ahead, never what any rank runs or exchanges."""
+    for index in range(start, len(todo), plan.units):
+        position = todo[index]
+        if position in served:
+            continue
+        if position in guessed:
+            return None
+        mask = masks[position]
+        kept = [i for i in range(len(tuner.space)) if mask is None or mask[i]]
+        try:
+            with user_code(f"build of call {position}"):
+                call = build(position)
+        except Exception as exc:
+            return position, exc
+        peek = _Tuning(plan, tuner, plan.tune_group, all_keys[position], call.args, dict(call.kwargs), None)
+        if not peek.served_here(kept):
+            return position, call
+        served.add(position)
+    return None
+
+
+def _upcoming(tuner: TunedFunction, key: Hashable, mask: list[bool] | None, compiled: set[int],
+              built: Call | Exception) -> NextKey:
+    """The next key of this rank's unit, to compile ahead (:mod:`.next_key`), with its call as built by
+    :func:`_next_tuned` (an exception: the guess logs it and compiles nothing for that key)."""
     def call() -> tuple[tuple, dict[str, Any]]:
-        with user_code(f"build of call {position}"):
-            built = build(position)
+        if isinstance(built, Exception):
+            raise built
         return built.args, dict(built.kwargs)
 
     kept = [i for i in range(len(tuner.space)) if mask is None or mask[i]]
@@ -257,9 +287,9 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
         calls: the calls to tune, each a :class:`Call`, a tuple of positional arguments, a dict of keyword
             arguments or the one positional argument; or a function ``calls(key)`` building one, with ``keys``.
             Every rank builds every call once to compute its key (keep building cheap, e.g. ``torch.empty``),
-            then again for the keys it tunes, and on a unit of one rank that compiles on a GPU once more while the
-            key before it is tuned (its likely configs compiled ahead: :mod:`.next_key`). Calls with equal keys are
-            tuned once.
+            then again for the keys it tunes, and on a unit of one rank that compiles on a GPU once more before
+            the key before it is tuned (to see whether the disk cache serves it, and to compile its likely configs
+            ahead: :mod:`.next_key`). Calls with equal keys are tuned once.
         keys: the keys given to ``calls`` when it is a function (any values; its own key comes from ``key_fn``).
         local: the function talks to no other rank: every rank tunes its share of the keys alone, in parallel
             (default: the decorator's ``sharded``).
@@ -293,21 +323,25 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     watch = RoundWatch.start(plan.across, tuner.name, timeout)  # units beat; a lost one is noticed in T + grace
     # with the watch, everyone is at the exchange when it runs; without a side channel (mpi4py), the worst case
     round_timeout = exchange_timeout(timeout) * (1 if watch.watched else len(tuner.space) + 4)
-    ahead = plan.tune_group.size == 1 and settings.current().compile_next_key  # see next_key.py
+    ahead = plan.tune_group.size == 1 and settings.current().compile_next_key and compiles_ahead(tuner)  # next_key.py
     compiled: set[int] = set()  # configs compiled ahead for some key of the campaign
-    guessed: list[int] = []  # for the key this unit tunes now
+    guessed: dict[int, list[int]] = {}  # position -> the configs compiled ahead for its key
+    served: set[int] = set()  # positions whose key this rank's disk cache serves (no tuning to compile ahead for)
     try:
         for r in range(rounds):
-            mine, following = r * plan.units + plan.unit, (r + 1) * plan.units + plan.unit
-            upcoming = None
-            if ahead and following < len(todo):
-                upcoming = _upcoming(tuner, build, todo[following], all_keys[todo[following]], masks[todo[following]],
-                                     compiled)
+            mine = r * plan.units + plan.unit
+            found = _next_tuned(tuner, plan, build, todo, all_keys, masks, mine + plan.units, served, guessed) \
+                if ahead else None
+            upcoming, following = None, -1
+            if found is not None:
+                following, built = found
+                upcoming = _upcoming(tuner, all_keys[following], masks[following], compiled, built)
             result = (_tune_one(tuner, plan, todo[mine], build, verbose, upcoming).to_json() if mine < len(todo)
                       else None)
             if mine < len(todo):
-                _log_guess(tuner, plan, all_keys[todo[mine]], guessed)
-            guessed = upcoming.guessed if upcoming is not None else []
+                _log_guess(tuner, plan, all_keys[todo[mine]], guessed.pop(todo[mine], []))
+            if upcoming is not None and upcoming.guessed:
+                guessed[following] = upcoming.guessed
             what = f"[campaign {tuner.name}] round {r + 1} of {rounds}"
             watch.finished(r)
             watch.wait(r, what)

@@ -28,8 +28,10 @@ Only where nothing can go wrong for the current key:
 - each config's pass under the tuning's deadline, blaming nothing; whatever the function raises there is dropped
   (the next key's own warm-up reports it).
 
-``TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY=0`` turns it off. The next key's call is built once more for it, only then
-(the campaign's builder: keep building cheap), and held while the current key is tuned.
+The next key is the next one the unit will tune: a key its disk cache serves (a rerun of a campaign, a key tuned
+before it) is passed over (``campaign._next_tuned``). Its call is built once more for that (the campaign's builder:
+keep building cheap), and held while the current key is tuned. ``TRITON_DIST_AUTOTUNE_COMPILE_NEXT_KEY=0`` turns it
+all off.
 """
 
 from __future__ import annotations
@@ -77,14 +79,18 @@ def landscape_of(decision: Decision) -> dict[int, float]:
             if o.usable and o.time is not None and math.isfinite(o.time) and o.time > 0}
 
 
+def compiles_ahead(tuner: Any) -> bool:
+    """Whether a key's configs can compile ahead for ``tuner``: it has a ``precompile_fn``, or kernels compile
+    here (a GPU, not Triton's interpreter) through the compile pass."""
+    return tuner.options.precompile_fn is not None or (compiles_here() and compile_pass.available())
+
+
 def compile_next_key(tuning: KeyTuning, upcoming: NextKey, measurer: Measurer, earlier: dict[int, Any],
                      space: int) -> None:
     """Queue, as the rank's idle work (:meth:`~triton_dist_tune.measure.precompile.Compiles.run_idle`), the
     compiles of the configs ``upcoming``, the key after ``tuning``'s, will likely screen (see the module docstring):
     a no-op unless this is a fresh tuning on one rank with an open compile pool."""
-    if earlier or tuning.group.size != 1 or not measurer.compiles.open:
-        return
-    if tuning.tuner.options.precompile_fn is None and not (compiles_here() and compile_pass.available()):
+    if earlier or tuning.group.size != 1 or not measurer.compiles.open or not compiles_ahead(tuning.tuner):
         return
     measurer.compiles.idle.append(lambda: _start(tuning, upcoming, measurer, space))
 

@@ -200,25 +200,40 @@ class Tuning:
         entry = entry_id(self.tuner.source, self.key_text, self.tuner.space_text, self.group.size, extra)
         return entry if self.layout is None else self.layout.entry(entry)
 
-    def _lookup(self) -> tuple[int | None, Any]:
-        """Step 3: the index of the cached choice and what rank 0 shares of its record (:func:`served`; read by
-        one rank, broadcast to all), or (None, None)."""
+    def _read_cache(self) -> list | None:
+        """This rank's read of the cache entry: ``[index, what it shares of the record]`` (:func:`served`), or None
+        (no entry, a cut's provisional choice, or a config this space does not hold)."""
         tuner = self.tuner
+        data = None if self.env.always_tune else tuner.cache.load(self.entry, tuner.space_text)
+        index = data["index"] if data is not None else -1
+        if data is not None and data.get("provisional"):
+            return None  # a cut's choice (the time budget ended its race): tuned again, from the journals
+        if 0 <= index < len(tuner.space) and data["config"] == tuner.descriptions[index]:
+            return [index, served(data)]
+        return None
 
-        def read_cache() -> list | None:
-            data = None if self.env.always_tune else tuner.cache.load(self.entry, tuner.space_text)
-            index = data["index"] if data is not None else -1
-            if data is not None and data.get("provisional"):
-                return None  # a cut's choice (the time budget ended its race): tuned again, from the journals
-            if 0 <= index < len(tuner.space) and data["config"] == tuner.descriptions[index]:
-                return [index, served(data)]
-            return None
+    def served_here(self, kept: list[int]) -> bool:
+        """Whether this rank's disk cache holds a decision that this tuning, with ``kept`` the configs pruning keeps,
+        would serve. A guess for a campaign's compiles ahead (:mod:`.next_key`): no collective, and a key whose key
+        text, ``cache_key_extra`` or cache entry raises reads as not served (its own tuning reports the error)."""
+        self.env = settings.current()
+        try:
+            self.key_text = describe_key(self.key, "the key key_fn returned")
+            self.extra = self.tuner.entry_extra(self.args, self.kwargs)
+            self._name_entry(kept)
+            return self._read_cache() is not None
+        except Exception:
+            return False
 
+    def _lookup(self) -> tuple[int | None, Any]:
+        """Step 3: the index of the cached choice and what rank 0 shares of its record (:meth:`_read_cache`; read
+        by one rank, broadcast to all), or (None, None)."""
+        tuner = self.tuner
         what = f"{self.label} cache lookup"
         if self.layout is None:
-            found = from_root(self.group, read_cache, what, timeout=self.timeout, error=AutotuneError)
+            found = from_root(self.group, self._read_cache, what, timeout=self.timeout, error=AutotuneError)
         else:
-            found = self.layout.lookup(read_cache, what, self.timeout)
+            found = self.layout.lookup(self._read_cache, what, self.timeout)
         if found is None:
             return None, None
         index = found[0] if isinstance(found, list) and len(found) == 2 else None
