@@ -260,12 +260,18 @@ def test_a_campaigns_compiles_ahead_pass_over_a_key_its_disk_cache_serves_to_the
     guess compiled 80 configs ahead for 256, a cache hit, and none for 384, whose tuning then waited 2.1-2.3 s for
     compiles on one H200 (``benchmarks/results/session_h200_30``). Now the unit reads its disk cache before it
     guesses: with key 2 decided before the campaign, key 3's configs compile while key 1 is tuned, and none of key
-    2's compile during the campaign."""
+    2's compile during the campaign. The look ahead reads quietly: a file it cannot read is warned of once, by the
+    tuning that then reads it (before this fix: twice)."""
     env = {**env, "TRITON_INTERPRET": "0", "NEXT_KEY_TUNED_BEFORE": "2"}
     r = run("next_key_compiled_ahead", env, n=1)[0]
     assert r["decided"] == ["tuned", "cached", "tuned"], r
     assert [3, [2]] in r["during"], r  # key 3's configs compiled while key 1 was tuned (only key 2 decided)
     assert not [m for m, _ in r["during"] if m == 2], r  # nothing compiled for the key the cache serves
+
+    # key 2's file cannot be read: it is tuned again, and the look ahead does not repeat the tuning's warning
+    corrupt = run("next_key_compiled_ahead", {**env, "NEXT_KEY_CACHE_CORRUPT": "1",
+                                              "TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "corrupt")}, n=1)[0]
+    assert corrupt["decided"] == ["tuned"] * 3 and corrupt["unreadable"] == 1, corrupt
 
 
 @pytest.mark.timeout(180)

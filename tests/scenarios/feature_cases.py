@@ -6,6 +6,7 @@ Usage: python feature_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import time
 
@@ -432,11 +433,22 @@ def next_key_compiled_ahead():
     before = os.environ.get("NEXT_KEY_TUNED_BEFORE")
     if before:
         f(int(before))
+    if os.environ.get("NEXT_KEY_CACHE_CORRUPT"):  # the decision on disk cannot be read: the key is tuned again
+        for path in f.tuner.cache.folder.glob("*.json"):
+            path.write_text("{not json")
+    warnings: list[str] = []
+
+    class Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            warnings.append(record.getMessage())
+
+    logging.getLogger("triton_dist_tune").addHandler(Count(logging.WARNING))
     in_campaign.set()
     summary = tdt.campaign(f, build, keys=[1, 2, 3])
     emit(ahead=sorted({(m, decided) for m, decided in calls if decided < m - 1}),
          decided=[row.state for row in summary.rows], builds=[builds[m] for m in (1, 2, 3)],
-         during=sorted({(m, tuple(keys)) for m, keys in during}))
+         during=sorted({(m, tuple(keys)) for m, keys in during}),
+         unreadable=sum("ignoring unreadable cache file" in w for w in warnings))
 
 
 @case

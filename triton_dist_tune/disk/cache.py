@@ -164,29 +164,31 @@ class DiskCache:
         """Where the decision ``entry`` lives."""
         return self.folder / f"{entry}.json"
 
-    def load(self, entry: str, space_text: str) -> dict[str, Any] | None:
+    def load(self, entry: str, space_text: str, quiet: bool = False) -> dict[str, Any] | None:
         """The stored decision, or None when absent, unreadable, for another space, or from other versions
         under ``TRITON_DIST_AUTOTUNE_VERSION_CHECK=1``. Never raises for what the file holds: group rank 0 reads
-        it before the broadcast that the other ranks wait on."""
+        it before the broadcast that the other ranks wait on. ``quiet``: no warning for what it ignores or serves
+        from other versions (a look ahead whose tuning reads the entry again and warns then)."""
         path = self.path(entry)
+        warn = (lambda *args: None) if quiet else log.warning
         try:  # checked to the limits of what is sent: rank 0 broadcasts what it serves
             data = read_json(path.read_bytes())
         except FileNotFoundError:
             return None
         except Exception as exc:  # any problem: unreadable, not UTF-8, not JSON, nested too deep
-            log.warning("triton_dist_tune: ignoring unreadable cache file %s (%s: %s); tuning again", path,
-                        type(exc).__name__, str(exc)[:200])
+            warn("triton_dist_tune: ignoring unreadable cache file %s (%s: %s); tuning again", path,
+                 type(exc).__name__, str(exc)[:200])
             return None
         if not _well_formed(data) or data.get("space") != fingerprint(space_text):
-            log.warning("triton_dist_tune: ignoring malformed cache file %s; tuning again", path)
+            warn("triton_dist_tune: ignoring malformed cache file %s; tuning again", path)
             return None
         if data["versions"] != versions():
             if settings.current().version_check:
-                log.warning("triton_dist_tune: %s was tuned under %s, now %s; tuning again",
-                            path, data["versions"], versions())
+                warn("triton_dist_tune: %s was tuned under %s, now %s; tuning again", path, data["versions"],
+                     versions())
                 return None
-            log.warning("triton_dist_tune: %s was tuned under other versions (%s, now %s); using it "
-                        "(set TRITON_DIST_AUTOTUNE_VERSION_CHECK=1 to re-tune)", path, data["versions"], versions())
+            warn("triton_dist_tune: %s was tuned under other versions (%s, now %s); using it "
+                 "(set TRITON_DIST_AUTOTUNE_VERSION_CHECK=1 to re-tune)", path, data["versions"], versions())
         return data
 
     def store(self, entry: str, decision: dict[str, Any], space_text: str) -> Path:

@@ -200,11 +200,12 @@ class Tuning:
         entry = entry_id(self.tuner.source, self.key_text, self.tuner.space_text, self.group.size, extra)
         return entry if self.layout is None else self.layout.entry(entry)
 
-    def _read_cache(self) -> list | None:
+    def _read_cache(self, quiet: bool = False) -> list | None:
         """This rank's read of the cache entry: ``[index, what it shares of the record]`` (:func:`served`), or None
-        (no entry, a cut's provisional choice, or a config this space does not hold)."""
+        (no entry, a cut's provisional choice, or a config this space does not hold). ``quiet``: as
+        :meth:`~triton_dist_tune.disk.cache.DiskCache.load`'s."""
         tuner = self.tuner
-        data = None if self.env.always_tune else tuner.cache.load(self.entry, tuner.space_text)
+        data = None if self.env.always_tune else tuner.cache.load(self.entry, tuner.space_text, quiet)
         index = data["index"] if data is not None else -1
         if data is not None and data.get("provisional"):
             return None  # a cut's choice (the time budget ended its race): tuned again, from the journals
@@ -221,7 +222,7 @@ class Tuning:
             self.key_text = describe_key(self.key, "the key key_fn returned")
             self.extra = self.tuner.entry_extra(self.args, self.kwargs)
             self._name_entry(kept)
-            return self._read_cache() is not None
+            return self._read_cache(quiet=True) is not None
         except Exception:
             return False
 
