@@ -119,6 +119,19 @@ class _Tuning(Tuning):
     def _entry(self, extra: str) -> str:
         return self.plan.entry(self, extra)
 
+    def served_here(self, kept: list[int]) -> bool:
+        """Whether this rank's disk cache holds a decision that this tuning, with ``kept`` the configs pruning keeps,
+        would serve. A guess for a campaign's compiles ahead (:mod:`.next_key`): no collective, and a key whose key
+        text, ``cache_key_extra`` or cache entry raises reads as not served (its own tuning reports the error)."""
+        self.env = settings.current()
+        try:
+            self.key_text = describe_key(self.key, "the key key_fn returned")
+            self.extra = self.tuner.entry_extra(self.args, self.kwargs)
+            self._name_entry(kept)
+            return self._read_cache(quiet=True) is not None
+        except Exception:
+            return False
+
 
 def _keeps(tuner: TunedFunction, call: Call) -> list[bool] | None:
     """Which configs ``prune_fn`` keeps for ``call`` on this rank (None: no ``prune_fn``; it raised: none)."""

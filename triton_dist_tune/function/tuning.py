@@ -213,19 +213,6 @@ class Tuning:
             return [index, served(data)]
         return None
 
-    def served_here(self, kept: list[int]) -> bool:
-        """Whether this rank's disk cache holds a decision that this tuning, with ``kept`` the configs pruning keeps,
-        would serve. A guess for a campaign's compiles ahead (:mod:`.next_key`): no collective, and a key whose key
-        text, ``cache_key_extra`` or cache entry raises reads as not served (its own tuning reports the error)."""
-        self.env = settings.current()
-        try:
-            self.key_text = describe_key(self.key, "the key key_fn returned")
-            self.extra = self.tuner.entry_extra(self.args, self.kwargs)
-            self._name_entry(kept)
-            return self._read_cache(quiet=True) is not None
-        except Exception:
-            return False
-
     def _lookup(self) -> tuple[int | None, Any]:
         """Step 3: the index of the cached choice and what rank 0 shares of its record (:meth:`_read_cache`; read
         by one rank, broadcast to all), or (None, None)."""
