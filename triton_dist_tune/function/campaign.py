@@ -238,15 +238,15 @@ def _tune_one(tuner: TunedFunction, plan: Plan, position: int, build: Callable[[
 
 
 def _next_tuned(tuner: TunedFunction, plan: Plan, build: Callable[[int], Call], todo: list[int],
-                all_keys: list[Hashable], masks: list[list[bool] | None], start: int,
-                served: set[int], guessed: dict[int, list[int]]) -> tuple[int, Call | Exception] | None:
-    """The position and call of the next key this unit will tune, from ``todo[start]`` on (one per round), leaving
-    out the keys this rank's disk cache serves (a rerun of a campaign, or a key tuned before it: compiles ahead for
-    a key that is then a cache hit would be lost, and the key after it would get none). ``served`` remembers those
-    across rounds. None: no key left, or the next has configs compiled ahead already (``guessed``: in an earlier
-    round, whose key was then served); an exception in place of the call: building it raised (nothing is compiled
-    ahead for it; its tuning builds it again). Only a guess, on a unit of one rank: it decides which configs compile
-    ahead, never what any rank runs or exchanges."""
+                all_keys: list[Hashable], masks: list[list[bool] | None], start: int, served: set[int],
+                guessed: dict[int, list[int]], compiled: set[int]) -> tuple[int, NextKey] | None:
+    """The position of the next key this unit will tune, from ``todo[start]`` on (one per round), and that key to
+    compile ahead (:mod:`.next_key`), leaving out the keys this rank's disk cache serves (a rerun of a campaign, or
+    a key tuned before it: compiles ahead for a key that is then a cache hit would be lost, and the key after it
+    would get none). ``served`` remembers those across rounds. None: no key left, or the next has configs compiled
+    ahead already (``guessed``: in an earlier round, whose key was then served). A call that cannot be built: its
+    guess logs the error and compiles nothing (its tuning builds it again). Only a guess, on a unit of one rank: it
+    decides which configs compile ahead, never what any rank runs or exchanges."""
     for index in range(start, len(todo), plan.units):
         position = todo[index]
         if position in served:
@@ -259,25 +259,21 @@ def _next_tuned(tuner: TunedFunction, plan: Plan, build: Callable[[int], Call], 
             with user_code(f"build of call {position}"):
                 call = build(position)
         except Exception as exc:
-            return position, exc
-        peek = _Tuning(plan, tuner, plan.tune_group, all_keys[position], call.args, dict(call.kwargs), None)
-        if not peek.served_here(kept):
-            return position, call
+            return position, NextKey(all_keys[position], _raises(exc), kept, compiled)
+        if not _Tuning(plan, tuner, plan.tune_group, all_keys[position], call.args, dict(call.kwargs),
+                       None).served_here(kept):
+            return position, NextKey(all_keys[position], lambda built=call: (built.args, dict(built.kwargs)), kept,
+                                     compiled)
         served.add(position)
     return None
 
 
-def _upcoming(tuner: TunedFunction, key: Hashable, mask: list[bool] | None, compiled: set[int],
-              built: Call | Exception) -> NextKey:
-    """The next key of this rank's unit, to compile ahead (:mod:`.next_key`), with its call as built by
-    :func:`_next_tuned` (an exception: the guess logs it and compiles nothing for that key)."""
+def _raises(exc: Exception) -> Callable[[], tuple[tuple, dict[str, Any]]]:
+    """A next key's call that could not be built: raises its error again when the guess asks for it."""
     def call() -> tuple[tuple, dict[str, Any]]:
-        if isinstance(built, Exception):
-            raise built
-        return built.args, dict(built.kwargs)
+        raise exc
 
-    kept = [i for i in range(len(tuner.space)) if mask is None or mask[i]]
-    return NextKey(key, call, kept, compiled)
+    return call
 
 
 def _log_guess(tuner: TunedFunction, plan: Plan, key: Hashable, guessed: list[int]) -> None:
@@ -343,12 +339,9 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     try:
         for r in range(rounds):
             mine = r * plan.units + plan.unit
-            found = _next_tuned(tuner, plan, build, todo, all_keys, masks, mine + plan.units, served, guessed) \
-                if ahead else None
-            upcoming, following = None, -1
-            if found is not None:
-                following, built = found
-                upcoming = _upcoming(tuner, all_keys[following], masks[following], compiled, built)
+            found = (_next_tuned(tuner, plan, build, todo, all_keys, masks, mine + plan.units, served, guessed,
+                                 compiled) if ahead else None)
+            following, upcoming = found if found is not None else (-1, None)
             result = (_tune_one(tuner, plan, todo[mine], build, verbose, upcoming).to_json() if mine < len(todo)
                       else None)
             if mine < len(todo):

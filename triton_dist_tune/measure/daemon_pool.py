@@ -210,8 +210,8 @@ def _drain_at_exit() -> None:
     close_shared()
     seconds = time.monotonic() - began
     if seconds > 0.1 or dropped:
-        logs.rank_log().info(f"at exit: {seconds:.2f} s for the compiles still running and their workers; "
-                             f"{dropped} guess(es) dropped while compiling")
+        logs.rank_log().info("at exit: %.2f s for the compiles still running and their workers; %d guess(es) "
+                             "dropped while compiling", seconds, dropped)
 
 
 def wait_within(futures: Sequence[Future], limit: float, pool: DaemonPool | None = None,
