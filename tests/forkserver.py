@@ -16,6 +16,14 @@ Python, or ``TDT_TEST_FORKSERVER=0``; the caller then starts a fresh process as 
 :data:`KEYED` that differs gets a server of its own, started with that value.
 
 The server is ``python -c "... forkserver.main(FD)"``, reading requests on the socket FD from the test process.
+
+Workers of a real torchrun (:func:`torchrun_address`, ``harness.torchrun_command``): torchrun starts
+``python -u fork_rank.py SCRIPT ARGS`` for each, a stand-in that imports no torch. It connects to the server's
+listening socket (its address in :data:`ADDRESS_VAR`), hands over its stdout and stderr, and the server forks the
+rank from there, checking its environment as :func:`start` does (torchrun sets some variables of its own). The
+stand-in passes on the signals torchrun sends it (torchrun signals its workers' process groups, which the rank is
+not in), ends with the rank's exit status (by the same signal where the rank died of one), and where it is killed
+itself the server kills the rank. Where the server refuses, the stand-in becomes ``python -u SCRIPT ARGS`` (exec).
 """
 
 from __future__ import annotations
@@ -45,6 +53,10 @@ LAZY = ("TRITON_DIST_AUTOTUNE_", "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_DIR", 
 KEYED = ("TRITON_INTERPRET",)
 #: what the server imports before it forks
 PRELOAD = ("torch", "torch.distributed", "triton", "triton.language", "numpy", "triton_dist_tune")
+#: set by torchrun for each worker and read only when an NCCL process group starts (never on CPU ranks)
+TORCHRUN_SETS = ("TORCH_NCCL_ASYNC_ERROR_HANDLING",)
+#: the variable that gives tests/fork_rank.py the address of the server to fork its rank from
+ADDRESS_VAR = "TDT_TEST_FORKSERVER_ADDRESS"
 
 
 def _frame(data: bytes) -> bytes:
@@ -69,9 +81,12 @@ class Server:
 
     def __init__(self, env: dict[str, str]):
         self.env = dict(env)
+        # where torchrun's stand-in workers connect (tests/fork_rank.py): a name in Linux's abstract namespace
+        # (the socket's address is this name after a NUL byte), which no file backs and which goes with the server
+        self.address = f"triton-dist-tune-forkserver-{os.getpid()}-{id(self)}"
         ours, theirs = socket.socketpair()
         code = (f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); import forkserver; "
-                f"del sys.path[0]; forkserver.main({theirs.fileno()})")
+                f"del sys.path[0]; forkserver.main({theirs.fileno()}, {self.address!r})")
         self.proc = subprocess.Popen([sys.executable, "-c", code], env=self.env,
                                      pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -222,10 +237,10 @@ class ForkedProcess:
         return text(self._out), text(self._err)
 
 
-def start(script: str, args: list[str], env: dict[str, str], base: dict[str, str]) -> ForkedProcess | None:
-    """A rank of ``script`` forked from a server started with ``base`` (the environment every test's ranks start
-    from), or with ``base`` and ``env``'s values of :data:`KEYED` where they differ; None where no fork can stand for
-    a fresh ``python script`` process."""
+def _server_for(env: dict[str, str], base: dict[str, str]) -> Server | None:
+    """The server started with ``base`` (the environment every test's ranks start from), or with ``base`` and
+    ``env``'s values of :data:`KEYED` where they differ (started if need be); None where no fork can stand for a
+    fresh process of environment ``env``."""
     differing = sorted(_differs(env, base))
     if os.environ.get("TDT_TEST_FORKSERVER", "1") == "0" or any(k not in KEYED for k in differing):
         return None
@@ -239,12 +254,29 @@ def start(script: str, args: list[str], env: dict[str, str], base: dict[str, str
         if server is not None:
             server.proc.kill()
         server = _SERVERS[slot] = Server(wanted)
+    return server
+
+
+def start(script: str, args: list[str], env: dict[str, str], base: dict[str, str]) -> ForkedProcess | None:
+    """A rank of ``script`` forked from the server :func:`_server_for` names; None where no fork can stand for a
+    fresh ``python script`` process."""
+    server = _server_for(env, base)
+    if server is None:
+        return None
     try:
         return ForkedProcess(server, os.path.abspath(script), [str(a) for a in args], env)
     except (ConnectionError, OSError):  # the server died (it failed to import, or was killed): a fresh process
         server.proc.kill()
-        del _SERVERS[slot]
+        for slot in [k for k, v in _SERVERS.items() if v is server]:
+            del _SERVERS[slot]
         return None
+
+
+def torchrun_address(env: dict[str, str], base: dict[str, str]) -> str | None:
+    """The address of the server that forks the workers torchrun starts in environment ``env`` (tests/fork_rank.py
+    connects to it), or None where no fork can stand for them."""
+    server = _server_for(env, base)
+    return None if server is None or not server.alive() else server.address
 
 
 # -- the server's side -------------------------------------------------------------------------------------------
@@ -254,8 +286,31 @@ def _send(sock: socket.socket, msg: dict) -> None:
     sock.sendall(_frame(json.dumps(msg).encode()))
 
 
-def _serve(fd: int) -> dict | None:
-    """Answer requests until the test process goes; in a forked child, return its request (to run it)."""
+def _receive(sock: socket.socket) -> tuple[dict, list[int]] | None:
+    """One request and the descriptors sent with it (the rank's stdout and stderr); None where the peer is gone."""
+    try:
+        header, fds, _, _ = socket.recv_fds(sock, 4, 2)
+    except OSError:
+        return None
+    if not header:
+        return None
+    try:
+        rest = _recv_exact(sock, 4 - len(header)) if len(header) < 4 else b""
+        body = None if rest is None else _recv_exact(sock, struct.unpack("!I", header + rest)[0])
+    except OSError:
+        body = None
+    if body is None:
+        for f in fds:
+            os.close(f)
+        return None
+    return json.loads(body), fds
+
+
+def _serve(fd: int, address: str) -> dict | None:
+    """Answer requests until the test process goes; in a forked child, return its request (to run it).
+
+    Requests come from the test process (socket ``fd``) and from torchrun's stand-in workers, each on a connection
+    of its own to the socket listening at ``address``; each rank's pid and exit status go back to whoever asked."""
     import importlib
 
     for name in PRELOAD:
@@ -267,54 +322,86 @@ def _serve(fd: int) -> dict | None:
 
     gc.collect()
     gc.freeze()  # the imported modules' objects: a rank's collections never walk (and so never copy) them
-    sock = socket.socket(fileno=fd)
-    children: set[int] = set()
-    while True:
+    env = dict(os.environ)
+    test = socket.socket(fileno=fd)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + address)
+    listener.listen(64)
+    sel = selectors.DefaultSelector()
+    sel.register(test, selectors.EVENT_READ)
+    sel.register(listener, selectors.EVENT_READ)
+    children: dict[int, socket.socket] = {}  # rank -> where its exit status goes
+    running = True
+    while running:
         try:
-            ready = socket_wait(sock, 0.05 if children else None)
-            if ready:
-                header, fds, _, _ = socket.recv_fds(sock, 4, 2)  # the rank's stdout and stderr come with it
-                if not header:
+            events = sel.select(0.05 if children else None)
+        except InterruptedError:
+            continue
+        for key, _ in events:
+            sock = key.fileobj
+            if sock is listener:
+                conn, _ = listener.accept()
+                sel.register(conn, selectors.EVENT_READ)
+                continue
+            got = _receive(sock)
+            if got is None:
+                sel.unregister(sock)
+                if sock is test:  # the test process is gone
+                    running = False
                     break
-                rest = _recv_exact(sock, 4 - len(header)) if len(header) < 4 else b""
-                if rest is None:
-                    break
-                body = _recv_exact(sock, struct.unpack("!I", header + rest)[0])
-                if body is None:
-                    break
-                request = json.loads(body)
-                pid = os.fork()
-                if pid == 0:
-                    sock.close()
-                    request["fds"] = fds
-                    return request
+                for pid in [p for p, c in children.items() if c is sock]:  # a stand-in killed: so is its rank
+                    _kill(pid)
+                sock.close()
+                continue
+            request, fds = got
+            refused = sorted(_differs({k: v for k, v in request["env"].items() if k not in TORCHRUN_SETS}, env))
+            if sock is not test and refused:
                 for f in fds:
                     os.close(f)
-                children.add(pid)
-                _send(sock, {"pid": pid})
-            while children:
+                _tell(sock, {"refused": refused})
+                continue
+            pid = os.fork()
+            if pid == 0:  # the rank: none of the server's sockets
+                for other in [k.fileobj for k in sel.get_map().values()]:
+                    other.close()
+                sel.close()
+                request["fds"] = fds
+                return request
+            for f in fds:
+                os.close(f)
+            children[pid] = sock
+            running = _tell(sock, {"pid": pid}) or sock is not test
+        while running and children:
+            try:
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
-                if pid == 0:
-                    break
-                children.discard(pid)
-                _send(sock, {"exit": pid, "status": os.waitstatus_to_exitcode(status),
-                             "cpu": usage.ru_utime + usage.ru_stime})
-        except ChildProcessError:
-            children.clear()
-        except (BrokenPipeError, ConnectionError):
-            break
+            except ChildProcessError:
+                children.clear()
+                break
+            if pid == 0:
+                break
+            to = children.pop(pid)
+            told = to.fileno() < 0 or _tell(to, {"exit": pid, "status": os.waitstatus_to_exitcode(status),
+                                                  "cpu": usage.ru_utime + usage.ru_stime})
+            running = told or to is not test
     for pid in children:  # the test process is gone: so are its ranks
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill(pid)
     return None
 
 
-def socket_wait(sock: socket.socket, timeout: float | None) -> bool:
-    with selectors.DefaultSelector() as sel:
-        sel.register(sock, selectors.EVENT_READ)
-        return bool(sel.select(timeout))
+def _tell(sock: socket.socket, msg: dict) -> bool:
+    """Send ``msg``; False where the peer is gone."""
+    try:
+        _send(sock, msg)
+        return True
+    except OSError:
+        return False
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _become(request: dict) -> None:
@@ -361,8 +448,9 @@ def _become(request: dict) -> None:
         raise SystemExit(1) from None
 
 
-def main(fd: int) -> None:
-    """The server (``python -c ... main(FD)``): a forked child returns here from :func:`_serve` to become its rank."""
-    request = _serve(fd)
+def main(fd: int, address: str) -> None:
+    """The server (``python -c ... main(FD, ADDRESS)``): a forked child returns here from :func:`_serve` to become
+    its rank."""
+    request = _serve(fd, address)
     if request is not None:
         _become(request)

@@ -125,6 +125,20 @@ def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: di
     return [RankResult(r, rc, out, err, parse_results(out)) for r, (rc, out, err) in enumerate(outputs)]
 
 
+def torchrun_command(torchrun_args: Sequence[str], script: str | Path, args: Sequence[str],
+                     env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """``python -m torch.distributed.run TORCHRUN_ARGS SCRIPT ARGS`` and its environment (``base_env(env)``): a real
+    torchrun, whose workers are forks of a server that has imported torch (tests/fork_rank.py stands in for
+    ``python SCRIPT`` and passes on torchrun's signals and the rank's exit status), or fresh ``python SCRIPT``
+    processes where the environment asks for them (as :func:`spawn`)."""
+    full = base_env(env)
+    address = forkserver.torchrun_address(full, base_env())
+    entry = [str(HERE / "fork_rank.py"), str(script)] if address else [str(script)]
+    if address:
+        full[forkserver.ADDRESS_VAR] = address
+    return [sys.executable, "-m", "torch.distributed.run", *torchrun_args, *entry, *args], full
+
+
 def run_mpiexec(script: str | Path, n: int, args: list[str], env: dict[str, str],
                 timeout: float = 100) -> subprocess.CompletedProcess:
     """Run ``n`` ranks of ``script`` under ``mpiexec`` (skips the test where there is none)."""

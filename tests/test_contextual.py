@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
-from harness import HERE, base_env, describe, parse_results, run_mpiexec, run_ranks, tuner_env
+from harness import HERE, describe, parse_results, run_mpiexec, run_process, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "contextual_cases.py"
 COMPILE_CASES = HERE / "scenarios" / "contextual_compile_cases.py"
@@ -30,8 +28,7 @@ def run(case, n, env, **kw):
 
 
 def single(case, env):
-    proc = subprocess.run([sys.executable, str(CASES), case], env=base_env(env), capture_output=True, text=True,
-                          timeout=100)
+    proc = run_process(CASES, [case], env, timeout=100)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0]), proc.stderr
 

@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 
 import pytest
-from harness import HERE, base_env, describe, parse_results, run_ranks, tuner_env
+from harness import HERE, base_env, describe, parse_results, run_ranks, torchrun_command, tuner_env
 
 CASES = HERE / "scenarios" / "contextual_semantics_cases.py"
 TIMEOUT_S = 60
@@ -141,9 +141,9 @@ def test_config_that_blocks_one_rank_forever_is_left_out_after_one_restart(tmp_p
     # the hang is waited out to this timeout; a healthy tuning run of this 64-element kernel takes a fraction of a
     # second in the interpreter: 5 s (was 10) keeps a wide margin and saves 5 s in each of the suite's two runs
     env = tuner_env(tmp_path, 5, FAULT_DIR=str(tmp_path / "faults"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts",
-           "1", "--monitor-interval", "0.1", str(CASES), "hang"]
-    proc = subprocess.run(cmd, env=base_env(env), capture_output=True, text=True, timeout=140)
+    cmd, full_env = torchrun_command(["--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+                                      "--monitor-interval", "0.1"], CASES, ["hang"], env)
+    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=140)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     results = {r["rank"]: r for r in parse_results(proc.stdout)}
     assert sorted(results) == [0, 1]

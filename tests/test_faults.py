@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from harness import HERE, base_env, describe, parse_results, run_ranks, tuner_env
+from harness import HERE, base_env, describe, parse_results, run_process, run_ranks, torchrun_command, tuner_env
 
 from triton_dist_tune.faults.backstop import SLACK_S
 from triton_dist_tune.faults.journal import AGAIN, Journal, merge, well_formed
@@ -65,15 +65,15 @@ class Job:
         return f"rc={self.returncode} after {self.seconds:.1f} s\n{self.stdout[-3000:]}\n{self.stderr[-6000:]}"
 
 
-def torchrun_cmd(case: str, restarts: int = 2, nproc: int = 2) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            "--max-restarts", str(restarts), "--monitor-interval", "0.1", str(SCRIPT), case]
+def torchrun_cmd(case: str, env: dict[str, str], restarts: int = 2, nproc: int = 2) -> tuple[list[str], dict]:
+    return torchrun_command(["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", str(restarts),
+                             "--monitor-interval", "0.1"], SCRIPT, [case], env)
 
 
 def torchrun(case: str, env: dict[str, str], restarts: int = 2, timeout: float = 90) -> Job:
     t0 = time.monotonic()
-    proc = subprocess.run(torchrun_cmd(case, restarts), env=base_env(env), capture_output=True, text=True,
-                          timeout=timeout)
+    cmd, full_env = torchrun_cmd(case, env, restarts)
+    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
     return Job(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0)
 
 
@@ -317,8 +317,7 @@ def test_hang_holding_the_gil_is_ended_by_the_faulthandler_backstop(env, tmp_pat
     env = {**env, "FAULTS": "1:hang_gil@0"}
     for run in ("0", "1"):
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, str(SCRIPT), "tune"], env=base_env({**env, "RUN": run}),
-                              capture_output=True, text=True, timeout=40)
+        proc = run_process(SCRIPT, ["tune"], env={**env, "RUN": run}, timeout=40)
         seconds = time.monotonic() - t0
         assert proc.returncode == 1, proc.stderr[-3000:]
         # faulthandler's timer: the config's deadline plus the 5 s backstop (to SLACK_S more), as much of it as was
@@ -327,8 +326,7 @@ def test_hang_holding_the_gil_is_ended_by_the_faulthandler_backstop(env, tmp_pat
         assert timer is not None and T + 3 < float(timer.group(1)) <= T + 5 + SLACK_S, proc.stderr[-3000:]
         assert "fault_cases.py" in proc.stderr  # every stack
         assert seconds < T + 5 + SLACK
-    again = subprocess.run([sys.executable, str(SCRIPT), "tune"], env=base_env({**env, "RUN": "2"}),
-                           capture_output=True, text=True, timeout=40)
+    again = run_process(SCRIPT, ["tune"], env={**env, "RUN": "2"}, timeout=40)
     assert again.returncode == 0, again.stderr[-3000:]
     (result,) = parse_results(again.stdout)
     assert result["chosen"] == 0 and result["errors"][1].startswith("crashed: ranks [0] were inside this config")
@@ -343,8 +341,8 @@ def test_hang_holding_the_gil_is_ended_by_the_faulthandler_backstop(env, tmp_pat
 def test_kill_9_of_one_rank_mid_tuning_then_torchrun_restarts_and_resumes(env):
     env = {**env, "FAULTS": "1:kill@1", "TRITON_DIST_AUTOTUNE_TIMEOUT": "20"}
     t0 = time.monotonic()
-    proc = subprocess.Popen(torchrun_cmd("tune", restarts=1), env=base_env(env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    cmd, full_env = torchrun_cmd("tune", env, restarts=1)
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     marker = Path(env["FAULT_DIR"]) / "kill-me.rank1"
     try:
         while not marker.exists():

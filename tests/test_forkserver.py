@@ -1,18 +1,24 @@
 """A rank forked by tests/forkserver.py is what ``python SCRIPT ARGS`` would be: its argv, environment, working
 directory, ``sys.path[0]``, ``__main__``, exit status (``sys.exit``, an uncaught exception, a signal), output,
-exit handlers and a parent shared by the ranks of a job; and the environment that must start a fresh process does."""
+exit handlers and a parent shared by the ranks of a job; and the environment that must start a fresh process does;
+and under a real torchrun (tests/fork_rank.py standing in for each worker) the same, torchrun's signals and exit
+statuses included."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
+import time
 
 import forkserver
 import pytest
-from harness import base_env, run_ranks
+from harness import HERE, base_env, parse_results, run_ranks, torchrun_command
 
 SCRIPT = '''
-import atexit, json, os, sys
+import atexit, json, os, sys, time
 import __main__
 atexit.register(lambda: print("EXIT-HANDLER", flush=True))
 print("RESULT " + json.dumps({"argv": sys.argv[1:], "path0": sys.path[0], "file": __file__,
@@ -25,6 +31,11 @@ if how == "raise":
     raise ValueError("raised at top level")
 if how == "kill":
     os.kill(os.getpid(), 9)
+if how == "sleep":  # until a signal ends it
+    with open(os.environ["PID_FILE"] + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(os.environ["PID_FILE"] + ".tmp", os.environ["PID_FILE"])
+    time.sleep(60)
 '''
 
 
@@ -95,3 +106,83 @@ def test_ranks_with_another_triton_interpret_are_forked_from_a_server_started_wi
         parents.append(json.loads(out.split("RESULT ", 1)[1].splitlines()[0])["parent"])
     assert parents[1] == parents[2] == compiled[0].server.proc.pid
     assert forkserver.start(str(script), ["ok"], {**base, "TRITON_INTERPRET": "0", "HOME": "/elsewhere"}, base) is None
+
+
+# -- torchrun's workers: tests/fork_rank.py stands in for ``python SCRIPT`` ------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how, report", [("ok", None), ("exit", "exitcode  : 3"), ("kill", "Signal 9 (SIGKILL)")])
+def test_torchruns_workers_are_forked_and_end_as_python_script_would(script, how, report):
+    """Under a real torchrun each worker is a fork of the server (its parent: the server, not torchrun's stand-in),
+    sees what ``python SCRIPT`` would, and torchrun sees its exit status (a code, or death by a signal)."""
+    cmd, env = torchrun_command(["--standalone", "--nproc-per-node", "2", "--max-restarts", "0",
+                                 "--monitor-interval", "0.1"], script, [how], {"ONLY_HERE": "yes"})
+    assert cmd[cmd.index(str(script)) - 1] == str(HERE / "fork_rank.py")
+    job = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=100)
+    assert (job.returncode == 0) == (report is None), job.stderr[-3000:]
+    if report is not None:
+        assert report in job.stderr, job.stderr[-3000:]
+    results = sorted(parse_results(job.stdout), key=lambda r: r["rank"])
+    assert [r["rank"] for r in results] == ["0", "1"], job.stderr[-3000:]
+    server = next(s for s in forkserver._SERVERS.values() if s.address == env[forkserver.ADDRESS_VAR])
+    for r in results:
+        assert r["argv"] == [how] and r["file"] == str(script) and r["name"] == "__main__"
+        assert r["only_here"] == "yes" and r["parent"] == server.proc.pid
+    assert ("EXIT-HANDLER" in job.stdout) == (how != "kill")
+
+
+def stand_in(script, tmp_path, **extra: str) -> tuple[subprocess.Popen, int]:
+    """tests/fork_rank.py started as torchrun starts a worker, its rank sleeping; and the rank's pid."""
+    _, env = torchrun_command([], script, [], {"PID_FILE": str(tmp_path / "pid"), "RANK": "0", **extra})
+    proc = subprocess.Popen([sys.executable, "-u", str(HERE / "fork_rank.py"), str(script), "sleep"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    return proc, int((tmp_path / "pid").read_text())
+
+
+def gone(pid: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.timeout(120)
+def test_a_stand_in_passes_on_torchruns_sigterm_and_ends_by_it(script, tmp_path):
+    """torchrun ends its workers by signalling their process groups, which a forked rank is not in: the stand-in
+    passes the signal on, and ends by it as the rank did."""
+    proc, rank = stand_in(script, tmp_path)
+    assert rank != proc.pid
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM and gone(rank, 10)
+
+
+@pytest.mark.timeout(120)
+def test_a_stand_in_killed_takes_its_rank_with_it(script, tmp_path):
+    """SIGKILL (torchrun's last word to a worker) reaches only the stand-in: the server then kills its rank."""
+    proc, rank = stand_in(script, tmp_path)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert gone(rank, 10)
+
+
+@pytest.mark.timeout(120)
+def test_a_stand_in_whose_environment_the_server_refuses_runs_python_script(script, tmp_path):
+    """torchrun's workers with a variable read when torch starts that the server does not share run as a fresh
+    ``python SCRIPT`` (the stand-in execs it)."""
+    server_pid = forkserver.start(str(script), ["ok"], {**base_env(), "RANK": "0"}, base_env()).server.proc.pid
+    _, env = torchrun_command([], script, [], {"RANK": "0"})
+    env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # as if torchrun had set it
+    done = subprocess.run([sys.executable, "-u", str(HERE / "fork_rank.py"), str(script), "exit"], env=env,
+                          capture_output=True, text=True, timeout=100)
+    (result,) = parse_results(done.stdout)
+    assert done.returncode == 3 and result["argv"] == ["exit"] and result["parent"] not in (server_pid, None)

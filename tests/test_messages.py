@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from harness import HERE, ROOT, base_env, describe, run_ranks, tuner_env
+from harness import HERE, ROOT, base_env, describe, run_process, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "message_cases.py"
 
@@ -200,9 +199,8 @@ def test_a_contextual_disk_cache_hit_prints_under_triton_print_autotuning(tmp_pa
     """``contextual_autotune`` alone (no torch.distributed), run twice with one cache: the second run's hits say
     the config and the file (before: nothing)."""
     script = HERE / "scenarios" / "contextual_cases.py"
-    env = base_env({**tuner_env(tmp_path, 60), "TRITON_PRINT_AUTOTUNING": "1"})
-    runs = [subprocess.run([sys.executable, str(script), "single"], env=env, capture_output=True, text=True,
-                           timeout=120) for _ in range(2)]
+    env = {**tuner_env(tmp_path, 60), "TRITON_PRINT_AUTOTUNING": "1"}
+    runs = [run_process(script, ["single"], env, timeout=120) for _ in range(2)]
     assert all(run.returncode == 0 for run in runs), runs[-1].stderr[-3000:]
     assert "cache hit" not in runs[0].stderr and "finished after" in runs[0].stderr
     second = runs[1].stderr

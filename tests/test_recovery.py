@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import HERE, base_env, describe, free_port, parse_results, run_ranks, tuner_env
+from harness import HERE, base_env, describe, free_port, parse_results, run_ranks, spawn, tuner_env
 from test_faults import RUNS, assert_calls, calls, journals, records
 
 FAULTS = HERE / "scenarios" / "fault_cases.py"
@@ -34,7 +34,9 @@ def _sigint_as_at_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start(script: Path, case: str, env: dict[str, str], n: int = 2) -> list[subprocess.Popen]:
+def start(script: Path, case: str, env: dict[str, str], n: int = 2, terminal: bool = False) -> list:
+    """``n`` ranks of ``script``: forks of the test server (harness.spawn), or, with ``terminal``, fresh processes
+    with SIGINT as a terminal gives it (a fork has the server's, which a background job of the suite ignores)."""
     port = free_port()
     procs = []
     for rank in range(n):
@@ -43,7 +45,8 @@ def start(script: Path, case: str, env: dict[str, str], n: int = 2) -> list[subp
         rank_env.update(RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                         MASTER_PORT=str(port))
         procs.append(subprocess.Popen([sys.executable, str(script), case], env=rank_env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_at_a_terminal))
+                                      stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_at_a_terminal)
+                     if terminal else spawn(script, [case], rank_env))
     return procs
 
 
@@ -125,7 +128,7 @@ def test_sharded_poisoning_raises_the_same_device_poisoned_error_on_every_rank_p
 
 def _signal_rank_1(env: dict[str, str], signum: int, timeout: float = 60) -> list[tuple[int, str, str]]:
     """Run ``tune`` with rank 1 waiting inside config 1's warm-up; send it ``signum``; wait for both ranks."""
-    procs = start(FAULTS, "tune", env)
+    procs = start(FAULTS, "tune", env, terminal=signum == signal.SIGINT)
     marker = Path(env["FAULT_DIR"]) / "kill-me.rank1"
     t0 = time.monotonic()
     while not marker.exists():

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
-from harness import HERE, base_env, describe, free_port, parse_results, run_ranks, tuner_env
+from harness import HERE, describe, free_port, parse_results, run_ranks, torchrun_command, tuner_env
 
 from triton_dist_tune.group.store import namespace
 
@@ -77,11 +76,10 @@ def two_nodes(tmp_path, port: int, rdzv: str = "static", timeout: float = 150) -
     (``--node-rank`` sets the ranks) or with a c10d rendezvous (the agents take ranks in the order they join)."""
     procs = []
     for node in (0, 1):
-        env = base_env(tuner_env(tmp_path / f"node{node}", 30, NODE=str(node)))
         where = (["--master-addr", "127.0.0.1", "--master-port", str(port)] if rdzv == "static" else
                  ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"])
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node), *where,
-               "--nproc-per-node", "1", str(CASES), "multinode"]
+        cmd, env = torchrun_command(["--nnodes", "2", "--node-rank", str(node), *where, "--nproc-per-node", "1"],
+                                    CASES, ["multinode"], tuner_env(tmp_path / f"node{node}", 30, NODE=str(node)))
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = []
     try:

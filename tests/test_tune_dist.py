@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
-from harness import HERE, base_env, describe, parse_results, run_cases, run_mpiexec, run_ranks, tuner_env
+from harness import HERE, describe, parse_results, run_cases, run_mpiexec, run_process, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "tune_cases.py"
 
@@ -145,8 +143,7 @@ def test_bad_input_raises_clear_errors_on_every_rank(failures):
 
 @pytest.mark.timeout(60)
 def test_single_process_without_torch_distributed(env):
-    proc = subprocess.run([sys.executable, str(CASES), "single"], env=base_env(env), capture_output=True,
-                          text=True, timeout=50)
+    proc = run_process(CASES, ["single"], env, timeout=50)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.split("RESULT ", 1)[1])
     assert result == {"chosen": 0, "out": [1.0, 1.0]}  # alone, rank 0's sleep times make config 0 fastest
