@@ -99,6 +99,7 @@ class Server:
         self.pids: list[int] = []
         self.exits: dict[int, int] = {}
         self.dead = False
+        self.listening = threading.Event()  # set once the stand-ins' socket is bound (tests/fork_rank.py)
         threading.Thread(target=self._read, name="forkserver-reader", daemon=True).start()
 
     def alive(self) -> bool:
@@ -113,11 +114,12 @@ class Server:
                     break
                 msg = json.loads(body)
                 with self.cond:
-                    if "pid" in msg:
+                    if "listening" in msg:
+                        self.listening.set()
+                    elif "pid" in msg:
                         self.pids.append(msg["pid"])
                     elif "exit" in msg:
                         self.exits[msg["exit"]] = msg["status"]
-                        CPU_SECONDS[0] += msg.get("cpu", 0.0)
                     self.cond.notify_all()
         except OSError:
             pass
@@ -141,8 +143,6 @@ class Server:
 
 
 _SERVERS: dict[tuple[tuple[str, str | None], ...], Server] = {}  # by what their environment changes of KEYED
-#: CPU seconds of the forked ranks that have ended (they are the servers' children, not the test process's)
-CPU_SECONDS = [0.0]
 
 
 @atexit.register
@@ -276,7 +276,9 @@ def torchrun_address(env: dict[str, str], base: dict[str, str]) -> str | None:
     """The address of the server that forks the workers torchrun starts in environment ``env`` (tests/fork_rank.py
     connects to it), or None where no fork can stand for them."""
     server = _server_for(env, base)
-    return None if server is None or not server.alive() else server.address
+    if server is None or not server.listening.wait(60) or not server.alive():
+        return None
+    return server.address
 
 
 # -- the server's side -------------------------------------------------------------------------------------------
@@ -313,6 +315,13 @@ def _serve(fd: int, address: str) -> dict | None:
     of its own to the socket listening at ``address``; each rank's pid and exit status go back to whoever asked."""
     import importlib
 
+    # listening before the imports, and saying so: the test process hands out the address only then, and a stand-in
+    # that comes while the imports run waits in the backlog (refused, it would start a fresh process instead)
+    test = socket.socket(fileno=fd)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + address)
+    listener.listen(64)
+    _send(test, {"listening": True})
     for name in PRELOAD:
         try:
             importlib.import_module(name)
@@ -323,10 +332,6 @@ def _serve(fd: int, address: str) -> dict | None:
     gc.collect()
     gc.freeze()  # the imported modules' objects: a rank's collections never walk (and so never copy) them
     env = dict(os.environ)
-    test = socket.socket(fileno=fd)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind("\0" + address)
-    listener.listen(64)
     sel = selectors.DefaultSelector()
     sel.register(test, selectors.EVENT_READ)
     sel.register(listener, selectors.EVENT_READ)
@@ -373,15 +378,14 @@ def _serve(fd: int, address: str) -> dict | None:
             running = _tell(sock, {"pid": pid}) or sock is not test
         while running and children:
             try:
-                pid, status, usage = os.wait4(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 children.clear()
                 break
             if pid == 0:
                 break
             to = children.pop(pid)
-            told = to.fileno() < 0 or _tell(to, {"exit": pid, "status": os.waitstatus_to_exitcode(status),
-                                                  "cpu": usage.ru_utime + usage.ru_stime})
+            told = to.fileno() < 0 or _tell(to, {"exit": pid, "status": os.waitstatus_to_exitcode(status)})
             running = told or to is not test
     for pid in children:  # the test process is gone: so are its ranks
         _kill(pid)

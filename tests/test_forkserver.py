@@ -141,7 +141,9 @@ def stand_in(script, tmp_path, **extra: str) -> tuple[subprocess.Popen, int]:
     while not (tmp_path / "pid").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.02)
-    return proc, int((tmp_path / "pid").read_text())
+    rank = int((tmp_path / "pid").read_text())
+    assert rank != proc.pid  # a fork, not the stand-in become python SCRIPT
+    return proc, rank
 
 
 def gone(pid: int, within: float) -> bool:
@@ -160,7 +162,6 @@ def test_a_stand_in_passes_on_torchruns_sigterm_and_ends_by_it(script, tmp_path)
     """torchrun ends its workers by signalling their process groups, which a forked rank is not in: the stand-in
     passes the signal on, and ends by it as the rank did."""
     proc, rank = stand_in(script, tmp_path)
-    assert rank != proc.pid
     os.killpg(proc.pid, signal.SIGTERM)
     proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGTERM and gone(rank, 10)
@@ -179,10 +180,11 @@ def test_a_stand_in_killed_takes_its_rank_with_it(script, tmp_path):
 def test_a_stand_in_whose_environment_the_server_refuses_runs_python_script(script, tmp_path):
     """torchrun's workers with a variable read when torch starts that the server does not share run as a fresh
     ``python SCRIPT`` (the stand-in execs it)."""
-    server_pid = forkserver.start(str(script), ["ok"], {**base_env(), "RANK": "0"}, base_env()).server.proc.pid
     _, env = torchrun_command([], script, [], {"RANK": "0"})
+    assert env.get(forkserver.ADDRESS_VAR)  # a server is there to ask
     env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # as if torchrun had set it
     done = subprocess.run([sys.executable, "-u", str(HERE / "fork_rank.py"), str(script), "exit"], env=env,
                           capture_output=True, text=True, timeout=100)
     (result,) = parse_results(done.stdout)
-    assert done.returncode == 3 and result["argv"] == ["exit"] and result["parent"] not in (server_pid, None)
+    assert done.returncode == 3 and result["argv"] == ["exit"] and result["file"] == str(script)
+    assert result["parent"] == os.getpid()  # the stand-in's own process, which became python SCRIPT
