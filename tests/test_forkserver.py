@@ -112,24 +112,34 @@ def test_ranks_with_another_triton_interpret_are_forked_from_a_server_started_wi
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("how, report", [("ok", None), ("exit", "exitcode  : 3"), ("kill", "Signal 9 (SIGKILL)")])
-def test_torchruns_workers_are_forked_and_end_as_python_script_would(script, how, report):
-    """Under a real torchrun each worker is a fork of the server (its parent: the server, not torchrun's stand-in),
-    sees what ``python SCRIPT`` would, and torchrun sees its exit status (a code, or death by a signal)."""
+def test_torchruns_workers_are_forked_and_see_what_python_script_would(script):
+    """Under a real torchrun each worker is a fork of the server (its parent: the server, not torchrun's stand-in)
+    and sees what ``python SCRIPT`` would."""
     cmd, env = torchrun_command(["--standalone", "--nproc-per-node", "2", "--max-restarts", "0",
-                                 "--monitor-interval", "0.1"], script, [how], {"ONLY_HERE": "yes"})
+                                 "--monitor-interval", "0.1"], script, ["ok"], {"ONLY_HERE": "yes"})
     assert cmd[cmd.index(str(script)) - 1] == str(HERE / "fork_rank.py")
     job = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=100)
-    assert (job.returncode == 0) == (report is None), job.stderr[-3000:]
-    if report is not None:
-        assert report in job.stderr, job.stderr[-3000:]
+    assert job.returncode == 0, job.stderr[-3000:]
     results = sorted(parse_results(job.stdout), key=lambda r: r["rank"])
     assert [r["rank"] for r in results] == ["0", "1"], job.stderr[-3000:]
     server = next(s for s in forkserver._SERVERS.values() if s.address == env[forkserver.ADDRESS_VAR])
     for r in results:
-        assert r["argv"] == [how] and r["file"] == str(script) and r["name"] == "__main__"
+        assert r["argv"] == ["ok"] and r["file"] == str(script) and r["name"] == "__main__"
         assert r["only_here"] == "yes" and r["parent"] == server.proc.pid
-    assert ("EXIT-HANDLER" in job.stdout) == (how != "kill")
+    assert job.stdout.count("EXIT-HANDLER") == 2
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how, code", [("exit", 3), ("raise", 1), ("kill", -signal.SIGKILL)])
+def test_a_stand_in_ends_with_its_ranks_exit_status(script, how, code):
+    """What torchrun reads of a worker, the stand-in's exit status, is the forked rank's: a code, or death by the
+    same signal (before: a rank killed by SIGKILL left its stand-in exiting 1)."""
+    _, env = torchrun_command([], script, [], {"RANK": "0"})
+    done = subprocess.run([sys.executable, "-u", str(HERE / "fork_rank.py"), str(script), how], env=env,
+                          capture_output=True, text=True, timeout=100)
+    (result,) = parse_results(done.stdout)
+    assert done.returncode == code and result["argv"] == [how] and result["parent"] != os.getpid(), done.stderr
+    assert ("ValueError: raised at top level" in done.stderr) == (how == "raise")
 
 
 def stand_in(script, tmp_path, **extra: str) -> tuple[subprocess.Popen, int]:
