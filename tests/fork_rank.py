@@ -12,29 +12,13 @@ import json
 import os
 import signal
 import socket
-import struct
 import sys
+
+from forkserver import ADDRESS_VAR, frame, recv_message  # no torch: the server side imports it
 
 #: what torchrun's agent sends its workers (SIGTERM, then SIGKILL, which reaches only this process: the server then
 #: kills the rank), and what a user's terminal would
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return buf
-
-
-def _recv_message(sock: socket.socket) -> dict | None:
-    """One message of the server's (a 4-byte length, then JSON); None where the server is gone."""
-    header = _recv_exact(sock, 4)
-    body = None if header is None else _recv_exact(sock, struct.unpack("!I", header)[0])
-    return None if body is None else json.loads(body)
 
 
 def _fresh(script: str, args: list[str]) -> None:
@@ -43,15 +27,15 @@ def _fresh(script: str, args: list[str]) -> None:
 
 def main() -> None:
     script, args = os.path.abspath(sys.argv[1]), sys.argv[2:]
-    address = os.environ.get("TDT_TEST_FORKSERVER_ADDRESS")
+    address = os.environ.get(ADDRESS_VAR)
     if not address:
         _fresh(script, args)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect("\0" + address)  # a name in Linux's abstract namespace
         request = json.dumps({"script": script, "args": args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
-        socket.send_fds(sock, [struct.pack("!I", len(request)) + request], [1, 2])
-        answer = _recv_message(sock)
+        socket.send_fds(sock, [frame(request)], [1, 2])
+        answer = recv_message(sock)
     except OSError:
         answer = None
     if answer is None or "pid" not in answer:
@@ -67,7 +51,7 @@ def main() -> None:
 
     for sig in PASSED_ON:
         signal.signal(sig, pass_on)
-    message = _recv_message(sock)  # the rank's end (a signal passed on meanwhile resumes the wait)
+    message = recv_message(sock)  # the rank's end (a signal passed on meanwhile resumes the wait)
     status = 1 if message is None else message["status"]  # the server gone: the rank with it
     if status < 0:  # died of a signal: so does this process (SIGKILL's and SIGSTOP's disposition is fixed)
         if -status not in (signal.SIGKILL, signal.SIGSTOP):

@@ -59,7 +59,8 @@ TORCHRUN_SETS = ("TORCH_NCCL_ASYNC_ERROR_HANDLING",)
 ADDRESS_VAR = "TDT_TEST_FORKSERVER_ADDRESS"
 
 
-def _frame(data: bytes) -> bytes:
+def frame(data: bytes) -> bytes:
+    """A message as it goes on a socket: its length (4 bytes), then its bytes."""
     return struct.pack("!I", len(data)) + data
 
 
@@ -71,6 +72,13 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
             return None
         buf += chunk
     return buf
+
+
+def recv_message(sock: socket.socket) -> dict | None:
+    """One JSON message of the server's (as :func:`frame` puts it); None where the peer is gone."""
+    header = _recv_exact(sock, 4)
+    body = None if header is None else _recv_exact(sock, struct.unpack("!I", header)[0])
+    return None if body is None else json.loads(body)
 
 
 # -- the test process's side ---------------------------------------------------------------------------------------
@@ -107,12 +115,7 @@ class Server:
 
     def _read(self) -> None:
         try:
-            while True:
-                header = _recv_exact(self.sock, 4)
-                body = None if header is None else _recv_exact(self.sock, struct.unpack("!I", header)[0])
-                if body is None:
-                    break
-                msg = json.loads(body)
+            while (msg := recv_message(self.sock)) is not None:
                 with self.cond:
                     if "listening" in msg:
                         self.listening.set()
@@ -130,7 +133,7 @@ class Server:
     def fork(self, script: str, args: list[str], env: dict[str, str], out_w: int, err_w: int) -> int:
         request = json.dumps({"script": script, "args": args, "env": env, "cwd": os.getcwd()}).encode()
         with self.send_lock:  # the server answers requests in order: one request in flight
-            socket.send_fds(self.sock, [_frame(request)], [out_w, err_w])
+            socket.send_fds(self.sock, [frame(request)], [out_w, err_w])
             with self.cond:
                 if not self.cond.wait_for(lambda: self.pids or self.dead, 60) or not self.pids:
                     raise ConnectionError("fork server did not answer")
@@ -285,7 +288,7 @@ def torchrun_address(env: dict[str, str], base: dict[str, str]) -> str | None:
 
 
 def _send(sock: socket.socket, msg: dict) -> None:
-    sock.sendall(_frame(json.dumps(msg).encode()))
+    sock.sendall(frame(json.dumps(msg).encode()))
 
 
 def _receive(sock: socket.socket) -> tuple[dict, list[int]] | None:
