@@ -15,7 +15,8 @@ server's in a variable read when torch, Triton or Python start (``TORCH*``, ``PY
 Python, or ``TDT_TEST_FORKSERVER=0``; the caller then starts a fresh process as before. A variable of
 :data:`KEYED` that differs gets a server of its own, started with that value.
 
-The server is ``python -c "... forkserver.main(FD)"``, reading requests on the socket FD from the test process.
+The server is ``python -c "... forkserver.main(FD, ADDRESS)"``, reading requests on the socket FD from the test
+process and on connections to the listening socket ADDRESS from torchrun's stand-in workers.
 
 Workers of a real torchrun (:func:`torchrun_address`, ``harness.torchrun_command``): torchrun starts
 ``python -u fork_rank.py SCRIPT ARGS`` for each, a stand-in that imports no torch. It connects to the server's
@@ -129,6 +130,7 @@ class Server:
         with self.cond:
             self.dead = True
             self.cond.notify_all()
+        self.listening.set()  # whoever waits for it learns the server is gone (alive() says so)
 
     def fork(self, script: str, args: list[str], env: dict[str, str], out_w: int, err_w: int) -> int:
         request = json.dumps({"script": script, "args": args, "env": env, "cwd": os.getcwd()}).encode()
