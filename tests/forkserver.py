@@ -364,11 +364,11 @@ def _serve(fd: int, address: str) -> dict | None:
                 sock.close()
                 continue
             request, fds = got
-            refused = sorted(_differs({k: v for k, v in request["env"].items() if k not in TORCHRUN_SETS}, env))
-            if sock is not test and refused:
+            if sock is not test and (refused := _differs({k: v for k, v in request["env"].items()
+                                                           if k not in TORCHRUN_SETS}, env)):
                 for f in fds:
                     os.close(f)
-                _tell(sock, {"refused": refused})
+                _tell(sock, {"refused": sorted(refused)})
                 continue
             pid = os.fork()
             if pid == 0:  # the rank: none of the server's sockets

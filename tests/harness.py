@@ -132,10 +132,11 @@ def torchrun_command(torchrun_args: Sequence[str], script: str | Path, args: Seq
     ``python SCRIPT`` and passes on torchrun's signals and the rank's exit status), or fresh ``python SCRIPT``
     processes where the environment asks for them (as :func:`spawn`)."""
     full = base_env(env)
+    entry = [str(script)]
     address = forkserver.torchrun_address(full, base_env())
-    entry = [str(HERE / "fork_rank.py"), str(script)] if address else [str(script)]
     if address:
         full[forkserver.ADDRESS_VAR] = address
+        entry.insert(0, str(HERE / "fork_rank.py"))
     return [sys.executable, "-m", "torch.distributed.run", *torchrun_args, *entry, *args], full
 
 
