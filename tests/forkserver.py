@@ -20,11 +20,12 @@ process and on connections to the listening socket ADDRESS from torchrun's stand
 
 Workers of a real torchrun (:func:`torchrun_address`, ``harness.torchrun_command``): torchrun starts
 ``python -u fork_rank.py SCRIPT ARGS`` for each, a stand-in that imports no torch. It connects to the server's
-listening socket (its address in :data:`ADDRESS_VAR`), hands over its stdout and stderr, and the server forks the
-rank from there, checking its environment as :func:`start` does (torchrun sets some variables of its own). The
-stand-in passes on the signals torchrun sends it (torchrun signals its workers' process groups, which the rank is
-not in), ends with the rank's exit status (by the same signal where the rank died of one), and where it is killed
-itself the server kills the rank. Where the server refuses, the stand-in becomes ``python -u SCRIPT ARGS`` (exec).
+listening socket (its address in :data:`ADDRESS_VAR`; only processes of the server's own user are answered), hands
+over its stdout and stderr, and the server forks the rank from there, checking its environment as :func:`start`
+does (torchrun sets some variables of its own). The stand-in passes on the signals torchrun sends it (torchrun
+signals its workers' process groups, which the rank is not in), ends with the rank's exit status (by the same
+signal where the rank died of one), and where it is killed itself the server kills the rank. Where the server
+refuses, the stand-in becomes ``python -u SCRIPT ARGS`` (exec).
 """
 
 from __future__ import annotations
@@ -351,7 +352,10 @@ def _serve(fd: int, address: str) -> dict | None:
             sock = key.fileobj
             if sock is listener:
                 conn, _ = listener.accept()
-                sel.register(conn, selectors.EVENT_READ)
+                if _peer_uid(conn) == os.getuid():  # any local user may connect to the name: only ours are served
+                    sel.register(conn, selectors.EVENT_READ)
+                else:
+                    conn.close()
                 continue
             got = _receive(sock)
             if got is None:
@@ -395,6 +399,12 @@ def _serve(fd: int, address: str) -> dict | None:
     for pid in children:  # the test process is gone: so are its ranks
         _kill(pid)
     return None
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    """The user id of the process at the other end of a Unix socket (Linux's SO_PEERCRED: pid, uid, gid)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
 
 
 def _tell(sock: socket.socket, msg: dict) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -198,3 +199,41 @@ def test_a_stand_in_whose_environment_the_server_refuses_runs_python_script(scri
     (result,) = parse_results(done.stdout)
     assert done.returncode == 3 and result["argv"] == ["exit"] and result["file"] == str(script)
     assert result["parent"] == os.getpid()  # the stand-in's own process, which became python SCRIPT
+
+
+@pytest.mark.timeout(120)
+def test_the_server_answers_no_stand_in_of_another_user(script, tmp_path):
+    """The listening socket's name is open to every local user: a process of another user that connects and asks
+    for a rank gets no answer and no rank (the connection is closed); one of the server's own user gets its rank."""
+    if os.getuid() != 0:
+        pytest.skip("another user's process needs root to start here")
+    _, env = torchrun_command([], script, [], {"RANK": "0", "PID_FILE": str(tmp_path / "pid")})
+    request = forkserver.frame(json.dumps({"script": str(script), "args": ["ok"], "env": env,
+                                           "cwd": str(tmp_path)}).encode())
+
+    def ask(uid: int | None) -> int:
+        """In a child process (as user ``uid``): 0 where the server closed the connection, 1 where it answered."""
+        child = os.fork()
+        if child == 0:
+            code = 2
+            try:
+                if uid is not None:
+                    os.setgid(uid)
+                    os.setuid(uid)
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                    sock.settimeout(60)
+                    sock.connect("\0" + env[forkserver.ADDRESS_VAR])
+                    null = os.open(os.devnull, os.O_WRONLY)
+                    try:
+                        socket.send_fds(sock, [request], [null, null])
+                        code = 0 if forkserver.recv_message(sock) is None else 1
+                    except (BrokenPipeError, ConnectionResetError):  # closed by the server while it was sent
+                        code = 0
+            except BaseException as exc:
+                print(f"ask({uid}): {exc!r}", file=sys.stderr)
+            finally:
+                os._exit(code)
+        return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+
+    assert ask(65534) == 0  # nobody: no answer, no rank
+    assert ask(None) == 1  # the server's own user
