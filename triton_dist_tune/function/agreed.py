@@ -13,8 +13,9 @@ from ..group.channel import ExchangeError, Group
 from ..measure import compile_pass
 from ..measure.arguments import ArgumentState, named_arguments
 from ..measure.clocks import make_clock
+from ..measure.reference import Reference
 from ..measure.timing import timing_mode
-from ..measure.trial import Reference, Trial
+from ..measure.trial import Trial
 from ..space import check_call
 from .rounds import user_code
 from .tuned import TunedFunction

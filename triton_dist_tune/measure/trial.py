@@ -9,29 +9,8 @@ from typing import Any
 
 from . import timing
 from .arguments import ArgumentState
+from .reference import Reference
 from .timing import Steady
-
-
-class Reference:
-    """The reference result of ``ref_prog``, against which each config's first run is checked."""
-
-    def __init__(self, value: Any, rtol: float | None, atol: float | None) -> None:
-        self.value = _detach_copy(value)
-        self.rtol, self.atol = rtol, atol
-        # the comparison's first use imports what torch.testing needs (DTensor and sympy: 1.6 s of CPU, more on a
-        # loaded machine); paid here, before any config's deadline, not in the first config's checked run
-        self.mismatch(self.value)
-
-    def mismatch(self, value: Any) -> str | None:
-        """None when ``value`` matches the reference, else what differs."""
-        import torch
-
-        try:
-            torch.testing.assert_close(value, self.value, rtol=self.rtol, atol=self.atol, check_device=False)
-        except (AssertionError, TypeError, ValueError, RuntimeError) as exc:
-            first = str(exc).strip().splitlines()
-            return "wrong result: " + (first[0] if first else type(exc).__name__)
-        return None
 
 
 @dataclass
@@ -92,12 +71,3 @@ class Trial:
         produced = (out, *self.state.outputs) if self.state is not None else (out,)
         return self.reference.mismatch(produced) if self.reference is not None else None
 
-
-def _detach_copy(value: Any) -> Any:
-    if hasattr(value, "detach") and hasattr(value, "clone"):
-        return value.detach().clone()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_detach_copy(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _detach_copy(v) for k, v in value.items()}
-    return value

@@ -1,0 +1,121 @@
+"""``ref_prog``'s result, and whether a config's first run matches it.
+
+The verdict is ``torch.testing.assert_close``'s (``check_device=False``): the same shapes and dtypes, and every
+element within ``atol + rtol * |expected|`` (NaN never matches), with torch's tolerances for the dtype where the user
+gave none. Plain tensors (strided, not quantized, not a subclass), ``None`` and lists, tuples and dicts of them are
+compared here; anything else goes to ``assert_close`` itself. Why not always: its first call imports DTensor, sympy
+and mpmath (520 modules, 1.1 s of CPU on the 2-core CI machine, more under load), which every process with a
+``ref_prog`` paid before its first tuning, and which took 14% of the CPU of the suite's multi-rank example tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: torch.testing's default (rtol, atol) per dtype (by name); other dtypes (integers, bool) compare exactly
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7),
+    "complex32": (1e-3, 1e-5), "complex64": (1.3e-6, 1e-5), "complex128": (1e-7, 1e-7),
+}
+
+
+class Reference:
+    """The reference result of ``ref_prog``, against which each config's first run is checked."""
+
+    def __init__(self, value: Any, rtol: float | None, atol: float | None) -> None:
+        self.value = _detach_copy(value)
+        self.rtol, self.atol = rtol, atol
+        # a comparison that falls back to torch.testing pays its first use's imports here, before any config's
+        # deadline, not in the first config's checked run
+        self.mismatch(self.value)
+
+    def mismatch(self, value: Any) -> str | None:
+        """None when ``value`` matches the reference, else what differs (``wrong result: ...``)."""
+        try:
+            problem = difference(value, self.value, self.rtol, self.atol, "the result")
+        except (AssertionError, TypeError, ValueError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()
+            problem = first[0] if first else type(exc).__name__
+        return None if problem is None else "wrong result: " + problem
+
+
+def difference(actual: Any, expected: Any, rtol: float | None, atol: float | None, where: str) -> str | None:
+    """What differs between ``actual`` and ``expected`` (``where`` names them), or None: ``assert_close``'s verdict."""
+    if actual is None and expected is None:
+        return None
+    if isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple)):
+        if len(actual) != len(expected):
+            return f"{where}: {len(actual)} items, the reference has {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            if (problem := difference(a, e, rtol, atol, f"{where}[{i}]")) is not None:
+                return problem
+        return None
+    if isinstance(actual, dict) and isinstance(expected, dict):
+        if set(actual) != set(expected):
+            return f"{where}: keys {sorted(map(repr, actual))}, the reference has {sorted(map(repr, expected))}"
+        for k in expected:
+            if (problem := difference(actual[k], expected[k], rtol, atol, f"{where}[{k!r}]")) is not None:
+                return problem
+        return None
+    if _plain(actual) and _plain(expected):
+        return _tensor_difference(actual, expected, rtol, atol, where)
+    return _torch_testing(actual, expected, rtol, atol, where)
+
+
+def _plain(value: Any) -> bool:
+    import torch
+
+    return (type(value) is torch.Tensor and value.layout == torch.strided and not value.is_quantized
+            and not value.is_nested)
+
+
+def _tensor_difference(actual: Any, expected: Any, rtol: float | None, atol: float | None,
+                       where: str) -> str | None:
+    import torch
+
+    if actual.shape != expected.shape:
+        return f"{where}: shape {tuple(actual.shape)}, the reference's {tuple(expected.shape)}"
+    if actual.dtype != expected.dtype:
+        return f"{where}: dtype {actual.dtype}, the reference's {expected.dtype}"
+    if actual.device != expected.device:  # check_device=False: compared on the CPU
+        actual, expected = actual.cpu(), expected.cpu()
+    if rtol is None or atol is None:
+        rtol, atol = DEFAULT_TOLERANCES.get(str(expected.dtype).removeprefix("torch."), (0.0, 0.0))
+    close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=False)
+    if bool(close.all()):
+        return None
+    wrong = int((~close).sum())
+    if actual.dtype == torch.bool:
+        return f"{where}: {wrong} of {close.numel()} elements differ"
+    gap = (actual.double() - expected.double()).abs() if not actual.is_complex() else (actual - expected).abs()
+    gap = torch.where(close, torch.zeros_like(gap), gap.nan_to_num(nan=float("inf")))
+    worst = int(gap.flatten().argmax())
+    index, rest = [], worst  # torch.unravel_index imports sympy
+    for size in reversed(actual.shape):
+        rest, i = divmod(rest, size)
+        index.insert(0, i)
+    got, want = actual.flatten()[worst].item(), expected.flatten()[worst].item()
+    allowed = atol + rtol * abs(want)
+    return (f"{where}: {wrong} of {close.numel()} elements differ; the worst at index {tuple(index)}: {got!r}, the "
+            f"reference {want!r} (allowed {allowed:.3g})")
+
+
+def _torch_testing(actual: Any, expected: Any, rtol: float | None, atol: float | None, where: str) -> str | None:
+    import torch
+
+    try:
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, check_device=False)
+    except (AssertionError, TypeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()
+        return f"{where}: " + (first[0] if first else type(exc).__name__)
+    return None
+
+
+def _detach_copy(value: Any) -> Any:
+    if hasattr(value, "detach") and hasattr(value, "clone"):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detach_copy(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detach_copy(v) for k, v in value.items()}
+    return value
