@@ -3,9 +3,11 @@
 The verdict is ``torch.testing.assert_close``'s (``check_device=False``): the same shapes and dtypes, and every
 element within ``atol + rtol * |expected|`` (NaN never matches), with torch's tolerances for the dtype where the user
 gave none. Plain tensors (strided, not quantized, not a subclass), ``None`` and lists, tuples and dicts of them are
-compared here; anything else goes to ``assert_close`` itself. Why not always: its first call imports DTensor, sympy
-and mpmath (520 modules, 1.1 s of CPU on the 2-core CI machine, more under load), which every process with a
-``ref_prog`` paid before its first tuning, and which took 14% of the CPU of the suite's multi-rank example tests.
+compared here; anything else goes to ``assert_close`` itself. Why not always: on torch 2.13 its first call imports
+DTensor, sympy and mpmath (520 modules; 1.5 s of a process on the 2-core CI machine, more under load), which every
+process with a ``ref_prog`` paid before its first tuning, and which took 14% of the CPU of the suite's multi-rank
+example tests. torch 2.11 (the GPU hosts') imports none of them there: its first check took 0.06-0.12 s on one H200
+host, this module's 0.06-0.08 s (``benchmarks/ref_check_cost.py``, ``results/session_h200_32``).
 """
 
 from __future__ import annotations
