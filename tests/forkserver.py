@@ -53,8 +53,10 @@ LAZY = ("TRITON_DIST_AUTOTUNE_", "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_DIR", 
 #: variables read at start for which a test asks for whole jobs of ranks with another value (the compile-pass tests
 #: run with TRITON_INTERPRET=0): a second server started with that value forks them, instead of a fresh process each
 KEYED = ("TRITON_INTERPRET",)
-#: what the server imports before it forks
-PRELOAD = ("torch", "torch.distributed", "triton", "triton.language", "numpy", "triton_dist_tune")
+#: what the server imports before it forks; the last two are what a rank's first kernel launch imports (triton 3.6
+#: and 3.9): 0.05-0.1 s per rank alone, 47 CPU-s of the suite's forked ranks under its load (py-spy)
+PRELOAD = ("torch", "torch.distributed", "triton", "triton.language", "numpy", "triton_dist_tune",
+           "triton.compiler.code_generator", "triton.experimental.gluon")
 #: set by torchrun for each worker and read only when an NCCL process group starts (never on CPU ranks)
 TORCHRUN_SETS = ("TORCH_NCCL_ASYNC_ERROR_HANDLING",)
 #: the variable that gives tests/fork_rank.py the address of the server to fork its rank from
