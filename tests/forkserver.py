@@ -335,6 +335,15 @@ def _serve(fd: int, address: str) -> dict | None:
             importlib.import_module(name)
         except ImportError:
             pass
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        # Triton's version key (a hash of its files and C library; cached per process, so a fork inherits it):
+        # every rank with compiles computes it first, 0.6 s alone and 34 CPU-s of the suite's ranks under load
+        try:
+            from triton.runtime.cache import triton_key
+
+            triton_key()
+        except Exception:
+            pass
     import gc
 
     gc.collect()
