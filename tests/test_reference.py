@@ -54,6 +54,11 @@ CASES = [
     ("numbers (torch.testing's path)", 1.0, 1.0 + 1e-9, None),
     ("numbers differ", 1.0, 1.5, None),
     ("a tensor against a number", t([1.0]), 1.0, None),
+    ("float8 equal (torch.testing's bitwise path)", t([1.0, 2.0]).to(torch.float8_e4m3fn),
+     t([1.0, 2.0]).to(torch.float8_e4m3fn), None),
+    ("float8 differ", t([1.0, 2.0]).to(torch.float8_e4m3fn), t([1.0, 2.5]).to(torch.float8_e4m3fn), None),
+    ("uint8", t([1, 2], torch.uint8), t([1, 3], torch.uint8), None),
+    ("int16 within the user's tolerance", t([100, 2], torch.int16), t([101, 2], torch.int16), (0.02, 0.0)),
     ("a Parameter (a subclass: torch.testing's path)", torch.nn.Parameter(t([1.0])), torch.nn.Parameter(t([1.5])),
      None),
 ]

@@ -2,12 +2,14 @@
 
 The verdict is ``torch.testing.assert_close``'s (``check_device=False``): the same shapes and dtypes, and every
 element within ``atol + rtol * |expected|`` (NaN never matches), with torch's tolerances for the dtype where the user
-gave none. Plain tensors (strided, not quantized, not a subclass), ``None`` and lists, tuples and dicts of them are
-compared here; anything else goes to ``assert_close`` itself. Why not always: on torch 2.13 its first call imports
-DTensor, sympy and mpmath (520 modules; 1.5 s of a process on the 2-core CI machine, more under load), which every
-process with a ``ref_prog`` paid before its first tuning, and which took 14% of the CPU of the suite's multi-rank
-example tests. torch 2.11 (the GPU hosts') imports none of them there: its first check took 0.06-0.12 s on one H200
-host, this module's 0.06-0.08 s (``benchmarks/ref_check_cost.py``, ``results/session_h200_32``).
+gave none. Plain tensors (strided, not quantized, not a subclass, of the usual dtypes), ``None`` and lists, tuples
+and dicts of them are compared here; anything else goes to ``assert_close`` itself.
+
+Why not always ``assert_close``: on torch 2.13 its first call imports DTensor, sympy and mpmath (520 modules; 1.5 s
+of a process on the 2-core CI machine, more under load), which every process with a ``ref_prog`` paid before its
+first tuning, and which took 14% of the CPU of the suite's multi-rank example tests. torch 2.11 (the GPU hosts')
+imports none of them there: its first check took 0.06-0.12 s on one H200 host, this module's 0.06-0.08 s
+(``benchmarks/ref_check_cost.py``, ``results/session_h200_32``).
 """
 
 from __future__ import annotations
@@ -64,11 +66,16 @@ def difference(actual: Any, expected: Any, rtol: float | None, atol: float | Non
     return _torch_testing(actual, expected, rtol, atol, where)
 
 
+#: the dtypes compared here; others (float8 types, which torch compares bit for bit, complex32, wide unsigned
+#: integers) go to ``assert_close``
+COMPARED_HERE = frozenset({*DEFAULT_TOLERANCES} - {"complex32"}) | {"int8", "int16", "int32", "int64", "uint8", "bool"}
+
+
 def _plain(value: Any) -> bool:
     import torch
 
     return (type(value) is torch.Tensor and value.layout == torch.strided and not value.is_quantized
-            and not value.is_nested)
+            and not value.is_nested and str(value.dtype).removeprefix("torch.") in COMPARED_HERE)
 
 
 def _tensor_difference(actual: Any, expected: Any, rtol: float | None, atol: float | None,
