@@ -72,14 +72,24 @@ def runnable_configs(space: list[dict[str, Any]], A: torch.Tensor, group: Any, f
     return keep
 
 
+def fill_empty_with_nan() -> None:
+    """Have ``torch.empty`` fill its memory with NaN (deterministic algorithms, warnings only), so that an output a
+    config leaves unwritten fails its check. The flag alone: ``torch.use_deterministic_algorithms`` also sets
+    inductor's flag, and so imports torch._inductor and dynamo (2.9 s of CPU per rank here), which, after the
+    process group exists, keep its gloo threads alive past destroy_process_group (the process then aborts at exit:
+    "terminate called without an active exception")."""
+    set_flag = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if set_flag is None:  # a torch without it: the public call, before the process group exists
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    else:
+        set_flag(True, warn_only=True)
+
+
 def check(group: Any = None) -> int:
     """Check every config of ag_gemm against all_gather + matmul at several shapes; return #failures."""
     from examples.ag_gemm import ag_gemm, ag_gemm_config_space, ag_gemm_prune
 
-    # before the process group exists: this call imports torch._inductor (and dynamo), which then keeps the group's
-    # gloo threads alive past destroy_process_group, and the process aborts at exit ("terminate called without an
-    # active exception")
-    torch.use_deterministic_algorithms(True, warn_only=True)  # torch.empty is filled with NaN
+    fill_empty_with_nan()  # before the process group exists
     device = init_distributed()
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     cuda = device.type == "cuda"

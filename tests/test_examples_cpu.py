@@ -26,7 +26,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
-from test_ag_gemm import init_distributed, relative_error, runnable_configs  # noqa: E402
+from test_ag_gemm import fill_empty_with_nan, init_distributed, relative_error, runnable_configs  # noqa: E402
 
 from examples._dist_common import split_rows  # noqa: E402
 from examples.gemm_kernels import (  # noqa: E402
@@ -169,9 +169,7 @@ def check_gemm_rs() -> int:
     """Check every gemm_rs config against matmul + reduce_scatter; return the number of failures."""
     from examples.gemm_rs import gemm_rs, gemm_rs_config_space, gemm_rs_prune
 
-    # before the process group exists (see test_ag_gemm.check: after it, the group outlives destroy_process_group
-    # and the process can abort at exit)
-    torch.use_deterministic_algorithms(True, warn_only=True)  # torch.empty is filled with NaN
+    fill_empty_with_nan()  # before the process group exists
     device = init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
     cuda = device.type == "cuda"
