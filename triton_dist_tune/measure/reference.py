@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-#: torch.testing's default (rtol, atol) per dtype (by name); other dtypes (integers, bool) compare exactly
+#: torch.testing's default (rtol, atol) per dtype (by name) of those compared here; the others compared here
+#: (integers, bool) compare exactly
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7),
-    "complex32": (1e-3, 1e-5), "complex64": (1.3e-6, 1e-5), "complex128": (1e-7, 1e-7),
+    "complex64": (1.3e-6, 1e-5), "complex128": (1e-7, 1e-7),
 }
 
 
@@ -68,14 +69,18 @@ def difference(actual: Any, expected: Any, rtol: float | None, atol: float | Non
 
 #: the dtypes compared here; others (float8 types, which torch compares bit for bit, complex32, wide unsigned
 #: integers) go to ``assert_close``
-COMPARED_HERE = frozenset({*DEFAULT_TOLERANCES} - {"complex32"}) | {"int8", "int16", "int32", "int64", "uint8", "bool"}
+COMPARED_HERE = frozenset(DEFAULT_TOLERANCES) | {"int8", "int16", "int32", "int64", "uint8", "bool"}
+
+
+def _name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _plain(value: Any) -> bool:
     import torch
 
     return (type(value) is torch.Tensor and value.layout == torch.strided and not value.is_quantized
-            and not value.is_nested and str(value.dtype).removeprefix("torch.") in COMPARED_HERE)
+            and not value.is_nested and _name(value.dtype) in COMPARED_HERE)
 
 
 def _tensor_difference(actual: Any, expected: Any, rtol: float | None, atol: float | None,
@@ -89,7 +94,7 @@ def _tensor_difference(actual: Any, expected: Any, rtol: float | None, atol: flo
     if actual.device != expected.device:  # check_device=False: compared on the CPU
         actual, expected = actual.cpu(), expected.cpu()
     if rtol is None or atol is None:
-        rtol, atol = DEFAULT_TOLERANCES.get(str(expected.dtype).removeprefix("torch."), (0.0, 0.0))
+        rtol, atol = DEFAULT_TOLERANCES.get(_name(expected.dtype), (0.0, 0.0))
     close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=False)
     if bool(close.all()):
         return None
