@@ -2,7 +2,7 @@
 Triton, what the parent names at its start and what each task names.
 
 Run with ``--niceness=N`` (how much to lower its priority: :data:`NICENESS` without it), then the names of modules
-to import first (Triton's compiler, torch: :func:`~triton_dist_tune.measure.compile_workers.preloaded`), it imports
+to import first (Triton's compiler, torch: :func:`~triton_dist_tune.measure.worker_process.preloaded`), it imports
 them, then says it is ready in one JSON line, ``{"ready": true}``.
 Each task arrives on standard input as an 8-byte length and a pickle from the parent process that started it
 (never from a file or the store): ``(sys.path, TRITON_* variables, Triton's version key, module, qualname,

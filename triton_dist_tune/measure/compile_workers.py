@@ -32,28 +32,25 @@ waiting on them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pickle
 import queue
-import struct
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .compile_worker import NICENESS, SPECULATIVE_NICENESS
-from .forked_worker import Forked, fork_refusal
+from .forked_worker import fork_refusal
+from .priority import set_niceness
+from .worker_process import Worker
 
 log = logging.getLogger("triton_dist_tune")
 
-_SCRIPT = Path(__file__).with_name("compile_worker.py")
 #: seconds between a waiting thread's checks that some worker still runs
 _POLL_S = 0.5
 
@@ -74,71 +71,6 @@ class WorkerStats:
     spawned: int = 0
 
 
-def preloaded() -> list[str]:
-    """The heavy modules a worker imports before it says it is ready: Triton's compiler, and torch where this
-    process has imported it (a kernel's module mostly imports it; the worker would otherwise import it at its first
-    task)."""
-    return ["triton.compiler", *(["torch"] if "torch" in sys.modules else [])]
-
-
-class Worker:
-    """One worker process (spawned or :class:`Forked`) and its pipes; it lowers its priority by ``niceness``."""
-
-    def __init__(self, fork: bool = False, niceness: int = NICENESS) -> None:
-        self.proc: Any
-        if fork:
-            self.proc = Forked(niceness)
-            return
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-        self.proc = subprocess.Popen([sys.executable, str(_SCRIPT), f"--niceness={niceness}", *preloaded()],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-
-    def ready(self) -> None:
-        """Wait for the worker's first line, which it writes once its imports are done. Raises OSError when the
-        worker ended or wrote something else."""
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise OSError("the compile worker ended before it was ready")
-        if not json.loads(line).get("ready"):
-            raise OSError(f"the compile worker did not say it was ready: {line[:200]!r}")
-
-    def compile(self, task: bytes) -> tuple[bool, str]:
-        """Send one task and wait for its answer: (compiled, error). Raises OSError when the worker is gone."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(struct.pack("<Q", len(task)) + task)
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise OSError("the compile worker ended")
-        answer = json.loads(line)
-        return bool(answer.get("ok")), str(answer.get("error", ""))
-
-    def close(self) -> None:
-        """End the worker now (its input closes; killed if it does not end within 2 s)."""
-        self.close_input()
-        self.end(2.0)
-
-    def close_input(self) -> None:
-        """Close the worker's input: it ends after its task."""
-        try:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-        except OSError:
-            pass
-
-    def end(self, wait: float) -> None:
-        """Wait ``wait`` seconds for the worker to end, then kill it (and reap it: no zombie is left)."""
-        try:
-            self.proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            try:
-                self.proc.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                pass
-
-
 class WorkerPool:
     """Worker processes shared by the compile threads: a thread borrows an idle one for each task. The workers start
     in the background (:meth:`start`); a task that finds none idle while some are still starting is compiled by its
@@ -157,6 +89,13 @@ class WorkerPool:
         self.stats = WorkerStats()
         self._lock = threading.Lock()
         self._all: list[Worker] = []
+        #: the worker each thread has borrowed now, by thread ident (:func:`hasten` raises it)
+        self._lent: dict[int, Worker] = {}
+        #: the workers raised to the needed compiles' niceness until their task ends
+        self._raised: set[Worker] = set()
+        #: the absolute niceness of this pool's workers, and of the workers of the needed compiles
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        self._own, self._needed = min(19, mine + niceness), min(19, mine + NICENESS)
 
     def start(self, fork: bool = False) -> None:
         """Start the workers that would bring the pool to ``size`` (none once one failed to start, or after
@@ -263,14 +202,24 @@ class WorkerPool:
                 self.skip("no compile worker could start")
             return False
         began = time.monotonic()
+        ident = threading.get_ident()
+        with self._lock:
+            self._lent[ident] = worker
+        if hastened(ident):
+            try:
+                self.raise_lent(ident)
+            except PermissionError as exc:
+                _refused(exc)
         try:
             done, error = worker.compile(task)
         except (OSError, ValueError) as exc:
+            self._give_back(ident, worker)
             worker.close()
             with self._lock:
                 self.alive -= 1
                 self._left(f"a worker ended: {exc}")
             return False
+        self._give_back(ident, worker)
         self.idle.put(worker)
         with self._lock:
             self.stats.busy += time.monotonic() - began
@@ -279,6 +228,31 @@ class WorkerPool:
             else:
                 self._left(error)
         return done
+
+    def raise_lent(self, ident: int) -> bool | None:
+        """Raise the worker thread ``ident`` has borrowed to the niceness of the needed compiles' workers (until its
+        task ends): True when it is (or was already), None when the thread has borrowed none or this pool's workers
+        run at that niceness; ``PermissionError`` where this process may not raise a priority."""
+        with self._lock:
+            worker = self._lent.get(ident)
+            if worker is None or self._own <= self._needed:
+                return None
+            if worker not in self._raised:
+                set_niceness(worker.proc.pid, self._needed)
+                self._raised.add(worker)
+            return True
+
+    def _give_back(self, ident: int, worker: Worker) -> None:
+        """The thread ``ident`` is done with ``worker``: a raised worker goes back to this pool's niceness (lowering
+        a priority needs no privilege)."""
+        with self._lock:
+            self._lent.pop(ident, None)
+            if worker in self._raised:
+                self._raised.discard(worker)
+                try:
+                    set_niceness(worker.proc.pid, self._own)
+                except OSError:
+                    pass
 
     def skip(self, reason: str) -> None:
         """Count a kernel left to the compile threads, not handed to a worker."""
@@ -320,6 +294,52 @@ _pool_lock = threading.Lock()
 _route = threading.local()
 #: set at interpreter exit (:func:`drop_guesses`): a compile a worker did not do is dropped, not done by its thread
 _exiting = threading.Event()
+#: the threads whose compiles are needed now although a speculative thread runs them (:func:`hasten`)
+_hastened: set[int] = set()
+#: why this process may not raise a worker's priority, once it was refused ("" until then)
+_refusal = ""
+
+
+def hasten(ident: int) -> bool:
+    """A guess that thread ``ident`` compiles is needed now: the worker it has borrowed (and each it borrows until
+    :func:`unhasten`) runs at the niceness of the needed compiles' workers. False when this process may not raise a
+    priority (:mod:`~.priority`): the guess goes on at the lowest priority, and the caller may compile it again
+    among the needed compiles."""
+    if _refusal:
+        return False
+    with _pool_lock:
+        _hastened.add(ident)
+        pools = list(_pools.values())
+    try:
+        for pool in pools:
+            pool.raise_lent(ident)
+    except PermissionError as exc:
+        _refused(exc)
+        return False
+    return True
+
+
+def _refused(exc: PermissionError) -> None:
+    global _refusal
+    if not _refusal:
+        _refusal = str(exc) or "permission denied"
+        log.debug("triton_dist_tune: a compile worker's priority cannot be raised here: %s", _refusal)
+
+
+def hastened(ident: int) -> bool:
+    """Whether the compiles of thread ``ident`` are needed now (:func:`hasten`)."""
+    return ident in _hastened
+
+
+def unhasten(ident: int) -> None:
+    """Thread ``ident``'s task has ended: its next compiles are guesses again."""
+    with _pool_lock:
+        _hastened.discard(ident)
+
+
+def refusal() -> str:
+    """Why this process may not raise a worker's priority ("" unless it was refused)."""
+    return _refusal
 
 
 def shared_pool(size: int, compiling: bool = True, speculative: bool = False) -> WorkerPool:

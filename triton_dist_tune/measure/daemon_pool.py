@@ -12,6 +12,13 @@ compile starts at once, whatever the guesses do. The thread a task runs on says 
 (:func:`speculating`): :mod:`~triton_dist_tune.measure.precompile` hands a guess to worker processes of lower
 priority (:data:`~triton_dist_tune.measure.compile_worker.SPECULATIVE_NICENESS`), so that it takes mostly the CPUs
 the needed compiles leave idle.
+
+**A guess needed while it runs.** A stage that needed a config a guess worker was compiling waited for a process
+of the lowest priority, which the needed compiles around it starve (the fifteenth session's campaign waits named
+it as a likely cause, not measured apart). :meth:`DaemonPool.promote` now raises that worker to the needed
+compiles' niceness until its task ends (:func:`~.compile_workers.hasten`); where this process may not raise a
+priority, the task runs again among the needed compiles and the config's wait ends with the first run to succeed
+(:func:`first_of`).
 """
 
 from __future__ import annotations
@@ -22,13 +29,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..disk import logs
 from ..errors import describe_error
-from .compile_workers import close_shared, drop_guesses
+from .compile_workers import close_shared, drop_guesses, hasten, unhasten
 
 #: seconds the process waits at exit, in all, for the compiles still running in its pools (not those left behind,
 #: nor guesses, which are dropped)
@@ -74,6 +81,8 @@ class DaemonPool:
         self._closed = False
         #: the task each thread runs now, by thread name; the tasks left behind past their deadline
         self._busy: dict[str, Future] = {}
+        #: the running tasks' callables and thread idents (for :meth:`promote`)
+        self._running: dict[Future, tuple[Callable[[], Any], int]] = {}
         self._left: set[Future] = set()
         #: the callables of the futures not started yet (for :meth:`promote`)
         self._pending: dict[Future, Callable[[], Any]] = {}
@@ -121,6 +130,7 @@ class DaemonPool:
             future, fn = item
             name = threading.current_thread().name
             self._busy[name] = future
+            self._running[future] = (fn, threading.get_ident())
             try:
                 result = fn()
             except BaseException as exc:  # handed to whoever waits for it
@@ -129,6 +139,9 @@ class DaemonPool:
                 future.set_result(result)
             finally:
                 self._busy.pop(name, None)
+                self._running.pop(future, None)
+                if speculative:
+                    unhasten(threading.get_ident())
 
     def submit(self, fn: Callable[[], Any], rank: int = NOW) -> Future:
         """Run ``fn`` in a thread of the pool after every task of its ``rank`` or a lower one submitted before it,
@@ -143,23 +156,42 @@ class DaemonPool:
             self._put(rank, future, fn, speculative=rank != NOW and self.speculative > 0)
         return future
 
-    def promote(self, future: Future) -> None:
-        """Run ``future``'s task, if it has not started, as if submitted now with rank :data:`NOW` (on a thread for
-        the needed compiles)."""
+    def promote(self, future: Future) -> Future | None:
+        """``future``'s task is needed now. Not started: it runs as if submitted now with rank :data:`NOW` (on a
+        thread for the needed compiles). Running on a speculative thread: its compiles are raised to the needed
+        compiles' priority (:func:`~.compile_workers.hasten`); where this process may not raise one, the task runs
+        again among the needed compiles, and this returns that run's future (:func:`first_of` the two is the
+        task's). Else None."""
         with self._lock:
             fn = self._pending.get(future)
             if fn is not None:
                 self._put(NOW, future, fn)
+                return None
+            running = self._running.get(future)
+        if running is None or not self.running_guess(future):
+            return None
+        fn, ident = running
+        if hasten(ident):
+            if future.done():  # it ended meanwhile: the thread's next guess is not needed
+                unhasten(ident)
+            return None
+        return None if future.done() else self.submit(fn, NOW)
+
+    def running_guess(self, future: Future) -> bool:
+        """Whether a speculative thread runs ``future``'s task now."""
+        return any(task is future and self._speculative.get(name, False) for name, task in list(self._busy.items()))
 
     def abandon(self, future: Future | None = None) -> None:
         """A thread of the pool is stuck in a call (``future``'s) past its deadline: leave it, and start one of its
         class in its place; :meth:`drain` does not wait for it."""
+        for part in getattr(future, "parts", ()):  # first_of's: its runs still running are left
+            if part.running():
+                self.abandon(part)
         speculative = False
         if future is not None:
             self._left.add(future)
-            speculative = any(task is future and self._speculative.get(name, False)
-                              for name, task in list(self._busy.items()))
-        if not self._closed:
+            speculative = self.running_guess(future)
+        if not self._closed and (future is None or not hasattr(future, "parts")):
             self._start(speculative)
 
     def drain(self, deadline: float) -> None:
@@ -183,6 +215,30 @@ class DaemonPool:
         with self._lock:
             for thread in self._threads:
                 self._put(_END, None, None, self._speculative.get(thread.name, False))
+
+
+def first_of(first: Future, second: Future) -> Future:
+    """A future of the same task run twice (:meth:`DaemonPool.promote`): the result of the run that succeeds
+    first, else the error of the last to fail. Running from the start; its ``parts`` are the two runs."""
+    either: Future = Future()
+    either.set_running_or_notify_cancel()
+    either.parts = (first, second)  # type: ignore[attr-defined]
+    lock = threading.Lock()
+    left = [2]
+
+    def ended(run: Future) -> None:
+        with lock:
+            left[0] -= 1
+            if either.done():
+                return
+            if not run.cancelled() and run.exception() is None:
+                either.set_result(run.result())
+            elif left[0] == 0:
+                either.set_exception(CancelledError() if run.cancelled() else run.exception())  # type: ignore[arg-type]
+
+    first.add_done_callback(ended)
+    second.add_done_callback(ended)
+    return either
 
 
 #: every pool of this process, for :func:`_drain_at_exit`

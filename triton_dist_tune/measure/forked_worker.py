@@ -49,7 +49,7 @@ def fork_refusal(compiling: bool) -> str | None:
 
 class Forked:
     """A worker forked from this process (:func:`_serve_forked`): its pid and pipes, with the part of
-    ``subprocess.Popen`` that :class:`~.compile_workers.Worker` uses (``stdin``, ``stdout``, ``pid``, ``wait``,
+    ``subprocess.Popen`` that :class:`~.worker_process.Worker` uses (``stdin``, ``stdout``, ``pid``, ``wait``,
     ``kill``)."""
 
     def __init__(self, niceness: int = NICENESS) -> None:

@@ -41,8 +41,8 @@ from typing import Any
 
 from .. import settings
 from ..group.channel import Group
-from .compile_workers import WorkerPool, routed, shared_pool, triton_version_key
-from .daemon_pool import NEXT_KEY, NOW, DaemonPool, compiling, speculating, wait_within
+from .compile_workers import WorkerPool, refusal, routed, shared_pool, triton_version_key
+from .daemon_pool import NEXT_KEY, NOW, DaemonPool, compiling, first_of, speculating, wait_within
 
 #: a tuning whose key keeps this many configs or more hands its compiles to worker processes by default. Measured on
 #: one H200 host (16 CPUs; ``benchmarks/results/session_h200_3``): the first key of an 840-config GEMM (200-300
@@ -130,6 +130,34 @@ def agree_failures(group: Group, label: str, mine: dict[int, str], timeout: floa
 
 
 @dataclass
+class NeededGuesses:
+    """Compiles a stage needed while a guess worker ran them (:meth:`Compiles.promote`): how many, how many of them
+    ran again among the needed compiles (no priority could be raised), and the seconds from each one's need to its
+    end."""
+
+    count: int = 0
+    again: int = 0
+    seconds: list[float] = field(default_factory=list)
+
+    def note(self, future: Future, again: bool) -> None:
+        """Count ``future`` (running, needed now), and time it from now to its end."""
+        self.count += 1
+        self.again += again
+        began = time.monotonic()
+        future.add_done_callback(lambda _: self.seconds.append(time.monotonic() - began))
+
+    def text(self) -> str:
+        """What :meth:`Compiles.workers_text` says of them ("" when none)."""
+        if not self.count:
+            return ""
+        how = (f"{self.again} run again among the needed compiles ({refusal() or 'their priority not raised'})"
+               if self.again else "raised to the needed compiles' priority")
+        ended = sorted(self.seconds)
+        after = f"; they ended {ended[len(ended) // 2]:.2f} s (median) after" if ended else ""
+        return f"; this tuning needed {self.count} guess(es) while their workers compiled them, {how}{after}"
+
+
+@dataclass
 class Compiles:
     """This rank's compiles started ahead, by config index (see the module docstring). ``active`` on every rank of a
     group that compiles ahead (a rank with no share too), so that every rank makes the same exchanges."""
@@ -162,6 +190,8 @@ class Compiles:
     #: configs a search's stage deferred once their grace was spent (:mod:`~.warm_order`): a later stage defers
     #: them again without another
     graced: set[int] = field(default_factory=set)
+    #: the guesses needed while a guess worker compiled them (:meth:`promote`)
+    needed_guesses: NeededGuesses = field(default_factory=lambda: NeededGuesses())
     #: work for the rank's own thread while it would wait for compiles (a campaign's next key's guess and passes:
     #: :mod:`~triton_dist_tune.function.next_key`), in order; a unit that returns False drops the rest
     idle: deque[Callable[[], bool | None]] = field(default_factory=deque)
@@ -203,10 +233,18 @@ class Compiles:
 
     def promote(self, index: int) -> None:
         """Config ``index``, submitted :data:`~.daemon_pool.AHEAD`, is needed now: its compiles not started go
-        before those ahead."""
-        if self.pool is not None:
-            for future in self.futures.get(index, []):
-                self.pool.promote(future)
+        before those ahead, and those a guess worker runs go on at the needed compiles' priority (or, where this
+        process may not raise one, run again among the needed compiles: :meth:`~.daemon_pool.DaemonPool.promote`)."""
+        if self.pool is None:
+            return
+        futures = self.futures.get(index, [])
+        for position, future in enumerate(futures):
+            guess = self.pool.running_guess(future)
+            again = self.pool.promote(future)
+            if guess:
+                self.needed_guesses.note(future, again is not None)
+            if again is not None:
+                futures[position] = first_of(future, again)
 
     def done(self, index: int) -> bool:
         """Whether config ``index``'s compiles have ended (True when none was submitted, or they wait to be
@@ -258,7 +296,7 @@ class Compiles:
         return (f"compile workers ({self.workers.alive} process(es); {stats.forked} forked, {stats.spawned} "
                 f"spawned) so far: {stats.compiled} kernel(s) compiled there in {stats.busy:.1f} s of their time, "
                 f"{stats.early} by the compile threads while the workers started, {stats.left} left to the compile "
-                f"threads{reason}{guesses}")
+                f"threads{reason}{guesses}{self.needed_guesses.text()}")
 
     def close(self) -> None:
         """Drop the compiles not started yet (the tuning ended); running ones go on in daemon threads."""
