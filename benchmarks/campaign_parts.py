@@ -1,7 +1,8 @@
 """Where a campaign's seconds went, from its rank log: each key's ``time:`` line (compile waits, captures, warm-ups,
 screening, the race, host time, restores, the model, the rest, and the device floor) summed over the keys, the
 campaign's wall time from the example's output beside it, what the compile workers did (the kernels the
-needed compiles' workers and the guesses' workers compiled, and the seconds they spent), and the stages' waits that
+needed compiles' workers and the guesses' workers compiled, and the seconds they spent; the guesses a stage needed
+while their workers compiled them, and how many of those ran again), and the stages' waits that
 warmed up nothing: a grace for a straggler's compile spent in vain (``measure/warm_order.py``), or a wait for a
 stage's compiles that ended with nothing ready.
 
@@ -20,6 +21,8 @@ TIME = re.compile(r"\] time: ([0-9.]+) s: (.*); device floor ([0-9.]+) s")
 PART = re.compile(r"([a-z][a-z -]*?) ([0-9.]+)(?: \([^)]*\))?(?:, |$)")
 WORKERS = re.compile(r"compile workers .*?: (\d+) kernel\(s\) compiled there in ([0-9.]+) s")
 GUESSES = re.compile(r"guesses: (\d+) kernel\(s\) compiled in ([0-9.]+) s")
+NEEDED = re.compile(r"this tuning needed (\d+) guess\(es\) while their workers compiled them, (raised|(\d+) run again)")
+NEEDED_ENDED = re.compile(r"they ended ([0-9.]+) s \(median\) after")
 CAMPAIGN = re.compile(r'"campaign_s": ([0-9.]+)')
 IDLE_WAIT = re.compile(r"warm-up: 0 config\(s\) in ([0-9.]+) s")
 #: a warm-up of nothing this long waited for compiles (a straggler's grace is 0.25 s)
@@ -33,6 +36,8 @@ def parts(log: Path) -> tuple[dict[str, float], str]:
     summed: dict[str, float] = {}
     workers = "no compile workers"
     waits: list[float] = []
+    needed = [0, 0]  # guesses needed while their workers compiled them, and those of them run again
+    medians: list[float] = []
     with opener(log, "rt", errors="replace") as f:
         for line in f:
             if (found := TIME.search(line)) is not None:
@@ -44,9 +49,16 @@ def parts(log: Path) -> tuple[dict[str, float], str]:
                 workers = f"needed {found.group(1)} kernels in {float(found.group(2)):.0f} s"
                 if (guess := GUESSES.search(line)) is not None:
                     workers += f", guesses {guess.group(1)} kernels in {float(guess.group(2)):.0f} s"
+                if (need := NEEDED.search(line)) is not None:
+                    needed[0] += int(need.group(1))
+                    needed[1] += int(need.group(3) or 0)
+                if (ended := NEEDED_ENDED.search(line)) is not None:
+                    medians.append(float(ended.group(1)))
             elif (found := IDLE_WAIT.search(line)) is not None and float(found.group(1)) >= IDLE_WAIT_S:
                 waits.append(float(found.group(1)))
-    return summed, f"{workers}; {len(waits)} waits that warmed up nothing ({sum(waits):.2f} s)"
+    spread = f", keys' medians {min(medians):.2f}-{max(medians):.2f} s" if medians else ""
+    return summed, (f"{workers}; {len(waits)} waits that warmed up nothing ({sum(waits):.2f} s); guesses needed while "
+                    f"compiling: {needed[0]} ({needed[1]} run again){spread}")
 
 
 def main() -> int:

@@ -1,6 +1,7 @@
 # Sourced by the side-by-side scripts: campaign_alone DIR ROOT GPU CPUS PORT [PRELUDE] runs the README's MoE campaign
 # alone (examples/moe_gemm.py --campaign, one process, a fresh HOME, the library of ROOT), on GPU and CPUS, under a
-# timeout (CAMPAIGN_TIME, default 120 s); PRELUDE is Python run first in the example's process (e.g. setting timing
+# timeout (CAMPAIGN_TIME, default 120 s), after CAMPAIGN_PREFIX (a command that execs the rest, e.g.
+# benchmarks/gpu/no_sys_nice.py); PRELUDE is Python run first in the example's process (e.g. setting timing
 # constants). Leaves DIR/campaign.txt, DIR/campaign_rank.log.gz and DIR/races.json (the raced configs' round times of
 # every decision: benchmarks/race_samples.py); prints one line: exit status, campaign seconds,
 # the library imported. Uses the caller's array `tiny` (--tiny under the CPU smoke).
@@ -9,7 +10,7 @@ campaign_alone() {
   home=$(mktemp -d)
   # python3 -P: the folder it runs in is not put first on sys.path, so PYTHONPATH decides the library
   HOME=$home PYTHONPATH=$root CUDA_VISIBLE_DEVICES=$gpu TRITON_DIST_AUTOTUNE_LOG_DIR=$home/logs RANK=0 LOCAL_RANK=0 \
-    WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout "${CAMPAIGN_TIME:-120}" \
+    WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ${CAMPAIGN_PREFIX:-} timeout "${CAMPAIGN_TIME:-120}" \
     taskset -c "$cpus" python3 -P - --campaign "${tiny[@]}" > "$dir/campaign.txt" 2>&1 <<PY
 import runpy, sys
 $prelude
