@@ -5,7 +5,7 @@
 #     on CPUs 0-15 beside it (say, a data loader's workers), ARMS (default "new old") in turn: `new` this tree, `old`
 #     ARM_OLD (default arms/s32f = `git archive 7287bea triton_dist_tune examples`). There a guess at the lowest
 #     priority gets little CPU, and a stage that needs it waited for it (the old library) or raises it (this tree).
-# Leaves acc.tgz, acc_table.md, busy33.txt (each run's line, then its parts: benchmarks/campaign_parts.py),
+# ACC=0: the campaigns alone. Leaves acc.tgz, acc_table.md, busy33.txt (each run's line, then its parts: benchmarks/campaign_parts.py),
 # busy33.tgz, summary.txt.
 # Usage: OUT=DIR bash benchmarks/gpu/session33_call2.sh
 # CPU plumbing: CPU_SMOKE=1 TRITON_INTERPRET=1 OUT=DIR EXTRA=--cpu BURNERS=1 bash benchmarks/gpu/session33_call2.sh
@@ -16,8 +16,10 @@ old=$(cd "${ARM_OLD:-arms/s32f}" && pwd)
 pair_defaults
 {
   gpu_state
-  ACC_ARGS="${EXTRA:-}" MIN=110 acceptance_left $((CALL - SECONDS - 230 > 290 ? 290 : CALL - SECONDS - 230))
-  echo "acceptance done after $SECONDS s"
+  if [ "${ACC:-1}" = 1 ]; then
+    ACC_ARGS="${EXTRA:-}" MIN=110 acceptance_left $((CALL - SECONDS - 230 > 290 ? 290 : CALL - SECONDS - 230))
+    echo "acceptance done after $SECONDS s"
+  fi
   burners=()
   for _ in $(seq "${BURNERS:-8}"); do
     taskset -c "${cpus[0]}" python3 -c "while True: pass" & burners+=($!)
