@@ -99,7 +99,7 @@ class WorkerPool:
 
     def start(self, fork: bool = False) -> None:
         """Start the workers that would bring the pool to ``size`` (none once one failed to start, or after
-        :meth:`close`): ``fork``, forked here and now (:class:`Forked`; the caller has checked
+        :meth:`close`): ``fork``, forked here and now (:class:`~.forked_worker.Forked`; the caller has checked
         :func:`fork_refusal`), else spawned in the background."""
         with self._lock:
             count = 0 if self.failed_to_start or self.closed else self.size - self.alive
