@@ -229,18 +229,15 @@ class WorkerPool:
                 self._left(error)
         return done
 
-    def raise_lent(self, ident: int) -> bool | None:
-        """Raise the worker thread ``ident`` has borrowed to the niceness of the needed compiles' workers (until its
-        task ends): True when it is (or was already), None when the thread has borrowed none or this pool's workers
-        run at that niceness; ``PermissionError`` where this process may not raise a priority."""
+    def raise_lent(self, ident: int) -> None:
+        """Raise the worker thread ``ident`` has borrowed, if any, to the niceness of the needed compiles' workers
+        until the thread gives it back (nothing where this pool's workers run at that niceness);
+        ``PermissionError`` where this process may not raise a priority."""
         with self._lock:
             worker = self._lent.get(ident)
-            if worker is None or self._own <= self._needed:
-                return None
-            if worker not in self._raised:
+            if worker is not None and self._own > self._needed and worker not in self._raised:
                 set_niceness(worker.proc.pid, self._needed)
                 self._raised.add(worker)
-            return True
 
     def _give_back(self, ident: int, worker: Worker) -> None:
         """The thread ``ident`` is done with ``worker``: a raised worker goes back to this pool's niceness (lowering
@@ -315,6 +312,7 @@ def hasten(ident: int) -> bool:
             pool.raise_lent(ident)
     except PermissionError as exc:
         _refused(exc)
+        unhasten(ident)
         return False
     return True
 
