@@ -2,7 +2,8 @@
 screening, the race, host time, restores, the model, the rest, and the device floor) summed over the keys, the
 campaign's wall time from the example's output beside it, what the compile workers did (the kernels the
 needed compiles' workers and the guesses' workers compiled, and the seconds they spent; the guesses a stage needed
-while their workers compiled them, and how many of those ran again), and the stages' waits that
+while their workers compiled them, and how many of those ran again), each key's first warm-up (its first stage's,
+which waits for that stage's compiles) summed over the keys after the first, and the stages' waits that
 warmed up nothing: a grace for a straggler's compile spent in vain (``measure/warm_order.py``), or a wait for a
 stage's compiles that ended with nothing ready.
 
@@ -25,6 +26,7 @@ NEEDED = re.compile(r"this tuning needed (\d+) guess\(es\) while their workers c
 NEEDED_ENDED = re.compile(r"they ended ([0-9.]+) s \(median\) after")
 CAMPAIGN = re.compile(r'"campaign_s": ([0-9.]+)')
 IDLE_WAIT = re.compile(r"warm-up: 0 config\(s\) in ([0-9.]+) s")
+WARM_UP = re.compile(r"key=\((.*?)\)\] warm-up: \d+ config\(s\) in ([0-9.]+) s")
 #: a warm-up of nothing this long waited for compiles (a straggler's grace is 0.25 s)
 IDLE_WAIT_S = 0.2
 
@@ -36,6 +38,7 @@ def parts(log: Path) -> tuple[dict[str, float], str]:
     summed: dict[str, float] = {}
     workers = "no compile workers"
     waits: list[float] = []
+    firsts: dict[str, float] = {}  # each key's first warm-up (its first stage's, which waits for its compiles)
     needed = [0, 0]  # guesses needed while their workers compiled them, and those of them run again
     medians: list[float] = []
     with opener(log, "rt", errors="replace") as f:
@@ -56,9 +59,13 @@ def parts(log: Path) -> tuple[dict[str, float], str]:
                     medians.append(float(ended.group(1)))
             elif (found := IDLE_WAIT.search(line)) is not None and float(found.group(1)) >= IDLE_WAIT_S:
                 waits.append(float(found.group(1)))
+            if (found := WARM_UP.search(line)) is not None:
+                firsts.setdefault(found.group(1), float(found.group(2)))
     spread = f", keys' medians {min(medians):.2f}-{max(medians):.2f} s" if medians else ""
+    later = list(firsts.values())[1:]
     return summed, (f"{workers}; {len(waits)} waits that warmed up nothing ({sum(waits):.2f} s); guesses needed while "
-                    f"compiling: {needed[0]} ({needed[1]} run again){spread}")
+                    f"compiling: {needed[0]} ({needed[1]} run again){spread}; first warm-ups of the keys after the "
+                    f"first: {sum(later):.2f} s")
 
 
 def main() -> int:
