@@ -506,30 +506,3 @@ def test_the_reference_check_is_set_up_before_any_config_runs(tmp_path):
     result, _ = run_one("ref_check_set_up_before_the_deadlines", tuner_env(tmp_path, 30))
     assert result["ok"]
     assert result["imported"] == [], result["imported"][:20]
-
-
-def test_the_next_keys_first_stage_compiles_before_the_keys_own_guesses_and_the_rest_of_its_guess_after():
-    """On one H200 the README's MoE campaign spent 5-6 s of its keys (after the first) waiting for the first stage's
-    compiles: the next key's guess ran after every guess of the key being tuned (ahead of its stages), on workers
-    busy with those, and what had not started when the key ended was dropped. The first stage of the next key,
-    which it screens whatever it measures, now goes before those guesses (``NEXT_FIRST``); the rest of its guess
-    still goes after them, and a needed compile before all."""
-    import threading
-
-    from triton_dist_tune.measure.daemon_pool import AHEAD, NEXT_FIRST, NEXT_KEY, DaemonPool
-
-    gate, order = threading.Event(), []
-    pool = DaemonPool(1, "tdt-order")
-    try:
-        pool.submit(gate.wait)  # holds the one thread while the rest is queued
-        rest = pool.submit(lambda: order.append("next key's rest"), rank=NEXT_KEY)
-        guesses = [pool.submit(lambda n=n: order.append(f"ahead {n}"), rank=AHEAD) for n in range(2)]
-        first = pool.submit(lambda: order.append("next key's first stage"), rank=NEXT_FIRST)
-        needed = pool.submit(lambda: order.append("needed"))
-        gate.set()
-        for future in [needed, first, *guesses, rest]:
-            future.result(timeout=10)
-        assert order == ["needed", "next key's first stage", "ahead 0", "ahead 1", "next key's rest"]
-    finally:
-        gate.set()
-        pool.shutdown()

@@ -827,20 +827,3 @@ def test_the_next_keys_guess_is_the_search_that_key_would_run_over_the_landscape
     assert len(likely_for_next_key(GEMM, KEPT, "next", [], part, (), cap=7, fill=0)) == 7
     assert len(likely_for_next_key(GEMM, KEPT, "next", [], part, (), cap=7, fill=3)) == 10
     assert likely_for_next_key(GEMM, KEPT, "next", [KEPT[5]], {}, (), fill=3) == first  # no landscape: no fill
-
-
-def test_the_next_keys_first_stage_is_what_its_search_screens_first_whatever_it_then_measures():
-    """A campaign compiles the next key's first stage (``measure/ahead.py``, ``first_stage``) before the current
-    key's own guesses, because the next key screens it whatever it measures: under any landscape the search's first
-    stage is those configs, seeds first, and the next key's guess starts with them."""
-    from triton_dist_tune.measure.ahead import first_stage, likely_for_next_key
-
-    seeds = [KEPT[5], KEPT[9]]
-    first = first_stage(GEMM, KEPT, "next", seeds)
-    assert first[:2] == seeds and len(first) == len(set(first)) > 2
-    for shape in (1, 3, 5):
-        time_of = bowl(shape)
-        assert PatternSearch(GEMM, KEPT, SearchPlan(seed="next"), seeds).first() == first
-        guess = likely_for_next_key(GEMM, KEPT, "next", seeds, {i: time_of(i) for i in KEPT}, ())
-        assert guess[:len(first)] == first
-    assert first_stage(GEMM, KEPT, "other", seeds) != first  # another key's plan seed: another first look

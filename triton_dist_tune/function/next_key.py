@@ -44,7 +44,7 @@ from typing import Any
 from ..disk import logs
 from ..errors import describe_error
 from ..measure import ahead, compile_pass
-from ..measure.daemon_pool import NEXT_FIRST, NEXT_KEY
+from ..measure.daemon_pool import NEXT_KEY
 from ..measure.lockstep import Measurer
 from ..measure.precompile import compiles_here, precompile
 from ..measure.search import search_applies
@@ -101,7 +101,7 @@ def _start(tuning: KeyTuning, upcoming: NextKey, measurer: Measurer, space: int)
     tuner, group = tuning.tuner, tuning.group
     fn = tuner.options.precompile_fn
     try:
-        guess, first = _guess(tuning, upcoming)
+        guess = _guess(tuning, upcoming)
     except Exception as exc:  # a user's distance or key that the next key's own tuning will report
         logs.rank_log().info("%s next key: nothing compiled ahead (%s)", tuning.label, describe_error(exc))
         return
@@ -115,16 +115,12 @@ def _start(tuning: KeyTuning, upcoming: NextKey, measurer: Measurer, space: int)
         return
     upcoming.guessed = guess
     upcoming.compiled.update(guess)
-    # its first stage (screened whatever it measures) before this key's own guesses, the rest after them
-    parts = [([tuning.todo(i) for i in guess if i in first], NEXT_FIRST),
-             ([tuning.todo(i) for i in guess if i not in first], NEXT_KEY)]
+    todo = [tuning.todo(i) for i in guess]
     label = f"{tuning.label} next key {describe_key(upcoming.key)}"
-    logs.rank_log().info("%s: compiling %d config(s) it will likely screen (%d of its first stage, before this key's "
-                         "guesses), after this key's own", label, len(guess), len(parts[0][0]))
+    logs.rank_log().info("%s: compiling %d config(s) it will likely screen, after this key's own", label, len(todo))
     if fn is not None:
-        for todo, rank in parts:
-            precompile(group, label, fn, todo, args, kwargs, tuner.options.compile_threads, tuning.timeout, space,
-                       measurer.compiles, rank)
+        precompile(group, label, fn, todo, args, kwargs, tuner.options.compile_threads, tuning.timeout, space,
+                   measurer.compiles, NEXT_KEY)
         return
     budget = measurer.budget
 
@@ -139,29 +135,25 @@ def _start(tuning: KeyTuning, upcoming: NextKey, measurer: Measurer, space: int)
         return None
 
     # one unit per config: run while the first stage would wait for its compiles, the rest once it is measured
-    for todo, rank in parts:
-        _, units = compile_pass.pass_units(group, label, todo, run_quietly,
-                                           lambda config: tuner.fn(*args, **kwargs, **config),
-                                           tuner.options.compile_threads, tuning.timeout,
-                                           go_on=lambda: not budget.spent, space=space, compiles=measurer.compiles,
-                                           rank=rank)
-        measurer.compiles.idle.extend(units)
+    _, units = compile_pass.pass_units(group, label, todo, run_quietly,
+                                       lambda config: tuner.fn(*args, **kwargs, **config),
+                                       tuner.options.compile_threads, tuning.timeout,
+                                       go_on=lambda: not budget.spent, space=space, compiles=measurer.compiles,
+                                       rank=NEXT_KEY)
+    measurer.compiles.idle.extend(units)
 
 
-def _guess(tuning: KeyTuning, upcoming: NextKey) -> tuple[list[int], set[int]]:
-    """The configs to compile ahead for ``upcoming`` (:func:`~triton_dist_tune.measure.ahead.likely_for_next_key`),
-    and those of them its first stage will hold (:func:`~triton_dist_tune.measure.ahead.first_stage`; with the
-    seeds of the keys decided so far: the key being tuned, once decided, may change a few)."""
+def _guess(tuning: KeyTuning, upcoming: NextKey) -> list[int]:
+    """The configs to compile ahead for ``upcoming`` (:func:`~triton_dist_tune.measure.ahead.likely_for_next_key`)."""
     tuner, group = tuning.tuner, tuning.group
     compiled = set(upcoming.compiled)
     for (name, _), decision in tuner.decisions.items():
         if name == group.name:
             compiled |= screened_by(decision)
     if not search_applies(tuner.search_mode(), len(upcoming.kept)):  # the next key races every kept config
-        return [i for i in upcoming.kept if i not in compiled][:ahead.NEXT_KEY_CAP], set()
+        return [i for i in upcoming.kept if i not in compiled][:ahead.NEXT_KEY_CAP]
     near = nearest_decided(tuner.decisions, group.name, upcoming.key, tuner.options.distance)
     seed = plan_seed(describe_key(upcoming.key), tuner.space_text)
     seeds = nearby_seeds(tuner.decisions, group.name, upcoming.key, tuner.options.distance)
-    guess = ahead.likely_for_next_key(tuner.space, upcoming.kept, seed, seeds,
-                                      landscape_of(near[0]) if near else {}, compiled)
-    return guess, set(ahead.first_stage(tuner.space, upcoming.kept, seed, seeds))
+    return ahead.likely_for_next_key(tuner.space, upcoming.kept, seed, seeds, landscape_of(near[0]) if near else {},
+                                     compiled)

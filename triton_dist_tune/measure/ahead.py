@@ -75,13 +75,6 @@ NEXT_KEY_CAP = 128
 NEXT_KEY_FILL = 128
 
 
-def first_stage(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], seed: str,
-                seeds: Sequence[int]) -> list[int]:
-    """The first stage of a key's search (its first look), which it screens whatever it measures: the key's
-    ``kept`` configs, its plan's ``seed`` and its ``seeds``, as :func:`likely_for_next_key` takes them."""
-    return PatternSearch(configs, kept, SearchPlan(seed=seed), seeds).first()
-
-
 def likely_for_next_key(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], seed: str, seeds: Sequence[int],
                         landscape: Mapping[int, float], compiled: Collection[int],
                         cap: int = NEXT_KEY_CAP, fill: int = NEXT_KEY_FILL) -> list[int]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..group.channel import Group
-from .daemon_pool import NEXT_RANKS, NOW
+from .daemon_pool import NEXT_KEY, NOW
 from .precompile import Compiles, current_cuda_device, node_share, on_device, start_pool
 
 
@@ -166,7 +166,7 @@ def pass_units(group: Group, label: str, todo: Sequence[tuple[int, dict, str]],
 
         if go_on is not None and not go_on():
             return False
-        if rank not in NEXT_RANKS:
+        if rank != NEXT_KEY:
             pool.passed = k + 1
             pool.submitted.add(index)
         with _lock:

@@ -43,20 +43,18 @@ from .compile_workers import close_shared, drop_guesses, hasten, unhasten
 #: nor guesses, which are dropped)
 EXIT_WAIT_S = 30.0
 
-#: the ranks of a pool's tasks, run in this order (then in order of submission): needed now; compiled ahead for a
-#: campaign's next key, the configs of its first stage (:mod:`~triton_dist_tune.function.next_key`: it screens them
-#: all, its first thing); compiled ahead of the stage that may need it (:mod:`~triton_dist_tune.measure.ahead`); the
-#: rest of the next key's guess. All but the first are guesses: a pool with speculative threads runs them there alone.
-NOW, NEXT_FIRST, AHEAD, NEXT_KEY = 0, 1, 2, 3
-#: the ranks of the next key's compiles (never waited for by the key being tuned)
-NEXT_RANKS = (NEXT_FIRST, NEXT_KEY)
-_END = 4  # a thread's end, after every task
+#: the ranks of a pool's tasks, run in this order (then in order of submission): needed now; compiled ahead of the
+#: stage that may need it (:mod:`~triton_dist_tune.measure.ahead`); compiled ahead for a campaign's next key
+#: (:mod:`~triton_dist_tune.function.next_key`). The last two are guesses: a pool with speculative threads runs them
+#: there alone.
+NOW, AHEAD, NEXT_KEY = 0, 1, 2
+_END = 3  # a thread's end, after every task
 
 _thread = threading.local()
 
 
 def speculating() -> bool:
-    """Whether this thread is a speculative thread of some pool (it runs guesses: every rank but :data:`NOW`)."""
+    """Whether this thread is a speculative thread of some pool (it runs guesses: :data:`AHEAD`, :data:`NEXT_KEY`)."""
     return bool(getattr(_thread, "speculative", False))
 
 

@@ -42,7 +42,7 @@ from typing import Any
 from .. import settings
 from ..group.channel import Group
 from .compile_workers import WorkerPool, refusal, routed, shared_pool, triton_version_key
-from .daemon_pool import NEXT_RANKS, NOW, DaemonPool, compiling, first_of, speculating, wait_within
+from .daemon_pool import NEXT_KEY, NOW, DaemonPool, compiling, first_of, speculating, wait_within
 
 #: a tuning whose key keeps this many configs or more hands its compiles to worker processes by default. Measured on
 #: one H200 host (16 CPUs; ``benchmarks/results/session_h200_3``): the first key of an 840-config GEMM (200-300
@@ -206,9 +206,8 @@ class Compiles:
     def submit(self, index: int, compile_one: Callable[[], Any], rank: int = NOW) -> None:
         """Compile config ``index`` (one more of its kernels) in the pool, at ``rank``
         (:data:`~.daemon_pool.NOW`; :data:`~.daemon_pool.AHEAD`: compiled ahead of the stage that may need it,
-        :meth:`promote` when it is; :data:`~.daemon_pool.NEXT_FIRST`, :data:`~.daemon_pool.NEXT_KEY`: for a
-        campaign's next key, with its arguments, :mod:`~triton_dist_tune.function.next_key`: not one of this
-        tuning's compiles, never waited for here)."""
+        :meth:`promote` when it is; :data:`~.daemon_pool.NEXT_KEY`: for a campaign's next key, with its arguments,
+        :mod:`~triton_dist_tune.function.next_key`: not one of this tuning's compiles, never waited for here)."""
         assert self.pool is not None
         keyed, workers, guess_workers = self.keyed, self.workers, self.guess_workers
 
@@ -218,9 +217,9 @@ class Compiles:
             with routed(guess_workers if guess_workers is not None and speculating() else workers):
                 return compile_one()
 
-        if rank in NEXT_RANKS:
+        if rank == NEXT_KEY:
             if not self.lazy:
-                self.pool.submit(task, rank)
+                self.pool.submit(task, NEXT_KEY)
         elif self.lazy:
             self.deferred.setdefault(index, []).append(task)
         else:
@@ -351,7 +350,7 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
             precompile_fn(config, *args, **kwargs)
 
         compiles.submit(index, compile_one, rank)
-        if rank not in NEXT_RANKS:
+        if rank != NEXT_KEY:
             compiles.submitted.add(index)
     return compiles
 
