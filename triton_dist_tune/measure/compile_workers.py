@@ -46,6 +46,7 @@ from typing import Any
 
 from .compile_worker import NICENESS, SPECULATIVE_NICENESS
 from .forked_worker import fork_refusal
+from .priority import niceness as current_niceness
 from .priority import set_niceness
 from .worker_process import Worker
 
@@ -94,7 +95,7 @@ class WorkerPool:
         #: the workers raised to the needed compiles' niceness until their task ends
         self._raised: set[Worker] = set()
         #: the absolute niceness of this pool's workers, and of the workers of the needed compiles
-        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        mine = current_niceness()
         self._own, self._needed = min(19, mine + niceness), min(19, mine + NICENESS)
 
     def start(self, fork: bool = False) -> None:
@@ -208,7 +209,7 @@ class WorkerPool:
         if hastened(ident):
             try:
                 self.raise_lent(ident)
-            except PermissionError as exc:
+            except OSError as exc:  # PermissionError mostly
                 _refused(exc)
         try:
             done, error = worker.compile(task)
@@ -232,7 +233,7 @@ class WorkerPool:
     def raise_lent(self, ident: int) -> None:
         """Raise the worker thread ``ident`` has borrowed, if any, to the niceness of the needed compiles' workers
         until the thread gives it back (nothing where this pool's workers run at that niceness);
-        ``PermissionError`` where this process may not raise a priority."""
+        ``OSError`` (``PermissionError`` mostly) where this process may not raise a priority."""
         with self._lock:
             worker = self._lent.get(ident)
             if worker is not None and self._own > self._needed and worker not in self._raised:
@@ -310,14 +311,14 @@ def hasten(ident: int) -> bool:
     try:
         for pool in pools:
             pool.raise_lent(ident)
-    except PermissionError as exc:
+    except OSError as exc:  # PermissionError mostly
         _refused(exc)
         unhasten(ident)
         return False
     return True
 
 
-def _refused(exc: PermissionError) -> None:
+def _refused(exc: OSError) -> None:
     global _refusal
     if not _refusal:
         _refusal = str(exc) or "permission denied"

@@ -17,7 +17,9 @@ import os
 def set_niceness(pid: int, niceness: int) -> None:
     """Give process ``pid``'s threads, and its child processes' (recursively, as ``/proc`` lists them), the niceness
     ``niceness`` (absolute, as ``os.setpriority`` takes it). A thread or process that ended meanwhile is passed
-    over; ``PermissionError`` where this process may not raise a priority."""
+    over; ``PermissionError`` where this process may not raise a priority (or no priority can be set here)."""
+    if not hasattr(os, "setpriority"):
+        raise PermissionError("this platform sets no process priority")
     for thread in _threads(pid):
         try:
             os.setpriority(os.PRIO_PROCESS, thread, niceness)
@@ -25,6 +27,11 @@ def set_niceness(pid: int, niceness: int) -> None:
             continue
         for child in _children(pid, thread):
             set_niceness(child, niceness)
+
+
+def niceness() -> int:
+    """This process's niceness (0 where the platform has none)."""
+    return os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else 0
 
 
 def _threads(pid: int) -> list[int]:
