@@ -191,7 +191,7 @@ class Compiles:
     #: them again without another
     graced: set[int] = field(default_factory=set)
     #: the guesses needed while a guess worker compiled them (:meth:`promote`)
-    needed_guesses: NeededGuesses = field(default_factory=lambda: NeededGuesses())
+    needed_guesses: NeededGuesses = field(default_factory=NeededGuesses)
     #: work for the rank's own thread while it would wait for compiles (a campaign's next key's guess and passes:
     #: :mod:`~triton_dist_tune.function.next_key`), in order; a unit that returns False drops the rest
     idle: deque[Callable[[], bool | None]] = field(default_factory=deque)
