@@ -616,6 +616,7 @@ NEEDED_GUESS_SCRIPT = textwrap.dedent('''
                       "needed": [os.getpriority(os.PRIO_PROCESS, w.proc.pid) for w in compiles.workers._all],
                       "count": compiles.needed_guesses.count, "again": compiles.needed_guesses.again,
                       "text": compiles.workers_text()}), flush=True)
+    compile_workers.drop_guesses()  # a guess still starved (compiled again instead) ends now, not in 60 s
     os._exit(0)
 ''')
 

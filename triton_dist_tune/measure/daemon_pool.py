@@ -15,7 +15,7 @@ the needed compiles leave idle.
 
 **A guess needed while it runs.** A stage that needed a config a guess worker was compiling waited for a process
 of the lowest priority, which gets about 1.5% of a CPU it shares with work of normal priority (Linux's weights: 15
-against 1024) and a seventh of one it shares with a needed compile. :meth:`DaemonPool.promote` raises that worker
+against 1024) and an eighth of one it shares with a needed compile. :meth:`DaemonPool.promote` raises that worker
 to the needed compiles' niceness until its task ends (:func:`~.compile_workers.hasten`); where this process may
 not raise a priority, the task runs again among the needed compiles and the config's wait ends with the first run
 to succeed (:func:`first_of`). On one H200 the README's MoE campaign needed 20-27 such guesses (65-102 beside 8
