@@ -83,8 +83,8 @@ class DaemonPool:
         self._closed = False
         #: the task each thread runs now, by thread name; the tasks left behind past their deadline
         self._busy: dict[str, Future] = {}
-        #: the running tasks' callables and thread idents (for :meth:`promote`)
-        self._running: dict[Future, tuple[Callable[[], Any], int]] = {}
+        #: each running task's callable, thread ident, and whether that thread is speculative (:meth:`promote`)
+        self._running: dict[Future, tuple[Callable[[], Any], int, bool]] = {}
         self._left: set[Future] = set()
         #: the callables of the futures not started yet (for :meth:`promote`)
         self._pending: dict[Future, Callable[[], Any]] = {}
@@ -132,7 +132,7 @@ class DaemonPool:
             future, fn = item
             name = threading.current_thread().name
             self._busy[name] = future
-            self._running[future] = (fn, threading.get_ident())
+            self._running[future] = (fn, threading.get_ident(), speculative)
             try:
                 result = fn()
             except BaseException as exc:  # handed to whoever waits for it
@@ -158,30 +158,31 @@ class DaemonPool:
             self._put(rank, future, fn, speculative=rank != NOW and self.speculative > 0)
         return future
 
-    def promote(self, future: Future) -> Future | None:
+    def promote(self, future: Future) -> tuple[bool, Future | None]:
         """``future``'s task is needed now. Not started: it runs as if submitted now with rank :data:`NOW` (on a
         thread for the needed compiles). Running on a speculative thread: its compiles are raised to the needed
         compiles' priority (:func:`~.compile_workers.hasten`); where this process may not raise one, the task runs
-        again among the needed compiles, and this returns that run's future (:func:`first_of` the two is the
-        task's). Else None."""
+        again among the needed compiles. Returns whether a speculative thread ran it, and that second run's future
+        or None (:func:`first_of` the two is then the task's)."""
         with self._lock:
             fn = self._pending.get(future)
             if fn is not None:
                 self._put(NOW, future, fn)
-                return None
+                return False, None
             running = self._running.get(future)
-        if running is None or not self.running_guess(future):
-            return None
-        fn, ident = running
+        if running is None or not running[2]:
+            return False, None
+        fn, ident, _ = running
         if hasten(ident):
             if future.done():  # it ended meanwhile: the thread's next guess is not needed
                 unhasten(ident)
-            return None
-        return None if future.done() else self.submit(fn, NOW)
+            return True, None
+        return True, None if future.done() else self.submit(fn, NOW)
 
     def running_guess(self, future: Future) -> bool:
         """Whether a speculative thread runs ``future``'s task now."""
-        return any(task is future and self._speculative.get(name, False) for name, task in list(self._busy.items()))
+        running = self._running.get(future)
+        return running is not None and running[2]
 
     def abandon(self, future: Future | None = None) -> None:
         """A thread of the pool is stuck in a call (``future``'s) past its deadline: leave it, and start one of its

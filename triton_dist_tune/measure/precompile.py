@@ -239,8 +239,7 @@ class Compiles:
             return
         futures = self.futures.get(index, [])
         for position, future in enumerate(futures):
-            guess = self.pool.running_guess(future)
-            again = self.pool.promote(future)
+            guess, again = self.pool.promote(future)
             if guess:
                 self.needed_guesses.note(future, again is not None)
             if again is not None:
