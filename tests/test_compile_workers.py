@@ -736,3 +736,18 @@ def test_a_task_run_twice_gives_the_first_success_or_else_the_last_error():
     b.set_exception(ValueError("second"))
     with pytest.raises(ValueError, match="second"):
         either.result(0)
+
+
+def test_a_platform_without_process_priorities_refuses_a_raise_so_the_needed_guess_compiles_again(monkeypatch):
+    """Where ``os`` sets no priority, raising a needed guess's worker is a refusal (``PermissionError``, which
+    :func:`~triton_dist_tune.measure.compile_workers.hasten` answers by compiling the config again), and the rank's
+    niceness reads 0. Before, ``os.setpriority``'s absence raised ``AttributeError`` out of the stage's promote, and
+    making a worker pool raised it from ``os.getpriority``."""
+    from triton_dist_tune.measure.priority import niceness, set_niceness
+
+    monkeypatch.delattr(os, "setpriority")
+    monkeypatch.delattr(os, "getpriority")
+    with pytest.raises(PermissionError):
+        set_niceness(os.getpid(), 10)
+    assert niceness() == 0
+    assert WorkerPool(1, 19)._needed == 10  # never started: its priorities are all that is read
