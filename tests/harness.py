@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -24,8 +25,39 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
+#: where the tests' jobs listen: below the kernel's ephemeral range, from which every outgoing connection (gloo's
+#: pairs, the stores' clients) takes its local port. A port found by binding port 0 comes from that range, and one
+#: such connection took it once before the job's store listened on it (EADDRINUSE, beside the rest of the suite).
+#: Each pytest-xdist worker (and the passes run beside them) picks from its own slice.
+PORTS_FROM = 12000
+PORT_SLICE = 2000
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections (Linux's default where it cannot be read)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port no one listens on, outside the ephemeral range (see :data:`PORTS_FROM`), in this process's slice."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    slot = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
+    low = PORTS_FROM + slot * PORT_SLICE
+    high = min(low + PORT_SLICE, ephemeral_ports()[0])
+    candidates = list(range(low, high)) if high > low else []
+    random.Random(os.getpid() ^ time.monotonic_ns()).shuffle(candidates)
+    for port in candidates[:200]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no slice below the ephemeral range: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

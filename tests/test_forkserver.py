@@ -237,3 +237,22 @@ def test_the_server_answers_no_stand_in_of_another_user(script, tmp_path):
 
     assert ask(65534) == 0  # nobody: no answer, no rank
     assert ask(None) == 1  # the server's own user
+
+
+def test_a_jobs_port_is_outside_the_kernels_ephemeral_range_and_free():
+    """A port found by binding port 0 comes from the range outgoing connections take theirs from, and one was taken
+    that way before a job's store listened on it (EADDRINUSE beside the suite): the jobs' ports lie below it, in
+    the worker's slice, and nothing listens there."""
+    from harness import PORT_SLICE, PORTS_FROM, ephemeral_ports, free_port
+
+    low = ephemeral_ports()[0]
+    assert low > PORTS_FROM + 4 * PORT_SLICE, "this machine's ephemeral range starts too low for the test"
+    ports = {free_port() for _ in range(20)}
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    slot = int(worker[2:]) + 1 if worker.startswith("gw") else 0
+    assert all(PORTS_FROM + slot * PORT_SLICE <= p < PORTS_FROM + (slot + 1) * PORT_SLICE for p in ports), ports
+    assert len(ports) > 1  # picked at random in the slice, not one fixed port that two jobs could share
+    port = ports.pop()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()

@@ -152,9 +152,12 @@ def test_a_precompile_fn_that_never_returns_fails_its_config_and_the_ranks_still
     t0 = time.monotonic()
     results = run("precompile_never_returns", tuner_env(tmp_path, 4), timeout=90)
     job_s = time.monotonic() - t0
+    # one of the configs that ran, the same on every rank: 32 (80 ms) is the faster, but a 1.5x gap measured once
+    # under load can swap (it chose 64 once beside the rest of the suite)
+    assert results[0].result["result"] in ({"ok": 32}, {"ok": 64}), describe(results)
     for r in results:
         result = r.result
-        assert result["result"] == {"ok": 32}, describe(results)
+        assert result["result"] == results[0].result["result"], describe(results)
         assert result["states"][0] == "failed" and "did not finish within 4 s" in result["errors"][0], result
         assert result["states"][1:] == ["measured", "measured"], result
         print(f"rank {r.rank}: tuning ended after {result['tuned_s']:.1f} s, process ran "
