@@ -92,3 +92,30 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
     assert cache.cache_root() == tmp_path
     monkeypatch.delenv("TRITON_DIST_AUTOTUNE_CACHE_DIR")
     assert cache.cache_root().parts[-2:] == (".triton_dist", "autotune")
+
+
+def _gpu_visible(monkeypatch, visible: bool) -> None:
+    """This process sees a GPU, or none (``CUDA_VISIBLE_DEVICES=""``, a login node), as far as the tuner can ask."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: visible)
+    cache.versions.cache_clear()
+
+
+def test_the_versions_a_decision_records_do_not_depend_on_whether_a_gpu_is_visible(tmp_path, monkeypatch, capsys):
+    """NCCL's version is a constant of torch's build, read without a device. It was read only where a GPU was
+    visible ("None" elsewhere), so a decision tuned on a GPU host read as tuned under other versions wherever none
+    was (a login node sharing the cache folder, ``CUDA_VISIBLE_DEVICES=""``): ``list`` marked it STALE, and
+    ``clear --stale`` deleted it."""
+    from triton_dist_tune.cli.commands import main
+
+    _gpu_visible(monkeypatch, True)
+    tuned_on_gpu = cache.versions()
+    path = DiskCache("fn", tmp_path).store("e1", {**decision(), "function": "fn", "created": 0.0}, SPACE)
+    _gpu_visible(monkeypatch, False)
+    try:
+        assert cache.versions() == tuned_on_gpu
+        assert main(["clear", "--stale", "--cache-dir", str(tmp_path)]) == 0
+        assert path.exists(), capsys.readouterr()
+    finally:
+        cache.versions.cache_clear()

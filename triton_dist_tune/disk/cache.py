@@ -59,8 +59,7 @@ def versions() -> dict[str, str]:
 
         found["torch"] = torch.__version__
         found["cuda"] = str(torch.version.cuda)
-        nccl = torch.cuda.nccl.version() if torch.cuda.is_available() else None
-        found["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+        found["nccl"] = _nccl_version(torch)
     except Exception:
         pass
     try:
@@ -70,6 +69,17 @@ def versions() -> dict[str, str]:
     except Exception:
         pass
     return found
+
+
+def _nccl_version(torch: Any) -> str:
+    """The NCCL version torch was built with ("None" for a build without one). A constant of the build, read
+    without a device: read only where a GPU was visible, it made a decision tuned on a GPU host read as tuned under
+    other versions wherever none was (a login node sharing the cache folder), and ``clear --stale`` deleted it."""
+    try:
+        nccl = torch.cuda.nccl.version()
+    except Exception:  # a build without NCCL (CPU wheels: no torch._C._nccl_version)
+        return "None"
+    return ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
 
 
 def source_of(fn: Any) -> str:
