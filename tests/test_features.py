@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from harness import HERE, describe, run_ranks, tuner_env
@@ -13,6 +14,11 @@ CASES = HERE / "scenarios" / "feature_cases.py"
 @pytest.fixture
 def env(tmp_path):
     return tuner_env(tmp_path, 30)
+
+
+def env_logs(env) -> list[Path]:
+    """The rank logs a job wrote into its log folder."""
+    return sorted(Path(env["TRITON_DIST_AUTOTUNE_LOG_DIR"]).rglob("rank-*.log"))
 
 
 def run(case, env, n=2, full=False):
@@ -98,6 +104,12 @@ def test_on_one_rank_the_configs_the_next_stage_will_likely_screen_compile_while
     named, used = int(ahead.group(1)), int(ahead.group(2))
     assert named > 0 and used > 0, result["search"]  # the guesses were right for some configs
     assert len(compiled) <= len(screened) + named  # nothing compiled beyond the stages and the guesses
+    # the rank log's line per compile: each config once, its seconds (each sleeps 0.15 s), needed or a guess
+    logged = [re.search(r"compile of config (\d+): ([0-9.]+) s \((needed|guess)\)$", line)
+              for log in env_logs(env) for line in log.read_text().splitlines() if " compile of config " in line]
+    assert all(logged) and len(logged) == len(compiled), logged
+    assert len({m.group(1) for m in logged}) == len(compiled) and min(float(m.group(2)) for m in logged) >= 0.15
+    assert {m.group(3) for m in logged} == {"needed", "guess"}, logged
 
 
 @pytest.mark.timeout(120)

@@ -158,7 +158,8 @@ def pass_units(group: Group, label: str, todo: Sequence[tuple[int, dict, str]],
     next key's passes can run while the rank would otherwise wait: :meth:`~.precompile.Compiles.run_idle`)."""
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
-    compiles = compiles if compiles is not None else start_pool(workers, timeout, peers, space, alone=group.size == 1)
+    compiles = compiles if compiles is not None else start_pool(workers, timeout, peers, space,
+                                                                alone=group.size == 1, label=label)
     pool = compiles
 
     def unit(k: int, index: int, config: dict, desc: str) -> bool:

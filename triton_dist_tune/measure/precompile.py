@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import settings
+from ..disk import logs
 from ..group.channel import Group
 from .compile_workers import WorkerPool, refusal, routed, shared_pool, triton_version_key
 from .daemon_pool import NEXT_KEY, NOW, DaemonPool, compiling, first_of, speculating, wait_within
@@ -195,6 +196,8 @@ class Compiles:
     #: work for the rank's own thread while it would wait for compiles (a campaign's next key's guess and passes:
     #: :mod:`~triton_dist_tune.function.next_key`), in order; a unit that returns False drops the rest
     idle: deque[Callable[[], bool | None]] = field(default_factory=deque)
+    #: the tuning that started the pool, for the rank log's line per compile (:func:`log_compile`)
+    label: str = ""
 
     def run_idle(self, until: Callable[[], bool] = lambda: False) -> None:
         """Run the :attr:`idle` work, a unit at a time, until ``until()`` says to stop, a unit returns False (the
@@ -209,13 +212,19 @@ class Compiles:
         :meth:`promote` when it is; :data:`~.daemon_pool.NEXT_KEY`: for a campaign's next key, with its arguments,
         :mod:`~triton_dist_tune.function.next_key`: not one of this tuning's compiles, never waited for here)."""
         assert self.pool is not None
-        keyed, workers, guess_workers = self.keyed, self.workers, self.guess_workers
+        keyed, workers, guess_workers, label = self.keyed, self.workers, self.guess_workers, self.label
 
         def task() -> Any:
             if keyed is not None:
                 keyed.exception()  # wait for it; a failure there is the compile's to raise again
-            with routed(guess_workers if guess_workers is not None and speculating() else workers):
-                return compile_one()
+            began, ended = time.monotonic(), False
+            try:
+                with routed(guess_workers if guess_workers is not None and speculating() else workers):
+                    result = compile_one()
+                ended = True
+                return result
+            finally:
+                log_compile(label, index, rank, time.monotonic() - began, ended)
 
         if rank == NEXT_KEY:
             if not self.lazy:
@@ -304,7 +313,19 @@ class Compiles:
             self.pool.shutdown()
 
 
-def start_pool(workers: int | None, timeout: float, peers: int = 1, space: int = 0, alone: bool = False) -> Compiles:
+def log_compile(label: str, index: int, rank: int, seconds: float, ended: bool) -> None:
+    """One line in the rank log per compile a pool ran: its config, its seconds from its start on a thread to its
+    end (a kernel found in Triton's cache takes little), and what it was submitted as: a stage's need (``needed``),
+    a guess of the tuning's next stages (``guess``; needed later or not) or of a campaign's next key (``next key``).
+    For the straggler rule's question (:func:`~triton_dist_tune.function.searched.contenders`): do the configs that
+    compile longest ever read near their key's choice."""
+    kind = {NOW: "needed", NEXT_KEY: "next key"}.get(rank, "guess")
+    logs.rank_log().info("%s compile of config %d: %.2f s (%s%s)", label, index, seconds, kind,
+                         "" if ended else ", raised")
+
+
+def start_pool(workers: int | None, timeout: float, peers: int = 1, space: int = 0, alone: bool = False,
+               label: str = "") -> Compiles:
     """An active :class:`Compiles` with a pool of ``workers`` daemon threads (default :func:`default_workers`),
     which hand their compiles to this process's worker processes (:func:`default_processes` for a node of ``peers``
     ranks of the group and a key of ``space`` configs). ``alone``: a rank tuning alone, which compiles guesses
@@ -318,7 +339,7 @@ def start_pool(workers: int | None, timeout: float, peers: int = 1, space: int =
     guess_pool = shared_pool(guesses, compiling=compiling(), speculative=True) if guesses else None
     pool = DaemonPool(threads, "tdt-compile", speculative=guesses)
     return Compiles(pool, keyed=pool.submit(version_key), limit=timeout, active=True, workers=processes_pool,
-                    guess_workers=guess_pool)
+                    guess_workers=guess_pool, label=label)
 
 
 def version_key() -> None:
@@ -341,7 +362,7 @@ def precompile(group: Group, label: str, precompile_fn: Callable[..., Any], todo
     position, peers = node_share(group, label, timeout)
     device = current_cuda_device()
     if compiles is None:
-        compiles = start_pool(workers, timeout, peers, space, alone=group.size == 1)
+        compiles = start_pool(workers, timeout, peers, space, alone=group.size == 1, label=label)
         compiles.lazy = settings.current().interpret
     for index, config, _ in my_share(todo, position, peers):
         def compile_one(config: dict = config) -> None:
