@@ -313,12 +313,20 @@ class Compiles:
             self.pool.shutdown()
 
 
+#: a compile task shorter than this found its kernels in Triton's cache: not logged (:func:`log_compile`). In the
+#: README's MoE campaign on one H200, 2,884 of its 4,034 tasks (``benchmarks/results/session_h200_34``)
+LOGGED_FROM_S = 0.05
+
+
 def log_compile(label: str, index: int, rank: int, seconds: float, ended: bool) -> None:
-    """One line in the rank log per compile a pool ran: its config, its seconds from its start on a thread to its
-    end (a kernel found in Triton's cache takes little), and what it was submitted as: a stage's need (``needed``),
-    a guess of the tuning's next stages (``guess``; needed later or not) or of a campaign's next key (``next key``).
-    For the straggler rule's question (:func:`~triton_dist_tune.function.searched.contenders`): do the configs that
-    compile longest ever read near their key's choice."""
+    """One line in the rank log per compile a pool ran (not those that found their kernels in Triton's cache:
+    :data:`LOGGED_FROM_S`): its config, its seconds from its start on a thread to its end, and what it was
+    submitted as: a stage's need (``needed``), a guess of the tuning's next stages (``guess``; needed later or not)
+    or of a campaign's next key (``next key``). For the straggler rule's question
+    (:func:`~triton_dist_tune.function.searched.contenders`): do the configs that compile longest ever read near
+    their key's choice."""
+    if ended and seconds < LOGGED_FROM_S:
+        return
     kind = {NOW: "needed", NEXT_KEY: "next key"}.get(rank, "guess")
     logs.rank_log().info("%s compile of config %d: %.2f s (%s%s)", label, index, seconds, kind,
                          "" if ended else ", raised")
