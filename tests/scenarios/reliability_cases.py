@@ -382,7 +382,8 @@ def leave_normally() -> None:
 @case
 def precompile_never_returns():
     """Case 1: ``precompile_fn`` never returns for config 0 (a real thread stuck for good): the tuning ends with
-    config 0 failed on every rank, the choice is the next fastest, and the process exits normally."""
+    config 0 failed on every rank, the choice is a config that ran (the same on every rank), and the process exits
+    normally."""
     started = time.monotonic()
     tdt.init_distributed()
     stuck = threading.Event()
