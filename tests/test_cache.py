@@ -119,3 +119,90 @@ def test_the_versions_a_decision_records_do_not_depend_on_whether_a_gpu_is_visib
         assert path.exists(), capsys.readouterr()
     finally:
         cache.versions.cache_clear()
+
+
+# -- the versions record: ``list`` and ``show`` without importing torch --------------------------------------------
+
+#: runs the command line in a fresh interpreter, then says on stderr whether torch was imported
+CLI_THEN_TORCH = """
+import runpy, sys
+sys.argv = ["triton-dist-tune", *sys.argv[1:]]
+try:
+    runpy.run_module("triton_dist_tune", run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+print("torch imported:", "torch" in sys.modules, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def _cli(*args: str) -> tuple[str, bool]:
+    """The command line's stdout, and whether it imported torch, from a fresh interpreter."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", CLI_THEN_TORCH, *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, "torch imported: True" in done.stderr
+
+
+def test_list_and_show_read_the_versions_from_the_cache_folders_record_and_import_no_torch(tmp_path):
+    """``list`` and ``show`` imported torch for the versions column: about 6 s on an H200 host to print a few lines.
+    A stored decision records the versions beside it, named by the installed software; a display reads that record;
+    what deletes (``clear --stale``) still reads the versions exactly."""
+    from triton_dist_tune.cli.commands import main
+    from triton_dist_tune.disk import versions as vs
+
+    path = DiskCache("fn", tmp_path).store("e1", {**decision(), "function": "fn", "created": 0.0}, SPACE)
+    record = vs.record_path(tmp_path, vs.installed())
+    assert [p.name for p in tmp_path.glob(".versions-*.json")] == [record.name]
+    assert json.loads(record.read_text())["versions"] == cache.versions()
+
+    out, torch_imported = _cli("list", "--cache-dir", str(tmp_path))
+    assert " current " in out and not torch_imported
+    out, torch_imported = _cli("show", "--cache-dir", str(tmp_path), "fn/e1.json")
+    assert "versions: current" in out.splitlines()
+    assert not torch_imported
+
+    # no record (a cache folder the tuner never wrote to): read exactly, then recorded for the next display
+    record.unlink()
+    out, torch_imported = _cli("list", "--json", "--cache-dir", str(tmp_path))
+    assert json.loads(out)["entries"][0]["stale"] is False and torch_imported
+    assert json.loads(record.read_text())["versions"] == cache.versions()
+
+    # a record that cannot be read: read exactly, and recorded again
+    record.write_bytes(b"\x00{")
+    out, torch_imported = _cli("list", "--cache-dir", str(tmp_path))
+    assert " current " in out and torch_imported
+    assert json.loads(record.read_text())["versions"] == cache.versions()
+
+    # a display shows what the record says; deleting reads exactly and keeps the decision
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "versions": {**data["versions"], "torch": "0.0"}}))
+    out, torch_imported = _cli("list", "--cache-dir", str(tmp_path))
+    assert "STALE" in out and not torch_imported
+    assert main(["clear", "--stale", "--cache-dir", str(tmp_path)]) == 0
+    assert path.exists()
+
+
+def test_the_installed_softwares_fingerprint_changes_when_a_packages_library_is_rewritten(tmp_path, monkeypatch):
+    """A record is read only under the software it was written under: rewriting a package's compiled library (an
+    upgrade, a reinstall) names another record."""
+    from triton_dist_tune.disk import versions as vs
+
+    package = tmp_path / "site" / "tdt_fingerprint_pkg"
+    (package / "lib").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "lib" / "libthing.so").write_bytes(b"one")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    before = vs.installed(("tdt_fingerprint_pkg", "tdt_no_such_package"))
+    assert "libthing.so" in before and "tdt_no_such_package: not found" in before
+    assert vs.installed(("tdt_fingerprint_pkg", "tdt_no_such_package")) == before
+    replaced = package / "lib" / "libthing.so.new"
+    replaced.write_bytes(b"two, longer")
+    replaced.replace(package / "lib" / "libthing.so")
+    after = vs.installed(("tdt_fingerprint_pkg", "tdt_no_such_package"))
+    assert after != before and vs.record_path(tmp_path, after) != vs.record_path(tmp_path, before)

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from ..disk import decisions as dec
 from ..disk import logs
-from ..disk.cache import versions as current_versions
 from ..faults.unfinished import find_unfinished, unfinished
 from . import campaign, journals, vllm_export
 from .common import (
@@ -27,6 +26,7 @@ from .common import (
     _clip,
     _emit_json,
     _ms,
+    _now_versions,
     _pct,
     _root,
     _selected,
@@ -68,11 +68,11 @@ def _fit(rows: list[list[str]], header: list[str], shrink: tuple[int, int], widt
 def cmd_list(args: argparse.Namespace) -> int:
     """``list``: one line per decision, grouped by function (and kernel), keys in numeric order, within
     :data:`LIST_WIDTH` columns (``show`` has every field whole)."""
-    entries, problems = _selected(args)
-    now, wall = current_versions(), time.time()
+    entries, problems = _selected(args, display=True)
+    now, wall = _now_versions(args, display=True), time.time()
     cut_short = [t for t in unfinished(_root(args)) if not args.stale and args.function in (None, t.function)]
     if args.json:
-        _emit_json({"cache": str(_root(args)), "entries": [e.to_json() for e in entries],
+        _emit_json({"cache": str(_root(args)), "entries": [e.to_json(now) for e in entries],
                     "unfinished": [journals.to_json(t) for t in cut_short], "problems": [str(p) for p in problems]})
         return 1 if problems else 0
     status = _warn_problems(problems)
@@ -150,10 +150,10 @@ def cmd_show(args: argparse.Namespace) -> int:
             raise dec.CacheError(f"{args.name!r} names {len(cut_short)} unfinished tunings: "
                                  f"{', '.join(t.name for t in cut_short[:5])}") from None
         return journals.show(cut_short[0], args.json)
+    now = _now_versions(args, display=True)
     if args.json:
-        _emit_json(entry.to_json())
+        _emit_json(entry.to_json(now))
         return 0
-    now = current_versions()
     held = dec.journals_of(entry.path)
     facts = [
         ("file", str(entry.path)), ("function", entry.function + (f" (kernel {entry.kernel})" if entry.kernel else "")),

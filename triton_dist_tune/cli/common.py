@@ -12,6 +12,7 @@ from typing import Any
 
 from ..disk import decisions as dec
 from ..disk.cache import cache_root
+from ..disk.versions import recorded_versions, versions
 
 
 class UsageError(Exception):
@@ -72,10 +73,20 @@ def _root(args: argparse.Namespace) -> Path:
     return Path(args.cache_dir) if args.cache_dir else cache_root()
 
 
-def _selected(args: argparse.Namespace) -> tuple[list[dec.Entry], list[dec.CacheError]]:
+def _now_versions(args: argparse.Namespace, display: bool = False) -> dict[str, str]:
+    """The versions this process runs: for a read-only display (``display``), the cache folder's record of them
+    (:func:`~triton_dist_tune.disk.versions.recorded_versions`: no torch import); else read exactly."""
+    return recorded_versions(_root(args)) if display else versions()
+
+
+def _selected(args: argparse.Namespace, display: bool = False) -> tuple[list[dec.Entry], list[dec.CacheError]]:
+    """The decisions the arguments select (``--stale``: against :func:`_now_versions`), and the cache files that
+    could not be read."""
     entries, problems = dec.scan(_root(args))
     older = dec.parse_age(args.older_than) if getattr(args, "older_than", None) else None
-    return dec.select(entries, getattr(args, "function", None), getattr(args, "stale", False), older), problems
+    stale = getattr(args, "stale", False)
+    current = _now_versions(args, display) if stale else None
+    return dec.select(entries, getattr(args, "function", None), stale, older, current=current), problems
 
 
 def key_order(text: str) -> tuple[Any, ...]:

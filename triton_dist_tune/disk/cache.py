@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from .. import settings
-from .._version import __version__
 from ..group.codec import read_json
 from ..space import fingerprint
+from .files import write_json_atomic
+from .versions import remember, versions
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -48,38 +46,6 @@ def hardware() -> dict[str, Any]:
     except Exception:
         pass
     return {"gpu": "cpu", "gpu_count": 0}
-
-
-@functools.lru_cache(maxsize=1)
-def versions() -> dict[str, str]:
-    """Versions of the software a decision depends on."""
-    found = {"triton_dist_tune": __version__}
-    try:
-        import torch
-
-        found["torch"] = torch.__version__
-        found["cuda"] = str(torch.version.cuda)
-        found["nccl"] = _nccl_version(torch)
-    except Exception:
-        pass
-    try:
-        import triton
-
-        found["triton"] = triton.__version__
-    except Exception:
-        pass
-    return found
-
-
-def _nccl_version(torch: Any) -> str:
-    """The NCCL version torch was built with ("None" for a build without one). A constant of the build, read
-    without a device: read only where a GPU was visible, it made a decision tuned on a GPU host read as tuned under
-    other versions wherever none was (a login node sharing the cache folder), and ``clear --stale`` deleted it."""
-    try:
-        nccl = torch.cuda.nccl.version()
-    except Exception:  # a build without NCCL (CPU wheels: no torch._C._nccl_version)
-        return "None"
-    return ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
 
 
 def source_of(fn: Any) -> str:
@@ -205,7 +171,9 @@ class DiskCache:
         """Write ``decision`` atomically; returns the file's path."""
         data = {"format": FORMAT, "space": fingerprint(space_text), "versions": versions(), **hardware(),
                 **decision}
-        return write_json_atomic(self.path(entry), data)
+        path = write_json_atomic(self.path(entry), data)
+        remember(self.folder.parent, data["versions"])  # for ``list`` and ``show``: they need not import torch
+        return path
 
 
 def _well_formed(data: Any) -> bool:
@@ -216,42 +184,3 @@ def _well_formed(data: Any) -> bool:
         and isinstance(data.get("config"), str)
         and isinstance(data.get("versions"), dict)
     )
-
-
-def new_file_mode() -> int:
-    """The mode a new file gets under this process's umask (``0o666 & ~umask``): every file written here for a
-    person or another program (cache entries, bundles, vLLM's config file) is created with ``mkstemp`` (mode 0600)
-    and set to this, so that it is as readable as any other new file. The umask is read without changing it where
-    Linux shows it (/proc), else by setting it back."""
-    mask = None
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                mask = int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    if mask is None:
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return 0o666 & ~mask
-
-
-def write_json_atomic(path: Path, data: Any) -> Path:
-    """Write ``data`` as standard JSON (no NaN or Infinity) to ``path`` so that readers never see half a file."""
-    text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, new_file_mode())  # mkstemp makes it 0600: readable as any other new file instead
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path

@@ -20,13 +20,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..group.codec import Unreadable, read_json
-from .cache import new_file_mode, write_json_atomic
-from .cache import versions as current_versions
 from .entries import CacheError as CacheError
 from .entries import Entry as Entry
 from .entries import parse_entry as parse_entry
 from .entries import read_entry as read_entry
 from .entries import recorded_near_tie as recorded_near_tie
+from .files import new_file_mode, write_json_atomic
+from .versions import versions as current_versions
 
 #: what a bundle file says it is (``export`` writes it, ``import`` checks it)
 BUNDLE_KIND = "triton-dist-tune bundle"
@@ -88,11 +88,13 @@ def scan(root: Path) -> tuple[list[Entry], list[CacheError]]:
 
 
 def select(entries: list[Entry], function: str | None = None, stale: bool = False,
-           older_than: float | None = None, now: float | None = None) -> list[Entry]:
-    """The entries of ``function`` (its name or its cache folder's), only stale ones, only those older than
-    ``older_than`` seconds."""
+           older_than: float | None = None, now: float | None = None,
+           current: dict[str, str] | None = None) -> list[Entry]:
+    """The entries of ``function`` (its name or its cache folder's), only stale ones (against the versions
+    ``current``, else read exactly), only those older than ``older_than`` seconds."""
     now = time.time() if now is None else now
-    current = current_versions()
+    if stale and current is None:
+        current = current_versions()
     return [e for e in entries
             if (function is None or function in (e.function, e.path.parent.name))
             and (not stale or e.stale(current))

@@ -10,7 +10,7 @@ from typing import Any
 from ..group.codec import FILE_DEPTH, Unreadable, depth, read_json
 from ..measure.stats import near_tie
 from ..records import Outcome, TimeBreakdown
-from .cache import versions as current_versions
+from .versions import versions as current_versions
 
 
 class CacheError(Exception):
@@ -68,14 +68,15 @@ class Entry:
         """The chosen config's outcome, when its measurements are recorded."""
         return next((o for o in self.measurements if o.index == self.index), None)
 
-    def to_json(self) -> dict[str, Any]:
-        """A summary for ``--json`` output (standard JSON)."""
+    def to_json(self, now: dict[str, str] | None = None) -> dict[str, Any]:
+        """A summary for ``--json`` output (standard JSON); ``stale`` against the versions ``now`` (else read
+        exactly)."""
         return {"file": str(self.path), "name": self.name, "format": self.format, "function": self.function,
                 "kernel": self.kernel, "key": self.key, "index": self.index, "config": self.config,
                 "time_ms": self.time_ms, "margin": self.margin, "runner_up": self.runner_up,
                 "near_tie": self.near_tie, "timing": self.timing, "group_size": self.group_size,
                 "group": self.group, "gpu": self.gpu, "gpu_count": self.gpu_count, "versions": self.versions,
-                "created": self.created, "stale": self.stale(), "tuning_seconds": self.tuning_seconds,
+                "created": self.created, "stale": self.stale(now), "tuning_seconds": self.tuning_seconds,
                 "breakdown": self.breakdown.to_json() if self.breakdown is not None else None,
                 "provisional": self.provisional, "measurements": [o.to_json() for o in self.measurements]}
 

@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .cache import hardware, new_file_mode
+from .cache import hardware
+from .files import new_file_mode
 
 #: the entries of one config in the file, all integers
 TILE_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")

@@ -1,0 +1,49 @@
+"""Files written for a person or another program, atomically: readers never see half a file, and each file is as
+readable as any other new file under the process's umask."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def new_file_mode() -> int:
+    """The mode a new file gets under this process's umask (``0o666 & ~umask``): every file written here for a
+    person or another program (cache entries, bundles, vLLM's config file) is created with ``mkstemp`` (mode 0600)
+    and set to this, so that it is as readable as any other new file. The umask is read without changing it where
+    Linux shows it (/proc), else by setting it back."""
+    mask = None
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                mask = int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    if mask is None:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_json_atomic(path: Path, data: Any) -> Path:
+    """Write ``data`` as standard JSON (no NaN or Infinity) to ``path`` so that readers never see half a file."""
+    text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, new_file_mode())  # mkstemp makes it 0600: readable as any other new file instead
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
