@@ -123,6 +123,19 @@ def test_on_one_rank_a_config_still_compiling_when_its_stage_is_measured_is_scre
     assert r["state"] in ("measured", "stopped"), r  # screened in the end
     assert r["before"] >= r["first_look"], r  # after every other config of its stage, and after a later stage's
     assert re.search(r"\d+ deferred to a later stage", r["search"]), r["search"]
+    # the rank log's grace lines, read with the compile lines by benchmarks/grace_events.py: the deferring grace
+    # waited its 0.25 s, and the straggler's compile ended after it
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(HERE.parent / "benchmarks" / "grace_events.py"),
+                          *map(str, env_logs(env)), "--graces", "0.1,0.25"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    graces = re.search(r"(\d+) graces, ([0-9.]+) s; (\d+) ended .*, (\d+) deferred \(([0-9.]+) s\)", out.stdout)
+    assert graces is not None and int(graces[4]) >= 1 and float(graces[5]) >= 0.2 * int(graces[4]), out.stdout
+    assert re.search(r"deferred: the first pending compile ended [0-9.]+ / ", out.stdout), out.stdout
+    assert re.search(r"grace 0\.10 s: [0-9.]+ s waited, \d+ stage\(s\) deferring", out.stdout), out.stdout
 
 
 @pytest.mark.timeout(120)
@@ -174,7 +187,7 @@ def test_a_straggler_the_search_names_again_is_left_out_when_the_model_puts_it_f
 
 
 @pytest.mark.timeout(60)
-def test_a_straggler_deferred_once_is_deferred_again_without_another_grace():
+def test_a_straggler_deferred_once_is_deferred_again_without_another_grace(caplog):
     """A stage whose other configs are warmed up waits :data:`STRAGGLER_GRACE_S` for a straggler's compile, then
     defers it. In the README's MoE campaign on one H200 the same stragglers (tiles that compile for seconds) were
     deferred again by later stages of the same key, and each stage waited the grace again, in vain: 1-7 of a
@@ -183,12 +196,14 @@ def test_a_straggler_deferred_once_is_deferred_again_without_another_grace():
     more, counted in the pool's ``waited``)."""
     import threading
 
+    from triton_dist_tune.disk import logs
     from triton_dist_tune.measure.daemon_pool import DaemonPool
     from triton_dist_tune.measure.precompile import Compiles
     from triton_dist_tune.measure.warm_order import STRAGGLER_GRACE_S, WarmOrder
 
     release = threading.Event()
-    compiles = Compiles(DaemonPool(2, "tdt-grace"), limit=30.0, active=True)
+    compiles = Compiles(DaemonPool(2, "tdt-grace"), limit=30.0, active=True, label="[grace test]")
+    logs.rank_log().addHandler(caplog.handler)
     try:
         compiles.submit(0, lambda: None)
         compiles.submit(1, lambda: release.wait(30))  # the straggler
@@ -202,11 +217,16 @@ def test_a_straggler_deferred_once_is_deferred_again_without_another_grace():
         second = WarmOrder([(1, {}, "straggler"), (2, {}, "b")], compiles, alone=True, defer=True)
         assert [item[0] for item in second if item is not None] == [2] and second.deferred == [1]
         assert compiles.waited == graced  # no second grace
+        # the rank log has a line for the one grace (benchmarks/grace_events.py reads it)
+        lines = [r.getMessage() for r in caplog.records if " grace: " in r.getMessage()]
+        assert len(lines) == 1 and re.fullmatch(r"\[grace test\] grace: 0\.2\d\d s for 1 config\(s\) compiling "
+                                                r"\(1\): deferred", lines[0]), lines
         # a stage of the straggler alone (the search has nothing else to screen) still waits for it
         release.set()
         last = WarmOrder([(1, {}, "straggler")], compiles, alone=True, defer=True)
         assert [item[0] for item in last if item is not None] == [1] and last.deferred == []
     finally:
+        logs.rank_log().removeHandler(caplog.handler)
         release.set()
         compiles.close()
 

@@ -43,9 +43,11 @@ own compiles.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..disk import logs
 from ..records import Outcome
 from . import breakdown
 from .precompile import Compiles
@@ -53,6 +55,10 @@ from .precompile import Compiles
 #: seconds a search stage waits for the compiles of its last configs, once every other config of it is warmed up,
 #: before it defers them to the next stage
 STRAGGLER_GRACE_S = 0.25
+
+#: a grace that ended sooner (the next compile of the stage ended) gets no rank-log line (:func:`log_grace`): most
+#: graces are such short waits between the ends of a stage's compiles
+GRACE_LOGGED_FROM_S = 0.05
 
 #: configs warmed up since the last pause that make a search's screening pause to measure them before it waits for
 #: compiles (see the module docstring): a pause costs a step (its first sample settles longer after the device idled)
@@ -108,9 +114,12 @@ class WarmOrder:
                 continue  # compiles ended during the pause: warm those first
             if ready is None:
                 grace = self.defer and warmed
+                began = time.monotonic()
                 with breakdown.part("compile"):
                     ended = self.compiles.wait_first([item[0] for item in pending],
                                                      STRAGGLER_GRACE_S if grace else self.compiles.limit)
+                if grace and (not ended or time.monotonic() - began >= GRACE_LOGGED_FROM_S):
+                    log_grace(self.compiles.label, [item[0] for item in pending], time.monotonic() - began, ended)
                 if not ended and grace:
                     self.deferred = [item[0] for item in pending]
                     self.compiles.graced.update(self.deferred)
@@ -120,3 +129,15 @@ class WarmOrder:
             warmed = True
             since += 1
             yield ready
+
+
+def log_grace(label: str, pending: Sequence[int], seconds: float, ended: bool) -> None:
+    """One line in the rank log per grace a stage waited (:data:`STRAGGLER_GRACE_S`; not those that ended within
+    :data:`GRACE_LOGGED_FROM_S`): the configs still compiling,
+    the seconds waited, and whether one's compile ended (the stage goes on) or none did (deferred). With the line per
+    compile (:func:`~.precompile.log_compile`), ``benchmarks/grace_events.py`` reads what the graces cost a
+    campaign and what a shorter one would have deferred."""
+    logs.rank_log().info("%s grace: %.3f s for %d config(s) compiling (%s): %s", label, seconds, len(pending),
+                         " ".join(map(str, pending[:8])) + (" ..." if len(pending) > 8 else ""),
+                         "one ended" if ended else "deferred")
+
