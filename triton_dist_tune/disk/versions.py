@@ -106,12 +106,12 @@ def record_path(root: Path, text: str) -> Path:
 def recorded_versions(root: Path) -> dict[str, str]:
     """The versions for a read-only display (see the module docstring): the record in ``root`` written under the
     same installed software, else :func:`versions`, then recorded."""
-    text = installed()
-    path = record_path(root, text)
+    text = data = None
     try:
-        data = read_json(path.read_bytes())
+        text = installed()
+        data = read_json(record_path(root, text).read_bytes())
     except Exception:  # none yet, unreadable, not JSON: read exactly
-        data = None
+        pass
     if (isinstance(data, dict) and data.get("format") == RECORD_FORMAT and data.get("installed") == text
             and isinstance(found := data.get("versions"), dict)
             and all(isinstance(k, str) and isinstance(v, str) for k, v in found.items())):
@@ -125,11 +125,11 @@ def remember(root: Path, found: dict[str, str], text: str | None = None, replace
     """Record ``found`` (:func:`versions`) in ``root`` for the installed software (``text``, else
     :func:`installed`), where no such record is (``replace``: in place of one that could not be read); a folder
     that cannot be written is left as it is."""
-    text = installed() if text is None else text
-    path = record_path(root, text)
     try:
+        text = installed() if text is None else text
+        path = record_path(root, text)
         if (path.exists() and not replace) or not root.is_dir():
             return
         write_json_atomic(path, {"format": RECORD_FORMAT, "installed": text, "versions": found})
-    except OSError:
+    except Exception:  # a record is a convenience: storing a decision never fails for it
         pass
