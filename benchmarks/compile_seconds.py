@@ -23,8 +23,8 @@ from collections import defaultdict
 from pathlib import Path
 
 COMPILE = re.compile(r"\] compile of config (\d+): ([0-9.]+) s \(")
-MEASURED = re.compile(r"key=\((\d+),.*\] config (\d+) measured: own ([0-9.]+) ms")
-DECISION = re.compile(r"key=\((\d+),.*\] decision: config \d+ .*?group time ([0-9.]+) ms")
+MEASURED = re.compile(r"key=\(+(\d+),.*\] config (\d+) measured: own ([0-9.]+) ms")
+DECISION = re.compile(r"key=\(+(\d+),.*\] decision: config \d+ .*?group time ([0-9.]+) ms")
 
 
 def read(log: Path) -> tuple[dict[int, float], dict[int, float]]:

@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
-KEY = re.compile(r"key=\((\d+),")
+KEY = re.compile(r"key=\(+(\d+),")
 GRACE = re.compile(r"\] grace: ([0-9.]+) s for \d+ config\(s\) compiling \(([\d .]+)\): (one ended|deferred)")
 COMPILE = re.compile(r"\] compile of config (\d+): ([0-9.]+) s \(")
 
