@@ -158,7 +158,9 @@ def test_list_and_show_read_the_versions_from_the_cache_folders_record_and_impor
 
     path = DiskCache("fn", tmp_path).store("e1", {**decision(), "function": "fn", "created": 0.0}, SPACE)
     record = vs.record_path(tmp_path, vs.installed())
-    assert [p.name for p in tmp_path.glob(".versions-*.json")] == [record.name]
+    assert [p.name for p in tmp_path.glob(".versions-*")] == [record.name]
+    # the cache folder's JSON files are its decisions (what scripts, and tests, count): the record is not one
+    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.json")] == ["fn/e1.json"]
     assert json.loads(record.read_text())["versions"] == cache.versions()
 
     out, torch_imported = _cli("list", "--cache-dir", str(tmp_path))

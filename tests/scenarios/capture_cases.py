@@ -125,7 +125,9 @@ def snapshots() -> dict[str, dict]:
 
 
 def cache_files() -> list[str]:
-    return sorted(snapshot(settings.current().cache_dir))
+    """The cache folder's files but the versions records (``.versions-*``, written beside the first decision
+    stored: ``disk/versions.py``); :func:`snapshot` has them all."""
+    return sorted(f for f in snapshot(settings.current().cache_dir) if not f.startswith(".versions-"))
 
 
 def barrier() -> None:

@@ -5,16 +5,17 @@ versions is used with a warning, or tuned again under ``TRITON_DIST_AUTOTUNE_VER
 reads them exactly, which imports torch: 3 s on a CPU machine, and ``list`` and ``show`` took about 6 s on an H200
 host, almost all of it that import, to print a table of a few lines.
 
-So each read records what it found in the cache folder, in a small file named by a fingerprint of the installed
-software: the paths, sizes, modification times and inodes of torch's, Triton's and NCCL's files (those holding
-their versions, and their compiled libraries), the interpreter, and the variables that choose which shared
-libraries load. :func:`recorded_versions` returns the record whose fingerprint matches, else reads exactly and
-records. Reinstalling or upgrading any of them changes the fingerprint, so a record is never read for software it
-was not written under.
+So a stored decision also records the versions in the cache folder (:func:`remember`), in a small file named by a
+fingerprint of the installed software (:func:`installed`): the paths, sizes, modification times and inodes of
+torch's, Triton's and NCCL's files (those holding their versions, and their compiled libraries), the interpreter,
+and the variables that choose which shared libraries load. :func:`recorded_versions` returns the record whose
+fingerprint matches, else reads exactly and records. Reinstalling or upgrading any of them changes the
+fingerprint, so a record is never read for software it was not written under.
 
-A record serves only what a person reads: ``list``, ``show`` and ``plot``. Everything that acts on versions reads
-them exactly: the tuner (whether a decision is used or tuned again), ``clear --stale`` (which deletes), ``import``
-and ``export``. A record that cannot be read or written changes nothing but the time a display takes.
+A record serves only what a person reads: ``list`` and ``show`` (``plot`` reads no versions). Everything that
+acts on versions reads them exactly: the tuner (whether a decision is used or tuned again), ``clear --stale``
+(which deletes), ``import`` and ``export``. A record that cannot be read or written changes nothing but the time
+a display takes.
 """
 
 from __future__ import annotations
@@ -98,9 +99,10 @@ def installed(packages: tuple[str, ...] = PACKAGES) -> str:
 
 
 def record_path(root: Path, text: str) -> Path:
-    """The record for the installed software ``text`` describes, in the cache folder ``root`` (a dot file beside
-    the functions' folders: nothing that lists or clears decisions sees it)."""
-    return root / f".versions-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    """The record for the installed software ``text`` describes, in the cache folder ``root``: a dot file beside the
+    functions' folders, JSON without the ``.json`` suffix, so that nothing that looks for decisions (``*.json``, the
+    command line's or a user's script) finds it."""
+    return root / f".versions-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
 def recorded_versions(root: Path) -> dict[str, str]:
