@@ -123,36 +123,30 @@ def test_the_versions_a_decision_records_do_not_depend_on_whether_a_gpu_is_visib
 
 # -- the versions record: ``list`` and ``show`` without importing torch --------------------------------------------
 
-#: runs the command line in a fresh interpreter, then says on stderr whether torch was imported
+#: runs the command line in a fresh interpreter, once per command (separated by ``--then``), then says on stderr
+#: whether torch was imported
 CLI_THEN_TORCH = """
 import runpy, sys
-sys.argv = ["triton-dist-tune", *sys.argv[1:]]
-try:
-    runpy.run_module("triton_dist_tune", run_name="__main__")
-except SystemExit as exc:
-    code = exc.code
-else:
-    code = 0
+args, commands = sys.argv[1:], [[]]
+for arg in args:
+    commands.append([]) if arg == "--then" else commands[-1].append(arg)
+for command in commands:
+    sys.argv = ["triton-dist-tune", *command]
+    try:
+        runpy.run_module("triton_dist_tune", run_name="__main__")
+    except SystemExit as exc:
+        assert not exc.code, exc.code
 print("torch imported:", "torch" in sys.modules, file=sys.stderr)
-sys.exit(code)
 """
 
 
-def _cli(*args: str) -> tuple[str, bool]:
-    """The command line's stdout, and whether it imported torch, from a fresh interpreter."""
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", CLI_THEN_TORCH, *args], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout, "torch imported: True" in done.stderr
-
-
-def test_list_and_show_read_the_versions_from_the_cache_folders_record_and_import_no_torch(tmp_path):
+def test_list_and_show_read_the_versions_from_the_cache_folders_record_and_import_no_torch(tmp_path, capsys):
     """``list`` and ``show`` imported torch for the versions column: about 6 s on an H200 host to print a few lines.
     A stored decision records the versions beside it, named by the installed software; a display reads that record;
     what deletes (``clear --stale``) still reads the versions exactly."""
+    import subprocess
+    import sys
+
     from triton_dist_tune.cli.commands import main
     from triton_dist_tune.disk import versions as vs
 
@@ -163,29 +157,28 @@ def test_list_and_show_read_the_versions_from_the_cache_folders_record_and_impor
     assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.json")] == ["fn/e1.json"]
     assert json.loads(record.read_text())["versions"] == cache.versions()
 
-    out, torch_imported = _cli("list", "--cache-dir", str(tmp_path))
-    assert " current " in out and not torch_imported
-    out, torch_imported = _cli("show", "--cache-dir", str(tmp_path), "fn/e1.json")
-    assert "versions: current" in out.splitlines()
-    assert not torch_imported
+    # a fresh interpreter: list and show, and no torch imported
+    done = subprocess.run([sys.executable, "-c", CLI_THEN_TORCH, "list", "--cache-dir", str(tmp_path), "--then",
+                           "show", "--cache-dir", str(tmp_path), "fn/e1.json"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "torch imported: False" in done.stderr, done.stderr
+    assert " current " in done.stdout and "versions: current" in done.stdout.splitlines(), done.stdout
 
     # no record (a cache folder the tuner never wrote to): read exactly, then recorded for the next display
     record.unlink()
-    out, torch_imported = _cli("list", "--json", "--cache-dir", str(tmp_path))
-    assert json.loads(out)["entries"][0]["stale"] is False and torch_imported
+    assert vs.recorded_versions(tmp_path) == cache.versions()
     assert json.loads(record.read_text())["versions"] == cache.versions()
-
     # a record that cannot be read: read exactly, and recorded again
     record.write_bytes(b"\x00{")
-    out, torch_imported = _cli("list", "--cache-dir", str(tmp_path))
-    assert " current " in out and torch_imported
+    assert vs.recorded_versions(tmp_path) == cache.versions()
     assert json.loads(record.read_text())["versions"] == cache.versions()
 
     # a display shows what the record says; deleting reads exactly and keeps the decision
     data = json.loads(record.read_text())
     record.write_text(json.dumps({**data, "versions": {**data["versions"], "torch": "0.0"}}))
-    out, torch_imported = _cli("list", "--cache-dir", str(tmp_path))
-    assert "STALE" in out and not torch_imported
+    capsys.readouterr()
+    assert main(["list", "--cache-dir", str(tmp_path)]) == 0
+    assert "STALE" in capsys.readouterr().out
     assert main(["clear", "--stale", "--cache-dir", str(tmp_path)]) == 0
     assert path.exists()
 
