@@ -43,7 +43,6 @@ own compiles.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -113,15 +112,14 @@ class WarmOrder:
                 yield None
                 continue  # compiles ended during the pause: warm those first
             if ready is None:
-                grace = self.defer and warmed
-                began = time.monotonic()
+                grace, indices, waited = self.defer and warmed, [item[0] for item in pending], self.compiles.waited
                 with breakdown.part("compile"):
-                    ended = self.compiles.wait_first([item[0] for item in pending],
-                                                     STRAGGLER_GRACE_S if grace else self.compiles.limit)
-                if grace and (not ended or time.monotonic() - began >= GRACE_LOGGED_FROM_S):
-                    log_grace(self.compiles.label, [item[0] for item in pending], time.monotonic() - began, ended)
+                    ended = self.compiles.wait_first(indices, STRAGGLER_GRACE_S if grace else self.compiles.limit)
+                waited = self.compiles.waited - waited
+                if grace and (not ended or waited >= GRACE_LOGGED_FROM_S):
+                    log_grace(self.compiles.label, indices, waited, ended)
                 if not ended and grace:
-                    self.deferred = [item[0] for item in pending]
+                    self.deferred = indices
                     self.compiles.graced.update(self.deferred)
                     return
                 ready = next((item for item in pending if self.compiles.done(item[0])), pending[0])
@@ -133,10 +131,10 @@ class WarmOrder:
 
 def log_grace(label: str, pending: Sequence[int], seconds: float, ended: bool) -> None:
     """One line in the rank log per grace a stage waited (:data:`STRAGGLER_GRACE_S`; not those that ended within
-    :data:`GRACE_LOGGED_FROM_S`): the configs still compiling,
-    the seconds waited, and whether one's compile ended (the stage goes on) or none did (deferred). With the line per
-    compile (:func:`~.precompile.log_compile`), ``benchmarks/grace_events.py`` reads what the graces cost a
-    campaign and what a shorter one would have deferred."""
+    :data:`GRACE_LOGGED_FROM_S`): the configs still compiling, the seconds waited, and whether one's compile ended
+    (the stage goes on) or none did (deferred). With the line per compile (:func:`~.precompile.log_compile`),
+    ``benchmarks/grace_events.py`` reads what the graces cost a campaign and what a shorter one would have
+    deferred."""
     logs.rank_log().info("%s grace: %.3f s for %d config(s) compiling (%s): %s", label, seconds, len(pending),
                          " ".join(map(str, pending[:8])) + (" ..." if len(pending) > 8 else ""),
                          "one ended" if ended else "deferred")
