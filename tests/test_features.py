@@ -219,8 +219,10 @@ def test_a_straggler_deferred_once_is_deferred_again_without_another_grace(caplo
         assert compiles.waited == graced  # no second grace
         # the rank log has a line for the one grace (benchmarks/grace_events.py reads it)
         lines = [r.getMessage() for r in caplog.records if " grace: " in r.getMessage()]
-        assert len(lines) == 1 and re.fullmatch(r"\[grace test\] grace: 0\.2\d\d s for 1 config\(s\) compiling "
-                                                r"\(1\): deferred", lines[0]), lines
+        line = re.fullmatch(r"\[grace test\] grace: (\d+\.\d{3}) s for 1 config\(s\) compiling \(1\): deferred",
+                            lines[0]) if len(lines) == 1 else None
+        # at least the grace; no upper bound: a loaded machine may wake the rank late
+        assert line is not None and float(line[1]) >= STRAGGLER_GRACE_S * 0.9, lines
         # a stage of the straggler alone (the search has nothing else to screen) still waits for it
         release.set()
         last = WarmOrder([(1, {}, "straggler")], compiles, alone=True, defer=True)
