@@ -135,7 +135,7 @@ class RuledSearch(PatternSearch):
     full_rings = 3
     free: set[int] = set()
 
-    def _neighbours(self, leaders: list[int], times) -> list[int]:
+    def neighbours(self, leaders: list[int], times) -> list[int]:
         rings = [self.grid.rings(leader) for leader in leaders]
         full = len(leaders) if self.full_leaders is None else self.full_leaders
         batch: list[int] = []
