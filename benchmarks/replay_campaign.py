@@ -7,7 +7,7 @@ shuffled order (one per seed). Each key is replayed with
 :func:`~triton_dist_tune.measure.replay.simulate` over one universe of configs (the union of the sequence's
 landscapes, so that an index names the same config at every shape; each key keeps the configs its landscape
 recorded), with fresh noise for every sample. The seeds of a key are those of
-:func:`~triton_dist_tune.function.searched.nearby_seeds`: the two configs with the least time (the estimates the
+:func:`~triton_dist_tune.function.searched.search_start`: the two configs with the least time (the estimates the
 replay returns, as the live tuner ranks a decision's outcomes) of each of the 4 nearest decided keys (numeric
 distance of the shape), nearest first.
 
@@ -94,8 +94,9 @@ class Rule:
     name: str
     #: the first look's size, as a share of the default's
     initial_share: float = 1.0
-    #: the first look's coverage and random picks taken from configs earlier keys screened (compiled) first
-    prefer_compiled: bool = False
+    #: the first look's coverage and random picks taken from configs earlier keys screened (compiled) first: the
+    #: library's way since the thirty-sixth session (``PatternSearch``'s ``preferred``); False: as before it
+    prefer_compiled: bool = True
     #: the model's checks at most (None: the plan's)
     model_rounds: int | None = None
     #: leaders whose neighbourhoods are explored (None: the plan's)
@@ -114,7 +115,7 @@ class Rule:
             plan = replace(plan, model_rounds=self.model_rounds)
         if seeds and self.leaders is not None:
             plan = replace(plan, leaders=self.leaders)
-        search = RuledSearch(configs, kept, plan, seeds)
+        search = RuledSearch(configs, kept, plan, seeds, compiled if self.prefer_compiled else ())
         if seeds:
             search.rings = self.rings
             search.full_leaders = self.full_leaders
@@ -122,14 +123,12 @@ class Rule:
             search.free = compiled
             search.initial_count = max(len(search.seeds[:search.initial_count]),
                                        round(search.initial_count * self.initial_share))
-            search.preferred = compiled if self.prefer_compiled else set()
         return search
 
 
 class RuledSearch(PatternSearch):
-    """:class:`PatternSearch` whose first look may take some configs (``preferred``) before the others."""
+    """:class:`PatternSearch` whose leaders may explore fewer rings, or only configs screened before."""
 
-    preferred: set[int] = set()
     rings = 3
     full_leaders: int | None = None
     full_rings = 3
@@ -145,12 +144,6 @@ class RuledSearch(PatternSearch):
                           and ((n < full and ring < self.full_rings) or other in self.free)]
         return batch
 
-    def first_look_order(self) -> list[int]:
-        order = super().first_look_order()
-        if not self.preferred:
-            return order
-        return [i for i in order if i in self.preferred] + [i for i in order if i not in self.preferred]
-
 
 def run(search: PatternSearch, time_of) -> tuple[list[int], dict[int, float | None], int]:
     """``simulate``'s loop over a given search: (finalists, estimates, samples taken)."""
@@ -164,21 +157,21 @@ def run(search: PatternSearch, time_of) -> tuple[list[int], dict[int, float | No
     return finalists, estimates, taken[0]
 
 
+#: every rule but the last takes the first look's configs from those screened before first (the default since the
+#: thirty-sixth session: "compiled first" in the earlier reports)
 RULES = [
     Rule("default"),
     Rule("first look /2", initial_share=0.5),
     Rule("first look /4", initial_share=0.25),
     Rule("model checks 1", model_rounds=1),
     Rule("leaders 4", leaders=4),
+    Rule("leaders 6", leaders=6),
     Rule("rings 2 (no whole lines)", rings=2),
-    Rule("compiled first", prefer_compiled=True),
-    Rule("compiled first, first look /2", initial_share=0.5, prefer_compiled=True),
-    Rule("compiled first, leaders 6", prefer_compiled=True, leaders=6),
-    Rule("compiled first, leaders 7-8 compiled only", prefer_compiled=True, full_leaders=6),
-    Rule("compiled first, leaders 5-8 compiled only", prefer_compiled=True, full_leaders=4),
-    Rule("compiled first, whole lines compiled only", prefer_compiled=True, full_rings=2),
-    Rule("compiled first, leaders 7-8 and whole lines compiled only", prefer_compiled=True, full_leaders=6,
-         full_rings=2),
+    Rule("leaders 7-8 compiled only", full_leaders=6),
+    Rule("leaders 5-8 compiled only", full_leaders=4),
+    Rule("whole lines compiled only", full_rings=2),
+    Rule("leaders 7-8 and whole lines compiled only", full_leaders=6, full_rings=2),
+    Rule("first look in the shuffled order alone (before the thirty-sixth session)", prefer_compiled=False),
 ]
 
 
@@ -207,7 +200,7 @@ class Campaign:
 
 
 def seeds_for(shape: tuple[int, ...], decided: dict[tuple[int, ...], list[int]]) -> list[int]:
-    """The seeds of ``shape``'s search as ``nearby_seeds`` gives them: the first two configs (by estimated time) of
+    """The seeds of ``shape``'s search as ``search_start`` gives them: the first two configs (by estimated time) of
     each of the 4 decided shapes nearest it, nearest first (``decided``: shape -> its configs, best first)."""
     near = sorted((numeric_distance(shape, other), repr(other), other) for other in decided if other != shape)
     return list(dict.fromkeys(i for _, _, other in near[:SEED_KEYS] for i in decided[other][:SEEDS_PER_KEY]))
@@ -231,7 +224,8 @@ def campaign(rule: Rule, problem: Problem, order: str, noise: NoiseModel, seed: 
         finalists, estimates, taken = run(search, lambda i: noise.draw(rng, ratios[i]))  # noqa: B023
         if check_default:  # the default rule replays simulate exactly
             rng = random.Random(f"{problem.name}/{shape}/{seed}/{noise.name}/{order}")
-            again = simulate(problem.configs, kept, plan, lambda i: noise.draw(rng, ratios[i]), seeds)  # noqa: B023
+            again = simulate(problem.configs, kept, plan, lambda i: noise.draw(rng, ratios[i]), seeds,  # noqa: B023
+                             preferred=compiled)
             assert again == (finalists, estimates), shape
         screened = set(estimates)
         result.keys.append(KeyResult(shape, min(ratios[i] for i in finalists), len(screened), taken,
@@ -348,8 +342,10 @@ def main() -> None:
         per = [f"{statistics.mean(c.keys[k].screened for c in cs):.0f} "
                f"({statistics.mean(c.keys[k].new for c in cs):.0f} new)" for k in range(len(cs[0].keys))]
         lines.append(f"| {name} | " + " | ".join(per) + f" | {statistics.mean(c.union for c in cs):.0f} |")
-    lines += ["", "Rules (a seeded key only): *compiled first*: the first look's coverage and random picks are taken "
-              "from the configs earlier keys screened before any other; *leaders 7-8 compiled only*: the 7th and 8th "
+    lines += ["", "Rules (a seeded key only): *default*: the library's search, whose first look takes its covering "
+              "and random configs from those earlier keys screened before any other (\"compiled first\" before the "
+              "thirty-sixth session made it the default); *first look in the shuffled order alone*: as before that; "
+              "*leaders 7-8 compiled only*: the 7th and 8th "
               "leaders' neighbours are screened only where an earlier key screened them; *whole lines compiled "
               "only*: the third ring (the rest of each line) likewise; *first look /2*: half the default's size; "
               "*rings 2*: no third ring. Command: `python benchmarks/replay_campaign.py "

@@ -180,3 +180,5 @@ def test_a_resumed_search_is_seeded_as_before_and_replays_its_first_stage_from_t
     assert "search stage 1: 16 config(s) (0 sampled again), 0 measured now" in after[0], after
     a, b = (r.result for r in second)
     assert a["chosen"] == b["chosen"] and a["cached"] == {"64": True, "128": False}, (a, b)
+    # the first look took every config from those key 64 screened (the cache hit's outcomes), alike on both ranks
+    assert all("16 of the first look's 16 screened by earlier keys" in r["search"] for r in (a, b)), (a, b)

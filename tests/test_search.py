@@ -112,6 +112,25 @@ def test_seeds_come_first_and_only_kept_ones():
     assert search.first()[:2] == [KEPT[5], KEPT[3]]
 
 
+def test_a_seeded_first_look_covers_and_draws_from_the_configs_earlier_keys_screened():
+    """A campaign's later keys (issue 41): the configs an earlier key screened are compiled already, so a seeded
+    search's first look covers every value and fills its random part from them first, and takes another config only
+    for a value none of them has (here BLOCK_M = 256). An unseeded search (a campaign's first key) is unchanged.
+    Before, the first look drew from the whole space whatever had been screened."""
+    screened = [i for i in KEPT if GEMM[i]["BLOCK_M"] != 256][::2]
+    seeds = screened[:2]
+    first = PatternSearch(GEMM, KEPT, SearchPlan(seed="s"), seeds=seeds, preferred=screened).first()
+    outside = [i for i in first if i not in screened]
+    assert first[:2] == seeds and len(first) == len(set(first)) == round(1.5 * math.sqrt(len(KEPT)))
+    assert len(outside) == 1 and GEMM[outside[0]]["BLOCK_M"] == 256, [GEMM[i] for i in outside]
+    grid = Grid(GEMM, KEPT)
+    covered = set().union(*(grid.coverage(i) for i in first))
+    assert covered == {(a, p) for a, values in enumerate(grid.axes.values()) for p in range(len(values))}
+    plain = PatternSearch(GEMM, KEPT, SearchPlan(seed="s")).first()
+    assert PatternSearch(GEMM, KEPT, SearchPlan(seed="s"), preferred=screened).first() == plain
+    assert len([i for i in plain if i not in screened]) > 1
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_the_search_finds_the_bottom_of_a_smooth_landscape_measuring_a_fraction(seed):
     time_of = bowl(seed)

@@ -95,13 +95,17 @@ class SearchRecord:
     outlasted: int = 0
     #: times a stage screened the configs it had warmed up while the rest of it compiled (measure/warm_order.py)
     paused: int = 0
+    #: configs of the first look that the group's earlier keys had screened (compiled already: seeds included)
+    first_screened_before: int = 0
 
     def text(self) -> str:
         """One line: how much of the space was screened, and the noise the screening measured."""
         total = len({i for stage in self.stages for i in stage}) - self.left_out - self.outlasted
         resumed = f" ({self.resumed} from the journal)" if self.resumed else ""
         why = ", ".join(f"{n} {reason}" for reason, n in self.again.items())
-        again = f", {self.resampled} sampled again" + (f" ({why})" if why else "") if self.resampled else ""
+        again = (f", {self.first_screened_before} of the first look's {len(self.stages[0])} screened by earlier keys"
+                 if self.first_screened_before and self.stages else "")
+        again += f", {self.resampled} sampled again" + (f" ({why})" if why else "") if self.resampled else ""
         again += f", {self.probed} screened by their probe alone" if self.probed else ""
         again += f", {self.ahead} compiled ahead ({self.ahead_screened} of them screened)" if self.ahead else ""
         again += f", {self.deferred} deferred to a later stage while they compiled" if self.deferred else ""
@@ -138,15 +142,28 @@ def nearest_decided(decisions: dict[tuple[str, Hashable], Decision], group_name:
     return [decision for _, _, decision in sorted(near, key=lambda item: (item[0], item[1]))]
 
 
-def nearby_seeds(decisions: dict[tuple[str, Hashable], Decision], group_name: str, key: Hashable,
-                 distance: Callable[[Any, Any], float | None] | None) -> list[int]:
-    """Config indices to seed a search with: the choice and runner-up of the :data:`SEED_KEYS` decided keys of
-    this group nearest ``key`` (:func:`nearest_decided`), nearest first."""
+@dataclass(frozen=True)
+class SearchStart:
+    """What a search of one key starts from, taken from the keys this group decided before it."""
+
+    #: the choice and runner-up of the :data:`SEED_KEYS` decided keys nearest the key, nearest first
+    seeds: list[int]
+    #: every config those decided keys (all that compare with the key) screened and timed, ascending: compiled in
+    #: this process or Triton's cache already, so the first look covers and draws from them before any other
+    screened: list[int]
+
+
+def search_start(decisions: dict[tuple[str, Hashable], Decision], group_name: str, key: Hashable,
+                 distance: Callable[[Any, Any], float | None] | None) -> SearchStart:
+    """The seeds and the configs screened before of a search of ``key`` (:class:`SearchStart`), from this group's
+    decided keys that compare with it (:func:`nearest_decided`)."""
+    near = nearest_decided(decisions, group_name, key, distance)
     seeds: list[int] = []
-    for decision in nearest_decided(decisions, group_name, key, distance)[:SEED_KEYS]:
+    for decision in near[:SEED_KEYS]:
         ranked = sorted((o for o in decision.outcomes if o.usable), key=lambda o: (o.time, o.index))
         seeds += [o.index for o in ranked[:SEEDS_PER_KEY]]
-    return list(dict.fromkeys(seeds))
+    screened = {o.index for decision in near for o in decision.outcomes if o.usable}
+    return SearchStart(list(dict.fromkeys(seeds)), sorted(screened))
 
 
 class KeyTuning(Protocol):
@@ -181,17 +198,21 @@ class Searched:
         #: :mod:`~triton_dist_tune.function.next_key`)
         self.after_first_stage: Callable[[], None] | None = None
 
-    def _seeds(self) -> list[int]:
-        """Rank 0's seeds, or its error (a ``distance`` that returns no number), the same on every rank (one
-        exchange)."""
+    def _start(self) -> SearchStart:
+        """Rank 0's :class:`SearchStart`, or its error (a ``distance`` that returns no number), the same on every
+        rank (one exchange); only kept configs."""
         tuning, tuner = self.tuning, self.tuning.tuner
         group = tuning.group
-        seeds = from_root(group, lambda: nearby_seeds(tuner.decisions, group.name, tuning.key, tuner.options.distance),
-                          f"{tuning.label} search seeds", timeout=tuning.timeout)
-        if not isinstance(seeds, list):
-            seeds = []
+
+        def rank0() -> list[list[int]]:
+            start = search_start(tuner.decisions, group.name, tuning.key, tuner.options.distance)
+            return [start.seeds, start.screened]
+
+        sent = from_root(group, rank0, f"{tuning.label} search seeds", timeout=tuning.timeout)
         kept = set(self.kept)
-        return [i for i in seeds if isinstance(i, int) and i in kept]
+        seeds, screened = sent if isinstance(sent, list) and len(sent) == 2 else ([], [])
+        return SearchStart(*([i for i in part if isinstance(i, int) and i in kept] if isinstance(part, list) else []
+                             for part in (seeds, screened)))
 
     def run(self, plan: SearchPlan, final: RacePlan) -> tuple[list[Outcome], Race | None]:
         """Screen the stages, race the finalists; returns every kept config's outcome (unscreened ones as
@@ -202,9 +223,11 @@ class Searched:
         descriptions = tuning.tuner.descriptions
         budget, watch = measurer.budget, measurer.watch
         with breakdown.part("model"):
-            self.record.seeds = self._seeds()
-            search = PatternSearch(tuning.tuner.space, self.kept, plan, self.record.seeds)
+            start = self._start()
+            self.record.seeds = start.seeds
+            search = PatternSearch(tuning.tuner.space, self.kept, plan, start.seeds, start.screened)
             batch = search.first()
+            self.record.first_screened_before = sum(1 for i in batch if i in search.preferred)
         history: dict[int, list[float] | None] = {}
         outcomes: dict[int, Outcome] = {}
         screen = RacePlan(max_rounds=1, min_rounds=1, seed=plan.seed, budget_s=None)

@@ -77,13 +77,15 @@ NEXT_KEY_FILL = 128
 
 def likely_for_next_key(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], seed: str, seeds: Sequence[int],
                         landscape: Mapping[int, float], compiled: Collection[int],
-                        cap: int = NEXT_KEY_CAP, fill: int = NEXT_KEY_FILL) -> list[int]:
+                        cap: int = NEXT_KEY_CAP, fill: int = NEXT_KEY_FILL,
+                        preferred: Collection[int] = ()) -> list[int]:
     """The configs a key not tuned yet will likely screen, in the order it would, leaving out ``compiled``; at most
-    ``cap``. The key's own search (its ``kept`` configs, its plan's ``seed``, its ``seeds``) is run without a device
+    ``cap``. The key's own search (its ``kept`` configs, its plan's ``seed``, its ``seeds``, the configs its first
+    look prefers: ``preferred``) is run without a device
     over a stand-in landscape: the times ``landscape`` holds (a nearby decided key's screened configs), and an
     additive model fitted to them for the others (:class:`~.surrogate.AdditiveModel`). Without a landscape: the
     search's first look (which depends on nothing measured)."""
-    search = PatternSearch(configs, kept, SearchPlan(seed=seed), seeds)
+    search = PatternSearch(configs, kept, SearchPlan(seed=seed), seeds, preferred)
     model = AdditiveModel(search.grid)
     fitted = bool(landscape) and model.fit({i: t for i, t in landscape.items() if i in search.grid.point})
     if not fitted:

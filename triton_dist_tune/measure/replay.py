@@ -5,7 +5,7 @@ configs (:mod:`~triton_dist_tune.measure.ahead`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from .probe_screen import ProbeScreen
@@ -18,7 +18,8 @@ ProbeOf = Callable[[int], "float | tuple[float, bool]"]
 
 def simulate(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], plan: SearchPlan,
              time_of: Callable[[int], float | None], seeds: Sequence[int] = (),
-             probe_of: ProbeOf | None = None) -> tuple[list[int], dict[int, float | None]]:
+             probe_of: ProbeOf | None = None,
+             preferred: Collection[int] = ()) -> tuple[list[int], dict[int, float | None]]:
     """Replay a search over a recorded or synthetic landscape; returns (the finalists, every screened config's time:
     the median of its samples, None for a failed one). ``time_of(index) -> ms or None`` is called once for every
     sample the search takes, in the order the live tuner takes them (a config sampled twice: twice), so that a
@@ -26,8 +27,9 @@ def simulate(configs: Sequence[Mapping[str, Any]], kept: Sequence[int], plan: Se
     -> ms``: each new config's warm-up probe, for a replay of the far-behind screening of one rank on a device clock
     (:mod:`~triton_dist_tune.measure.probe_screen`: the configs a probe puts far behind take no sample), or (ms,
     short): ``short`` for a fast call probed in one call (:attr:`~.probe_screen.ProbeScreen.short`); None: none, as
-    on a group of ranks. For tests and for trying strategies on data measured once on a GPU."""
-    return run_search(PatternSearch(configs, kept, plan, seeds), time_of, probe_of)
+    on a group of ranks. ``preferred``: the configs earlier keys screened (a seeded search's first look takes them
+    first). For tests and for trying strategies on data measured once on a GPU."""
+    return run_search(PatternSearch(configs, kept, plan, seeds, preferred), time_of, probe_of)
 
 
 def run_search(search: PatternSearch, time_of: Callable[[int], float | None],
