@@ -1,6 +1,7 @@
 """Where a campaign's seconds went, from its rank log: each key's ``time:`` line (compile waits, captures, warm-ups,
 screening, the race, host time, restores, the model, the rest, and the device floor) summed over the keys, the
-campaign's wall time from the example's output beside it, what the compile workers did (the kernels the
+campaign's wall time from the example's output beside it, the configs the keys' searches screened (and how many of
+their first looks earlier keys had screened), what the compile workers did (the kernels the
 needed compiles' workers and the guesses' workers compiled, and the seconds they spent; the guesses a stage needed
 while their workers compiled them, and how many of those ran again), each key's first warm-up (its first stage's,
 which waits for that stage's compiles) summed over the keys after the first, and the stages' waits that
@@ -26,6 +27,10 @@ NEEDED = re.compile(r"this tuning needed (\d+) guess\(es\) while their workers c
 NEEDED_ENDED = re.compile(r"they ended ([0-9.]+) s \(median\) after")
 CAMPAIGN = re.compile(r'"campaign_s": ([0-9.]+)')
 IDLE_WAIT = re.compile(r"warm-up: 0 config\(s\) in ([0-9.]+) s")
+#: a key's search line (not its decision line, which repeats it): configs screened, and how many of its first look
+#: earlier keys had screened
+SEARCH = re.compile(r"\] search: (\d+) of (\d+) configs screened(?:, (\d+) of the first look's (\d+) screened by "
+                    r"earlier keys)?")
 WARM_UP = re.compile(r"key=\((.*?)\)\] warm-up: \d+ config\(s\) in ([0-9.]+) s")
 #: a warm-up of nothing this long waited for compiles (a straggler's grace is 0.25 s)
 IDLE_WAIT_S = 0.2
@@ -40,6 +45,7 @@ def parts(log: Path) -> tuple[dict[str, float], str]:
     waits: list[float] = []
     firsts: dict[str, float] = {}  # each key's first warm-up (its first stage's, which waits for its compiles)
     needed = [0, 0]  # guesses needed while their workers compiled them, and those of them run again
+    screened = [0, 0, 0, 0]  # configs screened, kept, first-look configs screened before, first-look configs
     medians: list[float] = []
     with opener(log, "rt", errors="replace") as f:
         for line in f:
@@ -59,11 +65,16 @@ def parts(log: Path) -> tuple[dict[str, float], str]:
                     medians.append(float(ended.group(1)))
             elif (found := IDLE_WAIT.search(line)) is not None and float(found.group(1)) >= IDLE_WAIT_S:
                 waits.append(float(found.group(1)))
+            if (found := SEARCH.search(line)) is not None:
+                for k, value in enumerate(found.groups()):
+                    screened[k] += int(value or 0)
             if (found := WARM_UP.search(line)) is not None:
                 firsts.setdefault(found.group(1), float(found.group(2)))
     spread = f", keys' medians {min(medians):.2f}-{max(medians):.2f} s" if medians else ""
     later = list(firsts.values())[1:]
-    return summed, (f"{workers}; {len(waits)} waits that warmed up nothing ({sum(waits):.2f} s); guesses needed while "
+    first = f" (first looks: {screened[2]} of {screened[3]} screened by earlier keys)" if screened[3] else ""
+    return summed, (f"screened {screened[0]} of {screened[1]}{first}; "
+                    f"{workers}; {len(waits)} waits that warmed up nothing ({sum(waits):.2f} s); guesses needed while "
                     f"compiling: {needed[0]} ({needed[1]} run again){spread}; first warm-ups of the keys after the "
                     f"first: {sum(later):.2f} s")
 
