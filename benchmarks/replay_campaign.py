@@ -199,6 +199,11 @@ class Campaign:
     union: int = 0
 
 
+#: ``contextual_autotune``'s search plan under its defaults (``n_warmup`` 3, ``max_runs`` 1,000: the screening takes
+#: at most 60% of the runs, each config ``n_warmup`` + 1 of them; one screening sample per config; contextual/stages.py)
+CONTEXTUAL_PLAN = {"max_measured": max(16, int(0.6 * 1000) // (3 + 1)), "max_samples": 1}
+
+
 def seeds_for(shape: tuple[int, ...], decided: dict[tuple[int, ...], list[int]]) -> list[int]:
     """The seeds of ``shape``'s search as ``search_start`` gives them: the first two configs (by estimated time) of
     each of the 4 decided shapes nearest it, nearest first (``decided``: shape -> its configs, best first)."""
@@ -207,8 +212,9 @@ def seeds_for(shape: tuple[int, ...], decided: dict[tuple[int, ...], list[int]])
 
 
 def campaign(rule: Rule, problem: Problem, order: str, noise: NoiseModel, seed: int,
-             check_default: bool = False) -> Campaign:
-    """Replay one campaign of ``problem``'s shapes (``ascending`` or ``shuffled``) under ``rule``."""
+             check_default: bool = False, plan_kind: str = "autotune") -> Campaign:
+    """Replay one campaign of ``problem``'s shapes (``ascending`` or ``shuffled``) under ``rule``, each key with
+    ``autotune``'s plan or ``contextual_autotune``'s (:data:`CONTEXTUAL_PLAN`)."""
     shapes = list(problem.shapes)
     if order == "shuffled":
         random.Random(f"order/{problem.name}/{seed}").shuffle(shapes)
@@ -219,7 +225,7 @@ def campaign(rule: Rule, problem: Problem, order: str, noise: NoiseModel, seed: 
         seeds = seeds_for(shape, decided)
         kept, ratios = problem.kept[shape], problem.ratios[shape]
         rng = random.Random(f"{problem.name}/{shape}/{seed}/{noise.name}/{order}")
-        plan = SearchPlan(seed=f"k{seed}/{shape}")
+        plan = SearchPlan(seed=f"k{seed}/{shape}", **(CONTEXTUAL_PLAN if plan_kind == "contextual" else {}))
         search = rule.search(problem.configs, kept, plan, seeds, compiled)
         finalists, estimates, taken = run(search, lambda i: noise.draw(rng, ratios[i]))  # noqa: B023
         if check_default:  # the default rule replays simulate exactly
@@ -279,6 +285,8 @@ def main() -> None:
     parser.add_argument("--noise-models", default="gauss2,gauss5")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--plan", choices=("autotune", "contextual"), default="autotune",
+                        help="each key's search plan: autotune's, or contextual_autotune's under its defaults")
     parser.add_argument("--rules", default=None, help="these rules only (names, separated by ;)")
     parser.add_argument("--out", type=Path, default=None, help="also write the report (markdown) here")
     args = parser.parse_args()
@@ -286,7 +294,7 @@ def main() -> None:
     models = [NOISE_MODELS[name] for name in args.noise_models.split(",")]
     rules = [r for r in RULES if args.rules is None or r.name in args.rules.split(";") or r.name == "default"]
     orders = ("ascending", "shuffled")
-    jobs = [(rule, p, order, model, seed, rule.name == "default" and seed == 0)
+    jobs = [(rule, p, order, model, seed, rule.name == "default" and seed == 0, args.plan)
             for rule in rules for p in probs for order in orders for model in models for seed in range(args.seeds)]
     with Pool(args.jobs) as pool:
         done = pool.map(_job, jobs, chunksize=1)
@@ -308,7 +316,10 @@ def main() -> None:
 
     names = [r.name for r in rules]
     lines = [f"# Campaign replays: {len(probs)} problems ({', '.join(p.name for p in probs)}), ascending and "
-             f"shuffled, {args.seeds} seeds, noise drawn afresh for every sample", "",
+             f"shuffled, {args.seeds} seeds, noise drawn afresh for every sample, {args.plan}'s search plan"
+             + (" (one screening sample per config, at most 150 configs screened; seeded as autotune seeds: "
+                "contextual_autotune seeds with every decided key's choice and the perf model's best)"
+                if args.plan == "contextual" else ""), "",
              "Each key seeded as the live tuner does (choice and runner-up of the 4 nearest decided keys); the first "
              "key of a campaign is never changed. A miss: a key's best finalist more than 2% behind its best. "
              "Union: configs screened by any key of a campaign (= compiled). Per key: the union over the keys.", "",
