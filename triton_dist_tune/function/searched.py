@@ -210,9 +210,12 @@ class Searched:
 
         sent = from_root(group, rank0, f"{tuning.label} search seeds", timeout=tuning.timeout)
         kept = set(self.kept)
+
+        def kept_only(part: Any) -> list[int]:
+            return [i for i in part if isinstance(i, int) and i in kept] if isinstance(part, list) else []
+
         seeds, screened = sent if isinstance(sent, list) and len(sent) == 2 else ([], [])
-        return SearchStart(*([i for i in part if isinstance(i, int) and i in kept] if isinstance(part, list) else []
-                             for part in (seeds, screened)))
+        return SearchStart(kept_only(seeds), kept_only(screened))
 
     def run(self, plan: SearchPlan, final: RacePlan) -> tuple[list[Outcome], Race | None]:
         """Screen the stages, race the finalists; returns every kept config's outcome (unscreened ones as
