@@ -73,7 +73,8 @@ def parts(log: Path) -> tuple[dict[str, float], str]:
     spread = f", keys' medians {min(medians):.2f}-{max(medians):.2f} s" if medians else ""
     later = list(firsts.values())[1:]
     first = f" (first looks: {screened[2]} of {screened[3]} screened by earlier keys)" if screened[3] else ""
-    return summed, (f"screened {screened[0]} of {screened[1]}{first}; "
+    searched = f"screened {screened[0]} of {screened[1]}{first}" if screened[1] else "no key searched"
+    return summed, (f"{searched}; "
                     f"{workers}; {len(waits)} waits that warmed up nothing ({sum(waits):.2f} s); guesses needed while "
                     f"compiling: {needed[0]} ({needed[1]} run again){spread}; first warm-ups of the keys after the "
                     f"first: {sum(later):.2f} s")

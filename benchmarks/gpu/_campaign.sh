@@ -24,6 +24,20 @@ PY
   rm -rf "$home"
 }
 
+# campaigns_alone DIR COUNT PORT: campaign_alone of this tree COUNT times, each in DIR/<k>-new on GPU 0 and its CPUs,
+# while RUN_S (default 100) seconds of the caller's CALL are left (each under 110 s at most, or what is left); one
+# line per run.
+campaigns_alone() {
+  local dir=$1 count=$2 port=$3 k left
+  for k in $(seq "$count"); do
+    left=$((CALL - SECONDS))
+    if [ "$left" -lt "${RUN_S:-100}" ]; then echo "run $k skipped: $left s left"; continue; fi
+    mkdir -p "$dir/$k-new"
+    echo "run $k new $(CAMPAIGN_TIME=$((left - 5 < 110 ? left - 5 : 110)) campaign_alone "$dir/$k-new" "$PWD" 0 \
+      "${cpus[0]}" $((port + k))) after $SECONDS s"
+  done
+}
+
 # swapped_pairs DIR A B: the caller's `one PASS ARM GPU` for arms A and B side by side, A on GPU 0 and B on GPU 1,
 # then the GPUs swapped; each one's output in DIR/<arm><pass>.txt.
 swapped_pairs() {

@@ -49,14 +49,7 @@ one_cli() {
 } 2>&1 | tee "$OUT/cli36.txt"
 
 {
-  k=0
-  for _ in $(seq "${CAMPAIGNS:-2}"); do
-    k=$((k + 1)); left=$((CALL - SECONDS))
-    if [ "$left" -lt "${RUN_S:-100}" ]; then echo "run $k skipped: $left s left"; continue; fi
-    mkdir -p "$OUT/camp36/$k-new"
-    echo "run $k new $(CAMPAIGN_TIME=$((left - 5 < 110 ? left - 5 : 110)) campaign_alone "$OUT/camp36/$k-new" \
-      "$PWD" 0 "${cpus[0]}" $((29960 + k))) after $SECONDS s"
-  done
+  campaigns_alone "$OUT/camp36" "${CAMPAIGNS:-2}" 29960
   python3 benchmarks/campaign_parts.py "$OUT"/camp36/*-*
   python3 benchmarks/grace_events.py "$OUT"/camp36/*-*/campaign_rank.log.gz
   python3 benchmarks/campaign_vs_corpus.py "$OUT"/camp36/*-*/campaign.txt
