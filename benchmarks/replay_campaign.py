@@ -107,6 +107,9 @@ class Rule:
     full_leaders: int | None = None
     #: rings past this many explore only configs earlier keys screened
     full_rings: int = 3
+    #: no search: a baseline that screens at random as many configs as the default search would at the key from
+    #: the same seeds (one sample each) and races the 10 it read fastest (never chosen by the held-out selection)
+    random_baseline: bool = False
 
     def search(self, configs: Sequence[dict], kept: Sequence[int], plan: SearchPlan, seeds: Sequence[int],
                compiled: set[int]) -> PatternSearch:
@@ -172,6 +175,7 @@ RULES = [
     Rule("whole lines compiled only", full_rings=2),
     Rule("leaders 7-8 and whole lines compiled only", full_leaders=6, full_rings=2),
     Rule("first look in the shuffled order alone (before the thirty-sixth session)", prefer_compiled=False),
+    Rule("random search (as many configs as the default, its 10 best raced)", random_baseline=True),
 ]
 
 
@@ -226,8 +230,12 @@ def campaign(rule: Rule, problem: Problem, order: str, noise: NoiseModel, seed: 
         kept, ratios = problem.kept[shape], problem.ratios[shape]
         rng = random.Random(f"{problem.name}/{shape}/{seed}/{noise.name}/{order}")
         plan = SearchPlan(seed=f"k{seed}/{shape}", **(CONTEXTUAL_PLAN if plan_kind == "contextual" else {}))
-        search = rule.search(problem.configs, kept, plan, seeds, compiled)
+        search = (RULES[0] if rule.random_baseline else rule).search(problem.configs, kept, plan, seeds, compiled)
         finalists, estimates, taken = run(search, lambda i: noise.draw(rng, ratios[i]))  # noqa: B023
+        if rule.random_baseline:
+            drawn = random.Random(f"random/{problem.name}/{shape}/{seed}/{order}").sample(list(kept), len(estimates))
+            estimates = {i: noise.draw(rng, ratios[i]) for i in drawn}
+            finalists, taken = sorted(drawn, key=lambda i: (estimates[i], i))[:plan.finalists], len(drawn)
         if check_default:  # the default rule replays simulate exactly
             rng = random.Random(f"{problem.name}/{shape}/{seed}/{noise.name}/{order}")
             again = simulate(problem.configs, kept, plan, lambda i: noise.draw(rng, ratios[i]), seeds,  # noqa: B023
@@ -235,7 +243,7 @@ def campaign(rule: Rule, problem: Problem, order: str, noise: NoiseModel, seed: 
             assert again == (finalists, estimates), shape
         screened = set(estimates)
         result.keys.append(KeyResult(shape, min(ratios[i] for i in finalists), len(screened), taken,
-                                     len(screened - compiled), bool(search.seeds)))
+                                     len(screened - compiled), bool(seeds)))
         compiled |= screened
         decided[shape] = sorted((t, i) for i, t in estimates.items() if t is not None)
         decided[shape] = [i for _, i in decided[shape]]
@@ -330,7 +338,8 @@ def main() -> None:
              "| --- | --- | --- | --- | --- | --- |"]
     for family in families:
         others = [f for f in families if f != family]
-        chosen = min(names, key=lambda n: (*key(n, others), names.index(n)))
+        candidates = [r.name for r in rules if not r.random_baseline]
+        chosen = min(candidates, key=lambda n: (*key(n, others), names.index(n)))
         for m in models:
             d, c = total("default", m.name, [family]), total(chosen, m.name, [family])
             lines.append(f"| {family} | {chosen} | {m.name} | {d.text()} | {c.text()} | "

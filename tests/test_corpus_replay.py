@@ -215,3 +215,39 @@ def test_judge_regimes_times_the_configs_named_and_refuses_a_config_the_shape_do
                            ",".join(names), "--preludes", "flush,heavvy5", "--out", str(tmp_path / "no.json"),
                            "--cpu-smoke"], capture_output=True, text=True, timeout=240, env=env)
     assert typo.returncode == 2 and "heavvy5" in typo.stderr and not (tmp_path / "no.json").exists()
+
+
+def test_campaign_replay_rules_change_the_neighbourhoods_they_name_and_the_random_baseline_screens_as_many():
+    """``replay_campaign.py``'s rules (the thirty-sixth session: its override was still named ``_neighbours`` after
+    the search's method became ``neighbours``, so "rings 2" and the "compiled only" rules replayed the default).
+    A leader's third ring (the rest of its lines) is left out under "rings 2", and the 7th leader's uncompiled
+    neighbours under "leaders 7-8 compiled only"; the random baseline screens as many configs per key as the
+    default search would from the same seeds, one sample each."""
+    import replay_campaign as rc
+
+    space = [{"BLOCK_M": m, "BLOCK_N": n, "w": w} for m in (16, 32, 64, 128, 256) for n in (16, 32, 64, 128, 256)
+             for w in (1, 2, 4, 8)]
+    kept = list(range(len(space)))
+    plan = rc.SearchPlan(seed="s")
+    rules = {r.name: r for r in rc.RULES}
+    leaders = [kept[50 + 7 * k] for k in range(8)]
+    default = rules["default"].search(space, kept, plan, [leaders[0]], set()).neighbours(leaders, {})
+    rings2 = rules["rings 2 (no whole lines)"].search(space, kept, plan, [leaders[0]], set()).neighbours(leaders, {})
+    third = {i for leader in leaders for i in rc.PatternSearch(space, kept, plan).grid.rings(leader)[2]}
+    assert third & set(default) and not third & set(rings2) - {i for leader in leaders for ring in
+                                                              rc.PatternSearch(space, kept, plan).grid.rings(leader)[:2]
+                                                              for i in ring}
+    only = rules["leaders 7-8 compiled only"].search(space, kept, plan, [leaders[0]], set()).neighbours(leaders, {})
+    seventh = set(rc.PatternSearch(space, kept, plan).grid.rings(leaders[6])[0])
+    earlier = {i for leader in leaders[:6] for ring in rc.PatternSearch(space, kept, plan).grid.rings(leader)
+               for i in ring}
+    assert seventh - earlier and not (seventh - earlier) & set(only)
+    baseline = next(r for r in rc.RULES if r.random_baseline)
+    problem = rc.Problem("fam", "p", space, [(1,), (2,)], {(1,): kept, (2,): kept},
+                         {(1,): {i: 1.0 + i / 100 for i in kept}, (2,): {i: 1.0 + (99 - i) / 100 for i in kept}})
+    noise = rc.NOISE_MODELS["gauss2"]
+    searched = rc.campaign(rules["default"], problem, "ascending", noise, 0)
+    drawn = rc.campaign(baseline, problem, "ascending", noise, 0)
+    # the first key has no seeds in either: the same count; later keys, the count of the default search started
+    # from the baseline's own seeds; one sample per config drawn
+    assert drawn.keys[0].screened == searched.keys[0].screened and all(k.samples == k.screened for k in drawn.keys)
