@@ -51,10 +51,10 @@ mpiexec -n 2 --oversubscribe "$PY" -m pytest --with-mpi -q -p no:cacheprovider t
 mpi_pid=$!
 
 # four workers (pytest-xdist) on two cores: most tests spend much of their time waiting (on their ranks, on a
-# watchdog's deadline), so more workers than cores keep the cores busy (measured on this project's 2-core machine,
-# fresh clones: 2 workers left them 40% idle; 3 workers 9 min 41 s to 10 min 8 s in all; 4 workers 8 min 43 s with
-# 8% of the CPU idle); TDT_TEST_WORKERS sets another count. Work stealing: a worker that runs out takes tests queued
-# for another, so none idles at the end
+# watchdog's deadline), so more workers than cores keep the cores busy (measured on this project's 2-core machine:
+# 2 workers left them 40% idle; fresh clones took 9 min 41 s to 10 min 8 s in all with 3 workers, 8 min 46 s with
+# 4, 7% of the CPU idle); TDT_TEST_WORKERS sets another count. Work stealing: a worker that runs out takes tests
+# queued for another, so none idles at the end
 workers=${TDT_TEST_WORKERS:-4}
 echo "== pytest (triton $("$PY" -c 'import triton; print(triton.__version__)'), $workers workers)"
 main=0
