@@ -79,3 +79,22 @@ def test_the_acceptance_counts_only_the_gpus_cuda_visible_devices_leaves(tmp_pat
     assert module.visible_gpus() == ["NVIDIA H200, 143771 MiB, 580.159.04"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert module.visible_gpus() == []
+
+
+def test_a_step_that_says_skipped_is_marked_skipped_in_the_table_not_ok(tmp_path):
+    """The fla example exits 0 with ``skipped: needs fla-core and a GPU`` where fla-core is missing (every GPU host
+    so far): the table said OK there, as if the example had run. Now it says ``skipped``; a failing step and one not
+    run read as before."""
+    module = acceptance()
+    rows = [module.Row("fla", "bash launch.sh examples/fla_contextual.py", 0, 3.6, figure="skipped: needs fla-core "
+                       "and a GPU"),
+            module.Row("fla_one_process", "python3 examples/fla_contextual.py", 0, 9.0,
+                       figure="fla chunk_gla rank 0: first call (tuning) 20.1 s"),
+            module.Row("quickstart", "bash launch.sh examples/quickstart.py", 1, 2.0, problems=["exit status 1"]),
+            module.Row("ag_gemm", "needs 2 GPUs; this machine has 1", None, 0.0)]
+    assert [r.verdict for r in rows] == ["skipped", "OK", "FAIL: exit status 1", "not run"]
+    assert [r.ok for r in rows] == [True, True, False, True] and [r.skipped for r in rows] == [True] + [False] * 3
+    ctx = module.Context(out=tmp_path, work=tmp_path, cpu=True, gpus=0, batches=[], as_written=False)
+    module.write_table(ctx, rows, "test", [])
+    table = (tmp_path / "acceptance.md").read_text()
+    assert "| skipped: needs fla-core and a GPU | skipped |" in table and table.count("| OK |") == 1, table
