@@ -72,6 +72,7 @@ class Row:
 
     @property
     def verdict(self) -> str:
+        """The table's verdict: ``not run``, ``FAIL: <problems>``, ``skipped`` or ``OK``."""
         if self.status is None:
             return "not run"
         if not self.ok:
