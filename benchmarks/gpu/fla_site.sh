@@ -11,4 +11,4 @@ python3 -m pip download -q --no-deps -d "$wheels" fla-core einops
 rm -rf "$dir"; mkdir -p "$dir"
 for wheel in "$wheels"/*.whl; do python3 -m zipfile -e "$wheel" "$dir"; done
 rm -rf "$wheels"
-PYTHONPATH=$dir python3 -c 'import einops, fla; print("fla-core", fla.__version__, "and einops in '"$dir"'")' 2>/dev/null
+PYTHONPATH=$dir python3 -c 'import einops, fla; print("fla-core", fla.__version__, "and einops unpacked")' 2>/dev/null
