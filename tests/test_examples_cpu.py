@@ -284,6 +284,28 @@ def test_fla_example_says_it_is_skipped_without_fla_core_or_a_gpu() -> None:
     assert proc.stdout == "skipped: needs fla-core and a GPU\n", proc.stdout + proc.stderr[-3000:]
 
 
+def test_the_fla_benchmark_refuses_a_bad_order_and_says_skipped_without_fla_core_or_a_gpu(tmp_path, monkeypatch,
+                                                                                         capsys) -> None:
+    """benchmarks/bench_fla.py (stock autotune against contextual_autotune around fla's chunk_gla) runs on a GPU
+    only; here its plumbing: the example's helpers it imports, its --order check, the example's skip line."""
+    import importlib.util
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the benchmark would run")
+    spec = importlib.util.spec_from_file_location("bench_fla", HERE.parent / "benchmarks" / "bench_fla.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))  # the benchmark sets one where none is set
+    out = tmp_path / "fla.json"
+    monkeypatch.setattr(sys, "argv", ["bench_fla.py", "--order", "stock,stock", "--out", str(out)])
+    with pytest.raises(SystemExit) as refused:
+        bench.main()
+    assert refused.value.code == 2 and "--order must name stock and contextual" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", ["bench_fla.py", "--order", "contextual,stock", "--out", str(out)])
+    assert bench.main() == 0 and capsys.readouterr().out == "skipped: needs fla-core and a GPU\n"
+    assert not out.exists()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Script entry: ``--case gemm_rs``."""
     parser = argparse.ArgumentParser(description="GEMM-RS check on real ranks")
