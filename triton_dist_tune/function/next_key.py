@@ -50,7 +50,7 @@ from ..measure.precompile import compiles_here, precompile
 from ..measure.search import search_applies
 from ..records import Decision
 from ..space import describe_key, plan_seed
-from .searched import KeyTuning, nearest_decided, search_start
+from .searched import KeyTuning, nearest_decided, start_from
 
 
 @dataclass
@@ -154,6 +154,6 @@ def _guess(tuning: KeyTuning, upcoming: NextKey) -> list[int]:
         return [i for i in upcoming.kept if i not in compiled][:ahead.NEXT_KEY_CAP]
     near = nearest_decided(tuner.decisions, group.name, upcoming.key, tuner.options.distance)
     seed = plan_seed(describe_key(upcoming.key), tuner.space_text)
-    start = search_start(tuner.decisions, group.name, upcoming.key, tuner.options.distance)
+    start = start_from(near)
     return ahead.likely_for_next_key(tuner.space, upcoming.kept, seed, start.seeds,
                                      landscape_of(near[0]) if near else {}, compiled, preferred=start.screened)

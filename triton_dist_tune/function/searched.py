@@ -157,7 +157,11 @@ def search_start(decisions: dict[tuple[str, Hashable], Decision], group_name: st
                  distance: Callable[[Any, Any], float | None] | None) -> SearchStart:
     """The seeds and the configs screened before of a search of ``key`` (:class:`SearchStart`), from this group's
     decided keys that compare with it (:func:`nearest_decided`)."""
-    near = nearest_decided(decisions, group_name, key, distance)
+    return start_from(nearest_decided(decisions, group_name, key, distance))
+
+
+def start_from(near: list[Decision]) -> SearchStart:
+    """:func:`search_start` from the decided keys :func:`nearest_decided` gave, nearest first."""
     seeds: list[int] = []
     for decision in near[:SEED_KEYS]:
         ranked = sorted((o for o in decision.outcomes if o.usable), key=lambda o: (o.time, o.index))
