@@ -62,13 +62,23 @@ def one_cause(errors: list[str]) -> str | None:
     return None
 
 
+def _text_of(exc: BaseException) -> str:
+    """``str(exc)``, or what says it failed: an exception whose ``__str__`` raises must not break the tuner's own
+    handling of it (one rank would leave the protocol while the others wait to hear which config failed)."""
+    try:
+        return str(exc)
+    except Exception as inner:
+        return f"<str() of the {type(exc).__name__} raised {type(inner).__name__}>"
+
+
 def describe_error(exc: BaseException) -> str:
     """A one-line description of an exception, for logs, journals and error messages."""
+    whole = _text_of(exc)
     if isinstance(exc, (WrongResult, CompileFailed)):
-        return str(exc)[:500]
-    text = str(exc).strip().splitlines()
+        return whole[:500]
+    text = whole.strip().splitlines()
     hint = ""
-    if "active drivers" in str(exc):  # Triton's "0 active drivers ([]). There should only be one."
+    if "active drivers" in whole:  # Triton's "0 active drivers ([]). There should only be one."
         hint = (" (Triton found no GPU driver: on a machine without a GPU, set TRITON_INTERPRET=1 to run Triton "
                 "kernels in its interpreter, or start the job with launch.sh, which does)")
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500] + hint

@@ -1,0 +1,44 @@
+"""Review A's rank cases, run by tests/test_review_a.py: edge cases of ``autotune``'s input.
+
+Usage: python review_a_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Each rank prints
+``RESULT {json}`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from _cases import case, emit, main, outcome  # noqa: E402
+
+import triton_dist_tune as tdt  # noqa: E402
+
+
+class StrFails(Exception):
+    """An exception whose text cannot be made: ``str()`` raises."""
+
+    def __str__(self) -> str:
+        raise ValueError("no text")
+
+
+@case
+def error_without_text():
+    """Config 0 raises, on rank 1 only, an exception whose ``str()`` raises; the function talks to no rank. Config
+    0 must be left out on every rank (config 1 chosen everywhere), as for any other exception."""
+    tdt.init_distributed()
+    rank = dist.get_rank()
+
+    @tdt.autotune([{"variant": 0}, {"variant": 1}], key_fn=lambda x: x.numel(), n_repeat=2)
+    def no_text(x, *, variant):
+        if rank == 1 and variant == 0:
+            raise StrFails()
+        return x * (variant + 1)
+
+    emit(**outcome(lambda: no_text(torch.ones(4)).tolist()), decided=no_text.tuner.decided.get(4, {}).get("variant"))
+
+
+if __name__ == "__main__":
+    main()
