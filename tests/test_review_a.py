@@ -32,3 +32,15 @@ def test_a_config_raising_an_exception_without_text_on_one_rank_is_left_out_on_e
     for r in results:
         assert r.result["ok"] == [2.0, 2.0, 2.0, 2.0], describe(results)
         assert r.result["decided"] == 1, describe(results)
+
+
+@pytest.mark.timeout(300)
+def test_a_key_a_rank_tuned_alone_before_init_is_tuned_by_the_group_after_it(tmp_path):
+    """Called before ``init_distributed`` in a 2-rank job, each rank tuned alone (with a warning) and chose
+    differently; the choice went into the default group's table, so after ``init_distributed`` the same key kept
+    running rank 0's choice on rank 0 and rank 1's on rank 1, for the life of the process. Now the group tunes it."""
+    results = run_ranks(SCENARIO, 2, ["alone_before_init"], env=tuner_env(tmp_path, timeout=60), timeout=240)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert results[0].result["before"] != results[1].result["before"], describe(results)  # alone: they differ
+    assert results[0].result["after"] == results[1].result["after"], describe(results)
+    assert results[0].result["decided"] == results[1].result["decided"] is not None, describe(results)

@@ -7,6 +7,7 @@ Usage: python review_a_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PO
 from __future__ import annotations
 
 import os
+import time
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -38,6 +39,25 @@ def error_without_text():
         return x * (variant + 1)
 
     emit(**outcome(lambda: no_text(torch.ones(4)).tolist()), decided=no_text.tuner.decided.get(4, {}).get("variant"))
+
+
+@case
+def alone_before_init():
+    """Tune a key before ``init_distributed`` (each rank alone: rank 0 finds variant 0 slow, rank 1 variant 1, so
+    they choose differently), then call again with the same key once the default group exists: the group must tune
+    it and every rank run the same choice."""
+    rank = int(os.environ["RANK"])
+
+    @tdt.autotune([{"variant": 0}, {"variant": 1}], key_fn=lambda x: x.numel(), n_repeat=3)
+    def alone(x, *, variant):
+        if variant == rank:
+            time.sleep(0.02)
+        return x * (variant + 1)
+
+    before = alone(torch.ones(4)).tolist()
+    tdt.init_distributed()
+    after = alone(torch.ones(4)).tolist()
+    emit(before=before, after=after, decided=alone.tuner.decided.get(4, {}).get("variant"))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,11 @@ class Tuner(TunedFunction):
         except Exception as exc:
             key, key_error = None, self._call_problem(args) or f"key_fn failed: {describe_error(exc)}"
         table, slot = (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
+        if pg is None and group.size == 1 and (settings.current().world_size or 1) > 1:
+            # a rank of a multi-rank job before torch.distributed is initialized tunes alone: its choice is kept
+            # apart from the default group's (which the hot path reads), so that once the group exists the key is
+            # tuned by the group, not served this rank's own, possibly different, choice
+            table, slot = self.decided_in, (group.identity, key)
         if layout is not None:
             table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
         config = table.get(slot) if key_error is None else None
