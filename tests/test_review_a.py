@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
-from harness import describe, run_ranks, tuner_env
+import torch
+from harness import describe, parse_results, run_process, run_ranks, tuner_env
 
 from triton_dist_tune.errors import describe_error
+from triton_dist_tune.space import describe as describe_value
+from triton_dist_tune.space import validate_space
 
 SCENARIO = Path(__file__).resolve().parent / "scenarios" / "review_a_cases.py"
 
@@ -44,3 +48,33 @@ def test_a_key_a_rank_tuned_alone_before_init_is_tuned_by_the_group_after_it(tmp
     assert results[0].result["before"] != results[1].result["before"], describe(results)  # alone: they differ
     assert results[0].result["after"] == results[1].result["after"], describe(results)
     assert results[0].result["decided"] == results[1].result["decided"] is not None, describe(results)
+
+
+def _times(k):
+    def op(x):
+        return x * k
+
+    return op
+
+
+def test_lambdas_closures_and_partials_in_a_config_are_described_by_what_they_are():
+    """Two lambdas, or two closures of one factory, were described by their shared name alone; a
+    ``functools.partial`` by its repr, which holds an address (refused: 'differs between processes')."""
+    texts = [describe_value(f) for f in (_times(2), _times(4), lambda x: x + 1, lambda x: x * 2)]
+    assert len(set(texts)) == 4, texts
+    assert describe_value(_times(2)) == texts[0]  # the same function made again: the same text
+    space = validate_space([{"op": functools.partial(_times, 2)}, {"op": functools.partial(torch.mul, other=2)}])
+    assert describe_value(space[0]) == f"{{op: partial(<{__name__}._times>, 2)}}"
+
+
+@pytest.mark.timeout(120)
+def test_a_reordered_space_of_closures_is_not_served_the_other_config_from_the_disk_cache(tmp_path):
+    """A space of closures of one factory (sleeping 1 and 30 ms) chose the 1 ms one; the next job, with the space
+    reordered (30, 1 ms), read the disk cache's entry for the same description and ran the 30 ms config."""
+    env = tuner_env(tmp_path, timeout=60)
+    first = run_process(SCENARIO, ["closures_in_order"], {**env, "SLEEPS": "1,30"}, timeout=100)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert parse_results(first.stdout)[-1]["ms"] == 1, first.stdout
+    second = run_process(SCENARIO, ["closures_in_order"], {**env, "SLEEPS": "30,1"}, timeout=100)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert parse_results(second.stdout)[-1]["ms"] == 1, second.stdout

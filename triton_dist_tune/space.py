@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import re
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,9 +37,58 @@ def describe(value: Any) -> str:
         return f"[{inner}]" if isinstance(value, list) else f"({inner})"
     if isinstance(value, (set, frozenset)):
         return "{" + ", ".join(sorted(describe(v) for v in value)) + "}"
+    if isinstance(value, functools.partial):
+        args = "".join(f", {describe(a)}" for a in value.args)
+        keywords = "".join(f", {k}={describe(v)}" for k, v in sorted(value.keywords.items()))
+        return f"partial({describe(value.func)}{args}{keywords})"
     if callable(value):
-        return f"<{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}>"
+        name = f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"
+        if isinstance(value, types.FunctionType) and ("<lambda>" in name or "<locals>" in name):
+            return f"<{name} #{_function_print(value)}>"  # its name alone is shared: tell it apart by what it is
+        return f"<{name}>"
     return repr(value)
+
+
+def _function_print(fn: types.FunctionType) -> str:
+    """A short digest of what a lambda or nested function computes: its code, and the plain values it closes over
+    and its defaults, equal in every process for the same function. Two lambdas, or two closures of one factory
+    (``make(2)``, ``make(4)``), share a name; described by it alone, they were one config to the disk cache (a
+    reordered space was served the other one) and to the ranks' agreement on the space."""
+    cells = tuple(_plain(c.cell_contents) for c in fn.__closure__ or () if _filled(c))
+    return fingerprint(f"{_code_text(fn.__code__)}|{cells}|{_plain(fn.__defaults__)}|"
+                       f"{_plain(fn.__kwdefaults__)}")[:8]
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        return cell.cell_contents is not _EMPTY
+    except ValueError:  # an empty cell (a name the function binds later)
+        return False
+
+
+_EMPTY = object()
+
+
+def _code_text(code: types.CodeType) -> str:
+    consts = ", ".join(_code_text(c) if isinstance(c, types.CodeType) else _plain(c) for c in code.co_consts)
+    return f"{code.co_code.hex()}[{consts}]{code.co_names}"
+
+
+def _plain(value: Any, depth: int = 0) -> str:
+    """The text of a plain value (numbers, strings, None, their tuples, lists, dicts, sets), else its type's name:
+    what a closure holds may be anything (a tensor, the module, an object with an address in its repr)."""
+    if isinstance(value, (str, bytes, int, float, complex, bool, type(None))):
+        return repr(value)
+    if depth < 4 and isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_plain(v, depth + 1) for v in value) + ")"
+    if depth < 4 and isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(_plain(v, depth + 1) for v in value)) + "}"
+    if depth < 4 and isinstance(value, Mapping):
+        items = sorted(f"{_plain(k, depth + 1)}: {_plain(v, depth + 1)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, types.FunctionType) and depth < 4:
+        return f"{value.__module__}.{value.__qualname__}:{_code_text(value.__code__)}"
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
 
 
 def describe_key(key: Any, where: str = "key") -> str:

@@ -60,5 +60,29 @@ def alone_before_init():
     emit(before=before, after=after, decided=alone.tuner.decided.get(4, {}).get("variant"))
 
 
+def _sleeper(ms: int):
+    def op(x):
+        time.sleep(ms / 1e3)
+        return x
+
+    return op
+
+
+@case
+def closures_in_order():
+    """One process alone: a space of closures of one factory, sleeping the ms given by ``SLEEPS`` (e.g. ``1,30``).
+    Prints the index of the chosen config and the ms it sleeps."""
+    sleeps = [int(v) for v in os.environ["SLEEPS"].split(",")]
+    space = [{"op": _sleeper(ms)} for ms in sleeps]
+
+    @tdt.autotune(space, key_fn=lambda x: x.numel(), n_repeat=3)
+    def closures(x, *, op):
+        return op(x)
+
+    closures(torch.ones(4))
+    chosen = next(i for i, c in enumerate(space) if c["op"] is closures.tuner.decided[4]["op"])
+    emit(index=chosen, ms=sleeps[chosen], descriptions=closures.tuner.descriptions)
+
+
 if __name__ == "__main__":
     main()
