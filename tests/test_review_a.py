@@ -78,3 +78,23 @@ def test_a_reordered_space_of_closures_is_not_served_the_other_config_from_the_d
     second = run_process(SCENARIO, ["closures_in_order"], {**env, "SLEEPS": "30,1"}, timeout=100)
     assert second.returncode == 0, second.stderr[-3000:]
     assert parse_results(second.stdout)[-1]["ms"] == 1, second.stdout
+
+
+def test_a_prune_fn_returning_a_list_of_configs_is_refused_not_taken_as_keep_all(tmp_path, monkeypatch):
+    """A ``prune_fn`` written as Triton's ``early_config_prune`` (returning the configs to keep) returned a list,
+    which ``bool()`` took as "keep" for every config, whatever the list held: nothing was pruned, silently."""
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    ran: list[int] = []
+
+    @tdt.autotune([{"a": 1}, {"a": 2}], key_fn=lambda n: n, prune_fn=lambda config, n: [{"a": 2}], n_repeat=1)
+    def listed(n, *, a):
+        ran.append(a)
+        return n * a
+
+    with pytest.raises(tdt.BadInputError, match="prune_fn must return True or False.*not a list"):
+        listed(4)
+    with pytest.raises(tdt.BadInputError, match="prune_fn must return True or False"):
+        listed(4, autotune=False)
+    assert ran == []

@@ -218,6 +218,22 @@ def check_no_clash(config: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None
         )
 
 
+def keeps(prune_fn: Callable[..., Any] | None, config: Mapping[str, Any], args: tuple,
+          kwargs: Mapping[str, Any]) -> bool:
+    """Whether ``prune_fn`` keeps ``config`` for a call with ``args`` and ``kwargs`` (no ``prune_fn``: kept). A
+    result that is a collection or a string is a :class:`BadInputError`: ``prune_fn`` says yes or no for one
+    config; a list (of configs, as Triton's ``early_config_prune`` returns) would be true whatever it holds and keep
+    every config, and ``"False"`` is true too."""
+    if prune_fn is None:
+        return True
+    result = prune_fn(config, *args, **kwargs)
+    if isinstance(result, (str, bytes, Sequence, Mapping, set, frozenset)):
+        raise BadInputError(f"prune_fn must return True or False for the one config it is given "
+                            f"(prune_fn(config, *args, **kwargs)), not a {type(result).__name__}: it is called once "
+                            "per config, unlike Triton's early_config_prune, which returns the configs to keep")
+    return bool(result)
+
+
 def plan_seed(key_text: str, space_text: str) -> str:
     """The seed of the search plan (and the race's) of the key described ``key_text`` over the space described
     ``space_text``: the same on every rank, and for every attempt."""

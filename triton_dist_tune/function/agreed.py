@@ -16,7 +16,7 @@ from ..measure.clocks import make_clock
 from ..measure.reference import Reference
 from ..measure.timing import timing_mode
 from ..measure.trial import Trial
-from ..space import check_call
+from ..space import check_call, keeps
 from .rounds import user_code
 from .tuned import TunedFunction
 
@@ -73,8 +73,7 @@ def agreed_prune(tuner: TunedFunction, group: Group, label: str, args: tuple, kw
     mine: list[bool] | str
     try:
         with user_code("prune_fn"):  # no deadline of its own: a campaign unit stuck there stops beating
-            mine = [True if tuner.prune_fn is None else bool(tuner.prune_fn(c, *args, **kwargs))
-                    for c in tuner.space]
+            mine = [keeps(tuner.prune_fn, c, args, kwargs) for c in tuner.space]
     except Exception as exc:
         mine = f"prune_fn raised {describe_error(exc)}"
     everyone = group.allgather(mine, f"{label} prune", timeout=timeout)

@@ -42,7 +42,7 @@ from ..group.agreement import agree
 from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
-from ..space import describe_key, index_of
+from ..space import describe_key, index_of, keeps
 from .next_key import NextKey, compiles_ahead, screened_by
 from .rounds import RoundWatch, user_code
 from .summary import KeyResult, Summary, progress_line
@@ -138,7 +138,7 @@ def _keeps(tuner: TunedFunction, call: Call) -> list[bool] | None:
     if tuner.prune_fn is None:
         return None
     try:
-        return [bool(tuner.prune_fn(config, *call.args, **call.kwargs)) for config in tuner.space]
+        return [keeps(tuner.prune_fn, config, call.args, call.kwargs) for config in tuner.space]
     except Exception:
         return [False] * len(tuner.space)
 

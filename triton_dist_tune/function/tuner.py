@@ -12,7 +12,7 @@ from .. import settings
 from ..errors import BadInputError, describe_error
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
-from ..space import CALL_KEYWORDS, check_call, check_no_clash
+from ..space import CALL_KEYWORDS, check_call, check_no_clash, keeps
 from .options import TuneOptions
 from .tuned import TunedFunction
 from .tuning import Tuning
@@ -95,7 +95,7 @@ class Tuner(TunedFunction):
         tuned_kwargs = self._tuned_kwargs(kwargs, overwrite)
 
         def keeps(config: dict[str, Any]) -> bool:
-            return self.prune_fn is None or bool(self.prune_fn(config, *args, **tuned_kwargs))
+            return keeps(self.prune_fn, config, args, tuned_kwargs)
 
         local = self.options.sharded or self.rank_local
         timeout = self.options.timeout if self.options.timeout is not None else settings.current().timeout
@@ -127,7 +127,7 @@ class Tuner(TunedFunction):
     def _first_config(self, args: tuple, kwargs: dict[str, Any], overwrite: bool = False) -> dict[str, Any]:
         kwargs = self._tuned_kwargs(kwargs, overwrite)
         for config in self.space:
-            if self.prune_fn is None or self.prune_fn(config, *args, **kwargs):
+            if keeps(self.prune_fn, config, args, kwargs):
                 if not overwrite:
                     check_no_clash(config, kwargs)
                 return config
