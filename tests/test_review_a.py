@@ -98,3 +98,12 @@ def test_a_prune_fn_returning_a_list_of_configs_is_refused_not_taken_as_keep_all
     with pytest.raises(tdt.BadInputError, match="prune_fn must return True or False"):
         listed(4, autotune=False)
     assert ran == []
+
+
+@pytest.mark.parametrize("option", ["reset_to_zero", "restore_value"])
+def test_a_names_option_that_is_not_a_list_is_a_bad_input_error_naming_it(option):
+    """``reset_to_zero=5`` was a bare ``TypeError: 'int' object is not iterable``, not naming the option."""
+    import triton_dist_tune as tdt
+
+    with pytest.raises(tdt.BadInputError, match=f"{option} must be a list of argument names, got 5"):
+        tdt.autotune([{"a": 1}], key_fn=lambda x: 1, **{option: 5})(lambda x, *, a: x)

@@ -40,7 +40,11 @@ def check_names(fn: Callable[..., Any], names: Iterable[str], option: str) -> tu
     if isinstance(names, (str, bytes)):
         raise BadInputError(f"{option} must be a list of argument names, not the string {names!r} "
                             f"(write {option}=[{names!r}])")
-    names = tuple(names)
+    try:
+        names = tuple(names)
+    except TypeError:
+        raise BadInputError(f"{option} must be a list of argument names, got {names!r} "
+                            f"({type(names).__name__})") from None
     if not all(isinstance(n, str) for n in names):
         raise BadInputError(f"{option} must be a list of argument names, got {list(names)!r}")
     params = inspect.signature(fn).parameters
