@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +87,21 @@ def _finite(value: Any) -> float | None:
     return float(value) if type(value) in (int, float) and math.isfinite(value) else None
 
 
+def _text(value: Any) -> str | None:
+    """A field shown as text (kernel, group, timing mode): None stays None, anything else is made text (a file
+    written by hand or by another version may hold a number or a list there)."""
+    return None if value is None else value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _a_date(seconds: float) -> bool:
+    """Whether unix time ``seconds`` is one this platform's clock can show (``time.localtime`` takes it)."""
+    try:
+        time.localtime(seconds)
+    except (OverflowError, OSError, ValueError):
+        return False
+    return True
+
+
 def _outcome_of_format1(row: Any) -> Outcome | None:
     """A format-1 measurement row (or a contextual table row) as an :class:`Outcome`."""
     if not isinstance(row, dict) or type(row.get("index")) is not int or not isinstance(row.get("config"), str):
@@ -148,6 +165,8 @@ def parse_entry(path: Path, data: Any) -> Entry:
     if fmt == 1 or "margin" not in data:  # not recorded (format 1, contextual entries): from the measurements
         margin, runner_up = _margin(outcomes, index)
     created = _finite(data.get("created"))
+    if created is not None and not _a_date(created):  # a time no clock shows (1e300): as if not recorded
+        created = None
     if created is None:
         try:
             created = path.stat().st_mtime
@@ -157,11 +176,12 @@ def parse_entry(path: Path, data: Any) -> Entry:
     return Entry(path=path, format=fmt, function=str(data.get("function") or path.parent.name),
                  key=str(data.get("key", "?")), index=index, config=config, time_ms=_finite(data.get("time_ms")),
                  margin=margin, runner_up=runner_up if type(runner_up) is int else None,
-                 near_tie=recorded_near_tie(data), timing=data.get("timing"),
-                 group_size=size if type(size) is int else None, group=data.get("group"), created=created,
+                 near_tie=recorded_near_tie(data), timing=_text(data.get("timing")),
+                 group_size=size if type(size) is int else None, group=_text(data.get("group")), created=created,
                  versions={str(k): str(v) for k, v in data["versions"].items()}, gpu=str(data.get("gpu", "?")),
                  gpu_count=data.get("gpu_count") if type(data.get("gpu_count")) is int else None,
-                 kernel=data.get("kernel"), rounds=data.get("rounds") if type(data.get("rounds")) is int else None,
+                 kernel=_text(data.get("kernel")),
+                 rounds=data.get("rounds") if type(data.get("rounds")) is int else None,
                  tuning_seconds=_finite(data.get("tuning_seconds")),
                  breakdown=TimeBreakdown.from_json(data.get("breakdown")), provisional=data.get("provisional") is True,
                  measurements=outcomes, raw=data)

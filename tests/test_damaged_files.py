@@ -1,0 +1,47 @@
+"""Cache files, journals and logs damaged, edited by hand or written elsewhere, and a disk that fills up: the command
+line names or skips what it cannot use (never a traceback, never gigabytes of memory, never a file through a link
+out of the cache folder), and a full disk is said once, not once per record. In this process, no ranks."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+
+def cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """The command line in this process: (exit status, stdout, stderr)."""
+    from triton_dist_tune.cli.commands import main
+
+    capsys.readouterr()
+    status = main(args)
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def write_entry(cache: Path, **fields) -> Path:
+    """A format-2 decision of function ``f``, with ``fields`` set over the usual ones."""
+    from triton_dist_tune.disk.cache import versions
+    from triton_dist_tune.records import Outcome
+
+    outcome = Outcome(0, "{BLOCK: 64}", "measured", time=1.0, spread=0.01, per_rank=[1.0, 1.0], samples=1,
+                      order=[0], round_times=[1.0])
+    data = {"format": 2, "function": "f", "key": "(8,)", "index": 0, "config": "{BLOCK: 64}", "time_ms": 1.0,
+            "group_size": 2, "gpu": "cpu", "gpu_count": 0, "versions": versions(), "created": time.time(),
+            "measurements": [outcome.to_json()], **fields}
+    path = cache / "f" / "0123456789abcdef0123.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("fields", [{"kernel": 5}, {"kernel": ["a", "b"]}, {"created": 1e300},
+                                    {"created": -1e300}, {"group": {"a": [1]}, "timing": 7}])
+def test_list_and_show_read_a_decision_whose_fields_hold_odd_values(tmp_path, capsys, fields):
+    write_entry(tmp_path, **fields)
+    for args in (["list"], ["show", "0123456789"], ["list", "--json"]):
+        status, out, err = cli([*args, "--cache-dir", str(tmp_path)], capsys)
+        assert status == 0, (args, out, err)
+        assert "{BLOCK: 64}" in out and "Traceback" not in err
