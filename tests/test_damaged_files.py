@@ -45,3 +45,27 @@ def test_list_and_show_read_a_decision_whose_fields_hold_odd_values(tmp_path, ca
         status, out, err = cli([*args, "--cache-dir", str(tmp_path)], capsys)
         assert status == 0, (args, out, err)
         assert "{BLOCK: 64}" in out and "Traceback" not in err
+
+
+def _log_folder(tmp_path: Path, extra: str) -> Path:
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    good = {"time": time.time(), "job": "J", "rank": 0, "level": "INFO", "message": "a good record"}
+    (folder / "rank-0.jsonl").write_text(json.dumps(good) + "\n" + extra + "\n")
+    return folder
+
+
+@pytest.mark.parametrize("extra", ['{"time": 1e300, "message": "x", "job": "J"}',
+                                   '{"time": NaN, "message": "x", "job": "J"}',
+                                   '{"time": 1.0, "message": "x", "rank": {"a": 1}, "job": "J"}',
+                                   '{"time": 1.0, "message": "x", "rank": "r", "job": "J"}\n'
+                                   '{"time": 1.0, "message": "y", "rank": 3, "job": "J"}',
+                                   "[" * 100_000],
+                         ids=["time-out-of-range", "time-nan", "rank-object", "ranks-int-and-text", "nested-deep"])
+def test_logs_skips_the_lines_it_cannot_show(tmp_path, capsys, extra):
+    folder = _log_folder(tmp_path, extra)
+    for args in (["logs", "--log-dir", str(folder)], ["logs", "--list", "--log-dir", str(folder)]):
+        status, out, err = cli(args, capsys)
+        assert status == 0, (args, out, err)
+        assert "J" in out and "Traceback" not in err
+    assert "a good record" in cli(["logs", "J", "--log-dir", str(folder)], capsys)[1]

@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -317,13 +318,29 @@ def _records(root: Path) -> tuple[list[dict[str, Any]], int]:
         for line in path.read_text(errors="replace").splitlines():
             try:
                 record = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # torn, garbage, nested too deep
                 record = None
-            if isinstance(record, dict) and isinstance(record.get("time"), (int, float)) and "message" in record:
+            if _well_formed(record):
                 records.append(record)
             elif line.strip():
                 damaged += 1
     return records, damaged
+
+
+def _well_formed(record: Any) -> bool:
+    """Whether a JSON line is a record the command line can show: an object with a message, a time a clock can
+    show and, where it names one, a rank that is an integer (a damaged or foreign line is skipped, never a
+    crash)."""
+    if not isinstance(record, dict) or "message" not in record:
+        return False
+    stamp, rank = record.get("time"), record.get("rank", 0)
+    if type(stamp) not in (int, float) or not math.isfinite(stamp) or type(rank) is not int:
+        return False
+    try:
+        time.localtime(stamp)
+    except (OverflowError, OSError, ValueError):
+        return False
+    return True
 
 
 def read_job(root: Path, job: str) -> tuple[list[dict[str, Any]], int]:
