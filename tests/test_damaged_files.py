@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,28 @@ def test_logs_skips_the_lines_it_cannot_show(tmp_path, capsys, extra):
         assert status == 0, (args, out, err)
         assert "J" in out and "Traceback" not in err
     assert "a good record" in cli(["logs", "J", "--log-dir", str(folder)], capsys)[1]
+
+
+def _journal(folder: Path, *records: dict) -> Path:
+    path = folder / "abcdef0123456789abcd.0123456789.rank0.journal"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_a_journal_record_with_a_huge_index_is_shown_without_a_list_that_long(tmp_path, capsys):
+    from triton_dist_tune.faults.unfinished import unfinished
+
+    _journal(tmp_path / "f", {"index": 0, "state": "measured", "config": "{BLOCK: 64}", "time": 0.3},
+             {"index": 10_000_000, "state": "started", "config": "damaged"})
+    tracemalloc.start()
+    try:
+        (tuning,) = unfinished(tmp_path)
+        configs = tuning.configs()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [c.index for c in configs] == [0, 10_000_000]
+    assert peak < 10 << 20, f"{peak} bytes for two journal records"
+    status, out, err = cli(["list", "--cache-dir", str(tmp_path)], capsys)
+    assert status == 0 and "abcdef01" in out, (out, err)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,8 +84,7 @@ class Unfinished:
         for record in self.records:
             descriptions[record["index"]] = record["config"]
             per_rank.setdefault(_JOURNAL.match(Path(record["file"]).name)["rank"], []).append(record)
-        space = [descriptions.get(i, "") for i in range(max(descriptions, default=-1) + 1)]
-        merged = merge([per_rank[r] for r in sorted(per_rank, key=int)], space)
+        merged = merge([per_rank[r] for r in sorted(per_rank, key=int)], _Space(descriptions))
         out = []
         for index in sorted(descriptions):
             outcome = merged.get(index)
@@ -102,6 +102,23 @@ class Unfinished:
         for config in self.configs():
             counts[config.state] = counts.get(config.state, 0) + 1
         return ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: _ORDER.get(kv[0], 9)))
+
+
+class _Space(Sequence[str]):
+    """The space as far as the journals describe it: index -> description, ``""`` for an index no record names,
+    without a list as long as the largest index (one damaged record's index of 10**9 must not take gigabytes)."""
+
+    def __init__(self, descriptions: dict[int, str]) -> None:
+        self._descriptions = descriptions
+        self._length = max((i for i in descriptions if i >= 0), default=-1) + 1
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: Any) -> Any:
+        if not isinstance(index, int) or not 0 <= index < self._length:
+            raise IndexError(index)
+        return self._descriptions.get(index, "")
 
 
 _ORDER = {"measured": 0, "stopped": 1, "failed": 2, "suspect": 3, "interrupted": 4, "started": 5}
