@@ -95,3 +95,17 @@ def test_a_journal_record_with_a_huge_index_is_shown_without_a_list_that_long(tm
     assert peak < 10 << 20, f"{peak} bytes for two journal records"
     status, out, err = cli(["list", "--cache-dir", str(tmp_path)], capsys)
     assert status == 0 and "abcdef01" in out, (out, err)
+
+
+def test_a_journal_through_a_link_out_of_the_cache_folder_is_not_read(tmp_path, capsys):
+    outside = tmp_path / "outside"
+    journal = _journal(outside / "fn", {"index": 0, "state": "measured", "config": "SECRET", "time": 0.3})
+    cache = tmp_path / "cache"
+    (cache / "f").mkdir(parents=True)
+    (cache / "linked").symlink_to(outside / "fn")  # a linked function folder
+    (cache / "f" / "1111111111.0123456789.rank0.journal").symlink_to(journal)  # a linked journal
+    status, out, err = cli(["list", "--cache-dir", str(cache)], capsys)
+    assert status == 0, err
+    assert "linked" not in out and "11111111" not in out and "tunings never finished" not in out, out
+    status, out, err = cli(["show", "abcdef", "--cache-dir", str(cache)], capsys)
+    assert status == 2 and "SECRET" not in out, (out, err)
