@@ -5,6 +5,8 @@ out of the cache folder), and a full disk is said once, not once per record. In 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import time
 import tracemalloc
 from pathlib import Path
@@ -109,3 +111,25 @@ def test_a_journal_through_a_link_out_of_the_cache_folder_is_not_read(tmp_path, 
     assert "linked" not in out and "11111111" not in out and "tunings never finished" not in out, out
     status, out, err = cli(["show", "abcdef", "--cache-dir", str(cache)], capsys)
     assert status == 2 and "SECRET" not in out, (out, err)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_log_file_on_a_full_disk_is_said_once_not_a_traceback_per_record(tmp_path, capsys, caplog):
+    from triton_dist_tune.disk import logs
+
+    handler = logs._open_locked(Path("/dev/full"), time.monotonic() + 5)  # every write: no space left on device
+    assert handler is not None
+    logger = logging.getLogger("triton_dist_tune.test_full_disk")
+    logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger="triton_dist_tune"):
+            for n in range(5):
+                logger.warning("record %d", n)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    err = capsys.readouterr().err
+    assert "Logging error" not in err and "Traceback" not in err, err
+    said = [r.getMessage() for r in caplog.records if "cannot write the rank log" in r.getMessage()]
+    assert len(said) <= 1 and all("/dev/full" in s for s in said), said

@@ -173,7 +173,7 @@ def _open_locked(path: Path, deadline: float) -> logging.FileHandler | None:
     ``deadline``, else None. A file that a rotation replaced or removed while this process waited for its lock is
     let go, and the file the path names now is opened instead."""
     while time.monotonic() < deadline:
-        handler = logging.FileHandler(path)
+        handler = _RankFile(path)
         fd = handler.stream.fileno()
         if not _flock(fd, fcntl.LOCK_SH, deadline):
             handler.close()
@@ -183,6 +183,30 @@ def _open_locked(path: Path, deadline: float) -> logging.FileHandler | None:
                 return handler
         handler.close()
     return None
+
+
+class _RankFile(logging.FileHandler):
+    """A rank log file whose failed writes (a disk that fills up during the job) are said once per process, in one
+    line, instead of logging's traceback per record; the job goes on, and the records it cannot write are lost."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        global _lost_records
+        _lost_records += 1  # (two threads failing at once may both say it: no lock taken inside logging)
+        if _lost_records == 1:
+            exc = sys.exc_info()[1]
+            why = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}" if exc is not None else "?"
+            log.warning("triton_dist_tune: cannot write the rank log %s (%s; is the disk full?): this and later "
+                        "records that cannot be written are lost (not said again)", self.baseFilename, why)
+
+    def close(self) -> None:
+        try:  # what is still buffered cannot be written either: lost, as said
+            super().close()
+        except OSError:
+            pass
+
+
+#: records of this process that its rank log files could not take (the first is said, in one line)
+_lost_records = 0
 
 
 def _write_headers(handlers: list[logging.FileHandler], rank: int) -> None:
