@@ -133,3 +133,19 @@ def test_a_log_file_on_a_full_disk_is_said_once_not_a_traceback_per_record(tmp_p
     assert "Logging error" not in err and "Traceback" not in err, err
     said = [r.getMessage() for r in caplog.records if "cannot write the rank log" in r.getMessage()]
     assert len(said) <= 1 and all("/dev/full" in s for s in said), said
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_journal_on_a_full_disk_is_said_once_not_once_per_record(tmp_path, caplog):
+    from triton_dist_tune.faults.journal import Journal
+
+    path = tmp_path / "f" / "abcdef0123456789abcd.0123456789.rank0.journal"
+    path.parent.mkdir()
+    path.symlink_to("/dev/full")  # every write: no space left on device
+    journal = Journal(path)
+    with caplog.at_level(logging.WARNING, logger="triton_dist_tune"):
+        for index in range(6):
+            journal.append(index, "started", config=f"{{BLOCK: {index}}}")
+    journal.close()
+    said = [r.getMessage() for r in caplog.records if "cannot write the journal" in r.getMessage()]
+    assert len(said) == 1, said

@@ -86,6 +86,7 @@ class Journal:
         #: names this attempt in every record, so that readers know where one attempt's records end
         self.session = os.urandom(6).hex()
         self._torn = False  # a short write left part of a line: the next record starts a line of its own
+        self._lost = 0  # records lost since the last one written (the first loss is said, the others not)
         self._held: list[tuple[Path, int]] = []  # (path, locked fd) of every journal adopted, the first written
         self._broken = False
         self._create = create  # False: only read what exists (a reader of other entries' journals)
@@ -187,11 +188,15 @@ class Journal:
             if durable:
                 os.fsync(fd)
             self._torn = False
+            self._lost = 0
         except OSError as exc:
             self._torn = self._torn or written > 0
-            log.warning("triton_dist_tune: cannot write the journal %s: %d of %d bytes of a record written (%s; "
-                        "is the disk full?): this record is lost; the next one starts a line of its own",
-                        self.path, written, len(line), exc)
+            self._lost += 1
+            if self._lost == 1:  # said once until a record is written again: a full disk fails every record
+                log.warning("triton_dist_tune: cannot write the journal %s: %d of %d bytes of a record written (%s; "
+                            "is the disk full?): this record is lost, and so are the next ones until a write "
+                            "succeeds (not said again); the next one starts a line of its own",
+                            self.path, written, len(line), exc)
 
     def record(self, outcome: Outcome) -> None:
         """Record the group's final outcome of one config (measured, stopped or failed: a failure during any phase,
