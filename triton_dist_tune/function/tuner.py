@@ -94,12 +94,12 @@ class Tuner(TunedFunction):
         call, agreed by the group unless the function is rank-local (see :mod:`.policy`)."""
         tuned_kwargs = self._tuned_kwargs(kwargs, overwrite)
 
-        def keeps(config: dict[str, Any]) -> bool:
+        def kept(config: dict[str, Any]) -> bool:
             return keeps(self.prune_fn, config, args, tuned_kwargs)
 
         local = self.options.sharded or self.rank_local
         timeout = self.options.timeout if self.options.timeout is not None else settings.current().timeout
-        config = self.undecided.serve(table, slot, table is self.decided_in, self.space, keeps,
+        config = self.undecided.serve(table, slot, table is self.decided_in, self.space, kept,
                                       None if local else group, timeout, announce=getattr(group, "rank", 0) == 0)
         if config is not None and not overwrite:
             check_no_clash(config, tuned_kwargs)
