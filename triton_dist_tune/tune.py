@@ -107,6 +107,7 @@ _OPTIONS = [name for name, p in inspect.signature(autotune).parameters.items() i
 def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashable]) -> Callable[..., Any]:
     """The decorated function: a decided key goes straight to ``fn``; anything else to ``tuner.call``."""
     decided, decided_in, keywords, params = tuner.decided, tuner.decided_in, CALL_KEYWORDS, tuner.params
+    alone = tuner.alone
     limit, tuned_names = tuner.positional_limit, tuner.space_names
     known: set[str] = set()  # keyword names met in calls that are no tuner typo nor tuned parameter (checked once)
     channels = channel_entries()
@@ -138,6 +139,8 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
                         return fn(*args, **kwargs, **config)
             kwargs["autotune_pg"] = pg
             return slow(args, kwargs)
+        if alone:  # keys tuned by this rank alone before the job's group existed: dropped once it does
+            tuner.forget_alone()
         try:
             config = decided.get(key_fn(*args, **kwargs))
         except Exception:  # an unhashable key or a failing key_fn: the slow path reports it to the group

@@ -8,6 +8,7 @@ A :class:`TunedFunction` is what a tuning of one of its keys reads and fills (:m
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -78,11 +79,23 @@ class TunedFunction:
         self.decided: dict[Hashable, dict[str, Any]] = {}
         #: decisions of calls with an explicit group, (group identity: kind, name, global ranks; key) -> config
         self.decided_in: dict[tuple[tuple, Hashable], dict[str, Any]] = {}
+        #: keys of :attr:`decided` this rank tuned alone in a multi-rank job before torch.distributed was
+        #: initialized (each rank chose for itself): once it is, the hot path drops them, and the group tunes them
+        self.alone: set[Hashable] = set()
         #: the last decision per (group name, key), with every config's outcome, for inspection
         self.decisions: dict[tuple[str, Hashable], Decision] = {}
         #: the function talks to no other rank (``sharded=True``, or a ``local=True`` campaign said so): a config
         #: served for an undecided key is this rank's own choice, not agreed with the group
         self.rank_local = False
+
+    def forget_alone(self) -> None:
+        """Drop the keys this rank tuned alone (:attr:`alone`) once torch.distributed is initialized: the default
+        group then tunes them, so that every rank runs the same config."""
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            for key in list(self.alone):
+                self.decided.pop(key, None)
+            self.alone.clear()
 
     def search_mode(self) -> str:
         """``auto``, ``search`` or ``exhaustive``: the job's ``TRITON_DIST_AUTOTUNE_SEARCH``, else ``search=``."""

@@ -55,12 +55,9 @@ class Tuner(TunedFunction):
             key_error = None
         except Exception as exc:
             key, key_error = None, self._call_problem(args) or f"key_fn failed: {describe_error(exc)}"
+        if self.alone:
+            self.forget_alone()
         table, slot = (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
-        if pg is None and group.size == 1 and (settings.current().world_size or 1) > 1:
-            # a rank of a multi-rank job before torch.distributed is initialized tunes alone: its choice is kept
-            # apart from the default group's (which the hot path reads), so that once the group exists the key is
-            # tuned by the group, not served this rank's own, possibly different, choice
-            table, slot = self.decided_in, (group.identity, key)
         if layout is not None:
             table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
         config = table.get(slot) if key_error is None else None
@@ -77,6 +74,8 @@ class Tuner(TunedFunction):
                     tuning = Tuning(self, group, key, args, self._tuned_kwargs(kwargs, overwrite), verbose,
                                     overwrite, layout)
                     config = table[slot] = tuning.run(key_error, problem)
+                    if table is self.decided and group.size == 1 and (settings.current().world_size or 1) > 1:
+                        self.alone.add(key)  # tuned before the job's group existed: the group tunes it once it does
         return self._run(args, kwargs, config, overwrite)
 
     def _call_problem(self, args: tuple, kwargs: dict[str, Any] | None = None) -> str | None:

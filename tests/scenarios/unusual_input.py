@@ -1,6 +1,6 @@
-"""Review A's rank cases, run by tests/test_review_a.py: edge cases of ``autotune``'s input.
+"""Rank cases of tests/test_unusual_input.py: edge cases of ``autotune``'s input.
 
-Usage: python review_a_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Each rank prints
+Usage: python unusual_input.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Each rank prints
 ``RESULT {json}`` lines.
 """
 
@@ -55,9 +55,11 @@ def alone_before_init():
         return x * (variant + 1)
 
     before = alone(torch.ones(4)).tolist()
+    served = alone.tuner.decided.get(4)  # the hot path's table: a call before init_distributed is a dict lookup
     tdt.init_distributed()
     after = alone(torch.ones(4)).tolist()
-    emit(before=before, after=after, decided=alone.tuner.decided.get(4, {}).get("variant"))
+    emit(before=before, after=after, decided=alone.tuner.decided.get(4, {}).get("variant"),
+         served_before_init=served is not None)
 
 
 def _sleeper(ms: int):
