@@ -110,3 +110,40 @@ def test_a_names_option_that_is_not_a_list_is_a_bad_input_error_naming_it(option
 
     with pytest.raises(tdt.BadInputError, match=f"{option} must be a list of argument names, got 5"):
         tdt.autotune([{"a": 1}], key_fn=lambda x: 1, **{option: 5})(lambda x, *, a: x)
+
+
+@pytest.mark.parametrize("key", [float("nan"), (8, float("nan"))])
+def test_a_key_holding_nan_is_a_bad_input_error_not_tuned_again_on_every_call(tmp_path, monkeypatch, key):
+    """A key of nan never equals itself: the lookup of a decided key always missed, so every call tuned it again
+    (on a group, an exchange per call) and ``tuner.decided`` grew by one entry per call."""
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+
+    @tdt.autotune([{"a": 1}, {"a": 2}], key_fn=lambda n: key, n_repeat=1)
+    def scaled(n, *, a):
+        return n * a
+
+    for _ in range(2):
+        with pytest.raises(tdt.BadInputError, match="contains nan, which equals nothing"):
+            scaled(3)
+    assert scaled.tuner.decided == {}
+
+
+@pytest.mark.parametrize("value", [None, "no", 0])
+def test_autotune_keyword_that_is_not_a_bool_is_a_bad_input_error(tmp_path, monkeypatch, value):
+    """``autotune=None`` (falsy) turned tuning off while ``autotune="no"`` (truthy) tuned: neither said a word."""
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    ran: list[int] = []
+
+    @tdt.autotune([{"a": 1}, {"a": 2}], key_fn=lambda n: n, n_repeat=1)
+    def scaled(n, *, a):
+        ran.append(a)
+        return n * a
+
+    with pytest.raises(tdt.BadInputError, match=f"autotune= must be True or False, not {value!r}"):
+        scaled(3, autotune=value)
+    assert ran == []
+    assert scaled(3, autotune=False) == 3  # the first config, untuned

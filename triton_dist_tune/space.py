@@ -98,6 +98,10 @@ def describe_key(key: Any, where: str = "key") -> str:
     Raises :class:`BadInputError` for what has no stable text or is compared by identity: tensors (return
     ``to_hashable(t)`` instead), objects hashed by identity, and texts with memory addresses.
     """
+    if isinstance(key, float) and key != key:
+        raise BadInputError(f"{where} contains nan, which equals nothing, itself included: the key would never be "
+                            "found decided, so every call would tune it again; return a number, a string or None "
+                            "there instead")
     if isinstance(key, (str, bytes, int, float, bool, type(None))):
         return repr(key)
     if isinstance(key, tuple) and type(key) is tuple:

@@ -32,6 +32,8 @@ class Tuner(TunedFunction):
     def call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A call that carries tuner keywords or whose key is not decided yet."""
         enabled = kwargs.pop("autotune", True)
+        if not isinstance(enabled, bool):  # ``autotune=None`` turned tuning off where ``autotune="no"`` tuned
+            raise BadInputError(f"{self.name}: autotune= must be True or False, not {enabled!r}")
         verbose = kwargs.pop("autotune_verbose", None)
         pg = kwargs.pop("autotune_pg", None)
         overwrite = bool(kwargs.pop("autotune_allow_arg_overwrite", False))
