@@ -149,3 +149,37 @@ def test_a_journal_on_a_full_disk_is_said_once_not_once_per_record(tmp_path, cap
     journal.close()
     said = [r.getMessage() for r in caplog.records if "cannot write the journal" in r.getMessage()]
     assert len(said) == 1, said
+
+
+def test_export_into_a_folder_names_the_folder_not_a_hidden_temporary_file(tmp_path, capsys):
+    """``export DIR`` with DIR a folder said ``/tmp/.tmp.XXXX.u4u_e98g.tmp: Is a directory``."""
+    from triton_dist_tune.cli.commands import main
+
+    write_entry(tmp_path / "cache")
+    (tmp_path / "out").mkdir()
+    capsys.readouterr()
+    status = main(["export", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert f"{tmp_path / 'out'} is a folder: name the bundle file to write" in err and ".tmp" not in err, err
+
+
+def test_a_cache_file_from_a_newer_format_is_named_as_such_not_as_malformed(tmp_path, caplog):
+    """A decision written by a newer version (format 3) was 'ignoring malformed cache file'."""
+    from triton_dist_tune.disk.cache import DiskCache
+
+    path = write_entry(tmp_path, format=3)
+    with caplog.at_level(logging.WARNING):
+        assert DiskCache("f", tmp_path).load(path.stem, "any space") is None
+    assert "written by a newer triton-dist-tune (cache format 3; this one reads formats 1, 2)" in caplog.text
+    assert "malformed" not in caplog.text
+
+
+def test_a_decision_that_cannot_be_written_names_its_file(tmp_path):
+    """A full disk's error ('[Errno 28] No space left on device') named no file in the tuner's warning."""
+    from triton_dist_tune.disk.cache import DiskCache
+
+    cache = DiskCache("f", tmp_path / "a-file")
+    (tmp_path / "a-file").write_text("not a folder")
+    with pytest.raises(OSError, match=f"writing {tmp_path / 'a-file' / 'f' / 'e.json'}"):
+        cache.store("e", {"index": 0, "config": "{}"}, "space")

@@ -262,6 +262,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         done = vllm_export.export(args, entries, UsageError)
         _emit_json(done) if args.json else print(vllm_export.report(done))
         return status
+    if Path(args.bundle).is_dir():
+        raise UsageError(f"{args.bundle} is a folder: name the bundle file to write (e.g. "
+                         f"{Path(args.bundle) / 'decisions.json'}); a folder is for --format vllm-moe")
     if not Path(args.bundle).absolute().parent.is_dir():
         raise UsageError(f"no folder {Path(args.bundle).absolute().parent} to write the bundle into (create it first)")
     path = dec.export_bundle(entries, Path(args.bundle))

@@ -155,6 +155,12 @@ class DiskCache:
             warn("triton_dist_tune: ignoring unreadable cache file %s (%s: %s); tuning again", path,
                  type(exc).__name__, str(exc)[:200])
             return None
+        fmt = data.get("format") if isinstance(data, dict) else None
+        if type(fmt) is int and fmt > max(READABLE_FORMATS):
+            warn("triton_dist_tune: %s was written by a newer triton-dist-tune (cache format %d; this one reads "
+                 "formats %s); tuning again, and this decision will replace it", path, fmt,
+                 ", ".join(map(str, READABLE_FORMATS)))
+            return None
         if not _well_formed(data) or data.get("space") != fingerprint(space_text):
             warn("triton_dist_tune: ignoring malformed cache file %s; tuning again", path)
             return None
@@ -171,7 +177,10 @@ class DiskCache:
         """Write ``decision`` atomically; returns the file's path."""
         data = {"format": FORMAT, "space": fingerprint(space_text), "versions": versions(), **hardware(),
                 **decision}
-        path = write_json_atomic(self.path(entry), data)
+        try:
+            path = write_json_atomic(self.path(entry), data)
+        except OSError as exc:  # a full disk's error names no file: say which
+            raise OSError(exc.errno, f"{exc.strerror or exc} (writing {self.path(entry)})") from exc
         remember(self.folder.parent, data["versions"])  # for ``list`` and ``show``: they need not import torch
         return path
 
