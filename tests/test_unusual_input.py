@@ -147,3 +147,18 @@ def test_autotune_keyword_that_is_not_a_bool_is_a_bad_input_error(tmp_path, monk
         scaled(3, autotune=value)
     assert ran == []
     assert scaled(3, autotune=False) == 3  # the first config, untuned
+
+
+def test_a_timeout_under_a_second_is_refused_by_option_and_by_variable():
+    """``timeout=0.05`` was taken: on 2 CPU ranks one rank raised a group timeout while the other decided, then failed
+    in gloo (the ranks ended apart). An exchange on a loaded machine can take hundreds of ms."""
+    import triton_dist_tune as tdt
+    from triton_dist_tune import settings
+
+    with pytest.raises(tdt.BadInputError, match="timeout must be at least 1 s"):
+        tdt.autotune([{"a": 1}], key_fn=lambda x: 1, timeout=0.05)(lambda x, *, a: x)
+    with pytest.raises(tdt.BadInputError, match="timeout must be at least 1 s"):
+        tdt.contextual_autotune(True, 3, 0, timeout=0.5)(lambda: None)
+    with pytest.raises(tdt.BadInputError, match="TRITON_DIST_AUTOTUNE_TIMEOUT must be at least 1 s"):
+        settings.Settings.from_env({"TRITON_DIST_AUTOTUNE_TIMEOUT": "0.2"})
+    assert settings.Settings.from_env({"TRITON_DIST_AUTOTUNE_TIMEOUT": "1"}).timeout == 1.0

@@ -14,7 +14,7 @@ import operator
 from typing import Any
 
 from .errors import BadInputError
-from .settings import MAX_SECONDS
+from .settings import MAX_SECONDS, MIN_TIMEOUT_S
 
 
 def _given(value: Any) -> str:
@@ -66,6 +66,15 @@ def number(value: Any, option: str, above: float, what: str, optional: bool = Tr
     if float(value) > at_most:
         raise BadInputError(f"{option} must be at most {at_most:g} (about 11.6 days in seconds: the watchdog's "
                             f"clocks must hold it), got {_given(value)}")
+
+
+def timeout(value: Any, option: str = "timeout") -> None:
+    """``value`` must be None or seconds of at least :data:`~triton_dist_tune.settings.MIN_TIMEOUT_S`."""
+    number(value, option, 0, "a positive number of seconds")
+    if value is not None and float(value) < MIN_TIMEOUT_S:
+        raise BadInputError(f"{option} must be at least {MIN_TIMEOUT_S:g} s (a store wait or an exchange on a loaded "
+                            f"machine takes hundreds of ms: a shorter one ends ranks that are only slow), got "
+                            f"{_given(value)}")
 
 
 def tolerance(value: Any, option: str) -> None:

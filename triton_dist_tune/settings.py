@@ -28,6 +28,10 @@ DEFAULT_TIMEOUT_S = 300.0
 #: ~9.2e9 s on Linux, ``threading.TIMEOUT_MAX``), and the waits of a round or a campaign are T times the configs
 #: in them: 1e6 keeps 9,000 configs' worth of a round under that limit
 MAX_SECONDS = 1e6
+#: the least timeout a tuning takes (option or variable): a store wait or an exchange on a loaded machine takes
+#: hundreds of ms, so a shorter one ends ranks that are not hung (at 0.05 s on 2 CPU ranks one rank raised a group
+#: timeout while the other decided and then failed in gloo)
+MIN_TIMEOUT_S = 1.0
 PREFIX = "TRITON_DIST_AUTOTUNE_"
 
 #: launcher variables of a process's rank in the whole job (the first one set wins)
@@ -47,6 +51,14 @@ SEARCH_MODES = ("auto", "search", "exhaustive")
 def flag(value: str | None) -> bool:
     """Whether a variable's text means true (anything but empty, 0, false, no, off)."""
     return (value or "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _timeout(env: Mapping[str, str]) -> float:
+    seconds = _seconds(env, PREFIX + "TIMEOUT", DEFAULT_TIMEOUT_S)
+    if seconds < MIN_TIMEOUT_S:
+        raise BadInputError(f"{PREFIX}TIMEOUT must be at least {MIN_TIMEOUT_S:g} s (a shorter one ends ranks that "
+                            f"are only slow), not {env.get(PREFIX + 'TIMEOUT')!r}")
+    return seconds
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
@@ -155,7 +167,7 @@ class Settings:
         log_dir = env.get(PREFIX + "LOG_DIR")
         job = env.get(PREFIX + "JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID") or None
         return cls(
-            timeout=_seconds(env, PREFIX + "TIMEOUT", DEFAULT_TIMEOUT_S),
+            timeout=_timeout(env),
             cache_dir=Path(cache_dir) if cache_dir else cls.cache_dir,
             always_tune=flag(env.get(PREFIX + "ALWAYS_TUNE")),
             version_check=flag(env.get(PREFIX + "VERSION_CHECK")),

@@ -46,7 +46,7 @@ class ContextualOptions:
         check_is_dist(self.is_dist)
         checks.whole(self.max_runs, "max_runs", 1)
         checks.whole(self.sync_every, "sync_every", 1)
-        checks.number(self.timeout, "timeout", 0, "a positive number of seconds")
+        checks.timeout(self.timeout)
         checks.flag(self.precompile, "precompile")
         checks.text(self.name, "name")
         if self.search not in settings.SEARCH_MODES:

@@ -99,7 +99,7 @@ class TuneOptions:
     def __post_init__(self) -> None:
         checks.whole(self.n_warmup, "n_warmup", 0)
         checks.whole(self.n_repeat, "n_repeat", 1)
-        checks.number(self.timeout, "timeout", 0, "a positive number of seconds")
+        checks.timeout(self.timeout)
         checks.number(self.early_stop, "early_stop", 1, "a slowdown factor > 1")
         checks.tolerance(self.rtol, "rtol")
         checks.tolerance(self.atol, "atol")
