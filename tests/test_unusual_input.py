@@ -162,3 +162,24 @@ def test_a_timeout_under_a_second_is_refused_by_option_and_by_variable():
     with pytest.raises(tdt.BadInputError, match="TRITON_DIST_AUTOTUNE_TIMEOUT must be at least 1 s"):
         settings.Settings.from_env({"TRITON_DIST_AUTOTUNE_TIMEOUT": "0.2"})
     assert settings.Settings.from_env({"TRITON_DIST_AUTOTUNE_TIMEOUT": "1"}).timeout == 1.0
+
+
+@pytest.mark.parametrize("name", ["../outside", "a/b", "..", "."])
+def test_a_name_that_would_leave_the_cache_folder_is_refused(name):
+    """``name="../x"`` put the function's decisions outside the cache folder, where ``list`` and ``clear`` never
+    look."""
+    import triton_dist_tune as tdt
+
+    with pytest.raises(tdt.BadInputError, match="name names a folder inside the cache folder"):
+        tdt.autotune([{"a": 1}], key_fn=lambda x: 1, name=name)(lambda x, *, a: x)
+
+
+@pytest.mark.parametrize("decorator", ["autotune", "contextual_autotune"])
+def test_decorating_something_that_is_not_callable_is_a_bad_input_error(decorator):
+    """``autotune(...)(5)`` was ``TypeError: 5 is not a callable object``, from deep inside."""
+    import triton_dist_tune as tdt
+
+    make = (tdt.autotune([{"a": 1}], key_fn=lambda x: 1) if decorator == "autotune"
+            else tdt.contextual_autotune(True, 3, 0))
+    with pytest.raises(tdt.BadInputError, match=f"{decorator} decorates a function, got 5 \\(int\\)"):
+        make(5)

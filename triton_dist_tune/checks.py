@@ -101,10 +101,23 @@ def text(value: Any, option: str) -> None:
         raise BadInputError(f"{option} must be a non-empty string or None, got {_given(value)}")
 
 
+def folder_name(value: Any, option: str) -> None:
+    """``value`` must be None or a name that is one folder inside the cache folder: not empty, no path separator,
+    not ``.`` or ``..`` (``name="../x"`` put a function's decisions outside the cache folder, where ``list`` and
+    ``clear`` never look)."""
+    text(value, option)
+    if value is not None and ("/" in value or "\\" in value or "\0" in value or value in (".", "..")):
+        raise BadInputError(f"{option} names a folder inside the cache folder: no path separator, not '.' or '..', "
+                            f"got {_given(value)}")
+
+
 def runs_inside(fn: Any, decorator: str) -> None:
-    """``fn`` must do its work inside the call: a generator function, a coroutine function or an async generator
-    returns at once, and its kernels launch later, while the caller iterates or awaits, outside the tuning (each
-    rank would tune alone, or the tuner would time the object's creation). Refused with what to wrap instead."""
+    """``fn`` must be callable and do its work inside the call: a generator function, a coroutine function or an
+    async generator returns at once, and its kernels launch later, while the caller iterates or awaits, outside the
+    tuning (each rank would tune alone, or the tuner would time the object's creation). Refused with what to wrap
+    instead."""
+    if not callable(fn):
+        raise BadInputError(f"{decorator} decorates a function, got {_given(fn)}")
     name = getattr(fn, "__qualname__", repr(fn))
     if inspect.isasyncgenfunction(fn):
         kind, instead = "an async generator function", "the plain function that launches the kernels, and call it " \

@@ -113,7 +113,7 @@ class TuneOptions:
         checks.number(self.budget, "budget", 0, "a positive number of seconds")
         checks.flag(self.sharded, "sharded")
         checks.whole(self.compile_threads, "compile_threads", 1, optional=True)
-        checks.text(self.name, "name")
+        checks.folder_name(self.name, "name")
         for option in ("pre_hook", "post_hook", "ref_prog", "precompile_fn"):
             checks.function(getattr(self, option), option)
         if self.timing is not None and not isinstance(self.timing, str):
