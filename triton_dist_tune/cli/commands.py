@@ -1,7 +1,7 @@
 """The command line: ``triton-dist-tune`` / ``python -m triton_dist_tune``, over the cache, its journals and the logs.
 
-Subcommands: ``list``, ``show``, ``plot``, ``clear``, ``export`` (``--format vllm-moe``: :mod:`.vllm_export`),
-``import``, ``logs``, ``campaign`` (see :mod:`.campaign`). Data goes to stdout (as text,
+Subcommands: ``list``, ``show``, ``plot``, ``clear``, ``export`` and ``import`` (:mod:`.bundles`; ``--format
+vllm-moe``: :mod:`.vllm_export`), ``logs``, ``campaign`` (see :mod:`.campaign`). Data goes to stdout (as text,
 or as JSON with ``--json``); a problem is one line on stderr and exit status 2 (1 for ``import`` refused over
 mismatching versions or different decisions already in the cache, and for ``list``, ``plot`` and ``export`` that
 skipped unreadable cache files).
@@ -10,7 +10,6 @@ skipped unreadable cache files).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -19,8 +18,9 @@ from pathlib import Path
 from ..disk import decisions as dec
 from ..disk import logs
 from ..faults.unfinished import find_unfinished, unfinished
-from . import campaign, journals, vllm_export
+from . import bundles, campaign, journals, vllm_export
 from .common import (
+    SUPERSEDED_NOTE,
     UsageError,
     _check_age,
     _clip,
@@ -34,6 +34,7 @@ from .common import (
     _versions_text,
     _warn_problems,
     key_order,
+    superseded_text,
 )
 
 # -- list / show -----------------------------------------------------------------------------------------------
@@ -68,30 +69,34 @@ def _fit(rows: list[list[str]], header: list[str], shrink: tuple[int, int], widt
 def cmd_list(args: argparse.Namespace) -> int:
     """``list``: one line per decision, grouped by function (and kernel), keys in numeric order, within
     :data:`LIST_WIDTH` columns (``show`` has every field whole)."""
-    entries, problems = _selected(args, display=True)
+    entries, problems, replaced = _selected(args, display=True)
     now, wall = _now_versions(args, display=True), time.time()
-    cut_short = [t for t in unfinished(_root(args)) if not args.stale and args.function in (None, t.function)]
+    filtered = args.stale or args.superseded
+    cut_short = [t for t in unfinished(_root(args)) if not filtered and args.function in (None, t.function)]
     if args.json:
-        _emit_json({"cache": str(_root(args)), "entries": [e.to_json(now) for e in entries],
+        _emit_json({"cache": str(_root(args)), "entries": [e.to_json(now, replaced.get(e.path)) for e in entries],
                     "unfinished": [journals.to_json(t) for t in cut_short], "problems": [str(p) for p in problems]})
         return 1 if problems else 0
     status = _warn_problems(problems)
     if not entries:
-        print(f"no decisions in {_root(args)}" + (" matching the filters" if args.function or args.stale else ""))
+        print(f"no decisions in {_root(args)}" + (" matching the filters" if args.function or filtered else ""))
         for text in journals.list_lines(cut_short, LIST_WIDTH):
             print(text)
         return status
     entries = sorted(entries, key=lambda e: (_heading(e), key_order(e.key), e.path.stem))
     header = ["name", "key", "chosen config", "ms", "margin", "ranks", "gpu", "versions", "age"]
-    rows, stale = [], []
+    rows, stale, old = [], [], []
     for e in entries:
         gpu = e.gpu.removeprefix("NVIDIA ") + (f" x{e.gpu_count}" if e.gpu_count else "")
         versions = _versions_text(e, now)
+        about = f"{e.path.stem[:8]} ({_heading(e)}, key {_clip(e.key, 40)})"
         if versions != "current":
-            stale.append(f"{e.path.stem[:8]} ({_heading(e)}, key {_clip(e.key, 40)}): {versions}")
+            stale.append(f"{about}: {versions}")
+        if e.path in replaced:
+            old.append(f"{about}: SUPERSEDED {superseded_text(e, replaced[e.path])}")
+        state = "SUPERSEDED" if e.path in replaced else "current" if versions == "current" else "STALE"
         rows.append([e.path.stem[:8], e.key, e.config, _ms(e.time_ms), ("~" if e.near_tie else "") + _pct(e.margin),
-                     str(e.group_size or "-"), _clip(gpu, 12), "current" if versions == "current" else "STALE",
-                     dec.age_text(wall - e.created)])
+                     str(e.group_size or "-"), _clip(gpu, 12), state, dec.age_text(wall - e.created)])
     widths = _fit(rows, header, (1, 2), LIST_WIDTH)
 
     def line(cells: list[str]) -> str:
@@ -104,9 +109,12 @@ def cmd_list(args: argparse.Namespace) -> int:
             heading = _heading(e)
             print(_clip(heading, LIST_WIDTH))
         print(line(row))
-    for text in stale:
+    for text in stale + old:
         print(_clip(text, LIST_WIDTH))
     print(f"{len(entries)} decision(s) in {_root(args)}; 'show NAME' for the whole table")
+    if old:
+        print(f"{len(old)} superseded decision(s) (an older config space or source: never served again); "
+              "'clear --superseded' removes them")
     if any(e.near_tie for e in entries):
         print(NEAR_TIE_NOTE)
     for text in journals.list_lines(cut_short, LIST_WIDTH):
@@ -139,6 +147,19 @@ def _named(args: argparse.Namespace, entries: list[dec.Entry] | None = None) -> 
         raise
 
 
+def _superseding(args: argparse.Namespace, entry: dec.Entry) -> dec.Entry | None:
+    """The newer decision of the cache folder that supersedes ``entry``, if any (none when the folder is unreadable:
+    ``show`` of a cache file's path works without one)."""
+    try:
+        entries = dec.scan(_root(args))[0]
+    except dec.CacheError:
+        entries = []
+    same = next((e for e in entries if e.path.resolve() == entry.path.resolve()), None)
+    if same is None:
+        entries.append(same := entry)
+    return dec.superseded(entries).get(same.path)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     try:
         entry = _named(args)
@@ -151,8 +172,9 @@ def cmd_show(args: argparse.Namespace) -> int:
                                  f"{', '.join(t.name for t in cut_short[:5])}") from None
         return journals.show(cut_short[0], args.json)
     now = _now_versions(args, display=True)
+    newer = _superseding(args, entry)
     if args.json:
-        _emit_json(entry.to_json(now))
+        _emit_json(entry.to_json(now, newer))
         return 0
     held = dec.journals_of(entry.path)
     facts = [
@@ -175,6 +197,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         facts.insert(-1, ("time spent", entry.breakdown.text()))
     if entry.provisional:
         facts.insert(-1, ("provisional", "cut short by the time budget: the next job tunes this key again"))
+    if newer is not None:
+        facts.insert(-1, ("superseded", f"{superseded_text(entry, newer)}: {SUPERSEDED_NOTE} ('clear --superseded' "
+                                        "removes it)"))
     if held:
         facts.append(("journals", ", ".join(p.name for p in held) + " (a tuning in flight or interrupted)"))
     width = max(len(k) for k, _ in facts)
@@ -215,11 +240,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_clear(args: argparse.Namespace) -> int:
     root = _root(args)
-    if not (args.all or args.function or args.older_than or args.stale):
-        raise UsageError("clear what? give --all, --function NAME, --older-than AGE and/or --stale")
-    entries, problems = _selected(args)
+    if not (args.all or args.function or args.older_than or args.stale or args.superseded):
+        raise UsageError("clear what? give --all, --function NAME, --older-than AGE, --stale and/or --superseded")
+    entries, problems, _ = _selected(args)
     doomed = [e.path for e in entries] + [j for e in entries for j in dec.journals_of(e.path)]
-    unfiltered = not (args.older_than or args.stale)
+    unfiltered = not (args.older_than or args.stale or args.superseded)
     if unfiltered:  # everything of the folders: corrupt files and journals of tunings never finished too
         folders = {p.parent for p in dec.entry_files(root) + dec.journal_files(root)}
         if args.function:
@@ -228,7 +253,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
                    if not p.name.startswith(".") and dec.inside(root, p)]  # never through a link out of the folder
     elif args.older_than:  # journals and corrupt files older than the age, by their modification time
         limit = time.time() - dec.parse_age(args.older_than)
-        strays = [p.path for p in problems if p.path is not None] if not args.stale else []
+        strays = [p.path for p in problems if p.path is not None] if not (args.stale or args.superseded) else []
         doomed += [p for p in dec.journal_files(root) + strays
                    if (not args.function or p.parent.name == args.function) and p.stat().st_mtime < limit]
     doomed = sorted(set(doomed))
@@ -248,74 +273,6 @@ def cmd_clear(args: argparse.Namespace) -> int:
         counts = (sum(p.suffix == ".json" for p in gone), sum(p.suffix == ".journal" for p in gone))
         print(f"{verb} {counts[0]} cache file(s) and {counts[1]} journal(s) from {root}")
     return 0
-
-
-# -- export / import -------------------------------------------------------------------------------------------
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    entries, problems = _selected(args)
-    status = _warn_problems(problems)
-    if not entries:
-        raise UsageError(f"nothing to export from {_root(args)}")
-    if args.format == "vllm-moe":
-        done = vllm_export.export(args, entries, UsageError)
-        _emit_json(done) if args.json else print(vllm_export.report(done))
-        return status
-    if Path(args.bundle).is_dir():
-        raise UsageError(f"{args.bundle} is a folder: name the bundle file to write (e.g. "
-                         f"{Path(args.bundle) / 'decisions.json'}); a folder is for --format vllm-moe")
-    if not Path(args.bundle).absolute().parent.is_dir():
-        raise UsageError(f"no folder {Path(args.bundle).absolute().parent} to write the bundle into (create it first)")
-    path = dec.export_bundle(entries, Path(args.bundle))
-    if args.json:
-        _emit_json({"bundle": str(path), "entries": [e.name for e in entries]})
-    else:
-        print(f"exported {len(entries)} decision(s) to {path}")
-    return status
-
-
-def cmd_import(args: argparse.Namespace) -> int:
-    incoming = dec.read_bundle(Path(args.bundle))
-    doubtful = [item for item in incoming if item.mismatches]
-    for item in doubtful:
-        print(f"triton-dist-tune: {item.path} was tuned under other conditions: {'; '.join(item.mismatches)}",
-              file=sys.stderr)
-    if doubtful and not args.force:
-        print(f"triton-dist-tune: refused: {len(doubtful)} of {len(incoming)} decision(s) were tuned under other "
-              "versions or hardware (--force imports them anyway)", file=sys.stderr)
-        return 1
-    replaced = [item.path for item in incoming if _differs(_root(args) / item.path, item)]
-    if replaced and not args.force:
-        print(f"triton-dist-tune: refused: {len(replaced)} of {len(incoming)} decision(s) would replace a different "
-              f"decision already in {_root(args)} ({', '.join(replaced[:3])}{', ...' if len(replaced) > 3 else ''}; "
-              "--force replaces them)", file=sys.stderr)
-        return 1
-    try:
-        written = dec.write_incoming(_root(args), incoming)  # all or nothing
-    except OSError as exc:
-        raise dec.CacheError(f"could not import into {_root(args)} ({type(exc).__name__}: {exc}); nothing was "
-                             "imported") from None
-    if args.json:
-        _emit_json({"imported": [str(p) for p in written], "mismatched": [i.path for i in doubtful]})
-    else:
-        print(f"imported {len(written)} decision(s) into {_root(args)}"
-              + (f" ({len(doubtful)} despite mismatches)" if doubtful else ""))
-    return 0
-
-
-def _differs(path: Path, item: dec.Incoming) -> bool:
-    """Whether the cache holds, at ``path``, a decision with another choice than the bundle's (an unreadable file
-    counts; the same choice tuned at another time does not)."""
-    if not path.exists():
-        return False
-    try:
-        mine = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return True
-    theirs = item.entry.raw
-    return not isinstance(mine, dict) or (mine.get("index"), mine.get("config")) != (theirs.get("index"),
-                                                                                      theirs.get("config"))
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -376,6 +333,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", parents=[cache, as_json], help="list the decisions")
     p.add_argument("--function", help="only this function's decisions")
     p.add_argument("--stale", action="store_true", help="only decisions tuned under other software versions")
+    p.add_argument("--superseded", action="store_true", help="only decisions superseded by a newer one of the same "
+                   "key, tuned for another config space or source")
     p.set_defaults(run=cmd_list)
 
     p = sub.add_parser("show", parents=[cache, as_json], help="one decision's whole table of measurements")
@@ -394,6 +353,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--function", help="only this function's")
     p.add_argument("--older-than", metavar="AGE", help="only those older than AGE (30m, 12h, 7d, 2w)")
     p.add_argument("--stale", action="store_true", help="only those tuned under other software versions")
+    p.add_argument("--superseded", action="store_true", help="only those superseded by a newer decision of the same "
+                   "key, tuned for another config space or source")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     p.set_defaults(run=cmd_clear)
 
@@ -403,13 +364,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--function", help="only this function's decisions")
     p.add_argument("--stale", action="store_true", help="only decisions tuned under other software versions")
     vllm_export.add_arguments(p)
-    p.set_defaults(run=cmd_export)
+    p.set_defaults(run=bundles.cmd_export)
 
     p = sub.add_parser("import", parents=[cache, as_json], help="add a bundle's decisions to the cache")
     p.add_argument("bundle", help="a file written by 'export'")
     p.add_argument("--force", action="store_true", help="import decisions tuned under other versions or hardware, "
                    "and replace different decisions already in the cache")
-    p.set_defaults(run=cmd_import)
+    p.set_defaults(run=bundles.cmd_import)
 
     p = sub.add_parser("logs", parents=[as_json], help="one job's per-rank logs merged into one timeline")
     p.add_argument("job", nargs="?", help="a job's name (or prefix), or a log folder; default: the latest job")

@@ -14,6 +14,10 @@ from ..disk import decisions as dec
 from ..disk.cache import cache_root
 from ..disk.versions import recorded_versions, versions
 
+#: what a superseded decision is, said wherever one is named
+SUPERSEDED_NOTE = ("a newer decision of the same function and key was tuned for another config space or source: the "
+                   "tuner never serves it again")
+
 
 class UsageError(Exception):
     """A problem to report in one line with exit status 2."""
@@ -79,14 +83,23 @@ def _now_versions(args: argparse.Namespace, display: bool = False) -> dict[str, 
     return recorded_versions(_root(args)) if display else versions()
 
 
-def _selected(args: argparse.Namespace, display: bool = False) -> tuple[list[dec.Entry], list[dec.CacheError]]:
-    """The decisions the arguments select (``--stale``: against :func:`_now_versions`), and the cache files that
-    could not be read."""
+def _selected(args: argparse.Namespace, display: bool = False
+              ) -> tuple[list[dec.Entry], list[dec.CacheError], dict[Path, dec.Entry]]:
+    """The decisions the arguments select (``--stale``: against :func:`_now_versions`; ``--superseded``), the cache
+    files that could not be read, and every superseded decision of the folder with the one that supersedes it
+    (:func:`~triton_dist_tune.disk.decisions.superseded`)."""
     entries, problems = dec.scan(_root(args))
     older = dec.parse_age(args.older_than) if getattr(args, "older_than", None) else None
     stale = getattr(args, "stale", False)
     current = _now_versions(args, display) if stale else None
-    return dec.select(entries, getattr(args, "function", None), stale, older, current=current), problems
+    chosen = dec.select(entries, getattr(args, "function", None), stale, older, current=current,
+                        superseded_only=getattr(args, "superseded", False))
+    return chosen, problems, dec.superseded(entries)
+
+
+def superseded_text(entry: dec.Entry, newer: dec.Entry) -> str:
+    """``by <name> (tuned <age> later)``: the decision that supersedes ``entry``."""
+    return f"by {newer.name} (tuned {dec.age_text(max(0.0, newer.created - entry.created))} later)"
 
 
 def key_order(text: str) -> tuple[Any, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,16 +83,17 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
     gpus = sorted({e.gpu for e in chosen})
     if len(gpus) > 1:
         raise fail(f"decisions tuned on {len(gpus)} GPU models ({', '.join(gpus)}): pick one with --gpu")
-    pairs = []
+    pairs, origin = [], {}
     for entry in chosen:
         try:
-            pairs.append((vllm_moe.batch_of(entry.key, args.batch_index), vllm_moe.tile_config(entry.config)))
+            pair = (vllm_moe.batch_of(entry.key, args.batch_index), vllm_moe.tile_config(entry.config))
         except ValueError as exc:
             raise fail(f"{entry.name}: {exc}") from None
-    try:
-        configs = vllm_moe.table(pairs)
-    except ValueError as exc:
-        raise fail(f"{exc} (--where POS=VALUE picks keys)") from None
+        first = origin.setdefault(pair[0], (entry, pair[1]))
+        if first[1] != pair[1]:
+            raise fail(_conflict(pair[0], (first[0], first[1]), (entry, pair[1])))
+        pairs.append(pair)
+    configs = vllm_moe.table(pairs)
     folder = Path(args.bundle)
     if folder.exists() and not folder.is_dir():
         raise fail(f"{folder} is not a folder: --format vllm-moe writes a file into the folder it is given")
@@ -106,6 +108,15 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
     path = vllm_moe.write(vllm_moe.config_file(folder, args.experts, args.n, args.device_name or gpus[0], dtype),
                           configs)
     return {"file": str(path), "batch_sizes": [int(b) for b in configs], "entries": [e.name for e in chosen]}
+
+
+def _conflict(batch: int, *choices: tuple[dec.Entry, dict[str, int]]) -> str:
+    """The error for two decisions with different configs for one batch size: both files, their ages and configs."""
+    now = time.time()
+    both = " and ".join(f"{entry.path} (tuned {dec.age_text(max(0.0, now - entry.created))} ago: {tile})"
+                        for entry, tile in choices)
+    return (f"batch size {batch} has two different decisions: {both}. Select one problem (E, N, dtype, GPU) per file "
+            "(--where POS=VALUE picks keys), or remove the decision not wanted ('triton-dist-tune clear')")
 
 
 def report(done: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""One cache file read into a typed :class:`Entry` (formats 1 and 2), and the errors of unusable cache files."""
+"""One cache file read into a typed :class:`Entry` (formats 1 and 2), the errors of unusable cache files, and which
+decisions are superseded by newer ones (:func:`superseded`)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,10 @@ class Entry:
     breakdown: TimeBreakdown | None = None
     #: True for a cut's choice (the time budget ended the tuning): tuned again by the next job
     provisional: bool = False
+    #: fingerprints of the config space and of the code (the function's source and the code it depends on) the
+    #: decision was tuned for; None where not recorded (``source`` is absent from records of earlier releases)
+    space: str | None = None
+    source: str | None = None
     measurements: list[Outcome] = field(default_factory=list)
     #: the raw JSON object as read from disk (what ``export`` ships)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -70,15 +75,18 @@ class Entry:
         """The chosen config's outcome, when its measurements are recorded."""
         return next((o for o in self.measurements if o.index == self.index), None)
 
-    def to_json(self, now: dict[str, str] | None = None) -> dict[str, Any]:
+    def to_json(self, now: dict[str, str] | None = None, superseded_by: Entry | None = None) -> dict[str, Any]:
         """A summary for ``--json`` output (standard JSON); ``stale`` against the versions ``now`` (else read
-        exactly)."""
+        exactly); ``superseded_by``: the newer decision that supersedes this one (see
+        :func:`superseded`), if any."""
         return {"file": str(self.path), "name": self.name, "format": self.format, "function": self.function,
                 "kernel": self.kernel, "key": self.key, "index": self.index, "config": self.config,
                 "time_ms": self.time_ms, "margin": self.margin, "runner_up": self.runner_up,
                 "near_tie": self.near_tie, "timing": self.timing, "group_size": self.group_size,
                 "group": self.group, "gpu": self.gpu, "gpu_count": self.gpu_count, "versions": self.versions,
-                "created": self.created, "stale": self.stale(now), "tuning_seconds": self.tuning_seconds,
+                "created": self.created, "stale": self.stale(now), "space": self.space, "source": self.source,
+                "superseded_by": superseded_by.name if superseded_by is not None else None,
+                "tuning_seconds": self.tuning_seconds,
                 "breakdown": self.breakdown.to_json() if self.breakdown is not None else None,
                 "provisional": self.provisional, "measurements": [o.to_json() for o in self.measurements]}
 
@@ -184,7 +192,7 @@ def parse_entry(path: Path, data: Any) -> Entry:
                  rounds=data.get("rounds") if type(data.get("rounds")) is int else None,
                  tuning_seconds=_finite(data.get("tuning_seconds")),
                  breakdown=TimeBreakdown.from_json(data.get("breakdown")), provisional=data.get("provisional") is True,
-                 measurements=outcomes, raw=data)
+                 space=_text(data.get("space")), source=_text(data.get("source")), measurements=outcomes, raw=data)
 
 
 def read_entry(path: Path) -> Entry:
@@ -198,3 +206,32 @@ def read_entry(path: Path) -> Entry:
     except Unreadable as exc:  # not UTF-8, not JSON, nested deeper than the tuner reads
         raise CacheError(f"{path}: corrupt cache file ({exc})", path) from None
     return parse_entry(path, data)
+
+
+def lineage(entry: Entry) -> tuple[Any, ...]:
+    """What question a decision answers, whatever code and config space it was tuned for: its function (cache
+    folder, name, and kernel for ``contextual_autotune``), key, group size, GPU model and count, and timing mode."""
+    return (entry.path.parent.name, entry.function, entry.kernel, entry.key, entry.group_size, entry.gpu,
+            entry.gpu_count, entry.timing)
+
+
+def _same_code(a: Entry, b: Entry) -> bool:
+    """Whether two decisions were tuned for the same config space and, where both record it, the same code."""
+    return a.space == b.space and (a.source is None or b.source is None or a.source == b.source)
+
+
+def superseded(entries: list[Entry]) -> dict[Path, Entry]:
+    """The superseded decisions among ``entries``: path -> the newest decision of its :func:`lineage`, for each
+    decision tuned for another config space or code than that newest one (its ``space`` fingerprint differs, or
+    its ``source`` fingerprint where both record one).
+
+    A change of the function's space or code changes its cache entry's name, so the next job tunes the key again
+    into a new file and never serves the old one again; the old file stays until it is removed (``clear
+    --superseded``). Decisions told apart only by what the files do not record (``cache_key_extra``, the tensors'
+    devices, the configs ``prune_fn`` kept) share one space and code, so none supersedes another."""
+    newest: dict[tuple[Any, ...], Entry] = {}
+    for e in entries:
+        held = newest.get(lineage(e))
+        if held is None or (e.created, e.path.name) > (held.created, held.path.name):
+            newest[lineage(e)] = e
+    return {e.path: newest[lineage(e)] for e in entries if not _same_code(e, newest[lineage(e)])}

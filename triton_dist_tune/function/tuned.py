@@ -17,7 +17,7 @@ from ..disk.cache import DiskCache, dependency_text, source_of
 from ..errors import BadInputError
 from ..measure.timing import timing_mode
 from ..records import Decision
-from ..space import check_space_signature, describe, validate_space
+from ..space import check_space_signature, describe, fingerprint, validate_space
 from .options import TuneOptions
 from .policy import Undecided
 
@@ -106,13 +106,25 @@ class TunedFunction:
         """The last decision's outcomes per (group name, key), as JSON-style rows (a view of ``decisions``)."""
         return {slot: [o.to_json() for o in d.outcomes] for slot, d in self.decisions.items()}
 
+    @property
+    def dependencies(self) -> str:
+        """The code a decision depends on besides the function's own source: the Triton kernels it names and the
+        sources of ``key_fn`` and ``prune_fn`` (:func:`~triton_dist_tune.disk.cache.dependency_text`)."""
+        if self._dependencies is None:
+            self._dependencies = dependency_text(self.fn, self.key_fn, self.prune_fn, "")
+        return self._dependencies
+
+    @property
+    def source_print(self) -> str:
+        """The fingerprint of the function's code (its source and :attr:`dependencies`), recorded in each decision
+        as ``source``: a decision of the same key with another one is superseded (``triton-dist-tune list``)."""
+        return fingerprint(f"{self.source}\n{self.dependencies}")
+
     def entry_extra(self, args: tuple, kwargs: dict[str, Any]) -> str:
         """What the cache entry depends on besides the function's source, key, space and group size: the code it
         uses, the devices of its tensors, ``cache_key_extra`` and the timing mode (a decision timed cold is no
         answer for steady timing)."""
-        if self._dependencies is None:
-            self._dependencies = dependency_text(self.fn, self.key_fn, self.prune_fn, "")
         extra = self.options.cache_key_extra
         extra = extra() if callable(extra) else (extra or "")
-        return (f"{self._dependencies}\ndevices: {_tensor_devices(args, kwargs)}\nextra: {extra}\n"
+        return (f"{self.dependencies}\ndevices: {_tensor_devices(args, kwargs)}\nextra: {extra}\n"
                 f"timing: {timing_mode(self.options.timing)}")

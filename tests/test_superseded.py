@@ -1,0 +1,156 @@
+"""Superseded decisions: a job that tunes a key again after the function's config space (or code) changed writes a
+second decision beside the first. The command line marks the older one (``list``, ``show``), removes it (``clear
+--superseded``) and leaves it out of ``export``; the tuner's rank log and rank 0's summary name it.
+
+Two real jobs of 2 ranks (tests/scenarios/superseded_cases.py) tune batch sizes 1 and 16 of ``moe`` over two
+spaces; the command line runs in this process on copies of their cache."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from harness import describe, run_ranks, tuner_env
+
+from triton_dist_tune.cli.commands import main
+from triton_dist_tune.disk import decisions as dec
+from triton_dist_tune.disk.cache import versions, write_json_atomic
+
+SCENARIO = Path(__file__).resolve().parent / "scenarios" / "superseded_cases.py"
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory) -> dict:
+    """The first job tunes over a space whose first config has BLOCK_SIZE_M 16, the second over one with 32."""
+    tmp = tmp_path_factory.mktemp("two-spaces")
+    env = tuner_env(tmp, timeout=60)
+    runs = []
+    for first in (16, 32):
+        results = run_ranks(SCENARIO, 2, ["tune"], env={**env, "SUPERSEDED_FIRST": str(first)}, timeout=240)
+        assert all(r.returncode == 0 for r in results), describe(results)
+        runs.append(results)
+        time.sleep(0.05)  # the second job's decisions are the newer ones, whatever the clock's resolution
+    files = {json.loads(p.read_text())["space"]: [] for p in (tmp / "cache" / "moe").glob("*.json")}
+    for p in sorted((tmp / "cache" / "moe").glob("*.json")):
+        files[json.loads(p.read_text())["space"]].append(p)
+    old, new = sorted(files.values(), key=lambda paths: json.loads(paths[0].read_text())["created"])
+    return {"tmp": tmp, "cache": tmp / "cache", "runs": runs, "old": old, "new": new}
+
+
+def cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """The command line in this process: (exit status, stdout, stderr)."""
+    capsys.readouterr()
+    status = main(args)
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def cache_copy(jobs: dict, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(jobs["cache"], tmp_path / "cache"))
+
+
+@pytest.mark.timeout(600)
+def test_second_job_supersedes_and_says_so(jobs):
+    assert len(jobs["old"]) == 2 and len(jobs["new"]) == 2  # one decision per key and space
+    summary = jobs["runs"][1][0].stderr
+    log = (jobs["tmp"] / "logs" / "rank-0.log").read_text()
+    for path in jobs["old"]:
+        assert f"superseded {path}" in log
+        assert str(path) in summary.split("cache file:", 1)[1]
+    assert "(superseded " not in jobs["runs"][0][0].stderr
+
+
+@pytest.mark.timeout(600)
+def test_list_and_show_mark_the_superseded_decisions(jobs, capsys):
+    status, out, _ = cli(["list", "--cache-dir", str(jobs["cache"])], capsys)
+    assert status == 0
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ") and "moe" not in line}
+    assert all("SUPERSEDED" in rows[p.stem[:8]] for p in jobs["old"])
+    assert all("current" in rows[p.stem[:8]] and "SUPERSEDED" not in rows[p.stem[:8]] for p in jobs["new"])
+    assert "2 superseded decision(s)" in out and "'clear --superseded' removes them" in out
+    for old in jobs["old"]:
+        assert f"{old.stem[:8]} (moe, key " in out
+    data = json.loads(cli(["list", "--json", "--cache-dir", str(jobs["cache"])], capsys)[1])
+    by_file = {e["file"]: e["superseded_by"] for e in data["entries"]}
+    assert {f for f, by in by_file.items() if by} == {str(p) for p in jobs["old"]}
+    assert {by for by in by_file.values() if by} == {f"moe/{p.name}" for p in jobs["new"]}
+    only = json.loads(cli(["list", "--json", "--superseded", "--cache-dir", str(jobs["cache"])], capsys)[1])
+    assert sorted(e["file"] for e in only["entries"]) == sorted(map(str, jobs["old"]))
+    status, out, _ = cli(["show", f"moe/{jobs['old'][0].stem[:8]}", "--cache-dir", str(jobs["cache"])], capsys)
+    assert status == 0 and "superseded: by moe/" in out and "'clear --superseded' removes it" in out
+    status, out, _ = cli(["show", f"moe/{jobs['new'][0].stem[:8]}", "--cache-dir", str(jobs["cache"])], capsys)
+    assert status == 0 and "superseded" not in out
+
+
+@pytest.mark.timeout(600)
+def test_clear_superseded_removes_only_them(jobs, tmp_path, capsys):
+    cache = cache_copy(jobs, tmp_path)
+    old = [cache / "moe" / p.name for p in jobs["old"]]
+    status, out, _ = cli(["clear", "--superseded", "--dry-run", "--cache-dir", str(cache)], capsys)
+    assert status == 0 and all(f"would remove {p}" in out for p in old) and all(p.exists() for p in old)
+    assert "would remove 2 cache file(s) and 0 journal(s)" in out
+    status, out, _ = cli(["clear", "--superseded", "--cache-dir", str(cache)], capsys)
+    assert status == 0 and "removed 2 cache file(s) and 0 journal(s)" in out
+    assert sorted(p.name for p in (cache / "moe").glob("*.json")) == sorted(p.name for p in jobs["new"])
+    assert "SUPERSEDED" not in cli(["list", "--cache-dir", str(cache)], capsys)[1]
+
+
+@pytest.mark.timeout(600)
+def test_vllm_moe_export_uses_the_newer_decisions(jobs, tmp_path, capsys):
+    out = tmp_path / "configs"
+    status, said, err = cli(["export", str(out), "--format", "vllm-moe", "--function", "moe", "--experts", "8",
+                             "--n", "128", "--cache-dir", str(jobs["cache"])], capsys)
+    assert status == 0, err
+    assert "skipped 2 superseded decision(s)" in said and "2 tuned batch size(s) 1, 16" in said
+    (written,) = out.iterdir()
+    configs = json.loads(written.read_text())
+    for path in jobs["new"]:
+        data = json.loads(path.read_text())
+        batch = dec.parse_entry(path, data).key.strip("()").split(",")[0]
+        assert f"BLOCK_SIZE_M: {configs[batch]['BLOCK_SIZE_M']}," in data["config"]
+    bundle = tmp_path / "bundle.json"
+    status, said, _ = cli(["export", str(bundle), "--function", "moe", "--cache-dir", str(jobs["cache"])], capsys)
+    assert status == 0 and "skipped 2 superseded decision(s)" in said and "exported 2 decision(s)" in said
+
+
+def decision(cache: Path, name: str, key: str, config: str, space: str, created: float, **extra) -> Path:
+    """A decision of ``moe`` as the tuner writes it (the fields that matter here)."""
+    data = {"format": 2, "function": "moe", "key": key, "index": 0, "config": config, "time_ms": 1.0,
+            "timing": "steady", "group_size": 2, "group": "default", "created": created, "versions": versions(),
+            "gpu": "cpu", "gpu_count": 0, "space": space, "measurements": [], **extra}
+    return write_json_atomic(cache / "moe" / f"{name}.json", data)
+
+
+def test_what_supersedes_what(tmp_path):
+    """Another space supersedes; another source only where both record one; decisions told apart by what the files
+    do not record (cache_key_extra, tensor devices) do not; other keys, group sizes and timing modes do not."""
+    cache, now = tmp_path / "cache", time.time()
+    paths = {
+        "old_space": decision(cache, "a" * 20, "(1,)", "{x: 1}", "s1", now - 50),
+        "no_source": decision(cache, "b" * 20, "(1,)", "{x: 2}", "s2", now - 40),  # an earlier release's file
+        "old_source": decision(cache, "c" * 20, "(1,)", "{x: 3}", "s2", now - 30, source="c1"),
+        "extra": decision(cache, "d" * 20, "(1,)", "{x: 4}", "s2", now - 20, source="c2"),
+        "newest": decision(cache, "e" * 20, "(1,)", "{x: 5}", "s2", now - 10, source="c2"),
+        "other_key": decision(cache, "f" * 20, "(2,)", "{x: 6}", "s1", now - 60),
+        "other_group": decision(cache, "g" * 20, "(1,)", "{x: 7}", "s1", now - 60, group_size=4),
+        "cold": decision(cache, "h" * 20, "(1,)", "{x: 8}", "s1", now - 60, timing="cold"),
+    }
+    entries, problems = dec.scan(cache)
+    assert not problems
+    replaced = dec.superseded(entries)
+    assert {p.stem[0] for p in replaced} == {"a", "c"}
+    assert {newer.path for newer in replaced.values()} == {paths["newest"]}
+
+
+def test_vllm_moe_conflict_names_both_files_and_their_ages(tmp_path, capsys):
+    cache, now = tmp_path / "cache", time.time()
+    tile = "{{BLOCK_SIZE_K: 32, BLOCK_SIZE_M: {m}, BLOCK_SIZE_N: 64, GROUP_SIZE_M: 1, num_stages: 2, num_warps: 4}}"
+    one = decision(cache, "a" * 20, "(1, 'torch.bfloat16', 'x')", tile.format(m=16), "s1", now - 7200)
+    two = decision(cache, "b" * 20, "(1, 'torch.bfloat16', 'y')", tile.format(m=32), "s1", now - 60)
+    status, _, err = cli(["export", str(tmp_path / "out"), "--format", "vllm-moe", "--function", "moe", "--experts",
+                          "8", "--n", "128", "--cache-dir", str(cache)], capsys)
+    assert status == 2
+    assert f"{one} (tuned 2h ago" in err and f"{two} (tuned 1m ago" in err and "batch size 1" in err

@@ -1,0 +1,86 @@
+"""``export`` and ``import``: decisions into one bundle file (or vLLM's fused-MoE config file: :mod:`.vllm_export`),
+and a bundle's decisions into the cache. Superseded decisions are never exported."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..disk import decisions as dec
+from . import vllm_export
+from .common import SUPERSEDED_NOTE, UsageError, _emit_json, _root, _selected, _warn_problems
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """``export``: the selected decisions, superseded ones left out (the tuner never serves them again), into a
+    bundle or vLLM's fused-MoE config file."""
+    selected, problems, replaced = _selected(args)
+    status = _warn_problems(problems)
+    entries = [e for e in selected if e.path not in replaced]
+    skipped = [e.name for e in selected if e.path in replaced]
+    if skipped and not args.json:
+        print(f"skipped {len(skipped)} superseded decision(s) ({SUPERSEDED_NOTE}; 'list' names them, 'clear "
+              "--superseded' removes them)")
+    if not entries:
+        raise UsageError(f"nothing to export from {_root(args)}" + (f" ({len(skipped)} superseded decision(s) "
+                                                                     "skipped)" if skipped else ""))
+    if args.format == "vllm-moe":
+        done = vllm_export.export(args, entries, UsageError)
+        _emit_json({**done, "superseded_skipped": skipped}) if args.json else print(vllm_export.report(done))
+        return status
+    if Path(args.bundle).is_dir():
+        raise UsageError(f"{args.bundle} is a folder: name the bundle file to write (e.g. "
+                         f"{Path(args.bundle) / 'decisions.json'}); a folder is for --format vllm-moe")
+    if not Path(args.bundle).absolute().parent.is_dir():
+        raise UsageError(f"no folder {Path(args.bundle).absolute().parent} to write the bundle into (create it first)")
+    path = dec.export_bundle(entries, Path(args.bundle))
+    if args.json:
+        _emit_json({"bundle": str(path), "entries": [e.name for e in entries], "superseded_skipped": skipped})
+    else:
+        print(f"exported {len(entries)} decision(s) to {path}")
+    return status
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    incoming = dec.read_bundle(Path(args.bundle))
+    doubtful = [item for item in incoming if item.mismatches]
+    for item in doubtful:
+        print(f"triton-dist-tune: {item.path} was tuned under other conditions: {'; '.join(item.mismatches)}",
+              file=sys.stderr)
+    if doubtful and not args.force:
+        print(f"triton-dist-tune: refused: {len(doubtful)} of {len(incoming)} decision(s) were tuned under other "
+              "versions or hardware (--force imports them anyway)", file=sys.stderr)
+        return 1
+    replaced = [item.path for item in incoming if _differs(_root(args) / item.path, item)]
+    if replaced and not args.force:
+        print(f"triton-dist-tune: refused: {len(replaced)} of {len(incoming)} decision(s) would replace a different "
+              f"decision already in {_root(args)} ({', '.join(replaced[:3])}{', ...' if len(replaced) > 3 else ''}; "
+              "--force replaces them)", file=sys.stderr)
+        return 1
+    try:
+        written = dec.write_incoming(_root(args), incoming)  # all or nothing
+    except OSError as exc:
+        raise dec.CacheError(f"could not import into {_root(args)} ({type(exc).__name__}: {exc}); nothing was "
+                             "imported") from None
+    if args.json:
+        _emit_json({"imported": [str(p) for p in written], "mismatched": [i.path for i in doubtful]})
+    else:
+        print(f"imported {len(written)} decision(s) into {_root(args)}"
+              + (f" ({len(doubtful)} despite mismatches)" if doubtful else ""))
+    return 0
+
+
+def _differs(path: Path, item: dec.Incoming) -> bool:
+    """Whether the cache holds, at ``path``, a decision with another choice than the bundle's (an unreadable file
+    counts; the same choice tuned at another time does not)."""
+    if not path.exists():
+        return False
+    try:
+        mine = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return True
+    theirs = item.entry.raw
+    return not isinstance(mine, dict) or (mine.get("index"), mine.get("config")) != (theirs.get("index"),
+                                                                                      theirs.get("config"))
