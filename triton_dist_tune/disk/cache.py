@@ -14,14 +14,12 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .. import settings
 from ..group.codec import read_json
 from ..space import fingerprint
-from .entries import CacheError, Entry, read_entry, superseded
 from .files import write_json_atomic
 from .versions import remember, versions
 
@@ -137,9 +135,6 @@ class DiskCache:
 
     def __init__(self, name: str, root: Path | None = None) -> None:
         self.folder = (root or cache_root()) / name
-        #: the folder's decisions as :meth:`superseded_by` last read them: path -> (size, mtime, the entry without
-        #: its measurements), so that a campaign writing many keys reads each file once
-        self._read: dict[Path, tuple[int, int, Entry | None]] = {}
 
     def path(self, entry: str) -> Path:
         """Where the decision ``entry`` lives."""
@@ -188,32 +183,6 @@ class DiskCache:
             raise OSError(exc.errno, f"{exc.strerror or exc} (writing {self.path(entry)})") from exc
         remember(self.folder.parent, data["versions"])  # for ``list`` and ``show``: they need not import torch
         return path
-
-    def superseded_by(self, path: Path) -> list[Path]:
-        """The older decisions of this folder that the decision just written to ``path`` supersedes: those of the
-        same key (group size, GPU, timing mode) tuned for another config space or code
-        (:func:`~triton_dist_tune.disk.entries.superseded`). Never raises: a file that cannot be read is left out."""
-        try:
-            entries = [e for e in (self._entry(p) for p in self.folder.glob("*.json") if not p.name.startswith("."))
-                       if e is not None]
-            return sorted(old for old, newer in superseded(entries).items() if newer.path == path)
-        except Exception:  # only a note in the log: writing the decision never fails for it
-            return []
-
-    def _entry(self, path: Path) -> Entry | None:
-        """The decision in ``path`` without its measurements (None: unreadable), read again only once changed."""
-        try:
-            st = path.stat()
-            held = self._read.get(path)
-            if held is None or held[:2] != (st.st_size, st.st_mtime_ns):
-                try:
-                    entry: Entry | None = replace(read_entry(path), measurements=[], raw={})
-                except CacheError:
-                    entry = None
-                self._read[path] = held = (st.st_size, st.st_mtime_ns, entry)
-            return held[2]
-        except OSError:
-            return None
 
 
 def _well_formed(data: Any) -> bool:

@@ -58,6 +58,8 @@ class Entry:
     #: decision was tuned for; None where not recorded (``source`` is absent from records of earlier releases)
     space: str | None = None
     source: str | None = None
+    #: where the tuned function is defined (source file and qualified name); None where not recorded
+    origin: str | None = None
     measurements: list[Outcome] = field(default_factory=list)
     #: the raw JSON object as read from disk (what ``export`` ships)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -192,7 +194,8 @@ def parse_entry(path: Path, data: Any) -> Entry:
                  rounds=data.get("rounds") if type(data.get("rounds")) is int else None,
                  tuning_seconds=_finite(data.get("tuning_seconds")),
                  breakdown=TimeBreakdown.from_json(data.get("breakdown")), provisional=data.get("provisional") is True,
-                 space=_text(data.get("space")), source=_text(data.get("source")), measurements=outcomes, raw=data)
+                 space=_text(data.get("space")), source=_text(data.get("source")),
+                 origin=_text(data.get("origin")), measurements=outcomes, raw=data)
 
 
 def read_entry(path: Path) -> Entry:
@@ -210,9 +213,11 @@ def read_entry(path: Path) -> Entry:
 
 def lineage(entry: Entry) -> tuple[Any, ...]:
     """What question a decision answers, whatever code and config space it was tuned for: its function (cache
-    folder, name, and kernel for ``contextual_autotune``), key, group size, GPU model and count, and timing mode."""
-    return (entry.path.parent.name, entry.function, entry.kernel, entry.key, entry.group_size, entry.gpu,
-            entry.gpu_count, entry.timing)
+    folder, name, where it is defined, and kernel for ``contextual_autotune``), key, group size, GPU model and
+    count, and timing mode. Where it is defined (``origin``, None in an earlier release's files) keeps apart two
+    programs whose functions share a name and a cache folder: neither supersedes the other's decisions."""
+    return (entry.path.parent.name, entry.function, entry.origin, entry.kernel, entry.key, entry.group_size,
+            entry.gpu, entry.gpu_count, entry.timing)
 
 
 def _same_code(a: Entry, b: Entry) -> bool:
@@ -228,10 +233,13 @@ def superseded(entries: list[Entry]) -> dict[Path, Entry]:
     A change of the function's space or code changes its cache entry's name, so the next job tunes the key again
     into a new file and never serves the old one again; the old file stays until it is removed (``clear
     --superseded``). Decisions told apart only by what the files do not record (``cache_key_extra``, the tensors'
-    devices, the configs ``prune_fn`` kept) share one space and code, so none supersedes another."""
+    devices, the configs ``prune_fn`` kept) share one space and code, so none supersedes another. Only decisions
+    that record where their function is defined (``origin``: ``autotune``'s, from this release on) take part: an
+    earlier release's file, or a ``contextual_autotune`` decision, is never marked superseded."""
+    traced = [e for e in entries if e.origin is not None]
     newest: dict[tuple[Any, ...], Entry] = {}
-    for e in entries:
+    for e in traced:
         held = newest.get(lineage(e))
         if held is None or (e.created, e.path.name) > (held.created, held.path.name):
             newest[lineage(e)] = e
-    return {e.path: newest[lineage(e)] for e in entries if not _same_code(e, newest[lineage(e)])}
+    return {e.path: newest[lineage(e)] for e in traced if not _same_code(e, newest[lineage(e)])}

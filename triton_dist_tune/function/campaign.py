@@ -409,12 +409,8 @@ def _learn(tuner: TunedFunction, plan: Plan, row: KeyResult, keys: list[Hashable
     writer = settings.launcher().local_rank in (None, 0)
     if writer and row.record is not None and row.entry and not tuner.cache.path(row.entry).exists():
         try:
-            path = tuner.cache.store(row.entry, row.record, tuner.space_text)
+            tuner.cache.store(row.entry, row.record, tuner.space_text)
         except OSError as exc:
             logs.rank_log().warning("campaign %s: could not write key %s to the cache (%s)", tuner.name, row.key, exc)
-        else:
-            for old in tuner.cache.superseded_by(path):
-                logs.rank_log().info("campaign %s: key %s superseded %s (an older decision of this key, tuned for "
-                                     "another config space or source)", tuner.name, row.key, old)
     row.record = None
     return row

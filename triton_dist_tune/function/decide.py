@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ..disk import logs
-from ..disk.cache import DiskCache
 from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
 from ..measure.race import Race
@@ -54,10 +53,12 @@ def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
     return decision
 
 
-def cache_record(name: str, key_text: str, group: Group, decision: Decision, source: str) -> dict[str, Any]:
+def cache_record(name: str, key_text: str, group: Group, decision: Decision, source: str,
+                 origin: str) -> dict[str, Any]:
     """The disk cache's record of ``decision``: the choice, how sure it is, and every config's outcome; ``source``:
-    the fingerprint of the function's code (:attr:`~.tuned.TunedFunction.source_print`)."""
-    return {"function": name, "key": key_text, "source": source, "group_size": group.size,
+    the fingerprint of the function's code (:attr:`~.tuned.TunedFunction.source_print`), ``origin``: where it is
+    defined (:attr:`~.tuned.TunedFunction.origin`)."""
+    return {"function": name, "key": key_text, "source": source, "origin": origin, "group_size": group.size,
             "group": logs.group_title(group), "index": decision.index, "config": decision.config,
             "time_ms": decision.time, "margin": decision.margin, "near_tie": decision.near_tie,
             "runner_up": decision.runner_up,
@@ -66,22 +67,6 @@ def cache_record(name: str, key_text: str, group: Group, decision: Decision, sou
             **({"breakdown": decision.breakdown.to_json()} if decision.breakdown is not None else {}),
             "created": time.time(), "measurements": [o.to_json() for o in decision.outcomes],
             **({"provisional": True} if decision.cut else {})}
-
-
-def note_superseded(cache: DiskCache, path: Path, label: str, older: list[Path]) -> Path:
-    """Put into ``older`` the older decisions of the key that the decision just written to ``path`` supersedes
-    (another config space or source: :meth:`~triton_dist_tune.disk.cache.DiskCache.superseded_by`), each said in the
-    rank log; returns ``path``."""
-    older[:] = cache.superseded_by(path)
-    for old in older:
-        logs.rank_log().info("%s superseded %s (an older decision of this key, tuned for another config space or "
-                             "source; 'triton-dist-tune clear --superseded' removes it)", label, old)
-    return path
-
-
-def written_text(written: Path | str, superseded: list[Path]) -> str:
-    """What a summary says after ``cache file:``: the file (or why none was written), and the files it superseded."""
-    return f"{written}" + (f" (superseded {', '.join(map(str, superseded))})" if superseded else "")
 
 
 def served(data: dict[str, Any]) -> dict[str, Any]:

@@ -120,6 +120,17 @@ class TunedFunction:
         as ``source``: a decision of the same key with another one is superseded (``triton-dist-tune list``)."""
         return fingerprint(f"{self.source}\n{self.dependencies}")
 
+    @property
+    def origin(self) -> str:
+        """Where the function is defined (its source file and qualified name), recorded in each decision: only a
+        decision of the same origin supersedes another, so that two programs whose tuned functions share a name
+        and a cache folder never mark each other's decisions superseded."""
+        try:
+            where = inspect.getsourcefile(self.fn) or "?"
+        except TypeError:  # a builtin or a callable object without a source file
+            where = "?"
+        return f"{where}:{getattr(self.fn, '__qualname__', type(self.fn).__qualname__)}"
+
     def entry_extra(self, args: tuple, kwargs: dict[str, Any]) -> str:
         """What the cache entry depends on besides the function's source, key, space and group size: the code it
         uses, the devices of its tensors, ``cache_key_extra`` and the timing mode (a decision timed cold is no

@@ -28,7 +28,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from .. import settings
@@ -65,10 +64,8 @@ from .decide import (
     conclude,
     decide,
     decision_from_record,
-    note_superseded,
     served,
     warn_if_another_group_chose_otherwise,
-    written_text,
 )
 from .next_key import NextKey, compile_next_key
 from .searched import Searched
@@ -123,7 +120,6 @@ class Tuning:
         #: configs whose compile pass ended an earlier attempt (from the shared view): warmed up without one
         self.skip_pass: set[int] = set()
         self.not_written: str | None = None  #: group rank 0: why no decision was written (a read-only folder)
-        self.superseded: list[Path] = []  #: group rank 0: older decisions of the key its record superseded
         self.next_key: NextKey | None = None  #: in a campaign: the unit's next key, compiled ahead (:mod:`.next_key`)
 
     def run(self, key_error: str | None, problem: str | None) -> dict[str, Any]:
@@ -158,7 +154,7 @@ class Tuning:
         tuner.decisions[(group.name, self.key)] = decision
         if group.rank == 0 and logs.printing_enabled(self.verbose):
             logs.print_summary(tuner.name, self.key_text, group, decision,
-                               written_text(self.not_written or tuner.cache.path(self.entry), self.superseded))
+                               self.not_written or tuner.cache.path(self.entry))
         return tuner.space[decision.index]
 
     def _agree(self, key_error: str | None, problem: str | None) -> None:
@@ -278,12 +274,12 @@ class Tuning:
             warn_if_another_group_chose_otherwise(tuner.cache.path(self.entry), tuner.name, self.key_text, self.group,
                                                   decision)
             try:
-                path = tuner.cache.store(self.entry, cache_record(tuner.name, self.key_text, self.group, decision,
-                                                                  tuner.source_print), tuner.space_text)
+                return tuner.cache.store(self.entry, cache_record(tuner.name, self.key_text, self.group, decision,
+                                                                  tuner.source_print, tuner.origin),
+                                         tuner.space_text)
             except OSError as exc:  # a warning (conclude); the summary says that nothing was written
                 self.not_written = f"none written ({type(exc).__name__}: {exc.strerror or exc})"
                 raise
-            return note_superseded(tuner.cache, path, self.label, self.superseded)
 
         return store
 
