@@ -183,3 +183,14 @@ def test_a_decision_that_cannot_be_written_names_its_file(tmp_path):
     (tmp_path / "a-file").write_text("not a folder")
     with pytest.raises(OSError, match=f"writing {tmp_path / 'a-file' / 'f' / 'e.json'}"):
         cache.store("e", {"index": 0, "config": "{}"}, "space")
+
+
+def test_clear_of_a_function_that_does_not_exist_and_show_of_an_empty_name_are_errors(tmp_path, capsys):
+    """``clear --function all_reduce`` (a prefix or a typo) said 'removed 0 ...' with exit 0; ``show ''`` said that
+    it matched every decision."""
+    write_entry(tmp_path)
+    status, _, err = cli(["clear", "--function", "all_reduce", "--cache-dir", str(tmp_path)], capsys)
+    assert status == 2 and "no function 'all_reduce'" in err and "(functions: f)" in err, err
+    status, _, err = cli(["show", "", "--cache-dir", str(tmp_path)], capsys)
+    assert status == 2 and "no decision called ''" in err, err
+    assert cli(["clear", "--function", "f", "--dry-run", "--cache-dir", str(tmp_path)], capsys)[0] == 0

@@ -108,6 +108,8 @@ def select(entries: list[Entry], function: str | None = None, stale: bool = Fals
 
 def find(entries: list[Entry], name: str) -> Entry:
     """The entry called ``name``: its path, ``<function>/<file>``, or a unique prefix of its file name."""
+    if not name.strip():
+        raise CacheError("no decision called '' (give a name from the 'list' command)")
     matches = [e for e in entries if name in (str(e.path), e.name, e.path.name, e.path.stem)]
     if not matches:
         matches = [e for e in entries if e.path.stem.startswith(name) or e.name.startswith(name)]
