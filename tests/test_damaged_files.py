@@ -194,3 +194,27 @@ def test_clear_of_a_function_that_does_not_exist_and_show_of_an_empty_name_are_e
     status, _, err = cli(["show", "", "--cache-dir", str(tmp_path)], capsys)
     assert status == 2 and "no decision called ''" in err, err
     assert cli(["clear", "--function", "f", "--dry-run", "--cache-dir", str(tmp_path)], capsys)[0] == 0
+
+
+@pytest.mark.parametrize("index", [1, 7])
+def test_a_cache_file_whose_choice_is_not_that_config_of_the_space_is_said_and_tuned_again(tmp_path, monkeypatch,
+                                                                                          caplog, index):
+    """A decision whose index is out of the space, or names another config than the space holds there (a file
+    edited by hand), was tuned again without a word."""
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+
+    @tdt.autotune([{"a": 1}, {"a": 2}], key_fn=lambda n: n, n_repeat=1)
+    def scaled(n, *, a):
+        return n * a
+
+    scaled(3)
+    (path,) = (tmp_path / "cache" / "scaled").glob("*.json")
+    data = json.loads(path.read_text())
+    data.update(index=index, config="{a: 1}")
+    path.write_text(json.dumps(data))
+    scaled.tuner.decided.clear()
+    with caplog.at_level(logging.WARNING):
+        scaled(3)
+    assert f"ignoring cache file {path}: its choice (config {index}, {{a: 1}}) is not that config" in caplog.text

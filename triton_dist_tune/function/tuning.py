@@ -24,6 +24,7 @@ Once a key is decided, a call is a ``key_fn`` call, a dict lookup and the functi
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,6 +71,8 @@ from .decide import (
 from .next_key import NextKey, compile_next_key
 from .searched import Searched
 from .tuned import TunedFunction
+
+log = logging.getLogger("triton_dist_tune")
 
 
 @contextmanager
@@ -210,6 +213,9 @@ class Tuning:
             return None  # a cut's choice (the time budget ended its race): tuned again, from the journals
         if 0 <= index < len(tuner.space) and data["config"] == tuner.descriptions[index]:
             return [index, served(data)]
+        if data is not None and not quiet:  # a file edited or damaged: the same space, another config at its index
+            log.warning("triton_dist_tune: ignoring cache file %s: its choice (config %d, %s) is not that config of "
+                        "this space; tuning again", tuner.cache.path(self.entry), index, str(data["config"])[:120])
         return None
 
     def _lookup(self) -> tuple[int | None, Any]:
