@@ -75,6 +75,12 @@ from .tuned import TunedFunction
 log = logging.getLogger("triton_dist_tune")
 
 
+def _not_that_config(path: Any, index: int, config: Any) -> None:
+    """Say that the cache file ``path`` names, as its choice, no config of this space at ``index``."""
+    log.warning("triton_dist_tune: ignoring cache file %s: its choice (config %d, %s) is not that config of this "
+                "space; tuning again", path, index, str(config)[:120])
+
+
 @contextmanager
 def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]:
     """Around step 5: an interrupt (SIGINT, SIGTERM) is journaled and blames no config; the evidence of a failing,
@@ -204,8 +210,7 @@ class Tuning:
 
     def _read_cache(self, quiet: bool = False) -> list | None:
         """This rank's read of the cache entry: ``[index, what it shares of the record]`` (:func:`served`), or None
-        (no entry, a cut's provisional choice, or a config this space does not hold). ``quiet``: as
-        :meth:`~triton_dist_tune.disk.cache.DiskCache.load`'s."""
+        (no entry, a cut's provisional choice, or a config this space does not hold: said). ``quiet``: as ``load``'s."""
         tuner = self.tuner
         data = None if self.env.always_tune else tuner.cache.load(self.entry, tuner.space_text, quiet)
         index = data["index"] if data is not None else -1
@@ -214,8 +219,7 @@ class Tuning:
         if 0 <= index < len(tuner.space) and data["config"] == tuner.descriptions[index]:
             return [index, served(data)]
         if data is not None and not quiet:  # a file edited or damaged: the same space, another config at its index
-            log.warning("triton_dist_tune: ignoring cache file %s: its choice (config %d, %s) is not that config of "
-                        "this space; tuning again", tuner.cache.path(self.entry), index, str(data["config"])[:120])
+            _not_that_config(tuner.cache.path(self.entry), index, data["config"])
         return None
 
     def _lookup(self) -> tuple[int | None, Any]:
