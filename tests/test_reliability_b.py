@@ -348,6 +348,27 @@ def test_campaign_notices_a_killed_unit_within_its_deadline(tmp_path):
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.parametrize("where", ["tuning", "waiting"])
+def test_campaign_unit_leaving_by_sigterm_ends_the_others_at_once(tmp_path, where):
+    """Rank 1 of a rank-local campaign leaves by SIGTERM, inside its tuning or while it waits at the round for
+    rank 0's slower key. Before, it said nothing: rank 0 waited exchange_timeout(T) (33 s with T = 30 s; 330 s
+    with the default T) for its beat to stop, or, where rank 1 had marked the round, in the round's exchange, and
+    then blamed "no sign of life". Now rank 1 says in the store that it leaves and why, and rank 0 ends with a
+    RankFailedError naming it and the interruption within seconds (asserted below 15 s)."""
+    killed_at = tmp_path / "killed_at"
+    env = tuner_env(tmp_path, timeout=30, KILLED_AT=str(killed_at), STOP_IN=where)
+    results = run_ranks(CASES, 2, ["campaign_interrupted_unit"], env=env, timeout=120)
+    assert results[1].returncode == 0 and results[1].result["error"] == "SystemExit", describe(results)
+    assert results[0].returncode == 0, describe(results)
+    out = results[0].result
+    waited = out["ended"] - float(killed_at.read_text())
+    print(f"rank 0 ended {waited:.2f} s after rank 1 was sent SIGTERM ({out['seconds']:.2f} s into the campaign)")
+    assert not out["ok"] and out["kind"] == "RankFailedError", out
+    assert "unit 1 (global rank 1) left the campaign with SystemExit" in out["error"], out
+    assert waited < 15, out
+
+
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("where", ["build", "ref_prog"])
 def test_campaign_notices_a_unit_stuck_in_user_code(tmp_path, where):
     """Case 2 (c): rank 1 is stuck for good in user code the tuner gives no deadline (its build of its key's call,

@@ -98,6 +98,46 @@ def campaign_killed_unit():
 
 
 @case
+def campaign_interrupted_unit():
+    """Two keys, one per rank, T = TRITON_DIST_AUTOTUNE_TIMEOUT (30 s in the test): rank 1 leaves the campaign by
+    SIGTERM (STOP_IN=``tuning``: inside its key's 3rd call; ``waiting``: 1.5 s in, when its fast key is done and it
+    waits at the round for rank 0's slow key), after writing when to KILLED_AT. Its process is alive until the
+    SystemExit has unwound: it says in the store that it leaves, and rank 0 must end with a RankFailedError naming
+    it well before exchange_timeout(T) (33 s), the wait for a unit that says nothing."""
+    import threading
+
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    where, calls = os.environ["STOP_IN"], [0]
+
+    def stop() -> None:
+        Path(os.environ["KILLED_AT"]).write_text(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    @tdt.autotune([{"v": v} for v in range(6)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=3,
+                  timing="cold", name="interrupted_unit")
+    def kernel(x, *, v):
+        if rank == 1:
+            calls[0] += 1
+            if where == "tuning" and calls[0] == 3:
+                stop()
+        time.sleep(0.1 if x.shape[0] == 8 else 0.005)  # rank 0's key (8) is the slow one
+        return x
+
+    if rank == 1 and where == "waiting":
+        threading.Timer(1.5, stop).start()
+    started = time.monotonic()
+    try:
+        tdt.campaign(kernel, lambda n: torch.ones(n), [8, SLOW_KEY], local=True, progress=False)
+    except GroupTimeoutError as exc:
+        leave(rank=rank, ok=False, error=str(exc)[:800], kind=type(exc).__name__, ended=time.time(),
+              seconds=time.monotonic() - started)
+    except SystemExit:
+        leave(rank=rank, ok=False, error="SystemExit", ended=time.time(), seconds=time.monotonic() - started)
+    leave(rank=rank, ok=True, ended=time.time(), seconds=time.monotonic() - started)
+
+
+@case
 def campaign_stuck_unit():
     """Two keys, one per rank, T = TRITON_DIST_AUTOTUNE_TIMEOUT (4 s in the tests): rank 1 gets stuck for good in user
     code the tuner has no deadline for (STUCK_IN: ``build``, its build of its key's call, or ``ref_prog``), after

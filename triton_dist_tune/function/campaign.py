@@ -37,6 +37,7 @@ from ..disk import logs
 from ..disk.cache import entry_id
 from ..disk.decisions import recorded_near_tie
 from ..errors import AutotuneError, BadInputError, DevicePoisonedError, GroupTimeoutError, describe_error
+from ..faults.recovery import interruptible
 from ..faults.watchdog import exchange_timeout
 from ..group.agreement import agree
 from ..group.channel import Group, SingleGroup
@@ -337,28 +338,32 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     guessed: dict[int, list[int]] = {}  # position -> the configs compiled ahead for its key
     served: set[int] = set()  # positions whose key this rank's disk cache serves (no tuning to compile ahead for)
     try:
-        for r in range(rounds):
-            mine = r * plan.units + plan.unit
-            found = (_next_tuned(tuner, plan, build, todo, all_keys, masks, mine + plan.units, served, guessed,
-                                 compiled) if ahead else None)
-            following, upcoming = found if found is not None else (-1, None)
-            result = (_tune_one(tuner, plan, todo[mine], build, verbose, upcoming).to_json() if mine < len(todo)
-                      else None)
-            if mine < len(todo):
-                _log_guess(tuner, plan, all_keys[todo[mine]], guessed.pop(todo[mine], []))
-            if upcoming is not None and upcoming.guessed:
-                guessed[following] = upcoming.guessed
-            what = f"[campaign {tuner.name}] round {r + 1} of {rounds}"
-            watch.finished(r)
-            watch.wait(r, what)
-            gathered = plan.across.allgather(result, what, timeout=round_timeout)
-            watch.passed(r)
-            for item in gathered:
-                if item is not None:
-                    rows.append(_learn(tuner, plan, KeyResult.from_json(item), all_keys))
-            if shows:
-                logs.console().info(progress_line(tuner.name, rows, len(todo), time.perf_counter() - started, r + 1,
-                                                  rounds))
+        with interruptible():  # SIGTERM raises SystemExit here, as in a tuning: the unit can say it leaves
+            for r in range(rounds):
+                mine = r * plan.units + plan.unit
+                found = (_next_tuned(tuner, plan, build, todo, all_keys, masks, mine + plan.units, served, guessed,
+                                     compiled) if ahead else None)
+                following, upcoming = found if found is not None else (-1, None)
+                result = (_tune_one(tuner, plan, todo[mine], build, verbose, upcoming).to_json() if mine < len(todo)
+                          else None)
+                if mine < len(todo):
+                    _log_guess(tuner, plan, all_keys[todo[mine]], guessed.pop(todo[mine], []))
+                if upcoming is not None and upcoming.guessed:
+                    guessed[following] = upcoming.guessed
+                what = f"[campaign {tuner.name}] round {r + 1} of {rounds}"
+                watch.finished(r)
+                watch.wait(r, what)
+                gathered = plan.across.allgather(result, what, timeout=round_timeout)
+                watch.passed(r)
+                for item in gathered:
+                    if item is not None:
+                        rows.append(_learn(tuner, plan, KeyResult.from_json(item), all_keys))
+                if shows:
+                    logs.console().info(progress_line(tuner.name, rows, len(todo), time.perf_counter() - started, r + 1,
+                                                      rounds))
+    except BaseException as exc:  # this unit leaves: the others waiting at a round end now, not T + grace later
+        watch.leave(describe_error(exc))
+        raise
     finally:
         watch.close()
     _unlearn_pruned(tuner, plan, rows, all_keys, masks, timeout)

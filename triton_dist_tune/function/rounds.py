@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import GroupTimeoutError
+from ..errors import GroupTimeoutError, RankFailedError
 from ..faults.watchdog import exchange_timeout
 from ..group.channel import Group, StoreWaitTimeout, quiet_store_wait, report_waiting
 from ..settings import current
@@ -115,6 +115,9 @@ class RoundWatch:
     def _stuck_key(self, unit: int) -> str:
         return f"{self.scope}stuck/{unit}"
 
+    def _left_key(self, unit: int) -> str:
+        return f"{self.scope}left/{unit}"
+
     def _beat(self) -> None:
         self.group.store.add(self._beat_key(self.group.rank), 1)  # type: ignore[attr-defined]
 
@@ -167,16 +170,23 @@ class RoundWatch:
             try:
                 missing = [u for u in others if not store.check([self._done_key(round_, u)])]
                 if not missing:
-                    return
-                try:  # a unit tunes its keys for seconds: look without blocking (no store warnings on screen)
-                    quiet_store_wait(store, [self._done_key(round_, u) for u in missing], every, block=False)
-                    continue
-                except StoreWaitTimeout:  # ``every`` s passed (a store that is gone raises another error, at once)
-                    pass
+                    # a unit that marked the round and then left (interrupted while it waited) misses the exchange
+                    left = self._left(others)
+                    if not left:
+                        return
+                else:
+                    try:  # a unit tunes its keys for seconds: look without blocking (no store warnings on screen)
+                        quiet_store_wait(store, [self._done_key(round_, u) for u in missing], every, block=False)
+                        continue
+                    except StoreWaitTimeout:  # ``every`` s passed (a store that is gone raises another error)
+                        pass
+                    counts = {unit: int(store.add(self._beat_key(unit), 0)) for unit in missing}
+                    left = self._left(missing)
                 now = time.monotonic()
-                counts = {unit: int(store.add(self._beat_key(unit), 0)) for unit in missing}
             except Exception as exc:
                 raise GroupTimeoutError(self._store_lost(what, exc)) from exc
+            if left:  # a unit that left with an error (Ctrl-C, SIGTERM, an exception) said so: no wait for it
+                raise RankFailedError(self._left_message(left, what, now - started))
             for unit, count in counts.items():
                 if count != seen[unit].count:
                     seen[unit] = _Seen(count, now)
@@ -191,6 +201,31 @@ class RoundWatch:
     def _store_lost(self, what: str, exc: Exception) -> str:
         return (f"triton_dist_tune: rank {self.group.rank} of group '{self.group.title}' lost the key-value store "
                 f"at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 without torchrun) has ended")
+
+    def leave(self, why: str) -> None:
+        """This unit leaves the campaign with an error (``why``): say so in the store, so that the units waiting
+        at a round end at once (:meth:`wait`) instead of after ``exchange_timeout(T)`` with no beat."""
+        if self.watched:
+            try:
+                self.group.store.set(self._left_key(self.group.rank), why.encode())  # type: ignore[attr-defined]
+            except Exception:  # the store is gone (the others have ended): nobody waits
+                pass
+
+    def _left(self, units: list[int]) -> dict[int, str]:
+        """The error each of ``units`` said it left the campaign with (units that said nothing are left out)."""
+        left: dict[int, str] = {}
+        for unit in units:
+            if self.group.store.check([self._left_key(unit)]):  # type: ignore[attr-defined]
+                left[unit] = self.group.store.get(self._left_key(unit)).decode(errors="replace")  # type: ignore
+        return left
+
+    def _left_message(self, left: dict[int, str], what: str, waited: float) -> str:
+        ranks: Any = getattr(self.group, "global_ranks", None)
+        units = "; ".join(f"unit {u}{f' (global rank {ranks[u]})' if ranks else ''} left the campaign with {why}"
+                          for u, why in left.items())
+        return (f"triton_dist_tune: campaign {self.name}: rank {self.group.rank} of group '{self.group.title}' "
+                f"waited {waited:.1f} s at '{what}': {units}. Rerun the campaign: the keys decided so far are in "
+                "the cache")
 
     def _stuck(self, units: list[int]) -> dict[int, str]:
         """Where each of ``units`` noted it is stuck in user code (units that noted nothing are left out)."""
