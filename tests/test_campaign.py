@@ -102,6 +102,26 @@ def test_campaign_killed_then_rerun_tunes_only_the_keys_left(tmp_path):
         assert r.result["decided"] == {str(size): best(size) for size in SIZES}
 
 
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("local", ["", "1"])
+def test_a_build_that_gives_another_key_the_second_time_is_that_keys_error(tmp_path, local):
+    """The campaign builds each call once for its key (the ranks agree on the keys), then again to tune it. A build
+    whose second call for key 16 gives 17 rows tuned key 17 and learned its decision as key 16's (the summary said
+    "17 tuned", the tuner's table held 16, measured on nothing of that shape). Now key 16 is a failed row naming
+    both keys, on every rank, nothing is decided for it, and key 8 is tuned as usual."""
+    results = run_ranks(SCRIPT, 2, ["unsteady_build"], env=env_for(tmp_path, LOCAL=local), timeout=140)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        rows = {row["key"]: row for row in r.result["summary"]["keys"]}
+        assert sorted(rows) == ["16", "8"], rows
+        assert rows["8"]["state"] == "tuned", rows
+        assert rows["16"]["state"] == "failed", rows
+        assert "gave the key 17, not 16" in rows["16"]["error"], rows
+        assert r.result["decided"] == ["8"], r.result
+    tuned = {size for rank in range(2) for size in calls_by_key(tmp_path / "calls", rank)}
+    assert tuned == {8}, tuned
+
+
 @pytest.mark.timeout(120)
 def test_campaign_command_line(tmp_path):
     """``triton-dist-tune campaign MODULE:FUNCTION --calls MODULE:BUILDER --keys ... --local`` on 2 ranks: each

@@ -96,6 +96,28 @@ def replicas():
     emit(rank=rank, decided=decided, summary=summary.to_json(), out=out[0].item())
 
 
+@case
+def unsteady_build():
+    """A build that is not deterministic: its second build of key 16 (the one that tunes) gives 17 rows, on every
+    rank; key 8 builds alike every time. Collective (LOCAL unset) or rank-local (LOCAL=1), 2 ranks."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    built: list[int] = []
+
+    def make(n: int) -> torch.Tensor:
+        built.append(n)
+        return torch.ones(n + 1 if n == 16 and built.count(16) > 1 else n)
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold", name="unsteady")
+    def kernel(x, *, variant):
+        record(rank, x.shape[0], variant)
+        slow(x.shape[0], variant)
+        return x
+
+    summary = tdt.campaign(kernel, make, [8, 16], local=bool(os.environ.get("LOCAL")), progress=False)
+    emit(rank=rank, decided=sorted(str(k) for k in kernel.tuner.decided), summary=summary.to_json())
+
+
 @tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold", name="cli")
 def cli_kernel(x, *, variant):
     record(int(os.environ["RANK"]), x.shape[0], variant)

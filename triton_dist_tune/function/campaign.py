@@ -187,10 +187,13 @@ def _global(group: Group, ranks: list[int]) -> list[int]:
     return [known[r] if r < len(known) else r for r in ranks]
 
 
-def _tune_one(tuner: TunedFunction, plan: Plan, position: int, build: Callable[[int], Call],
+def _tune_one(tuner: TunedFunction, plan: Plan, position: int, agreed: Hashable, build: Callable[[int], Call],
               verbose: bool | None, upcoming: NextKey | None = None) -> KeyResult:
     """Tune (or look up) one key on this unit's group; every rank of the group returns the same result.
-    ``upcoming``: the key the unit tunes next, compiled ahead while this one is tuned (:mod:`.next_key`)."""
+    ``upcoming``: the key the unit tunes next, compiled ahead while this one is tuned (:mod:`.next_key`).
+    ``agreed``: the key the ranks agreed on for this position (:func:`_keys`); a build of the call that gives
+    another key now (a ``build`` that is not deterministic) is this key's error, not a tuning of another key whose
+    decision would be learned under this one."""
     group, started = plan.tune_group, time.perf_counter()
     key, args, kwargs, key_error = None, (), {}, None
     try:
@@ -199,11 +202,17 @@ def _tune_one(tuner: TunedFunction, plan: Plan, position: int, build: Callable[[
         args, kwargs = call.args, dict(call.kwargs)
         with user_code("key_fn"):
             key = tuner.key_fn(*args, **kwargs)
+        text = describe_key(key, "the key key_fn returned")
     except Exception as exc:  # agreed in step 1 of the tuning: the same error on every rank of the group
         key_error = f"building the call or its key raised {describe_error(exc)}"
+    agreed_text = describe_key(agreed)
+    if key_error is None and text != agreed_text:
+        key_error = (f"building call {position} again gave the key {text}, not {agreed_text}, the key its first "
+                     "build gave (the ranks agreed on that one): the build must give the same call for a key every "
+                     "time")
     tuning = _Tuning(plan, tuner, group, key, args, kwargs, verbose)
     tuning.next_key = upcoming
-    result = KeyResult(position, f"call {position}", "failed", unit=plan.unit)
+    result = KeyResult(position, agreed_text, "failed", unit=plan.unit)
     before = tuner.decisions.get((group.name, key)) if key_error is None else None
     try:
         with group.lock:
@@ -344,8 +353,8 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
                 found = (_next_tuned(tuner, plan, build, todo, all_keys, masks, mine + plan.units, served, guessed,
                                      compiled) if ahead else None)
                 following, upcoming = found if found is not None else (-1, None)
-                result = (_tune_one(tuner, plan, todo[mine], build, verbose, upcoming).to_json() if mine < len(todo)
-                          else None)
+                result = (_tune_one(tuner, plan, todo[mine], all_keys[todo[mine]], build, verbose, upcoming).to_json()
+                          if mine < len(todo) else None)
                 if mine < len(todo):
                     _log_guess(tuner, plan, all_keys[todo[mine]], guessed.pop(todo[mine], []))
                 if upcoming is not None and upcoming.guessed:
