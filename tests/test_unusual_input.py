@@ -183,3 +183,14 @@ def test_decorating_something_that_is_not_callable_is_a_bad_input_error(decorato
             else tdt.contextual_autotune(True, 3, 0))
     with pytest.raises(tdt.BadInputError, match=f"{decorator} decorates a function, got 5 \\(int\\)"):
         make(5)
+
+
+def test_torchruns_run_id_none_is_no_job_id():
+    """A plain ``torchrun`` (no ``--standalone``, no ``--rdzv-id``) sets TORCHELASTIC_RUN_ID=none: every such job
+    had the job id 'none', so under ALWAYS_TUNE one job's journals counted as the next one's (the launcher's own
+    reading already skipped 'none')."""
+    from triton_dist_tune import settings
+
+    assert settings.Settings.from_env({"TORCHELASTIC_RUN_ID": "none"}).job_id is None
+    assert settings.Settings.from_env({"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "42"}).job_id == "42"
+    assert settings.Settings.from_env({"TORCHELASTIC_RUN_ID": "3f1c"}).job_id == "3f1c"

@@ -165,7 +165,9 @@ class Settings:
         env = os.environ if env is None else env
         cache_dir = env.get(PREFIX + "CACHE_DIR")
         log_dir = env.get(PREFIX + "LOG_DIR")
-        job = env.get(PREFIX + "JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID") or None
+        job = next((value for value in (env.get(PREFIX + "JOB_ID"), env.get("TORCHELASTIC_RUN_ID"),
+                                        env.get("SLURM_JOB_ID"))
+                    if value and value.lower() != "none"), None)  # torchrun's run id is "none" unless it names one
         return cls(
             timeout=_timeout(env),
             cache_dir=Path(cache_dir) if cache_dir else cls.cache_dir,
