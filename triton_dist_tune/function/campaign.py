@@ -100,12 +100,12 @@ def _plan(tuner: TunedFunction, local: bool, pg: Any, replicas: Any) -> Plan:
             return entry_id(tuner.source, t.key_text, tuner.space_text, home.size, extra)
 
         return Plan(SingleGroup(), home, tuner.decided, lambda key: key, home_entry)
-    group = resolve_group(pg)
+    group = resolve_group(pg, "pg")
     if replicas is None:
         if pg is None:
             return Plan(group, SingleGroup(), tuner.decided, lambda key: key, Tuning._entry)
         return Plan(group, SingleGroup(), tuner.decided_in, lambda key: (group.identity, key), Tuning._entry)
-    layout = Layout(group, resolve_group(replicas))
+    layout = Layout(group, resolve_group(replicas, "replicas"))
     return Plan(group, layout.replicas, tuner.decided_in, lambda key: (group.identity, layout.replicas.identity, key),
                 lambda t, extra: layout.entry(Tuning._entry(t, extra)))
 

@@ -48,7 +48,7 @@ class Tuner(TunedFunction):
                 raise BadInputError(problem)
             return self._run(args, kwargs, self._first_config(args, kwargs, overwrite), overwrite)
         group = resolve_group(pg)
-        layout = None if replicas is None else Layout(group, resolve_group(replicas))
+        layout = None if replicas is None else Layout(group, resolve_group(replicas, "autotune_replicas"))
         if layout is not None and self.options.sharded:
             raise BadInputError(f"{self.name}: autotune_replicas is for lock-step tuning, not sharded=True")
         try:  # without a mistyped tuner keyword, which key_fn would reject before the mistake could be named

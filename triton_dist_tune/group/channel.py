@@ -39,9 +39,16 @@ from . import codec
 DEFAULT_TIMEOUT_S = settings.DEFAULT_TIMEOUT_S
 #: what torch.distributed.new_group returns on ranks that are not members of the new group
 NON_MEMBER = -100
-NOT_A_MEMBER = ("autotune_pg: this rank is not a member of the process group it was called with "
-                "(torch.distributed.new_group returns GroupMember.NON_GROUP_MEMBER, -100, on the ranks outside the "
-                "new group): call the tuned function with autotune_pg only on the group's members")
+
+
+def not_a_member(option: str = "autotune_pg", mpi: bool = False) -> str:
+    """The error of a rank that passed, as ``option``, a group it is not a member of."""
+    made = ("MPI's Split and Create give MPI.COMM_NULL to the ranks outside the new communicator" if mpi else
+            "torch.distributed.new_group returns GroupMember.NON_GROUP_MEMBER, -100, on the ranks outside the new "
+            "group")
+    return (f"{option}: this rank is not a member of the {'communicator' if mpi else 'process group'} it was "
+            f"called with ({made}): call the tuned function with {option} only on the group's members")
+
 
 log = logging.getLogger("triton_dist_tune")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import BadInputError
-from .channel import NON_MEMBER, NOT_A_MEMBER, Group, SingleGroup
+from .channel import NON_MEMBER, Group, SingleGroup, not_a_member
 from .mpi import MpiGroup
 from .store import StoreGroup
 
@@ -82,8 +82,9 @@ def channel_entries() -> dict[int, tuple[Any, Group, tuple]]:
     return _groups.entries
 
 
-def resolve_group(pg: Any = None) -> Group:
-    """The control channel for ``autotune_pg``: a torch ProcessGroup, an mpi4py communicator, or None.
+def resolve_group(pg: Any = None, option: str = "autotune_pg") -> Group:
+    """The control channel for ``autotune_pg`` (or the option named ``option``, which errors name): a torch
+    ProcessGroup, an mpi4py communicator, or None.
 
     None means the default torch.distributed group when it is initialized, else a single process (with a warning
     when a launcher says the job has several ranks). One channel exists per group object and process, so that
@@ -104,21 +105,25 @@ def resolve_group(pg: Any = None) -> Group:
             return _SINGLE
         pg = dist.group.WORLD
     if isinstance(pg, int) and pg == NON_MEMBER:
-        raise BadInputError(NOT_A_MEMBER)
+        raise BadInputError(not_a_member(option))
     found = _groups.find(pg)
     if found is not None:
         return found
     if _is_mpi_comm(pg):
+        from mpi4py import MPI
+
+        if pg == MPI.COMM_NULL:  # a rank outside a Split/Create: its calls would raise MPI_ERR_COMM
+            raise BadInputError(not_a_member(option, mpi=True))
         make: Callable[[], Group] = lambda: MpiGroup(pg)  # noqa: E731
     else:
         from torch.distributed import ProcessGroup
 
         if not isinstance(pg, ProcessGroup):
             raise BadInputError(
-                f"autotune_pg must be a torch.distributed ProcessGroup, an mpi4py communicator or None, "
+                f"{option} must be a torch.distributed ProcessGroup, an mpi4py communicator or None, "
                 f"not {type(pg).__name__}"
             )
-        make = lambda: StoreGroup(pg)  # noqa: E731
+        make = lambda: StoreGroup(pg, option)  # noqa: E731
     return _groups.add(pg, lambda: _single_if_alone(make()))
 
 

@@ -14,7 +14,6 @@ from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
 from . import codec
 from .channel import (
-    NOT_A_MEMBER,
     BadBoardEntry,
     Board,
     ExchangeError,
@@ -26,6 +25,7 @@ from .channel import (
     combine_payloads,
     default_timeout,
     ended_message,
+    not_a_member,
     pack,
     quiet_store_wait,
     report_waiting,
@@ -72,14 +72,14 @@ class StoreGroup(Group):
     """
 
 
-    def __init__(self, pg: Any) -> None:
+    def __init__(self, pg: Any, option: str = "autotune_pg") -> None:
         import torch.distributed as dist
         from torch.distributed import distributed_c10d as c10d
 
         super().__init__()
         self.rank = dist.get_rank(pg)
         if self.rank < 0:
-            raise BadInputError(NOT_A_MEMBER)
+            raise BadInputError(not_a_member(option))
         self.size = dist.get_world_size(pg)
         self.global_ranks = list(dist.get_process_group_ranks(pg))
         self.name = c10d._get_process_group_name(pg) or "default"

@@ -1,0 +1,90 @@
+"""Scenarios of ``autotune_pg`` / ``autotune_replicas`` given wrongly, run by tests/test_layout.py.
+
+Usage: python layout_cases.py CASE (4 ranks with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set; the ``mpi_`` cases
+one plain process, MPI's singleton). Each rank prints ``RESULT {json}`` lines: what its call raised and how long it
+took.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main
+
+import triton_dist_tune as tdt
+
+
+def layer(name: str, key_fn=lambda x: x.numel()):
+    @tdt.autotune([{"v": v} for v in range(4)], key_fn=key_fn, n_warmup=0, n_repeat=1, timing="cold", name=name)
+    def f(x, *, v):
+        return x * v
+
+    return f
+
+
+def call(f, **groups) -> None:
+    t0 = time.perf_counter()
+    try:
+        f(torch.ones(4), **groups)
+        emit(error=None, seconds=time.perf_counter() - t0)
+    except tdt.AutotuneError as exc:
+        emit(error=type(exc).__name__, message=str(exc), seconds=time.perf_counter() - t0)
+
+
+def two_by_two():
+    """4 ranks: TP groups {0, 1} and {2, 3}, replica groups {0, 2} and {1, 3}, and this rank's of each."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+    tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    across = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    return me, tps[me // 2], across[me % 2]
+
+
+@case
+def key_fn_raises_on_one_rank():
+    """key_fn raises on rank 1 only: rank 0 (its TP peer) and ranks 2, 3 (the other replica) must learn it too."""
+    me, tp, across = two_by_two()
+
+    def key(x):
+        if me == 1:
+            raise ValueError("no key on rank 1")
+        return x.numel()
+
+    call(layer("key_fn_raises", key), autotune_pg=tp, autotune_replicas=across)
+
+
+@case
+def replicas_on_some_ranks_only():
+    """Ranks 0 and 2 pass autotune_replicas, their TP peers 1 and 3 do not."""
+    me, tp, across = two_by_two()
+    call(layer("replicas_some"), autotune_pg=tp, **({"autotune_replicas": across} if me % 2 == 0 else {}))
+
+
+@case
+def replicas_overlap_the_group():
+    """autotune_replicas is the whole job (it holds both ranks of each TP group), not one rank of each replica."""
+    _, tp, _ = two_by_two()
+    call(layer("replicas_overlap"), autotune_pg=tp, autotune_replicas=dist.group.WORLD)
+
+
+@case
+def replicas_not_a_member():
+    """Rank 3 passes as autotune_replicas a group it is not in (new_group gives it -100); the others do not call."""
+    me, tp, _ = two_by_two()
+    elsewhere = dist.new_group([0, 2])
+    if me == 3:
+        call(layer("replicas_member"), autotune_pg=tp, autotune_replicas=elsewhere)
+
+
+@case
+def mpi_comm_null():
+    """One process: MPI.COMM_NULL (what Split gives the ranks outside the new communicator) as autotune_pg."""
+    from mpi4py import MPI
+
+    call(layer("comm_null"), autotune_pg=MPI.COMM_NULL)
+
+
+if __name__ == "__main__":
+    main()

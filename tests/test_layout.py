@@ -1,0 +1,38 @@
+"""``autotune_pg`` and ``autotune_replicas`` given wrongly: a clear error, at once, on every rank that can know
+(scenarios: tests/scenarios/layout_cases.py)."""
+
+from __future__ import annotations
+
+import pytest
+from harness import HERE, describe, run_process, run_ranks, tuner_env
+
+CASES = HERE / "scenarios" / "layout_cases.py"
+T = 20  # the exchanges' timeout: every assertion below is far under it
+
+
+@pytest.fixture
+def env(tmp_path):
+    return tuner_env(tmp_path, timeout=T)
+
+
+def four_ranks(case: str, env: dict[str, str]):
+    results = run_ranks(CASES, 4, [case], env=env, timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return results
+
+
+@pytest.mark.timeout(120)
+def test_a_replica_group_this_rank_is_not_in_is_named_as_autotune_replicas(env):
+    results = four_ranks("replicas_not_a_member", env)
+    error = results[3].result
+    assert error["error"] == "BadInputError", describe(results)
+    assert error["message"].startswith("autotune_replicas: this rank is not a member"), error  # was: autotune_pg
+
+
+@pytest.mark.timeout(60)
+def test_comm_null_as_autotune_pg_is_a_bad_input_naming_it(env):
+    proc = run_process(CASES, ["mpi_comm_null"], env=env, timeout=50)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")][-1]
+    # was: mpi4py's own MPI_ERR_COMM (an MPI.Exception, not an AutotuneError) from the channel's Idup
+    assert '"error": "BadInputError"' in result and "MPI.COMM_NULL" in result, proc.stdout
