@@ -36,3 +36,13 @@ def test_comm_null_as_autotune_pg_is_a_bad_input_naming_it(env):
     result = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")][-1]
     # was: mpi4py's own MPI_ERR_COMM (an MPI.Exception, not an AutotuneError) from the channel's Idup
     assert '"error": "BadInputError"' in result and "MPI.COMM_NULL" in result, proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_replicas_that_overlap_the_tp_group_are_a_clear_error_on_every_rank(env):
+    results = four_ranks("replicas_overlap_the_group", env)
+    for r in results:
+        # was: ExchangeError 'group rank(s) [1] are at another step of the protocol ... a setting ... differs'
+        assert r.result["error"] == "BadInputError", describe(results)
+        assert "autotune_replicas: its group 'default' shares ranks" in r.result["message"], r.result
+        assert r.result["seconds"] < 5

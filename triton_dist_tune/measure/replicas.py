@@ -43,6 +43,16 @@ class Layout:
     group: Group
     replicas: Group
 
+    def __post_init__(self) -> None:
+        same_kind = self.group.identity[0] == self.replicas.identity[0]  # torch's and MPI's numbers may differ
+        shared = sorted(set(_members(self.group)) & set(_members(self.replicas))) if same_kind else []
+        if len(shared) > 1:  # a replica group holds one rank of each replica: only this rank is in both
+            raise BadInputError(
+                f"autotune_replicas: its group '{self.replicas.title}' shares ranks {shared} with autotune_pg's group "
+                f"'{self.group.title}'; it must link the same position of every replica, one rank of each (with a "
+                f"DeviceMesh of dims (dp, tp): autotune_pg=mesh.get_group('tp'), "
+                f"autotune_replicas=mesh.get_group('dp'))")
+
     @property
     def reads_cache(self) -> bool:
         """Whether this rank reads and writes the disk cache for the whole layout."""
@@ -86,6 +96,13 @@ class Layout:
     def worst(self, times: dict[int, float | str], what: str, timeout: float) -> dict[int, float | str]:
         """Per config, the MAX over replicas of their group times, or the errors of the replicas where it failed."""
         return self.replicas.combine(times, what, _worst, timeout)
+
+
+def _members(group: Group) -> tuple:
+    """The job's ranks in ``group`` (torch's global ranks, or MPI's ranks in COMM_WORLD), where known; else ()."""
+    kind, _, ranks = (tuple(group.identity) + (None, None, None))[:3]
+    known = kind in ("torch", "mpi") and isinstance(ranks, tuple) and len(ranks) == group.size
+    return ranks if known else ()
 
 
 def _kept_by_all(kept: list[list[int]]) -> list[int]:
