@@ -46,3 +46,15 @@ def test_replicas_that_overlap_the_tp_group_are_a_clear_error_on_every_rank(env)
         assert r.result["error"] == "BadInputError", describe(results)
         assert "autotune_replicas: its group 'default' shares ranks" in r.result["message"], r.result
         assert r.result["seconds"] < 5
+
+
+@pytest.mark.timeout(120)
+def test_autotune_replicas_on_some_ranks_of_a_group_only_is_a_mismatch_on_every_rank(env):
+    results = four_ranks("replicas_on_some_ranks_only", env)
+    for r in results:
+        # was: rank 3 ExchangeError 'group rank 0 (global rank 2) sent something that is not an outcome (None):
+        # another process wrote under the tuner's keys', the others GroupTimeoutError after T
+        assert r.result["error"] == "MismatchError", describe(results)
+        assert "differ in autotune_replicas (the replica count): ranks [0]: 2; ranks [1]: not given" \
+            in r.result["message"], r.result
+        assert r.result["seconds"] < 5

@@ -14,6 +14,7 @@ from ..measure import compile_pass
 from ..measure.arguments import ArgumentState, named_arguments
 from ..measure.clocks import make_clock
 from ..measure.reference import Reference
+from ..measure.replicas import Layout
 from ..measure.timing import timing_mode
 from ..measure.trial import Trial
 from ..space import check_call, keeps
@@ -22,16 +23,25 @@ from .tuned import TunedFunction
 
 
 def agree_on_call(tuner: TunedFunction, group: Group, key_text: str, problem: str | None, args: tuple,
-                  kwargs: dict[str, Any], overwrite: bool = False) -> None:
-    """Step 1: one exchange of (key, config space, group size) and this rank's ``problem`` (a failing ``key_fn``,
-    a bad call keyword) or a config that clashes with the call's keywords."""
+                  kwargs: dict[str, Any], overwrite: bool = False, layout: Layout | None = None) -> None:
+    """Step 1: one exchange of (key, config space, group size, replica count) and this rank's ``problem`` (a
+    failing ``key_fn``, a bad call keyword) or a config that clashes with the call's keywords; with a ``layout``
+    (``autotune_replicas``), first one across replicas (key, config space, group size)."""
+    if layout is not None:
+        layout.agree(tuner.name, key_text, tuner.space_text, tuner.options.timeout, problem)
+    _agree_in_group(tuner, group, key_text, problem, args, kwargs, overwrite,
+                    "not given" if layout is None else str(layout.replicas.size))
+
+
+def _agree_in_group(tuner: TunedFunction, group: Group, key_text: str, problem: str | None, args: tuple,
+                    kwargs: dict[str, Any], overwrite: bool, replicas: str) -> None:
     if problem is None:
         try:
             check_call(tuner.fn, tuner.space, args, kwargs, tuner.name, overwrite)
         except BadInputError as exc:
             problem = str(exc)
     fields = {"group size": str(group.size), "config space": tuner.space_text, "key": key_text,
-              **protocol_fields(tuner),
+              "autotune_replicas (the replica count)": replicas, **protocol_fields(tuner),
               "search mode (search= / TRITON_DIST_AUTOTUNE_SEARCH)": tuner.search_mode()}
     agreement = agree(group, fields, f"[{tuner.name}] agree on key and config space", tuner.options.timeout,
                       problem)

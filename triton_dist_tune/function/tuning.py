@@ -177,9 +177,8 @@ class Tuning:
             except Exception as exc:  # an unstable key, or a failing cache_key_extra: agreed below
                 key_error = str(exc) if isinstance(exc, BadInputError) else f"cache_key_extra: {describe_error(exc)}"
         self.key_text, self.label = key_text, f"[{tuner.name} key={key_text}]"
-        if layout is not None:
-            layout.agree(tuner.name, key_text, tuner.space_text, tuner.options.timeout, key_error or problem)
-        agree_on_call(tuner, self.group, key_text, key_error or problem, self.args, self.kwargs, self.overwrite)
+        agree_on_call(tuner, self.group, key_text, key_error or problem, self.args, self.kwargs, self.overwrite,
+                      layout)
         self.extra = extra
         self.timeout = tuner.options.timeout if tuner.options.timeout is not None else self.env.timeout
 
