@@ -58,3 +58,13 @@ def test_autotune_replicas_on_some_ranks_of_a_group_only_is_a_mismatch_on_every_
         assert "differ in autotune_replicas (the replica count): ranks [0]: 2; ranks [1]: not given" \
             in r.result["message"], r.result
         assert r.result["seconds"] < 5
+
+
+@pytest.mark.timeout(120)
+def test_a_key_fn_that_raises_on_one_rank_of_a_layout_is_an_error_on_every_rank_at_once(env):
+    results = four_ranks("key_fn_raises_on_one_rank", env)
+    for r in results:
+        # was: ranks 1 and 3 (its replica group) BadInputError at once; ranks 0 and 2 GroupTimeoutError after T
+        assert r.result["error"] == "BadInputError", describe(results)
+        assert "key_fn failed: ValueError: no key on rank 1" in r.result["message"], r.result
+        assert r.result["seconds"] < 5

@@ -4,10 +4,11 @@ same error on every rank, and no config is blamed for it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .. import settings
-from ..errors import BadInputError, MismatchError, describe_error, per_rank
+from ..errors import AutotuneError, BadInputError, MismatchError, describe_error, per_rank
 from ..group.agreement import agree
 from ..group.channel import ExchangeError, Group
 from ..measure import compile_pass
@@ -25,12 +26,37 @@ from .tuned import TunedFunction
 def agree_on_call(tuner: TunedFunction, group: Group, key_text: str, problem: str | None, args: tuple,
                   kwargs: dict[str, Any], overwrite: bool = False, layout: Layout | None = None) -> None:
     """Step 1: one exchange of (key, config space, group size, replica count) and this rank's ``problem`` (a
-    failing ``key_fn``, a bad call keyword) or a config that clashes with the call's keywords; with a ``layout``
-    (``autotune_replicas``), first one across replicas (key, config space, group size)."""
-    if layout is not None:
-        layout.agree(tuner.name, key_text, tuner.space_text, tuner.options.timeout, problem)
-    _agree_in_group(tuner, group, key_text, problem, args, kwargs, overwrite,
-                    "not given" if layout is None else str(layout.replicas.size))
+    failing ``key_fn``, a bad call keyword) or a config that clashes with the call's keywords.
+
+    With a ``layout`` (``autotune_replicas``), three exchanges, so that a problem found on any rank of any replica
+    is an error on every rank of every replica at once (never a timeout on the ranks that found none): across
+    replicas (key, config space, group size), then inside the group (carrying what the first found), then across
+    replicas again (carrying what the group found)."""
+    if layout is None:
+        return _agree_in_group(tuner, group, key_text, problem, args, kwargs, overwrite, "not given")
+    failed = _caught(lambda: layout.agree(tuner.name, key_text, tuner.space_text, tuner.options.timeout, problem))
+    in_group = _caught(lambda: _agree_in_group(tuner, group, key_text, problem or _text(failed), args, kwargs,
+                                               overwrite, str(layout.replicas.size)))
+    failed = failed or in_group  # this rank's own error first: the group's carries it
+    others = layout.replicas.combine(_text(failed), f"[{tuner.name}] agreement across replicas",
+                                     lambda texts: [[j, t] for j, t in enumerate(texts) if t], tuner.options.timeout)
+    if failed is not None:
+        raise failed
+    if others:
+        raise BadInputError(f"{tuner.name}: " + "; ".join(f"replica {j}: {text}" for j, text in others))
+
+
+def _caught(step: Callable[[], None]) -> AutotuneError | None:
+    """What ``step`` raised of an agreement's own errors (a mismatch, a bad input), else None."""
+    try:
+        step()
+    except (BadInputError, MismatchError) as exc:
+        return exc
+    return None
+
+
+def _text(error: AutotuneError | None) -> str | None:
+    return None if error is None else str(error)
 
 
 def _agree_in_group(tuner: TunedFunction, group: Group, key_text: str, problem: str | None, args: tuple,
