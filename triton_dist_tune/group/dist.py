@@ -8,6 +8,7 @@ or hang. :func:`init_distributed` gives every attempt its own key prefix.
 from __future__ import annotations
 
 import atexit
+import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -18,8 +19,21 @@ from ..errors import BadInputError
 
 def _required(value: int | None, names: tuple[str, ...]) -> int:
     if value is None:
+        for name in names:  # set, but not to a number: say so (the launcher reads only numbers)
+            if os.environ.get(name, "") != "":
+                raise BadInputError(f"{name}={os.environ[name]!r} is not a number (a rank or a count of ranks)")
         raise BadInputError(f"none of {list(names)} is set: start the job with torchrun, launch.sh or mpiexec")
     return value
+
+
+def _port(text: str | None) -> int:
+    """``MASTER_PORT`` as a port number (29500 when unset), or a BadInputError naming it."""
+    if text is None:
+        return 29500
+    port = int(text) if text.strip().isdigit() else -1
+    if not 1 <= port <= 65535:
+        raise BadInputError(f"MASTER_PORT={text!r} is not a port: a whole number from 1 to 65535")
+    return port
 
 
 def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> Any:
@@ -38,11 +52,14 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     job = settings.launcher()
     rank = _required(job.rank, settings.RANK_VARIABLES)
     world = _required(job.world_size, settings.SIZE_VARIABLES)
+    if not 0 <= rank < world:  # else rank 0 never starts the store, or a client waits timeout_s for a store
+        raise BadInputError(f"rank {rank} is not below the world size {world}: the launcher's "
+                            f"{list(settings.RANK_VARIABLES)} and {list(settings.SIZE_VARIABLES)} disagree")
+    port = _port(job.master_port)
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device((job.local_rank or 0) % torch.cuda.device_count())
-    port = int(job.master_port if job.master_port is not None else "29500")
     store = dist.TCPStore(job.master_addr, port, world, is_master=(rank == 0 and not job.agent_store),
                           timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
     dist.init_process_group(backend, store=dist.PrefixStore(f"attempt{job.restart_count}/", store), rank=rank,
