@@ -99,11 +99,11 @@ def campaign_killed_unit():
 
 @case
 def campaign_interrupted_unit():
-    """Two keys, one per rank, T = TRITON_DIST_AUTOTUNE_TIMEOUT (30 s in the test): rank 1 leaves the campaign by
+    """Two keys, one per rank, T = TRITON_DIST_AUTOTUNE_TIMEOUT (60 s in the test): rank 1 leaves the campaign by
     SIGTERM (STOP_IN=``tuning``: inside its key's 3rd call; ``waiting``: 1.5 s in, when its fast key is done and it
     waits at the round for rank 0's slow key), after writing when to KILLED_AT. Its process is alive until the
     SystemExit has unwound: it says in the store that it leaves, and rank 0 must end with a RankFailedError naming
-    it well before exchange_timeout(T) (33 s), the wait for a unit that says nothing."""
+    it well before exchange_timeout(T) (66 s), the wait for a unit that says nothing."""
     import threading
 
     tdt.init_distributed(backend="gloo")
