@@ -61,12 +61,10 @@ def _function_print(fn: types.FunctionType) -> str:
 
 def _filled(cell: Any) -> bool:
     try:
-        return cell.cell_contents is not _EMPTY
+        cell.cell_contents  # noqa: B018 - reading it is the test
     except ValueError:  # an empty cell (a name the function binds later)
         return False
-
-
-_EMPTY = object()
+    return True
 
 
 def _code_text(code: types.CodeType) -> str:

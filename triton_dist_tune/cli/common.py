@@ -92,9 +92,11 @@ def _selected(args: argparse.Namespace, display: bool = False
     older = dec.parse_age(args.older_than) if getattr(args, "older_than", None) else None
     stale = getattr(args, "stale", False)
     current = _now_versions(args, display) if stale else None
-    chosen = dec.select(entries, getattr(args, "function", None), stale, older, current=current,
-                        superseded_only=getattr(args, "superseded", False))
-    return chosen, problems, dec.superseded(entries)
+    chosen = dec.select(entries, getattr(args, "function", None), stale, older, current=current)
+    replaced = dec.superseded(entries)
+    if getattr(args, "superseded", False):
+        chosen = [e for e in chosen if e.path in replaced]
+    return chosen, problems, replaced
 
 
 def superseded_text(entry: dec.Entry, newer: dec.Entry) -> str:

@@ -91,19 +91,16 @@ def scan(root: Path) -> tuple[list[Entry], list[CacheError]]:
 
 def select(entries: list[Entry], function: str | None = None, stale: bool = False,
            older_than: float | None = None, now: float | None = None,
-           current: dict[str, str] | None = None, superseded_only: bool = False) -> list[Entry]:
+           current: dict[str, str] | None = None) -> list[Entry]:
     """The entries of ``function`` (its name or its cache folder's), only stale ones (against the versions
-    ``current``, else read exactly), only those older than ``older_than`` seconds, only superseded ones
-    (``superseded_only``: :func:`superseded` among ``entries``)."""
+    ``current``, else read exactly), only those older than ``older_than`` seconds."""
     now = time.time() if now is None else now
     if stale and current is None:
         current = current_versions()
-    replaced = superseded(entries) if superseded_only else {}
     return [e for e in entries
             if (function is None or function in (e.function, e.path.parent.name))
             and (not stale or e.stale(current))
-            and (older_than is None or now - e.created > older_than)
-            and (not superseded_only or e.path in replaced)]
+            and (older_than is None or now - e.created > older_than)]
 
 
 def find(entries: list[Entry], name: str) -> Entry:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -211,13 +211,14 @@ class RoundWatch:
             except Exception:  # the store is gone (the others have ended): nobody waits
                 pass
 
+    def _notes(self, units: list[int], key: Callable[[int], str]) -> dict[int, str]:
+        """What each of ``units`` noted in the store under ``key(unit)`` (units that noted nothing are left out)."""
+        store = self.group.store  # type: ignore[attr-defined]
+        return {u: store.get(key(u)).decode(errors="replace") for u in units if store.check([key(u)])}
+
     def _left(self, units: list[int]) -> dict[int, str]:
         """The error each of ``units`` said it left the campaign with (units that said nothing are left out)."""
-        left: dict[int, str] = {}
-        for unit in units:
-            if self.group.store.check([self._left_key(unit)]):  # type: ignore[attr-defined]
-                left[unit] = self.group.store.get(self._left_key(unit)).decode(errors="replace")  # type: ignore
-        return left
+        return self._notes(units, self._left_key)
 
     def _left_message(self, left: dict[int, str], what: str, waited: float) -> str:
         ranks: Any = getattr(self.group, "global_ranks", None)
@@ -229,15 +230,10 @@ class RoundWatch:
 
     def _stuck(self, units: list[int]) -> dict[int, str]:
         """Where each of ``units`` noted it is stuck in user code (units that noted nothing are left out)."""
-        stuck: dict[int, str] = {}
-        for unit in units:
-            try:
-                if self.group.store.check([self._stuck_key(unit)]):  # type: ignore[attr-defined]
-                    place = self.group.store.get(self._stuck_key(unit))  # type: ignore[attr-defined]
-                    stuck[unit] = place.decode(errors="replace")
-            except Exception:  # the store is gone: the unit is reported as lost, without a place
-                pass
-        return stuck
+        try:
+            return self._notes(units, self._stuck_key)
+        except Exception:  # the store is gone: the units are reported as lost, without a place
+            return {}
 
     def _lost_message(self, lost: list[int], what: str, waited: float, stuck: dict[int, str]) -> str:
         ranks: Any = getattr(self.group, "global_ranks", None)

@@ -92,7 +92,7 @@ class TunedFunction:
         """Drop the keys this rank tuned alone (:attr:`alone`) once torch.distributed is initialized: the default
         group then tunes them, so that every rank runs the same config."""
         dist = sys.modules.get("torch.distributed")
-        if dist is not None and dist.is_available() and dist.is_initialized():
+        if self.alone and dist is not None and dist.is_available() and dist.is_initialized():
             for key in list(self.alone):
                 self.decided.pop(key, None)
             self.alone.clear()

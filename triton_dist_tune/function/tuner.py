@@ -57,8 +57,7 @@ class Tuner(TunedFunction):
             key_error = None
         except Exception as exc:
             key, key_error = None, self._call_problem(args) or f"key_fn failed: {describe_error(exc)}"
-        if self.alone:
-            self.forget_alone()
+        self.forget_alone()
         table, slot = (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
         if layout is not None:
             table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
