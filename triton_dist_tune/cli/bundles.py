@@ -44,6 +44,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    """``import``: add a bundle's decisions to the cache."""
     incoming = dec.read_bundle(Path(args.bundle))
     doubtful = [item for item in incoming if item.mismatches]
     for item in doubtful:

@@ -161,6 +161,7 @@ def _superseding(args: argparse.Namespace, entry: dec.Entry) -> dec.Entry | None
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    """``show``: one decision's whole table of measurements."""
     try:
         entry = _named(args)
     except dec.CacheError:  # no decision of that name: a tuning never finished, whose journals are all there is?
@@ -215,6 +216,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    """``plot``: a PNG of a decision, or of every decision of a function."""
     try:
         from . import plots
     except ImportError as exc:
@@ -239,6 +241,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
+    """``clear``: remove the selected decisions and their journals."""
     root = _root(args)
     if not (args.all or args.function or args.older_than or args.stale or args.superseded):
         raise UsageError("clear what? give --all, --function NAME, --older-than AGE, --stale and/or --superseded")
@@ -281,6 +284,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    """``logs``: one job's per-rank logs merged into one timeline."""
     given = Path(args.job) if args.job else None
     if given is not None and given.is_dir() and any(given.glob("rank-*.jsonl")):
         root, wanted = given, None  # a log folder given as the job argument: its latest job
