@@ -297,7 +297,7 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
                 if previous is None:
                     target.unlink()
                 else:
-                    write_json_atomic_bytes(target, previous)
+                    _put_back(target, previous)
             except OSError:
                 pass
         _discard([s for s in staged if s not in done], made)
@@ -305,8 +305,8 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
     return [target for target, _, _ in staged]
 
 
-def write_json_atomic_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (a temporary file renamed over it)."""
+def _put_back(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``, the bytes it held before, atomically (a temporary file renamed over it)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".restore", dir=path.parent)
     os.fchmod(fd, new_file_mode())
     with os.fdopen(fd, "wb") as f:
