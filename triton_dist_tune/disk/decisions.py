@@ -22,7 +22,6 @@ from typing import Any
 from ..group.codec import Unreadable, read_json
 from .entries import CacheError as CacheError
 from .entries import Entry as Entry
-from .entries import lineage as lineage
 from .entries import parse_entry as parse_entry
 from .entries import read_entry as read_entry
 from .entries import recorded_near_tie as recorded_near_tie
