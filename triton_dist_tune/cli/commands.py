@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..disk import decisions as dec
-from ..disk import logs
+from ..disk import logs, timeline
 from ..faults.unfinished import find_unfinished, unfinished
 from . import bundles, campaign, journals, vllm_export
 from .common import (
@@ -290,7 +290,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         root, wanted = given, None  # a log folder given as the job argument: its latest job
     else:
         root, wanted = (Path(args.log_dir) if args.log_dir else logs.log_dir()), args.job
-    jobs = logs.jobs_in(root)
+    jobs = timeline.jobs_in(root)
     if not jobs:
         raise UsageError(f"no job logs in {root} (the default is ./.autotune_logs where the job ran; set "
                          "TRITON_DIST_AUTOTUNE_LOG_DIR or pass --log-dir)")
@@ -306,7 +306,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         job = matches[0]
     else:
         job = jobs[-1]
-    records, damaged = logs.read_job(root, job.name)
+    records, damaged = timeline.read_job(root, job.name)
     if args.rank is not None:
         present = sorted({r.get("rank") for r in records if type(r.get("rank")) is int})
         if args.rank not in present:
@@ -319,7 +319,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     ranks = sorted({r.get("rank") for r in records}, key=str)
     print(f"job {job.name}: {len(records)} record(s) from rank(s) {ranks} ({root})")
     for record in records:
-        print(logs.render_record(record))
+        print(timeline.render_record(record))
     if damaged:
         print(f"triton-dist-tune: skipped {damaged} damaged line(s)", file=sys.stderr)
     return 0
