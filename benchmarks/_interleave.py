@@ -147,11 +147,6 @@ class Timer:
         end.synchronize()
         return Sample(start.elapsed_time(end), host_ms, mhz, idle_mhz, reasons, start_ns)
 
-    def latency(self, fn: Callable[[], Any]) -> tuple[float, float, float | None]:
-        """One call on an idle, aligned group: (device ms, host us until it returned, SM MHz)."""
-        s = self.window(fn, 1)
-        return s.ms, s.host_ms * 1e3, s.mhz
-
     def steady(self, fn: Callable[[], Any], settle: int, calls: int) -> tuple[float, float | None]:
         """Back to back: (ms per call over the window, SM MHz)."""
         s = self.window(fn, calls, settle)

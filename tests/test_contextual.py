@@ -278,11 +278,14 @@ def test_gpu_benchmark_script_runs_on_cpu(env, tmp_path):
 
 
 def make_track(configs=3, n_warmup=1, n_repeat=2, pruned=None):
-    from triton_dist_tune.contextual.schedule import Track
+    from dataclasses import replace
 
-    info = {"name": "k", "descriptions": [f"c{i}" for i in range(configs)], "names": [], "entry": "e",
-            "space_text": "", "pruned": list(range(configs))}
-    infos = {r: {**info, "pruned": (pruned or {}).get(r, info["pruned"])} for r in range(2)}
+    from triton_dist_tune.contextual.schedule import Track
+    from triton_dist_tune.contextual.tracks import TrackInfo
+
+    info = TrackInfo(name="k", descriptions=[f"c{i}" for i in range(configs)], names=[], entry="e", space_text="",
+                     pruned=list(range(configs)))
+    infos = {r: replace(info, pruned=(pruned or {}).get(r, info.pruned)) for r in range(2)}
     return Track("mod.k", "(1,)", infos, n_warmup, n_repeat)
 
 

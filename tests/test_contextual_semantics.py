@@ -172,9 +172,10 @@ def rank0_log(tmp_path):
 
 def make_track(configs=3, n_warmup=0, n_repeat=1):
     from triton_dist_tune.contextual.schedule import Track
+    from triton_dist_tune.contextual.tracks import TrackInfo
 
-    info = {"name": "k", "descriptions": [f"c{i}" for i in range(configs)], "names": [], "entry": "e",
-            "space_text": "", "pruned": list(range(configs))}
+    info = TrackInfo(name="k", descriptions=[f"c{i}" for i in range(configs)], names=[], entry="e", space_text="",
+                     pruned=list(range(configs)))
     return Track("mod.k@0", "(1,)", {0: info}, n_warmup, n_repeat)
 
 

@@ -14,8 +14,8 @@ import pytest
 from harness import describe, run_ranks, tuner_env
 
 from triton_dist_tune.cli.commands import main
+from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND
 from triton_dist_tune.disk.cache import hardware, versions, write_json_atomic
-from triton_dist_tune.disk.decisions import BUNDLE_FORMAT, BUNDLE_KIND
 from triton_dist_tune.faults.journal import Journal
 
 SCENARIO = Path(__file__).resolve().parent / "scenarios" / "edges_cases.py"

@@ -15,8 +15,8 @@ import pytest
 from cli_fork import run_cli
 from harness import base_env, describe, run_ranks, tuner_env
 
+from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND
 from triton_dist_tune.disk.cache import hardware, versions
-from triton_dist_tune.disk.decisions import BUNDLE_FORMAT, BUNDLE_KIND
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -599,20 +599,23 @@ def test_contextual_autotune_races_every_config_when_asked_and_checks_the_option
 
 
 def test_a_contextual_search_is_seeded_by_decided_keys_and_the_perf_model():
+    from dataclasses import replace
+
     from triton_dist_tune.contextual.schedule import Track
     from triton_dist_tune.contextual.stages import estimated_best
+    from triton_dist_tune.contextual.tracks import TrackInfo
 
     params = [{"BLOCK_M": m, "BLOCK_N": n, "num_warps": w} for m in (16, 32, 64, 128) for n in (16, 32, 64, 128)
               for w in (2, 4, 8, 16, 32)]  # 80 configs: searched
     estimates = {i: float(100 - i) for i in range(80)}  # the perf model likes the last configs best
-    info = {"name": "k", "descriptions": [f"c{i}" for i in range(80)], "names": [], "entry": "e", "space_text": "",
-            "pruned": list(range(80)), "pruning": (list(range(80)), estimates, 80), "params": params}
-    infos = {0: info, 1: {**info, "pruning": (list(range(80)), {**estimates, 5: 0.5}, 80)}}
+    info = TrackInfo(name="k", descriptions=[f"c{i}" for i in range(80)], names=[], entry="e", space_text="",
+                     pruned=list(range(80)), pruning=(list(range(80)), estimates, 80), params=params)
+    infos = {0: info, 1: replace(info, pruning=(list(range(80)), {**estimates, 5: 0.5}, 80))}
     assert estimated_best(infos, list(range(80))) == [79, 78, 77, 76]  # the largest estimate over ranks: 5 is not
     track = Track("mod.k", "(1,)", infos, 1, 2, seeds=[42])
     assert track.stages.search is not None and track.stages.batch[:5] == [42, 79, 78, 77, 76]
     assert track.current() == 42
-    plain = Track("mod.k", "(1,)", {r: {**info, "pruning": None} for r in (0, 1)}, 1, 2)
+    plain = Track("mod.k", "(1,)", {r: replace(info, pruning=None) for r in (0, 1)}, 1, 2)
     assert plain.stages.batch[:4] != [79, 78, 77, 76]  # without a perf model and seeds: the covering first look
 
 

@@ -54,17 +54,16 @@ def whole(value: Any, option: str, least: int, optional: bool = False) -> None:
                             f"{_given(value)}")
 
 
-def number(value: Any, option: str, above: float, what: str, optional: bool = True,
-           at_most: float = MAX_SECONDS) -> None:
-    """``value`` must be a finite number > ``above`` and <= ``at_most`` (or None when ``optional``); ``what`` says
-    so in words. The default ``at_most``, :data:`~triton_dist_tune.settings.MAX_SECONDS`, is the most a clock of the
-    watchdog holds with room (every option checked here is seconds or a factor: none means anything above it)."""
-    if value is None and optional:
+def number(value: Any, option: str, above: float, what: str) -> None:
+    """``value`` must be None or a finite number > ``above`` and <= :data:`~triton_dist_tune.settings.MAX_SECONDS`,
+    the most a clock of the watchdog holds with room (every option checked here is seconds or a factor: none means
+    anything above it); ``what`` says so in words."""
+    if value is None:
         return
     if not is_number(value) or not math.isfinite(float(value)) or not float(value) > above:
-        raise BadInputError(f"{option} must be {what}{' or None' if optional else ''}, got {_given(value)}")
-    if float(value) > at_most:
-        raise BadInputError(f"{option} must be at most {at_most:g} (about 11.6 days in seconds: the watchdog's "
+        raise BadInputError(f"{option} must be {what} or None, got {_given(value)}")
+    if float(value) > MAX_SECONDS:
+        raise BadInputError(f"{option} must be at most {MAX_SECONDS:g} (about 11.6 days in seconds: the watchdog's "
                             f"clocks must hold it), got {_given(value)}")
 
 

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..disk import bundles
 from ..disk import decisions as dec
 from . import vllm_export
 from .common import SUPERSEDED_NOTE, UsageError, _emit_json, _root, _selected, _warn_problems
@@ -35,7 +36,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                          f"{Path(args.bundle) / 'decisions.json'}); a folder is for --format vllm-moe")
     if not Path(args.bundle).absolute().parent.is_dir():
         raise UsageError(f"no folder {Path(args.bundle).absolute().parent} to write the bundle into (create it first)")
-    path = dec.export_bundle(entries, Path(args.bundle))
+    path = bundles.export_bundle(entries, Path(args.bundle))
     if args.json:
         _emit_json({"bundle": str(path), "entries": [e.name for e in entries], "superseded_skipped": skipped})
     else:
@@ -44,7 +45,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    incoming = dec.read_bundle(Path(args.bundle))
+    """``import``: add a bundle's decisions to the cache."""
+    incoming = bundles.read_bundle(Path(args.bundle))
     doubtful = [item for item in incoming if item.mismatches]
     for item in doubtful:
         print(f"triton-dist-tune: {item.path} was tuned under other conditions: {'; '.join(item.mismatches)}",
@@ -60,7 +62,7 @@ def cmd_import(args: argparse.Namespace) -> int:
               "--force replaces them)", file=sys.stderr)
         return 1
     try:
-        written = dec.write_incoming(_root(args), incoming)  # all or nothing
+        written = bundles.write_incoming(_root(args), incoming)  # all or nothing
     except OSError as exc:
         raise dec.CacheError(f"could not import into {_root(args)} ({type(exc).__name__}: {exc}); nothing was "
                              "imported") from None
@@ -72,7 +74,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _differs(path: Path, item: dec.Incoming) -> bool:
+def _differs(path: Path, item: bundles.Incoming) -> bool:
     """Whether the cache holds, at ``path``, a decision with another choice than the bundle's (an unreadable file
     counts; the same choice tuned at another time does not)."""
     if not path.exists():

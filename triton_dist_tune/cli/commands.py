@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..disk import decisions as dec
-from ..disk import logs
+from ..disk import logs, timeline
 from ..faults.unfinished import find_unfinished, unfinished
 from . import bundles, campaign, journals, vllm_export
 from .common import (
@@ -161,6 +161,7 @@ def _superseding(args: argparse.Namespace, entry: dec.Entry) -> dec.Entry | None
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    """``show``: one decision's whole table of measurements."""
     try:
         entry = _named(args)
     except dec.CacheError:  # no decision of that name: a tuning never finished, whose journals are all there is?
@@ -215,6 +216,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    """``plot``: a PNG of a decision, or of every decision of a function."""
     try:
         from . import plots
     except ImportError as exc:
@@ -239,6 +241,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
+    """``clear``: remove the selected decisions and their journals."""
     root = _root(args)
     if not (args.all or args.function or args.older_than or args.stale or args.superseded):
         raise UsageError("clear what? give --all, --function NAME, --older-than AGE, --stale and/or --superseded")
@@ -281,12 +284,13 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    """``logs``: one job's per-rank logs merged into one timeline."""
     given = Path(args.job) if args.job else None
     if given is not None and given.is_dir() and any(given.glob("rank-*.jsonl")):
         root, wanted = given, None  # a log folder given as the job argument: its latest job
     else:
         root, wanted = (Path(args.log_dir) if args.log_dir else logs.log_dir()), args.job
-    jobs = logs.jobs_in(root)
+    jobs = timeline.jobs_in(root)
     if not jobs:
         raise UsageError(f"no job logs in {root} (the default is ./.autotune_logs where the job ran; set "
                          "TRITON_DIST_AUTOTUNE_LOG_DIR or pass --log-dir)")
@@ -302,7 +306,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         job = matches[0]
     else:
         job = jobs[-1]
-    records, damaged = logs.read_job(root, job.name)
+    records, damaged = timeline.read_job(root, job.name)
     if args.rank is not None:
         present = sorted({r.get("rank") for r in records if type(r.get("rank")) is int})
         if args.rank not in present:
@@ -315,7 +319,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     ranks = sorted({r.get("rank") for r in records}, key=str)
     print(f"job {job.name}: {len(records)} record(s) from rank(s) {ranks} ({root})")
     for record in records:
-        print(logs.render_record(record))
+        print(timeline.render_record(record))
     if damaged:
         print(f"triton-dist-tune: skipped {damaged} damaged line(s)", file=sys.stderr)
     return 0

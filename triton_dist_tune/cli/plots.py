@@ -29,13 +29,9 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from ..disk.decisions import Entry  # noqa: E402
 from ..records import Outcome  # noqa: E402
-from .common import key_order  # noqa: E402
+from .common import _clip, key_order  # noqa: E402
 
 CHOSEN, MEASURED, STOPPED, FAILED, PRUNED = "#d95f02", "#1b9e77", "#7fa7c9", "#c0392b", "#9e9e9e"
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 _FIELD = re.compile(r"[A-Za-z_][\w.]*: [^,{}()\[\]]+")

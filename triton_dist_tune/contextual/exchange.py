@@ -21,7 +21,7 @@ from .compiling import compiles_ahead
 from .decisions import record_decision
 from .schedule import PruningError, Track
 from .state import CallState, Exchanged
-from .tracks import TrackId, earlier_outcomes, forget_choice, undecide
+from .tracks import TrackId, TrackInfo, earlier_outcomes, forget_choice, undecide
 
 if TYPE_CHECKING:
     from .options import ContextualOptions
@@ -103,9 +103,9 @@ def check_same_kernels(session: CallState, gathered: list[dict[str, Any]]) -> No
     fewer wrappers of a kernel than another, such as a key met by some ranks only, is no mismatch.)"""
     for rank, message in enumerate(gathered):
         for tid, info in sorted(message["new"].items()):
-            if info.get("kernel") is not None:
-                seen = session.wrappers.setdefault(info["kernel"], {}).setdefault(rank, {})
-                seen[tid[0]] = (info["descriptions"], info.get("keys") or [])
+            if info.kernel is not None:
+                seen = session.wrappers.setdefault(info.kernel, {}).setdefault(rank, {})
+                seen[tid[0]] = (info.descriptions, info.keys or [])
     for kernel, by_rank in sorted(session.wrappers.items()):
         held: dict[frozenset[str], int] = {}  # each distinct set of wrappers, with the first rank that met it
         for rank in sorted(by_rank):
@@ -133,7 +133,7 @@ def _kernels_differ(label: str, kernel: str, *held: tuple[int, tuple[list[str], 
 def create_tracks(session: CallState, gathered: list[dict[str, Any]]) -> bool:
     """Create the tracks first met in this run (on any rank), or let ranks that met one late join it; take the
     disk cache's choices. Returns whether a track was created."""
-    infos: dict[TrackId, dict[int, dict[str, Any]]] = {}
+    infos: dict[TrackId, dict[int, TrackInfo]] = {}
     for rank, message in enumerate(gathered):
         for tid, info in message["new"].items():
             infos.setdefault(tid, {})[rank] = info
@@ -188,16 +188,16 @@ def revised(session: CallState, track: Track, was_done: bool, revision: int) -> 
             undecide(autotuner, local.key, session.group)
 
 
-def lookup(session: CallState, infos: dict[TrackId, dict[str, Any]]) -> dict[TrackId, list | None]:
+def lookup(session: CallState, infos: dict[TrackId, TrackInfo]) -> dict[TrackId, list | None]:
     """Group rank 0 only: the disk cache's [config index, the configs the pruning kept then] for each (kernel, key)
     of ``infos`` (None: not there, or unusable; the kept configs None in a record written before they were)."""
     if settings.current().always_tune:
         return dict.fromkeys(infos)
     found: dict[TrackId, list | None] = {}
     for tid, info in infos.items():
-        data = session.cache.load(info["entry"], info["space_text"])
+        data = session.cache.load(info.entry, info.space_text)
         index = data["index"] if data is not None else -1
-        ok = 0 <= index < len(info["descriptions"]) and data["config"] == info["descriptions"][index]
+        ok = 0 <= index < len(info.descriptions) and data["config"] == info.descriptions[index]
         if ok and data.get("provisional"):
             ok = False  # a cut's choice (max_runs, a stalled track): provisional, tuned again
         kept = data.get("kept") if ok else None

@@ -59,7 +59,7 @@ def _intercepted_run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
     return handler.launch(self, args, kwargs)
 
 
-def _install() -> None:
+def install() -> None:
     """Replace ``Autotuner.run`` by :func:`_intercepted_run`, once per process (the first contextual call), and
     leave it there: outside a tuned call it calls the original ``run`` exactly, after one context lookup, and a
     decided call pays no installing and restoring. A replacement made later by someone else is left in place
@@ -77,15 +77,10 @@ def _install() -> None:
             _installed = True
 
 
-def install() -> None:
-    """Install the interception (once per process; see :func:`_install`)."""
-    _install()
-
-
 @contextlib.contextmanager
 def intercepting(handler: Handler) -> Iterator[None]:
     """Send every ``triton.autotune`` launch of the current context to ``handler`` while the block runs."""
-    _install()
+    install()
     token = _ACTIVE.set(handler)
     try:
         yield

@@ -32,6 +32,7 @@ from ..measure.race import Race
 from ..measure.stats import clearly_slower, median, paired_ratios
 from . import intercept
 from .stages import Stages, estimated_best
+from .tracks import TrackInfo
 
 #: the most configs that race the closing rounds, and how many closing rounds there are per ``n_repeat`` past 1
 CLOSE_TOP = 3
@@ -49,19 +50,19 @@ Launch = tuple[int, "float | None", "str | None"]
 class Track:
     """The group's schedule and measurements for one (kernel, key)."""
 
-    def __init__(self, kernel: str, key_text: str, infos: Mapping[int, dict[str, Any]], n_warmup: int,
+    def __init__(self, kernel: str, key_text: str, infos: Mapping[int, TrackInfo], n_warmup: int,
                  n_repeat: int, max_runs: int = 1000, seeds: Sequence[int] = ()) -> None:
         self.kernel, self.key_text = kernel, key_text
         self.label = f"kernel={kernel} key={key_text}"
         first = infos[min(infos)]
-        self.name, self.descriptions, self.names = first["name"], first["descriptions"], first["names"]
-        self.entry, self.space_text = first["entry"], first["space_text"]
+        self.name, self.descriptions, self.names = first.name, first.descriptions, first.names
+        self.entry, self.space_text = first.entry, first.space_text
         self.n_warmup, self.n_repeat = n_warmup, n_repeat
         #: the configs to try, in config order: those every rank's pruning keeps
         self.order = agreed_order(self.label, infos)
         #: the configs of the current stage (:mod:`~.stages`): every config, or a search's screening stages, then
         #: its finalists; seeded by nearby keys' choices, then the perf model's best
-        self.stages = Stages(self.label, self.order, first.get("params"), agreed_search_mode(self.label, infos),
+        self.stages = Stages(self.label, self.order, first.params, agreed_search_mode(self.label, infos),
                              n_warmup, max_runs, [*seeds, *estimated_best(infos, self.order)])
         self.holders: list[int] = sorted(infos)
         self.pos, self.step, self.runs = 0, 0, 0
@@ -119,13 +120,13 @@ class Track:
 
     # -- updates, from gathered data only ----------------------------------------------------------------------------
 
-    def join(self, infos: Mapping[int, dict[str, Any]]) -> None:
+    def join(self, infos: Mapping[int, TrackInfo]) -> None:
         """Ranks that met this (kernel, key) later than the others: configs they prune are left out."""
         for rank, info in sorted(infos.items()):
             if rank in self.holders:
                 continue
             self.holders = sorted([*self.holders, rank])
-            pruning = info.get("pruning") or (info["pruned"] if isinstance(info["pruned"], list) else [], None, 0)
+            pruning = info.pruning or (info.pruned if isinstance(info.pruned, list) else [], None, 0)
             kept = pruning[0]  # its early pruning (top_k is the group's)
             for index in self.order:
                 if index not in kept:
@@ -331,10 +332,10 @@ class Track:
         self.finish(usable[0], f"{how}, unmeasured")
 
 
-def agreed_pruning(infos: Mapping[int, dict[str, Any]]) -> list[int]:
+def agreed_pruning(infos: Mapping[int, TrackInfo]) -> list[int]:
     """Triton's ``prune_configs_by``, agreed: the configs every rank's ``early_config_prune`` keeps, then the
     ``top_k`` of those by the perf model's estimate (the largest over ranks), in config order."""
-    parts = [info.get("pruning") or (info["pruned"], None, 0) for _, info in sorted(infos.items())]
+    parts = [info.pruning or (info.pruned, None, 0) for _, info in sorted(infos.items())]
     early = [i for i in parts[0][0] if all(i in p[0] for p in parts)]
     if parts[0][1] is None or any(p[1] is None for p in parts):
         return early
@@ -367,32 +368,32 @@ def begin_closing(race: Race, n_repeat: int) -> list[int] | None:
     return leaving
 
 
-def agreed_search_mode(label: str, infos: Mapping[int, dict[str, Any]]) -> str:
+def agreed_search_mode(label: str, infos: Mapping[int, TrackInfo]) -> str:
     """The search mode every rank's environment gives (``TRITON_DIST_AUTOTUNE_SEARCH``; ``auto`` when unset);
     MismatchError when the ranks differ."""
-    modes = {rank: info.get("search") or "auto" for rank, info in sorted(infos.items())}
+    modes = {rank: info.search or "auto" for rank, info in sorted(infos.items())}
     if len(set(modes.values())) > 1:
         raise MismatchError(f"{label}: the ranks differ in the search mode (TRITON_DIST_AUTOTUNE_SEARCH): "
                             + "; ".join(f"rank {r}: {m}" for r, m in modes.items()))
     return next(iter(modes.values()))
 
 
-def agreed_order(label: str, infos: Mapping[int, dict[str, Any]]) -> list[int]:
+def agreed_order(label: str, infos: Mapping[int, TrackInfo]) -> list[int]:
     """The indices of the configs that every rank of ``infos`` keeps after pruning, in the first rank's order.
 
     Raises :class:`~triton_dist_tune.errors.MismatchError` when the ranks differ in the kernel's configs, and
     :class:`PruningError` when a rank's pruning failed or no config is kept by every rank."""
     first = infos[min(infos)]
     for rank, info in sorted(infos.items()):
-        if info["descriptions"] != first["descriptions"]:
-            theirs = difference(["\n".join(first["descriptions"]), "\n".join(info["descriptions"])])
+        if info.descriptions != first.descriptions:
+            theirs = difference(["\n".join(first.descriptions), "\n".join(info.descriptions)])
             raise MismatchError(f"{label}: the ranks differ in the kernel's configs: rank {min(infos)}: {theirs[0]}; "
                                 f"rank {rank}: {theirs[1]}")
-    problems = [f"rank {r}: {i['pruned']}" for r, i in sorted(infos.items()) if isinstance(i["pruned"], str)]
+    problems = [f"rank {r}: {i.pruned}" for r, i in sorted(infos.items()) if isinstance(i.pruned, str)]
     if problems:
         raise PruningError(f"{label}: pruning the configs failed: " + "; ".join(problems))
     order = agreed_pruning(infos)
     if not order:
         raise PruningError(f"{label}: the configs' pruning (prune_configs_by) keeps no config that every rank "
-                           f"keeps: " + "; ".join(f"rank {r}: {i['pruned']}" for r, i in infos.items()))
+                           f"keeps: " + "; ".join(f"rank {r}: {i.pruned}" for r, i in infos.items()))
     return order

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..measure.race import RacePlan
 from ..measure.search import PatternSearch, SearchPlan, search_applies
+from .tracks import TrackInfo
 
 #: the share of a call's ``max_runs`` a search's screening may take (the finalists' race takes the rest)
 SEARCH_SHARE_OF_RUNS = 0.6
@@ -65,10 +66,10 @@ class Stages:
         return batch
 
 
-def estimated_best(infos: Mapping[int, dict[str, Any]], order: list[int], count: int = 4) -> list[int]:
+def estimated_best(infos: Mapping[int, TrackInfo], order: list[int], count: int = 4) -> list[int]:
     """The ``count`` configs of ``order`` the kernel's ``perf_model`` estimates fastest (the largest estimate over
     ranks), as seeds of a search; none without a perf model."""
-    parts = [info.get("pruning") for _, info in sorted(infos.items())]
+    parts = [info.pruning for _, info in sorted(infos.items())]
     if not parts or any(p is None or p[1] is None for p in parts):
         return []
     estimates = {i: max(float(p[1][i]) for p in parts) for i in order if all(i in p[1] for p in parts)}

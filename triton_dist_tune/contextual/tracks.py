@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import settings
@@ -21,12 +22,40 @@ from ..disk.cache import DiskCache, entry_id, source_of
 from ..errors import describe_error
 from ..faults.journal import Journal, merge
 from ..faults.recovery import journal_path
+from ..group import codec
 from ..group.channel import Group
 from ..space import describe
 from . import intercept
 
 #: a track's id: (the ``triton.autotune`` wrapper's :func:`~.intercept.track_id`, the key's text)
 TrackId = tuple[str, str]
+
+
+@codec.record
+@dataclass
+class TrackInfo:
+    """What a rank tells the group of a (kernel, key) it met (:meth:`LocalTrack.info`, sent once, in the run it was
+    first met): what the group's :class:`~triton_dist_tune.contextual.schedule.Track` is made from."""
+
+    #: the kernel's name, for messages
+    name: str
+    #: each config described (one line each), and as ``str(config)``
+    descriptions: list[str]
+    names: list[str]
+    #: the cache entry of the (kernel, key), and the config space's text
+    entry: str
+    space_text: str
+    #: the configs this rank's own pruning keeps, or the text of the error it raised
+    pruned: list[int] | str
+    #: the jitted function (:func:`~.intercept.jit_id`) and the wrapper's key names, to compare wrappers across ranks
+    kernel: str | None = None
+    keys: list[str] = field(default_factory=list)
+    #: the configs the early pruning keeps, the perf model's estimates and top_k (:attr:`LocalTrack.pruning`)
+    pruning: tuple[list[int], dict[int, float] | None, int | float] | None = None
+    #: each config's parameters, for the search's grid (:func:`config_params`)
+    params: list[dict[str, Any]] | None = None
+    #: the search mode this rank asks for (None: ``auto``)
+    search: str | None = None
 
 #: the choices made in this process live on each autotuner, ``autotuner.__dict__[DECIDED]``: {(group identity,
 #: key): config}, per group, so that a choice made by one group (or by a rank alone) is never taken for another
@@ -126,14 +155,14 @@ class LocalTrack:
         measured = [i for i in fresh if self.earlier.get(i, {}).get("state") in ("measured", "stopped")]
         return next((i for i in fresh if i not in measured), fresh[0] if fresh else None)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> TrackInfo:
         """What the group needs to know about it (sent once, in the run it was first met)."""
         at = self.autotuners[0]
-        return {"name": intercept.kernel_name(at), "kernel": intercept.jit_id(at), "keys": [str(k) for k in at.keys],
-                "descriptions": self.descriptions,
-                "names": [str(c) for c in at.configs], "space_text": self.space_text, "pruned": self.pruned,
-                "pruning": self.pruning, "entry": self.entry, "params": config_params(at.configs),
-                "search": settings.current().search or self.search}
+        return TrackInfo(name=intercept.kernel_name(at), kernel=intercept.jit_id(at), keys=[str(k) for k in at.keys],
+                         descriptions=self.descriptions,
+                         names=[str(c) for c in at.configs], space_text=self.space_text, pruned=self.pruned,
+                         pruning=self.pruning, entry=self.entry, params=config_params(at.configs),
+                         search=settings.current().search or self.search)
 
     def append(self, index: int, state: str, **fields: Any) -> None:
         """Append a record of config ``index`` to this rank's journal of the track."""

@@ -1,4 +1,5 @@
-"""Reading, filtering, removing and bundling the decisions in a cache folder (the command line's model).
+"""Reading, filtering and removing the decisions in a cache folder (the command line's model; bundles of them:
+:mod:`.bundles`).
 
 A cache folder holds ``<root>/<function name>/<entry>.json`` (one decision each; contextual decisions under
 ``<root>/contextual/``) and the crash journals ``<entry>.<group>.rank<r>[.<k>].journal`` beside them. Entries of
@@ -9,30 +10,19 @@ time) and of format 1 (measurements as rows of the summary table, no margin) are
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Any
+from pathlib import Path
 
-from ..group.codec import Unreadable, read_json
 from .entries import CacheError as CacheError
 from .entries import Entry as Entry
-from .entries import lineage as lineage
 from .entries import parse_entry as parse_entry
 from .entries import read_entry as read_entry
 from .entries import recorded_near_tie as recorded_near_tie
 from .entries import superseded as superseded
-from .files import new_file_mode, write_json_atomic
 from .versions import versions as current_versions
-
-#: what a bundle file says it is (``export`` writes it, ``import`` checks it)
-BUNDLE_KIND = "triton-dist-tune bundle"
-BUNDLE_FORMAT = 1
 
 
 def check_root(root: Path) -> None:
@@ -155,177 +145,6 @@ def remove(paths: list[Path]) -> Removal:
         except OSError:
             pass
     return Removal(gone, failed)
-
-
-# -- bundles ---------------------------------------------------------------------------------------------------
-
-
-def export_bundle(entries: list[Entry], out: Path) -> Path:
-    """Write ``entries`` (as stored) into one JSON bundle file at ``out``."""
-    bundle = {"kind": BUNDLE_KIND, "format": BUNDLE_FORMAT, "created": time.time(), "versions": current_versions(),
-              "entries": [{"path": e.name, "data": e.raw} for e in entries]}
-    return write_json_atomic(out, bundle)
-
-
-@dataclass
-class Incoming:
-    """One decision of a bundle, checked against this machine before it is written."""
-
-    path: str
-    entry: Entry
-    #: differences that make the decision doubtful here: "<name>: <theirs> here <ours>"
-    mismatches: list[str]
-    #: the file's text as it will be written (encoded while the bundle is checked, so writing cannot fail on it)
-    text: str = ""
-
-
-def read_bundle(path: Path) -> list[Incoming]:
-    """The decisions in the bundle file ``path``, each with its version and hardware mismatches."""
-    try:  # each entry is checked to the limits of what the tuner reads where it is parsed (parse_entry)
-        data = read_json(path.read_bytes(), None)
-    except FileNotFoundError:
-        raise CacheError(f"{path}: no such bundle file") from None
-    except (OSError, Unreadable) as exc:
-        raise CacheError(f"{path}: not a readable bundle ({type(exc).__name__}: {exc})") from None
-    if not isinstance(data, dict) or data.get("kind") != BUNDLE_KIND or not isinstance(data.get("entries"), list):
-        raise CacheError(f"{path}: not a triton-dist-tune bundle (made by 'triton-dist-tune export')")
-    if data.get("format") != BUNDLE_FORMAT:
-        raise CacheError(f"{path}: bundle format {data.get('format')!r}, this version reads {BUNDLE_FORMAT}")
-    from .cache import hardware
-
-    now, hw = current_versions(), hardware()
-    incoming: list[Incoming] = []
-    seen: dict[str, int] = {}
-    for number, item in enumerate(data["entries"], 1):
-        rel = item.get("path") if isinstance(item, dict) else None
-        if not _relative_entry_path(rel):
-            raise CacheError(f"{path}: bad entry path {rel!r} in the bundle (an entry is <function>/<entry>.json, "
-                             "inside the cache folder)")
-        rel = str(PurePosixPath(rel))
-        if rel in seen:
-            raise CacheError(f"{path}: entries {seen[rel]} and {number} of the bundle are both {rel}: a bundle "
-                             "holds one decision per file (refused, nothing imported)")
-        seen[rel] = number
-        try:  # a decision the tuner would not read (malformed, nested too deep) is refused here, not at each call
-            entry = parse_entry(Path(rel), item.get("data"))
-        except CacheError as exc:
-            raise CacheError(f"{path}: entry {number} of the bundle: {exc}; refused, nothing imported") from None
-        try:
-            text = json.dumps(entry.raw, indent=1, sort_keys=True, allow_nan=False)
-        except (ValueError, TypeError, RecursionError) as exc:
-            raise CacheError(f"{path}: entry {number} ({rel}) cannot be written as standard JSON "
-                             f"({type(exc).__name__}: {exc}); refused, nothing imported") from None
-        mismatches = [f"{k}: {entry.versions.get(k)} here {now.get(k)}" for k in sorted(set(now) | set(entry.versions))
-                      if entry.versions.get(k) != now.get(k)]
-        if entry.gpu != hw["gpu"] or (entry.gpu_count is not None and entry.gpu_count != hw["gpu_count"]):
-            mismatches.append(f"gpu: {entry.gpu} x{entry.gpu_count} here {hw['gpu']} x{hw['gpu_count']}")
-        incoming.append(Incoming(rel, entry, mismatches, text))
-    return incoming
-
-
-def _relative_entry_path(rel: Any) -> bool:
-    """Whether ``rel`` is ``<function>/<entry>.json``: relative, two plain parts, no ``..``, no hidden file."""
-    if not isinstance(rel, str) or "\\" in rel or "\0" in rel:
-        return False
-    pure = PurePosixPath(rel)
-    parts = pure.parts
-    return (not pure.is_absolute() and len(parts) == 2 and all(p not in (".", "..") for p in parts)
-            and parts[1].endswith(".json") and not parts[1].startswith("."))
-
-
-def _inside(root: Path, rel: str) -> Path:
-    """Where entry ``rel`` goes under ``root``; raises :class:`CacheError` when that place, through links, is
-    outside ``root``."""
-    top = root.resolve()
-    target = (root / rel).resolve()
-    if target.parent.parent != top:
-        raise CacheError(f"entry path {rel!r} of the bundle leads out of the cache folder {root} (to {target}, "
-                         "through a link): refused")
-    return root / rel
-
-
-def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
-    """Write the bundle's decisions into the cache folder ``root``, all or nothing.
-
-    Every path is checked first (one that leads out of ``root`` through a link, two that name one file through a
-    link, or one whose place is taken by a folder, refuses the whole bundle), then every file is staged as a hidden
-    temporary file beside its target, and only when every one is staged are they renamed into place. A failure
-    while staging removes what was staged (and the folders made for it); a failure while renaming puts back the
-    files already replaced. Nothing is left half written; only a crash of this process between two renames can
-    leave part of the bundle in place.
-    """
-    made: list[Path] = []
-    if not root.exists():
-        root.mkdir(parents=True)
-        made.append(root)
-    staged: list[tuple[Path, str, bytes | None]] = []  # (target, temporary file, previous content or None)
-    try:
-        targets = [_inside(root, item.path) for item in incoming]
-        files: dict[Path, str] = {}
-        for target, item in zip(targets, incoming, strict=True):  # two entry paths may name one file through a link
-            other = files.setdefault(target.resolve(), item.path)
-            if other != item.path:
-                raise CacheError(f"entries {other} and {item.path} of the bundle are one file ({target.resolve()}) "
-                                 "through a link: a bundle holds one decision per file (refused, nothing imported)")
-        for target in targets:
-            if target.is_dir() or (target.parent.exists() and not target.parent.is_dir()):
-                raise CacheError(f"{target} (or its folder) is in the way of the bundle's entry: refused, nothing "
-                                 "imported")
-        for target, item in zip(targets, incoming, strict=True):
-            if not target.parent.exists():
-                target.parent.mkdir()
-                made.append(target.parent)
-            previous = target.read_bytes() if target.exists() else None
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".import", dir=target.parent)
-            staged.append((target, tmp, previous))
-            os.fchmod(fd, new_file_mode())
-            with os.fdopen(fd, "w") as f:
-                f.write(item.text or json.dumps(item.entry.raw, indent=1, sort_keys=True, allow_nan=False))
-                f.flush()
-                os.fsync(f.fileno())
-    except BaseException:
-        _discard(staged, made)
-        raise
-    done: list[tuple[Path, str, bytes | None]] = []
-    try:
-        for target, tmp, previous in staged:
-            os.replace(tmp, target)
-            done.append((target, tmp, previous))
-    except BaseException:
-        for target, _, previous in reversed(done):  # put back what this import replaced
-            try:
-                if previous is None:
-                    target.unlink()
-                else:
-                    write_json_atomic_bytes(target, previous)
-            except OSError:
-                pass
-        _discard([s for s in staged if s not in done], made)
-        raise
-    return [target for target, _, _ in staged]
-
-
-def write_json_atomic_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (a temporary file renamed over it)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".restore", dir=path.parent)
-    os.fchmod(fd, new_file_mode())
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
-def _discard(staged: list[tuple[Path, str, bytes | None]], made: list[Path]) -> None:
-    """Remove staged temporary files and the (then empty) folders made for them."""
-    for _, tmp, _ in staged:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-    for folder in reversed(made):
-        try:
-            folder.rmdir()
-        except OSError:
-            pass
 
 
 def age_text(seconds: float) -> str:

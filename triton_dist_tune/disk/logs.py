@@ -18,7 +18,7 @@ file before they read it and write through temporary files of their own. Logging
 slowly, or was stopped while rotating) does not rotate and writes ``rank-{i}.{job}.log`` and ``.jsonl`` instead,
 files of its job that no rotation holds at that time (one warning says so); later rotations count their records with
 the others. A process that cannot lock even those (a rare double stall) logs nothing. ``python -m triton_dist_tune
-logs`` merges the ranks' JSON lines of a job into one timeline.
+logs`` merges the ranks' JSON lines of a job into one timeline (:mod:`.timeline`).
 
 Console output goes through the ``triton_dist_tune`` logger at INFO level with a handler of its own, on group
 rank 0 only, when asked for with ``autotune_verbose=True`` or ``TRITON_PRINT_AUTOTUNING=1``.
@@ -30,14 +30,12 @@ import contextlib
 import fcntl
 import json
 import logging
-import math
 import os
 import socket
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -310,74 +308,3 @@ def print_cache_hit(name: str, key_text: str, group: Any, chosen: str, cache_fil
     """Print that a key's decision was read from the cache."""
     console().info("Triton autotuning for function %s,\nwith key as %s: cache hit on %d rank(s) of group '%s',\n"
                    "config: %s\ncache file: %s", name, key_text, group.size, group_title(group), chosen, cache_file)
-
-
-# -- reading a job's logs back (the command line's ``logs``) --------------------------------------------------
-
-
-@dataclass(frozen=True)
-class JobLog:
-    """One job's records in a log folder, as the command line lists them."""
-
-    name: str
-    ranks: list[int]
-    first: float
-    last: float
-
-
-def jobs_in(root: Path) -> list[JobLog]:
-    """The jobs whose records the rank logs (``rank-*.jsonl``) under ``root`` hold, oldest first."""
-    seen: dict[str, tuple[set[int], float, float]] = {}
-    for record in _records(root)[0]:
-        ranks, first, last = seen.get(str(record.get("job")), (set(), record["time"], record["time"]))
-        ranks.add(record.get("rank", 0))
-        seen[str(record.get("job"))] = (ranks, min(first, record["time"]), max(last, record["time"]))
-    jobs = [JobLog(name, sorted(ranks, key=str), first, last) for name, (ranks, first, last) in seen.items()]
-    return sorted(jobs, key=lambda j: (j.first, j.name))
-
-
-def _records(root: Path) -> tuple[list[dict[str, Any]], int]:
-    records, damaged = [], 0
-    for path in sorted(root.glob("rank-*.jsonl")) if root.is_dir() else []:
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except (ValueError, RecursionError):  # torn, garbage, nested too deep
-                record = None
-            if _well_formed(record):
-                records.append(record)
-            elif line.strip():
-                damaged += 1
-    return records, damaged
-
-
-def _well_formed(record: Any) -> bool:
-    """Whether a JSON line is a record the command line can show: an object with a message, a time a clock can
-    show and, where it names one, a rank that is an integer (a damaged or foreign line is skipped, never a
-    crash)."""
-    if not isinstance(record, dict) or "message" not in record:
-        return False
-    stamp, rank = record.get("time"), record.get("rank", 0)
-    if type(stamp) not in (int, float) or not math.isfinite(stamp) or type(rank) is not int:
-        return False
-    try:
-        time.localtime(stamp)
-    except (OverflowError, OSError, ValueError):
-        return False
-    return True
-
-
-def read_job(root: Path, job: str) -> tuple[list[dict[str, Any]], int]:
-    """Every rank's JSON-lines records of ``job`` in the log folder ``root``, merged in time order (ties: by
-    rank), and the number of damaged lines skipped (a rank killed mid-write leaves a torn last line)."""
-    records, damaged = _records(root)
-    records = [r for r in records if str(r.get("job")) == job]
-    records.sort(key=lambda r: (r["time"], r.get("rank", 0)))
-    return records, damaged
-
-
-def render_record(record: dict[str, Any]) -> str:
-    """One record as a timeline line: time, rank, level, message (continuation lines indented)."""
-    stamp = time.strftime("%H:%M:%S", time.localtime(record["time"])) + f".{int(record['time'] * 1000) % 1000:03d}"
-    head = f"{stamp} rank {record.get('rank', '?'):>2} {record.get('level', 'INFO'):<7} "
-    return head + str(record["message"]).replace("\n", "\n" + " " * len(head))

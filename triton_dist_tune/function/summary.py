@@ -36,6 +36,7 @@ class KeyResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> KeyResult:
+        """A row from :meth:`to_json`'s dict; keys that are not fields are ignored."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -68,6 +69,7 @@ class Summary:
         return {r.key: r.index for r in self.rows if r.state != "failed"}
 
     def to_json(self) -> dict[str, Any]:
+        """The summary as plain data: function, seconds, units and one dict per key (its cache record left out)."""
         rows = [{k: v for k, v in r.to_json().items() if k != "record"} for r in self.rows]
         return {"function": self.function, "seconds": self.seconds, "units": self.units, "keys": rows}
 

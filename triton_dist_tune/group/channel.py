@@ -311,6 +311,8 @@ class Failed:
 
 
 def run_on_root(fn: Callable[[list[Any]], Any], values: list[Any]) -> Any:
+    """``fn(values)`` on rank 0 of an exchange, or a :class:`Failed` saying what it raised (sent to every rank in
+    place of the result)."""
     try:
         return fn(values)
     except Exception as exc:
@@ -318,6 +320,8 @@ def run_on_root(fn: Callable[[list[Any]], Any], values: list[Any]) -> Any:
 
 
 def unwrap(result: Any, what: str) -> Any:
+    """An exchange's ``result`` as every rank receives it; a :class:`Failed` is raised instead, as
+    :class:`PlainDataError` when a rank's message was refused, else as :class:`ExchangeError`."""
     if isinstance(result, Failed):
         kind = PlainDataError if result.refused else ExchangeError
         raise kind(f"triton_dist_tune: combining the ranks' messages at '{what}' failed: {result.message}")

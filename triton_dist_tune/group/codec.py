@@ -7,8 +7,9 @@ plain values from JSON (never ``pickle``, never an import or a call named by the
 What can be sent (exactly what the tuner exchanges): ``None``, ``bool``, ``int``, ``float`` (``nan`` and
 infinities included), ``str``, ``list``, ``tuple``, ``dict`` (keys of those kinds too, e.g. ``(kernel, key)``
 tuples), and the few record dataclasses registered with :func:`record` (an :class:`~triton_dist_tune.records.Outcome`,
-the race's ``Combined``, the channel's ``Failed``), rebuilt field by field by their own constructor. Anything else
-raises :class:`NotPlainData` (a ``TypeError`` naming the type) on the rank that tries to send it.
+the race's ``Combined``, the channel's ``Failed``, a contextual track's ``TrackInfo``), rebuilt field by field by
+their own constructor. Anything else raises :class:`NotPlainData` (a ``TypeError`` naming the type) on the rank that
+tries to send it.
 
 JSON cannot say ``tuple`` or a dict with non-string keys, so those (and records) are written as a small tagged
 object ``{"~": kind, "v": ...}``; a plain dict that itself has a ``"~"`` key is written tagged too, so nothing is

@@ -56,6 +56,7 @@ class Budget:
 
     @property
     def bounded(self) -> bool:
+        """Whether there is a budget (``seconds`` is not None)."""
         return self.seconds is not None
 
     def now(self) -> float:

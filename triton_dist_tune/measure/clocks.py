@@ -20,27 +20,37 @@ _HOLD_CYCLES_PER_US = 2000
 
 
 class Clock(Protocol):
-    """Times spans of work: ``start()``, ``stop(start)``, then ``read(token)`` after ``synchronize()``."""
+    """Times spans of work: ``start()``, ``stop(start)``, then ``read(token)`` after ``synchronize()``
+    (:class:`HostClock`, :class:`DeviceClock`)."""
 
     kind: str
 
-    def start(self) -> Any: ...
+    def start(self) -> Any:
+        """A token marking the start of a span."""
 
-    def stop(self, start: Any) -> Any: ...
+    def stop(self, start: Any) -> Any:
+        """A token for the span since ``start``."""
 
-    def read(self, token: Any) -> float: ...
+    def read(self, token: Any) -> float:
+        """Milliseconds of a span (after :meth:`synchronize`)."""
 
-    def synchronize(self) -> None: ...
+    def synchronize(self) -> None:
+        """Wait for outstanding device work."""
 
-    def flush(self) -> None: ...
+    def flush(self) -> None:
+        """Evict the device's L2 cache (cold samples)."""
 
-    def mark(self) -> Any: ...
+    def mark(self) -> Any:
+        """A point in the work enqueued so far."""
 
-    def wait(self, mark: Any) -> None: ...
+    def wait(self, mark: Any) -> None:
+        """Wait until the device has reached ``mark``."""
 
-    def hold(self, ms: float) -> bool: ...
+    def hold(self, ms: float) -> bool:
+        """Keep the device busy for ``ms``; False where it cannot."""
 
-    def idle_ms(self) -> float: ...
+    def idle_ms(self) -> float:
+        """At most how long the device has idled."""
 
 
 class HostClock:

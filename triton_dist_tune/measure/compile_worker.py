@@ -94,6 +94,8 @@ def serve(tasks: BinaryIO, answers: TextIO, niceness: int = NICENESS) -> None:
 
 
 def main() -> None:
+    """The worker run as a script (see the module docstring): ``[--niceness=N] module ...``, then :func:`serve` on
+    standard input, answering on standard output (everything else written there goes to standard error)."""
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # print() and C code write to standard error; standard output is the answers' alone
     sys.stdout = sys.stderr

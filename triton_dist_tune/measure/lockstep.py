@@ -55,9 +55,7 @@ from . import breakdown, timing
 from .budget import Budget, clocked
 from .combine import PER_RANK_LIMIT as PER_RANK_LIMIT
 from .combine import Combined as Combined
-from .combine import by_rank as by_rank
 from .combine import combine_phase as combine_phase
-from .combine import combine_round as combine_round
 from .graphs import EAGER, GRAPH, PLACEMENTS, Graphs
 from .guarding import Guarding
 from .precompile import Compiles

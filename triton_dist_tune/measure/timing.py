@@ -46,6 +46,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import BadInputError
+from .clocks import Clock
 
 TIMING_MODES = ("steady", "cold")
 #: screening rounds: settling and timed span of a steady sample, in ms of the config's own calls. 2 ms of settling
@@ -190,7 +191,7 @@ def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, bat
     return Steady(steady.settle, steady.span, queued, hold, device_only=group)
 
 
-def may_have_idled(clock: Any, ranks: int) -> bool:
+def may_have_idled(clock: Clock, ranks: int) -> bool:
     """Whether a round's first sample settles :data:`ROUND_SETTLE_MS` longer: always on a group of ranks (every
     rank must make the same calls, and each rank's idle gap is its own), else when ``clock``'s device may have
     idled :data:`ROUND_IDLE_MS` or more."""
@@ -206,7 +207,7 @@ class SampleToken:
     queued: Any = None
 
 
-def read_sample(clock: Any, token: SampleToken, steady: Steady) -> float:
+def read_sample(clock: Clock, token: SampleToken, steady: Steady) -> float:
     """A steady sample's time per call, ms (after a synchronize): the span's time per call and, when the queued
     calls were timed, theirs, weighted :data:`QUEUED_WEIGHT` (an even mean); ``steady.device_only`` (a group of
     ranks): the queued calls' alone, all but the first. See :func:`steady_span`."""
@@ -218,7 +219,7 @@ def read_sample(clock: Any, token: SampleToken, steady: Steady) -> float:
     return (1 - QUEUED_WEIGHT) * span + QUEUED_WEIGHT * clock.read(token.queued) / steady.queued_timed
 
 
-def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> SampleToken:
+def steady_span(clock: Clock, call: Callable[[], Any], steady: Steady) -> SampleToken:
     """Enqueue one steady sample: ``steady.settle`` untimed calls, then ``steady.span`` calls timed as one span,
     then, when ``steady.queued`` is set, the queued calls; no synchronize. Returns the clock's tokens: read them
     with :func:`read_sample` after the round's synchronize.
@@ -261,7 +262,7 @@ def steady_span(clock: Any, call: Callable[[], Any], steady: Steady) -> SampleTo
     return SampleToken(span, clock.stop(start))
 
 
-def cold_sample(clock: Any, call: Callable[[], Any]) -> float:
+def cold_sample(clock: Clock, call: Callable[[], Any]) -> float:
     """One cold sample: one call after an L2 flush, synchronized; ms."""
     clock.flush()
     start = clock.start()
@@ -279,7 +280,7 @@ def probe_calls(previous_ms: float) -> int:
     return 1 if previous_ms >= PROBE_ONE_CALL_MS else PROBE_CALLS
 
 
-def probe(clock: Any, call: Callable[[], Any], lead: bool = True, calls: int = PROBE_CALLS) -> float:
+def probe(clock: Clock, call: Callable[[], Any], lead: bool = True, calls: int = PROBE_CALLS) -> float:
     """A config's time per call, for sizing its samples: one untimed call (unless ``lead`` is false: a warm-up run
     just ran it), then ``calls`` calls timed as one span; ms per call.
 

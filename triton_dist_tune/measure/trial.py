@@ -9,6 +9,7 @@ from typing import Any
 
 from . import timing
 from .arguments import ArgumentState
+from .clocks import Clock
 from .reference import Reference
 from .timing import Steady
 
@@ -20,7 +21,7 @@ class Trial:
     fn: Callable[..., Any]
     args: tuple
     kwargs: dict[str, Any]
-    clock: Any
+    clock: Clock
     state: ArgumentState | None = None
     pre_hook: Callable[..., Any] | None = None
     post_hook: Callable[..., Any] | None = None
