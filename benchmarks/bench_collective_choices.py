@@ -22,7 +22,7 @@ decision-cache folder each; for ``contextual`` also a new ``triton.autotune`` wr
 choices forgotten. Compiled kernels stay: on a GPU every tile is compiled for the shape first (``warm_tiles``,
 threads, at most a third of the case's time), so the tunings time the cost "once compiled". Per tuning: the
 chosen config, the seconds of the tuning call (MAX over ranks), the near-tie flag (function: the decision's;
-contextual: the function level's rule, ``measure.stats.near_tie``, applied to the decision's table: chosen config
+contextual: the function level's rule, ``stats.near_tie``, applied to the decision's table: chosen config
 and the fastest other), the tuned group time, the result's error against ``algo="torch"``, and the **ratio** =
 the oracle's time of the choice / the oracle's best (its ``ratios``, looked up by the config's corpus name; a choice
 the oracle lacks is reported as such). Without ``--oracle`` the ratios are owed: the report lists the choices and
@@ -77,7 +77,7 @@ from examples import gemm_rs as rs_mod  # noqa: E402
 from examples._dist_common import make_tuned  # noqa: E402
 from examples.gemm_kernels import _as_batched, _gemm_kernel, config_spec, to_triton_config  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune, tracks  # noqa: E402
-from triton_dist_tune.measure.stats import near_tie  # noqa: E402
+from triton_dist_tune.stats import near_tie  # noqa: E402
 
 MODES = ("function", "contextual")
 

@@ -6,7 +6,9 @@ Rules:
   * no module of ``triton_dist_tune`` over ``MAX_MODULE_LINES`` lines;
   * no class of ``triton_dist_tune`` over ``MAX_CLASS_LINES`` lines (``class`` line to its last line);
   * no import circle among the modules of ``triton_dist_tune`` (within one folder or across folders), nor among
-    the scripts of ``benchmarks/`` (which import each other by plain name, or through ``benchmarks.``).
+    the scripts of ``benchmarks/`` (which import each other by plain name, or through ``benchmarks.``);
+  * imports go down the layers of ``LAYERS`` (docs/layout.md): never to a higher layer, nor to another part of the
+    same layer (the shared modules of the last layer excepted), and every part of the package has its layer.
 
 Every import counts, wherever it is: at module level, inside a function (a deferred import) or under
 ``if TYPE_CHECKING:`` (an annotation). Deferring an import, or keeping it for annotations, hides a circle from
@@ -30,6 +32,20 @@ PACKAGE = "triton_dist_tune"
 SCRIPTS = "benchmarks"
 #: the key of :attr:`Report.cycles` for circles whose modules are in more than one folder of the package
 ACROSS = "(across folders)"
+#: the package's layers, top first, each a tuple of parts (a folder, a top-level module; "" is the package's
+#: ``__init__``): a module imports from its own part or from a lower layer (docs/layout.md, "which way imports go")
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("__main__",),
+    ("cli",),
+    ("",),
+    ("tune", "autotuner"),
+    ("contextual", "function"),
+    ("measure",),
+    ("faults",),
+    ("disk",),
+    ("group",),
+    ("capture", "checks", "settings", "space", "stats", "records", "errors", "_version"),
+)
 
 
 @dataclass
@@ -41,11 +57,15 @@ class Report:
     #: folder (or ``ACROSS``) -> the circles found there: each a path of modules, the first imports the second ...
     #: the last imports the first; every folder checked has an entry, empty when it has no circle
     cycles: dict[str, list[list[str]]] = field(default_factory=dict)
+    #: (importer, imported) for each import against :data:`LAYERS`, and the parts that have no layer
+    against_layers: list[tuple[str, str]] = field(default_factory=list)
+    unplaced: list[str] = field(default_factory=list)
     package: str = PACKAGE
 
     def broken(self) -> bool:
         """Whether some rule is broken."""
-        return bool(self.long_modules or self.long_classes or any(self.cycles.values()))
+        return bool(self.long_modules or self.long_classes or any(self.cycles.values()) or self.against_layers
+                    or self.unplaced)
 
     def lines(self) -> list[str]:
         """One line per broken rule, or one saying that the rules hold."""
@@ -54,7 +74,10 @@ class Report:
         for where, circles in sorted(self.cycles.items()):
             out += [f"import circle {'across folders of ' + self.package if where == ACROSS else 'in ' + where + '/'}: "
                     f"{' -> '.join([*c, c[0]])}" for c in circles]
-        return out or ["house rules hold: no long module, no long class, no import circle"]
+        out += [f"import against the layers: {a} -> {b}" for a, b in self.against_layers]
+        out += [f"no layer for {part or '__init__'} (scripts/check_house.py LAYERS)" for part in self.unplaced]
+        return out or ["house rules hold: no long module, no long class, no import circle, no import against the "
+                       "layers"]
 
 
 @functools.cache
@@ -193,8 +216,28 @@ def _short(name: str) -> str:
     return name.rpartition(".")[2] or name
 
 
+def _part(module: str, package: str) -> str:
+    """The part of the package ``module`` belongs to: its folder, or itself for a top-level module."""
+    return module.removeprefix(package).removeprefix(".").split(".")[0]
+
+
+def _against_layers(edges: dict[str, set[str]], package: str, report: Report) -> None:
+    """Record in ``report`` each import against :data:`LAYERS` and each part of the package with no layer."""
+    layer = {part: i for i, parts in enumerate(LAYERS) for part in parts}
+    shared = len(LAYERS) - 1
+    report.unplaced = sorted({_part(m, package) for m in edges} - set(layer))
+    for importer in sorted(edges):
+        for imported in sorted(edges[importer]):
+            a, b = _part(importer, package), _part(imported, package)
+            if a == b or a not in layer or b not in layer:
+                continue
+            if layer[b] < layer[a] or (layer[b] == layer[a] != shared):
+                report.against_layers.append((importer.removeprefix(package + "."),
+                                              imported.removeprefix(package + ".")))
+
+
 def check(root: Path = ROOT, package: str = PACKAGE, scripts: str = SCRIPTS) -> Report:
-    """The house rules over ``root / package`` (lengths, circles) and ``root / scripts`` (circles)."""
+    """The house rules over ``root / package`` (lengths, circles, layers) and ``root / scripts`` (circles)."""
     report = Report(package=package)
     files = sorted((root / package).rglob("*.py"))
     for path in files:
@@ -210,7 +253,9 @@ def check(root: Path = ROOT, package: str = PACKAGE, scripts: str = SCRIPTS) -> 
                     report.long_classes.append((rel, node.name, length))
     folder = {_module_name(p, root): str(p.parent.relative_to(root)) for p in files}
     report.cycles = {f: [] for f in sorted(set(folder.values()))}
-    for circle in _circles(_package_edges(root, files)):
+    edges = _package_edges(root, files)
+    _against_layers(edges, package, report)
+    for circle in _circles(edges):
         where = {folder[m] for m in circle}
         if len(where) == 1:
             (home,) = where

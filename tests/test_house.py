@@ -43,6 +43,11 @@ def test_no_import_circle_anywhere(report):
     assert "benchmarks" in report.cycles and "triton_dist_tune/measure" in report.cycles  # both were checked
 
 
+def test_imports_go_down_the_layers(report):
+    # before: group/channel imported measure/breakdown and disk/entries measure/stats (docs/layout.md said neither)
+    assert report.against_layers == [] and report.unplaced == [], report.lines()
+
+
 # -- the checker on fake packages ----------------------------------------------------------------------------------
 
 
@@ -117,6 +122,34 @@ def test_the_checker_finds_long_modules_and_classes(house, tmp_path):
     assert found.long_modules == [("fake/long.py", house.MAX_MODULE_LINES + 1)]
     assert found.long_classes == [("fake/wide.py", "Wide", house.MAX_CLASS_LINES + 1)]
     assert found.broken() and not any(found.cycles.values())
+
+
+def test_the_checker_finds_imports_against_the_layers(house, tmp_path):
+    write(tmp_path, {
+        "fake/__init__.py": "",
+        "fake/group/__init__.py": "",
+        "fake/group/channel.py": "from ..measure import breakdown\n",  # up: group is below measure
+        "fake/measure/__init__.py": "",
+        "fake/measure/breakdown.py": "from ..group import channel\nfrom .. import stats\n",  # down: fine
+        "fake/disk/__init__.py": "",
+        "fake/disk/cache.py": "def f():\n    from ..faults import journal\n",  # up, deferred
+        "fake/faults/__init__.py": "",
+        "fake/faults/journal.py": "from ..disk import cache\n",  # down the middle row: fine
+        "fake/function/__init__.py": "",
+        "fake/function/a.py": "from ..contextual import b\n",  # sideways in one layer
+        "fake/contextual/__init__.py": "",
+        "fake/contextual/b.py": "",
+        "fake/stats.py": "from . import errors\n",  # the shared modules import each other: fine
+        "fake/errors.py": "",
+        "fake/extra/__init__.py": "",  # a folder with no layer
+    })
+    found = house.check(tmp_path, "fake", "benchmarks")
+    assert found.against_layers == [("disk.cache", "faults"), ("disk.cache", "faults.journal"),
+                                    ("function.a", "contextual"), ("function.a", "contextual.b"),
+                                    ("group.channel", "measure"), ("group.channel", "measure.breakdown")], found.lines()
+    assert found.unplaced == ["extra"] and found.broken()
+    assert "import against the layers: group.channel -> measure.breakdown" in found.lines()
+    assert "no layer for extra (scripts/check_house.py LAYERS)" in found.lines()
 
 
 def _resolves(dotted: str) -> bool:

@@ -15,7 +15,6 @@ from triton_dist_tune.measure.budget import Budget
 from triton_dist_tune.measure.clocks import HostClock
 from triton_dist_tune.measure.levels import placement_level, slower_level
 from triton_dist_tune.measure.race import TIE_LEADERS, Race, RacePlan, levels_note
-from triton_dist_tune.measure.stats import clearly_slower, median, median_bounds, paired_ratios, spread
 from triton_dist_tune.measure.timing import (
     MAX_CALLS,
     ROUND_IDLE_MS,
@@ -28,6 +27,7 @@ from triton_dist_tune.measure.timing import (
     steady_calls,
     steady_span,
 )
+from triton_dist_tune.stats import clearly_slower, median, median_bounds, paired_ratios, spread
 
 CASES = HERE / "scenarios" / "race_cases.py"
 
@@ -153,6 +153,22 @@ def test_a_stopwatch_charges_nested_parts_exclusively(monkeypatch):
     result = watch.result()  # 10.0
     assert (result.wall, result.warmup, result.exchange, result.race, result.host) == (10.0, 1.5, 1.5, 0.25, 0.75)
     assert result.other == pytest.approx(10.0 - 4.0) and result.floor == pytest.approx(0.2)  # 10 calls of 20 ms
+
+
+def test_a_groups_exchanges_are_charged_to_the_watched_tuning():
+    """The channel charges its exchanges to the stopwatch of the tuning in progress on this thread, through the
+    group layer's meter (the group no longer imports measure/), and to nothing outside a tuning."""
+    from triton_dist_tune.group import meter
+    from triton_dist_tune.group.channel import SingleGroup
+
+    group, watch = SingleGroup(), Stopwatch()
+    assert group.allgather(1, "outside") == [1] and meter.current() is None
+    with breakdown.watching(watch):
+        assert meter.current() is watch
+        assert group.allgather(2, "inside") == [2] and group.broadcast(3, "inside") == 3
+        group.barrier("inside")
+    assert meter.current() is None and breakdown.current() is None
+    assert watch.exchanges == 3 and watch.spent["exchange"] > 0
 
 
 def test_steady_sample_calls_span_the_measured_settling_and_span():

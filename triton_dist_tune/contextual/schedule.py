@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import AllConfigsFailedError, BadInputError, MismatchError, one_cause
 from ..group.agreement import difference
 from ..measure.race import Race
-from ..measure.stats import clearly_slower, median, paired_ratios
+from ..stats import clearly_slower, median, paired_ratios
 from . import intercept
 from .stages import Stages, estimated_best
 from .tracks import TrackInfo

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..group.codec import FILE_DEPTH, Unreadable, depth, read_json
-from ..measure.stats import near_tie
 from ..records import Outcome, TimeBreakdown
+from ..stats import near_tie
 from .versions import versions as current_versions
 
 

@@ -14,8 +14,8 @@ from ..disk import logs
 from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
 from ..measure.race import Race
-from ..measure.stats import near_tie as near_tie_within
 from ..records import Decision, Outcome
+from ..stats import near_tie as near_tie_within
 
 log = logging.getLogger("triton_dist_tune")
 

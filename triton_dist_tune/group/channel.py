@@ -32,9 +32,8 @@ from typing import Any
 
 from .. import settings
 from ..errors import BadInputError
-from ..measure import breakdown
 from ..records import COMPILE_PASS
-from . import codec
+from . import codec, meter
 
 DEFAULT_TIMEOUT_S = settings.DEFAULT_TIMEOUT_S
 #: what torch.distributed.new_group returns on ranks that are not members of the new group
@@ -131,8 +130,8 @@ class Group:
         self.lock = threading.RLock()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Every subclass's :meth:`combine` is charged to the tuning's ``exchange`` time
-        (:mod:`~triton_dist_tune.measure.breakdown`)."""
+        """Every subclass's :meth:`combine` is charged to the tuning's ``exchange`` time (this thread's
+        :mod:`~triton_dist_tune.group.meter`)."""
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("combine")
         if own is not None:
@@ -170,7 +169,7 @@ def _charged(combine: Callable[..., Any]) -> Callable[..., Any]:
     """``combine``, its time charged to the exchanges of the tuning in progress on this thread, if any."""
     @functools.wraps(combine)
     def charged(self: Group, *args: Any, **kwargs: Any) -> Any:
-        watch = breakdown.current()
+        watch = meter.current()
         if watch is None:
             return combine(self, *args, **kwargs)
         watch.exchanges += 1

@@ -5,8 +5,8 @@ A :class:`Stopwatch` keeps a stack of parts: entering a part charges the time si
 on top of the stack (its parent), so the parts are exclusive and sum to the wall time they cover; leaving charges
 the part itself. A boundary costs two ``perf_counter`` calls and a list operation. The stopwatch of the tuning in
 progress on this thread is :func:`current` (the tuner's thread: compile threads see none), so that the group's
-exchanges (:mod:`~triton_dist_tune.group.channel`) and the argument restores
-(:mod:`~triton_dist_tune.measure.arguments`) charge it without being handed it.
+exchanges (:mod:`~triton_dist_tune.group.channel`, through :mod:`~triton_dist_tune.group.meter`) and the argument
+restores (:mod:`~triton_dist_tune.measure.arguments`) charge it without being handed it.
 
 The rounds of a search's stages and of the race are parts of their own (``screening``, ``race``); the samples in
 them report their device time (:meth:`Stopwatch.sampled`: the sample's calls times the time per call its clock
@@ -23,8 +23,9 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..group import meter
 from ..records import TIME_PARTS, TimeBreakdown
-from .stats import median
+from ..stats import median
 
 #: the parts whose samples report their device time, split into that time and ``host`` by :meth:`Stopwatch.result`
 ROUNDS = ("screening", "race")
@@ -125,11 +126,13 @@ def current() -> Stopwatch | None:
 
 @contextmanager
 def watching(watch: Stopwatch) -> Iterator[Stopwatch]:
-    """Make ``watch`` this thread's :func:`current` stopwatch inside the block."""
+    """Make ``watch`` this thread's :func:`current` stopwatch inside the block, and the meter its exchanges are
+    charged to (:mod:`~triton_dist_tune.group.meter`)."""
     before = current()
     _local.watch = watch
     try:
-        yield watch
+        with meter.metered(watch):
+            yield watch
     finally:
         _local.watch = before
 

@@ -51,6 +51,7 @@ from ..faults.journal import Journal
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, Group
 from ..records import COMPILE_PASS, WARMUP, Outcome
+from ..stats import median
 from . import breakdown, timing
 from .budget import Budget, clocked
 from .combine import PER_RANK_LIMIT as PER_RANK_LIMIT
@@ -63,7 +64,6 @@ from .probe_screen import ProbeScreen
 from .race import Race, RacePlan, levels_note
 from .sampling import Sampling
 from .sharded import Sharding
-from .stats import median
 from .steps import SteadySteps
 from .trial import Trial
 from .warm_order import WarmOrder

@@ -59,7 +59,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .stats import median
+from ..stats import median
 
 #: a search's new config whose warm-up probe takes more than this many times the best raced config's probe (times the
 #: probes' spread) is screened by its probe alone; over this many times the tuning's fastest

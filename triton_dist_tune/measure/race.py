@@ -13,7 +13,7 @@ further message.
   least sample (of all its rounds, settled or not, with no drift-free ratio) once the race's samples are noisier
   than 5% each (:meth:`Race.location`; :data:`~.noise.NOISY`).
 - **Leaving the race.** After each round, a config that is clearly slower than the leader on their paired
-  per-round ratios (:func:`~triton_dist_tune.measure.stats.clearly_slower`: over 25% slower in each of two or more
+  per-round ratios (:func:`~triton_dist_tune.stats.clearly_slower`: over 25% slower in each of two or more
   rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
   ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the
   leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done. Nobody leaves after the last
@@ -57,9 +57,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..records import Outcome
+from ..stats import INDIFFERENCE, clearly_slower, median, paired_ratios, spread
 from .levels import placement_level, slower_level
 from .noise import NOISY, spread_of_runs
-from .stats import INDIFFERENCE, clearly_slower, median, paired_ratios, spread
 
 #: leaders a near-tie block times at the most (chosen on CPU replays, ``benchmarks/tie_block_noise.py``)
 TIE_LEADERS = 3

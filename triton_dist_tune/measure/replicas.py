@@ -24,13 +24,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import stats
 from ..errors import AutotuneError, BadInputError, MismatchError
 from ..faults.watchdog import exchange_timeout
 from ..group.agreement import agree, attempt, unwrap_outcomes
 from ..group.channel import Group
 from ..records import Decision, Outcome
 from ..space import fingerprint
-from . import stats
 from .lockstep import Measurer, Todo
 
 MIN_LEADERS = 2

@@ -9,8 +9,8 @@ from typing import Any
 from ..errors import GroupTimeoutError
 from ..faults.watchdog import exchange_timeout
 from ..records import Outcome
+from ..stats import median, spread
 from . import timing
-from .stats import median, spread
 
 #: (index, config, description) of a config to measure
 Todo = tuple[int, dict[str, Any], str]
