@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..disk.decisions import inside
 from .journal import merge, parse_records
 
 #: a journal's file name: its entry, its group's tag (absent in old journals), its group rank and slot
@@ -129,7 +130,7 @@ def unfinished(root: Path) -> list[Unfinished]:
     groups: dict[tuple[Path, str], list[Path]] = {}
     for path in sorted(root.glob("*/*.journal")) if root.is_dir() else []:
         found = _JOURNAL.match(path.name)
-        if found is None or path.name.startswith(".") or not path.is_file() or not _inside(root, path):
+        if found is None or path.name.startswith(".") or not path.is_file() or not inside(root, path):
             continue  # a link out of the cache folder is never followed (as the command line's other readers)
         if (path.parent / f"{found['entry']}.json").exists():
             continue  # a decision's journals (a tuning of it again, in flight or cut short): 'show' names them
@@ -156,14 +157,6 @@ def find_unfinished(root: Path, name: str) -> list[Unfinished]:
     tunings = unfinished(root)
     return [t for t in tunings if name in (t.name, t.entry)] or \
         [t for t in tunings if t.entry.startswith(name) or t.name.startswith(name)]
-
-
-def _inside(root: Path, path: Path) -> bool:
-    """Whether ``path``, with every link on its way followed, is inside the cache folder ``root``."""
-    try:
-        return path.resolve().is_relative_to(root.resolve())
-    except (OSError, RuntimeError):  # a loop of links
-        return False
 
 
 def _mtime(path: Path) -> float:
