@@ -110,6 +110,41 @@ def test_campaign_command_input_errors_are_one_line_and_status_2(tmp_path, args,
     assert len(lines) == 1 and lines[0].startswith("triton-dist-tune: ") and says in lines[0], done.stderr
 
 
+@pytest.mark.parametrize("size, says", [("0", "a group holds at least 1 rank"),
+                                        ("2", "--group-size 2 does not divide the 1 rank(s) of the job")])
+def test_campaign_group_size_that_does_not_divide_the_job_is_one_line_and_status_2(tmp_path, size, says):
+    """Before, ``--group-size 0`` was ignored (one group of every rank, as without it), and so was a size larger than
+    the job (``--group-size 3`` on 2 ranks tuned on one group of 2); both are refused now, before any group starts."""
+    work, env = campaign_folder(tmp_path)
+    done = run_command([sys.executable, "-m", "triton_dist_tune", "campaign", "camp_mod:fn", "--calls",
+                        "camp_mod:build", "--keys", "8", "--group-size", size], work, env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_campaign_group_size_1_in_one_process_tunes(tmp_path):
+    """``--group-size 1`` where no launcher started several ranks is one group of the one process: before, it stopped
+    with 'bad value: Default process group has not been initialized'."""
+    work, env = campaign_folder(tmp_path)
+    done = run_command([sys.executable, "-m", "triton_dist_tune", "campaign", "camp_mod:fn", "--calls",
+                        "camp_mod:build", "--keys", "8", "--group-size", "1"], work, env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "campaign fn: 1 keys on 1 unit(s)" in done.stdout + done.stderr, done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_campaign_group_size_larger_than_the_job_stops_every_rank_at_once(tmp_path):
+    """2 ranks under launch.sh (real torchrun), ``--group-size 3``: every rank says the size does not divide the job
+    and ends with status 2, nothing tuned (before: one group of 2 tuned the key, as if the option were not given)."""
+    work, env = campaign_folder(tmp_path)
+    cmd = ["bash", str(ROOT / "launch.sh"), "--cpu", "-m", "triton_dist_tune", "campaign", "camp_mod:fn",
+           "--calls", "camp_mod:build", "--keys", "8", "--group-size", "3"]
+    done = run_command(cmd, work, env, timeout=100)
+    assert done.returncode != 0, done.stderr[-3000:]
+    assert done.stderr.count("--group-size 3 does not divide the 2 rank(s) of the job") == 2, done.stderr[-3000:]
+    assert "campaign fn:" not in done.stdout + done.stderr, done.stderr[-3000:]
+
+
 # -- item 7: the messages a newcomer meets first ---------------------------------------------------------------
 
 CASES = HERE / "scenarios" / "newcomer_cases.py"
