@@ -452,6 +452,22 @@ def test_readme_is_a_front_page():
     assert "--rank-local" in operations and " --local\n" not in operations
 
 
+def test_every_option_of_the_command_line_is_in_the_docs():
+    """A user learns the command line from docs/operations.md and docs/campaign.md: every option of every command
+    (one of its spellings, ``-o`` or ``--output``) is named there. ``export --gpu`` and ``campaign --backend`` were
+    not (only ``--help`` told of them)."""
+    import argparse
+
+    from triton_dist_tune.cli.commands import parser
+
+    docs = "\n".join((ROOT / "docs" / page).read_text() for page in ("operations.md", "campaign.md"))
+    commands = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    missing = [(name, action.option_strings) for name, command in commands.items() for action in command._actions
+               if action.option_strings and action.help != argparse.SUPPRESS and "--help" not in action.option_strings
+               and not any(re.search(re.escape(s) + r"(?![\w-])", docs) for s in action.option_strings)]
+    assert not missing, missing
+
+
 def test_every_test_the_docs_cite_exists():
     """The docs prove their claims by naming tests (``test_file.py::test_name`` or the bare name); a test renamed or
     merged leaves a citation that proves nothing (docs/scale.md named two tests that had been merged into one). Every
