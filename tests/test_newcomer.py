@@ -122,6 +122,22 @@ def test_campaign_group_size_that_does_not_divide_the_job_is_one_line_and_status
     assert says in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
+@pytest.mark.timeout(120)
+def test_campaign_json_file_in_a_missing_folder_is_said_before_the_campaign(tmp_path):
+    """``--json`` into a folder that does not exist: before, the whole campaign ran (on GPUs, minutes to hours), then
+    rank 0 ended on 'No such file or directory' and the summary was lost. Now it is said before any tuning, one line
+    and exit status 2, in one process and under launch.sh (its check before torchrun starts the ranks)."""
+    work, env = campaign_folder(tmp_path)
+    args = ["campaign", "camp_mod:fn", "--calls", "camp_mod:build", "--keys", "8",
+            "--json", str(tmp_path / "missing" / "summary.json")]
+    for cmd in ([sys.executable, "-m", "triton_dist_tune", *args],
+                ["bash", str(ROOT / "launch.sh"), "--cpu", "-m", "triton_dist_tune", *args]):
+        done = run_command(cmd, work, env, timeout=100)
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert f"no folder {tmp_path / 'missing'} to write the summary into" in done.stderr, done.stderr[-3000:]
+        assert "campaign fn:" not in done.stdout + done.stderr, done.stderr[-3000:]
+
+
 def test_campaign_group_size_1_in_one_process_tunes(tmp_path):
     """``--group-size 1`` where no launcher started several ranks is one group of the one process: before, it stopped
     with 'bad value: Default process group has not been initialized'."""

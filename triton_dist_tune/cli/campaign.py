@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .common import UsageError
+
 
 class LoadError(ValueError):
     """A ``MODULE:NAME`` or ``FILE.py:NAME`` that names nothing importable: a one-line command-line error."""
@@ -108,6 +110,9 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     launcher = settings.launcher()
     keys = [_key(k) for k in args.keys]  # bad input fails before the ranks start a group
     tuned, build = load(args.function), load(args.calls)
+    if args.json and (launcher.rank or 0) == 0 and not Path(args.json).parent.is_dir():
+        # the rank that writes it says so now, not after the whole campaign (the launcher ends the others)
+        raise UsageError(f"--json {args.json}: no folder {Path(args.json).parent} to write the summary into")
     if args.check_only:  # launch.sh, before torchrun starts the ranks: the input is good
         return 0
     world = launcher.world_size or 1  # the launcher's, the same on every rank: each refuses alike, before the group
