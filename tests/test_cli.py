@@ -417,6 +417,23 @@ def test_logs_merge_the_ranks_of_a_job_into_one_timeline(tuned):
     assert none.returncode == 2 and "no job logs in" in none.stderr
 
 
+def test_plot_to_a_name_without_a_suffix_prints_the_file_it_wrote(tmp_path, capsys):
+    """``plot NAME -o chart`` printed ``chart`` while matplotlib wrote ``chart.png``: a script opening the printed
+    path found nothing. The path printed is the file written."""
+    pytest.importorskip("matplotlib")
+    from triton_dist_tune.cli.commands import main
+
+    cache = tmp_path / "cache"
+    format2_entry(cache)
+    for function in (False, True):
+        out = tmp_path / ("every" if function else "one") / "chart"
+        which = ["--function", "drifting"] if function else ["drifting/0123"]
+        assert main(["plot", *which, "--cache-dir", str(cache), "-o", str(out)]) == 0
+        printed = Path(capsys.readouterr().out.strip())
+        assert printed == out.with_name("chart.png") and [p.name for p in out.parent.iterdir()] == ["chart.png"]
+        png_ok(printed)
+
+
 def test_logs_list_json_prints_the_jobs_as_json(tmp_path, capsys):
     """``logs --list --json`` printed the text listing: a script reading ``--json`` (every command's 'print JSON for
     scripts') got no JSON. Two jobs' records written as the ranks write them; the listing is JSON, oldest first."""
