@@ -336,6 +336,22 @@ def test_launch_sh_runs_the_checkout_where_torch_and_triton_are_installed_and_pi
                     "this checkout (PYTHONPATH)"], done.stderr[-3000:]
 
 
+@pytest.mark.timeout(60)
+def test_launch_sh_names_a_python_that_is_not_there_and_installs_nothing(tmp_path):
+    """``PYTHON=/no/such/python bash launch.sh x.py``: before, ensure_env took the missing interpreter for a missing
+    torch, said 'installing torch 2.13.0 (pip's default build ...)', failed, and showed the end of a pip log that
+    held other runs' lines. Now one line names the variable and the path, with exit status 2."""
+    script = tmp_path / "hello.py"
+    script.write_text("print('RANK RAN')\n")
+    missing = tmp_path / "no" / "python"
+    env = base_env({"PYTHON": str(missing), "TMPDIR": str(tmp_path)})
+    done = run_command(["bash", str(ROOT / "launch.sh"), "--cpu", "--nproc", "1", str(script)], tmp_path, env,
+                       timeout=50)
+    assert done.returncode == 2 and "RANK RAN" not in done.stdout, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [f"ensure_env: PYTHON={missing}: no such interpreter (PYTHON picks "
+                                                "the Python to run; default python3)"], done.stderr[-3000:]
+
+
 @pytest.mark.timeout(200)
 def test_launch_sh_installs_the_package_without_a_package_index_where_torch_and_triton_are_installed(tmp_path):
     """A GPU host with torch and triton and no package index (issue 41): launch.sh installed the package with build
