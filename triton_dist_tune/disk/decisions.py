@@ -22,6 +22,7 @@ from typing import Any
 from ..group.codec import Unreadable, read_json
 from .entries import CacheError as CacheError
 from .entries import Entry as Entry
+from .entries import LinkOut as LinkOut
 from .entries import lineage as lineage
 from .entries import parse_entry as parse_entry
 from .entries import read_entry as read_entry
@@ -54,14 +55,15 @@ def inside(root: Path, path: Path) -> bool:
 
 def _files(root: Path, pattern: str) -> tuple[list[Path], list[CacheError]]:
     """The files ``pattern`` names under ``root``, sorted, inside it (:func:`inside`), and a :class:`CacheError`
-    for each one skipped because a link leads out of the folder (its ``path`` None: never deleted either)."""
+    (a :class:`LinkOut`, its ``path`` None: never deleted either) for each one skipped because a link leads out of
+    the folder."""
     check_root(root)
     found, outside = [], []
     for path in sorted(p for p in root.glob(pattern) if not p.name.startswith(".")):
         if inside(root, path):
             found.append(path)
         else:
-            outside.append(CacheError(f"{path}: a link out of the cache folder (to {path.resolve()}); not followed"))
+            outside.append(LinkOut(f"{path}: a link out of the cache folder (to {path.resolve()}); not followed"))
     return found, outside
 
 
