@@ -165,6 +165,17 @@ def batch_size(text: str) -> int:
     return tokens
 
 
+def export_folder(text: str) -> Path:
+    """``--export-vllm``'s type: the folder to write vLLM's file into; it may not exist yet (it is created), but the
+    first part of it that exists must be a folder, checked before the campaign rather than at its end."""
+    folder = Path(text)
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{existing} is not a folder: the config file is written into the folder "
+                                         "--export-vllm names")
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="the tiny space and problem (CPU ranks, interpreter)")
@@ -177,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lockstep", action="store_true",
                         help="campaign: the whole group tunes every key together (default: the kernel is rank-local, "
                              "so every rank tunes its share of the keys alone, spread over the job)")
-    parser.add_argument("--export-vllm", metavar="DIR", help="campaign: write vLLM's / SGLang's fused-MoE config "
-                        "file of the decisions into DIR (rank 0)")
+    parser.add_argument("--export-vllm", metavar="DIR", type=export_folder, help="campaign: write vLLM's / "
+                        "SGLang's fused-MoE config file of the decisions into DIR (rank 0)")
     args = parser.parse_args(argv)
     if args.batches and not args.campaign:
         parser.error("--batches needs --campaign")
@@ -219,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         result["max_error"] = max(e for _, e in checks.values())
         exported_from = time.perf_counter()
         if args.export_vllm and rank == 0:
-            result["vllm_file"] = str(export_vllm(Path(args.export_vllm), moe, w, problem, batches))
+            result["vllm_file"] = str(export_vllm(args.export_vllm, moe, w, problem, batches))
         result["phases"] = {"imports_s": entered - IMPORTED_FROM, "setup_s": started - entered, "tuning_s": seconds,
                             "checks_s": exported_from - checked_from,
                             "export_s": time.perf_counter() - exported_from}
