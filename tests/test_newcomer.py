@@ -124,9 +124,10 @@ def test_campaign_group_size_that_does_not_divide_the_job_is_one_line_and_status
 
 @pytest.mark.timeout(120)
 def test_campaign_json_file_in_a_missing_folder_is_said_before_the_campaign(tmp_path):
-    """``--json`` into a folder that does not exist: before, the whole campaign ran (on GPUs, minutes to hours), then
-    rank 0 ended on 'No such file or directory' and the summary was lost. Now it is said before any tuning, one line
-    and exit status 2, in one process and under launch.sh (its check before torchrun starts the ranks)."""
+    """``--json`` into a folder that does not exist, or naming a folder: before, the whole campaign ran (on GPUs,
+    minutes to hours), then rank 0 ended on 'No such file or directory' (or 'Is a directory') and the summary was
+    lost. Now it is said before any tuning, one line and exit status 2, in one process and under launch.sh (its
+    check before torchrun starts the ranks)."""
     work, env = campaign_folder(tmp_path)
     args = ["campaign", "camp_mod:fn", "--calls", "camp_mod:build", "--keys", "8",
             "--json", str(tmp_path / "missing" / "summary.json")]
@@ -136,6 +137,9 @@ def test_campaign_json_file_in_a_missing_folder_is_said_before_the_campaign(tmp_
         assert done.returncode == 2, done.stderr[-3000:]
         assert f"no folder {tmp_path / 'missing'} to write the summary into" in done.stderr, done.stderr[-3000:]
         assert "campaign fn:" not in done.stdout + done.stderr, done.stderr[-3000:]
+    done = run_command([sys.executable, "-m", "triton_dist_tune", *args[:-1], str(tmp_path)], work, env, timeout=100)
+    assert done.returncode == 2 and f"--json {tmp_path}: a folder, not a file" in done.stderr, done.stderr[-3000:]
+    assert "campaign fn:" not in done.stdout + done.stderr, done.stderr[-3000:]
 
 
 def test_campaign_group_size_1_in_one_process_tunes(tmp_path):

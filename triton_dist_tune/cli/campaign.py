@@ -91,6 +91,15 @@ def _group_size(text: str) -> int:
     return size
 
 
+def _check_summary_file(path: Path) -> None:
+    """``--json``'s file can be written: its folder exists and it is not a folder itself; else a
+    :class:`UsageError`."""
+    if not path.parent.is_dir():
+        raise UsageError(f"--json {path}: no folder {path.parent} to write the summary into")
+    if path.is_dir():
+        raise UsageError(f"--json {path}: a folder, not a file to write the summary into")
+
+
 def _groups(size: int) -> tuple[Any, Any]:
     """Groups of ``size`` consecutive ranks and the replica groups linking their positions: (mine, my replicas)."""
     import torch.distributed as dist
@@ -110,9 +119,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     launcher = settings.launcher()
     keys = [_key(k) for k in args.keys]  # bad input fails before the ranks start a group
     tuned, build = load(args.function), load(args.calls)
-    if args.json and (launcher.rank or 0) == 0 and not Path(args.json).parent.is_dir():
-        # the rank that writes it says so now, not after the whole campaign (the launcher ends the others)
-        raise UsageError(f"--json {args.json}: no folder {Path(args.json).parent} to write the summary into")
+    if args.json and (launcher.rank or 0) == 0:  # the rank that writes it says so now, not after the whole campaign
+        _check_summary_file(Path(args.json))  # (the launcher ends the others)
     if args.check_only:  # launch.sh, before torchrun starts the ranks: the input is good
         return 0
     world = launcher.world_size or 1  # the launcher's, the same on every rank: each refuses alike, before the group
