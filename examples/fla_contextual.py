@@ -15,6 +15,7 @@ plain torch recurrence. Without fla-core or a GPU it prints ``skipped: needs fla
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import sys
@@ -49,7 +50,8 @@ def reference_gla(q, k, v, g, scale: float):
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)  # no options: --help, or exit 2
     if not runnable():
         print(SKIPPED, flush=True)
         return 0

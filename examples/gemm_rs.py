@@ -20,6 +20,7 @@ against the torch reference and the config it ran (the same on every rank).
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import sys
 from collections.abc import Callable
@@ -183,9 +184,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Tune :func:`gemm_rs` at one shape on every rank of the job, check it against ``matmul`` + an all-reduce of
     the partial sums, and print one line per rank (rank 0): its error and the config it ran, the same everywhere."""
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)  # no options: --help, or exit 2
     import triton_dist_tune
 
     triton_dist_tune.init_distributed()  # NCCL and one GPU per rank with CUDA, else gloo

@@ -71,6 +71,8 @@ from examples.moe_kernels import (  # noqa: E402
 #: the batch sizes of a campaign (16 of them, most small: decode), and of a CPU campaign
 CAMPAIGN_BATCHES = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096, 6144, 8192)
 CPU_CAMPAIGN_BATCHES = (3, 8, 20)
+#: the values of ``--search`` (the tuner's ``search=``)
+SEARCH_CHOICES = ("auto", "search", "exhaustive")
 
 
 # -- the tuned function -------------------------------------------------------------------------------------------
@@ -151,19 +153,43 @@ def export_vllm(folder: Path, moe: Any, w: torch.Tensor, problem: dict[str, int]
                           vllm_moe.table(decided))
 
 
+def batch_size(text: str) -> int:
+    """``--tokens``' and ``--batches``' type: a number of tokens, at least 1 (vLLM's file and ``triton-dist-tune
+    export --format vllm-moe`` hold positive batch sizes only)."""
+    try:
+        tokens = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+    if tokens < 1:
+        raise argparse.ArgumentTypeError(f"{tokens} tokens: a batch size is at least 1")
+    return tokens
+
+
+def export_folder(text: str) -> Path:
+    """``--export-vllm``'s type: the folder to write vLLM's file into; it may not exist yet (it is created), but the
+    first part of it that exists must be a folder, checked before the campaign rather than at its end."""
+    folder = Path(text)
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{existing} is not a folder: the config file is written into the folder "
+                                         "--export-vllm names")
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="the tiny space and problem (CPU ranks, interpreter)")
     parser.add_argument("--campaign", action="store_true", help="tune 16 batch sizes as a campaign (3 with --tiny)")
-    parser.add_argument("--tokens", type=int, default=None, help="M of the single call (default 256; 20 --tiny)")
-    parser.add_argument("--batches", type=lambda text: [int(m) for m in text.split(",")], default=None,
+    parser.add_argument("--tokens", type=batch_size, default=None, help="M of the single call (default 256; 20 "
+                        "--tiny)")
+    parser.add_argument("--batches", type=lambda text: [batch_size(m) for m in text.split(",")], default=None,
                         metavar="M,M,...", help="campaign: these batch sizes instead of the 16 (3 with --tiny)")
-    parser.add_argument("--search", default=None, help="search= of the tuner (auto, exhaustive, search)")
+    parser.add_argument("--search", default=None, choices=SEARCH_CHOICES, help="search= of the tuner")
     parser.add_argument("--lockstep", action="store_true",
                         help="campaign: the whole group tunes every key together (default: the kernel is rank-local, "
                              "so every rank tunes its share of the keys alone, spread over the job)")
-    parser.add_argument("--export-vllm", metavar="DIR", help="campaign: write vLLM's / SGLang's fused-MoE config "
-                        "file of the decisions into DIR (rank 0)")
+    parser.add_argument("--export-vllm", metavar="DIR", type=export_folder, help="campaign: write vLLM's / "
+                        "SGLang's fused-MoE config file of the decisions into DIR (rank 0)")
     args = parser.parse_args(argv)
     if args.batches and not args.campaign:
         parser.error("--batches needs --campaign")
@@ -204,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         result["max_error"] = max(e for _, e in checks.values())
         exported_from = time.perf_counter()
         if args.export_vllm and rank == 0:
-            result["vllm_file"] = str(export_vllm(Path(args.export_vllm), moe, w, problem, batches))
+            result["vllm_file"] = str(export_vllm(args.export_vllm, moe, w, problem, batches))
         result["phases"] = {"imports_s": entered - IMPORTED_FROM, "setup_s": started - entered, "tuning_s": seconds,
                             "checks_s": exported_from - checked_from,
                             "export_s": time.perf_counter() - exported_from}

@@ -7,6 +7,7 @@ its result's error.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def all_gather_gemm(a_local: torch.Tensor, b: torch.Tensor, *, gemm_config) -> t
     return gemm(a, b, config=gemm_config)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)  # no options: --help, or exit 2
     tdt.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
     on_gpu = torch.cuda.is_available()

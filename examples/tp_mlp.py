@@ -19,6 +19,7 @@ one line per rank with the configs it runs: the same on every rank.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -93,8 +94,9 @@ def reference(x_full: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) ->
     return F.gelu(x_full.float() @ w_up.float(), approximate="tanh") @ w_down.float()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """4 ranks, two TP groups of 2 tuned as one: tune, check against the dense block, print one line per rank."""
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)  # no options: --help, or exit 2
     import triton_dist_tune
     from examples.ag_gemm import make_tuned_ag_gemm
     from examples.gemm_rs import make_tuned_gemm_rs

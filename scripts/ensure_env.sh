@@ -16,6 +16,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY=${PYTHON:-python3}
 log="${TMPDIR:-/tmp}/triton-dist-tune-ensure-env.log"
+if ! command -v "$PY" >/dev/null 2>&1; then  # not "torch is missing": nothing to install into
+  echo "ensure_env: PYTHON=$PY: no such interpreter (PYTHON picks the Python to run; default python3)" >&2
+  exit 2
+fi
 # the package as installed, with its console script (the check below runs without any PYTHONPATH of the caller's)
 installed='
 import importlib.metadata as m

@@ -417,6 +417,41 @@ def test_logs_merge_the_ranks_of_a_job_into_one_timeline(tuned):
     assert none.returncode == 2 and "no job logs in" in none.stderr
 
 
+def test_plot_to_a_name_without_a_suffix_prints_the_file_it_wrote(tmp_path, capsys):
+    """``plot NAME -o chart`` printed ``chart`` while matplotlib wrote ``chart.png``: a script opening the printed
+    path found nothing. The path printed is the file written."""
+    pytest.importorskip("matplotlib")
+    from triton_dist_tune.cli.commands import main
+
+    cache = tmp_path / "cache"
+    format2_entry(cache)
+    for function in (False, True):
+        out = tmp_path / ("every" if function else "one") / "chart"
+        which = ["--function", "drifting"] if function else ["drifting/0123"]
+        assert main(["plot", *which, "--cache-dir", str(cache), "-o", str(out)]) == 0
+        printed = Path(capsys.readouterr().out.strip())
+        assert printed == out.with_name("chart.png") and [p.name for p in out.parent.iterdir()] == ["chart.png"]
+        png_ok(printed)
+
+
+def test_logs_list_json_prints_the_jobs_as_json(tmp_path, capsys):
+    """``logs --list --json`` printed the text listing: a script reading ``--json`` (every command's 'print JSON for
+    scripts') got no JSON. Two jobs' records written as the ranks write them; the listing is JSON, oldest first."""
+    from triton_dist_tune.cli.commands import main
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for rank in (0, 1):
+        records = [{"time": 1000.0 + 10 * job + rank, "job": f"job{job}", "rank": rank, "host": "h", "level": "INFO",
+                    "message": f"job job{job} rank {rank} started"} for job in (1, 2)]
+        (folder / f"rank-{rank}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["logs", "--list", "--json", "--log-dir", str(folder)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["folder"] == str(folder)
+    assert [(j["job"], j["ranks"], j["first"], j["last"]) for j in listed["jobs"]] == [
+        ("job1", [0, 1], 1010.0, 1011.0), ("job2", [0, 1], 1020.0, 1021.0)]
+
+
 # -- packaging and the quick start -----------------------------------------------------------------------------
 
 

@@ -73,6 +73,25 @@ def test_clear_and_list_never_follow_a_link_out_of_the_cache_folder(tmp_path, ca
     assert not mine.exists() and (cache / "linked").is_symlink()
 
 
+def test_the_count_of_skipped_files_says_clear_removes_only_the_unreadable_ones(tmp_path, capsys):
+    """The line under the skipped files said of every one, links out of the cache folder too, that 'clear
+    --older-than AGE' removes it; ``clear`` never deletes through such a link (above). The unreadable file and the
+    link are now counted apart, each with what removes it, and ``clear --older-than`` indeed keeps the link."""
+    cache, outside = tmp_path / "cache", tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "settings.json").write_text('{"keep": true}')
+    entry(cache, "fn", "good")
+    (cache / "fn" / "torn.json").write_text('{"format": 2, "key"')
+    (cache / "fn" / "alias.json").symlink_to(outside / "settings.json")
+    code, out, err = run(capsys, "list", "--cache-dir", str(cache))
+    assert code == 1 and "1 decision(s)" in out, (out, err)
+    assert err.splitlines()[-1] == ("triton-dist-tune: 2 file(s) skipped: 1 unreadable ('clear --older-than AGE' or "
+                                    "deleting them removes them); 1 link(s) out of the cache folder (never followed "
+                                    "nor deleted by the command line: remove a link yourself)"), err
+    code, out, err = run(capsys, "clear", "--older-than", "1s", "--cache-dir", str(cache))
+    assert (cache / "fn" / "alias.json").is_symlink() and (outside / "settings.json").exists(), (out, err)
+
+
 def test_a_file_that_is_not_utf8_is_skipped_and_named_by_every_command(tmp_path, capsys):
     """Defect 8: one non-UTF-8 file made ``list``, ``show`` of another decision, ``export`` and ``clear`` exit 2 with
     "bad value: 'utf-8' codec can't decode byte 0xff", naming no file."""

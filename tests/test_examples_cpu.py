@@ -273,6 +273,24 @@ def test_ag_gemm_and_gemm_rs_examples_run_on_two_cpu_ranks(tmp_path: Path, examp
     assert len({line.split("; ", 1)[1] for line in lines}) == 1, lines
 
 
+@pytest.mark.parametrize("example", ["quickstart", "ag_gemm", "gemm_rs", "tp_mlp", "fla_contextual"])
+def test_an_example_without_options_refuses_an_argument_and_says_what_it_does_on_help(example, capsys) -> None:
+    """``bash launch.sh examples/ag_gemm.py --tiny`` (the option moe_gemm.py has) ran the example as if nothing had
+    been given: every one of these took any argument and ignored it. Now an argument is argparse's one-line error
+    and exit status 2 before any group starts, and ``--help`` says what the example does."""
+    import importlib
+
+    main = importlib.import_module(f"examples.{example}").main
+    with pytest.raises(SystemExit) as stopped:
+        main(["--tiny"])
+    assert stopped.value.code == 2 and "unrecognized arguments: --tiny" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        main(["--help"])
+    assert stopped.value.code == 0
+    first_line = importlib.import_module(f"examples.{example}").__doc__.split("\n")[0]
+    assert first_line.split()[0] in capsys.readouterr().out
+
+
 @pytest.mark.timeout(120)
 def test_fla_example_says_it_is_skipped_without_fla_core_or_a_gpu() -> None:
     from harness import run_process

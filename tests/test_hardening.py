@@ -193,3 +193,28 @@ def test_settings_are_read_in_one_place(monkeypatch, tmp_path):
     with pytest.raises(BadInputError, match="PROGRESS_S"):
         settings.Settings.from_env({"TRITON_DIST_AUTOTUNE_PROGRESS_S": "0"})
     assert json.dumps(str(settings.Settings().cache_dir)).endswith('autotune"')
+
+
+def test_the_tuners_variables_that_take_any_text_are_the_ones_the_docs_name():
+    """docs/operations.md said that every malformed number of the tuner's variables is a ``BadInputError``, but the
+    compile counts (``COMPILE_THREADS=many``) fall back to their default, and the switches and folders take any text.
+    Every variable of its table is tried with text that is no number, no mode and no path: those that do not raise are
+    exactly those the paragraph above the table names as never failing."""
+    import re
+
+    from triton_dist_tune import BadInputError, settings
+
+    text = (HERE.parent / "docs" / "operations.md").read_text()
+    section = text.split("## Environment variables", 1)[1]
+    paragraph, table = section.split("| variable |", 1)
+    names = set(re.findall(r"^\| `(TRITON_DIST_AUTOTUNE_\w+)` \|", table.split("\n\n", 1)[0], re.M))
+    said = set(re.findall(r"`(TRITON_DIST_AUTOTUNE_\w+)`", paragraph))
+    accepted = set()
+    for name in names:
+        try:
+            settings.Settings.from_env({name: "-many"})
+        except BadInputError as exc:
+            assert name in str(exc), exc
+        else:
+            accepted.add(name)
+    assert len(names) >= 16 and accepted == said, (sorted(accepted - said), sorted(said - accepted))

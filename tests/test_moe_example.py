@@ -163,6 +163,39 @@ def test_moe_example_two_cpu_ranks_same_choice(tmp_path: Path) -> None:
     assert result["kept"] >= 1 and len(result["choices"]) == 1
 
 
+@pytest.mark.parametrize("args", [["--tokens", "0"], ["--tokens", "-3"], ["--campaign", "--batches", "0,3"],
+                                  ["--campaign", "--batches", "3,-2"], ["--campaign", "--batches", ""],
+                                  ["--search", "bogus"]])
+def test_moe_example_refuses_a_batch_size_under_1_and_an_unknown_search_before_starting(args, capsys) -> None:
+    """Before, ``--tokens 0`` ran the default 20 tokens (``args.tokens or 20``) and said nothing; ``--batches 0``
+    tuned and wrote batch size 0 into vLLM's file and into the cache, where ``triton-dist-tune export --format
+    vllm-moe`` then refused the whole function ("holds no batch size (a positive integer)"); a negative size and
+    an unknown ``--search`` were a traceback on every rank. Now each is argparse's one-line error and exit status 2,
+    before any rank starts its group."""
+    from examples.moe_gemm import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--tiny", *args])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and ("at least 1" in err or "whole number" in err or "invalid choice" in err), err
+
+
+@pytest.mark.parametrize("under", ["", "sub"])
+def test_moe_example_refuses_an_export_folder_that_is_a_file_before_starting(tmp_path, under, capsys) -> None:
+    """``--export-vllm FILE`` (a file, or a path under one): before, the whole campaign ran, then rank 0 ended on a
+    FileExistsError traceback (the other ranks on gloo's 'Connection closed by peer') and no config file was
+    written. Now argparse's one-line error and exit status 2, before any rank starts its group."""
+    from examples.moe_gemm import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(SystemExit) as stopped:
+        main(["--tiny", "--campaign", "--export-vllm", str(afile / under) if under else str(afile)])
+    assert stopped.value.code == 2
+    assert f"{afile} is not a folder" in capsys.readouterr().err
+
+
 @pytest.mark.timeout(120)
 def test_bench_search_cpu_smoke_oracle_cached_and_tunings_judged(tmp_path: Path) -> None:
     """benchmarks/bench_search.py's plumbing on CPU (interpreter, wall clock instead of graphs): the oracle is

@@ -110,6 +110,62 @@ def test_campaign_command_input_errors_are_one_line_and_status_2(tmp_path, args,
     assert len(lines) == 1 and lines[0].startswith("triton-dist-tune: ") and says in lines[0], done.stderr
 
 
+@pytest.mark.parametrize("size, says", [("0", "a group holds at least 1 rank"),
+                                        ("2", "--group-size 2 does not divide the 1 rank(s) of the job")])
+def test_campaign_group_size_that_does_not_divide_the_job_is_one_line_and_status_2(tmp_path, size, says):
+    """Before, ``--group-size 0`` was ignored (one group of every rank, as without it), and so was a size larger than
+    the job (``--group-size 3`` on 2 ranks tuned on one group of 2); both are refused now, before any group starts."""
+    work, env = campaign_folder(tmp_path)
+    done = run_command([sys.executable, "-m", "triton_dist_tune", "campaign", "camp_mod:fn", "--calls",
+                        "camp_mod:build", "--keys", "8", "--group-size", size], work, env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_campaign_json_file_in_a_missing_folder_is_said_before_the_campaign(tmp_path):
+    """``--json`` into a folder that does not exist, or naming a folder: before, the whole campaign ran (on GPUs,
+    minutes to hours), then rank 0 ended on 'No such file or directory' (or 'Is a directory') and the summary was
+    lost. Now it is said before any tuning, one line and exit status 2, in one process and under launch.sh (its
+    check before torchrun starts the ranks)."""
+    work, env = campaign_folder(tmp_path)
+    args = ["campaign", "camp_mod:fn", "--calls", "camp_mod:build", "--keys", "8",
+            "--json", str(tmp_path / "missing" / "summary.json")]
+    for cmd in ([sys.executable, "-m", "triton_dist_tune", *args],
+                ["bash", str(ROOT / "launch.sh"), "--cpu", "-m", "triton_dist_tune", *args]):
+        done = run_command(cmd, work, env, timeout=100)
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert f"no folder {tmp_path / 'missing'} to write the summary into" in done.stderr, done.stderr[-3000:]
+        assert "campaign fn:" not in done.stdout + done.stderr, done.stderr[-3000:]
+    done = run_command([sys.executable, "-m", "triton_dist_tune", *args[:-1], str(tmp_path)], work, env, timeout=100)
+    assert done.returncode == 2 and f"--json {tmp_path}: a folder, not a file" in done.stderr, done.stderr[-3000:]
+    assert "campaign fn:" not in done.stdout + done.stderr, done.stderr[-3000:]
+
+
+def test_campaign_group_size_1_in_one_process_tunes(tmp_path):
+    """``--group-size 1`` where no launcher started several ranks is one group of the one process: before, it stopped
+    with 'bad value: Default process group has not been initialized'."""
+    work, env = campaign_folder(tmp_path)
+    done = run_command([sys.executable, "-m", "triton_dist_tune", "campaign", "camp_mod:fn", "--calls",
+                        "camp_mod:build", "--keys", "8", "--group-size", "1"], work, env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "campaign fn: 1 keys on 1 unit(s)" in done.stdout + done.stderr, done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_campaign_group_size_larger_than_the_job_stops_every_rank_at_once(tmp_path):
+    """2 ranks under launch.sh (real torchrun), ``--group-size 3``: the ranks say the size does not divide the job
+    and end with status 2, nothing tuned (before: one group of 2 tuned the key, as if the option were not given).
+    (torchrun may end the second rank before it says so itself: the first to say it ends the job.)"""
+    work, env = campaign_folder(tmp_path)
+    cmd = ["bash", str(ROOT / "launch.sh"), "--cpu", "-m", "triton_dist_tune", "campaign", "camp_mod:fn",
+           "--calls", "camp_mod:build", "--keys", "8", "--group-size", "3"]
+    done = run_command(cmd, work, env, timeout=100)
+    assert done.returncode != 0, done.stderr[-3000:]
+    assert "--group-size 3 does not divide the 2 rank(s) of the job" in done.stderr, done.stderr[-3000:]
+    assert "campaign fn:" not in done.stdout + done.stderr, done.stderr[-3000:]
+
+
 # -- item 7: the messages a newcomer meets first ---------------------------------------------------------------
 
 CASES = HERE / "scenarios" / "newcomer_cases.py"
@@ -284,6 +340,22 @@ def test_launch_sh_runs_the_checkout_where_torch_and_triton_are_installed_and_pi
                     "this checkout (PYTHONPATH)"], done.stderr[-3000:]
 
 
+@pytest.mark.timeout(60)
+def test_launch_sh_names_a_python_that_is_not_there_and_installs_nothing(tmp_path):
+    """``PYTHON=/no/such/python bash launch.sh x.py``: before, ensure_env took the missing interpreter for a missing
+    torch, said 'installing torch 2.13.0 (pip's default build ...)', failed, and showed the end of a pip log that
+    held other runs' lines. Now one line names the variable and the path, with exit status 2."""
+    script = tmp_path / "hello.py"
+    script.write_text("print('RANK RAN')\n")
+    missing = tmp_path / "no" / "python"
+    env = base_env({"PYTHON": str(missing), "TMPDIR": str(tmp_path)})
+    done = run_command(["bash", str(ROOT / "launch.sh"), "--cpu", "--nproc", "1", str(script)], tmp_path, env,
+                       timeout=50)
+    assert done.returncode == 2 and "RANK RAN" not in done.stdout, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [f"ensure_env: PYTHON={missing}: no such interpreter (PYTHON picks "
+                                                "the Python to run; default python3)"], done.stderr[-3000:]
+
+
 @pytest.mark.timeout(200)
 def test_launch_sh_installs_the_package_without_a_package_index_where_torch_and_triton_are_installed(tmp_path):
     """A GPU host with torch and triton and no package index (issue 41): launch.sh installed the package with build
@@ -415,6 +487,22 @@ def test_readme_is_a_front_page():
             assert link.exists(), (page.name, link)
     operations = (ROOT / "docs" / "operations.md").read_text()
     assert "--rank-local" in operations and " --local\n" not in operations
+
+
+def test_every_option_of_the_command_line_is_in_the_docs():
+    """A user learns the command line from docs/operations.md and docs/campaign.md: every option of every command
+    (one of its spellings, ``-o`` or ``--output``) is named there. ``export --gpu`` and ``campaign --backend`` were
+    not (only ``--help`` told of them)."""
+    import argparse
+
+    from triton_dist_tune.cli.commands import parser
+
+    docs = "\n".join((ROOT / "docs" / page).read_text() for page in ("operations.md", "campaign.md"))
+    commands = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    missing = [(name, action.option_strings) for name, command in commands.items() for action in command._actions
+               if action.option_strings and action.help != argparse.SUPPRESS and "--help" not in action.option_strings
+               and not any(re.search(re.escape(s) + r"(?![\w-])", docs) for s in action.option_strings)]
+    assert not missing, missing
 
 
 def test_every_test_the_docs_cite_exists():

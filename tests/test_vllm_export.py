@@ -88,6 +88,22 @@ def test_export_vllm_moe_says_what_is_wrong(tmp_path, capsys):
     assert list(vllm_load(tmp_path / "out", 8, 64, "NVIDIA A100-SXM4-80GB")) == [16]
 
 
+@pytest.mark.parametrize("sizes", [["--experts", "0", "--n", "64"], ["--experts", "8", "--n", "-3"],
+                                   ["--experts", "eight", "--n", "64"]])
+def test_export_vllm_moe_refuses_a_size_under_1(tmp_path, capsys, sizes):
+    """Before, ``--experts 0 --n -3`` wrote ``E=0,N=-3,device_name=....json``, a file no MoE has and vLLM never
+    looks up, with exit status 0. Now argparse's one-line error and exit status 2, and nothing written."""
+    cache = tmp_path / "cache"
+    entry(cache, "moe", "(16, 8)", TILE.format(m=16, k=64))
+    with pytest.raises(SystemExit) as stopped:
+        main(["export", str(tmp_path / "out"), "--format", "vllm-moe", "--cache-dir", str(cache), "--function", "moe",
+              *sizes])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "a size is at least 1" in err or "is not a whole number" in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_vllm_file_names_and_configs():
     assert vllm_moe.file_name(8, 14336, "NVIDIA H200") == "E=8,N=14336,device_name=NVIDIA_H200.json"
     assert vllm_moe.file_name(8, 64, "AMD EPYC 7B13", "float32") == \

@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .common import UsageError
+
 
 class LoadError(ValueError):
     """A ``MODULE:NAME`` or ``FILE.py:NAME`` that names nothing importable: a one-line command-line error."""
@@ -78,13 +80,31 @@ def _tuple(value: Any) -> Any:
     return tuple(_tuple(v) for v in value) if isinstance(value, list) else value
 
 
+def _group_size(text: str) -> int:
+    """``--group-size``'s type: a whole number of ranks, at least 1 (checked before any rank starts)."""
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of ranks") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{size}: a group holds at least 1 rank")
+    return size
+
+
+def _check_summary_file(path: Path) -> None:
+    """``--json``'s file can be written: its folder exists and it is not a folder itself; else a
+    :class:`UsageError`."""
+    if not path.parent.is_dir():
+        raise UsageError(f"--json {path}: no folder {path.parent} to write the summary into")
+    if path.is_dir():
+        raise UsageError(f"--json {path}: a folder, not a file to write the summary into")
+
+
 def _groups(size: int) -> tuple[Any, Any]:
     """Groups of ``size`` consecutive ranks and the replica groups linking their positions: (mine, my replicas)."""
     import torch.distributed as dist
 
     world, rank = dist.get_world_size(), dist.get_rank()
-    if size < 1 or world % size:
-        raise ValueError(f"--group-size {size} does not divide the {world} ranks")
     groups = [dist.new_group(list(range(s, s + size))) for s in range(0, world, size)]
     replicas = [dist.new_group(list(range(p, world, size))) for p in range(size)]
     return groups[rank // size], replicas[rank % size]
@@ -99,16 +119,18 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     launcher = settings.launcher()
     keys = [_key(k) for k in args.keys]  # bad input fails before the ranks start a group
     tuned, build = load(args.function), load(args.calls)
+    if args.json and (launcher.rank or 0) == 0:  # the rank that writes it says so now, not after the whole campaign
+        _check_summary_file(Path(args.json))  # (the launcher ends the others)
     if args.check_only:  # launch.sh, before torchrun starts the ranks: the input is good
         return 0
-    if (launcher.world_size or 1) > 1:
+    world = launcher.world_size or 1  # the launcher's, the same on every rank: each refuses alike, before the group
+    if args.group_size is not None and world % args.group_size:
+        raise ValueError(f"--group-size {args.group_size} does not divide the {world} rank(s) of the job")
+    if world > 1:
         tdt.init_distributed(backend=args.backend)
     pg = replicas = None
-    if args.group_size:
-        import torch.distributed as dist
-
-        if args.group_size < dist.get_world_size():
-            pg, replicas = _groups(args.group_size)
+    if args.group_size is not None and args.group_size < world:
+        pg, replicas = _groups(args.group_size)
     summary = tdt.campaign(tuned, build, keys, local=True if args.local else None, pg=pg, replicas=replicas)
     if args.json and (launcher.rank or 0) == 0:
         Path(args.json).write_text(json.dumps(summary.to_json(), indent=1, default=str))
@@ -128,7 +150,7 @@ def add_parser(sub: Any) -> None:
                        "rank: every rank tunes its share of the keys alone")
     # the former name: under torchrun it is taken for an abbreviation of torchrun's --local-addr/--local-ranks-filter
     scope.add_argument("--local", dest="local", action="store_true", help=argparse.SUPPRESS)
-    scope.add_argument("--group-size", type=int, help="the function is collective over groups of this many "
+    scope.add_argument("--group-size", type=_group_size, help="the function is collective over groups of this many "
                        "consecutive ranks: the keys are split between the groups (replicas)")
     p.add_argument("--backend", help="torch.distributed backend (default: nccl with CUDA, else gloo)")
     p.add_argument("--json", metavar="FILE", help="write the summary as JSON (rank 0)")

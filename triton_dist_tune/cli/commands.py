@@ -295,6 +295,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
         raise UsageError(f"no job logs in {root} (the default is ./.autotune_logs where the job ran; set "
                          "TRITON_DIST_AUTOTUNE_LOG_DIR or pass --log-dir)")
     if args.list:
+        if args.json:
+            _emit_json({"folder": str(root), "jobs": [{"job": j.name, "ranks": j.ranks, "first": j.first,
+                                                        "last": j.last} for j in jobs]})
+            return 0
         for job in jobs:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.last))
             print(f"{job.name}  {len(job.ranks)} rank(s)  last written {stamp}")

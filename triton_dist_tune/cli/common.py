@@ -57,9 +57,13 @@ def _warn_problems(problems: Sequence[dec.CacheError]) -> int:
     """Say each unreadable file on stderr; the exit status: 1 when some file was skipped, else 0."""
     for problem in problems:
         print(f"triton-dist-tune: skipped {problem}", file=sys.stderr)
+    unreadable = sum(not isinstance(problem, dec.LinkOut) for problem in problems)
+    parts = [f"{unreadable} unreadable ('clear --older-than AGE' or deleting them removes them)"] if unreadable else []
+    if len(problems) > unreadable:
+        parts.append(f"{len(problems) - unreadable} link(s) out of the cache folder (never followed nor deleted by "
+                     "the command line: remove a link yourself)")
     if problems:
-        print(f"triton-dist-tune: {len(problems)} unreadable file(s) skipped ('clear --older-than AGE' or deleting "
-              "them removes them)", file=sys.stderr)
+        print(f"triton-dist-tune: {len(problems)} file(s) skipped: {'; '.join(parts)}", file=sys.stderr)
     return 1 if problems else 0
 
 

@@ -220,6 +220,10 @@ def _line_count(labels: list[str]) -> int:
 
 
 def _save(fig: Figure, out: Path) -> Path:
+    """Write ``fig`` to ``out`` and return the path written: a name without a suffix gets ``.png`` (what matplotlib
+    writes for it), so that the path returned, and printed, is the file's."""
+    if not out.suffix:
+        out = out.with_name(out.name + ".png")
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=DPI)
     plt.close(fig)

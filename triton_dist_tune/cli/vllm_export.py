@@ -21,14 +21,25 @@ from ..disk import decisions as dec
 from ..disk import vllm_moe
 
 
+def _positive(text: str) -> int:
+    """``--experts``' and ``--n``'s type: a whole number, at least 1 (a size in the file's name, as vLLM builds it)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: a size is at least 1")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``export`` options of the ``vllm-moe`` format."""
     p.add_argument("--format", choices=("bundle", "vllm-moe"), default="bundle",
                    help="bundle (default): one file of decisions for 'import'; vllm-moe: vLLM's / SGLang's fused-MoE "
                         "config file, written into the folder BUNDLE names")
     g = p.add_argument_group("--format vllm-moe")
-    g.add_argument("--experts", type=int, metavar="E", help="the number of experts (the file name's E)")
-    g.add_argument("--n", type=int, metavar="N", help="the weights' out features per expert (the file name's N)")
+    g.add_argument("--experts", type=_positive, metavar="E", help="the number of experts (the file name's E)")
+    g.add_argument("--n", type=_positive, metavar="N", help="the weights' out features per expert (the file name's N)")
     g.add_argument("--dtype", help="the problem's dtype: bfloat16 or float16 (no dtype part in the file name), "
                    "float32, or a quantized scheme (fp8_w8a8, ...); default: the torch dtype the keys name")
     g.add_argument("--device-name", help="the file name's device (default: the GPU the decisions were tuned on; "

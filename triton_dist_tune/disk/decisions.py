@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .entries import CacheError as CacheError
 from .entries import Entry as Entry
+from .entries import LinkOut as LinkOut
 from .entries import parse_entry as parse_entry
 from .entries import read_entry as read_entry
 from .entries import recorded_near_tie as recorded_near_tie
@@ -44,14 +45,15 @@ def inside(root: Path, path: Path) -> bool:
 
 def _files(root: Path, pattern: str) -> tuple[list[Path], list[CacheError]]:
     """The files ``pattern`` names under ``root``, sorted, inside it (:func:`inside`), and a :class:`CacheError`
-    for each one skipped because a link leads out of the folder (its ``path`` None: never deleted either)."""
+    (a :class:`LinkOut`, its ``path`` None: never deleted either) for each one skipped because a link leads out of
+    the folder."""
     check_root(root)
     found, outside = [], []
     for path in sorted(p for p in root.glob(pattern) if not p.name.startswith(".")):
         if inside(root, path):
             found.append(path)
         else:
-            outside.append(CacheError(f"{path}: a link out of the cache folder (to {path.resolve()}); not followed"))
+            outside.append(LinkOut(f"{path}: a link out of the cache folder (to {path.resolve()}); not followed"))
     return found, outside
 
 

@@ -25,6 +25,10 @@ class CacheError(Exception):
         self.path = path
 
 
+class LinkOut(CacheError):
+    """A file reached through a link that leads out of the cache folder: skipped, never read nor deleted."""
+
+
 @dataclass
 class Entry:
     """One decision of the cache, whatever the format it was written in."""
