@@ -8,6 +8,7 @@ spaces; the command line runs in this process on copies of their cache."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -106,11 +107,13 @@ def test_vllm_moe_export_uses_the_newer_decisions(jobs, tmp_path, capsys):
 
 
 def decision(cache: Path, name: str, key: str, config: str, space: str, created: float, **extra) -> Path:
-    """A decision of ``moe`` as the tuner writes it (the fields that matter here)."""
+    """A decision of ``moe`` as the tuner writes it (the fields that matter here), its file last written then."""
     data = {"format": 2, "function": "moe", "key": key, "index": 0, "config": config, "time_ms": 1.0,
             "timing": "steady", "group_size": 2, "group": "default", "created": created, "versions": versions(),
             "gpu": "cpu", "gpu_count": 0, "space": space, "origin": "/src/prog.py:moe", "measurements": [], **extra}
-    return write_json_atomic(cache / "moe" / f"{name}.json", data)
+    path = write_json_atomic(cache / "moe" / f"{name}.json", data)
+    os.utime(path, (created, created))
+    return path
 
 
 def test_what_supersedes_what(tmp_path):
@@ -135,6 +138,28 @@ def test_what_supersedes_what(tmp_path):
     replaced = dec.superseded(entries)
     assert {p.stem[0] for p in replaced} == {"a", "c"}
     assert {newer.path for newer in replaced.values()} == {paths["newest"]}
+
+
+def test_a_decision_served_again_is_current_again(tmp_path, capsys):
+    """Issue 41 review: a job that goes back to the first space serves its decisions from the cache again. Before,
+    the decisions of the space it left (written later) stayed current and the ones it serves were SUPERSEDED:
+    ``clear --superseded`` would have removed the decisions in use and ``export`` shipped the others. Three real jobs
+    of 2 ranks: spaces 16, 32, then 16 again."""
+    env = tuner_env(tmp_path, timeout=60)
+    for first in (16, 32, 16):
+        results = run_ranks(SCENARIO, 2, ["tune"], env={**env, "SUPERSEDED_FIRST": str(first)}, timeout=240)
+        assert all(r.returncode == 0 for r in results), describe(results)
+        time.sleep(0.05)  # each job's files are the newer ones, whatever the clock's resolution
+    folder = tmp_path / "cache" / "moe"
+    by_space: dict[str, list[str]] = {}
+    for p in sorted(folder.glob("*.json")):
+        by_space.setdefault(json.loads(p.read_text())["space"], []).append(str(p))
+    assert len(by_space) == 2 and all(len(paths) == 2 for paths in by_space.values())  # the third job wrote none
+    data = json.loads(cli(["list", "--json", "--superseded", "--cache-dir", str(tmp_path / "cache")], capsys)[1])
+    left = sorted(e["file"] for e in data["entries"])
+    first_job = sorted(min(by_space.values(), key=lambda paths: json.loads(Path(paths[0]).read_text())["created"]))
+    second_job = sorted(p for paths in by_space.values() for p in paths if p not in first_job)
+    assert left == second_job, (left, first_job)
 
 
 def test_vllm_moe_conflict_names_both_files_and_their_ages(tmp_path, capsys):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,15 @@ class DiskCache:
             warn("triton_dist_tune: %s was tuned under other versions (%s, now %s); using it "
                  "(set TRITON_DIST_AUTOTUNE_VERSION_CHECK=1 to re-tune)", path, data["versions"], versions())
         return data
+
+    def served(self, entry: str) -> None:
+        """Mark ``entry``'s file as served by this job (its modification time set to now), so that the command line
+        tells the decision a job uses from one tuned for a space or code it left (:func:`~.entries.superseded`).
+        Best effort: a read-only or shared folder keeps its times."""
+        try:
+            os.utime(self.path(entry))
+        except OSError:
+            pass
 
     def store(self, entry: str, decision: dict[str, Any], space_text: str) -> Path:
         """Write ``decision`` atomically; returns the file's path."""

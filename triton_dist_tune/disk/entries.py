@@ -64,6 +64,9 @@ class Entry:
     source: str | None = None
     #: where the tuned function is defined (source file and qualified name); None where not recorded
     origin: str | None = None
+    #: unix seconds: the file's modification time, when a job last wrote it or served it (a cache hit touches the
+    #: file: :meth:`~triton_dist_tune.disk.cache.DiskCache.served`); 0 where unknown
+    used: float = 0.0
     measurements: list[Outcome] = field(default_factory=list)
     #: the raw JSON object as read from disk (what ``export`` ships)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -181,11 +184,12 @@ def parse_entry(path: Path, data: Any) -> Entry:
     created = _finite(data.get("created"))
     if created is not None and not _a_date(created):  # a time no clock shows (1e300): as if not recorded
         created = None
+    try:
+        used = path.stat().st_mtime
+    except OSError:
+        used = 0.0
     if created is None:
-        try:
-            created = path.stat().st_mtime
-        except OSError:
-            created = 0.0
+        created = used
     size = data.get("group_size")
     return Entry(path=path, format=fmt, function=str(data.get("function") or path.parent.name),
                  key=str(data.get("key", "?")), index=index, config=config, time_ms=_finite(data.get("time_ms")),
@@ -199,7 +203,7 @@ def parse_entry(path: Path, data: Any) -> Entry:
                  tuning_seconds=_finite(data.get("tuning_seconds")),
                  breakdown=TimeBreakdown.from_json(data.get("breakdown")), provisional=data.get("provisional") is True,
                  space=_text(data.get("space")), source=_text(data.get("source")),
-                 origin=_text(data.get("origin")), measurements=outcomes, raw=data)
+                 origin=_text(data.get("origin")), used=used, measurements=outcomes, raw=data)
 
 
 def read_entry(path: Path) -> Entry:
@@ -229,10 +233,17 @@ def _same_code(a: Entry, b: Entry) -> bool:
     return a.space == b.space and (a.source is None or b.source is None or a.source == b.source)
 
 
+def _last(entry: Entry) -> float:
+    """When a job last wrote or served ``entry`` (its creation, or a later cache hit)."""
+    return max(entry.created, entry.used)
+
+
 def superseded(entries: list[Entry]) -> dict[Path, Entry]:
     """The superseded decisions among ``entries``: path -> the newest decision of its :func:`lineage`, for each
     decision tuned for another config space or code than that newest one (its ``space`` fingerprint differs, or
-    its ``source`` fingerprint where both record one).
+    its ``source`` fingerprint where both record one). The newest is the one a job last wrote or served (its
+    :attr:`Entry.used`, or its creation if later): a job that goes back to an earlier space serves the decision
+    tuned for it again, which makes that one current and the other superseded.
 
     A change of the function's space or code changes its cache entry's name, so the next job tunes the key again
     into a new file and never serves the old one again; the old file stays until it is removed (``clear
@@ -244,6 +255,6 @@ def superseded(entries: list[Entry]) -> dict[Path, Entry]:
     newest: dict[tuple[Any, ...], Entry] = {}
     for e in traced:
         held = newest.get(lineage(e))
-        if held is None or (e.created, e.path.name) > (held.created, held.path.name):
+        if held is None or (_last(e), e.path.name) > (_last(held), held.path.name):
             newest[lineage(e)] = e
     return {e.path: newest[lineage(e)] for e in traced if not _same_code(e, newest[lineage(e)])}

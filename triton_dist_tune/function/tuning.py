@@ -216,6 +216,8 @@ class Tuning:
         if data is not None and data.get("provisional"):
             return None  # a cut's choice (the time budget ended its race): tuned again, from the journals
         if 0 <= index < len(tuner.space) and data["config"] == tuner.descriptions[index]:
+            if not quiet:  # served (a look ahead only reads): the decision this job uses, for the command line
+                tuner.cache.served(self.entry)
             return [index, served(data)]
         if data is not None and not quiet:  # a file edited or damaged: the same space, another config at its index
             _not_that_config(tuner.cache.path(self.entry), index, data["config"])
