@@ -171,3 +171,18 @@ def test_vllm_moe_conflict_names_both_files_and_their_ages(tmp_path, capsys):
                           "8", "--n", "128", "--cache-dir", str(cache)], capsys)
     assert status == 2
     assert f"{one} (tuned 2h ago" in err and f"{two} (tuned 1m ago" in err and "batch size 1" in err
+    assert "--where POS=VALUE picks keys" in err  # two keys: --where tells them apart
+
+
+def test_vllm_moe_conflict_of_one_key_says_to_delete_a_file(tmp_path, capsys):
+    """Two decisions of one key with one space and code (rank-local campaigns on 3 and then 4 ranks write two
+    entries whose keys are equal): --where cannot pick one, so the error says what differs and to delete a file
+    (before: it pointed to --where)."""
+    cache, now = tmp_path / "cache", time.time()
+    tile = "{{BLOCK_SIZE_K: 32, BLOCK_SIZE_M: {m}, BLOCK_SIZE_N: 64, GROUP_SIZE_M: 1, num_stages: 2, num_warps: 4}}"
+    one = decision(cache, "a" * 20, "(8, 'torch.bfloat16')", tile.format(m=16), "s1", now - 7200, group_size=1)
+    two = decision(cache, "b" * 20, "(8, 'torch.bfloat16')", tile.format(m=32), "s1", now - 60, group_size=1)
+    status, _, err = cli(["export", str(tmp_path / "out"), "--format", "vllm-moe", "--function", "moe", "--experts",
+                          "8", "--n", "128", "--cache-dir", str(cache)], capsys)
+    assert status == 2 and f"{one} (tuned 2h ago" in err and f"{two} (tuned 1m ago" in err
+    assert "for one key" in err and "delete the file not wanted" in err and "--where" not in err

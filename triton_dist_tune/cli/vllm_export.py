@@ -126,6 +126,10 @@ def _conflict(batch: int, *choices: tuple[dec.Entry, dict[str, int]]) -> str:
     now = time.time()
     both = " and ".join(f"{entry.path} (tuned {dec.age_text(max(0.0, now - entry.created))} ago: {tile})"
                         for entry, tile in choices)
+    if len({entry.key for entry, _ in choices}) == 1:  # one key: told apart by what the files do not record
+        return (f"batch size {batch} has two different decisions for one key: {both}. They differ in what the files "
+                "do not record (cache_key_extra, the devices of the call's tensors, the number of ranks a rank-local "
+                "campaign ran on): delete the file not wanted")
     return (f"batch size {batch} has two different decisions: {both}. Select one problem (E, N, dtype, GPU) per file "
             "(--where POS=VALUE picks keys), or remove the decision not wanted ('triton-dist-tune clear')")
 
