@@ -434,6 +434,20 @@ def test_plot_to_a_name_without_a_suffix_prints_the_file_it_wrote(tmp_path, caps
         png_ok(printed)
 
 
+def test_plot_into_a_folder_that_is_a_file_says_so(tmp_path, capsys):
+    """``plot NAME -o afile/x.png`` where ``afile`` is a file said only 'afile: File exists' (mkdir's error)."""
+    pytest.importorskip("matplotlib")
+    from triton_dist_tune.cli.commands import main
+
+    cache = tmp_path / "cache"
+    format2_entry(cache)
+    (tmp_path / "afile").write_text("not a folder")
+    out = tmp_path / "afile" / "sub" / "x.png"
+    assert main(["plot", "drifting/0123", "--cache-dir", str(cache), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {out}: {tmp_path / 'afile'} is a file, not a folder" in err, err
+
+
 def test_logs_list_json_prints_the_jobs_as_json(tmp_path, capsys):
     """``logs --list --json`` printed the text listing: a script reading ``--json`` (every command's 'print JSON for
     scripts') got no JSON. Two jobs' records written as the ranks write them; the listing is JSON, oldest first."""

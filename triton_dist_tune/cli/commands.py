@@ -235,6 +235,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     status = _warn_problems(problems)
     out = Path(args.output) if args.output else Path(
         f"{chosen[0].path.parent.name}{'-' + chosen[0].path.stem[:12] if len(chosen) == 1 else ''}.png")
+    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:  # mkdir would say only 'File exists'
+        raise UsageError(f"cannot write {out}: {blocked} is a file, not a folder")
     path = plots.plot_decision(chosen[0], out) if len(chosen) == 1 else plots.plot_function(chosen, out)
     print(path)
     return status
