@@ -126,6 +126,25 @@ def test_sharded_poisoning_raises_the_same_device_poisoned_error_on_every_rank_p
     assert all(r.result["seconds"] < 30 for r in results)
 
 
+@pytest.mark.timeout(90)
+def test_a_base_exception_on_one_rank_is_an_interruption_the_others_hear_of_at_once(tmp_path):
+    """A rank-local function raises ``asyncio.CancelledError`` (a BaseException that is neither KeyboardInterrupt nor
+    SystemExit) on rank 1 in a steady round, and rank 1 lives on: it is journaled and posted as an interruption, so
+    rank 0, waiting at the round's exchange, raises RankFailedError naming it within seconds. Before, rank 1 told
+    nobody and left its config's ``started`` record last (a crash suspect); rank 0 waited at the round's exchange
+    for its deadline (T + T/10 times the round's samples: 1,584 s with T = 60)."""
+    env = tuner_env(tmp_path, 60)
+    results = run_ranks(RECOVERY, 2, ["cancelled"], env=env, timeout=60, stuck=[1])
+    first = results[0].result
+    assert results[0].returncode == 0 and first["error"] == "RankFailedError", describe(results)
+    assert "rank 1 failed in config 1" in first["message"] and "CancelledError" in first["message"], first
+    assert "No config is blamed" in first["message"], first
+    assert first["seconds"] < 30, first  # the grace and the board's polls, not the round's deadline
+    states = {r["state"] for j in journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])) for r in records(j)
+              if r.get("index") == 1}
+    assert "interrupted" in states and not states & {"hung", "local_failure", "failed"}, states
+
+
 def _signal_rank_1(env: dict[str, str], signum: int, timeout: float = 60) -> list[tuple[int, str, str]]:
     """Run ``tune`` with rank 1 waiting inside config 1's warm-up; send it ``signum``; wait for both ranks."""
     procs = start(FAULTS, "tune", env, terminal=signum == signal.SIGINT)
