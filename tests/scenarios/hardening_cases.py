@@ -49,6 +49,22 @@ def callers_errors():
     emit(seen=seen, calls=sum(calls.values()))
 
 
+@case
+def autotune_flag_on_one_rank():
+    """Rank 1 passes ``autotune=1`` (not a bool), rank 0 nothing: a mistake of one rank's call, on an undecided key."""
+    tdt.init_distributed()
+    calls = collections.Counter()
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name="flag_one_rank")
+    def scale(x, *, block):
+        calls[block] += 1
+        return float(x.sum()) * block
+
+    t0 = time.monotonic()
+    seen = outcome(scale, torch.ones(4), **({"autotune": 1} if rank() == 1 else {}))
+    emit(seen=seen, seconds=time.monotonic() - t0, calls=sum(calls.values()))
+
+
 def make_failing(name: str):
     @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name=name)
     def step(x, *, block):

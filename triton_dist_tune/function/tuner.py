@@ -32,15 +32,18 @@ class Tuner(TunedFunction):
     def call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A call that carries tuner keywords or whose key is not decided yet."""
         enabled = kwargs.pop("autotune", True)
+        problem = None
         if not isinstance(enabled, bool):  # ``autotune=None`` turned tuning off where ``autotune="no"`` tuned
-            raise BadInputError(f"{self.name}: autotune= must be True or False, not {enabled!r}")
+            # agreed like the other mistakes of a call: ranks that passed True wait for this one at the agreement
+            problem, enabled = f"{self.name}: autotune= must be True or False, not {enabled!r}", True
         verbose = kwargs.pop("autotune_verbose", None)
         pg = kwargs.pop("autotune_pg", None)
         overwrite = bool(kwargs.pop("autotune_allow_arg_overwrite", False))
         replicas = kwargs.pop("autotune_replicas", None)
         typos = sorted(k for k in kwargs if k.startswith("autotune") and k not in self.params)
-        problem = (f"{getattr(self.fn, '__qualname__', self.name)}() got unknown tuner keyword(s) {typos}; the "
-                   f"tuner's call keywords are {sorted(CALL_KEYWORDS)}") if typos else None
+        if typos and problem is None:
+            problem = (f"{getattr(self.fn, '__qualname__', self.name)}() got unknown tuner keyword(s) {typos}; the "
+                       f"tuner's call keywords are {sorted(CALL_KEYWORDS)}")
         if len(args) > self.positional_limit:  # a tuned parameter by position: named, decided key or not
             problem = problem or self._call_problem(args)
         if not enabled:
