@@ -52,16 +52,19 @@ def test_callers_errors_are_bad_input_on_every_rank(shared):
 
 
 @pytest.mark.timeout(120)
-def test_an_autotune_flag_that_is_not_a_bool_on_one_rank_is_bad_input_on_every_rank(env):
-    """``autotune=1`` on rank 1 only (an undecided key): the same BadInputError on both ranks, at the agreement,
-    as docs/api.md promises for the caller's mistakes. Before, rank 1 raised at once and rank 0 waited at the
-    agreement for the timeout (30 s) and raised GroupTimeoutError."""
+def test_a_call_flag_that_is_not_a_bool_on_one_rank_is_bad_input_on_every_rank(env):
+    """``autotune=1``, ``autotune_allow_arg_overwrite="no"``, ``autotune_verbose="loud"`` on rank 1 only (an
+    undecided key): the same BadInputError on both ranks, at the agreement, as docs/api.md promises for the caller's
+    mistakes. Before, ``autotune=1`` raised at once on rank 1 while rank 0 waited at the agreement for the timeout
+    (30 s) and raised GroupTimeoutError; the other two were taken by their truth ("no" let the caller's value win)."""
     results = run("autotune_flag_on_one_rank", env)
-    messages = {r.result["seen"].get("message") for r in results}
+    for flag, value in (("autotune", 1), ("autotune_allow_arg_overwrite", "no"), ("autotune_verbose", "loud")):
+        for r in results:
+            assert r.result["seen"][flag].get("error") == "BadInputError", describe(results)
+        messages = {r.result["seen"][flag]["message"] for r in results}
+        assert messages == {f"flag_one_rank: rank 1: {flag}= must be True or False, not {value!r}"}, messages
     for r in results:
-        assert r.result["seen"]["error"] == "BadInputError", describe(results)
         assert r.result["seconds"] < 15 and r.result["calls"] == 0, r.result
-    assert messages == {"flag_one_rank: rank 1: autotune= must be True or False, not 1"}, messages
 
 
 @pytest.mark.timeout(180)

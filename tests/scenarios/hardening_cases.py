@@ -49,9 +49,14 @@ def callers_errors():
     emit(seen=seen, calls=sum(calls.values()))
 
 
+#: a flag of the call that is not a bool, given by rank 1 alone (``autotune_flag_on_one_rank``)
+BAD_FLAGS = {"autotune": 1, "autotune_allow_arg_overwrite": "no", "autotune_verbose": "loud"}
+
+
 @case
 def autotune_flag_on_one_rank():
-    """Rank 1 passes ``autotune=1`` (not a bool), rank 0 nothing: a mistake of one rank's call, on an undecided key."""
+    """Rank 1 passes a call flag that is not a bool (each of :data:`BAD_FLAGS` in turn), rank 0 nothing: a mistake
+    of one rank's call, on an undecided key."""
     tdt.init_distributed()
     calls = collections.Counter()
 
@@ -61,7 +66,8 @@ def autotune_flag_on_one_rank():
         return float(x.sum()) * block
 
     t0 = time.monotonic()
-    seen = outcome(scale, torch.ones(4), **({"autotune": 1} if rank() == 1 else {}))
+    seen = {flag: outcome(scale, torch.ones(4), **({flag: value} if rank() == 1 else {}))
+            for flag, value in BAD_FLAGS.items()}
     emit(seen=seen, seconds=time.monotonic() - t0, calls=sum(calls.values()))
 
 
