@@ -126,6 +126,19 @@ def test_sharded_poisoning_raises_the_same_device_poisoned_error_on_every_rank_p
     assert all(r.result["seconds"] < 30 for r in results)
 
 
+@pytest.mark.timeout(120)
+def test_a_slow_but_healthy_sharded_share_is_waited_for(tmp_path):
+    """``sharded=True``, T = 10 s: rank 1's share is one config of 1.05 s a call, whose warm-up (6.3 s) and samples
+    (6.3 s) each end within T, under their own watchdog. Every rank decides (config 0). Before, the exchange of
+    sharded results waited ``T + max(1, T/10)`` s per config of a share, one phase's worth: rank 0 raised
+    GroupTimeoutError after 11 s while rank 1 was still measuring, and rank 1 then waited 11 s more for rank 0
+    and raised it too."""
+    results = run_ranks(RECOVERY, 2, ["sharded_slow_share"], env=tuner_env(tmp_path, 10), timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result.get("chosen") == 0, describe(results)
+
+
 @pytest.mark.timeout(90)
 def test_a_base_exception_on_one_rank_is_an_interruption_the_others_hear_of_at_once(tmp_path):
     """A rank-local function raises ``asyncio.CancelledError`` (a BaseException that is neither KeyboardInterrupt nor

@@ -5,6 +5,8 @@ lives in fault_cases.py.
   for an hour on every rank once the second thread is about to start. Only the first tuning's own deadline ends it.
 - ``sharded_poison``: ``sharded=True`` on a rank-local function; config 1 raises the error torch raises after an
   illegal memory access on rank 1 (its share), while rank 0 measures a slow share of its own.
+- ``sharded_slow_share``: ``sharded=True``; rank 1's share is slow but healthy, each of its phases within the
+  timeout, the whole share not.
 - ``cancelled``: a rank-local function's config 1 raises ``asyncio.CancelledError`` (a ``BaseException``, not an
   ``Exception``: a task cancelled around the call) on rank 1, in a steady round of the race; rank 1 catches it, as an
   event loop would, and stays alive; rank 0 waits at the round's exchange.
@@ -77,6 +79,29 @@ def sharded_poison():
         _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.time() - t0)
     dist.barrier()
     os._exit(0)
+
+
+@case
+def sharded_slow_share():
+    """``sharded=True``: rank 1's share (config 1) is slow but healthy, 1.05 s a call: its warm-up (3 runs and a
+    probe of 3 calls, 6.3 s) and its samples (3 of 2 calls, 6.3 s) each end within the timeout (10 s in the test),
+    together not."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+
+    @tdt.autotune(config_space=[{"v": 0}, {"v": 1}], key_fn=lambda x: 0, n_warmup=3, n_repeat=3, sharded=True,
+                  name="sharded_slow_share")
+    def local(x, *, v):
+        time.sleep(1.05 if v == 1 else 0.001)
+        return x + v
+
+    t0 = time.monotonic()
+    try:
+        local(torch.ones(2))
+        (decided,) = local.tuner.decided.values()
+        _cases.emit(rank=me, chosen=decided["v"], seconds=time.monotonic() - t0)
+    except tdt.AutotuneError as exc:
+        _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
 
 
 @case
