@@ -7,6 +7,7 @@ lives in fault_cases.py.
   illegal memory access on rank 1 (its share), while rank 0 measures a slow share of its own.
 - ``sharded_slow_share``: ``sharded=True``; rank 1's share is slow but healthy, each of its phases within the
   timeout, the whole share not.
+- ``slow_warmup``: config 1's warm-up takes longer than the timeout in all, each of its runs well within it.
 - ``cancelled``: a rank-local function's config 1 raises ``asyncio.CancelledError`` (a ``BaseException``, not an
   ``Exception``: a task cancelled around the call) on rank 1, in a steady round of the race; rank 1 catches it, as an
   event loop would, and stays alive; rank 0 waits at the round's exchange.
@@ -102,6 +103,23 @@ def sharded_slow_share():
         _cases.emit(rank=me, chosen=decided["v"], seconds=time.monotonic() - t0)
     except tdt.AutotuneError as exc:
         _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+
+
+@case
+def slow_warmup():
+    """Config 1's calls take 1.2 s outside the race (its warm-up: 3 runs and a probe of one call, 4.8 s in all) and
+    1 ms in the race's steady rounds; every run is well within the timeout (4 s in the test), the warm-up is not."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+
+    @tdt.autotune(config_space=[{"v": 0}, {"v": 1}], key_fn=lambda x: 0, n_warmup=3, n_repeat=3, name="slow_warmup")
+    def local(x, *, v):
+        time.sleep(1.2 if v == 1 and not _cases.in_steady_round() else 0.001 * (2 - v))
+        return x + v
+
+    local(torch.ones(2))
+    (decided,) = local.tuner.decided.values()
+    _cases.emit(rank=me, chosen=decided["v"])
 
 
 @case
