@@ -51,6 +51,22 @@ def test_callers_errors_are_bad_input_on_every_rank(shared):
         assert r.result["calls"] == 3 + 1  # only the last call ran the function: 3 configs and the call itself
 
 
+@pytest.mark.timeout(120)
+def test_a_call_flag_that_is_not_a_bool_on_one_rank_is_bad_input_on_every_rank(env):
+    """``autotune=1``, ``autotune_allow_arg_overwrite="no"``, ``autotune_verbose="loud"`` on rank 1 only (an
+    undecided key): the same BadInputError on both ranks, at the agreement, as docs/api.md promises for the caller's
+    mistakes. Before, ``autotune=1`` raised at once on rank 1 while rank 0 waited at the agreement for the timeout
+    (30 s) and raised GroupTimeoutError; the other two were taken by their truth ("no" let the caller's value win)."""
+    results = run("autotune_flag_on_one_rank", env)
+    for flag, value in (("autotune", 1), ("autotune_allow_arg_overwrite", "no"), ("autotune_verbose", "loud")):
+        for r in results:
+            assert r.result["seen"][flag].get("error") == "BadInputError", describe(results)
+        messages = {r.result["seen"][flag]["message"] for r in results}
+        assert messages == {f"flag_one_rank: rank 1: {flag}= must be True or False, not {value!r}"}, messages
+    for r in results:
+        assert r.result["seconds"] < 15 and r.result["calls"] == 0, r.result
+
+
 @pytest.mark.timeout(180)
 def test_a_tuning_where_every_config_failed_is_not_replayed(env):
     first = run("all_fail_then_fixed", env)

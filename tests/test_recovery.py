@@ -126,6 +126,49 @@ def test_sharded_poisoning_raises_the_same_device_poisoned_error_on_every_rank_p
     assert all(r.result["seconds"] < 30 for r in results)
 
 
+@pytest.mark.timeout(120)
+def test_a_slow_but_healthy_sharded_share_is_waited_for(tmp_path):
+    """``sharded=True``, T = 10 s: rank 1's share is one config of 1.05 s a call, whose warm-up (6.3 s) and samples
+    (6.3 s) each end within T, under their own watchdog. Every rank decides (config 0). Before, the exchange of
+    sharded results waited ``T + max(1, T/10)`` s per config of a share, one phase's worth: rank 0 raised
+    GroupTimeoutError after 11 s while rank 1 was still measuring, and rank 1 then waited 11 s more for rank 0
+    and raised it too."""
+    results = run_ranks(RECOVERY, 2, ["sharded_slow_share"], env=tuner_env(tmp_path, 10), timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result.get("chosen") == 0, describe(results)
+
+
+@pytest.mark.timeout(120)
+def test_each_warm_up_run_has_the_deadline_not_the_whole_warm_up(tmp_path):
+    """T = 4 s; config 1's warm-up is 4 runs of 1.2 s (3 runs and the probe's one call): each run ends within T,
+    the warm-up as a whole does not. Every rank measures it and decides (config 1, 1 ms a call in the race against
+    config 0's 2 ms). Before, the warm-up was one phase under one deadline of T: both ranks' watchdogs journaled the
+    healthy config as hung and ended the job with exit status 86, and every rerun left the config out."""
+    results = run_ranks(RECOVERY, 2, ["slow_warmup"], env=tuner_env(tmp_path, 4), timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert [r.result["chosen"] for r in results] == [1, 1], describe(results)
+
+
+@pytest.mark.timeout(90)
+def test_a_base_exception_on_one_rank_is_an_interruption_the_others_hear_of_at_once(tmp_path):
+    """A rank-local function raises ``asyncio.CancelledError`` (a BaseException that is neither KeyboardInterrupt nor
+    SystemExit) on rank 1 in a steady round, and rank 1 lives on: it is journaled and posted as an interruption, so
+    rank 0, waiting at the round's exchange, raises RankFailedError naming it within seconds. Before, rank 1 told
+    nobody and left its config's ``started`` record last (a crash suspect); rank 0 waited at the round's exchange
+    for its deadline (T + T/10 times the round's samples: 1,584 s with T = 60)."""
+    env = tuner_env(tmp_path, 60)
+    results = run_ranks(RECOVERY, 2, ["cancelled"], env=env, timeout=60, stuck=[1])
+    first = results[0].result
+    assert results[0].returncode == 0 and first["error"] == "RankFailedError", describe(results)
+    assert "rank 1 failed in config 1" in first["message"] and "CancelledError" in first["message"], first
+    assert "No config is blamed" in first["message"], first
+    assert first["seconds"] < 30, first  # the grace and the board's polls, not the round's deadline
+    states = {r["state"] for j in journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])) for r in records(j)
+              if r.get("index") == 1}
+    assert "interrupted" in states and not states & {"hung", "local_failure", "failed"}, states
+
+
 def _signal_rank_1(env: dict[str, str], signum: int, timeout: float = 60) -> list[tuple[int, str, str]]:
     """Run ``tune`` with rank 1 waiting inside config 1's warm-up; send it ``signum``; wait for both ranks."""
     procs = start(FAULTS, "tune", env, terminal=signum == signal.SIGINT)

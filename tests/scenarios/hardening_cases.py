@@ -49,6 +49,28 @@ def callers_errors():
     emit(seen=seen, calls=sum(calls.values()))
 
 
+#: a flag of the call that is not a bool, given by rank 1 alone (``autotune_flag_on_one_rank``)
+BAD_FLAGS = {"autotune": 1, "autotune_allow_arg_overwrite": "no", "autotune_verbose": "loud"}
+
+
+@case
+def autotune_flag_on_one_rank():
+    """Rank 1 passes a call flag that is not a bool (each of :data:`BAD_FLAGS` in turn), rank 0 nothing: a mistake
+    of one rank's call, on an undecided key."""
+    tdt.init_distributed()
+    calls = collections.Counter()
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name="flag_one_rank")
+    def scale(x, *, block):
+        calls[block] += 1
+        return float(x.sum()) * block
+
+    t0 = time.monotonic()
+    seen = {flag: outcome(scale, torch.ones(4), **({flag: value} if rank() == 1 else {}))
+            for flag, value in BAD_FLAGS.items()}
+    emit(seen=seen, seconds=time.monotonic() - t0, calls=sum(calls.values()))
+
+
 def make_failing(name: str):
     @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold", name=name)
     def step(x, *, block):

@@ -5,6 +5,12 @@ lives in fault_cases.py.
   for an hour on every rank once the second thread is about to start. Only the first tuning's own deadline ends it.
 - ``sharded_poison``: ``sharded=True`` on a rank-local function; config 1 raises the error torch raises after an
   illegal memory access on rank 1 (its share), while rank 0 measures a slow share of its own.
+- ``sharded_slow_share``: ``sharded=True``; rank 1's share is slow but healthy, each of its phases within the
+  timeout, the whole share not.
+- ``slow_warmup``: config 1's warm-up takes longer than the timeout in all, each of its runs well within it.
+- ``cancelled``: a rank-local function's config 1 raises ``asyncio.CancelledError`` (a ``BaseException``, not an
+  ``Exception``: a task cancelled around the call) on rank 1, in a steady round of the race; rank 1 catches it, as an
+  event loop would, and stays alive; rank 0 waits at the round's exchange.
 """
 
 from __future__ import annotations
@@ -73,6 +79,74 @@ def sharded_poison():
     except tdt.AutotuneError as exc:
         _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.time() - t0)
     dist.barrier()
+    os._exit(0)
+
+
+@case
+def sharded_slow_share():
+    """``sharded=True``: rank 1's share (config 1) is slow but healthy, 1.05 s a call: its warm-up (3 runs and a
+    probe of 3 calls, 6.3 s) and its samples (3 of 2 calls, 6.3 s) each end within the timeout (10 s in the test),
+    together not."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+
+    @tdt.autotune(config_space=[{"v": 0}, {"v": 1}], key_fn=lambda x: 0, n_warmup=3, n_repeat=3, sharded=True,
+                  name="sharded_slow_share")
+    def local(x, *, v):
+        time.sleep(1.05 if v == 1 else 0.001)
+        return x + v
+
+    t0 = time.monotonic()
+    try:
+        local(torch.ones(2))
+        (decided,) = local.tuner.decided.values()
+        _cases.emit(rank=me, chosen=decided["v"], seconds=time.monotonic() - t0)
+    except tdt.AutotuneError as exc:
+        _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+
+
+@case
+def slow_warmup():
+    """Config 1's calls take 1.2 s outside the race (its warm-up: 3 runs and a probe of one call, 4.8 s in all) and
+    1 ms in the race's steady rounds; every run is well within the timeout (4 s in the test), the warm-up is not."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+
+    @tdt.autotune(config_space=[{"v": 0}, {"v": 1}], key_fn=lambda x: 0, n_warmup=3, n_repeat=3, name="slow_warmup")
+    def local(x, *, v):
+        time.sleep(1.2 if v == 1 and not _cases.in_steady_round() else 0.001 * (2 - v))
+        return x + v
+
+    local(torch.ones(2))
+    (decided,) = local.tuner.decided.values()
+    _cases.emit(rank=me, chosen=decided["v"])
+
+
+@case
+def cancelled():
+    import asyncio
+
+    tdt.init_distributed()
+    me = dist.get_rank()
+    runs = [0]
+
+    @tdt.autotune(config_space=[{"v": v} for v in range(3)], key_fn=lambda x: 0, n_warmup=1, n_repeat=10,
+                  name="cancelled")
+    def local(x, *, v):
+        runs[0] += v == 1
+        if me == 1 and v == 1 and _cases.in_steady_round():
+            raise asyncio.CancelledError()
+        time.sleep(0.002)
+        return x + v
+
+    t0 = time.monotonic()
+    try:
+        local(torch.ones(2))
+        _cases.emit(rank=me, error=None)
+    except BaseException as exc:  # what an event loop does with a cancelled task's error
+        _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+    if me == 1:
+        time.sleep(120)  # alive, as a served process whose task was cancelled: only the others' reaction ends the test
     os._exit(0)
 
 

@@ -98,6 +98,15 @@ class Guard:
             self.seen = {}
         self._dog.watch(self)
 
+    def restart(self) -> None:
+        """Give the armed phase its whole timeout again from now (the next run of a phase of several runs: each
+        run has the deadline, so a phase of healthy runs that together outlast it is not taken for a hang)."""
+        with self._dog.cond:
+            if self.deadline is None:
+                return
+            self.deadline = time.monotonic() + self.timeout
+        self._dog.watch(self)
+
     def disarm(self) -> None:
         """Cancel the deadline set by :meth:`arm`."""
         with self._dog.cond:

@@ -31,16 +31,24 @@ class Tuner(TunedFunction):
 
     def call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A call that carries tuner keywords or whose key is not decided yet."""
+        # ``autotune=None`` turned tuning off where ``autotune="no"`` tuned, and ``autotune_allow_arg_overwrite="no"``
+        # let the caller's value win: a flag that is not a bool is a mistake of the call, agreed like the others
+        # (ranks that passed the flag right wait for this one at the agreement)
         enabled = kwargs.pop("autotune", True)
-        if not isinstance(enabled, bool):  # ``autotune=None`` turned tuning off where ``autotune="no"`` tuned
-            raise BadInputError(f"{self.name}: autotune= must be True or False, not {enabled!r}")
         verbose = kwargs.pop("autotune_verbose", None)
+        overwrite = kwargs.pop("autotune_allow_arg_overwrite", False)
+        problem = next((f"{self.name}: {name}= must be True or False, not {value!r}" for name, value in
+                        (("autotune", enabled), ("autotune_allow_arg_overwrite", overwrite),
+                         ("autotune_verbose", False if verbose is None else verbose))
+                        if not isinstance(value, bool)), None)
+        if problem is not None:
+            enabled, overwrite, verbose = enabled is not False, overwrite is True, verbose is True
         pg = kwargs.pop("autotune_pg", None)
-        overwrite = bool(kwargs.pop("autotune_allow_arg_overwrite", False))
         replicas = kwargs.pop("autotune_replicas", None)
         typos = sorted(k for k in kwargs if k.startswith("autotune") and k not in self.params)
-        problem = (f"{getattr(self.fn, '__qualname__', self.name)}() got unknown tuner keyword(s) {typos}; the "
-                   f"tuner's call keywords are {sorted(CALL_KEYWORDS)}") if typos else None
+        if typos and problem is None:
+            problem = (f"{getattr(self.fn, '__qualname__', self.name)}() got unknown tuner keyword(s) {typos}; the "
+                       f"tuner's call keywords are {sorted(CALL_KEYWORDS)}")
         if len(args) > self.positional_limit:  # a tuned parameter by position: named, decided key or not
             problem = problem or self._call_problem(args)
         if not enabled:

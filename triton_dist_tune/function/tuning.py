@@ -83,21 +83,22 @@ def _not_that_config(path: Any, index: int, config: Any) -> None:
 
 @contextmanager
 def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]:
-    """Around step 5: an interrupt (SIGINT, SIGTERM) is journaled and blames no config; the evidence of a failing,
-    hung or poisoned rank is journaled where it arose; any other exception (the tuner's own code, a refused
-    exchange) blames no config in flight. The compiles are dropped and the arguments put back either way; the CUDA
-    graphs' memory goes back to the driver when the tuning ended normally (after an interrupt a kernel may still run,
-    and emptying the allocator would wait for it, outside any deadline)."""
+    """Around step 5: an interrupt (SIGINT, SIGTERM, any ``BaseException`` that is not an ``Exception``) is journaled
+    and blames no config; the evidence of a failing, hung or poisoned rank is journaled where it arose; any other
+    exception (the tuner's own code, a refused exchange) blames no config in flight. The compiles are dropped and
+    the arguments put back either way; the CUDA graphs' memory goes back to the driver when the tuning ended normally
+    (after an interrupt a kernel may still run, and emptying the allocator would wait for it, outside any
+    deadline)."""
     try:
         yield
         measurer.close_graphs()
-    except (KeyboardInterrupt, SystemExit) as exc:
-        measurer.interrupted(exc)
-        raise
     except (RankFailedError, GroupTimeoutError, DevicePoisonedError):
         raise
     except Exception as exc:
         measurer.not_blamed(exc)
+        raise
+    except BaseException as exc:  # Ctrl-C, SIGTERM, a cancelled task's CancelledError: an interruption
+        measurer.interrupted(exc)
         raise
     finally:
         measurer.compiles.close()

@@ -57,7 +57,8 @@ class Guarding:
                  sync: bool = True, step: str | None = None, patience: float = 0.0) -> tuple[Any, str | None]:
         """Run ``runs`` under this tuning's guard, then synchronize the device (unless ``sync`` is false: a steady
         round's samples are read after the round); returns (its result, None) or (None, error). A failure is posted
-        on the failure board at once; an interruption (SIGINT, SIGTERM) is journaled as such and re-raised.
+        on the failure board at once; an interruption (SIGINT, SIGTERM, or any other ``BaseException`` that is not an
+        ``Exception``, such as ``asyncio.CancelledError``) is journaled and posted as such and re-raised.
 
         ``step`` (default ``config <index> <phase>``) names the step of the protocol the phase belongs to, the same
         on every rank: the guard acts on the board's reports of that step only. Blame needs evidence from the
@@ -123,7 +124,7 @@ class Guarding:
             error = describe_error(exc)
             self._post(index, desc, error)
             return None, error
-        except (KeyboardInterrupt, SystemExit) as exc:
+        except BaseException as exc:  # Ctrl-C, SIGTERM, a cancelled task's CancelledError: an interruption
             self.interrupted(exc)
             raise
         finally:
@@ -172,8 +173,9 @@ class Guarding:
         self.interrupted(exc, f"interrupted by the tuner's own error, not the config's ({describe_error(exc)})")
 
     def interrupted(self, exc: BaseException, reason: str | None = None) -> None:
-        """An interruption (SIGINT, SIGTERM, SystemExit) reached this rank: journal it for the config in flight (no
-        config is blamed: the next attempt measures it again) and tell the other ranks."""
+        """An interruption (SIGINT, SIGTERM, SystemExit, any ``BaseException`` that is not an ``Exception``) reached
+        this rank: journal it for the config in flight (no config is blamed: the next attempt measures it again) and
+        tell the other ranks."""
         if self._current is None:
             return
         index, desc = self._current

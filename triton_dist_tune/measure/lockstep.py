@@ -122,15 +122,20 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
     def _aligned(self, runs: Sequence[Callable[[], Any]], index: int | None, phase: str) -> list[Any]:
-        """Call each of ``runs`` in turn. With ``index`` (lock-step), the ranks start every run together and all
-        stop at the same run once any of them failed (so that nobody is left alone inside a collective of the
-        function, and the exchanges stay matched); the failure is then re-raised. Under a time budget each run's
-        exchange carries the group's clock (:func:`~.budget.clocked`)."""
-        if index is None:  # sharded: nobody to align with
-            return [run() for run in runs]
+        """Call each of ``runs`` in turn, each with the phase's whole deadline (the guard restarts before it). With
+        ``index`` (lock-step), the ranks start every run together and all stop at the same run once any of them
+        failed (so that nobody is left alone inside a collective of the function, and the exchanges stay matched);
+        the failure is then re-raised. Under a time budget each run's exchange carries the group's clock
+        (:func:`~.budget.clocked`)."""
         results: list[Any] = []
+        if index is None:  # sharded: nobody to align with
+            for run in runs:
+                self.guard.restart()
+                results.append(run())
+            return results
         failure: Exception | None = None
         for t, run in enumerate(runs):
+            self.guard.restart()
             stop = clocked(self.group, self.budget, failure is not None, f"{self.label} config {index} {phase} {t}",
                            any, exchange_timeout(self.plan.timeout))
             if stop:

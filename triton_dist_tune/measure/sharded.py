@@ -18,7 +18,7 @@ Todo = tuple[int, dict[str, Any], str]
 
 class Sharding:
     """The sharded part of :class:`~triton_dist_tune.measure.lockstep.Measurer` (a mixin: it uses the measurer's
-    ``group``, ``plan``, ``trial``, ``cold``, ``label``, its warm-up and its guards)."""
+    ``group``, ``plan``, ``trial``, ``cold``, ``label``, ``compiles``, its warm-up and its guards)."""
 
     def sharded(self, todo: Sequence[Todo]) -> list[Outcome]:
         """Measure this rank's share of ``todo`` alone (``max_rounds`` samples each), then share all outcomes."""
@@ -46,10 +46,9 @@ class Sharding:
                 mine.append(self._final(Outcome(index, desc, "measured", time=time_ms, spread=spread(samples),
                                                 per_rank=[time_ms], samples=len(samples), own=time_ms,
                                                 round_times=samples)))
-        share = -(-len(todo) // self.group.size)  # the most configs one rank measures, each under the watchdog
+        share = -(-len(todo) // self.group.size)  # the most configs one rank measures
         try:
-            shared = self.group.allgather(mine, f"{self.label} sharded results",
-                                          exchange_timeout(self.plan.timeout) * max(1, share))
+            shared = self.group.allgather(mine, f"{self.label} sharded results", self.share_timeout(share))
         except GroupTimeoutError:
             if self._deferred is None:
                 raise
@@ -62,3 +61,10 @@ class Sharding:
         for outcome in outcomes:  # the same outcomes everywhere: the same DevicePoisonedError on every rank
             self._stop_if_poisoned(outcome.index, outcome.config, outcome.error or "")
         return outcomes
+
+    def share_timeout(self, share: int) -> float:
+        """How long a rank waits at the exchange of sharded results for the slowest rank's ``share`` configs: each
+        has two phases under the watchdog (its warm-up and its samples, each up to the timeout ``T``) and, when
+        compiling ahead, a wait for its compile (up to ``T`` too): ``exchange_timeout(T)`` for each."""
+        phases = 3 if self.compiles.active else 2
+        return exchange_timeout(self.plan.timeout) * phases * max(1, share)
