@@ -209,18 +209,17 @@ class Tuning:
         return entry if self.layout is None else self.layout.entry(entry)
 
     def _read_cache(self, quiet: bool = False) -> list | None:
-        """This rank's read of the cache entry: ``[index, what it shares of the record]`` (:func:`served`), or None
-        (no entry, a cut's provisional choice, or a config this space does not hold: said). ``quiet``: as ``load``'s."""
+        """``[index, what it shares]`` (:func:`served`) of the entry, or None (none, provisional, not this space's)."""
         tuner = self.tuner
         data = None if self.env.always_tune else tuner.cache.load(self.entry, tuner.space_text, quiet)
         index = data["index"] if data is not None else -1
         if data is not None and data.get("provisional"):
             return None  # a cut's choice (the time budget ended its race): tuned again, from the journals
         if 0 <= index < len(tuner.space) and data["config"] == tuner.descriptions[index]:
-            if not quiet:  # served (a look ahead only reads): the decision this job uses, for the command line
+            if not quiet:  # served (``quiet``: a look ahead, which only reads): the job uses it (the command line)
                 tuner.cache.served(self.entry)
             return [index, served(data)]
-        if data is not None and not quiet:  # a file edited or damaged: the same space, another config at its index
+        if data is not None and not quiet:  # a file edited or damaged (said): the same space, another config there
             _not_that_config(tuner.cache.path(self.entry), index, data["config"])
         return None
 
