@@ -57,6 +57,22 @@ def test_resume_after_sigterm_and_sigkill_launches_the_same_config_on_every_rank
 
 
 @pytest.mark.timeout(150)
+def test_a_cancelled_task_on_one_rank_is_journaled_as_an_interruption(tmp_path):
+    """A ``BaseException`` that is no ``Exception`` (``asyncio.CancelledError``) raised in the function on rank 1
+    while config 1 runs: journaled ``interrupted`` (it blames no config), as Ctrl-C and SIGTERM are. Before, only
+    those two were: the journal ended ``started``, and the next attempt took config 1 for a crash suspect. (The
+    other rank learns of it at its next exchange, after the timeout: contextual tuning has no failure board.)"""
+    env = tuner_env(tmp_path, 10, FAULT_DIR=str(tmp_path / "faults"))
+    (tmp_path / "faults").mkdir()
+    ranks = run_ranks(CASES, 2, ["cancelled"], env={**env, "ATTEMPT": "0"}, timeout=100)
+    assert ranks[1].returncode == 0 and ranks[1].results == [{"rank": 1, "cancelled": True}], describe(ranks)
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    (journal,) = [p for p in cache.rglob("*.journal") if ".rank1" in p.name]
+    last = records(journal)[-1]
+    assert (last["state"], last["index"]) == ("interrupted", 1), last
+
+
+@pytest.mark.timeout(150)
 def test_two_groups_of_one_job_never_read_or_delete_each_others_journals(tmp_path):
     """Ranks 2 and 3 (group A) tune first: config 1 raises there (journaled failed), then both are SIGKILLed
     inside config 2. Ranks 0 and 1 (group B) then tune the same kernel and key in the same cache folder: B

@@ -8,6 +8,8 @@ rank made them) and sleeps [5, 80, 120] ms, the same on every rank: config 0 win
 - ``killed``: attempt 0 warms config 0 up in run 0; in run 1 rank 0 launches config 1 and is sent SIGTERM, while
   rank 1 is SIGKILLed before its launch: the journals end inside different configs (1 on rank 0, 0 on rank 1).
   Attempt 1 resumes from them.
+- ``cancelled``: in run 2 (config 1 launched) rank 1's function raises ``asyncio.CancelledError`` (a cancelled
+  task: a ``BaseException`` that is no ``Exception``); it is journaled ``interrupted``, as Ctrl-C is.
 - ``two_groups``: 4 ranks, groups A = [2, 3] and B = [0, 1] tune the same kernel and key. Config 1 raises on
   A's ranks (journaled failed), then A's ranks are SIGKILLed inside config 2; only then B tunes.
 """
@@ -103,6 +105,25 @@ def killed():
     layer = layer_on(None, before, after)
     x = torch.arange(64, dtype=torch.float32)
     emit(**outcome(layer, layer(x), x, 2))
+
+
+@case
+def cancelled():
+    import asyncio
+
+    tdt.init_distributed()
+    me = dist.get_rank()
+
+    def after(run):
+        if run == 2 and me == 1:
+            raise asyncio.CancelledError()
+
+    x = torch.arange(64, dtype=torch.float32)
+    try:
+        layer_on(None, after=after)(x)
+    except asyncio.CancelledError:
+        emit(rank=me, cancelled=True)
+        os._exit(0)  # the other rank waits for this one's next exchange: nothing more to say to it
 
 
 @case

@@ -166,7 +166,9 @@ class Session(CallState):
                     return self.tuner.fn(*args, **kwargs), None
                 except Exception as exc:
                     return None, exc
-        except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM: an interruption blames no config
+        except Exception:  # the tuner's own (a run's are returned above)
+            raise
+        except BaseException:  # Ctrl-C, SIGTERM, a cancelled task's CancelledError: an interruption blames no config
             self._journal_inflight("interrupted")
             raise
         finally:
