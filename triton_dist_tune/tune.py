@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from . import checks
+from . import checks, settings
 from .capture import capturing, eagerly, tuning_in_capture
 from .errors import BadInputError
 from .function import TuneOptions, Tuner
@@ -94,7 +94,8 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         checks.runs_inside(fn, "autotune")
-        return _hot_path(Tuner(fn, config_space, key_fn, prune_fn, options()), fn, key_fn)
+        with settings.overlooking():  # a malformed variable fails the first tuning on every rank alike (tuner.py)
+            return _hot_path(Tuner(fn, config_space, key_fn, prune_fn, options()), fn, key_fn)
 
     return decorate
 
@@ -167,7 +168,9 @@ def _slow_path(tuner: Tuner, key_fn: Callable[..., Hashable], args: tuple, kwarg
     however often Dynamo recompiles the caller). Inside a CUDA-graph capture a call that would tune raises
     :class:`~triton_dist_tune.errors.CaptureError` (naming the key) before anything runs; a call that the
     ``undecided`` policy serves, or ``autotune=False``, runs."""
-    if kwargs.get("autotune", True) is not False and tuner.undecided.current() == "tune" and capturing():
+    with settings.overlooking():  # a malformed variable: the tuning raises it on every rank alike (tuner.py)
+        policy = tuner.undecided.current()
+    if kwargs.get("autotune", True) is not False and policy == "tune" and capturing():
         try:
             key: Any = key_fn(*args, **{k: v for k, v in kwargs.items() if k not in CALL_KEYWORDS})
         except Exception as exc:  # the message names what it can

@@ -175,6 +175,18 @@ def timing_differs():
 
 
 @case
+def malformed_on_one_rank():
+    """Case 8: a tuner variable is malformed on one rank only (set per rank by the test, before decorating)."""
+    tdt.init_distributed()
+
+    f = tuned(n_warmup=1, n_repeat=2, name="malformedonone")
+
+    t0 = time.monotonic()
+    result = outcome(f, torch.ones(2))
+    emit(result=result, seconds=time.monotonic() - t0)
+
+
+@case
 def steps_differ():
     """Case 8: the two ranks make one exchange each, at different steps (rank 1 one step ahead)."""
     from triton_dist_tune.group.resolve import resolve_group

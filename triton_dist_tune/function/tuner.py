@@ -47,6 +47,17 @@ class Tuner(TunedFunction):
             if problem:
                 raise BadInputError(problem)
             return self._run(args, kwargs, self._first_config(args, kwargs, overwrite), overwrite)
+        env_problem = settings.problem()  # a malformed variable, maybe on this rank only: agreed, never raised alone
+        if env_problem is None:
+            return self._tune_or_serve(args, kwargs, pg, verbose, overwrite, replicas, typos, problem, None)
+        with settings.overlooking():  # up to the first exchange, which carries it to every rank
+            return self._tune_or_serve(args, kwargs, pg, verbose, overwrite, replicas, typos, problem, env_problem)
+
+    def _tune_or_serve(self, args: tuple, kwargs: dict[str, Any], pg: Any, verbose: bool | None, overwrite: bool,
+                       replicas: Any, typos: list[str], problem: str | None, env_problem: str | None) -> Any:
+        """The rest of :meth:`call` once tuning is on: a decided key runs, an undecided one is served or tuned.
+        ``env_problem`` (a malformed variable) serves nothing and fails the tuning on every rank at its first
+        exchange."""
         group = resolve_group(pg)
         layout = None if replicas is None else Layout(group, resolve_group(replicas, "autotune_replicas"))
         if layout is not None and self.options.sharded:
@@ -62,7 +73,7 @@ class Tuner(TunedFunction):
         if layout is not None:
             table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
         config = table.get(slot) if key_error is None else None
-        if config is None and key_error is None:  # ``undecided="nearest"|"first"``: no tuning
+        if config is None and key_error is None and env_problem is None:  # ``undecided="nearest"|"first"``
             config = self._serve(table, slot, group, args, kwargs, overwrite)
         if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
             problem = self._call_problem((), kwargs)  # a tuned parameter by keyword: named, decided key or not
@@ -74,7 +85,7 @@ class Tuner(TunedFunction):
                 if config is None:
                     tuning = Tuning(self, group, key, args, self._tuned_kwargs(kwargs, overwrite), verbose,
                                     overwrite, layout)
-                    config = table[slot] = tuning.run(key_error, problem)
+                    config = table[slot] = tuning.run(key_error, problem or env_problem)
                     if table is self.decided and group.size == 1 and (settings.current().world_size or 1) > 1:
                         self.alone.add(key)  # tuned before the job's group existed: the group tunes it once it does
         return self._run(args, kwargs, config, overwrite)
