@@ -146,6 +146,20 @@ def test_tensors_inside_list_and_dict_arguments_are_restored_like_top_level_ones
 
 
 @pytest.mark.timeout(150)
+def test_a_parameter_updated_in_place_is_restored_not_blamed_on_every_config(tmp_path):
+    # before: the tuner's own copy_ into a leaf that requires grad raised in every run ("a leaf Variable that
+    # requires grad is being used in an in-place operation"), journaled every config failed, then escaped as that
+    # RuntimeError from the restore before the final call
+    results = run("parameter_updated_in_place", tuner_env(tmp_path, 30))
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        for label, got in r.result["seen"].items():
+            assert "error" not in got["result"], (label, got)
+            assert got["w"] == [0.5] * 4 and got["requires_grad"], (label, got)  # one step, still a parameter
+            assert "failed" not in got["states"], (label, got)
+
+
+@pytest.mark.timeout(150)
 def test_random_state_after_tuning_is_that_of_one_untuned_call_lockstep_and_sharded(tmp_path):
     results = run("random_state", tuner_env(tmp_path, 30))
     assert all(r.returncode == 0 for r in results), describe(results)

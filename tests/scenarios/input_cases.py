@@ -149,6 +149,31 @@ def nested_arguments():
 
 
 @case
+def parameter_updated_in_place():
+    """An ``nn.Parameter`` a fused optimizer step updates in place (under ``no_grad``), declared in restore_value or
+    watched: every config is measured and the parameter after the call is that of one step."""
+    tdt.init_distributed()
+    space = [{"block": b} for b in (1, 2, 3)]
+
+    def step(w, g, block=1):
+        with torch.no_grad():
+            w.sub_(0.5 * g)
+        dist.all_reduce(g.clone())
+        return block
+
+    seen = {}
+    for label, options in (("declared", {"restore_value": ["w"]}), ("watched", {})):
+        tuned = tdt.autotune(space, key_fn=lambda w, g: w.numel(), n_warmup=1, n_repeat=2, timing="cold",
+                             name=f"param_{label}", **options)(step)
+        w = torch.nn.Parameter(torch.ones(4))
+        result = outcome(tuned, w, torch.ones(4))
+        decision = next(iter(tuned.tuner.decisions.values()), None)
+        seen[label] = {"result": result, "w": w.tolist(), "requires_grad": w.requires_grad,
+                       "states": [o.state for o in decision.outcomes] if decision else None}
+    emit(seen=seen)
+
+
+@case
 def random_state():
     """A function that draws random numbers (dropout-like), tuned lock-step and sharded on ranks seeded alike:
     the result and the next draw are those of one untuned call with the chosen config, on every rank."""
