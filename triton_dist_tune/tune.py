@@ -168,9 +168,7 @@ def _slow_path(tuner: Tuner, key_fn: Callable[..., Hashable], args: tuple, kwarg
     however often Dynamo recompiles the caller). Inside a CUDA-graph capture a call that would tune raises
     :class:`~triton_dist_tune.errors.CaptureError` (naming the key) before anything runs; a call that the
     ``undecided`` policy serves, or ``autotune=False``, runs."""
-    with settings.overlooking():  # a malformed variable: the tuning raises it on every rank alike (tuner.py)
-        policy = tuner.undecided.current()
-    if kwargs.get("autotune", True) is not False and policy == "tune" and capturing():
+    if kwargs.get("autotune", True) is not False and tuner.undecided.current() == "tune" and capturing():
         try:
             key: Any = key_fn(*args, **{k: v for k, v in kwargs.items() if k not in CALL_KEYWORDS})
         except Exception as exc:  # the message names what it can

@@ -176,14 +176,15 @@ def timing_differs():
 
 @case
 def malformed_on_one_rank():
-    """Case 8: a tuner variable is malformed on one rank only (set per rank by the test, before decorating)."""
+    """Case 8: a tuner variable is malformed on one rank only (set per rank by the test, before decorating); a
+    function that tunes its keys, and one that serves them (``undecided="first"``)."""
     tdt.init_distributed()
 
-    f = tuned(n_warmup=1, n_repeat=2, name="malformedonone")
-
-    t0 = time.monotonic()
-    result = outcome(f, torch.ones(2))
-    emit(result=result, seconds=time.monotonic() - t0)
+    for label, options in (("tuned", {}), ("served", {"undecided": "first"})):
+        f = tuned(n_warmup=1, n_repeat=2, name=f"malformedonone_{label}", **options)
+        t0 = time.monotonic()
+        result = outcome(f, torch.ones(2))
+        emit(case=label, result=result, seconds=time.monotonic() - t0)
 
 
 @case
