@@ -6,10 +6,10 @@ tunings). To add a variable: add a field to :class:`Settings` with its documente
 :meth:`Settings.from_env` (raising :class:`~triton_dist_tune.errors.BadInputError` for a malformed value), and read
 it through ``settings.current().<field>``; document it in docs/operations.md's table of variables.
 
-A malformed variable set on some ranks only must not leave the others waiting at the tuning's first exchange for
-a rank that raised alone: the tuner reads :func:`problem` when a call would tune, and a rank that has one tunes
-:func:`overlooking` it (each malformed variable read as its default) up to that exchange, which carries the
-problem, so that every rank raises the same ``BadInputError`` at once.
+A malformed variable set on some ranks only must not leave the others waiting at the first exchange for a rank
+that raised alone: the tuner reads :func:`problem` when a call would tune or serve an undecided key, and a rank
+that has one goes on :func:`overlooking` it (each malformed variable read as its default) up to that exchange,
+which carries the problem, so that every rank raises the same ``BadInputError`` at once.
 
 What the launcher (torchrun, mpiexec, Slurm) tells a process is a :class:`Launcher`, read by :func:`launcher`. It
 is apart from :class:`Settings` because it is read where a malformed tuner variable must not stop anything:
