@@ -252,8 +252,8 @@ def test_a_variable_malformed_on_one_rank_is_the_same_bad_input_error_on_every_r
     name = f"TRITON_DIST_AUTOTUNE_{variable}"
     results = run("malformed_on_one_rank", tuner_env(tmp_path, 20), per_rank_env={1: {name: value}})
     for r in results:
-        assert [x["case"] for x in r.results] == ["tuned", "served"], describe(results)
-        for result in r.results:  # tuned: at the tuning's first agreement; served: at the serving's exchange
+        assert [x["case"] for x in r.results] == ["tuned", "served", "campaign"], describe(results)
+        for result in r.results:  # at the first exchange of the tuning, of the serving, of the campaign
             assert result["result"]["error"] == "BadInputError", (result, describe(results))
             assert f"rank 1: {name}" in result["result"]["message"] and repr(value) in result["result"]["message"]
             assert result["seconds"] < 5  # the deadline is 20 s

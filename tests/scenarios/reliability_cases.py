@@ -177,13 +177,16 @@ def timing_differs():
 @case
 def malformed_on_one_rank():
     """Case 8: a tuner variable is malformed on one rank only (set per rank by the test, before decorating); a
-    function that tunes its keys, and one that serves them (``undecided="first"``)."""
+    function that tunes its keys, one that serves them (``undecided="first"``), and a campaign."""
     tdt.init_distributed()
 
-    for label, options in (("tuned", {}), ("served", {"undecided": "first"})):
+    for label, options in (("tuned", {}), ("served", {"undecided": "first"}), ("campaign", {})):
         f = tuned(n_warmup=1, n_repeat=2, name=f"malformedonone_{label}", **options)
         t0 = time.monotonic()
-        result = outcome(f, torch.ones(2))
+        if label == "campaign":
+            result = outcome(tdt.campaign, f, lambda n: torch.ones(n), [2, 4], progress=False)
+        else:
+            result = outcome(f, torch.ones(2))
         emit(case=label, result=result, seconds=time.monotonic() - t0)
 
 
