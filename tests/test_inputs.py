@@ -160,6 +160,18 @@ def test_a_parameter_updated_in_place_is_restored_not_blamed_on_every_config(tmp
 
 
 @pytest.mark.timeout(150)
+def test_post_hook_runs_after_a_run_that_raised_so_only_that_config_fails(tmp_path):
+    # before: a run that raised skipped post_hook, so a pre_hook / post_hook pair keeping a phase counter saw the
+    # phase still open in every later run: every other config failed too (AllConfigsFailedError on both ranks)
+    results = run("post_hook_after_a_failing_run", tuner_env(tmp_path, 30))
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        for timing, got in r.result["seen"].items():
+            assert "error" not in got["result"], (timing, got)
+            assert got["states"][1] == "failed" and "failed" not in (got["states"][0], got["states"][2]), got
+
+
+@pytest.mark.timeout(150)
 def test_random_state_after_tuning_is_that_of_one_untuned_call_lockstep_and_sharded(tmp_path):
     results = run("random_state", tuner_env(tmp_path, 30))
     assert all(r.returncode == 0 for r in results), describe(results)

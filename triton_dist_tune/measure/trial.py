@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,13 @@ class Trial:
             self.state.before_run()
         if self.pre_hook is not None:
             self.pre_hook(config, *self.args, **self.kwargs)
-        out = self.fn(*self.args, **self.kwargs, **config)
+        try:
+            out = self.fn(*self.args, **self.kwargs, **config)
+        except Exception:
+            if self.post_hook is not None:  # it closes what pre_hook opened (a phase counter) for the next run;
+                with contextlib.suppress(Exception):  # the run's own error is the one that counts
+                    self.post_hook(config, *self.args, **self.kwargs)
+            raise
         if self.post_hook is not None:
             self.post_hook(config, *self.args, **self.kwargs)
         if self.state is not None:
