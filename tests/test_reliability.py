@@ -244,6 +244,22 @@ def test_a_timing_mode_that_differs_between_ranks_is_a_clear_error_on_every_rank
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("variable, value", [("TIMING", "bogus"), ("TIMEOUT", "abc"), ("UNDECIDED", "x")])
+def test_a_variable_malformed_on_one_rank_is_the_same_bad_input_error_on_every_rank_at_once(tmp_path, variable,
+                                                                                               value):
+    # before: rank 1 raised alone (when decorating, or before the first exchange) and rank 0 waited its whole
+    # deadline for it, then raised a GroupTimeoutError saying rank 1 crashed or hung
+    name = f"TRITON_DIST_AUTOTUNE_{variable}"
+    results = run("malformed_on_one_rank", tuner_env(tmp_path, 20), per_rank_env={1: {name: value}})
+    for r in results:
+        assert [x["case"] for x in r.results] == ["tuned", "served", "campaign"], describe(results)
+        for result in r.results:  # at the first exchange of the tuning, of the serving, of the campaign
+            assert result["result"]["error"] == "BadInputError", (result, describe(results))
+            assert f"rank 1: {name}" in result["result"]["message"] and repr(value) in result["result"]["message"]
+            assert result["seconds"] < 5  # the deadline is 20 s
+
+
+@pytest.mark.timeout(120)
 def test_ranks_at_different_steps_get_a_clear_error_naming_both(tmp_path):
     results = run("steps_differ", tuner_env(tmp_path, 20))
     for r in results:

@@ -6,6 +6,11 @@ tunings). To add a variable: add a field to :class:`Settings` with its documente
 :meth:`Settings.from_env` (raising :class:`~triton_dist_tune.errors.BadInputError` for a malformed value), and read
 it through ``settings.current().<field>``; document it in docs/operations.md's table of variables.
 
+A malformed variable set on some ranks only must not leave the others waiting at the first exchange for a rank
+that raised alone: the tuner reads :func:`problem` when a call would tune or serve an undecided key, and a rank
+that has one goes on :func:`overlooking` it (each malformed variable read as its default) up to that exchange,
+which carries the problem, so that every rank raises the same ``BadInputError`` at once.
+
 What the launcher (torchrun, mpiexec, Slurm) tells a process is a :class:`Launcher`, read by :func:`launcher`. It
 is apart from :class:`Settings` because it is read where a malformed tuner variable must not stop anything:
 before any tuning (:func:`~triton_dist_tune.group.dist.init_distributed`), in the logs, and in the watchdog as it
@@ -14,11 +19,14 @@ ends a hung rank. Reading it never raises.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from .errors import BadInputError
 
@@ -33,6 +41,7 @@ MAX_SECONDS = 1e6
 #: timeout while the other decided and then failed in gloo)
 MIN_TIMEOUT_S = 1.0
 PREFIX = "TRITON_DIST_AUTOTUNE_"
+T = TypeVar("T")
 
 #: launcher variables of a process's rank in the whole job (the first one set wins)
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
@@ -160,36 +169,46 @@ class Settings:
     search: str | None = None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Parse ``env`` (default ``os.environ``); raises BadInputError for a malformed value."""
+    def from_env(cls, env: Mapping[str, str] | None = None, lenient: bool = False) -> Settings:
+        """Parse ``env`` (default ``os.environ``); raises BadInputError for a malformed value (``lenient``: reads
+        it as its default instead)."""
         env = os.environ if env is None else env
+
+        def parsed(parse: Callable[[], T], default: T) -> T:
+            try:
+                return parse()
+            except BadInputError:
+                if not lenient:
+                    raise
+                return default
+
         cache_dir = env.get(PREFIX + "CACHE_DIR")
         log_dir = env.get(PREFIX + "LOG_DIR")
         job = next((value for value in (env.get(PREFIX + "JOB_ID"), env.get("TORCHELASTIC_RUN_ID"),
                                         env.get("SLURM_JOB_ID"))
                     if value and value.lower() != "none"), None)  # torchrun's run id is "none" unless it names one
         return cls(
-            timeout=_timeout(env),
+            timeout=parsed(lambda: _timeout(env), cls.timeout),
             cache_dir=Path(cache_dir) if cache_dir else cls.cache_dir,
             always_tune=flag(env.get(PREFIX + "ALWAYS_TUNE")),
             version_check=flag(env.get(PREFIX + "VERSION_CHECK")),
-            progress_s=_seconds(env, PREFIX + "PROGRESS_S", 30.0),
+            progress_s=parsed(lambda: _seconds(env, PREFIX + "PROGRESS_S", 30.0), cls.progress_s),
             restart_count=env.get("TORCHELASTIC_RESTART_COUNT", "0") or "0",
             job_id=job,
             world_size=_int(env, SIZE_VARIABLES),
-            timing=_timing(env.get(PREFIX + "TIMING", "")),
-            max_runs=_count(env, PREFIX + "MAX_RUNS", 1000),
-            sync_every=_count(env, PREFIX + "SYNC_EVERY", 64),
+            timing=parsed(lambda: _timing(env.get(PREFIX + "TIMING", "")), cls.timing),
+            max_runs=parsed(lambda: _count(env, PREFIX + "MAX_RUNS", 1000), cls.max_runs),
+            sync_every=parsed(lambda: _count(env, PREFIX + "SYNC_EVERY", 64), cls.sync_every),
             interpret=flag(env.get("TRITON_INTERPRET")),
             log_dir=Path(log_dir) if log_dir else cls.log_dir,
-            new_key_grace=_seconds(env, PREFIX + "NEW_KEY_GRACE", 0.5),
+            new_key_grace=parsed(lambda: _seconds(env, PREFIX + "NEW_KEY_GRACE", 0.5), cls.new_key_grace),
             compile_threads=_threads(env),
             compile_processes=_processes(env),
-            compile_start=_compile_start(env.get(PREFIX + "COMPILE_START", "")),
+            compile_start=parsed(lambda: _compile_start(env.get(PREFIX + "COMPILE_START", "")), cls.compile_start),
             compile_next_key=flag(env.get(PREFIX + "COMPILE_NEXT_KEY", "1")),
             print_autotuning=flag(env.get("TRITON_PRINT_AUTOTUNING")),
-            undecided=_undecided(env.get(PREFIX + "UNDECIDED", "")),
-            search=_search(env.get(PREFIX + "SEARCH", "")),
+            undecided=parsed(lambda: _undecided(env.get(PREFIX + "UNDECIDED", "")), cls.undecided),
+            search=parsed(lambda: _search(env.get(PREFIX + "SEARCH", "")), cls.search),
         )
 
 
@@ -221,9 +240,35 @@ def _search(value: str) -> str | None:
     return mode or None
 
 
+#: inside :func:`overlooking`: :func:`current` reads a malformed variable as its default
+_OVERLOOKING: ContextVar[bool] = ContextVar("triton_dist_tune_overlooking", default=False)
+
+
 def current() -> Settings:
-    """The settings as the environment says now."""
-    return Settings.from_env()
+    """The settings as the environment says now (raises BadInputError for a malformed value, except inside
+    :func:`overlooking`)."""
+    return Settings.from_env(lenient=_OVERLOOKING.get())
+
+
+def problem() -> str | None:
+    """What :func:`current` raises for a malformed variable, as text; None when every variable is well formed."""
+    try:
+        Settings.from_env()
+    except BadInputError as exc:
+        return str(exc)
+    return None
+
+
+@contextlib.contextmanager
+def overlooking() -> Iterator[None]:
+    """Inside, :func:`current` reads each malformed variable as its default instead of raising: for a rank that
+    carries the error (:func:`problem`) into its group's first exchange of a tuning, so that every rank of the
+    group raises it at once instead of this rank alone while the others wait for it to their deadline."""
+    token = _OVERLOOKING.set(True)
+    try:
+        yield
+    finally:
+        _OVERLOOKING.reset(token)
 
 
 def _launcher_int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:

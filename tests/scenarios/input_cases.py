@@ -149,6 +149,62 @@ def nested_arguments():
 
 
 @case
+def parameter_updated_in_place():
+    """An ``nn.Parameter`` a fused optimizer step updates in place (under ``no_grad``), declared in restore_value or
+    watched: every config is measured and the parameter after the call is that of one step."""
+    tdt.init_distributed()
+    space = [{"block": b} for b in (1, 2, 3)]
+
+    def step(w, g, block=1):
+        with torch.no_grad():
+            w.sub_(0.5 * g)
+        dist.all_reduce(g.clone())
+        return block
+
+    seen = {}
+    for label, options in (("declared", {"restore_value": ["w"]}), ("watched", {})):
+        tuned = tdt.autotune(space, key_fn=lambda w, g: w.numel(), n_warmup=1, n_repeat=2, timing="cold",
+                             name=f"param_{label}", **options)(step)
+        w = torch.nn.Parameter(torch.ones(4))
+        result = outcome(tuned, w, torch.ones(4))
+        decision = next(iter(tuned.tuner.decisions.values()), None)
+        seen[label] = {"result": result, "w": w.tolist(), "requires_grad": w.requires_grad,
+                       "states": [o.state for o in decision.outcomes] if decision else None}
+    emit(seen=seen)
+
+
+@case
+def post_hook_after_a_failing_run():
+    """A pre_hook / post_hook pair keeping a phase counter (pre opens a phase, post closes it) and a config whose run
+    raises after the function's all_reduce, on every rank, in both timing modes: only that config fails."""
+    tdt.init_distributed()
+    seen = {}
+    for timing in ("steady", "cold"):
+        depth = [0]
+
+        def pre(config, x, depth=depth):
+            if depth[0] != 0:
+                raise RuntimeError("pre_hook: the phase the previous run opened was never closed")
+            depth[0] += 1
+
+        def post(config, x, depth=depth):
+            depth[0] -= 1
+
+        def fn(x, block=1):
+            dist.all_reduce(x.clone())
+            if block == 2:
+                raise RuntimeError("config 2 fails")
+            return block
+
+        tuned = tdt.autotune([{"block": b} for b in (1, 2, 3)], key_fn=lambda x: x.numel(), pre_hook=pre,
+                             post_hook=post, n_warmup=1, n_repeat=2, timing=timing, name=f"posthook_{timing}")(fn)
+        result = outcome(tuned, torch.ones(2))
+        decision = next(iter(tuned.tuner.decisions.values()), None)
+        seen[timing] = {"result": result, "states": [o.state for o in decision.outcomes] if decision else None}
+    emit(seen=seen)
+
+
+@case
 def random_state():
     """A function that draws random numbers (dropout-like), tuned lock-step and sharded on ranks seeded alike:
     the result and the next draw are those of one untuned call with the chosen config, on every rank."""

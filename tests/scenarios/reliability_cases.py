@@ -175,6 +175,22 @@ def timing_differs():
 
 
 @case
+def malformed_on_one_rank():
+    """Case 8: a tuner variable is malformed on one rank only (set per rank by the test, before decorating); a
+    function that tunes its keys, one that serves them (``undecided="first"``), and a campaign."""
+    tdt.init_distributed()
+
+    for label, options in (("tuned", {}), ("served", {"undecided": "first"}), ("campaign", {})):
+        f = tuned(n_warmup=1, n_repeat=2, name=f"malformedonone_{label}", **options)
+        t0 = time.monotonic()
+        if label == "campaign":
+            result = outcome(tdt.campaign, f, lambda n: torch.ones(n), [2, 4], progress=False)
+        else:
+            result = outcome(f, torch.ones(2))
+        emit(case=label, result=result, seconds=time.monotonic() - t0)
+
+
+@case
 def steps_differ():
     """Case 8: the two ranks make one exchange each, at different steps (rank 1 one step ahead)."""
     from triton_dist_tune.group.resolve import resolve_group

@@ -145,17 +145,19 @@ def _keeps(tuner: TunedFunction, call: Call) -> list[bool] | None:
 
 
 def _keys(tuner: TunedFunction, build: Callable[[int], Call], count: int, plan: Plan, timeout: float,
-          masks: list[list[bool] | None]) -> list[Hashable]:
+          masks: list[list[bool] | None], problem: str | None = None) -> list[Hashable]:
     """Every position's key, computed on every rank; every rank of the campaign agrees on them (or all raise the
     same error, naming the ranks by their global rank). ``masks`` gets, per position, which configs ``prune_fn``
     keeps for this rank's call.
 
     The campaign's ranks are its units' groups linked by ``plan.across``: the ranks agree inside the tuning group
     first, then across the units, the first agreement's error (if any) travelling as the second one's note, so that
-    a rank whose ``key_fn`` raised ends every rank of the job at this step, never at a later one by a timeout."""
+    a rank whose ``key_fn`` raised ends every rank of the job at this step, never at a later one by a timeout.
+    ``problem``: this rank's own (a malformed variable), raised on every rank the same way."""
     keys: list[Hashable] = []
     texts: list[str] = []
-    problem = None
+    if problem is not None:
+        problem = f"rank {logs.global_rank()}: {problem}"
     try:
         for position in range(count):
             call = build(position)
@@ -330,6 +332,11 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     plan = _plan(tuner, rank_local, pg, replicas)
     if rank_local:
         tuner.rank_local = True  # its undecided keys are served by each rank alone (function/policy.py)
+    env_problem = settings.problem()  # a malformed variable, maybe on this rank only: agreed, never raised alone
+    if env_problem is not None:
+        with settings.overlooking():  # up to the keys' agreement, which raises it on every rank of the campaign
+            timeout = tuner.options.timeout if tuner.options.timeout is not None else settings.current().timeout
+            _keys(tuner, build, count, plan, timeout, [], env_problem)
     timeout = tuner.options.timeout if tuner.options.timeout is not None else settings.current().timeout
     started = time.perf_counter()
     masks: list[list[bool] | None] = []

@@ -36,7 +36,8 @@ class TuneOptions:
         reset_to_zero: names of tensor arguments zeroed before every measured run.
         restore_value: names of tensor arguments restored before every measured run.
         pre_hook / post_hook: ``hook(config, *args, **kwargs)`` around every measured run, for state that is not
-            a tensor argument (buffers, signal flags, phase counters).
+            a tensor argument (buffers, signal flags, phase counters); ``post_hook`` runs after a run that raised
+            too.
         ref_prog: the reference, called with the same arguments; a config whose result (and in-place outputs)
             differ from it on any rank is left out on every rank.
         rtol / atol: tolerances of that check (both or neither; neither means torch's defaults for the dtype).

@@ -142,13 +142,15 @@ class Undecided:
         self._served: dict[Hashable, Served] = {}
 
     def current(self) -> str:
-        """The policy now: ``TRITON_DIST_AUTOTUNE_UNDECIDED`` when set, else the decorator's, else ``tune``."""
-        return settings.current().undecided or self.mode or "tune"
+        """The policy now: ``TRITON_DIST_AUTOTUNE_UNDECIDED`` when set, else the decorator's, else ``tune``. A
+        malformed variable reads as unset here: the call's tuning raises it on every rank alike
+        (:func:`~triton_dist_tune.settings.problem`)."""
+        return settings.Settings.from_env(lenient=True).undecided or self.mode or "tune"
 
     def serve(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, grouped: bool,
               space: Sequence[dict[str, Any]], keeps: Callable[[dict[str, Any]], bool],
               group: Group | None = None, timeout: float | None = None,
-              announce: bool = True) -> dict[str, Any] | None:
+              announce: bool = True, problem: str | None = None) -> dict[str, Any] | None:
         """The config for the undecided ``slot`` of ``table`` (None: tune it). ``grouped``: ``table`` is
         ``decided_in`` (slots are (group..., key)); ``keeps(config)``: whether ``prune_fn`` keeps ``config`` for
         this call (a served config is always one it keeps).
@@ -157,7 +159,10 @@ class Undecided:
         agreed in one exchange per key and decision count: a config counts as kept only where every rank keeps it,
         and a decided key only where every rank holds it; every rank serves the same config or every rank tunes.
         Without, this rank chooses alone (no communication). What is served is said in every rank's log, and as a
-        warning on group rank 0 only (``announce``: whether this rank is it, for a rank-local function)."""
+        warning on group rank 0 only (``announce``: whether this rank is it, for a rank-local function).
+
+        ``problem``: this rank cannot serve (a malformed variable): a ``BadInputError`` saying so, raised on every
+        rank of the group at the exchange (on this rank alone without one)."""
         mode = self.current()
         if mode == "tune":
             return None
@@ -167,9 +172,13 @@ class Undecided:
         if served is not None and served.seen == seen:
             return served.config
         grouped_call = group is not None and group.size > 1
+        if problem is not None and not grouped_call:
+            raise BadInputError(problem)
         try:
             candidates: list[Candidate] | str = self._nearest(table, slot, grouped, space) if mode == "nearest" else []
-        except BadInputError as exc:  # a distance that raised or returned no number
+            if problem is not None:
+                raise BadInputError(problem)
+        except BadInputError as exc:  # a distance that raised or returned no number, or the problem
             if not grouped_call:
                 raise
             candidates = str(exc)  # as data: every rank of the group raises it, naming this rank

@@ -55,6 +55,17 @@ class Tuner(TunedFunction):
             if problem:
                 raise BadInputError(problem)
             return self._run(args, kwargs, self._first_config(args, kwargs, overwrite), overwrite)
+        env_problem = settings.problem()  # a malformed variable, maybe on this rank only: agreed, never raised alone
+        if env_problem is None:
+            return self._tune_or_serve(args, kwargs, pg, verbose, overwrite, replicas, typos, problem, None)
+        with settings.overlooking():  # up to the first exchange, which carries it to every rank
+            return self._tune_or_serve(args, kwargs, pg, verbose, overwrite, replicas, typos, problem, env_problem)
+
+    def _tune_or_serve(self, args: tuple, kwargs: dict[str, Any], pg: Any, verbose: bool | None, overwrite: bool,
+                       replicas: Any, typos: list[str], problem: str | None, env_problem: str | None) -> Any:
+        """The rest of :meth:`call` once tuning is on: a decided key runs, an undecided one is served or tuned.
+        ``env_problem`` (a malformed variable) fails every rank alike at the first exchange of the serving or the
+        tuning."""
         group = resolve_group(pg)
         layout = None if replicas is None else Layout(group, resolve_group(replicas, "autotune_replicas"))
         if layout is not None and self.options.sharded:
@@ -71,7 +82,7 @@ class Tuner(TunedFunction):
             table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
         config = table.get(slot) if key_error is None else None
         if config is None and key_error is None:  # ``undecided="nearest"|"first"``: no tuning
-            config = self._serve(table, slot, group, args, kwargs, overwrite)
+            config = self._serve(table, slot, group, args, kwargs, overwrite, env_problem)
         if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
             problem = self._call_problem((), kwargs)  # a tuned parameter by keyword: named, decided key or not
         if config is not None and problem:
@@ -82,7 +93,7 @@ class Tuner(TunedFunction):
                 if config is None:
                     tuning = Tuning(self, group, key, args, self._tuned_kwargs(kwargs, overwrite), verbose,
                                     overwrite, layout)
-                    config = table[slot] = tuning.run(key_error, problem)
+                    config = table[slot] = tuning.run(key_error, problem or env_problem)
                     if table is self.decided and group.size == 1 and (settings.current().world_size or 1) > 1:
                         self.alone.add(key)  # tuned before the job's group existed: the group tunes it once it does
         return self._run(args, kwargs, config, overwrite)
@@ -97,9 +108,10 @@ class Tuner(TunedFunction):
         return None
 
     def _serve(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, group: Any, args: tuple,
-               kwargs: dict[str, Any], overwrite: bool) -> dict[str, Any] | None:
+               kwargs: dict[str, Any], overwrite: bool, problem: str | None = None) -> dict[str, Any] | None:
         """The ``undecided`` policy's config for an undecided key (None: tune it): one ``prune_fn`` keeps for this
-        call, agreed by the group unless the function is rank-local (see :mod:`.policy`)."""
+        call, agreed by the group unless the function is rank-local (see :mod:`.policy`); ``problem`` (a malformed
+        variable on this rank) is raised on every rank of the group instead."""
         tuned_kwargs = self._tuned_kwargs(kwargs, overwrite)
 
         def kept(config: dict[str, Any]) -> bool:
@@ -108,7 +120,8 @@ class Tuner(TunedFunction):
         local = self.options.sharded or self.rank_local
         timeout = self.options.timeout if self.options.timeout is not None else settings.current().timeout
         config = self.undecided.serve(table, slot, table is self.decided_in, self.space, kept,
-                                      None if local else group, timeout, announce=getattr(group, "rank", 0) == 0)
+                                      None if local else group, timeout, announce=getattr(group, "rank", 0) == 0,
+                                      problem=problem)
         if config is not None and not overwrite:
             check_no_clash(config, tuned_kwargs)
         return config

@@ -89,7 +89,7 @@ class StoreGroup(Group):
         # a group destroyed and created again (same name and ranks, maybe the same store) talks under a new prefix:
         # every member creates the channels of a group in the same order, so the count agrees
         incarnation = _incarnations[self.identity] = _incarnations.get(self.identity, 0) + 1
-        attempt = settings.current().restart_count
+        attempt = settings.launcher().restart_count or "0"  # the launcher's: read where a tuner variable is malformed
         self._prefix = namespace(self.name, self.global_ranks, attempt, incarnation)
         self._seq = 0
         #: the exchange whose key holds this rank's own notice of a key written by another process (0: none)

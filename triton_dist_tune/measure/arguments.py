@@ -79,7 +79,7 @@ class ArgumentState:
         #: of every other tensor argument
         self.watched: dict[str, tuple[Any, Any, int]] = {}
         with breakdown.part("restore"):
-            self.saved = [(t, t.clone()) for t in {id(t): t for t in self.restore + self.zero}.values()]
+            self.saved = [(t, t.detach().clone()) for t in {id(t): t for t in self.restore + self.zero}.values()]
             seen = {id(t) for t in self.restore + self.zero}
             if watch:
                 for name, value in sorted(named.items()):
@@ -143,24 +143,30 @@ class ArgumentState:
 
     def _before_run(self) -> None:
         self._detect()
-        for tensor, copy in self.saved:
-            if any(tensor is t for t in self.restore):
+        if not (self.saved or self.zero or self.changed):
+            return
+        with _untracked():
+            for tensor, copy in self.saved:
+                if any(tensor is t for t in self.restore):
+                    tensor.copy_(copy)
+            for tensor in self.zero:
+                tensor.zero_()
+            for name in self.changed:
+                tensor, copy, _ = self.watched[name]
                 tensor.copy_(copy)
-        for tensor in self.zero:
-            tensor.zero_()
-        for name in self.changed:
-            tensor, copy, _ = self.watched[name]
-            tensor.copy_(copy)
 
     def put_back(self) -> None:
         """Put every saved tensor back as it was before tuning (before the final call)."""
         with breakdown.part("restore"):
             self._detect()
-            for tensor, copy in self.saved:
-                tensor.copy_(copy)
-            for name in self.changed:
-                tensor, copy, _ = self.watched[name]
-                tensor.copy_(copy)
+            if not (self.saved or self.changed):
+                return
+            with _untracked():
+                for tensor, copy in self.saved:
+                    tensor.copy_(copy)
+                for name in self.changed:
+                    tensor, copy, _ = self.watched[name]
+                    tensor.copy_(copy)
 
     @property
     def outputs(self) -> list[Any]:
@@ -197,6 +203,15 @@ def _declared(named: Mapping[str, Any], names: Iterable[str], option: str) -> li
                                 f"from {option}, or pass its tensors as arguments")
         out += [tensor for _, tensor in found]
     return out
+
+
+def _untracked() -> Any:
+    """``torch.no_grad()``: the tuner's copies into the arguments are no step of the caller's autograd graph, and
+    a leaf that requires grad (an ``nn.Parameter`` a fused optimizer step updates in place) refuses an in-place
+    copy outside it."""
+    import torch
+
+    return torch.no_grad()
 
 
 def _version(tensor: Any) -> int:

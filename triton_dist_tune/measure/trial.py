@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,14 +32,21 @@ class Trial:
     #: the calls made so far (for the device-time floor of :mod:`~triton_dist_tune.measure.breakdown`)
     calls: int = 0
 
-    def call(self, config: dict[str, Any]) -> Any:
-        """Prepare the arguments and run once with ``config``; returns the function's result."""
+    def call(self, config: dict[str, Any], restored: bool = False) -> Any:
+        """Prepare the arguments (unless ``restored``: the caller did) and run once with ``config``; returns the
+        function's result."""
         self.calls += 1
-        if self.state is not None:
+        if self.state is not None and not restored:
             self.state.before_run()
         if self.pre_hook is not None:
             self.pre_hook(config, *self.args, **self.kwargs)
-        out = self.fn(*self.args, **self.kwargs, **config)
+        try:
+            out = self.fn(*self.args, **self.kwargs, **config)
+        except Exception:
+            if self.post_hook is not None:  # it closes what pre_hook opened (a phase counter) for the next run;
+                with contextlib.suppress(Exception):  # the run's own error is the one that counts
+                    self.post_hook(config, *self.args, **self.kwargs)
+            raise
         if self.post_hook is not None:
             self.post_hook(config, *self.args, **self.kwargs)
         if self.state is not None:
@@ -51,8 +59,12 @@ class Trial:
         return timing.probe(self.clock, lambda: self.call(config), lead, calls)
 
     def cold(self, config: dict[str, Any]) -> float:
-        """One cold sample, ms (:func:`~triton_dist_tune.measure.timing.cold_sample`)."""
-        return timing.cold_sample(self.clock, lambda: self.call(config))
+        """One cold sample, ms (:func:`~triton_dist_tune.measure.timing.cold_sample`). The arguments are restored
+        before the L2 flush, not inside the timed call: the tuner's copies (``restore_value``, ``reset_to_zero``,
+        changed arguments) are no part of one call after a flush, and would put the restored tensors back in L2."""
+        if self.state is not None:
+            self.state.before_run()
+        return timing.cold_sample(self.clock, lambda: self.call(config, restored=True))
 
     def steady(self, config: dict[str, Any], steady: Steady) -> timing.SampleToken:
         """Enqueue one steady sample; returns the clock's tokens (read with :func:`timing.read_sample` after a
