@@ -137,3 +137,23 @@ def test_export_names_the_file_as_the_example_and_honours_the_umask(tmp_path, ca
     assert [p.name for p in (tmp_path / "out").iterdir()] == [expected.name]
     assert list(vllm_load(tmp_path / "out", 8, 64, vllm_moe.cpu_name(), "float32")) == [16, 32]
     assert expected.stat().st_mode & 0o777 == 0o644
+
+
+def test_export_vllm_moe_leaves_out_provisional_decisions(tmp_path, capsys):
+    """A decision cut short by the time budget is provisional: the tuner tunes it again at its next call. vLLM's file
+    has no such mark and would serve it for good: the export leaves it out and says so (before: exported)."""
+    cache = tmp_path / "cache"
+    entry(cache, "moe", "(1, 8, 3584, 4096, 2, 'torch.bfloat16')", TILE.format(m=16, k=64))
+    cut = entry(cache, "moe", "(16, 8, 3584, 4096, 2, 'torch.bfloat16')", TILE.format(m=16, k=128))
+    write_json_atomic(cut, {**json.loads(cut.read_text()), "provisional": True})
+    out = tmp_path / "configs"
+    args = ["export", str(out), "--format", "vllm-moe", "--cache-dir", str(cache), "--function", "moe",
+            "--experts", "8", "--n", "3584"]
+    assert main(args) == 0
+    said = capsys.readouterr().out
+    assert "skipped 1 provisional decision(s) (cut short by the time budget" in said, said
+    assert list(vllm_load(out, 8, 3584, "NVIDIA H100 80GB HBM3")) == [1]
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["provisional_skipped"] == [f"moe/{cut.name}"]
+    assert main([*args, "--where", "0=16"]) == 2
+    assert "no decision of 'moe' matches --where 0=16 but 1 provisional one(s)" in capsys.readouterr().err

@@ -20,6 +20,9 @@ from typing import Any
 from ..disk import decisions as dec
 from ..disk import vllm_moe
 
+#: why a provisional decision stays out of the file: vLLM would serve it for good
+PROVISIONAL_NOTE = ("cut short by the time budget: the tuner tunes them again at their next call, vLLM would serve "
+                    "them as final; tune them to the end, then export")
 
 def _positive(text: str) -> int:
     """``--experts``' and ``--n``'s type: a whole number, at least 1 (a size in the file's name, as vLLM builds it)."""
@@ -85,12 +88,15 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
     if args.experts is None or args.n is None:
         raise fail("--format vllm-moe needs --experts E and --n N (they name the file, as vLLM looks it up)")
     filters = _filters(args.where, fail)
-    chosen = [e for e in entries if e.kernel is None and _matches(e.key, filters)
-              and (args.gpu is None or e.gpu == args.gpu)]
+    matching = [e for e in entries if e.kernel is None and _matches(e.key, filters)
+                and (args.gpu is None or e.gpu == args.gpu)]
+    chosen = [e for e in matching if not e.provisional]
+    provisional = [e.name for e in matching if e.provisional]
     if not chosen:
         raise fail(f"no decision of {args.function!r} matches" + (f" --where {' '.join(args.where)}"
                                                                   if args.where else "")
-                   + (f" --gpu {args.gpu!r}" if args.gpu else ""))
+                   + (f" --gpu {args.gpu!r}" if args.gpu else "")
+                   + (f" but {len(provisional)} provisional one(s) ({PROVISIONAL_NOTE})" if provisional else ""))
     gpus = sorted({e.gpu for e in chosen})
     if len(gpus) > 1:
         raise fail(f"decisions tuned on {len(gpus)} GPU models ({', '.join(gpus)}): pick one with --gpu")
@@ -118,7 +124,8 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
         dtype = found.pop()
     path = vllm_moe.write(vllm_moe.config_file(folder, args.experts, args.n, args.device_name or gpus[0], dtype),
                           configs)
-    return {"file": str(path), "batch_sizes": [int(b) for b in configs], "entries": [e.name for e in chosen]}
+    return {"file": str(path), "batch_sizes": [int(b) for b in configs], "entries": [e.name for e in chosen],
+            "provisional_skipped": provisional}
 
 
 def _conflict(batch: int, *choices: tuple[dec.Entry, dict[str, int]]) -> str:
@@ -136,7 +143,9 @@ def _conflict(batch: int, *choices: tuple[dec.Entry, dict[str, int]]) -> str:
 
 def report(done: dict[str, Any]) -> str:
     """What ``export`` prints after writing the file."""
-    return (f"wrote {done['file']}: {len(done['batch_sizes'])} tuned batch size(s) "
+    skipped = (f"skipped {len(done['provisional_skipped'])} provisional decision(s) ({PROVISIONAL_NOTE})\n"
+               if done["provisional_skipped"] else "")
+    return (f"{skipped}wrote {done['file']}: {len(done['batch_sizes'])} tuned batch size(s) "
             f"{', '.join(map(str, done['batch_sizes']))}\n"
             "only batch sizes with a decision in the cache are in the file (none served by an undecided= policy); "
             "vLLM serves any other batch size with the config of the nearest one in the file")
