@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import UsageError
+from .common import UsageError, at_least_one
 
 
 class LoadError(ValueError):
@@ -80,15 +80,8 @@ def _tuple(value: Any) -> Any:
     return tuple(_tuple(v) for v in value) if isinstance(value, list) else value
 
 
-def _group_size(text: str) -> int:
-    """``--group-size``'s type: a whole number of ranks, at least 1 (checked before any rank starts)."""
-    try:
-        size = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of ranks") from None
-    if size < 1:
-        raise argparse.ArgumentTypeError(f"{size}: a group holds at least 1 rank")
-    return size
+#: ``--group-size``'s type: a whole number of ranks, at least 1
+GROUP_SIZE = at_least_one("a whole number of ranks", "a group holds at least 1 rank")
 
 
 def _check_summary_file(path: Path) -> None:
@@ -150,7 +143,7 @@ def add_parser(sub: Any) -> None:
                        "rank: every rank tunes its share of the keys alone")
     # the former name: under torchrun it is taken for an abbreviation of torchrun's --local-addr/--local-ranks-filter
     scope.add_argument("--local", dest="local", action="store_true", help=argparse.SUPPRESS)
-    scope.add_argument("--group-size", type=_group_size, help="the function is collective over groups of this many "
+    scope.add_argument("--group-size", type=GROUP_SIZE, help="the function is collective over groups of this many "
                        "consecutive ranks: the keys are split between the groups (replicas)")
     p.add_argument("--backend", help="torch.distributed backend (default: nccl with CUDA, else gloo)")
     p.add_argument("--json", metavar="FILE", help="write the summary as JSON (rank 0)")

@@ -6,7 +6,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +112,19 @@ def key_order(text: str) -> tuple[Any, ...]:
     """A sort key that orders the numbers inside a key's text by value: ``(64, ...)`` before ``(128, ...)``."""
     return tuple((0, float(part), "") if re.fullmatch(r"-?\d+(?:\.\d+)?", part) else (1, 0.0, part)
                  for part in re.findall(r"-?\d+(?:\.\d+)?|[^\d-]+|-", text))
+
+
+def at_least_one(whole: str, least: str) -> Callable[[str], int]:
+    """An argparse type: a whole number (``whole`` names it in the error), at least 1 (``least`` says why), checked
+    before any rank starts."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {whole}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{value}: {least}")
+        return value
+
+    return parse

@@ -19,20 +19,14 @@ from typing import Any
 
 from ..disk import decisions as dec
 from ..disk import vllm_moe
+from .common import at_least_one
 
 #: why a provisional decision stays out of the file: vLLM would serve it for good
 PROVISIONAL_NOTE = ("cut short by the time budget: the tuner tunes them again at their next call, vLLM would serve "
                     "them as final; tune them to the end, then export")
 
-def _positive(text: str) -> int:
-    """``--experts``' and ``--n``'s type: a whole number, at least 1 (a size in the file's name, as vLLM builds it)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: a size is at least 1")
-    return value
+#: ``--experts``' and ``--n``'s type: a whole number, at least 1 (a size in the file's name, as vLLM builds it)
+SIZE = at_least_one("a whole number", "a size is at least 1")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,8 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="bundle (default): one file of decisions for 'import'; vllm-moe: vLLM's / SGLang's fused-MoE "
                         "config file, written into the folder BUNDLE names")
     g = p.add_argument_group("--format vllm-moe")
-    g.add_argument("--experts", type=_positive, metavar="E", help="the number of experts (the file name's E)")
-    g.add_argument("--n", type=_positive, metavar="N", help="the weights' out features per expert (the file name's N)")
+    g.add_argument("--experts", type=SIZE, metavar="E", help="the number of experts (the file name's E)")
+    g.add_argument("--n", type=SIZE, metavar="N", help="the weights' out features per expert (the file name's N)")
     g.add_argument("--dtype", help="the problem's dtype: bfloat16 or float16 (no dtype part in the file name), "
                    "float32, or a quantized scheme (fp8_w8a8, ...); default: the torch dtype the keys name")
     g.add_argument("--device-name", help="the file name's device (default: the GPU the decisions were tuned on; "
