@@ -94,6 +94,42 @@ def test_back_to_back_guarded_phases_move_the_backstop_once_a_second_and_it_is_c
 
 
 @pytest.mark.timeout(60)
+def test_restarting_a_phase_moves_its_deadline_and_backstop_without_waking_the_watchdog():
+    """Each run of a warm-up restarts the phase's deadline. Waking the watchdog's thread for it (a later deadline
+    needs no wake: the thread reads the deadlines again when it wakes at the earlier one) cost the tuner's thread
+    the GIL once per run on a host whose CPUs compile: counted here as the condition's notifications."""
+    import threading
+
+    from triton_dist_tune.faults import backstop
+    from triton_dist_tune.faults.watchdog import Watchdog
+
+    class Counting(threading.Condition):
+        notified = 0
+
+        def notify(self, n: int = 1) -> None:
+            Counting.notified += 1
+            super().notify(n)
+
+    dog = Watchdog()
+    dog.cond = Counting()
+    guard = dog.guard()
+    try:
+        guard.arm(30.0, "phase", lambda: None, 0, None, "step", 0.0)
+        first, woken = guard.deadline, Counting.notified
+        for _ in range(200):
+            guard.restart()
+        assert Counting.notified == woken and guard.deadline > first  # was 200 wakes
+        assert guard.deadline + backstop.BACKSTOP_S <= dog.backstop.at <= guard.deadline + backstop.BACKSTOP_S + \
+            backstop.SLACK_S + 0.01
+        guard.disarm()
+        guard.restart()  # nothing armed: nothing to restart
+        assert guard.deadline is None
+    finally:
+        guard.close()
+        dog.stop()
+
+
+@pytest.mark.timeout(60)
 def test_a_process_forked_while_a_phase_is_guarded_can_use_faulthandler_and_exit():
     """A fork copies faulthandler's armed timer without its thread, and cancelling it in the child then waits
     forever (a child that exits through atexit runs the watchdog's stop, which cancels it). The backstop is

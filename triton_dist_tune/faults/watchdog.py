@@ -105,7 +105,9 @@ class Guard:
             if self.deadline is None:
                 return
             self.deadline = time.monotonic() + self.timeout
-        self._dog.watch(self)
+        # the deadline only moves later: the thread, which wakes at the earlier one and reads them again, is left
+        # asleep (a wake per run cost the tuner's thread the GIL on a host whose CPUs compile); the backstop follows
+        self._dog.backstop.keep(self._dog._earliest)
 
     def disarm(self) -> None:
         """Cancel the deadline set by :meth:`arm`."""
