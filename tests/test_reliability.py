@@ -296,6 +296,20 @@ def test_a_variable_malformed_on_one_rank_is_the_same_bad_input_error_on_every_r
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("variable, value", [("TIMEOUT", "abc"), ("MAX_RUNS", "many")])
+def test_a_variable_malformed_on_one_rank_fails_a_contextual_tuning_on_every_rank_at_once(tmp_path, variable, value):
+    # before: rank 1 raised alone when decorating (or at its first read of the variable) and rank 0 waited for it at
+    # the journal exchange to its deadline (GroupTimeoutError, 11 s with T = 10)
+    name = f"TRITON_DIST_AUTOTUNE_{variable}"
+    results = run("malformed_on_one_rank_contextual", tuner_env(tmp_path, 20), per_rank_env={1: {name: value}})
+    for r in results:
+        (result,) = r.results
+        assert result["result"]["error"] == "BadInputError", (result, describe(results))
+        assert f"rank 1: {name}" in result["result"]["message"] and repr(value) in result["result"]["message"]
+        assert result["seconds"] < 5, result  # the deadline is 20 s
+
+
+@pytest.mark.timeout(120)
 def test_ranks_at_different_steps_get_a_clear_error_naming_both(tmp_path):
     results = run("steps_differ", tuner_env(tmp_path, 20))
     for r in results:

@@ -191,6 +191,36 @@ def malformed_on_one_rank():
 
 
 @case
+def malformed_on_one_rank_contextual():
+    """Case 8 for ``contextual_autotune``: the same variable malformed on rank 1 only (set by the test before the
+    process starts), a layer of one ``triton.autotune`` kernel decorated and called on both ranks."""
+    import triton
+    import triton.language as tl
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["n"])
+    @triton.jit
+    def copy_kernel(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+    tdt.init_distributed()
+    t0 = time.monotonic()
+
+    def decorate_and_call():
+        @tdt.contextual_autotune(n_warmup=1, n_repeat=1)
+        def layer(x):
+            out = torch.empty_like(x)
+            copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+            dist.all_reduce(out)
+            return out
+
+        return layer(torch.ones(64))
+
+    result = outcome(decorate_and_call)
+    emit(case="contextual", result=result, seconds=time.monotonic() - t0)
+
+
+@case
 def steps_differ():
     """Case 8: the two ranks make one exchange each, at different steps (rank 1 one step ahead)."""
     from triton_dist_tune.group.resolve import resolve_group

@@ -59,7 +59,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .. import checks
+from .. import checks, settings
 from ..capture import eagerly, is_compiling
 from .options import ContextualOptions
 from .tuner import ContextualTuner
@@ -130,8 +130,10 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         checks.runs_inside(fn, "contextual_autotune")
-        options = ContextualOptions.build(fn, is_dist, n_repeat, n_warmup, timeout=timeout, precompile=precompile,
-                                          name=name, max_runs=max_runs, sync_every=sync_every, search=search)
+        with settings.overlooking():  # a malformed variable fails the first tuning on every rank alike (tuner.py)
+            options = ContextualOptions.build(fn, is_dist, n_repeat, n_warmup, timeout=timeout,
+                                              precompile=precompile, name=name, max_runs=max_runs,
+                                              sync_every=sync_every, search=search)
         tuner = ContextualTuner(fn, options)
         compiling = is_compiling()
 

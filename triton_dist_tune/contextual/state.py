@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import settings
 from ..disk import logs
 from ..disk.cache import DiskCache
 from ..faults.recovery import gather_entries
@@ -149,9 +150,11 @@ class CallState:
     def gather_journals(self) -> None:
         """Before the first run of a call the whole group tunes: one exchange of every rank's journals of this
         group (:func:`~triton_dist_tune.faults.recovery.gather_entries`), the view every resume decision of the
-        call is taken from (which configs to leave out, which to launch first), identical on every rank."""
+        call is taken from (which configs to leave out, which to launch first), identical on every rank. It carries
+        this rank's malformed variable, if any: every rank raises it here (the call reads the environment leniently
+        up to this exchange, :meth:`~.tuner.ContextualTuner.__call__`)."""
         self._earlier = gather_entries(self.group, self.cache.folder, f"{self.label} journal exchange",
-                                       exchange_timeout(self.timeout))
+                                       exchange_timeout(self.timeout), settings.problem(), self.label)
 
     def earlier(self, entry: str) -> list[list[dict[str, Any]]]:
         """Every group rank's journal records of ``entry`` from the gathered view (a process alone reads its own

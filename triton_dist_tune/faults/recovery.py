@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..errors import BadInputError
 from ..group.channel import Group
 from ..space import fingerprint
 from .journal import Journal, merge
@@ -72,10 +73,14 @@ def _strongest(views: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 _SLOT = re.compile(r"^(?P<entry>.+)\.(?P<tag>[0-9a-f]{10})\.rank(?P<rank>\d+)(?:\.\d+)?\.journal$")
 
 
-def gather_entries(group: Group, folder: Path, what: str, timeout: float) -> dict[str, list[list[dict[str, Any]]]]:
+def gather_entries(group: Group, folder: Path, what: str, timeout: float, problem: str | None = None,
+                   label: str = "") -> dict[str, list[list[dict[str, Any]]]]:
     """Every rank's records of every journal of this group in ``folder``, by entry and then by group rank (one
     exchange; the same on every rank): the shared view of a contextual tuning, taken before its first run. Each
-    journal is read under its lock and released at once (one locked by a live tuner is skipped; none is created)."""
+    journal is read under its lock and released at once (one locked by a live tuner is skipped; none is created).
+    ``problem``: this rank's malformed variable (:func:`~triton_dist_tune.settings.problem`), carried by the
+    exchange so that every rank raises it (a :class:`~triton_dist_tune.errors.BadInputError` naming the ranks,
+    after ``label``) rather than this rank alone while the others wait for it."""
     tag, mine = group_tag(group), {}
     bases = set()
     for path in folder.glob(f"*.{tag}.rank{group.rank}*.journal") if folder.is_dir() else []:
@@ -88,7 +93,11 @@ def gather_entries(group: Group, folder: Path, what: str, timeout: float) -> dic
             mine[entry] = journal.read()
         finally:
             journal.close()
-    gathered = group.allgather(mine, what, timeout=timeout)
+    gathered = group.allgather([problem, mine], what, timeout=timeout)
+    problems = [f"rank {r}: {p}" for r, (p, _) in enumerate(gathered) if p]
+    if problems:
+        raise BadInputError(f"{label}: " + "; ".join(problems))
+    gathered = [by_entry for _, by_entry in gathered]
     entries = sorted({entry for by_entry in gathered for entry in by_entry})
     return {entry: [list(by_entry.get(entry, [])) for by_entry in gathered] for entry in entries}
 
