@@ -304,3 +304,46 @@ def test_a_cold_sample_restores_the_arguments_before_the_flush_and_times_the_cal
     trial.cold({"k": 1.0})
     assert steps == ["restore", "flush", "start", "call", "stop"] * 2
     assert out.tolist() == [1.0] * 4  # restored before the second sample: one call's effect
+
+
+def test_a_view_of_a_restored_tensor_is_not_taken_for_an_argument_changed_in_place(caplog):
+    """``f(buf, buf[:2])`` with ``restore_value=["buf"]``, writing only ``buf[4:]``: a view shares its base's version
+    counter, so the tuner's own restore of ``buf`` (and the write) moved ``head``'s and it was reported changed in
+    place (a false warning, and a copy per run). Its values decide now; a view really written is still seen."""
+    import logging
+
+    import torch
+
+    from triton_dist_tune.measure.arguments import ArgumentState
+
+    def runs(state, write, configs=3, per_config=3):
+        for c in range(configs):
+            config = {"c": c}
+            for _ in range(per_config):
+                state.config_starting(config)
+                state.before_run()
+                write()
+                state.after_run()
+        state.put_back()
+
+    buf = torch.zeros(8)
+    head = buf[:2]
+    state = ArgumentState({"buf": buf, "head": head}, ["buf"], [], label="[f]")
+    with caplog.at_level(logging.WARNING, logger="triton_dist_tune"):
+        runs(state, lambda: buf[4:].add_(1))
+    assert state.changed == [] and "changed its argument" not in caplog.text, caplog.text  # was ['head']
+    assert torch.equal(buf, torch.zeros(8))  # put back: one call's effect is the final call's to make
+
+    buf = torch.zeros(8)
+    head = buf[:2]
+    state = ArgumentState({"buf": buf, "head": head}, ["buf"], [], label="[g]")
+    with caplog.at_level(logging.WARNING, logger="triton_dist_tune"):
+        runs(state, lambda: buf.add_(1))  # the view's values change too: still reported (restore_value covers it)
+    assert torch.equal(buf, torch.zeros(8))
+
+    out = torch.zeros(4)
+    state = ArgumentState({"out": out}, [], [], label="[h]")
+    with caplog.at_level(logging.WARNING, logger="triton_dist_tune"):
+        runs(state, lambda: out.add_(1))  # an undeclared argument written in place: reported, put back
+    assert state.changed == ["out"] and "[h] the tuned function changed its argument 'out'" in caplog.text
+    assert torch.equal(out, torch.zeros(4))

@@ -91,6 +91,8 @@ class ArgumentState:
         self.changed: list[str] = []
         self._seen_configs: set[int] = set()
         self._check_due = False
+        #: watched arguments whose version counter moved while their values did not (views sharing a base's)
+        self._shared_counter: set[str] = set()
 
     def config_starting(self, config: Mapping[str, Any]) -> None:
         """Called before each run: the first run of each config gets its watched arguments checked when it ends
@@ -107,13 +109,17 @@ class ArgumentState:
         for name, (tensor, copy, version) in self.watched.items():
             if name in self.changed:
                 continue
-            if _version(tensor) != version or (self._check_due and not _same(tensor, copy)):
-                self.changed.append(name)
-                log.warning(
-                    "triton_dist_tune: %s the tuned function changed its argument '%s' in place; the tuner restores "
-                    "it before every tuning run and before the final call, so that the call's result is that of "
-                    "one call (declare it with restore_value=['%s'] to say so, or reset_to_zero=['%s'] for an "
-                    "accumulating output)", self.label, name, *[name.split("[", 1)[0]] * 2)
+            moved = _version(tensor) != version and name not in self._shared_counter
+            if not (moved or self._check_due) or _same(tensor, copy):
+                if moved:  # a view's counter moves with its base's (a write elsewhere, the tuner's own restore)
+                    self._shared_counter.add(name)  # so it is judged by its values from now on, when a check is due
+                continue
+            self.changed.append(name)
+            log.warning(
+                "triton_dist_tune: %s the tuned function changed its argument '%s' in place; the tuner restores "
+                "it before every tuning run and before the final call, so that the call's result is that of "
+                "one call (declare it with restore_value=['%s'] to say so, or reset_to_zero=['%s'] for an "
+                "accumulating output)", self.label, name, *[name.split("[", 1)[0]] * 2)
         self._check_due = False
 
     def after_run(self) -> None:
