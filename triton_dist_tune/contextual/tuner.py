@@ -5,7 +5,6 @@ that decides whether a call tunes (each call itself is a :class:`~triton_dist_tu
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -128,15 +127,14 @@ class ContextualTuner(TunerState):
             tuning = first or window or (due and self._agree(group, calls))
         if not tuning:
             return HotCall(self, group, calls).call(args, kwargs)
-        # a malformed variable, maybe on this rank only: read leniently up to the journal exchange, which raises it on
-        # every rank (gather_journals), never on this rank alone while the others wait for it
-        lenient = settings.overlooking() if settings.problem() is not None else contextlib.nullcontext()
-        session = Session(self, group, tuning, calls)
-        try:
-            with lenient:
+        # a malformed variable, maybe on this rank only: read as its default, and raised on every rank by the journal
+        # exchange, which carries it (gather_journals), never on this rank alone while the others wait for it
+        with settings.overlooking():
+            session = Session(self, group, tuning, calls)
+            try:
                 out = session.call(args, kwargs)
-        finally:
-            self.last_runs = session.runs
+            finally:
+                self.last_runs = session.runs
         self._called.add(gid)
         return out
 

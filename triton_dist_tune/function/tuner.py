@@ -55,17 +55,15 @@ class Tuner(TunedFunction):
             if problem:
                 raise BadInputError(problem)
             return self._run(args, kwargs, self._first_config(args, kwargs, overwrite), overwrite)
-        env_problem = settings.problem()  # a malformed variable, maybe on this rank only: agreed, never raised alone
-        if env_problem is None:
-            return self._tune_or_serve(args, kwargs, pg, verbose, overwrite, replicas, typos, problem, None)
-        with settings.overlooking():  # up to the first exchange, which carries it to every rank
-            return self._tune_or_serve(args, kwargs, pg, verbose, overwrite, replicas, typos, problem, env_problem)
+        # a malformed variable, maybe on this rank only: read as its default here, and carried by the first exchange
+        with settings.overlooking():
+            return self._tune_or_serve(args, kwargs, pg, verbose, overwrite, replicas, typos, problem)
 
     def _tune_or_serve(self, args: tuple, kwargs: dict[str, Any], pg: Any, verbose: bool | None, overwrite: bool,
-                       replicas: Any, typos: list[str], problem: str | None, env_problem: str | None) -> Any:
-        """The rest of :meth:`call` once tuning is on: a decided key runs, an undecided one is served or tuned.
-        ``env_problem`` (a malformed variable) fails every rank alike at the first exchange of the serving or the
-        tuning."""
+                       replicas: Any, typos: list[str], problem: str | None) -> Any:
+        """The rest of :meth:`call` once tuning is on: a decided key runs, an undecided one is served or tuned. A
+        malformed variable (:func:`~triton_dist_tune.settings.problem`, read for an undecided key only) fails every
+        rank alike at the first exchange of the serving or the tuning."""
         group = resolve_group(pg)
         layout = None if replicas is None else Layout(group, resolve_group(replicas, "autotune_replicas"))
         if layout is not None and self.options.sharded:
@@ -81,6 +79,7 @@ class Tuner(TunedFunction):
         if layout is not None:
             table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
         config = table.get(slot) if key_error is None else None
+        env_problem = settings.problem() if config is None else None  # agreed below, never raised alone
         if config is None and key_error is None:  # ``undecided="nearest"|"first"``: no tuning
             config = self._serve(table, slot, group, args, kwargs, overwrite, env_problem)
         if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
