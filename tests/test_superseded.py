@@ -140,6 +140,7 @@ def test_what_supersedes_what(tmp_path):
     assert {newer.path for newer in replaced.values()} == {paths["newest"]}
 
 
+@pytest.mark.timeout(600)
 def test_a_decision_served_again_is_current_again(tmp_path, capsys):
     """Issue 41 review: a job that goes back to the first space serves its decisions from the cache again. Before,
     the decisions of the space it left (written later) stayed current and the ones it serves were SUPERSEDED:
