@@ -140,6 +140,29 @@ def test_a_slow_but_healthy_sharded_share_is_waited_for(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_slow_but_healthy_replica_is_waited_for(tmp_path):
+    """``autotune_replicas``, T = 4 s: replica 1's share (config 1, 0.8 s a call) takes about 10 s, each of its runs
+    within T; replica 0's share ends at once. Every rank decides (config 0). Before, the exchange across replicas
+    waited ``T + max(1, T/10)`` s per config of a share: rank 0 raised GroupTimeoutError after 5 s while replica 1
+    was still measuring, and rank 1 then waited for rank 0 and raised it too."""
+    results = run_ranks(RECOVERY, 2, ["replicas_slow_share"], env=tuner_env(tmp_path, 4), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert [r.result.get("chosen") for r in results] == [0, 0], describe(results)
+
+
+@pytest.mark.timeout(90)
+def test_a_replica_leaving_with_an_error_ends_the_waiting_replicas_at_once(tmp_path):
+    """``autotune_replicas``, T = 60 s: rank 1's share raises ``asyncio.CancelledError`` and rank 1 lives on; rank 0,
+    waiting at the exchange across replicas, raises RankFailedError naming replica 1 and the error within seconds.
+    Before, rank 0 waited that exchange's deadline (66 s)."""
+    results = run_ranks(RECOVERY, 2, ["replicas_cancelled"], env=tuner_env(tmp_path, 60), timeout=70, stuck=[1])
+    first = results[0].result
+    assert results[0].returncode == 0 and first["error"] == "RankFailedError", describe(results)
+    assert "replica 1 (global rank 1) left the tuning with CancelledError" in first["message"], first
+    assert first["seconds"] < 30, first
+
+
+@pytest.mark.timeout(120)
 def test_each_warm_up_run_has_the_deadline_not_the_whole_warm_up(tmp_path):
     """T = 4 s; config 1's warm-up is 4 runs of 1.2 s (3 runs and the probe's one call): each run ends within T,
     the warm-up as a whole does not. Every rank measures it and decides (config 1, 1 ms a call in the race against

@@ -8,6 +8,9 @@ lives in fault_cases.py.
 - ``sharded_slow_share``: ``sharded=True``; rank 1's share is slow but healthy, each of its phases within the
   timeout, the whole share not.
 - ``slow_warmup``: config 1's warm-up takes longer than the timeout in all, each of its runs well within it.
+- ``replicas_slow_share``: ``autotune_replicas`` over two one-rank groups; replica 1's share (config 1) is slow but
+  healthy, each of its runs within the timeout, the whole share not.
+- ``replicas_cancelled``: the same layout; replica 1's share raises ``asyncio.CancelledError`` and the rank lives on.
 - ``cancelled``: a rank-local function's config 1 raises ``asyncio.CancelledError`` (a ``BaseException``, not an
   ``Exception``: a task cancelled around the call) on rank 1, in a steady round of the race; rank 1 catches it, as an
   event loop would, and stays alive; rank 0 waits at the round's exchange.
@@ -15,6 +18,7 @@ lives in fault_cases.py.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -124,8 +128,6 @@ def slow_warmup():
 
 @case
 def cancelled():
-    import asyncio
-
     tdt.init_distributed()
     me = dist.get_rank()
     runs = [0]
@@ -173,6 +175,62 @@ def replicas_hang():
     out = layer(torch.ones(2), autotune_pg=tp, autotune_replicas=replicas)
     (decided,) = layer.tuner.decided_in.values()
     _cases.emit(rank=me, chosen=decided["v"], out=out.tolist())
+
+
+def _one_rank_replicas() -> tuple[int, object, object]:
+    """This rank, its own one-rank tensor-parallel group, and the group linking both ranks as replicas."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+    tps = [dist.new_group([0]), dist.new_group([1])]
+    return me, tps[me], dist.new_group([0, 1])
+
+
+@case
+def replicas_slow_share():
+    """Two replicas of one rank each; config 1 takes 0.8 s a call (every rank): replica 1's share, its warm-up (3
+    runs and a probe) and its samples, takes about 10 s, each run well within the timeout (4 s in the test), while
+    replica 0's share (config 0, 1 ms a call) ends at once and waits for it at the exchange across replicas."""
+    me, tp, across = _one_rank_replicas()
+
+    @tdt.autotune(config_space=[{"v": 0}, {"v": 1}], key_fn=lambda x: 0, n_warmup=3, n_repeat=3,
+                  name="replicas_slow_share")
+    def layer(x, *, v):
+        time.sleep(0.8 if v == 1 else 0.001)
+        return x + v
+
+    t0 = time.monotonic()
+    try:
+        layer(torch.ones(2), autotune_pg=tp, autotune_replicas=across)
+        (decided,) = layer.tuner.decided_in.values()
+        _cases.emit(rank=me, chosen=decided["v"], seconds=time.monotonic() - t0)
+    except tdt.AutotuneError as exc:
+        _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+
+
+@case
+def replicas_cancelled():
+    """Two replicas of one rank each; replica 1's share (config 1) raises ``asyncio.CancelledError`` in a steady round
+    on rank 1, which catches it, as an event loop would, and lives on; rank 0 waits at the exchange across
+    replicas."""
+    me, tp, across = _one_rank_replicas()
+
+    @tdt.autotune(config_space=[{"v": 0}, {"v": 1}], key_fn=lambda x: 0, n_warmup=1, n_repeat=10,
+                  name="replicas_cancelled")
+    def layer(x, *, v):
+        if me == 1 and _cases.in_steady_round():
+            raise asyncio.CancelledError()
+        time.sleep(0.002)
+        return x + v
+
+    t0 = time.monotonic()
+    try:
+        layer(torch.ones(2), autotune_pg=tp, autotune_replicas=across)
+        _cases.emit(rank=me, error=None)
+    except BaseException as exc:
+        _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+    if me == 1:
+        time.sleep(120)  # alive: only rank 0's own reaction ends the test
+    os._exit(0)
 
 
 if __name__ == "__main__":

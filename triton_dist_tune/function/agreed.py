@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, MismatchError, describe_error, per_rank
+from ..faults.progress import user_code
 from ..group.agreement import agree
 from ..group.channel import ExchangeError, Group
 from ..measure import compile_pass
@@ -19,7 +20,6 @@ from ..measure.replicas import Layout
 from ..measure.timing import timing_mode
 from ..measure.trial import Trial
 from ..space import check_call, keeps
-from .rounds import user_code
 from .tuned import TunedFunction
 
 

@@ -14,11 +14,12 @@ After each round the units exchange their results (plain data over the tuner's c
 rank then holds every decision in its tuner's tables, and ranks that are local rank 0 write the cache records
 their disk lacks. Every rank takes part in every exchange, whatever happened to its key (an error is data).
 
-A round lasts as long as its slowest unit (:mod:`.rounds`): every unit beats a counter in the job's key-value store
-while it works, and a unit that shows no sign of life for the exchange deadline ends the others' wait with a
-:class:`~triton_dist_tune.GroupTimeoutError` naming it; a slow but healthy unit is waited for. A unit stuck for
-longer than the exchange deadline in user code the tuner gives no deadline (building a key's call, ``key_fn``,
-``prune_fn``, ``ref_prog``) stops beating: the others end as for a dead unit, and the error says where it is stuck.
+A round lasts as long as its slowest unit (:mod:`~triton_dist_tune.faults.progress`): every unit beats a counter in
+the job's key-value store while it works, and a unit that shows no sign of life for the exchange deadline ends the
+others' wait with a :class:`~triton_dist_tune.GroupTimeoutError` naming it; a slow but healthy unit is waited for.
+A unit stuck for longer than the exchange deadline in user code the tuner gives no deadline (building a key's call,
+``key_fn``, ``prune_fn``, ``ref_prog``) stops beating: the others end as for a dead unit, and the error says where it
+is stuck.
 
 Resuming: a key decided by an earlier run is a cache hit; a key cut short resumes from its journals. A rerun of
 the same campaign therefore tunes only what is left.
@@ -37,6 +38,7 @@ from ..disk import logs
 from ..disk.cache import entry_id
 from ..disk.decisions import recorded_near_tie
 from ..errors import AutotuneError, BadInputError, DevicePoisonedError, GroupTimeoutError, describe_error
+from ..faults.progress import RoundWatch, user_code
 from ..faults.recovery import interruptible
 from ..faults.watchdog import exchange_timeout
 from ..group.agreement import agree
@@ -45,7 +47,6 @@ from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
 from ..space import describe_key, index_of, keeps
 from .next_key import NextKey, compiles_ahead, screened_by
-from .rounds import RoundWatch, user_code
 from .summary import KeyResult, Summary, progress_line
 from .tuned import TunedFunction
 from .tuning import Tuning
@@ -346,7 +347,8 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     rounds = math.ceil(len(todo) / plan.units)
     shows = progress and plan.tune_group.rank == 0 and plan.across.rank == 0 and logs.global_rank() == 0
     rows: list[KeyResult] = []
-    watch = RoundWatch.start(plan.across, tuner.name, timeout)  # units beat; a lost one is noticed in T + grace
+    # units beat; a lost one is noticed in T + grace
+    watch = RoundWatch.start(plan.across, f"campaign {tuner.name}", timeout)
     # with the watch, everyone is at the exchange when it runs; without a side channel (mpi4py), the worst case
     round_timeout = exchange_timeout(timeout) * (1 if watch.watched else len(tuner.space) + 4)
     ahead = plan.tune_group.size == 1 and settings.current().compile_next_key and compiles_ahead(tuner)  # next_key.py

@@ -311,15 +311,13 @@ class Tuning:
             return self._search(measurer, kept, earlier, pruned, seed, timing, state)
         outcomes, todo = self._resume(share, earlier)
         outcomes += pruned
+        if layout is not None:  # this replica's share, then the leaders on every replica
+            with measuring(measurer, state):
+                return settle(layout, measurer, outcomes, todo, lambda: self._precompile(todo, measurer, len(kept)),
+                              self.todo, tuner.options.refine_top, self.label, self.timeout, len(share), timing)
         with measuring(measurer, state):
             self._precompile(todo, measurer, len(kept))
-            if layout is not None:  # this replica's share, then the leaders on every replica
-                decision = settle(layout, measurer, outcomes + measurer.lockstep(todo), self.todo,
-                                  tuner.options.refine_top, self.label, self.timeout, len(share), timing)
-            else:
-                outcomes += measurer.sharded(todo) if tuner.options.sharded else measurer.lockstep(todo)
-        if layout is not None:
-            return decision
+            outcomes += measurer.sharded(todo) if tuner.options.sharded else measurer.lockstep(todo)
         decision = decide(sorted(outcomes, key=lambda o: o.index), getattr(measurer, "race", None), timing)
         decision.clock = measurer.clock_kind
         decision.cut = decision.cut or measurer.budget.cut

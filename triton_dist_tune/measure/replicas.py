@@ -14,6 +14,12 @@ every rank of every replica ends on one config per key:
 5. the choice is the least of those times (ties: the lower index): the least over configs of the max over every
    rank of every replica. Every rank computes it from the same exchanged data.
 
+A replica's share (step 2) and its race of the leaders (step 4) take as long as they take: the exchanges after
+them wait for the slowest replica as long as it shows progress (:class:`~triton_dist_tune.faults.progress.RoundWatch`
+on the replica group: every rank beats in the job's store while it works), and end every rank within
+``T + max(1, T/10)`` s of a replica's end, or at once when it leaves with an error. A replica group without a
+key-value store (mpi4py) keeps one deadline per exchange, ``T + max(1, T/10)`` s per config of the share or leader.
+
 The disk cache holds one decision per key for the whole layout; the rank that is group rank 0 of replica 0 alone
 reads and writes it.
 """
@@ -25,7 +31,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import stats
-from ..errors import AutotuneError, BadInputError, MismatchError
+from ..errors import AutotuneError, BadInputError, MismatchError, describe_error
+from ..faults.progress import RoundWatch
 from ..faults.watchdog import exchange_timeout
 from ..group.agreement import agree, attempt, unwrap_outcomes
 from ..group.channel import Group
@@ -93,6 +100,12 @@ class Layout:
         """Every replica's outcomes, one per config, sorted by config index (identical on every rank)."""
         return self.replicas.combine(outcomes, what, _merged, timeout)
 
+    def watch(self, label: str, timeout: float) -> RoundWatch:
+        """The progress watch of one tuning across the replicas (every rank of the replica group starts it at the
+        same point: after the agreement, before its share)."""
+        return RoundWatch.start(self.replicas, f"tuning {label}", timeout, unit="replica", work="tuning",
+                                rerun="Run the job again: the configs measured so far are in the journals")
+
     def worst(self, times: dict[int, float | str], what: str, timeout: float) -> dict[int, float | str]:
         """Per config, the MAX over replicas of their group times, or the errors of the replicas where it failed."""
         return self.replicas.combine(times, what, _worst, timeout)
@@ -129,15 +142,37 @@ def _worst(per_replica: list[dict[int, float | str]]) -> dict[int, float | str]:
     return out
 
 
-def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: Callable[[int], Todo],
-           refine_top: int, label: str, timeout: float, share: int, timing: str) -> Decision:
-    """Steps 3 to 5: gather the replicas' outcomes, race the leaders on every replica, and decide on the MAX over
-    replicas of each leader's group time. ``outcomes`` are this replica's (its share, resumed, pruned, failed)."""
-    table = layout.gather(outcomes, f"{label} outcomes across replicas", exchange_timeout(timeout) * max(1, share))
+def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: list[Todo],
+           precompile: Callable[[], None], todo_of: Callable[[int], Todo], refine_top: int, label: str,
+           timeout: float, share: int, timing: str) -> Decision:
+    """Steps 2 to 5: ``precompile()``, race this replica's ``todo`` (``outcomes``: the rest of its share, resumed,
+    and the pruned configs), gather the replicas' outcomes, race the leaders on every replica, and decide on the MAX
+    over replicas of each leader's group time. The replicas watch each other's progress before each exchange
+    across them (:meth:`Layout.watch`); a rank that leaves with an error says so to the replicas waiting for it.
+    ``share``: how many configs a replica's share holds (the deadlines without a watch)."""
+    watch = layout.watch(label, timeout)
+    try:
+        precompile()
+        return _settle(layout, measurer, outcomes + measurer.lockstep(todo), todo_of, refine_top, label, timeout,
+                       share, timing, watch)
+    except BaseException as exc:  # the replicas waiting for this one end now, not T + grace later
+        watch.leave(describe_error(exc))
+        raise
+    finally:
+        watch.close()
+
+
+def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: Callable[[int], Todo],
+            refine_top: int, label: str, timeout: float, share: int, timing: str, watch: RoundWatch) -> Decision:
+    what = f"{label} outcomes across replicas"
+    table = layout.gather(outcomes, what, _waited(watch, 0, what, timeout, share))
+    watch.passed(0)
     top = leaders(table, refine_top)
     raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top])}  # same leaders, same order everywhere
     times = {i: o.time if o.usable and o.time is not None else (o.error or o.state) for i, o in raced.items()}
-    worst = layout.worst(times, f"{label} leaders across replicas", exchange_timeout(timeout) * max(1, len(top)))
+    what = f"{label} leaders across replicas"
+    worst = layout.worst(times, what, _waited(watch, 1, what, timeout, len(top)))
+    watch.passed(1)
     final = []
     for outcome in table:
         value = worst.get(outcome.index)
@@ -149,6 +184,14 @@ def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: Ca
             outcome = replace(outcome, state="stopped")
         final.append(outcome)
     return decision(final, top, timing, max(o.samples for o in final))
+
+
+def _waited(watch: RoundWatch, round_: int, what: str, timeout: float, configs: int) -> float:
+    """Mark this replica's round ``round_`` done and wait for every replica's; the deadline of the exchange that
+    follows: one exchange's when the watch waited (everyone is there), else the worst case of ``configs`` configs."""
+    watch.finished(round_)
+    watch.wait(round_, what)
+    return exchange_timeout(timeout) * (1 if watch.watched else max(1, configs))
 
 
 def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: int) -> Decision:

@@ -1,26 +1,29 @@
-"""The deadline of a campaign round, tied to the units' progress instead of a worst case.
+"""A wait for the slowest of several units, tied to their progress instead of a worst case.
 
-A round of a campaign lasts as long as its slowest unit's tuning: a fixed deadline is wrong both ways (a slow but
-healthy unit makes the others give up; a dead unit makes them wait the whole worst case). Instead every rank of the
-round exchange (``plan.across``) beats a counter in the job's key-value store while the campaign runs (a daemon
-thread, every :func:`beat_interval` seconds), and marks in the store when it has finished its share of a round.
-A rank waiting at a round watches the others' marks and counters: while a unit's counter moves it is alive and
-its tuning goes on under the tuning's own deadlines (the watchdog bounds every run of a config, every exchange of
-its group has its deadline), so the wait goes on; a unit whose counter has not moved for ``exchange_timeout(T)``
-seconds (its process ended, was killed, or is frozen) ends the wait on every other rank with a
-:class:`~triton_dist_tune.GroupTimeoutError` naming it, within T + grace of its end. Only when every unit has
-marked the round does the round's exchange run (with an exchange deadline: everyone is there).
+Two places wait for units that each do a long, variable share of work: a round of a campaign waits for every unit's
+keys (:mod:`~triton_dist_tune.function.campaign`), and a tuning with ``autotune_replicas`` waits for every replica's
+share of the configs, then for every replica's race of the leaders (:mod:`~triton_dist_tune.measure.replicas`). A
+fixed deadline is wrong both ways (a slow but healthy unit makes the others give up; a dead unit makes them wait the
+whole worst case). Instead every rank of the exchange group beats a counter in the job's key-value store while the
+work runs (a daemon thread, every :func:`beat_interval` seconds), and marks in the store when it has finished its
+share of a round. A rank waiting at a round watches the others' marks and counters: while a unit's counter moves it
+is alive and its work goes on under the tuning's own deadlines (the watchdog bounds every run of a config, every
+exchange of its group has its deadline), so the wait goes on; a unit whose counter has not moved for
+``exchange_timeout(T)`` seconds (its process ended, was killed, or is frozen) ends the wait on every other rank with
+a :class:`~triton_dist_tune.GroupTimeoutError` naming it, within T + grace of its end. Only when every unit has
+marked the round does the round's exchange run (with an exchange deadline: everyone is there). A unit that leaves
+with an error says so in the store (:meth:`RoundWatch.leave`): the others end their wait at once.
 
 A beat means progress, not only a live process: the user code a unit runs that no deadline of the tuner bounds
 (the campaign's build of a key's call, ``key_fn``, ``prune_fn``, ``ref_prog``) is marked with :func:`user_code`,
-and a unit whose campaign thread has been inside it for longer than ``exchange_timeout(T)`` (what a rank gets to
-reach an exchange outside campaigns, where the others wait at the next exchange for a rank stuck there) stops
-beating and notes in the store where it is stuck: the others end their wait as for a dead unit,
-``exchange_timeout(T)`` later, with an error saying where it is stuck. The stuck unit itself stays there (Python
-code cannot be interrupted safely): its process has to be ended. If it comes back, it beats again.
+and a unit whose watching thread has been inside it for longer than ``exchange_timeout(T)`` (what a rank gets to
+reach an exchange elsewhere, where the others wait at the next exchange for a rank stuck there) stops beating and
+notes in the store where it is stuck: the others end their wait as for a dead unit, ``exchange_timeout(T)`` later,
+with an error saying where it is stuck. The stuck unit itself stays there (Python code cannot be interrupted
+safely): its process has to be ended. If it comes back, it beats again.
 
-A group without a key-value store (mpi4py) has no side channel: its rounds keep one deadline per round, long
-enough for the round's worst case (``exchange_timeout(T) x (configs + 4)``).
+A group without a key-value store (mpi4py) has no side channel: its users keep one deadline per round, long enough
+for the round's worst case.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from ..faults.watchdog import exchange_timeout
 from ..group.channel import Group, StoreWaitTimeout, quiet_store_wait, report_waiting
 from ..settings import current
 
-#: campaigns run by this process per round-exchange group (every member runs them in the same order)
-_campaigns: dict[tuple, int] = {}
+#: watches started by this process per exchange group (every member starts them in the same order)
+_watches: dict[tuple, int] = {}
 
 
 #: per thread: the user code without a deadline it is in (what, and when it entered), read by the beat threads
@@ -48,8 +51,8 @@ _inside: dict[int, tuple[str, float]] = {}
 @contextmanager
 def user_code(what: str) -> Iterator[None]:
     """Mark the calling thread as inside user code that no deadline of the tuner bounds (``what``: e.g.
-    ``"key_fn"``). A campaign whose thread stays inside longer than ``exchange_timeout(T)`` stops beating (see the
-    module docstring); elsewhere the mark costs a dict entry. Nested marks: the outermost counts."""
+    ``"key_fn"``). A watched unit whose thread stays inside longer than ``exchange_timeout(T)`` stops beating (see
+    the module docstring); elsewhere the mark costs a dict entry. Nested marks: the outermost counts."""
     me = threading.get_ident()
     if me in _inside:
         yield
@@ -77,27 +80,35 @@ class _Seen:
 
 @dataclass
 class RoundWatch:
-    """The progress side channel of one campaign on its round-exchange group (see the module docstring)."""
+    """The progress side channel of one piece of work on its exchange group (see the module docstring)."""
 
     group: Group
-    name: str
+    #: what the units do together, for messages: ``"campaign NAME"``, ``"tuning [NAME key=...]"``
+    title: str
     timeout: float
-    #: the store keys' prefix of this campaign (None: no store, a plain deadline per round)
+    #: what a unit is, and what it leaves, for messages: ``"unit"`` of a ``"campaign"``, ``"replica"`` of a
+    #: ``"tuning"``
+    unit: str = "unit"
+    work: str = "campaign"
+    #: what to do after an error, for messages
+    rerun: str = "Rerun the campaign: the keys decided so far are in the cache"
+    #: the store keys' prefix of this watch (None: no store, a plain deadline per round)
     scope: str | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
-    #: the thread running the campaign (whose :func:`user_code` marks stop the beat)
+    #: the thread doing the work (whose :func:`user_code` marks stop the beat)
     _owner: int = field(default_factory=threading.get_ident)
 
     @classmethod
-    def start(cls, group: Group, name: str, timeout: float) -> RoundWatch:
-        """The watch of a campaign on ``group``, beating already (every member calls this at the same point)."""
-        watch = cls(group, name, timeout)
+    def start(cls, group: Group, title: str, timeout: float, **words: str) -> RoundWatch:
+        """The watch of some work on ``group``, beating already (every member calls this at the same point;
+        ``words``: ``unit``, ``work`` and ``rerun`` for its messages)."""
+        watch = cls(group, title, timeout, **words)
         if group.size > 1 and hasattr(group, "key") and hasattr(group, "store"):
-            n = _campaigns[group.identity] = _campaigns.get(group.identity, 0) + 1
-            watch.scope = group.key(f"campaign{n}/")
+            n = _watches[group.identity] = _watches.get(group.identity, 0) + 1
+            watch.scope = group.key(f"watch{n}/")
             watch._beat()
-            watch._thread = threading.Thread(target=watch._beating, name=f"tdt-campaign-beat-{name}", daemon=True)
+            watch._thread = threading.Thread(target=watch._beating, name=f"tdt-beat-{title}", daemon=True)
             watch._thread.start()
         return watch
 
@@ -203,7 +214,7 @@ class RoundWatch:
                 f"at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 without torchrun) has ended")
 
     def leave(self, why: str) -> None:
-        """This unit leaves the campaign with an error (``why``): say so in the store, so that the units waiting
+        """This unit leaves the work with an error (``why``): say so in the store, so that the units waiting
         at a round end at once (:meth:`wait`) instead of after ``exchange_timeout(T)`` with no beat."""
         if self.watched:
             try:
@@ -217,16 +228,15 @@ class RoundWatch:
         return {u: store.get(key(u)).decode(errors="replace") for u in units if store.check([key(u)])}
 
     def _left(self, units: list[int]) -> dict[int, str]:
-        """The error each of ``units`` said it left the campaign with (units that said nothing are left out)."""
+        """The error each of ``units`` said it left the work with (units that said nothing are left out)."""
         return self._notes(units, self._left_key)
 
     def _left_message(self, left: dict[int, str], what: str, waited: float) -> str:
         ranks: Any = getattr(self.group, "global_ranks", None)
-        units = "; ".join(f"unit {u}{f' (global rank {ranks[u]})' if ranks else ''} left the campaign with {why}"
-                          for u, why in left.items())
-        return (f"triton_dist_tune: campaign {self.name}: rank {self.group.rank} of group '{self.group.title}' "
-                f"waited {waited:.1f} s at '{what}': {units}. Rerun the campaign: the keys decided so far are in "
-                "the cache")
+        units = "; ".join(f"{self.unit} {u}{f' (global rank {ranks[u]})' if ranks else ''} left the "
+                          f"{self.work} with {why}" for u, why in left.items())
+        return (f"triton_dist_tune: {self.title}: rank {self.group.rank} of group '{self.group.title}' "
+                f"waited {waited:.1f} s at '{what}': {units}. {self.rerun}")
 
     def _stuck(self, units: list[int]) -> dict[int, str]:
         """Where each of ``units`` noted it is stuck in user code (units that noted nothing are left out)."""
@@ -239,16 +249,16 @@ class RoundWatch:
         ranks: Any = getattr(self.group, "global_ranks", None)
         globals_ = f" (global ranks {[ranks[u] for u in lost]})" if ranks else ""
         window = exchange_timeout(self.timeout)
-        places = "".join(f"; unit {u} has been stuck in {place} (user code the tuner gives no deadline) for more "
-                         f"than {window:g} s: its process is alive but stays there, end it"
+        places = "".join(f"; {self.unit} {u} has been stuck in {place} (user code the tuner gives no deadline) for "
+                         f"more than {window:g} s: its process is alive but stays there, end it"
                          for u, place in stuck.items())
-        return (f"triton_dist_tune: campaign {self.name}: rank {self.group.rank} of group '{self.group.title}' "
-                f"waited {waited:.1f} s at '{what}'; unit(s) {lost}{globals_} showed no sign of life for "
+        return (f"triton_dist_tune: {self.title}: rank {self.group.rank} of group '{self.group.title}' "
+                f"waited {waited:.1f} s at '{what}'; {self.unit}(s) {lost}{globals_} showed no sign of life for "
                 f"{window:g} s (their process ended, was killed or is frozen, or is stuck in user code){places}. "
-                "Rerun the campaign: the keys decided so far are in the cache")
+                f"{self.rerun}")
 
     def close(self) -> None:
-        """Stop beating (the campaign is over, or this rank leaves it with an error)."""
+        """Stop beating (the work is over, or this rank leaves it with an error)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * beat_interval(self.timeout))
