@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from harness import HERE, describe, run_process, run_ranks, tuner_env
 
@@ -66,3 +68,30 @@ def test_a_key_fn_that_raises_on_one_rank_of_a_layout_is_an_error_on_every_rank_
     # was: ranks 1 and 3 (its replica group) BadInputError at once; ranks 0 and 2 GroupTimeoutError after T
     every_rank_at_once(four_ranks("key_fn_raises_on_one_rank", env), "BadInputError",
                        "key_fn failed: ValueError: no key on rank 1")
+
+
+@pytest.mark.timeout(120)
+def test_a_wrong_group_on_one_rank_is_a_bad_input_error_on_every_rank_at_once(env):
+    """Rank 3 passes a replica group it is not in; the others pass theirs and wait for it. Rank 3 tells the job
+    (a note in its store), so ranks 1 and 2, waiting for it, raise BadInputError quoting its error, and rank 0,
+    waiting for rank 1, learns it from rank 1's note in turn. Before: ranks 0-2 waited T (40 s) at their first
+    exchange and raised GroupTimeoutError, guessing why."""
+    results = four_ranks("replicas_wrong_on_one_rank", env)
+    every_rank_at_once(results, "BadInputError", "autotune_replicas: this rank is not a member")
+    for r in results[:3]:
+        assert "will not come: global rank" in r.result["message"], r.result
+    assert "global rank 3 raised BadInputError" in results[1].result["message"], results[1].result
+    assert "global rank 3 raised BadInputError" in results[2].result["message"], results[2].result
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_that_calls_again_with_a_right_group_withdraws_its_note(env):
+    """The note a wrong group posts lives until the rank's next call with a right group, which deletes it: a rank
+    that caught the error and called again is waited for normally by its peers afterwards."""
+    proc = run_process(CASES, ["note_withdrawn"], env=env, timeout=50)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT")]
+    bad, posted, good, after = lines
+    assert bad["error"] == "BadInputError" and "autotune_pg must be a torch.distributed ProcessGroup" in bad["message"]
+    assert posted["posted"] == {"0": bad["message"]}, posted
+    assert good["error"] is None and after == {"after": {}, "count": 0}, lines

@@ -79,6 +79,34 @@ def replicas_not_a_member():
 
 
 @case
+def replicas_wrong_on_one_rank():
+    """Rank 3 passes as autotune_replicas a group it is not in (new_group gives it -100); the other ranks pass
+    their own groups, right, and wait for it: rank 1 across replicas, rank 2 in its TP group, and rank 0 for rank 1."""
+    me, tp, across = two_by_two()
+    elsewhere = dist.new_group([0, 2])
+    call(layer("replicas_wrong"), autotune_pg=tp, autotune_replicas=elsewhere if me == 3 else across)
+
+
+@case
+def note_withdrawn():
+    """One process, a gloo world of one: a wrong autotune_pg posts this rank's note in the job's store; the next call
+    with a right group withdraws it (the note's count goes back to 0 and its key is gone)."""
+    import os
+    import tempfile
+
+    from triton_dist_tune.group.unresolved import Notes
+
+    dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/store", rank=0, world_size=1)
+    store = dist.distributed_c10d._get_default_store()
+    os.environ.pop("TORCHELASTIC_RESTART_COUNT", None)
+    f = layer("note")
+    call(f, autotune_pg="not a group")
+    emit(posted=Notes.late_ranks_said(store, [0]))
+    call(f)
+    emit(after=Notes.late_ranks_said(store, [0]), count=int(store.add("tdt/0/unresolved/count", 0)))
+
+
+@case
 def mpi_comm_null():
     """One process: MPI.COMM_NULL (what Split gives the ranks outside the new communicator) as autotune_pg."""
     from mpi4py import MPI

@@ -13,6 +13,7 @@ from ..errors import BadInputError
 from .channel import NON_MEMBER, Group, SingleGroup, not_a_member
 from .mpi import MpiGroup
 from .store import StoreGroup
+from .unresolved import NOTES
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -88,8 +89,20 @@ def resolve_group(pg: Any = None, option: str = "autotune_pg") -> Group:
 
     None means the default torch.distributed group when it is initialized, else a single process (with a warning
     when a launcher says the job has several ranks). One channel exists per group object and process, so that
-    every tuned function on that group shares its sequence numbers.
+    every tuned function on that group shares its sequence numbers. A wrong group raises
+    :class:`BadInputError` and tells the job (:mod:`.unresolved`), so that the peers waiting for this rank raise it
+    too, at once.
     """
+    try:
+        group = _resolve(pg, option)
+    except BadInputError as exc:
+        NOTES.post(str(exc))
+        raise
+    NOTES.withdraw()
+    return group
+
+
+def _resolve(pg: Any, option: str) -> Group:
     global _warned_world_size
     if pg is None:
         import torch.distributed as dist

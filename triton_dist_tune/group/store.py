@@ -32,11 +32,18 @@ from .channel import (
     unpack,
     wait_in_slices,
 )
+from .unresolved import NOTES, Notes
 
 log = logging.getLogger("triton_dist_tune")
 
 #: while a failure board is open, a waiting rank reads it between store waits of this many seconds
 BOARD_SLICE_S = 1.0
+
+#: without a board, a waiting rank looks for the late ranks' notes (:mod:`.unresolved`) this often
+NOTE_SLICE_S = 2.0
+
+#: the most characters of a late rank's note that a waiting rank's error quotes
+NOTE_CHARS = 600
 
 #: group identity -> how many channels this process made for it (a group destroyed and created again gets a new one)
 _incarnations: dict[tuple, int] = {}
@@ -218,6 +225,11 @@ class StoreGroup(Group):
                 message = ended_message(board.read(), missing())
                 if message is not None:
                     raise RankEnded(message)
+            said = Notes.late_ranks_said(self.store, [self.global_ranks[r] for r in missing()])
+            if said:  # a late rank passed a wrong group option: it will not come, nor will this one now
+                message = self._unresolved_message(what, time.monotonic() - started, said)
+                NOTES.post(message)  # the ranks waiting for this one learn it in turn
+                raise BadInputError(message)
             if waited - reported[0] >= 0.999 * every:
                 reported[0] = waited
                 report_waiting(self.rank, self.title, what, missing(), self.global_ranks, waited, timeout)
@@ -229,9 +241,11 @@ class StoreGroup(Group):
 
         try:
             wait_in_slices(wait, timeout, between_slices,
-                           every=min(every, BOARD_SLICE_S) if board is not None else every)
+                           every=min(every, BOARD_SLICE_S if board is not None else NOTE_SLICE_S))
         except RankEnded as exc:
             raise RankFailedError(str(exc)) from None
+        except BadInputError:
+            raise
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
             waited = time.monotonic() - started
             if waited < 0.9 * timeout:  # not a timeout: the store itself went away
@@ -239,6 +253,11 @@ class StoreGroup(Group):
             else:
                 message = self._late_message(what, missing(), timeout)
             raise GroupTimeoutError(message) from exc
+
+    def _unresolved_message(self, what: str, waited: float, said: dict[int, str]) -> str:
+        ranks = "; ".join(f"global rank {g} raised BadInputError: {text[:NOTE_CHARS]}" for g, text in said.items())
+        return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
+                f"waited {waited:.1f} s at '{what}' for ranks that will not come: {ranks}")
 
     def _arrived(self, key: str) -> bool:
         try:

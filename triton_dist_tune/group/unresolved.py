@@ -1,0 +1,99 @@
+"""A rank whose group option is wrong tells the whole job, so that its peers do not wait their deadline for it.
+
+A rank that passes a wrong ``autotune_pg`` (or ``autotune_replicas``: a group it is not in, an object that is no
+group) raises :class:`~triton_dist_tune.BadInputError` before it knows which group it was meant to talk through, so
+it cannot tell that group. Its peers, who passed the right group, would wait at their first exchange for the whole
+deadline and then raise a :class:`~triton_dist_tune.GroupTimeoutError` guessing why. Instead the rank writes a note
+under its global rank in the job's key-value store (torch.distributed's default store, under the restart
+attempt: a new attempt never reads an old one's notes), and a rank waiting at an exchange for group ranks that are
+late looks for their notes between its store waits (:meth:`Notes.late_ranks_said`): one request, a counter, while
+nobody posted one. The waiting rank then raises a ``BadInputError`` naming the rank and quoting its error, at once,
+and posts that error as its own note: the ranks waiting for it (in another group of a layout) learn it in turn.
+
+The note stays until that rank's next call resolves its group well (a user who catches the error and calls again
+with the right group): then it is deleted. Without torch.distributed (an mpi4py job) there is no job store, and no
+note: the peers wait their deadline, as the error of the waiting rank says.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from .. import settings
+
+log = logging.getLogger("triton_dist_tune")
+
+
+def _prefix() -> str:
+    return f"tdt/{settings.launcher().restart_count or '0'}/unresolved/"
+
+
+def _job_store() -> Any | None:
+    """The default group's store, or None without an initialized torch.distributed."""
+    try:
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        return c10d._get_default_store()
+    except Exception:  # a destroyed group, a torch without distributed: nobody to tell
+        return None
+
+
+class Notes:
+    """This process's note, if it posted one, and the reading of the others' notes."""
+
+    def __init__(self) -> None:
+        #: whether this process has a note in the store (so that a good call deletes it, and only then)
+        self.posted = False
+
+    def post(self, message: str) -> None:
+        """Say to the job that this rank will not come to its group's exchanges: ``message`` is its error."""
+        store = _job_store()
+        if store is None:
+            return
+        try:
+            import torch.distributed as dist
+
+            key = f"{_prefix()}{dist.get_rank()}"
+            if not store.check([key]):
+                store.add(f"{_prefix()}count", 1)
+            store.set(key, message.encode())
+            self.posted = True
+        except Exception as exc:  # best effort: the peers then wait their deadline, as before
+            log.debug("triton_dist_tune: could not post this rank's group error to the job: %s", exc)
+
+    def withdraw(self) -> None:
+        """This rank resolved its group well after posting a note: delete it (nothing to do otherwise)."""
+        if not self.posted:
+            return
+        self.posted = False
+        store = _job_store()
+        if store is None:
+            return
+        try:
+            import torch.distributed as dist
+
+            if store.delete_key(f"{_prefix()}{dist.get_rank()}"):
+                store.add(f"{_prefix()}count", -1)
+        except Exception as exc:
+            log.debug("triton_dist_tune: could not withdraw this rank's group error: %s", exc)
+
+    @staticmethod
+    def late_ranks_said(store: Any, global_ranks: Sequence[int]) -> dict[int, str]:
+        """The notes of ``global_ranks`` (global rank -> its error), read from ``store``; ``{}`` while none was
+        posted in the job (one request)."""
+        if int(store.add(f"{_prefix()}count", 0)) <= 0:
+            return {}
+        found = {}
+        for rank in global_ranks:
+            key = f"{_prefix()}{rank}"
+            if store.check([key]):
+                found[rank] = store.get(key).decode(errors="replace")
+        return found
+
+
+NOTES = Notes()
