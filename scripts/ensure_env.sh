@@ -3,7 +3,9 @@
 #   torch (pip's default build, which on a plain Linux x86-64 machine is the multi-GB CUDA one; set
 #   TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu for the CPU build), this package with
 #   its test, mpi and plot extras (and its console script), and Open MPI's wheel where no MPI library or mpiexec
-#   is found. Each install says so in one line on stderr; pip's own output goes to a log file, shown on failure.
+#   is found. Each install says so in one line on stderr; pip's own output goes to a log file of this run's own
+#   (mktemp in TMPDIR, default /tmp: triton-dist-tune-ensure-env.log.XXXXXX, made only where pip runs), named in
+#   that line and shown on failure: two runs at once, or runs of two users, never share one.
 # "Installed" means installed: the package counts only as a distribution with its console script (pip's metadata),
 # never because a PYTHONPATH happens to make it importable.
 # Usage: bash scripts/ensure_env.sh [--launch]
@@ -15,7 +17,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY=${PYTHON:-python3}
-log="${TMPDIR:-/tmp}/triton-dist-tune-ensure-env.log"
+log=""  # pip's output of this run (new_log)
 if ! command -v "$PY" >/dev/null 2>&1; then  # not "torch is missing": nothing to install into
   echo "ensure_env: PYTHON=$PY: no such interpreter (PYTHON picks the Python to run; default python3)" >&2
   exit 2
@@ -28,9 +30,19 @@ assert any(e.name == "triton-dist-tune" for e in m.entry_points(group="console_s
 scripts="$(env -u PYTHONPATH "$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null || true)"
 has_mpiexec() { command -v mpiexec >/dev/null || [[ -n "$scripts" && -x "$scripts/mpiexec" ]]; }
 
+new_log() {  # make $log, this run's own file for pip's output, once; fails where no file can be made there
+  [[ -n "$log" ]] || log="$(mktemp "${TMPDIR:-/tmp}/triton-dist-tune-ensure-env.log.XXXXXX" 2>/dev/null)" || log=""
+  [[ -n "$log" ]]
+}
+
 install() {  # install WHAT PIP-ARGS...
   local what="$1"
   shift
+  if ! new_log; then
+    echo "ensure_env: installing $what needs a file for pip's output, and none could be made in ${TMPDIR:-/tmp}" \
+         "(TMPDIR picks the folder)" >&2
+    exit 1
+  fi
   echo "ensure_env: installing $what (pip's output: $log)" >&2
   if ! "$PY" -m pip install -q "$@" >>"$log" 2>&1; then
     echo "ensure_env: installing $what failed; the end of $log:" >&2
@@ -48,12 +60,15 @@ assert all(importlib.util.find_spec(name) is not None for name in ('torch', 'tri
   if env -u PYTHONPATH "$PY" -c "
 import importlib.metadata as m
 assert int(m.version('setuptools').split('.')[0]) >= 64  # pyproject.toml's build requirement" 2>/dev/null \
-     && "$PY" -m pip install -q --no-index --no-build-isolation --no-deps -e "$root" >>"$log" 2>&1; then
+     && new_log && "$PY" -m pip install -q --no-index --no-build-isolation --no-deps -e "$root" >>"$log" 2>&1; then
+    rm -f "$log"  # named to no one: pip's output is only shown where it could not install
     echo "ensure_env: torch and triton are installed, so triton-dist-tune was installed from $root without" \
          "build isolation, dependencies or a download (pip --no-index --no-build-isolation --no-deps -e)" >&2
   else
+    said="pip's output: $log"
+    [[ -n "$log" ]] || said="pip did not run"  # no setuptools 64 or newer, or no file could be made for its output
     echo "ensure_env: torch and triton are installed; triton-dist-tune is not, and pip could not install it" \
-         "without a download (pip's output: $log): the ranks run this checkout (PYTHONPATH)" >&2
+         "without a download ($said): the ranks run this checkout (PYTHONPATH)" >&2
   fi
   exit 0
 fi

@@ -335,9 +335,52 @@ def test_launch_sh_runs_the_checkout_where_torch_and_triton_are_installed_and_pi
                        timeout=130)
     assert done.returncode == 0 and "RANK RAN" in done.stdout, done.stderr[-3000:]
     said = [line for line in done.stderr.splitlines() if "ensure_env" in line or "launch.sh" in line]
-    assert said == ["ensure_env: torch and triton are installed; triton-dist-tune is not, and pip could not install "
-                    f"it without a download (pip's output: {tmp_path}/triton-dist-tune-ensure-env.log): the ranks run "
-                    "this checkout (PYTHONPATH)"], done.stderr[-3000:]
+    assert len(said) == 1 and re.fullmatch(
+        "ensure_env: torch and triton are installed; triton-dist-tune is not, and pip could not install it without a "
+        rf"download \(pip's output: {re.escape(str(tmp_path))}/triton-dist-tune-ensure-env\.log\.\w{{6}}\): the "
+        r"ranks run this checkout \(PYTHONPATH\)", said[0]), done.stderr[-3000:]
+
+
+def ensure_env_runs(python: Path, tmp: Path, form: list[str]) -> list[subprocess.CompletedProcess]:
+    """Two runs of ``scripts/ensure_env.sh FORM`` at once, with ``python`` and TMPDIR ``tmp``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = base_env({"PYTHON": str(python), "TMPDIR": str(tmp)})
+    command = ["bash", str(ROOT / "scripts" / "ensure_env.sh"), *form]
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(lambda _: run_command(command, tmp, env, timeout=100), range(2)))
+
+
+@pytest.mark.timeout(240)
+def test_two_ensure_env_runs_at_once_write_pip_output_to_logs_of_their_own(tmp_path):
+    """Before: every run appended pip's output to one fixed file, ``$TMPDIR/triton-dist-tune-ensure-env.log``, so
+    two runs at once mixed their output there (and the end shown on failure was partly the other's), and a run of a
+    user who could not write another's file lost it (here the path is a folder: no run can write it). Now each run
+    makes its own (mktemp), names it, and shows its end on failure; where nothing needs pip, it makes none. Both
+    forms, on an interpreter that sees torch and triton but has neither the package nor pip (pip fails at once)."""
+    python = python_without_the_package(tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    (tmp / "triton-dist-tune-ensure-env.log").mkdir()  # the old fixed path, which a run cannot write
+    named = re.compile(rf"pip's output: ({re.escape(str(tmp))}/triton-dist-tune-ensure-env\.log\.\w{{6}})\)")
+    logs: list[str] = []
+    for form, status in (["--launch"], 0), ([], 1):
+        for done in ensure_env_runs(python, tmp, form):
+            assert done.returncode == status, done.stderr[-3000:]
+            log = named.findall(done.stderr)
+            assert len(log) == 1, done.stderr[-3000:]
+            logs += log
+            # one pip run's output, its own: pip is missing from this interpreter
+            assert Path(log[0]).read_text().count("No module named pip") == 1, Path(log[0]).read_text()
+            if form == []:  # installing failed: the end of the run's own log is shown
+                assert f"failed; the end of {log[0]}:" in done.stderr and "No module named pip" in done.stderr
+    assert len(set(logs)) == 4
+    assert not any((tmp / "triton-dist-tune-ensure-env.log").iterdir())
+    # where everything is installed (this interpreter), the full form runs no pip and makes no log
+    for done in ensure_env_runs(Path(sys.executable), tmp, []):
+        assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
+    assert sorted(p.name for p in tmp.iterdir() if "ensure-env" in p.name) == sorted(
+        ["triton-dist-tune-ensure-env.log", *(Path(log).name for log in logs)])
 
 
 @pytest.mark.timeout(60)

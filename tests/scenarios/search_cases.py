@@ -10,6 +10,7 @@ call's config to (one line per call, with the attempt), so that a test can count
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import random
 import signal
@@ -141,6 +142,35 @@ def far_behind_killed():
         f()
     ((_, decision),) = f.tuner.decisions.items()
     emit(chosen_ms=landscape_ms(SPACE[decision.index]), best_ms=min(map(landscape_ms, SPACE)), search=decision.search)
+
+
+class _SlowAfterTheFinalRace(logging.Handler):
+    """A log handler that takes ``seconds`` over the record of the finalists' race (a slow log shipper): on the rank
+    that has it, the search's own seconds run on past the group's last exchange of the search."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds, self.finalists = seconds, False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        self.finalists = self.finalists or "search finalists:" in message
+        if self.finalists and "] race: " in message:
+            time.sleep(self.seconds)
+
+
+@case
+def slow_log():
+    """Tune the 600-config function where rank 1's rank log has a handler that takes 0.3 s over the finalists' race
+    record: the ranks' own seconds of the search differ, its summary must not."""
+    tdt.init_distributed()
+    if dist.get_rank() == 1:
+        logging.getLogger(f"triton_dist_tune.rank{dist.get_rank()}").addHandler(_SlowAfterTheFinalRace(0.3))
+    f = tuned("slow_log", [], jitter=0.0)
+    with virtual_clock():
+        f()
+    ((_, decision),) = f.tuner.decisions.items()
+    emit(chosen=decision.index, search=decision.search)
 
 
 @case

@@ -118,8 +118,12 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
              store: Callable[[], Any] | None) -> None:
     """Every rank raises the same error when no config is usable; else group rank 0 calls ``store`` (None: this
     rank does not write the cache), and the group waits for it. The decision itself is already identical on every
-    rank (it was computed from exchanged data only)."""
+    rank (it was computed from exchanged data only), but for a search's summary (:attr:`Decision.search`): its
+    seconds are each rank's own (a rank leaves the group's last exchange at its own time), so the exchange that waits
+    for the write carries rank 0's, the one the cache holds, and every rank takes and logs it."""
     if decision.index < 0:
+        if decision.search:  # no exchange on this path: this rank's own summary
+            logs.rank_log().info("%s %s", label, decision.search)
         text = failure_text(decision.outcomes, group.size)
         logs.rank_log().error("%s every config failed: %s", label, text)
         raise AllConfigsFailedError(f"{label} every config failed{text}")
@@ -128,7 +132,10 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
             store()
         except OSError as exc:
             log.warning("triton_dist_tune: could not write the cache (%s)", exc)
-    group.barrier(f"{label} decision written", timeout=timeout)
+    agreed = group.broadcast(decision.search if group.rank == 0 else None, f"{label} decision written", timeout=timeout)
+    decision.search = agreed if isinstance(agreed, str) else ""
+    if decision.search:
+        logs.rank_log().info("%s %s", label, decision.search)
     logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s; timed %s%s%s", label, decision.index,
                          decision.config, decision.time, logs.margin_text(decision),
                          "on the device (CUDA graph replays)" if decision.clock == "graph" else "eagerly",

@@ -70,6 +70,8 @@ class SearchRecord:
     resumed: int = 0
     finalists: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
+    #: this rank's seconds of the search, the one figure of :meth:`text` that differs between ranks (the decision
+    #: keeps group rank 0's summary: :func:`~triton_dist_tune.function.decide.conclude`)
     seconds: float = 0.0
     #: screening samples taken again (a config whose place the noise left uncertain)
     resampled: int = 0
@@ -327,8 +329,7 @@ class Searched:
                 result.append(outcome)
             else:
                 result.append(Outcome(i, descriptions[i], "pruned", error="not screened by the search"))
-        log.info("%s %s", tuning.label, self.record.text())
-        return result, race
+        return result, race  # its summary is logged once the group holds rank 0's (decide.conclude)
 
     def _worth_waiting_for(self, search: PatternSearch, history: dict[int, list[float] | None], deferred: list[int],
                            outcomes: dict[int, Outcome]) -> list[int]:
