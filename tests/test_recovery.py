@@ -140,6 +140,19 @@ def test_a_slow_but_healthy_sharded_share_is_waited_for(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_sharded_rank_killed_mid_share_ends_the_others_within_the_exchange_deadline(tmp_path):
+    """``sharded=True``, T = 10 s, 8 configs on 2 ranks: rank 1 is SIGKILLed in its share. Rank 0 measures its own
+    share and waits at the exchange of sharded results: rank 1's beats stopped, so it raises GroupTimeoutError naming
+    rank 1 within T + max(1, T/10) s of its last beat. Before, it waited the worst case of a share, (T + 1) x 2
+    phases x 4 configs = 88 s."""
+    results = run_ranks(RECOVERY, 2, ["sharded_killed"], env=tuner_env(tmp_path, 10), timeout=100)
+    first = results[0].result
+    assert results[0].returncode == 0 and first["error"] == "GroupTimeoutError", describe(results)
+    assert "rank(s) [1]" in first["message"] and "showed no sign of life" in first["message"], first
+    assert first["seconds"] < 44, first  # 11 s and a beat; the old deadline was 88 s
+
+
+@pytest.mark.timeout(120)
 def test_a_slow_but_healthy_replica_is_waited_for(tmp_path):
     """``autotune_replicas``, T = 4 s: replica 1's share (config 1, 0.8 s a call) takes about 10 s, each of its runs
     within T; replica 0's share ends at once. Every rank decides (config 0). Before, the exchange across replicas

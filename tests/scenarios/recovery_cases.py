@@ -8,6 +8,8 @@ lives in fault_cases.py.
 - ``sharded_slow_share``: ``sharded=True``; rank 1's share is slow but healthy, each of its phases within the
   timeout, the whole share not.
 - ``slow_warmup``: config 1's warm-up takes longer than the timeout in all, each of its runs well within it.
+- ``sharded_killed``: ``sharded=True`` over 8 configs; rank 1 is killed (SIGKILL) in its share's first config, while
+  rank 0 measures its own share and then waits at the exchange of sharded results.
 - ``replicas_slow_share``: ``autotune_replicas`` over two one-rank groups; replica 1's share (config 1) is slow but
   healthy, each of its runs within the timeout, the whole share not.
 - ``replicas_cancelled``: the same layout; replica 1's share raises ``asyncio.CancelledError`` and the rank lives on.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import threading
 import time
 
@@ -175,6 +178,29 @@ def replicas_hang():
     out = layer(torch.ones(2), autotune_pg=tp, autotune_replicas=replicas)
     (decided,) = layer.tuner.decided_in.values()
     _cases.emit(rank=me, chosen=decided["v"], out=out.tolist())
+
+
+@case
+def sharded_killed():
+    """``sharded=True``, 8 configs (a share of 4 per rank); rank 1 kills itself in its first config."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+
+    @tdt.autotune(config_space=[{"v": v} for v in range(8)], key_fn=lambda x: 0, n_warmup=1, n_repeat=2,
+                  sharded=True, name="sharded_killed")
+    def local(x, *, v):
+        if me == 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # a process the OOM killer took
+        time.sleep(0.002)
+        return x + v
+
+    t0 = time.monotonic()
+    try:
+        local(torch.ones(2))
+        _cases.emit(rank=me, error=None)
+    except tdt.AutotuneError as exc:
+        _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+    os._exit(0)  # no closing barrier: rank 1 is gone
 
 
 def _one_rank_replicas() -> tuple[int, object, object]:

@@ -1,8 +1,10 @@
 """A wait for the slowest of several units, tied to their progress instead of a worst case.
 
-Two places wait for units that each do a long, variable share of work: a round of a campaign waits for every unit's
-keys (:mod:`~triton_dist_tune.function.campaign`), and a tuning with ``autotune_replicas`` waits for every replica's
-share of the configs, then for every replica's race of the leaders (:mod:`~triton_dist_tune.measure.replicas`). A
+Three places wait for units that each do a long, variable share of work: a round of a campaign waits for every
+unit's keys (:mod:`~triton_dist_tune.function.campaign`), a tuning with ``autotune_replicas`` waits for every
+replica's share of the configs, then for every replica's race of the leaders
+(:mod:`~triton_dist_tune.measure.replicas`), and a ``sharded=True`` tuning waits for every rank's share
+(:mod:`~triton_dist_tune.measure.sharded`). A
 fixed deadline is wrong both ways (a slow but healthy unit makes the others give up; a dead unit makes them wait the
 whole worst case). Instead every rank of the exchange group beats a counter in the job's key-value store while the
 work runs (a daemon thread, every :func:`beat_interval` seconds), and marks in the store when it has finished its
@@ -111,6 +113,13 @@ class RoundWatch:
             watch._thread = threading.Thread(target=watch._beating, name=f"tdt-beat-{title}", daemon=True)
             watch._thread.start()
         return watch
+
+    @classmethod
+    def of_tuning(cls, group: Group, label: str, timeout: float, unit: str) -> RoundWatch:
+        """The watch of one tuning's units on ``group`` (``unit``: ``"replica"``, ``"rank"``), for messages that name
+        the tuning and point to its journals."""
+        return cls.start(group, f"tuning {label}", timeout, unit=unit, work="tuning",
+                         rerun="Run the job again: the configs measured so far are in the journals")
 
     @property
     def watched(self) -> bool:

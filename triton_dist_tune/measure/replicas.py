@@ -103,8 +103,7 @@ class Layout:
     def watch(self, label: str, timeout: float) -> RoundWatch:
         """The progress watch of one tuning across the replicas (every rank of the replica group starts it at the
         same point: after the agreement, before its share)."""
-        return RoundWatch.start(self.replicas, f"tuning {label}", timeout, unit="replica", work="tuning",
-                                rerun="Run the job again: the configs measured so far are in the journals")
+        return RoundWatch.of_tuning(self.replicas, label, timeout, "replica")
 
     def worst(self, times: dict[int, float | str], what: str, timeout: float) -> dict[int, float | str]:
         """Per config, the MAX over replicas of their group times, or the errors of the replicas where it failed."""

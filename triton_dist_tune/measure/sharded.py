@@ -1,12 +1,19 @@
 """Sharded measuring (rank-local functions only): each rank warms up and samples its share of the configs alone, and
-one exchange at the end shares every outcome (the last part of :mod:`~triton_dist_tune.measure.lockstep`)."""
+one exchange at the end shares every outcome (the last part of :mod:`~triton_dist_tune.measure.lockstep`).
+
+The shares take as long as they take: before the exchange every rank waits while the others show progress (a
+:class:`~triton_dist_tune.faults.progress.RoundWatch` on the group: every rank beats in the job's store while it
+measures), so a slow but healthy share is waited for, a rank that died ends the others within ``T + max(1, T/10)`` s
+of its last beat, and one that leaves with an error says so at once. A group without a key-value store (mpi4py)
+waits :meth:`Sharding.share_timeout` instead: the worst case of the slowest share."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import GroupTimeoutError
+from ..errors import GroupTimeoutError, describe_error
+from ..faults.progress import RoundWatch
 from ..faults.watchdog import exchange_timeout
 from ..records import Outcome
 from ..stats import median, spread
@@ -22,6 +29,17 @@ class Sharding:
 
     def sharded(self, todo: Sequence[Todo]) -> list[Outcome]:
         """Measure this rank's share of ``todo`` alone (``max_rounds`` samples each), then share all outcomes."""
+        watch = RoundWatch.of_tuning(self.group, self.label, self.plan.timeout, "rank")
+        try:
+            return self._shared(self._my_share(todo), len(todo), watch)
+        except BaseException as exc:  # the ranks waiting for this one end now, not T + grace later
+            watch.leave(describe_error(exc))
+            raise
+        finally:
+            watch.close()
+
+    def _my_share(self, todo: Sequence[Todo]) -> list[Outcome]:
+        """This rank's share of ``todo``, measured alone."""
         mine = []
         previous = 0.0  # this rank's time per call of the config it warmed up last (it measures alone)
         for position, (index, config, desc) in enumerate(todo):
@@ -46,9 +64,18 @@ class Sharding:
                 mine.append(self._final(Outcome(index, desc, "measured", time=time_ms, spread=spread(samples),
                                                 per_rank=[time_ms], samples=len(samples), own=time_ms,
                                                 round_times=samples)))
-        share = -(-len(todo) // self.group.size)  # the most configs one rank measures
+        return mine
+
+    def _shared(self, mine: list[Outcome], configs: int, watch: RoundWatch) -> list[Outcome]:
+        """Every rank's outcomes, once every rank has measured its share (``configs``: how many in all)."""
+        what = f"{self.label} sharded results"
         try:
-            shared = self.group.allgather(mine, f"{self.label} sharded results", self.share_timeout(share))
+            watch.finished(0)
+            watch.wait(0, what)
+            share = -(-configs // self.group.size)  # the most configs one rank measures
+            shared = self.group.allgather(mine, what, exchange_timeout(self.plan.timeout) if watch.watched
+                                          else self.share_timeout(share))
+            watch.passed(0)
         except GroupTimeoutError:
             if self._deferred is None:
                 raise
@@ -63,8 +90,9 @@ class Sharding:
         return outcomes
 
     def share_timeout(self, share: int) -> float:
-        """How long a rank waits at the exchange of sharded results for the slowest rank's ``share`` configs: each
-        has two phases under the watchdog (its warm-up and its samples, each up to the timeout ``T``) and, when
-        compiling ahead, a wait for its compile (up to ``T`` too): ``exchange_timeout(T)`` for each."""
+        """How long a rank without a progress watch (mpi4py) waits at the exchange of sharded results for the
+        slowest rank's ``share`` configs: each has two phases under the watchdog (its warm-up and its samples, each
+        up to the timeout ``T``) and, when compiling ahead, a wait for its compile (up to ``T`` too):
+        ``exchange_timeout(T)`` for each."""
         phases = 3 if self.compiles.active else 2
         return exchange_timeout(self.plan.timeout) * phases * max(1, share)
