@@ -153,6 +153,19 @@ def test_a_sharded_rank_killed_mid_share_ends_the_others_within_the_exchange_dea
 
 
 @pytest.mark.timeout(120)
+def test_a_rank_killed_in_a_steady_round_ends_the_others_within_the_exchange_deadline(tmp_path):
+    """Lock-step, T = 5 s, 8 configs: rank 1 is SIGKILLed at its last sample of the first steady round. Rank 0 waits
+    at the round's one exchange, whose deadline is T for each of its samples (44 s); rank 1's board stopped beating,
+    so rank 0 raises GroupTimeoutError naming it within T + max(1, T/10) = 6 s of its last beat. Before, it waited
+    the whole 44 s."""
+    results = run_ranks(RECOVERY, 2, ["killed_in_steady_round"], env=tuner_env(tmp_path, 5), timeout=100)
+    first = results[0].result
+    assert results[0].returncode == 0 and first["error"] == "GroupTimeoutError", describe(results)
+    assert "group rank(s) [1] (global [1]) showed no sign of life for 6 s" in first["message"], first
+    assert first["seconds"] < 22, first  # 6 s and a look; the round's deadline was 44 s
+
+
+@pytest.mark.timeout(120)
 def test_a_slow_but_healthy_replica_is_waited_for(tmp_path):
     """``autotune_replicas``, T = 4 s: replica 1's share (config 1, 0.8 s a call) takes about 10 s, each of its runs
     within T; replica 0's share ends at once. Every rank decides (config 0). Before, the exchange across replicas

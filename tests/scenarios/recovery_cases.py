@@ -10,6 +10,8 @@ lives in fault_cases.py.
 - ``slow_warmup``: config 1's warm-up takes longer than the timeout in all, each of its runs well within it.
 - ``sharded_killed``: ``sharded=True`` over 8 configs; rank 1 is killed (SIGKILL) in its share's first config, while
   rank 0 measures its own share and then waits at the exchange of sharded results.
+- ``killed_in_steady_round``: lock-step; rank 1 is killed (SIGKILL) in a steady round, its samples queued, while
+  rank 0 waits at the round's one exchange.
 - ``replicas_slow_share``: ``autotune_replicas`` over two one-rank groups; replica 1's share (config 1) is slow but
   healthy, each of its runs within the timeout, the whole share not.
 - ``replicas_cancelled``: the same layout; replica 1's share raises ``asyncio.CancelledError`` and the rank lives on.
@@ -191,6 +193,33 @@ def sharded_killed():
     def local(x, *, v):
         if me == 1:
             os.kill(os.getpid(), signal.SIGKILL)  # a process the OOM killer took
+        time.sleep(0.002)
+        return x + v
+
+    t0 = time.monotonic()
+    try:
+        local(torch.ones(2))
+        _cases.emit(rank=me, error=None)
+    except tdt.AutotuneError as exc:
+        _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+    os._exit(0)  # no closing barrier: rank 1 is gone
+
+
+@case
+def killed_in_steady_round():
+    """Lock-step, 8 configs; rank 1 kills itself in the first steady round, at its last config's sample (the round's
+    one exchange waits T for each of its 8 samples)."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+    steps = set()
+
+    @tdt.autotune(config_space=[{"v": v} for v in range(8)], key_fn=lambda x: 0, n_warmup=1, n_repeat=10,
+                  name="killed_in_steady_round")
+    def local(x, *, v):
+        if me == 1 and _cases.in_steady_round():
+            steps.add(v)
+            if len(steps) == 8:  # the round's last sample
+                os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(0.002)
         return x + v
 

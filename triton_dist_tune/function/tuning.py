@@ -45,7 +45,7 @@ from ..errors import (
 )
 from ..faults.journal import Journal
 from ..faults.recovery import across, interruptible, journal_path, shared_view
-from ..faults.watchdog import WATCHDOG, Guard
+from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.agreement import from_root
 from ..group.channel import ExchangeError, Group
 from ..measure import breakdown, compile_pass
@@ -246,7 +246,7 @@ class Tuning:
         tuner, group, label, env = self.tuner, self.group, self.label, self.env
         journal = journal_of(self)
         ended = False
-        board = group.board()
+        board = group.board(exchange_timeout(self.timeout))  # beating: a rank that died is given up on
         guard = WATCHDOG.guard(board, group.rank)
         try:
             earlier = shared_view(group, journal, tuner.descriptions, env.job_id if env.always_tune else False,

@@ -159,9 +159,11 @@ class Group:
         """Wait until every rank has arrived here."""
         self.combine(None, what, _nothing, timeout)
 
-    def board(self) -> Board:
+    def board(self, window: float | None = None) -> Board:
         """A failure board for one tuning, outside the exchange sequence (every rank calls this at the same point
-        of the sequence). This base has none: a rank learns of another's failure at the next exchange."""
+        of the sequence); ``window``: how long a rank may show no sign of life before the ranks waiting for it at
+        an exchange give up (None: the exchanges' deadlines alone). This base has none: a rank learns of another's
+        failure at the next exchange."""
         return Board()
 
 

@@ -208,11 +208,12 @@ class StoreGroup(Group):
         late = [r for r in range(1, self.size) if r != self.rank and not self._arrived(self._key(seq, r))]
         return late or [0]
 
-    def board(self) -> Board:
+    def board(self, window: float | None = None) -> Board:
         """A failure board under this group's prefix, scoped to the exchange sequence number now (the same on
-        every rank: each calls this at the same point of the sequence)."""
+        every rank: each calls this at the same point of the sequence), beating while it is open when ``window``
+        is given (:class:`StoreBoard`)."""
         with self._lock:
-            board = self._board = StoreBoard(self, f"{self._prefix}board/{self._seq}/")
+            board = self._board = StoreBoard(self, f"{self._prefix}board/{self._seq}/", window)
         return board
 
     def _wait(self, keys: list[str], what: str, timeout: float, missing: Callable[[], list[int]]) -> None:
@@ -225,6 +226,10 @@ class StoreGroup(Group):
                 message = ended_message(board.read(), missing())
                 if message is not None:
                     raise RankEnded(message)
+                silent = board.silent(missing())
+                if silent:  # their processes ended, were killed or froze: they never arrive either
+                    raise GroupTimeoutError(self._silent_message(what, time.monotonic() - started, silent,
+                                                                 board.window or 0.0))
             said = Notes.late_ranks_said(self.store, [self.global_ranks[r] for r in missing()])
             if said:  # a late rank passed a wrong group option: it will not come, nor will this one now
                 message = self._unresolved_message(what, time.monotonic() - started, said)
@@ -244,7 +249,7 @@ class StoreGroup(Group):
                            every=min(every, BOARD_SLICE_S if board is not None else NOTE_SLICE_S))
         except RankEnded as exc:
             raise RankFailedError(str(exc)) from None
-        except BadInputError:
+        except (BadInputError, GroupTimeoutError):
             raise
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
             waited = time.monotonic() - started
@@ -258,6 +263,12 @@ class StoreGroup(Group):
         ranks = "; ".join(f"global rank {g} raised BadInputError: {text[:NOTE_CHARS]}" for g, text in said.items())
         return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
                 f"waited {waited:.1f} s at '{what}' for ranks that will not come: {ranks}")
+
+    def _silent_message(self, what: str, waited: float, silent: Sequence[int], window: float) -> str:
+        return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
+                f"waited {waited:.1f} s at '{what}'; group rank(s) {list(silent)} (global "
+                f"{[self.global_ranks[r] for r in silent]}) showed no sign of life for {window:g} s: their process "
+                "ended, was killed or is frozen.")
 
     def _arrived(self, key: str) -> bool:
         try:
@@ -277,12 +288,54 @@ class StoreGroup(Group):
 class StoreBoard(Board):
     """A failure board in the job's store, outside the exchange sequence: ``<scope>count`` counts the reports,
     ``<scope><n>`` holds the n-th as JSON (plain data: nothing read is executed). Reading it costs one request
-    while nothing new was posted."""
+    while nothing new was posted.
 
-    def __init__(self, group: StoreGroup, scope: str) -> None:
+    With a ``window``, the board also says which ranks are alive: while it is open a daemon thread beats a counter,
+    ``<scope>beat/<rank>``, every ``window / 5`` seconds (at most one), and a rank waiting at an exchange reads the
+    late ranks' counters between its store waits (:meth:`silent`). A rank whose counter has not moved for
+    ``window`` seconds has ended, was killed or is frozen (every phase of a live one is under the watchdog, which
+    ends a hung rank after ``T``): the waiting ranks give up on it then, not at the exchange's deadline, which for
+    a steady round of ``n`` samples is ``n`` times longer."""
+
+    def __init__(self, group: StoreGroup, scope: str, window: float | None = None) -> None:
         self.group, self.scope = group, scope
         self._seen: list[FailureReport] = []
         self._lock = threading.Lock()
+        self.window = window if group.size > 1 else None
+        #: per rank looked at: the beat count seen and when it last moved
+        self._beats: dict[int, tuple[int, float]] = {}
+        self._stop = threading.Event()
+        self._beater: threading.Thread | None = None
+        if self.window is not None:
+            self._beat()
+            self._beater = threading.Thread(target=self._beating, name="tdt-board-beat", daemon=True)
+            self._beater.start()
+
+    def _beat(self) -> None:
+        self.group.store.add(f"{self.scope}beat/{self.group.rank}", 1)
+
+    def _beating(self) -> None:
+        every = max(0.05, min(1.0, (self.window or 5.0) / 5))
+        while not self._stop.wait(every):
+            try:
+                self._beat()
+            except Exception:  # the store is gone: the waits say so; a beat thread never raises
+                return
+
+    def silent(self, ranks: Sequence[int]) -> list[int]:
+        """Of ``ranks``, those whose beat this rank has not seen move for ``window`` seconds (none without a
+        window). The first look at a rank starts its clock."""
+        if self.window is None:
+            return []
+        store, now, silent = self.group.store, time.monotonic(), []
+        for rank in ranks:
+            count = int(store.add(f"{self.scope}beat/{rank}", 0))
+            seen = self._beats.get(rank)
+            if seen is None or seen[0] != count:
+                self._beats[rank] = (count, now)
+            elif now - seen[1] > self.window:
+                silent.append(rank)
+        return silent
 
     def post(self, report: FailureReport) -> None:
         store = self.group.store
@@ -309,6 +362,7 @@ class StoreBoard(Board):
             return [r for r in self._seen if 0 <= r.rank < self.group.size]
 
     def close(self) -> None:
+        self._stop.set()
         with self.group._lock:
             if self.group._board is self:
                 self.group._board = None
