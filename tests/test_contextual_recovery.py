@@ -104,6 +104,32 @@ def test_a_rank_sigtermed_by_torchrun_at_the_exchange_blames_no_config(tmp_path)
         assert 1 in launches(tmp_path / "faults", rank, "2") and 0 not in launches(tmp_path / "faults", rank, "2")
 
 
+@pytest.mark.timeout(240)
+def test_a_rank_waiting_at_an_exchange_hears_torchruns_sigterm_within_seconds(tmp_path):
+    """The same job with the timeout of a real tuning (T = 60 s: the exchange's deadline is 66 s) and rank 1 killed
+    in attempt 0 only: rank 0, waiting at the exchange that ends run 2, hears torchrun's SIGTERM within seconds,
+    journals its config in flight ``interrupted``, and attempt 1 starts at once and chooses config 0 (rank 1's
+    suspect, measured again). Before, a wait at an exchange of a group without a failure board (every contextual
+    tuning) began with one blocking store wait of ``TRITON_DIST_AUTOTUNE_PROGRESS_S`` (30 s) or the whole deadline,
+    whichever is shorter, during which Python runs no signal handler: rank 0 left 30 s after the signal (Ctrl-C
+    too), just as torchrun's 30 s grace ran out and it sent SIGKILL (then nothing was journaled), and every restart
+    waited that long."""
+    env = tuner_env(tmp_path, 60, FAULT_DIR=str(tmp_path / "faults"), KILL_ATTEMPTS="0")
+    (tmp_path / "faults").mkdir()
+    proc = torchrun("restarted", env, restarts=1)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    results = parse_results(proc.stdout)
+    errors = [r for r in results if "error" in r]
+    assert len(errors) == 1, (results, proc.stderr[-3000:])  # before: none (rank 0 SIGKILLed by torchrun)
+    interrupted = errors[0]
+    assert (interrupted["attempt"], interrupted["rank"], interrupted["error"]) == ("0", 0, "SystemExit"), results
+    assert interrupted["seconds"] < 1.5 + 6, interrupted  # the kill 1.5 s in, then a second or two (was 30 s)
+    final = [r for r in results if "chosen" in r]
+    assert sorted(r["rank"] for r in final) == [0, 1] and all(r["attempt"] == "1" for r in final), results
+    for res in final:
+        assert res["ok"] and res["chosen"] == 0 and "failed" not in res["states"], res
+
+
 @pytest.mark.timeout(150)
 def test_two_groups_of_one_job_never_read_or_delete_each_others_journals(tmp_path):
     """Ranks 2 and 3 (group A) tune first: config 1 raises there (journaled failed), then both are SIGKILLed

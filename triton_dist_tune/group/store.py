@@ -35,7 +35,8 @@ from .channel import (
 
 log = logging.getLogger("triton_dist_tune")
 
-#: while a failure board is open, a waiting rank reads it between store waits of this many seconds
+#: the longest store wait of a waiting rank: between two it reads the failure board (while one is open) and Python
+#: runs its signal handlers (Ctrl-C, a launcher's SIGTERM), which cannot run while the store's C++ wait blocks
 BOARD_SLICE_S = 1.0
 
 #: group identity -> how many channels this process made for it (a group destroyed and created again gets a new one)
@@ -228,8 +229,7 @@ class StoreGroup(Group):
             quiet_store_wait(self.store, keys, seconds, block=next(slices) == 0)
 
         try:
-            wait_in_slices(wait, timeout, between_slices,
-                           every=min(every, BOARD_SLICE_S) if board is not None else every)
+            wait_in_slices(wait, timeout, between_slices, every=min(every, BOARD_SLICE_S))
         except RankEnded as exc:
             raise RankFailedError(str(exc)) from None
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
