@@ -5,10 +5,11 @@ tests/scenarios/contextual_recovery_cases.py."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
-from harness import HERE, describe, run_ranks, tuner_env
+from harness import HERE, describe, parse_results, run_ranks, torchrun_command, tuner_env
 
 from triton_dist_tune.faults.journal import Journal
 
@@ -70,6 +71,63 @@ def test_a_cancelled_task_on_one_rank_is_journaled_as_an_interruption(tmp_path):
     (journal,) = [p for p in cache.rglob("*.journal") if ".rank1" in p.name]
     last = records(journal)[-1]
     assert (last["state"], last["index"]) == ("interrupted", 1), last
+
+
+def torchrun(case: str, env: dict[str, str], restarts: int) -> subprocess.CompletedProcess:
+    cmd, full_env = torchrun_command(["--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts),
+                                      "--monitor-interval", "0.1"], CASES, [case], env)
+    return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=200)
+
+
+@pytest.mark.timeout(240)
+def test_a_rank_sigtermed_by_torchrun_at_the_exchange_blames_no_config(tmp_path):
+    """Under ``torchrun --max-restarts 2``, rank 1 is SIGKILLed in run 2 of attempts 0 and 1 (after config 0's
+    warm-up, before its own launch of config 1); rank 0 has launched config 1 and waits at the exchange that ends
+    the run, where torchrun's SIGTERM reaches it (``SystemExit``). That interruption blames nothing: attempt 2
+    leaves out config 0 only (rank 1's crashes) and chooses config 1. Before, the SystemExit raised at the
+    exchange was not journaled, rank 0's journal ended ``started`` in config 1 twice, and attempt 2 left config 1
+    out too (``crashed: ranks [0] ...``) and chose the slowest config, 2."""
+    env = tuner_env(tmp_path, 5, FAULT_DIR=str(tmp_path / "faults"), KILL_ATTEMPTS="0,1")
+    (tmp_path / "faults").mkdir()
+    proc = torchrun("restarted", env, restarts=2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    results = parse_results(proc.stdout)
+    assert sorted((r["attempt"], r["rank"], r.get("error")) for r in results if "error" in r) == \
+        [("0", 0, "SystemExit"), ("1", 0, "SystemExit")], results
+    final = [r for r in results if "chosen" in r]
+    assert sorted(r["rank"] for r in final) == [0, 1] and all(r["attempt"] == "2" for r in final), results
+    for res in final:
+        assert res["ok"] and res["chosen"] == 1 and res["states"][0] == "failed", res
+        assert res["errors"][0].startswith("crashed: ranks [1] were inside this config when 2"), res
+        assert res["states"][1] != "failed" and res["states"][2] != "failed", res
+    for rank in (0, 1):  # attempt 2 launches config 1 again (not left out) and never config 0
+        assert 1 in launches(tmp_path / "faults", rank, "2") and 0 not in launches(tmp_path / "faults", rank, "2")
+
+
+@pytest.mark.timeout(240)
+def test_a_rank_waiting_at_an_exchange_hears_torchruns_sigterm_within_seconds(tmp_path):
+    """The same job with the timeout of a real tuning (T = 60 s: the exchange's deadline is 66 s) and rank 1 killed
+    in attempt 0 only: rank 0, waiting at the exchange that ends run 2, hears torchrun's SIGTERM within seconds,
+    journals its config in flight ``interrupted``, and attempt 1 starts at once and chooses config 0 (rank 1's
+    suspect, measured again). Before, a wait at an exchange of a group without a failure board (every contextual
+    tuning) began with one blocking store wait of ``TRITON_DIST_AUTOTUNE_PROGRESS_S`` (30 s) or the whole deadline,
+    whichever is shorter, during which Python runs no signal handler: rank 0 left 30 s after the signal (Ctrl-C
+    too), just as torchrun's 30 s grace ran out and it sent SIGKILL (then nothing was journaled), and every restart
+    waited that long."""
+    env = tuner_env(tmp_path, 60, FAULT_DIR=str(tmp_path / "faults"), KILL_ATTEMPTS="0")
+    (tmp_path / "faults").mkdir()
+    proc = torchrun("restarted", env, restarts=1)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    results = parse_results(proc.stdout)
+    errors = [r for r in results if "error" in r]
+    assert len(errors) == 1, (results, proc.stderr[-3000:])  # before: none (rank 0 SIGKILLed by torchrun)
+    interrupted = errors[0]
+    assert (interrupted["attempt"], interrupted["rank"], interrupted["error"]) == ("0", 0, "SystemExit"), results
+    assert interrupted["seconds"] < 1.5 + 6, interrupted  # the kill 1.5 s in, then a second or two (was 30 s)
+    final = [r for r in results if "chosen" in r]
+    assert sorted(r["rank"] for r in final) == [0, 1] and all(r["attempt"] == "1" for r in final), results
+    for res in final:
+        assert res["ok"] and res["chosen"] == 0 and "failed" not in res["states"], res
 
 
 @pytest.mark.timeout(150)

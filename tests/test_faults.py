@@ -492,6 +492,26 @@ def test_mpi_raise_before_collective_ends_the_job_then_rerun_resumes(env):
     assert_calls(env, 2, {0: {"0.0": 1}, 1: {"1.0": RUNS + 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
 
 
+@pytest.mark.timeout(90)
+def test_mpi_a_rank_cancelled_mid_warm_up_blames_no_config_on_the_rank_left_waiting(env):
+    """mpi4py has no failure board: rank 1's cancelled task ends its script while rank 0, its own run of config 0
+    done, waits at the exchange that starts the next run together, inside the warm-up's deadline. Rank 0's watchdog
+    ends it at T (the job's end), journaling ``interrupted`` (it waited for the others; their journals say what
+    happened to them), not ``hung``: the rerun measures config 0 again and chooses it. Before, rank 0 journaled
+    config 0 ``hung`` and the rerun left it out (``hung on rank 0: warmup exceeded 2 s``) and chose config 1."""
+    job = mpiexec("mpi_cancelled", env)
+    assert job.returncode != 0 and job.seconds < T + SLACK, job
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    states = {(p.name.split(".")[-2], r["index"], r["state"]) for p in journals(cache) for r in records(p)}
+    assert ("rank0", 0, "interrupted") in states and ("rank1", 0, "interrupted") in states, states
+    assert not {s for s in states if s[2] in ("hung", "local_failure", "failed")}, states
+    assert "waited 2 s for the other ranks to start its next run together" in job.stderr, job
+    again = mpiexec("mpi_cancelled", {**env, "RUN": "1"})
+    assert again.returncode == 0, again
+    for r in again.final().values():
+        assert r["chosen"] == 0 and "failed" not in r["states"], again
+
+
 # -- init_distributed under torchrun restarts ------------------------------------------------------------------
 
 

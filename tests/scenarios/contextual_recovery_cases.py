@@ -10,6 +10,9 @@ rank made them) and sleeps [5, 80, 120] ms, the same on every rank: config 0 win
   Attempt 1 resumes from them.
 - ``cancelled``: in run 2 (config 1 launched) rank 1's function raises ``asyncio.CancelledError`` (a cancelled
   task: a ``BaseException`` that is no ``Exception``); it is journaled ``interrupted``, as Ctrl-C is.
+- ``restarted`` (under ``torchrun --max-restarts``): in run 2 of each attempt listed in ``KILL_ATTEMPTS``, rank 1
+  sleeps 1.5 s before its launch, then is SIGKILLed; rank 0 has launched config 1 and waits at the exchange that
+  ends the run, where torchrun's SIGTERM reaches it. Rank 0 reports how long its call lasted (``seconds``).
 - ``two_groups``: 4 ranks, groups A = [2, 3] and B = [0, 1] tune the same kernel and key. Config 1 raises on
   A's ranks (journaled failed), then A's ranks are SIGKILLed inside config 2; only then B tunes.
 """
@@ -124,6 +127,29 @@ def cancelled():
     except asyncio.CancelledError:
         emit(rank=me, cancelled=True)
         os._exit(0)  # the other rank waits for this one's next exchange: nothing more to say to it
+
+
+@case
+def restarted():
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    os.environ["ATTEMPT"] = attempt  # the launches' lines name the attempt
+    tdt.init_distributed()
+    me = dist.get_rank()
+
+    def before(run):
+        if run == 2 and me == 1 and attempt in os.environ.get("KILL_ATTEMPTS", "").split(","):
+            time.sleep(1.5)  # rank 0 is at the exchange that ends the run by now
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    layer = layer_on(None, before)
+    x = torch.arange(64, dtype=torch.float32)
+    started = time.monotonic()
+    try:
+        out = layer(x)
+    except BaseException as exc:  # torchrun's SIGTERM: SystemExit(143)
+        emit(rank=me, attempt=attempt, error=type(exc).__name__, seconds=time.monotonic() - started)
+        raise
+    emit(attempt=attempt, **outcome(layer, out, x, 2))
 
 
 @case

@@ -298,6 +298,29 @@ def wrong_group():
 
 
 @case
+def mpi_cancelled():
+    """Under mpiexec: rank 1's task is cancelled (``asyncio.CancelledError``) in config 0's first warm-up run of run
+    ``0``, and the error ends rank 1's script (mpi4py then waits in ``MPI_Finalize``); rank 0 has finished that run
+    and waits at the exchange that starts the next one together, inside the warm-up's deadline."""
+    import asyncio
+
+    me, first = rank(), os.environ.get("RUN", "0") == "0"
+
+    @tdt.autotune(config_space=[{"variant": v} for v in range(3)], key_fn=lambda x: tuple(x.shape), n_warmup=2,
+                  n_repeat=N_REPEAT, timing="cold", name="mpi_cancelled")
+    def work(x: torch.Tensor, *, variant: int) -> torch.Tensor:
+        record(variant)
+        if first and me == 1 and variant == 0:
+            raise asyncio.CancelledError()
+        time.sleep(SLEEP_MS[variant] / 1e3)
+        return x * (variant + 1)
+
+    work(torch.ones(4), autotune_pg=comm())
+    ((_, table),) = work.tuner.tables.items()
+    emit(chosen=chosen(work), states=[r["state"] for r in table], errors=[r.get("error") for r in table])
+
+
+@case
 def mpi_wrong_comm():
     """Under mpiexec: rank 0 tunes with COMM_WORLD, rank 1 with a duplicate of it that rank 0 never uses."""
     world = comm()

@@ -85,6 +85,11 @@ class Session(CallState):
             if isinstance(exc, type(intercept.empty_pruning_error())) and _keeps_nothing(str(exc)):
                 raise self._empty_pruning(exc) from exc
             raise
+        except Exception:
+            raise
+        except BaseException as exc:  # Ctrl-C, SIGTERM (a launcher ending the job), a cancelled task between runs
+            self.not_blamed(f"interrupted ({type(exc).__name__}) at an exchange between runs: no config is blamed")
+            raise
         finally:
             for local in self.local.values():
                 local.journal.close()

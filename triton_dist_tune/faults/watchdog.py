@@ -77,11 +77,12 @@ class Guard:
         self.step = ""
         #: seconds the phase may still take, unstuck, after another rank's report of another config of the step
         self.patience = 0.0
-        self.on_fire: Callable[[], None] | None = None
+        #: journals the hang; may return what it journaled instead (the watchdog's message then says that)
+        self.on_fire: Callable[[], str | None] | None = None
         self.on_peer: Callable[[Any], str] | None = None
         self.seen: dict[int, float] = {}  # rank -> when its failure in the current config was first seen
 
-    def arm(self, timeout: float, what: str, on_fire: Callable[[], None], index: int | None = None,
+    def arm(self, timeout: float, what: str, on_fire: Callable[[], str | None], index: int | None = None,
             on_peer: Callable[[Any], str] | None = None, step: str = "", patience: float = 0.0) -> None:
         """Fire ``on_fire`` and end the process unless :meth:`disarm` comes within ``timeout`` seconds; with
         ``index`` and a board, end it (after ``on_peer``, which journals the report's evidence and returns a
@@ -240,15 +241,16 @@ class Watchdog:
     def _fire(self, guard: Guard) -> None:
         from ..disk.logs import global_rank
 
-        message = (f"triton_dist_tune: watchdog: rank {global_rank()}: {guard.what} did not finish within "
-                   f"{guard.timeout:g} s (autotune timeout / TRITON_DIST_AUTOTUNE_TIMEOUT); recorded as hung in "
-                   f"the journal; ending this process with exit status {EXIT_CODE}; resume with torchrun "
-                   "--max-restarts or by running the job again (the config is left out)")
+        told: str | None = None
         try:
             if guard.on_fire is not None:
-                guard.on_fire()
+                told = guard.on_fire()
         finally:
-            _end(message, EXIT_CODE)
+            _end(f"triton_dist_tune: watchdog: rank {global_rank()}: {guard.what} did not finish within "
+                 f"{guard.timeout:g} s (autotune timeout / TRITON_DIST_AUTOTUNE_TIMEOUT); "
+                 f"{told or 'recorded as hung in the journal'}; ending this process with exit status {EXIT_CODE}; "
+                 "resume with torchrun --max-restarts or by running the job again"
+                 f"{'' if told else ' (the config is left out)'}", EXIT_CODE)
 
     def _peer_fire(self, guard: Guard, report: Any) -> None:
         from ..disk.logs import global_rank

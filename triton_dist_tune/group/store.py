@@ -36,11 +36,10 @@ from .unresolved import NOTES, Notes
 
 log = logging.getLogger("triton_dist_tune")
 
-#: while a failure board is open, a waiting rank reads it between store waits of this many seconds
+#: the longest store wait of a waiting rank: between two it reads the failure board and the late ranks' beats (while
+#: a board is open) and their notes (:mod:`.unresolved`), and Python runs its signal handlers (Ctrl-C, a launcher's
+#: SIGTERM), which cannot run while the store's C++ wait blocks
 BOARD_SLICE_S = 1.0
-
-#: without a board, a waiting rank looks for the late ranks' notes (:mod:`.unresolved`) this often
-NOTE_SLICE_S = 2.0
 
 #: the most characters of a late rank's note that a waiting rank's error quotes
 NOTE_CHARS = 600
@@ -245,8 +244,7 @@ class StoreGroup(Group):
             quiet_store_wait(self.store, keys, seconds, block=next(slices) == 0)
 
         try:
-            wait_in_slices(wait, timeout, between_slices,
-                           every=min(every, BOARD_SLICE_S if board is not None else NOTE_SLICE_S))
+            wait_in_slices(wait, timeout, between_slices, every=min(every, BOARD_SLICE_S))
         except RankEnded as exc:
             raise RankFailedError(str(exc)) from None
         except (BadInputError, GroupTimeoutError):

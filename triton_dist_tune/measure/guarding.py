@@ -50,6 +50,8 @@ class Guarding:
     _posted: set[tuple[int, str]]
     _current: tuple[int, str] | None
     _step: str
+    #: whether this rank waits at the exchange that starts the phase's next run together (its own run done)
+    waiting: bool
     #: sharded: a poisoning failure, raised on every rank after the exchange of outcomes
     _deferred: str | None
 
@@ -70,12 +72,14 @@ class Guarding:
         step = f"config {index} {phase}" if step is None else step
         blames = phase not in BEST_EFFORT
 
-        def on_fire() -> None:
+        def on_fire() -> str | None:
             # a peer that failed, was interrupted or hung in another config of this step left this rank stuck: no
             # evidence against this config. A peer that hung in this same config is no exoneration: its watchdog
             # may fire first even when this rank's own run is the one that never finished (seen in CI)
             peers = [r for r in self._board_reports() if r.step == step and r.rank != self.group.rank
                      and not (r.hung and r.index == index)]
+            if getattr(self, "waiting", False) and blames:
+                return self._waited_out(index, desc, phase, step)
             if peers and blames:
                 first = peers[0]
                 self.journal.append(index, "interrupted", config=desc, phase=phase,
@@ -93,6 +97,7 @@ class Guarding:
                 self.journal.append(index, "interrupted", config=desc, phase=phase,
                                     error=f"interrupted: {phase} exceeded {self.plan.timeout:g} s (not blamed)")
             self.log.error("%s config %d %s: HUNG past %g s: %s", self.label, index, phase, self.plan.timeout, desc)
+            return None
 
         def on_peer(report: FailureReport) -> str:  # another rank raised in this step: it failed, not this one
             if report.interrupted or not blames or report.index != index:
@@ -129,6 +134,22 @@ class Guarding:
             raise
         finally:
             self.guard.disarm()
+
+    def _waited_out(self, index: int, desc: str, phase: str, step: str) -> str:
+        """The deadline passed while this rank, its own run of config ``index`` done, waited at the exchange that
+        starts the next run together: the others did not come (interrupted, crashed or hung: their own journals say
+        which; a group without a failure board, mpi4py's, cannot tell this rank). Journaled ``interrupted``, blaming
+        nothing here, and posted so; returns what the watchdog's message says was journaled."""
+        waited = (f"waited {self.plan.timeout:g} s for the other ranks to start its next run together (they were "
+                  "interrupted, crashed or hung: their own journals say which)")
+        self.journal.append(index, "interrupted", config=desc, phase=phase, error=f"interrupted: {waited}")
+        try:
+            self.guard.board.post(FailureReport(self.group.rank, index, desc, f"interrupted: {waited}", ended=True,
+                                                step=step))
+        except Exception:  # the store is going away: the journal holds it
+            pass
+        self.log.error("%s config %d %s: %s", self.label, index, phase, waited)
+        return f"it {waited}; journaled as interrupted: no config is blamed on this rank"
 
     def _post(self, index: int, desc: str, error: str) -> None:
         """Journal this rank's failure in config ``index`` and post it on the failure board (once per step). In

@@ -101,6 +101,8 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         self._posted: set[tuple[int, str]] = set()
         self._current: tuple[int, str] | None = None  # the config in flight
         self._step = ""  # the step of the protocol the config in flight belongs to (its board reports name it)
+        #: waiting at the exchange that starts a run together, inside a guarded phase (:meth:`_aligned`)
+        self.waiting = False
         self._deferred: str | None = None  # sharded: a poisoning failure, raised on every rank after the exchange
         #: the compiles started ahead (:mod:`~triton_dist_tune.measure.precompile`), waited for config by config
         self.compiles = Compiles()
@@ -136,8 +138,12 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         failure: Exception | None = None
         for t, run in enumerate(runs):
             self.guard.restart()
-            stop = clocked(self.group, self.budget, failure is not None, f"{self.label} config {index} {phase} {t}",
-                           any, exchange_timeout(self.plan.timeout))
+            self.waiting = True  # at the tuner's exchange, not in a run: a deadline here is no hang of this rank's
+            try:
+                stop = clocked(self.group, self.budget, failure is not None,
+                               f"{self.label} config {index} {phase} {t}", any, exchange_timeout(self.plan.timeout))
+            finally:
+                self.waiting = False
             if stop:
                 break
             try:
