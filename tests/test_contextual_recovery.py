@@ -61,8 +61,7 @@ def test_resume_after_sigterm_and_sigkill_launches_the_same_config_on_every_rank
 def test_a_cancelled_task_on_one_rank_is_journaled_as_an_interruption(tmp_path):
     """A ``BaseException`` that is no ``Exception`` (``asyncio.CancelledError``) raised in the function on rank 1
     while config 1 runs: journaled ``interrupted`` (it blames no config), as Ctrl-C and SIGTERM are. Before, only
-    those two were: the journal ended ``started``, and the next attempt took config 1 for a crash suspect. (The
-    other rank learns of it at its next exchange, after the timeout: contextual tuning has no failure board.)"""
+    those two were: the journal ended ``started``, and the next attempt took config 1 for a crash suspect."""
     env = tuner_env(tmp_path, 10, FAULT_DIR=str(tmp_path / "faults"))
     (tmp_path / "faults").mkdir()
     ranks = run_ranks(CASES, 2, ["cancelled"], env={**env, "ATTEMPT": "0"}, timeout=100)
@@ -71,6 +70,26 @@ def test_a_cancelled_task_on_one_rank_is_journaled_as_an_interruption(tmp_path):
     (journal,) = [p for p in cache.rglob("*.journal") if ".rank1" in p.name]
     last = records(journal)[-1]
     assert (last["state"], last["index"]) == ("interrupted", 1), last
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("error", ["cancel", "raise"])
+def test_a_rank_left_waiting_in_the_functions_collective_blames_no_config(tmp_path, error):
+    """Rank 1's function is cancelled (``asyncio.CancelledError``) or raises its own error in run 2, after its launch
+    of config 1 and before the all_reduce; rank 1 stays alive. Rank 0, waiting in the all_reduce, is ended by its
+    watchdog after T (4 s) and finds rank 1's report on the call's failure board: it journals config 1
+    ``interrupted``, never ``hung``, and says so. Before, contextual tuning had no failure board: rank 0 journaled
+    config 1 ``hung`` and the next attempt left it out, although no rank hung in it (the function's own error and an
+    interruption blame no config)."""
+    env = tuner_env(tmp_path, 4, FAULT_DIR=str(tmp_path / "faults"), ERROR=error)
+    (tmp_path / "faults").mkdir()
+    ranks = run_ranks(CASES, 2, ["left_waiting"], env={**env, "ATTEMPT": "0"}, timeout=100, stuck=[1])
+    assert ranks[0].returncode == 86, describe(ranks)  # the watchdog's exit status
+    assert "journaled as interrupted: no config is blamed on this rank" in ranks[0].stderr, describe(ranks)
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    (journal,) = [p for p in cache.rglob("*.journal") if ".rank0" in p.name]
+    states = {r["state"] for r in records(journal) if r.get("index") == 1}
+    assert "interrupted" in states and "hung" not in states, records(journal)
 
 
 def torchrun(case: str, env: dict[str, str], restarts: int) -> subprocess.CompletedProcess:

@@ -10,6 +10,8 @@ rank made them) and sleeps [5, 80, 120] ms, the same on every rank: config 0 win
   Attempt 1 resumes from them.
 - ``cancelled``: in run 2 (config 1 launched) rank 1's function raises ``asyncio.CancelledError`` (a cancelled
   task: a ``BaseException`` that is no ``Exception``); it is journaled ``interrupted``, as Ctrl-C is.
+- ``left_waiting``: in run 2 rank 1's function is cancelled (``ERROR=cancel``) or raises (``ERROR=raise``) after its
+  launch of config 1 and before the all_reduce, and rank 1 stays alive; rank 0 waits in the all_reduce.
 - ``restarted`` (under ``torchrun --max-restarts``): in run 2 of each attempt listed in ``KILL_ATTEMPTS``, rank 1
   sleeps 1.5 s before its launch, then is SIGKILLed; rank 0 has launched config 1 and waits at the exchange that
   ends the run, where torchrun's SIGTERM reaches it. Rank 0 reports how long its call lasted (``seconds``).
@@ -127,6 +129,26 @@ def cancelled():
     except asyncio.CancelledError:
         emit(rank=me, cancelled=True)
         os._exit(0)  # the other rank waits for this one's next exchange: nothing more to say to it
+
+
+@case
+def left_waiting():
+    import asyncio
+
+    tdt.init_distributed()
+    me = dist.get_rank()
+
+    def after(run):
+        if run == 2 and me == 1:
+            raise asyncio.CancelledError() if os.environ["ERROR"] == "cancel" else RuntimeError("rank 1's own error")
+
+    x = torch.arange(64, dtype=torch.float32)
+    try:
+        layer_on(None, after=after)(x)
+    except BaseException as exc:
+        emit(rank=me, error=type(exc).__name__)
+    if me == 1:
+        time.sleep(120)  # alive: rank 0's watchdog, not a closed connection, ends its wait in the all_reduce
 
 
 @case

@@ -37,7 +37,7 @@ import logging
 import time
 from typing import Any
 
-from ..errors import BadInputError
+from ..errors import BadInputError, describe_error
 from ..faults.recovery import interruptible
 from ..group.channel import Group
 from . import intercept, launches
@@ -79,6 +79,7 @@ class Session(CallState):
         try:
             if self.tuning:
                 self.gather_journals()
+                self.open_board()
             with interruptible():
                 return self._loop(args, kwargs, first)
         except BadInputError as exc:
@@ -91,6 +92,7 @@ class Session(CallState):
             self.not_blamed(f"interrupted ({type(exc).__name__}) at an exchange between runs: no config is blamed")
             raise
         finally:
+            self.close_board()
             for local in self.local.values():
                 local.journal.close()
 
@@ -170,11 +172,13 @@ class Session(CallState):
                 try:
                     return self.tuner.fn(*args, **kwargs), None
                 except Exception as exc:
+                    self.post_run_failure(describe_error(exc))
                     return None, exc
         except Exception:  # the tuner's own (a run's are returned above)
             raise
-        except BaseException:  # Ctrl-C, SIGTERM, a cancelled task's CancelledError: an interruption blames no config
+        except BaseException as exc:  # Ctrl-C, SIGTERM, a cancelled task's CancelledError: blames no config
             self._journal_inflight("interrupted")
+            self.post_run_failure(f"interrupted ({type(exc).__name__})", interrupted=True)
             raise
         finally:
             self._disarm()

@@ -26,7 +26,7 @@ from ..disk import logs
 from ..disk.cache import DiskCache
 from ..faults.recovery import gather_entries
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
-from ..group.channel import Group, default_timeout
+from ..group.channel import Board, FailureReport, Group, default_timeout
 from ..measure.clocks import make_clock
 from .newkeys import can_settle
 from .options import ContextualOptions
@@ -116,6 +116,9 @@ class CallState:
         self.started = time.monotonic()
         self._armed = False
         self._guard: Guard | None = None
+        #: the failure board of a tuning call (a group with a store): a rank whose run raises says so there, so that
+        #: a peer left waiting inside the function's collective journals no hang (:meth:`_hung`)
+        self.board: Board | None = None
         #: entry -> every group rank's journal records of it, gathered before the first run (None: not yet)
         self._earlier: dict[str, list[list[dict[str, Any]]]] | None = None
         #: jitted kernel -> group rank -> the ``triton.autotune`` wrappers of it that rank met in this call (track
@@ -188,9 +191,51 @@ class CallState:
             with _watch_lock:
                 _watch_owner = None
 
-    def _hung(self) -> None:
-        """The watchdog fired: every config this rank launched in the run is journaled as hung."""
-        self._journal_inflight("hung", error=f"run {self.runs - 1} exceeded {self.timeout:g} s")
+    def open_board(self) -> None:
+        """Open the call's failure board (every rank of a tuning call, at the same point of the exchanges)."""
+        if self.group.size > 1:
+            self.board = self.group.board()
+
+    def close_board(self) -> None:
+        """The call is over: its board is no longer read."""
+        if self.board is not None:
+            self.board.close()
+            self.board = None
+
+    def post_run_failure(self, error: str, interrupted: bool = False) -> None:
+        """Say on the board that this rank's run raised ``error`` (``interrupted``: an interruption, and this rank
+        leaves the call), for a peer stuck in a collective of the function waiting for this rank (:meth:`_hung`)."""
+        if self.board is None:
+            return
+        try:
+            self.board.post(FailureReport(self.group.rank, -1, "", error, ended=interrupted,
+                                          step=f"run {self.runs}"))
+        except Exception as exc:  # the store is going away: the peers' journals then say hung, as before
+            self.log.debug("%s could not post this rank's failure in run %d: %s", self.label, self.runs, exc)
+
+    def _hung(self) -> str | None:
+        """The watchdog fired: every config this rank launched in the run is journaled as hung, unless a peer said
+        on the board that its run raised or was interrupted: then this rank was left waiting in a collective of
+        the function, the evidence is the peer's, and its configs are journaled ``interrupted`` (blaming none)."""
+        step = f"run {self.runs}"
+        peers = []
+        try:
+            peers = [r for r in self.board.read() if r.rank != self.group.rank and r.step == step] if self.board \
+                else []
+        except Exception:  # the store is gone: no evidence either way, as without a board
+            pass
+        if not peers:
+            self._journal_inflight("hung", error=f"run {self.runs - 1} exceeded {self.timeout:g} s")
+            return None
+        first = peers[0]
+        waited = (f"waited {self.timeout:g} s in the function for rank {first.rank}, whose run "
+                  f"{'was ' + first.error if first.interrupted else 'raised ' + first.error}")
+        self._journal_inflight("interrupted", error=f"interrupted: {waited}")
+        try:  # a peer waiting at the tuner's exchange for this rank ends at once, not after its deadline
+            self.board.post_ended(self.group.rank, first)  # type: ignore[union-attr]
+        except Exception:
+            pass
+        return f"it {waited}; journaled as interrupted: no config is blamed on this rank"
 
     def _journal_inflight(self, state: str, **fields: Any) -> None:
         for tid, index in sorted(set(self.record.inflight)):

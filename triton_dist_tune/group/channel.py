@@ -212,8 +212,11 @@ class FailureReport:
         return self.ended and self.error.startswith("hung")
 
     def describe(self) -> str:
-        """'rank r failed in config i (config): error'."""
+        """'rank r failed in config i (config): error' ('rank r failed in run n: error' for a contextual tuning's
+        run, which names no config: index -1)."""
         origin = self.rank if self.origin < 0 else self.origin
+        if self.index < 0:
+            return f"rank {origin} failed in {self.step or 'a run'}: {self.error}"
         return f"rank {origin} failed in config {self.index} ({self.config}): {self.error}"
 
     def to_json(self) -> str:
@@ -279,6 +282,8 @@ def ended_message(reports: Sequence[FailureReport], missing: Sequence[int]) -> s
     first = failures[0]
     if first.interrupted:
         blamed = "No config is blamed (an interruption, or the tuner's own error)"
+    elif first.index < 0:  # a contextual tuning's run: the function's own error blames no config
+        blamed = "No config is blamed (the tuned function's own error)"
     elif first.step.endswith(COMPILE_PASS):
         blamed = f"No config is blamed (the {COMPILE_PASS} is best-effort; the next attempt runs none for that config)"
     else:
