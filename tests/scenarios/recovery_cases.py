@@ -182,6 +182,15 @@ def replicas_hang():
     _cases.emit(rank=me, chosen=decided["v"], out=out.tolist())
 
 
+def _emit_outcome(me: int, tune) -> None:
+    """Emit what ``tune()`` returns (a dict), or its AutotuneError, and the seconds it took."""
+    t0 = time.monotonic()
+    try:
+        _cases.emit(rank=me, error=None, **tune(), seconds=time.monotonic() - t0)
+    except tdt.AutotuneError as exc:
+        _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+
+
 @case
 def sharded_killed():
     """``sharded=True``, 8 configs (a share of 4 per rank); rank 1 kills itself in its first config."""
@@ -196,12 +205,7 @@ def sharded_killed():
         time.sleep(0.002)
         return x + v
 
-    t0 = time.monotonic()
-    try:
-        local(torch.ones(2))
-        _cases.emit(rank=me, error=None)
-    except tdt.AutotuneError as exc:
-        _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+    _emit_outcome(me, lambda: {"out": local(torch.ones(2)).tolist()})
     os._exit(0)  # no closing barrier: rank 1 is gone
 
 
@@ -223,12 +227,7 @@ def killed_in_steady_round():
         time.sleep(0.002)
         return x + v
 
-    t0 = time.monotonic()
-    try:
-        local(torch.ones(2))
-        _cases.emit(rank=me, error=None)
-    except tdt.AutotuneError as exc:
-        _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+    _emit_outcome(me, lambda: {"out": local(torch.ones(2)).tolist()})
     os._exit(0)  # no closing barrier: rank 1 is gone
 
 
@@ -253,13 +252,12 @@ def replicas_slow_share():
         time.sleep(0.8 if v == 1 else 0.001)
         return x + v
 
-    t0 = time.monotonic()
-    try:
+    def tune() -> dict:
         layer(torch.ones(2), autotune_pg=tp, autotune_replicas=across)
         (decided,) = layer.tuner.decided_in.values()
-        _cases.emit(rank=me, chosen=decided["v"], seconds=time.monotonic() - t0)
-    except tdt.AutotuneError as exc:
-        _cases.emit(rank=me, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+        return {"chosen": decided["v"]}
+
+    _emit_outcome(me, tune)
 
 
 @case
