@@ -242,15 +242,16 @@ class StoreGroup(Group):
         reported = [0.0]
 
         def between_slices(waited: float) -> None:
+            late = missing()  # one look per slice (a request per rank): each check below reads this list
             if board is not None:  # ranks that ended to leave a collective never arrive: stop waiting for them
-                message = ended_message(board.read(), missing())
+                message = ended_message(board.read(), late)
                 if message is not None:
                     raise RankEnded(message)
-                silent = board.silent(missing())
+                silent = board.silent(late)
                 if silent:  # their processes ended, were killed or froze: they never arrive either
                     raise GroupTimeoutError(self._silent_message(what, time.monotonic() - started, silent,
                                                                  board.window or 0.0))
-            notes = NOTES.unanswered(self.store, [self.global_ranks[r] for r in missing()])
+            notes = NOTES.unanswered(self.store, [self.global_ranks[r] for r in late])
             if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
                 said = {rank: text for rank, (_, text) in notes.items()}
                 message = self._unresolved_message(what, time.monotonic() - started, said)
@@ -259,7 +260,7 @@ class StoreGroup(Group):
                 raise BadInputError(message)
             if waited - reported[0] >= 0.999 * every:
                 reported[0] = waited
-                report_waiting(self.rank, self.title, what, missing(), self.global_ranks, waited, timeout)
+                report_waiting(self.rank, self.title, what, late, self.global_ranks, waited, timeout)
 
         slices = itertools.count()
 
