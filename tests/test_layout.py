@@ -95,3 +95,17 @@ def test_a_rank_that_calls_again_with_a_right_group_withdraws_its_note(env):
     assert bad["error"] == "BadInputError" and "autotune_pg must be a torch.distributed ProcessGroup" in bad["message"]
     assert posted["posted"] == {"0": bad["message"]}, posted
     assert good["error"] is None and after == {"after": {}, "count": 0}, lines
+
+
+@pytest.mark.timeout(120)
+def test_ranks_that_catch_a_wrong_group_error_and_call_again_tune_in_step(env):
+    """After a wrong group on one rank, every rank catches the BadInputError and calls again with the right group,
+    the wrong rank late. Its note of the first call, already answered, is not raised again, and the rank that
+    waited for it in the first call is back in step with it. Before: the waiting rank raised BadInputError again,
+    quoting the note of the first call (then every rank did, through its note)."""
+    results = run_ranks(CASES, 2, ["called_again_after_a_wrong_group"], env=env, timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        first, again, cached = r.results
+        assert first["error"] == "BadInputError", describe(results)
+        assert again["error"] is None and cached["error"] is None, describe(results)

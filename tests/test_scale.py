@@ -173,3 +173,14 @@ def test_replicas_split_the_first_pass_and_end_on_one_config(tmp_path, n):
     if n == 4:  # a second job of the same layout reuses it: no measuring, the final call only
         again = replicas_job(tmp_path, n, "replicas")["replicas"]
         assert [r["calls"] for r in again] == [[1]] * n, again
+
+
+@pytest.mark.timeout(120)
+def test_a_waiting_rank_looks_up_its_late_ranks_once_a_second(tmp_path):
+    """Between its 1 s store waits a rank reads the board, the late ranks' beats and their notes: each reads one
+    list of the late ranks, a store request per rank, looked up once per slice (before: three times, 3 N requests a
+    second per waiting rank). Ranks 1 and 2 wait about 5 s for rank 3 (rank 0 waits on its own keys)."""
+    for r in run("late_ranks_looked_up", 4, tuner_env(tmp_path, 60)):
+        if r["rank"] in (1, 2):
+            assert r["seconds"] > 2, r
+            assert r["looks"] <= r["seconds"] + 2, r  # one per slice of 1 s (and one at most for the report)

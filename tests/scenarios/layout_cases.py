@@ -114,5 +114,20 @@ def mpi_comm_null():
     call(layer("comm_null"), autotune_pg=MPI.COMM_NULL)
 
 
+@case
+def called_again_after_a_wrong_group():
+    """2 ranks. Rank 1 passes a wrong autotune_pg, rank 0 the right one: both raise BadInputError (rank 0 quoting
+    rank 1's note, which it posts in turn). Both catch it and call again with the right group, rank 1 3 s after
+    rank 0, which waits for it at the first exchange while rank 1's note of the first call is still in the store."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+    f = layer("again")
+    call(f, **({"autotune_pg": "not a group"} if me == 1 else {}))
+    if me == 1:
+        time.sleep(3)
+    call(f)
+    call(f)  # cached: one more exchange, in step
+
+
 if __name__ == "__main__":
     main()

@@ -161,5 +161,31 @@ def replicas():
              chosen=next(iter(layer.tuner.decided_in.values()))["variant"])
 
 
+@case
+def late_ranks_looked_up():
+    """4 ranks, a beating failure board open (as in a tuning): rank 3 comes to an exchange 5 s after the others,
+    which wait. How many times a waiting rank looked up its late ranks (a store request per rank each time), and how
+    many 1 s slices it waited."""
+    from triton_dist_tune.group.store import StoreGroup
+
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    looks = [0]
+    seen = StoreGroup._missing_seen_from
+
+    def counted(self, seq):
+        looks[0] += 1
+        return seen(self, seq)
+
+    StoreGroup._missing_seen_from = counted
+    board = group.board(60.0)
+    group.barrier("first barrier")
+    if group.rank == 3:
+        time.sleep(5)
+    started = time.monotonic()
+    group.barrier("second barrier")
+    board.close()
+    emit(rank=group.rank, looks=looks[0], seconds=time.monotonic() - started)
+
+
 if __name__ == "__main__":
     main()

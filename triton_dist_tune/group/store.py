@@ -7,7 +7,8 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from .. import settings
@@ -32,7 +33,7 @@ from .channel import (
     unpack,
     wait_in_slices,
 )
-from .unresolved import NOTES, Notes
+from .unresolved import NOTES
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -130,7 +131,8 @@ class StoreGroup(Group):
                          timeout: float) -> Any:
         keys = [self._key(seq, r) for r in range(1, self.size)]
         started = time.monotonic()
-        self._wait(keys, what, timeout, lambda: [r for r in range(1, self.size) if not self._arrived(keys[r - 1])])
+        with self._undone_on_a_note(seq, None):
+            self._wait(keys, what, timeout, lambda: [r for r in range(1, self.size) if not self._arrived(keys[r - 1])])
         payloads = self._request(lambda: self.store.multi_get(keys), what, started)
         payload = combine_payloads(fn, [pack(obj, 0, what), *payloads], what)
         self._request(lambda: self._write_new(seq, "all", payload, what), what, started)
@@ -146,10 +148,29 @@ class StoreGroup(Group):
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
         started = time.monotonic()
         self._request(lambda: self._write_new(seq, self.rank, pack(obj, self.rank, what), what), what, started)
-        self._wait([combined], what, timeout, lambda: self._missing_seen_from(seq))
+        with self._undone_on_a_note(seq, mine):
+            self._wait([combined], what, timeout, lambda: self._missing_seen_from(seq))
         payload = self._request(lambda: self.store.get(combined), what, started)
         self._tidy(mine)  # rank 0 has read it: it wrote the result
         return unpack(payload, what, self.rank)
+
+    @contextmanager
+    def _undone_on_a_note(self, seq: int, mine: str | None) -> Iterator[None]:
+        """Undo exchange ``seq`` when its wait raises :class:`BadInputError` because a late rank will not come (its
+        note: :mod:`.unresolved`): that rank never entered it, so no rank can complete it; this rank takes back its
+        message (``mine``) and its sequence number, and is in step with that rank when both call again."""
+        try:
+            yield
+        except BadInputError:
+            if mine is not None:
+                try:
+                    self.store.delete_key(mine)
+                except Exception as exc:  # the store is gone: nobody calls again
+                    log.debug("triton_dist_tune: could not take back %s (%s)", mine, exc)
+            with self._lock:
+                if self._seq == seq:
+                    self._seq = seq - 1
+            raise
 
     def _request(self, request: Callable[[], Any], what: str, started: float) -> Any:
         """One store request of an exchange: a transport error (the store's host ended: rank 0 of a job started
@@ -221,22 +242,25 @@ class StoreGroup(Group):
         reported = [0.0]
 
         def between_slices(waited: float) -> None:
+            late = missing()  # one look per slice (a request per rank): each check below reads this list
             if board is not None:  # ranks that ended to leave a collective never arrive: stop waiting for them
-                message = ended_message(board.read(), missing())
+                message = ended_message(board.read(), late)
                 if message is not None:
                     raise RankEnded(message)
-                silent = board.silent(missing())
+                silent = board.silent(late)
                 if silent:  # their processes ended, were killed or froze: they never arrive either
                     raise GroupTimeoutError(self._silent_message(what, time.monotonic() - started, silent,
                                                                  board.window or 0.0))
-            said = Notes.late_ranks_said(self.store, [self.global_ranks[r] for r in missing()])
-            if said:  # a late rank passed a wrong group option: it will not come, nor will this one now
+            notes = NOTES.unanswered(self.store, [self.global_ranks[r] for r in late])
+            if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
+                said = {rank: text for rank, (_, text) in notes.items()}
                 message = self._unresolved_message(what, time.monotonic() - started, said)
-                NOTES.post(message)  # the ranks waiting for this one learn it in turn
+                NOTES.raised.update(root for root, _ in notes.values())  # its next call is not failed by it
+                NOTES.post(message, next(iter(notes.values()))[0])  # the ranks waiting for this one learn it in turn
                 raise BadInputError(message)
             if waited - reported[0] >= 0.999 * every:
                 reported[0] = waited
-                report_waiting(self.rank, self.title, what, missing(), self.global_ranks, waited, timeout)
+                report_waiting(self.rank, self.title, what, late, self.global_ranks, waited, timeout)
 
         slices = itertools.count()
 

@@ -11,8 +11,13 @@ nobody posted one. The waiting rank then raises a ``BadInputError`` naming the r
 and posts that error as its own note: the ranks waiting for it (in another group of a layout) learn it in turn.
 
 The note stays until that rank's next call resolves its group well (a user who catches the error and calls again
-with the right group): then it is deleted. Without torch.distributed (an mpi4py job) there is no job store, and no
-note: the peers wait their deadline, as the error of the waiting rank says.
+with the right group): then it is deleted. Every note carries the id of the error it passes on (its root: the
+wrong group's note, which a waiting rank's note quotes), and a rank raises a root in one call only: a late rank's
+note of a call this rank has already answered (its own error, or one it raised quoting a note) is not raised
+again when the ranks call again, the late rank's coming after the others' (its note then still in the store).
+A waiting rank that raises a note's error also takes back its message of the exchange (``store.py``): the late
+rank never entered it, and the two are in step when they call again. Without torch.distributed (an mpi4py job)
+there is no job store, and no note: the peers wait their deadline, as the error of the waiting rank says.
 """
 
 from __future__ import annotations
@@ -49,9 +54,14 @@ class Notes:
     def __init__(self) -> None:
         #: whether this process has a note in the store (so that a good call deletes it, and only then)
         self.posted = False
+        #: the roots of the notes this process raised (its own, or quoted) in its call now, then in earlier calls:
+        #: those are never raised again (a call may wait for the same late rank at several exchanges)
+        self.raised: set[str] = set()
+        self.spent: set[str] = set()
 
-    def post(self, message: str) -> None:
-        """Say to the job that this rank will not come to its group's exchanges: ``message`` is its error."""
+    def post(self, message: str, root: str | None = None) -> None:
+        """Say to the job that this rank will not come to its group's exchanges: ``message`` is its error, which
+        passes on the note ``root`` (None: an error of this rank's own, a root of its own)."""
         store = _job_store()
         if store is None:
             return
@@ -59,15 +69,20 @@ class Notes:
             import torch.distributed as dist
 
             key = f"{_prefix()}{dist.get_rank()}"
+            root = root or f"{dist.get_rank()}.{int(store.add(f'{_prefix()}roots', 1))}"
+            self.raised.add(root)
             if not store.check([key]):
                 store.add(f"{_prefix()}count", 1)
-            store.set(key, message.encode())
+            store.set(key, f"{root}\n{message}".encode())
             self.posted = True
         except Exception as exc:  # best effort: the peers then wait their deadline, as before
             log.debug("triton_dist_tune: could not post this rank's group error to the job: %s", exc)
 
     def withdraw(self) -> None:
-        """This rank resolved its group well after posting a note: delete it (nothing to do otherwise)."""
+        """This rank resolved its group well (a new call): the notes it raised are answered, and its own note, if
+        it posted one, is deleted."""
+        self.spent |= self.raised
+        self.raised.clear()
         if not self.posted:
             return
         self.posted = False
@@ -83,17 +98,27 @@ class Notes:
             log.debug("triton_dist_tune: could not withdraw this rank's group error: %s", exc)
 
     @staticmethod
-    def late_ranks_said(store: Any, global_ranks: Sequence[int]) -> dict[int, str]:
-        """The notes of ``global_ranks`` (global rank -> its error), read from ``store``; ``{}`` while none was
-        posted in the job (one request)."""
+    def read(store: Any, global_ranks: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """The notes of ``global_ranks`` (global rank -> (its root, its error)), read from ``store``; ``{}`` while
+        none was posted in the job (one request)."""
         if int(store.add(f"{_prefix()}count", 0)) <= 0:
             return {}
         found = {}
         for rank in global_ranks:
             key = f"{_prefix()}{rank}"
             if store.check([key]):
-                found[rank] = store.get(key).decode(errors="replace")
+                root, _, text = store.get(key).decode(errors="replace").partition("\n")
+                found[rank] = (root, text)
         return found
+
+    @staticmethod
+    def late_ranks_said(store: Any, global_ranks: Sequence[int]) -> dict[int, str]:
+        """The notes of ``global_ranks`` (global rank -> its error), read from ``store``."""
+        return {rank: text for rank, (_, text) in Notes.read(store, global_ranks).items()}
+
+    def unanswered(self, store: Any, global_ranks: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """The notes of ``global_ranks`` whose root this process has not raised yet (:meth:`read`)."""
+        return {rank: note for rank, note in self.read(store, global_ranks).items() if note[0] not in self.spent}
 
 
 NOTES = Notes()
