@@ -184,3 +184,15 @@ def test_a_waiting_rank_looks_up_its_late_ranks_once_a_second(tmp_path):
         if r["rank"] in (1, 2):
             assert r["seconds"] > 2, r
             assert r["looks"] <= r["seconds"] + 2, r  # one per slice of 1 s (and one at most for the report)
+
+
+@pytest.mark.timeout(120)
+def test_tunings_leave_no_keys_in_the_store(tmp_path):
+    """A long job tunes thousands of keys: each tuning's failure board (its report count, every rank's beat) and each
+    progress watch (sharded, replicas) delete their keys when they close. Before, every tuning left its board's count
+    and one beat key per rank (3 keys a tuning on 2 ranks) and every watch its beat keys."""
+    results = run_ranks(CASES, 2, ["tunings_leave_no_keys"], env=tuner_env(tmp_path, 30), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        after_2, after_8, after_sharded = r.result["keys"]
+        assert after_8 <= after_2 + 1 and after_sharded <= after_8 + 1, r.result

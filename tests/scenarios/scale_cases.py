@@ -88,6 +88,38 @@ def store_stays_small():
     emit(rank=group.rank, keys=counts)
 
 
+@case
+def tunings_leave_no_keys():
+    """The store holds no more keys after 8 tunings (each its own key: a failure board, beats, exchanges) than after
+    2, nor after 2 sharded tunings (a progress watch each) more than before them."""
+    tdt.init_distributed(backend="gloo")
+    group = resolve_group(None)
+    from torch.distributed import distributed_c10d as c10d
+
+    store = c10d._get_default_store()
+
+    def tuned(sharded: bool):
+        @tdt.autotune([{"v": v} for v in range(3)], key_fn=lambda x: x, n_warmup=1, n_repeat=2, timing="cold",
+                      sharded=sharded, name=f"keys_{sharded}")
+        def work(x, *, v):
+            return x + v
+
+        return work
+
+    work, counts = tuned(False), []
+    for keys in ((0, 1), tuple(range(2, 8))):
+        for key in keys:
+            work(key)
+        group.barrier("count")  # every rank is past its own deletions of the tunings before
+        counts.append(store.num_keys())
+    work = tuned(True)
+    for key in (0, 1):
+        work(key)
+    group.barrier("count")
+    counts.append(store.num_keys())
+    emit(rank=group.rank, keys=counts)
+
+
 SLEEP_MS = [80, 100, 5]  # config 2 is clearly the fastest on every rank (by 75 ms: more than a stall under load)
 
 

@@ -267,7 +267,13 @@ class RoundWatch:
                 f"{self.rerun}")
 
     def close(self) -> None:
-        """Stop beating (the work is over, or this rank leaves it with an error)."""
+        """Stop beating (the work is over, or this rank leaves it with an error) and delete this unit's beat key (a
+        unit that closed has marked every round it waits in, or said that it left: nobody reads its beat again)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * beat_interval(self.timeout))
+        if self.watched:
+            try:
+                self.group.store.delete_key(self._beat_key(self.group.rank))  # type: ignore[attr-defined]
+            except Exception:  # the store is gone (the job is ending): nothing to tidy
+                pass

@@ -384,10 +384,24 @@ class StoreBoard(Board):
             return [r for r in self._seen if 0 <= r.rank < self.group.size]
 
     def close(self) -> None:
+        """The tuning is over: stop beating and delete this board's keys (each rank its beat; group rank 0 the
+        reports and their count), so that a job of thousands of tunings leaves no keys behind."""
         self._stop.set()
+        if self._beater is not None:
+            self._beater.join(timeout=2.0)  # its last beat must not write the key again after the deletion
         with self.group._lock:
             if self.group._board is self:
                 self.group._board = None
+        try:
+            store = self.group.store
+            if self.window is not None:
+                store.delete_key(f"{self.scope}beat/{self.group.rank}")
+            if self.group.rank == 0:
+                for n in range(1, int(store.add(f"{self.scope}count", 0)) + 1):
+                    store.delete_key(f"{self.scope}{n}")
+                store.delete_key(f"{self.scope}count")
+        except Exception as exc:  # the store is gone (the job is ending): nothing to tidy
+            log.debug("triton_dist_tune: could not delete the failure board's keys (%s)", exc)
 
 
 def _job_store() -> Any:
