@@ -61,6 +61,14 @@ def test_the_store_does_not_grow_with_the_number_of_exchanges(tmp_path):
         assert after_60 - after_10 <= 3, r
 
 
+@pytest.mark.timeout(60)
+def test_a_board_opened_inside_another_gives_the_group_back_its_outer_board(tmp_path):
+    """Before, closing the inner board left the group none: a contextual call's waits no longer read its board (a
+    rank that left the call was waited for until the deadline) after an ``autotune`` tuning inside it."""
+    results = run("nested_boards", 2, tuner_env(tmp_path, 30))
+    assert [r["seen"] for r in results] == [[True, True, True]] * 2, results
+
+
 def test_groups_with_one_name_and_other_ranks_or_attempts_never_share_keys():
     prefixes = {namespace("1", [0, 1], "0"), namespace("1", [0, 2], "0"), namespace("1", [0, 1], "1"),
                 namespace("2", [0, 1], "0")}

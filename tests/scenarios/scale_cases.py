@@ -73,6 +73,21 @@ def late():
 
 
 @case
+def nested_boards():
+    """A board opened inside another's tuning (an ``autotune`` tuning in a ``contextual_autotune`` call on the same
+    group): the group's waits read the inner one, then the outer one again once the inner closes."""
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    outer = group.board()
+    inner = group.board(10.0)
+    seen = [group._board is inner]
+    inner.close()
+    seen.append(group._board is outer)
+    outer.close()
+    seen.append(group._board is None)
+    emit(rank=group.rank, seen=seen)
+
+
+@case
 def store_stays_small():
     """The store holds no more tuner keys after 60 exchanges than after 10."""
     group = resolve_group(tdt.init_distributed(backend="gloo"))

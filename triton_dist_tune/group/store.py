@@ -233,7 +233,7 @@ class StoreGroup(Group):
         every rank: each calls this at the same point of the sequence), beating while it is open when ``window``
         is given (:class:`StoreBoard`)."""
         with self._lock:
-            board = self._board = StoreBoard(self, f"{self._prefix}board/{self._seq}/", window)
+            board = self._board = StoreBoard(self, f"{self._prefix}board/{self._seq}/", window, self._board)
         return board
 
     def _wait(self, keys: list[str], what: str, timeout: float, missing: Callable[[], list[int]]) -> None:
@@ -319,8 +319,12 @@ class StoreBoard(Board):
     ends a hung rank after ``T``): the waiting ranks give up on it then, not at the exchange's deadline, which for
     a steady round of ``n`` samples is ``n`` times longer."""
 
-    def __init__(self, group: StoreGroup, scope: str, window: float | None = None) -> None:
+    def __init__(self, group: StoreGroup, scope: str, window: float | None = None,
+                 outer: StoreBoard | None = None) -> None:
         self.group, self.scope = group, scope
+        #: the board of a tuning this one runs inside (an ``autotune`` tuning in a ``contextual_autotune`` call on the
+        #: same group): the group's board again when this one closes
+        self.outer = outer
         self._seen: list[FailureReport] = []
         self._lock = threading.Lock()
         self.window = window if group.size > 1 else None
@@ -391,7 +395,7 @@ class StoreBoard(Board):
             self._beater.join(timeout=2.0)  # its last beat must not write the key again after the deletion
         with self.group._lock:
             if self.group._board is self:
-                self.group._board = None
+                self.group._board = self.outer
         try:
             store = self.group.store
             if self.window is not None:
