@@ -101,9 +101,9 @@ def note_withdrawn():
     os.environ.pop("TORCHELASTIC_RESTART_COUNT", None)
     f = layer("note")
     call(f, autotune_pg="not a group")
-    emit(posted=Notes.late_ranks_said(store, [0]))
+    emit(posted={rank: text for rank, (_, text) in Notes.read(store, [0]).items()})
     call(f)
-    emit(after=Notes.late_ranks_said(store, [0]), count=int(store.add("tdt/0/unresolved/count", 0)))
+    emit(after=Notes.read(store, [0]), count=int(store.add("tdt/0/unresolved/count", 0)))
 
 
 @case

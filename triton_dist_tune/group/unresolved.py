@@ -6,7 +6,7 @@ it cannot tell that group. Its peers, who passed the right group, would wait at 
 deadline and then raise a :class:`~triton_dist_tune.GroupTimeoutError` guessing why. Instead the rank writes a note
 under its global rank in the job's key-value store (torch.distributed's default store, under the restart
 attempt: a new attempt never reads an old one's notes), and a rank waiting at an exchange for group ranks that are
-late looks for their notes between its store waits (:meth:`Notes.late_ranks_said`): one request, a counter, while
+late looks for their notes between its store waits (:meth:`Notes.unanswered`): one request, a counter, while
 nobody posted one. The waiting rank then raises a ``BadInputError`` naming the rank and quoting its error, at once,
 and posts that error as its own note: the ranks waiting for it (in another group of a layout) learn it in turn.
 
@@ -110,11 +110,6 @@ class Notes:
                 root, _, text = store.get(key).decode(errors="replace").partition("\n")
                 found[rank] = (root, text)
         return found
-
-    @staticmethod
-    def late_ranks_said(store: Any, global_ranks: Sequence[int]) -> dict[int, str]:
-        """The notes of ``global_ranks`` (global rank -> its error), read from ``store``."""
-        return {rank: text for rank, (_, text) in Notes.read(store, global_ranks).items()}
 
     def unanswered(self, store: Any, global_ranks: Sequence[int]) -> dict[int, tuple[str, str]]:
         """The notes of ``global_ranks`` whose root this process has not raised yet (:meth:`read`)."""
