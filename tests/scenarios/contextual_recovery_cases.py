@@ -25,8 +25,10 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import asyncio  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -112,42 +114,36 @@ def killed():
     emit(**outcome(layer, layer(x), x, 2))
 
 
-@case
-def cancelled():
-    import asyncio
-
+def _failing_in_run_2(error: Callable[[], BaseException]) -> None:
+    """The layer on the default group, rank 1 raising ``error()`` in run 2, after its launch of config 1 and before
+    the all_reduce."""
     tdt.init_distributed()
     me = dist.get_rank()
 
     def after(run):
         if run == 2 and me == 1:
-            raise asyncio.CancelledError()
+            raise error()
 
-    x = torch.arange(64, dtype=torch.float32)
+    layer_on(None, after=after)(torch.arange(64, dtype=torch.float32))
+
+
+@case
+def cancelled():
     try:
-        layer_on(None, after=after)(x)
+        _failing_in_run_2(asyncio.CancelledError)
     except asyncio.CancelledError:
-        emit(rank=me, cancelled=True)
+        emit(rank=dist.get_rank(), cancelled=True)
         os._exit(0)  # the other rank waits for this one's next exchange: nothing more to say to it
 
 
 @case
 def left_waiting():
-    import asyncio
-
-    tdt.init_distributed()
-    me = dist.get_rank()
-
-    def after(run):
-        if run == 2 and me == 1:
-            raise asyncio.CancelledError() if os.environ["ERROR"] == "cancel" else RuntimeError("rank 1's own error")
-
-    x = torch.arange(64, dtype=torch.float32)
+    errors = {"cancel": asyncio.CancelledError, "raise": lambda: RuntimeError("rank 1's own error")}
     try:
-        layer_on(None, after=after)(x)
+        _failing_in_run_2(errors[os.environ["ERROR"]])
     except BaseException as exc:
-        emit(rank=me, error=type(exc).__name__)
-    if me == 1:
+        emit(rank=dist.get_rank(), error=type(exc).__name__)
+    if dist.get_rank() == 1:
         time.sleep(120)  # alive: rank 0's watchdog, not a closed connection, ends its wait in the all_reduce
 
 

@@ -217,14 +217,13 @@ class CallState:
         """The watchdog fired: every config this rank launched in the run is journaled as hung, unless a peer said
         on the board that its run raised or was interrupted: then this rank was left waiting in a collective of
         the function, the evidence is the peer's, and its configs are journaled ``interrupted`` (blaming none)."""
-        step = f"run {self.runs}"
-        peers = []
-        try:
-            peers = [r for r in self.board.read() if r.rank != self.group.rank and r.step == step] if self.board \
-                else []
-        except Exception:  # the store is gone: no evidence either way, as without a board
-            pass
-        if not peers:
+        board, step, peers = self.board, f"run {self.runs}", []
+        if board is not None:
+            try:
+                peers = [r for r in board.read() if r.rank != self.group.rank and r.step == step]
+            except Exception:  # the store is gone: no evidence either way, as without a board
+                pass
+        if board is None or not peers:
             self._journal_inflight("hung", error=f"run {self.runs - 1} exceeded {self.timeout:g} s")
             return None
         first = peers[0]
@@ -232,7 +231,7 @@ class CallState:
                   f"{'was ' + first.error if first.interrupted else 'raised ' + first.error}")
         self._journal_inflight("interrupted", error=f"interrupted: {waited}")
         try:  # a peer waiting at the tuner's exchange for this rank ends at once, not after its deadline
-            self.board.post_ended(self.group.rank, first)  # type: ignore[union-attr]
+            board.post_ended(self.group.rank, first)
         except Exception:
             pass
         return f"it {waited}; journaled as interrupted: no config is blamed on this rank"

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import GroupTimeoutError, RankFailedError
+from ..errors import GroupTimeoutError, RankFailedError, describe_error
 from ..faults.watchdog import exchange_timeout
 from ..group.channel import Group, StoreWaitTimeout, quiet_store_wait, report_waiting
 from ..settings import current
@@ -120,6 +120,24 @@ class RoundWatch:
         the tuning and point to its journals."""
         return cls.start(group, f"tuning {label}", timeout, unit=unit, work="tuning",
                          rerun="Run the job again: the configs measured so far are in the journals")
+
+    def __enter__(self) -> RoundWatch:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        """The work is over: a unit that leaves with an error says so first (the units waiting at a round end
+        now, not ``exchange_timeout(T)`` later), then it stops beating (:meth:`close`)."""
+        if exc is not None:
+            self.leave(describe_error(exc))
+        self.close()
+
+    def arrive(self, round_: int, what: str, unwatched: float) -> float:
+        """This unit has finished round ``round_``: mark it and wait for every unit's (:meth:`wait`). Returns the
+        deadline of the round's exchange: one exchange's when watched (everyone is there), else ``unwatched``
+        (the round's worst case, for a group without a store)."""
+        self.finished(round_)
+        self.wait(round_, what)
+        return exchange_timeout(self.timeout) if self.watched else unwatched
 
     @property
     def watched(self) -> bool:

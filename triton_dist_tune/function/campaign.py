@@ -347,43 +347,35 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     rounds = math.ceil(len(todo) / plan.units)
     shows = progress and plan.tune_group.rank == 0 and plan.across.rank == 0 and logs.global_rank() == 0
     rows: list[KeyResult] = []
-    # units beat; a lost one is noticed in T + grace
-    watch = RoundWatch.start(plan.across, f"campaign {tuner.name}", timeout)
-    # with the watch, everyone is at the exchange when it runs; without a side channel (mpi4py), the worst case
-    round_timeout = exchange_timeout(timeout) * (1 if watch.watched else len(tuner.space) + 4)
     ahead = plan.tune_group.size == 1 and settings.current().compile_next_key and compiles_ahead(tuner)  # next_key.py
     compiled: set[int] = set()  # configs compiled ahead for some key of the campaign
     guessed: dict[int, list[int]] = {}  # position -> the configs compiled ahead for its key
     served: set[int] = set()  # positions whose key this rank's disk cache serves (no tuning to compile ahead for)
-    try:
-        with interruptible():  # SIGTERM raises SystemExit here, as in a tuning: the unit can say it leaves
-            for r in range(rounds):
-                mine = r * plan.units + plan.unit
-                found = (_next_tuned(tuner, plan, build, todo, all_keys, masks, mine + plan.units, served, guessed,
-                                     compiled) if ahead else None)
-                following, upcoming = found if found is not None else (-1, None)
-                result = (_tune_one(tuner, plan, todo[mine], all_keys[todo[mine]], build, verbose, upcoming).to_json()
-                          if mine < len(todo) else None)
-                if mine < len(todo):
-                    _log_guess(tuner, plan, all_keys[todo[mine]], guessed.pop(todo[mine], []))
-                if upcoming is not None and upcoming.guessed:
-                    guessed[following] = upcoming.guessed
-                what = f"[campaign {tuner.name}] round {r + 1} of {rounds}"
-                watch.finished(r)
-                watch.wait(r, what)
-                gathered = plan.across.allgather(result, what, timeout=round_timeout)
-                watch.passed(r)
-                for item in gathered:
-                    if item is not None:
-                        rows.append(_learn(tuner, plan, KeyResult.from_json(item), all_keys))
-                if shows:
-                    logs.console().info(progress_line(tuner.name, rows, len(todo), time.perf_counter() - started, r + 1,
-                                                      rounds))
-    except BaseException as exc:  # this unit leaves: the others waiting at a round end now, not T + grace later
-        watch.leave(describe_error(exc))
-        raise
-    finally:
-        watch.close()
+    # units beat, a lost one is noticed in T + grace, and one that leaves with an error says so; SIGTERM raises
+    # SystemExit inside, as in a tuning: the unit can say it leaves
+    with RoundWatch.start(plan.across, f"campaign {tuner.name}", timeout) as watch, interruptible():
+        for r in range(rounds):
+            mine = r * plan.units + plan.unit
+            found = (_next_tuned(tuner, plan, build, todo, all_keys, masks, mine + plan.units, served, guessed,
+                                 compiled) if ahead else None)
+            following, upcoming = found if found is not None else (-1, None)
+            result = (_tune_one(tuner, plan, todo[mine], all_keys[todo[mine]], build, verbose, upcoming).to_json()
+                      if mine < len(todo) else None)
+            if mine < len(todo):
+                _log_guess(tuner, plan, all_keys[todo[mine]], guessed.pop(todo[mine], []))
+            if upcoming is not None and upcoming.guessed:
+                guessed[following] = upcoming.guessed
+            what = f"[campaign {tuner.name}] round {r + 1} of {rounds}"
+            # without a side channel (mpi4py), the round's worst case
+            deadline = watch.arrive(r, what, exchange_timeout(timeout) * (len(tuner.space) + 4))
+            gathered = plan.across.allgather(result, what, timeout=deadline)
+            watch.passed(r)
+            for item in gathered:
+                if item is not None:
+                    rows.append(_learn(tuner, plan, KeyResult.from_json(item), all_keys))
+            if shows:
+                logs.console().info(progress_line(tuner.name, rows, len(todo), time.perf_counter() - started, r + 1,
+                                                  rounds))
     _unlearn_pruned(tuner, plan, rows, all_keys, masks, timeout)
     rows.sort(key=lambda row: row.position)
     summary = Summary(tuner.name, rows, time.perf_counter() - started, plan.units)

@@ -255,8 +255,7 @@ class StoreGroup(Group):
             if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
                 said = {rank: text for rank, (_, text) in notes.items()}
                 message = self._unresolved_message(what, time.monotonic() - started, said)
-                NOTES.raised.update(root for root, _ in notes.values())  # its next call is not failed by it
-                NOTES.post(message, next(iter(notes.values()))[0])  # the ranks waiting for this one learn it in turn
+                NOTES.pass_on(notes, message)  # the ranks waiting for this one learn it in turn
                 raise BadInputError(message)
             if waited - reported[0] >= 0.999 * every:
                 reported[0] = waited

@@ -78,11 +78,19 @@ class Notes:
         except Exception as exc:  # best effort: the peers then wait their deadline, as before
             log.debug("triton_dist_tune: could not post this rank's group error to the job: %s", exc)
 
+    def pass_on(self, notes: dict[int, tuple[str, str]], message: str) -> None:
+        """This rank raises ``message`` because of the late ranks' ``notes`` (:meth:`unanswered`): their roots are
+        answered in this call (its next call is not failed by them), and ``message`` is posted as this rank's note,
+        passing on the first note's root."""
+        self.raised.update(root for root, _ in notes.values())
+        self.post(message, next(iter(notes.values()))[0])
+
     def withdraw(self) -> None:
         """This rank resolved its group well (a new call): the notes it raised are answered, and its own note, if
         it posted one, is deleted."""
-        self.spent |= self.raised
-        self.raised.clear()
+        if self.raised:  # (most calls: nothing to move, and nothing posted)
+            self.spent |= self.raised
+            self.raised.clear()
         if not self.posted:
             return
         self.posted = False

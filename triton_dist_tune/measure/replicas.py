@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import stats
-from ..errors import AutotuneError, BadInputError, MismatchError, describe_error
+from ..errors import AutotuneError, BadInputError, MismatchError
 from ..faults.progress import RoundWatch
 from ..faults.watchdog import exchange_timeout
 from ..group.agreement import agree, attempt, unwrap_outcomes
@@ -149,28 +149,22 @@ def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: li
     over replicas of each leader's group time. The replicas watch each other's progress before each exchange
     across them (:meth:`Layout.watch`); a rank that leaves with an error says so to the replicas waiting for it.
     ``share``: how many configs a replica's share holds (the deadlines without a watch)."""
-    watch = layout.watch(label, timeout)
-    try:
+    with layout.watch(label, timeout) as watch:
         precompile()
         return _settle(layout, measurer, outcomes + measurer.lockstep(todo), todo_of, refine_top, label, timeout,
                        share, timing, watch)
-    except BaseException as exc:  # the replicas waiting for this one end now, not T + grace later
-        watch.leave(describe_error(exc))
-        raise
-    finally:
-        watch.close()
 
 
 def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: Callable[[int], Todo],
             refine_top: int, label: str, timeout: float, share: int, timing: str, watch: RoundWatch) -> Decision:
     what = f"{label} outcomes across replicas"
-    table = layout.gather(outcomes, what, _waited(watch, 0, what, timeout, share))
+    table = layout.gather(outcomes, what, watch.arrive(0, what, exchange_timeout(timeout) * max(1, share)))
     watch.passed(0)
     top = leaders(table, refine_top)
     raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top])}  # same leaders, same order everywhere
     times = {i: o.time if o.usable and o.time is not None else (o.error or o.state) for i, o in raced.items()}
     what = f"{label} leaders across replicas"
-    worst = layout.worst(times, what, _waited(watch, 1, what, timeout, len(top)))
+    worst = layout.worst(times, what, watch.arrive(1, what, exchange_timeout(timeout) * max(1, len(top))))
     watch.passed(1)
     final = []
     for outcome in table:
@@ -183,14 +177,6 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
             outcome = replace(outcome, state="stopped")
         final.append(outcome)
     return decision(final, top, timing, max(o.samples for o in final))
-
-
-def _waited(watch: RoundWatch, round_: int, what: str, timeout: float, configs: int) -> float:
-    """Mark this replica's round ``round_`` done and wait for every replica's; the deadline of the exchange that
-    follows: one exchange's when the watch waited (everyone is there), else the worst case of ``configs`` configs."""
-    watch.finished(round_)
-    watch.wait(round_, what)
-    return exchange_timeout(timeout) * (1 if watch.watched else max(1, configs))
 
 
 def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: int) -> Decision:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import GroupTimeoutError, describe_error
+from ..errors import GroupTimeoutError
 from ..faults.progress import RoundWatch
 from ..faults.watchdog import exchange_timeout
 from ..records import Outcome
@@ -29,14 +29,8 @@ class Sharding:
 
     def sharded(self, todo: Sequence[Todo]) -> list[Outcome]:
         """Measure this rank's share of ``todo`` alone (``max_rounds`` samples each), then share all outcomes."""
-        watch = RoundWatch.of_tuning(self.group, self.label, self.plan.timeout, "rank")
-        try:
+        with RoundWatch.of_tuning(self.group, self.label, self.plan.timeout, "rank") as watch:
             return self._shared(self._my_share(todo), len(todo), watch)
-        except BaseException as exc:  # the ranks waiting for this one end now, not T + grace later
-            watch.leave(describe_error(exc))
-            raise
-        finally:
-            watch.close()
 
     def _my_share(self, todo: Sequence[Todo]) -> list[Outcome]:
         """This rank's share of ``todo``, measured alone."""
@@ -70,11 +64,8 @@ class Sharding:
         """Every rank's outcomes, once every rank has measured its share (``configs``: how many in all)."""
         what = f"{self.label} sharded results"
         try:
-            watch.finished(0)
-            watch.wait(0, what)
             share = -(-configs // self.group.size)  # the most configs one rank measures
-            shared = self.group.allgather(mine, what, exchange_timeout(self.plan.timeout) if watch.watched
-                                          else self.share_timeout(share))
+            shared = self.group.allgather(mine, what, watch.arrive(0, what, self.share_timeout(share)))
             watch.passed(0)
         except GroupTimeoutError:
             if self._deferred is None:
