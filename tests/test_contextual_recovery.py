@@ -142,7 +142,10 @@ def test_a_rank_waiting_at_an_exchange_hears_torchruns_sigterm_within_seconds(tm
     assert len(errors) == 1, (results, proc.stderr[-3000:])  # before: none (rank 0 SIGKILLed by torchrun)
     interrupted = errors[0]
     assert (interrupted["attempt"], interrupted["rank"], interrupted["error"]) == ("0", 0, "SystemExit"), results
-    assert interrupted["seconds"] < 1.5 + 6, interrupted  # the kill 1.5 s in, then a second or two (was 30 s)
+    killed = float((tmp_path / "faults" / "killed.attempt0").read_text())
+    # from rank 1's kill: torchrun's look (0.1 s), its SIGTERM, a second or two (was 30 s, torchrun's grace); timed
+    # from the kill, not from the call's start, so that a loaded machine's slower runs before it do not count
+    assert interrupted["ended"] - killed < 7.5, (interrupted, killed)
     final = [r for r in results if "chosen" in r]
     assert sorted(r["rank"] for r in final) == [0, 1] and all(r["attempt"] == "1" for r in final), results
     for res in final:

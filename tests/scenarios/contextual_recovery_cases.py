@@ -13,8 +13,9 @@ rank made them) and sleeps [5, 80, 120] ms, the same on every rank: config 0 win
 - ``left_waiting``: in run 2 rank 1's function is cancelled (``ERROR=cancel``) or raises (``ERROR=raise``) after its
   launch of config 1 and before the all_reduce, and rank 1 stays alive; rank 0 waits in the all_reduce.
 - ``restarted`` (under ``torchrun --max-restarts``): in run 2 of each attempt listed in ``KILL_ATTEMPTS``, rank 1
-  sleeps 1.5 s before its launch, then is SIGKILLed; rank 0 has launched config 1 and waits at the exchange that
-  ends the run, where torchrun's SIGTERM reaches it. Rank 0 reports how long its call lasted (``seconds``).
+  sleeps 1.5 s before its launch, writes the time to ``$FAULT_DIR/killed.attempt<n>``, then is SIGKILLed; rank 0
+  has launched config 1 and waits at the exchange that ends the run, where torchrun's SIGTERM reaches it. Rank 0
+  reports how long its call lasted (``seconds``) and when it ended (``ended``, the same clock as the file's).
 - ``two_groups``: 4 ranks, groups A = [2, 3] and B = [0, 1] tune the same kernel and key. Config 1 raises on
   A's ranks (journaled failed), then A's ranks are SIGKILLed inside config 2; only then B tunes.
 """
@@ -157,6 +158,7 @@ def restarted():
     def before(run):
         if run == 2 and me == 1 and attempt in os.environ.get("KILL_ATTEMPTS", "").split(","):
             time.sleep(1.5)  # rank 0 is at the exchange that ends the run by now
+            (faults() / f"killed.attempt{attempt}").write_text(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
 
     layer = layer_on(None, before)
@@ -165,7 +167,7 @@ def restarted():
     try:
         out = layer(x)
     except BaseException as exc:  # torchrun's SIGTERM: SystemExit(143)
-        emit(rank=me, attempt=attempt, error=type(exc).__name__, seconds=time.monotonic() - started)
+        emit(rank=me, attempt=attempt, error=type(exc).__name__, seconds=time.monotonic() - started, ended=time.time())
         raise
     emit(attempt=attempt, **outcome(layer, out, x, 2))
 
