@@ -117,7 +117,8 @@ class CallState:
         self._armed = False
         self._guard: Guard | None = None
         #: the failure board of a tuning call (a group with a store): a rank whose run raises says so there, so that
-        #: a peer left waiting inside the function's collective journals no hang (:meth:`_hung`)
+        #: a peer left waiting inside the function's collective journals no hang (:meth:`_hung`); its beat tells the
+        #: waiting ranks a dead peer (:meth:`open_board`)
         self.board: Board | None = None
         #: entry -> every group rank's journal records of it, gathered before the first run (None: not yet)
         self._earlier: dict[str, list[list[dict[str, Any]]]] | None = None
@@ -192,9 +193,12 @@ class CallState:
                 _watch_owner = None
 
     def open_board(self) -> None:
-        """Open the call's failure board (every rank of a tuning call, at the same point of the exchanges)."""
+        """Open the call's failure board (every rank of a tuning call, at the same point of the exchanges). It beats
+        (:class:`~triton_dist_tune.group.store.StoreBoard`): a rank waiting at an exchange gives up on a peer whose
+        process ended, was killed or froze ``exchange_timeout(T)`` s after its last beat, not at the exchange's
+        deadline (``T`` times the waves of compiles for the exchange after compiling ahead)."""
         if self.group.size > 1:
-            self.board = self.group.board()
+            self.board = self.group.board(exchange_timeout(self.timeout))
 
     def close_board(self) -> None:
         """The call is over: its board is no longer read."""
