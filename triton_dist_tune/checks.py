@@ -14,7 +14,7 @@ import operator
 from typing import Any
 
 from .errors import BadInputError
-from .settings import MAX_SECONDS, MIN_TIMEOUT_S
+from .settings import MAX_SECONDS, MIN_TIMEOUT_S, SEARCH_MODES
 
 
 def _given(value: Any) -> str:
@@ -108,6 +108,12 @@ def folder_name(value: Any, option: str) -> None:
     if value is not None and ("/" in value or "\\" in value or "\0" in value or value in (".", "..")):
         raise BadInputError(f"{option} names a folder inside the cache folder: no path separator, not '.' or '..', "
                             f"got {_given(value)}")
+
+
+def search(value: Any) -> None:
+    """``search=`` must name a mode of :data:`~triton_dist_tune.settings.SEARCH_MODES`."""
+    if value not in SEARCH_MODES:
+        raise BadInputError(f"search must be one of {', '.join(SEARCH_MODES)}, not {value!r}")
 
 
 def runs_inside(fn: Any, decorator: str) -> None:

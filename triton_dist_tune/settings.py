@@ -125,8 +125,6 @@ class Settings:
     version_check: bool = False
     #: seconds between the progress lines of a rank waiting for the others (``..._PROGRESS_S``, default 30)
     progress_s: float = 30.0
-    #: torchrun's restart count (``TORCHELASTIC_RESTART_COUNT``), part of the control channel's key prefix
-    restart_count: str = "0"
     #: the job's identity written into journals: ``..._JOB_ID``, else torchrun's ``TORCHELASTIC_RUN_ID``, else
     #: Slurm's ``SLURM_JOB_ID``; None when none is set
     job_id: str | None = None
@@ -193,7 +191,6 @@ class Settings:
             always_tune=flag(env.get(PREFIX + "ALWAYS_TUNE")),
             version_check=flag(env.get(PREFIX + "VERSION_CHECK")),
             progress_s=parsed(lambda: _seconds(env, PREFIX + "PROGRESS_S", 30.0), cls.progress_s),
-            restart_count=env.get("TORCHELASTIC_RESTART_COUNT", "0") or "0",
             job_id=job,
             world_size=_int(env, SIZE_VARIABLES),
             timing=parsed(lambda: _timing(env.get(PREFIX + "TIMING", "")), cls.timing),

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..disk import decisions as dec
 from ..disk import logs, timeline
+from ..disk.logs import ms_text, text_table
 from ..faults.unfinished import find_unfinished, unfinished
 from . import bundles, campaign, journals, vllm_export
 from .common import (
@@ -25,12 +26,10 @@ from .common import (
     _check_age,
     _clip,
     _emit_json,
-    _ms,
     _now_versions,
     _pct,
     _root,
     _selected,
-    _table,
     _versions_text,
     _warn_problems,
     key_order,
@@ -95,7 +94,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         if e.path in replaced:
             old.append(f"{about}: SUPERSEDED {superseded_text(e, replaced[e.path])}")
         state = "SUPERSEDED" if e.path in replaced else "current" if versions == "current" else "STALE"
-        rows.append([e.path.stem[:8], e.key, e.config, _ms(e.time_ms), ("~" if e.near_tie else "") + _pct(e.margin),
+        rows.append([e.path.stem[:8], e.key, e.config, ms_text(e.time_ms), ("~" if e.near_tie else "") + _pct(e.margin),
                      str(e.group_size or "-"), _clip(gpu, 12), state, dec.age_text(wall - e.created)])
     widths = _fit(rows, header, (1, 2), LIST_WIDTH)
 
@@ -127,7 +126,7 @@ def _outcome_rows(entry: dec.Entry) -> list[list[str]]:
     for o in entry.measurements:
         per_rank = " ".join(f"{t:.4f}" for t in o.per_rank) if o.per_rank else "-"
         mark = "->" if o.index == entry.index else ""
-        rows.append([mark, str(o.index), _ms(o.time), _pct(o.spread, "±"), per_rank, str(o.samples or "-"),
+        rows.append([mark, str(o.index), ms_text(o.time), _pct(o.spread, "±"), per_rank, str(o.samples or "-"),
                      o.state, o.config])
     return rows
 
@@ -181,7 +180,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     facts = [
         ("file", str(entry.path)), ("function", entry.function + (f" (kernel {entry.kernel})" if entry.kernel else "")),
         ("key", entry.key), ("chosen", f"config {entry.index}: {entry.config}"),
-        ("time", f"{_ms(entry.time_ms)} ms" + (f" ({entry.timing} timing)" if entry.timing else "")),
+        ("time", f"{ms_text(entry.time_ms)} ms" + (f" ({entry.timing} timing)" if entry.timing else "")),
         ("margin", (f"{_pct(entry.margin)} over config {entry.runner_up}: chosen config "
                     + logs.faster_text(entry.margin, entry.runner_up).replace(f" than config {entry.runner_up}", "")
                     if entry.margin is not None else "-")
@@ -206,7 +205,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     width = max(len(k) for k, _ in facts)
     print("\n".join(f"{k.rjust(width)}: {v}" for k, v in facts))
     print()
-    print(_table(["", "#", "median ms", "spread", "per rank ms", "samples", "state", "config"], _outcome_rows(entry)))
+    print(text_table(["", "#", "median ms", "spread", "per rank ms", "samples", "state", "config"],
+                     _outcome_rows(entry)))
     failures = [o for o in entry.measurements if o.error]
     if failures:
         print("\nfailures:")

@@ -27,10 +27,6 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _ms(value: float | None) -> str:
-    return f"{value:.4f}" if value is not None else "-"
-
-
 def _pct(value: float | None, sign: str = "+") -> str:
     return f"{sign}{100 * value:.1f}%" if value is not None else "-"
 
@@ -40,13 +36,6 @@ def _versions_text(entry: dec.Entry, now: dict[str, str]) -> str:
     differ = [f"{k} {entry.versions.get(k, '-')} (now {now.get(k, '-')})"
               for k in sorted(set(now) | set(entry.versions)) if entry.versions.get(k) != now.get(k)]
     return "current" if not differ else "STALE: " + ", ".join(differ)
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(lines)
 
 
 def _emit_json(data: Any) -> None:

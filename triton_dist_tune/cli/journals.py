@@ -11,8 +11,9 @@ import time
 from typing import Any
 
 from ..disk import decisions as dec
+from ..disk.logs import ms_text, text_table
 from ..faults.unfinished import Unfinished
-from .common import _clip, _emit_json, _ms, _table
+from .common import _clip, _emit_json
 
 #: the title of ``list``'s section of unfinished tunings
 TITLE = "tunings never finished (journals, no decision: cut short or in flight; 'show NAME' for their records):"
@@ -25,7 +26,7 @@ def list_lines(tunings: list[Unfinished], width: int) -> list[str]:
     now = time.time()
     rows = [[t.entry[:8], t.function, ",".join(map(str, t.ranks)), str(t.attempts), t.summary() or "no records",
              dec.age_text(now - t.modified)] for t in tunings]
-    table = _table(["name", "function", "ranks", "attempts", "configs", "last record"], rows)
+    table = text_table(["name", "function", "ranks", "attempts", "configs", "last record"], rows)
     return [_clip(TITLE, width)] + [_clip("  " + line, width) for line in table.splitlines()]
 
 
@@ -53,7 +54,7 @@ def show(tuning: Unfinished, as_json: bool) -> int:
     print("\n".join(f"{k.rjust(width)}: {v}" for k, v in facts))
     print()
     configs = tuning.configs()
-    print(_table(["#", "state", "median ms", "config"], [[str(c.index), c.state, _ms(c.time), c.config]
+    print(text_table(["#", "state", "median ms", "config"], [[str(c.index), c.state, ms_text(c.time), c.config]
                                                         for c in configs]))
     notes = [c for c in configs if c.error]
     if notes:

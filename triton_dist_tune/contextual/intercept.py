@@ -310,14 +310,13 @@ def _indices_of(configs: list[Any], kept: list[Any]) -> list[int]:
 EMPTY_PRUNING = "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
 
 
-def empty_pruning_error(detail: str = "") -> Exception:
+def empty_pruning_error() -> Exception:
     """Triton's own error for a pruning that keeps no config (``AutotunerError`` in 3.6 and newer)."""
-    text = EMPTY_PRUNING
     try:
         from triton.runtime.errors import AutotunerError
     except ImportError:  # pragma: no cover - older Triton
         AutotunerError = RuntimeError  # noqa: N806
-    return AutotunerError(text + (f" ({detail})" if detail else ""))
+    return AutotunerError(EMPTY_PRUNING)
 
 
 def launch_with(autotuner: Autotuner, config: Any, args: tuple, kwargs: dict[str, Any]) -> Any:

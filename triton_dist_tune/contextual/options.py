@@ -49,8 +49,7 @@ class ContextualOptions:
         checks.timeout(self.timeout)
         checks.flag(self.precompile, "precompile")
         checks.text(self.name, "name")
-        if self.search not in settings.SEARCH_MODES:
-            raise BadInputError(f"search must be one of {', '.join(settings.SEARCH_MODES)}, not {self.search!r}")
+        checks.search(self.search)
 
     @property
     def label(self) -> str:

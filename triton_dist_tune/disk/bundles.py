@@ -13,7 +13,7 @@ from typing import Any
 
 from ..group.codec import Unreadable, read_json
 from .entries import CacheError, Entry, parse_entry
-from .files import new_file_mode, write_json_atomic
+from .files import new_file_mode, write_atomic, write_json_atomic
 from .versions import versions as current_versions
 
 #: what a bundle file says it is (``export`` writes it, ``import`` checks it)
@@ -158,21 +158,12 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
                 if previous is None:
                     target.unlink()
                 else:
-                    _put_back(target, previous)
+                    write_atomic(target, previous, ".restore")  # the bytes it held before
             except OSError:
                 pass
         _discard([s for s in staged if s not in done], made)
         raise
     return [target for target, _, _ in staged]
-
-
-def _put_back(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``, the bytes it held before, atomically (a temporary file renamed over it)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".restore", dir=path.parent)
-    os.fchmod(fd, new_file_mode())
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def _discard(staged: list[tuple[Path, str, bytes | None]], made: list[Path]) -> None:

@@ -82,11 +82,10 @@ def scan(root: Path) -> tuple[list[Entry], list[CacheError]]:
 
 
 def select(entries: list[Entry], function: str | None = None, stale: bool = False,
-           older_than: float | None = None, now: float | None = None,
-           current: dict[str, str] | None = None) -> list[Entry]:
+           older_than: float | None = None, current: dict[str, str] | None = None) -> list[Entry]:
     """The entries of ``function`` (its name or its cache folder's), only stale ones (against the versions
     ``current``, else read exactly), only those older than ``older_than`` seconds."""
-    now = time.time() if now is None else now
+    now = time.time()
     if stale and current is None:
         current = current_versions()
     return [e for e in entries

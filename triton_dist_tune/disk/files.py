@@ -28,15 +28,15 @@ def new_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_json_atomic(path: Path, data: Any) -> Path:
-    """Write ``data`` as standard JSON (no NaN or Infinity) to ``path`` so that readers never see half a file."""
-    text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
+def write_atomic(path: Path, data: str | bytes, suffix: str = ".tmp") -> Path:
+    """Write ``data`` to ``path`` so that readers never see half a file: a hidden temporary file beside it (named
+    ``.<name>.XXXX<suffix>``), written, fsynced and renamed over ``path``; removed again when anything fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     try:
         os.fchmod(fd, new_file_mode())  # mkstemp makes it 0600: readable as any other new file instead
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -47,3 +47,8 @@ def write_json_atomic(path: Path, data: Any) -> Path:
             pass
         raise
     return path
+
+
+def write_json_atomic(path: Path, data: Any) -> Path:
+    """Write ``data`` as standard JSON (no NaN or Infinity) to ``path`` so that readers never see half a file."""
+    return write_atomic(path, json.dumps(data, indent=1, sort_keys=True, allow_nan=False))

@@ -242,20 +242,30 @@ def console() -> logging.Logger:
         return _console
 
 
+def ms_text(value: float | None) -> str:
+    """A time in ms for a table or a log line: 4 decimals, or ``-`` when there is none."""
+    return "-" if value is None else f"{value:.4f}"
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Rows of text cells under ``header``, each column as wide as its widest cell, two spaces apart."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                     for row in (header, *rows))
+
+
 def format_table(outcomes: Sequence[Outcome], chosen: int | None) -> str:
     """A text table of outcomes: index, group median, spread, this rank's median, samples, state, config."""
     header = f"{'':2}{'#':>4}  {'group ms':>10}  {'spread':>7}  {'rank ms':>10}  {'n':>3}  {'status':<9} config"
     lines = [header]
     for o in outcomes:
         mark = "->" if o.index == chosen else ""
-        group_ms = f"{o.time:.4f}" if o.time is not None else "-"
         spread = f"+-{100 * o.spread:.1f}%" if o.spread is not None else "-"
-        own_ms = f"{o.own:.4f}" if o.own is not None else "-"
         status = "ok" if o.state == "measured" else o.state
         if o.resumed:
             status += "*"
-        text = (f"{mark:2}{o.index:>4}  {group_ms:>10}  {spread:>7}  {own_ms:>10}  {o.samples:>3}  {status:<9} "
-                f"{o.config}")
+        text = (f"{mark:2}{o.index:>4}  {ms_text(o.time):>10}  {spread:>7}  {ms_text(o.own):>10}  {o.samples:>3}  "
+                f"{status:<9} {o.config}")
         if o.error:
             text += f"  [{o.error}]"
         lines.append(text)

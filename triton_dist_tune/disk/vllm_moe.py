@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import platform
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from .cache import hardware
-from .files import new_file_mode
+from .files import write_atomic
 
 #: the entries of one config in the file, all integers
 TILE_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
@@ -147,15 +145,4 @@ def table(choices: Iterable[tuple[int, Mapping[str, Any] | str]]) -> dict[str, d
 def write(path: Path, configs: Mapping[str, Mapping[str, int]]) -> Path:
     """Write ``configs`` (see :func:`table`) to ``path`` (:func:`config_file`) atomically, readable as the umask
     allows (a server running as another user reads it); returns the path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".vllm-moe-", suffix=".tmp")
-    try:
-        os.fchmod(fd, new_file_mode())  # mkstemp makes it 0600
-        with os.fdopen(fd, "w") as f:
-            json.dump(configs, f, indent=4)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, json.dumps(configs, indent=4) + "\n")

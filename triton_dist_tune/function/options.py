@@ -17,7 +17,6 @@ from ..measure.arguments import check_names
 from ..measure.lockstep import Plan
 from ..measure.race import RacePlan
 from ..measure.timing import FAST_LEADER_MS, SETTLED_CYCLES, SETTLED_LEADERS, SETTLED_LEADERS_FAST, timing_mode
-from ..settings import SEARCH_MODES
 from .policy import check_policy
 
 
@@ -121,8 +120,7 @@ class TuneOptions:
             raise BadInputError(f"timing must be 'steady', 'cold' or None, got {self.timing!r}")
         check_policy(self.undecided)
         checks.function(self.distance, "distance")
-        if self.search not in SEARCH_MODES:
-            raise BadInputError(f"search must be one of {', '.join(SEARCH_MODES)}, not {self.search!r}")
+        checks.search(self.search)
         timing_mode(self.timing)  # reject a bad mode now; the environment may still override it per call
 
     def for_function(self, fn: Callable[..., Any]) -> TuneOptions:

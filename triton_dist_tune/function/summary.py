@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..disk.logs import ms_text, text_table
+
 #: how a key ended in a campaign
 KEY_STATES = ("tuned", "cached", "failed")
 
@@ -45,10 +47,6 @@ def _pct(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{100 * value:+.1f}%"
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
-
-
 @dataclass
 class Summary:
     """What a campaign decided, the same on every rank: one row per key, in the order of the calls."""
@@ -76,18 +74,15 @@ class Summary:
     def text(self) -> str:
         """A table: every key with its choice, time, margin over the runner-up, how it was decided and where."""
         header = ("key", "state", "unit", "seconds", "ms", "margin", "config")
-        body = [(r.key, r.state, str(r.unit), f"{r.seconds:.1f}", _ms(r.time_ms),
+        body = [(r.key, r.state, str(r.unit), f"{r.seconds:.1f}", ms_text(r.time_ms),
                  ("~" if r.near_tie else "") + _pct(r.margin), r.config if r.state != "failed" else
                  f"ERROR {r.error}") for r in self.rows]
-        widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                 for row in (header, *body)]
         counts = {s: sum(r.state == s for r in self.rows) for s in KEY_STATES}
         head = (f"campaign {self.function}: {len(self.rows)} keys on {self.units} unit(s) in {self.seconds:.1f} s "
                 f"({counts['tuned']} tuned, {counts['cached']} from the cache, {counts['failed']} failed)")
         note = ["~ before a margin: the runner-up is within the measured noise (a near tie: either config is about "
                 "as fast)"] if any(r.near_tie for r in self.rows) else []
-        return "\n".join([head, *lines, *note])
+        return "\n".join([head, text_table(header, body), *note])
 
 
 def progress_line(name: str, done: list[KeyResult], total: int, elapsed: float, rounds_done: int,

@@ -107,10 +107,10 @@ def attempt(compute: Callable[[], Any]) -> list[Any]:
 
 
 def unwrap_outcomes(group: Group, outcomes: Sequence[tuple[int, Any]], what: str,
-                    error: type[Exception] = BadInputError, combine: Callable[[list[Any]], Any] | None = None) -> Any:
+                    error: type[Exception] = BadInputError) -> Any:
     """The value of what ranks computed (``outcomes``: (group rank, :func:`attempt`'s result), the same list on
-    every rank, since it was exchanged); when any of them raised, every rank raises the same ``error`` naming each
-    rank that did. One value is returned as it is, several through ``combine``."""
+    every rank, since it was exchanged): the first one; when any of them raised, every rank raises the same
+    ``error`` naming each rank that did."""
     failures, values = [], []
     for rank, outcome in outcomes:
         if not (isinstance(outcome, (list, tuple)) and len(outcome) == 2 and type(outcome[0]) is bool):
@@ -120,7 +120,7 @@ def unwrap_outcomes(group: Group, outcomes: Sequence[tuple[int, Any]], what: str
     if failures:
         detail = "; ".join(f"{rank_name(group, rank)}: {text}" for rank, text in failures)
         raise error(f"triton_dist_tune: {what}: {detail}")
-    return values[0] if combine is None else combine(values)
+    return values[0]
 
 
 def from_root(group: Group, compute: Callable[[], Any], what: str, timeout: float | None = None,

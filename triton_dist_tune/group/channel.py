@@ -151,9 +151,9 @@ class Group:
         """Every rank contributes ``obj``; every rank gets the list of all contributions, by group rank."""
         return self.combine(obj, what, list, timeout)
 
-    def broadcast(self, obj: Any, what: str, root: int = 0, timeout: float | None = None) -> Any:
-        """Return the ``root`` rank's ``obj`` on every rank (the others' ``obj`` is ignored and not sent)."""
-        return self.combine(obj if self.rank == root else None, what, operator.itemgetter(root), timeout)
+    def broadcast(self, obj: Any, what: str, timeout: float | None = None) -> Any:
+        """Return group rank 0's ``obj`` on every rank (the others' ``obj`` is ignored and not sent)."""
+        return self.combine(obj if self.rank == 0 else None, what, operator.itemgetter(0), timeout)
 
     def barrier(self, what: str, timeout: float | None = None) -> None:
         """Wait until every rank has arrived here."""

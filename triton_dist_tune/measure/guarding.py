@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..disk.logs import ms_text
 from ..errors import DevicePoisonedError, GroupTimeoutError, describe_error
 from ..faults.journal import Journal
 from ..faults.watchdog import Guard
@@ -238,8 +239,8 @@ class Guarding:
         """Journal a measured or stopped outcome the group agreed on."""
         self.journal.record(outcome)
         self.log.info("%s config %d %s: own %s ms, group %s ms +-%.1f%% over %d sample(s): %s", self.label,
-                      outcome.index, outcome.state, _ms(outcome.own), _ms(outcome.time), 100 * (outcome.spread or 0),
-                      outcome.samples, outcome.config)
+                      outcome.index, outcome.state, ms_text(outcome.own), ms_text(outcome.time),
+                      100 * (outcome.spread or 0), outcome.samples, outcome.config)
         return outcome
 
     def _stop_if_poisoned(self, index: int, desc: str, text: str) -> None:
@@ -250,8 +251,3 @@ class Guarding:
                        "as failed: restart the job (e.g. torchrun --max-restarts) to resume without it")
             self.log.error(message)
             raise DevicePoisonedError(message)
-
-
-def _ms(value: float | None) -> str:
-    """A time for the log: 4 decimals, or "-" when there is none."""
-    return f"{value:.4f}" if value is not None else "-"

@@ -322,14 +322,14 @@ class Race:
         drift_free = self._drift_free(index, levels) if self.location() is median else None  # noisy: a ratio to the
         return (drift_free if drift_free is not None else self._time(index)), index  # round's others carries delays
 
-    def _relative(self, index: int, others_only: bool = False) -> list[float]:
+    def _relative(self, index: int) -> list[float]:
         """A leader's settled samples relative to their round's median leader sample (a drift of the machine
-        between rounds cancels out), or with ``others_only`` to the median of the round's other leaders; empty for
-        a config without settled samples."""
-        return [ratio for _, ratio in self._placed(index, others_only)]
+        between rounds cancels out); empty for a config without settled samples."""
+        return [ratio for _, ratio in self._placed(index)]
 
     def _placed(self, index: int, others_only: bool = False) -> list[tuple[int, float]]:
-        """:meth:`_relative`'s ratios, each with its round's output placement (:meth:`placement`)."""
+        """:meth:`_relative`'s ratios (with ``others_only``: to the median of the round's other leaders), each with
+        its round's output placement (:meth:`placement`)."""
         entrant = self.entrants[index]
         if self.settled_from is None or not entrant.settled:
             return []
