@@ -261,7 +261,7 @@ class StoreGroup(Group):
                                                                  board.window or 0.0))
             notes = NOTES.unanswered(self.store, [self.global_ranks[r] for r in late])
             if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
-                said = {rank: text for rank, (_, text) in notes.items()}
+                said = {rank: note.text for rank, note in notes.items()}
                 message = self._unresolved_message(what, time.monotonic() - started, said)
                 NOTES.pass_on(notes, message)  # the ranks waiting for this one learn it in turn
                 raise BadInputError(message)
