@@ -204,3 +204,15 @@ def test_tunings_leave_no_keys_in_the_store(tmp_path):
     for r in results:
         after_2, after_8, after_sharded = r.result["keys"]
         assert after_8 <= after_2 + 1 and after_sharded <= after_8 + 1, r.result
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_opened_a_watch_alone_is_in_step_at_the_next_watch(tmp_path):
+    """A progress watch's keys are scoped by the group's exchange number where it starts, which every rank shares,
+    not by a count of the watches this process opened: rank 0 opened one on a side path that rank 1 never opened,
+    and both still meet at the next watch's round at once. Before: rank 0's watch was its 2nd, rank 1's its 1st,
+    their keys never matched, and each raised GroupTimeoutError after T + 1 s (3 s), the other showing 'no sign
+    of life'."""
+    for r in run("watch_after_a_side_watch", 2, tuner_env(tmp_path, 30)):
+        assert r["error"] is None, r
+        assert r["seconds"] < 2, r

@@ -101,7 +101,7 @@ def note_withdrawn():
     os.environ.pop("TORCHELASTIC_RESTART_COUNT", None)
     f = layer("note")
     call(f, autotune_pg="not a group")
-    emit(posted={rank: text for rank, (_, text) in Notes.read(store, [0]).items()})
+    emit(posted={rank: note.text for rank, note in Notes.read(store, [0]).items()})
     call(f)
     emit(after=Notes.read(store, [0]), count=int(store.add("tdt/0/unresolved/count", 0)))
 
@@ -127,6 +127,19 @@ def called_again_after_a_wrong_group():
         time.sleep(3)
     call(f)
     call(f)  # cached: one more exchange, in step
+
+
+@case
+def stale_note_of_another_group():
+    """4 ranks, TP groups {0, 1} and {2, 3}. Rank 1 calls one function with a wrong autotune_pg: it raises
+    BadInputError and posts its note; rank 0, waiting for it, raises it too; ranks 2 and 3 tune their group's key,
+    not concerned. Then every rank tunes another function on the whole job, rank 1 4 s late (still handling its
+    error): ranks 2 and 3 wait for it there while its note (and rank 0's) is still in the store."""
+    me, tp, _ = two_by_two()
+    call(layer("stale_tp"), autotune_pg="not a group" if me == 1 else tp)
+    if me == 1:
+        time.sleep(4)
+    call(layer("stale_world"))
 
 
 if __name__ == "__main__":

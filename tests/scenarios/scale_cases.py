@@ -234,5 +234,27 @@ def late_ranks_looked_up():
     emit(rank=group.rank, looks=looks[0], seconds=time.monotonic() - started)
 
 
+@case
+def watch_after_a_side_watch():
+    """2 ranks: rank 0 opens and closes a progress watch on the group that rank 1 never opens (a side path of its
+    own), then both watch one round of work and exchange its results. What each raised, and how long it took."""
+    from triton_dist_tune.errors import AutotuneError
+    from triton_dist_tune.faults.progress import RoundWatch
+
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    group.barrier("start")
+    if group.rank == 0:
+        with RoundWatch.start(group, "side work", 2.0):
+            pass
+    started, error = time.monotonic(), None
+    try:
+        with RoundWatch.start(group, "shared work", 2.0) as watch:
+            group.allgather(group.rank, "round 1", timeout=watch.arrive(0, "round 1", 10.0))
+            watch.passed(0)
+    except AutotuneError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    emit(rank=group.rank, error=error, seconds=time.monotonic() - started)
+
+
 if __name__ == "__main__":
     main()

@@ -15,6 +15,7 @@ from ..disk import logs
 from ..errors import BadInputError
 from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
+from ..group.unresolved import calling
 from . import intercept
 from .hot import TUNE_AHEAD, HotCall
 from .options import ContextualOptions
@@ -93,7 +94,8 @@ class ContextualTuner(TunerState):
             _warn_not_initialized(self.options)
             return _ALONE
         try:
-            group = resolve_group(None if default else is_dist)
+            with calling(self.options.name):  # a wrong group's note is about this function's calls
+                group = resolve_group(None if default else is_dist)
         except BadInputError as exc:  # named as this decorator's option, not autotune's call keyword
             raise BadInputError(str(exc).replace("autotune_pg", "is_dist")) from exc
         group = _ALONE if group.size == 1 else group
@@ -129,7 +131,7 @@ class ContextualTuner(TunerState):
             return HotCall(self, group, calls).call(args, kwargs)
         # a malformed variable, maybe on this rank only: read as its default, and raised on every rank by the journal
         # exchange, which carries it (gather_journals), never on this rank alone while the others wait for it
-        with settings.overlooking():
+        with settings.overlooking(), calling(self.options.name):
             session = Session(self, group, tuning, calls)
             try:
                 out = session.call(args, kwargs)
@@ -152,8 +154,9 @@ class ContextualTuner(TunerState):
             if group_choice(group, tid) is not None or tid not in met:
                 del pending[slot]
         mine = sorted({tid for tid, _ in pending.values()})
-        everyone = group.allgather([list(tid) for tid in mine], f"{self.options.label} agreement at call {calls}",
-                                   timeout=self.options.timeout)
+        with calling(self.options.name):
+            everyone = group.allgather([list(tid) for tid in mine], f"{self.options.label} agreement at call {calls}",
+                                       timeout=self.options.timeout)
         if not any(everyone):
             return False
         self.agreed_calls.append(calls)

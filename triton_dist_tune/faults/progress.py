@@ -42,10 +42,6 @@ from ..faults.watchdog import exchange_timeout
 from ..group.channel import Group, StoreWaitTimeout, quiet_store_wait, report_waiting
 from ..settings import current
 
-#: watches started by this process per exchange group (every member starts them in the same order)
-_watches: dict[tuple, int] = {}
-
-
 #: per thread: the user code without a deadline it is in (what, and when it entered), read by the beat threads
 _inside: dict[int, tuple[str, float]] = {}
 
@@ -103,12 +99,15 @@ class RoundWatch:
 
     @classmethod
     def start(cls, group: Group, title: str, timeout: float, **words: str) -> RoundWatch:
-        """The watch of some work on ``group``, beating already (every member calls this at the same point;
-        ``words``: ``unit``, ``work`` and ``rerun`` for its messages)."""
+        """The watch of some work on ``group``, beating already (every member calls this at the same point of the
+        group's exchanges, and an exchange of the group separates two watches of one kind of work: their store keys
+        are scoped by its exchange number; ``words``: ``unit``, ``work`` and ``rerun`` for its messages)."""
         watch = cls(group, title, timeout, **words)
-        if group.size > 1 and hasattr(group, "key") and hasattr(group, "store"):
-            n = _watches[group.identity] = _watches.get(group.identity, 0) + 1
-            watch.scope = group.key(f"watch{n}/")
+        if group.size > 1 and hasattr(group, "at_exchange") and hasattr(group, "store"):
+            # scoped by the group's exchange number now, which every member shares at this point (a count of the
+            # watches this process started would not be: a rank that ever started one the others did not would
+            # never meet them again); a campaign's watch and a tuning's inside it are told apart by their kinds
+            watch.scope = group.at_exchange(f"watch/{watch.work}/{watch.unit}")
             watch._beat()
             watch._thread = threading.Thread(target=watch._beating, name=f"tdt-beat-{title}", daemon=True)
             watch._thread.start()

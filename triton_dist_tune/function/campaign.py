@@ -44,6 +44,7 @@ from ..faults.watchdog import exchange_timeout
 from ..group.agreement import agree
 from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
+from ..group.unresolved import calling
 from ..measure.replicas import Layout
 from ..space import describe_key, index_of, keeps
 from .next_key import NextKey, compiles_ahead, screened_by
@@ -328,6 +329,12 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     tuner: TunedFunction | None = getattr(tuned, "tuner", None)
     if tuner is None or not hasattr(tuner, "decided"):
         raise BadInputError("campaign: tuned must be a function decorated with triton_dist_tune.autotune")
+    with calling(tuner.name):  # a wrong group's note is about the function's calls (group/unresolved.py)
+        return _campaign(tuner, calls, keys, local, pg, replicas, verbose, progress)
+
+
+def _campaign(tuner: TunedFunction, calls: Sequence[Any] | Callable[[Any], Any], keys: Sequence[Any] | None,
+              local: bool | None, pg: Any, replicas: Any, verbose: bool | None, progress: bool) -> Summary:
     build, count = _builder(calls, keys)
     rank_local = tuner.options.sharded if local is None else bool(local)
     plan = _plan(tuner, rank_local, pg, replicas)

@@ -11,6 +11,7 @@ from typing import Any
 from .. import settings
 from ..errors import BadInputError, describe_error
 from ..group.resolve import resolve_group
+from ..group.unresolved import calling
 from ..measure.replicas import Layout
 from ..space import CALL_KEYWORDS, check_call, check_no_clash, keeps
 from .options import TuneOptions
@@ -55,8 +56,9 @@ class Tuner(TunedFunction):
             if problem:
                 raise BadInputError(problem)
             return self._run(args, kwargs, self._first_config(args, kwargs, overwrite), overwrite)
-        # a malformed variable, maybe on this rank only: read as its default here, and carried by the first exchange
-        with settings.overlooking():
+        # a malformed variable, maybe on this rank only: read as its default here, and carried by the first exchange;
+        # a wrong group's note is about this function's call, and so are the notes this call's waits raise
+        with settings.overlooking(), calling(self.name):
             return self._tune_or_serve(args, kwargs, pg, verbose, overwrite, replicas, typos, problem)
 
     def _tune_or_serve(self, args: tuple, kwargs: dict[str, Any], pg: Any, verbose: bool | None, overwrite: bool,

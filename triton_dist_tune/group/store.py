@@ -228,12 +228,20 @@ class StoreGroup(Group):
         late = [r for r in range(1, self.size) if r != self.rank and not self._arrived(self._key(seq, r))]
         return late or [0]
 
+    def at_exchange(self, name: str) -> str:
+        """A key prefix of this group's namespace for a protocol beside the exchanges (a failure board, a progress
+        watch), scoped to the exchange sequence number now: the same on every rank that asks at the same point of
+        the sequence, whatever else each rank did before (``name`` must not start with a digit)."""
+        with self._lock:
+            return f"{self._prefix}{name}/{self._seq}/"
+
     def board(self, window: float | None = None) -> Board:
         """A failure board under this group's prefix, scoped to the exchange sequence number now (the same on
         every rank: each calls this at the same point of the sequence), beating while it is open when ``window``
         is given (:class:`StoreBoard`)."""
+        scope = self.at_exchange("board")
         with self._lock:
-            board = self._board = StoreBoard(self, f"{self._prefix}board/{self._seq}/", window, self._board)
+            board = self._board = StoreBoard(self, scope, window, self._board)
         return board
 
     def _wait(self, keys: list[str], what: str, timeout: float, missing: Callable[[], list[int]]) -> None:
@@ -253,7 +261,7 @@ class StoreGroup(Group):
                                                                  board.window or 0.0))
             notes = NOTES.unanswered(self.store, [self.global_ranks[r] for r in late])
             if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
-                said = {rank: text for rank, (_, text) in notes.items()}
+                said = {rank: note.text for rank, note in notes.items()}
                 message = self._unresolved_message(what, time.monotonic() - started, said)
                 NOTES.pass_on(notes, message)  # the ranks waiting for this one learn it in turn
                 raise BadInputError(message)

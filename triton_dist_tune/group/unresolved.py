@@ -10,6 +10,13 @@ late looks for their notes between its store waits (:meth:`Notes.unanswered`): o
 nobody posted one. The waiting rank then raises a ``BadInputError`` naming the rank and quoting its error, at once,
 and posts that error as its own note: the ranks waiting for it (in another group of a layout) learn it in turn.
 
+A note is about the call it was posted in: the tuned functions the rank was inside (:func:`calling`, by name:
+``autotune``'s function, a campaign's, a ``contextual_autotune`` function), which every rank the wrong call would
+have met is inside too, at the same exchange. A waiting rank raises only the notes about a function it is inside
+itself: a rank of another group that waits for the wrong rank later, in a tuning of another function (the wrong
+rank merely late, still handling its error), waits for it as for any late rank. A note or a wait outside any
+marked call concerns every wait, as before.
+
 The note stays until that rank's next call resolves its group well (a user who catches the error and calls again
 with the right group): then it is deleted. Every note carries the id of the error it passes on (its root: the
 wrong group's note, which a waiting rank's note quotes), and a rank raises a root in one call only: a late rank's
@@ -22,13 +29,64 @@ there is no job store, and no note: the peers wait their deadline, as the error 
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 from .. import settings
 
 log = logging.getLogger("triton_dist_tune")
+
+
+#: per thread: the names of the tuned functions whose calls it is inside, outermost first (:func:`calling`)
+_inside = threading.local()
+
+
+def _calls() -> list[str]:
+    calls = getattr(_inside, "calls", None)
+    if calls is None:
+        calls = _inside.calls = []
+    return calls
+
+
+@contextmanager
+def calling(name: str) -> Iterator[None]:
+    """Mark the calling thread as inside a call of the tuned function ``name`` (its group's resolution, its
+    exchanges): a note the thread posts meanwhile is about that call, and its waits raise only notes about a
+    function it is inside (see the module docstring). Nested marks add up."""
+    calls = _calls()
+    calls.append(name)
+    try:
+        yield
+    finally:
+        calls.pop()
+
+
+class Note(NamedTuple):
+    """A late rank's note as read from the store."""
+
+    #: the id of the error it passes on (its root)
+    root: str
+    #: the tuned functions whose call it was posted in (empty: any call)
+    about: tuple[str, ...]
+    #: the rank's error
+    text: str
+
+    def concerns(self, inside: Sequence[str]) -> bool:
+        """Whether a wait inside calls of the functions ``inside`` is concerned (either side unmarked: yes)."""
+        return not self.about or not inside or not set(self.about).isdisjoint(inside)
+
+
+def _about(line: str) -> tuple[str, ...]:
+    """A note's second line: a JSON list of names (anything else, written by another process: any call)."""
+    try:
+        names = json.loads(line)
+    except ValueError:
+        return ()
+    return tuple(names) if isinstance(names, list) and all(isinstance(n, str) for n in names) else ()
 
 
 def _prefix() -> str:
@@ -60,8 +118,9 @@ class Notes:
         self.spent: set[str] = set()
 
     def post(self, message: str, root: str | None = None) -> None:
-        """Say to the job that this rank will not come to its group's exchanges: ``message`` is its error, which
-        passes on the note ``root`` (None: an error of this rank's own, a root of its own)."""
+        """Say to the job that this rank will not come to its group's exchanges of the call it is in (:func:`calling`):
+        ``message`` is its error, which passes on the note ``root`` (None: an error of this rank's own, a root of
+        its own)."""
         store = _job_store()
         if store is None:
             return
@@ -73,17 +132,17 @@ class Notes:
             self.raised.add(root)
             if not store.check([key]):
                 store.add(f"{_prefix()}count", 1)
-            store.set(key, f"{root}\n{message}".encode())
+            store.set(key, f"{root}\n{json.dumps(_calls())}\n{message}".encode())
             self.posted = True
         except Exception as exc:  # best effort: the peers then wait their deadline, as before
             log.debug("triton_dist_tune: could not post this rank's group error to the job: %s", exc)
 
-    def pass_on(self, notes: dict[int, tuple[str, str]], message: str) -> None:
+    def pass_on(self, notes: dict[int, Note], message: str) -> None:
         """This rank raises ``message`` because of the late ranks' ``notes`` (:meth:`unanswered`): their roots are
         answered in this call (its next call is not failed by them), and ``message`` is posted as this rank's note,
         passing on the first note's root."""
-        self.raised.update(root for root, _ in notes.values())
-        self.post(message, next(iter(notes.values()))[0])
+        self.raised.update(note.root for note in notes.values())
+        self.post(message, next(iter(notes.values())).root)
 
     def withdraw(self) -> None:
         """This rank resolved its group well (a new call): the notes it raised are answered, and its own note, if
@@ -106,22 +165,26 @@ class Notes:
             log.debug("triton_dist_tune: could not withdraw this rank's group error: %s", exc)
 
     @staticmethod
-    def read(store: Any, global_ranks: Sequence[int]) -> dict[int, tuple[str, str]]:
-        """The notes of ``global_ranks`` (global rank -> (its root, its error)), read from ``store``; ``{}`` while
-        none was posted in the job (one request)."""
+    def read(store: Any, global_ranks: Sequence[int]) -> dict[int, Note]:
+        """The notes of ``global_ranks`` (global rank -> its note), read from ``store``; ``{}`` while none was
+        posted in the job (one request)."""
         if int(store.add(f"{_prefix()}count", 0)) <= 0:
             return {}
         found = {}
         for rank in global_ranks:
             key = f"{_prefix()}{rank}"
             if store.check([key]):
-                root, _, text = store.get(key).decode(errors="replace").partition("\n")
-                found[rank] = (root, text)
+                root, _, rest = store.get(key).decode(errors="replace").partition("\n")
+                about, _, text = rest.partition("\n")
+                found[rank] = Note(root, _about(about), text)
         return found
 
-    def unanswered(self, store: Any, global_ranks: Sequence[int]) -> dict[int, tuple[str, str]]:
-        """The notes of ``global_ranks`` whose root this process has not raised yet (:meth:`read`)."""
-        return {rank: note for rank, note in self.read(store, global_ranks).items() if note[0] not in self.spent}
+    def unanswered(self, store: Any, global_ranks: Sequence[int]) -> dict[int, Note]:
+        """The notes of ``global_ranks`` (:meth:`read`) about a call this thread is inside, whose root this process
+        has not raised in an earlier call."""
+        inside = _calls()
+        return {rank: note for rank, note in self.read(store, global_ranks).items()
+                if note.root not in self.spent and note.concerns(inside)}
 
 
 NOTES = Notes()
