@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Issue 41, forty-first session, the final call on one H200: the GPU tests of this tree (tests/test_contextual_cuda.py,
+# tests/test_graphs_cuda.py; into OUT/gpu_tests.txt), then session36_call1.sh: the whole one-GPU acceptance, the
+# command line over its cache, and the README's MoE campaign alone CAMPAIGNS (default 2) times.
+# Usage: OUT=DIR bash benchmarks/gpu/session41_final.sh   (carry arms/fla_site: bash benchmarks/gpu/fla_site.sh arms/fla_site)
+set -u
+OUT=${OUT:?set OUT}; mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=index,name,clocks.sm,power.draw --format=csv | tail -n 1 > "$OUT/gpu_tests.txt"
+TDT_TEST_FORKSERVER=0 timeout 200 python3 -m pytest -q -p no:cacheprovider -rA tests/test_contextual_cuda.py \
+  tests/test_graphs_cuda.py 2>&1 | tail -n 12 >> "$OUT/gpu_tests.txt"
+echo "GPU tests ended after $SECONDS s" >> "$OUT/gpu_tests.txt"
+CALL_S=$((${CALL_S:-590} - SECONDS)) bash benchmarks/gpu/session36_call1.sh
