@@ -6,6 +6,7 @@ the run and, after it, goes on as a session does (settling the undecided keys, t
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from ..capture import capturing, tuning_in_capture
@@ -144,7 +145,10 @@ class HotCall:
             if error is not None:
                 raise error
             return out
+        # a key this rank has not decided: settling it and, when every rank met it, tuning it are exchanges, so
+        # threads of this process take turns on the group (as tunings do; see Group.turn)
         try:
-            return session.call(args, kwargs, first=(out, error))
+            with self.group.turn() if self.group.size > 1 else nullcontext():
+                return session.call(args, kwargs, first=(out, error))
         finally:
             self.tuner.last_runs = session.runs

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 from .. import settings
@@ -124,20 +125,25 @@ class ContextualTuner(TunerState):
                                         "it meets", TUNE_AHEAD)
             if due:
                 self._due.add(gid)  # the group's agreement waits for the next call outside a capture
-            tuning = False
-        else:
-            tuning = first or window or (due and self._agree(group, calls))
-        if not tuning:
-            return HotCall(self, group, calls).call(args, kwargs)
+        elif first or due or window:
+            # the agreement and the tuning call are exchanges: threads of this process take turns on the group (as
+            # autotune tunings do), so that their exchanges never interleave (see Group.turn)
+            with group.turn() if group.size > 1 else nullcontext():
+                if first or window or self._agree(group, calls):
+                    return self._tune(group, calls, args, kwargs)
+        return HotCall(self, group, calls).call(args, kwargs)
+
+    def _tune(self, group: Group, calls: int, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """A tuning call (a :class:`~.session.Session` on every rank of the group)."""
         # a malformed variable, maybe on this rank only: read as its default, and raised on every rank by the journal
         # exchange, which carries it (gather_journals), never on this rank alone while the others wait for it
         with settings.overlooking(), calling(self.options.name):
-            session = Session(self, group, tuning, calls)
+            session = Session(self, group, True, calls)
             try:
                 out = session.call(args, kwargs)
             finally:
                 self.last_runs = session.runs
-        self._called.add(gid)
+        self._called.add(group.identity)
         return out
 
     def _agree(self, group: Group, calls: int) -> bool:

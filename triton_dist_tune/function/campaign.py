@@ -219,7 +219,7 @@ def _tune_one(tuner: TunedFunction, plan: Plan, position: int, agreed: Hashable,
     result = KeyResult(position, agreed_text, "failed", unit=plan.unit)
     before = tuner.decisions.get((group.name, key)) if key_error is None else None
     try:
-        with group.lock:
+        with group.turn():  # one thread at a time per group (see Group.turn)
             config = tuning.run(key_error, None)
         result.index = index_of(tuner.space, config)  # type: ignore[assignment]  # one of the space's dicts
         result.key, result.config, result.entry = tuning.key_text, tuner.descriptions[result.index], tuning.entry

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from .. import settings
@@ -81,22 +82,23 @@ class Tuner(TunedFunction):
         if layout is not None:
             table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
         config = table.get(slot) if key_error is None else None
-        env_problem = settings.problem() if config is None else None  # agreed below, never raised alone
-        if config is None and key_error is None:  # ``undecided="nearest"|"first"``: no tuning
-            config = self._serve(table, slot, group, args, kwargs, overwrite, env_problem)
-        if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
-            problem = self._call_problem((), kwargs)  # a tuned parameter by keyword: named, decided key or not
-        if config is not None and problem:
-            raise BadInputError(problem)  # decided: the other ranks are not tuning, so nothing to agree on
-        if config is None:
-            with group.lock:  # threads tuning on one group take turns, so that their exchanges never interleave
-                config = table.get(slot) if key_error is None else None
-                if config is None:
-                    tuning = Tuning(self, group, key, args, self._tuned_kwargs(kwargs, overwrite), verbose,
-                                    overwrite, layout)
-                    config = table[slot] = tuning.run(key_error, problem or env_problem)
-                    if table is self.decided and group.size == 1 and (settings.current().world_size or 1) > 1:
-                        self.alone.add(key)  # tuned before the job's group existed: the group tunes it once it does
+        with ExitStack() as turn:
+            if config is None:  # serving or tuning: threads of this process take turns on the group, so that
+                turn.enter_context(group.turn())  # their exchanges never interleave (a decided key takes none)
+                config = table.get(slot) if key_error is None else None  # decided by a thread before us?
+            env_problem = settings.problem() if config is None else None  # agreed below, never raised alone
+            if config is None and key_error is None:  # ``undecided="nearest"|"first"``: no tuning
+                config = self._serve(table, slot, group, args, kwargs, overwrite, env_problem)
+            if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
+                problem = self._call_problem((), kwargs)  # a tuned parameter by keyword: named, decided key or not
+            if config is not None and problem:
+                raise BadInputError(problem)  # decided: the other ranks are not tuning, so nothing to agree on
+            if config is None:
+                tuning = Tuning(self, group, key, args, self._tuned_kwargs(kwargs, overwrite), verbose, overwrite,
+                                layout)
+                config = table[slot] = tuning.run(key_error, problem or env_problem)
+                if table is self.decided and group.size == 1 and (settings.current().world_size or 1) > 1:
+                    self.alone.add(key)  # tuned before the job's group existed: the group tunes it once it does
         return self._run(args, kwargs, config, overwrite)
 
     def _call_problem(self, args: tuple, kwargs: dict[str, Any] | None = None) -> str | None:

@@ -26,14 +26,16 @@ import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
 from .. import settings
-from ..errors import BadInputError
+from ..errors import BadInputError, MismatchError
 from ..records import COMPILE_PASS
 from . import codec, meter
+from .threads import Turns
 
 DEFAULT_TIMEOUT_S = settings.DEFAULT_TIMEOUT_S
 #: what torch.distributed.new_group returns on ranks that are not members of the new group
@@ -127,7 +129,19 @@ class Group:
 
     def __init__(self) -> None:
         #: held by a thread for a whole tuning on this group, so that two threads never interleave its exchanges
+        #: (taken through :meth:`turn`)
         self.lock = threading.RLock()
+        self.turns = Turns(self.lock)
+
+    def tuning_threads(self) -> int:
+        """How many threads of this process are tuning on this group now (holding its lock or waiting for it)."""
+        return self.turns.count()
+
+    def turn(self) -> AbstractContextManager[None]:
+        """Hold :attr:`lock` for one tuning on this group, one thread at a time (re-entrant), counting the threads
+        that tune on it at once: an exchange error raised inside while another thread tuned on it too says so
+        (:mod:`.threads`)."""
+        return self.turns.turn(self.title, (MismatchError, ExchangeError))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every subclass's :meth:`combine` is charged to the tuning's ``exchange`` time (this thread's

@@ -1,0 +1,289 @@
+"""Several threads of every rank calling tuned functions on one group, run by tests/test_threads.py.
+
+Usage: python threads_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Each rank prints one
+``RESULT {json}`` line: what each thread's call returned or raised, how long it took, and what the ranks decided.
+
+Tunings on one group run one at a time per process (the group's lock), so threads that reach them in the same
+order on every rank tune them alike, and threads that reach them in different orders pair different tunings'
+exchanges: every thread raises, with an error that says so. The orders are forced: a thread starts its call only
+once the one before it is inside its tuning; in the crossed cases (rank 0: A then B; rank 1: B then A) the first
+exchange of each rank waits until the other thread of its rank is tuning too (:func:`gated`), so that the pairing
+of A on one rank with B on the other always finds both threads of each rank at the group. The tuned functions talk
+to no other rank (no collective): what is tested is the tuner's own exchanges.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import threading  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from _cases import case, emit, main, outcome  # noqa: E402
+
+import triton_dist_tune as tdt  # noqa: E402
+from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
+from triton_dist_tune.group.resolve import resolve_group  # noqa: E402
+from triton_dist_tune.group.store import StoreGroup  # noqa: E402
+
+SPACE = [{"block": b} for b in (16, 32, 64)]
+#: ms per config: 16 is the fastest by 75 ms or more, on every rank
+SLEEP_MS = {16: 5, 32: 80, 64: 120}
+#: the longest wait for a thread to be inside its tuning, or for a gate to open
+WAIT_S = 5.0
+
+
+def rank() -> int:
+    return dist.get_rank()
+
+
+def crowd() -> int:
+    """Threads of this process tuning on the default group now (holding or waiting for its lock); -1 where the
+    library does not count them."""
+    count = getattr(resolve_group(None), "tuning_threads", None)
+    return count() if count is not None else -1
+
+
+def wait_for(test: Callable[[], bool], seconds: float = WAIT_S) -> None:
+    deadline = time.monotonic() + seconds
+    while not test() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def gated() -> None:
+    """The first exchange of this process waits until two threads of this rank are tuning (at most ``WAIT_S``;
+    where the library does not count them, half a second and ``WAIT_S``)."""
+    real = StoreGroup.combine
+    seen: list[bool] = []
+
+    def combine(self: StoreGroup, *args: Any, **kwargs: Any) -> Any:
+        if not seen:
+            seen.append(True)
+            if crowd() < 0:
+                time.sleep(0.5)
+            wait_for(lambda: crowd() >= 2)
+        return real(self, *args, **kwargs)
+
+    StoreGroup.combine = combine  # type: ignore[method-assign]
+
+
+def tuned(name: str, entered: threading.Event | None = None) -> Any:
+    """An ``autotune``d function of 3 configs (16 wins) named ``name``; ``entered`` is set at its first run."""
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=2, timing="cold", name=name)
+    def f(x: torch.Tensor, *, block: int) -> int:
+        if entered is not None:
+            entered.set()
+        time.sleep(SLEEP_MS[block] / 1e3)
+        return block
+
+    return f
+
+
+def in_order(calls: dict[str, Callable[[], Any]], order: list[str], started: Callable[[str], None]) -> dict[str, Any]:
+    """Run each named call on a thread of its own; the threads start in ``order``, each once ``started(name)`` of
+    the one before it has returned. Returns each call's :func:`~_cases.outcome` with its seconds."""
+    results: dict[str, Any] = {}
+
+    def run(name: str) -> None:
+        began = time.monotonic()
+        result = outcome(calls[name])
+        result["s"] = round(time.monotonic() - began, 2)
+        results[name] = result
+
+    threads = []
+    for i, name in enumerate(order):
+        if i:
+            started(order[i - 1])
+        thread = threading.Thread(target=run, args=(name,), name=f"caller-{name}")
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def crossed(names: list[str]) -> list[str]:
+    """``names`` on rank 0, reversed on rank 1."""
+    return names if rank() == 0 else names[::-1]
+
+
+def inside_tuning(name: str) -> None:
+    """The crossed cases: the thread just started is tuning once this process counts one thread at the group
+    (where the library does not count them: a tenth of a second later)."""
+    if crowd() < 0:
+        time.sleep(0.1)
+    wait_for(lambda: crowd() >= 1)
+
+
+@case
+def crossed_keys() -> None:
+    """One function, keys 2 and 3 from two threads; rank 0 reaches 2 first, rank 1 reaches 3 first."""
+    tdt.init_distributed()
+    gated()
+    f = tuned("crossed_keys")
+    calls = {"a": lambda: f(torch.ones(2)), "b": lambda: f(torch.ones(3))}
+    results = in_order(calls, crossed(["a", "b"]), inside_tuning)
+    emit(results=results, decided={str(k): v for k, v in f.tuner.decided.items()})
+
+
+@case
+def crossed_functions() -> None:
+    """Two functions from two threads; rank 0 reaches f first, rank 1 reaches g first."""
+    tdt.init_distributed()
+    gated()
+    fns = {"f": tuned("crossed_f"), "g": tuned("crossed_g")}
+    calls = {n: (lambda fn=fn: fn(torch.ones(4))) for n, fn in fns.items()}
+    results = in_order(calls, crossed(["f", "g"]), inside_tuning)
+    emit(results=results, decided={n: {str(k): v for k, v in fn.tuner.decided.items()} for n, fn in fns.items()})
+
+
+@case
+def same_order_functions() -> None:
+    """Two functions from two threads, reached in the same order on every rank (f, then g while f tunes)."""
+    tdt.init_distributed()
+    events = {"f": threading.Event(), "g": threading.Event()}
+    fns = {n: tuned(f"same_{n}", events[n]) for n in "fg"}
+    calls = {n: (lambda fn=fn: fn(torch.ones(4))) for n, fn in fns.items()}
+    results = in_order(calls, ["f", "g"], lambda name: events[name].wait(WAIT_S))
+    emit(results=results, decided={n: {str(k): v for k, v in fn.tuner.decided.items()} for n, fn in fns.items()})
+
+
+@case
+def served_beside_tuning() -> None:
+    """An ``autotune`` tuning on one thread; on another, while it tunes, a call of an undecided key of a function
+    with ``undecided="first"`` (served the first config, agreed in one exchange), in the same order on every
+    rank; rank 1 makes that call a quarter of a second later in the tuning than rank 0."""
+    tdt.init_distributed()
+    entered = threading.Event()
+    f = tuned("tuning_beside_serving", entered)
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), undecided="first", name="served_beside_tuning")
+    def g(x: torch.Tensor, *, block: int) -> int:
+        return block
+
+    calls = {"f": lambda: f(torch.ones(4)), "g": lambda: g(torch.ones(5))}
+    lag = 0.05 + 0.25 * rank()  # the ranks' g reach f's tuning at different exchanges of it
+    results = in_order(calls, ["f", "g"], lambda name: (entered.wait(WAIT_S), time.sleep(lag)))
+    emit(results=results, decided={str(k): v for k, v in f.tuner.decided.items()},
+         served={str(k): v for k, v in g.tuner.decided.items()})
+
+
+#: the contextual kernel's sleep per config (ms): config 0 wins by 75 ms
+CTX_MS = [5, 80]
+#: Triton's interpreter patches triton.language while a kernel runs: two threads must not run kernels at once
+INTERPRETER = threading.Lock()
+
+
+def _ctx_hook(index: int) -> Callable[[dict], None]:
+    def hook(nargs: dict) -> None:
+        time.sleep(CTX_MS[index] / 1e3)
+    return hook
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=_ctx_hook(i)) for i, b in enumerate((64, 128))],
+                 key=["n"])
+@triton.jit
+def copy_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
+def contextual_layer(entered: threading.Event | None = None, inner: Any = None) -> Any:
+    """A ``contextual_autotune``d function launching ``copy_kernel`` (config 0 wins); ``entered`` is set at its
+    first run; ``inner``: an ``autotune``d function it calls too (on the same group)."""
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3)
+    def layer(x: torch.Tensor) -> float:
+        if entered is not None:
+            entered.set()
+        out = torch.empty_like(x)
+        with INTERPRETER:
+            copy_kernel[(1,)](x, out, x.numel())
+        extra = inner(torch.ones(4)) if inner is not None else 0
+        return float(out.sum()) + extra
+
+    return layer
+
+
+def _mixed(cross: bool) -> None:
+    tdt.init_distributed()
+    events = {"ctx": threading.Event(), "fn": threading.Event()}
+    layer = contextual_layer(events["ctx"])
+    f = tuned("beside_contextual", events["fn"])
+    calls = {"ctx": lambda: layer(torch.ones(64)), "fn": lambda: f(torch.ones(4))}
+    if cross:
+        gated()
+        results = in_order(calls, crossed(["ctx", "fn"]), inside_tuning)
+    else:
+        results = in_order(calls, ["ctx", "fn"], lambda name: (events[name].wait(WAIT_S), time.sleep(0.1)))
+    emit(results=results, decided={str(k): v for k, v in f.tuner.decided.items()},
+         contextual={str(k[1]): d["index"] for k, d in layer.tuner.decisions.items()})
+
+
+@case
+def autotune_beside_contextual() -> None:
+    """A contextual_autotune call tunes on one thread; an autotune call starts tuning on another while it does,
+    in the same order on every rank."""
+    _mixed(False)
+
+
+@case
+def autotune_beside_contextual_crossed() -> None:
+    """As autotune_beside_contextual, rank 1 reaching the autotune call first."""
+    _mixed(True)
+
+
+@case
+def autotune_inside_contextual() -> None:
+    """A contextual tuning call whose function calls an ``autotune``d function on the same group: the inner
+    tuning takes the group's lock the contextual call holds (on the same thread)."""
+    tdt.init_distributed()
+    f = tuned("inside_contextual")
+    layer = contextual_layer(inner=f)
+    first = outcome(layer, torch.ones(64))
+    again = outcome(layer, torch.ones(64))
+    emit(first=first, again=again, decided={str(k): v for k, v in f.tuner.decided.items()},
+         contextual={str(k[1]): d["index"] for k, d in layer.tuner.decisions.items()})
+
+
+@case
+def decided_from_threads() -> None:
+    """Once a key is decided (an ``autotune`` key, a contextual call), 4 threads call it 200 times each at once
+    while the main thread holds the group's lock: a decided call takes no lock, so every call returns, each with
+    the decided config."""
+    tdt.init_distributed()
+    f = tuned("decided_threads")
+    layer = contextual_layer()
+    first = f(torch.ones(4))
+    layer(torch.ones(64))
+    x = torch.ones(4)
+    answers: list[int] = []
+    sums: list[float] = []
+
+    def hammer() -> None:
+        answers.extend(f(x) for _ in range(200))
+        sums.extend(layer(torch.ones(64)) for _ in range(5))
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    group = resolve_group(None)
+    with group.lock:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    emit(first=first, answers=sorted(set(answers)), count=len(answers), sums=sorted(set(sums)), calls=len(sums),
+         alive=sum(t.is_alive() for t in threads), contextual_runs=layer.tuner.last_runs)
+
+
+if __name__ == "__main__":
+    main()

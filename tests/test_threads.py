@@ -1,0 +1,101 @@
+"""Several threads of every rank calling tuned functions on one group (real gloo ranks, Triton's interpreter).
+
+Tunings on one group run one at a time per process (the group's lock: ``autotune`` tunings and ``contextual_autotune``
+tuning calls alike), so threads that reach them in the same order on every rank tune them alike. Threads that reach
+them in different orders on different ranks pair different tunings' exchanges: every thread raises at once (no
+hang, no rank deciding alone), with an error that says that several threads were tuning and what to do."""
+
+from __future__ import annotations
+
+import pytest
+from harness import HERE, describe, run_ranks, tuner_env
+
+CASES = HERE / "scenarios" / "threads_cases.py"
+#: the tuner's timeout in these tests (s): a crossed order must fail well before it
+T = 20
+CAUSE = "threads of this process were tuning on group 'default' at once"
+
+
+def run(case, tmp_path, timeout=150):
+    results = run_ranks(CASES, 2, [case], env=tuner_env(tmp_path, T), timeout=timeout)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return [r.result for r in results]
+
+
+def assert_all_tuned(results, names):
+    for r in results:
+        for name in names:
+            assert "ok" in r["results"][name], (name, r)
+    assert results[0]["decided"] == results[1]["decided"], results
+
+
+def assert_all_failed_saying_why(results, names, nothing):
+    for r in results:
+        for name in names:
+            got = r["results"][name]
+            assert got.get("error") in ("MismatchError", "ExchangeError"), (name, r)
+            assert f"2 {CAUSE}" in got["message"], (name, got)
+            assert "in the same order on every rank" in got["message"], (name, got)
+            assert got["s"] < T / 2, (name, got)  # at once, not at the timeout
+        assert r["decided"] == nothing, r  # no rank decided anything
+
+
+@pytest.mark.timeout(180)
+def test_two_functions_reached_in_the_same_order_on_every_rank_are_both_tuned_alike(tmp_path):
+    results = run("same_order_functions", tmp_path)
+    assert_all_tuned(results, "fg")
+    assert results[0]["decided"] == {"f": {"4": {"block": 16}}, "g": {"4": {"block": 16}}}, results
+
+
+@pytest.mark.timeout(180)
+def test_an_autotune_tuning_beside_a_contextual_tuning_call_in_the_same_order_is_tuned_alike(tmp_path):
+    # before: the contextual call took no lock, so the autotune tuning's exchanges and the contextual call's
+    # interleaved: ExchangeError ('at another step of the protocol') on both threads, or one of them, by timing
+    results = run("autotune_beside_contextual", tmp_path)
+    assert_all_tuned(results, ["ctx", "fn"])
+    for r in results:
+        assert r["decided"] == {"4": {"block": 16}} and list(r["contextual"].values()) == [0], r
+    assert results[0]["contextual"] == results[1]["contextual"], results
+
+
+@pytest.mark.timeout(180)
+def test_a_served_undecided_key_beside_an_autotune_tuning_in_the_same_order_waits_its_turn(tmp_path):
+    # before: serving (undecided="first": one exchange) took no lock: its exchange paired with the tuning's
+    for r in run("served_beside_tuning", tmp_path):
+        assert r["results"]["f"].get("ok") == 16 and r["results"]["g"].get("ok") == 16, r
+        assert r["decided"] == {"4": {"block": 16}} and r["served"] == {}, r
+
+
+@pytest.mark.timeout(180)
+def test_an_autotune_tuning_inside_a_contextual_tuning_call_takes_the_lock_the_call_holds(tmp_path):
+    for r in run("autotune_inside_contextual", tmp_path):
+        assert r["first"] == {"ok": 64.0 + 16} and r["again"] == {"ok": 64.0 + 16}, r
+        assert r["decided"] == {"4": {"block": 16}} and list(r["contextual"].values()) == [0], r
+
+
+@pytest.mark.timeout(180)
+def test_two_keys_reached_in_opposite_orders_fail_at_once_saying_that_threads_crossed(tmp_path):
+    # before: MismatchError ('differ in key: ranks [0]: 2; ranks [1]: 3') on every thread, not saying why
+    assert_all_failed_saying_why(run("crossed_keys", tmp_path), "ab", {})
+
+
+@pytest.mark.timeout(180)
+def test_two_functions_reached_in_opposite_orders_fail_at_once_saying_that_threads_crossed(tmp_path):
+    # before: ExchangeError ('at another step of the protocol') on every thread, not saying why
+    assert_all_failed_saying_why(run("crossed_functions", tmp_path), "fg", {"f": {}, "g": {}})
+
+
+@pytest.mark.timeout(180)
+def test_autotune_and_contextual_reached_in_opposite_orders_fail_at_once_saying_that_threads_crossed(tmp_path):
+    # before: the contextual call took no lock: the two threads' exchanges interleaved on each rank
+    results = run("autotune_beside_contextual_crossed", tmp_path)
+    assert_all_failed_saying_why(results, ["ctx", "fn"], {})
+    for r in results:
+        assert r["contextual"] == {}, r
+
+
+@pytest.mark.timeout(120)
+def test_decided_calls_from_four_threads_take_no_lock_and_run_their_config(tmp_path):
+    for r in run("decided_from_threads", tmp_path):
+        assert r == {"first": 16, "answers": [16], "count": 800, "sums": [64.0], "calls": 20, "alive": 0,
+                     "contextual_runs": 1}, r
