@@ -67,6 +67,17 @@ def test_a_served_undecided_key_beside_an_autotune_tuning_in_the_same_order_wait
 
 
 @pytest.mark.timeout(180)
+def test_a_tuning_beside_a_campaign_in_the_same_order_waits_for_the_whole_campaign(tmp_path):
+    # before: the campaign took the group's lock for each key's tuning only, so the other thread's tuning took it
+    # between the campaign's keys and its exchanges paired with the campaign's round: ExchangeError
+    results = run("campaign_beside_tuning", tmp_path)
+    assert_all_tuned(results, ["c", "g"])
+    for r in results:
+        assert r["results"]["c"]["ok"] == 2 and r["results"]["g"]["ok"] == 16, r
+        assert r["decided"] == {"f": {"2": {"block": 16}, "3": {"block": 16}}, "g": {"4": {"block": 16}}}, r
+
+
+@pytest.mark.timeout(180)
 def test_an_autotune_tuning_inside_a_contextual_tuning_call_takes_the_lock_the_call_holds(tmp_path):
     for r in run("autotune_inside_contextual", tmp_path):
         assert r["first"] == {"ok": 64.0 + 16} and r["again"] == {"ok": 64.0 + 16}, r

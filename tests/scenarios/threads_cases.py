@@ -31,6 +31,7 @@ from _cases import case, emit, main, outcome  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
+from triton_dist_tune.group.channel import Group  # noqa: E402
 from triton_dist_tune.group.resolve import resolve_group  # noqa: E402
 from triton_dist_tune.group.store import StoreGroup  # noqa: E402
 
@@ -175,6 +176,33 @@ def served_beside_tuning() -> None:
     results = in_order(calls, ["f", "g"], lambda name: (entered.wait(WAIT_S), time.sleep(lag)))
     emit(results=results, decided={str(k): v for k, v in f.tuner.decided.items()},
          served={str(k): v for k, v in g.tuner.decided.items()})
+
+
+@case
+def campaign_beside_tuning() -> None:
+    """A campaign of two keys (2 and 3) of one function on one thread; on another, once the campaign's first key
+    is tuning, a tuning of another function, in the same order on every rank. Where the other thread could take
+    the group between the campaign's keys, the ranks would order the two by timing: so rank 0's other thread asks
+    for the group 0.3 s late, and so does rank 1's campaign once its first key is decided, to make the orders
+    differ there."""
+    tdt.init_distributed()
+    real = Group.turn
+
+    def turn(self: Group) -> Any:
+        me = threading.current_thread().name
+        late = me == "caller-g" if rank() == 0 else me == "caller-c" and bool(f.tuner.decided)
+        if self.size > 1 and late:
+            time.sleep(0.3)
+        return real(self)
+
+    Group.turn = turn  # type: ignore[method-assign]
+    entered = threading.Event()
+    f, g = tuned("campaign_f", entered), tuned("beside_campaign_g")
+    calls = {"c": lambda: len(tdt.campaign(f, [torch.ones(n) for n in (2, 3)]).rows),
+             "g": lambda: g(torch.ones(4))}
+    results = in_order(calls, ["c", "g"], lambda name: entered.wait(WAIT_S))
+    emit(results=results, decided={"f": {str(k): v for k, v in f.tuner.decided.items()},
+                                   "g": {str(k): v for k, v in g.tuner.decided.items()}})
 
 
 #: the contextual kernel's sleep per config (ms): config 0 wins by 75 ms

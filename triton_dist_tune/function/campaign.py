@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,7 +220,7 @@ def _tune_one(tuner: TunedFunction, plan: Plan, position: int, agreed: Hashable,
     result = KeyResult(position, agreed_text, "failed", unit=plan.unit)
     before = tuner.decisions.get((group.name, key)) if key_error is None else None
     try:
-        with group.turn():  # one thread at a time per group (see Group.turn)
+        with group.turn():  # held already by the campaign: the key's exchange errors say so when threads crossed
             config = tuning.run(key_error, None)
         result.index = index_of(tuner.space, config)  # type: ignore[assignment]  # one of the space's dicts
         result.key, result.config, result.entry = tuning.key_text, tuner.descriptions[result.index], tuning.entry
@@ -338,6 +339,16 @@ def _campaign(tuner: TunedFunction, calls: Sequence[Any] | Callable[[Any], Any],
     build, count = _builder(calls, keys)
     rank_local = tuner.options.sharded if local is None else bool(local)
     plan = _plan(tuner, rank_local, pg, replicas)
+    with ExitStack() as turns:  # the whole campaign is one turn on its groups: another thread of this process tunes
+        turns.enter_context(plan.across.turn())  # on them before or after it, never between its exchanges
+        if plan.tune_group is not plan.across:  # (always across first, then the unit's group: one lock order)
+            turns.enter_context(plan.tune_group.turn())
+        return _rounds(tuner, plan, build, count, rank_local, verbose, progress)
+
+
+def _rounds(tuner: TunedFunction, plan: Plan, build: Callable[[int], Call], count: int, rank_local: bool,
+            verbose: bool | None, progress: bool) -> Summary:
+    """The campaign's exchanges: the keys agreed, tuned round by round, the rounds' results learned."""
     if rank_local:
         tuner.rank_local = True  # its undecided keys are served by each rank alone (function/policy.py)
     env_problem = settings.problem()  # a malformed variable, maybe on this rank only: agreed, never raised alone
