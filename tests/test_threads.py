@@ -78,6 +78,15 @@ def test_a_tuning_beside_a_campaign_in_the_same_order_waits_for_the_whole_campai
 
 
 @pytest.mark.timeout(180)
+def test_a_tuning_beside_a_tuning_with_replicas_on_its_replicas_group_waits_its_turn(tmp_path):
+    # a tuning with autotune_replicas exchanges on the replicas group too: it takes that group's turn as well (the
+    # replicas' first, then its own group's, as a campaign does), so a tuning on the replicas group waits for it
+    for r in run("replicas_beside_tuning", tmp_path):
+        assert r["results"]["f"].get("ok") == 16 and r["results"]["g"].get("ok") == 16, r
+        assert r["decided"] == {"f": ["{'block': 16}"], "g": ["{'block': 16}"]}, r
+
+
+@pytest.mark.timeout(180)
 def test_an_autotune_tuning_inside_a_contextual_tuning_call_takes_the_lock_the_call_holds(tmp_path):
     for r in run("autotune_inside_contextual", tmp_path):
         assert r["first"] == {"ok": 64.0 + 16} and r["again"] == {"ok": 64.0 + 16}, r

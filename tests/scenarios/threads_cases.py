@@ -205,6 +205,25 @@ def campaign_beside_tuning() -> None:
                                    "g": {str(k): v for k, v in g.tuner.decided.items()}})
 
 
+@case
+def replicas_beside_tuning() -> None:
+    """An ``autotune`` tuning with ``autotune_replicas`` (each rank's group: itself; the replicas: both ranks, a
+    group of their own) on one thread; on another, once it is inside its tuning, a tuning of another function on
+    that replicas group itself, in the same order on every rank (rank 1's a quarter of a second later in the
+    tuning than rank 0's): both exchange on the replicas group."""
+    tdt.init_distributed()
+    tps = [dist.new_group([0]), dist.new_group([1])]
+    across = dist.new_group([0, 1])
+    entered = threading.Event()
+    f, g = tuned("with_replicas", entered), tuned("on_the_replicas")
+    calls = {"f": lambda: f(torch.ones(4), autotune_pg=tps[rank()], autotune_replicas=across),
+             "g": lambda: g(torch.ones(4), autotune_pg=across)}
+    lag = 0.05 + 0.25 * rank()  # the ranks' g reach f's tuning at different exchanges of it
+    results = in_order(calls, ["f", "g"], lambda name: (entered.wait(WAIT_S), time.sleep(lag)))
+    emit(results=results, decided={"f": sorted(map(str, f.tuner.decided_in.values())),
+                                   "g": sorted(map(str, g.tuner.decided_in.values()))})
+
+
 #: the contextual kernel's sleep per config (ms): config 0 wins by 75 ms
 CTX_MS = [5, 80]
 #: Triton's interpreter patches triton.language while a kernel runs: two threads must not run kernels at once
