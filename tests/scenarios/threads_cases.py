@@ -332,5 +332,37 @@ def decided_from_threads() -> None:
          alive=sum(t.is_alive() for t in threads), contextual_runs=layer.tuner.last_runs)
 
 
+
+@case
+def nested_on_two_groups() -> None:
+    """Nested tunings on two groups from two threads, in the same order on every rank: a contextual tuning call on
+    the default group whose function calls an ``autotune``d function on another group of the same ranks (half a
+    second into its first run); on another thread, started once the contextual call runs, a tuning on that other
+    group whose function calls another contextual function on the default group."""
+    tdt.init_distributed()
+    other = dist.new_group([0, 1])
+    inner_f = tuned("nested_inner_f")
+    entered = threading.Event()
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3)
+    def outer_layer(x: torch.Tensor) -> float:
+        entered.set()
+        time.sleep(0.5)
+        out = torch.empty_like(x)
+        with INTERPRETER:
+            copy_kernel[(1,)](x, out, x.numel())
+        return float(out.sum()) + inner_f(torch.ones(4), autotune_pg=other)
+
+    inner_layer = contextual_layer()
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=2, timing="cold", name="nested_outer_g")
+    def outer_g(x: torch.Tensor, *, block: int) -> float:
+        time.sleep(SLEEP_MS[block] / 1e3)
+        return inner_layer(torch.ones(64)) + block
+
+    calls = {"ctx": lambda: outer_layer(torch.ones(64)), "g": lambda: outer_g(torch.ones(4), autotune_pg=other)}
+    results = in_order(calls, ["ctx", "g"], lambda name: entered.wait(WAIT_S))
+    emit(results=results)
+
 if __name__ == "__main__":
     main()
