@@ -205,6 +205,25 @@ def campaign_beside_tuning() -> None:
                                    "g": {str(k): v for k, v in g.tuner.decided.items()}})
 
 
+@case
+def replicas_beside_tuning() -> None:
+    """An ``autotune`` tuning with ``autotune_replicas`` (each rank's group: itself; the replicas: both ranks, a
+    group of their own) on one thread; on another, once it is inside its tuning, a tuning of another function on
+    that replicas group itself, in the same order on every rank (rank 1's a quarter of a second later in the
+    tuning than rank 0's): both exchange on the replicas group."""
+    tdt.init_distributed()
+    tps = [dist.new_group([0]), dist.new_group([1])]
+    across = dist.new_group([0, 1])
+    entered = threading.Event()
+    f, g = tuned("with_replicas", entered), tuned("on_the_replicas")
+    calls = {"f": lambda: f(torch.ones(4), autotune_pg=tps[rank()], autotune_replicas=across),
+             "g": lambda: g(torch.ones(4), autotune_pg=across)}
+    lag = 0.05 + 0.25 * rank()  # the ranks' g reach f's tuning at different exchanges of it
+    results = in_order(calls, ["f", "g"], lambda name: (entered.wait(WAIT_S), time.sleep(lag)))
+    emit(results=results, decided={"f": sorted(map(str, f.tuner.decided_in.values())),
+                                   "g": sorted(map(str, g.tuner.decided_in.values()))})
+
+
 #: the contextual kernel's sleep per config (ms): config 0 wins by 75 ms
 CTX_MS = [5, 80]
 #: Triton's interpreter patches triton.language while a kernel runs: two threads must not run kernels at once
@@ -312,6 +331,38 @@ def decided_from_threads() -> None:
     emit(first=first, answers=sorted(set(answers)), count=len(answers), sums=sorted(set(sums)), calls=len(sums),
          alive=sum(t.is_alive() for t in threads), contextual_runs=layer.tuner.last_runs)
 
+
+
+@case
+def nested_on_two_groups() -> None:
+    """Nested tunings on two groups from two threads, in the same order on every rank: a contextual tuning call on
+    the default group whose function calls an ``autotune``d function on another group of the same ranks (half a
+    second into its first run); on another thread, started once the contextual call runs, a tuning on that other
+    group whose function calls another contextual function on the default group."""
+    tdt.init_distributed()
+    other = dist.new_group([0, 1])
+    inner_f = tuned("nested_inner_f")
+    entered = threading.Event()
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3)
+    def outer_layer(x: torch.Tensor) -> float:
+        entered.set()
+        time.sleep(0.5)
+        out = torch.empty_like(x)
+        with INTERPRETER:
+            copy_kernel[(1,)](x, out, x.numel())
+        return float(out.sum()) + inner_f(torch.ones(4), autotune_pg=other)
+
+    inner_layer = contextual_layer()
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=2, timing="cold", name="nested_outer_g")
+    def outer_g(x: torch.Tensor, *, block: int) -> float:
+        time.sleep(SLEEP_MS[block] / 1e3)
+        return inner_layer(torch.ones(64)) + block
+
+    calls = {"ctx": lambda: outer_layer(torch.ones(64)), "g": lambda: outer_g(torch.ones(4), autotune_pg=other)}
+    results = in_order(calls, ["ctx", "g"], lambda name: entered.wait(WAIT_S))
+    emit(results=results)
 
 if __name__ == "__main__":
     main()

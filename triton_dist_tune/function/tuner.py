@@ -83,8 +83,13 @@ class Tuner(TunedFunction):
             table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
         config = table.get(slot) if key_error is None else None
         with ExitStack() as turn:
-            if config is None:  # serving or tuning: threads of this process take turns on the group, so that
-                turn.enter_context(group.turn())  # their exchanges never interleave (a decided key takes none)
+            # serving or tuning: threads of this process take turns on the group, so that their exchanges never
+            # interleave (a decided key takes none); with replicas, on the replicas' group too, which the tuning
+            # exchanges on: that one first, as a campaign takes its rounds' group first (one lock order)
+            if config is None:
+                if layout is not None:
+                    turn.enter_context(layout.replicas.turn())
+                turn.enter_context(group.turn())
                 config = table.get(slot) if key_error is None else None  # decided by a thread before us?
             env_problem = settings.problem() if config is None else None  # agreed below, never raised alone
             if config is None and key_error is None:  # ``undecided="nearest"|"first"``: no tuning

@@ -1,11 +1,11 @@
 """Threads of one process tuning on one group: one at a time (the group's lock), counted, so that an exchange error
 that threads reaching tunings in different orders on different ranks cause says so.
 
-Every tuning on a group (an ``autotune`` tuning or serving of an undecided key, a campaign's key, a
-``contextual_autotune`` tuning call or agreement) holds the group's re-entrant lock through :meth:`Turns.turn`
-from its first exchange to its end; a decided call takes none. Threads that reach tunings in the same order on
-every rank therefore tune them one after another, alike everywhere. Threads that reach them in different orders
-pair one tuning's exchange with another's on the other ranks: every rank raises
+Every tuning on a group (an ``autotune`` tuning or serving of an undecided key, with ``autotune_replicas`` on the
+replicas' group too, a campaign's key, a ``contextual_autotune`` tuning call or agreement) holds the group's
+re-entrant lock through :meth:`Turns.turn` from its first exchange to its end; a decided call takes none. Threads
+that reach tunings in the same order on every rank therefore tune them one after another, alike everywhere. Threads
+that reach them in different orders pair one tuning's exchange with another's on the other ranks: every rank raises
 :class:`~triton_dist_tune.errors.MismatchError` or :class:`~triton_dist_tune.group.channel.ExchangeError` at once,
 and such an error raised in a turn during which another thread of the process was tuning on the group too (waiting
 for the lock or holding it) says so (:func:`threads_note`).
