@@ -10,7 +10,17 @@ from __future__ import annotations
 import pytest
 from harness import HERE, describe, run_ranks, tuner_env
 
+from triton_dist_tune.faults.journal import Journal
+
 CASES = HERE / "scenarios" / "threads_cases.py"
+
+
+def records(path) -> list[dict]:
+    journal = Journal(path, create=False)
+    try:
+        return journal.read()
+    finally:
+        journal.close()
 #: the tuner's timeout in these tests (s): a crossed order must fail well before it
 T = 20
 CAUSE = "threads of this process were tuning on group 'default' at once"
@@ -122,14 +132,17 @@ def test_decided_calls_from_four_threads_take_no_lock_and_run_their_config(tmp_p
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, reason="known: nested tunings on two groups from two threads, nested in opposite "
-                   "orders, deadlock on the groups' locks; see docs/fault-tolerance.md")
-def test_nested_tunings_on_two_groups_from_two_threads_are_tuned(tmp_path):
-    # a contextual tuning call on the default group (holding its lock) calls a tuning on another group, whose lock
+def test_nested_tunings_on_two_groups_from_two_threads_in_opposite_orders_raise_at_once_blaming_nothing(tmp_path):
+    # a contextual tuning call on the default group (holding its turn) calls a tuning on another group, whose turn
     # the other thread holds for a tuning that calls a contextual function on the default group: each thread waits
-    # for the other's lock, and the watchdog ends both processes after T, recording g's config 0 as hung. Before the
-    # contextual calls took the lock (42675f8), both tuned (their exchanges interleaved alike on both ranks)
+    # for the other's. Before: both processes stuck until the watchdog ended them after T (exit 86), g's config 0
+    # journaled hung (the rerun would leave the winner out). Now each thread finds the cycle and raises
     results = run_ranks(CASES, 2, ["nested_on_two_groups"], env=tuner_env(tmp_path, 10), timeout=90)
     assert all(r.returncode == 0 for r in results), describe(results)
     for r in results:
-        assert "ok" in r.result["results"]["ctx"] and "ok" in r.result["results"]["g"], r.result
+        for name in ("ctx", "g"):
+            got = r.result["results"][name]
+            assert "nest tunings on several groups in opposite orders" in got.get("message", ""), (name, got)
+            assert got["s"] < 5, (name, got)  # at once, not at T (10 s)
+    states = {rec["state"] for p in (tmp_path / "cache").rglob("*.journal") for rec in records(p)}
+    assert not states & {"hung", "failed", "local_failure"}, states

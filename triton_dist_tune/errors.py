@@ -27,6 +27,12 @@ class GroupTimeoutError(AutotuneError):
     """Some ranks did not reach a step of the tuning protocol in time (a hang, a crash, or a wrong group)."""
 
 
+class CrossedTurnsError(GroupTimeoutError):
+    """Threads of this process nest tunings on several groups in opposite orders: each holds one group's turn (its
+    lock for a tuning) and waits for another's, which another thread of the cycle holds. Every thread of the cycle
+    raises this instead of waiting for ever; no config is blamed."""
+
+
 class RankFailedError(GroupTimeoutError):
     """A rank's run of a config raised while other ranks were inside a collective of the function; those ended
     their processes (the only way out of a collective), and every rank still waiting raises this with the failing

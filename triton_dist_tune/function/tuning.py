@@ -38,6 +38,7 @@ from ..errors import (
     AllConfigsFailedError,
     AutotuneError,
     BadInputError,
+    CrossedTurnsError,
     DevicePoisonedError,
     GroupTimeoutError,
     RankFailedError,
@@ -92,6 +93,9 @@ def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]
     try:
         yield
         measurer.close_graphs()
+    except CrossedTurnsError as exc:  # threads of this process nested tunings in opposite orders: no config's fault
+        measurer.not_blamed(exc)
+        raise
     except (RankFailedError, GroupTimeoutError, DevicePoisonedError):
         raise
     except Exception as exc:
