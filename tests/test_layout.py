@@ -115,9 +115,9 @@ def test_ranks_that_catch_a_wrong_group_error_and_call_again_tune_in_step(env):
 def test_a_note_stops_no_rank_outside_the_call_it_was_about(env):
     """Rank 1's wrong autotune_pg stops rank 0, which waits for it in the same call; ranks 2 and 3 (the other TP
     group) tune. Then every rank tunes another function on the whole job, rank 1 late: its note, still in the
-    store, is about the first function's call, so ranks 2 and 3 wait for rank 1 and every rank tunes, in under half the deadline. Before:
-    ranks 2 and 3 raised BadInputError quoting rank 1's stale note at once, and ranks 0 and 1 then waited T (40 s)
-    for them and raised GroupTimeoutError."""
+    store, is about the first function's call, so ranks 2 and 3 wait for rank 1 and every rank tunes, in under half
+    the deadline. Before: ranks 2 and 3 raised BadInputError quoting rank 1's stale note at once, and ranks 0 and 1
+    then waited T (40 s) for them and raised GroupTimeoutError."""
     results = run_ranks(CASES, 4, ["stale_note_of_another_group"], env=env, timeout=100)
     assert all(r.returncode == 0 for r in results), describe(results)
     first = [r.results[0] for r in results]
