@@ -96,7 +96,7 @@ class Turns:
                     other[1] = max(other[1], crowd)
             mine[0] += 1
         try:
-            self._acquire(me, title)
+            self._acquire(me)
             try:
                 yield
             finally:
@@ -111,7 +111,7 @@ class Turns:
                 if not mine[0]:
                     del self._turns[me]
 
-    def _acquire(self, me: int, title: str) -> None:
+    def _acquire(self, me: int) -> None:
         """Take the lock. A thread that holds another group's turn meanwhile looks for a cycle of waits every
         :data:`POLL_S` (see :class:`_Waits`): found, every thread of it raises :class:`CrossedTurnsError`."""
         waits = _WAITS
@@ -129,14 +129,14 @@ class Turns:
                             for thread, _ in found[1:]:
                                 waits.crossed[thread] = titles
                     if titles is not None:
-                        raise CrossedTurnsError(crossed_message(title, titles))
+                        raise CrossedTurnsError(crossed_message(self.title, titles))
             finally:
                 with waits.guard:
                     waits.wanted.pop(me, None)
                     titles = waits.crossed.pop(me, None)  # found in a cycle by another thread, which then left it
             if titles is not None:  # every thread of the cycle raises, whichever found it, so that every rank's
                 self.lock.release()  # threads end alike
-                raise CrossedTurnsError(crossed_message(title, titles))
+                raise CrossedTurnsError(crossed_message(self.title, titles))
         with waits.guard:
             owner = waits.owner.setdefault(self, [me, 0])
             owner[1] += 1
