@@ -52,7 +52,8 @@ def main() -> int:
     for path in args.runs:
         run = json.loads(path.read_text())
         for row in run["rows"]:
-            shape = f"{run['gpu']}|{run['family']}|{row['m']}|"  # the corpus's key: GPU|family|M|space size
+            # the corpus's key: GPU|family|M|space size (the GPU validate_search.py read: --corpus-gpu, or the run's)
+            shape = f"{run.get('corpus_gpu') or run['gpu']}|{run['family']}|{row['m']}|"
             land = next((v for k, v in sorted(corpus.items()) if k.startswith(shape)), None)
             if land is None or row.get("ratio") is None:
                 continue

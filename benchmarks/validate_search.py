@@ -12,7 +12,11 @@ at M = 32, judged 1.04-1.06, read 4% ahead of its neighbours there in two proces
 tiles read 4% ahead in half the rounds and level in the other half (``benchmarks/judge_regimes.py``, which times a
 few configs in three regimes side by side; ``results/session_h200_26``, calls 5-7).
 
-Launch (one GPU; the corpus must hold this GPU's landscapes)::
+On a GPU the corpus holds no landscapes of, ``--corpus-gpu NAME`` reads another GPU's (``"NVIDIA H200"``): each
+row's ``ratio`` is then that host's, and ``--judge-here`` (the other GPU's N best configs and the choices, timed
+here) is this machine's only judge.
+
+Launch (one GPU; the corpus must hold this GPU's landscapes, or name another's with ``--corpus-gpu``)::
 
     python benchmarks/validate_search.py --family gemm_k4096_n4096 --corpus benchmarks/results/corpus \
         --tunings 3 --out DIR/v.json [--first-key 256] [--judge-here 8]
@@ -181,6 +185,8 @@ def main() -> int:
                    help="also judge each shape's choices on this host: the corpus's N best configs and every config "
                         "chosen, timed against each other after the tunings (its ratio_here; 0: not)")
     p.add_argument("--judge-rounds", type=int, default=10, help="the rounds of that judgement")
+    p.add_argument("--corpus-gpu", default="", metavar="NAME",
+                   help="read the corpus landscapes recorded on GPU NAME (default: this GPU's), e.g. 'NVIDIA H200'")
     p.add_argument("--record-probes", action="store_true",
                    help="record every warm-up probe of each tuning and the configs screened by their probe alone")
     args = p.parse_args()
@@ -210,10 +216,16 @@ def main() -> int:
         tuning.SearchPlan = functools.partial(SearchPlan, max_samples=1)
     known = landscapes(args.corpus)
     space, shapes = corpus.family(args.family, args.cpu_smoke)
+
+    def corpus_key(m: Any) -> str:  # this GPU's landscape of (space, M), or --corpus-gpu's
+        return (f"{args.corpus_gpu}|{space.name}|{m}|{len(space.configs)}" if args.corpus_gpu
+                else bs.oracle_key(space, m))
+
     if args.shapes:
         shapes = [s if "x" in s else int(s) for s in args.shapes.split(",")]
     rows: list[dict] = []
-    report = {"gpu": bs.gpu_name(), "family": args.family, "cpus": os.cpu_count(), "rows": rows}
+    report = {"gpu": bs.gpu_name(), "family": args.family, "cpus": os.cpu_count(), "rows": rows,
+              "corpus_gpu": args.corpus_gpu or bs.gpu_name()}
     if args.first_key:
         m = args.first_key if "x" in args.first_key else int(args.first_key)
         use_triton_cache(tempfile.mkdtemp(prefix="triton_first_", dir=bs.BASE))
@@ -225,7 +237,7 @@ def main() -> int:
     use_triton_cache(os.environ.get("TDT_BENCH_SHARED_TRITON_CACHE") or str(bs.BASE / "triton_validate"))
     kernel = fresh_kernel(space.source)
     for m in shapes:
-        land = known.get(bs.oracle_key(space, m))
+        land = known.get(corpus_key(m))
         st = space.state(m)
         bs.precompile(space, kernel, st)
         for t in range(args.tunings):
@@ -233,7 +245,7 @@ def main() -> int:
             ratio = land["ratios"].get(got["choice"]) if land else None
             screened = got["screened"]
             best = land["best"] if land else None
-            rows.append({"m": m, "tuning": t, "corpus_key": bs.oracle_key(space, m), "choice": got["choice"],
+            rows.append({"m": m, "tuning": t, "corpus_key": corpus_key(m), "choice": got["choice"],
                          "ratio": ratio, "seconds": got["seconds"],
                          "search": got["decision"].get("search"), "best_screened": best in screened,
                          "best_sampled": best in screened and best not in got["probed"],
