@@ -333,6 +333,34 @@ def decided_from_threads() -> None:
 
 
 
+def _one_contextual(cross: bool) -> None:
+    tdt.init_distributed()
+    entered = threading.Event()
+    layer = contextual_layer(entered)
+    calls = {"a": lambda: layer(torch.ones(64)), "b": lambda: layer(torch.ones(48))}
+    if cross:
+        gated()
+        results = in_order(calls, crossed(["a", "b"]), inside_tuning)
+    else:
+        results = in_order(calls, ["a", "b"], lambda name: (entered.wait(WAIT_S), time.sleep(0.1)))
+    again = {n: outcome(call) for n, call in calls.items()}
+    emit(results=results, again=again, runs=layer.tuner.last_runs,
+         contextual={str(k[1]): d["index"] for k, d in sorted(layer.tuner.decisions.items(), key=str)})
+
+
+@case
+def one_contextual_from_two_threads() -> None:
+    """One contextual_autotune function called from two threads at once (inputs of 64 and 48 elements: two keys
+    of its kernel), thread a's call inside its tuning before b calls, in the same order on every rank."""
+    _one_contextual(False)
+
+
+@case
+def one_contextual_from_two_threads_crossed() -> None:
+    """As one_contextual_from_two_threads, rank 1 calling with 48 elements first."""
+    _one_contextual(True)
+
+
 @case
 def nested_on_two_groups() -> None:
     """Nested tunings on two groups from two threads, in the same order on every rank: a contextual tuning call on

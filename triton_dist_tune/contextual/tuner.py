@@ -6,6 +6,7 @@ that decides whether a call tunes (each call itself is a :class:`~triton_dist_tu
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -77,6 +78,9 @@ class ContextualTuner(TunerState):
         #: next call outside one (every rank captures the same calls, so every rank makes it at the same call)
         self._due: set[tuple] = set()
         self._calls: dict[tuple, int] = {}
+        #: held while a call takes its number: threads calling at once each get one of their own (a number taken
+        #: twice would move this rank's agreements, which fall on call numbers, off its peers')
+        self._counting = threading.Lock()
 
     def group(self) -> Group:
         """The group this function tunes with: alone (``is_dist=False``), the given one, or the default group
@@ -115,7 +119,8 @@ class ContextualTuner(TunerState):
         if outer is not None and isinstance(outer, (Session, HotCall)) and outer.group is group:
             return self.fn(*args, **kwargs)  # nested in a call of the same group: that call handles our launches
         gid = group.identity
-        calls = self._calls[gid] = self._calls.get(gid, 0) + 1
+        with self._counting:
+            calls = self._calls[gid] = self._calls.get(gid, 0) + 1
         first = gid not in self._called
         due = group.size > 1 and (calls % self.options.sync_every == 0 or gid in self._due)
         window = group.size > 1 and self._in_window(group, calls)  # the last agreement's tuning calls
