@@ -198,3 +198,84 @@ def test_calls_of_one_contextual_function_from_many_threads_are_each_counted_onc
     finally:
         sys.setswitchinterval(switch)
     assert list(layer.tuner._calls.values()) == [calls * threads + 1]
+
+
+@pytest.mark.parametrize("calls", ["first", "hot"])
+@pytest.mark.timeout(120)
+def test_calls_of_a_contextual_function_alone_from_two_threads_tune_a_new_key_once(tmp_path, monkeypatch, calls):
+    # alone (is_dist=False), a call took no lock: two threads' calls meeting one new key (their first calls, or hot
+    # calls after a warm-up with another key) tuned it at once, each in a session of its own; the later one, finding
+    # the key decided by the other after its first run, launched the choice untimed, stalled, and ended the key
+    # 'forced, unmeasured' on config 0, which replaced the measured choice (config 1, 6x faster) in tuner.decisions,
+    # the kernel's cache (every later call) and the disk cache (provisional). Now calls alone take turns on one lock
+    # (autotune's, as on any group): one tunes, the other runs its choice or finds it in the disk cache
+    import collections
+    import threading
+    import time
+
+    import torch
+    import triton
+    import triton.language as tl
+
+    from triton_dist_tune.contextual import contextual_autotune
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    pause = {0: 0.03, 1: 0.005, 2: 0.04}  # s per launch of each config: config 1 is the fastest
+
+    def hook(index):
+        return lambda nargs: time.sleep(pause[index])
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=hook(i)) for i, b in enumerate((64, 128, 256))],
+                     key=["n"])
+    @triton.jit
+    def copy(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+    interpreter = threading.Lock()  # Triton's interpreter is not thread-safe
+    runs: collections.Counter = collections.Counter()
+    b_calls, b_ran, a_done = threading.Event(), threading.Event(), threading.Event()
+
+    def until(event):  # the event, or the other thread waiting for this one's turn (where calls take turns)
+        deadline = time.monotonic() + 10
+        while not event.is_set() and layer.tuner.group().tuning_threads() < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    @contextual_autotune(is_dist=False, n_warmup=1, n_repeat=3)
+    def layer(x):
+        me = threading.current_thread().name
+        runs[me] += 1
+        if me == "b" and runs[me] == 2:  # b's first run and its exchange are over: b's session tracks the key
+            b_ran.set()
+            until(a_done)  # a decides the key meanwhile
+        out = torch.empty_like(x)
+        with interpreter:
+            copy[(1,)](x, out, x.numel())
+        if me == "a" and runs[me] == 1:  # b's call comes while a tunes
+            b_calls.set()
+            until(b_ran)
+        return float(out.sum())
+
+    size = 64 if calls == "first" else 48  # a key of each case's own (the process keeps every group's choices)
+    if calls == "hot":
+        layer(torch.ones(32))  # another key: the threads' calls are hot calls that meet a new key
+        runs.clear()
+
+    def a():
+        layer(torch.ones(size))
+        a_done.set()
+
+    def b():
+        b_calls.wait(10)
+        layer(torch.ones(size))
+
+    threads = [threading.Thread(target=f, name=f.__name__) for f in (a, b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    decision = next(d for (_, key), d in layer.tuner.decisions.items() if key.startswith(f"({size},"))
+    assert decision["index"] == 1 and "forced" not in decision["how"], (decision, runs)
+    assert copy.cache[(size, "torch.float32", "torch.float32")].kwargs == {"BLOCK": 128}
+    records = [p.read_text() for p in (tmp_path / "cache").rglob("*.json") if f"({size}, " in p.read_text()]
+    assert len(records) == 1 and '"index": 1' in records[0] and "provisional" not in records[0], records

@@ -6,7 +6,6 @@ the run and, after it, goes on as a session does (settling the undecided keys, t
 from __future__ import annotations
 
 import threading
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from ..capture import capturing, tuning_in_capture
@@ -146,9 +145,9 @@ class HotCall:
                 raise error
             return out
         # a key this rank has not decided: settling it and, when every rank met it, tuning it are exchanges, so
-        # threads of this process take turns on the group (as tunings do; see Group.turn)
+        # threads of this process take turns on the group (as tunings do; see Group.turn), alone too (tuning it)
         try:
-            with self.group.turn() if self.group.size > 1 else nullcontext():
+            with self.group.turn():
                 return session.call(args, kwargs, first=(out, error))
         finally:
             self.tuner.last_runs = session.runs

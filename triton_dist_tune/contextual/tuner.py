@@ -8,15 +8,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import Any
 
 from .. import settings
 from ..capture import capturing, tuning_in_capture
 from ..disk import logs
 from ..errors import BadInputError
-from ..group.channel import Group, SingleGroup
-from ..group.resolve import resolve_group
+from ..group.channel import Group
+from ..group.resolve import alone, resolve_group
 from ..group.unresolved import calling
 from . import intercept
 from .hot import TUNE_AHEAD, HotCall
@@ -27,7 +26,7 @@ from .tracks import TrackId, group_choice
 
 log = logging.getLogger("triton_dist_tune")
 
-_ALONE = SingleGroup()
+_ALONE = alone()  # autotune's too: tunings alone take turns on its lock
 _active = intercept._ACTIVE.get
 _dist: Any = None
 _warned = False
@@ -132,8 +131,10 @@ class ContextualTuner(TunerState):
                 self._due.add(gid)  # the group's agreement waits for the next call outside a capture
         elif first or due or window:
             # the agreement and the tuning call are exchanges: threads of this process take turns on the group (as
-            # autotune tunings do), so that their exchanges never interleave (see Group.turn)
-            with group.turn() if group.size > 1 else nullcontext():
+            # autotune tunings do), so that their exchanges never interleave (see Group.turn); alone too, so that
+            # two threads never tune one key at once (the later one's session, finding it decided by the other,
+            # would stall and end it unmeasured, replacing the choice)
+            with group.turn():
                 if first or window or self._agree(group, calls):
                     return self._tune(group, calls, args, kwargs)
         return HotCall(self, group, calls).call(args, kwargs)

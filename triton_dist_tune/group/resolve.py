@@ -151,3 +151,9 @@ def forget_groups() -> None:
 
 
 _SINGLE = SingleGroup()
+
+
+def alone() -> Group:
+    """The channel of this process alone (no torch.distributed, ``is_dist=False``, a group of one rank): one for
+    both tuners, so that their tunings alone take turns on one lock, as tunings on any group do."""
+    return _SINGLE
