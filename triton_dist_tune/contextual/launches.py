@@ -91,15 +91,16 @@ def pending_launch(session: CallState, tid: TrackId, autotuner: Any, key: tuple,
     pruning keeps (a real launch), and remember the key for the group's next agreement. In the first run of a hot
     call the key is also settled at the end of the run (:mod:`~.newkeys`): when every rank met it, the call goes
     on as a tuning call, so its track is made ready here."""
-    group = session.group
+    group, tuner = session.group, session.tuner
     # (a single process tunes a new key in its next call: nothing to agree on, nothing kept)
-    pending = session.tuner.pending.setdefault(group.identity, {}) if group.size > 1 else {}
-    met_since = session.tuner.met_since.setdefault(group.identity, {}) if group.size > 1 else {}
+    with tuner.meeting:  # hot calls of other threads meet keys too, and an agreement reads them (tuner.py)
+        pending = tuner.pending.setdefault(group.identity, {}) if group.size > 1 else {}
+        met_since = tuner.met_since.setdefault(group.identity, {}) if group.size > 1 else {}
+        meetings, last_call = met_since.get(tid, (0, None))
+        if last_call != session.call_number:
+            meetings, last_call = meetings + 1, session.call_number
+            met_since[tid] = (meetings, last_call)
     slot = (id(autotuner), key)
-    meetings, last_call = met_since.get(tid, (0, None))
-    if last_call != session.call_number:
-        meetings, last_call = meetings + 1, session.call_number
-        met_since[tid] = (meetings, last_call)
     # settled (waiting the grace for the others) in the 1st, 2nd, 4th, 8th ... hot call that meets it since the
     # group's last agreement, not in every one: a key the others do not meet costs log2(sync_every) + 1 graces at
     # most, and is tuned in the window of the next agreement (contextual/tuner.py)
@@ -121,7 +122,8 @@ def pending_launch(session: CallState, tid: TrackId, autotuner: Any, key: tuple,
             except Exception:
                 kept = []  # the group's tuning reports it; the local default is the first config
         index = kept[0] if kept else 0
-        pending[slot] = (tid, index)
+        with tuner.meeting:
+            pending[slot] = (tid, index)
         session.log.info("%s kernel=%s key=%s is not decided by group '%s'; running config %d until the group "
                          "tunes it", session.label, tid[0], tid[1], group.title, index)
     return intercept.launch_with(autotuner, autotuner.configs[index], args, kwargs)

@@ -58,6 +58,10 @@ class TunerState:
         #: (how many calls met it, the last of them): settled (:mod:`~.newkeys`) in the 1st, 2nd, 4th ... of those
         #: calls only, and offered at the next agreement
         self.met_since: dict[tuple, dict[TrackId, tuple[int, int | None]]] = {}
+        #: held while :attr:`pending` and :attr:`met_since` change or are read: hot calls of several threads meet
+        #: keys (no group lock) while the group's agreement reads them (a read while another thread added a key
+        #: raised RuntimeError on this rank alone, its peers left waiting at the agreement)
+        self.meeting = threading.Lock()
         #: group identity -> the group ranks on this rank's node (found once, when compiling ahead first splits)
         self.nodes: dict[tuple, list[int]] = {}
 

@@ -160,12 +160,13 @@ class ContextualTuner(TunerState):
         agreement is dropped from the offer (met again, it is pending again)."""
         gid = group.identity
         self._due.discard(gid)
-        met = self.met_since.pop(gid, {})
-        pending = self.pending.get(gid, {})
-        for slot, (tid, _) in list(pending.items()):  # decided, or not met since the last agreement: not pending
-            if group_choice(group, tid) is not None or tid not in met:
-                del pending[slot]
-        mine = sorted({tid for tid, _ in pending.values()})
+        with self.meeting:  # hot calls of other threads meet keys meanwhile (launches.pending_launch)
+            met = self.met_since.pop(gid, {})
+            pending = self.pending.get(gid, {})
+            for slot, (tid, _) in list(pending.items()):  # decided, or not met since the last agreement: not pending
+                if group_choice(group, tid) is not None or tid not in met:
+                    del pending[slot]
+            mine = sorted({tid for tid, _ in pending.values()})
         with calling(self.options.name):
             everyone = group.allgather([list(tid) for tid in mine], f"{self.options.label} agreement at call {calls}",
                                        timeout=self.options.timeout)
