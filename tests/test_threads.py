@@ -124,6 +124,21 @@ def test_autotune_and_contextual_reached_in_opposite_orders_fail_at_once_saying_
         assert r["contextual"] == {}, r
 
 
+@pytest.mark.parametrize("case", ["served_beside_campaign_on_another_group",
+                                  "searched_beside_campaign_on_another_group"])
+@pytest.mark.timeout(180)
+def test_a_key_served_or_searched_on_one_group_beside_a_campaign_on_another_group_is_decided(tmp_path, case):
+    # serving an undecided key ("nearest") and starting a search went through the function's decisions of every
+    # group, comparing keys with the user's distance, while a tuning on another group (another lock) added one:
+    # RuntimeError ('dictionary changed size during iteration') on the calling thread of each rank (the search's
+    # as a BadInputError from rank 0; where one rank alone met it while serving, the others waited at the
+    # serving's exchange until the timeout). Now they read a copy
+    keys = [4, 8] if case.startswith("served") else [4, 6, 8]  # a served key is no decision
+    for r in run(case, tmp_path):
+        assert r["results"] == {"a": {"ok": 16}, "b": {"ok": [0]}}, r
+        assert r["decided"] == [f"{key}: {{'block': 16}}" for key in keys], r
+
+
 @pytest.mark.timeout(120)
 def test_decided_calls_from_four_threads_take_no_lock_and_run_their_config(tmp_path):
     for r in run("decided_from_threads", tmp_path):

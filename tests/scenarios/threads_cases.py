@@ -224,6 +224,47 @@ def replicas_beside_tuning() -> None:
                                    "g": sorted(map(str, g.tuner.decided_in.values()))})
 
 
+def _beside_campaign_on_another_group(serve: bool) -> None:
+    tdt.init_distributed()
+    groups = {"a": dist.new_group([0, 1]), "b": dist.new_group([0, 1])}
+    comparing = threading.Event()
+
+    def distance(key: int, other: int) -> float:
+        if threading.current_thread().name == "caller-a":
+            comparing.set()
+            wait_for(lambda: len(f.tuner.decisions) > 1, 10.0)
+        return abs(key - other)
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=2, timing="cold", name="on_two_groups",
+                  undecided="nearest" if serve else None, search="auto" if serve else "search", distance=distance)
+    def f(x: torch.Tensor, *, block: int) -> int:
+        time.sleep(SLEEP_MS[block] / 1e3)
+        return block
+
+    tdt.campaign(f, [torch.ones(4)], pg=groups["a"], progress=False)
+    calls = {"a": lambda: f(torch.ones(6), autotune_pg=groups["a"]),
+             "b": lambda: [row.index for row in tdt.campaign(f, [torch.ones(8)], pg=groups["b"], progress=False).rows]}
+    results = in_order(calls, ["a", "b"], lambda name: comparing.wait(WAIT_S))
+    emit(results={name: {k: v for k, v in got.items() if k != "s"} for name, got in results.items()},
+         decided=sorted(f"{slot[-1]}: {config}" for slot, config in f.tuner.decided_in.items()))
+
+
+@case
+def served_beside_campaign_on_another_group() -> None:
+    """One function (``undecided="nearest"``) on two groups of the same ranks, A and B: a call on A serves an
+    undecided key (6) from A's decided key (4) while a campaign on B decides key 8, on another thread (each group
+    has its own lock). The serving compares the keys with the function's ``distance``, which returns once the
+    campaign has put B's decision in the function's decisions (at most 10 s)."""
+    _beside_campaign_on_another_group(serve=True)
+
+
+@case
+def searched_beside_campaign_on_another_group() -> None:
+    """As served_beside_campaign_on_another_group, the call on A tuning key 6 by a search (``search="search"``),
+    which starts from A's decided keys nearest it, compared with ``distance``."""
+    _beside_campaign_on_another_group(serve=False)
+
+
 #: the contextual kernel's sleep per config (ms): config 0 wins by 75 ms
 CTX_MS = [5, 80]
 #: Triton's interpreter patches triton.language while a kernel runs: two threads must not run kernels at once

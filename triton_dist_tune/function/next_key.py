@@ -147,7 +147,7 @@ def _guess(tuning: KeyTuning, upcoming: NextKey) -> list[int]:
     """The configs to compile ahead for ``upcoming`` (:func:`~triton_dist_tune.measure.ahead.likely_for_next_key`)."""
     tuner, group = tuning.tuner, tuning.group
     compiled = set(upcoming.compiled)
-    for (name, _), decision in tuner.decisions.items():
+    for (name, _), decision in list(tuner.decisions.items()):  # a copy: another group's tuning may add to it
         if name == group.name:
             compiled |= screened_by(decision)
     if not search_applies(tuner.search_mode(), len(upcoming.kept)):  # the next key races every kept config

@@ -167,7 +167,8 @@ class Undecided:
         if mode == "tune":
             return None
         prefix, key = _split(slot, grouped)
-        seen = sum(1 for other in table if _split(other, grouped)[0] == prefix)
+        # (a copy of ``table``, here and in _nearest: a tuning on another group, under its own lock, may add to it)
+        seen = sum(1 for other in list(table) if _split(other, grouped)[0] == prefix)
         served = self._served.get(slot)
         if served is not None and served.seen == seen:
             return served.config
@@ -215,7 +216,7 @@ class Undecided:
         """The decided slots of the same group comparable with ``slot``, nearest first: by (distance, key text)."""
         prefix, key = _split(slot, grouped)
         found: list[Candidate] = []
-        for other, config in table.items():
+        for other, config in list(table.items()):
             other_prefix, other_key = _split(other, grouped)
             if other_prefix != prefix:
                 continue

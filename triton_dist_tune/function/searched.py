@@ -129,7 +129,7 @@ def nearest_decided(decisions: dict[tuple[str, Hashable], Decision], group_name:
     (skipped); one that returns neither a number nor None is a :class:`~triton_dist_tune.errors.BadInputError`."""
     measure = distance or numeric_distance
     near: list[tuple[float, str, Decision]] = []
-    for (name, other), decision in decisions.items():
+    for (name, other), decision in list(decisions.items()):  # a copy: another group's tuning may add to it
         if name != group_name or other == key or decision.index < 0:
             continue
         try:
