@@ -11,6 +11,7 @@ import pytest
 from harness import HERE, describe, run_ranks, tuner_env
 
 from triton_dist_tune.faults.journal import Journal
+from triton_dist_tune.group.channel import SingleGroup
 
 CASES = HERE / "scenarios" / "threads_cases.py"
 
@@ -21,6 +22,18 @@ def records(path) -> list[dict]:
         return journal.read()
     finally:
         journal.close()
+
+
+class RankOfTwo(SingleGroup):
+    """Rank 0 of two, a stand-in channel answering at once (for what happens in this process, before and after its
+    exchanges): no agreement tunes, every other exchange is as if the peer sent what this rank did."""
+
+    size, name, title, identity = 2, "stand-in", "stand-in", ("stand-in", 2)
+
+    def combine(self, obj, what, fn, timeout=None):
+        return fn([[], []] if " agreement at call " in what else [obj, obj])
+
+
 #: the tuner's timeout in these tests (s): a crossed order must fail well before it
 T = 20
 CAUSE = "threads of this process were tuning on group 'default' at once"
@@ -312,17 +325,8 @@ def test_hot_calls_meeting_new_keys_beside_an_agreement_on_another_thread_break_
     import triton.language as tl
 
     from triton_dist_tune.contextual import contextual_autotune
-    from triton_dist_tune.group.channel import SingleGroup
 
     monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
-
-    class RankOfTwo(SingleGroup):
-        """Rank 0 of two, a stand-in channel answering at once: no agreement tunes (what is tested is this
-        process's own state, before the exchange), every other exchange as if the peer sent what this rank did."""
-        size, name, title, identity = 2, "stand-in", "stand-in", ("stand-in", 2)
-
-        def combine(self, obj, what, fn, timeout=None):
-            return fn([[], []] if " agreement at call " in what else [obj, obj])
 
     class Skipped(Exception):
         pass
@@ -376,3 +380,68 @@ def test_hot_calls_meeting_new_keys_beside_an_agreement_on_another_thread_break_
     finally:
         sys.setswitchinterval(switch)
     assert errors == [] and len(hot) > 10, (errors, len(hot))
+
+
+@pytest.mark.timeout(120)
+def test_contextual_tuning_calls_on_two_groups_from_two_threads_each_have_the_watchdog(tmp_path, monkeypatch):
+    # the call whose run the watchdog guards was one per process (so that a tuning nested in another, on another
+    # group, leaves it to the outer one): a contextual tuning call on another thread, on another group, while the
+    # first one's run was under the watchdog, ran with none, and a hang in it was never ended. Before: the alone
+    # call's run, stuck for 4 s with a 1 s timeout beside a run of a call on another group, was not ended. Now each
+    # thread's outermost tuning call has its own guard
+    import threading
+    import time
+
+    import torch
+    import triton
+    import triton.language as tl
+
+    from triton_dist_tune.contextual import contextual_autotune
+    from triton_dist_tune.faults import watchdog
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    fired: list[str] = []
+    monkeypatch.setattr(watchdog, "_end", lambda message, code: fired.append(message))  # not the process's end
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 128)], key=["n"])
+    @triton.jit
+    def copy(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+    interpreter = threading.Lock()  # Triton's interpreter is not thread-safe
+    a_runs, b_runs, a_inside, b_over = [], [], threading.Event(), threading.Event()
+
+    def launch(x):
+        out = torch.empty_like(x)
+        with interpreter:
+            copy[(1,)](x, out, x.numel())
+        return float(out.sum())
+
+    @contextual_autotune(n_warmup=1, n_repeat=1, timeout=60)
+    def on_a_group(x):
+        a_runs.append(launch(x))
+        if len(a_runs) == 1:  # its first run, under the watchdog, lasts until the other call's first run is over
+            a_inside.set()
+            b_over.wait(10)
+        return a_runs[-1]
+
+    @contextual_autotune(is_dist=False, n_warmup=1, n_repeat=1, timeout=1)
+    def alone(x):
+        b_runs.append(launch(x))
+        if len(b_runs) == 1:  # stuck after its launch (a collective whose peer never comes)
+            deadline = time.monotonic() + 4
+            while not fired and time.monotonic() < deadline:
+                time.sleep(0.01)
+            b_over.set()
+        return b_runs[-1]
+
+    stand_in = RankOfTwo()
+    on_a_group.tuner.group = lambda: stand_in
+    threads = [threading.Thread(target=on_a_group, args=(torch.ones(48),)),
+               threading.Thread(target=lambda: (a_inside.wait(10), alone(torch.ones(64))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert fired and "run 0 did not finish within 1 s" in fired[0], fired

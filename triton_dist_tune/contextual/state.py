@@ -33,9 +33,9 @@ from .options import ContextualOptions
 from .schedule import Track
 from .tracks import LocalTrack, TrackId
 
-#: the call whose run the watchdog guards (an inner tuning on another group leaves it to the outer one)
-_watch_owner: Any = None
-_watch_lock = threading.Lock()
+#: per thread, the call whose run the watchdog guards (an inner tuning on another group leaves it to the outer one;
+#: a call on another thread has its own)
+_watching = threading.local()
 
 #: one launch as this rank records it: (config index, the clock's token or None, error or None)
 Record = tuple[int, Any, "str | None"]
@@ -175,26 +175,20 @@ class CallState:
 
     def arm(self) -> None:
         """Put this run under the watchdog (once per run; not when an outer tuning already has it)."""
-        global _watch_owner
-        if self._armed:
+        if self._armed or getattr(_watching, "owner", None) is not None:
             return
-        with _watch_lock:
-            if _watch_owner is not None:
-                return
-            _watch_owner = self
+        _watching.owner = self
         self._armed = True
         self._guard = self._guard or WATCHDOG.guard(rank=self.group.rank)  # this call's own deadline
         self._guard.arm(self.timeout, f"{self.label} run {self.runs - 1}", self._hung)
 
     def _disarm(self) -> None:
-        global _watch_owner
         if self._armed:
             if self._guard is not None:
                 self._guard.close()
                 self._guard = None
             self._armed = False
-            with _watch_lock:
-                _watch_owner = None
+            _watching.owner = None
 
     def open_board(self) -> None:
         """Open the call's failure board (every rank of a tuning call, at the same point of the exchanges). It beats
