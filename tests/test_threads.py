@@ -429,8 +429,8 @@ def test_contextual_tuning_calls_on_two_groups_from_two_threads_each_have_the_wa
     @contextual_autotune(is_dist=False, n_warmup=1, n_repeat=1, timeout=1)
     def alone(x):
         b_runs.append(launch(x))
-        if len(b_runs) == 1:  # stuck after its launch (a collective whose peer never comes)
-            deadline = time.monotonic() + 4
+        if len(b_runs) == 1:  # stuck after its launch (a collective whose peer never comes), until the watchdog
+            deadline = time.monotonic() + 10  # fires (10x its timeout: a loaded machine's slow watchdog still counts)
             while not fired and time.monotonic() < deadline:
                 time.sleep(0.01)
             b_over.set()

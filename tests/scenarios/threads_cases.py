@@ -303,17 +303,24 @@ def contextual_layer(entered: threading.Event | None = None, inner: Any = None) 
     return layer
 
 
+def same_or_crossed(calls: dict[str, Callable[[], Any]], order: list[str], cross: bool,
+                    inside: Callable[[str], Any]) -> dict[str, Any]:
+    """The calls on threads of their own (:func:`in_order`): in ``order`` on every rank, each started a tenth of a
+    second after ``inside(name)`` of the one before returned; or (``cross``) crossed on rank 1, the first exchange
+    gated until both threads of the rank are tuning."""
+    if cross:
+        gated()
+        return in_order(calls, crossed(order), inside_tuning)
+    return in_order(calls, order, lambda name: (inside(name), time.sleep(0.1)))
+
+
 def _mixed(cross: bool) -> None:
     tdt.init_distributed()
     events = {"ctx": threading.Event(), "fn": threading.Event()}
     layer = contextual_layer(events["ctx"])
     f = tuned("beside_contextual", events["fn"])
     calls = {"ctx": lambda: layer(torch.ones(64)), "fn": lambda: f(torch.ones(4))}
-    if cross:
-        gated()
-        results = in_order(calls, crossed(["ctx", "fn"]), inside_tuning)
-    else:
-        results = in_order(calls, ["ctx", "fn"], lambda name: (events[name].wait(WAIT_S), time.sleep(0.1)))
+    results = same_or_crossed(calls, ["ctx", "fn"], cross, lambda name: events[name].wait(WAIT_S))
     emit(results=results, decided={str(k): v for k, v in f.tuner.decided.items()},
          contextual={str(k[1]): d["index"] for k, d in layer.tuner.decisions.items()})
 
@@ -379,13 +386,9 @@ def _one_contextual(cross: bool) -> None:
     entered = threading.Event()
     layer = contextual_layer(entered)
     calls = {"a": lambda: layer(torch.ones(64)), "b": lambda: layer(torch.ones(48))}
-    if cross:
-        gated()
-        results = in_order(calls, crossed(["a", "b"]), inside_tuning)
-    else:
-        results = in_order(calls, ["a", "b"], lambda name: (entered.wait(WAIT_S), time.sleep(0.1)))
+    results = same_or_crossed(calls, ["a", "b"], cross, lambda name: entered.wait(WAIT_S))
     again = {n: outcome(call) for n, call in calls.items()}
-    emit(results=results, again=again, runs=layer.tuner.last_runs,
+    emit(results=results, again=again,
          contextual={str(k[1]): d["index"] for k, d in sorted(layer.tuner.decisions.items(), key=str)})
 
 
