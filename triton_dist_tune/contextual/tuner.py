@@ -102,7 +102,6 @@ class ContextualTuner(TunerState):
                 group = resolve_group(None if default else is_dist)
         except BadInputError as exc:  # named as this decorator's option, not autotune's call keyword
             raise BadInputError(str(exc).replace("autotune_pg", "is_dist")) from exc
-        group = _ALONE if group.size == 1 else group
         self._group = (source, group)
         return group
 
