@@ -493,6 +493,27 @@ def test_mpi_raise_before_collective_ends_the_job_then_rerun_resumes(env):
 
 
 @pytest.mark.timeout(90)
+def test_mpi_a_rank_that_raised_mid_warm_up_names_its_own_error_when_its_watchdog_ends_it(env):
+    """mpi4py has no failure board. With the default (steady) timing a config's warm-up is a phase of several runs:
+    rank 1 raises in config 0's first, before the function's collective, so rank 0 waits inside that collective and
+    rank 1, its run done, waits at the exchange that starts the phase's next run, inside the phase's deadline. Its
+    watchdog ends it at T: its message names its own error, which the next attempt leaves the config out for.
+    Before, the message said only that it had waited for the others (``they were interrupted, crashed or hung``)
+    and ``no config is blamed on this rank``: no rank's output showed the user's error at all."""
+    env = {**env, "FAULTS": "0:raise_before@1"}
+    job = mpiexec("mpi_raise_mid_warm_up", env)
+    assert job.returncode != 0 and job.seconds < T + 5 + SLACK_S + SLACK, job
+    output = job.stdout + job.stderr
+    assert "RuntimeError: injected: config 0 raised on rank 1 before the collective" in output, job
+    assert "no config is blamed on this rank" not in output, job
+    again = mpiexec("mpi_raise_mid_warm_up", {**env, "RUN": "1"})
+    assert again.returncode == 0, again
+    for r in again.final().values():
+        assert r["chosen"] == 1 and r["states"][0] == "failed", again
+        assert "failed on rank 1: RuntimeError: injected" in r["errors"][0], again
+
+
+@pytest.mark.timeout(90)
 def test_mpi_a_rank_cancelled_mid_warm_up_blames_no_config_on_the_rank_left_waiting(env):
     """mpi4py has no failure board: rank 1's cancelled task ends its script while rank 0, its own run of config 0
     done, waits at the exchange that starts the next run together, inside the warm-up's deadline. Rank 0's watchdog

@@ -101,8 +101,10 @@ def collective(x: torch.Tensor) -> torch.Tensor:
 def make_work(name: str = "work", **options):
     injected = faults()
 
+    options = {"n_warmup": N_WARMUP, "n_repeat": N_REPEAT, "timing": "cold", **options}
+
     @tdt.autotune(config_space=[{"variant": v} for v in range(len(SLEEP_MS))], key_fn=lambda x: tuple(x.shape),
-                  n_warmup=N_WARMUP, n_repeat=N_REPEAT, timing="cold", name=name, **options)
+                  name=name, **options)
     def work(x: torch.Tensor, *, variant: int) -> torch.Tensor:
         me = rank()
         record(variant)
@@ -318,6 +320,18 @@ def mpi_cancelled():
     work(torch.ones(4), autotune_pg=comm())
     ((_, table),) = work.tuner.tables.items()
     emit(chosen=chosen(work), states=[r["state"] for r in table], errors=[r.get("error") for r in table])
+
+
+@case
+def mpi_raise_mid_warm_up():
+    """Under mpiexec: ``tune``'s function with the default (steady) timing, whose warm-up is a phase of several runs
+    (a warm-up run, then the steady probe); ``FAULTS`` makes a rank raise in one of them."""
+    start()
+    work = make_work(name="mpi_raise_mid_warm_up", timing="steady")
+    out = work(torch.ones(4), autotune_pg=comm())
+    ((_, table),) = work.tuner.tables.items()
+    emit(chosen=chosen(work), out=out.tolist(), states=[r["state"] for r in table],
+         errors=[r.get("error") for r in table])
 
 
 @case

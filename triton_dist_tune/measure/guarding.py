@@ -53,6 +53,8 @@ class Guarding:
     _step: str
     #: whether this rank waits at the exchange that starts the phase's next run together (its own run done)
     waiting: bool
+    #: this rank's own error in the aligned phase it waits in (None when its runs did not raise)
+    own_failure: str | None
     #: sharded: a poisoning failure, raised on every rank after the exchange of outcomes
     _deferred: str | None
 
@@ -140,9 +142,18 @@ class Guarding:
         """The deadline passed while this rank, its own run of config ``index`` done, waited at the exchange that
         starts the next run together: the others did not come (interrupted, crashed or hung: their own journals say
         which; a group without a failure board, mpi4py's, cannot tell this rank). Journaled ``interrupted``, blaming
-        nothing here, and posted so; returns what the watchdog's message says was journaled."""
-        waited = (f"waited {self.plan.timeout:g} s for the other ranks to start its next run together (they were "
-                  "interrupted, crashed or hung: their own journals say which)")
+        nothing here, and posted so; returns what the watchdog's message says was journaled. When this rank's own
+        run raised earlier in the phase (:attr:`own_failure`, journaled ``local_failure`` already), the message names
+        that error: the others most likely wait for this rank inside a collective of the function."""
+        own = getattr(self, "own_failure", None)
+        if own is not None:  # this rank's run raised: the others are likely inside a collective, waiting for it
+            waited = (f"raised {own} in a run of this phase (journaled as this rank's failure: the next attempt "
+                      f"leaves the config out), then waited {self.plan.timeout:g} s for the other ranks to stop the "
+                      "phase together (they did not come: most likely they wait for this rank inside a collective "
+                      "of the function)")
+        else:
+            waited = (f"waited {self.plan.timeout:g} s for the other ranks to start its next run together (they were "
+                      "interrupted, crashed or hung: their own journals say which)")
         self.journal.append(index, "interrupted", config=desc, phase=phase, error=f"interrupted: {waited}")
         try:
             self.guard.board.post(FailureReport(self.group.rank, index, desc, f"interrupted: {waited}", ended=True,
@@ -150,6 +161,8 @@ class Guarding:
         except Exception:  # the store is going away: the journal holds it
             pass
         self.log.error("%s config %d %s: %s", self.label, index, phase, waited)
+        if own is not None:
+            return f"it {waited}"
         return f"it {waited}; journaled as interrupted: no config is blamed on this rank"
 
     def _post(self, index: int, desc: str, error: str) -> None:

@@ -103,6 +103,8 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         self._step = ""  # the step of the protocol the config in flight belongs to (its board reports name it)
         #: waiting at the exchange that starts a run together, inside a guarded phase (:meth:`_aligned`)
         self.waiting = False
+        #: this rank's error in the aligned phase in progress, while it waits to stop with the others (:meth:`_aligned`)
+        self.own_failure: str | None = None
         self._deferred: str | None = None  # sharded: a poisoning failure, raised on every rank after the exchange
         #: the compiles started ahead (:mod:`~triton_dist_tune.measure.precompile`), waited for config by config
         self.compiles = Compiles()
@@ -136,6 +138,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
                 results.append(run())
             return results
         failure: Exception | None = None
+        self.own_failure = None
         for t, run in enumerate(runs):
             self.guard.restart()
             self.waiting = True  # at the tuner's exchange, not in a run: a deadline here is no hang of this rank's
@@ -150,7 +153,9 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
                 results.append(run())
             except Exception as exc:  # reported after the loop, once every rank has stopped; posted at once
                 failure = exc
-                self._post(index, self._current[1] if self._current else "", describe_error(exc))
+                self.own_failure = describe_error(exc)
+                self._post(index, self._current[1] if self._current else "", self.own_failure)
+        self.own_failure = None
         if failure is not None:
             raise failure
         return results
