@@ -176,6 +176,18 @@ def test_a_config_space_mismatch_names_the_first_entry_that_differs(tmp_path):
         assert "cfg000" not in message and len(message) < 1500, message
 
 
+@pytest.mark.timeout(120)
+def test_a_prune_fn_that_keeps_no_common_config_says_what_each_rank_kept(tmp_path):
+    """Before: "prune_fn left no config that every rank keeps (of 4)", and nothing of why: each rank had kept
+    some, but not the same ones."""
+    results = run_ranks(CASES, 2, ["prune_apart"], env=tuner_env(tmp_path), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result.get("error") == "BadInputError", describe(results)
+        assert r.result["message"].endswith("prune_fn left no config that every rank keeps (of 4): "
+                                            "rank 0: keeps configs [0, 2]; rank 1: keeps config [1]"), r.result
+
+
 @pytest.mark.timeout(150)
 def test_rank_local_policy_speaks_once_and_logs_of_a_missing_rank_fail(tmp_path, capsys):
     """A rank-local campaign: the ``nearest`` policy's warning on rank 0 only (before: once per rank; each rank's

@@ -35,6 +35,20 @@ def space_mismatch():
 
 
 @case
+def prune_apart():
+    """A ``prune_fn`` that depends on the rank: each rank keeps configs the other leaves out."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+
+    @tdt.autotune([{"v": v} for v in range(4)], key_fn=lambda n: n, n_warmup=0, n_repeat=1,
+                  prune_fn=lambda config, n: config["v"] in ((0, 2) if rank == 0 else (1,)))
+    def f(n, *, v):
+        return v
+
+    emit(**outcome(f, 8))
+
+
+@case
 def local_nearest():
     """A rank-local campaign of two keys, then a key served by ``undecided='nearest'`` on every rank."""
     tdt.init_distributed(backend="gloo")

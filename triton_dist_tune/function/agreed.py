@@ -123,8 +123,19 @@ def agreed_prune(tuner: TunedFunction, group: Group, label: str, args: tuple, kw
         raise BadInputError(f"{tuner.name}: " + per_rank(errors, tuner.name))
     kept = [i for i in range(len(tuner.space)) if all(m[i] for m in everyone)]
     if not kept:
-        raise BadInputError(f"{label} prune_fn left no config that every rank keeps (of {len(tuner.space)})")
+        raise BadInputError(f"{label} prune_fn left no config that every rank keeps (of {len(tuner.space)}): "
+                            + per_rank([(r, _kept_by(m)) for r, m in enumerate(everyone)]))
     return kept
+
+
+def _kept_by(mine: list[bool]) -> str:
+    """What one rank's ``prune_fn`` kept, for the error when no config is kept by every rank: ``keeps configs
+    [0, 3]`` (the first 10 indices, then how many in all), or ``keeps none``."""
+    indices = [i for i, k in enumerate(mine) if k]
+    if not indices:
+        return "keeps none"
+    shown = ", ".join(str(i) for i in indices[:10]) + (f", ... ({len(indices)} in all)" if len(indices) > 10 else "")
+    return f"keeps config{'s' if len(indices) > 1 else ''} [{shown}]"
 
 
 def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
