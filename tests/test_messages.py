@@ -188,6 +188,21 @@ def test_a_prune_fn_that_keeps_no_common_config_says_what_each_rank_kept(tmp_pat
                                             "rank 0: keeps configs [0, 2]; rank 1: keeps config [1]"), r.result
 
 
+@pytest.mark.timeout(120)
+def test_the_docs_name_the_error_of_a_served_key_that_prune_fn_keeps_nothing_for(tmp_path):
+    """campaign.md and fault-tolerance.md said "Triton's pruning error" (an ``AutotunerError``); ``autotune``
+    raises its own ``BadInputError``, which an ``except AutotunerError`` does not catch."""
+    results = run_ranks(CASES, 2, ["nearest_keeps_none"], env=tuner_env(tmp_path), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    said = "prune_fn left no config that every rank keeps"
+    for r in results:
+        assert r.result.get("error") == "BadInputError" and said in r.result["message"], describe(results)
+    for page in ("campaign.md", "fault-tolerance.md"):
+        text = " ".join((ROOT / "docs" / page).read_text().split())
+        assert "Triton's pruning error" not in text and "`BadInputError` on every rank" in text \
+            and f"`{said}`" in text, page
+
+
 @pytest.mark.timeout(150)
 def test_rank_local_policy_speaks_once_and_logs_of_a_missing_rank_fail(tmp_path, capsys):
     """A rank-local campaign: the ``nearest`` policy's warning on rank 0 only (before: once per rank; each rank's

@@ -49,6 +49,20 @@ def prune_apart():
 
 
 @case
+def nearest_keeps_none():
+    """``undecided='nearest'`` at a key where ``prune_fn`` keeps no config: the key is tuned, and that raises."""
+    tdt.init_distributed(backend="gloo")
+
+    @tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda n: n, n_warmup=0, n_repeat=1, undecided="nearest",
+                  prune_fn=lambda config, n: n < 100)
+    def f(n, *, v):
+        return v
+
+    f(8)
+    emit(**outcome(f, 1000))
+
+
+@case
 def local_nearest():
     """A rank-local campaign of two keys, then a key served by ``undecided='nearest'`` on every rank."""
     tdt.init_distributed(backend="gloo")

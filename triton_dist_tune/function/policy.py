@@ -5,7 +5,7 @@
   by the numeric parts of the keys, **among those whose config ``prune_fn`` keeps for this call**; no tuning.
   Candidates are ordered by (distance, key text), never by the order in which this rank learnt them. When no
   comparable decided key's config is kept, it serves the first config ``prune_fn`` keeps, as ``first`` does;
-  when ``prune_fn`` keeps none, the key is tuned (which raises Triton's pruning error on every rank).
+  when ``prune_fn`` keeps none, the key is tuned (which raises the pruning BadInputError on every rank).
 - ``first``: the first config ``prune_fn`` keeps, with no tuning (none kept: tuned, as above).
 
 A served config is always one ``prune_fn`` keeps for the call. For a function whose ranks must run the same config
