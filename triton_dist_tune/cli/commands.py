@@ -258,8 +258,10 @@ def cmd_clear(args: argparse.Namespace) -> int:
     unfiltered = not (args.older_than or args.stale or args.superseded)
     if unfiltered:  # everything of the folders: corrupt files and journals of tunings never finished too
         folders = {p.parent for p in dec.entry_files(root) + dec.journal_files(root)}
-        if args.function:
-            folders = {f for f in folders if f.name == args.function} | {e.path.parent for e in entries}
+        if args.function:  # its own folder, and a folder of its decisions only (not contextual/, which is shared)
+            chosen = {e.path for e in entries}
+            shared = {e.path.parent for e in dec.scan(root)[0] if e.path not in chosen}
+            folders = {f for f in folders if f.name == args.function} | ({e.path.parent for e in entries} - shared)
         doomed += [p for f in folders for p in (*f.glob("*.json"), *f.glob("*.journal"))
                    if not p.name.startswith(".") and dec.inside(root, p)]  # never through a link out of the folder
     elif args.older_than:  # journals and corrupt files older than the age, by their modification time

@@ -1,0 +1,73 @@
+"""The command line on ``contextual_autotune``'s decisions, which every contextual function shares one folder for
+(``<root>/contextual/``): what ``--function`` selects, and what ``clear --function`` removes, is that function's
+decisions only. Real decisions of two contextual functions tuned in one process (Triton's interpreter)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_fork import run_cli
+from harness import ROOT, base_env, tuner_env
+
+TWO_FUNCTIONS = '''
+import torch, triton, triton.language as tl
+import triton_dist_tune as tdt
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["n"])
+@triton.jit
+def double(x, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["n"])
+@triton.jit
+def add_one(x, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x + o, tl.load(x + o, mask=o < n) + 1, mask=o < n)
+
+@tdt.contextual_autotune(n_repeat=1, n_warmup=1)
+def layer(x):
+    double[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, x.numel())
+    return x
+
+@tdt.contextual_autotune(n_repeat=1, n_warmup=1)
+def mlp(x):
+    add_one[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, x.numel())
+    return x
+
+layer(torch.ones(100))
+mlp(torch.ones(100))
+'''
+
+
+@pytest.fixture
+def two_functions(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A cache folder holding one decision of ``layer`` and one of ``mlp``, and the environment to read it."""
+    env = base_env(tuner_env(tmp_path))
+    env["TRITON_INTERPRET"] = "1"
+    env.pop("RANK", None), env.pop("WORLD_SIZE", None)
+    script = tmp_path / "two.py"
+    script.write_text(TWO_FUNCTIONS)
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=100)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    assert len(list((cache / "contextual").glob("*.json"))) == 2
+    return cache, env
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return run_cli(list(args), env, timeout=120)
+
+
+@pytest.mark.timeout(150)
+def test_clear_function_of_a_contextual_function_leaves_the_others_decisions(two_functions):
+    """Before: ``clear --function layer`` removed every file of ``contextual/``, ``mlp``'s decision too."""
+    cache, env = two_functions
+    cleared = cli(env, "clear", "--function", "layer", "--cache-dir", str(cache))
+    assert cleared.returncode == 0 and "removed 1 cache file(s)" in cleared.stdout, cleared.stdout + cleared.stderr
+    left = cli(env, "list", "--cache-dir", str(cache))
+    assert "mlp:add_one" in left.stdout and "layer:" not in left.stdout, left.stdout
