@@ -71,3 +71,23 @@ def test_clear_function_of_a_contextual_function_leaves_the_others_decisions(two
     assert cleared.returncode == 0 and "removed 1 cache file(s)" in cleared.stdout, cleared.stdout + cleared.stderr
     left = cli(env, "list", "--cache-dir", str(cache))
     assert "mlp:add_one" in left.stdout and "layer:" not in left.stdout, left.stdout
+
+
+@pytest.mark.timeout(150)
+def test_the_heading_list_shows_a_contextual_decision_under_selects_it(two_functions):
+    """``list`` groups a contextual decision under ``layer:double@<digest>``. Before: ``list --function`` that
+    heading listed nothing, ``show <heading>/<name>`` found no decision, and ``clear --function`` of a name it does
+    not know offered ``contextual`` (the shared folder: every contextual function's decisions) as a function."""
+    cache, env = two_functions
+    listed = cli(env, "list", "--cache-dir", str(cache)).stdout
+    heading = next(line for line in listed.splitlines() if line.startswith("layer:double@"))
+    name = next(line.split()[0] for line in listed.splitlines()[listed.splitlines().index(heading) + 1:])
+    assert any(p.stem.startswith(name) for p in (cache / "contextual").glob("*.json"))
+    one = cli(env, "list", "--function", heading, "--cache-dir", str(cache))
+    assert one.returncode == 0 and heading in one.stdout and "mlp:" not in one.stdout, one.stdout
+    for given in (f"{heading}/{name}", f"layer/{name}"):
+        shown = cli(env, "show", given, "--cache-dir", str(cache))
+        assert shown.returncode == 0 and "kernel __main__.double@" in shown.stdout, (given, shown.stderr)
+    unknown = cli(env, "clear", "--function", "nope", "--cache-dir", str(cache))
+    assert unknown.returncode == 2 and "contextual" not in unknown.stderr, unknown.stderr
+    assert heading in unknown.stderr and "mlp:add_one@" in unknown.stderr, unknown.stderr

@@ -48,7 +48,7 @@ NEAR_TIE_NOTE = ("~ before a margin: the runner-up is within the measured noise 
 
 def _heading(entry: dec.Entry) -> str:
     """What ``list`` groups an entry under: its function, and for ``contextual_autotune`` its kernel."""
-    return entry.function if entry.kernel is None else f"{entry.function}:{entry.kernel.rsplit('.', 1)[-1]}"
+    return entry.heading
 
 
 def _fit(rows: list[list[str]], header: list[str], shrink: tuple[int, int], width: int) -> list[int]:
@@ -250,8 +250,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
         raise UsageError("clear what? give --all, --function NAME, --older-than AGE, --stale and/or --superseded")
     entries, problems, _ = _selected(args)
     if args.function and not entries and not (root / args.function).is_dir():
-        known = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
-            if root.is_dir() else []
+        known = sorted({e.heading for e in dec.scan(root)[0]})  # the names list shows (contextual/ is no function)
         raise UsageError(f"no function {args.function!r} in {root}" + (f" (functions: {', '.join(known[:10])})"
                                                                         if known else ""))
     doomed = [e.path for e in entries] + [j for e in entries for j in dec.journals_of(e.path)]

@@ -83,24 +83,26 @@ def scan(root: Path) -> tuple[list[Entry], list[CacheError]]:
 
 def select(entries: list[Entry], function: str | None = None, stale: bool = False,
            older_than: float | None = None, current: dict[str, str] | None = None) -> list[Entry]:
-    """The entries of ``function`` (its name or its cache folder's), only stale ones (against the versions
-    ``current``, else read exactly), only those older than ``older_than`` seconds."""
+    """The entries of ``function`` (its name, its cache folder's, or the heading ``list`` shows), only stale ones
+    (against the versions ``current``, else read exactly), only those older than ``older_than`` seconds."""
     now = time.time()
     if stale and current is None:
         current = current_versions()
     return [e for e in entries
-            if (function is None or function in (e.function, e.path.parent.name))
+            if (function is None or function in (e.function, e.path.parent.name, e.heading))
             and (not stale or e.stale(current))
             and (older_than is None or now - e.created > older_than)]
 
 
 def find(entries: list[Entry], name: str) -> Entry:
-    """The entry called ``name``: its path, ``<function>/<file>``, or a unique prefix of its file name."""
+    """The entry called ``name``: its path, ``<function>/<file>`` (the function's folder, or the heading ``list``
+    shows it under), or a unique prefix of its file name."""
     if not name.strip():
         raise CacheError("no decision called '' (give a name from the 'list' command)")
     matches = [e for e in entries if name in (str(e.path), e.name, e.path.name, e.path.stem)]
     if not matches:
-        matches = [e for e in entries if e.path.stem.startswith(name) or e.name.startswith(name)]
+        matches = [e for e in entries if e.path.stem.startswith(name) or e.name.startswith(name)
+                   or any(f"{f}/{e.path.name}".startswith(name) for f in (e.function, e.heading))]
     if len(matches) == 1:
         return matches[0]
     if not matches:

@@ -76,6 +76,12 @@ class Entry:
         """``<function folder>/<file name>``: how the command line names an entry."""
         return f"{self.path.parent.name}/{self.path.name}"
 
+    @property
+    def heading(self) -> str:
+        """What ``list`` groups the entry under: its function, and for ``contextual_autotune`` its kernel
+        (``layer:gemm_kernel@1a2b3c4d``); ``--function`` takes it too."""
+        return self.function if self.kernel is None else f"{self.function}:{self.kernel.rsplit('.', 1)[-1]}"
+
     def stale(self, now: dict[str, str] | None = None) -> bool:
         """Whether the entry was tuned under other software versions than this process runs."""
         return self.versions != (now if now is not None else current_versions())
