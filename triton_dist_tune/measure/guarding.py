@@ -145,7 +145,7 @@ class Guarding:
         nothing here, and posted so; returns what the watchdog's message says was journaled. When this rank's own
         run raised earlier in the phase (:attr:`own_failure`, journaled ``local_failure`` already), the message names
         that error: the others most likely wait for this rank inside a collective of the function."""
-        own = getattr(self, "own_failure", None)
+        own = self.own_failure
         if own is not None:  # this rank's run raised: the others are likely inside a collective, waiting for it
             waited = (f"raised {own} in a run of this phase (journaled as this rank's failure: the next attempt "
                       f"leaves the config out), then waited {self.plan.timeout:g} s for the other ranks to stop the "
