@@ -211,3 +211,21 @@ def test_every_cross_reference_in_the_package_docstrings_resolves():
             if not ok:
                 stale.append(f"{path.relative_to(root)}: {ref}")
     assert not stale, stale
+
+
+# -- the docs name what the code reads -----------------------------------------------------------------------------
+
+
+def test_every_autotune_option_is_in_its_page():
+    """docs/autotune.md lists every option (README.md sends readers there for "every option"), and docs/api.md's
+    list names each too."""
+    import inspect
+
+    from triton_dist_tune import autotune
+
+    root = Path(__file__).resolve().parent.parent
+    options = [n for n, p in inspect.signature(autotune).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    assert "budget" in options and "search" in options
+    for page in ("autotune.md", "api.md"):
+        text = (root / "docs" / page).read_text()
+        assert not [o for o in options if f"`{o}`" not in text], page
