@@ -216,6 +216,25 @@ def test_every_cross_reference_in_the_package_docstrings_resolves():
 # -- the docs name what the code reads -----------------------------------------------------------------------------
 
 
+def test_every_tuner_variable_is_documented_and_every_documented_one_is_read():
+    """Every ``TRITON_DIST_AUTOTUNE_*`` variable settings.py reads is in docs/operations.md's table, and every such
+    name the package, its docs, examples, scripts and tests write is one settings.py reads (a renamed or dropped
+    variable left in a message or a page is a setting that does nothing)."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    read = set(re.findall(r'PREFIX \+ "(\w+)"', (root / "triton_dist_tune" / "settings.py").read_text()))
+    assert len(read) >= 17, read  # the pattern still finds them
+    table = (root / "docs" / "operations.md").read_text()
+    assert not [v for v in sorted(read) if f"| `TRITON_DIST_AUTOTUNE_{v}` |" not in table]
+    files = [root / "README.md", root / "launch.sh", *(root / "docs").glob("*.md")]
+    for folder in ("triton_dist_tune", "examples", "scripts", "tests"):
+        files += [p for p in (root / folder).rglob("*") if p.suffix in (".py", ".sh", ".md")]
+    unread = sorted({f"{p.relative_to(root)}: TRITON_DIST_AUTOTUNE_{name}" for p in files
+                     for name in re.findall(r"TRITON_DIST_AUTOTUNE_([A-Z_]*[A-Z])", p.read_text()) if name not in read})
+    assert not unread, unread
+
+
 def test_every_autotune_option_is_in_its_page():
     """docs/autotune.md lists every option (README.md sends readers there for "every option"), and docs/api.md's
     list names each too."""
