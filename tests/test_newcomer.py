@@ -198,7 +198,7 @@ def test_no_gpu_driver_names_triton_interpret_and_launch_sh(tmp_path):
 def test_tuned_parameter_by_position_and_tuner_keyword_typo_are_named(tmp_path):
     results = run_ranks(CASES, 1, ["by_position", "typo_on_decided_key"], env=tuner_env(tmp_path), timeout=100)
     found = {r["case"]: r for r in results[0].results}
-    for how in ("plain", "keyword_only"):
+    for how in ("plain", "keyword_only", "by_keyword"):  # by keyword, before: "key_fn failed: TypeError: ..."
         seen = found["by_position"][how]
         assert seen["error"] == "BadInputError" and "['v']" in seen["message"], seen
         assert "key_fn failed" not in seen["message"], seen

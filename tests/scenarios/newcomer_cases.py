@@ -56,7 +56,7 @@ def no_driver():
 
 @case
 def by_position():
-    """A tuned parameter passed by position, with a key_fn written for the call without it."""
+    """A tuned parameter passed by position (or by keyword), with a key_fn written for the call without it."""
 
     @tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0])
     def plain(x, v):
@@ -66,7 +66,8 @@ def by_position():
     def keyword_only(x, *, v):
         return x
 
-    emit(plain=outcome(plain, torch.ones(4), 1), keyword_only=outcome(keyword_only, torch.ones(4), 1))
+    emit(plain=outcome(plain, torch.ones(4), 1), keyword_only=outcome(keyword_only, torch.ones(4), 1),
+         by_keyword=outcome(plain, torch.ones(4), v=1))
 
 
 @case

@@ -76,7 +76,10 @@ class Tuner(TunedFunction):
             hash(key)
             key_error = None
         except Exception as exc:
-            key, key_error = None, self._call_problem(args) or f"key_fn failed: {describe_error(exc)}"
+            # a tuned parameter the call passed (by position, or by keyword unless allowed) is the likely cause of a
+            # key_fn written for the call without it: named as such, not as key_fn's TypeError
+            key, key_error = None, (self._call_problem(args, None if overwrite else kwargs)
+                                    or f"key_fn failed: {describe_error(exc)}")
         self.forget_alone()
         table, slot = (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
         if layout is not None:
