@@ -153,6 +153,34 @@ def test_autotune_cut_by_its_time_budget_is_provisional_and_tuned_again_by_the_n
     assert sum("breakdown" in r for r in records) == 2 * 2 * 3, records[-3:]  # 2 jobs, 2 ranks, 3 tunings each
 
 
+@pytest.mark.timeout(200)
+def test_the_time_budget_bounds_sharded_and_replica_tunings_too(tmp_path):
+    """Issue 41 item 5c: ``budget=`` bounds a sharded tuning (each rank's share, on its own clock) and a tuning of
+    replicas (each replica's share on its group's clock; the replicas exchange theirs and skip the leaders' race once
+    it is spent). 8 configs whose warm-up and samples take over 0.1 s each: with ``budget=0.1`` each rank measures
+    its first config and leaves the rest out; the decision is cut, the same on every rank, and provisional on disk;
+    the same with two replicas of two ranks (4 ranks, calls all-reducing on their replica).
+    Before, neither layout applied the budget: all 8 configs measured, not cut (sharded, one process, six configs of
+    0.1 s with ``budget=1``: 8.0 s). A loaded machine only makes each config slower, so no more fit."""
+    cases = ["function_budget_sharded", "function_budget_replicas"]
+    results = run_cases(CASES, 2, cases, env=tuner_env(tmp_path, timeout=30), timeout=180)
+    for case in cases:
+        first, second = (r.result for r in results[case])
+        assert first["chosen"] == second["chosen"] and first["cut"] is True and second["cut"] is True, (first, second)
+        assert first["states"] == second["states"], (case, first, second)
+        left_out = [e for e in first["errors"] if e == "not measured: the time budget was spent"]
+        assert len(left_out) >= 4 and first["states"].count("measured") <= 2, (case, first)
+    entries = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("*.json")]
+    assert [e.get("provisional") for e in entries] == [True, True], entries
+    # 2 replicas of 2 ranks: each replica's clock is agreed inside it, so every rank skips the leaders' race alike
+    results = run_ranks(CASES, 4, ["function_budget_replicas"], env=tuner_env(tmp_path / "tp2", timeout=30),
+                        timeout=180)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    outcomes = [r.result for r in results]
+    assert len({(o["chosen"], tuple(o["states"])) for o in outcomes}) == 1 and outcomes[0]["cut"] is True, outcomes
+    assert outcomes[0]["states"].count("measured") <= 2, outcomes[0]
+
+
 def stage_lines(folder, key: int) -> list[str]:
     """The rank logs' lines of the search stages of key ``key`` under ``folder``."""
     return [line for path in sorted(folder.glob("rank-*.log")) for line in path.read_text().splitlines()

@@ -288,5 +288,52 @@ def contextual_cut():
          ok=bool(torch.equal(out, dist.get_world_size() * (x + y))))
 
 
+def budget_alone_case(name: str, replicas: bool = False, **options) -> None:
+    """``budget=0.1`` on a rank-local function of 8 configs whose calls sleep 20-27 ms (real time), measured in
+    one of two layouts: ``sharded=True`` (in ``options``), or two ``replicas`` (of one rank each; of two ranks, whose
+    calls all-reduce, on 4 ranks). A config's warm-up and samples take over
+    0.1 s, so the budget is spent after each rank's first config. Prints the states of the decision's outcomes,
+    whether it was cut, the choice and the calls the job made (a cache hit makes one)."""
+    tdt.init_distributed(backend="gloo")
+    calls = [0]
+    layout, tp = {}, None
+    if replicas:  # tensor-parallel groups of 2 ranks where there are 4 ({0, 1}, {2, 3}), else of one rank
+        size, world, rank = (2 if dist.get_world_size() == 4 else 1), dist.get_world_size(), dist.get_rank()
+        groups = [dist.new_group(list(range(g, g + size))) for g in range(0, world, size)]  # every rank: every group
+        linked = [dist.new_group(list(range(p, world, size))) for p in range(size)]
+        tp = groups[rank // size]
+        layout = dict(autotune_pg=tp, autotune_replicas=linked[rank % size])
+
+    @tdt.autotune([{"v": v} for v in range(8)], key_fn=lambda x: x.shape[0], name=name, budget=0.1, timeout=30,
+                  **options)
+    def f(x, *, v):
+        calls[0] += 1
+        time.sleep((20 + v) / 1e3)
+        out = torch.empty_like(x)
+        add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
+        if tp is not None and dist.get_world_size(tp) > 1:
+            dist.all_reduce(out, group=tp)
+        return out
+
+    x = torch.ones(64)
+    add_kernel[(1,)](x, x, torch.empty_like(x), x.numel(), BLOCK=64)  # the interpreter's first launch: not tuning
+    f(x, **layout)
+    ((_, decision),) = f.tuner.decisions.items() or [(None, None)]
+    emit(states=[o.state for o in decision.outcomes], errors=[o.error for o in decision.outcomes],
+         cut=decision.cut, chosen=decision.index, calls=calls[0])
+
+
+@case
+def function_budget_sharded():
+    """Issue 41 item 5c, sharded: each rank's share bounded on its own clock."""
+    budget_alone_case("budget_sharded", sharded=True)
+
+
+@case
+def function_budget_replicas():
+    """Issue 41 item 5c, replicas tuned as one (two replicas of one rank each, or of two ranks on 4 ranks)."""
+    budget_alone_case("budget_replicas", replicas=True)
+
+
 if __name__ == "__main__":
     main()

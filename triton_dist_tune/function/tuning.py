@@ -305,8 +305,6 @@ class Tuning:
         trial, state = prepare(tuner, self.group, self.label, self.args, self.kwargs, self.timeout)
         timing = timing_mode(tuner.options.timing)
         plan = tuner.options.plan(self.timeout, timing, seed)
-        if layout is not None:  # replicas keep no common clock: a cut could differ between them
-            plan = replace(plan, race=replace(plan.race, budget_s=None))
         measurer = Measurer(self.group, trial, plan, journal, logs.rank_log(), self.label, guard)
         measurer.budget.began = self.began  # the budget counts from the start of the tuning
         share = kept if layout is None else layout.share(kept)

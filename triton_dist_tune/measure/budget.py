@@ -20,6 +20,9 @@ cache as provisional and tuned again by the next job):
   clock says the budget is spent (its exchange, and each config's aligned run, carry the clock: :func:`clocked`);
   the configs it did not reach compile in their own warm-up, if the budget leaves them one.
 
+- **a sharded share** (each rank measuring its configs alone) measures no further config once this rank's own
+  clock plus its last config's seconds reaches the budget (:mod:`~triton_dist_tune.measure.sharded`).
+
 A single warm-up run or sample that outlasts the budget is not interrupted: the bound is checked between them.
 """
 
@@ -75,6 +78,10 @@ class Budget:
     def ends_before(self, seconds: float) -> bool:
         """Whether a step predicted to take ``seconds`` would end past the budget (the agreed elapsed time plus it)."""
         return self.seconds is not None and self.elapsed + seconds >= self.seconds
+
+    def ends_before_alone(self, seconds: float) -> bool:
+        """:meth:`ends_before` on this rank's own clock: for a rank that measures alone (sharded shares)."""
+        return self.seconds is not None and self.now() + seconds >= self.seconds
 
     def rounds(self, wanted: int, round_s: float) -> int:
         """How many of ``wanted`` rounds of ``round_s`` seconds each fit in the time left (at least one)."""

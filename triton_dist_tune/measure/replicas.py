@@ -20,6 +20,10 @@ on the replica group: every rank beats in the job's store while it works), and e
 ``T + max(1, T/10)`` s of a replica's end, or at once when it leaves with an error. A replica group without a
 key-value store (mpi4py) keeps one deadline per exchange, ``T + max(1, T/10)`` s per config of the share or leader.
 
+A time budget (``budget=``) bounds each replica's share on its group's agreed clock; the exchanges across replicas
+carry each replica's clock and whether it cut (the same on every rank of a replica, so every position reads the
+same), and once the latest clock is spent the leaders are not raced again: the first pass decides, a cut.
+
 The disk cache holds one decision per key for the whole layout; the rank that is group rank 0 of replica 0 alone
 reads and writes it.
 """
@@ -38,9 +42,13 @@ from ..group.agreement import agree, attempt, unwrap_outcomes
 from ..group.channel import Group
 from ..records import Decision, Outcome
 from ..space import fingerprint
+from .budget import Budget
 from .lockstep import Measurer, Todo
 
 MIN_LEADERS = 2
+
+#: a time budget's clock as the replicas exchange it: (cut on some replica, the latest agreed seconds)
+Clock = tuple[bool, float]
 
 
 @dataclass(frozen=True)
@@ -96,18 +104,23 @@ class Layout:
         """The configs this replica measures in the first pass."""
         return [i for position, i in enumerate(kept) if position % self.replicas.size == self.replicas.rank]
 
-    def gather(self, outcomes: list[Outcome], what: str, timeout: float) -> list[Outcome]:
-        """Every replica's outcomes, one per config, sorted by config index (identical on every rank)."""
-        return self.replicas.combine(outcomes, what, _merged, timeout)
+    def gather(self, outcomes: list[Outcome], clock: Clock, what: str, timeout: float) -> tuple[list[Outcome], Clock]:
+        """Every replica's outcomes, one per config, sorted by config index, and the replicas' time budget's clock
+        (identical on every rank: each replica sends its group's agreed clock)."""
+        table, cut, elapsed = self.replicas.combine((outcomes, *clock), what, _merged, timeout)
+        return table, (cut, elapsed)
 
     def watch(self, label: str, timeout: float) -> RoundWatch:
         """The progress watch of one tuning across the replicas (every rank of the replica group starts it at the
         same point: after the agreement, before its share)."""
         return RoundWatch.of_tuning(self.replicas, label, timeout, "replica")
 
-    def worst(self, times: dict[int, float | str], what: str, timeout: float) -> dict[int, float | str]:
-        """Per config, the MAX over replicas of their group times, or the errors of the replicas where it failed."""
-        return self.replicas.combine(times, what, _worst, timeout)
+    def worst(self, times: dict[int, float | str], clock: Clock, what: str,
+              timeout: float) -> tuple[dict[int, float | str], Clock]:
+        """Per config, the MAX over replicas of their group times, or the errors of the replicas where it failed; and
+        the replicas' time budget's clock, as :meth:`gather`."""
+        worst, cut, elapsed = self.replicas.combine((times, *clock), what, _worst, timeout)
+        return worst, (cut, elapsed)
 
 
 def _members(group: Group) -> tuple:
@@ -124,21 +137,28 @@ def _kept_by_all(kept: list[list[int]]) -> list[int]:
     return sorted(common)
 
 
-def _merged(tables: list[list[Outcome]]) -> list[Outcome]:
+def _clock(contributions: list[tuple]) -> list[Any]:
+    """The replicas' budget clock from their contributions (each ending in its group's cut and agreed seconds):
+    cut on some replica, the latest clock."""
+    return [any(c[-2] for c in contributions), max(float(c[-1]) for c in contributions)]
+
+
+def _merged(contributions: list[tuple[list[Outcome], bool, float]]) -> list[Any]:
     outcomes: dict[int, Outcome] = {}
-    for table in tables:
+    for table, *_ in contributions:
         for outcome in table:
             outcomes.setdefault(outcome.index, outcome)
-    return [outcomes[i] for i in sorted(outcomes)]
+    return [[outcomes[i] for i in sorted(outcomes)], *_clock(contributions)]
 
 
-def _worst(per_replica: list[dict[int, float | str]]) -> dict[int, float | str]:
+def _worst(contributions: list[tuple[dict[int, float | str], bool, float]]) -> list[Any]:
+    per_replica = [times for times, *_ in contributions]
     out: dict[int, float | str] = {}
     for index in sorted(per_replica[0]):
         values = [times[index] for times in per_replica]
         errors = [f"replica {j}: {v}" for j, v in enumerate(values) if isinstance(v, str)]
         out[index] = "; ".join(errors) if errors else max(values)
-    return out
+    return [out, *_clock(contributions)]
 
 
 def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: list[Todo],
@@ -157,15 +177,23 @@ def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: li
 
 def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: Callable[[int], Todo],
             refine_top: int, label: str, timeout: float, share: int, timing: str, watch: RoundWatch) -> Decision:
+    budget = measurer.budget
     what = f"{label} outcomes across replicas"
-    table = layout.gather(outcomes, what, watch.arrive(0, what, exchange_timeout(timeout) * max(1, share)))
+    table, clock = layout.gather(outcomes, (budget.cut, budget.elapsed), what,
+                                 watch.arrive(0, what, exchange_timeout(timeout) * max(1, share)))
     watch.passed(0)
+    _take(budget, clock)
     top = leaders(table, refine_top)
+    if budget.spent and any(o.usable for o in table):  # the first pass decides: no leaders' race (a cut)
+        budget.cut = True
+        return _cut(decision(table, top, timing, max(o.samples for o in table)))
     raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top])}  # same leaders, same order everywhere
     times = {i: o.time if o.usable and o.time is not None else (o.error or o.state) for i, o in raced.items()}
     what = f"{label} leaders across replicas"
-    worst = layout.worst(times, what, watch.arrive(1, what, exchange_timeout(timeout) * max(1, len(top))))
+    worst, clock = layout.worst(times, (budget.cut, budget.elapsed), what,
+                                watch.arrive(1, what, exchange_timeout(timeout) * max(1, len(top))))
     watch.passed(1)
+    _take(budget, clock)
     final = []
     for outcome in table:
         value = worst.get(outcome.index)
@@ -176,7 +204,20 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
         elif outcome.state == "measured":  # beaten in the first pass: not in the final race
             outcome = replace(outcome, state="stopped")
         final.append(outcome)
-    return decision(final, top, timing, max(o.samples for o in final))
+    chosen = decision(final, top, timing, max(o.samples for o in final))
+    return _cut(chosen) if budget.cut else chosen
+
+
+def _take(budget: Budget, clock: Clock) -> None:
+    """Take in the replicas' budget clock (the same on every rank of every replica)."""
+    budget.agreed(clock[1])
+    budget.cut = budget.cut or clock[0]
+
+
+def _cut(chosen: Decision) -> Decision:
+    """``chosen``, marked cut by the time budget (provisional)."""
+    chosen.cut = True
+    return chosen
 
 
 def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: int) -> Decision:

@@ -5,10 +5,17 @@ The shares take as long as they take: before the exchange every rank waits while
 :class:`~triton_dist_tune.faults.progress.RoundWatch` on the group: every rank beats in the job's store while it
 measures), so a slow but healthy share is waited for, a rank that died ends the others within ``T + max(1, T/10)`` s
 of its last beat, and one that leaves with an error says so at once. A group without a key-value store (mpi4py)
-waits :meth:`Sharding.share_timeout` instead: the worst case of the slowest share."""
+waits :meth:`Sharding.share_timeout` instead: the worst case of the slowest share.
+
+A time budget (``budget=``) bounds each share on its rank's own clock (a rank measures alone, so no clock needs
+agreeing): a rank measures no further config of its share once its elapsed time plus the time its last config took
+reaches the budget, after at least one of its configs measured without failing; the configs left are ``pruned``
+("not measured: the time budget was spent"). Whether the tuning was cut is read from the exchanged outcomes (some
+config left out anywhere), so every rank marks the same decision cut."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +25,7 @@ from ..faults.watchdog import exchange_timeout
 from ..records import Outcome
 from ..stats import median, spread
 from . import timing
+from .budget import LEFT_OUT
 
 #: (index, config, description) of a config to measure
 Todo = tuple[int, dict[str, Any], str]
@@ -25,7 +33,7 @@ Todo = tuple[int, dict[str, Any], str]
 
 class Sharding:
     """The sharded part of :class:`~triton_dist_tune.measure.lockstep.Measurer` (a mixin: it uses the measurer's
-    ``group``, ``plan``, ``trial``, ``cold``, ``label``, ``compiles``, its warm-up and its guards)."""
+    ``group``, ``plan``, ``trial``, ``cold``, ``label``, ``compiles``, ``budget``, its warm-up and its guards)."""
 
     def sharded(self, todo: Sequence[Todo]) -> list[Outcome]:
         """Measure this rank's share of ``todo`` alone (``max_rounds`` samples each), then share all outcomes."""
@@ -34,13 +42,18 @@ class Sharding:
 
     def _my_share(self, todo: Sequence[Todo]) -> list[Outcome]:
         """This rank's share of ``todo``, measured alone."""
-        mine = []
+        mine: list[Outcome] = []
         previous = 0.0  # this rank's time per call of the config it warmed up last (it measures alone)
+        last_s = 0.0  # the seconds this rank's last config took (warm-up and samples): the next one's prediction
         for position, (index, config, desc) in enumerate(todo):
             if position % self.group.size != self.group.rank:
                 continue
             if self._deferred is not None or self._peer_poisoned():
                 break  # a poisoned context fails everything after it: go and tell the others
+            if any(o.error is None for o in mine) and self.budget.ends_before_alone(last_s):
+                mine.append(self.budget.left_out(index, desc))
+                continue
+            began = time.monotonic()
             wanted, error = self._warm(index, config, desc, aligned=False, previous_ms=previous)
             previous = wanted or previous
             samples: list[float] = []
@@ -58,6 +71,7 @@ class Sharding:
                 mine.append(self._final(Outcome(index, desc, "measured", time=time_ms, spread=spread(samples),
                                                 per_rank=[time_ms], samples=len(samples), own=time_ms,
                                                 round_times=samples)))
+            last_s = time.monotonic() - began
         return mine
 
     def _shared(self, mine: list[Outcome], configs: int, watch: RoundWatch) -> list[Outcome]:
@@ -76,6 +90,8 @@ class Sharding:
             self._stop_if_poisoned(poisoned.index, poisoned.config, self._deferred)
             raise
         outcomes = sorted((outcome for outcomes in shared for outcome in outcomes), key=lambda o: o.index)
+        left_out = any(o.state == "pruned" and o.error == LEFT_OUT for o in outcomes)  # the same on every rank
+        self.budget.cut = self.budget.cut or left_out
         for outcome in outcomes:  # the same outcomes everywhere: the same DevicePoisonedError on every rank
             self._stop_if_poisoned(outcome.index, outcome.config, outcome.error or "")
         return outcomes
