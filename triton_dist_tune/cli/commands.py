@@ -248,11 +248,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
     root = _root(args)
     if not (args.all or args.function or args.older_than or args.stale or args.superseded):
         raise UsageError("clear what? give --all, --function NAME, --older-than AGE, --stale and/or --superseded")
-    entries, problems, _ = _selected(args)
-    if args.function and not entries and not (root / args.function).is_dir():
-        known = sorted({e.heading for e in dec.scan(root)[0]})  # the names list shows (contextual/ is no function)
-        raise UsageError(f"no function {args.function!r} in {root}" + (f" (functions: {', '.join(known[:10])})"
-                                                                        if known else ""))
+    entries, problems, _ = _selected(args)  # an unknown --function: a UsageError naming those list shows
     doomed = [e.path for e in entries] + [j for e in entries for j in dec.journals_of(e.path)]
     unfiltered = not (args.older_than or args.stale or args.superseded)
     if unfiltered:  # everything of the folders: corrupt files and journals of tunings never finished too

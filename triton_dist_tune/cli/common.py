@@ -85,11 +85,26 @@ def _selected(args: argparse.Namespace, display: bool = False
     older = dec.parse_age(args.older_than) if getattr(args, "older_than", None) else None
     stale = getattr(args, "stale", False)
     current = _now_versions(args, display) if stale else None
+    check_function(_root(args), getattr(args, "function", None), entries)
     chosen = dec.select(entries, getattr(args, "function", None), stale, older, current=current)
     replaced = dec.superseded(entries)
     if getattr(args, "superseded", False):
         chosen = [e for e in chosen if e.path in replaced]
     return chosen, problems, replaced
+
+
+def check_function(root: Path, function: str | None, entries: list[dec.Entry]) -> None:
+    """Raise :class:`UsageError` when ``--function`` names no function of the cache folder ``root``: none of
+    ``entries`` (every readable decision there) is of it (by name, folder or the heading ``list`` shows) and no
+    folder of ``root`` is called so (a function with only unreadable files or journals left is one). The error
+    names the functions ``list`` shows: the shared folder ``contextual`` is none (its ``clear`` would remove every
+    contextual function's decisions)."""
+    if function is None or dec.select(entries, function) or (root / function).is_dir():
+        return
+    known = sorted({e.heading for e in entries})
+    raise UsageError(f"no function {function!r} in {root}" + (f" (functions: {', '.join(known[:10])}"
+                                                               f"{', ...' if len(known) > 10 else ''})"
+                                                               if known else ""))
 
 
 def superseded_text(entry: dec.Entry, newer: dec.Entry) -> str:
