@@ -7,6 +7,8 @@ Cache folders are written here as the package's own writers write them (``write_
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -65,3 +67,42 @@ def test_list_of_an_unknown_function_names_the_functions_as_clear_does(tmp_path)
     # 'no function' too (the check looked at the decisions the filters kept)
     none_stale = cli("clear", "--function", "layer", "--stale", "--dry-run", "--cache-dir", cache)
     assert none_stale.returncode == 0 and "would remove 0 cache file(s)" in none_stale.stdout, none_stale.stderr
+
+
+# -- import of a bundle twice ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_importing_a_bundle_again_says_what_it_wrote_and_leaves_identical_decisions_alone(tmp_path):
+    """Importing one bundle twice said 'imported 2 decision(s)' both times, and rewrote both files (their times
+    too, which say which decision a job last wrote). Now an import counts the decisions it wrote new, those it wrote
+    over the one there, and those already there, identical, which it leaves as they were; ``--json`` keeps
+    ``imported`` (every decision of the bundle, now in the cache) and adds the three lists."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    decision(here, "drifting")
+    decision(here, "layer", kernel="__main__.gemm_kernel")
+    bundle = tmp_path / "bundle.json"
+    assert cli("export", bundle, "--cache-dir", here).returncode == 0
+    first = cli("import", bundle, "--cache-dir", there)
+    assert first.returncode == 0, first.stderr
+    assert f"imported 2 decision(s) into {there} (2 new; 0 replacing the decision that was there)" in first.stdout, \
+        first.stdout
+    files = sorted(there.glob("*/*.json"))
+    for path in files:
+        os.utime(path, (1_000_000, 1_000_000))
+    again = cli("import", bundle, "--cache-dir", there)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == (f"nothing imported into {there}: the bundle's 2 decision(s) are there already, "
+                                    "identical (left as they were)"), again.stdout
+    assert [p.stat().st_mtime for p in files] == [1_000_000, 1_000_000]  # not rewritten
+    retuned = files[0]
+    data = json.loads(retuned.read_text())
+    retuned.write_text(json.dumps({**data, "created": data["created"] - 3600}))  # the same choice, tuned earlier
+    third = cli("import", bundle, "--json", "--cache-dir", there)
+    assert third.returncode == 0, third.stderr
+    said = json.loads(third.stdout)
+    assert sorted(said["imported"]) == [str(p) for p in files] and said["mismatched"] == []
+    assert said["new"] == [] and said["replaced"] == [str(retuned)] and said["unchanged"] == [str(files[1])], said
+    assert json.loads(retuned.read_text()) == data and files[1].stat().st_mtime == 1_000_000
+    text = cli("import", bundle, "--cache-dir", there)
+    assert "nothing imported" in text.stdout and "2 decision(s) are there already" in text.stdout, text.stdout

@@ -62,16 +62,31 @@ def cmd_import(args: argparse.Namespace) -> int:
               "--force replaces them)", file=sys.stderr)
         return 1
     try:
-        written = bundles.write_incoming(_root(args), incoming)  # all or nothing
+        done = bundles.write_incoming(_root(args), incoming)  # all or nothing
     except OSError as exc:
         raise dec.CacheError(f"could not import into {_root(args)} ({type(exc).__name__}: {exc}); nothing was "
                              "imported") from None
-    if args.json:
-        _emit_json({"imported": [str(p) for p in written], "mismatched": [i.path for i in doubtful]})
+    if args.json:  # "imported": every decision of the bundle, now in the cache (written or there already)
+        _emit_json({"imported": [str(p) for p in done.held], "mismatched": [i.path for i in doubtful],
+                    **{part: [str(p) for p in getattr(done, part)] for part in ("new", "replaced", "unchanged")}})
     else:
-        print(f"imported {len(written)} decision(s) into {_root(args)}"
-              + (f" ({len(doubtful)} despite mismatches)" if doubtful else ""))
+        print(import_text(done, _root(args)) + (f" ({len(doubtful)} despite mismatches)" if doubtful else ""))
     return 0
+
+
+def import_text(done: bundles.Imported, root: Path) -> str:
+    """What an import did, in one line: how many decisions it wrote, new or over the one there, and how many it
+    found there already, identical, and left as they were (importing one bundle twice writes nothing the second
+    time)."""
+    if not done.held:
+        return f"nothing imported into {root}: the bundle holds no decision"
+    if not done.written:
+        return (f"nothing imported into {root}: the bundle's {len(done.unchanged)} decision(s) are there already, "
+                "identical (left as they were)")
+    parts = [f"{len(done.new)} new", f"{len(done.replaced)} replacing the decision that was there"]
+    if done.unchanged:
+        parts.append(f"{len(done.unchanged)} there already, identical (left as they were)")
+    return f"imported {len(done.written)} decision(s) into {root} ({'; '.join(parts)})"
 
 
 def _differs(path: Path, item: bundles.Incoming) -> bool:

@@ -105,8 +105,42 @@ def _inside(root: Path, rel: str) -> Path:
     return root / rel
 
 
-def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
-    """Write the bundle's decisions into the cache folder ``root``, all or nothing.
+@dataclass
+class Imported:
+    """What :func:`write_incoming` did with each decision of a bundle (its place in the cache folder)."""
+
+    #: written where the cache held no file
+    new: list[Path]
+    #: written over another file: another record of the decision (another choice, or the same choice tuned at
+    #: another time) or an unreadable file
+    replaced: list[Path]
+    #: the cache held this very decision (the same JSON): left as it was, its file not touched (nor its time)
+    unchanged: list[Path]
+
+    @property
+    def written(self) -> list[Path]:
+        """The files this import wrote (new or replaced)."""
+        return self.new + self.replaced
+
+    @property
+    def held(self) -> list[Path]:
+        """Every decision of the bundle, each now in the cache: written, or found there already."""
+        return self.new + self.replaced + self.unchanged
+
+
+def _same_decision(previous: bytes | None, item: Incoming) -> bool:
+    """Whether the file's bytes ``previous`` (None: no file) hold the bundle's decision exactly (the same JSON)."""
+    if previous is None:
+        return False
+    try:
+        return read_json(previous, None) == item.entry.raw
+    except Unreadable:
+        return False
+
+
+def write_incoming(root: Path, incoming: list[Incoming]) -> Imported:
+    """Write the bundle's decisions into the cache folder ``root``, all or nothing; a decision the folder holds
+    already, the same JSON, is left as it is (:attr:`Imported.unchanged`).
 
     Every path is checked first (one that leads out of ``root`` through a link, two that name one file through a
     link, or one whose place is taken by a folder, refuses the whole bundle), then every file is staged as a hidden
@@ -115,6 +149,7 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
     files already replaced. Nothing is left half written; only a crash of this process between two renames can
     leave part of the bundle in place.
     """
+    unchanged: list[Path] = []
     made: list[Path] = []
     if not root.exists():
         root.mkdir(parents=True)
@@ -137,6 +172,9 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
                 target.parent.mkdir()
                 made.append(target.parent)
             previous = target.read_bytes() if target.exists() else None
+            if _same_decision(previous, item):
+                unchanged.append(target)
+                continue
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".import", dir=target.parent)
             staged.append((target, tmp, previous))
             os.fchmod(fd, new_file_mode())
@@ -163,7 +201,8 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> list[Path]:
                 pass
         _discard([s for s in staged if s not in done], made)
         raise
-    return [target for target, _, _ in staged]
+    return Imported(new=[target for target, _, previous in staged if previous is None],
+                    replaced=[target for target, _, previous in staged if previous is not None], unchanged=unchanged)
 
 
 def _discard(staged: list[tuple[Path, str, bytes | None]], made: list[Path]) -> None:
