@@ -548,6 +548,38 @@ def test_every_option_of_the_command_line_is_in_the_docs():
     assert not missing, missing
 
 
+def test_every_option_of_contextual_autotune_is_on_its_page_with_its_default():
+    """docs/contextual.md's example gives ``n_repeat=5, n_warmup=3`` and the page never said what a decorator
+    without them gets (nor ``timeout``'s or ``search``'s default). Each option of ``contextual_autotune`` but
+    ``is_dist`` (described apart) is named there in backquotes, then a parenthesis that says ``default VALUE``:
+    VALUE read from the signature (``on``/``off`` for a switch, a text in quotes and backquotes), or, for an option
+    whose default comes from the environment (None in the signature), its variable in backquotes, ``or`` and the
+    fallback of ``Settings``."""
+    import inspect
+
+    from triton_dist_tune.contextual import contextual_autotune
+    from triton_dist_tune.settings import Settings
+
+    page = " ".join((ROOT / "docs" / "contextual.md").read_text().split())
+    missing = []
+    for name, parameter in inspect.signature(contextual_autotune).parameters.items():
+        if parameter.kind is parameter.VAR_KEYWORD or name == "is_dist":
+            continue
+        value = parameter.default
+        if isinstance(value, bool):
+            said = "on" if value else "off"
+        elif isinstance(value, str):
+            said = f'`"{value}"`'
+        elif value is None:
+            fallback = getattr(Settings(), name, None)
+            said = "" if fallback is None else f"`TRITON_DIST_AUTOTUNE_{name.upper()}` or {fallback:g}"
+        else:
+            said = str(value)
+        if not re.search(rf"`{name}` \((?:[^()]|\([^()]*\))*?default {re.escape(said)}", page):
+            missing.append((name, said))
+    assert not missing, missing
+
+
 def test_every_test_the_docs_cite_exists():
     """The docs prove their claims by naming tests (``test_file.py::test_name`` or the bare name); a test renamed or
     merged leaves a citation that proves nothing (docs/scale.md named two tests that had been merged into one). Every
