@@ -10,12 +10,13 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from cli_fork import run_cli
-from harness import base_env
+from harness import ROOT, base_env, tuner_env
 
 from triton_dist_tune.disk.cache import versions, write_json_atomic
 from triton_dist_tune.records import Outcome
@@ -40,6 +41,105 @@ def decision(cache: Path, function: str, key: str = "(64,)", kernel: str | None 
     folder = "contextual" if kernel is not None else function
     name = hashlib.sha1(repr((function, key, kernel)).encode()).hexdigest()[:20]
     return write_json_atomic(cache / folder / f"{name}.json", data)
+
+
+# -- show of a noisy race's decision: least samples, not medians ------------------------------------------------------
+
+#: a tuning in one process whose race is noisy: each call sleeps 1 to 5 times its config's own time, at random (cold
+#: timing: a sample is one call), so that consecutive samples of a config read far more than 5% apart
+NOISY_AUTOTUNE = '''
+import random, time, torch, triton_dist_tune as tdt
+rng = random.Random(0)
+
+@tdt.autotune([{"v": v} for v in range(3)], key_fn=lambda x: x.numel(), timing="cold", n_warmup=1, n_repeat=6)
+def noisy(x, *, v):
+    time.sleep(0.001 * (1 + v) * (1 + 4 * rng.random()))
+    return x
+
+noisy(torch.ones(4))
+'''
+
+#: the same for contextual_autotune: each launch's config pre_hook sleeps 2 to 10 ms at random (Triton's interpreter)
+NOISY_CONTEXTUAL = '''
+import random, time, torch, triton, triton.language as tl
+import triton_dist_tune as tdt
+rng = random.Random(0)
+
+def jitter(args):
+    time.sleep(0.002 * (1 + 4 * rng.random()))
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=jitter) for b in (32, 64)], key=["n"])
+@triton.jit
+def double(x, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
+
+@tdt.contextual_autotune(n_repeat=4, n_warmup=1)
+def layer(x):
+    double[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, x.numel())
+    return x
+
+layer(torch.ones(100))
+'''
+
+
+def tune_alone(tmp_path: Path, script: str) -> Path:
+    """Run ``script`` in one process (no rank variables) with its own cache and logs; returns the cache folder."""
+    env = base_env(tuner_env(tmp_path))
+    env.pop("RANK", None), env.pop("WORLD_SIZE", None)
+    path = tmp_path / "tune.py"
+    path.write_text(script)
+    done = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+
+
+def heading(shown: str) -> list[str]:
+    """The header of ``show``'s table of measurements, split at two spaces or more."""
+    line = next(text for text in shown.splitlines() if text.lstrip().startswith("#  "))
+    return [cell for cell in line.strip().split("  ") if cell.strip()]
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("script", [NOISY_AUTOTUNE, NOISY_CONTEXTUAL], ids=["autotune", "contextual"])
+def test_a_noisy_race_records_least_samples_and_show_and_plot_say_so(tmp_path, script):
+    """Under a noisy race a config's time is its least sample (the rank's log says 'noisy: times are least
+    samples'), but the decision file did not record it and ``show`` headed the column 'median ms' (the plot's axis:
+    'median over samples'). Now the decision records ``statistic: least`` (through the tuner's own writer, of
+    ``autotune`` and of ``contextual_autotune``), ``show`` heads the column 'least ms' and says why, ``--json``
+    carries it, and the plot's axis says 'least'. A file without the field (every file written before) reads as
+    medians, as it was."""
+    cache = tune_alone(tmp_path, script)
+    (path,) = cache.glob("*/*.json")
+    assert json.loads(path.read_text())["statistic"] == "least", path.read_text()[:2000]
+    shown = cli("show", path, "--cache-dir", cache)
+    assert shown.returncode == 0, shown.stderr
+    assert heading(shown.stdout)[:2] == ["#", "least ms"] and "per rank median ms" in heading(shown.stdout)
+    assert "each config's time is its least sample, not its median: the race's samples were noisy" in shown.stdout
+    assert json.loads(cli("show", path, "--json", "--cache-dir", cache).stdout)["statistic"] == "least"
+
+    data = json.loads(path.read_text())
+    del data["statistic"]  # as written before the field was
+    old = write_json_atomic(tmp_path / "old" / path.parent.name / path.name, data)
+    before = cli("show", old, "--cache-dir", tmp_path / "old")
+    assert before.returncode == 0 and heading(before.stdout)[:2] == ["#", "median ms"], before.stdout
+    assert "least" not in before.stdout
+    assert json.loads(cli("show", old, "--json", "--cache-dir", tmp_path / "old").stdout)["statistic"] == "median"
+
+    pytest.importorskip("matplotlib")
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import read_entry
+
+    noisy, quiet = read_entry(path), read_entry(old)
+    assert plots.decision_figure(noisy).axes[0].get_xlabel().startswith(plots.LEAST_AXIS)
+    assert plots.decision_figure(quiet).axes[0].get_xlabel().startswith(plots.TIME_AXIS)
+    assert "least of the samples" in plots.LEAST_AXIS and "median" not in plots.LEAST_AXIS
+    both = plots.function_figure([noisy, quiet]).axes[0]
+    assert both.get_ylabel().replace("\n", " ") == plots.wrap(plots.MIXED_AXIS, 32).replace("\n", " ")
+    assert sum("noisy" in t.get_text() for t in both.get_xticklabels()) == 1
+    drawn = cli("plot", path, "-o", tmp_path / "noisy.png", "--cache-dir", cache)
+    assert drawn.returncode == 0 and (tmp_path / "noisy.png").stat().st_size > 10_000, drawn.stderr
 
 
 # -- list --function of a name that matches nothing ------------------------------------------------------------------

@@ -19,6 +19,16 @@ STATES: tuple[str, ...] = ("measured", "stopped", "failed", "pruned")
 #: the phase of a config in which ``autotune`` runs the function once with Triton's launches turned into compiles
 #: (:mod:`~triton_dist_tune.measure.compile_pass`): best-effort, nothing that happens in it blames the config
 COMPILE_PASS = "compile pass"
+#: what a decision's times are, config by config: the median of its samples, or, in a race whose samples read
+#: further apart than :data:`~triton_dist_tune.measure.noise.NOISY` each, their least sample
+#: (:meth:`~triton_dist_tune.measure.race.Race.location`)
+MEDIAN, LEAST = "median", "least"
+
+
+def recorded_statistic(record: dict[str, Any]) -> str:
+    """What a stored decision's times are (its ``statistic``): :data:`LEAST` where it says so, else :data:`MEDIAN`
+    (files written before the field was, and ``contextual_autotune``'s before it too, hold medians)."""
+    return LEAST if record.get("statistic") == LEAST else MEDIAN
 #: the phase of a config in which its kernels first run on the device (its first call, which also probes its time)
 WARMUP = "warmup"
 
@@ -127,6 +137,9 @@ class Decision:
     cached: bool = False
     #: where this rank's seconds of the tuning went (None: served from the cache)
     breakdown: TimeBreakdown | None = None
+    #: what the times are: :data:`MEDIAN` (each config's median sample) or :data:`LEAST` (its least sample: the
+    #: race's samples were noisy); the race's, at its end, so of the chosen config and those raced to the end
+    statistic: str = MEDIAN
 
 
 #: the parts of a tuning's wall time, in the order a breakdown lists them (see :class:`TimeBreakdown`)

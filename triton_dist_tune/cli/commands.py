@@ -19,6 +19,7 @@ from ..disk import decisions as dec
 from ..disk import logs, timeline
 from ..disk.logs import ms_text, text_table
 from ..faults.unfinished import find_unfinished, unfinished
+from ..records import LEAST
 from . import bundles, campaign, journals, vllm_export
 from .common import (
     SUPERSEDED_NOTE,
@@ -41,6 +42,8 @@ from .common import (
 
 #: the widest line ``list`` prints
 LIST_WIDTH = 120
+#: what ``show`` says of a decision whose times are least samples (its table's time column is headed "least ms")
+LEAST_NOTE = "each config's time is its least sample, not its median: the race's samples were noisy"
 #: what the mark before a margin means, said under any table that shows it
 NEAR_TIE_NOTE = ("~ before a margin: the runner-up is within the measured noise (a near tie: either config is about "
                  "as fast)")
@@ -180,7 +183,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     facts = [
         ("file", str(entry.path)), ("function", entry.function + (f" (kernel {entry.kernel})" if entry.kernel else "")),
         ("key", entry.key), ("chosen", f"config {entry.index}: {entry.config}"),
-        ("time", f"{ms_text(entry.time_ms)} ms" + (f" ({entry.timing} timing)" if entry.timing else "")),
+        ("time", f"{ms_text(entry.time_ms)} ms" + (f" ({entry.timing} timing)" if entry.timing else "")
+         + (f"; {LEAST_NOTE}" if entry.statistic == LEAST else "")),
         ("margin", (f"{_pct(entry.margin)} over config {entry.runner_up}: chosen config "
                     + logs.faster_text(entry.margin, entry.runner_up).replace(f" than config {entry.runner_up}", "")
                     if entry.margin is not None else "-")
@@ -205,7 +209,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     width = max(len(k) for k, _ in facts)
     print("\n".join(f"{k.rjust(width)}: {v}" for k, v in facts))
     print()
-    print(text_table(["", "#", "median ms", "spread", "per rank ms", "samples", "state", "config"],
+    per_rank = "per rank median ms" if entry.statistic == LEAST else "per rank ms"  # each rank's own: its median
+    print(text_table(["", "#", f"{entry.statistic} ms", "spread", per_rank, "samples", "state", "config"],
                      _outcome_rows(entry)))
     failures = [o for o in entry.measurements if o.error]
     if failures:

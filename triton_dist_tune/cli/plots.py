@@ -6,9 +6,11 @@ space the fastest :data:`MAX_BARS`, the others counted), and, where the entry re
 Every decision of a function: each config's time across the keys (in numeric order), and, where recorded, every
 key's timeline relative to its chosen config.
 
-A bar is a config's time as the tuner compares it: the median over its samples, where a sample's time is the
-slowest rank's (the max over ranks). Config labels are whole, wrapped, never cut. The figures are sized to be read
-at about 1000 pixels wide (the README shows one at that size).
+A bar is a config's time as the tuner compares it: the median over its samples, or their least where the race's
+samples were noisy (the decision records which: :attr:`~triton_dist_tune.disk.entries.Entry.statistic`; the time
+axis says it, :func:`time_axis`), where a sample's time is the slowest rank's (the max over ranks). Config labels
+are whole, wrapped, never cut. The figures are sized to be read at about 1000 pixels wide (the README shows one at
+that size).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from ..disk.decisions import Entry  # noqa: E402
-from ..records import Outcome  # noqa: E402
+from ..records import LEAST, Outcome  # noqa: E402
 from .common import _clip, key_order  # noqa: E402
 
 CHOSEN, MEASURED, STOPPED, FAILED, PRUNED = "#d95f02", "#1b9e77", "#7fa7c9", "#c0392b", "#9e9e9e"
@@ -41,10 +43,20 @@ LABEL_WIDTH = 46
 LOG_RATIO = 20.0
 #: the most timed configs drawn as bars (the fastest); the others are counted in the title
 MAX_BARS = 16
-#: what a bar is, on every time axis
+#: what a bar is, on every time axis: of decisions whose times are medians, least samples (a noisy race), or some
+#: of each (a function's keys; those of least samples are marked at their key)
 TIME_AXIS = "ms per call: median over samples of the slowest rank's time"
+LEAST_AXIS = "ms per call: least of the samples (a noisy race) of the slowest rank's time"
+MIXED_AXIS = "ms per call: median (least at keys marked 'noisy') over samples of the slowest rank's time"
 #: the figures' width in inches and their resolution: 1000 pixels, the size the README shows
 WIDTH, DPI = 10.0, 100
+
+
+def time_axis(entries: list[Entry]) -> str:
+    """What the bars or points of ``entries`` are (:data:`TIME_AXIS`, :data:`LEAST_AXIS` or :data:`MIXED_AXIS`):
+    each decision records whether its times are medians or least samples (files from before say medians)."""
+    least = [e.statistic == LEAST for e in entries]
+    return LEAST_AXIS if all(least) else MIXED_AXIS if any(least) else TIME_AXIS
 
 
 def wrap(text: str, width: int = LABEL_WIDTH) -> str:
@@ -150,7 +162,7 @@ def _bars(ax: Axes, entry: Entry) -> list[tuple[plt.Text, float]]:
     ax.set_yticks(range(len(outcomes)), [f"#{o.index} {text}" for o, text in zip(outcomes, labels, strict=True)],
                   fontsize=9)
     ax.set_ylim(len(outcomes) - 0.5, -0.5)
-    what = TIME_AXIS + "; error bar: spread"
+    what = time_axis([entry]) + "; error bar: spread"
     if log:
         ax.set_xscale("log")
         ax.set_xlim(min(times) * 0.5, top * 6)
@@ -327,12 +339,13 @@ def function_figure(entries: list[Entry]) -> Figure:
     across.yaxis.set_major_formatter(plain)
     across.yaxis.set_minor_formatter(plain)
     per_key = len({e.group_size for e in entries}) > 1  # keys tuned on different rank counts: each says its own
+    mixed = time_axis(entries) == MIXED_AXIS  # mark the keys whose times are least samples
     across.set_xticks(range(len(entries)), [wrap(e.key, 24) + (f"\n{e.group_size or '?'} rank(s)" if per_key else "")
-                                            for e in entries],
+                                            + ("\nnoisy" if mixed and e.statistic == LEAST else "") for e in entries],
                       rotation=20 if len(entries) > 6 else 0, ha="right" if len(entries) > 6 else "center",
                       fontsize=8)
     across.set_xlabel("key", fontsize=9)
-    across.set_ylabel(wrap(TIME_AXIS, 32), fontsize=9)
+    across.set_ylabel(wrap(time_axis(entries), 32), fontsize=9)
     legend_title = wrap("every config also has " + ", ".join(shared), 40) if shared else None
     others = len({o.index for e in entries for o in e.measurements if o.time is not None} - set(named))
     if others:
@@ -350,8 +363,9 @@ def function_figure(entries: list[Entry]) -> Figure:
         drift.xaxis.set_major_locator(MaxNLocator(integer=True))
         drift.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
         drift.set_xlabel("order measured", fontsize=9)
-        drift.set_ylabel("sample / its config's median", fontsize=9)
-        drift.set_title("measurement timelines: every sample against its config's median (a trend is drift)",
+        base = "median" if not mixed and entries[0].statistic != LEAST else "time"  # least samples: not medians
+        drift.set_ylabel(f"sample / its config's {base}", fontsize=9)
+        drift.set_title(f"measurement timelines: every sample against its config's {base} (a trend is drift)",
                         fontsize=10)
         if len(entries) <= 10:
             drift.legend(fontsize=8, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="key",

@@ -66,7 +66,8 @@ def _store(session: CallState, track: Track, ms: float | None) -> None:
     """Group rank 0: write the decision to the disk cache, and print Triton's summary when asked to."""
     decision = {"index": track.best, "config": track.descriptions[track.best], "key": track.key_text,
                 "kernel": track.kernel, "function": session.tuner.options.name, "group_size": session.group.size,
-                "time_ms": ms, "how": track.how, "kept": list(track.order), "measurements": report.table(track)}
+                "time_ms": ms, "statistic": track.statistic, "how": track.how, "kept": list(track.order),
+                "measurements": report.table(track)}
     if track.cut:  # never served as a decision: a later job tunes the key again (from the journals kept)
         decision["provisional"] = True
     written: Path | str = session.cache.path(track.entry)

@@ -28,7 +28,9 @@ from typing import Any
 
 from ..errors import AllConfigsFailedError, BadInputError, MismatchError, one_cause
 from ..group.agreement import difference
+from ..measure.noise import statistic
 from ..measure.race import Race
+from ..records import MEDIAN
 from ..stats import clearly_slower, median, paired_ratios
 from . import intercept
 from .stages import Stages, estimated_best
@@ -99,6 +101,12 @@ class Track:
     def done(self) -> bool:
         """Whether the group has chosen a config."""
         return self.best is not None
+
+    @property
+    def statistic(self) -> str:
+        """What the race's times are (:func:`~triton_dist_tune.measure.noise.statistic`): ``median``, or ``least``
+        where its samples were noisy; ``median`` without a race (times resumed from the journals)."""
+        return statistic(self.race.location()) if self.race is not None else MEDIAN
 
     def _open(self, index: int) -> bool:
         """Whether config ``index`` still needs steps (not failed, not resumed, not measured)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..group.codec import FILE_DEPTH, Unreadable, depth, read_json
-from ..records import Outcome, TimeBreakdown
+from ..records import MEDIAN, Outcome, TimeBreakdown, recorded_statistic
 from ..stats import near_tie
 from .versions import versions as current_versions
 
@@ -58,6 +58,9 @@ class Entry:
     breakdown: TimeBreakdown | None = None
     #: True for a cut's choice (the time budget ended the tuning): tuned again by the next job
     provisional: bool = False
+    #: what the times are: ``median`` (each config's median sample; every file written before this was recorded)
+    #: or ``least`` (its least sample: the race's samples were noisy)
+    statistic: str = MEDIAN
     #: fingerprints of the config space and of the code (the function's source and the code it depends on) the
     #: decision was tuned for; None where not recorded (``source`` is absent from records of earlier releases)
     space: str | None = None
@@ -96,11 +99,11 @@ class Entry:
         :func:`superseded`), if any."""
         return {"file": str(self.path), "name": self.name, "format": self.format, "function": self.function,
                 "kernel": self.kernel, "key": self.key, "index": self.index, "config": self.config,
-                "time_ms": self.time_ms, "margin": self.margin, "runner_up": self.runner_up,
-                "near_tie": self.near_tie, "timing": self.timing, "group_size": self.group_size,
-                "group": self.group, "gpu": self.gpu, "gpu_count": self.gpu_count, "versions": self.versions,
-                "created": self.created, "stale": self.stale(now), "space": self.space, "source": self.source,
-                "superseded_by": superseded_by.name if superseded_by is not None else None,
+                "time_ms": self.time_ms, "statistic": self.statistic, "margin": self.margin,
+                "runner_up": self.runner_up, "near_tie": self.near_tie, "timing": self.timing,
+                "group_size": self.group_size, "group": self.group, "gpu": self.gpu, "gpu_count": self.gpu_count,
+                "versions": self.versions, "created": self.created, "stale": self.stale(now), "space": self.space,
+                "source": self.source, "superseded_by": superseded_by.name if superseded_by is not None else None,
                 "tuning_seconds": self.tuning_seconds,
                 "breakdown": self.breakdown.to_json() if self.breakdown is not None else None,
                 "provisional": self.provisional, "measurements": [o.to_json() for o in self.measurements]}
@@ -208,6 +211,7 @@ def parse_entry(path: Path, data: Any) -> Entry:
                  rounds=data.get("rounds") if type(data.get("rounds")) is int else None,
                  tuning_seconds=_finite(data.get("tuning_seconds")),
                  breakdown=TimeBreakdown.from_json(data.get("breakdown")), provisional=data.get("provisional") is True,
+                 statistic=recorded_statistic(data),
                  space=_text(data.get("space")), source=_text(data.get("source")),
                  origin=_text(data.get("origin")), used=used, measurements=outcomes, raw=data)
 

@@ -13,8 +13,9 @@ from typing import Any
 from ..disk import logs
 from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
+from ..measure.noise import statistic
 from ..measure.race import Race
-from ..records import Decision, Outcome
+from ..records import MEDIAN, Decision, Outcome, recorded_statistic
 from ..stats import near_tie as near_tie_within
 
 log = logging.getLogger("triton_dist_tune")
@@ -50,6 +51,7 @@ def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
     chosen = by_index[winner]
     decision = Decision(winner, chosen.config, chosen.time, margin, near_tie, runner_up, outcomes, timing, rounds)
     decision.cut = bool(race is not None and race.cut)
+    decision.statistic = statistic(race.location()) if race is not None else MEDIAN
     return decision
 
 
@@ -60,8 +62,8 @@ def cache_record(name: str, key_text: str, group: Group, decision: Decision, sou
     defined (:attr:`~.tuned.TunedFunction.origin`)."""
     return {"function": name, "key": key_text, "source": source, "origin": origin, "group_size": group.size,
             "group": logs.group_title(group), "index": decision.index, "config": decision.config,
-            "time_ms": decision.time, "margin": decision.margin, "near_tie": decision.near_tie,
-            "runner_up": decision.runner_up,
+            "time_ms": decision.time, "statistic": decision.statistic, "margin": decision.margin,
+            "near_tie": decision.near_tie, "runner_up": decision.runner_up,
             "timing": decision.timing, "search": decision.search, "clock": decision.clock, "rounds": decision.rounds,
             "tuning_seconds": decision.seconds,
             **({"breakdown": decision.breakdown.to_json()} if decision.breakdown is not None else {}),
@@ -73,7 +75,8 @@ def served(data: dict[str, Any]) -> dict[str, Any]:
     """What group rank 0 shares of a cache record it serves: the choice and the measured outcomes (pruned and
     unscreened configs left out), so that every rank's ``tuner.decisions`` holds the decision (the seeds of a later
     search of a nearby key come from it, as after a tuning)."""
-    keep = ("index", "config", "time_ms", "margin", "near_tie", "runner_up", "timing", "search", "clock", "rounds")
+    keep = ("index", "config", "time_ms", "statistic", "margin", "near_tie", "runner_up", "timing", "search", "clock",
+            "rounds")
     outcomes = [o for o in data.get("measurements") or [] if isinstance(o, dict) and o.get("state") != "pruned"]
     return {**{k: data.get(k) for k in keep}, "measurements": outcomes}
 
@@ -94,6 +97,7 @@ def decision_from_record(record: Any, index: int, description: str) -> Decision:
                         else 0)
     decision.search = str(data.get("search") or "")
     decision.clock = str(data.get("clock") or "eager")
+    decision.statistic = recorded_statistic(data)
     decision.cached = True
     return decision
 

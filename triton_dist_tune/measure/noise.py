@@ -17,8 +17,11 @@ Pure and deterministic: every rank computes the same estimate from the same exch
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+from ..records import LEAST, MEDIAN
+from ..stats import median
 
 #: the noise of one race sample (relative) above which a config's race time is the least of its samples, not their
 #: median. Heavy noise is one-sided and comes in bursts: a call that waited on a late rank or a descheduled process
@@ -76,6 +79,12 @@ def central(samples: Sequence[float], noisy: bool = False, spike: float = math.i
         ordered = [t for t in ordered if math.log(t) - math.log(ordered[0]) <= spike]
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def statistic(location: Callable[[Sequence[float]], float]) -> str:
+    """What a race's times are, from its :meth:`~.race.Race.location`: :data:`~triton_dist_tune.records.MEDIAN`
+    (each config's median sample) or, under noise over :data:`NOISY`, :data:`~triton_dist_tune.records.LEAST`."""
+    return MEDIAN if location is median else LEAST
 
 
 def spread_of_runs(samples: Sequence[Sequence[float]], floor: float) -> NoiseEstimate | None:
