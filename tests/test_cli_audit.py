@@ -10,13 +10,12 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from cli_fork import run_cli
-from harness import ROOT, base_env, tuner_env
+from harness import base_env, tune_alone
 
 from triton_dist_tune.disk.cache import versions, write_json_atomic
 from triton_dist_tune.records import Outcome
@@ -83,18 +82,6 @@ layer(torch.ones(100))
 '''
 
 
-def tune_alone(tmp_path: Path, script: str) -> Path:
-    """Run ``script`` in one process (no rank variables) with its own cache and logs; returns the cache folder."""
-    env = base_env(tuner_env(tmp_path))
-    env.pop("RANK", None), env.pop("WORLD_SIZE", None)
-    path = tmp_path / "tune.py"
-    path.write_text(script)
-    done = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=200)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
-
-
 def heading(shown: str) -> list[str]:
     """The header of ``show``'s table of measurements, split at two spaces or more."""
     line = next(text for text in shown.splitlines() if text.lstrip().startswith("#  "))
@@ -110,7 +97,7 @@ def test_a_noisy_race_records_least_samples_and_show_and_plot_say_so(tmp_path, s
     ``autotune`` and of ``contextual_autotune``), ``show`` heads the column 'least ms' and says why, ``--json``
     carries it, and the plot's axis says 'least'. A file without the field (every file written before) reads as
     medians, as it was."""
-    cache = tune_alone(tmp_path, script)
+    cache, _ = tune_alone(tmp_path, script)
     (path,) = cache.glob("*/*.json")
     assert json.loads(path.read_text())["statistic"] == "least", path.read_text()[:2000]
     shown = cli("show", path, "--cache-dir", cache)

@@ -5,12 +5,11 @@ decisions only. Real decisions of two contextual functions tuned in one process 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from cli_fork import run_cli
-from harness import ROOT, base_env, tuner_env
+from harness import tune_alone
 
 TWO_FUNCTIONS = '''
 import torch, triton, triton.language as tl
@@ -46,15 +45,7 @@ mlp(torch.ones(100))
 @pytest.fixture
 def two_functions(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A cache folder holding one decision of ``layer`` and one of ``mlp``, and the environment to read it."""
-    env = base_env(tuner_env(tmp_path))
-    env["TRITON_INTERPRET"] = "1"
-    env.pop("RANK", None), env.pop("WORLD_SIZE", None)
-    script = tmp_path / "two.py"
-    script.write_text(TWO_FUNCTIONS)
-    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=100)
-    assert done.returncode == 0, done.stderr[-3000:]
-    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    cache, env = tune_alone(tmp_path, TWO_FUNCTIONS, timeout=100)
     assert len(list((cache / "contextual").glob("*.json"))) == 2
     return cache, env
 
