@@ -217,15 +217,21 @@ def test_a_process_that_ends_while_a_guess_compiles_drops_it_at_once_and_says_so
     script.write_text(GUESS_EXIT_SCRIPT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
            "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")}
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(flag)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        line = proc.stdout.readline()  # the guess compiles now
-        said = time.monotonic()
-        rest, stderr = proc.communicate(timeout=120)
-        ended = time.monotonic() - said
-    finally:
-        proc.kill()
+    # stderr to a file and stdout read through its own buffer: communicate() after readline() reads the pipe beneath
+    # the buffer, so the answers line, when it came in one read with the worker line (a slow reader), was lost
+    with open(tmp_path / "stderr.txt", "w+") as err:
+        proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(flag)], stdout=subprocess.PIPE,
+                                stderr=err, text=True, env=env)
+        try:
+            line = proc.stdout.readline()  # the guess compiles now
+            said = time.monotonic()
+            proc.wait(timeout=120)
+            ended = time.monotonic() - said
+            rest = proc.stdout.read()
+        finally:
+            proc.kill()
+        err.seek(0)
+        stderr = err.read()
     assert proc.returncode == 0 and line.startswith("worker "), (line, rest, stderr[-2000:])
     assert ended < 7.5, ended  # before: 32 s, the exit's wait for the compile (30 s), then for the worker (2 s)
     # (the script ends with os._exit once it has said its answers: the interpreter's own end is not timed)
