@@ -210,3 +210,18 @@ def test_a_resumed_search_is_seeded_as_before_and_replays_its_first_stage_from_t
     assert a["chosen"] == b["chosen"] and a["cached"] == {"64": True, "128": False}, (a, b)
     # the first look took every config from those key 64 screened (the cache hit's outcomes), alike on both ranks
     assert all("16 of the first look's 16 screened by earlier keys" in r["search"] for r in (a, b)), (a, b)
+
+
+@pytest.mark.timeout(150)
+def test_a_leader_the_time_budget_left_out_of_the_replicas_leaders_race_is_not_failed(tmp_path):
+    """Two one-rank replicas of 2 configs under ``budget=60``: the first pass (one config each) leaves the budget
+    unspent, then the leaders' race warms config 0 up, whose predicted sample (virtual clock: over 1000 s) ends past
+    the budget, so config 1 is left out on every replica. The leaders' race did not reach every leader: the first pass
+    decides (config 1, the faster there), a cut, and nothing is failed. Before, the left-out leader read as failed
+    ('on some replica: replica 0: not measured: the time budget was spent; ...') and config 0 was chosen."""
+    results = run_ranks(CASES, 2, ["function_budget_leaders"], env=tuner_env(tmp_path, timeout=30), timeout=140)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first, second = (r.result for r in results)
+    assert first == second, (first, second)
+    assert first["states"] == ["measured", "measured"] and first["errors"] == [None, None], first
+    assert first["chosen"] == 1 and first["cut"] is True, first

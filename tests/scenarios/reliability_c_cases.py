@@ -323,6 +323,37 @@ def budget_alone_case(name: str, replicas: bool = False, **options) -> None:
          cut=decision.cut, chosen=decision.index, calls=calls[0])
 
 
+#: each config's time in the leaders' budget case (ms, virtual clock): config 1 is the faster; a call of config 0
+#: predicts a sample far past the budget, so the leaders' race warms config 0 up and then leaves config 1 out
+LEADERS_MS = (1e6, 5e5)
+
+
+@case
+def function_budget_leaders():
+    """``budget=60`` (real seconds, not spent by the first pass) on two one-rank replicas of 2 configs (times on the
+    virtual clock: :data:`LEADERS_MS`): each replica measures one config, both lead, and the leaders' race warms
+    config 0 up, whose predicted sample (over 1000 s) ends past the budget, so it leaves config 1 out on every
+    replica. Prints the decision's states, errors, choice and cut."""
+    tdt.init_distributed(backend="gloo")
+    world = dist.get_world_size()
+    tp = [dist.new_group([r]) for r in range(world)][dist.get_rank()]  # every rank: every group
+    linked = dist.new_group(list(range(world)))
+
+    @tdt.autotune([{"v": v} for v in range(len(LEADERS_MS))], key_fn=lambda x: x.shape[0], name="budget_leaders",
+                  budget=60, timeout=30)
+    def f(x, *, v):
+        spend(LEADERS_MS[v])
+        out = torch.empty_like(x)
+        add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
+        return out
+
+    with virtual_clock():
+        f(torch.ones(64), autotune_pg=tp, autotune_replicas=linked)
+    ((_, decision),) = f.tuner.decisions.items()
+    emit(states=[o.state for o in decision.outcomes], errors=[o.error for o in decision.outcomes],
+         cut=decision.cut, chosen=decision.index)
+
+
 @case
 def function_budget_sharded():
     """Issue 41 item 5c, sharded: each rank's share bounded on its own clock."""

@@ -22,7 +22,9 @@ key-value store (mpi4py) keeps one deadline per exchange, ``T + max(1, T/10)`` s
 
 A time budget (``budget=``) bounds each replica's share on its group's agreed clock; the exchanges across replicas
 carry each replica's clock and whether it cut (the same on every rank of a replica, so every position reads the
-same), and once the latest clock is spent the leaders are not raced again: the first pass decides, a cut.
+same), and once the latest clock is spent the leaders are not raced again: the first pass decides, a cut. It decides
+too when the budget ended the leaders' race before it warmed up every leader on every replica (a leader left out is
+not failed).
 
 The disk cache holds one decision per key for the whole layout; the rank that is group rank 0 of replica 0 alone
 reads and writes it.
@@ -42,7 +44,7 @@ from ..group.agreement import agree, attempt, unwrap_outcomes
 from ..group.channel import Group
 from ..records import Decision, Outcome
 from ..space import fingerprint
-from .budget import Budget
+from .budget import LEFT_OUT, Budget
 from .lockstep import Measurer, Todo
 
 MIN_LEADERS = 2
@@ -156,8 +158,9 @@ def _worst(contributions: list[tuple[dict[int, float | str], bool, float]]) -> l
     out: dict[int, float | str] = {}
     for index in sorted(per_replica[0]):
         values = [times[index] for times in per_replica]
-        errors = [f"replica {j}: {v}" for j, v in enumerate(values) if isinstance(v, str)]
-        out[index] = "; ".join(errors) if errors else max(values)
+        errors = [f"replica {j}: {v}" for j, v in enumerate(values) if isinstance(v, str) and v != LEFT_OUT]
+        # a leader the time budget left out on some replica (and failed on none) is no failure: LEFT_OUT
+        out[index] = "; ".join(errors) if errors else LEFT_OUT if LEFT_OUT in values else max(values)
     return [out, *_clock(contributions)]
 
 
@@ -194,11 +197,16 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
                                 watch.arrive(1, what, exchange_timeout(timeout) * max(1, len(top))))
     watch.passed(1)
     _take(budget, clock)
+    # the time budget ended the leaders' race before it reached every leader on every replica (the same on every
+    # rank): the first pass decides, as when the budget was spent before it (a leader that failed is failed)
+    unreached = LEFT_OUT in worst.values()
     final = []
     for outcome in table:
         value = worst.get(outcome.index)
-        if isinstance(value, str):
+        if isinstance(value, str) and value != LEFT_OUT:
             outcome = replace(raced[outcome.index], state="failed", time=None, error=f"on some replica: {value}")
+        elif unreached:
+            pass
         elif value is not None:
             outcome = replace(raced[outcome.index], state="measured", time=value)
         elif outcome.state == "measured":  # beaten in the first pass: not in the final race
