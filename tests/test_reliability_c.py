@@ -225,3 +225,15 @@ def test_a_leader_the_time_budget_left_out_of_the_replicas_leaders_race_is_not_f
     assert first == second, (first, second)
     assert first["states"] == ["measured", "measured"] and first["errors"] == [None, None], first
     assert first["chosen"] == 1 and first["cut"] is True, first
+
+
+@pytest.mark.timeout(150)
+def test_a_replicas_decision_says_its_times_are_least_samples_when_a_replicas_race_was_noisy(tmp_path):
+    """Two one-rank replicas: rank 0's samples alternate 2 and 3 ms (its races take each config's least sample),
+    rank 1's are steady. The decision's times include rank 0's least samples, so it records "statistic": "least" on
+    every rank and in the cache file. Before, a decision of replicas never set it: "median" everywhere."""
+    results = run_ranks(CASES, 2, ["function_replicas_noisy"], env=tuner_env(tmp_path, timeout=30), timeout=140)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first, second = (r.result for r in results)
+    assert first["statistic"] == second["statistic"] == "least", (first, second)
+    assert first["chosen"] == second["chosen"] and first["recorded"] == ["least"], (first, second)

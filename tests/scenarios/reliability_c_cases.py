@@ -8,6 +8,7 @@ Usage: python reliability_c_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MAST
 from __future__ import annotations
 
 import itertools
+import json
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -352,6 +353,34 @@ def function_budget_leaders():
     ((_, decision),) = f.tuner.decisions.items()
     emit(states=[o.state for o in decision.outcomes], errors=[o.error for o in decision.outcomes],
          cut=decision.cut, chosen=decision.index)
+
+
+@case
+def function_replicas_noisy():
+    """Two one-rank replicas of 2 configs (cold timing, times on the virtual clock): on rank 0 each config's calls
+    alternate 2 ms and 3 ms (samples 50% apart: its races take least samples), on rank 1 they take 2 ms (config 0)
+    and 2.5 ms (config 1) steadily. Prints the decision's statistic and its choice, and the statistic the cache file
+    records (on the rank that writes it)."""
+    tdt.init_distributed(backend="gloo")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    tp = [dist.new_group([r]) for r in range(world)][rank]  # every rank: every group
+    linked = dist.new_group(list(range(world)))
+    calls = [0, 0]
+
+    @tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], name="replicas_noisy", n_warmup=1,
+                  n_repeat=6, timing="cold", timeout=30)
+    def f(x, *, v):
+        calls[v] += 1
+        spend((3.0 if calls[v] % 2 else 2.0) if rank == 0 else 2.0 + 0.5 * v)
+        out = torch.empty_like(x)
+        add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
+        return out
+
+    with virtual_clock():
+        f(torch.ones(64), autotune_pg=tp, autotune_replicas=linked)
+    ((_, decision),) = f.tuner.decisions.items()
+    files = [json.loads(p.read_text()) for p in f.tuner.cache.folder.rglob("*.json")] if rank == 0 else []
+    emit(statistic=decision.statistic, chosen=decision.index, recorded=[d.get("statistic") for d in files])
 
 
 @case

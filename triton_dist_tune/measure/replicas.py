@@ -42,10 +42,11 @@ from ..faults.progress import RoundWatch
 from ..faults.watchdog import exchange_timeout
 from ..group.agreement import agree, attempt, unwrap_outcomes
 from ..group.channel import Group
-from ..records import Decision, Outcome
+from ..records import LEAST, MEDIAN, Decision, Outcome
 from ..space import fingerprint
 from .budget import LEFT_OUT, Budget
 from .lockstep import Measurer, Todo
+from .noise import statistic
 
 MIN_LEADERS = 2
 
@@ -106,23 +107,26 @@ class Layout:
         """The configs this replica measures in the first pass."""
         return [i for position, i in enumerate(kept) if position % self.replicas.size == self.replicas.rank]
 
-    def gather(self, outcomes: list[Outcome], clock: Clock, what: str, timeout: float) -> tuple[list[Outcome], Clock]:
-        """Every replica's outcomes, one per config, sorted by config index, and the replicas' time budget's clock
-        (identical on every rank: each replica sends its group's agreed clock)."""
-        table, cut, elapsed = self.replicas.combine((outcomes, *clock), what, _merged, timeout)
-        return table, (cut, elapsed)
+    def gather(self, outcomes: list[Outcome], noisy: bool, clock: Clock, what: str,
+               timeout: float) -> tuple[list[Outcome], bool, Clock]:
+        """Every replica's outcomes, one per config, sorted by config index; whether some replica's race took least
+        samples (``noisy``: each replica sends its race's); and the replicas' time budget's clock (identical on every
+        rank: each replica sends its group's agreed clock)."""
+        table, noisy, cut, elapsed = self.replicas.combine((outcomes, noisy, *clock), what, _merged, timeout)
+        return table, noisy, (cut, elapsed)
 
     def watch(self, label: str, timeout: float) -> RoundWatch:
         """The progress watch of one tuning across the replicas (every rank of the replica group starts it at the
         same point: after the agreement, before its share)."""
         return RoundWatch.of_tuning(self.replicas, label, timeout, "replica")
 
-    def worst(self, times: dict[int, float | str], clock: Clock, what: str,
-              timeout: float) -> tuple[dict[int, float | str], Clock]:
-        """Per config, the MAX over replicas of their group times, or the errors of the replicas where it failed; and
-        the replicas' time budget's clock, as :meth:`gather`."""
-        worst, cut, elapsed = self.replicas.combine((times, *clock), what, _worst, timeout)
-        return worst, (cut, elapsed)
+    def worst(self, times: dict[int, float | str], noisy: bool, clock: Clock, what: str,
+              timeout: float) -> tuple[dict[int, float | str], bool, Clock]:
+        """Per config, the MAX over replicas of their group times, or the errors of the replicas where it failed;
+        whether some replica's race of the leaders took least samples; and the replicas' time budget's clock, as
+        :meth:`gather`."""
+        worst, noisy, cut, elapsed = self.replicas.combine((times, noisy, *clock), what, _worst, timeout)
+        return worst, noisy, (cut, elapsed)
 
 
 def _members(group: Group) -> tuple:
@@ -145,15 +149,15 @@ def _clock(contributions: list[tuple]) -> list[Any]:
     return [any(c[-2] for c in contributions), max(float(c[-1]) for c in contributions)]
 
 
-def _merged(contributions: list[tuple[list[Outcome], bool, float]]) -> list[Any]:
+def _merged(contributions: list[tuple[list[Outcome], bool, bool, float]]) -> list[Any]:
     outcomes: dict[int, Outcome] = {}
     for table, *_ in contributions:
         for outcome in table:
             outcomes.setdefault(outcome.index, outcome)
-    return [[outcomes[i] for i in sorted(outcomes)], *_clock(contributions)]
+    return [[outcomes[i] for i in sorted(outcomes)], any(c[1] for c in contributions), *_clock(contributions)]
 
 
-def _worst(contributions: list[tuple[dict[int, float | str], bool, float]]) -> list[Any]:
+def _worst(contributions: list[tuple[dict[int, float | str], bool, bool, float]]) -> list[Any]:
     per_replica = [times for times, *_ in contributions]
     out: dict[int, float | str] = {}
     for index in sorted(per_replica[0]):
@@ -161,7 +165,7 @@ def _worst(contributions: list[tuple[dict[int, float | str], bool, float]]) -> l
         errors = [f"replica {j}: {v}" for j, v in enumerate(values) if isinstance(v, str) and v != LEFT_OUT]
         # a leader the time budget left out on some replica (and failed on none) is no failure: LEFT_OUT
         out[index] = "; ".join(errors) if errors else LEFT_OUT if LEFT_OUT in values else max(values)
-    return [out, *_clock(contributions)]
+    return [out, any(c[1] for c in contributions), *_clock(contributions)]
 
 
 def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: list[Todo],
@@ -182,19 +186,19 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
             refine_top: int, label: str, timeout: float, share: int, timing: str, watch: RoundWatch) -> Decision:
     budget = measurer.budget
     what = f"{label} outcomes across replicas"
-    table, clock = layout.gather(outcomes, (budget.cut, budget.elapsed), what,
-                                 watch.arrive(0, what, exchange_timeout(timeout) * max(1, share)))
+    table, noisy, clock = layout.gather(outcomes, _noisy(measurer), (budget.cut, budget.elapsed), what,
+                                        watch.arrive(0, what, exchange_timeout(timeout) * max(1, share)))
     watch.passed(0)
     _take(budget, clock)
     top = leaders(table, refine_top)
     if budget.spent and any(o.usable for o in table):  # the first pass decides: no leaders' race (a cut)
         budget.cut = True
-        return _cut(decision(table, top, timing, max(o.samples for o in table)))
+        return _cut(_statistic(decision(table, top, timing, max(o.samples for o in table)), noisy))
     raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top])}  # same leaders, same order everywhere
     times = {i: o.time if o.usable and o.time is not None else (o.error or o.state) for i, o in raced.items()}
     what = f"{label} leaders across replicas"
-    worst, clock = layout.worst(times, (budget.cut, budget.elapsed), what,
-                                watch.arrive(1, what, exchange_timeout(timeout) * max(1, len(top))))
+    worst, noisy_leaders, clock = layout.worst(times, _noisy(measurer), (budget.cut, budget.elapsed), what,
+                                               watch.arrive(1, what, exchange_timeout(timeout) * max(1, len(top))))
     watch.passed(1)
     _take(budget, clock)
     # the time budget ended the leaders' race before it reached every leader on every replica (the same on every
@@ -212,8 +216,23 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
         elif outcome.state == "measured":  # beaten in the first pass: not in the final race
             outcome = replace(outcome, state="stopped")
         final.append(outcome)
-    chosen = decision(final, top, timing, max(o.samples for o in final))
+    chosen = _statistic(decision(final, top, timing, max(o.samples for o in final)),
+                        noisy if unreached else noisy_leaders)
     return _cut(chosen) if budget.cut else chosen
+
+
+def _noisy(measurer: Measurer) -> bool:
+    """Whether this replica's last race (the same on every rank of it) took each config's least sample, not its
+    median (:meth:`~.race.Race.location`); False where it raced nothing."""
+    race = getattr(measurer, "race", None)
+    return race is not None and statistic(race.location()) == LEAST
+
+
+def _statistic(chosen: Decision, noisy: bool) -> Decision:
+    """``chosen``, its times said to be least samples where some replica's race that gave them was ``noisy``
+    (:attr:`~triton_dist_tune.records.Decision.statistic`)."""
+    chosen.statistic = LEAST if noisy else MEDIAN
+    return chosen
 
 
 def _take(budget: Budget, clock: Clock) -> None:
