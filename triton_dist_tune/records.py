@@ -23,14 +23,14 @@ COMPILE_PASS = "compile pass"
 #: further apart than :data:`~triton_dist_tune.measure.noise.NOISY` each, their least sample
 #: (:meth:`~triton_dist_tune.measure.race.Race.location`)
 MEDIAN, LEAST = "median", "least"
+#: the phase of a config in which its kernels first run on the device (its first call, which also probes its time)
+WARMUP = "warmup"
 
 
 def recorded_statistic(record: dict[str, Any]) -> str:
     """What a stored decision's times are (its ``statistic``): :data:`LEAST` where it says so, else :data:`MEDIAN`
     (files written before the field was, and ``contextual_autotune``'s before it too, hold medians)."""
     return LEAST if record.get("statistic") == LEAST else MEDIAN
-#: the phase of a config in which its kernels first run on the device (its first call, which also probes its time)
-WARMUP = "warmup"
 
 
 @dataclass
