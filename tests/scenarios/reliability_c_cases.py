@@ -324,6 +324,15 @@ def budget_alone_case(name: str, replicas: bool = False, **options) -> None:
          cut=decision.cut, chosen=decision.index, calls=calls[0])
 
 
+def one_rank_replicas() -> dict:
+    """Start gloo; every rank a replica of its own (a one-rank tensor-parallel group, linked to the others by the
+    world): the call's ``autotune_pg`` and ``autotune_replicas``."""
+    tdt.init_distributed(backend="gloo")
+    world = dist.get_world_size()
+    tp = [dist.new_group([r]) for r in range(world)][dist.get_rank()]  # every rank creates every group
+    return dict(autotune_pg=tp, autotune_replicas=dist.new_group(list(range(world))))
+
+
 #: each config's time in the leaders' budget case (ms, virtual clock): config 1 is the faster; a call of config 0
 #: predicts a sample far past the budget, so the leaders' race warms config 0 up and then leaves config 1 out
 LEADERS_MS = (1e6, 5e5)
@@ -335,10 +344,7 @@ def function_budget_leaders():
     virtual clock: :data:`LEADERS_MS`): each replica measures one config, both lead, and the leaders' race warms
     config 0 up, whose predicted sample (over 1000 s) ends past the budget, so it leaves config 1 out on every
     replica. Prints the decision's states, errors, choice and cut."""
-    tdt.init_distributed(backend="gloo")
-    world = dist.get_world_size()
-    tp = [dist.new_group([r]) for r in range(world)][dist.get_rank()]  # every rank: every group
-    linked = dist.new_group(list(range(world)))
+    layout = one_rank_replicas()
 
     @tdt.autotune([{"v": v} for v in range(len(LEADERS_MS))], key_fn=lambda x: x.shape[0], name="budget_leaders",
                   budget=60, timeout=30)
@@ -349,7 +355,7 @@ def function_budget_leaders():
         return out
 
     with virtual_clock():
-        f(torch.ones(64), autotune_pg=tp, autotune_replicas=linked)
+        f(torch.ones(64), **layout)
     ((_, decision),) = f.tuner.decisions.items()
     emit(states=[o.state for o in decision.outcomes], errors=[o.error for o in decision.outcomes],
          cut=decision.cut, chosen=decision.index)
@@ -361,10 +367,7 @@ def function_replicas_noisy():
     alternate 2 ms and 3 ms (samples 50% apart: its races take least samples), on rank 1 they take 2 ms (config 0)
     and 2.5 ms (config 1) steadily. Prints the decision's statistic and its choice, and the statistic the cache file
     records (on the rank that writes it)."""
-    tdt.init_distributed(backend="gloo")
-    world, rank = dist.get_world_size(), dist.get_rank()
-    tp = [dist.new_group([r]) for r in range(world)][rank]  # every rank: every group
-    linked = dist.new_group(list(range(world)))
+    layout, rank = one_rank_replicas(), dist.get_rank()
     calls = [0, 0]
 
     @tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], name="replicas_noisy", n_warmup=1,
@@ -377,7 +380,7 @@ def function_replicas_noisy():
         return out
 
     with virtual_clock():
-        f(torch.ones(64), autotune_pg=tp, autotune_replicas=linked)
+        f(torch.ones(64), **layout)
     ((_, decision),) = f.tuner.decisions.items()
     files = [json.loads(p.read_text()) for p in f.tuner.cache.folder.rglob("*.json")] if rank == 0 else []
     emit(statistic=decision.statistic, chosen=decision.index, recorded=[d.get("statistic") for d in files])
