@@ -157,7 +157,7 @@ def test_autotune_cut_by_its_time_budget_is_provisional_and_tuned_again_by_the_n
 def test_the_time_budget_bounds_sharded_and_replica_tunings_too(tmp_path):
     """Issue 41 item 5c: ``budget=`` bounds a sharded tuning (each rank's share, on its own clock) and a tuning of
     replicas (each replica's share on its group's clock; the replicas exchange theirs and skip the leaders' race once
-    it is spent). 8 configs whose warm-up and samples take over 0.1 s each: with ``budget=0.1`` each rank measures
+    it is spent). 8 configs whose warm-up alone takes over 0.03 s each: with ``budget=0.03`` each rank measures
     its first config and leaves the rest out; the decision is cut, the same on every rank, and provisional on disk;
     the same with two replicas of two ranks (4 ranks, calls all-reducing on their replica).
     Before, neither layout applied the budget: all 8 configs measured, not cut (sharded, one process, six configs of

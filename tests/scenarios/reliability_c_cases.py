@@ -290,10 +290,10 @@ def contextual_cut():
 
 
 def budget_alone_case(name: str, replicas: bool = False, **options) -> None:
-    """``budget=0.1`` on a rank-local function of 8 configs whose calls sleep 20-27 ms (real time), measured in
+    """``budget=0.03`` on a rank-local function of 8 configs whose calls sleep 20-27 ms (real time), measured in
     one of two layouts: ``sharded=True`` (in ``options``), or two ``replicas`` (of one rank each; of two ranks, whose
-    calls all-reduce, on 4 ranks). A config's warm-up and samples take over
-    0.1 s, so the budget is spent after each rank's first config. Prints the states of the decision's outcomes,
+    calls all-reduce, on 4 ranks). A config's warm-up (its run and its probe, two calls) alone takes over 0.03 s, so
+    the budget is spent after each rank's first config, however fast the machine. Prints the states of the decision's outcomes,
     whether it was cut, the choice and the calls the job made (a cache hit makes one)."""
     tdt.init_distributed(backend="gloo")
     calls = [0]
@@ -305,7 +305,7 @@ def budget_alone_case(name: str, replicas: bool = False, **options) -> None:
         tp = groups[rank // size]
         layout = dict(autotune_pg=tp, autotune_replicas=linked[rank % size])
 
-    @tdt.autotune([{"v": v} for v in range(8)], key_fn=lambda x: x.shape[0], name=name, budget=0.1, timeout=30,
+    @tdt.autotune([{"v": v} for v in range(8)], key_fn=lambda x: x.shape[0], name=name, budget=0.03, timeout=30,
                   **options)
     def f(x, *, v):
         calls[0] += 1
