@@ -293,8 +293,8 @@ def budget_alone_case(name: str, replicas: bool = False, **options) -> None:
     """``budget=0.03`` on a rank-local function of 8 configs whose calls sleep 20-27 ms (real time), measured in
     one of two layouts: ``sharded=True`` (in ``options``), or two ``replicas`` (of one rank each; of two ranks, whose
     calls all-reduce, on 4 ranks). A config's warm-up (its run and its probe, two calls) alone takes over 0.03 s, so
-    the budget is spent after each rank's first config, however fast the machine. Prints the states of the decision's outcomes,
-    whether it was cut, the choice and the calls the job made (a cache hit makes one)."""
+    the budget is spent after each rank's first config, however fast the machine. Prints the states of the
+    decision's outcomes, whether it was cut, the choice and the calls the job made (a cache hit makes one)."""
     tdt.init_distributed(backend="gloo")
     calls = [0]
     layout, tp = {}, None
