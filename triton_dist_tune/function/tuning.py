@@ -315,8 +315,10 @@ class Tuning:
         outcomes += pruned
         if layout is not None:  # this replica's share, then the leaders on every replica
             with measuring(measurer, state):
-                return settle(layout, measurer, outcomes, todo, lambda: self._precompile(todo, measurer, len(kept)),
-                              self.todo, tuner.options.refine_top, self.label, self.timeout, len(share), timing)
+                settled = settle(layout, measurer, outcomes, todo, lambda: self._precompile(todo, measurer, len(kept)),
+                                 self.todo, tuner.options.refine_top, self.label, self.timeout, len(share), timing)
+            settled.cut = settled.cut or measurer.budget.cut  # the replicas' clock: the same on every rank
+            return settled
         with measuring(measurer, state):
             self._precompile(todo, measurer, len(kept))
             outcomes += measurer.sharded(todo) if tuner.options.sharded else measurer.lockstep(todo)

@@ -193,7 +193,7 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     top = leaders(table, refine_top)
     if budget.spent and any(o.usable for o in table):  # the first pass decides: no leaders' race (a cut)
         budget.cut = True
-        return _cut(_statistic(decision(table, top, timing, max(o.samples for o in table)), noisy))
+        return _statistic(decision(table, top, timing, max(o.samples for o in table)), noisy)
     raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top])}  # same leaders, same order everywhere
     times = {i: o.time if o.usable and o.time is not None else (o.error or o.state) for i, o in raced.items()}
     what = f"{label} leaders across replicas"
@@ -209,16 +209,15 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
         value = worst.get(outcome.index)
         if isinstance(value, str) and value != LEFT_OUT:
             outcome = replace(raced[outcome.index], state="failed", time=None, error=f"on some replica: {value}")
-        elif unreached:
+        elif unreached:  # the first pass's outcome stands
             pass
         elif value is not None:
             outcome = replace(raced[outcome.index], state="measured", time=value)
         elif outcome.state == "measured":  # beaten in the first pass: not in the final race
             outcome = replace(outcome, state="stopped")
         final.append(outcome)
-    chosen = _statistic(decision(final, top, timing, max(o.samples for o in final)),
-                        noisy if unreached else noisy_leaders)
-    return _cut(chosen) if budget.cut else chosen
+    chosen = decision(final, top, timing, max(o.samples for o in final))
+    return _statistic(chosen, noisy if unreached else noisy_leaders)
 
 
 def _noisy(measurer: Measurer) -> bool:
@@ -240,11 +239,6 @@ def _take(budget: Budget, clock: Clock) -> None:
     budget.agreed(clock[1])
     budget.cut = budget.cut or clock[0]
 
-
-def _cut(chosen: Decision) -> Decision:
-    """``chosen``, marked cut by the time budget (provisional)."""
-    chosen.cut = True
-    return chosen
 
 
 def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: int) -> Decision:
