@@ -87,6 +87,8 @@ SMEM = 227 * 1024
 #: rounds of each oracle (``--oracle-rounds``): more rounds, a more repeatable judge (its even and odd halves agree
 #: closer), at ~0.35 s per candidate and round
 ORACLE_ROUNDS = 8
+#: the report's file, written again after every shape of the tune phase (a run cut by a timeout keeps its shapes)
+OUT_FILE: Path | None = None
 
 
 def space() -> list[triton.Config]:
@@ -309,6 +311,8 @@ def phase_tune(cfgs, tunings: int, report, variants: list[str]) -> None:
         rows[str(shape)] = {who: [(x, s, found["ratios"][x], w, r) for x, s, w, r in runs]
                             for who, runs in got.items()}
         rows[str(shape)]["oracle"] = found
+        if OUT_FILE is not None:
+            OUT_FILE.write_text(json.dumps(report, indent=1, default=str))
         parts = [f"{who} {[round(found['ratios'][x], 4) for x, *_ in runs]} in "
                  f"{[round(s, 2) for _, s, *_ in runs]} s (warm-up {[round(w, 2) for *_, w, _ in runs]}, race "
                  f"{[round(r, 2) for *_, r in runs]})" for who, runs in got.items()]
@@ -377,12 +381,15 @@ def phase_contextual(cfgs, tunings: int, report) -> None:
 
 
 def main() -> None:
-    global SHAPES, ORACLE_ROUNDS
+    global SHAPES, ORACLE_ROUNDS, OUT_FILE
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--phases", default="compile,tune,contextual")
     p.add_argument("--tunings", type=int, default=3)
     p.add_argument("--shapes", default="", help="comma-separated M values (default: all 8)")
+    p.add_argument("--nk", default="8192,4096",
+                   help="N,K of every shape (default 8192,4096, the shapes the race's settings were chosen on; "
+                        "others give held-out figures)")
     p.add_argument("--oracle-rounds", type=int, default=ORACLE_ROUNDS, help="rounds of each oracle (default 8)")
     p.add_argument("--variants", default="ours,stock",
                    help="tuners of the tune phase: ours, ours_span, ours_3x130, ours_lead3, ours_w75, stock")
@@ -394,13 +401,13 @@ def main() -> None:
                     "--modes", "steady,cold", "--steady-oracle", "sustained"]
         raise SystemExit(bench_choice.main())
     ORACLE_ROUNDS = args.oracle_rounds
-    if args.shapes:
-        SHAPES = [(int(m), 8192, 4096) for m in args.shapes.split(",")]
+    n, k = (int(v) for v in args.nk.split(","))
+    SHAPES = [(int(m), n, k) for m in args.shapes.split(",")] if args.shapes else [(m, n, k) for m, _, _ in SHAPES]
     torch.manual_seed(0)
     cfgs = space()
     report: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                     "configs": len(cfgs), "oracle_rounds": ORACLE_ROUNDS}
-    out = Path(args.out)
+    out = OUT_FILE = Path(args.out)
     for phase in args.phases.split(","):
         t0 = time.perf_counter()
         variants = args.variants.split(",")
