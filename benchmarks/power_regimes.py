@@ -9,7 +9,10 @@ call, its ratio to the fastest, and the SM clock (MHz) and board power (W) read 
 - ``burst``: each config after 300 ms of idle, a 5 ms window: a figure taken after a synchronize;
 - ``interleaved``: the tuner's settled block (5 ms settling then a 10 ms span per config, every config once per
   cycle in shuffled order, 8 cycles with no synchronize): the configs share one clock;
-- ``among_heavy``: each config's 10 ms window after 20 ms of a cuBLAS 8192^3 bf16 GEMM, 8 shuffled rounds.
+- ``among_heavy``: each config's 10 ms window after 20 ms of a cuBLAS 8192^3 bf16 GEMM, 8 shuffled rounds;
+- ``mlp``: the layer a down projection (N = 4096, K = 14336) sits in: for ``--alone-ms`` each config's call follows
+  a cuBLAS up projection (M x 4096 @ 4096 x 14336) back to back, its own calls timed with device events (the last
+  half of them), 3 repeats in shuffled order: the two GEMMs share the power limit as in a model's MLP.
 
 Then one tuning by ``triton_dist_tune.autotune`` with the defaults (its cache and log folders under ``--out``'s folder,
 so the decision's table of finalists is kept).
@@ -148,6 +151,36 @@ def interleaved(calls: dict, per: dict, cycles: int, meter: Meter) -> dict:
     return {"configs": out, "mhz": mhz, "w": w}
 
 
+def mlp(calls: dict, per: dict, m: int, total_ms: float, repeats: int, meter: Meter) -> dict:
+    x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, 14336, device="cuda", dtype=torch.bfloat16)
+    up = lambda: torch.matmul(x, w)  # noqa: E731
+    pair = per_call_ms(up) + max(per.values())
+    out: dict[str, dict] = {n: {"ms": [], "mhz": [], "w": []} for n in calls}
+    rng = random.Random(7)
+    for _ in range(repeats):
+        order = list(calls)
+        rng.shuffle(order)
+        for name in order:
+            torch.cuda.synchronize()
+            marks = []
+            with meter:
+                for _ in range(max(4, int(total_ms / pair))):
+                    up()
+                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    s.record()
+                    calls[name]()
+                    e.record()
+                    marks.append((s, e))
+                torch.cuda.synchronize()
+            half = marks[len(marks) // 2:]
+            mhz, watts = meter.medians()
+            out[name]["ms"].append(sum(s.elapsed_time(e) for s, e in half) / len(half))
+            out[name]["mhz"].append(mhz)
+            out[name]["w"].append(watts)
+    return out
+
+
 def summary(times: dict[str, list[float]]) -> dict[str, float]:
     med = {n: statistics.median(v) for n, v in times.items()}
     best = min(med.values())
@@ -161,6 +194,8 @@ def main() -> None:
     p.add_argument("--configs", required=True, help="comma-separated names as bench_fidelity.py prints them")
     p.add_argument("--alone-ms", type=float, default=400)
     p.add_argument("--out", required=True)
+    p.add_argument("--regimes", default="alone,burst,interleaved,among_heavy,mlp")
+    p.add_argument("--no-tuning", action="store_true")
     args = p.parse_args()
     n, k = (int(v) for v in args.nk.split(","))
     use_triton_cache(os.environ.get("TRITON_CACHE_DIR") or f"/tmp/power_regimes_{os.getpid()}")
@@ -175,10 +210,13 @@ def main() -> None:
     meter = Meter()
     report: dict = {"shape": [args.m, n, k], "device": torch.cuda.get_device_name(), "per_call_ms": per}
     out = Path(args.out)
-    for regime, run in (("alone", lambda: alone(calls, per, args.alone_ms, 3, meter)),
-                        ("burst", lambda: burst(calls, per, 3)),
-                        ("interleaved", lambda: interleaved(calls, per, 8, meter)),
-                        ("among_heavy", lambda: {n_: {"ms": v} for n_, v in among_heavy(calls, rounds=8).items()})):
+    regimes = {"alone": lambda: alone(calls, per, args.alone_ms, 3, meter),
+               "burst": lambda: burst(calls, per, 3),
+               "interleaved": lambda: interleaved(calls, per, 8, meter),
+               "among_heavy": lambda: {n_: {"ms": v} for n_, v in among_heavy(calls, rounds=8).items()},
+               "mlp": lambda: mlp(calls, per, args.m, args.alone_ms, 3, meter)}
+    for regime in args.regimes.split(","):
+        run = regimes[regime]
         t0 = time.perf_counter()
         got = run()
         configs = got.get("configs", got)
@@ -191,6 +229,8 @@ def main() -> None:
         shared = f" [shared clock {got['mhz']} MHz, {got['w']} W]" if "mhz" in got else ""
         print(f"{args.m} {regime}{shared}: {line}", flush=True)
         out.write_text(json.dumps(report, indent=1, default=str))
+    if args.no_tuning:
+        return
     choice, seconds, warm, race = ours_tuning(kernel, space(), (args.m, n, k), f"regimes_{args.m}")
     report["tuning"] = {"choice": choice, "seconds": seconds, "warm_s": warm, "race_s": race}
     print(f"{args.m} tuning: {choice} in {seconds:.2f} s", flush=True)
