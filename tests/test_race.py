@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import statistics
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness import HERE, run_cases, tuner_env
+from harness import HERE, run_cases, tune_alone, tuner_env
 
 from triton_dist_tune.function.options import TuneOptions
 from triton_dist_tune.measure import breakdown
@@ -727,6 +729,50 @@ def test_under_heavy_one_sided_noise_the_race_ranks_by_the_least_of_its_samples(
     race = _race_with(quiet, RacePlan(max_rounds=8, min_rounds=8, seed="q"))
     assert race.location() is median
     assert race.winner() == 0
+
+
+#: a tuning in one process whose race turns noisy late (``late``) or quiet late (``early``), in cold timing (a sample
+#: is one call, no settled rounds): config 2 is three times slower, its two samples 10% apart, and leaves the race
+#: after its second; the others' samples are steady in the first two rounds and wait 1 to 4 times their time from
+#: the third on (``late``), or config 1's first sample waits 1.5 times its time and nothing else does (``early``)
+TURNING_RACE = '''
+import sys, time, torch, triton_dist_tune as tdt
+calls = {0: 0, 1: 0, 2: 0}
+WAITS = [1.0, 3.0, 1.4, 4.0, 1.1, 2.6, 1.0, 3.4]
+
+@tdt.autotune([{"v": v} for v in range(3)], key_fn=lambda x: x.numel(), timing="cold", n_warmup=1, n_repeat=8)
+def turning(x, *, v):
+    calls[v] += 1
+    n = calls[v] - 2  # the race's sample: 0, 1, ... (after one warm-up run)
+    if v == 2:
+        ms = 120 * (1.0 if n % 2 == 0 else 1.1)
+    elif "TURN" == "late":
+        ms = 40 * (WAITS[n % len(WAITS)] if n >= 2 else 1.0)
+    else:
+        ms = 40 * (1.5 if n == 0 and v == 1 else 1.0)
+    time.sleep(ms / 1000)
+    return x
+
+turning(torch.ones(4))
+'''
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("turn", ["late", "early"])
+def test_every_time_of_a_decision_is_of_the_statistic_it_records_when_the_race_turns_noisy_or_quiet(tmp_path, turn):
+    """A config that left the race took its time when it left, of the race's statistic then (Race.location): in a
+    race that turned noisy after it left, the decision said "least" and its time was its median (126 ms of samples
+    120 and 132), and in one that turned quiet, "median" and its least sample (120). Now every config's time is
+    taken again at the race's end: every time in the decision is of the statistic it records."""
+    cache, _ = tune_alone(tmp_path, TURNING_RACE.replace("TURN", turn))
+    (path,) = cache.glob("*/*.json")
+    data = json.loads(path.read_text())
+    assert data["statistic"] == ("least" if turn == "late" else "median"), data
+    of = min if data["statistic"] == "least" else statistics.median  # cold timing: no settled samples
+    stopped = [o for o in data["measurements"] if o["state"] == "stopped"]
+    assert 2 in [o["index"] for o in stopped], data["measurements"]
+    for o in data["measurements"]:
+        assert o["time"] == of(o["round_times"]), (data["statistic"], o)
 
 
 def test_heavy_noise_adds_no_near_tie_blocks_that_cannot_settle_it():

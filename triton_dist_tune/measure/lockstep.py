@@ -320,8 +320,14 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
                     outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
         self.watch.leave()
         self.budget.cut = self.budget.cut or race.cut
-        for index in race.running:
-            outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
+        # every config's time of the race's final statistic (Race.location): one that left the race took the
+        # statistic of then, and the samples may have turned noisy since (or quiet); a near-tie block's leavers too
+        for index, entrant in sorted(race.entrants.items()):
+            if entrant.state == "failed" or not entrant.timed():
+                continue
+            outcome = race.outcome(index, entries[index][1], self._own)
+            if entrant.state == "running" or index not in outcomes or outcomes[index].time != outcome.time:
+                outcomes[index] = self._final(outcome)
         if screen:
             outcomes.update(self.probed_outcomes(far, todo, per_call, [outcomes[i] for i in entries]))
         if self.graphs is not None:
