@@ -325,6 +325,33 @@ def test_schedule_races_and_drops_clearly_slower_configs_early():
     assert [r["state"] for r in report.table(track)] == ["measured", "stopped", "stopped"]
 
 
+@pytest.mark.parametrize("turn", ["late", "early"])
+def test_schedule_times_are_all_of_the_statistic_the_track_records_when_its_race_turns(turn):
+    """Config 2 (three times slower, samples 120 and 132) leaves after two rounds, then the race turns noisy
+    (``late``: the others' samples wait 1 to 4 times their time) or quiet (``early``: config 1's first sample
+    waited 1.5 times). Its time was taken when it left, of the statistic then: its median under a track that
+    records "least", its least sample under one that records "median". Now every time is taken at the race's end."""
+    from statistics import median as median_of
+
+    track = make_track(configs=3, n_warmup=0, n_repeat=8)
+    waits, given = [1.0, 3.0, 1.4, 4.0, 1.1, 2.6, 1.0, 3.4], {0: [], 1: [], 2: []}
+    while not track.done:
+        index = track.current()
+        n = len(given[index])
+        if index == 2:
+            ms = 120 * (1.0 if n % 2 == 0 else 1.1)
+        elif turn == "late":
+            ms = 40 * (waits[n % len(waits)] if n >= 2 else 1.0)
+        else:
+            ms = 40 * (1.5 if n == 0 and index == 1 else 1.0)
+        given[index].append(ms)
+        track.advance({r: [(index, ms, None)] for r in range(2)})
+    assert track.statistic == ("least" if turn == "late" else "median") and len(given[2]) == 2
+    assert track.times[2] == (min if turn == "late" else median_of)(given[2]), (track.times, given)
+    if turn == "late":
+        assert track.times == {i: min(given[i]) for i in range(3)}, (track.times, given)
+
+
 def test_schedule_close_contenders_race_closing_rounds():
     track = make_track(configs=4, n_warmup=0, n_repeat=3)
     screening = {0: 1.0, 1: 1.004, 2: 1.006, 3: 3.0}  # 1 and 2 within 1% of 0; 3 is 3x slower

@@ -247,8 +247,7 @@ class Track:
 
     def _next_stage(self) -> None:
         """A screening stage of the search is over: the next stage's configs, or the finalists' race."""
-        for index in self.race.running if self.race is not None else []:
-            self._take(index)
+        self._take_all()
         history: dict[int, float | None] = {i: None for i in self.failed}
         history.update(self.times)
         batch = self.stages.next(history)
@@ -288,13 +287,20 @@ class Track:
         self.spreads[index] = float(outcome.spread or 0.0)
         self.per_rank[index] = {r: float(t) for r, t in zip(self.holders, outcome.per_rank or [], strict=False)}
 
+    def _take_all(self) -> None:
+        """Take every raced config's outcome (running or stopped, with samples) at the race's end: each of the
+        race's final statistic (a config that left the race took the one of then; the samples can turn noisy, or
+        quiet, since)."""
+        race = self.race
+        for index, entrant in sorted(race.entrants.items()) if race is not None else ():
+            if entrant.state != "failed" and entrant.timed() and index not in self.resumed:
+                self._take(index)
+
     def _conclude(self) -> None:
         """The race is over: take every outcome and choose."""
         race = self.race
         winner = race.winner() if race is not None else None
-        if race is not None:
-            for index in race.running:
-                self._take(index)
+        self._take_all()
         candidates = {i: t for i, t in self.times.items()
                       if i == winner or (i in self.resumed and self.stages.search is None)}
         if candidates:
@@ -323,10 +329,7 @@ class Track:
         usable one. The choice is provisional (:attr:`cut`): the disk cache records it as such, and later jobs
         tune the key again instead of serving it."""
         self.cut = True
-        if self.race is not None:
-            for index in self.race.running:
-                if self.race.entrants[index].timed():
-                    self._take(index)
+        self._take_all()
         for index, ms in self.screened.items():
             if index not in self.times and index not in self.failed:
                 self.times[index] = ms
