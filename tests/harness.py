@@ -85,16 +85,18 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def tune_alone(tmp_path: Path, script: str, timeout: float = 200) -> tuple[Path, dict[str, str]]:
+def tune_alone(tmp_path: Path, script: str, timeout: float = 200, **extra: str) -> tuple[Path, dict[str, str]]:
     """Run ``script`` as one process (no rank variables; Triton's interpreter) with its own cache and logs under
-    ``tmp_path``; returns the cache folder and the environment it ran in (to read the cache with the CLI)."""
-    env = base_env(tuner_env(tmp_path))
+    ``tmp_path`` (``extra``: more variables); returns the cache folder and the environment it ran in (to read the
+    cache with the CLI). Its stderr (the tuner's console summaries) is kept in ``tmp_path / "tune_alone.err"``."""
+    env = base_env(tuner_env(tmp_path, **extra))
     env.pop("RANK", None), env.pop("WORLD_SIZE", None)
     path = tmp_path / "tune_alone.py"
     path.write_text(script)
     done = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
+    (tmp_path / "tune_alone.err").write_text(done.stderr)
     return Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]), env
 
 

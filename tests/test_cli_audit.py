@@ -96,10 +96,27 @@ def test_a_noisy_race_records_least_samples_and_show_and_plot_say_so(tmp_path, s
     'median over samples'). Now the decision records ``statistic: least`` (through the tuner's own writer, of
     ``autotune`` and of ``contextual_autotune``), ``show`` heads the column 'least ms' and says why, ``--json``
     carries it, and the plot's axis says 'least'. A file without the field (every file written before) reads as
-    medians, as it was."""
-    cache, _ = tune_alone(tmp_path, script)
+    medians, as it was.
+
+    The tuner's console summary headed its table "group ms" and ``list`` said nothing: now the summary heads it
+    "group least ms" (each rank's own time: "rank median ms") with the note under it (the rank log's decision line
+    says it too), and ``list`` marks the decision's time ``*`` and says once what that means (a decision of medians
+    unmarked)."""
+    cache, _ = tune_alone(tmp_path, script, TRITON_PRINT_AUTOTUNING="1")
     (path,) = cache.glob("*/*.json")
     assert json.loads(path.read_text())["statistic"] == "least", path.read_text()[:2000]
+    summary = (tmp_path / "tune_alone.err").read_text()
+    assert "group least ms" in summary and "rank median ms" in summary and "group ms" not in summary, summary
+    assert "each config's time is its least sample, not its median: the race's samples were noisy" in summary
+    logged = "".join(p.read_text() for p in (tmp_path / "logs").rglob("*.log"))  # the rank log's decision too
+    assert "decision" in logged and "its least sample, not its median" in logged, logged[-2000:]
+    quiet = decision(cache, "quiet")  # medians: no mark
+    listed = cli("list", "--cache-dir", cache)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines() if line.startswith("  ")}
+    assert f" {json.loads(path.read_text())['time_ms']:.4f}* " in rows[path.stem[:8]], listed.stdout
+    assert "*" not in rows[quiet.stem[:8]], listed.stdout
+    assert listed.stdout.count("* after ms: each config's time is its least sample, not its median") == 1
     shown = cli("show", path, "--cache-dir", cache)
     assert shown.returncode == 0, shown.stderr
     assert heading(shown.stdout)[:2] == ["#", "least ms"] and "per rank median ms" in heading(shown.stdout)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..disk import decisions as dec
 from ..disk import logs, timeline
-from ..disk.logs import ms_text, text_table
+from ..disk.logs import LEAST_NOTE, ms_text, text_table, time_heading
 from ..faults.unfinished import find_unfinished, unfinished
 from ..records import LEAST
 from . import bundles, campaign, journals, vllm_export
@@ -42,8 +42,9 @@ from .common import (
 
 #: the widest line ``list`` prints
 LIST_WIDTH = 120
-#: what ``show`` says of a decision whose times are least samples (its table's time column is headed "least ms")
-LEAST_NOTE = "each config's time is its least sample, not its median: the race's samples were noisy"
+#: what the mark after a time in ``list`` means (its decision's times are least samples: :data:`~..disk.logs.
+#: LEAST_NOTE`, which ``show`` says, heading its time column "least ms")
+LEAST_MARK = "*"
 #: what the mark before a margin means, said under any table that shows it
 NEAR_TIE_NOTE = ("~ before a margin: the runner-up is within the measured noise (a near tie: either config is about "
                  "as fast)")
@@ -97,8 +98,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         if e.path in replaced:
             old.append(f"{about}: SUPERSEDED {superseded_text(e, replaced[e.path])}")
         state = "SUPERSEDED" if e.path in replaced else "current" if versions == "current" else "STALE"
-        rows.append([e.path.stem[:8], e.key, e.config, ms_text(e.time_ms), ("~" if e.near_tie else "") + _pct(e.margin),
-                     str(e.group_size or "-"), _clip(gpu, 12), state, dec.age_text(wall - e.created)])
+        rows.append([e.path.stem[:8], e.key, e.config, ms_text(e.time_ms) + _least_mark(e),
+                     ("~" if e.near_tie else "") + _pct(e.margin), str(e.group_size or "-"), _clip(gpu, 12), state,
+                     dec.age_text(wall - e.created)])
     widths = _fit(rows, header, (1, 2), LIST_WIDTH)
 
     def line(cells: list[str]) -> str:
@@ -119,9 +121,16 @@ def cmd_list(args: argparse.Namespace) -> int:
               "'clear --superseded' removes them")
     if any(e.near_tie for e in entries):
         print(NEAR_TIE_NOTE)
+    if any(_least_mark(e) for e in entries):
+        print(f"{LEAST_MARK} after ms: {LEAST_NOTE}")
     for text in journals.list_lines(cut_short, LIST_WIDTH):
         print(text)
     return status
+
+
+def _least_mark(entry: dec.Entry) -> str:
+    """:data:`LEAST_MARK` after ``list``'s time of a decision whose times are least samples, else nothing."""
+    return LEAST_MARK if entry.statistic == LEAST else ""
 
 
 def _outcome_rows(entry: dec.Entry) -> list[list[str]]:
@@ -210,7 +219,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     print("\n".join(f"{k.rjust(width)}: {v}" for k, v in facts))
     print()
     per_rank = "per rank median ms" if entry.statistic == LEAST else "per rank ms"  # each rank's own: its median
-    print(text_table(["", "#", f"{entry.statistic} ms", "spread", per_rank, "samples", "state", "config"],
+    print(text_table(["", "#", time_heading(entry.statistic), "spread", per_rank, "samples", "state", "config"],
                      _outcome_rows(entry)))
     failures = [o for o in entry.measurements if o.error]
     if failures:

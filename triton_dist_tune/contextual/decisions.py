@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from ..disk import logs
+from ..records import LEAST
 from . import intercept, report
 from .schedule import Track
 from .state import CallState
@@ -29,9 +30,10 @@ def record_decision(session: CallState, track: Track) -> None:
     session.tuner.decisions[tid] = {"index": track.best, "config": track.descriptions[track.best],
                                     "how": track.how, "time_ms": ms, "runs": track.runs, "table": report.table(track),
                                     "cut": track.cut}
-    session.log.info("%s decision %s config=%d group_ms=%s how=%s after %d run(s) | %s%s", session.label,
+    session.log.info("%s decision %s config=%d group_ms=%s how=%s after %d run(s) | %s%s%s", session.label,
                      track.label, track.best, "-" if ms is None else f"{ms:.4f}", track.how, track.runs,
-                     track.descriptions[track.best], f"; table: {report.table(track)}" if track.runs else "")
+                     track.descriptions[track.best], f"; table: {report.table(track)}" if track.runs else "",
+                     f"; {logs.LEAST_NOTE}" if track.runs and track.statistic == LEAST else "")
     if track.how in ("disk cache", "only config"):
         if track.how == "disk cache" and session.group.rank == 0 and logs.printing_enabled(None):
             logs.print_cache_hit(track.name, track.key_text, session.group, track.names[track.best],
@@ -87,4 +89,4 @@ def _print_summary(session: CallState, track: Track, written: Path | str) -> Non
         "'%s' (%d run(s) of %s),\nbest config selected: %s;\n%s\ncache file: %s\nlogs: %s", track.name,
         track.key_text, time.monotonic() - session.started, session.group.size, logs.group_title(session.group),
         track.runs, session.tuner.options.name, track.names[track.best],
-        logs.format_table(report.outcomes(track), track.best), written, logs.logs_text())
+        logs.format_table(report.outcomes(track), track.best, track.statistic), written, logs.logs_text())

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings
-from ..records import Decision, Outcome
+from ..records import LEAST, MEDIAN, Decision, Outcome
 from .identity import global_rank as global_rank
 from .identity import job_name as job_name
 from .rotation import LOCK_WAIT_S as LOCK_WAIT_S
@@ -254,9 +254,24 @@ def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
                      for row in (header, *rows))
 
 
-def format_table(outcomes: Sequence[Outcome], chosen: int | None) -> str:
-    """A text table of outcomes: index, group median, spread, this rank's median, samples, state, config."""
-    header = f"{'':2}{'#':>4}  {'group ms':>10}  {'spread':>7}  {'rank ms':>10}  {'n':>3}  {'status':<9} config"
+#: what a decision's table says under it when its times are least samples (the tuner's summary, ``show``, ``list``)
+LEAST_NOTE = "each config's time is its least sample, not its median: the race's samples were noisy"
+
+
+def time_heading(statistic: str) -> str:
+    """The heading of a table's time column: ``median ms``, or ``least ms`` for a decision whose times are least
+    samples (:data:`~triton_dist_tune.records.LEAST`; said under the table by :data:`LEAST_NOTE`)."""
+    return f"{LEAST if statistic == LEAST else MEDIAN} ms"
+
+
+def format_table(outcomes: Sequence[Outcome], chosen: int | None, statistic: str = MEDIAN) -> str:
+    """A text table of outcomes: index, group time (its median, or its least sample where ``statistic`` says so:
+    then headed "group least ms", and :data:`LEAST_NOTE` under the table), spread, this rank's median, samples,
+    state, config."""
+    least = statistic == LEAST
+    group, rank = (f"group {time_heading(LEAST)}", "rank median ms") if least else ("group ms", "rank ms")
+    width = max(10, len(group), len(rank))
+    header = f"{'':2}{'#':>4}  {group:>{width}}  {'spread':>7}  {rank:>{width}}  {'n':>3}  {'status':<9} config"
     lines = [header]
     for o in outcomes:
         mark = "->" if o.index == chosen else ""
@@ -264,12 +279,12 @@ def format_table(outcomes: Sequence[Outcome], chosen: int | None) -> str:
         status = "ok" if o.state == "measured" else o.state
         if o.resumed:
             status += "*"
-        text = (f"{mark:2}{o.index:>4}  {ms_text(o.time):>10}  {spread:>7}  {ms_text(o.own):>10}  {o.samples:>3}  "
-                f"{status:<9} {o.config}")
+        text = (f"{mark:2}{o.index:>4}  {ms_text(o.time):>{width}}  {spread:>7}  {ms_text(o.own):>{width}}  "
+                f"{o.samples:>3}  {status:<9} {o.config}")
         if o.error:
             text += f"  [{o.error}]"
         lines.append(text)
-    return "\n".join(lines)
+    return "\n".join(lines + ([LEAST_NOTE] if least else []))
 
 
 def faster_text(margin: float, runner_up: Any) -> str:
@@ -310,8 +325,8 @@ def print_summary(name: str, key_text: str, group: Any, decision: Decision, cach
         "Triton autotuning for function %s,\nwith key as %s,\nfinished after %.2fs on %d rank(s) of group '%s' "
         "(%s timing, %s, %d round(s)),%s%s%s\nbest config selected: %s%s;\n%s\ncache file: %s\nlogs: %s", name,
         key_text, decision.seconds, group.size, group_title(group), decision.timing, how, decision.rounds, search,
-        spent, cut, decision.config, margin_text(decision), format_table(shown, decision.index), cache_file,
-        logs_text())
+        spent, cut, decision.config, margin_text(decision), format_table(shown, decision.index, decision.statistic),
+        cache_file, logs_text())
 
 
 def print_cache_hit(name: str, key_text: str, group: Any, chosen: str, cache_file: Path) -> None:

@@ -15,7 +15,7 @@ from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
 from ..measure.noise import statistic
 from ..measure.race import Race
-from ..records import MEDIAN, Decision, Outcome, recorded_statistic
+from ..records import LEAST, MEDIAN, Decision, Outcome, recorded_statistic
 from ..stats import near_tie as near_tie_within
 
 log = logging.getLogger("triton_dist_tune")
@@ -140,12 +140,12 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
     decision.search = agreed if isinstance(agreed, str) else ""
     if decision.search:
         logs.rank_log().info("%s %s", label, decision.search)
-    logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s; timed %s%s%s", label, decision.index,
+    logs.rank_log().info("%s decision: config %d (%s), group time %.4f ms%s; timed %s%s%s%s", label, decision.index,
                          decision.config, decision.time, logs.margin_text(decision),
                          "on the device (CUDA graph replays)" if decision.clock == "graph" else "eagerly",
                          f"; {decision.search}" if decision.search else "",
                          "; cut short by the time budget: provisional (a later job tunes it again)"
-                         if decision.cut else "")
+                         if decision.cut else "", f"; {logs.LEAST_NOTE}" if decision.statistic == LEAST else "")
 
 
 def warn_if_another_group_chose_otherwise(path: Path, name: str, key_text: str, group: Group,
