@@ -11,8 +11,9 @@ call, its ratio to the fastest, and the SM clock (MHz) and board power (W) read 
   cycle in shuffled order, 8 cycles with no synchronize): the configs share one clock;
 - ``among_heavy``: each config's 10 ms window after 20 ms of a cuBLAS 8192^3 bf16 GEMM, 8 shuffled rounds;
 - ``mlp``: the layer a down projection (N = 4096, K = 14336) sits in: for ``--alone-ms`` each config's call follows
-  a cuBLAS up projection (M x 4096 @ 4096 x 14336) back to back, its own calls timed with device events (the last
-  half of them), 3 repeats in shuffled order: the two GEMMs share the power limit as in a model's MLP.
+  a cuBLAS up projection (M x 4096 @ 4096 x 14336) back to back; its ratio is of the pair's time (the last half of
+  the pairs, device events; the config's own share is kept as ``own_ms``), 3 repeats in shuffled order: the two
+  GEMMs share the power limit as in a model's MLP, and a config that draws more power slows the up projection too.
 
 Then one tuning by ``triton_dist_tune.autotune`` with the defaults (its cache and log folders under ``--out``'s folder,
 so the decision's table of finalists is kept).
@@ -166,16 +167,18 @@ def mlp(calls: dict, per: dict, m: int, total_ms: float, repeats: int, meter: Me
             marks = []
             with meter:
                 for _ in range(max(4, int(total_ms / pair))):
+                    first, own, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+                    first.record()
                     up()
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record()
+                    own.record()
                     calls[name]()
-                    e.record()
-                    marks.append((s, e))
+                    end.record()
+                    marks.append((first, own, end))
                 torch.cuda.synchronize()
             half = marks[len(marks) // 2:]
             mhz, watts = meter.medians()
-            out[name]["ms"].append(sum(s.elapsed_time(e) for s, e in half) / len(half))
+            out[name]["ms"].append(sum(f.elapsed_time(e) for f, _, e in half) / len(half))
+            out[name].setdefault("own_ms", []).append(sum(o.elapsed_time(e) for _, o, e in half) / len(half))
             out[name]["mhz"].append(mhz)
             out[name]["w"].append(watts)
     return out
