@@ -231,6 +231,9 @@ def main() -> None:
                          for n_, r in sorted(report[regime]["ratios"].items(), key=lambda kv: kv[1]))
         shared = f" [shared clock {got['mhz']} MHz, {got['w']} W]" if "mhz" in got else ""
         print(f"{args.m} {regime}{shared}: {line}", flush=True)
+        if all("own_ms" in v for v in configs.values()):
+            report[regime]["own_ratios"] = summary({n_: v["own_ms"] for n_, v in configs.items()})
+            print(f"{args.m} {regime}, the config's own share: {report[regime]['own_ratios']}", flush=True)
         out.write_text(json.dumps(report, indent=1, default=str))
     if args.no_tuning:
         return
