@@ -12,7 +12,7 @@ group in lock-step (see :mod:`triton_dist_tune.contextual.session` for the proto
     @contextual_autotune(is_dist=True)
     def layer(x):
         y = torch.empty(...)
-        dist.all_gather_single(...)
+        dist.all_gather_single(...)  # torch 2.13+; or dist.all_gather_into_tensor before
         gemm_kernel[grid](...)
         return y
 
