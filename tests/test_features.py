@@ -500,13 +500,30 @@ def test_sharded_tuning_agrees_in_a_fraction_of_the_time(env, n):
 
 
 @pytest.mark.timeout(120)
+def test_tritons_version_key_is_found_where_triton_3_2_to_3_4_define_it(monkeypatch):
+    """Triton 3.2 to 3.4 define ``triton_key`` in ``triton.compiler.compiler`` (3.6 in ``triton.runtime.cache``):
+    there too the compile pool computes it once and hands it to its workers, which key their compiles with it
+    (before: looked up in ``triton.runtime.cache`` only, so with those versions no key was computed ahead, and every
+    compile thread and worker computed its own). Such a Triton is made here by moving the function."""
+    import triton.compiler.compiler
+    import triton.runtime.cache
+
+    from triton_dist_tune.measure import compile_worker
+    from triton_dist_tune.measure.compile_workers import triton_version_key
+
+    monkeypatch.delattr(triton.runtime.cache, "triton_key", raising=False)
+    monkeypatch.setattr(triton.compiler.compiler, "triton_key", lambda: "the key of an older triton", raising=False)
+    assert compile_worker.triton_key_module() is triton.compiler.compiler
+    assert triton_version_key() == "the key of an older triton"
+
+
 def test_compile_threads_compute_tritons_version_key_once(monkeypatch):
     """Every compile needs Triton's version key (a hash of its C library); compile threads that all start before it is
     cached must not each compute it (measured on a 16-CPU H100 host: ~22 s of the compile threads' time)."""
-    from triton.runtime.cache import triton_key
-
+    from triton_dist_tune.measure.compile_worker import triton_key_module
     from triton_dist_tune.measure.precompile import start_pool
 
+    triton_key = triton_key_module().triton_key
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     triton_key.cache_clear()
     compiles = start_pool(4, timeout=60)

@@ -42,6 +42,20 @@ def kernel(module: str, qualname: str) -> Any:
     raise LookupError(f"{module}.{qualname} is not a @triton.jit kernel")
 
 
+def triton_key_module() -> Any | None:
+    """The module that defines Triton's version key function ``triton_key`` and calls it to key each compile:
+    ``triton.runtime.cache`` (Triton 3.6 and newer), ``triton.compiler.compiler`` (Triton 3.2 to 3.4); None for a
+    Triton without it."""
+    for name in ("triton.runtime.cache", "triton.compiler.compiler"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if callable(getattr(module, "triton_key", None)):
+            return module
+    return None
+
+
 def compile_one(task: tuple) -> None:
     """Compile one task's kernel into Triton's cache."""
     import triton
@@ -49,10 +63,9 @@ def compile_one(task: tuple) -> None:
 
     path, triton_env, version_key, module, qualname, signature, constexprs, attrs, target, options = task
     sys.path.extend(p for p in path if p not in sys.path)
-    if version_key is not None:
-        import triton.runtime.cache
-
-        triton.runtime.cache.triton_key = lambda: version_key
+    holder = triton_key_module() if version_key is not None else None
+    if holder is not None:
+        holder.triton_key = lambda: version_key
     for name in [k for k in os.environ if k.startswith("TRITON_") and k not in triton_env]:
         del os.environ[name]
     os.environ.update(triton_env)

@@ -44,7 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .compile_worker import NICENESS, SPECULATIVE_NICENESS
+from .compile_worker import NICENESS, SPECULATIVE_NICENESS, triton_key_module
 from .forked_worker import fork_refusal
 from .priority import niceness as current_niceness
 from .priority import set_niceness
@@ -407,11 +407,8 @@ def triton_version_key() -> str | None:
     Triton); None for a Triton without one. The compile pool computes it first
     (:func:`~triton_dist_tune.measure.precompile.version_key`), and every task carries it to the workers: each
     would otherwise spend about a second of CPU on it."""
-    try:
-        from triton.runtime.cache import triton_key
-    except ImportError:
-        return None
-    return triton_key()
+    holder = triton_key_module()
+    return None if holder is None else holder.triton_key()
 
 
 def _install() -> None:
