@@ -8,7 +8,8 @@ call, its ratio to the fastest, and the SM clock (MHz) and board power (W) read 
   events, 3 repeats in shuffled order: the sustained oracle's regime, the config at its own power limit;
 - ``burst``: each config after 300 ms of idle, a 5 ms window: a figure taken after a synchronize;
 - ``interleaved``: the tuner's settled block (5 ms settling then a 10 ms span per config, every config once per
-  cycle in shuffled order, 8 cycles with no synchronize): the configs share one clock;
+  cycle in shuffled order, 8 cycles with no synchronize): the configs share one clock; ``interleavedS``: the same
+  with S ms of settling and 5 ms spans, 6 cycles (how long a config must run for the power limiter to follow it);
 - ``among_heavy``: each config's 10 ms window after 20 ms of a cuBLAS 8192^3 bf16 GEMM, 8 shuffled rounds;
 - ``mlp``: the layer a down projection (N = 4096, K = 14336) sits in: for ``--alone-ms`` each config's call follows
   a cuBLAS up projection (M x 4096 @ 4096 x 14336) back to back; its ratio is of the pair's time (the last half of
@@ -127,7 +128,7 @@ def burst(calls: dict, per: dict, repeats: int) -> dict:
     return out
 
 
-def interleaved(calls: dict, per: dict, cycles: int, meter: Meter) -> dict:
+def interleaved(calls: dict, per: dict, cycles: int, meter: Meter, settle_ms: float = 5, span_ms: float = 10) -> dict:
     out: dict[str, dict] = {n: {"ms": []} for n in calls}
     rng = random.Random(5)
     marks = []
@@ -137,9 +138,9 @@ def interleaved(calls: dict, per: dict, cycles: int, meter: Meter) -> dict:
             order = list(calls)
             rng.shuffle(order)
             for name in order:
-                run_for(calls[name], 5, per[name])
+                run_for(calls[name], settle_ms, per[name])
                 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                n = max(1, int(10 / per[name]))
+                n = max(1, int(span_ms / per[name]))
                 s.record()
                 for _ in range(n):
                     calls[name]()
@@ -219,7 +220,9 @@ def main() -> None:
                "among_heavy": lambda: {n_: {"ms": v} for n_, v in among_heavy(calls, rounds=8).items()},
                "mlp": lambda: mlp(calls, per, args.m, args.alone_ms, 3, meter)}
     for regime in args.regimes.split(","):
-        run = regimes[regime]
+        settle = regime.removeprefix("interleaved")
+        run = regimes[regime] if regime in regimes else (  # interleavedS: S ms of settling, 5 ms spans, 6 cycles
+            lambda s_=float(settle): interleaved(calls, per, 6, meter, settle_ms=s_, span_ms=5))
         t0 = time.perf_counter()
         got = run()
         configs = got.get("configs", got)
