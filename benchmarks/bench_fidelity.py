@@ -242,7 +242,8 @@ VARIANTS = {"ours_3x130": three_long_rounds,
             "ours_lead3": lambda: patched("triton_dist_tune.function.options", "SETTLED_LEADERS_FAST", 0),
             "ours_w75": lambda: patched("triton_dist_tune.measure.timing", "QUEUED_WEIGHT", 0.75),
             "ours_fast25": lambda: patched("triton_dist_tune.function.options", "FAST_LEADER_MS", 0.25),
-            "ours_span30": lambda: patched("triton_dist_tune.measure.timing", "SETTLED_SPAN_MS", 30.0)}
+            "ours_span30": lambda: patched("triton_dist_tune.measure.timing", "SETTLED_SPAN_MS", 30.0),
+            "ours_settle5": lambda: patched("triton_dist_tune.measure.timing", "POWER_SETTLE_ABOVE_MS", float("inf"))}
 
 
 def stock_tuning(kernel, cfgs, shape) -> tuple[str, float]:

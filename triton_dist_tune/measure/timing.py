@@ -26,7 +26,10 @@ A **sample** is one timed span of calls, reported in ms per call:
   giving every leader one sample (in an order shuffled afresh each cycle), with no synchronize anywhere inside the
   block. On a device at its power limit the SM clock swings over several hundred milliseconds; interleaving the
   leaders' short samples across the whole block spreads that swing, and the lending of clocks between
-  neighbours, over all of them alike, where one long sample per leader would catch each in its own phase.
+  neighbours, over all of them alike, where one long sample per leader would catch each in its own phase. But
+  that lending also hides what a heavy config's own power costs (the clock it would hold among the layers around
+  it), so a settled sample of a heavy config (:data:`POWER_SETTLE_ABOVE_MS` per call or more) settles
+  :data:`POWER_SETTLE_MS` first, long enough for the limiter to follow that config.
   The durations below were measured on an H100 (the settling probe, ``benchmarks/HISTORY.md``): from idle, a bf16
   GEMM at its power limit keeps its burst speed for 20-50 ms and reaches its sustained speed within 50-100 ms; a light
   config after a heavy one reaches its own sustained speed within 2 ms when the device stays busy; the limiter
@@ -69,6 +72,14 @@ GRAPH_SCREEN_SETTLE_MS = 3.0
 #: a sample of the settled block: the device is already busy (a config reaches its own sustained speed within
 #: 2 ms after another), so a short settling, then a span long enough to time a host-bound config as such
 SETTLED_SETTLE_MS, SETTLED_SPAN_MS = 5.0, 10.0
+#: the settling of a settled sample of a config of :data:`POWER_SETTLE_ABOVE_MS` or more per call (a heavy kernel,
+#: which can hold the device at its power limit), so that the limiter follows that config's own power: one H200 at
+#: its 700 W limit, bench_fidelity.py's GEMMs at N = 4096, K = 14336, M = 8192 and 16384 (1.3-3.1 ms calls,
+#: ``benchmarks/power_regimes.py``, ``results/session_h200_45``): interleaved samples that settled 5 or 10 ms read
+#: 64x256 tiles within 0-2.5% of 128x256 ones (the clock the leaders shared), 20 ms 3-10% behind, 40-80 ms 7-16%
+#: behind, as alone (8-11%); in an MLP (each call after a cuBLAS up projection) they cost 4-8% more per pair. With
+#: 5 ms the tunings chose the 64x256 tiles in 6 of 8 tunings. Chosen on these two shapes (training figures)
+POWER_SETTLE_MS, POWER_SETTLE_ABOVE_MS = 20.0, 0.5
 #: the span of a settled sample replayed from a CUDA graph: a replay is never host-bound, so the span need not be
 #: long enough to time one as such
 GRAPH_SETTLED_SPAN_MS = 5.0
@@ -163,7 +174,8 @@ def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, bat
                  ranks: int = 1, graph: bool = False) -> Steady:
     """The calls of a steady sample of a config taking ``per_call_ms``: a screening or a ``settled`` one, settling
     longer when ``first`` in its round (or settled block) after the device may have idled (:func:`may_have_idled`),
-    a screening one shorter when its calls are long (:data:`LONG_CALL_SETTLE_MS`); ``batch`` fixes the timed calls.
+    a screening one shorter when its calls are long (:data:`LONG_CALL_SETTLE_MS`), a settled one longer
+    (:data:`POWER_SETTLE_MS`: the power limiter follows the config); ``batch`` fixes the timed calls.
     ``host``: by the host clock's rules (no power state to settle: the settling is one call, and none for a screening
     sample that is not its round's first, whose ranks the previous call's collective has just aligned; no queued
     calls). ``ranks``: the group's size; over one, a fast config's sample is its queued calls alone
@@ -173,6 +185,8 @@ def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, bat
     rank makes the same calls."""
     if settled:
         settle, span = SETTLED_SETTLE_MS, GRAPH_SETTLED_SPAN_MS if graph else SETTLED_SPAN_MS
+        if not host and per_call_ms >= POWER_SETTLE_ABOVE_MS:
+            settle = POWER_SETTLE_MS
     else:
         settle, span = (GRAPH_SCREEN_SETTLE_MS, GRAPH_SCREEN_SPAN_MS) if graph else (SCREEN_SETTLE_MS, SCREEN_SPAN_MS)
         if not host and per_call_ms >= PROBE_ONE_CALL_MS:
