@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 from harness import HERE, run_cases, tune_alone, tuner_env
 
+from triton_dist_tune.function.decide import decide
 from triton_dist_tune.function.options import TuneOptions
 from triton_dist_tune.measure import breakdown
 from triton_dist_tune.measure.breakdown import Stopwatch
 from triton_dist_tune.measure.budget import Budget
 from triton_dist_tune.measure.clocks import HostClock
 from triton_dist_tune.measure.levels import placement_level, slower_level
+from triton_dist_tune.measure.noise import central
 from triton_dist_tune.measure.race import TIE_LEADERS, Race, RacePlan, levels_note
 from triton_dist_tune.measure.timing import (
     MAX_CALLS,
@@ -29,6 +31,7 @@ from triton_dist_tune.measure.timing import (
     steady_calls,
     steady_span,
 )
+from triton_dist_tune.records import Outcome
 from triton_dist_tune.stats import clearly_slower, median, median_bounds, paired_ratios, spread
 
 CASES = HERE / "scenarios" / "race_cases.py"
@@ -788,6 +791,78 @@ def test_every_time_of_a_decision_is_of_the_statistic_it_records_when_the_race_t
     assert 2 in [o["index"] for o in stopped], data["measurements"]
     for o in data["measurements"]:
         assert o["time"] == of(o["round_times"]), (data["statistic"], o)
+
+
+#: a tuning in one process killed in its race's fourth round (attempt 1) and run again (attempt 2), in cold timing:
+#: config 2 is three times slower, its two samples 10% apart, and leaves the race after its second; the others'
+#: samples are steady (``quiet``) or alternate between 1 and 1.5 times their time (``noisy``), in each attempt as
+#: ``FIRST`` and ``SECOND`` say
+RESUMED_RACE = '''
+import os, time, torch, triton_dist_tune as tdt
+calls = {0: 0, 1: 0, 2: 0}
+ATTEMPT = os.environ["ATTEMPT"]
+NOISE = {"1": "FIRST", "2": "SECOND"}[ATTEMPT]
+
+@tdt.autotune([{"v": v} for v in range(3)], key_fn=lambda x: x.numel(), timing="cold", n_warmup=1, n_repeat=8)
+def resumed(x, *, v):
+    calls[v] += 1
+    n = calls[v] - 2  # the race's sample: 0, 1, ... (after one warm-up run)
+    if ATTEMPT == "1" and v != 2 and n == 3:
+        os._exit(0)  # killed: config 2 has left the race, the others are still in it
+    if v == 2:
+        ms = 120 * (1.0 if n % 2 == 0 else 1.1)
+    else:
+        ms = 40 * (1.5 if NOISE == "noisy" and n % 2 else 1.0)
+    time.sleep(ms / 1000)
+    return x
+
+resumed(torch.ones(4))
+'''
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("first,second", [("quiet", "noisy"), ("noisy", "quiet")])
+def test_a_resumed_configs_time_is_of_the_statistic_of_the_race_that_decides(tmp_path, first, second):
+    """Config 2 left an attempt's race (its time of that race's statistic: 126 ms, the median of samples 120 and
+    132, in a quiet race; 120, the least, in a noisy one) and the attempt was killed; the next attempt read it back
+    from the journal and raced the others, with the other statistic. Its time stayed the earlier one, in a table
+    whose statistic said otherwise. Now a resumed config's time is taken again from its samples, of the statistic
+    of the race that decides."""
+    script = RESUMED_RACE.replace("FIRST", first).replace("SECOND", second)
+    cache, _ = tune_alone(tmp_path, script, ATTEMPT="1")
+    assert not list(cache.glob("*/*.json"))  # killed before its decision
+    cache, _ = tune_alone(tmp_path, script, ATTEMPT="2")
+    (path,) = cache.glob("*/*.json")
+    data = json.loads(path.read_text())
+    assert data["statistic"] == ("least" if second == "noisy" else "median"), data
+    of = min if data["statistic"] == "least" else statistics.median  # cold timing: no settled samples
+    (two,) = [o for o in data["measurements"] if o["index"] == 2]
+    assert two["resumed"] and two["state"] == "stopped" and len(two["round_times"]) == 2, two
+    for o in data["measurements"]:
+        assert o["time"] == of(o["round_times"]), (data["statistic"], o)
+
+
+@pytest.mark.parametrize("noisy", [True, False])
+def test_a_searchs_screened_configs_take_the_statistic_of_the_finalists_race(noisy):
+    """A search's config screened twice and not a finalist kept the median of its screening samples
+    (Searched._screened: 126 of 120 and 132), while the decision records the finalists' race's statistic: "least"
+    when that race was noisy. Now every outcome from outside the race that decides takes its time from its samples,
+    of that statistic (function/decide.py of_statistic). A quiet race keeps the median (the screening's times are
+    medians, under heavy screening noise too: its least samples only rank its configs)."""
+    screened = [120.0, 132.0]
+    race = Race([0, 1], RacePlan(max_rounds=6, seed="s"))
+    while not race.finished(0.0):
+        for i in race.order():
+            n = len(race.entrants[i].samples)
+            race.record(i, [40.0 * (1.5 if noisy and n % 2 else 1.0) * (1 + 0.001 * i)])
+        race.end_round()
+    outcomes = [race.outcome(i, f"c{i}", 0) for i in (0, 1)]
+    outcomes.append(Outcome(2, "c2", "stopped", time=central(screened), samples=2, round_times=screened))
+    decision = decide(outcomes, race, "cold")
+    assert decision.statistic == ("least" if noisy else "median") and decision.index == 0
+    of = min if noisy else statistics.median
+    for o in decision.outcomes:
+        assert o.time == of(o.round_times), (decision.statistic, o)
 
 
 def test_heavy_noise_adds_no_near_tie_blocks_that_cannot_settle_it():

@@ -7,6 +7,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from ..group.channel import Group
 from ..measure.noise import statistic
 from ..measure.race import Race
 from ..records import LEAST, MEDIAN, Decision, Outcome, recorded_statistic
+from ..stats import median
 from ..stats import near_tie as near_tie_within
 
 log = logging.getLogger("triton_dist_tune")
@@ -26,7 +28,10 @@ _STARTED = time.time()
 
 def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
     """The group's choice from outcomes every rank shares: the race's winner (the least median among the configs
-    still running), else the least time among resumed or sharded outcomes; index -1 when nothing is usable."""
+    still running), else the least time among resumed or sharded outcomes; index -1 when nothing is usable. Every
+    time of it is of its statistic (:func:`of_statistic`)."""
+    told = statistic(race.location()) if race is not None else MEDIAN
+    outcomes = of_statistic(outcomes, race, told)
     by_index = {o.index: o for o in outcomes}
     winner = race.winner() if race is not None else None
     usable = [o for o in outcomes if o.usable]
@@ -51,8 +56,22 @@ def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
     chosen = by_index[winner]
     decision = Decision(winner, chosen.config, chosen.time, margin, near_tie, runner_up, outcomes, timing, rounds)
     decision.cut = bool(race is not None and race.cut)
-    decision.statistic = statistic(race.location()) if race is not None else MEDIAN
+    decision.statistic = told
     return decision
+
+
+def of_statistic(outcomes: list[Outcome], race: Race | None, told: str) -> list[Outcome]:
+    """``outcomes``, each usable one from outside ``race`` (the race that decides: a search's screening, an outcome
+    read back from an earlier attempt's journal) with its time taken again from its group samples
+    (``round_times``), of the statistic ``told``: their least (:data:`~triton_dist_tune.records.LEAST`), else their
+    median. Its time was of another statistic, or another race's: a screening's median of 2-4 samples, or the
+    statistic of the earlier attempt's race when it left it. Exact: a noisy race's time is the least of all its
+    samples; a quiet one's is their median for a config without settled samples (a screened or stopped one; a
+    near-tie block's leaver read back takes the median of all its samples). A probe's stand-in keeps its bound."""
+    raced = set(race.entrants) if race is not None else set()
+    of = min if told == LEAST else median
+    return [replace(o, time=float(of(o.round_times))) if o.usable and o.index not in raced and o.round_times
+            and not o.probed else o for o in outcomes]
 
 
 def cache_record(name: str, key_text: str, group: Group, decision: Decision, source: str,
