@@ -352,6 +352,29 @@ def test_schedule_times_are_all_of_the_statistic_the_track_records_when_its_race
         assert track.times == {i: min(given[i]) for i in range(3)}, (track.times, given)
 
 
+@pytest.mark.parametrize("first,second", [("quiet", "noisy"), ("noisy", "quiet")])
+def test_a_resumed_time_is_taken_again_of_the_statistic_the_track_records(first, second):
+    """Config 2 left an earlier attempt's race (samples 120 and 132) with that race's statistic: 126, their
+    median, in a quiet race, 120, their least, in a noisy one; this attempt reads it back from the journal and races
+    the others with the other statistic. Its time stayed the journal's, in a table whose statistic said otherwise.
+    Now the journal keeps its samples and a resumed time is taken again of the track's statistic."""
+    from statistics import median as median_of
+
+    track = make_track(configs=3, n_warmup=0, n_repeat=8)
+    samples = [120.0, 132.0]
+    journaled = min(samples) if first == "noisy" else median_of(samples)
+    track.resume({2: {"state": "measured", "time": journaled, "per_rank": [journaled] * 2, "round_times": samples}})
+    given = {0: [], 1: []}
+    while not track.done:
+        index = track.current()
+        n = len(given[index])
+        ms = 40 * (1.5 if second == "noisy" and n % 2 else 1.0) * (1 + 0.001 * index)
+        given[index].append(ms)
+        track.advance({r: [(index, ms, None)] for r in range(2)})
+    assert track.statistic == ("least" if second == "noisy" else "median") and 2 in track.resumed
+    assert track.times[2] == (min if second == "noisy" else median_of)(samples), track.times
+
+
 def test_schedule_close_contenders_race_closing_rounds():
     track = make_track(configs=4, n_warmup=0, n_repeat=3)
     screening = {0: 1.0, 1: 1.004, 2: 1.006, 3: 3.0}  # 1 and 2 within 1% of 0; 3 is 3x slower

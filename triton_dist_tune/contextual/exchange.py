@@ -236,7 +236,7 @@ def journal_outcomes(session: CallState, tid: TrackId, track: Track) -> None:
         return
     for index in sorted(local.used):
         if index in track.times and index not in track.resumed:
-            local.note(index, "measured", time=track.times[index],
+            local.note(index, "measured", time=track.times[index], round_times=track.samples.get(index, []),
                        per_rank=[track.per_rank[index][r] for r in sorted(track.per_rank[index])])
         elif index in track.failed:
             local.note(index, "failed", error=track.failed[index])

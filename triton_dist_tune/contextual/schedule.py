@@ -30,7 +30,7 @@ from ..errors import AllConfigsFailedError, BadInputError, MismatchError, one_ca
 from ..group.agreement import difference
 from ..measure.noise import statistic
 from ..measure.race import Race
-from ..records import MEDIAN
+from ..records import LEAST, MEDIAN
 from ..stats import clearly_slower, median, paired_ratios
 from . import intercept
 from .stages import Stages, estimated_best
@@ -77,6 +77,9 @@ class Track:
         self.per_rank: dict[int, dict[int, float]] = {}
         self.times: dict[int, float] = {}
         self.spreads: dict[int, float] = {}
+        #: the group samples each time is of (journaled with it, so that a resumed time is taken again of the
+        #: statistic of the race that decides: :meth:`_take_all`)
+        self.samples: dict[int, list[float]] = {}
         self.failed: dict[int, str] = {}
         #: configs whose time came from an earlier attempt's journal
         self.resumed: set[int] = set()
@@ -175,6 +178,7 @@ class Track:
                 continue
             if outcome["state"] in ("measured", "stopped"):
                 self.times[index] = float(outcome["time"])
+                self.samples[index] = journaled_samples(outcome)
                 per_rank = outcome.get("per_rank") or []
                 self.per_rank[index] = {r: float(t) for r, t in zip(self.holders, per_rank, strict=False)}
                 self.resumed.add(index)
@@ -258,7 +262,7 @@ class Track:
                 if index in self.times:
                     self.screened[index] = self.times[index]
                     self.screened_per_rank[index] = self.per_rank.get(index, {})
-                for table in (self.times, self.per_rank, self.spreads):
+                for table in (self.times, self.per_rank, self.spreads, self.samples):
                     table.pop(index, None)
                 self.resumed.discard(index)
         self.race, self.pos, self.step = None, 0, 0
@@ -285,16 +289,18 @@ class Track:
             return
         self.times[index] = float(outcome.time)
         self.spreads[index] = float(outcome.spread or 0.0)
+        self.samples[index] = list(outcome.round_times)
         self.per_rank[index] = {r: float(t) for r, t in zip(self.holders, outcome.per_rank or [], strict=False)}
 
     def _take_all(self) -> None:
         """Take every raced config's outcome (running or stopped, with samples) at the race's end: each of the
         race's final statistic (a config that left the race took the one of then; the samples can turn noisy, or
-        quiet, since)."""
+        quiet, since); and every time read back from an earlier attempt's journal (:func:`resumed_again`)."""
         race = self.race
         for index, entrant in sorted(race.entrants.items()) if race is not None else ():
             if entrant.state != "failed" and entrant.timed() and index not in self.resumed:
                 self._take(index)
+        self.times.update(resumed_again(self.times, self.samples, self.resumed, self.statistic))
 
     def _conclude(self) -> None:
         """The race is over: take every outcome and choose."""
@@ -341,6 +347,23 @@ class Track:
         if not usable:
             raise AllConfigsFailedError(f"{self.label}: every config failed on some rank")
         self.finish(usable[0], f"{how}, unmeasured")
+
+
+def journaled_samples(outcome: Mapping[str, Any]) -> list[float]:
+    """The group samples of a time read back from the journal (none in a journal written before they were)."""
+    samples = outcome.get("round_times")
+    ok = isinstance(samples, list) and all(type(t) in (int, float) and t >= 0 for t in samples)
+    return [float(t) for t in samples] if ok else []
+
+
+def resumed_again(times: Mapping[int, float], samples: Mapping[int, list[float]], resumed: set[int],
+                  told: str) -> dict[int, float]:
+    """The times read back from an earlier attempt's journal (``resumed``) that have their samples, each taken
+    again of the statistic ``told`` of the race that decides: their least, or their median. Exact for a config that
+    left that attempt's race or was screened (no settled samples); a cut's closing contender read back takes the
+    median of all its samples, not its drift-free time."""
+    of = min if told == LEAST else median
+    return {i: float(of(samples[i])) for i in sorted(resumed) if i in times and samples.get(i)}
 
 
 def agreed_pruning(infos: Mapping[int, TrackInfo]) -> list[int]:
