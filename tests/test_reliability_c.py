@@ -172,6 +172,8 @@ def test_the_time_budget_bounds_sharded_and_replica_tunings_too(tmp_path):
         assert len(left_out) >= 4 and first["states"].count("measured") <= 2, (case, first)
     entries = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("*.json")]
     assert [e.get("provisional") for e in entries] == [True, True], entries
+    # a sharded tuning races nothing: every time is the median of one rank's samples, and the decision says so
+    assert [e["statistic"] for e in entries if e["function"] == "budget_sharded"] == ["median"], entries
     # 2 replicas of 2 ranks: each replica's clock is agreed inside it, so every rank skips the leaders' race alike
     results = run_ranks(CASES, 4, ["function_budget_replicas"], env=tuner_env(tmp_path / "tp2", timeout=30),
                         timeout=180)
