@@ -36,7 +36,8 @@ memory: 40 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 40
    of a steady sample: the span alone), ``ours_3x130`` (the same with the previous engine's settled rounds: 3
    rounds of 100 ms settling + 30 ms span, each with its own synchronize), ``ours_lead3`` (3 settled leaders
    even for fast configs), ``ours_w75`` (a sample weighing its queued calls 0.75), ``ours_fast25`` (six settled
-   leaders under 0.25 ms per call, as before 0.1), ``ours_span30`` (settled samples with 30 ms spans) and stock
+   leaders under 0.25 ms per call, as before 0.1), ``ours_span30`` (settled samples with 30 ms spans),
+   ``ours_settle5`` (heavy configs' settled samples settling 5 ms, as before the forty-fifth session) and stock
    ``triton.autotune`` (``do_bench``); the time of each tuning call, and ours' warm-up and race seconds (from the
    rank log);
 3. ``contextual``: a layer of two ``triton.autotune`` GEMM kernels (the whole space, at M = 1024 and 8192, where

@@ -865,6 +865,18 @@ def test_a_searchs_screened_configs_take_the_statistic_of_the_finalists_race(noi
         assert o.time == of(o.round_times), (decision.statistic, o)
 
 
+def test_without_a_deciding_race_resumed_times_are_kept_as_journaled():
+    """Every config read back from an earlier attempt's journal (that attempt raced them all, and ended before its
+    decision was written): no race decides, and a settled leader's journaled time is its drift-free time of the
+    settled samples, not the median of all its samples (screening ones too). decide keeps the times as journaled."""
+    leader = Outcome(0, "c0", "measured", time=1.00, samples=6, round_times=[1.3, 1.3, 1.3, 1.0, 1.0, 1.0],
+                     resumed=True)
+    other = Outcome(1, "c1", "measured", time=1.05, samples=6, round_times=[1.1, 1.1, 1.1, 1.05, 1.05, 1.05],
+                    resumed=True)
+    decision = decide([leader, other], None, "steady")
+    assert decision.index == 0 and [o.time for o in decision.outcomes] == [1.00, 1.05]
+
+
 def test_heavy_noise_adds_no_near_tie_blocks_that_cannot_settle_it():
     plan = RacePlan(max_rounds=4, min_rounds=1, final_top=2, final_rounds=2, tie_blocks=2, seed="t")
     added = {}

@@ -67,8 +67,11 @@ def of_statistic(outcomes: list[Outcome], race: Race | None, told: str) -> list[
     median. Its time was of another statistic, or another race's: a screening's median of 2-4 samples, or the
     statistic of the earlier attempt's race when it left it. Exact: a noisy race's time is the least of all its
     samples; a quiet one's is their median for a config without settled samples (a screened or stopped one; a
-    near-tie block's leaver read back takes the median of all its samples). A probe's stand-in keeps its bound."""
-    raced = set(race.entrants) if race is not None else set()
+    near-tie block's leaver read back takes the median of all its samples). A probe's stand-in keeps its bound; with
+    no race, every time is kept (sharded times are medians; read back all, a settled leader's time is drift-free)."""
+    if race is None:  # sharded (medians already) or every config resumed: a settled leader's time is drift-free
+        return outcomes
+    raced = set(race.entrants)
     of = min if told == LEAST else median
     return [replace(o, time=float(of(o.round_times))) if o.usable and o.index not in raced and o.round_times
             and not o.probed else o for o in outcomes]
