@@ -326,7 +326,7 @@ def test_a_device_bound_configs_screening_sample_settles_2_ms_and_a_rounds_first
     assert steady_calls(False, 1.0, settled=False, first=False, batch=None) == Steady(2, 5)  # 2 ms, not 5
     assert steady_calls(False, 4.0, settled=False, first=False, batch=None) == Steady(1, 2)
     assert steady_calls(False, 0.49, settled=False, first=False, batch=None).settle == 11  # short calls: 5 ms
-    assert steady_calls(False, 1.0, settled=True, first=False, batch=None).settle == 5  # the settled block: 5 ms
+    assert steady_calls(False, 0.4, settled=True, first=False, batch=None).settle == 13  # the settled block: 5 ms
     assert steady_calls(False, 1.0, settled=False, first=True, batch=None).settle == 27  # + the round's 25 ms
     assert steady_calls(True, 1.0, settled=False, first=True, batch=None) == Steady(1, 5)  # the host clock's rules
 
@@ -754,7 +754,9 @@ def test_under_heavy_one_sided_noise_the_race_ranks_by_the_least_of_its_samples(
 #: after its second; the others' samples are steady in the first two rounds and wait 1 to 4 times their time from
 #: the third on (``late``), or config 1's first sample waits 1.5 times its time and nothing else does (``early``)
 TURNING_RACE = '''
-import sys, time, torch, triton_dist_tune as tdt
+import sys, torch, triton_dist_tune as tdt
+sys.path.insert(0, 'tests/scenarios')
+from _cases import spend, virtual_clock
 calls = {0: 0, 1: 0, 2: 0}
 WAITS = [1.0, 3.0, 1.4, 4.0, 1.1, 2.6, 1.0, 3.4]
 
@@ -768,10 +770,11 @@ def turning(x, *, v):
         ms = 40 * (WAITS[n % len(WAITS)] if n >= 2 else 1.0)
     else:
         ms = 40 * (1.5 if n == 0 and v == 1 else 1.0)
-    time.sleep(ms / 1000)
+    spend(ms)  # the virtual clock: a loaded machine's stalls cannot make a quiet race noisy
     return x
 
-turning(torch.ones(4))
+with virtual_clock():
+    turning(torch.ones(4))
 '''
 
 
@@ -798,7 +801,9 @@ def test_every_time_of_a_decision_is_of_the_statistic_it_records_when_the_race_t
 #: samples are steady (``quiet``) or alternate between 1 and 1.5 times their time (``noisy``), in each attempt as
 #: ``FIRST`` and ``SECOND`` say
 RESUMED_RACE = '''
-import os, time, torch, triton_dist_tune as tdt
+import os, sys, torch, triton_dist_tune as tdt
+sys.path.insert(0, 'tests/scenarios')
+from _cases import spend, virtual_clock
 calls = {0: 0, 1: 0, 2: 0}
 ATTEMPT = os.environ["ATTEMPT"]
 NOISE = {"1": "FIRST", "2": "SECOND"}[ATTEMPT]
@@ -813,10 +818,11 @@ def resumed(x, *, v):
         ms = 120 * (1.0 if n % 2 == 0 else 1.1)
     else:
         ms = 40 * (1.5 if NOISE == "noisy" and n % 2 else 1.0)
-    time.sleep(ms / 1000)
+    spend(ms)  # the virtual clock: a loaded machine's stalls cannot make a quiet race noisy
     return x
 
-resumed(torch.ones(4))
+with virtual_clock():
+    resumed(torch.ones(4))
 '''
 
 
