@@ -940,3 +940,32 @@ def test_a_replay_that_fails_when_its_graph_is_timed_is_left_to_the_configs_guar
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     assert _replay_ms(SimpleNamespace(replay=failing)) is None
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("damage", [[120.0, None], [120.0, "132"], 132.0])
+def test_a_journaled_time_whose_samples_are_damaged_is_kept_as_journaled(tmp_path, damage):
+    """The journal is read as untrusted (a damaged line is skipped, a record checked): a record that parses but whose
+    ``round_times`` is no list of sample times (a flipped byte, a hand edit) crashed the next attempt's decision
+    (of_statistic took the median of it: TypeError). Its samples are now read as none, as in a journal written before
+    they were: the time is kept as journaled (about 126, the median of samples 120 and 132, in attempt 1's quiet race,
+    where attempt 2's noisy race would have taken their least)."""
+    script = RESUMED_RACE.replace("FIRST", "quiet").replace("SECOND", "noisy")
+    cache, _ = tune_alone(tmp_path, script, ATTEMPT="1")
+    damaged, journaled = 0, set()
+    for path in cache.rglob("*.journal"):
+        lines = []
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("index") == 2 and record.get("state") == "stopped":
+                record["round_times"], damaged = damage, damaged + 1
+                journaled.add(record["time"])
+            lines.append(json.dumps(record))
+        path.write_text("\n".join(lines) + "\n")
+    assert damaged, list(cache.rglob("*"))
+    cache, _ = tune_alone(tmp_path, script, ATTEMPT="2")
+    (path,) = cache.glob("*/*.json")
+    data = json.loads(path.read_text())
+    (two,) = [o for o in data["measurements"] if o["index"] == 2]
+    assert data["statistic"] == "least" and two["resumed"] and [two["time"]] == list(journaled), (two, journaled)
+    assert two["round_times"] == [], two

@@ -27,6 +27,13 @@ MEDIAN, LEAST = "median", "least"
 WARMUP = "warmup"
 
 
+def group_samples(value: Any) -> list[float]:
+    """The group samples (ms) of a read-back outcome's ``round_times``: a list of finite, non-negative numbers, else
+    none (a damaged record, or one written before they were kept: its time is kept as it was)."""
+    ok = isinstance(value, list) and all(type(t) in (int, float) and math.isfinite(t) and t >= 0 for t in value)
+    return [float(t) for t in value] if ok else []
+
+
 def recorded_statistic(record: dict[str, Any]) -> str:
     """What a stored decision's times are (its ``statistic``): :data:`LEAST` where it says so, else :data:`MEDIAN`
     (files written before the field was, and ``contextual_autotune``'s before it too, hold medians)."""
@@ -99,6 +106,8 @@ class Outcome:
             return None
         if values["state"] in ("measured", "stopped") and time is None:
             return None
+        if "round_times" in values:  # a time may be taken again from them (function/decide.py of_statistic)
+            values["round_times"] = group_samples(values["round_times"])
         try:
             return cls(**values)
         except (TypeError, ValueError):

@@ -30,7 +30,7 @@ from ..errors import AllConfigsFailedError, BadInputError, MismatchError, one_ca
 from ..group.agreement import difference
 from ..measure.noise import statistic
 from ..measure.race import Race
-from ..records import LEAST, MEDIAN
+from ..records import LEAST, MEDIAN, group_samples
 from ..stats import clearly_slower, median, paired_ratios
 from . import intercept
 from .stages import Stages, estimated_best
@@ -351,9 +351,7 @@ class Track:
 
 def journaled_samples(outcome: Mapping[str, Any]) -> list[float]:
     """The group samples of a time read back from the journal (none in a journal written before they were)."""
-    samples = outcome.get("round_times")
-    ok = isinstance(samples, list) and all(type(t) in (int, float) and t >= 0 for t in samples)
-    return [float(t) for t in samples] if ok else []
+    return group_samples(outcome.get("round_times"))
 
 
 def resumed_again(times: Mapping[int, float], samples: Mapping[int, list[float]], resumed: set[int],

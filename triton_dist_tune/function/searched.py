@@ -408,7 +408,7 @@ class Searched:
             outcome.resumed = True
             history[index], outcomes[index] = None, outcome
             return True
-        journaled = [t for t in outcome.round_times if isinstance(t, (int, float))] or [outcome.time]
+        journaled = outcome.round_times or [outcome.time]  # the samples as read back (records.group_samples)
         if taken >= len(journaled):
             return False
         outcome.resumed = True
