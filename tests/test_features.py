@@ -501,10 +501,11 @@ def test_sharded_tuning_agrees_in_a_fraction_of_the_time(env, n):
 
 @pytest.mark.timeout(120)
 def test_tritons_version_key_is_found_where_triton_3_2_to_3_4_define_it(monkeypatch):
-    """Triton 3.2 to 3.4 define ``triton_key`` in ``triton.compiler.compiler`` (3.6 in ``triton.runtime.cache``):
-    there too the compile pool computes it once and hands it to its workers, which key their compiles with it
-    (before: looked up in ``triton.runtime.cache`` only, so with those versions no key was computed ahead, and every
-    compile thread and worker computed its own). Such a Triton is made here by moving the function."""
+    """Triton 3.2 to 3.4 define ``triton_key`` in ``triton.compiler.compiler`` (3.5 and newer in
+    ``triton.runtime.cache``): there too the compile pool computes it once and hands it to its workers, which key
+    their compiles with it (before: looked up in ``triton.runtime.cache`` only, so with those versions no key was
+    computed ahead, and every compile thread and worker computed its own). Such a Triton is made here by moving the
+    function."""
     import triton.compiler.compiler
     import triton.runtime.cache
 

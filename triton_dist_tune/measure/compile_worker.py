@@ -44,7 +44,7 @@ def kernel(module: str, qualname: str) -> Any:
 
 def triton_key_module() -> Any | None:
     """The module that defines Triton's version key function ``triton_key`` and calls it to key each compile:
-    ``triton.runtime.cache`` (Triton 3.6 and newer), ``triton.compiler.compiler`` (Triton 3.2 to 3.4); None for a
+    ``triton.runtime.cache`` (Triton 3.5 and newer), ``triton.compiler.compiler`` (Triton 3.2 to 3.4); None for a
     Triton without it."""
     for name in ("triton.runtime.cache", "triton.compiler.compiler"):
         try:
