@@ -326,7 +326,8 @@ def test_a_device_bound_configs_screening_sample_settles_2_ms_and_a_rounds_first
     assert steady_calls(False, 1.0, settled=False, first=False, batch=None) == Steady(2, 5)  # 2 ms, not 5
     assert steady_calls(False, 4.0, settled=False, first=False, batch=None) == Steady(1, 2)
     assert steady_calls(False, 0.49, settled=False, first=False, batch=None).settle == 11  # short calls: 5 ms
-    assert steady_calls(False, 0.4, settled=True, first=False, batch=None).settle == 13  # the settled block: 5 ms
+    assert steady_calls(False, 0.49, settled=True, first=False, batch=None).settle == 11  # the settled block: 5 ms
+    assert steady_calls(False, 1.0, settled=True, first=False, batch=None).settle == 20  # heavy: POWER_SETTLE_MS
     assert steady_calls(False, 1.0, settled=False, first=True, batch=None).settle == 27  # + the round's 25 ms
     assert steady_calls(True, 1.0, settled=False, first=True, batch=None) == Steady(1, 5)  # the host clock's rules
 
