@@ -880,8 +880,9 @@ def test_without_a_deciding_race_resumed_times_are_kept_as_journaled():
                      resumed=True)
     other = Outcome(1, "c1", "measured", time=1.05, samples=6, round_times=[1.1, 1.1, 1.1, 1.05, 1.05, 1.05],
                     resumed=True)
-    decision = decide([leader, other], None, "steady")
-    assert decision.index == 0 and [o.time for o in decision.outcomes] == [1.00, 1.05]
+    for race in (None, Race([], RacePlan(max_rounds=6, seed="s"))):  # sharded; every config resumed: an empty race
+        decision = decide([leader, other], race, "steady")
+        assert decision.index == 0 and [o.time for o in decision.outcomes] == [1.00, 1.05], race
 
 
 def test_heavy_noise_adds_no_near_tie_blocks_that_cannot_settle_it():

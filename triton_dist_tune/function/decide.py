@@ -69,8 +69,8 @@ def of_statistic(outcomes: list[Outcome], race: Race | None, told: str) -> list[
     samples; a quiet one's is their median for a config without settled samples (a screened or stopped one; a
     near-tie block's leaver read back takes the median of all its samples). A probe's stand-in keeps its bound; with
     no race, every time is kept (sharded times are medians; read back all, a settled leader's time is drift-free)."""
-    if race is None:  # sharded (medians already) or every config resumed: a settled leader's time is drift-free
-        return outcomes
+    if race is None or not race.entrants:  # sharded (medians already) or every config resumed (an empty race): a
+        return outcomes  # settled leader's time read back is drift-free
     raced = set(race.entrants)
     of = min if told == LEAST else median
     return [replace(o, time=float(of(o.round_times))) if o.usable and o.index not in raced and o.round_times
