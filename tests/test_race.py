@@ -275,14 +275,17 @@ def test_a_fast_config_s_sample_also_times_calls_queued_behind_a_device_hold():
 def test_a_heavy_configs_settled_sample_settles_long_enough_for_the_power_limiter_to_follow_it():
     """One H200 at its power limit: settled samples that settle 5 ms share the leaders' clock and read 64x256 GEMM
     tiles within 2% of 128x256 ones that cost 4-8% more per MLP; after 20 ms of settling the limiter follows each
-    config. So a settled sample of a call of 0.5 ms or more settles 20 ms (eager or graph replays); a lighter call,
-    a screening sample and the host clock's rules keep theirs."""
+    config. So a settled sample of a call of 0.5 ms or more settles 20 ms (eager or graph replays); a lighter call
+    (also one of several a graph replays), a screening sample and the host clock's rules keep theirs."""
     for graph in (False, True):
         for per_call in (0.5, 1.3, 3.1):
             heavy = steady_calls(False, per_call, settled=True, first=False, batch=None, graph=graph)
             assert heavy.settle * per_call >= 20.0 - per_call and heavy.settle * per_call <= 20.0 + per_call
         light = steady_calls(False, 0.2, settled=True, first=False, batch=None, graph=graph)
         assert light.settle * 0.2 <= 5.0 + 0.2
+    # a graph of 8 calls of 0.125 ms replays in 1 ms: its calls are light (the rule is of one call, not a replay)
+    assert steady_calls(False, 1.0, settled=True, first=False, batch=None, graph=True, call_ms=0.125).settle == 5
+    assert steady_calls(False, 1.0, settled=True, first=False, batch=None, graph=True, call_ms=1.0).settle == 20
     assert steady_calls(False, 1.3, settled=False, first=False, batch=None).settle * 1.3 <= 2.0 + 1.3  # screening
     assert steady_calls(True, 1.3, settled=True, first=False, batch=None).settle == 1  # the host clock's rules
 

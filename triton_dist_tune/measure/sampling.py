@@ -182,8 +182,9 @@ class Sampling:
         output placement whose graph a settled sample replays (:meth:`~.race.Race.placement`)."""
         graphs = self.graphs
         if graphs is not None and index in graphs.graphs:
-            steady = timing.steady_calls(self.trial.host_counts, graphs.replay_ms(index, per_call_ms), settled, first,
-                                          None, self.group.size, graph=True)
+            replay_ms = graphs.replay_ms(index, per_call_ms)
+            steady = timing.steady_calls(self.trial.host_counts, replay_ms, settled, first, None, self.group.size,
+                                          graph=True, call_ms=replay_ms / graphs.calls)
             replay = graphs.replay(index, placement)
             return steady, lambda: timing.steady_span(self.trial.clock, replay, steady), graphs.calls
         steady = timing.steady_calls(self.trial.host_counts, per_call_ms, settled, first, self.plan.batch,

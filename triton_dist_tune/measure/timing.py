@@ -171,7 +171,7 @@ def timing_mode(option: str | None) -> str:
 
 
 def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, batch: int | None,
-                 ranks: int = 1, graph: bool = False) -> Steady:
+                 ranks: int = 1, graph: bool = False, call_ms: float | None = None) -> Steady:
     """The calls of a steady sample of a config taking ``per_call_ms``: a screening or a ``settled`` one, settling
     longer when ``first`` in its round (or settled block) after the device may have idled (:func:`may_have_idled`),
     a screening one shorter when its calls are long (:data:`LONG_CALL_SETTLE_MS`), a settled one longer
@@ -181,11 +181,12 @@ def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, bat
     calls). ``ranks``: the group's size; over one, a fast config's sample is its queued calls alone
     (:data:`GROUP_QUEUED_MS`). ``graph``: a call is a replay of the config's CUDA graph, ``per_call_ms`` its device
     time (:data:`GRAPH_SCREEN_SETTLE_MS` and :data:`GRAPH_SCREEN_SPAN_MS` screening, a settled span of
-    :data:`GRAPH_SETTLED_SPAN_MS`). The group agrees on ``host`` and ``per_call_ms``: every
-    rank makes the same calls."""
+    :data:`GRAPH_SETTLED_SPAN_MS`), and ``call_ms`` one of the function's calls in it (a graph holds several calls of
+    a fast function: the heavy rule, :data:`POWER_SETTLE_ABOVE_MS`, is of one call). The group agrees on ``host``,
+    ``per_call_ms`` and ``call_ms``: every rank makes the same calls."""
     if settled:
         settle, span = SETTLED_SETTLE_MS, GRAPH_SETTLED_SPAN_MS if graph else SETTLED_SPAN_MS
-        if not host and per_call_ms >= POWER_SETTLE_ABOVE_MS:
+        if not host and (per_call_ms if call_ms is None else call_ms) >= POWER_SETTLE_ABOVE_MS:
             settle = POWER_SETTLE_MS
     else:
         settle, span = (GRAPH_SCREEN_SETTLE_MS, GRAPH_SCREEN_SPAN_MS) if graph else (SCREEN_SETTLE_MS, SCREEN_SPAN_MS)
