@@ -90,6 +90,15 @@ class Clock:
         except Exception:
             return None
 
+    def watts(self) -> float | None:
+        """The board's power draw in W (NVML's reading, averaged by the driver), or ``None``."""
+        if self.handle is None:
+            return None
+        try:
+            return self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000
+        except Exception:
+            return None
+
     def reasons(self) -> int | None:
         """The clock-event (throttle) reasons bitmask (power cap 0x4, thermal 0x20/0x40, idle 0x1, ...)."""
         if self.handle is None:

@@ -100,17 +100,19 @@ def all_even_odd(samples: dict[str, list[float]], names: list[str]) -> list[dict
 
 
 class ClockSampler:
-    """SM clock samples (MHz) every ~2 ms in a thread, while active."""
+    """SM clock samples (MHz) every ~2 ms in a thread, while active; with ``power``, the board's power (W) too."""
 
-    def __init__(self) -> None:
+    def __init__(self, power: bool = False) -> None:
         from _interleave import Clock  # the GPU this process runs on (CUDA_VISIBLE_DEVICES honoured)
 
         self.clock = Clock()
+        self.power = power
         self.samples: list[float] = []
+        self.watts: list[float] = []
         self.active = False
 
     def __enter__(self) -> ClockSampler:
-        self.samples, self.active = [], True
+        self.samples, self.watts, self.active = [], [], True
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
         return self
@@ -122,7 +124,13 @@ class ClockSampler:
     def _loop(self) -> None:
         while self.active and (mhz := self.clock.read()) is not None:
             self.samples.append(mhz)
+            if self.power and (watts := self.clock.watts()) is not None:
+                self.watts.append(watts)
             time.sleep(0.002)
 
     def median(self) -> float | None:
         return statistics.median(self.samples) if self.samples else None
+
+    def medians(self) -> tuple[float | None, float | None]:
+        """(the SM clock's median MHz, the power's median W) while last active; None where nothing was read."""
+        return self.median(), statistics.median(self.watts) if self.watts else None

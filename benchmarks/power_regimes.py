@@ -35,59 +35,14 @@ import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import statistics  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
-from _oracle import per_call_ms, run_for  # noqa: E402
+from _oracle import ClockSampler, per_call_ms, run_for  # noqa: E402
 from bench_fidelity import among_heavy, launcher, ours_tuning, space, tensors  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, spec, use_triton_cache  # noqa: E402
 
 from examples.gemm_kernels import _gemm_kernel  # noqa: E402
-
-
-class Meter:
-    """SM clock (MHz) and board power (W) read every ~2 ms in a thread while active; no pynvml: no readings."""
-
-    def __init__(self) -> None:
-        self.nvml, self.handle = None, None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            index = torch.cuda.current_device()
-            nvml_index = getattr(torch.cuda, "_get_nvml_device_index", None)
-            self.nvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(index) if nvml_index else index)
-        except Exception as error:  # the timings stand without the readings
-            print(f"no pynvml readings: {error!r}", flush=True)
-        self.readings: list[tuple[float, float]] = []
-        self.active = False
-
-    def __enter__(self) -> Meter:
-        self.readings, self.active = [], True
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.active = False
-        self.thread.join()
-
-    def _loop(self) -> None:
-        while self.active and self.handle is not None:
-            try:
-                mhz = float(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
-                watts = self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000
-            except Exception:
-                return
-            self.readings.append((mhz, watts))
-            time.sleep(0.002)
-
-    def medians(self) -> tuple[float | None, float | None]:
-        if not self.readings:
-            return None, None
-        return statistics.median(r[0] for r in self.readings), statistics.median(r[1] for r in self.readings)
 
 
 def timed(call, n: int) -> float:
@@ -100,7 +55,7 @@ def timed(call, n: int) -> float:
     return s.elapsed_time(e) / n
 
 
-def alone(calls: dict, per: dict, total_ms: float, repeats: int, meter: Meter) -> dict:
+def alone(calls: dict, per: dict, total_ms: float, repeats: int, meter: ClockSampler) -> dict:
     out: dict[str, dict] = {n: {"ms": [], "mhz": [], "w": []} for n in calls}
     rng = random.Random(3)
     for _ in range(repeats):
@@ -128,7 +83,9 @@ def burst(calls: dict, per: dict, repeats: int) -> dict:
     return out
 
 
-def interleaved(calls: dict, per: dict, cycles: int, meter: Meter, settle_ms: float = 5, span_ms: float = 10) -> dict:
+def interleaved(calls: dict, per: dict, cycles: int, meter: ClockSampler, settle_ms: float = 5,
+                span_ms: float = 10) -> dict:
+    """The settled block's regime: like ``_oracle.windows`` but with no synchronize between cycles (one at the end)."""
     out: dict[str, dict] = {n: {"ms": []} for n in calls}
     rng = random.Random(5)
     marks = []
@@ -153,7 +110,7 @@ def interleaved(calls: dict, per: dict, cycles: int, meter: Meter, settle_ms: fl
     return {"configs": out, "mhz": mhz, "w": w}
 
 
-def mlp(calls: dict, per: dict, m: int, total_ms: float, repeats: int, meter: Meter) -> dict:
+def mlp(calls: dict, per: dict, m: int, total_ms: float, repeats: int, meter: ClockSampler) -> dict:
     x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(4096, 14336, device="cuda", dtype=torch.bfloat16)
     up = lambda: torch.matmul(x, w)  # noqa: E731
@@ -211,7 +168,7 @@ def main() -> None:
     launch = launcher(kernel, a, b, c)
     calls = {name: (lambda cfg=by_name[name]: launch(cfg)) for name in args.configs.split(",")}
     per = {name: per_call_ms(call) for name, call in calls.items()}
-    meter = Meter()
+    meter = ClockSampler(power=True)
     report: dict = {"shape": [args.m, n, k], "device": torch.cuda.get_device_name(), "per_call_ms": per}
     out = Path(args.out)
     regimes = {"alone": lambda: alone(calls, per, args.alone_ms, 3, meter),
