@@ -33,6 +33,7 @@ from .common import (
     _selected,
     _versions_text,
     _warn_problems,
+    check_function,
     key_order,
     superseded_text,
 )
@@ -244,7 +245,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     else:
         entries, problems = dec.scan(_root(args))
         chosen = dec.select(entries, args.function)
-        if not chosen:
+        if not chosen:  # a function unknown there is named as list and export name it, with the functions there
+            check_function(_root(args), args.function, entries)
             raise UsageError(f"no decisions of function {args.function!r} in {_root(args)}")
     status = _warn_problems(problems)
     out = Path(args.output) if args.output else Path(
