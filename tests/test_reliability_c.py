@@ -9,6 +9,7 @@ import pytest
 from harness import HERE, describe, run_cases, run_ranks, tuner_env
 
 from triton_dist_tune.records import TIME_PARTS
+from triton_dist_tune.stats import median
 
 CASES = HERE / "scenarios" / "reliability_c_cases.py"
 
@@ -239,3 +240,56 @@ def test_a_replicas_decision_says_its_times_are_least_samples_when_a_replicas_ra
     first, second = (r.result for r in results)
     assert first["statistic"] == second["statistic"] == "least", (first, second)
     assert first["chosen"] == second["chosen"] and first["recorded"] == ["least"], (first, second)
+
+
+@pytest.mark.timeout(150)
+def test_every_time_of_a_replicas_decision_is_of_its_one_statistic(tmp_path):
+    """Two one-rank replicas of 4 configs: rank 0's samples are noisy (its races take least samples), rank 1's quiet
+    (its races take medians, above their least). The replicas agree on least samples for all: every config outside
+    the leaders' race reads the least of its samples, alike on both ranks and in the cache file, and a leader reads
+    the MAX over the replicas of their least samples; the choice is the least leader. Before, rank 1's configs kept
+    their medians, and a leader's time could be rank 1's median against rank 0's least sample."""
+    results = run_ranks(CASES, 2, ["function_replicas_one_statistic"], env=tuner_env(tmp_path, timeout=30),
+                        timeout=140)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first, second = (r.result for r in results)
+    assert first["statistic"] == second["statistic"] == "least", (first, second)
+    assert first["chosen"] == second["chosen"], (first, second)
+    ((statistic, index, recorded),) = first["recorded"]
+    assert statistic == "least" and index == first["chosen"] and recorded == first["outcomes"], first
+    own = [{i: (state, t, samples) for i, state, t, samples in r["outcomes"]} for r in (first, second)]
+    # a leader was raced again on each replica: its samples there are that replica's own; the rest were gathered
+    raced = sorted(i for i in own[0] if own[0][i][2] != own[1][i][2])
+    assert len(raced) == 2, own
+    for i in own[0]:
+        state, time, samples = own[0][i]
+        assert state in ("measured", "stopped") and samples, own
+        if i in raced:
+            want = max(min(own[0][i][2]), min(own[1][i][2]))
+            assert time == own[1][i][1] == want, (i, own)
+        else:
+            assert own[1][i] == own[0][i] and time == min(samples), (i, own)
+    assert first["chosen"] == min(raced, key=lambda i: (own[0][i][1], i)), own
+    assert first["time"] == second["time"] == own[0][first["chosen"]][1], (first, second)
+
+
+@pytest.mark.timeout(150)
+def test_a_replicas_leaders_race_of_another_statistic_takes_the_other_configs_times_again(tmp_path):
+    """As above, rank 0 noisy in the first pass alone: the first pass agrees on least samples (the leaders chosen on
+    them), the leaders' race on medians, and every config outside it is taken again as the median of its samples.
+    Before, they kept the first pass's least samples beside the leaders' medians."""
+    results = run_ranks(CASES, 2, ["function_replicas_one_statistic"],
+                        env=tuner_env(tmp_path, timeout=30, FIRST_PASS_NOISE="1"), timeout=140)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first, second = (r.result for r in results)
+    assert first["statistic"] == second["statistic"] == "median", (first, second)
+    assert first["chosen"] == second["chosen"] and first["time"] == second["time"], (first, second)
+    ((statistic, _, recorded),) = first["recorded"]
+    assert statistic == "median" and recorded == first["outcomes"], first
+    own = [{i: (state, t, samples) for i, state, t, samples in r["outcomes"]} for r in (first, second)]
+    raced = sorted(i for i in own[0] if own[0][i][2] != own[1][i][2])
+    assert len(raced) == 2, own
+    for i in set(own[0]) - set(raced):
+        assert own[1][i] == own[0][i] and own[0][i][1] == median(own[0][i][2]), (i, own)
+    # a config of rank 0's share is outside the leaders' race: its samples read 50% apart
+    assert any(max(own[0][i][2]) > 1.4 * min(own[0][i][2]) for i in set(own[0]) - set(raced)), own

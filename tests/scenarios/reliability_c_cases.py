@@ -387,6 +387,51 @@ def function_replicas_noisy():
 
 
 @case
+def function_replicas_one_statistic():
+    """Two one-rank replicas of 4 configs (cold timing, times on the virtual clock): on rank 0 each config's calls
+    alternate 1.5x and 1x its time (samples 50% apart: its races take least samples), on rank 1 they alternate 1.03x
+    and 1x (quiet: its races take medians, which read above the least). With ``FIRST_PASS_NOISE=1`` rank 0 is noisy
+    in the first pass alone (its leaders' race as quiet as rank 1's). Prints the decision's statistic, its choice
+    and its outcomes' times and samples, and the cache file's (on the rank that writes it)."""
+    from triton_dist_tune.measure import replicas
+
+    layout, rank = one_rank_replicas(), dist.get_rank()
+    calls = [0] * 4
+    gathered = []  # set once the first pass's outcomes are gathered across replicas: the leaders' race is next
+    gather = replicas.Layout.gather
+
+    def gather_then_mark(*args, **kwargs):
+        found = gather(*args, **kwargs)
+        gathered.append(True)
+        return found
+
+    if os.environ.get("FIRST_PASS_NOISE") == "1":
+        replicas.Layout.gather = gather_then_mark
+
+    @tdt.autotune([{"v": v} for v in range(4)], key_fn=lambda x: x.shape[0], name="replicas_one_statistic",
+                  n_warmup=1, n_repeat=6, timing="cold", timeout=30)
+    def f(x, *, v):
+        calls[v] += 1
+        base = 2.0 + 0.5 * v if rank == 0 else 2.1 + 0.35 * v
+        spend(base * ((1.5 if rank == 0 and not gathered else 1.03) if calls[v] % 2 else 1.0))
+        out = torch.empty_like(x)
+        add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
+        return out
+
+    with virtual_clock():
+        f(torch.ones(64), **layout)
+    ((_, decision),) = f.tuner.decisions.items()
+    files = [json.loads(p.read_text()) for p in f.tuner.cache.folder.rglob("*.json")] if rank == 0 else []
+
+    def rows(outcomes: list) -> list:
+        return [[o["index"], o["state"], o["time"], o["round_times"]] for o in outcomes]
+
+    emit(statistic=decision.statistic, chosen=decision.index, time=decision.time,
+         outcomes=rows([o.to_json() for o in decision.outcomes]),
+         recorded=[[d.get("statistic"), d.get("index"), rows(d.get("measurements") or [])] for d in files])
+
+
+@case
 def function_budget_sharded():
     """Issue 41 item 5c, sharded: each rank's share bounded on its own clock."""
     budget_alone_case("budget_sharded", sharded=True)

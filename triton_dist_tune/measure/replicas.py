@@ -14,6 +14,16 @@ every rank of every replica ends on one config per key:
 5. the choice is the least of those times (ties: the lower index): the least over configs of the max over every
    rank of every replica. Every rank computes it from the same exchanged data.
 
+One statistic per table: each replica's race takes its configs' median samples, or their least where its samples
+are noisy (:meth:`~.race.Race.location`). The exchanges of steps 3 and 4 carry whether each replica's race was
+noisy, and every rank agrees on one statistic before it combines times: the least samples where some replica's race
+was noisy, else the medians. After step 3 every time of the table is taken again of it from its config's group
+samples (``round_times``: their least; under medians only the outcomes resumed from an earlier attempt's journal,
+whose race may have been noisy), and the leaders are chosen on those times. In step 4 each replica sends each
+leader's least sample beside its time, so a leader's time is the MAX over replicas of the agreed statistic; where
+the leaders' race agreed on another statistic than the first pass, the configs outside it are taken again of it.
+A leader's ``round_times`` in the table stay this replica's own samples.
+
 A replica's share (step 2) and its race of the leaders (step 4) take as long as they take: the exchanges after
 them wait for the slowest replica as long as it shows progress (:class:`~triton_dist_tune.faults.progress.RoundWatch`
 on the replica group: every rank beats in the job's store while it works), and end every rank within
@@ -120,11 +130,12 @@ class Layout:
         same point: after the agreement, before its share)."""
         return RoundWatch.of_tuning(self.replicas, label, timeout, "replica")
 
-    def worst(self, times: dict[int, float | str], noisy: bool, clock: Clock, what: str,
+    def worst(self, times: dict[int, tuple[float, float] | str], noisy: bool, clock: Clock, what: str,
               timeout: float) -> tuple[dict[int, float | str], bool, Clock]:
-        """Per config, the MAX over replicas of their group times, or the errors of the replicas where it failed;
-        whether some replica's race of the leaders took least samples; and the replicas' time budget's clock, as
-        :meth:`gather`."""
+        """Per config, the MAX over replicas of their group times of the agreed statistic (``times``: each
+        leader's (time, least sample), or why it has none; the least samples where some replica's race of the
+        leaders took least samples, else the times), or the errors of the replicas where it failed; whether some
+        replica's race of the leaders took least samples; and the replicas' time budget's clock, as :meth:`gather`."""
         worst, noisy, cut, elapsed = self.replicas.combine((times, noisy, *clock), what, _worst, timeout)
         return worst, noisy, (cut, elapsed)
 
@@ -157,15 +168,17 @@ def _merged(contributions: list[tuple[list[Outcome], bool, bool, float]]) -> lis
     return [[outcomes[i] for i in sorted(outcomes)], any(c[1] for c in contributions), *_clock(contributions)]
 
 
-def _worst(contributions: list[tuple[dict[int, float | str], bool, bool, float]]) -> list[Any]:
+def _worst(contributions: list[tuple[dict[int, tuple[float, float] | str], bool, bool, float]]) -> list[Any]:
     per_replica = [times for times, *_ in contributions]
+    noisy = any(c[1] for c in contributions)  # the agreed statistic: least samples where some replica's race was noisy
     out: dict[int, float | str] = {}
     for index in sorted(per_replica[0]):
         values = [times[index] for times in per_replica]
         errors = [f"replica {j}: {v}" for j, v in enumerate(values) if isinstance(v, str) and v != LEFT_OUT]
         # a leader the time budget left out on some replica (and failed on none) is no failure: LEFT_OUT
-        out[index] = "; ".join(errors) if errors else LEFT_OUT if LEFT_OUT in values else max(values)
-    return [out, any(c[1] for c in contributions), *_clock(contributions)]
+        out[index] = ("; ".join(errors) if errors else LEFT_OUT if LEFT_OUT in values
+                      else max(float(v[1] if noisy else v[0]) for v in values))
+    return [out, noisy, *_clock(contributions)]
 
 
 def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: list[Todo],
@@ -190,12 +203,15 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
                                         watch.arrive(0, what, exchange_timeout(timeout) * max(1, share)))
     watch.passed(0)
     _take(budget, clock)
+    # one statistic for every replica's times, agreed from the exchange (the same on every rank), before the leaders
+    table = of_statistic(table, noisy, lambda o: noisy or o.resumed)
     top = leaders(table, refine_top)
     if budget.spent and any(o.usable for o in table):  # the first pass decides: no leaders' race (a cut)
         budget.cut = True
         return _statistic(decision(table, top, timing, max(o.samples for o in table)), noisy)
     raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top])}  # same leaders, same order everywhere
-    times = {i: o.time if o.usable and o.time is not None else (o.error or o.state) for i, o in raced.items()}
+    times = {i: (o.time, _least(o)) if o.usable and o.time is not None else (o.error or o.state)
+             for i, o in raced.items()}
     what = f"{label} leaders across replicas"
     worst, noisy_leaders, clock = layout.worst(times, _noisy(measurer), (budget.cut, budget.elapsed), what,
                                                watch.arrive(1, what, exchange_timeout(timeout) * max(1, len(top))))
@@ -216,6 +232,8 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
         elif outcome.state == "measured":  # beaten in the first pass: not in the final race
             outcome = replace(outcome, state="stopped")
         final.append(outcome)
+    if not unreached and noisy_leaders != noisy:  # the configs outside the leaders' race: of its statistic too
+        final = of_statistic(final, noisy_leaders, lambda o: o.index not in worst)
     chosen = decision(final, top, timing, max(o.samples for o in final))
     return _statistic(chosen, noisy if unreached else noisy_leaders)
 
@@ -225,6 +243,20 @@ def _noisy(measurer: Measurer) -> bool:
     median (:meth:`~.race.Race.location`); False where it raced nothing."""
     race = getattr(measurer, "race", None)
     return race is not None and statistic(race.location()) == LEAST
+
+
+def of_statistic(outcomes: list[Outcome], noisy: bool, retake: Callable[[Outcome], bool]) -> list[Outcome]:
+    """``outcomes``, each usable one that ``retake`` names with its time taken again from its group samples
+    (``round_times``): their least where ``noisy`` (the replicas' agreed statistic), else their median. A probe's
+    stand-in (a bound, no sample) and an outcome without samples keep their time."""
+    of = min if noisy else stats.median
+    return [replace(o, time=float(of(o.round_times))) if o.usable and o.round_times and not o.probed and retake(o)
+            else o for o in outcomes]
+
+
+def _least(outcome: Outcome) -> float:
+    """A raced outcome's least group sample (its time where it has none)."""
+    return float(min(outcome.round_times)) if outcome.round_times else float(outcome.time)
 
 
 def _statistic(chosen: Decision, noisy: bool) -> Decision:
