@@ -14,15 +14,15 @@ every rank of every replica ends on one config per key:
 5. the choice is the least of those times (ties: the lower index): the least over configs of the max over every
    rank of every replica. Every rank computes it from the same exchanged data.
 
-One statistic per table: each replica's race takes its configs' median samples, or their least where its samples
-are noisy (:meth:`~.race.Race.location`). The exchanges of steps 3 and 4 carry whether each replica's race was
-noisy, and every rank agrees on one statistic before it combines times: the least samples where some replica's race
-was noisy, else the medians. After step 3 every time of the table is taken again of it from its config's group
-samples (``round_times``: their least; under medians only the outcomes resumed from an earlier attempt's journal,
-whose race may have been noisy), and the leaders are chosen on those times. In step 4 each replica sends each
-leader's least sample beside its time, so a leader's time is the MAX over replicas of the agreed statistic; where
-the leaders' race agreed on another statistic than the first pass, the configs outside it are taken again of it.
-A leader's ``round_times`` in the table stay this replica's own samples.
+One statistic per table: each replica's race takes its configs' median samples, or their least where its samples are
+noisy (:meth:`~.race.Race.location`). The exchanges of steps 3 and 4 carry whether each replica's race was noisy,
+and every rank agrees on one statistic before it combines times: the least samples where some replica's race was
+noisy, else the medians. After step 3 every time of the table is taken again of it from its config's group samples
+(``round_times``: their least; under medians only the outcomes resumed from an earlier attempt's journal that left
+their race, whose race may have been noisy), and the leaders are chosen on those times. In step 4 each replica sends
+each leader's least sample beside its time, so a leader's time is the MAX over replicas of the agreed statistic;
+where the leaders' race agreed on another statistic than the first pass, the configs outside it are taken again of
+it. A leader's ``round_times`` in the table stay this replica's own samples.
 
 A replica's share (step 2) and its race of the leaders (step 4) take as long as they take: the exchanges after
 them wait for the slowest replica as long as it shows progress (:class:`~triton_dist_tune.faults.progress.RoundWatch`
@@ -204,7 +204,8 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     watch.passed(0)
     _take(budget, clock)
     # one statistic for every replica's times, agreed from the exchange (the same on every rank), before the leaders
-    table = of_statistic(table, noisy, lambda o: noisy or o.resumed)
+    # (under medians only a resumed config that left its race: a measured one read back keeps its drift-free time)
+    table = of_statistic(table, noisy, lambda o: noisy or (o.resumed and o.state == "stopped"))
     top = leaders(table, refine_top)
     if budget.spent and any(o.usable for o in table):  # the first pass decides: no leaders' race (a cut)
         budget.cut = True
