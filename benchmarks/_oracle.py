@@ -8,11 +8,14 @@
   and :func:`all_even_odd` the same over every round, the even rounds and the odd ones (the oracle's repeatability);
 - :func:`host_launch_ms`: the host's time to enqueue one call (a config whose host time reaches its device time is
   host-bound);
+- :func:`paired`: each config in the layer it sits in, after a partner call (a model's previous layer) back to back,
+  ranked by the pair's time: a config that draws more power slows its partner too (the MLP regime);
 - :class:`ClockSampler`: the SM clock (pynvml) sampled in a thread while a measurement runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
 import threading
@@ -81,6 +84,41 @@ def sustained(calls: dict[str, object], rounds: int = 8, settle_ms: float = 100,
     """The sustained oracle's samples (see the module docstring): each window follows ``settle_ms`` of the config's
     own calls. {name: [ms per call, one per round]}."""
     return windows(calls, rounds, lambda name, per: run_for(calls[name], settle_ms, per), window_ms, 1, seed)
+
+
+def paired(calls: dict[str, object], partner, total_ms: float = 400, repeats: int = 3, seed: int = 7,
+           sampler: ClockSampler | None = None) -> dict[str, dict[str, list[float]]]:
+    """Each config in its layer: for ``total_ms`` the ``partner`` call then the config's, back to back, the pairs
+    timed with device events (the last half of them), ``repeats`` times in shuffled order, a synchronize before each
+    config. {name: {"ms": [the pair's ms, one per repeat], "own_ms": [the config's share], and with ``sampler``
+    "mhz" and "w": the SM clock's and the power's medians}}."""
+    pair = per_call_ms(partner) + max(per_call_ms(call) for call in calls.values())
+    out: dict[str, dict[str, list[float]]] = {n: {"ms": [], "own_ms": [], "mhz": [], "w": []} for n in calls}
+    rng = random.Random(seed)
+    for _ in range(repeats):
+        order = list(calls)
+        rng.shuffle(order)
+        for name in order:
+            torch.cuda.synchronize()
+            marks = []
+            with sampler if sampler is not None else contextlib.nullcontext():
+                for _ in range(max(4, int(total_ms / pair))):
+                    first, own, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+                    first.record()
+                    partner()
+                    own.record()
+                    calls[name]()
+                    end.record()
+                    marks.append((first, own, end))
+                torch.cuda.synchronize()
+            half = marks[len(marks) // 2:]
+            out[name]["ms"].append(sum(f.elapsed_time(e) for f, _, e in half) / len(half))
+            out[name]["own_ms"].append(sum(o.elapsed_time(e) for _, o, e in half) / len(half))
+            if sampler is not None:
+                mhz, watts = sampler.medians()
+                out[name]["mhz"].append(mhz)
+                out[name]["w"].append(watts)
+    return out
 
 
 def scores(samples: dict[str, list[float]], names: list[str], rounds: list[int]) -> dict[str, float]:

@@ -26,6 +26,12 @@ with no settling of its own, 8 shuffled rounds, drift-free scores as above. The 
 one the heavy work sets, not the one the candidate would reach alone in 350 ms; configs that draw different power
 can rank differently under the two oracles (the duel probe in HISTORY.md measured how much).
 
+``--paired`` adds a third, **in its layer**: each candidate's calls follow a cuBLAS GEMM of its transposed shape (M x N
+@ N x K: the layer that made its input, as an MLP's up projection before its down projection), back to back for
+400 ms, ranked by the pair's time (``_oracle.paired``): a config that draws more power slows that layer too. On one
+H200 at N = 4096, K = 14336 it read 64x256 tiles 4-8% behind 128x256 ones that the settled block had tied
+(``results/session_h200_45``).
+
 Side by side in one run, on one Triton GEMM space (8 tiles x warps {4, 8} x stages {3, 4, 5}, pruned by shared
 memory: 40 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 4096, bf16):
 
@@ -74,7 +80,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-from _oracle import all_even_odd, host_launch_ms, per_call_ms, run_for, sustained, windows  # noqa: E402
+from _oracle import all_even_odd, host_launch_ms, paired, per_call_ms, run_for, sustained, windows  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, gemm_args, spec, use_triton_cache  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
@@ -88,6 +94,9 @@ SMEM = 227 * 1024
 #: rounds of each oracle (``--oracle-rounds``): more rounds, a more repeatable judge (its even and odd halves agree
 #: closer), at ~0.35 s per candidate and round
 ORACLE_ROUNDS = 8
+#: the third oracle, "in its layer" (``--paired``): each candidate after a cuBLAS GEMM of its transposed shape,
+#: the layer that made its input (an MLP's up projection before its down projection), ranked by the pair's time
+PAIRED = False
 #: the report's file, written again after every shape of the tune phase (a run cut by a timeout keeps its shapes)
 OUT_FILE: Path | None = None
 
@@ -140,12 +149,13 @@ def screen(calls: dict[str, object], keep: int = 6) -> list[str]:
     return sorted(calls, key=lambda n: got[n][0])[:keep]
 
 
-def oracle(calls: dict[str, object], chosen: set[str]) -> dict:
+def oracle(calls: dict[str, object], chosen: set[str], shape: tuple[int, int, int] | None = None) -> dict:
     """The sustained oracle over the screening's 6 best and every chosen config: :data:`ORACLE_ROUNDS` shuffled
     rounds; a config's ratio is its drift-free score (:func:`scores`) over the best score; repeatability: the even
     rounds against the odd ones (two independent oracles of half the rounds each). The second oracle,
     :func:`among_heavy`, judges the same candidates in the regime of a layer between heavy layers
-    (``among_heavy_*``)."""
+    (``among_heavy_*``); with :data:`PAIRED` and ``shape`` (M, N, K), a third in its layer (``paired_*``:
+    :func:`_oracle.paired` after a cuBLAS M x N @ N x K GEMM, the layer that made the candidate's input)."""
     names = sorted(set(screen(calls)) | chosen)
     samples = sustained({n: calls[n] for n in names}, rounds=ORACLE_ROUNDS, seed=1)
     every, even, odd = all_even_odd(samples, names)
@@ -155,7 +165,17 @@ def oracle(calls: dict[str, object], chosen: set[str]) -> dict:
     ratio = lambda sc, n: sc[n] / min(sc.values())  # noqa: E731
     mixed = among_heavy({n: calls[n] for n in names}, rounds=ORACLE_ROUNDS)
     m_every, m_even, m_odd = all_even_odd(mixed, names)
-    return {"times": ms, "ratios": {n: ratio(every, n) for n in names}, "host_ms": host, "best": best,
+    layer: dict = {}
+    if PAIRED and shape is not None:
+        m, n, k = shape
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        pairs = paired({n_: calls[n_] for n_ in names}, lambda: torch.matmul(x, w), repeats=max(3, ORACLE_ROUNDS // 2))
+        p_every, p_even, p_odd = all_even_odd({n_: v["ms"] for n_, v in pairs.items()}, names)
+        layer = {"paired_ratios": {n_: ratio(p_every, n_) for n_ in names},
+                 "paired_best": min(p_every, key=p_every.get),
+                 "paired_repeat_max_dev": max(abs(ratio(p_even, n_) / ratio(p_odd, n_) - 1) for n_ in names)}
+    return {**layer, "times": ms, "ratios": {n: ratio(every, n) for n in names}, "host_ms": host, "best": best,
             "among_heavy_ratios": {n: ratio(m_every, n) for n in names},
             "among_heavy_best": min(m_every, key=m_every.get),
             "among_heavy_repeat_max_dev": max(abs(ratio(m_even, n) / ratio(m_odd, n) - 1) for n in names),
@@ -309,7 +329,7 @@ def phase_tune(cfgs, tunings: int, report, variants: list[str]) -> None:
         a, b, c = tensors(*shape)
         launch = launcher(ours_kernel, a, b, c)
         calls = {name: (lambda cfg=cfg: launch(cfg)) for name, cfg in by_name.items()}
-        found = oracle(calls, {row[0] for rows_ in got.values() for row in rows_})
+        found = oracle(calls, {row[0] for rows_ in got.values() for row in rows_}, shape)
         rows[str(shape)] = {who: [(x, s, found["ratios"][x], w, r) for x, s, w, r in runs]
                             for who, runs in got.items()}
         rows[str(shape)]["oracle"] = found
@@ -322,7 +342,9 @@ def phase_tune(cfgs, tunings: int, report, variants: list[str]) -> None:
                           for who, runs in got.items())
         print(f"{shape}: " + "; ".join(parts) + f"; oracle repeat {found['repeat_max_dev']:.4f} best-agree "
               f"{found['repeat_best_agree']} host-bound {found['host_bound']}; among heavy layers: {heavy} (repeat "
-              f"{found['among_heavy_repeat_max_dev']:.4f})", flush=True)
+              f"{found['among_heavy_repeat_max_dev']:.4f})" + ("; in its layer: " + "; ".join(
+                  f"{who} {[round(found['paired_ratios'][x], 4) for x, *_ in runs]}" for who, runs in got.items())
+                  if "paired_ratios" in found else ""), flush=True)
 
 
 def phase_contextual(cfgs, tunings: int, report) -> None:
@@ -383,7 +405,7 @@ def phase_contextual(cfgs, tunings: int, report) -> None:
 
 
 def main() -> None:
-    global SHAPES, ORACLE_ROUNDS, OUT_FILE
+    global SHAPES, ORACLE_ROUNDS, OUT_FILE, PAIRED
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--phases", default="compile,tune,contextual")
@@ -392,6 +414,8 @@ def main() -> None:
     p.add_argument("--nk", default="8192,4096",
                    help="N,K of every shape (default 8192,4096, the shapes the race's settings were chosen on; "
                         "others give held-out figures)")
+    p.add_argument("--paired", action="store_true",
+                   help="a third oracle: each candidate after a cuBLAS GEMM of its transposed shape (its layer)")
     p.add_argument("--oracle-rounds", type=int, default=ORACLE_ROUNDS, help="rounds of each oracle (default 8)")
     p.add_argument("--variants", default="ours,stock",
                    help="tuners of the tune phase: ours, ours_span, ours_3x130, ours_lead3, ours_w75, stock")
@@ -402,7 +426,7 @@ def main() -> None:
         sys.argv = [sys.argv[0], "--out", args.out, "--ops", "ag,rs", "--tunings", str(args.tunings),
                     "--modes", "steady,cold", "--steady-oracle", "sustained"]
         raise SystemExit(bench_choice.main())
-    ORACLE_ROUNDS = args.oracle_rounds
+    ORACLE_ROUNDS, PAIRED = args.oracle_rounds, args.paired
     n, k = (int(v) for v in args.nk.split(","))
     SHAPES = [(int(m), n, k) for m in args.shapes.split(",")] if args.shapes else [(m, n, k) for m, _, _ in SHAPES]
     torch.manual_seed(0)
@@ -431,11 +455,12 @@ def summarize(report: dict) -> None:
               f"{sum(r <= 1.01 for r in ratios)}/{len(ratios)}, within 1.02: {sum(r <= 1.02 for r in ratios)}/"
               f"{len(ratios)}; tunings of a key apart at most {max(spread):.4f}; tuning s median "
               f"{statistics.median(secs):.2f} max {max(secs):.2f}")
-        heavy = [row["oracle"]["among_heavy_ratios"][r[0]] for row in rows.values() for r in row.get(who, [])
-                 if "among_heavy_ratios" in row["oracle"]]
-        if heavy:
-            print(f"{who} among heavy layers: median {statistics.median(heavy):.4f} worst {max(heavy):.4f} within "
-                  f"1.01: {sum(r <= 1.01 for r in heavy)}/{len(heavy)}")
+        for key, what in (("among_heavy_ratios", "among heavy layers"), ("paired_ratios", "in its layer")):
+            judged = [row["oracle"][key][r[0]] for row in rows.values() for r in row.get(who, [])
+                      if key in row["oracle"]]
+            if judged:
+                print(f"{who} {what}: median {statistics.median(judged):.4f} worst {max(judged):.4f} within "
+                      f"1.01: {sum(r <= 1.01 for r in judged)}/{len(judged)}")
     if rows:
         dev = max(r["oracle"]["repeat_max_dev"] for r in rows.values())
         agree = sum(r["oracle"]["repeat_best_agree"] for r in rows.values())

@@ -38,7 +38,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
-from _oracle import ClockSampler, per_call_ms, run_for  # noqa: E402
+from _oracle import ClockSampler, paired, per_call_ms, run_for  # noqa: E402
 from bench_fidelity import among_heavy, launcher, ours_tuning, space, tensors  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, spec, use_triton_cache  # noqa: E402
 
@@ -110,36 +110,10 @@ def interleaved(calls: dict, per: dict, cycles: int, meter: ClockSampler, settle
     return {"configs": out, "mhz": mhz, "w": w}
 
 
-def mlp(calls: dict, per: dict, m: int, total_ms: float, repeats: int, meter: ClockSampler) -> dict:
+def mlp(calls: dict, m: int, total_ms: float, repeats: int, meter: ClockSampler) -> dict:
     x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(4096, 14336, device="cuda", dtype=torch.bfloat16)
-    up = lambda: torch.matmul(x, w)  # noqa: E731
-    pair = per_call_ms(up) + max(per.values())
-    out: dict[str, dict] = {n: {"ms": [], "mhz": [], "w": []} for n in calls}
-    rng = random.Random(7)
-    for _ in range(repeats):
-        order = list(calls)
-        rng.shuffle(order)
-        for name in order:
-            torch.cuda.synchronize()
-            marks = []
-            with meter:
-                for _ in range(max(4, int(total_ms / pair))):
-                    first, own, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-                    first.record()
-                    up()
-                    own.record()
-                    calls[name]()
-                    end.record()
-                    marks.append((first, own, end))
-                torch.cuda.synchronize()
-            half = marks[len(marks) // 2:]
-            mhz, watts = meter.medians()
-            out[name]["ms"].append(sum(f.elapsed_time(e) for f, _, e in half) / len(half))
-            out[name].setdefault("own_ms", []).append(sum(o.elapsed_time(e) for _, o, e in half) / len(half))
-            out[name]["mhz"].append(mhz)
-            out[name]["w"].append(watts)
-    return out
+    return paired(calls, lambda: torch.matmul(x, w), total_ms, repeats, sampler=meter)
 
 
 def summary(times: dict[str, list[float]]) -> dict[str, float]:
@@ -175,7 +149,7 @@ def main() -> None:
                "burst": lambda: burst(calls, per, 3),
                "interleaved": lambda: interleaved(calls, per, 8, meter),
                "among_heavy": lambda: {n_: {"ms": v} for n_, v in among_heavy(calls, rounds=8).items()},
-               "mlp": lambda: mlp(calls, per, args.m, args.alone_ms, 3, meter)}
+               "mlp": lambda: mlp(calls, args.m, args.alone_ms, 3, meter)}
     for regime in args.regimes.split(","):
         settle = regime.removeprefix("interleaved")
         run = regimes[regime] if regime in regimes else (  # interleavedS: S ms of settling, 5 ms spans, 6 cycles
