@@ -53,17 +53,18 @@ def host_launch_ms(call, n: int = 50) -> float:
 
 
 def windows(calls: dict[str, object], rounds: int, lead_in, window_ms: float, min_calls: int,
-            seed: int) -> dict[str, list[float]]:
+            seed: int, block: bool = False) -> dict[str, list[float]]:
     """Shuffled rounds of timed windows: in each round every config runs ``lead_in(name, per_call_ms)`` (untimed),
     then a window of ``window_ms`` of its calls (at least ``min_calls``) timed with device events; no synchronize
-    between configs, one per round. {name: [ms per call, one per round]}."""
+    between configs, one per round (``block``: one after the last round alone, as the tuner's settled block runs).
+    {name: [ms per call, one per round]}."""
     per = {name: per_call_ms(call) for name, call in calls.items()}
     times: dict[str, list[float]] = {}
     rng = random.Random(seed)
-    for _ in range(rounds):
+    marks = []
+    for r in range(rounds):
         order = list(calls)
         rng.shuffle(order)
-        marks = []
         for name in order:
             lead_in(name, per[name])
             n = max(min_calls, int(window_ms / per[name]))
@@ -73,9 +74,11 @@ def windows(calls: dict[str, object], rounds: int, lead_in, window_ms: float, mi
                 calls[name]()
             e.record()
             marks.append((name, s, e, n))
-        torch.cuda.synchronize()
-        for name, s, e, n in marks:
-            times.setdefault(name, []).append(s.elapsed_time(e) / n)
+        if not block or r == rounds - 1:
+            torch.cuda.synchronize()
+            for name, s, e, n in marks:
+                times.setdefault(name, []).append(s.elapsed_time(e) / n)
+            marks = []
     return times
 
 

@@ -38,7 +38,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
-from _oracle import ClockSampler, paired, per_call_ms, run_for  # noqa: E402
+from _oracle import ClockSampler, paired, per_call_ms, run_for, windows  # noqa: E402
 from bench_fidelity import among_heavy, launcher, ours_tuning, space, tensors  # noqa: E402
 from bench_gemm_tuning import fresh_kernel, spec, use_triton_cache  # noqa: E402
 
@@ -83,31 +83,15 @@ def burst(calls: dict, per: dict, repeats: int) -> dict:
     return out
 
 
-def interleaved(calls: dict, per: dict, cycles: int, meter: ClockSampler, settle_ms: float = 5,
-                span_ms: float = 10) -> dict:
-    """The settled block's regime: like ``_oracle.windows`` but with no synchronize between cycles (one at the end)."""
-    out: dict[str, dict] = {n: {"ms": []} for n in calls}
-    rng = random.Random(5)
-    marks = []
+def interleaved(calls: dict, cycles: int, meter: ClockSampler, settle_ms: float = 5, span_ms: float = 10) -> dict:
+    """The settled block's regime: shuffled cycles of ``settle_ms`` then a ``span_ms`` window per config, with no
+    synchronize until the last (``_oracle.windows`` as a block); the SM clock and power over the whole block."""
     torch.cuda.synchronize()
     with meter:
-        for _ in range(cycles):
-            order = list(calls)
-            rng.shuffle(order)
-            for name in order:
-                run_for(calls[name], settle_ms, per[name])
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                n = max(1, int(span_ms / per[name]))
-                s.record()
-                for _ in range(n):
-                    calls[name]()
-                e.record()
-                marks.append((name, s, e, n))
-        torch.cuda.synchronize()
-    for name, s, e, n in marks:
-        out[name]["ms"].append(s.elapsed_time(e) / n)
+        times = windows(calls, cycles, lambda name, per: run_for(calls[name], settle_ms, per), span_ms, 1, 5,
+                        block=True)
     mhz, w = meter.medians()
-    return {"configs": out, "mhz": mhz, "w": w}
+    return {"configs": {n: {"ms": v} for n, v in times.items()}, "mhz": mhz, "w": w}
 
 
 def mlp(calls: dict, m: int, total_ms: float, repeats: int, meter: ClockSampler) -> dict:
@@ -147,13 +131,13 @@ def main() -> None:
     out = Path(args.out)
     regimes = {"alone": lambda: alone(calls, per, args.alone_ms, 3, meter),
                "burst": lambda: burst(calls, per, 3),
-               "interleaved": lambda: interleaved(calls, per, 8, meter),
+               "interleaved": lambda: interleaved(calls, 8, meter),
                "among_heavy": lambda: {n_: {"ms": v} for n_, v in among_heavy(calls, rounds=8).items()},
                "mlp": lambda: mlp(calls, args.m, args.alone_ms, 3, meter)}
     for regime in args.regimes.split(","):
         settle = regime.removeprefix("interleaved")
         run = regimes[regime] if regime in regimes else (  # interleavedS: S ms of settling, 5 ms spans, 6 cycles
-            lambda s_=float(settle): interleaved(calls, per, 6, meter, settle_ms=s_, span_ms=5))
+            lambda s_=float(settle): interleaved(calls, 6, meter, settle_ms=s_, span_ms=5))
         t0 = time.perf_counter()
         got = run()
         configs = got.get("configs", got)

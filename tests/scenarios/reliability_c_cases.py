@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from collections.abc import Callable
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -35,6 +36,13 @@ def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+
+def doubled(x: torch.Tensor) -> torch.Tensor:
+    """``x + x`` by :func:`add_kernel` (one block of 64): the tuned functions' Triton kernel."""
+    out = torch.empty_like(x)
+    add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
+    return out
 
 
 def landscape_ms(config: dict) -> float:
@@ -128,8 +136,7 @@ def function_budget_cut():
     def f(x, *, v):
         calls[0] += 1
         spend(BUDGET_MS[v])
-        out = torch.empty_like(x)
-        add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
+        out = doubled(x)
         dist.all_reduce(out)
         return out
 
@@ -155,8 +162,7 @@ def budget_case(name: str, space: list[dict], sleep_ms) -> None:
         time.sleep(ms / 1e3)
         slept[0] += ms
         slept[1] += 1
-        out = torch.empty_like(x)
-        add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
+        out = doubled(x)
         dist.all_reduce(out)
         return out
 
@@ -310,8 +316,7 @@ def budget_alone_case(name: str, replicas: bool = False, **options) -> None:
     def f(x, *, v):
         calls[0] += 1
         time.sleep((20 + v) / 1e3)
-        out = torch.empty_like(x)
-        add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
+        out = doubled(x)
         if tp is not None and dist.get_world_size(tp) > 1:
             dist.all_reduce(out, group=tp)
         return out
@@ -350,9 +355,7 @@ def function_budget_leaders():
                   budget=60, timeout=30)
     def f(x, *, v):
         spend(LEADERS_MS[v])
-        out = torch.empty_like(x)
-        add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
-        return out
+        return doubled(x)
 
     with virtual_clock():
         f(torch.ones(64), **layout)
@@ -361,28 +364,34 @@ def function_budget_leaders():
          cut=decision.cut, chosen=decision.index)
 
 
+def replicas_on_virtual_clock(name: str, configs: int, ms: Callable[[int, int, int], float]) -> tuple:
+    """Two one-rank replicas tune ``configs`` configs (cold timing, 6 rounds) whose call ``k`` (from 1) of config
+    ``v`` on rank ``r`` takes ``ms(v, k, r)`` on the virtual clock: (the decision, the cache files' records on the
+    rank that writes them, none elsewhere)."""
+    layout, rank = one_rank_replicas(), dist.get_rank()
+    calls = [0] * configs
+
+    @tdt.autotune([{"v": v} for v in range(configs)], key_fn=lambda x: x.shape[0], name=name, n_warmup=1,
+                  n_repeat=6, timing="cold", timeout=30)
+    def f(x, *, v):
+        calls[v] += 1
+        spend(ms(v, calls[v], rank))
+        return doubled(x)
+
+    with virtual_clock():
+        f(torch.ones(64), **layout)
+    ((_, decision),) = f.tuner.decisions.items()
+    return decision, [json.loads(p.read_text()) for p in f.tuner.cache.folder.rglob("*.json")] if rank == 0 else []
+
+
 @case
 def function_replicas_noisy():
     """Two one-rank replicas of 2 configs (cold timing, times on the virtual clock): on rank 0 each config's calls
     alternate 2 ms and 3 ms (samples 50% apart: its races take least samples), on rank 1 they take 2 ms (config 0)
     and 2.5 ms (config 1) steadily. Prints the decision's statistic and its choice, and the statistic the cache file
     records (on the rank that writes it)."""
-    layout, rank = one_rank_replicas(), dist.get_rank()
-    calls = [0, 0]
-
-    @tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], name="replicas_noisy", n_warmup=1,
-                  n_repeat=6, timing="cold", timeout=30)
-    def f(x, *, v):
-        calls[v] += 1
-        spend((3.0 if calls[v] % 2 else 2.0) if rank == 0 else 2.0 + 0.5 * v)
-        out = torch.empty_like(x)
-        add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
-        return out
-
-    with virtual_clock():
-        f(torch.ones(64), **layout)
-    ((_, decision),) = f.tuner.decisions.items()
-    files = [json.loads(p.read_text()) for p in f.tuner.cache.folder.rglob("*.json")] if rank == 0 else []
+    decision, files = replicas_on_virtual_clock(
+        "replicas_noisy", 2, lambda v, k, rank: (3.0 if k % 2 else 2.0) if rank == 0 else 2.0 + 0.5 * v)
     emit(statistic=decision.statistic, chosen=decision.index, recorded=[d.get("statistic") for d in files])
 
 
@@ -395,8 +404,6 @@ def function_replicas_one_statistic():
     and its outcomes' times and samples, and the cache file's (on the rank that writes it)."""
     from triton_dist_tune.measure import replicas
 
-    layout, rank = one_rank_replicas(), dist.get_rank()
-    calls = [0] * 4
     gathered = []  # set once the first pass's outcomes are gathered across replicas: the leaders' race is next
     gather = replicas.Layout.gather
 
@@ -408,20 +415,11 @@ def function_replicas_one_statistic():
     if os.environ.get("FIRST_PASS_NOISE") == "1":
         replicas.Layout.gather = gather_then_mark
 
-    @tdt.autotune([{"v": v} for v in range(4)], key_fn=lambda x: x.shape[0], name="replicas_one_statistic",
-                  n_warmup=1, n_repeat=6, timing="cold", timeout=30)
-    def f(x, *, v):
-        calls[v] += 1
+    def ms(v: int, k: int, rank: int) -> float:
         base = 2.0 + 0.5 * v if rank == 0 else 2.1 + 0.35 * v
-        spend(base * ((1.5 if rank == 0 and not gathered else 1.03) if calls[v] % 2 else 1.0))
-        out = torch.empty_like(x)
-        add_kernel[(1,)](x, x, out, x.numel(), BLOCK=64)
-        return out
+        return base * ((1.5 if rank == 0 and not gathered else 1.03) if k % 2 else 1.0)
 
-    with virtual_clock():
-        f(torch.ones(64), **layout)
-    ((_, decision),) = f.tuner.decisions.items()
-    files = [json.loads(p.read_text()) for p in f.tuner.cache.folder.rglob("*.json")] if rank == 0 else []
+    decision, files = replicas_on_virtual_clock("replicas_one_statistic", 4, ms)
 
     def rows(outcomes: list) -> list:
         return [[o["index"], o["state"], o["time"], o["round_times"]] for o in outcomes]
