@@ -7,17 +7,15 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..disk import logs
 from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
-from ..measure.noise import statistic
+from ..measure.noise import retaken, statistic
 from ..measure.race import Race
 from ..records import LEAST, MEDIAN, Decision, Outcome, recorded_statistic
-from ..stats import median
 from ..stats import near_tie as near_tie_within
 
 log = logging.getLogger("triton_dist_tune")
@@ -72,9 +70,7 @@ def of_statistic(outcomes: list[Outcome], race: Race | None, told: str) -> list[
     if race is None or not race.entrants:  # sharded (medians already) or every config resumed (an empty race): a
         return outcomes  # settled leader's time read back is drift-free
     raced = set(race.entrants)
-    of = min if told == LEAST else median
-    return [replace(o, time=float(of(o.round_times))) if o.usable and o.index not in raced and o.round_times
-            and not o.probed else o for o in outcomes]
+    return retaken(outcomes, told == LEAST, lambda o: o.index not in raced)
 
 
 def cache_record(name: str, key_text: str, group: Group, decision: Decision, source: str,

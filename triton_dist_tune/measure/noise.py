@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..records import LEAST, MEDIAN
+from ..records import LEAST, MEDIAN, Outcome
 from ..stats import median
 
 #: the noise of one race sample (relative) above which a config's race time is the least of its samples, not their
@@ -85,6 +85,16 @@ def statistic(location: Callable[[Sequence[float]], float]) -> str:
     """What a race's times are, from its :meth:`~.race.Race.location`: :data:`~triton_dist_tune.records.MEDIAN`
     (each config's median sample) or, under noise over :data:`NOISY`, :data:`~triton_dist_tune.records.LEAST`."""
     return MEDIAN if location is median else LEAST
+
+
+def retaken(outcomes: Sequence[Outcome], least: bool, retake: Callable[[Outcome], bool]) -> list[Outcome]:
+    """``outcomes``, each usable one that ``retake`` names with its time taken again from its group samples
+    (``round_times``): their least (``least``: a noisy race's statistic), else their median, so that one decision's
+    table holds times of one statistic. A probe's stand-in (a bound, no sample) and an outcome without samples keep
+    their time."""
+    of = min if least else median
+    return [replace(o, time=float(of(o.round_times))) if o.usable and o.round_times and not o.probed and retake(o)
+            else o for o in outcomes]
 
 
 def spread_of_runs(samples: Sequence[Sequence[float]], floor: float) -> NoiseEstimate | None:

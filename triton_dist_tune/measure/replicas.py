@@ -56,7 +56,7 @@ from ..records import LEAST, MEDIAN, Decision, Outcome
 from ..space import fingerprint
 from .budget import LEFT_OUT, Budget
 from .lockstep import Measurer, Todo
-from .noise import statistic
+from .noise import retaken, statistic
 
 MIN_LEADERS = 2
 
@@ -205,7 +205,7 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     _take(budget, clock)
     # one statistic for every replica's times, agreed from the exchange (the same on every rank), before the leaders
     # (under medians only a resumed config that left its race: a measured one read back keeps its drift-free time)
-    table = of_statistic(table, noisy, lambda o: noisy or (o.resumed and o.state == "stopped"))
+    table = retaken(table, noisy, lambda o: noisy or (o.resumed and o.state == "stopped"))
     top = leaders(table, refine_top)
     if budget.spent and any(o.usable for o in table):  # the first pass decides: no leaders' race (a cut)
         budget.cut = True
@@ -234,7 +234,7 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
             outcome = replace(outcome, state="stopped")
         final.append(outcome)
     if not unreached and noisy_leaders != noisy:  # the configs outside the leaders' race: of its statistic too
-        final = of_statistic(final, noisy_leaders, lambda o: o.index not in worst)
+        final = retaken(final, noisy_leaders, lambda o: o.index not in worst)
     chosen = decision(final, top, timing, max(o.samples for o in final))
     return _statistic(chosen, noisy if unreached else noisy_leaders)
 
@@ -244,15 +244,6 @@ def _noisy(measurer: Measurer) -> bool:
     median (:meth:`~.race.Race.location`); False where it raced nothing."""
     race = getattr(measurer, "race", None)
     return race is not None and statistic(race.location()) == LEAST
-
-
-def of_statistic(outcomes: list[Outcome], noisy: bool, retake: Callable[[Outcome], bool]) -> list[Outcome]:
-    """``outcomes``, each usable one that ``retake`` names with its time taken again from its group samples
-    (``round_times``): their least where ``noisy`` (the replicas' agreed statistic), else their median. A probe's
-    stand-in (a bound, no sample) and an outcome without samples keep their time."""
-    of = min if noisy else stats.median
-    return [replace(o, time=float(of(o.round_times))) if o.usable and o.round_times and not o.probed and retake(o)
-            else o for o in outcomes]
 
 
 def _least(outcome: Outcome) -> float:
