@@ -43,7 +43,8 @@ memory: 40 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 40
    rounds of 100 ms settling + 30 ms span, each with its own synchronize), ``ours_lead3`` (3 settled leaders
    even for fast configs), ``ours_w75`` (a sample weighing its queued calls 0.75), ``ours_fast25`` (six settled
    leaders under 0.25 ms per call, as before 0.1), ``ours_span30`` (settled samples with 30 ms spans),
-   ``ours_settle5`` (heavy configs' settled samples settling 5 ms, as before the forty-fifth session) and stock
+   ``ours_settle5`` (heavy configs' settled samples settling 5 ms, as before the forty-fifth session),
+   ``ours_nosift`` (3 settled leaders for heavy calls, no sift: as before the forty-sixth session) and stock
    ``triton.autotune`` (``do_bench``); the time of each tuning call, and ours' warm-up and race seconds (from the
    rank log);
 3. ``contextual``: a layer of two ``triton.autotune`` GEMM kernels (the whole space, at M = 1024 and 8192, where
@@ -257,14 +258,15 @@ def patched(module: str, name: str, value: object):
 #: the variants of ours, side by side with the defaults: the previous settled rounds; steady samples without their
 #: queued calls (the span alone, as before they were added); 3 settled leaders even for fast configs (before fast
 #: keys got six); a sample weighing its queued calls 0.75 instead of 0.5; six leaders under 0.25 ms per call (not 0.1);
-#: settled samples timing 30 ms spans (not 10)
+#: settled samples timing 30 ms spans (not 10); heavy settled samples settling 5 ms; no sift
 VARIANTS = {"ours_3x130": three_long_rounds,
             "ours_span": lambda: patched("triton_dist_tune.measure.timing", "QUEUED_BELOW_MS", 0.0),
             "ours_lead3": lambda: patched("triton_dist_tune.function.options", "SETTLED_LEADERS_FAST", 0),
             "ours_w75": lambda: patched("triton_dist_tune.measure.timing", "QUEUED_WEIGHT", 0.75),
             "ours_fast25": lambda: patched("triton_dist_tune.function.options", "FAST_LEADER_MS", 0.25),
             "ours_span30": lambda: patched("triton_dist_tune.measure.timing", "SETTLED_SPAN_MS", 30.0),
-            "ours_settle5": lambda: patched("triton_dist_tune.measure.timing", "POWER_SETTLE_ABOVE_MS", float("inf"))}
+            "ours_settle5": lambda: patched("triton_dist_tune.measure.timing", "POWER_SETTLE_ABOVE_MS", float("inf")),
+            "ours_nosift": lambda: patched("triton_dist_tune.function.options", "SETTLED_LEADERS_HEAVY", 0)}
 
 
 def stock_tuning(kernel, cfgs, shape) -> tuple[str, float]:

@@ -16,7 +16,16 @@ from ..errors import BadInputError
 from ..measure.arguments import check_names
 from ..measure.lockstep import Plan
 from ..measure.race import RacePlan
-from ..measure.timing import FAST_LEADER_MS, SETTLED_CYCLES, SETTLED_LEADERS, SETTLED_LEADERS_FAST, timing_mode
+from ..measure.timing import (
+    FAST_LEADER_MS,
+    POWER_SETTLE_ABOVE_MS,
+    SETTLED_CYCLES,
+    SETTLED_LEADERS,
+    SETTLED_LEADERS_FAST,
+    SETTLED_LEADERS_HEAVY,
+    SIFT_CYCLES,
+    timing_mode,
+)
 from .policy import check_policy
 
 
@@ -135,5 +144,7 @@ class TuneOptions:
                         keep_top=self.refine_top or None, seed=seed,
                         final_top=SETTLED_LEADERS if timing == "steady" else 0, final_rounds=SETTLED_CYCLES,
                         final_top_fast=SETTLED_LEADERS_FAST if timing == "steady" else 0,
-                        fast_below_ms=FAST_LEADER_MS)
+                        fast_below_ms=FAST_LEADER_MS,
+                        final_top_heavy=SETTLED_LEADERS_HEAVY if timing == "steady" else 0,
+                        heavy_from_ms=POWER_SETTLE_ABOVE_MS, sift_rounds=SIFT_CYCLES)
         return Plan(self.n_warmup, timeout, race, timing, self.batch)

@@ -61,7 +61,7 @@ from .graphs import EAGER, GRAPH, PLACEMENTS, Graphs
 from .guarding import Guarding
 from .precompile import Compiles
 from .probe_screen import ProbeScreen
-from .race import Race, RacePlan, levels_note
+from .race import Race, RacePlan, levels_note, sift_note
 from .sampling import Sampling
 from .sharded import Sharding
 from .steps import SteadySteps
@@ -293,6 +293,8 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         for index, error in self._capture(entries, per_call).items():
             outcomes[index] = self._failed(index, entries.pop(index)[1], error)
         plan = race_plan or self.plan.race
+        if self.trial.host_counts:
+            plan = replace(plan, final_top_heavy=0)  # the sift is for a device's power limit (timing.py)
         race = Race(sorted(entries), replace(plan, levels=True, placements=PLACEMENTS) if self.clock_kind == GRAPH
                     else plan)
         started = time.monotonic()
@@ -335,7 +337,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         self.log.info("%s race: %d round(s) (settled from %s) in %.2f s%s%s", self.label, race.rounds,
                       race.settled_from, time.monotonic() - started,
                       "; noisy: times are least samples" if race.location() is not median else "",
-                      levels_note(race))
+                      sift_note(race) + levels_note(race))
         self.race = race
         if (behind := [e for e in todo if e[0] in far and e[0] not in outcomes]) and not self.budget.cut:
             outcomes.update((o.index, o) for o in self.lockstep(behind, race_plan, warmed=True))  # probes not trusted

@@ -23,6 +23,13 @@ further message.
   ``fast_below_ms`` per call), the leaders get ``final_rounds`` more rounds of *settled* samples, run as one
   block with no break between its rounds (:meth:`Race.block`; see :mod:`~triton_dist_tune.measure.timing`).
   Their time then comes from their settled samples alone, and nobody leaves during these rounds.
+- **The sift** (``final_top_heavy``): when the screening leader takes ``heavy_from_ms`` per call or more (a heavy
+  kernel, which holds the device at its power limit), ``final_top_heavy`` leaders go on instead, for a first block
+  of ``sift_rounds`` settled rounds; then only the ``final_top`` best (ranked as below) go on to the rest of the
+  settled rounds. The screening's samples run on the clock all configs share, which hides what each one's own
+  power costs: on one H200, 64x256 GEMM tiles 8-14% slower than 128x256 ones alone read within 0-3% of them in
+  the screening, so three leaders out of seven such configs left the faster tiles out in about a third of the
+  tunings (``benchmarks/results/session_h200_45``). A settled sample lets the limiter follow its config.
 - **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
   rounds are, or when the time budget is spent (after any round: a cut): the least median among those still running
   wins (ties: the lower index). After settled rounds the leaders are ranked drift-free: by the median of each one's
@@ -90,6 +97,11 @@ class RacePlan:
     #: ``fast_below_ms`` (0: always ``final_top``)
     final_top_fast: int = 0
     fast_below_ms: float = 0.0
+    #: leaders that get the first ``sift_rounds`` settled rounds instead, when the screening leader takes
+    #: ``heavy_from_ms`` per call or more, of which the ``final_top`` best go on (the sift; 0: off)
+    final_top_heavy: int = 0
+    heavy_from_ms: float = 0.0
+    sift_rounds: int = 2
     #: settled blocks added (``final_rounds`` rounds each) while the leader and the runner-up are a near-tie that
     #: more samples can settle (the runner-up not clearly slower, yet more than the indifference margin apart), at
     #: most this many: the finalists' paired shoot-out of a search
@@ -103,8 +115,8 @@ class RacePlan:
     placements: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_rounds < 1 or self.min_rounds < 1 or self.placements < 1:
-            raise ValueError("a race needs max_rounds >= 1, min_rounds >= 1 and placements >= 1")
+        if self.max_rounds < 1 or self.min_rounds < 1 or self.placements < 1 or self.sift_rounds < 1:
+            raise ValueError("a race needs max_rounds, min_rounds, placements and sift_rounds >= 1")
 
 
 @dataclass
@@ -148,6 +160,9 @@ class Race:
         #: settled blocks added for a near-tie (``tie_blocks``), each of the first block's length
         self.tie_blocks = 0
         self._block = plan.final_rounds
+        #: the round the sift ends with (None: no sift running), and the leaders it stopped
+        self.sift_until: int | None = None
+        self.sifted: list[int] = []
         #: True when the time budget ended the race before its rounds did (a cut: the choice is provisional)
         self.cut = False
 
@@ -171,8 +186,8 @@ class Race:
         ``max_rounds``) when settling, else one."""
         if self.settled_from is None:
             return 1
-        left = self.plan.final_rounds - (self.rounds - self.settled_from)
-        return max(1, min(left, self.plan.max_rounds - self.rounds))
+        end = self.settled_from + self.plan.final_rounds if self.sift_until is None else self.sift_until
+        return max(1, min(end - self.rounds, self.plan.max_rounds - self.rounds))
 
     def placement(self, ahead: int = 0) -> int:
         """The output placement of the samples of the round ``ahead`` rounds from now (negative: one before it):
@@ -220,6 +235,8 @@ class Race:
                                                                               self.plan.max_rounds)):
             leaving.update(sorted(left, key=self._rank_key)[top:])
             self.settled_from = self.rounds
+            if self.plan.final_top < min(top, len(left)) and self._heavy(left):
+                self.sift_until = self.rounds + self.plan.sift_rounds
         for i in leaving:
             self.entrants[i].state = "stopped"
         return sorted(leaving)
@@ -230,7 +247,16 @@ class Race:
         plan = self.plan
         fast = (bool(left) and 0 < plan.final_top < plan.final_top_fast
                 and (self._time(self.leader(left)) < plan.fast_below_ms or self.location() is not median))
-        return plan.final_top_fast if fast else plan.final_top
+        if fast:
+            return plan.final_top_fast
+        return plan.final_top_heavy if self._heavy(left) else plan.final_top
+
+    def _heavy(self, left: list[int]) -> bool:
+        """Whether the leaders among ``left`` go through the sift: the plan has one, the samples are quiet (under
+        noise every leader goes on, ``final_top_fast`` of them) and the leader takes ``heavy_from_ms`` or more."""
+        plan = self.plan
+        return (bool(left) and 0 < plan.final_top < plan.final_top_heavy and plan.heavy_from_ms > 0
+                and self.location() is median and self._time(self.leader(left)) >= plan.heavy_from_ms)
 
     def _leaving(self, running: list[int]) -> set[int]:
         """The configs that are clearly slower than the leader after this round."""
@@ -256,6 +282,10 @@ class Race:
             return not self.running  # every config gets at least one sample, even alone
         spent = self.plan.budget_s is not None and elapsed_s >= self.plan.budget_s
         if self.settled_from is not None:
+            if self.sift_until is not None and self.rounds >= self.sift_until:
+                self.sift_until = None
+                if not spent:
+                    self._sift()
             done = self.rounds - self.settled_from >= self.plan.final_rounds or self.rounds >= self.plan.max_rounds
             if (done and not spent and self.tie_blocks < self.plan.tie_blocks and self.location() is median
                     and self._unsettled_tie()):
@@ -271,6 +301,15 @@ class Race:
             return True
         self.cut = spent  # every config running has a sample: the best measured so far wins
         return self.cut
+
+    def _sift(self) -> None:
+        """The end of the sift: of the settled leaders, the ``final_top`` best go on, the rest are ``stopped``
+        (:attr:`sifted`)."""
+        candidates = [i for i in self.running if self.entrants[i].settled]
+        staying = sorted(candidates, key=self._rank_key)[:self.plan.final_top]
+        self.sifted = [i for i in candidates if i not in staying]
+        for i in self.sifted:
+            self.entrants[i].state = "stopped"
 
     def _leave_the_tie(self) -> None:
         """Before a near-tie block only the :data:`TIE_LEADERS` best of the settled leaders not clearly slower than the
@@ -434,6 +473,14 @@ class Race:
         return Outcome(index, description, state, time=self._rank_key(index)[0],
                        spread=spread(relative or e.deciding()), per_rank=per_rank, samples=len(timed), own=own,
                        order=list(e.positions), round_times=timed)
+
+
+def sift_note(race: Race) -> str:
+    """The race's log note on the sift: the leaders it stopped; empty when there was none."""
+    if not race.sifted:
+        return ""
+    return (f"; heavy calls: {race.plan.final_top_heavy} leaders sifted to {race.plan.final_top} after "
+            f"{race.plan.sift_rounds} settled round(s), config(s) {', '.join(map(str, race.sifted))} stopped")
 
 
 def levels_note(race: Race) -> str:

@@ -96,6 +96,14 @@ SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: where six chose it in 3 of 6: its screening samples read it 4-8% slower than the config chosen, and only the
 #: settled block, where it reached the six, ranked it first (``results/session_h200_14``)
 SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
+#: the sift (:mod:`~triton_dist_tune.measure.race`): when the screening leader takes :data:`POWER_SETTLE_ABOVE_MS` per
+#: call or more, this many leaders get the settled block's first :data:`SIFT_CYCLES` cycles, and the
+#: :data:`SETTLED_LEADERS` best of them its other cycles. The screening's shared clock hides a heavy config's own power
+#: cost: on one H200 (N = 4096, K = 14336, M = 8192), seven configs read within 3% of each other there, of which only
+#: two 128x256 tiles were within 8% of the best alone, and three leaders left both out in about a third of the
+#: tunings. Two settled cycles of six leaders cost six samples more than the block of three (30 against 24). Chosen
+#: on that shape's logs (``results/session_h200_45``; training)
+SETTLED_LEADERS_HEAVY, SIFT_CYCLES = 6, 2
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
 #: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
 ROUND_SETTLE_MS = 25.0

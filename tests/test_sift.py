@@ -1,0 +1,144 @@
+"""The race's sift: heavy calls send more leaders to the settled block, and its first rounds keep the best of them."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+
+import pytest
+from harness import tune_alone
+
+from triton_dist_tune.function.options import TuneOptions
+from triton_dist_tune.measure.race import Race, RacePlan, sift_note
+from triton_dist_tune.measure.timing import POWER_SETTLE_ABOVE_MS, SETTLED_LEADERS_HEAVY, SIFT_CYCLES
+
+#: a heavy race's plan: 3 leaders, 6 when the screening leader takes 0.5 ms or more, sifted after 2 settled rounds
+PLAN = RacePlan(max_rounds=14, min_rounds=3, final_top=3, final_rounds=6, final_top_heavy=6, heavy_from_ms=0.5,
+                sift_rounds=2, seed="s")
+
+
+def screened(plan: RacePlan, scale: float, configs: int = 8) -> Race:
+    """A race of ``configs`` configs within 3% of each other (nobody clearly slower) after its 3 screening rounds,
+    at ``scale`` ms per call."""
+    race = Race(list(range(configs)), plan)
+    for r in range(3):
+        for i in race.order():
+            race.record(i, [scale * (1.0 + 0.004 * ((3 * i + 5 * r) % 8))])
+        race.end_round()
+    assert race.settling
+    return race
+
+
+def settle(race: Race, times: dict[int, float], rounds: int) -> None:
+    """``rounds`` settled rounds in which each leader running takes ``times[i]``."""
+    for _ in range(rounds):
+        for i in race.order():
+            race.record(i, [times[i]])
+        race.end_round()
+
+
+def test_a_heavy_leader_sends_six_to_the_settled_block_and_its_first_two_rounds_keep_the_three_best():
+    """Eight configs the screening cannot tell apart, at 1.5 ms per call: six leaders go on; after two settled
+    rounds (one block: nobody leaves inside it) the three best of those rounds stay, the other three are stopped
+    with their settled samples, and the rest of the settled rounds (one block) time the three alone."""
+    race = screened(PLAN, 1.5)
+    leaders = race.running
+    assert len(leaders) == 6 and race.sift_until == race.rounds + 2
+    assert race.block() == 2 and not race.finished(0.0)  # the sift's block, then a break to sift
+    best = sorted(leaders)[-3:]  # the screening's last three are the best once settled (the limiter follows them)
+    times = {i: (1.60 if i in best else 1.70) + 0.001 * i for i in leaders}
+    settle(race, times, 2)
+    assert not race.finished(0.0)  # the sift happens here; 4 settled rounds to go
+    assert race.running == best and sorted(race.sifted) == sorted(set(leaders) - set(best))
+    assert all(race.entrants[i].state == "stopped" and len(race.entrants[i].settled) == 2 for i in race.sifted)
+    assert race.block() == 4
+    settle(race, times, 4)
+    assert race.finished(0.0) and race.winner() == best[0] and len(race.entrants[best[0]].settled) == 6
+    assert "6 leaders sifted to 3 after 2 settled round(s)" in sift_note(race)
+
+
+def test_no_sift_for_calls_under_the_heavy_mark_under_noise_or_without_the_plans_consent():
+    """Calls of 0.3 ms (under the 0.5 ms mark) and a plan without the sift send three leaders, with no sift; noisy
+    samples send ``final_top_fast`` (every leader: noise, not power, hides them) and no sift either."""
+    for race in (screened(PLAN, 0.3), screened(RacePlan(max_rounds=14, min_rounds=3, final_top=3, seed="s"), 1.5)):
+        assert len(race.running) == 3 and race.sift_until is None
+        assert race.block() == race.plan.final_rounds
+    noisy = Race(list(range(8)), replace(PLAN, final_top_fast=8, fast_below_ms=0.1))
+    for r in range(3):
+        for i in noisy.order():
+            noisy.record(i, [1.5 * (1.0 + 0.003 * i) * (1.0 if (i + r) % 2 else 1.4)])  # 40% apart, paired alike
+        noisy.end_round()
+    assert noisy.location() is min and len(noisy.running) == 8 and noisy.sift_until is None
+
+
+def test_a_budget_spent_in_the_sift_ends_the_race_with_every_leader_ranked():
+    """The time budget reached in the sift's rounds: the race is cut there, and the six leaders' settled samples rank
+    them (no sift: the race is over)."""
+    race = screened(replace(PLAN, budget_s=1.0), 1.5)
+    times = {i: 1.7 - 0.01 * i for i in race.running}
+    settle(race, times, 2)
+    assert race.finished(elapsed_s=1e9) and race.cut and not race.sifted
+    assert race.winner() == max(times)  # the fastest settled leader
+
+
+def test_the_defaults_sift_heavy_steady_tunings_only():
+    """``autotune``'s steady races sift (six leaders, two cycles, from the heavy settle's mark); cold ones never
+    settle, so never sift."""
+    steady = TuneOptions().plan(60.0, "steady", "k").race
+    assert (steady.final_top_heavy, steady.sift_rounds, steady.heavy_from_ms) == (
+        SETTLED_LEADERS_HEAVY, SIFT_CYCLES, POWER_SETTLE_ABOVE_MS)
+    assert TuneOptions().plan(60.0, "cold", "k").race.final_top_heavy == 0
+    with pytest.raises(ValueError, match="sift_rounds"):
+        RacePlan(sift_rounds=0)
+
+
+#: one process tunes 16 keys of 7 configs on the virtual clock, timed as a device's clock (``KIND``) or the host's, on
+#: a device at its power limit: the limiter follows the power of the calls it ran (two stages of 8 ms: 13% of the
+#: way in 5 ms, 70% in 20 ms, 96% in 40 ms: what one H200 showed, ``benchmarks/results/session_h200_45``), and a
+#: call's time is its work slowed by it. Configs 0-4 draw full power, 5 and 6 60%: alone, 5 and 6 are 5% faster;
+#: among the others (the screening's samples, 2 ms of settling and 5 of span) all read alike within noise
+POWER_LIMITED = '''
+import math, random, sys, torch, triton_dist_tune as tdt
+sys.path.insert(0, 'tests/scenarios')
+from _cases import spend, virtual_clock
+POWER = [1.0] * 5 + [0.6] * 2
+WORK_MS, SLOW, TAU_MS, JITTER = 1.5, 0.15, 8.0, 0.02
+state = [0.8, 0.8]
+rng = random.Random(0)
+
+def limited(v):
+    ms = WORK_MS * (1 + SLOW * state[1]) * (1 + JITTER * rng.gauss(0, 1))
+    decay = math.exp(-ms / TAU_MS)
+    state[1] = state[0] + (state[1] - state[0]) * decay
+    state[0] = POWER[v] + (state[0] - POWER[v]) * decay
+    spend(ms)
+
+@tdt.autotune([{"v": v} for v in range(7)], key_fn=lambda x: x.numel(), n_warmup=1)
+def heavy(x, *, v):
+    limited(v)
+    return x
+
+with virtual_clock("KIND"):
+    for n in range(1, 17):
+        heavy(torch.ones(n))
+'''
+
+
+@pytest.mark.timeout(300)
+def test_on_a_device_at_its_power_limit_the_sift_finds_the_config_that_is_fastest_alone(tmp_path):
+    """Before the sift three leaders went on from the screening, where seven configs read alike: 3 of these 16
+    tunings chose a full-power config, 5% slower alone than configs 5 and 6. Now six go on, and two settled rounds
+    (20 ms of settling each: the limiter follows its config) keep the three best: 16 of 16 choose 5 or 6. Timed as
+    the host's clock (no power limiter: CPU ranks) nothing is sifted."""
+    for kind in ("device", "host"):
+        (tmp_path / kind).mkdir()
+        cache, _ = tune_alone(tmp_path / kind, POWER_LIMITED.replace("KIND", kind))
+        logs = "".join(p.read_text() for p in sorted((tmp_path / kind / "logs").glob("*.log")))
+        sifted = re.findall(r"6 leaders sifted to 3 after 2 settled round\(s\)", logs)
+        if kind == "host":
+            assert not sifted
+            continue
+        chosen = {d["key"]: d["index"] for d in (json.loads(p.read_text()) for p in cache.glob("*/*.json"))}
+        assert len(chosen) == 16 and set(chosen.values()) <= {5, 6}, chosen
+        assert len(sifted) >= 12, logs[-3000:]  # a key whose screening left 3 or fewer has nothing to sift
