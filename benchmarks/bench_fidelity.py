@@ -321,7 +321,8 @@ def phase_tune(cfgs, tunings: int, report, variants: list[str]) -> None:
         got: dict[str, list] = {}
         for who in variants:
             for t in range(tunings):  # ours: each with an empty decision cache
-                os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="tdt_fid_decisions_")
+                os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(  # kept in FID_DECISIONS when set
+                    prefix=f"tdt_fid_{who}_{shape[0]}_{t}_", dir=os.environ.get("FID_DECISIONS"))
                 if who == "stock":
                     got.setdefault(who, []).append((*stock_tuning(stock_kernel, cfgs, shape), 0.0, 0.0))
                     continue

@@ -11,22 +11,28 @@ from harness import tune_alone
 
 from triton_dist_tune.function.options import TuneOptions
 from triton_dist_tune.measure.race import Race, RacePlan, sift_note
-from triton_dist_tune.measure.timing import POWER_SETTLE_ABOVE_MS, SETTLED_LEADERS_HEAVY, SIFT_CYCLES
+from triton_dist_tune.measure.timing import (
+    HEAVY_CYCLES,
+    POWER_SETTLE_ABOVE_MS,
+    SETTLED_LEADERS_HEAVY,
+    SIFT_AFTER,
+    SIFT_CYCLES,
+)
 
-#: a heavy race's plan: 3 leaders, 6 when the screening leader takes 0.5 ms or more, sifted after 2 settled rounds
-PLAN = RacePlan(max_rounds=14, min_rounds=3, final_top=3, final_rounds=6, final_top_heavy=6, heavy_from_ms=0.5,
-                sift_rounds=2, seed="s")
+#: a heavy race's plan: 3 leaders after 3 screening rounds; when the screening leader takes 0.5 ms or more, up to 6
+#: after 2 rounds, sifted by 1 settled round to 3, for 5 settled rounds in all
+PLAN = RacePlan(max_rounds=14, min_rounds=3, final_top=3, final_rounds=8, final_top_heavy=6, heavy_from_ms=0.5,
+                sift_after=2, sift_rounds=1, heavy_rounds=5, seed="s")
 
 
-def screened(plan: RacePlan, scale: float, configs: int = 8) -> Race:
-    """A race of ``configs`` configs within 3% of each other (nobody clearly slower) after its 3 screening rounds,
-    at ``scale`` ms per call."""
+def screened(plan: RacePlan, scale: float, rounds: int, configs: int = 8, noisy: bool = False) -> Race:
+    """A race of ``configs`` configs within 3% of each other (nobody clearly slower) after ``rounds`` screening
+    rounds, at ``scale`` ms per call (``noisy``: every other sample 40% slower)."""
     race = Race(list(range(configs)), plan)
-    for r in range(3):
+    for r in range(rounds):
         for i in race.order():
-            race.record(i, [scale * (1.0 + 0.004 * ((3 * i + 5 * r) % 8))])
+            race.record(i, [scale * (1.0 + 0.004 * ((3 * i + 5 * r) % 8)) * (1.4 if noisy and (i + r) % 2 else 1)])
         race.end_round()
-    assert race.settling
     return race
 
 
@@ -38,46 +44,49 @@ def settle(race: Race, times: dict[int, float], rounds: int) -> None:
         race.end_round()
 
 
-def test_a_heavy_leader_sends_six_to_the_settled_block_and_its_first_two_rounds_keep_the_three_best():
-    """Eight configs the screening cannot tell apart, at 1.5 ms per call: six leaders go on; after two settled
-    rounds (one block: nobody leaves inside it) the three best of those rounds stay, the other three are stopped
-    with their settled samples, and the rest of the settled rounds (one block) time the three alone."""
-    race = screened(PLAN, 1.5)
+def test_a_heavy_leader_sends_more_to_the_settled_block_after_two_rounds_and_its_first_round_keeps_three():
+    """Eight configs the screening cannot tell apart, at 1.5 ms per call: after 2 screening rounds (not 3) six
+    leaders go on; their first settled round is a block of its own, after which the three best of it stay, the
+    other three stopped with their settled sample, and the rest of the settled rounds (one block) time the three
+    alone, 5 in all."""
+    race = screened(PLAN, 1.5, 2)
+    assert race.settling and race.settled_from == 2
     leaders = race.running
-    assert len(leaders) == 6 and race.sift_until == race.rounds + 2
-    assert race.block() == 2 and not race.finished(0.0)  # the sift's block, then a break to sift
+    assert len(leaders) == 6 and race.sift_until == 3 and race.sift_size == 6
+    assert race.block() == 1 and not race.finished(0.0)
     best = sorted(leaders)[-3:]  # the screening's last three are the best once settled (the limiter follows them)
     times = {i: (1.60 if i in best else 1.70) + 0.001 * i for i in leaders}
-    settle(race, times, 2)
+    settle(race, times, 1)
     assert not race.finished(0.0)  # the sift happens here; 4 settled rounds to go
     assert race.running == best and sorted(race.sifted) == sorted(set(leaders) - set(best))
-    assert all(race.entrants[i].state == "stopped" and len(race.entrants[i].settled) == 2 for i in race.sifted)
+    assert all(race.entrants[i].state == "stopped" and len(race.entrants[i].settled) == 1 for i in race.sifted)
     assert race.block() == 4
     settle(race, times, 4)
-    assert race.finished(0.0) and race.winner() == best[0] and len(race.entrants[best[0]].settled) == 6
-    assert "6 leaders sifted to 3 after 2 settled round(s)" in sift_note(race)
+    assert race.finished(0.0) and race.winner() == best[0] and len(race.entrants[best[0]].settled) == 5
+    assert "6 leaders sifted to 3 after 1 settled round(s)" in sift_note(race)
 
 
-def test_no_sift_for_calls_under_the_heavy_mark_under_noise_or_without_the_plans_consent():
-    """Calls of 0.3 ms (under the 0.5 ms mark) and a plan without the sift send three leaders, with no sift; noisy
-    samples send ``final_top_fast`` (every leader: noise, not power, hides them) and no sift either."""
-    for race in (screened(PLAN, 0.3), screened(RacePlan(max_rounds=14, min_rounds=3, final_top=3, seed="s"), 1.5)):
-        assert len(race.running) == 3 and race.sift_until is None
-        assert race.block() == race.plan.final_rounds
-    noisy = Race(list(range(8)), replace(PLAN, final_top_fast=8, fast_below_ms=0.1))
-    for r in range(3):
-        for i in noisy.order():
-            noisy.record(i, [1.5 * (1.0 + 0.003 * i) * (1.0 if (i + r) % 2 else 1.4)])  # 40% apart, paired alike
-        noisy.end_round()
-    assert noisy.location() is min and len(noisy.running) == 8 and noisy.sift_until is None
+def test_no_sift_under_the_heavy_mark_or_without_the_plans_consent_and_a_sift_under_noise_ranks_by_settled_samples():
+    """Calls of 0.3 ms (under the 0.5 ms mark) and a plan without the sift settle after 3 rounds with three
+    leaders. Noisy heavy samples (every other one 40% slower) sift too, after 2 rounds, and the sift keeps the
+    three best settled samples, where the race's statistic (the least of all samples) would rank by the
+    screening's."""
+    for race in (screened(PLAN, 0.3, 3), screened(RacePlan(max_rounds=14, min_rounds=3, final_top=3, seed="s"), 1.5,
+                                                         3)):
+        assert race.settled_from == 3 and len(race.running) == 3 and race.sift_until is None
+    noisy = screened(replace(PLAN, final_top_fast=8, fast_below_ms=0.1), 1.5, 2, noisy=True)
+    assert noisy.location() is min and noisy.sift_until == 3 and len(noisy.running) == 6
+    best = sorted(noisy.running, key=lambda i: min(noisy.entrants[i].timed()))[-3:]  # least screened: the worst
+    settle(noisy, {i: 1.6 if i in best else 1.8 for i in noisy.running}, 1)
+    assert not noisy.finished(0.0) and sorted(noisy.running) == sorted(best)
 
 
 def test_a_budget_spent_in_the_sift_ends_the_race_with_every_leader_ranked():
-    """The time budget reached in the sift's rounds: the race is cut there, and the six leaders' settled samples rank
-    them (no sift: the race is over)."""
-    race = screened(replace(PLAN, budget_s=1.0), 1.5)
+    """The time budget reached in the sift's round: the race is cut there, and the six leaders' settled samples
+    rank them (no sift: the race is over)."""
+    race = screened(replace(PLAN, budget_s=1.0), 1.5, 2)
     times = {i: 1.7 - 0.01 * i for i in race.running}
-    settle(race, times, 2)
+    settle(race, times, 1)
     assert race.finished(elapsed_s=1e9) and race.cut and not race.sifted
     assert race.winner() == max(times)  # the fastest settled leader
 
@@ -86,11 +95,14 @@ def test_the_defaults_sift_heavy_steady_tunings_only():
     """``autotune``'s steady races sift (six leaders, two cycles, from the heavy settle's mark); cold ones never
     settle, so never sift."""
     steady = TuneOptions().plan(60.0, "steady", "k").race
-    assert (steady.final_top_heavy, steady.sift_rounds, steady.heavy_from_ms) == (
-        SETTLED_LEADERS_HEAVY, SIFT_CYCLES, POWER_SETTLE_ABOVE_MS)
+    assert (steady.final_top_heavy, steady.sift_after, steady.sift_rounds, steady.heavy_rounds) == (
+        SETTLED_LEADERS_HEAVY, SIFT_AFTER, SIFT_CYCLES, HEAVY_CYCLES)
+    assert steady.heavy_from_ms == POWER_SETTLE_ABOVE_MS
     assert TuneOptions().plan(60.0, "cold", "k").race.final_top_heavy == 0
     with pytest.raises(ValueError, match="sift_rounds"):
         RacePlan(sift_rounds=0)
+    with pytest.raises(ValueError, match="heavy_rounds"):
+        RacePlan(final_top_heavy=6, sift_rounds=2, heavy_rounds=2)
 
 
 #: one process tunes 16 keys of 7 configs on the virtual clock, timed as a device's clock (``KIND``) or the host's, on
@@ -128,17 +140,18 @@ with virtual_clock("KIND"):
 @pytest.mark.timeout(300)
 def test_on_a_device_at_its_power_limit_the_sift_finds_the_config_that_is_fastest_alone(tmp_path):
     """Before the sift three leaders went on from the screening, where seven configs read alike: 3 of these 16
-    tunings chose a full-power config, 5% slower alone than configs 5 and 6. Now six go on, and two settled rounds
-    (20 ms of settling each: the limiter follows its config) keep the three best: 16 of 16 choose 5 or 6. Timed as
-    the host's clock (no power limiter: CPU ranks) nothing is sifted."""
+    tunings chose a full-power config, 5% slower alone than configs 5 and 6. Now all seven go on (at most 12, after
+    at most 2 rounds), and one settled round (20 ms of settling each: the limiter follows its config) keeps the
+    three best: 16 of 16 choose 5 or 6. Timed as the host's clock (no power limiter: CPU ranks) nothing is
+    sifted."""
     for kind in ("device", "host"):
         (tmp_path / kind).mkdir()
         cache, _ = tune_alone(tmp_path / kind, POWER_LIMITED.replace("KIND", kind))
         logs = "".join(p.read_text() for p in sorted((tmp_path / kind / "logs").glob("*.log")))
-        sifted = re.findall(r"6 leaders sifted to 3 after 2 settled round\(s\)", logs)
+        sifted = re.findall(r"7 leaders sifted to 3 after 1 settled round\(s\)", logs)
         if kind == "host":
             assert not sifted
             continue
         chosen = {d["key"]: d["index"] for d in (json.loads(p.read_text()) for p in cache.glob("*/*.json"))}
         assert len(chosen) == 16 and set(chosen.values()) <= {5, 6}, chosen
-        assert len(sifted) >= 12, logs[-3000:]  # a key whose screening left 3 or fewer has nothing to sift
+        assert len(sifted) >= 12, logs[-3000:]  # a key whose screening stopped a config sifts fewer

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Issue 41, forty-sixth session, one H200: the sift (a heavy call's settled block: 6 leaders for its first 2 rounds,
-# then the 3 best of them) side by side with the race before it (bench_fidelity.py's ours_nosift: 3 leaders), one
-# process per GEMM family, fresh tunings each, judged by the sustained oracle (8 rounds) and among heavy layers:
+# Issue 41, forty-sixth session, one H200: the sift (a heavy call's settled block: after 2 screening rounds up to 12
+# leaders for its first round, then the 3 best of them for 5 more) side by side with the race before it
+# (bench_fidelity.py's ours_nosift: 3 leaders after 3 rounds), one process per GEMM family, fresh tunings each, judged by the sustained oracle (8 rounds) and among heavy layers:
 # N = 4096, K = 14336 (the down projection: the sift was chosen on its logs, training), N = 14336, K = 4096 (the up
 # projection: held out) and N = 8192, K = 4096 at M = 16384 (the 48-config bar's own shape, held out: seconds per
-# key). The rank logs (which leaders were sifted) come back in fid.tgz.
+# key). The rank logs (which leaders were sifted) and the decision files (every config's samples) come back in
+# fid.tgz.
 # Usage: OUT=DIR bash benchmarks/gpu/session46_sift.sh   (T1, T2, T3: tunings per variant and shape)
 set -u
 OUT=${OUT:?set OUT}; mkdir -p "$OUT/fid"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,power.limit --format=csv,noheader > "$OUT/fid/env.txt" 2>&1
 fid() {  # N,K  the Ms  tunings  seconds at most
-  HOME=$(mktemp -d) TRITON_DIST_AUTOTUNE_LOG_DIR="$OUT/fid/logs_$1" PYTHONPATH=$PWD timeout "$4" taskset -c 0-15 \
-    python3 benchmarks/bench_fidelity.py --out "$OUT/fid/fid_$1.json" --phases tune --tunings "$3" \
+  mkdir -p "$OUT/fid/decisions_$1"
+  HOME=$(mktemp -d) TRITON_DIST_AUTOTUNE_LOG_DIR="$OUT/fid/logs_$1" FID_DECISIONS="$OUT/fid/decisions_$1" \
+    PYTHONPATH=$PWD timeout "$4" taskset -c 0-15 \
+      python3 benchmarks/bench_fidelity.py --out "$OUT/fid/fid_$1.json" --phases tune --tunings "$3" \
     --variants ours,ours_nosift --oracle-rounds 8 --nk "$1" --shapes "$2" > "$OUT/fid/fid_$1.txt" 2>&1
   echo "fidelity $1 at M = $2: exit $? after $SECONDS s" | tee -a "$OUT/fid/env.txt"
   grep -v "changed its argument" "$OUT/fid/fid_$1.txt" | tail -n 8

@@ -18,11 +18,13 @@ from ..measure.lockstep import Plan
 from ..measure.race import RacePlan
 from ..measure.timing import (
     FAST_LEADER_MS,
+    HEAVY_CYCLES,
     POWER_SETTLE_ABOVE_MS,
     SETTLED_CYCLES,
     SETTLED_LEADERS,
     SETTLED_LEADERS_FAST,
     SETTLED_LEADERS_HEAVY,
+    SIFT_AFTER,
     SIFT_CYCLES,
     timing_mode,
 )
@@ -146,5 +148,6 @@ class TuneOptions:
                         final_top_fast=SETTLED_LEADERS_FAST if timing == "steady" else 0,
                         fast_below_ms=FAST_LEADER_MS,
                         final_top_heavy=SETTLED_LEADERS_HEAVY if timing == "steady" else 0,
-                        heavy_from_ms=POWER_SETTLE_ABOVE_MS, sift_rounds=SIFT_CYCLES)
+                        heavy_from_ms=POWER_SETTLE_ABOVE_MS, sift_after=SIFT_AFTER, sift_rounds=SIFT_CYCLES,
+                        heavy_rounds=HEAVY_CYCLES)
         return Plan(self.n_warmup, timeout, race, timing, self.batch)

@@ -24,12 +24,13 @@ further message.
   block with no break between its rounds (:meth:`Race.block`; see :mod:`~triton_dist_tune.measure.timing`).
   Their time then comes from their settled samples alone, and nobody leaves during these rounds.
 - **The sift** (``final_top_heavy``): when the screening leader takes ``heavy_from_ms`` per call or more (a heavy
-  kernel, which holds the device at its power limit), ``final_top_heavy`` leaders go on instead, for a first block
-  of ``sift_rounds`` settled rounds; then only the ``final_top`` best (ranked as below) go on to the rest of the
-  settled rounds. The screening's samples run on the clock all configs share, which hides what each one's own
-  power costs: on one H200, 64x256 GEMM tiles 8-14% slower than 128x256 ones alone read within 0-3% of them in
-  the screening, so three leaders out of seven such configs left the faster tiles out in about a third of the
-  tunings (``benchmarks/results/session_h200_45``). A settled sample lets the limiter follow its config.
+  kernel, which holds the device at its power limit), the settled rounds start after ``sift_after`` screening
+  rounds, noisy or not, with up to ``final_top_heavy`` leaders, for a first block of ``sift_rounds`` rounds; then
+  only the ``final_top`` best of them by those rounds' samples go on, for ``heavy_rounds`` settled rounds in all.
+  Short screening samples on a device at its power limit misrank heavy configs by 5-10%: on one H200 the two
+  128x256 GEMM tiles that were best alone by 8-14% read behind 64x256 and 128x128 ones there often enough that
+  neither was among the 3 (or 6) leaders in about half of the tunings, where a settled sample (which lets the
+  limiter follow its config) ranked them first whenever they reached one (``benchmarks/results/session_h200_46``).
 - **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
   rounds are, or when the time budget is spent (after any round: a cut): the least median among those still running
   wins (ties: the lower index). After settled rounds the leaders are ranked drift-free: by the median of each one's
@@ -97,11 +98,14 @@ class RacePlan:
     #: ``fast_below_ms`` (0: always ``final_top``)
     final_top_fast: int = 0
     fast_below_ms: float = 0.0
-    #: leaders that get the first ``sift_rounds`` settled rounds instead, when the screening leader takes
-    #: ``heavy_from_ms`` per call or more, of which the ``final_top`` best go on (the sift; 0: off)
+    #: the sift, when the screening leader takes ``heavy_from_ms`` per call or more: after ``sift_after`` screening
+    #: rounds up to ``final_top_heavy`` leaders (0: no sift) get the first ``sift_rounds`` settled rounds, and the
+    #: ``final_top`` best of them the rest, ``heavy_rounds`` settled rounds in all
     final_top_heavy: int = 0
     heavy_from_ms: float = 0.0
-    sift_rounds: int = 2
+    sift_after: int = 2
+    sift_rounds: int = 1
+    heavy_rounds: int = 6
     #: settled blocks added (``final_rounds`` rounds each) while the leader and the runner-up are a near-tie that
     #: more samples can settle (the runner-up not clearly slower, yet more than the indifference margin apart), at
     #: most this many: the finalists' paired shoot-out of a search
@@ -115,8 +119,10 @@ class RacePlan:
     placements: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_rounds < 1 or self.min_rounds < 1 or self.placements < 1 or self.sift_rounds < 1:
-            raise ValueError("a race needs max_rounds, min_rounds, placements and sift_rounds >= 1")
+        if min(self.max_rounds, self.min_rounds, self.placements, self.sift_after, self.sift_rounds) < 1:
+            raise ValueError("a race needs max_rounds, min_rounds, placements, sift_after and sift_rounds >= 1")
+        if self.final_top_heavy and self.heavy_rounds <= self.sift_rounds:
+            raise ValueError("a race's heavy_rounds must exceed its sift_rounds")
 
 
 @dataclass
@@ -160,8 +166,9 @@ class Race:
         #: settled blocks added for a near-tie (``tie_blocks``), each of the first block's length
         self.tie_blocks = 0
         self._block = plan.final_rounds
-        #: the round the sift ends with (None: no sift running), and the leaders it stopped
+        #: the round the sift ends with (None: no sift running), the leaders it began with and those it stopped
         self.sift_until: int | None = None
+        self.sift_size = 0
         self.sifted: list[int] = []
         #: True when the time budget ended the race before its rounds did (a cut: the choice is provisional)
         self.cut = False
@@ -230,13 +237,15 @@ class Race:
             return []  # settled rounds, or nothing to race against
         leaving = self._leaving(running) if self.rounds < self.plan.max_rounds else set()
         left = [i for i in running if i not in leaving]
-        top = self._final_top(left)
-        if top and len(left) >= 2 and (len(left) <= top or self.rounds >= min(self.plan.min_rounds,
-                                                                              self.plan.max_rounds)):
+        heavy = self._heavy(left)
+        top = self.plan.final_top_heavy if heavy else self._final_top(left)
+        after = self.plan.sift_after if heavy else self.plan.min_rounds
+        if top and len(left) >= 2 and (len(left) <= top or self.rounds >= min(after, self.plan.max_rounds)):
             leaving.update(sorted(left, key=self._rank_key)[top:])
             self.settled_from = self.rounds
-            if self.plan.final_top < min(top, len(left)) and self._heavy(left):
-                self.sift_until = self.rounds + self.plan.sift_rounds
+            if heavy and len(left) > self.plan.final_top:
+                self.sift_until, self.sift_size = self.rounds + self.plan.sift_rounds, min(top, len(left))
+                self.plan = replace(self.plan, final_rounds=self.plan.heavy_rounds)
         for i in leaving:
             self.entrants[i].state = "stopped"
         return sorted(leaving)
@@ -247,16 +256,14 @@ class Race:
         plan = self.plan
         fast = (bool(left) and 0 < plan.final_top < plan.final_top_fast
                 and (self._time(self.leader(left)) < plan.fast_below_ms or self.location() is not median))
-        if fast:
-            return plan.final_top_fast
-        return plan.final_top_heavy if self._heavy(left) else plan.final_top
+        return plan.final_top_fast if fast else plan.final_top
 
     def _heavy(self, left: list[int]) -> bool:
-        """Whether the leaders among ``left`` go through the sift: the plan has one, the samples are quiet (under
-        noise every leader goes on, ``final_top_fast`` of them) and the leader takes ``heavy_from_ms`` or more."""
+        """Whether the leaders among ``left`` go through the sift: the plan has one and the leader takes
+        ``heavy_from_ms`` or more (noisy or not: the sift ranks them by their settled samples alone)."""
         plan = self.plan
         return (bool(left) and 0 < plan.final_top < plan.final_top_heavy and plan.heavy_from_ms > 0
-                and self.location() is median and self._time(self.leader(left)) >= plan.heavy_from_ms)
+                and self._time(self.leader(left)) >= plan.heavy_from_ms)
 
     def _leaving(self, running: list[int]) -> set[int]:
         """The configs that are clearly slower than the leader after this round."""
@@ -303,10 +310,11 @@ class Race:
         return self.cut
 
     def _sift(self) -> None:
-        """The end of the sift: of the settled leaders, the ``final_top`` best go on, the rest are ``stopped``
-        (:attr:`sifted`)."""
+        """The end of the sift: of the settled leaders, the ``final_top`` best by their settled samples alone
+        (drift-free, whatever the race's statistic: its screening samples are what misranked them) go on, the rest
+        are ``stopped`` (:attr:`sifted`)."""
         candidates = [i for i in self.running if self.entrants[i].settled]
-        staying = sorted(candidates, key=self._rank_key)[:self.plan.final_top]
+        staying = sorted(candidates, key=lambda i: (self._drift_free(i, levels=False), i))[:self.plan.final_top]
         self.sifted = [i for i in candidates if i not in staying]
         for i in self.sifted:
             self.entrants[i].state = "stopped"
@@ -479,7 +487,7 @@ def sift_note(race: Race) -> str:
     """The race's log note on the sift: the leaders it stopped; empty when there was none."""
     if not race.sifted:
         return ""
-    return (f"; heavy calls: {race.plan.final_top_heavy} leaders sifted to {race.plan.final_top} after "
+    return (f"; heavy calls: {race.sift_size} leaders sifted to {race.plan.final_top} after "
             f"{race.plan.sift_rounds} settled round(s), config(s) {', '.join(map(str, race.sifted))} stopped")
 
 

@@ -97,13 +97,15 @@ SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: settled block, where it reached the six, ranked it first (``results/session_h200_14``)
 SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: the sift (:mod:`~triton_dist_tune.measure.race`): when the screening leader takes :data:`POWER_SETTLE_ABOVE_MS` per
-#: call or more, this many leaders get the settled block's first :data:`SIFT_CYCLES` cycles, and the
-#: :data:`SETTLED_LEADERS` best of them its other cycles. The screening's shared clock hides a heavy config's own power
-#: cost: on one H200 (N = 4096, K = 14336, M = 8192), seven configs read within 3% of each other there, of which only
-#: two 128x256 tiles were within 8% of the best alone, and three leaders left both out in about a third of the
-#: tunings. Two settled cycles of six leaders cost six samples more than the block of three (30 against 24). Chosen
-#: on that shape's logs (``results/session_h200_45``; training)
-SETTLED_LEADERS_HEAVY, SIFT_CYCLES = 6, 2
+#: call or more, the settled block starts after :data:`SIFT_AFTER` screening rounds with up to this many leaders,
+#: its first :data:`SIFT_CYCLES` cycles sift them, and the :data:`SETTLED_LEADERS` best go on, for
+#: :data:`HEAVY_CYCLES` cycles in all. Short screening samples misrank heavy configs on a device at its power limit:
+#: on one H200 (bench_fidelity.py's GEMMs, N = 4096, K = 14336, M = 8192 and 16384) the two 128x256 tiles, best
+#: alone by 8-14%, reached neither the 3 leaders nor 6 in about half of 24 tunings, where every settled block they
+#: reached chose one; 17-20 configs were left after 2 screening rounds. One settled cycle of 12 plus 5 of 3 costs
+#: about what 8 of 3 and a third screening round did. Chosen on those tunings' logs (``results/session_h200_46``;
+#: training)
+SETTLED_LEADERS_HEAVY, SIFT_AFTER, SIFT_CYCLES, HEAVY_CYCLES = 12, 2, 1, 6
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
 #: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
 ROUND_SETTLE_MS = 25.0
