@@ -18,7 +18,8 @@ from triton_dist_tune.measure.budget import Budget
 from triton_dist_tune.measure.clocks import HostClock
 from triton_dist_tune.measure.levels import placement_level, slower_level
 from triton_dist_tune.measure.noise import central
-from triton_dist_tune.measure.race import TIE_LEADERS, Race, RacePlan, levels_note
+from triton_dist_tune.measure.race import TIE_LEADERS, Race, RacePlan
+from triton_dist_tune.measure.standings import levels_note
 from triton_dist_tune.measure.timing import (
     MAX_CALLS,
     ROUND_IDLE_MS,

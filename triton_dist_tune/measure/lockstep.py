@@ -61,9 +61,10 @@ from .graphs import EAGER, GRAPH, PLACEMENTS, Graphs
 from .guarding import Guarding
 from .precompile import Compiles
 from .probe_screen import ProbeScreen
-from .race import Race, RacePlan, levels_note, sift_note
+from .race import Race, RacePlan, sift_note
 from .sampling import Sampling
 from .sharded import Sharding
+from .standings import levels_note
 from .steps import SteadySteps
 from .trial import Trial
 from .warm_order import WarmOrder
