@@ -18,6 +18,7 @@ from triton_dist_tune.measure.timing import (
     SIFT_AFTER,
     SIFT_CYCLES,
 )
+from triton_dist_tune.stats import median
 
 #: a heavy race's plan: 3 leaders after 3 screening rounds; when the screening leader takes 0.5 ms or more, up to 6
 #: after 2 rounds, sifted by 1 settled round to 3, for 5 settled rounds in all
@@ -89,6 +90,31 @@ def test_a_budget_spent_in_the_sift_ends_the_race_with_every_leader_ranked():
     settle(race, times, 1)
     assert race.finished(elapsed_s=1e9) and race.cut and not race.sifted
     assert race.winner() == max(times)  # the fastest settled leader
+
+
+def test_a_sifted_race_judges_its_noise_on_the_settled_leaders_drift_free_samples():
+    """At the power limit a device's clock swings from one settled round to the next, alike for every leader (on
+    one H200, 1.6 ms GEMMs read 1.58-1.75 ms over six settled rounds). Judged on raw samples that read as noise, so
+    the race took least samples of all rounds and chose config 1 by a screening sample (1.45) where every settled
+    round had it 5% behind config 0. The drift-free ratios are steady: the race keeps medians and chooses 0."""
+    race = Race(list(range(4)), PLAN)
+    screening = {0: 1.50, 1: 1.45, 2: 1.52, 3: 1.51}
+    for i in race.order():  # 4 configs: at most 6 go on, so the settled rounds start after 1 screening round
+        race.record(i, [screening[i]])
+    race.end_round()
+    assert race.sift_until == 2 and len(race.running) == 4
+    true = {0: 1.60, 1: 1.68, 2: 1.70, 3: 1.80}
+    swing = [1.0, 1.12, 0.97, 1.10, 1.0]
+    for r in range(5):
+        for i in race.order():
+            race.record(i, [true[i] * swing[r]])
+        race.end_round()
+        race.finished(0.0)
+    assert race.sifted == [3] and race.finished(0.0)
+    assert race.location() is median and race.winner() == 0
+    race.settled_noise = False  # judged on every raw sample, as before
+    race._noisy = None
+    assert race.location() is min and race.winner() == 1
 
 
 def test_the_defaults_sift_heavy_steady_tunings_only():

@@ -31,6 +31,8 @@ identical on every rank without any further message.
   128x256 GEMM tiles that were best alone by 8-14% read behind 64x256 and 128x128 ones there often enough that
   neither was among the 3 (or 6) leaders in about half of the tunings, where a settled sample (which lets the
   limiter follow its config) ranked them first whenever they reached one (``benchmarks/results/session_h200_46``).
+  A sifted race judges its noise on the settled leaders' drift-free samples (:meth:`~.standings.Standings.location`):
+  at the power limit the clock swings from one settled round to the next alike for every leader.
 - **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
   rounds are, or when the time budget is spent (after any round: a cut): the least median among those still running
   wins (ties: the lower index). After settled rounds the leaders are ranked drift-free: by the median of each one's
@@ -204,6 +206,7 @@ class Race(Standings):
             self.settled_from = self.rounds
             if heavy and len(left) > self.plan.final_top:
                 self.sift_until, self.sift_size = self.rounds + self.plan.sift_rounds, min(top, len(left))
+                self.settled_noise = True
                 self.plan = replace(self.plan, final_rounds=self.plan.heavy_rounds)
         for i in leaving:
             self.entrants[i].state = "stopped"

@@ -65,6 +65,8 @@ class Standings:
     settled_from: int | None
     position: int
     _noisy: tuple[tuple[int, int], bool] | None
+    #: the race's noise is judged on its settled leaders' drift-free samples (a sifted race: :mod:`~.race`)
+    settled_noise: bool = False
 
     @property
     def running(self) -> list[int]:
@@ -83,13 +85,27 @@ class Standings:
         """How a config's samples make its time: their median, or, once the race's samples read further apart than
         :data:`~.noise.NOISY` per sample (measured from every config's consecutive samples), the least of them
         (heavy noise is one-sided: see :data:`~.noise.NOISY`); the leaders then get ``final_top_fast`` places in
-        the settled block, and no near-tie blocks (more blocks cannot settle what the noise hides)."""
+        the settled block, and no near-tie blocks (more blocks cannot settle what the noise hides). In a sifted race
+        (:attr:`settled_noise`) the noise is that of the settled leaders' drift-free samples once they have two
+        each (:meth:`_noise_runs`)."""
         stamp = (self.position, self.rounds)
         if self._noisy is None or self._noisy[0] != stamp:
-            runs = [e.timed() for _, e in sorted(self.entrants.items()) if e.state != "failed"]
-            noise = spread_of_runs(runs, 0.0)
+            noise = spread_of_runs(self._noise_runs(), 0.0)
             self._noisy = (stamp, noise is not None and noise.sigma > NOISY)
         return min if self._noisy[1] else median
+
+    def _noise_runs(self) -> list[list[float]]:
+        """The runs of samples the race's noise is measured from: every config's samples, or with
+        :attr:`settled_noise` the settled leaders' samples relative to their round's median leader sample, once two
+        leaders have two. At the power limit a device's clock swings by 10% and more from one settled round to the
+        next, alike for every leader (on one H200 a race of 1.6 ms GEMMs read noisy from its raw samples and chose by
+        a screening sample the settled rounds had ranked 4-8% behind, ``results/session_h200_46``); the drift-free
+        ratios take that swing out, as the ranking does, and keep what differs between leaders."""
+        if self.settled_noise:
+            relative = [self._relative(i) for i in self.running if self.entrants[i].settled]
+            if sum(len(run) >= 2 for run in relative) >= 2:
+                return relative
+        return [e.timed() for _, e in sorted(self.entrants.items()) if e.state != "failed"]
 
     def _time(self, index: int) -> float:
         """A config's own time: the median of its deciding samples, or under noise the least of all its samples,
