@@ -1,0 +1,81 @@
+"""Replay recorded GPU tunings' races on CPU under this tree's race rules, and judge their choices by the oracle.
+
+``session46_sift.sh`` keeps each tuning's decision file (every config's group samples by round, in
+``round_times``) and bench_fidelity's oracle (each config's sustained time against the best). Each config ran
+rounds 0, 1, ... until it left its race, so its samples fill those rounds; a Race with the default steady plan
+(``TuneOptions().plan``) is fed them round by round, and its choice judged by the oracle, beside the recorded one.
+The samples are those the recorded rules took (which leaders were settled, for how long): a replay can only change
+what the race decides from them, and reproduces the recorded choice where the rules decide alike.
+
+Usage: ``python benchmarks/sift_replay.py [--tgz benchmarks/results/session_h200_46/call2_sift_second/fid.tgz]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tarfile
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from triton_dist_tune.function.options import TuneOptions
+from triton_dist_tune.measure.race import Race
+
+HERE = Path(__file__).resolve().parent
+FIELDS = r"(BLOCK_M|BLOCK_N|BLOCK_K|GROUP_M|num_warps|num_stages): (\d+)"
+
+
+def spec(config: str) -> str:
+    """bench_fidelity's name of a config from its description in a decision file."""
+    g = {k: int(v) for k, v in re.findall(FIELDS, config)}
+    return f"{g['BLOCK_M']}x{g['BLOCK_N']}x{g['BLOCK_K']}-g{g['GROUP_M']}-w{g['num_warps']}-s{g['num_stages']}"
+
+
+def replayed(decision: dict) -> Race:
+    """The race of ``decision``'s samples under this tree's default steady plan."""
+    plan = replace(TuneOptions().plan(60.0, "steady", decision["key"]).race, max_rounds=decision["rounds"])
+    samples = {o["index"]: o["round_times"] for o in decision["measurements"] if o.get("round_times")}
+    race, r = Race(sorted(samples), plan), 0
+    while not race.finished(0.0):
+        for _ in range(race.block()):
+            for i in race.running:
+                if r < len(samples[i]):
+                    race.record(i, [samples[i][r]])
+            race.end_round()
+            r += 1
+    return race
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tgz", default=str(HERE / "results/session_h200_46/call2_sift_second/fid.tgz"))
+    parser.add_argument("--variant", default="ours", help="the tunings replayed: bench_fidelity's variant name")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="sift_replay_"))
+    with tarfile.open(args.tgz) as tar:
+        tar.extractall(folder, filter="data")
+    recorded, again = [], []
+    for fid_path in sorted(folder.glob("fid/fid_*.json")):
+        nk = fid_path.stem[len("fid_"):]
+        ratios = {shape.split(",")[0].strip("( "): row["oracle"]["ratios"]
+                  for shape, row in json.loads(fid_path.read_text())["tune"].items()}
+        pattern = f"fid/decisions_{nk}/tdt_fid_{args.variant}_[0-9]*/*/*.json"
+        for path in sorted(folder.glob(pattern)):
+            decision = json.loads(path.read_text())
+            m = path.parent.parent.name.split("_")[3]
+            race = replayed(decision)
+            names = {o["index"]: spec(o["config"]) for o in decision["measurements"]}
+            before, now = ratios[m][names[decision["index"]]], ratios[m][names[race.winner()]]
+            recorded.append(before)
+            again.append(now)
+            print(f"N,K = {nk}, M = {m}: recorded config {decision['index']} ({before:.4f}), replayed config "
+                  f"{race.winner()} ({now:.4f}), statistic {race.location().__name__}, sifted {race.sifted}")
+    for name, got in (("recorded", recorded), ("replayed", again)):
+        print(f"{name}: {sum(x <= 1.01 for x in got)} of {len(got)} within 1.01 of the sustained best, worst "
+              f"{max(got):.4f}")
+
+
+if __name__ == "__main__":
+    main()
