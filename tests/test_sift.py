@@ -7,7 +7,7 @@ import re
 from dataclasses import replace
 
 import pytest
-from harness import tune_alone
+from harness import HERE, run_cases, tune_alone, tuner_env
 
 from triton_dist_tune.function.options import TuneOptions
 from triton_dist_tune.measure.race import Race, RacePlan, sift_note
@@ -132,27 +132,17 @@ def test_the_defaults_sift_heavy_steady_tunings_only():
 
 
 #: one process tunes 16 keys of 7 configs on the virtual clock, timed as a device's clock (``KIND``) or the host's, on
-#: a device at its power limit: the limiter follows the power of the calls it ran (two stages of 8 ms: 13% of the
-#: way in 5 ms, 70% in 20 ms, 96% in 40 ms: what one H200 showed, ``benchmarks/results/session_h200_45``), and a
-#: call's time is its work slowed by it. Configs 0-4 draw full power, 5 and 6 60%: alone, 5 and 6 are 5% faster;
+#: a device at its power limit (``sift_cases.PowerLimited``: the limiter follows the power of the calls it ran, and a
+#: call's time is its work slowed by it). Configs 0-4 draw full power, 5 and 6 60%: alone, 5 and 6 are 5% faster;
 #: among the others (the screening's samples, 2 ms of settling and 5 of span) all read alike within noise
 POWER_LIMITED = '''
-import math, random, sys, torch, triton_dist_tune as tdt
+import sys, torch, triton_dist_tune as tdt
 sys.path.insert(0, 'tests/scenarios')
-from _cases import spend, virtual_clock
-POWER = [1.0] * 5 + [0.6] * 2
-WORK_MS, SLOW, TAU_MS, JITTER = 1.5, 0.15, 8.0, 0.02
-state = [0.8, 0.8]
-rng = random.Random(0)
+from _cases import virtual_clock
+from sift_cases import SPACE, PowerLimited
+limited = PowerLimited(seed=0)
 
-def limited(v):
-    ms = WORK_MS * (1 + SLOW * state[1]) * (1 + JITTER * rng.gauss(0, 1))
-    decay = math.exp(-ms / TAU_MS)
-    state[1] = state[0] + (state[1] - state[0]) * decay
-    state[0] = POWER[v] + (state[0] - POWER[v]) * decay
-    spend(ms)
-
-@tdt.autotune([{"v": v} for v in range(7)], key_fn=lambda x: x.numel(), n_warmup=1)
+@tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1)
 def heavy(x, *, v):
     limited(v)
     return x
@@ -181,3 +171,62 @@ def test_on_a_device_at_its_power_limit_the_sift_finds_the_config_that_is_fastes
         chosen = {d["key"]: d["index"] for d in (json.loads(p.read_text()) for p in cache.glob("*/*.json"))}
         assert len(chosen) == 16 and set(chosen.values()) <= {5, 6}, chosen
         assert len(sifted) >= 12, logs[-3000:]  # a key whose screening stopped a config sifts fewer
+
+
+# -- on real ranks ----------------------------------------------------------------------------------------------------
+
+CASES = HERE / "scenarios" / "sift_cases.py"
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    """Both scenarios of ``sift_cases.py``, one after another in one job of 2 gloo ranks (once per module): case ->
+    each rank's results, and the rank logs (rank -> its log's text)."""
+    folder = tmp_path_factory.mktemp("sift")
+    results = run_cases(CASES, 2, ["sift_ranks", "sift_replicas"], env=tuner_env(folder, 30), timeout=150)
+    return results, {r: (folder / "logs" / f"rank-{r}.log").read_text() for r in range(2)}
+
+
+def race_lines(log: str, name: str) -> dict[int, list[str]]:
+    """Each key's race lines of the function ``name`` in one rank's log (their text after ``race:``, without the
+    race's seconds: each rank reads its own wall clock)."""
+    lines: dict[int, list[str]] = {}
+    for key, text in re.findall(rf"\[{name} key=(\d+)\] race: (.*)", log):
+        lines.setdefault(int(key), []).append(re.sub(r" in [\d.]+ s", "", text))
+    return lines
+
+
+@pytest.mark.timeout(200)
+def test_on_two_ranks_at_their_power_limit_every_key_sifts_alike_and_chooses_a_config_fastest_alone(ranks):
+    """Two gloo ranks tune the power-limited landscape of the one-process test (each rank its own limiter, jitter
+    of its own; every call all-reduces), 16 keys: a sample is the MAX over both ranks, and the ranks decide each
+    step from the exchanged samples. Every key's race sifts all seven leaders to three, both rank logs name the same
+    stopped configs (one race, not two), both ranks choose alike, and every choice is config 5 or 6. With the sift
+    turned off 2 of these 16 keys chose a full-power config (4 and 2)."""
+    results, logs = ranks
+    first, second = (r.result["chosen"] for r in results["sift_ranks"])
+    assert first == second and len(first) == 16, (first, second)
+    assert set(first.values()) <= {5, 6}, first
+    lines = [race_lines(logs[r], "sift_ranks") for r in range(2)]
+    assert lines[0] == lines[1] and sorted(lines[0]) == list(range(1, 17)), lines
+    for key, (line,) in lines[0].items():
+        stopped = re.search(r"7 leaders sifted to 3 after 1 settled round\(s\), config\(s\) ([\d, ]+) stopped", line)
+        assert stopped, (key, line)
+        assert len(stopped.group(1).split(", ")) == 4 and not {"5", "6"} & set(stopped.group(1).split(", ")), line
+
+
+@pytest.mark.timeout(200)
+def test_replicas_at_their_power_limit_sift_their_shares_and_end_on_one_config_fastest_alone(ranks):
+    """The same landscape tuned by two one-rank replicas as one (``autotune_replicas``), 16 keys: replica 0 races
+    configs 0, 2, 4, 6 (four leaders, sifted to three: every key's share race says so), replica 1 configs 1, 3, 5
+    (three: nothing to sift), then both race the two leaders again. Both replicas end on the same config for every
+    key, and it is 5 or 6. (With the sift turned off they chose 5 or 6 too: a share of four configs keeps three
+    settled leaders anyway; only the sift lines then fail.)"""
+    results, logs = ranks
+    first, second = (r.result["chosen"] for r in results["sift_replicas"])
+    assert first == second and len(first) == 16, (first, second)
+    assert set(first.values()) <= {5, 6}, first
+    shares = race_lines(logs[0], "sift_replicas")
+    assert sorted(shares) == list(range(1, 17)), shares
+    assert all("4 leaders sifted to 3 after 1 settled round(s)" in lines[0] for lines in shares.values()), shares
+    assert "sifted" not in "".join(sum(race_lines(logs[1], "sift_replicas").values(), [])), logs[1][-3000:]

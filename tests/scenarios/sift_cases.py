@@ -1,0 +1,87 @@
+"""Multi-rank scenarios of the race's sift, run by tests/test_sift.py: heavy calls on a device at its power limit,
+tuned on real gloo ranks and on replicas tuned as one.
+
+Usage: python sift_cases.py CASE [CASE ...] (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Each rank prints
+``RESULT {json}`` lines. The calls' times are a model's, spent on the virtual clock timed as a device's
+(``_cases.virtual_clock("device")``): every assertion follows from the model, whatever the machine's load.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main, spend, virtual_clock
+
+import triton_dist_tune as tdt
+
+#: the configs: ``v`` picks a power draw of :data:`POWER`
+SPACE = [{"v": v} for v in range(7)]
+#: each config's power draw: configs 0-4 draw full power, 5 and 6 60% (alone, 5 and 6 are 5% faster)
+POWER = [1.0] * 5 + [0.6] * 2
+#: a call's work (ms), its slowdown at full limiter state, the limiter's two stages' time constant (ms), the jitter
+WORK_MS, SLOW, TAU_MS, JITTER = 1.5, 0.15, 8.0, 0.02
+#: the keys each case tunes (one tensor length each): 16, as tests/test_sift.py's one-process tuning (on 2 ranks,
+#: with the sift turned off, 2 of these 16 chose a full-power config)
+KEYS = tuple(range(1, 17))
+
+
+class PowerLimited:
+    """A device at its power limit: the limiter follows the power of the calls it ran (two stages of 8 ms: 13% of
+    the way in 5 ms, 70% in 20 ms, 96% in 40 ms: what one H200 showed, ``benchmarks/results/session_h200_45``), and
+    a call's time is its work slowed by it, with 2% of jitter (``seed``). Among the others (the screening's samples,
+    2 ms of settling and 5 of span) configs 0-6 all read alike within noise; a settled sample (20 ms of settling)
+    reads 5 and 6 5% faster. The model of tests/test_sift.py's one-process tuning."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.state = [0.8, 0.8]
+        self.rng = random.Random(seed)
+
+    def __call__(self, v: int) -> None:
+        """One call of config ``v``: the limiter follows it, and the call spends its time on the virtual clock."""
+        ms = WORK_MS * (1 + SLOW * self.state[1]) * (1 + JITTER * self.rng.gauss(0, 1))
+        decay = math.exp(-ms / TAU_MS)
+        self.state[1] = self.state[0] + (self.state[1] - self.state[0]) * decay
+        self.state[0] = POWER[v] + (self.state[0] - POWER[v]) * decay
+        spend(ms)
+
+
+def tune_heavy(name: str, group: dist.ProcessGroup | None, **layout) -> None:
+    """``autotune`` (the default steady timing) of :data:`SPACE` over :data:`KEYS` on the virtual device clock: each
+    call runs this rank's own :class:`PowerLimited` (its jitter seeded by the rank) and all-reduces a small tensor on
+    ``group`` (None: the default group). Prints each key's choice, on every rank."""
+    limiter = PowerLimited(seed=dist.get_rank())
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, name=name, timeout=30)
+    def heavy(x, *, v):
+        limiter(v)
+        dist.all_reduce(torch.ones(4), group=group)
+        return x
+
+    with virtual_clock("device"):
+        for n in KEYS:
+            heavy(torch.ones(n), **layout)
+    emit(chosen={str(key): d.index for (_, key), d in heavy.tuner.decisions.items()})
+
+
+@case
+def sift_ranks():
+    """Two ranks (gloo) tune the heavy calls together: every sample is the MAX over both ranks' times."""
+    tdt.init_distributed(backend="gloo")
+    tune_heavy("sift_ranks", None)
+
+
+@case
+def sift_replicas():
+    """Every rank a replica of its own (one-rank tensor-parallel groups linked by the world,
+    ``autotune_replicas``): replica ``j`` races configs ``j, j + 2, ...``, then both race the leaders again."""
+    from reliability_c_cases import one_rank_replicas
+
+    layout = one_rank_replicas()
+    tune_heavy("sift_replicas", layout["autotune_pg"], **layout)
+
+
+if __name__ == "__main__":
+    main()
