@@ -217,16 +217,24 @@ def test_on_two_ranks_at_their_power_limit_every_key_sifts_alike_and_chooses_a_c
 
 @pytest.mark.timeout(200)
 def test_replicas_at_their_power_limit_sift_their_shares_and_end_on_one_config_fastest_alone(ranks):
-    """The same landscape tuned by two one-rank replicas as one (``autotune_replicas``), 16 keys: replica 0 races
-    configs 0, 2, 4, 6 (four leaders, sifted to three: every key's share race says so), replica 1 configs 1, 3, 5
-    (three: nothing to sift), then both race the two leaders again. Both replicas end on the same config for every
-    key, and it is 5 or 6. (With the sift turned off they chose 5 or 6 too: a share of four configs keeps three
-    settled leaders anyway; only the sift lines then fail.)"""
+    """Two one-rank replicas tuned as one (``autotune_replicas``), 16 keys, on a wider landscape
+    (``sift_cases.WIDE_SPACE``): 12 configs, 0-9 at full power, 10 and 11 at 60% (alone, 5% faster). Replica 0
+    races configs 0, 2, ..., 10, replica 1 configs 1, 3, ..., 11: six each, one efficient config in each share.
+    Every key's share race settles all six after 1 screening round and sifts them to three (the stopped ones its
+    own, never 10 or 11), then both race the two leaders again (nothing to sift). Both replicas end on the same
+    config for every key, and it is 10 or 11. With the sift turned off a share keeps three of its six from the
+    screening: key 12 chose config 8 (a full-power one; the 2-rank case's keys 12 and 16 chose 4 and 2)."""
     results, logs = ranks
     first, second = (r.result["chosen"] for r in results["sift_replicas"])
     assert first == second and len(first) == 16, (first, second)
-    assert set(first.values()) <= {5, 6}, first
-    shares = race_lines(logs[0], "sift_replicas")
-    assert sorted(shares) == list(range(1, 17)), shares
-    assert all("4 leaders sifted to 3 after 1 settled round(s)" in lines[0] for lines in shares.values()), shares
-    assert "sifted" not in "".join(sum(race_lines(logs[1], "sift_replicas").values(), [])), logs[1][-3000:]
+    assert set(first.values()) <= {10, 11}, first
+    for rank in range(2):
+        lines = race_lines(logs[rank], "sift_replicas")
+        assert sorted(lines) == list(range(1, 17)), lines
+        for key, (share, leaders) in lines.items():
+            stopped = re.search(r"6 leaders sifted to 3 after 1 settled round\(s\), config\(s\) ([\d, ]+) stopped",
+                                share)
+            assert stopped, (rank, key, share)
+            configs = [int(c) for c in stopped.group(1).split(", ")]
+            assert len(configs) == 3 and all(c % 2 == rank and c < 10 for c in configs), (rank, key, share)
+            assert "sifted" not in leaders, (rank, key, leaders)

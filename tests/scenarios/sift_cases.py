@@ -26,35 +26,44 @@ WORK_MS, SLOW, TAU_MS, JITTER = 1.5, 0.15, 8.0, 0.02
 #: the keys each case tunes (one tensor length each): 16, as tests/test_sift.py's one-process tuning (on 2 ranks,
 #: with the sift turned off, 2 of these 16 chose a full-power config)
 KEYS = tuple(range(1, 17))
+#: the replicas' landscape: 12 configs, 0-9 at full power, 10 and 11 at 60% (alone, 5% faster). Replica ``j`` of 2
+#: races configs ``j, j + 2, ...``: each share holds 6 configs, one of them an efficient one (10 and 11), so with
+#: the sift turned off a share keeps 3 of its 6 from the screening, where all read alike
+WIDE_SPACE = [{"v": v} for v in range(12)]
+WIDE_POWER = [1.0] * 10 + [0.6] * 2
 
 
 class PowerLimited:
-    """A device at its power limit: the limiter follows the power of the calls it ran (two stages of 8 ms: 13% of
-    the way in 5 ms, 70% in 20 ms, 96% in 40 ms: what one H200 showed, ``benchmarks/results/session_h200_45``), and
-    a call's time is its work slowed by it, with 2% of jitter (``seed``). Among the others (the screening's samples,
-    2 ms of settling and 5 of span) configs 0-6 all read alike within noise; a settled sample (20 ms of settling)
-    reads 5 and 6 5% faster. The model of tests/test_sift.py's one-process tuning."""
+    """A device at its power limit (each config's draw: ``power``, :data:`POWER` unless told): the limiter follows
+    the power of the calls it ran (two stages of 8 ms: 13% of the way in 5 ms, 70% in 20 ms, 96% in 40 ms: what one
+    H200 showed, ``benchmarks/results/session_h200_45``), and a call's time is its work slowed by it, with 2% of
+    jitter (``seed``). Among the others (the screening's samples, 2 ms of settling and 5 of span) configs 0-6 all
+    read alike within noise; a settled sample (20 ms of settling) reads 5 and 6 5% faster. The model of
+    tests/test_sift.py's one-process tuning."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, power: list[float] = POWER) -> None:
         self.state = [0.8, 0.8]
         self.rng = random.Random(seed)
+        self.power = power
 
     def __call__(self, v: int) -> None:
         """One call of config ``v``: the limiter follows it, and the call spends its time on the virtual clock."""
         ms = WORK_MS * (1 + SLOW * self.state[1]) * (1 + JITTER * self.rng.gauss(0, 1))
         decay = math.exp(-ms / TAU_MS)
         self.state[1] = self.state[0] + (self.state[1] - self.state[0]) * decay
-        self.state[0] = POWER[v] + (self.state[0] - POWER[v]) * decay
+        self.state[0] = self.power[v] + (self.state[0] - self.power[v]) * decay
         spend(ms)
 
 
-def tune_heavy(name: str, group: dist.ProcessGroup | None, **layout) -> None:
-    """``autotune`` (the default steady timing) of :data:`SPACE` over :data:`KEYS` on the virtual device clock: each
-    call runs this rank's own :class:`PowerLimited` (its jitter seeded by the rank) and all-reduces a small tensor on
-    ``group`` (None: the default group). Prints each key's choice, on every rank."""
-    limiter = PowerLimited(seed=dist.get_rank())
+def tune_heavy(name: str, group: dist.ProcessGroup | None, space: list[dict] = SPACE, power: list[float] = POWER,
+               **layout) -> None:
+    """``autotune`` (the default steady timing) of ``space`` (:data:`SPACE` unless told) over :data:`KEYS` on the
+    virtual device clock: each call runs this rank's own :class:`PowerLimited` (its jitter seeded by the rank; each
+    config's draw: ``power``) and all-reduces a small tensor on ``group`` (None: the default group). Prints each
+    key's choice, on every rank."""
+    limiter = PowerLimited(seed=dist.get_rank(), power=power)
 
-    @tdt.autotune(SPACE, key_fn=lambda x: x.numel(), n_warmup=1, name=name, timeout=30)
+    @tdt.autotune(space, key_fn=lambda x: x.numel(), n_warmup=1, name=name, timeout=30)
     def heavy(x, *, v):
         limiter(v)
         dist.all_reduce(torch.ones(4), group=group)
@@ -76,11 +85,12 @@ def sift_ranks():
 @case
 def sift_replicas():
     """Every rank a replica of its own (one-rank tensor-parallel groups linked by the world,
-    ``autotune_replicas``): replica ``j`` races configs ``j, j + 2, ...``, then both race the leaders again."""
+    ``autotune_replicas``) tune :data:`WIDE_SPACE`: replica ``j`` races configs ``j, j + 2, ...`` (6 each), then
+    both race the leaders again."""
     from reliability_c_cases import one_rank_replicas
 
     layout = one_rank_replicas()
-    tune_heavy("sift_replicas", layout["autotune_pg"], **layout)
+    tune_heavy("sift_replicas", layout["autotune_pg"], WIDE_SPACE, WIDE_POWER, **layout)
 
 
 if __name__ == "__main__":
