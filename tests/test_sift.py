@@ -117,6 +117,35 @@ def test_a_sifted_race_judges_its_noise_on_the_settled_leaders_drift_free_sample
     assert race.location() is min and race.winner() == 1
 
 
+def test_under_noise_a_sifted_race_takes_its_settled_leaders_least_settled_sample():
+    """A sifted race whose drift-free ratios read noisy (over 5%) takes least samples. Of all samples, screening
+    ones included, that chose config 1 by its screening sample (1.50) where every settled round had it behind
+    config 0, and config 3, sifted out by its settled sample, read 1.40 (a screening sample) below the chosen: the
+    decision named it runner-up at a margin of -7%. A settled leader's least is of its settled samples (the
+    screening's are what the sift distrusts): config 0 wins, and the runner-up is a leader behind it."""
+    from triton_dist_tune.function.decide import decide
+
+    race = Race(list(range(4)), PLAN)
+    screening = {0: 1.52, 1: 1.50, 2: 1.51, 3: 1.40}  # 3 reads fastest in the screening's short samples
+    for i in race.order():
+        race.record(i, [screening[i]])
+    race.end_round()
+    settled = {0: [1.60, 1.80, 1.62, 1.85, 1.61], 1: [1.66, 1.68, 1.90, 1.67, 1.92],
+               2: [1.70, 1.95, 1.72, 1.71, 1.98], 3: [1.80]}
+    taken = 0
+    while not race.finished(0.0):
+        for _ in range(race.block()):
+            for i in race.order():
+                race.record(i, [settled[i][taken]])
+            race.end_round()
+            taken += 1
+    assert race.sifted == [3] and race.location() is min
+    decision = decide([race.outcome(i, str(i), 0) for i in range(4)], race, "steady")
+    times = {o.index: o.time for o in decision.outcomes}
+    assert decision.index == 0 and times == {0: 1.60, 1: 1.66, 2: 1.70, 3: 1.80}
+    assert decision.runner_up == 1 and decision.margin == pytest.approx(1.66 / 1.60 - 1)
+
+
 def test_the_defaults_sift_heavy_steady_tunings_only():
     """``autotune``'s steady races sift (six leaders, two cycles, from the heavy settle's mark); cold ones never
     settle, so never sift."""

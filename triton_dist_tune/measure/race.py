@@ -32,7 +32,9 @@ identical on every rank without any further message.
   neither was among the 3 (or 6) leaders in about half of the tunings, where a settled sample (which lets the
   limiter follow its config) ranked them first whenever they reached one (``benchmarks/results/session_h200_46``).
   A sifted race judges its noise on the settled leaders' drift-free samples (:meth:`~.standings.Standings.location`):
-  at the power limit the clock swings from one settled round to the next alike for every leader.
+  at the power limit the clock swings from one settled round to the next alike for every leader; under noise a
+  settled leader's time is the least of its settled samples alone (of all, a screening sample chose, and a leader
+  the sift stopped read below the chosen one).
 - **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
   rounds are, or when the time budget is spent (after any round: a cut): the least median among those still running
   wins (ties: the lower index). After settled rounds the leaders are ranked drift-free: by the median of each one's

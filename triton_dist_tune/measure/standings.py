@@ -1,9 +1,10 @@
 """The standings of a race: how its configs' samples rank them, and who wins (:mod:`~.race` runs the rounds).
 
 Every rank holds the same samples, so every ranking below is identical on every rank. A config's time is the median
-of its deciding samples (its settled ones when it has any), or under noise the least of all its samples
-(:meth:`Standings.location`); settled leaders are ranked drift-free, with the two-level and placement rules of a
-race timed on the device (see "The end", "Two levels" and "Placements" in :mod:`~.race`).
+of its deciding samples (its settled ones when it has any), or under noise the least of all its samples, in a
+sifted race a settled leader's least settled sample (:meth:`Standings.location`); settled leaders are ranked
+drift-free, with the two-level and placement rules of a race timed on the device (see "The end", "Two levels" and
+"Placements" in :mod:`~.race`).
 """
 
 from __future__ import annotations
@@ -109,9 +110,13 @@ class Standings:
 
     def _time(self, index: int) -> float:
         """A config's own time: the median of its deciding samples, or under noise the least of all its samples,
-        settled or not (:meth:`location`)."""
+        settled or not (:meth:`location`); in a sifted race (:attr:`settled_noise`) a settled leader's least is of its
+        settled samples: its screening samples are what the sift distrusts, and a leader the sift stopped would
+        otherwise read below the chosen one by a screening sample."""
         entrant = self.entrants[index]
-        return entrant.time() if self.location() is median else min(entrant.timed())
+        if self.location() is median:
+            return entrant.time()
+        return min(entrant.settled if self.settled_noise and entrant.settled else entrant.timed())
 
     def _rank_key(self, index: int, levels: bool = True) -> tuple[float, int]:
         drift_free = self._drift_free(index, levels) if self.location() is median else None  # noisy: a ratio to the
