@@ -146,6 +146,21 @@ def test_under_noise_a_sifted_race_takes_its_settled_leaders_least_settled_sampl
     assert decision.runner_up == 1 and decision.margin == pytest.approx(1.66 / 1.60 - 1)
 
 
+def test_refine_top_bounds_the_leaders_a_sift_keeps():
+    """``refine_top=n`` keeps at most ``n`` configs in the race after 3 rounds. A heavy race settles after 2 rounds
+    (or 1), where ``keep_top`` never applies, and nobody leaves a settled block: with the sift, ``refine_top`` 1 or 2
+    raced three leaders through six settled rounds. The sift keeps at most ``n`` (one: the race is over)."""
+    for top in (1, 2):
+        race = screened(TuneOptions(refine_top=top).plan(60.0, "steady", "k").race, 1.5, 1)
+        settle(race, {i: 1.6 + 0.01 * i for i in race.running}, 1)
+        done = race.finished(0.0)
+        assert race.running == list(range(top)) and done == (top == 1), (top, race.running)
+        assert f"8 leaders sifted to {top} after" in sift_note(race)
+        while not race.finished(0.0):
+            settle(race, {i: 1.6 + 0.01 * i for i in race.running}, race.block())
+        assert race.winner() == 0 and all(len(e.timed()) <= 2 for i, e in race.entrants.items() if i >= top)
+
+
 def test_the_defaults_sift_heavy_steady_tunings_only():
     """``autotune``'s steady races sift (six leaders, two cycles, from the heavy settle's mark); cold ones never
     settle, so never sift."""
@@ -200,6 +215,20 @@ def test_on_a_device_at_its_power_limit_the_sift_finds_the_config_that_is_fastes
         chosen = {d["key"]: d["index"] for d in (json.loads(p.read_text()) for p in cache.glob("*/*.json"))}
         assert len(chosen) == 16 and set(chosen.values()) <= {5, 6}, chosen
         assert len(sifted) >= 12, logs[-3000:]  # a key whose screening stopped a config sifts fewer
+
+
+@pytest.mark.timeout(300)
+def test_a_tuning_with_refine_top_on_a_device_races_at_most_that_many_leaders_after_the_sift(tmp_path):
+    """``refine_top=2`` on the power-limited device: the sift keeps 2 leaders, not 3, and the other configs end
+    with their screening sample and one settled sample at the most."""
+    script = POWER_LIMITED.replace("KIND", "device").replace("n_warmup=1)", "n_warmup=1, refine_top=2)").replace(
+        "range(1, 17)", "range(1, 5)")
+    cache, _ = tune_alone(tmp_path, script)
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("*.log")))
+    assert len(re.findall(r"7 leaders sifted to 2 after 1 settled round\(s\)", logs)) == 4, logs[-3000:]
+    for path in cache.glob("*/*.json"):
+        samples = sorted(o["samples"] for o in json.loads(path.read_text())["measurements"])
+        assert samples == [2] * 5 + [7] * 2, samples
 
 
 # -- on real ranks ----------------------------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ identical on every rank without any further message.
   per-round ratios (:func:`~triton_dist_tune.stats.clearly_slower`: over 25% slower in each of two or more
   rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
   ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the
-  leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done. Nobody leaves after the last
-  round (it would save nothing): the configs still running then are all ``measured``.
+  leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done (a sifted race: at the sift,
+  below). Nobody leaves after the last round (it would save nothing): the configs still running then are all
+  ``measured``.
 - **Settled rounds** (steady timing, ``final_top=n``): once at most ``n`` configs are left, or ``min_rounds``
   screening rounds are done (the ``n`` best then go on; ``final_top_fast`` of them when the leader takes under
   ``fast_below_ms`` per call), the leaders get ``final_rounds`` more rounds of *settled* samples, run as one
@@ -26,7 +27,8 @@ identical on every rank without any further message.
 - **The sift** (``final_top_heavy``): when the screening leader takes ``heavy_from_ms`` per call or more (a heavy
   kernel, which holds the device at its power limit), the settled rounds start after ``sift_after`` screening
   rounds, noisy or not, with up to ``final_top_heavy`` leaders, for a first block of ``sift_rounds`` rounds; then
-  only the ``final_top`` best of them by those rounds' samples go on, for ``heavy_rounds`` settled rounds in all.
+  only the ``final_top`` best of them by those rounds' samples go on (at most ``keep_top``; one: the race ends),
+  for ``heavy_rounds`` settled rounds in all.
   Short screening samples on a device at its power limit misrank heavy configs by 5-10%: on one H200 the two
   128x256 GEMM tiles that were best alone by 8-14% read behind 64x256 and 128x128 ones there often enough that
   neither was among the 3 (or 6) leaders in about half of the tunings, where a settled sample (which lets the
@@ -257,6 +259,8 @@ class Race(Standings):
                 self.sift_until = None
                 if not spent:
                     self._sift()
+                    if len(self.running) <= 1:
+                        return True  # ``keep_top`` of one: nothing left to race
             done = self.rounds - self.settled_from >= self.plan.final_rounds or self.rounds >= self.plan.max_rounds
             if (done and not spent and self.tie_blocks < self.plan.tie_blocks and self.location() is median
                     and self._unsettled_tie()):
@@ -273,12 +277,18 @@ class Race(Standings):
         self.cut = spent  # every config running has a sample: the best measured so far wins
         return self.cut
 
+    def sift_keeps(self) -> int:
+        """How many leaders the sift keeps: ``final_top``, at most ``keep_top`` (a heavy race settles before
+        ``keep_top`` applies, and nobody leaves a settled block: the sift is where it bounds the race)."""
+        keep_top = self.plan.keep_top
+        return self.plan.final_top if keep_top is None else min(self.plan.final_top, keep_top)
+
     def _sift(self) -> None:
-        """The end of the sift: of the settled leaders, the ``final_top`` best by their settled samples alone
+        """The end of the sift: of the settled leaders, the :meth:`sift_keeps` best by their settled samples alone
         (drift-free, whatever the race's statistic: its screening samples are what misranked them) go on, the rest
         are ``stopped`` (:attr:`sifted`)."""
         candidates = [i for i in self.running if self.entrants[i].settled]
-        staying = sorted(candidates, key=lambda i: (self._drift_free(i, levels=False), i))[:self.plan.final_top]
+        staying = sorted(candidates, key=lambda i: (self._drift_free(i, levels=False), i))[:self.sift_keeps()]
         self.sifted = [i for i in candidates if i not in staying]
         for i in self.sifted:
             self.entrants[i].state = "stopped"
@@ -314,5 +324,5 @@ def sift_note(race: Race) -> str:
     """The race's log note on the sift: the leaders it stopped; empty when there was none."""
     if not race.sifted:
         return ""
-    return (f"; heavy calls: {race.sift_size} leaders sifted to {race.plan.final_top} after "
+    return (f"; heavy calls: {race.sift_size} leaders sifted to {race.sift_keeps()} after "
             f"{race.plan.sift_rounds} settled round(s), config(s) {', '.join(map(str, race.sifted))} stopped")
