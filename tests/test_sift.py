@@ -161,6 +161,54 @@ def test_refine_top_bounds_the_leaders_a_sift_keeps():
         assert race.winner() == 0 and all(len(e.timed()) <= 2 for i, e in race.entrants.items() if i >= top)
 
 
+class _Placing:
+    """A stand-in for the measurer's graphs (no CUDA): every config captured once, each placement a capture."""
+
+    def __init__(self, indices: list[int]) -> None:
+        self.graphs = dict.fromkeys(indices)
+        self.placed: dict[int, list[None]] = {}
+        self.placing = True
+        self.captures = 0
+
+    def placements(self, index: int) -> int:
+        return (index in self.graphs) + len(self.placed.get(index, ()))
+
+    def place(self, index: int, call) -> bool:
+        self.captures += 1
+        self.placed.setdefault(index, []).append(None)
+        return True
+
+
+def test_a_sifts_round_captures_no_output_placement_its_leaders_never_replay():
+    """Timed on the device, each settled leader is captured at 4 output placements, settled round j replaying
+    placement j mod 4. The sift's one round replays the first alone, and then stops all but 3 of up to 12
+    leaders: capturing 3 more for each of them took 27 captures never replayed, their memory counted against the
+    placements' bound (reached, no leader is placed: the survivors lose the placement rule). The sift's round
+    places nobody; the block after it places its 3 leaders."""
+    from triton_dist_tune.measure.sampling import Sampling
+
+    class Measurer(Sampling):
+        label, log = "[t]", None
+
+        def started(self, index, desc, phase):
+            pass
+
+        def _guarded(self, index, desc, phase, runs):
+            return runs(), None
+
+    measurer = Measurer()
+    measurer.trial = type("Trial", (), {"call": staticmethod(lambda config: None)})()
+    race = screened(replace(PLAN, final_top_heavy=12, placements=4, levels=True), 1.5, 2, configs=14)
+    entries = {i: ({}, str(i)) for i in race.entrants}
+    measurer.graphs = placing = _Placing(list(race.entrants))
+    assert len(race.running) == 12 and race.block() == 1
+    assert measurer._place_leaders(race, entries) == {} and placing.captures == 0
+    settle(race, {i: 1.6 + 0.01 * i for i in race.running}, 1)
+    assert not race.finished(0.0) and len(race.running) == 3
+    assert measurer._place_leaders(race, entries) == {} and placing.captures == 9
+    assert race.plan.placements == 4 and all(placing.placements(i) == 4 for i in race.running)
+
+
 def test_the_defaults_sift_heavy_steady_tunings_only():
     """``autotune``'s steady races sift (six leaders, two cycles, from the heavy settle's mark); cold ones never
     settle, so never sift."""

@@ -63,19 +63,22 @@ class Sampling:
 
     def _place_leaders(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]]) -> dict[int, str]:
         """Before a race's settled block (timed on the device): each leader's graphs at the output placements it
-        lacks (:meth:`Graphs.place`), each capture under the tuning's deadline; returns the leaders whose capture met
+        lacks of those the block replays (:meth:`Graphs.place`; the sift's one round replays the first alone, and
+        stops most of its leaders), each capture under the tuning's deadline; returns the leaders whose capture met
         their own error at its synchronize (the caller fails them). A placement that fails to capture, or the
         placements' memory bound, ends the placing; a race whose leaders could not all be placed then times every
         leader at its one first placement (a leader judged on fewer placements than the others is not judged
         alike)."""
         failed: dict[int, str] = {}
         graphs = self.graphs
-        if graphs is None or race.plan.placements < 2 or not graphs.placing:
+        # settled round j replays placement j mod placements (Race.placement): this block's reach 0 .. wanted - 1
+        wanted = min(race.plan.placements, race.rounds - (race.settled_from or 0) + race.block())
+        if graphs is None or wanted < 2 or not graphs.placing:
             return failed
         with breakdown.part("capture"):
             for index in race.running:
                 config, desc = entries[index]
-                while 0 < graphs.placements(index) < race.plan.placements:
+                while 0 < graphs.placements(index) < wanted:
                     self.started(index, desc, "capture")
                     placed, error = self._guarded(index, desc, "capture",
                                                   lambda i=index, c=config: graphs.place(i, lambda: self.trial.call(c)))
@@ -85,7 +88,7 @@ class Sampling:
                         break
                 if not graphs.placing:
                     break  # a placement that cannot be captured, or the memory bound: no more placements
-        if any(graphs.placements(i) < race.plan.placements for i in race.running if i not in failed):
+        if any(graphs.placements(i) < wanted for i in race.running if i not in failed):
             # a leader short of placements would be judged on fewer than the others: every leader at one
             self.log.info("%s output placements dropped for this race: not every leader could be placed", self.label)
             graphs.placed.clear()
