@@ -209,6 +209,22 @@ def test_a_sifts_round_captures_no_output_placement_its_leaders_never_replay():
     assert race.plan.placements == 4 and all(placing.placements(i) == 4 for i in race.running)
 
 
+def test_a_near_tie_block_after_a_sift_is_as_long_as_its_settled_rounds():
+    """A search's finalists get near-tie blocks of ``final_rounds`` rounds each, the length of the settled rounds
+    before them: after a sift those were ``heavy_rounds`` (5 here), yet the block ran the plan's first
+    ``final_rounds`` (8)."""
+    race = screened(replace(PLAN, tie_blocks=1), 1.5, 2)
+    settle(race, {i: 1.6 + 0.01 * i for i in race.running}, 1)
+    assert not race.finished(0.0) and len(race.running) == 3
+    first, second = race.running[:2]
+    for r in range(4):  # the leaders 1.5% apart, the runner-up ahead in one round of the four: not clearly slower
+        times = {i: 1.7 for i in race.running}
+        times[first], times[second] = (1.6, 1.624) if r else (1.624, 1.6)
+        settle(race, times, 1)
+    assert race.rounds - race.settled_from == 5 and not race.finished(0.0)
+    assert race.tie_blocks == 1 and race.block() == 5
+
+
 def test_the_defaults_sift_heavy_steady_tunings_only():
     """``autotune``'s steady races sift (six leaders, two cycles, from the heavy settle's mark); cold ones never
     settle, so never sift."""

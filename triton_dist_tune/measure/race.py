@@ -212,6 +212,7 @@ class Race(Standings):
                 self.sift_until, self.sift_size = self.rounds + self.plan.sift_rounds, min(top, len(left))
                 self.settled_noise = True
                 self.plan = replace(self.plan, final_rounds=self.plan.heavy_rounds)
+                self._block = self.plan.heavy_rounds  # a near-tie block's length: the settled rounds before it
         for i in leaving:
             self.entrants[i].state = "stopped"
         return sorted(leaving)
