@@ -226,7 +226,7 @@ def test_a_near_tie_block_after_a_sift_is_as_long_as_its_settled_rounds():
 
 
 def test_the_defaults_sift_heavy_steady_tunings_only():
-    """``autotune``'s steady races sift (six leaders, two cycles, from the heavy settle's mark); cold ones never
+    """``autotune``'s steady races sift (twelve leaders, one cycle, from the heavy settle's mark); cold ones never
     settle, so never sift."""
     steady = TuneOptions().plan(60.0, "steady", "k").race
     assert (steady.final_top_heavy, steady.sift_after, steady.sift_rounds, steady.heavy_rounds) == (

@@ -77,7 +77,7 @@ class Standings:
     def placement(self, ahead: int = 0) -> int:
         """The output placement of the samples of the round ``ahead`` rounds from now (negative: one before it):
         ``j mod placements`` for the ``j``-th settled round (counted from 0), 0 in the screening (see "Placements"
-        in the module docstring)."""
+        in :mod:`~.race`)."""
         if self.settled_from is None:
             return 0
         return (self.rounds + ahead - self.settled_from) % self.plan.placements
