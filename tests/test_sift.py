@@ -82,6 +82,38 @@ def test_no_sift_under_the_heavy_mark_or_without_the_plans_consent_and_a_sift_un
     assert not noisy.finished(0.0) and sorted(noisy.running) == sorted(best)
 
 
+def test_a_noisy_sifted_races_times_taken_again_from_their_samples_are_the_races_own():
+    """Replicas and a resumed tuning take a noisy race's times again from each outcome's samples (``round_times``:
+    measure/noise.py retaken, the replicas' least samples). Of all its samples, a sifted race's settled leader read
+    its screening sample (what the sift distrusts), not the least settled one the race ranked it by. Each outcome
+    now says how many of its last samples its least is of (``least_of``: its settled ones), kept through JSON, so
+    the times taken again are the race's own."""
+    from triton_dist_tune.measure.noise import retaken
+    from triton_dist_tune.records import Outcome
+
+    race = Race(list(range(4)), PLAN)
+    for i in race.order():  # one screening round: config 1 reads fast there
+        race.record(i, [{0: 1.50, 1: 1.30, 2: 1.52, 3: 1.51}[i]])
+    race.end_round()
+    for r in range(5):  # settled: every other round 40% slower for some, so the drift-free ratios are noisy too
+        for i in race.order():
+            race.record(i, [{0: 1.60, 1: 1.68, 2: 1.70, 3: 1.80}[i] * (1.4 if (i + r) % 2 else 1.0)])
+        race.end_round()
+        race.finished(0.0)
+    assert race.location() is min and race.finished(0.0)
+    outcomes = [race.outcome(i, f"c{i}", 0) for i in range(4)]
+    leaders = [o for o in outcomes if o.state == "measured"]
+    assert leaders and all(o.least_of == 5 for o in leaders)
+    again = retaken(outcomes, True, lambda o: True)
+    assert [o.time for o in again] == [o.time for o in outcomes]
+    assert [o.time for o in retaken([replace(o, least_of=0) for o in outcomes], True, lambda o: True)] != [
+        o.time for o in outcomes]  # of all samples: config 1's screening sample
+    back = Outcome.from_json(leaders[0].to_json())
+    assert back is not None and back.least_of == 5 and back.least() == leaders[0].time
+    damaged = Outcome.from_json({**leaders[0].to_json(), "least_of": -3})
+    assert damaged is not None and damaged.least_of == 0
+
+
 def test_a_budget_spent_in_the_sift_ends_the_race_with_every_leader_ranked():
     """The time budget reached in the sift's round: the race is cut there, and the six leaders' settled samples
     rank them (no sift: the race is over)."""

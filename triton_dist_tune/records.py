@@ -69,6 +69,9 @@ class Outcome:
     #: True when ``time`` stands in for a sample: the config was screened by its warm-up probe alone, far behind
     #: (a bound, never sampled again; :mod:`~triton_dist_tune.measure.probe_screen`)
     probed: bool = False
+    #: how many of the last ``round_times`` its least-sample time is of: a sifted race's settled leader's settled
+    #: samples (its screening ones are what the sift distrusts; :mod:`~triton_dist_tune.measure.race`); 0: all
+    least_of: int = 0
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
@@ -78,6 +81,12 @@ class Outcome:
     def usable(self) -> bool:
         """Whether the config can be chosen (it has a time and did not fail)."""
         return self.state in ("measured", "stopped") and self.time is not None
+
+    def least(self) -> float:
+        """Its least sample (of its last ``least_of`` ``round_times``; all when 0): its time under a noisy race's
+        statistic. Its time where it has no sample."""
+        samples = self.round_times[-self.least_of:] if 0 < self.least_of <= len(self.round_times) else self.round_times
+        return float(min(samples)) if samples else float(self.time if self.time is not None else math.inf)
 
     def to_json(self) -> dict[str, Any]:
         """A standard-JSON object (no NaN or infinity). Field by field, lists copied: ``dataclasses.asdict`` took
@@ -108,6 +117,8 @@ class Outcome:
             return None
         if "round_times" in values:  # a time may be taken again from them (function/decide.py of_statistic)
             values["round_times"] = group_samples(values["round_times"])
+        if type(values.get("least_of")) is not int or values["least_of"] < 0:
+            values.pop("least_of", None)  # damaged: the least of all its samples
         try:
             return cls(**values)
         except (TypeError, ValueError):

@@ -89,12 +89,12 @@ def statistic(location: Callable[[Sequence[float]], float]) -> str:
 
 def retaken(outcomes: Sequence[Outcome], least: bool, retake: Callable[[Outcome], bool]) -> list[Outcome]:
     """``outcomes``, each usable one that ``retake`` names with its time taken again from its group samples
-    (``round_times``): their least (``least``: a noisy race's statistic), else their median, so that one decision's
+    (``round_times``): their least (``least``: a noisy race's statistic; of a sifted race's settled leader, of its
+    settled samples: :meth:`~triton_dist_tune.records.Outcome.least`), else their median, so that one decision's
     table holds times of one statistic. A probe's stand-in (a bound, no sample) and an outcome without samples keep
     their time."""
-    of = min if least else median
-    return [replace(o, time=float(of(o.round_times))) if o.usable and o.round_times and not o.probed and retake(o)
-            else o for o in outcomes]
+    return [replace(o, time=o.least() if least else float(median(o.round_times)))
+            if o.usable and o.round_times and not o.probed and retake(o) else o for o in outcomes]
 
 
 def spread_of_runs(samples: Sequence[Sequence[float]], floor: float) -> NoiseEstimate | None:

@@ -247,8 +247,8 @@ def _noisy(measurer: Measurer) -> bool:
 
 
 def _least(outcome: Outcome) -> float:
-    """A raced outcome's least group sample (its time where it has none)."""
-    return float(min(outcome.round_times)) if outcome.round_times else float(outcome.time)
+    """A raced outcome's least group sample (of its settled ones in a sifted race; its time where it has none)."""
+    return outcome.least()
 
 
 def _statistic(chosen: Decision, noisy: bool) -> Decision:

@@ -233,7 +233,8 @@ class Standings:
         own = per_rank[own_rank] if 0 <= own_rank < ranks else None
         return Outcome(index, description, state, time=self._rank_key(index)[0],
                        spread=spread(relative or e.deciding()), per_rank=per_rank, samples=len(timed), own=own,
-                       order=list(e.positions), round_times=timed)
+                       order=list(e.positions), round_times=timed,
+                       least_of=len(e.settled) if self.settled_noise else 0)
 
 
 def levels_note(race: Standings) -> str:
