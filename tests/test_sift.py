@@ -257,6 +257,15 @@ def test_a_near_tie_block_after_a_sift_is_as_long_as_its_settled_rounds():
     assert race.tie_blocks == 1 and race.block() == 5
 
 
+def test_a_sift_that_keeps_one_ends_the_race_on_every_call_after_it():
+    """``refine_top=1``: the sift keeps one leader and the race is over; asked again, it stays over (it said not
+    over, and its settled block of one config had five rounds to go)."""
+    race = screened(TuneOptions(refine_top=1).plan(60.0, "steady", "k").race, 1.5, 1)
+    settle(race, {i: 1.6 + 0.01 * i for i in race.running}, 1)
+    assert race.finished(0.0) and race.running == [0]
+    assert race.finished(0.0) and race.finished(1e9) and not race.cut and race.winner() == 0
+
+
 def test_the_defaults_sift_heavy_steady_tunings_only():
     """``autotune``'s steady races sift (twelve leaders, one cycle, from the heavy settle's mark); cold ones never
     settle, so never sift."""
