@@ -3,7 +3,9 @@
 ``session46_sift.sh`` keeps each tuning's decision file (every config's group samples by round, in
 ``round_times``) and bench_fidelity's oracle (each config's sustained time against the best). Each config ran
 rounds 0, 1, ... until it left its race, so its samples fill those rounds; a Race with the default steady plan
-(``TuneOptions().plan``) is fed them round by round, and its choice judged by the oracle, beside the recorded one.
+(``TuneOptions().plan``) is fed them round by round, and its choice judged by the oracle, beside the recorded one,
+the sift's training family (:data:`TRAINING`) apart from the held-out ones. (The oracle times only the configs some
+tuning chose, so no random pick can be judged here: ``benchmarks/sift_noise.py`` has that baseline.)
 The samples are those the recorded rules took (which leaders were settled, for how long): a replay can only change
 what the race decides from them, and reproduces the recorded choice where the rules decide alike.
 
@@ -24,6 +26,8 @@ from triton_dist_tune.function.options import TuneOptions
 from triton_dist_tune.measure.race import Race
 
 HERE = Path(__file__).resolve().parent
+#: the family whose tunings the sift's rules were chosen on (the others are held out)
+TRAINING = "4096,14336"
 FIELDS = r"(BLOCK_M|BLOCK_N|BLOCK_K|GROUP_M|num_warps|num_stages): (\d+)"
 
 
@@ -56,7 +60,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="sift_replay_"))
     with tarfile.open(args.tgz) as tar:
         tar.extractall(folder, filter="data")
-    recorded, again = [], []
+    recorded, again, held_out = [], [], []
     for fid_path in sorted(folder.glob("fid/fid_*.json")):
         nk = fid_path.stem[len("fid_"):]
         ratios = {shape.split(",")[0].strip("( "): row["oracle"]["ratios"]
@@ -70,11 +74,15 @@ def main() -> None:
             before, now = ratios[m][names[decision["index"]]], ratios[m][names[race.winner()]]
             recorded.append(before)
             again.append(now)
+            held_out.append(nk != TRAINING)
             print(f"N,K = {nk}, M = {m}: recorded config {decision['index']} ({before:.4f}), replayed config "
                   f"{race.winner()} ({now:.4f}), statistic {race.location().__name__}, sifted {race.sifted}")
-    for name, got in (("recorded", recorded), ("replayed", again)):
-        print(f"{name}: {sum(x <= 1.01 for x in got)} of {len(got)} within 1.01 of the sustained best, worst "
-              f"{max(got):.4f}")
+    for part, keep in (("training (N,K = " + TRAINING + ")", False), ("held out", True)):
+        for name, got in (("recorded", recorded), ("replayed", again)):
+            mine = [x for x, h in zip(got, held_out, strict=True) if h == keep]
+            if mine:
+                print(f"{part}, {name}: {sum(x <= 1.01 for x in mine)} of {len(mine)} within 1.01 of the sustained "
+                      f"best, worst {max(mine):.4f}")
 
 
 if __name__ == "__main__":
