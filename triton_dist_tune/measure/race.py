@@ -148,8 +148,6 @@ class Race(Standings):
         self.sift_until: int | None = None
         self.sift_size = 0
         self.sifted: list[int] = []
-        #: True when the sift left one config running: the race is over
-        self.sift_ended = False
         #: True when the time budget ended the race before its rounds did (a cut: the choice is provisional)
         self.cut = False
 
@@ -262,9 +260,8 @@ class Race(Standings):
                 self.sift_until = None
                 if not spent:
                     self._sift()
-                    self.sift_ended = len(self.running) <= 1  # ``keep_top`` of one: nothing left to race
-            if self.sift_ended:
-                return True  # on every call after it too
+            if self.sifted and len(self.running) <= 1:
+                return True  # the sift kept one (``keep_top``): nothing left to race
             done = self.rounds - self.settled_from >= self.plan.final_rounds or self.rounds >= self.plan.max_rounds
             if (done and not spent and self.tie_blocks < self.plan.tie_blocks and self.location() is median
                     and self._unsettled_tie()):
