@@ -247,18 +247,22 @@ def three_long_rounds():
         timing.SETTLED_SETTLE_MS, timing.SETTLED_SPAN_MS, race_mod.Race.block, race_mod.RacePlan.__init__ = saved
 
 
-def patched(module: str, name: str, value: object):
-    """``module.name`` set to ``value`` while a variant tunes (``unittest.mock.patch.object``)."""
+def patched(module: str, name: str, value: object, **more: object):
+    """``module.name`` (and each of ``more``) set while a variant tunes (``unittest.mock.patch.object``)."""
     import importlib
     from unittest import mock
 
-    return mock.patch.object(importlib.import_module(module), name, value)
+    target = importlib.import_module(module)
+    if not more:
+        return mock.patch.object(target, name, value)
+    return mock.patch.multiple(target, **{name: value}, **more)
 
 
 #: the variants of ours, side by side with the defaults: the previous settled rounds; steady samples without their
 #: queued calls (the span alone, as before they were added); 3 settled leaders even for fast configs (before fast
 #: keys got six); a sample weighing its queued calls 0.75 instead of 0.5; six leaders under 0.25 ms per call (not 0.1);
-#: settled samples timing 30 ms spans (not 10); heavy settled samples settling 5 ms; no sift
+#: settled samples timing 30 ms spans (not 10); heavy settled samples settling 5 ms; no sift; a sift of 2 settled
+#: rounds and 7 settled rounds in all (not 1 and 6)
 VARIANTS = {"ours_3x130": three_long_rounds,
             "ours_span": lambda: patched("triton_dist_tune.measure.timing", "QUEUED_BELOW_MS", 0.0),
             "ours_lead3": lambda: patched("triton_dist_tune.function.options", "SETTLED_LEADERS_FAST", 0),
@@ -266,7 +270,8 @@ VARIANTS = {"ours_3x130": three_long_rounds,
             "ours_fast25": lambda: patched("triton_dist_tune.function.options", "FAST_LEADER_MS", 0.25),
             "ours_span30": lambda: patched("triton_dist_tune.measure.timing", "SETTLED_SPAN_MS", 30.0),
             "ours_settle5": lambda: patched("triton_dist_tune.measure.timing", "POWER_SETTLE_ABOVE_MS", float("inf")),
-            "ours_nosift": lambda: patched("triton_dist_tune.function.options", "SETTLED_LEADERS_HEAVY", 0)}
+            "ours_nosift": lambda: patched("triton_dist_tune.function.options", "SETTLED_LEADERS_HEAVY", 0),
+            "ours_sift27": lambda: patched("triton_dist_tune.function.options", "SIFT_CYCLES", 2, HEAVY_CYCLES=7)}
 
 
 def stock_tuning(kernel, cfgs, shape) -> tuple[str, float]:
