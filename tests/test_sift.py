@@ -178,6 +178,63 @@ def test_under_noise_a_sifted_race_takes_its_settled_leaders_least_settled_sampl
     assert decision.runner_up == 1 and decision.margin == pytest.approx(1.66 / 1.60 - 1)
 
 
+def run_settled(race: Race, settled: dict[int, list[float]]) -> None:
+    """The race's settled rounds to its end, leader ``i`` taking ``settled[i][j]`` in its ``j``-th settled round."""
+    taken = 0
+    while not race.finished(0.0):
+        for _ in range(race.block()):
+            for i in race.order():
+                race.record(i, [settled[i][taken]])
+            race.end_round()
+            taken += 1
+
+
+@pytest.mark.parametrize("configs", [3, 2])
+def test_a_heavy_race_with_three_configs_or_fewer_left_judges_its_noise_as_a_sifted_one(configs):
+    """A heavy race (1.5 ms per call) with at most 3 configs left settles them all after 1 screening round: nothing
+    to sift. It judged its noise on every raw sample, so the clock's swing from one settled round to the next
+    (alike for every leader, at the power limit) read as noise, and its times became the least of all samples:
+    config 1's screening sample (1.45), where every settled round had it 5% behind config 0. 2 configs are what
+    replicas race their leaders with (``measure/replicas.py``: the 2 least times of the first pass). A race whose
+    settled block is heavy judges its noise on the drift-free ratios, sifted or not: quiet, it keeps medians and
+    chooses 0."""
+    from triton_dist_tune.measure.replicas import _noisy
+
+    race = Race(list(range(configs)), PLAN)
+    screening = {0: 1.50, 1: 1.45, 2: 1.52}
+    for i in race.order():
+        race.record(i, [screening[i]])
+    race.end_round()
+    assert race.settled_from == 1 and race.sift_until is None and len(race.running) == configs
+    swing = [1.0, 1.12, 0.97, 1.10, 1.0, 1.08, 0.98, 1.11]
+    run_settled(race, {i: [t * s for s in swing] for i, t in {0: 1.60, 1: 1.68, 2: 1.70}.items()})
+    assert not race.sifted and race.location() is median and race.winner() == 0, [
+        race.outcome(i, "", 0).time for i in race.entrants]
+    assert not _noisy(type("Measurer", (), {"race": race})())  # what a replica tells the others of its race
+
+
+def test_under_noise_a_heavy_race_of_three_configs_takes_its_leaders_least_settled_sample():
+    """The same race (3 configs, heavy, no sift) with drift-free ratios that read noisy: its time is the least of
+    each leader's settled samples, not of all its samples (config 1's screening sample, 1.40, chose it before where
+    every settled round had it behind config 0), and each outcome says so (``least_of``), so a replica's least sample
+    (``replicas._least``) and a time taken again from the outcome's samples are the race's own."""
+    from triton_dist_tune.function.decide import decide
+    from triton_dist_tune.measure.replicas import _least
+
+    race = Race(list(range(3)), PLAN)
+    for i in race.order():
+        race.record(i, [{0: 1.52, 1: 1.40, 2: 1.51}[i]])
+    race.end_round()
+    run_settled(race, {0: [1.60, 1.80, 1.62, 1.85, 1.61, 1.82, 1.60, 1.84],
+                       1: [1.66, 1.68, 1.90, 1.67, 1.92, 1.66, 1.91, 1.68],
+                       2: [1.70, 1.95, 1.72, 1.71, 1.98, 1.70, 1.96, 1.72]})
+    assert not race.sifted and race.location() is min
+    outcomes = [race.outcome(i, str(i), 0) for i in range(3)]
+    assert [o.least_of for o in outcomes] == [8, 8, 8] and [_least(o) for o in outcomes] == [1.60, 1.66, 1.70]
+    decision = decide(outcomes, race, "steady")
+    assert decision.index == 0 and {o.index: o.time for o in decision.outcomes} == {0: 1.60, 1: 1.66, 2: 1.70}
+
+
 def test_refine_top_bounds_the_leaders_a_sift_keeps():
     """``refine_top=n`` keeps at most ``n`` configs in the race after 3 rounds. A heavy race settles after 2 rounds
     (or 1), where ``keep_top`` never applies, and nobody leaves a settled block: with the sift, ``refine_top`` 1 or 2

@@ -69,8 +69,9 @@ class Outcome:
     #: True when ``time`` stands in for a sample: the config was screened by its warm-up probe alone, far behind
     #: (a bound, never sampled again; :mod:`~triton_dist_tune.measure.probe_screen`)
     probed: bool = False
-    #: how many of the last ``round_times`` its least-sample time is of: a sifted race's settled leader's settled
-    #: samples (its screening ones are what the sift distrusts; :mod:`~triton_dist_tune.measure.race`); 0: all
+    #: how many of the last ``round_times`` its least-sample time is of: a heavy race's settled leader's settled
+    #: samples (sifted or not: its screening ones are what the sift distrusts; :mod:`~triton_dist_tune.measure.race`);
+    #: 0: all
     least_of: int = 0
 
     def __post_init__(self) -> None:

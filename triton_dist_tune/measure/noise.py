@@ -89,7 +89,7 @@ def statistic(location: Callable[[Sequence[float]], float]) -> str:
 
 def retaken(outcomes: Sequence[Outcome], least: bool, retake: Callable[[Outcome], bool]) -> list[Outcome]:
     """``outcomes``, each usable one that ``retake`` names with its time taken again from its group samples
-    (``round_times``): their least (``least``: a noisy race's statistic; of a sifted race's settled leader, of its
+    (``round_times``): their least (``least``: a noisy race's statistic; of a heavy race's settled leader, of its
     settled samples: :meth:`~triton_dist_tune.records.Outcome.least`), else their median, so that one decision's
     table holds times of one statistic. A probe's stand-in (a bound, no sample) and an outcome without samples keep
     their time."""

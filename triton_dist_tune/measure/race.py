@@ -33,10 +33,13 @@ identical on every rank without any further message.
   128x256 GEMM tiles that were best alone by 8-14% read behind 64x256 and 128x128 ones there often enough that
   neither was among the 3 (or 6) leaders in about half of the tunings, where a settled sample (which lets the
   limiter follow its config) ranked them first whenever they reached one (``benchmarks/results/session_h200_46``).
-  A sifted race judges its noise on the settled leaders' drift-free samples (:meth:`~.standings.Standings.location`):
+  A heavy race judges its noise on the settled leaders' drift-free samples (:meth:`~.standings.Standings.location`):
   at the power limit the clock swings from one settled round to the next alike for every leader; under noise a
   settled leader's time is the least of its settled samples alone (of all, a screening sample chose, and a leader
-  the sift stopped read below the chosen one).
+  the sift stopped read below the chosen one). So does one with at most ``final_top`` configs left when it settles
+  (nothing to sift; replicas race their 2 leaders so): its settled block is as heavy, its screening samples as
+  untrusted (of all samples, 3 leaders that every settled round ranked 0, 1, 2 chose 1 by a screening sample).
+  Such a race runs ``final_rounds`` settled rounds, not ``heavy_rounds``.
 - **The end.** When one config is left, when ``max_rounds`` rounds are done (settled ones included) or the settled
   rounds are, or when the time budget is spent (after any round: a cut): the least median among those still running
   wins (ties: the lower index). After settled rounds the leaders are ranked drift-free: by the median of each one's
@@ -208,9 +211,10 @@ class Race(Standings):
         if top and len(left) >= 2 and (len(left) <= top or self.rounds >= min(after, self.plan.max_rounds)):
             leaving.update(sorted(left, key=self._rank_key)[top:])
             self.settled_from = self.rounds
+            # a heavy settled block, sifted or not: its noise is judged on its leaders' drift-free ratios
+            self.settled_noise = heavy
             if heavy and len(left) > self.plan.final_top:
                 self.sift_until, self.sift_size = self.rounds + self.plan.sift_rounds, min(top, len(left))
-                self.settled_noise = True
                 self.plan = replace(self.plan, final_rounds=self.plan.heavy_rounds)
                 self._block = self.plan.heavy_rounds  # a near-tie block's length: the settled rounds before it
         for i in leaving:

@@ -247,7 +247,7 @@ def _noisy(measurer: Measurer) -> bool:
 
 
 def _least(outcome: Outcome) -> float:
-    """A raced outcome's least group sample (of its settled ones in a sifted race; its time where it has none)."""
+    """A raced outcome's least group sample (of its settled ones in a heavy race; its time where it has none)."""
     return outcome.least()
 
 

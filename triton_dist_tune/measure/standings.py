@@ -2,8 +2,8 @@
 
 Every rank holds the same samples, so every ranking below is identical on every rank. A config's time is the median
 of its deciding samples (its settled ones when it has any), or under noise the least of all its samples, in a
-sifted race a settled leader's least settled sample (:meth:`Standings.location`); settled leaders are ranked
-drift-free, with the two-level and placement rules of a race timed on the device (see "The end", "Two levels" and
+heavy race (sifted or not) a settled leader's least settled sample (:meth:`Standings.location`); settled leaders are
+ranked drift-free, with the two-level and placement rules of a race timed on the device (see "The end", "Two levels" and
 "Placements" in :mod:`~.race`).
 """
 
@@ -66,7 +66,8 @@ class Standings:
     settled_from: int | None
     position: int
     _noisy: tuple[tuple[int, int], bool] | None
-    #: the race's noise is judged on its settled leaders' drift-free samples (a sifted race: :mod:`~.race`)
+    #: the race's noise is judged on its settled leaders' drift-free samples (a heavy race, sifted or not:
+    #: :mod:`~.race`)
     settled_noise: bool = False
 
     @property
@@ -86,9 +87,9 @@ class Standings:
         """How a config's samples make its time: their median, or, once the race's samples read further apart than
         :data:`~.noise.NOISY` per sample (measured from every config's consecutive samples), the least of them
         (heavy noise is one-sided: see :data:`~.noise.NOISY`); the leaders then get ``final_top_fast`` places in
-        the settled block, and no near-tie blocks (more blocks cannot settle what the noise hides). In a sifted race
-        (:attr:`settled_noise`) the noise is that of the settled leaders' drift-free samples once they have two
-        each (:meth:`_noise_runs`)."""
+        the settled block, and no near-tie blocks (more blocks cannot settle what the noise hides). In a heavy race
+        (:attr:`settled_noise`, sifted or not) the noise is that of the settled leaders' drift-free samples once they
+        have two each (:meth:`_noise_runs`)."""
         stamp = (self.position, self.rounds)
         if self._noisy is None or self._noisy[0] != stamp:
             noise = spread_of_runs(self._noise_runs(), 0.0)
@@ -110,9 +111,10 @@ class Standings:
 
     def _time(self, index: int) -> float:
         """A config's own time: the median of its deciding samples, or under noise the least of all its samples,
-        settled or not (:meth:`location`); in a sifted race (:attr:`settled_noise`) a settled leader's least is of its
-        settled samples: its screening samples are what the sift distrusts, and a leader the sift stopped would
-        otherwise read below the chosen one by a screening sample."""
+        settled or not (:meth:`location`); in a heavy race (:attr:`settled_noise`, sifted or not) a settled leader's
+        least is of its settled samples: its screening samples are what the sift distrusts (a leader the sift stopped
+        would otherwise read below the chosen one by a screening sample, and a screening sample would choose among
+        3 leaders that every settled round ranked otherwise)."""
         entrant = self.entrants[index]
         if self.location() is median:
             return entrant.time()
