@@ -314,6 +314,40 @@ def test_a_near_tie_block_after_a_sift_is_as_long_as_its_settled_rounds():
     assert race.tie_blocks == 1 and race.block() == 5
 
 
+@pytest.mark.parametrize("top", [1, 2])
+def test_refine_top_bounds_a_heavy_race_with_three_configs_left_by_a_sift_of_them(top):
+    """``refine_top`` 1 or 2, a heavy race of 3 configs: nothing to sift (at most 3 left), so all 3 settled after
+    1 screening round and raced 8 settled rounds each, more than ``refine_top``. They are sifted now: one settled
+    round ranks them (here the screening's worst is the best settled) and the ``refine_top`` best go on (one: the
+    race is over), the other with its screening sample and one settled sample."""
+    race = screened(TuneOptions(refine_top=top).plan(60.0, "steady", "k").race, 1.5, 1, configs=3)
+    settled = {i: 1.62 - 0.01 * i for i in range(3)}  # settled, config 2 is the best and 0 the worst
+    while not race.finished(0.0):
+        settle(race, {i: settled[i] for i in race.running}, race.block())
+    raced = sorted(i for i, e in race.entrants.items() if len(e.settled) > 1)
+    assert raced == ([] if top == 1 else [1, 2]) and race.winner() == 2, {
+        i: len(e.settled) for i, e in race.entrants.items()}
+    assert race.sifted == list(range(3 - top)) and f"3 leaders sifted to {top} after" in sift_note(race)
+    assert race.rounds == (2 if top == 1 else 1 + HEAVY_CYCLES)
+
+
+@pytest.mark.parametrize(("scale", "configs"), [(0.3, 3), (0.05, 6)])
+@pytest.mark.parametrize("top", [1, 2])
+def test_refine_top_bounds_the_settled_block_of_a_race_that_settles_before_three_rounds(scale, configs, top):
+    """``refine_top`` promises at most that many configs in the race after 3 rounds. A race with at most 3 configs
+    left (6 when the leader is fast) settles at once, and nobody leaves a settled block: all 3 (or 6) raced 8 settled
+    rounds. Now such a race screens on to 3 rounds while more than ``refine_top`` are left, and ``refine_top``
+    applies there: at most that many get the settled rounds (one: the race ends after 3 rounds)."""
+    race = screened(TuneOptions(refine_top=top).plan(60.0, "steady", "k").race, scale, 1, configs=configs)
+    assert not race.settling
+    race = screened(TuneOptions(refine_top=top).plan(60.0, "steady", "k").race, scale, 3, configs=configs)
+    assert len(race.running) == top and race.settling == (top > 1)
+    while not race.finished(0.0):
+        settle(race, {i: scale for i in race.running}, race.block())
+    assert len([e for e in race.entrants.values() if e.settled]) == (top if top > 1 else 0)
+    assert race.rounds == (3 if top == 1 else min(race.plan.max_rounds, 3 + race.plan.final_rounds))
+
+
 def test_a_sift_that_keeps_one_ends_the_race_on_every_call_after_it():
     """``refine_top=1``: the sift keeps one leader and the race is over; asked again, it stays over (it said not
     over, and its settled block of one config had five rounds to go)."""
@@ -400,10 +434,11 @@ CASES = HERE / "scenarios" / "sift_cases.py"
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    """Both scenarios of ``sift_cases.py``, one after another in one job of 2 gloo ranks (once per module): case ->
+    """The scenarios of ``sift_cases.py``, one after another in one job of 2 gloo ranks (once per module): case ->
     each rank's results, and the rank logs (rank -> its log's text)."""
     folder = tmp_path_factory.mktemp("sift")
-    results = run_cases(CASES, 2, ["sift_ranks", "sift_replicas"], env=tuner_env(folder, 30), timeout=150)
+    results = run_cases(CASES, 2, ["sift_ranks", "sift_replicas", "sift_replicas_top1"], env=tuner_env(folder, 30),
+                        timeout=180)
     return results, {r: (folder / "logs" / f"rank-{r}.log").read_text() for r in range(2)}
 
 
@@ -458,3 +493,19 @@ def test_replicas_at_their_power_limit_sift_their_shares_and_end_on_one_config_f
             configs = [int(c) for c in stopped.group(1).split(", ")]
             assert len(configs) == 3 and all(c % 2 == rank and c < 10 for c in configs), (rank, key, share)
             assert "sifted" not in leaders, (rank, key, leaders)
+
+
+@pytest.mark.timeout(200)
+def test_replicas_with_refine_top_1_still_race_two_leaders_to_the_end(ranks):
+    """Replicas race the 2 best of the first pass again (``refine_top`` if larger: ``replicas.MIN_LEADERS``), on
+    every replica. ``refine_top=1`` bounds each share's race (its sift keeps one), not the leaders' race: there both
+    leaders run every round (a heavy race of 2: 1 screening round and 8 settled ones, 9 samples each), where a
+    ``refine_top`` that bounded that race too would sift its 2 leaders to 1 after one settled round."""
+    results, logs = ranks
+    first, second = (r.result for r in results["sift_replicas_top1"])
+    assert first["chosen"] == second["chosen"] and len(first["chosen"]) == 4, (first, second)
+    for key, measured in first["measured"].items():
+        assert sorted(measured.values()) == [9, 9], (key, measured)
+    for rank in range(2):
+        for key, (share, leaders) in race_lines(logs[rank], "sift_replicas_top1").items():
+            assert "sifted to 1" in share and "sifted" not in leaders, (rank, key, share, leaders)

@@ -56,23 +56,27 @@ class PowerLimited:
 
 
 def tune_heavy(name: str, group: dist.ProcessGroup | None, space: list[dict] = SPACE, power: list[float] = POWER,
-               **layout) -> None:
-    """``autotune`` (the default steady timing) of ``space`` (:data:`SPACE` unless told) over :data:`KEYS` on the
-    virtual device clock: each call runs this rank's own :class:`PowerLimited` (its jitter seeded by the rank; each
-    config's draw: ``power``) and all-reduces a small tensor on ``group`` (None: the default group). Prints each
-    key's choice, on every rank."""
+               keys: tuple[int, ...] = KEYS, refine_top: int = 0, **layout) -> None:
+    """``autotune`` (the default steady timing; ``refine_top``) of ``space`` (:data:`SPACE` unless told) over
+    ``keys`` (:data:`KEYS` unless told) on the virtual device clock: each call runs this rank's own
+    :class:`PowerLimited` (its jitter seeded by the rank; each config's draw: ``power``) and all-reduces a small
+    tensor on ``group`` (None: the default group). Prints each key's choice, and its measured configs' sample
+    counts, on every rank."""
     limiter = PowerLimited(seed=dist.get_rank(), power=power)
 
-    @tdt.autotune(space, key_fn=lambda x: x.numel(), n_warmup=1, name=name, timeout=30)
+    @tdt.autotune(space, key_fn=lambda x: x.numel(), n_warmup=1, name=name, timeout=30, refine_top=refine_top)
     def heavy(x, *, v):
         limiter(v)
         dist.all_reduce(torch.ones(4), group=group)
         return x
 
     with virtual_clock("device"):
-        for n in KEYS:
+        for n in keys:
             heavy(torch.ones(n), **layout)
-    emit(chosen={str(key): d.index for (_, key), d in heavy.tuner.decisions.items()})
+    decisions = heavy.tuner.decisions.items()
+    emit(chosen={str(key): d.index for (_, key), d in decisions},
+         measured={str(key): {str(o.index): o.samples for o in d.outcomes if o.state == "measured"}
+                   for (_, key), d in decisions})
 
 
 @case
@@ -91,6 +95,17 @@ def sift_replicas():
 
     layout = one_rank_replicas()
     tune_heavy("sift_replicas", layout["autotune_pg"], WIDE_SPACE, WIDE_POWER, **layout)
+
+
+@case
+def sift_replicas_top1():
+    """:func:`sift_replicas` with ``refine_top=1`` over 4 keys: the replicas still race 2 leaders again
+    (``replicas.MIN_LEADERS``), and ``refine_top`` does not cut that race to one."""
+    from reliability_c_cases import one_rank_replicas
+
+    layout = one_rank_replicas()
+    tune_heavy("sift_replicas_top1", layout["autotune_pg"], WIDE_SPACE, WIDE_POWER, keys=KEYS[:4], refine_top=1,
+               **layout)
 
 
 if __name__ == "__main__":

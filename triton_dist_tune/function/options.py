@@ -61,7 +61,10 @@ class TuneOptions:
             does the same for the function's Triton launches.
         compile_threads: threads for ``precompile_fn`` and the compile pass (default
             ``TRITON_DIST_AUTOTUNE_COMPILE_THREADS`` or min(16, CPUs)).
-        refine_top: after 3 rounds, at most this many configs (the best medians) stay in the race (0: no limit).
+        refine_top: after 3 rounds, at most this many configs (the best medians) stay in the race, and the settled
+            rounds time at most this many: a race with more left screens on to 3 rounds first; a race of heavy
+            calls (0.5 ms or more, on a device) keeps the best this many after its first settled round, the sift
+            (0: no limit). Replicas race at least 2 leaders again, or this many.
         name: the cache folder's name (default: the function's name).
         timing: ``"steady"`` (default: back-to-back batches, as a model layer runs) or ``"cold"`` (one call after
             an L2 flush and an alignment of the ranks); ``TRITON_DIST_AUTOTUNE_TIMING`` overrides it for a job.

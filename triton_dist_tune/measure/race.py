@@ -16,19 +16,22 @@ identical on every rank without any further message.
   per-round ratios (:func:`~triton_dist_tune.stats.clearly_slower`: over 25% slower in each of two or more
   rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
   ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the
-  leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done (a sifted race: at the sift,
-  below). Nobody leaves after the last round (it would save nothing): the configs still running then are all
-  ``measured``.
+  leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done, and bounds the settled
+  rounds below (a heavy race: at the sift). Nobody leaves after the last round (it would save nothing): the configs
+  still running then are all ``measured``.
 - **Settled rounds** (steady timing, ``final_top=n``): once at most ``n`` configs are left, or ``min_rounds``
   screening rounds are done (the ``n`` best then go on; ``final_top_fast`` of them when the leader takes under
-  ``fast_below_ms`` per call), the leaders get ``final_rounds`` more rounds of *settled* samples, run as one
+  ``fast_below_ms`` per call; ``n`` at most ``keep_top``, so that while more than ``keep_top`` are left the race
+  screens on to ``min_rounds``, where ``keep_top`` applies: a settled block, in which nobody leaves, never holds
+  more than ``keep_top``), the leaders get ``final_rounds`` more rounds of *settled* samples, run as one
   block with no break between its rounds (:meth:`Race.block`; see :mod:`~triton_dist_tune.measure.timing`).
   Their time then comes from their settled samples alone, and nobody leaves during these rounds.
 - **The sift** (``final_top_heavy``): when the screening leader takes ``heavy_from_ms`` per call or more (a heavy
   kernel, which holds the device at its power limit), the settled rounds start after ``sift_after`` screening
   rounds, noisy or not, with up to ``final_top_heavy`` leaders, for a first block of ``sift_rounds`` rounds; then
   only the ``final_top`` best of them by those rounds' samples go on (at most ``keep_top``; one: the race ends),
-  for ``heavy_rounds`` settled rounds in all.
+  for ``heavy_rounds`` settled rounds in all. A heavy race sifts whenever more leaders settle than go on: with
+  ``keep_top`` under 3, also with 3 or fewer left.
   Short screening samples on a device at its power limit misrank heavy configs by 5-10%: on one H200 the two
   128x256 GEMM tiles that were best alone by 8-14% read behind 64x256 and 128x128 ones there often enough that
   neither was among the 3 (or 6) leaders in about half of the tunings, where a settled sample (which lets the
@@ -36,7 +39,7 @@ identical on every rank without any further message.
   A heavy race judges its noise on the settled leaders' drift-free samples (:meth:`~.standings.Standings.location`):
   at the power limit the clock swings from one settled round to the next alike for every leader; under noise a
   settled leader's time is the least of its settled samples alone (of all, a screening sample chose, and a leader
-  the sift stopped read below the chosen one). So does one with at most ``final_top`` configs left when it settles
+  the sift stopped read below the chosen one). So does one with no more configs left when it settles than go on
   (nothing to sift; replicas race their 2 leaders so): its settled block is as heavy, its screening samples as
   untrusted (of all samples, 3 leaders that every settled round ranked 0, 1, 2 chose 1 by a screening sample).
   Such a race runs ``final_rounds`` settled rounds, not ``heavy_rounds``.
@@ -92,7 +95,8 @@ class RacePlan:
     budget_s: float | None = None
     #: a slowdown factor: a config whose median exceeds this times the leader's leaves at once (None: off)
     early_stop: float | None = None
-    #: at most this many configs stay in the race after ``min_rounds`` (None: no limit)
+    #: at most this many configs stay in the race after ``min_rounds``, and get the settled rounds (a heavy race's
+    #: after its sift) (None: no limit)
     keep_top: int | None = None
     #: the seed of the rounds' orders: the same on every rank (derived from the key and the space)
     seed: str = ""
@@ -206,14 +210,16 @@ class Race(Standings):
         leaving = self._leaving(running) if self.rounds < self.plan.max_rounds else set()
         left = [i for i in running if i not in leaving]
         heavy = self._heavy(left)
-        top = self.plan.final_top_heavy if heavy else self._final_top(left)
+        # ``keep_top`` bounds a settled block: a heavy one at its sift (below), any other one from its start (it
+        # starts once at most that many are left, or after ``min_rounds``, where ``keep_top`` applies)
+        top = self.plan.final_top_heavy if heavy else min(self._final_top(left), self.plan.keep_top or len(left))
         after = self.plan.sift_after if heavy else self.plan.min_rounds
         if top and len(left) >= 2 and (len(left) <= top or self.rounds >= min(after, self.plan.max_rounds)):
             leaving.update(sorted(left, key=self._rank_key)[top:])
             self.settled_from = self.rounds
             # a heavy settled block, sifted or not: its noise is judged on its leaders' drift-free ratios
             self.settled_noise = heavy
-            if heavy and len(left) > self.plan.final_top:
+            if heavy and len(left) > self.sift_keeps():  # more leaders than go on: a sift
                 self.sift_until, self.sift_size = self.rounds + self.plan.sift_rounds, min(top, len(left))
                 self.plan = replace(self.plan, final_rounds=self.plan.heavy_rounds)
                 self._block = self.plan.heavy_rounds  # a near-tie block's length: the settled rounds before it
@@ -284,7 +290,8 @@ class Race(Standings):
 
     def sift_keeps(self) -> int:
         """How many leaders the sift keeps: ``final_top``, at most ``keep_top`` (a heavy race settles before
-        ``keep_top`` applies, and nobody leaves a settled block: the sift is where it bounds the race)."""
+        ``keep_top`` applies, and nobody leaves a settled block: the sift is where it bounds the race, and a heavy
+        race with more than ``keep_top`` left sifts even with ``final_top`` or fewer)."""
         keep_top = self.plan.keep_top
         return self.plan.final_top if keep_top is None else min(self.plan.final_top, keep_top)
 

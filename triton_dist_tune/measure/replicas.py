@@ -9,8 +9,9 @@ every rank of every replica ends on one config per key:
    group (:meth:`Measurer.lockstep`, the measurement engine's race), so the first pass costs each rank 1/R of it;
 3. the outcomes are gathered across replicas (all ranks of a group hold the same outcomes, so every position
    gathers the same table);
-4. the leaders (the 2 least times, or ``refine_top`` if larger) are raced again on every replica, and a leader's
-   time is the MAX over replicas of each replica's group time (itself the MAX over the group's ranks);
+4. the leaders (the 2 least times, or ``refine_top`` if larger) are raced again on every replica (``refine_top``
+   chose them and bounds their race no further: ``keep_top`` off), and a leader's time is the MAX over replicas
+   of each replica's group time (itself the MAX over the group's ranks);
 5. the choice is the least of those times (ties: the lower index): the least over configs of the max over every
    rank of every replica. Every rank computes it from the same exchanged data.
 
@@ -210,7 +211,9 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     if budget.spent and any(o.usable for o in table):  # the first pass decides: no leaders' race (a cut)
         budget.cut = True
         return _statistic(decision(table, top, timing, max(o.samples for o in table)), noisy)
-    raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top])}  # same leaders, same order everywhere
+    # same leaders, same order everywhere; ``refine_top`` chose them (at least MIN_LEADERS): it bounds their race no
+    # further (its keep_top would sift or cut 2 leaders to 1 on each replica alone)
+    raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top], replace(measurer.plan.race, keep_top=None))}
     times = {i: (o.time, _least(o)) if o.usable and o.time is not None else (o.error or o.state)
              for i, o in raced.items()}
     what = f"{label} leaders across replicas"
