@@ -285,8 +285,11 @@ def test_a_sifts_round_captures_no_output_placement_its_leaders_never_replay():
         def _guarded(self, index, desc, phase, runs):
             return runs(), None
 
+    from triton_dist_tune.measure.budget import Budget
+
     measurer = Measurer()
     measurer.trial = type("Trial", (), {"call": staticmethod(lambda config: None)})()
+    measurer.budget, measurer.per_call = Budget(), {}  # no time budget: every round of a block runs
     race = screened(replace(PLAN, final_top_heavy=12, placements=4, levels=True), 1.5, 2, configs=14)
     entries = {i: ({}, str(i)) for i in race.entrants}
     measurer.graphs = placing = _Placing(list(race.entrants))
@@ -296,6 +299,48 @@ def test_a_sifts_round_captures_no_output_placement_its_leaders_never_replay():
     assert not race.finished(0.0) and len(race.running) == 3
     assert measurer._place_leaders(race, entries) == {} and placing.captures == 9
     assert race.plan.placements == 4 and all(placing.placements(i) == 4 for i in race.running)
+
+
+@pytest.mark.parametrize(("seconds", "rounds"), [(0.85, 1), (1.15, 2), (1.45, 3), (None, 8)])
+def test_under_a_time_budget_a_settled_block_captures_only_the_placements_of_the_rounds_it_runs(seconds, rounds):
+    """A settled block of 8 rounds, 3 leaders timed on the device at 4 output placements (round j replays placement
+    j mod 4). A time budget that leaves 1, 2 or 3 rounds (0.5 s spent, 0.3 s a round) cuts the block there, yet the
+    placements were captured for the whole block: 3 more per leader, 9 captures where 1 round replays none of them
+    (their memory counted against the placements' bound all the same). The block's placements are those of the
+    rounds the budget leaves it, and the block runs those rounds."""
+    from triton_dist_tune.measure.budget import Budget
+    from triton_dist_tune.measure.sampling import Sampling
+    from triton_dist_tune.measure.steps import SteadySteps
+
+    class Measurer(Sampling, SteadySteps):
+        label, log = "[t]", None
+
+        def started(self, index, desc, phase):
+            pass
+
+        def _guarded(self, index, desc, phase, runs, **_):
+            return runs(), None
+
+        def round_seconds(self, indices, configs, per_call, settled):
+            return 0.3  # a settled round of the leaders
+
+        def _steady_step(self, race, entries, per_call, orders, wanted, phase):
+            self.steps.append(len(orders))
+            return []
+
+    measurer = Measurer()
+    measurer.trial = type("Trial", (), {"call": staticmethod(lambda config: None)})()
+    measurer.budget, measurer.steps = Budget(seconds=seconds, began=0.0), []
+    measurer.budget.agreed(0.5)
+    race = screened(replace(PLAN, placements=4, levels=True, budget_s=seconds), 0.3, 1, configs=3)
+    assert race.settling and race.block() == 8 and len(race.running) == 3
+    entries = {i: ({}, str(i)) for i in race.entrants}
+    measurer.graphs = placing = _Placing(list(race.entrants))
+    measurer.per_call = per_call = dict.fromkeys(race.entrants, 0.3)
+    assert measurer._place_leaders(race, entries) == {}
+    assert placing.captures == 3 * (min(4, rounds) - 1), placing.captures
+    measurer._steady_rounds(race, entries, per_call)
+    assert measurer.steps == [rounds]
 
 
 def test_a_near_tie_block_after_a_sift_is_as_long_as_its_settled_rounds():

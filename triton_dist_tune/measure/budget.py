@@ -12,7 +12,8 @@ cache as provisional and tuned again by the next job):
   group's probes) reaches the budget (after at least one config warmed up without failing: a choice needs a time);
   the configs left are ``pruned`` with the reason;
 - **the race** ends after the round (or the block) in which the budget is spent, once every config in it has a
-  sample, and a settled block runs only the rounds its predicted length leaves time for (at least one);
+  sample, and a settled block runs only the rounds its predicted length leaves time for (at least one; its leaders'
+  output placements are captured for those rounds alone: :meth:`~.sampling.Sampling.step_rounds`);
 - **a search** screens no further stage once the budget is spent (and some config has a time), and races no
   finalist: the best screened config is chosen.
 

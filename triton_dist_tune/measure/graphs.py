@@ -29,9 +29,9 @@ when the tuning ends (:meth:`Graphs.close`), so a tuning leaves no more memory r
 **Placements.** Some configs' time depends on where the call's own outputs lie in memory (see "Placements" in
 :mod:`~triton_dist_tune.measure.race`). Before a race's settled block, each leader's calls are captured
 :data:`PLACEMENTS` - 1 more times (:meth:`Graphs.place`; at most as many as the block replays: none before the
-sift's one round), each into a memory pool of its own, whose new memory puts
-the outputs the function allocates elsewhere; the block's samples replay them in turn. Arguments the caller passed
-stay where they are. The placements stop at a capture that fails, or before they would hold more than
+sift's one round, none past the rounds a time budget leaves the block), each into a memory pool of its own, whose
+new memory puts the outputs the function allocates elsewhere; the block's samples replay them in turn. Arguments
+the caller passed stay where they are. The placements stop at a capture that fails, or before they would hold more than
 :data:`PLACEMENT_MEMORY_SHARE` of the device's memory; a race whose leaders could not all be placed then times them
 all at their first placement (:meth:`~triton_dist_tune.measure.sampling.Sampling._place_leaders`).
 """

@@ -304,13 +304,14 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
             if self.cold:
                 rounds = [[(i, self._cold_sample(i, *entries[i], race)) for i in race.order()]]
             else:
-                if race.settling:  # the settled block's leaders at their other output placements (graphs)
-                    for index, error in self._place_leaders(race, entries).items():
+                block = self.step_rounds(race, entries, per_call)  # a settled block: the rounds the budget leaves
+                if race.settling:  # the block's leaders at the other output placements those rounds replay (graphs)
+                    for index, error in self._place_leaders(race, entries, block).items():
                         race.fail(index, error)
                         outcomes[index] = self._failed(index, entries[index][1], error)
                     if not race.running:
                         break
-                rounds = self._steady_rounds(race, entries, per_call)
+                rounds = self._steady_rounds(race, entries, per_call, block)
             for results in rounds:
                 for index, combined in results:
                     self.budget.agreed(combined.elapsed)  # the group's clock: every rank reads the same

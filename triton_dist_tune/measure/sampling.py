@@ -18,8 +18,8 @@ from .race import Race
 class Sampling:
     """The CUDA-graph part of :class:`~triton_dist_tune.measure.lockstep.Measurer`: whether a tuning times on the
     device, each config's capture, and each steady or cold sample. Uses the measurer's ``trial``, ``plan``,
-    ``group``, ``cold``, ``log``, ``label``, ``watch``, ``per_call``, ``_final``, and its ``graphs``, ``clock_kind``,
-    ``_clock_chosen`` and ``probes``."""
+    ``group``, ``cold``, ``log``, ``label``, ``watch``, ``per_call``, ``budget``, ``_final``, and its ``graphs``,
+    ``clock_kind``, ``_clock_chosen`` and ``probes``."""
 
     def _capture(self, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float]) -> dict[int, str]:
         """Before the first race of a tuning, decide whether its samples are timed on the device
@@ -61,18 +61,34 @@ class Sampling:
                     break
         return failed
 
-    def _place_leaders(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]]) -> dict[int, str]:
-        """Before a race's settled block (timed on the device): each leader's graphs at the output placements it
-        lacks of those the block replays (:meth:`Graphs.place`; the sift's one round replays the first alone, and
-        stops most of its leaders), each capture under the tuning's deadline; returns the leaders whose capture met
-        their own error at its synchronize (the caller fails them). A placement that fails to capture, or the
-        placements' memory bound, ends the placing; a race whose leaders could not all be placed then times every
-        leader at its one first placement (a leader judged on fewer placements than the others is not judged
-        alike)."""
+    def step_rounds(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
+                    per_call: dict[int, float]) -> int:
+        """The rounds the race's next step runs: :meth:`Race.block`, a settled block cut to the rounds the time budget
+        leaves it (predicted from the leaders' :meth:`round_seconds`; at least one). The group's agreed clock and
+        probes: every rank cuts alike."""
+        block = race.block()
+        if block > 1 and self.budget.bounded:
+            running = race.running
+            block = self.budget.rounds(block, self.round_seconds(running, {i: entries[i][0] for i in running},
+                                                                 per_call, True))
+        return block
+
+    def _place_leaders(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
+                       rounds: int | None = None) -> dict[int, str]:
+        """Before a race's settled block of ``rounds`` rounds (timed on the device; default :meth:`step_rounds`, the
+        rounds the time budget leaves it): each leader's graphs at the output placements it lacks of those those
+        rounds replay (:meth:`Graphs.place`; the sift's one round replays the first alone, and stops most of its
+        leaders; a block the budget cuts short replays no placement past its last round), each capture under the
+        tuning's deadline; returns the leaders whose capture met their own error at its synchronize (the caller
+        fails them). A placement that fails to capture, or the placements' memory bound, ends the placing; a race
+        whose leaders could not all be placed then times every leader at its one first placement (a leader judged on
+        fewer placements than the others is not judged alike)."""
         failed: dict[int, str] = {}
         graphs = self.graphs
+        if rounds is None:
+            rounds = self.step_rounds(race, entries, self.per_call)
         # settled round j replays placement j mod placements (Race.placement): this block's reach 0 .. wanted - 1
-        wanted = min(race.plan.placements, race.rounds - (race.settled_from or 0) + race.block())
+        wanted = min(race.plan.placements, race.rounds - (race.settled_from or 0) + rounds)
         if graphs is None or wanted < 2 or not graphs.placing:
             return failed
         with breakdown.part("capture"):

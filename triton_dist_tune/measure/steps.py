@@ -16,7 +16,7 @@ from .race import Race
 class SteadySteps:
     """The steady steps of :class:`~triton_dist_tune.measure.lockstep.Measurer`. Uses the measurer's ``trial``,
     ``plan``, ``group``, ``budget``, ``watch``, ``log``, ``label``, ``started``, ``_guarded``, ``_sampler`` and
-    ``round_seconds``."""
+    ``step_rounds``."""
 
     def _steady_step(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float],
                      orders: list[list[int]], wanted: set[tuple[int, int]],
@@ -71,18 +71,16 @@ class SteadySteps:
                                   f"then: {exc}") from exc
 
     def _steady_rounds(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
-                       per_call: dict[int, float]) -> list[list[tuple[int, Combined]]]:
-        """One steady step (:meth:`_steady_step`): a screening round, or the whole settled block (:meth:`Race.block`
-        rounds, as many as the time budget affords); returns each round's (index, group sample). A rank whose sample
+                       per_call: dict[int, float], block: int | None = None) -> list[list[tuple[int, Combined]]]:
+        """One steady step (:meth:`_steady_step`) of ``block`` rounds (default ``step_rounds``): a screening round, or
+        the whole settled block (:meth:`Race.block` rounds, as many as the time budget affords: the rounds its
+        leaders were placed for); returns each round's (index, group sample). A rank whose sample
         fails ends its step there, so the samples after it in the step's order are missing on that rank: missing,
         not failed (no error of their own). They are taken again, before the round closes, in a make-up step over
         just those samples (a step name of its own, so that the first failure's report ends no rank inside it); a
         make-up step loses samples only when one more config fails, so the make-ups end."""
-        block = race.block()
-        if block > 1 and self.budget.bounded:  # the rounds the time left affords
-            running = race.running
-            block = self.budget.rounds(block, self.round_seconds(running, {i: entries[i][0] for i in running},
-                                                                 per_call, True))
+        if block is None:
+            block = self.step_rounds(race, entries, per_call)
         orders = [race.order(ahead=r) for r in range(block)]
         wanted = {(r, index) for r, order in enumerate(orders) for index in order}
         results: dict[tuple[int, int], Combined] = {}
