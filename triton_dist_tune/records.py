@@ -69,10 +69,10 @@ class Outcome:
     #: True when ``time`` stands in for a sample: the config was screened by its warm-up probe alone, far behind
     #: (a bound, never sampled again; :mod:`~triton_dist_tune.measure.probe_screen`)
     probed: bool = False
-    #: how many of the last ``round_times`` its least-sample time is of: a heavy race's settled leader's settled
-    #: samples (sifted or not: its screening ones are what the sift distrusts; :mod:`~triton_dist_tune.measure.race`);
-    #: 0: all
-    least_of: int = 0
+    #: True when ``time`` is a heavy race's settled leader's drift-free time (sifted or not), which stands under
+    #: noise too: that race's noise is the power limiter's clock swing, which its drift-free ratios take out, and its
+    #: screening samples are what the sift distrusts (:meth:`~triton_dist_tune.measure.standings.Standings._rank_key`)
+    settled_time: bool = False
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
@@ -84,10 +84,11 @@ class Outcome:
         return self.state in ("measured", "stopped") and self.time is not None
 
     def least(self) -> float:
-        """Its least sample (of its last ``least_of`` ``round_times``; all when 0): its time under a noisy race's
-        statistic. Its time where it has no sample."""
-        samples = self.round_times[-self.least_of:] if 0 < self.least_of <= len(self.round_times) else self.round_times
-        return float(min(samples)) if samples else float(self.time if self.time is not None else math.inf)
+        """Its time under a noisy race's statistic: its least sample (``round_times``), or its time where it has no
+        sample or where that is a heavy race's settled time (:attr:`settled_time`)."""
+        if self.round_times and not self.settled_time:
+            return float(min(self.round_times))
+        return float(self.time if self.time is not None else math.inf)
 
     def to_json(self) -> dict[str, Any]:
         """A standard-JSON object (no NaN or infinity). Field by field, lists copied: ``dataclasses.asdict`` took
@@ -118,8 +119,8 @@ class Outcome:
             return None
         if "round_times" in values:  # a time may be taken again from them (function/decide.py of_statistic)
             values["round_times"] = group_samples(values["round_times"])
-        if type(values.get("least_of")) is not int or values["least_of"] < 0:
-            values.pop("least_of", None)  # damaged: the least of all its samples
+        if type(values.get("settled_time")) is not bool:
+            values.pop("settled_time", None)  # damaged: the least of its samples
         try:
             return cls(**values)
         except (TypeError, ValueError):

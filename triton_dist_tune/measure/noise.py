@@ -89,12 +89,13 @@ def statistic(location: Callable[[Sequence[float]], float]) -> str:
 
 def retaken(outcomes: Sequence[Outcome], least: bool, retake: Callable[[Outcome], bool]) -> list[Outcome]:
     """``outcomes``, each usable one that ``retake`` names with its time taken again from its group samples
-    (``round_times``): their least (``least``: a noisy race's statistic; of a heavy race's settled leader, of its
-    settled samples: :meth:`~triton_dist_tune.records.Outcome.least`), else their median, so that one decision's
-    table holds times of one statistic. A probe's stand-in (a bound, no sample) and an outcome without samples keep
-    their time."""
+    (``round_times``): their least (``least``: a noisy race's statistic), else their median, so that one decision's
+    table holds times of one statistic. A probe's stand-in (a bound, no sample), an outcome without samples and a
+    heavy race's settled leader (its drift-free time, either statistic:
+    :attr:`~triton_dist_tune.records.Outcome.settled_time`) keep their time."""
     return [replace(o, time=o.least() if least else float(median(o.round_times)))
-            if o.usable and o.round_times and not o.probed and retake(o) else o for o in outcomes]
+            if o.usable and o.round_times and not o.probed and not o.settled_time and retake(o) else o
+            for o in outcomes]
 
 
 def spread_of_runs(samples: Sequence[Sequence[float]], floor: float) -> NoiseEstimate | None:

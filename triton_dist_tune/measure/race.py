@@ -11,7 +11,7 @@ identical on every rank without any further message.
 - **Samples.** A config's sample in a round is the MAX over ranks of the ranks' times for it (the ranks started
   it together, and the slowest rank is what the job waits for); its time is the median of its samples, or their
   least sample (of all its rounds, settled or not, with no drift-free ratio) once the race's samples are noisier
-  than 5% each (:meth:`Race.location`; :data:`~.noise.NOISY`).
+  than 5% each (:meth:`Race.location`; :data:`~.noise.NOISY`), but in a heavy race (below).
 - **Leaving the race.** After each round, a config that is clearly slower than the leader on their paired
   per-round ratios (:func:`~triton_dist_tune.stats.clearly_slower`: over 25% slower in each of two or more
   rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
@@ -37,9 +37,12 @@ identical on every rank without any further message.
   neither was among the 3 (or 6) leaders in about half of the tunings, where a settled sample (which lets the
   limiter follow its config) ranked them first whenever they reached one (``benchmarks/results/session_h200_46``).
   A heavy race judges its noise on the settled leaders' drift-free samples (:meth:`~.standings.Standings.location`):
-  at the power limit the clock swings from one settled round to the next alike for every leader; under noise a
-  settled leader's time is the least of its settled samples alone (of all, a screening sample chose, and a leader
-  the sift stopped read below the chosen one). So does one with no more configs left when it settles than go on
+  at the power limit the clock swings from one settled round to the next alike for every leader; under noise its
+  settled leaders are still ranked by their drift-free medians (of all samples, a screening one chose, and a
+  leader the sift stopped read below the chosen one; of their settled samples, the one a fast clock gave: on one
+  H200 a tile 1.10x the best won by a sample 9% under its others, ``results/session_h200_47``; the noise judged
+  keeps its other effects: no near-tie block, least samples for the configs outside the settled block, the
+  decision's statistic ``least``). So does one with no more configs left when it settles than go on
   (nothing to sift; replicas race their 2 leaders so): its settled block is as heavy, its screening samples as
   untrusted (of all samples, 3 leaders that every settled round ranked 0, 1, 2 chose 1 by a screening sample).
   Such a race runs ``final_rounds`` settled rounds, not ``heavy_rounds``.

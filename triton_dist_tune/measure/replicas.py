@@ -250,7 +250,8 @@ def _noisy(measurer: Measurer) -> bool:
 
 
 def _least(outcome: Outcome) -> float:
-    """A raced outcome's least group sample (of its settled ones in a heavy race; its time where it has none)."""
+    """A raced outcome's least group sample (its time where it has none, and a heavy race's settled leader's
+    drift-free time: :meth:`~triton_dist_tune.records.Outcome.least`)."""
     return outcome.least()
 
 
