@@ -9,7 +9,8 @@ tuning chose, so no random pick can be judged here: ``benchmarks/sift_noise.py``
 The samples are those the recorded rules took (which leaders were settled, for how long): a replay can only change
 what the race decides from them, and reproduces the recorded choice where the rules decide alike.
 
-Usage: ``python benchmarks/sift_replay.py [--tgz benchmarks/results/session_h200_46/call2_sift_second/fid.tgz]``.
+Usage: ``python benchmarks/sift_replay.py [--tgz FID.tgz ...] [--variant ours]`` (default: the sifted tunings of
+sessions 46 and 47, ``results/session_h200_46/call2_sift_second`` and ``results/session_h200_47/call1_sift_ab``).
 """
 
 from __future__ import annotations
@@ -37,9 +38,14 @@ def spec(config: str) -> str:
     return f"{g['BLOCK_M']}x{g['BLOCK_N']}x{g['BLOCK_K']}-g{g['GROUP_M']}-w{g['num_warps']}-s{g['num_stages']}"
 
 
-def replayed(decision: dict) -> Race:
-    """The race of ``decision``'s samples under this tree's default steady plan."""
-    plan = replace(TuneOptions().plan(60.0, "steady", decision["key"]).race, max_rounds=decision["rounds"])
+#: plan changes of bench_fidelity's variants that change the sift
+VARIANT_PLANS = {"ours_sift27": {"sift_rounds": 2, "heavy_rounds": 7}}
+
+
+def replayed(decision: dict, variant: str = "ours") -> Race:
+    """The race of ``decision``'s samples under this tree's default steady plan (with ``variant``'s changes)."""
+    plan = replace(TuneOptions().plan(60.0, "steady", decision["key"]).race, max_rounds=decision["rounds"],
+                   **VARIANT_PLANS.get(variant, {}))
     samples = {o["index"]: o["round_times"] for o in decision["measurements"] if o.get("round_times")}
     race, r = Race(sorted(samples), plan), 0
     while not race.finished(0.0):
@@ -52,24 +58,34 @@ def replayed(decision: dict) -> Race:
     return race
 
 
+def fid_files(archives: list[str]) -> list[Path]:
+    """bench_fidelity's result files of each archive (``fid.tgz``), extracted to a folder of its own."""
+    found = []
+    for archive in archives:
+        folder = Path(tempfile.mkdtemp(prefix="sift_replay_"))
+        with tarfile.open(archive) as tar:
+            tar.extractall(folder, filter="data")
+        found += sorted(folder.glob("fid/fid_*.json"))
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tgz", default=str(HERE / "results/session_h200_46/call2_sift_second/fid.tgz"))
+    parser.add_argument("--tgz", nargs="+", default=[str(HERE / "results/session_h200_46/call2_sift_second/fid.tgz"),
+                                                     str(HERE / "results/session_h200_47/call1_sift_ab/fid.tgz")])
     parser.add_argument("--variant", default="ours", help="the tunings replayed: bench_fidelity's variant name")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="sift_replay_"))
-    with tarfile.open(args.tgz) as tar:
-        tar.extractall(folder, filter="data")
     recorded, again, held_out = [], [], []
-    for fid_path in sorted(folder.glob("fid/fid_*.json")):
+    for fid_path in fid_files(args.tgz):
+        folder = fid_path.parent.parent
         nk = fid_path.stem[len("fid_"):]
         ratios = {shape.split(",")[0].strip("( "): row["oracle"]["ratios"]
                   for shape, row in json.loads(fid_path.read_text())["tune"].items()}
         pattern = f"fid/decisions_{nk}/tdt_fid_{args.variant}_[0-9]*/*/*.json"
         for path in sorted(folder.glob(pattern)):
             decision = json.loads(path.read_text())
-            m = path.parent.parent.name.split("_")[3]
-            race = replayed(decision)
+            m = path.parent.parent.name[len(f"tdt_fid_{args.variant}_"):].split("_")[0]
+            race = replayed(decision, args.variant)
             names = {o["index"]: spec(o["config"]) for o in decision["measurements"]}
             before, now = ratios[m][names[decision["index"]]], ratios[m][names[race.winner()]]
             recorded.append(before)
