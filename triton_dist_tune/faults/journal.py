@@ -26,13 +26,13 @@ held by a dead process is released by the kernel, so the next attempt adopts eve
 the leftovers of every earlier, dead attempt.
 
 On the next attempt the ranks gather their journals and merge them (:func:`merge`, through
-:mod:`~triton_dist_tune.faults.recovery`): configs whose group result is known are not measured again; configs that
-hung past the watchdog or failed on some rank are left out, with an error that says it comes from an earlier
-attempt and how to measure it again; configs in flight when an attempt ended without an error are *suspects*,
-measured once more; an interrupted attempt (SIGINT, SIGTERM) blames nothing; an attempt that ended inside a
-config's compile pass blames nothing either, and the next one runs no compile pass for that config (it would end
-the same way). Every record names its attempt (``session``), so that readers know which config each attempt was
-inside when it ended.
+:mod:`~triton_dist_tune.faults.recovery`; of several outcomes of a config, the latest): configs whose group result
+is known are not measured again; configs that hung past the watchdog or failed on some rank are left out, with an
+error that says it comes from an earlier attempt and how to measure it again; configs in flight when an attempt
+ended without an error are *suspects*, measured once more; an interrupted attempt (SIGINT, SIGTERM) blames nothing;
+an attempt that ended inside a config's compile pass blames nothing either, and the next one runs no compile pass
+for that config (it would end the same way). Every record names its attempt (``session``), so that readers know
+which config each attempt was inside when it ended.
 
 A tuning that ends (decided, or every config failed) removes its journals: nothing of it is replayed later. Only a
 tuning cut short (a crash, a hang, a lost rank, a poisoned GPU) leaves journals for the next attempt. With
@@ -66,6 +66,8 @@ FINAL = ("measured", "stopped", "failed")
 LOCAL = ("started", "local_failure", "hung", "interrupted")
 #: how many journals of one entry and rank may exist side by side (jobs tuning it at the same moment)
 MAX_SLOTS = 16
+#: the ``stage`` of the records a search writes while it screens (:attr:`Journal.stage`), kept apart by :func:`merge`
+SCREENING = "screening"
 
 
 class Journal:
@@ -90,6 +92,8 @@ class Journal:
         self._held: list[tuple[Path, int]] = []  # (path, locked fd) of every journal adopted, the first written
         self._broken = False
         self._create = create  # False: only read what exists (a reader of other entries' journals)
+        #: written into every record while set: :data:`SCREENING` while a search screens (see :func:`merge`)
+        self.stage = ""
 
     # -- files ---------------------------------------------------------------------------------------------------
 
@@ -172,6 +176,8 @@ class Journal:
         ``durable`` (see the module docstring)."""
         record = {"index": index, "state": state, **fields, **self.identity, "session": self.session,
                   "at": round(time.time(), 3)}
+        if self.stage:
+            record["stage"] = self.stage
         line = (json.dumps(record, allow_nan=False, default=str) + "\n").encode()
         if not self._open():
             return
@@ -277,13 +283,29 @@ def well_formed(record: Any) -> bool:
     return True
 
 
-def _more_samples(record: dict[str, Any], held: dict[str, Any]) -> bool:
-    """Whether ``record`` is a timed outcome with more group samples than the timed outcome ``held``."""
-    timed = ("measured", "stopped")
-    if record["state"] not in timed or held["state"] not in timed:
-        return False
-    count = [len(r["round_times"]) if isinstance(r.get("round_times"), list) else 0 for r in (record, held)]
-    return count[0] > count[1]
+def _samples(record: dict[str, Any]) -> int:
+    """How many group samples a timed record holds (its ``round_times``)."""
+    return len(record["round_times"]) if isinstance(record.get("round_times"), list) else 0
+
+
+def _chronological(sessions: dict[Any, list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """One rank's attempts (its records grouped by ``session``) in the order they began: by the wall time of each
+    one's first record where every attempt has one (a later attempt appends to the first journal it adopts, which
+    may hold an attempt older than another file's), else in the order read; each attempt's records in the order
+    written."""
+    attempts = list(sessions.values())
+    starts = [a[0].get("at") for a in attempts]
+    if all(type(t) in (int, float) and math.isfinite(t) for t in starts):
+        return [a for _, a in sorted(zip(starts, attempts, strict=True), key=lambda pair: pair[0])]
+    return attempts
+
+
+def _latest(by_rank: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The latest of a config's records, each rank's in the order written: the last one of the rank that holds
+    the most (every rank journals the same group outcomes, so a rank holding fewer lost some: a machine's crash
+    before they reached its disk), of equals the lowest rank's."""
+    rank = max(by_rank, key=lambda r: (len(by_rank[r]), -r))
+    return by_rank[rank][-1]
 
 
 def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
@@ -300,9 +322,15 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
     - ``failed`` when ranks were inside it at the end of two attempts that ended without an error (``kill -9``,
       the OOM killer, a lost node); after one such attempt it is a ``suspect``: measured again once (the other
       ranks' lost-peer errors in it are then taken for consequences: a peer that vanished inside a collective);
-    - the group's ``measured`` / ``stopped`` record otherwise (of several, the one with the most samples: a
-      search journals a config it sampled again with every sample it took). An ``interrupted`` attempt (SIGINT,
-      SIGTERM) blames nothing: the config it was inside is measured again.
+    - the group's ``measured`` / ``stopped`` record otherwise; of several, the latest: attempts in the order they
+      began, each one's records in the order written (a race journals a config that left it again at its end, of
+      the race's final statistic; a later attempt races again a config an earlier one left ``measured``, and its
+      record, ``stopped`` or not, whatever its sample count, is the evidence now). A search's screening records
+      (``stage``: :data:`SCREENING`) are kept apart: the one with the most samples (a config sampled again is
+      journaled with every sample it took; of equals the first, as a sample taken again is journaled alone before
+      the record of them all), carried in ``screening`` beside a finalist's race record, and the outcome where
+      the config has no other. An ``interrupted`` attempt (SIGINT, SIGTERM) blames nothing: the config it was
+      inside is measured again.
 
     Evidence belongs to the config, not to the kept set: the journals of an entry are shared by every kept set of
     its key, and a failure, a hang or a crash recorded under any kept set counts. A time, though, ranks a config
@@ -315,8 +343,13 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
     which is best-effort: it blames nothing (no suspect), and the config's outcome gets ``skip_pass`` (true), so
     that the next attempt warms it up without a compile pass. Without another outcome, that is an
     ``interrupted`` one (measured as if new).
+
+    Every rank gathers the same records and merges them in the same order (by group rank, then as above), so every
+    rank takes the same outcome of each config.
     """
-    final: dict[int, dict[str, Any]] = {}
+    final: dict[int, dict[str, Any]] = {}  # index -> its first failure
+    timed: dict[int, dict[int, list[dict[str, Any]]]] = {}  # index -> rank -> its timed records, in order
+    screened: dict[int, dict[str, Any]] = {}  # index -> its screening record with the most samples
     local: dict[int, dict[int, dict[str, dict[str, Any]]]] = {}  # index -> rank -> state -> last record
     crashes: dict[int, dict[int, int]] = {}  # index -> rank -> attempts that ended inside it
     passes: dict[int, set[int]] = {}  # index -> ranks with an attempt that ended in its compile pass
@@ -327,16 +360,18 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
         sessions: dict[Any, list[dict[str, Any]]] = {}
         for record in usable:
             sessions.setdefault(record.get("session"), []).append(record)
-        for attempt in sessions.values():
+        for attempt in _chronological(sessions):
             for record in attempt:
                 i, state = record["index"], record["state"]
                 if state in ("measured", "stopped") and kept is not None and record.get("kept", kept) != kept:
                     continue  # timed against another kept set's configs: measured again
-                if state in FINAL and (i not in final or (state == "failed" and final[i]["state"] != "failed")
-                                       or _more_samples(record, final[i])):
-                    # the first group outcome, or the first failure after a measured one, or a later record of
-                    # the same config with more samples (a search's config sampled again)
-                    final[i] = record
+                if state == "failed":
+                    final.setdefault(i, record)  # a failure outweighs any time, earlier or later
+                elif state in FINAL and record.get("stage") == SCREENING:
+                    if i not in screened or _samples(record) > _samples(screened[i]):
+                        screened[i] = record
+                elif state in FINAL:
+                    timed.setdefault(i, {}).setdefault(rank, []).append(record)
                 elif state in ("local_failure", "hung"):
                     local.setdefault(i, {}).setdefault(rank, {})[state] = record
             last = attempt[-1]
@@ -346,10 +381,14 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
                 by_rank = crashes.setdefault(last["index"], {})
                 by_rank[rank] = by_rank.get(rank, 0) + 1
     outcomes: dict[int, dict[str, Any]] = {}
-    for i, record in final.items():
-        if record["state"] == "failed":
-            record = {**record, "error": f"in an earlier attempt: {record.get('error', '')}{AGAIN}"}
-        outcomes[i] = record
+    for i in sorted({*final, *timed, *screened}):
+        if i in final:
+            record = final[i]
+            outcomes[i] = {**record, "error": f"in an earlier attempt: {record.get('error', '')}{AGAIN}"}
+        elif i in timed:
+            outcomes[i] = _latest(timed[i]) if i not in screened else {**_latest(timed[i]), "screening": screened[i]}
+        else:
+            outcomes[i] = screened[i]
     for i, by_rank in sorted(local.items()):
         if outcomes.get(i, {}).get("state") == "failed":
             continue

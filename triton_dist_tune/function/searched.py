@@ -17,8 +17,8 @@ PatternSearch` screened in lock-step, then the race among the finalists.
 
 Everything the search decides comes from agreed data (the kept configs, the seed, rank 0's seeds, the group's
 times), so every rank measures the same configs in the same order. Every screening outcome is journaled as the
-race journals its own, so a resumed tuning replays the same stages from the journals' times and measures only the
-configs no attempt screened.
+race journals its own (marked ``screening``: kept apart from a finalist's race record), so a resumed tuning replays
+the same stages from the journals' times and measures only the configs no attempt screened.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from ..disk import logs
 from ..errors import BadInputError
+from ..faults.journal import SCREENING
 from ..group.agreement import from_root
 from ..group.channel import Group
 from ..measure import ahead, breakdown
@@ -242,7 +243,7 @@ class Searched:
         screen = RacePlan(max_rounds=1, min_rounds=1, seed=plan.seed, budget_s=None)
         deferred: list[int] = []  # configs whose compiles had not ended in their stage: the next new configs'
         left_out: dict[int, None] = {}  # deferred configs left out unscreened: failed, for the search's proposals
-        watch.rounds = "screening"
+        watch.rounds = measurer.journal.stage = SCREENING  # its records kept apart from the finalists' race's
         while batch:
             fresh = [i for i in batch if not self._known(i, history, outcomes)]
             self.record.resumed += len(batch) - len(fresh)
@@ -299,7 +300,7 @@ class Searched:
                     batch = search.next({**history, **left_out}, measurer.probes.indices)
             if deferred and (not batch or any(i not in history for i in batch)):  # not a stage of samples again
                 batch, deferred = deferred + [i for i in batch if i not in deferred], []
-        watch.rounds = "race"
+        watch.rounds, measurer.journal.stage = "race", ""
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
         self.record.again = {reason: search.again[reason] for reason in RESAMPLE_REASONS if reason in search.again}
         self.record.probed = len(measurer.probes.indices)
@@ -394,8 +395,11 @@ class Searched:
 
     def _known(self, index: int, history: dict[int, list[float] | None], outcomes: dict[int, Outcome]) -> bool:
         """Whether an earlier attempt's journal holds ``index``'s next screening sample (or its failure); records it
-        if so. The journal holds every sample a config was screened with (its ``round_times``)."""
+        if so. The journal holds every sample a config was screened with (its screening record's ``round_times``;
+        a finalist's race record is not read, as the finalists are raced again)."""
         record = self.earlier.get(index)
+        if record is not None and isinstance(record.get("screening"), dict):  # a finalist's: its race's record
+            record = record["screening"]
         if record is None or record.get("state") not in ("measured", "stopped", "failed"):
             return False
         outcome = Outcome.from_json({**record, "index": index})

@@ -1,0 +1,149 @@
+"""Several outcomes of one config in the journals (faults/journal.py ``merge``): which one a resumed tuning starts
+from. A race journals a config that left it again at its end (of the race's final statistic, the same samples); a
+later attempt races again a config an earlier attempt left ``measured``; a search journals a config's screening,
+then a finalist's race. Before, the merge kept the first record of a config unless a later one held more samples:
+a later record with as many (or fewer) samples was dropped."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from harness import tune_alone
+
+from triton_dist_tune.faults.journal import SCREENING, merge
+from triton_dist_tune.space import describe
+
+DESCRIPTIONS = ["a", "b", "c", "d"]
+
+
+def timed(index: int, state: str, times: list[float], time_ms: float, session: str, **extra):
+    return {"index": index, "state": state, "config": DESCRIPTIONS[index], "time": time_ms, "round_times": times,
+            "samples": len(times), "session": session, **extra}
+
+
+@pytest.mark.timeout(30)
+def test_a_config_journaled_again_at_the_end_of_its_race_keeps_its_final_time_whichever_rank_lost_a_record():
+    """Config 1 left the race after 2 rounds (126 ms, the median of 120 and 132); the race turned noisy and, at its
+    end, journaled it again with the least of the same samples (120 ms). Before: 126 (the first record) was kept.
+    A rank whose machine crashed before the second record reached its disk holds only the first: the other
+    rank's, which holds more, is taken, whichever rank it is."""
+    first = timed(1, "stopped", [120.0, 132.0], 126.0, "s", spread=0.05)
+    again = timed(1, "stopped", [120.0, 132.0], 120.0, "s", spread=0.08)
+    leader = timed(0, "measured", [40.0, 41.0, 40.0, 60.0], 40.0, "s", least_of=2)
+    for per_rank in ([[first, again, leader], [first, again, leader]], [[first, again, leader], [first, leader]],
+                     [[first, leader], [first, again, leader]]):
+        merged = merge(per_rank, DESCRIPTIONS)
+        assert (merged[1]["time"], merged[1]["spread"]) == (120.0, 0.08), per_rank
+        assert merged[0]["least_of"] == 2
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("samples", [3, 2, 5])
+def test_a_config_a_later_attempt_stopped_is_stopped_whatever_its_sample_count(samples):
+    """Attempt a ended with configs 0 and 1 in its race (journaled ``measured``, 3 samples each); attempt b raced
+    them again and config 0 left the race (``stopped``) after ``samples`` rounds, then b ended too. Before: with 3
+    or 2 samples the merge kept a's ``measured`` record, and the next attempt raced config 0 again (it could win),
+    although the latest race had found it clearly slower; with 5 it kept b's."""
+    a = [timed(0, "measured", [30.0] * 3, 30.0, "a", at=100.0), timed(1, "measured", [20.0] * 3, 20.0, "a", at=101.0)]
+    b = [timed(0, "stopped", [31.0] * samples, 31.0, "b", at=200.0)]
+    for per_rank in ([a + b, a + b], [a + b, a], [a, a + b]):
+        merged = merge(per_rank, DESCRIPTIONS)
+        assert (merged[0]["state"], merged[0]["session"]) == ("stopped", "b"), per_rank
+        assert merged[1]["state"] == "measured"
+
+
+@pytest.mark.timeout(30)
+def test_attempts_are_ordered_by_when_they_began_not_by_the_file_they_are_in():
+    """Attempt a wrote the rank's first journal; attempt b, another job at the same moment, a second slot; attempt c
+    adopted both, appending to the first. Read back: a, c, then b. Config 0: measured by a and b, stopped by c."""
+    a = timed(0, "measured", [30.0] * 3, 30.0, "a", at=100.0)
+    b = timed(0, "measured", [30.0] * 4, 30.0, "b", at=200.0)
+    c = timed(0, "stopped", [31.0] * 3, 31.0, "c", at=300.0)
+    assert merge([[a, c, b]], DESCRIPTIONS)[0]["session"] == "c"
+    assert merge([[{**a, "at": None}, c, b]], DESCRIPTIONS)[0]["session"] == "b"  # no time to tell: as read
+
+
+@pytest.mark.timeout(30)
+def test_a_failure_outweighs_any_time_before_or_after_it():
+    failed = {"index": 0, "state": "failed", "config": "a", "error": "boom", "session": "a"}
+    for records in ([timed(0, "measured", [1.0], 1.0, "a"), failed], [failed, timed(0, "stopped", [1.0], 1.0, "b")]):
+        merged = merge([records], DESCRIPTIONS)
+        assert merged[0]["state"] == "failed" and "boom" in merged[0]["error"], records
+
+
+@pytest.mark.timeout(30)
+def test_a_finalists_race_record_keeps_its_screening_beside_it():
+    """A search screened config 2 (one sample), sampled it again (journaled alone, then with both samples), and
+    raced it as a finalist: its race left it after 2 rounds. Before: the race's record, no longer than the
+    screening's, was dropped (and one with more samples replaced the screening's, whose samples a resumed search
+    replays, with the race's). Now the outcome is the race's, its screening kept beside it."""
+    screen = {"stage": SCREENING}
+    one = timed(2, "measured", [50.0], 50.0, "s", **screen)
+    alone = timed(2, "measured", [52.0], 52.0, "s", **screen)  # the sample taken again, journaled by its race
+    both = timed(2, "measured", [50.0, 52.0], 51.0, "s", **screen)
+    for raced in ([49.0, 49.5], [49.0, 49.5, 48.0, 49.0]):
+        race = timed(2, "stopped", raced, 49.25, "s")
+        merged = merge([[one, alone, both, race]], DESCRIPTIONS)
+        assert merged[2]["round_times"] == raced and merged[2]["state"] == "stopped"
+        assert merged[2]["screening"]["round_times"] == [50.0, 52.0]
+    # killed between the sample taken again and the record of both: the first screening sample is kept
+    assert merge([[one, alone]], DESCRIPTIONS)[2]["round_times"] == [50.0]
+
+
+RESUMED = '''
+import os, sys, torch, triton_dist_tune as tdt
+sys.path.insert(0, 'tests/scenarios')
+from _cases import spend, virtual_clock
+ATTEMPT = os.environ["ATTEMPT"]
+
+@tdt.autotune([{"v": v} for v in range(3)], key_fn=lambda x: x.numel(), timing="cold", n_warmup=1, n_repeat=6)
+def resumed(x, *, v):
+    with open(os.environ["CALLS"], "a") as calls:
+        calls.write(f"{ATTEMPT} {v}\\n")
+    if ATTEMPT == "1":
+        raise KeyboardInterrupt  # the first attempt ends in its first run, blaming nothing
+    spend({0: 10, 1: 20, 2: 40}[v])  # config 0 is now the fastest
+    return x
+
+with virtual_clock():
+    try:
+        resumed(torch.ones(4))
+    except KeyboardInterrupt:
+        pass
+print(resumed.tuner.decided)
+'''
+
+
+@pytest.mark.timeout(200)
+def test_a_resumed_tuning_does_not_race_again_a_config_the_latest_attempt_stopped(tmp_path):
+    """The journals hold two earlier attempts (as a cut or a crash after the race leaves them): a, whose race ended
+    with configs 0 and 1 (``measured``, 3 samples each) and config 2 stopped; b, which raced 0 and 1 again and
+    stopped config 0 after 3 rounds, then ended. The next attempt starts from b's evidence: config 0 is not
+    measured again, config 1 is raced and chosen. Before: a's record of config 0 (as many samples) was kept, config
+    0 was raced again and chosen (it now takes 10 ms to config 1's 20)."""
+    calls = tmp_path / "calls"
+    cache, _ = tune_alone(tmp_path, RESUMED, ATTEMPT="1", CALLS=str(calls))
+    (path,) = cache.glob("*/*.journal")  # the first attempt's: config 0 started, then interrupted
+    *_, interrupted = [json.loads(line) for line in path.read_text().splitlines()]
+    assert interrupted["state"] == "interrupted", interrupted
+    identity = {k: interrupted[k] for k in ("job", "group", "ranks", "kept")}
+    names = [describe({"v": v}) for v in range(3)]
+    now = time.time()
+
+    def record(index, state, times, session, at):
+        return {"index": index, "state": state, "config": names[index], "time": times[0], "round_times": times,
+                "samples": len(times), "per_rank": [times[0]], **identity, "session": session, "at": at}
+
+    earlier = [record(0, "measured", [30.0] * 3, "a", now - 200), record(1, "measured", [20.0] * 3, "a", now - 199),
+               record(2, "stopped", [40.0], "a", now - 198), record(0, "stopped", [31.0] * 3, "b", now - 100)]
+    with path.open("a") as journal:
+        journal.writelines(json.dumps(r) + "\n" for r in earlier)
+    cache, _ = tune_alone(tmp_path, RESUMED, ATTEMPT="2", CALLS=str(calls))
+    second = [int(v) for attempt, v in (line.split() for line in calls.read_text().splitlines()) if attempt == "2"]
+    assert 0 not in second and second.count(1) > 1, second  # config 1's warm-up, samples and the final call
+    (decision,) = [json.loads(p.read_text()) for p in cache.glob("*/*.json")]
+    assert decision["index"] == 1, decision
+    states = {o["index"]: (o["state"], o.get("resumed")) for o in decision["measurements"]}
+    assert states == {0: ("stopped", True), 1: ("measured", False), 2: ("stopped", True)}, states
