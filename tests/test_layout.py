@@ -128,3 +128,26 @@ def test_a_note_stops_no_rank_outside_the_call_it_was_about(env):
         second = r.results[1]
         assert second["error"] is None, describe(results)
         assert second["seconds"] < T / 2, second  # rank 1 is 4 s late: no rank waits its deadline (40 s)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("answer", ["at_once", "late"])
+def test_a_note_stops_no_rank_outside_the_call_it_was_about_when_the_same_function_is_called_again(env, answer):
+    """As above, but every rank then calls the same function again (the same key) on the whole job, rank 1 4 s late.
+    Rank 0 answered rank 1's note in the first call, waiting in their TP group; a note answered in another group by
+    a rank of the group now waiting is about that earlier call, so ranks 2 and 3 wait for rank 1 and every rank
+    tunes. ``late``: rank 0 calls 1.5 s late, and ranks 2 and 3, who have ended a call of the function since the
+    note was posted, wait for its answer. Before: ranks 2 and 3 raised BadInputError quoting rank 1's stale note at
+    once (the note is scoped by the function's name), and ranks 0 and 1 then waited T (40 s) for them and raised
+    GroupTimeoutError."""
+    env = {**env, **({"ANSWER_LATE": "1"} if answer == "late" else {})}
+    results = run_ranks(CASES, 4, ["stale_note_same_function"], env=env, timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first = [r.results[0] for r in results]
+    assert first[1]["error"] == "BadInputError", describe(results)
+    assert first[0]["error"] == "BadInputError" and "global rank 1 raised BadInputError" in first[0]["message"]
+    assert first[2]["error"] is None and first[3]["error"] is None, describe(results)
+    for r in results:
+        second, third = r.results[1:]
+        assert second["error"] is None and third["error"] is None, describe(results)
+        assert second["seconds"] < T / 2, second  # rank 1 is 4 s late: no rank waits its deadline (40 s)

@@ -7,6 +7,7 @@ took.
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -140,6 +141,23 @@ def stale_note_of_another_group():
     if me == 1:
         time.sleep(4)
     call(layer("stale_world"))
+
+
+@case
+def stale_note_same_function():
+    """As :func:`stale_note_of_another_group`, but the second call is of the same function, at the same key: every
+    rank calls it again on the whole job, rank 1 4 s late. Ranks 2 and 3 tuned that key on their TP group in the
+    first call, which rank 1's note is not about, and now wait for rank 1 while its note is still in the store. With
+    ``ANSWER_LATE`` set, rank 0 calls 1.5 s late, so that ranks 2 and 3 read the note before rank 0 answers it."""
+    me, tp, _ = two_by_two()
+    f = layer("stale_same")
+    if me == 0 and os.environ.get("ANSWER_LATE"):
+        time.sleep(1.5)
+    call(f, autotune_pg="not a group" if me == 1 else tp)
+    if me == 1:
+        time.sleep(4)
+    call(f)
+    call(f)  # decided on the whole job: no exchange
 
 
 if __name__ == "__main__":

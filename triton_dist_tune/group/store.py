@@ -33,7 +33,7 @@ from .channel import (
     unpack,
     wait_in_slices,
 )
-from .unresolved import NOTES
+from .unresolved import NOTES, Waiter
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -248,6 +248,7 @@ class StoreGroup(Group):
         started = time.monotonic()
         board, every = self._board, settings.current().progress_s
         reported = [0.0]
+        where = Waiter(self.name, tuple(self.global_ranks), self.global_ranks[self.rank])
 
         def between_slices(waited: float) -> None:
             late = missing()  # one look per slice (a request per rank): each check below reads this list
@@ -259,11 +260,11 @@ class StoreGroup(Group):
                 if silent:  # their processes ended, were killed or froze: they never arrive either
                     raise GroupTimeoutError(self._silent_message(what, time.monotonic() - started, silent,
                                                                  board.window or 0.0))
-            notes = NOTES.unanswered(self.store, [self.global_ranks[r] for r in late])
+            notes = NOTES.unanswered(self.store, [self.global_ranks[r] for r in late], where)
             if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
                 said = {rank: note.text for rank, note in notes.items()}
                 message = self._unresolved_message(what, time.monotonic() - started, said)
-                NOTES.pass_on(notes, message)  # the ranks waiting for this one learn it in turn
+                NOTES.pass_on(notes, message, where)  # the ranks waiting for this one learn it in turn
                 raise BadInputError(message)
             if waited - reported[0] >= 0.999 * every:
                 reported[0] = waited

@@ -17,6 +17,18 @@ itself: a rank of another group that waits for the wrong rank later, in a tuning
 rank merely late, still handling its error), waits for it as for any late rank. A note or a wait outside any
 marked call concerns every wait, as before.
 
+The same function may be called again, on another group, while the note's rank is late (still handling its error):
+a rank that had no part in the call the note was about then waits for that rank inside a call of the same name. A
+rank that raises a note's error records its answer in the store (its global rank and the group it waited on), and
+a waiting rank reads a note as stale when a rank of its own group (other than the note's and itself) answered it
+in another group: that rank met it in an earlier call. A note answered in the waiting rank's own group is this
+call's. A rank that has ended a call of the function since the note was posted (the note's second line says when)
+reads a note nobody has answered as stale for :data:`STALE_GRACE_S`, the time the rank that waited for the note's
+rank in the call it was about takes to answer it, then raises it (a wrong rank that was early for this call, and
+whose peers were all still in an earlier call of the function when it posted, is raised that much later). A note
+whose rank is late and whose answerer is late too (its own note, which passes the error on, still in the store)
+is read as before.
+
 The note stays until that rank's next call resolves its group well (a user who catches the error and calls again
 with the right group): then it is deleted. Every note carries the id of the error it passes on (its root: the
 wrong group's note, which a waiting rank's note quotes), and a rank raises a root in one call only: a late rank's
@@ -31,7 +43,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -43,6 +57,12 @@ log = logging.getLogger("triton_dist_tune")
 
 #: per thread: the names of the tuned functions whose calls it is inside, outermost first (:func:`calling`)
 _inside = threading.local()
+#: per function name: when this process's last call of it ended (unix seconds; :func:`calling`)
+_ended: dict[str, float] = {}
+#: how long a rank that has ended a call of a function since a note about it was posted waits for that note to be
+#: answered before raising it (:meth:`Notes.unanswered`): the rank that waited for the note's rank in the call it was
+#: about looks for notes at least once a second
+STALE_GRACE_S = 3.0
 
 
 def _calls() -> list[str]:
@@ -63,6 +83,7 @@ def calling(name: str) -> Iterator[None]:
         yield
     finally:
         calls.pop()
+        _ended[name] = time.time()
 
 
 class Note(NamedTuple):
@@ -74,19 +95,33 @@ class Note(NamedTuple):
     about: tuple[str, ...]
     #: the rank's error
     text: str
+    #: when it was posted (unix seconds; None: not said)
+    posted: float | None = None
 
     def concerns(self, inside: Sequence[str]) -> bool:
         """Whether a wait inside calls of the functions ``inside`` is concerned (either side unmarked: yes)."""
         return not self.about or not inside or not set(self.about).isdisjoint(inside)
 
 
-def _about(line: str) -> tuple[str, ...]:
-    """A note's second line: a JSON list of names (anything else, written by another process: any call)."""
+def _about(line: str) -> tuple[tuple[str, ...], float | None]:
+    """A note's second line: a JSON object with the names (``about``) and when it was posted (``posted``), or a
+    JSON list of names; anything else, written by another process: any call, at an unknown time."""
     try:
-        names = json.loads(line)
+        value = json.loads(line)
     except ValueError:
-        return ()
-    return tuple(names) if isinstance(names, list) and all(isinstance(n, str) for n in names) else ()
+        return (), None
+    names, posted = (value.get("about"), value.get("posted")) if isinstance(value, dict) else (value, None)
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        return (), None
+    return tuple(names), float(posted) if type(posted) in (int, float) and math.isfinite(posted) else None
+
+
+class Waiter(NamedTuple):
+    """Where a rank waits for late ranks: its group's name and global ranks, and its own global rank."""
+
+    group: str
+    ranks: tuple[int, ...]
+    me: int
 
 
 def _prefix() -> str:
@@ -116,6 +151,8 @@ class Notes:
         #: those are never raised again (a call may wait for the same late rank at several exchanges)
         self.raised: set[str] = set()
         self.spent: set[str] = set()
+        #: root -> when this process first read a note of it while it could be stale (``time.monotonic``)
+        self._seen: dict[str, float] = {}
 
     def post(self, message: str, root: str | None = None) -> None:
         """Say to the job that this rank will not come to its group's exchanges of the call it is in (:func:`calling`):
@@ -132,16 +169,27 @@ class Notes:
             self.raised.add(root)
             if not store.check([key]):
                 store.add(f"{_prefix()}count", 1)
-            store.set(key, f"{root}\n{json.dumps(_calls())}\n{message}".encode())
+            about = json.dumps({"about": _calls(), "posted": time.time()})
+            store.set(key, f"{root}\n{about}\n{message}".encode())
             self.posted = True
         except Exception as exc:  # best effort: the peers then wait their deadline, as before
             log.debug("triton_dist_tune: could not post this rank's group error to the job: %s", exc)
 
-    def pass_on(self, notes: dict[int, Note], message: str) -> None:
+    def pass_on(self, notes: dict[int, Note], message: str, where: Waiter | None = None) -> None:
         """This rank raises ``message`` because of the late ranks' ``notes`` (:meth:`unanswered`): their roots are
         answered in this call (its next call is not failed by them), and ``message`` is posted as this rank's note,
-        passing on the first note's root."""
+        passing on the first note's root. With ``where`` (the group it waited on), each root's answer is recorded
+        in the job's store, for :meth:`unanswered` on other ranks: which rank answered it, in which group."""
         self.raised.update(note.root for note in notes.values())
+        store = _job_store() if where is not None else None
+        if store is not None:
+            answer = json.dumps([where.me, where.group, list(where.ranks)])
+            for root in dict.fromkeys(note.root for note in notes.values()):
+                try:
+                    count = int(store.add(f"{_prefix()}answered/{root}/count", 1))
+                    store.set(f"{_prefix()}answered/{root}/{count}", answer.encode())
+                except Exception as exc:  # best effort: a later wait then reads the note as before
+                    log.debug("triton_dist_tune: could not record the answer to a group error: %s", exc)
         self.post(message, next(iter(notes.values())).root)
 
     def withdraw(self) -> None:
@@ -176,15 +224,58 @@ class Notes:
             if store.check([key]):
                 root, _, rest = store.get(key).decode(errors="replace").partition("\n")
                 about, _, text = rest.partition("\n")
-                found[rank] = Note(root, _about(about), text)
+                names, posted = _about(about)
+                found[rank] = Note(root, names, text, posted)
         return found
 
-    def unanswered(self, store: Any, global_ranks: Sequence[int]) -> dict[int, Note]:
+    def unanswered(self, store: Any, global_ranks: Sequence[int], where: Waiter | None = None) -> dict[int, Note]:
         """The notes of ``global_ranks`` (:meth:`read`) about a call this thread is inside, whose root this process
-        has not raised in an earlier call."""
+        has not raised in an earlier call, and that are not stale for a wait on the group ``where`` names (see
+        :meth:`stale`)."""
         inside = _calls()
         return {rank: note for rank, note in self.read(store, global_ranks).items()
-                if note.root not in self.spent and note.concerns(inside)}
+                if note.root not in self.spent and note.concerns(inside)
+                and (where is None or not self.stale(store, rank, note, where, inside))}
+
+    def stale(self, store: Any, rank: int, note: Note, where: Waiter, inside: Sequence[str]) -> bool:
+        """Whether the note of global rank ``rank`` is about an earlier call than the one this rank waits in, on
+        the group ``where`` names (a note is about a function, and the same function may be called again on
+        another group while the note's rank is late):
+
+        - answered in this group: it is this call's (the rank that answered waits here too): not stale;
+        - answered by another rank of this group, in another group: that rank met it in an earlier call: stale;
+        - neither, while this rank has ended a call of the function since the note was posted: not told yet,
+          read as stale for :data:`STALE_GRACE_S` from when this rank first read it (the rank that waited for the
+          note's rank in the call it was about answers within a second or so), then raised.
+        """
+        answers = _answers(store, note.root)
+        group = (where.group, list(where.ranks))
+        if any((name, ranks) == group for _, name, ranks in answers):
+            return False
+        if any(a in where.ranks and a not in (rank, where.me) for a, _, _ in answers):
+            return True
+        relevant = set(note.about).intersection(inside) if note.about else set()
+        if note.posted is None or not any(_ended.get(name, 0.0) > note.posted for name in relevant):
+            return False
+        first = self._seen.setdefault(note.root, time.monotonic())
+        return time.monotonic() - first < STALE_GRACE_S
+
+
+def _answers(store: Any, root: str) -> list[tuple[int, str, list[int]]]:
+    """The answers recorded for ``root`` (:meth:`Notes.pass_on`): (global rank, group name, its global ranks)."""
+    found = []
+    try:
+        count = int(store.add(f"{_prefix()}answered/{root}/count", 0))
+        for k in range(1, count + 1):
+            key = f"{_prefix()}answered/{root}/{k}"
+            if store.check([key]):
+                value = json.loads(store.get(key).decode(errors="replace"))
+                if (isinstance(value, list) and len(value) == 3 and type(value[0]) is int
+                        and isinstance(value[1], str) and isinstance(value[2], list)):
+                    found.append((value[0], value[1], value[2]))
+    except Exception as exc:  # a damaged or foreign value: the note is read as unanswered
+        log.debug("triton_dist_tune: could not read the answers to a group error: %s", exc)
+    return found
 
 
 NOTES = Notes()
