@@ -90,6 +90,28 @@ def test_ranks_with_different_cache_folders_follow_rank_0(env, tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_decisions_seconds_are_each_ranks_own_and_every_record_holds_one_ranks(env, tmp_path):
+    """``Decision.seconds`` is each rank's own wall time of the tuning (records.py): the ranks' decisions agree in
+    everything else. No two records of one tuning differ: a call's decision is written by group rank 0 alone (its
+    seconds), and a campaign's record is written by the rank that tuned it and copied, as it is, to the disks that
+    lack it (each rank here is a node of its own: its own folder, local rank 0)."""
+    nodes = {r: {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / f"node{r}"), "LOCAL_RANK": "0"} for r in range(2)}
+    results = run("seconds_per_rank", 2, env, per_rank_env=nodes)
+    mine, other = (r.result for r in results)
+    assert mine["decisions"].keys() == other["decisions"].keys() == {"(5,)", "(6,)", "(7,)"}
+    for key, decision in mine["decisions"].items():
+        assert decision["agreed"] == other["decisions"][key]["agreed"], key
+        assert decision["seconds"] > 0 and other["decisions"][key]["seconds"] > 0
+    # the call's key: only group rank 0 writes it, with its own seconds
+    assert "(5,)" not in other["records"], other["records"]
+    assert mine["records"]["(5,)"]["tuning_seconds"] == mine["decisions"]["(5,)"]["seconds"]
+    # the campaign's keys: on both disks, the same record
+    for key in ("(6,)", "(7,)"):
+        assert mine["records"][key] == other["records"][key], key
+        assert mine["records"][key]["tuning_seconds"] == mine["decisions"][key]["seconds"], key
+
+
+@pytest.mark.timeout(120)
 def test_subgroups_tune_independently(env):
     results = run("subgroups", 4, env)
     for r in results:

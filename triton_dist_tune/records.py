@@ -147,6 +147,12 @@ class Decision:
     #: "steady" or "cold"
     timing: str = "steady"
     rounds: int = 0
+    #: this rank's wall time of the tuning, from its start to the decision (before the exchange that waits for the
+    #: cache's write): each rank's own, not agreed, like :attr:`breakdown` and each outcome's ``own`` (ranks enter a
+    #: tuning at their own times and leave its last exchange at their own times). The cache record's
+    #: ``tuning_seconds`` (what ``show`` and ``list`` print) and the console summary are group rank 0's; no two
+    #: records of one tuning differ (rank 0 alone writes it; a campaign copies its record as it is to other disks),
+    #: and nothing the ranks agree on or compare reads it. 0 when served from the cache
     seconds: float = 0.0
     #: how the configs were chosen for measuring: "" (every kept config raced) or the search's summary line
     search: str = ""

@@ -200,6 +200,29 @@ def cache_dirs():
 
 
 @case
+def seconds_per_rank():
+    """Two "nodes" (each rank its own cache folder and local rank 0): a call tunes key (5,), then a campaign keys (6,)
+    and (7,). What each rank holds of each decision, and the records its folder holds."""
+    import json
+    import os
+
+    tdt.init_distributed()
+    sleepy = make_sleepy(name="seconds", collective=True)
+    sleepy(torch.ones(5))
+    tdt.campaign(sleepy, [torch.ones(6), torch.ones(7)], progress=False)
+    decisions = {}
+    for (_, key), d in sleepy.tuner.decisions.items():
+        agreed = [d.index, d.config, d.time, d.margin, d.near_tie, d.runner_up, d.rounds, d.statistic, d.search,
+                  [[o.index, o.state, o.time, o.spread, o.per_rank, o.round_times] for o in d.outcomes]]
+        decisions[str(key)] = {"agreed": agreed, "seconds": d.seconds}
+    folder = sleepy.tuner.cache.folder
+    records = {}
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        data = json.loads(path.read_text())
+        records[data["key"]] = {"file": path.name, "tuning_seconds": data["tuning_seconds"]}
+    emit(decisions=decisions, records=records, local_rank=os.environ["LOCAL_RANK"])
+
+@case
 def mpi_agree():
     """Under mpiexec with an mpi4py communicator (no torch.distributed at all)."""
     from mpi4py import MPI

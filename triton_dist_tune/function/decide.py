@@ -143,7 +143,9 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
     rank does not write the cache), and the group waits for it. The decision itself is already identical on every
     rank (it was computed from exchanged data only), but for a search's summary (:attr:`Decision.search`): its
     seconds are each rank's own (a rank leaves the group's last exchange at its own time), so the exchange that waits
-    for the write carries rank 0's, the one the cache holds, and every rank takes and logs it."""
+    for the write carries rank 0's, the one the cache holds, and every rank takes and logs it. (The decision's own
+    :attr:`~Decision.seconds` and :attr:`~Decision.breakdown`, and each outcome's ``own``, stay this rank's: figures
+    of this rank, which nothing agreed reads.)"""
     if decision.index < 0:
         if decision.search:  # no exchange on this path: this rank's own summary
             logs.rank_log().info("%s %s", label, decision.search)
