@@ -375,6 +375,26 @@ def test_a_resumed_time_is_taken_again_of_the_statistic_the_track_records(first,
     assert track.times[2] == (min if second == "noisy" else median_of)(samples), track.times
 
 
+@pytest.mark.parametrize("second", ["quiet", "noisy"])
+def test_a_resumed_close_contender_keeps_its_drift_free_time_where_the_race_is_quiet(second):
+    """Config 2 was a close contender of an earlier attempt's quiet race: journaled with the drift-free median of its
+    closing rounds (1.3357: its screening read 1.0, its closing rounds 0.55 and 2.2 on a drifting machine) and
+    ``settled_time``. Read back beside a quiet race it keeps that time, as the race's own contenders are timed
+    (before: the median of all its samples, 1.0); beside a noisy race it takes its least sample, as those are."""
+    track = make_track(configs=3, n_warmup=0, n_repeat=8)
+    samples = [1.0, 1.0, 1.0, 0.55, 0.55, 2.2, 2.2]
+    track.resume({2: {"state": "measured", "time": 1.3357, "per_rank": [1.3357] * 2, "round_times": samples,
+                      "settled_time": True}})
+    given = {0: [], 1: []}
+    while not track.done:
+        index = track.current()
+        ms = 40 * (1.5 if second == "noisy" and len(given[index]) % 2 else 1.0) * (1 + 0.001 * index)
+        given[index].append(ms)
+        track.advance({r: [(index, ms, None)] for r in range(2)})
+    assert track.statistic == ("least" if second == "noisy" else "median") and 2 in track.resumed
+    assert track.times[2] == (0.55 if second == "noisy" else 1.3357), track.times
+
+
 def test_schedule_close_contenders_race_closing_rounds():
     track = make_track(configs=4, n_warmup=0, n_repeat=3)
     screening = {0: 1.0, 1: 1.004, 2: 1.006, 3: 3.0}  # 1 and 2 within 1% of 0; 3 is 3x slower

@@ -171,3 +171,35 @@ def test_two_groups_of_one_job_never_read_or_delete_each_others_journals(tmp_pat
     for path in left:
         states = {(rec["index"], rec["state"]) for rec in records(path)}
         assert (1, "failed") in states and (2, "started") in states, (path, states)
+
+
+@pytest.mark.timeout(150)
+def test_closing_contenders_read_back_keep_their_drift_free_times(tmp_path):
+    """Attempt 0 races 3 configs (``n_repeat=3``): config 2 leaves the screening, where 0 reads 0.5% ahead of 1;
+    then 0 and 1 race 4 closing rounds, in which the machine runs at half, then twice the screening's speed and 1
+    reads 10% ahead of 0 in every round. Their drift-free times choose 1. Each rank is SIGKILLed at the decision
+    (Triton's listener), after the race's outcomes are journaled and before the journals are removed. Attempt 1
+    reads all three back, races nothing and chooses among them: 1, by the same drift-free times (before: each
+    contender's time was taken again as the median of all its samples, screening included, and 0 won, 1.0 ms
+    against 1.005 ms)."""
+    env = tuner_env(tmp_path, 30, FAULT_DIR=str(tmp_path / "faults"))
+    (tmp_path / "faults").mkdir()
+    first = run_ranks(CASES, 2, ["closing_read_back"], env={**env, "KILL_AT_DECISION": "1"}, timeout=100)
+    assert [r.returncode for r in first] == [-9, -9], describe(first)
+    decided = [r.result for r in first]
+    assert decided[0] == decided[1] and decided[0]["chosen"] == 1, decided
+    times = {int(i): t for i, t in decided[0]["times"].items()}
+    assert times[1] < times[0] < 2.0, times  # drift-free: 1 leads by 10%
+    journals = sorted(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]).rglob("*.journal"))
+    assert len(journals) == 2, journals
+    for path in journals:
+        measured = {rec["index"]: rec for rec in records(path) if rec["state"] == "measured"}
+        assert sorted(measured) == [0, 1, 2] and len(measured[0]["round_times"]) == 3 + 4, measured
+
+    second = run_ranks(CASES, 2, ["closing_read_back"], env=env, timeout=100)
+    assert all(r.returncode == 0 for r in second), describe(second)
+    for r in second:
+        res = r.result
+        assert res["states"] == ["resumed"] * 3 and res["how"] == "tuned" and res["ok"], res
+        assert res["chosen"] == 1, res  # before: 0, by the median of all its samples (1.0 against 1.005)
+        assert {int(i): t for i, t in res["times"].items()} == times, (res["times"], times)

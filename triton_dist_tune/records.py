@@ -69,9 +69,14 @@ class Outcome:
     #: True when ``time`` stands in for a sample: the config was screened by its warm-up probe alone, far behind
     #: (a bound, never sampled again; :mod:`~triton_dist_tune.measure.probe_screen`)
     probed: bool = False
-    #: True when ``time`` is a heavy race's settled leader's drift-free time (sifted or not), which stands under
-    #: noise too: that race's noise is the power limiter's clock swing, which its drift-free ratios take out, and its
-    #: screening samples are what the sift distrusts (:meth:`~triton_dist_tune.measure.standings.Standings._rank_key`)
+    #: True when ``time`` is a drift-free settled time that stands when times are taken again from the samples
+    #: (:func:`~triton_dist_tune.measure.noise.retaken`, :meth:`least`), of either statistic: a heavy race's settled
+    #: leader's (sifted or not; that race's noise is the power limiter's clock swing, which its drift-free ratios
+    #: take out, and its screening samples are what the sift distrusts:
+    #: :meth:`~triton_dist_tune.measure.standings.Standings._rank_key`), or a ``contextual_autotune`` close
+    #: contender's read back from a journal, the drift-free median of its closing rounds, where the race that
+    #: decides is quiet (:meth:`~triton_dist_tune.contextual.schedule.Track._take_all`; under noise a contextual race
+    #: times its contenders by their least sample, and the flag is not set)
     settled_time: bool = False
 
     def __post_init__(self) -> None:
@@ -85,7 +90,7 @@ class Outcome:
 
     def least(self) -> float:
         """Its time under a noisy race's statistic: its least sample (``round_times``), or its time where it has no
-        sample or where that is a heavy race's settled time (:attr:`settled_time`)."""
+        sample or where that is a drift-free settled time (:attr:`settled_time`)."""
         if self.round_times and not self.settled_time:
             return float(min(self.round_times))
         return float(self.time if self.time is not None else math.inf)

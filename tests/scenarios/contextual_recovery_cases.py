@@ -18,6 +18,11 @@ rank made them) and sleeps [5, 80, 120] ms, the same on every rank: config 0 win
   reports how long its call lasted (``seconds``) and when it ended (``ended``, the same clock as the file's).
 - ``two_groups``: 4 ranks, groups A = [2, 3] and B = [0, 1] tune the same kernel and key. Config 1 raises on
   A's ranks (journaled failed), then A's ranks are SIGKILLed inside config 2; only then B tunes.
+- ``closing_read_back``: 3 configs on the virtual clock (:func:`closing_ms`), ``n_repeat=3``: config 2 leaves the
+  screening, 0 and 1 race 4 closing rounds. With ``KILL_AT_DECISION``, Triton's autotuning listener (called once
+  the race has ended and its outcomes are journaled, before the journal is removed) prints the choice and, once
+  both ranks are there (a file each in ``FAULT_DIR``), SIGKILLs the rank; the next attempt reads every config back
+  from the journals and chooses.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, emit, main  # noqa: E402
+from _cases import case, contextual_virtual_clock, emit, main, spend  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
@@ -195,6 +200,66 @@ def two_groups():
     emit(**outcome(layer, out, x, 2))
     dist.barrier(group=b)
     os._exit(0)  # group A is gone: no barrier on the whole job
+
+
+#: ``closing_read_back``'s times (ms, the virtual clock's): the screening's per config, then the closing rounds' per
+#: config, at the machine's speed of each closing round (half, then twice the screening's: a drift between rounds)
+SCREENING_MS, CLOSING_MS, CLOSING_DRIFT = (1.0, 1.005, 2.0), (1.1, 1.0, 2.0), (0.5, 0.5, 2.0, 2.0)
+CLOSING_HOOK: list[Callable[[int], None]] = [lambda index: None]
+
+
+def closing_ms(index: int, sample: int) -> float:
+    """Config ``index``'s time at its ``sample``-th launch (0: the warm-up, 1-3: the screening, then closing)."""
+    if sample <= len(SCREENING_MS):
+        return SCREENING_MS[index]
+    return CLOSING_MS[index] * CLOSING_DRIFT[min(sample - 4, len(CLOSING_DRIFT) - 1)]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64, "V": v}, pre_hook=lambda nargs, v=v: CLOSING_HOOK[0](v))
+                          for v in range(3)], key=["n"])
+@triton.jit
+def closing_kernel(x, out, n, V: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
+@case
+def closing_read_back():
+    tdt.init_distributed(backend="gloo")
+    contextual_virtual_clock()
+    launches: list[int] = []
+
+    def hook(index: int) -> None:
+        launches.append(index)
+        spend(closing_ms(index, launches.count(index) - 1))
+
+    CLOSING_HOOK[0] = hook
+    if os.environ.get("KILL_AT_DECISION"):
+        from triton import knobs
+
+        def listener(best_config, configs_timings, **_):
+            emit(chosen=best_config.kwargs["V"], times={c.kwargs["V"]: t[0] for c, t in configs_timings.items()})
+            (faults() / f"decided.rank{dist.get_rank()}").write_text("")
+            deadline = time.monotonic() + 30  # both ranks past the run's exchange: neither loses the store in it
+            while not all((faults() / f"decided.rank{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        knobs.autotuning.listener = listener
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, timeout=30)
+    def layer(x):
+        out = torch.empty_like(x)
+        closing_kernel[(1,)](x, out, x.numel())
+        dist.all_reduce(out)
+        return out
+
+    x = torch.arange(64, dtype=torch.float32)
+    out = layer(x)
+    ((_, decision),) = layer.tuner.decisions.items()
+    emit(chosen=decision["index"], how=decision["how"], times={r["index"]: r["time"] for r in decision["table"]},
+         states=[r["state"] for r in decision["table"]], launches=launches, ok=bool(torch.equal(out, 2 * x)))
 
 
 if __name__ == "__main__":

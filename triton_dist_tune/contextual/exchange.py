@@ -230,14 +230,16 @@ def step_track(session: CallState, tid: TrackId, track: Track, gathered: list[di
 
 
 def journal_outcomes(session: CallState, tid: TrackId, track: Track) -> None:
-    """Journal the group outcomes this rank has not written yet (configs it took part in)."""
+    """Journal the group outcomes this rank has not written yet (configs it took part in); a close contender's
+    drift-free time says so (``settled_time``: :attr:`~.schedule.Track.settled_times`)."""
     local = session.local.get(tid)
     if local is None:
         return
     for index in sorted(local.used):
         if index in track.times and index not in track.resumed:
+            settled = {"settled_time": True} if index in track.settled_times else {}
             local.note(index, "measured", time=track.times[index], round_times=track.samples.get(index, []),
-                       per_rank=[track.per_rank[index][r] for r in sorted(track.per_rank[index])])
+                       per_rank=[track.per_rank[index][r] for r in sorted(track.per_rank[index])], **settled)
         elif index in track.failed:
             local.note(index, "failed", error=track.failed[index])
 

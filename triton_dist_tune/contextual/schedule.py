@@ -8,8 +8,8 @@ and statistics): rounds of one timed step per config still running, in an order 
 a seed every rank shares, clearly slower configs leaving after each round, at most ``n_repeat`` rounds. Then the
 close contenders (at most :data:`CLOSE_TOP` configs not clearly slower than the leader) race
 :data:`CLOSE_ROUNDS` x (``n_repeat`` - 1) closing rounds among themselves (none for a one-round race), and their
-time is the drift-free median of the closing rounds alone: a sample is one launch, so a near-tie needs more of them,
-and a clear winner needs none. A step
+time is the drift-free median of the closing rounds alone (under noise, as any config's, their least sample): a
+sample is one launch, so a near-tie needs more of them, and a clear winner needs none. A step
 counts when every rank that launches the kernel with this key launched it, with the current config and without
 error, in that run; its sample is the MAX over ranks. A config that failed on any rank is skipped on every rank.
 The least median among the configs still running wins (ties: the lower index).
@@ -28,9 +28,9 @@ from typing import Any
 
 from ..errors import AllConfigsFailedError, BadInputError, MismatchError, one_cause
 from ..group.agreement import difference
-from ..measure.noise import statistic
+from ..measure.noise import retaken, statistic
 from ..measure.race import Race
-from ..records import LEAST, MEDIAN, group_samples
+from ..records import MEDIAN, Outcome, group_samples
 from ..stats import clearly_slower, median, paired_ratios
 from . import intercept
 from .stages import Stages, estimated_best
@@ -80,6 +80,8 @@ class Track:
         #: the group samples each time is of (journaled with it, so that a resumed time is taken again of the
         #: statistic of the race that decides: :meth:`_take_all`)
         self.samples: dict[int, list[float]] = {}
+        #: configs whose time is the drift-free median of their closing rounds: journaled ``settled_time``
+        self.settled_times: set[int] = set()
         self.failed: dict[int, str] = {}
         #: configs whose time came from an earlier attempt's journal
         self.resumed: set[int] = set()
@@ -165,7 +167,7 @@ class Track:
             elif any(i not in self.failed for i in self.order):
                 self._start_race()
             else:
-                self._all_failed()
+                raise all_failed(self.label, self.order, self.failed, self.descriptions)
         elif not self.done and self.current() == index:
             self._move_on()
 
@@ -179,6 +181,7 @@ class Track:
             if outcome["state"] in ("measured", "stopped"):
                 self.times[index] = float(outcome["time"])
                 self.samples[index] = journaled_samples(outcome)
+                (self.settled_times.add if outcome.get("settled_time") is True else self.settled_times.discard)(index)
                 per_rank = outcome.get("per_rank") or []
                 self.per_rank[index] = {r: float(t) for r, t in zip(self.holders, per_rank, strict=False)}
                 self.resumed.add(index)
@@ -257,7 +260,7 @@ class Track:
         batch = self.stages.next(history)
         if self.stages.final:  # the finalists race afresh: their screening times leave the table
             if not batch:
-                self._all_failed()
+                raise all_failed(self.label, self.order, self.failed, self.descriptions)
             for index in batch:
                 if index in self.times:
                     self.screened[index] = self.times[index]
@@ -284,9 +287,11 @@ class Track:
 
     def _take(self, index: int) -> None:
         """Record a raced config's outcome (its median and per-rank medians) as the group's measurement."""
-        outcome = self.race.outcome(index, self.descriptions[index], 0) if self.race is not None else None
-        if outcome is None or not outcome.usable:
+        race = self.race
+        outcome = race.outcome(index, self.descriptions[index], 0) if race is not None else None
+        if race is None or outcome is None or not outcome.usable:
             return
+        (self.settled_times.add if closing_time(race, index) else self.settled_times.discard)(index)
         self.times[index] = float(outcome.time)
         self.spreads[index] = float(outcome.spread or 0.0)
         self.samples[index] = list(outcome.round_times)
@@ -300,7 +305,7 @@ class Track:
         for index, entrant in sorted(race.entrants.items()) if race is not None else ():
             if entrant.state != "failed" and entrant.timed() and index not in self.resumed:
                 self._take(index)
-        self.times.update(resumed_again(self.times, self.samples, self.resumed, self.statistic))
+        self.times.update(resumed_again(self.times, self.samples, self.resumed, self.settled_times, self.statistic))
 
     def _conclude(self) -> None:
         """The race is over: take every outcome and choose."""
@@ -314,16 +319,10 @@ class Track:
         elif self.times:
             self.finish(self._least(self.times), "tuned")
         else:
-            self._all_failed()
+            raise all_failed(self.label, self.order, self.failed, self.descriptions)
 
     def _least(self, times: Mapping[int, float]) -> int:
         return min(times, key=lambda i: (times[i], self.order.index(i)))
-
-    def _all_failed(self) -> None:
-        errors = [self.failed.get(i) or "?" for i in self.order]
-        same = one_cause(errors)
-        raise AllConfigsFailedError(f"{self.label}: every config failed" + (same or " on some rank: " + "; ".join(
-            f"config {i} ({self.descriptions[i]}): {e}" for i, e in zip(self.order, errors, strict=True))))
 
     def finish(self, index: int, how: str) -> None:
         """Choose config ``index``; ``how`` says why (tuned, disk cache, only config, forced)."""
@@ -349,19 +348,36 @@ class Track:
         self.finish(usable[0], f"{how}, unmeasured")
 
 
+def all_failed(label: str, order: list[int], failed: Mapping[int, str], descriptions: list[str]) -> Exception:
+    """The error of a track whose every config failed: their one cause, or each config's error."""
+    errors = [failed.get(i) or "?" for i in order]
+    return AllConfigsFailedError(f"{label}: every config failed" + (one_cause(errors) or " on some rank: " + "; ".join(
+        f"config {i} ({descriptions[i]}): {e}" for i, e in zip(order, errors, strict=True))))
+
+
+def closing_time(race: Race, index: int) -> bool:
+    """Whether config ``index``'s time in ``race`` is the drift-free median of its closing rounds: a close contender
+    of a quiet race (:meth:`~triton_dist_tune.measure.standings.Standings._rank_key` ranks it so; under noise its
+    time is its least sample)."""
+    return bool(race.entrants[index].settled) and race.location() is median
+
+
 def journaled_samples(outcome: Mapping[str, Any]) -> list[float]:
     """The group samples of a time read back from the journal (none in a journal written before they were)."""
     return group_samples(outcome.get("round_times"))
 
 
 def resumed_again(times: Mapping[int, float], samples: Mapping[int, list[float]], resumed: set[int],
-                  told: str) -> dict[int, float]:
-    """The times read back from an earlier attempt's journal (``resumed``) that have their samples, each taken
-    again of the statistic ``told`` of the race that decides: their least, or their median. Exact for a config that
-    left that attempt's race or was screened (no settled samples); a cut's closing contender read back takes the
-    median of all its samples, not its drift-free time."""
-    of = min if told == LEAST else median
-    return {i: float(of(samples[i])) for i in sorted(resumed) if i in times and samples.get(i)}
+                  settled: set[int], told: str) -> dict[int, float]:
+    """The times read back from an earlier attempt's journal (``resumed``), each taken again from its samples of
+    the statistic ``told`` of the race that decides (:func:`~triton_dist_tune.measure.noise.retaken`): their
+    least, or their median. Exact for a config that left that attempt's race or was screened (no settled samples);
+    a close contender's drift-free time (``settled``: journaled ``settled_time``) stands where ``told`` is the
+    median, as the race's own contenders' does, and takes its least sample under noise, as theirs does."""
+    quiet = told == MEDIAN
+    read_back = [Outcome(i, "", "measured", time=times[i], round_times=list(samples.get(i, [])),
+                         settled_time=quiet and i in settled) for i in sorted(resumed) if i in times]
+    return {o.index: float(o.time) for o in retaken(read_back, not quiet, lambda o: True)}
 
 
 def agreed_pruning(infos: Mapping[int, TrackInfo]) -> list[int]:

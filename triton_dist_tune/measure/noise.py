@@ -91,8 +91,8 @@ def retaken(outcomes: Sequence[Outcome], least: bool, retake: Callable[[Outcome]
     """``outcomes``, each usable one that ``retake`` names with its time taken again from its group samples
     (``round_times``): their least (``least``: a noisy race's statistic), else their median, so that one decision's
     table holds times of one statistic. A probe's stand-in (a bound, no sample), an outcome without samples and a
-    heavy race's settled leader (its drift-free time, either statistic:
-    :attr:`~triton_dist_tune.records.Outcome.settled_time`) keep their time."""
+    drift-free settled time (:attr:`~triton_dist_tune.records.Outcome.settled_time`: a heavy race's settled leader,
+    either statistic; a ``contextual_autotune`` close contender read back beside a quiet race) keep their time."""
     return [replace(o, time=o.least() if least else float(median(o.round_times)))
             if o.usable and o.round_times and not o.probed and not o.settled_time and retake(o) else o
             for o in outcomes]

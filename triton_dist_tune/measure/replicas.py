@@ -250,8 +250,8 @@ def _noisy(measurer: Measurer) -> bool:
 
 
 def _least(outcome: Outcome) -> float:
-    """A raced outcome's least group sample (its time where it has none, and a heavy race's settled leader's
-    drift-free time: :meth:`~triton_dist_tune.records.Outcome.least`)."""
+    """A raced outcome's least group sample (its time where it has none, and a drift-free settled time, a heavy
+    race's settled leader's: :meth:`~triton_dist_tune.records.Outcome.least`)."""
     return outcome.least()
 
 
