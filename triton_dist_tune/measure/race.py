@@ -17,8 +17,11 @@ identical on every rank without any further message.
   rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
   ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the
   leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done, and bounds the settled
-  rounds below (a heavy race: at the sift). Nobody leaves after the last round (it would save nothing): the configs
-  still running then are all ``measured``.
+  rounds below (a heavy race: at the sift). No config leaves as clearly slower after the last round (``max_rounds``:
+  it would save nothing); but where the settled rounds would start at that round (``final_top`` set, and
+  ``max_rounds`` at most ``min_rounds``, or at most ``sift_after`` in a heavy race), the configs beyond the settled
+  block's size leave then (``stopped``) and the race ends with no settled round. The configs still running at the
+  end are ``measured``.
 - **Settled rounds** (steady timing, ``final_top=n``): once at most ``n`` configs are left, or ``min_rounds``
   screening rounds are done (the ``n`` best then go on; ``final_top_fast`` of them when the leader takes under
   ``fast_below_ms`` per call; ``n`` at most ``keep_top``, so that while more than ``keep_top`` are left the race
@@ -28,7 +31,8 @@ identical on every rank without any further message.
   Their time then comes from their settled samples alone, and nobody leaves during these rounds.
 - **The sift** (``final_top_heavy``): when the screening leader takes ``heavy_from_ms`` per call or more (a heavy
   kernel, which holds the device at its power limit), the settled rounds start after ``sift_after`` screening
-  rounds, noisy or not, with up to ``final_top_heavy`` leaders, for a first block of ``sift_rounds`` rounds; then
+  rounds, or as soon as at most ``final_top_heavy`` configs are left (after the first round where that many or fewer
+  race), noisy or not, with up to ``final_top_heavy`` leaders, for a first block of ``sift_rounds`` rounds; then
   only the ``final_top`` best of them by those rounds' samples go on (at most ``keep_top``; one: the race ends),
   for ``heavy_rounds`` settled rounds in all. A heavy race sifts whenever more leaders settle than go on: with
   ``keep_top`` under 3, also with 3 or fewer left.
@@ -112,8 +116,9 @@ class RacePlan:
     final_top_fast: int = 0
     fast_below_ms: float = 0.0
     #: the sift, when the screening leader takes ``heavy_from_ms`` per call or more: after ``sift_after`` screening
-    #: rounds up to ``final_top_heavy`` leaders (0: no sift) get the first ``sift_rounds`` settled rounds, and the
-    #: ``final_top`` best of them the rest, ``heavy_rounds`` settled rounds in all
+    #: rounds, or once at most ``final_top_heavy`` configs are left, up to ``final_top_heavy`` leaders (0: no sift)
+    #: get the first ``sift_rounds`` settled rounds, and the ``final_top`` best of them the rest, ``heavy_rounds``
+    #: settled rounds in all
     final_top_heavy: int = 0
     heavy_from_ms: float = 0.0
     sift_after: int = 2

@@ -97,7 +97,8 @@ SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: settled block, where it reached the six, ranked it first (``results/session_h200_14``)
 SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: the sift (:mod:`~triton_dist_tune.measure.race`): when the screening leader takes :data:`POWER_SETTLE_ABOVE_MS` per
-#: call or more, the settled block starts after :data:`SIFT_AFTER` screening rounds with up to this many leaders,
+#: call or more, the settled block starts after :data:`SIFT_AFTER` screening rounds (or once at most this many
+#: configs are left: after the first round, where this many or fewer race) with up to this many leaders,
 #: its first :data:`SIFT_CYCLES` cycles sift them, and the :data:`SETTLED_LEADERS` best go on, for
 #: :data:`HEAVY_CYCLES` cycles in all. Short screening samples misrank heavy configs on a device at its power limit:
 #: on one H200 (bench_fidelity.py's GEMMs, N = 4096, K = 14336, M = 8192 and 16384) the two 128x256 tiles, best
