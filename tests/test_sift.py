@@ -237,9 +237,9 @@ def test_a_heavy_race_with_three_configs_or_fewer_left_judges_its_noise_as_a_sif
     to sift. It judged its noise on every raw sample, so the clock's swing from one settled round to the next
     (alike for every leader, at the power limit) read as noise, and its times became the least of all samples:
     config 1's screening sample (1.45), where every settled round had it 5% behind config 0. 2 configs are what
-    replicas race their leaders with (``measure/replicas.py``: the 2 least times of the first pass). A race whose
-    settled block is heavy judges its noise on the drift-free ratios, sifted or not: quiet, it keeps medians and
-    chooses 0."""
+    replicas race their leaders with (``measure/replicas.py``: the 2 least times among the first pass's survivors).
+    A race whose settled block is heavy judges its noise on the drift-free ratios, sifted or not: quiet, it keeps
+    medians and chooses 0."""
     from triton_dist_tune.measure.replicas import _noisy
 
     race = Race(list(range(configs)), PLAN)
@@ -517,6 +517,39 @@ def test_a_tuning_with_refine_top_on_a_device_races_at_most_that_many_leaders_af
         assert samples == [2] * 5 + [7] * 2, samples
 
 
+def test_replicas_choose_their_leaders_among_each_shares_settled_survivors_first():
+    """The table two replicas gather after their shares (``measure/replicas.py``), made by hand from what a device at
+    its power limit gives (``sift_cases.Bursts``): each share's survivors (``measured``) with their settled,
+    drift-free times, the configs its sift stopped with theirs, and the configs its screening stopped with their
+    screening samples' times, which read a few % faster in ms than any settled time. Config 1, replica 1's settled
+    winner, is the best. The 2 leaders are the least times among the survivors: 1 and 0. Before, they were the 2 least
+    of the whole table, config 6 that a screening stopped and config 8, one read back from an earlier attempt's
+    journal that left its race there (resumed), and config 1 was never raced again. The others fill the leaders'
+    places the survivors leave (``refine_top`` 6 of 4 survivors), by time; and where a time budget leaves the first
+    pass to decide (``decision`` over the leaders), the choice is config 1, not config 8."""
+    from triton_dist_tune.measure.replicas import decision, leaders
+    from triton_dist_tune.records import Outcome
+
+    def outcome(index, state, time, settled=True, resumed=False):
+        samples = [time] * (8 if state == "measured" else 3 if settled else 2)
+        return Outcome(index, f"c{index}", state, time=time, samples=len(samples), round_times=samples,
+                       settled_time=settled, resumed=resumed)
+
+    table = [outcome(0, "measured", 1.69), outcome(1, "measured", 1.57), outcome(2, "measured", 1.70),
+             outcome(3, "measured", 1.71), outcome(4, "stopped", 1.72), outcome(5, "stopped", 1.54, settled=False),
+             outcome(6, "stopped", 1.53, settled=False), outcome(7, "stopped", 1.55, settled=False),
+             outcome(8, "stopped", 1.50, settled=False, resumed=True), Outcome(9, "c9", "failed", error="x"),
+             Outcome(10, "c10", "pruned")]
+    assert leaders(table, 0) == leaders(table, 1) == leaders(table, 2) == [0, 1]
+    assert leaders(list(reversed(table)), 2) == [0, 1]  # the order of the table does not matter
+    assert leaders(table, 3) == [0, 1, 2]
+    assert leaders(table, 6) == [0, 1, 2, 3, 6, 8]  # 4 survivors, then the least others
+    assert leaders(table[4:], 0) == [6, 8]  # no survivor: the least times
+    assert leaders([table[1]] + table[4:], 0) == [1, 8]  # one survivor, and the least of the others
+    cut = decision(table, leaders(table, 0), "steady", 8)
+    assert (cut.index, cut.runner_up) == (1, 0)
+
+
 # -- on real ranks ----------------------------------------------------------------------------------------------------
 
 CASES = HERE / "scenarios" / "sift_cases.py"
@@ -527,8 +560,8 @@ def ranks(tmp_path_factory):
     """The scenarios of ``sift_cases.py``, one after another in one job of 2 gloo ranks (once per module): case ->
     each rank's results, and the rank logs (rank -> its log's text)."""
     folder = tmp_path_factory.mktemp("sift")
-    results = run_cases(CASES, 2, ["sift_ranks", "sift_replicas", "sift_replicas_top1"], env=tuner_env(folder, 30),
-                        timeout=180)
+    results = run_cases(CASES, 2, ["sift_ranks", "sift_replicas", "sift_replicas_top1", "sift_replicas_bursts"],
+                        env=tuner_env(folder, 30), timeout=180)
     return results, {r: (folder / "logs" / f"rank-{r}.log").read_text() for r in range(2)}
 
 
@@ -587,10 +620,11 @@ def test_replicas_at_their_power_limit_sift_their_shares_and_end_on_one_config_f
 
 @pytest.mark.timeout(200)
 def test_replicas_with_refine_top_1_still_race_two_leaders_to_the_end(ranks):
-    """Replicas race the 2 best of the first pass again (``refine_top`` if larger: ``replicas.MIN_LEADERS``), on
-    every replica. ``refine_top=1`` bounds each share's race (its sift keeps one), not the leaders' race: there both
-    leaders run every round (a heavy race of 2: 1 screening round and 8 settled ones, 9 samples each), where a
-    ``refine_top`` that bounded that race too would sift its 2 leaders to 1 after one settled round."""
+    """Replicas race the 2 best survivors of the first pass again (``refine_top`` if larger:
+    ``replicas.MIN_LEADERS``), on every replica. ``refine_top=1`` bounds each share's race (its sift keeps one), not
+    the leaders' race: there both leaders run every round (a heavy race of 2: 1 screening round and 8 settled ones,
+    9 samples each), where a ``refine_top`` that bounded that race too would sift its 2 leaders to 1 after one
+    settled round."""
     results, logs = ranks
     first, second = (r.result for r in results["sift_replicas_top1"])
     assert first["chosen"] == second["chosen"] and len(first["chosen"]) == 4, (first, second)
@@ -599,3 +633,20 @@ def test_replicas_with_refine_top_1_still_race_two_leaders_to_the_end(ranks):
     for rank in range(2):
         for key, (share, leaders) in race_lines(logs[rank], "sift_replicas_top1").items():
             assert "sifted to 1" in share and "sifted" not in leaders, (rank, key, share, leaders)
+
+
+@pytest.mark.timeout(200)
+def test_replicas_race_again_each_shares_settled_leaders_not_the_configs_its_screening_stopped(ranks):
+    """Two one-rank replicas on a device that cools between samples (``sift_cases.Bursts``), 32 configs in shares of
+    16, 8 keys: config 31 (60% power, 3% less work: alone 8% faster than the others) is replica 1's settled winner
+    in every key. Each share's screening stops 4 configs (12 settle), and its short samples read them faster in ms
+    than config 31's settled ones. The leaders are chosen among each share's settled survivors (``measured``): both
+    replicas race config 31 again and end on it. Before, the leaders were the 2 least times of the whole table, two
+    configs a screening had stopped: config 31 was never raced again, and every key chose a full-power config (22,
+    30, 30, 30, 16, 25, 11, 3)."""
+    results, _ = ranks
+    first, second = (r.result for r in results["sift_replicas_bursts"])
+    assert first["chosen"] == second["chosen"] and len(first["chosen"]) == 8, (first, second)
+    assert set(first["chosen"].values()) == {31}, first["chosen"]
+    # the trap is set in every key: at least 2 configs the screening stopped read faster than the choice
+    assert all(n >= 2 for n in first["screened_faster"].values()), first["screened_faster"]

@@ -31,6 +31,12 @@ KEYS = tuple(range(1, 17))
 #: the sift turned off a share keeps 3 of its 6 from the screening, where all read alike
 WIDE_SPACE = [{"v": v} for v in range(12)]
 WIDE_POWER = [1.0] * 10 + [0.6] * 2
+#: the bursts' landscape (:class:`Bursts`): 32 configs, 0-30 at full power, 31 at 60% and 3% less work (alone, 8%
+#: faster). Replica ``j`` of 2 races configs ``j, j + 2, ...``: 16 each, so each share's screening stops 4 (12
+#: leaders settle); config 31 is replica 1's
+BURST_SPACE = [{"v": v} for v in range(32)]
+BURST_POWER = [1.0] * 31 + [0.6]
+BURST_WORK = [1.0] * 31 + [0.97]
 
 
 class PowerLimited:
@@ -41,28 +47,51 @@ class PowerLimited:
     read alike within noise; a settled sample (20 ms of settling) reads 5 and 6 5% faster. The model of
     tests/test_sift.py's one-process tuning."""
 
-    def __init__(self, seed: int = 0, power: list[float] = POWER) -> None:
+    def __init__(self, seed: int = 0, power: list[float] = POWER, work: list[float] | None = None) -> None:
         self.state = [0.8, 0.8]
         self.rng = random.Random(seed)
         self.power = power
+        #: each config's work relative to :data:`WORK_MS` (None: 1 for every config)
+        self.work = work
 
     def __call__(self, v: int) -> None:
         """One call of config ``v``: the limiter follows it, and the call spends its time on the virtual clock."""
-        ms = WORK_MS * (1 + SLOW * self.state[1]) * (1 + JITTER * self.rng.gauss(0, 1))
+        work = WORK_MS * (self.work[v] if self.work is not None else 1.0)
+        ms = work * (1 + SLOW * self.state[1]) * (1 + JITTER * self.rng.gauss(0, 1))
         decay = math.exp(-ms / TAU_MS)
         self.state[1] = self.state[0] + (self.state[1] - self.state[0]) * decay
         self.state[0] = self.power[v] + (self.state[0] - self.power[v]) * decay
         spend(ms)
 
 
+class Bursts(PowerLimited):
+    """:class:`PowerLimited` whose limiter relaxes to idle whenever the device switches configs (the host's gap
+    between two samples: its synchronize, the round's exchange). A screening sample (2 ms of settling, a span of 5)
+    then reads every config near its work alone, and a settled one (20 ms of settling) slowed by its own power: the
+    screening reads every full-power config 9% faster in absolute ms than its settled samples do, and faster than
+    a 60% config's settled samples (5% faster alone), as on one H200 (``tests/test_sift.py``'s ``RECORDED_H200``:
+    configs 8 and 18 read 2.93-2.97 ms in its screening and 3.39 and 3.66 settled, where config 2, the best alone,
+    settled at 3.13-3.28)."""
+
+    last: int | None = None
+
+    def __call__(self, v: int) -> None:
+        if v != self.last:
+            self.state = [0.0, 0.0]
+        self.last = v
+        super().__call__(v)
+
+
 def tune_heavy(name: str, group: dist.ProcessGroup | None, space: list[dict] = SPACE, power: list[float] = POWER,
-               keys: tuple[int, ...] = KEYS, refine_top: int = 0, **layout) -> None:
+               keys: tuple[int, ...] = KEYS, refine_top: int = 0, limiter: PowerLimited | None = None,
+               **layout) -> None:
     """``autotune`` (the default steady timing; ``refine_top``) of ``space`` (:data:`SPACE` unless told) over
     ``keys`` (:data:`KEYS` unless told) on the virtual device clock: each call runs this rank's own
-    :class:`PowerLimited` (its jitter seeded by the rank; each config's draw: ``power``) and all-reduces a small
-    tensor on ``group`` (None: the default group). Prints each key's choice, and its measured configs' sample
-    counts, on every rank."""
-    limiter = PowerLimited(seed=dist.get_rank(), power=power)
+    :class:`PowerLimited` (its jitter seeded by the rank; each config's draw: ``power``), or ``limiter``, and
+    all-reduces a small tensor on ``group`` (None: the default group). Prints each key's choice, its measured
+    configs' sample counts, and how many configs that left their race in its screening (stopped with no settled
+    sample) read faster than the choice, on every rank."""
+    limiter = limiter or PowerLimited(seed=dist.get_rank(), power=power)
 
     @tdt.autotune(space, key_fn=lambda x: x.numel(), n_warmup=1, name=name, timeout=30, refine_top=refine_top)
     def heavy(x, *, v):
@@ -76,7 +105,9 @@ def tune_heavy(name: str, group: dist.ProcessGroup | None, space: list[dict] = S
     decisions = heavy.tuner.decisions.items()
     emit(chosen={str(key): d.index for (_, key), d in decisions},
          measured={str(key): {str(o.index): o.samples for o in d.outcomes if o.state == "measured"}
-                   for (_, key), d in decisions})
+                   for (_, key), d in decisions},
+         screened_faster={str(key): sum(o.state == "stopped" and not o.settled_time and o.time < d.time
+                                        for o in d.outcomes) for (_, key), d in decisions})
 
 
 @case
@@ -106,6 +137,18 @@ def sift_replicas_top1():
     layout = one_rank_replicas()
     tune_heavy("sift_replicas_top1", layout["autotune_pg"], WIDE_SPACE, WIDE_POWER, keys=KEYS[:4], refine_top=1,
                **layout)
+
+
+@case
+def sift_replicas_bursts():
+    """Two one-rank replicas tune :data:`BURST_SPACE` on a :class:`Bursts` device, 8 keys: each share's screening
+    stops 4 of its 16 configs, and reads them faster than config 31's settled samples; each share settles 12, sifts
+    them to 3, and replica 1's ends on config 31, the best alone."""
+    from reliability_c_cases import one_rank_replicas
+
+    layout = one_rank_replicas()
+    limiter = Bursts(seed=dist.get_rank(), power=BURST_POWER, work=BURST_WORK)
+    tune_heavy("sift_replicas_bursts", layout["autotune_pg"], BURST_SPACE, keys=KEYS[:8], limiter=limiter, **layout)
 
 
 if __name__ == "__main__":

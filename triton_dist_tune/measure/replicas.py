@@ -9,21 +9,36 @@ every rank of every replica ends on one config per key:
    group (:meth:`Measurer.lockstep`, the measurement engine's race), so the first pass costs each rank 1/R of it;
 3. the outcomes are gathered across replicas (all ranks of a group hold the same outcomes, so every position
    gathers the same table);
-4. the leaders (the 2 least times, or ``refine_top`` if larger) are raced again on every replica (``refine_top``
-   chose them and bounds their race no further: ``keep_top`` off), and a leader's time is the MAX over replicas
-   of each replica's group time (itself the MAX over the group's ranks);
+4. the leaders (2, or ``refine_top`` if larger: :func:`leaders`) are the configs with the least times among those
+   that ended their replica's race still running (``measured``: each replica's survivors, its settled leaders in
+   steady timing), and only where those are fewer, the least of the others (configs a race stopped, resumed or
+   not); they are raced again on every replica (``refine_top`` chose them and bounds their race no further:
+   ``keep_top`` off), and a leader's time is the MAX over replicas of each replica's group time (itself the MAX
+   over the group's ranks);
 5. the choice is the least of those times (ties: the lower index): the least over configs of the max over every
    rank of every replica. Every rank computes it from the same exchanged data.
+
+Survivors first, because a survivor's time and a stopped config's time are not of one kind
+(:meth:`~.standings.Standings.runner_up`): a steady race times its survivors by their settled samples, drift-free,
+each at the speed the device sustains on it, and a config its screening stopped keeps the time of the screening's
+short samples, which on a device at its power limit read faster in ms than settled ones (one H200's heavy race,
+``RECORDED_H200`` in tests/test_sift.py: the screening read the configs its sift stopped 4-20% under their settled
+sample, configs 8 and 18 at 2.93-2.97 ms where config 2, the best alone, settled at 3.21). Ranked together, configs
+some replica's screening stopped could read faster than every replica's settled winner and take the leaders'
+places, and the best config, one replica's settled winner, was never raced again (2 one-rank replicas on a
+modelled device that cools between samples, shares of 16: 8 keys of 8 chose a config 9% slower alone,
+tests/test_sift.py). A stopped config lost its own replica's race, on samples of one kind, to that replica's
+survivors.
 
 One statistic per table: each replica's race takes its configs' median samples, or their least where its samples are
 noisy (:meth:`~.race.Race.location`). The exchanges of steps 3 and 4 carry whether each replica's race was noisy,
 and every rank agrees on one statistic before it combines times: the least samples where some replica's race was
 noisy, else the medians. After step 3 every time of the table is taken again of it from its config's group samples
 (``round_times``: their least; under medians only the outcomes resumed from an earlier attempt's journal that left
-their race, whose race may have been noisy), and the leaders are chosen on those times. In step 4 each replica sends
-each leader's least sample beside its time, so a leader's time is the MAX over replicas of the agreed statistic;
-where the leaders' race agreed on another statistic than the first pass, the configs outside it are taken again of
-it. A leader's ``round_times`` in the table stay this replica's own samples.
+their race, whose race may have been noisy), and the leaders are chosen on those times (step 4). In step 4 each
+replica sends each leader's least sample beside its time, so a leader's time is the MAX over replicas of the agreed
+statistic; where the leaders' race agreed on another statistic than the first pass, the configs outside it are taken
+again of it. A leader's ``round_times`` in the table stay this replica's own samples.
 
 A replica's share (step 2) and its race of the leaders (step 4) take as long as they take: the exchanges after
 them wait for the slowest replica as long as it shows progress (:class:`~triton_dist_tune.faults.progress.RoundWatch`
@@ -33,9 +48,9 @@ key-value store (mpi4py) keeps one deadline per exchange, ``T + max(1, T/10)`` s
 
 A time budget (``budget=``) bounds each replica's share on its group's agreed clock; the exchanges across replicas
 carry each replica's clock and whether it cut (the same on every rank of a replica, so every position reads the
-same), and once the latest clock is spent the leaders are not raced again: the first pass decides, a cut. It decides
-too when the budget ended the leaders' race before it warmed up every leader on every replica (a leader left out is
-not failed).
+same), and once the latest clock is spent the leaders are not raced again: the first pass decides, a cut (the least
+first-pass time among the leaders, chosen as in step 4). It decides too when the budget ended the leaders' race
+before it warmed up every leader on every replica (a leader left out is not failed).
 
 The disk cache holds one decision per key for the whole layout; the rank that is group rank 0 of replica 0 alone
 reads and writes it.
@@ -284,6 +299,11 @@ def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: i
 
 
 def leaders(outcomes: Sequence[Outcome], count: int) -> list[int]:
-    """The ``max(count, 2)`` usable configs with the least times, by index (ties: the lower index)."""
-    usable = sorted((o for o in outcomes if o.usable), key=lambda o: (o.time, o.index))
+    """The ``max(count, 2)`` leaders of the gathered table, by index: the usable configs that ended their replica's
+    race still running (``measured``: each replica's settled survivors, whose times are of one kind) with the least
+    times, then, where those are fewer, the other usable configs with the least times (ties: the lower index). A
+    time of a config that left its race in the screening is of another kind: on a device at its power limit the
+    screening's short samples read faster in ms than any settled one, and such a config would take the place of
+    some replica's settled winner (see the module docstring)."""
+    usable = sorted((o for o in outcomes if o.usable), key=lambda o: (o.state != "measured", o.time, o.index))
     return sorted(o.index for o in usable[: max(count, MIN_LEADERS)])
