@@ -280,6 +280,27 @@ def test_under_noise_a_heavy_race_of_three_configs_ranks_its_leaders_drift_free(
                                                                                      for o in outcomes}
 
 
+def test_under_noise_a_heavy_race_timed_on_the_device_logs_the_leaders_its_two_level_rule_raised():
+    """A heavy race timed on the device (``levels``) ranks its settled leaders drift-free under noise too, and so
+    raises a leader whose samples hold a slower level (config 0: 1.90 in 3 of its 8 settled rounds, 1.50 in the
+    others), which changes the choice (2, not 0). The rank's log must name it, and the config the medians would
+    have chosen (docs/protocol.md: "the rank's log names such leaders on the race's line"). Before:
+    ``slower_levels`` read nothing under noise (a quiet race's rule alone), and the log said nothing."""
+    from triton_dist_tune.measure.standings import levels_note
+
+    race = Race(list(range(3)), replace(PLAN, levels=True))
+    for i in race.order():
+        race.record(i, [{0: 1.50, 1: 1.52, 2: 1.55}[i]])
+    race.end_round()
+    run_settled(race, {0: [1.50, 1.50, 1.90, 1.50, 1.90, 1.50, 1.90, 1.50],
+                       1: [1.70, 1.50, 1.62, 1.75, 1.55, 1.72, 1.56, 1.74],
+                       2: [1.56, 1.74, 1.72, 1.55, 1.75, 1.58, 1.71, 1.57]})
+    assert race.location() is min and race.settled_noise and not race.sifted
+    assert race.winner() == 2 and race.median_winner() == 0
+    assert list(race.slower_levels()) == [0]
+    assert levels_note(race).endswith("(by their medians config 0 would have won)")
+
+
 def test_refine_top_bounds_the_leaders_a_sift_keeps():
     """``refine_top=n`` keeps at most ``n`` configs in the race after 3 rounds. A heavy race settles after 2 rounds
     (or 1), where ``keep_top`` never applies, and nobody leaves a settled block: with the sift, ``refine_top`` 1 or 2

@@ -163,8 +163,11 @@ class Standings:
 
     def slower_levels(self) -> dict[int, float]:
         """The settled leaders ranked by their mean, their samples holding a slower level or placement too
-        (``levels``): {index: the factor over their median}, by index (for the rank's log)."""
-        if not self.plan.levels or self.settled_from is None or self.location() is not median:
+        (``levels``): {index: the factor over their median}, by index (for the rank's log). Wherever
+        :meth:`_rank_key` ranks them drift-free: in a quiet race, and under noise in a heavy one
+        (:attr:`settled_noise`)."""
+        if not self.plan.levels or self.settled_from is None or (self.location() is not median
+                                                                  and not self.settled_noise):
             return {}
         leaders = [i for i, e in sorted(self.entrants.items()) if e.settled and e.state != "failed"]
         found = {i: self._slower_level(i) for i in leaders}
