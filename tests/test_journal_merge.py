@@ -13,6 +13,7 @@ import pytest
 from harness import tune_alone
 
 from triton_dist_tune.faults.journal import SCREENING, merge
+from triton_dist_tune.records import Outcome
 from triton_dist_tune.space import describe
 
 DESCRIPTIONS = ["a", "b", "c", "d"]
@@ -31,12 +32,13 @@ def test_a_config_journaled_again_at_the_end_of_its_race_keeps_its_final_time_wh
     rank's, which holds more, is taken, whichever rank it is."""
     first = timed(1, "stopped", [120.0, 132.0], 126.0, "s", spread=0.05)
     again = timed(1, "stopped", [120.0, 132.0], 120.0, "s", spread=0.08)
-    leader = timed(0, "measured", [40.0, 41.0, 40.0, 60.0], 40.0, "s", least_of=2)
+    leader = timed(0, "measured", [40.0, 41.0, 40.0, 60.0], 40.5, "s", settled_time=True)  # a drift-free time
     for per_rank in ([[first, again, leader], [first, again, leader]], [[first, again, leader], [first, leader]],
                      [[first, leader], [first, again, leader]]):
         merged = merge(per_rank, DESCRIPTIONS)
         assert (merged[1]["time"], merged[1]["spread"]) == (120.0, 0.08), per_rank
-        assert merged[0]["least_of"] == 2
+        kept = Outcome.from_json(merged[0])
+        assert kept is not None and kept.settled_time and kept.least() == 40.5  # not its least sample, 40
 
 
 @pytest.mark.timeout(30)
