@@ -671,3 +671,17 @@ def test_replicas_race_again_each_shares_settled_leaders_not_the_configs_its_scr
     assert set(first["chosen"].values()) == {31}, first["chosen"]
     # the trap is set in every key: at least 2 configs the screening stopped read faster than the choice
     assert all(n >= 2 for n in first["screened_faster"].values()), first["screened_faster"]
+
+
+def test_a_race_judges_its_noise_again_when_a_config_fails_or_is_sifted_without_a_new_sample():
+    """The race's noise judgement is kept per (sample position, round): a config failing, or the sift stopping
+    leaders, changes the configs it is judged on without a new sample, and the judgement read before it stood."""
+    race = Race(list(range(5)), PLAN)  # 0.3 ms calls: no sift, still screening after 2 rounds
+    for r in range(2):
+        for i in race.order():  # configs 2, 3 and 4 jump 50% in round 2
+            race.record(i, [0.30 * (1 + 0.005 * i) * (1.5 if i >= 2 and r else 1.0)])
+        race.end_round()
+    assert race.settled_from is None and race.location() is min  # most configs' consecutive samples read noisy
+    race.fail(3, "boom")
+    race.fail(4, "boom")
+    assert race.location() is median  # configs 0, 1 and 2: the median pair is quiet

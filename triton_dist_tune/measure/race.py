@@ -200,6 +200,7 @@ class Race(Standings):
         """Config ``index`` failed on some rank: it leaves the race and can never be chosen."""
         entrant = self.entrants[index]
         entrant.state, entrant.error = "failed", error
+        self._noisy = None  # the noise judged from the configs left (no new sample, so the stamp alone misses it)
 
     @property
     def settling(self) -> bool:
@@ -312,6 +313,7 @@ class Race(Standings):
         self.sifted = [i for i in candidates if i not in staying]
         for i in self.sifted:
             self.entrants[i].state = "stopped"
+        self._noisy = None  # judged again on the leaders kept
 
     def _leave_the_tie(self) -> None:
         """Before a near-tie block only the :data:`TIE_LEADERS` best of the settled leaders not clearly slower than the
@@ -324,6 +326,7 @@ class Race(Standings):
         for i in candidates:
             if i not in staying:
                 self.entrants[i].state = "stopped"
+        self._noisy = None  # judged again on the tied leaders kept
 
     def _unsettled_tie(self) -> bool:
         """Whether the leader and the runner-up of the settled rounds are a near-tie that more samples could
