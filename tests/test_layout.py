@@ -111,6 +111,16 @@ def test_ranks_that_catch_a_wrong_group_error_and_call_again_tune_in_step(env):
         assert again["error"] is None and cached["error"] is None, describe(results)
 
 
+def first_call_stopped_rank_1s_group(results) -> None:
+    """Every rank ended; in the first call rank 1 (a wrong autotune_pg) and rank 0, which waited for it, raised
+    BadInputError, and ranks 2 and 3 (the other TP group) tuned."""
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first = [r.results[0] for r in results]
+    assert first[1]["error"] == "BadInputError", describe(results)
+    assert first[0]["error"] == "BadInputError" and "global rank 1 raised BadInputError" in first[0]["message"]
+    assert first[2]["error"] is None and first[3]["error"] is None, describe(results)
+
+
 @pytest.mark.timeout(120)
 def test_a_note_stops_no_rank_outside_the_call_it_was_about(env):
     """Rank 1's wrong autotune_pg stops rank 0, which waits for it in the same call; ranks 2 and 3 (the other TP
@@ -119,11 +129,7 @@ def test_a_note_stops_no_rank_outside_the_call_it_was_about(env):
     the deadline. Before: ranks 2 and 3 raised BadInputError quoting rank 1's stale note at once, and ranks 0 and 1
     then waited T (40 s) for them and raised GroupTimeoutError."""
     results = run_ranks(CASES, 4, ["stale_note_of_another_group"], env=env, timeout=100)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    first = [r.results[0] for r in results]
-    assert first[1]["error"] == "BadInputError", describe(results)
-    assert first[0]["error"] == "BadInputError" and "global rank 1 raised BadInputError" in first[0]["message"]
-    assert first[2]["error"] is None and first[3]["error"] is None, describe(results)
+    first_call_stopped_rank_1s_group(results)
     for r in results:
         second = r.results[1]
         assert second["error"] is None, describe(results)
@@ -142,11 +148,7 @@ def test_a_note_stops_no_rank_outside_the_call_it_was_about_when_the_same_functi
     GroupTimeoutError."""
     env = {**env, **({"ANSWER_LATE": "1"} if answer == "late" else {})}
     results = run_ranks(CASES, 4, ["stale_note_same_function"], env=env, timeout=100)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    first = [r.results[0] for r in results]
-    assert first[1]["error"] == "BadInputError", describe(results)
-    assert first[0]["error"] == "BadInputError" and "global rank 1 raised BadInputError" in first[0]["message"]
-    assert first[2]["error"] is None and first[3]["error"] is None, describe(results)
+    first_call_stopped_rank_1s_group(results)
     for r in results:
         second, third = r.results[1:]
         assert second["error"] is None and third["error"] is None, describe(results)

@@ -206,13 +206,7 @@ def test_under_noise_a_sifted_race_ranks_its_settled_leaders_drift_free():
     race.end_round()
     settled = {0: [1.60, 1.80, 1.62, 1.85, 1.61], 1: [1.66, 1.68, 1.90, 1.67, 1.92],
                2: [1.70, 1.95, 1.72, 1.71, 1.98], 3: [1.80]}
-    taken = 0
-    while not race.finished(0.0):
-        for _ in range(race.block()):
-            for i in race.order():
-                race.record(i, [settled[i][taken]])
-            race.end_round()
-            taken += 1
+    run_settled(race, settled)
     assert race.sifted == [3] and race.location() is min
     decision = decide([race.outcome(i, str(i), 0) for i in range(4)], race, "steady")
     times = {o.index: o.time for o in decision.outcomes}
