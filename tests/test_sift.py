@@ -225,6 +225,16 @@ def run_settled(race: Race, settled: dict[int, list[float]]) -> None:
             taken += 1
 
 
+def raced(plan: RacePlan, screening: dict[int, float], settled: dict[int, list[float]]) -> Race:
+    """A race of ``screening``'s configs: one screening round of those samples, then :func:`run_settled`."""
+    race = Race(sorted(screening), plan)
+    for i in race.order():
+        race.record(i, [screening[i]])
+    race.end_round()
+    run_settled(race, settled)
+    return race
+
+
 @pytest.mark.parametrize("configs", [3, 2])
 def test_a_heavy_race_with_three_configs_or_fewer_left_judges_its_noise_as_a_sifted_one(configs):
     """A heavy race (1.5 ms per call) with at most 3 configs left settles them all after 1 screening round: nothing
@@ -258,13 +268,9 @@ def test_under_noise_a_heavy_race_of_three_configs_ranks_its_leaders_drift_free(
     from triton_dist_tune.function.decide import decide
     from triton_dist_tune.measure.replicas import _least
 
-    race = Race(list(range(3)), PLAN)
-    for i in race.order():
-        race.record(i, [{0: 1.52, 1: 1.40, 2: 1.51}[i]])
-    race.end_round()
-    run_settled(race, {0: [1.60, 1.80, 1.62, 1.85, 1.61, 1.82, 1.60, 1.84],
-                       1: [1.66, 1.68, 1.90, 1.67, 1.92, 1.66, 1.91, 1.68],
-                       2: [1.70, 1.95, 1.72, 1.71, 1.98, 1.70, 1.96, 1.72]})
+    race = raced(PLAN, {0: 1.52, 1: 1.40, 2: 1.51}, {0: [1.60, 1.80, 1.62, 1.85, 1.61, 1.82, 1.60, 1.84],
+                                                     1: [1.66, 1.68, 1.90, 1.67, 1.92, 1.66, 1.91, 1.68],
+                                                     2: [1.70, 1.95, 1.72, 1.71, 1.98, 1.70, 1.96, 1.72]})
     assert not race.sifted and race.location() is min
     outcomes = [race.outcome(i, str(i), 0) for i in range(3)]
     assert all(o.settled_time for o in outcomes) and [_least(o) for o in outcomes] == [o.time for o in outcomes]
@@ -282,13 +288,10 @@ def test_under_noise_a_heavy_race_timed_on_the_device_logs_the_leaders_its_two_l
     ``slower_levels`` read nothing under noise (a quiet race's rule alone), and the log said nothing."""
     from triton_dist_tune.measure.standings import levels_note
 
-    race = Race(list(range(3)), replace(PLAN, levels=True))
-    for i in race.order():
-        race.record(i, [{0: 1.50, 1: 1.52, 2: 1.55}[i]])
-    race.end_round()
-    run_settled(race, {0: [1.50, 1.50, 1.90, 1.50, 1.90, 1.50, 1.90, 1.50],
-                       1: [1.70, 1.50, 1.62, 1.75, 1.55, 1.72, 1.56, 1.74],
-                       2: [1.56, 1.74, 1.72, 1.55, 1.75, 1.58, 1.71, 1.57]})
+    race = raced(replace(PLAN, levels=True), {0: 1.50, 1: 1.52, 2: 1.55},
+                 {0: [1.50, 1.50, 1.90, 1.50, 1.90, 1.50, 1.90, 1.50],
+                  1: [1.70, 1.50, 1.62, 1.75, 1.55, 1.72, 1.56, 1.74],
+                  2: [1.56, 1.74, 1.72, 1.55, 1.75, 1.58, 1.71, 1.57]})
     assert race.location() is min and race.settled_noise and not race.sifted
     assert race.winner() == 2 and race.median_winner() == 0
     assert list(race.slower_levels()) == [0]
