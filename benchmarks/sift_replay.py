@@ -10,13 +10,16 @@ The samples are those the recorded rules took (which leaders were settled, for h
 what the race decides from them, and reproduces the recorded choice where the rules decide alike.
 
 Usage: ``python benchmarks/sift_replay.py [--tgz FID.tgz ...] [--variant ours]`` (default: the sifted tunings of
-sessions 46 and 47, ``results/session_h200_46/call2_sift_second`` and ``results/session_h200_47/call1_sift_ab``).
+sessions 46 and 47, :data:`DEFAULT_ARCHIVES`).
+``--kept 3 4`` (the default) also says, per tuning, whether a sift of one settled round keeping that many leaders
+keeps a config within 1.01 of the best: the question a sift keeping 4 would answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import tarfile
 import tempfile
@@ -25,11 +28,17 @@ from pathlib import Path
 
 from triton_dist_tune.function.options import TuneOptions
 from triton_dist_tune.measure.race import Race
+from triton_dist_tune.stats import median
 
 HERE = Path(__file__).resolve().parent
 #: the family whose tunings the sift's rules were chosen on (the others are held out)
 TRAINING = "4096,14336"
 FIELDS = r"(BLOCK_M|BLOCK_N|BLOCK_K|GROUP_M|num_warps|num_stages): (\d+)"
+
+
+#: the recorded sifted tunings replayed by default (sessions 46 and 47, one H200)
+DEFAULT_ARCHIVES = ("session_h200_46/call2_sift_second/fid.tgz", "session_h200_47/call1_sift_ab/fid.tgz",
+                    "session_h200_47/call2_final/fid_held.tgz", "session_h200_47/call3_heldout/fid_held2.tgz")
 
 
 def spec(config: str) -> str:
@@ -65,23 +74,39 @@ def fid_files(archives: list[str]) -> list[Path]:
         folder = Path(tempfile.mkdtemp(prefix="sift_replay_"))
         with tarfile.open(archive) as tar:
             tar.extractall(folder, filter="data")
-        found += sorted(folder.glob("fid/fid_*.json"))
+        found += sorted(folder.glob("fid/fid*.json"))
     return found
+
+
+def sift_keeps_best(decision: dict, race: Race, ratios: dict[str, float], names: dict[int, str], kept: int) -> bool:
+    """Whether the ``kept`` leaders ranked best by the first settled round's samples alone (each over that round's
+    median leader sample: the sift's ranking) hold a config within 1.01 of the sustained best (by ``ratios``, which
+    time only configs some tuning chose)."""
+    first = race.settled_from
+    samples = {o["index"]: o["round_times"] for o in decision["measurements"] if o.get("round_times")}
+    leaders = [i for i, times in samples.items() if first is not None and len(times) > first]
+    if not leaders:
+        return False
+    middle = median([samples[i][first] for i in leaders])
+    best = sorted(leaders, key=lambda i: (samples[i][first] / middle, i))[:kept]
+    return any(ratios.get(names[i], math.inf) <= 1.01 for i in best)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tgz", nargs="+", default=[str(HERE / "results/session_h200_46/call2_sift_second/fid.tgz"),
-                                                     str(HERE / "results/session_h200_47/call1_sift_ab/fid.tgz")])
+    parser.add_argument("--tgz", nargs="+", default=[str(HERE / f"results/{name}") for name in DEFAULT_ARCHIVES])
     parser.add_argument("--variant", default="ours", help="the tunings replayed: bench_fidelity's variant name")
+    parser.add_argument("--kept", type=int, nargs="*", default=[3, 4],
+                        help="how many leaders a sift of one settled round would keep (judged per tuning)")
     args = parser.parse_args()
-    recorded, again, held_out = [], [], []
+    recorded, again, held_out, keeps = [], [], [], {k: [] for k in args.kept}
     for fid_path in fid_files(args.tgz):
         folder = fid_path.parent.parent
-        nk = fid_path.stem[len("fid_"):]
-        ratios = {shape.split(",")[0].strip("( "): row["oracle"]["ratios"]
-                  for shape, row in json.loads(fid_path.read_text())["tune"].items()}
-        pattern = f"fid/decisions_{nk}/tdt_fid_{args.variant}_[0-9]*/*/*.json"
+        tune = json.loads(fid_path.read_text())["tune"]
+        ratios = {shape.split(",")[0].strip("( "): row["oracle"]["ratios"] for shape, row in tune.items()}
+        nk = ",".join(next(iter(tune)).strip("()").split(",")[1:3]).replace(" ", "")
+        decisions = f"decisions_{nk}" if (folder / "fid" / f"decisions_{nk}").is_dir() else "decisions"
+        pattern = f"fid/{decisions}/tdt_fid_{args.variant}_[0-9]*/*/*.json"
         for path in sorted(folder.glob(pattern)):
             decision = json.loads(path.read_text())
             m = path.parent.parent.name[len(f"tdt_fid_{args.variant}_"):].split("_")[0]
@@ -91,6 +116,8 @@ def main() -> None:
             recorded.append(before)
             again.append(now)
             held_out.append(nk != TRAINING)
+            for k, got in keeps.items():
+                got.append(sift_keeps_best(decision, race, ratios[m], names, k))
             print(f"N,K = {nk}, M = {m}: recorded config {decision['index']} ({before:.4f}), replayed config "
                   f"{race.winner()} ({now:.4f}), statistic {race.location().__name__}, sifted {race.sifted}")
     for part, keep in (("training (N,K = " + TRAINING + ")", False), ("held out", True)):
@@ -99,6 +126,8 @@ def main() -> None:
             if mine:
                 print(f"{part}, {name}: {sum(x <= 1.01 for x in mine)} of {len(mine)} within 1.01 of the sustained "
                       f"best, worst {max(mine):.4f}")
+    for k, got in keeps.items():
+        print(f"a sift keeping {k} by its first settled round keeps a config within 1.01 in {sum(got)} of {len(got)}")
 
 
 if __name__ == "__main__":
