@@ -8,7 +8,8 @@
 # fid.tgz.
 # Usage: OUT=DIR bash benchmarks/gpu/session46_sift.sh   (T1, T2, T3: tunings per variant and shape; F1, F2, F3:
 # seconds each family may take; VARIANTS: bench_fidelity's, default ours,ours_nosift. The forty-seventh session's
-# call 1: VARIANTS=ours,ours_sift27,ours_nosift T1=5 T2=3 T3=3 F1=240 F2=190 F3=110)
+# call 1: VARIANTS=ours,ours_sift27,ours_nosift T1=5 T2=3 T3=3 F1=240 F2=190 F3=110; the A/B owed next:
+# VARIANTS=ours,ours_keep4,ours_sift27)
 set -u
 OUT=${OUT:?set OUT}; mkdir -p "$OUT/fid"
 export PYTHONUNBUFFERED=1
