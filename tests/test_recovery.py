@@ -192,7 +192,7 @@ def test_a_replica_leaving_with_an_error_ends_the_waiting_replicas_at_once(tmp_p
 def test_each_warm_up_run_has_the_deadline_not_the_whole_warm_up(tmp_path):
     """T = 4 s; config 1's warm-up is 4 runs of 1.2 s (3 runs and the probe's one call): each run ends within T,
     the warm-up as a whole does not. Every rank measures it and decides (config 1, 1 ms a call in the race against
-    config 0's 2 ms). Before, the warm-up was one phase under one deadline of T: both ranks' watchdogs journaled the
+    config 0's 10 ms). Before, the warm-up was one phase under one deadline of T: both ranks' watchdogs journaled the
     healthy config as hung and ended the job with exit status 86, and every rerun left the config out."""
     results = run_ranks(RECOVERY, 2, ["slow_warmup"], env=tuner_env(tmp_path, 4), timeout=90)
     assert all(r.returncode == 0 for r in results), describe(results)
