@@ -263,17 +263,16 @@ def test_under_noise_a_heavy_race_of_three_configs_ranks_its_leaders_drift_free(
     """The same race (3 configs, heavy, no sift) with drift-free ratios that read noisy: its leaders are ranked by
     the median of their drift-free ratios, not by the least of all their samples (config 1's screening sample,
     1.40, chose it before where every settled round had it behind config 0), and each outcome says so
-    (``settled_time``), so a replica's least sample (``replicas._least``) and a decision's table are the race's
+    (``settled_time``), so a replica's least sample (``Outcome.least``) and a decision's table are the race's
     own times."""
     from triton_dist_tune.function.decide import decide
-    from triton_dist_tune.measure.replicas import _least
 
     race = raced(PLAN, {0: 1.52, 1: 1.40, 2: 1.51}, {0: [1.60, 1.80, 1.62, 1.85, 1.61, 1.82, 1.60, 1.84],
                                                      1: [1.66, 1.68, 1.90, 1.67, 1.92, 1.66, 1.91, 1.68],
                                                      2: [1.70, 1.95, 1.72, 1.71, 1.98, 1.70, 1.96, 1.72]})
     assert not race.sifted and race.location() is min
     outcomes = [race.outcome(i, str(i), 0) for i in range(3)]
-    assert all(o.settled_time for o in outcomes) and [_least(o) for o in outcomes] == [o.time for o in outcomes]
+    assert all(o.settled_time for o in outcomes) and [o.least() for o in outcomes] == [o.time for o in outcomes]
     assert outcomes[0].time < outcomes[1].time < outcomes[2].time
     decision = decide(outcomes, race, "steady")
     assert decision.index == 0 and {o.index: o.time for o in decision.outcomes} == {o.index: o.time

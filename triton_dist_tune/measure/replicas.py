@@ -229,7 +229,7 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     # same leaders, same order everywhere; ``refine_top`` chose them (at least MIN_LEADERS): it bounds their race no
     # further (its keep_top would sift or cut 2 leaders to 1 on each replica alone)
     raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top], replace(measurer.plan.race, keep_top=None))}
-    times = {i: (o.time, _least(o)) if o.usable and o.time is not None else (o.error or o.state)
+    times = {i: (o.time, o.least()) if o.usable and o.time is not None else (o.error or o.state)
              for i, o in raced.items()}
     what = f"{label} leaders across replicas"
     worst, noisy_leaders, clock = layout.worst(times, _noisy(measurer), (budget.cut, budget.elapsed), what,
@@ -262,12 +262,6 @@ def _noisy(measurer: Measurer) -> bool:
     median (:meth:`~.race.Race.location`); False where it raced nothing."""
     race = getattr(measurer, "race", None)
     return race is not None and statistic(race.location()) == LEAST
-
-
-def _least(outcome: Outcome) -> float:
-    """A raced outcome's least group sample (its time where it has none, and a drift-free settled time, a heavy
-    race's settled leader's: :meth:`~triton_dist_tune.records.Outcome.least`)."""
-    return outcome.least()
 
 
 def _statistic(chosen: Decision, noisy: bool) -> Decision:

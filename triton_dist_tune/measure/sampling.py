@@ -76,7 +76,7 @@ class Sampling:
     def _place_leaders(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
                        rounds: int | None = None) -> dict[int, str]:
         """Before a race's settled block of ``rounds`` rounds (timed on the device; default :meth:`step_rounds`, the
-        rounds the time budget leaves it): each leader's graphs at the output placements it lacks of those those
+        rounds the time budget leaves it): each leader's graphs at the output placements it lacks of those the
         rounds replay (:meth:`Graphs.place`; the sift's one round replays the first alone, and stops most of its
         leaders; a block the budget cuts short replays no placement past its last round), each capture under the
         tuning's deadline; returns the leaders whose capture met their own error at its synchronize (the caller
