@@ -257,9 +257,11 @@ def test_a_configs_first_run_has_its_arguments_checked_when_it_ends_not_inside_t
     config = {"k": 1.0}
     trial = Trial(fn, (x,), {}, HostClock(), state, lambda c, *a, **kw: state.config_starting(c))
     trial.call(config)
-    assert state.changed == ["x"]  # found when the run that changed it ended
+    assert state.written == ["x"]  # found when the run that changed it ended (perhaps an output written whole)
     trial.call(config)
-    assert x.tolist() == [1.0] * 4  # restored before the second run, which then added once
+    assert state.changed == ["x"] and state.written == []  # the run from NaN left NaN: x is read, not just written
+    trial.call(config)
+    assert x.tolist() == [1.0] * 4  # restored before the third run, which then added once
     assert state.changed == ["x"]
 
 
@@ -347,3 +349,42 @@ def test_a_view_of_a_restored_tensor_is_not_taken_for_an_argument_changed_in_pla
         runs(state, lambda: out.add_(1))  # an undeclared argument written in place: reported, put back
     assert state.changed == ["out"] and "[h] the tuned function changed its argument 'out'" in caplog.text
     assert torch.equal(out, torch.zeros(4))
+
+
+def test_a_checked_run_starts_from_the_saved_output_and_a_failed_run_from_nan_is_checked_again():
+    """An output written whole is left between runs, but a run whose result counts (checked against ``ref_prog``)
+    must start from the caller's values, as one call would; and a run from NaN that raised says nothing about
+    whether the output is written whole, so the next run starts from NaN again."""
+    import torch
+
+    from triton_dist_tune.measure.arguments import ArgumentState
+    from triton_dist_tune.measure.clocks import HostClock
+    from triton_dist_tune.measure.trial import Trial
+
+    entry: list[float] = []
+
+    def fn(out, *, k):
+        entry.append(float(out[0]))
+        if k == 9:
+            raise RuntimeError("a config that fails")
+        out.copy_(torch.full((4,), k))
+
+    out = torch.full((4,), 7.0)
+    state = ArgumentState({"out": out}, (), ())
+    trial = Trial(fn, (out,), {}, HostClock(), state, lambda c, *a, **kw: state.config_starting(c))
+    one, two, bad = {"k": 1.0}, {"k": 2.0}, {"k": 9}
+    trial.call(one)
+    trial.call(one)
+    assert state.written == ["out"] and state.changed == [] and entry[1] != entry[1]  # the second run from NaN
+    trial.call(one, exact=True)
+    assert entry[2] == 7.0  # the checked run from the caller's values, not NaN nor the last run's
+    trial.call(one)
+    assert entry[3] == 1.0  # then left as the last run wrote it
+    with pytest.raises(RuntimeError):
+        trial.call(bad)  # its first run, from NaN, fails
+    trial.call(one)
+    assert entry[5] != entry[5] and state.written == ["out"]  # so the next run starts from NaN and is checked
+    trial.call(two)
+    assert entry[6] != entry[6]  # another config's first run: from NaN
+    state.put_back()
+    assert out.tolist() == [7.0] * 4

@@ -61,6 +61,32 @@ def reset_to_zero():
 
 
 @case
+def written_output():
+    """An output buffer every config writes whole is left as the last run wrote it (no copy back before each run,
+    no warning), each config's first run checked from NaN; one a config writes in part is restored as before."""
+    tdt.init_distributed()
+    out = {}
+    for label, part in (("whole", {}), ("part", {2: 2})):  # variant -> elements it writes (all when absent)
+        seen = collections.Counter()
+        base = torch.full((4,), -1.0)
+
+        @tdt.autotune(space(), key_fn=lambda a, c: 0, n_warmup=1, n_repeat=2, name=f"written_{label}")
+        def scale(a, c, *, variant):
+            first = float(c[3])
+            seen["nan" if first != first else "saved" if first == -1.0 else "left"] += 1
+            time.sleep(0.001 * (variant + 1))
+            n = part.get(variant, 4)
+            c[:n] = a[:n] * (variant + 1)
+            dist.all_reduce(torch.zeros(1))
+            return c
+
+        c = base.clone()
+        scale(torch.arange(4.0), c)
+        out[label] = {"c": c.tolist(), "chosen": scale.tuner.decided[0]["variant"], "seen": dict(sorted(seen.items()))}
+    emit(**out)
+
+
+@case
 def wrong_on_one_rank():
     """The fastest config gives a wrong result on rank 1 only: left out everywhere."""
     tdt.init_distributed()

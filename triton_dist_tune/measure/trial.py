@@ -32,17 +32,20 @@ class Trial:
     #: the calls made so far (for the device-time floor of :mod:`~triton_dist_tune.measure.breakdown`)
     calls: int = 0
 
-    def call(self, config: dict[str, Any], restored: bool = False) -> Any:
+    def call(self, config: dict[str, Any], restored: bool = False, exact: bool = False) -> Any:
         """Prepare the arguments (unless ``restored``: the caller did) and run once with ``config``; returns the
-        function's result."""
+        function's result. ``exact``: the result counts, so every argument is put back first (outputs written whole
+        too: :meth:`~triton_dist_tune.measure.arguments.ArgumentState.before_run`)."""
         self.calls += 1
         if self.state is not None and not restored:
-            self.state.before_run()
+            self.state.before_run(exact)
         if self.pre_hook is not None:
             self.pre_hook(config, *self.args, **self.kwargs)
         try:
             out = self.fn(*self.args, **self.kwargs, **config)
         except Exception:
+            if self.state is not None:
+                self.state.run_failed()
             if self.post_hook is not None:  # it closes what pre_hook opened (a phase counter) for the next run;
                 with contextlib.suppress(Exception):  # the run's own error is the one that counts
                     self.post_hook(config, *self.args, **self.kwargs)
@@ -79,7 +82,7 @@ class Trial:
 
     def checked_run(self, config: dict[str, Any]) -> str | None:
         """One untimed run compared against the reference; None when it matches."""
-        out = self.call(config)
+        out = self.call(config, exact=True)
         self.clock.synchronize()
         produced = (out, *self.state.outputs) if self.state is not None else (out,)
         return self.reference.mismatch(produced) if self.reference is not None else None
