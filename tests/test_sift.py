@@ -252,11 +252,37 @@ def test_a_heavy_race_with_three_configs_or_fewer_left_judges_its_noise_as_a_sif
         race.record(i, [screening[i]])
     race.end_round()
     assert race.settled_from == 1 and race.sift_until is None and len(race.running) == configs
-    swing = [1.0, 1.12, 0.97, 1.10, 1.0, 1.08, 0.98, 1.11]
+    swing = [1.0, 1.12, 0.97, 1.10, 1.0]  # PLAN's heavy_rounds: 5 settled rounds, sifted or not
     run_settled(race, {i: [t * s for s in swing] for i, t in {0: 1.60, 1: 1.68, 2: 1.70}.items()})
     assert not race.sifted and race.location() is median and race.winner() == 0, [
         race.outcome(i, "", 0).time for i in race.entrants]
     assert not _noisy(type("Measurer", (), {"race": race})())  # what a replica tells the others of its race
+
+
+@pytest.mark.parametrize(("configs", "top"), [(3, 0), (2, 0), (3, 3), (2, 2)])
+def test_a_heavy_race_with_nothing_to_sift_runs_as_many_settled_rounds_as_a_sifted_one(configs, top):
+    """A heavy race (1.5 ms per call, the default steady plan) with no more configs left when it settles than stay
+    (3 or 2, ``refine_top`` off or at least that many; 2 is what replicas race their leaders with) settles them all
+    after 1 screening round, with nothing to sift. It ran ``final_rounds`` (8) settled rounds, where a sifted race
+    runs ``heavy_rounds`` (6) in all: 3 leaders took 24 heavy settled samples against the 19 of a race of 4 that
+    sifts one (4 + 3 x 5), each leader 8 where the sifted race's got 6. It runs ``heavy_rounds`` too: each leader
+    as many settled samples as a sifted race's, and never more device time in all."""
+    plan = TuneOptions(refine_top=top).plan(60.0, "steady", "k").race
+
+    def run(configs: int) -> Race:
+        race = screened(plan, 1.5, 1, configs=configs)
+        while not race.finished(0.0):
+            settle(race, {i: 1.6 + 0.01 * i for i in race.running}, race.block())
+        return race
+
+    race = run(configs)
+    assert race.settled_from == 1 and not race.sifted and race.winner() == 0
+    settled = {i: len(e.settled) for i, e in race.entrants.items()}
+    assert settled == dict.fromkeys(range(configs), HEAVY_CYCLES), settled
+    assert race.rounds == 1 + HEAVY_CYCLES
+    sifted = run(race.sift_keeps() + 1)  # one more config than stay: the sift stops one after its 1 round
+    assert len(sifted.sifted) == 1 and max(len(e.settled) for e in sifted.entrants.values()) == HEAVY_CYCLES
+    assert sum(settled.values()) <= sum(len(e.settled) for e in sifted.entrants.values())
 
 
 def test_under_noise_a_heavy_race_of_three_configs_ranks_its_leaders_drift_free():
@@ -267,9 +293,9 @@ def test_under_noise_a_heavy_race_of_three_configs_ranks_its_leaders_drift_free(
     own times."""
     from triton_dist_tune.function.decide import decide
 
-    race = raced(PLAN, {0: 1.52, 1: 1.40, 2: 1.51}, {0: [1.60, 1.80, 1.62, 1.85, 1.61, 1.82, 1.60, 1.84],
-                                                     1: [1.66, 1.68, 1.90, 1.67, 1.92, 1.66, 1.91, 1.68],
-                                                     2: [1.70, 1.95, 1.72, 1.71, 1.98, 1.70, 1.96, 1.72]})
+    race = raced(PLAN, {0: 1.52, 1: 1.40, 2: 1.51}, {0: [1.60, 1.80, 1.62, 1.85, 1.61],
+                                                     1: [1.66, 1.68, 1.90, 1.67, 1.92],
+                                                     2: [1.70, 1.95, 1.72, 1.71, 1.98]})
     assert not race.sifted and race.location() is min
     outcomes = [race.outcome(i, str(i), 0) for i in range(3)]
     assert all(o.settled_time for o in outcomes) and [o.least() for o in outcomes] == [o.time for o in outcomes]
@@ -281,13 +307,13 @@ def test_under_noise_a_heavy_race_of_three_configs_ranks_its_leaders_drift_free(
 
 def test_under_noise_a_heavy_race_timed_on_the_device_logs_the_leaders_its_two_level_rule_raised():
     """A heavy race timed on the device (``levels``) ranks its settled leaders drift-free under noise too, and so
-    raises a leader whose samples hold a slower level (config 0: 1.90 in 3 of its 8 settled rounds, 1.50 in the
-    others), which changes the choice (2, not 0). The rank's log must name it, and the config the medians would
-    have chosen (docs/protocol.md: "the rank's log names such leaders on the race's line"). Before:
+    raises a leader whose samples hold a slower level (config 0: 1.90 in 3 of its 8 settled rounds, ``heavy_rounds``
+    8 here, 1.50 in the others), which changes the choice (2, not 0). The rank's log must name it, and the config
+    the medians would have chosen (docs/protocol.md: "the rank's log names such leaders on the race's line"). Before:
     ``slower_levels`` read nothing under noise (a quiet race's rule alone), and the log said nothing."""
     from triton_dist_tune.measure.standings import levels_note
 
-    race = raced(replace(PLAN, levels=True), {0: 1.50, 1: 1.52, 2: 1.55},
+    race = raced(replace(PLAN, levels=True, heavy_rounds=8), {0: 1.50, 1: 1.52, 2: 1.55},
                  {0: [1.50, 1.50, 1.90, 1.50, 1.90, 1.50, 1.90, 1.50],
                   1: [1.70, 1.50, 1.62, 1.75, 1.55, 1.72, 1.56, 1.74],
                   2: [1.56, 1.74, 1.72, 1.55, 1.75, 1.58, 1.71, 1.57]})
@@ -639,14 +665,14 @@ def test_replicas_at_their_power_limit_sift_their_shares_and_end_on_one_config_f
 def test_replicas_with_refine_top_1_still_race_two_leaders_to_the_end(ranks):
     """Replicas race the 2 best survivors of the first pass again (``refine_top`` if larger:
     ``replicas.MIN_LEADERS``), on every replica. ``refine_top=1`` bounds each share's race (its sift keeps one), not
-    the leaders' race: there both leaders run every round (a heavy race of 2: 1 screening round and 8 settled ones,
-    9 samples each), where a ``refine_top`` that bounded that race too would sift its 2 leaders to 1 after one
-    settled round."""
+    the leaders' race: there both leaders run every round (a heavy race of 2 with nothing to sift: 1 screening round
+    and ``heavy_rounds`` settled ones, 7 samples each; 9 before it ran 8 settled rounds), where a ``refine_top`` that
+    bounded that race too would sift its 2 leaders to 1 after one settled round."""
     results, logs = ranks
     first, second = (r.result for r in results["sift_replicas_top1"])
     assert first["chosen"] == second["chosen"] and len(first["chosen"]) == 4, (first, second)
     for key, measured in first["measured"].items():
-        assert sorted(measured.values()) == [9, 9], (key, measured)
+        assert sorted(measured.values()) == [1 + HEAVY_CYCLES] * 2, (key, measured)
     for rank in range(2):
         for key, (share, leaders) in race_lines(logs[rank], "sift_replicas_top1").items():
             assert "sifted to 1" in share and "sifted" not in leaders, (rank, key, share, leaders)

@@ -97,15 +97,16 @@ SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: settled block, where it reached the six, ranked it first (``results/session_h200_14``)
 SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: the sift (:mod:`~triton_dist_tune.measure.race`): when the screening leader takes :data:`POWER_SETTLE_ABOVE_MS` per
-#: call or more, the settled block starts after :data:`SIFT_AFTER` screening rounds (or once at most this many
-#: configs are left: after the first round, where this many or fewer race) with up to this many leaders,
-#: its first :data:`SIFT_CYCLES` cycles sift them, and the :data:`SETTLED_LEADERS` best go on, for
-#: :data:`HEAVY_CYCLES` cycles in all. Short screening samples misrank heavy configs on a device at its power limit:
-#: on one H200 (bench_fidelity.py's GEMMs, N = 4096, K = 14336, M = 8192 and 16384) the two 128x256 tiles, best
-#: alone by 8-14%, reached neither the 3 leaders nor 6 in about half of 24 tunings, where every settled block they
-#: reached chose one; 17-20 configs were left after 2 screening rounds. One settled cycle of 12 plus 5 of 3 costs
-#: about what 8 of 3 and a third screening round did. Chosen on those tunings' logs (``results/session_h200_46``;
-#: training)
+#: call or more, the settled block starts after :data:`SIFT_AFTER` screening rounds (or once at most this many configs
+#: are left: after the first round, where this many or fewer race) with up to this many leaders, its first
+#: :data:`SIFT_CYCLES` cycles sift them, and the :data:`SETTLED_LEADERS` best go on, for :data:`HEAVY_CYCLES` cycles
+#: in all (so does a heavy block with nothing to sift, not :data:`SETTLED_CYCLES`: its leaders get as many settled
+#: samples as a sifted block's, and it never costs more). Short screening samples misrank heavy configs on a device at
+#: its power limit: on one H200 (bench_fidelity.py's GEMMs, N = 4096, K = 14336, M = 8192 and 16384) the two 128x256
+#: tiles, best alone by 8-14%, reached neither the 3 leaders nor 6 in about half of 24 tunings, where every settled
+#: block they reached chose one; 17-20 configs were left after 2 screening rounds. One settled cycle of 12 plus 5 of 3
+#: costs about what 8 of 3 and a third screening round did. Chosen on those tunings' logs
+#: (``results/session_h200_46``; training)
 SETTLED_LEADERS_HEAVY, SIFT_AFTER, SIFT_CYCLES, HEAVY_CYCLES = 12, 2, 1, 6
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
 #: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
