@@ -153,3 +153,39 @@ def test_a_note_stops_no_rank_outside_the_call_it_was_about_when_the_same_functi
         second, third = r.results[1:]
         assert second["error"] is None and third["error"] is None, describe(results)
         assert second["seconds"] < T / 2, second  # rank 1 is 4 s late: no rank waits its deadline (40 s)
+
+
+@pytest.mark.timeout(240)
+def test_the_pass_on_note_of_a_rank_late_to_the_next_call_stops_no_rank(tmp_path):
+    """Rank 1 calls with a wrong autotune_pg; rank 0, waiting for it in their TP group, raises it and posts its own
+    note passing the error on; ranks 2 and 3 tune the key on theirs. Every rank then calls the same function again
+    on the whole job, rank 1 4 s late and rank 0 20 s late (over the 10 s grace for an unanswered note), its note
+    still in the store.
+    Its note was passed on in a call on the TP group {0, 1} alone (the note names its call's groups), so it is not
+    about a wait on the whole job: ranks 2 and 3 wait for rank 0 as for any late rank, and every rank tunes. Before:
+    ranks 2 and 3 raised BadInputError in the second call, at 4.0 s, quoting rank 0's note of the first (rank 0
+    answered it itself, so no other rank's answer marked it stale, and they had ended their first call before it
+    was posted: no grace either); the scenario's third call then met the others' second. The deadline here is 60 s,
+    40 s more than rank 0 is late: no rank waits it."""
+    results = run_ranks(CASES, 4, ["stale_pass_on_note"], env=tuner_env(tmp_path, timeout=60), timeout=200)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    first = [r.results[0] for r in results]
+    assert first[1]["error"] == "BadInputError", describe(results)
+    assert first[0]["error"] == "BadInputError", describe(results)
+    assert "global rank 1 raised BadInputError" in first[0]["message"], describe(results)
+    assert first[2]["error"] is None and first[3]["error"] is None, describe(results)
+    for r in results:
+        second, third = r.results[1:]
+        assert second["error"] is None and third["error"] is None, describe(results)
+
+
+def test_a_notes_call_groups_are_read_back_and_a_damaged_list_names_none():
+    """A pass-on note names its call's groups (``[name, [global ranks]]`` pairs); a list that is not of such pairs
+    (another process's, damaged) names none, and the note is read as one without them (its groups not said)."""
+    from triton_dist_tune.group.unresolved import _about
+
+    line = json.dumps({"about": ["f"], "posted": 1.0, "groups": [["1", [0, 1]], ["default", [0, 1, 2, 3]]]})
+    assert _about(line) == (("f",), 1.0, (("1", (0, 1)), ("default", (0, 1, 2, 3))))
+    for groups in ([["1", [0, "1"]]], [["1"]], "1", [[1, [0]]]):
+        assert _about(json.dumps({"about": ["f"], "posted": 1.0, "groups": groups})) == (("f",), 1.0, None)
+    assert _about(json.dumps(["f"])) == (("f",), None, None)

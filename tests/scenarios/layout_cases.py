@@ -160,5 +160,22 @@ def stale_note_same_function():
     call(f)  # decided on the whole job: no exchange
 
 
+
+@case
+def stale_pass_on_note():
+    """As :func:`stale_note_same_function`, but the rank late to the second call is rank 0, the one that answered
+    rank 1's note in the first call (waiting in their TP group) and posted its own note passing the error on: every
+    rank calls the function again on the whole job, rank 1 4 s late (its note stays until its next call, so that rank
+    0 reads it) and rank 0 20 s late (over the 10 s ``STALE_GRACE_S``), and ranks 2 and 3 wait for rank 0 there while
+    its pass-on note of the first call is still in the store."""
+    me, tp, _ = two_by_two()
+    f = layer("stale_pass_on")
+    call(f, autotune_pg="not a group" if me == 1 else tp)
+    if me < 2:
+        time.sleep(20 if me == 0 else 4)
+    call(f)
+    call(f)  # decided on the whole job: no exchange
+
+
 if __name__ == "__main__":
     main()

@@ -13,7 +13,7 @@ from ..errors import BadInputError
 from .channel import NON_MEMBER, Group, SingleGroup, not_a_member
 from .mpi import MpiGroup
 from .store import StoreGroup
-from .unresolved import NOTES
+from .unresolved import NOTES, joined
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -99,6 +99,9 @@ def resolve_group(pg: Any = None, option: str = "autotune_pg") -> Group:
         NOTES.post(str(exc))
         raise
     NOTES.withdraw()
+    ranks = getattr(group, "global_ranks", None)
+    if ranks is not None:  # a group whose waits read notes: a note this call passes on names it (.unresolved)
+        joined(group.name, ranks)
     return group
 
 

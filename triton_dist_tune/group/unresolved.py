@@ -25,9 +25,11 @@ in another group: that rank met it in an earlier call. A note answered in the wa
 call's. A rank that has ended a call of the function since the note was posted (the note's second line says when)
 reads a note nobody has answered as stale for :data:`STALE_GRACE_S`, the time the rank that waited for the note's
 rank in the call it was about takes to answer it, then raises it (a wrong rank that was early for this call, and
-whose peers were all still in an earlier call of the function when it posted, is raised that much later). A note
-whose rank is late and whose answerer is late too (its own note, which passes the error on, still in the store)
-is read as before.
+whose peers were all still in an earlier call of the function when it posted, is raised that much later). A rank
+that answered a note and is itself late to the next call leaves its own note in the store, which passes the error
+on: that note names the groups of the call it was posted in (those the call resolved, :func:`joined`, and the one
+it waited on), and a rank that waits for it in a group the note does not name reads it as stale (a rank waits for
+it in that call only in one of that call's groups); answered or not, with no grace.
 
 The note stays until that rank's next call resolves its group well (a user who catches the error and calls again
 with the right group): then it is deleted. Every note carries the id of the error it passes on (its root: the
@@ -55,7 +57,10 @@ from .. import settings
 log = logging.getLogger("triton_dist_tune")
 
 
-#: per thread: the names of the tuned functions whose calls it is inside, outermost first (:func:`calling`)
+#: a group as a note names it: its name and its global ranks (those of :class:`Waiter`)
+GroupId = tuple[str, tuple[int, ...]]
+#: per thread: the names of the tuned functions whose calls it is inside, outermost first (:func:`calling`), and for
+#: each call the groups it resolved (:func:`joined`)
 _inside = threading.local()
 #: per function name: when this process's last call of it ended (unix seconds; :func:`calling`)
 _ended: dict[str, float] = {}
@@ -75,18 +80,35 @@ def _calls() -> list[str]:
     return calls
 
 
+def _call_groups() -> list[list[GroupId]]:
+    groups = getattr(_inside, "groups", None)
+    if groups is None:
+        groups = _inside.groups = []
+    return groups
+
+
 @contextmanager
 def calling(name: str) -> Iterator[None]:
     """Mark the calling thread as inside a call of the tuned function ``name`` (its group's resolution, its
     exchanges): a note the thread posts meanwhile is about that call, and its waits raise only notes about a
     function it is inside (see the module docstring). Nested marks add up."""
-    calls = _calls()
+    calls, groups = _calls(), _call_groups()
     calls.append(name)
+    groups.append([])
     try:
         yield
     finally:
         calls.pop()
+        groups.pop()
         _ended[name] = time.time()
+
+
+def joined(name: str, ranks: Sequence[int]) -> None:
+    """The call this thread is inside (:func:`calling`) resolved the group ``name`` of global ``ranks``: a note it
+    passes on names it among its call's groups (:meth:`Notes.pass_on`). Outside a call: nothing."""
+    groups = _call_groups()
+    if groups:
+        groups[-1].append((name, tuple(ranks)))
 
 
 class Note(NamedTuple):
@@ -100,23 +122,42 @@ class Note(NamedTuple):
     text: str
     #: when it was posted (unix seconds; None: not said)
     posted: float | None = None
+    #: a note that passes an error on (:meth:`Notes.pass_on`): the groups of the call it was posted in (None: not
+    #: said, or an error of the rank's own, posted before its call's groups were all resolved)
+    groups: tuple[GroupId, ...] | None = None
 
     def concerns(self, inside: Sequence[str]) -> bool:
         """Whether a wait inside calls of the functions ``inside`` is concerned (either side unmarked: yes)."""
         return not self.about or not inside or not set(self.about).isdisjoint(inside)
 
 
-def _about(line: str) -> tuple[tuple[str, ...], float | None]:
-    """A note's second line: a JSON object with the names (``about``) and when it was posted (``posted``), or a
-    JSON list of names; anything else, written by another process: any call, at an unknown time."""
+def _about(line: str) -> tuple[tuple[str, ...], float | None, tuple[GroupId, ...] | None]:
+    """A note's second line: a JSON object with the names (``about``), when it was posted (``posted``) and, for a
+    note that passes an error on, its call's groups (``groups``), or a JSON list of names; anything else, written
+    by another process: any call, at an unknown time, in groups not said."""
     try:
         value = json.loads(line)
     except ValueError:
-        return (), None
-    names, posted = (value.get("about"), value.get("posted")) if isinstance(value, dict) else (value, None)
+        return (), None, None
+    names, posted, groups = ((value.get("about"), value.get("posted"), value.get("groups")) if isinstance(value, dict)
+                             else (value, None, None))
     if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
-        return (), None
-    return tuple(names), float(posted) if type(posted) in (int, float) and math.isfinite(posted) else None
+        return (), None, None
+    return (tuple(names), float(posted) if type(posted) in (int, float) and math.isfinite(posted) else None,
+            _groups_of(groups))
+
+
+def _groups_of(value: Any) -> tuple[GroupId, ...] | None:
+    """A note's ``groups``: a list of ``[name, [global ranks]]`` pairs (anything else: not said)."""
+    if not isinstance(value, list):
+        return None
+    found = []
+    for pair in value:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], list)
+                and all(type(r) is int for r in pair[1])):
+            return None
+        found.append((pair[0], tuple(pair[1])))
+    return tuple(found)
 
 
 class Waiter(NamedTuple):
@@ -157,10 +198,10 @@ class Notes:
         #: root -> when this process first read a note of it while it could be stale (``time.monotonic``)
         self._seen: dict[str, float] = {}
 
-    def post(self, message: str, root: str | None = None) -> None:
+    def post(self, message: str, root: str | None = None, groups: Sequence[GroupId] | None = None) -> None:
         """Say to the job that this rank will not come to its group's exchanges of the call it is in (:func:`calling`):
         ``message`` is its error, which passes on the note ``root`` (None: an error of this rank's own, a root of
-        its own)."""
+        its own); ``groups``: the groups of that call, said in the note (:meth:`pass_on`)."""
         store = _job_store()
         if store is None:
             return
@@ -172,7 +213,10 @@ class Notes:
             self.raised.add(root)
             if not store.check([key]):
                 store.add(f"{_prefix()}count", 1)
-            about = json.dumps({"about": _calls(), "posted": time.time()})
+            said: dict[str, Any] = {"about": _calls(), "posted": time.time()}
+            if groups is not None:
+                said["groups"] = [[name, list(ranks)] for name, ranks in groups]
+            about = json.dumps(said)
             store.set(key, f"{root}\n{about}\n{message}".encode())
             self.posted = True
         except Exception as exc:  # best effort: the peers then wait their deadline, as before
@@ -182,7 +226,9 @@ class Notes:
         """This rank raises ``message`` because of the late ranks' ``notes`` (:meth:`unanswered`): their roots are
         answered in this call (its next call is not failed by them), and ``message`` is posted as this rank's note,
         passing on the first note's root. With ``where`` (the group it waited on), each root's answer is recorded
-        in the job's store, for :meth:`unanswered` on other ranks: which rank answered it, in which group."""
+        in the job's store, for :meth:`unanswered` on other ranks: which rank answered it, in which group; and the
+        note names the groups of this call (those it resolved, :func:`joined`, and ``where``'s): the ranks it passes
+        the error on to wait for this rank in one of them (:meth:`stale`)."""
         self.raised.update(note.root for note in notes.values())
         store = _job_store() if where is not None else None
         if store is not None:
@@ -193,7 +239,10 @@ class Notes:
                     store.set(f"{_prefix()}answered/{root}/{count}", answer.encode())
                 except Exception as exc:  # best effort: a later wait then reads the note as before
                     log.debug("triton_dist_tune: could not record the answer to a group error: %s", exc)
-        self.post(message, next(iter(notes.values())).root)
+        groups = None
+        if where is not None:
+            groups = list(dict.fromkeys([g for call in _call_groups() for g in call] + [(where.group, where.ranks)]))
+        self.post(message, next(iter(notes.values())).root, groups)
 
     def withdraw(self) -> None:
         """This rank resolved its group well (a new call): the notes it raised are answered, and its own note, if
@@ -227,8 +276,8 @@ class Notes:
             if store.check([key]):
                 root, _, rest = store.get(key).decode(errors="replace").partition("\n")
                 about, _, text = rest.partition("\n")
-                names, posted = _about(about)
-                found[rank] = Note(root, names, text, posted)
+                names, posted, groups = _about(about)
+                found[rank] = Note(root, names, text, posted, groups)
         return found
 
     def unanswered(self, store: Any, global_ranks: Sequence[int], where: Waiter | None = None) -> dict[int, Note]:
@@ -246,6 +295,9 @@ class Notes:
         another group while the note's rank is late):
 
         - answered in this group: it is this call's (the rank that answered waits here too): not stale;
+        - a note that passes the error on, posted in a call with no part in this group (the groups it names): the
+          note's rank met it in an earlier call (a rank waits for it here in this call only where that call has
+          this group too): stale;
         - answered by another rank of this group, in another group: that rank met it in an earlier call: stale;
         - neither, while this rank has ended a call of the function since the note was posted: not told yet,
           read as stale for :data:`STALE_GRACE_S` from when this rank first read it (the rank that waited for the
@@ -255,6 +307,8 @@ class Notes:
         group = (where.group, list(where.ranks))
         if any((name, ranks) == group for _, name, ranks in answers):
             return False
+        if note.groups is not None and (where.group, tuple(where.ranks)) not in note.groups:
+            return True
         if any(a in where.ranks and a not in (rank, where.me) for a, _, _ in answers):
             return True
         relevant = set(note.about).intersection(inside) if note.about else set()
