@@ -78,6 +78,13 @@ class Outcome:
     #: decides is quiet (:meth:`~triton_dist_tune.contextual.schedule.Track._take_all`; under noise a contextual race
     #: times its contenders by their least sample, and the flag is not set)
     settled_time: bool = False
+    #: a settled leader's time under the median statistic, whatever its race's statistic was: its drift-free time
+    #: (:meth:`~triton_dist_tune.measure.standings.Standings._drift_free`), which the race ranks it by where its
+    #: samples are quiet, and which a time taken again as a median (:func:`~triton_dist_tune.measure.noise.retaken`:
+    #: read back from a journal beside a quiet race) takes instead of the median of all its samples, screening ones
+    #: included. Under noise a race that is not heavy times it by its least sample, and so does :meth:`least`.
+    #: None: no settled samples (its median is of all its samples)
+    drift_free: float | None = None
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
@@ -102,7 +109,7 @@ class Outcome:
         for name in ("per_rank", "order", "round_times"):
             if data[name] is not None:
                 data[name] = list(data[name])
-        for name in ("time", "spread", "own"):
+        for name in ("time", "spread", "own", "drift_free"):
             value = data[name]
             if value is not None and not math.isfinite(value):
                 data[name] = None
@@ -124,6 +131,10 @@ class Outcome:
             return None
         if "round_times" in values:  # a time may be taken again from them (function/decide.py of_statistic)
             values["round_times"] = group_samples(values["round_times"])
+        drift_free = values.get("drift_free")
+        if drift_free is not None and not (type(drift_free) in (int, float) and math.isfinite(drift_free)
+                                           and drift_free >= 0):
+            values.pop("drift_free")  # damaged: the median of its samples
         if type(values.get("settled_time")) is not bool:
             values.pop("settled_time", None)  # damaged: the least of its samples
         try:

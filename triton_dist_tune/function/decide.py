@@ -65,8 +65,8 @@ def of_statistic(outcomes: list[Outcome], race: Race | None, told: str) -> list[
     median. Its time was of another statistic, or another race's: a screening's median of 2-4 samples, or the
     statistic of the earlier attempt's race when it left it. Exact: a noisy race's time is the least of all its
     samples (a heavy race's settled leader keeps its drift-free time, its ``settled_time``, read back too); a quiet
-    one's is their median for a config without settled samples (a screened or stopped one; a near-tie block's
-    leaver read back takes the median of all its samples). A probe's stand-in keeps its bound; with
+    one's is their median for a config without settled samples (a screened or stopped one), and a settled leader's
+    drift-free time (its ``drift_free``: a near-tie block's leaver read back). A probe's stand-in keeps its bound; with
     no race, every time is kept (sharded times are medians; read back all, a settled leader's time is drift-free)."""
     if race is None or not race.entrants:  # sharded (medians already) or every config resumed (an empty race): a
         return outcomes  # settled leader's time read back is drift-free

@@ -90,12 +90,19 @@ def statistic(location: Callable[[Sequence[float]], float]) -> str:
 def retaken(outcomes: Sequence[Outcome], least: bool, retake: Callable[[Outcome], bool]) -> list[Outcome]:
     """``outcomes``, each usable one that ``retake`` names with its time taken again from its group samples
     (``round_times``): their least (``least``: a noisy race's statistic), else their median, so that one decision's
-    table holds times of one statistic. A probe's stand-in (a bound, no sample), an outcome without samples and a
-    drift-free settled time (:attr:`~triton_dist_tune.records.Outcome.settled_time`: a heavy race's settled leader,
-    either statistic; a ``contextual_autotune`` close contender read back beside a quiet race) keep their time."""
-    return [replace(o, time=o.least() if least else float(median(o.round_times)))
+    table holds times of one statistic; a settled leader's median is its drift-free time
+    (:attr:`~triton_dist_tune.records.Outcome.drift_free`), as its race ranks it where quiet, not the median of all
+    its samples. A probe's stand-in (a bound, no sample), an outcome without samples and a heavy race's settled
+    leader's drift-free time (:attr:`~triton_dist_tune.records.Outcome.settled_time`, either statistic) keep their
+    time."""
+    return [replace(o, time=o.least() if least else _median(o))
             if o.usable and o.round_times and not o.probed and not o.settled_time and retake(o) else o
             for o in outcomes]
+
+
+def _median(outcome: Outcome) -> float:
+    """An outcome's time under the median statistic: a settled leader's drift-free time, else its median sample."""
+    return float(outcome.drift_free if outcome.drift_free is not None else median(outcome.round_times))
 
 
 def spread_of_runs(samples: Sequence[Sequence[float]], floor: float) -> NoiseEstimate | None:

@@ -239,10 +239,12 @@ class Standings:
         state = "measured" if e.state == "running" else "stopped"
         relative = self._relative(index)  # a settled leader: its drift-free time, and how sure that is
         own = per_rank[own_rank] if 0 <= own_rank < ranks else None
+        # a settled leader's drift-free time, under either statistic: its time where a quiet race takes it again
+        drift_free = self._drift_free(index) if e.settled else None
         return Outcome(index, description, state, time=self._rank_key(index)[0],
                        spread=spread(relative or e.deciding()), per_rank=per_rank, samples=len(timed), own=own,
                        order=list(e.positions), round_times=timed,
-                       settled_time=self.settled_noise and bool(e.settled))
+                       settled_time=self.settled_noise and bool(e.settled), drift_free=drift_free)
 
 
 def levels_note(race: Standings) -> str:
