@@ -13,6 +13,9 @@ import statistics
 
 import pytest
 
+from triton_dist_tune.contextual.exchange import measured_record
+from triton_dist_tune.contextual.schedule import Track
+from triton_dist_tune.contextual.tracks import TrackInfo
 from triton_dist_tune.faults.journal import Journal, merge
 from triton_dist_tune.function.decide import decide
 from triton_dist_tune.measure.race import Race, RacePlan
@@ -90,3 +93,87 @@ def test_a_damaged_drift_free_time_reads_as_none():
         assert outcome is not None and outcome.drift_free is None, damaged
     kept = Outcome.from_json({**record, "drift_free": 1.5})
     assert kept is not None and kept.drift_free == 1.5
+
+
+#: ``contextual_autotune``'s samples of each config, in the order launched (ms): 3 screening rounds, then config 0
+#: and 1's 4 closing rounds (config 2, 3x slower, leaves after 2), on a machine whose speed swings by 1.5x from one
+#: round to the next: the race reads noisy, and its times are least samples. Config 1 leads every closing round by
+#: 10%: its drift-free time leads; the median of all samples (screening included) would choose config 0
+CONTEXTUAL = {0: [1.0, 1.5, 1.0, 0.99, 1.485, 0.99, 1.485], 1: [1.05, 1.05, 1.5, 0.9, 1.35, 0.9, 1.35],
+              2: [3.0, 4.5, 3.0]}
+
+
+def track() -> Track:
+    info = TrackInfo(name="k", descriptions=[f"c{i}" for i in range(3)], names=[], entry="e", space_text="",
+                     pruned=[0, 1, 2])
+    return Track("mod.k", "(1,)", {0: info, 1: info}, 0, 3)
+
+
+def test_a_close_contender_journaled_under_noise_keeps_its_drift_free_time_read_back_beside_a_quiet_race(tmp_path):
+    """Attempt 1's contextual race reads noisy, so its close contenders are timed by their least sample (config 1
+    chosen, 0.9 ms to 0.99); their journal records (a real file, as ``journal_outcomes`` writes them) are read back
+    by attempt 2, which races nothing (every config known: its statistic is the median). There each contender must
+    take the time its own race gives it under the median, the drift-free median of its closing rounds (config 1
+    leads by 10%), as commit ff9cb45 made a contender journaled by a quiet race keep it; before, it took the median
+    of all its samples (1.0 and 1.05 ms: config 0 chosen by its screening)."""
+    first = track()
+    launched = {i: 0 for i in CONTEXTUAL}
+    while not first.done:
+        index = first.current()
+        ms = CONTEXTUAL[index][launched[index]]
+        launched[index] += 1
+        first.advance({r: [(index, ms, None)] for r in range(2)})
+    assert first.statistic == "least" and launched == {0: 7, 1: 7, 2: 2}, (first.statistic, launched)
+    assert first.best == 1 and first.times == {0: 0.99, 1: 0.9, 2: 3.0}, first.times
+    race = first.race
+    assert race is not None and race.entrants[0].settled and race.entrants[1].settled
+    drift_free = {i: race.outcome(i, f"c{i}", 0).drift_free for i in (0, 1)}
+    assert drift_free[1] < drift_free[0] / 1.05, drift_free  # config 1 leads every closing round by 10%
+
+    journal = Journal(tmp_path / "e.g.rank0.journal")
+    for index in (0, 1, 2):
+        journal.append(index, "measured", config=f"c{index}", **measured_record(first, index))
+    journal.close()
+    reader = Journal(tmp_path / "e.g.rank0.journal", create=False)
+    merged = merge([reader.read()], [f"c{i}" for i in range(3)])
+    reader.close()
+
+    second = track()
+    second.resume(merged)
+    assert second.done and second.statistic == "median" and second.resumed == {0, 1, 2}
+    assert second.times[0] == pytest.approx(drift_free[0], rel=1e-12), (second.times, drift_free)
+    assert second.times[1] == pytest.approx(drift_free[1], rel=1e-12), (second.times, drift_free)
+    assert second.times[2] == 3.75 and second.best == 1, (second.times, second.best)  # before: 0, by 1.0 to 1.05
+
+
+def test_a_max_runs_cut_in_the_closing_rounds_leaves_its_contenders_to_race_again():
+    """Not a defect: a cut (``max_runs``) during the closing rounds journals none of the contenders, by design. Its
+    choice is provisional (never served), and the next job tunes the key again from the journals the cut keeps: the
+    contenders race their closing rounds in full. Had the cut journaled their cut-short times, the next job would
+    read every config back, race nothing and decide at once, ``tuned`` (a final, served record), on the evidence
+    the cut left provisional: ``second`` shows it."""
+    first = track()
+    launched = {i: 0 for i in CONTEXTUAL}
+    while launched[0] + launched[1] < 8:  # the screening, then one closing round of the 4
+        index = first.current()
+        ms = CONTEXTUAL[index][launched[index]]
+        launched[index] += 1
+        first.advance({r: [(index, ms, None)] for r in range(2)})
+    assert first.race is not None and first.race.settling and not first.done
+    first.force("best so far at max_runs")
+    assert first.cut and first.done
+
+    journaled_if_cut = {i: {"state": "measured", "config": f"c{i}", **measured_record(first, i)} for i in (0, 1, 2)}
+    second = track()
+    second.resume(journaled_if_cut)
+    assert second.done and second.how == "tuned" and not second.cut  # decided at once: no closing round run
+
+    third = track()  # what the cut journals: config 2 (it left the race), the contenders race again
+    third.resume({2: journaled_if_cut[2]})
+    launched = {0: 0, 1: 0}
+    while not third.done:
+        index = third.current()
+        ms = CONTEXTUAL[index][launched[index]]
+        launched[index] += 1
+        third.advance({r: [(index, ms, None)] for r in range(2)})
+    assert launched == {0: 7, 1: 7} and third.how == "tuned" and third.best == 1, (launched, third.how)

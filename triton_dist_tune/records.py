@@ -73,16 +73,17 @@ class Outcome:
     #: (:func:`~triton_dist_tune.measure.noise.retaken`, :meth:`least`), of either statistic: a heavy race's settled
     #: leader's (sifted or not; that race's noise is the power limiter's clock swing, which its drift-free ratios
     #: take out, and its screening samples are what the sift distrusts:
-    #: :meth:`~triton_dist_tune.measure.standings.Standings._rank_key`), or a ``contextual_autotune`` close
-    #: contender's read back from a journal, the drift-free median of its closing rounds, where the race that
-    #: decides is quiet (:meth:`~triton_dist_tune.contextual.schedule.Track._take_all`; under noise a contextual race
-    #: times its contenders by their least sample, and the flag is not set)
+    #: :meth:`~triton_dist_tune.measure.standings.Standings._rank_key`). Elsewhere a settled leader's drift-free time
+    #: stands under the median statistic only: :attr:`drift_free` (a ``contextual_autotune`` journal that says
+    #: ``settled_time`` was written by a quiet race before that field was:
+    #: :func:`~triton_dist_tune.contextual.tracks.journaled_drift_free`)
     settled_time: bool = False
     #: a settled leader's time under the median statistic, whatever its race's statistic was: its drift-free time
     #: (:meth:`~triton_dist_tune.measure.standings.Standings._drift_free`), which the race ranks it by where its
     #: samples are quiet, and which a time taken again as a median (:func:`~triton_dist_tune.measure.noise.retaken`:
-    #: read back from a journal beside a quiet race) takes instead of the median of all its samples, screening ones
-    #: included. Under noise a race that is not heavy times it by its least sample, and so does :meth:`least`.
+    #: read back from a journal beside a quiet race; a ``contextual_autotune`` close contender's, the drift-free
+    #: median of its closing rounds) takes instead of the median of all its samples, screening ones included. Under
+    #: noise a race that is not heavy times it by its least sample, and so does :meth:`least`.
     #: None: no settled samples (its median is of all its samples)
     drift_free: float | None = None
 

@@ -230,18 +230,25 @@ def step_track(session: CallState, tid: TrackId, track: Track, gathered: list[di
 
 
 def journal_outcomes(session: CallState, tid: TrackId, track: Track) -> None:
-    """Journal the group outcomes this rank has not written yet (configs it took part in); a close contender's
-    drift-free time says so (``settled_time``: :attr:`~.schedule.Track.settled_times`)."""
+    """Journal the group outcomes this rank has not written yet (configs it took part in): :func:`measured_record`."""
     local = session.local.get(tid)
     if local is None:
         return
     for index in sorted(local.used):
         if index in track.times and index not in track.resumed:
-            settled = {"settled_time": True} if index in track.settled_times else {}
-            local.note(index, "measured", time=track.times[index], round_times=track.samples.get(index, []),
-                       per_rank=[track.per_rank[index][r] for r in sorted(track.per_rank[index])], **settled)
+            local.note(index, "measured", **measured_record(track, index))
         elif index in track.failed:
             local.note(index, "failed", error=track.failed[index])
+
+
+def measured_record(track: Track, index: int) -> dict[str, Any]:
+    """The journal fields of config ``index``'s group time: its time, samples and per-rank times, and a close
+    contender's drift-free median of its closing rounds (``drift_free``, whatever the race's statistic:
+    :attr:`~.schedule.Track.drift_free`), the time a quiet race that reads it back takes."""
+    drift_free = track.drift_free.get(index)
+    return {"time": track.times[index], "round_times": track.samples.get(index, []),
+            "per_rank": [track.per_rank[index][r] for r in sorted(track.per_rank[index])],
+            **({"drift_free": drift_free} if drift_free is not None else {})}
 
 
 _pruning_error_class: type | None = None

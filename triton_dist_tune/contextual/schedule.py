@@ -30,11 +30,11 @@ from ..errors import AllConfigsFailedError, BadInputError, MismatchError, one_ca
 from ..group.agreement import difference
 from ..measure.noise import retaken, statistic
 from ..measure.race import Race
-from ..records import MEDIAN, Outcome, group_samples
+from ..records import MEDIAN, Outcome
 from ..stats import clearly_slower, median, paired_ratios
 from . import intercept
 from .stages import Stages, estimated_best
-from .tracks import TrackInfo
+from .tracks import TrackInfo, journaled_drift_free, journaled_samples
 
 #: the most configs that race the closing rounds, and how many closing rounds there are per ``n_repeat`` past 1
 CLOSE_TOP = 3
@@ -80,8 +80,8 @@ class Track:
         #: the group samples each time is of (journaled with it, so that a resumed time is taken again of the
         #: statistic of the race that decides: :meth:`_take_all`)
         self.samples: dict[int, list[float]] = {}
-        #: configs whose time is the drift-free median of their closing rounds: journaled ``settled_time``
-        self.settled_times: set[int] = set()
+        #: each close contender's drift-free median of its closing rounds, whatever the race's statistic (journaled)
+        self.drift_free: dict[int, float] = {}
         self.failed: dict[int, str] = {}
         #: configs whose time came from an earlier attempt's journal
         self.resumed: set[int] = set()
@@ -181,7 +181,7 @@ class Track:
             if outcome["state"] in ("measured", "stopped"):
                 self.times[index] = float(outcome["time"])
                 self.samples[index] = journaled_samples(outcome)
-                (self.settled_times.add if outcome.get("settled_time") is True else self.settled_times.discard)(index)
+                put(self.drift_free, index, journaled_drift_free(outcome))
                 per_rank = outcome.get("per_rank") or []
                 self.per_rank[index] = {r: float(t) for r, t in zip(self.holders, per_rank, strict=False)}
                 self.resumed.add(index)
@@ -291,7 +291,7 @@ class Track:
         outcome = race.outcome(index, self.descriptions[index], 0) if race is not None else None
         if race is None or outcome is None or not outcome.usable:
             return
-        (self.settled_times.add if closing_time(race, index) else self.settled_times.discard)(index)
+        put(self.drift_free, index, outcome.drift_free)
         self.times[index] = float(outcome.time)
         self.spreads[index] = float(outcome.spread or 0.0)
         self.samples[index] = list(outcome.round_times)
@@ -305,7 +305,7 @@ class Track:
         for index, entrant in sorted(race.entrants.items()) if race is not None else ():
             if entrant.state != "failed" and entrant.timed() and index not in self.resumed:
                 self._take(index)
-        self.times.update(resumed_again(self.times, self.samples, self.resumed, self.settled_times, self.statistic))
+        self.times.update(resumed_again(self.times, self.samples, self.resumed, self.drift_free, self.statistic))
 
     def _conclude(self) -> None:
         """The race is over: take every outcome and choose."""
@@ -355,29 +355,25 @@ def all_failed(label: str, order: list[int], failed: Mapping[int, str], descript
         f"config {i} ({descriptions[i]}): {e}" for i, e in zip(order, errors, strict=True))))
 
 
-def closing_time(race: Race, index: int) -> bool:
-    """Whether config ``index``'s time in ``race`` is the drift-free median of its closing rounds: a close contender
-    of a quiet race (:meth:`~triton_dist_tune.measure.standings.Standings._rank_key` ranks it so; under noise its
-    time is its least sample)."""
-    return bool(race.entrants[index].settled) and race.location() is median
-
-
-def journaled_samples(outcome: Mapping[str, Any]) -> list[float]:
-    """The group samples of a time read back from the journal (none in a journal written before they were)."""
-    return group_samples(outcome.get("round_times"))
+def put(table: dict[int, float], index: int, value: float | None) -> None:
+    """Set ``table[index]`` to ``value``, or remove it where ``value`` is None."""
+    if value is None:
+        table.pop(index, None)
+    else:
+        table[index] = value
 
 
 def resumed_again(times: Mapping[int, float], samples: Mapping[int, list[float]], resumed: set[int],
-                  settled: set[int], told: str) -> dict[int, float]:
+                  drift_free: Mapping[int, float], told: str) -> dict[int, float]:
     """The times read back from an earlier attempt's journal (``resumed``), each taken again from its samples of
     the statistic ``told`` of the race that decides (:func:`~triton_dist_tune.measure.noise.retaken`): their
     least, or their median. Exact for a config that left that attempt's race or was screened (no settled samples);
-    a close contender's drift-free time (``settled``: journaled ``settled_time``) stands where ``told`` is the
-    median, as the race's own contenders' does, and takes its least sample under noise, as theirs does."""
-    quiet = told == MEDIAN
+    a close contender's median is its drift-free time of its closing rounds (``drift_free``, journaled whatever the
+    statistic of the race it came from), as the race's own contenders' is, and under noise its least sample, as
+    theirs is."""
     read_back = [Outcome(i, "", "measured", time=times[i], round_times=list(samples.get(i, [])),
-                         settled_time=quiet and i in settled) for i in sorted(resumed) if i in times]
-    return {o.index: float(o.time) for o in retaken(read_back, not quiet, lambda o: True)}
+                         drift_free=drift_free.get(i)) for i in sorted(resumed) if i in times]
+    return {o.index: float(o.time) for o in retaken(read_back, told != MEDIAN, lambda o: True)}
 
 
 def agreed_pruning(infos: Mapping[int, TrackInfo]) -> list[int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from ..faults.journal import Journal, merge
 from ..faults.recovery import journal_path
 from ..group import codec
 from ..group.channel import Group
+from ..records import Outcome, group_samples
 from ..space import describe
 from . import intercept
 
@@ -215,3 +216,18 @@ def open_journal(cache: DiskCache, entry: str, group: Group) -> Journal:
     ranks = list(getattr(group, "global_ranks", []) or [])
     identity = {"job": settings.current().job_id, "group": group.name, "ranks": ranks}
     return Journal(journal_path(cache.folder, entry, group), identity)
+
+
+def journaled_samples(outcome: Mapping[str, Any]) -> list[float]:
+    """The group samples of a time read back from the journal (none in a journal written before they were)."""
+    return group_samples(outcome.get("round_times"))
+
+
+def journaled_drift_free(outcome: Mapping[str, Any]) -> float | None:
+    """A close contender's drift-free time read back from the journal (``drift_free``), or its time where a journal
+    written before that field says ``settled_time`` (its quiet race's drift-free time); None for any other."""
+    parsed = Outcome.from_json({"index": 0, "config": "", "state": "measured", "time": outcome.get("time"),
+                                "drift_free": outcome.get("drift_free")})
+    if parsed is not None and parsed.drift_free is not None:
+        return float(parsed.drift_free)
+    return float(outcome["time"]) if outcome.get("settled_time") is True else None
