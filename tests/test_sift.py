@@ -603,7 +603,8 @@ def ranks(tmp_path_factory):
     """The scenarios of ``sift_cases.py``, one after another in one job of 2 gloo ranks (once per module): case ->
     each rank's results, and the rank logs (rank -> its log's text)."""
     folder = tmp_path_factory.mktemp("sift")
-    results = run_cases(CASES, 2, ["sift_ranks", "sift_replicas", "sift_replicas_top1", "sift_replicas_bursts"],
+    results = run_cases(CASES, 2, ["sift_ranks", "sift_replicas", "sift_replicas_top1", "sift_replicas_top4",
+                                   "sift_replicas_bursts"],
                         env=tuner_env(folder, 30), timeout=180)
     return results, {r: (folder / "logs" / f"rank-{r}.log").read_text() for r in range(2)}
 
@@ -676,6 +677,37 @@ def test_replicas_with_refine_top_1_still_race_two_leaders_to_the_end(ranks):
     for rank in range(2):
         for key, (share, leaders) in race_lines(logs[rank], "sift_replicas_top1").items():
             assert "sifted to 1" in share and "sifted" not in leaders, (rank, key, share, leaders)
+
+
+@pytest.mark.timeout(200)
+def test_replicas_with_refine_top_4_race_all_four_leaders_to_the_end_unsifted(ranks):
+    """``refine_top=4``: each share's sift keeps 3 (``refine_top`` bounds a share's race at ``final_top``, 3), and the
+    replicas race the 4 best survivors again. Heavy calls, and 4 leaders, more than the 3 a heavy race's sift keeps:
+    that race sifted them to 3 after one settled round, on each replica alone (so a leader's MAX over replicas could
+    join a sifted time to settled ones). Now its settled block holds all 4 (``replicas.leaders_plan``): no sift, and
+    every leader runs every round (1 screening round and 8 settled ones, 9 samples each)."""
+    results, logs = ranks
+    first, second = (r.result for r in results["sift_replicas_top4"])
+    assert first["chosen"] == second["chosen"] and len(first["chosen"]) == 2, (first, second)
+    for key, measured in first["measured"].items():
+        assert sorted(measured.values()) == [9] * 4, (key, measured)
+    for rank in range(2):
+        for key, (share, leaders) in race_lines(logs[rank], "sift_replicas_top4").items():
+            assert "sifted to 3" in share and "sifted" not in leaders, (rank, key, share, leaders)
+
+
+def test_the_leaders_race_of_replicas_neither_sifts_nor_settles_fewer_than_its_leaders():
+    """The plan of the replicas' leaders' race (``replicas.leaders_plan``) over a heavy race of 4 and of 12 leaders
+    (at and above ``final_top_heavy``) and a light one of 4 (above ``final_top``): every leader settles after the
+    first round and runs every settled round; nobody is sifted or stopped. A light race of 4 under the plan as it
+    was (``keep_top`` off alone) settled 3 after 3 screening rounds."""
+    from triton_dist_tune.measure.replicas import leaders_plan
+
+    for scale, count in ((1.5, 4), (1.5, 12), (0.3, 4)):
+        race = screened(leaders_plan(replace(PLAN, keep_top=2), count), scale, 1, configs=count)
+        assert race.settling and race.settled_from == 1 and len(race.running) == count, (scale, count)
+        settle(race, {i: scale * (1 + 0.01 * i) for i in range(count)}, PLAN.final_rounds)
+        assert race.finished(0.0) and not race.sifted and len(race.running) == count, (scale, count)
 
 
 @pytest.mark.timeout(200)

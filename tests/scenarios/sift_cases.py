@@ -140,6 +140,17 @@ def sift_replicas_top1():
 
 
 @case
+def sift_replicas_top4():
+    """:func:`sift_replicas` with ``refine_top=4`` over 2 keys: each share's sift keeps 3, and the replicas race the
+    4 best survivors again, all 4 to the end (no sift of the leaders' race)."""
+    from reliability_c_cases import one_rank_replicas
+
+    layout = one_rank_replicas()
+    tune_heavy("sift_replicas_top4", layout["autotune_pg"], WIDE_SPACE, WIDE_POWER, keys=KEYS[:2], refine_top=4,
+               **layout)
+
+
+@case
 def sift_replicas_bursts():
     """Two one-rank replicas tune :data:`BURST_SPACE` on a :class:`Bursts` device, 8 keys: each share's screening
     stops 4 of its 16 configs, and reads them faster than config 31's settled samples; each share settles 12, sifts

@@ -13,8 +13,8 @@ every rank of every replica ends on one config per key:
    that ended their replica's race still running (``measured``: each replica's survivors, its settled leaders in
    steady timing), and only where those are fewer, the least of the others (configs a race stopped, resumed or
    not); they are raced again on every replica (``refine_top`` chose them and bounds their race no further:
-   ``keep_top`` off), and a leader's time is the MAX over replicas of each replica's group time (itself the MAX
-   over the group's ranks);
+   ``keep_top`` off; its settled block holds every leader, with no sift: :func:`leaders_plan`), and a leader's time
+   is the MAX over replicas of each replica's group time (itself the MAX over the group's ranks);
 5. the choice is the least of those times (ties: the lower index): the least over configs of the max over every
    rank of every replica. Every rank computes it from the same exchanged data.
 
@@ -73,6 +73,7 @@ from ..space import fingerprint
 from .budget import LEFT_OUT, Budget
 from .lockstep import Measurer, Todo
 from .noise import retaken, statistic
+from .race import RacePlan
 
 MIN_LEADERS = 2
 
@@ -226,9 +227,8 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     if budget.spent and any(o.usable for o in table):  # the first pass decides: no leaders' race (a cut)
         budget.cut = True
         return _statistic(decision(table, top, timing, max(o.samples for o in table)), noisy)
-    # same leaders, same order everywhere; ``refine_top`` chose them (at least MIN_LEADERS): it bounds their race no
-    # further (its keep_top would sift or cut 2 leaders to 1 on each replica alone)
-    raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top], replace(measurer.plan.race, keep_top=None))}
+    # same leaders, same order everywhere, raced to the end on every replica (:func:`leaders_plan`)
+    raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top], leaders_plan(measurer.plan.race, len(top)))}
     times = {i: (o.time, o.least()) if o.usable and o.time is not None else (o.error or o.state)
              for i, o in raced.items()}
     what = f"{label} leaders across replicas"
@@ -255,6 +255,17 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
         final = retaken(final, noisy_leaders, lambda o: o.index not in worst)
     chosen = decision(final, top, timing, max(o.samples for o in final))
     return _statistic(chosen, noisy if unreached else noisy_leaders)
+
+
+def leaders_plan(plan: RacePlan, count: int) -> RacePlan:
+    """The plan of the leaders' race (``count`` leaders): ``refine_top`` chose them and bounds their race no further
+    (its ``keep_top`` would sift or cut 2 leaders to 1 on each replica alone), and its settled block holds every
+    leader (``final_top`` at least ``count``, a heavy race's ``final_top_heavy`` above it: in steady timing): the
+    leaders are settled winners of their shares, and a sift or a settled block of fewer than them would stop some
+    on one replica alone, after one settled round, so that their MAX over replicas would mix a stopped leader's time
+    with settled ones (with ``refine_top`` 4 or more a heavy race of the leaders sifted them to 3)."""
+    return replace(plan, keep_top=None, final_top=max(plan.final_top, count) if plan.final_top else 0,
+                   final_top_heavy=max(plan.final_top_heavy, count + 1) if plan.final_top_heavy else 0)
 
 
 def _noisy(measurer: Measurer) -> bool:
