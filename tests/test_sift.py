@@ -591,6 +591,11 @@ def test_replicas_choose_their_leaders_among_each_shares_settled_survivors_first
     assert leaders([table[1]] + table[4:], 0) == [1, 8]  # one survivor, and the least of the others
     cut = decision(table, leaders(table, 0), "steady", 8)
     assert (cut.index, cut.runner_up) == (1, 0)
+    # survivors a time budget cut before they settled (``screened``, here 1 and 3) rank after the settled ones, in
+    # the leaders and in the first pass's decision
+    assert leaders(table, 3, screened=[1, 3]) == [0, 1, 2]
+    assert decision(table, [0, 1], "steady", 8, screened=[1, 3]).index == 0
+    assert decision(table, [1, 3], "steady", 8, screened=[1, 3]).index == 1  # only screened ones: by their time
 
 
 # -- on real ranks ----------------------------------------------------------------------------------------------------
@@ -604,7 +609,7 @@ def ranks(tmp_path_factory):
     each rank's results, and the rank logs (rank -> its log's text)."""
     folder = tmp_path_factory.mktemp("sift")
     results = run_cases(CASES, 2, ["sift_ranks", "sift_replicas", "sift_replicas_top1", "sift_replicas_top4",
-                                   "sift_replicas_bursts"],
+                                   "sift_replicas_bursts", "sift_replicas_cut"],
                         env=tuner_env(folder, 30), timeout=180)
     return results, {r: (folder / "logs" / f"rank-{r}.log").read_text() for r in range(2)}
 
@@ -725,6 +730,25 @@ def test_replicas_race_again_each_shares_settled_leaders_not_the_configs_its_scr
     assert set(first["chosen"].values()) == {31}, first["chosen"]
     # the trap is set in every key: at least 2 configs the screening stopped read faster than the choice
     assert all(n >= 2 for n in first["screened_faster"].values()), first["screened_faster"]
+
+
+@pytest.mark.timeout(200)
+def test_where_a_cut_leaves_a_replicas_survivors_screened_alone_the_first_pass_chooses_a_settled_winner(ranks):
+    """The :func:`test_replicas_race_again_each_shares_settled_leaders_not_the_configs_its_screening_stopped`
+    device, 4 keys, ``budget=`` whose clock reads spent on replica 0 once its race runs: its race of 16 configs is cut
+    after one screening round, all 16 survivors (``measured``) with one short screening sample, which reads them
+    faster in ms than any settled one; replica 1 settles its share, config 31 (alone 8% faster than the others) its
+    settled winner. The first pass decides (a cut). Before, replica 0's screened survivors took the leaders' places by
+    those times and the cut chose one of them (0, 8, 16, 4: full-power configs); now a survivor a cut left screened
+    alone ranks after the settled ones, and every key chooses 31."""
+    results, _ = ranks
+    first, second = (r.result for r in results["sift_replicas_cut"])
+    assert first["chosen"] == second["chosen"] and len(first["chosen"]) == 4, (first, second)
+    assert set(first["chosen"].values()) == {31} and all(first["cut"].values()), first
+    for key, measured in first["measured"].items():  # replica 0's share: screened once each, cut
+        assert [c for c, n in measured.items() if n == 1] == [str(c) for c in range(0, 32, 2)], (key, measured)
+    # the trap is set in every key: some survivor of replica 0 reads faster than the choice
+    assert all(any(c % 2 == 0 for c in faster) for faster in first["faster"].values()), first["faster"]
 
 
 def test_a_race_judges_its_noise_again_when_a_config_fails_or_is_sifted_without_a_new_sample():

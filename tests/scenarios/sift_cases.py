@@ -13,7 +13,7 @@ import random
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, spend, virtual_clock
+from _cases import case, emit, in_steady_round, main, spend, virtual_clock
 
 import triton_dist_tune as tdt
 
@@ -84,16 +84,18 @@ class Bursts(PowerLimited):
 
 def tune_heavy(name: str, group: dist.ProcessGroup | None, space: list[dict] = SPACE, power: list[float] = POWER,
                keys: tuple[int, ...] = KEYS, refine_top: int = 0, limiter: PowerLimited | None = None,
-               **layout) -> None:
-    """``autotune`` (the default steady timing; ``refine_top``) of ``space`` (:data:`SPACE` unless told) over
-    ``keys`` (:data:`KEYS` unless told) on the virtual device clock: each call runs this rank's own
-    :class:`PowerLimited` (its jitter seeded by the rank; each config's draw: ``power``), or ``limiter``, and
-    all-reduces a small tensor on ``group`` (None: the default group). Prints each key's choice, its measured
-    configs' sample counts, and how many configs that left their race in its screening (stopped with no settled
-    sample) read faster than the choice, on every rank."""
+               budget: float | None = None, **layout) -> None:
+    """``autotune`` (the default steady timing; ``refine_top``; ``budget``: the option's seconds) of ``space``
+    (:data:`SPACE` unless told) over ``keys`` (:data:`KEYS` unless told) on the virtual device clock: each call runs
+    this rank's own :class:`PowerLimited` (its jitter seeded by the rank; each config's draw: ``power``), or
+    ``limiter``, and all-reduces a small tensor on ``group`` (None: the default group). Prints each key's choice, its
+    measured configs' sample counts, whether it is a cut, the configs whose time reads under the choice's, and how
+    many configs that left their race in its screening (stopped with no settled sample) read faster than the choice,
+    on every rank."""
     limiter = limiter or PowerLimited(seed=dist.get_rank(), power=power)
 
-    @tdt.autotune(space, key_fn=lambda x: x.numel(), n_warmup=1, name=name, timeout=30, refine_top=refine_top)
+    @tdt.autotune(space, key_fn=lambda x: x.numel(), n_warmup=1, name=name, timeout=30, refine_top=refine_top,
+                  budget=budget)
     def heavy(x, *, v):
         limiter(v)
         dist.all_reduce(torch.ones(4), group=group)
@@ -106,6 +108,8 @@ def tune_heavy(name: str, group: dist.ProcessGroup | None, space: list[dict] = S
     emit(chosen={str(key): d.index for (_, key), d in decisions},
          measured={str(key): {str(o.index): o.samples for o in d.outcomes if o.state == "measured"}
                    for (_, key), d in decisions},
+         cut={str(key): d.cut for (_, key), d in decisions},
+         faster={str(key): [o.index for o in d.outcomes if o.usable and o.time < d.time] for (_, key), d in decisions},
          screened_faster={str(key): sum(o.state == "stopped" and not o.settled_time and o.time < d.time
                                         for o in d.outcomes) for (_, key), d in decisions})
 
@@ -160,6 +164,28 @@ def sift_replicas_bursts():
     layout = one_rank_replicas()
     limiter = Bursts(seed=dist.get_rank(), power=BURST_POWER, work=BURST_WORK)
     tune_heavy("sift_replicas_bursts", layout["autotune_pg"], BURST_SPACE, keys=KEYS[:8], limiter=limiter, **layout)
+
+
+@case
+def sift_replicas_cut():
+    """:func:`sift_replicas_bursts` over 4 keys with ``budget=1000`` (s), whose clock reads spent on replica 0 once
+    its race runs: replica 0 warms its 16 configs up and races them one screening round, a cut (its survivors keep
+    their screening samples' times); replica 1 settles its share (config 31 its settled winner). The first pass
+    decides, a cut."""
+    from reliability_c_cases import one_rank_replicas
+
+    from triton_dist_tune.measure.budget import Budget
+
+    layout = one_rank_replicas()
+    limiter = Bursts(seed=dist.get_rank(), power=BURST_POWER, work=BURST_WORK)
+    now = Budget.now
+    if dist.get_rank() == 0:
+        Budget.now = lambda self: 1e6 if in_steady_round() else now(self)  # type: ignore[method-assign]
+    try:
+        tune_heavy("sift_replicas_cut", layout["autotune_pg"], BURST_SPACE, keys=KEYS[:4], limiter=limiter,
+                   budget=1000.0, **layout)
+    finally:
+        Budget.now = now  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

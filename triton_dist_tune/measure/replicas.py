@@ -50,7 +50,12 @@ A time budget (``budget=``) bounds each replica's share on its group's agreed cl
 carry each replica's clock and whether it cut (the same on every rank of a replica, so every position reads the
 same), and once the latest clock is spent the leaders are not raced again: the first pass decides, a cut (the least
 first-pass time among the leaders, chosen as in step 4). It decides too when the budget ended the leaders' race
-before it warmed up every leader on every replica (a leader left out is not failed).
+before it warmed up every leader on every replica (a leader left out is not failed). A replica whose race the budget
+cut before its settled rounds says so in the gather (the same on every rank of it): its survivors hold screening
+times alone, of the kind of a stopped config's, and rank after every other replica's survivors, in the leaders and
+in the first pass's decision (on the modelled device of tests/test_sift.py, 16 such survivors of one screening round
+read faster in ms than the other replica's settled winner, best alone by 8%, and the cut chose one of them in 4 keys
+of 4).
 
 The disk cache holds one decision per key for the whole layout; the rank that is group rank 0 of replica 0 alone
 reads and writes it.
@@ -58,7 +63,7 @@ reads and writes it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -134,13 +139,16 @@ class Layout:
         """The configs this replica measures in the first pass."""
         return [i for position, i in enumerate(kept) if position % self.replicas.size == self.replicas.rank]
 
-    def gather(self, outcomes: list[Outcome], noisy: bool, clock: Clock, what: str,
-               timeout: float) -> tuple[list[Outcome], bool, Clock]:
+    def gather(self, outcomes: list[Outcome], noisy: bool, unsettled: bool, clock: Clock, what: str,
+               timeout: float) -> tuple[list[Outcome], bool, list[int], Clock]:
         """Every replica's outcomes, one per config, sorted by config index; whether some replica's race took least
-        samples (``noisy``: each replica sends its race's); and the replicas' time budget's clock (identical on every
-        rank: each replica sends its group's agreed clock)."""
-        table, noisy, cut, elapsed = self.replicas.combine((outcomes, noisy, *clock), what, _merged, timeout)
-        return table, noisy, (cut, elapsed)
+        samples (``noisy``: each replica sends its race's); the survivors that hold screening times alone, of the
+        replicas whose race a time budget cut before it settled (``unsettled``: each replica sends its race's), by
+        index; and the replicas' time budget's clock (identical on every rank: each replica sends its group's agreed
+        clock)."""
+        table, noisy, screened, cut, elapsed = self.replicas.combine((outcomes, noisy, unsettled, *clock), what,
+                                                                     _merged, timeout)
+        return table, noisy, screened, (cut, elapsed)
 
     def watch(self, label: str, timeout: float) -> RoundWatch:
         """The progress watch of one tuning across the replicas (every rank of the replica group starts it at the
@@ -177,12 +185,15 @@ def _clock(contributions: list[tuple]) -> list[Any]:
     return [any(c[-2] for c in contributions), max(float(c[-1]) for c in contributions)]
 
 
-def _merged(contributions: list[tuple[list[Outcome], bool, bool, float]]) -> list[Any]:
+def _merged(contributions: list[tuple[list[Outcome], bool, bool, bool, float]]) -> list[Any]:
     outcomes: dict[int, Outcome] = {}
     for table, *_ in contributions:
         for outcome in table:
             outcomes.setdefault(outcome.index, outcome)
-    return [[outcomes[i] for i in sorted(outcomes)], any(c[1] for c in contributions), *_clock(contributions)]
+    screened = sorted(o.index for table, _, unsettled, *_ in contributions if unsettled
+                      for o in table if o.state == "measured")
+    return [[outcomes[i] for i in sorted(outcomes)], any(c[1] for c in contributions), screened,
+            *_clock(contributions)]
 
 
 def _worst(contributions: list[tuple[dict[int, tuple[float, float] | str], bool, bool, float]]) -> list[Any]:
@@ -216,17 +227,18 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
             refine_top: int, label: str, timeout: float, share: int, timing: str, watch: RoundWatch) -> Decision:
     budget = measurer.budget
     what = f"{label} outcomes across replicas"
-    table, noisy, clock = layout.gather(outcomes, _noisy(measurer), (budget.cut, budget.elapsed), what,
-                                        watch.arrive(0, what, exchange_timeout(timeout) * max(1, share)))
+    table, noisy, screened, clock = layout.gather(outcomes, _noisy(measurer), _unsettled(measurer),
+                                                  (budget.cut, budget.elapsed), what,
+                                                  watch.arrive(0, what, exchange_timeout(timeout) * max(1, share)))
     watch.passed(0)
     _take(budget, clock)
     # one statistic for every replica's times, agreed from the exchange (the same on every rank), before the leaders
     # (under medians only a resumed config that left its race: a measured one read back keeps its drift-free time)
     table = retaken(table, noisy, lambda o: noisy or (o.resumed and o.state == "stopped"))
-    top = leaders(table, refine_top)
+    top = leaders(table, refine_top, screened)
     if budget.spent and any(o.usable for o in table):  # the first pass decides: no leaders' race (a cut)
         budget.cut = True
-        return _statistic(decision(table, top, timing, max(o.samples for o in table)), noisy)
+        return _statistic(decision(table, top, timing, max(o.samples for o in table), screened), noisy)
     # same leaders, same order everywhere, raced to the end on every replica (:func:`leaders_plan`)
     raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top], leaders_plan(measurer.plan.race, len(top)))}
     times = {i: (o.time, o.least()) if o.usable and o.time is not None else (o.error or o.state)
@@ -253,7 +265,7 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
         final.append(outcome)
     if not unreached and noisy_leaders != noisy:  # the configs outside the leaders' race: of its statistic too
         final = retaken(final, noisy_leaders, lambda o: o.index not in worst)
-    chosen = decision(final, top, timing, max(o.samples for o in final))
+    chosen = decision(final, top, timing, max(o.samples for o in final), screened if unreached else ())
     return _statistic(chosen, noisy if unreached else noisy_leaders)
 
 
@@ -275,6 +287,13 @@ def _noisy(measurer: Measurer) -> bool:
     return race is not None and statistic(race.location()) == LEAST
 
 
+def _unsettled(measurer: Measurer) -> bool:
+    """Whether the time budget cut this replica's race (the same on every rank of it) before its settled rounds:
+    its survivors then hold the times of screening samples alone."""
+    race = getattr(measurer, "race", None)
+    return race is not None and race.cut and race.settled_from is None
+
+
 def _statistic(chosen: Decision, noisy: bool) -> Decision:
     """``chosen``, its times said to be least samples where some replica's race that gave them was ``noisy``
     (:attr:`~triton_dist_tune.records.Decision.statistic`)."""
@@ -289,10 +308,13 @@ def _take(budget: Budget, clock: Clock) -> None:
 
 
 
-def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: int) -> Decision:
-    """The least over the leaders of their time (the MAX over replicas), ties to the lower index; the runner-up
-    is the next leader. Index -1 when every leader failed."""
-    usable = sorted((o for o in outcomes if o.index in top and o.usable), key=lambda o: (o.time, o.index))
+def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: int,
+             screened: Collection[int] = ()) -> Decision:
+    """The least over the leaders of their time (the MAX over replicas), ties to the lower index, a leader of
+    ``screened`` (where the first pass decides: a survivor a cut left with screening times alone) only where no
+    other is usable; the runner-up is the next leader. Index -1 when every leader failed."""
+    usable = sorted((o for o in outcomes if o.index in top and o.usable),
+                    key=lambda o: (o.index in screened, o.time, o.index))
     if not usable:
         return Decision(-1, "", float("nan"), None, False, None, outcomes, timing, rounds)
     chosen = usable[0]
@@ -303,12 +325,14 @@ def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: i
                     runner_up.index if runner_up is not None else None, outcomes, timing, rounds)
 
 
-def leaders(outcomes: Sequence[Outcome], count: int) -> list[int]:
+def leaders(outcomes: Sequence[Outcome], count: int, screened: Collection[int] = ()) -> list[int]:
     """The ``max(count, 2)`` leaders of the gathered table, by index: the usable configs that ended their replica's
     race still running (``measured``: each replica's settled survivors, whose times are of one kind) with the least
-    times, then, where those are fewer, the other usable configs with the least times (ties: the lower index). A
+    times, those a time budget cut before they settled (``screened``) after the others, then, where those are
+    fewer, the other usable configs with the least times (ties: the lower index). A
     time of a config that left its race in the screening is of another kind: on a device at its power limit the
     screening's short samples read faster in ms than any settled one, and such a config would take the place of
     some replica's settled winner (see the module docstring)."""
-    usable = sorted((o for o in outcomes if o.usable), key=lambda o: (o.state != "measured", o.time, o.index))
+    usable = sorted((o for o in outcomes if o.usable),
+                    key=lambda o: (o.state != "measured", o.index in screened, o.time, o.index))
     return sorted(o.index for o in usable[: max(count, MIN_LEADERS)])
