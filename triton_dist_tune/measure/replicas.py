@@ -9,12 +9,17 @@ every rank of every replica ends on one config per key:
    group (:meth:`Measurer.lockstep`, the measurement engine's race), so the first pass costs each rank 1/R of it;
 3. the outcomes are gathered across replicas (all ranks of a group hold the same outcomes, so every position
    gathers the same table);
-4. the leaders (2, or ``refine_top`` if larger: :func:`leaders`) are the configs with the least times among those
-   that ended their replica's race still running (``measured``: each replica's survivors, its settled leaders in
-   steady timing), and only where those are fewer, the least of the others (configs a race stopped, resumed or
-   not); they are raced again on every replica (``refine_top`` chose them and bounds their race no further:
-   ``keep_top`` off; its settled block holds every leader, with no sift: :func:`leaders_plan`), and a leader's time
-   is the MAX over replicas of each replica's group time (itself the MAX over the group's ranks);
+4. the leaders (:func:`leaders`) are each replica's best survivor, ranked inside its share (a replica times its
+   share on its own devices, which may run every config faster or slower than another replica's: ranked across
+   shares alone, the survivors of a faster replica took every leader place, and the best config, another
+   replica's winner, was never raced again; tests/test_replicas.py), and up to 2 (or ``refine_top`` if larger) in
+   all, the configs with the least times among those that ended their replica's race still running (``measured``:
+   each replica's survivors, its settled leaders in steady timing), and only where those are fewer, the least of
+   the others (configs a race stopped, resumed or not); so at least one leader per replica whose share has a
+   survivor, and the leaders' race grows with the replicas; they are raced again on every replica (``refine_top``
+   chose them and bounds their race no further: ``keep_top`` off; its settled block holds every leader, with no
+   sift: :func:`leaders_plan`), and a leader's time is the MAX over replicas of each replica's group time (itself
+   the MAX over the group's ranks);
 5. the choice is the least of those times (ties: the lower index): the least over configs of the max over every
    rank of every replica. Every rank computes it from the same exchanged data.
 
@@ -63,7 +68,7 @@ reads and writes it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -140,15 +145,16 @@ class Layout:
         return [i for position, i in enumerate(kept) if position % self.replicas.size == self.replicas.rank]
 
     def gather(self, outcomes: list[Outcome], noisy: bool, unsettled: bool, clock: Clock, what: str,
-               timeout: float) -> tuple[list[Outcome], bool, list[int], Clock]:
-        """Every replica's outcomes, one per config, sorted by config index; whether some replica's race took least
+               timeout: float) -> tuple[list[Outcome], dict[int, int], bool, list[int], Clock]:
+        """Every replica's outcomes, one per config, sorted by config index, and which replica measured each usable
+        one (index -> replica: its share's, or resumed there); whether some replica's race took least
         samples (``noisy``: each replica sends its race's); the survivors that hold screening times alone, of the
         replicas whose race a time budget cut before it settled (``unsettled``: each replica sends its race's), by
         index; and the replicas' time budget's clock (identical on every rank: each replica sends its group's agreed
         clock)."""
-        table, noisy, screened, cut, elapsed = self.replicas.combine((outcomes, noisy, unsettled, *clock), what,
-                                                                     _merged, timeout)
-        return table, noisy, screened, (cut, elapsed)
+        table, owners, noisy, screened, cut, elapsed = self.replicas.combine((outcomes, noisy, unsettled, *clock),
+                                                                             what, _merged, timeout)
+        return table, owners, noisy, screened, (cut, elapsed)
 
     def watch(self, label: str, timeout: float) -> RoundWatch:
         """The progress watch of one tuning across the replicas (every rank of the replica group starts it at the
@@ -190,9 +196,14 @@ def _merged(contributions: list[tuple[list[Outcome], bool, bool, bool, float]]) 
     for table, *_ in contributions:
         for outcome in table:
             outcomes.setdefault(outcome.index, outcome)
+    owners: dict[int, int] = {}  # which replica measured each usable outcome (only its share's replica sends one)
+    for j, (table, *_) in enumerate(contributions):
+        for outcome in table:
+            if outcome.usable:
+                owners.setdefault(outcome.index, j)
     screened = sorted(o.index for table, _, unsettled, *_ in contributions if unsettled
                       for o in table if o.state == "measured")
-    return [[outcomes[i] for i in sorted(outcomes)], any(c[1] for c in contributions), screened,
+    return [[outcomes[i] for i in sorted(outcomes)], owners, any(c[1] for c in contributions), screened,
             *_clock(contributions)]
 
 
@@ -227,7 +238,7 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
             refine_top: int, label: str, timeout: float, share: int, timing: str, watch: RoundWatch) -> Decision:
     budget = measurer.budget
     what = f"{label} outcomes across replicas"
-    table, noisy, screened, clock = layout.gather(outcomes, _noisy(measurer), _unsettled(measurer),
+    table, owners, noisy, screened, clock = layout.gather(outcomes, _noisy(measurer), _unsettled(measurer),
                                                   (budget.cut, budget.elapsed), what,
                                                   watch.arrive(0, what, exchange_timeout(timeout) * max(1, share)))
     watch.passed(0)
@@ -235,7 +246,7 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     # one statistic for every replica's times, agreed from the exchange (the same on every rank), before the leaders
     # (under medians only a resumed config that left its race: a measured one read back keeps its drift-free time)
     table = retaken(table, noisy, lambda o: noisy or (o.resumed and o.state == "stopped"))
-    top = leaders(table, refine_top, screened)
+    top = leaders(table, refine_top, screened, owners)
     if budget.spent and any(o.usable for o in table):  # the first pass decides: no leaders' race (a cut)
         budget.cut = True
         return _statistic(decision(table, top, timing, max(o.samples for o in table), screened), noisy)
@@ -325,14 +336,28 @@ def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: i
                     runner_up.index if runner_up is not None else None, outcomes, timing, rounds)
 
 
-def leaders(outcomes: Sequence[Outcome], count: int, screened: Collection[int] = ()) -> list[int]:
-    """The ``max(count, 2)`` leaders of the gathered table, by index: the usable configs that ended their replica's
-    race still running (``measured``: each replica's settled survivors, whose times are of one kind) with the least
-    times, those a time budget cut before they settled (``screened``) after the others, then, where those are
-    fewer, the other usable configs with the least times (ties: the lower index). A
+def leaders(outcomes: Sequence[Outcome], count: int, screened: Collection[int] = (),
+            owners: Mapping[int, int] | None = None) -> list[int]:
+    """The leaders of the gathered table, by index: each replica's best survivor (``owners``: index -> the replica
+    that measured it; ranked inside its share, whose times all come from one replica's devices), and up to
+    ``max(count, 2)`` in all, the usable configs that ended their replica's race still running (``measured``: each
+    replica's settled survivors, whose times are of one kind) with the least times, those a time budget cut before
+    they settled (``screened``) after the others, then, where those are fewer, the other usable configs with the
+    least times (ties: the lower index). Each replica's times come from its own devices, which may run every config
+    faster or slower than another's: ranked across shares alone, one replica's survivors could take every leader
+    place, and another's best was never raced again (see the module docstring). A
     time of a config that left its race in the screening is of another kind: on a device at its power limit the
     screening's short samples read faster in ms than any settled one, and such a config would take the place of
     some replica's settled winner (see the module docstring)."""
     usable = sorted((o for o in outcomes if o.usable),
                     key=lambda o: (o.state != "measured", o.index in screened, o.time, o.index))
-    return sorted(o.index for o in usable[: max(count, MIN_LEADERS)])
+    firsts: dict[int, int] = {}  # each replica's best survivor: the first of its share in that order
+    for o in usable:
+        if o.state == "measured" and owners is not None and o.index in owners:
+            firsts.setdefault(owners[o.index], o.index)
+    chosen = set(firsts.values())
+    for o in usable:
+        if len(chosen) >= max(count, MIN_LEADERS):
+            break
+        chosen.add(o.index)
+    return sorted(chosen)
