@@ -258,25 +258,12 @@ def patched(module: str, name: str, value: object, **more: object):
     return mock.patch.multiple(target, **{name: value}, **more)
 
 
-def sift_keeping_four():
-    """The sift keeping the 4 best leaders of its settled round, not 3 (at most ``keep_top``, as the defaults)."""
-    from unittest import mock
-
-    from triton_dist_tune.measure.race import Race
-
-    def four(race: Race) -> int:
-        keep_top = race.plan.keep_top
-        return 4 if keep_top is None else min(4, keep_top)
-
-    return mock.patch.object(Race, "sift_keeps", four)
-
-
 #: the variants of ours, side by side with the defaults: the previous settled rounds; steady samples without their
 #: queued calls (the span alone, as before they were added); 3 settled leaders even for fast configs (before fast
 #: keys got six); a sample weighing its queued calls 0.75 instead of 0.5; six leaders under 0.25 ms per call (not 0.1);
 #: settled samples timing 30 ms spans (not 10); heavy settled samples settling 5 ms; no sift; a sift of 2 settled
-#: rounds and 7 settled rounds in all (not 1 and 6); a sift keeping 4 leaders (not 3); the output copied back before
-#: every run (as before outputs written whole were left as written)
+#: rounds and 7 settled rounds in all (not 1 and 6); a sift keeping 3 leaders (the default before 4); the output
+#: copied back before every run (as before outputs written whole were left as written)
 VARIANTS = {"ours_3x130": three_long_rounds,
             "ours_span": lambda: patched("triton_dist_tune.measure.timing", "QUEUED_BELOW_MS", 0.0),
             "ours_lead3": lambda: patched("triton_dist_tune.function.options", "SETTLED_LEADERS_FAST", 0),
@@ -286,7 +273,7 @@ VARIANTS = {"ours_3x130": three_long_rounds,
             "ours_settle5": lambda: patched("triton_dist_tune.measure.timing", "POWER_SETTLE_ABOVE_MS", float("inf")),
             "ours_nosift": lambda: patched("triton_dist_tune.function.options", "SETTLED_LEADERS_HEAVY", 0),
             "ours_sift27": lambda: patched("triton_dist_tune.function.options", "SIFT_CYCLES", 2, HEAVY_CYCLES=7),
-            "ours_keep4": sift_keeping_four,
+            "ours_keep3": lambda: patched("triton_dist_tune.function.options", "SIFT_TOP", 3),
             "ours_copyback": lambda: patched("triton_dist_tune.measure.arguments", "_fillable", lambda tensor: False)}
 
 

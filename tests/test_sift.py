@@ -17,6 +17,7 @@ from triton_dist_tune.measure.timing import (
     SETTLED_LEADERS_HEAVY,
     SIFT_AFTER,
     SIFT_CYCLES,
+    SIFT_TOP,
 )
 from triton_dist_tune.stats import median
 
@@ -140,8 +141,9 @@ RECORDED_H200 = {
 def test_a_noisy_heavy_race_ranks_its_settled_leaders_by_their_drift_free_medians():
     """The recorded race (:data:`RECORDED_H200`) fed to the default steady plan round by round: it sifts to configs
     2, 3 and 20, reads noisy on their drift-free ratios, and chooses config 2 by their medians (before: config 20,
-    by its least settled sample)."""
-    plan = replace(TuneOptions().plan(60.0, "steady", "k").race, max_rounds=8)
+    by its least settled sample). The sift keeps 3 here, as the recorded race did (its fourth, config 17, has no
+    later samples)."""
+    plan = replace(TuneOptions().plan(60.0, "steady", "k").race, max_rounds=8, sift_top=3)
     race, r = Race(sorted(RECORDED_H200), plan), 0
     while not race.finished(0.0):
         for _ in range(race.block()):
@@ -531,13 +533,13 @@ def test_on_a_device_at_its_power_limit_the_sift_finds_the_config_that_is_fastes
     """Before the sift three leaders went on from the screening, where seven configs read alike: 3 of these 16
     tunings chose a full-power config, 5% slower alone than configs 5 and 6. Now all seven go on (at most 12, after
     at most 2 rounds), and one settled round (20 ms of settling each: the limiter follows its config) keeps the
-    three best: 16 of 16 choose 5 or 6. Timed as the host's clock (no power limiter: CPU ranks) nothing is
-    sifted."""
+    four best (:data:`SIFT_TOP`): 16 of 16 choose 5 or 6. Timed as the host's clock (no power limiter: CPU ranks)
+    nothing is sifted."""
     for kind in ("device", "host"):
         (tmp_path / kind).mkdir()
         cache, _ = tune_alone(tmp_path / kind, POWER_LIMITED.replace("KIND", kind))
         logs = "".join(p.read_text() for p in sorted((tmp_path / kind / "logs").glob("*.log")))
-        sifted = re.findall(r"7 leaders sifted to 3 after 1 settled round\(s\)", logs)
+        sifted = re.findall(rf"7 leaders sifted to {SIFT_TOP} after 1 settled round\(s\)", logs)
         if kind == "host":
             assert not sifted
             continue
@@ -627,7 +629,7 @@ def race_lines(log: str, name: str) -> dict[int, list[str]]:
 def test_on_two_ranks_at_their_power_limit_every_key_sifts_alike_and_chooses_a_config_fastest_alone(ranks):
     """Two gloo ranks tune the power-limited landscape of the one-process test (each rank its own limiter, jitter
     of its own; every call all-reduces), 16 keys: a sample is the MAX over both ranks, and the ranks decide each
-    step from the exchanged samples. Every key's race sifts all seven leaders to three, both rank logs name the same
+    step from the exchanged samples. Every key's race sifts all seven leaders to four, both rank logs name the same
     stopped configs (one race, not two), both ranks choose alike, and every choice is config 5 or 6. With the sift
     turned off 2 of these 16 keys chose a full-power config (4 and 2)."""
     results, logs = ranks
@@ -637,9 +639,11 @@ def test_on_two_ranks_at_their_power_limit_every_key_sifts_alike_and_chooses_a_c
     lines = [race_lines(logs[r], "sift_ranks") for r in range(2)]
     assert lines[0] == lines[1] and sorted(lines[0]) == list(range(1, 17)), lines
     for key, (line,) in lines[0].items():
-        stopped = re.search(r"7 leaders sifted to 3 after 1 settled round\(s\), config\(s\) ([\d, ]+) stopped", line)
+        stopped = re.search(rf"7 leaders sifted to {SIFT_TOP} after 1 settled round\(s\), config\(s\) ([\d, ]+) "
+                            r"stopped", line)
         assert stopped, (key, line)
-        assert len(stopped.group(1).split(", ")) == 4 and not {"5", "6"} & set(stopped.group(1).split(", ")), line
+        configs = stopped.group(1).split(", ")
+        assert len(configs) == 7 - SIFT_TOP and not {"5", "6"} & set(configs), line
 
 
 @pytest.mark.timeout(200)
@@ -647,7 +651,7 @@ def test_replicas_at_their_power_limit_sift_their_shares_and_end_on_one_config_f
     """Two one-rank replicas tuned as one (``autotune_replicas``), 16 keys, on a wider landscape
     (``sift_cases.WIDE_SPACE``): 12 configs, 0-9 at full power, 10 and 11 at 60% (alone, 5% faster). Replica 0
     races configs 0, 2, ..., 10, replica 1 configs 1, 3, ..., 11: six each, one efficient config in each share.
-    Every key's share race settles all six after 1 screening round and sifts them to three (the stopped ones its
+    Every key's share race settles all six after 1 screening round and sifts them to four (the stopped ones its
     own, never 10 or 11), then both race the two leaders again (nothing to sift). Both replicas end on the same
     config for every key, and it is 10 or 11. With the sift turned off a share keeps three of its six from the
     screening: key 12 chose config 8 (a full-power one; the 2-rank case's keys 12 and 16 chose 4 and 2)."""
@@ -659,11 +663,11 @@ def test_replicas_at_their_power_limit_sift_their_shares_and_end_on_one_config_f
         lines = race_lines(logs[rank], "sift_replicas")
         assert sorted(lines) == list(range(1, 17)), lines
         for key, (share, leaders) in lines.items():
-            stopped = re.search(r"6 leaders sifted to 3 after 1 settled round\(s\), config\(s\) ([\d, ]+) stopped",
-                                share)
+            stopped = re.search(rf"6 leaders sifted to {SIFT_TOP} after 1 settled round\(s\), config\(s\) ([\d, ]+) "
+                                r"stopped", share)
             assert stopped, (rank, key, share)
             configs = [int(c) for c in stopped.group(1).split(", ")]
-            assert len(configs) == 3 and all(c % 2 == rank and c < 10 for c in configs), (rank, key, share)
+            assert len(configs) == 6 - SIFT_TOP and all(c % 2 == rank and c < 10 for c in configs), (rank, key, share)
             assert "sifted" not in leaders, (rank, key, leaders)
 
 
@@ -686,19 +690,19 @@ def test_replicas_with_refine_top_1_still_race_two_leaders_to_the_end(ranks):
 
 @pytest.mark.timeout(200)
 def test_replicas_with_refine_top_4_race_all_four_leaders_to_the_end_unsifted(ranks):
-    """``refine_top=4``: each share's sift keeps 3 (``refine_top`` bounds a share's race at ``final_top``, 3), and the
+    """``refine_top=4``: each share's sift keeps 4 (:data:`SIFT_TOP`, at most ``refine_top``), and the
     replicas race the 4 best survivors again. Heavy calls, and 4 leaders, more than the 3 a heavy race's sift keeps:
     that race sifted them to 3 after one settled round, on each replica alone (so a leader's MAX over replicas could
     join a sifted time to settled ones). Now its settled block holds all 4 (``replicas.leaders_plan``): no sift, and
-    every leader runs every round (1 screening round and 8 settled ones, 9 samples each)."""
+    every leader runs every round (1 screening round and the heavy race's 6 settled ones, 7 samples each)."""
     results, logs = ranks
     first, second = (r.result for r in results["sift_replicas_top4"])
     assert first["chosen"] == second["chosen"] and len(first["chosen"]) == 2, (first, second)
     for key, measured in first["measured"].items():
-        assert sorted(measured.values()) == [9] * 4, (key, measured)
+        assert sorted(measured.values()) == [1 + HEAVY_CYCLES] * 4, (key, measured)
     for rank in range(2):
         for key, (share, leaders) in race_lines(logs[rank], "sift_replicas_top4").items():
-            assert "sifted to 3" in share and "sifted" not in leaders, (rank, key, share, leaders)
+            assert f"sifted to {SIFT_TOP}" in share and "sifted" not in leaders, (rank, key, share, leaders)
 
 
 def test_the_leaders_race_of_replicas_neither_sifts_nor_settles_fewer_than_its_leaders():

@@ -26,6 +26,7 @@ from ..measure.timing import (
     SETTLED_LEADERS_HEAVY,
     SIFT_AFTER,
     SIFT_CYCLES,
+    SIFT_TOP,
     timing_mode,
 )
 from .policy import check_policy
@@ -152,5 +153,5 @@ class TuneOptions:
                         fast_below_ms=FAST_LEADER_MS,
                         final_top_heavy=SETTLED_LEADERS_HEAVY if timing == "steady" else 0,
                         heavy_from_ms=POWER_SETTLE_ABOVE_MS, sift_after=SIFT_AFTER, sift_rounds=SIFT_CYCLES,
-                        heavy_rounds=HEAVY_CYCLES)
+                        sift_top=SIFT_TOP, heavy_rounds=HEAVY_CYCLES)
         return Plan(self.n_warmup, timeout, race, timing, self.batch)

@@ -119,9 +119,10 @@ class RacePlan:
     fast_below_ms: float = 0.0
     #: the sift, when the screening leader takes ``heavy_from_ms`` per call or more: after ``sift_after`` screening
     #: rounds, or once at most ``final_top_heavy`` configs are left, up to ``final_top_heavy`` leaders (0: no sift)
-    #: get the first ``sift_rounds`` settled rounds, and the ``final_top`` best of them the rest, ``heavy_rounds``
-    #: settled rounds in all (a heavy race with nothing to sift: its leaders all ``heavy_rounds``)
+    #: get the first ``sift_rounds`` settled rounds, and the ``sift_top`` best of them (0: ``final_top``) the rest,
+    #: ``heavy_rounds`` settled rounds in all (a heavy race with nothing to sift: its leaders all ``heavy_rounds``)
     final_top_heavy: int = 0
+    sift_top: int = 0
     heavy_from_ms: float = 0.0
     sift_after: int = 2
     sift_rounds: int = 1
@@ -302,11 +303,12 @@ class Race(Standings):
         return self.cut
 
     def sift_keeps(self) -> int:
-        """How many leaders the sift keeps: ``final_top``, at most ``keep_top`` (a heavy race settles before
-        ``keep_top`` applies, and nobody leaves a settled block: the sift is where it bounds the race, and a heavy
-        race with more than ``keep_top`` left sifts even with ``final_top`` or fewer)."""
+        """How many leaders the sift keeps: ``sift_top`` (``final_top`` when 0), at most ``keep_top`` (a heavy race
+        settles before ``keep_top`` applies, and nobody leaves a settled block: the sift is where it bounds the
+        race, and a heavy race with more than ``keep_top`` left sifts even with ``sift_top`` or fewer)."""
+        keep = self.plan.sift_top or self.plan.final_top
         keep_top = self.plan.keep_top
-        return self.plan.final_top if keep_top is None else min(self.plan.final_top, keep_top)
+        return keep if keep_top is None else min(keep, keep_top)
 
     def _sift(self) -> None:
         """The end of the sift: of the settled leaders, the :meth:`sift_keeps` best by their settled samples alone

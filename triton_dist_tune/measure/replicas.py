@@ -283,12 +283,13 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
 def leaders_plan(plan: RacePlan, count: int) -> RacePlan:
     """The plan of the leaders' race (``count`` leaders): ``refine_top`` chose them and bounds their race no further
     (its ``keep_top`` would sift or cut 2 leaders to 1 on each replica alone), and its settled block holds every
-    leader (``final_top`` at least ``count``, a heavy race's ``final_top_heavy`` above it: in steady timing): the
-    leaders are settled winners of their shares, and a sift or a settled block of fewer than them would stop some
-    on one replica alone, after one settled round, so that their MAX over replicas would mix a stopped leader's time
-    with settled ones (with ``refine_top`` 4 or more a heavy race of the leaders sifted them to 3)."""
+    leader (``final_top`` at least ``count``, a heavy race's ``final_top_heavy`` above it and ``sift_top`` that
+    ``final_top``: in steady timing): the leaders are settled winners of their shares, and a sift or a settled block
+    of fewer than them would stop some on one replica alone, after one settled round, so that their MAX over replicas
+    would mix a stopped leader's time with settled ones (with ``refine_top`` 4 or more a heavy race of the leaders
+    sifted them to 3)."""
     return replace(plan, keep_top=None, final_top=max(plan.final_top, count) if plan.final_top else 0,
-                   final_top_heavy=max(plan.final_top_heavy, count + 1) if plan.final_top_heavy else 0)
+                   final_top_heavy=max(plan.final_top_heavy, count + 1) if plan.final_top_heavy else 0, sift_top=0)
 
 
 def _noisy(measurer: Measurer) -> bool:

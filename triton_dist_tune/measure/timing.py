@@ -99,7 +99,7 @@ SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: the sift (:mod:`~triton_dist_tune.measure.race`): when the screening leader takes :data:`POWER_SETTLE_ABOVE_MS` per
 #: call or more, the settled block starts after :data:`SIFT_AFTER` screening rounds (or once at most this many configs
 #: are left: after the first round, where this many or fewer race) with up to this many leaders, its first
-#: :data:`SIFT_CYCLES` cycles sift them, and the :data:`SETTLED_LEADERS` best go on, for :data:`HEAVY_CYCLES` cycles
+#: :data:`SIFT_CYCLES` cycles sift them, and the :data:`SIFT_TOP` best go on, for :data:`HEAVY_CYCLES` cycles
 #: in all (so does a heavy block with nothing to sift, not :data:`SETTLED_CYCLES`: its leaders get as many settled
 #: samples as a sifted block's, and it never costs more). Short screening samples misrank heavy configs on a device at
 #: its power limit: on one H200 (bench_fidelity.py's GEMMs, N = 4096, K = 14336, M = 8192 and 16384) the two 128x256
@@ -108,6 +108,14 @@ SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: costs about what 8 of 3 and a third screening round did. Chosen on those tunings' logs
 #: (``results/session_h200_46``; training)
 SETTLED_LEADERS_HEAVY, SIFT_AFTER, SIFT_CYCLES, HEAVY_CYCLES = 12, 2, 1, 6
+#: how many leaders the sift keeps. 4, not 3: its one settled round ranked the best tile fourth in 2 of 68 recorded
+#: sifted tunings on one H200 (the up projection, N = 14336, K = 4096, M = 8192, 2.7% and 0.2% behind the third,
+#: chosen 1.08 and 1.11 the sustained best), and in 0 ranked it fifth or lower; replayed, the 4 best held a config
+#: within 1.01 in 49 of 49 tunings of sessions 46-47 (``results/session_h200_47/sift_replay.txt``), and side by side
+#: in one process (``results/session_h200_48``, call 1) 4 chose within 1.01 in 6 of 6 held-out tunings of that
+#: family against 5 of 6 for 3 (the training family: 6 of 10 both, every choice within 1.011). It costs one leader's
+#: 5 settled samples, 0.15-0.2 s per heavy key (2.33-2.36 s against 2.17-2.18 s at N = 8192, K = 4096, M = 16384)
+SIFT_TOP = 4
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
 #: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
 ROUND_SETTLE_MS = 25.0
