@@ -10,7 +10,7 @@ The samples are those the recorded rules took (which leaders were settled, for h
 what the race decides from them, and reproduces the recorded choice where the rules decide alike.
 
 Usage: ``python benchmarks/sift_replay.py [--tgz FID.tgz ...] [--variant ours]`` (default: the sifted tunings of
-sessions 46 and 47, :data:`DEFAULT_ARCHIVES`).
+sessions 46-48, :data:`DEFAULT_ARCHIVES`).
 ``--kept 3 4`` (the default) also says, per tuning, whether a sift of one settled round keeping that many leaders
 keeps a config within 1.01 of the best: the question a sift keeping 4 would answer.
 """
@@ -36,9 +36,10 @@ TRAINING = "4096,14336"
 FIELDS = r"(BLOCK_M|BLOCK_N|BLOCK_K|GROUP_M|num_warps|num_stages): (\d+)"
 
 
-#: the recorded sifted tunings replayed by default (sessions 46 and 47, one H200)
+#: the recorded sifted tunings replayed by default (sessions 46-48, one H200)
 DEFAULT_ARCHIVES = ("session_h200_46/call2_sift_second/fid.tgz", "session_h200_47/call1_sift_ab/fid.tgz",
-                    "session_h200_47/call2_final/fid_held.tgz", "session_h200_47/call3_heldout/fid_held2.tgz")
+                    "session_h200_47/call2_final/fid_held.tgz", "session_h200_47/call3_heldout/fid_held2.tgz",
+                    "session_h200_48/call1_keep4/fid.tgz")
 
 
 def spec(config: str) -> str:

@@ -6,14 +6,16 @@
 #     leaves fid_held.tgz (rank logs, decision files);
 # (2) session42_h100.sh: the GPU tests, the one-GPU acceptance, the command line, the README's MoE campaign alone,
 #     in the seconds left of CALL_S (default 575).
-# Usage: OUT=DIR bash benchmarks/gpu/session47_final.sh   (carry arms/fla_site)
+# Usage: OUT=DIR bash benchmarks/gpu/session47_final.sh   (carry arms/fla_site; VARIANTS, NK, SHAPES: the held-out
+# tunings' variants, family and Ms. The forty-eighth session's call 2: VARIANTS=ours,ours_keep3 SHAPES=16384)
 set -u
 OUT=${OUT:?set OUT}; mkdir -p "$OUT/fid/decisions"
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,power.limit --format=csv,noheader > "$OUT/fid/env.txt" 2>&1
 HOME=$(mktemp -d) TRITON_DIST_AUTOTUNE_LOG_DIR="$OUT/fid/logs" FID_DECISIONS="$OUT/fid/decisions" \
   PYTHONPATH=$PWD PYTHONUNBUFFERED=1 timeout "${FTIME:-150}" taskset -c 0-15 \
     python3 benchmarks/bench_fidelity.py --out "$OUT/fid/fid.json" --phases tune --tunings "${T:-3}" \
-    --variants ours,ours_nosift --oracle-rounds 8 --nk 5120,13824 --shapes 8192 > "$OUT/fid/fid.txt" 2>&1
+    --variants "${VARIANTS:-ours,ours_nosift}" --oracle-rounds 8 --nk "${NK:-5120,13824}" --shapes "${SHAPES:-8192}" \
+    > "$OUT/fid/fid.txt" 2>&1
 echo "fidelity: exit $? after $SECONDS s" | tee -a "$OUT/fid/env.txt"
 grep -v "changed its argument" "$OUT/fid/fid.txt" | tail -n 6
 (cd "$OUT" && tar czf fid_held.tgz fid && rm -rf fid)
