@@ -767,3 +767,38 @@ def test_a_race_judges_its_noise_again_when_a_config_fails_or_is_sifted_without_
     race.fail(3, "boom")
     race.fail(4, "boom")
     assert race.location() is median  # configs 0, 1 and 2: the median pair is quiet
+
+
+def test_a_config_far_behind_by_its_first_sample_and_its_probe_leaves_after_the_first_round():
+    """Two measurements at least ``far_behind`` (2) times the leader's: the config leaves after the first round
+    (before, every config ran the screening's rounds). One of them alone is no reason: a sample that far behind with
+    a close probe (a spike), or a probe that far behind with a close sample, stays."""
+    plan = replace(PLAN, far_behind=2.0, final_top_heavy=0)
+    probes = {0: 1.0, 1: 2.2, 2: 1.1, 3: 2.5, 4: 1.05}
+    race = Race(list(range(5)), plan, probes=probes)
+    first = {0: 1.0, 1: 2.1, 2: 2.4, 3: 1.2, 4: 1.02}
+    for i in race.order():
+        race.record(i, [first[i]])
+    assert race.end_round() == [1]
+    assert race.running == [0, 2, 3, 4]
+    plain = Race(list(range(5)), replace(plan, far_behind=0.0), probes=probes)  # off: nobody leaves after one round
+    for i in plain.order():
+        plain.record(i, [first[i]])
+    assert plain.end_round() == []
+
+
+@pytest.mark.timeout(300)
+def test_a_tuning_on_a_device_clock_times_a_config_far_behind_once(tmp_path):
+    """Config 0 takes 3 times the others' work: on the device clock its probe and first sample read it so, and it
+    leaves after one screening round (1 sample; before: 2, the heavy race's screening); timed as the host's clock
+    (whose probe and sample may both read a stall) it runs the screening's rounds as before."""
+    samples = {}
+    for kind in ("device", "host"):
+        (tmp_path / kind).mkdir()
+        script = POWER_LIMITED.replace("KIND", kind).replace("PowerLimited(seed=0)",
+                                                             "PowerLimited(seed=0, work=[3.0] + [1.0] * 6)")
+        cache, _ = tune_alone(tmp_path / kind, script.replace("range(1, 17)", "range(1, 4)"))
+        samples[kind] = [{o["index"]: o["samples"] for o in json.loads(p.read_text())["measurements"]}[0]
+                         for p in sorted(cache.glob("*/*.json"))]
+    assert samples["device"] == [1, 1, 1], samples
+    assert min(samples["host"]) >= 2, samples

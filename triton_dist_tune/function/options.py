@@ -17,6 +17,7 @@ from ..measure.arguments import check_names
 from ..measure.lockstep import Plan
 from ..measure.race import RacePlan
 from ..measure.timing import (
+    FAR_BEHIND_RACE,
     FAST_LEADER_MS,
     HEAVY_CYCLES,
     POWER_SETTLE_ABOVE_MS,
@@ -147,6 +148,7 @@ class TuneOptions:
     def plan(self, timeout: float, timing: str, seed: str) -> Plan:
         """How one tuning measures: warm-up, the race's rules, timing mode and batch length."""
         race = RacePlan(max_rounds=self.n_repeat, budget_s=self.budget, early_stop=self.early_stop,
+                        far_behind=FAR_BEHIND_RACE if timing == "steady" else 0.0,
                         keep_top=self.refine_top or None, seed=seed,
                         final_top=SETTLED_LEADERS if timing == "steady" else 0, final_rounds=SETTLED_CYCLES,
                         final_top_fast=SETTLED_LEADERS_FAST if timing == "steady" else 0,

@@ -294,10 +294,10 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         for index, error in self._capture(entries, per_call).items():
             outcomes[index] = self._failed(index, entries.pop(index)[1], error)
         plan = race_plan or self.plan.race
-        if self.trial.host_counts:
-            plan = replace(plan, final_top_heavy=0)  # the sift is for a device's power limit (timing.py)
+        if self.trial.host_counts:  # the sift is for a device's power limit (timing.py), and a host's probe and
+            plan = replace(plan, final_top_heavy=0, far_behind=0.0)  # sample may both read a stall
         race = Race(sorted(entries), replace(plan, levels=True, placements=PLACEMENTS) if self.clock_kind == GRAPH
-                    else plan)
+                    else plan, probes=per_call)
         started = time.monotonic()
         self.watch.enter(self.watch.rounds)
         while entries and not race.finished(self.budget.elapsed):

@@ -12,16 +12,18 @@ identical on every rank without any further message.
   it together, and the slowest rank is what the job waits for); its time is the median of its samples, or their
   least sample (of all its rounds, settled or not, with no drift-free ratio) once the race's samples are noisier
   than 5% each (:meth:`Race.location`; :data:`~.noise.NOISY`), but in a heavy race (below).
-- **Leaving the race.** After each round, a config that is clearly slower than the leader on their paired
-  per-round ratios (:func:`~triton_dist_tune.stats.clearly_slower`: over 25% slower in each of two or more
-  rounds, or above ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``).
-  ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the
-  leader's; ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done, and bounds the settled
-  rounds below (a heavy race: at the sift). No config leaves as clearly slower after the last round (``max_rounds``:
-  it would save nothing); but where the settled rounds would start at that round (``final_top`` set, and
-  ``max_rounds`` at most ``min_rounds``, or at most ``sift_after`` in a heavy race), the configs beyond the settled
-  block's size leave then (``stopped``) and the race ends with no settled round. The configs still running at the
-  end are ``measured``.
+- **Leaving the race.** After each round, a config that is clearly slower than the leader on their paired per-round
+  ratios (:func:`~triton_dist_tune.stats.clearly_slower`: over 25% slower in each of two or more rounds, or above
+  ``1 + INDIFFERENCE`` with confidence from three rounds on) leaves (``stopped``). ``far_behind=f`` (steady timing on a
+  device clock) removes, from the first round on, a config whose time and whose warm-up probe (the group's) are each
+  at least ``f`` times the leader's: two measurements that far apart are no spike, and such a config's later screening
+  samples cost the most (a sample is about 10 ms of calls, and at least one call to settle and one to time).
+  ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the leader's;
+  ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done, and bounds the settled rounds below (a
+  heavy race: at the sift). No config leaves as clearly slower after the last round (``max_rounds``: it would save
+  nothing); but where the settled rounds would start at that round (``final_top`` set, and ``max_rounds`` at most
+  ``min_rounds``, or at most ``sift_after`` in a heavy race), the configs beyond the settled block's size leave then
+  (``stopped``) and the race ends with no settled round. The configs still running at the end are ``measured``.
 - **Settled rounds** (steady timing, ``final_top=n``): once at most ``n`` configs are left, or ``min_rounds``
   screening rounds are done (the ``n`` best then go on; ``final_top_fast`` of them when the leader takes under
   ``fast_below_ms`` per call; ``n`` at most ``keep_top``, so that while more than ``keep_top`` are left the race
@@ -82,6 +84,7 @@ identical on every rank without any further message.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from ..stats import INDIFFERENCE, clearly_slower, median, paired_ratios
@@ -104,6 +107,9 @@ class RacePlan:
     budget_s: float | None = None
     #: a slowdown factor: a config whose median exceeds this times the leader's leaves at once (None: off)
     early_stop: float | None = None
+    #: a config whose time and warm-up probe both take at least this many times the leader's leaves after any round,
+    #: the first too (0: off; only with the probes given to :class:`Race`)
+    far_behind: float = 0.0
     #: at most this many configs stay in the race after ``min_rounds``, and get the settled rounds (a heavy race's
     #: after its sift) (None: no limit)
     keep_top: int | None = None
@@ -151,8 +157,10 @@ class Race(Standings):
 
     plan: RacePlan
 
-    def __init__(self, indices: list[int], plan: RacePlan) -> None:
+    def __init__(self, indices: list[int], plan: RacePlan, probes: Mapping[int, float] | None = None) -> None:
         self.plan = plan
+        #: each config's warm-up probe, the group's (ms per call; for ``far_behind``)
+        self.probes = dict(probes or {})
         self._noisy: tuple[tuple[int, int], bool] | None = None
         self.entrants = {i: Entrant(i) for i in indices}
         self.rounds = 0
@@ -267,12 +275,19 @@ class Race(Standings):
             entrant = self.entrants[i]
             if self.plan.early_stop is not None and self._time(i) > self.plan.early_stop * self._time(leader):
                 leaving.add(i)
-            elif clearly_slower(paired_ratios(entrant.samples, best.samples)):
+            elif clearly_slower(paired_ratios(entrant.samples, best.samples)) or self._far_behind(i, leader):
                 leaving.add(i)
         if self.plan.keep_top is not None and self.rounds >= self.plan.min_rounds:
             ranked = sorted((i for i in running if i not in leaving), key=self._rank_key)
             leaving.update(ranked[self.plan.keep_top:])
         return leaving
+
+    def _far_behind(self, index: int, leader: int) -> bool:
+        """Whether config ``index`` is ``far_behind`` the leader by two measurements: its time in the race and its
+        warm-up probe, each at least that many times the leader's (one sample alone may be a spike)."""
+        far, probe, lead = self.plan.far_behind, self.probes.get(index, 0.0), self.probes.get(leader, 0.0)
+        return bool(far and probe > 0 and lead > 0 and probe >= far * lead
+                    and self._time(index) >= far * self._time(leader))
 
     def finished(self, elapsed_s: float) -> bool:
         """Whether the race is over after the rounds so far (``elapsed_s``: the group's agreed racing time)."""

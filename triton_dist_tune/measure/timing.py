@@ -116,6 +116,13 @@ SETTLED_LEADERS_HEAVY, SIFT_AFTER, SIFT_CYCLES, HEAVY_CYCLES = 12, 2, 1, 6
 #: family against 5 of 6 for 3 (the training family: 6 of 10 both, every choice within 1.011). It costs one leader's
 #: 5 settled samples, 0.15-0.2 s per heavy key (2.33-2.36 s against 2.17-2.18 s at N = 8192, K = 4096, M = 16384)
 SIFT_TOP = 4
+#: a config whose first screening sample and warm-up probe each take at least this many times the leader's leaves
+#: the race after that round (:attr:`~triton_dist_tune.measure.race.RacePlan.far_behind`; on a device clock): of
+#: bench_fidelity's 40 GEMM configs on one H200 at N = 8192, K = 4096, M = 16384, 8 took 2-7 times the best (one to
+#: two calls to settle and one to two to time each) and the rest of the screening timed them again. It pays for the
+#: sift's fourth leader: their second screening round cost 0.11-0.21 s per heavy key in the tunings of
+#: ``results/session_h200_48`` (call 1), the fourth leader 0.15-0.2 s
+FAR_BEHIND_RACE = 2.0
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
 #: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
 ROUND_SETTLE_MS = 25.0
