@@ -611,7 +611,7 @@ def ranks(tmp_path_factory):
     each rank's results, and the rank logs (rank -> its log's text)."""
     folder = tmp_path_factory.mktemp("sift")
     results = run_cases(CASES, 2, ["sift_ranks", "sift_replicas", "sift_replicas_top1", "sift_replicas_top4",
-                                   "sift_replicas_bursts", "sift_replicas_cut"],
+                                   "sift_replicas_bursts", "sift_replicas_cut", "sift_replicas_unequal"],
                         env=tuner_env(folder, 30), timeout=180)
     return results, {r: (folder / "logs" / f"rank-{r}.log").read_text() for r in range(2)}
 
@@ -753,6 +753,27 @@ def test_where_a_cut_leaves_a_replicas_survivors_screened_alone_the_first_pass_c
         assert [c for c, n in measured.items() if n == 1] == [str(c) for c in range(0, 32, 2)], (key, measured)
     # the trap is set in every key: some survivor of replica 0 reads faster than the choice
     assert all(any(c % 2 == 0 for c in faster) for faster in first["faster"].values()), first["faster"]
+
+
+@pytest.mark.timeout(200)
+def test_replicas_on_devices_of_unequal_speed_race_the_leaders_alike_heavy_on_every_replica(ranks):
+    """Two one-rank replicas of :data:`sift_cases.WIDE_SPACE`, 2 keys, replica 1's device 4x faster
+    (``sift_cases.sift_replicas_unequal``): its calls take 0.4 ms, under the 0.5 ms from which a race is heavy, and
+    replica 0's 1.5 ms. A leader's time is the MAX over replicas, replica 0's, whose calls are heavy. Before, each
+    replica judged its leaders' race heavy or not on its own leader's time: replica 0's leaders ran the heavy race's
+    6 settled rounds and kept their drift-free times under either statistic (``settled_time``), replica 1's ran the
+    light race's 8 and under the least statistic took their least samples, so a leader's MAX could join a drift-free
+    median of one replica to a least sample of the other (the two ranks' records of the same leaders differed: 7
+    samples and ``settled_time`` against 9 without). Now the replicas agree on it before the race from the gathered
+    first pass (the slowest replica's best leader: 1.5 ms), and every replica races the leaders alike: heavy, 7
+    samples each, drift-free times."""
+    results, _ = ranks
+    first, second = (r.result for r in results["sift_replicas_unequal"])
+    assert first["chosen"] == second["chosen"] and len(first["chosen"]) == 2, (first, second)
+    for result in (first, second):
+        for key, measured in result["measured"].items():
+            assert sorted(measured.values()) == [1 + HEAVY_CYCLES] * 2, (key, first["measured"], second["measured"])
+            assert result["settled_time"][key] == sorted(int(c) for c in measured), (key, result["settled_time"])
 
 
 def test_a_race_judges_its_noise_again_when_a_config_fails_or_is_sifted_without_a_new_sample():

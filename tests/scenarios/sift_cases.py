@@ -37,6 +37,9 @@ WIDE_POWER = [1.0] * 10 + [0.6] * 2
 BURST_SPACE = [{"v": v} for v in range(32)]
 BURST_POWER = [1.0] * 31 + [0.6]
 BURST_WORK = [1.0] * 31 + [0.97]
+#: the work of every call on the faster device of :func:`sift_replicas_unequal` (relative to :data:`WORK_MS`: 0.4-0.45
+#: ms a call, under the 0.5 ms from which a race is heavy, where the other device's 1.5-1.7 ms is heavy)
+FAST_DEVICE = 0.25
 
 
 class PowerLimited:
@@ -111,7 +114,10 @@ def tune_heavy(name: str, group: dist.ProcessGroup | None, space: list[dict] = S
          cut={str(key): d.cut for (_, key), d in decisions},
          faster={str(key): [o.index for o in d.outcomes if o.usable and o.time < d.time] for (_, key), d in decisions},
          screened_faster={str(key): sum(o.state == "stopped" and not o.settled_time and o.time < d.time
-                                        for o in d.outcomes) for (_, key), d in decisions})
+                                        for o in d.outcomes) for (_, key), d in decisions},
+         settled_time={str(key): sorted(o.index for o in d.outcomes if o.state == "measured" and o.settled_time)
+                       for (_, key), d in decisions},
+         statistic={str(key): d.statistic for (_, key), d in decisions})
 
 
 @case
@@ -186,6 +192,18 @@ def sift_replicas_cut():
                    budget=1000.0, **layout)
     finally:
         Budget.now = now  # type: ignore[method-assign]
+
+
+@case
+def sift_replicas_unequal():
+    """:func:`sift_replicas` over 2 keys on devices of unequal speed: replica 1's does every call's work in a quarter
+    of the time (:data:`FAST_DEVICE`: 0.4 ms calls, a light race on its own), replica 0's in 1.5 ms (heavy)."""
+    from reliability_c_cases import one_rank_replicas
+
+    layout = one_rank_replicas()
+    rank = dist.get_rank()
+    limiter = PowerLimited(seed=rank, power=WIDE_POWER, work=[FAST_DEVICE if rank else 1.0] * len(WIDE_SPACE))
+    tune_heavy("sift_replicas_unequal", layout["autotune_pg"], WIDE_SPACE, keys=KEYS[:2], limiter=limiter, **layout)
 
 
 if __name__ == "__main__":

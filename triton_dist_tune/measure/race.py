@@ -32,7 +32,8 @@ identical on every rank without any further message.
   block with no break between its rounds (:meth:`Race.block`; see :mod:`~triton_dist_tune.measure.timing`).
   Their time then comes from their settled samples alone, and nobody leaves during these rounds.
 - **The sift** (``final_top_heavy``): when the screening leader takes ``heavy_from_ms`` per call or more (a heavy
-  kernel, which holds the device at its power limit), the settled rounds start after ``sift_after`` screening
+  kernel, which holds the device at its power limit; or where the plan says so, ``heavy``: the replicas' leaders'
+  race, agreed across replicas before it), the settled rounds start after ``sift_after`` screening
   rounds, or as soon as at most ``final_top_heavy`` configs are left (after the first round where that many or fewer
   race), noisy or not, with up to ``final_top_heavy`` leaders, for a first block of ``sift_rounds`` rounds; then
   only the ``final_top`` best of them by those rounds' samples go on (at most ``keep_top``; one: the race ends),
@@ -133,6 +134,9 @@ class RacePlan:
     sift_after: int = 2
     sift_rounds: int = 1
     heavy_rounds: int = 6
+    #: whether the race is heavy, decided before it (the replicas' leaders' race: alike on every replica,
+    #: :func:`~.replicas.leaders_plan`); None: judged on its screening leader's time (``heavy_from_ms``)
+    heavy: bool | None = None
     #: settled blocks added (``final_rounds`` rounds each) while the leader and the runner-up are a near-tie that
     #: more samples can settle (the runner-up not clearly slower, yet more than the indifference margin apart), at
     #: most this many: the finalists' paired shoot-out of a search
@@ -259,10 +263,12 @@ class Race(Standings):
 
     def _heavy(self, left: list[int]) -> bool:
         """Whether the leaders among ``left`` go through the sift: the plan has one and the leader takes
-        ``heavy_from_ms`` or more (noisy or not: the sift ranks them by their settled samples alone)."""
+        ``heavy_from_ms`` or more (noisy or not: the sift ranks them by their settled samples alone), or the plan
+        says so (``heavy``: decided before the race)."""
         plan = self.plan
-        return (bool(left) and 0 < plan.final_top < plan.final_top_heavy and plan.heavy_from_ms > 0
-                and self._time(self.leader(left)) >= plan.heavy_from_ms)
+        if not (left and 0 < plan.final_top < plan.final_top_heavy and plan.heavy_from_ms > 0):
+            return False
+        return plan.heavy if plan.heavy is not None else self._time(self.leader(left)) >= plan.heavy_from_ms
 
     def _leaving(self, running: list[int]) -> set[int]:
         """The configs that are clearly slower than the leader after this round."""

@@ -18,8 +18,9 @@ every rank of every replica ends on one config per key:
    the others (configs a race stopped, resumed or not); so at least one leader per replica whose share has a
    survivor, and the leaders' race grows with the replicas; they are raced again on every replica (``refine_top``
    chose them and bounds their race no further: ``keep_top`` off; its settled block holds every leader, with no
-   sift: :func:`leaders_plan`), and a leader's time is the MAX over replicas of each replica's group time (itself
-   the MAX over the group's ranks);
+   sift: :func:`leaders_plan`), heavy or not alike on every replica (:func:`heavy_leaders`: the slowest replica's
+   best leader in the first pass takes ``heavy_from_ms`` or more), and a leader's time is the MAX over replicas of
+   each replica's group time (itself the MAX over the group's ranks);
 5. the choice is the least of those times (ties: the lower index): the least over configs of the max over every
    rank of every replica. Every rank computes it from the same exchanged data.
 
@@ -43,7 +44,11 @@ noisy, else the medians. After step 3 every time of the table is taken again of 
 their race, whose race may have been noisy), and the leaders are chosen on those times (step 4). In step 4 each
 replica sends each leader's least sample beside its time, so a leader's time is the MAX over replicas of the agreed
 statistic; where the leaders' race agreed on another statistic than the first pass, the configs outside it are taken
-again of it. A leader's ``round_times`` in the table stay this replica's own samples.
+again of it. A leader's ``round_times`` in the table stay this replica's own samples. Whether the leaders' race is
+heavy is agreed too, before it, from the gathered table: judged by each replica on its own screening leader, a
+replica on faster devices raced the leaders light (8 settled rounds, least samples under noise) where another raced
+them heavy (6, drift-free times under either statistic, ``settled_time``), and under the least statistic a leader's
+MAX joined one replica's drift-free median to another's least sample (tests/test_sift.py, devices 4x apart).
 
 A replica's share (step 2) and its race of the leaders (step 4) take as long as they take: the exchanges after
 them wait for the slowest replica as long as it shows progress (:class:`~triton_dist_tune.faults.progress.RoundWatch`
@@ -251,7 +256,9 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
         budget.cut = True
         return _statistic(decision(table, top, timing, max(o.samples for o in table), screened), noisy)
     # same leaders, same order everywhere, raced to the end on every replica (:func:`leaders_plan`)
-    raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top], leaders_plan(measurer.plan.race, len(top)))}
+    # heavy or not alike on every replica, agreed from the gathered table (:func:`heavy_leaders`)
+    plan = leaders_plan(measurer.plan.race, len(top), heavy_leaders(table, top, owners, measurer.plan.race))
+    raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top], plan)}
     times = {i: (o.time, o.least()) if o.usable and o.time is not None else (o.error or o.state)
              for i, o in raced.items()}
     what = f"{label} leaders across replicas"
@@ -280,16 +287,34 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     return _statistic(chosen, noisy if unreached else noisy_leaders)
 
 
-def leaders_plan(plan: RacePlan, count: int) -> RacePlan:
+def leaders_plan(plan: RacePlan, count: int, heavy: bool | None = None) -> RacePlan:
     """The plan of the leaders' race (``count`` leaders): ``refine_top`` chose them and bounds their race no further
     (its ``keep_top`` would sift or cut 2 leaders to 1 on each replica alone), and its settled block holds every
     leader (``final_top`` at least ``count``, a heavy race's ``final_top_heavy`` above it and ``sift_top`` that
     ``final_top``: in steady timing): the leaders are settled winners of their shares, and a sift or a settled block
     of fewer than them would stop some on one replica alone, after one settled round, so that their MAX over replicas
     would mix a stopped leader's time with settled ones (with ``refine_top`` 4 or more a heavy race of the leaders
-    sifted them to 3)."""
+    sifted them to 3). ``heavy``: whether the race is heavy (:func:`heavy_leaders`, the same on every replica; None:
+    each replica's race judges it on its own screening leader)."""
     return replace(plan, keep_top=None, final_top=max(plan.final_top, count) if plan.final_top else 0,
-                   final_top_heavy=max(plan.final_top_heavy, count + 1) if plan.final_top_heavy else 0, sift_top=0)
+                   final_top_heavy=max(plan.final_top_heavy, count + 1) if plan.final_top_heavy else 0, sift_top=0,
+                   heavy=heavy)
+
+
+def heavy_leaders(outcomes: Sequence[Outcome], top: Collection[int], owners: Mapping[int, int],
+                  plan: RacePlan) -> bool:
+    """Whether the leaders' race (``top``) is heavy on every replica: the slowest replica's best leader (each
+    replica's least time among the leaders it measured in the first pass, ``owners``) takes ``heavy_from_ms`` or
+    more, as a race judges its screening leader, whose time is the MAX over the ranks that time it (here every rank
+    of every replica). Judged by each replica on its own leader, a replica on faster devices raced the leaders light
+    (medians of ``final_rounds`` settled rounds, least samples under noise) where another raced them heavy
+    (``heavy_rounds``, drift-free times under either statistic): a leader's MAX over replicas then joined two
+    statistics (tests/test_sift.py). From the gathered table: the same on every rank."""
+    best: dict[int, float] = {}
+    for o in outcomes:
+        if o.index in top and o.usable and o.index in owners:
+            best[owners[o.index]] = min(best.get(owners[o.index], float("inf")), float(o.time))
+    return plan.heavy_from_ms > 0 and bool(best) and max(best.values()) >= plan.heavy_from_ms
 
 
 def _noisy(measurer: Measurer) -> bool:
