@@ -388,3 +388,29 @@ def test_a_checked_run_starts_from_the_saved_output_and_a_failed_run_from_nan_is
     assert entry[6] != entry[6]  # another config's first run: from NaN
     state.put_back()
     assert out.tolist() == [7.0] * 4
+
+
+def test_an_output_read_through_a_nan_free_mapping_is_taken_for_written_whole_and_counts_only_from_saved_values():
+    """A run that reads its output but turns NaN into a number (``torch.where(c > 0, a, b)``) leaves no NaN: the
+    output is taken for written whole, so the other runs read what the run before wrote (their times at most); the
+    runs whose results count (checked against ``ref_prog``, the final call) start from the caller's values."""
+    import torch
+
+    from triton_dist_tune.measure.arguments import ArgumentState
+    from triton_dist_tune.measure.clocks import HostClock
+    from triton_dist_tune.measure.trial import Trial
+
+    def fn(a, b, c, *, k):
+        c.copy_(torch.where(c > 0, a, b) * k)
+        return c.clone()
+
+    a, b, c = torch.ones(4), torch.full((4,), 2.0), torch.tensor([1.0, -1.0, 1.0, -1.0])
+    state = ArgumentState({"a": a, "b": b, "c": c}, (), ())
+    trial = Trial(fn, (a, b, c), {}, HostClock(), state, lambda cf, *x, **kw: state.config_starting(cf))
+    config = {"k": 3.0}
+    trial.call(config)
+    trial.call(config)  # from NaN: where() reads NaN > 0 as False, and writes every element
+    assert state.written == ["c"] and state.changed == []
+    assert trial.call(config, exact=True).tolist() == [3.0, 6.0, 3.0, 6.0]  # one call's result
+    state.put_back()
+    assert c.tolist() == [1.0, -1.0, 1.0, -1.0]

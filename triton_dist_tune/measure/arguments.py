@@ -24,6 +24,10 @@ then on, with no copy before each run, and no warning. Every later config's firs
 capture) is checked the same way: the buffer is filled with NaN before it, and a NaN left after it (a run that
 skips elements, or reads the buffer: ``c += a @ b``, ``c * beta``) makes it a changed argument as above, restored
 before every later run. A run checked against ``ref_prog`` gets it put back first, and so does the final call.
+A read that turns NaN into a number (``torch.where(c > 0, a, b)``, ``nan_to_num``) leaves no NaN: such a buffer is
+taken for written whole, and the other runs read what the run before wrote instead of the caller's values, which
+changes their times at most (the runs whose results count start from the caller's values); ``restore_value`` has it
+restored before every run.
 On one H200 the copy back of a 256 MB GEMM output before every run was 0.16-0.17 s of a 2.1 s tuning
 (``benchmarks/results/session_h200_47``), and each sample timed the copy with the calls.
 """
