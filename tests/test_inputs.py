@@ -258,7 +258,7 @@ def test_a_configs_first_run_has_its_arguments_checked_when_it_ends_not_inside_t
     trial = Trial(fn, (x,), {}, HostClock(), state, lambda c, *a, **kw: state.config_starting(c))
     trial.call(config)
     assert state.written == ["x"]  # found when the run that changed it ended (perhaps an output written whole)
-    trial.call(config)
+    trial.call(config, warmup=True)
     assert state.changed == ["x"] and state.written == []  # the run from NaN left NaN: x is read, not just written
     trial.call(config)
     assert x.tolist() == [1.0] * 4  # restored before the third run, which then added once
@@ -353,8 +353,9 @@ def test_a_view_of_a_restored_tensor_is_not_taken_for_an_argument_changed_in_pla
 
 def test_a_checked_run_starts_from_the_saved_output_and_a_failed_run_from_nan_is_checked_again():
     """An output written whole is left between runs, but a run whose result counts (checked against ``ref_prog``)
-    must start from the caller's values, as one call would; and a run from NaN that raised says nothing about
-    whether the output is written whole, so the next run starts from NaN again."""
+    must start from the caller's values, as one call would; only a plain warm-up run (untimed) starts from NaN, never
+    a timed one; and a run from NaN that raised says nothing about whether the output is written whole, so the next
+    warm-up run starts from NaN again."""
     import torch
 
     from triton_dist_tune.measure.arguments import ArgumentState
@@ -373,22 +374,25 @@ def test_a_checked_run_starts_from_the_saved_output_and_a_failed_run_from_nan_is
     state = ArgumentState({"out": out}, (), ())
     trial = Trial(fn, (out,), {}, HostClock(), state, lambda c, *a, **kw: state.config_starting(c))
     one, two, bad = {"k": 1.0}, {"k": 2.0}, {"k": 9}
-    trial.call(one)
-    trial.call(one)
-    assert state.written == ["out"] and state.changed == [] and entry[1] != entry[1]  # the second run from NaN
+    trial.call(one, warmup=True)
+    trial.call(one)  # a timed run (a probe's, a sample's): never from NaN
+    assert state.written == ["out"] and entry[1] == 1.0
+    trial.call(one, warmup=True)
+    assert state.written == ["out"] and state.changed == [] and entry[2] != entry[2]  # the warm-up run from NaN
     trial.call(one, exact=True)
-    assert entry[2] == 7.0  # the checked run from the caller's values, not NaN nor the last run's
+    assert entry[3] == 7.0  # the checked run from the caller's values, not NaN nor the last run's
     trial.call(one)
-    assert entry[3] == 1.0  # then left as the last run wrote it
-    with pytest.raises(RuntimeError):
-        trial.call(bad)  # its first run, from NaN, fails
-    trial.call(one)
-    assert entry[5] != entry[5] and state.written == ["out"]  # so the next run starts from NaN and is checked
+    assert entry[4] == 1.0  # then left as the last run wrote it
     trial.call(two)
-    assert entry[6] != entry[6]  # another config's first run: from NaN
+    assert entry[5] == 1.0  # another config's first timed run: not filled
+    with pytest.raises(RuntimeError):
+        trial.call(bad, warmup=True)  # its first warm-up run, from NaN, fails
+    trial.call(one, warmup=True)
+    assert entry[7] != entry[7] and state.written == ["out"]  # so the next warm-up run starts from NaN, checked
+    trial.call(two, warmup=True)
+    assert entry[8] != entry[8]  # another config's first warm-up run: from NaN
     state.put_back()
     assert out.tolist() == [7.0] * 4
-
 
 def test_an_output_read_through_a_nan_free_mapping_is_taken_for_written_whole_and_counts_only_from_saved_values():
     """A run that reads its output but turns NaN into a number (``torch.where(c > 0, a, b)``) leaves no NaN: the
@@ -409,7 +413,7 @@ def test_an_output_read_through_a_nan_free_mapping_is_taken_for_written_whole_an
     trial = Trial(fn, (a, b, c), {}, HostClock(), state, lambda cf, *x, **kw: state.config_starting(cf))
     config = {"k": 3.0}
     trial.call(config)
-    trial.call(config)  # from NaN: where() reads NaN > 0 as False, and writes every element
+    trial.call(config, warmup=True)  # from NaN: where() reads NaN > 0 as False, and writes every element
     assert state.written == ["c"] and state.changed == []
     assert trial.call(config, exact=True).tolist() == [3.0, 6.0, 3.0, 6.0]  # one call's result
     state.put_back()

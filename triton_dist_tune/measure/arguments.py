@@ -18,18 +18,20 @@ changed is restored before every later run and before the final call, with a war
 seen: declare such arguments.
 
 An output buffer the function writes whole is no state to restore: it is found changed like any other, but a
-floating-point one is then filled with NaN before the next run and, once every element was written over whatever
-it held (no NaN left), it is **written whole** (:attr:`ArgumentState.written`): left as the last run wrote it from
-then on, with no copy before each run, and no warning. Every later config's first run (outside a CUDA graph's
-capture) is checked the same way: the buffer is filled with NaN before it, and a NaN left after it (a run that
-skips elements, or reads the buffer: ``c += a @ b``, ``c * beta``) makes it a changed argument as above, restored
-before every later run. A run checked against ``ref_prog`` gets it put back first, and so does the final call.
-A read that turns NaN into a number (``torch.where(c > 0, a, b)``, ``nan_to_num``) leaves no NaN: such a buffer is
-taken for written whole, and the other runs read what the run before wrote instead of the caller's values, which
-changes their times at most (the runs whose results count start from the caller's values); ``restore_value`` has it
-restored before every run.
-On one H200 the copy back of a 256 MB GEMM output before every run was 0.16-0.17 s of a 2.1 s tuning
-(``benchmarks/results/session_h200_47``), and each sample timed the copy with the calls.
+floating-point one is then filled with NaN before the next plain warm-up run (untimed: never a probe's or a sample's
+run) and, once every element was written over whatever it held (no NaN left), it is **written whole**
+(:attr:`ArgumentState.written`): left as the last run wrote it from then on, with no copy before each run, and no
+warning. Every later config's first warm-up run (outside a CUDA graph's capture) is checked the same way: the buffer
+is filled with NaN before it, and a NaN left after it (a run that skips elements, or reads the buffer: ``c += a @ b``,
+``c * beta``) makes it a changed argument as above, restored before every later run. (With ``n_warmup=0`` no run is
+checked: such a buffer counts as written whole.) A run checked against ``ref_prog`` gets it put back first, and so
+does the final call. A read that turns NaN into a number (``torch.where(c > 0, a, b)``, ``nan_to_num``) leaves no NaN:
+such a buffer is taken for written whole, and the other runs read what the run before wrote instead of the caller's
+values, which changes their times at most (the runs whose results count start from the caller's values);
+``restore_value`` has it restored before every run.
+Each sample timed the copy with the calls: on one H200 (``benchmarks/results/session_h200_48``) it added 8% to every
+sample of a 0.023 ms GEMM call (M = 128, a 2 MB output); a 2.1 s key's time was the same with it or without (samples
+last a set time), the warning gone.
 """
 
 from __future__ import annotations
@@ -106,12 +108,14 @@ class ArgumentState:
         #: names of watched floating-point arguments some run changed that every checked run wrote whole (see the
         #: module's docstring): left as the last run wrote them, put back before the final call and checked runs
         self.written: list[str] = []
-        #: whether the next run outside a capture is filled with NaN first (one was just found changed)
+        #: whether the next warm-up run is filled with NaN first (one was just found changed)
         self._fill_due = False
         #: whether the run going on started with the written arguments filled with NaN (checked when it ends)
         self._filled = False
         #: whether the run going on is one whose result counts (checked against ``ref_prog``): no fill before it
         self._exact = False
+        #: whether the run going on is a plain warm-up run, the only kind a fill may start (no sample times it)
+        self._warmup = False
         #: the configs whose first run outside a capture was filled and checked
         self._filled_configs: set[int] = set()
         self._seen_configs: set[int] = set()
@@ -121,12 +125,12 @@ class ArgumentState:
 
     def config_starting(self, config: Mapping[str, Any]) -> None:
         """Called right before each run (after :meth:`before_run`): the first run of each config gets its watched
-        arguments checked when it ends (:meth:`after_run`), and its first run outside a capture starts with the
-        written arguments filled with NaN (checked when it ends too)."""
+        arguments checked when it ends (:meth:`after_run`), and its first plain warm-up run outside a capture starts
+        with the written arguments filled with NaN (checked when it ends too)."""
         if id(config) not in self._seen_configs:
             self._seen_configs.add(id(config))
             self._check_due = True
-        if not self.written or self._exact or capturing():
+        if not self.written or not self._warmup or capturing():
             return
         if self._fill_due or id(config) not in self._filled_configs:
             self._filled_configs.add(id(config))
@@ -137,11 +141,11 @@ class ArgumentState:
                     self.watched[name][0].fill_(float("nan"))
 
     def run_failed(self) -> None:
-        """The run going on raised: what it left in the written arguments says nothing, so the next run outside a
-        capture starts from NaN again and is checked in its place."""
+        """The run going on raised: what it left in the written arguments says nothing, so the next warm-up run
+        starts from NaN again and is checked in its place."""
         if self._filled:
             self._filled, self._fill_due = False, True
-        self._exact = False
+        self._exact = self._warmup = False
 
     def check_after(self) -> None:
         """Have the next :meth:`before_run` or :meth:`put_back` check the watched arguments (after ``ref_prog``)."""
@@ -194,14 +198,15 @@ class ArgumentState:
                     self._check_written()
                 if self._check_due:
                     self._detect()
-        self._exact = False
+        self._exact = self._warmup = False
 
-    def before_run(self, exact: bool = False) -> None:
+    def before_run(self, exact: bool = False, warmup: bool = False) -> None:
         """Put ``restore_value`` tensors and changed arguments back and zero ``reset_to_zero`` tensors (before
         every measured run); ``exact``: the run's result counts (checked against ``ref_prog``), so the written
-        arguments are put back too. The time is the tuning's ``restore`` time when there is something to copy or
-        check."""
-        self._exact = exact
+        arguments are put back too; ``warmup``: a plain warm-up run, which a fill of the written arguments may start
+        (:meth:`config_starting`; never a timed one: a probe's, a sample's). The time is the tuning's ``restore``
+        time when there is something to copy or check."""
+        self._exact, self._warmup = exact, warmup and not exact
         busy = self.saved or self.zero or self.changed or self._check_due or (exact and self.written)
         watch = breakdown.current() if busy else None
         if watch is None:

@@ -183,7 +183,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
                 raise WrongResult(wrong)
 
         def plain() -> None:
-            self.trial.call(config)
+            self.trial.call(config, warmup=True)
 
         runs: list[Callable[[], Any]] = [checked] if self.trial.reference is not None else []
         runs += [plain] * self.plan.n_warmup

@@ -32,13 +32,15 @@ class Trial:
     #: the calls made so far (for the device-time floor of :mod:`~triton_dist_tune.measure.breakdown`)
     calls: int = 0
 
-    def call(self, config: dict[str, Any], restored: bool = False, exact: bool = False) -> Any:
+    def call(self, config: dict[str, Any], restored: bool = False, exact: bool = False,
+             warmup: bool = False) -> Any:
         """Prepare the arguments (unless ``restored``: the caller did) and run once with ``config``; returns the
         function's result. ``exact``: the result counts, so every argument is put back first (outputs written whole
-        too: :meth:`~triton_dist_tune.measure.arguments.ArgumentState.before_run`)."""
+        too: :meth:`~triton_dist_tune.measure.arguments.ArgumentState.before_run`); ``warmup``: a plain warm-up run,
+        untimed, the only kind that checks whether an output is written whole."""
         self.calls += 1
         if self.state is not None and not restored:
-            self.state.before_run(exact)
+            self.state.before_run(exact=exact, warmup=warmup)
         if self.pre_hook is not None:
             self.pre_hook(config, *self.args, **self.kwargs)
         try:
