@@ -13,7 +13,10 @@ fresh noise drawn for every sample. Landscapes (true times over the best):
   1.03), the rest 1.05-2.0; no bias.
 
 Noise: ``gauss2``, ``gauss5``, ``gauss10`` (Gaussian 2-10% per sample) and ``spiked`` (5% Gaussian, 1 sample in 20
-times 1.3). Tuners: ``sift`` (the defaults), ``nosift`` (``final_top_heavy`` 0: 3 leaders after 3 screening
+times 1.3). Every race gets each config's warm-up probe (its true time with the sample's Gaussian noise), which
+the defaults' ``far_behind`` reads. Tuners: ``sift`` (the defaults), ``keep3`` (the sift keeping 3 leaders, the
+default before the forty-eighth session), ``nofar`` (no config leaving after one round by its sample and probe),
+``nosift`` (``final_top_heavy`` 0: 3 leaders after 3 screening
 rounds, as before the forty-sixth session), ``random3`` (a uniform pick among the 3 best after the first 3
 screening rounds of the ``nosift`` race: what the screening alone knows) and, with ``--variants``, ``sift2_7`` (2
 sift rounds, 7 settled in all) and ``sift1_8`` (1 sift round, 8 in all). Per landscape, noise and tuner over
@@ -42,8 +45,9 @@ GEMM40 = [1.000, 1.003, 1.08, 1.09, 1.10, 1.10, 1.11, 1.12] + [1.2 + 1.8 * k / 3
 LANDSCAPES = {"gemm40": (GEMM40, {}), "gemm40_power": (GEMM40, {0: 1.06, 1: 1.06}),
               "flat24": ([1.000, 1.006, 1.012, 1.02, 1.03] + [1.05 + 0.95 * k / 18 for k in range(19)], {})}
 #: plan changes of each tuner that runs a race (random3 runs nosift's race)
-TUNERS = {"sift": {}, "nosift": {"final_top_heavy": 0}, "random3": {"final_top_heavy": 0},
-          "sift2_7": {"sift_rounds": 2, "heavy_rounds": 7}, "sift1_8": {"heavy_rounds": 8}}
+TUNERS = {"sift": {}, "keep3": {"sift_top": 3}, "nofar": {"far_behind": 0.0}, "nosift": {"final_top_heavy": 0},
+          "random3": {"final_top_heavy": 0}, "sift2_7": {"sift_rounds": 2, "heavy_rounds": 7},
+          "sift1_8": {"heavy_rounds": 8}}
 NOISE = {"gauss2": (0.02, 0.0), "gauss5": (0.05, 0.0), "gauss10": (0.10, 0.0), "spiked": (0.05, 0.05)}
 
 
@@ -53,7 +57,8 @@ def trial(rng: random.Random, true: list[float], bias: dict[int, float], noise: 
     sigma, spikes = NOISE[noise]
     plan = TuneOptions().plan(60.0, "steady", "k").race
     plan = replace(plan, seed=str(rng.random()), **TUNERS[tuner])
-    race = Race(list(range(len(true))), plan)
+    probes = {i: t * CALL_MS * (1 + rng.gauss(0, sigma)) * bias.get(i, 1.0) for i, t in enumerate(true)}
+    race = Race(list(range(len(true))), plan, probes=probes)
     screened: list[int] = []
     while not race.finished(0.0):
         for i in race.order():
@@ -75,7 +80,7 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=400)
     p.add_argument("--variants", action="store_true", help="the sift's variants too (sift2_7, sift1_8)")
     args = p.parse_args()
-    tuners = list(TUNERS) if args.variants else ["sift", "nosift", "random3"]
+    tuners = list(TUNERS) if args.variants else ["sift", "keep3", "nofar", "nosift", "random3"]
     for landscape, (true, bias) in LANDSCAPES.items():
         for noise in NOISE:
             for tuner in tuners:
