@@ -39,3 +39,71 @@ def test_the_leaders_hold_each_replicas_best_survivor_then_the_least_times():
     assert leaders(table, 0, owners=owners) == leaders(list(reversed(table)), 2, owners=owners) == [0, 1, 2]
     assert leaders(table, 4, owners=owners) == [0, 1, 2, 5]
     assert leaders(table, 7, owners=owners) == [0, 1, 2, 3, 4, 5, 6]  # then a stopped config, last
+
+
+def _mixed_first_pass():
+    """A gathered first pass of 2 replicas under the agreed least statistic: replica 0 (configs 0, 2, 4) raced its
+    share heavy (its settled survivors keep their drift-free times, ``settled_time``), replica 1 (1, 3, 5) light and
+    noisy (its survivors' times are their least samples, each 8-10% under its drift-free time)."""
+    from triton_dist_tune.records import Outcome
+
+    def heavy(i, drift_free, least):
+        return Outcome(i, f"c{i}", "measured", time=drift_free, samples=7, round_times=[least + 0.1] + [drift_free] * 5
+                       + [least], settled_time=True, drift_free=drift_free)
+
+    def light(i, drift_free, least):
+        return Outcome(i, f"c{i}", "measured", time=least, samples=9, round_times=[least] + [drift_free] * 8,
+                       drift_free=drift_free)
+
+    table = [heavy(0, 0.52, 0.47), light(1, 0.56, 0.48), heavy(2, 0.525, 0.475), light(3, 0.53, 0.49),
+             Outcome(4, "c4", "stopped", time=0.7, samples=1, round_times=[0.7]),
+             Outcome(5, "c5", "stopped", time=0.8, samples=1, round_times=[0.8])]
+    return table, {0: 0, 2: 0, 4: 0, 1: 1, 3: 1, 5: 1}
+
+
+def _settle_mixed(refine_top, spent):
+    """``replicas._settle`` on :func:`_mixed_first_pass` (fakes for the exchanges): (the configs raced as leaders,
+    or None where the first pass decides, the decision or None)."""
+    from types import SimpleNamespace
+
+    from triton_dist_tune.measure import replicas
+    from triton_dist_tune.measure.budget import Budget
+    from triton_dist_tune.measure.race import RacePlan
+
+    table, owners = _mixed_first_pass()
+    raced = []
+
+    class Stop(Exception):
+        pass
+
+    def lockstep(todos, plan):
+        raced.extend(todos)
+        raise Stop
+
+    layout = SimpleNamespace(gather=lambda *_: (table, owners, True, [], (False, 9.0 if spent else 0.0)))
+    plan = RacePlan(final_top=3, final_top_heavy=12, heavy_from_ms=0.5)
+    measurer = SimpleNamespace(budget=Budget(seconds=5.0), plan=SimpleNamespace(race=plan), race=None,
+                               lockstep=lockstep)
+    watch = SimpleNamespace(arrive=lambda _, __, t: t, passed=lambda _: None)
+    try:
+        chosen = replicas._settle(layout, measurer, [], lambda i: i, refine_top, "k", 10.0, 3, "steady", watch)
+    except Stop:
+        return sorted(raced), None
+    return None, chosen
+
+
+def test_the_first_pass_compares_shares_on_drift_free_times_where_some_share_raced_heavy():
+    """Under the agreed least statistic, a share raced heavy keeps its settled survivors' drift-free times
+    (``settled_time``) where a light share's survivors take their least samples, which read lower than any median:
+    the leaders beyond each replica's best (``refine_top=3``) and a time budget's cut compared the two kinds across
+    shares. Before, the light share's config 3 (least sample 0.49, drift-free 0.53) took the extra leader place from
+    the heavy share's config 2 (drift-free 0.525), and the cut chose the light share's config 1 (least sample 0.48,
+    drift-free 0.56) over config 0 (drift-free 0.52, best on either kind). Now every settled time of the table is its
+    drift-free time across shares; each share's best stays the one its race ranked first (config 1: its least sample
+    leads its share)."""
+    assert _settle_mixed(3, spent=False) == ([0, 1, 2], None)
+    assert _settle_mixed(0, spent=False) == ([0, 1], None)  # each replica's best: as its race ranked its share
+    _, chosen = _settle_mixed(3, spent=True)
+    assert (chosen.index, chosen.runner_up, chosen.statistic) == (0, 2, "least"), chosen
+    assert {o.index: o.time for o in chosen.outcomes if o.state == "measured"} == {0: 0.52, 1: 0.56, 2: 0.525,
+                                                                                   3: 0.53}

@@ -73,7 +73,9 @@ class Outcome:
     #: (:func:`~triton_dist_tune.measure.noise.retaken`, :meth:`least`), of either statistic: a heavy race's settled
     #: leader's (sifted or not; that race's noise is the power limiter's clock swing, which its drift-free ratios
     #: take out, and its screening samples are what the sift distrusts:
-    #: :meth:`~triton_dist_tune.measure.standings.Standings._rank_key`). Elsewhere a settled leader's drift-free time
+    #: :meth:`~triton_dist_tune.measure.standings.Standings._rank_key`); and under noise any settled leader's in a
+    #: replicas' first pass where some share raced heavy (:func:`~triton_dist_tune.measure.replicas.settled_alike`:
+    #: one kind across shares). Elsewhere a settled leader's drift-free time
     #: stands under the median statistic only: :attr:`drift_free` (a ``contextual_autotune`` journal that says
     #: ``settled_time`` was written by a quiet race before that field was:
     #: :func:`~triton_dist_tune.contextual.tracks.journaled_drift_free`)

@@ -48,7 +48,12 @@ again of it. A leader's ``round_times`` in the table stay this replica's own sam
 heavy is agreed too, before it, from the gathered table: judged by each replica on its own screening leader, a
 replica on faster devices raced the leaders light (8 settled rounds, least samples under noise) where another raced
 them heavy (6, drift-free times under either statistic, ``settled_time``), and under the least statistic a leader's
-MAX joined one replica's drift-free median to another's least sample (tests/test_sift.py, devices 4x apart).
+MAX joined one replica's drift-free median to another's least sample (tests/test_sift.py, devices 4x apart). The
+first pass's shares race heavy or not each on its own, and under the least statistic a heavy share's settled leaders
+keep their drift-free times where a light share's take their least samples: where some share raced heavy, every
+settled time of the table is taken as its drift-free time before the leaders (:func:`settled_alike`), so that the
+leaders beyond each replica's best, the leaders' heaviness and a time budget's cut compare one kind across shares;
+each replica's best is still ranked on its share's times before that (its own race's kind).
 
 A replica's share (step 2) and its race of the leaders (step 4) take as long as they take: the exchanges after
 them wait for the slowest replica as long as it shows progress (:class:`~triton_dist_tune.faults.progress.RoundWatch`
@@ -251,7 +256,10 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     # one statistic for every replica's times, agreed from the exchange (the same on every rank), before the leaders
     # (under medians only a resumed config that left its race: a measured one read back keeps its drift-free time)
     table = retaken(table, noisy, lambda o: noisy or (o.resumed and o.state == "stopped"))
-    top = leaders(table, refine_top, screened, owners)
+    # across shares one kind of settled time: drift-free where some share raced heavy (:func:`settled_alike`); each
+    # replica's best is still the one ranked first on its share's times before that
+    shares, table = table, settled_alike(table, noisy)
+    top = leaders(table, refine_top, screened, owners, within=shares)
     if budget.spent and any(o.usable for o in table):  # the first pass decides: no leaders' race (a cut)
         budget.cut = True
         return _statistic(decision(table, top, timing, max(o.samples for o in table), screened), noisy)
@@ -317,6 +325,22 @@ def heavy_leaders(outcomes: Sequence[Outcome], top: Collection[int], owners: Map
     return plan.heavy_from_ms > 0 and bool(best) and max(best.values()) >= plan.heavy_from_ms
 
 
+def settled_alike(outcomes: Sequence[Outcome], noisy: bool) -> list[Outcome]:
+    """``outcomes`` (the gathered first pass, of the agreed statistic), with one kind of settled time across shares:
+    under the least statistic (``noisy``), where some share raced heavy (an outcome with ``settled_time``: its
+    settled leaders keep their drift-free times under either statistic), every usable outcome with settled samples
+    takes its drift-free time (``drift_free``, marked ``settled_time``). Else a light share's settled leaders held
+    their least samples, which read lower than any median, beside a heavy share's drift-free times, and the leaders
+    beyond each replica's best and a time budget's cut compared the two across shares (tests/test_replicas.py). The
+    drift-free time is the one kind both have: a heavy share's least sample is a screening sample or a fast clock's
+    (:attr:`~triton_dist_tune.records.Outcome.settled_time`). Unchanged where no share raced heavy (every time of the
+    table its least sample) or under medians (a settled leader's time is then drift-free on either kind of share)."""
+    if not (noisy and any(o.usable and o.settled_time for o in outcomes)):
+        return list(outcomes)
+    return [replace(o, time=o.drift_free, settled_time=True)
+            if o.usable and not o.settled_time and not o.probed and o.drift_free is not None else o for o in outcomes]
+
+
 def _noisy(measurer: Measurer) -> bool:
     """Whether this replica's last race (the same on every rank of it) took each config's least sample, not its
     median (:meth:`~.race.Race.location`); False where it raced nothing."""
@@ -363,7 +387,7 @@ def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: i
 
 
 def leaders(outcomes: Sequence[Outcome], count: int, screened: Collection[int] = (),
-            owners: Mapping[int, int] | None = None) -> list[int]:
+            owners: Mapping[int, int] | None = None, within: Sequence[Outcome] | None = None) -> list[int]:
     """The leaders of the gathered table, by index: each replica's best survivor (``owners``: index -> the replica
     that measured it; ranked inside its share, whose times all come from one replica's devices), and up to
     ``max(count, 2)`` in all, the usable configs that ended their replica's race still running (``measured``: each
@@ -374,11 +398,16 @@ def leaders(outcomes: Sequence[Outcome], count: int, screened: Collection[int] =
     place, and another's best was never raced again (see the module docstring). A
     time of a config that left its race in the screening is of another kind: on a device at its power limit the
     screening's short samples read faster in ms than any settled one, and such a config would take the place of
-    some replica's settled winner (see the module docstring)."""
-    usable = sorted((o for o in outcomes if o.usable),
-                    key=lambda o: (o.state != "measured", o.index in screened, o.time, o.index))
+    some replica's settled winner (see the module docstring). ``within``: the same outcomes with the times each
+    share's best is ranked by (default: ``outcomes``'; :func:`settled_alike` gives the others one kind across
+    shares, where a share's own times are each of one kind)."""
+    def ranked(table: Sequence[Outcome]) -> list[Outcome]:
+        return sorted((o for o in table if o.usable),
+                      key=lambda o: (o.state != "measured", o.index in screened, o.time, o.index))
+
+    usable = ranked(outcomes)
     firsts: dict[int, int] = {}  # each replica's best survivor: the first of its share in that order
-    for o in usable:
+    for o in ranked(within) if within is not None else usable:
         if o.state == "measured" and owners is not None and o.index in owners:
             firsts.setdefault(owners[o.index], o.index)
     chosen = set(firsts.values())
