@@ -20,7 +20,8 @@ default before the forty-eighth session), ``nofar`` (no config leaving after one
 rounds, as before the forty-sixth session), ``random3`` (a uniform pick among the 3 best after the first 3
 screening rounds of the ``nosift`` race: what the screening alone knows) and, with ``--variants``, ``sift2_7`` (2
 sift rounds, 7 settled in all) and ``sift1_8`` (1 sift round, 8 in all). Per landscape, noise and tuner over
-``--trials`` seeds: the chosen config's true time over the best's (mean, share over 1.01, worst) and the samples
+``--trials`` seeds, the same for every tuner (paired: each sample's noise is drawn from the seed, the config and
+the round): the chosen config's true time over the best's (mean, share over 1.01, worst) and the samples
 taken (screening, settled: a heavy settled sample costs about 4 screening ones: 20 + 10 ms against 2 + 5).
 
 Launch: ``python benchmarks/sift_noise.py [--trials 400]`` (CPU only).
@@ -51,24 +52,27 @@ TUNERS = {"sift": {}, "keep3": {"sift_top": 3}, "nofar": {"far_behind": 0.0}, "n
 NOISE = {"gauss2": (0.02, 0.0), "gauss5": (0.05, 0.0), "gauss10": (0.10, 0.0), "spiked": (0.05, 0.05)}
 
 
-def trial(rng: random.Random, true: list[float], bias: dict[int, float], noise: str, tuner: str
-          ) -> tuple[float, int, int]:
-    """(the chosen config's true time over the best's, screening samples, settled samples) of one race."""
+def trial(seed: str, true: list[float], bias: dict[int, float], noise: str, tuner: str) -> tuple[float, int, int]:
+    """(the chosen config's true time over the best's, screening samples, settled samples) of one race. Its noise is
+    drawn per config and round from ``seed`` (and each probe's per config): every tuner of one seed meets the same
+    noise, so tuners are compared on paired races."""
     sigma, spikes = NOISE[noise]
     plan = TuneOptions().plan(60.0, "steady", "k").race
-    plan = replace(plan, seed=str(rng.random()), **TUNERS[tuner])
-    probes = {i: t * CALL_MS * (1 + rng.gauss(0, sigma)) * bias.get(i, 1.0) for i, t in enumerate(true)}
+    plan = replace(plan, seed=seed, **TUNERS[tuner])
+    probes = {i: t * CALL_MS * (1 + random.Random(f"{seed}/probe{i}").gauss(0, sigma)) * bias.get(i, 1.0)
+              for i, t in enumerate(true)}
     race = Race(list(range(len(true))), plan, probes=probes)
     screened: list[int] = []
     while not race.finished(0.0):
         for i in race.order():
-            t = true[i] * CALL_MS * (1 + rng.gauss(0, sigma)) * (1.3 if rng.random() < spikes else 1.0)
+            draw = random.Random(f"{seed}/{i}/{race.rounds}")
+            t = true[i] * CALL_MS * (1 + draw.gauss(0, sigma)) * (1.3 if draw.random() < spikes else 1.0)
             race.record(i, [t * (1.0 if race.settling else bias.get(i, 1.0))])
         race.end_round()
         if tuner == "random3" and race.rounds == 3:
             screened = sorted(race.running, key=lambda i: statistics.median(race.entrants[i].timed()))[:3]
             break
-    chosen = rng.choice(screened) if tuner == "random3" else race.winner()
+    chosen = random.Random(f"{seed}/pick").choice(screened) if tuner == "random3" else race.winner()
     assert chosen is not None
     settled = sum(len(e.settled) for e in race.entrants.values())
     samples = sum(len(e.timed()) for e in race.entrants.values())
@@ -84,8 +88,7 @@ def main() -> int:
     for landscape, (true, bias) in LANDSCAPES.items():
         for noise in NOISE:
             for tuner in tuners:
-                rng = random.Random(f"{landscape}/{noise}/{tuner}")
-                got = [trial(rng, true, bias, noise, tuner) for _ in range(args.trials)]
+                got = [trial(f"{landscape}/{noise}/{k}", true, bias, noise, tuner) for k in range(args.trials)]
                 ratios = [r for r, _, _ in got]
                 print(f"{landscape:12s} {noise:7s} {tuner:7s} | chosen mean {statistics.mean(ratios):.4f}, over "
                       f"1.01 in {100 * sum(r > 1.01 for r in ratios) / len(ratios):5.1f}%, worst {max(ratios):.3f}"
