@@ -86,15 +86,19 @@ def test_a_wrong_group_on_one_rank_is_a_bad_input_error_on_every_rank_at_once(en
 
 @pytest.mark.timeout(60)
 def test_a_rank_that_calls_again_with_a_right_group_withdraws_its_note(env):
-    """The note a wrong group posts lives until the rank's next call with a right group, which deletes it: a rank
-    that caught the error and called again is waited for normally by its peers afterwards."""
+    """The note a wrong group posts is withdrawn by the rank's next call with a right group: marked (when, and the
+    group that call resolved), so that a peer already waiting for the rank still reads it, while a wait that begins
+    later does not (a rank that caught the error and called again is waited for normally by its peers afterwards);
+    the rank's first call after twice the timeout deletes it."""
     proc = run_process(CASES, ["note_withdrawn"], env=env, timeout=50)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT")]
-    bad, posted, good, after = lines
+    bad, posted, good, marked, later, after = lines
     assert bad["error"] == "BadInputError" and "autotune_pg must be a torch.distributed ProcessGroup" in bad["message"]
     assert posted["posted"] == {"0": bad["message"]}, posted
-    assert good["error"] is None and after == {"after": {}, "count": 0}, lines
+    assert good["error"] is None and marked["withdrawn"] and marked["text"] == bad["message"], lines
+    assert marked["count"] == 1, lines  # (a world of one: its group reads no notes, so the mark names none)
+    assert later["error"] is None and after == {"after": {}, "count": 0}, lines
 
 
 @pytest.mark.timeout(120)
@@ -189,3 +193,21 @@ def test_a_notes_call_groups_are_read_back_and_a_damaged_list_names_none():
     for groups in ([["1", [0, "1"]]], [["1"]], "1", [[1, [0]]]):
         assert _about(json.dumps({"about": ["f"], "posted": 1.0, "groups": groups})) == (("f",), 1.0, None)
     assert _about(json.dumps(["f"])) == (("f",), None, None)
+
+
+@pytest.mark.timeout(150)
+def test_a_peer_waiting_for_a_wrong_rank_that_calls_again_at_once_elsewhere_raises_its_note(tmp_path):
+    """Rank 0 waits for rank 1 in their TP group; rank 1 calls with a group it is not in (BadInputError, a note),
+    catches it and calls again at once on its replica group {1, 3}, with rank 3, which resolves well and withdraws
+    the note within milliseconds. Rank 0, waiting since before, raises the note's BadInputError (it reads notes
+    once a second). Before: that call deleted the note before rank 0 read it, and rank 0 waited its whole deadline
+    (60 s here) and raised GroupTimeoutError."""
+    results = run_ranks(CASES, 4, ["wrong_group_then_at_once_another"], env=tuner_env(tmp_path, timeout=60),
+                        timeout=130)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    wrong, again = results[1].results
+    assert wrong["error"] == "BadInputError" and "not a member" in wrong["message"], describe(results)
+    assert again["error"] is None and results[3].result["error"] is None, describe(results)
+    waited = results[0].result
+    assert waited["error"] == "BadInputError", describe(results)
+    assert "global rank 1 raised BadInputError" in waited["message"], waited

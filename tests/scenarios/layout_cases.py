@@ -104,6 +104,12 @@ def note_withdrawn():
     call(f, autotune_pg="not a group")
     emit(posted={rank: note.text for rank, note in Notes.read(store, [0]).items()})
     call(f)
+    note = Notes.read(store, [0])[0]
+    emit(withdrawn=note.withdrawn is not None, text=note.text, to=note.to,
+         count=int(store.add("tdt/0/unresolved/count", 0)))
+    os.environ["TRITON_DIST_AUTOTUNE_TIMEOUT"] = "1"
+    time.sleep(2.5)  # twice the timeout: no wait that began before the withdrawal is still on
+    call(layer("note_later"))  # a call that resolves its group (a decided key's call of ``f`` need not)
     emit(after=Notes.read(store, [0]), count=int(store.add("tdt/0/unresolved/count", 0)))
 
 
@@ -159,6 +165,26 @@ def stale_note_same_function():
     call(f)
     call(f)  # decided on the whole job: no exchange
 
+
+@case
+def wrong_group_then_at_once_another():
+    """4 ranks, TP groups {0, 1} and {2, 3}, replica groups {0, 2} and {1, 3}. Rank 0 calls a tuned function on its
+    TP group and waits for rank 1. Rank 1, 1 s later (rank 0 is waiting by then), calls it with the other TP group,
+    which it is not in: it raises BadInputError and posts its note; it catches the error and calls again at once
+    on its replica group {1, 3}, with rank 3, which resolves well. Rank 2 does not call."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+    tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    across = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    f = layer("wrong_then_other")
+    if me == 0:
+        call(f, autotune_pg=tps[0])
+    elif me == 1:
+        time.sleep(1)
+        call(f, autotune_pg=tps[1])  # not a member: BadInputError, a note
+        call(f, autotune_pg=across[1])  # at once, a right group: the note withdrawn
+    elif me == 3:
+        call(f, autotune_pg=across[1])
 
 
 @case

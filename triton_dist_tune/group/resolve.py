@@ -98,8 +98,8 @@ def resolve_group(pg: Any = None, option: str = "autotune_pg") -> Group:
     except BadInputError as exc:
         NOTES.post(str(exc))
         raise
-    NOTES.withdraw()
     ranks = getattr(group, "global_ranks", None)
+    NOTES.withdraw(None if ranks is None else (group.name, tuple(ranks)))
     if ranks is not None:  # a group whose waits read notes: a note this call passes on names it (.unresolved)
         joined(group.name, ranks)
     return group

@@ -248,7 +248,7 @@ class StoreGroup(Group):
         started = time.monotonic()
         board, every = self._board, settings.current().progress_s
         reported = [0.0]
-        where = Waiter(self.name, tuple(self.global_ranks), self.global_ranks[self.rank])
+        where = Waiter(self.name, tuple(self.global_ranks), self.global_ranks[self.rank], time.time())
 
         def between_slices(waited: float) -> None:
             late = missing()  # one look per slice (a request per rank): each check below reads this list

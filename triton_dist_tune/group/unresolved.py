@@ -32,10 +32,17 @@ it waited on), and a rank that waits for it in a group the note does not name re
 it in that call only in one of that call's groups); answered or not, with no grace.
 
 The note stays until that rank's next call resolves its group well (a user who catches the error and calls again
-with the right group): then it is deleted. Every note carries the id of the error it passes on (its root: the
-wrong group's note, which a waiting rank's note quotes), and a rank raises a root in one call only: a late rank's
-note of a call this rank has already answered (its own error, or one it raised quoting a note) is not raised
-again when the ranks call again, the late rank's coming after the others' (its note then still in the store).
+with the right group): then it is withdrawn (:meth:`Notes.withdraw`), marked with the time and the groups that call
+resolved rather than deleted, since a peer already waiting for the rank in the note's call may not have read it
+yet (it looks once a second, and the rank may call again within milliseconds): a wait that began before the
+withdrawal, on a group the rank did not go on to, still raises it; a later wait does not (the ranks' wall clocks
+are compared, as for :data:`STALE_GRACE_S`). A peer that reaches its wait only after the withdrawal waits its
+deadline. The rank's first call after twice the timeout that resolves a group deletes the note.
+
+Every note carries the id of the error it passes on (its root: the wrong group's note, which a waiting rank's
+note quotes), and a rank raises a root in one call only: a late rank's note of a call this rank has already
+answered (its own error, or one it raised quoting a note) is not raised again when the ranks call again, the
+late rank's coming after the others' (its note then still in the store).
 A waiting rank that raises a note's error also takes back its message of the exchange (``store.py``): the late
 rank never entered it, and the two are in step when they call again. Without torch.distributed (an mpi4py job)
 there is no job store, and no note: the peers wait their deadline, as the error of the waiting rank says.
@@ -125,10 +132,23 @@ class Note(NamedTuple):
     #: a note that passes an error on (:meth:`Notes.pass_on`): the groups of the call it was posted in (None: not
     #: said, or an error of the rank's own, posted before its call's groups were all resolved)
     groups: tuple[GroupId, ...] | None = None
+    #: when the rank's next call resolved its group well (unix seconds; None: not yet): only a wait that began
+    #: before then may still be about the note's call (:meth:`Notes.withdraw`)
+    withdrawn: float | None = None
+    #: the groups that next call (and the rank's later ones) resolved, where the rank is coming (:meth:`matters`)
+    to: tuple[GroupId, ...] = ()
 
     def concerns(self, inside: Sequence[str]) -> bool:
         """Whether a wait inside calls of the functions ``inside`` is concerned (either side unmarked: yes)."""
         return not self.about or not inside or not set(self.about).isdisjoint(inside)
+
+    def matters(self, where: Waiter | None) -> bool:
+        """Whether the note may still stop a wait on the group ``where`` names: a note not withdrawn, yes; a
+        withdrawn one only for a wait that began before its withdrawal, on a group the rank's next calls did not
+        resolve (there it is coming)."""
+        if self.withdrawn is None:
+            return True
+        return where is not None and where.since < self.withdrawn and (where.group, where.ranks) not in self.to
 
 
 def _about(line: str) -> tuple[tuple[str, ...], float | None, tuple[GroupId, ...] | None]:
@@ -145,6 +165,19 @@ def _about(line: str) -> tuple[tuple[str, ...], float | None, tuple[GroupId, ...
         return (), None, None
     return (tuple(names), float(posted) if type(posted) in (int, float) and math.isfinite(posted) else None,
             _groups_of(groups))
+
+
+def _withdrawal(line: str) -> tuple[float | None, tuple[GroupId, ...]]:
+    """A note's second line's withdrawal (:meth:`Notes.withdraw`): when (``withdrawn``, unix seconds) and the groups
+    the rank went on to (``to``); anything else: not withdrawn."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None, ()
+    when = value.get("withdrawn") if isinstance(value, dict) else None
+    if not (type(when) in (int, float) and math.isfinite(when)):
+        return None, ()
+    return float(when), _groups_of(value.get("to")) or ()
 
 
 def _groups_of(value: Any) -> tuple[GroupId, ...] | None:
@@ -166,6 +199,8 @@ class Waiter(NamedTuple):
     group: str
     ranks: tuple[int, ...]
     me: int
+    #: when the wait began (unix seconds; not said: after every withdrawal, :meth:`Note.matters`)
+    since: float = math.inf
 
 
 def _prefix() -> str:
@@ -197,6 +232,8 @@ class Notes:
         self.spent: set[str] = set()
         #: root -> when this process first read a note of it while it could be stale (``time.monotonic``)
         self._seen: dict[str, float] = {}
+        #: this process's note as posted: its root, its second line's fields, its error (for :meth:`withdraw`)
+        self._said: tuple[str, dict[str, Any], str] | None = None
 
     def post(self, message: str, root: str | None = None, groups: Sequence[GroupId] | None = None) -> None:
         """Say to the job that this rank will not come to its group's exchanges of the call it is in (:func:`calling`):
@@ -213,11 +250,11 @@ class Notes:
             self.raised.add(root)
             if not store.check([key]):
                 store.add(f"{_prefix()}count", 1)
-            said: dict[str, Any] = {"about": _calls(), "posted": time.time()}
+            said: dict[str, Any] = {"about": list(_calls()), "posted": time.time()}
             if groups is not None:
                 said["groups"] = [[name, list(ranks)] for name, ranks in groups]
-            about = json.dumps(said)
-            store.set(key, f"{root}\n{about}\n{message}".encode())
+            store.set(key, f"{root}\n{json.dumps(said)}\n{message}".encode())
+            self._said = (root, said, message)
             self.posted = True
         except Exception as exc:  # best effort: the peers then wait their deadline, as before
             log.debug("triton_dist_tune: could not post this rank's group error to the job: %s", exc)
@@ -244,23 +281,42 @@ class Notes:
             groups = list(dict.fromkeys([g for call in _call_groups() for g in call] + [(where.group, where.ranks)]))
         self.post(message, next(iter(notes.values())).root, groups)
 
-    def withdraw(self) -> None:
-        """This rank resolved its group well (a new call): the notes it raised are answered, and its own note, if
-        it posted one, is deleted."""
+    def withdraw(self, group: GroupId | None = None) -> None:
+        """This rank resolved its group well (a new call; ``group``: that group, when its waits read notes): the
+        notes it raised are answered, and its own note, if it posted one, is withdrawn. The note is marked, not
+        deleted: a peer that was already waiting for this rank in the note's call (on another group) may not have
+        read it yet (it looks once a second), and a rank may call again within milliseconds. The mark says when,
+        and the groups this rank went on to (:meth:`Note.matters`); a later call on a new group adds it. The note
+        is deleted by this rank's first call after twice the timeout (no wait that began before its withdrawal is
+        still on then), or replaced by its next note."""
         if self.raised:  # (most calls: nothing to move, and nothing posted)
             self.spent |= self.raised
             self.raised.clear()
         if not self.posted:
             return
-        self.posted = False
-        store = _job_store()
-        if store is None:
+        store, said = _job_store(), self._said
+        if store is None or said is None:
+            self.posted = False
             return
+        root, fields, message = said
+        now = time.time()
         try:
             import torch.distributed as dist
 
-            if store.delete_key(f"{_prefix()}{dist.get_rank()}"):
-                store.add(f"{_prefix()}count", -1)
+            key = f"{_prefix()}{dist.get_rank()}"
+            withdrawn = fields.get("withdrawn")
+            if withdrawn is not None and now - withdrawn > 2 * settings.current().timeout:
+                self.posted, self._said = False, None
+                if store.delete_key(key):
+                    store.add(f"{_prefix()}count", -1)
+                return
+            to = fields.setdefault("to", [])
+            if withdrawn is not None and (group is None or [group[0], list(group[1])] in to):
+                return  # (a call on a group already named: nothing to write)
+            fields.setdefault("withdrawn", now)
+            if group is not None:
+                to.append([group[0], list(group[1])])
+            store.set(key, f"{root}\n{json.dumps(fields)}\n{message}".encode())
         except Exception as exc:
             log.debug("triton_dist_tune: could not withdraw this rank's group error: %s", exc)
 
@@ -277,7 +333,7 @@ class Notes:
                 root, _, rest = store.get(key).decode(errors="replace").partition("\n")
                 about, _, text = rest.partition("\n")
                 names, posted, groups = _about(about)
-                found[rank] = Note(root, names, text, posted, groups)
+                found[rank] = Note(root, names, text, posted, groups, *_withdrawal(about))
         return found
 
     def unanswered(self, store: Any, global_ranks: Sequence[int], where: Waiter | None = None) -> dict[int, Note]:
@@ -286,7 +342,7 @@ class Notes:
         :meth:`stale`)."""
         inside = _calls()
         return {rank: note for rank, note in self.read(store, global_ranks).items()
-                if note.root not in self.spent and note.concerns(inside)
+                if note.root not in self.spent and note.concerns(inside) and note.matters(where)
                 and (where is None or not self.stale(store, rank, note, where, inside))}
 
     def stale(self, store: Any, rank: int, note: Note, where: Waiter, inside: Sequence[str]) -> bool:
