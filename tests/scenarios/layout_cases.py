@@ -169,9 +169,9 @@ def stale_note_same_function():
 @case
 def wrong_group_then_at_once_another():
     """4 ranks, TP groups {0, 1} and {2, 3}, replica groups {0, 2} and {1, 3}. Rank 0 calls a tuned function on its
-    TP group and waits for rank 1. Rank 1, 1 s later (rank 0 is waiting by then), calls it with the other TP group,
-    which it is not in: it raises BadInputError and posts its note; it catches the error and calls again at once
-    on its replica group {1, 3}, with rank 3, which resolves well. Rank 2 does not call."""
+    TP group and waits for rank 1. Rank 1, 5 s later (rank 0 is waiting by then, under load too), calls it with the
+    other TP group, which it is not in: it raises BadInputError and posts its note; it catches the error and calls
+    again at once on its replica group {1, 3}, with rank 3, which resolves well. Rank 2 does not call."""
     tdt.init_distributed()
     me = dist.get_rank()
     tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
@@ -180,7 +180,7 @@ def wrong_group_then_at_once_another():
     if me == 0:
         call(f, autotune_pg=tps[0])
     elif me == 1:
-        time.sleep(1)
+        time.sleep(5)
         call(f, autotune_pg=tps[1])  # not a member: BadInputError, a note
         call(f, autotune_pg=across[1])  # at once, a right group: the note withdrawn
     elif me == 3:
