@@ -321,9 +321,9 @@ def test_a_view_of_a_restored_tensor_is_not_taken_for_an_argument_changed_in_pla
     def runs(state, write, configs=3, per_config=3):
         for c in range(configs):
             config = {"c": c}
-            for _ in range(per_config):
+            for run in range(per_config):  # as a tuning runs them: the first a warm-up run
+                state.before_run(warmup=run == 0)
                 state.config_starting(config)
-                state.before_run()
                 write()
                 state.after_run()
         state.put_back()
