@@ -50,7 +50,8 @@ def spec(config: str) -> str:
 
 #: plan changes of bench_fidelity's variants that change the sift, as they were recorded: ``ours`` kept 3 leaders
 #: at the sift in every archive of :data:`DEFAULT_ARCHIVES` (4 is the default since the forty-eighth session, whose
-#: call 1 recorded ``ours`` with 3 beside ``ours_keep4``)
+#: call 1 recorded ``ours`` with 3 beside ``ours_keep4``; its calls 2 and 4 recorded ``ours`` keeping 4: replay those
+#: archives with ``--variant ours`` and this entry set to 4, or read their ``ours`` as ``ours_keep4``)
 VARIANT_PLANS = {"ours": {"sift_top": 3}, "ours_keep3": {"sift_top": 3}, "ours_keep4": {"sift_top": 4},
                  "ours_sift27": {"sift_rounds": 2, "heavy_rounds": 7, "sift_top": 3}}
 

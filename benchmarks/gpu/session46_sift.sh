@@ -9,7 +9,8 @@
 # Usage: OUT=DIR bash benchmarks/gpu/session46_sift.sh   (T1, T2, T3: tunings per variant and shape; F1, F2, F3:
 # seconds each family may take; VARIANTS: bench_fidelity's, default ours,ours_nosift. The forty-seventh session's
 # call 1: VARIANTS=ours,ours_sift27,ours_nosift T1=5 T2=3 T3=3 F1=240 F2=190 F3=110; the A/B owed next:
-# VARIANTS=ours,ours_keep4,ours_sift27; V1, V2, V3: one family's variants, VARIANTS's when unset. The forty-eighth
+# VARIANTS=ours,ours_keep4,ours_sift27 (ours_keep4 was a variant until 4b421de made keeping 4 the default: now
+# ours,ours_keep3); V1, V2, V3: one family's variants, VARIANTS's when unset. The forty-eighth
 # session's call 1: VARIANTS=ours,ours_keep4 V3=ours,ours_copyback,ours_keep4 T1=5 T2=3 T3=3 F1=200 F2=150 F3=110;
 # its call 4: VARIANTS=ours,ours_nofar T1=3 T2=3 T3=3 F1=120 F2=120 F3=90)
 set -u
