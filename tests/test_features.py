@@ -52,9 +52,11 @@ def test_an_output_written_whole_is_not_copied_back_before_every_run(env):
     for r in run("written_output", env, full=True):
         whole, part = r.result["whole"], r.result["part"]
         assert whole["c"] == [float(i * (whole["chosen"] + 1)) for i in range(4)]  # one call's result
-        # the first run from the saved values (found changed), the warm-up run of each other config from NaN (n_warmup
-        # 1: no timed run), the rest from what the run before left; the final call from the saved values (put back)
-        assert whole["seen"]["nan"] == 2 and whole["seen"]["saved"] == 2 and whole["seen"]["left"] > 3, whole
+        # the first run from the saved values (found changed), and so the runs before the next config's warm-up run
+        # (restored until checked: config 0's probe), which starts from NaN, as the other config's (n_warmup 1: no
+        # timed run); the rest from what the run before left; the final call from the saved values (put back)
+        seen = whole["seen"]
+        assert seen["nan"] == 2 and 2 <= seen["saved"] <= 6 and seen["left"] > seen["saved"], whole
         assert "changed its argument 'c'" not in r.stderr.split("written_part")[0], r.stderr[-3000:]
         # variant 2 writes 2 of 4 elements: its run from NaN leaves NaN, so c is restored before every run from then
         want = [float(i * (part["chosen"] + 1)) for i in range(4)]

@@ -352,10 +352,11 @@ def test_a_view_of_a_restored_tensor_is_not_taken_for_an_argument_changed_in_pla
 
 
 def test_a_checked_run_starts_from_the_saved_output_and_a_failed_run_from_nan_is_checked_again():
-    """An output written whole is left between runs, but a run whose result counts (checked against ``ref_prog``)
-    must start from the caller's values, as one call would; only a plain warm-up run (untimed) starts from NaN, never
-    a timed one; and a run from NaN that raised says nothing about whether the output is written whole, so the next
-    warm-up run starts from NaN again."""
+    """An output written whole is left between runs once a warm-up run from NaN has found it so (restored before
+    each run until then), but a run whose result counts (checked against ``ref_prog``) must start from the caller's
+    values, as one call would; only a plain warm-up run (untimed) starts from NaN, never a timed one; and a run from
+    NaN that raised says nothing about whether the output is written whole, so the next warm-up run starts from NaN
+    again."""
     import torch
 
     from triton_dist_tune.measure.arguments import ArgumentState
@@ -375,10 +376,11 @@ def test_a_checked_run_starts_from_the_saved_output_and_a_failed_run_from_nan_is
     trial = Trial(fn, (out,), {}, HostClock(), state, lambda c, *a, **kw: state.config_starting(c))
     one, two, bad = {"k": 1.0}, {"k": 2.0}, {"k": 9}
     trial.call(one, warmup=True)
-    trial.call(one)  # a timed run (a probe's, a sample's): never from NaN
-    assert state.written == ["out"] and entry[1] == 1.0
+    trial.call(one)  # a timed run (a probe's, a sample's): never from NaN; restored until a warm-up run checks it
+    assert state.written == ["out"] and not state.confirmed and entry[1] == 7.0
     trial.call(one, warmup=True)
     assert state.written == ["out"] and state.changed == [] and entry[2] != entry[2]  # the warm-up run from NaN
+    assert state.confirmed == {"out"}
     trial.call(one, exact=True)
     assert entry[3] == 7.0  # the checked run from the caller's values, not NaN nor the last run's
     trial.call(one)

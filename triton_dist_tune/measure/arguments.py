@@ -21,14 +21,14 @@ An output buffer the function writes whole is no state to restore: it is found c
 floating-point one is then filled with NaN before the next plain warm-up run (untimed: never a probe's or a sample's
 run) and, once every element was written over whatever it held (no NaN left), it is **written whole**
 (:attr:`ArgumentState.written`): left as the last run wrote it from then on, with no copy before each run, and no
-warning. Every later config's first warm-up run (outside a CUDA graph's capture) is checked the same way: the buffer
-is filled with NaN before it, and a NaN left after it (a run that skips elements, or reads the buffer: ``c += a @ b``,
-``c * beta``) makes it a changed argument as above, restored before every later run. (With ``n_warmup=0`` no run is
-checked: such a buffer counts as written whole.) A run checked against ``ref_prog`` gets it put back first, and so
-does the final call. A read that turns NaN into a number (``torch.where(c > 0, a, b)``, ``nan_to_num``) leaves no NaN:
-such a buffer is taken for written whole, and the other runs read what the run before wrote instead of the caller's
-values, which changes their times at most (the runs whose results count start from the caller's values);
-``restore_value`` has it restored before every run.
+warning (until then it is restored before every run, as a changed one). Every later config's first warm-up run
+(outside a CUDA graph's capture) is checked the same way: the buffer is filled with NaN before it, and a NaN left
+after it (a run that skips elements, or reads the buffer: ``c += a @ b``, ``c * beta``) makes it a changed argument as
+above, restored before every later run. (With ``n_warmup=0`` no run checks it: it stays restored before every run.) A
+run checked against ``ref_prog`` gets it put back first, and so does the final call. A read that turns NaN into a
+number (``torch.where(c > 0, a, b)``, ``nan_to_num``) leaves no NaN: such a buffer is taken for written whole, and the
+other runs read what the run before wrote instead of the caller's values, which changes their times at most (the runs
+whose results count start from the caller's values); ``restore_value`` has it restored before every run.
 Each sample timed the copy with the calls: on one H200 (``benchmarks/results/session_h200_48``) it added 8% to every
 sample of a 0.023 ms GEMM call (M = 128, a 2 MB output); a 2.1 s key's time was the same with it or without (samples
 last a set time), the warning gone.
@@ -108,6 +108,9 @@ class ArgumentState:
         #: names of watched floating-point arguments some run changed that every checked run wrote whole (see the
         #: module's docstring): left as the last run wrote them, put back before the final call and checked runs
         self.written: list[str] = []
+        #: those of :attr:`written` a warm-up run from NaN has found written whole: until then, restored before every
+        #: run as changed ones are (with ``n_warmup=0`` no run checks them)
+        self.confirmed: set[str] = set()
         #: whether the next warm-up run is filled with NaN first (one was just found changed)
         self._fill_due = False
         #: whether the run going on started with the written arguments filled with NaN (checked when it ends)
@@ -169,12 +172,15 @@ class ArgumentState:
 
     def _check_written(self) -> None:
         """After a run that started with the written arguments filled with NaN: one with a NaN left was not written
-        whole (or was read), and is restored before every run from now on."""
+        whole (or was read), and is restored before every run from now on; the others are confirmed."""
         self._filled = False
         for name in list(self.written):
             if bool(self.watched[name][0].isnan().any()):
                 self.written.remove(name)
+                self.confirmed.discard(name)
                 self._report(name)
+            else:
+                self.confirmed.add(name)
 
     def _report(self, name: str) -> None:
         self.changed.append(name)
@@ -207,7 +213,8 @@ class ArgumentState:
         (:meth:`config_starting`; never a timed one: a probe's, a sample's). The time is the tuning's ``restore``
         time when there is something to copy or check."""
         self._exact, self._warmup = exact, warmup and not exact
-        busy = self.saved or self.zero or self.changed or self._check_due or (exact and self.written)
+        busy = (self.saved or self.zero or self.changed or self._check_due
+                or any(exact or name not in self.confirmed for name in self.written))
         watch = breakdown.current() if busy else None
         if watch is None:
             self._before_run()
@@ -220,7 +227,7 @@ class ArgumentState:
 
     def _before_run(self) -> None:
         self._detect()
-        written = self.written if self._exact else []
+        written = [name for name in self.written if self._exact or name not in self.confirmed]
         if not (self.saved or self.zero or self.changed or written):
             return
         with _untracked():
