@@ -58,14 +58,16 @@ def noisy(x, *, v):
 noisy(torch.ones(4))
 '''
 
-#: the same for contextual_autotune: each launch's config pre_hook sleeps 2 to 10 ms at random (Triton's interpreter)
+#: the same for contextual_autotune: each launch's config pre_hook sleeps 2 to 10 ms at random, and one launch in
+#: three 60 ms more (Triton's interpreter: a launch takes about 20 ms, 27 under load, and a sample holds several, so
+#: the jitter alone read 0.2-2.8% apart on a loaded machine, a quiet race)
 NOISY_CONTEXTUAL = '''
 import random, time, torch, triton, triton.language as tl
 import triton_dist_tune as tdt
 rng = random.Random(0)
 
 def jitter(args):
-    time.sleep(0.002 * (1 + 4 * rng.random()))
+    time.sleep(0.002 * (1 + 4 * rng.random()) + (0.06 if rng.random() < 1 / 3 else 0.0))
 
 @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=jitter) for b in (32, 64)], key=["n"])
 @triton.jit
