@@ -212,6 +212,13 @@ def compile_ahead():
         time.sleep(0.0002 * (1 + abs(a - 7) + abs(b - 4)))  # a smooth landscape, its bottom at (7, 4)
 
     f()
+    # a compile running when the tuning ends goes on in its daemon thread (``Precompiler.close``) and logs its line
+    # when it ends: wait for the list to stop growing (1 s, over 6 compiles' time), or a compile logged after the
+    # emit is missing from it (the fresh-clone CI of 1017977: 109 lines for 108 configs, under load)
+    count = -1
+    while count != len(compiled):
+        count = len(compiled)
+        time.sleep(1.0)
     decision = next(iter(f.tuner.decisions.values()))
     screened = sorted((grid[o.index]["a"], grid[o.index]["b"]) for o in decision.outcomes if o.state != "pruned")
     emit(compiled=sorted(compiled), screened=screened, search=decision.search)
