@@ -115,8 +115,6 @@ class ArgumentState:
         self._fill_due = False
         #: whether the run going on started with the written arguments filled with NaN (checked when it ends)
         self._filled = False
-        #: whether the run going on is one whose result counts (checked against ``ref_prog``): no fill before it
-        self._exact = False
         #: whether the run going on is a plain warm-up run, the only kind a fill may start (no sample times it)
         self._warmup = False
         #: the configs whose first run outside a capture was filled and checked
@@ -148,7 +146,7 @@ class ArgumentState:
         starts from NaN again and is checked in its place."""
         if self._filled:
             self._filled, self._fill_due = False, True
-        self._exact = self._warmup = False
+        self._warmup = False
 
     def check_after(self) -> None:
         """Have the next :meth:`before_run` or :meth:`put_back` check the watched arguments (after ``ref_prog``)."""
@@ -204,7 +202,7 @@ class ArgumentState:
                     self._check_written()
                 if self._check_due:
                     self._detect()
-        self._exact = self._warmup = False
+        self._warmup = False
 
     def before_run(self, exact: bool = False, warmup: bool = False) -> None:
         """Put ``restore_value`` tensors and changed arguments back and zero ``reset_to_zero`` tensors (before
@@ -212,22 +210,22 @@ class ArgumentState:
         arguments are put back too; ``warmup``: a plain warm-up run, which a fill of the written arguments may start
         (:meth:`config_starting`; never a timed one: a probe's, a sample's). The time is the tuning's ``restore``
         time when there is something to copy or check."""
-        self._exact, self._warmup = exact, warmup and not exact
+        self._warmup = warmup and not exact
         busy = (self.saved or self.zero or self.changed or self._check_due
                 or any(exact or name not in self.confirmed for name in self.written))
         watch = breakdown.current() if busy else None
         if watch is None:
-            self._before_run()
+            self._before_run(exact)
             return
         watch.enter("restore")
         try:
-            self._before_run()
+            self._before_run(exact)
         finally:
             watch.leave()
 
-    def _before_run(self) -> None:
+    def _before_run(self, exact: bool) -> None:
         self._detect()
-        written = [name for name in self.written if self._exact or name not in self.confirmed]
+        written = [name for name in self.written if exact or name not in self.confirmed]
         if not (self.saved or self.zero or self.changed or written):
             return
         with _untracked():
