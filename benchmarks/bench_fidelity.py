@@ -264,7 +264,8 @@ def patched(module: str, name: str, value: object, **more: object):
 #: settled samples timing 30 ms spans (not 10); heavy settled samples settling 5 ms; no sift; a sift of 2 settled
 #: rounds and 7 settled rounds in all (not 1 and 6); a sift keeping 3 leaders (the default before 4); the output
 #: copied back before every run (as before outputs written whole were left as written); no config leaving after one
-#: round by its sample and probe (far_behind off, as before)
+#: round by its sample and probe (far_behind off, as before); heavy settled samples spanning 10 ms, not 5 (as before;
+#: graph replays' settled spans too, which eager heavy shapes never take)
 VARIANTS = {"ours_3x130": three_long_rounds,
             "ours_span": lambda: patched("triton_dist_tune.measure.timing", "QUEUED_BELOW_MS", 0.0),
             "ours_lead3": lambda: patched("triton_dist_tune.function.options", "SETTLED_LEADERS_FAST", 0),
@@ -276,7 +277,8 @@ VARIANTS = {"ours_3x130": three_long_rounds,
             "ours_sift27": lambda: patched("triton_dist_tune.function.options", "SIFT_CYCLES", 2, HEAVY_CYCLES=7),
             "ours_keep3": lambda: patched("triton_dist_tune.function.options", "SIFT_TOP", 3),
             "ours_copyback": lambda: patched("triton_dist_tune.measure.arguments", "_fillable", lambda tensor: False),
-            "ours_nofar": lambda: patched("triton_dist_tune.function.options", "FAR_BEHIND_RACE", 0.0)}
+            "ours_nofar": lambda: patched("triton_dist_tune.function.options", "FAR_BEHIND_RACE", 0.0),
+            "ours_span10": lambda: patched("triton_dist_tune.measure.timing", "DEVICE_SETTLED_SPAN_MS", 10.0)}
 
 
 def stock_tuning(kernel, cfgs, shape) -> tuple[str, float]:

@@ -291,6 +291,19 @@ def test_a_heavy_configs_settled_sample_settles_long_enough_for_the_power_limite
     assert steady_calls(True, 1.3, settled=True, first=False, batch=None).settle == 1  # the host clock's rules
 
 
+def test_a_heavy_configs_settled_sample_spans_5_ms_where_a_light_eager_ones_spans_10():
+    """A settled span of 10 ms is there to time a host-bound config as such; a call of 0.5 ms or more on a device is
+    not paced by its launches, so its settled sample spans 5 ms (3 calls of 1.9 ms, not 6: at N = 8192, K = 4096,
+    M = 16384 on one H200 those calls were a sixth of a heavy key's device time), as a graph replay's does. A light
+    eager call keeps its 10 ms, and the host clock's rules keep theirs (no power state: the span stays 10 ms)."""
+    assert steady_calls(False, 1.9, settled=True, first=False, batch=None).span == 3
+    assert steady_calls(False, 0.5, settled=True, first=False, batch=None).span == 10
+    assert steady_calls(False, 1.0, settled=True, first=False, batch=None, graph=True, call_ms=1.0).span == 5
+    assert steady_calls(False, 0.4, settled=True, first=False, batch=None).span == 25  # light, eager: 10 ms
+    assert steady_calls(True, 1.9, settled=True, first=False, batch=None).span == 6  # the host clock's rules
+    assert steady_calls(False, 1.9, settled=False, first=False, batch=None).span == 3  # screening: 5 ms as before
+
+
 def test_on_a_group_a_fast_configs_sample_is_its_queued_calls_after_the_first():
     """On 4 H200s a host-bound GEMM-RS's spans read the slowest rank's host (spread up to 1.76 over rounds), calls
     queued behind a hold read the device (1.005): on a group of ranks a fast config's sample is its queued calls

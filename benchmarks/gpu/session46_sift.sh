@@ -12,7 +12,8 @@
 # VARIANTS=ours,ours_keep4,ours_sift27 (ours_keep4 was a variant until 4b421de made keeping 4 the default: now
 # ours,ours_keep3); V1, V2, V3: one family's variants, VARIANTS's when unset. The forty-eighth
 # session's call 1: VARIANTS=ours,ours_keep4 V3=ours,ours_copyback,ours_keep4 T1=5 T2=3 T3=3 F1=200 F2=150 F3=110;
-# its call 4: VARIANTS=ours,ours_nofar T1=3 T2=3 T3=3 F1=120 F2=120 F3=90)
+# its call 4: VARIANTS=ours,ours_nofar T1=3 T2=3 T3=3 F1=120 F2=120 F3=90. The forty-ninth session's call 1:
+# VARIANTS=ours,ours_span10 T1=3 T2=3 T3=3 F1=120 F2=120 F3=90 FAMILY4=28672,4096 M4=8192 F4=150)
 set -u
 OUT=${OUT:?set OUT}; mkdir -p "$OUT/fid"
 export PYTHONUNBUFFERED=1
@@ -29,4 +30,6 @@ fid() {  # N,K  the Ms  tunings  seconds at most  [variants]
 fid 4096,14336 8192,16384 "${T1:-6}" "${F1:-220}" "${V1:-}"
 fid 14336,4096 8192,16384 "${T2:-3}" "${F2:-150}" "${V2:-}"
 fid 8192,4096 16384 "${T3:-3}" "${F3:-100}" "${V3:-}"
+# a fourth family when asked (held out: FAMILY4=N,K M4=the Ms T4 F4)
+[ -z "${FAMILY4:-}" ] || fid "$FAMILY4" "${M4:-8192}" "${T4:-3}" "${F4:-150}" "${V4:-}"
 (cd "$OUT" && tar czf fid.tgz fid && rm -rf fid)

@@ -64,7 +64,7 @@ SCREEN_SETTLE_MS, SCREEN_SPAN_MS = 5.0, 5.0
 #: spans of 2 ms and 5 ms ranked every shape alike. Training figures: these three shapes chose it
 GRAPH_SCREEN_SPAN_MS = 2.0
 #: a screening sample's settling when the config's calls replay from a CUDA graph (device time). 3 ms, not 5: side by
-#: side on one x2 H200 host (``results/session_h200_14``, with :data:`GRAPH_SETTLED_SPAN_MS` and three settled
+#: side on one x2 H200 host (``results/session_h200_14``, with :data:`DEVICE_SETTLED_SPAN_MS` and three settled
 #: leaders, since put back to six), the MoE validation judged on the host chose 14 of 15 within 1.02 against 11 of 15
 #: (M = 512, where 1 ms was biased, 3 of 3 right against 1 of 3), the GEMM 9 of 9 against 6 of 9, and the README's
 #: campaign took 64-67 s against 75-78 s alternating on one GPU
@@ -80,9 +80,14 @@ SETTLED_SETTLE_MS, SETTLED_SPAN_MS = 5.0, 10.0
 #: behind, as alone (8-11%); in an MLP (each call after a cuBLAS up projection) they cost 4-8% more per pair. With
 #: 5 ms the tunings chose the 64x256 tiles in 6 of 8 tunings. Chosen on these two shapes (training figures)
 POWER_SETTLE_MS, POWER_SETTLE_ABOVE_MS = 20.0, 0.5
-#: the span of a settled sample replayed from a CUDA graph: a replay is never host-bound, so the span need not be
-#: long enough to time one as such
-GRAPH_SETTLED_SPAN_MS = 5.0
+#: the span of a settled sample whose calls a host's launches cannot pace: replays of a CUDA graph, and calls of
+#: :data:`POWER_SETTLE_ABOVE_MS` or more on a device (a Triton launch from Python takes about 30 us; under
+#: :data:`QUEUED_BELOW_MS` the sample also times queued calls), where :data:`SETTLED_SPAN_MS` is there to time a
+#: host-bound config as such. For heavy calls the span is short beside their :data:`POWER_SETTLE_MS` of settling:
+#: on one H200, bench_fidelity.py's GEMM at N = 8192, K = 4096, M = 16384 (1.9 ms calls), 10 ms spans were 6 of a
+#: settled sample's 17 calls, and the key's device time was 2.15 s against the 2.1 s a 48-config key may take in all
+#: (``results/session_h200_48``, call 4)
+DEVICE_SETTLED_SPAN_MS = 5.0
 #: the leaders that get the settled block at the end of a steady race, and its cycles (one sample per leader each)
 SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: more leaders when the screening leader takes under :data:`FAST_LEADER_MS` per call: a call then takes a few
@@ -208,13 +213,13 @@ def steady_calls(host: bool, per_call_ms: float, settled: bool, first: bool, bat
     calls). ``ranks``: the group's size; over one, a fast config's sample is its queued calls alone
     (:data:`GROUP_QUEUED_MS`). ``graph``: a call is a replay of the config's CUDA graph, ``per_call_ms`` its device
     time (:data:`GRAPH_SCREEN_SETTLE_MS` and :data:`GRAPH_SCREEN_SPAN_MS` screening, a settled span of
-    :data:`GRAPH_SETTLED_SPAN_MS`), and ``call_ms`` one of the function's calls in it (a graph holds several calls of
+    :data:`DEVICE_SETTLED_SPAN_MS`), and ``call_ms`` one of the function's calls in it (a graph holds several calls of
     a fast function: the heavy rule, :data:`POWER_SETTLE_ABOVE_MS`, is of one call). The group agrees on ``host``,
     ``per_call_ms`` and ``call_ms``: every rank makes the same calls."""
     if settled:
-        settle, span = SETTLED_SETTLE_MS, GRAPH_SETTLED_SPAN_MS if graph else SETTLED_SPAN_MS
+        settle, span = SETTLED_SETTLE_MS, DEVICE_SETTLED_SPAN_MS if graph else SETTLED_SPAN_MS
         if not host and (per_call_ms if call_ms is None else call_ms) >= POWER_SETTLE_ABOVE_MS:
-            settle = POWER_SETTLE_MS
+            settle, span = POWER_SETTLE_MS, DEVICE_SETTLED_SPAN_MS
     else:
         settle, span = (GRAPH_SCREEN_SETTLE_MS, GRAPH_SCREEN_SPAN_MS) if graph else (SCREEN_SETTLE_MS, SCREEN_SPAN_MS)
         if not host and per_call_ms >= PROBE_ONE_CALL_MS:
