@@ -107,3 +107,28 @@ def test_the_first_pass_compares_shares_on_drift_free_times_where_some_share_rac
     assert (chosen.index, chosen.runner_up, chosen.statistic) == (0, 2, "least"), chosen
     assert {o.index: o.time for o in chosen.outcomes if o.state == "measured"} == {0: 0.52, 1: 0.56, 2: 0.525,
                                                                                    3: 0.53}
+
+
+@pytest.mark.timeout(240)
+def test_a_budget_that_cuts_one_replicas_leaders_race_leaves_the_first_pass_to_decide(tmp_path):
+    """Two one-rank replicas on a device that cools between samples (``replicas_cases.leaders_cut``), 2 keys: config
+    0 (40% power) is the best alone once a device has run it long enough, config 1 (full power, 5% less work) the
+    least in a screening's short samples; replica 1's device runs 25% slower. Both settle their shares (configs 0 and
+    1 their winners) and race the two leaders again, and a ``budget=`` whose clock reads spent on replica 1 once its
+    leaders' race runs cuts that race after its screening round: its leaders hold one short sample each, where
+    replica 0's hold 7 (1 screening, 6 settled). Before, a leader's MAX over replicas joined replica 1's screening
+    sample to replica 0's drift-free time: the ranks' records of the same leaders differed (7 samples against 1) and
+    key 1 chose config 1 by its screening sample. Now a leaders' race the budget cut on some replica leaves the first
+    pass to decide (a cut), on times of one kind, the same table on every rank: config 0 in every key."""
+    results = run_ranks(CASES, 2, ["leaders_cut"], env=tuner_env(tmp_path, 30), timeout=180)
+    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+    first, second = (r.result for r in results)
+    assert first["measured"] == second["measured"], (first["measured"], second["measured"])
+    assert first["chosen"] == second["chosen"] == {"1": 0, "2": 0}, (first["chosen"], second["chosen"])
+    assert all(first["cut"].values()) and all(second["cut"].values()), (first["cut"], second["cut"])
+    # the first pass's settled survivors decide: 1 screening round and the heavy race's 6 settled ones each
+    for key, measured in first["measured"].items():
+        assert {"0", "1"} <= set(measured) and set(measured.values()) == {7}, (key, measured)
+    # the trap is set: replica 1's leaders' race ran its screening round alone
+    log = (tmp_path / "logs" / "rank-1.log").read_text()
+    assert log.count("] race: 1 round(s) (settled from 1)") == 2, log

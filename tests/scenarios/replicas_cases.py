@@ -8,6 +8,8 @@ the model, whatever the machine's load.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.distributed as dist
 from _cases import case, emit, main, spend, virtual_clock
@@ -44,6 +46,52 @@ def unequal_devices():
         f(torch.ones(4), **layout)
     (_, decision), = f.tuner.decisions.items()
     emit(chosen=decision.index, measured=sorted(o.index for o in decision.outcomes if o.state == "measured"))
+
+
+#: the leaders' cut landscape (:func:`leaders_cut`), on a device that cools between samples (``sift_cases.Bursts``):
+#: config 0 draws 40% power (alone, the best once a device has run it long enough: a settled sample), config 1 full
+#: power with 5% less work (the least in a screening's short samples, which the limiter has not caught up with), the
+#: others full power and full work. Replica 0 races the even configs, replica 1 the odd ones: configs 0 and 1 lead
+CUT_POWER = [0.4] + [1.0] * 11
+CUT_WORK = [1.0, 0.95] + [1.0] * 10
+#: replica 1's device does every call's work this much slower (its screening samples read over replica 0's settled
+#: ones, so a leader's MAX over replicas is that replica's)
+SLOW_DEVICE = 1.25
+
+
+def in_leaders_round() -> bool:
+    """Whether the tuner runs this call in a steady round of the replicas' leaders' race (``replicas._settle`` and
+    ``Measurer._steady_rounds`` on the stack; the first pass runs before ``_settle``)."""
+    names = set()
+    frame = sys._getframe(1)
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    return {"_settle", "_steady_rounds"} <= names
+
+
+@case
+def leaders_cut():
+    """Two one-rank replicas tune :data:`CUT_POWER` over 2 keys with ``budget=1000`` (s), whose clock reads spent on
+    replica 1 once its leaders' race runs a round: both settle their shares (configs 0 and 1 their winners), and race
+    the two leaders again; replica 0 runs that race to the end (1 screening round, 6 settled), replica 1's is cut
+    after its screening round (the leaders hold one short sample each). Prints ``sift_cases.tune_heavy``'s fields."""
+    from reliability_c_cases import one_rank_replicas
+    from sift_cases import Bursts, tune_heavy
+
+    from triton_dist_tune.measure.budget import Budget
+
+    layout = one_rank_replicas()
+    rank = dist.get_rank()
+    limiter = Bursts(seed=rank, power=CUT_POWER, work=[w * (SLOW_DEVICE if rank else 1.0) for w in CUT_WORK])
+    now = Budget.now
+    if rank == 1:
+        Budget.now = lambda self: 1e6 if in_leaders_round() else now(self)  # type: ignore[method-assign]
+    try:
+        tune_heavy("leaders_cut", layout["autotune_pg"], [{"v": v} for v in range(len(CUT_POWER))], CUT_POWER,
+                   keys=(1, 2), limiter=limiter, budget=1000.0, **layout)
+    finally:
+        Budget.now = now  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

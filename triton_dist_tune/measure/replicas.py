@@ -65,7 +65,12 @@ A time budget (``budget=``) bounds each replica's share on its group's agreed cl
 carry each replica's clock and whether it cut (the same on every rank of a replica, so every position reads the
 same), and once the latest clock is spent the leaders are not raced again: the first pass decides, a cut (the least
 first-pass time among the leaders, chosen as in step 4). It decides too when the budget ended the leaders' race
-before it warmed up every leader on every replica (a leader left out is not failed). A replica whose race the budget
+before it warmed up every leader on every replica (a leader left out is not failed), or before its last round on
+some replica (the leaders' exchange carries whether each replica's race was cut, the same on every rank of it): each
+replica's race checks the budget on its own group's clock, so one cut after its screening round held one short
+sample per leader where another had settled them, and a leader's MAX over replicas joined a screening sample to a
+drift-free time (the ranks' tables of the same leaders differed, 1 sample against 7, and a key chose the config
+least in the screening over the one best alone; tests/test_replicas.py). A replica whose race the budget
 cut before its settled rounds says so in the gather (the same on every rank of it): its survivors hold screening
 times alone, of the kind of a stopped config's, and rank after every other replica's survivors, in the leaders and
 in the first pass's decision (on the modelled device of tests/test_sift.py, 16 such survivors of one screening round
@@ -171,14 +176,18 @@ class Layout:
         same point: after the agreement, before its share)."""
         return RoundWatch.of_tuning(self.replicas, label, timeout, "replica")
 
-    def worst(self, times: dict[int, tuple[float, float] | str], noisy: bool, clock: Clock, what: str,
-              timeout: float) -> tuple[dict[int, float | str], bool, Clock]:
+    def worst(self, times: dict[int, tuple[float, float] | str], noisy: bool, short: bool, clock: Clock, what: str,
+              timeout: float) -> tuple[dict[int, float | str], bool, bool, Clock]:
         """Per config, the MAX over replicas of their group times of the agreed statistic (``times``: each
         leader's (time, least sample), or why it has none; the least samples where some replica's race of the
         leaders took least samples, else the times), or the errors of the replicas where it failed; whether some
-        replica's race of the leaders took least samples; and the replicas' time budget's clock, as :meth:`gather`."""
-        worst, noisy, cut, elapsed = self.replicas.combine((times, noisy, *clock), what, _worst, timeout)
-        return worst, noisy, (cut, elapsed)
+        replica's race of the leaders took least samples; whether the time budget ended some replica's race of the
+        leaders before its last round (``short``: each replica sends its race's; its leaders' times are then of
+        fewer samples, or of screening samples alone, than another replica's); and the replicas' time budget's
+        clock, as :meth:`gather`."""
+        worst, noisy, short, cut, elapsed = self.replicas.combine((times, noisy, short, *clock), what, _worst,
+                                                                  timeout)
+        return worst, noisy, short, (cut, elapsed)
 
 
 def _members(group: Group) -> tuple:
@@ -217,9 +226,10 @@ def _merged(contributions: list[tuple[list[Outcome], bool, bool, bool, float]]) 
             *_clock(contributions)]
 
 
-def _worst(contributions: list[tuple[dict[int, tuple[float, float] | str], bool, bool, float]]) -> list[Any]:
+def _worst(contributions: list[tuple[dict[int, tuple[float, float] | str], bool, bool, bool, float]]) -> list[Any]:
     per_replica = [times for times, *_ in contributions]
     noisy = any(c[1] for c in contributions)  # the agreed statistic: least samples where some replica's race was noisy
+    short = any(c[2] for c in contributions)  # some replica's race of the leaders cut before its last round
     out: dict[int, float | str] = {}
     for index in sorted(per_replica[0]):
         values = [times[index] for times in per_replica]
@@ -227,7 +237,7 @@ def _worst(contributions: list[tuple[dict[int, tuple[float, float] | str], bool,
         # a leader the time budget left out on some replica (and failed on none) is no failure: LEFT_OUT
         out[index] = ("; ".join(errors) if errors else LEFT_OUT if LEFT_OUT in values
                       else max(float(v[1] if noisy else v[0]) for v in values))
-    return [out, noisy, *_clock(contributions)]
+    return [out, noisy, short, *_clock(contributions)]
 
 
 def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: list[Todo],
@@ -270,13 +280,17 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     times = {i: (o.time, o.least()) if o.usable and o.time is not None else (o.error or o.state)
              for i, o in raced.items()}
     what = f"{label} leaders across replicas"
-    worst, noisy_leaders, clock = layout.worst(times, _noisy(measurer), (budget.cut, budget.elapsed), what,
-                                               watch.arrive(1, what, exchange_timeout(timeout) * max(1, len(top))))
+    deadline = watch.arrive(1, what, exchange_timeout(timeout) * max(1, len(top)))
+    worst, noisy_leaders, short, clock = layout.worst(times, _noisy(measurer), _cut_short(measurer),
+                                                      (budget.cut, budget.elapsed), what, deadline)
     watch.passed(1)
     _take(budget, clock)
-    # the time budget ended the leaders' race before it reached every leader on every replica (the same on every
-    # rank): the first pass decides, as when the budget was spent before it (a leader that failed is failed)
-    unreached = LEFT_OUT in worst.values()
+    # the time budget ended the leaders' race before it reached every leader on every replica, or before its last
+    # round on some replica (the same on every rank): the first pass decides, as when the budget was spent before it
+    # (a leader that failed is failed). Each replica's race checks the budget on its own group's clock, so a cut one
+    # holds fewer samples, or one screening sample alone, where another settled its leaders: their MAX joined unlike
+    # kinds (tests/test_replicas.py)
+    unreached = LEFT_OUT in worst.values() or short
     final = []
     for outcome in table:
         value = worst.get(outcome.index)
@@ -353,6 +367,13 @@ def _unsettled(measurer: Measurer) -> bool:
     its survivors then hold the times of screening samples alone."""
     race = getattr(measurer, "race", None)
     return race is not None and race.cut and race.settled_from is None
+
+
+def _cut_short(measurer: Measurer) -> bool:
+    """Whether the time budget ended this replica's last race (the same on every rank of it) before its last round:
+    its configs' times are then of fewer samples than a full race's."""
+    race = getattr(measurer, "race", None)
+    return race is not None and race.cut
 
 
 def _statistic(chosen: Decision, noisy: bool) -> Decision:
