@@ -211,3 +211,23 @@ def test_a_peer_waiting_for_a_wrong_rank_that_calls_again_at_once_elsewhere_rais
     waited = results[0].result
     assert waited["error"] == "BadInputError", describe(results)
     assert "global rank 1 raised BadInputError" in waited["message"], waited
+
+
+@pytest.mark.timeout(150)
+def test_a_peer_that_waits_only_after_a_wrong_ranks_note_is_withdrawn_times_out_naming_its_error(tmp_path):
+    """Rank 1 calls with a group it is not in (BadInputError, a note), then on its replica group {1, 3} with rank 3
+    (the note withdrawn); only then does rank 0 call on its TP group {0, 1} and wait for rank 1, which never comes
+    there. Rank 0 cannot tell that call from a later one rank 1 may still make on that group (see
+    group/unresolved.py), so it waits its deadline (20 s here) and raises GroupTimeoutError, whose message names
+    rank 1's withdrawn note and quotes its error. Before: the message only guessed (crashed, hung, another
+    autotune_pg or key)."""
+    results = run_ranks(CASES, 4, ["wrong_group_withdrawn_before_a_peer_waits"], env=tuner_env(tmp_path, timeout=20),
+                        timeout=130)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    wrong, again = results[1].results
+    assert wrong["error"] == "BadInputError" and "not a member" in wrong["message"], describe(results)
+    assert again["error"] is None and results[3].result["error"] is None, describe(results)
+    waited = results[0].result
+    assert waited["error"] == "GroupTimeoutError", describe(results)
+    assert "global rank 1 raised BadInputError" in waited["message"], waited
+    assert wrong["message"][:200] in waited["message"], waited

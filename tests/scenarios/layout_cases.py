@@ -188,6 +188,29 @@ def wrong_group_then_at_once_another():
 
 
 @case
+def wrong_group_withdrawn_before_a_peer_waits():
+    """As :func:`wrong_group_then_at_once_another`, but rank 0 calls on its TP group only once rank 1 has called
+    with the group it is not in (BadInputError, a note) and again on its replica group {1, 3}, with rank 3 (the note
+    withdrawn): rank 0 reaches its wait for rank 1 after the withdrawal, and rank 1 never comes to that group. Rank 2
+    does not call."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+    store = dist.distributed_c10d._get_default_store()
+    tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    across = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    f = layer("withdrawn_then_late")
+    if me == 0:
+        store.wait(["case/withdrawn"])  # rank 1's second call is over: its note is withdrawn
+        call(f, autotune_pg=tps[0])
+    elif me == 1:
+        call(f, autotune_pg=tps[1])  # not a member: BadInputError, a note
+        call(f, autotune_pg=across[1])  # a right group: the note withdrawn
+        store.set("case/withdrawn", b"1")
+    elif me == 3:
+        call(f, autotune_pg=across[1])
+
+
+@case
 def stale_pass_on_note():
     """As :func:`stale_note_same_function`, but the rank late to the second call is rank 0, the one that answered
     rank 1's note in the first call (waiting in their TP group) and posted its own note passing the error on: every

@@ -286,13 +286,31 @@ class StoreGroup(Group):
             if waited < 0.9 * timeout:  # not a timeout: the store itself went away
                 message = self._lost_message(what, waited, exc)
             else:
-                message = self._late_message(what, missing(), timeout)
+                late = missing()
+                message = self._late_message(what, late, timeout) + self._withdrawn_notes(late, where)
             raise GroupTimeoutError(message) from exc
 
     def _unresolved_message(self, what: str, waited: float, said: dict[int, str]) -> str:
         ranks = "; ".join(f"global rank {g} raised BadInputError: {text[:NOTE_CHARS]}" for g, text in said.items())
         return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
                 f"waited {waited:.1f} s at '{what}' for ranks that will not come: {ranks}")
+
+    def _withdrawn_notes(self, late: Sequence[int], where: Waiter) -> str:
+        """For a timeout's message: the late ranks' notes withdrawn before this wait began, the rank going on to
+        other groups (:meth:`Notes.withdrawn_before`: no rule tells whether this wait was for the call such a note
+        was about, so none stopped it), quoted as a likely cause; best effort (nothing on a store error)."""
+        try:
+            notes = NOTES.withdrawn_before(self.store, [self.global_ranks[r] for r in late], where)
+        except Exception as exc:  # the store is gone: the timeout's message stands alone
+            log.debug("triton_dist_tune: could not read the late ranks' withdrawn notes: %s", exc)
+            return ""
+        return "".join(
+            f" Before this wait began, global rank {g} raised BadInputError in a call of this function and called "
+            f"again on {', '.join(f'group {name!r} {list(ranks)}' for name, ranks in note.to) or 'another group'} "
+            f"(its note withdrawn {max(0.0, where.since - (note.withdrawn or 0.0)):.1f} s before this wait began), "
+            "never on this one: if this wait was for that call, the rank never comes (this rank cannot tell that call "
+            f"from a later one the rank may still make here, so it waited its deadline): {note.text[:NOTE_CHARS]}"
+            for g, note in notes.items())
 
     def _silent_message(self, what: str, waited: float, silent: Sequence[int], window: float) -> str:
         return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "

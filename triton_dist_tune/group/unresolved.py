@@ -36,8 +36,22 @@ with the right group): then it is withdrawn (:meth:`Notes.withdraw`), marked wit
 resolved rather than deleted, since a peer already waiting for the rank in the note's call may not have read it
 yet (it looks once a second, and the rank may call again within milliseconds): a wait that began before the
 withdrawal, on a group the rank did not go on to, still raises it; a later wait does not (the ranks' wall clocks
-are compared, as for :data:`STALE_GRACE_S`). A peer that reaches its wait only after the withdrawal waits its
-deadline. The rank's first call after twice the timeout that resolves a group deletes the note.
+are compared, as for :data:`STALE_GRACE_S`). The rank's first call after twice the timeout that resolves a group
+deletes the note.
+
+A peer that reaches its wait for the rank only after the withdrawal, on a group the rank did not go on to, waits
+its deadline: no rule can stop it safely. The wrong rank never resolved the group it was meant for, so its note
+cannot say which group or exchange it was about, and its wrong call took no sequence number of any group: once it
+has withdrawn the note it may come to any group it has not gone on to yet, in a later call, at the very exchange
+the peer waits at. The peer may then be in the call the note was about (the rank never comes) or in a later call
+the rank will make (it comes, and the wait succeeds). Say global rank 1's wrong call was meant for its replica
+group {1, 3}; it calls again there (the withdrawal names {1, 3}), then on its TP group {0, 1}, where rank 0, late,
+waits for it: that wait succeeds. Had the wrong call been meant for {0, 1}, with the same call on {1, 3} after it,
+rank 0 would read the same note (same function, same groups gone on to) while waiting on the same group at the
+same exchange: a rule that stops rank 0 there stops it in the first case too. A wait that began before the
+withdrawal is read as the note's call, as is any wait for the rank inside the function while its note stands (the
+rank was then still in its wrong call); after it, nothing tells. The late peer's ``GroupTimeoutError`` names the
+withdrawn note instead and quotes its error (:meth:`Notes.withdrawn_before`), read on that error path only.
 
 Every note carries the id of the error it passes on (its root: the wrong group's note, which a waiting rank's
 note quotes), and a rank raises a root in one call only: a late rank's note of a call this rank has already
@@ -344,6 +358,17 @@ class Notes:
         return {rank: note for rank, note in self.read(store, global_ranks).items()
                 if note.root not in self.spent and note.concerns(inside) and note.matters(where)
                 and (where is None or not self.stale(store, rank, note, where, inside))}
+
+    def withdrawn_before(self, store: Any, global_ranks: Sequence[int], where: Waiter) -> dict[int, Note]:
+        """The notes of ``global_ranks`` (:meth:`read`) about a call this thread is inside, of a root this process
+        has not raised, that were withdrawn before the wait on the group ``where`` names began, the rank going on
+        to other groups (:meth:`Note.matters`: such a note stops no wait). For the message of that wait's timeout
+        only: the wait may have been for the call the note was about (the rank never comes) or for a later call
+        the rank may still make on that group, and nothing the peer reads tells which (see the module docstring)."""
+        inside = _calls()
+        return {rank: note for rank, note in self.read(store, global_ranks).items()
+                if note.withdrawn is not None and note.root not in self.spent | self.raised
+                and note.concerns(inside) and not note.matters(where) and (where.group, where.ranks) not in note.to}
 
     def stale(self, store: Any, rank: int, note: Note, where: Waiter, inside: Sequence[str]) -> bool:
         """Whether the note of global rank ``rank`` is about an earlier call than the one this rank waits in, on
