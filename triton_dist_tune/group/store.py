@@ -297,8 +297,9 @@ class StoreGroup(Group):
 
     def _withdrawn_notes(self, late: Sequence[int], where: Waiter) -> str:
         """For a timeout's message: the late ranks' notes withdrawn before this wait began, the rank going on to
-        other groups (:meth:`Notes.withdrawn_before`: no rule tells whether this wait was for the call such a note
-        was about, so none stopped it), quoted as a likely cause; best effort (nothing on a store error)."""
+        other groups (:meth:`~triton_dist_tune.group.unresolved.Notes.withdrawn_before`: no rule tells whether this
+        wait was for the call such a note was about, so none stopped it), quoted as a likely cause; best effort
+        (nothing on a store error)."""
         try:
             notes = NOTES.withdrawn_before(self.store, [self.global_ranks[r] for r in late], where)
         except Exception as exc:  # the store is gone: the timeout's message stands alone
