@@ -86,7 +86,9 @@ POWER_SETTLE_MS, POWER_SETTLE_ABOVE_MS = 20.0, 0.5
 #: host-bound config as such. For heavy calls the span is short beside their :data:`POWER_SETTLE_MS` of settling:
 #: on one H200, bench_fidelity.py's GEMM at N = 8192, K = 4096, M = 16384 (1.9 ms calls), 10 ms spans were 6 of a
 #: settled sample's 17 calls, and the key's device time was 2.15 s against the 2.1 s a 48-config key may take in all
-#: (``results/session_h200_48``, call 4)
+#: (``results/session_h200_48``, call 4). Side by side with 10 ms on one H200 (``results/session_h200_49``, 7 GEMM
+#: shapes, 5 of them held out of every rule, 3 fresh tunings each): 18 of 21 choices within 1.01 of the sustained
+#: best both ways (the same 3 misses), 0.15-0.27 s less per key, 2.05-2.11 s at that shape against 2.26-2.29 s
 DEVICE_SETTLED_SPAN_MS = 5.0
 #: the leaders that get the settled block at the end of a steady race, and its cycles (one sample per leader each)
 SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
