@@ -202,15 +202,21 @@ def test_a_peer_waiting_for_a_wrong_rank_that_calls_again_at_once_elsewhere_rais
     the note within milliseconds. Rank 0, waiting since before, raises the note's BadInputError (it reads notes
     once a second). Before: that call deleted the note before rank 0 read it, and rank 0 waited its whole deadline
     (60 s here) and raised GroupTimeoutError."""
-    results = run_ranks(CASES, 4, ["wrong_group_then_at_once_another"], env=tuner_env(tmp_path, timeout=60),
-                        timeout=130)
+    _, waited = wrong_then_at_once_another(tmp_path, "wrong_group_then_at_once_another", 60)
+    assert waited["error"] == "BadInputError", waited
+    assert "global rank 1 raised BadInputError" in waited["message"], waited
+
+
+def wrong_then_at_once_another(tmp_path, case: str, timeout: float) -> tuple[dict, dict]:
+    """Run a scenario of 4 gloo ranks where rank 1 calls with a group it is not in, then at once on its replica
+    group {1, 3} with rank 3, and rank 0 waits for it on their TP group (``timeout``: the tuner's); checks rank 1's
+    two calls and rank 3's, and returns rank 1's wrong call's result and rank 0's."""
+    results = run_ranks(CASES, 4, [case], env=tuner_env(tmp_path, timeout=timeout), timeout=130)
     assert all(r.returncode == 0 for r in results), describe(results)
     wrong, again = results[1].results
     assert wrong["error"] == "BadInputError" and "not a member" in wrong["message"], describe(results)
     assert again["error"] is None and results[3].result["error"] is None, describe(results)
-    waited = results[0].result
-    assert waited["error"] == "BadInputError", describe(results)
-    assert "global rank 1 raised BadInputError" in waited["message"], waited
+    return wrong, results[0].result
 
 
 @pytest.mark.timeout(150)
@@ -221,13 +227,7 @@ def test_a_peer_that_waits_only_after_a_wrong_ranks_note_is_withdrawn_times_out_
     group/unresolved.py), so it waits its deadline (20 s here) and raises GroupTimeoutError, whose message names
     rank 1's withdrawn note and quotes its error. Before: the message only guessed (crashed, hung, another
     autotune_pg or key)."""
-    results = run_ranks(CASES, 4, ["wrong_group_withdrawn_before_a_peer_waits"], env=tuner_env(tmp_path, timeout=20),
-                        timeout=130)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    wrong, again = results[1].results
-    assert wrong["error"] == "BadInputError" and "not a member" in wrong["message"], describe(results)
-    assert again["error"] is None and results[3].result["error"] is None, describe(results)
-    waited = results[0].result
-    assert waited["error"] == "GroupTimeoutError", describe(results)
+    wrong, waited = wrong_then_at_once_another(tmp_path, "wrong_group_withdrawn_before_a_peer_waits", 20)
+    assert waited["error"] == "GroupTimeoutError", waited
     assert "global rank 1 raised BadInputError" in waited["message"], waited
     assert wrong["message"][:200] in waited["message"], waited
