@@ -132,3 +132,44 @@ def test_a_budget_that_cuts_one_replicas_leaders_race_leaves_the_first_pass_to_d
     # the trap is set: replica 1's leaders' race ran its screening round alone
     log = (tmp_path / "logs" / "rank-1.log").read_text()
     assert log.count("] race: 1 round(s) (settled from 1)") == 2, log
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("timing", ["steady", "cold"])
+def test_no_leader_leaves_the_leaders_race_on_one_replica_alone(tmp_path, timing):
+    """Two one-rank replicas, configs 0 and 1, each its share's winner (``replicas_cases.leader_stopped``): replica
+    0's device runs both alike, replica 1's runs config 0 at 2.5 times config 1. Each replica's race of the leaders
+    decides on its own samples: before, on replica 1 alone config 0 left it, ``far_behind`` after the first round
+    (steady timing on a device clock: config 1, left alone, ended the race there with its one screening sample) or
+    clearly slower after 2 of 10 rounds (cold timing), while replica 0 raced both to the end (9 samples, 10). A
+    leader's MAX over replicas joined one replica's few samples (a screening one in steady timing) to another's
+    settled time, and the ranks recorded different tables (1 sample against 9; 2 against 10) and rounds. Now no
+    leader leaves the leaders' race (``leaders_plan``: ``RacePlan.stops`` off): both run every round on both
+    replicas, and every rank records the same decision."""
+    results = run_ranks(CASES, 2, [f"leader_stopped_{timing}"], env=tuner_env(tmp_path, 30), timeout=180)
+    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+    first, second = (r.result for r in results)
+    assert first == second, (first, second)
+    rounds = 9 if timing == "steady" else 10  # 1 screening round and 8 settled ones; cold: n_repeat
+    assert (first["chosen"], first["runner_up"], first["rounds"]) == (1, 0, rounds), first
+    assert {i: (o[0], o[2]) for i, o in first["outcomes"].items()} == {"0": ("measured", rounds),
+                                                                        "1": ("measured", rounds)}, first
+
+
+@pytest.mark.timeout(240)
+def test_every_rank_records_the_same_near_tie(tmp_path):
+    """Two one-rank replicas, configs 0 and 1 (``replicas_cases.near_tie``): replica 0's device runs config 1 5%
+    slower than config 0, the same every sample (its spreads 0), and every leader's MAX over replicas is replica
+    0's; replica 1's device runs both in half the time, each sample up to 20% off (its spreads about 10%). A
+    decision's near tie is judged on its pair's spreads: before, each replica took its own race's, and the ranks of
+    replica 0 recorded no near tie where replica 1's recorded one, of the same choice and margin. Now each leader's
+    spread is the MAX over replicas, carried in the leaders' exchange: the same near tie, and the same table, on
+    every rank."""
+    results = run_ranks(CASES, 2, ["near_tie"], env=tuner_env(tmp_path, 30), timeout=180)
+    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+    first, second = (r.result for r in results)
+    assert first == second, (first, second)
+    assert (first["chosen"], first["runner_up"], first["near_tie"]) == (0, 1, True), first
+    assert first["margin"] == pytest.approx(0.05), first
+    # the trap is set: the margin is within replica 1's spreads alone (replica 0's are 0)
+    assert all(o[3] > 0.05 for o in first["outcomes"].values()), first

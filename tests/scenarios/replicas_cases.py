@@ -8,6 +8,7 @@ the model, whatever the machine's load.
 
 from __future__ import annotations
 
+import random
 import sys
 
 import torch
@@ -92,6 +93,100 @@ def leaders_cut():
                    keys=(1, 2), limiter=limiter, budget=1000.0, **layout)
     finally:
         Budget.now = now  # type: ignore[method-assign]
+
+
+def recorded(tuned) -> dict:
+    """The one decision of ``tuned`` (an ``autotune``'d function) as the ranks compare it: the choice, its
+    runner-up, margin, near-tie flag, rounds and statistic, and each usable config's state, time, samples and
+    spread."""
+    (_, decision), = tuned.tuner.decisions.items()
+    return dict(chosen=decision.index, runner_up=decision.runner_up, margin=decision.margin,
+                near_tie=decision.near_tie, rounds=decision.rounds, statistic=decision.statistic,
+                outcomes={str(o.index): [o.state, o.time, o.samples, o.spread] for o in decision.outcomes
+                          if o.usable})
+
+
+#: the stopped leader's landscape (:func:`leader_stopped_steady`, :func:`leader_stopped_cold`): each call's ms on
+#: each replica's device, by config. On replica 0 both configs take alike; on replica 1 config 0 takes 2.5 times
+#: config 1: far behind it there (its probe and its sample, ``timing.FAR_BEHIND_RACE``), and clearly slower
+STOP_MS = {0: (0.3, 0.3), 1: (0.75, 0.3)}
+
+
+def leader_stopped(timing: str) -> None:
+    """Two one-rank replicas tune configs 0 (replica 0's share) and 1 (replica 1's) in ``timing`` on the virtual
+    device clock (:data:`STOP_MS`): both are their share's winners, so both are raced again on both replicas, and
+    on replica 1 alone config 0 is far behind and clearly slower. Prints :func:`recorded`."""
+    from reliability_c_cases import one_rank_replicas
+
+    layout = one_rank_replicas()
+    ms = STOP_MS[dist.get_rank()]
+
+    @tdt.autotune([{"v": 0}, {"v": 1}], key_fn=lambda x: x.numel(), n_warmup=1, name=f"leader_stopped_{timing}",
+                  timeout=30, timing=timing)
+    def f(x, *, v):
+        spend(ms[v])
+        return x
+
+    with virtual_clock("device"):
+        f(torch.ones(4), **layout)
+    emit(**recorded(f))
+
+
+@case
+def leader_stopped_steady():
+    """:func:`leader_stopped` in steady timing: config 0 is far behind on replica 1 after the leaders' first
+    round."""
+    leader_stopped("steady")
+
+
+@case
+def leader_stopped_cold():
+    """:func:`leader_stopped` in cold timing: config 0 is clearly slower on replica 1 after two rounds."""
+    leader_stopped("cold")
+
+
+class Uneven:
+    """A device whose speed changes from one sample to the next: each time it switches configs (a new sample), it
+    draws a factor in ``[1 - swing, 1 + swing]`` (``seed``) that every call of that sample takes."""
+
+    def __init__(self, ms: tuple[float, ...], swing: float, seed: int) -> None:
+        self.ms, self.swing, self.rng = ms, swing, random.Random(seed)
+        self.last: int | None = None
+        self.factor = 1.0
+
+    def __call__(self, v: int) -> None:
+        if v != self.last:
+            self.factor = 1 + self.swing * (2 * self.rng.random() - 1)
+        self.last = v
+        spend(self.ms[v] * self.factor)
+
+
+#: the near tie's landscape (:func:`near_tie`): replica 0's device runs config 0 in 0.3 ms and config 1 5% slower,
+#: the same every sample (its spreads are 0: no near tie at a 5% margin); replica 1's runs both in half the time,
+#: each sample 20% faster or slower than the last (its spreads hold a 5% margin: a near tie)
+TIE_MS = {0: (0.3, 0.315), 1: (0.15, 0.15)}
+TIE_SWING = {0: 0.0, 1: 0.2}
+
+
+@case
+def near_tie():
+    """Two one-rank replicas tune configs 0 (replica 0's share) and 1 (replica 1's) in steady timing on the virtual
+    device clock (:data:`TIE_MS`): both are raced again on both replicas, and every leader's MAX over replicas is
+    replica 0's (config 1 5% over config 0). Prints :func:`recorded`."""
+    from reliability_c_cases import one_rank_replicas
+
+    layout = one_rank_replicas()
+    rank = dist.get_rank()
+    device = Uneven(TIE_MS[rank], TIE_SWING[rank], seed=rank)
+
+    @tdt.autotune([{"v": 0}, {"v": 1}], key_fn=lambda x: x.numel(), n_warmup=1, name="near_tie", timeout=30)
+    def f(x, *, v):
+        device(v)
+        return x
+
+    with virtual_clock("device"):
+        f(torch.ones(4), **layout)
+    emit(**recorded(f))
 
 
 if __name__ == "__main__":

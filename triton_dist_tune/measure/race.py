@@ -20,10 +20,12 @@ identical on every rank without any further message.
   samples cost the most (a sample is about 10 ms of calls, and at least one call to settle and one to time).
   ``early_stop=f`` also removes, from the first round on, a config whose median is more than ``f`` times the leader's;
   ``keep_top=n`` keeps at most the ``n`` best once ``min_rounds`` are done, and bounds the settled rounds below (a
-  heavy race: at the sift). No config leaves as clearly slower after the last round (``max_rounds``: it would save
-  nothing); but where the settled rounds would start at that round (``final_top`` set, and ``max_rounds`` at most
-  ``min_rounds``, or at most ``sift_after`` in a heavy race), the configs beyond the settled block's size leave then
-  (``stopped``) and the race ends with no settled round. The configs still running at the end are ``measured``.
+  heavy race: at the sift). None of these apply where the plan ``stops`` none (the replicas' leaders' race: every
+  leader runs every round on every replica). No config leaves as clearly slower after the last round
+  (``max_rounds``: it would save nothing); but where the settled rounds would start at that round (``final_top``
+  set, and ``max_rounds`` at most ``min_rounds``, or at most ``sift_after`` in a heavy race), the configs beyond the
+  settled block's size leave then (``stopped``) and the race ends with no settled round. The configs still running
+  at the end are ``measured``.
 - **Settled rounds** (steady timing, ``final_top=n``): once at most ``n`` configs are left, or ``min_rounds``
   screening rounds are done (the ``n`` best then go on; ``final_top_fast`` of them when the leader takes under
   ``fast_below_ms`` per call; ``n`` at most ``keep_top``, so that while more than ``keep_top`` are left the race
@@ -135,8 +137,12 @@ class RacePlan:
     sift_rounds: int = 1
     heavy_rounds: int = 6
     #: whether the race is heavy, decided before it (the replicas' leaders' race: alike on every replica,
-    #: :func:`~.replicas.leaders_plan`); None: judged on its screening leader's time (``heavy_from_ms``)
+    #: :func:`~.leaders.leaders_plan`); None: judged on its screening leader's time (``heavy_from_ms``)
     heavy: bool | None = None
+    #: whether a config may leave the race after a round (clearly slower, ``early_stop``, ``far_behind``,
+    #: ``keep_top``); off: every config runs every round (the replicas' leaders' race, where each replica's race
+    #: would stop a leader on its own group's samples alone: :func:`~.leaders.leaders_plan`)
+    stops: bool = True
     #: settled blocks added (``final_rounds`` rounds each) while the leader and the runner-up are a near-tie that
     #: more samples can settle (the runner-up not clearly slower, yet more than the indifference margin apart), at
     #: most this many: the finalists' paired shoot-out of a search
@@ -271,7 +277,10 @@ class Race(Standings):
         return plan.heavy if plan.heavy is not None else self._time(self.leader(left)) >= plan.heavy_from_ms
 
     def _leaving(self, running: list[int]) -> set[int]:
-        """The configs that are clearly slower than the leader after this round."""
+        """The configs that are clearly slower than the leader after this round (none where the plan ``stops``
+        none)."""
+        if not self.plan.stops:
+            return set()
         leader = self.leader(running)
         best = self.entrants[leader]
         leaving = set()

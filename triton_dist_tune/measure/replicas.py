@@ -18,11 +18,20 @@ every rank of every replica ends on one config per key:
    the others (configs a race stopped, resumed or not); so at least one leader per replica whose share has a
    survivor, and the leaders' race grows with the replicas; they are raced again on every replica (``refine_top``
    chose them and bounds their race no further: ``keep_top`` off; its settled block holds every leader, with no
-   sift: :func:`leaders_plan`), heavy or not alike on every replica (:func:`heavy_leaders`: the slowest replica's
+   sift, and no leader leaves it before its end, every leader running every round on every replica:
+   :func:`leaders_plan`), heavy or not alike on every replica (:func:`heavy_leaders`: the slowest replica's
    best leader in the first pass takes ``heavy_from_ms`` or more), and a leader's time is the MAX over replicas of
-   each replica's group time (itself the MAX over the group's ranks);
+   each replica's group time (itself the MAX over the group's ranks), its spread the MAX of theirs;
 5. the choice is the least of those times (ties: the lower index): the least over configs of the max over every
-   rank of every replica. Every rank computes it from the same exchanged data.
+   rank of every replica; whether it is a near tie is judged on those spreads. Every rank computes it from the same
+   exchanged data, and records the same decision (a leader's samples in its table are its own replica's, as many
+   on every replica).
+
+Each replica's race decides on its own group's samples: a leader that left it on one replica alone (before,
+``far_behind`` on a device clock after one round, or clearly slower in cold timing after 2 of 10) held fewer samples
+there, of the screening alone in steady timing, and its MAX over replicas joined them to another replica's settled
+time: the ranks recorded different tables (1 sample against 9) and rounds. And a near tie judged on each replica's
+own spreads differed between ranks of one choice and margin (tests/test_replicas.py).
 
 Survivors first, because a survivor's time and a stopped config's time are not of one kind
 (:meth:`~.standings.Standings.runner_up`): a steady race times its survivors by their settled samples, drift-free,
@@ -83,11 +92,10 @@ reads and writes it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import stats
 from ..errors import AutotuneError, BadInputError, MismatchError
 from ..faults.progress import RoundWatch
 from ..faults.watchdog import exchange_timeout
@@ -96,14 +104,18 @@ from ..group.channel import Group
 from ..records import LEAST, MEDIAN, Decision, Outcome
 from ..space import fingerprint
 from .budget import LEFT_OUT, Budget
+from .leaders import MIN_LEADERS as MIN_LEADERS
+from .leaders import decision as decision
+from .leaders import heavy_leaders as heavy_leaders
+from .leaders import leaders as leaders
+from .leaders import leaders_plan as leaders_plan
 from .lockstep import Measurer, Todo
 from .noise import retaken, statistic
-from .race import RacePlan
-
-MIN_LEADERS = 2
 
 #: a time budget's clock as the replicas exchange it: (cut on some replica, the latest agreed seconds)
 Clock = tuple[bool, float]
+#: a leader's outcome as each replica sends it in the leaders' exchange: (time, least sample, spread)
+Leader = tuple[float, float, float]
 
 
 @dataclass(frozen=True)
@@ -176,18 +188,20 @@ class Layout:
         same point: after the agreement, before its share)."""
         return RoundWatch.of_tuning(self.replicas, label, timeout, "replica")
 
-    def worst(self, times: dict[int, tuple[float, float] | str], noisy: bool, short: bool, clock: Clock, what: str,
-              timeout: float) -> tuple[dict[int, float | str], bool, bool, Clock]:
+    def worst(self, times: dict[int, Leader | str], noisy: bool, short: bool, clock: Clock, what: str,
+              timeout: float) -> tuple[dict[int, float | str], dict[int, float], bool, bool, Clock]:
         """Per config, the MAX over replicas of their group times of the agreed statistic (``times``: each
-        leader's (time, least sample), or why it has none; the least samples where some replica's race of the
-        leaders took least samples, else the times), or the errors of the replicas where it failed; whether some
+        leader's (time, least sample, spread), or why it has none; the least samples where some replica's race of the
+        leaders took least samples, else the times), or the errors of the replicas where it failed; per config with a
+        time, the MAX over replicas of its spread (so that a decision's near tie, judged on its leaders' spreads, is
+        the same on every rank: each replica's race gives its own); whether some
         replica's race of the leaders took least samples; whether the time budget ended some replica's race of the
         leaders before its last round (``short``: each replica sends its race's; its leaders' times are then of
         fewer samples, or of screening samples alone, than another replica's); and the replicas' time budget's
         clock, as :meth:`gather`."""
-        worst, noisy, short, cut, elapsed = self.replicas.combine((times, noisy, short, *clock), what, _worst,
-                                                                  timeout)
-        return worst, noisy, short, (cut, elapsed)
+        worst, spreads, noisy, short, cut, elapsed = self.replicas.combine((times, noisy, short, *clock), what,
+                                                                           _worst, timeout)
+        return worst, spreads, noisy, short, (cut, elapsed)
 
 
 def _members(group: Group) -> tuple:
@@ -226,7 +240,7 @@ def _merged(contributions: list[tuple[list[Outcome], bool, bool, bool, float]]) 
             *_clock(contributions)]
 
 
-def _worst(contributions: list[tuple[dict[int, tuple[float, float] | str], bool, bool, bool, float]]) -> list[Any]:
+def _worst(contributions: list[tuple[dict[int, Leader | str], bool, bool, bool, float]]) -> list[Any]:
     per_replica = [times for times, *_ in contributions]
     noisy = any(c[1] for c in contributions)  # the agreed statistic: least samples where some replica's race was noisy
     short = any(c[2] for c in contributions)  # some replica's race of the leaders cut before its last round
@@ -237,7 +251,9 @@ def _worst(contributions: list[tuple[dict[int, tuple[float, float] | str], bool,
         # a leader the time budget left out on some replica (and failed on none) is no failure: LEFT_OUT
         out[index] = ("; ".join(errors) if errors else LEFT_OUT if LEFT_OUT in values
                       else max(float(v[1] if noisy else v[0]) for v in values))
-    return [out, noisy, short, *_clock(contributions)]
+    spreads = {index: max(float(times[index][2]) for times in per_replica)
+               for index in sorted(per_replica[0]) if isinstance(out[index], float)}
+    return [out, spreads, noisy, short, *_clock(contributions)]
 
 
 def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: list[Todo],
@@ -277,12 +293,12 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     # heavy or not alike on every replica, agreed from the gathered table (:func:`heavy_leaders`)
     plan = leaders_plan(measurer.plan.race, len(top), heavy_leaders(table, top, owners, measurer.plan.race))
     raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top], plan)}
-    times = {i: (o.time, o.least()) if o.usable and o.time is not None else (o.error or o.state)
+    times = {i: (o.time, o.least(), o.spread or 0.0) if o.usable and o.time is not None else (o.error or o.state)
              for i, o in raced.items()}
     what = f"{label} leaders across replicas"
     deadline = watch.arrive(1, what, exchange_timeout(timeout) * max(1, len(top)))
-    worst, noisy_leaders, short, clock = layout.worst(times, _noisy(measurer), _cut_short(measurer),
-                                                      (budget.cut, budget.elapsed), what, deadline)
+    worst, spreads, noisy_leaders, short, clock = layout.worst(times, _noisy(measurer), _cut_short(measurer),
+                                                               (budget.cut, budget.elapsed), what, deadline)
     watch.passed(1)
     _take(budget, clock)
     # the time budget ended the leaders' race before it reached every leader on every replica, or before its last
@@ -294,12 +310,12 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     final = []
     for outcome in table:
         value = worst.get(outcome.index)
-        if isinstance(value, str) and value != LEFT_OUT:
-            outcome = replace(raced[outcome.index], state="failed", time=None, error=f"on some replica: {value}")
+        if isinstance(value, str) and value != LEFT_OUT:  # its gathered outcome (every rank's), failed
+            outcome = replace(outcome, state="failed", time=None, error=f"on some replica: {value}")
         elif unreached:  # the first pass's outcome stands
             pass
-        elif value is not None:
-            outcome = replace(raced[outcome.index], state="measured", time=value)
+        elif value is not None:  # the same time and spread on every rank (MAX over replicas); its samples this one's
+            outcome = replace(raced[outcome.index], state="measured", time=value, spread=spreads[outcome.index])
         elif outcome.state == "measured":  # beaten in the first pass: not in the final race
             outcome = replace(outcome, state="stopped")
         final.append(outcome)
@@ -307,36 +323,6 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
         final = retaken(final, noisy_leaders, lambda o: o.index not in worst)
     chosen = decision(final, top, timing, max(o.samples for o in final), screened if unreached else ())
     return _statistic(chosen, noisy if unreached else noisy_leaders)
-
-
-def leaders_plan(plan: RacePlan, count: int, heavy: bool | None = None) -> RacePlan:
-    """The plan of the leaders' race (``count`` leaders): ``refine_top`` chose them and bounds their race no further
-    (its ``keep_top`` would sift or cut 2 leaders to 1 on each replica alone), and its settled block holds every
-    leader (``final_top`` at least ``count``, a heavy race's ``final_top_heavy`` above it and ``sift_top`` that
-    ``final_top``: in steady timing): the leaders are settled winners of their shares, and a sift or a settled block
-    of fewer than them would stop some on one replica alone, after one settled round, so that their MAX over replicas
-    would mix a stopped leader's time with settled ones (with ``refine_top`` 4 or more a heavy race of the leaders
-    sifted them to 3). ``heavy``: whether the race is heavy (:func:`heavy_leaders`, the same on every replica; None:
-    each replica's race judges it on its own screening leader)."""
-    return replace(plan, keep_top=None, final_top=max(plan.final_top, count) if plan.final_top else 0,
-                   final_top_heavy=max(plan.final_top_heavy, count + 1) if plan.final_top_heavy else 0, sift_top=0,
-                   heavy=heavy)
-
-
-def heavy_leaders(outcomes: Sequence[Outcome], top: Collection[int], owners: Mapping[int, int],
-                  plan: RacePlan) -> bool:
-    """Whether the leaders' race (``top``) is heavy on every replica: the slowest replica's best leader (each
-    replica's least time among the leaders it measured in the first pass, ``owners``) takes ``heavy_from_ms`` or
-    more, as a race judges its screening leader, whose time is the MAX over the ranks that time it (here every rank
-    of every replica). Judged by each replica on its own leader, a replica on faster devices raced the leaders light
-    (medians of ``final_rounds`` settled rounds, least samples under noise) where another raced them heavy
-    (``heavy_rounds``, drift-free times under either statistic): a leader's MAX over replicas then joined two
-    statistics (tests/test_sift.py). From the gathered table: the same on every rank."""
-    best: dict[int, float] = {}
-    for o in outcomes:
-        if o.index in top and o.usable and o.index in owners:
-            best[owners[o.index]] = min(best.get(owners[o.index], float("inf")), float(o.time))
-    return plan.heavy_from_ms > 0 and bool(best) and max(best.values()) >= plan.heavy_from_ms
 
 
 def settled_alike(outcomes: Sequence[Outcome], noisy: bool) -> list[Outcome]:
@@ -387,53 +373,3 @@ def _take(budget: Budget, clock: Clock) -> None:
     """Take in the replicas' budget clock (the same on every rank of every replica)."""
     budget.agreed(clock[1])
     budget.cut = budget.cut or clock[0]
-
-
-
-def decision(outcomes: list[Outcome], top: Sequence[int], timing: str, rounds: int,
-             screened: Collection[int] = ()) -> Decision:
-    """The least over the leaders of their time (the MAX over replicas), ties to the lower index, a leader of
-    ``screened`` (where the first pass decides: a survivor a cut left with screening times alone) only where no
-    other is usable; the runner-up is the next leader. Index -1 when every leader failed."""
-    usable = sorted((o for o in outcomes if o.index in top and o.usable),
-                    key=lambda o: (o.index in screened, o.time, o.index))
-    if not usable:
-        return Decision(-1, "", float("nan"), None, False, None, outcomes, timing, rounds)
-    chosen = usable[0]
-    runner_up = usable[1] if len(usable) > 1 else None
-    margin = runner_up.time / chosen.time - 1 if runner_up is not None and chosen.time else None
-    near_tie = runner_up is not None and stats.near_tie(margin, (chosen.spread, runner_up.spread))
-    return Decision(chosen.index, chosen.config, chosen.time, margin, near_tie,
-                    runner_up.index if runner_up is not None else None, outcomes, timing, rounds)
-
-
-def leaders(outcomes: Sequence[Outcome], count: int, screened: Collection[int] = (),
-            owners: Mapping[int, int] | None = None, within: Sequence[Outcome] | None = None) -> list[int]:
-    """The leaders of the gathered table, by index: each replica's best survivor (``owners``: index -> the replica
-    that measured it; ranked inside its share, whose times all come from one replica's devices), and up to
-    ``max(count, 2)`` in all, the usable configs that ended their replica's race still running (``measured``: each
-    replica's settled survivors, whose times are of one kind) with the least times, those a time budget cut before
-    they settled (``screened``) after the others, then, where those are fewer, the other usable configs with the
-    least times (ties: the lower index). Each replica's times come from its own devices, which may run every config
-    faster or slower than another's: ranked across shares alone, one replica's survivors could take every leader
-    place, and another's best was never raced again (see the module docstring). A
-    time of a config that left its race in the screening is of another kind: on a device at its power limit the
-    screening's short samples read faster in ms than any settled one, and such a config would take the place of
-    some replica's settled winner (see the module docstring). ``within``: the same outcomes with the times each
-    share's best is ranked by (default: ``outcomes``'; :func:`settled_alike` gives the others one kind across
-    shares, where a share's own times are each of one kind)."""
-    def ranked(table: Sequence[Outcome]) -> list[Outcome]:
-        return sorted((o for o in table if o.usable),
-                      key=lambda o: (o.state != "measured", o.index in screened, o.time, o.index))
-
-    usable = ranked(outcomes)
-    firsts: dict[int, int] = {}  # each replica's best survivor: the first of its share in that order
-    for o in ranked(within) if within is not None else usable:
-        if o.state == "measured" and owners is not None and o.index in owners:
-            firsts.setdefault(owners[o.index], o.index)
-    chosen = set(firsts.values())
-    for o in usable:
-        if len(chosen) >= max(count, MIN_LEADERS):
-            break
-        chosen.add(o.index)
-    return sorted(chosen)
