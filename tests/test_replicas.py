@@ -173,3 +173,29 @@ def test_every_rank_records_the_same_near_tie(tmp_path):
     assert first["margin"] == pytest.approx(0.05), first
     # the trap is set: the margin is within replica 1's spreads alone (replica 0's are 0)
     assert all(o[3] > 0.05 for o in first["outcomes"].values()), first
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("phase", ["warmup", "screening", "settled"])
+def test_a_leader_that_fails_on_one_replica_is_recorded_alike_on_every_rank(tmp_path, phase):
+    """Two one-rank replicas, configs 0 and 1, each its share's winner (``replicas_cases.leader_fails``): config 1,
+    the faster, raises (a launch failure) on replica 0 alone in the leaders' race (its warm-up, screening round or
+    settled rounds; replica 0 runs it there only, never in its first pass), where replica 1 races it to the end. A
+    leader that failed on some replica keeps its gathered first-pass outcome, failed, on every rank (before 741a23b
+    each rank kept its own race's: no sample on replica 0, 9 on replica 1). And config 0, left alone in replica
+    0's race (a failure in its warm-up or screening round): at 741a23b that race ended with its screening round (1
+    sample, rounds 1) where replica 1 settled it (9); its MAX over replicas joined the two. Now a race
+    that stops none (``RacePlan.stops`` off) runs and settles a leader left alone as its other replicas do: both
+    ranks choose config 0 and record the same table (the same samples, rounds and error)."""
+    results = run_ranks(CASES, 2, [f"leader_fails_{phase}"], env=tuner_env(tmp_path, 30), timeout=180)
+    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+    first, second = (r.result for r in results)
+    name = {"warmup": "warm-up"}.get(phase, phase)
+    assert (first.pop("raised"), second.pop("raised")) == ([name], []), (first, second)  # the trap is set
+    assert first == second, (first, second)
+    assert (first["chosen"], first["runner_up"], first["rounds"]) == (0, None, 9), first
+    state, time, samples, _, kept, error = first["outcomes"]["1"]
+    assert (state, time, samples, kept) == ("failed", None, 1, 1), first  # replica 1's first pass: 1 sample
+    assert "RuntimeError: CUDA error: launch failure of config 1 on replica 0" in error, error
+    assert error.startswith("on some replica: replica 0: rank 0:"), error
+    assert first["outcomes"]["0"][:3] == ["measured", pytest.approx(0.3), 9], first

@@ -189,5 +189,82 @@ def near_tie():
     emit(**recorded(f))
 
 
+
+
+#: the failing leader's landscape (:func:`leader_fails`): each call's ms on every device, by config; config 1, replica
+#: 1's share, is the faster, and raises on replica 0 (which runs it in the leaders' race alone)
+FAIL_MS = (0.3, 0.2)
+
+
+def leaders_phase() -> str | None:
+    """Where in the replicas' leaders' race the tuner runs this call (``replicas._settle`` on the stack; the first
+    pass runs before it): "warm-up", "screening" or "settled" (the race's settled rounds), or None outside it."""
+    names, race = set(), None
+    frame = sys._getframe(1)
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        if race is None and frame.f_code.co_name == "_race_warmed":
+            race = frame.f_locals.get("race")
+        frame = frame.f_back
+    if "_settle" not in names:
+        return None
+    if "_steady_rounds" not in names or race is None:
+        return "warm-up"
+    return "screening" if race.settled_from is None else "settled"
+
+
+def recorded_table(tuned) -> dict:
+    """:func:`recorded`, with every config of the table (failed ones too): state, time, samples, spread, the
+    number of its round times and its error."""
+    (_, decision), = tuned.tuner.decisions.items()
+    return dict(chosen=decision.index, runner_up=decision.runner_up, near_tie=decision.near_tie,
+                rounds=decision.rounds, statistic=decision.statistic,
+                outcomes={str(o.index): [o.state, o.time, o.samples, o.spread, len(o.round_times or ()), o.error]
+                          for o in decision.outcomes})
+
+
+def leader_fails(phase: str) -> None:
+    """Two one-rank replicas tune configs 0 (replica 0's share) and 1 (replica 1's, the faster: :data:`FAIL_MS`) in
+    steady timing on the virtual device clock: both are their share's winners, so both are raced again on both
+    replicas; on replica 0 alone config 1 raises (a launch failure) in the leaders' race's ``phase``
+    (:func:`leaders_phase`), where replica 1 races it to the end. Prints :func:`recorded_table` and the phases in
+    which config 1 raised here."""
+    from reliability_c_cases import one_rank_replicas
+
+    layout = one_rank_replicas()
+    rank = dist.get_rank()
+    raised: list[str] = []
+
+    @tdt.autotune([{"v": 0}, {"v": 1}], key_fn=lambda x: x.numel(), n_warmup=1, name=f"leader_fails_{phase}",
+                  timeout=30)
+    def f(x, *, v):
+        if rank == 0 and v == 1 and leaders_phase() == phase:
+            raised.append(phase)
+            raise RuntimeError(f"CUDA error: launch failure of config 1 on replica 0 in its {phase} (injected)")
+        spend(FAIL_MS[v])
+        return x
+
+    with virtual_clock("device"):
+        f(torch.ones(4), **layout)
+    emit(raised=sorted(set(raised)), **recorded_table(f))
+
+
+@case
+def leader_fails_warmup():
+    """:func:`leader_fails` in the leaders' warm-up."""
+    leader_fails("warm-up")
+
+
+@case
+def leader_fails_screening():
+    """:func:`leader_fails` in the leaders' screening round."""
+    leader_fails("screening")
+
+
+@case
+def leader_fails_settled():
+    """:func:`leader_fails` in the leaders' settled rounds."""
+    leader_fails("settled")
+
 if __name__ == "__main__":
     main()

@@ -141,7 +141,8 @@ class RacePlan:
     heavy: bool | None = None
     #: whether a config may leave the race after a round (clearly slower, ``early_stop``, ``far_behind``,
     #: ``keep_top``); off: every config runs every round (the replicas' leaders' race, where each replica's race
-    #: would stop a leader on its own group's samples alone: :func:`~.leaders.leaders_plan`)
+    #: would stop a leader on its own group's samples alone: :func:`~.leaders.leaders_plan`), a config left alone (the
+    #: others failed) too: it runs and settles as in its other replicas' races
     stops: bool = True
     #: settled blocks added (``final_rounds`` rounds each) while the leader and the runner-up are a near-tie that
     #: more samples can settle (the runner-up not clearly slower, yet more than the indifference margin apart), at
@@ -235,7 +236,9 @@ class Race(Standings):
             while len(entrant.samples) < self.rounds:
                 entrant.samples.append(None)
         running = [i for i in self.running if self.entrants[i].timed()]
-        if self.settled_from is not None or len(running) < 2:
+        # a race that stops none settles a leader left alone too (the others failed here), as its replicas' races do
+        least = 2 if self.plan.stops else 1
+        if self.settled_from is not None or len(running) < least:
             return []  # settled rounds, or nothing to race against
         leaving = self._leaving(running) if self.rounds < self.plan.max_rounds else set()
         left = [i for i in running if i not in leaving]
@@ -244,7 +247,7 @@ class Race(Standings):
         # starts once at most that many are left, or after ``min_rounds``, where ``keep_top`` applies)
         top = self.plan.final_top_heavy if heavy else min(self._final_top(left), self.plan.keep_top or len(left))
         after = self.plan.sift_after if heavy else self.plan.min_rounds
-        if top and len(left) >= 2 and (len(left) <= top or self.rounds >= min(after, self.plan.max_rounds)):
+        if top and len(left) >= least and (len(left) <= top or self.rounds >= min(after, self.plan.max_rounds)):
             leaving.update(sorted(left, key=self._rank_key)[top:])
             self.settled_from = self.rounds
             # a heavy settled block, sifted or not: its noise is judged on its leaders' drift-free ratios, and it runs
@@ -314,7 +317,7 @@ class Race(Standings):
                 self.sift_until = None
                 if not spent:
                     self._sift()
-            if self.sifted and len(self.running) <= 1:
+            if self.sifted and len(self.running) <= 1 and self.plan.stops:
                 return True  # the sift kept one (``keep_top``): nothing left to race
             done = self.rounds - self.settled_from >= self.plan.final_rounds or self.rounds >= self.plan.max_rounds
             if (done and not spent and self.tie_blocks < self.plan.tie_blocks and self.location() is median
@@ -327,7 +330,8 @@ class Race(Standings):
                 return False
             self.cut = spent and not done
             return done or spent
-        if len(self.running) <= 1 or self.rounds >= self.plan.max_rounds:
+        # a race that stops none (the leaders' race) runs a leader left alone (the others failed here) every round
+        if not self.running or (len(self.running) <= 1 and self.plan.stops) or self.rounds >= self.plan.max_rounds:
             return True
         self.cut = spent  # every config running has a sample: the best measured so far wins
         return self.cut
