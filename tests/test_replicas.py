@@ -25,10 +25,10 @@ def test_every_shares_winner_is_raced_again_whatever_its_devices_speed(tmp_path,
 
 
 def test_the_leaders_hold_each_replicas_best_survivor_then_the_least_times():
-    """``replicas.leaders`` on a hand-made table of 3 replicas (``owners``): replica 2's survivors read least, yet
+    """``leaders.leaders`` on a hand-made table of 3 replicas (``owners``): replica 2's survivors read least, yet
     replicas 0 and 1 each keep their best survivor among the leaders; ``refine_top`` places beyond them go by time;
     without owners (one share) the least times alone."""
-    from triton_dist_tune.measure.replicas import leaders
+    from triton_dist_tune.measure.leaders import leaders
     from triton_dist_tune.records import Outcome
 
     times = {0: 0.95, 3: 1.0, 1: 1.0, 4: 1.01, 2: 0.85, 5: 0.86, 6: 0.5}

@@ -572,7 +572,7 @@ def test_replicas_choose_their_leaders_among_each_shares_settled_survivors_first
     journal that left its race there (resumed), and config 1 was never raced again. The others fill the leaders'
     places the survivors leave (``refine_top`` 6 of 4 survivors), by time; and where a time budget leaves the first
     pass to decide (``decision`` over the leaders), the choice is config 1, not config 8."""
-    from triton_dist_tune.measure.replicas import decision, leaders
+    from triton_dist_tune.measure.leaders import decision, leaders
     from triton_dist_tune.records import Outcome
 
     def outcome(index, state, time, settled=True, resumed=False):
@@ -674,7 +674,7 @@ def test_replicas_at_their_power_limit_sift_their_shares_and_end_on_one_config_f
 @pytest.mark.timeout(200)
 def test_replicas_with_refine_top_1_still_race_two_leaders_to_the_end(ranks):
     """Replicas race the 2 best survivors of the first pass again (``refine_top`` if larger:
-    ``replicas.MIN_LEADERS``), on every replica. ``refine_top=1`` bounds each share's race (its sift keeps one), not
+    ``leaders.MIN_LEADERS``), on every replica. ``refine_top=1`` bounds each share's race (its sift keeps one), not
     the leaders' race: there both leaders run every round (a heavy race of 2 with nothing to sift: 1 screening round
     and ``heavy_rounds`` settled ones, 7 samples each; 9 before it ran 8 settled rounds), where a ``refine_top`` that
     bounded that race too would sift its 2 leaders to 1 after one settled round."""
@@ -693,7 +693,7 @@ def test_replicas_with_refine_top_4_race_all_four_leaders_to_the_end_unsifted(ra
     """``refine_top=4``: each share's sift keeps 4 (:data:`SIFT_TOP`, at most ``refine_top``), and the
     replicas race the 4 best survivors again. Heavy calls, and 4 leaders, more than the 3 a heavy race's sift keeps:
     that race sifted them to 3 after one settled round, on each replica alone (so a leader's MAX over replicas could
-    join a sifted time to settled ones). Now its settled block holds all 4 (``replicas.leaders_plan``): no sift, and
+    join a sifted time to settled ones). Now its settled block holds all 4 (``leaders.leaders_plan``): no sift, and
     every leader runs every round (1 screening round and the heavy race's 6 settled ones, 7 samples each)."""
     results, logs = ranks
     first, second = (r.result for r in results["sift_replicas_top4"])
@@ -706,11 +706,11 @@ def test_replicas_with_refine_top_4_race_all_four_leaders_to_the_end_unsifted(ra
 
 
 def test_the_leaders_race_of_replicas_neither_sifts_nor_settles_fewer_than_its_leaders():
-    """The plan of the replicas' leaders' race (``replicas.leaders_plan``) over a heavy race of 4 and of 12 leaders
+    """The plan of the replicas' leaders' race (``leaders.leaders_plan``) over a heavy race of 4 and of 12 leaders
     (at and above ``final_top_heavy``) and a light one of 4 (above ``final_top``): every leader settles after the
     first round and runs every settled round; nobody is sifted or stopped. A light race of 4 under the plan as it
     was (``keep_top`` off alone) settled 3 after 3 screening rounds."""
-    from triton_dist_tune.measure.replicas import leaders_plan
+    from triton_dist_tune.measure.leaders import leaders_plan
 
     for scale, count in ((1.5, 4), (1.5, 12), (0.3, 4)):
         race = screened(leaders_plan(replace(PLAN, keep_top=2), count), scale, 1, configs=count)

@@ -141,7 +141,7 @@ def sift_replicas():
 @case
 def sift_replicas_top1():
     """:func:`sift_replicas` with ``refine_top=1`` over 4 keys: the replicas still race 2 leaders again
-    (``replicas.MIN_LEADERS``), and ``refine_top`` does not cut that race to one."""
+    (``leaders.MIN_LEADERS``), and ``refine_top`` does not cut that race to one."""
     from reliability_c_cases import one_rank_replicas
 
     layout = one_rank_replicas()

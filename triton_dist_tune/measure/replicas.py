@@ -104,11 +104,7 @@ from ..group.channel import Group
 from ..records import LEAST, MEDIAN, Decision, Outcome
 from ..space import fingerprint
 from .budget import LEFT_OUT, Budget
-from .leaders import MIN_LEADERS as MIN_LEADERS
-from .leaders import decision as decision
-from .leaders import heavy_leaders as heavy_leaders
-from .leaders import leaders as leaders
-from .leaders import leaders_plan as leaders_plan
+from .leaders import decision, heavy_leaders, leaders, leaders_plan
 from .lockstep import Measurer, Todo
 from .noise import retaken, statistic
 
