@@ -236,9 +236,7 @@ class Race(Standings):
             while len(entrant.samples) < self.rounds:
                 entrant.samples.append(None)
         running = [i for i in self.running if self.entrants[i].timed()]
-        # a race that stops none settles a leader left alone too (the others failed here), as its replicas' races do
-        least = 2 if self.plan.stops else 1
-        if self.settled_from is not None or len(running) < least:
+        if self.settled_from is not None or len(running) < self._fewest:
             return []  # settled rounds, or nothing to race against
         leaving = self._leaving(running) if self.rounds < self.plan.max_rounds else set()
         left = [i for i in running if i not in leaving]
@@ -247,7 +245,7 @@ class Race(Standings):
         # starts once at most that many are left, or after ``min_rounds``, where ``keep_top`` applies)
         top = self.plan.final_top_heavy if heavy else min(self._final_top(left), self.plan.keep_top or len(left))
         after = self.plan.sift_after if heavy else self.plan.min_rounds
-        if top and len(left) >= least and (len(left) <= top or self.rounds >= min(after, self.plan.max_rounds)):
+        if top and len(left) >= self._fewest and (len(left) <= top or self.rounds >= min(after, self.plan.max_rounds)):
             leaving.update(sorted(left, key=self._rank_key)[top:])
             self.settled_from = self.rounds
             # a heavy settled block, sifted or not: its noise is judged on its leaders' drift-free ratios, and it runs
@@ -269,6 +267,13 @@ class Race(Standings):
         fast = (bool(left) and 0 < plan.final_top < plan.final_top_fast
                 and (self._time(self.leader(left)) < plan.fast_below_ms or self.location() is not median))
         return plan.final_top_fast if fast else plan.final_top
+
+    @property
+    def _fewest(self) -> int:
+        """The fewest configs running that the race goes on with, and that settle: 2 (one alone has nothing to race
+        against), or 1 where the plan ``stops`` none (the replicas' leaders' race: a leader left alone there, the
+        others failed on this replica, runs and settles every round, as on the other replicas)."""
+        return 2 if self.plan.stops else 1
 
     def _heavy(self, left: list[int]) -> bool:
         """Whether the leaders among ``left`` go through the sift: the plan has one and the leader takes
@@ -330,8 +335,7 @@ class Race(Standings):
                 return False
             self.cut = spent and not done
             return done or spent
-        # a race that stops none (the leaders' race) runs a leader left alone (the others failed here) every round
-        if not self.running or (len(self.running) <= 1 and self.plan.stops) or self.rounds >= self.plan.max_rounds:
+        if len(self.running) < self._fewest or self.rounds >= self.plan.max_rounds:
             return True
         self.cut = spent  # every config running has a sample: the best measured so far wins
         return self.cut
