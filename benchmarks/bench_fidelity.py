@@ -44,7 +44,8 @@ memory: 40 configs on Hopper) at 8 shapes (M from 128 to 16384, N = 8192, K = 40
    even for fast configs), ``ours_w75`` (a sample weighing its queued calls 0.75), ``ours_fast25`` (six settled
    leaders under 0.25 ms per call, as before 0.1), ``ours_span30`` (settled samples with 30 ms spans),
    ``ours_settle5`` (heavy configs' settled samples settling 5 ms, as before the forty-fifth session),
-   ``ours_nosift`` (3 settled leaders for heavy calls, no sift: as before the forty-sixth session) and stock
+   ``ours_nosift`` (3 settled leaders for heavy calls, no sift: as before the forty-sixth session),
+   ``ours_after2`` (a heavy race's sift after 2 screening rounds: as before the fiftieth session) and stock
    ``triton.autotune`` (``do_bench``); the time of each tuning call, and ours' warm-up and race seconds (from the
    rank log);
 3. ``contextual``: a layer of two ``triton.autotune`` GEMM kernels (the whole space, at M = 1024 and 8192, where
@@ -265,7 +266,8 @@ def patched(module: str, name: str, value: object, **more: object):
 #: rounds and 7 settled rounds in all (not 1 and 6); a sift keeping 3 leaders (the default before 4); the output
 #: copied back before every run (as before outputs written whole were left as written); no config leaving after one
 #: round by its sample and probe (far_behind off, as before); heavy settled samples spanning 10 ms, not 5 (as before;
-#: graph replays' settled spans too, which eager heavy shapes never take)
+#: graph replays' settled spans too, which eager heavy shapes never take); a heavy race's sift after 2 screening
+#: rounds, not 1 (as before)
 VARIANTS = {"ours_3x130": three_long_rounds,
             "ours_span": lambda: patched("triton_dist_tune.measure.timing", "QUEUED_BELOW_MS", 0.0),
             "ours_lead3": lambda: patched("triton_dist_tune.function.options", "SETTLED_LEADERS_FAST", 0),
@@ -278,7 +280,8 @@ VARIANTS = {"ours_3x130": three_long_rounds,
             "ours_keep3": lambda: patched("triton_dist_tune.function.options", "SIFT_TOP", 3),
             "ours_copyback": lambda: patched("triton_dist_tune.measure.arguments", "_fillable", lambda tensor: False),
             "ours_nofar": lambda: patched("triton_dist_tune.function.options", "FAR_BEHIND_RACE", 0.0),
-            "ours_span10": lambda: patched("triton_dist_tune.measure.timing", "DEVICE_SETTLED_SPAN_MS", 10.0)}
+            "ours_span10": lambda: patched("triton_dist_tune.measure.timing", "DEVICE_SETTLED_SPAN_MS", 10.0),
+            "ours_after2": lambda: patched("triton_dist_tune.function.options", "SIFT_AFTER", 2)}
 
 
 def stock_tuning(kernel, cfgs, shape) -> tuple[str, float]:

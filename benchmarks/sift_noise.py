@@ -14,7 +14,8 @@ fresh noise drawn for every sample. Landscapes (true times over the best):
 
 Noise: ``gauss2``, ``gauss5``, ``gauss10`` (Gaussian 2-10% per sample) and ``spiked`` (5% Gaussian, 1 sample in 20
 times 1.3). Every race gets each config's warm-up probe (its true time with the sample's Gaussian noise), which
-the defaults' ``far_behind`` reads. Tuners: ``sift`` (the defaults), ``keep3`` (the sift keeping 3 leaders, the
+the defaults' ``far_behind`` reads. Tuners: ``sift`` (the defaults), ``after2`` (the sift after 2 screening rounds,
+not 1: the default before the fiftieth session), ``keep3`` (the sift keeping 3 leaders, the
 default before the forty-eighth session), ``nofar`` (no config leaving after one round by its sample and probe),
 ``nosift`` (``final_top_heavy`` 0: 3 leaders after 3 screening
 rounds, as before the forty-sixth session), ``random3`` (a uniform pick among the 3 best after the first 3
@@ -22,7 +23,7 @@ screening rounds of the ``nosift`` race: what the screening alone knows) and, wi
 sift rounds, 7 settled in all) and ``sift1_8`` (1 sift round, 8 in all). Per landscape, noise and tuner over
 ``--trials`` seeds, the same for every tuner (paired: each sample's noise is drawn from the seed, the config and
 the round): the chosen config's true time over the best's (mean, share over 1.01, worst) and the samples
-taken (screening, settled: a heavy settled sample costs about 4 screening ones: 20 + 10 ms against 2 + 5).
+taken (screening, settled: a heavy settled sample costs about 3 screening ones: 20 + 5 ms against 2 + 5).
 
 Launch: ``python benchmarks/sift_noise.py [--trials 400]`` (CPU only).
 """
@@ -48,7 +49,7 @@ LANDSCAPES = {"gemm40": (GEMM40, {}), "gemm40_power": (GEMM40, {0: 1.06, 1: 1.06
 #: plan changes of each tuner that runs a race (random3 runs nosift's race)
 TUNERS = {"sift": {}, "keep3": {"sift_top": 3}, "nofar": {"far_behind": 0.0}, "nosift": {"final_top_heavy": 0},
           "random3": {"final_top_heavy": 0}, "sift2_7": {"sift_rounds": 2, "heavy_rounds": 7},
-          "sift1_8": {"heavy_rounds": 8}}
+          "sift1_8": {"heavy_rounds": 8}, "after2": {"sift_after": 2}}
 NOISE = {"gauss2": (0.02, 0.0), "gauss5": (0.05, 0.0), "gauss10": (0.10, 0.0), "spiked": (0.05, 0.05)}
 
 
@@ -84,7 +85,7 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=400)
     p.add_argument("--variants", action="store_true", help="the sift's variants too (sift2_7, sift1_8)")
     args = p.parse_args()
-    tuners = list(TUNERS) if args.variants else ["sift", "keep3", "nofar", "nosift", "random3"]
+    tuners = list(TUNERS) if args.variants else ["sift", "after2", "keep3", "nofar", "nosift", "random3"]
     for landscape, (true, bias) in LANDSCAPES.items():
         for noise in NOISE:
             for tuner in tuners:

@@ -133,7 +133,7 @@ class RacePlan:
     final_top_heavy: int = 0
     sift_top: int = 0
     heavy_from_ms: float = 0.0
-    sift_after: int = 2
+    sift_after: int = 1
     sift_rounds: int = 1
     heavy_rounds: int = 6
     #: whether the race is heavy, decided before it (the replicas' leaders' race: alike on every replica,

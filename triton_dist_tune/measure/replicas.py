@@ -345,10 +345,11 @@ def _noisy(measurer: Measurer) -> bool:
 
 
 def _unsettled(measurer: Measurer) -> bool:
-    """Whether the time budget cut this replica's race (the same on every rank of it) before its settled rounds:
-    its survivors then hold the times of screening samples alone."""
+    """Whether the time budget cut this replica's race (the same on every rank of it) before it ran a settled round
+    (before its settled block, or right as the block began: a heavy race's starts after one screening round): its
+    survivors then hold the times of screening samples alone."""
     race = getattr(measurer, "race", None)
-    return race is not None and race.cut and race.settled_from is None
+    return race is not None and race.cut and (race.settled_from is None or race.rounds <= race.settled_from)
 
 
 def _cut_short(measurer: Measurer) -> bool:

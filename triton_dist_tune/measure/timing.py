@@ -104,17 +104,21 @@ SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: settled block, where it reached the six, ranked it first (``results/session_h200_14``)
 SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: the sift (:mod:`~triton_dist_tune.measure.race`): when the screening leader takes :data:`POWER_SETTLE_ABOVE_MS` per
-#: call or more, the settled block starts after :data:`SIFT_AFTER` screening rounds (or once at most this many configs
-#: are left: after the first round, where this many or fewer race) with up to this many leaders, its first
-#: :data:`SIFT_CYCLES` cycles sift them, and the :data:`SIFT_TOP` best go on, for :data:`HEAVY_CYCLES` cycles
+#: call or more, the settled block starts after :data:`SIFT_AFTER` screening round(s) with up to this many leaders,
+#: its first :data:`SIFT_CYCLES` cycles sift them, and the :data:`SIFT_TOP` best go on, for :data:`HEAVY_CYCLES` cycles
 #: in all (so does a heavy block with nothing to sift, not :data:`SETTLED_CYCLES`: its leaders get as many settled
 #: samples as a sifted block's, and it never costs more). Short screening samples misrank heavy configs on a device at
 #: its power limit: on one H200 (bench_fidelity.py's GEMMs, N = 4096, K = 14336, M = 8192 and 16384) the two 128x256
 #: tiles, best alone by 8-14%, reached neither the 3 leaders nor 6 in about half of 24 tunings, where every settled
 #: block they reached chose one; 17-20 configs were left after 2 screening rounds. One settled cycle of 12 plus 5 of 3
 #: costs about what 8 of 3 and a third screening round did. Chosen on those tunings' logs
-#: (``results/session_h200_46``; training)
-SETTLED_LEADERS_HEAVY, SIFT_AFTER, SIFT_CYCLES, HEAVY_CYCLES = 12, 2, 1, 6
+#: (``results/session_h200_46``; training). One screening round before the sift, not 2 (the fiftieth session): in
+#: all 147 recorded heavy tunings of sessions 46-49 (8 shapes on one H200, ``benchmarks/screening_ranks.py``) the
+#: first screening round ranked the sustained oracle's best config 11th or better and one within 1.01 9th or better
+#: (the mean of two rounds: 14th and 11th), so 12 leaders held it; the second round cost about 0.3 s per heavy key.
+#: Under fresh noise (``benchmarks/sift_noise.py``) as good at 2-5% and with spikes, a little worse at 10% (chosen
+#: over 1.01 in 16% of races, not 11%). Training figures (those tunings chose it)
+SETTLED_LEADERS_HEAVY, SIFT_AFTER, SIFT_CYCLES, HEAVY_CYCLES = 12, 1, 1, 6
 #: how many leaders the sift keeps. 4, not 3: its one settled round ranked the best tile fourth in 2 of 68 recorded
 #: sifted tunings on one H200 (the up projection, N = 14336, K = 4096, M = 8192, 2.7% and 0.2% behind the third,
 #: chosen 1.08 and 1.11 the sustained best), and in 0 ranked it fifth or lower; replayed, the 4 best held a config
@@ -128,7 +132,8 @@ SIFT_TOP = 4
 #: bench_fidelity's 40 GEMM configs on one H200 at N = 8192, K = 4096, M = 16384, 8 took 2-7 times the best (one to
 #: two calls to settle and one to two to time each) and the rest of the screening timed them again. It pays for the
 #: sift's fourth leader: their second screening round cost 0.11-0.21 s per heavy key in the tunings of
-#: ``results/session_h200_48`` (call 1), the fourth leader 0.15-0.2 s
+#: ``results/session_h200_48`` (call 1), the fourth leader 0.15-0.2 s. (A heavy race now sifts after its first
+#: screening round, :data:`SIFT_AFTER`, so what this saves is a light race's later rounds)
 FAR_BEHIND_RACE = 2.0
 #: extra settling of a round's first sample, after the idle gap of the round's exchange (an exchange's gap is short:
 #: measured, gaps of 1-10 ms lend no burst, gaps of 30 ms or more do, for 20-50 ms)
