@@ -10,7 +10,6 @@ OUT=${OUT:?set OUT}; FAMILIES=${FAMILIES:?set FAMILIES}; VARIANTS=${VARIANTS:?se
 mkdir -p "$OUT/fid"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,power.limit --format=csv,noheader > "$OUT/fid/env.txt" 2>&1
-git rev-parse HEAD >> "$OUT/fid/env.txt" 2>/dev/null
 for family in $FAMILIES; do
   IFS=@ read -r nk ms tunings seconds <<< "$family"
   mkdir -p "$OUT/fid/decisions_$nk"
