@@ -14,13 +14,12 @@ Usage: ``python benchmarks/screening_ranks.py [--tgz FID.tgz ...]`` (CPU only; d
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 from collections import Counter
 from pathlib import Path
 
-from sift_replay import fid_files, spec
+from sift_replay import recorded_tunings, spec
 
 from triton_dist_tune.measure.timing import SETTLED_LEADERS_HEAVY, SIFT_AFTER
 
@@ -57,25 +56,15 @@ def main() -> None:
     args = parser.parse_args()
     after = {bar: (Counter(), Counter()) for bar in BARS}
     shapes: set[tuple[str, str]] = set()
-    for fid_path in fid_files(args.tgz):
-        folder = fid_path.parent.parent
-        tune = json.loads(fid_path.read_text())["tune"]
-        oracle = {shape.split(",")[0].strip("( "): row["oracle"]["ratios"] for shape, row in tune.items()}
-        nk = ",".join(next(iter(tune)).strip("()").split(",")[1:3]).replace(" ", "")
-        decisions = f"decisions_{nk}" if (folder / "fid" / f"decisions_{nk}").is_dir() else "decisions"
-        for path in sorted(folder.glob(f"fid/{decisions}/tdt_fid_*/*/*.json")):
-            parts = path.parent.parent.name[len("tdt_fid_"):].split("_")
-            at = next(k for k, part in enumerate(parts) if part.isdigit())
-            variant, m = "_".join(parts[:at]), parts[at]
-            if variant not in SCREENED_ALIKE or m not in oracle:
-                continue
-            decision = json.loads(path.read_text())
-            shapes.add((nk, m))
-            for bar in BARS:
-                one, two = ranks(decision, oracle[m], bar)
-                if one:
-                    after[bar][0][one] += 1
-                    after[bar][1][two] += 1
+    for nk, m, variant, ratios, decision in recorded_tunings(args.tgz):
+        if variant not in SCREENED_ALIKE:
+            continue
+        shapes.add((nk, m))
+        for bar in BARS:
+            one, two = ranks(decision, ratios, bar)
+            if one:
+                after[bar][0][one] += 1
+                after[bar][1][two] += 1
     print(f"{sum(after[1.0][0].values())} recorded heavy tunings, {len(shapes)} shapes (N,K at M): "
           f"{', '.join(f'{nk} at {m}' for nk, m in sorted(shapes))}; the defaults sift {SETTLED_LEADERS_HEAVY} after "
           f"{SIFT_AFTER} screening round(s)")

@@ -23,6 +23,7 @@ import math
 import re
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -88,6 +89,23 @@ def fid_files(archives: list[str]) -> list[Path]:
     return found
 
 
+def recorded_tunings(archives: list[str]) -> Iterator[tuple[str, str, str, dict[str, float], dict]]:
+    """(N,K, M, bench_fidelity's variant, the sustained oracle's ratios at that M, the decision) of every decision
+    file of ``archives`` whose M the oracle judged, in the order of the archives, then of the files' paths."""
+    for fid_path in fid_files(archives):
+        folder = fid_path.parent.parent
+        tune = json.loads(fid_path.read_text())["tune"]
+        ratios = {shape.split(",")[0].strip("( "): row["oracle"]["ratios"] for shape, row in tune.items()}
+        nk = ",".join(next(iter(tune)).strip("()").split(",")[1:3]).replace(" ", "")
+        decisions = f"decisions_{nk}" if (folder / "fid" / f"decisions_{nk}").is_dir() else "decisions"
+        for path in sorted(folder.glob(f"fid/{decisions}/tdt_fid_*/*/*.json")):
+            parts = path.parent.parent.name[len("tdt_fid_"):].split("_")
+            at = next(k for k, part in enumerate(parts) if part.isdigit())
+            variant, m = "_".join(parts[:at]), parts[at]
+            if m in ratios:
+                yield nk, m, variant, ratios[m], json.loads(path.read_text())
+
+
 def sift_keeps_best(decision: dict, race: Race, ratios: dict[str, float], names: dict[int, str], kept: int) -> bool:
     """Whether the ``kept`` leaders ranked best by the first settled round's samples alone (each over that round's
     median leader sample: the sift's ranking) hold a config within 1.01 of the sustained best (by ``ratios``, which
@@ -110,26 +128,19 @@ def main() -> None:
                         help="how many leaders a sift of one settled round would keep (judged per tuning)")
     args = parser.parse_args()
     recorded, again, held_out, keeps = [], [], [], {k: [] for k in args.kept}
-    for fid_path in fid_files(args.tgz):
-        folder = fid_path.parent.parent
-        tune = json.loads(fid_path.read_text())["tune"]
-        ratios = {shape.split(",")[0].strip("( "): row["oracle"]["ratios"] for shape, row in tune.items()}
-        nk = ",".join(next(iter(tune)).strip("()").split(",")[1:3]).replace(" ", "")
-        decisions = f"decisions_{nk}" if (folder / "fid" / f"decisions_{nk}").is_dir() else "decisions"
-        pattern = f"fid/{decisions}/tdt_fid_{args.variant}_[0-9]*/*/*.json"
-        for path in sorted(folder.glob(pattern)):
-            decision = json.loads(path.read_text())
-            m = path.parent.parent.name[len(f"tdt_fid_{args.variant}_"):].split("_")[0]
-            race = replayed(decision, args.variant)
-            names = {o["index"]: spec(o["config"]) for o in decision["measurements"]}
-            before, now = ratios[m][names[decision["index"]]], ratios[m][names[race.winner()]]
-            recorded.append(before)
-            again.append(now)
-            held_out.append(nk != TRAINING)
-            for k, got in keeps.items():
-                got.append(sift_keeps_best(decision, race, ratios[m], names, k))
-            print(f"N,K = {nk}, M = {m}: recorded config {decision['index']} ({before:.4f}), replayed config "
-                  f"{race.winner()} ({now:.4f}), statistic {race.location().__name__}, sifted {race.sifted}")
+    for nk, m, variant, ratios, decision in recorded_tunings(args.tgz):
+        if variant != args.variant:
+            continue
+        race = replayed(decision, args.variant)
+        names = {o["index"]: spec(o["config"]) for o in decision["measurements"]}
+        before, now = ratios[names[decision["index"]]], ratios[names[race.winner()]]
+        recorded.append(before)
+        again.append(now)
+        held_out.append(nk != TRAINING)
+        for k, got in keeps.items():
+            got.append(sift_keeps_best(decision, race, ratios, names, k))
+        print(f"N,K = {nk}, M = {m}: recorded config {decision['index']} ({before:.4f}), replayed config "
+              f"{race.winner()} ({now:.4f}), statistic {race.location().__name__}, sifted {race.sifted}")
     for part, keep in (("training (N,K = " + TRAINING + ")", False), ("held out", True)):
         for name, got in (("recorded", recorded), ("replayed", again)):
             mine = [x for x, h in zip(got, held_out, strict=True) if h == keep]
