@@ -118,7 +118,7 @@ SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: (the mean of two rounds: 14th and 11th), so 12 leaders held it; the second round cost about 0.3 s per heavy key.
 #: Under fresh noise (``benchmarks/sift_noise.py``) as good at 2-5% and with spikes, a little worse at 10% (chosen
 #: over 1.01 in 16% of races, not 11%). Training figures (those tunings chose it). Side by side on one H200
-#: (``results/session_h200_50``, 9 shapes, 2 of them new, 26 fresh tunings each): 26 of 26 within 1.01 of the
+#: (``results/session_h200_50``, 8 shapes, 2 of them new, 26 fresh tunings each): 26 of 26 within 1.01 of the
 #: sustained best against 24 of 26, 0.34-0.59 s less per key (the 48-config bar's shape: 1.69-1.72 s, not 2.02-2.10)
 SETTLED_LEADERS_HEAVY, SIFT_AFTER, SIFT_CYCLES, HEAVY_CYCLES = 12, 1, 1, 6
 #: how many leaders the sift keeps. 4, not 3: its one settled round ranked the best tile fourth in 2 of 68 recorded
