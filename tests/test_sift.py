@@ -745,7 +745,8 @@ def test_where_a_cut_leaves_a_replicas_survivors_screened_alone_the_first_pass_c
     replica 1 settles its share, config 31 (alone 8% faster than the others) its settled winner. The first pass
     decides (a cut). Before, replica 0's screened survivors took the leaders' places by those times and the cut chose
     one of them (0, 8, 16, 4: full-power configs); now a survivor a cut left screened alone ranks after the settled
-    ones, and every key chooses 31. (The block's start counted as settled once: the same 0, 8, 16, 4.)"""
+    ones, and every key chooses 31. (With the block's start counted as a settled round, as before 1159fd7, the cut
+    chose 0, 8, 16, 4 again.)"""
     results, _ = ranks
     first, second = (r.result for r in results["sift_replicas_cut"])
     assert first["chosen"] == second["chosen"] and len(first["chosen"]) == 4, (first, second)
