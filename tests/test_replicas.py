@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from harness import HERE, run_ranks, tuner_env
 
+from triton_dist_tune.measure.timing import HEAVY_CYCLES, SETTLED_CYCLES
+
 CASES = HERE / "scenarios" / "replicas_cases.py"
 
 
@@ -175,6 +177,28 @@ def test_every_rank_records_the_same_near_tie(tmp_path):
     assert all(o[3] > 0.05 for o in first["outcomes"].values()), first
 
 
+def _leader_failed_alike(tmp_path, case: str, raised: str, rounds: int, time: float) -> dict:
+    """Run ``replicas_cases.case`` (a :func:`leader_fails` case: config 1 raises on replica 0 alone, in the leaders'
+    race's ``raised`` phase) on two one-rank replicas, and assert what every such case must hold: both ranks exit 0
+    (nothing hangs), the trap is set (config 1 raised on rank 0 alone, in that phase), both record the same decision
+    (chosen, runner-up, rounds, statistic, each config's state, time, samples, spread, round times and error), config
+    1 failed with replica 1's first-pass outcome (1 sample) and its error named, and config 0, which never failed,
+    chosen with ``rounds`` samples of ``time`` ms. Returns rank 0's record."""
+    results = run_ranks(CASES, 2, [case], env=tuner_env(tmp_path, 30), timeout=180)
+    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+    first, second = (r.result for r in results)
+    assert (first.pop("raised"), second.pop("raised")) == ([raised], []), (first, second)  # the trap is set
+    assert first == second, (first, second)
+    assert (first["chosen"], first["runner_up"], first["rounds"]) == (0, None, rounds), first
+    state, failed_time, samples, _, kept, error = first["outcomes"]["1"]
+    assert (state, failed_time, samples, kept) == ("failed", None, 1, 1), first  # replica 1's first pass: 1 sample
+    assert f"RuntimeError: CUDA error: launch failure of config 1 on replica 0 in its {raised}" in error, error
+    assert error.startswith("on some replica: replica 0: rank 0:"), error
+    assert first["outcomes"]["0"][:3] == ["measured", pytest.approx(time), rounds], first
+    assert first["outcomes"]["0"][4] == rounds, first  # its round times: every round of the leaders' race
+    return first
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("phase", ["warmup", "screening", "settled"])
 def test_a_leader_that_fails_on_one_replica_is_recorded_alike_on_every_rank(tmp_path, phase):
@@ -187,15 +211,29 @@ def test_a_leader_that_fails_on_one_replica_is_recorded_alike_on_every_rank(tmp_
     sample, rounds 1) where replica 1 settled it (9); its MAX over replicas joined the two. Now a race
     that stops none (``RacePlan.stops`` off) runs and settles a leader left alone as its other replicas do: both
     ranks choose config 0 and record the same table (the same samples, rounds and error)."""
-    results = run_ranks(CASES, 2, [f"leader_fails_{phase}"], env=tuner_env(tmp_path, 30), timeout=180)
-    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
-    first, second = (r.result for r in results)
     name = {"warmup": "warm-up"}.get(phase, phase)
-    assert (first.pop("raised"), second.pop("raised")) == ([name], []), (first, second)  # the trap is set
-    assert first == second, (first, second)
-    assert (first["chosen"], first["runner_up"], first["rounds"]) == (0, None, 9), first
-    state, time, samples, _, kept, error = first["outcomes"]["1"]
-    assert (state, time, samples, kept) == ("failed", None, 1, 1), first  # replica 1's first pass: 1 sample
-    assert "RuntimeError: CUDA error: launch failure of config 1 on replica 0" in error, error
-    assert error.startswith("on some replica: replica 0: rank 0:"), error
-    assert first["outcomes"]["0"][:3] == ["measured", pytest.approx(0.3), 9], first
+    _leader_failed_alike(tmp_path, f"leader_fails_{phase}", name, 1 + SETTLED_CYCLES, 0.3)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("phase", ["warm-up", "first round", "later rounds"])
+def test_a_leader_that_fails_on_one_replica_in_cold_timing_is_recorded_alike_on_every_rank(tmp_path, phase):
+    """:func:`test_a_leader_that_fails_on_one_replica_is_recorded_alike_on_every_rank` in cold timing
+    (``replicas_cases.leader_fails_cold``: one cold call a sample, no settled rounds): config 1 raises on replica 0
+    alone in the leaders' warm-up, their first round, or a round after it. Config 0, left alone on replica 0, runs
+    every one of the ``n_repeat`` rounds (10) there as on replica 1, and both ranks record the same table."""
+    case = {"warm-up": "warmup", "first round": "first", "later rounds": "later"}[phase]
+    _leader_failed_alike(tmp_path, f"leader_fails_cold_{case}", phase, 10, 0.3)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("phase", ["warmup", "screening", "settled"])
+def test_a_leader_that_fails_on_one_replica_of_a_heavy_race_is_recorded_alike_on_every_rank(tmp_path, phase):
+    """:func:`test_a_leader_that_fails_on_one_replica_is_recorded_alike_on_every_rank` on heavy calls
+    (``replicas_cases.leader_fails_heavy``: 1.5 and 1 ms a call on the device clock, over the 0.5 ms from which a race
+    is heavy): the leaders' race is heavy on both replicas and settles after one screening round into
+    ``HEAVY_CYCLES`` settled rounds (the sift's path), config 1 raising on replica 0 alone in its warm-up, screening
+    round or settled rounds. Config 0 runs 1 + ``HEAVY_CYCLES`` rounds on both replicas, and both ranks record the same
+    table."""
+    name = {"warmup": "warm-up"}.get(phase, phase)
+    _leader_failed_alike(tmp_path, f"leader_fails_heavy_{phase}", name, 1 + HEAVY_CYCLES, 1.5)

@@ -194,11 +194,17 @@ def near_tie():
 #: the failing leader's landscape (:func:`leader_fails`): each call's ms on every device, by config; config 1, replica
 #: 1's share, is the faster, and raises on replica 0 (which runs it in the leaders' race alone)
 FAIL_MS = (0.3, 0.2)
+#: the heavy landscape (:func:`leader_fails_heavy`): :data:`FAIL_MS` 5 times over, every call over the 0.5 ms from
+#: which a race is heavy (``timing.POWER_SETTLE_ABOVE_MS``) on the device clock: the leaders' race settles after one
+#: screening round into ``timing.HEAVY_CYCLES`` settled rounds (the sift's path; 2 leaders: nothing to sift)
+HEAVY_FAIL_MS = (1.5, 1.0)
 
 
 def leaders_phase() -> str | None:
     """Where in the replicas' leaders' race the tuner runs this call (``replicas._settle`` on the stack; the first
-    pass runs before it): "warm-up", "screening" or "settled" (the race's settled rounds), or None outside it."""
+    pass runs before it): "warm-up", then in steady timing "screening" or "settled" (the race's settled rounds), in
+    cold timing (``_cold_sample`` on the stack: no settled rounds) "first round" or "later rounds"; None outside
+    it."""
     names, race = set(), None
     frame = sys._getframe(1)
     while frame is not None:
@@ -208,8 +214,10 @@ def leaders_phase() -> str | None:
         frame = frame.f_back
     if "_settle" not in names:
         return None
-    if "_steady_rounds" not in names or race is None:
+    if race is None or not names & {"_steady_rounds", "_cold_sample"}:
         return "warm-up"
+    if "_cold_sample" in names:
+        return "first round" if race.rounds == 0 else "later rounds"
     return "screening" if race.settled_from is None else "settled"
 
 
@@ -223,29 +231,35 @@ def recorded_table(tuned) -> dict:
                           for o in decision.outcomes})
 
 
-def leader_fails(phase: str) -> None:
-    """Two one-rank replicas tune configs 0 (replica 0's share) and 1 (replica 1's, the faster: :data:`FAIL_MS`) in
-    steady timing on the virtual device clock: both are their share's winners, so both are raced again on both
-    replicas; on replica 0 alone config 1 raises (a launch failure) in the leaders' race's ``phase``
-    (:func:`leaders_phase`), where replica 1 races it to the end. Prints :func:`recorded_table` and the phases in
-    which config 1 raised here."""
+def leader_fails(phase: str, timing: str = "steady", ms: tuple[float, ...] = FAIL_MS,
+                 failing: tuple[int, ...] = (1,), name: str | None = None) -> None:
+    """Two one-rank replicas tune configs 0 (replica 0's share) and 1 (replica 1's, the faster: ``ms``, each call's
+    time on every device) in ``timing`` on the virtual device clock: both are their share's winners, so both are
+    raced again on both replicas; on replica 0 alone the configs of ``failing`` (config 1 unless told) raise (a
+    launch failure) in the leaders' race's ``phase`` (:func:`leaders_phase`), where replica 1 races them to the end.
+    Prints :func:`recorded_table` (or the error every rank raised: its type and message) and the phases in which a
+    config raised here."""
     from reliability_c_cases import one_rank_replicas
 
     layout = one_rank_replicas()
     rank = dist.get_rank()
     raised: list[str] = []
 
-    @tdt.autotune([{"v": 0}, {"v": 1}], key_fn=lambda x: x.numel(), n_warmup=1, name=f"leader_fails_{phase}",
-                  timeout=30)
+    @tdt.autotune([{"v": v} for v in range(len(ms))], key_fn=lambda x: x.numel(), n_warmup=1,
+                  name=name or f"leader_fails_{phase}", timeout=30, timing=timing)
     def f(x, *, v):
-        if rank == 0 and v == 1 and leaders_phase() == phase:
+        if rank == 0 and v in failing and leaders_phase() == phase:
             raised.append(phase)
-            raise RuntimeError(f"CUDA error: launch failure of config 1 on replica 0 in its {phase} (injected)")
-        spend(FAIL_MS[v])
+            raise RuntimeError(f"CUDA error: launch failure of config {v} on replica 0 in its {phase} (injected)")
+        spend(ms[v])
         return x
 
     with virtual_clock("device"):
-        f(torch.ones(4), **layout)
+        try:
+            f(torch.ones(4), **layout)
+        except tdt.AutotuneError as exc:
+            emit(raised=sorted(set(raised)), error=type(exc).__name__, message=str(exc))
+            return
     emit(raised=sorted(set(raised)), **recorded_table(f))
 
 
@@ -265,6 +279,54 @@ def leader_fails_screening():
 def leader_fails_settled():
     """:func:`leader_fails` in the leaders' settled rounds."""
     leader_fails("settled")
+
+
+def leader_fails_cold(phase: str) -> None:
+    """:func:`leader_fails` in cold timing (one cold call a sample, ``n_repeat`` rounds, no settled rounds)."""
+    leader_fails(phase, timing="cold", name=f"leader_fails_cold_{phase.replace(' ', '_')}")
+
+
+@case
+def leader_fails_cold_warmup():
+    """:func:`leader_fails_cold` in the leaders' warm-up."""
+    leader_fails_cold("warm-up")
+
+
+@case
+def leader_fails_cold_first():
+    """:func:`leader_fails_cold` in the leaders' first round."""
+    leader_fails_cold("first round")
+
+
+@case
+def leader_fails_cold_later():
+    """:func:`leader_fails_cold` in the leaders' rounds after the first."""
+    leader_fails_cold("later rounds")
+
+
+def leader_fails_heavy(phase: str, failing: tuple[int, ...] = (1,), name: str | None = None) -> None:
+    """:func:`leader_fails` on heavy calls (:data:`HEAVY_FAIL_MS`): the leaders' race is heavy on every replica
+    (``leaders.heavy_leaders``) and settles after one screening round."""
+    leader_fails(phase, ms=HEAVY_FAIL_MS, failing=failing, name=name or f"leader_fails_heavy_{phase}")
+
+
+@case
+def leader_fails_heavy_warmup():
+    """:func:`leader_fails_heavy` in the leaders' warm-up."""
+    leader_fails_heavy("warm-up")
+
+
+@case
+def leader_fails_heavy_screening():
+    """:func:`leader_fails_heavy` in the leaders' screening round."""
+    leader_fails_heavy("screening")
+
+
+@case
+def leader_fails_heavy_settled():
+    """:func:`leader_fails_heavy` in the leaders' settled rounds."""
+    leader_fails_heavy("settled")
+
 
 if __name__ == "__main__":
     main()
