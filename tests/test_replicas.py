@@ -237,3 +237,33 @@ def test_a_leader_that_fails_on_one_replica_of_a_heavy_race_is_recorded_alike_on
     table."""
     name = {"warmup": "warm-up"}.get(phase, phase)
     _leader_failed_alike(tmp_path, f"leader_fails_heavy_{phase}", name, 1 + HEAVY_CYCLES, 1.5)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("heavy", [False, True])
+def test_a_replica_whose_every_leader_fails_in_its_settled_rounds_runs_no_more_of_them(tmp_path, heavy):
+    """Two one-rank replicas (``replicas_cases.every_leader_fails_settled``, ``..._heavy_settled``): both leaders,
+    configs 0 and 1, raise on replica 0 alone in the leaders' settled rounds, where replica 1 races both to the end.
+    Replica 0's settled block is one step: the first failure ends it, a make-up step takes the other leader's
+    missing samples, whose first fails too; its race then closes the block's other rounds with nothing run and no
+    exchange (its log still counts them: 9 rounds, 7 heavy), and goes on to the leaders' exchange across replicas,
+    which replica 1 meets. Every leader failed on some replica: both ranks raise the same ``AllConfigsFailedError``,
+    each error of replica 0's naming its rank 0. Before, ``decide.failure_text`` named this process's rank in every
+    error's ``rank 0`` of a one-rank group (for a rank tuning alone): rank 1 said replica 0's failures were its own
+    (``replica 0: rank 1``), and the two ranks raised different messages."""
+    case = "every_leader_fails_heavy_settled" if heavy else "every_leader_fails_settled"
+    results = run_ranks(CASES, 2, [case], env=tuner_env(tmp_path, 30), timeout=180)
+    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+    first, second = (r.result for r in results)
+    assert (first.pop("raised"), second.pop("raised")) == (["settled"], []), (first, second)  # the trap is set
+    assert first == second, (first, second)
+    assert first["error"] == "AllConfigsFailedError", first
+    for config in (0, 1):
+        assert (f"config {config} ({{v: {config}}}): on some replica: replica 0: rank 0: RuntimeError: CUDA error: "
+                f"launch failure of config {config} on replica 0 in its settled") in first["message"], first
+    assert "rank 1" not in first["message"], first
+    rounds = 1 + (HEAVY_CYCLES if heavy else SETTLED_CYCLES)
+    log = (tmp_path / "logs" / "rank-0.log").read_text()
+    assert log.count("sample(s) missing on some rank after a failure: taken again") == 1, log  # one make-up step
+    assert log.count(f"] race: {rounds} round(s) (settled from 1)") == 1, log  # the block's rounds closed, unrun
+    assert log.count("FAILED (rank 0: RuntimeError: CUDA error: launch failure of config") == 2, log

@@ -328,5 +328,17 @@ def leader_fails_heavy_settled():
     leader_fails_heavy("settled")
 
 
+@case
+def every_leader_fails_settled():
+    """:func:`leader_fails` with both leaders (configs 0 and 1) failing on replica 0 in its settled rounds."""
+    leader_fails("settled", failing=(0, 1), name="every_leader_fails_settled")
+
+
+@case
+def every_leader_fails_heavy_settled():
+    """:func:`leader_fails_heavy` with both leaders failing on replica 0 in its settled rounds."""
+    leader_fails_heavy("settled", failing=(0, 1), name="every_leader_fails_heavy_settled")
+
+
 if __name__ == "__main__":
     main()

@@ -121,14 +121,18 @@ def decision_from_record(record: Any, index: int, description: str) -> Decision:
     return decision
 
 
-def failure_text(outcomes: list[Outcome], group_size: int) -> str:
+def failure_text(outcomes: list[Outcome], ranks: int) -> str:
     """The end of the message when every config failed: each config's error, or, when every failed config failed
     with the same error, that error once, as what it most likely is (the function or its environment: a missing
-    ``init_process_group``, no GPU driver), not the configs. In a group of one rank the errors' ``rank 0`` is this
-    process, named by its rank in the job (in a job of several processes tuning alone, each would say rank 0)."""
+    ``init_process_group``, no GPU driver), not the configs. ``ranks``: how many ranks' errors ``outcomes`` hold (the
+    group's size; times the replicas' where replicas tune as one). Where they hold one rank's, this process's, the
+    errors' ``rank 0`` is this process, named by its rank in the job (in a job of several processes tuning alone,
+    each would say rank 0); a one-rank replica's errors hold every replica's, each ``rank 0`` of its own group (a
+    ``replica j: rank 0``), and every rank says the same (tests/test_replicas.py: rank 1 named replica 0's failures
+    its own)."""
     failed = [o for o in outcomes if o.state == "failed"]
     me = logs.global_rank()
-    errors = [(o.error or "?") if group_size > 1 or me == 0 else re.sub(r"\brank 0: ", f"rank {me}: ", o.error or "?")
+    errors = [(o.error or "?") if ranks > 1 or me == 0 else re.sub(r"\brank 0: ", f"rank {me}: ", o.error or "?")
               for o in failed]
     same = one_cause(errors)
     if same is not None:
@@ -138,9 +142,10 @@ def failure_text(outcomes: list[Outcome], group_size: int) -> str:
 
 
 def conclude(group: Group, label: str, decision: Decision, timeout: float,
-             store: Callable[[], Any] | None) -> None:
-    """Every rank raises the same error when no config is usable; else group rank 0 calls ``store`` (None: this
-    rank does not write the cache), and the group waits for it. The decision itself is already identical on every
+             store: Callable[[], Any] | None, replicas: int = 1) -> None:
+    """Every rank raises the same error when no config is usable (``replicas``: how many replicas of ``group``
+    tuned as one, whose errors the decision holds: :func:`failure_text`); else group rank 0 calls ``store`` (None:
+    this rank does not write the cache), and the group waits for it. The decision itself is already identical on every
     rank (it was computed from exchanged data only), but for a search's summary (:attr:`Decision.search`): its
     seconds are each rank's own (a rank leaves the group's last exchange at its own time), so the exchange that waits
     for the write carries rank 0's, the one the cache holds, and every rank takes and logs it. (The decision's own
@@ -149,7 +154,7 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
     if decision.index < 0:
         if decision.search:  # no exchange on this path: this rank's own summary
             logs.rank_log().info("%s %s", label, decision.search)
-        text = failure_text(decision.outcomes, group.size)
+        text = failure_text(decision.outcomes, group.size * replicas)
         logs.rank_log().error("%s every config failed: %s", label, text)
         raise AllConfigsFailedError(f"{label} every config failed{text}")
     if group.rank == 0 and store is not None:

@@ -265,7 +265,8 @@ class Tuning:
             decision.breakdown = watch.result() if watch is not None else None
             writes = self.layout is None or self.layout.reads_cache
             try:
-                conclude(group, label, decision, self.timeout, self._store(decision) if writes else None)
+                conclude(group, label, decision, self.timeout, self._store(decision) if writes else None,
+                         self.layout.replicas.size if self.layout is not None else 1)
             except AllConfigsFailedError:
                 ended = True  # every config failed: this tuning is over, and nothing of it may replay later
                 raise

@@ -309,9 +309,12 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
                     for index, error in self._place_leaders(race, entries, block).items():
                         race.fail(index, error)
                         outcomes[index] = self._failed(index, entries[index][1], error)
-                    if not race.running:
+                    if not race.running:  # every leader failed (a block the budget split, too): no empty step
                         break
                 rounds = self._steady_rounds(race, entries, per_call, block)
+            # a settled block whose every leader failed in it closes its later rounds here with no sample: its step
+            # (and make-ups) took the block, with no run or exchange after the last failure; the race's state is the
+            # group's, so every rank closes alike (harmless: tests/test_replicas.py, every leader failing on a replica)
             for results in rounds:
                 for index, combined in results:
                     self.budget.agreed(combined.elapsed)  # the group's clock: every rank reads the same
