@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from harness import HERE, describe, run_process, run_ranks, tuner_env
@@ -186,7 +187,7 @@ def test_the_pass_on_note_of_a_rank_late_to_the_next_call_stops_no_rank(tmp_path
 def test_a_notes_call_groups_are_read_back_and_a_damaged_list_names_none():
     """A pass-on note names its call's groups (``[name, [global ranks]]`` pairs); a list that is not of such pairs
     (another process's, damaged) names none, and the note is read as one without them (its groups not said)."""
-    from triton_dist_tune.group.unresolved import _about
+    from triton_dist_tune.group.note import parse_about as _about
 
     line = json.dumps({"about": ["f"], "posted": 1.0, "groups": [["1", [0, 1]], ["default", [0, 1, 2, 3]]]})
     assert _about(line) == (("f",), 1.0, (("1", (0, 1)), ("default", (0, 1, 2, 3))))
@@ -231,3 +232,52 @@ def test_a_peer_that_waits_only_after_a_wrong_ranks_note_is_withdrawn_times_out_
     assert waited["error"] == "GroupTimeoutError", waited
     assert "global rank 1 raised BadInputError" in waited["message"], waited
     assert wrong["message"][:200] in waited["message"], waited
+
+
+@pytest.mark.timeout(150)
+def test_a_peer_that_waits_only_after_a_wrong_rank_has_ended_stops_at_once_naming_it(tmp_path):
+    """As the test above, but rank 1 then ends its process normally (its exit hooks run), and rank 0 calls only
+    after that (ordered through the store). Rank 1's exit marked its withdrawn note ended: it can never come to any
+    exchange again, so rank 0 raises GroupTimeoutError at once (under a quarter of its 60 s deadline), naming rank 1
+    as ended and quoting its note's error. Before: rank 0 waited its whole deadline."""
+    wrong, waited = wrong_then_at_once_another(tmp_path, "wrong_group_withdrawn_then_ended", 60)
+    assert waited["error"] == "GroupTimeoutError", waited
+    assert "global rank 1, which has ended" in waited["message"], waited
+    assert wrong["message"][:200] in waited["message"], waited
+    assert waited["seconds"] < 60 / 4, waited
+
+
+@pytest.mark.timeout(60)
+def test_the_ended_mark_is_the_notes_own_and_a_store_gone_at_exit_holds_no_exit():
+    """Notes.end (the exit hook) rewrites this process's note with an ``ended`` time, its other fields kept; with
+    the store's host gone it returns (no error, no wait for the store's timeout); after a fork, the child marks
+    nothing (its parent's note)."""
+    import atexit
+    import datetime
+    import gc
+    import time
+
+    import torch.distributed as dist
+
+    from triton_dist_tune.group.note import parse_about, parse_marks
+    from triton_dist_tune.group.unresolved import ENDED_WAIT_S, Notes
+
+    host = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
+    notes = Notes()
+    notes._said = ("1.1", {"about": ["f"], "posted": 1.0, "withdrawn": 2.0, "to": [["4", [1, 3]]]}, "its error")
+    notes._end_with(host, "note/1")
+    atexit.unregister(notes.end)  # (this test's process: its end is this test's)
+    notes._end = (notes._end[0], notes._end[1], -1)  # as in a forked child: another process's note
+    notes.end()
+    assert not host.check(["note/1"])
+    notes._end = (notes._end[0], notes._end[1], os.getpid())
+    notes.end()
+    root, about, text = host.get("note/1").decode().split("\n", 2)
+    assert (root, text, parse_about(about)) == ("1.1", "its error", (("f",), 1.0, None))
+    withdrawn, to, ended = parse_marks(about)
+    assert (withdrawn, to) == (2.0, (("4", (1, 3)),)) and ended is not None and ended > 2.0
+    del host, root
+    gc.collect()  # the host's server ends; the note's clone of the store is left
+    started = time.monotonic()
+    notes.end()
+    assert time.monotonic() - started < 10 * ENDED_WAIT_S

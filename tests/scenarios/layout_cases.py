@@ -7,7 +7,9 @@ took.
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 import time
 
 import torch
@@ -193,21 +195,50 @@ def wrong_group_withdrawn_before_a_peer_waits():
     with the group it is not in (BadInputError, a note) and again on its replica group {1, 3}, with rank 3 (the note
     withdrawn): rank 0 reaches its wait for rank 1 after the withdrawal, and rank 1 never comes to that group. Rank 2
     does not call."""
+    withdrawn_before_a_peer_waits("withdrawn_then_late", ended=False)
+
+
+@case
+def wrong_group_withdrawn_then_ended():
+    """As :func:`wrong_group_withdrawn_before_a_peer_waits`, but rank 1 then ends its process normally (destroys
+    the process group and exits: its exit hooks run), and rank 0 calls on its TP group only once rank 1's exit
+    hooks have run (an exit hook the case registered before rank 1's first call, so that it runs after the
+    tuner's, sets a key rank 0 waits for). Ranks 0, 2 and 3 end without :func:`_cases.main`'s barrier (rank 1 is
+    gone), rank 0, which hosts the store, last."""
+    withdrawn_before_a_peer_waits("withdrawn_then_ended", ended=True)
+
+
+def withdrawn_before_a_peer_waits(name: str, ended: bool) -> None:
+    """Rank 1 calls ``name``'s function with a TP group it is not in, then on its replica group {1, 3} with rank 3;
+    then rank 0 calls it on its TP group {0, 1} and waits for rank 1 there. ``ended``: rank 1 ends its process
+    after its calls, and rank 0 calls only after rank 1's exit hooks have run."""
     tdt.init_distributed()
     me = dist.get_rank()
     store = dist.distributed_c10d._get_default_store()
     tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
     across = [dist.new_group([0, 2]), dist.new_group([1, 3])]
-    f = layer("withdrawn_then_late")
+    f = layer(name)
     if me == 0:
-        store.wait(["case/withdrawn"])  # rank 1's second call is over: its note is withdrawn
+        store.wait(["case/exited" if ended else "case/withdrawn"])  # rank 1's calls are over (and its process)
         call(f, autotune_pg=tps[0])
     elif me == 1:
+        if ended:  # registered before the tuner's hook (at rank 1's first note): runs after it
+            atexit.register(store.set, "case/exited", b"1")
         call(f, autotune_pg=tps[1])  # not a member: BadInputError, a note
         call(f, autotune_pg=across[1])  # a right group: the note withdrawn
         store.set("case/withdrawn", b"1")
+        if ended:
+            dist.destroy_process_group()
+            sys.exit(0)
     elif me == 3:
         call(f, autotune_pg=across[1])
+    if ended:  # rank 1 is gone: no barrier; the store's host (rank 0) leaves once the others are done
+        if me == 0:
+            store.wait(["case/done/2", "case/done/3"])
+        else:
+            store.set(f"case/done/{me}", b"1")
+        sys.stdout.flush()
+        os._exit(0)
 
 
 @case

@@ -33,7 +33,8 @@ from .channel import (
     unpack,
     wait_in_slices,
 )
-from .unresolved import NOTES, Waiter
+from .note import Note, Waiter
+from .unresolved import NOTES
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -260,12 +261,15 @@ class StoreGroup(Group):
                 if silent:  # their processes ended, were killed or froze: they never arrive either
                     raise GroupTimeoutError(self._silent_message(what, time.monotonic() - started, silent,
                                                                  board.window or 0.0))
-            notes = NOTES.unanswered(self.store, [self.global_ranks[r] for r in late], where)
+            notes, ended = NOTES.look(self.store, [self.global_ranks[r] for r in late], where)
             if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
                 said = {rank: note.text for rank, note in notes.items()}
                 message = self._unresolved_message(what, time.monotonic() - started, said)
                 NOTES.pass_on(notes, message, where)  # the ranks waiting for this one learn it in turn
                 raise BadInputError(message)
+            # a late rank's process ended: it never comes (unless the keys came before it left: the next slice returns)
+            if ended and not all(self._arrived(key) for key in keys):
+                raise GroupTimeoutError(self._ended_message(what, time.monotonic() - started, ended))
             if waited - reported[0] >= 0.999 * every:
                 reported[0] = waited
                 report_waiting(self.rank, self.title, what, late, self.global_ranks, waited, timeout)
@@ -295,6 +299,11 @@ class StoreGroup(Group):
         return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
                 f"waited {waited:.1f} s at '{what}' for ranks that will not come: {ranks}")
 
+    def _ended_message(self, what: str, waited: float, ended: dict[int, Note]) -> str:
+        ranks = "; ".join(note.why_ended(g, NOTE_CHARS) for g, note in ended.items())
+        return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
+                f"waited {waited:.1f} s at '{what}' for {ranks}")
+
     def _withdrawn_notes(self, late: Sequence[int], where: Waiter) -> str:
         """For a timeout's message: the late ranks' notes withdrawn before this wait began, the rank going on to
         other groups (:meth:`~triton_dist_tune.group.unresolved.Notes.withdrawn_before`: no rule tells whether this
@@ -305,13 +314,7 @@ class StoreGroup(Group):
         except Exception as exc:  # the store is gone: the timeout's message stands alone
             log.debug("triton_dist_tune: could not read the late ranks' withdrawn notes: %s", exc)
             return ""
-        return "".join(
-            f" Before this wait began, global rank {g} raised BadInputError in a call of this function and called "
-            f"again on {', '.join(f'group {name!r} {list(ranks)}' for name, ranks in note.to) or 'another group'} "
-            f"(its note withdrawn {max(0.0, where.since - (note.withdrawn or 0.0)):.1f} s before this wait began), "
-            "never on this one: if this wait was for that call, the rank never comes (this rank cannot tell that call "
-            f"from a later one the rank may still make here, so it waited its deadline): {note.text[:NOTE_CHARS]}"
-            for g, note in notes.items())
+        return "".join(note.why_withdrawn(g, where.since, NOTE_CHARS) for g, note in notes.items())
 
     def _silent_message(self, what: str, waited: float, silent: Sequence[int], window: float) -> str:
         return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "

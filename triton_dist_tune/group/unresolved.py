@@ -4,11 +4,12 @@ A rank that passes a wrong ``autotune_pg`` (or ``autotune_replicas``: a group it
 group) raises :class:`~triton_dist_tune.BadInputError` before it knows which group it was meant to talk through, so
 it cannot tell that group. Its peers, who passed the right group, would wait at their first exchange for the whole
 deadline and then raise a :class:`~triton_dist_tune.GroupTimeoutError` guessing why. Instead the rank writes a note
-under its global rank in the job's key-value store (torch.distributed's default store, under the restart
-attempt: a new attempt never reads an old one's notes), and a rank waiting at an exchange for group ranks that are
-late looks for their notes between its store waits (:meth:`Notes.unanswered`): one request, a counter, while
-nobody posted one. The waiting rank then raises a ``BadInputError`` naming the rank and quoting its error, at once,
-and posts that error as its own note: the ranks waiting for it (in another group of a layout) learn it in turn.
+under its global rank in the job's key-value store (torch.distributed's default store, under the restart attempt: a
+new attempt never reads an old one's notes), and a rank waiting at an exchange for group ranks that are late looks
+for their notes between its store waits (:meth:`Notes.look`, never on a healthy exchange's first wait): one request,
+a counter, while nobody posted one. The waiting rank then raises a ``BadInputError`` naming the rank and quoting its
+error, at once, and posts that error as its own note: the ranks waiting for it (in another group of a layout) learn
+it in turn.
 
 A note is about the call it was posted in: the tuned functions the rank was inside (:func:`calling`, by name:
 ``autotune``'s function, a campaign's, a ``contextual_autotune`` function), which every rank the wrong call would
@@ -39,19 +40,32 @@ withdrawal, on a group the rank did not go on to, still raises it; a later wait 
 are compared, as for :data:`STALE_GRACE_S`). The rank's first call after twice the timeout that resolves a group
 deletes the note.
 
-A peer that reaches its wait for the rank only after the withdrawal, on a group the rank did not go on to, waits
-its deadline: no rule can stop it safely. The wrong rank never resolved the group it was meant for, so its note
-cannot say which group or exchange it was about, and its wrong call took no sequence number of any group: once it
-has withdrawn the note it may come to any group it has not gone on to yet, in a later call, at the very exchange
-the peer waits at. The peer may then be in the call the note was about (the rank never comes) or in a later call
-the rank will make (it comes, and the wait succeeds). Say global rank 1's wrong call was meant for its replica
-group {1, 3}; it calls again there (the withdrawal names {1, 3}), then on its TP group {0, 1}, where rank 0, late,
-waits for it: that wait succeeds. Had the wrong call been meant for {0, 1}, with the same call on {1, 3} after it,
-rank 0 would read the same note (same function, same groups gone on to) while waiting on the same group at the
-same exchange: a rule that stops rank 0 there stops it in the first case too. A wait that began before the
-withdrawal is read as the note's call, as is any wait for the rank inside the function while its note stands (the
-rank was then still in its wrong call); after it, nothing tells. The late peer's ``GroupTimeoutError`` names the
-withdrawn note instead and quotes its error (:meth:`Notes.withdrawn_before`), read on that error path only.
+A peer that reaches its wait for the rank only after the withdrawal, on a group the rank did not go on to, stops
+at once only if the rank's process has ended. A process that posted a note marks it ended at its normal exit (an
+exit hook, :meth:`Notes.end`, on a clone of the store kept from the note's posting, so that a process that
+destroyed its process group first still marks it; within :data:`ENDED_WAIT_S`, every error swallowed), withdrawn
+or not: the rank comes to no exchange of this restart attempt any more (the notes' keys are the attempt's), so a
+wait for it cannot succeed, whatever call the note was about. A waiting rank that finds a late rank's note so
+marked (and not one that stops it with its error, above) raises :class:`~triton_dist_tune.GroupTimeoutError` at
+once, naming the rank as ended and quoting its note's error; it neither passes it on nor takes back its message
+(as after a timeout: the rank never comes, and every rank of the group that waits for it stops at the same
+exchange, each reading the same mark). Nothing marks the note of a process killed, or that died without running
+its exit hooks (``os._exit``, a signal), nor a process group's destruction (torch has no hook for it, and a
+process may initialize torch.distributed again): a wait for such a rank is bounded by its deadline alone.
+
+Without the mark, that peer waits its deadline: no rule can stop it safely. The wrong rank never resolved the group
+it was meant for, so its note cannot say which group or exchange it was about, and its wrong call took no sequence
+number of any group: once it has withdrawn the note it may come to any group it has not gone on to yet, in a later
+call, at the very exchange the peer waits at. The peer may then be in the call the note was about (the rank never
+comes) or in a later call the rank will make (it comes, and the wait succeeds). Say global rank 1's wrong call was
+meant for its replica group {1, 3}; it calls again there (the withdrawal names {1, 3}), then on its TP group {0, 1},
+where rank 0, late, waits for it: that wait succeeds. Had the wrong call been meant for {0, 1}, with the same call
+on {1, 3} after it, rank 0 would read the same note (same function, same groups gone on to) while waiting on the
+same group at the same exchange: a rule that stops rank 0 there stops it in the first case too. A wait that began
+before the withdrawal is read as the note's call, as is any wait for the rank inside the function while its note
+stands (the rank was then still in its wrong call); after it, nothing tells. The late peer's ``GroupTimeoutError``
+names the withdrawn note instead and quotes its error (:meth:`Notes.withdrawn_before`), read on that error path
+only.
 
 Every note carries the id of the error it passes on (its root: the wrong group's note, which a waiting rank's
 note quotes), and a rank raises a root in one call only: a late rank's note of a call this rank has already
@@ -64,22 +78,23 @@ there is no job store, and no note: the peers wait their deadline, as the error 
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
-import math
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from datetime import timedelta
+from typing import Any
 
 from .. import settings
+from .note import GroupId, Note, Waiter, parse_about, parse_marks
 
 log = logging.getLogger("triton_dist_tune")
 
 
-#: a group as a note names it: its name and its global ranks (those of :class:`Waiter`)
-GroupId = tuple[str, tuple[int, ...]]
 #: per thread: the names of the tuned functions whose calls it is inside, outermost first (:func:`calling`), and for
 #: each call the groups it resolved (:func:`joined`)
 _inside = threading.local()
@@ -92,6 +107,9 @@ _ended: dict[str, float] = {}
 #: error raised that much later, in the one case where a wrong rank is early for a call whose peers were all still
 #: in an earlier call of it)
 STALE_GRACE_S = 10.0
+#: how long this process's exit may take to mark its note ended (:meth:`Notes.end`): the store's timeout of its
+#: requests there, and the most the exit waits for them (a store whose host is gone or frozen holds no exit longer)
+ENDED_WAIT_S = 2.0
 
 
 def _calls() -> list[str]:
@@ -132,91 +150,6 @@ def joined(name: str, ranks: Sequence[int]) -> None:
         groups[-1].append((name, tuple(ranks)))
 
 
-class Note(NamedTuple):
-    """A late rank's note as read from the store."""
-
-    #: the id of the error it passes on (its root)
-    root: str
-    #: the tuned functions whose call it was posted in (empty: any call)
-    about: tuple[str, ...]
-    #: the rank's error
-    text: str
-    #: when it was posted (unix seconds; None: not said)
-    posted: float | None = None
-    #: a note that passes an error on (:meth:`Notes.pass_on`): the groups of the call it was posted in (None: not
-    #: said, or an error of the rank's own, posted before its call's groups were all resolved)
-    groups: tuple[GroupId, ...] | None = None
-    #: when the rank's next call resolved its group well (unix seconds; None: not yet): only a wait that began
-    #: before then may still be about the note's call (:meth:`Notes.withdraw`)
-    withdrawn: float | None = None
-    #: the groups that next call (and the rank's later ones) resolved, where the rank is coming (:meth:`matters`)
-    to: tuple[GroupId, ...] = ()
-
-    def concerns(self, inside: Sequence[str]) -> bool:
-        """Whether a wait inside calls of the functions ``inside`` is concerned (either side unmarked: yes)."""
-        return not self.about or not inside or not set(self.about).isdisjoint(inside)
-
-    def matters(self, where: Waiter | None) -> bool:
-        """Whether the note may still stop a wait on the group ``where`` names: a note not withdrawn, yes; a
-        withdrawn one only for a wait that began before its withdrawal, on a group the rank's next calls did not
-        resolve (there it is coming)."""
-        if self.withdrawn is None:
-            return True
-        return where is not None and where.since < self.withdrawn and (where.group, where.ranks) not in self.to
-
-
-def _about(line: str) -> tuple[tuple[str, ...], float | None, tuple[GroupId, ...] | None]:
-    """A note's second line: a JSON object with the names (``about``), when it was posted (``posted``) and, for a
-    note that passes an error on, its call's groups (``groups``), or a JSON list of names; anything else, written
-    by another process: any call, at an unknown time, in groups not said."""
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return (), None, None
-    names, posted, groups = ((value.get("about"), value.get("posted"), value.get("groups")) if isinstance(value, dict)
-                             else (value, None, None))
-    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
-        return (), None, None
-    return (tuple(names), float(posted) if type(posted) in (int, float) and math.isfinite(posted) else None,
-            _groups_of(groups))
-
-
-def _withdrawal(line: str) -> tuple[float | None, tuple[GroupId, ...]]:
-    """A note's second line's withdrawal (:meth:`Notes.withdraw`): when (``withdrawn``, unix seconds) and the groups
-    the rank went on to (``to``); anything else: not withdrawn."""
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None, ()
-    when = value.get("withdrawn") if isinstance(value, dict) else None
-    if not (type(when) in (int, float) and math.isfinite(when)):
-        return None, ()
-    return float(when), _groups_of(value.get("to")) or ()
-
-
-def _groups_of(value: Any) -> tuple[GroupId, ...] | None:
-    """A note's ``groups``: a list of ``[name, [global ranks]]`` pairs (anything else: not said)."""
-    if not isinstance(value, list):
-        return None
-    found = []
-    for pair in value:
-        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], list)
-                and all(type(r) is int for r in pair[1])):
-            return None
-        found.append((pair[0], tuple(pair[1])))
-    return tuple(found)
-
-
-class Waiter(NamedTuple):
-    """Where a rank waits for late ranks: its group's name and global ranks, and its own global rank."""
-
-    group: str
-    ranks: tuple[int, ...]
-    me: int
-    #: when the wait began (unix seconds; not said: after every withdrawal, :meth:`Note.matters`)
-    since: float = math.inf
-
-
 def _prefix() -> str:
     return f"tdt/{settings.launcher().restart_count or '0'}/unresolved/"
 
@@ -248,6 +181,10 @@ class Notes:
         self._seen: dict[str, float] = {}
         #: this process's note as posted: its root, its second line's fields, its error (for :meth:`withdraw`)
         self._said: tuple[str, dict[str, Any], str] | None = None
+        #: where :meth:`end` marks the note at this process's exit: a store (a client of its own where the store can
+        #: be cloned), the note's key, and the id of the process that posted it (a forked child marks nothing)
+        self._end: tuple[Any, str, int] | None = None
+        self._hooked = False
 
     def post(self, message: str, root: str | None = None, groups: Sequence[GroupId] | None = None) -> None:
         """Say to the job that this rank will not come to its group's exchanges of the call it is in (:func:`calling`):
@@ -272,6 +209,22 @@ class Notes:
             self.posted = True
         except Exception as exc:  # best effort: the peers then wait their deadline, as before
             log.debug("triton_dist_tune: could not post this rank's group error to the job: %s", exc)
+            return
+        self._end_with(store, key)
+
+    def _end_with(self, store: Any, key: str) -> None:
+        """Keep what :meth:`end` needs to mark the note ``key`` at this process's exit, and register it (once). The
+        store is cloned (a client of its own, with a short timeout: the job's store may be gone by then, its group
+        destroyed, and a clone keeps no store host's server alive); a store that cannot be cloned is kept itself."""
+        try:
+            kept = store.clone()
+            kept.set_timeout(timedelta(seconds=ENDED_WAIT_S))
+        except Exception:  # (a store without clone: a local one, which nothing else serves)
+            kept = store
+        self._end = (kept, key, os.getpid())
+        if not self._hooked:
+            self._hooked = True
+            atexit.register(self.end)
 
     def pass_on(self, notes: dict[int, Note], message: str, where: Waiter | None = None) -> None:
         """This rank raises ``message`` because of the late ranks' ``notes`` (:meth:`unanswered`): their roots are
@@ -334,6 +287,36 @@ class Notes:
         except Exception as exc:
             log.debug("triton_dist_tune: could not withdraw this rank's group error: %s", exc)
 
+    def end(self) -> None:
+        """At this process's normal exit (an exit hook; not where it dies without running them): mark its note, if
+        it still has one in the store (withdrawn or not), as ended: its rank comes to no exchange any more, in this
+        restart attempt (the notes' keys are the attempt's), and a rank waiting for it stops at once
+        (:meth:`look`). The mark is written on the store kept when the note was posted (:meth:`_end_with`) and read
+        back once, so that it is in the store when the exit hooks registered before it run; within
+        :data:`ENDED_WAIT_S` (the store's timeout, and the most the exit waits for a thread doing it), every error
+        swallowed."""
+        kept, said = self._end, self._said
+        if kept is None or said is None or kept[2] != os.getpid():
+            return
+        store, key, _ = kept
+        root, fields, message = said
+        value = f"{root}\n{json.dumps({**fields, 'ended': time.time()})}\n{message}".encode()
+
+        def mark() -> None:
+            try:
+                store.set(key, value)
+                store.check([key])  # a reply: the server has applied the mark
+            except Exception as exc:  # the store's host has ended, or the store is failing: nobody to tell
+                log.debug("triton_dist_tune: could not mark this rank's group error as ended: %s", exc)
+
+        try:
+            writer = threading.Thread(target=mark, name="triton_dist_tune-note-ended", daemon=True)
+            writer.start()
+        except RuntimeError:  # no new thread at the interpreter's exit (Python 3.12+): the store's timeout bounds it
+            mark()
+            return
+        writer.join(ENDED_WAIT_S)
+
     @staticmethod
     def read(store: Any, global_ranks: Sequence[int]) -> dict[int, Note]:
         """The notes of ``global_ranks`` (global rank -> its note), read from ``store``; ``{}`` while none was
@@ -346,16 +329,27 @@ class Notes:
             if store.check([key]):
                 root, _, rest = store.get(key).decode(errors="replace").partition("\n")
                 about, _, text = rest.partition("\n")
-                names, posted, groups = _about(about)
-                found[rank] = Note(root, names, text, posted, groups, *_withdrawal(about))
+                names, posted, groups = parse_about(about)
+                found[rank] = Note(root, names, text, posted, groups, *parse_marks(about))
         return found
 
-    def unanswered(self, store: Any, global_ranks: Sequence[int], where: Waiter | None = None) -> dict[int, Note]:
-        """The notes of ``global_ranks`` (:meth:`read`) about a call this thread is inside, whose root this process
-        has not raised in an earlier call, and that are not stale for a wait on the group ``where`` names (see
+    def look(self, store: Any, global_ranks: Sequence[int],
+             where: Waiter | None = None) -> tuple[dict[int, Note], dict[int, Note]]:
+        """A waiting rank's look at the late ranks' notes (``global_ranks``; one :meth:`read`): those that stop its
+        wait on the group ``where`` names with their error (:meth:`unanswered`), and the others whose rank has
+        ended (:meth:`end`): that rank comes to no exchange any more, so the wait cannot succeed, whatever call the
+        note was about and whether it was withdrawn."""
+        found = self.read(store, global_ranks)
+        stopping = self.unanswered(store, found, where)
+        return stopping, {rank: note for rank, note in found.items()
+                          if note.ended is not None and rank not in stopping}
+
+    def unanswered(self, store: Any, found: dict[int, Note], where: Waiter | None = None) -> dict[int, Note]:
+        """The notes ``found`` (:meth:`read`) about a call this thread is inside, whose root this process has not
+        raised in an earlier call, and that are not stale for a wait on the group ``where`` names (see
         :meth:`stale`)."""
         inside = _calls()
-        return {rank: note for rank, note in self.read(store, global_ranks).items()
+        return {rank: note for rank, note in found.items()
                 if note.root not in self.spent and note.concerns(inside) and note.matters(where)
                 and (where is None or not self.stale(store, rank, note, where, inside))}
 
