@@ -16,6 +16,7 @@ from triton_dist_tune.measure.timing import (
     POWER_SETTLE_ABOVE_MS,
     SETTLED_LEADERS_HEAVY,
     SIFT_AFTER,
+    SIFT_AFTER_GROUP,
     SIFT_CYCLES,
     SIFT_TOP,
 )
@@ -498,6 +499,7 @@ def test_the_defaults_sift_heavy_steady_tunings_only():
     steady = TuneOptions().plan(60.0, "steady", "k").race
     assert (steady.final_top_heavy, steady.sift_after, steady.sift_rounds, steady.heavy_rounds) == (
         SETTLED_LEADERS_HEAVY, SIFT_AFTER, SIFT_CYCLES, HEAVY_CYCLES)
+    assert TuneOptions().plan(60.0, "steady", "k", ranks=4).race.sift_after == SIFT_AFTER_GROUP
     assert steady.heavy_from_ms == POWER_SETTLE_ABOVE_MS
     assert TuneOptions().plan(60.0, "cold", "k").race.final_top_heavy == 0
     with pytest.raises(ValueError, match="sift_rounds"):
@@ -610,8 +612,9 @@ def ranks(tmp_path_factory):
     """The scenarios of ``sift_cases.py``, one after another in one job of 2 gloo ranks (once per module): case ->
     each rank's results, and the rank logs (rank -> its log's text)."""
     folder = tmp_path_factory.mktemp("sift")
-    results = run_cases(CASES, 2, ["sift_ranks", "sift_replicas", "sift_replicas_top1", "sift_replicas_top4",
-                                   "sift_replicas_bursts", "sift_replicas_cut", "sift_replicas_unequal"],
+    results = run_cases(CASES, 2, ["sift_ranks", "sift_ranks_wide", "sift_replicas", "sift_replicas_top1",
+                                   "sift_replicas_top4", "sift_replicas_bursts", "sift_replicas_cut",
+                                   "sift_replicas_unequal"],
                         env=tuner_env(folder, 30), timeout=180)
     return results, {r: (folder / "logs" / f"rank-{r}.log").read_text() for r in range(2)}
 
@@ -644,6 +647,23 @@ def test_on_two_ranks_at_their_power_limit_every_key_sifts_alike_and_chooses_a_c
         assert stopped, (key, line)
         configs = stopped.group(1).split(", ")
         assert len(configs) == 7 - SIFT_TOP and not {"5", "6"} & set(configs), line
+
+
+@pytest.mark.timeout(200)
+def test_a_group_of_two_ranks_screens_two_rounds_before_its_sift_where_one_rank_screens_one(ranks):
+    """32 heavy configs (more than the sift's 12): the two ranks' race (``sift_ranks_wide``) settles from round
+    :data:`SIFT_AFTER_GROUP` (2), each one-rank replica's share of 16 (``sift_replicas_bursts``) from round
+    :data:`SIFT_AFTER` (1): a group's samples are the MAX over its ranks beside collectives, noisier than one rank's,
+    and the evidence for one screening round is one rank's. Both ranks log the same race and choose alike."""
+    results, logs = ranks
+    first, second = (r.result["chosen"] for r in results["sift_ranks_wide"])
+    assert first == second and len(first) == 2, (first, second)
+    lines = [race_lines(logs[r], "sift_ranks_wide") for r in range(2)]
+    assert lines[0] == lines[1] and sorted(lines[0]) == [1, 2], lines
+    assert all(f"(settled from {SIFT_AFTER_GROUP})" in line for (line,) in lines[0].values()), lines[0]
+    alone = [line for r in range(2) for key in race_lines(logs[r], "sift_replicas_bursts").values() for line in key]
+    assert alone and all(f"(settled from {SIFT_AFTER})" in line for line in alone), alone
+    assert (SIFT_AFTER, SIFT_AFTER_GROUP) == (1, 2)
 
 
 @pytest.mark.timeout(200)

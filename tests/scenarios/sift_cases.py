@@ -128,6 +128,16 @@ def sift_ranks():
 
 
 @case
+def sift_ranks_wide():
+    """Two ranks (gloo) tune :data:`BURST_SPACE` together on :class:`Bursts` devices, 2 keys: more configs than the
+    sift's 12, so a group's race screens 2 rounds before its sift (``timing.SIFT_AFTER_GROUP``), where one rank's
+    screens 1."""
+    tdt.init_distributed(backend="gloo")
+    limiter = Bursts(seed=dist.get_rank(), power=BURST_POWER, work=BURST_WORK)
+    tune_heavy("sift_ranks_wide", None, BURST_SPACE, keys=KEYS[:2], limiter=limiter)
+
+
+@case
 def sift_replicas():
     """Every rank a replica of its own (one-rank tensor-parallel groups linked by the world,
     ``autotune_replicas``) tune :data:`WIDE_SPACE`: replica ``j`` races configs ``j, j + 2, ...`` (6 each), then

@@ -26,6 +26,7 @@ from ..measure.timing import (
     SETTLED_LEADERS_FAST,
     SETTLED_LEADERS_HEAVY,
     SIFT_AFTER,
+    SIFT_AFTER_GROUP,
     SIFT_CYCLES,
     SIFT_TOP,
     timing_mode,
@@ -145,8 +146,10 @@ class TuneOptions:
         return replace(self, restore_value=check_names(fn, self.restore_value, "restore_value"),
                        reset_to_zero=check_names(fn, self.reset_to_zero, "reset_to_zero"))
 
-    def plan(self, timeout: float, timing: str, seed: str) -> Plan:
-        """How one tuning measures: warm-up, the race's rules, timing mode and batch length."""
+    def plan(self, timeout: float, timing: str, seed: str, ranks: int = 1) -> Plan:
+        """How one tuning measures: warm-up, the race's rules, timing mode and batch length; ``ranks``: the size of
+        the group that measures (a heavy race of several ranks screens 2 rounds before its sift, one rank's 1:
+        :data:`~triton_dist_tune.measure.timing.SIFT_AFTER_GROUP`)."""
         race = RacePlan(max_rounds=self.n_repeat, budget_s=self.budget, early_stop=self.early_stop,
                         far_behind=FAR_BEHIND_RACE if timing == "steady" else 0.0,
                         keep_top=self.refine_top or None, seed=seed,
@@ -154,6 +157,7 @@ class TuneOptions:
                         final_top_fast=SETTLED_LEADERS_FAST if timing == "steady" else 0,
                         fast_below_ms=FAST_LEADER_MS,
                         final_top_heavy=SETTLED_LEADERS_HEAVY if timing == "steady" else 0,
-                        heavy_from_ms=POWER_SETTLE_ABOVE_MS, sift_after=SIFT_AFTER, sift_rounds=SIFT_CYCLES,
+                        heavy_from_ms=POWER_SETTLE_ABOVE_MS,
+                        sift_after=SIFT_AFTER if ranks == 1 else SIFT_AFTER_GROUP, sift_rounds=SIFT_CYCLES,
                         sift_top=SIFT_TOP, heavy_rounds=HEAVY_CYCLES)
         return Plan(self.n_warmup, timeout, race, timing, self.batch)

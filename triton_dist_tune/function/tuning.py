@@ -305,7 +305,7 @@ class Tuning:
         tuner, layout = self.tuner, self.layout
         trial, state = prepare(tuner, self.group, self.label, self.args, self.kwargs, self.timeout)
         timing = timing_mode(tuner.options.timing)
-        plan = tuner.options.plan(self.timeout, timing, seed)
+        plan = tuner.options.plan(self.timeout, timing, seed, self.group.size)
         measurer = Measurer(self.group, trial, plan, journal, logs.rank_log(), self.label, guard)
         measurer.budget.began = self.began  # the budget counts from the start of the tuning
         share = kept if layout is None else layout.share(kept)

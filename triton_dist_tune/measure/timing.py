@@ -104,7 +104,8 @@ SETTLED_LEADERS, SETTLED_CYCLES = 3, 8
 #: settled block, where it reached the six, ranked it first (``results/session_h200_14``)
 SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: the sift (:mod:`~triton_dist_tune.measure.race`): when the screening leader takes :data:`POWER_SETTLE_ABOVE_MS` per
-#: call or more, the settled block starts after :data:`SIFT_AFTER` screening round(s) with up to this many leaders,
+#: call or more, the settled block starts after :data:`SIFT_AFTER` screening round(s) (a group of several ranks:
+#: :data:`SIFT_AFTER_GROUP`, or once at most this many configs are left) with up to this many leaders,
 #: its first :data:`SIFT_CYCLES` cycles sift them, and the :data:`SIFT_TOP` best go on, for :data:`HEAVY_CYCLES` cycles
 #: in all (so does a heavy block with nothing to sift, not :data:`SETTLED_CYCLES`: its leaders get as many settled
 #: samples as a sifted block's, and it never costs more). Short screening samples misrank heavy configs on a device at
@@ -121,6 +122,11 @@ SETTLED_LEADERS_FAST, FAST_LEADER_MS = 6, 0.1
 #: (``results/session_h200_50``, 8 shapes, 2 of them new, 26 fresh tunings each): 26 of 26 within 1.01 of the
 #: sustained best against 24 of 26, 0.34-0.59 s less per key (the 48-config bar's shape: 1.69-1.72 s, not 2.02-2.10)
 SETTLED_LEADERS_HEAVY, SIFT_AFTER, SIFT_CYCLES, HEAVY_CYCLES = 12, 1, 1, 6
+#: the screening rounds before the sift in a race of a group of several ranks: 2, as before the fiftieth session.
+#: Its samples are the MAX over its ranks of calls beside collectives, noisier than one rank's, and the evidence for
+#: :data:`SIFT_AFTER` is one rank's: under 10% Gaussian noise one round chose over 1.01 in 16% of races, two in 11%
+#: (``benchmarks/sift_noise.py``), where at 2-5% and with spikes one did as well
+SIFT_AFTER_GROUP = 2
 #: how many leaders the sift keeps. 4, not 3: its one settled round ranked the best tile fourth in 2 of 68 recorded
 #: sifted tunings on one H200 (the up projection, N = 14336, K = 4096, M = 8192, 2.7% and 0.2% behind the third,
 #: chosen 1.08 and 1.11 the sustained best), and in 0 ranked it fifth or lower; replayed, the 4 best held a config
