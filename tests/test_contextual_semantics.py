@@ -147,17 +147,23 @@ def test_config_that_blocks_one_rank_forever_is_left_out_after_one_restart(tmp_p
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     results = {r["rank"]: r for r in parse_results(proc.stdout)}
     assert sorted(results) == [0, 1]
+    # which of configs 0 and 2 wins is the interpreter's timing of 4 programs against 1 beside an all-reduce, a gap
+    # a loaded machine closes (it chose 0 once in a full suite beside other tests): the test asserts it is one of
+    # them, the same on both ranks
+    chosen = results[0]["chosen"]
+    assert chosen in (0, 2) and results[1]["chosen"] == chosen, results
     for res in results.values():
         assert res["attempt"] == "1" and res["ok"]  # finished after exactly one restart
         states = [s.replace("stopped", "measured") for s in res["states"]]
-        assert res["chosen"] == 2 and states == ["measured", "failed", "measured"], res
+        assert states == ["measured", "failed", "measured"], res
         assert "hung on rank 1" in res["errors"][1]
     for rank in (0, 1):
         lines = (tmp_path / "faults" / f"calls.rank{rank}").read_text().split("\n")
         seen = Counter(tuple(line.split()) for line in lines if line)
         # attempt 0: config 0 warmed up, config 1 hung in its warm-up; attempt 1: config 1 is never launched again,
-        # configs 0 and 2 are warmed up and raced (one round), then the final run with config 2
-        assert seen == Counter({("0", "0"): 1, ("0", "1"): 1, ("1", "0"): 2, ("1", "2"): 3}), (rank, seen)
+        # configs 0 and 2 are warmed up and raced (one round), then the final run with the chosen config
+        assert seen == Counter({("0", "0"): 1, ("0", "1"): 1, ("1", "0"): 2 + (chosen == 0),
+                                ("1", "2"): 2 + (chosen == 2)}), (rank, seen)
     assert "watchdog" in proc.stderr and not list(tmp_path.rglob("*.journal"))
 
 
