@@ -63,9 +63,10 @@ def _mixed_first_pass():
     return table, {0: 0, 2: 0, 4: 0, 1: 1, 3: 1, 5: 1}
 
 
-def _settle_mixed(refine_top, spent):
-    """``replicas._settle`` on :func:`_mixed_first_pass` (fakes for the exchanges): (the configs raced as leaders,
-    or None where the first pass decides, the decision or None)."""
+def _settle_faked(refine_top, spent, lockstep, worst=None):
+    """``replicas._settle`` on :func:`_mixed_first_pass` with fakes for the exchanges (``worst``: the leaders'
+    exchange), the budget's clock ``spent`` or not, and ``lockstep`` racing the leaders."""
+    import logging
     from types import SimpleNamespace
 
     from triton_dist_tune.measure import replicas
@@ -73,6 +74,17 @@ def _settle_mixed(refine_top, spent):
     from triton_dist_tune.measure.race import RacePlan
 
     table, owners = _mixed_first_pass()
+    layout = SimpleNamespace(gather=lambda *_: (table, owners, True, [], (False, 9.0 if spent else 0.0)), worst=worst)
+    plan = RacePlan(final_top=3, final_top_heavy=12, heavy_from_ms=0.5)
+    measurer = SimpleNamespace(budget=Budget(seconds=5.0), plan=SimpleNamespace(race=plan), race=None,
+                               lockstep=lockstep, log=logging.getLogger("test_replicas"))
+    watch = SimpleNamespace(arrive=lambda _, __, t: t, passed=lambda _: None)
+    return replicas._settle(layout, measurer, [], lambda i: i, refine_top, "k", 10.0, 3, "steady", watch)
+
+
+def _settle_mixed(refine_top, spent):
+    """:func:`_settle_faked`: (the configs raced as leaders, or None where the first pass decides, the decision or
+    None)."""
     raced = []
 
     class Stop(Exception):
@@ -82,13 +94,8 @@ def _settle_mixed(refine_top, spent):
         raced.extend(todos)
         raise Stop
 
-    layout = SimpleNamespace(gather=lambda *_: (table, owners, True, [], (False, 9.0 if spent else 0.0)))
-    plan = RacePlan(final_top=3, final_top_heavy=12, heavy_from_ms=0.5)
-    measurer = SimpleNamespace(budget=Budget(seconds=5.0), plan=SimpleNamespace(race=plan), race=None,
-                               lockstep=lockstep)
-    watch = SimpleNamespace(arrive=lambda _, __, t: t, passed=lambda _: None)
     try:
-        chosen = replicas._settle(layout, measurer, [], lambda i: i, refine_top, "k", 10.0, 3, "steady", watch)
+        chosen = _settle_faked(refine_top, spent, lockstep)
     except Stop:
         return sorted(raced), None
     return None, chosen
@@ -109,6 +116,38 @@ def test_the_first_pass_compares_shares_on_drift_free_times_where_some_share_rac
     assert (chosen.index, chosen.runner_up, chosen.statistic) == (0, 2, "least"), chosen
     assert {o.index: o.time for o in chosen.outcomes if o.state == "measured"} == {0: 0.52, 1: 0.56, 2: 0.525,
                                                                                    3: 0.53}
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_the_next_leaders_are_raced_unless_the_budget_cut_the_leaders_race(cut, caplog):
+    """:func:`_settle_faked` whose first leaders (configs 0 and 1, each replica's best) fail on some replica in
+    the leaders' exchange: the next leaders of the table without them (configs 2 and 3) are raced on every replica,
+    and the least of their MAX over replicas (config 2) chosen, configs 0 and 1 failed with the replicas' errors.
+    Where the time budget ended that first leaders' race early (``short``; the clock not spent yet: a race cuts on a
+    predicted round), no other race runs: the first pass decides among the next leaders, a cut."""
+    from triton_dist_tune.records import Outcome
+
+    raced, exchanged = [], []
+
+    def lockstep(todos, plan):
+        raced.append(list(todos))
+        return [Outcome(i, f"c{i}", "measured", time=0.5, samples=7, round_times=[0.5] * 7) for i in todos]
+
+    def worst(times, noisy, short, clock, what, deadline):
+        exchanged.append(what)
+        if len(exchanged) == 1:
+            return {i: "replica 0: rank 0: boom" for i in times}, {}, True, cut, (cut, 0.0)
+        return {i: 0.5 + i / 100 for i in times}, {i: 0.0 for i in times}, True, False, (False, 0.0)
+
+    chosen = _settle_faked(0, False, lockstep, worst)
+    assert raced == ([[0, 1]] if cut else [[0, 1], [2, 3]]), raced
+    assert exchanged == ["k leaders across replicas"] + ([] if cut else ["k leaders across replicas (race 2)"])
+    assert (chosen.index, chosen.runner_up) == (2, 3), chosen
+    assert chosen.time == pytest.approx(0.525 if cut else 0.52), chosen  # the first pass's drift-free, or the MAX
+    errors = {o.index: o.error for o in chosen.outcomes if o.state == "failed"}
+    assert errors == {0: "on some replica: replica 0: rank 0: boom", 1: "on some replica: replica 0: rank 0: boom"}
+    then = "the time budget is spent or ended the leaders' race" if cut else "racing the next leaders"
+    assert f"every leader failed on some replica (configs 0, 1); {then}" in caplog.text, caplog.text
 
 
 @pytest.mark.timeout(240)
@@ -239,31 +278,79 @@ def test_a_leader_that_fails_on_one_replica_of_a_heavy_race_is_recorded_alike_on
     _leader_failed_alike(tmp_path, f"leader_fails_heavy_{phase}", name, 1 + HEAVY_CYCLES, 1.5)
 
 
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("heavy", [False, True])
-def test_a_replica_whose_every_leader_fails_in_its_settled_rounds_runs_no_more_of_them(tmp_path, heavy):
-    """Two one-rank replicas (``replicas_cases.every_leader_fails_settled``, ``..._heavy_settled``): both leaders,
-    configs 0 and 1, raise on replica 0 alone in the leaders' settled rounds, where replica 1 races both to the end.
-    Replica 0's settled block is one step: the first failure ends it, a make-up step takes the other leader's
-    missing samples, whose first fails too; its race then closes the block's other rounds with nothing run and no
-    exchange (its log still counts them: 9 rounds, 7 heavy), and goes on to the leaders' exchange across replicas,
-    which replica 1 meets. Every leader failed on some replica: both ranks raise the same ``AllConfigsFailedError``,
-    each error of replica 0's naming its rank 0. Before, ``decide.failure_text`` named this process's rank in every
-    error's ``rank 0`` of a one-rank group (for a rank tuning alone): rank 1 said replica 0's failures were its own
-    (``replica 0: rank 1``), and the two ranks raised different messages."""
-    case = "every_leader_fails_heavy_settled" if heavy else "every_leader_fails_settled"
+def _every_leader_failed(tmp_path, case: str, heavy: bool, races: int) -> tuple[dict, str]:
+    """Run ``replicas_cases.case`` (both leaders, configs 0 and 1, raise on replica 0 alone in the leaders' settled
+    rounds) on two one-rank replicas, and assert what every such case must hold: both ranks exit 0 (nothing hangs),
+    the trap is set (on rank 0 alone, in the settled rounds), both record the same decision or raise the same
+    error, and replica 0's first leaders' race ran as one settled block: one make-up step after the first failure,
+    both failures logged, and its rounds (9, heavy 7) closed with nothing run after the last failure (``races``: how
+    many races of that many rounds rank 0 logs in all). Returns rank 0's record and log."""
     results = run_ranks(CASES, 2, [case], env=tuner_env(tmp_path, 30), timeout=180)
     assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
     first, second = (r.result for r in results)
     assert (first.pop("raised"), second.pop("raised")) == (["settled"], []), (first, second)  # the trap is set
     assert first == second, (first, second)
-    assert first["error"] == "AllConfigsFailedError", first
-    for config in (0, 1):
-        assert (f"config {config} ({{v: {config}}}): on some replica: replica 0: rank 0: RuntimeError: CUDA error: "
-                f"launch failure of config {config} on replica 0 in its settled") in first["message"], first
-    assert "rank 1" not in first["message"], first
     rounds = 1 + (HEAVY_CYCLES if heavy else SETTLED_CYCLES)
     log = (tmp_path / "logs" / "rank-0.log").read_text()
     assert log.count("sample(s) missing on some rank after a failure: taken again") == 1, log  # one make-up step
-    assert log.count(f"] race: {rounds} round(s) (settled from 1)") == 1, log  # the block's rounds closed, unrun
+    assert log.count(f"] race: {rounds} round(s) (settled from 1)") == races, log  # the block's rounds closed, unrun
     assert log.count("FAILED (rank 0: RuntimeError: CUDA error: launch failure of config") == 2, log
+    return first, log
+
+
+def _leaders_error(config: int) -> str:
+    """The error every rank records of leader ``config``, raised on replica 0 alone in its settled rounds."""
+    return (f"on some replica: replica 0: rank 0: RuntimeError: CUDA error: launch failure of config {config} on "
+            f"replica 0 in its settled")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("heavy", [False, True])
+def test_a_replica_whose_every_leader_fails_in_its_settled_rounds_runs_no_more_of_them(tmp_path, heavy):
+    """Two one-rank replicas (``replicas_cases.every_leader_fails_settled``, ``..._heavy_settled``): both leaders,
+    configs 0 and 1, the only configs, raise on replica 0 alone in the leaders' settled rounds, where replica 1
+    races both to the end. Replica 0's settled block is one step: the first failure ends it, a make-up step takes the
+    other leader's missing samples, whose first fails too; its race then closes the block's other rounds with nothing
+    run and no exchange (its log still counts them: 9 rounds, 7 heavy), and goes on to the leaders' exchange across
+    replicas, which replica 1 meets. Every config failed on some replica (no other is left to race): both ranks raise
+    the same ``AllConfigsFailedError``, each error of replica 0's naming its rank 0, and no second leaders' race
+    runs. Before, ``decide.failure_text`` named this process's rank in every error's ``rank 0`` of a one-rank group
+    (for a rank tuning alone): rank 1 said replica 0's failures were its own (``replica 0: rank 1``), and the two
+    ranks raised different messages."""
+    case = "every_leader_fails_heavy_settled" if heavy else "every_leader_fails_settled"
+    first, log = _every_leader_failed(tmp_path, case, heavy, races=1)
+    assert first["error"] == "AllConfigsFailedError", first
+    for config in (0, 1):
+        assert f"config {config} ({{v: {config}}}): {_leaders_error(config)}" in first["message"], first
+    assert "rank 1" not in first["message"], first
+    assert "racing the next leaders" not in log, log
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("heavy", [False, True])
+def test_the_replicas_race_the_next_leaders_when_every_leader_failed_on_some_replica(tmp_path, heavy):
+    """:func:`test_a_replica_whose_every_leader_fails_in_its_settled_rounds_runs_no_more_of_them` on 4 configs
+    (``replicas_cases.every_leader_fails_next``, ``..._heavy_next``): configs 2 and 3, slower than the leaders but
+    usable in their own replica's first pass (never run on replica 0 or 1 alike), are left. The replicas race them,
+    the next leaders of the gathered table, on every replica (a second leaders' race, logged with why), and both
+    ranks choose config 2, the faster, which never failed, with the same decision: configs 0 and 1 failed, each
+    with replica 0's error, config 3 the runner-up. Before, every rank raised ``AllConfigsFailedError``."""
+    case = "every_leader_fails_heavy_next" if heavy else "every_leader_fails_next"
+    # rank 0's races of 9 (heavy 7) rounds: its share's, the first leaders' (closed unrun) and the next leaders'
+    first, _ = _every_leader_failed(tmp_path, case, heavy, races=3)
+    assert "error" not in first, first
+    rounds = 1 + (HEAVY_CYCLES if heavy else SETTLED_CYCLES)
+    assert (first["chosen"], first["runner_up"], first["rounds"]) == (2, 3, rounds), first
+    for config in (0, 1):
+        state, time, *_, error = first["outcomes"][str(config)]
+        assert (state, time) == ("failed", None), first
+        assert error.startswith(_leaders_error(config)), error
+    for config in (2, 3):  # raced to the end on every replica, never failed
+        state, _, samples, _, kept, error = first["outcomes"][str(config)]
+        assert (state, samples, kept, error) == ("measured", rounds, rounds, None), first
+    for rank in (0, 1):
+        log = (tmp_path / "logs" / f"rank-{rank}.log").read_text()
+        again = ("every leader failed on some replica (configs 0, 1); racing the next leaders of the first pass on "
+                 "every replica (leaders' race 2)")
+        assert log.count(again) == 1, log
+        assert log.index(again) > log.rfind("FAILED ("), log  # after the leaders' failures (replica 0's)

@@ -304,10 +304,11 @@ def leader_fails_cold_later():
     leader_fails_cold("later rounds")
 
 
-def leader_fails_heavy(phase: str, failing: tuple[int, ...] = (1,), name: str | None = None) -> None:
-    """:func:`leader_fails` on heavy calls (:data:`HEAVY_FAIL_MS`): the leaders' race is heavy on every replica
-    (``leaders.heavy_leaders``) and settles after one screening round."""
-    leader_fails(phase, ms=HEAVY_FAIL_MS, failing=failing, name=name or f"leader_fails_heavy_{phase}")
+def leader_fails_heavy(phase: str, failing: tuple[int, ...] = (1,), name: str | None = None,
+                       ms: tuple[float, ...] = HEAVY_FAIL_MS) -> None:
+    """:func:`leader_fails` on heavy calls (:data:`HEAVY_FAIL_MS` unless told): the leaders' race is heavy on every
+    replica (``leaders.heavy_leaders``) and settles after one screening round."""
+    leader_fails(phase, ms=ms, failing=failing, name=name or f"leader_fails_heavy_{phase}")
 
 
 @case
@@ -338,6 +339,26 @@ def every_leader_fails_settled():
 def every_leader_fails_heavy_settled():
     """:func:`leader_fails_heavy` with both leaders failing on replica 0 in its settled rounds."""
     leader_fails_heavy("settled", failing=(0, 1), name="every_leader_fails_heavy_settled")
+
+
+#: the next leaders' landscape (:func:`every_leader_fails_next`): :data:`FAIL_MS`, then configs 2 (replica 0's
+#: share) and 3 (replica 1's), slower: not leaders after the first pass (configs 0 and 1, each share's winner)
+#: and light (under the 0.5 ms from which a race is heavy)
+NEXT_MS = (*FAIL_MS, 0.35, 0.4)
+
+
+@case
+def every_leader_fails_next():
+    """:func:`every_leader_fails_settled` on 4 configs (:data:`NEXT_MS`): both leaders fail on replica 0 in its
+    settled rounds; configs 2 and 3, usable in their own replica's first pass, are left."""
+    leader_fails("settled", ms=NEXT_MS, failing=(0, 1), name="every_leader_fails_next")
+
+
+@case
+def every_leader_fails_heavy_next():
+    """:func:`every_leader_fails_next` on heavy calls (:data:`NEXT_MS` 5 times over)."""
+    leader_fails_heavy("settled", failing=(0, 1), name="every_leader_fails_heavy_next",
+                       ms=tuple(5 * t for t in NEXT_MS))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,15 @@ every rank of every replica ends on one config per key:
 5. the choice is the least of those times (ties: the lower index): the least over configs of the max over every
    rank of every replica; whether it is a near tie is judged on those spreads. Every rank computes it from the same
    exchanged data, and records the same decision (a leader's samples in its table are its own replica's, as many
-   on every replica).
+   on every replica);
+6. where every leader failed on some replica (a leader that failed on any replica is failed) and the gathered table
+   still holds usable configs, not raced yet, the next leaders, chosen by the same rule on the table without the
+   failed ones, are raced on every replica the same way, and again, until some leader is usable or no config is
+   left (then every rank raises ``AllConfigsFailedError``, naming every failure). The table and the leaders'
+   outcomes are exchanged: every rank of every replica races again or not alike (logged with the failed leaders).
+   Before, one replica whose every leader failed ended the tuning with "every config failed" while the others'
+   first passes held usable configs (tests/test_replicas.py). A time budget spent before a leaders' race, or one
+   that ended the last leaders' race early, leaves the first pass to decide among the next leaders (a cut).
 
 Each replica's race decides on its own group's samples: a leader that left it on one replica alone (before,
 ``far_behind`` on a device clock after one round, or clearly slower in cold timing after 2 of 10) held fewer samples
@@ -255,11 +263,12 @@ def _worst(contributions: list[tuple[dict[int, Leader | str], bool, bool, bool, 
 def settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: list[Todo],
            precompile: Callable[[], None], todo_of: Callable[[int], Todo], refine_top: int, label: str,
            timeout: float, share: int, timing: str) -> Decision:
-    """Steps 2 to 5: ``precompile()``, race this replica's ``todo`` (``outcomes``: the rest of its share, resumed,
-    and the pruned configs), gather the replicas' outcomes, race the leaders on every replica, and decide on the MAX
-    over replicas of each leader's group time. The replicas watch each other's progress before each exchange
-    across them (:meth:`Layout.watch`); a rank that leaves with an error says so to the replicas waiting for it.
-    ``share``: how many configs a replica's share holds (the deadlines without a watch)."""
+    """Steps 2 to 6: ``precompile()``, race this replica's ``todo`` (``outcomes``: the rest of its share, resumed,
+    and the pruned configs), gather the replicas' outcomes, race the leaders on every replica (the next leaders
+    again while every leader failed on some replica), and decide on the MAX over replicas of each leader's group
+    time. The replicas watch each other's progress before each exchange across them (:meth:`Layout.watch`); a rank
+    that leaves with an error says so to the replicas waiting for it. ``share``: how many configs a replica's share
+    holds (the deadlines without a watch)."""
     with layout.watch(label, timeout) as watch:
         precompile()
         return _settle(layout, measurer, outcomes + measurer.lockstep(todo), todo_of, refine_top, label, timeout,
@@ -281,21 +290,48 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     # across shares one kind of settled time: drift-free where some share raced heavy (:func:`settled_alike`); each
     # replica's best is still the one ranked first on its share's times before that
     shares, table = table, settled_alike(table, noisy)
-    top = leaders(table, refine_top, screened, owners, within=shares)
-    if budget.spent and any(o.usable for o in table):  # the first pass decides: no leaders' race (a cut)
-        budget.cut = True
-        return _statistic(decision(table, top, timing, max(o.samples for o in table), screened), noisy)
+    attempt, unreached = 1, False
+    while True:  # a leaders' race, and again while every leader failed on some replica (the same on every rank)
+        top = leaders(table, refine_top, screened, owners, within=shares)
+        # the first pass decides, with no leaders' race (a cut): the budget is spent, or it ended the last leaders'
+        # race early (``unreached``, agreed: it may cut a race on a predicted round before it is spent)
+        if (budget.spent or unreached) and any(o.usable for o in table):
+            budget.cut = True
+            return _statistic(decision(table, top, timing, max(o.samples for o in table), screened), noisy)
+        chosen, failed, unreached = _race_leaders(layout, measurer, table, top, owners, todo, noisy, screened,
+                                                  label, timeout, timing, watch, attempt)
+        # every leader failed on some replica, and the gathered table holds usable configs not raced yet: the next
+        # leaders, by the same rule on the same table (both the same on every rank), are raced on every replica
+        table, shares = _failing(table, failed), _failing(shares, failed)
+        if chosen.index >= 0 or not any(o.usable for o in table):
+            return chosen
+        then = (f"racing the next leaders of the first pass on every replica (leaders' race {attempt + 1})"
+                if not (budget.spent or unreached) else "the time budget is spent or ended the leaders' race: the "
+                "first pass decides among the next leaders")
+        measurer.log.warning("%s every leader failed on some replica (configs %s); %s", label,
+                             ", ".join(map(str, sorted(failed))), then)
+        attempt += 1
+
+
+def _race_leaders(layout: Layout, measurer: Measurer, table: list[Outcome], top: list[int], owners: dict[int, int],
+                  todo: Callable[[int], Todo], noisy: bool, screened: list[int], label: str, timeout: float,
+                  timing: str, watch: RoundWatch, attempt: int) -> tuple[Decision, dict[int, str], bool]:
+    """Race the leaders ``top`` of the gathered ``table`` on every replica (the ``attempt``-th leaders' race: the
+    watch's round), exchange their times and decide (step 5); returns the decision, the leaders that failed on some
+    replica (index -> the replicas' errors) and whether the time budget ended the race before it reached every leader
+    on every replica or its last round on some replica (the first pass then decides), all the same on every rank."""
+    budget = measurer.budget
     # same leaders, same order everywhere, raced to the end on every replica (:func:`leaders_plan`)
     # heavy or not alike on every replica, agreed from the gathered table (:func:`heavy_leaders`)
     plan = leaders_plan(measurer.plan.race, len(top), heavy_leaders(table, top, owners, measurer.plan.race))
     raced = {o.index: o for o in measurer.lockstep([todo(i) for i in top], plan)}
     times = {i: (o.time, o.least(), o.spread or 0.0) if o.usable and o.time is not None else (o.error or o.state)
              for i, o in raced.items()}
-    what = f"{label} leaders across replicas"
-    deadline = watch.arrive(1, what, exchange_timeout(timeout) * max(1, len(top)))
+    what = f"{label} leaders across replicas" + (f" (race {attempt})" if attempt > 1 else "")
+    deadline = watch.arrive(attempt, what, exchange_timeout(timeout) * max(1, len(top)))
     worst, spreads, noisy_leaders, short, clock = layout.worst(times, _noisy(measurer), _cut_short(measurer),
                                                                (budget.cut, budget.elapsed), what, deadline)
-    watch.passed(1)
+    watch.passed(attempt)
     _take(budget, clock)
     # the time budget ended the leaders' race before it reached every leader on every replica, or before its last
     # round on some replica (the same on every rank): the first pass decides, as when the budget was spent before it
@@ -303,12 +339,11 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     # holds fewer samples, or one screening sample alone, where another settled its leaders: their MAX joined unlike
     # kinds (tests/test_replicas.py)
     unreached = LEFT_OUT in worst.values() or short
+    failed = {i: f"on some replica: {v}" for i, v in worst.items() if isinstance(v, str) and v != LEFT_OUT}
     final = []
-    for outcome in table:
+    for outcome in _failing(table, failed):
         value = worst.get(outcome.index)
-        if isinstance(value, str) and value != LEFT_OUT:  # its gathered outcome (every rank's), failed
-            outcome = replace(outcome, state="failed", time=None, error=f"on some replica: {value}")
-        elif unreached:  # the first pass's outcome stands
+        if outcome.index in failed or unreached:  # failed (its gathered outcome, every rank's); or the first pass's
             pass
         elif value is not None:  # the same time and spread on every rank (MAX over replicas); its samples this one's
             outcome = replace(raced[outcome.index], state="measured", time=value, spread=spreads[outcome.index])
@@ -318,7 +353,13 @@ def _settle(layout: Layout, measurer: Measurer, outcomes: list[Outcome], todo: C
     if not unreached and noisy_leaders != noisy:  # the configs outside the leaders' race: of its statistic too
         final = retaken(final, noisy_leaders, lambda o: o.index not in worst)
     chosen = decision(final, top, timing, max(o.samples for o in final), screened if unreached else ())
-    return _statistic(chosen, noisy if unreached else noisy_leaders)
+    return _statistic(chosen, noisy if unreached else noisy_leaders), failed, unreached
+
+
+def _failing(outcomes: Sequence[Outcome], failed: dict[int, str]) -> list[Outcome]:
+    """``outcomes``, those of ``failed`` (index -> error) failed with that error (their gathered outcome)."""
+    return [replace(o, state="failed", time=None, error=failed[o.index]) if o.index in failed else o
+            for o in outcomes]
 
 
 def settled_alike(outcomes: Sequence[Outcome], noisy: bool) -> list[Outcome]:
