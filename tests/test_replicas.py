@@ -354,3 +354,19 @@ def test_the_replicas_race_the_next_leaders_when_every_leader_failed_on_some_rep
                  "every replica (leaders' race 2)")
         assert log.count(again) == 1, log
         assert log.index(again) > log.rfind("FAILED ("), log  # after the leaders' failures (replica 0's)
+
+
+@pytest.mark.timeout(240)
+def test_a_first_pass_failure_names_its_replica_alike_on_every_rank(tmp_path):
+    """Config 2 of replica 0's share raises on replica 0 in its first pass (``replicas_cases.first_pass_fails``):
+    every rank records it failed with the same error, which names its replica as a leader's failure does
+    (``replica 0: rank 0: ...``). Before, the error read ``rank 0: ...`` on every rank, naming no replica: with
+    one-rank replicas every replica's errors say rank 0."""
+    results = run_ranks(CASES, 2, ["first_pass_fails"], env=tuner_env(tmp_path, 30), timeout=180)
+    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+    first, second = (r.result for r in results)
+    assert (first.pop("raised"), second.pop("raised")) == ([None], []), (first, second)  # the trap is set
+    assert first == second and first["chosen"] == 1, (first, second)
+    state, time, *_, error = first["outcomes"]["2"]
+    assert (state, time) == ("failed", None), first
+    assert error.startswith("replica 0: rank 0: RuntimeError: CUDA error: launch failure of config 2"), error

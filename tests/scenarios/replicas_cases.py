@@ -231,7 +231,7 @@ def recorded_table(tuned) -> dict:
                           for o in decision.outcomes})
 
 
-def leader_fails(phase: str, timing: str = "steady", ms: tuple[float, ...] = FAIL_MS,
+def leader_fails(phase: str | None, timing: str = "steady", ms: tuple[float, ...] = FAIL_MS,
                  failing: tuple[int, ...] = (1,), name: str | None = None) -> None:
     """Two one-rank replicas tune configs 0 (replica 0's share) and 1 (replica 1's, the faster: ``ms``, each call's
     time on every device) in ``timing`` on the virtual device clock: both are their share's winners, so both are
@@ -359,6 +359,13 @@ def every_leader_fails_heavy_next():
     """:func:`every_leader_fails_next` on heavy calls (:data:`NEXT_MS` 5 times over)."""
     leader_fails_heavy("settled", failing=(0, 1), name="every_leader_fails_heavy_next",
                        ms=tuple(5 * t for t in NEXT_MS))
+
+
+@case
+def first_pass_fails():
+    """:func:`leader_fails` on 4 configs (:data:`NEXT_MS`) where config 2, of replica 0's share, raises on replica 0
+    in its first pass (outside the leaders' race: phase None), not a leader."""
+    leader_fails(None, ms=NEXT_MS, failing=(2,), name="first_pass_fails")
 
 
 if __name__ == "__main__":

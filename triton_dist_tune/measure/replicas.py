@@ -230,8 +230,10 @@ def _clock(contributions: list[tuple]) -> list[Any]:
 
 def _merged(contributions: list[tuple[list[Outcome], bool, bool, bool, float]]) -> list[Any]:
     outcomes: dict[int, Outcome] = {}
-    for table, *_ in contributions:
+    for j, (table, *_) in enumerate(contributions):
         for outcome in table:
+            if outcome.state == "failed":  # its replica named, as a leader's failure is (:func:`_worst`)
+                outcome = replace(outcome, error=f"replica {j}: {outcome.error or '?'}")
             outcomes.setdefault(outcome.index, outcome)
     owners: dict[int, int] = {}  # which replica measured each usable outcome (only its share's replica sends one)
     for j, (table, *_) in enumerate(contributions):
