@@ -16,7 +16,8 @@ Noise: ``gauss2``, ``gauss5``, ``gauss10`` (Gaussian 2-10% per sample) and ``spi
 times 1.3). Every race gets each config's warm-up probe (its true time with the sample's Gaussian noise), which
 the defaults' ``far_behind`` reads. Tuners: ``sift`` (the defaults), ``after2`` (the sift after 2 screening rounds,
 not 1: the default before the fiftieth session), ``keep3`` (the sift keeping 3 leaders, the
-default before the forty-eighth session), ``nofar`` (no config leaving after one round by its sample and probe),
+default before the forty-eighth session), ``nofar`` (no config leaving after one round by its sample and probe:
+since the sift follows one screening round it reads as ``sift`` here, whose 12 leaders are taken after that round),
 ``nosift`` (``final_top_heavy`` 0: 3 leaders after 3 screening
 rounds, as before the forty-sixth session), ``random3`` (a uniform pick among the 3 best after the first 3
 screening rounds of the ``nosift`` race: what the screening alone knows) and, with ``--variants``, ``sift2_7`` (2
