@@ -370,3 +370,22 @@ def test_a_first_pass_failure_names_its_replica_alike_on_every_rank(tmp_path):
     state, time, *_, error = first["outcomes"]["2"]
     assert (state, time) == ("failed", None), first
     assert error.startswith("replica 0: rank 0: RuntimeError: CUDA error: launch failure of config 2"), error
+
+
+@pytest.mark.timeout(240)
+def test_where_every_leader_failed_and_the_budget_is_spent_the_first_pass_decides_among_the_next_leaders(tmp_path):
+    """:func:`test_the_replicas_race_the_next_leaders_when_every_leader_failed_on_some_replica` with ``budget=``
+    whose clock reads spent on replica 0 once its leaders raised (``replicas_cases.every_leader_fails_next_cut``),
+    on real ranks: the replicas' clock, agreed at the leaders' exchange, is spent, so no second leaders' race runs;
+    both ranks record the same decision, a cut, config 2 (the first pass's best of the next leaders) chosen, configs
+    0 and 1 failed with replica 0's error, and both logs say why."""
+    first, log = _every_leader_failed(tmp_path, "every_leader_fails_next_cut", False, races=2)
+    assert "error" not in first and first["cut"], first
+    assert (first["chosen"], first["runner_up"]) == (2, 3), first
+    for config in (0, 1):
+        state, _, *_, error = first["outcomes"][str(config)]
+        assert state == "failed" and error.startswith(_leaders_error(config)), first
+    for rank in (0, 1):
+        text = (tmp_path / "logs" / f"rank-{rank}.log").read_text()
+        assert "every leader failed on some replica (configs 0, 1); the time budget is spent" in text, text
+        assert "(leaders' race 2)" not in text and "(race 2)" not in text, text

@@ -232,13 +232,13 @@ def recorded_table(tuned) -> dict:
 
 
 def leader_fails(phase: str | None, timing: str = "steady", ms: tuple[float, ...] = FAIL_MS,
-                 failing: tuple[int, ...] = (1,), name: str | None = None) -> None:
+                 failing: tuple[int, ...] = (1,), name: str | None = None, budget: float | None = None) -> None:
     """Two one-rank replicas tune configs 0 (replica 0's share) and 1 (replica 1's, the faster: ``ms``, each call's
     time on every device) in ``timing`` on the virtual device clock: both are their share's winners, so both are
     raced again on both replicas; on replica 0 alone the configs of ``failing`` (config 1 unless told) raise (a
     launch failure) in the leaders' race's ``phase`` (:func:`leaders_phase`), where replica 1 races them to the end.
     Prints :func:`recorded_table` (or the error every rank raised: its type and message) and the phases in which a
-    config raised here."""
+    config raised here. ``budget``: ``autotune``'s, whose clock reads spent on this rank once a config raised here."""
     from reliability_c_cases import one_rank_replicas
 
     layout = one_rank_replicas()
@@ -246,7 +246,7 @@ def leader_fails(phase: str | None, timing: str = "steady", ms: tuple[float, ...
     raised: list[str] = []
 
     @tdt.autotune([{"v": v} for v in range(len(ms))], key_fn=lambda x: x.numel(), n_warmup=1,
-                  name=name or f"leader_fails_{phase}", timeout=30, timing=timing)
+                  name=name or f"leader_fails_{phase}", timeout=30, timing=timing, budget=budget)
     def f(x, *, v):
         if rank == 0 and v in failing and leaders_phase() == phase:
             raised.append(phase)
@@ -254,13 +254,21 @@ def leader_fails(phase: str | None, timing: str = "steady", ms: tuple[float, ...
         spend(ms[v])
         return x
 
-    with virtual_clock("device"):
-        try:
+    from triton_dist_tune.measure.budget import Budget
+
+    now = Budget.now
+    if budget is not None:
+        Budget.now = lambda self: 1e6 if raised else now(self)  # type: ignore[method-assign]
+    try:
+        with virtual_clock("device"):
             f(torch.ones(4), **layout)
-        except tdt.AutotuneError as exc:
-            emit(raised=sorted(set(raised)), error=type(exc).__name__, message=str(exc))
-            return
-    emit(raised=sorted(set(raised)), **recorded_table(f))
+    except tdt.AutotuneError as exc:
+        emit(raised=sorted(set(raised)), error=type(exc).__name__, message=str(exc))
+        return
+    finally:
+        Budget.now = now  # type: ignore[method-assign]
+    (_, decision), = f.tuner.decisions.items()
+    emit(raised=sorted(set(raised)), cut=decision.cut, **recorded_table(f))
 
 
 @case
@@ -359,6 +367,14 @@ def every_leader_fails_heavy_next():
     """:func:`every_leader_fails_next` on heavy calls (:data:`NEXT_MS` 5 times over)."""
     leader_fails_heavy("settled", failing=(0, 1), name="every_leader_fails_heavy_next",
                        ms=tuple(5 * t for t in NEXT_MS))
+
+
+@case
+def every_leader_fails_next_cut():
+    """:func:`every_leader_fails_next` with ``budget=1000`` (s) whose clock reads spent on replica 0 once its leaders
+    raised there: the replicas' agreed clock is spent at the leaders' exchange, so no second leaders' race runs and
+    the first pass decides among the next leaders (a cut)."""
+    leader_fails("settled", ms=NEXT_MS, failing=(0, 1), name="every_leader_fails_next_cut", budget=1000.0)
 
 
 @case
