@@ -294,15 +294,18 @@ class StoreGroup(Group):
                 message = self._late_message(what, late, timeout) + self._withdrawn_notes(late, where)
             raise GroupTimeoutError(message) from exc
 
+    def _waited(self, what: str, seconds: str) -> str:
+        """The opening every message of a wait that ends in an error shares: who waited, how long, where."""
+        return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
+                f"waited {seconds} s at '{what}'")
+
     def _unresolved_message(self, what: str, waited: float, said: dict[int, str]) -> str:
         ranks = "; ".join(f"global rank {g} raised BadInputError: {text[:NOTE_CHARS]}" for g, text in said.items())
-        return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
-                f"waited {waited:.1f} s at '{what}' for ranks that will not come: {ranks}")
+        return f"{self._waited(what, f'{waited:.1f}')} for ranks that will not come: {ranks}"
 
     def _ended_message(self, what: str, waited: float, ended: dict[int, Note]) -> str:
         ranks = "; ".join(note.why_ended(g, NOTE_CHARS) for g, note in ended.items())
-        return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
-                f"waited {waited:.1f} s at '{what}' for {ranks}")
+        return f"{self._waited(what, f'{waited:.1f}')} for {ranks}"
 
     def _withdrawn_notes(self, late: Sequence[int], where: Waiter) -> str:
         """For a timeout's message: the late ranks' notes withdrawn before this wait began, the rank going on to
@@ -317,8 +320,7 @@ class StoreGroup(Group):
         return "".join(note.why_withdrawn(g, where.since, NOTE_CHARS) for g, note in notes.items())
 
     def _silent_message(self, what: str, waited: float, silent: Sequence[int], window: float) -> str:
-        return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
-                f"waited {waited:.1f} s at '{what}'; group rank(s) {list(silent)} (global "
+        return (f"{self._waited(what, f'{waited:.1f}')}; group rank(s) {list(silent)} (global "
                 f"{[self.global_ranks[r] for r in silent]}) showed no sign of life for {window:g} s: their process "
                 "ended, was killed or is frozen.")
 
@@ -330,11 +332,8 @@ class StoreGroup(Group):
 
     def _late_message(self, what: str, missing: Sequence[int], timeout: float) -> str:
         globals_ = [self.global_ranks[r] for r in missing]
-        return (
-            f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) waited "
-            f"{timeout:g} s at '{what}' for group ranks {list(missing)} (global {globals_}), which never arrived: "
-            "they crashed, hung, or called the tuned function with another autotune_pg or key."
-        )
+        return (f"{self._waited(what, f'{timeout:g}')} for group ranks {list(missing)} (global {globals_}), which "
+                "never arrived: they crashed, hung, or called the tuned function with another autotune_pg or key.")
 
 
 class StoreBoard(Board):
