@@ -67,3 +67,30 @@ def test_key_mismatch_over_mpi(comm):
 
     with pytest.raises(tdt.MismatchError, match="differ in key"):
         f(comm.Get_rank(), autotune_pg=comm)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_journal_records_name_the_communicators_world_ranks_over_mpi(comm):
+    """A cut tuning keeps its journals; their records name the group's members by COMM_WORLD rank, in group rank
+    order (here reversed), as a torch group's name its global ranks (before: ``"ranks": []``)."""
+    import json
+    import os
+    from pathlib import Path
+
+    size = comm.Get_size()
+    reversed_comm = comm.Split(0, size - 1 - comm.Get_rank())  # group rank 0 is the last world rank
+
+    @tdt.autotune([{"variant": v} for v in range(3)], key_fn=lambda: 0, n_warmup=1, n_repeat=2, budget=0.001,
+                  name="mpi_journal")
+    def f(*, variant):
+        time.sleep(0.02)
+        return variant
+
+    f(autotune_pg=reversed_comm)
+    reversed_comm.Barrier()
+    folder = Path(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    records = [json.loads(line) for path in sorted(folder.rglob("*.journal"))
+               for line in path.read_text().splitlines() if line.strip()]
+    assert records, "a cut tuning keeps its journals"
+    assert {tuple(r["ranks"]) for r in records} == {tuple(range(size - 1, -1, -1))}

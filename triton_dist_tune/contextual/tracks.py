@@ -213,7 +213,7 @@ def open_journal(cache: DiskCache, entry: str, group: Group) -> Journal:
     """This rank's crash journal of one (kernel, key) entry (the one place that builds a Journal here): named by
     the group, so that two groups of one job never read or delete each other's; its records name the job and the
     group, as ``autotune``'s do (with ``ALWAYS_TUNE``, a restart of this job still reads them)."""
-    ranks = list(getattr(group, "global_ranks", []) or [])
+    ranks = list(group.member_ranks)
     identity = {"job": settings.current().job_id, "group": group.name, "ranks": ranks}
     return Journal(journal_path(cache.folder, entry, group), identity)
 

@@ -417,7 +417,7 @@ class Tuning:
 def journal_of(tuning: Tuning) -> Journal:
     """The tuning's crash journal on this rank, for its entry: its file names the group (name and global ranks)."""
     group = tuning.group
-    ranks = list(getattr(group, "global_ranks", []) or [])
+    ranks = list(group.member_ranks)
     return Journal(journal_path(tuning.tuner.cache.folder, tuning.journal_entry, group),
                    {"job": tuning.env.job_id, "group": group.name, "ranks": ranks,
                     "kept": kept_print(tuning.kept_mark)})

@@ -126,6 +126,9 @@ class Group:
     title: str = "this process alone"
     #: what identifies the group in this process's state (decisions, tables): its kind, name and global ranks
     identity: tuple = ("single",)
+    #: the members' global ranks, by group rank, for records (journals): a torch group's global ranks, an mpi4py
+    #: communicator's ``COMM_WORLD`` ranks; empty where they are not known (one process)
+    member_ranks: tuple = ()
 
     def __init__(self) -> None:
         #: held by a thread for a whole tuning on this group, so that two threads never interleave its exchanges

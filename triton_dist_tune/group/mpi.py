@@ -31,7 +31,8 @@ class MpiGroup(Group):
             self._wait(request, "setting up its control channel (Idup)", timeout, comm.Get_rank())
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
-        self.identity = ("mpi", self.name, _world_ranks(comm))
+        self.member_ranks = _world_ranks(comm)
+        self.identity = ("mpi", self.name, self.member_ranks or (self.size,))
 
     def _wait(self, request: Any, what: str, timeout: float | None, rank: int) -> None:
         timeout = default_timeout() if timeout is None else timeout
@@ -62,10 +63,11 @@ class MpiGroup(Group):
 
 
 def _world_ranks(comm: Any) -> tuple:
-    """The COMM_WORLD ranks of an mpi4py communicator's members (its size alone where they cannot be found)."""
+    """The COMM_WORLD ranks of an mpi4py communicator's members (none where they cannot be found)."""
     try:
         from mpi4py import MPI
 
-        return tuple(comm.Get_group().Translate_ranks(list(range(comm.Get_size())), MPI.COMM_WORLD.Get_group()))
+        ranks = comm.Get_group().Translate_ranks(list(range(comm.Get_size())), MPI.COMM_WORLD.Get_group())
     except Exception:
-        return (comm.Get_size(),)
+        return ()
+    return tuple(int(r) for r in ranks) if all(r is not None and r >= 0 for r in ranks) else ()

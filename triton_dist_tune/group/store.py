@@ -90,6 +90,7 @@ class StoreGroup(Group):
             raise BadInputError(not_a_member(option))
         self.size = dist.get_world_size(pg)
         self.global_ranks = list(dist.get_process_group_ranks(pg))
+        self.member_ranks = tuple(self.global_ranks)
         self.name = c10d._get_process_group_name(pg) or "default"
         self.identity = ("torch", self.name, tuple(self.global_ranks))
         world = c10d._get_process_group_name(dist.group.WORLD) if dist.group.WORLD is not None else None
