@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import pytest
 from harness import HERE, describe, run_process, run_ranks, tuner_env
@@ -247,6 +248,26 @@ def test_a_peer_that_waits_only_after_a_wrong_rank_has_ended_stops_at_once_namin
     assert waited["seconds"] < 60 / 4, waited
 
 
+@pytest.mark.timeout(150)
+def test_a_peer_that_waits_only_after_a_wrong_rank_was_killed_stops_at_once_naming_it(tmp_path):
+    """As the test above, but rank 1 SIGKILLs itself after its calls: no exit hook marks its note. The note names
+    the process that posted it (host, pid, start time), and rank 0 runs on the same host: it reads that process
+    gone and raises GroupTimeoutError at once (under a quarter of its 60 s deadline), naming rank 1 as killed and
+    quoting its note's error. Before: rank 0 waited its whole deadline."""
+    results = run_ranks(CASES, 4, ["wrong_group_withdrawn_then_killed"], env=tuner_env(tmp_path, timeout=60),
+                        timeout=130)
+    assert results[1].returncode == -signal.SIGKILL, describe(results)
+    assert all(results[r].returncode == 0 for r in (0, 2, 3)), describe(results)
+    wrong, again = results[1].results
+    assert wrong["error"] == "BadInputError" and again["error"] is None, describe(results)
+    waited = results[0].result
+    assert waited["error"] == "GroupTimeoutError", waited
+    assert "global rank 1, which has ended" in waited["message"], waited
+    assert "is gone: it was killed" in waited["message"], waited
+    assert wrong["message"][:200] in waited["message"], waited
+    assert waited["seconds"] < 60 / 4, waited
+
+
 @pytest.mark.timeout(60)
 def test_the_ended_mark_is_the_notes_own_and_a_store_gone_at_exit_holds_no_exit():
     """Notes.end (the exit hook) rewrites this process's note with an ``ended`` time, its other fields kept; with
@@ -281,3 +302,34 @@ def test_the_ended_mark_is_the_notes_own_and_a_store_gone_at_exit_holds_no_exit(
     started = time.monotonic()
     notes.end()
     assert time.monotonic() - started < 10 * ENDED_WAIT_S
+
+
+@pytest.mark.timeout(60)
+def test_a_notes_process_reads_gone_only_on_its_own_host_once_it_has_ended():
+    """A note's process (group/note.py): this process is not gone; a child is gone once killed (a zombie, then
+    reaped: no such pid), and a pid that started at another time is another process; a process of another host or
+    pid namespace is never read as gone (it cannot be told)."""
+    import subprocess
+    import sys
+    import time
+
+    from triton_dist_tune.group.note import process_gone, this_process
+
+    me = this_process()
+    assert me is not None and not process_gone(tuple(me))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        host, pid, start = this_process()[0], child.pid, None
+        with open(f"/proc/{pid}/stat") as stat:
+            start = int(stat.read().rpartition(")")[2].split()[19])
+        assert not process_gone((host, pid, start))
+        assert process_gone((host, pid, start + 1))  # the pid used again by another process
+        assert not process_gone(("another-boot:1", pid, start + 1))
+        child.kill()
+        while open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] not in "ZX":
+            time.sleep(0.01)  # (the kill lands within milliseconds)
+        assert process_gone((host, pid, start))  # a zombie: ended, not reaped yet
+    finally:
+        child.kill()
+        child.wait()
+    assert process_gone((host, pid, start))

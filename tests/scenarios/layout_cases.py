@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import time
 
@@ -195,7 +196,7 @@ def wrong_group_withdrawn_before_a_peer_waits():
     with the group it is not in (BadInputError, a note) and again on its replica group {1, 3}, with rank 3 (the note
     withdrawn): rank 0 reaches its wait for rank 1 after the withdrawal, and rank 1 never comes to that group. Rank 2
     does not call."""
-    withdrawn_before_a_peer_waits("withdrawn_then_late", ended=False)
+    withdrawn_before_a_peer_waits("withdrawn_then_late", end="")
 
 
 @case
@@ -205,13 +206,23 @@ def wrong_group_withdrawn_then_ended():
     hooks have run (an exit hook the case registered before rank 1's first call, so that it runs after the
     tuner's, sets a key rank 0 waits for). Ranks 0, 2 and 3 end without :func:`_cases.main`'s barrier (rank 1 is
     gone), rank 0, which hosts the store, last."""
-    withdrawn_before_a_peer_waits("withdrawn_then_ended", ended=True)
+    withdrawn_before_a_peer_waits("withdrawn_then_ended", end="exit")
 
 
-def withdrawn_before_a_peer_waits(name: str, ended: bool) -> None:
+@case
+def wrong_group_withdrawn_then_killed():
+    """As :func:`wrong_group_withdrawn_then_ended`, but rank 1 SIGKILLs itself after its calls (no exit hook runs,
+    nothing marks its note), and rank 0 calls on its TP group once rank 1 has withdrawn its note (before or after
+    the kill lands)."""
+    withdrawn_before_a_peer_waits("withdrawn_then_killed", end="kill")
+
+
+def withdrawn_before_a_peer_waits(name: str, end: str) -> None:
     """Rank 1 calls ``name``'s function with a TP group it is not in, then on its replica group {1, 3} with rank 3;
-    then rank 0 calls it on its TP group {0, 1} and waits for rank 1 there. ``ended``: rank 1 ends its process
-    after its calls, and rank 0 calls only after rank 1's exit hooks have run."""
+    then rank 0 calls it on its TP group {0, 1} and waits for rank 1 there. ``end``: "exit": rank 1 ends its
+    process after its calls, and rank 0 calls only after rank 1's exit hooks have run; "kill": rank 1 SIGKILLs
+    itself after its calls; "": rank 1 stays."""
+    ended = bool(end)
     tdt.init_distributed()
     me = dist.get_rank()
     store = dist.distributed_c10d._get_default_store()
@@ -219,14 +230,17 @@ def withdrawn_before_a_peer_waits(name: str, ended: bool) -> None:
     across = [dist.new_group([0, 2]), dist.new_group([1, 3])]
     f = layer(name)
     if me == 0:
-        store.wait(["case/exited" if ended else "case/withdrawn"])  # rank 1's calls are over (and its process)
+        store.wait(["case/exited" if end == "exit" else "case/withdrawn"])  # rank 1's calls are over (its process)
         call(f, autotune_pg=tps[0])
     elif me == 1:
-        if ended:  # registered before the tuner's hook (at rank 1's first note): runs after it
+        if end == "exit":  # registered before the tuner's hook (at rank 1's first note): runs after it
             atexit.register(store.set, "case/exited", b"1")
         call(f, autotune_pg=tps[1])  # not a member: BadInputError, a note
         call(f, autotune_pg=across[1])  # a right group: the note withdrawn
         store.set("case/withdrawn", b"1")
+        if end == "kill":
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
         if ended:
             dist.destroy_process_group()
             sys.exit(0)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 #: a group as a note names it: its name and its global ranks (those of :class:`Waiter`)
@@ -39,6 +41,14 @@ class Note(NamedTuple):
     #: when the rank's process ended normally (unix seconds; None: not said): it comes to no exchange any more
     #: (:meth:`~triton_dist_tune.group.unresolved.Notes.end`)
     ended: float | None = None
+    #: the process that posted it, as :func:`this_process` names it (None: not said), so that a rank on the same
+    #: host can tell it has gone without marking its note (killed, or dead without running its exit hooks)
+    process: tuple[str, int, int] | None = None
+
+    def gone(self) -> bool:
+        """Whether the rank's process has ended: its note says so (:attr:`ended`), or it ran on this host and is
+        gone (:func:`process_gone`)."""
+        return self.ended is not None or process_gone(self.process)
 
     def concerns(self, inside: Sequence[str]) -> bool:
         """Whether a wait inside calls of the functions ``inside`` is concerned (either side unmarked: yes)."""
@@ -61,9 +71,12 @@ class Note(NamedTuple):
     def why_ended(self, rank: int, chars: int) -> str:
         """For the error of a wait for global rank ``rank``, whose note this is and whose process has ended: why the
         wait stopped (the note's error quoted, up to ``chars`` characters)."""
-        return (f"global rank {rank}, which has ended: its process exited normally (its exit hook marked its note in "
-                "the job's store), so it comes to no exchange any more and this wait cannot succeed. Before it ended, "
-                f"it raised BadInputError{self.went_on()}: {self.text[:chars]}")
+        how = "its process exited normally (its exit hook marked its note in the job's store)"
+        if self.ended is None:
+            how = (f"its process (pid {self.process[1] if self.process else '?'}, on this host) is gone: it was killed "
+                   "or died without running its exit hooks")
+        return (f"global rank {rank}, which has ended: {how}, so it comes to no exchange any more and this wait "
+                f"cannot succeed. Before it ended, it raised BadInputError{self.went_on()}: {self.text[:chars]}")
 
     def why_withdrawn(self, rank: int, since: float, chars: int) -> str:
         """For a timeout's message, of a wait for global rank ``rank`` that began at ``since`` (unix seconds) after
@@ -103,6 +116,53 @@ def parse_marks(line: str) -> tuple[float | None, tuple[GroupId, ...], float | N
         return None, (), None
     when, ended = _time_of(value.get("withdrawn")), _time_of(value.get("ended"))
     return when, (_groups_of(value.get("to")) or ()) if when is not None else (), ended
+
+
+def parse_process(line: str) -> tuple[str, int, int] | None:
+    """A note's second line's ``process`` (:func:`this_process`), or None (not said, or not understood)."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    found = value.get("process") if isinstance(value, dict) else None
+    if not (isinstance(found, list) and len(found) == 3 and isinstance(found[0], str)
+            and type(found[1]) is int and type(found[2]) is int):
+        return None
+    return found[0], found[1], found[2]
+
+
+def this_process() -> list[Any] | None:
+    """This process as a note names it: ``[host, pid, start]``, where ``host`` is the machine's boot id and its pid
+    namespace (pids of two processes with the same ``host`` name processes alike), and ``start`` the process's start
+    time in clock ticks since boot (a pid used again names another start); None where ``/proc`` does not say."""
+    try:
+        host = f"{Path('/proc/sys/kernel/random/boot_id').read_text().strip()}:{os.stat('/proc/self/ns/pid').st_ino}"
+        start = _started(os.getpid())
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if start is None else [host, os.getpid(), start]
+
+
+def process_gone(process: tuple[str, int, int] | None) -> bool:
+    """Whether ``process`` (a note's :attr:`Note.process`) ran on this host (as :func:`this_process` names it) and
+    has ended: no process has its pid now, or one that started at another time, or it is a zombie. False wherever
+    that cannot be told (another host, another pid namespace, ``/proc`` unreadable)."""
+    me = this_process()
+    if process is None or me is None or process[0] != me[0]:
+        return False
+    try:
+        return _started(process[1]) != process[2]
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _started(pid: int) -> int | None:
+    """Process ``pid``'s start time (clock ticks since boot; ``/proc/PID/stat``'s 22nd field), None for a zombie
+    (ended, not yet reaped)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 def _time_of(value: Any) -> float | None:

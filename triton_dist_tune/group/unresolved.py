@@ -51,7 +51,10 @@ once, naming the rank as ended and quoting its note's error; it neither passes i
 (as after a timeout: the rank never comes, and every rank of the group that waits for it stops at the same
 exchange, each reading the same mark). Nothing marks the note of a process killed, or that died without running
 its exit hooks (``os._exit``, a signal), nor a process group's destruction (torch has no hook for it, and a
-process may initialize torch.distributed again): a wait for such a rank is bounded by its deadline alone.
+process may initialize torch.distributed again). A note names the process that posted it, though (the machine's
+boot id and pid namespace, its pid and start time: :func:`~triton_dist_tune.group.note.this_process`): a waiting
+rank on the same host and pid namespace reads that process gone (no such process, or a zombie) as ended too. A wait
+on another host for a killed rank is bounded by its deadline alone.
 
 Without the mark, that peer waits its deadline: no rule can stop it safely. The wrong rank never resolved the group
 it was meant for, so its note cannot say which group or exchange it was about, and its wrong call took no sequence
@@ -90,7 +93,7 @@ from datetime import timedelta
 from typing import Any
 
 from .. import settings
-from .note import GroupId, Note, Waiter, parse_about, parse_marks
+from .note import GroupId, Note, Waiter, parse_about, parse_marks, parse_process, this_process
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -202,6 +205,9 @@ class Notes:
             if not store.check([key]):
                 store.add(f"{_prefix()}count", 1)
             said: dict[str, Any] = {"about": list(_calls()), "posted": time.time()}
+            process = this_process()
+            if process is not None:
+                said["process"] = process
             if groups is not None:
                 said["groups"] = [[name, list(ranks)] for name, ranks in groups]
             store.set(key, f"{root}\n{json.dumps(said)}\n{message}".encode())
@@ -330,7 +336,7 @@ class Notes:
                 root, _, rest = store.get(key).decode(errors="replace").partition("\n")
                 about, _, text = rest.partition("\n")
                 names, posted, groups = parse_about(about)
-                found[rank] = Note(root, names, text, posted, groups, *parse_marks(about))
+                found[rank] = Note(root, names, text, posted, groups, *parse_marks(about), parse_process(about))
         return found
 
     def look(self, store: Any, global_ranks: Sequence[int],
@@ -342,7 +348,7 @@ class Notes:
         found = self.read(store, global_ranks)
         stopping = self.unanswered(store, found, where)
         return stopping, {rank: note for rank, note in found.items()
-                          if note.ended is not None and rank not in stopping}
+                          if note.gone() and rank not in stopping}
 
     def unanswered(self, store: Any, found: dict[int, Note], where: Waiter | None = None) -> dict[int, Note]:
         """The notes ``found`` (:meth:`read`) about a call this thread is inside, whose root this process has not
