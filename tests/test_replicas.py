@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from harness import HERE, run_ranks, tuner_env
 
@@ -389,3 +391,132 @@ def test_where_every_leader_failed_and_the_budget_is_spent_the_first_pass_decide
         text = (tmp_path / "logs" / f"rank-{rank}.log").read_text()
         assert "every leader failed on some replica (configs 0, 1); the time budget is spent" in text, text
         assert "(leaders' race 2)" not in text and "(race 2)" not in text, text
+
+
+def _killed_attempts(tmp_path, kill_rank: int, kill_runs: str, runs: int, own_folders: bool = False) -> list:
+    """Run ``replicas_cases.every_leader_fails_next_killed`` as ``runs`` attempts of one job on two one-rank
+    replicas (T = 10 s), rank ``kill_rank`` SIGKILLed in the attempts ``kill_runs`` (the first in the second leaders'
+    race's settled rounds, the others in the config it died in then), each attempt's ranks ended within 120 s; with
+    ``own_folders`` each rank keeps its cache and journals in a folder of its own (ranks on different nodes), else
+    they share one. Returns each attempt's rank results."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    env = tuner_env(tmp_path, 10, FAULT_DIR=str(calls), KILL_RANK=str(kill_rank), KILL_RUNS=kill_runs)
+    own = {r: {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / f"cache{r}")} for r in (0, 1)} if own_folders else None
+    return [run_ranks(CASES, 2, ["every_leader_fails_next_killed"], env={**env, "RUN": str(run)}, timeout=120,
+                      per_rank_env=own) for run in range(runs)]
+
+
+def _calls(tmp_path, rank: int, run: int) -> list[tuple[int, int, str]]:
+    """The calls rank ``rank`` ran in attempt ``run``: (config, leaders' race or 0, phase), in order."""
+    lines = (tmp_path / "calls" / f"calls.rank{rank}").read_text().split("\n")
+    return [(int(v), int(race), phase) for r, v, race, phase in (line.split() for line in lines if line)
+            if r == str(run)]
+
+
+def _lost_a_rank(tmp_path, results, kill_rank: int, run: int) -> int:
+    """Assert that attempt ``run`` lost rank ``kill_rank`` (SIGKILLed) and its peer ended at once with a
+    ``GroupTimeoutError`` (exit 0: the case prints it); returns the config the rank died in (FAULT_DIR's
+    ``killed.<run>``)."""
+    survivor = 1 - kill_rank
+    assert results[kill_rank].returncode == -9 and results[survivor].returncode == 0, [r.stderr[-2000:]
+                                                                                      for r in results]
+    assert results[survivor].result["error"] in ("GroupTimeoutError", "RankFailedError"), results[survivor].result
+    killed = int((tmp_path / "calls" / f"killed.{run}").read_text())
+    assert _calls(tmp_path, kill_rank, run)[-1][0] == killed
+    return killed
+
+
+def _second_race_lost_a_rank(tmp_path, results, kill_rank: int) -> int:
+    """Assert the first attempt's trap: leaders 0 and 1 raised on replica 0 in their settled rounds, a second
+    leaders' race began on both ranks (logged), and ``kill_rank`` died in one of its leaders (configs 2, 3) there;
+    returns that config."""
+    killed = _lost_a_rank(tmp_path, results, kill_rank, 0)
+    assert killed in (2, 3) and _calls(tmp_path, kill_rank, 0)[-1] == (killed, 2, "settled"), killed
+    assert {v for v, race, phase in _calls(tmp_path, 0, 0) if (race, phase) == (1, "settled")} == {0, 1}
+    for rank in (0, 1):
+        log = (tmp_path / "logs" / f"rank-{rank}.log").read_text()
+        assert log.count("every leader failed on some replica (configs 0, 1); racing the next leaders of the first "
+                         "pass on every replica (leaders' race 2)") == 1, log
+    return killed
+
+
+def _decided_alike(results) -> dict:
+    """Assert that both ranks of an attempt exit 0 with the same record, raising nothing; returns it."""
+    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+    first, second = (r.result for r in results)
+    assert first == second, (first, second)
+    assert first.pop("raised") == [] and "error" not in first, first
+    return first
+
+
+def _left_out(record: dict, config: int, error: str) -> None:
+    """Assert that ``config`` is failed in ``record`` with an error that starts with ``error``, naming what to do."""
+    state, time, samples, *_, message = record["outcomes"][str(config)]
+    assert (state, time, samples) == ("failed", None, 0), record
+    assert message.startswith(error) and message.endswith("TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1"), message
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kill_rank", [0, 1])
+def test_a_rank_killed_in_the_second_leaders_race_resumes_alike_on_a_rerun(tmp_path, kill_rank):
+    """:func:`test_the_replicas_race_the_next_leaders_when_every_leader_failed_on_some_replica` as a job that loses
+    a rank (``replicas_cases.every_leader_fails_next_killed``, one cache folder): leaders 0 and 1 raise on replica 0
+    in their settled rounds, and in the second leaders' race (configs 2 and 3) rank ``kill_rank`` is SIGKILLed inside
+    one of them; its peer ends at the leaders' exchange (``GroupTimeoutError``: no sign of life, or the store lost
+    with rank 0). The rerun, on the same folder, reads every replica's journals: configs 0 and 1 are failed from the
+    earlier attempt and never run again on any rank; the config the rank died in is a suspect (one attempt ended
+    inside it), measured once more; configs 2 and 3, ``measured`` in the journals (a first pass's times are not
+    resumed: raced again), are raced again alike on both replicas; both ranks exit 0 and record the same decision,
+    config 2 (runner-up 3, every round's samples), written once to the cache, the journals removed."""
+    first, again = _killed_attempts(tmp_path, kill_rank, "0", 2)
+    killed = _second_race_lost_a_rank(tmp_path, first, kill_rank)
+    owner = killed % 2  # the replica whose share holds it (replica j races positions j, j + 2 of [0, 1, 2, 3])
+    log = (tmp_path / "logs" / f"rank-{owner}.log").read_text()
+    assert (f"config {killed} from the journal: suspect: ranks [0] were inside this config when 1 earlier attempt(s) "
+            "ended without an error") in log, log
+    record = _decided_alike(again)
+    rounds = 1 + SETTLED_CYCLES
+    assert (record["chosen"], record["runner_up"], record["rounds"], record["cut"]) == (2, 3, rounds, False), record
+    for config in (0, 1):
+        _left_out(record, config, "in an earlier attempt: rank 0: RuntimeError: CUDA error: launch failure of config "
+                                  f"{config} on replica 0 in its settled")
+    for config in (2, 3):
+        state, _, samples, _, kept, error = record["outcomes"][str(config)]
+        assert (state, samples, kept, error) == ("measured", rounds, rounds, None), record
+    for rank in (0, 1):
+        ran = _calls(tmp_path, rank, 1)
+        assert {v for v, _, _ in ran} == {2, 3}, ran  # the failed leaders never run again
+        # outside the leaders' races: its share's survivor (config 2 + rank), and the decided call of config 2
+        assert {v for v, race, _ in ran if race == 0} == {2, 2 + rank}, ran
+        assert {(v, race) for v, race, phase in ran if phase == "settled"} == {(2, 1), (3, 1)}, ran
+    cache = tmp_path / "cache"
+    assert not list(cache.rglob("*.journal")), list(cache.rglob("*"))
+    (entry,) = (p for p in cache.rglob("*.json"))
+    stored = json.loads(entry.read_text())
+    assert stored["index"] == 2, stored
+    assert {str(m["index"]): [m["state"], m["time"], m["samples"], m["error"]] for m in stored["measurements"]} == \
+        {i: [o[0], o[1], o[2], o[5]] for i, o in record["outcomes"].items()}, (stored, record)
+
+
+@pytest.mark.timeout(300)
+def test_a_config_that_ends_two_attempts_of_the_second_leaders_race_is_left_out_as_crashed(tmp_path):
+    """:func:`test_a_rank_killed_in_the_second_leaders_race_resumes_alike_on_a_rerun` where rank 1 dies in the same
+    config again in the rerun (a suspect measured once more: in its replica's first pass), each rank keeping its
+    journals in a folder of its own (ranks on different nodes). The third attempt leaves that config out as crashed
+    (two attempts ended inside it), never running it, with configs 0 and 1 failed as before: both ranks exit 0 and
+    choose the other of configs 2 and 3, alike."""
+    first, second, third = _killed_attempts(tmp_path, 1, "0,1", 3, own_folders=True)
+    killed = _second_race_lost_a_rank(tmp_path, first, 1)
+    assert _lost_a_rank(tmp_path, second, 1, 1) == killed
+    record = _decided_alike(third)
+    other = 5 - killed
+    assert (record["chosen"], record["runner_up"], record["cut"]) == (other, None, False), record
+    _left_out(record, killed, "crashed: ranks [0] were inside this config when 2 earlier "
+                              "attempt(s) ended without an error")
+    for config in (0, 1):
+        _left_out(record, config, "in an earlier attempt: rank 0: RuntimeError: CUDA error: launch failure of config "
+                                  f"{config} on replica 0 in its settled")
+    for rank in (0, 1):
+        assert {v for v, _, _ in _calls(tmp_path, rank, 2)} == {other}, _calls(tmp_path, rank, 2)
+    assert not list(tmp_path.glob("cache*/**/*.journal")), list(tmp_path.glob("cache*/**/*"))

@@ -8,8 +8,12 @@ the model, whatever the machine's load.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -232,13 +236,15 @@ def recorded_table(tuned) -> dict:
 
 
 def leader_fails(phase: str | None, timing: str = "steady", ms: tuple[float, ...] = FAIL_MS,
-                 failing: tuple[int, ...] = (1,), name: str | None = None, budget: float | None = None) -> None:
+                 failing: tuple[int, ...] = (1,), name: str | None = None, budget: float | None = None,
+                 timeout: float = 30, before: Callable[[int], None] | None = None) -> None:
     """Two one-rank replicas tune configs 0 (replica 0's share) and 1 (replica 1's, the faster: ``ms``, each call's
     time on every device) in ``timing`` on the virtual device clock: both are their share's winners, so both are
     raced again on both replicas; on replica 0 alone the configs of ``failing`` (config 1 unless told) raise (a
     launch failure) in the leaders' race's ``phase`` (:func:`leaders_phase`), where replica 1 races them to the end.
     Prints :func:`recorded_table` (or the error every rank raised: its type and message) and the phases in which a
-    config raised here. ``budget``: ``autotune``'s, whose clock reads spent on this rank once a config raised here."""
+    config raised here. ``budget``: ``autotune``'s, whose clock reads spent on this rank once a config raised here.
+    ``timeout``: ``autotune``'s; ``before(v)``: called first in every call of config ``v``."""
     from reliability_c_cases import one_rank_replicas
 
     layout = one_rank_replicas()
@@ -246,8 +252,10 @@ def leader_fails(phase: str | None, timing: str = "steady", ms: tuple[float, ...
     raised: list[str] = []
 
     @tdt.autotune([{"v": v} for v in range(len(ms))], key_fn=lambda x: x.numel(), n_warmup=1,
-                  name=name or f"leader_fails_{phase}", timeout=30, timing=timing, budget=budget)
+                  name=name or f"leader_fails_{phase}", timeout=timeout, timing=timing, budget=budget)
     def f(x, *, v):
+        if before is not None:
+            before(v)
         if rank == 0 and v in failing and leaders_phase() == phase:
             raised.append(phase)
             raise RuntimeError(f"CUDA error: launch failure of config {v} on replica 0 in its {phase} (injected)")
@@ -375,6 +383,48 @@ def every_leader_fails_next_cut():
     raised there: the replicas' agreed clock is spent at the leaders' exchange, so no second leaders' race runs and
     the first pass decides among the next leaders (a cut)."""
     leader_fails("settled", ms=NEXT_MS, failing=(0, 1), name="every_leader_fails_next_cut", budget=1000.0)
+
+
+def leaders_race() -> int:
+    """Which of the replicas' leaders' races (1, 2, ...: ``replicas._race_leaders``'s ``attempt``) the tuner runs
+    this call in; 0 outside one."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_race_leaders":
+            return int(frame.f_locals.get("attempt", 0))
+        frame = frame.f_back
+    return 0
+
+
+@case
+def every_leader_fails_next_killed():
+    """:func:`every_leader_fails_next` as one attempt of a job (``RUN``), with ``autotune``'s timeout
+    ``TRITON_DIST_AUTOTUNE_TIMEOUT``: every call is logged in ``FAULT_DIR/calls.rank<r>`` (``RUN config race
+    phase``: :func:`leaders_race`, :func:`leaders_phase`). In the attempts of ``KILL_RUNS`` (``RUN`` values,
+    comma-separated) rank ``KILL_RANK`` SIGKILLs itself, as a node lost: in the first, at its first call of the
+    second leaders' race's settled rounds, in the others at its first call of the config it died in then (each
+    writes the config in ``FAULT_DIR/killed.<RUN>`` first). A rank left waiting for the killed one prints the error
+    it raised and exits at once (its peer never comes to a closing barrier)."""
+    folder = Path(os.environ["FAULT_DIR"])
+    run, kill_rank = os.environ["RUN"], int(os.environ["KILL_RANK"])
+    kill_runs = os.environ["KILL_RUNS"].split(",")
+
+    def before(v: int) -> None:
+        rank, race, phase = dist.get_rank(), leaders_race(), leaders_phase()
+        with open(folder / f"calls.rank{rank}", "a") as out:
+            out.write(f"{run} {v} {race} {phase}\n")
+        if rank != kill_rank or run not in kill_runs:
+            return
+        first = run == kill_runs[0]
+        if (race == 2 and phase == "settled") if first else v == int((folder / f"killed.{kill_runs[0]}").read_text()):
+            (folder / f"killed.{run}").write_text(str(v))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    leader_fails("settled", ms=NEXT_MS, failing=(0, 1), name="every_leader_fails_next_killed",
+                 timeout=float(os.environ["TRITON_DIST_AUTOTUNE_TIMEOUT"]), before=before)
+    if run in kill_runs:  # the attempt that lost a rank: no closing barrier
+        sys.stdout.flush()
+        os._exit(0)
 
 
 @case

@@ -232,7 +232,10 @@ def _merged(contributions: list[tuple[list[Outcome], bool, bool, bool, float]]) 
     outcomes: dict[int, Outcome] = {}
     for j, (table, *_) in enumerate(contributions):
         for outcome in table:
-            if outcome.state == "failed":  # its replica named, as a leader's failure is (:func:`_worst`)
+            # its replica named, as a leader's failure is (:func:`_worst`); not a failure resumed from an earlier
+            # attempt's journals: merged across replicas (``recovery.across``), it may have failed on another
+            # replica than the one whose share holds it (before, a leader that failed on replica 0 read "replica 1")
+            if outcome.state == "failed" and not outcome.resumed:
                 outcome = replace(outcome, error=f"replica {j}: {outcome.error or '?'}")
             outcomes.setdefault(outcome.index, outcome)
     owners: dict[int, int] = {}  # which replica measured each usable outcome (only its share's replica sends one)
