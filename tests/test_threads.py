@@ -189,6 +189,37 @@ def test_one_contextual_function_called_from_two_threads_at_once_tunes_both_keys
     assert results[0]["contextual"] == results[1]["contextual"], results
 
 
+@pytest.mark.timeout(240)
+def test_a_call_beside_the_agreement_on_another_thread_tunes_alike_on_every_rank(tmp_path):
+    # while a key is pending, thread a makes the agreement (call 4) and thread b makes call 5: on rank 0 before a's
+    # agreement opened the tuning window (its exchange held until b's call returned or waits for it), on rank 1
+    # after. Call 5 is in the window on every rank, so it tunes on every rank. Before, a call learned whether it was
+    # in the window before taking its turn, by timing: rank 0's call 5 ran hot, rank 1's tuned, and their sessions
+    # paired different calls (rank 1's call 5, meeting 64, with rank 0's call 6, meeting 48), silently: tuned calls
+    # [1, 4, 6] on rank 0, [1, 4, 5] on rank 1 (a collective kernel would have been timed with no peer)
+    results = run_ranks(CASES, 2, ["call_beside_agreement"], env=tuner_env(tmp_path, 10), timeout=200)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    r0, r1 = (r.result for r in results)
+    for r in (r0, r1):
+        assert {n: list(got) for n, got in r["results"].items()} == {str(n): ["ok"] for n in range(1, 9)}, r
+        assert r["alive"] == [] and r["agreed"] == [4], r
+        assert r["tuned"] == [1, 4, 5, 6], r  # 7: the key decided in 6; 8: the next agreement, with none pending
+    assert r0["contextual"] == r1["contextual"] and len(r0["contextual"]) == 2, (r0, r1)
+
+
+@pytest.mark.timeout(240)
+def test_a_call_beside_the_first_call_on_another_thread_runs_hot_on_every_rank(tmp_path):
+    # thread a makes the group's first call; thread b calls on rank 0 while a's call tunes, on rank 1 once it
+    # returned. Call 2 waits for the first call's end on rank 0 and runs hot on every rank. Before, whether a call
+    # was the first was read before the turn, by timing: rank 0's call 2 tuned (a session of its own), rank 1's ran
+    # hot, and rank 0 waited at the journal exchange until GroupTimeoutError (11 s, T = 10 s)
+    results = run_ranks(CASES, 2, ["call_beside_first"], env=tuner_env(tmp_path, 10), timeout=200)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in (r.result for r in results):
+        assert r["results"] == {"1": {"ok": 64.0}, "2": {"ok": 64.0}, "3": {"ok": 64.0}}, r
+        assert r["alive"] == [] and r["tuned"] == [1], r
+
+
 @pytest.mark.timeout(120)
 def test_calls_of_one_contextual_function_from_many_threads_are_each_counted_once(tmp_path, monkeypatch):
     # the agreement every sync_every calls falls on a call number: a number two threads took at once (a lost count)
@@ -236,7 +267,9 @@ def test_calls_of_a_contextual_function_alone_from_two_threads_tune_a_new_key_on
     # the key decided by the other after its first run, launched the choice untimed, stalled, and ended the key
     # 'forced, unmeasured' on config 0, which replaced the measured choice (config 1, 6x faster) in tuner.decisions,
     # the kernel's cache (every later call) and the disk cache (provisional). Now calls alone take turns on one lock
-    # (autotune's, as on any group): one tunes, the other runs its choice or finds it in the disk cache
+    # (autotune's, as on any group): one tunes, the other runs its choice or finds it in the disk cache. A call made
+    # while the first call tunes waits for it to end (whether it is the first is decided in the order of the calls'
+    # numbers), then runs hot with the choice
     import collections
     import threading
     import time
@@ -264,9 +297,10 @@ def test_calls_of_a_contextual_function_alone_from_two_threads_tune_a_new_key_on
     runs: collections.Counter = collections.Counter()
     b_calls, b_ran, a_done = threading.Event(), threading.Event(), threading.Event()
 
-    def until(event):  # the event, or the other thread waiting for this one's turn (where calls take turns)
+    def until(event):  # the event, or the other thread waiting for this one's turn or call (where calls wait)
         deadline = time.monotonic() + 10
-        while not event.is_set() and layer.tuner.group().tuning_threads() < 2 and time.monotonic() < deadline:
+        while (not event.is_set() and layer.tuner.group().tuning_threads() < 2
+               and not any(getattr(layer.tuner, "_waiting", {}).values()) and time.monotonic() < deadline):
             time.sleep(0.005)
 
     @contextual_autotune(is_dist=False, n_warmup=1, n_repeat=3)

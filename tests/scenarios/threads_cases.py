@@ -59,9 +59,10 @@ def wait_for(test: Callable[[], bool], seconds: float = WAIT_S) -> None:
         time.sleep(0.01)
 
 
-def gated() -> None:
-    """The first exchange of this process waits until two threads of this rank are tuning (at most ``WAIT_S``;
-    where the library does not count them, half a second and ``WAIT_S``)."""
+def gated(waiting: Callable[[], bool] = lambda: False) -> None:
+    """The first exchange of this process waits until two threads of this rank are tuning, or one is tuning and
+    ``waiting()`` (another waits in the library for its turn to decide whether it tunes; at most ``WAIT_S``; where
+    the library does not count them, half a second and ``WAIT_S``)."""
     real = StoreGroup.combine
     seen: list[bool] = []
 
@@ -70,7 +71,7 @@ def gated() -> None:
             seen.append(True)
             if crowd() < 0:
                 time.sleep(0.5)
-            wait_for(lambda: crowd() >= 2)
+            wait_for(lambda: crowd() >= 2 or waiting())
         return real(self, *args, **kwargs)
 
     StoreGroup.combine = combine  # type: ignore[method-assign]
@@ -304,12 +305,12 @@ def contextual_layer(entered: threading.Event | None = None, inner: Any = None) 
 
 
 def same_or_crossed(calls: dict[str, Callable[[], Any]], order: list[str], cross: bool,
-                    inside: Callable[[str], Any]) -> dict[str, Any]:
+                    inside: Callable[[str], Any], waiting: Callable[[], bool] = lambda: False) -> dict[str, Any]:
     """The calls on threads of their own (:func:`in_order`): in ``order`` on every rank, each started a tenth of a
     second after ``inside(name)`` of the one before returned; or (``cross``) crossed on rank 1, the first exchange
     gated until both threads of the rank are tuning."""
     if cross:
-        gated()
+        gated(waiting)
         return in_order(calls, crossed(order), inside_tuning)
     return in_order(calls, order, lambda name: (inside(name), time.sleep(0.1)))
 
@@ -386,7 +387,8 @@ def _one_contextual(cross: bool) -> None:
     entered = threading.Event()
     layer = contextual_layer(entered)
     calls = {"a": lambda: layer(torch.ones(64)), "b": lambda: layer(torch.ones(48))}
-    results = same_or_crossed(calls, ["a", "b"], cross, lambda name: entered.wait(WAIT_S))
+    results = same_or_crossed(calls, ["a", "b"], cross, lambda name: entered.wait(WAIT_S),
+                              lambda: any(layer.tuner._waiting.values()))  # b waits for a's call to end
     again = {n: outcome(call) for n, call in calls.items()}
     emit(results=results, again=again,
          contextual={str(k[1]): d["index"] for k, d in sorted(layer.tuner.decisions.items(), key=str)})
@@ -403,6 +405,123 @@ def one_contextual_from_two_threads() -> None:
 def one_contextual_from_two_threads_crossed() -> None:
     """As one_contextual_from_two_threads, rank 1 calling with 48 elements first."""
     _one_contextual(True)
+
+
+@case
+def call_beside_agreement() -> None:
+    """While a key is pending (met by rank 0 only, in call 2), thread a makes call 4, the agreement (sync_every=4),
+    and thread b makes call 5, timed apart on purpose: on rank 0 b calls while a's agreement is held (until b's call
+    has returned or waits for the agreement's outcome), on rank 1 once a's agreement has been made. The agreement
+    finds the pending key, so calls 4 to 7 are its tuning window (until the key is decided): every rank must tune
+    call 5, whichever thread got there first. Then calls 6 to 8 from the main thread (6 meets the key on every rank,
+    which decides it; 8 is the next agreement)."""
+    from triton_dist_tune.contextual.tuner import ContextualTuner
+
+    tdt.init_distributed()
+    in_agreement, agreed, b_done = threading.Event(), threading.Event(), threading.Event()
+    tuned_calls: list[int] = []
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, sync_every=4)
+    def layer(x: torch.Tensor) -> float:
+        out = torch.empty_like(x)
+        with INTERPRETER:
+            copy_kernel[(1,)](x, out, x.numel())
+        return float(out.sum())
+
+    def waits(call: int) -> bool:  # the call waits in the library for the calls before it (once that exists)
+        return any(call in numbers for numbers in getattr(layer.tuner, "_waiting", {}).values())
+
+    real_agree, real_tune = ContextualTuner._agree, ContextualTuner._tune
+
+    def agree(self: Any, group: Any, calls: int) -> bool:
+        if calls != 4:
+            return real_agree(self, group, calls)
+        if rank() == 0:  # b calls now; the agreement waits until b's call returned or waits for it
+            in_agreement.set()
+            wait_for(lambda: b_done.is_set() or waits(5))
+            return real_agree(self, group, calls)
+        out = real_agree(self, group, calls)
+        agreed.set()  # rank 1: b calls now
+        return out
+
+    def tune(self: Any, group: Any, calls: int, args: tuple, kwargs: dict) -> Any:
+        tuned_calls.append(calls)
+        return real_tune(self, group, calls, args, kwargs)
+
+    ContextualTuner._agree, ContextualTuner._tune = agree, tune  # type: ignore[method-assign]
+    results = {"1": outcome(layer, torch.ones(64)),  # first: tunes 64
+               "2": outcome(layer, torch.ones(48 if rank() == 0 else 64)),  # 48: pending on rank 0 only
+               "3": outcome(layer, torch.ones(64))}
+
+    def b() -> None:
+        (in_agreement if rank() == 0 else agreed).wait(WAIT_S)
+        results["5"] = outcome(layer, torch.ones(64))
+        b_done.set()
+
+    threads = [threading.Thread(target=lambda: results.update({"4": outcome(layer, torch.ones(64))}), name="a"),
+               threading.Thread(target=b, name="b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(4 * T_BESIDE)
+    results.update({str(n): outcome(layer, torch.ones(x)) for n, x in ((6, 48), (7, 64), (8, 64))})
+    emit(results=results, tuned=tuned_calls, agreed=layer.tuner.agreed_calls,
+         alive=[t.name for t in threads if t.is_alive()],
+         contextual={str(k[1]): d["index"] for k, d in sorted(layer.tuner.decisions.items(), key=str)})
+
+
+@case
+def call_beside_first() -> None:
+    """Thread a makes the group's first call (it tunes); thread b makes call 2 with the same input, timed apart on
+    purpose: on rank 0 while a's call tunes (a's first run waits until b's call returned or waits for a's), on rank
+    1 once a's call has returned. Call 2 is not the first on any rank (the first tuned to its end): every rank runs
+    it hot, whichever thread got there first. Then call 3 from the main thread."""
+    from triton_dist_tune.contextual.tuner import ContextualTuner
+
+    tdt.init_distributed()
+    inside, a_done, b_done = threading.Event(), threading.Event(), threading.Event()
+    tuned_calls: list[int] = []
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3)
+    def layer(x: torch.Tensor) -> float:
+        if threading.current_thread().name == "a" and not inside.is_set() and rank() == 0:  # b calls now
+            inside.set()
+            wait_for(lambda: b_done.is_set() or any(2 in n for n in getattr(layer.tuner, "_waiting", {}).values()))
+        out = torch.empty_like(x)
+        with INTERPRETER:
+            copy_kernel[(1,)](x, out, x.numel())
+        return float(out.sum())
+
+    real_tune = ContextualTuner._tune
+
+    def tune(self: Any, group: Any, calls: int, args: tuple, kwargs: dict) -> Any:
+        tuned_calls.append(calls)
+        return real_tune(self, group, calls, args, kwargs)
+
+    ContextualTuner._tune = tune  # type: ignore[method-assign]
+    results: dict[str, Any] = {}
+
+    def a() -> None:
+        results["1"] = outcome(layer, torch.ones(64))
+        a_done.set()
+
+    def b() -> None:
+        (inside if rank() == 0 else a_done).wait(4 * T_BESIDE)
+        results["2"] = outcome(layer, torch.ones(64))
+        b_done.set()
+
+    threads = [threading.Thread(target=a, name="a"), threading.Thread(target=b, name="b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(4 * T_BESIDE)
+    results["3"] = outcome(layer, torch.ones(64))
+    emit(results=results, tuned=tuned_calls, alive=[t.name for t in threads if t.is_alive()],
+         contextual={str(k[1]): d["index"] for k, d in sorted(layer.tuner.decisions.items(), key=str)})
+
+
+#: the tuner's timeout in call_beside_agreement (s), as tests/test_threads.py sets it
+T_BESIDE = 10
 
 
 @case

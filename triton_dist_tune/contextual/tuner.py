@@ -16,6 +16,7 @@ from ..disk import logs
 from ..errors import BadInputError
 from ..group.channel import Group
 from ..group.resolve import alone, resolve_group
+from ..group.threads import holds_a_turn
 from ..group.unresolved import calling
 from . import intercept
 from .hot import TUNE_AHEAD, HotCall
@@ -77,9 +78,14 @@ class ContextualTuner(TunerState):
         #: next call outside one (every rank captures the same calls, so every rank makes it at the same call)
         self._due: set[tuple] = set()
         self._calls: dict[tuple, int] = {}
-        #: held while a call takes its number: threads calling at once each get one of their own (a number taken
-        #: twice would move this rank's agreements, which fall on call numbers, off its peers')
-        self._counting = threading.Lock()
+        #: held while a call takes its number and decides whether it tunes: threads calling at once each get one of
+        #: their own (a number taken twice would move this rank's agreements, which fall on call numbers, off its
+        #: peers'), and decide in the order of their numbers (see ``_after_earlier``)
+        self._counting = threading.Condition(threading.Lock())
+        #: group identity -> {call number: its agreement is still to be made} of the calls tuning or agreeing now
+        self._tuning: dict[tuple, dict[int, bool]] = {}
+        #: group identity -> the numbers of the calls waiting for earlier ones to decide whether they tune
+        self._waiting: dict[tuple, set[int]] = {}
 
     def group(self) -> Group:
         """The group this function tunes with: alone (``is_dist=False``), the given one, or the default group
@@ -119,24 +125,88 @@ class ContextualTuner(TunerState):
         gid = group.identity
         with self._counting:
             calls = self._calls[gid] = self._calls.get(gid, 0) + 1
-        first = gid not in self._called
-        due = group.size > 1 and (calls % self.options.sync_every == 0 or gid in self._due)
-        window = group.size > 1 and self._in_window(group, calls)  # the last agreement's tuning calls
-        if (first or due or window) and capturing():  # inside a CUDA-graph capture: no tuning, no store, no exchange
+            if self._tuning.get(gid) or self._waiting.get(gid):  # an earlier call tunes: it may decide ours
+                self._after_earlier(group, calls)
+            first, due = self._first_due(group, calls)
+            window = group.size > 1 and self._in_window(group, calls)  # the last agreement's tuning calls
+            tunes = (first or due or window) and not capturing()
+            if tunes:
+                self._tuning.setdefault(gid, {})[calls] = due
+        if (first or due or window) and not tunes:  # inside a CUDA-graph capture: no tuning, no store, no exchange
             if first:
                 raise tuning_in_capture(self.options.name, "this is its first call, which tunes every kernel key "
                                         "it meets", TUNE_AHEAD)
             if due:
                 self._due.add(gid)  # the group's agreement waits for the next call outside a capture
-        elif first or due or window:
+        elif tunes:
             # the agreement and the tuning call are exchanges: threads of this process take turns on the group (as
             # autotune tunings do), so that their exchanges never interleave (see Group.turn); alone too, so that
             # two threads never tune one key at once (the later one's session, finding it decided by the other,
             # would stall and end it unmeasured, replacing the choice)
-            with group.turn():
-                if first or window or self._agree(group, calls):
-                    return self._tune(group, calls, args, kwargs)
+            try:
+                with group.turn():
+                    try:
+                        tune = first or window or self._agree(group, calls)
+                    finally:
+                        self._ended(gid, calls, agreement_only=True)
+                    if tune:
+                        return self._tune(group, calls, args, kwargs)
+            finally:
+                self._ended(gid, calls)
         return HotCall(self, group, calls).call(args, kwargs)
+
+    def _first_due(self, group: Group, calls: int) -> tuple[bool, bool]:
+        """Whether call number ``calls`` is the group's first (no call tuned to its end yet) and whether the
+        group's agreement falls on it (every ``sync_every`` calls, or the first call outside a capture after one
+        that fell in a capture)."""
+        gid = group.identity
+        return gid not in self._called, group.size > 1 and (calls % self.options.sync_every == 0 or gid in self._due)
+
+    def _after_earlier(self, group: Group, calls: int) -> None:
+        """(``self._counting`` held.) Wait until call ``calls`` can decide whether it tunes from what every rank
+        knows at that call: every earlier call has decided, and none still tuning or agreeing can change the
+        answer (the group's first call, an agreement not yet made, a tuning in the window, which may decide the
+        keys it waits for); a call that would tune waits for every earlier tuning call to end, so that the
+        process's tuning calls take their turns in the order of their numbers, the same on every rank. Not a
+        thread inside a tuning (holding a group's turn: the call it would wait for may wait for that turn), and
+        at most the timeout; then the call decides from what it knows (logged)."""
+        gid = group.identity
+        if holds_a_turn():
+            return
+        waiting = self._waiting.setdefault(gid, set())
+        waiting.add(calls)
+        timeout = self.options.timeout or settings.current().timeout
+        try:
+            if not self._counting.wait_for(lambda: self._decidable(group, calls), timeout):
+                logs.rank_log().warning("%s call %d: waited %g s for earlier calls on other threads to end their "
+                                        "tuning (calls %s); deciding whether it tunes without them", self.options.label,
+                                        calls, timeout, sorted(self._tuning.get(gid, {})))
+        finally:
+            waiting.discard(calls)
+            self._counting.notify_all()  # a later call may wait for this one to decide
+
+    def _decidable(self, group: Group, calls: int) -> bool:
+        """(``self._counting`` held.) Whether call ``calls`` can decide now (see ``_after_earlier``)."""
+        gid = group.identity
+        if any(n < calls for n in self._waiting[gid]):
+            return False
+        earlier = {n: agreeing for n, agreeing in self._tuning.get(gid, {}).items() if n < calls}
+        if not earlier:
+            return True
+        first, due = self._first_due(group, calls)
+        sync = self.options.sync_every
+        return not (first or due or calls < self.window_end.get(gid, 0)
+                    or any(agreeing and calls < n + sync for n, agreeing in earlier.items()))
+
+    def _ended(self, gid: tuple, calls: int, agreement_only: bool = False) -> None:
+        """Call ``calls`` made its agreement (``agreement_only``: its tuning, if any, goes on) or ended."""
+        with self._counting:
+            tuning = self._tuning.get(gid, {})
+            if agreement_only and calls in tuning:
+                tuning[calls] = False
+            else:
+                tuning.pop(calls, None)
+            self._counting.notify_all()
 
     def _tune(self, group: Group, calls: int, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A tuning call (a :class:`~.session.Session` on every rank of the group)."""

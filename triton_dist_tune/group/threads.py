@@ -150,6 +150,13 @@ class Turns:
         self.lock.release()
 
 
+def holds_a_turn() -> bool:
+    """Whether this thread holds some group's turn now (it is inside a tuning, on any group)."""
+    me = threading.get_ident()
+    with _WAITS.guard:
+        return any(owner[0] == me for owner in _WAITS.owner.values())
+
+
 def threads_note(exc: Exception, threads: int, title: str) -> None:
     """Add to ``exc`` (an exchange error raised in a turn) that ``threads`` threads of this process were tuning on
     the group ``title`` at once: the likely cause (once; an error whose arguments are not one text is left as it
