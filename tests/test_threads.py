@@ -220,6 +220,21 @@ def test_a_call_beside_the_first_call_on_another_thread_runs_hot_on_every_rank(t
         assert r["alive"] == [] and r["tuned"] == [1], r
 
 
+@pytest.mark.timeout(240)
+def test_tuning_calls_of_a_window_from_two_threads_take_their_turns_in_the_order_of_their_numbers(tmp_path):
+    # calls 5 and 6 of an agreement's tuning window from threads c and d, whose turns are timed apart: on rank 0 d's
+    # would come first, on rank 1 c's. Call 6 waits for call 5 to end on every rank, so both ranks tune 5 then 6.
+    # Before, the turn went to whichever thread took it first: rank 0 tuned [1, 4, 6, 5], rank 1 [1, 4, 5, 6], and
+    # rank 0's call 6 (meeting 48) paired with rank 1's call 5 (meeting 64), silently
+    results = run_ranks(CASES, 2, ["window_calls_from_two_threads"], env=tuner_env(tmp_path, 10), timeout=200)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    r0, r1 = (r.result for r in results)
+    for r in (r0, r1):
+        assert {n: list(got) for n, got in r["results"].items()} == {str(n): ["ok"] for n in range(1, 9)}, r
+        assert r["alive"] == [] and r["agreed"] == [4] and r["tuned"] == [1, 4, 5, 6], r
+    assert r0["contextual"] == r1["contextual"] and len(r0["contextual"]) == 2, (r0, r1)
+
+
 @pytest.mark.timeout(120)
 def test_calls_of_one_contextual_function_from_many_threads_are_each_counted_once(tmp_path, monkeypatch):
     # the agreement every sync_every calls falls on a call number: a number two threads took at once (a lost count)

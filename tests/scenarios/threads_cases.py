@@ -520,6 +520,67 @@ def call_beside_first() -> None:
          contextual={str(k[1]): d["index"] for k, d in sorted(layer.tuner.decisions.items(), key=str)})
 
 
+@case
+def window_calls_from_two_threads() -> None:
+    """Calls 5 and 6 in the tuning window of the agreement at call 4 (a key pending, sync_every=4), from threads c
+    and d (c takes its number first), their turns timed apart on purpose: on rank 0 c's turn waits until d is
+    tuning or waits for c, on rank 1 d's turn waits until c is tuning. Every rank must tune call 5 then call 6 (in
+    the order of their numbers). Then calls 7 and 8 from the main thread."""
+    from triton_dist_tune.contextual.tuner import ContextualTuner
+
+    tdt.init_distributed()
+    tuning = {"c": threading.Event(), "d": threading.Event()}
+    tuned_calls: list[int] = []
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, sync_every=4)
+    def layer(x: torch.Tensor) -> float:
+        out = torch.empty_like(x)
+        with INTERPRETER:
+            copy_kernel[(1,)](x, out, x.numel())
+        return float(out.sum())
+
+    def waits(call: int) -> bool:
+        return any(call in numbers for numbers in getattr(layer.tuner, "_waiting", {}).values())
+
+    real_tune = ContextualTuner._tune
+
+    def tune(self: Any, group: Any, calls: int, args: tuple, kwargs: dict) -> Any:
+        tuned_calls.append(calls)
+        if threading.current_thread().name in tuning:
+            tuning[threading.current_thread().name].set()
+        return real_tune(self, group, calls, args, kwargs)
+
+    group = layer.tuner.group()
+    real_turn = type(group).turn
+
+    def turn(self: Any) -> Any:
+        me = threading.current_thread().name
+        if me == "c" and rank() == 0:
+            wait_for(lambda: tuning["d"].is_set() or waits(6))
+        elif me == "d" and rank() == 1:
+            wait_for(lambda: tuning["c"].is_set())
+        return real_turn(self)
+
+    ContextualTuner._tune = tune  # type: ignore[method-assign]
+    results = {"1": outcome(layer, torch.ones(64)),  # first: tunes 64
+               "2": outcome(layer, torch.ones(48 if rank() == 0 else 64)),  # 48: pending on rank 0 only
+               "3": outcome(layer, torch.ones(64)),
+               "4": outcome(layer, torch.ones(64))}  # the agreement: the window opens
+    type(group).turn = turn  # type: ignore[method-assign]
+    threads = [threading.Thread(target=lambda: results.update({"5": outcome(layer, torch.ones(64))}), name="c"),
+               threading.Thread(target=lambda: results.update({"6": outcome(layer, torch.ones(48))}), name="d")]
+    threads[0].start()
+    wait_for(lambda: sum(layer.tuner._calls.values()) >= 5)  # c took number 5
+    threads[1].start()
+    for thread in threads:
+        thread.join(4 * T_BESIDE)
+    type(group).turn = real_turn  # type: ignore[method-assign]
+    results.update({str(n): outcome(layer, torch.ones(64)) for n in (7, 8)})
+    emit(results=results, tuned=tuned_calls, agreed=layer.tuner.agreed_calls,
+         alive=[t.name for t in threads if t.is_alive()],
+         contextual={str(k[1]): d["index"] for k, d in sorted(layer.tuner.decisions.items(), key=str)})
+
+
 #: the tuner's timeout in call_beside_agreement (s), as tests/test_threads.py sets it
 T_BESIDE = 10
 
