@@ -81,7 +81,10 @@ class ContextualTuner(TunerState):
         #: held while a call takes its number and decides whether it tunes: threads calling at once each get one of
         #: their own (a number taken twice would move this rank's agreements, which fall on call numbers, off its
         #: peers'), and decide in the order of their numbers (see ``_after_earlier``)
-        self._counting = threading.Condition(threading.Lock())
+        self._counting = threading.Lock()
+        #: on :attr:`_counting`: a call waiting for earlier ones (``_after_earlier``) wakes when one decides or ends
+        #: (a plain lock for the hot path, which enters no Python function to take it)
+        self._changed = threading.Condition(self._counting)
         #: group identity -> {call number: its agreement is still to be made} of the calls tuning or agreeing now
         self._tuning: dict[tuple, dict[int, bool]] = {}
         #: group identity -> the numbers of the calls waiting for earlier ones to decide whether they tune
@@ -127,7 +130,8 @@ class ContextualTuner(TunerState):
             calls = self._calls[gid] = self._calls.get(gid, 0) + 1
             if self._tuning.get(gid) or self._waiting.get(gid):  # an earlier call tunes: it may decide ours
                 self._after_earlier(group, calls)
-            first, due = self._first_due(group, calls)
+            first = gid not in self._called  # (inline: the hot path enters no Python function here; _first_due)
+            due = group.size > 1 and (calls % self.options.sync_every == 0 or gid in self._due)
             window = group.size > 1 and self._in_window(group, calls)  # the last agreement's tuning calls
             tunes = (first or due or window) and not capturing()
             if tunes:
@@ -177,13 +181,13 @@ class ContextualTuner(TunerState):
         waiting.add(calls)
         timeout = self.options.timeout or settings.current().timeout
         try:
-            if not self._counting.wait_for(lambda: self._decidable(group, calls), timeout):
+            if not self._changed.wait_for(lambda: self._decidable(group, calls), timeout):
                 logs.rank_log().warning("%s call %d: waited %g s for earlier calls on other threads to end their "
                                         "tuning (calls %s); deciding whether it tunes without them", self.options.label,
                                         calls, timeout, sorted(self._tuning.get(gid, {})))
         finally:
             waiting.discard(calls)
-            self._counting.notify_all()  # a later call may wait for this one to decide
+            self._changed.notify_all()  # a later call may wait for this one to decide
 
     def _decidable(self, group: Group, calls: int) -> bool:
         """(``self._counting`` held.) Whether call ``calls`` can decide now (see ``_after_earlier``)."""
@@ -206,7 +210,7 @@ class ContextualTuner(TunerState):
                 tuning[calls] = False
             else:
                 tuning.pop(calls, None)
-            self._counting.notify_all()
+            self._changed.notify_all()
 
     def _tune(self, group: Group, calls: int, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A tuning call (a :class:`~.session.Session` on every rank of the group)."""
