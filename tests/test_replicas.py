@@ -520,3 +520,34 @@ def test_a_config_that_ends_two_attempts_of_the_second_leaders_race_is_left_out_
     for rank in (0, 1):
         assert {v for v, _, _ in _calls(tmp_path, rank, 2)} == {other}, _calls(tmp_path, rank, 2)
     assert not list(tmp_path.glob("cache*/**/*.journal")), list(tmp_path.glob("cache*/**/*"))
+
+
+@pytest.mark.timeout(300)
+def test_two_one_rank_replicas_killed_in_one_config_in_one_attempt_make_it_a_suspect_in_a_shared_folder(tmp_path):
+    """Both one-rank replicas of a node SIGKILLed inside config 0 in the leaders' race of one attempt
+    (``replicas_cases.every_replica_killed_in_a_leader``), their journals in one cache folder; the rerun's rank 0
+    adopts the folder's journals first. One attempt ended inside config 0: a suspect, raced once more on both
+    replicas, both ranks deciding alike. Before, every one-process group's journal had one name (``...rank0``), told
+    apart by lock only: rank 0's process adopted both files and counted the two processes' ends as two attempts,
+    so config 0 was left out at once (``crashed: ... when 2 earlier attempt(s) ended``) on every rank."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    env = tuner_env(tmp_path, 10, FAULT_DIR=str(calls))
+    first = run_ranks(CASES, 2, ["every_replica_killed_in_a_leader"], env={**env, "RUN": "0"}, timeout=120)
+    assert [r.returncode for r in first] == [-9, -9], [r.stderr[-2000:] for r in first]
+    for rank in (0, 1):
+        assert _calls(tmp_path, rank, 0)[-1][0] == 0 and _calls(tmp_path, rank, 0)[-1][2] != "None"
+    journals = sorted(p.name for p in (tmp_path / "cache").rglob("*.journal"))
+    assert len(journals) == 2, journals
+    again = run_ranks(CASES, 2, ["every_replica_killed_in_a_leader"], env={**env, "RUN": "1"}, timeout=120)
+    record = _decided_alike(again)
+    log = (tmp_path / "logs" / "rank-0.log").read_text()  # config 0 is replica 0's share
+    assert ("config 0 from the journal: suspect: ranks [0] were inside this config when 1 earlier attempt(s) ended "
+            "without an error") in log, log
+    for rank in (0, 1):
+        assert "crashed" not in (tmp_path / "logs" / f"rank-{rank}.log").read_text()
+        assert 0 in {v for v, race, _ in _calls(tmp_path, rank, 1) if race}, _calls(tmp_path, rank, 1)
+    state, _, samples, *_, error = record["outcomes"]["0"]
+    assert (state, error) == ("measured", None) and samples > 0, record
+    assert record["chosen"] == 1, record
+    assert not list((tmp_path / "cache").rglob("*.journal")), list((tmp_path / "cache").rglob("*"))

@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -425,6 +426,48 @@ def every_leader_fails_next_killed():
     if run in kill_runs:  # the attempt that lost a rank: no closing barrier
         sys.stdout.flush()
         os._exit(0)
+
+
+@case
+def every_replica_killed_in_a_leader():
+    """:func:`leader_fails` with nothing raising (``FAIL_MS``: config 1 the faster) as one attempt of a job (``RUN``),
+    the ranks sharing one cache folder (one node): in ``RUN`` 0 every rank SIGKILLs itself at its first call of
+    config 0 in the leaders' race, as a node lost with both processes inside it. In ``RUN`` 1 rank 1 opens its
+    journal only once rank 0 has opened its own (``FAULT_DIR/opened.rank0``, waited for at most 30 s), so that rank
+    0's process is the first to adopt the unlocked journals of the folder. Every call is logged in
+    ``FAULT_DIR/calls.rank<r>`` (``RUN config race phase``)."""
+    from triton_dist_tune.faults.journal import Journal
+
+    folder = Path(os.environ["FAULT_DIR"])
+    run = os.environ["RUN"]
+    opened = folder / "opened.rank0"
+    adopt = Journal._open
+
+    def in_turn(self) -> bool:
+        if self._held:
+            return adopt(self)
+        rank = dist.get_rank()
+        if rank == 1:
+            for _ in range(300):
+                if opened.exists():
+                    break
+                time.sleep(0.1)
+        held = adopt(self)
+        if rank == 0:
+            opened.touch()
+        return held
+
+    def before(v: int) -> None:
+        rank, race, phase = dist.get_rank(), leaders_race(), leaders_phase()
+        with open(folder / f"calls.rank{rank}", "a") as out:
+            out.write(f"{run} {v} {race} {phase}\n")
+        if run == "0" and v == 0 and phase is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    if run == "1":
+        Journal._open = in_turn  # type: ignore[method-assign]
+    leader_fails("settled", failing=(), name="every_replica_killed_in_a_leader",
+                 timeout=float(os.environ["TRITON_DIST_AUTOTUNE_TIMEOUT"]), before=before)
 
 
 @case

@@ -1,8 +1,9 @@
 """The crash journal: every step of a tuning, appended to disk as it happens, one JSON object per line.
 
 Each rank keeps its own journal next to the cache entry it is tuning, in its own cache folder
-(``<entry>.<group>.rank<r>.journal``, where ``<group>`` is a fingerprint of the group's name and global ranks, so
-that two groups tuning the same entry on one node never adopt each other's journals). Every record carries the
+(``<entry>.<group>.rank<r>.journal``, where ``<group>`` is a fingerprint of the group's name and global ranks, and
+for a group of one process under torch.distributed of that process's global rank, so that two groups tuning the
+same entry on one node, one-rank replicas included, never adopt each other's journals). Every record carries the
 job's identity (``TRITON_DIST_AUTOTUNE_JOB_ID``, torchrun's run id or Slurm's job id), the group's name and global
 ranks and the wall time it was written (``at``, unix seconds). A record is one line written with a single
 ``write``, so a record is either in the file whole or (after a power loss or a full disk) a torn last line, which

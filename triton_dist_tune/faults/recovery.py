@@ -2,8 +2,9 @@
 every rank shares, from which every resume decision is taken (never from a rank's own file).
 
 - :func:`journal_path`: where a rank's journal of a cache entry lives: ``<entry>.<group>.rank<r>.journal``, where
-  ``<group>`` fingerprints the group's identity (kind, name, global ranks), for ``autotune`` and
-  ``contextual_autotune`` alike, so that two groups of one job never read or delete each other's journals.
+  ``<group>`` fingerprints the group's identity (kind, name, global ranks; for a group of one process, that
+  process's global rank too), for ``autotune`` and ``contextual_autotune`` alike, so that two groups of one job
+  never read or delete each other's journals.
 - :func:`shared_view`: one exchange of every rank's records, merged (:func:`~.journal.merge`) into the same
   outcome per config on every rank; :func:`across` widens it over the replicas of a layout (a failure anywhere is a
   failure everywhere); :func:`gather_entries` gathers every journal of a group's contextual entries at once.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import re
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,8 +35,30 @@ _WEIGHT = {"failed": 3, "suspect": 2, "stopped": 1, "measured": 0, "interrupted"
 
 
 def group_tag(group: Group) -> str:
-    """A short fingerprint of the group's identity (kind, name, global ranks), for file names."""
-    return fingerprint(repr(group.identity))[:10]
+    """A short fingerprint of the group's identity (kind, name, global ranks), for file names. A group of this
+    process alone (``("single",)``, every one-rank group: each one-rank replica of ``autotune_replicas``) adds this
+    process's global rank where torch.distributed is initialized, so that the processes of a job on one node keep
+    journals of their own names in a shared folder, found again by the same process rank on a restart. (Before,
+    they all wrote ``...rank0`` and told their files apart by lock only; a rerun's first process adopted every one,
+    counting two processes' ends inside a config in one attempt as two attempts: left out as crashed at once.)"""
+    identity = group.identity
+    if group.size == 1:
+        process = _process_rank()
+        if process is not None:
+            identity = (*identity, "process", process)
+    return fingerprint(repr(identity))[:10]
+
+
+def _process_rank() -> int | None:
+    """This process's rank in torch.distributed's default group, or None where it is not initialized (torch is not
+    imported for it: a process that has not imported it cannot have initialized it)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:  # a torch without a working distributed package: no rank
+        pass
+    return None
 
 
 def journal_path(folder: Path, entry: str, group: Group) -> Path:
