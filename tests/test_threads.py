@@ -235,6 +235,34 @@ def test_tuning_calls_of_a_window_from_two_threads_take_their_turns_in_the_order
     assert r0["contextual"] == r1["contextual"] and len(r0["contextual"]) == 2, (r0, r1)
 
 
+@pytest.mark.timeout(240)
+def test_a_call_beside_a_hot_call_settling_a_new_key_on_another_thread_decides_alike_on_every_rank(tmp_path):
+    # thread a's hot call 3 meets a key no rank has decided and settles it (every rank met it: it tunes it) once its
+    # run has ended; thread c's call 5 comes while a's call tunes the key on rank 1, once it returned on rank 0
+    results = run_ranks(CASES, 2, ["call_beside_a_hot_call_settling"],
+                        env=tuner_env(tmp_path, 10, TRITON_DIST_AUTOTUNE_NEW_KEY_GRACE="5"), timeout=200)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    r0, r1 = (r.result for r in results)
+    for r in (r0, r1):
+        assert {n: list(got) for n, got in r["results"].items()} == {str(n): ["ok"] for n in range(1, 9)}, r
+        assert r["alive"] == [] and r["agreed"] == [] and r["tuned"] == [1] and r["settled_now"] == [3], r
+    assert r0["contextual"] == r1["contextual"] and len(r0["contextual"]) == 2, (r0, r1)
+
+
+@pytest.mark.timeout(240)
+def test_hot_calls_settling_new_keys_from_two_threads_take_their_turns_in_the_order_of_their_numbers(tmp_path):
+    # hot calls 3 and 4 from threads a and b each meet a key no rank has decided, on every rank; on rank 0 a's
+    # settlement takes the group's turn first, on rank 1 b's would
+    results = run_ranks(CASES, 2, ["two_hot_calls_settling"],
+                        env=tuner_env(tmp_path, 10, TRITON_DIST_AUTOTUNE_NEW_KEY_GRACE="5"), timeout=200)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    r0, r1 = (r.result for r in results)
+    for r in (r0, r1):
+        assert {n: list(got) for n, got in r["results"].items()} == {str(n): ["ok"] for n in range(1, 7)}, r
+        assert r["alive"] == [] and r["settled_now"] == [3, 4], r
+    assert r0["contextual"] == r1["contextual"] and len(r0["contextual"]) == 3, (r0, r1)
+
+
 @pytest.mark.timeout(120)
 def test_calls_of_one_contextual_function_from_many_threads_are_each_counted_once(tmp_path, monkeypatch):
     # the agreement every sync_every calls falls on a call number: a number two threads took at once (a lost count)

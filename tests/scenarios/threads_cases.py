@@ -581,6 +581,163 @@ def window_calls_from_two_threads() -> None:
          contextual={str(k[1]): d["index"] for k, d in sorted(layer.tuner.decisions.items(), key=str)})
 
 
+@case
+def call_beside_a_hot_call_settling() -> None:
+    """Thread a's call 3 is hot and meets a key no rank has decided (48 elements, on every rank): it settles it (and
+    tunes it: every rank met it) once its run has ended, after thread b's call 4 (the agreement, sync_every=4) has
+    decided whether it tunes. Thread c's call 5 comes at opposite moments on purpose: on rank 1 while a's call tunes
+    the key (a's tuning waits until c's call returned, tunes or waits for a), on rank 0 once a's call has returned.
+    Every rank must decide call 5 alike. Then calls 6 to 8 from the main thread."""
+    from triton_dist_tune.contextual.session import Session
+    from triton_dist_tune.contextual.tuner import ContextualTuner
+
+    tdt.init_distributed()
+    ran, b_done, settled, a_done, c_done = (threading.Event() for _ in range(5))
+    tuned_calls: list[int] = []
+    settled_now: list[int] = []
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, sync_every=4)
+    def layer(x: torch.Tensor) -> float:
+        out = torch.empty_like(x)
+        with INTERPRETER:
+            copy_kernel[(1,)](x, out, x.numel())
+        return float(out.sum())
+
+    tuner = layer.tuner
+
+    def waits(call: int) -> bool:  # the call waits in the library for the calls before it
+        return any(call in numbers for numbers in getattr(tuner, "_waiting", {}).values())
+
+    def tunes(call: int) -> bool:  # the call decided to tune (it waits for its turn or tunes)
+        return any(call in numbers for numbers in getattr(tuner, "_tuning", {}).values())
+
+    real_tune, real_tune_now = ContextualTuner._tune, Session._tune_now
+
+    def tune(self: Any, group: Any, calls: int, args: tuple, kwargs: dict) -> Any:
+        tuned_calls.append(calls)
+        return real_tune(self, group, calls, args, kwargs)
+
+    def tune_now(self: Any) -> bool:
+        now = real_tune_now(self)
+        if now:
+            settled_now.append(self.call_number)
+        if now and threading.current_thread().name == "a":
+            settled.set()
+            if rank() == 1:  # c calls now, while a's call tunes the key
+                wait_for(lambda: c_done.is_set() or waits(5) or tunes(5))
+        return now
+
+    group = tuner.group()
+    real_turn = type(group).turn
+
+    def turn(self: Any) -> Any:
+        if threading.current_thread().name == "a":  # a's run has ended: b calls now; a settles after b decided
+            ran.set()
+            wait_for(lambda: b_done.is_set() or waits(4))
+        return real_turn(self)
+
+    ContextualTuner._tune, Session._tune_now = tune, tune_now  # type: ignore[method-assign]
+    results = {"1": outcome(layer, torch.ones(64)),  # first: tunes 64
+               "2": outcome(layer, torch.ones(64))}
+    type(group).turn = turn  # type: ignore[method-assign]
+
+    def a() -> None:
+        results["3"] = outcome(layer, torch.ones(48))
+        a_done.set()
+
+    def b() -> None:
+        ran.wait(WAIT_S)
+        results["4"] = outcome(layer, torch.ones(64))
+        b_done.set()
+
+    def c() -> None:
+        wait_for(lambda: sum(tuner._calls.values()) >= 4)  # b took number 4
+        (settled if rank() == 1 else a_done).wait(WAIT_S)
+        results["5"] = outcome(layer, torch.ones(64))
+        c_done.set()
+
+    threads = [threading.Thread(target=fn, name=fn.__name__) for fn in (a, b, c)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(4 * T_BESIDE)
+    type(group).turn = real_turn  # type: ignore[method-assign]
+    results.update({str(n): outcome(layer, torch.ones(x)) for n, x in ((6, 64), (7, 48), (8, 64))})
+    emit(results=results, tuned=tuned_calls, settled_now=settled_now, agreed=tuner.agreed_calls,
+         alive=[t.name for t in threads if t.is_alive()],
+         contextual={str(k[1]): d["index"] for k, d in sorted(tuner.decisions.items(), key=str)})
+
+
+@case
+def two_hot_calls_settling() -> None:
+    """Threads a and b make hot calls 3 and 4, each meeting a key no rank has decided (48 and 32 elements, on every
+    rank), their settlements timed apart on purpose: on rank 0 a's settles first (b's turn waits until a's settles
+    or waits for it), on rank 1 a's turn waits until b is at its turn (or waits for a before it). Every rank met
+    each key in its call: every rank must tune both, each in its own call. Then calls 5 and 6 from the main
+    thread."""
+    from triton_dist_tune.contextual.session import Session
+    from triton_dist_tune.contextual.tuner import ContextualTuner
+
+    tdt.init_distributed()
+    a_settling, b_at_turn = threading.Event(), threading.Event()
+    settled_now: list[int] = []
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, sync_every=8)
+    def layer(x: torch.Tensor) -> float:
+        out = torch.empty_like(x)
+        with INTERPRETER:
+            copy_kernel[(1,)](x, out, x.numel())
+        return float(out.sum())
+
+    tuner = layer.tuner
+    real_tune_now = Session._tune_now
+    real_settle_turn = getattr(ContextualTuner, "settle_turn", None)
+
+    def tune_now(self: Any) -> bool:
+        if threading.current_thread().name == "a":
+            a_settling.set()
+        now = real_tune_now(self)
+        if now:
+            settled_now.append(self.call_number)
+        return now
+
+    def settle_turn(self: Any, group: Any, calls: int) -> None:
+        if threading.current_thread().name == "b":
+            b_at_turn.set()
+        return real_settle_turn(self, group, calls)  # type: ignore[misc]
+
+    group = tuner.group()
+    real_turn = type(group).turn
+
+    def turn(self: Any) -> Any:
+        me = threading.current_thread().name
+        if me == "b":
+            b_at_turn.set()
+            if rank() == 0:
+                wait_for(lambda: a_settling.is_set())
+        elif me == "a" and rank() == 1:
+            wait_for(lambda: b_at_turn.is_set())
+        return real_turn(self)
+
+    Session._tune_now = tune_now  # type: ignore[method-assign]
+    if real_settle_turn is not None:
+        ContextualTuner.settle_turn = settle_turn  # type: ignore[method-assign]
+    results = {"1": outcome(layer, torch.ones(64)),  # first: tunes 64
+               "2": outcome(layer, torch.ones(64))}
+    type(group).turn = turn  # type: ignore[method-assign]
+    threads = [threading.Thread(target=lambda: results.update({"3": outcome(layer, torch.ones(48))}), name="a"),
+               threading.Thread(target=lambda: results.update({"4": outcome(layer, torch.ones(32))}), name="b")]
+    threads[0].start()
+    wait_for(lambda: sum(tuner._calls.values()) >= 3)  # a took number 3
+    threads[1].start()
+    for thread in threads:
+        thread.join(4 * T_BESIDE)
+    type(group).turn = real_turn  # type: ignore[method-assign]
+    results.update({str(n): outcome(layer, torch.ones(x)) for n, x in ((5, 48), (6, 32))})
+    emit(results=results, settled_now=sorted(settled_now), alive=[t.name for t in threads if t.is_alive()],
+         contextual={str(k[1]): d["index"] for k, d in sorted(tuner.decisions.items(), key=str)})
+
+
 #: the tuner's timeout in call_beside_agreement (s), as tests/test_threads.py sets it
 T_BESIDE = 10
 

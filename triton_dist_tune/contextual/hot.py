@@ -121,6 +121,8 @@ class HotCall:
     def _start(self) -> Session:
         with _lock:
             if self.session is None:
+                # it settles (and may tune) when its run ends: in flight from now on (see TunerState.settling)
+                self.tuner.settling(self.identity, self.call_number)
                 session = Session(self.tuner, self.group, False, self.call_number)
                 session.runs, session.final_run = 1, True  # in its first run, which has no track yet
                 self.session = session
@@ -136,6 +138,10 @@ class HotCall:
             out, error = self.tuner.fn(*args, **kwargs), None
         except Exception as exc:
             out, error = None, exc
+        except BaseException:
+            if self.session is not None:
+                self.tuner.settled(self.identity, self.call_number)
+            raise
         finally:
             _ACTIVE.reset(token)
         session = self.session
@@ -145,9 +151,12 @@ class HotCall:
                 raise error
             return out
         # a key this rank has not decided: settling it and, when every rank met it, tuning it are exchanges, so
-        # threads of this process take turns on the group (as tunings do; see Group.turn), alone too (tuning it)
+        # threads of this process take turns on the group (as tunings do; see Group.turn), alone too (tuning it),
+        # in the order of their call numbers (after every earlier call in flight, see TunerState.settle_turn)
         try:
+            self.tuner.settle_turn(self.group, self.call_number)
             with self.group.turn():
                 return session.call(args, kwargs, first=(out, error))
         finally:
             self.tuner.last_runs = session.runs
+            self.tuner.settled(self.identity, self.call_number)

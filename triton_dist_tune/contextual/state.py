@@ -65,6 +65,18 @@ class TunerState:
         #: group identity -> the group ranks on this rank's node (found once, when compiling ahead first splits)
         self.nodes: dict[tuple, list[int]] = {}
 
+    # the order of calls from several threads (ContextualTuner's): a hot call that settles new keys is in flight
+    # from its first undecided launch to its end, and takes the group's turn after the calls before it
+
+    def settling(self, gid: tuple, calls: int) -> None:
+        """Hot call ``calls`` on group ``gid`` met a key this rank has not decided: it settles it at its end."""
+
+    def settle_turn(self, group: Group, calls: int) -> None:
+        """Before settling hot call ``calls`` takes the group's turn."""
+
+    def settled(self, gid: tuple, calls: int) -> None:
+        """Settling hot call ``calls`` ended."""
+
 
 @dataclass
 class RunRecord:

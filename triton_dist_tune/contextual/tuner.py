@@ -212,6 +212,32 @@ class ContextualTuner(TunerState):
                 tuning.pop(calls, None)
             self._changed.notify_all()
 
+    def settling(self, gid: tuple, calls: int) -> None:
+        """Hot call ``calls`` met a key this rank has not decided: it settles it (and may tune it) when its run ends,
+        which can change the answer of later calls (a tuning window's key decided): in flight as a tuning call is,
+        until :meth:`_ended`, so that later calls that would tune wait for it (``_after_earlier``)."""
+        with self._counting:
+            self._tuning.setdefault(gid, {})[calls] = False
+
+    def settle_turn(self, group: Group, calls: int) -> None:
+        """Before settling hot call ``calls`` takes the group's turn: wait until every earlier call has decided and
+        no earlier one tunes, agrees or settles, so that settlements and tunings take their turns in the order of
+        their numbers, the same on every rank (not a thread inside a tuning; at most the timeout, then logged)."""
+        if holds_a_turn():
+            return
+        gid = group.identity
+        timeout = self.options.timeout or settings.current().timeout
+        with self._counting:
+            if not self._changed.wait_for(lambda: not any(n < calls for n in (*self._tuning.get(gid, ()),
+                                                                               *self._waiting.get(gid, ()))), timeout):
+                logs.rank_log().warning("%s call %d: waited %g s for earlier calls on other threads to end their "
+                                        "tuning (calls %s); settling its new keys without them", self.options.label,
+                                        calls, timeout, sorted(self._tuning.get(gid, {})))
+
+    def settled(self, gid: tuple, calls: int) -> None:
+        """Settling hot call ``calls`` ended (see :meth:`settling`)."""
+        self._ended(gid, calls)
+
     def _tune(self, group: Group, calls: int, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A tuning call (a :class:`~.session.Session` on every rank of the group)."""
         # a malformed variable, maybe on this rank only: read as its default, and raised on every rank by the journal
