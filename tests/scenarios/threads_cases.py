@@ -407,6 +407,20 @@ def one_contextual_from_two_threads_crossed() -> None:
     _one_contextual(True)
 
 
+
+def copy_layer(sync_every: int) -> Any:
+    """A contextual function of the world group that copies ``x`` with one Triton launch (its key: the size) and
+    returns its sum; agreements every ``sync_every`` calls (the thread-order cases)."""
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, sync_every=sync_every)
+    def layer(x: torch.Tensor) -> float:
+        out = torch.empty_like(x)
+        with INTERPRETER:
+            copy_kernel[(1,)](x, out, x.numel())
+        return float(out.sum())
+
+    return layer
+
 @case
 def call_beside_agreement() -> None:
     """While a key is pending (met by rank 0 only, in call 2), thread a makes call 4, the agreement (sync_every=4),
@@ -421,12 +435,7 @@ def call_beside_agreement() -> None:
     in_agreement, agreed, b_done = threading.Event(), threading.Event(), threading.Event()
     tuned_calls: list[int] = []
 
-    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, sync_every=4)
-    def layer(x: torch.Tensor) -> float:
-        out = torch.empty_like(x)
-        with INTERPRETER:
-            copy_kernel[(1,)](x, out, x.numel())
-        return float(out.sum())
+    layer = copy_layer(4)
 
     def waits(call: int) -> bool:  # the call waits in the library for the calls before it (once that exists)
         return any(call in numbers for numbers in getattr(layer.tuner, "_waiting", {}).values())
@@ -532,12 +541,7 @@ def window_calls_from_two_threads() -> None:
     tuning = {"c": threading.Event(), "d": threading.Event()}
     tuned_calls: list[int] = []
 
-    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, sync_every=4)
-    def layer(x: torch.Tensor) -> float:
-        out = torch.empty_like(x)
-        with INTERPRETER:
-            copy_kernel[(1,)](x, out, x.numel())
-        return float(out.sum())
+    layer = copy_layer(4)
 
     def waits(call: int) -> bool:
         return any(call in numbers for numbers in getattr(layer.tuner, "_waiting", {}).values())
@@ -596,12 +600,7 @@ def call_beside_a_hot_call_settling() -> None:
     tuned_calls: list[int] = []
     settled_now: list[int] = []
 
-    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, sync_every=4)
-    def layer(x: torch.Tensor) -> float:
-        out = torch.empty_like(x)
-        with INTERPRETER:
-            copy_kernel[(1,)](x, out, x.numel())
-        return float(out.sum())
+    layer = copy_layer(4)
 
     tuner = layer.tuner
 
@@ -682,12 +681,7 @@ def two_hot_calls_settling() -> None:
     a_settling, b_at_turn = threading.Event(), threading.Event()
     settled_now: list[int] = []
 
-    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, sync_every=8)
-    def layer(x: torch.Tensor) -> float:
-        out = torch.empty_like(x)
-        with INTERPRETER:
-            copy_kernel[(1,)](x, out, x.numel())
-        return float(out.sum())
+    layer = copy_layer(8)
 
     tuner = layer.tuner
     real_tune_now = Session._tune_now
