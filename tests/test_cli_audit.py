@@ -45,14 +45,16 @@ def decision(cache: Path, function: str, key: str = "(64,)", kernel: str | None 
 # -- show of a noisy race's decision: least samples, not medians ------------------------------------------------------
 
 #: a tuning in one process whose race is noisy: each call sleeps 1 to 5 times its config's own time, at random (cold
-#: timing: a sample is one call), so that consecutive samples of a config read far more than 5% apart
+#: timing: a sample is one call), and one call in
+#: three 50 ms more (a loaded machine adds its own delay to every sleep, which shrank the 1-5x jitter: one CI run
+#: read it quiet), so that consecutive samples of a config read far more than 5% apart
 NOISY_AUTOTUNE = '''
 import random, time, torch, triton_dist_tune as tdt
 rng = random.Random(0)
 
 @tdt.autotune([{"v": v} for v in range(3)], key_fn=lambda x: x.numel(), timing="cold", n_warmup=1, n_repeat=6)
 def noisy(x, *, v):
-    time.sleep(0.001 * (1 + v) * (1 + 4 * rng.random()))
+    time.sleep(0.001 * (1 + v) * (1 + 4 * rng.random()) + (0.05 if rng.random() < 1 / 3 else 0.0))
     return x
 
 noisy(torch.ones(4))
