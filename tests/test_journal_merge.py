@@ -149,3 +149,39 @@ def test_a_resumed_tuning_does_not_race_again_a_config_the_latest_attempt_stoppe
     assert decision["index"] == 1, decision
     states = {o["index"]: (o["state"], o.get("resumed")) for o in decision["measurements"]}
     assert states == {0: ("stopped", True), 1: ("measured", False), 2: ("stopped", True)}, states
+
+
+def started(index: int, session: str, at: float, attempt: str | None = None) -> dict:
+    record = {"index": index, "state": "started", "config": DESCRIPTIONS[index], "session": session, "at": at}
+    return record if attempt is None else {**record, "attempt": attempt}
+
+
+def interrupted(index: int, session: str, at: float, attempt: str | None = None) -> dict:
+    return {**started(index, session, at, attempt), "state": "interrupted"}
+
+
+@pytest.mark.timeout(30)
+def test_ends_inside_a_config_count_the_launchers_attempts_once_each_over_ranks_and_replicas():
+    """torchrun attempt 0 lost rank 0 inside config 2 (rank 1, stopped by torchrun, journaled ``interrupted``);
+    attempt 1 lost rank 1 there (rank 0 interrupted). Each rank's journal holds one end: before, the most of one
+    rank, 1, made config 2 a suspect, measured a third time. Counted as the launcher's attempts (``attempt``) it
+    ended 2: left out as crashed. Both ranks ending inside it in one attempt count once (a node lost), whether
+    they are ranks of one group or replicas (``recovery._strongest``); where the launcher names no attempt, the
+    most of one rank counts, as before."""
+    from triton_dist_tune.faults.recovery import _strongest
+
+    rank0 = [started(2, "p0", 1.0, "run#0"), started(1, "q0", 5.0, "run#1"), interrupted(2, "q0", 6.0, "run#1")]
+    rank1 = [started(2, "p1", 1.0, "run#0"), interrupted(2, "p1", 2.0, "run#0"), started(2, "q1", 6.0, "run#1")]
+    merged = merge([rank0, rank1], DESCRIPTIONS)
+    assert merged[2]["state"] == "failed" and merged[2]["error"].startswith(
+        "crashed: ranks [0, 1] were inside this config when 2 earlier attempt(s)"), merged[2]
+    anonymous = [[{k: v for k, v in r.items() if k != "attempt"} for r in rank] for rank in (rank0, rank1)]
+    assert merge(anonymous, DESCRIPTIONS)[2]["state"] == "suspect"  # no launcher attempt: one end per rank
+    both = merge([[started(2, "p0", 1.0, "run#0")], [started(2, "p1", 1.0, "run#0")]], DESCRIPTIONS)
+    assert both[2]["state"] == "suspect" and both[2]["attempts"] == ["run#0"], both  # one attempt, two ranks
+    views = [list(merge([[started(2, "p0", 1.0, a)]], DESCRIPTIONS).values()) for a in ("run#0", "run#1")]
+    across = {r["index"]: r for r in _strongest(views)}
+    assert across[2]["state"] == "failed" and across[2]["error"].startswith(
+        "crashed: replicas [0, 1] were inside this config when 2 earlier attempt(s)"), across[2]
+    same = [list(merge([[started(2, p, 1.0, "run#0")]], DESCRIPTIONS).values()) for p in ("p0", "p1")]
+    assert {r["index"]: r for r in _strongest(same)}[2]["state"] == "suspect"  # one attempt on two replicas

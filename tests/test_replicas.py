@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
-from harness import HERE, run_ranks, tuner_env
+from harness import HERE, parse_results, run_ranks, torchrun_command, tuner_env
 
 from triton_dist_tune.measure.timing import HEAVY_CYCLES, SETTLED_CYCLES
 
@@ -550,4 +551,35 @@ def test_two_one_rank_replicas_killed_in_one_config_in_one_attempt_make_it_a_sus
     state, _, samples, *_, error = record["outcomes"]["0"]
     assert (state, error) == ("measured", None) and samples > 0, record
     assert record["chosen"] == 1, record
+    assert not list((tmp_path / "cache").rglob("*.journal")), list((tmp_path / "cache").rglob("*"))
+
+
+@pytest.mark.timeout(240)
+def test_a_config_that_ends_two_attempts_each_on_another_replica_is_left_out_as_crashed(tmp_path):
+    """Under torchrun ``--max-restarts 2`` (``replicas_cases.a_leader_kills_a_replica_each_attempt``, two one-rank
+    replicas, one cache folder): attempt 0 loses rank 0 inside config 0 in the leaders' race, attempt 1 (config 0 a
+    suspect, raced once more) loses rank 1 there. Two attempts ended inside config 0, each on another replica: the
+    third leaves it out (``crashed: replicas [0, 1] ... 2 earlier attempt(s)``), never running it, and both ranks
+    choose config 1 alike. Before, each replica's journal held one end and the replicas' views kept the strongest
+    (a suspect): config 0 was raced a third time (with more replicas, up to one attempt per replica and one more)."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    env = tuner_env(tmp_path, 10, FAULT_DIR=str(calls))
+    cmd, full = torchrun_command(["--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
+                                  "--monitor-interval", "0.1"], CASES, ["a_leader_kills_a_replica_each_attempt"], env)
+    job = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=200)
+    assert job.returncode == 0, job.stderr[-3000:]
+    ran = {rank: [line.split() for line in (calls / f"calls.rank{rank}").read_text().splitlines()] for rank in (0, 1)}
+    for attempt in ("0", "1"):  # each attempt ended with rank `attempt` in config 0 of the leaders' race
+        last = [call for call in ran[int(attempt)] if call[0] == attempt][-1]
+        assert last[1] == "0" and last[3] != "None", ran
+    for rank in (0, 1):
+        assert "0" not in {v for a, v, _, _ in ran[rank] if a == "2"}, ran  # never run in the third attempt
+    first, second = parse_results(job.stdout)  # the third attempt's ranks (the others were killed or stopped)
+    assert first == second, (first, second)
+    assert first["chosen"] == 1 and first["raised"] == [], first
+    state, _, samples, *_, error = first["outcomes"]["0"]
+    assert (state, samples) == ("failed", 0), first
+    assert error.startswith("crashed: replicas [0, 1] were inside this config when 2 earlier attempt(s) ended "
+                            "without an error"), error
     assert not list((tmp_path / "cache").rglob("*.journal")), list((tmp_path / "cache").rglob("*"))

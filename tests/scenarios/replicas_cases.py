@@ -471,6 +471,27 @@ def every_replica_killed_in_a_leader():
 
 
 @case
+def a_leader_kills_a_replica_each_attempt():
+    """:func:`leader_fails` with nothing raising, run under torchrun ``--max-restarts 2`` on one cache folder (one
+    node): in attempt ``k`` (``TORCHELASTIC_RESTART_COUNT``) 0 and 1, rank ``k`` SIGKILLs itself at its first call
+    of config 0 in the leaders' race (torchrun then stops its peer and starts the next attempt), so config 0 ends
+    two attempts, each on another replica. Every call is logged in ``FAULT_DIR/calls.rank<r>`` (``attempt config
+    race phase``)."""
+    folder = Path(os.environ["FAULT_DIR"])
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+
+    def before(v: int) -> None:
+        rank, race, phase = dist.get_rank(), leaders_race(), leaders_phase()
+        with open(folder / f"calls.rank{rank}", "a") as out:
+            out.write(f"{attempt} {v} {race} {phase}\n")
+        if attempt == str(rank) and v == 0 and phase is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    leader_fails("settled", failing=(), name="a_leader_kills_a_replica_each_attempt",
+                 timeout=float(os.environ["TRITON_DIST_AUTOTUNE_TIMEOUT"]), before=before)
+
+
+@case
 def first_pass_fails():
     """:func:`leader_fails` on 4 configs (:data:`NEXT_MS`) where config 2, of replica 0's share, raises on replica 0
     in its first pass (outside the leaders' race: phase None), not a leader."""

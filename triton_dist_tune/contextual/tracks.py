@@ -214,7 +214,8 @@ def open_journal(cache: DiskCache, entry: str, group: Group) -> Journal:
     the group, so that two groups of one job never read or delete each other's; its records name the job and the
     group, as ``autotune``'s do (with ``ALWAYS_TUNE``, a restart of this job still reads them)."""
     ranks = list(group.member_ranks)
-    identity = {"job": settings.current().job_id, "group": group.name, "ranks": ranks}
+    env = settings.current()
+    identity = {"job": env.job_id, "attempt": env.attempt, "group": group.name, "ranks": ranks}
     return Journal(journal_path(cache.folder, entry, group), identity)
 
 

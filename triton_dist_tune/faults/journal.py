@@ -4,8 +4,9 @@ Each rank keeps its own journal next to the cache entry it is tuning, in its own
 (``<entry>.<group>.rank<r>.journal``, where ``<group>`` is a fingerprint of the group's name and global ranks, and
 for a group of one process under torch.distributed of that process's global rank, so that two groups tuning the
 same entry on one node, one-rank replicas included, never adopt each other's journals). Every record carries the
-job's identity (``TRITON_DIST_AUTOTUNE_JOB_ID``, torchrun's run id or Slurm's job id), the group's name and global
-ranks and the wall time it was written (``at``, unix seconds). A record is one line written with a single
+job's identity (``TRITON_DIST_AUTOTUNE_JOB_ID``, torchrun's run id or Slurm's job id) and attempt
+(:attr:`~triton_dist_tune.settings.Settings.attempt`), the group's name and global ranks and the wall time it was
+written (``at``, unix seconds). A record is one line written with a single
 ``write``, so a record is either in the file whole or (after a power loss or a full disk) a torn last line, which
 readers skip and the next writer ends with a newline before appending. A write is in the operating system's hands
 when :meth:`Journal.append` returns: it survives the process's crash, whatever ends it. Surviving the machine's
@@ -30,7 +31,9 @@ On the next attempt the ranks gather their journals and merge them (:func:`merge
 :mod:`~triton_dist_tune.faults.recovery`; of several outcomes of a config, the latest): configs whose group result
 is known are not measured again; configs that hung past the watchdog or failed on some rank are left out, with an
 error that says it comes from an earlier attempt and how to measure it again; configs in flight when an attempt
-ended without an error are *suspects*, measured once more; an interrupted attempt (SIGINT, SIGTERM) blames nothing;
+ended without an error are *suspects*, measured once more, and left out after two such attempts (counted as the
+launcher's attempts, ``attempt`` in every record, once each over every rank and replica, where the launcher names
+them: :func:`crashed`); an interrupted attempt (SIGINT, SIGTERM) blames nothing;
 an attempt that ended inside a config's compile pass blames nothing either, and the next one runs no compile pass
 for that config (it would end the same way). Every record names its attempt (``session``), so that readers know
 which config each attempt was inside when it ended.
@@ -353,6 +356,7 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
     screened: dict[int, dict[str, Any]] = {}  # index -> its screening record with the most samples
     local: dict[int, dict[int, dict[str, dict[str, Any]]]] = {}  # index -> rank -> state -> last record
     crashes: dict[int, dict[int, int]] = {}  # index -> rank -> attempts that ended inside it
+    launches: dict[int, set[str]] = {}  # index -> the launcher's attempts (``attempt``) that ended inside it
     passes: dict[int, set[int]] = {}  # index -> ranks with an attempt that ended in its compile pass
     for rank, records in enumerate(per_rank):
         usable = [r for r in records if well_formed(r) and 0 <= r["index"] < len(descriptions)
@@ -381,6 +385,8 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
             elif last["state"] == "started":  # the attempt ended inside this config, with no error recorded
                 by_rank = crashes.setdefault(last["index"], {})
                 by_rank[rank] = by_rank.get(rank, 0) + 1
+                if isinstance(last.get("attempt"), str):
+                    launches.setdefault(last["index"], set()).add(last["attempt"])
     outcomes: dict[int, dict[str, Any]] = {}
     for i in sorted({*final, *timed, *screened}):
         if i in final:
@@ -405,7 +411,8 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
         outcomes[i] = {"index": i, "state": "failed", "error": error, "config": descriptions[i]}
     for i, by_rank in sorted(crashes.items()):
         if outcomes.get(i, {}).get("state") != "failed":
-            outcomes[i] = _crashed(i, descriptions[i], by_rank)
+            outcomes[i] = crashed(i, descriptions[i], f"ranks {sorted(by_rank)}", launches.get(i, set()),
+                                  max(by_rank.values()))
     for i, ranks in sorted(passes.items()):
         ended = {"index": i, "state": "interrupted", "config": descriptions[i],
                  "error": f"an earlier attempt ended in its {COMPILE_PASS} on rank(s) {sorted(ranks)}, blaming "
@@ -414,14 +421,20 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
     return outcomes
 
 
-def _crashed(index: int, config: str, by_rank: dict[int, int]) -> dict[str, Any]:
-    """A config that attempts ended inside without an error: a suspect after one, failed after two."""
-    times = max(by_rank.values())
-    what = (f"ranks {sorted(by_rank)} were inside this config when {times} earlier attempt(s) ended without an "
-            "error (killed, out of memory, or a lost node)")
+def crashed(index: int, config: str, who: str, attempts: set[str], most: int = 0) -> dict[str, Any]:
+    """A config that attempts ended inside without an error: a suspect after one, failed after two. They count as
+    the launcher's distinct ``attempts`` (:attr:`~triton_dist_tune.settings.Settings.attempt`; one attempt that
+    ended inside it on several ranks or replicas counts once) or ``most``, the most ends one rank's journal holds
+    (where the launcher names no attempt), whichever is more. The outcome carries ``attempts``, so that
+    :func:`~triton_dist_tune.faults.recovery.across` can count them over the replicas too."""
+    times = max(most, len(attempts))
+    what = (f"{who} were inside this config when {times} earlier attempt(s) ended without an error (killed, out of "
+            "memory, or a lost node)")
     if times >= 2:
-        return {"index": index, "state": "failed", "error": f"crashed: {what}{AGAIN}", "config": config}
-    return {"index": index, "state": "suspect", "error": f"suspect: {what}; measured once more", "config": config}
+        error, state = f"crashed: {what}{AGAIN}", "failed"
+    else:
+        error, state = f"suspect: {what}; measured once more", "suspect"
+    return {"index": index, "state": state, "error": error, "config": config, "attempts": sorted(attempts)}
 
 
 #: errors of a collective whose peer process went away (a consequence of another rank's crash, not evidence)

@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import BadInputError
 from ..group.channel import Group
 from ..space import fingerprint
-from .journal import Journal, merge
+from .journal import Journal, crashed, merge
 
 #: the preference between outcomes of one config seen by different replicas: the strongest evidence wins (an
 #: attempt that ended in the config's compile pass, ``interrupted``, is none)
@@ -76,7 +76,9 @@ def shared_view(group: Group, journal: Journal, descriptions: list[str], only_jo
 
 def across(replicas: Group, view: dict[int, dict[str, Any]], what: str, timeout: float) -> dict[int, dict[str, Any]]:
     """The views of every replica merged into one (per config, the strongest evidence: failed, suspect, stopped,
-    measured; ``skip_pass`` where any replica's view has it), identical on every rank of every replica."""
+    measured; ``skip_pass`` where any replica's view has it), identical on every rank of every replica. A suspect
+    whose ends on the replicas were two or more of the launcher's attempts is failed (crashed): a config that took
+    down one replica in one attempt and another in the next is left out, as on one replica."""
     merged = replicas.combine(sorted(view.values(), key=lambda r: r["index"]), what, _strongest, timeout)
     return {record["index"]: record for record in merged}
 
@@ -84,13 +86,21 @@ def across(replicas: Group, view: dict[int, dict[str, Any]], what: str, timeout:
 def _strongest(views: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     best: dict[int, dict[str, Any]] = {}
     skip_pass: set[int] = set()
-    for view in views:
+    ends: dict[int, tuple[set[int], set[str]]] = {}  # index -> (replicas, launcher attempts) ended inside it
+    for replica, view in enumerate(views):
         for record in view:
             held = best.get(record["index"])
             if held is None or _WEIGHT.get(record["state"], 0) > _WEIGHT.get(held["state"], 0):
                 best[record["index"]] = record
             if record.get("skip_pass"):
                 skip_pass.add(record["index"])
+            if isinstance(record.get("attempts"), list):
+                replicas, attempts = ends.setdefault(record["index"], (set(), set()))
+                replicas.add(replica)
+                attempts.update(a for a in record["attempts"] if isinstance(a, str))
+    for i, (replicas, attempts) in sorted(ends.items()):
+        if best[i]["state"] == "suspect" and len(attempts) >= 2:  # ends on several replicas, in several attempts
+            best[i] = crashed(i, best[i]["config"], f"replicas {sorted(replicas)}", attempts)
     return [{**best[i], "skip_pass": True} if i in skip_pass else best[i] for i in sorted(best)]
 
 

@@ -419,7 +419,7 @@ def journal_of(tuning: Tuning) -> Journal:
     group = tuning.group
     ranks = list(group.member_ranks)
     return Journal(journal_path(tuning.tuner.cache.folder, tuning.journal_entry, group),
-                   {"job": tuning.env.job_id, "group": group.name, "ranks": ranks,
+                   {"job": tuning.env.job_id, "attempt": tuning.env.attempt, "group": group.name, "ranks": ranks,
                     "kept": kept_print(tuning.kept_mark)})
 
 
