@@ -94,3 +94,52 @@ def test_journal_records_name_the_communicators_world_ranks_over_mpi(comm):
                for line in path.read_text().splitlines() if line.strip()]
     assert records, "a cut tuning keeps its journals"
     assert {tuple(r["ranks"]) for r in records} == {tuple(range(size - 1, -1, -1))}
+
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_one_process_groups_keep_journals_of_their_own_in_a_shared_folder_over_mpi(comm):
+    """Each process tunes on ``MPI.COMM_SELF`` (a group of one process) into the one cache folder, cut by its budget
+    so that the journals stay; config 0 fails on every process, with the process's own error. Each process's journal
+    has a name of its own (the group's fingerprint holds its COMM_WORLD rank), in no lock slot, and each process's
+    next tuning (one at a time) resumes config 0 from its own journal: its own error, never the other's. Before,
+    without torch.distributed every one-process group's journal had one name (``<entry>.<tag>.rank0.journal``), told
+    apart by lock only (``...rank0.1.journal``): the next tuning adopted every process's file."""
+    import os
+    import re
+    from pathlib import Path
+
+    from mpi4py import MPI
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+
+    def tuned():
+        @tdt.autotune([{"variant": v} for v in range(3)], key_fn=lambda: 0, n_warmup=1, n_repeat=2, budget=0.001,
+                      name="mpi_self")
+        def f(*, variant):
+            if variant == 0:
+                raise RuntimeError(f"config 0 fails on process {rank}")
+            time.sleep(0.02)
+            return variant
+
+        return f
+
+    tuned()(autotune_pg=MPI.COMM_SELF)
+    comm.Barrier()
+    folder = Path(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    names = sorted(path.name for path in folder.rglob("*.journal"))
+    own_names = [re.fullmatch(r".+\.(?P<tag>[0-9a-f]{10})\.rank0\.journal", name) for name in names]
+    assert len(names) == size and all(own_names), names
+    assert len({found["tag"] for found in own_names}) == size, names
+    comm.Barrier()  # every rank has listed them before any rank's next tuning writes
+    errors = []
+    for turn in range(size):  # one process at a time: the first would adopt every file it could lock
+        if turn == rank:
+            again = tuned()
+            again(autotune_pg=MPI.COMM_SELF)
+            errors = [row["error"] or "" for row in next(iter(again.tuner.tables.values()))]
+        comm.Barrier()
+    assert errors[0].startswith("in an earlier attempt") and f"fails on process {rank}" in errors[0], errors
+    others = [f"fails on process {other}" for other in range(size) if other != rank]
+    assert not any(text in error for text in others for error in errors), errors

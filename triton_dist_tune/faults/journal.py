@@ -1,25 +1,24 @@
 """The crash journal: every step of a tuning, appended to disk as it happens, one JSON object per line.
 
 Each rank keeps its own journal next to the cache entry it is tuning, in its own cache folder
-(``<entry>.<group>.rank<r>.journal``, where ``<group>`` is a fingerprint of the group's name and global ranks, and
-for a group of one process under torch.distributed of that process's global rank, so that two groups tuning the
-same entry on one node, one-rank replicas included, never adopt each other's journals). Every record carries the
-job's identity (``TRITON_DIST_AUTOTUNE_JOB_ID``, torchrun's run id or Slurm's job id) and attempt
+(``<entry>.<group>.rank<r>.journal``, where ``<group>`` is a fingerprint of the group's name and global ranks, and for a
+group of one process of that process's global rank, torch.distributed's or else mpi4py's ``COMM_WORLD`` rank, so that
+two groups tuning the same entry on one node, one-rank replicas included, never adopt each other's journals). Every
+record carries the job's identity (``TRITON_DIST_AUTOTUNE_JOB_ID``, torchrun's run id or Slurm's job id) and attempt
 (:attr:`~triton_dist_tune.settings.Settings.attempt`), the group's name and global ranks and the wall time it was
-written (``at``, unix seconds). A record is one line written with a single
-``write``, so a record is either in the file whole or (after a power loss or a full disk) a torn last line, which
-readers skip and the next writer ends with a newline before appending. A write is in the operating system's hands
-when :meth:`Journal.append` returns: it survives the process's crash, whatever ends it. Surviving the machine's
-crash (a power loss, a GPU fault that takes the host down) takes an fsync, which is done for the records that
-matter there (``durable``): the ``started`` record of a config's warm-up (where its kernels first meet the device),
-every failure, hang and interruption, and a failed outcome. The fsync of one writes every record before it too, so
-each outcome is on disk once the next config's warm-up starts, and a machine crash loses at most the records written
-since the last warm-up began: outcomes, which are measured again, and the ``started`` records of a compile pass
-(which launches no kernel), a capture or a sample. (The README's MoE campaign fsynced 15,600-16,000 records, one
-before every warm-up, capture and sample; on one H200 host it took 67.2 / 65.8 s with none fsynced and 69.5 / 70.7 s
-with all: ``benchmarks/results/session_h200_15``. With a warm-up's, a compile pass's and every outcome fsynced, about
-7,500 per campaign, the rank spent 8.0-9.0 s in the journal's ``append``, sampled on another host:
-``benchmarks/results/session_h200_16``.)
+written (``at``, unix seconds). A record is one line written with a single ``write``, so a record is either in the file
+whole or (after a power loss or a full disk) a torn last line, which readers skip and the next writer ends with a
+newline before appending. A write is in the operating system's hands when :meth:`Journal.append` returns: it survives
+the process's crash, whatever ends it. Surviving the machine's crash (a power loss, a GPU fault that takes the host
+down) takes an fsync, which is done for the records that matter there (``durable``): the ``started`` record of a
+config's warm-up (where its kernels first meet the device), every failure, hang and interruption, and a failed outcome.
+The fsync of one writes every record before it too, so each outcome is on disk once the next config's warm-up starts,
+and a machine crash loses at most the records written since the last warm-up began: outcomes, which are measured again,
+and the ``started`` records of a compile pass (which launches no kernel), a capture or a sample. (The README's MoE
+campaign fsynced 15,600-16,000 records, one before every warm-up, capture and sample; on one H200 host it took 67.2 /
+65.8 s with none fsynced and 69.5 / 70.7 s with all: ``benchmarks/results/session_h200_15``. With a warm-up's, a compile
+pass's and every outcome fsynced, about 7,500 per campaign, the rank spent 8.0-9.0 s in the journal's ``append``,
+sampled on another host: ``benchmarks/results/session_h200_16``.)
 
 While a process tunes an entry it holds an exclusive ``flock`` on its journal file. A second job tuning the same
 entry into the same folder at the same moment finds the file locked and uses a slot of its own

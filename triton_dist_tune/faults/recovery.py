@@ -3,8 +3,8 @@ every rank shares, from which every resume decision is taken (never from a rank'
 
 - :func:`journal_path`: where a rank's journal of a cache entry lives: ``<entry>.<group>.rank<r>.journal``, where
   ``<group>`` fingerprints the group's identity (kind, name, global ranks; for a group of one process, that
-  process's global rank too), for ``autotune`` and ``contextual_autotune`` alike, so that two groups of one job
-  never read or delete each other's journals.
+  process's global rank too: torch.distributed's, else mpi4py's ``COMM_WORLD`` rank), for ``autotune`` and
+  ``contextual_autotune`` alike, so that two groups of one job never read or delete each other's journals.
 - :func:`shared_view`: one exchange of every rank's records, merged (:func:`~.journal.merge`) into the same
   outcome per config on every rank; :func:`across` widens it over the replicas of a layout (a failure anywhere is a
   failure everywhere); :func:`gather_entries` gathers every journal of a group's contextual entries at once.
@@ -36,11 +36,13 @@ _WEIGHT = {"failed": 3, "suspect": 2, "stopped": 1, "measured": 0, "interrupted"
 
 def group_tag(group: Group) -> str:
     """A short fingerprint of the group's identity (kind, name, global ranks), for file names. A group of this
-    process alone (``("single",)``, every one-rank group: each one-rank replica of ``autotune_replicas``) adds this
-    process's global rank where torch.distributed is initialized, so that the processes of a job on one node keep
-    journals of their own names in a shared folder, found again by the same process rank on a restart. (Before,
-    they all wrote ``...rank0`` and told their files apart by lock only; a rerun's first process adopted every one,
-    counting two processes' ends inside a config in one attempt as two attempts: left out as crashed at once.)"""
+    process alone (``("single",)``, every one-rank group: each one-rank replica of ``autotune_replicas``, an
+    ``autotune_pg=MPI.COMM_SELF``) adds this process's global rank (:func:`_process_rank`: torch.distributed's, else
+    mpi4py's ``COMM_WORLD`` rank), so that the processes of a job on one node keep journals of their own names in a
+    shared folder, found again by the same process rank on a restart. (Before, they all wrote ``...rank0`` and told
+    their files apart by lock only; a rerun's first process adopted every one, counting two processes' ends inside a
+    config in one attempt as two attempts: left out as crashed at once; so did mpi4py jobs without torch.distributed
+    until :func:`_process_rank` read ``COMM_WORLD``'s rank.)"""
     identity = group.identity
     if group.size == 1:
         process = _process_rank()
@@ -50,13 +52,32 @@ def group_tag(group: Group) -> str:
 
 
 def _process_rank() -> int | None:
-    """This process's rank in torch.distributed's default group, or None where it is not initialized (torch is not
-    imported for it: a process that has not imported it cannot have initialized it)."""
+    """This process's global rank: its rank in torch.distributed's default group where that is initialized, else
+    its rank in mpi4py's ``COMM_WORLD`` where MPI is initialized and not finalized, else None (one process alone).
+    Neither module is imported for it: a process that has not imported one cannot have initialized it."""
+    rank = _torch_rank()
+    return rank if rank is not None else _mpi_world_rank()
+
+
+def _torch_rank() -> int | None:
+    """This process's rank in torch.distributed's default group, or None where it is not initialized."""
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
             return int(dist.get_rank())
     except Exception:  # a torch without a working distributed package: no rank
+        pass
+    return None
+
+
+def _mpi_world_rank() -> int | None:
+    """This process's rank in mpi4py's ``COMM_WORLD``, or None where mpi4py's ``MPI`` is not imported, not
+    initialized (``mpi4py.rc.initialize`` off, no ``MPI.Init`` yet) or already finalized."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            return int(mpi.COMM_WORLD.Get_rank())
+    except Exception:  # a broken MPI library: no rank
         pass
     return None
 
