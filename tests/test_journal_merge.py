@@ -185,3 +185,20 @@ def test_ends_inside_a_config_count_the_launchers_attempts_once_each_over_ranks_
         "crashed: replicas [0, 1] were inside this config when 2 earlier attempt(s)"), across[2]
     same = [list(merge([[started(2, p, 1.0, "run#0")]], DESCRIPTIONS).values()) for p in ("p0", "p1")]
     assert {r["index"]: r for r in _strongest(same)}[2]["state"] == "suspect"  # one attempt on two replicas
+
+
+@pytest.mark.timeout(30)
+def test_the_launchers_attempt_is_named_alike_by_every_process_of_it_and_otherwise_by_a_restart():
+    """``settings.launch_attempt``: torchrun's run id and restart count first (its run id ``none`` read as empty),
+    then a launch's PMIx namespace (mpiexec, srun), then Slurm's job id and requeue count; None without them."""
+    from triton_dist_tune.settings import launch_attempt
+
+    torchrun = {"TORCHELASTIC_RUN_ID": "r1", "TORCHELASTIC_RESTART_COUNT": "2", "PMIX_NAMESPACE": "ns",
+                "SLURM_JOB_ID": "7"}
+    assert launch_attempt(torchrun) == "r1#2"
+    assert launch_attempt({**torchrun, "TORCHELASTIC_RUN_ID": "none"}) == "#2"
+    assert launch_attempt({"PMIX_NAMESPACE": "prterun-vm-1@1", "SLURM_JOB_ID": "7"}) == "prterun-vm-1@1#0"
+    assert launch_attempt({"OMPI_MCA_ess_base_jobid": "42"}) == "42#0"
+    assert launch_attempt({"SLURM_JOB_ID": "7"}) == "7#0"
+    assert launch_attempt({"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "1"}) == "7#1"
+    assert launch_attempt({}) is None

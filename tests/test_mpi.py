@@ -143,3 +143,33 @@ def test_one_process_groups_keep_journals_of_their_own_in_a_shared_folder_over_m
     assert errors[0].startswith("in an earlier attempt") and f"fails on process {rank}" in errors[0], errors
     others = [f"fails on process {other}" for other in range(size) if other != rank]
     assert not any(text in error for text in others for error in errors), errors
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_every_process_of_an_mpiexec_launch_names_the_same_attempt_in_its_journal_records(comm):
+    """Ends inside a config count once per launcher attempt over the ranks (``journal.crashed``): every process of
+    one ``mpiexec`` launch must name the same attempt, its PMIx namespace (Open MPI's job id where there is none),
+    and the journal records must carry it (before: none under mpiexec, so only one rank's own ends counted)."""
+    import json
+    import os
+    from pathlib import Path
+
+    from triton_dist_tune import settings
+
+    attempt = settings.current().attempt
+    assert attempt is not None and comm.allgather(attempt) == [attempt] * comm.Get_size()
+    assert attempt.startswith(os.environ.get("PMIX_NAMESPACE") or os.environ["OMPI_MCA_ess_base_jobid"])
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda: 1, n_warmup=1, n_repeat=2, budget=0.001,
+                  name="mpi_attempt")
+    def f(*, variant):
+        time.sleep(0.02)
+        return variant
+
+    f(autotune_pg=comm)
+    comm.Barrier()
+    folder = Path(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    records = [json.loads(line) for path in sorted(folder.rglob("*.journal")) if "mpi_attempt" in str(path)
+               for line in path.read_text().splitlines() if line.strip()]
+    assert records and {r["attempt"] for r in records} == {attempt}, records[:2]
