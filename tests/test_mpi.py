@@ -71,12 +71,15 @@ def test_key_mismatch_over_mpi(comm):
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.timeout(60)
-def test_journal_records_name_the_communicators_world_ranks_over_mpi(comm):
+def test_journal_records_name_the_communicators_world_ranks_and_the_launch_over_mpi(comm):
     """A cut tuning keeps its journals; their records name the group's members by COMM_WORLD rank, in group rank
-    order (here reversed), as a torch group's name its global ranks (before: ``"ranks": []``)."""
+    order (here reversed), as a torch group's name its global ranks (before: ``"ranks": []``), and the launch's
+    attempt, the same on every process."""
     import json
     import os
     from pathlib import Path
+
+    from triton_dist_tune import settings
 
     size = comm.Get_size()
     reversed_comm = comm.Split(0, size - 1 - comm.Get_rank())  # group rank 0 is the last world rank
@@ -94,6 +97,12 @@ def test_journal_records_name_the_communicators_world_ranks_over_mpi(comm):
                for line in path.read_text().splitlines() if line.strip()]
     assert records, "a cut tuning keeps its journals"
     assert {tuple(r["ranks"]) for r in records} == {tuple(range(size - 1, -1, -1))}
+    # ends inside a config count once per launcher attempt over the ranks (journal.crashed): every process of one
+    # mpiexec launch names the same attempt, its PMIx namespace (before: none, so one rank's own ends counted)
+    attempt = settings.current().attempt
+    assert attempt is not None and comm.allgather(attempt) == [attempt] * size
+    assert attempt.startswith(os.environ.get("PMIX_NAMESPACE") or os.environ["OMPI_MCA_ess_base_jobid"])
+    assert {r["attempt"] for r in records} == {attempt}, records[:2]
 
 
 
@@ -144,32 +153,3 @@ def test_one_process_groups_keep_journals_of_their_own_in_a_shared_folder_over_m
     others = [f"fails on process {other}" for other in range(size) if other != rank]
     assert not any(text in error for text in others for error in errors), errors
 
-
-@pytest.mark.mpi(min_size=2)
-@pytest.mark.timeout(60)
-def test_every_process_of_an_mpiexec_launch_names_the_same_attempt_in_its_journal_records(comm):
-    """Ends inside a config count once per launcher attempt over the ranks (``journal.crashed``): every process of
-    one ``mpiexec`` launch must name the same attempt, its PMIx namespace (Open MPI's job id where there is none),
-    and the journal records must carry it (before: none under mpiexec, so only one rank's own ends counted)."""
-    import json
-    import os
-    from pathlib import Path
-
-    from triton_dist_tune import settings
-
-    attempt = settings.current().attempt
-    assert attempt is not None and comm.allgather(attempt) == [attempt] * comm.Get_size()
-    assert attempt.startswith(os.environ.get("PMIX_NAMESPACE") or os.environ["OMPI_MCA_ess_base_jobid"])
-
-    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda: 1, n_warmup=1, n_repeat=2, budget=0.001,
-                  name="mpi_attempt")
-    def f(*, variant):
-        time.sleep(0.02)
-        return variant
-
-    f(autotune_pg=comm)
-    comm.Barrier()
-    folder = Path(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
-    records = [json.loads(line) for path in sorted(folder.rglob("*.journal")) if "mpi_attempt" in str(path)
-               for line in path.read_text().splitlines() if line.strip()]
-    assert records and {r["attempt"] for r in records} == {attempt}, records[:2]
