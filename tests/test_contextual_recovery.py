@@ -99,25 +99,31 @@ def torchrun(case: str, env: dict[str, str], restarts: int) -> subprocess.Comple
 
 
 @pytest.mark.timeout(240)
-def test_a_rank_sigtermed_by_torchrun_at_the_exchange_blames_no_config(tmp_path):
-    """Under ``torchrun --max-restarts 2``, rank 1 is SIGKILLed in run 2 of attempts 0 and 1 (after config 0's
-    warm-up, before its own launch of config 1); rank 0 has launched config 1 and waits at the exchange that ends
-    the run, where torchrun's SIGTERM reaches it (``SystemExit``). That interruption blames nothing: attempt 2
-    leaves out config 0 only (rank 1's crashes) and chooses config 1. Before, the SystemExit raised at the
-    exchange was not journaled, rank 0's journal ended ``started`` in config 1 twice, and attempt 2 left config 1
-    out too (``crashed: ranks [0] ...``) and chose the slowest config, 2."""
-    env = tuner_env(tmp_path, 5, FAULT_DIR=str(tmp_path / "faults"), KILL_ATTEMPTS="0,1")
+@pytest.mark.parametrize("kill_ranks", ["1,1", "1,0"])
+def test_a_rank_sigtermed_by_torchrun_at_the_exchange_blames_no_config(tmp_path, kill_ranks):
+    """Under ``torchrun --max-restarts 2``, a rank is SIGKILLed in run 2 of attempts 0 and 1 (``kill_ranks``: rank
+    1 both times, or rank 1 then rank 0; after config 0's warm-up, before its own launch of config 1); the other
+    has launched config 1 and waits at the exchange that ends the run, where torchrun's SIGTERM reaches it
+    (``SystemExit``). That interruption blames nothing: attempt 2 leaves out config 0 only (the crashes) and
+    chooses config 1. Before, the SystemExit raised at the exchange was not journaled, rank 0's journal ended
+    ``started`` in config 1 twice, and attempt 2 left config 1 out too (``crashed: ranks [0] ...``) and chose the
+    slowest config, 2. With the killed rank alternating, each rank's journal holds one end in config 0, and the
+    two count as the two attempts the records name (before: the most of one rank, 1: a suspect, launched a third
+    time)."""
+    env = tuner_env(tmp_path, 5, FAULT_DIR=str(tmp_path / "faults"), KILL_ATTEMPTS="0,1", KILL_RANKS=kill_ranks)
     (tmp_path / "faults").mkdir()
     proc = torchrun("restarted", env, restarts=2)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     results = parse_results(proc.stdout)
+    waited = [str(1 - int(r)) for r in kill_ranks.split(",")]
     assert sorted((r["attempt"], r["rank"], r.get("error")) for r in results if "error" in r) == \
-        [("0", 0, "SystemExit"), ("1", 0, "SystemExit")], results
+        [("0", int(waited[0]), "SystemExit"), ("1", int(waited[1]), "SystemExit")], results
     final = [r for r in results if "chosen" in r]
     assert sorted(r["rank"] for r in final) == [0, 1] and all(r["attempt"] == "2" for r in final), results
+    ranks = sorted({int(r) for r in kill_ranks.split(",")})
     for res in final:
         assert res["ok"] and res["chosen"] == 1 and res["states"][0] == "failed", res
-        assert res["errors"][0].startswith("crashed: ranks [1] were inside this config when 2"), res
+        assert res["errors"][0].startswith(f"crashed: ranks {ranks} were inside this config when 2"), res
         assert res["states"][1] != "failed" and res["states"][2] != "failed", res
     for rank in (0, 1):  # attempt 2 launches config 1 again (not left out) and never config 0
         assert 1 in launches(tmp_path / "faults", rank, "2") and 0 not in launches(tmp_path / "faults", rank, "2")

@@ -161,13 +161,13 @@ def interrupted(index: int, session: str, at: float, attempt: str | None = None)
 
 
 @pytest.mark.timeout(30)
-def test_ends_inside_a_config_count_the_launchers_attempts_once_each_over_ranks_and_replicas():
-    """torchrun attempt 0 lost rank 0 inside config 2 (rank 1, stopped by torchrun, journaled ``interrupted``);
-    attempt 1 lost rank 1 there (rank 0 interrupted). Each rank's journal holds one end: before, the most of one
-    rank, 1, made config 2 a suspect, measured a third time. Counted as the launcher's attempts (``attempt``) it
-    ended 2: left out as crashed. Both ranks ending inside it in one attempt count once (a node lost), whether
-    they are ranks of one group or replicas (``recovery._strongest``); where the launcher names no attempt, the
-    most of one rank counts, as before."""
+def test_ends_inside_a_config_count_each_agreed_attempt_once_over_ranks_and_replicas():
+    """Attempt 0 lost rank 0 inside config 2 (rank 1, stopped by its launcher, journaled ``interrupted``); attempt
+    1 lost rank 1 there (rank 0 interrupted). Each rank's journal holds one end: before, the most of one rank, 1,
+    made config 2 a suspect, measured a third time. Counted as the attempts the records name (``attempt``, agreed
+    by each tuning's journal exchange) it ended 2: left out as crashed. Both ranks ending inside it in one attempt
+    count once (a node lost), whether they are ranks of one group or replicas (``recovery._strongest``); records
+    that name no attempt (written by an older version) count as the most of one rank, as before."""
     from triton_dist_tune.faults.recovery import _strongest
 
     rank0 = [started(2, "p0", 1.0, "run#0"), started(1, "q0", 5.0, "run#1"), interrupted(2, "q0", 6.0, "run#1")]
@@ -176,7 +176,7 @@ def test_ends_inside_a_config_count_the_launchers_attempts_once_each_over_ranks_
     assert merged[2]["state"] == "failed" and merged[2]["error"].startswith(
         "crashed: ranks [0, 1] were inside this config when 2 earlier attempt(s)"), merged[2]
     anonymous = [[{k: v for k, v in r.items() if k != "attempt"} for r in rank] for rank in (rank0, rank1)]
-    assert merge(anonymous, DESCRIPTIONS)[2]["state"] == "suspect"  # no launcher attempt: one end per rank
+    assert merge(anonymous, DESCRIPTIONS)[2]["state"] == "suspect"  # no attempt named: one end per rank
     both = merge([[started(2, "p0", 1.0, "run#0")], [started(2, "p1", 1.0, "run#0")]], DESCRIPTIONS)
     assert both[2]["state"] == "suspect" and both[2]["attempts"] == ["run#0"], both  # one attempt, two ranks
     views = [list(merge([[started(2, "p0", 1.0, a)]], DESCRIPTIONS).values()) for a in ("run#0", "run#1")]
@@ -186,19 +186,3 @@ def test_ends_inside_a_config_count_the_launchers_attempts_once_each_over_ranks_
     same = [list(merge([[started(2, p, 1.0, "run#0")]], DESCRIPTIONS).values()) for p in ("p0", "p1")]
     assert {r["index"]: r for r in _strongest(same)}[2]["state"] == "suspect"  # one attempt on two replicas
 
-
-@pytest.mark.timeout(30)
-def test_the_launchers_attempt_is_named_alike_by_every_process_of_it_and_otherwise_by_a_restart():
-    """``settings.launch_attempt``: torchrun's run id and restart count first (its run id ``none`` read as empty),
-    then a launch's PMIx namespace (mpiexec, srun), then Slurm's job id and requeue count; None without them."""
-    from triton_dist_tune.settings import launch_attempt
-
-    torchrun = {"TORCHELASTIC_RUN_ID": "r1", "TORCHELASTIC_RESTART_COUNT": "2", "PMIX_NAMESPACE": "ns",
-                "SLURM_JOB_ID": "7"}
-    assert launch_attempt(torchrun) == "r1#2"
-    assert launch_attempt({**torchrun, "TORCHELASTIC_RUN_ID": "none"}) == "#2"
-    assert launch_attempt({"PMIX_NAMESPACE": "prterun-vm-1@1", "SLURM_JOB_ID": "7"}) == "prterun-vm-1@1#0"
-    assert launch_attempt({"OMPI_MCA_ess_base_jobid": "42"}) == "42#0"
-    assert launch_attempt({"SLURM_JOB_ID": "7"}) == "7#0"
-    assert launch_attempt({"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "1"}) == "7#1"
-    assert launch_attempt({}) is None

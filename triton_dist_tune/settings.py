@@ -128,10 +128,6 @@ class Settings:
     #: the job's identity written into journals: ``..._JOB_ID``, else torchrun's ``TORCHELASTIC_RUN_ID``, else
     #: Slurm's ``SLURM_JOB_ID``; None when none is set
     job_id: str | None = None
-    #: the launcher's attempt of this job, the same in every process of the attempt and different in each restart
-    #: or launch: torchrun's run id and restart count, else the PMIx namespace of an ``mpiexec`` or ``srun`` launch,
-    #: else Slurm's job id and restart count; None under no such launcher (see :func:`launch_attempt`)
-    attempt: str | None = None
     #: the launcher's world size (``WORLD_SIZE`` / Open MPI's / PMI's); None outside a launcher
     world_size: int | None = None
     #: the timing mode of every tuned function of the job (``..._TIMING``: steady or cold); None: each decorator's
@@ -196,7 +192,6 @@ class Settings:
             version_check=flag(env.get(PREFIX + "VERSION_CHECK")),
             progress_s=parsed(lambda: _seconds(env, PREFIX + "PROGRESS_S", 30.0), cls.progress_s),
             job_id=job,
-            attempt=launch_attempt(env),
             world_size=_int(env, SIZE_VARIABLES),
             timing=parsed(lambda: _timing(env.get(PREFIX + "TIMING", "")), cls.timing),
             max_runs=parsed(lambda: _count(env, PREFIX + "MAX_RUNS", 1000), cls.max_runs),
@@ -212,25 +207,6 @@ class Settings:
             undecided=parsed(lambda: _undecided(env.get(PREFIX + "UNDECIDED", "")), cls.undecided),
             search=parsed(lambda: _search(env.get(PREFIX + "SEARCH", "")), cls.search),
         )
-
-
-def launch_attempt(env: Mapping[str, str]) -> str | None:
-    """``launch#restart`` naming the launcher's attempt: torchrun's (its run id, empty when ``none``, and
-    ``TORCHELASTIC_RESTART_COUNT``), else an ``mpiexec`` or ``srun`` launch's PMIx namespace (``PMIX_NAMESPACE``,
-    else Open MPI's ``OMPI_MCA_ess_base_jobid``: one per launch), else Slurm's (``SLURM_JOB_ID`` and
-    ``SLURM_RESTART_COUNT``, 0 until a requeue); None under no such launcher. The processes of one attempt read
-    the same; a restart or a new launch reads another. (Two torchrun jobs without a run id can read the same: it
-    counts attempts without ever counting one twice, see :func:`~triton_dist_tune.faults.journal.crashed`.)"""
-    restart = env.get("TORCHELASTIC_RESTART_COUNT")
-    if restart is not None:
-        run = env.get("TORCHELASTIC_RUN_ID", "")
-        return f"{'' if run.lower() == 'none' else run}#{restart.strip()}"
-    launch = env.get("PMIX_NAMESPACE") or env.get("OMPI_MCA_ess_base_jobid")
-    if launch:
-        return f"{launch}#0"
-    if env.get("SLURM_JOB_ID"):
-        return f"{env['SLURM_JOB_ID']}#{env.get('SLURM_RESTART_COUNT', '0').strip()}"
-    return None
 
 
 def _timing(value: str) -> str | None:

@@ -160,8 +160,12 @@ def restarted():
     tdt.init_distributed()
     me = dist.get_rank()
 
+    attempts = os.environ.get("KILL_ATTEMPTS", "").split(",")
+    ranks = os.environ.get("KILL_RANKS", ",".join("1" * len(attempts))).split(",")  # one per attempt killed in
+    killed = dict(zip(attempts, ranks, strict=True))
+
     def before(run):
-        if run == 2 and me == 1 and attempt in os.environ.get("KILL_ATTEMPTS", "").split(","):
+        if run == 2 and killed.get(attempt) == str(me):
             time.sleep(1.5)  # rank 0 is at the exchange that ends the run by now
             (faults() / f"killed.attempt{attempt}").write_text(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)

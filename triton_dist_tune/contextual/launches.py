@@ -49,7 +49,8 @@ def launch(session: CallState, autotuner: Any, args: tuple, kwargs: dict[str, An
             local = session.local.get(tid)
             if local is None:
                 local = session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group,
-                                                        session.earlier, session.tuner.options.search)
+                                                        session.earlier, session.tuner.options.search,
+                                                        session.attempt)
                 session.record.new.append(tid)
             elif not any(a is autotuner for a in local.autotuners):
                 local.autotuners.append(autotuner)
@@ -108,7 +109,7 @@ def pending_launch(session: CallState, tid: TrackId, autotuner: Any, key: tuple,
     if settle:
         with session.lock:
             session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group,
-                                            session.earlier, session.tuner.options.search)
+                                            session.earlier, session.tuner.options.search, session.attempt)
             session.record.new.append(tid)
             session.met.append(tid)
     index = pending.get(slot, (None, None))[1]

@@ -138,6 +138,9 @@ class CallState:
         self.board: Board | None = None
         #: entry -> every group rank's journal records of it, gathered before the first run (None: not yet)
         self._earlier: dict[str, list[list[dict[str, Any]]]] | None = None
+        #: this attempt's name as that exchange agreed it, written into the journals of the call's tracks
+        #: (:attr:`~triton_dist_tune.faults.journal.Journal.attempt`; None before it)
+        self.attempt: str | None = None
         #: jitted kernel -> group rank -> the ``triton.autotune`` wrappers of it that rank met in this call (track
         #: kernel id -> its configs and key names), from the exchanges: every rank must tune the same ones
         self.wrappers: dict[str, dict[int, dict[str, tuple[list[str], list[str]]]]] = {}
@@ -173,8 +176,10 @@ class CallState:
         call is taken from (which configs to leave out, which to launch first), identical on every rank. It carries
         this rank's malformed variable, if any: every rank raises it here (the call reads the environment leniently
         up to this exchange, :meth:`~.tuner.ContextualTuner.__call__`)."""
-        self._earlier = gather_entries(self.group, self.cache.folder, f"{self.label} journal exchange",
-                                       exchange_timeout(self.timeout), settings.problem(), self.label)
+        self._earlier, self.attempt = gather_entries(self.group, self.cache.folder, f"{self.label} journal exchange",
+                                                     exchange_timeout(self.timeout), settings.problem(), self.label)
+        for local in self.local.values():  # tracks met before the exchange (a hot call turned tuning) name it too
+            local.journal.attempt = self.attempt
 
     def earlier(self, entry: str) -> list[list[dict[str, Any]]]:
         """Every group rank's journal records of ``entry`` from the gathered view (a process alone reads its own

@@ -111,7 +111,8 @@ class LocalTrack:
     from that shared view only, so they are the same on every rank."""
 
     def __init__(self, autotuner: Any, key: tuple, args: tuple, kwargs: dict[str, Any], cache: DiskCache,
-                 group: Group, earlier: Callable[[str], list[list[dict[str, Any]]]], search: str = "auto") -> None:
+                 group: Group, earlier: Callable[[str], list[list[dict[str, Any]]]], search: str = "auto",
+                 attempt: str | None = None) -> None:
         self.autotuners = [autotuner]
         #: the decorator's ``search=`` (the environment's wins when the group agrees on the track)
         self.search = search
@@ -134,6 +135,7 @@ class LocalTrack:
                               self.space_text, group.size)
         self.journal = open_journal(cache, self.entry, group)
         self.journal.adopt()  # the earlier attempts' files, removed with this one once the track is decided
+        self.journal.attempt = attempt  # as the call's journal exchange agreed it (None before it: set then)
         self._earlier_of = earlier
         self.journaled: set[tuple[int, str]] = set()  # (config, state) written by this attempt
         #: the config of this attempt's last record of the track when that is a ``started`` one (None otherwise):
@@ -214,8 +216,7 @@ def open_journal(cache: DiskCache, entry: str, group: Group) -> Journal:
     the group, so that two groups of one job never read or delete each other's; its records name the job and the
     group, as ``autotune``'s do (with ``ALWAYS_TUNE``, a restart of this job still reads them)."""
     ranks = list(group.member_ranks)
-    env = settings.current()
-    identity = {"job": env.job_id, "attempt": env.attempt, "group": group.name, "ranks": ranks}
+    identity = {"job": settings.current().job_id, "group": group.name, "ranks": ranks}
     return Journal(journal_path(cache.folder, entry, group), identity)
 
 

@@ -5,7 +5,7 @@ Each rank keeps its own journal next to the cache entry it is tuning, in its own
 group of one process of that process's global rank, torch.distributed's or else mpi4py's ``COMM_WORLD`` rank, so that
 two groups tuning the same entry on one node, one-rank replicas included, never adopt each other's journals). Every
 record carries the job's identity (``TRITON_DIST_AUTOTUNE_JOB_ID``, torchrun's run id or Slurm's job id) and attempt
-(:attr:`~triton_dist_tune.settings.Settings.attempt`), the group's name and global ranks and the wall time it was
+(:attr:`Journal.attempt`), the group's name and global ranks and the wall time it was
 written (``at``, unix seconds). A record is one line written with a single ``write``, so a record is either in the file
 whole or (after a power loss or a full disk) a torn last line, which readers skip and the next writer ends with a
 newline before appending. A write is in the operating system's hands when :meth:`Journal.append` returns: it survives
@@ -30,9 +30,9 @@ On the next attempt the ranks gather their journals and merge them (:func:`merge
 :mod:`~triton_dist_tune.faults.recovery`; of several outcomes of a config, the latest): configs whose group result
 is known are not measured again; configs that hung past the watchdog or failed on some rank are left out, with an
 error that says it comes from an earlier attempt and how to measure it again; configs in flight when an attempt
-ended without an error are *suspects*, measured once more, and left out after two such attempts (counted as the
-launcher's attempts, ``attempt`` in every record, once each over every rank and replica, where the launcher names
-them: :func:`crashed`); an interrupted attempt (SIGINT, SIGTERM) blames nothing;
+ended without an error are *suspects*, measured once more, and left out after two such attempts (each counted once
+over every rank and replica, by the ``attempt`` the tuning agreed and wrote into its records: :func:`crashed`); an
+interrupted attempt (SIGINT, SIGTERM) blames nothing;
 an attempt that ended inside a config's compile pass blames nothing either, and the next one runs no compile pass
 for that config (it would end the same way). Every record names its attempt (``session``), so that readers know
 which config each attempt was inside when it ended.
@@ -97,6 +97,10 @@ class Journal:
         self._create = create  # False: only read what exists (a reader of other entries' journals)
         #: written into every record while set: :data:`SCREENING` while a search screens (see :func:`merge`)
         self.stage = ""
+        #: written into every record once set: the attempt as the whole tuning agreed it (every rank of the group,
+        #: and of every replica, writes the same; :mod:`~triton_dist_tune.faults.recovery`), so that ends inside a
+        #: config count once per attempt over ranks and replicas (:func:`crashed`)
+        self.attempt: str | None = None
 
     # -- files ---------------------------------------------------------------------------------------------------
 
@@ -181,6 +185,8 @@ class Journal:
                   "at": round(time.time(), 3)}
         if self.stage:
             record["stage"] = self.stage
+        if self.attempt:
+            record["attempt"] = self.attempt
         line = (json.dumps(record, allow_nan=False, default=str) + "\n").encode()
         if not self._open():
             return
@@ -355,7 +361,7 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
     screened: dict[int, dict[str, Any]] = {}  # index -> its screening record with the most samples
     local: dict[int, dict[int, dict[str, dict[str, Any]]]] = {}  # index -> rank -> state -> last record
     crashes: dict[int, dict[int, int]] = {}  # index -> rank -> attempts that ended inside it
-    launches: dict[int, set[str]] = {}  # index -> the launcher's attempts (``attempt``) that ended inside it
+    launches: dict[int, set[str]] = {}  # index -> the agreed attempts (``attempt``) that ended inside it
     passes: dict[int, set[int]] = {}  # index -> ranks with an attempt that ended in its compile pass
     for rank, records in enumerate(per_rank):
         usable = [r for r in records if well_formed(r) and 0 <= r["index"] < len(descriptions)
@@ -422,9 +428,9 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
 
 def crashed(index: int, config: str, who: str, attempts: set[str], most: int = 0) -> dict[str, Any]:
     """A config that attempts ended inside without an error: a suspect after one, failed after two. They count as
-    the launcher's distinct ``attempts`` (:attr:`~triton_dist_tune.settings.Settings.attempt`; one attempt that
-    ended inside it on several ranks or replicas counts once) or ``most``, the most ends one rank's journal holds
-    (where the launcher names no attempt), whichever is more. The outcome carries ``attempts``, so that
+    the distinct ``attempts`` named by the records (:attr:`Journal.attempt`: one attempt that ended inside it on
+    several ranks or replicas counts once) or ``most``, the most ends one rank's journal holds (records that name
+    no attempt), whichever is more. The outcome carries ``attempts``, so that
     :func:`~triton_dist_tune.faults.recovery.across` can count them over the replicas too."""
     times = max(most, len(attempts))
     what = (f"{who} were inside this config when {times} earlier attempt(s) ended without an error (killed, out of "

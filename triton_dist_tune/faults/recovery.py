@@ -16,6 +16,7 @@ every rank shares, from which every resume decision is taken (never from a rank'
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -90,24 +91,41 @@ def journal_path(folder: Path, entry: str, group: Group) -> Path:
 def shared_view(group: Group, journal: Journal, descriptions: list[str], only_job: str | None | bool, what: str,
                 timeout: float, kept: str | None = None) -> dict[int, dict[str, Any]]:
     """Every rank's records of ``journal``, gathered in one exchange and merged: the same view on every rank
-    (``kept``: the kept set of this tuning, see :func:`~.journal.merge`)."""
-    gathered = group.allgather(journal.read(), what, timeout=timeout)
-    return merge(gathered, descriptions, only_job=only_job, kept=kept)
+    (``kept``: the kept set of this tuning, see :func:`~.journal.merge`). The exchange also agrees this attempt's
+    name, group rank 0's session, which every rank then writes into its records (:attr:`~.journal.Journal.attempt`):
+    the ranks of one attempt name it alike, on any node, under any launcher."""
+    gathered = group.allgather([journal.session, journal.read()], what, timeout=timeout)
+    journal.attempt = _attempt_of(gathered)
+    return merge([records for _, records in gathered], descriptions, only_job=only_job, kept=kept)
 
 
-def across(replicas: Group, view: dict[int, dict[str, Any]], what: str, timeout: float) -> dict[int, dict[str, Any]]:
+def _attempt_of(contributions: list[Any]) -> str | None:
+    """The attempt's name from an exchange whose contributions start with each rank's: group rank 0's."""
+    first = contributions[0][0] if contributions and isinstance(contributions[0], list) and contributions[0] else None
+    return first if isinstance(first, str) and first else None
+
+
+def across(replicas: Group, view: dict[int, dict[str, Any]], what: str, timeout: float,
+           journal: Journal) -> dict[int, dict[str, Any]]:
     """The views of every replica merged into one (per config, the strongest evidence: failed, suspect, stopped,
     measured; ``skip_pass`` where any replica's view has it), identical on every rank of every replica. A suspect
-    whose ends on the replicas were two or more of the launcher's attempts is failed (crashed): a config that took
-    down one replica in one attempt and another in the next is left out, as on one replica."""
-    merged = replicas.combine(sorted(view.values(), key=lambda r: r["index"]), what, _strongest, timeout)
+    whose ends on the replicas were two or more attempts is failed (crashed): a config that took down one replica
+    in one attempt and another in the next is left out, as on one replica. The exchange also agrees the attempt's
+    name over the replicas (replica 0's), written into ``journal``'s records from now on."""
+    mine = [journal.attempt, sorted(view.values(), key=lambda r: r["index"])]
+    attempt, merged = replicas.combine(mine, what, _over_replicas, timeout)
+    journal.attempt = attempt if isinstance(attempt, str) and attempt else journal.attempt
     return {record["index"]: record for record in merged}
+
+
+def _over_replicas(contributions: list[list[Any]]) -> list[Any]:
+    return [_attempt_of(contributions), _strongest([view for _, view in contributions])]
 
 
 def _strongest(views: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     best: dict[int, dict[str, Any]] = {}
     skip_pass: set[int] = set()
-    ends: dict[int, tuple[set[int], set[str]]] = {}  # index -> (replicas, launcher attempts) ended inside it
+    ends: dict[int, tuple[set[int], set[str]]] = {}  # index -> (replicas, attempts) that ended inside it
     for replica, view in enumerate(views):
         for record in view:
             held = best.get(record["index"])
@@ -129,13 +147,14 @@ _SLOT = re.compile(r"^(?P<entry>.+)\.(?P<tag>[0-9a-f]{10})\.rank(?P<rank>\d+)(?:
 
 
 def gather_entries(group: Group, folder: Path, what: str, timeout: float, problem: str | None = None,
-                   label: str = "") -> dict[str, list[list[dict[str, Any]]]]:
+                   label: str = "") -> tuple[dict[str, list[list[dict[str, Any]]]], str | None]:
     """Every rank's records of every journal of this group in ``folder``, by entry and then by group rank (one
     exchange; the same on every rank): the shared view of a contextual tuning, taken before its first run. Each
     journal is read under its lock and released at once (one locked by a live tuner is skipped; none is created).
     ``problem``: this rank's malformed variable (:func:`~triton_dist_tune.settings.problem`), carried by the
     exchange so that every rank raises it (a :class:`~triton_dist_tune.errors.BadInputError` naming the ranks,
-    after ``label``) rather than this rank alone while the others wait for it."""
+    after ``label``) rather than this rank alone while the others wait for it. Also returns the attempt's name the
+    exchange agreed (group rank 0's draw), for the journals the call opens (:attr:`~.journal.Journal.attempt`)."""
     tag, mine = group_tag(group), {}
     bases = set()
     for path in folder.glob(f"*.{tag}.rank{group.rank}*.journal") if folder.is_dir() else []:
@@ -148,13 +167,13 @@ def gather_entries(group: Group, folder: Path, what: str, timeout: float, proble
             mine[entry] = journal.read()
         finally:
             journal.close()
-    gathered = group.allgather([problem, mine], what, timeout=timeout)
-    problems = [f"rank {r}: {p}" for r, (p, _) in enumerate(gathered) if p]
+    gathered = group.allgather([os.urandom(6).hex(), problem, mine], what, timeout=timeout)
+    problems = [f"rank {r}: {p}" for r, (_, p, _) in enumerate(gathered) if p]
     if problems:
         raise BadInputError(f"{label}: " + "; ".join(problems))
-    gathered = [by_entry for _, by_entry in gathered]
-    entries = sorted({entry for by_entry in gathered for entry in by_entry})
-    return {entry: [list(by_entry.get(entry, [])) for by_entry in gathered] for entry in entries}
+    by_rank = [by_entry for _, _, by_entry in gathered]
+    entries = sorted({entry for by_entry in by_rank for entry in by_entry})
+    return {entry: [list(by_entry.get(entry, [])) for by_entry in by_rank] for entry in entries}, _attempt_of(gathered)
 
 
 @contextlib.contextmanager

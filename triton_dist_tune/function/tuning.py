@@ -256,7 +256,8 @@ class Tuning:
             earlier = shared_view(group, journal, tuner.descriptions, env.job_id if env.always_tune else False,
                                   f"{label} journal exchange", self.timeout, kept=kept_print(self.kept_mark))
             if self.layout is not None:  # the leaders' round reads every replica's journals too
-                earlier = across(self.layout.replicas, earlier, f"{label} journals across replicas", self.timeout)
+                earlier = across(self.layout.replicas, earlier, f"{label} journals across replicas", self.timeout,
+                                 journal)
             self.skip_pass = {i for i, record in earlier.items() if record.get("skip_pass")}
             with interruptible():
                 decision = self._measure(kept, earlier, journal, plan_seed(self.key_text, tuner.space_text), guard)
@@ -419,7 +420,7 @@ def journal_of(tuning: Tuning) -> Journal:
     group = tuning.group
     ranks = list(group.member_ranks)
     return Journal(journal_path(tuning.tuner.cache.folder, tuning.journal_entry, group),
-                   {"job": tuning.env.job_id, "attempt": tuning.env.attempt, "group": group.name, "ranks": ranks,
+                   {"job": tuning.env.job_id, "group": group.name, "ranks": ranks,
                     "kept": kept_print(tuning.kept_mark)})
 
 
