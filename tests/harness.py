@@ -111,12 +111,14 @@ def parse_results(stdout: str) -> list[Any]:
     return [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
 
 
-def spawn(script: str | Path, args: list[str], env: dict[str, str]) -> Any:
+def spawn(script: str | Path, args: list[str], env: dict[str, str], wrap: Sequence[str] = ()) -> Any:
     """``python SCRIPT ARGS`` in environment ``env``: a fork of a server that has imported torch and Triton already
-    (tests/forkserver.py), or, where the environment asks for a fresh process, a fresh one (both Popen-like)."""
-    proc = forkserver.start(str(script), list(args), env, base_env())
+    (tests/forkserver.py), or, where the environment asks for a fresh process, a fresh one (both Popen-like).
+    ``wrap``: a command that runs ``python SCRIPT ARGS`` (its arguments follow it), always a fresh process (e.g.
+    ``unshare --pid --fork``: a rank in a pid namespace of its own)."""
+    proc = None if wrap else forkserver.start(str(script), list(args), env, base_env())
     if proc is None:
-        proc = subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([*wrap, sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     return proc
 
@@ -139,10 +141,10 @@ def run_process(script: str | Path, args: list[str] | None = None, env: dict[str
 
 def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: dict[str, str] | None = None,
               timeout: float = 120.0, per_rank_env: dict[int, dict[str, str]] | None = None,
-              stuck: Sequence[int] = ()) -> list[RankResult]:
+              stuck: Sequence[int] = (), wrap: dict[int, Sequence[str]] | None = None) -> list[RankResult]:
     """Run ``n`` ranks of ``script``; raise TimeoutError (after killing them) if they outlive ``timeout``.
     The ranks in ``stuck`` are expected never to end: once every other rank has ended they are SIGKILLed (not
-    waited for; their return code is then -9)."""
+    waited for; their return code is then -9). ``wrap``: rank -> a command that runs that rank (:func:`spawn`)."""
     port = free_port()
     procs = []
     for rank in range(n):
@@ -150,7 +152,7 @@ def run_ranks(script: str | Path, n: int, args: list[str] | None = None, env: di
         rank_env.update({"RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
                          "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
         rank_env.update((per_rank_env or {}).get(rank, {}))
-        procs.append(spawn(script, list(args or []), rank_env))
+        procs.append(spawn(script, list(args or []), rank_env, (wrap or {}).get(rank, ())))
     deadline = time.monotonic() + timeout
     outputs = []
     timed_out = False

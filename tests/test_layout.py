@@ -209,11 +209,12 @@ def test_a_peer_waiting_for_a_wrong_rank_that_calls_again_at_once_elsewhere_rais
     assert "global rank 1 raised BadInputError" in waited["message"], waited
 
 
-def wrong_then_at_once_another(tmp_path, case: str, timeout: float) -> tuple[dict, dict]:
+def wrong_then_at_once_another(tmp_path, case: str, timeout: float, wrap=None, **extra: str) -> tuple[dict, dict]:
     """Run a scenario of 4 gloo ranks where rank 1 calls with a group it is not in, then at once on its replica
-    group {1, 3} with rank 3, and rank 0 waits for it on their TP group (``timeout``: the tuner's); checks rank 1's
-    two calls and rank 3's, and returns rank 1's wrong call's result and rank 0's."""
-    results = run_ranks(CASES, 4, [case], env=tuner_env(tmp_path, timeout=timeout), timeout=130)
+    group {1, 3} with rank 3, and rank 0 waits for it on their TP group (``timeout``: the tuner's; ``wrap``, ``extra``:
+    :func:`harness.run_ranks`'s, more tuner variables); checks rank 1's two calls and rank 3's, and returns rank 1's
+    wrong call's result and rank 0's."""
+    results = run_ranks(CASES, 4, [case], env=tuner_env(tmp_path, timeout=timeout, **extra), timeout=130, wrap=wrap)
     assert all(r.returncode == 0 for r in results), describe(results)
     wrong, again = results[1].results
     assert wrong["error"] == "BadInputError" and "not a member" in wrong["message"], describe(results)
@@ -266,6 +267,119 @@ def test_a_peer_that_waits_only_after_a_wrong_rank_was_killed_stops_at_once_nami
     assert "is gone: it was killed" in waited["message"], waited
     assert wrong["message"][:200] in waited["message"], waited
     assert waited["seconds"] < 60 / 4, waited
+
+
+#: runs a rank in a pid namespace of its own (its note's process then reads as on another host); ``sh`` stays the
+#: namespace's init, so that the rank's SIGKILL of itself lands (the init of a namespace ignores signals it sent)
+UNSHARED = ("unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", '"$@"; exit $?', "sh")
+
+
+def unshare_refused() -> str | None:
+    """Why :data:`UNSHARED` cannot run here (no ``unshare``, or not permitted), or None."""
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        return "no unshare (util-linux) on this machine"
+    done = subprocess.run([*UNSHARED, "true"], capture_output=True, text=True, timeout=30)
+    return None if done.returncode == 0 else f"unshare --pid is not permitted here: {done.stderr.strip()[:300]}"
+
+
+@pytest.mark.timeout(240)
+def test_a_peer_that_waits_only_after_a_wrong_rank_was_killed_in_another_pid_namespace_stops_naming_it(tmp_path):
+    """As the test above, but rank 1 runs in a pid namespace of its own (``unshare --pid``), as a rank of another
+    host would: rank 0 cannot read its process from ``/proc``. Rank 1's note said that it beats (a thread of its
+    process advances a key of its own in the job's store every second while its note stands), and rank 0 reads it
+    gone once that beat has not moved for TRITON_DIST_AUTOTUNE_LOST_S (6 s here) by its own clock: it raises
+    GroupTimeoutError naming rank 1 as gone (no sign of life) and quoting its note's error, within a third of its
+    90 s deadline. Before: rank 0 waited its whole deadline (90 s)."""
+    refused = unshare_refused()
+    if refused:
+        pytest.skip(refused)
+    results = run_ranks(CASES, 4, ["wrong_group_withdrawn_then_killed_elsewhere"],
+                        env=tuner_env(tmp_path, timeout=90, TRITON_DIST_AUTOTUNE_LOST_S="6"), timeout=200,
+                        wrap={1: UNSHARED})
+    assert results[1].returncode in (128 + signal.SIGKILL, -signal.SIGKILL), describe(results)
+    assert all(results[r].returncode == 0 for r in (0, 2, 3)), describe(results)
+    wrong, again = results[1].results
+    assert wrong["error"] == "BadInputError" and again["error"] is None, describe(results)
+    waited = results[0].result
+    assert waited["error"] == "GroupTimeoutError", waited
+    assert "global rank 1, which has ended" in waited["message"], waited
+    assert "no sign of life" in waited["message"], waited
+    assert wrong["message"][:200] in waited["message"], waited
+    assert waited["seconds"] < 90 / 3, waited
+
+
+@pytest.mark.timeout(150)
+def test_a_live_wrong_rank_in_another_pid_namespace_is_not_read_gone_by_its_beat(tmp_path):
+    """As test_a_peer_that_waits_only_after_a_wrong_ranks_note_is_withdrawn_times_out_naming_its_error, with rank 1
+    in a pid namespace of its own and LOST_S 5 s (a quarter of the deadline): rank 1 lives on (in the scenario's
+    closing barrier: torch's collectives release the GIL, so its beat goes on), and rank 0 waits its deadline (20 s)
+    as before and names the withdrawn note; it never reads rank 1 as gone."""
+    refused = unshare_refused()
+    if refused:
+        pytest.skip(refused)
+    wrong, waited = wrong_then_at_once_another(tmp_path, "wrong_group_withdrawn_before_a_peer_waits", 20,
+                                               wrap={1: UNSHARED}, TRITON_DIST_AUTOTUNE_LOST_S="5")
+    assert waited["error"] == "GroupTimeoutError", waited
+    assert "has ended" not in waited["message"] and "global rank 1 raised BadInputError" in waited["message"], waited
+    assert waited["seconds"] >= 20, waited
+
+
+@pytest.mark.timeout(60)
+def test_a_notes_beat_advances_while_on_and_a_waiting_rank_reads_it_lost_by_its_own_clock_only(monkeypatch):
+    """group/beat.py: this process's beat adds to its counter every second while on (one at once, on the caller's
+    store), not once stopped, nor once its connection to the store is lost; a waiting rank reads a note's process
+    gone only once the counter has not moved for LOST_S by its own clock (at least three of the note's beats),
+    never for a note that does not say it beats, a counter that moved, or a note posted again (another root or
+    time); ``beat_s`` is read only as a positive number."""
+    import datetime
+    import gc
+    import time
+    import types
+
+    import torch.distributed as dist
+
+    from triton_dist_tune.group import beat as beats
+    from triton_dist_tune.group.note import Note, parse_beat
+
+    assert [parse_beat(line) for line in ('{"beat_s": 1.0}', '{"beat_s": 2}', '{"beat_s": 0}', '{"beat_s": "1"}',
+                                          '{"beat_s": true}', '[1]', 'not json', '{}')] == [1.0, 2.0] + [None] * 6
+    host = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
+    beat = beats.Beat()
+    assert beat.start(host, "beat/1") and int(host.add("beat/1", 0)) == 1
+    time.sleep(3 * beats.BEAT_S + 0.5)
+    assert int(host.add("beat/1", 0)) >= 3
+    beat.stop()
+    time.sleep(beats.BEAT_S + 0.5)  # (a beat under way when stopped lands)
+    stopped = int(host.add("beat/1", 0))
+    time.sleep(2 * beats.BEAT_S + 0.5)
+    assert int(host.add("beat/1", 0)) == stopped
+    gone = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
+    assert beat.start(gone, "beat/1") and beat._on is not None
+    del gone
+    gc.collect()  # the store's host ends: the beat's connection is lost, and it stops (one failure, not one a second)
+    time.sleep(2 * beats.BEAT_S + 0.5)
+    assert beat._on is None
+
+    clock = [100.0]
+    monkeypatch.setattr(beats, "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep))
+    silence, note = beats.Silence(), Note("1.1", ("f",), "its error", 5.0, beat_s=1.0)
+    assert silence.lost(host, "beat/1", 1, note._replace(beat_s=None), 6.0) is None  # no beat said: no rule
+    assert silence.lost(host, "beat/1", 1, note, 6.0) is None  # first read: the clock starts
+    clock[0] += 5.9
+    assert silence.lost(host, "beat/1", 1, note, 6.0) is None
+    clock[0] += 0.2
+    assert silence.lost(host, "beat/1", 1, note, 6.0) == pytest.approx(6.1)
+    host.add("beat/1", 1)  # a sign of life: the clock starts again
+    assert silence.lost(host, "beat/1", 1, note, 6.0) is None
+    clock[0] += 7
+    assert silence.lost(host, "beat/1", 1, note._replace(posted=6.0), 6.0) is None  # a new note: starts again
+    clock[0] += 2
+    assert silence.lost(host, "beat/1", 1, note._replace(posted=6.0), 1.0) is None  # at least three beats
+    clock[0] += 1
+    assert silence.lost(host, "beat/1", 1, note._replace(posted=6.0), 1.0) == pytest.approx(3)
 
 
 @pytest.mark.timeout(60)

@@ -125,6 +125,9 @@ class Settings:
     version_check: bool = False
     #: seconds between the progress lines of a rank waiting for the others (``..._PROGRESS_S``, default 30)
     progress_s: float = 30.0
+    #: seconds without a beat after which a rank waiting for a rank of another host whose wrong-group note stands
+    #: reads that rank's process as gone (``..._LOST_S``, default 30; see :mod:`~triton_dist_tune.group.beat`)
+    lost_s: float = 30.0
     #: the job's identity written into journals: ``..._JOB_ID``, else torchrun's ``TORCHELASTIC_RUN_ID``, else
     #: Slurm's ``SLURM_JOB_ID``; None when none is set
     job_id: str | None = None
@@ -191,6 +194,7 @@ class Settings:
             always_tune=flag(env.get(PREFIX + "ALWAYS_TUNE")),
             version_check=flag(env.get(PREFIX + "VERSION_CHECK")),
             progress_s=parsed(lambda: _seconds(env, PREFIX + "PROGRESS_S", 30.0), cls.progress_s),
+            lost_s=parsed(lambda: _seconds(env, PREFIX + "LOST_S", 30.0), cls.lost_s),
             job_id=job,
             world_size=_int(env, SIZE_VARIABLES),
             timing=parsed(lambda: _timing(env.get(PREFIX + "TIMING", "")), cls.timing),

@@ -217,6 +217,14 @@ def wrong_group_withdrawn_then_killed():
     withdrawn_before_a_peer_waits("withdrawn_then_killed", end="kill")
 
 
+@case
+def wrong_group_withdrawn_then_killed_elsewhere():
+    """As :func:`wrong_group_withdrawn_then_killed`, with rank 1 started in a pid namespace of its own (the test
+    runs it under ``unshare --pid``): its note's process is on another "host" for rank 0, which cannot read it gone
+    from ``/proc`` and reads its note's beat instead."""
+    withdrawn_before_a_peer_waits("withdrawn_then_killed_elsewhere", end="kill")
+
+
 def withdrawn_before_a_peer_waits(name: str, end: str) -> None:
     """Rank 1 calls ``name``'s function with a TP group it is not in, then on its replica group {1, 3} with rank 3;
     then rank 0 calls it on its TP group {0, 1} and waits for rank 1 there. ``end``: "exit": rank 1 ends its

@@ -3,6 +3,10 @@ where a rank waits when it reads notes.
 
 Everything here is read from the store, written by any process (the store has no authentication): plain JSON,
 checked field by field, never executed; a field not understood reads as not said.
+
+Whether a note's process has gone: its note marked ended at its exit, or, on this host and pid namespace, no such
+process in ``/proc`` (:meth:`Note.gone`); elsewhere (:func:`on_this_host` false), by its beat, which a waiting rank
+reads (:mod:`~triton_dist_tune.group.beat`; a note says it beats in ``beat_s``).
 """
 
 from __future__ import annotations
@@ -44,10 +48,16 @@ class Note(NamedTuple):
     #: the process that posted it, as :func:`this_process` names it (None: not said), so that a rank on the same
     #: host can tell it has gone without marking its note (killed, or dead without running its exit hooks)
     process: tuple[str, int, int] | None = None
+    #: seconds between the beats of that process while its note stands (None: not said, no beat), so that a rank
+    #: on another host can tell it has gone (:mod:`~triton_dist_tune.group.beat`)
+    beat_s: float | None = None
+    #: never read from the store: set by a waiting rank that read the process gone by its beat, the seconds that
+    #: beat had not moved (:meth:`~triton_dist_tune.group.beat.Silence.lost`)
+    silent: float | None = None
 
     def gone(self) -> bool:
         """Whether the rank's process has ended: its note says so (:attr:`ended`), or it ran on this host and is
-        gone (:func:`process_gone`)."""
+        gone (:func:`process_gone`). (Elsewhere its beat tells: :class:`~triton_dist_tune.group.beat.Silence`.)"""
         return self.ended is not None or process_gone(self.process)
 
     def concerns(self, inside: Sequence[str]) -> bool:
@@ -72,7 +82,11 @@ class Note(NamedTuple):
         """For the error of a wait for global rank ``rank``, whose note this is and whose process has ended: why the
         wait stopped (the note's error quoted, up to ``chars`` characters)."""
         how = "its process exited normally (its exit hook marked its note in the job's store)"
-        if self.ended is None:
+        if self.ended is None and self.silent is not None:
+            how = (f"its process (pid {self.process[1] if self.process else '?'}, on another host or pid namespace) "
+                   f"showed no sign of life for {self.silent:.0f} s (the beat it keeps in the job's store while its "
+                   "note stands stopped): it was killed, died without running its exit hooks, or is frozen")
+        elif self.ended is None:
             how = (f"its process (pid {self.process[1] if self.process else '?'}, on this host) is gone: it was killed "
                    "or died without running its exit hooks")
         return (f"global rank {rank}, which has ended: {how}, so it comes to no exchange any more and this wait "
@@ -131,6 +145,16 @@ def parse_process(line: str) -> tuple[str, int, int] | None:
     return found[0], found[1], found[2]
 
 
+def parse_beat(line: str) -> float | None:
+    """A note's second line's ``beat_s`` (a positive finite number of seconds), or None (not said, not understood)."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    beat = _time_of(value.get("beat_s")) if isinstance(value, dict) else None
+    return beat if beat is not None and beat > 0 else None
+
+
 def this_process() -> list[Any] | None:
     """This process as a note names it: ``[host, pid, start]``, where ``host`` is the machine's boot id and its pid
     namespace (pids of two processes with the same ``host`` name processes alike), and ``start`` the process's start
@@ -141,6 +165,13 @@ def this_process() -> list[Any] | None:
     except (OSError, ValueError, IndexError):
         return None
     return None if start is None else [host, os.getpid(), start]
+
+
+def on_this_host(process: tuple[str, int, int] | None) -> bool:
+    """Whether ``process`` (a note's :attr:`Note.process`) ran on this host and pid namespace, where
+    :func:`process_gone` tells whether it has ended (False: not said, or ``/proc`` does not say)."""
+    me = this_process()
+    return process is not None and me is not None and process[0] == me[0]
 
 
 def process_gone(process: tuple[str, int, int] | None) -> bool:

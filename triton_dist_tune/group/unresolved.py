@@ -53,8 +53,14 @@ exchange, each reading the same mark). Nothing marks the note of a process kille
 its exit hooks (``os._exit``, a signal), nor a process group's destruction (torch has no hook for it, and a
 process may initialize torch.distributed again). A note names the process that posted it, though (the machine's
 boot id and pid namespace, its pid and start time: :func:`~triton_dist_tune.group.note.this_process`): a waiting
-rank on the same host and pid namespace reads that process gone (no such process, or a zombie) as ended too. A wait
-on another host for a killed rank is bounded by its deadline alone.
+rank on the same host and pid namespace reads that process gone (no such process, or a zombie) as ended too. On
+another host (or pid namespace), where ``/proc`` cannot tell, it reads the note's beat instead
+(:mod:`~triton_dist_tune.group.beat`): while its note stands and is not marked ended, a thread of the note's
+process advances a counter of its own in the store every second, and a waiting rank reads the process gone once
+that counter has not moved for ``TRITON_DIST_AUTOTUNE_LOST_S`` (default 30 s) by its own clock, naming the rank
+as showing no sign of life. A live process whose beat thread cannot run that long (frozen, or its GIL held by one C
+call) reads gone too; with ``LOST_S`` at or over the deadline, a wait on another host for a killed rank is bounded
+by its deadline alone, as is one for a note of an older tuner (it does not say it beats).
 
 Without the mark, that peer waits its deadline: no rule can stop it safely. The wrong rank never resolved the group
 it was meant for, so its note cannot say which group or exchange it was about, and its wrong call took no sequence
@@ -93,7 +99,8 @@ from datetime import timedelta
 from typing import Any
 
 from .. import settings
-from .note import GroupId, Note, Waiter, parse_about, parse_marks, parse_process, this_process
+from .beat import BEAT_S, Beat, Silence
+from .note import GroupId, Note, Waiter, on_this_host, parse_about, parse_beat, parse_marks, parse_process, this_process
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -188,6 +195,8 @@ class Notes:
         #: be cloned), the note's key, and the id of the process that posted it (a forked child marks nothing)
         self._end: tuple[Any, str, int] | None = None
         self._hooked = False
+        #: this process's beat while its note stands, and this rank's reading of the others' (:mod:`.beat`)
+        self.beat, self.silence = Beat(), Silence()
 
     def post(self, message: str, root: str | None = None, groups: Sequence[GroupId] | None = None) -> None:
         """Say to the job that this rank will not come to its group's exchanges of the call it is in (:func:`calling`):
@@ -210,11 +219,15 @@ class Notes:
                 said["process"] = process
             if groups is not None:
                 said["groups"] = [[name, list(ranks)] for name, ranks in groups]
+            if self.beat.start(store, f"{_prefix()}beat/{dist.get_rank()}"):  # (a beat first: never newer than it)
+                said["beat_s"] = BEAT_S
             store.set(key, f"{root}\n{json.dumps(said)}\n{message}".encode())
             self._said = (root, said, message)
             self.posted = True
         except Exception as exc:  # best effort: the peers then wait their deadline, as before
             log.debug("triton_dist_tune: could not post this rank's group error to the job: %s", exc)
+            if not self.posted:
+                self.beat.stop()  # (no note of this process's in the store: nothing to beat for)
             return
         self._end_with(store, key)
 
@@ -282,6 +295,7 @@ class Notes:
                 self.posted, self._said = False, None
                 if store.delete_key(key):
                     store.add(f"{_prefix()}count", -1)
+                self.beat.stop()  # (once the note is out of the store)
                 return
             to = fields.setdefault("to", [])
             if withdrawn is not None and (group is None or [group[0], list(group[1])] in to):
@@ -306,6 +320,7 @@ class Notes:
             return
         store, key, _ = kept
         root, fields, message = said
+        self.beat.stop()  # (the mark says more than a beat)
         value = f"{root}\n{json.dumps({**fields, 'ended': time.time()})}\n{message}".encode()
 
         def mark() -> None:
@@ -336,7 +351,8 @@ class Notes:
                 root, _, rest = store.get(key).decode(errors="replace").partition("\n")
                 about, _, text = rest.partition("\n")
                 names, posted, groups = parse_about(about)
-                found[rank] = Note(root, names, text, posted, groups, *parse_marks(about), parse_process(about))
+                found[rank] = Note(root, names, text, posted, groups, *parse_marks(about), parse_process(about),
+                                   parse_beat(about))
         return found
 
     def look(self, store: Any, global_ranks: Sequence[int],
@@ -344,11 +360,22 @@ class Notes:
         """A waiting rank's look at the late ranks' notes (``global_ranks``; one :meth:`read`): those that stop its
         wait on the group ``where`` names with their error (:meth:`unanswered`), and the others whose rank has
         ended (:meth:`end`): that rank comes to no exchange any more, so the wait cannot succeed, whatever call the
-        note was about and whether it was withdrawn."""
+        note was about and whether it was withdrawn. A rank's process on another host (or pid namespace) is read
+        gone once its beat stopped (:mod:`.beat`)."""
         found = self.read(store, global_ranks)
         stopping = self.unanswered(store, found, where)
-        return stopping, {rank: note for rank, note in found.items()
-                          if note.gone() and rank not in stopping}
+        ended, lost_s = {}, None
+        for rank, note in found.items():
+            if rank in stopping:
+                continue
+            if note.gone():
+                ended[rank] = note
+            elif note.beat_s is not None and not on_this_host(note.process):
+                lost_s = settings.current().lost_s if lost_s is None else lost_s
+                silent = self.silence.lost(store, f"{_prefix()}beat/{rank}", rank, note, lost_s)
+                if silent is not None:
+                    ended[rank] = note._replace(silent=silent)
+        return stopping, ended
 
     def unanswered(self, store: Any, found: dict[int, Note], where: Waiter | None = None) -> dict[int, Note]:
         """The notes ``found`` (:meth:`read`) about a call this thread is inside, whose root this process has not

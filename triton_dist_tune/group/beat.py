@@ -1,0 +1,137 @@
+"""The beat of a process whose wrong-group note stands in the job's store (:mod:`~triton_dist_tune.group.unresolved`),
+and a waiting rank's reading of it: how a rank tells that a note's process on another host (or in another pid
+namespace) has gone, killed or dead without running its exit hooks, where it cannot read that process in ``/proc``
+(:func:`~triton_dist_tune.group.note.process_gone`).
+
+While this process has a note in the store that is not marked ended, a daemon thread of its own (:class:`Beat`,
+one per process, started at the first note) adds 1 to a counter under its global rank in the store every
+:data:`BEAT_S` seconds, on a client of its own (a clone of the store with a short timeout: it never holds the
+caller, nor the process's exit; every store error is swallowed), and the note says so (``beat_s`` in its second
+line, written only once the thread runs). The posting itself adds 1 first, on the caller's store, before it writes
+the note: a note is never newer than its beat.
+
+A rank waiting for a late rank whose note says that it beats, and whose process it cannot check on its own host,
+reads the counter at each look (about once a second; :class:`Silence`) and reads the process gone when the counter
+has not moved for ``TRITON_DIST_AUTOTUNE_LOST_S`` seconds (default 30; at least three of the note's beats), as the
+WAITING rank's monotonic clock measures between its own reads (from the reply of the read that first saw the value
+to the request of the read that sees it still): the ranks' wall clocks are never compared, and an unchanged value
+over that span means no beat reached the store in it. It then raises as for an ended process, naming the rank as
+showing no sign of life. A wait still ends at its deadline ``T`` whatever the beat says, so the rule shortens only
+waits where ``LOST_S < T``.
+
+Limits, stated plainly: a live process whose beat thread cannot run for ``LOST_S`` is read gone too: a frozen
+process (SIGSTOP, a debugger), one whose main thread holds the GIL in one C call that long (the thread needs the GIL
+for a moment per beat; torch's store and collective calls release it, an mpi4py collective does not, but an mpi4py
+group has no job store and no note), or one cut off from the store's host. Its peer would then have waited for it:
+the wait ends early with a ``GroupTimeoutError`` it would otherwise have escaped only if the process came back
+before ``T``. The beat reads nothing on the rank's own host (``/proc`` tells there, exactly), and a note without
+``beat_s`` (an older tuner's) or a counter that cannot be read is read as before: no beat rule. A beat whose
+connection to the store is lost (its host gone, the connection reset) stops until the next note: its peers, who
+read the store through that host too, then read the process gone as one cut off from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from .note import Note
+
+log = logging.getLogger("triton_dist_tune")
+
+#: seconds between two beats of a process whose note stands
+BEAT_S = 1.0
+#: the store's timeout of a beat's request (a store whose host is gone or frozen holds the beat thread no longer)
+BEAT_WAIT_S = 2.0
+#: the fewest of a note's beats a waiting rank sees missing before it reads the note's process gone
+LEAST_BEATS = 3
+
+
+class Beat:
+    """This process's beat (see the module docstring): on while it has a note in the store not marked ended."""
+
+    def __init__(self) -> None:
+        #: the store client of the beat thread and the counter's key; None: off
+        self._on: tuple[Any, str] | None = None
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._lock = threading.Lock()  # (the thread turns a lost connection's beat off, never a newer one)
+
+    def start(self, store: Any, key: str) -> bool:
+        """Beat under ``key`` of ``store`` (the job's store) from now on: one beat now, on ``store``,
+        then one every :data:`BEAT_S` on a clone of it, in this process's beat thread (started if it does not run).
+        Returns whether the thread runs (only then may a note say that it beats); False on any error."""
+        try:
+            store.add(key, 1)
+        except Exception as exc:  # the note then says no beat (the beat of a note posted before goes on)
+            log.debug("triton_dist_tune: no beat for this rank's group error: %s", exc)
+            return False
+        try:
+            kept = store.clone()
+            kept.set_timeout(timedelta(seconds=BEAT_WAIT_S))
+        except Exception:  # (a store without clone: a local one, which nothing else serves)
+            kept = store
+        with self._lock:
+            self._on = (kept, key)
+        if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+            return True
+        try:
+            self._thread = threading.Thread(target=self._run, name="triton_dist_tune-note-beat", daemon=True)
+            self._thread.start()
+        except RuntimeError as exc:  # no new thread (at the interpreter's exit): the note says no beat
+            log.debug("triton_dist_tune: no beat for this rank's group error: %s", exc)
+            self._thread, self._on = None, None
+            return False
+        self._pid = os.getpid()
+        return True
+
+    def stop(self) -> None:
+        """No more beats: the note is deleted, or marked ended (the thread stays, idle, until the next note)."""
+        with self._lock:
+            self._on = None
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(BEAT_S)
+            on = self._on
+            if on is None:
+                continue
+            try:
+                on[0].add(on[1], 1)
+            except Exception as exc:  # a slow store: the next beat tries again; a lost connection: no more beats
+                log.debug("triton_dist_tune: could not beat for this rank's group error: %s", exc)
+                if any(c.__name__ == "DistNetworkError" for c in type(exc).__mro__):
+                    with self._lock:  # (torch prints each failure: a store that is gone gets one, not one a second)
+                        self._on = None if self._on is on else self._on
+
+
+class Silence:
+    """A waiting rank's reading of the beats of the notes whose process it cannot check on its own host."""
+
+    def __init__(self) -> None:
+        #: global rank -> the note it was read for (root, posted), the counter's value, and when (``time.monotonic``,
+        #: after the reply) this rank first read that value
+        self._seen: dict[int, tuple[tuple[str, float | None], int, float]] = {}
+
+    def lost(self, store: Any, key: str, rank: int, note: Note, lost_s: float) -> float | None:
+        """Seconds global rank ``rank``'s beat (the counter under ``key``) has not moved, by this rank's clock, when
+        that is ``lost_s`` or more (at least :data:`LEAST_BEATS` of the note's beats), else None (also for a note
+        that does not say it beats, and where the counter cannot be read)."""
+        if note.beat_s is None:
+            return None
+        before = time.monotonic()
+        try:
+            value = int(store.add(key, 0))
+        except Exception as exc:  # a store error, a foreign value: no rule
+            log.debug("triton_dist_tune: could not read the beat of global rank %s: %s", rank, exc)
+            return None
+        after, which, seen = time.monotonic(), (note.root, note.posted), self._seen.get(rank)
+        if seen is None or seen[0] != which or seen[1] != value:
+            self._seen[rank] = (which, value, after)
+            return None
+        silent = before - seen[2]
+        return silent if silent >= max(lost_s, LEAST_BEATS * note.beat_s) else None
