@@ -21,13 +21,15 @@ waits where ``LOST_S < T``.
 
 Limits, stated plainly: a live process whose beat thread cannot run for ``LOST_S`` is read gone too: a frozen
 process (SIGSTOP, a debugger), one whose main thread holds the GIL in one C call that long (the thread needs the GIL
-for a moment per beat; torch's store and collective calls release it, an mpi4py collective does not, but an mpi4py
-group has no job store and no note), or one cut off from the store's host. Its peer would then have waited for it:
-the wait ends early with a ``GroupTimeoutError`` it would otherwise have escaped only if the process came back
-before ``T``. The beat reads nothing on the rank's own host (``/proc`` tells there, exactly), and a note without
+for a moment per beat; torch's store and collective calls release it, an mpi4py collective does not: an mpi4py group
+has no job store and no note, but a torch job's own code may call one while waiting for a slow peer), or one cut off
+from the store's host. Its peer would then have waited for it: the wait ends early with a ``GroupTimeoutError`` it
+would otherwise have escaped only if the process came back before ``T``. The default, 30 s, a tenth of the default
+deadline, leaves room for such holds, thirty beats (how long the tuner's own code may hold the GIL was not
+measured). The beat reads nothing on the rank's own host (``/proc`` tells there, exactly), and a note without
 ``beat_s`` (an older tuner's) or a counter that cannot be read is read as before: no beat rule. A beat whose
-connection to the store is lost (its host gone, the connection reset) stops until the next note: its peers, who
-read the store through that host too, then read the process gone as one cut off from it.
+connection to the store is lost (its host gone, the connection reset) stops until the next note: its peers, who read
+the store through that host too, then read the process gone as one cut off from it.
 """
 
 from __future__ import annotations
