@@ -2,7 +2,8 @@
 
 Under ``torchrun --max-restarts=N`` the agent's key-value store outlives a failed attempt; a restarted worker's
 plain ``init_process_group`` can read the dead attempt's keys and fail (``connectFullMesh ... Connection refused``)
-or hang. :func:`init_distributed` gives every attempt its own key prefix.
+or hang. :func:`init_distributed` gives every attempt its own key prefix, named alike on every node
+(:mod:`~triton_dist_tune.group.epoch`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import BadInputError
+from . import epoch
 
 
 def _required(value: int | None, names: tuple[str, ...]) -> int:
@@ -41,8 +43,10 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
 
     Reads the rank and world size from torchrun's variables (or Open MPI's / PMI's), connects to the store at
     ``MASTER_ADDR:MASTER_PORT`` (torchrun's agent hosts it; otherwise rank 0 does), and prefixes every key with
-    ``attempt{TORCHELASTIC_RESTART_COUNT}/``. The backend defaults to NCCL when CUDA is available, else gloo; with
-    CUDA, each process uses GPU ``LOCAL_RANK``. Does nothing but return the group when already initialized.
+    ``attempt<name>/``, where ``<name>`` is this attempt's, agreed through the store by every rank
+    (:func:`~triton_dist_tune.group.epoch.agree`; torchrun's restart count is each node's own). The backend
+    defaults to NCCL when CUDA is available, else gloo; with CUDA, each process uses GPU ``LOCAL_RANK``. Does
+    nothing but return the group when already initialized.
     """
     import torch
     import torch.distributed as dist
@@ -62,10 +66,11 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
         torch.cuda.set_device((job.local_rank or 0) % torch.cuda.device_count())
     store = dist.TCPStore(job.master_addr, port, world, is_master=(rank == 0 and not job.agent_store),
                           timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
-    dist.init_process_group(backend, store=dist.PrefixStore(f"attempt{job.restart_count}/", store), rank=rank,
+    attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, timeout_s)
+    dist.init_process_group(backend, store=dist.PrefixStore(f"attempt{attempt}/", store), rank=rank,
                             world_size=world, timeout=timedelta(seconds=timeout_s))
     if world > 1:
-        atexit.register(_linger, store, f"attempt{job.restart_count}/triton_dist_tune/exited", world,
+        atexit.register(_linger, store, f"attempt{attempt}/triton_dist_tune/exited", world,
                         rank == 0 and not job.agent_store)
     return dist.group.WORLD
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
-from . import codec
+from . import codec, epoch
 from .channel import (
     BadBoardEntry,
     Board,
@@ -98,7 +98,7 @@ class StoreGroup(Group):
         # a group destroyed and created again (same name and ranks, maybe the same store) talks under a new prefix:
         # every member creates the channels of a group in the same order, so the count agrees
         incarnation = _incarnations[self.identity] = _incarnations.get(self.identity, 0) + 1
-        attempt = settings.launcher().restart_count or "0"  # the launcher's: read where a tuner variable is malformed
+        attempt = epoch.current()  # agreed by init_distributed, else the launcher's restart count
         self._prefix = namespace(self.name, self.global_ranks, attempt, incarnation)
         self._seq = 0
         #: the exchange whose key holds this rank's own notice of a key written by another process (0: none)

@@ -99,6 +99,7 @@ from datetime import timedelta
 from typing import Any
 
 from .. import settings
+from . import epoch
 from .beat import BEAT_S, Beat, Silence
 from .note import GroupId, Note, Waiter, on_this_host, parse_about, parse_beat, parse_marks, parse_process, this_process
 
@@ -161,7 +162,7 @@ def joined(name: str, ranks: Sequence[int]) -> None:
 
 
 def _prefix() -> str:
-    return f"tdt/{settings.launcher().restart_count or '0'}/unresolved/"
+    return f"tdt/{epoch.current()}/unresolved/"
 
 
 def _job_store() -> Any | None:

@@ -1,0 +1,54 @@
+"""A job restarted by torchrun on two nodes (two agents, ``--nnodes 2``), run by tests/test_init_distributed.py.
+
+Usage: under ``python -m torch.distributed.run --nnodes 2 ... restart_cases.py CASE``. Each rank prints ``RESULT
+{json}`` lines naming its node (``GROUP_RANK``) and the restart count its agent gave it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from _cases import case, emit, main
+
+import triton_dist_tune as tdt
+
+
+@case
+def node_0_fails_first():
+    """Every rank starts torch.distributed with ``init_distributed``. In the first attempt (``FAULT_DIR`` keeps a
+    marker per node) node 0's rank exits 3 right after: its agent restarts its workers and counts a restart, while
+    node 1's agent restarts its own for the membership change and does not (its rank sleeps, healthy, until then).
+    In the next attempt both ranks tune a function whose every call all-reduces, with the tuner's exchanges, and
+    print the choice."""
+    restart, node = os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["GROUP_RANK"]
+    marker = Path(os.environ["FAULT_DIR"]) / f"node{node}.started"  # (node 1's count says no restart)
+    first = not marker.exists()
+    marker.touch()
+    tdt.init_distributed(backend="gloo", timeout_s=float(os.environ["INIT_TIMEOUT_S"]))
+    dist.barrier()
+    emit(node=node, restart=restart, started=True)
+    if first and node == "0":
+        sys.stdout.flush()
+        os._exit(3)
+    if first:  # node 1's first attempt, healthy (in no collective) until its agent stops it
+        time.sleep(120)
+
+    @tdt.autotune([{"v": v} for v in range(3)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2,
+                  name="restarted_on_two_nodes")
+    def f(x, *, v):
+        y = x * (v + 1)
+        dist.all_reduce(y)
+        return y
+
+    f(torch.ones(4))
+    (_, decision), = f.tuner.decisions.items()
+    emit(node=node, restart=restart, chosen=decision.index, states=[o.state for o in decision.outcomes])
+
+
+if __name__ == "__main__":
+    main()
