@@ -6,7 +6,9 @@
 - :mod:`.store`: a torch.distributed group, through the job's key-value store;
 - :mod:`.mpi`: an mpi4py communicator, through a duplicate of it;
 - :mod:`.resolve`: the channel of a call's ``autotune_pg`` (one per group object and process);
-- :mod:`.dist`: :func:`~.dist.init_distributed`, a restart-safe ``init_process_group``.
+- :mod:`.dist`: :func:`~.dist.init_distributed`, a restart-safe ``init_process_group``;
+- :mod:`.epoch`: the name of this attempt of the job, agreed by every rank (the keys' prefix after a restart);
+- :mod:`.unresolved`, :mod:`.note`, :mod:`.beat`: a rank's wrong-group error told to the ranks that wait for it.
 """
 
 from .agreement import Agreement, agree
