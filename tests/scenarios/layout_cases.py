@@ -174,7 +174,12 @@ def wrong_group_then_at_once_another():
     """4 ranks, TP groups {0, 1} and {2, 3}, replica groups {0, 2} and {1, 3}. Rank 0 calls a tuned function on its
     TP group and waits for rank 1. Rank 1, 5 s later (rank 0 is waiting by then, under load too), calls it with the
     other TP group, which it is not in: it raises BadInputError and posts its note; it catches the error and calls
-    again at once on its replica group {1, 3}, with rank 3, which resolves well. Rank 2 does not call."""
+    again at once on its replica group {1, 3}, with rank 3, which resolves well. Rank 2 does not call. Rank 3 calls
+    once rank 1's note reads withdrawn: waiting there before, it would read the note if it looked between its
+    posting and its withdrawal (milliseconds, up to a second on a loaded machine), and rightly raise it (its wait
+    would then have begun in the note's call, for all it can tell): one CI run saw that."""
+    from triton_dist_tune.group.unresolved import Notes
+
     tdt.init_distributed()
     me = dist.get_rank()
     tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
@@ -187,6 +192,9 @@ def wrong_group_then_at_once_another():
         call(f, autotune_pg=tps[1])  # not a member: BadInputError, a note
         call(f, autotune_pg=across[1])  # at once, a right group: the note withdrawn
     elif me == 3:
+        store, deadline = dist.distributed_c10d._get_default_store(), time.monotonic() + 60
+        while time.monotonic() < deadline and getattr(Notes.read(store, [1]).get(1), "withdrawn", None) is None:
+            time.sleep(0.05)
         call(f, autotune_pg=across[1])
 
 

@@ -236,13 +236,16 @@ def steps_differ():
 
 def outsider_store():
     """A client of the job's TCPStore of its own, as any process that reaches the port has (no authentication),
-    under the prefixes the tuner's keys have there: ``init_distributed``'s ``attempt0/`` and torch's default group
-    name (``0``), each joined with a ``/`` by ``PrefixStore`` (the keys read ``attempt0//0//tdt/...``)."""
+    under the prefixes the tuner's keys have there: ``init_distributed``'s ``attempt<name>/`` (the attempt's name,
+    which anyone can read in the store) and torch's default group name (``0``), each joined with a ``/`` by
+    ``PrefixStore`` (the keys read ``attempt<name>//0//tdt/...``)."""
     from datetime import timedelta
+
+    from triton_dist_tune.group import epoch
 
     tcp = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                         timeout=timedelta(seconds=10))
-    return dist.PrefixStore("0/", dist.PrefixStore("attempt0/", tcp))
+    return dist.PrefixStore("0/", dist.PrefixStore(f"attempt{epoch.current()}/", tcp))
 
 
 @case
