@@ -189,6 +189,20 @@ def test_one_contextual_function_called_from_two_threads_at_once_tunes_both_keys
     assert results[0]["contextual"] == results[1]["contextual"], results
 
 
+def ran_alike(tmp_path, case: str, calls: int, kernels: int, **extra: str) -> list[dict]:
+    """Run thread scenario ``case`` on 2 gloo ranks (T = 10 s, ``extra``: more tuner variables) and check what every
+    such scenario must hold: both ranks exit 0, calls 1 to ``calls`` all return "ok", no thread of the tuner is left
+    alive, and both ranks hold the same ``kernels`` contextual decisions. Returns each rank's result."""
+    results = run_ranks(CASES, 2, [case], env=tuner_env(tmp_path, 10, **extra), timeout=200)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    r0, r1 = (r.result for r in results)
+    for r in (r0, r1):
+        assert {n: list(got) for n, got in r["results"].items()} == {str(n): ["ok"] for n in range(1, calls + 1)}, r
+        assert r["alive"] == [], r
+    assert r0["contextual"] == r1["contextual"] and len(r0["contextual"]) == kernels, (r0, r1)
+    return [r0, r1]
+
+
 @pytest.mark.timeout(240)
 def test_a_call_beside_the_agreement_on_another_thread_tunes_alike_on_every_rank(tmp_path):
     # while a key is pending, thread a makes the agreement (call 4) and thread b makes call 5: on rank 0 before a's
@@ -197,14 +211,9 @@ def test_a_call_beside_the_agreement_on_another_thread_tunes_alike_on_every_rank
     # in the window before taking its turn, by timing: rank 0's call 5 ran hot, rank 1's tuned, and their sessions
     # paired different calls (rank 1's call 5, meeting 64, with rank 0's call 6, meeting 48), silently: tuned calls
     # [1, 4, 6] on rank 0, [1, 4, 5] on rank 1 (a collective kernel would have been timed with no peer)
-    results = run_ranks(CASES, 2, ["call_beside_agreement"], env=tuner_env(tmp_path, 10), timeout=200)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    r0, r1 = (r.result for r in results)
-    for r in (r0, r1):
-        assert {n: list(got) for n, got in r["results"].items()} == {str(n): ["ok"] for n in range(1, 9)}, r
-        assert r["alive"] == [] and r["agreed"] == [4], r
+    for r in ran_alike(tmp_path, "call_beside_agreement", 8, 2):
+        assert r["agreed"] == [4], r
         assert r["tuned"] == [1, 4, 5, 6], r  # 7: the key decided in 6; 8: the next agreement, with none pending
-    assert r0["contextual"] == r1["contextual"] and len(r0["contextual"]) == 2, (r0, r1)
 
 
 @pytest.mark.timeout(240)
@@ -226,41 +235,24 @@ def test_tuning_calls_of_a_window_from_two_threads_take_their_turns_in_the_order
     # would come first, on rank 1 c's. Call 6 waits for call 5 to end on every rank, so both ranks tune 5 then 6.
     # Before, the turn went to whichever thread took it first: rank 0 tuned [1, 4, 6, 5], rank 1 [1, 4, 5, 6], and
     # rank 0's call 6 (meeting 48) paired with rank 1's call 5 (meeting 64), silently
-    results = run_ranks(CASES, 2, ["window_calls_from_two_threads"], env=tuner_env(tmp_path, 10), timeout=200)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    r0, r1 = (r.result for r in results)
-    for r in (r0, r1):
-        assert {n: list(got) for n, got in r["results"].items()} == {str(n): ["ok"] for n in range(1, 9)}, r
-        assert r["alive"] == [] and r["agreed"] == [4] and r["tuned"] == [1, 4, 5, 6], r
-    assert r0["contextual"] == r1["contextual"] and len(r0["contextual"]) == 2, (r0, r1)
+    for r in ran_alike(tmp_path, "window_calls_from_two_threads", 8, 2):
+        assert r["agreed"] == [4] and r["tuned"] == [1, 4, 5, 6], r
 
 
 @pytest.mark.timeout(240)
 def test_a_call_beside_a_hot_call_settling_a_new_key_on_another_thread_decides_alike_on_every_rank(tmp_path):
     # thread a's hot call 3 meets a key no rank has decided and settles it (every rank met it: it tunes it) once its
     # run has ended; thread c's call 5 comes while a's call tunes the key on rank 1, once it returned on rank 0
-    results = run_ranks(CASES, 2, ["call_beside_a_hot_call_settling"],
-                        env=tuner_env(tmp_path, 10, TRITON_DIST_AUTOTUNE_NEW_KEY_GRACE="5"), timeout=200)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    r0, r1 = (r.result for r in results)
-    for r in (r0, r1):
-        assert {n: list(got) for n, got in r["results"].items()} == {str(n): ["ok"] for n in range(1, 9)}, r
-        assert r["alive"] == [] and r["agreed"] == [] and r["tuned"] == [1] and r["settled_now"] == [3], r
-    assert r0["contextual"] == r1["contextual"] and len(r0["contextual"]) == 2, (r0, r1)
+    for r in ran_alike(tmp_path, "call_beside_a_hot_call_settling", 8, 2, TRITON_DIST_AUTOTUNE_NEW_KEY_GRACE="5"):
+        assert r["agreed"] == [] and r["tuned"] == [1] and r["settled_now"] == [3], r
 
 
 @pytest.mark.timeout(240)
 def test_hot_calls_settling_new_keys_from_two_threads_take_their_turns_in_the_order_of_their_numbers(tmp_path):
     # hot calls 3 and 4 from threads a and b each meet a key no rank has decided, on every rank; on rank 0 a's
     # settlement takes the group's turn first, on rank 1 b's would
-    results = run_ranks(CASES, 2, ["two_hot_calls_settling"],
-                        env=tuner_env(tmp_path, 10, TRITON_DIST_AUTOTUNE_NEW_KEY_GRACE="5"), timeout=200)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    r0, r1 = (r.result for r in results)
-    for r in (r0, r1):
-        assert {n: list(got) for n, got in r["results"].items()} == {str(n): ["ok"] for n in range(1, 7)}, r
-        assert r["alive"] == [] and r["settled_now"] == [3, 4], r
-    assert r0["contextual"] == r1["contextual"] and len(r0["contextual"]) == 3, (r0, r1)
+    for r in ran_alike(tmp_path, "two_hot_calls_settling", 6, 3, TRITON_DIST_AUTOTUNE_NEW_KEY_GRACE="5"):
+        assert r["settled_now"] == [3, 4], r
 
 
 @pytest.mark.timeout(120)
