@@ -81,3 +81,27 @@ def test_a_job_restarted_on_two_nodes_starts_again_and_tunes(tmp_path):
     tuned = [r for r in results if "chosen" in r]
     assert len(tuned) == 2 and tuned[0]["chosen"] == tuned[1]["chosen"], results
     assert tuned[0]["states"] == tuned[1]["states"] and "failed" not in tuned[0]["states"], results
+
+
+@pytest.mark.timeout(120)
+def test_ranks_that_start_torch_distributed_themselves_on_nodes_that_count_restarts_apart_tune_alike(tmp_path):
+    """Two gloo ranks that start torch.distributed themselves (``init_process_group``), with the variables two
+    torchrun agents give their workers after node 0's restart (``GROUP_WORLD_SIZE`` 2; ``TORCHELASTIC_RESTART_COUNT``
+    1 on rank 0, 0 on rank 1: the test above shows an agent restarting for a membership change does not count). They
+    tune alike: the group names the attempt among its ranks at its first exchange (``epoch.named_by_each_group``).
+    Before: each rank named the tuner's keys by its node's count, and both waited ``T`` (15 s) at the first exchange
+    under different names (``GroupTimeoutError: ... waited 15 s at '[counted_apart] agree on key and config
+    space'``). Reproduced with two real torchrun agents too (node 0's rank exiting 3 after a tuning): the same error
+    after 20 s, and the job failed."""
+    from pathlib import Path
+
+    from harness import HERE, run_ranks, tuner_env
+
+    case = "own_init_on_nodes_that_count_restarts_apart"
+    results = run_ranks(Path(HERE) / "scenarios" / "restart_cases.py", 2, [case],
+                        env=tuner_env(tmp_path, 15, GROUP_WORLD_SIZE="2"), timeout=90,
+                        per_rank_env={0: {"TORCHELASTIC_RESTART_COUNT": "1"}, 1: {"TORCHELASTIC_RESTART_COUNT": "0"}})
+    assert [r.returncode for r in results] == [0, 0], [r.stderr[-2000:] for r in results]
+    (first,), (second,) = (r.results for r in results)
+    assert (first["restart"], second["restart"]) == ("1", "0")
+    assert first["chosen"] == second["chosen"] and first["states"] == second["states"] == ["measured"] * 3, results

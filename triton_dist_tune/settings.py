@@ -286,6 +286,8 @@ class Launcher:
     world_size: int | None = None
     #: rank on this node: the first of :data:`LOCAL_RANK_VARIABLES` set to a number; None when none is
     local_rank: int | None = None
+    #: torchrun's agents in the job, one per node (``GROUP_WORLD_SIZE``); None when unset
+    agents: int | None = None
     #: the host of the job's key-value store (``MASTER_ADDR``, default 127.0.0.1)
     master_addr: str = "127.0.0.1"
     #: the port of the job's key-value store as set (``MASTER_PORT``); None when unset
@@ -307,6 +309,7 @@ class Launcher:
             rank=_launcher_int(env, RANK_VARIABLES),
             world_size=_launcher_int(env, SIZE_VARIABLES),
             local_rank=_launcher_int(env, LOCAL_RANK_VARIABLES),
+            agents=_launcher_int(env, ("GROUP_WORLD_SIZE",)),
             master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
             master_port=env.get("MASTER_PORT"),
             agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",

@@ -1,7 +1,8 @@
-"""A job restarted by torchrun on two nodes (two agents, ``--nnodes 2``), run by tests/test_init_distributed.py.
+"""A job restarted by torchrun on two nodes, run by tests/test_init_distributed.py.
 
-Usage: under ``python -m torch.distributed.run --nnodes 2 ... restart_cases.py CASE``. Each rank prints ``RESULT
-{json}`` lines naming its node (``GROUP_RANK``) and the restart count its agent gave it.
+Usage: under ``python -m torch.distributed.run --nnodes 2 ... restart_cases.py CASE`` (two agents), or as ranks with
+torchrun's variables set as two agents would set them. Each rank prints ``RESULT {json}`` lines naming the restart
+count its agent gave it (and its node, ``GROUP_RANK``, under torchrun).
 """
 
 from __future__ import annotations
@@ -49,6 +50,26 @@ def node_0_fails_first():
     (_, decision), = f.tuner.decisions.items()
     emit(node=node, restart=restart, chosen=decision.index, states=[o.state for o in decision.outcomes])
 
+
+@case
+def own_init_on_nodes_that_count_restarts_apart():
+    """Every rank starts torch.distributed itself (``init_process_group``, not ``init_distributed``) as torchrun's
+    workers on two nodes after node 0's restart: ``GROUP_WORLD_SIZE`` 2, ``TORCHELASTIC_RESTART_COUNT`` 1 on rank 0
+    and 0 on rank 1 (what two agents gave their workers: ``node_0_fails_first``). Both ranks tune a function whose
+    every call all-reduces and print the choice."""
+    dist.init_process_group("gloo")
+
+    @tdt.autotune([{"v": v} for v in range(3)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2,
+                  name="counted_apart")
+    def f(x, *, v):
+        y = x * (v + 1)
+        dist.all_reduce(y)
+        return y
+
+    f(torch.ones(4))
+    (_, decision), = f.tuner.decisions.items()
+    emit(restart=os.environ["TORCHELASTIC_RESTART_COUNT"], chosen=decision.index,
+         states=[o.state for o in decision.outcomes])
 
 if __name__ == "__main__":
     main()

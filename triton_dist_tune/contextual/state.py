@@ -208,10 +208,10 @@ class CallState:
             _watching.owner = None
 
     def open_board(self) -> None:
-        """Open the call's failure board (every rank of a tuning call, at the same point of the exchanges). It beats
-        (:class:`~triton_dist_tune.group.store.StoreBoard`): a rank waiting at an exchange gives up on a peer whose
-        process ended, was killed or froze ``exchange_timeout(T)`` s after its last beat, not at the exchange's
-        deadline (``T`` times the waves of compiles for the exchange after compiling ahead)."""
+        """Open the call's failure board (every rank of a tuning call, at the same point of the exchanges). It
+        beats (:class:`~triton_dist_tune.group.store_board.StoreBoard`): a rank waiting at an exchange gives up on a
+        peer whose process ended, was killed or froze ``exchange_timeout(T)`` s after its last beat, not at the
+        exchange's deadline (``T`` times the waves of compiles for the exchange after compiling ahead)."""
         if self.group.size > 1:
             self.board = self.group.board(exchange_timeout(self.timeout))
 

@@ -39,7 +39,8 @@ from typing import Any
 
 from ..errors import GroupTimeoutError, RankFailedError, describe_error
 from ..faults.watchdog import exchange_timeout
-from ..group.channel import Group, StoreWaitTimeout, quiet_store_wait, report_waiting
+from ..group.channel import Group, report_waiting
+from ..group.store_wait import StoreWaitTimeout, quiet_store_wait
 from ..settings import current
 
 #: per thread: the user code without a deadline it is in (what, and when it entered), read by the beat threads

@@ -8,12 +8,17 @@ count it. After node 0's worker failed, node 0's new workers read 1 and node 1's
 ranks of one attempt waited on different keys until their deadline (two agents on one host, ``nnodes=2``:
 ``tests/test_init_distributed.py``).
 
-:func:`agree`: every process draws a name; global rank 0's is the attempt's. Each other rank writes its own draw
-(``hello/<rank>``) and waits for a reply under a key named by that draw (``reply/<draw>``), which no earlier attempt
-can have written; rank 0 answers every hello it reads (a stale one, from an earlier attempt, gets an answer nobody
-reads) until every rank has confirmed under a key named by rank 0's draw (``done/<name>/<rank>``). Every key of it is
-either named by a draw of this attempt or only answered, so an earlier attempt's keys can neither end it early nor
-stall it.
+:func:`agree`: every process draws a name; global rank 0's is the attempt's. Each other rank appends its own draw to
+a log of hellos (``hellos`` counts the entries, ``hello/<n>`` holds the n-th) and waits for a reply under a key named
+by that draw (``reply/<draw>``), which no earlier attempt can have written; rank 0 answers every hello it reads (a
+stale one, from an earlier attempt, gets an answer nobody reads) until every rank has confirmed under a key named by
+rank 0's draw (``done/<name>/<rank>``). Every key of it is either named by a draw of this attempt or only answered,
+so an earlier attempt's keys can neither end it early nor stall it (:class:`Naming`).
+
+A job that starts torch.distributed itself does not agree a name at its start. Under torchrun on several nodes
+(:func:`named_by_each_group`), each group of the tuner then names the attempt among its own ranks, the same way, at
+its first exchange (``group/store.py``): before, the ranks of a group on two nodes took their nodes' restart
+counts for the name after a restart, and the first exchange waited its deadline (``GroupTimeoutError``).
 
 :func:`current`: the agreed name once :func:`agree` ran in this process (through ``init_distributed``), else the
 launcher's restart count (a job that started torch.distributed itself: right on one node).
@@ -23,61 +28,129 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from .. import settings
-from ..errors import GroupTimeoutError
+from ..errors import AutotuneError, GroupTimeoutError
 
-#: seconds between two looks of rank 0 at the hellos it has not answered for good
+#: seconds between two looks of rank 0 at the hellos it has not answered
 POLL_S = 0.02
 
 _agreed: str | None = None
 
 
+class Naming:
+    """One naming of an attempt among ``size`` ranks through ``store``, under keys starting with ``base``: rank 0's
+    draw is the name (see the module docstring).
+
+    A rank other than 0 appends its draw to the hello log (:meth:`ask`), waits for the key that returns, and reads
+    the name (:meth:`take`). Rank 0 replies to the log's new entries (:meth:`answer`) until every key of
+    :meth:`confirmations` is set. Each hello is one entry of a log (a counter and one key per entry), so rank 0
+    reads each hello once: every look costs two requests (the counter and the confirmations) whatever the number
+    of ranks, and the whole naming ``O(size)`` requests (before, rank 0 asked each unconfirmed rank's key at every
+    look: ``O(size)`` requests per look)."""
+
+    def __init__(self, store: Any, base: str, rank: int, size: int) -> None:
+        self.store, self.base, self.rank, self.size = store, base, rank, size
+        self.draw = os.urandom(8).hex()
+        #: rank 0: the entries of the hello log read so far, and those counted but not written when last looked at
+        self._read = 0
+        self._unwritten: list[int] = []
+
+    def ask(self) -> str:
+        """A rank other than 0: write its draw into the hello log; returns the key of the reply to wait for."""
+        entry = int(self.store.add(f"{self.base}hellos", 1))
+        self.store.set(f"{self.base}hello/{entry}", self.draw)
+        return f"{self.base}reply/{self.draw}"
+
+    def take(self) -> str:
+        """A rank other than 0, its reply set: the name, confirmed to rank 0."""
+        name = self.store.get(f"{self.base}reply/{self.draw}").decode()
+        if not _is_draw(name):
+            raise AutotuneError(f"the attempt's name read from the key-value store is not one the tuner writes "
+                                f"({name[:40]!r}): a process other than the tuner wrote under its keys")
+        self.store.set(f"{self.base}done/{name}/{self.rank}", "1")
+        return name
+
+    def confirmations(self) -> list[str]:
+        """Rank 0: the keys every other rank sets once it has the name."""
+        return [f"{self.base}done/{self.draw}/{r}" for r in range(1, self.size)]
+
+    def unconfirmed(self) -> list[int]:
+        """Rank 0: the ranks that have not confirmed the name (a request each: for messages, not for every look)."""
+        return [r for r in range(1, self.size) if not self.store.check([f"{self.base}done/{self.draw}/{r}"])]
+
+    def answer(self) -> None:
+        """Rank 0: reply the name to every hello written since the last look. An earlier attempt's hellos (the log
+        outlives it) are answered too, for nobody: each reply is keyed by a draw of its own. An entry counted but
+        not written yet (its rank between the two requests, or ended there in an earlier attempt) is looked at again
+        at each look, and holds up none after it."""
+        count = int(self.store.add(f"{self.base}hellos", 0))
+        entries, self._unwritten = [*self._unwritten, *range(self._read + 1, count + 1)], []
+        self._read = max(self._read, count)
+        for entry in entries:
+            key = f"{self.base}hello/{entry}"
+            if not self.store.check([key]):
+                self._unwritten.append(entry)
+                continue
+            draw = self.store.get(key).decode()
+            if _is_draw(draw):  # what an outsider wrote is no key of ours to set
+                self.store.set(f"{self.base}reply/{draw}", self.draw)
+
+
+def _is_draw(text: str) -> bool:
+    return len(text) == 16 and all(c in "0123456789abcdef" for c in text)
+
+
+def name_among(naming: Naming, wait: Callable[[list[str], Callable[[], list[int]], Callable[[], None] | None], None]
+               ) -> str:
+    """Run ``naming`` on this rank and return the attempt's name. ``wait(keys, missing, poll)`` returns once every
+    key of ``keys`` is set, calling ``poll`` (when given) between its looks, and raises on its deadline (``missing``:
+    the ranks it waits for)."""
+    if naming.size == 1:
+        return naming.draw
+    if naming.rank == 0:
+        wait(naming.confirmations(), naming.unconfirmed, naming.answer)
+        return naming.draw
+    wait([naming.ask()], lambda: [0], None)
+    return naming.take()
+
+
 def agree(store: Any, base: str, rank: int, size: int, timeout_s: float) -> str:
     """This attempt's name among ``size`` processes (global ranks) through ``store``, under keys starting with
-    ``base``: rank 0's draw, returned on every rank (see the module docstring); raises
+    ``base``: rank 0's draw, returned on every rank (:class:`Naming`); raises
     :class:`~triton_dist_tune.errors.GroupTimeoutError` when some rank does not take part within ``timeout_s``."""
     global _agreed
-    me = os.urandom(8).hex()
     deadline = time.monotonic() + timeout_s
-    if size > 1 and rank == 0:
-        _answer_every_hello(store, base, me, size, deadline)
-    elif size > 1:
-        store.set(f"{base}hello/{rank}", me)
-        reply = f"{base}reply/{me}"
+
+    def wait(keys: list[str], missing: Callable[[], list[int]], poll: Callable[[], None] | None) -> None:
         try:
-            store.wait([reply], timedelta(seconds=max(0.001, deadline - time.monotonic())))
-        except Exception as exc:  # the store's timeout
-            raise GroupTimeoutError(f"init_distributed: rank 0 did not name this attempt within {timeout_s:.0f} s "
-                                    f"(it has not started, or it has ended): {exc}") from exc
-        me = store.get(reply).decode()
-        store.set(f"{base}done/{me}/{rank}", "1")
-    _agreed = me
-    return me
+            if poll is None:  # a rank other than 0: one blocking request
+                store.wait(keys, timedelta(seconds=max(0.001, deadline - time.monotonic())))
+                return
+            while True:  # rank 0: a look at the hellos, then at the confirmations
+                poll()
+                if store.check(keys):
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError("not every rank confirmed the name")
+                time.sleep(POLL_S)
+        except Exception as exc:  # the store's timeout (DistStoreError), or rank 0's own
+            raise GroupTimeoutError(f"init_distributed: ranks {missing()} did not take part in naming this attempt "
+                                    f"within {timeout_s:g} s (not started, or ended): {exc}") from exc
+
+    _agreed = name_among(Naming(store, base, rank, size), wait)
+    return _agreed
 
 
-def _answer_every_hello(store: Any, base: str, me: str, size: int, deadline: float) -> None:
-    """Rank 0's side of :func:`agree`: reply ``me`` to each rank's latest hello until every rank confirmed it."""
-    pending = set(range(1, size))
-    answered: dict[int, str] = {}
-    while pending:
-        for rank in sorted(pending):
-            if store.check([f"{base}done/{me}/{rank}"]):
-                pending.discard(rank)
-                continue
-            hello = f"{base}hello/{rank}"
-            if store.check([hello]):
-                draw = store.get(hello).decode()
-                if answered.get(rank) != draw:  # a new draw (or an earlier attempt's, answered for nobody)
-                    store.set(f"{base}reply/{draw}", me)
-                    answered[rank] = draw
-        if pending and time.monotonic() > deadline:
-            raise GroupTimeoutError(f"init_distributed: ranks {sorted(pending)} did not take part in naming this "
-                                    "attempt in time (not started, or ended)")
-        if pending:
-            time.sleep(POLL_S)
+def named_by_each_group() -> bool:
+    """Whether each group of the tuner names the attempt itself (:class:`Naming` among its ranks, at its first
+    exchange): the job started torch.distributed itself (no :func:`agree`) under torchrun on several nodes, where
+    the restart count is each node's agent's own and an agent restarts its workers for a membership change
+    without counting it."""
+    return _agreed is None and (settings.launcher().agents or 1) > 1
 
 
 def current() -> str:

@@ -15,11 +15,9 @@ from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
 from . import codec, epoch
 from .channel import (
-    BadBoardEntry,
     Board,
     ExchangeError,
     Failed,
-    FailureReport,
     Group,
     Message,
     RankEnded,
@@ -28,12 +26,13 @@ from .channel import (
     ended_message,
     not_a_member,
     pack,
-    quiet_store_wait,
     report_waiting,
     unpack,
     wait_in_slices,
 )
 from .note import Note, Waiter
+from .store_board import StoreBoard
+from .store_wait import quiet_store_wait
 from .unresolved import NOTES
 
 log = logging.getLogger("triton_dist_tune")
@@ -97,9 +96,11 @@ class StoreGroup(Group):
         self.title = "default" if self.name == world else f"ranks {self.global_ranks}"
         # a group destroyed and created again (same name and ranks, maybe the same store) talks under a new prefix:
         # every member creates the channels of a group in the same order, so the count agrees
-        incarnation = _incarnations[self.identity] = _incarnations.get(self.identity, 0) + 1
-        attempt = epoch.current()  # agreed by init_distributed, else the launcher's restart count
-        self._prefix = namespace(self.name, self.global_ranks, attempt, incarnation)
+        incarnation = self._incarnation = _incarnations[self.identity] = _incarnations.get(self.identity, 0) + 1
+        #: the group's namespace in the store; None until its first exchange names the attempt (:meth:`_named`)
+        self._prefix: str | None = None
+        if not epoch.named_by_each_group():  # agreed by init_distributed, else the launcher's restart count
+            self._prefix = namespace(self.name, self.global_ranks, epoch.current(), incarnation)
         self._seq = 0
         #: the exchange whose key holds this rank's own notice of a key written by another process (0: none)
         self._notice = 0
@@ -115,13 +116,27 @@ class StoreGroup(Group):
     def key(self, name: str) -> str:
         """A key of this group's namespace in the store, for a protocol beside the exchanges (``name`` must not
         start with a digit: those are the exchanges')."""
-        return f"{self._prefix}{name}"
+        return f"{self._named()}{name}"
 
     def _key(self, seq: int, rank: int | str) -> str:
         return f"{self._prefix}{seq}/{rank}"
 
+    def _named(self, timeout: float | None = None) -> str:
+        """The group's namespace; where each group names the attempt (:func:`.epoch.named_by_each_group`), the first
+        call names it among the group's ranks (:class:`.epoch.Naming`), waiting as an exchange does."""
+        if self._prefix is not None:
+            return self._prefix
+        timeout = default_timeout() if timeout is None else timeout
+        naming = epoch.Naming(self.store, namespace(self.name, self.global_ranks, "-", self._incarnation) + "name/",
+                              self.rank, self.size)
+        name = epoch.name_among(naming, lambda keys, missing, poll: self._wait(
+            keys, "name this attempt among the group's ranks", timeout, missing, poll))
+        self._prefix = namespace(self.name, self.global_ranks, name, self._incarnation)
+        return self._prefix
+
     def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
         timeout = default_timeout() if timeout is None else timeout
+        self._named(timeout)
         with self._lock:
             self._seq += 1
             seq = self._seq
@@ -234,8 +249,9 @@ class StoreGroup(Group):
         """A key prefix of this group's namespace for a protocol beside the exchanges (a failure board, a progress
         watch), scoped to the exchange sequence number now: the same on every rank that asks at the same point of
         the sequence, whatever else each rank did before (``name`` must not start with a digit)."""
+        prefix = self._named()
         with self._lock:
-            return f"{self._prefix}{name}/{self._seq}/"
+            return f"{prefix}{name}/{self._seq}/"
 
     def board(self, window: float | None = None) -> Board:
         """A failure board under this group's prefix, scoped to the exchange sequence number now (the same on
@@ -246,7 +262,16 @@ class StoreGroup(Group):
             board = self._board = StoreBoard(self, scope, window, self._board)
         return board
 
-    def _wait(self, keys: list[str], what: str, timeout: float, missing: Callable[[], list[int]]) -> None:
+    def board_closed(self, board: StoreBoard) -> None:
+        """``board`` has closed: the group's board is the one it ran inside again."""
+        with self._lock:
+            if self._board is board:
+                self._board = board.outer
+
+    def _wait(self, keys: list[str], what: str, timeout: float, missing: Callable[[], list[int]],
+              poll: Callable[[], None] | None = None) -> None:
+        """Wait until every key of ``keys`` is set, reading the signs of the ranks ``missing`` names between slices;
+        ``poll``: called before each look (the keys are then polled, never waited for in one blocking request)."""
         started = time.monotonic()
         board, every = self._board, settings.current().progress_s
         reported = [0.0]
@@ -278,7 +303,7 @@ class StoreGroup(Group):
         slices = itertools.count()
 
         def wait(seconds: float) -> None:  # the first slice blocks, the others poll (no store warnings)
-            quiet_store_wait(self.store, keys, seconds, block=next(slices) == 0)
+            quiet_store_wait(self.store, keys, seconds, block=next(slices) == 0 and poll is None, poll=poll)
 
         try:
             wait_in_slices(wait, timeout, between_slices, every=min(every, BOARD_SLICE_S))
@@ -335,107 +360,6 @@ class StoreGroup(Group):
         globals_ = [self.global_ranks[r] for r in missing]
         return (f"{self._waited(what, f'{timeout:g}')} for group ranks {list(missing)} (global {globals_}), which "
                 "never arrived: they crashed, hung, or called the tuned function with another autotune_pg or key.")
-
-
-class StoreBoard(Board):
-    """A failure board in the job's store, outside the exchange sequence: ``<scope>count`` counts the reports,
-    ``<scope><n>`` holds the n-th as JSON (plain data: nothing read is executed). Reading it costs one request
-    while nothing new was posted.
-
-    With a ``window``, the board also says which ranks are alive: while it is open a daemon thread beats a counter,
-    ``<scope>beat/<rank>``, every ``window / 5`` seconds (at most one), and a rank waiting at an exchange reads the
-    late ranks' counters between its store waits (:meth:`silent`). A rank whose counter has not moved for
-    ``window`` seconds has ended, was killed or is frozen (every phase of a live one is under the watchdog, which
-    ends a hung rank after ``T``): the waiting ranks give up on it then, not at the exchange's deadline, which for
-    a steady round of ``n`` samples is ``n`` times longer."""
-
-    def __init__(self, group: StoreGroup, scope: str, window: float | None = None,
-                 outer: StoreBoard | None = None) -> None:
-        self.group, self.scope = group, scope
-        #: the board of a tuning this one runs inside (an ``autotune`` tuning in a ``contextual_autotune`` call on the
-        #: same group): the group's board again when this one closes
-        self.outer = outer
-        self._seen: list[FailureReport] = []
-        self._lock = threading.Lock()
-        self.window = window if group.size > 1 else None
-        #: per rank looked at: the beat count seen and when it last moved
-        self._beats: dict[int, tuple[int, float]] = {}
-        self._stop = threading.Event()
-        self._beater: threading.Thread | None = None
-        if self.window is not None:
-            self._beat()
-            self._beater = threading.Thread(target=self._beating, name="tdt-board-beat", daemon=True)
-            self._beater.start()
-
-    def _beat(self) -> None:
-        self.group.store.add(f"{self.scope}beat/{self.group.rank}", 1)
-
-    def _beating(self) -> None:
-        every = max(0.05, min(1.0, (self.window or 5.0) / 5))
-        while not self._stop.wait(every):
-            try:
-                self._beat()
-            except Exception:  # the store is gone: the waits say so; a beat thread never raises
-                return
-
-    def silent(self, ranks: Sequence[int]) -> list[int]:
-        """Of ``ranks``, those whose beat this rank has not seen move for ``window`` seconds (none without a
-        window). The first look at a rank starts its clock."""
-        if self.window is None:
-            return []
-        store, now, silent = self.group.store, time.monotonic(), []
-        for rank in ranks:
-            count = int(store.add(f"{self.scope}beat/{rank}", 0))
-            seen = self._beats.get(rank)
-            if seen is None or seen[0] != count:
-                self._beats[rank] = (count, now)
-            elif now - seen[1] > self.window:
-                silent.append(rank)
-        return silent
-
-    def post(self, report: FailureReport) -> None:
-        store = self.group.store
-        n = store.add(f"{self.scope}count", 1)
-        store.set(f"{self.scope}{n}", report.to_json())
-
-    def read(self) -> list[FailureReport]:
-        with self._lock:
-            store = self.group.store
-            count = store.add(f"{self.scope}count", 0)
-            for n in range(len(self._seen) + 1, count + 1):
-                key = f"{self.scope}{n}"
-                if not store.check([key]):
-                    break  # counted, not written yet: next time
-                try:
-                    report = FailureReport.from_json(store.get(key))
-                except BadBoardEntry as exc:  # written by another process: refused, once, with a warning
-                    log.warning("triton_dist_tune: rank %d refused the failure board entry %r: not a report of "
-                                "the tuner (%s); a process other than the tuner wrote under its keys of the "
-                                "key-value store. It is ignored: it blames no config and ends no rank",
-                                self.group.rank, key, exc)
-                    report = FailureReport(-1, -1, "", "refused")
-                self._seen.append(report)
-            return [r for r in self._seen if 0 <= r.rank < self.group.size]
-
-    def close(self) -> None:
-        """The tuning is over: stop beating and delete this board's keys (each rank its beat; group rank 0 the
-        reports and their count), so that a job of thousands of tunings leaves no keys behind."""
-        self._stop.set()
-        if self._beater is not None:
-            self._beater.join(timeout=2.0)  # its last beat must not write the key again after the deletion
-        with self.group._lock:
-            if self.group._board is self:
-                self.group._board = self.outer
-        try:
-            store = self.group.store
-            if self.window is not None:
-                store.delete_key(f"{self.scope}beat/{self.group.rank}")
-            if self.group.rank == 0:
-                for n in range(1, int(store.add(f"{self.scope}count", 0)) + 1):
-                    store.delete_key(f"{self.scope}{n}")
-                store.delete_key(f"{self.scope}count")
-        except Exception as exc:  # the store is gone (the job is ending): nothing to tidy
-            log.debug("triton_dist_tune: could not delete the failure board's keys (%s)", exc)
 
 
 def _job_store() -> Any:

@@ -1,0 +1,83 @@
+"""The naming of an attempt (``group/epoch.py``): ranks threads of this process, each with a client of one real
+TCPStore, over keys an earlier attempt left behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+import torch.distributed as dist
+
+from triton_dist_tune.group import epoch
+
+
+class CountingStore:
+    """A store client that counts its requests by kind."""
+
+    def __init__(self, store: dist.TCPStore) -> None:
+        self.store, self.requests = store, Counter()
+
+    def __getattr__(self, name: str):
+        method = getattr(self.store, name)
+
+        def counted(*args, **kwargs):
+            self.requests[name] += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+@pytest.mark.timeout(60)
+def test_ranks_agree_on_rank_0s_draw_over_an_earlier_attempts_hellos_reading_each_hello_once():
+    """Five ranks name an attempt under keys where an earlier attempt's three hellos, an entry counted and never
+    written (a rank that ended between its two requests), and an outsider's entry stand; rank 4 comes 0.5 s late.
+    Every rank returns rank 0's draw; rank 0 reads each written entry once, and a look that finds no new entry costs
+    it at most three requests (the log's count, the confirmations, the unwritten entry), whatever the ranks."""
+    from harness import free_port
+
+    port, base, size = free_port(), "t/attempt/", 5
+    server = dist.TCPStore("127.0.0.1", port, size + 1, is_master=True, timeout=timedelta(seconds=30),
+                           wait_for_workers=False)
+    for rank in range(1, 4):  # an earlier attempt's hellos, answered then
+        epoch.Naming(server, base, rank, size).ask()
+    server.add(f"{base}hellos", 1)  # counted, never written
+    server.set(f"{base}hello/{int(server.add(f'{base}hellos', 1))}", "x; not a draw")
+    stale_entries = 5
+
+    stores = [CountingStore(dist.TCPStore("127.0.0.1", port, size + 1, is_master=False,
+                                          timeout=timedelta(seconds=30))) for _ in range(size)]
+    namings = [epoch.Naming(stores[r], base, r, size) for r in range(size)]
+    names: dict[int, str] = {}
+    looks = [0]
+
+    def rank(r: int) -> None:
+        def wait(keys, missing, poll):
+            deadline = time.monotonic() + 30
+            while True:
+                if poll is not None:
+                    looks[0] += 1
+                    poll()
+                if stores[r].check(keys):
+                    return
+                assert time.monotonic() < deadline, missing()
+                time.sleep(0.02)
+
+        if r == 4:
+            time.sleep(0.5)
+        names[r] = epoch.name_among(namings[r], wait)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(40)
+    assert names == {r: namings[0].draw for r in range(size)}
+    requests = stores[0].requests
+    written = stale_entries - 1 + (size - 1)
+    assert requests["get"] == written  # every written entry read once (the unwritten one never)
+    assert requests["set"] == 3 + (size - 1)  # replies: the earlier attempt's hellos, for nobody, and this one's
+    assert looks[0] >= 10, looks  # rank 4's half second: many looks without a new entry
+    assert sum(requests.values()) - 2 * written - requests["set"] <= 3 * looks[0], (requests, looks)

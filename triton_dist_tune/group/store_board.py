@@ -1,0 +1,125 @@
+"""A failure board of a torch.distributed group in the job's key-value store (:class:`StoreBoard`), with the beats
+that tell a waiting rank which of its peers are alive."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from .channel import BadBoardEntry, Board, FailureReport
+
+
+class BoardOwner(Protocol):
+    """What a board needs of its group (:class:`~triton_dist_tune.group.store.StoreGroup`)."""
+
+    rank: int
+    size: int
+
+    @property
+    def store(self) -> Any: ...
+
+    def board_closed(self, board: StoreBoard) -> None: ...
+
+log = logging.getLogger("triton_dist_tune")
+
+
+class StoreBoard(Board):
+    """A failure board in the job's store, outside the exchange sequence: ``<scope>count`` counts the reports,
+    ``<scope><n>`` holds the n-th as JSON (plain data: nothing read is executed). Reading it costs one request
+    while nothing new was posted.
+
+    With a ``window``, the board also says which ranks are alive: while it is open a daemon thread beats a counter,
+    ``<scope>beat/<rank>``, every ``window / 5`` seconds (at most one), and a rank waiting at an exchange reads the
+    late ranks' counters between its store waits (:meth:`silent`). A rank whose counter has not moved for
+    ``window`` seconds has ended, was killed or is frozen (every phase of a live one is under the watchdog, which
+    ends a hung rank after ``T``): the waiting ranks give up on it then, not at the exchange's deadline, which for
+    a steady round of ``n`` samples is ``n`` times longer."""
+
+    def __init__(self, group: BoardOwner, scope: str, window: float | None = None,
+                 outer: StoreBoard | None = None) -> None:
+        self.group, self.scope = group, scope
+        #: the board of a tuning this one runs inside (an ``autotune`` tuning in a ``contextual_autotune`` call on the
+        #: same group): the group's board again when this one closes
+        self.outer = outer
+        self._seen: list[FailureReport] = []
+        self._lock = threading.Lock()
+        self.window = window if group.size > 1 else None
+        #: per rank looked at: the beat count seen and when it last moved
+        self._beats: dict[int, tuple[int, float]] = {}
+        self._stop = threading.Event()
+        self._beater: threading.Thread | None = None
+        if self.window is not None:
+            self._beat()
+            self._beater = threading.Thread(target=self._beating, name="tdt-board-beat", daemon=True)
+            self._beater.start()
+
+    def _beat(self) -> None:
+        self.group.store.add(f"{self.scope}beat/{self.group.rank}", 1)
+
+    def _beating(self) -> None:
+        every = max(0.05, min(1.0, (self.window or 5.0) / 5))
+        while not self._stop.wait(every):
+            try:
+                self._beat()
+            except Exception:  # the store is gone: the waits say so; a beat thread never raises
+                return
+
+    def silent(self, ranks: Sequence[int]) -> list[int]:
+        """Of ``ranks``, those whose beat this rank has not seen move for ``window`` seconds (none without a
+        window). The first look at a rank starts its clock."""
+        if self.window is None:
+            return []
+        store, now, silent = self.group.store, time.monotonic(), []
+        for rank in ranks:
+            count = int(store.add(f"{self.scope}beat/{rank}", 0))
+            seen = self._beats.get(rank)
+            if seen is None or seen[0] != count:
+                self._beats[rank] = (count, now)
+            elif now - seen[1] > self.window:
+                silent.append(rank)
+        return silent
+
+    def post(self, report: FailureReport) -> None:
+        store = self.group.store
+        n = store.add(f"{self.scope}count", 1)
+        store.set(f"{self.scope}{n}", report.to_json())
+
+    def read(self) -> list[FailureReport]:
+        with self._lock:
+            store = self.group.store
+            count = store.add(f"{self.scope}count", 0)
+            for n in range(len(self._seen) + 1, count + 1):
+                key = f"{self.scope}{n}"
+                if not store.check([key]):
+                    break  # counted, not written yet: next time
+                try:
+                    report = FailureReport.from_json(store.get(key))
+                except BadBoardEntry as exc:  # written by another process: refused, once, with a warning
+                    log.warning("triton_dist_tune: rank %d refused the failure board entry %r: not a report of "
+                                "the tuner (%s); a process other than the tuner wrote under its keys of the "
+                                "key-value store. It is ignored: it blames no config and ends no rank",
+                                self.group.rank, key, exc)
+                    report = FailureReport(-1, -1, "", "refused")
+                self._seen.append(report)
+            return [r for r in self._seen if 0 <= r.rank < self.group.size]
+
+    def close(self) -> None:
+        """The tuning is over: stop beating and delete this board's keys (each rank its beat; group rank 0 the
+        reports and their count), so that a job of thousands of tunings leaves no keys behind."""
+        self._stop.set()
+        if self._beater is not None:
+            self._beater.join(timeout=2.0)  # its last beat must not write the key again after the deletion
+        self.group.board_closed(self)
+        try:
+            store = self.group.store
+            if self.window is not None:
+                store.delete_key(f"{self.scope}beat/{self.group.rank}")
+            if self.group.rank == 0:
+                for n in range(1, int(store.add(f"{self.scope}count", 0)) + 1):
+                    store.delete_key(f"{self.scope}{n}")
+                store.delete_key(f"{self.scope}count")
+        except Exception as exc:  # the store is gone (the job is ending): nothing to tidy
+            log.debug("triton_dist_tune: could not delete the failure board's keys (%s)", exc)

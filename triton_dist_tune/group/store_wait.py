@@ -1,0 +1,40 @@
+"""A wait for keys of the job's key-value store that prints nothing while nothing is wrong
+(:func:`quiet_store_wait`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+#: a store wait past its first slice looks for its keys this often instead of blocking (:func:`quiet_store_wait`)
+POLL_S = 0.05
+
+
+class StoreWaitTimeout(TimeoutError):
+    """A slice of :func:`quiet_store_wait` ran out before its keys were set."""
+
+
+def quiet_store_wait(store: Any, keys: list[str], seconds: float, block: bool,
+                     poll: Callable[[], None] | None = None) -> None:
+    """Return once every key of ``keys`` is in ``store``; raise :class:`StoreWaitTimeout` after ``seconds``.
+    ``block``: one blocking ``store.wait`` (a key set meanwhile ends it at once: the first slice of a wait, where
+    most exchanges end within milliseconds); else ``store.check`` every :data:`POLL_S` seconds. A blocking wait
+    that runs out makes torch's store client print two ``waitForInput ... likely a timeout`` warnings on the
+    rank's screen, although nothing is wrong: a wait that outlasts its first slice (a peer compiling, a campaign's
+    unit tuning a key alone) goes on quietly. A store that is gone raises at once either way. ``poll``: called
+    before each look (not with ``block``)."""
+    if block:
+        store.wait(keys, timedelta(seconds=seconds))
+        return
+    deadline = time.monotonic() + seconds
+    while True:
+        if poll is not None:
+            poll()
+        if store.check(keys):
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise StoreWaitTimeout(f"store keys not set within {seconds:.3f} s")
+        time.sleep(min(POLL_S, left))
