@@ -126,11 +126,11 @@ class StoreGroup(Group):
         call names it among the group's ranks (:class:`.epoch.Naming`), waiting as an exchange does."""
         if self._prefix is not None:
             return self._prefix
-        timeout = default_timeout() if timeout is None else timeout
         naming = epoch.Naming(self.store, namespace(self.name, self.global_ranks, "-", self._incarnation) + "name/",
                               self.rank, self.size)
-        name = epoch.name_among(naming, lambda keys, missing, poll: self._wait(
-            keys, "name this attempt among the group's ranks", timeout, missing, poll))
+        what, started, timeout = "name this attempt in the group", time.monotonic(), timeout or default_timeout()
+        name = self._request(lambda: epoch.name_among(
+            naming, lambda keys, missing, poll: self._wait(keys, what, timeout, missing, poll)), what, started)
         self._prefix = namespace(self.name, self.global_ranks, name, self._incarnation)
         return self._prefix
 
