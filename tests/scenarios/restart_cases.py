@@ -19,6 +19,21 @@ from _cases import case, emit, main
 import triton_dist_tune as tdt
 
 
+def _tune_all_reducing(name: str) -> dict:
+    """Tune a function named ``name`` whose every call all-reduces, on every rank; its choice and the configs'
+    states, for a RESULT line."""
+
+    @tdt.autotune([{"v": v} for v in range(3)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, name=name)
+    def f(x, *, v):
+        y = x * (v + 1)
+        dist.all_reduce(y)
+        return y
+
+    f(torch.ones(4))
+    (_, decision), = f.tuner.decisions.items()
+    return {"chosen": decision.index, "states": [o.state for o in decision.outcomes]}
+
+
 @case
 def node_0_fails_first():
     """Every rank starts torch.distributed with ``init_distributed``. In the first attempt (``FAULT_DIR`` keeps a
@@ -39,16 +54,7 @@ def node_0_fails_first():
     if first:  # node 1's first attempt, healthy (in no collective) until its agent stops it
         time.sleep(120)
 
-    @tdt.autotune([{"v": v} for v in range(3)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2,
-                  name="restarted_on_two_nodes")
-    def f(x, *, v):
-        y = x * (v + 1)
-        dist.all_reduce(y)
-        return y
-
-    f(torch.ones(4))
-    (_, decision), = f.tuner.decisions.items()
-    emit(node=node, restart=restart, chosen=decision.index, states=[o.state for o in decision.outcomes])
+    emit(node=node, restart=restart, **_tune_all_reducing("restarted_on_two_nodes"))
 
 
 @case
@@ -58,18 +64,8 @@ def own_init_on_nodes_that_count_restarts_apart():
     and 0 on rank 1 (what two agents gave their workers: ``node_0_fails_first``). Both ranks tune a function whose
     every call all-reduces and print the choice."""
     dist.init_process_group("gloo")
+    emit(restart=os.environ["TORCHELASTIC_RESTART_COUNT"], **_tune_all_reducing("counted_apart"))
 
-    @tdt.autotune([{"v": v} for v in range(3)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2,
-                  name="counted_apart")
-    def f(x, *, v):
-        y = x * (v + 1)
-        dist.all_reduce(y)
-        return y
-
-    f(torch.ones(4))
-    (_, decision), = f.tuner.decisions.items()
-    emit(restart=os.environ["TORCHELASTIC_RESTART_COUNT"], chosen=decision.index,
-         states=[o.state for o in decision.outcomes])
 
 if __name__ == "__main__":
     main()
