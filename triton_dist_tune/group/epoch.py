@@ -29,14 +29,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, GroupTimeoutError
-
-#: seconds between two looks of rank 0 at the hellos it has not answered
-POLL_S = 0.02
+from .store_wait import quiet_store_wait
 
 _agreed: str | None = None
 
@@ -126,18 +123,9 @@ def agree(store: Any, base: str, rank: int, size: int, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
 
     def wait(keys: list[str], missing: Callable[[], list[int]], poll: Callable[[], None] | None) -> None:
-        try:
-            if poll is None:  # a rank other than 0: one blocking request
-                store.wait(keys, timedelta(seconds=max(0.001, deadline - time.monotonic())))
-                return
-            while True:  # rank 0: a look at the hellos, then at the confirmations
-                poll()
-                if store.check(keys):
-                    return
-                if time.monotonic() > deadline:
-                    raise TimeoutError("not every rank confirmed the name")
-                time.sleep(POLL_S)
-        except Exception as exc:  # the store's timeout (DistStoreError), or rank 0's own
+        try:  # a rank other than 0: one blocking request; rank 0: a look at the hellos before each at the keys
+            quiet_store_wait(store, keys, max(0.001, deadline - time.monotonic()), block=poll is None, poll=poll)
+        except Exception as exc:  # the store's timeout (DistStoreError), or the polling's own
             raise GroupTimeoutError(f"init_distributed: ranks {missing()} did not take part in naming this attempt "
                                     f"within {timeout_s:g} s (not started, or ended): {exc}") from exc
 
