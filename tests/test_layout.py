@@ -316,60 +316,124 @@ def test_a_live_wrong_rank_in_another_pid_namespace_is_not_read_gone_by_its_beat
 @pytest.mark.timeout(60)
 def test_a_notes_beat_advances_while_on_and_a_waiting_rank_reads_it_lost_by_its_own_clock_only(monkeypatch):
     """group/beat.py: this process's beat adds to its counter every second while on (one at once, on the caller's
-    store), not once stopped, nor once its connection to the store is lost; a waiting rank reads a note's process
+    store), not once stopped, nor once its store's host is gone; a waiting rank reads a note's process
     gone only once the counter has not moved for LOST_S by its own clock (at least three of the note's beats),
     never for a note that does not say it beats, a counter that moved, or a note posted again (another root or
     time); ``beat_s`` is read only as a positive number."""
-    import datetime
-    import gc
     import time
     import types
-
-    import torch.distributed as dist
 
     from triton_dist_tune.group import beat as beats
     from triton_dist_tune.group.note import Note, parse_beat
 
     assert [parse_beat(line) for line in ('{"beat_s": 1.0}', '{"beat_s": 2}', '{"beat_s": 0}', '{"beat_s": "1"}',
                                           '{"beat_s": true}', '[1]', 'not json', '{}')] == [1.0, 2.0] + [None] * 6
-    host = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
+    server, host = store_in_a_process_of_its_own()
     beat = beats.Beat()
-    def within(seconds: float, done) -> bool:  # polled: a loaded machine may run the beat thread late
-        deadline = time.monotonic() + seconds
-        while not done() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return done()
+    try:
+        assert beat.start(host, "beat/1") and int(host.add("beat/1", 0)) == 1
+        assert within(20, lambda: int(host.add("beat/1", 0)) >= 3)  # the thread's beats, one a second
+        beat.stop()
+        time.sleep(2 * beats.BEAT_S + 0.5)  # (a beat under way when stopped lands)
+        stopped = int(host.add("beat/1", 0))
+        time.sleep(2 * beats.BEAT_S + 0.5)
+        assert int(host.add("beat/1", 0)) == stopped
+        gone_server, gone = store_in_a_process_of_its_own()
+        assert beat.start(gone, "beat/1") and beat._on is not None
+        gone_server.kill()  # the store's host ends: the beat's connection is lost, its one new connection fails
+        gone_server.wait()  # too, and it stops (two failures, not one a second)
+        assert within(30, lambda: beat._on is None)
 
-    assert beat.start(host, "beat/1") and int(host.add("beat/1", 0)) == 1
-    assert within(20, lambda: int(host.add("beat/1", 0)) >= 3)  # the thread's beats, one a second
-    beat.stop()
-    time.sleep(2 * beats.BEAT_S + 0.5)  # (a beat under way when stopped lands)
-    stopped = int(host.add("beat/1", 0))
-    time.sleep(2 * beats.BEAT_S + 0.5)
-    assert int(host.add("beat/1", 0)) == stopped
-    gone = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
-    assert beat.start(gone, "beat/1") and beat._on is not None
-    del gone
-    gc.collect()  # the store's host ends: the beat's connection is lost, and it stops (one failure, not one a second)
-    assert within(20, lambda: beat._on is None)
+        clock = [100.0]
+        monkeypatch.setattr(beats, "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep))
+        silence, note = beats.Silence(), Note("1.1", ("f",), "its error", 5.0, beat_s=1.0)
+        assert silence.lost(host, "beat/1", 1, note._replace(beat_s=None), 6.0) is None  # no beat said: no rule
+        assert silence.lost(host, "beat/1", 1, note, 6.0) is None  # first read: the clock starts
+        clock[0] += 5.9
+        assert silence.lost(host, "beat/1", 1, note, 6.0) is None
+        clock[0] += 0.2
+        assert silence.lost(host, "beat/1", 1, note, 6.0) == pytest.approx(6.1)
+        host.add("beat/1", 1)  # a sign of life: the clock starts again
+        assert silence.lost(host, "beat/1", 1, note, 6.0) is None
+        clock[0] += 7
+        assert silence.lost(host, "beat/1", 1, note._replace(posted=6.0), 6.0) is None  # a new note: starts again
+        clock[0] += 2
+        assert silence.lost(host, "beat/1", 1, note._replace(posted=6.0), 1.0) is None  # at least three beats
+        clock[0] += 1
+        assert silence.lost(host, "beat/1", 1, note._replace(posted=6.0), 1.0) == pytest.approx(3)
+    finally:
+        beat.stop()
+        server.kill()
+        server.wait()
 
-    clock = [100.0]
-    monkeypatch.setattr(beats, "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep))
-    silence, note = beats.Silence(), Note("1.1", ("f",), "its error", 5.0, beat_s=1.0)
-    assert silence.lost(host, "beat/1", 1, note._replace(beat_s=None), 6.0) is None  # no beat said: no rule
-    assert silence.lost(host, "beat/1", 1, note, 6.0) is None  # first read: the clock starts
-    clock[0] += 5.9
-    assert silence.lost(host, "beat/1", 1, note, 6.0) is None
-    clock[0] += 0.2
-    assert silence.lost(host, "beat/1", 1, note, 6.0) == pytest.approx(6.1)
-    host.add("beat/1", 1)  # a sign of life: the clock starts again
-    assert silence.lost(host, "beat/1", 1, note, 6.0) is None
-    clock[0] += 7
-    assert silence.lost(host, "beat/1", 1, note._replace(posted=6.0), 6.0) is None  # a new note: starts again
-    clock[0] += 2
-    assert silence.lost(host, "beat/1", 1, note._replace(posted=6.0), 1.0) is None  # at least three beats
-    clock[0] += 1
-    assert silence.lost(host, "beat/1", 1, note._replace(posted=6.0), 1.0) == pytest.approx(3)
+
+def store_in_a_process_of_its_own():
+    """A TCPStore whose server runs in a process of its own (killed to make its host gone), and a client of it with
+    a 3 s timeout: (the server's process, the client)."""
+    import datetime
+    import subprocess
+    import sys
+
+    import torch.distributed as dist
+
+    server = subprocess.Popen([sys.executable, "-c", "import time, torch.distributed as d; "
+                               "s = d.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False); "
+                               "print(s.port, flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    port = int(server.stdout.readline())
+    return server, dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=3))
+
+
+def within(seconds: float, done) -> bool:
+    """Whether ``done()`` holds within ``seconds``, polled (a loaded machine may run a beat thread late)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return done()
+
+
+def sockets() -> set[int]:
+    """This process's file descriptors that are sockets."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                found.add(int(fd))
+        except OSError:  # (closed meanwhile)
+            pass
+    return found
+
+
+@pytest.mark.timeout(60)
+def test_a_beat_whose_connection_is_reset_while_the_store_lives_goes_on():
+    """group/beat.py: the beat's own connection to the store reset (shut down under it; the store's server lives):
+    it connects again at its next beat, and its counter goes on moving (before: it stopped until the next note, and
+    a peer on another host would have read the live process gone after LOST_S)."""
+    import socket
+    import time
+
+    from triton_dist_tune.group import beat as beats
+
+    server, host = store_in_a_process_of_its_own()
+    beat = beats.Beat()
+    try:
+        before = sockets()
+        assert beat.start(host, "beat/1")
+        theirs = sockets() - before  # the beat's clone of the store: its one connection
+        assert len(theirs) == 1
+        assert within(20, lambda: int(host.add("beat/1", 0)) >= 3)
+        for fd in theirs:
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        reset = int(host.add("beat/1", 0))
+        assert within(20, lambda: int(host.add("beat/1", 0)) >= reset + 3), "the beat stopped at the reset"
+        assert beat._on is not None
+        time.sleep(0.1)
+    finally:
+        beat.stop()
+        server.kill()
+        server.wait()
 
 
 @pytest.mark.timeout(60)

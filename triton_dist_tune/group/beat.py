@@ -28,8 +28,10 @@ would otherwise have escaped only if the process came back before ``T``. The def
 deadline, leaves room for such holds, thirty beats (how long the tuner's own code may hold the GIL was not
 measured). The beat reads nothing on the rank's own host (``/proc`` tells there, exactly), and a note without
 ``beat_s`` (an older tuner's) or a counter that cannot be read is read as before: no beat rule. A beat whose
-connection to the store is lost (its host gone, the connection reset) stops until the next note: its peers, who read
-the store through that host too, then read the process gone as one cut off from it.
+connection to the store is lost (``DistNetworkError``) connects again, once, at its next beat (a new clone of the
+caller's store): a connection reset while the store lives costs one beat. Where that new connection fails too
+(the store's host gone) the beat stops until the next note: its peers, who read the store through that host too,
+then read the process gone as one cut off from it.
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ class Beat:
     """This process's beat (see the module docstring): on while it has a note in the store not marked ended."""
 
     def __init__(self) -> None:
-        #: the store client of the beat thread and the counter's key; None: off
-        self._on: tuple[Any, str] | None = None
+        #: what the beat thread beats; None: off
+        self._on: _Beating | None = None
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._lock = threading.Lock()  # (the thread turns a lost connection's beat off, never a newer one)
@@ -72,13 +74,8 @@ class Beat:
         except Exception as exc:  # the note then says no beat (the beat of a note posted before goes on)
             log.debug("triton_dist_tune: no beat for this rank's group error: %s", exc)
             return False
-        try:
-            kept = store.clone()
-            kept.set_timeout(timedelta(seconds=BEAT_WAIT_S))
-        except Exception:  # (a store without clone: a local one, which nothing else serves)
-            kept = store
         with self._lock:
-            self._on = (kept, key)
+            self._on = _Beating(store, _clone(store), key)
         if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
             return True
         try:
@@ -102,13 +99,41 @@ class Beat:
             on = self._on
             if on is None:
                 continue
+            if on.client is None:  # the connection was lost at the last beat: connect again, once
+                on.client, on.reconnected = _clone(on.store), True
             try:
-                on[0].add(on[1], 1)
-            except Exception as exc:  # a slow store: the next beat tries again; a lost connection: no more beats
+                on.client.add(on.key, 1)
+                on.reconnected = False
+            except Exception as exc:  # a slow store: the next beat tries again
                 log.debug("triton_dist_tune: could not beat for this rank's group error: %s", exc)
-                if any(c.__name__ == "DistNetworkError" for c in type(exc).__mro__):
-                    with self._lock:  # (torch prints each failure: a store that is gone gets one, not one a second)
-                        self._on = None if self._on is on else self._on
+                if not any(c.__name__ == "DistNetworkError" for c in type(exc).__mro__):
+                    continue
+                if not on.reconnected:  # a reset connection: a new one at the next beat
+                    on.client = None
+                    continue
+                with self._lock:  # a new connection lost too: the store is gone (torch prints each failure: two,
+                    self._on = None if self._on is on else self._on  # not one a second)
+
+
+class _Beating:
+    """What the beat thread beats: the counter ``key`` through ``client`` (a clone of the caller's ``store``; None:
+    its connection was lost, a new clone is made at the next beat), and whether that client is such a new clone
+    that has not beaten yet."""
+
+    def __init__(self, store: Any, client: Any, key: str) -> None:
+        self.store, self.client, self.key = store, client, key
+        self.reconnected = False
+
+
+def _clone(store: Any) -> Any:
+    """A client of ``store`` of the beat's own, with :data:`BEAT_WAIT_S` for its timeout (``store`` itself where it
+    cannot be cloned: a local store, which nothing else serves)."""
+    try:
+        client = store.clone()
+        client.set_timeout(timedelta(seconds=BEAT_WAIT_S))
+        return client
+    except Exception:
+        return store
 
 
 class Silence:
