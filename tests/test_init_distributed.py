@@ -105,3 +105,31 @@ def test_ranks_that_start_torch_distributed_themselves_on_nodes_that_count_resta
     (first,), (second,) = (r.results for r in results)
     assert (first["restart"], second["restart"]) == ("1", "0")
     assert first["chosen"] == second["chosen"] and first["states"] == second["states"] == ["measured"] * 3, results
+
+
+@pytest.mark.timeout(120)
+def test_wrong_group_notes_on_nodes_that_count_restarts_apart_are_read_and_an_earlier_attempts_are_not(tmp_path):
+    """The same two ranks (counts 1 and 0, own ``init_process_group``). Where the job shares no attempt name, the
+    wrong-group notes live under one name for every attempt (``unresolved.EVERY_ATTEMPT``) and a note posted before
+    the reader's process started is an earlier attempt's:
+    - rank 1 calls with a wrong ``autotune_pg``: rank 0, waiting for it with the right one, raises its
+      ``BadInputError`` at once (before: rank 1's note was under its node's count, 0, rank 0 looked under 1, and it
+      waited ``T``, 40 s, and raised ``GroupTimeoutError``);
+    - an earlier attempt's note of rank 1 (its process ended), about the function the ranks then tune with rank 1
+      3 s late, is not read: both tune alike (without the rule rank 0 raises it at once)."""
+    from pathlib import Path
+
+    from harness import HERE, run_ranks, tuner_env
+
+    T = 40
+    results = run_ranks(Path(HERE) / "scenarios" / "restart_cases.py", 2, ["notes_on_nodes_that_count_restarts_apart"],
+                        env=tuner_env(tmp_path, T, GROUP_WORLD_SIZE="2"), timeout=100,
+                        per_rank_env={0: {"TORCHELASTIC_RESTART_COUNT": "1"}, 1: {"TORCHELASTIC_RESTART_COUNT": "0"}})
+    assert [r.returncode for r in results] == [0, 0], [r.stderr[-2000:] for r in results]
+    (first,), (second,) = (r.results for r in results)
+    assert first["late"] == second["late"] and first["late"]["states"] == ["measured"] * 3, (first, second)
+    assert second["wrong"]["error"] == "BadInputError", second
+    assert first["wrong"]["error"] == "BadInputError", first
+    assert "global rank 1 raised BadInputError" in first["wrong"]["message"], first
+    assert "earlier attempt" not in first["wrong"]["message"], first
+    assert first["wrong"]["seconds"] < T / 4, first

@@ -7,6 +7,7 @@ count its agent gave it (and its node, ``GROUP_RANK``, under torchrun).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -65,6 +66,45 @@ def own_init_on_nodes_that_count_restarts_apart():
     every call all-reduces and print the choice."""
     dist.init_process_group("gloo")
     emit(restart=os.environ["TORCHELASTIC_RESTART_COUNT"], **_tune_all_reducing("counted_apart"))
+
+
+@case
+def notes_on_nodes_that_count_restarts_apart():
+    """As :func:`own_init_on_nodes_that_count_restarts_apart` (counts 1 and 0, ``GROUP_WORLD_SIZE`` 2). Rank 0 first
+    writes into the job's store the wrong-group note an earlier attempt's rank 1 would have left there (its error,
+    posted 30 s before this attempt's processes started, by a process of this host that has ended), about the
+    function the ranks then tune with rank 1 3 s late: rank 0 waits for rank 1 and must read that note as the earlier
+    attempt's. Then rank 1 calls another function with a wrong ``autotune_pg`` and posts its note; rank 0, calling
+    with the right one, must read it at once. Each rank prints both outcomes."""
+    from triton_dist_tune.group.note import this_process
+    from triton_dist_tune.group.unresolved import EVERY_ATTEMPT
+
+    dist.init_process_group("gloo")
+    me = dist.get_rank()
+    if me == 0:  # (the key of global rank 1's note, as every rank of this job names it)
+        store = dist.distributed_c10d._get_default_store()
+        host, pid, start = this_process()
+        about = {"about": ["late_after_an_earlier_attempt"], "posted": time.time() - 30,
+                 "process": [host, pid, start - 1]}
+        store.add(f"{EVERY_ATTEMPT}count", 1)
+        store.set(f"{EVERY_ATTEMPT}1", f"1.99\n{json.dumps(about)}\nBadInputError: an earlier attempt's error")
+    dist.barrier()
+    if me == 1:
+        time.sleep(3)
+    outcome = {"late": _tune_all_reducing("late_after_an_earlier_attempt")}
+
+    @tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=1, name="wrong_pg")
+    def g(x, *, v):
+        return x * v
+
+    t0 = time.monotonic()
+    try:
+        g(torch.ones(4), autotune_pg="not a group" if me == 1 else dist.group.WORLD)
+        outcome["wrong"] = {"error": None}
+    except tdt.AutotuneError as exc:
+        outcome["wrong"] = {"error": type(exc).__name__, "message": str(exc), "seconds": time.monotonic() - t0}
+    emit(restart=os.environ["TORCHELASTIC_RESTART_COUNT"], **outcome)
+    dist.barrier()
 
 
 if __name__ == "__main__":

@@ -14,10 +14,10 @@ from .. import settings
 from ..capture import capturing, tuning_in_capture
 from ..disk import logs
 from ..errors import BadInputError
+from ..group.calls import calling
 from ..group.channel import Group
 from ..group.resolve import alone, resolve_group
 from ..group.threads import holds_a_turn
-from ..group.unresolved import calling
 from . import intercept
 from .hot import TUNE_AHEAD, HotCall
 from .options import ContextualOptions

@@ -43,9 +43,9 @@ from ..faults.progress import RoundWatch, user_code
 from ..faults.recovery import interruptible
 from ..faults.watchdog import exchange_timeout
 from ..group.agreement import agree
+from ..group.calls import calling
 from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
-from ..group.unresolved import calling
 from ..measure.replicas import Layout
 from ..space import describe_key, index_of, keeps
 from .next_key import NextKey, compiles_ahead, screened_by

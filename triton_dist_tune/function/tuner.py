@@ -11,8 +11,8 @@ from typing import Any
 
 from .. import settings
 from ..errors import BadInputError, describe_error
+from ..group.calls import calling
 from ..group.resolve import resolve_group
-from ..group.unresolved import calling
 from ..measure.replicas import Layout
 from ..space import CALL_KEYWORDS, check_call, check_no_clash, keeps
 from .options import TuneOptions

@@ -10,7 +10,8 @@
 - :mod:`.dist`: :func:`~.dist.init_distributed`, a restart-safe ``init_process_group``;
 - :mod:`.epoch`: the name of this attempt of the job, agreed by every rank (the keys' prefix after a restart), or
   by each group's ranks;
-- :mod:`.unresolved`, :mod:`.note`, :mod:`.beat`: a rank's wrong-group error told to the ranks that wait for it.
+- :mod:`.unresolved`, :mod:`.note`, :mod:`.beat`, :mod:`.calls`: a rank's wrong-group error told to the ranks that
+  wait for it (:mod:`.calls`: which calls a thread is inside, what a note is about).
 """
 
 from .agreement import Agreement, agree

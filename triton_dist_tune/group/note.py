@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -187,6 +188,25 @@ def process_gone(process: tuple[str, int, int] | None) -> bool:
         return True
     except (OSError, ValueError, IndexError):
         return False
+
+
+def started_at() -> float:
+    """When this process started, in unix seconds (its start in clock ticks since boot, set against the boot clock
+    now: within a few hundredths of a second); where ``/proc`` does not say, when this module was imported (later
+    than the start)."""
+    global _STARTED_AT
+    if _STARTED_AT is None:
+        try:
+            ticks = _started(os.getpid())
+            uptime = float(Path("/proc/uptime").read_text().split()[0])
+            _STARTED_AT = time.time() - uptime + (ticks or 0) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            _STARTED_AT = _IMPORTED_AT
+    return _STARTED_AT
+
+
+_IMPORTED_AT = time.time()
+_STARTED_AT: float | None = None
 
 
 def _started(pid: int) -> int | None:

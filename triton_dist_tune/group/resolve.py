@@ -10,10 +10,11 @@ from typing import Any
 
 from .. import settings
 from ..errors import BadInputError
+from .calls import joined
 from .channel import NON_MEMBER, Group, SingleGroup, not_a_member
 from .mpi import MpiGroup
 from .store import StoreGroup
-from .unresolved import NOTES, joined
+from .unresolved import NOTES
 
 log = logging.getLogger("triton_dist_tune")
 

@@ -5,13 +5,15 @@ group) raises :class:`~triton_dist_tune.BadInputError` before it knows which gro
 it cannot tell that group. Its peers, who passed the right group, would wait at their first exchange for the whole
 deadline and then raise a :class:`~triton_dist_tune.GroupTimeoutError` guessing why. Instead the rank writes a note
 under its global rank in the job's key-value store (torch.distributed's default store, under the restart attempt: a
-new attempt never reads an old one's notes), and a rank waiting at an exchange for group ranks that are late looks
+new attempt never reads an old one's notes; where the job shares no attempt name, several torchrun nodes whose job
+started torch.distributed itself, every attempt's notes under one name, an earlier attempt's told apart by when it
+was posted: :meth:`Notes.read`), and a rank waiting at an exchange for group ranks that are late looks
 for their notes between its store waits (:meth:`Notes.look`, never on a healthy exchange's first wait): one request,
 a counter, while nobody posted one. The waiting rank then raises a ``BadInputError`` naming the rank and quoting its
 error, at once, and posts that error as its own note: the ranks waiting for it (in another group of a layout) learn
 it in turn.
 
-A note is about the call it was posted in: the tuned functions the rank was inside (:func:`calling`, by name:
+A note is about the call it was posted in: the tuned functions the rank was inside (``calls.calling``, by name:
 ``autotune``'s function, a campaign's, a ``contextual_autotune`` function), which every rank the wrong call would
 have met is inside too, at the same exchange. A waiting rank raises only the notes about a function it is inside
 itself: a rank of another group that waits for the wrong rank later, in a tuning of another function (the wrong
@@ -28,7 +30,7 @@ reads a note nobody has answered as stale for :data:`STALE_GRACE_S`, the time th
 rank in the call it was about takes to answer it, then raises it (a wrong rank that was early for this call, and
 whose peers were all still in an earlier call of the function when it posted, is raised that much later). A rank
 that answered a note and is itself late to the next call leaves its own note in the store, which passes the error
-on: that note names the groups of the call it was posted in (those the call resolved, :func:`joined`, and the one
+on: that note names the groups of the call it was posted in (those the call resolved, ``calls.joined``, and the one
 it waited on), and a rank that waits for it in a group the note does not name reads it as stale (a rank waits for
 it in that call only in one of that call's groups); answered or not, with no grace.
 
@@ -93,24 +95,29 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from .. import settings
-from . import epoch
+from . import calls, epoch
 from .beat import BEAT_S, Beat, Silence
-from .note import GroupId, Note, Waiter, on_this_host, parse_about, parse_beat, parse_marks, parse_process, this_process
+from .note import (
+    GroupId,
+    Note,
+    Waiter,
+    on_this_host,
+    parse_about,
+    parse_beat,
+    parse_marks,
+    parse_process,
+    started_at,
+    this_process,
+)
 
 log = logging.getLogger("triton_dist_tune")
 
 
-#: per thread: the names of the tuned functions whose calls it is inside, outermost first (:func:`calling`), and for
-#: each call the groups it resolved (:func:`joined`)
-_inside = threading.local()
-#: per function name: when this process's last call of it ended (unix seconds; :func:`calling`)
-_ended: dict[str, float] = {}
 #: how long a rank that has ended a call of a function since a note about it was posted waits for that note to be
 #: answered before raising it (:meth:`Notes.unanswered`): the rank that waited for the note's rank in the call it was
 #: about looks for notes about once a second, so its answer can come some seconds after this rank first read the
@@ -123,46 +130,16 @@ STALE_GRACE_S = 10.0
 ENDED_WAIT_S = 2.0
 
 
-def _calls() -> list[str]:
-    calls = getattr(_inside, "calls", None)
-    if calls is None:
-        calls = _inside.calls = []
-    return calls
-
-
-def _call_groups() -> list[list[GroupId]]:
-    groups = getattr(_inside, "groups", None)
-    if groups is None:
-        groups = _inside.groups = []
-    return groups
-
-
-@contextmanager
-def calling(name: str) -> Iterator[None]:
-    """Mark the calling thread as inside a call of the tuned function ``name`` (its group's resolution, its
-    exchanges): a note the thread posts meanwhile is about that call, and its waits raise only notes about a
-    function it is inside (see the module docstring). Nested marks add up."""
-    calls, groups = _calls(), _call_groups()
-    calls.append(name)
-    groups.append([])
-    try:
-        yield
-    finally:
-        calls.pop()
-        groups.pop()
-        _ended[name] = time.time()
-
-
-def joined(name: str, ranks: Sequence[int]) -> None:
-    """The call this thread is inside (:func:`calling`) resolved the group ``name`` of global ``ranks``: a note it
-    passes on names it among its call's groups (:meth:`Notes.pass_on`). Outside a call: nothing."""
-    groups = _call_groups()
-    if groups:
-        groups[-1].append((name, tuple(ranks)))
+#: the notes' namespace where no attempt name is shared by the whole job (:func:`epoch.named_by_each_group`: the job
+#: started torch.distributed itself, under torchrun on several nodes, whose agents count restarts apart): every
+#: attempt's notes, told apart by when they were posted (:meth:`Notes.read`)
+EVERY_ATTEMPT = "tdt/every-attempt/unresolved/"
 
 
 def _prefix() -> str:
-    return f"tdt/{epoch.current()}/unresolved/"
+    """The notes' keys: the attempt's (``init_distributed``'s name, or the launcher's restart count on one node),
+    else :data:`EVERY_ATTEMPT`'s."""
+    return EVERY_ATTEMPT if epoch.named_by_each_group() else f"tdt/{epoch.current()}/unresolved/"
 
 
 def _job_store() -> Any | None:
@@ -200,9 +177,9 @@ class Notes:
         self.beat, self.silence = Beat(), Silence()
 
     def post(self, message: str, root: str | None = None, groups: Sequence[GroupId] | None = None) -> None:
-        """Say to the job that this rank will not come to its group's exchanges of the call it is in (:func:`calling`):
-        ``message`` is its error, which passes on the note ``root`` (None: an error of this rank's own, a root of
-        its own); ``groups``: the groups of that call, said in the note (:meth:`pass_on`)."""
+        """Say to the job that this rank will not come to its group's exchanges of the call it is in
+        (``calls.calling``): ``message`` is its error, which passes on the note ``root`` (None: an error of this
+        rank's own, a root of its own); ``groups``: the groups of that call, said in the note (:meth:`pass_on`)."""
         store = _job_store()
         if store is None:
             return
@@ -214,7 +191,7 @@ class Notes:
             self.raised.add(root)
             if not store.check([key]):
                 store.add(f"{_prefix()}count", 1)
-            said: dict[str, Any] = {"about": list(_calls()), "posted": time.time()}
+            said: dict[str, Any] = {"about": list(calls.names()), "posted": time.time()}
             process = this_process()
             if process is not None:
                 said["process"] = process
@@ -251,7 +228,7 @@ class Notes:
         answered in this call (its next call is not failed by them), and ``message`` is posted as this rank's note,
         passing on the first note's root. With ``where`` (the group it waited on), each root's answer is recorded
         in the job's store, for :meth:`unanswered` on other ranks: which rank answered it, in which group; and the
-        note names the groups of this call (those it resolved, :func:`joined`, and ``where``'s): the ranks it passes
+        note names the groups of this call (those it resolved, ``calls.joined``, and ``where``'s): the ranks it passes
         the error on to wait for this rank in one of them (:meth:`stale`)."""
         self.raised.update(note.root for note in notes.values())
         store = _job_store() if where is not None else None
@@ -265,7 +242,7 @@ class Notes:
                     log.debug("triton_dist_tune: could not record the answer to a group error: %s", exc)
         groups = None
         if where is not None:
-            groups = list(dict.fromkeys([g for call in _call_groups() for g in call] + [(where.group, where.ranks)]))
+            groups = list(dict.fromkeys([g for call in calls.groups() for g in call] + [(where.group, where.ranks)]))
         self.post(message, next(iter(notes.values())).root, groups)
 
     def withdraw(self, group: GroupId | None = None) -> None:
@@ -342,16 +319,24 @@ class Notes:
     @staticmethod
     def read(store: Any, global_ranks: Sequence[int]) -> dict[int, Note]:
         """The notes of ``global_ranks`` (global rank -> its note), read from ``store``; ``{}`` while none was
-        posted in the job (one request)."""
-        if int(store.add(f"{_prefix()}count", 0)) <= 0:
+        posted in the job (one request). Under :data:`EVERY_ATTEMPT`, a note posted before this process started
+        (or that does not say when) is an earlier attempt's, and is left out: the launcher ends every process of an
+        attempt before it starts the next one's, and a rank posts a note only once torch.distributed runs, so after
+        the processes of its attempt started (its peers' wall clocks are compared with this one's: a skew of more
+        than the restart's seconds would mistake one attempt for another)."""
+        prefix = _prefix()
+        if int(store.add(f"{prefix}count", 0)) <= 0:
             return {}
+        since = started_at() if prefix == EVERY_ATTEMPT else None
         found = {}
         for rank in global_ranks:
-            key = f"{_prefix()}{rank}"
+            key = f"{prefix}{rank}"
             if store.check([key]):
                 root, _, rest = store.get(key).decode(errors="replace").partition("\n")
                 about, _, text = rest.partition("\n")
                 names, posted, groups = parse_about(about)
+                if since is not None and (posted is None or posted < since):
+                    continue
                 found[rank] = Note(root, names, text, posted, groups, *parse_marks(about), parse_process(about),
                                    parse_beat(about))
         return found
@@ -382,7 +367,7 @@ class Notes:
         """The notes ``found`` (:meth:`read`) about a call this thread is inside, whose root this process has not
         raised in an earlier call, and that are not stale for a wait on the group ``where`` names (see
         :meth:`stale`)."""
-        inside = _calls()
+        inside = calls.names()
         return {rank: note for rank, note in found.items()
                 if note.root not in self.spent and note.concerns(inside) and note.matters(where)
                 and (where is None or not self.stale(store, rank, note, where, inside))}
@@ -393,7 +378,7 @@ class Notes:
         to other groups (:meth:`Note.matters`: such a note stops no wait). For the message of that wait's timeout
         only: the wait may have been for the call the note was about (the rank never comes) or for a later call
         the rank may still make on that group, and nothing the peer reads tells which (see the module docstring)."""
-        inside = _calls()
+        inside = calls.names()
         return {rank: note for rank, note in self.read(store, global_ranks).items()
                 if note.withdrawn is not None and note.root not in self.spent | self.raised
                 and note.concerns(inside) and not note.matters(where) and (where.group, where.ranks) not in note.to}
@@ -421,7 +406,7 @@ class Notes:
         if any(a in where.ranks and a not in (rank, where.me) for a, _, _ in answers):
             return True
         relevant = set(note.about).intersection(inside) if note.about else set()
-        if note.posted is None or not any(_ended.get(name, 0.0) > note.posted for name in relevant):
+        if note.posted is None or not any(calls.ended(name) > note.posted for name in relevant):
             return False
         first = self._seen.setdefault(note.root, time.monotonic())
         return time.monotonic() - first < STALE_GRACE_S
