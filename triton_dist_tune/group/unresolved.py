@@ -320,10 +320,11 @@ class Notes:
     def read(store: Any, global_ranks: Sequence[int]) -> dict[int, Note]:
         """The notes of ``global_ranks`` (global rank -> its note), read from ``store``; ``{}`` while none was
         posted in the job (one request). Under :data:`EVERY_ATTEMPT`, a note posted before this process started
-        (or that does not say when) is an earlier attempt's, and is left out: the launcher ends every process of an
-        attempt before it starts the next one's, and a rank posts a note only once torch.distributed runs, so after
-        the processes of its attempt started (its peers' wall clocks are compared with this one's: a skew of more
-        than the restart's seconds would mistake one attempt for another)."""
+        (or that does not say when) is taken for an earlier attempt's, and left out: the launcher ends every
+        process of an attempt before it starts the next one's. The hosts' wall clocks are compared: a skew of more
+        than the restart's seconds would mistake one attempt for another. A note of this attempt posted before this
+        process started (where torch.distributed's initialization does not wait for every rank) is missed too: this
+        rank then waits its deadline for that rank, as without notes."""
         prefix = _prefix()
         if int(store.add(f"{prefix}count", 0)) <= 0:
             return {}
