@@ -313,7 +313,7 @@ def test_a_live_wrong_rank_in_another_pid_namespace_is_not_read_gone_by_its_beat
     assert waited["seconds"] >= 20, waited
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 def test_a_notes_beat_advances_while_on_and_a_waiting_rank_reads_it_lost_by_its_own_clock_only(monkeypatch):
     """group/beat.py: this process's beat adds to its counter every second while on (one at once, on the caller's
     store), not once stopped, nor once its store's host is gone; a waiting rank reads a note's process
@@ -405,7 +405,7 @@ def sockets() -> set[int]:
     return found
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 def test_a_beat_whose_connection_is_reset_while_the_store_lives_goes_on():
     """group/beat.py: the beat's own connection to the store reset (shut down under it; the store's server lives):
     it connects again at its next beat, and its counter goes on moving (before: it stopped until the next note, and
