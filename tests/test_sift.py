@@ -615,7 +615,7 @@ def ranks(tmp_path_factory):
     results = run_cases(CASES, 2, ["sift_ranks", "sift_ranks_wide", "sift_replicas", "sift_replicas_top1",
                                    "sift_replicas_top4", "sift_replicas_bursts", "sift_replicas_cut",
                                    "sift_replicas_unequal"],
-                        env=tuner_env(folder, 30), timeout=180)
+                        env=tuner_env(folder, 30), timeout=300)
     return results, {r: (folder / "logs" / f"rank-{r}.log").read_text() for r in range(2)}
 
 
@@ -628,7 +628,7 @@ def race_lines(log: str, name: str) -> dict[int, list[str]]:
     return lines
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(330)
 def test_on_two_ranks_at_their_power_limit_every_key_sifts_alike_and_chooses_a_config_fastest_alone(ranks):
     """Two gloo ranks tune the power-limited landscape of the one-process test (each rank its own limiter, jitter
     of its own; every call all-reduces), 16 keys: a sample is the MAX over both ranks, and the ranks decide each
@@ -649,7 +649,7 @@ def test_on_two_ranks_at_their_power_limit_every_key_sifts_alike_and_chooses_a_c
         assert len(configs) == 7 - SIFT_TOP and not {"5", "6"} & set(configs), line
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(330)
 def test_a_group_of_two_ranks_screens_two_rounds_before_its_sift_where_one_rank_screens_one(ranks):
     """32 heavy configs (more than the sift's 12): the two ranks' race (``sift_ranks_wide``) settles from round
     :data:`SIFT_AFTER_GROUP` (2), each one-rank replica's share of 16 (``sift_replicas_bursts``) from round
@@ -666,7 +666,7 @@ def test_a_group_of_two_ranks_screens_two_rounds_before_its_sift_where_one_rank_
     assert (SIFT_AFTER, SIFT_AFTER_GROUP) == (1, 2)
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(330)
 def test_replicas_at_their_power_limit_sift_their_shares_and_end_on_one_config_fastest_alone(ranks):
     """Two one-rank replicas tuned as one (``autotune_replicas``), 16 keys, on a wider landscape
     (``sift_cases.WIDE_SPACE``): 12 configs, 0-9 at full power, 10 and 11 at 60% (alone, 5% faster). Replica 0
@@ -691,7 +691,7 @@ def test_replicas_at_their_power_limit_sift_their_shares_and_end_on_one_config_f
             assert "sifted" not in leaders, (rank, key, leaders)
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(330)
 def test_replicas_with_refine_top_1_still_race_two_leaders_to_the_end(ranks):
     """Replicas race the 2 best survivors of the first pass again (``refine_top`` if larger:
     ``leaders.MIN_LEADERS``), on every replica. ``refine_top=1`` bounds each share's race (its sift keeps one), not
@@ -708,7 +708,7 @@ def test_replicas_with_refine_top_1_still_race_two_leaders_to_the_end(ranks):
             assert "sifted to 1" in share and "sifted" not in leaders, (rank, key, share, leaders)
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(330)
 def test_replicas_with_refine_top_4_race_all_four_leaders_to_the_end_unsifted(ranks):
     """``refine_top=4``: each share's sift keeps 4 (:data:`SIFT_TOP`, at most ``refine_top``), and the
     replicas race the 4 best survivors again. Heavy calls, and 4 leaders, more than the 3 a heavy race's sift keeps:
@@ -739,7 +739,7 @@ def test_the_leaders_race_of_replicas_neither_sifts_nor_settles_fewer_than_its_l
         assert race.finished(0.0) and not race.sifted and len(race.running) == count, (scale, count)
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(330)
 def test_replicas_race_again_each_shares_settled_leaders_not_the_configs_its_screening_stopped(ranks):
     """Two one-rank replicas on a device that cools between samples (``sift_cases.Bursts``), 32 configs in shares of
     16, 8 keys: config 31 (60% power, 3% less work: alone 8% faster than the others) is replica 1's settled winner
@@ -756,7 +756,7 @@ def test_replicas_race_again_each_shares_settled_leaders_not_the_configs_its_scr
     assert all(n >= 2 for n in first["screened_faster"].values()), first["screened_faster"]
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(330)
 def test_where_a_cut_leaves_a_replicas_survivors_screened_alone_the_first_pass_chooses_a_settled_winner(ranks):
     """The :func:`test_replicas_race_again_each_shares_settled_leaders_not_the_configs_its_screening_stopped`
     device, 4 keys, ``budget=`` whose clock reads spent on replica 0 once its race runs: its race of 16 configs is cut
@@ -778,7 +778,7 @@ def test_where_a_cut_leaves_a_replicas_survivors_screened_alone_the_first_pass_c
     assert all(any(c % 2 == 0 for c in faster) for faster in first["faster"].values()), first["faster"]
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(330)
 def test_replicas_on_devices_of_unequal_speed_race_the_leaders_alike_heavy_on_every_replica(ranks):
     """Two one-rank replicas of :data:`sift_cases.WIDE_SPACE`, 2 keys, replica 1's device 4x faster
     (``sift_cases.sift_replicas_unequal``): its calls take 0.4 ms, under the 0.5 ms from which a race is heavy, and
