@@ -75,7 +75,7 @@ class Beat:
             log.debug("triton_dist_tune: no beat for this rank's group error: %s", exc)
             return False
         with self._lock:
-            self._on = _Beating(store, _clone(store), key)
+            self._on = _Beating(store, own_client(store), key)
         if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
             return True
         try:
@@ -100,7 +100,7 @@ class Beat:
             if on is None:
                 continue
             if on.client is None:  # the connection was lost at the last beat: connect again, once
-                on.client, on.reconnected = _clone(on.store), True
+                on.client, on.reconnected = own_client(on.store), True
             try:
                 on.client.add(on.key, 1)
                 on.reconnected = False
@@ -125,12 +125,12 @@ class _Beating:
         self.reconnected = False
 
 
-def _clone(store: Any) -> Any:
-    """A client of ``store`` of the beat's own, with :data:`BEAT_WAIT_S` for its timeout (``store`` itself where it
-    cannot be cloned: a local store, which nothing else serves)."""
+def own_client(store: Any, timeout_s: float = BEAT_WAIT_S) -> Any:
+    """A client of ``store`` of the caller's own, with ``timeout_s`` for its timeout, which holds no store host's
+    server alive (``store`` itself where it cannot be cloned: a local store, which nothing else serves)."""
     try:
         client = store.clone()
-        client.set_timeout(timedelta(seconds=BEAT_WAIT_S))
+        client.set_timeout(timedelta(seconds=timeout_s))
         return client
     except Exception:
         return store

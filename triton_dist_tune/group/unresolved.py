@@ -96,12 +96,11 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 from .. import settings
 from . import calls, epoch
-from .beat import BEAT_S, Beat, Silence
+from .beat import BEAT_S, Beat, Silence, own_client
 from .note import (
     GroupId,
     Note,
@@ -213,12 +212,7 @@ class Notes:
         """Keep what :meth:`end` needs to mark the note ``key`` at this process's exit, and register it (once). The
         store is cloned (a client of its own, with a short timeout: the job's store may be gone by then, its group
         destroyed, and a clone keeps no store host's server alive); a store that cannot be cloned is kept itself."""
-        try:
-            kept = store.clone()
-            kept.set_timeout(timedelta(seconds=ENDED_WAIT_S))
-        except Exception:  # (a store without clone: a local one, which nothing else serves)
-            kept = store
-        self._end = (kept, key, os.getpid())
+        self._end = (own_client(store, ENDED_WAIT_S), key, os.getpid())
         if not self._hooked:
             self._hooked = True
             atexit.register(self.end)
