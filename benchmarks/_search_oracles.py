@@ -100,11 +100,13 @@ class _null:
         return None
 
 
-def launches(space: Any, m: int, kernel: Any, names: list[str]) -> dict[str, Any]:
-    """One call of each named config of shape ``m`` (a kept config's text -> a callable that launches it once)."""
+def launches(space: Any, m: int, kernel: Any, names: list[str], new_output: bool = False) -> dict[str, Any]:
+    """One call of each named config of shape ``m`` (a kept config's text -> a callable that launches it once, into
+    one output; ``new_output``: the tuned function's body, a new output per call, as the tuner times it)."""
     st = space.state(m)
     configs = {space.text(c): c for c in space.kept(m)}
-    return {n: space.launch(kernel, st, configs[n]) for n in names}
+    make = space.call if new_output else space.launch
+    return {n: make(kernel, st, configs[n]) for n in names}
 
 
 def eager_oracle(space: Any, m: int, kernel: Any, candidates: list[str], rounds: int) -> dict[str, Any]:

@@ -134,8 +134,7 @@ def main() -> int:
     report: dict[str, Any] = {"gpu": bs.gpu_name(), "family": args.family, "shape": m, "rounds": args.rounds}
     alone = judge_here(space, m, kernel, names, args.rounds)
     report["graph20"] = {k: alone[k] for k in ("ratios", "best", "halves", "method") if k in alone}
-    st, configs = space.state(m), {space.text(c): c for c in space.kept(m)}
-    body = {n: space.call(kernel, st, configs[n]) for n in names}
+    body = launches(space, m, kernel, names, new_output=True)
     clock = GraphClock() if bs.GPU else WallClock()
     report["graph20_new_output"] = {**ratios_of(clock.rounds(body, args.rounds, seed=m if isinstance(m, int) else 1),
                                                 names), "method": clock.label + "; a new output per call"}
