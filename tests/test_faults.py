@@ -695,7 +695,7 @@ def test_merge_names_every_rank_and_prefers_group_outcomes():
 
 @pytest.mark.timeout(30)
 def test_merge_marks_a_config_whose_compile_pass_ended_an_attempt_and_blames_nothing():
-    from triton_dist_tune.faults.recovery import _strongest
+    from triton_dist_tune.faults.recovery import strongest
 
     descriptions = ["a", "b", "c", "d"]
 
@@ -723,7 +723,7 @@ def test_merge_marks_a_config_whose_compile_pass_ended_an_attempt_and_blames_not
                                                                              "config": "a", "time": 1.0}]
     for views in ([sorted(out.values(), key=lambda r: r["index"]), other],
                   [other, sorted(out.values(), key=lambda r: r["index"])]):
-        merged = {r["index"]: r for r in _strongest(views)}
+        merged = {r["index"]: r for r in strongest(views)}
         assert merged[2]["state"] == "measured" and merged[2]["skip_pass"], merged
         assert merged[0]["skip_pass"], merged
 

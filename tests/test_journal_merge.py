@@ -166,9 +166,9 @@ def test_ends_inside_a_config_count_each_agreed_attempt_once_over_ranks_and_repl
     1 lost rank 1 there (rank 0 interrupted). Each rank's journal holds one end: before, the most of one rank, 1,
     made config 2 a suspect, measured a third time. Counted as the attempts the records name (``attempt``, agreed
     by each tuning's journal exchange) it ended 2: left out as crashed. Both ranks ending inside it in one attempt
-    count once (a node lost), whether they are ranks of one group or replicas (``recovery._strongest``); records
+    count once (a node lost), whether they are ranks of one group or replicas (``recovery.strongest``); records
     that name no attempt (written by an older version) count as the most of one rank, as before."""
-    from triton_dist_tune.faults.recovery import _strongest
+    from triton_dist_tune.faults.recovery import strongest
 
     rank0 = [started(2, "p0", 1.0, "run#0"), started(1, "q0", 5.0, "run#1"), interrupted(2, "q0", 6.0, "run#1")]
     rank1 = [started(2, "p1", 1.0, "run#0"), interrupted(2, "p1", 2.0, "run#0"), started(2, "q1", 6.0, "run#1")]
@@ -180,9 +180,9 @@ def test_ends_inside_a_config_count_each_agreed_attempt_once_over_ranks_and_repl
     both = merge([[started(2, "p0", 1.0, "run#0")], [started(2, "p1", 1.0, "run#0")]], DESCRIPTIONS)
     assert both[2]["state"] == "suspect" and both[2]["attempts"] == ["run#0"], both  # one attempt, two ranks
     views = [list(merge([[started(2, "p0", 1.0, a)]], DESCRIPTIONS).values()) for a in ("run#0", "run#1")]
-    across = {r["index"]: r for r in _strongest(views)}
+    across = {r["index"]: r for r in strongest(views)}
     assert across[2]["state"] == "failed" and across[2]["error"].startswith(
         "crashed: replicas [0, 1] were inside this config when 2 earlier attempt(s)"), across[2]
     same = [list(merge([[started(2, p, 1.0, "run#0")]], DESCRIPTIONS).values()) for p in ("p0", "p1")]
-    assert {r["index"]: r for r in _strongest(same)}[2]["state"] == "suspect"  # one attempt on two replicas
+    assert {r["index"]: r for r in strongest(same)}[2]["state"] == "suspect"  # one attempt on two replicas
 

@@ -6,7 +6,8 @@ import json
 import subprocess
 
 import pytest
-from harness import HERE, parse_results, run_ranks, torchrun_command, tuner_env
+from cli_fork import run_cli
+from harness import HERE, base_env, parse_results, run_ranks, torchrun_command, tuner_env
 
 from triton_dist_tune.measure.timing import HEAVY_CYCLES, SETTLED_CYCLES
 
@@ -528,9 +529,11 @@ def test_two_one_rank_replicas_killed_in_one_config_in_one_attempt_make_it_a_sus
     """Both one-rank replicas of a node SIGKILLed inside config 0 in the leaders' race of one attempt
     (``replicas_cases.every_replica_killed_in_a_leader``), their journals in one cache folder; the rerun's rank 0
     adopts the folder's journals first. One attempt ended inside config 0: a suspect, raced once more on both
-    replicas, both ranks deciding alike. Before, every one-process group's journal had one name (``...rank0``), told
-    apart by lock only: rank 0's process adopted both files and counted the two processes' ends as two attempts,
-    so config 0 was left out at once (``crashed: ... when 2 earlier attempt(s) ended``) on every rank."""
+    replicas, both ranks deciding alike; the command line's ``list`` reads the journals so too (before, it merged
+    the two replicas' files as one rank's, counted two attempts and showed config 0 crashed). Before, every
+    one-process group's journal had one name (``...rank0``), told apart by lock only: rank 0's process adopted both
+    files and counted the two processes' ends as two attempts, so config 0 was left out at once (``crashed: ...
+    when 2 earlier attempt(s) ended``) on every rank."""
     calls = tmp_path / "calls"
     calls.mkdir()
     env = tuner_env(tmp_path, 10, FAULT_DIR=str(calls))
@@ -540,6 +543,11 @@ def test_two_one_rank_replicas_killed_in_one_config_in_one_attempt_make_it_a_sus
         assert _calls(tmp_path, rank, 0)[-1][0] == 0 and _calls(tmp_path, rank, 0)[-1][2] != "None"
     journals = sorted(p.name for p in (tmp_path / "cache").rglob("*.journal"))
     assert len(journals) == 2, journals
+    listed = run_cli(["list", "--json", "--cache-dir", str(tmp_path / "cache")], base_env(), timeout=120)
+    (unfinished,) = json.loads(listed.stdout)["unfinished"]  # as the rerun will read the journals (before: config
+    assert unfinished["attempts"] == 1 and len(unfinished["groups"]) == 2, unfinished  # 0 crashed, in 2 attempts)
+    assert [(c["index"], c["state"]) for c in unfinished["configs"]] == [(0, "suspect"), (1, "measured")], unfinished
+    assert "when 1 earlier attempt(s) ended" in unfinished["configs"][0]["error"], unfinished
     again = run_ranks(CASES, 2, ["every_replica_killed_in_a_leader"], env={**env, "RUN": "1"}, timeout=120)
     record = _decided_alike(again)
     log = (tmp_path / "logs" / "rank-0.log").read_text()  # config 0 is replica 0's share

@@ -24,7 +24,7 @@ def list_lines(tunings: list[Unfinished], width: int) -> list[str]:
     if not tunings:
         return []
     now = time.time()
-    rows = [[t.entry[:8], t.function, ",".join(map(str, t.ranks)), str(t.attempts), t.summary() or "no records",
+    rows = [[t.entry[:8], t.function, t.ranks_text(), str(t.attempts), t.summary() or "no records",
              dec.age_text(now - t.modified)] for t in tunings]
     table = text_table(["name", "function", "ranks", "attempts", "configs", "last record"], rows)
     return [_clip(TITLE, width)] + [_clip("  " + line, width) for line in table.splitlines()]
@@ -33,7 +33,8 @@ def list_lines(tunings: list[Unfinished], width: int) -> list[str]:
 def to_json(tuning: Unfinished) -> dict[str, Any]:
     """An unfinished tuning as plain data (``list --json`` and ``show --json``)."""
     return {"name": tuning.name, "function": tuning.function, "entry": tuning.entry, "unfinished": True,
-            "journals": [str(p) for p in tuning.journals], "ranks": tuning.ranks, "attempts": tuning.attempts,
+            "journals": [str(p) for p in tuning.journals], "ranks": tuning.ranks, "groups": tuning.groups,
+            "attempts": tuning.attempts,
             "modified": tuning.modified, "damaged": tuning.damaged,
             "configs": [vars(c) for c in tuning.configs()]}
 
@@ -45,7 +46,7 @@ def show(tuning: Unfinished, as_json: bool) -> int:
         return 0
     facts = [("unfinished", f"{tuning.name}: journals and no decision (a tuning cut short, or in flight)"),
              ("function", tuning.function), ("journals", ", ".join(p.name for p in tuning.journals)),
-             ("ranks", ", ".join(map(str, tuning.ranks))), ("attempts", str(tuning.attempts)),
+             ("ranks", tuning.ranks_text()), ("attempts", str(tuning.attempts)),
              ("last record", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(tuning.modified))
               + f" ({dec.age_text(time.time() - tuning.modified)} ago)")]
     if tuning.damaged:

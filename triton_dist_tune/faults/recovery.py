@@ -119,10 +119,13 @@ def across(replicas: Group, view: dict[int, dict[str, Any]], what: str, timeout:
 
 
 def _over_replicas(contributions: list[list[Any]]) -> list[Any]:
-    return [_attempt_of(contributions), _strongest([view for _, view in contributions])]
+    return [_attempt_of(contributions), strongest([view for _, view in contributions])]
 
 
-def _strongest(views: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def strongest(views: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The replicas' views (each a list of merged outcomes, by index) as one: per config the strongest evidence,
+    ``skip_pass`` where any view has it; a suspect whose ends were two or more attempts over the replicas is failed
+    (crashed)."""
     best: dict[int, dict[str, Any]] = {}
     skip_pass: set[int] = set()
     ends: dict[int, tuple[set[int], set[str]]] = {}  # index -> (replicas, attempts) that ended inside it

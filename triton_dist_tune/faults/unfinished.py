@@ -18,6 +18,7 @@ from typing import Any
 
 from ..disk.decisions import inside
 from .journal import merge, parse_records
+from .recovery import strongest
 
 #: a journal's file name: its entry, its group's tag (absent in old journals), its group rank and slot
 _JOURNAL = re.compile(r"^(?P<entry>[^.]+)(?:\.(?P<tag>[0-9a-f]{10}))?\.rank(?P<rank>\d+)(?:\.\d+)?\.journal$")
@@ -64,28 +65,53 @@ class Unfinished:
         return max((_mtime(p) for p in self.journals), default=0.0)
 
     @property
+    def groups(self) -> dict[str, list[int]]:
+        """The groups that journaled (their tags, in the file names) and the group ranks of each: one group, or
+        several (the one-rank replicas of a node, whose journals share its folder, or groups of one job that tuned
+        the same entry)."""
+        out: dict[str, set[int]] = {}
+        for path in self.journals:
+            found = _JOURNAL.match(path.name)
+            out.setdefault(found["tag"] or "", set()).add(int(found["rank"]))
+        return {tag: sorted(ranks) for tag, ranks in sorted(out.items())}
+
+    @property
     def ranks(self) -> list[int]:
-        """The group ranks that journaled."""
-        return sorted({int(_JOURNAL.match(p.name)["rank"]) for p in self.journals})
+        """The group ranks that journaled, over every group."""
+        return sorted({rank for ranks in self.groups.values() for rank in ranks})
+
+    def ranks_text(self) -> str:
+        """``0,1`` for one group; ``2 groups: 0 | 0`` for several (each group's ranks)."""
+        groups = list(self.groups.values())
+        text = " | ".join(",".join(map(str, ranks)) for ranks in groups)
+        return text if len(groups) == 1 else f"{len(groups)} groups: {text}"
 
     @property
     def attempts(self) -> int:
-        """The attempts (processes' tunings) whose records are there, counted on the rank with the most."""
-        by_rank: dict[str, set[Any]] = {}
+        """The attempts whose records are there, counted on the group rank with the most: by the attempt's name
+        that the tuning agreed over its ranks and replicas (``attempt``; before that was written, each process's
+        ``session``), so that the processes of one attempt count once."""
+        by_rank: dict[tuple[str, str], set[Any]] = {}
         for record in self.records:
-            rank = _JOURNAL.match(Path(record["file"]).name)["rank"]
-            by_rank.setdefault(rank, set()).add(record.get("session"))
+            by_rank.setdefault(_slot(record), set()).add(record.get("attempt") or record.get("session"))
         return max((len(s) for s in by_rank.values()), default=0)
 
     def configs(self) -> list[ConfigRecord]:
-        """Per config the journals name, by index: the outcome the next attempt starts from (the tuner's own merge
-        of every rank's records), or ``started`` for a config begun with no outcome yet."""
+        """Per config the journals name, by index: the outcome the next attempt starts from, or ``started`` for a
+        config begun with no outcome yet. As the tuner takes it: each group's ranks' records merged
+        (:func:`~.journal.merge`), then the groups' views as a replica's are merged with the other replicas'
+        (:func:`~.recovery.strongest`: a config that two processes of one node were inside when one attempt ended
+        is a suspect of one attempt, not a crash of two)."""
         descriptions: dict[int, str] = {}
-        per_rank: dict[str, list[dict[str, Any]]] = {}
+        per_group: dict[str, dict[int, list[dict[str, Any]]]] = {}
         for record in self.records:
             descriptions[record["index"]] = record["config"]
-            per_rank.setdefault(_JOURNAL.match(Path(record["file"]).name)["rank"], []).append(record)
-        merged = merge([per_rank[r] for r in sorted(per_rank, key=int)], _Space(descriptions))
+            tag, rank = _slot(record)
+            per_group.setdefault(tag, {}).setdefault(int(rank), []).append(record)
+        space = _Space(descriptions)
+        views = [sorted(merge([ranks[r] for r in sorted(ranks)], space).values(), key=lambda o: o["index"])
+                 for _, ranks in sorted(per_group.items())]
+        merged = {o["index"]: o for o in (views[0] if len(views) == 1 else strongest(views))}
         out = []
         for index in sorted(descriptions):
             outcome = merged.get(index)
@@ -157,6 +183,12 @@ def find_unfinished(root: Path, name: str) -> list[Unfinished]:
     tunings = unfinished(root)
     return [t for t in tunings if name in (t.name, t.entry)] or \
         [t for t in tunings if t.entry.startswith(name) or t.name.startswith(name)]
+
+
+def _slot(record: dict[str, Any]) -> tuple[str, str]:
+    """The group tag and group rank of the journal a record was read from."""
+    found = _JOURNAL.match(Path(record["file"]).name)
+    return found["tag"] or "", found["rank"]
 
 
 def _mtime(path: Path) -> float:
