@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -92,6 +94,22 @@ def in_steady_round() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def killed_with_peers(folder: os.PathLike | str, attempt: str, rank: int, ranks: tuple[int, ...],
+                      wait_s: float = 60) -> None:
+    """SIGKILL this process once every rank of ``ranks`` has come here too in this ``attempt`` (a file
+    ``inside.<attempt>.rank<r>`` each in ``folder``; at most ``wait_s``): a node lost with all its processes inside
+    one place. Rank 0's process hosts the store, and a peer still reading an exchange when it died would end with
+    the lost store's error instead (a fixed sleep before rank 0's kill did not hold under load)."""
+    def marker(r: int) -> str:
+        return os.path.join(os.fspath(folder), f"inside.{attempt}.rank{r}")
+
+    open(marker(rank), "w").close()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not all(os.path.exists(marker(r)) for r in ranks):
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def emit(**fields: object) -> None:

@@ -13,15 +13,23 @@ Usage: python blame_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set).
 from __future__ import annotations
 
 import os
-import signal
-import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import triton
 import triton.language as tl
-from _cases import case, contextual_virtual_clock, emit, in_steady_round, main, outcome, spend, virtual_clock
+from _cases import (
+    case,
+    contextual_virtual_clock,
+    emit,
+    in_steady_round,
+    killed_with_peers,
+    main,
+    outcome,
+    spend,
+    virtual_clock,
+)
 
 import triton_dist_tune as tdt
 from triton_dist_tune.contextual import contextual_autotune
@@ -130,8 +138,8 @@ def contextual_result(layer) -> dict:
 @case
 def killed_in_race():
     """With KILL=1, both ranks SIGKILL themselves at config 0's second launch (its first race launch: one warm-up
-    run per config before the race). Two such attempts leave config 0 out as crashed; the third (KILL=0) races
-    configs 1 and 2 and chooses config 1."""
+    run per config before the race), once both are there (:func:`_cases.killed_with_peers`). Two such attempts
+    leave config 0 out as crashed; the third (KILL=0) races configs 1 and 2 and chooses config 1."""
     tdt.init_distributed()
     contextual_virtual_clock()
     seen: list[int] = []
@@ -139,9 +147,7 @@ def killed_in_race():
     def hook(index: int) -> None:
         seen.append(index)
         if os.environ.get("KILL") == "1" and index == 0 and seen.count(0) == 2:
-            if dist.get_rank() == 0:  # the store's host goes last: its peer dies inside the launch, not on its end
-                time.sleep(1.0)
-            os.kill(os.getpid(), signal.SIGKILL)
+            killed_with_peers(os.environ["FAULT_DIR"], os.environ["ATTEMPT"], dist.get_rank(), (0, 1))
 
     HOOK[0] = hook
     emit(**contextual_result(contextual_layer()), launched=seen)

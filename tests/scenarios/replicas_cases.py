@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, spend, virtual_clock
+from _cases import case, emit, killed_with_peers, main, spend, virtual_clock
 
 import triton_dist_tune as tdt
 
@@ -432,9 +432,8 @@ def every_leader_fails_next_killed():
 def every_replica_killed_in_a_leader():
     """:func:`leader_fails` with nothing raising (``FAIL_MS``: config 1 the faster) as one attempt of a job (``RUN``),
     the ranks sharing one cache folder (one node): in ``RUN`` 0 every rank SIGKILLs itself at its first call of
-    config 0 in the leaders' race, as a node lost with both processes inside it (each waits, at most 60 s, for its
-    peer's ``FAULT_DIR/inside.rank<r>``: rank 0's process hosts the store, and a peer still reading an exchange
-    when it died would end with the lost store's error instead). In ``RUN`` 1 rank 1 opens its
+    config 0 in the leaders' race, as a node lost with both processes inside it (once both are there:
+    :func:`_cases.killed_with_peers`). In ``RUN`` 1 rank 1 opens its
     journal only once rank 0 has opened its own (``FAULT_DIR/opened.rank0``, waited for at most 30 s), so that rank
     0's process is the first to adopt the unlocked journals of the folder. Every call is logged in
     ``FAULT_DIR/calls.rank<r>`` (``RUN config race phase``)."""
@@ -464,12 +463,7 @@ def every_replica_killed_in_a_leader():
         with open(folder / f"calls.rank{rank}", "a") as out:
             out.write(f"{run} {v} {race} {phase}\n")
         if run == "0" and v == 0 and phase is not None:
-            (folder / f"inside.rank{rank}").touch()
-            for _ in range(600):  # rank 0's process hosts the store: it dies only once its peer is inside too
-                if (folder / f"inside.rank{1 - rank}").exists():
-                    break
-                time.sleep(0.1)
-            os.kill(os.getpid(), signal.SIGKILL)
+            killed_with_peers(folder, run, rank, (0, 1))
 
     if run == "1":
         Journal._open = in_turn  # type: ignore[method-assign]
