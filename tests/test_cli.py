@@ -339,6 +339,25 @@ def test_the_journals_of_a_first_tuning_cut_short_are_listed_and_shown(tmp_path)
     assert missing.returncode == 2 and "no decision called 'feedface'" in missing.stderr
 
 
+@pytest.mark.timeout(60)
+def test_an_unfinished_tunings_attempts_count_each_process_once_by_the_attempt_it_agreed(tmp_path):
+    """A process's first records may come before its attempt's name was agreed (no ``attempt`` field): that
+    process still counts once. Rank 0's one process (s1: a record without, then one with attempt A) and rank 1's
+    two (s2 in attempt A, s3 from before names were written) make 2 attempts, not 3."""
+    from triton_dist_tune.faults.unfinished import unfinished
+
+    folder = tmp_path / "cache" / "fn"
+    folder.mkdir(parents=True)
+    base = {"index": 0, "state": "started", "config": "{a: 1}"}
+    files = {0: [{**base, "session": "s1"}, {**base, "session": "s1", "attempt": "A"}],
+             1: [{**base, "session": "s2", "attempt": "A"}, {**base, "session": "s3"}]}
+    for rank, records in files.items():
+        text = "".join(json.dumps(r) + "\n" for r in records)
+        (folder / f"0123456789abcdef0123.0123456789.rank{rank}.journal").write_text(text)
+    (tuning,) = unfinished(tmp_path / "cache")
+    assert (tuning.attempts, tuning.groups, tuning.ranks_text()) == (2, {"0123456789": [0, 1]}, "0,1"), tuning
+
+
 # -- export / import -------------------------------------------------------------------------------------------
 
 

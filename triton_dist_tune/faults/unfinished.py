@@ -88,13 +88,16 @@ class Unfinished:
 
     @property
     def attempts(self) -> int:
-        """The attempts whose records are there, counted on the group rank with the most: by the attempt's name
-        that the tuning agreed over its ranks and replicas (``attempt``; before that was written, each process's
-        ``session``), so that the processes of one attempt count once."""
-        by_rank: dict[tuple[str, str], set[Any]] = {}
+        """The attempts whose records are there, counted on the group rank with the most: each process's tuning
+        (``session``) by the attempt's name it agreed over its ranks and replicas (``attempt``, in its records
+        from the agreement on; the session where none has it), so that the processes of one attempt count once."""
+        named: dict[tuple[str, str], dict[Any, Any]] = {}  # (tag, rank) -> session -> its attempt
         for record in self.records:
-            by_rank.setdefault(_slot(record), set()).add(record.get("attempt") or record.get("session"))
-        return max((len(s) for s in by_rank.values()), default=0)
+            sessions = named.setdefault(_slot(record), {})
+            session = record.get("session")
+            if record.get("attempt") or session not in sessions:
+                sessions[session] = record.get("attempt") or session
+        return max((len(set(sessions.values())) for sessions in named.values()), default=0)
 
     def configs(self) -> list[ConfigRecord]:
         """Per config the journals name, by index: the outcome the next attempt starts from, or ``started`` for a
