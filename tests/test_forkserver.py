@@ -21,10 +21,12 @@ from harness import HERE, base_env, parse_results, run_ranks, torchrun_command
 SCRIPT = '''
 import atexit, json, os, sys, time
 import __main__
-atexit.register(lambda: print("EXIT-HANDLER", flush=True))
-print("RESULT " + json.dumps({"argv": sys.argv[1:], "path0": sys.path[0], "file": __file__,
-      "main": __main__.__file__, "name": __name__, "rank": os.environ["RANK"], "cwd": os.getcwd(),
-      "only_here": os.environ.get("ONLY_HERE"), "parent": os.getppid()}))
+# each line in one write: two ranks under torchrun share one pipe, and print's two writes (the text, then the
+# newline: PYTHONUNBUFFERED) interleaved there ("...}EXIT-HANDLER")
+atexit.register(lambda: os.write(1, b"EXIT-HANDLER\\n"))
+os.write(1, ("RESULT " + json.dumps({"argv": sys.argv[1:], "path0": sys.path[0], "file": __file__,
+         "main": __main__.__file__, "name": __name__, "rank": os.environ["RANK"], "cwd": os.getcwd(),
+         "only_here": os.environ.get("ONLY_HERE"), "parent": os.getppid()}) + "\\n").encode())
 how = sys.argv[1]
 if how == "exit":
     sys.exit(3)
