@@ -88,6 +88,11 @@ fi
 
 script="$1"
 shift
+if [[ $module -eq 0 && ! -f "$script" ]]; then
+  # one line, before anything is installed or started (not python's error from every rank, then torchrun's traceback)
+  echo "launch.sh: no script at '$script'$([[ -e "$script" ]] && echo " (not a file)") (from $PWD; -m runs a module)" >&2
+  exit 2
+fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # A fresh machine: install what the ranks need where it is missing (never a download they do not need: see the usage
 # above), judged by what is installed, not by what this script's PYTHONPATH below makes importable.

@@ -260,6 +260,19 @@ def test_launch_sh_campaign_with_a_bad_module_ends_on_its_message(tmp_path):
     assert "ChildFailedError" not in done.stderr + done.stdout
 
 
+@pytest.mark.timeout(60)
+def test_launch_sh_names_a_script_that_is_not_there_and_starts_nothing(tmp_path):
+    """Before: ensure_env, then torchrun started two ranks, each printed python's "can't open file", and torchrun
+    ended on about 40 lines of its ChildFailedError traceback. Now one line and exit status 2; a folder is named."""
+    done = launch(["no_such_script.py", "--flag"], tmp_path, base_env())
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [f"launch.sh: no script at 'no_such_script.py' (from {tmp_path}; -m "
+                                                "runs a module)"], done.stderr[-3000:]
+    (tmp_path / "folder").mkdir()
+    done = launch(["folder"], tmp_path, base_env())
+    assert done.returncode == 2 and "no script at 'folder' (not a file)" in done.stderr, done.stderr[-3000:]
+
+
 def fake_install(where: Path, project: Path) -> Path:
     """A folder that, on PYTHONPATH, looks like triton-dist-tune installed editable from ``project``: pip's
     metadata (with its direct_url.json) and a package of that name."""
