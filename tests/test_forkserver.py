@@ -241,18 +241,29 @@ def test_the_server_answers_no_stand_in_of_another_user(script, tmp_path):
     assert ask(None) == 1  # the server's own user
 
 
-def test_a_jobs_port_is_outside_the_kernels_ephemeral_range_and_free():
+def test_a_jobs_port_is_outside_the_kernels_ephemeral_range_and_free(monkeypatch):
     """A port found by binding port 0 comes from the range outgoing connections take theirs from, and one was taken
     that way before a job's store listened on it (EADDRINUSE beside the suite): the jobs' ports lie below it, in
-    the worker's slice, and nothing listens there."""
-    from harness import PORT_SLICE, PORTS_FROM, ephemeral_ports, free_port
+    the worker's slice, and nothing listens there. Every worker has a slice of its own, however many there are
+    (before, with 2,000 ports each, the workers past the tenth had none: 16 workers failed this test)."""
+    from harness import PORTS_FROM, ephemeral_ports, free_port, port_slice
 
     low = ephemeral_ports()[0]
-    assert low > PORTS_FROM + 4 * PORT_SLICE, "this machine's ephemeral range starts too low for the test"
+    assert low > PORTS_FROM + 17 * 200, "this machine's ephemeral range starts too low for the test"
+    first, end = port_slice()
+    assert PORTS_FROM <= first and end <= low and end - first >= 200, (first, end, low)
     ports = {free_port() for _ in range(20)}
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    slot = int(worker[2:]) + 1 if worker.startswith("gw") else 0
-    assert all(PORTS_FROM + slot * PORT_SLICE <= p < PORTS_FROM + (slot + 1) * PORT_SLICE for p in ports), ports
+    assert all(first <= p < end for p in ports), (ports, first, end)
+    for count in (1, 6, 16):
+        slices = []
+        for k in range(count):
+            monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{k}")
+            monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(count))
+            slices.append(port_slice())
+        monkeypatch.delenv("PYTEST_XDIST_WORKER")
+        slices.append(port_slice())  # slot 0: a pass run beside the workers
+        assert all(b - a >= 200 and PORTS_FROM <= a and b <= low for a, b in slices), (count, slices)
+        assert all(b1 <= a2 or b2 <= a1 for i, (a1, b1) in enumerate(slices) for a2, b2 in slices[i + 1:]), slices
     assert len(ports) > 1  # picked at random in the slice, not one fixed port that two jobs could share
     port = ports.pop()
     with socket.socket() as s:
