@@ -280,6 +280,22 @@ def test_a_rank_waiting_at_the_exchange_for_a_hung_peer_raises_rank_failed_namin
                                        f"exceeded {T} s; group rank(s) [1] ended their process"), error
 
 
+@pytest.mark.timeout(120)
+def test_a_failure_posted_during_the_last_slice_of_a_wait_is_named_at_the_deadline(env):
+    """``fault_cases.board_posted_in_the_last_slice``: rank 1 posts that it ended on the failure board while rank 0's
+    last store wait before the deadline runs. Rank 0 reads the board once more at the deadline and raises
+    RankFailedError naming rank 1's report. Before, the board was read only between slices, so a report posted in
+    the last one was never read: GroupTimeoutError, which a loaded run of the suite also raised in
+    :func:`test_a_rank_waiting_at_the_exchange_for_a_hung_peer_raises_rank_failed_naming_the_hang` (its hung peer's
+    watchdog posted at T = 2 s, in the last slice before rank 0's deadline of 3 s)."""
+    results = run_ranks(SCRIPT, 2, ["board_posted_in_the_last_slice"], env=env, timeout=100)
+    assert [r.returncode for r in results] == [0, 0], describe(results)
+    waited = results[0].result
+    assert waited["error"] == "RankFailedError" and waited["slices"] >= 2, waited
+    assert "rank 1 failed in config 0 ({variant: 0}): hung: run exceeded 3 s (injected)" in waited["message"], waited
+    assert "group rank(s) [1] ended their process" in waited["message"], waited
+
+
 @pytest.mark.timeout(60)
 def test_a_collective_broken_by_a_peer_that_hung_is_no_evidence_against_the_config(env):
     # rank 0 hangs in config 1 and its watchdog (T = 2 s) ends it; rank 1 (its own deadline 8 s) is inside the

@@ -366,5 +366,55 @@ def init_restarts():
     emit(done=True)
 
 
+
+def _waited_for(path: Path, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+@case
+def board_posted_in_the_last_slice():
+    """Rank 0 waits at an exchange that rank 1 never joins (deadline 3 s: slices of 1 s, the group's failure board
+    read between them); rank 1 posts on that board that it ended its process, while rank 0's last slice runs: a
+    file handshake, not a clock (rank 0's last store wait begins only once the report is posted). Rank 0 prints
+    the error it raised and how many slices it waited."""
+    from triton_dist_tune.group import store as store_module
+    from triton_dist_tune.group.channel import FailureReport
+    from triton_dist_tune.group.resolve import resolve_group
+
+    start()
+    group = resolve_group(None)
+    board = group.board()
+    folder = Path(os.environ["FAULT_DIR"])
+    folder.mkdir(parents=True, exist_ok=True)
+    if rank() == 1:
+        _waited_for(folder / "last_slice")
+        board.post(FailureReport(1, 0, "{variant: 0}", "hung: run exceeded 3 s (injected)", ended=True, origin=1))
+        (folder / "posted").touch()
+        _waited_for(folder / "done")
+        emit(posted=True)
+        return
+    slices: list[float] = []
+    plain = store_module.quiet_store_wait
+
+    def wait(store, keys, seconds, **kw):
+        slices.append(seconds)
+        if seconds < store_module.BOARD_SLICE_S:  # the last slice: less than a slice was left
+            (folder / "last_slice").touch()
+            _waited_for(folder / "posted")
+        return plain(store, keys, seconds, **kw)
+
+    store_module.quiet_store_wait = wait
+    try:
+        group.combine(1, "an exchange rank 1 never joins", list, timeout=3.0)
+        emit(error=None, slices=len(slices))
+    except tdt.AutotuneError as exc:
+        emit(error=type(exc).__name__, message=str(exc)[:600], slices=len(slices))
+    finally:
+        store_module.quiet_store_wait = plain
+        (folder / "done").touch()
+
+
 if __name__ == "__main__":
     main(mpi=MPI_MODE)
