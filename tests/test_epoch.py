@@ -15,17 +15,20 @@ from triton_dist_tune.group import epoch
 
 
 class CountingStore:
-    """A store client that counts its requests by kind."""
+    """A store client that counts its requests by kind, and the checks that found a hello not written yet."""
 
     def __init__(self, store: dist.TCPStore) -> None:
-        self.store, self.requests = store, Counter()
+        self.store, self.requests, self.unwritten_hellos = store, Counter(), 0
 
     def __getattr__(self, name: str):
         method = getattr(self.store, name)
 
         def counted(*args, **kwargs):
             self.requests[name] += 1
-            return method(*args, **kwargs)
+            found = method(*args, **kwargs)
+            if name == "check" and not found and "/hello/" in args[0][0]:
+                self.unwritten_hellos += 1
+            return found
 
         return counted
 
@@ -36,7 +39,8 @@ def test_ranks_agree_on_rank_0s_draw_over_an_earlier_attempts_hellos_reading_eac
     written (a rank that ended between its two requests), and an outsider's entry stand; rank 4 comes after rank
     0's tenth look. Every rank returns rank 0's draw; rank 0 reads each written entry once, and a look that finds no
     new entry costs it at most three requests (the log's count, the confirmations, the unwritten entry), whatever
-    the ranks."""
+    the ranks, and one more for each entry of this attempt counted but not yet written when it looked (a loaded run
+    of the suite saw one: 37 requests against a bound of 36 that left it out)."""
     from harness import free_port
 
     port, base, size = free_port(), "t/attempt/", 5
@@ -83,4 +87,8 @@ def test_ranks_agree_on_rank_0s_draw_over_an_earlier_attempts_hellos_reading_eac
     assert requests["get"] == written  # every written entry read once (the unwritten one never)
     assert requests["set"] == 3 + (size - 1)  # replies: the earlier attempt's hellos, for nobody, and this one's
     assert looks[0] >= 10, looks  # rank 4 came after 10 looks, most of them finding no new entry
-    assert sum(requests.values()) - 2 * written - requests["set"] <= 3 * looks[0], (requests, looks)
+    # the unwritten entry is checked once a look; a hello of this attempt counted and not yet written when a look
+    # came (its rank between its two requests: seen under load) is checked again at the next, once more each
+    in_flight = stores[0].unwritten_hellos - looks[0]
+    assert in_flight >= 0, (stores[0].unwritten_hellos, looks)
+    assert sum(requests.values()) - 2 * written - requests["set"] <= 3 * looks[0] + in_flight, (requests, looks)
