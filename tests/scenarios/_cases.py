@@ -106,10 +106,19 @@ def killed_with_peers(folder: os.PathLike | str, attempt: str, rank: int, ranks:
         return os.path.join(os.fspath(folder), f"inside.{attempt}.rank{r}")
 
     open(marker(rank), "w").close()
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and not all(os.path.exists(marker(r)) for r in ranks):
-        time.sleep(0.05)
+    waited_for([marker(r) for r in ranks], wait_s)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def waited_for(paths: list[str] | list[os.PathLike], seconds: float = 60) -> bool:
+    """Whether every file of ``paths`` exists, waiting for them at most ``seconds``: the handshake of scenarios
+    whose ranks must be at given points together (files, not clocks: a loaded machine outruns any sleep)."""
+    deadline = time.monotonic() + seconds
+    while not all(os.path.exists(p) for p in paths):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def emit(**fields: object) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import _cases
 import torch
 import torch.distributed as dist
-from _cases import case, main
+from _cases import case, main, waited_for
 
 import triton_dist_tune as tdt
 
@@ -366,13 +366,6 @@ def init_restarts():
     emit(done=True)
 
 
-
-def _waited_for(path: Path, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 @case
 def board_posted_in_the_last_slice():
     """Rank 0 waits at an exchange that rank 1 never joins (deadline 3 s: slices of 1 s, the group's failure board
@@ -389,10 +382,10 @@ def board_posted_in_the_last_slice():
     folder = Path(os.environ["FAULT_DIR"])
     folder.mkdir(parents=True, exist_ok=True)
     if rank() == 1:
-        _waited_for(folder / "last_slice")
+        waited_for([folder / "last_slice"])
         board.post(FailureReport(1, 0, "{variant: 0}", "hung: run exceeded 3 s (injected)", ended=True, origin=1))
         (folder / "posted").touch()
-        _waited_for(folder / "done")
+        waited_for([folder / "done"])
         emit(posted=True)
         return
     slices: list[float] = []
@@ -402,7 +395,7 @@ def board_posted_in_the_last_slice():
         slices.append(seconds)
         if seconds < store_module.BOARD_SLICE_S:  # the last slice: less than a slice was left
             (folder / "last_slice").touch()
-            _waited_for(folder / "posted")
+            waited_for([folder / "posted"])
         return plain(store, keys, seconds, **kw)
 
     store_module.quiet_store_wait = wait

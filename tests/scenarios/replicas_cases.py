@@ -12,13 +12,12 @@ import os
 import random
 import signal
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, killed_with_peers, main, spend, virtual_clock
+from _cases import case, emit, killed_with_peers, main, spend, virtual_clock, waited_for
 
 import triton_dist_tune as tdt
 
@@ -449,10 +448,7 @@ def every_replica_killed_in_a_leader():
             return adopt(self)
         rank = dist.get_rank()
         if rank == 1:
-            for _ in range(300):
-                if opened.exists():
-                    break
-                time.sleep(0.1)
+            waited_for([opened], 30)
         held = adopt(self)
         if rank == 0:
             opened.touch()

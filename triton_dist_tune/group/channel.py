@@ -63,8 +63,9 @@ def wait_in_slices(wait: Callable[[float], Any], timeout: float, on_progress: Ca
                    every: float | None = None) -> None:
     """Call ``wait(seconds)`` (which raises when its time runs out) in slices of ``every`` seconds (default
     ``TRITON_DIST_AUTOTUNE_PROGRESS_S``, 30) until it returns, calling ``on_progress(seconds waited so far)`` after
-    each slice that ran out. Re-raises when ``timeout`` seconds have passed, or at once when a slice failed before
-    its time was up (not a timeout: e.g. the store went away)."""
+    each slice that ran out, the last one too (what it learns then, such as a failure posted during that slice, is
+    raised instead of the timeout). Re-raises when ``timeout`` seconds have passed, or at once when a slice failed
+    before its time was up (not a timeout: e.g. the store went away)."""
     every = settings.current().progress_s if every is None else every
     start = time.monotonic()
     while True:
@@ -75,9 +76,11 @@ def wait_in_slices(wait: Callable[[float], Any], timeout: float, on_progress: Ca
             wait(chunk)
             return
         except Exception:
-            if chunk >= left or time.monotonic() - began < 0.9 * chunk:
+            if time.monotonic() - began < 0.9 * chunk:
                 raise
             on_progress(time.monotonic() - start)
+            if chunk >= left:
+                raise
 
 
 def report_waiting(rank: int, name: str, what: str, missing: Sequence[int], global_ranks: Sequence[int] | None,

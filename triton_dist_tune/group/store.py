@@ -277,7 +277,7 @@ class StoreGroup(Group):
         reported = [0.0]
         where = Waiter(self.name, tuple(self.global_ranks), self.global_ranks[self.rank], time.time())
 
-        def between_slices(waited: float, last: bool = False) -> None:
+        def between_slices(waited: float) -> None:
             late = missing()  # one look per slice (a request per rank): each check below reads this list
             if board is not None:  # ranks that ended to leave a collective never arrive: stop waiting for them
                 message = ended_message(board.read(), late)
@@ -296,7 +296,7 @@ class StoreGroup(Group):
             # a late rank's process ended: it never comes (unless the keys came before it left: the next slice returns)
             if ended and not all(self._arrived(key) for key in keys):
                 raise GroupTimeoutError(self._ended_message(what, time.monotonic() - started, ended))
-            if not last and waited - reported[0] >= 0.999 * every:
+            if waited < 0.999 * timeout and waited - reported[0] >= 0.999 * every:  # (at the deadline: its error)
                 reported[0] = waited
                 report_waiting(self.rank, self.title, what, late, self.global_ranks, waited, timeout)
 
@@ -316,7 +316,7 @@ class StoreGroup(Group):
             if waited < 0.9 * timeout:  # not a timeout: the store itself went away
                 message = self._lost_message(what, waited, exc)
             else:
-                late = _last_look(between_slices, missing)
+                late = missing()
                 message = self._late_message(what, late, timeout) + self._withdrawn_notes(late, where)
             raise GroupTimeoutError(message) from exc
 
@@ -371,19 +371,3 @@ def _job_store() -> Any:
     except (RuntimeError, ValueError) as exc:
         raise BadInputError(f"triton_dist_tune: the process group is gone ({exc}): the tuner needs it to exchange "
                             "with the other ranks") from exc
-
-
-def _last_look(between_slices: Callable[..., None], missing: Callable[[], list[int]]) -> list[int]:
-    """At a wait's deadline, the signs of the late ranks read once more, as between slices: a failure posted on the
-    board during the last slice (a hung peer's watchdog posts at ``T``, a second or less before a deadline of
-    ``T + max(1, T / 10)``) is named by its :class:`RankFailedError`, not lost in a ``GroupTimeoutError``. A store
-    that fails this look leaves the timeout's error as it was. Returns the ranks still missing."""
-    try:
-        between_slices(0.0, last=True)
-    except RankEnded as exc:
-        raise RankFailedError(str(exc)) from None
-    except (BadInputError, GroupTimeoutError):
-        raise
-    except Exception:  # noqa: BLE001 - the store at the deadline: the timeout says what is known
-        pass
-    return missing()
