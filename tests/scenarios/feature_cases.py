@@ -350,7 +350,7 @@ def compile_straggler_named_again():
 
     @tdt.autotune(grid, key_fn=lambda: 0, n_warmup=0, precompile_fn=precompile, name="straggler_named_again")
     def f(*, a, b):
-        time.sleep(0.0002 * (1 + abs(a - 7) + abs(b - 4)) * (CLIFF if a == 9 else 1))
+        time.sleep(0.001 * (1 + abs(a - 7) + abs(b - 4)) * (CLIFF if a == 9 else 1))
 
     f()
     still_compiling = running.is_set() and not release.is_set()
