@@ -529,6 +529,24 @@ def test_mpi_a_rank_that_raised_mid_warm_up_names_its_own_error_when_its_watchdo
         assert "failed on rank 1: RuntimeError: injected" in r["errors"][0], again
 
 
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("step", ["combine", "allgather"])
+def test_mpi_a_rank_that_comes_to_an_exchange_after_the_others_gave_up_raises_and_the_job_ends(env, step):
+    """Rank 0 waits ``T`` s at an exchange over mpi4py and raises ``GroupTimeoutError``, then waits in
+    ``MPI_Finalize``; rank 1 comes to the exchange only after that. Before, rank 1's barrier of the exchange
+    (``Ibarrier``) matched the one rank 0 had left pending, so rank 1 went on into a blocking ``gather`` that rank 0
+    would never join: the job hung (found by a loaded test run, where a rerun's rank came 2 s late to ``decision
+    written``). Now every step of an exchange has the deadline: rank 1 raises ``GroupTimeoutError`` too, saying the
+    others left, and mpiexec ends the job."""
+    job = mpiexec("mpi_late_at_an_exchange", {**env, "STEP": step}, timeout=120)
+    final = job.final()
+    assert job.returncode == 0 and sorted(final) == [0, 1], job
+    assert final[0]["error"] == "GroupTimeoutError" and "never arrived" in final[0]["message"], job
+    assert final[1]["error"] == "GroupTimeoutError", job
+    assert "every rank had come to it" in final[1]["message"] and "gave up" in final[1]["message"], job
+    assert final[1]["seconds"] < T + SLACK, job
+
+
 @pytest.mark.timeout(90)
 def test_mpi_a_rank_cancelled_mid_warm_up_blames_no_config_on_the_rank_left_waiting(env):
     """mpi4py has no failure board: rank 1's cancelled task ends its script while rank 0, its own run of config 0

@@ -335,6 +335,34 @@ def mpi_raise_mid_warm_up():
 
 
 @case
+def mpi_late_at_an_exchange():
+    """Under mpiexec, ``STEP`` (``combine`` or ``allgather``): rank 0 waits ``T`` s at an exchange of the tuner's
+    MPI channel and gives up (``GroupTimeoutError``); only then (a file says so) does rank 1 come to it, with the
+    same deadline. Each rank reports what its exchange ended in; both then end their scripts, as a user's would."""
+    from triton_dist_tune.group.mpi import MpiGroup
+
+    group = MpiGroup(comm(), timeout=30)
+    gave_up = Path(os.environ["FAULT_DIR"]) / "rank0_gave_up"
+    seconds = float(os.environ["TRITON_DIST_AUTOTUNE_TIMEOUT"])
+    if group.rank == 1 and not waited_for([gave_up]):
+        emit(error="rank 0 never gave up")
+        return
+    t0 = time.monotonic()
+    try:
+        if os.environ["STEP"] == "combine":
+            group.combine(group.rank, "a late exchange", sum, timeout=seconds)
+        else:
+            group.allgather(group.rank, "a late exchange", timeout=seconds)
+        emit(error=None, seconds=time.monotonic() - t0)
+    except tdt.AutotuneError as exc:
+        emit(error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+    finally:
+        if group.rank == 0:
+            gave_up.parent.mkdir(parents=True, exist_ok=True)
+            gave_up.touch()
+
+
+@case
 def mpi_wrong_comm():
     """Under mpiexec: rank 0 tunes with COMM_WORLD, rank 1 with a duplicate of it that rank 0 never uses."""
     world = comm()

@@ -1,8 +1,19 @@
-"""The channel of an mpi4py communicator: exchanges through a duplicate of it."""
+"""The channel of an mpi4py communicator: exchanges through a duplicate of it, every step of one waited for until
+its deadline.
+
+An exchange moves bytes in nonblocking collectives, each polled until it completes or the deadline passes: the
+ranks' message lengths (``Iallgather``: every rank has come to the exchange), their messages (``Igatherv`` to group
+rank 0 for :meth:`MpiGroup.combine`, ``Iallgatherv`` for :meth:`MpiGroup.allgather`) and, for ``combine``, rank 0's
+result (its length, then its bytes: ``Ibcast``). No step blocks: a rank whose wait ran out leaves its request
+pending and raises; a rank that comes to the exchange later completes its first step against that request, and
+would wait forever in a blocking second step that the rank which gave up never joins (it waits in
+``MPI_Finalize``). Here it waits until the deadline and raises too, and the job ends.
+"""
 
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -10,19 +21,27 @@ from .. import settings
 from ..errors import GroupTimeoutError
 from .channel import Group, combine_payloads, default_timeout, pack, report_waiting, unpack
 
+#: a pending request is looked at without a pause for this long (a step of ranks that are all there needs only
+#: looks: each drives MPI's progress), then with pauses from :data:`_FIRST_POLL_S`, doubling up to :data:`_POLL_S`
+_SPIN_S = 0.001
+_FIRST_POLL_S = 0.0001
 _POLL_S = 0.005
+#: bytes of rank 0's result broadcast at once with its length: an exchange's result is mostly shorter
+_FIRST_BYTES = 4096
 
 
 class MpiGroup(Group):
     """An mpi4py communicator, talked to through a duplicate of it.
 
     Messages are encoded as plain data (:mod:`.codec`) like the key-value store's, so a value that is not plain
-    data is refused alike on every launcher. mpi4py's lowercase methods pickle what they move, here only those
-    ``bytes``; the peers of a communicator are processes of the job itself (an outsider cannot join one), unlike
-    the clients of a key-value store."""
+    data is refused alike on every launcher, and they move as raw bytes (mpi4py's buffer methods): nothing the
+    other ranks send is unpickled."""
 
     def __init__(self, comm: Any, timeout: float | None = None) -> None:
         super().__init__()
+        from mpi4py import MPI
+
+        self._byte = MPI.BYTE
         self.name = self.title = f"mpi:{comm.Get_name() or 'comm'}"
         if not hasattr(comm, "Idup"):
             self.comm = comm.Dup()
@@ -34,32 +53,75 @@ class MpiGroup(Group):
         self.member_ranks = _world_ranks(comm)
         self.identity = ("mpi", self.name, self.member_ranks or (self.size,))
 
-    def _wait(self, request: Any, what: str, timeout: float | None, rank: int) -> None:
+    def _wait(self, request: Any, what: str, timeout: float | None, rank: int, since: float | None = None,
+              later_step: bool = False) -> None:
+        """Poll ``request`` until it completes; raise :class:`GroupTimeoutError` once ``timeout`` seconds have passed
+        since ``since`` (default: now). ``later_step``: a step after every rank had come to the exchange."""
         timeout = default_timeout() if timeout is None else timeout
-        start = time.monotonic()
+        began = time.monotonic()
+        start = began if since is None else since
         deadline, report_at = start + timeout, start + settings.current().progress_s
+        pause = 0.0
         while not request.Test():
-            if time.monotonic() > report_at:
-                report_waiting(rank, self.name, what, [], None, time.monotonic() - start, timeout)
+            now = time.monotonic()
+            if now > report_at:
+                report_waiting(rank, self.name, what, [], None, now - start, timeout)
                 report_at += settings.current().progress_s
-            if time.monotonic() > deadline:
-                raise GroupTimeoutError(
-                    f"triton_dist_tune: rank {rank} of MPI group '{self.name}' waited {timeout:g} s at "
-                    f"'{what}' for ranks that never arrived: they crashed, hung, or called with another group."
-                )
-            time.sleep(_POLL_S)
+            if now > deadline:
+                where = f"rank {rank} of MPI group '{self.name}' waited {timeout:g} s at '{what}'"
+                if later_step:
+                    raise GroupTimeoutError(
+                        f"triton_dist_tune: {where} after every rank had come to it, for ranks that left it: one "
+                        "gave up before this rank came (its own wait ran out: its error says so), crashed or hung.")
+                raise GroupTimeoutError(f"triton_dist_tune: {where} for ranks that never arrived: they crashed, "
+                                        "hung, or called with another group.")
+            if now - began < _SPIN_S:
+                continue  # a step of ranks that are all there completes within microseconds of looks
+            time.sleep(pause)
+            pause = min(_POLL_S, max(_FIRST_POLL_S, 2 * pause))
+
+    def _messages(self, obj: Any, what: str, timeout: float, to_all: bool) -> tuple[list[bytes] | None, float]:
+        """Every rank's message (by group rank) on group rank 0, or on every rank where ``to_all`` (None elsewhere),
+        and the moment every rank had come to the exchange (the later steps' deadline runs from it)."""
+        data = pack(obj, self.rank, what)
+        lengths = array("q", bytes(8 * self.size))
+        self._wait(self.comm.Iallgather(array("q", [len(data)]), lengths), what, timeout, self.rank)
+        arrived = time.monotonic()
+        counts = list(lengths)
+        places = [sum(counts[:r]) for r in range(self.size)]
+        into = bytearray(sum(counts)) if to_all or self.rank == 0 else None
+        received = [into, counts, places, self._byte] if into is not None else None
+        request = self.comm.Iallgatherv(data, received) if to_all else self.comm.Igatherv(data, received, root=0)
+        self._wait(request, what, timeout, self.rank, arrived, later_step=True)
+        messages = None if into is None else [bytes(into[p:p + n]) for p, n in zip(places, counts, strict=True)]
+        return messages, arrived
 
     def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
-        self._wait(self.comm.Ibarrier(), what, timeout, self.rank)  # every rank is here: the rest cannot hang
-        payloads = self.comm.gather(pack(obj, self.rank, what), root=0)
-        payload = self.comm.bcast(combine_payloads(fn, payloads, what) if self.rank == 0 else None, root=0)
-        return unpack(payload, what, self.rank)
+        timeout = default_timeout() if timeout is None else timeout
+        payloads, arrived = self._messages(obj, what, timeout, to_all=False)
+        result = combine_payloads(fn, payloads, what) if payloads is not None else b""
+        return unpack(self._from_rank_0(result, what, timeout, arrived), what, self.rank)
+
+    def _from_rank_0(self, result: bytes, what: str, timeout: float, arrived: float) -> bytes:
+        """Group rank 0's ``result`` on every rank: its length and first bytes in one broadcast of
+        :data:`_FIRST_BYTES`, the rest (a long result only) in a second."""
+        first = bytearray(_FIRST_BYTES)
+        if self.rank == 0:
+            first[:8] = len(result).to_bytes(8, "little")
+            first[8:8 + len(result)] = result[:_FIRST_BYTES - 8]
+        self._wait(self.comm.Ibcast([first, self._byte], root=0), what, timeout, self.rank, arrived, later_step=True)
+        length = int.from_bytes(first[:8], "little")
+        if length <= _FIRST_BYTES - 8:
+            return bytes(first[8:8 + length])
+        rest = bytearray(result[_FIRST_BYTES - 8:]) if self.rank == 0 else bytearray(length - (_FIRST_BYTES - 8))
+        self._wait(self.comm.Ibcast([rest, self._byte], root=0), what, timeout, self.rank, arrived, later_step=True)
+        return bytes(first[8:]) + bytes(rest)
 
     def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
-        self._wait(self.comm.Ibarrier(), what, timeout, self.rank)
-        payloads = self.comm.allgather(pack(obj, self.rank, what))
+        timeout = default_timeout() if timeout is None else timeout
+        payloads, _ = self._messages(obj, what, timeout, to_all=True)
+        assert payloads is not None
         return unpack(combine_payloads(list, payloads, what, self.rank), what, self.rank)
-
 
 
 def _world_ranks(comm: Any) -> tuple:
