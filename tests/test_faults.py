@@ -183,9 +183,9 @@ def test_config_that_poisons_a_gpu_context_stops_every_rank_then_a_restart_resum
 @pytest.mark.timeout(60)
 def test_raise_on_one_rank_is_left_out_without_any_restart(env):
     env = {**env, "FAULTS": "0:raise@1"}  # raises after the function's collective: nobody is left waiting
-    results, seconds = ranks("tune", 2, env)
+    results, _ = ranks("tune", 2, env)
     assert all(r.returncode == 0 for r in results), describe(results)
-    assert seconds < 30
+    assert all(r.result["seconds"] < 25 for r in results), describe(results)  # the tunings' clocks, not the start's
     for r in results:
         assert r.result["chosen"] == 1 and r.result["states"] == ["failed"] + ["measured"] * 3
         assert r.result["errors"][0] == "rank 1: RuntimeError: injected: config 0 raised on rank 1"
@@ -254,9 +254,9 @@ def test_hang_without_restart_ends_every_rank_then_rerun_resumes_past_torn_journ
         f.write(b'\x00\xff garbage\n{"index": 3, "state": "measured", "config": "{variant: 3}"}\n')
         f.write(b'{"index": 2, "state": "measured", "config": "{variant: 2}", "ti')  # torn: no newline
 
-    again, seconds = ranks("tune", 2, {**env, "RUN": "1"})
+    again, _ = ranks("tune", 2, {**env, "RUN": "1"})
     assert all(r.returncode == 0 for r in again), describe(again)
-    assert seconds < 30
+    assert all(r.result["seconds"] < 25 for r in again), describe(again)  # the tunings' clocks, not the start's
     assert again[1].stderr.count("skipping damaged line") == 3, describe(again)
     for r in again:
         assert r.result["chosen"] == 0 and r.result["resumed"] == [False, True, False, False]
@@ -449,9 +449,9 @@ def test_ranks_with_different_home_folders_resume_from_their_own_journals(env, t
     assert [r.returncode for r in results][0] == PEER_EXIT, describe(results)  # ended by the failure board
     assert [len(journals(f)) for f in folders] == [1, 1]  # each rank's journal is in its own home
 
-    again, seconds = ranks("tune", 2, {**env, "RUN": "1"}, per_rank_env=homes)
+    again, _ = ranks("tune", 2, {**env, "RUN": "1"}, per_rank_env=homes)
     assert all(r.returncode == 0 for r in again), describe(again)
-    assert seconds < 30
+    assert all(r.result["seconds"] < 25 for r in again), describe(again)  # the tunings' clocks, not the start's
     for r in again:
         assert r.result["chosen"] == 0 and r.result["resumed"] == [False, True, False, False]
     assert_calls(env, 2, {0: {"0.0": 1, "1.0": RUNS + 1}, 1: {"0.0": 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})
@@ -506,7 +506,8 @@ def test_mpi_raise_before_collective_ends_the_job_then_rerun_resumes(env):
     assert (f"rank 1 of MPI group 'mpi:MPI_COMM_WORLD' waited {T + 1} s at '[work key=(4,)] config 0 warmup'"
             in job.stdout), job
     again = mpiexec("tune", {**env, "RUN": "1", **MPI_RERUN})
-    assert again.returncode == 0 and again.seconds < 30, again
+    # the tuning's own clock, not the job's (mpiexec's start under load took 26 s once): no wait for its T of 30 s
+    assert again.returncode == 0 and all(r["seconds"] < 25 for r in again.final().values()), again
     for r in again.final().values():
         assert r["chosen"] == 1 and r["resumed"] == [True, False, False, False] and r["out"] == [4.0] * 4
     assert_calls(env, 2, {0: {"0.0": 1}, 1: {"1.0": RUNS + 1}, 2: {"1.0": RUNS}, 3: {"1.0": RUNS}})

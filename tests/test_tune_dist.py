@@ -178,7 +178,9 @@ def test_mpi4py_communicator(env):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = parse_results(proc.stdout)
     assert len(results) == 2
-    assert all(r["chosen"] == 2 and r["out"] == 4 and r["calls"] == 16 for r in results)
+    assert all(r["chosen"] == 2 and r["out"] == 4 for r in results), results
+    # lock-step: both ranks made the same calls (16 on an idle machine; under load the race may sample more or less)
+    assert results[0]["calls"] == results[1]["calls"], results
 
 
 @pytest.mark.timeout(120)
