@@ -23,6 +23,8 @@ def decision_info(tuned: Any, name: str) -> dict[str, Any]:
         d = decisions[-1]
         fields = vars(d) if hasattr(d, "__dict__") else {}
         info = {k: v for k, v in fields.items() if isinstance(v, (str, int, float, bool, type(None)))}
+        if getattr(d, "breakdown", None) is not None:  # where the tuning's seconds went
+            info["breakdown"] = d.breakdown.text()
     try:
         from triton_dist_tune.disk import logs
 
