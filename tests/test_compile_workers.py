@@ -85,6 +85,65 @@ def test_a_worker_compiles_a_kernel_into_the_cache_that_this_process_then_loads_
         pool.close()
 
 
+KNOB_SCRIPT = textwrap.dedent('''
+    import json, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    import triton
+    import tdt_worker_kernels as module
+    from triton.backends.compiler import GPUTarget
+    from triton_dist_tune.measure.compile_workers import WorkerPool, task
+
+    if not hasattr(getattr(triton, "knobs", None), "base_knobs"):
+        print(json.dumps({"skip": "a Triton without knobs (before 3.4): its settings are environment variables only"}))
+        sys.exit(0)
+    signature = {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    before, after = Path(sys.argv[1]) / "before_the_fork", Path(sys.argv[1]) / "after_the_fork"
+    triton.knobs.cache.dir = str(before)
+    pool = WorkerPool(1)
+    pool.start(fork=True)
+    assert pool.wait_ready(60)
+    triton.knobs.cache.dir = str(after)
+    work = task(module.scale_kernel, signature, {"BLOCK": 64}, {}, GPUTarget("cuda", 90, 32),
+                {"num_warps": 4, "num_stages": 2})
+    compiled = pool.compile(work)
+    triton.knobs.cache.manager_class = type("RemoteCache", (), {})
+    refused = task(module.scale_kernel, signature, {"BLOCK": 64}, {}, GPUTarget("cuda", 90, 32), {}) is None
+    files = lambda folder: sorted(p.name for p in folder.rglob("*.cubin"))  # noqa: E731
+    print(json.dumps({"compiled": compiled, "forked": pool.stats.forked, "reason": pool.stats.reason,
+                      "before": files(before), "after": files(after), "refused": refused}), flush=True)
+    pool.close()
+''')
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(180)
+def test_a_forked_worker_compiles_into_the_cache_folder_set_in_code_after_its_fork(kernel_module, tmp_path):
+    """``triton.knobs.cache.dir`` set in code wins over ``TRITON_CACHE_DIR``, and a forked worker keeps the value set
+    before its fork. A folder set in code after the fork (as a process does that tunes a second kernel with a fresh
+    cache) never reached the workers: they compiled into the old folder, the rank missed the kernel and compiled it
+    again itself. On one H200 the second first key of a process took 24-32 s against 10-12 s for the first (the
+    rank's own threads used 105 s of CPU, against 4 s). Now each task carries the knobs set in code and the worker
+    takes them. A knob set to a value a worker cannot be given (a class) leaves the kernel to the rank's threads.
+    The rank is a process of its own (as the test above's): one forked from the suite's would inherit its
+    interpreter mode."""
+    import json
+    import subprocess
+
+    script = tmp_path / "knobs.py"
+    script.write_text(KNOB_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=150,
+                          env={**env, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    if "skip" in report:
+        pytest.skip(report["skip"])
+    assert report["compiled"] and report["forked"] == 1, report
+    assert report["after"] and not report["before"], report  # the worker wrote into the folder the rank names now
+    assert report["refused"], report
+
+
 @pytest.mark.triton_dependent
 def test_a_kernel_a_worker_cannot_import_by_name_is_left_to_the_threads(kernel_module):
     module, target, _ = kernel_module

@@ -56,12 +56,50 @@ def triton_key_module() -> Any | None:
     return None
 
 
+def knob_groups() -> dict[str, Any]:
+    """Triton's knob groups by name (``triton.knobs.cache``, ``.compilation``, ``.nvidia``...); none before Triton
+    3.4, whose settings are environment variables only."""
+    try:
+        knobs = importlib.import_module("triton.knobs")
+    except ImportError:
+        return {}
+    base = getattr(knobs, "base_knobs", None)
+    return {name: group for name, group in sorted(vars(knobs).items()) if base is not None and isinstance(group, base)}
+
+
+def explicit_knobs() -> dict[str, dict[str, Any]] | None:
+    """The Triton knobs this process set in code (``triton.knobs.cache.dir = ...``), by group, for a worker to compile
+    under: such a value wins over its environment variable, and a forked worker keeps the values set before its fork
+    (so a cache folder set in code after it was forked never reached it: it compiled into the old folder, and the
+    rank compiled every kernel again itself). None where one holds a value that is not plain data (a class, a tool):
+    a worker cannot be given it, and the rank's threads compile."""
+    explicit: dict[str, dict[str, Any]] = {}
+    for name, group in knob_groups().items():
+        values = {k: v for k, v in vars(group).items() if k in group.knob_descriptors}
+        if any(not isinstance(v, (str, int, float, bool, type(None))) for v in values.values()):
+            return None
+        if values:
+            explicit[name] = values
+    return explicit
+
+
+def apply_knobs(explicit: dict[str, dict[str, Any]]) -> None:
+    """Make this worker's knobs the rank's: every knob set in code here before (inherited from the rank at the fork)
+    is cleared, back to its environment variable, then ``explicit`` (:func:`explicit_knobs`) is set."""
+    groups = knob_groups()
+    for group in groups.values():
+        group.reset()
+    for name, values in explicit.items():
+        for knob, value in values.items():
+            setattr(groups[name], knob, value)
+
+
 def compile_one(task: tuple) -> None:
     """Compile one task's kernel into Triton's cache."""
     import triton
     from triton.compiler import ASTSource
 
-    path, triton_env, version_key, module, qualname, signature, constexprs, attrs, target, options = task
+    path, triton_env, version_key, module, qualname, signature, constexprs, attrs, target, options, knobs = task
     sys.path.extend(p for p in path if p not in sys.path)
     holder = triton_key_module() if version_key is not None else None
     if holder is not None:
@@ -69,6 +107,7 @@ def compile_one(task: tuple) -> None:
     for name in [k for k in os.environ if k.startswith("TRITON_") and k not in triton_env]:
         del os.environ[name]
     os.environ.update(triton_env)
+    apply_knobs(knobs)
     fn = kernel(module, qualname)
     source = getattr(fn, "ASTSource", ASTSource)
     getattr(fn, "compile", triton.compile)(source(fn, signature, constexprs, attrs), target=target, options=options)

@@ -44,7 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .compile_worker import NICENESS, SPECULATIVE_NICENESS, triton_key_module
+from .compile_worker import NICENESS, SPECULATIVE_NICENESS, explicit_knobs, triton_key_module
 from .forked_worker import fork_refusal
 from .priority import niceness as current_niceness
 from .priority import set_niceness
@@ -388,16 +388,19 @@ def routed(pool: WorkerPool | None) -> Iterator[None]:
 
 
 def task(fn: Any, signature: Any, constexprs: Any, attrs: Any, target: Any, options: dict[str, Any]) -> bytes | None:
-    """The worker's task for one compile of kernel ``fn`` (``triton.compile``'s arguments), or None when a worker
-    cannot find the kernel (defined in ``__main__`` or inside a function) or the task cannot be pickled."""
+    """The worker's task for one compile of kernel ``fn`` (``triton.compile``'s arguments, and Triton's settings as
+    they are now: its environment variables and the knobs set in code), or None when a worker cannot find the kernel
+    (defined in ``__main__`` or inside a function), cannot be given a knob (:func:`explicit_knobs`) or the task
+    cannot be pickled."""
     inner = getattr(fn, "fn", None)
     module, qualname = getattr(inner, "__module__", None), getattr(inner, "__qualname__", "")
-    if not module or module == "__main__" or "<locals>" in qualname:
+    knobs = explicit_knobs()
+    if not module or module == "__main__" or "<locals>" in qualname or knobs is None:
         return None
     try:
         triton_env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}  # its cache folder: now
         return pickle.dumps((list(sys.path), triton_env, triton_version_key(), module, qualname, signature, constexprs,
-                             attrs, target, options))
+                             attrs, target, options, knobs))
     except Exception:
         return None
 
@@ -430,7 +433,8 @@ def _install() -> None:
             except Exception:
                 work = None
             if work is None:
-                pool.skip("a kernel defined in __main__ or inside a function, or not pickled")
+                pool.skip("a kernel defined in __main__ or inside a function, a Triton knob set in code to a class or "
+                          "a tool, or not pickled")
             elif not pool.compile(work) and _exiting.is_set():
                 raise RuntimeError("triton_dist_tune: the process is exiting; a compile its worker did not do is "
                                    "dropped")
