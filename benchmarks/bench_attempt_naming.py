@@ -11,11 +11,8 @@ version of the module (``git show REV:triton_dist_tune/group/epoch.py > FILE``),
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import re
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -24,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch.distributed as dist  # noqa: E402
+from _module_copy import module_from_text  # noqa: E402
 
 from triton_dist_tune.group import epoch  # noqa: E402
 
@@ -53,15 +52,8 @@ def _free_port() -> int:
 
 
 def _load(path: str) -> Any:
-    """Another version of the module, its relative imports made absolute."""
-    text = re.sub(r"from \.\.(\w*) import", lambda m: f"from triton_dist_tune{'.' + m[1] if m[1] else ''} import",
-                  Path(path).read_text())
-    copy = Path(tempfile.mkdtemp()) / "other_epoch.py"
-    copy.write_text(text)
-    spec = importlib.util.spec_from_file_location("other_epoch", copy)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """Another version of the module, loaded inside the package (its relative imports are the working tree's)."""
+    return module_from_text(Path(path).read_text(), "triton_dist_tune.group.other_epoch")
 
 
 def measure(module: Any, size: int, spread: float) -> tuple[float, int, int]:

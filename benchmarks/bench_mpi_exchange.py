@@ -13,16 +13,17 @@ the working tree) beside the working tree's, the two alternating by round, e.g. 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _module_copy import module_from_text  # noqa: E402
 
 
 def channel_module(ref: str | None):
@@ -33,12 +34,7 @@ def channel_module(ref: str | None):
         return mpi
     text = subprocess.run(["git", "show", f"{ref}:triton_dist_tune/group/mpi.py"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / "mpi_ref.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("triton_dist_tune.group.mpi_ref", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_text(text, "triton_dist_tune.group.mpi_ref")
 
 
 def per_call_us(group, exchanges: int) -> tuple[float, float]:
