@@ -4,9 +4,9 @@ its deadline.
 An exchange moves bytes in nonblocking collectives, each polled until it completes or the deadline passes: the
 ranks' message lengths (``Iallgather``: every rank has come to the exchange), their messages (``Igatherv`` to group
 rank 0 for :meth:`MpiGroup.combine`, ``Iallgatherv`` for :meth:`MpiGroup.allgather`) and, for ``combine``, rank 0's
-result (its length, then its bytes: ``Ibcast``). No step blocks: a rank whose wait ran out leaves its request
-pending and raises; a rank that comes to the exchange later completes its first step against that request, and
-would wait forever in a blocking second step that the rank which gave up never joins (it waits in
+result (``Ibcast``: its length and first bytes, then the rest of a long one). No step blocks: a rank whose wait ran
+out leaves its request pending and raises; a rank that comes to the exchange later completes its first step against
+that request, and would wait forever in a blocking second step that the rank which gave up never joins (it waits in
 ``MPI_Finalize``). Here it waits until the deadline and raises too, and the job ends.
 """
 
