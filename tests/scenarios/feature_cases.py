@@ -320,7 +320,7 @@ def compile_straggler_left_out():
 
     @tdt.autotune(grid, key_fn=lambda: 0, n_warmup=0, precompile_fn=precompile, name="straggler_left")
     def f(*, a, b):
-        time.sleep(0.0002 * (1 + abs(a - 7) + abs(b - 4)) ** 2)
+        time.sleep(0.0005 * (1 + abs(a - 7) + abs(b - 4)) ** 2)  # at 0.2 ms a step a loaded run read 30% noise
 
     f()
     still_compiling = running.is_set() and not release.is_set()
