@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import GroupTimeoutError
-from .channel import Group, combine_payloads, default_timeout, pack, report_waiting, unpack
+from .channel import Group, combine_payloads, pack, report_waiting, unpack
 
 #: a pending request is looked at without a pause for this long (a step of ranks that are all there needs only
 #: looks: each drives MPI's progress), then with pauses from :data:`_FIRST_POLL_S`, doubling up to :data:`_POLL_S`
@@ -47,26 +47,27 @@ class MpiGroup(Group):
             self.comm = comm.Dup()
         else:  # Dup is collective: a rank that never calls with this communicator must not hang the others
             self.comm, request = comm.Idup()
-            self._wait(request, "setting up its control channel (Idup)", timeout, comm.Get_rank())
+            timeout, every = _deadlines(timeout)
+            self._wait(request, "setting up its control channel (Idup)", timeout, every, comm.Get_rank())
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.member_ranks = _world_ranks(comm)
         self.identity = ("mpi", self.name, self.member_ranks or (self.size,))
 
-    def _wait(self, request: Any, what: str, timeout: float | None, rank: int, since: float | None = None,
+    def _wait(self, request: Any, what: str, timeout: float, every: float, rank: int, since: float | None = None,
               later_step: bool = False) -> None:
         """Poll ``request`` until it completes; raise :class:`GroupTimeoutError` once ``timeout`` seconds have passed
-        since ``since`` (default: now). ``later_step``: a step after every rank had come to the exchange."""
-        timeout = default_timeout() if timeout is None else timeout
+        since ``since`` (default: now), with a progress line every ``every`` seconds. ``later_step``: a step after
+        every rank had come to the exchange."""
         began = time.monotonic()
         start = began if since is None else since
-        deadline, report_at = start + timeout, start + settings.current().progress_s
+        deadline, report_at = start + timeout, start + every
         pause = 0.0
         while not request.Test():
             now = time.monotonic()
             if now > report_at:
                 report_waiting(rank, self.name, what, [], None, now - start, timeout)
-                report_at += settings.current().progress_s
+                report_at += every
             if now > deadline:
                 where = f"rank {rank} of MPI group '{self.name}' waited {timeout:g} s at '{what}'"
                 if later_step:
@@ -80,48 +81,59 @@ class MpiGroup(Group):
             time.sleep(pause)
             pause = min(_POLL_S, max(_FIRST_POLL_S, 2 * pause))
 
-    def _messages(self, obj: Any, what: str, timeout: float, to_all: bool) -> tuple[list[bytes] | None, float]:
+    def _messages(self, obj: Any, what: str, timeout: float, every: float,
+                  to_all: bool) -> tuple[list[bytes] | None, float]:
         """Every rank's message (by group rank) on group rank 0, or on every rank where ``to_all`` (None elsewhere),
         and the moment every rank had come to the exchange (the later steps' deadline runs from it)."""
         data = pack(obj, self.rank, what)
         lengths = array("q", bytes(8 * self.size))
-        self._wait(self.comm.Iallgather(array("q", [len(data)]), lengths), what, timeout, self.rank)
+        self._wait(self.comm.Iallgather(array("q", [len(data)]), lengths), what, timeout, every, self.rank)
         arrived = time.monotonic()
         counts = list(lengths)
         places = [sum(counts[:r]) for r in range(self.size)]
         into = bytearray(sum(counts)) if to_all or self.rank == 0 else None
         received = [into, counts, places, self._byte] if into is not None else None
         request = self.comm.Iallgatherv(data, received) if to_all else self.comm.Igatherv(data, received, root=0)
-        self._wait(request, what, timeout, self.rank, arrived, later_step=True)
+        self._wait(request, what, timeout, every, self.rank, arrived, later_step=True)
         messages = None if into is None else [bytes(into[p:p + n]) for p, n in zip(places, counts, strict=True)]
         return messages, arrived
 
     def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
-        timeout = default_timeout() if timeout is None else timeout
-        payloads, arrived = self._messages(obj, what, timeout, to_all=False)
+        timeout, every = _deadlines(timeout)
+        payloads, arrived = self._messages(obj, what, timeout, every, to_all=False)
         result = combine_payloads(fn, payloads, what) if payloads is not None else b""
-        return unpack(self._from_rank_0(result, what, timeout, arrived), what, self.rank)
+        return unpack(self._from_rank_0(result, what, timeout, every, arrived), what, self.rank)
 
-    def _from_rank_0(self, result: bytes, what: str, timeout: float, arrived: float) -> bytes:
+    def _from_rank_0(self, result: bytes, what: str, timeout: float, every: float, arrived: float) -> bytes:
         """Group rank 0's ``result`` on every rank: its length and first bytes in one broadcast of
         :data:`_FIRST_BYTES`, the rest (a long result only) in a second."""
         first = bytearray(_FIRST_BYTES)
         if self.rank == 0:
             first[:8] = len(result).to_bytes(8, "little")
             first[8:8 + len(result)] = result[:_FIRST_BYTES - 8]
-        self._wait(self.comm.Ibcast([first, self._byte], root=0), what, timeout, self.rank, arrived, later_step=True)
+        self._wait(self.comm.Ibcast([first, self._byte], root=0), what, timeout, every, self.rank, arrived,
+                   later_step=True)
         length = int.from_bytes(first[:8], "little")
         if length <= _FIRST_BYTES - 8:
             return bytes(first[8:8 + length])
         rest = bytearray(result[_FIRST_BYTES - 8:]) if self.rank == 0 else bytearray(length - (_FIRST_BYTES - 8))
-        self._wait(self.comm.Ibcast([rest, self._byte], root=0), what, timeout, self.rank, arrived, later_step=True)
+        self._wait(self.comm.Ibcast([rest, self._byte], root=0), what, timeout, every, self.rank, arrived,
+                   later_step=True)
         return bytes(first[8:]) + bytes(rest)
 
     def allgather(self, obj: Any, what: str, timeout: float | None = None) -> list[Any]:
-        timeout = default_timeout() if timeout is None else timeout
-        payloads, _ = self._messages(obj, what, timeout, to_all=True)
+        timeout, every = _deadlines(timeout)
+        payloads, _ = self._messages(obj, what, timeout, every, to_all=True)
         assert payloads is not None
         return unpack(combine_payloads(list, payloads, what, self.rank), what, self.rank)
+
+
+def _deadlines(timeout: float | None) -> tuple[float, float]:
+    """An exchange's timeout (``timeout``, else ``TRITON_DIST_AUTOTUNE_TIMEOUT``) and the seconds between its progress
+    lines, read from the environment once per exchange (a read costs about 35 us: read at every step, an exchange took
+    0.19 ms against 0.11, benchmarks/bench_mpi_exchange.py)."""
+    now = settings.current()
+    return (now.timeout if timeout is None else timeout), now.progress_s
 
 
 def _world_ranks(comm: Any) -> tuple:
