@@ -394,8 +394,10 @@ def task(fn: Any, signature: Any, constexprs: Any, attrs: Any, target: Any, opti
     cannot be pickled."""
     inner = getattr(fn, "fn", None)
     module, qualname = getattr(inner, "__module__", None), getattr(inner, "__qualname__", "")
+    if not module or module == "__main__" or "<locals>" in qualname:
+        return None
     knobs = explicit_knobs()
-    if not module or module == "__main__" or "<locals>" in qualname or knobs is None:
+    if knobs is None:
         return None
     try:
         triton_env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}  # its cache folder: now
