@@ -40,6 +40,7 @@ from typing import Any
 from ..errors import GroupTimeoutError, RankFailedError, describe_error
 from ..faults.watchdog import exchange_timeout
 from ..group.channel import Group, report_waiting
+from ..group.store_peek import peek
 from ..group.store_wait import StoreWaitTimeout, quiet_store_wait
 from ..settings import current
 
@@ -252,7 +253,8 @@ class RoundWatch:
     def _notes(self, units: list[int], key: Callable[[int], str]) -> dict[int, str]:
         """What each of ``units`` noted in the store under ``key(unit)`` (units that noted nothing are left out)."""
         store = self.group.store  # type: ignore[attr-defined]
-        return {u: store.get(key(u)).decode(errors="replace") for u in units if store.check([key(u)])}
+        values = {u: peek(store, key(u)) for u in units}  # (a stuck unit that comes back deletes its note)
+        return {u: value.decode(errors="replace") for u, value in values.items() if value is not None}
 
     def _left(self, units: list[int]) -> dict[int, str]:
         """The error each of ``units`` said it left the work with (units that said nothing are left out)."""

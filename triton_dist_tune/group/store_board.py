@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from .channel import BadBoardEntry, Board, FailureReport
+from .store_peek import peek
 
 
 class BoardOwner(Protocol):
@@ -93,10 +94,11 @@ class StoreBoard(Board):
             count = store.add(f"{self.scope}count", 0)
             for n in range(len(self._seen) + 1, count + 1):
                 key = f"{self.scope}{n}"
-                if not store.check([key]):
-                    break  # counted, not written yet: next time
+                value = peek(store, key)  # (rank 0 deletes the reports when it closes the board: never a get)
+                if value is None:
+                    break  # counted, not written yet (or deleted: the board is closing): next time
                 try:
-                    report = FailureReport.from_json(store.get(key))
+                    report = FailureReport.from_json(value)
                 except BadBoardEntry as exc:  # written by another process: refused, once, with a warning
                     log.warning("triton_dist_tune: rank %d refused the failure board entry %r: not a report of "
                                 "the tuner (%s); a process other than the tuner wrote under its keys of the "

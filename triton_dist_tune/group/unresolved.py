@@ -113,6 +113,7 @@ from .note import (
     started_at,
     this_process,
 )
+from .store_peek import peek
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -326,8 +327,9 @@ class Notes:
         found = {}
         for rank in global_ranks:
             key = f"{prefix}{rank}"
-            if store.check([key]):
-                root, _, rest = store.get(key).decode(errors="replace").partition("\n")
+            value = peek(store, key)  # (a note withdrawn long enough is deleted by its rank)
+            if value is not None:
+                root, _, rest = value.decode(errors="replace").partition("\n")
                 about, _, text = rest.partition("\n")
                 names, posted, groups = parse_about(about)
                 if since is not None and (posted is None or posted < since):
@@ -414,8 +416,9 @@ def _answers(store: Any, root: str) -> list[tuple[int, str, list[int]]]:
         count = int(store.add(f"{_prefix()}answered/{root}/count", 0))
         for k in range(1, count + 1):
             key = f"{_prefix()}answered/{root}/{k}"
-            if store.check([key]):
-                value = json.loads(store.get(key).decode(errors="replace"))
+            raw = peek(store, key)
+            if raw is not None:
+                value = json.loads(raw.decode(errors="replace"))
                 if (isinstance(value, list) and len(value) == 3 and type(value[0]) is int
                         and isinstance(value[1], str) and isinstance(value[2], list)):
                     found.append((value[0], value[1], value[2]))

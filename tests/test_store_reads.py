@@ -1,0 +1,110 @@
+"""Reads of the job's key-value store that must not wait (``group/store_peek.py``), over real torch stores."""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import timedelta
+
+import pytest
+import torch.distributed as dist
+
+from triton_dist_tune.group.channel import FailureReport
+from triton_dist_tune.group.store_board import StoreBoard
+from triton_dist_tune.group.store_peek import peek
+
+
+class DictStore(dist.Store):
+    """A Python store that implements no compare-and-set (as a user's own store may)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: dict[str, bytes] = {}
+
+    def set(self, key: str, value) -> None:
+        self.values[key] = value.encode() if isinstance(value, str) else bytes(value)
+
+    def get(self, key: str) -> bytes:
+        return self.values[key]
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.values for k in keys)
+
+
+def _stores():
+    from harness import free_port
+
+    server = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=5),
+                           wait_for_workers=False)
+    legacy = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=5),
+                           wait_for_workers=False, use_libuv=False)
+    return {"tcp": server, "tcp-legacy": legacy, "file": dist.FileStore(tempfile.mktemp(), 1),
+            "hash": dist.HashStore(), "prefix": dist.PrefixStore("p/", server), "python": DictStore()}
+
+
+@pytest.mark.timeout(60)
+def test_peek_reads_a_key_and_misses_one_at_once_without_creating_or_changing_either():
+    for name, store in _stores().items():
+        store.set("there", "value")
+        store.set("empty", "")
+        assert peek(store, "there") == b"value", name
+        assert peek(store, "empty") == b"", name
+        assert peek(store, "missing") is None, name
+        assert not store.check(["missing"]), name  # nothing created
+        assert store.get("there") == b"value", name  # nothing changed
+
+
+class Owner:
+    """A group rank as a board needs it: its rank, the group's size and a client of the job's store."""
+
+    def __init__(self, rank: int, size: int, store) -> None:
+        self.rank, self.size, self.store = rank, size, store
+
+    def board_closed(self, board: StoreBoard) -> None:
+        pass
+
+
+class DeletedAfterTheFirstLook:
+    """A real store client through which the first request about ``key`` is answered, then another rank (``close``)
+    deletes that key before this client's next request: the interleaving a loaded machine makes now and then, here
+    every time."""
+
+    def __init__(self, store, key: str, close) -> None:
+        self.store, self.key, self.close, self.closed = store, key, close, False
+
+    def __getattr__(self, name: str):
+        method = getattr(self.store, name)
+
+        def request(*args, **kwargs):
+            answer = method(*args, **kwargs)
+            if not self.closed and self.key in repr(args):
+                self.closed = True
+                self.close()
+            return answer
+
+        return request
+
+
+@pytest.mark.timeout(60)
+def test_a_failure_report_deleted_by_rank_0s_close_while_a_peer_reads_it_does_not_hold_the_peer():
+    """Rank 1 reads the board while rank 0 closes it, which deletes its reports; the deletion falls between rank 1's
+    first look at a report and its read. Before, the look was ``check`` and the read ``get``, which waited for the
+    deleted key for the store's whole timeout and then raised, holding every other request of rank 1's client (its
+    exchange's compare-and-set, seen for 26 s under load). Now the read is one request that does not wait: it
+    returns the report."""
+    from harness import free_port
+
+    port, scope = free_port(), "t/board/"
+    server = dist.TCPStore("127.0.0.1", port, 3, is_master=True, timeout=timedelta(seconds=20),
+                           wait_for_workers=False)
+    rank0 = StoreBoard(Owner(0, 2, server), scope)
+    client = dist.TCPStore("127.0.0.1", port, 3, is_master=False, timeout=timedelta(seconds=20))
+    rank0.post(FailureReport(1, 3, "config 3", "RuntimeError: boom", step="config 3 warmup"))
+    store = DeletedAfterTheFirstLook(client, f"{scope}1", rank0.close)
+    rank1 = StoreBoard(Owner(1, 2, store), scope)
+    try:
+        reports = rank1.read()
+    except Exception as exc:  # before: DistStoreError after the store's 20 s timeout
+        pytest.fail(f"the board read waited for a deleted report and raised {type(exc).__name__}: {exc}")
+    assert store.closed and not server.check([f"{scope}1"]), "the report was not deleted during the read"
+    assert [(r.rank, r.index, r.error) for r in reports] == [(1, 3, "RuntimeError: boom")]
+    assert rank1.read() == reports  # read once: the deleted key is not looked for again
