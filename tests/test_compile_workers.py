@@ -595,7 +595,7 @@ def test_a_guess_run_by_a_speculative_thread_goes_to_the_guess_workers_and_a_nee
 
 
 @pytest.mark.triton_dependent
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_a_rank_tuning_alone_compiles_its_guesses_in_workers_of_the_lowest_priority_and_its_needs_in_the_others(
         kernel_module, monkeypatch):
     """``start_pool(alone=True)`` (a rank tuning alone, which compiles guesses ahead) starts a second set of worker
@@ -621,7 +621,9 @@ def test_a_rank_tuning_alone_compiles_its_guesses_in_workers_of_the_lowest_prior
         work = task(module.scale_kernel, signature, {"BLOCK": block}, {}, target, {"num_warps": 4, "num_stages": 2})
         assert work is not None and compile_workers._route.pool.compile(work), compile_workers._route.pool.stats
 
-    compiles = precompile.start_pool(2, timeout=60, space=1000, alone=True)
+    # a worker at the lowest priority gets about 1.5% of a CPU while the machine is busy at normal priority (a loaded
+    # run of the suite beside two busy loops: its compile ran out a 60 s timeout): the bounds leave it minutes
+    compiles = precompile.start_pool(2, timeout=150, space=1000, alone=True)
     try:
         assert compiles.workers is not None and compiles.guess_workers is not None
         assert compiles.pool is not None and compiles.pool.speculative == 1
@@ -630,7 +632,7 @@ def test_a_rank_tuning_alone_compiles_its_guesses_in_workers_of_the_lowest_prior
         compiles.submit(1, lambda: compile_block(64), NEXT_KEY)
         compiles.submit(2, lambda: compile_block(128))
         assert [compiles.wait(i) for i in range(3)] == [None, None, None]  # a next key's compile: never waited for
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 150
         while compiles.guess_workers.stats.compiled < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert compiles.guess_workers.stats.compiled == 2 and compiles.workers.stats.compiled == 1
