@@ -161,6 +161,59 @@ def test_a_kernel_a_worker_cannot_import_by_name_is_left_to_the_threads(kernel_m
         inner.__qualname__ = saved
 
 
+@pytest.mark.triton_dependent
+def test_a_process_that_instruments_tritons_compiler_compiles_in_its_own_threads(kernel_module):
+    """A worker compiles under the rank's key but without what instruments the rank's compiler (a sanitizer's mode
+    set in code, which Triton 3.6's CUDA backend reads beside the option; a stages hook; Proton's instrumentation):
+    before, the worker's kernel, built without it, was cached under the key the rank then loaded. Now no task is
+    made while any is set (the rank's threads compile), and tasks are made again once it is undone."""
+    import contextlib
+
+    import triton
+    from triton import knobs
+
+    module, target, _ = kernel_module
+
+    def to_a_worker() -> bool:
+        return task(module.scale_kernel, {}, {}, {}, target, {}) is not None
+
+    @contextlib.contextmanager
+    def attribute(owner, name, value):
+        saved = getattr(owner, name)
+        setattr(owner, name, value)
+        try:
+            yield
+        finally:
+            setattr(owner, name, saved)
+
+    forms = {"instrumentation mode": lambda: attribute(knobs.compilation, "instrumentation_mode", "consan")}
+    if hasattr(knobs.runtime, "add_stages_inspection_hook"):
+        forms["stages hook"] = lambda: attribute(knobs.runtime, "add_stages_inspection_hook", lambda *a: None)
+    compiler = triton.backends.backends["nvidia"].compiler
+    if hasattr(compiler, "instrumentation"):  # Triton 3.6
+        forms["backend instrumentation"] = lambda: attribute(compiler, "instrumentation", object())
+    try:
+        from triton._instrumentation import register_instrumentation, unregister_instrumentation
+    except ImportError:
+        pass
+    else:  # newer Triton
+        @contextlib.contextmanager
+        def registered():
+            register_instrumentation(point="tdt-test", backend="nvidia", callback=lambda *a: None)
+            try:
+                yield
+            finally:
+                unregister_instrumentation(point="tdt-test", backend="nvidia")
+
+        forms["registered callback"] = registered
+    assert to_a_worker()
+    for name, form in forms.items():
+        with form():
+            assert not to_a_worker(), name
+        assert to_a_worker(), name
+    assert len(forms) >= 3, forms
+
+
 def test_the_processes_setting_reads_a_whole_number_and_zero_turns_the_workers_off():
     from triton_dist_tune.settings import Settings
 

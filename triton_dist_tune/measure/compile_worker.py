@@ -71,8 +71,11 @@ def explicit_knobs() -> dict[str, dict[str, Any]] | None:
     """The Triton knobs this process set in code (``triton.knobs.cache.dir = ...``), by group, for a worker to compile
     under: such a value wins over its environment variable, and a forked worker keeps the values set before its fork
     (so a cache folder set in code after it was forked never reached it: it compiled into the old folder, and the
-    rank compiled every kernel again itself). None where one holds a value that is not plain data (a class, a tool):
-    a worker cannot be given it, and the rank's threads compile."""
+    rank compiled every kernel again itself). None where one holds a value that is not plain data (a class, a tool),
+    or where this process instruments Triton's compiler (:func:`instrumented`): a worker cannot be given it, and the
+    rank's threads compile."""
+    if instrumented():
+        return None
     explicit: dict[str, dict[str, Any]] = {}
     for name, group in knob_groups().items():
         values = {k: v for k, v in vars(group).items() if k in group.knob_descriptors}
@@ -81,6 +84,33 @@ def explicit_knobs() -> dict[str, dict[str, Any]] | None:
         if values:
             explicit[name] = values
     return explicit
+
+
+def instrumented() -> str | None:
+    """What instruments Triton's compiler in this process, which a worker's compile would go without, or None.
+
+    A worker compiles under the key the rank would, but a pass or stage that only this process adds would be missing
+    from its kernel, cached under that same key: the rank would then load a kernel built without the sanitizer or
+    the profiler's instrumentation it asked for. So any of these leaves the kernels to the rank's threads:
+    ``triton.knobs.compilation.instrumentation_mode`` (set in code by Proton's instrumentation and by the sanitizers;
+    Triton 3.6's CUDA backend reads it beside the option), ``triton.knobs.runtime.add_stages_inspection_hook``, a
+    backend's ``instrumentation`` (Triton 3.6: Proton's) and callbacks registered with ``triton._instrumentation``
+    (newer Triton: Proton's)."""
+    try:
+        import triton
+        from triton import knobs
+    except ImportError:
+        return None
+    if getattr(getattr(knobs, "compilation", None), "instrumentation_mode", ""):
+        return f"triton.knobs.compilation.instrumentation_mode = {knobs.compilation.instrumentation_mode!r}"
+    if getattr(getattr(knobs, "runtime", None), "add_stages_inspection_hook", None) is not None:
+        return "triton.knobs.runtime.add_stages_inspection_hook"
+    for name, backend in sorted(getattr(getattr(triton, "backends", None), "backends", {}).items()):
+        if getattr(getattr(backend, "compiler", None), "instrumentation", None):
+            return f"the {name} backend's instrumentation"
+    if getattr(sys.modules.get("triton._instrumentation"), "_callbacks", None):
+        return "callbacks registered with triton._instrumentation"
+    return None
 
 
 def apply_knobs(explicit: dict[str, dict[str, Any]]) -> None:

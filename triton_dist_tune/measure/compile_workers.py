@@ -390,8 +390,8 @@ def routed(pool: WorkerPool | None) -> Iterator[None]:
 def task(fn: Any, signature: Any, constexprs: Any, attrs: Any, target: Any, options: dict[str, Any]) -> bytes | None:
     """The worker's task for one compile of kernel ``fn`` (``triton.compile``'s arguments, and Triton's settings as
     they are now: its environment variables and the knobs set in code), or None when a worker cannot find the kernel
-    (defined in ``__main__`` or inside a function), cannot be given a knob (:func:`explicit_knobs`) or the task
-    cannot be pickled."""
+    (defined in ``__main__`` or inside a function), cannot be given a knob or the compiler's instrumentation
+    (:func:`explicit_knobs`) or the task cannot be pickled."""
     inner = getattr(fn, "fn", None)
     module, qualname = getattr(inner, "__module__", None), getattr(inner, "__qualname__", "")
     if not module or module == "__main__" or "<locals>" in qualname:
