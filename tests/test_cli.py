@@ -339,6 +339,46 @@ def test_the_journals_of_a_first_tuning_cut_short_are_listed_and_shown(tmp_path)
     assert missing.returncode == 2 and "no decision called 'feedface'" in missing.stderr
 
 
+@pytest.mark.timeout(120)
+def test_groups_that_are_not_replicas_are_listed_as_tunings_of_their_own(tmp_path):
+    """One entry's journals in one folder from three groups cut short: two replicas of one tuning (they agreed the
+    attempt's name ``X`` over the replicas; config 1 failed on one) and a group of the same job that is no replica
+    of theirs (its own attempt ``Y``; config 1 measured). Its next attempt reads only its own journals and reuses
+    config 1's time, so 'list' names two tunings and 'show' shows each. Before, the three were merged as replicas:
+    one tuning of '3 groups', config 1 failed."""
+    cache = tmp_path / "cache"
+    stem = "0123456789abcdef0123"
+    groups = {"aaaaaaaaaa": ("X", [0, 1]), "bbbbbbbbbb": ("X", [2, 3]), "cccccccccc": ("Y", [4, 5])}
+    for tag, (attempt, ranks) in groups.items():
+        for rank in range(2):
+            journal = Journal(cache / "fn" / f"{stem}.{tag}.rank{rank}.journal",
+                              {"job": "job-1", "group": f"ranks {ranks}", "ranks": ranks})
+            journal.attempt = attempt
+            journal.record(Outcome(0, "{BLOCK: 64}", "measured", time=1.25, spread=0.01, per_rank=[1.2, 1.25]))
+            if tag == "aaaaaaaaaa":
+                journal.record(Outcome(1, "{BLOCK: 128}", "failed", error="RuntimeError: out of resources"))
+            elif tag == "cccccccccc":
+                journal.record(Outcome(1, "{BLOCK: 128}", "measured", time=2.0, spread=0.01, per_rank=[2.0, 2.0]))
+            journal.close()
+
+    as_json = json.loads(cli("list", "--json", "--cache-dir", str(cache)).stdout)
+    found = {t["name"]: t for t in as_json["unfinished"]}
+    assert sorted(found) == [f"fn/{stem}@aaaaaaaaaa", f"fn/{stem}@cccccccccc"], sorted(found)
+    replicas, alone = found[f"fn/{stem}@aaaaaaaaaa"], found[f"fn/{stem}@cccccccccc"]
+    assert sorted(replicas["groups"]) == ["aaaaaaaaaa", "bbbbbbbbbb"] and list(alone["groups"]) == ["cccccccccc"]
+    assert len(replicas["journals"]) == 4 and len(alone["journals"]) == 2
+    assert [c["state"] for c in replicas["configs"]] == ["measured", "failed"], replicas["configs"]
+    assert [c["state"] for c in alone["configs"]] == ["measured", "measured"], alone["configs"]  # before: failed
+    listed = cli("list", "--cache-dir", str(cache)).stdout
+    assert "01234567@aaaaaaaaaa" in listed and "01234567@cccccccccc" in listed, listed
+    both = cli("show", stem, "--cache-dir", str(cache))
+    assert both.returncode == 2 and "names 2 unfinished tunings" in both.stderr, both.stderr
+    shown = cli("show", f"fn/{stem}@cccccccccc", "--cache-dir", str(cache))
+    assert shown.returncode == 0 and f"{stem}.cccccccccc.rank0.journal" in shown.stdout, shown.stdout
+    rows = {text.split()[0]: text.split()[1] for text in shown.stdout.splitlines() if text[:1].isdigit()}
+    assert "aaaaaaaaaa" not in shown.stdout and rows == {"0": "measured", "1": "measured"}, shown.stdout
+
+
 @pytest.mark.timeout(60)
 def test_an_unfinished_tunings_attempts_count_each_process_once_by_the_attempt_it_agreed(tmp_path):
     """A process's first records may come before its attempt's name was agreed (no ``attempt`` field): that

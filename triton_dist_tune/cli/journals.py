@@ -24,8 +24,8 @@ def list_lines(tunings: list[Unfinished], width: int) -> list[str]:
     if not tunings:
         return []
     now = time.time()
-    rows = [[t.entry[:8], t.function, t.ranks_text(), str(t.attempts), t.summary() or "no records",
-             dec.age_text(now - t.modified)] for t in tunings]
+    rows = [[t.entry[:8] + (f"@{t.part}" if t.part else ""), t.function, t.ranks_text(), str(t.attempts),
+             t.summary() or "no records", dec.age_text(now - t.modified)] for t in tunings]
     table = text_table(["name", "function", "ranks", "attempts", "configs", "last record"], rows)
     return [_clip(TITLE, width)] + [_clip("  " + line, width) for line in table.splitlines()]
 

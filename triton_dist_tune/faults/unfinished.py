@@ -49,6 +49,9 @@ class Unfinished:
     records: list[dict[str, Any]] = field(default_factory=list)
     #: damaged lines skipped: "<journal>: line <n>"
     damaged: list[str] = field(default_factory=list)
+    #: where the entry's journals hold several tunings (groups of one job that are not replicas of each other):
+    #: the group tag that names this one (:meth:`split`); empty where they hold one
+    part: str = ""
 
     @property
     def function(self) -> str:
@@ -56,8 +59,35 @@ class Unfinished:
 
     @property
     def name(self) -> str:
-        """``<function>/<entry>``, as ``list`` names decisions."""
-        return f"{self.folder.name}/{self.entry}"
+        """``<function>/<entry>``, as ``list`` names decisions (``<function>/<entry>@<group tag>`` where the entry's
+        journals hold several tunings)."""
+        return f"{self.folder.name}/{self.entry}" + (f"@{self.part}" if self.part else "")
+
+    def split(self) -> list[Unfinished]:
+        """The tunings these journals hold: the groups that agreed an attempt's name together (the replicas of one
+        tuning, which agree it over every replica: :func:`~.recovery.across`) are one tuning; groups that never
+        shared one (groups of one job that are not replicas, tuning the same entry into one folder) are tunings of
+        their own, whose next attempts never read each other's journals. A group none of whose records names an
+        attempt is one of its own."""
+        tags = {_slot(record)[0] for record in self.records} | {_tag(p) for p in self.journals}
+        linked = {tag: {tag} for tag in tags}
+        first: dict[str, str] = {}  # attempt -> the first tag seen to name it
+        for record in self.records:
+            attempt, tag = record.get("attempt"), _slot(record)[0]
+            if not isinstance(attempt, str) or not attempt:
+                continue
+            other = first.setdefault(attempt, tag)
+            if linked[other] is not linked[tag]:
+                merged = linked[other] | linked[tag]
+                for member in merged:
+                    linked[member] = merged
+        parts = sorted({min(group): group for group in linked.values()}.items())
+        if len(parts) <= 1:
+            return [self]
+        return [Unfinished(self.folder, self.entry, [p for p in self.journals if _tag(p) in group],
+                           [r for r in self.records if _slot(r)[0] in group],
+                           [d for d in self.damaged if _tag(Path(d.partition(":")[0])) in group], part or "none")
+                for part, group in parts]
 
     @property
     def modified(self) -> float:
@@ -67,8 +97,8 @@ class Unfinished:
     @property
     def groups(self) -> dict[str, list[int]]:
         """The groups that journaled (their tags, in the file names) and the group ranks of each: one group, or
-        several (the one-rank replicas of a node, whose journals share its folder, or groups of one job that tuned
-        the same entry)."""
+        several (the replicas of one tuning on a node, whose journals share its folder; groups of one job that are
+        not replicas are tunings of their own: :meth:`split`)."""
         out: dict[str, set[int]] = {}
         for path in self.journals:
             found = _JOURNAL.match(path.name)
@@ -176,7 +206,7 @@ def unfinished(root: Path) -> list[Unfinished]:
             records, damaged = parse_records(data, path)
             tuning.records += records
             tuning.damaged += [f"{path.name}: line {n}" for n in damaged]
-        out.append(tuning)
+        out += tuning.split()
     return out
 
 
@@ -192,6 +222,12 @@ def _slot(record: dict[str, Any]) -> tuple[str, str]:
     """The group tag and group rank of the journal a record was read from."""
     found = _JOURNAL.match(Path(record["file"]).name)
     return found["tag"] or "", found["rank"]
+
+
+def _tag(path: Path) -> str:
+    """The group tag in a journal's file name (empty for an old journal without one, or a name that is no journal's)."""
+    found = _JOURNAL.match(path.name)
+    return (found["tag"] or "") if found else ""
 
 
 def _mtime(path: Path) -> float:
