@@ -668,6 +668,75 @@ def call_beside_a_hot_call_settling() -> None:
 
 
 @case
+def agreement_beside_a_hot_call_meeting_its_new_key_late() -> None:
+    """Thread a's call 3 is hot: it copies 64 elements (decided), then 32 (a key no rank has decided, on every rank),
+    and settles (tunes) 32 once its run has ended. Thread b makes call 4, the agreement (sync_every=4), once a's call
+    has taken its number; a's run reaches its 32-element launch at opposite moments on purpose: on rank 1 at once
+    (before b calls), on rank 0 only once b's call has decided whether it tunes (it agrees, or waits for a). Every
+    rank must order the settlement and the agreement alike. Then calls 5 to 8 from the main thread."""
+    from triton_dist_tune.contextual.session import Session
+
+    tdt.init_distributed()
+    in_agreement, paused = threading.Event(), threading.Event()
+    settled_now: list[int] = []
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, sync_every=4)
+    def layer(x: torch.Tensor, y: torch.Tensor | None = None) -> float:
+        out = torch.empty_like(x)
+        with INTERPRETER:
+            copy_kernel[(1,)](x, out, x.numel())
+        if y is None:
+            return float(out.sum())
+        if threading.current_thread().name == "a" and rank() == 0 and not paused.is_set():
+            paused.set()  # (once: the settlement's tuning runs the function again)
+            wait_for(lambda: in_agreement.is_set() or waits(4), 2 * WAIT_S)
+        more = torch.empty_like(y)
+        with INTERPRETER:
+            copy_kernel[(1,)](y, more, y.numel())
+        return float(out.sum()) + float(more.sum())
+
+    tuner = layer.tuner
+
+    def waits(call: int) -> bool:  # the call waits in the library for the calls before it
+        return any(call in numbers for numbers in getattr(tuner, "_waiting", {}).values())
+
+    real_agree, real_tune_now = type(tuner)._agree, Session._tune_now
+
+    def agree(self: Any, group: Any, calls: int) -> bool:
+        in_agreement.set()
+        return real_agree(self, group, calls)
+
+    def tune_now(self: Any) -> bool:
+        now = real_tune_now(self)
+        if now:
+            settled_now.append(self.call_number)
+        return now
+
+    type(tuner)._agree, Session._tune_now = agree, tune_now  # type: ignore[method-assign]
+    results = {"1": outcome(layer, torch.ones(64)),  # first: tunes 64
+               "2": outcome(layer, torch.ones(64))}
+
+    def a() -> None:
+        results["3"] = outcome(layer, torch.ones(64), torch.ones(32))
+
+    def b() -> None:
+        wait_for(lambda: sum(tuner._calls.values()) >= 3)  # a took number 3
+        if rank() == 1:  # a's run has met 32 here before b calls
+            wait_for(lambda: any(3 in numbers for numbers in tuner._tuning.values()))
+        results["4"] = outcome(layer, torch.ones(64))
+
+    threads = [threading.Thread(target=fn, name=fn.__name__) for fn in (a, b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(4 * T_BESIDE)
+    results.update({str(n): outcome(layer, torch.ones(64)) for n in range(5, 9)})
+    emit(results=results, settled_now=settled_now, agreed=tuner.agreed_calls,
+         alive=[t.name for t in threads if t.is_alive()],
+         contextual={str(k[1]): d["index"] for k, d in sorted(tuner.decisions.items(), key=str)})
+
+
+@case
 def two_hot_calls_settling() -> None:
     """Threads a and b make hot calls 3 and 4, each meeting a key no rank has decided (48 and 32 elements, on every
     rank), their settlements timed apart on purpose: on rank 0 a's settles first (b's turn waits until a's settles

@@ -89,6 +89,11 @@ class ContextualTuner(TunerState):
         self._tuning: dict[tuple, dict[int, bool]] = {}
         #: group identity -> the numbers of the calls waiting for earlier ones to decide whether they tune
         self._waiting: dict[tuple, set[int]] = {}
+        #: group identity -> the numbers of the calls begun and not ended, hot ones included: a hot call may meet a
+        #: key no rank has decided at any launch of its run, and settle it at its end, so a call that may tune (or a
+        #: settling call) waits for every earlier one to end, not only for those that met such a key already (which
+        #: depends on each rank's timing: see ``_decidable``)
+        self._open: dict[tuple, set[int]] = {}
 
     def group(self) -> Group:
         """The group this function tunes with: alone (``is_dist=False``), the given one, or the default group
@@ -128,36 +133,53 @@ class ContextualTuner(TunerState):
         gid = group.identity
         with self._counting:
             calls = self._calls[gid] = self._calls.get(gid, 0) + 1
-            if self._tuning.get(gid) or self._waiting.get(gid):  # an earlier call tunes: it may decide ours
-                self._after_earlier(group, calls)
+            opened = self._open.get(gid)
+            if opened is None:
+                opened = self._open[gid] = set()
+            if self._tuning.get(gid) or self._waiting.get(gid) or (opened and self._may_tune(group, calls)):
+                self._after_earlier(group, calls)  # an earlier call tunes, or may settle a key: it may decide ours
+            opened.add(calls)
             first = gid not in self._called  # (inline: the hot path enters no Python function here; _first_due)
             due = group.size > 1 and (calls % self.options.sync_every == 0 or gid in self._due)
             window = group.size > 1 and self._in_window(group, calls)  # the last agreement's tuning calls
             tunes = (first or due or window) and not capturing()
             if tunes:
                 self._tuning.setdefault(gid, {})[calls] = due
-        if (first or due or window) and not tunes:  # inside a CUDA-graph capture: no tuning, no store, no exchange
-            if first:
-                raise tuning_in_capture(self.options.name, "this is its first call, which tunes every kernel key "
-                                        "it meets", TUNE_AHEAD)
-            if due:
-                self._due.add(gid)  # the group's agreement waits for the next call outside a capture
-        elif tunes:
-            # the agreement and the tuning call are exchanges: threads of this process take turns on the group (as
-            # autotune tunings do), so that their exchanges never interleave (see Group.turn); alone too, so that
-            # two threads never tune one key at once (the later one's session, finding it decided by the other,
-            # would stall and end it unmeasured, replacing the choice)
-            try:
-                with group.turn():
-                    try:
-                        tune = first or window or self._agree(group, calls)
-                    finally:
-                        self._ended(gid, calls, agreement_only=True)
-                    if tune:
-                        return self._tune(group, calls, args, kwargs)
-            finally:
-                self._ended(gid, calls)
-        return HotCall(self, group, calls).call(args, kwargs)
+        try:
+            if (first or due or window) and not tunes:  # in a CUDA-graph capture: no tuning, no store, no exchange
+                if first:
+                    raise tuning_in_capture(self.options.name, "this is its first call, which tunes every kernel "
+                                            "key it meets", TUNE_AHEAD)
+                if due:
+                    self._due.add(gid)  # the group's agreement waits for the next call outside a capture
+            elif tunes:
+                # the agreement and the tuning call are exchanges: threads of this process take turns on the group
+                # (as autotune tunings do), so that their exchanges never interleave (see Group.turn); alone too, so
+                # that two threads never tune one key at once (the later one's session, finding it decided by the
+                # other, would stall and end it unmeasured, replacing the choice)
+                try:
+                    with group.turn():
+                        try:
+                            tune = first or window or self._agree(group, calls)
+                        finally:
+                            self._ended(gid, calls, agreement_only=True)
+                        if tune:
+                            return self._tune(group, calls, args, kwargs)
+                finally:
+                    self._ended(gid, calls)
+            return HotCall(self, group, calls).call(args, kwargs)
+        finally:
+            opened.discard(calls)
+            if self._waiting.get(gid):  # a later call may wait for this one to end
+                with self._counting:
+                    self._changed.notify_all()
+
+    def _may_tune(self, group: Group, calls: int) -> bool:
+        """(``self._counting`` held.) Whether call ``calls`` may tune, by what every rank knows alike: the group's
+        first call, an agreement, or a call before the end of the last agreement's tuning window (whether it
+        tunes then depends on whether the keys offered are decided yet: ``_in_window``)."""
+        first, due = self._first_due(group, calls)
+        return first or due or calls < self.window_end.get(group.identity, 0)
 
     def _first_due(self, group: Group, calls: int) -> tuple[bool, bool]:
         """Whether call number ``calls`` is the group's first (no call tuned to its end yet) and whether the
@@ -194,6 +216,13 @@ class ContextualTuner(TunerState):
         gid = group.identity
         if any(n < calls for n in self._waiting[gid]):
             return False
+        if self._may_tune(group, calls) and any(n < calls for n in self._open.get(gid, ())):
+            # an earlier call not ended, hot ones included: a hot call's run may still meet a key no rank has
+            # decided and settle it, which can decide the window's keys or be offered at an agreement. Before, only
+            # calls that had met such a key were waited for: a hot call that met its key on one rank before a later
+            # call decided and on the other after let that call decide by timing
+            # (test_threads.py: test_an_agreement_beside_a_hot_call_that_meets_its_new_key_late_...)
+            return False
         earlier = {n: agreeing for n, agreeing in self._tuning.get(gid, {}).items() if n < calls}
         if not earlier:
             return True
@@ -227,8 +256,8 @@ class ContextualTuner(TunerState):
             return
         gid = group.identity
         timeout = self.options.timeout or settings.current().timeout
-        with self._counting:
-            if not self._changed.wait_for(lambda: not any(n < calls for n in (*self._tuning.get(gid, ()),
+        with self._counting:  # (every earlier call not ended: its run may meet a new key of its own, see _decidable)
+            if not self._changed.wait_for(lambda: not any(n < calls for n in (*self._open.get(gid, ()),
                                                                                *self._waiting.get(gid, ()))), timeout):
                 logs.rank_log().warning("%s call %d: waited %g s for earlier calls on other threads to end their "
                                         "tuning (calls %s); settling its new keys without them", self.options.label,
