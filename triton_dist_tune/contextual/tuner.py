@@ -138,13 +138,13 @@ class ContextualTuner(TunerState):
                 opened = self._open[gid] = set()
             if self._tuning.get(gid) or self._waiting.get(gid) or (opened and self._may_tune(group, calls)):
                 self._after_earlier(group, calls)  # an earlier call tunes, or may settle a key: it may decide ours
-            opened.add(calls)
             first = gid not in self._called  # (inline: the hot path enters no Python function here; _first_due)
             due = group.size > 1 and (calls % self.options.sync_every == 0 or gid in self._due)
             window = group.size > 1 and self._in_window(group, calls)  # the last agreement's tuning calls
             tunes = (first or due or window) and not capturing()
             if tunes:
                 self._tuning.setdefault(gid, {})[calls] = due
+            opened.add(calls)  # (last, under the lock: a later call sees it; nothing between here and try raises)
         try:
             if (first or due or window) and not tunes:  # in a CUDA-graph capture: no tuning, no store, no exchange
                 if first:
