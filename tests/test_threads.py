@@ -192,7 +192,8 @@ def test_one_contextual_function_called_from_two_threads_at_once_tunes_both_keys
 def ran_alike(tmp_path, case: str, calls: int, kernels: int, **extra: str) -> list[dict]:
     """Run thread scenario ``case`` on 2 gloo ranks (T = 10 s, ``extra``: more tuner variables) and check what every
     such scenario must hold: both ranks exit 0, calls 1 to ``calls`` all return "ok", no thread of the tuner is left
-    alive, and both ranks hold the same ``kernels`` contextual decisions. Returns each rank's result."""
+    alive, both ranks hold the same ``kernels`` contextual decisions, and no call waited out the timeout for earlier
+    calls. Returns each rank's result."""
     results = run_ranks(CASES, 2, [case], env=tuner_env(tmp_path, 10, **extra), timeout=200)
     assert all(r.returncode == 0 for r in results), describe(results)
     r0, r1 = (r.result for r in results)
@@ -200,6 +201,12 @@ def ran_alike(tmp_path, case: str, calls: int, kernels: int, **extra: str) -> li
         assert {n: list(got) for n, got in r["results"].items()} == {str(n): ["ok"] for n in range(1, calls + 1)}, r
         assert r["alive"] == [], r
     assert r0["contextual"] == r1["contextual"] and len(r0["contextual"]) == kernels, (r0, r1)
+    # no call waited out the timeout for earlier ones (a wake-up missed: a call that ended without waking the call
+    # waiting for it let that call sleep until T, then decide without it; counted in the rank logs, not timed)
+    waited_out = [line for path in sorted((tmp_path / "logs").glob("rank-*.log"))
+                  for line in path.read_text(errors="replace").splitlines()
+                  if "for earlier calls on other threads to end" in line]
+    assert not waited_out, waited_out
     return [r0, r1]
 
 

@@ -94,6 +94,9 @@ class ContextualTuner(TunerState):
         #: settling call) waits for every earlier one to end, not only for those that met such a key already (which
         #: depends on each rank's timing: see ``_decidable``)
         self._open: dict[tuple, set[int]] = {}
+        #: how many calls sleep on :attr:`_changed` now (``_after_earlier``, ``settle_turn``): a call that ends wakes
+        #: them (it may be the earlier call they wait for), and takes the lock to do so only while one sleeps
+        self._sleeping = 0
 
     def group(self) -> Group:
         """The group this function tunes with: alone (``is_dist=False``), the given one, or the default group
@@ -170,7 +173,7 @@ class ContextualTuner(TunerState):
             return HotCall(self, group, calls).call(args, kwargs)
         finally:
             opened.discard(calls)
-            if self._waiting.get(gid):  # a later call may wait for this one to end
+            if self._sleeping:  # a later call may wait for this one to end (it counted itself before its look)
                 with self._counting:
                     self._changed.notify_all()
 
@@ -202,12 +205,14 @@ class ContextualTuner(TunerState):
         waiting = self._waiting.setdefault(gid, set())
         waiting.add(calls)
         timeout = self.options.timeout or settings.current().timeout
+        self._sleeping += 1
         try:
             if not self._changed.wait_for(lambda: self._decidable(group, calls), timeout):
                 logs.rank_log().warning("%s call %d: waited %g s for earlier calls on other threads to end their "
                                         "tuning (calls %s); deciding whether it tunes without them", self.options.label,
                                         calls, timeout, sorted(self._tuning.get(gid, {})))
         finally:
+            self._sleeping -= 1
             waiting.discard(calls)
             self._changed.notify_all()  # a later call may wait for this one to decide
 
@@ -249,19 +254,26 @@ class ContextualTuner(TunerState):
             self._tuning.setdefault(gid, {})[calls] = False
 
     def settle_turn(self, group: Group, calls: int) -> None:
-        """Before settling hot call ``calls`` takes the group's turn: wait until every earlier call has decided and
-        no earlier one tunes, agrees or settles, so that settlements and tunings take their turns in the order of
-        their numbers, the same on every rank (not a thread inside a tuning; at most the timeout, then logged)."""
+        """Before settling hot call ``calls`` takes the group's turn: wait until every earlier call has ended (hot ones
+        too: one may still meet a new key of its own and settle it), so that settlements and tunings take their turns
+        in the order of their numbers, the same on every rank (not a thread inside a tuning; at most the timeout,
+        then logged)."""
         if holds_a_turn():
             return
         gid = group.identity
         timeout = self.options.timeout or settings.current().timeout
         with self._counting:  # (every earlier call not ended: its run may meet a new key of its own, see _decidable)
-            if not self._changed.wait_for(lambda: not any(n < calls for n in (*self._open.get(gid, ()),
-                                                                               *self._waiting.get(gid, ()))), timeout):
-                logs.rank_log().warning("%s call %d: waited %g s for earlier calls on other threads to end their "
-                                        "tuning (calls %s); settling its new keys without them", self.options.label,
-                                        calls, timeout, sorted(self._tuning.get(gid, {})))
+            self._sleeping += 1
+            try:
+                settled = self._changed.wait_for(lambda: not any(n < calls for n in (*self._open.get(gid, ()),
+                                                                                      *self._waiting.get(gid, ()))),
+                                                 timeout)
+            finally:
+                self._sleeping -= 1
+            if not settled:
+                logs.rank_log().warning("%s call %d: waited %g s for earlier calls on other threads to end (calls "
+                                        "%s); settling its new keys without them", self.options.label, calls, timeout,
+                                        sorted(n for n in self._open.get(gid, ()) if n < calls))
 
     def settled(self, gid: tuple, calls: int) -> None:
         """Settling hot call ``calls`` ended (see :meth:`settling`)."""
