@@ -152,7 +152,7 @@ class HotCall:
             return out
         # a key this rank has not decided: settling it and, when every rank met it, tuning it are exchanges, so
         # threads of this process take turns on the group (as tunings do; see Group.turn), alone too (tuning it),
-        # in the order of their call numbers (after every earlier call in flight, see TunerState.settle_turn)
+        # in the order of their call numbers (once every earlier call has ended, see TunerState.settle_turn)
         try:
             self.tuner.settle_turn(self.group, self.call_number)
             with self.group.turn():

@@ -66,7 +66,7 @@ class TunerState:
         self.nodes: dict[tuple, list[int]] = {}
 
     # the order of calls from several threads (ContextualTuner's): a hot call that settles new keys is in flight
-    # from its first undecided launch to its end, and takes the group's turn after the calls before it
+    # from its first undecided launch to its end, and takes the group's turn once every call before it has ended
 
     def settling(self, gid: tuple, calls: int) -> None:
         """Hot call ``calls`` on group ``gid`` met a key this rank has not decided: it settles it at its end."""
