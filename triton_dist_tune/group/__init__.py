@@ -4,7 +4,7 @@
 - :mod:`.agreement`: :func:`agree` (the same texts on every rank, by fingerprint), and what group rank 0
   computes for the group, its result or its error, on every rank alike (:func:`~.agreement.from_root`);
 - :mod:`.store`: a torch.distributed group, through the job's key-value store (:mod:`.store_board`: its failure
-  board; :mod:`.store_wait`: its quiet waits);
+  board; :mod:`.store_wait`: its quiet waits; :mod:`.store_peek`: its reads that never wait);
 - :mod:`.mpi`: an mpi4py communicator, through a duplicate of it;
 - :mod:`.resolve`: the channel of a call's ``autotune_pg`` (one per group object and process);
 - :mod:`.dist`: :func:`~.dist.init_distributed`, a restart-safe ``init_process_group``;
