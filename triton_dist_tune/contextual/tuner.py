@@ -228,13 +228,10 @@ class ContextualTuner(TunerState):
             # call decided and on the other after let that call decide by timing
             # (test_threads.py: test_an_agreement_beside_a_hot_call_that_meets_its_new_key_late_...)
             return False
-        earlier = {n: agreeing for n, agreeing in self._tuning.get(gid, {}).items() if n < calls}
-        if not earlier:
-            return True
-        first, due = self._first_due(group, calls)
+        # (every call tuning or agreeing is open: a call that may tune has none before it now) an agreement not made
+        # yet may open a tuning window this call falls in
         sync = self.options.sync_every
-        return not (first or due or calls < self.window_end.get(gid, 0)
-                    or any(agreeing and calls < n + sync for n, agreeing in earlier.items()))
+        return not any(agreeing and n < calls < n + sync for n, agreeing in self._tuning.get(gid, {}).items())
 
     def _ended(self, gid: tuple, calls: int, agreement_only: bool = False) -> None:
         """Call ``calls`` made its agreement (``agreement_only``: its tuning, if any, goes on) or ended."""

@@ -436,7 +436,7 @@ def _install() -> None:
                 work = None
             if work is None:
                 pool.skip("a kernel defined in __main__ or inside a function, a Triton knob set in code to a class or "
-                          "a tool, or not pickled")
+                          "a tool, Triton's compiler instrumented (a sanitizer, Proton), or not pickled")
             elif not pool.compile(work) and _exiting.is_set():
                 raise RuntimeError("triton_dist_tune: the process is exiting; a compile its worker did not do is "
                                    "dropped")
