@@ -801,6 +801,69 @@ def two_hot_calls_settling() -> None:
          contextual={str(k[1]): d["index"] for k, d in sorted(tuner.decisions.items(), key=str)})
 
 
+@case
+def settlement_waiting_for_a_hot_call_that_ends_late() -> None:
+    """Thread a's call 3 is hot (64 elements, decided) and its run holds until thread b's call 4 sleeps in the
+    library: b's call is hot too, meets a key no rank has decided (48 elements, on every rank) and, its run ended,
+    waits to settle it until every earlier call has ended. a's call then ends, which must wake b's at once: nothing
+    else changes while b sleeps (no call waits to decide whether it tunes). Then calls 5 and 6 from the main
+    thread."""
+    from triton_dist_tune.contextual.session import Session
+    from triton_dist_tune.contextual.tuner import ContextualTuner
+
+    tdt.init_distributed()
+    b_settling = threading.Event()
+    settled_now: list[int] = []
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3, sync_every=100)
+    def layer(x: torch.Tensor) -> float:
+        if threading.current_thread().name == "a":  # b's call ends its run and sleeps, waiting for this one to end
+            wait_for(lambda: b_settling.is_set() and len(getattr(tuner._changed, "_waiters", ())) > 0, 2 * WAIT_S)
+        out = torch.empty_like(x)
+        with INTERPRETER:
+            copy_kernel[(1,)](x, out, x.numel())
+        return float(out.sum())
+
+    tuner = layer.tuner
+    real_tune_now, real_settle_turn = Session._tune_now, ContextualTuner.settle_turn
+
+    def tune_now(self: Any) -> bool:
+        now = real_tune_now(self)
+        if now:
+            settled_now.append(self.call_number)
+        return now
+
+    def settle_turn(self: Any, group: Any, calls: int) -> None:
+        if threading.current_thread().name != "b":
+            return real_settle_turn(self, group, calls)
+        b_settling.set()
+        began = time.monotonic()
+        try:
+            return real_settle_turn(self, group, calls)
+        finally:
+            settle_wait.append(time.monotonic() - began)
+
+    settle_wait: list[float] = []
+    Session._tune_now, ContextualTuner.settle_turn = tune_now, settle_turn  # type: ignore[method-assign]
+    results = {"1": outcome(layer, torch.ones(64)),  # first: tunes 64
+               "2": outcome(layer, torch.ones(64))}
+
+    def b() -> None:
+        wait_for(lambda: sum(tuner._calls.values()) >= 3)  # a took number 3
+        results["4"] = outcome(layer, torch.ones(48))
+
+    threads = [threading.Thread(target=lambda: results.update({"3": outcome(layer, torch.ones(64))}), name="a"),
+               threading.Thread(target=b, name="b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(4 * T_BESIDE)
+    results.update({str(n): outcome(layer, torch.ones(x)) for n, x in ((5, 48), (6, 64))})
+    emit(results=results, settled_now=settled_now, settle_wait=settle_wait,
+         alive=[t.name for t in threads if t.is_alive()],
+         contextual={str(k[1]): d["index"] for k, d in sorted(tuner.decisions.items(), key=str)})
+
+
 #: the tuner's timeout in call_beside_agreement (s), as tests/test_threads.py sets it
 T_BESIDE = 10
 
