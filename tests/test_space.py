@@ -26,6 +26,22 @@ def test_bad_spaces_are_rejected(space, message):
         validate_space(space)
 
 
+def test_a_string_value_that_looks_like_an_address_is_the_users_text_not_an_address():
+    # before: {"mask": "0xffffffff"} was refused as a config whose text "holds a memory address"
+    assert validate_space([{"mask": "0xffffffff"}, {"mask": "0x0000ffff", "cfg": {"tag": "at 0x1234567"}}])
+    with pytest.raises(tdt.BadInputError, match="memory address"):
+        validate_space([{"fn": object()}])
+    with pytest.raises(tdt.BadInputError, match="memory address"):
+        validate_space([{"nested": {"deeper": [object()]}}])
+
+
+def test_tritons_defaults_for_the_argument_options_mean_none():
+    # before: reset_to_zero=None / restore_value=None (triton.autotune's defaults) were a BadInputError
+    tuned = tdt.autotune(config_space=[{"v": 1}], key_fn=lambda x: 0, reset_to_zero=None, restore_value=None)(
+        lambda x, *, v: x + v)
+    assert tuned.tuner.options.reset_to_zero == () and tuned.tuner.options.restore_value == ()
+
+
 def test_clash_with_call_keywords():
     check_no_clash({"a": 1}, {"b": 2})
     with pytest.raises(tdt.BadInputError, match=r"\['a'\]"):

@@ -157,12 +157,28 @@ def validate_space(config_space: Any) -> list[dict[str, Any]]:
         bad = [k for k in config if not isinstance(k, str)]
         if bad:
             raise BadInputError(f"config_space[{i}] has keys that are not keyword names: {bad}")
-        text = describe(config)
-        if _ADDRESS.search(text):
+        if _address_in(config):
+            text = describe(config)
             raise BadInputError(f"config_space[{i}] is described as {text[:120]!r}, which holds a memory address "
                                 "and differs between processes: use values with a stable repr")
         space.append(dict(config))
     return space
+
+
+def _address_in(value: Any, depth: int = 0) -> bool:
+    """Whether :func:`describe` of ``value`` would hold a memory address from some value's repr (a string that holds
+    one, ``"0xffffffff"``, is the user's text, equal in every process: not an address)."""
+    if isinstance(value, (str, bytes)) or depth > 32:
+        return False
+    if isinstance(value, Mapping):
+        return any(_address_in(k, depth + 1) or _address_in(v, depth + 1) for k, v in value.items())
+    if type(value).__name__ == "Config" and hasattr(value, "all_kwargs"):
+        return _address_in(value.all_kwargs(), depth + 1)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(_address_in(v, depth + 1) for v in value)
+    if isinstance(value, functools.partial):
+        return _address_in([value.func, *value.args, *value.keywords.values()], depth + 1)
+    return _ADDRESS.search(describe(value)) is not None
 
 
 def check_space_signature(fn: Callable[..., Any], space: Sequence[Mapping[str, Any]], name: str) -> None:

@@ -92,8 +92,8 @@ class TuneOptions:
     n_warmup: int = 1
     n_repeat: int = 10
     timeout: float | None = None
-    reset_to_zero: Iterable[str] = ()
-    restore_value: Iterable[str] = ()
+    reset_to_zero: Iterable[str] | None = ()
+    restore_value: Iterable[str] | None = ()
     pre_hook: Callable[..., Any] | None = None
     post_hook: Callable[..., Any] | None = None
     ref_prog: Callable[..., Any] | None = None

@@ -52,7 +52,10 @@ MAX_DEPTH = 8
 
 
 def check_names(fn: Callable[..., Any], names: Iterable[str], option: str) -> tuple[str, ...]:
-    """Validate that every name in ``names`` is a parameter of ``fn``; returns them as a tuple."""
+    """Validate that every name in ``names`` is a parameter of ``fn``; returns them as a tuple (None, Triton's
+    default for ``restore_value`` and ``reset_to_zero``: none)."""
+    if names is None:
+        return ()
     if isinstance(names, (str, bytes)):
         raise BadInputError(f"{option} must be a list of argument names, not the string {names!r} "
                             f"(write {option}=[{names!r}])")
