@@ -90,12 +90,11 @@ def test_autotune_undecided_first_on_two_ranks_serves_one_config_inside_a_captur
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.timeout(120)
 def test_autotune_undecided_first_on_two_ranks_agrees_once_through_the_store_inside_a_capture(served_on_two_ranks):
     # docs/cuda-graphs.md: on a group, the first served call of a key agrees on what to serve in one exchange
     # through the job's store (no device work); the served key's next call makes none (asserted above)
     for r in served_on_two_ranks:
-        assert [e for e in r["collective"]["exchanges"] if "serve undecided key" in e] == \
+        assert [e for e in r["collective"]["exchanges"] if "serve an undecided key" in e] == \
             r["collective"]["exchanges"] and len(r["collective"]["exchanges"]) == 1, r["collective"]
 
 

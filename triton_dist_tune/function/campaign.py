@@ -166,10 +166,13 @@ def _keys(tuner: TunedFunction, build: Callable[[int], Call], count: int, plan: 
             call = build(position)
             keys.append(tuner.key_fn(*call.args, **call.kwargs))
             texts.append(describe_key(keys[-1], "the key key_fn returned"))
+            hash(keys[-1])  # a list or a dict has a text but is no key: said here, on every rank alike
             masks.append(_keeps(tuner, call))
     except Exception as exc:
         problem = f"rank {logs.global_rank()}: building call {len(keys)} or its key raised {describe_error(exc)}"
-    fields = {"campaign keys": "\n".join(texts)}
+    # the config space too: a unit learns the others' decisions by index into its own space (a space built in
+    # another order on one rank, from a set, would apply another config there)
+    fields = {"campaign keys": "\n".join(texts), "config space": tuner.space_text}
     what = f"[campaign {tuner.name}] agree on the keys"
     for group, step in ((plan.tune_group, what), (plan.across, f"{what} (across units)")):
         if group.size <= 1:
@@ -177,9 +180,10 @@ def _keys(tuner: TunedFunction, build: Callable[[int], Call], count: int, plan: 
         found = agree(group, fields, step, timeout, problem)
         notes = list(dict.fromkeys(note for _, note in found.notes))  # each note names its rank already
         if found.differ:
-            detail = "; ".join(f"ranks {_global(group, ranks)}: key {text}" for holders in found.differ.values()
-                               for ranks, text in holders)
-            notes.append(f"the ranks' keys differ: {detail}")
+            for field, holders in found.differ.items():
+                detail = "; ".join(f"ranks {_global(group, ranks)}: {'key ' if field == 'campaign keys' else ''}"
+                                   f"{text}" for ranks, text in holders)
+                notes.append(f"the ranks' {'keys' if field == 'campaign keys' else field + 's'} differ: {detail}")
         problem = "; ".join(notes) or None
     if problem is not None:
         raise BadInputError(f"campaign {tuner.name}: {problem}")

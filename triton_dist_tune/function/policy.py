@@ -30,7 +30,7 @@ from typing import Any
 
 from .. import settings
 from ..disk import logs
-from ..errors import BadInputError
+from ..errors import BadInputError, MismatchError
 from ..group.channel import Group
 from ..space import describe_key, index_of
 
@@ -115,18 +115,27 @@ def choose(candidates: Sequence[Candidate], keeps: Sequence[bool]) -> Choice | N
     return None if first is None else Choice(first, None)
 
 
-def _choose_for_group(values: list[Any]) -> tuple[int, str | None] | None:
-    """Group rank 0: the ranks' (candidates, keep mask) -> the choice every rank serves. A config is kept only where
-    every rank keeps it; a candidate counts only where every rank holds it (rank 0's order: (distance, text)).
-    None: some rank's ``prune_fn`` raised or nothing is kept everywhere (the key is tuned)."""
-    errors = [(r, cands) for r, (cands, _) in enumerate(values) if isinstance(cands, str)]
-    if errors:  # some rank's distance failed: the same BadInputError on every rank
+def _choose_for_group(values: list[Any]) -> tuple[Any, str | None] | None:
+    """Group rank 0: the ranks' (candidates, keep mask, config space's fingerprint, key text) -> the choice every
+    rank serves. A config is kept only where every rank keeps it; a candidate counts only where every rank holds it
+    (rank 0's order: (distance, text)). None: some rank's ``prune_fn`` raised or nothing is kept everywhere (the
+    key is tuned). ``("error", text)``: some rank cannot serve (its key, its distance); ``("mismatch", text)``: the
+    ranks' config spaces or keys differ (a served index would name different configs, or serve another key)."""
+    errors = [(r, value[0]) for r, value in enumerate(values) if isinstance(value[0], str)]
+    if errors:  # some rank's distance or key failed: the same BadInputError on every rank
         return ("error", "; ".join(f"rank {r}: {text}" for r, text in errors))
-    masks = [mask for _, mask in values]
+    for i, what, advice in ((2, "config space", "every rank must build the same configs in the same order"),
+                            (3, "key", "key_fn must return the same key on every rank of the group")):
+        held = [value[i] for value in values]
+        if any(h != held[0] for h in held):
+            shown = "" if i == 2 else ": " + "; ".join(f"rank {r}: {h}" for r, h in enumerate(held))
+            differ = [r for r, h in enumerate(held) if h != held[0]]
+            return ("mismatch", f"ranks differ in {what} (rank(s) {differ} against rank 0{shown}): {advice}")
+    masks = [value[1] for value in values]
     if any(not isinstance(mask, list) for mask in masks):
         return None
     keeps = [all(mask[i] for mask in masks) for i in range(len(masks[0]))]
-    held = [{tuple(c) for c in cands} for cands, _ in values]
+    held = [{tuple(c) for c in value[0]} for value in values]
     common = [Candidate(*c) for c in values[0][0] if all(tuple(c) in h for h in held)]
     found = choose(common, keeps)
     return None if found is None else (found.index, found.source)
@@ -150,7 +159,7 @@ class Undecided:
     def serve(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, grouped: bool,
               space: Sequence[dict[str, Any]], keeps: Callable[[dict[str, Any]], bool],
               group: Group | None = None, timeout: float | None = None,
-              announce: bool = True, problem: str | None = None) -> dict[str, Any] | None:
+              announce: bool = True, problem: str | None = None, space_print: str = "") -> dict[str, Any] | None:
         """The config for the undecided ``slot`` of ``table`` (None: tune it). ``grouped``: ``table`` is
         ``decided_in`` (slots are (group..., key)); ``keeps(config)``: whether ``prune_fn`` keeps ``config`` for
         this call (a served config is always one it keeps).
@@ -161,8 +170,10 @@ class Undecided:
         Without, this rank chooses alone (no communication). What is served is said in every rank's log, and as a
         warning on group rank 0 only (``announce``: whether this rank is it, for a rank-local function).
 
-        ``problem``: this rank cannot serve (a malformed variable): a ``BadInputError`` saying so, raised on every
-        rank of the group at the exchange (on this rank alone without one)."""
+        ``problem``: this rank cannot serve (a malformed variable, a key ``key_fn`` failed to give): a
+        ``BadInputError`` saying so, raised on every rank of the group at the exchange (on this rank alone without
+        one). ``space_print``: a fingerprint of ``space``, compared over the group (ranks whose spaces differ would
+        serve different configs by one index: a ``MismatchError`` on every rank)."""
         mode = self.current()
         if mode == "tune":
             return None
@@ -170,15 +181,15 @@ class Undecided:
         # (a copy of ``table``, here and in _nearest: a tuning on another group, under its own lock, may add to it)
         seen = sum(1 for other in list(table) if _split(other, grouped)[0] == prefix)
         served = self._served.get(slot)
-        if served is not None and served.seen == seen:
+        if served is not None and served.seen == seen and problem is None:
             return served.config
         grouped_call = group is not None and group.size > 1
         if problem is not None and not grouped_call:
             raise BadInputError(problem)
         try:
-            candidates: list[Candidate] | str = self._nearest(table, slot, grouped, space) if mode == "nearest" else []
             if problem is not None:
                 raise BadInputError(problem)
+            candidates: list[Candidate] | str = self._nearest(table, slot, grouped, space) if mode == "nearest" else []
         except BadInputError as exc:  # a distance that raised or returned no number, or the problem
             if not grouped_call:
                 raise
@@ -189,9 +200,12 @@ class Undecided:
             mask = f"prune_fn raised {exc!r}"
         if grouped_call:
             mine = (candidates if isinstance(candidates, str) else [[c.distance, c.text, c.index] for c in candidates],
-                    mask)
-            what = f"[{self.name}] serve undecided key {_key_text(key)} ({mode})"
+                    mask, space_print, None if problem is not None else _key_text(key))
+            # (the key is compared, not named in the step: a rank whose key_fn failed has none to name)
+            what = f"[{self.name}] serve an undecided key ({mode})"
             agreed = group.combine(mine, what, _choose_for_group, timeout)
+            if agreed is not None and agreed[0] == "mismatch":
+                raise MismatchError(f"triton_dist_tune: {what}: {agreed[1]}")
             if agreed is not None and agreed[0] == "error":
                 raise BadInputError(f"triton_dist_tune: {what}: {agreed[1]}")
             found = None if agreed is None else Choice(int(agreed[0]), agreed[1])

@@ -70,6 +70,8 @@ class TunedFunction:
         #: parameter by position, and goes to the slow path, which names it
         self.positional_limit = positional_limit(fn, self.space_names)
         self.space_text = "\n".join(self.descriptions)
+        #: what the group compares before serving an undecided key by index (:mod:`.policy`)
+        self.space_print = fingerprint(self.space_text)
         self.cache = DiskCache(self.name)
         self.source = source_of(fn)
         self._dependencies: str | None = None

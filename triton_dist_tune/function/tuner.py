@@ -14,7 +14,7 @@ from ..errors import BadInputError, describe_error
 from ..group.calls import calling
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
-from ..space import CALL_KEYWORDS, check_call, check_no_clash, keeps
+from ..space import CALL_KEYWORDS, check_call, check_no_clash, describe_key, keeps
 from .options import TuneOptions
 from .tuned import TunedFunction
 from .tuning import Tuning
@@ -95,8 +95,11 @@ class Tuner(TunedFunction):
                 turn.enter_context(group.turn())
                 config = table.get(slot) if key_error is None else None  # decided by a thread before us?
             env_problem = settings.problem() if config is None else None  # agreed below, never raised alone
-            if config is None and key_error is None:  # ``undecided="nearest"|"first"``: no tuning
-                config = self._serve(table, slot, group, args, kwargs, overwrite, env_problem)
+            if config is None and self.undecided.current() != "tune":  # ``undecided="nearest"|"first"``: no tuning
+                # a key key_fn could not give, or one that is no key (a tensor, nan): raised by every rank at the
+                # serving's exchange, as the tuning's agreement would (the ranks serving take no other step)
+                serve_problem = key_error or (_key_problem(key) if key_error is None else None) or env_problem
+                config = self._serve(table, slot, group, args, kwargs, overwrite, serve_problem)
             if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
                 problem = self._call_problem((), kwargs)  # a tuned parameter by keyword: named, decided key or not
             if config is not None and problem:
@@ -132,7 +135,7 @@ class Tuner(TunedFunction):
         timeout = self.options.timeout if self.options.timeout is not None else settings.current().timeout
         config = self.undecided.serve(table, slot, table is self.decided_in, self.space, kept,
                                       None if local else group, timeout, announce=getattr(group, "rank", 0) == 0,
-                                      problem=problem)
+                                      problem=problem, space_print=self.space_print)
         if config is not None and not overwrite:
             check_no_clash(config, tuned_kwargs)
         return config
@@ -164,3 +167,13 @@ class Tuner(TunedFunction):
                     check_no_clash(config, kwargs)
                 return config
         raise BadInputError(f"{self.name}: prune_fn keeps no config for this call (autotune=False)")
+
+
+def _key_problem(key: Hashable) -> str | None:
+    """Why ``key`` is no tuning key (a tensor, an object hashed by identity, nan: :func:`~.space.describe_key`), as
+    the tuning's agreement says it, or None."""
+    try:
+        describe_key(key, "the key key_fn returned")
+    except BadInputError as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,102 @@
+"""Keys served by the ``undecided`` policy, and campaigns, on ranks that disagree: run by tests/test_serving.py.
+
+Usage: python serving_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Each rank prints one
+``RESULT {json}`` line: what its calls returned or raised.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from _cases import case, emit, main, outcome  # noqa: E402
+
+import triton_dist_tune as tdt  # noqa: E402
+
+
+def rank() -> int:
+    return dist.get_rank()
+
+
+def served(key_fn, algos: list[str]):
+    """A collective function of two configs under ``undecided="first"``, its space built from ``algos``."""
+
+    @tdt.autotune([{"algo": a} for a in algos], key_fn=key_fn, undecided="first", n_warmup=1, n_repeat=2,
+                  timing="cold", name="served")
+    def f(x, *, algo):
+        y = x.clone()
+        dist.all_reduce(y)
+        return algo
+
+    return f
+
+
+@case
+def served_spaces_in_different_orders() -> None:
+    """Rank 0 builds its space as [ring, tree], rank 1 as [tree, ring] (a space built from a set): a served config
+    travels as an index into the space, so the ranks would run different configs."""
+    tdt.init_distributed(backend="gloo")
+    f = served(lambda x: x.shape[0], ["ring", "tree"] if rank() == 0 else ["tree", "ring"])
+    emit(rank=rank(), first=outcome(f, torch.ones(4)))
+
+
+@case
+def served_key_fn_raising_on_one_rank() -> None:
+    """key_fn raises on rank 1 only: every rank must learn why, at the serving's exchange."""
+    tdt.init_distributed(backend="gloo")
+
+    def key_fn(x):
+        if rank() == 1:
+            raise ValueError("no key for this input")
+        return x.shape[0]
+
+    f = served(key_fn, ["ring", "tree"])
+    emit(rank=rank(), first=outcome(f, torch.ones(4)))
+
+
+@case
+def served_tensor_key() -> None:
+    """key_fn returns the tensor itself: a key hashed by identity, a new key at every call."""
+    tdt.init_distributed(backend="gloo")
+    f = served(lambda x: x, ["ring", "tree"])
+    emit(rank=rank(), calls=[outcome(f, torch.ones(4)) for _ in range(2)])
+
+
+@case
+def local_campaign_spaces_in_different_orders() -> None:
+    """A local campaign of a sharded function whose space rank 0 builds as [1, 2, 3] and rank 1 as [3, 2, 1]: a unit
+    learns the others' decisions by index into its own space."""
+    tdt.init_distributed(backend="gloo")
+    bs = [1, 2, 3] if rank() == 0 else [3, 2, 1]
+
+    @tdt.autotune([{"b": b} for b in bs], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold",
+                  sharded=True, name="local_order")
+    def f(x, *, b):
+        time.sleep(0.002 * (4 - b))
+        return b
+
+    ran = outcome(tdt.campaign, f, lambda n: tdt.Call(torch.ones(n)), keys=[1, 2], local=True, progress=False)
+    emit(rank=rank(), campaign=ran, decided={str(k): v["b"] for k, v in sorted(f.tuner.decided.items())})
+
+
+@case
+def campaign_key_that_is_a_list() -> None:
+    """key_fn returns a list: it has a text but is no key (unhashable)."""
+    tdt.init_distributed(backend="gloo")
+
+    @tdt.autotune([{"b": b} for b in (1, 2)], key_fn=lambda x: [x.shape[0]], n_warmup=1, n_repeat=2, timing="cold",
+                  name="list_key")
+    def f(x, *, b):
+        return b
+
+    emit(rank=rank(), campaign=outcome(tdt.campaign, f, lambda n: tdt.Call(torch.ones(n)), keys=[1, 2],
+                                       progress=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Keys served by the ``undecided`` policy, and campaigns, on ranks that disagree (2 gloo ranks each): every rank
+raises the same error naming the cause, at once, and no rank runs another config than its peers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from harness import describe, run_ranks, tuner_env
+
+CASES = Path(__file__).parent / "scenarios" / "serving_cases.py"
+
+
+def ranks(tmp_path: Path, case: str) -> list[dict]:
+    results = run_ranks(CASES, 2, [case], env=tuner_env(tmp_path, timeout=20), timeout=140)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return [r.result for r in results]
+
+
+@pytest.mark.timeout(150)
+def test_serving_by_index_into_spaces_built_in_different_orders_raises_on_every_rank(tmp_path):
+    # before: rank 0 ran 'ring', rank 1 'tree' (index 0 of each rank's own space), silently
+    for r in ranks(tmp_path, "served_spaces_in_different_orders"):
+        assert r["first"].get("error") == "MismatchError", r
+        assert "differ in config space" in r["first"]["message"], r
+
+
+@pytest.mark.timeout(150)
+def test_a_key_fn_raising_on_one_rank_under_serving_names_its_error_on_every_rank(tmp_path):
+    # before: rank 1 went to the tuning's agreement, rank 0 to the serving's exchange: both raised an ExchangeError
+    # blaming "a setting that changes the steps", and the ValueError appeared nowhere
+    for r in ranks(tmp_path, "served_key_fn_raising_on_one_rank"):
+        assert r["first"].get("error") == "BadInputError", r
+        assert "key_fn failed" in r["first"]["message"] and "no key for this input" in r["first"]["message"], r
+
+
+@pytest.mark.timeout(150)
+def test_a_tensor_key_under_serving_is_refused_as_the_tuning_refuses_it(tmp_path):
+    # before: served, every call a new key (an exchange and a log line per call, the served table growing)
+    for r in ranks(tmp_path, "served_tensor_key"):
+        for call in r["calls"]:
+            assert call.get("error") == "BadInputError" and "contains a tensor" in call["message"], r
+
+
+@pytest.mark.timeout(150)
+def test_a_local_campaign_over_spaces_built_in_different_orders_raises_on_every_rank(tmp_path):
+    # before: the summary said b=3 for both keys, but rank 0 stored {1: 3, 2: 1} and rank 1 {1: 1, 2: 3}
+    for r in ranks(tmp_path, "local_campaign_spaces_in_different_orders"):
+        assert r["campaign"].get("error") == "BadInputError", r
+        assert "config spaces differ" in r["campaign"]["message"], r
+        assert r["decided"] == {}, r
+
+
+@pytest.mark.timeout(150)
+def test_a_campaign_key_that_is_a_list_is_refused_at_the_keys_agreement(tmp_path):
+    # before: a bare TypeError (unhashable type: 'list') from inside the campaign, past the agreement
+    for r in ranks(tmp_path, "campaign_key_that_is_a_list"):
+        assert r["campaign"].get("error") == "BadInputError", r
+        assert "unhashable" in r["campaign"]["message"], r
