@@ -289,6 +289,23 @@ def test_a_hot_call_waiting_to_settle_wakes_when_the_earlier_call_it_waits_for_e
 
 
 @pytest.mark.timeout(120)
+def test_a_hot_call_alone_waiting_for_its_turn_or_cancelled_is_not_ended_as_hung(tmp_path):
+    # a process alone: f's hot call met a new key (its timed launches armed the watchdog, T = 2 s), and its run
+    # ended; it waited for the process's turn while g tuned for over T. Before: the watchdog ended the process
+    # (exit 86) and journaled f's healthy config as hung; a hot run that raised a BaseException left the deadline
+    # armed, which ended the process 2 s later
+    (result,) = run_ranks(CASES, 1, ["hot_call_alone_waiting_for_a_long_tuning"], env=tuner_env(tmp_path, 60),
+                          timeout=100)
+    assert result.returncode == 0, describe([result])
+    r = result.result
+    assert r["results"] == {"f 64": {"ok": 64.0}, "g 64": {"ok": 64.0}, "f 48": {"ok": 48.0},
+                            "f 32": {"error": "KeyboardInterrupt"}}, r
+    assert r["alive"] == [] and [d.split(",")[0] for d in r["decided"]] == ["(48", "(64"], r
+    assert not any("hung" in line for path in (tmp_path / "logs").glob("rank-*.log")
+                   for line in path.read_text(errors="replace").splitlines()), r
+
+
+@pytest.mark.timeout(120)
 def test_calls_of_one_contextual_function_from_many_threads_are_each_counted_once(tmp_path, monkeypatch):
     # the agreement every sync_every calls falls on a call number: a number two threads took at once (a lost count)
     # would put this rank's agreements one call later than its peers'. Before: 8 threads x 4,000 decided calls,

@@ -864,6 +864,76 @@ def settlement_waiting_for_a_hot_call_that_ends_late() -> None:
          contextual={str(k[1]): d["index"] for k, d in sorted(tuner.decisions.items(), key=str)})
 
 
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 128)], key=["n"])
+@triton.jit
+def copy_alone_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
+def alone_layer(kernel: Any, timeout: float, before: Callable[[], None] = lambda: None) -> Any:
+    """A ``contextual_autotune``d function of a process alone (``is_dist=False``) copying ``x`` with ``kernel``;
+    ``before()`` runs first in every run."""
+
+    @contextual_autotune(is_dist=False, n_warmup=1, n_repeat=1, timeout=timeout)
+    def layer(x: torch.Tensor, cancel: bool = False) -> float:
+        before()
+        out = torch.empty_like(x)
+        with INTERPRETER:
+            kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel())
+        if cancel:
+            raise KeyboardInterrupt  # a BaseException out of the run, as a cancelled task's
+        return float(out.sum())
+
+    return layer
+
+
+#: the timeout of the hot calls alone (s): a run of theirs past it ends the process (exit 86)
+T_ALONE = 2.0
+
+
+@case
+def hot_call_alone_waiting_for_a_long_tuning() -> None:
+    """A process alone: f's hot call meets a new key (its timed launches put its run under the watchdog, T = 2 s),
+    its run ends, and it waits for the process's turn (to settle the key) while g, on another thread, tunes for
+    longer than T: g's run holds until f waits, then 3 s more. The waiting is no run: f must not be ended as
+    hung. Then a hot run of f raises a BaseException after meeting a new key, and the process lives on past T."""
+    from triton_dist_tune.contextual.tuner import ContextualTuner
+
+    f_waits, g_inside = threading.Event(), threading.Event()
+
+    def g_before() -> None:
+        if threading.current_thread().name == "g" and not g_inside.is_set():
+            g_inside.set()
+            f_waits.wait(2 * WAIT_S)
+            time.sleep(T_ALONE + 1.0)
+
+    f = alone_layer(copy_alone_kernel, T_ALONE)
+    g = alone_layer(copy_kernel, 60.0, g_before)
+    real_settle_turn = ContextualTuner.settle_turn
+
+    def settle_turn(self: Any, group: Any, calls: int) -> None:
+        if self is f.tuner and threading.current_thread().name == "MainThread":
+            f_waits.set()
+        return real_settle_turn(self, group, calls)
+
+    ContextualTuner.settle_turn = settle_turn  # type: ignore[method-assign]
+    results = {"f 64": outcome(f, torch.ones(64))}  # f's first call: tunes 64
+    thread = threading.Thread(target=lambda: results.update({"g 64": outcome(g, torch.ones(64))}), name="g")
+    thread.start()
+    g_inside.wait(WAIT_S)
+    results["f 48"] = outcome(f, torch.ones(48))  # hot, a new key: settled (tuned) once g's tuning has ended
+    thread.join(4 * WAIT_S)
+    try:
+        f(torch.ones(32), cancel=True)  # hot, a new key, and the run raises a BaseException
+    except KeyboardInterrupt:
+        results["f 32"] = {"error": "KeyboardInterrupt"}
+    time.sleep(T_ALONE + 1.0)  # a deadline left armed would end the process now
+    emit(results=results, alive=[thread.name] if thread.is_alive() else [],
+         decided=sorted(str(k[1]) for k in f.tuner.decisions))
+
+
 #: the tuner's timeout in call_beside_agreement (s), as tests/test_threads.py sets it
 T_BESIDE = 10
 

@@ -144,6 +144,8 @@ class HotCall:
             raise
         finally:
             _ACTIVE.reset(token)
+            if self.session is not None:  # the run is over: what follows waits (turns, exchanges) under no deadline
+                self.session.disarm()  # of a run (a timed launch of it, alone, armed the watchdog)
         session = self.session
         if session is None:
             self.tuner.last_runs = 1

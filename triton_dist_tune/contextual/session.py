@@ -98,9 +98,8 @@ class Session(CallState):
 
     def _loop(self, args: tuple, kwargs: dict[str, Any], first: tuple[Any, Exception | None] | None) -> Any:
         while True:
-            if first is not None:  # a hot call's run, where a timed launch (alone) may have armed the watchdog
+            if first is not None:  # a hot call's run (its watchdog disarmed when it ended: HotCall.call)
                 (out, error), first = first, None
-                self._disarm()
             else:
                 self.final_run = all(t.done for t in self.tracks.values())
                 out, error = self._run_once(args, kwargs)
@@ -181,7 +180,7 @@ class Session(CallState):
             self.post_run_failure(f"interrupted ({type(exc).__name__})", interrupted=True)
             raise
         finally:
-            self._disarm()
+            self.disarm()
 
     def _idle_check(self, created: bool) -> None:
         """End tracks that no longer advance: after MAX_IDLE_RUNS runs in which no track moved."""

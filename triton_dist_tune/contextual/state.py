@@ -199,7 +199,8 @@ class CallState:
         self._guard = self._guard or WATCHDOG.guard(rank=self.group.rank)  # this call's own deadline
         self._guard.arm(self.timeout, f"{self.label} run {self.runs - 1}", self._hung)
 
-    def _disarm(self) -> None:
+    def disarm(self) -> None:
+        """End this run's watchdog deadline (the run is over), if it has one."""
         if self._armed:
             if self._guard is not None:
                 self._guard.close()
