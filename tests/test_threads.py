@@ -7,6 +7,10 @@ hang, no rank deciding alone), with an error that says that several threads were
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
+
 import pytest
 from harness import HERE, describe, run_ranks, tuner_env
 
@@ -303,6 +307,48 @@ def test_a_hot_call_alone_waiting_for_its_turn_or_cancelled_is_not_ended_as_hung
     assert r["alive"] == [] and [d.split(",")[0] for d in r["decided"]] == ["(48", "(64"], r
     assert not any("hung" in line for path in (tmp_path / "logs").glob("rank-*.log")
                    for line in path.read_text(errors="replace").splitlines()), r
+
+
+@pytest.mark.timeout(60)
+def test_whether_a_call_may_decide_is_read_while_other_threads_end_calls():
+    # the calls open on a group shrink without the tuner's lock as calls end (a decided call takes none); reading
+    # them under the lock, with the interpreter switching threads every microsecond while another thread opens and
+    # ends calls: before, a generator over the live set raised RuntimeError (set changed size during iteration) on
+    # that rank alone, within 3 s in every run seen; now a copy taken in one step is read
+    from triton_dist_tune.contextual import contextual_autotune
+
+    @contextual_autotune(is_dist=False)
+    def f(x):
+        return x
+
+    tuner = f.tuner
+    group = tuner.group()
+    tuner._waiting.setdefault(group.identity, set())
+    opened = tuner._open.setdefault(group.identity, set(range(1, 2000)))  # none before call 0: read to its end
+    stop = threading.Event()
+
+    def churn() -> None:
+        n = 5000
+        while not stop.is_set():
+            opened.add(n)
+            opened.discard(n)
+            n += 1
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=churn)
+    thread.start()
+    reads, deadline = 0, time.monotonic() + 3
+    try:
+        while time.monotonic() < deadline:
+            with tuner._counting:
+                tuner._decidable(group, 0)
+            reads += 1
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+    assert reads > 0
 
 
 @pytest.mark.timeout(120)

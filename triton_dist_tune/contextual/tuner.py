@@ -221,7 +221,8 @@ class ContextualTuner(TunerState):
         gid = group.identity
         if any(n < calls for n in self._waiting[gid]):
             return False
-        if self._may_tune(group, calls) and any(n < calls for n in self._open.get(gid, ())):
+        # (``_open``'s sets shrink without the lock, as calls end: read through a copy, taken in one step)
+        if self._may_tune(group, calls) and any(n < calls for n in tuple(self._open.get(gid, ()))):
             # an earlier call not ended, hot ones included: a hot call's run may still meet a key no rank has
             # decided and settle it, which can decide the window's keys or be offered at an agreement. Before, only
             # calls that had met such a key were waited for: a hot call that met its key on one rank before a later
@@ -270,7 +271,7 @@ class ContextualTuner(TunerState):
             if not settled:
                 logs.rank_log().warning("%s call %d: waited %g s for earlier calls on other threads to end (calls "
                                         "%s); settling its new keys without them", self.options.label, calls, timeout,
-                                        sorted(n for n in self._open.get(gid, ()) if n < calls))
+                                        sorted(n for n in tuple(self._open.get(gid, ())) if n < calls))
 
     def settled(self, gid: tuple, calls: int) -> None:
         """Settling hot call ``calls`` ended (see :meth:`settling`)."""
