@@ -92,6 +92,21 @@ def test_a_rank_left_waiting_in_the_functions_collective_blames_no_config(tmp_pa
     assert "interrupted" in states and "hung" not in states, records(journal)
 
 
+@pytest.mark.timeout(150)
+def test_a_rank_left_waiting_in_a_hot_call_that_turned_tuning_blames_no_config(tmp_path):
+    """As above, in a call that began hot and went on as a tuning call (every rank met a new key). Before, such a
+    call opened no failure board: rank 1's report went nowhere and rank 0 journaled the config ``hung``."""
+    env = tuner_env(tmp_path, 4, FAULT_DIR=str(tmp_path / "faults"))
+    (tmp_path / "faults").mkdir()
+    ranks = run_ranks(CASES, 2, ["left_waiting_in_a_hot_call_turned_tuning"], env={**env, "ATTEMPT": "0"},
+                      timeout=100, stuck=[1])
+    assert ranks[0].returncode == 86, describe(ranks)  # the watchdog's exit status
+    assert "journaled as interrupted: no config is blamed on this rank" in ranks[0].stderr, describe(ranks)
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    states = {r["state"] for p in cache.rglob("*.journal") if ".rank0" in p.name for r in records(p)}
+    assert "interrupted" in states and "hung" not in states, states
+
+
 def torchrun(case: str, env: dict[str, str], restarts: int) -> subprocess.CompletedProcess:
     cmd, full_env = torchrun_command(["--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts),
                                       "--monitor-interval", "0.1"], CASES, [case], env)

@@ -154,6 +154,32 @@ def left_waiting():
 
 
 @case
+def left_waiting_in_a_hot_call_turned_tuning():
+    """Call 1 tunes 64 elements; call 2, hot, meets 128 on every rank and goes on as a tuning call; in its second run
+    rank 1 raises its own error after its launch and before the all_reduce, and stays alive (as left_waiting, in a
+    call that began hot)."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+    call, start = [0], [0]
+
+    def after(run):
+        if call[0] == 2 and not start[0]:
+            start[0] = run
+        elif call[0] == 2 and run == start[0] + 1 and me == 1:
+            raise RuntimeError("rank 1's own error")
+
+    layer = layer_on(None, after=after)
+    try:
+        for n in (64, 128):
+            call[0] += 1
+            layer(torch.arange(n, dtype=torch.float32))
+    except BaseException as exc:
+        emit(rank=me, error=type(exc).__name__)
+    if me == 1:
+        time.sleep(120)  # alive: rank 0's watchdog, not a closed connection, ends its wait in the all_reduce
+
+
+@case
 def restarted():
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     os.environ["ATTEMPT"] = attempt  # the launches' lines name the attempt

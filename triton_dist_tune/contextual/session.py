@@ -139,6 +139,7 @@ class Session(CallState):
             return False
         self.tuning, self.pending_mode, self.met = True, False, None
         self.gather_journals()  # every rank settled "now": the journal exchange is matched everywhere
+        self.open_board()  # as a call that began tuning does: a peer's failure in a run is read, not taken for a hang
         return True
 
     def _bounded(self, args: tuple, kwargs: dict[str, Any]) -> Any:
