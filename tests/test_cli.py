@@ -398,6 +398,33 @@ def test_an_unfinished_tunings_attempts_count_each_process_once_by_the_attempt_i
     assert (tuning.attempts, tuning.groups, tuning.ranks_text()) == (2, {"0123456789": [0, 1]}, "0,1"), tuning
 
 
+@pytest.mark.timeout(120)
+def test_an_unfinished_tuning_names_the_rank_in_its_journals_file_name_not_its_position(tmp_path):
+    """Only group rank 1's journal is in the folder (rank 0's on another host): it hung in config 0, then a
+    process of it was inside config 1 when the job ended. 'show' names rank 1 in both. Before: the journals'
+    records were merged by their position in the list of journals found, so the only one was called rank 0."""
+    cache = tmp_path / "cache"
+    stem = "0123456789abcdef0123"
+    journal = Journal(cache / "fn" / f"{stem}.0123456789.rank1.journal",
+                      {"job": "job-1", "group": "default", "ranks": [0, 1]})
+    journal.append(0, "started", config="{v: 0}", phase="warmup")
+    journal.append(0, "hung", config="{v: 0}", error="warmup exceeded 3 s")
+    journal.close()
+    again = Journal(cache / "fn" / f"{stem}.0123456789.rank1.journal", {"job": "job-1"})  # a later process
+    again.append(1, "started", config="{v: 1}", phase="warmup")
+    again.close()
+
+    shown = cli("show", f"fn/{stem}", "--json", "--cache-dir", str(cache))
+    assert shown.returncode == 0, shown.stderr
+    detail = json.loads(shown.stdout)
+    assert detail["ranks"] == [1], detail
+    errors = {c["index"]: c["error"] for c in detail["configs"]}
+    assert "hung on rank 1: warmup exceeded 3 s" in errors[0] and "rank 0" not in errors[0], errors
+    assert "ranks [1] were inside this config" in errors[1], errors
+    text = cli("show", f"fn/{stem}", "--cache-dir", str(cache))
+    assert text.returncode == 0 and "hung on rank 1" in text.stdout and "rank 0" not in text.stdout, text.stdout
+
+
 # -- export / import -------------------------------------------------------------------------------------------
 
 

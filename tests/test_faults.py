@@ -284,6 +284,23 @@ def test_a_rank_waiting_at_the_exchange_for_a_hung_peer_raises_rank_failed_namin
                                        f"exceeded {T} s; group rank(s) [1] ended their process"), error
 
 
+@pytest.mark.timeout(60)
+def test_a_rank_waiting_for_a_hung_peer_names_the_hang_not_the_peers_earlier_failure(env):
+    # rank 1 raises in config 0 (after the collective: left out, the tuning goes on), then hangs in config 1 and
+    # its watchdog ends it. Rank 0, waiting at the exchange, must name what ended rank 1 (its latest report, the
+    # hang in config 1). Before: it named the first failure ever posted on the board, config 0's error
+    env = {**env, "FAULTS": "0:raise@1,1:hang_after@1"}
+    results, _ = ranks("tune", 2, env)
+    waiting, hung = results
+    assert hung.returncode == WATCHDOG_EXIT, describe(results)
+    assert waiting.returncode not in (0, None), describe(results)
+    error = waiting.result
+    assert error["error"] == "RankFailedError", error
+    assert error["message"].startswith("triton_dist_tune: rank 1 failed in config 1 ({variant: 1}): hung: warmup "
+                                       f"exceeded {T} s; group rank(s) [1] ended their process"), error
+    assert "config 0" not in error["message"], error
+
+
 @pytest.mark.timeout(120)
 def test_a_failure_posted_during_the_last_slice_of_a_wait_is_named_at_the_deadline(env):
     """``fault_cases.board_posted_in_the_last_slice``: rank 1 posts that it ended on the failure board while rank 0's

@@ -317,10 +317,10 @@ def _latest(by_rank: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
     return by_rank[rank][-1]
 
 
-def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
+def merge(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]], descriptions: list[str],
           only_job: str | None | bool = False, kept: str | None = None) -> dict[int, dict[str, Any]]:
-    """Merge the journals of every rank into one outcome per config index (the same on every rank that merges
-    the same records: every resume decision is taken from it).
+    """Merge the journals of every rank (``per_rank``, by group rank: a list's position, or a dict's key where
+    ranks are absent) into one outcome per config index, the same on every rank that merges the same records.
 
     With ``only_job`` (a job id, or None for "no job id known"), records of other jobs are ignored (and with None,
     every record: ``ALWAYS_TUNE`` outside a launcher that names its job). Records whose description does not match
@@ -363,7 +363,7 @@ def merge(per_rank: list[list[dict[str, Any]]], descriptions: list[str],
     crashes: dict[int, dict[int, int]] = {}  # index -> rank -> attempts that ended inside it
     launches: dict[int, set[str]] = {}  # index -> the agreed attempts (``attempt``) that ended inside it
     passes: dict[int, set[int]] = {}  # index -> ranks with an attempt that ended in its compile pass
-    for rank, records in enumerate(per_rank):
+    for rank, records in sorted(per_rank.items()) if isinstance(per_rank, dict) else enumerate(per_rank):
         usable = [r for r in records if well_formed(r) and 0 <= r["index"] < len(descriptions)
                   and r["config"] == descriptions[r["index"]]
                   and (only_job is False or (only_job is not None and r.get("job") == only_job))]

@@ -142,7 +142,7 @@ class Unfinished:
             tag, rank = _slot(record)
             per_group.setdefault(tag, {}).setdefault(int(rank), []).append(record)
         space = _Space(descriptions)
-        views = [sorted(merge([ranks[r] for r in sorted(ranks)], space).values(), key=lambda o: o["index"])
+        views = [sorted(merge(ranks, space).values(), key=lambda o: o["index"])
                  for _, ranks in sorted(per_group.items())]
         merged = {o["index"]: o for o in (views[0] if len(views) == 1 else strongest(views))}
         out = []

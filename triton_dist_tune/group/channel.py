@@ -267,11 +267,15 @@ class RankEnded(Exception):
 
 
 def ended_message(reports: Sequence[FailureReport], missing: Sequence[int]) -> str | None:
-    """The error of a rank that waits for ``missing`` ranks when ``reports`` say some of them ended, else None."""
+    """The error of a rank that waits for ``missing`` ranks when ``reports`` (in the order posted) say some of them
+    ended, else None. It names what ended them: the earliest of the ended ranks' latest reports (not a failure they,
+    or others, posted earlier in the tuning and went on from)."""
     ended = sorted({r.rank for r in reports if r.ended and r.rank in missing})
     if not ended:
         return None
-    failures = [r for r in reports if not r.ended] or [r for r in reports if r.ended]
+    latest = {r.rank: r for r in reports if r.rank in ended}  # each ended rank's latest report
+    failures = ([r for r in reports if latest.get(r.rank) is r] or [r for r in reports if not r.ended]
+                or [r for r in reports if r.ended])
     first = failures[0]
     if first.interrupted:
         blamed = "No config is blamed (an interruption, or the tuner's own error)"
