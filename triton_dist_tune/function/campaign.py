@@ -21,8 +21,8 @@ A unit stuck for longer than the exchange deadline in user code the tuner gives 
 ``key_fn``, ``prune_fn``, ``ref_prog``) stops beating: the others end as for a dead unit, and the error says where it
 is stuck.
 
-Resuming: a key decided by an earlier run is a cache hit; a key cut short resumes from its journals. A rerun of
-the same campaign therefore tunes only what is left.
+Resuming: a key decided by an earlier run is a cache hit; a key cut short resumes from its journals (a rerun tunes
+only what is left).
 """
 
 from __future__ import annotations
@@ -170,9 +170,8 @@ def _keys(tuner: TunedFunction, build: Callable[[int], Call], count: int, plan: 
             masks.append(_keeps(tuner, call))
     except Exception as exc:
         problem = f"rank {logs.global_rank()}: building call {len(keys)} or its key raised {describe_error(exc)}"
-    # the config space too: a unit learns the others' decisions by index into its own space (a space built in
-    # another order on one rank, from a set, would apply another config there)
-    fields = {"campaign keys": "\n".join(texts), "config space": tuner.space_text}
+    # the space too: a unit learns the others' decisions by index into its own (one built in another order: wrong)
+    fields = {"keys": "\n".join(texts), "config spaces": tuner.space_text}
     what = f"[campaign {tuner.name}] agree on the keys"
     for group, step in ((plan.tune_group, what), (plan.across, f"{what} (across units)")):
         if group.size <= 1:
@@ -180,10 +179,8 @@ def _keys(tuner: TunedFunction, build: Callable[[int], Call], count: int, plan: 
         found = agree(group, fields, step, timeout, problem)
         notes = list(dict.fromkeys(note for _, note in found.notes))  # each note names its rank already
         if found.differ:
-            for field, holders in found.differ.items():
-                detail = "; ".join(f"ranks {_global(group, ranks)}: {'key ' if field == 'campaign keys' else ''}"
-                                   f"{text}" for ranks, text in holders)
-                notes.append(f"the ranks' {'keys' if field == 'campaign keys' else field + 's'} differ: {detail}")
+            notes += [f"the ranks' {f} differ: " + "; ".join(f"ranks {_global(group, r)}: {'key ' * (f == 'keys')}{t}"
+                                                         for r, t in held) for f, held in found.differ.items()]
         problem = "; ".join(notes) or None
     if problem is not None:
         raise BadInputError(f"campaign {tuner.name}: {problem}")

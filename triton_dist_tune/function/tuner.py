@@ -170,8 +170,8 @@ class Tuner(TunedFunction):
 
 
 def _key_problem(key: Hashable) -> str | None:
-    """Why ``key`` is no tuning key (a tensor, an object hashed by identity, nan: :func:`~.space.describe_key`), as
-    the tuning's agreement says it, or None."""
+    """Why ``key`` is no tuning key (a tensor, an object hashed by identity, nan:
+    :func:`~triton_dist_tune.space.describe_key`), as the tuning's agreement says it, or None."""
     try:
         describe_key(key, "the key key_fn returned")
     except BadInputError as exc:
