@@ -137,6 +137,17 @@ def test_ranks_meeting_different_keys_finish_without_waiting(env):
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.parametrize("smallest", ["0", "100"])
+def test_a_new_keys_stand_in_is_a_config_that_runs(env, smallest):
+    # config 0 cannot run at n >= smallest (out of resources). A hot call meeting n=128 runs a stand-in until the
+    # group tunes it: not a config that failed in a decided key's tuning (smallest=0), and the next kept config when
+    # the stand-in raises (smallest=100). Before: config 0 ran, and every such call raised the device's error (the
+    # tuning's run 0 raised on every rank, then the calls after it)
+    for r in run("stand_in_for_a_new_key", 2, {**env, "SMALLEST": smallest}):
+        assert r.result["calls"] == [True, True, True], r.result
+
+
+@pytest.mark.timeout(150)
 def test_config_that_blocks_one_rank_forever_is_left_out_after_one_restart(tmp_path):
     # the hang is waited out to this timeout; a healthy tuning run of this 64-element kernel takes a fraction of a
     # second in the interpreter: 5 s (was 10) keeps a wide margin and saves 5 s in each of the suite's two runs

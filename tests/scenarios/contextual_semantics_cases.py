@@ -316,6 +316,52 @@ def keys_differ():
          pending=sum(len(p) for p in layer.tuner.pending.values()))
 
 
+def _no_resources_from(smallest_n: int):
+    """A pre_hook standing for a config this device cannot run (out of resources) at ``n >= smallest_n``."""
+
+    def hook(nargs):
+        if nargs["n"] >= smallest_n:
+            raise RuntimeError("out of resources: config 0")
+    return hook
+
+
+def _stand_in_layer(smallest_n: int):
+    @triton.autotune(configs=[triton.Config({"BLOCK": 512}, pre_hook=_no_resources_from(smallest_n)),
+                              triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 256})], key=["n"])
+    @triton.jit
+    def copy_kernel(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=1)
+    def layer(x):
+        out = torch.empty_like(x)
+        copy_kernel[grid(x.numel())](x, out, x.numel())
+        dist.all_reduce(out)
+        return out
+
+    return layer
+
+
+@case
+def stand_in_for_a_new_key():
+    """Config 0 cannot run at n >= SMALLEST (out of resources, a pre_hook says so). Call 1 tunes n=64; calls 2 and 3
+    are hot and meet n=128, a key no rank has decided, run with a stand-in config until the group tunes it. With
+    SMALLEST=0 config 0 failed in call 1's tuning already; with SMALLEST=100 it ran there, and fails first as the
+    stand-in. Every call must return the right sum on every rank."""
+    tdt.init_distributed()
+    layer = _stand_in_layer(int(os.environ["SMALLEST"]))
+    calls = []
+    for n in (64, 128, 128):
+        x = torch.arange(n, dtype=torch.float32)
+        try:
+            calls.append(bool(torch.equal(layer(x), 2 * x)))
+        except Exception as exc:
+            calls.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+    emit(rank=rank(), calls=calls)
+
+
 # -- faults ------------------------------------------------------------------------------------------------------
 
 

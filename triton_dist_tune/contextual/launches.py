@@ -122,12 +122,31 @@ def pending_launch(session: CallState, tid: TrackId, autotuner: Any, key: tuple,
                 kept = intercept.pruned_indices(autotuner, args, kwargs)
             except Exception:
                 kept = []  # the group's tuning reports it; the local default is the first config
-        index = kept[0] if kept else 0
+        failed = failed_before(tuner.decisions, tid[0])
+        index = next((i for i in kept if i not in failed), kept[0] if kept else 0)
         with tuner.meeting:
             pending[slot] = (tid, index)
         session.log.info("%s kernel=%s key=%s is not decided by group '%s'; running config %d until the group "
                          "tunes it", session.label, tid[0], tid[1], group.title, index)
+        try:
+            return intercept.launch_with(autotuner, autotuner.configs[index], args, kwargs)
+        except Exception as exc:  # a config this device cannot run (out of resources): the next one kept, if any
+            spare = next((i for i in kept if i != index and i not in failed), None)
+            if spare is None:
+                raise
+            session.log.warning("%s kernel=%s key=%s: config %d raised %s; running config %d until the group tunes "
+                                "it", session.label, tid[0], tid[1], index, describe_error(exc), spare)
+            with tuner.meeting:
+                pending[slot] = (tid, spare)
+            index = spare
     return intercept.launch_with(autotuner, autotuner.configs[index], args, kwargs)
+
+
+def failed_before(decisions: dict[TrackId, dict[str, Any]], kernel: str) -> set[int]:
+    """The configs of ``kernel`` that failed on the group at some key it decided: a stand-in for a key not decided
+    yet avoids them (a config a device cannot run, out of resources, fails at every key)."""
+    return {row["index"] for (k, _), decision in list(decisions.items()) if k == kernel
+            for row in decision.get("table") or () if row.get("state") == "failed"}
 
 
 #: a timed launch is preceded by a spin kernel of this many ms on its stream (where the device has one): the host
