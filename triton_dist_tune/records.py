@@ -132,6 +132,8 @@ class Outcome:
             return None
         if values["state"] in ("measured", "stopped") and time is None:
             return None
+        if not _typed_right(values):
+            return None
         if "round_times" in values:  # a time may be taken again from them (function/decide.py of_statistic)
             values["round_times"] = group_samples(values["round_times"])
         drift_free = values.get("drift_free")
@@ -144,6 +146,21 @@ class Outcome:
             return cls(**values)
         except (TypeError, ValueError):
             return None
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _typed_right(values: dict[str, Any]) -> bool:
+    """Whether a read-back outcome's fields that are shown and computed with have their types: ``spread`` and
+    ``own`` a finite number or null, ``per_rank`` a list of finite numbers or null, ``order`` a list of integers,
+    ``samples`` an integer (a damaged or foreign row is left out, never a crash)."""
+    per_rank, order = values.get("per_rank"), values.get("order", [])
+    return (all(values.get(name) is None or _number(values[name]) for name in ("spread", "own"))
+            and (per_rank is None or isinstance(per_rank, list) and all(_number(t) for t in per_rank))
+            and isinstance(order, list) and all(type(i) is int for i in order)
+            and type(values.get("samples", 0)) is int)
 
 
 #: :class:`Outcome`'s field names, in order (its JSON object's keys)

@@ -231,12 +231,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    """``plot``: a PNG of a decision, or of every decision of a function."""
+    """``plot``: a PNG of a decision, or of every decision of a function but the superseded ones."""
     try:
         from . import plots
     except ImportError as exc:
         raise UsageError(f"plot needs matplotlib ({exc}): pip install 'triton-dist-tune[plot]'") from None
     given = Path(args.name) if args.name else None
+    skipped = 0
     if given is not None and given.suffix == ".json" and given.is_file():  # a cache file's path, as for 'show'
         chosen, problems = [dec.read_entry(given)], []
     elif args.name:
@@ -244,11 +245,15 @@ def cmd_plot(args: argparse.Namespace) -> int:
         chosen = [_named(args, entries)]
     else:
         entries, problems = dec.scan(_root(args))
-        chosen = dec.select(entries, args.function)
+        every, replaced = dec.select(entries, args.function), dec.superseded(entries)
+        chosen = [e for e in every if e.path not in replaced]  # as export: superseded ones are never served again
+        skipped = len(every) - len(chosen)
         if not chosen:  # a function unknown there is named as list and export name it, with the functions there
             check_function(_root(args), args.function, entries)
             raise UsageError(f"no decisions of function {args.function!r} in {_root(args)}")
     status = _warn_problems(problems)
+    if skipped:
+        print(f"triton-dist-tune: skipped {skipped} superseded decision(s) ({SUPERSEDED_NOTE})", file=sys.stderr)
     out = Path(args.output) if args.output else Path(
         f"{chosen[0].path.parent.name}{'-' + chosen[0].path.stem[:12] if len(chosen) == 1 else ''}.png")
     blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
@@ -260,7 +265,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    """``clear``: remove the selected decisions and their journals."""
+    """``clear``: remove the selected decisions and their journals: only files named as the tuner names them, and
+    no journal a tuning in flight holds (kept, and said)."""
     root = _root(args)
     if not (args.all or args.function or args.older_than or args.stale or args.superseded):
         raise UsageError("clear what? give --all, --function NAME, --older-than AGE, --stale and/or --superseded")
@@ -280,20 +286,23 @@ def cmd_clear(args: argparse.Namespace) -> int:
         strays = [p.path for p in problems if p.path is not None] if not (args.stale or args.superseded) else []
         doomed += [p for p in dec.journal_files(root) + strays
                    if (not args.function or p.parent.name == args.function) and p.stat().st_mtime < limit]
-    doomed = sorted(set(doomed))
+    doomed = sorted(p for p in set(doomed) if dec.tuner_named(p))  # never a file the tuner does not name so
     _warn_problems([p for p in problems if p.path is None or p.path not in doomed])  # named, though not removed
-    removal = dec.remove(doomed) if not args.dry_run else dec.Removal(doomed, [])
+    removal = dec.remove(doomed, dry_run=args.dry_run)
     gone = removal.gone
     if removal.failed:
         path, exc = removal.failed[0]
         raise UsageError(f"could not remove {len(removal.failed)} of {len(doomed)} file(s) from {root} ({path.name}: "
                          f"{exc.strerror or exc}: is the folder read-only?); removed {len(gone)}")
     if args.json:
-        _emit_json({"removed" if not args.dry_run else "would_remove": [str(p) for p in gone]})
+        _emit_json({"removed" if not args.dry_run else "would_remove": [str(p) for p in gone],
+                    "kept": [str(p) for p in removal.kept]})
     else:
         verb = "would remove" if args.dry_run else "removed"
         for path in gone:
             print(f"{verb} {path}")
+        for path in removal.kept:
+            print(f"kept {path}: a tuning in flight holds it")
         counts = (sum(p.suffix == ".json" for p in gone), sum(p.suffix == ".journal" for p in gone))
         print(f"{verb} {counts[0]} cache file(s) and {counts[1]} journal(s) from {root}")
     return 0

@@ -5,7 +5,8 @@ For a tuned function whose configs carry the six tile entries (``BLOCK_SIZE_M``,
 itself, or its element ``--batch-index``): one file ``E=..,N=..,device_name=..[,dtype=..].json`` in ``DIR``,
 one entry per batch size the cache holds a decision for, named by
 :func:`~triton_dist_tune.disk.vllm_moe.config_file` from the device the decisions were tuned on and the dtype
-(``--dtype``, else the one the keys name), as the example names it. See :mod:`triton_dist_tune.disk.vllm_moe`.
+(``--dtype``, else the one the keys name where it is float16, bfloat16 or float32), as the example names it.
+See :mod:`triton_dist_tune.disk.vllm_moe`.
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
                        "fp8_w8a8, ...): " + ("the keys name no dtype" if found == {None} else
                                              f"the keys name several: {', '.join(sorted(map(str, found)))}"))
         dtype = found.pop()
+        if not vllm_moe.inferable(dtype):  # a file vLLM would never open (it asks for fp8_w8a8, not float8_e4m3fn)
+            raise fail(f"the keys name {dtype}, whose file name vLLM does not derive from it: give --dtype with "
+                       f"vLLM's name ({', '.join(vllm_moe.SCHEMES)}; float32; bfloat16 or float16 for no dtype part)")
     path = vllm_moe.write(vllm_moe.config_file(folder, args.experts, args.n, args.device_name or gpus[0], dtype),
                           configs)
     return {"file": str(path), "batch_sizes": [int(b) for b in configs], "entries": [e.name for e in chosen],

@@ -114,7 +114,8 @@ class Imported:
     #: written over another file: another record of the decision (another choice, or the same choice tuned at
     #: another time) or an unreadable file
     replaced: list[Path]
-    #: the cache held this very decision (the same JSON): left as it was, its file not touched (nor its time)
+    #: the cache held this very decision (the same JSON but for its ``served`` time): left as it was, its file not
+    #: touched (nor its time)
     unchanged: list[Path]
 
     @property
@@ -129,13 +130,20 @@ class Imported:
 
 
 def _same_decision(previous: bytes | None, item: Incoming) -> bool:
-    """Whether the file's bytes ``previous`` (None: no file) hold the bundle's decision exactly (the same JSON)."""
+    """Whether the file's bytes ``previous`` (None: no file) hold the bundle's decision exactly (the same JSON but
+    for when it was last served, ``served``: a job that served it since the export keeps its time)."""
     if previous is None:
         return False
     try:
-        return read_json(previous, None) == item.entry.raw
+        held = read_json(previous, None)
     except Unreadable:
         return False
+    return isinstance(held, dict) and _unserved(held) == _unserved(item.entry.raw)
+
+
+def _unserved(data: dict[str, Any]) -> dict[str, Any]:
+    """A decision's record without its ``served`` time."""
+    return {k: v for k, v in data.items() if k != "served"}
 
 
 def write_incoming(root: Path, incoming: list[Incoming]) -> Imported:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -174,19 +174,25 @@ class DiskCache:
                  "(set TRITON_DIST_AUTOTUNE_VERSION_CHECK=1 to re-tune)", path, data["versions"], versions())
         return data
 
-    def served(self, entry: str) -> None:
-        """Mark ``entry``'s file as served by this job (its modification time set to now), so that the command line
-        tells the decision a job uses from one tuned for a space or code it left (:func:`~.entries.superseded`).
-        Best effort: a read-only or shared folder keeps its times."""
+    def served(self, entry: str, data: dict[str, Any]) -> None:
+        """Mark ``entry``'s decision as served by this job: its file rewritten atomically with ``data`` (the record
+        :meth:`load` just returned) and ``served`` set to now, so that the command line tells the decision a job uses
+        from one tuned for a space or code it left (:func:`~.entries.superseded`) whatever the file's modification
+        time (a copy, a checkout or an ``import`` resets it). Best effort: a read-only or shared folder keeps the file
+        as it was. Not fsynced (a cache hit costs a write, not a wait for the disk): a machine's crash may lose the
+        time, or leave the file torn, which is a re-tune."""
         try:
-            os.utime(self.path(entry))
-        except OSError:
+            write_json_atomic(self.path(entry), {**data, "served": time.time()}, durable=False)
+        except (OSError, ValueError, TypeError):  # ValueError, TypeError: what standard JSON cannot hold
             pass
 
     def store(self, entry: str, decision: dict[str, Any], space_text: str) -> Path:
-        """Write ``decision`` atomically; returns the file's path."""
+        """Write ``decision`` atomically, ``served`` its creation time (now where it records none); returns the
+        file's path."""
         data = {"format": FORMAT, "space": fingerprint(space_text), "versions": versions(), **hardware(),
                 **decision}
+        created = data.get("created")
+        data["served"] = created if type(created) in (int, float) else time.time()
         try:
             path = write_json_atomic(self.path(entry), data)
         except OSError as exc:  # a full disk's error names no file: say which
@@ -196,10 +202,15 @@ class DiskCache:
 
 
 def _well_formed(data: Any) -> bool:
+    """Whether ``data`` is a decision the tuner can serve: its format, index, config and versions, and, where it
+    records them (null: not recorded), measurements that are a list of objects (a damaged file is a re-tune, never
+    a crash: group rank 0 reads them before the broadcast that the other ranks wait on)."""
+    rows = data.get("measurements") if isinstance(data, dict) else None
     return (
         isinstance(data, dict)
         and data.get("format") in READABLE_FORMATS
         and isinstance(data.get("index"), int)
         and isinstance(data.get("config"), str)
         and isinstance(data.get("versions"), dict)
+        and (rows is None or isinstance(rows, list) and all(isinstance(row, dict) for row in rows))
     )

@@ -11,9 +11,10 @@ time) and of format 1 (measurements as rows of the summary table, no margin) are
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .entries import CacheError as CacheError
@@ -24,6 +25,11 @@ from .entries import read_entry as read_entry
 from .entries import recorded_near_tie as recorded_near_tie
 from .entries import superseded as superseded
 from .versions import versions as current_versions
+
+try:
+    import fcntl
+except ImportError:  # not on POSIX: journals are not locked (faults/journal.py)
+    fcntl = None  # type: ignore[assignment]
 
 
 def check_root(root: Path) -> None:
@@ -111,7 +117,17 @@ def find(entries: list[Entry], name: str) -> Entry:
 
 
 #: a journal's name after its entry: ``.<group tag>.rank<r>[.<k>].journal`` (the tag is absent in old journals)
-_JOURNAL_TAIL = re.compile(r"^(?:\.[0-9a-f]{10})?\.rank\d+(?:\.\d+)?\.journal$")
+_TAIL = r"(?:\.[0-9a-f]{10})?\.rank[0-9]+(?:\.[0-9]+)?\.journal"
+_JOURNAL_TAIL = re.compile(f"^{_TAIL}$")
+#: the names the tuner gives its files: a cache entry ``<entry>.json`` and a journal, ``<entry>`` the 20 hex digits of
+#: :func:`~triton_dist_tune.space.fingerprint` (:meth:`~triton_dist_tune.disk.cache.DiskCache.path`)
+_TUNER_NAME = re.compile(f"[0-9a-f]{{20}}(?:\\.json|{_TAIL})")
+
+
+def tuner_named(path: Path) -> bool:
+    """Whether ``path`` is named as the tuner names its files (a cache entry or a journal): ``clear`` removes no
+    other file, whatever folder it is pointed at."""
+    return _TUNER_NAME.fullmatch(path.name) is not None
 
 
 def journals_of(entry_path: Path) -> list[Path]:
@@ -124,30 +140,61 @@ def journals_of(entry_path: Path) -> list[Path]:
 
 @dataclass
 class Removal:
-    """What :func:`remove` did: the files deleted, and each it could not delete with the reason."""
+    """What :func:`remove` did: the files deleted (or, for a dry run, that would be), each it could not delete with
+    the reason, and the journals it kept because a tuning in flight holds them."""
 
     gone: list[Path]
     failed: list[tuple[Path, OSError]]
+    kept: list[Path] = field(default_factory=list)
 
 
-def remove(paths: list[Path]) -> Removal:
+def remove(paths: list[Path], dry_run: bool = False) -> Removal:
     """Delete ``paths`` (already gone is fine); a file that cannot be deleted (a read-only folder) is kept in
-    ``failed`` and the others are still deleted."""
-    gone, failed = [], []
+    ``failed`` and the others are still deleted. A journal is deleted only under its lock (the exclusive ``flock``
+    a tuning holds while it runs: :mod:`~triton_dist_tune.faults.journal`): one a tuning in flight holds is kept
+    (``kept``). ``dry_run``: deletes nothing, says what it would."""
+    gone, failed, kept = [], [], []
     for path in paths:
         try:
-            path.unlink()
-            gone.append(path)
+            if _remove_unlocked(path, dry_run):
+                gone.append(path)
+            else:
+                kept.append(path)
         except FileNotFoundError:
             pass
         except OSError as exc:
             failed.append((path, exc))
-    for folder in sorted({p.parent for p in gone}):
+    for folder in sorted({p.parent for p in gone} if not dry_run else ()):
         try:
             folder.rmdir()  # only when empty
         except OSError:
             pass
-    return Removal(gone, failed)
+    return Removal(gone, failed, kept)
+
+
+def _remove_unlocked(path: Path, dry_run: bool) -> bool:
+    """Delete ``path`` (a journal: while holding its lock, then released); False, and nothing deleted, when it is a
+    journal a tuning in flight holds. Raises ``FileNotFoundError`` when it is gone."""
+    if path.suffix != ".journal" or fcntl is None:
+        if not dry_run:
+            path.unlink()
+        elif not path.exists():
+            raise FileNotFoundError(path)
+        return True
+    for _ in range(3):  # a tuning may put a new journal in its place between the open and the lock: try that one
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                if not dry_run:
+                    path.unlink()
+                return True
+        finally:
+            os.close(fd)  # closing it releases the lock
+    return False
 
 
 def age_text(seconds: float) -> str:

@@ -67,8 +67,9 @@ class Entry:
     source: str | None = None
     #: where the tuned function is defined (source file and qualified name); None where not recorded
     origin: str | None = None
-    #: unix seconds: the file's modification time, when a job last wrote it or served it (a cache hit touches the
-    #: file: :meth:`~triton_dist_tune.disk.cache.DiskCache.served`); 0 where unknown
+    #: unix seconds: when a job last wrote or served the decision: the ``served`` time the file records (the tuner
+    #: writes it with the decision and again at each cache hit: :meth:`~triton_dist_tune.disk.cache.DiskCache.served`),
+    #: else (an earlier release's file) its modification time; 0 where unknown
     used: float = 0.0
     measurements: list[Outcome] = field(default_factory=list)
     #: the raw JSON object as read from disk (what ``export`` ships)
@@ -193,10 +194,12 @@ def parse_entry(path: Path, data: Any) -> Entry:
     created = _finite(data.get("created"))
     if created is not None and not _a_date(created):  # a time no clock shows (1e300): as if not recorded
         created = None
-    try:
-        used = path.stat().st_mtime
-    except OSError:
-        used = 0.0
+    used = _finite(data.get("served"))  # recorded: copies, checkouts and imports reset the mtime, never this
+    if used is None or not _a_date(used):
+        try:
+            used = path.stat().st_mtime
+        except OSError:
+            used = 0.0
     if created is None:
         created = used
     size = data.get("group_size")
@@ -244,7 +247,9 @@ def _same_code(a: Entry, b: Entry) -> bool:
 
 
 def _last(entry: Entry) -> float:
-    """When a job last wrote or served ``entry`` (its creation, or a later cache hit)."""
+    """When a job last wrote or served ``entry`` (its creation, or a later cache hit): the later of its creation and
+    its :attr:`Entry.used` (the ``served`` time its file records, else, in an earlier release's file, the file's
+    modification time)."""
     return max(entry.created, entry.used)
 
 
@@ -252,8 +257,10 @@ def superseded(entries: list[Entry]) -> dict[Path, Entry]:
     """The superseded decisions among ``entries``: path -> the newest decision of its :func:`lineage`, for each
     decision tuned for another config space or code than that newest one (its ``space`` fingerprint differs, or
     its ``source`` fingerprint where both record one). The newest is the one a job last wrote or served (its
-    :attr:`Entry.used`, or its creation if later): a job that goes back to an earlier space serves the decision
-    tuned for it again, which makes that one current and the other superseded.
+    :attr:`Entry.used`, or its creation if later: :func:`_last`): a job that goes back to an earlier space serves
+    the decision tuned for it again, which makes that one current and the other superseded. A file that records
+    when it was served is ordered by that, never by its modification time, which a copy, a checkout or an
+    ``import`` resets.
 
     A change of the function's space or code changes its cache entry's name, so the next job tunes the key again
     into a new file and never serves the old one again; the old file stays until it is removed (``clear

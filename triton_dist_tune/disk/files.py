@@ -28,9 +28,10 @@ def new_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_atomic(path: Path, data: str | bytes, suffix: str = ".tmp") -> Path:
+def write_atomic(path: Path, data: str | bytes, suffix: str = ".tmp", durable: bool = True) -> Path:
     """Write ``data`` to ``path`` so that readers never see half a file: a hidden temporary file beside it (named
-    ``.<name>.XXXX<suffix>``), written, fsynced and renamed over ``path``; removed again when anything fails."""
+    ``.<name>.XXXX<suffix>``), written, fsynced (``durable``: a rewrite whose loss in a machine's crash costs
+    nothing may skip it) and renamed over ``path``; removed again when anything fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     try:
@@ -38,7 +39,8 @@ def write_atomic(path: Path, data: str | bytes, suffix: str = ".tmp") -> Path:
         with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -49,6 +51,6 @@ def write_atomic(path: Path, data: str | bytes, suffix: str = ".tmp") -> Path:
     return path
 
 
-def write_json_atomic(path: Path, data: Any) -> Path:
+def write_json_atomic(path: Path, data: Any, durable: bool = True) -> Path:
     """Write ``data`` as standard JSON (no NaN or Infinity) to ``path`` so that readers never see half a file."""
-    return write_atomic(path, json.dumps(data, indent=1, sort_keys=True, allow_nan=False))
+    return write_atomic(path, json.dumps(data, indent=1, sort_keys=True, allow_nan=False), durable=durable)

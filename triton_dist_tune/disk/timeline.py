@@ -73,7 +73,8 @@ def read_job(root: Path, job: str) -> tuple[list[dict[str, Any]], int]:
 
 
 def render_record(record: dict[str, Any]) -> str:
-    """One record as a timeline line: time, rank, level, message (continuation lines indented)."""
+    """One record as a timeline line: time, rank, level, message (continuation lines indented); a level that is not
+    text (a foreign line's null or list) is shown as ``str`` shows it."""
     stamp = time.strftime("%H:%M:%S", time.localtime(record["time"])) + f".{int(record['time'] * 1000) % 1000:03d}"
-    head = f"{stamp} rank {record.get('rank', '?'):>2} {record.get('level', 'INFO'):<7} "
+    head = f"{stamp} rank {record.get('rank', '?'):>2} {str(record.get('level', 'INFO')):<7} "
     return head + str(record["message"]).replace("\n", "\n" + " " * len(head))

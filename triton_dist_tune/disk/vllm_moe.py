@@ -67,6 +67,17 @@ def dtype_selector(dtype: Any) -> str | None:
     return None if text in ("float16", "half", "bfloat16") else text
 
 
+#: vLLM's names for the dtype part of a quantized MoE's file (``--dtype`` takes them): never a torch dtype's name
+SCHEMES = ("fp8_w8a8", "int8_w8a16", "int4_w4a16")
+
+
+def inferable(dtype: Any) -> bool:
+    """Whether a torch dtype a key names (``torch.bfloat16``) says the file's dtype part alone: float16 and bfloat16
+    (none) and float32 (``float32``). Any other (``torch.float8_e4m3fn``, ``torch.int8``) does not: vLLM names a
+    quantized MoE's file by its scheme (:data:`SCHEMES`), which the weights' dtype does not tell."""
+    return str(dtype).removeprefix("torch.") in ("float16", "half", "bfloat16", "float32", "float")
+
+
 def key_dtype(key: Any) -> str | None:
     """The torch dtype a tuning key names (an element ``'torch.<dtype>'``, as the example's key ends), or None; a
     key read from a cache file is text, parsed as a Python literal."""

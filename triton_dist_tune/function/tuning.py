@@ -221,7 +221,7 @@ class Tuning:
             return None  # a cut's choice (the time budget ended its race): tuned again, from the journals
         if 0 <= index < len(tuner.space) and data["config"] == tuner.descriptions[index]:
             if not quiet:  # served (``quiet``: a look ahead, which only reads): the job uses it (the command line)
-                tuner.cache.served(self.entry)
+                tuner.cache.served(self.entry, data)
             return [index, served(data)]
         if data is not None and not quiet:  # a file edited or damaged (said): the same space, another config there
             _not_that_config(tuner.cache.path(self.entry), index, data["config"])
