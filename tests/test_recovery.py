@@ -218,6 +218,20 @@ def test_a_base_exception_on_one_rank_is_an_interruption_the_others_hear_of_at_o
     assert "interrupted" in states and not states & {"hung", "local_failure", "failed"}, states
 
 
+@pytest.mark.timeout(150)
+def test_a_base_exception_on_group_rank_0_is_heard_of_at_once_too(tmp_path):
+    """As above with rank 0 cancelled (it lives on). Rank 0 closes the tuning's board as its tuning ends, and it used
+    to delete the board's reports then, its own report of the interruption among them, and its beat: rank 1 heard
+    of nothing and gave up only when rank 0's beat had been silent for T + T/10 (66 s with T = 60), saying it showed
+    no sign of life. A board closed by an error keeps its keys now: rank 1 reads the report within seconds."""
+    env = {**tuner_env(tmp_path, 60), "CANCELLED_RANK": "0"}
+    results = run_ranks(RECOVERY, 2, ["cancelled"], env=env, timeout=140, stuck=[0])
+    second = results[1].result
+    assert results[1].returncode == 0 and second["error"] == "RankFailedError", describe(results)
+    assert "rank 0 failed in config 1" in second["message"] and "CancelledError" in second["message"], second
+    assert second["seconds"] < 30, second  # the grace and the board's polls, not the beat's window (66 s)
+
+
 def _signal_rank_1(env: dict[str, str], signum: int, timeout: float = 60) -> list[tuple[int, str, str]]:
     """Run ``tune`` with rank 1 waiting inside config 1's warm-up; send it ``signum``; wait for both ranks."""
     procs = start(FAULTS, "tune", env, terminal=signum == signal.SIGINT)

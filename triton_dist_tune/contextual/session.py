@@ -76,12 +76,15 @@ class Session(CallState):
     def call(self, args: tuple, kwargs: dict[str, Any], first: tuple[Any, Exception | None] | None = None) -> Any:
         """Run the function until every track is decided, then once more; return that run's result. ``first``: the
         result of a run already made (a hot call that met an undecided key, :mod:`~.hot`)."""
+        clean = False
         try:
             if self.tuning:
                 self.gather_journals()
                 self.open_board()
             with interruptible():
-                return self._loop(args, kwargs, first)
+                out = self._loop(args, kwargs, first)
+            clean = True
+            return out
         except BadInputError as exc:
             if isinstance(exc, type(intercept.empty_pruning_error())) and _keeps_nothing(str(exc)):
                 raise self._empty_pruning(exc) from exc
@@ -92,7 +95,7 @@ class Session(CallState):
             self.not_blamed(f"interrupted ({type(exc).__name__}) at an exchange between runs: no config is blamed")
             raise
         finally:
-            self.close_board()
+            self.close_board(clean)
             for local in self.local.values():
                 local.journal.close()
 

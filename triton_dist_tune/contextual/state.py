@@ -216,10 +216,11 @@ class CallState:
         if self.group.size > 1:
             self.board = self.group.board(exchange_timeout(self.timeout))
 
-    def close_board(self) -> None:
-        """The call is over: its board is no longer read."""
+    def close_board(self, clean: bool = True) -> None:
+        """The call is over: its board is no longer read (``clean``: not ended by an error or interruption, whose
+        report a peer may still need to read: see :meth:`~triton_dist_tune.group.channel.Board.close`)."""
         if self.board is not None:
-            self.board.close()
+            self.board.close(clean)
             self.board = None
 
     def post_run_failure(self, error: str, interrupted: bool = False) -> None:

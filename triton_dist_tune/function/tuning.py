@@ -249,7 +249,7 @@ class Tuning:
         short its records stay for the next attempt."""
         tuner, group, label, env = self.tuner, self.group, self.label, self.env
         journal = journal_of(self)
-        ended = False
+        ended = clean = False
         board = group.board(exchange_timeout(self.timeout))  # beating: a rank that died is given up on
         guard = WATCHDOG.guard(board, group.rank)
         try:
@@ -269,15 +269,16 @@ class Tuning:
                 conclude(group, label, decision, self.timeout, self._store(decision) if writes else None,
                          self.layout.replicas.size if self.layout is not None else 1)
             except AllConfigsFailedError:
-                ended = True  # every config failed: this tuning is over, and nothing of it may replay later
+                ended = clean = True  # every config failed (every rank): over, and nothing of it may replay later
                 raise
             if decision.breakdown is not None:
                 logs.rank_log().info("%s time: %s", label, decision.breakdown.text(),
                                      extra={"breakdown": decision.breakdown.to_json()})
             ended = not decision.cut  # a cut's choice is provisional: the next job goes on from the journals
+            clean = True
         finally:
             guard.close()
-            board.close()
+            board.close(clean)  # (not clean: a peer may still wait for this rank, and read why it left)
             if ended:
                 journal.remove()
             journal.close()

@@ -258,8 +258,8 @@ class Board:
         """Every report posted so far (cheap: read by the watchdog's monitor twice a second)."""
         return []
 
-    def close(self) -> None:
-        """The tuning is over."""
+    def close(self, clean: bool = True) -> None:
+        """The tuning is over (``clean``: on every rank alike, not by this rank's own error or interruption)."""
 
 
 class RankEnded(Exception):

@@ -108,13 +108,18 @@ class StoreBoard(Board):
                 self._seen.append(report)
             return [r for r in self._seen if 0 <= r.rank < self.group.size]
 
-    def close(self) -> None:
+    def close(self, clean: bool = True) -> None:
         """The tuning is over: stop beating and delete this board's keys (each rank its beat; group rank 0 the
-        reports and their count), so that a job of thousands of tunings leaves no keys behind."""
+        reports and their count), so that a job of thousands of tunings leaves no keys behind. Not ``clean`` (this
+        rank's tuning ended by its own error or interruption, its peers maybe still waiting for it): the keys stay,
+        so that a peer reads this rank's report of why it left (deleted, the report went unread and the peer waited
+        for the beat to fall silent: ``T + T/10``)."""
         self._stop.set()
         if self._beater is not None:
             self._beater.join(timeout=2.0)  # its last beat must not write the key again after the deletion
         self.group.board_closed(self)
+        if not clean:
+            return
         try:
             store = self.group.store
             if self.window is not None:
