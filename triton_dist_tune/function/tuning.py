@@ -310,6 +310,7 @@ class Tuning:
         plan = tuner.options.plan(self.timeout, timing, seed, self.group.size)
         measurer = Measurer(self.group, trial, plan, journal, logs.rank_log(), self.label, guard)
         measurer.budget.began = self.began  # the budget counts from the start of the tuning
+        measurer.device_time = layout is None  # replicas time eagerly, all alike (see Measurer.device_time)
         share = kept if layout is None else layout.share(kept)
         pruned = [Outcome(i, tuner.descriptions[i], "pruned") for i in range(len(tuner.space)) if i not in kept]
         if layout is None and not tuner.options.sharded and search_applies(tuner.search_mode(), len(kept)):
@@ -321,6 +322,7 @@ class Tuning:
                 settled = settle(layout, measurer, outcomes, todo, lambda: self._precompile(todo, measurer, len(kept)),
                                  self.todo, tuner.options.refine_top, self.label, self.timeout, len(share), timing)
             settled.cut = settled.cut or measurer.budget.cut  # the replicas' clock: the same on every rank
+            settled.clock = measurer.clock_kind
             return settled
         with measuring(measurer, state):
             self._precompile(todo, measurer, len(kept))

@@ -19,7 +19,7 @@ class Sampling:
     """The CUDA-graph part of :class:`~triton_dist_tune.measure.lockstep.Measurer`: whether a tuning times on the
     device, each config's capture, and each steady or cold sample. Uses the measurer's ``trial``, ``plan``,
     ``group``, ``cold``, ``log``, ``label``, ``watch``, ``per_call``, ``budget``, ``_final``, and its ``graphs``,
-    ``clock_kind``, ``_clock_chosen`` and ``probes``."""
+    ``clock_kind``, ``_clock_chosen``, ``device_time`` and ``probes``."""
 
     def _capture(self, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float]) -> dict[int, str]:
         """Before the first race of a tuning, decide whether its samples are timed on the device
@@ -33,7 +33,8 @@ class Sampling:
             self._clock_chosen = True
             fastest = min(per_call.values())
             kind = getattr(self.trial.clock, "kind", "host")
-            if device_time_applies(self.cold or self.plan.batch is not None, self.group.size, kind, fastest):
+            if self.device_time and device_time_applies(self.cold or self.plan.batch is not None, self.group.size,
+                                                         kind, fastest):
                 self.graphs = Graphs(graph_calls(fastest))
                 self.clock_kind = GRAPH
                 self.log.info("%s timing on the device: each config's calls replayed from a CUDA graph of %d "
