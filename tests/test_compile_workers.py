@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -898,3 +899,48 @@ def test_the_rank_log_has_a_line_per_compile_but_none_for_kernels_found_in_trito
     assert [r.getMessage() for r in records] == ["[f key=(1,)] compile of config 4: 0.20 s (guess)",
                                                  "[f key=(1,)] compile of config 5: 0.01 s (next key, raised)",
                                                  "[f key=(1,)] compile of config 6: 1.50 s (needed)"]
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_worker_collects_its_own_reference_cycles_but_never_its_parents_objects():
+    # a forked worker detached from its parent (forked_worker.detach_from_parent) with the garbage collector off
+    # kept every reference cycle a compile left (about 0.45 MB a compile); now the parent's objects are frozen out
+    # of the collector and the worker's own cycles are collected. Before: the worker's cycle was never finalized
+    from triton_dist_tune.measure.forked_worker import detach_from_parent
+
+    class Marked:
+        def __init__(self, fd: int, word: bytes) -> None:
+            self.fd, self.word, self.me = fd, word, self  # a reference cycle: only the collector frees it
+
+        def __del__(self) -> None:
+            try:
+                os.write(self.fd, self.word)
+            except OSError:  # the parent's, at the test's end: its pipe is closed by then
+                pass
+
+    read, write = os.pipe()
+    parents = Marked(write, b"P")  # made before the fork: the parent's, frozen in the worker
+    with warnings.catch_warnings():  # (a fork beside threads: the child below runs no thread's code)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the worker: detach, then leave a cycle of its own and allocate until the collector runs
+        code = 1
+        try:
+            detach_from_parent({write})
+            del parents
+            Marked(write, b"W")
+            junk = [[] for _ in range(200_000)]  # many new container objects: an automatic collection
+            del junk
+            os.write(write, b".")
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    said = b""
+    while chunk := os.read(read, 64):
+        said += chunk
+    os.close(read)
+    assert os.waitstatus_to_exitcode(status) == 0, said
+    assert said == b"W.", said  # its own cycle collected; the parent's object never finalized there
+    parents.me = None

@@ -107,24 +107,34 @@ def _serve_forked(tasks: int, answers: int, niceness: int) -> NoReturn:
     parent closes ``tasks``; never returns."""
     code = 1
     try:
-        gc.disable()  # an object of the parent's finalized here could close a file number this worker reuses
-        gc.freeze()
-        faulthandler.disable()
-        for number in signal.valid_signals():  # the parent's handlers (a journal's, say) must not run here
-            try:
-                if callable(signal.getsignal(number)):
-                    signal.signal(number, signal.SIG_DFL)
-            except (OSError, ValueError, TypeError):
-                pass
-        null = os.open(os.devnull, os.O_RDWR)
-        for number in (0, 1, 2):
-            os.dup2(null, number)
-        _close_all_but({0, 1, 2, tasks, answers})
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        detach_from_parent({tasks, answers})
         serve(os.fdopen(tasks, "rb"), os.fdopen(answers, "w"), niceness)
         code = 0
     finally:
         os._exit(code)
+
+
+def detach_from_parent(keep: set[int]) -> None:
+    """In a process just forked: leave the parent's state behind (its objects, signal handlers, files but ``keep``
+    and the standard streams, sent to /dev/null; no GPU). The parent's objects are frozen out of the garbage
+    collector (one of them finalized here could close a file number this process reuses), which goes on collecting
+    this process's own: disabled, a worker kept every reference cycle its compiles left (about 0.45 MB a compile, a
+    Triton compile for sm90 on the CPU: 31 MB over 18 compiles against 23 MB collected)."""
+    gc.disable()  # nothing collected before the parent's objects are frozen
+    gc.freeze()
+    gc.enable()
+    faulthandler.disable()
+    for number in signal.valid_signals():  # the parent's handlers (a journal's, say) must not run here
+        try:
+            if callable(signal.getsignal(number)):
+                signal.signal(number, signal.SIG_DFL)
+        except (OSError, ValueError, TypeError):
+            pass
+    null = os.open(os.devnull, os.O_RDWR)
+    for number in (0, 1, 2):
+        os.dup2(null, number)
+    _close_all_but({0, 1, 2, *keep})
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 def _close_all_but(keep: set[int]) -> None:
