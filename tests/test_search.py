@@ -594,6 +594,11 @@ def test_a_config_written_as_a_string_of_numbers_or_a_triton_config_is_a_point_o
     triton = pytest.importorskip("triton")
     space = [{"cfg": triton.Config({"BLOCK_M": m}, num_warps=w)} for m in (16, 32) for w in (4, 8)]
     assert "cfg.BLOCK_M" in Grid(space, range(4)).names and "cfg.num_warps" in Grid(space, range(4)).names
+    # configs that differ in maxnreg (or a pre_hook) alone are points of their own: before, 6 configs were 2 points
+    space = [{"cfg": triton.Config({"BLOCK_M": m}, maxnreg=r)} for m in (16, 32) for r in (None, 128, 255)]
+    grid = Grid(space, range(6))
+    assert "cfg.maxnreg" in grid.names and len(grid.at) == 6, grid.names
+    assert sorted(grid.neighbours(1)) == [0, 2, 4], grid.names  # along maxnreg and BLOCK_M
 
 
 def test_a_move_pruning_forbids_is_repaired_and_a_whole_line_is_reached():

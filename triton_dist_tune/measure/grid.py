@@ -57,18 +57,24 @@ _NUMBER = re.compile(r"(\d+)")
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """A config's parameters as the grid sees them, each named by its path: a nested mapping's entries
-    (``cfg.BLOCK_M``), a ``triton.Config`` value's keyword arguments, warps, stages and CTAs (``name.BLOCK_M``,
-    ``name.num_warps``, ...), at any depth; anything else stays as it is. Only the grid reads this copy: the tuned
-    function receives the config as written."""
+    (``cfg.BLOCK_M``), a ``triton.Config`` value's keyword arguments and launch options (``name.BLOCK_M``,
+    ``name.num_warps``, ``name.maxnreg``, ... and its ``pre_hook`` and ``ir_override`` by their descriptions), at any
+    depth; anything else stays as it is. Only the grid reads this copy: the tuned function receives the config as
+    written. (Before, a ``triton.Config``'s ``maxnreg`` was not read: configs that differ in it alone were one point,
+    only the first of them ever a neighbour.)"""
     flat: dict[str, Any] = {}
     for name, value in config.items():
         path = f"{prefix}{name}"
         kwargs = getattr(value, "kwargs", None)
         if isinstance(kwargs, dict) and hasattr(value, "num_warps"):
-            flat.update(flatten(kwargs, f"{path}."))
-            for key in ("num_warps", "num_stages", "num_ctas"):
+            every = value.all_kwargs() if callable(getattr(value, "all_kwargs", None)) else dict(kwargs)
+            for key in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
                 if getattr(value, key, None) is not None:
-                    flat[f"{path}.{key}"] = getattr(value, key)
+                    every.setdefault(key, getattr(value, key))
+            flat.update(flatten(every, f"{path}."))
+            for key in ("pre_hook", "ir_override"):
+                if getattr(value, key, None) is not None:
+                    flat[f"{path}.{key}"] = describe(getattr(value, key))
         elif isinstance(value, Mapping) and value and all(isinstance(key, str) for key in value):
             flat.update(flatten(value, f"{path}."))
         else:
