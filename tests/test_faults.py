@@ -457,6 +457,24 @@ def test_two_jobs_tuning_into_one_cache_folder_at_once(env, tmp_path):
 
 
 @pytest.mark.timeout(90)
+def test_a_rank_blocked_in_a_store_get_of_its_own_still_hears_of_the_peer_that_raised(env):
+    # rank 1 raises in config 0 before the collective; rank 0 waits in a blocking get on the job's store client (as
+    # NCCL's first use of a communicator does, for an id rank 1 never sends). Before: the failure board, its beat
+    # and the watchdog's look at it used that client too, queued behind the get: rank 0 was ended by the backstop
+    # (exit 1, T + 6 s) with config 0 last "started" in its journal, a crash suspect measured again. Now the board
+    # has a client of its own: rank 0 reads rank 1's report and ends as a rank left in a collective (87), config 0
+    # journaled failed
+    env = {**env, "FAULTS": "0:raise_before@1,0:store_get@0"}
+    results, _ = ranks("tune", 2, env, timeout=80)
+    assert results[0].returncode == PEER_EXIT, describe(results)
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]) / "work"
+    (journal,) = [j for j in journals(cache) if ".rank0" in j.name]
+    states = [json.loads(line)["state"] for line in journal.read_text().splitlines()
+              if json.loads(line).get("index") == 0]
+    assert states[-1] == "failed", states
+
+
+@pytest.mark.timeout(90)
 def test_ranks_with_different_home_folders_resume_from_their_own_journals(env, tmp_path):
     env = {k: v for k, v in env.items() if k != "TRITON_DIST_AUTOTUNE_CACHE_DIR"}
     env["FAULTS"] = "1:raise_before@1"

@@ -114,6 +114,10 @@ def make_work(name: str = "work", **options):
             raise RuntimeError(f"injected: config {variant} raised on rank {me} before the collective")
         if kind == "hang":
             time.sleep(3600)  # a hung kernel: only the watchdog ends this
+        if kind == "store_get":  # NCCL's first use of a communicator, waiting for an id a peer that raised never
+            from torch.distributed import distributed_c10d as c10d  # sends: a blocking get on the job's client
+
+            c10d._get_default_store().get("an id no rank ever sets")
         if kind == "hang_gil":
             ctypes.PyDLL(None).sleep(3600)  # C code that never releases the GIL: only the backstop ends this
         if kind == "kill" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0" and \

@@ -124,10 +124,9 @@ class Tuning:
         self.tuner, self.group, self.key, self.layout = tuner, group, key, layout
         self.args, self.kwargs, self.verbose, self.overwrite = args, kwargs, verbose, overwrite
         self.label = self.key_text = self.entry = self.extra = ""
-        #: the entry the journals are named after: the cache entry's name without the kept set
-        self.journal_entry = ""
-        #: the part of the entry's identity naming the configs pruning kept ("" when it kept every one)
-        self.kept_mark = ""
+        #: the entry the journals are named after (the cache entry's name without the kept set), and the part of the
+        #: entry's identity naming the configs pruning kept ("" when it kept every one)
+        self.journal_entry = self.kept_mark = ""
         self.timeout = 0.0
         #: when the tuning started (``perf_counter``, for its seconds; ``monotonic``, for its time budget)
         self.started = self.began = 0.0
@@ -182,8 +181,7 @@ class Tuning:
             except Exception as exc:  # an unstable key, or a failing cache_key_extra: agreed below
                 key_error = str(exc) if isinstance(exc, BadInputError) else f"cache_key_extra: {describe_error(exc)}"
         self.key_text, self.label = key_text, f"[{tuner.name} key={key_text}]"
-        agree_on_call(tuner, self.group, key_text, key_error or problem, self.args, self.kwargs, self.overwrite,
-                      layout)
+        agree_on_call(tuner, self.group, key_text, key_error or problem, self.args, self.kwargs, self.overwrite, layout)
         self.extra = extra
         self.timeout = tuner.options.timeout if tuner.options.timeout is not None else self.env.timeout
 
@@ -274,8 +272,7 @@ class Tuning:
             if decision.breakdown is not None:
                 logs.rank_log().info("%s time: %s", label, decision.breakdown.text(),
                                      extra={"breakdown": decision.breakdown.to_json()})
-            ended = not decision.cut  # a cut's choice is provisional: the next job goes on from the journals
-            clean = True
+            ended, clean = not decision.cut, True  # a cut's choice is provisional: the next job resumes the journals
         finally:
             guard.close()
             board.close(clean)  # (not clean: a peer may still wait for this rank, and read why it left)
@@ -309,8 +306,8 @@ class Tuning:
         timing = timing_mode(tuner.options.timing)
         plan = tuner.options.plan(self.timeout, timing, seed, self.group.size)
         measurer = Measurer(self.group, trial, plan, journal, logs.rank_log(), self.label, guard)
-        measurer.budget.began = self.began  # the budget counts from the start of the tuning
-        measurer.device_time = layout is None  # replicas time eagerly, all alike (see Measurer.device_time)
+        # the budget counts from the start of the tuning; replicas time eagerly, all alike (Measurer.device_time)
+        measurer.budget.began, measurer.device_time = self.began, layout is None
         share = kept if layout is None else layout.share(kept)
         pruned = [Outcome(i, tuner.descriptions[i], "pruned") for i in range(len(tuner.space)) if i not in kept]
         if layout is None and not tuner.options.sharded and search_applies(tuner.search_mode(), len(kept)):
@@ -321,8 +318,8 @@ class Tuning:
             with measuring(measurer, state):
                 settled = settle(layout, measurer, outcomes, todo, lambda: self._precompile(todo, measurer, len(kept)),
                                  self.todo, tuner.options.refine_top, self.label, self.timeout, len(share), timing)
-            settled.cut = settled.cut or measurer.budget.cut  # the replicas' clock: the same on every rank
-            settled.clock = measurer.clock_kind
+            # the replicas' clock: the same on every rank
+            settled.cut, settled.clock = settled.cut or measurer.budget.cut, measurer.clock_kind
             return settled
         with measuring(measurer, state):
             self._precompile(todo, measurer, len(kept))

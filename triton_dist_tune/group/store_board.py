@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from .beat import own_client
 from .channel import BadBoardEntry, Board, FailureReport
 from .store_peek import peek
 
@@ -37,11 +38,18 @@ class StoreBoard(Board):
     late ranks' counters between its store waits (:meth:`silent`). A rank whose counter has not moved for
     ``window`` seconds has ended, was killed or is frozen (every phase of a live one is under the watchdog, which
     ends a hung rank after ``T``): the waiting ranks give up on it then, not at the exchange's deadline, which for
-    a steady round of ``n`` samples is ``n`` times longer."""
+    a steady round of ``n`` samples is ``n`` times longer.
+
+    The board talks to the store through a client of its own (:func:`~triton_dist_tune.group.beat.own_client`): the
+    job's client is the process group's too, and serves one request at a time, so a blocking ``get`` of the user's
+    (NCCL's first use of a communicator, waiting for an id a peer that raised never sends) held the beat, the
+    watchdog's look at the board and the posts behind it: the rank was taken for dead, or ended by the backstop with
+    its config a crash suspect."""
 
     def __init__(self, group: BoardOwner, scope: str, window: float | None = None,
                  outer: StoreBoard | None = None) -> None:
         self.group, self.scope = group, scope
+        self.store = own_client(group.store)
         #: the board of a tuning this one runs inside (an ``autotune`` tuning in a ``contextual_autotune`` call on the
         #: same group): the group's board again when this one closes
         self.outer = outer
@@ -58,7 +66,7 @@ class StoreBoard(Board):
             self._beater.start()
 
     def _beat(self) -> None:
-        self.group.store.add(f"{self.scope}beat/{self.group.rank}", 1)
+        self.store.add(f"{self.scope}beat/{self.group.rank}", 1)
 
     def _beating(self) -> None:
         every = max(0.05, min(1.0, (self.window or 5.0) / 5))
@@ -73,7 +81,7 @@ class StoreBoard(Board):
         window). The first look at a rank starts its clock."""
         if self.window is None:
             return []
-        store, now, silent = self.group.store, time.monotonic(), []
+        store, now, silent = self.store, time.monotonic(), []
         for rank in ranks:
             count = int(store.add(f"{self.scope}beat/{rank}", 0))
             seen = self._beats.get(rank)
@@ -84,13 +92,13 @@ class StoreBoard(Board):
         return silent
 
     def post(self, report: FailureReport) -> None:
-        store = self.group.store
+        store = self.store
         n = store.add(f"{self.scope}count", 1)
         store.set(f"{self.scope}{n}", report.to_json())
 
     def read(self) -> list[FailureReport]:
         with self._lock:
-            store = self.group.store
+            store = self.store
             count = store.add(f"{self.scope}count", 0)
             for n in range(len(self._seen) + 1, count + 1):
                 key = f"{self.scope}{n}"
@@ -121,7 +129,7 @@ class StoreBoard(Board):
         if not clean:
             return
         try:
-            store = self.group.store
+            store = self.store
             if self.window is not None:
                 store.delete_key(f"{self.scope}beat/{self.group.rank}")
             if self.group.rank == 0:
