@@ -55,7 +55,7 @@ def test_clear_and_list_never_follow_a_link_out_of_the_cache_folder(tmp_path, ca
     (outside / "settings.json").write_text('{"keep": true}')
     (outside / "E=8,N=64,device_name=X.json").write_text("{}")
     entry(outside, "fn", "outsider")  # a real decision, outside the cache: not read through the link either
-    mine = entry(cache, "fn", "mine")
+    mine = entry(cache, "fn", "a" * 20)  # named as the tuner names its files: clear removes no other
     (cache / "linked").symlink_to(outside)
     (cache / "fn" / "alias.json").symlink_to(outside / "settings.json")
     (cache / "fn2").symlink_to(outside / "fn")
@@ -96,12 +96,12 @@ def test_a_file_that_is_not_utf8_is_skipped_and_named_by_every_command(tmp_path,
     """Defect 8: one non-UTF-8 file made ``list``, ``show`` of another decision, ``export`` and ``clear`` exit 2 with
     "bad value: 'utf-8' codec can't decode byte 0xff", naming no file."""
     cache = tmp_path / "cache"
-    good = entry(cache, "fn", "good")
-    bad = cache / "fn" / "bad.json"
+    good = entry(cache, "fn", "b" * 20)  # named as the tuner names its files: clear removes no other
+    bad = cache / "fn" / f"{'c' * 20}.json"
     bad.write_bytes(b'{"format": 2, "key": "\xff\xfe"}')
     code, out, err = run(capsys, "list", "--cache-dir", str(cache))
     assert code == 1 and "1 decision(s)" in out and f"skipped {bad}: corrupt cache file (not UTF-8" in err, err
-    assert run(capsys, "show", "good", "--cache-dir", str(cache))[0] == 0
+    assert run(capsys, "show", "b" * 20, "--cache-dir", str(cache))[0] == 0
     code, out, err = run(capsys, "export", str(tmp_path / "b.json"), "--cache-dir", str(cache))
     assert code == 1 and "exported 1 decision(s)" in out and str(bad) in err
     code, out, err = run(capsys, "clear", "--stale", "--cache-dir", str(cache))
@@ -153,14 +153,14 @@ def test_clear_on_a_read_only_folder_is_one_line(capsys):
     top = Path(tempfile.mkdtemp())  # not under pytest's 0700 folder: the other user must reach it
     try:
         cache = top / "cache"
-        entry(cache, "fn", "kept")
+        entry(cache, "fn", "d" * 20)
         for folder in (top, cache):
             folder.chmod(0o755)
         (cache / "fn").chmod(0o555)
         code, err = _as_another_user(lambda: main(["clear", "--all", "--cache-dir", str(cache)]))
         assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
         assert "could not remove 1 of 1 file(s)" in err and "read-only" in err, err
-        assert (cache / "fn" / "kept.json").exists()
+        assert (cache / "fn" / f"{'d' * 20}.json").exists()
     finally:
         (top / "cache" / "fn").chmod(0o755)
         import shutil
