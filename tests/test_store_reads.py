@@ -71,6 +71,13 @@ class DeletedAfterTheFirstLook:
     def __init__(self, store, key: str, close) -> None:
         self.store, self.key, self.close, self.closed = store, key, close, False
 
+    def clone(self):
+        """The board's own client (:func:`~triton_dist_tune.group.beat.own_client`): this same interleaving."""
+        return self
+
+    def set_timeout(self, timeout) -> None:
+        pass  # (its own client's timeout: the real client keeps the test's)
+
     def __getattr__(self, name: str):
         method = getattr(self.store, name)
 
