@@ -422,3 +422,51 @@ def test_an_output_read_through_a_nan_free_mapping_is_taken_for_written_whole_an
     assert trial.call(config, exact=True).tolist() == [3.0, 6.0, 3.0, 6.0]  # one call's result
     state.put_back()
     assert c.tolist() == [1.0, -1.0, 1.0, -1.0]
+
+
+@pytest.mark.timeout(120)
+def test_reset_to_zero_holds_when_another_argument_shares_its_memory(tmp_path, monkeypatch):
+    # split-K locks declared reset_to_zero live in a workspace the function also writes (undeclared): the workspace
+    # was put back after the zeroing, which undid it (the locks held the caller's 7s at the start of 3 of 4 runs and
+    # every config failed). The zeroing now comes last; the final call runs from the caller's values, as Triton's
+    import torch
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_LOG_DIR", str(tmp_path / "logs"))
+    seen: list[int] = []
+
+    @tdt.autotune([{"b": b} for b in (1, 2, 3)], key_fn=lambda ws, locks: 0, reset_to_zero=["locks"], n_repeat=2)
+    def f(ws, locks, *, b):
+        seen.append(int(locks.abs().sum()))
+        ws.add_(b)
+        locks.fill_(0)
+        return ws.sum()
+
+    ws = torch.full((16,), 7, dtype=torch.int32)
+    f(ws, ws[:4])
+    assert seen[-1] == 28, seen  # the final call: the caller's values
+    assert len(seen) > 3 and not any(seen[:-1]), seen  # every tuning run began with the locks zero
+
+
+@pytest.mark.timeout(120)
+def test_an_argument_read_in_place_that_fails_from_the_nan_fill_fails_no_config(tmp_path, monkeypatch):
+    # logits scaled in place, then sampled: a run started from the tuner's NaN fill (its check of outputs written
+    # whole) raised in torch.multinomial; the config was failed, and each later config's first warm-up ran from NaN
+    # again: configs 1-3 failed, config 0 chosen without a race. Now the filled argument is taken for a read one,
+    # restored before every run, and (a rank alone) the run goes again from the caller's values
+    import torch
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_LOG_DIR", str(tmp_path / "logs"))
+
+    @tdt.autotune([{"b": b} for b in range(4)], key_fn=lambda logits: 0, n_repeat=2)
+    def sample_(logits, *, b):
+        logits.div_(0.7)
+        return torch.multinomial(logits.softmax(-1), 1)
+
+    logits = torch.randn(8, 32)
+    before = logits.clone()
+    sample_(logits)
+    (decision,) = sample_.tuner.decisions.values()
+    assert [o.state for o in decision.outcomes] == ["measured"] * 4, [(o.state, o.error) for o in decision.outcomes]
+    assert torch.allclose(logits, before / 0.7)  # one call's effect

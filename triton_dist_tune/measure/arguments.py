@@ -116,6 +116,10 @@ class ArgumentState:
         self.confirmed: set[str] = set()
         #: whether the next warm-up run is filled with NaN first (one was just found changed)
         self._fill_due = False
+        #: whether a run that raised from the NaN fill runs again from the caller's values (:meth:`fill_raised`): on
+        #: a rank alone only (a group's other ranks would not run it again: the function's collectives would not
+        #: match); in a group such a run fails its config, as any run that raises
+        self.retry_fill = False
         #: whether the run going on started with the written arguments filled with NaN (checked when it ends)
         self._filled = False
         #: whether the run going on is a plain warm-up run, the only kind a fill may start (no sample times it)
@@ -143,13 +147,27 @@ class ArgumentState:
             with breakdown.part("restore"), _untracked():
                 for name in self.written:
                     self.watched[name][0].fill_(float("nan"))
+                self._zero()  # (a filled argument may share memory with one)
 
-    def run_failed(self) -> None:
+    def run_failed(self) -> bool:
         """The run going on raised: what it left in the written arguments says nothing, so the next warm-up run
-        starts from NaN again and is checked in its place."""
-        if self._filled:
-            self._filled, self._fill_due = False, True
-        self._warmup = False
+        starts from NaN again and is checked in its place. Returns whether the run started from the NaN fill (on a
+        rank alone it then runs again from the caller's values: :attr:`retry_fill`, :meth:`fill_raised`)."""
+        filled, self._filled, self._warmup = self._filled, False, False
+        if filled:
+            self._fill_due = True
+        return filled
+
+    def fill_raised(self) -> None:
+        """A run that raised from the NaN fill ran without error from the caller's values: the fill made it raise
+        (a run from NaN can: a sampling kernel's probabilities). The arguments filled and not yet found written
+        whole are read ones: restored before every run from now on, never filled again. Before, each later
+        config's first warm-up ran from NaN again, and every config but the first failed."""
+        for name in [name for name in self.written if name not in self.confirmed] or list(self.written):
+            self.written.remove(name)
+            self.confirmed.discard(name)
+            self._report(name)
+        self._fill_due = False
 
     def check_after(self) -> None:
         """Have the next :meth:`before_run` or :meth:`put_back` check the watched arguments (after ``ref_prog``)."""
@@ -235,11 +253,15 @@ class ArgumentState:
             for tensor, copy in self.saved:
                 if any(tensor is t for t in self.restore):
                     tensor.copy_(copy)
-            for tensor in self.zero:
-                tensor.zero_()
             for name in self.changed + written:
                 tensor, copy, _ = self.watched[name]
                 tensor.copy_(copy)
+            self._zero()  # last: an argument put back that shares memory with one (a workspace) must not undo it
+
+    def _zero(self) -> None:
+        """Zero the ``reset_to_zero`` tensors (after every other copy into the arguments)."""
+        for tensor in self.zero:
+            tensor.zero_()
 
     def put_back(self) -> None:
         """Put every saved tensor back as it was before tuning (before the final call)."""

@@ -41,16 +41,28 @@ class Trial:
         self.calls += 1
         if self.state is not None and not restored:
             self.state.before_run(exact=exact, warmup=warmup)
+        try:
+            return self._run(config)
+        except _FromTheFill:  # it raised from the tuner's NaN fill, alone: once more from the caller's values
+            assert self.state is not None
+            self.calls += 1
+            self.state.before_run(exact=True)  # every argument put back, the filled ones too
+            out = self._run(config)  # raises: the config's own error; runs: the fill made it raise
+            self.state.fill_raised()
+            return out
+
+    def _run(self, config: dict[str, Any]) -> Any:
         if self.pre_hook is not None:
             self.pre_hook(config, *self.args, **self.kwargs)
         try:
             out = self.fn(*self.args, **self.kwargs, **config)
-        except Exception:
-            if self.state is not None:
-                self.state.run_failed()
+        except Exception as exc:
+            filled = self.state.run_failed() if self.state is not None else False
             if self.post_hook is not None:  # it closes what pre_hook opened (a phase counter) for the next run;
                 with contextlib.suppress(Exception):  # the run's own error is the one that counts
                     self.post_hook(config, *self.args, **self.kwargs)
+            if filled and self.state.retry_fill:  # type: ignore[union-attr]
+                raise _FromTheFill from exc
             raise
         if self.post_hook is not None:
             self.post_hook(config, *self.args, **self.kwargs)
@@ -89,3 +101,6 @@ class Trial:
         produced = (out, *self.state.outputs) if self.state is not None else (out,)
         return self.reference.mismatch(produced) if self.reference is not None else None
 
+
+class _FromTheFill(Exception):
+    """A run that started from the NaN fill raised on a rank alone (:meth:`~.arguments.ArgumentState.run_failed`)."""
