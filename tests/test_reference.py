@@ -103,3 +103,35 @@ def test_checking_tensors_imports_nothing_torch_testing_would():
                           timeout=50)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.timeout(120)
+def test_a_config_that_writes_a_wrong_undeclared_output_fails_its_ref_prog_check(tmp_path, monkeypatch):
+    # mm(a, b, c) writes c and returns None: the reference and each checked run compared only (None,) and the
+    # declared outputs, so a config adding 100 to c passed and was chosen. The undeclared arguments ref_prog wrote
+    # are compared too, where the checked run wrote them (NaN matching NaN: parts neither wrote)
+    import torch
+
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_LOG_DIR", str(tmp_path / "logs"))
+
+    def ref(a, b, c, scratch):
+        torch.matmul(a, b, out=c)
+        scratch.fill_(1.0)  # written by ref_prog alone: no output of the function, not compared
+
+    @tdt.autotune([{"wrong": 0}, {"wrong": 1}], key_fn=lambda a, b, c, scratch: 0, ref_prog=ref, n_repeat=2)
+    def mm(a, b, c, scratch, *, wrong):
+        torch.matmul(a, b, out=c)
+        if wrong:
+            c.add_(100.0)
+
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    c, scratch = torch.full((16, 16), float("nan")), torch.zeros(4)
+    mm(a, b, c, scratch)
+    (decision,) = mm.tuner.decisions.values()
+    states = {o.index: (o.state, o.error) for o in decision.outcomes}
+    assert states[0][0] == "measured" and states[1][0] == "failed", states
+    assert "wrong result: the result['c']" in states[1][1], states
+    assert decision.index == 0

@@ -145,7 +145,7 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
     every rank, and no config is blamed for it; so is the kind of clock the samples' call counts follow."""
     options = tuner.options
     state: ArgumentState | None = None
-    reference, timer, problem, step = None, None, None, "saving the arguments"
+    reference, buffers, timer, problem, step = None, None, None, None, "saving the arguments"
     try:
         state = ArgumentState(named_arguments(tuner.fn, args, kwargs), options.restore_value, options.reset_to_zero,
                               label)
@@ -157,8 +157,11 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
             state.before_run()
             with user_code("ref_prog"):  # as prune_fn
                 out = options.ref_prog(*args, **kwargs)
+            written = state.changed_now()  # undeclared outputs ref_prog wrote (a GEMM's c): compared too
             state.check_after()
             reference = Reference((out, *state.outputs), options.rtol, options.atol)
+            buffers = Reference({name: state.watched[name][0] for name in written}, options.rtol, options.atol,
+                                equal_nan=True) if written else None
     except Exception as exc:
         problem = f"{step} raised {describe_error(exc)}"
     kind = timer.kind if timer is not None else "host"
@@ -180,5 +183,5 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
     # the calls of a sample follow the host clock's rules on every rank when any rank times on the host (a rank
     # whose device cannot time falls back to it alone): the function's collectives must match
     trial = Trial(tuner.fn, args, kwargs, timer, state, pre_hook, options.post_hook, reference,
-                  host_counts=any(k == "host" for _, k in everyone))
+                  host_counts=any(k == "host" for _, k in everyone), buffers=buffers)
     return trial, state

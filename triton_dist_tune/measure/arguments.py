@@ -278,6 +278,10 @@ class ArgumentState:
                     tensor, copy, _ = self.watched[name]
                     tensor.copy_(copy)
 
+    def changed_now(self) -> list[str]:
+        """The watched arguments whose values differ from the caller's now (NaN equal to NaN)."""
+        return [name for name, (tensor, copy, _) in self.watched.items() if not _same(tensor, copy)]
+
     @property
     def outputs(self) -> list[Any]:
         """The tensors a run writes in place, compared against the reference by ``ref_prog`` checks."""

@@ -27,44 +27,53 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 class Reference:
     """The reference result of ``ref_prog``, against which each config's first run is checked."""
 
-    def __init__(self, value: Any, rtol: float | None, atol: float | None) -> None:
+    def __init__(self, value: Any, rtol: float | None, atol: float | None, equal_nan: bool = False) -> None:
         self.value = _detach_copy(value)
-        self.rtol, self.atol = rtol, atol
+        self.rtol, self.atol, self.equal_nan = rtol, atol, equal_nan
         # a comparison that falls back to torch.testing pays its first use's imports here, before any config's
         # deadline, not in the first config's checked run
         self.mismatch(self.value)
 
     def mismatch(self, value: Any) -> str | None:
         """None when ``value`` matches the reference, else what differs (``wrong result: ...``)."""
+        return self._verdict(value, self.value)
+
+    def mismatch_of(self, value: dict[str, Any]) -> str | None:
+        """As :meth:`mismatch`, for the entries of a dict reference that ``value`` names (the rest not compared)."""
+        return self._verdict(value, {name: self.value[name] for name in value})
+
+    def _verdict(self, value: Any, expected: Any) -> str | None:
         try:
-            problem = difference(value, self.value, self.rtol, self.atol, "the result")
+            problem = difference(value, expected, self.rtol, self.atol, "the result", self.equal_nan)
         except (AssertionError, TypeError, ValueError, RuntimeError) as exc:
             first = str(exc).strip().splitlines()
             problem = first[0] if first else type(exc).__name__
         return None if problem is None else "wrong result: " + problem
 
 
-def difference(actual: Any, expected: Any, rtol: float | None, atol: float | None, where: str) -> str | None:
-    """What differs between ``actual`` and ``expected`` (``where`` names them), or None: ``assert_close``'s verdict."""
+def difference(actual: Any, expected: Any, rtol: float | None, atol: float | None, where: str,
+               equal_nan: bool = False) -> str | None:
+    """What differs between ``actual`` and ``expected`` (``where`` names them), or None: ``assert_close``'s verdict
+    (``equal_nan``: NaN matches NaN, for buffers whose unwritten parts may hold NaN alike)."""
     if actual is None and expected is None:
         return None
     if isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple)):
         if len(actual) != len(expected):
             return f"{where}: {len(actual)} items, the reference has {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            if (problem := difference(a, e, rtol, atol, f"{where}[{i}]")) is not None:
+            if (problem := difference(a, e, rtol, atol, f"{where}[{i}]", equal_nan)) is not None:
                 return problem
         return None
     if isinstance(actual, dict) and isinstance(expected, dict):
         if set(actual) != set(expected):
             return f"{where}: keys {sorted(map(repr, actual))}, the reference has {sorted(map(repr, expected))}"
         for k in expected:
-            if (problem := difference(actual[k], expected[k], rtol, atol, f"{where}[{k!r}]")) is not None:
+            if (problem := difference(actual[k], expected[k], rtol, atol, f"{where}[{k!r}]", equal_nan)) is not None:
                 return problem
         return None
     if _plain(actual) and _plain(expected):
-        return _tensor_difference(actual, expected, rtol, atol, where)
-    return _torch_testing(actual, expected, rtol, atol, where)
+        return _tensor_difference(actual, expected, rtol, atol, where, equal_nan)
+    return _torch_testing(actual, expected, rtol, atol, where, equal_nan)
 
 
 #: the dtypes compared here; others (float8 types, which torch compares bit for bit, complex32, wide unsigned
@@ -84,7 +93,7 @@ def _plain(value: Any) -> bool:
 
 
 def _tensor_difference(actual: Any, expected: Any, rtol: float | None, atol: float | None,
-                       where: str) -> str | None:
+                       where: str, equal_nan: bool = False) -> str | None:
     import torch
 
     if actual.shape != expected.shape:
@@ -95,7 +104,7 @@ def _tensor_difference(actual: Any, expected: Any, rtol: float | None, atol: flo
         actual, expected = actual.cpu(), expected.cpu()
     if rtol is None or atol is None:
         rtol, atol = DEFAULT_TOLERANCES.get(_name(expected.dtype), (0.0, 0.0))
-    close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=False)
+    close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=equal_nan)
     if bool(close.all()):
         return None
     wrong = int((~close).sum())
@@ -114,11 +123,12 @@ def _tensor_difference(actual: Any, expected: Any, rtol: float | None, atol: flo
             f"reference {want!r} (allowed {allowed:.3g})")
 
 
-def _torch_testing(actual: Any, expected: Any, rtol: float | None, atol: float | None, where: str) -> str | None:
+def _torch_testing(actual: Any, expected: Any, rtol: float | None, atol: float | None, where: str,
+                   equal_nan: bool = False) -> str | None:
     import torch
 
     try:
-        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, check_device=False)
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, check_device=False, equal_nan=equal_nan)
     except (AssertionError, TypeError, ValueError) as exc:
         first = str(exc).strip().splitlines()
         return f"{where}: " + (first[0] if first else type(exc).__name__)

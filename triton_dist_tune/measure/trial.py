@@ -31,6 +31,9 @@ class Trial:
     host_counts: bool = False
     #: the calls made so far (for the device-time floor of :mod:`~triton_dist_tune.measure.breakdown`)
     calls: int = 0
+    #: the undeclared arguments ``ref_prog`` wrote (a GEMM's ``c``), by name, as it left them: a checked run that
+    #: writes one must leave it alike (NaN matching NaN: parts neither wrote)
+    buffers: Reference | None = None
 
     def call(self, config: dict[str, Any], restored: bool = False, exact: bool = False,
              warmup: bool = False) -> Any:
@@ -99,7 +102,13 @@ class Trial:
         out = self.call(config, exact=True)
         self.clock.synchronize()
         produced = (out, *self.state.outputs) if self.state is not None else (out,)
-        return self.reference.mismatch(produced) if self.reference is not None else None
+        wrong = self.reference.mismatch(produced) if self.reference is not None else None
+        if wrong is None and self.buffers is not None and self.state is not None:
+            written = set(self.state.changed_now())  # only those this run wrote: what ref_prog alone writes is no
+            names = [name for name in self.buffers.value if name in written]  # output of the function
+            if names:
+                wrong = self.buffers.mismatch_of({name: self.state.watched[name][0] for name in names})
+        return wrong
 
 
 class _FromTheFill(Exception):
