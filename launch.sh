@@ -20,10 +20,12 @@ without build isolation or dependencies, or, where pip cannot, the ranks run fro
 says which; where torch or triton is missing, everything (torch, this package with its test, mpi and plot extras,
 Open MPI). The ranks then run this checkout's code (PYTHONPATH), whatever copy of the package is installed; where
 pip's install (or what a plain python imports) is another copy, launch.sh says so on stderr, naming both. With -m triton_dist_tune campaign, the campaign's
-MODULE:NAME and --keys are checked before torchrun starts.
+MODULE:NAME and --keys are checked before torchrun starts. Arguments that ask for help (-h or --help) run the
+script or module once, as one process, not on every rank: its help is printed once.
 
-Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT (default 29500) on every node; they are
-passed to torchrun as --nnodes/--node-rank/--master-addr/--master-port. Otherwise --standalone is used.
+Multi-node: set NNODES, with NODE_RANK, MASTER_ADDR and MASTER_PORT (default 29500), on every node; they are
+passed to torchrun as --nnodes/--node-rank/--master-addr/--master-port. Without NNODES, --standalone is used, and a
+MASTER_ADDR or MASTER_PORT left in the environment is ignored.
 Environment: PYTHON (default python3) picks the interpreter.
 EOF
 }
@@ -79,8 +81,9 @@ else
   nproc="${nproc:-2}"
 fi
 
-if [[ -n "${NNODES:-}" || -n "${MASTER_ADDR:-}" ]]; then
-  rdzv=(--nnodes "${NNODES:-1}" --node-rank "${NODE_RANK:-0}"
+# multi-node only where NNODES says so: a MASTER_ADDR alone is often left over from another tool, not a request
+if [[ -n "${NNODES:-}" ]]; then
+  rdzv=(--nnodes "$NNODES" --node-rank "${NODE_RANK:-0}"
         --master-addr "${MASTER_ADDR:-127.0.0.1}" --master-port "${MASTER_PORT:-29500}")
 else
   rdzv=(--standalone)
@@ -88,12 +91,29 @@ fi
 
 script="$1"
 shift
+wants_help=0  # the script's (or module's) -h/--help: printed by one process, not by every rank
+for arg in "$@"; do
+  [[ "$arg" == -- ]] && break
+  if [[ "$arg" == -h || "$arg" == --help ]]; then wants_help=1; break; fi
+done
 if [[ $module -eq 0 && ! -f "$script" ]]; then
   # one line, before anything is installed or started (not python's error from every rank, then torchrun's traceback)
   echo "launch.sh: no script at '$script'$([[ -e "$script" ]] && echo " (not a file)") (from $PWD; -m runs a module)" >&2
   exit 2
 fi
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# this checkout: the folder of launch.sh itself, not of a symbolic link to it (readlink -f, or, where readlink has
+# no -f, the links followed one at a time)
+self="${BASH_SOURCE[0]}"
+if resolved="$(readlink -f -- "$self" 2>/dev/null)" && [[ -n "$resolved" ]]; then
+  self="$resolved"
+else
+  while [[ -L "$self" ]]; do
+    link="$(readlink -- "$self")"
+    [[ "$link" == /* ]] || link="$(dirname -- "$self")/$link"
+    self="$link"
+  done
+fi
+here="$(cd "$(dirname -- "$self")" && pwd)"
 # A fresh machine: install what the ranks need where it is missing (never a download they do not need: see the usage
 # above), judged by what is installed, not by what this script's PYTHONPATH below makes importable.
 PYTHON="${PYTHON:-python3}" bash "$here/scripts/ensure_env.sh" --launch
@@ -133,14 +153,14 @@ fi
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 target=("$script")
 [[ $module -eq 1 ]] && target=(-m "$script")  # torchrun's -m: run the module as python -m does
-if [[ $module -eq 1 && "$script" == triton_dist_tune && "${1:-}" == campaign ]]; then
+if [[ $module -eq 1 && "$script" == triton_dist_tune && "${1:-}" == campaign && $wants_help -eq 0 ]]; then
   # a campaign's input (MODULE:NAME, --keys) is checked once here: a mistake is its one-line message and exit
   # status 2, not that message from every rank followed by torchrun's traceback of the failed ranks
   "${PYTHON:-python3}" -m triton_dist_tune "$@" --check-only || exit $?
 fi
-if [[ "$nproc" -eq 1 && "${rdzv[0]}" == --standalone ]]; then
+if [[ $wants_help -eq 1 || ( "$nproc" -eq 1 && "${rdzv[0]}" == --standalone ) ]]; then
   # One rank on one node: start it as torchrun would (its variables, a free port for the store rank 0 hosts), without
-  # torchrun's agent, a second Python that imports torch (about 4 s of every one-GPU command)
+  # torchrun's agent, a second Python that imports torch (about 4 s of every one-GPU command). Help: one process too.
   port="$("${PYTHON:-python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   export RANK=0 LOCAL_RANK=0 GROUP_RANK=0 ROLE_RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 GROUP_WORLD_SIZE=1 \
     ROLE_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port"

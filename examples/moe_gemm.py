@@ -20,7 +20,8 @@ Run::
 ``--export-vllm DIR`` (with ``--campaign``) writes the campaign's decisions as the fused-MoE config file vLLM and
 SGLang read, ``DIR/E=<E>,N=<N>,device_name=<GPU>[,dtype=float32].json`` (the device the cache records: on CPU
 ranks the CPU model's), named as ``triton-dist-tune export --format vllm-moe`` names it: one entry per batch size
-tuned (or found in the cache), none for a batch size that failed.
+tuned (or found in the cache), none for a batch size that failed (the script then ends with exit status 1, naming
+each batch size that failed).
 
 Rank 0 prints one line per rank with the config it chose and its error against the torch reference, then
 ``RESULT {json}`` (what the tests read; for a campaign, ``phases`` holds rank 0's seconds in each step: the imports,
@@ -37,6 +38,7 @@ import argparse
 import functools
 import inspect
 import json
+import os
 import sys
 import time
 import warnings
@@ -153,6 +155,14 @@ def export_vllm(folder: Path, moe: Any, w: torch.Tensor, problem: dict[str, int]
                           vllm_moe.table(decided))
 
 
+def served_text() -> str:
+    """What ran at a key that is not decided: a config served by the undecided policy (the variable
+    ``TRITON_DIST_AUTOTUNE_UNDECIDED``, which wins over the decorator's ``undecided=``), with no tuning."""
+    policy = os.environ.get("TRITON_DIST_AUTOTUNE_UNDECIDED")
+    return "a config served without tuning (the key is not decided: " + (
+        f"TRITON_DIST_AUTOTUNE_UNDECIDED={policy})" if policy else "the decorator's undecided=)")
+
+
 def batch_size(text: str) -> int:
     """``--tokens``' and ``--batches``' type: a number of tokens, at least 1 (vLLM's file and ``triton-dist-tune
     export --format vllm-moe`` hold positive batch sizes only)."""
@@ -218,16 +228,19 @@ def main(argv: list[str] | None = None) -> int:
         summary = tdt.campaign(moe, lambda m: make_problem(m, w, problem["top_k"]).call(), list(batches),
                                local=not args.lockstep)
         seconds = time.perf_counter() - started
-        result.update(campaign_s=seconds, failed=len(summary.failed), keys=len(summary.rows))
+        # a batch size whose tuning failed has no decision: it is neither checked (a call would tune it again and
+        # raise) nor exported, and the script ends with exit status 1, naming it
+        failed = sorted({batches[row.position] for row in summary.failed})
+        result.update(campaign_s=seconds, failed=len(summary.failed), keys=len(summary.rows), failed_batches=failed)
         checked_from = time.perf_counter()
         checks = {}
-        for m in batches:  # every key decided: each call is the hot path
+        for m in (m for m in batches if m not in failed):  # every key decided: each call is the hot path
             p = make_problem(m, w, problem["top_k"])
             out = moe(p.a, p.w, p.routing)
             checks[m] = (config_text(moe.tuner.decided[moe_key(p.a, p.w, p.routing)]),
                          relative_error(out, moe_reference(p.a, p.w, p.routing)))
         result["choices"] = {str(m): c for m, (c, _) in checks.items()}
-        result["max_error"] = max(e for _, e in checks.values())
+        result["max_error"] = max((e for _, e in checks.values()), default=0.0)
         exported_from = time.perf_counter()
         if args.export_vllm and rank == 0:
             result["vllm_file"] = str(export_vllm(args.export_vllm, moe, w, problem, batches))
@@ -241,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         out = moe(p.a, p.w, p.routing, autotune_verbose=not tiny)
         seconds = time.perf_counter() - started
-        choice = config_text(moe.tuner.decided[moe_key(p.a, p.w, p.routing)])
+        decided = moe.tuner.decided.get(moe_key(p.a, p.w, p.routing))  # None: served by an undecided= policy
+        choice = config_text(decided) if decided is not None else served_text()
         error = relative_error(out, moe_reference(p.a, p.w, p.routing))
         result.update(tokens=tokens, kept=kept, tuning_s=seconds, choices={str(tokens): choice}, max_error=error)
     lines: list[Any] = [None] * world
@@ -257,8 +271,12 @@ def main(argv: list[str] | None = None) -> int:
         clock = {"imports_began": IMPORTED_AT, "result_printed": time.time()}
         print("RESULT " + json.dumps({**result, "same_on_every_rank": same, "clock": clock,
                                       "errors": [row["max_error"] for row in lines]}), flush=True)
+        if result.get("failed_batches"):
+            print(f"moe_gemm: the tuning failed at batch size(s) {', '.join(map(str, result['failed_batches']))} "
+                  "(the campaign's table above says why): not checked" + (", and not in the vLLM file" if
+                  "vllm_file" in result else ""), file=sys.stderr, flush=True)
     dist.destroy_process_group()
-    return 0 if result["max_error"] <= tol else 1
+    return 0 if result["max_error"] <= tol and not result.get("failed_batches") else 1
 
 
 if __name__ == "__main__":

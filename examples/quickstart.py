@@ -8,6 +8,7 @@ its result's error.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -57,10 +58,15 @@ def main(argv: list[str] | None = None) -> None:
     dist.all_gather(full, a_local)
     expected = torch.cat(full).float() @ b.float()
     error = ((c.float() - expected).norm() / expected.norm()).item()
-    config = all_gather_gemm.tuner.decided[key_fn(a_local, b)]["gemm_config"]
-    chosen = f"{config.kwargs} num_warps={config.num_warps} num_stages={config.num_stages}"
+    decided = all_gather_gemm.tuner.decided.get(key_fn(a_local, b))
+    if decided is None:  # TRITON_DIST_AUTOTUNE_UNDECIDED=first or nearest: a config served, not tuned nor decided
+        policy = os.environ.get("TRITON_DIST_AUTOTUNE_UNDECIDED", "")
+        ran = f"ran a config served without tuning (the key is not decided: TRITON_DIST_AUTOTUNE_UNDECIDED={policy})"
+    else:
+        config = decided["gemm_config"]
+        ran = f"chose {config.kwargs} num_warps={config.num_warps} num_stages={config.num_stages}"
     lines: list[str | None] = [None] * world
-    dist.all_gather_object(lines, f"rank {rank}/{world}: chose {chosen}, relative error {error:.2e}")
+    dist.all_gather_object(lines, f"rank {rank}/{world}: {ran}, relative error {error:.2e}")
     if rank == 0:  # one line per rank, in rank order (ranks printing at once would mix their lines)
         print("\n".join(str(line) for line in lines), flush=True)
     dist.destroy_process_group()

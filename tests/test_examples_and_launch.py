@@ -1,0 +1,203 @@
+"""The examples and launch.sh as a user runs them: a MoE campaign with a batch size that fails, keys served by the
+undecided policy, launch.sh through a symbolic link, a script's help under launch.sh, a stray MASTER_ADDR.
+
+Every test starts real processes (launch.sh with torchrun or its one-rank form, or the example's ranks forked by the
+harness) on CPU ranks with Triton's interpreter, each with its own home, cache and log folders under tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from harness import ROOT, describe, parse_results, run_ranks, tuner_env
+
+LAUNCH = ROOT / "launch.sh"
+#: what a launcher or an earlier job may leave in the environment: none of it is this test's
+RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
+                  "MASTER_PORT", "NNODES", "NODE_RANK", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID")
+
+
+def user_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A user's environment: a fresh home folder, the tuner's cache and logs under ``tmp_path``, no rank variables,
+    CPU ranks with Triton's interpreter; ``extra`` on top."""
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES and not k.startswith("PYTEST")}
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env.update(tuner_env(tmp_path), HOME=str(home), TRITON_INTERPRET="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def run_command(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own process group; past ``timeout`` kill the whole group (torchrun's workers too) and fail."""
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{cmd} outlived {timeout} s:\n{out[-2000:]}\n{err[-3000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+# -- examples/moe_gemm.py: a campaign in which one batch size fails ---------------------------------------------------
+
+FAILING_AT_8 = f'''
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+import examples.moe_gemm as mg
+
+real = mg.moe_gemm
+
+
+def flaky(a, w, routing, out, config, kernel):
+    if a.shape[0] == 8:
+        raise RuntimeError("simulated: no config runs at M=8")
+    return real(a, w, routing, out, config, kernel)
+
+
+mg.moe_gemm = flaky
+sys.exit(mg.main(sys.argv[1:]))
+'''
+
+
+@pytest.mark.timeout(120)
+def test_moe_campaign_with_a_failed_batch_size_still_writes_the_vllm_file_then_exits_1(tmp_path: Path) -> None:
+    """``moe_gemm.py --tiny --campaign --export-vllm DIR`` where every config fails at M = 8 (of 3, 8, 20). Before,
+    the reference checks called the tuned function at M = 8, which tuned it again and raised AllConfigsFailedError:
+    every rank died before the vLLM file was written. Now the file is written with the two batch sizes decided, none
+    for 8 (as the example's docstring says), and every rank ends with exit status 1, rank 0 naming the batch size."""
+    script = tmp_path / "moe_failing_at_8.py"
+    script.write_text(FAILING_AT_8)
+    out = tmp_path / "vllm"
+    ranks = run_ranks(script, 2, ["--tiny", "--campaign", "--export-vllm", str(out)], env=tuner_env(tmp_path),
+                      timeout=100)
+    output = describe(ranks)
+    assert [r.returncode for r in ranks] == [1, 1], output[-6000:]
+    assert "AllConfigsFailedError" not in output, output[-6000:]
+    result = parse_results(ranks[0].stdout)[-1]
+    assert result["failed"] == 1 and result["failed_batches"] == [8], result
+    assert sorted(result["choices"]) == ["20", "3"] and max(result["errors"]) <= 1e-4, result
+    files = list(out.iterdir())
+    assert len(files) == 1 and files[0].name.startswith("E=4,N=24,") and result["vllm_file"] == str(files[0]), files
+    assert sorted(int(k) for k in json.loads(files[0].read_text())) == [3, 20]
+    assert "the tuning failed at batch size(s) 8" in ranks[0].stderr and "not in the vLLM file" in ranks[0].stderr, \
+        ranks[0].stderr[-3000:]
+
+
+# -- the examples with TRITON_DIST_AUTOTUNE_UNDECIDED set: a served key is not decided ---------------------------------
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(("example", "args", "policy"), [("quickstart.py", [], "first"),
+                                                         ("moe_gemm.py", ["--tiny"], "nearest")])
+def test_examples_report_a_config_served_by_the_undecided_policy(tmp_path: Path, example, args, policy) -> None:
+    """``TRITON_DIST_AUTOTUNE_UNDECIDED=first bash launch.sh --nproc 1 examples/quickstart.py`` (and the MoE
+    example's single call under ``nearest``): the variable wins over the decorator, so the key is served a config
+    without tuning and is not in ``tuner.decided``. Before, the examples read ``tuner.decided[key]``: KeyError. Now
+    they run, and say that what ran was served, not decided."""
+    env = user_env(tmp_path, TRITON_DIST_AUTOTUNE_UNDECIDED=policy)
+    done = run_command(["bash", LAUNCH, "--cpu", "--nproc", "1", ROOT / "examples" / example, *args], tmp_path, env,
+                       timeout=80)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "KeyError" not in done.stderr
+    said = f"served without tuning (the key is not decided: TRITON_DIST_AUTOTUNE_UNDECIDED={policy})"
+    assert said in done.stdout, done.stdout[-3000:]
+    if example == "moe_gemm.py":
+        result = parse_results(done.stdout)[-1]
+        assert said in result["choices"]["20"] and result["max_error"] <= 1e-4, result
+    else:
+        assert "rank 0/1: ran a config served without tuning" in done.stdout, done.stdout[-3000:]
+
+
+# -- launch.sh --------------------------------------------------------------------------------------------------------
+
+SHOW_ENV = '''
+import os, sys
+print("RANK", os.environ["RANK"], "WORLD_SIZE", os.environ["WORLD_SIZE"], "MASTER_ADDR", os.environ["MASTER_ADDR"],
+      "PYTHONPATH", os.environ["PYTHONPATH"].split(os.pathsep)[0], "ARGS", " ".join(sys.argv[1:]), flush=True)
+'''
+
+ALL_REDUCE = '''
+import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+print(f"RANK {dist.get_rank()} OF {dist.get_world_size()} SUM {t.item():.0f} MASTER_ADDR {os.environ['MASTER_ADDR']}",
+      flush=True)
+dist.destroy_process_group()
+'''
+
+#: a readlink without -f (as on older macOS): -f fails, anything else is the real one's
+READLINK_WITHOUT_F = '''#!/usr/bin/env bash
+for arg in "$@"; do [[ "$arg" == -f ]] && { echo "readlink: illegal option -- f" >&2; exit 1; }; done
+exec {real} "$@"
+'''
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("readlink", ["readlink -f", "no readlink -f"])
+def test_launch_sh_run_through_a_symbolic_link_finds_its_checkout(tmp_path: Path, readlink: str) -> None:
+    """``~/bin/launch.sh -> checkout/launch.sh`` (a link to a link, the inner one relative), run from another folder.
+    Before, launch.sh looked for ``scripts/ensure_env.sh`` beside the link: exit status 127. Now it resolves the link
+    (``readlink -f``, or, where readlink has no -f, link by link) and runs the ranks from the checkout."""
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "inner.sh").symlink_to(os.path.relpath(LAUNCH, links))
+    outer = tmp_path / "bin" / "launch.sh"
+    outer.parent.mkdir()
+    outer.symlink_to(links / "inner.sh")
+    script = tmp_path / "show_env.py"
+    script.write_text(SHOW_ENV)
+    env = user_env(tmp_path)
+    if readlink == "no readlink -f":
+        shadow = tmp_path / "shadow"
+        shadow.mkdir()
+        real = subprocess.run(["bash", "-c", "command -v readlink"], capture_output=True, text=True).stdout.strip()
+        (shadow / "readlink").write_text(READLINK_WITHOUT_F.replace("{real}", real))
+        (shadow / "readlink").chmod(0o755)
+        env["PATH"] = f"{shadow}{os.pathsep}{env['PATH']}"
+    done = run_command(["bash", outer, "--cpu", "--nproc", "1", script, "a b"], tmp_path, env, timeout=50)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"RANK 0 WORLD_SIZE 1 MASTER_ADDR 127.0.0.1 PYTHONPATH {ROOT} ARGS a b" in done.stdout, done.stdout
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("target", [["-m", "triton_dist_tune", "campaign", "--help"],
+                                    ["examples/moe_gemm.py", "-h"]])
+def test_launch_sh_prints_a_scripts_help_once(tmp_path: Path, target: list[str]) -> None:
+    """``bash launch.sh -m triton_dist_tune campaign --help`` on 2 CPU ranks printed the help three times (the
+    campaign's check before torchrun, then each rank) and a script's ``-h`` once per rank. Now arguments that ask
+    for help run the script or module once, as one process: the help once, exit status 0."""
+    done = run_command(["bash", LAUNCH, "--cpu", "--nproc", "2", *target], ROOT, user_env(tmp_path), timeout=80)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    text = done.stdout + done.stderr
+    assert text.count("usage:") == 1, text[-6000:]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_stray_master_addr_still_starts_a_standalone_job(tmp_path: Path, nproc: int) -> None:
+    """A ``MASTER_ADDR`` and ``MASTER_PORT`` left in the environment by another tool, no ``NNODES``: one node, as the
+    usage text and docs/operations.md say. Before, MASTER_ADDR alone made launch.sh start torchrun's static
+    rendezvous on that address (and skip the one-rank form): the job hung. Now it is ``--standalone`` (or the
+    one-rank form), and its ranks meet on this host."""
+    script = tmp_path / "all_reduce.py"
+    script.write_text(ALL_REDUCE)
+    stray = "192.0.2.1"  # TEST-NET-1: an address no host answers at
+    env = user_env(tmp_path, MASTER_ADDR=stray, MASTER_PORT="29577")
+    done = run_command(["bash", LAUNCH, "--cpu", "--nproc", str(nproc), script], tmp_path, env, timeout=60)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("RANK "))
+    assert [line.split(" MASTER_ADDR ")[0] for line in lines] == [f"RANK {r} OF {nproc} SUM {nproc}"
+                                                                 for r in range(nproc)], done.stdout
+    assert all(not line.endswith(stray) for line in lines), lines
