@@ -12,8 +12,10 @@ smoke=(); [ -n "${CPU_SMOKE:-}" ] && smoke=(--cpu-smoke)
 clock() { nvidia-smi --query-gpu=name,clocks.sm,power.draw,power.limit --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; }
 { echo "before: $(clock)"; nproc; git log --oneline -1 2>/dev/null; } > "$OUT/machine.txt"
 if [ -z "${CPU_SMOKE:-}" ]; then
-  TDT_TEST_FORKSERVER=0 timeout 120 python3 -m pytest -q -p no:cacheprovider -rA tests/test_contextual_cuda.py \
-    tests/test_beats_cuda.py tests/test_graphs_cuda.py 2>&1 | tail -n 14 > "$OUT/gpu_tests.txt"
+  # GPU_TESTS: the test files to run (default: the three of the fifty-sixth session)
+  TDT_TEST_FORKSERVER=0 timeout "${GPU_TESTS_S:-120}" python3 -m pytest -q -p no:cacheprovider -rA \
+    ${GPU_TESTS:-tests/test_contextual_cuda.py tests/test_beats_cuda.py tests/test_graphs_cuda.py} 2>&1 \
+    | tail -n 16 > "$OUT/gpu_tests.txt"
   echo "GPU tests ended after $SECONDS s" | tee -a "$OUT/gpu_tests.txt"
   HOME=$(mktemp -d) PYTHONPATH=$PWD/arms/fla_site timeout 270 python3 benchmarks/gpu/acceptance.py \
     --out "$OUT/acc" --budget 200 > "$OUT/acceptance.log" 2>&1
