@@ -13,6 +13,7 @@ import pytest
 from harness import HERE, base_env, describe, parse_results, run_ranks, torchrun_command, tuner_env
 
 CASES = HERE / "scenarios" / "contextual_semantics_cases.py"
+RUNS_CASES = HERE / "scenarios" / "contextual_runs_cases.py"
 TIMEOUT_S = 60
 
 
@@ -22,13 +23,13 @@ def env(tmp_path):
 
 
 def run(case, n, env, **kw):
-    results = run_ranks(CASES, n, [case], env=env, timeout=kw.pop("timeout", 120), **kw)
+    results = run_ranks(kw.pop("script", CASES), n, [case], env=env, timeout=kw.pop("timeout", 120), **kw)
     assert all(r.returncode == 0 for r in results), describe(results)
     return results
 
 
-def single(case, env):
-    proc = subprocess.run([sys.executable, str(CASES), case], env=base_env(env), capture_output=True, text=True,
+def single(case, env, script=CASES):
+    proc = subprocess.run([sys.executable, str(script), case], env=base_env(env), capture_output=True, text=True,
                           timeout=100)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0]), proc.stderr
@@ -108,6 +109,72 @@ def test_max_runs_bounds_a_call_whose_keys_change_every_run(env, tmp_path):
     text = rank0_log(tmp_path)
     assert "reached max_runs=5 with 5 kernel key(s) still tuning" in text and "raise max_runs" in text
     assert "reached max_runs=5" in stderr  # also on the library's logger (stderr without a handler)
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(60)
+def test_max_runs_bounds_a_call_whose_new_keys_are_each_decided_as_met(env, tmp_path):
+    # pruning leaves one config, so each run's new key is decided at once and every track is done after each run.
+    # Before, the bound applied only while some track was unfinished: the call ran until the function gave up (40)
+    result, stderr = single("bound_keys_decided_as_met", env, RUNS_CASES)
+    assert result["error"] is None and result["runs"] == 5 + 1 and result["ok"], (result, stderr[-3000:])
+    assert "reached max_runs=5 still meeting a new kernel key in each run" in rank0_log(tmp_path)
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(120)
+def test_a_key_decided_when_a_late_rank_joins_it_is_published_on_every_rank(env):
+    # rank 1 meets the key in run 1 and its pruning drops config 1, the last config not measured: joining decides
+    # the key (config 0). Before, that decision was never published: no decision, no listener call, journals left,
+    # and the final run launched without Triton's reset, so acc held two calls' worth
+    for r in run("joined_late_and_done", 2, env, script=RUNS_CASES):
+        res = r.result
+        assert res["acc_ok"] and res["again_ok"], res
+        assert list(res["decisions"].values()) == [0] and res["journals"] == 0, res
+        if res["has_listener"]:
+            assert res["heard"] == [64], res
+
+
+@pytest.mark.timeout(150)
+def test_run_0_is_under_the_watchdog(tmp_path):
+    # rank 1 raises in run 0 before the all_reduce and before any tuned launch, and stays alive. Before, run 0 was
+    # not under the watchdog until the first tuned launch: rank 0 waited in the all_reduce for ever (here: until
+    # run_ranks' timeout)
+    env = tuner_env(tmp_path, 4)
+    ranks = run_ranks(RUNS_CASES, 2, ["run_0_left_waiting"], env=env, timeout=60, stuck=[1])
+    assert ranks[0].returncode == 86, describe(ranks)  # the watchdog's exit status
+    assert "run 0 did not finish within 4 s" in ranks[0].stderr, describe(ranks)
+    assert "journaled as interrupted: no config is blamed on this rank" in ranks[0].stderr, describe(ranks)
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("late", ["1", "2"])
+def test_a_late_rank_never_launches_a_config_its_pruning_drops(env, late):
+    # rank 1 keeps config 0 only and meets the key from run `late` on: in run 1 the race's step is config 1; in run
+    # 2 (the final run) config 1 is the choice. Before, rank 1 launched config 1 (in run 2 also as a real launch,
+    # and the group never heard of it: both ranks ended with config 1)
+    results = run("late_rank_pruning", 2, {**env, "LATE": late}, script=RUNS_CASES)
+    for r in results:
+        res = r.result
+        assert res["ok"] and list(res["decisions"].values()) == [0], describe(results)
+        if r.rank == 1:
+            assert res["launched"] and all(index == 0 for _, index in res["launched"]), res
+        elif late == "2":  # config 1 was the choice when rank 1 came (the path under test was taken)
+            assert [2, 1] in res["launched"], res
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(60)
+def test_a_key_pruned_to_one_config_leaves_its_tensors_as_stock_triton_does(env):
+    # a kernel whose pruning keeps one config adds into a reset_to_zero tensor the caller filled, in a call of 6 runs:
+    # the tensor ends as one stock launch leaves it (Triton 3.9: added to, no hooks; 3.6: benchmarked, then reset).
+    # Before, under 3.9 it came back zeroed, then added to once (benchmarking launches and the reset after tuning)
+    result, stderr = single("pruned_to_one_config", env, RUNS_CASES)
+    assert result["runs"] > 2 and result["hows"] == ["only config", "tuned"], (result, stderr[-3000:])
+    for call in result["calls"]:
+        assert call["same_as_stock"] and call["copied"], result
+    assert result["calls"][0]["added_to_caller"] == (not result["version"].startswith("3.6")), result
 
 
 @pytest.mark.triton_dependent

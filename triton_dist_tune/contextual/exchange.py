@@ -143,7 +143,7 @@ def create_tracks(session: CallState, gathered: list[dict[str, Any]]) -> bool:
         if track is not None:
             done, revision = track.done, track.revision
             track.join(infos[tid])
-            revised(session, track, done, revision)
+            revised(session, tid, track, done, revision)
         else:
             options = session.tuner.options
             # the choices of the kernel's keys this group decided (shared data), as seeds of a search
@@ -172,16 +172,20 @@ def create_tracks(session: CallState, gathered: list[dict[str, Any]]) -> bool:
     return bool(created)
 
 
-def revised(session: CallState, track: Track, was_done: bool, revision: int) -> None:
-    """A late failure changed a decided track: publish its new choice, or take the old one back."""
+def revised(session: CallState, tid: TrackId, track: Track, was_done: bool, revision: int) -> None:
+    """Ranks that met ``track`` late joined it (:meth:`~triton_dist_tune.contextual.schedule.Track.join`): publish a
+    choice the join made (their pruning left out the last configs still open: the track is decided here, and is
+    stepped no more), a new choice after a late failure of the chosen config, or take the old one back."""
     if track.revision == revision:
+        if track.done and not was_done:
+            journal_outcomes(session, tid, track)
+            record_decision(session, track)
         return
     session.log.warning("%s %s: the chosen config failed on a rank that met it late; %s", session.label,
                         track.label, f"choosing config {track.best} instead" if track.done else "tuning it again")
     if track.done:
         record_decision(session, track)
     elif was_done:
-        tid = (track.kernel, track.key_text)
         forget_choice(session.group, tid)
         local = session.local.get(tid)
         for autotuner in local.autotuners if local is not None else []:

@@ -356,6 +356,33 @@ def bench_launch(autotuner: Autotuner, config: Any, args: tuple, kwargs: dict[st
         autotuner.nargs = None
 
 
+def undone_launch(autotuner: Autotuner, config: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """A plain launch (:func:`launch_with`: no autotuner hooks) whose writes to the tensors the autotuner resets or
+    restores (``reset_to_zero``, ``restore_value``) are undone after it, raised or not."""
+    _, named = named_arguments(autotuner, args, kwargs)
+    names = dict.fromkeys([*autotuner.reset_to_zero, *autotuner.restore_value])
+    saved = {name: named[name].clone() for name in names if hasattr(named.get(name), "clone")}
+    try:
+        return launch_with(autotuner, config, args, kwargs)
+    finally:
+        for name, copy in saved.items():
+            named[name].copy_(copy)
+
+
+@functools.cache
+def plain_when_pruned_to_one() -> bool:
+    """Whether this Triton's ``Autotuner.run`` launches a key whose pruning keeps one config plainly: not
+    benchmarked, no autotuner hooks, no reset after tuning (Triton 3.9: ``len(pruned_configs) == 1``; Triton 3.6
+    benchmarks it as any key). Read in the source of Triton's module, since ``Autotuner.run`` is replaced."""
+    import inspect
+    import sys
+
+    try:
+        return "len(pruned_configs) == 1" in inspect.getsource(sys.modules[_autotuner_class().__module__])
+    except (OSError, TypeError, KeyError):  # no source: as Triton 3.6
+        return False
+
+
 def reset_before_use(autotuner: Autotuner, config: Any, args: tuple, kwargs: dict[str, Any]) -> None:
     """What ``Autotuner.run`` does after benchmarking, before the launch with the chosen config: the autotuner's
     ``pre_hook`` with ``reset_only=True`` (``reset_to_zero`` zeroed)."""

@@ -8,7 +8,10 @@ each ``triton.autotune`` launch made inside the tuned function (it is the call's
 - one that cannot be tuned in this call (a hot call on a group, or past ``max_runs``) runs a local default and is
   *pending* until the group's next agreement (:func:`pending_launch`);
 - any other runs the config its track's schedule says, timed and journaled (:func:`timed_launch`); what this rank
-  saw goes into the run's :class:`~.state.RunRecord`, sent at the end of the run (:mod:`~.exchange`).
+  saw goes into the run's :class:`~.state.RunRecord`, sent at the end of the run (:mod:`~.exchange`). Two
+  exceptions: a config the pruning of a rank meeting the key late drops is never launched there
+  (:func:`dropped_launch`), and a key this rank's pruning cuts to one config is launched as Triton launches it
+  (:func:`plain_launch`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ def launch(session: CallState, autotuner: Any, args: tuple, kwargs: dict[str, An
     key = intercept.tuning_key(autotuner, args, kwargs)
     config = decided_config(autotuner, key, group)
     if config is not None:
+        if session.plain_keys and (id(autotuner), key) in session.plain_keys:
+            return plain_launch(session, autotuner, config, args, kwargs, session.final_run)
         if session.session_keys and (id(autotuner), key) in session.session_keys:
             return decided_launch(session, autotuner, key, config, args, kwargs)
         return intercept.launch_with(autotuner, config, args, kwargs)
@@ -37,11 +42,16 @@ def launch(session: CallState, autotuner: Any, args: tuple, kwargs: dict[str, An
         config = autotuner.configs[chosen]
         decide(autotuner, key, config, group)
         return intercept.launch_with(autotuner, config, args, kwargs)
-    if session.pending_mode and tid not in session.tracks:
+    track = session.tracks.get(tid)  # (the tracks change only between runs)
+    # a choice that the pruning of a rank meeting the key late drops: never launched here (a tuning call's exchange
+    # hears of it and fails it on every rank; a call that cannot ask the group runs a stand-in). A rank that met the
+    # key already runs the choice, as Triton runs a key's cached choice whatever its later launches would prune
+    dropped = (track is not None and track.done and tid not in session.local
+               and not _kept_early(autotuner, track.best, args, kwargs))
+    if session.pending_mode and (track is None or dropped):
         return pending_launch(session, tid, autotuner, key, args, kwargs)
     with session.lock:
-        track = session.tracks.get(tid)
-        if track is not None and track.done:
+        if track is not None and track.done and not dropped:
             config = autotuner.configs[track.best]
             decide(autotuner, key, config, group)
         else:
@@ -60,7 +70,64 @@ def launch(session: CallState, autotuner: Any, args: tuple, kwargs: dict[str, An
         return intercept.launch_with(autotuner, config, args, kwargs)
     if index is None:
         return None
+    if track is not None and index not in _early(session.local[tid]):
+        return dropped_launch(session, tid, autotuner, key, index, args, kwargs)
+    if track is None and _one_kept(session.local[tid]):
+        with session.lock:
+            session.plain_keys.add((id(autotuner), key))
+        return plain_launch(session, autotuner, autotuner.configs[index], args, kwargs, False)
     return timed_launch(session, tid, autotuner, key, index, args, kwargs)
+
+
+def _one_kept(local: LocalTrack) -> bool:
+    """Whether this rank's pruning keeps one config of the key, one that Triton launches plainly
+    (:func:`~triton_dist_tune.contextual.intercept.plain_when_pruned_to_one`): the group decides it at once
+    (``only config``: it keeps no more than this rank does), with no measurement."""
+    return isinstance(local.pruned, list) and len(local.pruned) == 1 and intercept.plain_when_pruned_to_one()
+
+
+def plain_launch(session: CallState, autotuner: Any, config: Any, args: tuple, kwargs: dict[str, Any],
+                 final: bool) -> Any:
+    """A launch of a key this rank's pruning cuts to one config, as Triton launches it (:func:`_one_kept`): no
+    benchmarking and no reset. In the ``final`` run a plain launch; before it, one whose writes to the tensors the
+    autotuner resets or restores are undone after it, so that the call leaves them as that one plain launch does
+    (a ``reset_to_zero`` tensor the caller filled is added to, as by Triton, not zeroed)."""
+    if final:
+        return intercept.launch_with(autotuner, config, args, kwargs)
+    return intercept.undone_launch(autotuner, config, args, kwargs)
+
+
+def dropped_launch(session: CallState, tid: TrackId, autotuner: Any, key: tuple, index: int, args: tuple,
+                   kwargs: dict[str, Any]) -> Any:
+    """Config ``index``, which the group's schedule launches now (a step of the race, or the choice), is one the
+    early pruning of this rank drops: this rank meets the key late, in this run. It is not launched here; the
+    run's exchange hears of this rank's pruning and fails the config on every rank
+    (:meth:`~triton_dist_tune.contextual.schedule.Track.join`). The first config this rank keeps runs in its place:
+    in a tuning run a timed launch that counts as no step (the other ranks launched ``index``); in the final run,
+    whose result the call returns, a real launch, as a rank meeting a key the group decided without it makes."""
+    spare = session.local[tid].first_index()
+    if spare is None:
+        return None
+    if session.final_run:
+        return intercept.launch_with(autotuner, autotuner.configs[spare], args, kwargs)
+    return timed_launch(session, tid, autotuner, key, spare, args, kwargs)
+
+
+def _early(local: LocalTrack) -> list[int]:
+    """The configs this rank's ``early_config_prune`` keeps for the track (none when its pruning failed)."""
+    return local.pruning[0] if local.pruning is not None else []
+
+
+def _kept_early(autotuner: Any, index: int, args: tuple, kwargs: dict[str, Any]) -> bool:
+    """Whether this rank's ``early_config_prune`` keeps config ``index`` for this launch (what the group's
+    :meth:`~triton_dist_tune.contextual.schedule.Track.join` asks of a rank that meets a key late; a perf model's
+    ``top_k`` is the group's)."""
+    if not autotuner.early_config_prune:
+        return True
+    try:
+        return index in intercept.pruning(autotuner, args, kwargs)[0]
+    except Exception:
+        return False  # the tuning path reports the pruning's error
 
 
 def _kept_here(autotuner: Any, index: int, args: tuple, kwargs: dict[str, Any]) -> bool:

@@ -104,7 +104,10 @@ class Session(CallState):
             if first is not None:  # a hot call's run (its watchdog disarmed when it ended: HotCall.call)
                 (out, error), first = first, None
             else:
-                self.final_run = all(t.done for t in self.tracks.values())
+                # final: every track of the call is decided (a tuning run before any track, run 0 included, is not:
+                # it is under the watchdog, since a rank may wait in the function's collective before its first
+                # tuned launch)
+                self.final_run = bool(self.tracks) and all(t.done for t in self.tracks.values())
                 out, error = self._run_once(args, kwargs)
             if not self.tuning and not self.needs_tuning and not (self.met and self._tune_now()):
                 if error is not None:
@@ -112,10 +115,13 @@ class Session(CallState):
                 return out  # every launch was decided (or pending, not met by every rank): no communication
             exchanged = exchange(self, error)
             created = exchanged.created
-            if self.final_run and not created:
+            if (self.final_run or not self.tracks) and not created:
                 self._summary()
                 return out
-            if self.runs >= self.tuner.options.max_runs and not all(t.done for t in self.tracks.values()):
+            # the bound applies however the keys are decided: a key that changes every run and is decided as it is
+            # met (one config after pruning, a disk-cache hit) leaves every track done after each run
+            if self.runs >= self.tuner.options.max_runs and (created or not all(t.done for t in
+                                                                                 self.tracks.values())):
                 return self._bounded(args, kwargs)
             precompile_new(self, exchanged)
             self._idle_check(created)
@@ -149,9 +155,16 @@ class Session(CallState):
         """The bound on runs per call is reached (on every rank at the same run): end every track with the best
         config so far, run once more without communication, and return that run's result."""
         undone = sorted(tid for tid, t in self.tracks.items() if not t.done)
-        message = (f"{self.label} reached max_runs={self.tuner.options.max_runs} with {len(undone)} kernel key(s) "
-                   f"still tuning ({', '.join(f'{k} {t}' for k, t in undone)}): using the best config measured so "
-                   "far for each; raise max_runs (or TRITON_DIST_AUTOTUNE_MAX_RUNS) to tune them fully")
+        bound = self.tuner.options.max_runs
+        if undone:
+            message = (f"{self.label} reached max_runs={bound} with {len(undone)} kernel key(s) still tuning "
+                       f"({', '.join(f'{k} {t}' for k, t in undone)}): using the best config measured so far for "
+                       "each; raise max_runs (or TRITON_DIST_AUTOTUNE_MAX_RUNS) to tune them fully")
+        else:  # each run met new keys, each decided as it was met
+            message = (f"{self.label} reached max_runs={bound} still meeting a new kernel key in each run (each "
+                       "decided as it was met): the function runs once more, a key met first there running the first "
+                       "config its pruning keeps until a later call tunes it; raise max_runs (or "
+                       "TRITON_DIST_AUTOTUNE_MAX_RUNS) to tune more keys in one call")
         self.log.warning("%s", message)
         log.warning("triton_dist_tune: %s", message)
         for tid in undone:

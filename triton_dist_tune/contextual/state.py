@@ -126,6 +126,9 @@ class CallState:
         self.met: list[TrackId] | None = [] if self.pending_mode and can_settle(group) else None
         #: (autotuner id, key) of every launch this call tuned: benchmark launches until the final run
         self.session_keys: set[tuple[int, tuple]] = set()
+        #: (autotuner id, key) of every launch this call made plainly, as Triton launches a key its pruning cuts to
+        #: one config (:func:`~triton_dist_tune.contextual.launches.plain_launch`)
+        self.plain_keys: set[tuple[int, tuple]] = set()
         self.final_run = False
         #: what this rank saw in the current run
         self.record = RunRecord()
