@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -230,3 +231,16 @@ def run_cases(script: str | Path, n: int, cases: list[str], env: dict[str, str] 
 
 def describe(results: list[RankResult]) -> str:
     return "\n".join(f"--- rank {r.rank} rc={r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-3000:]}" for r in results)
+
+
+def run_command(cmd: list, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own process group; past ``timeout`` kill the whole group (torchrun's workers too) and fail."""
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{cmd} outlived {timeout} s:\n{out[-2000:]}\n{err[-3000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

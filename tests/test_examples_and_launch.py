@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
-from harness import ROOT, describe, parse_results, run_ranks, tuner_env
+from harness import ROOT, describe, parse_results, run_command, run_ranks, tuner_env
 
 LAUNCH = ROOT / "launch.sh"
 #: what a launcher or an earlier job may leave in the environment: none of it is this test's
@@ -31,19 +30,6 @@ def user_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env.update(tuner_env(tmp_path), HOME=str(home), TRITON_INTERPRET="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.update(extra)
     return env
-
-
-def run_command(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """Run ``cmd`` in its own process group; past ``timeout`` kill the whole group (torchrun's workers too) and fail."""
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"{cmd} outlived {timeout} s:\n{out[-2000:]}\n{err[-3000:]}") from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 # -- examples/moe_gemm.py: a campaign in which one batch size fails ---------------------------------------------------

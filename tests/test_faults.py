@@ -268,29 +268,15 @@ def test_hang_without_restart_ends_every_rank_then_rerun_resumes_past_torn_journ
 
 
 @pytest.mark.timeout(60)
-def test_a_rank_waiting_at_the_exchange_for_a_hung_peer_raises_rank_failed_naming_the_hang(env):
+@pytest.mark.parametrize("faults", ["1:hang_after@1", "0:raise@1,1:hang_after@1"])
+def test_a_rank_waiting_at_the_exchange_for_a_hung_peer_raises_rank_failed_naming_the_hang(env, faults):
     # rank 1 hangs after the function's collective, so rank 0 finishes its run and waits at the exchange. Rank 1's
     # watchdog posts its hang on the failure board before it ends the process (after T), and rank 0, reading the
     # board between its store waits, raises RankFailedError naming the hang then: not GroupTimeoutError at the
-    # exchange's deadline, T + max(1, T/10), which only a peer that cannot post reaches (docs/fault-tolerance.md)
-    env = {**env, "FAULTS": "1:hang_after@1"}
-    results, _ = ranks("tune", 2, env)
-    waiting, hung = results
-    assert hung.returncode == WATCHDOG_EXIT, describe(results)
-    assert waiting.returncode not in (0, None), describe(results)
-    error = waiting.result
-    assert error["error"] == "RankFailedError", error
-    assert error["message"].startswith("triton_dist_tune: rank 1 failed in config 1 ({variant: 1}): hung: warmup "
-                                       f"exceeded {T} s; group rank(s) [1] ended their process"), error
-
-
-@pytest.mark.timeout(60)
-def test_a_rank_waiting_for_a_hung_peer_names_the_hang_not_the_peers_earlier_failure(env):
-    # rank 1 raises in config 0 (after the collective: left out, the tuning goes on), then hangs in config 1 and
-    # its watchdog ends it. Rank 0, waiting at the exchange, must name what ended rank 1 (its latest report, the
-    # hang in config 1). Before: it named the first failure ever posted on the board, config 0's error
-    env = {**env, "FAULTS": "0:raise@1,1:hang_after@1"}
-    results, _ = ranks("tune", 2, env)
+    # exchange's deadline, T + max(1, T/10), which only a peer that cannot post reaches (docs/fault-tolerance.md).
+    # With rank 1 raising in config 0 first (after the collective: left out, the tuning goes on), rank 0 must name
+    # what ended rank 1, its latest report; before, it named the first failure ever posted, config 0's error
+    results, _ = ranks("tune", 2, {**env, "FAULTS": faults})
     waiting, hung = results
     assert hung.returncode == WATCHDOG_EXIT, describe(results)
     assert waiting.returncode not in (0, None), describe(results)

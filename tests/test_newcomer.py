@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from harness import ROOT, base_env, run_process, run_ranks, tuner_env
+from harness import ROOT, base_env, run_command, run_process, run_ranks, tuner_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,19 +32,6 @@ def fn(x, *, v):
 def build(n):
     return torch.ones(n)
 '''
-
-
-def run_command(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """Run ``cmd`` in its own process group; on a timeout kill the whole group (torchrun's workers too)."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"{cmd} outlived {timeout} s:\n{out[-2000:]}\n{err[-3000:]}") from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def campaign_folder(tmp_path: Path) -> tuple[Path, dict[str, str]]:
