@@ -49,7 +49,7 @@ class StoreBoard(Board):
     def __init__(self, group: BoardOwner, scope: str, window: float | None = None,
                  outer: StoreBoard | None = None) -> None:
         self.group, self.scope = group, scope
-        self.store = own_client(group.store)
+        self.store = own_client(group.store) if group.size > 1 else group.store  # (alone: nobody else to hear)
         #: the board of a tuning this one runs inside (an ``autotune`` tuning in a ``contextual_autotune`` call on the
         #: same group): the group's board again when this one closes
         self.outer = outer
