@@ -106,8 +106,9 @@ def test_examples_report_a_config_served_by_the_undecided_policy(tmp_path: Path,
 
 SHOW_ENV = '''
 import os, sys
-print("RANK", os.environ["RANK"], "WORLD_SIZE", os.environ["WORLD_SIZE"], "MASTER_ADDR", os.environ["MASTER_ADDR"],
-      "PYTHONPATH", os.environ["PYTHONPATH"].split(os.pathsep)[0], "ARGS", " ".join(sys.argv[1:]), flush=True)
+os.write(1, (" ".join(["RANK", os.environ["RANK"], "WORLD_SIZE", os.environ["WORLD_SIZE"], "MASTER_ADDR",
+                        os.environ["MASTER_ADDR"], "PYTHONPATH", os.environ["PYTHONPATH"].split(os.pathsep)[0],
+                        "ARGS", " ".join(sys.argv[1:])]) + "\\n").encode())  # one write: ranks' lines never mix
 '''
 
 ALL_REDUCE = '''
@@ -118,8 +119,9 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.ones(1)
 dist.all_reduce(t)
-print(f"RANK {dist.get_rank()} OF {dist.get_world_size()} SUM {t.item():.0f} MASTER_ADDR {os.environ['MASTER_ADDR']}",
-      flush=True)
+# one write of the whole line (print writes the text and its end apart, unbuffered: two ranks' lines interleaved)
+os.write(1, f"RANK {dist.get_rank()} OF {dist.get_world_size()} SUM {t.item():.0f} MASTER_ADDR "
+            f"{os.environ['MASTER_ADDR']}\\n".encode())
 dist.destroy_process_group()
 '''
 
