@@ -214,6 +214,21 @@ def test_a_new_keys_stand_in_is_a_config_that_runs(env, smallest):
         assert r.result["calls"] == [True, True, True], r.result
 
 
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(150)
+def test_a_group_choice_a_rank_prunes_is_replaced_there_once_not_settled_at_every_call(env, tmp_path):
+    # the group chose BLOCK=128 for n=64 without rank 1, whose pruning keeps only 64. Before: in every hot call rank
+    # 1 took the key for undecided, settled it (the new-key grace, 0.55 s a call) and left it "tuned later", which
+    # the group never does for a key it decided. Now it runs 64 as its own choice from its first such call, said once
+    results = run("pruned_choice_met_later", 2, env)
+    for r in results:
+        assert r.result["outs"][1:] == [64.0] * 3 and r.result["decisions"] == [1], r.result  # hot calls: one launch
+    assert results[0].result["launches"] == [128, 128, 128], results[0].result
+    assert results[1].result["launches"] == [64, 64, 64], results[1].result
+    log = (tmp_path / "logs" / "rank-1.log").read_text(errors="replace")
+    assert "tuned later" not in log and log.count("which this rank's pruning leaves out") == 1, log[-2000:]
+
+
 @pytest.mark.timeout(150)
 def test_config_that_blocks_one_rank_forever_is_left_out_after_one_restart(tmp_path):
     # the hang is waited out to this timeout; a healthy tuning run of this 64-element kernel takes a fraction of a

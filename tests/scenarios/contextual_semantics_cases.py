@@ -362,6 +362,47 @@ def stand_in_for_a_new_key():
     emit(rank=rank(), calls=calls)
 
 
+def _rank_1_keeps_only_64(configs, nargs, **kwargs):
+    return configs[:1] if rank() == 1 else configs
+
+
+@case
+def pruned_choice_met_later():
+    """The group tunes n=64 in call 1 from rank 0 alone (rank 1 does not launch it) and chooses BLOCK=128 (the
+    faster); rank 1's early pruning keeps only BLOCK=64. In hot calls 2-4 rank 1 meets the key: it must run BLOCK=64
+    (never the 128 it prunes) and not settle the key again and again (the group never tunes a key it decided)."""
+    tdt.init_distributed()
+    seen: list[tuple[int, int]] = []
+    call = [0]
+
+    def hook(i):
+        def h(nargs):
+            seen.append((call[0], nargs["BLOCK"]))
+            time.sleep([0.05, 0.001][i])
+        return h
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=hook(i)) for i, b in enumerate((64, 128))],
+                     key=["n"], prune_configs_by={"early_config_prune": _rank_1_keeps_only_64})
+    @triton.jit
+    def kern(x, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x + offs, tl.load(x + offs, mask=offs < n) + 1, mask=offs < n)
+
+    @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1, sync_every=1)
+    def layer(x):
+        if rank() == 0 or call[0] >= 2:
+            kern[(1,)](x, x.numel())
+        dist.barrier()
+        return x.clone()
+
+    outs = []
+    for c in range(1, 5):
+        call[0] = c
+        outs.append(float(layer(torch.zeros(64)).sum()))
+    emit(rank=rank(), launches=[b for c, b in seen if c >= 2], outs=outs,
+         decisions=[d["index"] for d in layer.tuner.decisions.values()])
+
+
 # -- faults ------------------------------------------------------------------------------------------------------
 
 
