@@ -31,7 +31,7 @@ def launch(session: CallState, autotuner: Any, args: tuple, kwargs: dict[str, An
     config = decided_config(autotuner, key, group)
     if config is not None:
         if session.plain_keys and (id(autotuner), key) in session.plain_keys:
-            return plain_launch(session, autotuner, config, args, kwargs, session.final_run)
+            return plain_launch(autotuner, config, args, kwargs, session.final_run)
         if session.session_keys and (id(autotuner), key) in session.session_keys:
             return decided_launch(session, autotuner, key, config, args, kwargs)
         return intercept.launch_with(autotuner, config, args, kwargs)
@@ -73,11 +73,11 @@ def launch(session: CallState, autotuner: Any, args: tuple, kwargs: dict[str, An
     if index is None:
         return None
     if track is not None and index not in _early(session.local[tid]):
-        return dropped_launch(session, tid, autotuner, key, index, args, kwargs)
+        return dropped_launch(session, tid, autotuner, key, args, kwargs)
     if track is None and _one_kept(session.local[tid]):
         with session.lock:
             session.plain_keys.add((id(autotuner), key))
-        return plain_launch(session, autotuner, autotuner.configs[index], args, kwargs, False)
+        return plain_launch(autotuner, autotuner.configs[index], args, kwargs, False)
     return timed_launch(session, tid, autotuner, key, index, args, kwargs)
 
 
@@ -106,8 +106,7 @@ def _one_kept(local: LocalTrack) -> bool:
     return isinstance(local.pruned, list) and len(local.pruned) == 1 and intercept.plain_when_pruned_to_one()
 
 
-def plain_launch(session: CallState, autotuner: Any, config: Any, args: tuple, kwargs: dict[str, Any],
-                 final: bool) -> Any:
+def plain_launch(autotuner: Any, config: Any, args: tuple, kwargs: dict[str, Any], final: bool) -> Any:
     """A launch of a key this rank's pruning cuts to one config, as Triton launches it (:func:`_one_kept`): no
     benchmarking and no reset. In the ``final`` run a plain launch; before it, one whose writes to the tensors the
     autotuner resets or restores are undone after it, so that the call leaves them as that one plain launch does
@@ -117,13 +116,13 @@ def plain_launch(session: CallState, autotuner: Any, config: Any, args: tuple, k
     return intercept.undone_launch(autotuner, config, args, kwargs)
 
 
-def dropped_launch(session: CallState, tid: TrackId, autotuner: Any, key: tuple, index: int, args: tuple,
+def dropped_launch(session: CallState, tid: TrackId, autotuner: Any, key: tuple, args: tuple,
                    kwargs: dict[str, Any]) -> Any:
-    """Config ``index``, which the group's schedule launches now (a step of the race, or the choice), is one the
-    early pruning of this rank drops: this rank meets the key late, in this run. It is not launched here; the
+    """The config the group's schedule launches now (a step of the race, or the choice) is one the early
+    pruning of this rank drops: this rank meets the key late, in this run. It is not launched here; the
     run's exchange hears of this rank's pruning and fails the config on every rank
     (:meth:`~triton_dist_tune.contextual.schedule.Track.join`). The first config this rank keeps runs in its place:
-    in a tuning run a timed launch that counts as no step (the other ranks launched ``index``); in the final run,
+    in a tuning run a timed launch that counts as no step (the other ranks launched the dropped one); in the final run,
     whose result the call returns, a real launch, as a rank meeting a key the group decided without it makes."""
     spare = session.local[tid].first_index()
     if spare is None:

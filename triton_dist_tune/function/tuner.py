@@ -98,7 +98,7 @@ class Tuner(TunedFunction):
             if config is None and self.undecided.current() != "tune":  # ``undecided="nearest"|"first"``: no tuning
                 # a key key_fn could not give, or one that is no key (a tensor, nan): raised by every rank at the
                 # serving's exchange, as the tuning's agreement would (the ranks serving take no other step)
-                serve_problem = key_error or (_key_problem(key) if key_error is None else None) or env_problem
+                serve_problem = key_error or _key_problem(key) or env_problem
                 config = self._serve(table, slot, group, args, kwargs, overwrite, serve_problem)
             if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
                 problem = self._call_problem((), kwargs)  # a tuned parameter by keyword: named, decided key or not
