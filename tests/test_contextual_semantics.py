@@ -308,3 +308,34 @@ def test_resume_takes_measured_configs_and_leaves_out_failed_ones():
     from triton_dist_tune.contextual import report
 
     assert track.best == 2 and [r["state"] for r in report.table(track)] == ["resumed", "failed", "measured"]
+
+
+def test_per_rank_times_keep_their_ranks_when_a_lower_rank_joins_late():
+    # rank 1 meets the key first and samples alone; rank 0 joins mid-race. Each rank's median must be of its own
+    # samples (before: the rows were read by position, rank 1's lone samples counted as rank 0's, the table and the
+    # journal put rank 0's label on a mixture and dropped rank 1's)
+    from triton_dist_tune.contextual.exchange import measured_record
+    from triton_dist_tune.contextual.schedule import Track
+    from triton_dist_tune.contextual.tracks import TrackInfo
+
+    def info():
+        return TrackInfo(name="k", descriptions=["c0", "c1"], names=[], entry="e", space_text="", pruned=[0, 1])
+
+    own = {0: 1.0, 1: 7.0}  # rank 0 reads 1 ms, rank 1 reads 7 ms, for either config
+    track = Track("mod.k@0", "(1,)", {1: info()}, 0, 6)
+    for step in range(40):
+        if track.done:
+            break
+        if step == 3:
+            track.join({0: info()})
+        index = track.current()
+        track.advance({r: [(index, own[r] + 0.001 * index, None)] for r in track.holders})
+    assert track.done, track.times
+    for index, ranks in sorted(track.per_rank.items()):
+        assert sorted(ranks) == [0, 1], track.per_rank
+        assert ranks[0] == pytest.approx(1.0 + 0.001 * index) and ranks[1] == pytest.approx(7.0 + 0.001 * index)
+        record = measured_record(track, index)
+        assert record["per_rank"] == [ranks[0], ranks[1]] and record["per_rank_of"] == [0, 1], record
+    resumed = Track("mod.k@0", "(1,)", {1: info()}, 0, 6)  # an attempt where rank 1 alone met the key so far
+    resumed.resume({0: {"state": "measured", "time": 7.0, "per_rank": [1.0, 7.0], "per_rank_of": [0, 1]}})
+    assert resumed.per_rank[0] == {0: 1.0, 1: 7.0}

@@ -252,6 +252,7 @@ def measured_record(track: Track, index: int) -> dict[str, Any]:
     drift_free = track.drift_free.get(index)
     return {"time": track.times[index], "round_times": track.samples.get(index, []),
             "per_rank": [track.per_rank[index][r] for r in sorted(track.per_rank[index])],
+            "per_rank_of": sorted(track.per_rank[index]),
             **({"drift_free": drift_free} if drift_free is not None else {})}
 
 

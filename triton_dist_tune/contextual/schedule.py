@@ -34,7 +34,7 @@ from ..records import MEDIAN, Outcome
 from ..stats import clearly_slower, median, paired_ratios
 from . import intercept
 from .stages import Stages, estimated_best
-from .tracks import TrackInfo, journaled_drift_free, journaled_samples
+from .tracks import TrackInfo, journaled_drift_free, journaled_per_rank, journaled_samples
 
 #: the most configs that race the closing rounds, and how many closing rounds there are per ``n_repeat`` past 1
 CLOSE_TOP = 3
@@ -182,8 +182,7 @@ class Track:
                 self.times[index] = float(outcome["time"])
                 self.samples[index] = journaled_samples(outcome)
                 put(self.drift_free, index, journaled_drift_free(outcome))
-                per_rank = outcome.get("per_rank") or []
-                self.per_rank[index] = {r: float(t) for r, t in zip(self.holders, per_rank, strict=False)}
+                self.per_rank[index] = journaled_per_rank(outcome, self.holders)
                 self.resumed.add(index)
                 if self.race is not None and index in self.race.entrants:
                     self.race.fail(index, "resumed from an earlier attempt")
@@ -213,7 +212,8 @@ class Track:
             if self.step >= self.n_warmup:
                 self._move_on()
         else:
-            self.race.record(current, [float(median([float(ms) for _, ms, _ in launches[r]])) for r in self.holders])
+            self.race.record(current, [float(median([float(ms) for _, ms, _ in launches[r]])) for r in self.holders],
+                             self.holders)
             self.round_pos += 1
             self._move_on()
         return "advanced"
@@ -295,7 +295,7 @@ class Track:
         self.times[index] = float(outcome.time)
         self.spreads[index] = float(outcome.spread or 0.0)
         self.samples[index] = list(outcome.round_times)
-        self.per_rank[index] = {r: float(t) for r, t in zip(self.holders, outcome.per_rank or [], strict=False)}
+        self.per_rank[index] = race.rank_medians(index)
 
     def _take_all(self) -> None:
         """Take every raced config's outcome (running or stopped, with samples) at the race's end: each of the

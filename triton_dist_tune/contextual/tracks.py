@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,6 +223,18 @@ def open_journal(cache: DiskCache, entry: str, group: Group) -> Journal:
 def journaled_samples(outcome: Mapping[str, Any]) -> list[float]:
     """The group samples of a time read back from the journal (none in a journal written before they were)."""
     return group_samples(outcome.get("round_times"))
+
+
+def journaled_per_rank(outcome: Mapping[str, Any], holders: Sequence[int]) -> dict[int, float]:
+    """Each rank's time read back from the journal, by rank: ``per_rank`` of the ranks ``per_rank_of`` names (a
+    journal written before that field lists the times of ``holders`` in order). Values that are not numbers, or
+    ranks that do not match the times one for one, are left out (a damaged journal costs the table, not the key)."""
+    times, ranks = outcome.get("per_rank"), outcome.get("per_rank_of", list(holders))
+    if not isinstance(times, list) or not isinstance(ranks, list) or len(ranks) < len(times):
+        return {}
+    return {r: float(t) for r, t in zip(ranks, times, strict=False)
+            if isinstance(r, int) and not isinstance(r, bool) and isinstance(t, (int, float))
+            and not isinstance(t, bool)}
 
 
 def journaled_drift_free(outcome: Mapping[str, Any]) -> float | None:

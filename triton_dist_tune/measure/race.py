@@ -87,7 +87,7 @@ identical on every rank without any further message.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..stats import INDIFFERENCE, clearly_slower, median, paired_ratios
@@ -206,15 +206,17 @@ class Race(Standings):
         end = self.settled_from + self.plan.final_rounds if self.sift_until is None else self.sift_until
         return max(1, min(end - self.rounds, self.plan.max_rounds - self.rounds))
 
-    def record(self, index: int, per_rank: list[float]) -> None:
-        """Config ``index``'s sample of the current round: every rank's time (ms per call)."""
+    def record(self, index: int, per_rank: Sequence[float], ranks: Sequence[int] | None = None) -> None:
+        """Config ``index``'s sample of the current round: every rank's time (ms per call), of ``ranks`` (default:
+        0, 1, ... in order; a contextual track names the ranks that hold its key)."""
         entrant = self.entrants[index]
         while len(entrant.samples) < self.rounds:
             entrant.samples.append(None)
         entrant.samples.append(float(max(per_rank)))
         if self.settled_from is not None:
             entrant.settled.append(entrant.samples[-1])
-        entrant.per_rank.append([float(t) for t in per_rank])
+        labels = range(len(per_rank)) if ranks is None else ranks
+        entrant.per_rank.append({int(r): float(t) for r, t in zip(labels, per_rank, strict=True)})
         entrant.positions.append(self.position)
         self.position += 1
 

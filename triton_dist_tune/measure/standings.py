@@ -35,8 +35,9 @@ class Entrant:
     index: int
     #: the group sample (MAX over ranks, ms per call) of each round, None for rounds it did not run in
     samples: list[float | None] = field(default_factory=list)
-    #: each rank's own time per round it ran in
-    per_rank: list[list[float]] = field(default_factory=list)
+    #: each rank's own time per round it ran in, by rank (a contextual rank that met the key late is missing from
+    #: the rounds before it came)
+    per_rank: list[dict[int, float]] = field(default_factory=list)
     #: the position in the tuning's measurement order of each of its samples
     positions: list[int] = field(default_factory=list)
     #: the group samples of the settled rounds (a subset of ``samples``)
@@ -227,6 +228,11 @@ class Standings:
         margin = second_key / first_key - 1 if first_key > 0 else None
         return margin, not clearly_slower(ratios) or (margin is not None and margin <= INDIFFERENCE)
 
+    def rank_medians(self, index: int) -> dict[int, float]:
+        """Each rank's median time of config ``index``, over the rounds that rank ran in."""
+        rows = self.entrants[index].per_rank
+        return {r: median([row[r] for row in rows if r in row]) for r in sorted({r for row in rows for r in row})}
+
     def outcome(self, index: int, description: str, own_rank: int) -> Outcome:
         """The typed outcome of config ``index`` (its state as the race left it)."""
         e = self.entrants[index]
@@ -234,11 +240,11 @@ class Standings:
         if e.state == "failed" or not timed:
             return Outcome(index, description, "failed", error=e.error or "no sample", samples=len(timed),
                            order=list(e.positions), round_times=timed)
-        ranks = min(len(row) for row in e.per_rank)  # a rank that joined late (contextual) has fewer samples
-        per_rank = [median([row[r] for row in e.per_rank]) for r in range(ranks)]
+        medians = self.rank_medians(index)
+        per_rank = [medians[r] for r in sorted(medians)]
         state = "measured" if e.state == "running" else "stopped"
         relative = self._relative(index)  # a settled leader: its drift-free time, and how sure that is
-        own = per_rank[own_rank] if 0 <= own_rank < ranks else None
+        own = medians.get(own_rank)
         # a settled leader's drift-free time, under either statistic: its time where a quiet race takes it again
         drift_free = self._drift_free(index) if e.settled else None
         return Outcome(index, description, state, time=self._rank_key(index)[0],
