@@ -173,6 +173,21 @@ def test_post_hook_runs_after_a_run_that_raised_so_only_that_config_fails(tmp_pa
             assert got["states"][1] == "failed" and "failed" not in (got["states"][0], got["states"][2]), got
 
 
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("samplers", ["0,1", "0"])
+def test_a_run_that_raises_from_the_nan_fill_fails_no_config_in_a_group(tmp_path, samplers):
+    # the group form of the test above: a rank cannot run again alone (the all_reduce would not match), so every
+    # config's first warm-up from NaN raised on the sampling ranks and failed the config: every config failed,
+    # AllConfigsFailedError on both ranks. Now every rank runs that warm-up again together, from the caller's values
+    results = run("nan_fill_in_a_group", {**tuner_env(tmp_path, 30), "SAMPLERS": samplers}, timeout=180)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        for label, got in r.result["seen"].items():
+            assert "error" not in got["result"], (label, got)
+            assert [s for s, _ in got["states"]] == ["measured"] * 4, (label, got)
+            assert got["one_call"], (label, got)  # the final call ran once on the caller's values
+
+
 @pytest.mark.timeout(150)
 def test_random_state_after_tuning_is_that_of_one_untuned_call_lockstep_and_sharded(tmp_path):
     results = run("random_state", tuner_env(tmp_path, 30))

@@ -25,6 +25,9 @@ COMPILE_PASS = "compile pass"
 MEDIAN, LEAST = "median", "least"
 #: the phase of a config in which its kernels first run on the device (its first call, which also probes its time)
 WARMUP = "warmup"
+#: a config's warm-up run again by every rank of a group because some rank's run raised from the tuner's NaN fill
+#: (:meth:`~triton_dist_tune.measure.guarding.Guarding._again_after_fill`)
+WARMUP_AGAIN = "warmup again"
 
 
 def group_samples(value: Any) -> list[float]:

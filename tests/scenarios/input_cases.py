@@ -230,5 +230,33 @@ def random_state():
     emit(seen=seen)
 
 
+@case
+def nan_fill_in_a_group():
+    """Logits scaled in place, all-reduced, then sampled (``torch.multinomial``): a run that starts from the tuner's
+    NaN fill (its check of outputs written whole) raises on the ranks that sample (``SAMPLERS``: every rank, or rank 0
+    alone), lock-step in both timing modes, and sharded."""
+    tdt.init_distributed()
+    samplers = {int(r) for r in os.environ["SAMPLERS"].split(",")}
+    seen = {}
+    for label, options in (("steady", {}), ("cold", {"timing": "cold"}), ("sharded", {"sharded": True})):
+        def sample_(logits, *, b):
+            logits.div_(0.7)
+            if not options.get("sharded"):
+                dist.all_reduce(logits.clone())
+            if dist.get_rank() in samplers:
+                return torch.multinomial(logits.softmax(-1), 1).sum().item()
+            return float(logits.sum())
+
+        tuned = tdt.autotune([{"b": b} for b in range(4)], key_fn=lambda logits: 0, n_warmup=1, n_repeat=2,
+                             name=f"nanfill_{label}", **options)(sample_)
+        logits = torch.randn(8, 32)
+        before = logits.clone()
+        result = outcome(tuned, logits)
+        decision = next(iter(tuned.tuner.decisions.values()), None)
+        seen[label] = {"result": result, "one_call": bool(torch.allclose(logits, before / 0.7)),
+                       "states": [[o.state, o.error] for o in decision.outcomes] if decision else None}
+    emit(seen=seen)
+
+
 if __name__ == "__main__":
     main()

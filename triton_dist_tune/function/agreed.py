@@ -149,7 +149,7 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
     try:
         state = ArgumentState(named_arguments(tuner.fn, args, kwargs), options.restore_value, options.reset_to_zero,
                               label)
-        state.retry_fill = group.size == 1
+        state.retry_fill = group.size == 1 or options.sharded  # measuring alone: no collective to match
         step = "making the clock"
         timer = make_clock()
         if options.ref_prog is not None:

@@ -116,10 +116,14 @@ class ArgumentState:
         self.confirmed: set[str] = set()
         #: whether the next warm-up run is filled with NaN first (one was just found changed)
         self._fill_due = False
-        #: whether a run that raised from the NaN fill runs again from the caller's values (:meth:`fill_raised`): on
-        #: a rank alone only (a group's other ranks would not run it again: the function's collectives would not
-        #: match); in a group such a run fails its config, as any run that raises
+        #: whether a run that raised from the NaN fill runs again at once from the caller's values
+        #: (:meth:`fill_raised`): on a rank measuring alone only (a group's other ranks would not run it again: the
+        #: function's collectives would not match); a group runs the config's warm-up again on every rank together
+        #: (:meth:`~triton_dist_tune.measure.guarding.Guarding._again_after_fill`)
         self.retry_fill = False
+        #: whether the last run raised having started from the NaN fill (in a group, every rank then runs the
+        #: config's warm-up again together: :meth:`again_after_fill`); cleared before each run
+        self.raised_from_fill = False
         #: whether the run going on started with the written arguments filled with NaN (checked when it ends)
         self._filled = False
         #: whether the run going on is a plain warm-up run, the only kind a fill may start (no sample times it)
@@ -156,7 +160,13 @@ class ArgumentState:
         filled, self._filled, self._warmup = self._filled, False, False
         if filled:
             self._fill_due = True
+        self.raised_from_fill = filled
         return filled
+
+    def again_after_fill(self) -> None:
+        """The group runs the config's warm-up again, on every rank together, because some rank's run raised from
+        the NaN fill: that warm-up starts from the caller's values, unfilled (the config was filled once)."""
+        self._fill_due = False
 
     def fill_raised(self) -> None:
         """A run that raised from the NaN fill ran without error from the caller's values: the fill made it raise
@@ -168,6 +178,7 @@ class ArgumentState:
             self.confirmed.discard(name)
             self._report(name)
         self._fill_due = False
+        self.raised_from_fill = False
 
     def check_after(self) -> None:
         """Have the next :meth:`before_run` or :meth:`put_back` check the watched arguments (after ``ref_prog``)."""
@@ -232,6 +243,7 @@ class ArgumentState:
         (:meth:`config_starting`; never a timed one: a probe's, a sample's). The time is the tuning's ``restore``
         time when there is something to copy or check."""
         self._warmup = warmup and not exact
+        self.raised_from_fill = False
         busy = (self.saved or self.zero or self.changed or self._check_due
                 or any(exact or name not in self.confirmed for name in self.written))
         watch = breakdown.current() if busy else None

@@ -14,9 +14,9 @@ from typing import Any
 from ..disk.logs import ms_text
 from ..errors import DevicePoisonedError, GroupTimeoutError, describe_error
 from ..faults.journal import Journal
-from ..faults.watchdog import Guard
+from ..faults.watchdog import Guard, exchange_timeout
 from ..group.channel import FailureReport, Group
-from ..records import COMPILE_PASS, WARMUP, Outcome
+from ..records import COMPILE_PASS, WARMUP, WARMUP_AGAIN, Outcome
 
 #: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too
 POISONED = re.compile(r"illegal memory access|unspecified launch failure|misaligned address|device-side assert"
@@ -34,7 +34,7 @@ BEST_EFFORT = (COMPILE_PASS,)
 #: the phases whose ``started`` record is fsynced (:mod:`~triton_dist_tune.faults.journal`): a config's first runs
 #: on the device, its warm-up; a compile pass's (it launches no kernel), a capture's or a sample's reaches the disk
 #: with the next durable record
-FIRST_RUNS = (WARMUP,)
+FIRST_RUNS = (WARMUP, WARMUP_AGAIN)
 
 
 class Guarding:
@@ -57,6 +57,8 @@ class Guarding:
     own_failure: str | None
     #: sharded: a poisoning failure, raised on every rank after the exchange of outcomes
     _deferred: str | None
+    #: whether this rank's last failed warm-up run had started from the NaN fill (:meth:`_again_after_fill`)
+    _filled_here: bool
 
     def _guarded(self, index: int, desc: str, phase: str, runs: Callable[[], Any],
                  sync: bool = True, step: str | None = None, patience: float = 0.0) -> tuple[Any, str | None]:
@@ -188,7 +190,11 @@ class Guarding:
                 except Exception:  # the store went with the peer: the exchange will say so
                     pass
             return
-        if not step.endswith(BEST_EFFORT):
+        state = self.trial.state
+        if state is not None and state.raised_from_fill:  # the tuner's NaN fill made it raise: the group may run it
+            self.journal.append(index, "interrupted", config=desc,  # again (_again_after_fill)
+                                error=f"interrupted: raised from the tuner's NaN fill of written outputs: {error}")
+        elif not step.endswith(BEST_EFFORT):
             self.journal.append(index, "local_failure", config=desc, error=error)
         try:
             self.guard.board.post(FailureReport(self.group.rank, index, desc, error, step=step))
@@ -221,6 +227,28 @@ class Guarding:
                                                 origin=self.group.rank, step=getattr(self, "_step", "")))
         except Exception:
             pass
+
+    def _again_after_fill(self, index: int, error: str | None) -> bool:
+        """Config ``index``'s warm-up failed on some rank: whether every rank runs it again together, agreed (one
+        exchange). It does when every run that raised had started from the tuner's NaN fill (its check of outputs
+        written whole: a read that cannot take NaN, such as ``torch.multinomial`` after an in-place temperature):
+        the fill's error, not the config's. A rank measuring alone runs such a run again at once
+        (:class:`~triton_dist_tune.measure.trial.Trial`); a group's ranks cannot (the function's collectives would
+        not match), so they run the whole warm-up again, from the caller's values, under the phase
+        :data:`~triton_dist_tune.records.WARMUP_AGAIN` (a step of its own: the failure board's report of the first
+        try is no peer failure in it). A rank whose run raised from the fill and then runs without error takes the
+        filled arguments for read ones (restored before every run, never filled again:
+        :meth:`~triton_dist_tune.measure.arguments.ArgumentState.fill_raised`)."""
+        state = self.trial.state
+        self._filled_here = error is not None and state is not None and state.raised_from_fill
+        if state is not None:
+            state.raised_from_fill = False  # read once: what comes next (another config's compile error) is not it
+        again = self.group.combine((error is None or self._filled_here, self._filled_here),
+                                   f"{self.label} config {index} warm-up again after the NaN fill", _from_the_fill,
+                                   exchange_timeout(self.plan.timeout))
+        if again and state is not None:
+            state.again_after_fill()
+        return bool(again)
 
     def _peer_poisoned(self) -> bool:
         """Whether another rank posted a failure that left its GPU context unusable."""
@@ -264,3 +292,9 @@ class Guarding:
                        "as failed: restart the job (e.g. torchrun --max-restarts) to resume without it")
             self.log.error(message)
             raise DevicePoisonedError(message)
+
+
+def _from_the_fill(contributions: list[tuple[bool, bool]]) -> bool:
+    """Rank 0's reduction of :meth:`Guarding._again_after_fill`: each rank sent (its warm-up ran, or raised from the
+    NaN fill; it raised from the fill): True when every rank's is the first, and some rank's the second."""
+    return all(ok for ok, _ in contributions) and any(filled for _, filled in contributions)

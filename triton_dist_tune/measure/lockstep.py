@@ -50,7 +50,7 @@ from ..errors import CompileFailed, GroupTimeoutError, RankFailedError, WrongRes
 from ..faults.journal import Journal
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, Group
-from ..records import COMPILE_PASS, WARMUP, Outcome
+from ..records import COMPILE_PASS, WARMUP, WARMUP_AGAIN, Outcome
 from ..stats import median
 from . import breakdown, timing
 from .budget import Budget, clocked
@@ -126,6 +126,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         self.budget = Budget(plan.race.budget_s)
         #: the configs a search screened by their probe alone (:mod:`~triton_dist_tune.measure.probe_screen`)
         self.probes = ProbeScreen()
+        self._filled_here = False
 
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
@@ -196,12 +197,14 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         return runs
 
     def _warm(self, index: int, config: dict[str, Any], desc: str, aligned: bool,
-              previous_ms: float) -> tuple[float | None, str | None]:
+              previous_ms: float, phase: str = WARMUP) -> tuple[float | None, str | None]:
         """Warm one config up; returns (this rank's time per call from the probe, None) or (None, error); the time
         is 0 when no probe ran (cold timing, a fixed ``batch``: one settling call, or stopped early by another rank's
         failure). ``previous_ms``: the time per call of the config warmed up before it (the group's when
-        ``aligned``), which sets the probe's calls (:func:`~triton_dist_tune.measure.timing.probe_calls`)."""
-        self.started(index, desc, WARMUP)
+        ``aligned``), which sets the probe's calls (:func:`~triton_dist_tune.measure.timing.probe_calls`);
+        ``phase``: :data:`~triton_dist_tune.records.WARMUP_AGAIN` for a warm-up run again
+        (:meth:`~triton_dist_tune.measure.guarding.Guarding._again_after_fill`)."""
+        self.started(index, desc, phase)
         with breakdown.part("compile"):
             compiled = self.compiles.wait(index)  # bounded by its own limit, outside the watchdog
         if aligned and self.compiles.active:  # every rank: start its first run once its kernels are in the cache
@@ -213,9 +216,9 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         if compiled is not None:
             runs = [lambda: _raise(CompileFailed(compiled))]
         calls = self.trial.calls
-        results, error = self._guarded(index, desc, WARMUP,
+        results, error = self._guarded(index, desc, phase,
                                        lambda: self._aligned(runs, None if compiled or not aligned else index,
-                                                             "warmup"))
+                                                             phase))
         self.watch.launched(index, self.trial.calls - calls)
         if error is not None:
             return None, error
@@ -269,6 +272,11 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
                 continue
             wanted, error = self._warm(index, config, desc, aligned=True, previous_ms=previous)
             combined = self._exchange(index, desc, (error or wanted, self.budget.now()), error, "warmup")
+            if combined.errors and self._again_after_fill(index, error):
+                wanted, error = self._warm(index, config, desc, True, previous, WARMUP_AGAIN)
+                combined = self._exchange(index, desc, (error or wanted, self.budget.now()), error, WARMUP_AGAIN)
+                if error is None and self.trial.state is not None and self._filled_here:
+                    self.trial.state.fill_raised()
             self.budget.agreed(combined.elapsed)
             if combined.errors:
                 outcomes[index] = self._failed(index, desc, combined.errors)
