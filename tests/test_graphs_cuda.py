@@ -128,9 +128,30 @@ def test_placements_stop_before_they_would_hold_more_than_their_share_of_the_dev
         graphs_module.PLACEMENT_MEMORY_SHARE = saved
 
 
+@timeout
+def test_each_device_has_its_own_clock_and_a_cold_sample_flushes_that_devices_l2():
+    # the clock (and its 256 MiB L2 flush buffer) was cached per device type: a process tuning on a second GPU
+    # after the first flushed the first one's L2 before each cold sample. One GPU checks the flush lands on the
+    # current device; two check the second device gets a clock of its own (not run on one GPU)
+    from triton_dist_tune.measure.clocks import make_clock
+
+    devices = min(torch.cuda.device_count(), 2)
+    clocks = []
+    for device in range(devices):
+        torch.cuda.set_device(device)
+        clock = make_clock()
+        clock.flush()
+        assert clock._flush_buffer.device == torch.device("cuda", device), clock._flush_buffer.device
+        clocks.append(clock)
+    assert len({id(c) for c in clocks}) == devices
+    torch.cuda.set_device(0)
+    assert make_clock() is clocks[0]
+
+
 if __name__ == "__main__":  # on a GPU host without pytest's plugins: python tests/test_graphs_cuda.py
     test_graphs_capture_race_after_race_and_the_tuning_gives_its_memory_back()
     test_a_function_that_reads_a_value_cannot_be_captured_and_random_draws_and_captures_work_after()
     test_a_config_placed_again_allocates_its_outputs_elsewhere_and_every_placement_replays_its_calls()
     test_placements_stop_before_they_would_hold_more_than_their_share_of_the_device_memory()
-    print("test_graphs_cuda: 4 passed")
+    test_each_device_has_its_own_clock_and_a_cold_sample_flushes_that_devices_l2()
+    print("test_graphs_cuda: 5 passed")

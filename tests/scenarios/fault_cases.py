@@ -180,12 +180,16 @@ def capture_hang():
     stand-in :class:`~triton_dist_tune.measure.graphs.Graphs` whose capture runs the call once (as torch's warm-up
     before a capture does) and replays the call itself. With ``CAPTURE_HANG=1`` config 1 hangs inside its capture
     (a kernel that never ends: only the watchdog ends this); with ``CAPTURE_RAISE=1`` config 2 raises there, as the
-    synchronize after a capture raises a kernel's asynchronous error. Reports the choice, the clock and the table."""
+    synchronize after a capture raises a kernel's asynchronous error; the configs ``CAPTURE_FAILS`` lists
+    (comma-separated) cannot be captured (the stand-in's capture fails, as torch's does at a host read). Reports the
+    choice, the clock and the table."""
     from types import SimpleNamespace
 
     from triton_dist_tune.measure import graphs, sampling
 
     capturing: list[int] = []
+
+    uncapturable = {int(v) for v in os.environ.get("CAPTURE_FAILS", "").split(",") if v}
 
     class HostGraphs(graphs.Graphs):
         def capture(self, index, call) -> bool:
@@ -194,7 +198,11 @@ def capture_hang():
                 call()
             finally:
                 capturing.pop()
+            if index in uncapturable:  # what Graphs.capture does when torch's capture raises
+                self.error = "RuntimeError: operation not permitted when stream is capturing (injected)"
+                return False
             self.graphs[index] = SimpleNamespace(replay=call)
+            self.warms_next, self.works = False, True
             return True
 
     sampling.Graphs = HostGraphs

@@ -91,12 +91,15 @@ class HostClock:
 
 
 class DeviceClock:
-    """Device events recorded on the current stream; read after :meth:`synchronize`."""
+    """Device events recorded on the current stream of one device (``index``); read after :meth:`synchronize`."""
 
-    def __init__(self, device_type: str) -> None:
+    def __init__(self, device_type: str, index: int = 0) -> None:
         import torch
 
         self.kind = device_type
+        #: the device this clock flushes and waits for: a process that tunes on two devices in turn has a clock for
+        #: each (:func:`make_clock`), so that a cold sample on the second flushes the second's L2, not the first's
+        self.index = index
         self._torch = torch
         self._event = getattr(torch, "Event", None) or torch.cuda.Event
         self._flush_buffer: Any = None
@@ -158,7 +161,8 @@ class DeviceClock:
             return
         if self._flush_buffer is None:
             try:
-                self._flush_buffer = self._torch.empty(_L2_FLUSH_BYTES, dtype=self._torch.int8, device=self.kind)
+                self._flush_buffer = self._torch.empty(_L2_FLUSH_BYTES, dtype=self._torch.int8,
+                                                       device=f"{self.kind}:{self.index}")
             except Exception as exc:  # out of memory: cold samples without the flush, and say so
                 self._flush_failed = True
                 log.warning("triton_dist_tune: cannot allocate the %d MiB L2 flush buffer (%s): cold samples are "
@@ -167,7 +171,8 @@ class DeviceClock:
         self._flush_buffer.zero_()
 
 
-_clocks: dict[str, Any] = {}
+#: the device clocks of this process, by (device type, device index)
+_clocks: dict[tuple[str, int], Any] = {}
 
 
 def _accelerator() -> str | None:
@@ -185,6 +190,16 @@ def _accelerator() -> str | None:
         return None
 
 
+def _current_index(device: str) -> int:
+    """The index of the current device of type ``device`` (the one ``torch.cuda.set_device`` chose)."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "current_device_index"):
+        return int(accelerator.current_device_index())
+    return int(getattr(torch, device).current_device())
+
+
 def make_clock() -> HostClock | DeviceClock:
     """The clock for this process: device events where torch has an accelerator (unless Triton's interpreter
     runs the kernels on the host), the host clock otherwise. A device job that cannot use events gets the host
@@ -192,10 +207,14 @@ def make_clock() -> HostClock | DeviceClock:
     device = _accelerator()
     if device is None or settings.current().interpret:
         return HostClock()
-    clock = _clocks.get(device)
+    try:
+        index = _current_index(device)
+    except Exception:  # a device module without a current device: its first
+        index = 0
+    clock = _clocks.get((device, index))
     if clock is None:
         try:
-            clock = _clocks[device] = DeviceClock(device)
+            clock = _clocks[device, index] = DeviceClock(device, index)
         except Exception as exc:
             log.warning("triton_dist_tune: cannot time with %s events (%s); falling back to the host clock, which "
                         "times launches, not device work", device, exc)

@@ -11,8 +11,9 @@ that tuning is timed on the device instead: its calls are captured once as a gra
 Only for groups of one rank on CUDA: a collective function's calls cannot be captured safely (its ranks would
 have to capture and replay together), and keep the eager steady timing. A function that cannot be captured (it
 synchronizes, allocates from the host, reads a tensor's value) raises during the capture: the tuning then times
-every config eagerly, as before, and says so. Which way a key was timed is in its decision (``clock``), its log and
-its summary.
+every config eagerly, as before, and says so. A config that cannot be captured where others can fails alone
+(:meth:`~triton_dist_tune.measure.sampling.Sampling._capture`). Which way a key was timed is in its decision
+(``clock``), its log and its summary.
 
 A capture should cost little more than its calls cost to launch. ``torch.cuda.graph`` synchronizes and empties the
 caching allocator before every capture (``empty_cache``: its freed blocks go back to the driver, and the next
@@ -22,7 +23,8 @@ function's calls (``benchmarks/results/session_h200_16``). So the graphs are cap
 ``capture_end`` on one capture stream per device, made once, into one memory pool that the graphs of one race
 share (they replay one at a time, on one stream, and nothing reads their outputs), and only a tuning's first
 capture runs the call on that stream before capturing (every config captured has run its warm-up; a function that
-then fails a capture is timed eagerly, as any that cannot be captured). A pool whose graphs are all gone
+then fails a capture is timed eagerly, as any that cannot be captured; a config that fails its capture once
+another's worked fails alone, and the captures after it take a new pool). A pool whose graphs are all gone
 cannot take a capture again (torch asserts), so each race starts a pool of its own; the allocator is emptied once,
 when the tuning ends (:meth:`Graphs.close`), so a tuning leaves no more memory reserved than it did before.
 
@@ -97,6 +99,9 @@ class Graphs:
     _pool: Any = None
     #: whether any graph was captured (the allocator is emptied when the tuning ends)
     _captured: bool = False
+    #: whether a capture of this tuning has worked: the function can be captured, and a config whose capture
+    #: fails then cannot be, itself (:meth:`~triton_dist_tune.measure.sampling.Sampling._capture`)
+    works: bool = False
     #: whether the next capture runs the call once on the capture stream first: only until a capture of this
     #: tuning succeeded. Every config is warm on the current stream when it is captured (its warm-up ran), and a
     #: first capture readies the capture stream itself (what torch's warm-up before a capture is for)
@@ -112,13 +117,14 @@ class Graphs:
                 self._pool = torch.cuda.graph_pool_handle()
             self._captured = True
             graph = _captured(call, self.calls, self._pool, self.warms_next)
-        except Exception as exc:  # a function that cannot be captured: time eagerly
+        except Exception as exc:  # a function (or config) that cannot be captured (Sampling._capture)
             self.error = describe_error(exc)
-            self.release()
+            self._pool = None  # the race's graphs keep theirs; a capture after a failed one takes a new one
             _after_failed_capture()
             return False
         self.graphs[index] = graph
         self.warms_next = False
+        self.works = True
         if index not in self.device_ms and (ms := _replay_ms(graph)) is not None:
             self.device_ms[index] = ms
         return True

@@ -14,6 +14,16 @@ from .combine import Combined
 from .graphs import EAGER, GRAPH, Graphs, device_time_applies, graph_calls
 from .race import Race
 
+#: consecutive configs whose capture fails, before any capture of the tuning worked, that make the tuning time
+#: eagerly (the function cannot be captured); one that fails after another config's capture worked fails alone
+CAPTURE_TRIES = 3
+
+
+def uncapturable(error: str | None) -> str:
+    """A config's error when its calls cannot be captured while other configs' can."""
+    return (f"its calls cannot be captured in a CUDA graph, which the tuning times on the device from (other configs' "
+            f"can: it would break a CUDA-graph capture of the caller's too): {error}")
+
 
 class Sampling:
     """The CUDA-graph part of :class:`~triton_dist_tune.measure.lockstep.Measurer`: whether a tuning times on the
@@ -26,9 +36,13 @@ class Sampling:
         (:mod:`~triton_dist_tune.measure.graphs`; from the group's probes); then capture the graph of each config of
         this race, each under the tuning's deadline like any run of the function (a capture runs the config once,
         and its timed replay runs it again: a call that hangs there ends the rank through the watchdog, the config
-        journaled as hung). A capture that fails makes the rest of the tuning time eagerly, and is logged. Returns
-        the configs whose capture met their own error at its synchronize (the caller fails them; one rank: no
-        other rank needs to agree)."""
+        journaled as hung). Before any capture of the tuning has worked, :data:`CAPTURE_TRIES` consecutive configs
+        whose capture fails (or every config of the race) make the rest of the tuning time eagerly, and it is
+        logged: the function cannot be captured. A config whose capture fails once another's has worked cannot be
+        captured itself, and fails alone (:func:`uncapturable`): before, the tuning switched to eager timing at
+        it, and a search then ranked its later stages' eager times against its earlier stages' device times.
+        Returns the configs whose capture met their own error at its synchronize, or that cannot be captured (the
+        caller fails them; one rank: no other rank needs to agree)."""
         if self.graphs is None and not self._clock_chosen and per_call:
             self._clock_chosen = True
             fastest = min(per_call.values())
@@ -42,6 +56,8 @@ class Sampling:
         failed: dict[int, str] = {}
         if self.graphs is None:
             return failed
+        #: configs whose capture failed while no capture of this tuning has worked yet: the function's, or theirs
+        pending: dict[int, str] = {}
         with breakdown.part("capture"):
             for index in sorted(entries):
                 config, desc = entries[index]
@@ -53,13 +69,21 @@ class Sampling:
                                                 lambda i=index, c=config: self._capture_one(i, c))
                 if error is not None:
                     failed[index] = error
+                elif not captured and self.graphs.works:
+                    failed[index] = uncapturable(self.graphs.error)
                 elif not captured:
-                    self.log.warning("%s the function cannot be captured in a CUDA graph (%s): timing eagerly",
-                                     self.label, self.graphs.error)
-                    self.graphs.close()
-                    self.graphs = None
-                    self.clock_kind = EAGER
-                    break
+                    pending[index] = uncapturable(self.graphs.error)
+                    if len(pending) == CAPTURE_TRIES:
+                        break
+                elif pending:  # the function can be captured: those configs cannot
+                    failed.update(pending)
+                    pending.clear()
+        if pending:
+            self.log.warning("%s the function cannot be captured in a CUDA graph (%s): timing eagerly",
+                             self.label, self.graphs.error)
+            self.graphs.close()
+            self.graphs = None
+            self.clock_kind = EAGER
         return failed
 
     def step_rounds(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
