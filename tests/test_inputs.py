@@ -188,6 +188,33 @@ def test_a_run_that_raises_from_the_nan_fill_fails_no_config_in_a_group(tmp_path
             assert got["one_call"], (label, got)  # the final call ran once on the caller's values
 
 
+@pytest.mark.timeout(200)
+def test_a_raise_from_the_nan_fill_that_leaves_a_peer_inside_a_collective_blames_nothing_and_the_rerun_ends_well(
+        tmp_path):
+    # what the group's retry cannot mend: rank 0 raises before the all_reduce rank 1 waits in, so rank 1 can only
+    # leave by ending (exit 87); nobody hangs. Before, rank 1 journaled the config failed, and every later attempt
+    # filled again and ended the same way at its next config (the rerun here failed too, at config 3). Now nothing
+    # is blamed, and the next attempt fills nothing: it ends well with every config measured
+    from test_faults import PEER_EXIT
+
+    env = {**tuner_env(tmp_path, 30), "SAMPLERS": "0", "READ_FIRST": "1"}
+    first = run_ranks(CASES, 2, ["nan_fill_in_a_group"], env=env, timeout=180)
+    assert first[1].returncode == PEER_EXIT, describe(first)
+    (got,) = first[0].results
+    message = got["seen"]["steady"]["result"]["message"]
+    assert "ended their process" in message and "No config is blamed (a run raised from the tuner's NaN fill" \
+        in message, describe(first)
+    results = run("nan_fill_in_a_group", env, timeout=180)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        got = r.result["seen"]["steady"]
+        assert "error" not in got["result"], got
+        assert [s for s, _ in got["states"]] == ["measured"] * 4, got
+        assert got["one_call"], got
+    assert "raised from the NaN fill: arguments the function changes are restored before every run, none filled" \
+        in (tmp_path / "logs" / "rank-0.log").read_text()
+
+
 @pytest.mark.timeout(150)
 def test_random_state_after_tuning_is_that_of_one_untuned_call_lockstep_and_sharded(tmp_path):
     results = run("random_state", tuner_env(tmp_path, 30))

@@ -28,6 +28,10 @@ WARMUP = "warmup"
 #: a config's warm-up run again by every rank of a group because some rank's run raised from the tuner's NaN fill
 #: (:meth:`~triton_dist_tune.measure.guarding.Guarding._again_after_fill`)
 WARMUP_AGAIN = "warmup again"
+#: how a run that raised from the tuner's NaN fill (its check of outputs written whole) is named on the failure board
+#: and in the journal: no config is blamed for it, and the next attempt fills nothing
+#: (:meth:`~triton_dist_tune.measure.arguments.ArgumentState.never_fill`)
+FROM_THE_FILL = "raised from the tuner's NaN fill of written outputs"
 
 
 def group_samples(value: Any) -> list[float]:

@@ -234,18 +234,25 @@ def random_state():
 def nan_fill_in_a_group():
     """Logits scaled in place, all-reduced, then sampled (``torch.multinomial``): a run that starts from the tuner's
     NaN fill (its check of outputs written whole) raises on the ranks that sample (``SAMPLERS``: every rank, or rank 0
-    alone), lock-step in both timing modes, and sharded."""
+    alone), lock-step in both timing modes, and sharded; with ``READ_FIRST=1`` the sampling comes before the
+    all_reduce (steady timing alone), so a rank that raises leaves the others inside it."""
     tdt.init_distributed()
     samplers = {int(r) for r in os.environ["SAMPLERS"].split(",")}
+    read_first = os.environ.get("READ_FIRST") == "1"  # the sampling before the all_reduce: a peer is left inside it
     seen = {}
-    for label, options in (("steady", {}), ("cold", {"timing": "cold"}), ("sharded", {"sharded": True})):
+    modes = (("steady", {}),) if read_first else (("steady", {}), ("cold", {"timing": "cold"}),
+                                                   ("sharded", {"sharded": True}))
+    for label, options in modes:
         def sample_(logits, *, b):
             logits.div_(0.7)
+            drawn = None
+            if read_first and dist.get_rank() in samplers:
+                drawn = torch.multinomial(logits.softmax(-1), 1).sum().item()
             if not options.get("sharded"):
                 dist.all_reduce(logits.clone())
-            if dist.get_rank() in samplers:
-                return torch.multinomial(logits.softmax(-1), 1).sum().item()
-            return float(logits.sum())
+            if dist.get_rank() in samplers and drawn is None:
+                drawn = torch.multinomial(logits.softmax(-1), 1).sum().item()
+            return drawn if drawn is not None else float(logits.sum())
 
         tuned = tdt.autotune([{"b": b} for b in range(4)], key_fn=lambda logits: 0, n_warmup=1, n_repeat=2,
                              name=f"nanfill_{label}", **options)(sample_)

@@ -5,13 +5,13 @@ Each rank keeps its own journal next to the cache entry it is tuning, in its own
 group of one process of that process's global rank, torch.distributed's or else mpi4py's ``COMM_WORLD`` rank, so that
 two groups tuning the same entry on one node, one-rank replicas included, never adopt each other's journals). Every
 record carries the job's identity (``TRITON_DIST_AUTOTUNE_JOB_ID``, torchrun's run id or Slurm's job id) and attempt
-(:attr:`Journal.attempt`), the group's name and global ranks and the wall time it was
-written (``at``, unix seconds). A record is one line written with a single ``write``, so a record is either in the file
-whole or (after a power loss or a full disk) a torn last line, which readers skip and the next writer ends with a
-newline before appending. A write is in the operating system's hands when :meth:`Journal.append` returns: it survives
-the process's crash, whatever ends it. Surviving the machine's crash (a power loss, a GPU fault that takes the host
-down) takes an fsync, which is done for the records that matter there (``durable``): the ``started`` record of a
-config's warm-up (where its kernels first meet the device), every failure, hang and interruption, and a failed outcome.
+(:attr:`Journal.attempt`), the group's name and global ranks and the wall time it was written (``at``, unix
+seconds). A record is one line written with a single ``write``, so a record is either in the file whole or (after a
+power loss or a full disk) a torn last line, which readers skip and the next writer ends with a newline before
+appending. A write is in the operating system's hands when :meth:`Journal.append` returns: it survives the process's
+crash, whatever ends it. Surviving the machine's crash (a power loss, a GPU fault that takes the host down) takes an
+fsync, which is done for the records that matter there (``durable``): the ``started`` record of a config's warm-up
+(where its kernels first meet the device), every failure, hang and interruption, and a failed outcome.
 The fsync of one writes every record before it too, so each outcome is on disk once the next config's warm-up starts,
 and a machine crash loses at most the records written since the last warm-up began: outcomes, which are measured again,
 and the ``started`` records of a compile pass (which launches no kernel), a capture or a sample. (The README's MoE
@@ -32,10 +32,9 @@ is known are not measured again; configs that hung past the watchdog or failed o
 error that says it comes from an earlier attempt and how to measure it again; configs in flight when an attempt
 ended without an error are *suspects*, measured once more, and left out after two such attempts (each counted once
 over every rank and replica, by the ``attempt`` the tuning agreed and wrote into its records: :func:`crashed`); an
-interrupted attempt (SIGINT, SIGTERM) blames nothing;
-an attempt that ended inside a config's compile pass blames nothing either, and the next one runs no compile pass
-for that config (it would end the same way). Every record names its attempt (``session``), so that readers know
-which config each attempt was inside when it ended.
+interrupted attempt (SIGINT, SIGTERM) blames nothing; an attempt that ended inside a config's compile pass blames
+nothing either, and the next one runs no compile pass for that config (it would end the same way). Every record
+names its attempt (``session``), so that readers know which config each attempt was inside when it ended.
 
 A tuning that ends (decided, or every config failed) removes its journals: nothing of it is replayed later. Only a
 tuning cut short (a crash, a hang, a lost rank, a poisoned GPU) leaves journals for the next attempt. With
@@ -93,6 +92,7 @@ class Journal:
         self._torn = False  # a short write left part of a line: the next record starts a line of its own
         self._lost = 0  # records lost since the last one written (the first loss is said, the others not)
         self._held: list[tuple[Path, int]] = []  # (path, locked fd) of every journal adopted, the first written
+        self._warned: set[tuple[Path, int]] = set()  # the damaged lines a read warned of: warned once
         self._broken = False
         self._create = create  # False: only read what exists (a reader of other entries' journals)
         #: written into every record while set: :data:`SCREENING` while a search screens (see :func:`merge`)
@@ -235,7 +235,8 @@ class Journal:
                 continue
             found, damaged = parse_records(data, path)
             records += found
-            for number in damaged:
+            for number in sorted({*damaged} - {n for p, n in self._warned if p == path}):  # once each
+                self._warned.add((path, number))
                 log.warning("triton_dist_tune: skipping damaged line %d of journal %s", number, path)
         return records
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import settings
+from ..disk import logs
 from ..errors import AutotuneError, BadInputError, MismatchError, describe_error, per_rank
 from ..faults.progress import user_code
 from ..group.agreement import agree
@@ -139,10 +140,12 @@ def _kept_by(mine: list[bool]) -> str:
 
 
 def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
-            timeout: float) -> tuple[Trial, ArgumentState]:
+            timeout: float, journaled: list[dict[str, Any]]) -> tuple[Trial, ArgumentState]:
     """What runs before the first aligned exchange of measuring: the timer, the argument snapshots and
     ``ref_prog``'s reference. Agreed like ``key_fn``: an exception on any rank is the same BadInputError on
-    every rank, and no config is blamed for it; so is the kind of clock the samples' call counts follow."""
+    every rank, and no config is blamed for it; so is the kind of clock the samples' call counts follow.
+    ``journaled``: this rank's journal records of the key (a run of an earlier attempt that raised from the NaN
+    fill: :meth:`~triton_dist_tune.measure.arguments.ArgumentState.never_fill`)."""
     options = tuner.options
     state: ArgumentState | None = None
     reference, buffers, timer, problem, step = None, None, None, None, "saving the arguments"
@@ -150,6 +153,9 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
         state = ArgumentState(named_arguments(tuner.fn, args, kwargs), options.restore_value, options.reset_to_zero,
                               label)
         state.retry_fill = group.size == 1 or options.sharded  # measuring alone: no collective to match
+        if state.never_fill(journaled):
+            logs.rank_log().info("%s an earlier attempt's run raised from the NaN fill: arguments the function "
+                                 "changes are restored before every run, none filled", label)
         step = "making the clock"
         timer = make_clock()
         if options.ref_prog is not None:

@@ -32,7 +32,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import BadInputError, MismatchError
-from ..records import COMPILE_PASS
+from ..records import COMPILE_PASS, FROM_THE_FILL
 from . import codec, meter
 from .threads import Turns
 
@@ -279,6 +279,8 @@ def ended_message(reports: Sequence[FailureReport], missing: Sequence[int]) -> s
     first = failures[0]
     if first.interrupted:
         blamed = "No config is blamed (an interruption, or the tuner's own error)"
+    elif first.error.startswith(FROM_THE_FILL):
+        blamed = "No config is blamed (a run raised from the tuner's NaN fill; the next attempt fills nothing)"
     elif first.index < 0:  # a contextual tuning's run: the function's own error blames no config
         blamed = "No config is blamed (the tuned function's own error)"
     elif first.step.endswith(COMPILE_PASS):

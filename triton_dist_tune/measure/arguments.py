@@ -121,6 +121,9 @@ class ArgumentState:
         #: function's collectives would not match); a group runs the config's warm-up again on every rank together
         #: (:meth:`~triton_dist_tune.measure.guarding.Guarding._again_after_fill`)
         self.retry_fill = False
+        #: whether a changed argument may be filled with NaN to see whether it is written whole (False: every
+        #: changed argument is restored before every run: :meth:`never_fill`)
+        self.fills = True
         #: whether the last run raised having started from the NaN fill (in a group, every rank then runs the
         #: config's warm-up again together: :meth:`again_after_fill`); cleared before each run
         self.raised_from_fill = False
@@ -163,6 +166,15 @@ class ArgumentState:
         self.raised_from_fill = filled
         return filled
 
+    def never_fill(self, journaled: list[dict[str, Any]]) -> bool:
+        """Fill nothing in this tuning when this rank's journal (``journaled``, its records) shows a run of an earlier
+        attempt that raised from the NaN fill (:data:`~triton_dist_tune.records.FROM_THE_FILL`): one that left a
+        peer inside a collective, which ended the attempt. Without this each attempt would end so at its next
+        config. Returns whether it found one."""
+        if any(record.get("fill") is True for record in journaled):
+            self.fills = False
+        return not self.fills
+
     def again_after_fill(self) -> None:
         """The group runs the config's warm-up again, on every rank together, because some rank's run raised from
         the NaN fill: that warm-up starts from the caller's values, unfilled (the config was filled once)."""
@@ -193,7 +205,7 @@ class ArgumentState:
                 if moved:  # a view's counter moves with its base's (a write elsewhere, the tuner's own restore)
                     self._shared_counter.add(name)  # so it is judged by its values from now on, when a check is due
                 continue
-            if _fillable(tensor):  # perhaps an output written whole: the next run starts from NaN to see
+            if self.fills and _fillable(tensor):  # perhaps an output written whole: the next run starts from NaN
                 self.written.append(name)
                 self._fill_due = True
                 continue

@@ -16,7 +16,7 @@ from ..errors import DevicePoisonedError, GroupTimeoutError, describe_error
 from ..faults.journal import Journal
 from ..faults.watchdog import Guard, exchange_timeout
 from ..group.channel import FailureReport, Group
-from ..records import COMPILE_PASS, WARMUP, WARMUP_AGAIN, Outcome
+from ..records import COMPILE_PASS, FROM_THE_FILL, WARMUP, WARMUP_AGAIN, Outcome
 
 #: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too
 POISONED = re.compile(r"illegal memory access|unspecified launch failure|misaligned address|device-side assert"
@@ -105,7 +105,7 @@ class Guarding:
             return None
 
         def on_peer(report: FailureReport) -> str:  # another rank raised in this step: it failed, not this one
-            if report.interrupted or not blames or report.index != index:
+            if report.interrupted or not blames or report.index != index or report.error.startswith(FROM_THE_FILL):
                 why = (report.error if report.interrupted else
                        f"interrupted: rank {report.rank} failed in config {report.index} ({report.step}): "
                        f"{report.error}")
@@ -192,8 +192,8 @@ class Guarding:
             return
         state = self.trial.state
         if state is not None and state.raised_from_fill:  # the tuner's NaN fill made it raise: the group may run it
-            self.journal.append(index, "interrupted", config=desc,  # again (_again_after_fill)
-                                error=f"interrupted: raised from the tuner's NaN fill of written outputs: {error}")
+            error = f"{FROM_THE_FILL}: {error}"  # again (_again_after_fill); a peer it leaves stuck blames nothing
+            self.journal.append(index, "interrupted", config=desc, error=f"interrupted: {error}", fill=True)
         elif not step.endswith(BEST_EFFORT):
             self.journal.append(index, "local_failure", config=desc, error=error)
         try:
