@@ -191,9 +191,10 @@ class Guarding:
                     pass
             return
         state = self.trial.state
-        if state is not None and state.raised_from_fill:  # the tuner's NaN fill made it raise: the group may run it
-            error = f"{FROM_THE_FILL}: {error}"  # again (_again_after_fill); a peer it leaves stuck blames nothing
-            self.journal.append(index, "interrupted", config=desc, error=f"interrupted: {error}", fill=True)
+        if state is not None and state.raised_from_fill:  # the NaN fill made it raise: no evidence (a peer it
+            error = error if error.startswith(FROM_THE_FILL) else f"{FROM_THE_FILL}: {error}"  # leaves inside a
+            self.journal.append(index, "interrupted", config=desc, error=f"interrupted: {error}", fill=True)  # call
+            # of the function blames nothing either, on_peer), and the group may run it again (_again_after_fill)
         elif not step.endswith(BEST_EFFORT):
             self.journal.append(index, "local_failure", config=desc, error=error)
         try:
@@ -229,7 +230,8 @@ class Guarding:
             pass
 
     def _again_after_fill(self, index: int, error: str | None) -> bool:
-        """Config ``index``'s warm-up failed on some rank: whether every rank runs it again together, agreed (one
+        """Config ``index``'s warm-up failed on some rank, one of them from the NaN fill (its error, in the group's,
+        says :data:`~triton_dist_tune.records.FROM_THE_FILL`): whether every rank runs it again together, agreed (one
         exchange). It does when every run that raised had started from the tuner's NaN fill (its check of outputs
         written whole: a read that cannot take NaN, such as ``torch.multinomial`` after an in-place temperature):
         the fill's error, not the config's. A rank measuring alone runs such a run again at once

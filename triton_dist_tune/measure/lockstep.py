@@ -50,7 +50,7 @@ from ..errors import CompileFailed, GroupTimeoutError, RankFailedError, WrongRes
 from ..faults.journal import Journal
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, Group
-from ..records import COMPILE_PASS, WARMUP, WARMUP_AGAIN, Outcome
+from ..records import COMPILE_PASS, FROM_THE_FILL, WARMUP, WARMUP_AGAIN, Outcome
 from ..stats import median
 from . import breakdown, timing
 from .budget import Budget, clocked
@@ -220,8 +220,9 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
                                        lambda: self._aligned(runs, None if compiled or not aligned else index,
                                                              phase))
         self.watch.launched(index, self.trial.calls - calls)
-        if error is not None:
-            return None, error
+        if error is not None:  # a raise from the NaN fill says so: the group may run the warm-up again
+            filled = self.trial.state is not None and self.trial.state.raised_from_fill
+            return None, f"{FROM_THE_FILL}: {error}" if filled else error
         if self.cold or self.plan.batch is not None or len(results) < len(runs):
             return 0.0, None
         self.watch.timed(index, float(results[-1]), probe=True)
@@ -272,7 +273,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
                 continue
             wanted, error = self._warm(index, config, desc, aligned=True, previous_ms=previous)
             combined = self._exchange(index, desc, (error or wanted, self.budget.now()), error, "warmup")
-            if combined.errors and self._again_after_fill(index, error):
+            if combined.errors and FROM_THE_FILL in combined.errors and self._again_after_fill(index, error):
                 wanted, error = self._warm(index, config, desc, True, previous, WARMUP_AGAIN)
                 combined = self._exchange(index, desc, (error or wanted, self.budget.now()), error, WARMUP_AGAIN)
                 if error is None and self.trial.state is not None and self._filled_here:
