@@ -5,6 +5,7 @@ tests/scenarios/contextual_recovery_cases.py."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -224,3 +225,40 @@ def test_closing_contenders_read_back_keep_their_drift_free_times(tmp_path):
         assert res["states"] == ["resumed"] * 3 and res["how"] == "tuned" and res["ok"], res
         assert res["chosen"] == 1, res  # before: 0, by the median of all its samples (1.0 against 1.005)
         assert {int(i): t for i, t in res["times"].items()} == times, (res["times"], times)
+
+
+BIG = "1" + "0" * 400  # a JSON integer no float holds: math.isfinite raises OverflowError on it
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("damage", ["per_rank NaN", "per_rank huge", "time huge", "at huge"])
+def test_a_journal_read_back_with_numbers_no_float_holds_costs_neither_the_run_nor_the_decision(tmp_path, damage):
+    # a journal's measured record of config 2, damaged. Before: NaN per-rank times reached the cache's table, whose
+    # write refused them: the decision was lost with a warning and the key tuned again by the next job; a 400-digit
+    # integer raised OverflowError on every rank, at every attempt (per_rank: float(); time and at: isfinite; the
+    # attempt's first record's wall time orders the attempts)
+    env = tuner_env(tmp_path, 30, FAULT_DIR=str(tmp_path / "faults"))
+    (tmp_path / "faults").mkdir()
+    first = run_ranks(CASES, 2, ["closing_read_back"], env={**env, "KILL_AT_DECISION": "1"}, timeout=100)
+    assert [r.returncode for r in first] == [-9, -9], describe(first)
+    field, how = damage.split(" ")
+    value = {"NaN": "NaN", "huge": BIG}[how]
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    for path in sorted(cache.rglob("*.journal")):
+        lines = path.read_text().splitlines()
+        for n, line in enumerate(lines):
+            record = json.loads(line)
+            if field == "at" and n == 0:
+                record["at"] = f"@{value}@"
+            elif field != "at" and record.get("state") == "measured" and record["index"] == 2:
+                if field == "per_rank":
+                    record["per_rank"] = f"@[{value}, 1.0]@"
+                else:
+                    record[field] = f"@{value}@"
+            lines[n] = json.dumps(record).replace('"@', "").replace('@"', "")
+        path.write_text("\n".join(lines) + "\n")
+    second = run_ranks(CASES, 2, ["closing_read_back"], env=env, timeout=100)
+    assert all(r.returncode == 0 for r in second), describe(second)
+    assert not any("could not write" in r.stderr for r in second), describe(second)
+    assert [r.result["chosen"] for r in second] == [1, 1], describe(second)
+    assert any(p.suffix == ".json" for p in cache.rglob("*")), sorted(cache.rglob("*"))  # the decision is kept

@@ -41,7 +41,10 @@ def write_entry(cache: Path, **fields) -> Path:
 
 
 @pytest.mark.parametrize("fields", [{"kernel": 5}, {"kernel": ["a", "b"]}, {"created": 1e300},
-                                    {"created": -1e300}, {"group": {"a": [1]}, "timing": 7}])
+                                    {"created": -1e300}, {"group": {"a": [1]}, "timing": 7},
+                                    {"created": 10**400, "time_ms": 10**400},  # no float holds them (isfinite raised)
+                                    {"measurements": [{"index": 0, "config": "{BLOCK: 64}", "state": "measured",
+                                                       "time": 10**400, "drift_free": 10**400}]}])
 def test_list_and_show_read_a_decision_whose_fields_hold_odd_values(tmp_path, capsys, fields):
     write_entry(tmp_path, **fields)
     for args in (["list"], ["show", "0123456789"], ["list", "--json"]):
@@ -63,8 +66,10 @@ def _log_folder(tmp_path: Path, extra: str) -> Path:
                                    '{"time": 1.0, "message": "x", "rank": {"a": 1}, "job": "J"}',
                                    '{"time": 1.0, "message": "x", "rank": "r", "job": "J"}\n'
                                    '{"time": 1.0, "message": "y", "rank": 3, "job": "J"}',
-                                   "[" * 100_000],
-                         ids=["time-out-of-range", "time-nan", "rank-object", "ranks-int-and-text", "nested-deep"])
+                                   "[" * 100_000,
+                                   '{"time": 1' + "0" * 400 + ', "message": "x", "job": "J"}'],
+                         ids=["time-out-of-range", "time-nan", "rank-object", "ranks-int-and-text", "nested-deep",
+                              "time-no-float-holds"])
 def test_logs_skips_the_lines_it_cannot_show(tmp_path, capsys, extra):
     folder = _log_folder(tmp_path, extra)
     for args in (["logs", "--log-dir", str(folder)], ["logs", "--list", "--log-dir", str(folder)]):

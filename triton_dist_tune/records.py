@@ -34,10 +34,21 @@ WARMUP_AGAIN = "warmup again"
 FROM_THE_FILL = "raised from the tuner's NaN fill of written outputs"
 
 
+def finite_number(value: Any) -> bool:
+    """Whether ``value`` is a finite number a float can hold (not a bool): what a time read back from a file may be.
+    A JSON integer too large for a float (``1e400`` written as digits) is not one: ``math.isfinite`` raises on it."""
+    if type(value) not in (int, float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def group_samples(value: Any) -> list[float]:
     """The group samples (ms) of a read-back outcome's ``round_times``: a list of finite, non-negative numbers, else
     none (a damaged record, or one written before they were kept: its time is kept as it was)."""
-    ok = isinstance(value, list) and all(type(t) in (int, float) and math.isfinite(t) and t >= 0 for t in value)
+    ok = isinstance(value, list) and all(finite_number(t) and t >= 0 for t in value)
     return [float(t) for t in value] if ok else []
 
 
@@ -135,7 +146,7 @@ class Outcome:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         time = values.get("time")
-        if time is not None and not (type(time) in (int, float) and math.isfinite(time) and time >= 0):
+        if time is not None and not (finite_number(time) and time >= 0):
             return None
         if values["state"] in ("measured", "stopped") and time is None:
             return None
@@ -144,8 +155,7 @@ class Outcome:
         if "round_times" in values:  # a time may be taken again from them (function/decide.py of_statistic)
             values["round_times"] = group_samples(values["round_times"])
         drift_free = values.get("drift_free")
-        if drift_free is not None and not (type(drift_free) in (int, float) and math.isfinite(drift_free)
-                                           and drift_free >= 0):
+        if drift_free is not None and not (finite_number(drift_free) and drift_free >= 0):
             values.pop("drift_free")  # damaged: the median of its samples
         if type(values.get("settled_time")) is not bool:
             values.pop("settled_time", None)  # damaged: the least of its samples
@@ -156,7 +166,7 @@ class Outcome:
 
 
 def _number(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
+    return finite_number(value)
 
 
 def _typed_right(values: dict[str, Any]) -> bool:
@@ -273,7 +283,7 @@ class TimeBreakdown:
         values = {}
         for f in fields(cls):
             value = data.get(f.name, 0)
-            if type(value) not in (int, float) or not math.isfinite(value):
+            if not finite_number(value):
                 return None
             values[f.name] = int(value) if f.name in ("compiled", "exchanges") else float(value)
         return cls(**values)

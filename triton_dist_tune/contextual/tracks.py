@@ -24,7 +24,7 @@ from ..faults.journal import Journal, merge
 from ..faults.recovery import journal_path
 from ..group import codec
 from ..group.channel import Group
-from ..records import Outcome, group_samples
+from ..records import Outcome, finite_number, group_samples
 from ..space import describe
 from . import intercept
 
@@ -227,14 +227,15 @@ def journaled_samples(outcome: Mapping[str, Any]) -> list[float]:
 
 def journaled_per_rank(outcome: Mapping[str, Any], holders: Sequence[int]) -> dict[int, float]:
     """Each rank's time read back from the journal, by rank: ``per_rank`` of the ranks ``per_rank_of`` names (a
-    journal written before that field lists the times of ``holders`` in order). Values that are not numbers, or
-    ranks that do not match the times one for one, are left out (a damaged journal costs the table, not the key)."""
+    journal written before that field lists the times of ``holders`` in order). Values that are not finite,
+    non-negative numbers are left out, and every time when the ranks are not distinct ranks matching the times one
+    for one (a damaged journal costs the table, not the key)."""
     times, ranks = outcome.get("per_rank"), outcome.get("per_rank_of", list(holders))
     if not isinstance(times, list) or not isinstance(ranks, list) or len(ranks) < len(times):
         return {}
-    return {r: float(t) for r, t in zip(ranks, times, strict=False)
-            if isinstance(r, int) and not isinstance(r, bool) and isinstance(t, (int, float))
-            and not isinstance(t, bool)}
+    if not all(type(r) is int and 0 <= r < 2**31 for r in ranks) or len(set(ranks)) < len(ranks):
+        return {}
+    return {r: float(t) for r, t in zip(ranks, times, strict=False) if finite_number(t) and t >= 0}
 
 
 def journaled_drift_free(outcome: Mapping[str, Any]) -> float | None:

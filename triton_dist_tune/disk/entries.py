@@ -4,14 +4,13 @@ decisions are superseded by newer ones (:func:`superseded`)."""
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..group.codec import FILE_DEPTH, Unreadable, depth, read_json
-from ..records import MEDIAN, Outcome, TimeBreakdown, recorded_statistic
+from ..records import MEDIAN, Outcome, TimeBreakdown, finite_number, recorded_statistic
 from ..stats import near_tie
 from .versions import versions as current_versions
 
@@ -111,7 +110,7 @@ class Entry:
 
 
 def _finite(value: Any) -> float | None:
-    return float(value) if type(value) in (int, float) and math.isfinite(value) else None
+    return float(value) if finite_number(value) else None
 
 
 def _text(value: Any) -> str | None:

@@ -4,11 +4,12 @@ JSON-lines records (``rank-*.jsonl``, written by :mod:`.logs`) merged into one t
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..records import finite_number
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def _well_formed(record: Any) -> bool:
     if not isinstance(record, dict) or "message" not in record:
         return False
     stamp, rank = record.get("time"), record.get("rank", 0)
-    if type(stamp) not in (int, float) or not math.isfinite(stamp) or type(rank) is not int:
+    if not finite_number(stamp) or type(rank) is not int:
         return False
     try:
         time.localtime(stamp)

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
 import time
@@ -53,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ..group.codec import Unreadable, read_json
-from ..records import COMPILE_PASS, Outcome
+from ..records import COMPILE_PASS, Outcome, finite_number
 
 try:
     import fcntl
@@ -289,7 +288,7 @@ def well_formed(record: Any) -> bool:
         return False
     if record["state"] in ("measured", "stopped"):
         time = record.get("time")
-        return type(time) in (int, float) and math.isfinite(time) and time >= 0
+        return finite_number(time) and time >= 0
     return True
 
 
@@ -305,7 +304,7 @@ def _chronological(sessions: dict[Any, list[dict[str, Any]]]) -> list[list[dict[
     written."""
     attempts = list(sessions.values())
     starts = [a[0].get("at") for a in attempts]
-    if all(type(t) in (int, float) and math.isfinite(t) for t in starts):
+    if all(finite_number(t) for t in starts):
         return [a for _, a in sorted(zip(starts, attempts, strict=True), key=lambda pair: pair[0])]
     return attempts
 

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..records import finite_number
+
 #: a group as a note names it: its name and its global ranks (those of :class:`Waiter`)
 GroupId = tuple[str, tuple[int, ...]]
 
@@ -218,7 +220,7 @@ def _started(pid: int) -> int | None:
 
 def _time_of(value: Any) -> float | None:
     """A time a note's second line says (unix seconds), or None (anything but a finite number)."""
-    return float(value) if type(value) in (int, float) and math.isfinite(value) else None
+    return float(value) if finite_number(value) else None
 
 
 def _groups_of(value: Any) -> tuple[GroupId, ...] | None:
