@@ -215,6 +215,42 @@ def test_a_raise_from_the_nan_fill_that_leaves_a_peer_inside_a_collective_blames
         in (tmp_path / "logs" / "rank-0.log").read_text()
 
 
+@pytest.mark.timeout(300)
+def test_after_raises_from_the_fill_on_two_ranks_at_two_points_the_second_attempt_ends_well(tmp_path):
+    # rank 0 raises before the first all_reduce, rank 1 would raise before the second. Before: "the next attempt
+    # fills nothing" held on the rank whose journal said it (rank 0) alone: attempt 2 ended the same way at rank 1's
+    # read ([87, 1]), and only attempt 3 ended well. Now every rank agrees on it from every rank's journal
+    env = tuner_env(tmp_path, 30)
+    first = run_ranks(CASES, 2, ["nan_fill_staggered"], env=env, timeout=180)
+    assert first[1].returncode == 87 and first[0].returncode != 0, describe(first)
+    second = run_ranks(CASES, 2, ["nan_fill_staggered"], env=env, timeout=180)
+    assert all(r.returncode == 0 for r in second), describe(second)
+    for r in second:
+        assert "error" not in r.result["result"] and [s for s, _ in r.result["states"]] == ["measured"] * 4, r.result
+
+
+@pytest.mark.timeout(200)
+def test_a_warm_up_run_again_after_the_fill_fills_nothing_on_any_rank(tmp_path):
+    # before: rank 1 first found the logits changed in config 1's warm-up (the one rank 0's fill raised in), and
+    # the warm-up run again filled them on rank 1: it raised there, and config 1 failed with nothing to retry it
+    results = run("nan_fill_found_in_the_warm_up_run_again", tuner_env(tmp_path, 30), timeout=180)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert [s for s, _ in r.result["states"]] == ["measured"] * 4, r.result
+
+
+@pytest.mark.timeout(300)
+def test_a_fill_report_of_an_earlier_warm_up_ends_no_peer_in_the_replicas_leaders_race(tmp_path):
+    # the raise from the fill, mended by the group's warm-up run again, left its report on the failure board under
+    # the step "config 2 warmup"; the replicas' leaders' race warmed config 2 up again under that same step, and rank
+    # 1, 7 s inside it (over a peer's 5 s failure grace), read the old report as a peer failure and ended (exit 87)
+    results = run_ranks(CASES, 4, ["nan_fill_then_replicas_leaders"], env={**tuner_env(tmp_path, 30), "SLOW": "7"},
+                        timeout=240)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert "error" not in r.result["result"] and "failed" not in [s for s, _ in r.result["states"]], r.result
+
+
 @pytest.mark.timeout(150)
 def test_random_state_after_tuning_is_that_of_one_untuned_call_lockstep_and_sharded(tmp_path):
     results = run("random_state", tuner_env(tmp_path, 30))

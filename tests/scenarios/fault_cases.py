@@ -181,8 +181,8 @@ def capture_hang():
     before a capture does) and replays the call itself. With ``CAPTURE_HANG=1`` config 1 hangs inside its capture
     (a kernel that never ends: only the watchdog ends this); with ``CAPTURE_RAISE=1`` config 2 raises there, as the
     synchronize after a capture raises a kernel's asynchronous error; the configs ``CAPTURE_FAILS`` lists
-    (comma-separated) cannot be captured (the stand-in's capture fails, as torch's does at a host read). Reports the
-    choice, the clock and the table."""
+    (comma-separated) cannot be captured (the stand-in's capture fails, as torch's does at a host read), of
+    ``CAPTURE_VARIANTS`` configs (default 3). Reports the choice, the clock and the table."""
     from types import SimpleNamespace
 
     from triton_dist_tune.measure import graphs, sampling
@@ -210,7 +210,10 @@ def capture_hang():
     start()
     hang, raises = os.environ.get("CAPTURE_HANG") == "1", os.environ.get("CAPTURE_RAISE") == "1"
 
-    @tdt.autotune(config_space=[{"variant": v} for v in range(3)], key_fn=lambda x: tuple(x.shape), name="captured")
+    variants = int(os.environ.get("CAPTURE_VARIANTS", "3"))
+
+    @tdt.autotune(config_space=[{"variant": v} for v in range(variants)], key_fn=lambda x: tuple(x.shape),
+                  name="captured")
     def captured(x: torch.Tensor, *, variant: int) -> torch.Tensor:
         record(variant)
         if hang and variant == 1 and capturing:

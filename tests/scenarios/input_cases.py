@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -263,6 +264,92 @@ def nan_fill_in_a_group():
         seen[label] = {"result": result, "one_call": bool(torch.allclose(logits, before / 0.7)),
                        "states": [[o.state, o.error] for o in decision.outcomes] if decision else None}
     emit(seen=seen)
+
+
+@case
+def nan_fill_staggered():
+    """Rank 0 samples before the first all_reduce, rank 1 between the first and the second: each rank's raise from
+    the NaN fill leaves the other inside a collective, at a different point (found by a reviewer)."""
+    tdt.init_distributed()
+    rank = dist.get_rank()
+
+    def sample_(logits, *, b):
+        logits.div_(0.7)
+        if rank == 0:
+            torch.multinomial(logits.softmax(-1), 1)
+        dist.all_reduce(logits.clone())
+        if rank == 1:
+            torch.multinomial(logits.softmax(-1), 1)
+        dist.all_reduce(logits.clone())
+        return float(logits.sum())
+
+    tuned = tdt.autotune([{"b": b} for b in range(4)], key_fn=lambda logits: 0, n_warmup=1, n_repeat=2,
+                         name="nanfill_staggered")(sample_)
+    result = outcome(tuned, torch.randn(8, 32))
+    decision = next(iter(tuned.tuner.decisions.values()), None)
+    emit(result=result, states=[[o.state, o.error] for o in decision.outcomes] if decision else None)
+
+
+@case
+def nan_fill_found_in_the_warm_up_run_again():
+    """Rank 1 writes the logits only from config 1 on, both ranks sample after the all_reduce: in config 1's warm-up
+    rank 0 raises from the fill, and rank 1 first finds the logits changed, so its warm-up run again would fill them
+    (found by a reviewer)."""
+    tdt.init_distributed()
+    rank = dist.get_rank()
+
+    def sample_(logits, *, b):
+        if rank == 0 or b >= 1:
+            logits.div_(0.7)
+        dist.all_reduce(logits.clone())
+        return torch.multinomial(logits.softmax(-1), 1).sum().item()
+
+    tuned = tdt.autotune([{"b": b} for b in range(4)], key_fn=lambda logits: 0, n_warmup=1, n_repeat=2,
+                         name="nanfill_again")(sample_)
+    result = outcome(tuned, torch.randn(8, 32))
+    decision = next(iter(tuned.tuner.decisions.values()), None)
+    emit(result=result, states=[[o.state, o.error] for o in decision.outcomes] if decision else None)
+
+
+def _inside(name: str) -> bool:
+    """Whether a function named ``name`` is on the calling stack."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != name:
+        frame = frame.f_back
+    return frame is not None
+
+
+@case
+def nan_fill_then_replicas_leaders():
+    """Two replicas of a 2-rank tensor-parallel group (TP [0, 1] and [2, 3]; replicas [0, 2] and [1, 3]); TP rank 0
+    samples after the TP all_reduce, so its raise from the NaN fill leaves no peer inside it and the group runs the
+    warm-up again. Config 2 (replica 0's share) is the fastest; in the leaders' race, rank 1's warm-up of it takes
+    ``SLOW`` s, longer than a peer's failure grace (found by a reviewer)."""
+    from _cases import spend, virtual_clock
+
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    reps = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    tp, rep = tps[rank // 2], reps[rank % 2]
+    slow = float(os.environ.get("SLOW", "7"))
+
+    def sample_(logits, *, b):
+        logits.div_(0.7)
+        dist.all_reduce(logits.clone(), group=tp)
+        if rank % 2 == 0:
+            torch.multinomial(logits.softmax(-1), 1)
+        if rank == 1 and b == 2 and _inside("_settle") and _inside("_warm"):
+            time.sleep(slow)
+        spend(0.5 if b == 2 else 1.0)
+        return float(logits.sum())
+
+    tuned = tdt.autotune([{"b": b} for b in range(4)], key_fn=lambda logits: 0, n_warmup=1, n_repeat=2,
+                         name="nanfill_replicas")(sample_)
+    with virtual_clock("host"):
+        result = outcome(tuned, torch.randn(8, 32), autotune_pg=tp, autotune_replicas=rep)
+    decision = next(iter(tuned.tuner.decisions.values()), None)
+    emit(result=result, states=[[o.state, o.error] for o in decision.outcomes] if decision else None)
 
 
 if __name__ == "__main__":

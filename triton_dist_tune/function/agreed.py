@@ -14,7 +14,7 @@ from ..faults.progress import user_code
 from ..group.agreement import agree
 from ..group.channel import ExchangeError, Group
 from ..measure import compile_pass
-from ..measure.arguments import ArgumentState, named_arguments
+from ..measure.arguments import ArgumentState, fill_raised_before, named_arguments
 from ..measure.clocks import make_clock
 from ..measure.reference import Reference
 from ..measure.replicas import Layout
@@ -144,8 +144,9 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
     """What runs before the first aligned exchange of measuring: the timer, the argument snapshots and
     ``ref_prog``'s reference. Agreed like ``key_fn``: an exception on any rank is the same BadInputError on
     every rank, and no config is blamed for it; so is the kind of clock the samples' call counts follow.
-    ``journaled``: this rank's journal records of the key (a run of an earlier attempt that raised from the NaN
-    fill: :meth:`~triton_dist_tune.measure.arguments.ArgumentState.never_fill`)."""
+    ``journaled``: this rank's journal records of the key: where any rank's show a run of an earlier attempt that
+    raised from the NaN fill, no rank fills (:meth:`~triton_dist_tune.measure.arguments.ArgumentState.never_fill`).
+    """
     options = tuner.options
     state: ArgumentState | None = None
     reference, buffers, timer, problem, step = None, None, None, None, "saving the arguments"
@@ -153,9 +154,6 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
         state = ArgumentState(named_arguments(tuner.fn, args, kwargs), options.restore_value, options.reset_to_zero,
                               label)
         state.retry_fill = group.size == 1 or options.sharded  # measuring alone: no collective to match
-        if state.never_fill(journaled):
-            logs.rank_log().info("%s an earlier attempt's run raised from the NaN fill: arguments the function "
-                                 "changes are restored before every run, none filled", label)
         step = "making the clock"
         timer = make_clock()
         if options.ref_prog is not None:
@@ -171,13 +169,18 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
     except Exception as exc:
         problem = f"{step} raised {describe_error(exc)}"
     kind = timer.kind if timer is not None else "host"
-    everyone = group.allgather((problem, kind), f"{label} prepare (arguments, timer, ref_prog)", timeout=timeout)
-    problems = [(r, p) for r, (p, _) in enumerate(everyone) if p]
+    everyone = group.allgather((problem, kind, fill_raised_before(journaled)),
+                               f"{label} prepare (arguments, timer, ref_prog)", timeout=timeout)
+    problems = [(r, p) for r, (p, _, _) in enumerate(everyone) if p]
     if problems:
         if state is not None:
             state.put_back()
         raise BadInputError(f"{label} before measuring any config: " + per_rank(problems, tuner.name))
     assert state is not None
+    if any(raised for _, _, raised in everyone):  # agreed: a rank that fills could end the attempt again
+        state.never_fill()
+        logs.rank_log().info("%s an earlier attempt's run raised from the NaN fill: arguments the function changes "
+                             "are restored before every run, none filled", label)
     user_pre_hook = options.pre_hook
 
     def pre_hook(config: dict[str, Any], *a: Any, **k: Any) -> None:
@@ -189,5 +192,5 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
     # the calls of a sample follow the host clock's rules on every rank when any rank times on the host (a rank
     # whose device cannot time falls back to it alone): the function's collectives must match
     trial = Trial(tuner.fn, args, kwargs, timer, state, pre_hook, options.post_hook, reference,
-                  host_counts=any(k == "host" for _, k in everyone), buffers=buffers)
+                  host_counts=any(k == "host" for _, k, _ in everyone), buffers=buffers)
     return trial, state

@@ -124,6 +124,8 @@ class ArgumentState:
         #: whether a changed argument may be filled with NaN to see whether it is written whole (False: every
         #: changed argument is restored before every run: :meth:`never_fill`)
         self.fills = True
+        #: whether fills are held back: a group's warm-up run again after a run that raised from the fill
+        self._holding = False
         #: whether the last run raised having started from the NaN fill (in a group, every rank then runs the
         #: config's warm-up again together: :meth:`again_after_fill`); cleared before each run
         self.raised_from_fill = False
@@ -145,7 +147,7 @@ class ArgumentState:
         if id(config) not in self._seen_configs:
             self._seen_configs.add(id(config))
             self._check_due = True
-        if not self.written or not self._warmup or capturing():
+        if not self.written or not self._warmup or self._holding or capturing():
             return
         if self._fill_due or id(config) not in self._filled_configs:
             self._filled_configs.add(id(config))
@@ -166,19 +168,24 @@ class ArgumentState:
         self.raised_from_fill = filled
         return filled
 
-    def never_fill(self, journaled: list[dict[str, Any]]) -> bool:
-        """Fill nothing in this tuning when this rank's journal (``journaled``, its records) shows a run of an earlier
-        attempt that raised from the NaN fill (:data:`~triton_dist_tune.records.FROM_THE_FILL`): one that left a
-        peer inside a collective, which ended the attempt. Without this each attempt would end so at its next
-        config. Returns whether it found one."""
-        if any(record.get("fill") is True for record in journaled):
-            self.fills = False
-        return not self.fills
+    def never_fill(self) -> None:
+        """Fill nothing in this tuning: some rank's journal shows a run of an earlier attempt that raised from the NaN
+        fill (:func:`fill_raised_before`), one that left a peer inside a collective and ended the attempt, or left
+        the device unusable. Without this each attempt would end so at its next config."""
+        self.fills = False
 
     def again_after_fill(self) -> None:
         """The group runs the config's warm-up again, on every rank together, because some rank's run raised from
-        the NaN fill: that warm-up starts from the caller's values, unfilled (the config was filled once)."""
-        self._fill_due = False
+        the NaN fill: that warm-up fills nothing on any rank (:meth:`again_done` ends it), and starts from the
+        caller's values."""
+        self._holding = True
+
+    def again_done(self, ran: bool, filled: bool) -> None:
+        """The warm-up run again (:meth:`again_after_fill`) ended: ``ran`` without error; ``filled``: this rank's run
+        had raised from the fill, so the fill made it raise (:meth:`fill_raised`)."""
+        self._holding = False
+        if ran and filled:
+            self.fill_raised()
 
     def fill_raised(self) -> None:
         """A run that raised from the NaN fill ran without error from the caller's values: the fill made it raise
@@ -350,6 +357,11 @@ def _untracked() -> Any:
     import torch
 
     return torch.no_grad()
+
+
+def fill_raised_before(journaled: list[dict[str, Any]]) -> bool:
+    """Whether a rank's journal records (``journaled``) hold a run that raised from the NaN fill (``fill``: true)."""
+    return any(record.get("fill") is True for record in journaled)
 
 
 def _fillable(tensor: Any) -> bool:

@@ -147,10 +147,13 @@ class Guarding:
         nothing here, and posted so; returns what the watchdog's message says was journaled. When this rank's own
         run raised earlier in the phase (:attr:`own_failure`, journaled ``local_failure`` already), the message names
         that error: the others most likely wait for this rank inside a collective of the function."""
-        own = self.own_failure
+        own, state = self.own_failure, self.trial.state
         if own is not None:  # this rank's run raised: the others are likely inside a collective, waiting for it
-            waited = (f"raised {own} in a run of this phase (journaled as this rank's failure: the next attempt "
-                      f"leaves the config out), then waited {self.plan.timeout:g} s for the other ranks to stop the "
+            journaled = ("an interruption: it raised from the tuner's NaN fill, and the next attempt fills nothing"
+                         if state is not None and state.raised_from_fill
+                         else "this rank's failure: the next attempt leaves the config out")
+            waited = (f"raised {own} in a run of this phase (journaled as {journaled}), then waited "
+                      f"{self.plan.timeout:g} s for the other ranks to stop the "
                       "phase together (they did not come: most likely they wait for this rank inside a collective "
                       "of the function)")
         else:
@@ -242,7 +245,8 @@ class Guarding:
         filled arguments for read ones (restored before every run, never filled again:
         :meth:`~triton_dist_tune.measure.arguments.ArgumentState.fill_raised`)."""
         state = self.trial.state
-        self._filled_here = error is not None and state is not None and state.raised_from_fill
+        self._filled_here = (error is not None and state is not None and state.raised_from_fill
+                             and not POISONED.search(error))  # a device left unusable runs nothing again
         if state is not None:
             state.raised_from_fill = False  # read once: what comes next (another config's compile error) is not it
         again = self.group.combine((error is None or self._filled_here, self._filled_here),
@@ -270,7 +274,10 @@ class Guarding:
 
     def _failed(self, index: int, desc: str, text: str, sharded: bool = False) -> Outcome:
         outcome = Outcome(index, desc, "failed", error=text)
-        self.journal.record(outcome)
+        if FROM_THE_FILL in text and POISONED.search(text):  # the tuner's NaN fill broke the device: no evidence,
+            self.journal.append(index, "interrupted", config=desc, error=f"interrupted: {text}", fill=True)  # and
+        else:  # the next attempt fills nothing
+            self.journal.record(outcome)
         self.log.info("%s config %d FAILED (%s): %s", self.label, index, text, desc)
         if sharded and POISONED.search(text):
             self._deferred = text  # raised after the exchange of outcomes, on every rank alike
@@ -290,8 +297,10 @@ class Guarding:
         """A CUDA error that leaves a context unusable fails every later config on that rank: stop the whole group
         (the failure is journaled) so that a restart resumes without this config."""
         if POISONED.search(text):
-            message = (f"{self.label} config {index} ({desc}) left a GPU context unusable ({text}); it is journaled "
-                       "as failed: restart the job (e.g. torchrun --max-restarts) to resume without it")
+            how = ("journaled as an interruption, no config blamed, and the next attempt fills nothing"
+                   if FROM_THE_FILL in text else "journaled as failed")
+            message = (f"{self.label} config {index} ({desc}) left a GPU context unusable ({text}); it is {how}: "
+                       "restart the job (e.g. torchrun --max-restarts) to resume without it")
             self.log.error(message)
             raise DevicePoisonedError(message)
 

@@ -127,6 +127,8 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         #: the configs a search screened by their probe alone (:mod:`~triton_dist_tune.measure.probe_screen`)
         self.probes = ProbeScreen()
         self._filled_here = False
+        #: how many times each config was warmed up (names each warm-up's step: :meth:`_warm`)
+        self._warmups: dict[int, int] = {}
 
     # -- guarded and aligned runs ------------------------------------------------------------------------------------
 
@@ -204,6 +206,9 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         ``aligned``), which sets the probe's calls (:func:`~triton_dist_tune.measure.timing.probe_calls`);
         ``phase``: :data:`~triton_dist_tune.records.WARMUP_AGAIN` for a warm-up run again
         (:meth:`~triton_dist_tune.measure.guarding.Guarding._again_after_fill`)."""
+        # a config warmed up again (replicas' leaders, a run again after the NaN fill) is a step of its own: a report
+        # on the failure board of its earlier warm-up is no peer failure in it, and its own failure is posted anew
+        self._warmups[index] = count = self._warmups.get(index, 0) + 1
         self.started(index, desc, phase)
         with breakdown.part("compile"):
             compiled = self.compiles.wait(index)  # bounded by its own limit, outside the watchdog
@@ -218,7 +223,8 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         calls = self.trial.calls
         results, error = self._guarded(index, desc, phase,
                                        lambda: self._aligned(runs, None if compiled or not aligned else index,
-                                                             phase))
+                                                             phase), step=f"config {index} {phase}"
+                                       + (f" ({count})" if count > 1 else ""))
         self.watch.launched(index, self.trial.calls - calls)
         if error is not None:  # a raise from the NaN fill says so: the group may run the warm-up again
             filled = self.trial.state is not None and self.trial.state.raised_from_fill
@@ -276,8 +282,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
             if combined.errors and FROM_THE_FILL in combined.errors and self._again_after_fill(index, error):
                 wanted, error = self._warm(index, config, desc, True, previous, WARMUP_AGAIN)
                 combined = self._exchange(index, desc, (error or wanted, self.budget.now()), error, WARMUP_AGAIN)
-                if error is None and self.trial.state is not None and self._filled_here:
-                    self.trial.state.fill_raised()
+                self.trial.state.again_done(error is None, self._filled_here)  # type: ignore[union-attr]
             self.budget.agreed(combined.elapsed)
             if combined.errors:
                 outcomes[index] = self._failed(index, desc, combined.errors)

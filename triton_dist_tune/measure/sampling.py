@@ -4,6 +4,7 @@ configs a search screens by their warm-up probe alone (:meth:`Sampling.far_behin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -14,9 +15,8 @@ from .combine import Combined
 from .graphs import EAGER, GRAPH, Graphs, device_time_applies, graph_calls
 from .race import Race
 
-#: consecutive configs whose capture fails, before any capture of the tuning worked, that make the tuning time
-#: eagerly (the function cannot be captured); one that fails after another config's capture worked fails alone
-CAPTURE_TRIES = 3
+#: a capture that failed for want of device memory: no evidence against the config (the tuning times eagerly)
+OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
 
 
 def uncapturable(error: str | None) -> str:
@@ -36,11 +36,12 @@ class Sampling:
         (:mod:`~triton_dist_tune.measure.graphs`; from the group's probes); then capture the graph of each config of
         this race, each under the tuning's deadline like any run of the function (a capture runs the config once,
         and its timed replay runs it again: a call that hangs there ends the rank through the watchdog, the config
-        journaled as hung). Before any capture of the tuning has worked, :data:`CAPTURE_TRIES` consecutive configs
-        whose capture fails (or every config of the race) make the rest of the tuning time eagerly, and it is
-        logged: the function cannot be captured. A config whose capture fails once another's has worked cannot be
-        captured itself, and fails alone (:func:`uncapturable`): before, the tuning switched to eager timing at
-        it, and a search then ranked its later stages' eager times against its earlier stages' device times.
+        journaled as hung). When no config of the tuning's first race can be captured (every one is tried), the
+        tuning times eagerly, and it is logged: the function cannot be captured. A config whose capture fails where
+        another's worked cannot be captured itself, and fails alone (:func:`uncapturable`), wherever it comes in
+        the order: before, the tuning switched to eager timing at it, and a search then ranked its later stages'
+        eager times against its earlier stages' device times. A capture that fails for want of device memory
+        blames no config: the tuning times eagerly from there (:data:`OUT_OF_MEMORY`).
         Returns the configs whose capture met their own error at its synchronize, or that cannot be captured (the
         caller fails them; one rank: no other rank needs to agree)."""
         if self.graphs is None and not self._clock_chosen and per_call:
@@ -69,18 +70,20 @@ class Sampling:
                                                 lambda i=index, c=config: self._capture_one(i, c))
                 if error is not None:
                     failed[index] = error
+                elif not captured and OUT_OF_MEMORY.search(self.graphs.error or ""):
+                    pending[index] = self.graphs.error or ""  # no evidence against a config: time eagerly
+                    break
                 elif not captured and self.graphs.works:
                     failed[index] = uncapturable(self.graphs.error)
                 elif not captured:
                     pending[index] = uncapturable(self.graphs.error)
-                    if len(pending) == CAPTURE_TRIES:
-                        break
                 elif pending:  # the function can be captured: those configs cannot
                     failed.update(pending)
                     pending.clear()
         if pending:
-            self.log.warning("%s the function cannot be captured in a CUDA graph (%s): timing eagerly",
-                             self.label, self.graphs.error)
+            self.log.warning("%s the function cannot be captured in a CUDA graph (%s, %s): timing eagerly", self.label,
+                             "out of memory" if OUT_OF_MEMORY.search(self.graphs.error or "") else "no config could",
+                             self.graphs.error)
             self.graphs.close()
             self.graphs = None
             self.clock_kind = EAGER
