@@ -215,6 +215,37 @@ def test_a_raise_from_the_nan_fill_that_leaves_a_peer_inside_a_collective_blames
         in (tmp_path / "logs" / "rank-0.log").read_text()
 
 
+@pytest.mark.timeout(120)
+def test_a_run_from_the_fill_that_leaves_the_device_unusable_is_not_run_again_and_the_next_attempt_fills_nothing(
+        tmp_path, monkeypatch):
+    # on a GPU, a read that cannot take NaN may be a device-side assert, after which nothing runs in the process: a
+    # rank alone ran it again at once on the dead context and failed the config (journaled: left out by every later
+    # attempt, whose fill then broke the device at the next config). Now the tuning stops with DevicePoisonedError,
+    # blaming nothing, and the next attempt fills nothing. (The function says what CUDA says: no GPU here)
+    import torch
+
+    from triton_dist_tune.errors import DevicePoisonedError
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_LOG_DIR", str(tmp_path / "logs"))
+
+    def make():
+        @tdt.autotune([{"b": b} for b in range(4)], key_fn=lambda logits: 0, n_repeat=2, name="poisoned_fill")
+        def sample_(logits, *, b):
+            logits.div_(0.7)
+            if bool(logits.isnan().any()):
+                raise RuntimeError("CUDA error: device-side assert triggered")
+            return torch.multinomial(logits.softmax(-1), 1)
+        return sample_
+
+    with pytest.raises(DevicePoisonedError, match="no config blamed, and the next attempt fills nothing"):
+        make()(torch.randn(8, 32))
+    again = make()
+    again(torch.randn(8, 32))
+    (decision,) = again.tuner.decisions.values()
+    assert [o.state for o in decision.outcomes] == ["measured"] * 4, [(o.state, o.error) for o in decision.outcomes]
+
+
 @pytest.mark.timeout(300)
 def test_after_raises_from_the_fill_on_two_ranks_at_two_points_the_second_attempt_ends_well(tmp_path):
     # rank 0 raises before the first all_reduce, rank 1 would raise before the second. Before: "the next attempt

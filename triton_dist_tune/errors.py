@@ -42,7 +42,8 @@ class RankFailedError(GroupTimeoutError):
 
 class DevicePoisonedError(AutotuneError):
     """A config left some rank's GPU context unusable (an illegal memory access, a device-side assert...): every
-    rank stops, the config is journaled as failed, and a restarted job resumes without it."""
+    rank stops, the config is journaled as failed, and a restarted job resumes without it. When the run had started
+    from the tuner's NaN fill, no config is blamed and the restarted job fills nothing."""
 
 
 class CaptureError(AutotuneError):

@@ -11,6 +11,7 @@ from typing import Any
 from . import timing
 from .arguments import ArgumentState
 from .clocks import Clock
+from .guarding import POISONED
 from .reference import Reference
 from .timing import Steady
 
@@ -64,8 +65,8 @@ class Trial:
             if self.post_hook is not None:  # it closes what pre_hook opened (a phase counter) for the next run;
                 with contextlib.suppress(Exception):  # the run's own error is the one that counts
                     self.post_hook(config, *self.args, **self.kwargs)
-            if filled and self.state.retry_fill:  # type: ignore[union-attr]
-                raise _FromTheFill from exc
+            if filled and self.state.retry_fill and not POISONED.search(str(exc)):  # type: ignore[union-attr]
+                raise _FromTheFill from exc  # (a device left unusable runs nothing again: the next attempt fills none)
             raise
         if self.post_hook is not None:
             self.post_hook(config, *self.args, **self.kwargs)
