@@ -339,3 +339,25 @@ def test_per_rank_times_keep_their_ranks_when_a_lower_rank_joins_late():
     resumed = Track("mod.k@0", "(1,)", {1: info()}, 0, 6)  # an attempt where rank 1 alone met the key so far
     resumed.resume({0: {"state": "measured", "time": 7.0, "per_rank": [1.0, 7.0], "per_rank_of": [0, 1]}})
     assert resumed.per_rank[0] == {0: 1.0, 1: 7.0}
+
+
+def test_a_key_some_ranks_met_names_their_ranks_in_its_table_cache_rows_and_show():
+    # the ranks 1 and 3 of a group met a key: its table listed their times as a bare list, which the cache and
+    # `triton-dist-tune show` printed under "per rank" as if of ranks 0 and 1
+    from triton_dist_tune.contextual import report
+    from triton_dist_tune.contextual.schedule import Track
+    from triton_dist_tune.contextual.tracks import TrackInfo
+    from triton_dist_tune.records import Outcome
+
+    info = TrackInfo(name="k", descriptions=["c0", "c1"], names=[], entry="e", space_text="", pruned=[0, 1])
+    track = Track("mod.k@0", "(1,)", {1: info, 3: info}, 0, 2)
+    while not track.done:
+        index = track.current()
+        track.advance({r: [(index, float(r) + index, None)] for r in (1, 3)})
+    rows = report.outcomes(track)
+    assert all(o.per_rank_of == [1, 3] and o.per_rank == [1.0 + o.index, 3.0 + o.index] for o in rows), rows
+    assert all(row["per_rank_of"] == [1, 3] for row in report.table(track))
+    back = Outcome.from_json(rows[0].to_json())
+    assert back is not None and back.per_rank_of == [1, 3]
+    damaged = Outcome.from_json({**rows[0].to_json(), "per_rank_of": [1, 1]})
+    assert damaged is not None and damaged.per_rank_of is None  # not distinct: the times left unlabelled

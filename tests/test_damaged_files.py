@@ -53,6 +53,14 @@ def test_list_and_show_read_a_decision_whose_fields_hold_odd_values(tmp_path, ca
         assert "{BLOCK: 64}" in out and "Traceback" not in err
 
 
+def test_show_names_the_ranks_of_a_decision_some_ranks_measured(tmp_path, capsys):
+    # a contextual key met by ranks 1 and 3: their times were shown as a bare list, as if of ranks 0 and 1
+    write_entry(tmp_path, measurements=[{"index": 0, "config": "{BLOCK: 64}", "state": "measured", "time": 1.0,
+                                         "per_rank": [0.5, 1.0], "per_rank_of": [1, 3], "samples": 2}])
+    status, out, err = cli(["show", "0123456789", "--cache-dir", str(tmp_path)], capsys)
+    assert status == 0 and "r1:0.5000 r3:1.0000" in out, (out, err)
+
+
 def _log_folder(tmp_path: Path, extra: str) -> Path:
     folder = tmp_path / "logs"
     folder.mkdir()

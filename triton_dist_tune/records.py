@@ -75,6 +75,9 @@ class Outcome:
     spread: float | None = None
     per_rank: list[float] | None = None
     samples: int = 0
+    #: the ranks ``per_rank`` is of, where not ranks 0, 1, ... in order (a ``contextual_autotune`` key some ranks
+    #: met); None: every rank in order
+    per_rank_of: list[int] | None = None
     error: str | None = None
     #: rank-local times of this rank (not agreed; for logs only)
     own: float | None = None
@@ -127,7 +130,7 @@ class Outcome:
         """A standard-JSON object (no NaN or infinity). Field by field, lists copied: ``dataclasses.asdict`` took
         0.3 s of a campaign's rank on one H200 host (every outcome of every key is written to the cache)."""
         data = {name: getattr(self, name) for name in _OUTCOME_FIELDS}
-        for name in ("per_rank", "order", "round_times"):
+        for name in ("per_rank", "per_rank_of", "order", "round_times"):
             if data[name] is not None:
                 data[name] = list(data[name])
         for name in ("time", "spread", "own", "drift_free"):
@@ -159,6 +162,8 @@ class Outcome:
             values.pop("drift_free")  # damaged: the median of its samples
         if type(values.get("settled_time")) is not bool:
             values.pop("settled_time", None)  # damaged: the least of its samples
+        if not _ranks_of(values.get("per_rank_of"), values.get("per_rank")):
+            values.pop("per_rank_of", None)  # damaged: the times unlabelled
         try:
             return cls(**values)
         except (TypeError, ValueError):
@@ -167,6 +172,12 @@ class Outcome:
 
 def _number(value: Any) -> bool:
     return finite_number(value)
+
+
+def _ranks_of(ranks: Any, times: Any) -> bool:
+    """Whether ``ranks`` can label the per-rank ``times``: distinct non-negative integers, one per time."""
+    return (isinstance(ranks, list) and isinstance(times, list) and len(ranks) == len(times)
+            and all(type(r) is int and 0 <= r < 2**31 for r in ranks) and len(set(ranks)) == len(ranks))
 
 
 def _typed_right(values: dict[str, Any]) -> bool:

@@ -137,7 +137,9 @@ def _least_mark(entry: dec.Entry) -> str:
 def _outcome_rows(entry: dec.Entry) -> list[list[str]]:
     rows = []
     for o in entry.measurements:
-        per_rank = " ".join(f"{t:.4f}" for t in o.per_rank) if o.per_rank else "-"
+        labels = [f"r{r}:" for r in o.per_rank_of] if o.per_rank_of else [""] * len(o.per_rank or [])
+        per_rank = " ".join(f"{label}{t:.4f}" for label, t in zip(labels, o.per_rank, strict=False)) \
+            if o.per_rank else "-"
         mark = "->" if o.index == entry.index else ""
         rows.append([mark, str(o.index), ms_text(o.time), _pct(o.spread, "±"), per_rank, str(o.samples or "-"),
                      o.state, o.config])

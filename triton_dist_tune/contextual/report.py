@@ -17,11 +17,12 @@ def outcomes(track: Track) -> list[Outcome]:
     result = []
     for i in track.order:
         if i in track.times:
-            per_rank = [track.per_rank[i][r] for r in sorted(track.per_rank.get(i, {}))]
+            ranks = sorted(track.per_rank.get(i, {}))
             state, samples = raced(track, i)
             result.append(Outcome(i, track.descriptions[i], state, time=track.times[i],
-                                  spread=track.spreads.get(i), per_rank=per_rank or None, samples=samples,
-                                  resumed=i in track.resumed))
+                                  spread=track.spreads.get(i), per_rank=[track.per_rank[i][r] for r in ranks] or None,
+                                  samples=samples, resumed=i in track.resumed,
+                                  per_rank_of=ranks if ranks and ranks != list(range(len(ranks))) else None))
         elif i in track.failed:
             result.append(Outcome(i, track.descriptions[i], "failed", error=track.failed[i]))
         else:
@@ -41,7 +42,7 @@ def raced(track: Track, index: int) -> tuple[str, int]:
 
 def table(track: Track) -> list[dict[str, Any]]:
     """One row per config in the order tried: index, config, state (measured, resumed, failed or skipped), group
-    time, spread, per-rank medians, error."""
+    time, spread, per-rank medians and the ranks they are of, error."""
     rows = []
     for i in track.order:
         state = raced(track, i)[0] if i in track.times else "failed" if i in track.failed else "skipped"
@@ -50,5 +51,6 @@ def table(track: Track) -> list[dict[str, Any]]:
         rows.append({"index": i, "config": track.descriptions[i], "state": state, "time": track.times.get(i),
                      "spread": track.spreads.get(i),
                      "per_rank": [track.per_rank[i][r] for r in sorted(track.per_rank[i])] if i in track.per_rank
-                     else None, "error": track.failed.get(i)})
+                     else None, "per_rank_of": sorted(track.per_rank[i]) if i in track.per_rank else None,
+                     "error": track.failed.get(i)})
     return rows
