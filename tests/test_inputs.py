@@ -282,6 +282,16 @@ def test_a_fill_report_of_an_earlier_warm_up_ends_no_peer_in_the_replicas_leader
         assert "error" not in r.result["result"] and "failed" not in [s for s, _ in r.result["states"]], r.result
 
 
+@pytest.mark.timeout(120)
+def test_a_failure_board_count_an_outsider_added_to_does_not_hold_rank_0_at_the_tunings_end(tmp_path):
+    # group rank 0 deleted every report key up to the store's count when the tuning ended: 10**8 added by another
+    # process held it there about 12 minutes (7.5 us a delete) while its peer had returned
+    results = run_ranks(CASES, 2, ["forged_board_count"], env={**tuner_env(tmp_path, 30), "FORGED": str(10**8)},
+                        timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert all("ok" in r.result["result"] for r in results), describe(results)
+
+
 @pytest.mark.timeout(150)
 def test_random_state_after_tuning_is_that_of_one_untuned_call_lockstep_and_sharded(tmp_path):
     results = run("random_state", tuner_env(tmp_path, 30))

@@ -352,5 +352,26 @@ def nan_fill_then_replicas_leaders():
     emit(result=result, states=[[o.state, o.error] for o in decision.outcomes] if decision else None)
 
 
+@case
+def forged_board_count():
+    """Rank 1 stands in for an outsider: once the tuning's failure board opens, it adds ``FORGED`` to the board's
+    report count (any process that reaches the store can; found by a reviewer). Reports each rank's seconds."""
+    from triton_dist_tune.group import store_board
+
+    tdt.init_distributed()
+    forged = int(os.environ.get("FORGED", "0"))
+    if dist.get_rank() == 1 and forged:
+        opened = store_board.StoreBoard.__init__
+
+        def outsider(self, *args, **kwargs):
+            opened(self, *args, **kwargs)
+            self.store.add(f"{self.scope}count", forged)
+
+        store_board.StoreBoard.__init__ = outsider
+    began = time.monotonic()
+    result = outcome(tiny("forged_board"), torch.ones(8))
+    emit(result=result, seconds=time.monotonic() - began)
+
+
 if __name__ == "__main__":
     main()

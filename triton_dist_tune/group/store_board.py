@@ -132,8 +132,9 @@ class StoreBoard(Board):
             store = self.store
             if self.window is not None:
                 store.delete_key(f"{self.scope}beat/{self.group.rank}")
-            if self.group.rank == 0:
-                for n in range(1, int(store.add(f"{self.scope}count", 0)) + 1):
+            if self.group.rank == 0:  # the reports it read (up to a gap: a count another process added to is
+                self.read()  # no bound on the keys to delete, which went on for hours at close)
+                for n in range(1, min(int(store.add(f"{self.scope}count", 0)), len(self._seen)) + 1):
                     store.delete_key(f"{self.scope}{n}")
                 store.delete_key(f"{self.scope}count")
         except Exception as exc:  # the store is gone (the job is ending): nothing to tidy
