@@ -172,4 +172,4 @@ def test_a_keys_result_and_its_outcomes_turn_into_json_without_deep_copies():
     result = KeyResult(0, "(16,)", "tuned", 3, "{a: 1}", 0.2, 0.05, record=record)
     plain = result.to_json()
     assert plain["record"] is record  # not copied
-    assert plain == asdict(result) and KeyResult.from_json(plain) == result
+    assert plain == asdict(result) and KeyResult.from_json(plain, [0], 4) == result

@@ -292,6 +292,43 @@ def test_a_failure_board_count_an_outsider_added_to_does_not_hold_rank_0_at_the_
     assert all("ok" in r.result["result"] for r in results), describe(results)
 
 
+def _two_nodes(tmp_path: Path) -> dict[int, dict[str, str]]:
+    return {r: {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / f"node{r}" / "cache"), "LOCAL_RANK": "0"}
+            for r in (0, 1)}
+
+
+@pytest.mark.timeout(120)
+def test_a_campaign_row_naming_a_file_outside_the_cache_is_refused_on_every_rank(tmp_path):
+    # a row of the round's exchange was used unchecked: its entry became the path a rank wrote its record to, so a
+    # process writing under the tuner's store keys made each node write any .json file it could (reproduced: a
+    # PWNED.json outside the cache folders, both ranks exit 0)
+    env = {**tuner_env(tmp_path, 30), "FORGED_ENTRY": "../../PWNED"}
+    results = run_ranks(CASES, 2, ["campaign_rows"], env=env, per_rank_env=_two_nodes(tmp_path), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert not list(tmp_path.rglob("PWNED*")), sorted(tmp_path.rglob("*"))
+    for r in results:
+        assert "ExchangeError" in r.result["error"] and "a row whose entry is not as the tuner sends it" \
+            in r.result["error"], r.result
+
+
+@pytest.mark.timeout(150)
+def test_a_learned_decision_a_node_cannot_write_is_a_warning_on_that_node_not_its_error_alone(tmp_path):
+    # node 0 serves key 8 from a record holding NaN (its file; json reads NaN) to node 1, whose disk lacks it: node
+    # 1's write refused it with a ValueError that only OSError was caught for, so node 1 alone raised
+    nodes = _two_nodes(tmp_path)
+    first = run_ranks(CASES, 2, ["campaign_rows"], env=tuner_env(tmp_path, 30), per_rank_env=nodes, timeout=100)
+    assert all(r.returncode == 0 and "rows" in r.result for r in first), describe(first)
+    (mine,) = [p for p in (tmp_path / "node0").rglob("*.json") if json.loads(p.read_text()).get("key") == "8"]
+    data = json.loads(mine.read_text())
+    mine.write_text(json.dumps({**data, "margin": float("nan")}))
+    for theirs in (tmp_path / "node1").rglob(mine.name):
+        theirs.unlink()
+    again = run_ranks(CASES, 2, ["campaign_rows"], env=tuner_env(tmp_path, 30), per_rank_env=nodes, timeout=100)
+    assert all(r.returncode == 0 for r in again), describe(again)
+    assert [r.result.get("rows") for r in again] == [[["8", "cached"], ["16", "cached"]]] * 2, describe(again)
+    assert "could not write key 8 to the cache" in (tmp_path / "logs" / "rank-1.log").read_text()
+
+
 @pytest.mark.timeout(150)
 def test_random_state_after_tuning_is_that_of_one_untuned_call_lockstep_and_sharded(tmp_path):
     results = run("random_state", tuner_env(tmp_path, 30))

@@ -373,5 +373,42 @@ def forged_board_count():
     emit(result=result, seconds=time.monotonic() - began)
 
 
+def _campaign_kernel(name: str):
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2,
+                  timing="cold", name=name)
+    def kernel(x, *, variant):
+        time.sleep(0.002 if variant == 0 else 0.02)
+        return x * (variant + 1)
+
+    return kernel
+
+
+@case
+def campaign_rows():
+    """A local campaign over keys 8 and 16 on two ranks, each its own "node" (cache folder and local rank 0). With
+    ``FORGED_ENTRY``, rank 1 stands in for an outsider: its row of the round's exchange names the cache entry
+    ``../../PWNED`` with a record of its own (found by a reviewer)."""
+    from triton_dist_tune.function import summary
+
+    tdt.init_distributed()
+    forged = os.environ.get("FORGED_ENTRY")
+    if dist.get_rank() == 1 and forged:
+        sent = summary.KeyResult.to_json
+
+        def outsider(self):
+            data = sent(self)
+            if data.get("record") is not None:
+                data["entry"], data["record"] = forged, {"anything": "the outsider wants", "index": 0}
+            return data
+
+        summary.KeyResult.to_json = outsider
+    try:
+        rows = [(r.key, r.state) for r in tdt.campaign(_campaign_kernel("rows"), lambda n: torch.ones(n), [8, 16],
+                                                        local=True).rows]
+        emit(rows=rows)
+    except Exception as exc:
+        emit(error=f"{type(exc).__name__}: {exc}"[:600])
+
+
 if __name__ == "__main__":
     main()

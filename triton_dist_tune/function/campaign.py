@@ -19,10 +19,9 @@ the job's key-value store while it works, and a unit that shows no sign of life 
 others' wait with a :class:`~triton_dist_tune.GroupTimeoutError` naming it; a slow but healthy unit is waited for.
 A unit stuck for longer than the exchange deadline in user code the tuner gives no deadline (building a key's call,
 ``key_fn``, ``prune_fn``, ``ref_prog``) stops beating: the others end as for a dead unit, and the error says where it
-is stuck.
-
-Resuming: a key decided by an earlier run is a cache hit; a key cut short resumes from its journals (a rerun tunes
-only what is left).
+is stuck. A row an exchange brings that the tuner does not send is refused on every rank
+(:func:`~triton_dist_tune.function.summary.checked_row`). Resuming: a key decided by an earlier run is a cache hit; a
+key cut short resumes from its journals (a rerun tunes only what is left).
 """
 
 from __future__ import annotations
@@ -47,9 +46,10 @@ from ..group.calls import calling
 from ..group.channel import Group, SingleGroup
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
+from ..records import finite_number
 from ..space import describe_key, index_of, keeps
 from .next_key import NextKey, compiles_ahead, screened_by
-from .summary import KeyResult, Summary, progress_line
+from .summary import KeyResult, Summary, checked_row, progress_line
 from .tuned import TunedFunction
 from .tuning import Tuning
 
@@ -245,12 +245,13 @@ def _tune_one(tuner: TunedFunction, plan: Plan, position: int, agreed: Hashable,
         if record is not None:
             result.record = {k: v for k, v in record.items() if k not in ("format", "space", "versions")}
             if result.state == "cached":
-                result.time_ms, result.margin = record.get("time_ms"), record.get("margin")
+                result.time_ms, result.margin = (v if finite_number(v) else None for v in (record.get("time_ms"),
+                                                                                            record.get("margin")))
                 result.near_tie = recorded_near_tie(record)
     result.seconds = time.perf_counter() - started
     shared = group.broadcast(result.to_json(), f"[campaign {tuner.name}] key {position} result",
                              timeout=tuning.timeout or None)
-    return KeyResult.from_json(shared)
+    return checked_row(shared, (position,), len(tuner.space), f"[campaign {tuner.name}] key {position}'s result")
 
 
 def _next_tuned(tuner: TunedFunction, plan: Plan, build: Callable[[int], Call], todo: list[int],
@@ -296,9 +297,8 @@ def _log_guess(tuner: TunedFunction, plan: Plan, key: Hashable, guessed: list[in
     """How many of the configs compiled ahead for ``key`` its tuning screened (the rank's log)."""
     decision = tuner.decisions.get((plan.tune_group.name, key))
     if guessed and decision is not None and not decision.cached:
-        hit = len(set(guessed) & screened_by(decision))
         logs.rank_log().info("campaign %s: key %s screened %d of the %d config(s) compiled ahead for it", tuner.name,
-                             describe_key(key), hit, len(guessed))
+                             describe_key(key), len(set(guessed) & screened_by(decision)), len(guessed))
 
 
 def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], Any], keys: Sequence[Any] | None = None,
@@ -389,9 +389,9 @@ def _rounds(tuner: TunedFunction, plan: Plan, build: Callable[[int], Call], coun
             deadline = watch.arrive(r, what, exchange_timeout(timeout) * (len(tuner.space) + 4))
             gathered = plan.across.allgather(result, what, timeout=deadline)
             watch.passed(r)
-            for item in gathered:
-                if item is not None:
-                    rows.append(_learn(tuner, plan, KeyResult.from_json(item), all_keys))
+            for item in (i for i in gathered if i is not None):
+                rows.append(_learn(tuner, plan, checked_row(item, range(len(all_keys)), len(tuner.space), what),
+                                   all_keys))
             if shows:
                 logs.console().info(progress_line(tuner.name, rows, len(todo), time.perf_counter() - started, r + 1,
                                                   rounds))
@@ -444,7 +444,7 @@ def _learn(tuner: TunedFunction, plan: Plan, row: KeyResult, keys: list[Hashable
     if writer and row.record is not None and row.entry and not tuner.cache.path(row.entry).exists():
         try:
             tuner.cache.store(row.entry, row.record, tuner.space_text)
-        except OSError as exc:
+        except (OSError, ValueError, TypeError) as exc:  # a disk's, or a record it cannot write (served with NaN)
             logs.rank_log().warning("campaign %s: could not write key %s to the cache (%s)", tuner.name, row.key, exc)
     row.record = None
     return row

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..disk.logs import ms_text, text_table
+from ..group.channel import ExchangeError
+from ..records import finite_number
 
 #: how a key ended in a campaign
 KEY_STATES = ("tuned", "cached", "failed")
@@ -37,10 +41,50 @@ class KeyResult:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> KeyResult:
-        """A row from :meth:`to_json`'s dict; keys that are not fields are ignored."""
+    def from_json(cls, data: Any, positions: Sequence[int], configs: int) -> KeyResult:
+        """A row from :meth:`to_json`'s dict, of a key at one of ``positions``, over ``configs`` configs; keys that
+        are not fields are ignored. Read from the key-value store, which another process can write: raises ValueError
+        saying what is wrong with a row the tuner does not send (its ``entry`` names a file the rank writes)."""
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        row = {k: v for k, v in data.items() if k in names}
+        wrong = _wrong_field(row, positions, configs)
+        if wrong:
+            raise ValueError(f"whose {wrong} is not as the tuner sends it")
+        return cls(**row)
+
+
+def checked_row(item: Any, positions: Sequence[int], configs: int, what: str) -> KeyResult:
+    """A key's row as an exchange brought it (every rank reads the same): :class:`ExchangeError` on every rank for
+    one the tuner does not send (another process wrote under its keys of the key-value store)."""
+    try:
+        return KeyResult.from_json(item, positions, configs)
+    except ValueError as exc:
+        raise ExchangeError(f"{what}: a row {exc}: a process other than the tuner wrote under its keys of the "
+                            "key-value store; nothing of it is written or applied") from None
+
+
+def _wrong_field(row: dict[str, Any], positions: Sequence[int], configs: int) -> str:
+    """The first field of a campaign row that is not as the tuner writes it, or ''."""
+    def count(value: Any, below: float = math.inf) -> bool:
+        return type(value) is int and 0 <= value < below
+
+    checks = {
+        "position": type(row.get("position")) is int and row["position"] in positions,
+        "state": row.get("state") in KEY_STATES,
+        "index": row.get("state") == "failed" and type(row.get("index", -1)) is int
+        or count(row.get("index"), configs),
+        "unit": count(row.get("unit", 0)), "key": isinstance(row.get("key"), str),
+        "config": isinstance(row.get("config", ""), str), "error": row.get("error") is None
+        or isinstance(row["error"], str),
+        "entry": isinstance(row.get("entry", ""), str) and re.fullmatch(r"(?:[0-9a-f]{20})?", row.get("entry", "")),
+        "record": row.get("record") is None or isinstance(row["record"], dict),
+        "time_ms": row.get("time_ms") is None or finite_number(row["time_ms"]),
+        "margin": row.get("margin") is None or finite_number(row["margin"]),
+        "seconds": finite_number(row.get("seconds", 0.0)), "near_tie": type(row.get("near_tie", False)) is bool,
+    }
+    return next((name for name, ok in checks.items() if not ok), "")
 
 
 def _pct(value: float | None) -> str:
