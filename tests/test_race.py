@@ -988,3 +988,21 @@ def test_a_journaled_time_whose_samples_are_damaged_is_kept_as_journaled(tmp_pat
     (two,) = [o for o in data["measurements"] if o["index"] == 2]
     assert data["statistic"] == "least" and two["resumed"] and [two["time"]] == list(journaled), (two, journaled)
     assert two["round_times"] == [], two
+
+
+def test_when_every_finalist_fails_in_its_race_a_probes_stand_in_is_chosen_last_and_provisional():
+    # a search's finalists all failed in their race (a reviewer: a fault injected in the steady rounds after the
+    # finalists were named): decide fell back on the least time of the other outcomes, a probe's stand-in among them
+    # (a bound, never sampled), chose it, and stored the choice as final. Now a sampled one; a stand-in only where
+    # nothing sampled is left, and then provisional
+    race = Race([0, 1], RacePlan(max_rounds=4, seed="s"))
+    race.fail(0, "fails in the finalists' race")
+    race.fail(1, "fails in the finalists' race")
+    outcomes = [Outcome(0, "{a: 0}", "failed", error="x"), Outcome(1, "{a: 1}", "failed", error="x"),
+                Outcome(2, "{a: 2}", "measured", time=0.8, samples=1, round_times=[0.8], probed=True),
+                Outcome(3, "{a: 3}", "measured", time=1.2, samples=2, round_times=[1.2, 1.2]),
+                Outcome(4, "{a: 4}", "stopped", time=1.5, samples=1, round_times=[1.5])]
+    decision = decide(outcomes, race, "steady")
+    assert decision.index == 3 and not decision.cut, (decision.index, decision.cut)  # sampled twice: final
+    only_probed = decide([*outcomes[:3]], race, "steady")  # nothing sampled is left: the stand-in, provisional
+    assert only_probed.index == 2 and only_probed.cut

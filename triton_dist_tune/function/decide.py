@@ -27,14 +27,17 @@ _STARTED = time.time()
 def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
     """The group's choice from outcomes every rank shares: the race's winner (the least median among the configs
     still running), else the least time among resumed or sharded outcomes; index -1 when nothing is usable. Every
-    time of it is of its statistic (:func:`of_statistic`)."""
+    time of it is of its statistic (:func:`of_statistic`). A race that chose nothing (every config in it failed: a
+    search's finalists) leaves the least time among the outcomes sampled outside it, never a probe's stand-in while
+    one sampled is left; a stand-in chosen is provisional (``cut``: the next job tunes the key again)."""
     told = statistic(race.location()) if race is not None else MEDIAN
     outcomes = of_statistic(outcomes, race, told)
     by_index = {o.index: o for o in outcomes}
     winner = race.winner() if race is not None else None
     usable = [o for o in outcomes if o.usable]
     if winner is None and usable:
-        candidates = [o for o in usable if o.state == "measured"] or usable
+        sampled = [o for o in usable if not o.probed]  # a probe's stand-in is a bound, never a sample
+        candidates = [o for o in sampled if o.state == "measured"] or sampled or usable
         winner = min(candidates, key=lambda o: (o.time, o.index)).index
     rounds = race.rounds if race is not None else max((o.samples for o in outcomes), default=0)
     if winner is None:
@@ -53,7 +56,7 @@ def decide(outcomes: list[Outcome], race: Race | None, timing: str) -> Decision:
         margin, near_tie = None, False
     chosen = by_index[winner]
     decision = Decision(winner, chosen.config, chosen.time, margin, near_tie, runner_up, outcomes, timing, rounds)
-    decision.cut = bool(race is not None and race.cut)
+    decision.cut = bool(race is not None and race.cut) or chosen.probed  # a bound chosen: provisional
     decision.statistic = told
     return decision
 
