@@ -231,3 +231,49 @@ def test_a_cache_file_whose_choice_is_not_that_config_of_the_space_is_said_and_t
     with caplog.at_level(logging.WARNING):
         scaled(3)
     assert f"ignoring cache file {path}: its choice (config {index}, {{a: 1}}) is not that config" in caplog.text
+
+
+TUNE_ONCE = """
+import torch, triton_dist_tune as tdt
+
+@tdt.autotune([{"v": 0}, {"v": 1}], key_fn=lambda x: x.numel(), n_repeat=1, timing="cold", name="f")
+def f(x, *, v):
+    return x * (v + 1)
+
+f(torch.ones(4))
+(d,) = f.tuner.decisions.values()
+print("DECIDED", d.index, d.cached)
+"""
+
+
+def _tune_once(tmp_path: Path) -> str:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"),
+           "TRITON_DIST_AUTOTUNE_LOG_DIR": str(tmp_path / "logs")}
+    proc = subprocess.run([sys.executable, "-c", TUNE_ONCE], env=env, capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0 and "DECIDED" in proc.stdout, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("field", ["time_ms", "margin"])
+def test_a_cache_hit_whose_record_holds_a_number_no_float_holds_is_served(tmp_path, field):
+    # a 400-digit integer in the record: float() raised OverflowError building the served decision, on every rank
+    _tune_once(tmp_path)
+    (path,) = (tmp_path / "cache").rglob("*.json")
+    path.write_text(path.read_text().replace(f'"{field}": ', f'"{field}": 1{"0" * 400}, "was": ', 1))
+    assert "True" in _tune_once(tmp_path).split("DECIDED", 1)[1]  # served from the cache
+
+
+@pytest.mark.timeout(120)
+def test_a_log_header_with_a_time_no_float_holds_does_not_stop_the_tuning(tmp_path):
+    # the log folder's rotation read an earlier job's header time with float(): OverflowError at the tuning's first
+    # log line, on the ranks that share the folder
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    header = {"job": "OLD", "header": True, "rank": 0, "level": "INFO", "message": "started"}
+    (folder / "rank-0.jsonl").write_text(json.dumps(header).replace('{"job"', '{"time": 1' + "0" * 400 + ', "job"')
+                                         + "\n")
+    _tune_once(tmp_path)

@@ -258,6 +258,35 @@ def test_a_config_that_cannot_be_captured_fails_alone_where_the_others_can(env, 
     assert result["chosen"] == min(set(range(variants)) - bad), result  # the fastest capturable (5, 40, 160 ms...)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fails", ["0", "1"])
+def test_a_capture_out_of_memory_times_eagerly_only_before_any_capture_worked(env, fails):
+    # out of memory at the first capture: the tuning times eagerly (no config blamed); after a capture worked, it
+    # switched to eager there too (a reviewer: in a search, later stages' eager times ranked against earlier device
+    # times). Now that config fails alone, with its error, and the tuning stays on the device
+    results, _ = ranks("capture_hang", 1, {**env, "CAPTURE_FAILS": fails, "CAPTURE_OOM": "1"})
+    (job,) = results
+    assert job.returncode == 0, describe(results)
+    (result,) = job.results
+    if fails == "0":
+        assert result["clock"] == "eager" and result["states"] == ["measured"] * 3, result
+    else:
+        assert result["clock"] == "graph" and result["states"] == ["measured", "failed", "measured"], result
+        assert "out of memory" in result["errors"][1], result
+
+
+def test_a_group_error_exonerates_a_broken_device_only_where_the_fill_broke_it():
+    from triton_dist_tune.measure.guarding import fill_broke_the_device
+    from triton_dist_tune.records import FROM_THE_FILL
+
+    fill = f"{FROM_THE_FILL}: RuntimeError: CUDA error: device-side assert triggered"
+    assert fill_broke_the_device(f"rank 0: {fill}") and fill_broke_the_device(f"rank 0: {fill}; rank 1: {fill}")
+    # rank 0's fill raised a plain error, rank 1's own run broke its device: that is evidence against the config
+    assert not fill_broke_the_device(f"rank 0: {FROM_THE_FILL}: RuntimeError: probability tensor contains nan; "
+                                     "rank 1: RuntimeError: CUDA error: an illegal memory access was encountered")
+    assert not fill_broke_the_device(f"rank 0: {FROM_THE_FILL}: RuntimeError: probability tensor contains nan")
+
+
 @pytest.mark.timeout(60)
 def test_hang_without_restart_ends_every_rank_then_rerun_resumes_past_torn_journal_lines(env):
     env = {**env, "FAULTS": "1:hang@0"}

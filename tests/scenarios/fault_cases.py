@@ -181,7 +181,8 @@ def capture_hang():
     before a capture does) and replays the call itself. With ``CAPTURE_HANG=1`` config 1 hangs inside its capture
     (a kernel that never ends: only the watchdog ends this); with ``CAPTURE_RAISE=1`` config 2 raises there, as the
     synchronize after a capture raises a kernel's asynchronous error; the configs ``CAPTURE_FAILS`` lists
-    (comma-separated) cannot be captured (the stand-in's capture fails, as torch's does at a host read), of
+    (comma-separated) cannot be captured (the stand-in's capture fails, as torch's does at a host read; with
+    ``CAPTURE_OOM=1``, for want of device memory), of
     ``CAPTURE_VARIANTS`` configs (default 3). Reports the choice, the clock and the table."""
     from types import SimpleNamespace
 
@@ -199,7 +200,8 @@ def capture_hang():
             finally:
                 capturing.pop()
             if index in uncapturable:  # what Graphs.capture does when torch's capture raises
-                self.error = "RuntimeError: operation not permitted when stream is capturing (injected)"
+                self.error = ("OutOfMemoryError: CUDA out of memory (injected)" if os.environ.get("CAPTURE_OOM")
+                              else "RuntimeError: operation not permitted when stream is capturing (injected)")
                 return False
             self.graphs[index] = SimpleNamespace(replay=call)
             self.warms_next, self.works = False, True

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..records import finite_number
 from .identity import job_name
 
 _HEADER = re.compile(r"^==== triton-dist-tune job (\S+) .*? started (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ====|"
@@ -52,7 +53,7 @@ def _header(line: str) -> tuple[str, float | None, bool] | None:
         try:
             data = json.loads(line)
             started = data.get("time")
-            return str(data["job"]), float(started) if isinstance(started, (int, float)) else None, True
+            return str(data["job"]), float(started) if finite_number(started) else None, True
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return None
     return None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..disk.decisions import inside
+from ..records import finite_number
 from .journal import merge, parse_records
 from .recovery import strongest
 
@@ -153,7 +154,7 @@ class Unfinished:
             else:
                 time = outcome.get("time")
                 out.append(ConfigRecord(index, descriptions[index], outcome["state"],
-                                        float(time) if isinstance(time, (int, float)) else None, outcome.get("error")))
+                                        float(time) if finite_number(time) else None, outcome.get("error")))
         return out
 
     def summary(self) -> str:

@@ -15,7 +15,7 @@ from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
 from ..measure.noise import retaken, statistic
 from ..measure.race import Race
-from ..records import LEAST, MEDIAN, Decision, Outcome, recorded_statistic
+from ..records import LEAST, MEDIAN, Decision, Outcome, finite_number, recorded_statistic
 from ..stats import near_tie as near_tie_within
 
 log = logging.getLogger("triton_dist_tune")
@@ -110,7 +110,7 @@ def decision_from_record(record: Any, index: int, description: str) -> Decision:
     outcomes = [o for o in (Outcome.from_json(m) for m in data.get("measurements") or []) if o is not None]
 
     def number(value: Any) -> float | None:
-        return float(value) if type(value) in (int, float) else None
+        return float(value) if finite_number(value) else None
 
     runner_up = data.get("runner_up")
     decision = Decision(index, description, number(data.get("time_ms")) or float("nan"), number(data.get("margin")),

@@ -247,12 +247,17 @@ class ArgumentState:
         timed alone read 1.02, so the probe screening stood in its best config there in 13 of 15 tunings (after:
         1.11 and 1.04; 0 of 3; ``benchmarks/results/session_h200_24``). Not while a CUDA graph is being captured
         (the next run checks)."""
-        if (self._check_due or self._filled) and not capturing():
-            with breakdown.part("restore"):
-                if self._filled:
-                    self._check_written()
-                if self._check_due:
-                    self._detect()
+        filled = self._filled
+        try:
+            if (self._check_due or self._filled) and not capturing():
+                with breakdown.part("restore"):
+                    if self._filled:
+                        self._check_written()
+                    if self._check_due:
+                        self._detect()
+        except Exception:  # the check's synchronize met an error the run left on the device (an asynchronous one:
+            self._filled = filled  # a device-side assert from the fill): the run's, as if it raised
+            raise
         self._warmup = False
 
     def before_run(self, exact: bool = False, warmup: bool = False) -> None:

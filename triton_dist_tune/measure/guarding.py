@@ -149,7 +149,7 @@ class Guarding:
         that error: the others most likely wait for this rank inside a collective of the function."""
         own, state = self.own_failure, self.trial.state
         if own is not None:  # this rank's run raised: the others are likely inside a collective, waiting for it
-            journaled = ("an interruption: it raised from the tuner's NaN fill, and the next attempt fills nothing"
+            journaled = ("an interruption: it raised from the tuner's NaN fill"
                          if state is not None and state.raised_from_fill
                          else "this rank's failure: the next attempt leaves the config out")
             waited = (f"raised {own} in a run of this phase (journaled as {journaled}), then waited "
@@ -274,7 +274,7 @@ class Guarding:
 
     def _failed(self, index: int, desc: str, text: str, sharded: bool = False) -> Outcome:
         outcome = Outcome(index, desc, "failed", error=text)
-        if FROM_THE_FILL in text and POISONED.search(text):  # the tuner's NaN fill broke the device: no evidence,
+        if fill_broke_the_device(text):  # the tuner's NaN fill broke the device: no evidence,
             self.journal.append(index, "interrupted", config=desc, error=f"interrupted: {text}", fill=True)  # and
         else:  # the next attempt fills nothing
             self.journal.record(outcome)
@@ -298,11 +298,18 @@ class Guarding:
         (the failure is journaled) so that a restart resumes without this config."""
         if POISONED.search(text):
             how = ("journaled as an interruption, no config blamed, and the next attempt fills nothing"
-                   if FROM_THE_FILL in text else "journaled as failed")
+                   if fill_broke_the_device(text) else "journaled as failed")
             message = (f"{self.label} config {index} ({desc}) left a GPU context unusable ({text}); it is {how}: "
                        "restart the job (e.g. torchrun --max-restarts) to resume without it")
             self.log.error(message)
             raise DevicePoisonedError(message)
+
+
+def fill_broke_the_device(text: str) -> bool:
+    """Whether a (group) error ``text`` (``rank r: error; ...``) left a device unusable only where a run raised from
+    the NaN fill: every rank's part that did starts with :data:`~triton_dist_tune.records.FROM_THE_FILL`."""
+    poisoned = [part for part in re.split(r"(?:^|; )rank \d+: ", text) if part and POISONED.search(part)]
+    return bool(poisoned) and all(part.startswith(FROM_THE_FILL) for part in poisoned)
 
 
 def _from_the_fill(contributions: list[tuple[bool, bool]]) -> bool:

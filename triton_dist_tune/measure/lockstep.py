@@ -282,7 +282,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
             if combined.errors and FROM_THE_FILL in combined.errors and self._again_after_fill(index, error):
                 wanted, error = self._warm(index, config, desc, True, previous, WARMUP_AGAIN)
                 combined = self._exchange(index, desc, (error or wanted, self.budget.now()), error, WARMUP_AGAIN)
-                self.trial.state.again_done(error is None, self._filled_here)  # type: ignore[union-attr]
+                self.trial.state.again_done(combined.errors is None, self._filled_here)  # type: ignore[union-attr]
             self.budget.agreed(combined.elapsed)
             if combined.errors:
                 outcomes[index] = self._failed(index, desc, combined.errors)

@@ -70,7 +70,7 @@ class Sampling:
                                                 lambda i=index, c=config: self._capture_one(i, c))
                 if error is not None:
                     failed[index] = error
-                elif not captured and OUT_OF_MEMORY.search(self.graphs.error or ""):
+                elif not captured and not self.graphs.works and OUT_OF_MEMORY.search(self.graphs.error or ""):
                     pending[index] = self.graphs.error or ""  # no evidence against a config: time eagerly
                     break
                 elif not captured and self.graphs.works:

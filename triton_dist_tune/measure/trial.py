@@ -71,7 +71,11 @@ class Trial:
         if self.post_hook is not None:
             self.post_hook(config, *self.args, **self.kwargs)
         if self.state is not None:
-            self.state.after_run()
+            try:
+                self.state.after_run()
+            except Exception:  # an error the run left on the device, met by the check's synchronize: the run's
+                self.state.run_failed()  # (from the fill or not: raised_from_fill says which)
+                raise
         return out
 
     def probe(self, config: dict[str, Any], lead: bool = True, calls: int = timing.PROBE_CALLS) -> float:
