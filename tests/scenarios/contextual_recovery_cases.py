@@ -2,7 +2,7 @@
 ``contextual_autotune`` comes from the journals every rank gathered, and two groups never touch each other's.
 
 Each config's ``pre_hook`` appends ``<ATTEMPT> <config>`` to ``$FAULT_DIR/calls.rank<r>`` (the launches as each
-rank made them) and sleeps [5, 80, 120] ms, the same on every rank: config 0 wins when it is measured (blocks of
+rank made them) and sleeps [5, 80, 400] ms, the same on every rank: config 0 wins when it is measured (blocks of
 128 or more: one program per config, so the interpreter costs every config the same).
 
 - ``killed``: attempt 0 warms config 0 up in run 0; in run 1 rank 0 launches config 1 and is sent SIGTERM, while
@@ -46,7 +46,7 @@ from _cases import case, contextual_virtual_clock, emit, main, spend  # noqa: E4
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 
-SLEEP_MS = [5, 80, 120]
+SLEEP_MS = [5, 80, 400]  # 16x and 5x apart: a loaded host cannot close either gap (1.5x did, once in CI)
 
 
 def faults() -> Path:
