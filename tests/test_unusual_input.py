@@ -194,3 +194,43 @@ def test_torchruns_run_id_none_is_no_job_id():
     assert settings.Settings.from_env({"TORCHELASTIC_RUN_ID": "none"}).job_id is None
     assert settings.Settings.from_env({"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "42"}).job_id == "42"
     assert settings.Settings.from_env({"TORCHELASTIC_RUN_ID": "3f1c"}).job_id == "3f1c"
+
+
+@pytest.mark.timeout(120)
+def test_campaign_calls_that_are_not_iterable_on_one_rank_are_a_bad_input_error_on_every_rank(tmp_path):
+    # before: a raw TypeError on rank 1 at once, and rank 0 waited the whole timeout for it (GroupTimeoutError)
+    results = run_ranks(SCENARIO, 2, ["campaign_calls_not_iterable"], env=tuner_env(tmp_path, timeout=60),
+                        timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result["error"].startswith("BadInputError") and "calls must be an iterable" in r.result["error"], \
+            describe(results)
+        assert r.result["seconds"] < 30, describe(results)  # not the 60 s exchange deadline
+
+
+def test_campaign_flags_nan_keys_of_any_number_type_and_a_prune_fn_without_a_return_are_refused(tmp_path,
+                                                                                                 monkeypatch):
+    # each was accepted: local="no" read as True (a collective function tuned rank-alone: a gloo abort), a numpy or
+    # complex NaN key tuned again at every call, a prune_fn returning None read as False
+    import numpy as np
+
+    import triton_dist_tune as tdt
+    from triton_dist_tune.errors import BadInputError
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path))
+
+    @tdt.autotune([{"v": 0}, {"v": 1}], key_fn=lambda x: x.numel(), timing="cold", n_repeat=1, name="flags")
+    def f(x, *, v):
+        return x * (v + 1)
+
+    for option, value in (("local", "no"), ("verbose", "x"), ("progress", None)):
+        with pytest.raises(BadInputError, match=f"campaign: {option} must be True or False"):
+            tdt.campaign(f, [torch.ones(4)], **{option: value})
+    for nan in (np.float32("nan"), complex("nan")):
+        tuned = tdt.autotune([{"v": 0}, {"v": 1}], key_fn=lambda x, nan=nan: nan, name="nan_key")(f.fn)
+        with pytest.raises(BadInputError, match="contains nan"):
+            tuned(torch.ones(4))
+    pruned = tdt.autotune([{"v": 0}, {"v": 1}], key_fn=lambda x: 0, prune_fn=lambda config, x: None,
+                          name="prune_none")(f.fn)
+    with pytest.raises(BadInputError, match="not a NoneType.*a missing return"):
+        pruned(torch.ones(4))

@@ -17,7 +17,8 @@ from .errors import (
     GroupTimeoutError,
     MismatchError,
 )
-from .function.campaign import Call, campaign  # noqa: E402
+from .function.campaign import campaign  # noqa: E402
+from .function.campaign_calls import Call  # noqa: E402
 from .function.summary import Summary  # noqa: E402
 from .group.dist import init_distributed  # noqa: E402
 from .tune import autotune, to_hashable  # noqa: E402

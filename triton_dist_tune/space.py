@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import numbers
 import re
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -96,7 +97,7 @@ def describe_key(key: Any, where: str = "key") -> str:
     Raises :class:`BadInputError` for what has no stable text or is compared by identity: tensors (return
     ``to_hashable(t)`` instead), objects hashed by identity, and texts with memory addresses.
     """
-    if isinstance(key, float) and key != key:
+    if isinstance(key, numbers.Number) and key != key:  # numpy's and complex NaN too
         raise BadInputError(f"{where} contains nan, which equals nothing, itself included: the key would never be "
                             "found decided, so every call would tune it again; return a number, a string or None "
                             "there instead")
@@ -245,10 +246,11 @@ def keeps(prune_fn: Callable[..., Any] | None, config: Mapping[str, Any], args: 
     if prune_fn is None:
         return True
     result = prune_fn(config, *args, **kwargs)
-    if isinstance(result, (str, bytes, Sequence, Mapping, set, frozenset)):
+    if result is None or isinstance(result, (str, bytes, Sequence, Mapping, set, frozenset)):
         raise BadInputError(f"prune_fn must return True or False for the one config it is given "
                             f"(prune_fn(config, *args, **kwargs)), not a {type(result).__name__}: it is called once "
-                            "per config, unlike Triton's early_config_prune, which returns the configs to keep")
+                            "per config, unlike Triton's early_config_prune, which returns the configs to keep (None: "
+                            "a missing return?)")
     return bool(result)
 
 

@@ -86,5 +86,23 @@ def closures_in_order():
     emit(index=chosen, ms=sleeps[chosen], descriptions=closures.tuner.descriptions)
 
 
+@case
+def campaign_calls_not_iterable():
+    """Rank 1 gives ``campaign`` a number for its calls, rank 0 a list (found by a reviewer)."""
+    tdt.init_distributed()
+
+    @tdt.autotune([{"v": 0}, {"v": 1}], key_fn=lambda x: x.numel(), timing="cold", n_repeat=1, name="calls")
+    def f(x, *, v):
+        dist.all_reduce(x.clone())
+        return x * (v + 1)
+
+    began = time.monotonic()
+    try:
+        tdt.campaign(f, 3 if dist.get_rank() == 1 else [torch.ones(4)])
+        emit(error=None)
+    except Exception as exc:
+        emit(error=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - began)
+
+
 if __name__ == "__main__":
     main()

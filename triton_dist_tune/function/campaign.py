@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import settings
+from ..checks import flag
 from ..disk import logs
 from ..disk.cache import entry_id
 from ..disk.decisions import recorded_near_tie
@@ -48,29 +49,11 @@ from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
 from ..records import finite_number
 from ..space import describe_key, index_of, keeps
+from .campaign_calls import Call, builder
 from .next_key import NextKey, compiles_ahead, screened_by
 from .summary import KeyResult, Summary, checked_row, progress_line
 from .tuned import TunedFunction
 from .tuning import Tuning
-
-
-class Call:
-    """The arguments of one call of a tuned function: ``Call(x, w, out=y)``."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args, self.kwargs = args, kwargs
-
-    @classmethod
-    def of(cls, item: Any) -> Call:
-        """``item`` as a call: a :class:`Call`; a tuple (positional arguments); a dict (keyword arguments);
-        anything else is the one positional argument."""
-        if isinstance(item, Call):
-            return item
-        if isinstance(item, tuple):
-            return cls(*item)
-        if isinstance(item, dict):
-            return cls(**item)
-        return cls(item)
 
 
 @dataclass
@@ -331,28 +314,31 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
     tuner: TunedFunction | None = getattr(tuned, "tuner", None)
     if tuner is None or not hasattr(tuner, "decided"):
         raise BadInputError("campaign: tuned must be a function decorated with triton_dist_tune.autotune")
+    for value, option in ((local, "campaign: local"), (verbose, "campaign: verbose"), (progress, "campaign: progress")):
+        if value is not None or option.endswith("progress"):  # local and verbose may be None: the function's own
+            flag(value, option)
     with calling(tuner.name):  # a wrong group's note is about the function's calls (group/unresolved.py)
         return _campaign(tuner, calls, keys, local, pg, replicas, verbose, progress)
 
 
 def _campaign(tuner: TunedFunction, calls: Sequence[Any] | Callable[[Any], Any], keys: Sequence[Any] | None,
               local: bool | None, pg: Any, replicas: Any, verbose: bool | None, progress: bool) -> Summary:
-    build, count = _builder(calls, keys)
+    build, count, problem = builder(calls, keys)  # a problem is agreed as a malformed variable's, never raised alone
     rank_local = tuner.options.sharded if local is None else bool(local)
     plan = _plan(tuner, rank_local, pg, replicas)
     with ExitStack() as turns:  # the whole campaign is one turn on its groups: another thread of this process tunes
         turns.enter_context(plan.across.turn())  # on them before or after it, never between its exchanges
         if plan.tune_group is not plan.across:  # (always across first, then the unit's group: one lock order)
             turns.enter_context(plan.tune_group.turn())
-        return _rounds(tuner, plan, build, count, rank_local, verbose, progress)
+        return _rounds(tuner, plan, build, count, rank_local, verbose, progress, problem)
 
 
 def _rounds(tuner: TunedFunction, plan: Plan, build: Callable[[int], Call], count: int, rank_local: bool,
-            verbose: bool | None, progress: bool) -> Summary:
+            verbose: bool | None, progress: bool, problem: str | None) -> Summary:
     """The campaign's exchanges: the keys agreed, tuned round by round, the rounds' results learned."""
     if rank_local:
         tuner.rank_local = True  # its undecided keys are served by each rank alone (function/policy.py)
-    env_problem = settings.problem()  # a malformed variable, maybe on this rank only: agreed, never raised alone
+    env_problem = settings.problem() or problem  # a malformed variable or call, maybe on this rank only: agreed
     if env_problem is not None:
         with settings.overlooking():  # up to the keys' agreement, which raises it on every rank of the campaign
             timeout = tuner.options.timeout if tuner.options.timeout is not None else settings.current().timeout
@@ -402,19 +388,6 @@ def _rounds(tuner: TunedFunction, plan: Plan, build: Callable[[int], Call], coun
     if shows:
         logs.console().info("%s", summary.text())
     return summary
-
-
-def _builder(calls: Sequence[Any] | Callable[[Any], Any], keys: Sequence[Any] | None) -> tuple[Callable[[int], Call],
-                                                                                                 int]:
-    if callable(calls) and not isinstance(calls, (list, tuple)):
-        if keys is None:
-            raise BadInputError("campaign: give keys=[...] with a function that builds the calls")
-        given = list(keys)
-        return (lambda position: Call.of(calls(given[position]))), len(given)
-    if keys is not None:
-        raise BadInputError("campaign: keys= is for a function that builds the calls, not a list of calls")
-    items = list(calls)
-    return (lambda position: Call.of(items[position])), len(items)
 
 
 def _unlearn_pruned(tuner: TunedFunction, plan: Plan, rows: list[KeyResult], keys: list[Hashable],
