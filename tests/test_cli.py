@@ -535,6 +535,18 @@ def test_plot_into_a_folder_that_is_a_file_says_so(tmp_path, capsys):
     assert f"cannot write {out}: {tmp_path / 'afile'} is a file, not a folder" in err, err
 
 
+def test_plot_into_an_existing_folder_is_refused_not_written_beside_it(tmp_path, capsys):
+    """``plot NAME -o FOLDER`` wrote ``FOLDER.png`` beside the folder (a reviewer's), where ``export`` refuses."""
+    pytest.importorskip("matplotlib")
+    from triton_dist_tune.cli.commands import main
+
+    cache = tmp_path / "cache"
+    format2_entry(cache)
+    (tmp_path / "pictures").mkdir()
+    assert main(["plot", "drifting/0123", "--cache-dir", str(cache), "-o", str(tmp_path / "pictures")]) == 2
+    assert "it is a folder" in capsys.readouterr().err and not (tmp_path / "pictures.png").exists()
+
+
 def test_logs_list_json_prints_the_jobs_as_json(tmp_path, capsys):
     """``logs --list --json`` printed the text listing: a script reading ``--json`` (every command's 'print JSON for
     scripts') got no JSON. Two jobs' records written as the ranks write them; the listing is JSON, oldest first."""

@@ -234,3 +234,19 @@ def test_campaign_flags_nan_keys_of_any_number_type_and_a_prune_fn_without_a_ret
                           name="prune_none")(f.fn)
     with pytest.raises(BadInputError, match="not a NoneType.*a missing return"):
         pruned(torch.ones(4))
+
+
+def test_reset_to_zero_naming_a_tuned_parameter_and_a_contextual_empty_name_are_refused(tmp_path, monkeypatch):
+    # both were accepted silently (a reviewer's): reset_to_zero=["block"] did nothing (a config's value is no
+    # argument to zero), and contextual_autotune(name="") took the function's name where autotune refuses ""
+    import triton_dist_tune as tdt
+    from triton_dist_tune.contextual import contextual_autotune
+    from triton_dist_tune.errors import BadInputError
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path))
+    for option in ("reset_to_zero", "restore_value"):
+        with pytest.raises(BadInputError, match=rf"{option} names \['block'\], which the configs set"):
+            tdt.autotune([{"block": 1}, {"block": 2}], key_fn=lambda x: 0, **{option: ["block"]})(
+                lambda x, block: x * block)
+    with pytest.raises(BadInputError, match="name"):
+        contextual_autotune(is_dist=False, name="")(lambda: None)

@@ -261,6 +261,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
     if blocked is not None:  # mkdir would say only 'File exists'
         raise UsageError(f"cannot write {out}: {blocked} is a file, not a folder")
+    if out.is_dir():  # it wrote FOLDER.png beside it
+        raise UsageError(f"cannot write {out}: it is a folder (name a file in it, as -o {out / 'NAME.png'})")
     path = plots.plot_decision(chosen[0], out) if len(chosen) == 1 else plots.plot_function(chosen, out)
     print(path)
     return status

@@ -68,7 +68,7 @@ class ContextualOptions:
             max_runs = env.max_runs if max_runs is None else max_runs
             sync_every = env.sync_every if sync_every is None else sync_every
         return cls(is_dist=is_dist, n_repeat=n_repeat, n_warmup=n_warmup, timeout=timeout, precompile=precompile,
-                   name=name or getattr(fn, "__qualname__", getattr(fn, "__name__", "function")),
+                   name=name if name is not None else getattr(fn, "__qualname__", getattr(fn, "__name__", "function")),
                    max_runs=max_runs, sync_every=sync_every, search=search)
 
 

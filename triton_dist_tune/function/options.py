@@ -140,11 +140,11 @@ class TuneOptions:
         checks.search(self.search)
         timing_mode(self.timing)  # reject a bad mode now; the environment may still override it per call
 
-    def for_function(self, fn: Callable[..., Any]) -> TuneOptions:
-        """These options, with ``restore_value`` and ``reset_to_zero`` checked to name parameters of ``fn`` (and
-        made tuples)."""
-        return replace(self, restore_value=check_names(fn, self.restore_value, "restore_value"),
-                       reset_to_zero=check_names(fn, self.reset_to_zero, "reset_to_zero"))
+    def for_function(self, fn: Callable[..., Any], tuned: frozenset[str] = frozenset()) -> TuneOptions:
+        """These options, with ``restore_value`` and ``reset_to_zero`` checked to name parameters of ``fn`` that are
+        no config's (``tuned``: a config's value is no argument to restore) (and made tuples)."""
+        return replace(self, restore_value=check_names(fn, self.restore_value, "restore_value", tuned),
+                       reset_to_zero=check_names(fn, self.reset_to_zero, "reset_to_zero", tuned))
 
     def plan(self, timeout: float, timing: str, seed: str, ranks: int = 1) -> Plan:
         """How one tuning measures: warm-up, the race's rules, timing mode and batch length; ``ranks``: the size of

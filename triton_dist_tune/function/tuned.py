@@ -61,11 +61,11 @@ class TunedFunction:
             self.params = frozenset(inspect.signature(fn).parameters)
         except (TypeError, ValueError):
             self.params = frozenset()
-        self.options = options.for_function(fn)
-        self.key_fn, self.prune_fn = key_fn, prune_fn
-        self.descriptions = [describe(c) for c in self.space]
         #: every name some config sets
         self.space_names = frozenset(name for config in self.space for name in config)
+        self.options = options.for_function(fn, self.space_names)
+        self.key_fn, self.prune_fn = key_fn, prune_fn
+        self.descriptions = [describe(c) for c in self.space]
         #: positional arguments a call may pass before the first tuned parameter: a call with more passes a tuned
         #: parameter by position, and goes to the slow path, which names it
         self.positional_limit = positional_limit(fn, self.space_names)

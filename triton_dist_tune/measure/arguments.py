@@ -51,9 +51,10 @@ log = logging.getLogger("triton_dist_tune")
 MAX_DEPTH = 8
 
 
-def check_names(fn: Callable[..., Any], names: Iterable[str], option: str) -> tuple[str, ...]:
-    """Validate that every name in ``names`` is a parameter of ``fn``; returns them as a tuple (None, Triton's
-    default for ``restore_value`` and ``reset_to_zero``: none)."""
+def check_names(fn: Callable[..., Any], names: Iterable[str], option: str,
+                tuned: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Validate that every name in ``names`` is a parameter of ``fn`` that no config sets (``tuned``); returns them
+    as a tuple (None, Triton's default for ``restore_value`` and ``reset_to_zero``: none)."""
     if names is None:
         return ()
     if isinstance(names, (str, bytes)):
@@ -71,6 +72,9 @@ def check_names(fn: Callable[..., Any], names: Iterable[str], option: str) -> tu
     unknown = [n for n in names if n not in params and not takes_kwargs]
     if unknown:
         raise BadInputError(f"{option} names {unknown}, which are not parameters of {fn.__qualname__}")
+    if set(names) & tuned:
+        raise BadInputError(f"{option} names {sorted(set(names) & tuned)}, which the configs set: a tuned value, "
+                            "not an argument the function changes")
     return names
 
 
