@@ -170,14 +170,15 @@ class Outcome:
             return None
 
 
-def _number(value: Any) -> bool:
-    return finite_number(value)
+def distinct_ranks(ranks: Any) -> bool:
+    """Whether ``ranks`` (read back) is a list of distinct ranks: non-negative integers, none twice."""
+    return (isinstance(ranks, list) and all(type(r) is int and 0 <= r < 2**31 for r in ranks)
+            and len(set(ranks)) == len(ranks))
 
 
 def _ranks_of(ranks: Any, times: Any) -> bool:
-    """Whether ``ranks`` can label the per-rank ``times``: distinct non-negative integers, one per time."""
-    return (isinstance(ranks, list) and isinstance(times, list) and len(ranks) == len(times)
-            and all(type(r) is int and 0 <= r < 2**31 for r in ranks) and len(set(ranks)) == len(ranks))
+    """Whether ``ranks`` can label the per-rank ``times``: distinct ranks, one per time."""
+    return distinct_ranks(ranks) and isinstance(times, list) and len(ranks) == len(times)
 
 
 def _typed_right(values: dict[str, Any]) -> bool:
@@ -185,8 +186,8 @@ def _typed_right(values: dict[str, Any]) -> bool:
     ``own`` a finite number or null, ``per_rank`` a list of finite numbers or null, ``order`` a list of integers,
     ``samples`` an integer (a damaged or foreign row is left out, never a crash)."""
     per_rank, order = values.get("per_rank"), values.get("order", [])
-    return (all(values.get(name) is None or _number(values[name]) for name in ("spread", "own"))
-            and (per_rank is None or isinstance(per_rank, list) and all(_number(t) for t in per_rank))
+    return (all(values.get(name) is None or finite_number(values[name]) for name in ("spread", "own"))
+            and (per_rank is None or isinstance(per_rank, list) and all(finite_number(t) for t in per_rank))
             and isinstance(order, list) and all(type(i) is int for i in order)
             and type(values.get("samples", 0)) is int)
 

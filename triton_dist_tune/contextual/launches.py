@@ -49,7 +49,7 @@ def launch(session: CallState, autotuner: Any, args: tuple, kwargs: dict[str, An
     # hears of it and fails it on every rank; a call that cannot ask the group runs a stand-in). A rank that met the
     # key already runs the choice, as Triton runs a key's cached choice whatever its later launches would prune
     dropped = (track is not None and track.done and tid not in session.local
-               and not _kept_early(autotuner, track.best, args, kwargs))
+               and not _kept_here(autotuner, track.best, args, kwargs, early=True))
     if session.pending_mode and (track is None or dropped):
         return pending_launch(session, tid, autotuner, key, args, kwargs)
     with session.lock:
@@ -137,25 +137,17 @@ def _early(local: LocalTrack) -> list[int]:
     return local.pruning[0] if local.pruning is not None else []
 
 
-def _kept_early(autotuner: Any, index: int, args: tuple, kwargs: dict[str, Any]) -> bool:
-    """Whether this rank's ``early_config_prune`` keeps config ``index`` for this launch (what the group's
-    :meth:`~triton_dist_tune.contextual.schedule.Track.join` asks of a rank that meets a key late; a perf model's
-    ``top_k`` is the group's)."""
-    if not autotuner.early_config_prune:
-        return True
-    try:
-        return index in intercept.pruning(autotuner, args, kwargs)[0]
-    except Exception:
-        return False  # the tuning path reports the pruning's error
-
-
-def _kept_here(autotuner: Any, index: int, args: tuple, kwargs: dict[str, Any]) -> bool:
+def _kept_here(autotuner: Any, index: int, args: tuple, kwargs: dict[str, Any], early: bool = False) -> bool:
     """Whether this rank's own pruning keeps config ``index`` for this launch (a choice the group made without this
-    rank is taken only then: a config the current pruning leaves out is never launched)."""
-    if not autotuner.early_config_prune and not autotuner.perf_model:
+    rank is taken only then: a config the current pruning leaves out is never launched). ``early``: its
+    ``early_config_prune`` alone (what the group's :meth:`~triton_dist_tune.contextual.schedule.Track.join` asks
+    of a rank that meets a key late; a perf model's ``top_k`` is the group's)."""
+    if not autotuner.early_config_prune and (early or not autotuner.perf_model):
         return True
     try:
-        return index in intercept.pruned_indices(autotuner, args, kwargs)
+        kept = intercept.pruning(autotuner, args, kwargs)[0] if early else intercept.pruned_indices(autotuner, args,
+                                                                                                      kwargs)
+        return index in kept
     except Exception:
         return False  # the tuning path reports the pruning's error
 

@@ -24,7 +24,7 @@ from ..faults.journal import Journal, merge
 from ..faults.recovery import journal_path
 from ..group import codec
 from ..group.channel import Group
-from ..records import Outcome, finite_number, group_samples
+from ..records import Outcome, distinct_ranks, finite_number, group_samples
 from ..space import describe
 from . import intercept
 
@@ -231,9 +231,7 @@ def journaled_per_rank(outcome: Mapping[str, Any], holders: Sequence[int]) -> di
     non-negative numbers are left out, and every time when the ranks are not distinct ranks matching the times one
     for one (a damaged journal costs the table, not the key)."""
     times, ranks = outcome.get("per_rank"), outcome.get("per_rank_of", list(holders))
-    if not isinstance(times, list) or not isinstance(ranks, list) or len(ranks) < len(times):
-        return {}
-    if not all(type(r) is int and 0 <= r < 2**31 for r in ranks) or len(set(ranks)) < len(ranks):
+    if not isinstance(times, list) or not distinct_ranks(ranks) or len(ranks) < len(times):
         return {}
     return {r: float(t) for r, t in zip(ranks, times, strict=False) if finite_number(t) and t >= 0}
 

@@ -194,10 +194,11 @@ class Guarding:
                     pass
             return
         state = self.trial.state
-        if state is not None and state.raised_from_fill:  # the NaN fill made it raise: no evidence (a peer it
-            error = error if error.startswith(FROM_THE_FILL) else f"{FROM_THE_FILL}: {error}"  # leaves inside a
-            self.journal.append(index, "interrupted", config=desc, error=f"interrupted: {error}", fill=True)  # call
-            # of the function blames nothing either, on_peer), and the group may run it again (_again_after_fill)
+        if state is not None and state.raised_from_fill:
+            # the tuner's NaN fill made it raise: no evidence against the config (a peer it leaves inside a call of
+            # the function blames nothing either: on_peer), and the group may run it again (_again_after_fill)
+            error = error if error.startswith(FROM_THE_FILL) else f"{FROM_THE_FILL}: {error}"
+            self.journal.append(index, "interrupted", config=desc, error=f"interrupted: {error}", fill=True)
         elif not step.endswith(BEST_EFFORT):
             self.journal.append(index, "local_failure", config=desc, error=error)
         try:

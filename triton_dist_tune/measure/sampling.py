@@ -15,7 +15,8 @@ from .combine import Combined
 from .graphs import EAGER, GRAPH, Graphs, device_time_applies, graph_calls
 from .race import Race
 
-#: a capture that failed for want of device memory: no evidence against the config (the tuning times eagerly)
+#: a capture that failed for want of device memory: before any capture worked, no evidence against the config (the
+#: tuning times eagerly)
 OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
 
 
@@ -41,7 +42,8 @@ class Sampling:
         another's worked cannot be captured itself, and fails alone (:func:`uncapturable`), wherever it comes in
         the order: before, the tuning switched to eager timing at it, and a search then ranked its later stages'
         eager times against its earlier stages' device times. A capture that fails for want of device memory
-        blames no config: the tuning times eagerly from there (:data:`OUT_OF_MEMORY`).
+        before any capture worked blames no config, and the tuning times eagerly (:data:`OUT_OF_MEMORY`); after
+        one worked, that config fails alone.
         Returns the configs whose capture met their own error at its synchronize, or that cannot be captured (the
         caller fails them; one rank: no other rank needs to agree)."""
         if self.graphs is None and not self._clock_chosen and per_call:
