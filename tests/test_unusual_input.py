@@ -174,6 +174,33 @@ def test_a_name_that_would_leave_the_cache_folder_is_refused(name):
         tdt.autotune([{"a": 1}], key_fn=lambda x: 1, name=name)(lambda x, *, a: x)
 
 
+@pytest.mark.parametrize("name", ["x" * 300, "é" * 101, " padded", "padded ", "two\nlines", "tab\there"])
+def test_a_name_no_folder_can_hold_is_refused_at_the_decorator(name):
+    """A 300-character ``name=`` was accepted and every decision it tuned was lost at its write (the file system
+    refuses a name over 255 bytes: a warning at each call); a name with a leading or trailing space or a control
+    character made a folder that ``list`` shows as another name."""
+    import triton_dist_tune as tdt
+
+    with pytest.raises(tdt.BadInputError, match="name names a folder inside the cache folder"):
+        tdt.autotune([{"a": 1}], key_fn=lambda x: 1, name=name)(lambda x, *, a: x)
+
+
+def test_the_longest_name_allowed_is_written_to_disk(tmp_path, monkeypatch):
+    """The bound on ``name=`` leaves room: a name at the bound tunes and its decision is on disk."""
+    import triton_dist_tune as tdt
+    from triton_dist_tune.checks import MAX_FOLDER_BYTES
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    name = "n" * (MAX_FOLDER_BYTES - 2) + "é"
+
+    @tdt.autotune([{"a": 1}, {"a": 2}], key_fn=lambda n: n, n_repeat=1, name=name)
+    def scaled(n, *, a):
+        return n * a
+
+    assert scaled(3) in (3, 6)
+    assert len(list((tmp_path / "cache" / name).glob("*.json"))) == 1
+
+
 @pytest.mark.parametrize("decorator", ["autotune", "contextual_autotune"])
 def test_decorating_something_that_is_not_callable_is_a_bad_input_error(decorator):
     """``autotune(...)(5)`` was ``TypeError: 5 is not a callable object``, from deep inside."""

@@ -100,14 +100,28 @@ def text(value: Any, option: str) -> None:
         raise BadInputError(f"{option} must be a non-empty string or None, got {_given(value)}")
 
 
+#: the longest folder name ``name=`` may give (in UTF-8 bytes): most file systems cap one name at 255
+MAX_FOLDER_BYTES = 200
+
+
 def folder_name(value: Any, option: str) -> None:
     """``value`` must be None or a name that is one folder inside the cache folder: not empty, no path separator,
     not ``.`` or ``..`` (``name="../x"`` put a function's decisions outside the cache folder, where ``list`` and
     ``clear`` never look)."""
     text(value, option)
-    if value is not None and ("/" in value or "\\" in value or "\0" in value or value in (".", "..")):
+    if value is None:
+        return
+    if "/" in value or "\\" in value or "\0" in value or value in (".", ".."):
         raise BadInputError(f"{option} names a folder inside the cache folder: no path separator, not '.' or '..', "
                             f"got {_given(value)}")
+    if value != value.strip() or any(not ch.isprintable() for ch in value):
+        raise BadInputError(f"{option} names a folder inside the cache folder: no leading or trailing space, no "
+                            f"control character (a folder whose name the CLI's 'list' shows as another), got "
+                            f"{_given(value)}")
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_FOLDER_BYTES:
+        raise BadInputError(f"{option} names a folder inside the cache folder: at most {MAX_FOLDER_BYTES} bytes "
+                            f"(file systems refuse longer names, and no decision could be written), got "
+                            f"{len(value.encode('utf-8', 'surrogatepass'))} bytes")
 
 
 def search(value: Any) -> None:
