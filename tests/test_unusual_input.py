@@ -201,6 +201,27 @@ def test_the_longest_name_allowed_is_written_to_disk(tmp_path, monkeypatch):
     assert len(list((tmp_path / "cache" / name).glob("*.json"))) == 1
 
 
+def test_a_repeated_config_is_tuned_once_and_said(tmp_path, monkeypatch, caplog):
+    """A config given twice was measured and raced against itself, silently: a share of every tuning spent on
+    nothing (a space built from a product of options often repeats one)."""
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    ran: list[tuple[int, int]] = []
+
+    @tdt.autotune([{"a": 1, "b": 0}, {"a": 2, "b": 0}, {"b": 0, "a": 1}, {"a": 2, "b": 0}],
+                  key_fn=lambda n: n, n_repeat=1)
+    def scaled(n, *, a, b):
+        ran.append((a, b))
+        return n * a
+
+    assert "config_space[2] repeats config_space[0]; config_space[3] repeats config_space[1]" in caplog.text
+    assert "(2 of 4 kept)" in caplog.text
+    assert scaled.tuner.space == [{"a": 1, "b": 0}, {"a": 2, "b": 0}]
+    assert scaled(3) in (3, 6)
+    assert set(ran) == {(1, 0), (2, 0)}
+
+
 @pytest.mark.parametrize("decorator", ["autotune", "contextual_autotune"])
 def test_decorating_something_that_is_not_callable_is_a_bad_input_error(decorator):
     """``autotune(...)(5)`` was ``TypeError: 5 is not a callable object``, from deep inside."""

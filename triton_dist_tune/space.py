@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import logging
 import numbers
 import re
 import types
@@ -12,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import BadInputError
+
+log = logging.getLogger("triton_dist_tune")
 
 #: keywords a call of a tuned function may carry for the tuner (any other ``autotune_*`` keyword is a typo)
 CALL_KEYWORDS = frozenset({"autotune", "autotune_verbose", "autotune_pg", "autotune_allow_arg_overwrite",
@@ -164,6 +167,26 @@ def validate_space(config_space: Any) -> list[dict[str, Any]]:
                                 "and differs between processes: use values with a stable repr")
         space.append(dict(config))
     return space
+
+
+def without_repeats(space: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """``space`` with each config described alike to an earlier one left out (the first kept), said once in a
+    warning: a repeated config was measured and raced against itself, a share of the tuning spent on nothing.
+    Every rank drops the same ones (the descriptions are equal on every rank)."""
+    first: dict[str, int] = {}
+    kept, repeats = [], []
+    for i, config in enumerate(space):
+        text = describe(config)
+        if text in first:
+            repeats.append(f"config_space[{i}] repeats config_space[{first[text]}]")
+            continue
+        first[text] = i
+        kept.append(config)
+    if repeats:
+        shown = "; ".join(repeats[:5]) + (f"; and {len(repeats) - 5} more" if len(repeats) > 5 else "")
+        log.warning("triton_dist_tune: %s: %s: each config is tuned once (%d of %d kept)", name, shown, len(kept),
+                    len(space))
+    return kept
 
 
 def _address_in(value: Any, depth: int = 0) -> bool:

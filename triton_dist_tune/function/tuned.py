@@ -17,7 +17,7 @@ from ..disk.cache import DiskCache, dependency_text, source_of
 from ..errors import BadInputError
 from ..measure.timing import timing_mode
 from ..records import Decision
-from ..space import check_space_signature, describe, fingerprint, validate_space
+from ..space import check_space_signature, describe, fingerprint, validate_space, without_repeats
 from .options import TuneOptions
 from .policy import Undecided
 
@@ -57,6 +57,7 @@ class TunedFunction:
         self.name = options.name or getattr(fn, "__name__", "tuned")
         self.space = validate_space(config_space)
         check_space_signature(fn, self.space, self.name)
+        self.space = without_repeats(self.space, self.name)
         try:
             self.params = frozenset(inspect.signature(fn).parameters)
         except (TypeError, ValueError):
