@@ -26,7 +26,8 @@ import pytest
 from harness import HERE, base_env, describe, parse_results, run_process, run_ranks, torchrun_command, tuner_env
 
 from triton_dist_tune.faults.backstop import SLACK_S
-from triton_dist_tune.faults.journal import AGAIN, Journal, merge, well_formed
+from triton_dist_tune.faults.evidence import AGAIN, merge
+from triton_dist_tune.faults.journal import Journal, well_formed
 
 SCRIPT = HERE / "scenarios" / "fault_cases.py"
 RUNS = 1 + 2  # N_WARMUP + N_REPEAT in fault_cases.py (cold timing: one call per sample)
@@ -642,6 +643,26 @@ def test_mpi_a_rank_cancelled_mid_warm_up_blames_no_config_on_the_rank_left_wait
     assert again.returncode == 0, again
     for r in again.final().values():
         assert r["chosen"] == 0 and "failed" not in r["states"], again
+
+
+@pytest.mark.timeout(150)
+def test_mpi_a_raise_from_the_nan_fill_that_leaves_a_peer_inside_a_collective_blames_no_config(env):
+    """mpi4py has no failure board: rank 0's run of config 1 raises from the tuner's NaN fill (journaled, not
+    blamed) and leaves rank 1 inside the function's allreduce, where its watchdog ends it at T journaling ``hung``.
+    Before, the rerun read that hang as evidence and left config 1 out (``hung on rank 1``), which the NaN fill had
+    caused. Now a hang in a config whose run raised from the fill in the same attempt, on another rank, is no
+    evidence: the rerun fills nothing and measures config 1."""
+    job = mpiexec("mpi_fill_raise", env, timeout=100)
+    assert job.returncode != 0, job
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    states = {(p.name.split(".")[-2], r["index"], r["state"], bool(r.get("fill"))) for p in journals(cache)
+              for r in records(p)}
+    # the first config's first run finds what the function writes; the fill comes with the next config's
+    assert ("rank0", 1, "interrupted", True) in states and ("rank1", 1, "hung", False) in states, states
+    again = mpiexec("mpi_fill_raise", {**env, "RUN": "1", **MPI_RERUN}, timeout=100)
+    assert again.returncode == 0, again
+    for r in again.final().values():
+        assert "error" not in r["result"] and r["states"] == ["measured"] * 3, again
 
 
 # -- init_distributed under torchrun restarts ------------------------------------------------------------------

@@ -12,7 +12,8 @@ import time
 import pytest
 from harness import tune_alone
 
-from triton_dist_tune.faults.journal import SCREENING, merge
+from triton_dist_tune.faults.evidence import merge
+from triton_dist_tune.faults.journal import SCREENING
 from triton_dist_tune.records import Outcome
 from triton_dist_tune.space import describe
 

@@ -95,7 +95,7 @@ def test_journal_records_name_the_communicators_world_ranks_and_the_attempt_over
                for line in path.read_text().splitlines() if line.strip()]
     assert records, "a cut tuning keeps its journals"
     assert {tuple(r["ranks"]) for r in records} == {tuple(range(size - 1, -1, -1))}
-    # ends inside a config count once per attempt over the ranks (journal.crashed): every rank's records name the
+    # ends inside a config count once per attempt over the ranks (evidence.crashed): every rank's records name the
     # attempt the journal exchange agreed (group rank 0's session), the same on every rank
     attempts = {r.get("attempt") for r in records}
     assert len(attempts) == 1 and None not in attempts, attempts

@@ -16,7 +16,8 @@ import pytest
 from triton_dist_tune.contextual.exchange import measured_record
 from triton_dist_tune.contextual.schedule import Track
 from triton_dist_tune.contextual.tracks import TrackInfo
-from triton_dist_tune.faults.journal import Journal, merge
+from triton_dist_tune.faults.evidence import merge
+from triton_dist_tune.faults.journal import Journal
 from triton_dist_tune.function.decide import decide
 from triton_dist_tune.measure.race import Race, RacePlan
 from triton_dist_tune.records import Outcome

@@ -827,6 +827,39 @@ def test_a_resumed_search_keeps_an_earlier_attempts_stand_ins_as_bounds_and_coun
     assert found["chosen_ms"] <= 1.02 * found["best_ms"]
 
 
+def test_a_resumed_search_times_with_the_clock_its_journaled_samples_were_taken_with(tmp_path):
+    """Each attempt chose its clock from its own first race: a search killed after screening on the device (CUDA
+    graph replays) resumed eagerly where its first race's fastest call read over the bound, and ranked the first
+    attempt's device times against its own eager ones (host time included) in one history. The journal now says
+    which clock timed each record, and a resumed attempt takes it."""
+    env = tuner_env(tmp_path, 60, SEARCH_KILL="140", SEARCH_GRAPHS="1")
+    first = run_ranks(CASES, 1, ["far_behind_killed"], env={**env, "SEARCH_ATTEMPT": "1"}, timeout=240)
+    assert first[0].returncode == -9, describe(first)
+    journals = list((tmp_path / "cache").rglob("*.journal"))
+    timed = [json.loads(line) for path in journals for line in path.read_text().splitlines()
+             if json.loads(line).get("state") in ("measured", "stopped")]
+    assert timed and {r.get("clock") for r in timed} == {"graph"}, {r.get("clock") for r in timed}
+    (second,) = run_ranks(CASES, 1, ["far_behind_killed"], env={**env, "SEARCH_ATTEMPT": "2"}, timeout=240)
+    assert second.returncode == 0, describe([second])
+    found = second.results[0]
+    assert re.search(r"\(\d+ from the journal\)", found["search"]), found["search"]
+    assert found["clock"] == "graph", found
+
+
+def test_the_journaled_clock_is_the_one_clock_the_timed_records_name():
+    from triton_dist_tune.measure.graphs import device_time_applies, journaled_clock
+
+    graph = {"state": "stopped", "clock": "graph"}
+    assert journaled_clock([graph, {"state": "failed", "clock": "eager"}]) == "graph"  # a failure has no time
+    assert journaled_clock([{"state": "measured", "screening": {**graph, "state": "measured"}}]) == "graph"
+    assert journaled_clock([graph, {"state": "measured", "clock": "eager"}]) is None  # both: choose afresh
+    assert journaled_clock([{"state": "measured"}]) is None  # written before the clock was journaled
+    assert journaled_clock([{"state": "measured", "clock": "sundial"}]) is None
+    assert device_time_applies(False, 1, "cuda", 50.0, "graph") and not device_time_applies(False, 1, "cuda", 0.1,
+                                                                                            "eager")
+    assert not device_time_applies(False, 2, "cuda", 0.1, "graph")  # still one rank only
+
+
 def test_the_configs_compiled_ahead_are_the_leaders_neighbours_whether_the_stage_comes_in_slow_or_ahead():
     """While a stage is measured, the configs the next stage will likely hold compile (``measure/ahead.py``): the
     leaders' unscreened neighbours if the stage's configs come in slow, then those around the stage's configs if each

@@ -151,6 +151,37 @@ def before_each_compile(kernel, hook: Callable[[object, dict], None]) -> None:
     type(kernel.fn).warmup = warmup
 
 
+def host_graphs(uncapturable: frozenset[int] = frozenset(), oom: bool = False) -> list[int]:
+    """Time tunings as if their calls replayed from CUDA graphs, which cannot run here: installs a stand-in
+    :class:`~triton_dist_tune.measure.graphs.Graphs` whose capture runs the call once (as torch's warm-up before a
+    capture does) and whose replay is the call itself. The configs ``uncapturable`` names cannot be captured (the
+    stand-in's capture fails, as torch's does at a host read; with ``oom``, for want of device memory). Returns
+    the list that holds the config being captured while its capture runs."""
+    from types import SimpleNamespace
+
+    from triton_dist_tune.measure import graphs, sampling
+
+    capturing: list[int] = []
+
+    class HostGraphs(graphs.Graphs):
+        def capture(self, index, call) -> bool:
+            capturing.append(index)
+            try:
+                call()
+            finally:
+                capturing.pop()
+            if index in uncapturable:  # what Graphs.capture does when torch's capture raises
+                self.error = ("OutOfMemoryError: CUDA out of memory (injected)" if oom
+                              else "RuntimeError: operation not permitted when stream is capturing (injected)")
+                return False
+            self.graphs[index] = SimpleNamespace(replay=call)
+            self.warms_next, self.works = False, True
+            return True
+
+    sampling.Graphs = HostGraphs
+    return capturing
+
+
 def main(mpi: bool | None = None) -> None:
     """Run the case named by ``sys.argv[1]`` (or the cases named by ``sys.argv[1:]``, one after another, in this
     one process: every case must leave the process group as it found it), then leave cleanly: MPI ranks exit

@@ -184,30 +184,10 @@ def capture_hang():
     (comma-separated) cannot be captured (the stand-in's capture fails, as torch's does at a host read; with
     ``CAPTURE_OOM=1``, for want of device memory), of
     ``CAPTURE_VARIANTS`` configs (default 3). Reports the choice, the clock and the table."""
-    from types import SimpleNamespace
+    from triton_dist_tune.measure import sampling
 
-    from triton_dist_tune.measure import graphs, sampling
-
-    capturing: list[int] = []
-
-    uncapturable = {int(v) for v in os.environ.get("CAPTURE_FAILS", "").split(",") if v}
-
-    class HostGraphs(graphs.Graphs):
-        def capture(self, index, call) -> bool:
-            capturing.append(index)
-            try:
-                call()
-            finally:
-                capturing.pop()
-            if index in uncapturable:  # what Graphs.capture does when torch's capture raises
-                self.error = ("OutOfMemoryError: CUDA out of memory (injected)" if os.environ.get("CAPTURE_OOM")
-                              else "RuntimeError: operation not permitted when stream is capturing (injected)")
-                return False
-            self.graphs[index] = SimpleNamespace(replay=call)
-            self.warms_next, self.works = False, True
-            return True
-
-    sampling.Graphs = HostGraphs
+    capturing = _cases.host_graphs(frozenset(int(v) for v in os.environ.get("CAPTURE_FAILS", "").split(",") if v),
+                                   oom=bool(os.environ.get("CAPTURE_OOM")))
     sampling.device_time_applies = lambda *args: True
     start()
     hang, raises = os.environ.get("CAPTURE_HANG") == "1", os.environ.get("CAPTURE_RAISE") == "1"
@@ -349,6 +329,30 @@ def mpi_raise_mid_warm_up():
     ((_, table),) = work.tuner.tables.items()
     emit(chosen=chosen(work), out=out.tolist(), states=[r["state"] for r in table],
          errors=[r.get("error") for r in table])
+
+
+@case
+def mpi_fill_raise():
+    """Under mpiexec: logits scaled in place, then sampled on rank 0 (``torch.multinomial``) before an allreduce over
+    the communicator. In the first run (``RUN=0``), config 1's run from the tuner's NaN fill raises on rank 0 and
+    leaves rank 1 inside the allreduce, which only the watchdog ends; ``RUN=1`` is the rerun."""
+    me = rank()
+
+    @tdt.autotune(config_space=[{"variant": v} for v in range(3)], key_fn=lambda logits: 0, n_warmup=1,
+                  n_repeat=N_REPEAT, name="mpi_fill_raise")
+    def sample_(logits: torch.Tensor, *, variant: int) -> float:
+        record(variant)
+        logits.div_(0.7)
+        if me == 0:
+            torch.multinomial(logits.softmax(-1), 1)
+        comm().allreduce(float(logits.sum()))
+        time.sleep(SLEEP_MS[variant] / 1e3)
+        return float(logits.sum())
+
+    result = _cases.outcome(sample_, torch.randn(8, 32), autotune_pg=comm())
+    decision = next(iter(sample_.tuner.decisions.values()), None)
+    emit(result=result, states=[o.state for o in decision.outcomes] if decision else None,
+         errors=[o.error for o in decision.outcomes] if decision else None)
 
 
 @case

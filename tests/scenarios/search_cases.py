@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, in_steady_round, main, spend, virtual_clock
+from _cases import case, emit, host_graphs, in_steady_round, main, spend, virtual_clock
 
 import triton_dist_tune as tdt
 
@@ -130,10 +130,22 @@ def far_behind_host_probe():
 def far_behind_killed():
     """``far_behind`` where the probes of some configs near the best read 1.7x their time (so that stand-ins lie
     near the best as well as far from it), killed at the ``SEARCH_KILL``-th distinct config of its first attempt and
-    resumed in the second (``SEARCH_ATTEMPT=2``)."""
+    resumed in the second (``SEARCH_ATTEMPT=2``). With ``SEARCH_GRAPHS=1`` the calls replay from stand-in CUDA
+    graphs (``_cases.host_graphs``) where the tuning times on the device, and the first attempt's own first race
+    says to time on the device (its fastest call reads under the bound) where the second's says to time eagerly
+    (as a resumed search's first race, near the best configs, can read faster or slower than the first's)."""
     tdt.init_distributed()
     calls: list[int] = []
     attempt = os.environ.get("SEARCH_ATTEMPT", "1")
+    if os.environ.get("SEARCH_GRAPHS") == "1":
+        from triton_dist_tune.measure import graphs, sampling
+
+        host_graphs()
+
+        def applies(cold: bool, size: int, device: str, fastest: float, *journaled: str | None) -> bool:
+            return graphs.device_time_applies(cold, size, "cuda", 0.5 if attempt == "1" else 50.0, *journaled)
+
+        sampling.device_time_applies = applies
     misread = {i for i, c in enumerate(SPACE) if landscape_ms(c) <= 2.6 and i % 3 == 0}
     kill = int(os.environ.get("SEARCH_KILL", "0")) or None
     f = tuned("far_behind_killed", calls, jitter=0.0, kill_at=kill if attempt == "1" else None,
@@ -141,7 +153,8 @@ def far_behind_killed():
     with virtual_clock(kind="device"):
         f()
     ((_, decision),) = f.tuner.decisions.items()
-    emit(chosen_ms=landscape_ms(SPACE[decision.index]), best_ms=min(map(landscape_ms, SPACE)), search=decision.search)
+    emit(chosen_ms=landscape_ms(SPACE[decision.index]), best_ms=min(map(landscape_ms, SPACE)), search=decision.search,
+         clock=decision.clock)
 
 
 class _SlowAfterTheFinalRace(logging.Handler):

@@ -20,7 +20,8 @@ from typing import Any
 from .. import settings
 from ..disk.cache import DiskCache, entry_id, source_of
 from ..errors import describe_error
-from ..faults.journal import Journal, merge
+from ..faults.evidence import merge
+from ..faults.journal import Journal
 from ..faults.recovery import journal_path
 from ..group import codec
 from ..group.channel import Group
@@ -205,7 +206,7 @@ def config_params(configs: list[Any]) -> list[dict[str, Any]]:
 
 
 def earlier_outcomes(per_rank: list[list[dict[str, Any]]], descriptions: list[str]) -> dict[int, dict[str, Any]]:
-    """The merged outcome per config of every rank's journal records (:func:`~..faults.journal.merge`'s blame
+    """The merged outcome per config of every rank's journal records (:func:`~..faults.evidence.merge`'s blame
     rules; with ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE`` only this job's records)."""
     env = settings.current()
     return merge(per_rank, descriptions, only_job=env.job_id if env.always_tune else False)

@@ -5,7 +5,7 @@ every rank shares, from which every resume decision is taken (never from a rank'
   ``<group>`` fingerprints the group's identity (kind, name, global ranks; for a group of one process, that
   process's global rank too: torch.distributed's, else mpi4py's ``COMM_WORLD`` rank), for ``autotune`` and
   ``contextual_autotune`` alike, so that two groups of one job never read or delete each other's journals.
-- :func:`shared_view`: one exchange of every rank's records, merged (:func:`~.journal.merge`) into the same
+- :func:`shared_view`: one exchange of every rank's records, merged (:func:`~.evidence.merge`) into the same
   outcome per config on every rank; :func:`across` widens it over the replicas of a layout (a failure anywhere is a
   failure everywhere); :func:`gather_entries` gathers every journal of a group's contextual entries at once.
 - :func:`interruptible`: while a tuning runs on the main thread, SIGTERM (from the user or the launcher) raises
@@ -28,7 +28,8 @@ from typing import Any
 from ..errors import BadInputError
 from ..group.channel import Group
 from ..space import fingerprint
-from .journal import Journal, crashed, merge
+from .evidence import crashed, merge
+from .journal import Journal
 
 #: the preference between outcomes of one config seen by different replicas: the strongest evidence wins (an
 #: attempt that ended in the config's compile pass, ``interrupted``, is none)
@@ -91,7 +92,7 @@ def journal_path(folder: Path, entry: str, group: Group) -> Path:
 def shared_view(group: Group, journal: Journal, descriptions: list[str], only_job: str | None | bool, what: str,
                 timeout: float, kept: str | None = None) -> dict[int, dict[str, Any]]:
     """Every rank's records of ``journal``, gathered in one exchange and merged: the same view on every rank
-    (``kept``: the kept set of this tuning, see :func:`~.journal.merge`). The exchange also agrees this attempt's
+    (``kept``: the kept set of this tuning, see :func:`~.evidence.merge`). The exchange also agrees this attempt's
     name, group rank 0's session, which every rank then writes into its records (:attr:`~.journal.Journal.attempt`):
     the ranks of one attempt name it alike, on any node, under any launcher."""
     gathered = group.allgather([journal.session, journal.read()], what, timeout=timeout)

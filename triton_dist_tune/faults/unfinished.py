@@ -18,7 +18,8 @@ from typing import Any
 
 from ..disk.decisions import inside
 from ..records import finite_number
-from .journal import merge, parse_records
+from .evidence import merge
+from .journal import parse_records
 from .recovery import strongest
 
 #: a journal's file name: its entry, its group's tag (absent in old journals), its group rank and slot
@@ -133,7 +134,7 @@ class Unfinished:
     def configs(self) -> list[ConfigRecord]:
         """Per config the journals name, by index: the outcome the next attempt starts from, or ``started`` for a
         config begun with no outcome yet. As the tuner takes it: each group's ranks' records merged
-        (:func:`~.journal.merge`), then the groups' views as a replica's are merged with the other replicas'
+        (:func:`~.evidence.merge`), then the groups' views as a replica's are merged with the other replicas'
         (:func:`~.recovery.strongest`: a config that two processes of one node were inside when one attempt ended
         is a suspect of one attempt, not a crash of two)."""
         descriptions: dict[int, str] = {}

@@ -53,6 +53,7 @@ from ..measure import breakdown, compile_pass
 from ..measure.arguments import ArgumentState, RandomState
 from ..measure.budget import clocked
 from ..measure.daemon_pool import AHEAD, NOW
+from ..measure.graphs import journaled_clock
 from ..measure.lockstep import Measurer, Todo
 from ..measure.precompile import compiles_here, precompile
 from ..measure.replicas import Layout, settle
@@ -199,7 +200,7 @@ class Tuning:
         The journals are named without the kept set (:attr:`journal_entry`): evidence belongs to the config, so a
         config that hung or crashed under one kept set is left out under any other (the records carry their kept set
         in ``kept``, and a time measured under another kept set is measured again:
-        :func:`~triton_dist_tune.faults.journal.merge`)."""
+        :func:`~triton_dist_tune.faults.evidence.merge`)."""
         self.kept_mark = kept_text(kept, len(self.tuner.space))
         self.journal_entry = self._entry(self.extra)
         self.extra += self.kept_mark
@@ -308,6 +309,7 @@ class Tuning:
         measurer = Measurer(self.group, trial, plan, journal, logs.rank_log(), self.label, guard)
         # the budget counts from the start of the tuning; replicas time eagerly, all alike (Measurer.device_time)
         measurer.budget.began, measurer.device_time = self.began, layout is None
+        measurer.journaled_clock = journaled_clock(earlier.values())
         share = kept if layout is None else layout.share(kept)
         pruned = [Outcome(i, tuner.descriptions[i], "pruned") for i in range(len(tuner.space)) if i not in kept]
         if layout is None and not tuner.options.sharded and search_applies(tuner.search_mode(), len(kept)):
@@ -352,13 +354,12 @@ class Tuning:
         for i in share:
             known = earlier.get(i, {}).get("state") in ("failed", "stopped")
             resumed = Outcome.from_json({**earlier[i], "index": i}) if known else None
-            if i in earlier and not known:
-                logs.rank_log().info("%s config %d from the journal: %s", self.label, i, earlier[i].get("error") or
-                                     earlier[i]["state"])
+            if i in earlier:
+                logs.rank_log().info("%s config %d from the journal: %s", self.label, i,
+                                     resumed if resumed is not None else earlier[i].get("error") or earlier[i]["state"])
             if resumed is not None:
                 resumed.resumed = True
                 outcomes.append(resumed)
-                logs.rank_log().info("%s config %d from the journal: %s", self.label, i, resumed)
             else:  # not measured yet, or still in the race when an earlier attempt ended: race it now
                 todo.append(self.todo(i))
         return outcomes, todo

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,7 +290,23 @@ def graph_calls(fastest_ms: float) -> int:
     return max(1, min(GRAPH_CALLS, math.ceil(GRAPH_MS / fastest_ms)))
 
 
-def device_time_applies(cold: bool, group_size: int, device: str, fastest_ms: float) -> bool:
+def device_time_applies(cold: bool, group_size: int, device: str, fastest_ms: float,
+                        journaled: str | None = None) -> bool:
     """Whether a tuning times on the device (see the module docstring): steady timing, one rank, CUDA, and a
-    fastest config under :data:`DEVICE_TIME_BELOW_MS` per call (every input agreed or the rank's own alone)."""
-    return not cold and group_size == 1 and device == "cuda" and 0 < fastest_ms < DEVICE_TIME_BELOW_MS
+    fastest config under :data:`DEVICE_TIME_BELOW_MS` per call (every input agreed or the rank's own alone). A
+    resumed tuning whose journals hold times (``journaled``: :func:`journaled_clock`) times as they were timed,
+    whatever its own first race's fastest call: a search ranks the journaled times beside its own."""
+    possible = not cold and group_size == 1 and device == "cuda"
+    if journaled is not None:
+        return possible and journaled == GRAPH
+    return possible and 0 < fastest_ms < DEVICE_TIME_BELOW_MS
+
+
+def journaled_clock(records: Iterable[dict[str, Any]]) -> str | None:
+    """The clock (:data:`GRAPH` or :data:`EAGER`) that timed the measured and stopped records of earlier attempts
+    (merged outcomes, a finalist's screening record included), where they name one clock; None where none names a
+    clock (no times, or journals written before the clock was journaled) or they name both (then the tuning
+    chooses afresh)."""
+    clocks = {r.get("clock") for record in records for r in (record, record.get("screening"))
+              if isinstance(r, dict) and r.get("state") in ("measured", "stopped")} - {None}
+    return next(iter(clocks)) if len(clocks) == 1 and clocks <= {GRAPH, EAGER} else None

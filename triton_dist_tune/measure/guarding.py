@@ -73,7 +73,7 @@ class Guarding:
         rank failed in another config of its step (a steady round) journals its own config as interrupted, after
         ``patience`` seconds (the time the phase takes when not stuck), or at the deadline. The ``interrupted``
         records written here name their ``phase``: one in the compile pass, the last record of its attempt, makes
-        the next attempt run no compile pass for the config (:func:`~triton_dist_tune.faults.journal.merge`)."""
+        the next attempt run no compile pass for the config (:func:`~triton_dist_tune.faults.evidence.merge`)."""
         step = f"config {index} {phase}" if step is None else step
         blames = phase not in BEST_EFFORT
 

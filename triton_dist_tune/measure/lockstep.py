@@ -116,6 +116,8 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         #: whether this tuning may time on the device at all: not one of ``autotune_replicas`` (a one-rank replica
         #: would choose from its own share of the configs, and the leaders' times across replicas mix kinds)
         self.device_time = True
+        #: the clock the earlier attempts' times were taken with, which a resumed tuning keeps (None: choose)
+        self.journaled_clock: str | None = None
         #: the group's time per call of every config warmed up so far (the MAX over ranks: the same everywhere)
         self.per_call: dict[int, float] = {}
         #: pauses a search's screening made to measure what it had warmed up before waiting for compiles

@@ -29,8 +29,8 @@ def uncapturable(error: str | None) -> str:
 class Sampling:
     """The CUDA-graph part of :class:`~triton_dist_tune.measure.lockstep.Measurer`: whether a tuning times on the
     device, each config's capture, and each steady or cold sample. Uses the measurer's ``trial``, ``plan``,
-    ``group``, ``cold``, ``log``, ``label``, ``watch``, ``per_call``, ``budget``, ``_final``, and its ``graphs``,
-    ``clock_kind``, ``_clock_chosen``, ``device_time`` and ``probes``."""
+    ``group``, ``cold``, ``log``, ``label``, ``watch``, ``per_call``, ``budget``, ``_final``, ``journal``, and its
+    ``graphs``, ``clock_kind``, ``_clock_chosen``, ``device_time``, ``journaled_clock`` and ``probes``."""
 
     def _capture(self, entries: dict[int, tuple[dict[str, Any], str]], per_call: dict[int, float]) -> dict[int, str]:
         """Before the first race of a tuning, decide whether its samples are timed on the device
@@ -51,11 +51,15 @@ class Sampling:
             fastest = min(per_call.values())
             kind = getattr(self.trial.clock, "kind", "host")
             if self.device_time and device_time_applies(self.cold or self.plan.batch is not None, self.group.size,
-                                                         kind, fastest):
+                                                         kind, fastest, self.journaled_clock):
                 self.graphs = Graphs(graph_calls(fastest))
                 self.clock_kind = GRAPH
                 self.log.info("%s timing on the device: each config's calls replayed from a CUDA graph of %d "
                               "(the fastest takes %.4f ms per eager call)", self.label, self.graphs.calls, fastest)
+            if self.journaled_clock is not None:
+                self.log.info("%s timing %s, as the earlier attempts' journaled times were", self.label,
+                              "on the device" if self.clock_kind == GRAPH else "eagerly")
+            self.journal.clock = self.clock_kind
         failed: dict[int, str] = {}
         if self.graphs is None:
             return failed
@@ -88,7 +92,7 @@ class Sampling:
                              self.graphs.error)
             self.graphs.close()
             self.graphs = None
-            self.clock_kind = EAGER
+            self.clock_kind = self.journal.clock = EAGER
         return failed
 
     def step_rounds(self, race: Race, entries: dict[int, tuple[dict[str, Any], str]],
