@@ -174,7 +174,7 @@ def test_a_name_that_would_leave_the_cache_folder_is_refused(name):
         tdt.autotune([{"a": 1}], key_fn=lambda x: 1, name=name)(lambda x, *, a: x)
 
 
-@pytest.mark.parametrize("name", ["x" * 300, "é" * 101, " padded", "padded ", "two\nlines", "tab\there"])
+@pytest.mark.parametrize("name", ["x" * 300, "é" * 101, " padded", "padded ", "two\nlines", "tab\there", "a\u2028b"])
 def test_a_name_no_folder_can_hold_is_refused_at_the_decorator(name):
     """A 300-character ``name=`` was accepted and every decision it tuned was lost at its write (the file system
     refuses a name over 255 bytes: a warning at each call); a name with a leading or trailing space or a control
@@ -183,6 +183,16 @@ def test_a_name_no_folder_can_hold_is_refused_at_the_decorator(name):
 
     with pytest.raises(tdt.BadInputError, match="name names a folder inside the cache folder"):
         tdt.autotune([{"a": 1}], key_fn=lambda x: 1, name=name)(lambda x, *, a: x)
+
+
+@pytest.mark.parametrize("name", ["gemm\xa0bf16", "行列\u3000乗算", "می\u200cخواهم", "👨\u200d💻_kernels",
+                                  "gemm\xadfp8"])
+def test_a_name_with_a_unicode_space_or_joiner_inside_is_accepted(name):
+    """Names a user writes in their own script (a no-break or ideographic space, a zero-width joiner) are folder
+    names like any other: the first version of the check refused every character ``isprintable`` refuses."""
+    import triton_dist_tune as tdt
+
+    assert tdt.autotune([{"a": 1}], key_fn=lambda x: 1, name=name)(lambda x, *, a: x).tuner.name == name
 
 
 def test_the_longest_name_allowed_is_written_to_disk(tmp_path, monkeypatch):
@@ -216,10 +226,37 @@ def test_a_repeated_config_is_tuned_once_and_said(tmp_path, monkeypatch, caplog)
         return n * a
 
     assert "config_space[2] repeats config_space[0]; config_space[3] repeats config_space[1]" in caplog.text
-    assert "(2 of 4 kept)" in caplog.text
+    assert "(2 of 4 kept;" in caplog.text
     assert scaled.tuner.space == [{"a": 1, "b": 0}, {"a": 2, "b": 0}]
     assert scaled(3) in (3, 6)
     assert set(ran) == {(1, 0), (2, 0)}
+
+
+def test_configs_that_describe_alike_but_hold_different_functions_are_both_tuned(tmp_path, monkeypatch):
+    """Two closures over values the description leaves out (a tensor) describe alike: they differ, and both are
+    tuned (a reviewer's: the first version of the repeats' rule dropped the second)."""
+    import torch
+
+    import triton_dist_tune as tdt
+    from triton_dist_tune.space import describe
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+
+    def scale_by(w):
+        return lambda x: x * w
+
+    acts = [scale_by(torch.tensor(1.0)), scale_by(torch.tensor(2.0))]
+    assert describe(acts[0]) == describe(acts[1])
+    ran: set[float] = set()
+
+    @tdt.autotune([{"act": a} for a in acts], key_fn=lambda n: n, n_repeat=1)
+    def applied(n, *, act):
+        ran.add(float(act(1.0)))
+        return act(n)
+
+    assert len(applied.tuner.space) == 2
+    applied(3.0)
+    assert ran == {1.0, 2.0}
 
 
 @pytest.mark.parametrize("decorator", ["autotune", "contextual_autotune"])

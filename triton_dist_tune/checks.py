@@ -11,6 +11,7 @@ import difflib
 import inspect
 import math
 import operator
+import unicodedata
 from typing import Any
 
 from .errors import BadInputError
@@ -114,10 +115,12 @@ def folder_name(value: Any, option: str) -> None:
     if "/" in value or "\\" in value or "\0" in value or value in (".", ".."):
         raise BadInputError(f"{option} names a folder inside the cache folder: no path separator, not '.' or '..', "
                             f"got {_given(value)}")
-    if value != value.strip() or any(not ch.isprintable() for ch in value):
+    control = next((ch for ch in value if unicodedata.category(ch) in ("Cc", "Zl", "Zp")), None)
+    if value != value.strip() or control is not None:
+        what = f"control character {control!r}" if control is not None else "leading or trailing space"
         raise BadInputError(f"{option} names a folder inside the cache folder: no leading or trailing space, no "
-                            f"control character (a folder whose name the CLI's 'list' shows as another), got "
-                            f"{_given(value)}")
+                            f"control character or line break (a folder whose name the CLI's 'list' shows as "
+                            f"another), got {_given(value)}: a {what}")
     if len(value.encode("utf-8", "surrogatepass")) > MAX_FOLDER_BYTES:
         raise BadInputError(f"{option} names a folder inside the cache folder: at most {MAX_FOLDER_BYTES} bytes "
                             f"(file systems refuse longer names, and no decision could be written), got "

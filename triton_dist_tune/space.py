@@ -170,23 +170,45 @@ def validate_space(config_space: Any) -> list[dict[str, Any]]:
 
 
 def without_repeats(space: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
-    """``space`` with each config described alike to an earlier one left out (the first kept), said once in a
-    warning: a repeated config was measured and raced against itself, a share of the tuning spent on nothing.
-    Every rank drops the same ones (the descriptions are equal on every rank)."""
+    """``space`` with each config that repeats an earlier one left out (the first kept), said once in a warning: a
+    repeated config was measured and raced against itself, a share of the tuning spent on nothing. A repeat is
+    described alike and holds plain values alone (:func:`_plain_value`: numbers, strings, their containers, a
+    ``triton.Config`` of them with no hook), whose description is the value: configs holding functions, objects or
+    tensors may describe alike and still differ (two closures over different tensors), and are kept. Every rank
+    drops the same ones (descriptions and plainness are alike on every rank)."""
     first: dict[str, int] = {}
     kept, repeats = [], []
     for i, config in enumerate(space):
         text = describe(config)
-        if text in first:
+        if text in first and _plain_value(config):
             repeats.append(f"config_space[{i}] repeats config_space[{first[text]}]")
             continue
-        first[text] = i
+        first.setdefault(text, i)
         kept.append(config)
     if repeats:
         shown = "; ".join(repeats[:5]) + (f"; and {len(repeats) - 5} more" if len(repeats) > 5 else "")
-        log.warning("triton_dist_tune: %s: %s: each config is tuned once (%d of %d kept)", name, shown, len(kept),
-                    len(space))
+        log.warning("triton_dist_tune: %s: %s: each config is tuned once (%d of %d kept; logs, tables and the "
+                    "command line number the configs kept)", name, shown, len(kept), len(space))
     return kept
+
+
+def _plain_value(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is made of plain values alone, which :func:`describe` describes by value: None, bools,
+    numbers, strings, bytes, torch dtypes, and lists, tuples, sets and dicts of them; a ``triton.Config`` of them with
+    no ``pre_hook``."""
+    if depth > 32:
+        return False
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return True
+    if type(value).__name__ == "dtype" and type(value).__module__ == "torch":
+        return True
+    if isinstance(value, Mapping):
+        return all(_plain_value(k, depth + 1) and _plain_value(v, depth + 1) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return all(_plain_value(v, depth + 1) for v in value)
+    if type(value).__name__ == "Config" and hasattr(value, "all_kwargs"):
+        return getattr(value, "pre_hook", None) is None and _plain_value(value.all_kwargs(), depth + 1)
+    return False
 
 
 def _address_in(value: Any, depth: int = 0) -> bool:
