@@ -1,4 +1,4 @@
-"""Several outcomes of one config in the journals (faults/journal.py ``merge``): which one a resumed tuning starts
+"""Several outcomes of one config in the journals (faults/evidence.py ``merge``): which one a resumed tuning starts
 from. A race journals a config that left it again at its end (of the race's final statistic, the same samples); a
 later attempt races again a config an earlier attempt left ``measured``; a search journals a config's screening,
 then a finalist's race. Before, the merge kept the first record of a config unless a later one held more samples:
@@ -187,3 +187,27 @@ def test_ends_inside_a_config_count_each_agreed_attempt_once_over_ranks_and_repl
     same = [list(merge([[started(2, p, 1.0, "run#0")]], DESCRIPTIONS).values()) for p in ("p0", "p1")]
     assert {r["index"]: r for r in strongest(same)}[2]["state"] == "suspect"  # one attempt on two replicas
 
+
+
+def _record(index: int, state: str, at: float, **extra) -> dict:
+    return {"index": index, "state": state, "config": DESCRIPTIONS[index], "session": "s", "attempt": "A",
+            "at": at, **extra}
+
+
+@pytest.mark.timeout(30)
+def test_a_hang_the_nan_fills_raise_left_blames_nothing_but_a_hang_after_the_group_went_on_does():
+    """Over mpi4py (no failure board) a rank whose run raised from the tuner's NaN fill leaves its peer inside a
+    collective, which the watchdog ends as ``hung``: no evidence (the raise's). A reviewer's: the first version also
+    excused a real hang in a later round of that config, after the group had run its warm-up again and gone on
+    (the next attempt then hung in it again); and a damaged ``attempt`` field (a list) raised ``TypeError`` from
+    the merge on every rank."""
+    fill = _record(1, "interrupted", 1.0, fill=True, error="interrupted: raised from the tuner's NaN fill")
+    peer = [_record(1, "started", 0.5, phase="warmup"), _record(1, "hung", 3.0, error="hung: warmup exceeded 2 s")]
+    assert 1 not in merge([[_record(1, "started", 0.4, phase="warmup"), fill], peer], DESCRIPTIONS)
+    went_on = [_record(1, "started", 0.4, phase="warmup"), fill, _record(1, "started", 1.5, phase="warmup (2)"),
+               _record(1, "started", 2.0, phase="round 3")]
+    late = [_record(1, "started", 2.0, phase="round 3"), _record(1, "hung", 5.0, error="hung: round 3 exceeded 2 s")]
+    merged = merge([went_on, late], DESCRIPTIONS)
+    assert merged[1]["state"] == "failed" and "hung on rank 1" in merged[1]["error"], merged
+    damaged = [{**record, "attempt": ["A"]} for record in peer]
+    assert merge([[fill], damaged], DESCRIPTIONS)[1]["state"] == "failed"

@@ -59,7 +59,8 @@ def merge(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]]
       the record of them all), carried in ``screening`` beside a finalist's race record, and the outcome where
       the config has no other. An ``interrupted`` attempt (SIGINT, SIGTERM) blames nothing: the config it was
       inside is measured again; nor does a hang in an attempt where a rank's run of that config raised from the
-      tuner's NaN fill (``fill``: the peer it left inside a collective; a group without a failure board, mpi4py).
+      tuner's NaN fill (``fill``) and that rank started nothing of the config after it: the peer the raise left
+      inside a collective (a group without a failure board, mpi4py). A hang after the group went on is evidence.
 
     Evidence belongs to the config, not to the kept set: the journals of an entry are shared by every kept set of
     its key, and a failure, a hang or a crash recorded under any kept set counts. A time, though, ranks a config
@@ -83,7 +84,9 @@ def merge(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]]
     crashes: dict[int, dict[int, int]] = {}  # index -> rank -> attempts that ended inside it
     launches: dict[int, set[str]] = {}  # index -> the agreed attempts (``attempt``) that ended inside it
     passes: dict[int, set[int]] = {}  # index -> ranks with an attempt that ended in its compile pass
-    filled: dict[int, set[str]] = {}  # index -> the attempts in which a rank's run of it raised from the NaN fill
+    # index -> attempt -> the rank whose run of it raised from the NaN fill, where that rank started nothing of it
+    # after (the group never got past the raise: a peer's hang in that attempt is the raise's)
+    filled: dict[int, dict[str, int]] = {}
     for rank, records in sorted(per_rank.items()) if isinstance(per_rank, dict) else enumerate(per_rank):
         usable = [r for r in records if well_formed(r) and 0 <= r["index"] < len(descriptions)
                   and r["config"] == descriptions[r["index"]]
@@ -106,7 +109,10 @@ def merge(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]]
                 elif state in ("local_failure", "hung"):
                     local.setdefault(i, {}).setdefault(rank, {})[state] = record
                 elif record.get("fill") is True and isinstance(record.get("attempt"), str):
-                    filled.setdefault(i, set()).add(record["attempt"])
+                    filled.setdefault(i, {})[record["attempt"]] = rank
+                attempt_name = record.get("attempt")
+                if state == "started" and isinstance(attempt_name, str) and filled.get(i, {}).get(attempt_name) == rank:
+                    del filled[i][attempt_name]  # it ran the config again: the group went on past the raise
             last = attempt[-1]
             if last.get("phase") == COMPILE_PASS:  # the attempt ended in this config's compile pass: no evidence
                 passes.setdefault(last["index"], set()).add(rank)
@@ -133,7 +139,8 @@ def merge(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]]
                  and not (i in crashes and LOST_PEER.search(states["local_failure"].get("error", "")))]
         parts += [f"hung on rank {r}: {states['hung'].get('error', '')}" for r, states in sorted(by_rank.items())
                   if "hung" in states and "local_failure" not in states  # a hang stays a hang, but for one where
-                  and states["hung"].get("attempt") not in filled.get(i, ())]  # a peer's run raised from the fill
+                  and not (isinstance(states["hung"].get("attempt"), str)  # a peer's run raised from the fill
+                           and states["hung"]["attempt"] in filled.get(i, {}))]
         if not parts:
             continue
         error = "in an earlier attempt, " + "; ".join(p.rstrip(": ") for p in parts) + AGAIN
