@@ -846,14 +846,32 @@ def test_a_resumed_search_times_with_the_clock_its_journaled_samples_were_taken_
     assert found["clock"] == "graph", found
 
 
+def test_a_resumed_search_that_cannot_keep_the_journaled_clock_measures_those_configs_again(tmp_path):
+    """A reviewer's: the resumed attempt means to keep the journals' device clock, but none of its captures works
+    (out of device memory) and it times eagerly; before, the journaled device times of its first stage (139 of
+    them) were still ranked beside its eager ones. Now they are given back and measured again if proposed."""
+    env = tuner_env(tmp_path, 60, SEARCH_KILL="140", SEARCH_GRAPHS="1", SEARCH_UNCAPTURABLE="1")
+    first = run_ranks(CASES, 1, ["far_behind_killed"], env={**env, "SEARCH_ATTEMPT": "1"}, timeout=240)
+    assert first[0].returncode == -9, describe(first)
+    (second,) = run_ranks(CASES, 1, ["far_behind_killed"], env={**env, "SEARCH_ATTEMPT": "2"}, timeout=240)
+    assert second.returncode == 0, describe([second])
+    found = second.results[0]
+    assert found["clock"] == "eager", found
+    assert "from the journal" not in found["search"], found["search"]
+    log = (tmp_path / "logs" / "rank-0.log").read_text()
+    assert re.search(r"\d+ config\(s\) screened on another clock by an earlier attempt are measured again", log)
+    assert found["chosen_ms"] <= 1.02 * found["best_ms"], found
+
+
 def test_the_journaled_clock_is_the_one_clock_the_timed_records_name():
     from triton_dist_tune.measure.graphs import device_time_applies, journaled_clock
 
     graph = {"state": "stopped", "clock": "graph"}
     assert journaled_clock([graph, {"state": "failed", "clock": "eager"}]) == "graph"  # a failure has no time
-    assert journaled_clock([{"state": "measured", "screening": {**graph, "state": "measured"}}]) == "graph"
+    assert journaled_clock([{**graph, "state": "measured", "screening": {**graph, "state": "measured"}}]) == "graph"
     assert journaled_clock([graph, {"state": "measured", "clock": "eager"}]) is None  # both: choose afresh
     assert journaled_clock([{"state": "measured"}]) is None  # written before the clock was journaled
+    assert journaled_clock([graph, {"state": "measured"}]) is None  # some name none: choose afresh
     assert journaled_clock([{"state": "measured", "clock": "sundial"}]) is None
     assert device_time_applies(False, 1, "cuda", 50.0, "graph") and not device_time_applies(False, 1, "cuda", 0.1,
                                                                                             "eager")

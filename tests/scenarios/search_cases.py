@@ -133,14 +133,16 @@ def far_behind_killed():
     resumed in the second (``SEARCH_ATTEMPT=2``). With ``SEARCH_GRAPHS=1`` the calls replay from stand-in CUDA
     graphs (``_cases.host_graphs``) where the tuning times on the device, and the first attempt's own first race
     says to time on the device (its fastest call reads under the bound) where the second's says to time eagerly
-    (as a resumed search's first race, near the best configs, can read faster or slower than the first's)."""
+    (as a resumed search's first race, near the best configs, can read faster or slower than the first's). With
+    ``SEARCH_UNCAPTURABLE=1`` too, no capture of the second attempt works (out of device memory)."""
     tdt.init_distributed()
     calls: list[int] = []
     attempt = os.environ.get("SEARCH_ATTEMPT", "1")
     if os.environ.get("SEARCH_GRAPHS") == "1":
         from triton_dist_tune.measure import graphs, sampling
 
-        host_graphs()
+        uncapturable = os.environ.get("SEARCH_UNCAPTURABLE") == "1" and attempt == "2"
+        host_graphs(frozenset(range(len(SPACE))) if uncapturable else frozenset(), oom=True)
 
         def applies(cold: bool, size: int, device: str, fastest: float, *journaled: str | None) -> bool:
             return graphs.device_time_applies(cold, size, "cuda", 0.5 if attempt == "1" else 50.0, *journaled)
@@ -154,7 +156,7 @@ def far_behind_killed():
         f()
     ((_, decision),) = f.tuner.decisions.items()
     emit(chosen_ms=landscape_ms(SPACE[decision.index]), best_ms=min(map(landscape_ms, SPACE)), search=decision.search,
-         clock=decision.clock)
+         clock=decision.clock, calls=len(calls))
 
 
 class _SlowAfterTheFinalRace(logging.Handler):

@@ -45,6 +45,7 @@ from ..measure.surrogate import AdditiveModel
 from ..measure.warm_order import DEFERRED
 from ..records import Decision, Outcome
 from .policy import numeric_distance
+from .screen_resume import drop_other_clock, take_journaled
 from .tuned import TunedFunction
 
 #: seeds taken from each of the nearest decided keys: its choice and its runner-up
@@ -243,10 +244,11 @@ class Searched:
         screen = RacePlan(max_rounds=1, min_rounds=1, seed=plan.seed, budget_s=None)
         deferred: list[int] = []  # configs whose compiles had not ended in their stage: the next new configs'
         left_out: dict[int, None] = {}  # deferred configs left out unscreened: failed, for the search's proposals
+        journaled: set[int] = set()  # configs screened from an earlier attempt's journal
         watch.rounds = measurer.journal.stage = SCREENING  # its records kept apart from the finalists' race's
         while batch:
-            fresh = [i for i in batch if not self._known(i, history, outcomes)]
-            self.record.resumed += len(batch) - len(fresh)
+            fresh = [i for i in batch if not take_journaled(self.earlier, i, history, outcomes, measurer, self.probes)]
+            journaled.update(i for i in batch if i not in fresh)
             new = [i for i in fresh if i not in history]
             again = [i for i in fresh if i in history]
             if new:
@@ -279,6 +281,7 @@ class Searched:
                 for outcome in measurer.lockstep([tuning.todo(i) for i in again], screen, warmed=True):
                     if outcome.error != LEFT_OUT:
                         self._screened(outcome, history, outcomes)
+            journaled.difference_update(drop_other_clock(self.earlier, history, outcomes, measurer, tuning.label))
             log.info("%s search stage %d: %d config(s) (%d sampled again), %d measured now; best so far %s%s",
                      tuning.label, len(search.stages), len(batch), len(again), len(fresh), _best(history),
                      f"; deferred while they compile: {' '.join(map(str, deferred))}" if new and deferred else "")
@@ -300,7 +303,7 @@ class Searched:
                     batch = search.next({**history, **left_out}, measurer.probes.indices)
             if deferred and (not batch or any(i not in history for i in batch)):  # not a stage of samples again
                 batch, deferred = deferred + [i for i in batch if i not in deferred], []
-        watch.rounds, measurer.journal.stage = "race", ""
+        watch.rounds, measurer.journal.stage, self.record.resumed = "race", "", len(journaled)
         self.record.stages, self.record.resampled, self.record.noise = search.stages, search.resampled, search.noise
         self.record.again = {reason: search.again[reason] for reason in RESAMPLE_REASONS if reason in search.again}
         self.record.probed = len(measurer.probes.indices)
@@ -392,36 +395,6 @@ class Searched:
         if len(samples) > 1:
             outcomes[index] = replace(outcome, time=central(samples), samples=len(samples), round_times=samples)
             self.measurer.journal.record(outcomes[index])
-
-    def _known(self, index: int, history: dict[int, list[float] | None], outcomes: dict[int, Outcome]) -> bool:
-        """Whether an earlier attempt's journal holds ``index``'s next screening sample (or its failure); records it
-        if so. The journal holds every sample a config was screened with (its screening record's ``round_times``;
-        a finalist's race record is not read, as the finalists are raced again)."""
-        record = self.earlier.get(index)
-        if record is not None and isinstance(record.get("screening"), dict):  # a finalist's: its race's record
-            record = record["screening"]
-        if record is None or record.get("state") not in ("measured", "stopped", "failed"):
-            return False
-        outcome = Outcome.from_json({**record, "index": index})
-        if outcome is None:
-            return False
-        taken = len(history.get(index) or ())
-        if not outcome.usable:
-            if index in history and taken:
-                return False  # it failed later than the samples taken so far: sample it again now
-            outcome.resumed = True
-            history[index], outcomes[index] = None, outcome
-            return True
-        journaled = outcome.round_times or [outcome.time]  # the samples as read back (records.group_samples)
-        if taken >= len(journaled):
-            return False
-        outcome.resumed = True
-        if outcome.probed:  # an earlier attempt's stand-in: a bound, as this attempt's own
-            self.measurer.probes.indices.add(index)
-        first = 2 if self.probes and taken == 0 else 1  # a first screening took the probe and a sample
-        history[index] = [*(history.get(index) or ()), *map(float, journaled[taken:taken + first])]
-        outcomes[index] = outcome
-        return True
 
 
 def contenders(search: PatternSearch, history: dict[int, list[float] | None], candidates: list[int]) -> list[int]:

@@ -13,7 +13,9 @@ have to capture and replay together), and keep the eager steady timing. A functi
 synchronizes, allocates from the host, reads a tensor's value) raises during the capture: the tuning then times
 every config eagerly, as before, and says so. A config that cannot be captured where others can fails alone
 (:meth:`~triton_dist_tune.measure.sampling.Sampling._capture`). Which way a key was timed is in its decision
-(``clock``), its log and its summary.
+(``clock``), its log and its summary, and in each journal record: a resumed tuning keeps the clock its journaled
+times were taken with, whatever its own first race reads (:func:`journaled_clock`); where it cannot (no capture
+works now), a search measures those configs again rather than rank both kinds of time together.
 
 A capture should cost little more than its calls cost to launch. ``torch.cuda.graph`` synchronizes and empties the
 caching allocator before every capture (``empty_cache``: its freed blocks go back to the driver, and the next
@@ -304,9 +306,10 @@ def device_time_applies(cold: bool, group_size: int, device: str, fastest_ms: fl
 
 def journaled_clock(records: Iterable[dict[str, Any]]) -> str | None:
     """The clock (:data:`GRAPH` or :data:`EAGER`) that timed the measured and stopped records of earlier attempts
-    (merged outcomes, a finalist's screening record included), where they name one clock; None where none names a
-    clock (no times, or journals written before the clock was journaled) or they name both (then the tuning
-    chooses afresh)."""
+    (merged outcomes, a finalist's screening record included), where every one names that clock. None where there
+    are none, where some name no clock (journals written before the clock was journaled) or where they name both:
+    then the tuning chooses afresh, and a search measures again the journaled times another clock took
+    (:func:`~triton_dist_tune.function.screen_resume.drop_other_clock`)."""
     clocks = {r.get("clock") for record in records for r in (record, record.get("screening"))
-              if isinstance(r, dict) and r.get("state") in ("measured", "stopped")} - {None}
+              if isinstance(r, dict) and r.get("state") in ("measured", "stopped")}
     return next(iter(clocks)) if len(clocks) == 1 and clocks <= {GRAPH, EAGER} else None
