@@ -162,6 +162,21 @@ def test_a_parameter_updated_in_place_is_restored_not_blamed_on_every_config(tmp
 
 
 @pytest.mark.timeout(150)
+def test_gradients_after_the_tuning_call_are_those_of_one_call(tmp_path):
+    # before: .grad accumulated over every tuning run (w.grad[0, 0] 35712 on one rank for an untuned 24; with the
+    # all_reduce inside, it grew beyond any bound), and a non-leaf argument changed in place kept every run's
+    # autograd history (v.grad one per run instead of 1)
+    results = run("gradients_of_the_tuning_call", tuner_env(tmp_path, 30))
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        seen = r.result["seen"]
+        assert seen["fwd_bwd held=False"] == [48.0, 48.0], seen  # 24 per rank, all-reduced over 2 ranks
+        assert seen["fwd_bwd held=True"] == [58.0, 58.0], seen  # (5 + 24) on each rank, all-reduced
+        tuned, untuned = seen["non_leaf"]
+        assert tuned == untuned == [1.0, 2.0, 3.0, 3.0], seen
+
+
+@pytest.mark.timeout(150)
 def test_post_hook_runs_after_a_run_that_raised_so_only_that_config_fails(tmp_path):
     # before: a run that raised skipped post_hook, so a pre_hook / post_hook pair keeping a phase counter saw the
     # phase still open in every later run: every other config failed too (AllConfigsFailedError on both ranks)

@@ -175,6 +175,49 @@ def parameter_updated_in_place():
 
 
 @case
+def gradients_of_the_tuning_call():
+    """(a) A fused forward and backward that all-reduces ``w.grad``, with ``w.grad`` None before the call and with
+    one held already (inside a list argument); (b) a tensor that requires grad and is no leaf, changed in place:
+    the gradients after the tuning call (and after a backward through its result) are those of one untuned call."""
+    tdt.init_distributed()
+
+    def fwd_bwd(x, ws, chunk=1):
+        w = ws[0]
+        loss = sum((xc @ w).square().sum() for xc in x.chunk(chunk))
+        loss.backward()
+        dist.all_reduce(w.grad)
+        return float(loss.detach())
+
+    def add_(h, y, b=1):
+        h.add_(y)
+        return h
+
+    seen = {}
+    for held in (False, True):
+        tuned = tdt.autotune([{"chunk": 1}, {"chunk": 2}], key_fn=lambda x, ws: x.shape[0], n_warmup=1,
+                             n_repeat=2, timing="cold", name=f"fwd_bwd_{held}")(fwd_bwd)
+        grads = []
+        for fn in (tuned, lambda x, ws: fwd_bwd(x, ws, **chosen(tuned, 4))):
+            w = torch.ones(3, 2, requires_grad=True)
+            if held:
+                w.grad = torch.full((3, 2), 5.0)
+            fn(torch.ones(4, 3), [w])
+            grads.append(w.grad[0, 0].item())
+        seen[f"fwd_bwd held={held}"] = grads
+    tuned = tdt.autotune([{"b": 1}, {"b": 2}], key_fn=lambda h, y: h.shape[0], n_warmup=1, n_repeat=2,
+                         timing="cold", name="non_leaf")(add_)
+    grads = []
+    for fn in (tuned, add_):
+        w, v = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+        h, y = w * 2, v * 1
+        out = fn(h, y)
+        out.sum().backward()
+        grads.append([v.grad[0].item(), w.grad[0].item(), out[0].item(), h[0].item()])
+    seen["non_leaf"] = grads
+    emit(seen=seen)
+
+
+@case
 def post_hook_after_a_failing_run():
     """A pre_hook / post_hook pair keeping a phase counter (pre opens a phase, post closes it) and a config whose run
     raises after the function's all_reduce, on every rank, in both timing modes: only that config fails."""

@@ -32,6 +32,10 @@ whose results count start from the caller's values); ``restore_value`` has it re
 Each sample timed the copy with the calls: on one H200 (``benchmarks/results/session_h200_48``) it added 8% to every
 sample of a 0.023 ms GEMM call (M = 128, a 2 MB output); a 2.1 s key's time was the same with it or without (samples
 last a set time), the warning gone.
+
+Gradients and autograd history are kept by :mod:`.side_state`: ``.grad`` of every argument tensor that requires grad
+is put back before every run and the final call, and tensors that require grad and are no leaves reach the runs
+only as stand-ins (only the final call records history on the caller's).
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ from typing import Any
 from ..capture import capturing
 from ..errors import BadInputError
 from . import breakdown
+from .side_state import Grads, RandomState, StandIns
+
+__all__ = ["ArgumentState", "RandomState", "check_names", "named_arguments", "tensors_in"]
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -110,6 +117,11 @@ class ArgumentState:
                         if id(tensor) not in seen:
                             seen.add(id(tensor))
                             self.watched[path] = (tensor, tensor.detach().clone(), _version(tensor))
+        #: the ``.grad`` of every argument tensor that requires grad, put back before every run and the final call
+        self.grads = Grads([t for name, value in named.items() for _, t in tensors_in(name, value)])
+        #: the stand-ins of the runs for tensors that require grad and are no leaves (set by the caller that made
+        #: them: :func:`~.side_state.stand_ins`)
+        self.stand_ins: StandIns | None = None
         #: names of watched arguments some run changed: restored before every run from now on
         self.changed: list[str] = []
         #: names of watched floating-point arguments some run changed that every checked run wrote whole (see the
@@ -272,6 +284,7 @@ class ArgumentState:
         time when there is something to copy or check."""
         self._warmup = warmup and not exact
         self.raised_from_fill = False
+        self._side_state()
         busy = (self.saved or self.zero or self.changed or self._check_due
                 or any(exact or name not in self.confirmed for name in self.written))
         watch = breakdown.current() if busy else None
@@ -283,6 +296,15 @@ class ArgumentState:
             self._before_run(exact)
         finally:
             watch.leave()
+
+    def _side_state(self) -> None:
+        """Put back what a run leaves besides tensor values (:mod:`.side_state`): gradients, and the stand-ins'
+        autograd history."""
+        if self.grads.saved or (self.stand_ins is not None and self.stand_ins.pairs):
+            with breakdown.part("restore"):
+                self.grads.put_back()
+                if self.stand_ins is not None and not capturing():
+                    self.stand_ins.start_afresh()
 
     def _before_run(self, exact: bool) -> None:
         self._detect()
@@ -309,6 +331,7 @@ class ArgumentState:
             if self._filled and not capturing():
                 self._check_written()
             self._detect()
+            self.grads.put_back()
             if not (self.saved or self.changed or self.written):
                 return
             with _untracked():
@@ -399,27 +422,3 @@ def _same(tensor: Any, copy: Any) -> bool:
 
 def _is_tensor(value: Any) -> bool:
     return hasattr(value, "copy_") and hasattr(value, "clone")
-
-
-class RandomState:
-    """Torch's random-number generators as they were before tuning (the CPU one, and the current GPU's when there is
-    one), put back before the final call: a function that draws random numbers (dropout) then returns what one
-    untuned call with the chosen config returns, and every later draw of the program is the one it would have
-    been, on every rank however many runs each measured (sharded too)."""
-
-    def __init__(self) -> None:
-        import torch
-
-        self.cpu = torch.random.get_rng_state()
-        self.device: tuple[int, Any] | None = None
-        if torch.cuda.is_available():
-            index = torch.cuda.current_device()
-            self.device = (index, torch.cuda.get_rng_state(index))
-
-    def put_back(self) -> None:
-        """Put the saved generator states back."""
-        import torch
-
-        torch.random.set_rng_state(self.cpu)
-        if self.device is not None:
-            torch.cuda.set_rng_state(self.device[1], self.device[0])

@@ -1,0 +1,125 @@
+"""What a tuning run leaves in the caller's arguments besides tensor values (:mod:`.arguments` keeps those).
+
+* **Gradients.** An argument tensor that requires grad (inside lists and dicts too) has
+  its ``.grad`` saved (None, or a copy) and put back before every run and before the final call
+  (:class:`Grads`): a fused forward and backward accumulates one call's gradient, not every run's.
+* **Autograd history.** A tensor argument that requires grad and is no leaf (an activation ``h = w * 2``) is never
+  given to the tuning runs: they get a stand-in (:func:`stand_ins`), a tensor of its own memory whose history
+  starts at a leaf of the tuner's; only the final call records history on the caller's tensor. A run that changed
+  the stand-in's history has it started afresh from the caller's values before the next run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger("triton_dist_tune")
+
+#: how deep the containers of an argument are followed
+MAX_DEPTH = 8
+
+
+def is_tensor(value: Any) -> bool:
+    return hasattr(value, "copy_") and hasattr(value, "clone")
+
+
+class Grads:
+    """The ``.grad`` of every argument tensor that requires grad and is a leaf, saved; put back by :meth:`put_back`."""
+
+    def __init__(self, tensors: list[Any]) -> None:
+        self.saved = [(t, None if t.grad is None else t.grad.detach().clone())
+                      for t in {id(t): t for t in tensors if t.requires_grad and t.is_leaf}.values()]
+
+    def put_back(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            for tensor, grad in self.saved:
+                if grad is None:
+                    tensor.grad = None
+                elif tensor.grad is not None and tensor.grad.shape == grad.shape and tensor.grad is not grad:
+                    tensor.grad.copy_(grad)
+                else:
+                    tensor.grad = grad.clone()
+
+
+class StandIns:
+    """Tensors that require grad and are no leaves, each replaced by a stand-in in the tuning runs (see the module's
+    docstring): ``pairs`` holds (the caller's tensor, its stand-in, the leaf the stand-in's history starts at)."""
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[Any, Any, Any]] = []
+        self._fresh: list[Any] = []
+
+    def stand_in(self, tensor: Any) -> Any:
+        for caller, stand, _ in self.pairs:
+            if caller is tensor:
+                return stand
+        leaf = tensor.detach().requires_grad_(True)  # the caller's memory, a history of its own
+        stand = leaf.clone()  # memory of its own, no leaf: the function may change it in place, as the caller's
+        self.pairs.append((tensor, stand, leaf))
+        self._fresh.append(stand.grad_fn)
+        return stand
+
+    def start_afresh(self) -> None:
+        """Start the history of every stand-in a run changed it of (in place) again at its leaf, with the caller's
+        values."""
+        import torch
+
+        for i, (_, stand, leaf) in enumerate(self.pairs):
+            if stand.grad_fn is not self._fresh[i]:
+                stand.detach_()
+                with torch.enable_grad():
+                    stand.copy_(leaf)
+                self._fresh[i] = stand.grad_fn
+
+
+def stand_ins(fn_args: tuple, kwargs: Mapping[str, Any]) -> tuple[tuple, dict[str, Any], StandIns]:
+    """The arguments of the tuning runs: the caller's, with every tensor that requires grad and is no leaf (inside
+    lists, tuples and dicts too, whose containers are then new ones) replaced by a stand-in."""
+    made = StandIns()
+
+    def swap(value: Any, depth: int = 0) -> Any:
+        if is_tensor(value):
+            if getattr(value, "requires_grad", False) and not value.is_leaf:
+                return made.stand_in(value)
+            return value
+        if depth >= MAX_DEPTH:
+            return value
+        if type(value) in (list, tuple):
+            items = [swap(v, depth + 1) for v in value]
+            return value if all(a is b for a, b in zip(items, value, strict=True)) else type(value)(items)
+        if type(value) is dict:
+            items = {k: swap(v, depth + 1) for k, v in value.items()}
+            return value if all(items[k] is v for k, v in value.items()) else items
+        return value
+
+    args = tuple(swap(a) for a in fn_args)
+    kw = {k: swap(v) for k, v in kwargs.items()}
+    return args, kw, made
+
+
+class RandomState:
+    """Torch's random-number generators as they were before tuning (the CPU one, and the current GPU's when there is
+    one), put back before the final call: a function that draws random numbers (dropout) then returns what one
+    untuned call with the chosen config returns, and every later draw of the program is the one it would have
+    been, on every rank however many runs each measured (sharded too)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.cpu = torch.random.get_rng_state()
+        self.device: tuple[int, Any] | None = None
+        if torch.cuda.is_available():
+            index = torch.cuda.current_device()
+            self.device = (index, torch.cuda.get_rng_state(index))
+
+    def put_back(self) -> None:
+        """Put the saved generator states back."""
+        import torch
+
+        torch.random.set_rng_state(self.cpu)
+        if self.device is not None:
+            torch.cuda.set_rng_state(self.device[1], self.device[0])
