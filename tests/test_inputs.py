@@ -177,6 +177,19 @@ def test_gradients_after_the_tuning_call_are_those_of_one_call(tmp_path):
 
 
 @pytest.mark.timeout(150)
+def test_list_and_dict_items_a_run_rebinds_are_put_back_with_a_warning(tmp_path):
+    # before: items rebound or appended were never put back, restore_value or not, and nothing was said: the cache's
+    # tensor grew by one element per tuning run and its counter counted every run
+    results = run("containers_rebound", tuner_env(tmp_path, 30))
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        for label, (tuned, untuned) in r.result["seen"].items():
+            assert tuned == untuned and tuned[2] == 1 and len(tuned[1]) == 2, (label, tuned, untuned)
+        assert "changed the items of its argument 'cache'" in r.stderr
+        assert "changed the items of its argument 'cache['log']'" in r.stderr
+
+
+@pytest.mark.timeout(150)
 def test_post_hook_runs_after_a_run_that_raised_so_only_that_config_fails(tmp_path):
     # before: a run that raised skipped post_hook, so a pre_hook / post_hook pair keeping a phase counter saw the
     # phase still open in every later run: every other config failed too (AllConfigsFailedError on both ranks)

@@ -218,6 +218,32 @@ def gradients_of_the_tuning_call():
 
 
 @case
+def containers_rebound():
+    """A dict argument whose items a run rebinds (a KV cache grown by ``torch.cat``, a counter), with and without
+    restore_value, and a list inside it appended to: after the tuning call they hold what one untuned call leaves."""
+    tdt.init_distributed()
+
+    def step(x, cache, b=1):
+        cache["k"] = torch.cat([cache["k"], x * b])
+        cache["n"] = cache["n"] + 1
+        cache["log"].append(b)
+        dist.all_reduce(x.clone())
+        return float(cache["k"].sum())
+
+    seen = {}
+    for label, options in (("declared", {"restore_value": ["cache"]}), ("watched", {})):
+        tuned = tdt.autotune([{"b": 1}, {"b": 2}], key_fn=lambda x, cache: x.shape[0], n_warmup=1, n_repeat=2,
+                             timing="cold", name=f"containers_{label}", **options)(step)
+        got = []
+        for fn in (tuned, lambda x, cache: step(x, cache, **chosen(tuned, 1))):
+            cache = {"k": torch.zeros(1), "n": 0, "log": []}
+            out = fn(torch.ones(1), cache)
+            got.append([out, cache["k"].tolist(), cache["n"], cache["log"]])
+        seen[label] = got
+    emit(seen=seen)
+
+
+@case
 def post_hook_after_a_failing_run():
     """A pre_hook / post_hook pair keeping a phase counter (pre opens a phase, post closes it) and a config whose run
     raises after the function's all_reduce, on every rank, in both timing modes: only that config fails."""

@@ -33,9 +33,10 @@ Each sample timed the copy with the calls: on one H200 (``benchmarks/results/ses
 sample of a 0.023 ms GEMM call (M = 128, a 2 MB output); a 2.1 s key's time was the same with it or without (samples
 last a set time), the warning gone.
 
-Gradients and autograd history are kept by :mod:`.side_state`: ``.grad`` of every argument tensor that requires grad
-is put back before every run and the final call, and tensors that require grad and are no leaves reach the runs
-only as stand-ins (only the final call records history on the caller's).
+The items of list and dict arguments, gradients and autograd history are kept by :mod:`.side_state`: the items
+of every list and dict and the ``.grad`` of every argument tensor that requires grad are put back before every run
+and the final call, and tensors that require grad and are no leaves reach the runs only as stand-ins (only the
+final call records history on the caller's).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from typing import Any
 from ..capture import capturing
 from ..errors import BadInputError
 from . import breakdown
-from .side_state import Grads, RandomState, StandIns
+from .side_state import Grads, RandomState, StandIns, Structures
 
 __all__ = ["ArgumentState", "RandomState", "check_names", "named_arguments", "tensors_in"]
 
@@ -122,6 +123,8 @@ class ArgumentState:
         #: the stand-ins of the runs for tensors that require grad and are no leaves (set by the caller that made
         #: them: :func:`~.side_state.stand_ins`)
         self.stand_ins: StandIns | None = None
+        #: the items of every list and dict argument, put back before every run and the final call
+        self.structures = Structures(named, label, restore_value)
         #: names of watched arguments some run changed: restored before every run from now on
         self.changed: list[str] = []
         #: names of watched floating-point arguments some run changed that every checked run wrote whole (see the
@@ -298,10 +301,11 @@ class ArgumentState:
             watch.leave()
 
     def _side_state(self) -> None:
-        """Put back what a run leaves besides tensor values (:mod:`.side_state`): gradients, and the stand-ins'
-        autograd history."""
-        if self.grads.saved or (self.stand_ins is not None and self.stand_ins.pairs):
+        """Put back what a run leaves besides tensor values (:mod:`.side_state`): the items of lists and dicts,
+        gradients, and the stand-ins' autograd history."""
+        if self.structures.saved or self.grads.saved or (self.stand_ins is not None and self.stand_ins.pairs):
             with breakdown.part("restore"):
+                self.structures.put_back()
                 self.grads.put_back()
                 if self.stand_ins is not None and not capturing():
                     self.stand_ins.start_afresh()
@@ -328,6 +332,7 @@ class ArgumentState:
     def put_back(self) -> None:
         """Put every saved tensor back as it was before tuning (before the final call)."""
         with breakdown.part("restore"):
+            self.structures.put_back()
             if self._filled and not capturing():
                 self._check_written()
             self._detect()

@@ -7,12 +7,16 @@
   given to the tuning runs: they get a stand-in (:func:`stand_ins`), a tensor of its own memory whose history
   starts at a leaf of the tuner's; only the final call records history on the caller's tensor. A run that changed
   the stand-in's history has it started afresh from the caller's values before the next run.
+* **Structure.** A list or dict argument (nested ones too) has its items saved (their order and identities): one a
+  run rebinds, appends to or deletes from is put back in place before every run and before the final call
+  (``lst[:] = saved``, ``d.clear(); d.update(saved)``), with a warning naming it unless it is named in
+  ``restore_value`` (:class:`Structures`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 log = logging.getLogger("triton_dist_tune")
@@ -23,6 +27,20 @@ MAX_DEPTH = 8
 
 def is_tensor(value: Any) -> bool:
     return hasattr(value, "copy_") and hasattr(value, "clone")
+
+
+def walk(name: str, value: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
+    """Every container (list, tuple, dict) inside an argument with its path, the argument first."""
+    if depth > MAX_DEPTH or is_tensor(value):
+        return
+    if isinstance(value, (list, tuple)):
+        yield name, value
+        for i, v in enumerate(value):
+            yield from walk(f"{name}[{i}]", v, depth + 1)
+    elif isinstance(value, dict):
+        yield name, value
+        for k, v in value.items():
+            yield from walk(f"{name}[{k!r}]", v, depth + 1)
 
 
 class Grads:
@@ -43,6 +61,46 @@ class Grads:
                     tensor.grad.copy_(grad)
                 else:
                     tensor.grad = grad.clone()
+
+
+class Structures:
+    """The items of every list and dict inside the arguments (see the module's docstring)."""
+
+    def __init__(self, named: Mapping[str, Any], label: str, declared: Iterable[str] = ()) -> None:
+        self.label = label
+        self.saved: list[tuple[str, Any, Any]] = []
+        seen: set[int] = set()
+        for name, value in sorted(named.items()):
+            for path, container in walk(name, value):
+                if id(container) in seen or isinstance(container, tuple):
+                    continue
+                seen.add(id(container))
+                items = list(container.items()) if isinstance(container, dict) else list(container)
+                self.saved.append((path, container, items))
+        #: the paths warned of (those of arguments named in ``restore_value`` are put back without a warning)
+        self.warned = {path for path, _, _ in self.saved if path.split("[", 1)[0] in set(declared)}
+
+    def put_back(self) -> None:
+        """Put every container that differs from its saved items back in place, warning once for each."""
+        for path, container, items in self.saved:
+            now = list(container.items()) if isinstance(container, dict) else list(container)
+            if len(now) == len(items) and all(a is b or (isinstance(a, tuple) and _same_items(a, b))
+                                              for a, b in zip(now, items, strict=True)):
+                continue
+            if isinstance(container, dict):
+                container.clear()
+                container.update(items)
+            else:
+                container[:] = items
+            if path not in self.warned:
+                self.warned.add(path)
+                log.warning("triton_dist_tune: %s the tuned function changed the items of its argument '%s' (it "
+                            "rebinds, adds or deletes them); the tuner puts them back before every tuning run and "
+                            "before the final call, so that the call's result is that of one call", self.label, path)
+
+
+def _same_items(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 class StandIns:
