@@ -654,3 +654,29 @@ def test_an_argument_read_in_place_that_fails_from_the_nan_fill_fails_no_config(
     (decision,) = sample_.tuner.decisions.values()
     assert [o.state for o in decision.outcomes] == ["measured"] * 4, [(o.state, o.error) for o in decision.outcomes]
     assert torch.allclose(logits, before / 0.7)  # one call's effect
+
+
+@pytest.mark.parametrize("kind", ["sparse", "meta", "resized"])
+def test_an_argument_the_check_cannot_compare_fails_no_config(tmp_path, monkeypatch, kind):
+    # before: torch.equal raised on a sparse or meta argument, and on one the function resize_()d, in the tuner's
+    # own check after each config's first run: journaled as every config's failure (AllConfigsFailedError, again on
+    # the next call from the journal)
+    import torch
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_LOG_DIR", str(tmp_path / "logs"))
+
+    def f(x, y, b=1):
+        if kind == "resized":
+            x.resize_(x.numel() + 1)
+            x.fill_(3.0)
+        return float(y.sum()) * b
+
+    tuned = tdt.autotune([{"b": 1}, {"b": 2}], key_fn=lambda x, y: 0, n_warmup=1, n_repeat=2, timing="cold",
+                         name=f"uncomparable_{kind}")(f)
+    x = {"sparse": torch.eye(3).to_sparse(), "meta": torch.empty(3, device="meta"), "resized": torch.ones(3)}[kind]
+    assert tuned(x, torch.ones(2)) == 2.0 * tuned.tuner.decided[0]["b"]
+    (decision,) = tuned.tuner.decisions.values()
+    assert [o.state for o in decision.outcomes] == ["measured"] * 2, [(o.state, o.error) for o in decision.outcomes]
+    if kind == "resized":  # one call's effect: resized once
+        assert x.tolist() == [3.0] * 4

@@ -41,14 +41,14 @@ final call records history on the caller's).
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..capture import capturing
 from ..errors import BadInputError
 from . import breakdown
+from .names import check_names, named_arguments
 from .side_state import Grads, RandomState, StandIns, Structures
 
 __all__ = ["ArgumentState", "RandomState", "check_names", "named_arguments", "tensors_in"]
@@ -57,45 +57,6 @@ log = logging.getLogger("triton_dist_tune")
 
 #: how deep :func:`tensors_in` looks into nested lists, tuples and dicts
 MAX_DEPTH = 8
-
-
-def check_names(fn: Callable[..., Any], names: Iterable[str], option: str,
-                tuned: frozenset[str] = frozenset()) -> tuple[str, ...]:
-    """Validate that every name in ``names`` is a parameter of ``fn`` that no config sets (``tuned``); returns them
-    as a tuple (None, Triton's default for ``restore_value`` and ``reset_to_zero``: none)."""
-    if names is None:
-        return ()
-    if isinstance(names, (str, bytes)):
-        raise BadInputError(f"{option} must be a list of argument names, not the string {names!r} "
-                            f"(write {option}=[{names!r}])")
-    try:
-        names = tuple(names)
-    except TypeError:
-        raise BadInputError(f"{option} must be a list of argument names, got {names!r} "
-                            f"({type(names).__name__})") from None
-    if not all(isinstance(n, str) for n in names):
-        raise BadInputError(f"{option} must be a list of argument names, got {list(names)!r}")
-    params = inspect.signature(fn).parameters
-    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    unknown = [n for n in names if n not in params and not takes_kwargs]
-    if unknown:
-        raise BadInputError(f"{option} names {unknown}, which are not parameters of {fn.__qualname__}")
-    if set(names) & tuned:
-        raise BadInputError(f"{option} names {sorted(set(names) & tuned)}, which the configs set: a tuned value, "
-                            "not an argument the function changes")
-    return names
-
-
-def named_arguments(fn: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """The call's arguments by parameter name (``**kwargs`` entries by their own names)."""
-    signature = inspect.signature(fn)
-    out = {}
-    for name, value in signature.bind_partial(*args, **kwargs).arguments.items():
-        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
-            out.update(value)
-        else:
-            out[name] = value
-    return out
 
 
 class ArgumentState:
@@ -115,7 +76,7 @@ class ArgumentState:
             if watch:
                 for name, value in sorted(named.items()):
                     for path, tensor in tensors_in(name, value):
-                        if id(tensor) not in seen:
+                        if id(tensor) not in seen and _comparable(tensor):  # (a sparse or meta one: unwatched)
                             seen.add(id(tensor))
                             self.watched[path] = (tensor, tensor.detach().clone(), _version(tensor))
         #: the ``.grad`` of every argument tensor that requires grad, put back before every run and the final call
@@ -158,6 +119,8 @@ class ArgumentState:
         self._check_due = False
         #: watched arguments whose version counter moved while their values did not (views sharing a base's)
         self._shared_counter: set[str] = set()
+        #: watched arguments the check could not compare (left alone from then on)
+        self._unwatched: set[str] = set()
 
     def config_starting(self, config: Mapping[str, Any]) -> None:
         """Called right before each run (after :meth:`before_run`): the first run of each config gets its watched
@@ -224,19 +187,33 @@ class ArgumentState:
 
     def _detect(self) -> None:
         for name, (tensor, copy, version) in self.watched.items():
-            if name in self.changed or name in self.written:
+            if name in self.changed or name in self.written or name in self._unwatched:
                 continue
             moved = _version(tensor) != version and name not in self._shared_counter
-            if not (moved or self._check_due) or _same(tensor, copy):
+            if not (moved or self._check_due) or self._same(name, tensor, copy):
                 if moved:  # a view's counter moves with its base's (a write elsewhere, the tuner's own restore)
                     self._shared_counter.add(name)  # so it is judged by its values from now on, when a check is due
                 continue
-            if self.fills and _fillable(tensor):  # perhaps an output written whole: the next run starts from NaN
+            if self.fills and _fillable(tensor) and tensor.shape == copy.shape:  # perhaps an output written whole:
+                # the next run starts from NaN (one resized is restored before every run)
                 self.written.append(name)
                 self._fill_due = True
                 continue
             self._report(name)
         self._check_due = False
+
+    def _same(self, name: str, tensor: Any, copy: Any) -> bool:
+        """:func:`_same`; a host tensor it cannot compare is the tuner's problem, never the run's: left unwatched
+        from now on (a device's error is the run's, left there asynchronously: raised)."""
+        try:
+            return _same(tensor, copy)
+        except Exception as exc:
+            if getattr(tensor, "is_cuda", False):
+                raise
+            self._unwatched.add(name)
+            log.warning("triton_dist_tune: %s cannot compare the argument '%s' with its saved copy (%s): it is left "
+                        "unwatched", self.label, name, exc)
+            return True
 
     def _check_written(self) -> None:
         """After a run that started with the written arguments filled with NaN: one with a NaN left was not written
@@ -318,10 +295,10 @@ class ArgumentState:
         with _untracked():
             for tensor, copy in self.saved:
                 if any(tensor is t for t in self.restore):
-                    tensor.copy_(copy)
+                    _copy_back(tensor, copy)
             for name in self.changed + written:
                 tensor, copy, _ = self.watched[name]
-                tensor.copy_(copy)
+                _copy_back(tensor, copy)
             self._zero()  # last: an argument put back that shares memory with one (a workspace) must not undo it
 
     def _zero(self) -> None:
@@ -341,14 +318,14 @@ class ArgumentState:
                 return
             with _untracked():
                 for tensor, copy in self.saved:
-                    tensor.copy_(copy)
+                    _copy_back(tensor, copy)
                 for name in self.changed + self.written:
                     tensor, copy, _ = self.watched[name]
-                    tensor.copy_(copy)
+                    _copy_back(tensor, copy)
 
     def changed_now(self) -> list[str]:
         """The watched arguments whose values differ from the caller's now (NaN equal to NaN)."""
-        return [name for name, (tensor, copy, _) in self.watched.items() if not _same(tensor, copy)]
+        return [name for name, (tensor, copy, _) in self.watched.items() if not self._same(name, tensor, copy)]
 
     @property
     def outputs(self) -> list[Any]:
@@ -413,9 +390,29 @@ def _version(tensor: Any) -> int:
     return int(getattr(tensor, "_version", 0))
 
 
-def _same(tensor: Any, copy: Any) -> bool:
-    """Whether ``tensor`` still holds ``copy``'s values (NaN equal to NaN: unwritten buffers are often NaN)."""
+def _comparable(tensor: Any) -> bool:
+    """Whether a tensor's values can be saved and compared (a strided tensor with memory: not a sparse one, nor one
+    on the meta device, which an argument check cannot compare: left unwatched)."""
     import torch
+
+    return getattr(tensor, "layout", None) == torch.strided and not getattr(tensor, "is_meta", False) \
+        and not getattr(tensor, "is_quantized", False)
+
+
+def _copy_back(tensor: Any, copy: Any) -> None:
+    """Put ``copy``'s values back into ``tensor``, resized back first where a run resized it (``resize_``)."""
+    if tensor.shape != copy.shape:
+        tensor.resize_(copy.shape)
+    tensor.copy_(copy)
+
+
+def _same(tensor: Any, copy: Any) -> bool:
+    """Whether ``tensor`` still holds ``copy``'s values (NaN equal to NaN: unwritten buffers are often NaN); one of
+    another shape (``resize_``) does not."""
+    import torch
+
+    if tensor.shape != copy.shape:
+        return False
 
     if torch.equal(tensor, copy):
         return True
