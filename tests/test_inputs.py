@@ -190,6 +190,21 @@ def test_list_and_dict_items_a_run_rebinds_are_put_back_with_a_warning(tmp_path)
 
 
 @pytest.mark.timeout(150)
+def test_a_modules_buffers_and_rebound_attributes_are_those_of_one_call(tmp_path):
+    # before: a decode step's position attribute counted every tuning run and its buffer write ran past the end
+    # (IndexError: every config failed), and a module's parameter changed in place doubled once per run
+    results = run("object_state", tuner_env(tmp_path, 30))
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        seen = r.result["seen"]
+        assert "error" not in seen["decode"] and "error" not in seen["scaled"], seen
+        b = seen["decode"]["ok"]  # the chosen config's b: kv[0] = 1 * b
+        assert seen["decoder"] == [1, [b, 0.0, 0.0, 0.0]], seen
+        assert seen["weight"] == [2.0] * 4, seen
+        assert "rebound the attribute 'pos' of its argument 'self'" in r.stderr
+
+
+@pytest.mark.timeout(150)
 def test_post_hook_runs_after_a_run_that_raised_so_only_that_config_fails(tmp_path):
     # before: a run that raised skipped post_hook, so a pre_hook / post_hook pair keeping a phase counter saw the
     # phase still open in every later run: every other config failed too (AllConfigsFailedError on both ranks)

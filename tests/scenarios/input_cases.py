@@ -244,6 +244,44 @@ def containers_rebound():
 
 
 @case
+def object_state():
+    """A tuned method of an ``nn.Module`` decode step that writes its buffer at ``self.pos`` and advances it, and a
+    module argument whose parameter a run changes in place: after the tuning call they hold one call's effect."""
+    tdt.init_distributed()
+
+    class Decoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("kv", torch.zeros(4))
+            self.pos = 0
+
+        @tdt.autotune([{"b": 1}, {"b": 2}], key_fn=lambda self, x: 0, n_warmup=1, n_repeat=2, timing="cold",
+                      name="decode_step")
+        def step(self, x, b=1):
+            self.kv[self.pos] = x * b
+            self.pos += 1
+            dist.all_reduce(x.clone())
+            return float(self.kv.sum())
+
+    def scale_(layer, b=1):
+        with torch.no_grad():
+            layer.weight.mul_(2.0)
+        return b
+
+    seen = {}
+    decoder = Decoder()
+    seen["decode"] = outcome(decoder.step, torch.tensor(1.0))
+    seen["decoder"] = [decoder.pos, decoder.kv.tolist()]
+    tuned = tdt.autotune([{"b": 1}, {"b": 2}], key_fn=lambda layer: 0, n_warmup=1, n_repeat=2, timing="cold",
+                         name="module_scale")(scale_)
+    layer = torch.nn.Linear(2, 2, bias=False)
+    torch.nn.init.ones_(layer.weight)
+    seen["scaled"] = outcome(tuned, layer)
+    seen["weight"] = layer.weight.flatten().tolist()
+    emit(seen=seen)
+
+
+@case
 def post_hook_after_a_failing_run():
     """A pre_hook / post_hook pair keeping a phase counter (pre opens a phase, post closes it) and a config whose run
     raises after the function's all_reduce, on every rank, in both timing modes: only that config fails."""

@@ -49,7 +49,7 @@ from ..capture import capturing
 from ..errors import BadInputError
 from . import breakdown
 from .names import check_names, named_arguments
-from .side_state import Grads, RandomState, StandIns, Structures
+from .side_state import Attributes, Grads, RandomState, StandIns, Structures, is_module, module_tensors
 
 __all__ = ["ArgumentState", "RandomState", "check_names", "named_arguments", "tensors_in"]
 
@@ -86,6 +86,8 @@ class ArgumentState:
         self.stand_ins: StandIns | None = None
         #: the items of every list and dict argument, put back before every run and the final call
         self.structures = Structures(named, label, restore_value)
+        #: the plain and tensor attributes of object arguments, put back before every run and the final call
+        self.attributes = Attributes(named, label)
         #: names of watched arguments some run changed: restored before every run from now on
         self.changed: list[str] = []
         #: names of watched floating-point arguments some run changed that every checked run wrote whole (see the
@@ -233,7 +235,7 @@ class ArgumentState:
                 "triton_dist_tune: %s the tuned function changed its argument '%s' in place; the tuner restores "
                 "it before every tuning run and before the final call, so that the call's result is that of "
                 "one call (declare it with restore_value=['%s'] to say so, or reset_to_zero=['%s'] for an "
-                "accumulating output)", self.label, name, *[name.split("[", 1)[0]] * 2)
+                "accumulating output)", self.label, name, *[name.split("[", 1)[0].split(".", 1)[0]] * 2)
 
     def after_run(self) -> None:
         """Check the watched arguments when the run that made the check due (a config's first) has just ended. At
@@ -280,9 +282,11 @@ class ArgumentState:
     def _side_state(self) -> None:
         """Put back what a run leaves besides tensor values (:mod:`.side_state`): the items of lists and dicts,
         gradients, and the stand-ins' autograd history."""
-        if self.structures.saved or self.grads.saved or (self.stand_ins is not None and self.stand_ins.pairs):
+        if self.structures.saved or self.attributes.saved or self.grads.saved \
+                or (self.stand_ins is not None and self.stand_ins.pairs):
             with breakdown.part("restore"):
                 self.structures.put_back()
+                self.attributes.put_back()
                 self.grads.put_back()
                 if self.stand_ins is not None and not capturing():
                     self.stand_ins.start_afresh()
@@ -310,6 +314,7 @@ class ArgumentState:
         """Put every saved tensor back as it was before tuning (before the final call)."""
         with breakdown.part("restore"):
             self.structures.put_back()
+            self.attributes.put_back()
             if self._filled and not capturing():
                 self._check_written()
             self._detect()
@@ -338,6 +343,8 @@ def tensors_in(name: str, value: Any, depth: int = 0) -> list[tuple[str, Any]]:
     tensors inside its lists, tuples and dicts (nested up to :data:`MAX_DEPTH` levels)."""
     if _is_tensor(value):
         return [(name, value)]
+    if is_module(value):  # an nn.Module: its parameters and buffers
+        return module_tensors(name, value)
     if depth >= MAX_DEPTH:
         return []
     if isinstance(value, (list, tuple)):

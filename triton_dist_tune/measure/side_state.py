@@ -1,6 +1,6 @@
 """What a tuning run leaves in the caller's arguments besides tensor values (:mod:`.arguments` keeps those).
 
-* **Gradients.** An argument tensor that requires grad (inside lists and dicts too) has
+* **Gradients.** An argument tensor that requires grad (inside lists, dicts and ``nn.Module`` arguments too) has
   its ``.grad`` saved (None, or a copy) and put back before every run and before the final call
   (:class:`Grads`): a fused forward and backward accumulates one call's gradient, not every run's.
 * **Autograd history.** A tensor argument that requires grad and is no leaf (an activation ``h = w * 2``) is never
@@ -11,6 +11,11 @@
   run rebinds, appends to or deletes from is put back in place before every run and before the final call
   (``lst[:] = saved``, ``d.clear(); d.update(saved)``), with a warning naming it unless it is named in
   ``restore_value`` (:class:`Structures`).
+* **Attributes.** An object argument (``self`` of a tuned method, an ``nn.Module``) has its attributes holding
+  numbers, strings, None or tensors saved: one a run rebinds (``self.pos += 1``, ``self.kv = torch.cat(...)``) is
+  put back before every run and before the final call, with a warning naming it (:class:`Attributes`). Other
+  object state (a list held in an attribute changed in place, an attribute a run adds) is not restored. (An
+  ``nn.Module``'s parameters and buffers are tensors of the argument: :func:`~.arguments.tensors_in`.)
 """
 
 from __future__ import annotations
@@ -23,10 +28,29 @@ log = logging.getLogger("triton_dist_tune")
 
 #: how deep the containers of an argument are followed
 MAX_DEPTH = 8
+#: the values of an attribute that :class:`Attributes` saves (by identity: a run that rebinds it is seen)
+_PLAIN = (int, float, bool, str, bytes, complex, type(None))
 
 
 def is_tensor(value: Any) -> bool:
     return hasattr(value, "copy_") and hasattr(value, "clone")
+
+
+def is_module(value: Any) -> bool:
+    """Whether ``value`` is a ``torch.nn.Module`` (its parameters and buffers count as its tensors)."""
+    return callable(getattr(value, "named_parameters", None)) and callable(getattr(value, "named_buffers", None))
+
+
+def module_tensors(name: str, module: Any) -> list[tuple[str, Any]]:
+    """A module's parameters and buffers by path (``model.layer.weight``), each once."""
+    seen: set[int] = set()
+    out = []
+    for kind in (module.named_parameters, module.named_buffers):
+        for path, tensor in kind():
+            if tensor is not None and id(tensor) not in seen:
+                seen.add(id(tensor))
+                out.append((f"{name}.{path}", tensor))
+    return out
 
 
 def walk(name: str, value: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
@@ -101,6 +125,50 @@ class Structures:
 
 def _same_items(a: tuple, b: tuple) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+class Attributes:
+    """The attributes of object arguments that hold plain values or tensors, saved by identity (see the module's
+    docstring)."""
+
+    def __init__(self, named: Mapping[str, Any], label: str) -> None:
+        self.label = label
+        self.saved: list[tuple[str, Any, dict[str, Any]]] = []
+        seen: set[int] = set()
+        for name, value in sorted(named.items()):
+            if is_tensor(value) or isinstance(value, (list, tuple, dict, type) + _PLAIN) or id(value) in seen:
+                continue
+            try:
+                attributes = vars(value)
+            except TypeError:  # no __dict__ (slots, a builtin)
+                continue
+            seen.add(id(value))
+            kept = {k: v for k, v in attributes.items() if isinstance(v, _PLAIN) or is_tensor(v)}
+            if kept:
+                self.saved.append((name, value, kept))
+        self.warned: set[str] = set()
+
+    def put_back(self) -> None:
+        """Put every saved attribute a run rebound back, warning once for each."""
+        for name, obj, kept in self.saved:
+            attributes = vars(obj)
+            for attribute, value in kept.items():
+                if attributes.get(attribute, _MISSING) is value:
+                    continue
+                try:
+                    setattr(obj, attribute, value)
+                except Exception:  # a property refusing it, a module refusing a plain tensor for a parameter:
+                    attributes[attribute] = value  # put back where it was read from
+                where = f"{name}.{attribute}"
+                if where not in self.warned:
+                    self.warned.add(where)
+                    log.warning("triton_dist_tune: %s the tuned function rebound the attribute '%s' of its argument "
+                                "'%s'; the tuner puts it back before every tuning run and before the final call "
+                                "(other object state, such as an attribute added or a list in an attribute changed "
+                                "in place, is not restored)", self.label, attribute, name)
+
+
+_MISSING = object()
 
 
 class StandIns:
