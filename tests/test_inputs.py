@@ -205,6 +205,20 @@ def test_a_modules_buffers_and_rebound_attributes_are_those_of_one_call(tmp_path
 
 
 @pytest.mark.timeout(150)
+def test_a_numpy_integer_key_matches_the_int_and_a_list_key_is_named_unhashable(tmp_path):
+    # before: 3 on one rank and np.int64(3) on the other were a MismatchError ('3' against 'np.int64(3)'), and a
+    # list key said "key_fn failed: TypeError: unhashable type: 'list'"
+    results = run("numpy_and_list_keys", tuner_env(tmp_path, 30))
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        seen = r.result["seen"]
+        assert "error" not in seen["mixed"], seen
+        assert seen["listed"]["error"] == "BadInputError", seen
+        assert "key_fn returned an unhashable key" in seen["listed"]["message"], seen
+        assert "return a tuple" in seen["listed"]["message"], seen
+
+
+@pytest.mark.timeout(150)
 def test_post_hook_runs_after_a_run_that_raised_so_only_that_config_fails(tmp_path):
     # before: a run that raised skipped post_hook, so a pre_hook / post_hook pair keeping a phase counter saw the
     # phase still open in every later run: every other config failed too (AllConfigsFailedError on both ranks)

@@ -100,6 +100,8 @@ def describe_key(key: Any, where: str = "key") -> str:
     Raises :class:`BadInputError` for what has no stable text or is compared by identity: tensors (return
     ``to_hashable(t)`` instead), objects hashed by identity, and texts with memory addresses.
     """
+    if type(key).__module__ == "numpy" and getattr(key, "shape", None) == () and hasattr(key, "item"):
+        key = key.item()  # a numpy scalar reads as the Python number it equals (np.int64(3) on one rank, 3 on another)
     if isinstance(key, numbers.Number) and key != key:  # numpy's and complex NaN too
         raise BadInputError(f"{where} contains nan, which equals nothing, itself included: the key would never be "
                             "found decided, so every call would tune it again; return a number, a string or None "

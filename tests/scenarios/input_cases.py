@@ -282,6 +282,25 @@ def object_state():
 
 
 @case
+def numpy_and_list_keys():
+    """key_fn returns a Python int on rank 0 and the numpy integer of the same value on rank 1; then a list."""
+    import numpy as np
+
+    tdt.init_distributed()
+    rank = dist.get_rank()
+
+    def f(x, b=1):
+        dist.all_reduce(x.clone())
+        return b
+
+    mixed = tdt.autotune([{"b": 1}, {"b": 2}], key_fn=lambda x: x.numel() if rank == 0 else np.int64(x.numel()),
+                         n_warmup=0, n_repeat=1, timing="cold", name="numpy_key")(f)
+    listed = tdt.autotune([{"b": 1}, {"b": 2}], key_fn=lambda x: [x.numel()], n_warmup=0, n_repeat=1,
+                          timing="cold", name="list_key")(f)
+    emit(seen={"mixed": outcome(mixed, torch.ones(4)), "listed": outcome(listed, torch.ones(4))})
+
+
+@case
 def post_hook_after_a_failing_run():
     """A pre_hook / post_hook pair keeping a phase counter (pre opens a phase, post closes it) and a config whose run
     raises after the function's all_reduce, on every rank, in both timing modes: only that config fails."""

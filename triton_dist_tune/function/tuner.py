@@ -73,13 +73,18 @@ class Tuner(TunedFunction):
             raise BadInputError(f"{self.name}: autotune_replicas is for lock-step tuning, not sharded=True")
         try:  # without a mistyped tuner keyword, which key_fn would reject before the mistake could be named
             key = self.key_fn(*args, **({k: v for k, v in kwargs.items() if k not in typos} if typos else kwargs))
-            hash(key)
             key_error = None
         except Exception as exc:
             # a tuned parameter the call passed (by position, or by keyword unless allowed) is the likely cause of a
             # key_fn written for the call without it: named as such, not as key_fn's TypeError
             key, key_error = None, (self._call_problem(args, None if overwrite else kwargs)
                                     or f"key_fn failed: {describe_error(exc)}")
+        if key_error is None:
+            try:
+                hash(key)
+            except TypeError as exc:
+                key, key_error = None, (f"key_fn returned an unhashable key ({describe_error(exc)}): return a tuple "
+                                        "(of numbers, strings, tuples) instead of a list, dict or set")
         self.forget_alone()
         table, slot = (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
         if layout is not None:
