@@ -127,6 +127,17 @@ def test_sharded_poisoning_raises_the_same_device_poisoned_error_on_every_rank_p
 
 
 @pytest.mark.timeout(120)
+def test_a_collective_function_tuned_sharded_is_told_to_drop_sharded_when_it_hangs(tmp_path):
+    """A reviewer's: ``sharded=True`` on a function that all-reduces leaves a rank inside an all_reduce no other
+    rank joins; its watchdog said only that the config did not finish and was left out, blaming the config for
+    what the option caused. The message now names the option."""
+    results = run_ranks(RECOVERY, 2, ["sharded_collective"], env=tuner_env(tmp_path, 3), timeout=100)
+    ended = [r for r in results if r.returncode == WATCHDOG_EXIT]
+    assert ended, describe(results)
+    assert all("tune such a function without sharded=True" in r.stderr for r in ended), describe(results)
+
+
+@pytest.mark.timeout(120)
 def test_a_slow_but_healthy_sharded_share_is_waited_for(tmp_path):
     """``sharded=True``, T = 10 s: rank 1's share is one config of 1.05 s a call, whose warm-up (6.3 s) and samples
     (6.3 s) each end within T, under their own watchdog. Every rank decides (config 0). Before, the exchange of

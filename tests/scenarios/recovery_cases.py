@@ -92,6 +92,23 @@ def sharded_poison():
 
 
 @case
+def sharded_collective():
+    """``sharded=True`` on a function whose calls all-reduce (a misuse): the ranks measure different shares alone,
+    so one is left inside an all_reduce no other rank joins, and its watchdog ends it."""
+    tdt.init_distributed()
+
+    @tdt.autotune(config_space=[{"v": v} for v in range(3)], key_fn=lambda x: 0, n_warmup=1, n_repeat=2,
+                  sharded=True, name="sharded_collective")
+    def reduced(x, *, v):
+        y = x + v
+        dist.all_reduce(y)
+        return y
+
+    reduced(torch.ones(2))
+    _cases.emit(rank=dist.get_rank(), finished=True)
+
+
+@case
 def sharded_slow_share():
     """``sharded=True``: rank 1's share (config 1) is slow but healthy, 1.05 s a call: its warm-up (3 runs and a
     probe of 3 calls, 6.3 s) and its samples (3 of 2 calls, 6.3 s) each end within the timeout (10 s in the test),

@@ -102,6 +102,10 @@ class Guarding:
                 self.journal.append(index, "interrupted", config=desc, phase=phase,
                                     error=f"interrupted: {phase} exceeded {self.plan.timeout:g} s (not blamed)")
             self.log.error("%s config %d %s: HUNG past %g s: %s", self.label, index, phase, self.plan.timeout, desc)
+            if getattr(self, "sharding", False) and self.group.size > 1:  # likely the option, not the config
+                return ("recorded as hung in the journal (the config is left out); with sharded=True each rank "
+                        "measures its share of the configs alone, so a function whose calls are collective (or wait "
+                        "for another rank) hangs there: tune such a function without sharded=True")
             return None
 
         def on_peer(report: FailureReport) -> str:  # another rank raised in this step: it failed, not this one

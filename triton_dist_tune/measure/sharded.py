@@ -35,8 +35,12 @@ class Sharding:
     """The sharded part of :class:`~triton_dist_tune.measure.lockstep.Measurer` (a mixin: it uses the measurer's
     ``group``, ``plan``, ``trial``, ``cold``, ``label``, ``compiles``, ``budget``, its warm-up and its guards)."""
 
+    #: whether this tuning measures shares alone (``sharded=True``): a hang then likely comes from the option
+    sharding = False
+
     def sharded(self, todo: Sequence[Todo]) -> list[Outcome]:
         """Measure this rank's share of ``todo`` alone (``max_rounds`` samples each), then share all outcomes."""
+        self.sharding = True
         with RoundWatch.of_tuning(self.group, self.label, self.plan.timeout, "rank") as watch:
             return self._shared(self._my_share(todo), len(todo), watch)
 
