@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", help="the problem's dtype: bfloat16 or float16 (no dtype part in the file name), "
                    "float32, or a quantized scheme (fp8_w8a8, ...); default: the torch dtype the keys name")
     g.add_argument("--device-name", help="the file name's device (default: the GPU the decisions were tuned on; "
-                   "for decisions tuned on CPU ranks, this machine's CPU model)")
+                   "for decisions tuned on CPU ranks, this machine's CPU model); spaces, '/' and '\\' become '_'")
     g.add_argument("--batch-index", type=int, default=0,
                    help="where the batch size is in a tuple key (default 0; a key that is an int is the batch size)")
     g.add_argument("--where", action="append", default=[], metavar="POS=VALUE",
@@ -120,8 +120,12 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
         if not vllm_moe.inferable(dtype):  # a file vLLM would never open (it asks for fp8_w8a8, not float8_e4m3fn)
             raise fail(f"the keys name {dtype}, whose file name vLLM does not derive from it: give --dtype with "
                        f"vLLM's name ({', '.join(vllm_moe.SCHEMES)}; float32; bfloat16 or float16 for no dtype part)")
-    path = vllm_moe.write(vllm_moe.config_file(folder, args.experts, args.n, args.device_name or gpus[0], dtype),
-                          configs)
+    device = args.device_name if args.device_name is not None else gpus[0]
+    try:  # the device's and the dtype's text name one file in the folder: never a path out of it
+        path = vllm_moe.config_file(folder, args.experts, args.n, device, dtype)
+    except ValueError as exc:
+        raise fail(f"{exc} (--device-name {device!r}, --dtype {dtype!r})") from None
+    path = vllm_moe.write(path, configs)
     return {"file": str(path), "batch_sizes": [int(b) for b in configs], "entries": [e.name for e in chosen],
             "provisional_skipped": provisional}
 

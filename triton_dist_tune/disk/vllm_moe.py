@@ -51,8 +51,19 @@ def device_name(device: str | None = None) -> str:
 
 
 def file_safe(name: str) -> str:
-    """A device name with each run of whitespace replaced by ``_`` (vLLM replaces each space)."""
-    return re.sub(r"\s+", "_", name.strip())
+    """A device name as one part of one file name: each run of whitespace replaced by ``_`` (vLLM replaces each
+    space), and so is each character a file name cannot hold (:func:`one_name`). A ``ValueError`` when nothing is
+    left."""
+    safe = one_name(re.sub(r"\s+", "_", name.strip()))
+    if not safe:
+        raise ValueError("the device name is empty: give --device-name the GPU's name, as vLLM reads it")
+    return safe
+
+
+def one_name(text: str) -> str:
+    """``text`` with each ``/``, ``\\`` and control character (NUL too) replaced by ``_``: a part of one file name,
+    never a path (``..`` between two such parts of a name is no folder)."""
+    return re.sub(r"[/\\\x00-\x1f\x7f]", "_", text)
 
 
 def dtype_selector(dtype: Any) -> str | None:
@@ -93,13 +104,18 @@ def key_dtype(key: Any) -> str | None:
 
 def file_name(experts: int, n: int, device: str, dtype: str | None = None) -> str:
     """``E=<experts>,N=<n>,device_name=<device>[,dtype=<dtype>].json``, as vLLM's ``get_config_file_name``."""
-    return f"E={experts},N={n},device_name={file_safe(device)}" + (f",dtype={dtype}" if dtype else "") + ".json"
+    return (f"E={experts},N={n},device_name={file_safe(device)}" + (f",dtype={one_name(dtype)}" if dtype else "")
+            + ".json")
 
 
 def config_file(folder: Path | str, experts: int, n: int, device: str | None, dtype: Any) -> Path:
     """Where vLLM and SGLang look for the config file of decisions tuned on ``device`` (:func:`device_name`) for
-    ``dtype`` (:func:`dtype_selector`): the one place that names the file, for the example and the command line."""
-    return Path(folder) / file_name(experts, n, device_name(device), dtype_selector(dtype))
+    ``dtype`` (:func:`dtype_selector`): the one place that names the file, for the example and the command line.
+    The file is in ``folder`` itself, whatever the device's or the dtype's text (a ``ValueError`` otherwise)."""
+    path = Path(folder) / file_name(experts, n, device_name(device), dtype_selector(dtype))
+    if path.parent != Path(folder) or path.name in (".", ".."):
+        raise ValueError(f"the file name {path.name!r} is no file of the folder {folder}")
+    return path
 
 
 def tile_config(config: Mapping[str, Any] | str) -> dict[str, int]:

@@ -1,0 +1,77 @@
+"""What the command line refuses, and where it writes: defects a review found, each with the real command that showed
+it (before the fix) and shows it fixed.
+
+Cache folders are written as the package's own writers write them (``write_json_atomic``); every command runs as
+``python -m triton_dist_tune ...`` in a process of its own (tests/cli_fork.py). Nothing here writes outside the
+test's temporary folder: the FIFOs and links are made there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import time
+from pathlib import Path
+
+from cli_fork import run_cli
+from harness import base_env
+
+from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND
+from triton_dist_tune.disk.cache import hardware, versions, write_json_atomic
+
+TILE = "{{BLOCK_SIZE_K: 64, BLOCK_SIZE_M: {m}, BLOCK_SIZE_N: 64, GROUP_SIZE_M: 1, num_stages: 3, num_warps: 4}}"
+VLLM = ["--format", "vllm-moe", "--function", "moe", "--experts", "8", "--n", "64", "--dtype", "bfloat16"]
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess:
+    """``python -m triton_dist_tune ARGS`` in a process of its own."""
+    return run_cli([str(a) for a in args], base_env(), timeout=120)
+
+
+def one_line(done: subprocess.CompletedProcess, status: int = 2) -> str:
+    """The command's stderr, checked to be one line (no traceback) with exit status ``status``."""
+    assert done.returncode == status, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    return done.stderr
+
+
+def decision(cache: Path, function: str = "moe", key: str = "(16,)", config: str = TILE.format(m=16),
+             **extra: object) -> Path:
+    """A format-2 decision as the tuner writes it, named as the tuner names its files (20 hex digits)."""
+    hw = hardware()
+    data = {"format": 2, "function": function, "key": key, "index": 0, "config": config, "time_ms": 1.0,
+            "margin": 0.1, "near_tie": False, "runner_up": 1, "timing": "steady", "rounds": 2, "group_size": 2,
+            "group": "default", "created": time.time() - 60, "versions": versions(), "gpu": hw["gpu"],
+            "gpu_count": hw["gpu_count"], "space": "abc", "measurements": [], **extra}
+    name = hashlib.sha1(repr((function, key)).encode()).hexdigest()[:20]
+    return write_json_atomic(cache / function / f"{name}.json", data)
+
+
+def bundle_of(tmp_path: Path, entries: list[tuple[str, dict]]) -> Path:
+    """A bundle file holding ``entries`` ((path, data) each), as ``export`` writes one."""
+    return write_json_atomic(tmp_path / "bundle.json", {"kind": BUNDLE_KIND, "format": BUNDLE_FORMAT, "created": 0.0,
+                                                       "versions": versions(),
+                                                       "entries": [{"path": p, "data": d} for p, d in entries]})
+
+
+# -- 1: the vLLM file stays in the folder it is given --------------------------------------------------------------
+
+
+def test_vllm_export_writes_only_into_the_folder_given_whatever_the_device_or_dtype_text(tmp_path):
+    """Before: ``--device-name 'H100/../../x'`` (or a cache file's ``gpu`` field, the default) wrote
+    ``E=8,N=64,device_name=H100/../../x.json`` outside the folder. Now ``/`` becomes ``_`` as a space does."""
+    cache, out = tmp_path / "cache", tmp_path / "a" / "b" / "configs"
+    decision(cache, gpu="H100/../../../gpu_escaped")
+    done = cli("export", out, *VLLM, "--cache-dir", cache)
+    assert done.returncode == 0, done.stderr
+    for extra in (["--device-name", "H100/../../../name_escaped"], ["--dtype", "../../../dtype_escaped"],
+                  ["--device-name", "..", "--dtype", ".."]):
+        done = cli("export", out, *VLLM, *extra, "--cache-dir", cache)
+        assert done.returncode == 0, (extra, done.stderr)
+    assert not list(tmp_path.glob("*.json")) and not list((tmp_path / "a").glob("*.json"))
+    assert sorted(p.name for p in out.iterdir()) == sorted([
+        "E=8,N=64,device_name=H100_.._.._.._gpu_escaped.json", "E=8,N=64,device_name=H100_.._.._.._name_escaped.json",
+        "E=8,N=64,device_name=H100_.._.._.._gpu_escaped,dtype=.._.._.._dtype_escaped.json",
+        "E=8,N=64,device_name=..,dtype=...json"])
+    refused = one_line(cli("export", out, *VLLM, "--device-name", " ", "--cache-dir", cache))
+    assert "--device-name" in refused and "empty" in refused, refused
