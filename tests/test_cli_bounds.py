@@ -9,6 +9,7 @@ test's temporary folder: the FIFOs and links are made there.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -75,3 +76,32 @@ def test_vllm_export_writes_only_into_the_folder_given_whatever_the_device_or_dt
         "E=8,N=64,device_name=..,dtype=...json"])
     refused = one_line(cli("export", out, *VLLM, "--device-name", " ", "--cache-dir", cache))
     assert "--device-name" in refused and "empty" in refused, refused
+
+
+# -- 2: export writes a regular file, outside the cache folder ------------------------------------------------------
+
+
+def test_export_refuses_a_target_that_is_no_regular_file_or_is_inside_the_cache_folder(tmp_path):
+    """Before: ``export`` replaced a FIFO (a device file, as root) or a link by a regular file and said it exported;
+    ``export`` into the cache folder replaced a decision by the bundle. Now each is refused, saying what it is."""
+    cache = tmp_path / "cache"
+    mine = decision(cache)
+    held = mine.read_bytes()
+    fifo, real, link = tmp_path / "fifo", tmp_path / "real.json", tmp_path / "link.json"
+    os.mkfifo(fifo)
+    real.write_text("{}")
+    link.symlink_to(real)
+    for target, says in ((fifo, "is a FIFO"), (link, "is a symbolic link"), (mine, "inside the cache folder"),
+                         (cache / "b.json", "inside the cache folder")):
+        said = one_line(cli("export", target, "--cache-dir", cache))
+        assert str(target) in said and says in said, said
+    assert fifo.is_fifo() and link.is_symlink() and real.read_text() == "{}" and mine.read_bytes() == held
+    assert not (cache / "b.json").exists()
+    said = one_line(cli("export", cache / "moe", *VLLM, "--cache-dir", cache))
+    assert "inside the cache folder" in said, said
+    out = tmp_path / "configs"
+    out.mkdir()
+    os.mkfifo(out / "E=8,N=64,device_name=NVIDIA_H200.json")
+    said = one_line(cli("export", out, *VLLM, "--device-name", "NVIDIA H200", "--cache-dir", cache))
+    assert "is a FIFO" in said, said
+    assert cli("export", tmp_path / "fine.json", "--cache-dir", cache).returncode == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..disk import bundles
 from ..disk import decisions as dec
 from . import vllm_export
-from .common import SUPERSEDED_NOTE, UsageError, _emit_json, _root, _selected, _warn_problems
+from .common import SUPERSEDED_NOTE, UsageError, _emit_json, _root, _selected, _warn_problems, check_target
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -36,6 +36,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                          f"{Path(args.bundle) / 'decisions.json'}); a folder is for --format vllm-moe")
     if not Path(args.bundle).absolute().parent.is_dir():
         raise UsageError(f"no folder {Path(args.bundle).absolute().parent} to write the bundle into (create it first)")
+    check_target(Path(args.bundle), _root(args), "bundle file")
     path = bundles.export_bundle(entries, Path(args.bundle))
     if args.json:
         _emit_json({"bundle": str(path), "entries": [e.name for e in entries], "superseded_skipped": skipped})

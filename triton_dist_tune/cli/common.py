@@ -12,6 +12,7 @@ from typing import Any
 
 from ..disk import decisions as dec
 from ..disk.cache import cache_root
+from ..disk.files import not_regular
 from ..disk.versions import recorded_versions, versions
 
 #: what a superseded decision is, said wherever one is named
@@ -105,6 +106,18 @@ def check_function(root: Path, function: str | None, entries: list[dec.Entry]) -
     raise UsageError(f"no function {function!r} in {root}" + (f" (functions: {', '.join(known[:10])}"
                                                                f"{', ...' if len(known) > 10 else ''})"
                                                                if known else ""))
+
+
+def check_target(path: Path, root: Path, what: str = "file") -> None:
+    """Raise :class:`UsageError` when ``export`` may not write ``path`` (a ``what``: the bundle file, vLLM's file or
+    the folder for it): a place inside the cache folder ``root`` (a bundle would replace a decision), or something
+    there that is no regular file (a FIFO, a device, a link: the write would replace it by a regular file)."""
+    if dec.inside(root, path):
+        raise UsageError(f"{path} is inside the cache folder {root}: export writes the {what} outside it")
+    other = not_regular(path) if what != "folder" else None
+    if other is not None:
+        raise UsageError(f"{path} is {other}, not a regular file: export would replace it (name a new or regular "
+                         f"file{', not a link to it' if other.startswith('a symbolic link') else ''})")
 
 
 def superseded_text(entry: dec.Entry, newer: dec.Entry) -> str:

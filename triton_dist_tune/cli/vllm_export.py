@@ -20,7 +20,7 @@ from typing import Any
 
 from ..disk import decisions as dec
 from ..disk import vllm_moe
-from .common import at_least_one
+from .common import _root, at_least_one, check_target
 
 #: why a provisional decision stays out of the file: vLLM would serve it for good
 PROVISIONAL_NOTE = ("cut short by the time budget: the tuner tunes them again at their next call, vLLM would serve "
@@ -109,6 +109,7 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
     folder = Path(args.bundle)
     if folder.exists() and not folder.is_dir():
         raise fail(f"{folder} is not a folder: --format vllm-moe writes a file into the folder it is given")
+    check_target(folder, _root(args), "folder")
     dtype = args.dtype
     if dtype is None:  # the dtype the keys name (as the example's key ends with it), else the user must say
         found = {vllm_moe.key_dtype(e.key) for e in chosen}
@@ -125,6 +126,7 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
         path = vllm_moe.config_file(folder, args.experts, args.n, device, dtype)
     except ValueError as exc:
         raise fail(f"{exc} (--device-name {device!r}, --dtype {dtype!r})") from None
+    check_target(path, _root(args), "vLLM config file")
     path = vllm_moe.write(path, configs)
     return {"file": str(path), "batch_sizes": [int(b) for b in configs], "entries": [e.name for e in chosen],
             "provisional_skipped": provisional}

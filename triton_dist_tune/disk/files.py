@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -54,3 +55,22 @@ def write_atomic(path: Path, data: str | bytes, suffix: str = ".tmp", durable: b
 def write_json_atomic(path: Path, data: Any, durable: bool = True) -> Path:
     """Write ``data`` as standard JSON (no NaN or Infinity) to ``path`` so that readers never see half a file."""
     return write_atomic(path, json.dumps(data, indent=1, sort_keys=True, allow_nan=False), durable=durable)
+
+
+#: what a file that is not a regular file is, by its type (``stat.S_IFMT``)
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def not_regular(path: Path) -> str | None:
+    """What ``path`` is when it is there and no regular file (``a FIFO``, ``a folder``, ``a symbolic link (to
+    ...)``, links not followed), else None: :func:`write_atomic` would replace it by a regular file."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link (to {os.readlink(path)})"
+    return _KINDS.get(stat.S_IFMT(mode), "no regular file")
