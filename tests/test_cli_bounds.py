@@ -9,6 +9,7 @@ test's temporary folder: the FIFOs and links are made there.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import time
@@ -105,3 +106,25 @@ def test_export_refuses_a_target_that_is_no_regular_file_or_is_inside_the_cache_
     said = one_line(cli("export", out, *VLLM, "--device-name", "NVIDIA H200", "--cache-dir", cache))
     assert "is a FIFO" in said, said
     assert cli("export", tmp_path / "fine.json", "--cache-dir", cache).returncode == 0
+
+
+# -- 3: import keeps a newer or finished decision unless forced ------------------------------------------------------
+
+
+def test_import_refuses_to_replace_a_newer_or_finished_decision_without_force(tmp_path):
+    """Before: a bundle's older decision, or a provisional one (cut short by the budget), of the same choice replaced
+    the newer, finished one in the cache with exit status 0. Now that needs ``--force``, and the refusal says why."""
+    cache = tmp_path / "cache"
+    mine = decision(cache, created=time.time())
+    data = json.loads(mine.read_text())
+    rel = f"moe/{mine.name}"
+    for theirs, why in (({**data, "created": data["created"] - 3600}, "newer"),
+                        ({**data, "provisional": True, "created": data["created"] + 60}, "provisional")):
+        said = one_line(cli("import", bundle_of(tmp_path, [(rel, theirs)]), "--cache-dir", cache), 1)
+        assert "refused" in said and why in said and rel in said and "--force" in said, said
+        assert json.loads(mine.read_text()) == data
+    assert cli("import", tmp_path / "bundle.json", "--force", "--cache-dir", cache).returncode == 0
+    assert json.loads(mine.read_text())["provisional"] is True
+    newer = {**data, "created": data["created"] + 120}  # a newer finished one still replaces it
+    assert cli("import", bundle_of(tmp_path, [(rel, newer)]), "--cache-dir", cache).returncode == 0
+    assert json.loads(mine.read_text()) == newer

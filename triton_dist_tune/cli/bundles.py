@@ -56,11 +56,15 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"triton-dist-tune: refused: {len(doubtful)} of {len(incoming)} decision(s) were tuned under other "
               "versions or hardware (--force imports them anyway)", file=sys.stderr)
         return 1
-    replaced = [item.path for item in incoming if _differs(_root(args) / item.path, item)]
-    if replaced and not args.force:
-        print(f"triton-dist-tune: refused: {len(replaced)} of {len(incoming)} decision(s) would replace a different "
-              f"decision already in {_root(args)} ({', '.join(replaced[:3])}{', ...' if len(replaced) > 3 else ''}; "
-              "--force replaces them)", file=sys.stderr)
+    kept: dict[str, list[str]] = {}  # why -> the entries whose decision in the cache only --force replaces
+    for item in incoming:
+        why = _kept_without_force(_root(args) / item.path, item)
+        if why is not None:
+            kept.setdefault(why, []).append(item.path)
+    if kept and not args.force:
+        parts = [f"{why} ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})" for why, paths in kept.items()]
+        print(f"triton-dist-tune: refused: {sum(map(len, kept.values()))} of {len(incoming)} decision(s) would "
+              f"replace {'; '.join(parts)} already in {_root(args)} (--force replaces them)", file=sys.stderr)
         return 1
     try:
         done = bundles.write_incoming(_root(args), incoming)  # all or nothing
@@ -90,15 +94,33 @@ def import_text(done: bundles.Imported, root: Path) -> str:
     return f"imported {len(done.written)} decision(s) into {root} ({'; '.join(parts)})"
 
 
-def _differs(path: Path, item: bundles.Incoming) -> bool:
-    """Whether the cache holds, at ``path``, a decision with another choice than the bundle's (an unreadable file
-    counts; the same choice tuned at another time does not)."""
+#: why a decision in the cache is replaced only with ``--force`` (the reasons :func:`_kept_without_force` gives)
+DIFFERENT = "a different decision"
+NEWER = "a newer decision (tuned after the bundle's)"
+FINISHED = "a finished decision with a provisional one (cut short by the time budget)"
+
+
+def _kept_without_force(path: Path, item: bundles.Incoming) -> str | None:
+    """Why the decision the cache holds at ``path`` is replaced by the bundle's only with ``--force``, else None (no
+    file there, or the same choice, tuned no later, finished if it is): :data:`DIFFERENT` (another choice, or an
+    unreadable file), :data:`FINISHED` (the bundle's is provisional, the one there not) or :data:`NEWER` (the one
+    there was tuned later: its ``created`` time)."""
     if not path.exists():
-        return False
+        return None
     try:
         mine = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError):
-        return True
+        return DIFFERENT
     theirs = item.entry.raw
-    return not isinstance(mine, dict) or (mine.get("index"), mine.get("config")) != (theirs.get("index"),
-                                                                                      theirs.get("config"))
+    if not isinstance(mine, dict) or (mine.get("index"), mine.get("config")) != (theirs.get("index"),
+                                                                                 theirs.get("config")):
+        return DIFFERENT
+    if theirs.get("provisional") is True and mine.get("provisional") is not True:
+        return FINISHED
+    times = (_time(mine.get("created")), _time(theirs.get("created")))
+    return NEWER if None not in times and times[0] > times[1] else None
+
+
+def _time(value: object) -> float | None:
+    """A recorded time (a number, not a bool), else None."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

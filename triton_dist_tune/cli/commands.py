@@ -411,7 +411,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("import", parents=[cache, as_json], help="add a bundle's decisions to the cache")
     p.add_argument("bundle", help="a file written by 'export'")
     p.add_argument("--force", action="store_true", help="import decisions tuned under other versions or hardware, "
-                   "and replace different decisions already in the cache")
+                   "and replace different, newer or finished decisions already in the cache")
     p.set_defaults(run=bundles.cmd_import)
 
     p = sub.add_parser("logs", parents=[as_json], help="one job's per-rank logs merged into one timeline")
