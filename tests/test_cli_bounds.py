@@ -128,3 +128,15 @@ def test_import_refuses_to_replace_a_newer_or_finished_decision_without_force(tm
     newer = {**data, "created": data["created"] + 120}  # a newer finished one still replaces it
     assert cli("import", bundle_of(tmp_path, [(rel, newer)]), "--cache-dir", cache).returncode == 0
     assert json.loads(mine.read_text()) == newer
+
+
+# -- 4: import writes only files named as the tuner names them --------------------------------------------------------
+
+
+def test_import_refuses_entries_not_named_as_the_tuner_names_them(tmp_path):
+    """Before: ``import`` wrote ``moe/mine.json``, which the tuner never reads and ``clear`` never removes."""
+    cache = tmp_path / "cache"
+    data = json.loads(decision(tmp_path / "here").read_text())
+    said = one_line(cli("import", bundle_of(tmp_path, [("moe/mine.json", data)]), "--cache-dir", cache))
+    assert "moe/mine.json" in said and "20 hex digits" in said, said
+    assert not cache.exists()

@@ -180,7 +180,7 @@ def test_a_bundle_or_file_nested_deeper_than_the_exchanges_carry_is_refused_wher
             "gpu": hw["gpu"], "gpu_count": hw["gpu_count"], "deep": nested(100)}
     bundle = tmp_path / "bundle.json"
     bundle.write_text(json.dumps({"kind": BUNDLE_KIND, "format": BUNDLE_FORMAT, "created": 0.0, "versions": versions(),
-                                  "entries": [{"path": "fn/deep.json", "data": data}]}))
+                                  "entries": [{"path": "fn/" + "d" * 20 + ".json", "data": data}]}))
     code, out, err = run(capsys, "import", str(bundle), "--cache-dir", str(tmp_path / "cache"))
     assert code == 2 and "nested 101 levels deep" in err and "nothing imported" in err, err
     assert not (tmp_path / "cache").exists()

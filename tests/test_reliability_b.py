@@ -27,6 +27,9 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 # -- case 11: import checks the whole bundle, refuses duplicates, writes all or nothing --------------------------
 
+#: entry files named as the tuner names them (import refuses any other name)
+A, B = "a" * 20 + ".json", "b" * 20 + ".json"
+
 
 def entry_data(index: int, **extra: object) -> dict:
     hw = hardware()
@@ -52,32 +55,32 @@ def test_import_refuses_duplicates_and_is_all_or_nothing(tmp_path):
     whose second entry cannot be written as JSON (NaN) or whose place is taken writes nothing (before: the first
     was written, then exit 2); a replaced file keeps its content when a later entry fails; a good bundle imports."""
     target = tmp_path / "cache"
-    dup = bundle(tmp_path, [("fn/a.json", entry_data(0)), ("fn/b.json", entry_data(1)),
-                            ("fn//a.json", entry_data(2))], "dup.json")
+    dup = bundle(tmp_path, [(f"fn/{A}", entry_data(0)), (f"fn/{B}", entry_data(1)),
+                            (f"fn//{A}", entry_data(2))], "dup.json")
     out = cli("import", str(dup), "--cache-dir", str(target))
-    assert out.returncode == 2 and "entries 1 and 3" in out.stderr and "fn/a.json" in out.stderr, out.stderr
+    assert out.returncode == 2 and "entries 1 and 3" in out.stderr and f"fn/{A}" in out.stderr, out.stderr
     assert not target.exists(), files_under(target)
 
-    nan = bundle(tmp_path, [("fn/a.json", entry_data(0)), ("fn/b.json", entry_data(1, time_ms="NaN"))], "nan.json")
+    nan = bundle(tmp_path, [(f"fn/{A}", entry_data(0)), (f"fn/{B}", entry_data(1, time_ms="NaN"))], "nan.json")
     out = cli("import", str(nan), "--cache-dir", str(target))
-    assert out.returncode == 2 and "entry 2 (fn/b.json)" in out.stderr, out.stderr
+    assert out.returncode == 2 and f"entry 2 (fn/{B})" in out.stderr, out.stderr
     assert not target.exists(), files_under(target)
 
     (target / "fn").mkdir(parents=True)
-    (target / "fn" / "a.json").write_text(json.dumps(entry_data(5)))
+    (target / "fn" / A).write_text(json.dumps(entry_data(5)))
     before = files_under(target)
-    (target / "fn" / "b.json").mkdir()  # a folder where the second entry goes
-    blocked = bundle(tmp_path, [("fn/a.json", entry_data(0)), ("fn/b.json", entry_data(1))], "blocked.json")
+    (target / "fn" / B).mkdir()  # a folder where the second entry goes
+    blocked = bundle(tmp_path, [(f"fn/{A}", entry_data(0)), (f"fn/{B}", entry_data(1))], "blocked.json")
     out = cli("import", str(blocked), "--force", "--cache-dir", str(target))
     assert out.returncode == 2 and "nothing" in out.stderr, out.stderr
     assert files_under(target) == before
     assert not [p for p in (target / "fn").iterdir() if p.name.startswith(".")], "a staged file was left behind"
 
-    (target / "fn" / "b.json").rmdir()
+    (target / "fn" / B).rmdir()
     out = cli("import", str(blocked), "--force", "--json", "--cache-dir", str(target))
     assert out.returncode == 0, out.stderr
-    assert sorted(Path(p).name for p in json.loads(out.stdout)["imported"]) == ["a.json", "b.json"]
-    assert json.loads((target / "fn" / "a.json").read_text())["index"] == 0
+    assert sorted(Path(p).name for p in json.loads(out.stdout)["imported"]) == [A, B]
+    assert json.loads((target / "fn" / A).read_text())["index"] == 0
 
 
 def test_import_refuses_two_entries_that_name_one_file_through_a_link(tmp_path):
@@ -86,10 +89,10 @@ def test_import_refuses_two_entries_that_name_one_file_through_a_link(tmp_path):
     target = tmp_path / "cache"
     (target / "fn").mkdir(parents=True)
     (target / "alias").symlink_to("fn")
-    aliased = bundle(tmp_path, [("fn/a.json", entry_data(0)), ("alias/a.json", entry_data(1))], "aliased.json")
+    aliased = bundle(tmp_path, [(f"fn/{A}", entry_data(0)), (f"alias/{A}", entry_data(1))], "aliased.json")
     out = cli("import", str(aliased), "--cache-dir", str(target))
-    assert out.returncode == 2 and "one file" in out.stderr and "alias/a.json" in out.stderr, out.stderr
-    assert not (target / "fn" / "a.json").exists() and not list((target / "fn").iterdir())
+    assert out.returncode == 2 and "one file" in out.stderr and f"alias/{A}" in out.stderr, out.stderr
+    assert not (target / "fn" / A).exists() and not list((target / "fn").iterdir())
 
 
 # -- case 10 and issue 29 item 9: log files kept per job, never rewritten under a writer ------------------------

@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..group.codec import Unreadable, read_json
+from .decisions import tuner_named
 from .entries import CacheError, Entry, parse_entry
 from .files import new_file_mode, write_atomic, write_json_atomic
 from .versions import versions as current_versions
@@ -63,6 +64,9 @@ def read_bundle(path: Path) -> list[Incoming]:
             raise CacheError(f"{path}: bad entry path {rel!r} in the bundle (an entry is <function>/<entry>.json, "
                              "inside the cache folder)")
         rel = str(PurePosixPath(rel))
+        if not tuner_named(Path(rel)):  # the tuner would never read it, nor 'clear' remove it
+            raise CacheError(f"{path}: entry {number} of the bundle, {rel}, is not named as the tuner names its cache "
+                             "files (<function>/<20 hex digits>.json): refused, nothing imported")
         if rel in seen:
             raise CacheError(f"{path}: entries {seen[rel]} and {number} of the bundle are both {rel}: a bundle "
                              "holds one decision per file (refused, nothing imported)")
