@@ -20,6 +20,7 @@ from harness import base_env
 
 from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND
 from triton_dist_tune.disk.cache import hardware, versions, write_json_atomic
+from triton_dist_tune.faults.journal import Journal
 
 TILE = "{{BLOCK_SIZE_K: 64, BLOCK_SIZE_M: {m}, BLOCK_SIZE_N: 64, GROUP_SIZE_M: 1, num_stages: 3, num_warps: 4}}"
 VLLM = ["--format", "vllm-moe", "--function", "moe", "--experts", "8", "--n", "64", "--dtype", "bfloat16"]
@@ -140,3 +141,18 @@ def test_import_refuses_entries_not_named_as_the_tuner_names_them(tmp_path):
     said = one_line(cli("import", bundle_of(tmp_path, [("moe/mine.json", data)]), "--cache-dir", cache))
     assert "moe/mine.json" in said and "20 hex digits" in said, said
     assert not cache.exists()
+
+
+# -- 5: show of an ambiguous name ---------------------------------------------------------------------------------
+
+
+def test_show_of_a_name_of_several_decisions_names_them_not_an_unfinished_tuning(tmp_path):
+    """Before: ``show moe`` (two decisions) printed an unrelated unfinished tuning of that folder, exit status 0."""
+    cache = tmp_path / "cache"
+    first, second = decision(cache, key="(16,)"), decision(cache, key="(32,)")
+    journal = Journal(cache / "moe" / "feedfacefeedfacefeed.0123456789.rank0.journal")
+    journal.append(0, "started", config="{v: 0}")
+    journal.close()
+    said = one_line(cli("show", "moe", "--cache-dir", cache))
+    assert "names 2 decisions" in said and first.name in said and second.name in said, said
+    assert cli("show", "moe/feedface", "--cache-dir", cache).returncode == 0  # the journal's own name still shows it

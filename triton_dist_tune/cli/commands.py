@@ -20,7 +20,7 @@ from ..disk import logs, timeline
 from ..disk.logs import LEAST_NOTE, ms_text, text_table, time_heading
 from ..faults.unfinished import find_unfinished, unfinished
 from ..records import LEAST
-from . import bundles, campaign, journals, vllm_export
+from . import bundles, campaign, clear, journals, vllm_export
 from .common import (
     SUPERSEDED_NOTE,
     UsageError,
@@ -178,6 +178,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     """``show``: one decision's whole table of measurements."""
     try:
         entry = _named(args)
+    except dec.AmbiguousName:  # several decisions: said, naming them (no unfinished tuning stands in for one)
+        raise
     except dec.CacheError:  # no decision of that name: a tuning never finished, whose journals are all there is?
         cut_short = find_unfinished(_root(args), args.name)
         if not cut_short:
@@ -268,50 +270,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return status
 
 
-def cmd_clear(args: argparse.Namespace) -> int:
-    """``clear``: remove the selected decisions and their journals: only files named as the tuner names them, and
-    no journal a tuning in flight holds (kept, and said)."""
-    root = _root(args)
-    if not (args.all or args.function or args.older_than or args.stale or args.superseded):
-        raise UsageError("clear what? give --all, --function NAME, --older-than AGE, --stale and/or --superseded")
-    entries, problems, _ = _selected(args)  # an unknown --function: a UsageError naming those list shows
-    doomed = [e.path for e in entries] + [j for e in entries for j in dec.journals_of(e.path)]
-    unfiltered = not (args.older_than or args.stale or args.superseded)
-    if unfiltered:  # everything of the folders: corrupt files and journals of tunings never finished too
-        folders = {p.parent for p in dec.entry_files(root) + dec.journal_files(root)}
-        if args.function:  # its own folder, and a folder of its decisions only (not contextual/, which is shared)
-            chosen = {e.path for e in entries}
-            shared = {e.path.parent for e in dec.scan(root)[0] if e.path not in chosen}
-            folders = {f for f in folders if f.name == args.function} | ({e.path.parent for e in entries} - shared)
-        doomed += [p for f in folders for p in (*f.glob("*.json"), *f.glob("*.journal"))
-                   if not p.name.startswith(".") and dec.inside(root, p)]  # never through a link out of the folder
-    elif args.older_than:  # journals and corrupt files older than the age, by their modification time
-        limit = time.time() - dec.parse_age(args.older_than)
-        strays = [p.path for p in problems if p.path is not None] if not (args.stale or args.superseded) else []
-        doomed += [p for p in dec.journal_files(root) + strays
-                   if (not args.function or p.parent.name == args.function) and p.stat().st_mtime < limit]
-    doomed = sorted(p for p in set(doomed) if dec.tuner_named(p))  # never a file the tuner does not name so
-    _warn_problems([p for p in problems if p.path is None or p.path not in doomed])  # named, though not removed
-    removal = dec.remove(doomed, dry_run=args.dry_run)
-    gone = removal.gone
-    if removal.failed:
-        path, exc = removal.failed[0]
-        raise UsageError(f"could not remove {len(removal.failed)} of {len(doomed)} file(s) from {root} ({path.name}: "
-                         f"{exc.strerror or exc}: is the folder read-only?); removed {len(gone)}")
-    if args.json:
-        _emit_json({"removed" if not args.dry_run else "would_remove": [str(p) for p in gone],
-                    "kept": [str(p) for p in removal.kept]})
-    else:
-        verb = "would remove" if args.dry_run else "removed"
-        for path in gone:
-            print(f"{verb} {path}")
-        for path in removal.kept:
-            print(f"kept {path}: a tuning in flight holds it")
-        counts = (sum(p.suffix == ".json" for p in gone), sum(p.suffix == ".journal" for p in gone))
-        print(f"{verb} {counts[0]} cache file(s) and {counts[1]} journal(s) from {root}")
-    return 0
-
-
 def cmd_logs(args: argparse.Namespace) -> int:
     """``logs``: one job's per-rank logs merged into one timeline."""
     given = Path(args.job) if args.job else None
@@ -398,7 +356,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--superseded", action="store_true", help="only those superseded by a newer decision of the same "
                    "key, tuned for another config space or source")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
-    p.set_defaults(run=cmd_clear)
+    p.set_defaults(run=clear.cmd_clear)
 
     p = sub.add_parser("export", parents=[cache, as_json], help="write decisions into one bundle file (or vLLM's "
                        "fused-MoE config file: --format vllm-moe)")

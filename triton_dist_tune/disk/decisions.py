@@ -113,7 +113,12 @@ def find(entries: list[Entry], name: str) -> Entry:
         return matches[0]
     if not matches:
         raise CacheError(f"no decision called {name!r} (see the 'list' command for names)")
-    raise CacheError(f"{name!r} names {len(matches)} decisions: {', '.join(e.name for e in matches[:5])}")
+    raise AmbiguousName(f"{name!r} names {len(matches)} decisions: {', '.join(e.name for e in matches[:5])}"
+                        f"{', ...' if len(matches) > 5 else ''} (give more of one's name)")
+
+
+class AmbiguousName(CacheError):
+    """A name that names several decisions (:func:`find`): no other lookup (a tuning never finished) is tried."""
 
 
 #: a journal's name after its entry: ``.<group tag>.rank<r>[.<k>].journal`` (the tag is absent in old journals)
