@@ -156,3 +156,20 @@ def test_show_of_a_name_of_several_decisions_names_them_not_an_unfinished_tuning
     said = one_line(cli("show", "moe", "--cache-dir", cache))
     assert "names 2 decisions" in said and first.name in said and second.name in said, said
     assert cli("show", "moe/feedface", "--cache-dir", cache).returncode == 0  # the journal's own name still shows it
+
+
+# -- 6: a value standard JSON has no --------------------------------------------------------------------------------
+
+
+def test_export_skips_and_names_a_decision_holding_nan(tmp_path):
+    """Before: one cache file holding NaN stopped the whole export with ``bad value: Out of range float values``,
+    naming no file. Now it is skipped and named (exit status 1), the others exported."""
+    cache = tmp_path / "cache"
+    good = decision(cache, key="(16,)")
+    bad = decision(cache, key="(32,)")
+    bad.write_text(bad.read_text().replace('"time_ms": 1.0', '"time_ms": NaN'))
+    done = cli("export", tmp_path / "b.json", "--cache-dir", cache)
+    assert done.returncode == 1 and str(bad) in done.stderr and "NaN" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "exported 1 decision(s)" in done.stdout, done.stdout
+    held = json.loads((tmp_path / "b.json").read_text())["entries"]
+    assert [e["path"] for e in held] == [f"moe/{good.name}"]

@@ -11,13 +11,25 @@ from pathlib import Path
 from ..disk import bundles
 from ..disk import decisions as dec
 from . import vllm_export
-from .common import SUPERSEDED_NOTE, UsageError, _emit_json, _root, _selected, _warn_problems, check_target
+from .common import (
+    SUPERSEDED_NOTE,
+    Unexportable,
+    UsageError,
+    _emit_json,
+    _root,
+    _selected,
+    _warn_problems,
+    check_target,
+)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """``export``: the selected decisions, superseded ones left out (the tuner never serves them again), into a
     bundle or vLLM's fused-MoE config file."""
     selected, problems, replaced = _selected(args)
+    if args.format == "bundle":  # a decision a bundle cannot hold is skipped and named, as an unreadable file is
+        selected, unexportable = _standard(selected)
+        problems = [*problems, *unexportable]
     status = _warn_problems(problems)
     entries = [e for e in selected if e.path not in replaced]
     skipped = [e.name for e in selected if e.path in replaced]
@@ -43,6 +55,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         print(f"exported {len(entries)} decision(s) to {path}")
     return status
+
+
+def _standard(entries: list[dec.Entry]) -> tuple[list[dec.Entry], list[Unexportable]]:
+    """The decisions a bundle (standard JSON) can hold, and one :class:`Unexportable` naming each other one's file."""
+    fine, refused = [], []
+    for entry in entries:
+        try:
+            json.dumps(entry.raw, allow_nan=False)
+        except (ValueError, TypeError, RecursionError) as exc:
+            refused.append(Unexportable(f"{entry.path}: holds a value standard JSON has no (NaN or Infinity: {exc}); "
+                                        "not exported", entry.path))
+        else:
+            fine.append(entry)
+    return fine, refused
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -43,15 +43,23 @@ def _emit_json(data: Any) -> None:
     print(json.dumps(data, indent=1, allow_nan=False, default=str))
 
 
+class Unexportable(dec.CacheError):
+    """A decision that cannot go into a bundle: it holds a value standard JSON has no (NaN, Infinity)."""
+
+
 def _warn_problems(problems: Sequence[dec.CacheError]) -> int:
     """Say each unreadable file on stderr; the exit status: 1 when some file was skipped, else 0."""
     for problem in problems:
         print(f"triton-dist-tune: skipped {problem}", file=sys.stderr)
-    unreadable = sum(not isinstance(problem, dec.LinkOut) for problem in problems)
+    links = sum(isinstance(problem, dec.LinkOut) for problem in problems)
+    unexportable = sum(isinstance(problem, Unexportable) for problem in problems)
+    unreadable = len(problems) - links - unexportable
     parts = [f"{unreadable} unreadable ('clear --older-than AGE' or deleting them removes them)"] if unreadable else []
-    if len(problems) > unreadable:
-        parts.append(f"{len(problems) - unreadable} link(s) out of the cache folder (never followed nor deleted by "
-                     "the command line: remove a link yourself)")
+    if links:
+        parts.append(f"{links} link(s) out of the cache folder (never followed nor deleted by the command line: "
+                     "remove a link yourself)")
+    if unexportable:
+        parts.append(f"{unexportable} holding NaN or Infinity, which a bundle (standard JSON) cannot hold")
     if problems:
         print(f"triton-dist-tune: {len(problems)} file(s) skipped: {'; '.join(parts)}", file=sys.stderr)
     return 1 if problems else 0
