@@ -173,3 +173,15 @@ def test_export_skips_and_names_a_decision_holding_nan(tmp_path):
     assert "Traceback" not in done.stderr and "exported 1 decision(s)" in done.stdout, done.stdout
     held = json.loads((tmp_path / "b.json").read_text())["entries"]
     assert [e["path"] for e in held] == [f"moe/{good.name}"]
+
+
+# -- 7: a config of several kernels is not one tile ---------------------------------------------------------------
+
+
+def test_vllm_export_refuses_a_config_that_names_a_tile_entry_twice(tmp_path):
+    """Before: ``{a: {BLOCK_SIZE_M: 16, ...}, b: {BLOCK_SIZE_M: 128, ...}}`` exported b's tile alone, silently."""
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    decision(cache, config="{a: " + TILE.format(m=16) + ", b: " + TILE.format(m=128) + "}")
+    said = one_line(cli("export", out, *VLLM, "--cache-dir", cache))
+    assert "BLOCK_SIZE_M" in said and "more than once" in said, said
+    assert not out.exists()

@@ -120,9 +120,15 @@ def config_file(folder: Path | str, experts: int, n: int, device: str | None, dt
 
 def tile_config(config: Mapping[str, Any] | str) -> dict[str, int]:
     """The six entries of a config (a dict, or a cache file's config text ``{BLOCK_SIZE_K: 32, ...}``) as ints, in
-    :data:`TILE_KEYS` order. A ``ValueError`` says which entry is missing or not an integer."""
+    :data:`TILE_KEYS` order. A ``ValueError`` says which entry is missing, not an integer, or (in a config's text)
+    there more than once."""
     if isinstance(config, str):
         pairs = re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*:\s*([^,{}]+)", config)
+        names = [name for name, _ in pairs]
+        twice = [k for k in TILE_KEYS if names.count(k) > 1]
+        if twice:  # a config of several kernels, each with its tile: vLLM's file holds one tile per batch size
+            raise ValueError(f"the config {config!r} names {', '.join(twice)} more than once (a config of several "
+                             "kernels?): a vLLM MoE config is one tile")
         config = {name: value.strip() for name, value in pairs}
     missing = [k for k in TILE_KEYS if k not in config]
     if missing:
