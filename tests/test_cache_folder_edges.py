@@ -181,7 +181,8 @@ def test_clear_keeps_a_journal_a_tuning_in_flight_holds(tmp_path, capsys):
         assert holder.stdout.readline().strip() == "locked"
         status, out, err = cli(["clear", "--all", "--dry-run", "--json", "--cache-dir", cache], capsys)
         assert status == 0, err
-        assert json.loads(out) == {"would_remove": sorted([str(entry), str(free)]), "kept": [str(held)]}, out
+        said = json.loads(out)
+        assert said == {"would_remove": sorted([str(entry), str(free)]), "kept": [str(held)], "left": []}, out
         assert held.exists() and free.exists() and entry.exists()
         status, out, err = cli(["clear", "--all", "--cache-dir", cache], capsys)
         assert status == 0, err
@@ -192,7 +193,7 @@ def test_clear_keeps_a_journal_a_tuning_in_flight_holds(tmp_path, capsys):
         holder.kill()
         holder.wait()
     status, out, _ = cli(["clear", "--all", "--json", "--cache-dir", cache], capsys)
-    assert status == 0 and json.loads(out) == {"removed": [str(held)], "kept": []}, out
+    assert status == 0 and json.loads(out) == {"removed": [str(held)], "kept": [], "left": []}, out
     assert not held.exists()
 
 

@@ -185,3 +185,21 @@ def test_vllm_export_refuses_a_config_that_names_a_tile_entry_twice(tmp_path):
     said = one_line(cli("export", out, *VLLM, "--cache-dir", cache))
     assert "BLOCK_SIZE_M" in said and "more than once" in said, said
     assert not out.exists()
+
+
+# -- 8: clear and a folder named as a cache file --------------------------------------------------------------------
+
+
+def test_clear_leaves_a_folder_named_as_a_cache_file_and_says_why(tmp_path):
+    """Before: the dry run listed the folder ``moe/<hex>.json/`` as to be removed, and the real run failed with exit
+    status 2 and a false reason ('is the folder read-only?'). Now it is left out, named, and the rest removed."""
+    cache = tmp_path / "cache"
+    mine = decision(cache)
+    folder = cache / "moe" / ("f" * 20 + ".json")
+    folder.mkdir()
+    dry = cli("clear", "--all", "--dry-run", "--cache-dir", cache)
+    assert dry.returncode == 0 and str(folder) not in dry.stdout and f"would remove {mine}" in dry.stdout, dry.stdout
+    assert f"{folder}: a folder" in dry.stderr, dry.stderr
+    done = cli("clear", "--all", "--cache-dir", cache)
+    assert done.returncode == 0 and "read-only" not in done.stderr, done.stderr
+    assert not mine.exists() and folder.is_dir() and f"{folder}: a folder" in done.stderr, done.stderr

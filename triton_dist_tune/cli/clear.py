@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import sys
 import time
+from pathlib import Path
 
 from ..disk import decisions as dec
+from ..disk.files import not_regular
 from .common import UsageError, _emit_json, _root, _selected, _warn_problems
 
 
@@ -32,16 +36,20 @@ def cmd_clear(args: argparse.Namespace) -> int:
         doomed += [p for p in dec.journal_files(root) + strays
                    if (not args.function or p.parent.name == args.function) and p.stat().st_mtime < limit]
     doomed = sorted(p for p in set(doomed) if dec.tuner_named(p))  # never a file the tuner does not name so
-    _warn_problems([p for p in problems if p.path is None or p.path not in doomed])  # named, though not removed
+    left = _not_files(doomed)
+    doomed = [p for p in doomed if p not in left]
+    for path, what in left.items():
+        print(f"triton-dist-tune: left {path}: {what}, not a file (clear removes files only)", file=sys.stderr)
+    _warn_problems([p for p in problems if p.path is None or p.path not in (*doomed, *left)])  # named, not removed
     removal = dec.remove(doomed, dry_run=args.dry_run)
     gone = removal.gone
     if removal.failed:
         path, exc = removal.failed[0]
         raise UsageError(f"could not remove {len(removal.failed)} of {len(doomed)} file(s) from {root} ({path.name}: "
-                         f"{exc.strerror or exc}: is the folder read-only?); removed {len(gone)}")
+                         f"{_reason(exc)}); removed {len(gone)}")
     if args.json:
         _emit_json({"removed" if not args.dry_run else "would_remove": [str(p) for p in gone],
-                    "kept": [str(p) for p in removal.kept]})
+                    "kept": [str(p) for p in removal.kept], "left": [str(p) for p in left]})
     else:
         verb = "would remove" if args.dry_run else "removed"
         for path in gone:
@@ -51,3 +59,15 @@ def cmd_clear(args: argparse.Namespace) -> int:
         counts = (sum(p.suffix == ".json" for p in gone), sum(p.suffix == ".journal" for p in gone))
         print(f"{verb} {counts[0]} cache file(s) and {counts[1]} journal(s) from {root}")
     return 0
+
+
+def _not_files(paths: list[Path]) -> dict[Path, str]:
+    """Those of ``paths`` that are neither a file nor a link (a folder named ``<entry>.json``, a FIFO), each with
+    what it is: ``clear`` leaves them (deleting a folder would fail, and it was never the tuner's file)."""
+    return {p: what for p in paths if not p.is_symlink() and (what := not_regular(p)) is not None}
+
+
+def _reason(exc: OSError) -> str:
+    """Why a file could not be removed, from its error: a read-only folder only where the error says so."""
+    text = exc.strerror or str(exc)
+    return text + (": is the folder read-only?" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else "")
