@@ -203,3 +203,17 @@ def test_clear_leaves_a_folder_named_as_a_cache_file_and_says_why(tmp_path):
     done = cli("clear", "--all", "--cache-dir", cache)
     assert done.returncode == 0 and "read-only" not in done.stderr, done.stderr
     assert not mine.exists() and folder.is_dir() and f"{folder}: a folder" in done.stderr, done.stderr
+
+
+# -- 9: --gpu as list shows it ---------------------------------------------------------------------------------------
+
+
+def test_vllm_export_gpu_takes_the_name_list_shows(tmp_path):
+    """Before: ``--gpu 'H200 x8'`` or ``--gpu H200`` (what ``list`` shows) matched no decision of an NVIDIA H200."""
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    decision(cache, gpu="NVIDIA H200", gpu_count=8)
+    for gpu in ("H200 x8", "H200", "NVIDIA H200"):
+        done = cli("export", out, *VLLM, "--gpu", gpu, "--cache-dir", cache)
+        assert done.returncode == 0, (gpu, done.stderr)
+    said = one_line(cli("export", out, *VLLM, "--gpu", "A100", "--cache-dir", cache))
+    assert "NVIDIA H200" in said and "H200 x8" in said, said

@@ -34,6 +34,7 @@ from .common import (
     _versions_text,
     _warn_problems,
     check_function,
+    gpu_text,
     key_order,
     superseded_text,
 )
@@ -91,7 +92,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     header = ["name", "key", "chosen config", "ms", "margin", "ranks", "gpu", "versions", "age"]
     rows, stale, old = [], [], []
     for e in entries:
-        gpu = e.gpu.removeprefix("NVIDIA ") + (f" x{e.gpu_count}" if e.gpu_count else "")
+        gpu = gpu_text(e)
         versions = _versions_text(e, now)
         about = f"{e.path.stem[:8]} ({_heading(e)}, key {_clip(e.key, 40)})"
         if versions != "current":

@@ -128,6 +128,11 @@ def check_target(path: Path, root: Path, what: str = "file") -> None:
                          f"file{', not a link to it' if other.startswith('a symbolic link') else ''})")
 
 
+def gpu_text(entry: dec.Entry) -> str:
+    """The GPU a decision was tuned on as ``list`` shows it: ``H200 x8`` for 8 NVIDIA H200."""
+    return entry.gpu.removeprefix("NVIDIA ") + (f" x{entry.gpu_count}" if entry.gpu_count else "")
+
+
 def superseded_text(entry: dec.Entry, newer: dec.Entry) -> str:
     """``by <name> (tuned <age> later)``: the decision that supersedes ``entry``."""
     return f"by {newer.name} (tuned {dec.age_text(max(0.0, newer.created - entry.created))} later)"

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..disk import decisions as dec
 from ..disk import vllm_moe
-from .common import _root, at_least_one, check_target
+from .common import _root, at_least_one, check_target, gpu_text
 
 #: why a provisional decision stays out of the file: vLLM would serve it for good
 PROVISIONAL_NOTE = ("cut short by the time budget: the tuner tunes them again at their next call, vLLM would serve "
@@ -46,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where the batch size is in a tuple key (default 0; a key that is an int is the batch size)")
     g.add_argument("--where", action="append", default=[], metavar="POS=VALUE",
                    help="only keys whose element POS equals VALUE (a Python literal), to pick one problem; repeatable")
-    g.add_argument("--gpu", help="only decisions tuned on this GPU model (as 'list' shows it)")
+    g.add_argument("--gpu", help="only decisions tuned on this GPU model: as 'list' shows it (H200 x8), or "
+                   "as the cache file records it (NVIDIA H200), or without its maker (H200)")
 
 
 def _filters(texts: list[str], fail: Callable[[str], Exception]) -> list[tuple[int, Any]]:
@@ -75,6 +76,12 @@ def _matches(key: str, filters: list[tuple[int, Any]]) -> bool:
     return all(-len(parsed) <= pos < len(parsed) and parsed[pos] == value for pos, value in filters)
 
 
+def _gpu_names(entry: dec.Entry) -> set[str]:
+    """The names ``--gpu`` takes for the GPU ``entry`` was tuned on: as the file records it (``NVIDIA H200``), without
+    its maker (``H200``), and as ``list`` shows it (``H200 x8``)."""
+    return {entry.gpu, entry.gpu.removeprefix("NVIDIA "), gpu_text(entry)}
+
+
 def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[str], Exception]) -> dict[str, Any]:
     """Write the file; returns what was written (path, batch sizes, the entries used). ``fail(text)`` makes the
     exception to raise for the user's mistakes."""
@@ -83,15 +90,17 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
     if args.experts is None or args.n is None:
         raise fail("--format vllm-moe needs --experts E and --n N (they name the file, as vLLM looks it up)")
     filters = _filters(args.where, fail)
-    matching = [e for e in entries if e.kernel is None and _matches(e.key, filters)
-                and (args.gpu is None or e.gpu == args.gpu)]
+    problem = [e for e in entries if e.kernel is None and _matches(e.key, filters)]
+    matching = [e for e in problem if args.gpu is None or args.gpu.strip() in _gpu_names(e)]
     chosen = [e for e in matching if not e.provisional]
     provisional = [e.name for e in matching if e.provisional]
     if not chosen:
+        there = sorted({f"{e.gpu} ({gpu_text(e)!r} in 'list')" for e in problem})
         raise fail(f"no decision of {args.function!r} matches" + (f" --where {' '.join(args.where)}"
                                                                   if args.where else "")
                    + (f" --gpu {args.gpu!r}" if args.gpu else "")
-                   + (f" but {len(provisional)} provisional one(s) ({PROVISIONAL_NOTE})" if provisional else ""))
+                   + (f" but {len(provisional)} provisional one(s) ({PROVISIONAL_NOTE})" if provisional else "")
+                   + (f" (GPUs of its decisions: {', '.join(there)})" if args.gpu and there and not matching else ""))
     gpus = sorted({e.gpu for e in chosen})
     if len(gpus) > 1:
         raise fail(f"decisions tuned on {len(gpus)} GPU models ({', '.join(gpus)}): pick one with --gpu")
