@@ -217,3 +217,17 @@ def test_vllm_export_gpu_takes_the_name_list_shows(tmp_path):
         assert done.returncode == 0, (gpu, done.stderr)
     said = one_line(cli("export", out, *VLLM, "--gpu", "A100", "--cache-dir", cache))
     assert "NVIDIA H200" in said and "H200 x8" in said, said
+
+
+# -- 10: --function takes a function's plain name ----------------------------------------------------------------
+
+
+def test_function_option_refuses_what_is_no_plain_folder_name(tmp_path):
+    """Before: ``list --function ''`` (or ``moe/``, ``..``, ``.``) passed the unknown-function check (the path was a
+    folder) and said 'no decisions'. Now each is an unknown function, naming those there."""
+    cache = tmp_path / "cache"
+    decision(cache)
+    for name in ("", "moe/", "..", ".", "moe/.."):
+        said = one_line(cli("list", "--function", name, "--cache-dir", cache))
+        assert f"no function {name!r}" in said and "(functions: moe)" in said, said
+    assert cli("list", "--function", "moe", "--cache-dir", cache).returncode == 0

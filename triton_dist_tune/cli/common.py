@@ -108,7 +108,7 @@ def check_function(root: Path, function: str | None, entries: list[dec.Entry]) -
     folder of ``root`` is called so (a function with only unreadable files or journals left is one). The error
     names the functions ``list`` shows: the shared folder ``contextual`` is none (its ``clear`` would remove every
     contextual function's decisions)."""
-    if function is None or dec.select(entries, function) or (root / function).is_dir():
+    if function is None or dec.select(entries, function) or _function_folder(root, function):
         return
     known = sorted({e.heading for e in entries})
     raise UsageError(f"no function {function!r} in {root}" + (f" (functions: {', '.join(known[:10])}"
@@ -126,6 +126,13 @@ def check_target(path: Path, root: Path, what: str = "file") -> None:
     if other is not None:
         raise UsageError(f"{path} is {other}, not a regular file: export would replace it (name a new or regular "
                          f"file{', not a link to it' if other.startswith('a symbolic link') else ''})")
+
+
+def _function_folder(root: Path, name: str) -> bool:
+    """Whether ``name`` is the plain name of a folder directly in the cache folder ``root`` (not ``''``, ``.``,
+    ``..``, nor a path: ``moe/`` or ``moe/..`` name ``root`` or a folder of a function spelled otherwise)."""
+    plain = name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+    return plain and (root / name).is_dir() and dec.inside(root, root / name)
 
 
 def gpu_text(entry: dec.Entry) -> str:
