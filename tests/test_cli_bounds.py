@@ -12,13 +12,14 @@ import hashlib
 import json
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 from cli_fork import run_cli
 from harness import base_env
 
-from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND
+from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND, MAX_BUNDLE_BYTES
 from triton_dist_tune.disk.cache import hardware, versions, write_json_atomic
 from triton_dist_tune.faults.journal import Journal
 
@@ -231,3 +232,36 @@ def test_function_option_refuses_what_is_no_plain_folder_name(tmp_path):
         said = one_line(cli("list", "--function", name, "--cache-dir", cache))
         assert f"no function {name!r}" in said and "(functions: moe)" in said, said
     assert cli("list", "--function", "moe", "--cache-dir", cache).returncode == 0
+
+
+# -- 11: a bundle file too large ------------------------------------------------------------------------------------
+
+
+def test_import_refuses_a_bundle_larger_than_the_cap_without_reading_it_all(tmp_path):
+    """Before: ``import`` read any file whole (``/dev/zero``: until the OOM killer ended it). Now a file larger than
+    :data:`MAX_BUNDLE_BYTES` is refused naming the cap (a sparse file: no disk used), and a stream (a FIFO here, fed
+    the cap and 1 MiB more, then closed) is read to the cap and one byte more, then refused alike."""
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(MAX_BUNDLE_BYTES + 1)
+    said = one_line(cli("import", big, "--cache-dir", tmp_path / "cache"))
+    assert str(big) in said and "larger than 256 MiB" in said, said
+    fifo = tmp_path / "stream.json"
+    os.mkfifo(fifo)
+    feeder = threading.Thread(target=feed, args=(fifo, MAX_BUNDLE_BYTES + (1 << 20)), daemon=True)
+    feeder.start()
+    said = one_line(cli("import", fifo, "--cache-dir", tmp_path / "cache"))
+    feeder.join(timeout=60)
+    assert str(fifo) in said and "larger than 256 MiB" in said, said
+    assert not (tmp_path / "cache").exists()
+
+
+def feed(fifo: Path, size: int) -> None:
+    """Write ``size`` zero bytes into ``fifo`` (until its reader closes it), then close it."""
+    chunk = bytes(1 << 20)
+    try:
+        with open(fifo, "wb") as f:
+            for _ in range(size // len(chunk)):
+                f.write(chunk)
+    except BrokenPipeError:
+        pass

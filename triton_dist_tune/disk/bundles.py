@@ -20,6 +20,9 @@ from .versions import versions as current_versions
 #: what a bundle file says it is (``export`` writes it, ``import`` checks it)
 BUNDLE_KIND = "triton-dist-tune bundle"
 BUNDLE_FORMAT = 1
+#: the largest bundle file ``import`` reads: a bundle of a thousand decisions of 200 configs each is about 75 MiB; a
+#: larger file, or a stream without end (``/dev/zero``), is refused once this many bytes and one more are read
+MAX_BUNDLE_BYTES = 256 << 20
 
 
 def export_bundle(entries: list[Entry], out: Path) -> Path:
@@ -44,7 +47,7 @@ class Incoming:
 def read_bundle(path: Path) -> list[Incoming]:
     """The decisions in the bundle file ``path``, each with its version and hardware mismatches."""
     try:  # each entry is checked to the limits of what the tuner reads where it is parsed (parse_entry)
-        data = read_json(path.read_bytes(), None)
+        data = read_json(_read_capped(path), None)
     except FileNotFoundError:
         raise CacheError(f"{path}: no such bundle file") from None
     except (OSError, Unreadable) as exc:
@@ -86,6 +89,18 @@ def read_bundle(path: Path) -> list[Incoming]:
             mismatches.append(f"gpu: {entry.gpu} x{entry.gpu_count} here {hw['gpu']} x{hw['gpu_count']}")
         incoming.append(Incoming(rel, entry, mismatches, text))
     return incoming
+
+
+def _read_capped(path: Path) -> bytes:
+    """The bytes of the bundle file ``path``, at most :data:`MAX_BUNDLE_BYTES` (a :class:`CacheError` past them: a
+    regular file's size is known before reading, a stream's once the cap is read)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(MAX_BUNDLE_BYTES + 1) if size <= MAX_BUNDLE_BYTES else b""
+    if size > MAX_BUNDLE_BYTES or len(data) > MAX_BUNDLE_BYTES:
+        raise CacheError(f"{path}: larger than {MAX_BUNDLE_BYTES >> 20} MiB, more than a bundle holds (the cap of "
+                         "'import'; a stream is read to the cap at most): refused, nothing imported")
+    return data
 
 
 def _relative_entry_path(rel: Any) -> bool:
