@@ -335,3 +335,19 @@ def test_reset_to_zero_naming_a_tuned_parameter_and_a_contextual_empty_name_are_
                 lambda x, block: x * block)
     with pytest.raises(BadInputError, match="name"):
         contextual_autotune(is_dist=False, name="")(lambda: None)
+
+
+def test_a_key_whose_hash_raises_is_a_bad_input_error(tmp_path, monkeypatch):
+    """A reviewer's: a key whose ``__hash__`` raised something other than TypeError escaped raw, before the ranks
+    agreed on the key (on a group, a rank-dependent key then left the others waiting out the deadline)."""
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+
+    class Unhashable:
+        def __hash__(self) -> int:
+            raise ValueError("no hash for you")
+
+    tuned = tdt.autotune([{"a": 1}, {"a": 2}], key_fn=lambda n: Unhashable(), n_repeat=1)(lambda n, *, a: n * a)
+    with pytest.raises(tdt.BadInputError, match="key_fn returned an unhashable key .*no hash for you"):
+        tuned(3)

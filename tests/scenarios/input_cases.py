@@ -177,8 +177,9 @@ def parameter_updated_in_place():
 @case
 def gradients_of_the_tuning_call():
     """(a) A fused forward and backward that all-reduces ``w.grad``, with ``w.grad`` None before the call and with
-    one held already (inside a list argument); (b) a tensor that requires grad and is no leaf, changed in place:
-    the gradients after the tuning call (and after a backward through its result) are those of one untuned call."""
+    one held already (inside a list argument): the gradients after the tuning call are those of one untuned call;
+    (b) a tensor that requires grad and is no leaf, changed in place: its values are one call's, its autograd
+    history is every run's (a warning says so)."""
     tdt.init_distributed()
 
     def fwd_bwd(x, ws, chunk=1):
@@ -212,7 +213,7 @@ def gradients_of_the_tuning_call():
         h, y = w * 2, v * 1
         out = fn(h, y)
         out.sum().backward()
-        grads.append([v.grad[0].item(), w.grad[0].item(), out[0].item(), h[0].item()])
+        grads.append([out[0].item(), h[0].item()])
     seen["non_leaf"] = grads
     emit(seen=seen)
 
@@ -245,8 +246,9 @@ def containers_rebound():
 
 @case
 def object_state():
-    """A tuned method of an ``nn.Module`` decode step that writes its buffer at ``self.pos`` and advances it, and a
-    module argument whose parameter a run changes in place: after the tuning call they hold one call's effect."""
+    """A tuned method of an ``nn.Module`` decode step that writes its buffer at ``self.pos`` and advances it (object
+    state the tuner does not put back: a warning says so), and a module argument whose parameter a run changes in
+    place, undeclared (a warning) and named in ``restore_value`` (one call's effect after the tuning call)."""
     tdt.init_distributed()
 
     class Decoder(torch.nn.Module):
@@ -278,6 +280,11 @@ def object_state():
     torch.nn.init.ones_(layer.weight)
     seen["scaled"] = outcome(tuned, layer)
     seen["weight"] = layer.weight.flatten().tolist()
+    declared = tdt.autotune([{"b": 1}, {"b": 2}], key_fn=lambda layer: 0, n_warmup=1, n_repeat=2, timing="cold",
+                            restore_value=["layer"], name="module_scale_declared")(scale_)
+    torch.nn.init.ones_(layer.weight)
+    seen["declared"] = outcome(declared, layer)
+    seen["declared_weight"] = layer.weight.flatten().tolist()
     emit(seen=seen)
 
 

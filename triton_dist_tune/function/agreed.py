@@ -18,7 +18,6 @@ from ..measure.arguments import ArgumentState, fill_raised_before, named_argumen
 from ..measure.clocks import make_clock
 from ..measure.reference import Reference
 from ..measure.replicas import Layout
-from ..measure.side_state import stand_ins
 from ..measure.timing import timing_mode
 from ..measure.trial import Trial
 from ..space import check_call, keeps
@@ -151,11 +150,9 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
     options = tuner.options
     state: ArgumentState | None = None
     reference, buffers, timer, problem, step = None, None, None, None, "saving the arguments"
-    try:  # the runs get stand-ins for tensors that require grad and are no leaves: only the final call records
-        args, kwargs, made = stand_ins(args, kwargs)  # autograd history on the caller's (side_state)
+    try:
         state = ArgumentState(named_arguments(tuner.fn, args, kwargs), options.restore_value, options.reset_to_zero,
                               label)
-        state.stand_ins = made
         state.retry_fill = group.size == 1 or options.sharded  # measuring alone: no collective to match
         step = "making the clock"
         timer = make_clock()

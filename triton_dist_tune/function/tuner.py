@@ -82,9 +82,9 @@ class Tuner(TunedFunction):
         if key_error is None:
             try:
                 hash(key)
-            except TypeError as exc:
+            except Exception as exc:  # a key whose __hash__ raises anything: agreed below, as key_fn's errors are
                 key, key_error = None, (f"key_fn returned an unhashable key ({describe_error(exc)}): return a tuple "
-                                        "(of numbers, strings, tuples) instead of a list, dict or set")
+                                        "(of numbers, strings, tuples) instead of a list, dict, set or array")
         self.forget_alone()
         table, slot = (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
         if layout is not None:

@@ -33,10 +33,10 @@ Each sample timed the copy with the calls: on one H200 (``benchmarks/results/ses
 sample of a 0.023 ms GEMM call (M = 128, a 2 MB output); a 2.1 s key's time was the same with it or without (samples
 last a set time), the warning gone.
 
-The items of list and dict arguments, gradients and autograd history are kept by :mod:`.side_state`: the items
-of every list and dict and the ``.grad`` of every argument tensor that requires grad are put back before every run
-and the final call, and tensors that require grad and are no leaves reach the runs only as stand-ins (only the
-final call records history on the caller's).
+What else a run leaves in the arguments is :mod:`.side_state`'s: the ``.grad`` of tensors that require grad (put
+back before the final call), the items of lists and dicts (those a run changed put back before every later run and
+the final call), and object state (said, not put back). An ``nn.Module`` argument's parameters and buffers are
+saved only where the module is named in ``restore_value`` (a model's weights).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from ..capture import capturing
 from ..errors import BadInputError
 from . import breakdown
 from .names import check_names, named_arguments
-from .side_state import Attributes, Grads, RandomState, StandIns, Structures, is_module, module_tensors
+from .side_state import Grads, Objects, RandomState, Structures, is_module, module_tensors
 
 __all__ = ["ArgumentState", "RandomState", "check_names", "named_arguments", "tensors_in"]
 
@@ -75,19 +75,18 @@ class ArgumentState:
             seen = {id(t) for t in self.restore + self.zero}
             if watch:
                 for name, value in sorted(named.items()):
-                    for path, tensor in tensors_in(name, value):
+                    for path, tensor in tensors_in(name, value, modules=False):  # a module's weights: declared
                         if id(tensor) not in seen and _comparable(tensor):  # (a sparse or meta one: unwatched)
                             seen.add(id(tensor))
                             self.watched[path] = (tensor, tensor.detach().clone(), _version(tensor))
-        #: the ``.grad`` of every argument tensor that requires grad, put back before every run and the final call
-        self.grads = Grads([t for name, value in named.items() for _, t in tensors_in(name, value)])
-        #: the stand-ins of the runs for tensors that require grad and are no leaves (set by the caller that made
-        #: them: :func:`~.side_state.stand_ins`)
-        self.stand_ins: StandIns | None = None
-        #: the items of every list and dict argument, put back before every run and the final call
+        declared = {*restore_value, *reset_to_zero}
+        #: the ``.grad`` of every argument tensor that requires grad, put back before the final call
+        self.grads = Grads([t for name, value in named.items()
+                            for _, t in tensors_in(name, value, modules=name in declared)])
+        #: the items of every list and dict argument: those a run changed are put back before every later run
         self.structures = Structures(named, label, restore_value)
-        #: the plain and tensor attributes of object arguments, put back before every run and the final call
-        self.attributes = Attributes(named, label)
+        #: object arguments' attributes and module arguments' tensors, to say when a run changed them
+        self.objects = Objects(named, label, declared)
         #: names of watched arguments some run changed: restored before every run from now on
         self.changed: list[str] = []
         #: names of watched floating-point arguments some run changed that every checked run wrote whole (see the
@@ -231,11 +230,15 @@ class ArgumentState:
 
     def _report(self, name: str) -> None:
         self.changed.append(name)
+        tensor = self.watched[name][0]
+        history = (" Its values are restored, not its autograd history, which holds every run's change: tune such "
+                   "a call under torch.no_grad(), or decide its key ahead and pass autotune=False where history "
+                   "counts" if getattr(tensor, "requires_grad", False) and not tensor.is_leaf else "")
         log.warning(
                 "triton_dist_tune: %s the tuned function changed its argument '%s' in place; the tuner restores "
                 "it before every tuning run and before the final call, so that the call's result is that of "
                 "one call (declare it with restore_value=['%s'] to say so, or reset_to_zero=['%s'] for an "
-                "accumulating output)", self.label, name, *[name.split("[", 1)[0].split(".", 1)[0]] * 2)
+                "accumulating output).%s", self.label, name, *[name.split("[", 1)[0].split(".", 1)[0]] * 2, history)
 
     def after_run(self) -> None:
         """Check the watched arguments when the run that made the check due (a config's first) has just ended. At
@@ -253,6 +256,8 @@ class ArgumentState:
                         self._check_written()
                     if self._check_due:
                         self._detect()
+                        self.structures.check()
+                        self.objects.check()
         except Exception:  # the check's synchronize met an error the run left on the device (an asynchronous one:
             self._filled = filled  # a device-side assert from the fill): the run's, as if it raised
             raise
@@ -266,7 +271,9 @@ class ArgumentState:
         time when there is something to copy or check."""
         self._warmup = warmup and not exact
         self.raised_from_fill = False
-        self._side_state()
+        if self.structures.changed:  # the items of lists and dicts a run changed (side_state)
+            with breakdown.part("restore"):
+                self.structures.put_back()
         busy = (self.saved or self.zero or self.changed or self._check_due
                 or any(exact or name not in self.confirmed for name in self.written))
         watch = breakdown.current() if busy else None
@@ -278,18 +285,6 @@ class ArgumentState:
             self._before_run(exact)
         finally:
             watch.leave()
-
-    def _side_state(self) -> None:
-        """Put back what a run leaves besides tensor values (:mod:`.side_state`): the items of lists and dicts,
-        gradients, and the stand-ins' autograd history."""
-        if self.structures.saved or self.attributes.saved or self.grads.saved \
-                or (self.stand_ins is not None and self.stand_ins.pairs):
-            with breakdown.part("restore"):
-                self.structures.put_back()
-                self.attributes.put_back()
-                self.grads.put_back()
-                if self.stand_ins is not None and not capturing():
-                    self.stand_ins.start_afresh()
 
     def _before_run(self, exact: bool) -> None:
         self._detect()
@@ -313,8 +308,7 @@ class ArgumentState:
     def put_back(self) -> None:
         """Put every saved tensor back as it was before tuning (before the final call)."""
         with breakdown.part("restore"):
-            self.structures.put_back()
-            self.attributes.put_back()
+            self.structures.put_back(every=True)
             if self._filled and not capturing():
                 self._check_written()
             self._detect()
@@ -338,13 +332,14 @@ class ArgumentState:
         return list({id(t): t for t in self.restore + self.zero}.values())
 
 
-def tensors_in(name: str, value: Any, depth: int = 0) -> list[tuple[str, Any]]:
+def tensors_in(name: str, value: Any, depth: int = 0, modules: bool = True) -> list[tuple[str, Any]]:
     """The tensors of an argument, by path (``x``, ``xs[0]``, ``d['k'][1]``): the argument itself, or the
-    tensors inside its lists, tuples and dicts (nested up to :data:`MAX_DEPTH` levels)."""
+    tensors inside its lists, tuples and dicts (nested up to :data:`MAX_DEPTH` levels), and with ``modules`` an
+    ``nn.Module``'s parameters and buffers (``model.layer.weight``)."""
     if _is_tensor(value):
         return [(name, value)]
-    if is_module(value):  # an nn.Module: its parameters and buffers
-        return module_tensors(name, value)
+    if is_module(value):
+        return module_tensors(name, value) if modules else []
     if depth >= MAX_DEPTH:
         return []
     if isinstance(value, (list, tuple)):
@@ -353,7 +348,7 @@ def tensors_in(name: str, value: Any, depth: int = 0) -> list[tuple[str, Any]]:
         items = ((f"{name}[{k!r}]", v) for k, v in value.items())
     else:
         return []
-    return [found for path, v in items for found in tensors_in(path, v, depth + 1)]
+    return [found for path, v in items for found in tensors_in(path, v, depth + 1, modules)]
 
 
 def _declared(named: Mapping[str, Any], names: Iterable[str], option: str) -> list[Any]:

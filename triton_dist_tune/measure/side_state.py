@@ -1,21 +1,22 @@
 """What a tuning run leaves in the caller's arguments besides tensor values (:mod:`.arguments` keeps those).
 
-* **Gradients.** An argument tensor that requires grad (inside lists, dicts and ``nn.Module`` arguments too) has
-  its ``.grad`` saved (None, or a copy) and put back before every run and before the final call
-  (:class:`Grads`): a fused forward and backward accumulates one call's gradient, not every run's.
-* **Autograd history.** A tensor argument that requires grad and is no leaf (an activation ``h = w * 2``) is never
-  given to the tuning runs: they get a stand-in (:func:`stand_ins`), a tensor of its own memory whose history
-  starts at a leaf of the tuner's; only the final call records history on the caller's tensor. A run that changed
-  the stand-in's history has it started afresh from the caller's values before the next run.
-* **Structure.** A list or dict argument (nested ones too) has its items saved (their order and identities): one a
-  run rebinds, appends to or deletes from is put back in place before every run and before the final call
-  (``lst[:] = saved``, ``d.clear(); d.update(saved)``), with a warning naming it unless it is named in
-  ``restore_value`` (:class:`Structures`).
-* **Attributes.** An object argument (``self`` of a tuned method, an ``nn.Module``) has its attributes holding
-  numbers, strings, None or tensors saved: one a run rebinds (``self.pos += 1``, ``self.kv = torch.cat(...)``) is
-  put back before every run and before the final call, with a warning naming it (:class:`Attributes`). Other
-  object state (a list held in an attribute changed in place, an attribute a run adds) is not restored. (An
-  ``nn.Module``'s parameters and buffers are tensors of the argument: :func:`~.arguments.tensors_in`.)
+Each is found where :mod:`.arguments` checks the tensor values (after a config's first run): nothing is done per
+run for arguments no run changed, as a run can take 20 microseconds on a GPU.
+
+* **Gradients.** The ``.grad`` of every tensor argument that requires grad (inside lists and dicts too; a module's
+  parameters where the module is named in ``restore_value``) is saved (None, or a copy where one is held) and put
+  back before the final call (:class:`Grads`): a fused forward and backward leaves one call's gradient, not every
+  run's.
+* **Structure.** A list or dict argument (nested ones too) has its items saved (their order and identities): one
+  a run rebinds, appends to or deletes from is found when checked, put back at once and before every later run and
+  the final call (``lst[:] = saved``, ``d.clear(); d.update(saved)``), with a warning naming it unless it is named
+  in ``restore_value`` (:class:`Structures`).
+* **Objects.** An object argument (``self`` of a tuned method, an ``nn.Module``) is not restored: a run that
+  rebinds one of its attributes holding a number, a string, None or a tensor (``self.pos += 1``, a lazily made
+  workspace), or changes a module's parameters or buffers in place, is said in a warning, once per process
+  (:class:`Objects`). Putting such state back would break the counters distributed kernels keep beside flags in
+  device memory (``self.signal_target += 1``), and a module's tensors are a model's weights: saved only where the
+  module is named in ``restore_value``.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ log = logging.getLogger("triton_dist_tune")
 
 #: how deep the containers of an argument are followed
 MAX_DEPTH = 8
-#: the values of an attribute that :class:`Attributes` saves (by identity: a run that rebinds it is seen)
+#: the values of an attribute that :class:`Objects` watches (by identity: a run that rebinds it is seen)
 _PLAIN = (int, float, bool, str, bytes, complex, type(None))
+#: (the object's type, the argument, the attribute or "tensors") already warned of in this process
+_WARNED: set[tuple[str, str, str]] = set()
 
 
 def is_tensor(value: Any) -> bool:
@@ -68,7 +71,7 @@ def walk(name: str, value: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
 
 
 class Grads:
-    """The ``.grad`` of every argument tensor that requires grad and is a leaf, saved; put back by :meth:`put_back`."""
+    """The ``.grad`` of tensors that require grad and are leaves, saved; put back by :meth:`put_back`."""
 
     def __init__(self, tensors: list[Any]) -> None:
         self.saved = [(t, None if t.grad is None else t.grad.detach().clone())
@@ -87,6 +90,16 @@ class Grads:
                     tensor.grad = grad.clone()
 
 
+def _items(container: Any) -> list[Any]:
+    return list(container.items()) if isinstance(container, dict) else list(container)
+
+
+def _same_items(now: list[Any], saved: list[Any]) -> bool:
+    return len(now) == len(saved) and all(a is b or (isinstance(a, tuple) and len(a) == len(b)
+                                                     and all(x is y for x, y in zip(a, b, strict=True)))
+                                          for a, b in zip(now, saved, strict=True))
+
+
 class Structures:
     """The items of every list and dict inside the arguments (see the module's docstring)."""
 
@@ -99,132 +112,82 @@ class Structures:
                 if id(container) in seen or isinstance(container, tuple):
                     continue
                 seen.add(id(container))
-                items = list(container.items()) if isinstance(container, dict) else list(container)
-                self.saved.append((path, container, items))
-        #: the paths warned of (those of arguments named in ``restore_value`` are put back without a warning)
-        self.warned = {path for path, _, _ in self.saved if path.split("[", 1)[0] in set(declared)}
+                self.saved.append((path, container, _items(container)))
+        #: the containers found changed: put back before every run from then on
+        self.changed: list[tuple[str, Any, Any]] = []
+        self._quiet = set(declared)  # arguments named in restore_value: put back without a warning
 
-    def put_back(self) -> None:
-        """Put every container that differs from its saved items back in place, warning once for each."""
-        for path, container, items in self.saved:
-            now = list(container.items()) if isinstance(container, dict) else list(container)
-            if len(now) == len(items) and all(a is b or (isinstance(a, tuple) and _same_items(a, b))
-                                              for a, b in zip(now, items, strict=True)):
+    def check(self) -> None:
+        """After a config's first run: find the containers a run changed, put them back, and say so once each."""
+        for entry in self.saved:
+            path, container, items = entry
+            if any(entry is e for e in self.changed) or _same_items(_items(container), items):
                 continue
-            if isinstance(container, dict):
-                container.clear()
-                container.update(items)
-            else:
-                container[:] = items
-            if path not in self.warned:
-                self.warned.add(path)
+            self.changed.append(entry)
+            _put(container, items)
+            if path.split("[", 1)[0] not in self._quiet:
                 log.warning("triton_dist_tune: %s the tuned function changed the items of its argument '%s' (it "
                             "rebinds, adds or deletes them); the tuner puts them back before every tuning run and "
                             "before the final call, so that the call's result is that of one call", self.label, path)
 
+    def put_back(self, every: bool = False) -> None:
+        """Put the changed containers back (``every``: each container that differs, before the final call)."""
+        for _, container, items in self.saved if every else self.changed:
+            if not _same_items(_items(container), items):
+                _put(container, items)
 
-def _same_items(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+def _put(container: Any, items: list[Any]) -> None:
+    if isinstance(container, dict):
+        container.clear()
+        container.update(items)
+    else:
+        container[:] = items
 
 
-class Attributes:
-    """The attributes of object arguments that hold plain values or tensors, saved by identity (see the module's
-    docstring)."""
+class Objects:
+    """The object arguments' attributes holding plain values or tensors (by identity), and the versions of a module
+    argument's tensors, to say when a run changed them (see the module's docstring): nothing is put back."""
 
-    def __init__(self, named: Mapping[str, Any], label: str) -> None:
+    def __init__(self, named: Mapping[str, Any], label: str, declared: Iterable[str] = ()) -> None:
         self.label = label
-        self.saved: list[tuple[str, Any, dict[str, Any]]] = []
-        seen: set[int] = set()
+        self.saved: list[tuple[str, Any, dict[str, Any], list[tuple[str, Any, int]]]] = []
         for name, value in sorted(named.items()):
-            if is_tensor(value) or isinstance(value, (list, tuple, dict, type) + _PLAIN) or id(value) in seen:
+            if is_tensor(value) or isinstance(value, (list, tuple, dict, type) + _PLAIN) or name in set(declared):
                 continue
             try:
                 attributes = vars(value)
             except TypeError:  # no __dict__ (slots, a builtin)
                 continue
-            seen.add(id(value))
             kept = {k: v for k, v in attributes.items() if isinstance(v, _PLAIN) or is_tensor(v)}
-            if kept:
-                self.saved.append((name, value, kept))
-        self.warned: set[str] = set()
+            tensors = [(path, t, int(getattr(t, "_version", 0))) for path, t in module_tensors(name, value)] \
+                if is_module(value) else []
+            if kept or tensors:
+                self.saved.append((name, value, kept, tensors))
 
-    def put_back(self) -> None:
-        """Put every saved attribute a run rebound back, warning once for each."""
-        for name, obj, kept in self.saved:
+    def check(self) -> None:
+        """After a config's first run: say (once per process) which attributes a run rebound, and which module
+        tensors it changed in place."""
+        for name, obj, kept, tensors in self.saved:
+            kind = type(obj).__qualname__
             attributes = vars(obj)
             for attribute, value in kept.items():
-                if attributes.get(attribute, _MISSING) is value:
-                    continue
-                try:
-                    setattr(obj, attribute, value)
-                except Exception:  # a property refusing it, a module refusing a plain tensor for a parameter:
-                    attributes[attribute] = value  # put back where it was read from
-                where = f"{name}.{attribute}"
-                if where not in self.warned:
-                    self.warned.add(where)
-                    log.warning("triton_dist_tune: %s the tuned function rebound the attribute '%s' of its argument "
-                                "'%s'; the tuner puts it back before every tuning run and before the final call "
-                                "(other object state, such as an attribute added or a list in an attribute changed "
-                                "in place, is not restored)", self.label, attribute, name)
+                if attributes.get(attribute, _MISSING) is not value and (kind, name, attribute) not in _WARNED:
+                    _WARNED.add((kind, name, attribute))
+                    log.warning("triton_dist_tune: %s the tuned function rebinds the attribute '%s' of its argument "
+                                "'%s' (%s): the tuner does not put object state back, so it changes with every "
+                                "tuning run (a counter counts each run)", self.label, attribute, name,
+                                type(obj).__name__)
+            moved = [path for path, t, version in tensors if int(getattr(t, "_version", 0)) != version]
+            if moved and (kind, name, "tensors") not in _WARNED:
+                _WARNED.add((kind, name, "tensors"))
+                log.warning("triton_dist_tune: %s the tuned function changes tensors of its module argument '%s' in "
+                            "place (%s): the tuner does not save a module's tensors (its weights) unless the "
+                            "module is named in restore_value, so they change with every tuning run", self.label,
+                            name, ", ".join(moved[:3]) + (", ..." if len(moved) > 3 else ""))
 
 
 _MISSING = object()
-
-
-class StandIns:
-    """Tensors that require grad and are no leaves, each replaced by a stand-in in the tuning runs (see the module's
-    docstring): ``pairs`` holds (the caller's tensor, its stand-in, the leaf the stand-in's history starts at)."""
-
-    def __init__(self) -> None:
-        self.pairs: list[tuple[Any, Any, Any]] = []
-        self._fresh: list[Any] = []
-
-    def stand_in(self, tensor: Any) -> Any:
-        for caller, stand, _ in self.pairs:
-            if caller is tensor:
-                return stand
-        leaf = tensor.detach().requires_grad_(True)  # the caller's memory, a history of its own
-        stand = leaf.clone()  # memory of its own, no leaf: the function may change it in place, as the caller's
-        self.pairs.append((tensor, stand, leaf))
-        self._fresh.append(stand.grad_fn)
-        return stand
-
-    def start_afresh(self) -> None:
-        """Start the history of every stand-in a run changed it of (in place) again at its leaf, with the caller's
-        values."""
-        import torch
-
-        for i, (_, stand, leaf) in enumerate(self.pairs):
-            if stand.grad_fn is not self._fresh[i]:
-                stand.detach_()
-                with torch.enable_grad():
-                    stand.copy_(leaf)
-                self._fresh[i] = stand.grad_fn
-
-
-def stand_ins(fn_args: tuple, kwargs: Mapping[str, Any]) -> tuple[tuple, dict[str, Any], StandIns]:
-    """The arguments of the tuning runs: the caller's, with every tensor that requires grad and is no leaf (inside
-    lists, tuples and dicts too, whose containers are then new ones) replaced by a stand-in."""
-    made = StandIns()
-
-    def swap(value: Any, depth: int = 0) -> Any:
-        if is_tensor(value):
-            if getattr(value, "requires_grad", False) and not value.is_leaf:
-                return made.stand_in(value)
-            return value
-        if depth >= MAX_DEPTH:
-            return value
-        if type(value) in (list, tuple):
-            items = [swap(v, depth + 1) for v in value]
-            return value if all(a is b for a, b in zip(items, value, strict=True)) else type(value)(items)
-        if type(value) is dict:
-            items = {k: swap(v, depth + 1) for k, v in value.items()}
-            return value if all(items[k] is v for k, v in value.items()) else items
-        return value
-
-    args = tuple(swap(a) for a in fn_args)
-    kw = {k: swap(v) for k, v in kwargs.items()}
-    return args, kw, made
 
 
 class RandomState:
