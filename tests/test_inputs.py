@@ -769,3 +769,28 @@ def test_the_runs_get_the_callers_own_tensor_that_requires_grad_and_is_no_leaf(t
     h = base[1:, 1:]  # a view 36 bytes into its base
     read(h).backward()
     assert seen == {h.data_ptr()}
+
+
+def test_the_runs_start_from_the_callers_gradient_once_a_run_changed_it(tmp_path, monkeypatch):
+    """Gradients are put back before every run once a config's first run changed one: before, after a reviewer's
+    cost mend, only before the final call, and the runs' gradients grew with every run (an all_reduce of them
+    doubles them each run: inf within a few hundred runs, which a finite-gradient check turns into a failure)."""
+    import torch
+
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path))
+    before: list[float | None] = []
+
+    @tdt.autotune([{"chunk": 1}, {"chunk": 2}], key_fn=lambda x, w: x.shape, n_warmup=1, n_repeat=2,
+                  timing="cold", name="fwd_bwd_runs")
+    def fwd_bwd(x, w, chunk=1):
+        before.append(None if w.grad is None else float(w.grad[0, 0]))
+        loss = sum((xc @ w).square().sum() for xc in x.chunk(chunk))
+        loss.backward()
+        return float(loss.detach())
+
+    w = torch.ones(3, 2, requires_grad=True)
+    fwd_bwd(torch.ones(4, 3), w)
+    assert len(before) > 4 and set(before) == {None}, before
+    assert float(w.grad[0, 0]) == 24.0

@@ -80,7 +80,8 @@ class ArgumentState:
                             seen.add(id(tensor))
                             self.watched[path] = (tensor, tensor.detach().clone(), _version(tensor))
         declared = {*restore_value, *reset_to_zero}
-        #: the ``.grad`` of every argument tensor that requires grad, put back before the final call
+        #: the ``.grad`` of every argument tensor that requires grad, put back before the final call (and every run
+        #: once one changed)
         self.grads = Grads([t for name, value in named.items()
                             for _, t in tensors_in(name, value, modules=name in declared)])
         #: the items of every list and dict argument: those a run changed are put back before every later run
@@ -258,6 +259,7 @@ class ArgumentState:
                         self._detect()
                         self.structures.check()
                         self.objects.check()
+                        self.grads.check()
         except Exception:  # the check's synchronize met an error the run left on the device (an asynchronous one:
             self._filled = filled  # a device-side assert from the fill): the run's, as if it raised
             raise
@@ -271,9 +273,11 @@ class ArgumentState:
         time when there is something to copy or check."""
         self._warmup = warmup and not exact
         self.raised_from_fill = False
-        if self.structures.changed:  # the items of lists and dicts a run changed (side_state)
+        if self.structures.changed or self.grads.active:  # what a run changed besides values (side_state)
             with breakdown.part("restore"):
                 self.structures.put_back()
+                if self.grads.active:
+                    self.grads.put_back()
         busy = (self.saved or self.zero or self.changed or self._check_due
                 or any(exact or name not in self.confirmed for name in self.written))
         watch = breakdown.current() if busy else None

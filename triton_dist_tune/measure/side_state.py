@@ -5,8 +5,8 @@ run for arguments no run changed, as a run can take 20 microseconds on a GPU.
 
 * **Gradients.** The ``.grad`` of every tensor argument that requires grad (inside lists and dicts too; a module's
   parameters where the module is named in ``restore_value``) is saved (None, or a copy where one is held) and put
-  back before the final call (:class:`Grads`): a fused forward and backward leaves one call's gradient, not every
-  run's.
+  back before the final call, and before every run once a config's first run changed one (:class:`Grads`): a fused
+  forward and backward leaves one call's gradient, not every run's.
 * **Structure.** A list or dict argument (nested ones too) has its items saved (their order and identities): one
   a run rebinds, appends to or deletes from is found when checked, put back at once and before every later run and
   the final call (``lst[:] = saved``, ``d.clear(); d.update(saved)``), with a warning naming it unless it is named
@@ -71,23 +71,37 @@ def walk(name: str, value: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
 
 
 class Grads:
-    """The ``.grad`` of tensors that require grad and are leaves, saved; put back by :meth:`put_back`."""
+    """The ``.grad`` of tensors that require grad and are leaves, saved: put back before the final call, and before
+    every run once a config's first run changed one (:meth:`check`: a backward inside the function), so that the
+    runs' gradients do not grow without bound (an ``all_reduce(w.grad)`` doubles them each run)."""
 
     def __init__(self, tensors: list[Any]) -> None:
-        self.saved = [(t, None if t.grad is None else t.grad.detach().clone())
+        #: (tensor, its .grad object, that object's version, a copy of it), None for a tensor without one
+        self.saved = [(t, t.grad, _version(t.grad), None if t.grad is None else t.grad.detach().clone())
                       for t in {id(t): t for t in tensors if t.requires_grad and t.is_leaf}.values()]
+        #: whether some run changed a gradient: put back before every run from then on
+        self.active = False
+
+    def check(self) -> None:
+        """After a config's first run: whether it changed a gradient (rebound it, or wrote it in place)."""
+        self.active = self.active or any(t.grad is not grad or _version(t.grad) != version
+                                         for t, grad, version, _ in self.saved)
 
     def put_back(self) -> None:
         import torch
 
         with torch.no_grad():
-            for tensor, grad in self.saved:
+            for tensor, _, _, grad in self.saved:
                 if grad is None:
                     tensor.grad = None
                 elif tensor.grad is not None and tensor.grad.shape == grad.shape and tensor.grad is not grad:
                     tensor.grad.copy_(grad)
                 else:
                     tensor.grad = grad.clone()
+
+
+def _version(tensor: Any) -> int:
+    return -1 if tensor is None else int(getattr(tensor, "_version", 0))
 
 
 def _items(container: Any) -> list[Any]:
