@@ -113,23 +113,30 @@ def test_export_refuses_a_target_that_is_no_regular_file_or_is_inside_the_cache_
 # -- 3: import keeps a newer or finished decision unless forced ------------------------------------------------------
 
 
-def test_import_refuses_to_replace_a_newer_or_finished_decision_without_force(tmp_path):
+def test_import_keeps_a_newer_or_finished_decision_of_the_same_choice(tmp_path):
     """Before: a bundle's older decision, or a provisional one (cut short by the budget), of the same choice replaced
-    the newer, finished one in the cache with exit status 0. Now that needs ``--force``, and the refusal says why."""
+    the newer, finished one in the cache with exit status 0. Then (a reviewer's) the first mend refused the whole
+    bundle, its new decisions too. Now the cache's record is kept and the others are imported; ``--force`` replaces
+    it; a finished one replaces a provisional one."""
     cache = tmp_path / "cache"
     mine = decision(cache, created=time.time())
     data = json.loads(mine.read_text())
     rel = f"moe/{mine.name}"
-    for theirs, why in (({**data, "created": data["created"] - 3600}, "newer"),
-                        ({**data, "provisional": True, "created": data["created"] + 60}, "provisional")):
-        said = one_line(cli("import", bundle_of(tmp_path, [(rel, theirs)]), "--cache-dir", cache), 1)
-        assert "refused" in said and why in said and rel in said and "--force" in said, said
-        assert json.loads(mine.read_text()) == data
+    other = decision(tmp_path / "elsewhere", key="(32,)")
+    fresh = (f"moe/{other.name}", json.loads(other.read_text()))
+    for theirs in ({**data, "created": data["created"] - 3600}, {**data, "provisional": True,
+                                                                  "created": data["created"] + 60}):
+        done = cli("import", bundle_of(tmp_path, [(rel, theirs), fresh]), "--cache-dir", cache)
+        assert done.returncode == 0 and "1 of the same choice left as they were" in done.stdout, done
+        assert json.loads(mine.read_text()) == data and (cache / fresh[0]).exists()
     assert cli("import", tmp_path / "bundle.json", "--force", "--cache-dir", cache).returncode == 0
     assert json.loads(mine.read_text())["provisional"] is True
-    newer = {**data, "created": data["created"] + 120}  # a newer finished one still replaces it
-    assert cli("import", bundle_of(tmp_path, [(rel, newer)]), "--cache-dir", cache).returncode == 0
-    assert json.loads(mine.read_text()) == newer
+    finished = {**data, "created": data["created"] - 7200}  # older, but finished where the cache's is provisional
+    assert cli("import", bundle_of(tmp_path, [(rel, finished)]), "--cache-dir", cache).returncode == 0
+    assert json.loads(mine.read_text()) == finished
+    changed = {**data, "index": 1, "config": TILE.format(m=32)}  # another choice: refused without --force
+    said = one_line(cli("import", bundle_of(tmp_path, [(rel, changed)]), "--cache-dir", cache), 1)
+    assert "refused" in said and "different" in said and rel in said, said
 
 
 # -- 4: import writes only files named as the tuner names them --------------------------------------------------------
@@ -220,6 +227,21 @@ def test_vllm_export_gpu_takes_the_name_list_shows(tmp_path):
     assert "NVIDIA H200" in said and "H200 x8" in said, said
 
 
+def test_vllm_export_names_the_gpu_counts_of_two_decisions_that_conflict(tmp_path):
+    """A reviewer's: two decisions of one batch size tuned on 8 and on 4 H200s were said to differ 'in what the files
+    do not record (... the number of ranks ...)': the files record the count, and ``--gpu 'H200 x4'`` picks one. The
+    error names both and says so; ``--gpu`` also takes a name without its maker's first word (AMD's too)."""
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    decision(cache, gpu="NVIDIA H200", gpu_count=8)
+    decision(cache, function="moe", key="(16, 'x4')", gpu="NVIDIA H200", gpu_count=4, config=TILE.format(m=32))
+    said = one_line(cli("export", out, *VLLM, "--batch-index", "0", "--cache-dir", cache))
+    assert "'H200 x4' and 'H200 x8'" in said and "--gpu 'H200 x4'" in said, said
+    assert cli("export", out, *VLLM, "--batch-index", "0", "--gpu", "H200 x4", "--cache-dir", cache).returncode == 0
+    amd = tmp_path / "amd"
+    decision(amd, gpu="AMD Instinct MI300X", gpu_count=8)
+    assert cli("export", out, *VLLM, "--gpu", "Instinct MI300X", "--cache-dir", amd).returncode == 0
+
+
 # -- 10: --function takes a function's plain name ----------------------------------------------------------------
 
 
@@ -237,23 +259,31 @@ def test_function_option_refuses_what_is_no_plain_folder_name(tmp_path):
 # -- 11: a bundle file too large ------------------------------------------------------------------------------------
 
 
-def test_import_refuses_a_bundle_larger_than_the_cap_without_reading_it_all(tmp_path):
-    """Before: ``import`` read any file whole (``/dev/zero``: until the OOM killer ended it). Now a file larger than
-    :data:`MAX_BUNDLE_BYTES` is refused naming the cap (a sparse file: no disk used), and a stream (a FIFO here, fed
-    the cap and 1 MiB more, then closed) is read to the cap and one byte more, then refused alike."""
-    big = tmp_path / "big.json"
-    with open(big, "wb") as f:
-        f.truncate(MAX_BUNDLE_BYTES + 1)
-    said = one_line(cli("import", big, "--cache-dir", tmp_path / "cache"))
-    assert str(big) in said and "larger than 256 MiB" in said, said
+def test_import_refuses_a_stream_larger_than_the_cap_without_reading_it_all(tmp_path):
+    """Before: ``import`` read any file whole (``/dev/zero``: until the OOM killer ended it). Now a stream (a FIFO
+    here, fed the cap and 1 MiB more, then closed) is read to the cap and one byte more, then refused naming the
+    cap."""
     fifo = tmp_path / "stream.json"
     os.mkfifo(fifo)
     feeder = threading.Thread(target=feed, args=(fifo, MAX_BUNDLE_BYTES + (1 << 20)), daemon=True)
     feeder.start()
     said = one_line(cli("import", fifo, "--cache-dir", tmp_path / "cache"))
     feeder.join(timeout=60)
-    assert str(fifo) in said and "larger than 256 MiB" in said, said
+    assert str(fifo) in said and "more than 256 MiB" in said, said
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_regular_bundle_file_over_the_streams_cap_is_read_whole(tmp_path, monkeypatch):
+    """A reviewer's: the first cap refused regular files over 256 MiB too, which ``export`` writes (301 decisions of
+    the README's MoE space: 310 MB), with 'more than a bundle holds'. The cap is for streams alone (here made
+    smaller than the bundle, in this process)."""
+    from triton_dist_tune.disk import bundles
+
+    entry = decision(tmp_path / "elsewhere")
+    path = bundle_of(tmp_path, [(f"moe/{entry.name}", json.loads(entry.read_text()))])
+    monkeypatch.setattr(bundles, "MAX_BUNDLE_BYTES", path.stat().st_size // 2)
+    (incoming,) = bundles.read_bundle(path)
+    assert incoming.path == f"moe/{entry.name}"
 
 
 def feed(fifo: Path, size: int) -> None:
@@ -265,3 +295,32 @@ def feed(fifo: Path, size: int) -> None:
                 f.write(chunk)
     except BrokenPipeError:
         pass
+
+
+def test_a_fifo_named_as_a_cache_file_is_refused_not_waited_on(tmp_path):
+    """A reviewer's: a FIFO named like a cache file held ``list`` and ``clear`` for ever (reading it waited for a
+    writer), and the tuner's own read of the entry too (group rank 0, before the broadcast the others wait on). Now
+    it is refused at once by its type, as an unreadable file is."""
+    from triton_dist_tune.disk.cache import DiskCache
+
+    cache = tmp_path / "cache"
+    decision(cache)
+    fifo = cache / "moe" / ("a" * 20 + ".json")
+    os.mkfifo(fifo)
+    done = cli("list", "--cache-dir", cache)
+    assert done.returncode == 1 and "a FIFO, not a regular file" in done.stderr and "1 decision" in done.stdout, done
+    done = cli("clear", "--all", "--dry-run", "--cache-dir", cache)
+    assert "Traceback" not in done.stderr and str(fifo.name) in done.stdout + done.stderr, done
+    assert DiskCache("moe", cache).load("a" * 20, "abc", quiet=True) is None
+
+
+def test_vllm_file_names_replace_each_space_as_vllm_does():
+    """A reviewer's: vLLM names its files ``device_name.replace(' ', '_')``, one underscore per space; the export
+    collapsed runs of spaces and stripped them, naming a file vLLM never opens. Real names are unchanged."""
+    from triton_dist_tune.disk.vllm_moe import file_name
+
+    for device, expected in (("NVIDIA H100 80GB HBM3", "NVIDIA_H100_80GB_HBM3"),
+                             ("NVIDIA A100-SXM4-80GB", "NVIDIA_A100-SXM4-80GB"), ("NVIDIA  H200", "NVIDIA__H200"),
+                             ("AMD Instinct MI300X", "AMD_Instinct_MI300X")):
+        assert file_name(8, 64, device) == f"E=8,N=64,device_name={expected}.json"
+    assert file_name(8, 64, "NVIDIA H200", "fp8_w8a8") == "E=8,N=64,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"

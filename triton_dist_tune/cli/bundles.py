@@ -82,18 +82,17 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"triton-dist-tune: refused: {len(doubtful)} of {len(incoming)} decision(s) were tuned under other "
               "versions or hardware (--force imports them anyway)", file=sys.stderr)
         return 1
-    kept: dict[str, list[str]] = {}  # why -> the entries whose decision in the cache only --force replaces
-    for item in incoming:
-        why = _kept_without_force(_root(args) / item.path, item)
-        if why is not None:
-            kept.setdefault(why, []).append(item.path)
-    if kept and not args.force:
-        parts = [f"{why} ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})" for why, paths in kept.items()]
-        print(f"triton-dist-tune: refused: {sum(map(len, kept.values()))} of {len(incoming)} decision(s) would "
-              f"replace {'; '.join(parts)} already in {_root(args)} (--force replaces them)", file=sys.stderr)
+    differing = [item.path for item in incoming if _standing(_root(args) / item.path, item) == DIFFERENT]
+    if differing and not args.force:
+        print(f"triton-dist-tune: refused: {len(differing)} of {len(incoming)} decision(s) would replace a different "
+              f"decision already in {_root(args)} ({', '.join(differing[:3])}{', ...' if len(differing) > 3 else ''};"
+              " --force replaces them)", file=sys.stderr)
         return 1
+    # the same choice where the cache's record is newer, or finished where the bundle's is provisional: kept
+    better = [] if args.force else [item for item in incoming
+                                    if _standing(_root(args) / item.path, item) in (NEWER, FINISHED)]
     try:
-        done = bundles.write_incoming(_root(args), incoming)  # all or nothing
+        done = bundles.write_incoming(_root(args), [item for item in incoming if item not in better])  # all or none
     except OSError as exc:
         raise dec.CacheError(f"could not import into {_root(args)} ({type(exc).__name__}: {exc}); nothing was "
                              "imported") from None
@@ -101,7 +100,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         _emit_json({"imported": [str(p) for p in done.held], "mismatched": [i.path for i in doubtful],
                     **{part: [str(p) for p in getattr(done, part)] for part in ("new", "replaced", "unchanged")}})
     else:
-        print(import_text(done, _root(args)) + (f" ({len(doubtful)} despite mismatches)" if doubtful else ""))
+        kept = (f"; {len(better)} of the same choice left as they were, the cache's newer or finished (--force "
+                "replaces them)" if better else "")
+        print(import_text(done, _root(args)) + kept + (f" ({len(doubtful)} despite mismatches)" if doubtful else ""))
     return 0
 
 
@@ -120,17 +121,17 @@ def import_text(done: bundles.Imported, root: Path) -> str:
     return f"imported {len(done.written)} decision(s) into {root} ({'; '.join(parts)})"
 
 
-#: why a decision in the cache is replaced only with ``--force`` (the reasons :func:`_kept_without_force` gives)
-DIFFERENT = "a different decision"
-NEWER = "a newer decision (tuned after the bundle's)"
-FINISHED = "a finished decision with a provisional one (cut short by the time budget)"
+#: how the decision the cache holds stands against the bundle's (:func:`_standing`): another choice (refused without
+#: ``--force``), or the same choice that the cache keeps without ``--force``: tuned later, or finished where the
+#: bundle's is provisional
+DIFFERENT, NEWER, FINISHED = "different", "newer", "finished"
 
 
-def _kept_without_force(path: Path, item: bundles.Incoming) -> str | None:
-    """Why the decision the cache holds at ``path`` is replaced by the bundle's only with ``--force``, else None (no
-    file there, or the same choice, tuned no later, finished if it is): :data:`DIFFERENT` (another choice, or an
-    unreadable file), :data:`FINISHED` (the bundle's is provisional, the one there not) or :data:`NEWER` (the one
-    there was tuned later: its ``created`` time)."""
+def _standing(path: Path, item: bundles.Incoming) -> str | None:
+    """How the decision the cache holds at ``path`` stands against the bundle's: :data:`DIFFERENT` (another choice,
+    or an unreadable file), :data:`FINISHED` (the bundle's is provisional, the one there not), :data:`NEWER` (the
+    one there was tuned later, both finished or both provisional: its ``created`` time), else None (no file there,
+    or the bundle's may replace it: a finished one replaces a provisional one whatever their times)."""
     if not path.exists():
         return None
     try:
@@ -141,8 +142,8 @@ def _kept_without_force(path: Path, item: bundles.Incoming) -> str | None:
     if not isinstance(mine, dict) or (mine.get("index"), mine.get("config")) != (theirs.get("index"),
                                                                                  theirs.get("config")):
         return DIFFERENT
-    if theirs.get("provisional") is True and mine.get("provisional") is not True:
-        return FINISHED
+    if (theirs.get("provisional") is True) != (mine.get("provisional") is True):  # finished wins, whatever its age
+        return FINISHED if theirs.get("provisional") is True else None
     times = (_time(mine.get("created")), _time(theirs.get("created")))
     return NEWER if None not in times and times[0] > times[1] else None
 

@@ -78,8 +78,8 @@ def _matches(key: str, filters: list[tuple[int, Any]]) -> bool:
 
 def _gpu_names(entry: dec.Entry) -> set[str]:
     """The names ``--gpu`` takes for the GPU ``entry`` was tuned on: as the file records it (``NVIDIA H200``), without
-    its maker (``H200``), and as ``list`` shows it (``H200 x8``)."""
-    return {entry.gpu, entry.gpu.removeprefix("NVIDIA "), gpu_text(entry)}
+    its maker's first word (``H200``, ``Instinct MI300X``), and as ``list`` shows it (``H200 x8``)."""
+    return {entry.gpu, entry.gpu.split(" ", 1)[-1], gpu_text(entry)}
 
 
 def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[str], Exception]) -> dict[str, Any]:
@@ -146,6 +146,10 @@ def _conflict(batch: int, *choices: tuple[dec.Entry, dict[str, int]]) -> str:
     now = time.time()
     both = " and ".join(f"{entry.path} (tuned {dec.age_text(max(0.0, now - entry.created))} ago: {tile})"
                         for entry, tile in choices)
+    machines = sorted({gpu_text(entry) for entry, _ in choices})
+    if len(machines) > 1:  # the files record the GPU count: --gpu takes it
+        return (f"batch size {batch} has two different decisions: {both}, tuned on {' and '.join(map(repr, machines))}"
+                f" (as 'list' shows them): pick one with --gpu, e.g. --gpu {machines[0]!r}")
     if len({entry.key for entry, _ in choices}) == 1:  # one key: told apart by what the files do not record
         return (f"batch size {batch} has two different decisions for one key: {both}. They differ in what the files "
                 "do not record (cache_key_extra, the devices of the call's tensors, the number of ranks a rank-local "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -20,8 +21,9 @@ from .versions import versions as current_versions
 #: what a bundle file says it is (``export`` writes it, ``import`` checks it)
 BUNDLE_KIND = "triton-dist-tune bundle"
 BUNDLE_FORMAT = 1
-#: the largest bundle file ``import`` reads: a bundle of a thousand decisions of 200 configs each is about 75 MiB; a
-#: larger file, or a stream without end (``/dev/zero``), is refused once this many bytes and one more are read
+#: the most ``import`` reads of a bundle that is no regular file (a FIFO, a stream without end: ``/dev/zero``): refused
+#: once this many bytes and one more are read. A regular file is read whole, whatever its size (a bundle of 301
+#: decisions of 1,920 configs each is about 300 MiB)
 MAX_BUNDLE_BYTES = 256 << 20
 
 
@@ -92,14 +94,15 @@ def read_bundle(path: Path) -> list[Incoming]:
 
 
 def _read_capped(path: Path) -> bytes:
-    """The bytes of the bundle file ``path``, at most :data:`MAX_BUNDLE_BYTES` (a :class:`CacheError` past them: a
-    regular file's size is known before reading, a stream's once the cap is read)."""
+    """The bytes of the bundle file ``path``: a regular file whole (``export`` writes bundles of any size); anything
+    else (a FIFO, ``/dev/zero``) at most :data:`MAX_BUNDLE_BYTES`, a :class:`CacheError` past them."""
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        data = f.read(MAX_BUNDLE_BYTES + 1) if size <= MAX_BUNDLE_BYTES else b""
-    if size > MAX_BUNDLE_BYTES or len(data) > MAX_BUNDLE_BYTES:
-        raise CacheError(f"{path}: larger than {MAX_BUNDLE_BYTES >> 20} MiB, more than a bundle holds (the cap of "
-                         "'import'; a stream is read to the cap at most): refused, nothing imported")
+        if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return f.read()
+        data = f.read(MAX_BUNDLE_BYTES + 1)
+    if len(data) > MAX_BUNDLE_BYTES:
+        raise CacheError(f"{path}: a stream of more than {MAX_BUNDLE_BYTES >> 20} MiB, more than a bundle read from "
+                         "other than a regular file may hold (the cap of 'import'): refused, nothing imported")
     return data
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from .. import settings
 from ..group.codec import read_json
 from ..space import fingerprint
-from .files import write_json_atomic
+from .files import read_regular, write_json_atomic
 from .versions import remember, versions
 
 log = logging.getLogger("triton_dist_tune")
@@ -149,7 +149,7 @@ class DiskCache:
         path = self.path(entry)
         warn = (lambda *args: None) if quiet else log.warning
         try:  # checked to the limits of what is sent: rank 0 broadcasts what it serves
-            data = read_json(path.read_bytes())
+            data = read_json(read_regular(path))  # a FIFO named like the entry: refused, never waited on
         except FileNotFoundError:
             return None
         except Exception as exc:  # any problem: unreadable, not UTF-8, not JSON, nested too deep

@@ -12,6 +12,7 @@ from typing import Any
 from ..group.codec import FILE_DEPTH, Unreadable, depth, read_json
 from ..records import MEDIAN, Outcome, TimeBreakdown, finite_number, recorded_statistic
 from ..stats import near_tie
+from .files import read_regular
 from .versions import versions as current_versions
 
 
@@ -221,7 +222,7 @@ def parse_entry(path: Path, data: Any) -> Entry:
 def read_entry(path: Path) -> Entry:
     """The decision stored in ``path``; raises :class:`CacheError` for a missing, unreadable or corrupt file."""
     try:
-        data = read_json(path.read_bytes())
+        data = read_json(read_regular(path))
     except FileNotFoundError:
         raise CacheError(f"{path}: no such cache file") from None
     except OSError as exc:

@@ -74,3 +74,20 @@ def not_regular(path: Path) -> str | None:
     if stat.S_ISLNK(mode):
         return f"a symbolic link (to {os.readlink(path)})"
     return _KINDS.get(stat.S_IFMT(mode), "no regular file")
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of the regular file ``path`` (links followed). Anything else raises ``OSError`` at once, never
+    blocking: a FIFO or a device named like a cache file would hold its reader for ever (opened without waiting for
+    a writer, then refused by its type)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(f"{_KINDS.get(stat.S_IFMT(mode), 'no regular file')}, not a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+

@@ -51,11 +51,11 @@ def device_name(device: str | None = None) -> str:
 
 
 def file_safe(name: str) -> str:
-    """A device name as one part of one file name: each run of whitespace replaced by ``_`` (vLLM replaces each
-    space), and so is each character a file name cannot hold (:func:`one_name`). A ``ValueError`` when nothing is
-    left."""
-    safe = one_name(re.sub(r"\s+", "_", name.strip()))
-    if not safe:
+    """A device name as one part of one file name, as vLLM names its files: each space replaced by ``_`` (one for
+    one: ``torch.cuda.get_device_name().replace(" ", "_")``), and so is each character a file name cannot hold
+    (:func:`one_name`). A ``ValueError`` when nothing is left."""
+    safe = one_name(name.replace(" ", "_"))
+    if not safe.strip("_"):
         raise ValueError("the device name is empty: give --device-name the GPU's name, as vLLM reads it")
     return safe
 
