@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -129,6 +130,8 @@ def test_import_keeps_a_newer_or_finished_decision_of_the_same_choice(tmp_path):
         done = cli("import", bundle_of(tmp_path, [(rel, theirs), fresh]), "--cache-dir", cache)
         assert done.returncode == 0 and "1 of the same choice left as they were" in done.stdout, done
         assert json.loads(mine.read_text()) == data and (cache / fresh[0]).exists()
+    listed = json.loads(cli("import", tmp_path / "bundle.json", "--json", "--cache-dir", cache).stdout)
+    assert listed["kept"] == [rel] and rel not in " ".join(listed["imported"] + listed["unchanged"]), listed
     assert cli("import", tmp_path / "bundle.json", "--force", "--cache-dir", cache).returncode == 0
     assert json.loads(mine.read_text())["provisional"] is True
     finished = {**data, "created": data["created"] - 7200}  # older, but finished where the cache's is provisional
@@ -324,3 +327,45 @@ def test_vllm_file_names_replace_each_space_as_vllm_does():
                              ("AMD Instinct MI300X", "AMD_Instinct_MI300X")):
         assert file_name(8, 64, device) == f"E=8,N=64,device_name={expected}.json"
     assert file_name(8, 64, "NVIDIA H200", "fp8_w8a8") == "E=8,N=64,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+
+
+def test_a_fifo_in_the_cache_holds_neither_import_nor_the_tuners_write(tmp_path):
+    """A reviewer's: after the first FIFO mend, ``import`` (its look at the decision there, and its rollback copy)
+    and the tuner's look at the entry before writing it (group rank 0: whether another group chose otherwise) still
+    waited for ever on a FIFO named like the entry."""
+    cache = tmp_path / "cache"
+    entry = decision(tmp_path / "elsewhere")
+    rel = f"moe/{entry.name}"
+    (cache / "moe").mkdir(parents=True)
+    os.mkfifo(cache / rel)
+    bundle = bundle_of(tmp_path, [(rel, json.loads(entry.read_text()))])
+    said = one_line(cli("import", bundle, "--cache-dir", cache), 1)
+    assert "refused" in said and rel in said, said
+    done = cli("import", bundle, "--force", "--cache-dir", cache)
+    assert done.returncode != 0 and "nothing was imported" in done.stderr and "Traceback" not in done.stderr, done
+    script = tmp_path / "tune_over_fifo.py"
+    script.write_text(TUNE_OVER_FIFO)
+    done = subprocess.run([sys.executable, str(script)], env={**base_env(), "TRITON_DIST_AUTOTUNE_CACHE_DIR":
+                                                              str(tmp_path / "tuned")}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "decided again" in done.stdout, (done.stdout, done.stderr[-2000:])
+
+
+#: tune once, replace the decision's file by a FIFO, tune again: the second decision is written over it
+TUNE_OVER_FIFO = """
+import os, pathlib
+import triton_dist_tune as tdt
+
+@tdt.autotune([{"a": 1}, {"a": 2}], key_fn=lambda n: n, n_repeat=1, name="over_fifo")
+def f(n, *, a):
+    return n * a
+
+f(3)
+(path,) = pathlib.Path(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"], "over_fifo").glob("*.json")
+path.unlink()
+os.mkfifo(path)
+f.tuner.decided.clear()
+f(3)
+assert path.is_file()
+print("decided again")
+"""

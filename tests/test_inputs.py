@@ -794,3 +794,71 @@ def test_the_runs_start_from_the_callers_gradient_once_a_run_changed_it(tmp_path
     fwd_bwd(torch.ones(4, 3), w)
     assert len(before) > 4 and set(before) == {None}, before
     assert float(w.grad[0, 0]) == 24.0
+
+
+def test_what_ref_prog_leaves_in_gradients_and_lists_is_put_back_before_the_checked_run(tmp_path, monkeypatch):
+    """A reviewer's: after the side-state rework, what ``ref_prog`` left (a backward's ``w.grad``, an item appended to
+    a list argument) reached the first config's checked run, which then read twice the reference and was failed
+    (``wrong result ... 48.0, the reference 24.0``); and a list the first run appended to and returned was put back
+    before its result was compared (``0 items, the reference has 1``)."""
+    import torch
+
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path))
+
+    def ref_grad(x, w):
+        (x @ w).square().sum().backward()
+        return w.grad.clone()
+
+    @tdt.autotune([{"chunk": 1}, {"chunk": 2}], key_fn=lambda x, w: x.shape, n_warmup=1, n_repeat=2,
+                  timing="cold", name="ref_grad", ref_prog=ref_grad)
+    def fwd_bwd(x, w, chunk=1):
+        sum((xc @ w).square().sum() for xc in x.chunk(chunk)).backward()
+        return w.grad.clone()
+
+    @tdt.autotune([{"k": 1}, {"k": 2}], key_fn=lambda x, outs: x.shape, n_warmup=1, n_repeat=2, timing="cold",
+                  name="ref_list", ref_prog=lambda x, outs: [x * 2])
+    def appended(x, outs, k=1):
+        outs.append(x * 2)
+        return outs
+
+    w = torch.ones(3, 2, requires_grad=True)
+    assert float(fwd_bwd(torch.ones(4, 3), w)[0, 0]) == 24.0 and float(w.grad[0, 0]) == 24.0
+    outs: list = []
+    assert len(appended(torch.ones(2), outs)) == 1 and len(outs) == 1
+    for tuned in (fwd_bwd, appended):
+        (decision,) = tuned.tuner.decisions.values()
+        assert [o.state for o in decision.outcomes] == ["measured"] * 2, [(o.state, o.error) for o in decision.outcomes]
+
+
+def test_a_gradient_a_kernel_writes_without_a_version_bump_is_put_back_before_every_run(tmp_path, monkeypatch):
+    """A reviewer's: a Triton kernel accumulating into ``w.grad`` moves no version counter, so the check saw no change
+    and the runs' gradients grew run after run (0, 1, 2, ...): the values are compared too."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path))
+
+    @triton.jit
+    def add_one(g, n, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(g + offsets, tl.load(g + offsets, mask=mask) + 1.0, mask=mask)
+
+    seen: list[float] = []
+
+    @tdt.autotune([{"BLOCK": 8}, {"BLOCK": 16}], key_fn=lambda w: w.shape, n_warmup=1, n_repeat=2, timing="cold",
+                  name="kernel_grad")
+    def step(w, BLOCK=8):
+        seen.append(float(w.grad[0]))
+        add_one[(1,)](w.grad, w.numel(), BLOCK=BLOCK)
+        return float(w.grad[0])
+
+    w = torch.zeros(4, requires_grad=True)
+    w.grad = torch.zeros(4)
+    assert step(w) == 1.0 and w.grad.tolist() == [1.0] * 4
+    assert len(seen) > 4 and set(seen) == {0.0}, seen

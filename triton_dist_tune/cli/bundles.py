@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..disk import bundles
 from ..disk import decisions as dec
+from ..disk.files import read_regular
 from . import vllm_export
 from .common import (
     SUPERSEDED_NOTE,
@@ -98,6 +99,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                              "imported") from None
     if args.json:  # "imported": every decision of the bundle, now in the cache (written or there already)
         _emit_json({"imported": [str(p) for p in done.held], "mismatched": [i.path for i in doubtful],
+                    "kept": [item.path for item in better],
                     **{part: [str(p) for p in getattr(done, part)] for part in ("new", "replaced", "unchanged")}})
     else:
         kept = (f"; {len(better)} of the same choice left as they were, the cache's newer or finished (--force "
@@ -135,7 +137,7 @@ def _standing(path: Path, item: bundles.Incoming) -> str | None:
     if not path.exists():
         return None
     try:
-        mine = json.loads(path.read_text())
+        mine = json.loads(read_regular(path))  # a FIFO there: refused, never waited on
     except (OSError, ValueError, RecursionError):
         return DIFFERENT
     theirs = item.entry.raw

@@ -15,7 +15,7 @@ from typing import Any
 from ..group.codec import Unreadable, read_json
 from .decisions import tuner_named
 from .entries import CacheError, Entry, parse_entry
-from .files import new_file_mode, write_atomic, write_json_atomic
+from .files import new_file_mode, read_regular, write_atomic, write_json_atomic
 from .versions import versions as current_versions
 
 #: what a bundle file says it is (``export`` writes it, ``import`` checks it)
@@ -201,7 +201,7 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> Imported:
             if not target.parent.exists():
                 target.parent.mkdir()
                 made.append(target.parent)
-            previous = target.read_bytes() if target.exists() else None
+            previous = read_regular(target) if target.exists() else None  # a FIFO there: OSError, never waited on
             if _same_decision(previous, item):
                 unchanged.append(target)
                 continue

@@ -80,7 +80,7 @@ def read_regular(path: Path) -> bytes:
     """The bytes of the regular file ``path`` (links followed). Anything else raises ``OSError`` at once, never
     blocking: a FIFO or a device named like a cache file would hold its reader for ever (opened without waiting for
     a writer, then refused by its type)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..disk import logs
+from ..disk.files import read_regular
 from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
 from ..measure.noise import retaken, statistic
@@ -185,11 +186,11 @@ def warn_if_another_group_chose_otherwise(path: Path, name: str, key_text: str, 
     try:
         if path.stat().st_mtime < _STARTED:
             return
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular(path))  # a FIFO there: refused, never waited on
     except Exception:  # (RecursionError too) an unreadable file is the cache's to report; this is only a warning
         return
-    if not isinstance(data, dict):  # a damaged file (a list, a number): the cache reports it, not this warning
-        return
+    if not isinstance(data, dict) or data.get("group") is None or data.get("index") is None:  # a damaged file: the
+        return  # cache reports it, not this warning
     other, title = data.get("group"), logs.group_title(group)
     if other == title or data.get("index") == decision.index:
         return

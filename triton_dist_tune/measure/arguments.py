@@ -257,9 +257,7 @@ class ArgumentState:
                         self._check_written()
                     if self._check_due:
                         self._detect()
-                        self.structures.check()
-                        self.objects.check()
-                        self.grads.check()
+                        self._side_checks()
         except Exception:  # the check's synchronize met an error the run left on the device (an asynchronous one:
             self._filled = filled  # a device-side assert from the fill): the run's, as if it raised
             raise
@@ -273,6 +271,8 @@ class ArgumentState:
         time when there is something to copy or check."""
         self._warmup = warmup and not exact
         self.raised_from_fill = False
+        if self._check_due:  # after ref_prog, or a config's first run inside a capture (after_run skipped it)
+            self._side_checks()
         if self.structures.changed or self.grads.active:  # what a run changed besides values (side_state)
             with breakdown.part("restore"):
                 self.structures.put_back()
@@ -289,6 +289,12 @@ class ArgumentState:
             self._before_run(exact)
         finally:
             watch.leave()
+
+    def _side_checks(self) -> None:
+        """What a run changed besides tensor values (:mod:`.side_state`): put back from the next run on."""
+        self.structures.check()
+        self.objects.check()
+        self.grads.check()
 
     def _before_run(self, exact: bool) -> None:
         self._detect()

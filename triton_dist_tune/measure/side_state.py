@@ -7,16 +7,17 @@ run for arguments no run changed, as a run can take 20 microseconds on a GPU.
   parameters where the module is named in ``restore_value``) is saved (None, or a copy where one is held) and put
   back before the final call, and before every run once a config's first run changed one (:class:`Grads`): a fused
   forward and backward leaves one call's gradient, not every run's.
-* **Structure.** A list or dict argument (nested ones too) has its items saved (their order and identities): one
-  a run rebinds, appends to or deletes from is found when checked, put back at once and before every later run and
-  the final call (``lst[:] = saved``, ``d.clear(); d.update(saved)``), with a warning naming it unless it is named
-  in ``restore_value`` (:class:`Structures`).
-* **Objects.** An object argument (``self`` of a tuned method, an ``nn.Module``) is not restored: a run that
-  rebinds one of its attributes holding a number, a string, None or a tensor (``self.pos += 1``, a lazily made
-  workspace), or changes a module's parameters or buffers in place, is said in a warning, once per process
-  (:class:`Objects`). Putting such state back would break the counters distributed kernels keep beside flags in
-  device memory (``self.signal_target += 1``), and a module's tensors are a model's weights: saved only where the
-  module is named in ``restore_value``.
+* **Structure.** A list or dict argument (nested ones too) has its items saved (their order and identities): one a
+  run rebinds, appends to or deletes from is found when checked (after a config's first run, or ``ref_prog``), and
+  put back before every later run and the final call (``lst[:] = saved``, ``d.clear(); d.update(saved)``), with a
+  warning naming it unless it is named in ``restore_value`` (:class:`Structures`).
+* **Objects.** An object argument (``self`` of a tuned method, an ``nn.Module``) is not restored: a run that rebinds
+  one of its attributes holding a number, a string, None or a tensor (``self.pos += 1``, a lazily made workspace),
+  or changes a module's parameters or buffers in place, is said in a warning, once per process and function
+  (:class:`Objects`; a module's tensors by their version counters: a kernel's write that moves none, a Triton or
+  NCCL one, is not seen, nor is a module inside a list or dict argument). Putting such state back would break the
+  counters distributed kernels keep beside flags in device memory (``self.signal_target += 1``), and a module's
+  tensors are a model's weights: saved only where the module is named in ``restore_value``.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ log = logging.getLogger("triton_dist_tune")
 MAX_DEPTH = 8
 #: the values of an attribute that :class:`Objects` watches (by identity: a run that rebinds it is seen)
 _PLAIN = (int, float, bool, str, bytes, complex, type(None))
-#: (the object's type, the argument, the attribute or "tensors") already warned of in this process
-_WARNED: set[tuple[str, str, str]] = set()
+#: (the tuned function, the object's type, the argument, the attribute or "tensors") already warned of in this process
+_WARNED: set[tuple[str, str, str, str]] = set()
 
 
 def is_tensor(value: Any) -> bool:
@@ -83,9 +84,11 @@ class Grads:
         self.active = False
 
     def check(self) -> None:
-        """After a config's first run: whether it changed a gradient (rebound it, or wrote it in place)."""
+        """After a config's first run (or ``ref_prog``): whether it changed a gradient: rebound it, or wrote it in
+        place (a version counter moved, or, for a kernel's write that moves none, the values differ)."""
         self.active = self.active or any(t.grad is not grad or _version(t.grad) != version
-                                         for t, grad, version, _ in self.saved)
+                                         or (copy is not None and not _equal(t.grad, copy))
+                                         for t, grad, version, copy in self.saved)
 
     def put_back(self) -> None:
         import torch
@@ -102,6 +105,12 @@ class Grads:
 
 def _version(tensor: Any) -> int:
     return -1 if tensor is None else int(getattr(tensor, "_version", 0))
+
+
+def _equal(a: Any, b: Any) -> bool:
+    import torch
+
+    return a.shape == b.shape and bool(torch.equal(a, b))
 
 
 def _items(container: Any) -> list[Any]:
@@ -132,13 +141,14 @@ class Structures:
         self._quiet = set(declared)  # arguments named in restore_value: put back without a warning
 
     def check(self) -> None:
-        """After a config's first run: find the containers a run changed, put them back, and say so once each."""
+        """After a config's first run (or ``ref_prog``): find the containers a run changed, to put back before every
+        later run (not now: the run's result, which may be such a container, is compared first), and say so once
+        each."""
         for entry in self.saved:
             path, container, items = entry
             if any(entry is e for e in self.changed) or _same_items(_items(container), items):
                 continue
             self.changed.append(entry)
-            _put(container, items)
             if path.split("[", 1)[0] not in self._quiet:
                 log.warning("triton_dist_tune: %s the tuned function changed the items of its argument '%s' (it "
                             "rebinds, adds or deletes them); the tuner puts them back before every tuning run and "
@@ -182,19 +192,20 @@ class Objects:
     def check(self) -> None:
         """After a config's first run: say (once per process) which attributes a run rebound, and which module
         tensors it changed in place."""
+        function = self.label.split(" key=", 1)[0]
         for name, obj, kept, tensors in self.saved:
-            kind = type(obj).__qualname__
+            kind = (function, type(obj).__qualname__)
             attributes = vars(obj)
             for attribute, value in kept.items():
-                if attributes.get(attribute, _MISSING) is not value and (kind, name, attribute) not in _WARNED:
-                    _WARNED.add((kind, name, attribute))
+                if attributes.get(attribute, _MISSING) is not value and (*kind, name, attribute) not in _WARNED:
+                    _WARNED.add((*kind, name, attribute))
                     log.warning("triton_dist_tune: %s the tuned function rebinds the attribute '%s' of its argument "
                                 "'%s' (%s): the tuner does not put object state back, so it changes with every "
                                 "tuning run (a counter counts each run)", self.label, attribute, name,
                                 type(obj).__name__)
             moved = [path for path, t, version in tensors if int(getattr(t, "_version", 0)) != version]
-            if moved and (kind, name, "tensors") not in _WARNED:
-                _WARNED.add((kind, name, "tensors"))
+            if moved and (*kind, name, "tensors") not in _WARNED:
+                _WARNED.add((*kind, name, "tensors"))
                 log.warning("triton_dist_tune: %s the tuned function changes tensors of its module argument '%s' in "
                             "place (%s): the tuner does not save a module's tensors (its weights) unless the "
                             "module is named in restore_value, so they change with every tuning run", self.label,
