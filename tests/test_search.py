@@ -827,6 +827,7 @@ def test_a_resumed_search_keeps_an_earlier_attempts_stand_ins_as_bounds_and_coun
     assert found["chosen_ms"] <= 1.02 * found["best_ms"]
 
 
+@pytest.mark.timeout(300)
 def test_a_resumed_search_times_with_the_clock_its_journaled_samples_were_taken_with(tmp_path):
     """Each attempt chose its clock from its own first race: a search killed after screening on the device (CUDA
     graph replays) resumed eagerly where its first race's fastest call read over the bound, and ranked the first
@@ -846,6 +847,7 @@ def test_a_resumed_search_times_with_the_clock_its_journaled_samples_were_taken_
     assert found["clock"] == "graph", found
 
 
+@pytest.mark.timeout(300)
 def test_a_resumed_search_that_cannot_keep_the_journaled_clock_measures_those_configs_again(tmp_path):
     """A reviewer's: the resumed attempt means to keep the journals' device clock, but none of its captures works
     (out of device memory) and it times eagerly; before, the journaled device times of its first stage (139 of
