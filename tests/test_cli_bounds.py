@@ -369,3 +369,19 @@ f(3)
 assert path.is_file()
 print("decided again")
 """
+
+
+def test_vllm_export_names_a_block_quantized_file_as_vllm_looks_it_up(tmp_path):
+    """A reviewer's: vLLM looks up a block-quantized fp8 MoE's file as ``...,dtype=fp8_w8a8,block_shape=[128, 128]
+    .json`` (the list as Python prints it); the export had no way to name it (a ``--dtype`` holding the block shape
+    wrote a name without the space, which vLLM never opens). ``--block-shape 128 128`` writes it."""
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    decision(cache, gpu="NVIDIA H200", gpu_count=8)
+    args = [a if a != "bfloat16" else "fp8_w8a8" for a in VLLM]
+    done = cli("export", out, *args, "--block-shape", "128", "128", "--cache-dir", cache)
+    assert done.returncode == 0, done.stderr
+    (written,) = out.iterdir()
+    assert written.name == "E=8,N=64,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+    refused = cli("export", out, *args, "--block-shape", "128", "0", "--cache-dir", cache)
+    assert refused.returncode == 2 and "--block-shape" in refused.stderr, refused
+

@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n", type=SIZE, metavar="N", help="the weights' out features per expert (the file name's N)")
     g.add_argument("--dtype", help="the problem's dtype: bfloat16 or float16 (no dtype part in the file name), "
                    "float32, or a quantized scheme (fp8_w8a8, ...); default: the torch dtype the keys name")
+    g.add_argument("--block-shape", type=SIZE, nargs=2, metavar=("BN", "BK"),
+                   help="a block-quantized MoE's quantization blocks (fp8_w8a8 with block scales: 128 128), the file "
+                        "name's block_shape part as vLLM writes it ([128, 128]); default none")
     g.add_argument("--device-name", help="the file name's device (default: the GPU the decisions were tuned on; "
                    "for decisions tuned on CPU ranks, this machine's CPU model); spaces, '/' and '\\' become '_'")
     g.add_argument("--batch-index", type=int, default=0,
@@ -132,7 +135,8 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
                        f"vLLM's name ({', '.join(vllm_moe.SCHEMES)}; float32; bfloat16 or float16 for no dtype part)")
     device = args.device_name if args.device_name is not None else gpus[0]
     try:  # the device's and the dtype's text name one file in the folder: never a path out of it
-        path = vllm_moe.config_file(folder, args.experts, args.n, device, dtype)
+        path = vllm_moe.config_file(folder, args.experts, args.n, device, dtype,
+                                    tuple(args.block_shape) if args.block_shape else None)
     except ValueError as exc:
         raise fail(f"{exc} (--device-name {device!r}, --dtype {dtype!r})") from None
     check_target(path, _root(args), "vLLM config file")

@@ -102,17 +102,22 @@ def key_dtype(key: Any) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-def file_name(experts: int, n: int, device: str, dtype: str | None = None) -> str:
-    """``E=<experts>,N=<n>,device_name=<device>[,dtype=<dtype>].json``, as vLLM's ``get_config_file_name``."""
+def file_name(experts: int, n: int, device: str, dtype: str | None = None,
+              block_shape: tuple[int, int] | None = None) -> str:
+    """``E=<experts>,N=<n>,device_name=<device>[,dtype=<dtype>][,block_shape=[<n>, <k>]].json``, as vLLM's
+    ``get_config_file_name`` writes it (the block shape as Python prints a list: ``[128, 128]``)."""
+    block = f",block_shape=[{block_shape[0]}, {block_shape[1]}]" if block_shape else ""
     return (f"E={experts},N={n},device_name={file_safe(device)}" + (f",dtype={one_name(dtype)}" if dtype else "")
-            + ".json")
+            + block + ".json")
 
 
-def config_file(folder: Path | str, experts: int, n: int, device: str | None, dtype: Any) -> Path:
+def config_file(folder: Path | str, experts: int, n: int, device: str | None, dtype: Any,
+                block_shape: tuple[int, int] | None = None) -> Path:
     """Where vLLM and SGLang look for the config file of decisions tuned on ``device`` (:func:`device_name`) for
-    ``dtype`` (:func:`dtype_selector`): the one place that names the file, for the example and the command line.
-    The file is in ``folder`` itself, whatever the device's or the dtype's text (a ``ValueError`` otherwise)."""
-    path = Path(folder) / file_name(experts, n, device_name(device), dtype_selector(dtype))
+    ``dtype`` (:func:`dtype_selector`) and, for a block-quantized MoE, ``block_shape`` (the quantization blocks'
+    (n, k)): the one place that names the file, for the example and the command line. The file is in ``folder``
+    itself, whatever the device's or the dtype's text (a ``ValueError`` otherwise)."""
+    path = Path(folder) / file_name(experts, n, device_name(device), dtype_selector(dtype), block_shape)
     if path.parent != Path(folder) or path.name in (".", ".."):
         raise ValueError(f"the file name {path.name!r} is no file of the folder {folder}")
     return path
