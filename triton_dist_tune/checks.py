@@ -121,10 +121,10 @@ def folder_name(value: Any, option: str) -> None:
         raise BadInputError(f"{option} names a folder inside the cache folder: no leading or trailing space, no "
                             f"control character or line break (a folder whose name the CLI's 'list' shows as "
                             f"another), got {_given(value)}: a {what}")
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_FOLDER_BYTES:
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_FOLDER_BYTES:
         raise BadInputError(f"{option} names a folder inside the cache folder: at most {MAX_FOLDER_BYTES} bytes "
-                            f"(file systems refuse longer names, and no decision could be written), got "
-                            f"{len(value.encode('utf-8', 'surrogatepass'))} bytes")
+                            f"(file systems refuse longer names, and no decision could be written), got {size} bytes")
 
 
 def search(value: Any) -> None:

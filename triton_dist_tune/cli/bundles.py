@@ -83,15 +83,16 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"triton-dist-tune: refused: {len(doubtful)} of {len(incoming)} decision(s) were tuned under other "
               "versions or hardware (--force imports them anyway)", file=sys.stderr)
         return 1
-    differing = [item.path for item in incoming if _standing(_root(args) / item.path, item) == DIFFERENT]
+    standing = [_standing(_root(args) / item.path, item) for item in incoming]
+    differing = [item.path for item, stands in zip(incoming, standing, strict=True) if stands == DIFFERENT]
     if differing and not args.force:
         print(f"triton-dist-tune: refused: {len(differing)} of {len(incoming)} decision(s) would replace a different "
               f"decision already in {_root(args)} ({', '.join(differing[:3])}{', ...' if len(differing) > 3 else ''};"
               " --force replaces them)", file=sys.stderr)
         return 1
     # the same choice where the cache's record is newer, or finished where the bundle's is provisional: kept
-    better = [] if args.force else [item for item in incoming
-                                    if _standing(_root(args) / item.path, item) in (NEWER, FINISHED)]
+    better = [] if args.force else [item for item, stands in zip(incoming, standing, strict=True)
+                                    if stands in (NEWER, FINISHED)]
     try:
         done = bundles.write_incoming(_root(args), [item for item in incoming if item not in better])  # all or none
     except OSError as exc:

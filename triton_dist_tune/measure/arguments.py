@@ -49,14 +49,21 @@ from ..capture import capturing
 from ..errors import BadInputError
 from . import breakdown
 from .names import check_names, named_arguments
-from .side_state import Grads, Objects, RandomState, Structures, is_module, module_tensors
+from .side_state import (
+    MAX_DEPTH,
+    Grads,
+    Objects,
+    RandomState,
+    Structures,
+    is_module,
+    is_tensor,
+    module_tensors,
+    version_of,
+)
 
 __all__ = ["ArgumentState", "RandomState", "check_names", "named_arguments", "tensors_in"]
 
 log = logging.getLogger("triton_dist_tune")
-
-#: how deep :func:`tensors_in` looks into nested lists, tuples and dicts
-MAX_DEPTH = 8
 
 
 class ArgumentState:
@@ -78,7 +85,7 @@ class ArgumentState:
                     for path, tensor in tensors_in(name, value, modules=False):  # a module's weights: declared
                         if id(tensor) not in seen and _comparable(tensor):  # (a sparse or meta one: unwatched)
                             seen.add(id(tensor))
-                            self.watched[path] = (tensor, tensor.detach().clone(), _version(tensor))
+                            self.watched[path] = (tensor, tensor.detach().clone(), version_of(tensor))
         declared = {*restore_value, *reset_to_zero}
         #: the ``.grad`` of every argument tensor that requires grad, put back before the final call (and every run
         #: once one changed)
@@ -191,7 +198,7 @@ class ArgumentState:
         for name, (tensor, copy, version) in self.watched.items():
             if name in self.changed or name in self.written or name in self._unwatched:
                 continue
-            moved = _version(tensor) != version and name not in self._shared_counter
+            moved = version_of(tensor) != version and name not in self._shared_counter
             if not (moved or self._check_due) or self._same(name, tensor, copy):
                 if moved:  # a view's counter moves with its base's (a write elsewhere, the tuner's own restore)
                     self._shared_counter.add(name)  # so it is judged by its values from now on, when a check is due
@@ -346,7 +353,7 @@ def tensors_in(name: str, value: Any, depth: int = 0, modules: bool = True) -> l
     """The tensors of an argument, by path (``x``, ``xs[0]``, ``d['k'][1]``): the argument itself, or the
     tensors inside its lists, tuples and dicts (nested up to :data:`MAX_DEPTH` levels), and with ``modules`` an
     ``nn.Module``'s parameters and buffers (``model.layer.weight``)."""
-    if _is_tensor(value):
+    if is_tensor(value):
         return [(name, value)]
     if is_module(value):
         return module_tensors(name, value) if modules else []
@@ -398,10 +405,6 @@ def _fillable(tensor: Any) -> bool:
     return tensor.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) and tensor.numel() > 0
 
 
-def _version(tensor: Any) -> int:
-    return int(getattr(tensor, "_version", 0))
-
-
 def _comparable(tensor: Any) -> bool:
     """Whether a tensor's values can be saved and compared (a strided tensor with memory: not a sparse one, nor one
     on the meta device, which an argument check cannot compare: left unwatched)."""
@@ -432,7 +435,3 @@ def _same(tensor: Any, copy: Any) -> bool:
         both_nan = torch.isnan(tensor) & torch.isnan(copy)
         return bool(((tensor == copy) | both_nan).all())
     return False
-
-
-def _is_tensor(value: Any) -> bool:
-    return hasattr(value, "copy_") and hasattr(value, "clone")

@@ -28,7 +28,7 @@ from typing import Any
 
 log = logging.getLogger("triton_dist_tune")
 
-#: how deep the containers of an argument are followed
+#: how deep the containers of an argument are followed (here and by :func:`~.arguments.tensors_in`)
 MAX_DEPTH = 8
 #: the values of an attribute that :class:`Objects` watches (by identity: a run that rebinds it is seen)
 _PLAIN = (int, float, bool, str, bytes, complex, type(None))
@@ -78,7 +78,7 @@ class Grads:
 
     def __init__(self, tensors: list[Any]) -> None:
         #: (tensor, its .grad object, that object's version, a copy of it), None for a tensor without one
-        self.saved = [(t, t.grad, _version(t.grad), None if t.grad is None else t.grad.detach().clone())
+        self.saved = [(t, t.grad, version_of(t.grad), None if t.grad is None else t.grad.detach().clone())
                       for t in {id(t): t for t in tensors if t.requires_grad and t.is_leaf}.values()]
         #: whether some run changed a gradient: put back before every run from then on
         self.active = False
@@ -86,7 +86,7 @@ class Grads:
     def check(self) -> None:
         """After a config's first run (or ``ref_prog``): whether it changed a gradient: rebound it, or wrote it in
         place (a version counter moved, or, for a kernel's write that moves none, the values differ)."""
-        self.active = self.active or any(t.grad is not grad or _version(t.grad) != version
+        self.active = self.active or any(t.grad is not grad or version_of(t.grad) != version
                                          or (copy is not None and not _equal(t.grad, copy))
                                          for t, grad, version, copy in self.saved)
 
@@ -103,7 +103,8 @@ class Grads:
                     tensor.grad = grad.clone()
 
 
-def _version(tensor: Any) -> int:
+def version_of(tensor: Any) -> int:
+    """A tensor's in-place version counter (-1 for None: a gradient not there)."""
     return -1 if tensor is None else int(getattr(tensor, "_version", 0))
 
 
@@ -184,7 +185,7 @@ class Objects:
             except TypeError:  # no __dict__ (slots, a builtin)
                 continue
             kept = {k: v for k, v in attributes.items() if isinstance(v, _PLAIN) or is_tensor(v)}
-            tensors = [(path, t, int(getattr(t, "_version", 0))) for path, t in module_tensors(name, value)] \
+            tensors = [(path, t, version_of(t)) for path, t in module_tensors(name, value)] \
                 if is_module(value) else []
             if kept or tensors:
                 self.saved.append((name, value, kept, tensors))
@@ -203,7 +204,7 @@ class Objects:
                                 "'%s' (%s): the tuner does not put object state back, so it changes with every "
                                 "tuning run (a counter counts each run)", self.label, attribute, name,
                                 type(obj).__name__)
-            moved = [path for path, t, version in tensors if int(getattr(t, "_version", 0)) != version]
+            moved = [path for path, t, version in tensors if version_of(t) != version]
             if moved and (*kind, name, "tensors") not in _WARNED:
                 _WARNED.add((*kind, name, "tensors"))
                 log.warning("triton_dist_tune: %s the tuned function changes tensors of its module argument '%s' in "
