@@ -318,14 +318,17 @@ def test_a_fifo_named_as_a_cache_file_is_refused_not_waited_on(tmp_path):
 
 
 def test_vllm_file_names_replace_each_space_as_vllm_does():
-    """A reviewer's: vLLM names its files ``device_name.replace(' ', '_')``, one underscore per space; the export
-    collapsed runs of spaces and stripped them, naming a file vLLM never opens. Real names are unchanged."""
+    """A reviewer's: vLLM before 0.26.0 names its files ``device_name.replace(' ', '_')``, one underscore per space;
+    the export collapsed runs of spaces and stripped them, naming a file those releases never open. Real names are
+    unchanged. From 0.26.0 vLLM itself makes each run of whitespace one ``_`` (the default rules here; the releases'
+    rules: test_vllm_export.py::test_device_names_as_each_vllm_release_writes_them)."""
     from triton_dist_tune.disk.vllm_moe import file_name
 
     for device, expected in (("NVIDIA H100 80GB HBM3", "NVIDIA_H100_80GB_HBM3"),
                              ("NVIDIA A100-SXM4-80GB", "NVIDIA_A100-SXM4-80GB"), ("NVIDIA  H200", "NVIDIA__H200"),
                              ("AMD Instinct MI300X", "AMD_Instinct_MI300X")):
-        assert file_name(8, 64, device) == f"E=8,N=64,device_name={expected}.json"
+        assert file_name(8, 64, device, vllm=(0, 11, 0)) == f"E=8,N=64,device_name={expected}.json"
+    assert file_name(8, 64, "NVIDIA  H200") == "E=8,N=64,device_name=NVIDIA_H200.json"
     assert file_name(8, 64, "NVIDIA H200", "fp8_w8a8") == "E=8,N=64,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
 
 
@@ -372,16 +375,17 @@ print("decided again")
 
 
 def test_vllm_export_names_a_block_quantized_file_as_vllm_looks_it_up(tmp_path):
-    """A reviewer's: vLLM looks up a block-quantized fp8 MoE's file as ``...,dtype=fp8_w8a8,block_shape=[128, 128]
-    .json`` (the list as Python prints it); the export had no way to name it (a ``--dtype`` holding the block shape
-    wrote a name without the space, which vLLM never opens). ``--block-shape 128 128`` writes it."""
+    """A reviewer's: vLLM looks up a block-quantized fp8 MoE's file by its block shape; the export had no way to
+    name it. ``--block-shape 128 128`` writes it: ``...,dtype=fp8_w8a8,block_shape=[128,128].json``, as vLLM 0.7.2
+    to 0.34.0 look it up (the list's text with its spaces taken out; the ``[128, 128]`` first written here is vLLM
+    0.7.1's alone: test_vllm_export.py::test_block_shape_is_named_without_its_space_as_vllm_0_7_2_on_looks_it_up)."""
     cache, out = tmp_path / "cache", tmp_path / "out"
     decision(cache, gpu="NVIDIA H200", gpu_count=8)
     args = [a if a != "bfloat16" else "fp8_w8a8" for a in VLLM]
     done = cli("export", out, *args, "--block-shape", "128", "128", "--cache-dir", cache)
     assert done.returncode == 0, done.stderr
     (written,) = out.iterdir()
-    assert written.name == "E=8,N=64,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+    assert written.name == "E=8,N=64,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
     refused = cli("export", out, *args, "--block-shape", "128", "0", "--cache-dir", cache)
     assert refused.returncode == 2 and "--block-shape" in refused.stderr, refused
 

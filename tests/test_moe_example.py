@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -224,9 +225,12 @@ def test_bench_search_cpu_smoke_oracle_cached_and_tunings_judged(tmp_path: Path)
 
 
 def vllm_config_file_name(experts: int, n: int, device_name: str, dtype: str | None) -> str:
-    """The file name vLLM's ``get_config_file_name`` looks up (written here from its rules, not from ours)."""
+    """The file name vLLM's ``get_config_file_name`` looks up (written here from its rules, not from ours: vLLM
+    0.26.0 to 0.34.0 make each run of whitespace and '/' one '_', and a name with the word H200 NVIDIA_H200)."""
     dtype_selector = "" if not dtype else f",dtype={dtype}"
-    return f"E={experts},N={n},device_name={device_name.replace(' ', '_')}{dtype_selector}.json"
+    device = re.sub(r"[\s/]+", "_", device_name)
+    device = "NVIDIA_H200" if "H200" in device.split("_") else device
+    return f"E={experts},N={n},device_name={device}{dtype_selector}.json"
 
 
 def this_cpu_model() -> str:

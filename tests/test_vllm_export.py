@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,8 @@ def entry(cache: Path, function: str, key: str, config: str, gpu: str = "NVIDIA 
 
 
 def vllm_load(folder: Path, experts: int, n: int, device_name: str, dtype: str | None = None) -> dict[int, dict]:
-    """What vLLM does: the file name from E, N and the device name (spaces to '_'), then int keys."""
-    name = f"E={experts},N={n},device_name={device_name.replace(' ', '_')}" + (f",dtype={dtype}" if dtype else "")
-    with open(folder / f"{name}.json") as f:
+    """What vLLM does: the file name from E, N and the device name (:func:`vllm_file_name`), then int keys."""
+    with open(folder / vllm_file_name(experts, n, device_name, dtype)) as f:
         return {int(k): v for k, v in json.load(f).items()}
 
 
@@ -157,3 +157,87 @@ def test_export_vllm_moe_leaves_out_provisional_decisions(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["provisional_skipped"] == [f"moe/{cut.name}"]
     assert main([*args, "--where", "0=16"]) == 2
     assert "no decision of 'moe' matches --where 0=16 but 1 provisional one(s)" in capsys.readouterr().err
+
+
+# -- the file names of vLLM's releases (read from each release's wheel: fused_moe.py's get_config_file_name, and from
+# -- 0.26.0 vllm/utils/platform_utils.py's get_device_name_as_file_name)
+
+
+def vllm_file_name(experts: int, n: int, device: str, dtype: str | None = None,
+                   block: tuple[int, int] | None = None) -> str:
+    """The name vLLM 0.26.0 to 0.34.0 opens, from its rules (not from ours): each run of whitespace and '/' in the
+    device name is one '_'; a name with the word H200 is NVIDIA_H200; the block shape without a space."""
+    name = re.sub(r"[\s/]+", "_", device)
+    name = "NVIDIA_H200" if "H200" in name.split("_") else name
+    return (f"E={experts},N={n},device_name={name}" + (f",dtype={dtype}" if dtype else "")
+            + (f",block_shape=[{block[0]},{block[1]}]" if block else "") + ".json")
+
+
+def export_names(tmp_path: Path, capsys, gpu: str, *extra: str) -> tuple[int, list[str], str]:
+    """Export one decision tuned on ``gpu`` (a fresh cache and folder each call): exit status, the names written,
+    what it said (stdout and stderr)."""
+    call = len(list(tmp_path.glob("cache*")))
+    cache, out = tmp_path / f"cache{call}", tmp_path / f"out{call}"
+    entry(cache, "moe", "(16, 8)", TILE.format(m=16, k=64), gpu=gpu)
+    status = main(["export", str(out), "--format", "vllm-moe", "--cache-dir", str(cache), "--function", "moe",
+                   "--experts", "8", "--n", "64", *extra])
+    said = capsys.readouterr()
+    return status, sorted(p.name for p in out.iterdir()) if out.exists() else [], said.out + said.err
+
+
+def test_block_shape_is_named_without_its_space_as_vllm_0_7_2_on_looks_it_up(tmp_path, capsys):
+    """A reviewer's: vLLM 0.7.2 to 0.34.0 open ``...,block_shape=[128,128].json`` (the list's text with its spaces
+    taken out); the export wrote ``[128, 128]``, which only vLLM 0.7.1 opens. Before 0.7.1 vLLM names no file by
+    its block shape: ``--vllm-version 0.7.0 --block-shape`` is refused."""
+    fp8 = ("--dtype", "fp8_w8a8", "--block-shape", "128", "128")
+    status, names, err = export_names(tmp_path, capsys, "NVIDIA H100 80GB HBM3", *fp8)
+    assert status == 0 and names == [vllm_file_name(8, 64, "NVIDIA H100 80GB HBM3", "fp8_w8a8", (128, 128))], err
+    assert names == ["E=8,N=64,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128,128].json"]
+    status, names, err = export_names(tmp_path, capsys, "NVIDIA H100 80GB HBM3", *fp8, "--vllm-version", "0.7.1")
+    assert status == 0 and names == ["E=8,N=64,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,"
+                                     "block_shape=[128, 128].json"], err
+    status, names, err = export_names(tmp_path, capsys, "NVIDIA H100 80GB HBM3", *fp8, "--vllm-version", "0.7.0")
+    assert status == 2 and names == [] and "0.7.1" in err and "--block-shape" in err, err
+
+
+def test_an_h200_of_any_kind_is_named_nvidia_h200_as_vllm_0_11_1_on_looks_it_up(tmp_path, capsys):
+    """A reviewer's: vLLM 0.11.1 to 0.34.0 look up the file of any GPU whose name has the word H200 (``NVIDIA H200
+    NVL``) as ``device_name=NVIDIA_H200``; the export wrote ``NVIDIA_H200_NVL``, which only vLLM 0.11.0 and before
+    open. A GH200 is no H200 (the word is GH200)."""
+    status, names, err = export_names(tmp_path, capsys, "NVIDIA H200 NVL", "--dtype", "bfloat16")
+    assert status == 0 and names == [vllm_file_name(8, 64, "NVIDIA H200 NVL")] == ["E=8,N=64,device_name=NVIDIA_H200"
+                                                                                   ".json"], err
+    assert "look up every H200 (NVIDIA H200 NVL here) as NVIDIA_H200" in err, err
+    status, names, err = export_names(tmp_path, capsys, "NVIDIA H200 NVL", "--dtype", "bfloat16",
+                                      "--vllm-version", "0.11.0")
+    assert status == 0 and names == ["E=8,N=64,device_name=NVIDIA_H200_NVL.json"] and "every H200" not in err, err
+    status, names, err = export_names(tmp_path, capsys, "NVIDIA H100", "--dtype", "bfloat16",
+                                      "--device-name", "NVIDIA GH200 480GB")
+    assert status == 0 and names == ["E=8,N=64,device_name=NVIDIA_GH200_480GB.json"], err
+    assert vllm_moe.file_name(8, 64, "NVIDIA_H200_NVL") == "E=8,N=64,device_name=NVIDIA_H200.json"
+
+
+def test_device_names_as_each_vllm_release_writes_them():
+    """A reviewer's: vLLM 0.26.0 on make each run of whitespace and '/' one '_' (before: each space one '_', and a '/'
+    made the name a path into a folder, no file of the folder). ``--vllm-version`` picks the release's rules."""
+    for device, newest, older in (("NVIDIA  A100", "NVIDIA_A100", "NVIDIA__A100"),
+                                  ("NVIDIA A100-SXM4-80GB", "NVIDIA_A100-SXM4-80GB", "NVIDIA_A100-SXM4-80GB"),
+                                  ("AMD Instinct MI300X", "AMD_Instinct_MI300X", "AMD_Instinct_MI300X"),
+                                  ("NVIDIA\tL4 ", "NVIDIA_L4_", "NVIDIA_L4_")):
+        expected = f"E=8,N=64,device_name={newest}.json"
+        assert vllm_moe.file_name(8, 64, device) == vllm_file_name(8, 64, device) == expected
+        assert vllm_moe.file_name(8, 64, device, vllm=(0, 25, 1)) == f"E=8,N=64,device_name={older}.json"
+    assert vllm_moe.file_name(8, 64, "GPU / X") == "E=8,N=64,device_name=GPU_X.json"
+    with pytest.raises(ValueError, match="0.26.0"):
+        vllm_moe.file_name(8, 64, "GPU / X", vllm=(0, 25, 0))
+
+
+@pytest.mark.parametrize("text", ["latest", "0", "0.x", "1.2.3.4x y", ""])
+def test_vllm_version_refuses_what_is_no_release(tmp_path, capsys, text):
+    """``--vllm-version`` takes a release (0.11.1, v0.10.1.1, 0.8.5.post1, 0.7); anything else is argparse's one-line
+    error, exit status 2, nothing written."""
+    with pytest.raises(SystemExit) as stopped:
+        export_names(tmp_path, capsys, "NVIDIA H200", "--dtype", "bfloat16", "--vllm-version", text)
+    assert stopped.value.code == 2 and "--vllm-version" in capsys.readouterr().err
+    assert [vllm_moe.release(t) for t in ("0.11.1", "v0.10.1.1", "0.8.5.post1", "0.7", "0.11.1+cu128")] == [
+        (0, 11, 1), (0, 10, 1), (0, 8, 5), (0, 7, 0), (0, 11, 1)]

@@ -178,14 +178,17 @@ def moe_alone(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], lis
 
 def vllm_file(folder: Path, experts: int, n: int, device: str, batches: list[int]) -> tuple[Path | None, list[str]]:
     """The one file in ``folder``, checked as vLLM reads it: its name from E, N and the device name
-    (``get_config_file_name``: spaces as underscores, ``,dtype=...`` where not bf16/fp16), read with int keys
+    (``get_config_file_name`` of vLLM 0.26.0 to 0.34.0: each run of whitespace and '/' one underscore, NVIDIA_H200 for
+    a name with the word H200, ``,dtype=...`` where not bf16/fp16), read with int keys
     (``get_moe_configs``), one entry per batch size with the six tile keywords as ints, and the nearest batch size's
     entry found for any M (``try_get_optimal_moe_config``)."""
     found = sorted(folder.glob("*.json")) if folder.is_dir() else []
     if len(found) != 1:
         return None, [f"{len(found)} JSON files in {folder}, expected 1"]
     path, problems = found[0], []
-    expected = rf"E={experts},N={n},device_name={re.escape(device.replace(' ', '_'))}(,dtype=\w+)?\.json"
+    part = re.sub(r"[\s/]+", "_", device)
+    part = "NVIDIA_H200" if "H200" in part.split("_") else part
+    expected = rf"E={experts},N={n},device_name={re.escape(part)}(,dtype=\w+)?\.json"
     if not re.fullmatch(expected, path.name):
         problems.append(f"file name {path.name!r} is not vLLM's for E={experts}, N={n}, {device!r}")
     with open(path) as f:

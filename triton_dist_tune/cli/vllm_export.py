@@ -1,11 +1,12 @@
-"""``triton-dist-tune export DIR --format vllm-moe``: vLLM's / SGLang's fused-MoE config file from the cache.
+"""``triton-dist-tune export DIR --format vllm-moe``: vLLM's fused-MoE config file from the cache.
 
 For a tuned function whose configs carry the six tile entries (``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``,
 ``BLOCK_SIZE_K``, ``GROUP_SIZE_M``, ``num_warps``, ``num_stages``) and whose key holds the batch size (the key
-itself, or its element ``--batch-index``): one file ``E=..,N=..,device_name=..[,dtype=..].json`` in ``DIR``,
-one entry per batch size the cache holds a decision for, named by
+itself, or its element ``--batch-index``): one file ``E=..,N=..,device_name=..[,dtype=..][,block_shape=..].json``
+in ``DIR``, one entry per batch size the cache holds a decision for, named by
 :func:`~triton_dist_tune.disk.vllm_moe.config_file` from the device the decisions were tuned on and the dtype
-(``--dtype``, else the one the keys name where it is float16, bfloat16 or float32), as the example names it.
+(``--dtype``, else the one the keys name where it is float16, bfloat16 or float32), as the example names it, by
+the naming rules of the vLLM release ``--vllm-version`` names (default: the newest).
 See :mod:`triton_dist_tune.disk.vllm_moe`.
 """
 
@@ -30,11 +31,19 @@ PROVISIONAL_NOTE = ("cut short by the time budget: the tuner tunes them again at
 SIZE = at_least_one("a whole number", "a size is at least 1")
 
 
+def vllm_release(text: str) -> tuple[int, int, int]:
+    """``--vllm-version``'s type: a vLLM release (:func:`~triton_dist_tune.disk.vllm_moe.release`)."""
+    try:
+        return vllm_moe.release(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``export`` options of the ``vllm-moe`` format."""
     p.add_argument("--format", choices=("bundle", "vllm-moe"), default="bundle",
-                   help="bundle (default): one file of decisions for 'import'; vllm-moe: vLLM's / SGLang's fused-MoE "
-                        "config file, written into the folder BUNDLE names")
+                   help="bundle (default): one file of decisions for 'import'; vllm-moe: vLLM's fused-MoE config file "
+                        "(named as vLLM looks it up), written into the folder BUNDLE names")
     g = p.add_argument_group("--format vllm-moe")
     g.add_argument("--experts", type=SIZE, metavar="E", help="the number of experts (the file name's E)")
     g.add_argument("--n", type=SIZE, metavar="N", help="the weights' out features per expert (the file name's N)")
@@ -42,9 +51,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "float32, or a quantized scheme (fp8_w8a8, ...); default: the torch dtype the keys name")
     g.add_argument("--block-shape", type=SIZE, nargs=2, metavar=("BN", "BK"),
                    help="a block-quantized MoE's quantization blocks (fp8_w8a8 with block scales: 128 128), the file "
-                        "name's block_shape part as vLLM writes it ([128, 128]); default none")
+                        "name's block_shape part as vLLM looks it up ([128,128]; [128, 128] for vLLM 0.7.1, none "
+                        "before); default none")
     g.add_argument("--device-name", help="the file name's device (default: the GPU the decisions were tuned on; "
-                   "for decisions tuned on CPU ranks, this machine's CPU model); spaces, '/' and '\\' become '_'")
+                   "for decisions tuned on CPU ranks, this machine's CPU model), named as vLLM names it: each run "
+                   "of spaces and '/' becomes one '_' (before vLLM 0.26.0: each space one '_'), and from vLLM "
+                   "0.11.1 a name with the word H200 (NVIDIA H200 NVL) is NVIDIA_H200; '\\' and control characters "
+                   "become '_'")
+    g.add_argument("--vllm-version", type=vllm_release, metavar="X.Y.Z",
+                   help="the vLLM release that reads the file, whose naming rules name it (default: the newest, "
+                        "read up to vLLM 0.34.0): the H200 rule from 0.11.1, runs of spaces as one '_' from 0.26.0, "
+                        "the block shape's space in 0.7.1 alone")
     g.add_argument("--batch-index", type=int, default=0,
                    help="where the batch size is in a tuple key (default 0; a key that is an int is the batch size)")
     g.add_argument("--where", action="append", default=[], metavar="POS=VALUE",
@@ -136,13 +153,15 @@ def export(args: argparse.Namespace, entries: list[dec.Entry], fail: Callable[[s
     device = args.device_name if args.device_name is not None else gpus[0]
     try:  # the device's and the dtype's text name one file in the folder: never a path out of it
         path = vllm_moe.config_file(folder, args.experts, args.n, device, dtype,
-                                    tuple(args.block_shape) if args.block_shape else None)
+                                    tuple(args.block_shape) if args.block_shape else None, args.vllm_version)
     except ValueError as exc:
         raise fail(f"{exc} (--device-name {device!r}, --dtype {dtype!r})") from None
     check_target(path, _root(args), "vLLM config file")
     path = vllm_moe.write(path, configs)
+    text = vllm_moe.device_text(device)  # an H200 NVL's file is NVIDIA_H200's: the report says so
     return {"file": str(path), "batch_sizes": [int(b) for b in configs], "entries": [e.name for e in chosen],
-            "provisional_skipped": provisional}
+            "provisional_skipped": provisional,
+            "h200_renamed": text if vllm_moe.h200_renamed(text, args.vllm_version) else None}
 
 
 def _conflict(batch: int, *choices: tuple[dec.Entry, dict[str, int]]) -> str:
@@ -166,7 +185,9 @@ def report(done: dict[str, Any]) -> str:
     """What ``export`` prints after writing the file."""
     skipped = (f"skipped {len(done['provisional_skipped'])} provisional decision(s) ({PROVISIONAL_NOTE})\n"
                if done["provisional_skipped"] else "")
-    return (f"{skipped}wrote {done['file']}: {len(done['batch_sizes'])} tuned batch size(s) "
+    renamed = (f"vLLM 0.11.1 and later look up every H200 ({done['h200_renamed']} here) as NVIDIA_H200: "
+               "--vllm-version names the file for an older release\n" if done.get("h200_renamed") else "")
+    return (f"{skipped}{renamed}wrote {done['file']}: {len(done['batch_sizes'])} tuned batch size(s) "
             f"{', '.join(map(str, done['batch_sizes']))}\n"
             "only batch sizes with a decision in the cache are in the file (none served by an undecided= policy); "
             "vLLM serves any other batch size with the config of the nearest one in the file")
