@@ -17,9 +17,11 @@ Run::
     TRITON_INTERPRET=1 bash launch.sh --cpu --nproc 2 examples/moe_gemm.py --tiny --campaign
     bash launch.sh examples/moe_gemm.py --campaign --export-vllm configs/   # and vLLM's / SGLang's config file
 
-``--export-vllm DIR`` (with ``--campaign``) writes the campaign's decisions as the fused-MoE config file vLLM and
-SGLang read, ``DIR/E=<E>,N=<N>,device_name=<GPU>[,dtype=float32].json`` (the device the cache records: on CPU
-ranks the CPU model's), named as ``triton-dist-tune export --format vllm-moe`` names it: one entry per batch size
+``--export-vllm DIR`` (with ``--campaign``) writes the campaign's decisions as the fused-MoE config file vLLM
+reads, ``DIR/E=<E>,N=<N>,device_name=<GPU>[,dtype=float32].json`` (the device the cache records: on CPU ranks the
+CPU model's; SGLang's name for it is the same unless the GPU is an H200 other than NVIDIA H200 or its name has a
+run of spaces: docs/campaign.md), named as ``triton-dist-tune export --format vllm-moe`` names it by default (vLLM's
+newest rules): one entry per batch size
 tuned (or found in the cache), none for a batch size that failed (the script then ends with exit status 1, naming
 each batch size that failed).
 
