@@ -6,6 +6,8 @@ left waiting for the others.
 
 from __future__ import annotations
 
+import os
+
 
 class AutotuneError(RuntimeError):
     """Base class of every error the tuner raises."""
@@ -78,6 +80,11 @@ def _text_of(exc: BaseException) -> str:
         return f"<str() of the {type(exc).__name__} raised {type(inner).__name__}>"
 
 
+def _interpreting() -> bool:
+    """Whether ``TRITON_INTERPRET`` is on, as Triton reads it (``1``, ``true`` or ``on``, in any case)."""
+    return os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on")
+
+
 def describe_error(exc: BaseException) -> str:
     """A one-line description of an exception, for logs, journals and error messages."""
     whole = _text_of(exc)
@@ -85,7 +92,13 @@ def describe_error(exc: BaseException) -> str:
         return whole[:500]
     text = whole.strip().splitlines()
     hint = ""
-    if "active drivers" in whole:  # Triton's "0 active drivers ([]). There should only be one."
+    if "active drivers" in whole and _interpreting():  # the interpreter runs kernels, not Triton's benchmarking
+        hint = (" (Triton asked for a GPU driver although TRITON_INTERPRET is set: its interpreter runs kernels, not "
+                "Triton's own benchmarking, which a @triton.autotune kernel tuning by itself needs (outside "
+                "contextual_autotune), as does triton.testing.do_bench; launch such kernels from a "
+                "contextual_autotune function, which times them itself, or give triton.autotune a do_bench= of "
+                "your own)")
+    elif "active drivers" in whole:  # Triton's "0 active drivers ([]). There should only be one."
         hint = (" (Triton found no GPU driver: on a machine without a GPU, set TRITON_INTERPRET=1 to run Triton "
                 "kernels in its interpreter, or start the job with launch.sh, which does)")
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")[:500] + hint

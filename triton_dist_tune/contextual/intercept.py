@@ -25,6 +25,9 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol
 
+from ..errors import BadInputError
+from ..space import describe
+
 #: a ``triton.runtime.autotuner.Autotuner`` (Triton is imported only when a tuning starts)
 Autotuner = Any
 
@@ -204,8 +207,6 @@ def track_id(autotuner: Autotuner) -> str:
     tracked apart."""
     cached = autotuner.__dict__.get("_tdt_track_id")
     if cached is None:
-        from ..space import describe
-
         text = "\n".join(describe(c) for c in autotuner.configs) + "\nkey=" + ",".join(map(str, autotuner.keys))
         cached = f"{kernel_id(autotuner)}@{hashlib.sha256(text.encode()).hexdigest()[:8]}"
         autotuner.__dict__["_tdt_track_id"] = cached
@@ -299,10 +300,24 @@ def best_estimated(indices: list[int], estimates: dict[int, float] | None, top_k
 
 
 def _indices_of(configs: list[Any], kept: list[Any]) -> list[int]:
+    """The indices of the configs ``early_config_prune`` returned. New ``Config`` objects are matched by value; one
+    equal to none of the wrapper's configs is a :class:`~triton_dist_tune.errors.BadInputError` naming it: the
+    group tunes the wrapper's configs, by index (stock Triton would benchmark it; dropping it silently, as before,
+    tuned fewer configs than the pruning asked for, or raised Triton's "no valid configs" for a pruning that
+    returned some)."""
     ids = {id(c) for c in kept}
     found = [i for i, c in enumerate(configs) if id(c) in ids]
     if len(found) < len(kept):  # a pruning function that returned new Config objects: match them by value
-        found = sorted({i for c in kept for i, own in enumerate(configs) if own == c})
+        matched: set[int] = set()
+        for c in kept:
+            same = [i for i, own in enumerate(configs) if own is c or (type(own) is type(c) and own == c)]
+            if not same:
+                raise BadInputError(
+                    f"early_config_prune returned a config that is not one of the kernel's configs ({describe(c)}): "
+                    "contextual_autotune tunes the configs given to triton.autotune (every rank agrees on them "
+                    "by index), so the pruning must return some of them; add any config it makes to configs=")
+            matched.update(same)
+        return sorted(matched)
     return found
 
 
