@@ -51,3 +51,31 @@ def test_a_stock_autotuned_kernel_needing_a_driver_under_the_interpreter_names_t
     message = res["message"]
     assert "active drivers" in message and "set TRITON_INTERPRET=1" not in message, message
     assert "although TRITON_INTERPRET is set" in message and "contextual_autotune" in message, message
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+def test_a_stock_autotuned_kernel_tuning_itself_inside_an_autotune_function_is_said_on_every_rank(tmp_path):
+    """Each rank tunes a stock @triton.autotune kernel alone (here rank 0 chooses BLOCK 64, rank 1 BLOCK 32):
+    before, nothing said so; now every rank warns once for the function and kernel, over two keys."""
+    results = run("stock_kernel_tunes_itself_inside_autotune", 2, tmp_path)
+    assert [r.result["best"] for r in results] == [64, 32], describe(results)
+    for r in results:
+        assert r.result["ok"], describe(results)
+        said = r.result["said"]
+        assert len(said) == 1 and "chose its config on this rank alone" in said[0], said
+        assert "contextual_autotune" in said[0], said
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("case", ["stock_kernel_in_a_nested_contextual_function",
+                                  "autotune_function_inside_a_contextual_function"])
+def test_a_stock_kernel_the_group_tunes_contextually_is_not_warned_about(case, tmp_path):
+    """Launched from a contextual_autotune function inside the autotune function, or by an autotune function
+    inside a contextual_autotune function, the kernel is tuned by the group: one choice, nothing said."""
+    results = run(case, 2, tmp_path)
+    bests = {r.result["best"] for r in results}
+    assert len(bests) == 1, describe(results)
+    for r in results:
+        assert r.result["ok"] and r.result["said"] == [], describe(results)

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import checks, settings
 from .capture import capturing, eagerly, tuning_in_capture
+from .contextual.stock_watch import watching
 from .errors import BadInputError
 from .function import TuneOptions, Tuner
 from .group.resolve import channel_entries
@@ -167,7 +168,8 @@ def _slow_path(tuner: Tuner, key_fn: Callable[..., Hashable], args: tuple, kwarg
     ``torch.compile``'s tracing (:func:`~triton_dist_tune.capture.eagerly`: each key is tuned once, by the tuner,
     however often Dynamo recompiles the caller). Inside a CUDA-graph capture a call that would tune raises
     :class:`~triton_dist_tune.errors.CaptureError` (naming the key) before anything runs; a call that the
-    ``undecided`` policy serves, or ``autotune=False``, runs."""
+    ``undecided`` policy serves, or ``autotune=False``, runs. A stock ``@triton.autotune`` kernel that tunes itself
+    inside the call (on each rank alone) is warned about (:mod:`~triton_dist_tune.contextual.stock_watch`)."""
     if kwargs.get("autotune", True) is not False and tuner.undecided.current() == "tune" and capturing():
         try:
             key: Any = key_fn(*args, **{k: v for k, v in kwargs.items() if k not in CALL_KEYWORDS})
@@ -176,4 +178,5 @@ def _slow_path(tuner: Tuner, key_fn: Callable[..., Hashable], args: tuple, kwarg
         table = tuner.decided if "autotune_pg" not in kwargs else None
         if table is None or table.get(key) is None:
             raise tuning_in_capture(tuner.name, f"key {key!r} is not decided", TUNE_AHEAD)
-    return eagerly(tuner.call, args, kwargs)
+    with watching(tuner.name):  # a stock @triton.autotune kernel tuning itself on each rank alone: said
+        return eagerly(tuner.call, args, kwargs)

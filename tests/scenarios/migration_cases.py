@@ -101,5 +101,112 @@ def stock_autotune_inside_autotune():
              ranks=dist.get_world_size() if dist.is_initialized() else 1)
 
 
+def rank_bench_kernel():
+    """A stock ``@triton.autotune`` kernel (BLOCK 32 or 64) whose ``do_bench`` ranks BLOCK 64 first on rank 0 and
+    BLOCK 32 first elsewhere: each rank tuning it alone chooses its own (no GPU driver needed)."""
+    current: list[int] = []
+
+    def note(nargs):
+        current[:] = [int(nargs["BLOCK"])]
+
+    def bench(fn, quantiles=None):
+        fn()
+        best = 64 if dist.get_rank() == 0 else 32
+        return [1.0 if current and current[0] == best else 2.0] * 3
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=note) for b in (32, 64)], key=["n"],
+                     do_bench=bench)
+    @triton.jit
+    def add_one(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
+
+    return add_one
+
+
+def launch_one(kernel, x):
+    out = torch.empty_like(x)
+    kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+    return out
+
+
+def stock_warnings(call, kernel, sizes=(200, 300)) -> None:
+    """Call ``call`` on one tensor of each size (a key each) with every warning recorded; emit the warnings that
+    name the stock kernel, whether each output is right, and the kernel's choice."""
+    import warnings
+
+    oks = []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for n in sizes:
+            x = torch.arange(n, dtype=torch.float32)
+            oks.append(bool(torch.equal(call(x), x + 1)))
+    said = [str(w.message) for w in seen if "add_one" in str(w.message)]
+    emit(ok=all(oks), said=said, best=int(kernel.best_config.kwargs["BLOCK"]))
+
+
+@case
+def stock_kernel_tunes_itself_inside_autotune():
+    """An ``autotune`` function launches a stock ``@triton.autotune`` kernel: each rank tunes it alone (here they
+    choose apart), which is said once per function and kernel, on every rank."""
+    tdt.init_distributed()
+    kernel = rank_bench_kernel()
+
+    @tdt.autotune([{"chunks": c} for c in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2)
+    def f(x, *, chunks):
+        out = launch_one(kernel, x)
+        for part in out.chunk(chunks):
+            dist.all_reduce(part)
+            part /= dist.get_world_size()
+        return out
+
+    stock_warnings(f, kernel)
+
+
+@case
+def stock_kernel_in_a_nested_contextual_function():
+    """The same kernel launched from a ``contextual_autotune`` function that the ``autotune`` function calls: the
+    group tunes it (one choice on every rank), and nothing is said."""
+    tdt.init_distributed()
+    kernel = rank_bench_kernel()
+
+    @tdt.contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
+    def layer(x):
+        return launch_one(kernel, x)
+
+    @tdt.autotune([{"chunks": c} for c in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2)
+    def f(x, *, chunks):
+        out = layer(x)
+        for part in out.chunk(chunks):
+            dist.all_reduce(part)
+            part /= dist.get_world_size()
+        return out
+
+    stock_warnings(f, kernel)
+
+
+@case
+def autotune_function_inside_a_contextual_function():
+    """An ``autotune`` function called inside a ``contextual_autotune`` function launches the kernel: the
+    contextual function's handler still receives the launch (the group tunes the kernel), and nothing is said."""
+    tdt.init_distributed()
+    kernel = rank_bench_kernel()
+
+    @tdt.autotune([{"chunks": c} for c in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2)
+    def f(x, *, chunks):
+        out = launch_one(kernel, x)
+        for part in out.chunk(chunks):
+            dist.all_reduce(part)
+            part /= dist.get_world_size()
+        return out
+
+    @tdt.contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
+    def outer(x):
+        return f(x)
+
+    stock_warnings(outer, kernel)
+
+
 if __name__ == "__main__":
     main()
