@@ -1,7 +1,8 @@
 """Scoped interception of ``triton.autotune`` kernel launches, and the few Triton internals it relies on.
 
-From the first call of a contextual tuned function on, ``Autotuner.run`` is replaced (once per process, under a
-lock) by a wrapper that looks up the handler of the *current* context (a :class:`contextvars.ContextVar`):
+From the first call of a contextual tuned function on (or an ``autotune`` function's first undecided call, which
+:mod:`~.stock_watch` watches), ``Autotuner.run`` is replaced (once per process, under a lock) by a wrapper
+that looks up the handler of the *current* context (a :class:`contextvars.ContextVar`):
 
 - with a handler (inside a tuned function, in the thread or task that called it), the launch goes to the handler;
 - without one (other threads, code outside the tuned function), the wrapper calls the original ``run`` exactly.
