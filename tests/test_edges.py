@@ -288,6 +288,31 @@ def test_generator_and_async_functions_are_refused_when_decorating():
         contextual_autotune(n_repat=3)
 
 
+def test_triton_autotunes_option_names_say_what_to_write_instead():
+    """Code ported from triton.autotune: ``autotune(configs=..., key=...)`` failed with Python's "missing 1 required
+    positional argument: 'config_space'", and ``rep=`` / ``prune_configs_by=`` / ``do_bench=`` named no
+    counterpart (``warmup=`` only by its spelling). Each now says what to write instead."""
+    import triton_dist_tune as tdt
+    from triton_dist_tune import contextual_autotune
+
+    with pytest.raises(tdt.BadInputError) as caught:
+        tdt.autotune(configs=[{"BLOCK": 64}], key=["n"])
+    text = str(caught.value)
+    assert "'configs' (triton.autotune's; here: autotune's config_space" in text, text
+    assert "'key' (triton.autotune's; here: autotune's key_fn" in text, text
+    with pytest.raises(tdt.BadInputError) as caught:
+        tdt.autotune([{"scale": 1}], key_fn=lambda x, **_: 0, rep=100, warmup=25, prune_configs_by={}, do_bench=None)
+    text = str(caught.value)
+    for name, instead in (("rep", "n_repeat"), ("warmup", "n_warmup"), ("prune_configs_by", "prune_fn"),
+                          ("do_bench", "the tuner times the calls itself")):
+        assert f"'{name}' (triton.autotune's; here: " in text and instead in text, (name, text)
+    with pytest.raises(tdt.BadInputError) as caught:
+        contextual_autotune(configs=[], use_cuda_graph=True)
+    text = str(caught.value)
+    assert "their own configs, key and prune_configs_by" in text and "replays CUDA graphs by itself" in text, text
+    with pytest.raises(tdt.BadInputError, match="autotune needs a config_space"):
+        tdt.autotune(key_fn=lambda x: 0)
+
 def test_campaign_and_nearest_tell_apart_configs_that_compare_equal(tmp_path, monkeypatch):
     """Defect 10: the campaign and the ``nearest`` policy found a config with ``space.index(config)``, which takes
     ``{"s": 1.0}`` for ``{"s": 1}`` (they compare equal): the campaign reported config 0, and ``nearest`` served

@@ -156,13 +156,37 @@ def runs_inside(fn: Any, decorator: str) -> None:
                         f"outside the tuning. Decorate {instead}")
 
 
+#: ``triton.autotune``'s names that the decorators spell otherwise (or do without), and what to write instead
+TRITON_NAMES = {
+    "configs": "autotune's config_space, its first argument: a list of dicts of keyword arguments (a triton.Config "
+               "may be a value)",
+    "key": "autotune's key_fn: a function of the call's arguments that returns the key",
+    "prune_configs_by": "autotune's prune_fn(config, *args, **kwargs), True to keep a config",
+    "warmup": "n_warmup, a number of untimed runs (not milliseconds)",
+    "rep": "n_repeat, the most rounds of the race (not milliseconds)",
+    "do_bench": "none: the tuner times the calls itself (autotune's timing=)",
+    "use_cuda_graph": "none: the tuner replays CUDA graphs by itself where capture works",
+}
+
+#: the names of :data:`TRITON_NAMES` that ``contextual_autotune`` reads from the kernels themselves
+TRITON_NAMES_OF_KERNELS = ("configs", "key", "prune_configs_by")
+CONTEXTUAL_KEEPS = ("none: contextual_autotune tunes the @triton.autotune kernels the function launches, with their "
+                    "own configs, key and prune_configs_by")
+
+
 def no_unknown_options(unknown: dict[str, Any], known: Any, decorator: str) -> None:
-    """A decorator's keyword arguments that it does not have: refused, with the nearest option's name."""
+    """A decorator's keyword arguments that it does not have: refused, with the nearest option's name, or for a
+    name of ``triton.autotune``'s what to write instead (:data:`TRITON_NAMES`)."""
     if not unknown:
         return
     parts = []
     for name in sorted(unknown):
         near = difflib.get_close_matches(name, list(known), n=1)
-        parts.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+        if name in TRITON_NAMES:
+            instead = (CONTEXTUAL_KEEPS if decorator == "contextual_autotune" and name in TRITON_NAMES_OF_KERNELS
+                       else TRITON_NAMES[name])
+            parts.append(f"{name!r} (triton.autotune's; here: {instead})")
+        else:
+            parts.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
     raise BadInputError(f"{decorator}() got unknown option(s) {', '.join(parts)}; its options are "
                         f"{', '.join(sorted(known))}")

@@ -42,7 +42,7 @@ def to_hashable(tensor: Any) -> tuple:
                         f"{hint}")
 
 
-def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hashable] | None = None,
+def autotune(config_space: Sequence[dict[str, Any]] | None = None, key_fn: Callable[..., Hashable] | None = None,
              prune_fn: Callable[..., bool] | None = None, *, n_warmup: int = 1, n_repeat: int = 10,
              timeout: float | None = None, reset_to_zero: Iterable[str] = (), restore_value: Iterable[str] = (),
              pre_hook: Callable[..., Any] | None = None, post_hook: Callable[..., Any] | None = None,
@@ -77,7 +77,10 @@ def autotune(config_space: Sequence[dict[str, Any]], key_fn: Callable[..., Hasha
     :class:`~triton_dist_tune.errors.BadInputError` when decorating (their work runs after the call returns), and
     so is an option the decorator does not have (naming the nearest one: ``restore_valu`` -> ``restore_value``).
     """
-    checks.no_unknown_options(unknown, _OPTIONS, "autotune")
+    checks.no_unknown_options(unknown, _OPTIONS, "autotune")  # ``configs=``, ``key=`` (triton.autotune's): named
+    if config_space is None:
+        raise BadInputError("autotune needs a config_space: autotune(config_space, key_fn=...) (a list of dicts of "
+                            "keyword arguments, one merged into each call)")
     if key_fn is None:  # ``@autotune`` without its arguments: the function arrived as ``config_space``
         if callable(config_space) and not isinstance(config_space, Sequence):
             raise BadInputError(
