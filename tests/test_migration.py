@@ -79,3 +79,15 @@ def test_a_stock_kernel_the_group_tunes_contextually_is_not_warned_about(case, t
     assert len(bests) == 1, describe(results)
     for r in results:
         assert r.result["ok"] and r.result["said"] == [], describe(results)
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+def test_a_tensor_among_a_kernels_key_arguments_is_said_once(tmp_path):
+    """``key=["x", ...]`` with ``x`` a tensor keys by the tensor object (a new key each call, tuned again); before,
+    nothing said so. Every rank warns once for the kernel, over two calls."""
+    results = run("tensor_in_a_kernels_key", 2, tmp_path)
+    for r in results:
+        assert r.result["ok"], describe(results)
+        said = r.result["said"]
+        assert len(said) == 1 and "add_one" in said[0] and "key by a size" in said[0], said

@@ -208,5 +208,33 @@ def autotune_function_inside_a_contextual_function():
     stock_warnings(outer, kernel)
 
 
+@case
+def tensor_in_a_kernels_key():
+    """A stock kernel keyed by a tensor argument (``key=["x", "n"]``), tuned by a ``contextual_autotune`` function
+    over two calls with the same values on every rank."""
+    import warnings
+
+    tdt.init_distributed()
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["x", "n"])
+    @triton.jit
+    def add_one(x, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
+
+    @tdt.contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
+    def layer(x):
+        return launch_one(add_one, x)
+
+    oks = []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            x = torch.arange(100, dtype=torch.float32)
+            oks.append(bool(torch.equal(layer(x), x + 1)))
+    emit(ok=all(oks), said=[str(w.message) for w in seen if "tensor among its key" in str(w.message)])
+
+
 if __name__ == "__main__":
     main()

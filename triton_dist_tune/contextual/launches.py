@@ -16,6 +16,8 @@ each ``triton.autotune`` launch made inside the tuned function (it is the call's
 
 from __future__ import annotations
 
+import logging
+import warnings
 from typing import Any
 
 from ..errors import describe_error
@@ -60,6 +62,7 @@ def launch(session: CallState, autotuner: Any, args: tuple, kwargs: dict[str, An
             session.needs_tuning = True
             local = session.local.get(tid)
             if local is None:
+                _tensor_in_key(autotuner, key)
                 local = session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group,
                                                         session.earlier, session.tuner.options.search,
                                                         session.attempt)
@@ -257,3 +260,18 @@ def timed_launch(session: CallState, tid: TrackId, autotuner: Any, key: tuple, i
         session.record.launches.setdefault(tid, []).append(record)
         local.used.add(index)
     return out
+
+
+def _tensor_in_key(autotuner: Any, key: tuple) -> None:
+    """Warn once per kernel whose ``key=`` names a tensor argument: Triton keys by the tensor object (every new
+    tensor a new key, tuned again, as stock Triton benchmarks again), and the group names the key by the tensor's
+    values, so ranks holding different values tune apart (each later call waits out the new-key grace)."""
+    if autotuner.__dict__.get("_tdt_tensor_key_said") or not any(hasattr(v, "data_ptr") for v in key):
+        return
+    autotuner.__dict__["_tdt_tensor_key_said"] = True
+    text = (f"the @triton.autotune kernel {intercept.jit_id(autotuner)} has a tensor among its key arguments "
+            f"(key={list(autotuner.keys)}): every new tensor is a new key, tuned again (stock Triton benchmarks "
+            "again too), and ranks holding different values meet different keys; key by a size or another number "
+            "instead")
+    logging.getLogger("triton_dist_tune").warning(text)
+    warnings.warn(text, RuntimeWarning, stacklevel=2)
