@@ -181,5 +181,11 @@ def _slow_path(tuner: Tuner, key_fn: Callable[..., Hashable], args: tuple, kwarg
         table = tuner.decided if "autotune_pg" not in kwargs else None
         if table is None or table.get(key) is None:
             raise tuning_in_capture(tuner.name, f"key {key!r} is not decided", TUNE_AHEAD)
-    with watching(tuner.name):  # a stock @triton.autotune kernel tuning itself on each rank alone: said
-        return eagerly(tuner.call, args, kwargs)
+    return eagerly(_watched_call, tuner, args, kwargs)
+
+
+def _watched_call(tuner: Tuner, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """``tuner.call``, its stock ``@triton.autotune`` launches watched (a kernel tuning itself on each rank alone is
+    said: :mod:`~triton_dist_tune.contextual.stock_watch`); run :func:`~triton_dist_tune.capture.eagerly`."""
+    with watching(tuner.name):
+        return tuner.call(args, kwargs)
