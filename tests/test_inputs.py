@@ -27,6 +27,19 @@ def run(case: str, env: dict[str, str], timeout: float = 100) -> list:
     return run_ranks(CASES, 2, [case], env=env, timeout=timeout)
 
 
+def all_timed(states: list, configs: int = 4) -> bool:
+    """Whether each of ``configs`` configs was timed by the race and none failed or was left out (``states``: the
+    scenario's [state, error] pairs): ``measured``, or ``stopped``, a config that left the race behind the leaders.
+    Which of the two is noise, not the NaN fill: with 4 configs, ``n_repeat=2`` and steady timing behind the gloo
+    all_reduce (about 1 ms a call), the race settles at its last round and keeps 3 leaders when its samples read
+    quiet (5% or less apart), the 4th then leaving ``stopped``, and 6 when they read noisy, nobody leaving
+    (``Race.end_round``). Asserting ``measured`` for all 4 failed in runs of
+    ``test_a_run_that_raises_from_the_nan_fill_fails_no_config_in_a_group``'s ``[0]`` case (3 of 60; none of 60 of
+    ``[0,1]``) and in 1 of 25 of the peer test's reruns, on this project's 2-core machine."""
+    return len(states) == configs and all(state in ("measured", "stopped") and error is None
+                                          for state, error in states)
+
+
 # -- the exchanges' codec --------------------------------------------------------------------------------------
 
 
@@ -247,7 +260,7 @@ def test_a_run_that_raises_from_the_nan_fill_fails_no_config_in_a_group(tmp_path
     for r in results:
         for label, got in r.result["seen"].items():
             assert "error" not in got["result"], (label, got)
-            assert [s for s, _ in got["states"]] == ["measured"] * 4, (label, got)
+            assert all_timed(got["states"]), (label, got)
             assert got["one_call"], (label, got)  # the final call ran once on the caller's values
 
 
@@ -272,7 +285,7 @@ def test_a_raise_from_the_nan_fill_that_leaves_a_peer_inside_a_collective_blames
     for r in results:
         got = r.result["seen"]["steady"]
         assert "error" not in got["result"], got
-        assert [s for s, _ in got["states"]] == ["measured"] * 4, got
+        assert all_timed(got["states"]), got
         assert got["one_call"], got
     assert "raised from the NaN fill: arguments the function changes are restored before every run, none filled" \
         in (tmp_path / "logs" / "rank-0.log").read_text()
@@ -320,7 +333,7 @@ def test_after_raises_from_the_fill_on_two_ranks_at_two_points_the_second_attemp
     second = run_ranks(CASES, 2, ["nan_fill_staggered"], env=env, timeout=180)
     assert all(r.returncode == 0 for r in second), describe(second)
     for r in second:
-        assert "error" not in r.result["result"] and [s for s, _ in r.result["states"]] == ["measured"] * 4, r.result
+        assert "error" not in r.result["result"] and all_timed(r.result["states"]), r.result
 
 
 @pytest.mark.timeout(200)
@@ -330,7 +343,7 @@ def test_a_warm_up_run_again_after_the_fill_fills_nothing_on_any_rank(tmp_path):
     results = run("nan_fill_found_in_the_warm_up_run_again", tuner_env(tmp_path, 30), timeout=180)
     assert all(r.returncode == 0 for r in results), describe(results)
     for r in results:
-        assert [s for s, _ in r.result["states"]] == ["measured"] * 4, r.result
+        assert all_timed(r.result["states"]), r.result
 
 
 @pytest.mark.timeout(300)
