@@ -24,20 +24,21 @@ import triton_dist_tune as tdt  # noqa: E402
 BLOCKS: list[int] = []
 
 
+@triton.jit
+def add_one(x, out, n, BLOCK: tl.constexpr):
+    """``out = x + 1``: the jit body every stock wrapper below tunes."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
+
+
 def record(nargs):
     BLOCKS.append(int(nargs["BLOCK"]))
 
 
 def pruned_kernel(prune):
-    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=record) for b in (32, 64)], key=["n"],
-                     prune_configs_by={"early_config_prune": prune})
-    @triton.jit
-    def add_one(x, out, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
-
-    return add_one
+    return triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=record) for b in (32, 64)], key=["n"],
+                           prune_configs_by={"early_config_prune": prune})(add_one)
 
 
 def tune_pruned(prune) -> None:
@@ -114,15 +115,8 @@ def rank_bench_kernel():
         best = 64 if dist.get_rank() == 0 else 32
         return [1.0 if current and current[0] == best else 2.0] * 3
 
-    @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=note) for b in (32, 64)], key=["n"],
-                     do_bench=bench)
-    @triton.jit
-    def add_one(x, out, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
-
-    return add_one
+    return triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=note) for b in (32, 64)], key=["n"],
+                           do_bench=bench)(add_one)
 
 
 def launch_one(kernel, x):
@@ -146,22 +140,27 @@ def stock_warnings(call, kernel, sizes=(200, 300)) -> None:
     emit(ok=all(oks), said=said, best=int(kernel.best_config.kwargs["BLOCK"]))
 
 
+def averaged(launch):
+    """An ``autotune`` function of ``launch(x)``'s output averaged over the ranks, its 2 configs the all-reduce in
+    1 or 2 chunks."""
+    @tdt.autotune([{"chunks": c} for c in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2)
+    def f(x, *, chunks):
+        out = launch(x)
+        for part in out.chunk(chunks):
+            dist.all_reduce(part)
+            part /= dist.get_world_size()
+        return out
+
+    return f
+
+
 @case
 def stock_kernel_tunes_itself_inside_autotune():
     """An ``autotune`` function launches a stock ``@triton.autotune`` kernel: each rank tunes it alone (here they
     choose apart), which is said once per function and kernel, on every rank."""
     tdt.init_distributed()
     kernel = rank_bench_kernel()
-
-    @tdt.autotune([{"chunks": c} for c in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2)
-    def f(x, *, chunks):
-        out = launch_one(kernel, x)
-        for part in out.chunk(chunks):
-            dist.all_reduce(part)
-            part /= dist.get_world_size()
-        return out
-
-    stock_warnings(f, kernel)
+    stock_warnings(averaged(lambda x: launch_one(kernel, x)), kernel)
 
 
 @case
@@ -175,15 +174,7 @@ def stock_kernel_in_a_nested_contextual_function():
     def layer(x):
         return launch_one(kernel, x)
 
-    @tdt.autotune([{"chunks": c} for c in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2)
-    def f(x, *, chunks):
-        out = layer(x)
-        for part in out.chunk(chunks):
-            dist.all_reduce(part)
-            part /= dist.get_world_size()
-        return out
-
-    stock_warnings(f, kernel)
+    stock_warnings(averaged(layer), kernel)
 
 
 @case
@@ -192,14 +183,7 @@ def autotune_function_inside_a_contextual_function():
     contextual function's handler still receives the launch (the group tunes the kernel), and nothing is said."""
     tdt.init_distributed()
     kernel = rank_bench_kernel()
-
-    @tdt.autotune([{"chunks": c} for c in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2)
-    def f(x, *, chunks):
-        out = launch_one(kernel, x)
-        for part in out.chunk(chunks):
-            dist.all_reduce(part)
-            part /= dist.get_world_size()
-        return out
+    f = averaged(lambda x: launch_one(kernel, x))
 
     @tdt.contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
     def outer(x):
@@ -216,16 +200,11 @@ def tensor_in_a_kernels_key():
 
     tdt.init_distributed()
 
-    @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["x", "n"])
-    @triton.jit
-    def add_one(x, out, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
+    keyed_by_x = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["x", "n"])(add_one)
 
     @tdt.contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
     def layer(x):
-        return launch_one(add_one, x)
+        return launch_one(keyed_by_x, x)
 
     oks = []
     with warnings.catch_warnings(record=True) as seen:
