@@ -27,6 +27,13 @@ def run(case: str, env: dict[str, str], timeout: float = 100) -> list:
     return run_ranks(CASES, 2, [case], env=env, timeout=timeout)
 
 
+def ran(case: str, env: dict[str, str], timeout: float = 100) -> list:
+    """:func:`run`, every rank having exited with status 0."""
+    results = run(case, env, timeout)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return results
+
+
 def all_timed(states: list, configs: int = 4) -> bool:
     """Whether each of ``configs`` configs was timed by the race and none failed or was left out (``states``: the
     scenario's [state, error] pairs): ``measured``, or ``stopped``, a config that left the race behind the leaders.
@@ -138,8 +145,7 @@ def test_import_refuses_entry_paths_that_lead_out_of_the_cache_folder(tmp_path):
 
 @pytest.mark.timeout(150)
 def test_a_cache_file_nested_too_deep_is_a_warning_and_a_re_tune_on_every_rank(tmp_path):
-    results = run("nested_cache_file", tuner_env(tmp_path, 10))
-    assert all(r.returncode == 0 for r in results), describe(results)
+    results = ran("nested_cache_file", tuner_env(tmp_path, 10))
     for r in results:
         assert r.result["result"].get("ok") in (4.0, 8.0, 16.0), describe(results)
         assert r.result["calls"] == 3 + 1, describe(results)  # every config measured again, then the call
@@ -151,8 +157,7 @@ def test_a_cache_file_nested_too_deep_is_a_warning_and_a_re_tune_on_every_rank(t
 
 @pytest.mark.timeout(150)
 def test_tensors_inside_list_and_dict_arguments_are_restored_like_top_level_ones(tmp_path):
-    results = run("nested_arguments", tuner_env(tmp_path, 30))
-    assert all(r.returncode == 0 for r in results), describe(results)
+    results = ran("nested_arguments", tuner_env(tmp_path, 30))
     for r in results:
         seen = r.result["seen"]
         for label in ("declared", "watched"):
@@ -169,8 +174,7 @@ def test_a_parameter_updated_in_place_is_restored_not_blamed_on_every_config(tmp
     # before: the tuner's own copy_ into a leaf that requires grad raised in every run ("a leaf Variable that
     # requires grad is being used in an in-place operation"), journaled every config failed, then escaped as that
     # RuntimeError from the restore before the final call
-    results = run("parameter_updated_in_place", tuner_env(tmp_path, 30))
-    assert all(r.returncode == 0 for r in results), describe(results)
+    results = ran("parameter_updated_in_place", tuner_env(tmp_path, 30))
     for r in results:
         for label, got in r.result["seen"].items():
             assert "error" not in got["result"], (label, got)
@@ -183,8 +187,7 @@ def test_gradients_after_the_tuning_call_are_those_of_one_call(tmp_path):
     # before: .grad accumulated over every tuning run (w.grad[0, 0] 35712 on one rank for an untuned 24; with the
     # all_reduce inside, it grew beyond any bound). A non-leaf argument changed in place keeps every run's autograd
     # history (its values are restored): the warning says so and what to do
-    results = run("gradients_of_the_tuning_call", tuner_env(tmp_path, 30))
-    assert all(r.returncode == 0 for r in results), describe(results)
+    results = ran("gradients_of_the_tuning_call", tuner_env(tmp_path, 30))
     for r in results:
         seen = r.result["seen"]
         assert seen["fwd_bwd held=False"] == [48.0, 48.0], seen  # 24 per rank, all-reduced over 2 ranks
@@ -198,8 +201,7 @@ def test_gradients_after_the_tuning_call_are_those_of_one_call(tmp_path):
 def test_list_and_dict_items_a_run_rebinds_are_put_back_with_a_warning(tmp_path):
     # before: items rebound or appended were never put back, restore_value or not, and nothing was said: the cache's
     # tensor grew by one element per tuning run and its counter counted every run
-    results = run("containers_rebound", tuner_env(tmp_path, 30))
-    assert all(r.returncode == 0 for r in results), describe(results)
+    results = ran("containers_rebound", tuner_env(tmp_path, 30))
     for r in results:
         for label, (tuned, untuned) in r.result["seen"].items():
             assert tuned == untuned and tuned[2] == 1 and len(tuned[1]) == 2, (label, tuned, untuned)
@@ -213,8 +215,7 @@ def test_object_state_a_run_changes_is_said_and_a_module_named_in_restore_value_
     # (IndexError: every config failed), and a module's parameter changed in place doubled once per run, silently.
     # Object state is not put back (a kernel's flags follow such counters: a reviewer's), but said; a module named in
     # restore_value has its parameters and buffers restored (before: a BadInputError, 'no tensor')
-    results = run("object_state", tuner_env(tmp_path, 30))
-    assert all(r.returncode == 0 for r in results), describe(results)
+    results = ran("object_state", tuner_env(tmp_path, 30))
     for r in results:
         seen = r.result["seen"]
         assert seen["decode"]["error"] == "AllConfigsFailedError", seen
@@ -227,8 +228,7 @@ def test_object_state_a_run_changes_is_said_and_a_module_named_in_restore_value_
 def test_a_numpy_integer_key_matches_the_int_and_a_list_key_is_named_unhashable(tmp_path):
     # before: 3 on one rank and np.int64(3) on the other were a MismatchError ('3' against 'np.int64(3)'), and a
     # list key said "key_fn failed: TypeError: unhashable type: 'list'"
-    results = run("numpy_and_list_keys", tuner_env(tmp_path, 30))
-    assert all(r.returncode == 0 for r in results), describe(results)
+    results = ran("numpy_and_list_keys", tuner_env(tmp_path, 30))
     for r in results:
         seen = r.result["seen"]
         assert "error" not in seen["mixed"], seen
@@ -241,8 +241,7 @@ def test_a_numpy_integer_key_matches_the_int_and_a_list_key_is_named_unhashable(
 def test_post_hook_runs_after_a_run_that_raised_so_only_that_config_fails(tmp_path):
     # before: a run that raised skipped post_hook, so a pre_hook / post_hook pair keeping a phase counter saw the
     # phase still open in every later run: every other config failed too (AllConfigsFailedError on both ranks)
-    results = run("post_hook_after_a_failing_run", tuner_env(tmp_path, 30))
-    assert all(r.returncode == 0 for r in results), describe(results)
+    results = ran("post_hook_after_a_failing_run", tuner_env(tmp_path, 30))
     for r in results:
         for timing, got in r.result["seen"].items():
             assert "error" not in got["result"], (timing, got)
@@ -255,8 +254,7 @@ def test_a_run_that_raises_from_the_nan_fill_fails_no_config_in_a_group(tmp_path
     # the group form of the test above: a rank cannot run again alone (the all_reduce would not match), so every
     # config's first warm-up from NaN raised on the sampling ranks and failed the config: every config failed,
     # AllConfigsFailedError on both ranks. Now every rank runs that warm-up again together, from the caller's values
-    results = run("nan_fill_in_a_group", {**tuner_env(tmp_path, 30), "SAMPLERS": samplers}, timeout=180)
-    assert all(r.returncode == 0 for r in results), describe(results)
+    results = ran("nan_fill_in_a_group", {**tuner_env(tmp_path, 30), "SAMPLERS": samplers}, timeout=180)
     for r in results:
         for label, got in r.result["seen"].items():
             assert "error" not in got["result"], (label, got)
@@ -280,8 +278,7 @@ def test_a_raise_from_the_nan_fill_that_leaves_a_peer_inside_a_collective_blames
     message = got["seen"]["steady"]["result"]["message"]
     assert "ended their process" in message and "No config is blamed (a run raised from the tuner's NaN fill" \
         in message, describe(first)
-    results = run("nan_fill_in_a_group", env, timeout=180)
-    assert all(r.returncode == 0 for r in results), describe(results)
+    results = ran("nan_fill_in_a_group", env, timeout=180)
     for r in results:
         got = r.result["seen"]["steady"]
         assert "error" not in got["result"], got
@@ -340,8 +337,7 @@ def test_after_raises_from_the_fill_on_two_ranks_at_two_points_the_second_attemp
 def test_a_warm_up_run_again_after_the_fill_fills_nothing_on_any_rank(tmp_path):
     # before: rank 1 first found the logits changed in config 1's warm-up (the one rank 0's fill raised in), and
     # the warm-up run again filled them on rank 1: it raised there, and config 1 failed with nothing to retry it
-    results = run("nan_fill_found_in_the_warm_up_run_again", tuner_env(tmp_path, 30), timeout=180)
-    assert all(r.returncode == 0 for r in results), describe(results)
+    results = ran("nan_fill_found_in_the_warm_up_run_again", tuner_env(tmp_path, 30), timeout=180)
     for r in results:
         assert all_timed(r.result["states"]), r.result
 
@@ -407,8 +403,7 @@ def test_a_learned_decision_a_node_cannot_write_is_a_warning_on_that_node_not_it
 
 @pytest.mark.timeout(150)
 def test_random_state_after_tuning_is_that_of_one_untuned_call_lockstep_and_sharded(tmp_path):
-    results = run("random_state", tuner_env(tmp_path, 30))
-    assert all(r.returncode == 0 for r in results), describe(results)
+    results = ran("random_state", tuner_env(tmp_path, 30))
     for r in results:
         for mode, got in r.result["seen"].items():
             assert got["out"] == got["ref"] and got["after"] == got["ref_after"], (r.rank, mode, got)

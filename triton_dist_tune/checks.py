@@ -168,25 +168,25 @@ TRITON_NAMES = {
     "use_cuda_graph": "none: the tuner replays CUDA graphs by itself where capture works",
 }
 
-#: the names of :data:`TRITON_NAMES` that ``contextual_autotune`` reads from the kernels themselves
-TRITON_NAMES_OF_KERNELS = ("configs", "key", "prune_configs_by")
-CONTEXTUAL_KEEPS = ("none: contextual_autotune tunes the @triton.autotune kernels the function launches, with their "
-                    "own configs, key and prune_configs_by")
+#: :data:`TRITON_NAMES` for ``contextual_autotune``, which reads the kernels' own configs, key and pruning
+CONTEXTUAL_TRITON_NAMES = {**TRITON_NAMES, **dict.fromkeys(
+    ("configs", "key", "prune_configs_by"), "none: contextual_autotune tunes the @triton.autotune kernels the function "
+    "launches, with their own configs, key and prune_configs_by")}
 
 
-def no_unknown_options(unknown: dict[str, Any], known: Any, decorator: str) -> None:
+def no_unknown_options(unknown: dict[str, Any], known: Any, decorator: str,
+                       triton_names: dict[str, str] = TRITON_NAMES) -> None:
     """A decorator's keyword arguments that it does not have: refused, with the nearest option's name, or for a
-    name of ``triton.autotune``'s what to write instead (:data:`TRITON_NAMES`)."""
+    name of ``triton.autotune``'s what to write instead (``triton_names``: :data:`TRITON_NAMES`, or
+    :data:`CONTEXTUAL_TRITON_NAMES`)."""
     if not unknown:
         return
     parts = []
     for name in sorted(unknown):
+        if name in triton_names:
+            parts.append(f"{name!r} (triton.autotune's; here: {triton_names[name]})")
+            continue
         near = difflib.get_close_matches(name, list(known), n=1)
-        if name in TRITON_NAMES:
-            instead = (CONTEXTUAL_KEEPS if decorator == "contextual_autotune" and name in TRITON_NAMES_OF_KERNELS
-                       else TRITON_NAMES[name])
-            parts.append(f"{name!r} (triton.autotune's; here: {instead})")
-        else:
-            parts.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+        parts.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
     raise BadInputError(f"{decorator}() got unknown option(s) {', '.join(parts)}; its options are "
                         f"{', '.join(sorted(known))}")
