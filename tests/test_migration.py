@@ -69,6 +69,15 @@ def test_a_stock_autotuned_kernel_tuning_itself_inside_an_autotune_function_is_s
 
 @pytest.mark.triton_dependent
 @pytest.mark.timeout(200)
+def test_the_stock_kernel_warning_reaches_stderr_once(tmp_path):
+    """Before, the warning went to Python's warnings and to the package logger, whose last-resort handler printed
+    it too: twice on each rank's stderr. Now the warning once, and the rank's log file."""
+    for r in run("stock_kernel_warning_uncaught", 2, tmp_path):
+        assert r.result["ok"] and r.stderr.count("chose its config on this rank alone") == 1, r.stderr[-3000:]
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
 @pytest.mark.parametrize("case", ["stock_kernel_in_a_nested_contextual_function",
                                   "autotune_function_inside_a_contextual_function"])
 def test_a_stock_kernel_the_group_tunes_contextually_is_not_warned_about(case, tmp_path):

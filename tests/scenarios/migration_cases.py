@@ -193,6 +193,16 @@ def autotune_function_inside_a_contextual_function():
 
 
 @case
+def stock_kernel_warning_uncaught():
+    """As ``stock_kernel_tunes_itself_inside_autotune``, with Python's default warning filters: what reaches the
+    rank's stderr."""
+    tdt.init_distributed()
+    kernel = rank_bench_kernel()
+    x = torch.arange(200, dtype=torch.float32)
+    emit(ok=bool(torch.equal(averaged(lambda t: launch_one(kernel, t))(x), x + 1)))
+
+
+@case
 def tensor_in_a_kernels_key():
     """A stock kernel keyed by a tensor argument (``key=["x", "n"]``), tuned by a ``contextual_autotune`` function
     over two calls with the same values on every rank."""

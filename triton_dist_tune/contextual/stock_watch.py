@@ -14,16 +14,14 @@ calls (the hot path) are not watched.
 from __future__ import annotations
 
 import contextlib
-import logging
 import sys
 import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from ..disk import logs
 from . import intercept
-
-log = logging.getLogger("triton_dist_tune")
 
 #: (function, kernel) pairs already warned about in this process
 _warned: set[tuple[str, str]] = set()
@@ -55,7 +53,7 @@ class StockWatch:
                 "other ranks can then compute wrong results or hang; to tune it with the group, launch it from a "
                 "contextual_autotune function that this function calls, or make its configs this function's "
                 "(docs/autotune.md)")
-        log.warning(text)
+        logs.rank_log().warning(text)  # the rank's log file; the console hears it once, from warnings
         warnings.warn(text, RuntimeWarning, stacklevel=2)
 
 
