@@ -1,8 +1,8 @@
 """A grouped (MoE) GEMM in the style of vLLM / SGLang ``fused_moe``, tuned over a vLLM-sized config space.
 
 The kernel, its config space and pruning, and the routing and problem builders are in ``examples/moe_kernels.py``;
-this file is the runnable example: the tuned function, the campaign and the vLLM export (how the kernel works: its
-module docstring).
+this file is the runnable example: the tuned function, the campaign and the vLLM and SGLang exports (how the kernel
+works: its module docstring).
 
 The config space is the one vLLM's ``benchmark_moe.py`` sweeps (BLOCK_SIZE_M x BLOCK_SIZE_N x BLOCK_SIZE_K x
 GROUP_SIZE_M x num_warps x num_stages: 1,920 configs), pruned per key by shared memory and by the shape
@@ -15,15 +15,15 @@ Run::
     bash launch.sh examples/moe_gemm.py --campaign             # GPUs: 16 batch sizes, spread over the ranks
     TRITON_INTERPRET=1 bash launch.sh --cpu --nproc 2 examples/moe_gemm.py --tiny   # CPU ranks, tiny space
     TRITON_INTERPRET=1 bash launch.sh --cpu --nproc 2 examples/moe_gemm.py --tiny --campaign
-    bash launch.sh examples/moe_gemm.py --campaign --export-vllm configs/   # and vLLM's / SGLang's config file
+    bash launch.sh examples/moe_gemm.py --campaign --export-vllm configs/   # and vLLM's config file
 
 ``--export-vllm DIR`` (with ``--campaign``) writes the campaign's decisions as the fused-MoE config file vLLM
 reads, ``DIR/E=<E>,N=<N>,device_name=<GPU>[,dtype=float32].json`` (the device the cache records: on CPU ranks the
-CPU model's; SGLang's name for it is the same unless the GPU is an H200 other than NVIDIA H200 or its name has a
-run of spaces: docs/campaign.md), named as ``triton-dist-tune export --format vllm-moe`` names it by default (vLLM's
-newest rules): one entry per batch size
-tuned (or found in the cache), none for a batch size that failed (the script then ends with exit status 1, naming
-each batch size that failed).
+CPU model's), named as ``triton-dist-tune export --format vllm-moe`` names it by default (vLLM's newest rules);
+``--export-sglang DIR`` writes SGLang's, ``DIR/configs/triton_<X_Y_Z>/E=...json`` (this Triton's version; SGLang
+reads it with ``SGLANG_MOE_CONFIG_DIR=DIR``), named as ``--format sglang-moe`` names it (docs/campaign.md). Either
+holds one entry per batch size tuned (or found in the cache), none for a batch size that failed (the script then
+ends with exit status 1, naming each batch size that failed).
 
 Rank 0 prints one line per rank with the config it chose and its error against the torch reference, then
 ``RESULT {json}`` (what the tests read; for a campaign, ``phases`` holds rank 0's seconds in each step: the imports,
@@ -141,10 +141,12 @@ def make_tuned_moe(space: Sequence[dict[str, int]], name: str = "moe_gemm", sear
 # -- the script ---------------------------------------------------------------------------------------------------
 
 
-def export_vllm(folder: Path, moe: Any, w: torch.Tensor, problem: dict[str, int], batches: Sequence[int]) -> Path:
-    """Write the campaign's decisions as vLLM's fused-MoE config file into ``folder``; returns its path. Every
-    batch size the campaign tuned or found in the cache is in it; one that failed is not."""
-    from triton_dist_tune.disk import vllm_moe
+def export_moe(engine: str, folder: Path, moe: Any, w: torch.Tensor, problem: dict[str, int],
+               batches: Sequence[int]) -> Path:
+    """Write the campaign's decisions as ``engine``'s (``vllm`` or ``sglang``) fused-MoE config file into
+    ``folder``; returns its path. Every batch size the campaign tuned or found in the cache is in it; one that
+    failed is not."""
+    from triton_dist_tune.disk import moe_file, sglang_moe, vllm_moe
 
     decided = []
     for m in batches:  # a batch size whose tuning failed has no decision
@@ -152,9 +154,12 @@ def export_vllm(folder: Path, moe: Any, w: torch.Tensor, problem: dict[str, int]
         key = moe_key(p.a, p.w, p.routing)
         if key in moe.tuner.decided:
             decided.append((m, moe.tuner.decided[key]))
-    # named as `triton-dist-tune export --format vllm-moe` names it: the device this process tunes on, the dtype
-    return vllm_moe.write(vllm_moe.config_file(folder, problem["experts"], problem["n"], None, w.dtype),
-                          vllm_moe.table(decided))
+    # named as `triton-dist-tune export --format vllm-moe | sglang-moe` names it: the device this process tunes on,
+    # the dtype, and for SGLang the Triton it tunes with
+    sizes = (folder, problem["experts"], problem["n"], None, w.dtype)
+    path = (sglang_moe.config_file(*sizes, triton.__version__) if engine == "sglang" else
+            vllm_moe.config_file(*sizes))
+    return moe_file.write(path, moe_file.table(decided))
 
 
 def served_text() -> str:
@@ -178,13 +183,14 @@ def batch_size(text: str) -> int:
 
 
 def export_folder(text: str) -> Path:
-    """``--export-vllm``'s type: the folder to write vLLM's file into; it may not exist yet (it is created), but the
-    first part of it that exists must be a folder, checked before the campaign rather than at its end."""
+    """``--export-vllm``'s and ``--export-sglang``'s type: the folder to write the file into; it may not exist yet
+    (it is created), but the first part of it that exists must be a folder, checked before the campaign rather than
+    at its end."""
     folder = Path(text)
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if not existing.is_dir():
         raise argparse.ArgumentTypeError(f"{existing} is not a folder: the config file is written into the folder "
-                                         "--export-vllm names")
+                                         "--export-vllm or --export-sglang names")
     return folder
 
 
@@ -200,13 +206,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lockstep", action="store_true",
                         help="campaign: the whole group tunes every key together (default: the kernel is rank-local, "
                              "so every rank tunes its share of the keys alone, spread over the job)")
-    parser.add_argument("--export-vllm", metavar="DIR", type=export_folder, help="campaign: write vLLM's / "
-                        "SGLang's fused-MoE config file of the decisions into DIR (rank 0)")
+    parser.add_argument("--export-vllm", metavar="DIR", type=export_folder, help="campaign: write vLLM's "
+                        "fused-MoE config file of the decisions into DIR (rank 0)")
+    parser.add_argument("--export-sglang", metavar="DIR", type=export_folder, help="campaign: write SGLang's "
+                        "fused-MoE config file of the decisions into DIR/configs/triton_X_Y_Z/ (rank 0; SGLang reads "
+                        "it with SGLANG_MOE_CONFIG_DIR=DIR)")
     args = parser.parse_args(argv)
     if args.batches and not args.campaign:
         parser.error("--batches needs --campaign")
-    if args.export_vllm and not args.campaign:
-        parser.error("--export-vllm needs --campaign (the file holds one config per batch size)")
+    for flag, given in (("--export-vllm", args.export_vllm), ("--export-sglang", args.export_sglang)):
+        if given and not args.campaign:
+            parser.error(f"{flag} needs --campaign (the file holds one config per batch size)")
+    if args.export_sglang:  # SGLang's folder is named by this Triton's version: one it can read, or no campaign
+        from triton_dist_tune.disk import sglang_moe
+
+        try:
+            sglang_moe.triton_folder(triton.__version__)
+        except ValueError as exc:
+            parser.error(f"--export-sglang: this Triton is {triton.__version__}: {exc} to 'triton-dist-tune export "
+                         "--format sglang-moe' after the campaign")
 
     entered = time.perf_counter()
     tdt.init_distributed()
@@ -244,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         result["choices"] = {str(m): c for m, (c, _) in checks.items()}
         result["max_error"] = max((e for _, e in checks.values()), default=0.0)
         exported_from = time.perf_counter()
-        if args.export_vllm and rank == 0:
-            result["vllm_file"] = str(export_vllm(args.export_vllm, moe, w, problem, batches))
+        for engine, folder in (("vllm", args.export_vllm), ("sglang", args.export_sglang)):
+            if folder and rank == 0:
+                result[f"{engine}_file"] = str(export_moe(engine, folder, moe, w, problem, batches))
         result["phases"] = {"imports_s": entered - IMPORTED_FROM, "setup_s": started - entered, "tuning_s": seconds,
                             "checks_s": exported_from - checked_from,
                             "export_s": time.perf_counter() - exported_from}
@@ -267,16 +286,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"moe_gemm rank {r}/{world}: chose {row['choices']}, max relative error {row['max_error']:.2e}",
                   flush=True)
         same = all(row["choices"] == lines[0]["choices"] for row in lines)
-        if "vllm_file" in result:
-            print(f"vLLM / SGLang fused-MoE config file: {result['vllm_file']} (batch sizes "
-                  f"{', '.join(result['choices'])})", flush=True)
+        for engine, name in (("vllm", "vLLM"), ("sglang", "SGLang")):
+            if f"{engine}_file" in result:
+                where = (f"; SGLang reads it with SGLANG_MOE_CONFIG_DIR={args.export_sglang.absolute()}"
+                         if engine == "sglang" else "")
+                print(f"{name} fused-MoE config file: {result[f'{engine}_file']} (batch sizes "
+                      f"{', '.join(result['choices'])}{where})", flush=True)
         clock = {"imports_began": IMPORTED_AT, "result_printed": time.time()}
         print("RESULT " + json.dumps({**result, "same_on_every_rank": same, "clock": clock,
                                       "errors": [row["max_error"] for row in lines]}), flush=True)
         if result.get("failed_batches"):
             print(f"moe_gemm: the tuning failed at batch size(s) {', '.join(map(str, result['failed_batches']))} "
-                  "(the campaign's table above says why): not checked" + (", and not in the vLLM file" if
-                  "vllm_file" in result else ""), file=sys.stderr, flush=True)
+                  "(the campaign's table above says why): not checked" + "".join(
+                      f", and not in the {name} file" for name in ("vLLM", "SGLang")
+                      if f"{name.lower()}_file" in result), file=sys.stderr, flush=True)
     dist.destroy_process_group()
     return 0 if result["max_error"] <= tol and not result.get("failed_batches") else 1
 

@@ -182,17 +182,19 @@ def test_moe_example_refuses_a_batch_size_under_1_and_an_unknown_search_before_s
     assert "usage:" in err and ("at least 1" in err or "whole number" in err or "invalid choice" in err), err
 
 
+@pytest.mark.parametrize("flag", ["--export-vllm", "--export-sglang"])
 @pytest.mark.parametrize("under", ["", "sub"])
-def test_moe_example_refuses_an_export_folder_that_is_a_file_before_starting(tmp_path, under, capsys) -> None:
+def test_moe_example_refuses_an_export_folder_that_is_a_file_before_starting(tmp_path, under, flag, capsys) -> None:
     """``--export-vllm FILE`` (a file, or a path under one): before, the whole campaign ran, then rank 0 ended on a
     FileExistsError traceback (the other ranks on gloo's 'Connection closed by peer') and no config file was
-    written. Now argparse's one-line error and exit status 2, before any rank starts its group."""
+    written. Now argparse's one-line error and exit status 2, before any rank starts its group; the same for
+    ``--export-sglang``."""
     from examples.moe_gemm import main
 
     afile = tmp_path / "afile"
     afile.write_text("")
     with pytest.raises(SystemExit) as stopped:
-        main(["--tiny", "--campaign", "--export-vllm", str(afile / under) if under else str(afile)])
+        main(["--tiny", "--campaign", flag, str(afile / under) if under else str(afile)])
     assert stopped.value.code == 2
     assert f"{afile} is not a folder" in capsys.readouterr().err
 
@@ -251,12 +253,17 @@ def test_moe_example_campaign_spread_over_two_cpu_ranks_writes_vllms_config_file
     """The example's campaign (3 batch sizes on CPU), its keys spread over 2 gloo ranks: every key decided, the
     same decisions on both ranks, right results at every key. With ``--export-vllm DIR`` rank 0 writes one file that
     vLLM's loader finds (its name from E, N and the device name) and reads (int keys: the batch sizes), holding the
-    campaign's choices; ``triton-dist-tune export --format vllm-moe`` writes the same file from the cache."""
+    campaign's choices; ``triton-dist-tune export --format vllm-moe`` writes the same file from the cache. With
+    ``--export-sglang DIR`` too, the same configs in SGLang's file, where SGLang looks with SGLANG_MOE_CONFIG_DIR=DIR
+    (``configs/triton_<X_Y_Z>/``, this Triton's version), as ``--format sglang-moe`` writes it from the cache."""
+    import triton
+
     from examples.moe_gemm import CPU_CAMPAIGN_BATCHES, config_text
     from triton_dist_tune.cli.commands import main as cli
 
-    out = tmp_path / "vllm"
-    stdout, output, stderr = example_ranks(tmp_path, ["--tiny", "--campaign", "--export-vllm", str(out)], 280)
+    out, sglang = tmp_path / "vllm", tmp_path / "sglang"
+    stdout, output, stderr = example_ranks(tmp_path, ["--tiny", "--campaign", "--export-vllm", str(out),
+                                                      "--export-sglang", str(sglang)], 280)
     result = next(json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT "))
     assert result["keys"] == 3 and result["failed"] == 0, output[-4000:]
     # rank 1 (one key) waits seconds at the second round for rank 0's second key: quietly (before: torch's store
@@ -288,3 +295,16 @@ def test_moe_example_campaign_spread_over_two_cpu_ranks_writes_vllms_config_file
     assert cli(["export", str(again), "--format", "vllm-moe", "--cache-dir", str(tmp_path / "cache"),
                 "--function", "moe_gemm", "--experts", str(CPU_PROBLEM["experts"]), "--n", str(CPU_PROBLEM["n"])]) == 0
     assert (again / name).read_text() == (out / name).read_text()
+
+    # SGLang's file (its get_config_file_name: each space of the device's name one '_'), in SGLang's folder for this
+    # Triton, the same configs; and the same file from the cache
+    folder = Path("configs", f"triton_{triton.__version__.replace('.', '_')}")
+    sglang_name = (f"E={CPU_PROBLEM['experts']},N={CPU_PROBLEM['n']},"
+                   f"device_name={this_cpu_model().replace(' ', '_')},dtype=float32.json")
+    assert [p.relative_to(sglang) for p in sglang.rglob("*") if p.is_file()] == [folder / sglang_name], output[-4000:]
+    assert result["sglang_file"] == str(sglang / folder / sglang_name)
+    assert f"SGLang reads it with SGLANG_MOE_CONFIG_DIR={sglang}" in stdout, stdout[-3000:]
+    assert (sglang / folder / sglang_name).read_text() == (out / name).read_text()
+    assert cli(["export", str(again), "--format", "sglang-moe", "--cache-dir", str(tmp_path / "cache"),
+                "--function", "moe_gemm", "--experts", str(CPU_PROBLEM["experts"]), "--n", str(CPU_PROBLEM["n"])]) == 0
+    assert (again / folder / sglang_name).read_text() == (out / name).read_text()

@@ -1,5 +1,5 @@
-"""``export`` and ``import``: decisions into one bundle file (or vLLM's fused-MoE config file: :mod:`.vllm_export`),
-and a bundle's decisions into the cache. Superseded decisions are never exported."""
+"""``export`` and ``import``: decisions into one bundle file (or vLLM's or SGLang's fused-MoE config file:
+:mod:`.moe_export`), and a bundle's decisions into the cache. Superseded decisions are never exported."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from ..disk import bundles
 from ..disk import decisions as dec
 from ..disk.files import read_regular
-from . import vllm_export
+from . import moe_export
 from .common import (
     SUPERSEDED_NOTE,
     Unexportable,
@@ -26,7 +26,7 @@ from .common import (
 
 def cmd_export(args: argparse.Namespace) -> int:
     """``export``: the selected decisions, superseded ones left out (the tuner never serves them again), into a
-    bundle or vLLM's fused-MoE config file."""
+    bundle or a fused-MoE config file."""
     selected, problems, replaced = _selected(args)
     if args.format == "bundle":  # a decision a bundle cannot hold is skipped and named, as an unreadable file is
         selected, unexportable = _standard(selected)
@@ -40,13 +40,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not entries:
         raise UsageError(f"nothing to export from {_root(args)}" + (f" ({len(skipped)} superseded decision(s) "
                                                                      "skipped)" if skipped else ""))
-    if args.format == "vllm-moe":
-        done = vllm_export.export(args, entries, UsageError)
-        _emit_json({**done, "superseded_skipped": skipped}) if args.json else print(vllm_export.report(done))
+    if args.format in moe_export.ENGINES:
+        done = moe_export.export(args, entries, UsageError)
+        _emit_json({**done, "superseded_skipped": skipped}) if args.json else print(moe_export.report(done))
         return status
     if Path(args.bundle).is_dir():
         raise UsageError(f"{args.bundle} is a folder: name the bundle file to write (e.g. "
-                         f"{Path(args.bundle) / 'decisions.json'}); a folder is for --format vllm-moe")
+                         f"{Path(args.bundle) / 'decisions.json'}); a folder is for --format vllm-moe or sglang-moe")
     if not Path(args.bundle).absolute().parent.is_dir():
         raise UsageError(f"no folder {Path(args.bundle).absolute().parent} to write the bundle into (create it first)")
     check_target(Path(args.bundle), _root(args), "bundle file")

@@ -1,10 +1,10 @@
 """The command line: ``triton-dist-tune`` / ``python -m triton_dist_tune``, over the cache, its journals and the logs.
 
 Subcommands: ``list``, ``show``, ``plot``, ``clear``, ``export`` and ``import`` (:mod:`.bundles`; ``--format
-vllm-moe``: :mod:`.vllm_export`), ``logs``, ``campaign`` (see :mod:`.campaign`). Data goes to stdout (as text,
-or as JSON with ``--json``); a problem is one line on stderr and exit status 2 (1 for ``import`` refused over
-mismatching versions or different decisions already in the cache, and for ``list``, ``plot`` and ``export`` that
-skipped unreadable cache files).
+vllm-moe`` and ``sglang-moe``: :mod:`.moe_export`), ``logs``, ``campaign`` (see :mod:`.campaign`). Data goes to
+stdout (as text, or as JSON with ``--json``); a problem is one line on stderr and exit status 2 (1 for ``import``
+refused over mismatching versions or different decisions already in the cache, and for ``list``, ``plot`` and
+``export`` that skipped unreadable cache files).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..disk import logs, timeline
 from ..disk.logs import LEAST_NOTE, ms_text, text_table, time_heading
 from ..faults.unfinished import find_unfinished, unfinished
 from ..records import LEAST
-from . import bundles, campaign, clear, journals, vllm_export
+from . import bundles, campaign, clear, journals, moe_export
 from .common import (
     SUPERSEDED_NOTE,
     UsageError,
@@ -360,11 +360,12 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=clear.cmd_clear)
 
     p = sub.add_parser("export", parents=[cache, as_json], help="write decisions into one bundle file (or vLLM's "
-                       "fused-MoE config file: --format vllm-moe)")
-    p.add_argument("bundle", help="the bundle file to write (--format vllm-moe: the folder to write into)")
+                       "or SGLang's fused-MoE config file: --format vllm-moe, sglang-moe)")
+    p.add_argument("bundle", help="the bundle file to write (--format vllm-moe: the folder to write into; "
+                   "sglang-moe: the folder SGLANG_MOE_CONFIG_DIR names, the file goes into its configs/triton_X_Y_Z/)")
     p.add_argument("--function", help="only this function's decisions")
     p.add_argument("--stale", action="store_true", help="only decisions tuned under other software versions")
-    vllm_export.add_arguments(p)
+    moe_export.add_arguments(p)
     p.set_defaults(run=bundles.cmd_export)
 
     p = sub.add_parser("import", parents=[cache, as_json], help="add a bundle's decisions to the cache")
