@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from triton_dist_tune.cli.commands import main
-from triton_dist_tune.disk import vllm_moe
+from triton_dist_tune.disk import moe_file, vllm_moe
 from triton_dist_tune.disk.cache import versions, write_json_atomic
 
 TILE = "{{BLOCK_SIZE_K: {k}, BLOCK_SIZE_M: {m}, BLOCK_SIZE_N: 64, GROUP_SIZE_M: 1, num_stages: 3, num_warps: 4}}"
@@ -108,10 +108,10 @@ def test_vllm_file_names_and_configs():
     assert vllm_moe.file_name(8, 14336, "NVIDIA H200") == "E=8,N=14336,device_name=NVIDIA_H200.json"
     assert vllm_moe.file_name(8, 64, "AMD EPYC 7B13", "float32") == \
         "E=8,N=64,device_name=AMD_EPYC_7B13,dtype=float32.json"
-    assert vllm_moe.dtype_selector("torch.float32") == "float32" and vllm_moe.dtype_selector("torch.bfloat16") is None
-    assert vllm_moe.batch_of(7) == 7 and vllm_moe.batch_of("(64, 8, 'x')") == 64
+    assert moe_file.dtype_selector("torch.float32") == "float32" and moe_file.dtype_selector("torch.bfloat16") is None
+    assert moe_file.batch_of(7) == 7 and moe_file.batch_of("(64, 8, 'x')") == 64
     with pytest.raises(ValueError, match="num_warps"):
-        vllm_moe.tile_config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16, "GROUP_SIZE_M": 1,
+        moe_file.tile_config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": 16, "GROUP_SIZE_M": 1,
                               "num_warps": "four", "num_stages": 2})
     assert " " not in vllm_moe.device_name("cpu") and vllm_moe.device_name("cpu")
 
@@ -135,7 +135,7 @@ def test_export_names_the_file_as_the_example_and_honours_the_umask(tmp_path, ca
     expected = vllm_moe.config_file(tmp_path / "out", 8, 64, None, "torch.float32")  # as examples/moe_gemm.py
     assert expected.name == f"E=8,N=64,device_name={vllm_moe.device_name('cpu')},dtype=float32.json"
     assert [p.name for p in (tmp_path / "out").iterdir()] == [expected.name]
-    assert list(vllm_load(tmp_path / "out", 8, 64, vllm_moe.cpu_name(), "float32")) == [16, 32]
+    assert list(vllm_load(tmp_path / "out", 8, 64, moe_file.cpu_name(), "float32")) == [16, 32]
     assert expected.stat().st_mode & 0o777 == 0o644
 
 

@@ -26,17 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .moe_file import TILE_KEYS as TILE_KEYS
-from .moe_file import batch_of as batch_of
-from .moe_file import cpu_name as cpu_name
-from .moe_file import device_part, each_space, one_name
-from .moe_file import device_text as device_text
-from .moe_file import dtype_selector as dtype_selector
-from .moe_file import inferable as inferable
-from .moe_file import key_dtype as key_dtype
-from .moe_file import table as table
-from .moe_file import tile_config as tile_config
-from .moe_file import write as write
+from .moe_file import device_part, device_text, dtype_selector, each_space, one_name
 
 #: the vLLM releases whose file names changed (read from each release's wheel)
 BLOCK_SHAPE_SINCE, NO_SPACE_SINCE, H200_SINCE, COLLAPSE_SINCE = (0, 7, 1), (0, 7, 2), (0, 11, 1), (0, 26, 0)
