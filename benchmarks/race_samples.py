@@ -8,12 +8,17 @@ keeps them in its rows (``raced``).
 - ``collect DIR OUT``: from every decision file under DIR (a cache folder, e.g. ``$HOME/.triton_dist/autotune``),
   the configs with at least :data:`MIN_ROUNDS` rounds (the finalists of a search, the leaders of a race): key,
   clock, config and round times, into OUT (JSON; ``benchmarks/gpu/_campaign.sh`` keeps one per campaign run).
+- ``judges RACES FIDELITY``: for each tuning of ``bench_fidelity.py`` (its ``--out`` JSON, the races of its
+  ``FID_DECISIONS`` folder collected into RACES), the chosen config, its ratio by the sustained oracle and among
+  heavy layers, and its race's settled rounds: the median, round by round, of its time over each judge's best
+  config's (where that config ran every round). Where the race read the two tied and a judge reads them apart, the
+  judge's regime is not the race's (sixty-second session, ``results/session_h200_62``).
 - ``report FILE [...] [--settled-from K]``: from such files, or from ``validate_search.py``'s output (each row's
   ``raced``), per key, for each config that ran every round of its race, its first settled round (round K; a
   search's finalists race 2 screening rounds, then settle: the rank log's ``settled from 3``) over the median of
   its settled rounds, those over :data:`FLAG` marked, and how many of all.
 
-Launch: ``python benchmarks/race_samples.py collect DIR OUT`` / ``python benchmarks/race_samples.py report FILE ...``
+Launch: ``python benchmarks/race_samples.py collect DIR OUT`` / ``... report FILE ...`` / ``... judges RACES FID.json``
 (CPU only: it reads files).
 """
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -81,6 +87,31 @@ def report(files: list[Path], settled_from: int) -> None:
     print(f"first settled round over {FLAG} of the settled median: {flagged} of {total} configs that ran every round")
 
 
+def label(config: str) -> str:
+    """A decision's config text as ``bench_fidelity.py`` names it: ``BMxBNxBK-gG-wW-sS``."""
+    v = dict(re.findall(r"(\w+): (\d+)", config))
+    return f"{v['BLOCK_M']}x{v['BLOCK_N']}x{v['BLOCK_K']}-g{v['GROUP_M']}-w{v['num_warps']}-s{v['num_stages']}"
+
+
+def judges(races: Path, fidelity: Path, settled_from: int) -> None:
+    """Print each tuning's choice beside both judges and its own race (see the module docstring)."""
+    tune = json.loads(fidelity.read_text())["tune"]
+    for decision in json.loads(races.read_text()):
+        m, tuning = re.fullmatch(r"fid_ours_(\d+)_(\d+)", decision["function"]).groups()
+        shape = next(s for s in tune if s.startswith(f"({m},"))
+        oracle = tune[shape]["oracle"]
+        full = {label(c["config"]): c["round_times"] for c in decision["raced"]
+                if len(c["round_times"]) == decision["rounds"]}
+        chosen = tune[shape]["ours"][int(tuning)][0]
+        parts = [f"M={m} tuning {tuning}: chose {chosen} (sustained {oracle['ratios'][chosen]:.4f}, heavy "
+                 f"{oracle['among_heavy_ratios'][chosen]:.4f})"]
+        for judge, best in (("sustained", oracle["best"]), ("heavy", oracle["among_heavy_best"])):
+            if best != chosen and chosen in full and best in full:
+                rounds = list(zip(full[chosen], full[best], strict=True))[settled_from - 1:]
+                parts.append(f"race: over the {judge} best {best} {statistics.median(a / b for a, b in rounds):.4f}")
+        print("; ".join(parts))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -90,8 +121,14 @@ def main() -> int:
     r = sub.add_parser("report")
     r.add_argument("files", type=Path, nargs="+")
     r.add_argument("--settled-from", type=int, default=3, help="the race's first settled round (from 1)")
+    j = sub.add_parser("judges")
+    j.add_argument("races", type=Path)
+    j.add_argument("fidelity", type=Path)
+    j.add_argument("--settled-from", type=int, default=3, help="the race's first settled round (from 1)")
     args = p.parse_args()
-    if args.command == "collect":
+    if args.command == "judges":
+        judges(args.races, args.fidelity, args.settled_from)
+    elif args.command == "collect":
         args.out.write_text(json.dumps(collect(args.folder)))
     else:
         report(args.files, args.settled_from)
