@@ -100,3 +100,29 @@ def test_a_tensor_among_a_kernels_key_arguments_is_said_once(tmp_path):
         assert r.result["ok"], describe(results)
         said = r.result["said"]
         assert len(said) == 1 and "add_one" in said[0] and "key by a size" in said[0], said
+
+
+@pytest.mark.timeout(180)
+def test_autotune_false_running_a_config_after_a_pruned_first_is_said_on_that_rank(tmp_path):
+    """Without tuning, prune_fn is asked on each rank alone (no communication): a prune_fn that drops config 0 on
+    rank 0 only made the ranks run different configs (chunks 2 against 1), silently. It stays so, but the rank
+    that pruned says it once (Triton-distributed's ``autotune=False`` runs config 0 unpruned)."""
+    results = run("untuned_with_a_rank_dependent_prune", 2, tmp_path)
+    first, second = (r.result for r in results)
+    assert first["ran"] == [2, 2] and second["ran"] == [1, 1], describe(results)
+    assert len(first["said"]) == 1 and "autotune=False ran config 1" in first["said"][0], first
+    assert "on each rank alone" in first["said"][0] and second["said"] == [], describe(results)
+
+
+@pytest.mark.timeout(180)
+def test_every_config_failing_with_the_users_error_chains_it_with_its_traceback(tmp_path):
+    """Triton-distributed re-raises the function's own error; the group raises AllConfigsFailedError on every rank
+    (one error everywhere). Its ``__cause__`` was None and the user's traceback was nowhere: now each rank chains
+    its own last raise, and its rank log holds that traceback (the user's function named in it)."""
+    results = run("every_config_raises_the_users_error", 2, tmp_path)
+    for r in results:
+        assert r.result == {"error": "AllConfigsFailedError", "cause": "KeyError",
+                            "cause_text": "\"missing weight 'w1'\""}, describe(results)
+    for rank in (0, 1):
+        text = (tmp_path / "logs" / f"rank-{rank}.log").read_text()
+        assert "Traceback" in text and "in weights_missing" in text and "KeyError" in text, text[-2000:]

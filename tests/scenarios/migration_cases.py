@@ -225,5 +225,42 @@ def tensor_in_a_kernels_key():
     emit(ok=all(oks), said=[str(w.message) for w in seen if "tensor among its key" in str(w.message)])
 
 
+@case
+def untuned_with_a_rank_dependent_prune():
+    """``autotune=False`` (Triton-distributed's: config 0, unpruned) with a prune_fn that drops config 0 on rank 0
+    alone: each rank runs the first config its own prune_fn keeps, which is said on the rank that pruned."""
+    import warnings
+
+    tdt.init_distributed()
+    rank, ran = dist.get_rank(), []
+
+    @tdt.autotune([{"chunks": c} for c in (1, 2, 4)], key_fn=lambda x: x.numel(),
+                  prune_fn=lambda config, x: not (rank == 0 and config["chunks"] == 1))
+    def f(x, *, chunks):
+        ran.append(chunks)
+        return x * chunks
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            f(torch.ones(8), autotune=False)
+    emit(ran=ran, said=[str(w.message) for w in seen if "autotune=False" in str(w.message)])
+
+
+def weights_missing(x, *, c):
+    raise KeyError("missing weight 'w1'")
+
+
+@case
+def every_config_raises_the_users_error():
+    """Every config of an ``autotune`` function raises the user's own ``KeyError`` on every rank."""
+    tdt.init_distributed()
+    f = tdt.autotune([{"c": c} for c in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2)(weights_missing)
+    try:
+        f(torch.ones(4))
+    except tdt.AllConfigsFailedError as exc:
+        emit(error=type(exc).__name__, cause=type(exc.__cause__).__name__, cause_text=str(exc.__cause__))
+
+
 if __name__ == "__main__":
     main()

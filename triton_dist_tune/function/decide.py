@@ -8,7 +8,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..disk import logs
 from ..disk.files import read_regular
@@ -16,6 +16,7 @@ from ..errors import AllConfigsFailedError, one_cause
 from ..group.channel import Group
 from ..measure.noise import retaken, statistic
 from ..measure.race import Race
+from ..measure.trial import Trial
 from ..records import LEAST, MEDIAN, Decision, Outcome, finite_number, recorded_statistic
 from ..stats import near_tie as near_tie_within
 
@@ -143,6 +144,16 @@ def failure_text(outcomes: list[Outcome], ranks: int) -> str:
         return same
     return " on some rank: " + "; ".join(f"config {o.index} ({o.config}): {e}" for o, e in zip(failed, errors,
                                                                                                 strict=True))
+
+
+def raise_with_own_cause(error: AllConfigsFailedError, trial: Trial | None, label: str) -> NoReturn:
+    """Raise ``error`` (every config failed) chained to the last exception a config's run raised on this rank, if
+    any (``trial.last_error``), whose traceback the rank's log gets too: the user's frames, not only its text."""
+    own = trial.last_error if trial is not None else None
+    if own is None:
+        raise error
+    logs.rank_log().error("%s the last error a config raised on this rank:", label, exc_info=own)
+    raise error from own
 
 
 def conclude(group: Group, label: str, decision: Decision, timeout: float,

@@ -5,16 +5,18 @@ options and decisions are its :class:`~.tuned.TunedFunction`'s."""
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import ExitStack
 from typing import Any
 
 from .. import settings
+from ..disk import logs
 from ..errors import BadInputError, describe_error
 from ..group.calls import calling
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
-from ..space import CALL_KEYWORDS, check_call, check_no_clash, describe_key, keeps
+from ..space import CALL_KEYWORDS, check_call, check_no_clash, describe, describe_key, keeps
 from .options import TuneOptions
 from .tuned import TunedFunction
 from .tuning import Tuning
@@ -30,6 +32,7 @@ class Tuner(TunedFunction):
                  key_fn: Callable[..., Hashable], prune_fn: Callable[..., bool] | None, options: TuneOptions) -> None:
         super().__init__(fn, config_space, key_fn, prune_fn, options)
         self._overwrite_warned: set[str] = set()
+        self._untuned_warned: set[int] = set()  # autotune=False's configs after a pruned first, said once each
 
     def call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A call that carries tuner keywords or whose key is not decided yet."""
@@ -166,12 +169,33 @@ class Tuner(TunedFunction):
 
     def _first_config(self, args: tuple, kwargs: dict[str, Any], overwrite: bool = False) -> dict[str, Any]:
         kwargs = self._tuned_kwargs(kwargs, overwrite)
-        for config in self.space:
+        for position, config in enumerate(self.space):
             if keeps(self.prune_fn, config, args, kwargs):
                 if not overwrite:
                     check_no_clash(config, kwargs)
+                if position and position not in self._untuned_warned and _in_a_job():
+                    self._untuned_warned.add(position)
+                    _say(f"{self.name}: autotune=False ran config {position} ({describe(config)}), the first "
+                         "config prune_fn keeps on this rank: without tuning, prune_fn is asked on each rank alone "
+                         "(no communication), so a rank where it answers otherwise runs another config; make prune_fn "
+                         "answer alike on every rank, or tune (ranks then keep only the configs every rank keeps)")
                 return config
         raise BadInputError(f"{self.name}: prune_fn keeps no config for this call (autotune=False)")
+
+
+def _in_a_job() -> bool:
+    """Whether this process is one rank of several (the launcher's variables, or torch.distributed's group)."""
+    if (settings.current().world_size or 1) > 1:
+        return True
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _say(text: str) -> None:
+    """A warning of this rank: Python's (the console hears it once) and the rank's log file."""
+    logs.rank_log().warning(text)
+    warnings.warn(text, RuntimeWarning, stacklevel=4)
 
 
 def _key_problem(key: Hashable) -> str | None:

@@ -59,6 +59,7 @@ from ..measure.precompile import compiles_here, precompile
 from ..measure.replicas import Layout, settle
 from ..measure.search import TIE_BLOCKS, SearchPlan, search_applies
 from ..measure.timing import timing_mode
+from ..measure.trial import Trial
 from ..records import Decision, Outcome
 from ..space import describe_key, fingerprint, plan_seed
 from .agreed import agree_on_call, agreed_prune, prepare
@@ -67,6 +68,7 @@ from .decide import (
     conclude,
     decide,
     decision_from_record,
+    raise_with_own_cause,
     served,
     warn_if_another_group_chose_otherwise,
 )
@@ -124,17 +126,16 @@ class Tuning:
                  verbose: bool | None, overwrite: bool = False, layout: Layout | None = None) -> None:
         self.tuner, self.group, self.key, self.layout = tuner, group, key, layout
         self.args, self.kwargs, self.verbose, self.overwrite = args, kwargs, verbose, overwrite
-        self.label = self.key_text = self.entry = self.extra = ""
-        #: the entry the journals are named after (the cache entry's name without the kept set), and the part of the
-        #: entry's identity naming the configs pruning kept ("" when it kept every one)
-        self.journal_entry = self.kept_mark = ""
-        self.timeout = 0.0
-        #: when the tuning started (``perf_counter``, for its seconds; ``monotonic``, for its time budget)
-        self.started = self.began = 0.0
+        #: ``journal_entry``: the entry the journals are named after (the cache entry's name without the kept set);
+        #: ``kept_mark``: the part of the entry's identity naming the configs pruning kept ("" when it kept every one)
+        self.label = self.key_text = self.entry = self.extra = self.journal_entry = self.kept_mark = ""
+        #: the tuning's timeout; when it started (``perf_counter``, for its seconds; ``monotonic``, for its budget)
+        self.timeout = self.started = self.began = 0.0
         #: configs whose compile pass ended an earlier attempt (from the shared view): warmed up without one
         self.skip_pass: set[int] = set()
         self.not_written: str | None = None  #: group rank 0: why no decision was written (a read-only folder)
         self.next_key: NextKey | None = None  #: in a campaign: the unit's next key, compiled ahead (:mod:`.next_key`)
+        self.trial: Trial | None = None  #: the measured calls' runner (its ``last_error``: this rank's last raise)
 
     def run(self, key_error: str | None, problem: str | None) -> dict[str, Any]:
         """Every step on this rank; returns the chosen config (the same on every rank)."""
@@ -267,14 +268,15 @@ class Tuning:
             try:
                 conclude(group, label, decision, self.timeout, self._store(decision) if writes else None,
                          self.layout.replicas.size if self.layout is not None else 1)
-            except AllConfigsFailedError:
+            except AllConfigsFailedError as exc:
                 ended = clean = True  # every config failed (every rank): over, and nothing of it may replay later
-                raise
+                raise_with_own_cause(exc, self.trial, label)
             if decision.breakdown is not None:
                 logs.rank_log().info("%s time: %s", label, decision.breakdown.text(),
                                      extra={"breakdown": decision.breakdown.to_json()})
             ended, clean = not decision.cut, True  # a cut's choice is provisional: the next job resumes the journals
         finally:
+            self.trial = None  # its arguments and its last error: not kept past the tuning
             guard.close()
             board.close(clean)  # (not clean: a peer may still wait for this rank, and read why it left)
             if ended:
@@ -304,7 +306,7 @@ class Tuning:
         """Steps 4 and 5: resume from the journals, precompile, measure; returns the group's choice."""
         tuner, layout = self.tuner, self.layout
         trial, state = prepare(tuner, self.group, self.label, self.args, self.kwargs, self.timeout, journal.read())
-        timing = timing_mode(tuner.options.timing)
+        self.trial, timing = trial, timing_mode(tuner.options.timing)
         plan = tuner.options.plan(self.timeout, timing, seed, self.group.size)
         measurer = Measurer(self.group, trial, plan, journal, logs.rank_log(), self.label, guard)
         # the budget counts from the start of the tuning; replicas time eagerly, all alike (Measurer.device_time)

@@ -136,6 +136,7 @@ class Guarding:
             raise  # the group itself broke down: not this config's fault, and not recoverable here
         except Exception as exc:  # a failing config is data, not a crash
             error = describe_error(exc)
+            self.trial.last_error = exc
             self._post(index, desc, error)
             return None, error
         except BaseException as exc:  # Ctrl-C, SIGTERM, a cancelled task's CancelledError: an interruption

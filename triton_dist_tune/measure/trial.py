@@ -35,6 +35,9 @@ class Trial:
     #: the undeclared arguments ``ref_prog`` wrote (a GEMM's ``c``), by name, as it left them: a checked run that
     #: writes one must leave it alike (NaN matching NaN: parts neither wrote)
     buffers: Reference | None = None
+    #: the last exception a config's run raised on this rank (with its traceback): the cause of the error raised
+    #: when every config failed
+    last_error: BaseException | None = None
 
     def call(self, config: dict[str, Any], restored: bool = False, exact: bool = False,
              warmup: bool = False) -> Any:
