@@ -28,10 +28,11 @@ def test_the_acceptance_script_runs_the_campaign_and_the_cli_on_cpu_and_writes_i
 
     out = tmp_path / "out"
     done = run_command([sys.executable, str(SCRIPT), "--cpu", "--out", str(out), "--work", str(tmp_path / "work"),
-                        "--only", "moe_campaign,cli_list,cli_plot_function"], tmp_path, base_env(), timeout=180)
+                        "--only", "moe_campaign,cli_export_sglang,cli_list,cli_plot_function"], tmp_path, base_env(),
+                       timeout=180)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     rows = {r["name"]: r for r in json.loads((out / "acceptance.json").read_text())["rows"]}
-    assert list(rows) == ["moe_campaign", "cli_list", "cli_plot_function"]
+    assert list(rows) == ["moe_campaign", "cli_export_sglang", "cli_list", "cli_plot_function"]
     assert all(r["ok"] and r["status"] == 0 and r["seconds"] > 0 for r in rows.values()), rows
     assert rows["moe_campaign"]["figure"].startswith("3 batch sizes in ")
     # the command's seconds outside its keys: before the example's imports, its own steps, and after its RESULT
@@ -39,11 +40,13 @@ def test_the_acceptance_script_runs_the_campaign_and_the_cli_on_cpu_and_writes_i
                      r"exit ([0-9.]+) s$", rows["moe_campaign"]["figure"])
     assert said and 0 < float(said[1]) + float(said[2]) < rows["moe_campaign"]["seconds"], rows["moe_campaign"]
     assert any(f.startswith("vLLM file E=4,N=24,device_name=") for f in rows["moe_campaign"]["files"])
+    assert rows["cli_export_sglang"]["files"][0].startswith("SGLang file sglang/configs/triton_"), rows
+    assert "SGLANG_MOE_CONFIG_DIR=" in rows["cli_export_sglang"]["figure"], rows
     assert rows["cli_list"]["figure"].startswith("3 decision(s) in ")
     assert (out / "function.png").read_bytes()[:4] == b"\x89PNG"
     table = (out / "acceptance.md").read_text()
     assert "| moe_campaign | `bash launch.sh --cpu examples/moe_gemm.py --tiny --campaign --export-vllm " in table
-    assert table.count("| OK |") == 3 and (out / "logs" / "moe_campaign.out").is_file()
+    assert table.count("| OK |") == 4 and (out / "logs" / "moe_campaign.out").is_file()
 
 
 def test_the_vllm_check_reads_the_file_as_vllm_does_and_names_what_is_wrong(tmp_path):

@@ -5,10 +5,11 @@ README's campaign with ``--export-vllm DIR`` (16 batch sizes, as written; the sa
 ``--campaign`` without the export); the flash-linear-attention example through ``launch.sh`` and as one process (it
 prints ``skipped: ...`` where fla-core is missing: the table says ``skipped``, not OK; the GPU hosts reach no
 package index, so fla-core and einops travel with the tree, unpacked into a folder on ``PYTHONPATH``); and the
-command line's ``list``, ``show`` and ``plot`` over what they wrote. On 2 GPUs or more also ``ag_gemm``, ``gemm_rs``
-and ``tp_mlp`` (``--nproc 4`` as the README writes it on 4 GPUs or more, one rank per GPU on 2-3). ``--cpu`` runs
-the CPU forms of the same commands (gloo ranks, Triton's interpreter, the MoE example's ``--tiny``, ``launch.sh
---cpu``): this script's plumbing, tested on CPU.
+command line's SGLang export (docs/campaign.md's command: the file where ``SGLANG_MOE_CONFIG_DIR`` points SGLang,
+the vLLM file's configs), ``list``, ``show`` and ``plot`` over what they wrote. On 2 GPUs or more also
+``ag_gemm``, ``gemm_rs`` and ``tp_mlp`` (``--nproc 4`` as the README writes it on 4 GPUs or more, one rank per GPU
+on 2-3). ``--cpu`` runs the CPU forms of the same commands (gloo ranks, Triton's interpreter, the MoE example's
+``--tiny``, ``launch.sh --cpu``): this script's plumbing, tested on CPU.
 
 For each command: its exit status, the files it must write (the decision cache's new entries, rank 0's log, the vLLM
 file opened as vLLM's ``get_moe_configs`` opens it and looked up as its ``try_get_optimal_moe_config`` does, the
@@ -239,6 +240,26 @@ def moe_campaign(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], 
     return files, problems, figure
 
 
+def sglang_export(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], list[str], str]:
+    """docs/campaign.md's SGLang command after the campaign: one file, where SGLang looks with
+    ``SGLANG_MOE_CONFIG_DIR`` set to the folder (``configs/triton_<X_Y_Z>/``, this Triton's version), named as SGLang
+    names it (each space one underscore, no H200 rule), holding the vLLM file's configs."""
+    import triton
+
+    where = ctx.work / "sglang" / "configs" / ("triton_" + triton.__version__.replace(".", "_"))
+    found = sorted(where.glob("*.json")) if where.is_dir() else []
+    if len(found) != 1:
+        return [], [f"{len(found)} JSON files in {where}, expected 1"], ""
+    path, problems = found[0], []
+    if f",device_name={device_name(ctx.cpu).replace(' ', '_')}" not in path.name:
+        problems.append(f"file name {path.name!r} does not hold SGLang's device name")
+    vllm = sorted((ctx.work / "vllm").glob("*.json"))
+    if len(vllm) != 1 or json.loads(vllm[0].read_text()) != json.loads(path.read_text()):
+        problems.append("its configs are not the vLLM file's")
+    shutil.copy(path, ctx.out / ("sglang_" + path.name))
+    return [f"SGLang file {path.relative_to(ctx.work)}"], problems, line_of(stdout, r"SGLANG_MOE_CONFIG_DIR")
+
+
 def outside(ctx: Context, clock: dict[str, float] | None) -> dict[str, float]:
     """The command's seconds before the example's imports began (launch.sh, the interpreter's start: ``start_s``)
     and after it printed ``RESULT`` (the process group's end, the compiles waited for at exit, the interpreter's
@@ -317,6 +338,14 @@ def steps() -> list[Step]:
         batches = [] if ctx.as_written else ["--batches", ",".join(map(str, ctx.batches))]
         return on(ctx, "examples/moe_gemm.py", *tiny, "--campaign", "--export-vllm", str(ctx.work / "vllm"), *batches)
 
+    def sglang_command(ctx: Context) -> list[str]:
+        sys.path.insert(0, str(ROOT))
+        from examples.moe_kernels import CPU_PROBLEM, GPU_PROBLEM
+
+        problem = CPU_PROBLEM if ctx.cpu else GPU_PROBLEM
+        return [*ctx.cli, "export", str(ctx.work / "sglang"), "--format", "sglang-moe", "--function", "moe_gemm",
+                "--experts", str(problem["experts"]), "--n", str(problem["n"]), "--where", f"1={problem['experts']}"]
+
     return [
         Step("quickstart", lambda c: on(c, "examples/quickstart.py"),
              tuned("all_gather_gemm", 1, r"^rank 0/\d+: chose"), timeout=240),
@@ -325,6 +354,7 @@ def steps() -> list[Step]:
         Step("moe_alone", lambda c: on(c, "examples/moe_gemm.py", *(["--tiny"] if c.cpu else [])), moe_alone,
              timeout=240),
         Step("moe_campaign", campaign, moe_campaign, timeout=420),
+        Step("cli_export_sglang", sglang_command, sglang_export),
         Step("cli_list", lambda c: [*c.cli, "list"], cli_check(r"decision\(s\) in ")),
         Step("cli_show", lambda c: [*c.cli, "show", newest_decision(c)], cli_check(r"^->")),
         Step("cli_plot", lambda c: [*c.cli, "plot", newest_decision(c), "-o", str(c.out / "decision.png")],
