@@ -405,3 +405,20 @@ def test_function_plot_fits_and_counts_the_ranks_each_record_says(tmp_path, caps
     plot_entry(cache, [0.4, 0.3, 0.6], name="moe", key="(64, 2048, 'bf16')", group_size=1, stem="b" * 20)
     fig = plots.function_figure(scan(cache)[0])
     assert fig._suptitle.get_text().endswith("2 decision(s) across keys; 1 rank(s), NVIDIA H100 80GB HBM3 x1")
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("case", ["interrupted_and_caught", "interrupted_and_caught_contextual"])
+def test_a_rank_interrupted_and_caught_is_said_to_have_left_not_ended_its_process(tmp_path, case):
+    """Rank 1 is interrupted (KeyboardInterrupt) in a tuned function with no collective; its caller catches it and
+    the process lives on. Rank 0's RankFailedError said "group rank(s) [1] ended their process to leave a collective
+    of the function": neither had happened. It says that rank 1 left the tuning; nothing else changes (no config is
+    blamed)."""
+    results = run_ranks(CASES, 2, [case], env=tuner_env(tmp_path, 60), timeout=130, stuck=[1])
+    assert results[1].result["error"] == "KeyboardInterrupt", describe(results)
+    first = results[0].result
+    assert results[0].returncode == 0 and first["error"] == "RankFailedError", describe(results)
+    message = first["message"]
+    assert "interrupted (KeyboardInterrupt)" in message and "group rank(s) [1] left the tuning" in message, message
+    assert "ended their process" not in message and "collective" not in message, message
+    assert "No config is blamed (an interruption" in message, message

@@ -432,7 +432,8 @@ def board_posted_in_the_last_slice():
     folder.mkdir(parents=True, exist_ok=True)
     if rank() == 1:
         waited_for([folder / "last_slice"])
-        board.post(FailureReport(1, 0, "{variant: 0}", "hung: run exceeded 3 s (injected)", ended=True, origin=1))
+        board.post(FailureReport(1, 0, "{variant: 0}", "hung: run exceeded 3 s (injected)", ended=True, origin=1,
+                                exits=True))  # as its watchdog posts before it ends the process
         (folder / "posted").touch()
         waited_for([folder / "done"])
         emit(posted=True)

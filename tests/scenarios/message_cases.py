@@ -6,10 +6,13 @@ Usage: python message_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_POR
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
 import torch.distributed as dist
+import triton
+import triton.language as tl
 from _cases import case, emit, main, outcome
 
 import triton_dist_tune as tdt
@@ -76,6 +79,58 @@ def local_nearest():
     tdt.campaign(kernel, lambda n: torch.ones(n), [8, 64], local=True)
     served = kernel(torch.ones(10))  # never tuned: the nearest decided key's choice (8's)
     emit(rank=dist.get_rank(), served=served[0].item() - 1)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 128)], key=["n"])
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+
+
+@case
+def interrupted_and_caught():
+    """Rank 1 raises KeyboardInterrupt in its 4th call of a tuned function (``autotune``) that makes no collective;
+    its caller catches it and the process lives on (it stays until the test ends it). Rank 0 hears of it on the
+    failure board."""
+    _interrupted_and_caught(contextual=False)
+
+
+@case
+def interrupted_and_caught_contextual():
+    """As :func:`interrupted_and_caught`, in a run of a ``contextual_autotune`` function."""
+    _interrupted_and_caught(contextual=True)
+
+
+def _interrupted_and_caught(contextual: bool) -> None:
+    tdt.init_distributed(backend="gloo")
+    me, calls = dist.get_rank(), [0]
+
+    def trouble() -> None:
+        calls[0] += 1
+        if me == 1 and calls[0] == 4:
+            raise KeyboardInterrupt
+
+    if contextual:
+        @tdt.contextual_autotune(is_dist=True, n_repeat=3, n_warmup=1)
+        def f(x):
+            add_one[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, x.numel())
+            trouble()
+            return x
+    else:
+        @tdt.autotune([{"c": c} for c in (1, 2, 3)], key_fn=lambda x: x.numel())
+        def f(x, *, c):
+            trouble()
+            return x * c
+    try:
+        f(torch.zeros(128))
+        emit(rank=me, error=None)
+    except BaseException as exc:  # the user's catch: the process goes on
+        emit(rank=me, error=type(exc).__name__, message=str(exc))
+    if me == 1:
+        time.sleep(120)  # alive: only the test ends it, once rank 0 has
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -180,7 +180,8 @@ def _charged(combine: Callable[..., Any]) -> Callable[..., Any]:
 @dataclass(frozen=True)
 class FailureReport:
     """What a rank posts on the failure board: its run of config ``index`` raised ``error`` (or, with ``ended``,
-    that it ended its process after ``error``, another rank's failure, reached it inside that config)."""
+    that it leaves the tuning after ``error``: its own interruption, or another rank's failure that reached it
+    inside that config; with ``exits`` too, that it ends its process now)."""
 
     rank: int
     index: int
@@ -192,6 +193,9 @@ class FailureReport:
     #: the step of the protocol the failure happened in (``config 3 warmup``, ``round 5``, ``config 3 compile
     #: pass``): a rank's guard acts only on reports of the step it is in (:mod:`~triton_dist_tune.faults.watchdog`)
     step: str = ""
+    #: the poster ends its process right after posting (its watchdog fired, or it leaves a collective of the
+    #: function the only way a process can); a rank interrupted by an exception its caller may catch does not
+    exits: bool = False
 
     @property
     def interrupted(self) -> bool:
@@ -225,12 +229,12 @@ class FailureReport:
             if not isinstance(data, dict):
                 raise TypeError(f"a JSON {type(data).__name__}, not an object")
             report = cls(**{k: data[k] for k in ("rank", "index", "config", "error", "ended", "origin")},
-                         step=data.get("step", ""))
+                         step=data.get("step", ""), exits=data.get("exits", False))
         except Exception as exc:  # RecursionError (nested too deep), ValueError, TypeError, KeyError, ...
             raise BadBoardEntry(f"{type(exc).__name__}: {str(exc)[:200]}") from None
         ok = (type(report.rank) is int and type(report.index) is int and type(report.origin) is int
               and isinstance(report.config, str) and isinstance(report.error, str) and type(report.ended) is bool
-              and isinstance(report.step, str))
+              and isinstance(report.step, str) and type(report.exits) is bool)
         if not ok:
             raise BadBoardEntry("a field of the wrong type")
         return report
@@ -252,7 +256,7 @@ class Board:
     def post_ended(self, rank: int, report: FailureReport) -> None:
         """Post that ``rank`` ends its process because of ``report`` (another rank's failure)."""
         self.post(FailureReport(rank, report.index, report.config, report.error, True,
-                                report.rank if report.origin < 0 else report.origin, report.step))
+                                report.rank if report.origin < 0 else report.origin, report.step, exits=True))
 
     def read(self) -> list[FailureReport]:
         """Every report posted so far (cheap: read by the watchdog's monitor twice a second)."""
@@ -269,10 +273,13 @@ class RankEnded(Exception):
 def ended_message(reports: Sequence[FailureReport], missing: Sequence[int]) -> str | None:
     """The error of a rank that waits for ``missing`` ranks when ``reports`` (in the order posted) say some of them
     ended, else None. It names what ended them: the earliest of the ended ranks' latest reports (not a failure they,
-    or others, posted earlier in the tuning and went on from)."""
+    or others, posted earlier in the tuning and went on from). A rank is said to have ended its process only when
+    it said so (``exits``); one interrupted by an exception (its caller may catch it) left the tuning."""
     ended = sorted({r.rank for r in reports if r.ended and r.rank in missing})
     if not ended:
         return None
+    exited = sorted({r.rank for r in reports if r.ended and r.exits and r.rank in missing})
+    left = [rank for rank in ended if rank not in exited]
     latest = {r.rank: r for r in reports if r.rank in ended}  # each ended rank's latest report
     failures = ([r for r in reports if latest.get(r.rank) is r] or [r for r in reports if not r.ended]
                 or [r for r in reports if r.ended])
@@ -287,9 +294,10 @@ def ended_message(reports: Sequence[FailureReport], missing: Sequence[int]) -> s
         blamed = f"No config is blamed (the {COMPILE_PASS} is best-effort; the next attempt runs none for that config)"
     else:
         blamed = "The config is journaled as failed"
-    return (f"triton_dist_tune: {first.describe()}; group rank(s) {ended} ended their process to leave a "
-            f"collective of the function. {blamed}: resume with torchrun --max-restarts or by running the job "
-            "again")
+    said = ([f"group rank(s) {exited} ended their process to leave a collective of the function"] if exited else []) \
+        + ([f"group rank(s) {left} left the tuning"] if left else [])
+    return (f"triton_dist_tune: {first.describe()}; {' and '.join(said)}. {blamed}: resume with torchrun "
+            "--max-restarts or by running the job again")
 
 
 def _nothing(values: list[Any]) -> None:

@@ -95,7 +95,7 @@ class Guarding:
                 try:  # before this process ends and its partners' collectives break: their errors follow this
                     self.guard.board.post(FailureReport(self.group.rank, index, desc,
                                                         f"hung: {phase} exceeded {self.plan.timeout:g} s",
-                                                        ended=True, step=step))
+                                                        ended=True, step=step, exits=True))
                 except Exception:  # the store is going away: the journal holds the hang
                     pass
             else:  # the pass runs the function on outputs it never launched: no evidence
@@ -167,7 +167,7 @@ class Guarding:
         self.journal.append(index, "interrupted", config=desc, phase=phase, error=f"interrupted: {waited}")
         try:
             self.guard.board.post(FailureReport(self.group.rank, index, desc, f"interrupted: {waited}", ended=True,
-                                                step=step))
+                                                step=step, exits=True))  # the watchdog ends this process next
         except Exception:  # the store is going away: the journal holds it
             pass
         self.log.error("%s config %d %s: %s", self.label, index, phase, waited)
