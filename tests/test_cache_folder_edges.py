@@ -159,6 +159,53 @@ def test_clear_removes_only_files_named_as_the_tuner_names_them(tmp_path, capsys
         assert kept.exists() and str(kept) not in out, (kept, out)
 
 
+
+def triton_dist_files(root: Path, function: str, n: int) -> list[Path]:
+    """What Triton-distributed's own autotuner (``triton_dist.tune``) leaves in the folder it shares with this
+    library by default: ``<function>/<sha256>.json`` (its format: config, deps, key, func, timestamp; an
+    ``Infinity`` time for a config that failed), a tuning log ``<sha256>.log-<time>-rank<r>`` and the backup
+    ``<sha256>.<timestamp>`` of a file it replaced. Returns the JSON files."""
+    import hashlib
+
+    written = []
+    for i in range(n):
+        stem = hashlib.sha256(f"{function}{i}".encode()).hexdigest()
+        path = root / function / f"{stem}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"config": [[0.12, {"BLOCK_M": 128}], [float("inf"), {"BLOCK_M": 256}]],
+                                    "deps": {"torch.version": "2.6.0"}, "key": [128, 256], "func": function,
+                                    "timestamp": "2025-01-01_12_00_00"}))
+        path.with_name(f"{stem}.log-2025-01-01_12-00-00-rank0").write_text("tuning log\n")
+        path.with_name(f"{stem}.2024-12-01_12_00_00").write_text(path.read_text())
+        written.append(path)
+    return written
+
+
+@pytest.mark.timeout(120)
+def test_triton_distributeds_own_files_are_named_once_as_not_this_librarys_and_left_alone(tmp_path, capsys):
+    """Triton-distributed's autotuner writes into the same default folder (~/.triton_dist/autotune). ``list`` and
+    ``clear --dry-run`` said of each of its files "skipped ...json: unknown cache format None (this reader knows 1
+    and 2)", then counted them as unreadable files that 'clear --older-than AGE' removes (it does not). Now one line
+    says that they are not this library's (Triton-distributed's) and that clear leaves them; ``clear --all`` still
+    removes only this library's decisions."""
+    root, now = tmp_path / "autotune", time.time()
+    mine = decision(root, "c" * 20, "(1,)", "s1", now - 100, function="ag_gemm")
+    theirs = triton_dist_files(root, "ag_gemm", 2) + triton_dist_files(root, "gemm_rs", 1)
+    others = sorted(p for p in root.glob("*/*") if p != mine)  # theirs, their logs and backups
+    for args in (["list"], ["clear", "--all", "--dry-run"], ["clear", "--older-than", "0s", "--dry-run"]):
+        _, out, err = cli([*args, "--cache-dir", root], capsys)
+        lines = err.splitlines()
+        assert "unknown cache format" not in err and "unreadable" not in err, (args, err)
+        assert len(lines) == 1 and "skipped 3 file(s)" in lines[0] and "Triton-distributed's autotuner" in lines[0] \
+            and "not this library's" in lines[0] and "clear leaves them" in lines[0], (args, err)
+        assert not any(str(p) in out for p in theirs), (args, out)
+    status, _, err = cli(["show", theirs[0], "--cache-dir", root], capsys)
+    assert status == 2 and "written by Triton-distributed's autotuner" in err and "unknown cache" not in err, err
+    status, out, _ = cli(["clear", "--all", "--cache-dir", root], capsys)
+    assert status == 0 and "removed 1 cache file(s)" in out and not mine.exists(), out
+    assert sorted(root.glob("*/*")) == others
+
+
 # -- 3: a tuning in flight keeps its journal -----------------------------------------------------------------------
 
 

@@ -48,7 +48,12 @@ class Unexportable(dec.CacheError):
 
 
 def _warn_problems(problems: Sequence[dec.CacheError]) -> int:
-    """Say each unreadable file on stderr; the exit status: 1 when some file was skipped, else 0."""
+    """Say each unreadable file on stderr, and in one line the files that are not this library's (another program's
+    JSON, such as Triton-distributed's autotuner writes into the same default folder); the exit status: 1 when some
+    file was skipped, else 0."""
+    foreign = [problem for problem in problems if isinstance(problem, dec.ForeignFile)]
+    _say_foreign(foreign)
+    status, problems = (1 if problems else 0), [problem for problem in problems if problem not in foreign]
     for problem in problems:
         print(f"triton-dist-tune: skipped {problem}", file=sys.stderr)
     links = sum(isinstance(problem, dec.LinkOut) for problem in problems)
@@ -62,7 +67,19 @@ def _warn_problems(problems: Sequence[dec.CacheError]) -> int:
         parts.append(f"{unexportable} holding NaN or Infinity, which a bundle (standard JSON) cannot hold")
     if problems:
         print(f"triton-dist-tune: {len(problems)} file(s) skipped: {'; '.join(parts)}", file=sys.stderr)
-    return 1 if problems else 0
+    return status
+
+
+def _say_foreign(foreign: Sequence[dec.ForeignFile]) -> None:
+    """One line for every file of ``foreign`` (JSON without this library's ``format`` field, not named as its
+    decisions): whose they are, and that ``clear`` leaves them."""
+    if not foreign:
+        return
+    whose = ("written by Triton-distributed's autotuner (triton_dist.tune), which shares the default cache folder"
+             if all(f.triton_dist for f in foreign) else "written by another program (Triton-distributed's autotuner "
+             "writes such files into the default cache folder, which it shares with this library)")
+    print(f"triton-dist-tune: skipped {len(foreign)} file(s) that are not this library's (JSON without its "
+          f"'format' field: {whose}), such as {foreign[0].path}; clear leaves them", file=sys.stderr)
 
 
 def _check_age(text: str | None) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .entries import CacheError as CacheError
 from .entries import Entry as Entry
+from .entries import ForeignFile as ForeignFile
 from .entries import LinkOut as LinkOut
 from .entries import parse_entry as parse_entry
 from .entries import read_entry as read_entry

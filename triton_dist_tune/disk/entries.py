@@ -4,6 +4,7 @@ decisions are superseded by newer ones (:func:`superseded`)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,27 @@ class CacheError(Exception):
 
 class LinkOut(CacheError):
     """A file reached through a link that leads out of the cache folder: skipped, never read nor deleted."""
+
+
+#: the name of a decision's file: the 20 hex digits of :func:`~triton_dist_tune.space.fingerprint`, then ``.json``
+ENTRY_NAME = re.compile(r"[0-9a-f]{20}\.json")
+#: the fields of the files Triton-distributed's own autotuner (``triton_dist.tune``) writes
+TRITON_DIST_FIELDS = frozenset({"config", "deps", "key", "func"})
+
+
+class ForeignFile(CacheError):
+    """A JSON object in the cache folder that is not one of this library's files: no ``format`` field, and not named
+    as the tuner names its decisions. Triton-distributed's autotuner writes such files (``<function>/<sha256>.json``,
+    beside its ``.log-*`` files and backups) into ``~/.triton_dist/autotune``, this library's default folder too.
+    Skipped (said once for all of them: ``cli/common.py``), never read as a decision, never removed by ``clear``."""
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        #: whether its fields are those Triton-distributed's autotuner writes
+        self.triton_dist = TRITON_DIST_FIELDS <= data.keys()
+        whose = ("written by Triton-distributed's autotuner (triton_dist.tune), which shares the default cache folder"
+                 if self.triton_dist else "another program's file")
+        super().__init__(f"{path}: not a decision of triton-dist-tune (a JSON object without its 'format' field: "
+                         f"{whose})", path)
 
 
 @dataclass
@@ -178,6 +200,8 @@ def parse_entry(path: Path, data: Any) -> Entry:
         raise CacheError(f"{path}: malformed cache entry (nested {levels} levels deep, more than the {FILE_DEPTH} "
                          "the tuner reads)", path)
     fmt = data.get("format")
+    if "format" not in data and not ENTRY_NAME.fullmatch(path.name):
+        raise ForeignFile(path, data)
     if fmt not in (1, 2):
         raise CacheError(f"{path}: unknown cache format {fmt!r} (this reader knows 1 and 2)", path)
     index, config = data.get("index"), data.get("config")
