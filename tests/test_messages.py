@@ -422,3 +422,46 @@ def test_a_rank_interrupted_and_caught_is_said_to_have_left_not_ended_its_proces
     assert "interrupted (KeyboardInterrupt)" in message and "group rank(s) [1] left the tuning" in message, message
     assert "ended their process" not in message and "collective" not in message, message
     assert "No config is blamed (an interruption" in message, message
+
+
+def test_the_arg_overwrite_notice_is_a_warning_said_once_per_function_and_parameter(tuner_dirs, capfd):
+    """``autotune_allow_arg_overwrite=True`` with a tuned parameter the caller passes: the notice went straight to
+    stderr (the package logger), so ``warnings.catch_warnings`` and ``-W ignore`` could not filter it
+    (Triton-distributed says it with ``warnings.warn``). Now a ``UserWarning`` that points at the caller's line,
+    once per function and parameter as before, and a line in the rank's log."""
+    import logging
+    import warnings
+
+    import triton_dist_tune as tdt
+    from triton_dist_tune.disk import logs
+
+    def tuned(name: str):
+        @tdt.autotune([{"c": 1}, {"c": 2}], key_fn=lambda x, **kw: x, n_warmup=0, n_repeat=1, name=name)
+        def f(x, *, c):
+            return x * c
+        return f
+
+    logged: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: logged.append(record.getMessage())
+    logs.rank_log().addHandler(handler)
+    try:
+        f, g = tuned("overwritten"), tuned("silenced")
+        capfd.readouterr()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert f(4, c=3, autotune_allow_arg_overwrite=True) == 12  # tuned, then run with the caller's c
+            assert f(4, c=3, autotune_allow_arg_overwrite=True) == 12  # decided: said already
+            assert f(5, c=3, autotune_allow_arg_overwrite=True) == 15  # another key: said already
+        said = [w for w in caught if "overrides the tuned config's value" in str(w.message)]
+        assert len(said) == 1 and issubclass(said[0].category, UserWarning), [str(w.message) for w in caught]
+        assert "overwritten: the caller's c=3 overrides" in str(said[0].message), str(said[0].message)
+        assert said[0].filename == __file__, said[0].filename  # the caller's line, as -W ...:module filters need
+        assert "overrides" not in capfd.readouterr().err  # recorded by catch_warnings, not printed
+        assert sum("overwritten: the caller's c=3 overrides" in m for m in logged) == 1, logged
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert g(4, c=3, autotune_allow_arg_overwrite=True) == 12
+        assert "overrides" not in capfd.readouterr().err  # filtered out
+    finally:
+        logs.rank_log().removeHandler(handler)

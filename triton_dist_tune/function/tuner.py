@@ -4,7 +4,8 @@ options and decisions are its :class:`~.tuned.TunedFunction`'s."""
 
 from __future__ import annotations
 
-import logging
+import os
+import sys
 import warnings
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import ExitStack
@@ -21,7 +22,20 @@ from .options import TuneOptions
 from .tuned import TunedFunction
 from .tuning import Tuning
 
-log = logging.getLogger("triton_dist_tune")
+#: the folders whose frames lie between the caller of a tuned function and the tuner: this package's and Dynamo's
+#: (:func:`~triton_dist_tune.capture.eagerly` runs the call under ``torch._dynamo.disable``)
+_INSIDE = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+           f"{os.sep}torch{os.sep}_dynamo{os.sep}")
+
+
+def caller_level() -> int:
+    """The ``stacklevel`` that makes a warning raised by the function calling this one name the line of the tuned
+    function's caller (the first frame outside this package and Dynamo's wrappers), whatever the path in between."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and (frame.f_code.co_filename.startswith(_INSIDE[0])
+                                        or _INSIDE[1] in frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class Tuner(TunedFunction):
@@ -155,8 +169,9 @@ class Tuner(TunedFunction):
             for name in clash:
                 if name not in self._overwrite_warned:
                     self._overwrite_warned.add(name)
-                    log.warning("triton_dist_tune: %s: the caller's %s=%r overrides the tuned config's value "
-                                "(autotune_allow_arg_overwrite=True)", self.name, name, kwargs[name])
+                    text = (f"triton_dist_tune: {self.name}: the caller's {name}={kwargs[name]!r} overrides the "
+                            "tuned config's value (autotune_allow_arg_overwrite=True)")
+                    _say(text, UserWarning)
             return self.fn(*args, **{**config, **kwargs})
         return self.fn(*args, **kwargs, **config)
 
@@ -178,7 +193,8 @@ class Tuner(TunedFunction):
                     _say(f"{self.name}: autotune=False ran config {position} ({describe(config)}), the first "
                          "config prune_fn keeps on this rank: without tuning, prune_fn is asked on each rank alone "
                          "(no communication), so a rank where it answers otherwise runs another config; make prune_fn "
-                         "answer alike on every rank, or tune (ranks then keep only the configs every rank keeps)")
+                         "answer alike on every rank, or tune (ranks then keep only the configs every rank keeps)",
+                         RuntimeWarning)
                 return config
         raise BadInputError(f"{self.name}: prune_fn keeps no config for this call (autotune=False)")
 
@@ -192,10 +208,11 @@ def _in_a_job() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def _say(text: str) -> None:
-    """A warning of this rank: Python's (the console hears it once) and the rank's log file."""
+def _say(text: str, category: type[Warning]) -> None:
+    """A warning of this rank, at the tuned function's caller's line: Python's (the console hears it once, and the
+    warning filters apply) and the rank's log file."""
     logs.rank_log().warning(text)
-    warnings.warn(text, RuntimeWarning, stacklevel=4)
+    warnings.warn(text, category, stacklevel=caller_level())
 
 
 def _key_problem(key: Hashable) -> str | None:
