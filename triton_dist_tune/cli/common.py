@@ -50,10 +50,12 @@ class Unexportable(dec.CacheError):
 def _warn_problems(problems: Sequence[dec.CacheError]) -> int:
     """Say each unreadable file on stderr, and in one line the files that are not this library's (another program's
     JSON, such as Triton-distributed's autotuner writes into the same default folder); the exit status: 1 when some
-    file was skipped, else 0."""
+    file of this library's was skipped, else 0 (another program's files are no fault of the cache: a folder shared
+    with Triton-distributed lists with status 0)."""
     foreign = [problem for problem in problems if isinstance(problem, dec.ForeignFile)]
     _say_foreign(foreign)
-    status, problems = (1 if problems else 0), [problem for problem in problems if problem not in foreign]
+    problems = [problem for problem in problems if problem not in foreign]
+    status = 1 if problems else 0
     for problem in problems:
         print(f"triton-dist-tune: skipped {problem}", file=sys.stderr)
     links = sum(isinstance(problem, dec.LinkOut) for problem in problems)
