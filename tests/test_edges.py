@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -82,14 +83,22 @@ def test_the_count_of_skipped_files_says_clear_removes_only_the_unreadable_ones(
     (outside / "settings.json").write_text('{"keep": true}')
     entry(cache, "fn", "good")
     (cache / "fn" / "torn.json").write_text('{"format": 2, "key"')
+    (cache / "fn" / ("0" * 20 + ".json")).write_text('{"format": 2, "key"')  # named as the tuner names its files
     (cache / "fn" / "alias.json").symlink_to(outside / "settings.json")
+    old = time.time() - 3600
+    for torn in ("torn.json", "0" * 20 + ".json"):
+        os.utime(cache / "fn" / torn, (old, old))
     code, out, err = run(capsys, "list", "--cache-dir", str(cache))
     assert code == 1 and "1 decision(s)" in out, (out, err)
-    assert err.splitlines()[-1] == ("triton-dist-tune: 2 file(s) skipped: 1 unreadable ('clear --older-than AGE' or "
-                                    "deleting them removes them); 1 link(s) out of the cache folder (never followed "
-                                    "nor deleted by the command line: remove a link yourself)"), err
+    # torn.json is no name of the tuner's: clear leaves it, which the line said it removed (before: "2 unreadable")
+    assert err.splitlines()[-1] == ("triton-dist-tune: 3 file(s) skipped: 1 unreadable ('clear --older-than AGE' or "
+                                    "deleting them removes them); 1 unreadable and not named as this library's files "
+                                    "(clear never removes such a file: delete it yourself if it is no other "
+                                    "program's); 1 link(s) out of the cache folder (never followed nor deleted by the "
+                                    "command line: remove a link yourself)"), err
     code, out, err = run(capsys, "clear", "--older-than", "1s", "--cache-dir", str(cache))
     assert (cache / "fn" / "alias.json").is_symlink() and (outside / "settings.json").exists(), (out, err)
+    assert (cache / "fn" / "torn.json").exists() and not (cache / "fn" / ("0" * 20 + ".json")).exists(), (out, err)
 
 
 def test_a_file_that_is_not_utf8_is_skipped_and_named_by_every_command(tmp_path, capsys):

@@ -60,8 +60,14 @@ def _warn_problems(problems: Sequence[dec.CacheError]) -> int:
         print(f"triton-dist-tune: skipped {problem}", file=sys.stderr)
     links = sum(isinstance(problem, dec.LinkOut) for problem in problems)
     unexportable = sum(isinstance(problem, Unexportable) for problem in problems)
-    unreadable = len(problems) - links - unexportable
+    # an unreadable file is clear's to remove only where it is named as the tuner names its files
+    theirs = sum(not isinstance(problem, (dec.LinkOut, Unexportable)) and problem.path is not None
+                 and not dec.tuner_named(Path(problem.path)) for problem in problems)
+    unreadable = len(problems) - links - unexportable - theirs
     parts = [f"{unreadable} unreadable ('clear --older-than AGE' or deleting them removes them)"] if unreadable else []
+    if theirs:
+        parts.append(f"{theirs} unreadable and not named as this library's files (clear never removes such a file: "
+                     "delete it yourself if it is no other program's)")
     if links:
         parts.append(f"{links} link(s) out of the cache folder (never followed nor deleted by the command line: "
                      "remove a link yourself)")
