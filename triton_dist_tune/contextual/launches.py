@@ -16,7 +16,6 @@ each ``triton.autotune`` launch made inside the tuned function (it is the call's
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from ..disk import logs
@@ -273,5 +272,4 @@ def _tensor_in_key(autotuner: Any, key: tuple) -> None:
             f"(key={list(autotuner.keys)}): every new tensor is a new key, tuned again (stock Triton benchmarks "
             "again too), and ranks holding different values meet different keys; key by a size or another number "
             "instead")
-    logs.rank_log().warning(text)  # the rank's log file; the console hears it once, from warnings
-    warnings.warn(text, RuntimeWarning, stacklevel=2)
+    logs.warn(text, RuntimeWarning, stacklevel=2)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,8 +52,7 @@ class StockWatch:
                 "other ranks can then compute wrong results or hang; to tune it with the group, launch it from a "
                 "contextual_autotune function that this function calls, or make its configs this function's "
                 "(docs/autotune.md)")
-        logs.rank_log().warning(text)  # the rank's log file; the console hears it once, from warnings
-        warnings.warn(text, RuntimeWarning, stacklevel=2)
+        logs.warn(text, RuntimeWarning, stacklevel=2)
 
 
 @contextlib.contextmanager

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .entries import JOURNAL_TAIL
 from .entries import CacheError as CacheError
 from .entries import Entry as Entry
 from .entries import ForeignFile as ForeignFile
@@ -25,6 +25,7 @@ from .entries import parse_entry as parse_entry
 from .entries import read_entry as read_entry
 from .entries import recorded_near_tie as recorded_near_tie
 from .entries import superseded as superseded
+from .entries import tuner_named as tuner_named
 from .versions import versions as current_versions
 
 try:
@@ -122,26 +123,12 @@ class AmbiguousName(CacheError):
     """A name that names several decisions (:func:`find`): no other lookup (a tuning never finished) is tried."""
 
 
-#: a journal's name after its entry: ``.<group tag>.rank<r>[.<k>].journal`` (the tag is absent in old journals)
-_TAIL = r"(?:\.[0-9a-f]{10})?\.rank[0-9]+(?:\.[0-9]+)?\.journal"
-_JOURNAL_TAIL = re.compile(f"^{_TAIL}$")
-#: the names the tuner gives its files: a cache entry ``<entry>.json`` and a journal, ``<entry>`` the 20 hex digits of
-#: :func:`~triton_dist_tune.space.fingerprint` (:meth:`~triton_dist_tune.disk.cache.DiskCache.path`)
-_TUNER_NAME = re.compile(f"[0-9a-f]{{20}}(?:\\.json|{_TAIL})")
-
-
-def tuner_named(path: Path) -> bool:
-    """Whether ``path`` is named as the tuner names its files (a cache entry or a journal): ``clear`` removes no
-    other file, whatever folder it is pointed at."""
-    return _TUNER_NAME.fullmatch(path.name) is not None
-
-
 def journals_of(entry_path: Path) -> list[Path]:
     """The crash journals beside a cache entry: every group, every rank, every slot, of ``autotune`` and
     ``contextual_autotune`` alike (``<entry>.<group>.rank<r>[.<k>].journal``); links out of its folder left out."""
     stem, folder = entry_path.stem, entry_path.parent
     return sorted(p for p in folder.glob(f"{stem}.*journal")
-                  if _JOURNAL_TAIL.match(p.name[len(stem):]) and inside(folder, p))
+                  if JOURNAL_TAIL.match(p.name[len(stem):]) and inside(folder, p))
 
 
 @dataclass

@@ -30,8 +30,18 @@ class LinkOut(CacheError):
     """A file reached through a link that leads out of the cache folder: skipped, never read nor deleted."""
 
 
-#: the name of a decision's file: the 20 hex digits of :func:`~triton_dist_tune.space.fingerprint`, then ``.json``
-ENTRY_NAME = re.compile(r"[0-9a-f]{20}\.json")
+#: a journal's name after its entry: ``.<group tag>.rank<r>[.<k>].journal`` (the tag is absent in old journals)
+_TAIL = r"(?:\.[0-9a-f]{10})?\.rank[0-9]+(?:\.[0-9]+)?\.journal"
+JOURNAL_TAIL = re.compile(f"^{_TAIL}$")
+#: the names the tuner gives its files: a cache entry ``<entry>.json`` and a journal, ``<entry>`` the 20 hex digits of
+#: :func:`~triton_dist_tune.space.fingerprint` (:meth:`~triton_dist_tune.disk.cache.DiskCache.path`)
+_TUNER_NAME = re.compile(f"[0-9a-f]{{20}}(?:\\.json|{_TAIL})")
+
+
+def tuner_named(path: Path) -> bool:
+    """Whether ``path`` is named as the tuner names its files (a cache entry or a journal): ``clear`` removes no
+    other file, whatever folder it is pointed at."""
+    return _TUNER_NAME.fullmatch(path.name) is not None
 #: the fields of the files Triton-distributed's own autotuner (``triton_dist.tune``) writes
 TRITON_DIST_FIELDS = frozenset({"config", "deps", "key", "func"})
 
@@ -200,7 +210,7 @@ def parse_entry(path: Path, data: Any) -> Entry:
         raise CacheError(f"{path}: malformed cache entry (nested {levels} levels deep, more than the {FILE_DEPTH} "
                          "the tuner reads)", path)
     fmt = data.get("format")
-    if "format" not in data and not ENTRY_NAME.fullmatch(path.name):
+    if "format" not in data and not tuner_named(path):
         raise ForeignFile(path, data)
     if fmt not in (1, 2):
         raise CacheError(f"{path}: unknown cache format {fmt!r} (this reader knows 1 and 2)", path)

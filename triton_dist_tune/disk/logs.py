@@ -35,6 +35,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,13 @@ def rank_log() -> logging.Logger:
                 logger.addHandler(handler)
             _file_loggers[rank] = logger
         return logger
+
+
+def warn(text: str, category: type[Warning], stacklevel: int = 1) -> None:
+    """A warning of this rank: the rank's log file, and Python's warning (the console hears it once, and the warning
+    filters apply) at ``stacklevel`` counted from the caller of this function, as :func:`warnings.warn` counts."""
+    rank_log().warning(text)
+    warnings.warn(text, category, stacklevel=stacklevel + 1)
 
 
 def _open_files(folder: Path, rank: int) -> list[logging.FileHandler]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import ExitStack
 from typing import Any
@@ -171,7 +170,7 @@ class Tuner(TunedFunction):
                     self._overwrite_warned.add(name)
                     text = (f"triton_dist_tune: {self.name}: the caller's {name}={kwargs[name]!r} overrides the "
                             "tuned config's value (autotune_allow_arg_overwrite=True)")
-                    _say(text, UserWarning)
+                    logs.warn(text, UserWarning, caller_level())
             return self.fn(*args, **{**config, **kwargs})
         return self.fn(*args, **kwargs, **config)
 
@@ -190,11 +189,11 @@ class Tuner(TunedFunction):
                     check_no_clash(config, kwargs)
                 if position and position not in self._untuned_warned and _in_a_job():
                     self._untuned_warned.add(position)
-                    _say(f"{self.name}: autotune=False ran config {position} ({describe(config)}), the first "
-                         "config prune_fn keeps on this rank: without tuning, prune_fn is asked on each rank alone "
-                         "(no communication), so a rank where it answers otherwise runs another config; make prune_fn "
-                         "answer alike on every rank, or tune (ranks then keep only the configs every rank keeps)",
-                         RuntimeWarning)
+                    logs.warn(f"{self.name}: autotune=False ran config {position} ({describe(config)}), the "
+                              "first config prune_fn keeps on this rank: without tuning, prune_fn is asked on each "
+                              "rank alone (no communication), so a rank where it answers otherwise runs another "
+                              "config; make prune_fn answer alike on every rank, or tune (ranks then keep only the "
+                              "configs every rank keeps)", RuntimeWarning, caller_level())
                 return config
         raise BadInputError(f"{self.name}: prune_fn keeps no config for this call (autotune=False)")
 
@@ -206,13 +205,6 @@ def _in_a_job() -> bool:
     import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-
-def _say(text: str, category: type[Warning]) -> None:
-    """A warning of this rank, at the tuned function's caller's line: Python's (the console hears it once, and the
-    warning filters apply) and the rank's log file."""
-    logs.rank_log().warning(text)
-    warnings.warn(text, category, stacklevel=caller_level())
 
 
 def _key_problem(key: Hashable) -> str | None:
