@@ -69,6 +69,21 @@ def test_a_stock_autotuned_kernel_tuning_itself_inside_an_autotune_function_is_s
 
 @pytest.mark.triton_dependent
 @pytest.mark.timeout(200)
+def test_a_stock_autotuned_kernel_tuning_itself_in_a_decided_call_is_said_on_every_rank(tmp_path):
+    """The key decided by a call that launched no stock kernel, a later call of that key launches one, which each
+    rank tunes alone (rank 0 BLOCK 64, rank 1 BLOCK 32): before, the decided call was not watched and nothing was
+    said; now every rank warns once, over two kernel keys."""
+    results = run("stock_kernel_tunes_itself_in_a_decided_call", 2, tmp_path)
+    assert [r.result["best"] for r in results] == [64, 32], describe(results)
+    for r in results:
+        assert r.result["ok"], describe(results)
+        said = r.result["said"]
+        assert len(said) == 1 and "chose its config on this rank alone" in said[0], said
+        assert "f" in said[0] and "contextual_autotune" in said[0], said
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
 def test_the_stock_kernel_warning_reaches_stderr_once(tmp_path):
     """Before, the warning went to Python's warnings and to the package logger, whose last-resort handler printed
     it too: twice on each rank's stderr. Now the warning once, and the rank's log file."""

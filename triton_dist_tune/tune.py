@@ -15,7 +15,7 @@ from typing import Any
 
 from . import checks, settings
 from .capture import capturing, eagerly, tuning_in_capture
-from .contextual.stock_watch import watching
+from .contextual.stock_watch import watch_decided_calls, watching
 from .errors import BadInputError
 from .function import TuneOptions, Tuner
 from .group.resolve import channel_entries
@@ -154,6 +154,7 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
             return slow(args, kwargs)
         return fn(*args, **kwargs, **config)
 
+    watch_decided_calls(tuned.__code__)  # a stock kernel choosing a config in a decided call is said (its ``tuner``)
     tuned.tuner = tuner  # type: ignore[attr-defined]
     tuned.fn = fn  # type: ignore[attr-defined]  # the undecorated function, as Triton-distributed's tuner has it
     return tuned

@@ -164,6 +164,25 @@ def stock_kernel_tunes_itself_inside_autotune():
 
 
 @case
+def stock_kernel_tunes_itself_in_a_decided_call():
+    """The stock kernel first launched in a decided call: the function's one key is tuned by a call that launches
+    nothing, then a call of the same key launches the kernel, which tunes itself on each rank alone."""
+    tdt.init_distributed()
+    kernel = rank_bench_kernel()
+
+    @tdt.autotune([{"chunks": c} for c in (1, 2)], key_fn=lambda x, launch: 0, n_warmup=1, n_repeat=2)
+    def f(x, launch, *, chunks):
+        out = launch_one(kernel, x) if launch else x + 1
+        for part in out.chunk(chunks):
+            dist.all_reduce(part)
+            part /= dist.get_world_size()
+        return out
+
+    f(torch.arange(100, dtype=torch.float32), False)
+    stock_warnings(lambda x: f(x, True), kernel)
+
+
+@case
 def stock_kernel_in_a_nested_contextual_function():
     """The same kernel launched from a ``contextual_autotune`` function that the ``autotune`` function calls: the
     group tunes it (one choice on every rank), and nothing is said."""

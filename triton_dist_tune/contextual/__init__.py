@@ -50,7 +50,8 @@ the package's measure/, group/, faults/, disk/ and its errors, records, settings
     schedule   Track: the group's schedule of one (kernel, key): warm-ups, then the race; failures however late
     stages     which configs a Track warms up and races: all at once, or a search's stages, then its finalists
     intercept  the scoped interception of Autotuner.run, and the Triton internals it relies on
-    stock_watch  an autotune function's undecided call: a stock @triton.autotune kernel tuning itself there is said
+    stock_watch  an autotune function's call, decided or not: a stock @triton.autotune kernel tuning itself there
+                 is said
 """
 
 from __future__ import annotations

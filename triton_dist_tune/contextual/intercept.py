@@ -5,11 +5,13 @@ From the first call of a contextual tuned function on (or an ``autotune`` functi
 that looks up the handler of the *current* context (a :class:`contextvars.ContextVar`):
 
 - with a handler (inside a tuned function, in the thread or task that called it), the launch goes to the handler;
-- without one (other threads, code outside the tuned function), the wrapper calls the original ``run`` exactly.
+- without one (other threads, code outside the tuned function), the wrapper calls the original ``run`` exactly,
+  through :mod:`~.stock_watch`'s observer for a kernel with more than one config (it counts the kernel's cache
+  before and after, to say a choice made inside a decided ``autotune`` call).
 
 The wrapper stays in place, so that a decided call pays one context set and reset, not a patch and a restore (a
 class attribute set twice per call, under a lock); outside tuned calls Triton's own ``run`` does everything, as
-before, after one context lookup.
+before, after one context lookup (and two cache lengths).
 
 The key of a launch is computed exactly as ``Autotuner.run`` computes it (the same code in Triton 3.6 and 3.9):
 the values of the ``key`` arguments, then the dtype of every argument that has one. Writing
@@ -45,6 +47,8 @@ _patch_lock = threading.Lock()
 _installed = False
 _original_run: Any = None
 _class: type | None = None
+#: what runs a launch that may tune (more than one config) outside every handler's context (:func:`observe_unhandled`)
+_unhandled: Any = None
 
 
 def _autotuner_class() -> type:
@@ -58,8 +62,10 @@ def _autotuner_class() -> type:
 
 def _intercepted_run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
     handler = _ACTIVE.get()
-    if handler is None or kwargs.get("warmup") or len(self.configs) <= 1:
+    if kwargs.get("warmup") or len(self.configs) <= 1:
         return _original_run(self, *args, **kwargs)
+    if handler is None:
+        return _original_run(self, *args, **kwargs) if _unhandled is None else _unhandled(self, args, kwargs)
     return handler.launch(self, args, kwargs)
 
 
@@ -90,6 +96,14 @@ def intercepting(handler: Handler) -> Iterator[None]:
         yield
     finally:
         _ACTIVE.reset(token)
+
+
+def observe_unhandled(observer: Any) -> None:
+    """Send every launch of a kernel with more than one config made outside a handler's context to
+    ``observer(autotuner, args, kwargs)``, which runs it through :func:`original_run` (set once: a decided
+    ``autotune`` call's stock launches, :mod:`~.stock_watch`)."""
+    global _unhandled
+    _unhandled = observer
 
 
 def original_run() -> Any:
