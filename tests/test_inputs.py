@@ -440,7 +440,7 @@ def test_contextual_options_are_checked_when_decorating(option, value):
 
 def test_good_options_pass():
     tdt.autotune([{"block": 1}], key_fn=lambda a: 0, timeout=30, budget=5.0, n_warmup=0, batch=4, early_stop=1.5,
-                 rtol=0, atol=1e-3, compile_threads=2, timing="cold", sharded=True)(identity)
+                 rtol=0, atol=1e-3, ref_prog=identity, compile_threads=2, timing="cold", sharded=True)(identity)
     tdt.contextual_autotune(True, 3, 0, timeout=1.5, max_runs=4, sync_every=2, precompile=False)(identity)
 
 

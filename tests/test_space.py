@@ -51,6 +51,7 @@ def test_clash_with_call_keywords():
 @pytest.mark.parametrize("options, message", [
     ({"n_repeat": 0}, "n_repeat"), ({"early_stop": 0.5}, "early_stop"), ({"rtol": 1e-3}, "rtol and atol"),
     ({"restore_value": ["nope"]}, "not parameters"), ({"key_fn": 3}, "key_fn"),
+    ({"rtol": 1e-3, "atol": 1e-3}, "no ref_prog is given"),  # tolerances of a check that never runs
 ])
 def test_bad_options_are_rejected_at_decoration(options, message):
     kwargs = {"config_space": [{"v": 1}], "key_fn": lambda x: 0, **options}

@@ -122,6 +122,9 @@ class TuneOptions:
         checks.tolerance(self.atol, "atol")
         if (self.rtol is None) != (self.atol is None):
             raise BadInputError("give both rtol and atol, or neither (then torch's defaults for the dtype apply)")
+        if self.rtol is not None and self.ref_prog is None:
+            raise BadInputError("rtol and atol are the tolerances of the check against ref_prog, and no ref_prog is "
+                                "given: no config's result would be checked; give ref_prog=... too, or drop them")
         extra = self.cache_key_extra
         if extra is not None and not (isinstance(extra, str) or callable(extra)):
             raise BadInputError("cache_key_extra must be a string or a function returning one")
