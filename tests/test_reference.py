@@ -135,3 +135,44 @@ def test_a_config_that_writes_a_wrong_undeclared_output_fails_its_ref_prog_check
     assert states[0][0] == "measured" and states[1][0] == "failed", states
     assert "wrong result: the result['c']" in states[1][1], states
     assert decision.index == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_wrong_result_names_the_argument_that_differs_and_suspects_ref_prog_when_every_config_fails_alike(
+        tmp_path, monkeypatch):
+    # The compared value is (what the function returns, *the restore_value / reset_to_zero tensors), and the verdict
+    # named its items by position: a function that scales x in place and returns it, declared restore_value=["x"],
+    # checked against a ref_prog that returns the scaled tensor and leaves x alone (as TileLang's and most
+    # references are written), failed every config with "the result[1]: ... differ" (x, which the user never wrote
+    # as a result) and "the cause is most likely the function or its environment", although both configs are right
+    import torch
+
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_LOG_DIR", str(tmp_path / "logs"))
+
+    @tdt.autotune([{"chunks": 1}, {"chunks": 2}], key_fn=lambda x: 0, ref_prog=lambda x: x * 2,
+                  restore_value=["x"], n_repeat=2)
+    def scale_(x, *, chunks):
+        for part in x.chunk(chunks):
+            part.mul_(2)
+        return x
+
+    with pytest.raises(tdt.AllConfigsFailedError) as caught:
+        scale_(torch.ones(8))
+    text = str(caught.value)
+    assert "argument x (restore_value)" in text and "the result[1]" not in text, text
+    assert "most likely ref_prog" in text, text
+
+    # the returned value is "the result" (its own items indexed as before: "the result[0]" of a returned tuple)
+    @tdt.autotune([{"wrong": 0}, {"wrong": 1}], key_fn=lambda x: 0, ref_prog=lambda x: (x * 2, x + 1),
+                  n_repeat=2)
+    def pair(x, *, wrong):
+        return x * 2 + wrong, x + 1
+
+    pair(torch.ones(8))
+    (decision,) = pair.tuner.decisions.values()
+    states = {o.index: (o.state, o.error) for o in decision.outcomes}
+    assert states[1][0] == "failed" and "wrong result: the result[0]: 8 of 8 elements differ" in states[1][1], states
+    assert decision.index == 0

@@ -66,6 +66,10 @@ def one_cause(errors: list[str]) -> str | None:
     as what it most likely is: the function or its environment (a missing ``init_process_group``, no GPU driver),
     not the configs; else None."""
     if len(errors) > 1 and len(set(errors)) == 1:
+        if "wrong result: " in errors[0]:  # every config's result differs alike: the reference is as suspect
+            return (f", all {len(errors)} with the same error, so the cause is most likely ref_prog (what it returns "
+                    f"and what it leaves in the arguments the result holds), its tolerances or the function, not "
+                    f"the configs: {errors[0]}")
         return (f", all {len(errors)} with the same error, so the cause is most likely the function or its "
                 f"environment, not the configs: {errors[0]}")
     return None

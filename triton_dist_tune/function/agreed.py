@@ -163,7 +163,8 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
                 out = options.ref_prog(*args, **kwargs)
             written = state.changed_now()  # undeclared outputs ref_prog wrote (a GEMM's c): compared too
             state.check_after()
-            reference = Reference((out, *state.outputs), options.rtol, options.atol)
+            reference = Reference((out, *state.outputs), options.rtol, options.atol,
+                                  parts=("the result", *state.output_names))
             buffers = Reference({name: state.watched[name][0] for name in written}, options.rtol, options.atol,
                                 equal_nan=True) if written else None
     except Exception as exc:

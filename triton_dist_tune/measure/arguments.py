@@ -74,6 +74,15 @@ class ArgumentState:
         self.label = label
         self.restore = _declared(named, restore_value, "restore_value")
         self.zero = _declared(named, reset_to_zero, "reset_to_zero")
+        #: what each of :attr:`outputs` is, in its order (``argument x (restore_value)``), for ``ref_prog``'s verdict
+        self.output_names: list[str] = []
+        named_outputs: set[int] = set()
+        for option, names in (("restore_value", restore_value), ("reset_to_zero", reset_to_zero)):
+            for name in names:
+                for path, tensor in tensors_in(name, named.get(name)):
+                    if id(tensor) not in named_outputs:
+                        named_outputs.add(id(tensor))
+                        self.output_names.append(f"argument {path} ({option})")
         #: name (``xs[0]`` for a tensor inside a list argument) -> (tensor, saved copy, version counter when saved)
         #: of every other tensor argument
         self.watched: dict[str, tuple[Any, Any, int]] = {}

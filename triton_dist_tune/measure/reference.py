@@ -27,24 +27,35 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 class Reference:
     """The reference result of ``ref_prog``, against which each config's first run is checked."""
 
-    def __init__(self, value: Any, rtol: float | None, atol: float | None, equal_nan: bool = False) -> None:
+    def __init__(self, value: Any, rtol: float | None, atol: float | None, equal_nan: bool = False,
+                 parts: tuple[str, ...] | None = None) -> None:
         self.value = _detach_copy(value)
         self.rtol, self.atol, self.equal_nan = rtol, atol, equal_nan
+        #: what each item of a tuple ``value`` is (``the result``, ``argument x (restore_value)``): the verdict
+        #: names the item that differs by it, not by its position in the tuple the tuner compares
+        self.parts = parts
         # a comparison that falls back to torch.testing pays its first use's imports here, before any config's
         # deadline, not in the first config's checked run
         self.mismatch(self.value)
 
     def mismatch(self, value: Any) -> str | None:
         """None when ``value`` matches the reference, else what differs (``wrong result: ...``)."""
+        parts = self.parts
+        if parts is not None and isinstance(value, tuple) and isinstance(self.value, tuple) \
+                and len(value) == len(self.value) == len(parts):
+            for part, item, expected in zip(parts, value, self.value, strict=True):
+                if (problem := self._verdict(item, expected, part)) is not None:
+                    return problem
+            return None
         return self._verdict(value, self.value)
 
     def mismatch_of(self, value: dict[str, Any]) -> str | None:
         """As :meth:`mismatch`, for the entries of a dict reference that ``value`` names (the rest not compared)."""
         return self._verdict(value, {name: self.value[name] for name in value})
 
-    def _verdict(self, value: Any, expected: Any) -> str | None:
+    def _verdict(self, value: Any, expected: Any, where: str = "the result") -> str | None:
         try:
-            problem = difference(value, expected, self.rtol, self.atol, "the result", self.equal_nan)
+            problem = difference(value, expected, self.rtol, self.atol, where, self.equal_nan)
         except (AssertionError, TypeError, ValueError, RuntimeError) as exc:
             first = str(exc).strip().splitlines()
             problem = first[0] if first else type(exc).__name__
