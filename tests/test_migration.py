@@ -130,3 +130,5 @@ def test_every_config_failing_with_the_users_error_chains_it_with_its_traceback(
     for rank in (0, 1):
         text = (tmp_path / "logs" / f"rank-{rank}.log").read_text()
         assert "Traceback" in text and "in weights_missing" in text and "KeyError" in text, text[-2000:]
+        # the failure's line reads as the error's text does (it read "every config failed: , all 2 with ...")
+        assert "every config failed, all 2 with the same error" in text and "failed: ," not in text, text[-2000:]

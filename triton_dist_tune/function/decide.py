@@ -170,7 +170,7 @@ def conclude(group: Group, label: str, decision: Decision, timeout: float,
         if decision.search:  # no exchange on this path: this rank's own summary
             logs.rank_log().info("%s %s", label, decision.search)
         text = failure_text(decision.outcomes, group.size * replicas)
-        logs.rank_log().error("%s every config failed: %s", label, text)
+        logs.rank_log().error("%s every config failed%s", label, text)
         raise AllConfigsFailedError(f"{label} every config failed{text}")
     if group.rank == 0 and store is not None:
         try:
