@@ -176,6 +176,23 @@ def test_a_config_space_mismatch_names_the_first_entry_that_differs(tmp_path):
         assert "cfg000" not in message and len(message) < 1500, message
 
 
+@pytest.mark.timeout(150)
+def test_an_error_on_a_subgroup_says_which_global_rank_its_rank_is(tmp_path):
+    """On the group of global ranks [1, 2], global rank 2's failure read "rank 1: key_fn failed ..." and "rank 1:
+    ValueError ...": on a tensor-parallel group, the wrong process. Now the message says which global rank each
+    group rank is (the default group's messages are unchanged: test_messages' other cases)."""
+    results = run_ranks(CASES, 3, ["subgroup_rank_fails"], env=tuner_env(tmp_path), timeout=130)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert results[0].results == [], describe(results)
+    mapping = "The ranks named are ranks of group 'ranks [1, 2]': group rank 0 is global rank 1, 1 is 2"
+    for r in results[1:]:
+        key, run = r.result["key"], r.result["run"]
+        assert key["error"] == "BadInputError" and "rank 1: key_fn failed: IndexError" in key["message"], key
+        assert key["message"].endswith(mapping), key
+        assert run["error"] == "AllConfigsFailedError" and "rank 1: ValueError" in run["message"], run
+        assert run["message"].endswith(mapping), run
+
+
 @pytest.mark.timeout(120)
 def test_a_prune_fn_that_keeps_no_common_config_says_what_each_rank_kept(tmp_path):
     """Before: "prune_fn left no config that every rank keeps (of 4)", and nothing of why: each rank had kept

@@ -22,6 +22,34 @@ DIFFERS_AT = 137
 
 
 @case
+def subgroup_rank_fails():
+    """On the group of global ranks [1, 2] (global rank 0 not in it), global rank 2 (group rank 1) fails: key_fn
+    raises there, then (a second function) every config's run raises there."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    group = dist.new_group([1, 2])
+
+    def key_fn(x):
+        if rank == 2:
+            raise IndexError("key broke on global rank 2")
+        return x.numel()
+
+    @tdt.autotune([{"m": m} for m in (1, 2)], key_fn=key_fn, n_warmup=0, n_repeat=1)
+    def f(x, *, m):
+        return x * m
+
+    @tdt.autotune([{"m": m} for m in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1)
+    def g(x, *, m):
+        if rank == 2:
+            raise ValueError("run broke on global rank 2")
+        return x * m
+
+    if rank in (1, 2):
+        emit(key=outcome(f, torch.ones(10), autotune_pg=group), run=outcome(g, torch.ones(10), autotune_pg=group))
+    dist.barrier()
+
+
+@case
 def space_mismatch():
     """200-config spaces that differ at one entry: the MismatchError names that entry and both values."""
     tdt.init_distributed(backend="gloo")

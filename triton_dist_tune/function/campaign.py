@@ -45,6 +45,7 @@ from ..faults.watchdog import exchange_timeout
 from ..group.agreement import agree
 from ..group.calls import calling
 from ..group.channel import Group, SingleGroup
+from ..group.rank_names import global_ranks_named
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
 from ..records import finite_number
@@ -165,8 +166,8 @@ def _keys(tuner: TunedFunction, build: Callable[[int], Call], count: int, plan: 
             notes += [f"the ranks' {f} differ: " + "; ".join(f"ranks {_global(group, r)}: {'key ' * (f == 'keys')}{t}"
                                                          for r, t in held) for f, held in found.differ.items()]
         problem = "; ".join(notes) or None
-    if problem is not None:
-        raise BadInputError(f"campaign {tuner.name}: {problem}")
+    if problem is not None:  # its ranks are global ranks (the turn on a subgroup adds nothing)
+        raise global_ranks_named(BadInputError(f"campaign {tuner.name}: {problem}"))
     return keys
 
 

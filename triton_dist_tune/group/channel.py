@@ -18,6 +18,7 @@ makes every waiting rank raise :class:`~triton_dist_tune.errors.GroupTimeoutErro
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -25,8 +26,7 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ from .. import settings
 from ..errors import BadInputError, MismatchError
 from ..records import COMPILE_PASS, FROM_THE_FILL
 from . import codec, meter
+from .rank_names import naming_ranks
 from .threads import Turns
 
 DEFAULT_TIMEOUT_S = settings.DEFAULT_TIMEOUT_S
@@ -116,11 +117,14 @@ class Group:
         """How many threads of this process are tuning on this group now (holding its lock or waiting for it)."""
         return self.turns.count()
 
-    def turn(self) -> AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
         """Hold :attr:`lock` for one tuning on this group, one thread at a time (re-entrant), counting the threads
         that tune on it at once: an exchange error raised inside while another thread tuned on it too says so
-        (:mod:`.threads`)."""
-        return self.turns.turn(self.title, (MismatchError, ExchangeError))
+        (:mod:`.threads`); an error naming a rank says which global rank each rank of this group is, where they
+        differ (:mod:`.rank_names`)."""
+        with naming_ranks(self.title, self.member_ranks), self.turns.turn(self.title, (MismatchError, ExchangeError)):
+            yield
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every subclass's :meth:`combine` is charged to the tuning's ``exchange`` time (this thread's
