@@ -89,6 +89,18 @@ def test_a_difference_names_where_it_is_how_many_and_the_worst_element():
         "wrong result: the result: dtype torch.float64, the reference's torch.float32")
 
 
+def test_a_result_of_another_kind_than_the_references_says_both_kinds():
+    """A ref_prog that returns None against a tensor result read "the result: None mismatch: tensor([2., 2., ...",
+    cut mid-print, and a list against a tensor "No comparison pair was able to handle inputs ...": now the kinds."""
+    result = torch.full((100,), 2.0)
+    said = Reference(None, None, None).mismatch(result)
+    assert said == "wrong result: the result: a tensor of shape (100,) (torch.float32), the reference None", said
+    said = Reference(result, None, None).mismatch([1, 2])
+    assert said == "wrong result: the result: a list of 2 items, the reference a tensor of shape (100,) " \
+                   "(torch.float32)", said
+    assert Reference([result], None, None).mismatch((result,)) is None  # a list and a tuple: item by item, as before
+
+
 @pytest.mark.timeout(60)
 def test_checking_tensors_imports_nothing_torch_testing_would():
     """torch.testing.assert_close's first call imports DTensor, sympy and mpmath (1.1 s of CPU here), which every

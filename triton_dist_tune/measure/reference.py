@@ -68,6 +68,8 @@ def difference(actual: Any, expected: Any, rtol: float | None, atol: float | Non
     (``equal_nan``: NaN matches NaN, for buffers whose unwritten parts may hold NaN alike)."""
     if actual is None and expected is None:
         return None
+    if _category(actual) != _category(expected):  # a None, a tensor, a list, a dict against something else
+        return f"{where}: {_kind(actual)}, the reference {_kind(expected)}"
     if isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple)):
         if len(actual) != len(expected):
             return f"{where}: {len(actual)} items, the reference has {len(expected)}"
@@ -85,6 +87,28 @@ def difference(actual: Any, expected: Any, rtol: float | None, atol: float | Non
     if _plain(actual) and _plain(expected):
         return _tensor_difference(actual, expected, rtol, atol, where, equal_nan)
     return _torch_testing(actual, expected, rtol, atol, where, equal_nan)
+
+
+def _category(value: Any) -> str:
+    """What kind of value a comparison pairs with its own kind only: None, a tensor, a sequence, a mapping, else
+    "other" (numbers and the like, which torch.testing compares among themselves)."""
+    if value is None:
+        return "None"
+    if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "clone"):
+        return "tensor"
+    if isinstance(value, (list, tuple)):
+        return "sequence"
+    return "mapping" if isinstance(value, dict) else "other"
+
+
+def _kind(value: Any) -> str:
+    """``value`` in a few words: ``None``, ``a tensor of shape (100,) (torch.float32)``, ``a list of 2 items``."""
+    category = _category(value)
+    if category == "tensor":
+        return f"a tensor of shape {tuple(value.shape)} ({value.dtype})"
+    if category in ("sequence", "mapping"):
+        return f"a {type(value).__name__} of {len(value)} {'items' if category == 'sequence' else 'keys'}"
+    return "None" if value is None else f"a {type(value).__name__}"
 
 
 #: the dtypes compared here; others (float8 types, which torch compares bit for bit, complex32, wide unsigned
