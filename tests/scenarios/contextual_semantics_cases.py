@@ -139,7 +139,8 @@ def semantics():
          same_as_untuned=bool(torch.equal(s, s2) and torch.equal(a, a2) and torch.equal(out, out2)
                               and torch.equal(src, src2) and torch.equal(acc, acc2)),
          runs=first_runs, second_runs=len(runs) - first_runs, chosen=chosen, hooks=HOOKS,
-         has_listener=has_listener, heard=sorted(heard, key=lambda h: h["fn"]), version=triton.__version__)
+         has_listener=has_listener, heard=sorted(heard, key=lambda h: h["fn"]), version=triton.__version__,
+         timings={repr(c.kwargs["BLOCK"]): t for c, t in hooked_kernel.configs_timings.items()})
 
 
 def prune_nothing(configs, named_args, **kwargs):

@@ -50,7 +50,7 @@ def record_decision(session: CallState, track: Track) -> None:
 
 def _publish(session: CallState, track: Track, local: LocalTrack) -> None:
     """Set the choice on each autotuner of the track (and its timings; Triton's listener is called)."""
-    timings = {i: [track.times[i]] if i in track.times else [float("inf")] for i in track.order}
+    timings = {i: stock_timings(track.times.get(i), track.samples.get(i, [])) for i in track.order}
     for autotuner in local.autotuners:
         config = autotuner.configs[track.best]
         decide(autotuner, local.key, config, session.group)
@@ -62,6 +62,23 @@ def _publish(session: CallState, track: Track, local: LocalTrack) -> None:
             intercept.notify_listener(autotuner, local.key, config, by_config,
                                       None if cached else autotuner.bench_time, cached)
     local.sample = None
+
+
+def stock_timings(ms: float | None, samples: list[float]) -> list[float]:
+    """A config's ``configs_timings`` entry as stock Triton's (``do_bench``'s quantiles 0.5, 0.2 and 0.8, in ms):
+    the group's time, then the 20th and 80th percentiles of its group samples (linear, as ``torch.quantile``), or
+    the time again where no sample is at hand (a time read from the disk cache); ``[inf] * 3`` for no time."""
+    if ms is None:
+        return [float("inf")] * 3
+    ordered = sorted(samples)
+    return [ms, *(_quantile(ordered, q) if ordered else ms for q in (0.2, 0.8))]
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _store(session: CallState, track: Track, ms: float | None) -> None:
