@@ -24,7 +24,7 @@ import chain asks for, one at a time, into the same folder::
 
 Export, then check (the device name as given to the export)::
 
-    triton-dist-tune export /tmp/x/vllm --format vllm-moe --function moe_gemm --experts 4 --n 24 \\
+    triton-dist-tune export /tmp/x/vllm --format vllm-moe --function moe_gemm --experts 4 --n 12 \\
         --device-name "NVIDIA H200"
     python3 benchmarks/check_moe_readers.py /tmp/x/vllm /tmp/fw_vllm_0.34.0 --device-name "NVIDIA H200"
     python3 benchmarks/check_moe_readers.py /tmp/x/sglang /tmp/fw_sglang_0.5.23 --device-name "NVIDIA H200"

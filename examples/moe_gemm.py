@@ -18,8 +18,10 @@ Run::
     bash launch.sh examples/moe_gemm.py --campaign --export-vllm configs/   # and vLLM's config file
 
 ``--export-vllm DIR`` (with ``--campaign``) writes the campaign's decisions as the fused-MoE config file vLLM
-reads, ``DIR/E=<E>,N=<N>,device_name=<GPU>[,dtype=float32].json`` (the device the cache records: on CPU ranks the
-CPU model's), named as ``triton-dist-tune export --format vllm-moe`` names it by default (vLLM's newest rules);
+reads, ``DIR/E=<E>,N=<N>,device_name=<GPU>[,dtype=float32].json`` (N: the intermediate size, half the out
+features of this GEMM's fused gate and up weight, as vLLM and SGLang name their files: N=1792 on GPUs; the device
+the cache records: on CPU ranks the CPU model's), named as ``triton-dist-tune export --format vllm-moe`` names it by
+default (vLLM's newest rules);
 ``--export-sglang DIR`` writes SGLang's, ``DIR/configs/triton_<X_Y_Z>/E=...json`` (this Triton's version; SGLang
 reads it with ``SGLANG_MOE_CONFIG_DIR=DIR``), named as ``--format sglang-moe`` names it (docs/campaign.md). Either
 holds one entry per batch size tuned (or found in the cache), none for a batch size that failed (the script then
@@ -61,6 +63,7 @@ from examples.moe_kernels import (  # noqa: E402
     GPU_PROBLEM,
     H100_SHARED_MEMORY_BYTES,
     Routing,
+    config_file_n,
     config_text,
     interpreter_enabled,
     make_problem,
@@ -156,7 +159,7 @@ def export_moe(engine: str, folder: Path, moe: Any, w: torch.Tensor, problem: di
             decided.append((m, moe.tuner.decided[key]))
     # named as `triton-dist-tune export --format vllm-moe | sglang-moe` names it: the device this process tunes on,
     # the dtype, and for SGLang the Triton it tunes with
-    sizes = (folder, problem["experts"], problem["n"], None, w.dtype)
+    sizes = (folder, problem["experts"], config_file_n(problem), None, w.dtype)
     path = (sglang_moe.config_file(*sizes, triton.__version__) if engine == "sglang" else
             vllm_moe.config_file(*sizes))
     return moe_file.write(path, moe_file.table(decided))

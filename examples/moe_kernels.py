@@ -47,7 +47,8 @@ TINY_AXES: dict[str, tuple[int, ...]] = {
     "num_stages": (2,),
 }
 
-#: Mixtral-8x7B-like w13 at TP 8: E experts, top_k of them per token, out features N, hidden size K
+#: Mixtral-8x7B-like w13 at TP 8: E experts, top_k of them per token, out features N (the fused gate and up
+#: projections: twice the intermediate size, 1792, that vLLM's and SGLang's files are named by), hidden size K
 GPU_PROBLEM = {"experts": 8, "top_k": 2, "n": 3584, "k": 4096}
 #: CPU ranks (interpreter): N and K are no multiple of the tiles (masked edges), N within one 32-wide tile (the
 #: interpreter pays per program)
@@ -315,6 +316,13 @@ def make_problem(tokens: int, w: torch.Tensor, top_k: int, seed: int = 0) -> Pro
     a = torch.randn(tokens, w.shape[2], generator=gen, device=w.device).to(w.dtype)
     routing = random_routing(tokens, w.shape[0], top_k, w.device, gen)
     return Problem(a, w, routing)
+
+
+def config_file_n(problem: dict[str, int]) -> int:
+    """The N that vLLM's and SGLang's config files name a problem by: its intermediate size per expert (the down
+    projection's in features, ``w2.shape[2]``, which both engines look the file up by), half the out features of the
+    fused gate and up weight (w13) that this example's GEMM multiplies by: 1792 for :data:`GPU_PROBLEM`."""
+    return problem["n"] // 2
 
 
 def make_weights(problem: dict[str, int], device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:

@@ -29,6 +29,7 @@ from examples.moe_gemm import supports_search  # noqa: E402
 from examples.moe_kernels import (  # noqa: E402
     CPU_PROBLEM,
     FULL_AXES,
+    config_file_n,
     interpreter_enabled,
     make_problem,
     make_weights,
@@ -279,7 +280,7 @@ def test_moe_example_campaign_spread_over_two_cpu_ranks_writes_vllms_config_file
     assert clock["result_printed"] - clock["imports_began"] >= sum(phases.values()) > 0, (clock, phases)
 
     # vLLM's loader: the file name from E, N and the device name (float32 MoE: dtype=float32), int keys
-    name = vllm_config_file_name(CPU_PROBLEM["experts"], CPU_PROBLEM["n"], this_cpu_model(), "float32")
+    name = vllm_config_file_name(CPU_PROBLEM["experts"], config_file_n(CPU_PROBLEM), this_cpu_model(), "float32")
     assert [p.name for p in out.iterdir()] == [name], output[-4000:]
     assert result["vllm_file"] == str(out / name)
     with open(out / name) as f:
@@ -293,18 +294,20 @@ def test_moe_example_campaign_spread_over_two_cpu_ranks_writes_vllms_config_file
     # cpu: this CPU's model; the dtype the keys name: float32) with no --dtype or --device-name (issue 40 item 10)
     again = tmp_path / "again"
     assert cli(["export", str(again), "--format", "vllm-moe", "--cache-dir", str(tmp_path / "cache"),
-                "--function", "moe_gemm", "--experts", str(CPU_PROBLEM["experts"]), "--n", str(CPU_PROBLEM["n"])]) == 0
+                "--function", "moe_gemm", "--experts", str(CPU_PROBLEM["experts"]),
+                "--n", str(config_file_n(CPU_PROBLEM))]) == 0
     assert (again / name).read_text() == (out / name).read_text()
 
     # SGLang's file (its get_config_file_name: each space of the device's name one '_'), in SGLang's folder for this
     # Triton, the same configs; and the same file from the cache
     folder = Path("configs", f"triton_{triton.__version__.replace('.', '_')}")
-    sglang_name = (f"E={CPU_PROBLEM['experts']},N={CPU_PROBLEM['n']},"
+    sglang_name = (f"E={CPU_PROBLEM['experts']},N={config_file_n(CPU_PROBLEM)},"
                    f"device_name={this_cpu_model().replace(' ', '_')},dtype=float32.json")
     assert [p.relative_to(sglang) for p in sglang.rglob("*") if p.is_file()] == [folder / sglang_name], output[-4000:]
     assert result["sglang_file"] == str(sglang / folder / sglang_name)
     assert f"SGLang reads it with SGLANG_MOE_CONFIG_DIR={sglang}" in stdout, stdout[-3000:]
     assert (sglang / folder / sglang_name).read_text() == (out / name).read_text()
     assert cli(["export", str(again), "--format", "sglang-moe", "--cache-dir", str(tmp_path / "cache"),
-                "--function", "moe_gemm", "--experts", str(CPU_PROBLEM["experts"]), "--n", str(CPU_PROBLEM["n"])]) == 0
+                "--function", "moe_gemm", "--experts", str(CPU_PROBLEM["experts"]),
+                "--n", str(config_file_n(CPU_PROBLEM))]) == 0
     assert (again / folder / sglang_name).read_text() == (out / name).read_text()

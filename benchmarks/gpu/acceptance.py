@@ -223,10 +223,11 @@ def moe_campaign(ctx: Context, stdout: str, new: set[Path]) -> tuple[list[str], 
     # the batch size of the single run (M = 256; 20 on CPU) is found in the cache, not tuned again
     files, problems, _ = tuned("moe_gemm", len(ctx.batches) - 1, r"^RESULT ")(ctx, stdout, new)
     sys.path.insert(0, str(ROOT))
-    from examples.moe_kernels import CPU_PROBLEM, GPU_PROBLEM
+    from examples.moe_kernels import CPU_PROBLEM, GPU_PROBLEM, config_file_n
 
     problem = CPU_PROBLEM if ctx.cpu else GPU_PROBLEM
-    path, found = vllm_file(ctx.work / "vllm", problem["experts"], problem["n"], device_name(ctx.cpu), ctx.batches)
+    path, found = vllm_file(ctx.work / "vllm", problem["experts"], config_file_n(problem), device_name(ctx.cpu),
+                            ctx.batches)
     problems += found
     if path is not None:
         shutil.copy(path, ctx.out / path.name)
@@ -340,11 +341,12 @@ def steps() -> list[Step]:
 
     def sglang_command(ctx: Context) -> list[str]:
         sys.path.insert(0, str(ROOT))
-        from examples.moe_kernels import CPU_PROBLEM, GPU_PROBLEM
+        from examples.moe_kernels import CPU_PROBLEM, GPU_PROBLEM, config_file_n
 
         problem = CPU_PROBLEM if ctx.cpu else GPU_PROBLEM
         return [*ctx.cli, "export", str(ctx.work / "sglang"), "--format", "sglang-moe", "--function", "moe_gemm",
-                "--experts", str(problem["experts"]), "--n", str(problem["n"]), "--where", f"1={problem['experts']}"]
+                "--experts", str(problem["experts"]), "--n", str(config_file_n(problem)),
+                "--where", f"1={problem['experts']}"]
 
     return [
         Step("quickstart", lambda c: on(c, "examples/quickstart.py"),

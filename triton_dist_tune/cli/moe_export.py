@@ -71,7 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "triton_X_Y_Z/ (SGLang reads it with SGLANG_MOE_CONFIG_DIR=BUNDLE)")
     g = p.add_argument_group("--format vllm-moe and sglang-moe")
     g.add_argument("--experts", type=SIZE, metavar="E", help="the number of experts (the file name's E)")
-    g.add_argument("--n", type=SIZE, metavar="N", help="the weights' out features per expert (the file name's N)")
+    g.add_argument("--n", type=SIZE, metavar="N",
+                   help="the file name's N: the intermediate size per expert, which vLLM and SGLang look the file up "
+                   "by (the down projection's in features, w2.shape[2]; a fused gate and up weight has 2N out "
+                   "features)")
     g.add_argument("--dtype", help="the problem's dtype: bfloat16 or float16 (no dtype part in the file name), "
                    "float32, or a quantized scheme (fp8_w8a8, ...); default: the torch dtype the keys name")
     g.add_argument("--block-shape", type=SIZE, nargs=2, metavar=("BN", "BK"),

@@ -5,7 +5,7 @@
 Its content, and the device and dtype it is named by, are what vLLM's and SGLang's files share (:mod:`.moe_file`).
 SGLang names the file in ``get_config_file_name`` and opens it in ``get_moe_configs`` (in
 ``sglang/srt/layers/moe/fused_moe_triton/fused_moe.py`` from 0.4.1 to 0.5.1, ``fused_moe_triton_config.py`` beside it
-from 0.5.2, ``sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py`` from 0.5.12); read from its
+from 0.5.2, ``sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py`` from 0.5.11); read from its
 released wheels, 0.3.6 to 0.5.23 (each change pinned between two releases read, named here by the later):
 
 * the device part: the device's name with each space one ``_`` and nothing else, in every release read: no run of
