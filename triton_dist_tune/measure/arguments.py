@@ -72,23 +72,21 @@ class ArgumentState:
     def __init__(self, named: Mapping[str, Any], restore_value: Iterable[str], reset_to_zero: Iterable[str],
                  label: str = "", watch: bool = True) -> None:
         self.label = label
-        self.restore = _declared(named, restore_value, "restore_value")
-        self.zero = _declared(named, reset_to_zero, "reset_to_zero")
-        #: what each of :attr:`outputs` is, in its order (``argument x (restore_value)``), for ``ref_prog``'s verdict
-        self.output_names: list[str] = []
-        named_outputs: set[int] = set()
-        for option, names in (("restore_value", restore_value), ("reset_to_zero", reset_to_zero)):
-            for name in names:
-                for path, tensor in tensors_in(name, named.get(name)):
-                    if id(tensor) not in named_outputs:
-                        named_outputs.add(id(tensor))
-                        self.output_names.append(f"argument {path} ({option})")
+        restore = _declared(named, restore_value, "restore_value")
+        zero = _declared(named, reset_to_zero, "reset_to_zero")
+        self.restore, self.zero = [t for _, t in restore], [t for _, t in zero]
+        #: the tensors a run writes in place, each once (by identity), with what names it for ``ref_prog``'s verdict
+        #: (``argument x (restore_value)``): restore_value's first
+        self.declared: dict[int, tuple[str, Any]] = {}
+        for option, pairs in (("restore_value", restore), ("reset_to_zero", zero)):
+            for path, tensor in pairs:
+                self.declared.setdefault(id(tensor), (f"argument {path} ({option})", tensor))
         #: name (``xs[0]`` for a tensor inside a list argument) -> (tensor, saved copy, version counter when saved)
         #: of every other tensor argument
         self.watched: dict[str, tuple[Any, Any, int]] = {}
         with breakdown.part("restore"):
-            self.saved = [(t, t.detach().clone()) for t in {id(t): t for t in self.restore + self.zero}.values()]
-            seen = {id(t) for t in self.restore + self.zero}
+            self.saved = [(t, t.detach().clone()) for t in self.outputs]
+            seen = set(self.declared)
             if watch:
                 for name, value in sorted(named.items()):
                     for path, tensor in tensors_in(name, value, modules=False):  # a module's weights: declared
@@ -355,7 +353,12 @@ class ArgumentState:
     @property
     def outputs(self) -> list[Any]:
         """The tensors a run writes in place, compared against the reference by ``ref_prog`` checks."""
-        return list({id(t): t for t in self.restore + self.zero}.values())
+        return [tensor for _, tensor in self.declared.values()]
+
+    @property
+    def output_names(self) -> list[str]:
+        """What names each of :attr:`outputs`, in its order (``argument x (restore_value)``)."""
+        return [name for name, _ in self.declared.values()]
 
 
 def tensors_in(name: str, value: Any, depth: int = 0, modules: bool = True) -> list[tuple[str, Any]]:
@@ -377,9 +380,9 @@ def tensors_in(name: str, value: Any, depth: int = 0, modules: bool = True) -> l
     return [found for path, v in items for found in tensors_in(path, v, depth + 1, modules)]
 
 
-def _declared(named: Mapping[str, Any], names: Iterable[str], option: str) -> list[Any]:
-    """The tensors of the arguments ``names`` (a list, tuple or dict argument gives each tensor in it); an argument
-    given with no tensor in it is refused rather than ignored."""
+def _declared(named: Mapping[str, Any], names: Iterable[str], option: str) -> list[tuple[str, Any]]:
+    """The tensors of the arguments ``names`` by path (a list, tuple or dict argument gives each tensor in it,
+    ``xs[0]``); an argument given with no tensor in it is refused rather than ignored."""
     out = []
     for name in names:
         value = named.get(name)
@@ -388,7 +391,7 @@ def _declared(named: Mapping[str, Any], names: Iterable[str], option: str) -> li
             raise BadInputError(f"{option} names '{name}', a {type(value).__name__} with no tensor the tuner can "
                                 f"save (it saves tensors, and the tensors inside lists, tuples and dicts): drop it "
                                 f"from {option}, or pass its tensors as arguments")
-        out += [tensor for _, tensor in found]
+        out += found
     return out
 
 
