@@ -322,3 +322,10 @@ class Launcher:
 def launcher() -> Launcher:
     """What the launcher says now."""
     return Launcher.from_env()
+
+
+def store_host() -> str:
+    """Which process hosts the job's key-value store, as an error that lost it names it: torchrun's agent where the
+    launcher says it does (``TORCHELASTIC_USE_AGENT_STORE=true``: it goes with the agent, which a scheduler or
+    Kubernetes ends first), else rank 0 (a job started without torchrun's agent)."""
+    return "torchrun's agent" if launcher().agent_store else "rank 0, started without torchrun's agent"

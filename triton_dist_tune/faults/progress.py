@@ -42,7 +42,7 @@ from ..faults.watchdog import exchange_timeout
 from ..group.channel import Group, report_waiting
 from ..group.store_peek import peek
 from ..group.store_wait import StoreWaitTimeout, quiet_store_wait
-from ..settings import current
+from ..settings import current, store_host
 
 #: per thread: the user code without a deadline it is in (what, and when it entered), read by the beat threads
 _inside: dict[int, tuple[str, float]] = {}
@@ -239,7 +239,7 @@ class RoundWatch:
 
     def _store_lost(self, what: str, exc: Exception) -> str:
         return (f"triton_dist_tune: rank {self.group.rank} of group '{self.group.title}' lost the key-value store "
-                f"at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 without torchrun) has ended")
+                f"at '{what}' ({type(exc).__name__}): the process hosting it ({store_host()}) has ended")
 
     def leave(self, why: str) -> None:
         """This unit leaves the work with an error (``why``): say so in the store, so that the units waiting

@@ -212,8 +212,8 @@ class StoreGroup(Group):
 
     def _lost_message(self, what: str, waited: float, exc: BaseException) -> str:
         return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' lost the key-value store after "
-                f"{waited:.1f} s at '{what}' ({type(exc).__name__}): the process hosting it (rank 0 without torchrun) "
-                "has ended")
+                f"{waited:.1f} s at '{what}' ({type(exc).__name__}): the process hosting it "
+                f"({settings.store_host()}) has ended")
 
     def _write_new(self, seq: int, slot: int | str, payload: bytes, what: str) -> None:
         """Write ``payload`` under the key of ``slot`` (this rank's, or ``all``) at exchange ``seq``, which no one
