@@ -20,11 +20,13 @@ SCRIPT = HERE / "scenarios" / "agent_store_cases.py"
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not reaped by whoever adopted it, does not)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (ProcessLookupError, FileNotFoundError, IndexError):
         return False
-    return True
 
 
 @pytest.mark.timeout(150)
