@@ -7,6 +7,7 @@ rank, rank 0 included, which was alive and saying so itself."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -64,3 +65,10 @@ def test_a_rank_that_lost_torchruns_agent_store_names_the_agent_not_rank_0(tmp_p
     assert lost, text[-4000:]
     for line in lost:
         assert "(torchrun's agent) has ended" in line and "rank 0 without torchrun" not in line, line
+    # the config each rank was inside is journaled as interrupted: before, its 'started' record stayed last, so the
+    # next attempt measured it again as a suspect, and a second kill of the agent left it out as crashed
+    journals = sorted((tmp_path / "cache").rglob("*.journal"))
+    assert len(journals) == 2, journals
+    for path in journals:
+        last = json.loads(path.read_text().splitlines()[-1])
+        assert last["state"] == "interrupted" and "the group's exchange failed" in last["error"], last

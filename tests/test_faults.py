@@ -441,6 +441,71 @@ def test_kill_9_of_one_rank_mid_tuning_then_torchrun_restarts_and_resumes(env):
                           3: {"0.1": RUNS}})
 
 
+@pytest.mark.timeout(120)
+def test_a_frozen_rank_leaves_its_peer_waiting_in_a_collective_and_no_config_is_blamed(env):
+    """Rank 1 frozen (SIGSTOP) inside config 0's warm-up: rank 0 waits for it in the function's all_reduce until its
+    deadline. Before, rank 0 journaled config 0 as hung on rank 0 and the restart left config 0 out (the fastest: it
+    chose config 1). Now rank 0 reads rank 1's beat stopped, journals an interruption naming it, and the restart
+    measures config 0 once more (rank 1's journal ends inside it: a suspect) and chooses it."""
+    env = {**env, "FAULTS": "0:kill@1", "TRITON_DIST_AUTOTUNE_TIMEOUT": "4"}
+    t0 = time.monotonic()
+    cmd, full_env = torchrun_cmd("tune", env, restarts=1)
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    marker = Path(env["FAULT_DIR"]) / "kill-me.rank1"
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    try:
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() - t0 < 60, "rank 1 never reached config 0"
+            time.sleep(0.02)
+        frozen = int(marker.read_text())
+        os.kill(frozen, signal.SIGSTOP)  # rank 1, inside config 0's warm-up, before the function's all_reduce
+        said: list[dict] = []
+        while not said:  # rank 0's watchdog fired (its deadline, then the wait for rank 1's beat)
+            assert proc.poll() is None and time.monotonic() - t0 < 80, "rank 0 journaled nothing of rank 1"
+            said = [r for path in journals(cache) for r in records(path) if "no sign of life" in r.get("error", "")]
+            time.sleep(0.1)
+        os.kill(frozen, signal.SIGKILL)  # as torchrun would, 30 s later
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    job = Job(proc.returncode, out, err, time.monotonic() - t0)
+    assert job.returncode == 0, job
+    assert said[0]["state"] == "interrupted" and said[0]["index"] == 0, said
+    assert "rank 1 showed no sign of life" in said[0]["error"], said
+    assert "rank 1 showed no sign of life" in job.stderr and "recorded as hung" not in job.stderr, job
+    for r in job.final().values():
+        assert r["attempt"] == "0.1" and r["chosen"] == 0, r
+        assert r["states"][0] in ("measured", "stopped"), r  # measured once more, not left out
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_killed_among_three_is_the_one_every_survivor_names(env):
+    """Rank 2 of 3 SIGKILLed inside config 1's warm-up, the others inside the function's all_reduce. Before, the
+    survivors named each other ("rank 1 failed ...: interrupted: a peer's process was lost, ... waiting for that
+    rank"), and rank 2 nowhere. Now each names rank 2, whose beat stopped."""
+    env = {**env, "FAULTS": "1:kill@2", "TRITON_DIST_AUTOTUNE_TIMEOUT": "10"}
+    marker = Path(env["FAULT_DIR"]) / "kill-me.rank2"
+
+    def kill_rank_2() -> None:
+        deadline = time.monotonic() + 90
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if marker.exists():
+            os.kill(int(marker.read_text()), signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_rank_2, daemon=True)
+    killer.start()
+    results, _ = ranks("tune", 4, env, timeout=100)
+    killer.join(timeout=5)
+    assert results[2].returncode == -signal.SIGKILL, describe(results)
+    for survivor in (results[0], results[1], results[3]):
+        assert survivor.returncode not in (0, None), describe(results)
+        said = survivor.stderr + json.dumps(survivor.results)
+        assert "rank 2 showed no sign of life" in said, describe(results)
+        assert "waiting for that rank" not in said, describe(results)
+
+
 # -- damaged cache files, shared cache folders, per-rank home folders -----------------------------------------
 
 

@@ -81,6 +81,8 @@ class Guard:
         self.on_fire: Callable[[], str | None] | None = None
         self.on_peer: Callable[[Any], str] | None = None
         self.seen: dict[int, float] = {}  # rank -> when its failure in the current config was first seen
+        #: whether the monitor read the other ranks' beats in this phase (``board.look``, near its deadline)
+        self.looked = False
 
     def arm(self, timeout: float, what: str, on_fire: Callable[[], str | None], index: int | None = None,
             on_peer: Callable[[Any], str] | None = None, step: str = "", patience: float = 0.0) -> None:
@@ -96,7 +98,7 @@ class Guard:
             self.what, self.timeout, self.index, self.step = what, timeout, index, step
             self.patience = patience
             self.on_fire, self.on_peer = on_fire, on_peer
-            self.seen = {}
+            self.seen, self.looked = {}, False
         self._dog.watch(self)
 
     def restart(self) -> None:
@@ -224,6 +226,10 @@ class Watchdog:
         index = guard.index
         if not guard.watches_board or index is None:
             return
+        deadline = guard.deadline
+        if not guard.looked and deadline is not None and deadline - time.monotonic() <= guard.board.beats_span:
+            guard.looked = True  # the beats a fire compares with (a frozen peer's stays still): once per phase
+            guard.board.look()
         try:
             reports = [r for r in guard.board.read() if r.rank != guard.rank and (not r.ended or r.interrupted)
                        and (r.step == guard.step if r.step and guard.step else r.index == index)]
@@ -263,8 +269,9 @@ class Watchdog:
         except Exception:
             pass
         finally:
+            waiting = "" if report.interrupted else ", waiting for that rank"  # (one that lost a peer too: not it)
             _end(f"triton_dist_tune: rank {global_rank()}: {report.describe()}, while this rank was still inside "
-                 f"{what} (in a collective of the function, waiting for that rank): a process can only leave a "
+                 f"{what} (in a collective of the function{waiting}): a process can only leave a "
                  f"collective by ending, so this one ends now with exit status {PEER_EXIT_CODE}. {journaled}: resume "
                  "with torchrun --max-restarts or by running the job again", PEER_EXIT_CODE)
 

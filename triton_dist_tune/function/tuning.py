@@ -41,7 +41,6 @@ from ..errors import (
     CrossedTurnsError,
     DevicePoisonedError,
     GroupTimeoutError,
-    RankFailedError,
     describe_error,
 )
 from ..faults.journal import Journal
@@ -99,7 +98,11 @@ def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]
     except CrossedTurnsError as exc:  # threads of this process nested tunings in opposite orders: no config's fault
         measurer.not_blamed(exc)
         raise
-    except (RankFailedError, GroupTimeoutError, DevicePoisonedError):
+    except DevicePoisonedError:
+        raise
+    except GroupTimeoutError as exc:  # a peer failed, ended or went silent, or the store went: this rank's config in
+        # flight is no evidence (the peer's own journal holds any): journaled, not told (the peers' errors stand)
+        measurer.interrupted(exc, f"interrupted: the group's exchange failed ({describe_error(exc)[:300]})", False)
         raise
     except Exception as exc:
         measurer.not_blamed(exc)

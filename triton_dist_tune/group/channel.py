@@ -121,8 +121,7 @@ class Group:
     def turn(self) -> Iterator[None]:
         """Hold :attr:`lock` for one tuning on this group, one thread at a time (re-entrant), counting the threads
         that tune on it at once: an exchange error raised inside while another thread tuned on it too says so
-        (:mod:`.threads`); an error naming a rank says which global rank each rank of this group is, where they
-        differ (:mod:`.rank_names`)."""
+        (:mod:`.threads`); an error naming a rank says which global rank it is (:mod:`.rank_names`)."""
         with naming_ranks(self.title, self.member_ranks), self.turns.turn(self.title, (MismatchError, ExchangeError)):
             yield
 
@@ -264,6 +263,15 @@ class Board:
 
     def read(self) -> list[FailureReport]:
         """Every report posted so far (cheap: read by the watchdog's monitor twice a second)."""
+        return []
+
+    #: how long before a guarded phase's deadline the watchdog reads the ranks' beats (:meth:`look`; none here)
+    beats_span = 0.0
+
+    def look(self) -> None:
+        """Read the other ranks' beats, for :meth:`stopped` (those still since: a board that beats tells)."""
+
+    def stopped(self, ranks: Sequence[int]) -> list[int]:
         return []
 
     def close(self, clean: bool = True) -> None:

@@ -27,6 +27,10 @@ class BoardOwner(Protocol):
 
 log = logging.getLogger("triton_dist_tune")
 
+#: how many of a rank's beats :meth:`StoreBoard.stopped` waits for (and a second more) before it reads the rank
+#: stopped
+STOPPED_BEATS = 3
+
 
 class StoreBoard(Board):
     """A failure board in the job's store, outside the exchange sequence: ``<scope>count`` counts the reports,
@@ -58,6 +62,8 @@ class StoreBoard(Board):
         self.window = window if group.size > 1 else None
         #: per rank looked at: the beat count seen and when it last moved
         self._beats: dict[int, tuple[int, float]] = {}
+        #: (when, every other rank's beat count then): the last :meth:`look`
+        self._looked: tuple[float, dict[int, int]] | None = None
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
         if self.window is not None:
@@ -68,8 +74,13 @@ class StoreBoard(Board):
     def _beat(self) -> None:
         self.store.add(f"{self.scope}beat/{self.group.rank}", 1)
 
+    @property
+    def every(self) -> float:
+        """Seconds between two beats of a rank's board."""
+        return max(0.05, min(1.0, (self.window or 5.0) / 5))
+
     def _beating(self) -> None:
-        every = max(0.05, min(1.0, (self.window or 5.0) / 5))
+        every = self.every
         while not self._stop.wait(every):
             try:
                 self._beat()
@@ -90,6 +101,44 @@ class StoreBoard(Board):
             elif now - seen[1] > self.window:
                 silent.append(rank)
         return silent
+
+    @property
+    def beats_span(self) -> float:
+        """How long a rank's beat must stay still for :meth:`stopped` to read it stopped: :data:`STOPPED_BEATS`
+        beats and half a second (0: no beats to read)."""
+        return STOPPED_BEATS * self.every + 0.5 if self.window is not None else 0.0
+
+    def look(self) -> None:
+        """Read every other rank's beat counter now, for :meth:`stopped` (the watchdog looks once per guarded
+        phase, :attr:`beats_span` before its deadline: a phase that ends sooner pays nothing)."""
+        if self.window is None:
+            return
+        try:
+            counts = {r: int(self.store.add(f"{self.scope}beat/{r}", 0)) for r in range(self.group.size)
+                      if r != self.group.rank}
+        except Exception:  # the store is going away: nothing to compare with later
+            return
+        self._looked = (time.monotonic(), counts)
+
+    def stopped(self, ranks: Sequence[int]) -> list[int]:
+        """Of ``ranks``, those whose beat has not moved for :attr:`beats_span` seconds, since :meth:`look` (or
+        since now, waiting that long): a live process beats through any wait of its own, a hung kernel or a
+        collective included; one frozen (SIGSTOP), killed or holding the GIL in one C call does not. Asked by a rank
+        whose deadline passed inside a run (:mod:`~triton_dist_tune.measure.guarding`). None without beats, or when
+        the store cannot be read."""
+        if self.window is None or not ranks:
+            return []
+        looked = self._looked
+        if looked is None or not set(ranks) <= set(looked[1]):
+            self.look()
+            looked = self._looked
+        if looked is None:
+            return []
+        time.sleep(max(0.0, self.beats_span - (time.monotonic() - looked[0])))
+        try:
+            return [r for r in ranks if int(self.store.add(f"{self.scope}beat/{r}", 0)) == looked[1][r]]
+        except Exception:  # the store is going away: nothing can be told
+            return []
 
     def post(self, report: FailureReport) -> None:
         store = self.store

@@ -15,6 +15,7 @@ from ..disk.logs import ms_text
 from ..errors import DevicePoisonedError, GroupTimeoutError, describe_error
 from ..faults.journal import Journal
 from ..faults.watchdog import Guard, exchange_timeout
+from ..group.agreement import rank_name
 from ..group.channel import FailureReport, Group
 from ..records import COMPILE_PASS, FROM_THE_FILL, WARMUP, WARMUP_AGAIN, Outcome
 
@@ -48,7 +49,7 @@ class Guarding:
     trial: Any
     log: logging.Logger
     label: str
-    _posted: set[tuple[int, str]]
+    _posted: dict[tuple[int, str], str]  # (config, step) -> the failure posted, as this rank says it
     _current: tuple[int, str] | None
     _step: str
     #: whether this rank waits at the exchange that starts the phase's next run together (its own run done)
@@ -85,6 +86,10 @@ class Guarding:
                      and not (r.hung and r.index == index)]
             if getattr(self, "waiting", False) and blames:
                 return self._waited_out(index, desc, phase, step)
+            # a peer frozen, or holding the GIL, left this rank inside a collective: its beat stopped (a hang's beats)
+            stopped = stopped_peers(self.group, self.guard.board, self._board_reports()) if blames and not peers else []
+            if stopped:
+                return self._peer_stopped(index, desc, phase, step, stopped)
             if peers and blames:
                 first = peers[0]
                 self.journal.append(index, "interrupted", config=desc, phase=phase,
@@ -137,13 +142,31 @@ class Guarding:
         except Exception as exc:  # a failing config is data, not a crash
             error = describe_error(exc)
             self.trial.last_error = exc
-            self._post(index, desc, error)
-            return None, error
+            return None, self._post(index, desc, error)
         except BaseException as exc:  # Ctrl-C, SIGTERM, a cancelled task's CancelledError: an interruption
             self.interrupted(exc)
             raise
         finally:
             self.guard.disarm()
+
+    def _peer_stopped(self, index: int, desc: str, phase: str, step: str, stopped: list[int]) -> str:
+        """The deadline passed while this rank was inside a run of config ``index`` and ``stopped`` ranks showed
+        no sign of life: this rank waited for them in a collective of the function (no hang of its own, and no
+        evidence against the config: the stopped ranks' journals end inside it, which counts as an attempt ended
+        there, once). Journaled ``interrupted`` and posted; returns what the watchdog's message says."""
+        who = ", ".join(rank_name(self.group, r) for r in stopped)
+        why = (f"interrupted: {phase} exceeded {self.plan.timeout:g} s while {who} showed no sign of life (frozen, "
+               "killed, or holding the GIL in one C call): this rank most likely waited for it in a collective of "
+               "the function")
+        self.journal.append(index, "interrupted", config=desc, phase=phase, error=why)
+        try:
+            self.guard.board.post(FailureReport(self.group.rank, index, desc, why, ended=True, step=step, exits=True))
+        except Exception:  # the store is going away: the journal holds it
+            pass
+        self.log.error("%s config %d %s: %s", self.label, index, phase, why)
+        return (f"{who} showed no sign of life (frozen, killed, or holding the GIL in one C call), so this rank "
+                "most likely waited for it in a collective of the function; journaled as interrupted: no config is "
+                "blamed on this rank")
 
     def _waited_out(self, index: int, desc: str, phase: str, step: str) -> str:
         """The deadline passed while this rank, its own run of config ``index`` done, waited at the exchange that
@@ -175,29 +198,34 @@ class Guarding:
             return f"it {waited}"
         return f"it {waited}; journaled as interrupted: no config is blamed on this rank"
 
-    def _post(self, index: int, desc: str, error: str) -> None:
-        """Journal this rank's failure in config ``index`` and post it on the failure board (once per step). In
-        the compile pass nothing is journaled (no evidence: the pass's ``started`` record stays this rank's last
-        if the attempt ends here), and the report only lets a rank stuck in that step (in a collective of the
-        function) end."""
+    def _post(self, index: int, desc: str, error: str) -> str:
+        """Journal this rank's failure in config ``index`` and post it on the failure board (once per step); returns
+        it as this rank says it (naming a lost peer whose beat stopped). In the compile pass nothing is journaled (no
+        evidence: the pass's ``started`` record stays this rank's last), and the report only ends a rank stuck there."""
         step = getattr(self, "_step", "")
         if (index, step) in self._posted:
-            return
-        self._posted.add((index, step))
+            return self._posted[(index, step)]
+        self._posted[(index, step)] = error
         # a peer was interrupted, or its watchdog ended it, or its process went away (this rank's collective then
         # breaks): this failure follows from the peer's, whose own journal holds the evidence
-        peers = [r for r in self._board_reports() if r.rank != self.group.rank and (r.interrupted or r.hung)]
+        reports = self._board_reports()
+        peers = [r for r in reports if r.rank != self.group.rank and (r.interrupted or r.hung)]
         if peers or PEER_LOST.search(error):
             cause = (f"rank {peers[0].rank} {'hung' if peers[0].hung else 'was interrupted'}" if peers
                      else "a peer's process was lost")
             self.journal.append(index, "interrupted", config=desc, error=f"interrupted after {cause}: {error}")
-            if not peers:  # the others (a larger group) end too, blaming nothing
+            if not peers:  # the others (a larger group) end too, blaming nothing: told which rank was lost
+                lost = stopped_peers(self.group, self.guard.board, reports)
+                if lost:
+                    cause = f"{', '.join(rank_name(self.group, r) for r in lost)} showed no sign of life"
+                    error, cause = f"{error} ({cause})", f"{cause} (a peer's process was lost)"
+                    self._posted[(index, step)] = error
                 try:
                     self.guard.board.post(FailureReport(self.group.rank, index, desc, f"interrupted: {cause}",
                                                         ended=True, step=step))
                 except Exception:  # the store went with the peer: the exchange will say so
                     pass
-            return
+            return error
         state = self.trial.state
         if state is not None and state.raised_from_fill:
             # the tuner's NaN fill made it raise: no evidence against the config (a peer it leaves inside a call of
@@ -210,6 +238,7 @@ class Guarding:
             self.guard.board.post(FailureReport(self.group.rank, index, desc, error, step=step))
         except Exception as exc:  # the store is going away: the exchange will say so
             self.log.warning("%s cannot post the failure of config %d (%s)", self.label, index, exc)
+        return error
 
     def started(self, index: int, desc: str, phase: str) -> None:
         """Journal that this rank starts a phase of config ``index`` (the record a crash leaves last) and remember
@@ -218,23 +247,23 @@ class Guarding:
         self.journal.append(index, "started", durable=phase in FIRST_RUNS, config=desc, phase=phase)
 
     def not_blamed(self, exc: BaseException) -> None:
-        """The tuner's own code raised ``exc`` while a config was in flight (after its ``started`` record, outside
-        the guarded run of the user's function): not evidence against the config. Journaled and told like an
-        interruption, so that the next attempt measures the config again and no rank blames it."""
+        """The tuner's own code raised ``exc`` while a config was in flight (outside the user's function's guarded
+        run): no evidence. Journaled and told as an interruption: the next attempt measures the config again."""
         self.interrupted(exc, f"interrupted by the tuner's own error, not the config's ({describe_error(exc)})")
 
-    def interrupted(self, exc: BaseException, reason: str | None = None) -> None:
+    def interrupted(self, exc: BaseException, reason: str | None = None, tell: bool = True) -> None:
         """An interruption (SIGINT, SIGTERM, SystemExit, any ``BaseException`` that is not an ``Exception``) reached
         this rank: journal it for the config in flight (no config is blamed: the next attempt measures it again) and
-        tell the other ranks."""
+        (``tell``) post it for the other ranks."""
         if self._current is None:
             return
         index, desc = self._current
         reason = reason or f"interrupted ({type(exc).__name__})"
         self.journal.append(index, "interrupted", config=desc, error=reason)
         try:
-            self.guard.board.post(FailureReport(self.group.rank, index, desc, reason, ended=True,
-                                                origin=self.group.rank, step=getattr(self, "_step", "")))
+            if tell:
+                self.guard.board.post(FailureReport(self.group.rank, index, desc, reason, ended=True,
+                                                    origin=self.group.rank, step=getattr(self, "_step", "")))
         except Exception:
             pass
 
@@ -309,6 +338,14 @@ class Guarding:
                        "restart the job (e.g. torchrun --max-restarts) to resume without it")
             self.log.error(message)
             raise DevicePoisonedError(message)
+
+
+def stopped_peers(group: Group, board: Any, reports: list[FailureReport]) -> list[int]:
+    """The other ranks of ``group`` whose beat does not move now (:meth:`~triton_dist_tune.group.channel.Board.
+    stopped`), but for those that posted that they ended (a peer whose own watchdog fired first: its report says
+    why)."""
+    ended = {r.rank for r in reports if r.ended}
+    return board.stopped([r for r in range(group.size) if r != group.rank and r not in ended])
 
 
 def fill_broke_the_device(text: str) -> bool:

@@ -99,7 +99,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         self.cold = plan.timing == "cold"
         #: this tuning's deadline and failure board (see :mod:`~triton_dist_tune.faults.watchdog`)
         self.guard = guard if guard is not None else WATCHDOG.guard(Board(), group.rank)
-        self._posted: set[tuple[int, str]] = set()
+        self._posted: dict[tuple[int, str], str] = {}
         self._current: tuple[int, str] | None = None  # the config in flight
         self._step = ""  # the step of the protocol the config in flight belongs to (its board reports name it)
         #: waiting at the exchange that starts a run together, inside a guarded phase (:meth:`_aligned`)
@@ -162,8 +162,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
                 results.append(run())
             except Exception as exc:  # reported after the loop, once every rank has stopped; posted at once
                 failure = exc
-                self.own_failure = describe_error(exc)
-                self._post(index, self._current[1] if self._current else "", self.own_failure)
+                self.own_failure = self._post(index, self._current[1] if self._current else "", describe_error(exc))
         self.own_failure = None
         if failure is not None:
             raise failure
@@ -377,7 +376,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
         """Share this rank's outcome of a phase (reduced on group rank 0: :func:`combine_phase`); its own failure
         is journaled first and named in a timeout."""
         if error:
-            self._post(index, desc, error)
+            error = self._post(index, desc, error)
         try:
             return self.group.combine(value, f"{self.label} config {index} {phase}", combine_phase,
                                       exchange_timeout(self.plan.timeout))
