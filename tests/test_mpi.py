@@ -150,3 +150,52 @@ def test_one_process_groups_keep_journals_of_their_own_in_a_shared_folder_over_m
     others = [f"fails on process {other}" for other in range(size) if other != rank]
     assert not any(text in error for text in others for error in errors), errors
 
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(90)
+def test_a_rank_that_catches_a_timeout_and_calls_again_gets_a_timeout_not_the_late_ranks_crossed_messages(comm,
+                                                                                                      monkeypatch):
+    """Rank 0 gives up on an exchange that rank 1 is late for (its request stays pending on the channel), catches
+    the error and calls again; rank 1 comes only once rank 0 has given up (told by a message on the caller's own
+    communicator, so no timing decides it). An exchange step of rank 0's call again must not meet the late rank's
+    step of the abandoned exchange: every error, on both ranks, is the tuner's GroupTimeoutError. Before, rank 0's
+    new exchange matched rank 1's next step of the old one: rank 1 read rank 0's length bytes as a result
+    (``ExchangeError: ... a process other than the tuner wrote under the tuner's keys of the key-value store``, an
+    MPI job has none) and rank 0 got mpi4py's ``Exception: MPI_ERR_TRUNCATE: message truncated``, not an
+    AutotuneError; every later call on the communicator met the same."""
+    from mpi4py import MPI
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "3")
+    rank = comm.Get_rank()
+    world = comm.Dup()  # the test's own communicator: its channel is this test's alone
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, n_warmup=1, n_repeat=2,
+                  name="mpi_catch_again")
+    def f(x, *, variant):
+        return x
+
+    assert f(1, autotune_pg=world) == 1  # the channel is set up and in step
+    errors = []
+    if rank == 0:
+        with pytest.raises(tdt.GroupTimeoutError):
+            f(2, autotune_pg=world)  # the others are late: this rank gives up
+        for other in range(1, world.Get_size()):
+            comm.send("gave up", dest=other, tag=77)
+        for _ in range(2):  # it catches the error and calls again, twice
+            try:
+                f(2, autotune_pg=world)
+            except Exception as exc:  # noqa: BLE001 - the type is what the test is about
+                errors.append(exc)
+    else:
+        assert comm.recv(source=0, tag=77) == "gave up"
+        try:
+            f(2, autotune_pg=world)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+    comm.Barrier()
+    assert errors, "the late rank's exchange, or the call again, cannot succeed"
+    assert all(isinstance(exc, tdt.GroupTimeoutError) for exc in errors), [repr(exc) for exc in errors]
+    if rank == 0:
+        assert all("out of step" in str(exc) for exc in errors), [str(exc) for exc in errors]
+    assert MPI.Is_initialized()

@@ -8,6 +8,11 @@ result (``Ibcast``: its length and first bytes, then the rest of a long one). No
 out leaves its request pending and raises; a rank that comes to the exchange later completes its first step against
 that request, and would wait forever in a blocking second step that the rank which gave up never joins (it waits in
 ``MPI_Finalize``). Here it waits until the deadline and raises too, and the job ends.
+
+A channel whose wait ran out is out of step for good: its pending request is matched, in order, by the next step any
+rank posts on the duplicate, so a later exchange of the rank that gave up would meet a late rank's next step of the
+abandoned one (lengths read as a message, ``MPI_ERR_TRUNCATE``). So every later exchange on it raises
+:class:`GroupTimeoutError` at once, naming the exchange that broke it, and posts nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ class MpiGroup(Group):
         super().__init__()
         from mpi4py import MPI
 
+        #: what broke the channel: an exchange step whose wait ran out, its request left pending (None: in step)
+        self.broken: str | None = None
+
         self._byte = MPI.BYTE
         self.name = self.title = f"mpi:{comm.Get_name() or 'comm'}"
         if not hasattr(comm, "Idup"):
@@ -53,6 +61,16 @@ class MpiGroup(Group):
         self.size = self.comm.Get_size()
         self.member_ranks = _world_ranks(comm)
         self.identity = ("mpi", self.name, self.member_ranks or (self.size,))
+
+    def _usable(self, what: str) -> None:
+        """Raise :class:`GroupTimeoutError` at once where an earlier wait ran out (:attr:`broken`)."""
+        if self.broken is not None:
+            raise GroupTimeoutError(
+                f"triton_dist_tune: rank {self.rank} of MPI group '{self.name}' cannot exchange at '{what}': the "
+                f"channel is out of step since {self.broken} (a request MPI matches in order is still pending, so "
+                "a new exchange would meet another rank's step of the abandoned one); nothing was posted. Tune on "
+                "this communicator again in a new job (the journals resume), or pass a new one (comm.Dup()) on "
+                "every rank.")
 
     def _wait(self, request: Any, what: str, timeout: float, every: float, rank: int, since: float | None = None,
               later_step: bool = False) -> None:
@@ -70,6 +88,8 @@ class MpiGroup(Group):
                 report_at += every
             if now > deadline:
                 where = f"rank {rank} of MPI group '{self.name}' waited {timeout:g} s at '{what}'"
+                if self.broken is None:  # (a timed-out Idup raises from __init__: its channel is never used)
+                    self.broken = f"its wait at '{what}' ran out after {timeout:g} s"
                 if later_step:
                     raise GroupTimeoutError(
                         f"triton_dist_tune: {where} after every rank had come to it, for ranks that left it: one "
@@ -85,6 +105,7 @@ class MpiGroup(Group):
                   to_all: bool) -> tuple[list[bytes] | None, float]:
         """Every rank's message (by group rank) on group rank 0, or on every rank where ``to_all`` (None elsewhere),
         and the moment every rank had come to the exchange (the later steps' deadline runs from it)."""
+        self._usable(what)
         data = pack(obj, self.rank, what)
         lengths = array("q", bytes(8 * self.size))
         self._wait(self.comm.Iallgather(array("q", [len(data)]), lengths), what, timeout, every, self.rank)
