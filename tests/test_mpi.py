@@ -199,3 +199,36 @@ def test_a_rank_that_catches_a_timeout_and_calls_again_gets_a_timeout_not_the_la
     if rank == 0:
         assert all("out of step" in str(exc) for exc in errors), [str(exc) for exc in errors]
     assert MPI.Is_initialized()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(90)
+def test_a_setup_timeout_on_a_sub_communicator_names_the_ranks_world_rank(comm, monkeypatch):
+    """On a communicator whose rank 0 is the last world rank, the others never call: the setup of the tuner's
+    channel (``Idup``) runs out on world rank N-1. Before, its error said "rank 0 of MPI group 'mpi:comm'", the
+    rank in a communicator the user sees only by world ranks; now it names the world rank and the communicator's."""
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "2")
+    rank, size = comm.Get_rank(), comm.Get_size()
+    reversed_comm = comm.Split(0, size - 1 - rank)  # its rank 0 is the last world rank
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, name="mpi_setup_names")
+    def f(x, *, variant):
+        return x
+
+    last, said = size - 1, ""
+    if rank == last:
+        try:
+            f(1, autotune_pg=reversed_comm)
+        except tdt.GroupTimeoutError as exc:
+            said = str(exc)
+        for other in range(last):
+            comm.send("gave up", dest=other, tag=78)
+    else:
+        assert comm.recv(source=last, tag=78) == "gave up"
+        _, request = reversed_comm.Idup()  # the pair of the abandoned Idup: nothing left pending for later tests
+        request.Wait()
+    comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
+    if rank == last:
+        world = list(range(size))[::-1]
+        assert f"rank 0 (world rank {last}) of MPI group 'mpi:comm' (world ranks {world}) waited 2 s at 'setting " \
+               "up its control channel (Idup)'" in said, said

@@ -51,6 +51,7 @@ class MpiGroup(Group):
 
         self._byte = MPI.BYTE
         self.name = self.title = f"mpi:{comm.Get_name() or 'comm'}"
+        self.member_ranks = _world_ranks(comm)  # (named in the setup's timeout too)
         if not hasattr(comm, "Idup"):
             self.comm = comm.Dup()
         else:  # Dup is collective: a rank that never calls with this communicator must not hang the others
@@ -59,7 +60,6 @@ class MpiGroup(Group):
             self._wait(request, "setting up its control channel (Idup)", timeout, every, comm.Get_rank())
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
-        self.member_ranks = _world_ranks(comm)
         self.identity = ("mpi", self.name, self.member_ranks or (self.size,))
 
     def _usable(self, what: str) -> None:
@@ -87,7 +87,12 @@ class MpiGroup(Group):
                 report_waiting(rank, self.name, what, [], None, now - start, timeout)
                 report_at += every
             if now > deadline:
-                where = f"rank {rank} of MPI group '{self.name}' waited {timeout:g} s at '{what}'"
+                world = list(self.member_ranks)
+                if world and world != list(range(len(world))) and 0 <= rank < len(world):  # a sub-communicator
+                    where = f"rank {rank} (world rank {world[rank]}) of MPI group '{self.name}' (world ranks {world})"
+                else:
+                    where = f"rank {rank} of MPI group '{self.name}'"
+                where += f" waited {timeout:g} s at '{what}'"
                 if self.broken is None:  # (a timed-out Idup raises from __init__: its channel is never used)
                     self.broken = f"its wait at '{what}' ran out after {timeout:g} s"
                 if later_step:
