@@ -173,3 +173,15 @@ def test_a_keys_result_and_its_outcomes_turn_into_json_without_deep_copies():
     plain = result.to_json()
     assert plain["record"] is record  # not copied
     assert plain == asdict(result) and KeyResult.from_json(plain, [0], 4) == result
+
+
+@pytest.mark.timeout(120)
+def test_a_campaign_on_a_group_without_global_rank_0_prints_its_progress(tmp_path):
+    """docs/campaign.md: "Rank 0 prints a progress line after each round and the summary". Before, only a process
+    of global rank 0 printed, so a campaign on a group without it (a tensor-parallel group, a sub-communicator)
+    printed nothing anywhere. Now the campaign's own rank 0 prints, naming the group where it is not the default."""
+    results = run_ranks(SCRIPT, 2, ["campaign_without_global_rank_0"], env=env_for(tmp_path), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert "[campaign elsewhere" not in results[0].stderr, describe(results)
+    said = [line for line in results[1].stderr.splitlines() if line.startswith("[campaign elsewhere on rank 1]")]
+    assert any("2/2 keys" in line for line in said), results[1].stderr[-3000:]

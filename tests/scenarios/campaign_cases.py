@@ -97,6 +97,23 @@ def replicas():
 
 
 @case
+def campaign_without_global_rank_0():
+    """2 ranks; global rank 1 runs a campaign of 2 keys on the group [1] alone, global rank 0 none."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    alone = dist.new_group([1])
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=0, n_repeat=1, timing="cold", name="elsewhere")
+    def f(x, *, variant):
+        record(rank, x.shape[0], variant)
+        return x * variant
+
+    if rank == 1:
+        tdt.campaign(f, lambda n: torch.ones(n), SIZES[:2], pg=alone)
+    emit(rank=rank)
+
+
+@case
 def unsteady_build():
     """A build that is not deterministic: its second build of key 16 (the one that tunes) gives 17 rows, on every
     rank; key 8 builds alike every time. Collective (LOCAL unset) or rank-local (LOCAL=1), 2 ranks."""

@@ -351,7 +351,10 @@ def _rounds(tuner: TunedFunction, plan: Plan, build: Callable[[int], Call], coun
     texts = [describe_key(k) for k in all_keys]
     todo = [p for p in range(count) if texts.index(texts[p]) == p]  # equal keys: the first call only
     rounds = math.ceil(len(todo) / plan.units)
-    shows = progress and plan.tune_group.rank == 0 and plan.across.rank == 0 and logs.global_rank() == 0
+    # the campaign's own rank 0 (a campaign on a group without global rank 0 prints too, naming its group)
+    shows = progress and plan.tune_group.rank == 0 and plan.across.rank == 0
+    where = plan.tune_group.title if plan.tune_group.size > 1 else f"rank {logs.global_rank()}"
+    shown = tuner.name if logs.global_rank() == 0 else f"{tuner.name} on {where}"
     rows: list[KeyResult] = []
     ahead = plan.tune_group.size == 1 and settings.current().compile_next_key and compiles_ahead(tuner)  # next_key.py
     compiled: set[int] = set()  # configs compiled ahead for some key of the campaign
@@ -380,8 +383,7 @@ def _rounds(tuner: TunedFunction, plan: Plan, build: Callable[[int], Call], coun
                 rows.append(_learn(tuner, plan, checked_row(item, range(len(all_keys)), len(tuner.space), what),
                                    all_keys))
             if shows:
-                logs.console().info(progress_line(tuner.name, rows, len(todo), time.perf_counter() - started, r + 1,
-                                                  rounds))
+                logs.console().info(progress_line(shown, rows, len(todo), time.perf_counter() - started, r + 1, rounds))
     _unlearn_pruned(tuner, plan, rows, all_keys, masks, timeout)
     rows.sort(key=lambda row: row.position)
     summary = Summary(tuner.name, rows, time.perf_counter() - started, plan.units)
