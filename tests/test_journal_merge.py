@@ -211,3 +211,15 @@ def test_a_hang_the_nan_fills_raise_left_blames_nothing_but_a_hang_after_the_gro
     assert merged[1]["state"] == "failed" and "hung on rank 1" in merged[1]["error"], merged
     damaged = [{**record, "attempt": ["A"]} for record in peer]
     assert merge([[fill], damaged], DESCRIPTIONS)[1]["state"] == "failed"
+
+
+def test_a_resumed_configs_journal_line_in_the_rank_log_is_readable():
+    """The rank log said "config 2 from the journal: Outcome(index=2, config='{v: 2}', state='stopped', ...)", the
+    record's Python text; now its state and time, or its error."""
+    from triton_dist_tune.function.tuning import journaled_text
+
+    assert journaled_text({"index": 2, "state": "stopped", "time": 0.12345, "config": "{v: 2}"}) == "stopped: 0.1235 ms"
+    assert journaled_text({"state": "failed", "error": "in an earlier attempt, hung on rank 0"}) == \
+        "failed: in an earlier attempt, hung on rank 0"
+    assert journaled_text({"state": "suspect", "error": "suspect: ranks [1] were inside"}) == \
+        "suspect: ranks [1] were inside"

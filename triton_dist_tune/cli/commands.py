@@ -205,7 +205,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                     if entry.margin is not None else "-")
          + (" (a near tie: within the measurement's spread)" if entry.near_tie else "")),
         ("group", f"{entry.group_size or '?'} rank(s)" + (f" of group '{entry.group}'" if entry.group else "")),
-        ("gpu", f"{entry.gpu} x{entry.gpu_count}"), ("versions", _versions_text(entry, now)),
+        ("gpu", f"{entry.gpu} x{entry.gpu_count}" if entry.gpu_count else entry.gpu),
+        ("versions", _versions_text(entry, now)),
         ("tuned", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.created))
          + f" ({dec.age_text(time.time() - entry.created)} ago)"
          + (f" in {entry.tuning_seconds:.1f} s" if entry.tuning_seconds is not None else "")

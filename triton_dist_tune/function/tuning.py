@@ -84,6 +84,14 @@ def _not_that_config(path: Any, index: int, config: Any) -> None:
                 "space; tuning again", path, index, str(config)[:120])
 
 
+def journaled_text(record: dict[str, Any]) -> str:
+    """A config's merged journal outcome as the rank log says it: its state, then its error (``suspect: ...``,
+    ``failed: in an earlier attempt, ...``), or its time."""
+    state, error, time_ms = record.get("state", "?"), record.get("error") or "", record.get("time")
+    detail = error if error else (f"{time_ms:.4g} ms" if isinstance(time_ms, (int, float)) else "")
+    return error if error.startswith(state) else f"{state}{': ' + detail if detail else ''}"
+
+
 @contextmanager
 def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]:
     """Around step 5: an interrupt (SIGINT, SIGTERM, any ``BaseException`` that is not an ``Exception``) is journaled
@@ -360,8 +368,7 @@ class Tuning:
             known = earlier.get(i, {}).get("state") in ("failed", "stopped")
             resumed = Outcome.from_json({**earlier[i], "index": i}) if known else None
             if i in earlier:
-                logs.rank_log().info("%s config %d from the journal: %s", self.label, i,
-                                     resumed if resumed is not None else earlier[i].get("error") or earlier[i]["state"])
+                logs.rank_log().info("%s config %d from the journal: %s", self.label, i, journaled_text(earlier[i]))
             if resumed is not None:
                 resumed.resumed = True
                 outcomes.append(resumed)
