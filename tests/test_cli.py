@@ -10,6 +10,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -226,6 +227,8 @@ def test_contextual_entries_are_listed_with_their_kernel(tmp_path):
     shown = json.loads(cli("show", "contextual/00aa", "--json", "--cache-dir", str(tmp_path)).stdout)
     assert shown["kernel"] == "__main__.add_kernel" and shown["margin"] == pytest.approx(0.25)
     assert [m["state"] for m in shown["measurements"]] == ["measured", "measured", "pruned"]
+    text = cli("show", "contextual/00aa", "--cache-dir", str(tmp_path)).stdout  # a CPU decision: "cpu x0" before
+    assert re.search(r"^\s*gpu: cpu$", text, re.MULTILINE) and "x0" not in text, text
 
 
 # -- plot ------------------------------------------------------------------------------------------------------
