@@ -506,6 +506,18 @@ def test_a_rank_killed_among_three_is_the_one_every_survivor_names(env):
         assert "waiting for that rank" not in said, describe(results)
 
 
+@pytest.mark.timeout(90)
+def test_a_groups_journal_is_deleted_when_its_next_call_is_served_from_the_cache(env):
+    """A group's tuning cut (its journal kept to resume from), then another group decides the key (the same cache
+    entry): the first group's next call is a cache hit. Before, its journal stayed for ever (``show`` listed it as
+    a tuning in flight or interrupted, and a later re-tune of the entry would adopt its records)."""
+    results, _ = ranks("stale_journal_cache_hit", 2, env, timeout=80)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    cut = results[1].result
+    assert len(cut["before"]) == 1, cut
+    assert cut["after"] == [], cut
+
+
 # -- damaged cache files, shared cache folders, per-rank home folders -----------------------------------------
 
 

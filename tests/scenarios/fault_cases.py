@@ -459,5 +459,44 @@ def board_posted_in_the_last_slice():
         (folder / "done").touch()
 
 
+
+@case
+def stale_journal_cache_hit():
+    """2 ranks, each its own one-rank group (the same cache entry: a group's size names it, not its ranks). Rank
+    1's tuning is interrupted (its journal stays, for a resume); rank 0's group then tunes the key and writes the
+    decision; rank 1 calls again and is served that decision from the cache. Emits rank 1's journals before and
+    after."""
+    tdt.init_distributed()
+    me = rank()
+    alone = [dist.new_group([r]) for r in range(dist.get_world_size())][me]
+    interrupt = [me == 1]
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: tuple(x.shape), n_warmup=1, n_repeat=1,
+                  timing="cold", name="stale")
+    def f(x: torch.Tensor, *, variant: int) -> torch.Tensor:
+        if interrupt[0]:
+            interrupt[0] = False
+            raise KeyboardInterrupt  # a Ctrl-C its caller catches: the tuning is cut, its journal kept
+        return x * (variant + 1)
+
+    cache = Path(os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    before: list[str] = []
+    if me == 1:
+        try:
+            f(torch.ones(4), autotune_pg=alone)
+        except KeyboardInterrupt:
+            pass
+        before = sorted(p.name for p in cache.rglob("*.journal"))
+    dist.barrier()
+    if me == 0:
+        f(torch.ones(4), autotune_pg=alone)  # decided, written to the cache
+    dist.barrier()
+    if me == 1:
+        f(torch.ones(4), autotune_pg=alone)  # a cache hit
+    dist.barrier()
+    emit(before=before, after=sorted(p.name for p in cache.rglob("*.journal")))
+
+
 if __name__ == "__main__":
     main(mpi=MPI_MODE)
+

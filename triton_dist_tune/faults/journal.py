@@ -242,7 +242,10 @@ class Journal:
         return records
 
     def remove(self) -> None:
-        """Delete the adopted journals (once the decision is in the cache) and release them."""
+        """Delete the adopted journals (once the decision is in the cache; adopted now if need be: those no other
+        process holds) and release them."""
+        if not self._held and not self._broken:
+            self._open()
         for path, _ in self._held:
             try:
                 path.unlink()

@@ -166,6 +166,7 @@ class Tuning:
             # a served decision is a decision: a later search of a nearby key is seeded from it, as after a tuning
             tuner.decisions[(group.name, self.key)] = decision_from_record(record, found, tuner.descriptions[found])
             rank_log.info("%s cache hit: config %d %s", self.label, found, tuner.descriptions[found])
+            journal_of(self, create=False).remove()  # this group's cut attempt's, if any: another tuning decided
             if group.rank == 0 and logs.printing_enabled(self.verbose):
                 logs.print_cache_hit(tuner.name, self.key_text, group, tuner.descriptions[found],
                                      tuner.cache.path(self.entry))
@@ -428,13 +429,13 @@ class Tuning:
         return index, self.tuner.space[index], self.tuner.descriptions[index]
 
 
-def journal_of(tuning: Tuning) -> Journal:
-    """The tuning's crash journal on this rank, for its entry: its file names the group (name and global ranks)."""
+def journal_of(tuning: Tuning, create: bool = True) -> Journal:
+    """The tuning's crash journal on this rank, for its entry: its file names the group (name and global ranks)
+    (``create=False``: only the journals that exist, unlocked, such as a cut attempt's)."""
     group = tuning.group
-    ranks = list(group.member_ranks)
     return Journal(journal_path(tuning.tuner.cache.folder, tuning.journal_entry, group),
-                   {"job": tuning.env.job_id, "group": group.name, "ranks": ranks,
-                    "kept": kept_print(tuning.kept_mark)})
+                   {"job": tuning.env.job_id, "group": group.name, "ranks": list(group.member_ranks),
+                    "kept": kept_print(tuning.kept_mark)}, create)
 
 
 def kept_text(kept: list[int], size: int) -> str:
