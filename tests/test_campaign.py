@@ -185,3 +185,4 @@ def test_a_campaign_on_a_group_without_global_rank_0_prints_its_progress(tmp_pat
     assert "[campaign elsewhere" not in results[0].stderr, describe(results)
     said = [line for line in results[1].stderr.splitlines() if line.startswith("[campaign elsewhere on rank 1]")]
     assert any("2/2 keys" in line for line in said), results[1].stderr[-3000:]
+    assert "campaign elsewhere on rank 1: 2 keys on 1 unit(s)" in results[1].stderr, results[1].stderr[-3000:]

@@ -13,7 +13,7 @@ import pytest
 from harness import tune_alone
 
 from triton_dist_tune.faults.evidence import merge
-from triton_dist_tune.faults.journal import SCREENING
+from triton_dist_tune.faults.journal import SCREENING, Journal
 from triton_dist_tune.records import Outcome
 from triton_dist_tune.space import describe
 
@@ -216,10 +216,27 @@ def test_a_hang_the_nan_fills_raise_left_blames_nothing_but_a_hang_after_the_gro
 def test_a_resumed_configs_journal_line_in_the_rank_log_is_readable():
     """The rank log said "config 2 from the journal: Outcome(index=2, config='{v: 2}', state='stopped', ...)", the
     record's Python text; now its state and time, or its error."""
-    from triton_dist_tune.function.tuning import journaled_text
+    from triton_dist_tune.faults.evidence import outcome_text
 
-    assert journaled_text({"index": 2, "state": "stopped", "time": 0.12345, "config": "{v: 2}"}) == "stopped: 0.1235 ms"
-    assert journaled_text({"state": "failed", "error": "in an earlier attempt, hung on rank 0"}) == \
+    assert outcome_text({"index": 2, "state": "stopped", "time": 0.12345, "config": "{v: 2}"}) == "stopped: 0.1235 ms"
+    assert outcome_text({"state": "failed", "error": "in an earlier attempt, hung on rank 0"}) == \
         "failed: in an earlier attempt, hung on rank 0"
-    assert journaled_text({"state": "suspect", "error": "suspect: ranks [1] were inside"}) == \
+    assert outcome_text({"state": "suspect", "error": "suspect: ranks [1] were inside"}) == \
         "suspect: ranks [1] were inside"
+
+
+def test_a_cache_hit_removes_only_its_own_kept_sets_journal(tmp_path):
+    """The journals of an entry are shared by every kept set of its key (evidence belongs to the config). A call
+    served from the cache under kept set A ends A's cut attempt; a journal holding kept set B's hang stays, so
+    that B's tuning still leaves the hung config out (a reviewer's find: the first cache-hit cleanup removed it)."""
+    path = tmp_path / "entry.g.rank0.journal"
+    cut = Journal(path, {"kept": "B"})
+    cut.append(5, "started", config="{v: 5}")
+    cut.append(5, "hung", config="{v: 5}", error="warmup exceeded 2 s")
+    cut.close()
+    Journal(path, create=False).remove(only_kept="A")
+    assert path.exists() and [r["state"] for r in Journal(path, create=False).read()] == ["started", "hung"]
+    Journal(path, create=False).remove(only_kept="B")
+    assert not path.exists()
+    Journal(tmp_path / "absent" / "x.journal", create=False).remove(only_kept="A")  # nothing made, nothing said
+    assert not (tmp_path / "absent").exists()

@@ -482,3 +482,21 @@ def test_the_arg_overwrite_notice_is_a_warning_said_once_per_function_and_parame
         assert "overrides" not in capfd.readouterr().err  # filtered out
     finally:
         logs.rank_log().removeHandler(handler)
+
+
+def test_a_subgroups_ranks_text_is_added_only_to_errors_that_name_its_ranks_bare():
+    """Every tuning's turn on a group adds which global rank each of its ranks is, to an error naming a rank. An
+    error that names global ranks already (an exchange's timeout: "group ranks [0] (global [1])"), or a replica,
+    comes from another group (the replicas group, whose turn is outside the tuning group's): before, it got the
+    inner group's mapping too, which sent the user to the wrong process."""
+    from triton_dist_tune.errors import GroupTimeoutError
+    from triton_dist_tune.group.rank_names import add_ranks_text
+
+    bare = GroupTimeoutError("f: rank 1: key_fn failed")
+    add_ranks_text(bare, "tp", [4, 5])
+    assert str(bare).endswith("The ranks named are ranks of group 'tp': group rank 0 is global rank 4, 1 is 5"), bare
+    for text in ("waited 66 s at 'journals across replicas' for group ranks [0] (global [1]), which never arrived",
+                 "replica 1: rank 0: ValueError: x"):
+        other = GroupTimeoutError(text)
+        add_ranks_text(other, "tp", [4, 5])
+        assert str(other) == text, other

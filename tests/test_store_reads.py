@@ -115,3 +115,25 @@ def test_a_failure_report_deleted_by_rank_0s_close_while_a_peer_reads_it_does_no
     assert store.closed and not server.check([f"{scope}1"]), "the report was not deleted during the read"
     assert [(r.rank, r.index, r.error) for r in reports] == [(1, 3, "RuntimeError: boom")]
     assert rank1.read() == reports  # read once: the deleted key is not looked for again
+
+
+@pytest.mark.timeout(60)
+def test_a_look_at_the_beats_from_long_ago_is_taken_again_before_a_rank_is_read_alive():
+    """``StoreBoard.stopped`` compares each rank's beat with the board's last look. A look from an earlier phase
+    (seconds ago) saw rank 1 at 5; rank 1 then beat once and was killed. Before, the stale look read it alive (6
+    against 5) and the rank whose beat stopped went unnamed; now an old look is taken again, a span before."""
+    import time
+
+    from harness import free_port
+
+    server = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=10),
+                           wait_for_workers=False)
+    board = StoreBoard(Owner(0, 2, server), "t/look/", window=0.5)  # beats every 0.1 s: a span of 0.8 s
+    try:
+        server.add("t/look/beat/1", 5)
+        board.look()  # an earlier phase's look
+        time.sleep(board.beats_span + 1.5)
+        server.add("t/look/beat/1", 1)  # rank 1's last beat, then it is killed
+        assert board.stopped([1]) == [1]
+    finally:
+        board.close()

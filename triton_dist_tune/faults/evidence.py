@@ -178,3 +178,11 @@ LOST_PEER = re.compile(r"by peer|Connection (?:reset|refused|closed)|Broken pipe
                        re.IGNORECASE)
 #: what every "left out" message ends with: how to measure the config again
 AGAIN = "; to measure it again: `triton-dist-tune clear` or TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1"
+
+
+def outcome_text(record: dict[str, Any]) -> str:
+    """A config's merged outcome (:func:`merge`) as the rank log says it: its state, then its error (``suspect:
+    ...``, ``failed: in an earlier attempt, ...``), or its time."""
+    state, error, time_ms = record.get("state", "?"), record.get("error") or "", record.get("time")
+    detail = error if error else (f"{time_ms:.4g} ms" if isinstance(time_ms, (int, float)) else "")
+    return error if error.startswith(state) else f"{state}{': ' + detail if detail else ''}"

@@ -141,7 +141,7 @@ class Journal:
         """Adopt every unlocked journal of this entry and rank (creating one if need be); False if impossible."""
         if self._held:
             return True
-        if self._broken:
+        if self._broken or (not self._create and not self._base.parent.is_dir()):
             return False
         try:
             self._base.parent.mkdir(parents=True, exist_ok=True)
@@ -167,8 +167,9 @@ class Journal:
         except OSError as exc:
             self.close()
             self._broken = True
-            log.warning("triton_dist_tune: cannot use the journal %s (%s): this tuning will not be resumable",
-                        self._base, exc)
+            if self._create:  # (a reader of what exists has nothing to resume)
+                log.warning("triton_dist_tune: cannot use the journal %s (%s): this tuning will not be resumable",
+                            self._base, exc)
             return False
         if len(self._held) > 1 or self.path != self._base:
             log.info("triton_dist_tune: journal %s (adopted %s)", self.path, [str(p) for p, _ in self._held[1:]])
@@ -241,11 +242,24 @@ class Journal:
                 log.warning("triton_dist_tune: skipping damaged line %d of journal %s", number, path)
         return records
 
-    def remove(self) -> None:
+    def interrupt_started(self, reason: str) -> None:
+        """Where this attempt's last record here is a config's ``started`` one (the phase in flight), journal that
+        config ``interrupted``, in the same phase (a compile pass stays one: best-effort, skipped next time)."""
+        mine = [r for r in self.read() if r.get("session") == self.session]
+        if mine and mine[-1]["state"] == "started":
+            last = mine[-1]
+            phase = {"phase": last["phase"]} if isinstance(last.get("phase"), str) else {}
+            self.append(last["index"], "interrupted", config=last["config"], error=reason, **phase)
+
+    def remove(self, only_kept: str | None = None) -> None:
         """Delete the adopted journals (once the decision is in the cache; adopted now if need be: those no other
-        process holds) and release them."""
+        process holds) and release them. ``only_kept``: only where every record was written under that kept set
+        (a decision served from the cache ends its own kept set's cut attempt, not another's evidence)."""
         if not self._held and not self._broken:
             self._open()
+        if only_kept is not None and any(r.get("kept", only_kept) != only_kept for r in self.read()):
+            self.close()
+            return
         for path, _ in self._held:
             try:
                 path.unlink()

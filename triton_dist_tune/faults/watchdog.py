@@ -108,6 +108,7 @@ class Guard:
             if self.deadline is None:
                 return
             self.deadline = time.monotonic() + self.timeout
+            self.looked = False  # the beats a fire compares with are read again, a span before the new deadline
         # the deadline only moves later: the thread, which wakes at the earlier one and reads them again, is left
         # asleep (a wake per run cost the tuner's thread the GIL on a host whose CPUs compile); the backstop follows
         self._dog.backstop.keep(self._dog._earliest)

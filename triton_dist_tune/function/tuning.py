@@ -43,6 +43,7 @@ from ..errors import (
     GroupTimeoutError,
     describe_error,
 )
+from ..faults.evidence import outcome_text
 from ..faults.journal import Journal
 from ..faults.recovery import across, interruptible, journal_path, shared_view
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
@@ -84,14 +85,6 @@ def _not_that_config(path: Any, index: int, config: Any) -> None:
                 "space; tuning again", path, index, str(config)[:120])
 
 
-def journaled_text(record: dict[str, Any]) -> str:
-    """A config's merged journal outcome as the rank log says it: its state, then its error (``suspect: ...``,
-    ``failed: in an earlier attempt, ...``), or its time."""
-    state, error, time_ms = record.get("state", "?"), record.get("error") or "", record.get("time")
-    detail = error if error else (f"{time_ms:.4g} ms" if isinstance(time_ms, (int, float)) else "")
-    return error if error.startswith(state) else f"{state}{': ' + detail if detail else ''}"
-
-
 @contextmanager
 def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]:
     """Around step 5: an interrupt (SIGINT, SIGTERM, any ``BaseException`` that is not an ``Exception``) is journaled
@@ -110,7 +103,7 @@ def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]
         raise
     except GroupTimeoutError as exc:  # a peer failed, ended or went silent, or the store went: this rank's config in
         # flight is no evidence (the peer's own journal holds any): journaled, not told (the peers' errors stand)
-        measurer.interrupted(exc, f"interrupted: the group's exchange failed ({describe_error(exc)[:300]})", False)
+        measurer.journal.interrupt_started(f"interrupted: the group's exchange failed ({describe_error(exc)[:300]})")
         raise
     except Exception as exc:
         measurer.not_blamed(exc)
@@ -166,7 +159,7 @@ class Tuning:
             # a served decision is a decision: a later search of a nearby key is seeded from it, as after a tuning
             tuner.decisions[(group.name, self.key)] = decision_from_record(record, found, tuner.descriptions[found])
             rank_log.info("%s cache hit: config %d %s", self.label, found, tuner.descriptions[found])
-            journal_of(self, create=False).remove()  # this group's cut attempt's, if any: another tuning decided
+            journal_of(self, create=False).remove(only_kept=kept_print(self.kept_mark))  # a cut attempt's, if any
             if group.rank == 0 and logs.printing_enabled(self.verbose):
                 logs.print_cache_hit(tuner.name, self.key_text, group, tuner.descriptions[found],
                                      tuner.cache.path(self.entry))
@@ -369,7 +362,7 @@ class Tuning:
             known = earlier.get(i, {}).get("state") in ("failed", "stopped")
             resumed = Outcome.from_json({**earlier[i], "index": i}) if known else None
             if i in earlier:
-                logs.rank_log().info("%s config %d from the journal: %s", self.label, i, journaled_text(earlier[i]))
+                logs.rank_log().info("%s config %d from the journal: %s", self.label, i, outcome_text(earlier[i]))
             if resumed is not None:
                 resumed.resumed = True
                 outcomes.append(resumed)

@@ -17,6 +17,9 @@ from ..errors import AutotuneError
 
 #: a rank named in a message: ``rank 1``, ``ranks [0, 1]``, ``group ranks [1]``
 _NAMES_A_RANK = re.compile(r"\branks? (\d|\[)")
+#: a message that names its ranks otherwise: by global rank already (an exchange's timeout, a lost store), or by
+#: replica (a replicas group's error, raised inside the turn of a tuning group it is not)
+_NAMED_OTHERWISE = re.compile(r"\(global|\breplicas? \d|\breplicas? \[")
 
 
 @contextlib.contextmanager
@@ -37,8 +40,8 @@ def add_ranks_text(exc: Exception, title: str, members: Sequence[int]) -> None:
     if getattr(exc, "ranks_named", False) or len(exc.args) != 1 or not isinstance(exc.args[0], str):
         return
     exc.ranks_named = True  # type: ignore[attr-defined]
-    text = ranks_text(title, members)
-    if text and _NAMES_A_RANK.search(exc.args[0]):
+    text, message = ranks_text(title, members), exc.args[0]
+    if text and _NAMES_A_RANK.search(message) and not _NAMED_OTHERWISE.search(message):
         exc.args = (f"{exc.args[0]}. {text}",)
 
 

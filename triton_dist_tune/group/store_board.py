@@ -128,8 +128,8 @@ class StoreBoard(Board):
         the store cannot be read."""
         if self.window is None or not ranks:
             return []
-        looked = self._looked
-        if looked is None or not set(ranks) <= set(looked[1]):
+        looked = self._looked  # a look from this phase's watchdog, a span ago; an older one would miss a recent end
+        if looked is None or time.monotonic() - looked[0] > self.beats_span + 1.0 or not set(ranks) <= set(looked[1]):
             self.look()
             looked = self._looked
         if looked is None:

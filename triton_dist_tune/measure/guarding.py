@@ -215,6 +215,7 @@ class Guarding:
                      else "a peer's process was lost")
             self.journal.append(index, "interrupted", config=desc, error=f"interrupted after {cause}: {error}")
             if not peers:  # the others (a larger group) end too, blaming nothing: told which rank was lost
+                self.guard.disarm()  # (the look waits a few beats: no deadline of the run's while it does)
                 lost = stopped_peers(self.group, self.guard.board, reports)
                 if lost:
                     cause = f"{', '.join(rank_name(self.group, r) for r in lost)} showed no sign of life"
@@ -251,19 +252,18 @@ class Guarding:
         run): no evidence. Journaled and told as an interruption: the next attempt measures the config again."""
         self.interrupted(exc, f"interrupted by the tuner's own error, not the config's ({describe_error(exc)})")
 
-    def interrupted(self, exc: BaseException, reason: str | None = None, tell: bool = True) -> None:
+    def interrupted(self, exc: BaseException, reason: str | None = None) -> None:
         """An interruption (SIGINT, SIGTERM, SystemExit, any ``BaseException`` that is not an ``Exception``) reached
         this rank: journal it for the config in flight (no config is blamed: the next attempt measures it again) and
-        (``tell``) post it for the other ranks."""
+        tell the other ranks."""
         if self._current is None:
             return
         index, desc = self._current
         reason = reason or f"interrupted ({type(exc).__name__})"
         self.journal.append(index, "interrupted", config=desc, error=reason)
         try:
-            if tell:
-                self.guard.board.post(FailureReport(self.group.rank, index, desc, reason, ended=True,
-                                                    origin=self.group.rank, step=getattr(self, "_step", "")))
+            self.guard.board.post(FailureReport(self.group.rank, index, desc, reason, ended=True,
+                                                origin=self.group.rank, step=getattr(self, "_step", "")))
         except Exception:
             pass
 
