@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -412,23 +413,29 @@ def test_hang_holding_the_gil_is_ended_by_the_faulthandler_backstop(env, tmp_pat
 # -- a kill -9 under torchrun: restart and resume --------------------------------------------------------------
 
 
-@pytest.mark.timeout(90)
-def test_kill_9_of_one_rank_mid_tuning_then_torchrun_restarts_and_resumes(env):
-    env = {**env, "FAULTS": "1:kill@1", "TRITON_DIST_AUTOTUNE_TIMEOUT": "20"}
+def torchrun_signalling_rank_1(env: dict[str, str], at_the_marker: Callable[[int], None], limit: float) -> Job:
+    """A torchrun job of ``tune`` (one restart) whose rank 1 writes its pid at the ``kill`` fault's marker and waits
+    there: ``at_the_marker(pid)`` then acts on it (kills it, freezes it, ...) while the job runs."""
     t0 = time.monotonic()
     cmd, full_env = torchrun_cmd("tune", env, restarts=1)
     proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     marker = Path(env["FAULT_DIR"]) / "kill-me.rank1"
     try:
         while not marker.exists():
-            assert proc.poll() is None and time.monotonic() - t0 < 40, "rank 1 never reached config 1"
+            assert proc.poll() is None and time.monotonic() - t0 < limit, "rank 1 never reached the fault"
             time.sleep(0.02)
-        os.kill(int(marker.read_text()), signal.SIGKILL)  # rank 1, inside config 1's warmup
+        at_the_marker(int(marker.read_text()))
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    job = Job(proc.returncode, out, err, time.monotonic() - t0)
+    return Job(proc.returncode, out, err, time.monotonic() - t0)
+
+
+@pytest.mark.timeout(90)
+def test_kill_9_of_one_rank_mid_tuning_then_torchrun_restarts_and_resumes(env):
+    env = {**env, "FAULTS": "1:kill@1", "TRITON_DIST_AUTOTUNE_TIMEOUT": "20"}
+    job = torchrun_signalling_rank_1(env, lambda pid: os.kill(pid, signal.SIGKILL), 40)  # inside config 1's warmup
     assert job.returncode == 0, job
     assert job.seconds < 45, job
     for r in job.final().values():
@@ -448,28 +455,21 @@ def test_a_frozen_rank_leaves_its_peer_waiting_in_a_collective_and_no_config_is_
     chose config 1). Now rank 0 reads rank 1's beat stopped, journals an interruption naming it, and the restart
     measures config 0 once more (rank 1's journal ends inside it: a suspect) and chooses it."""
     env = {**env, "FAULTS": "0:kill@1", "TRITON_DIST_AUTOTUNE_TIMEOUT": "4"}
-    t0 = time.monotonic()
-    cmd, full_env = torchrun_cmd("tune", env, restarts=1)
-    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    marker = Path(env["FAULT_DIR"]) / "kill-me.rank1"
-    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
-    try:
-        while not marker.exists():
-            assert proc.poll() is None and time.monotonic() - t0 < 60, "rank 1 never reached config 0"
-            time.sleep(0.02)
-        frozen = int(marker.read_text())
-        os.kill(frozen, signal.SIGSTOP)  # rank 1, inside config 0's warm-up, before the function's all_reduce
-        said: list[dict] = []
-        while not said:  # rank 0's watchdog fired (its deadline, then the wait for rank 1's beat)
-            assert proc.poll() is None and time.monotonic() - t0 < 80, "rank 0 journaled nothing of rank 1"
-            said = [r for path in journals(cache) for r in records(path) if "no sign of life" in r.get("error", "")]
-            time.sleep(0.1)
-        os.kill(frozen, signal.SIGKILL)  # as torchrun would, 30 s later
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    job = Job(proc.returncode, out, err, time.monotonic() - t0)
+    cache, said = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]), []
+
+    def freeze(pid: int) -> None:
+        os.kill(pid, signal.SIGSTOP)  # rank 1, inside config 0's warm-up, before the function's all_reduce
+        deadline = time.monotonic() + 60
+        try:
+            while not said:  # rank 0's watchdog fired (its deadline, then the wait for rank 1's beat)
+                assert time.monotonic() < deadline, "rank 0 journaled nothing of rank 1"
+                said.extend(r for path in journals(cache) for r in records(path)
+                            if "no sign of life" in r.get("error", ""))
+                time.sleep(0.1)
+        finally:
+            os.kill(pid, signal.SIGKILL)  # as torchrun would, 30 s later (and never left frozen)
+
+    job = torchrun_signalling_rank_1(env, freeze, 60)
     assert job.returncode == 0, job
     assert said[0]["state"] == "interrupted" and said[0]["index"] == 0, said
     assert "rank 1 showed no sign of life" in said[0]["error"], said
