@@ -27,8 +27,8 @@ class BoardOwner(Protocol):
 
 log = logging.getLogger("triton_dist_tune")
 
-#: how many of a rank's beats :meth:`StoreBoard.stopped` waits for (and a second more) before it reads the rank
-#: stopped
+#: how many of a rank's beats (and half a second more) :meth:`StoreBoard.stopped` sees missing before it reads the
+#: rank stopped
 STOPPED_BEATS = 3
 
 
