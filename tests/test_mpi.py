@@ -232,3 +232,29 @@ def test_a_setup_timeout_on_a_sub_communicator_names_the_ranks_world_rank(comm, 
         world = list(range(size))[::-1]
         assert f"rank 0 (world rank {last}) of MPI group 'mpi:comm' (world ranks {world}) waited 2 s at 'setting " \
                "up its control channel (Idup)'" in said, said
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(120)
+def test_a_rank_local_campaign_shares_its_keys_over_a_communicator(comm):
+    """An mpi4py job without torch.distributed: ``campaign(..., local=True, pg=comm)`` deals the keys over the
+    communicator's ranks, each tuning its share alone, and every rank ends holding every decision. Before,
+    ``local=True`` refused ``pg``, and without it each rank tuned every key (there is no default group)."""
+    size = comm.Get_size()
+    tuned_here: set[int] = set()
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda n: n, n_warmup=0, n_repeat=1, timing="cold",
+                  name="mpi_local_campaign")
+    def f(n, *, variant):
+        tuned_here.add(n)
+        return n * variant
+
+    keys = [8, 16, 24, 32]
+    summary = tdt.campaign(f, lambda n: (n,), keys, local=True, pg=comm, progress=False)
+    shares = comm.allgather(sorted(tuned_here))
+    decided = comm.allgather({str(k): v["variant"] for k, v in f.tuner.decided.items()})
+    comm.Barrier()
+    assert sorted(k for share in shares for k in share) == keys, shares  # each key tuned on one rank
+    assert all(len(share) == len(keys) // size for share in shares), shares
+    assert all(d == decided[0] and len(d) == len(keys) for d in decided), decided
+    assert len(summary.rows) == len(keys), summary

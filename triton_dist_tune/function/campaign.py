@@ -79,14 +79,16 @@ class Plan:
 
 def _plan(tuner: TunedFunction, local: bool, pg: Any, replicas: Any) -> Plan:
     if local:
-        if pg is not None or replicas is not None:
-            raise BadInputError("campaign: a rank-local campaign (local=True) takes no pg or replicas")
+        if replicas is not None:
+            raise BadInputError("campaign: a rank-local campaign (local=True) takes no replicas: its units are the "
+                                "ranks of pg (default: the default group)")
         home = resolve_group(None)  # where a call without autotune_pg tunes: its cache entry is the one to fill
+        units = home if pg is None else resolve_group(pg, "pg")  # (an mpi4py job's communicator: no default group)
 
         def home_entry(t: Tuning, extra: str) -> str:
             return entry_id(tuner.source, t.key_text, tuner.space_text, home.size, extra)
 
-        return Plan(SingleGroup(), home, tuner.decided, lambda key: key, home_entry)
+        return Plan(SingleGroup(), units, tuner.decided, lambda key: key, home_entry)
     group = resolve_group(pg, "pg")
     if replicas is None:
         if pg is None:
@@ -302,7 +304,8 @@ def campaign(tuned: Callable[..., Any], calls: Sequence[Any] | Callable[[Any], A
         keys: the keys given to ``calls`` when it is a function (any values; its own key comes from ``key_fn``).
         local: the function talks to no other rank: every rank tunes its share of the keys alone, in parallel
             (default: the decorator's ``sharded``).
-        pg: the group a collective function runs on (default: the default group).
+        pg: the group a collective function runs on (default: the default group); with ``local``, the ranks that
+            share the keys (default: the default group; in a job without torch.distributed, an mpi4py communicator).
         replicas: a group linking the same position of every replica of ``pg`` (as ``autotune_replicas``): the
             keys are split between the replicas, each tuning its share in lock-step.
         verbose: print each key's tuning table on its group's rank 0 (default ``TRITON_PRINT_AUTOTUNING``).
