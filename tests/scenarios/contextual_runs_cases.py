@@ -20,6 +20,7 @@ import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from _cases import case, contextual_virtual_clock, emit, main, spend  # noqa: E402
+from _kernels import increment  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
@@ -160,13 +161,9 @@ def logging_hook(index: int):
     return hook
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=logging_hook(i)) for i, b in enumerate((64, 128))],
-                 key=["n"], restore_value=["src"], prune_configs_by={"early_config_prune": first_only_on_rank_1})
-@triton.jit
-def pruned_late_kernel(src, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(src + offs, tl.load(src + offs, mask=mask) + 1, mask=mask)
+pruned_late_kernel = triton.autotune(
+    configs=[triton.Config({"BLOCK": b}, pre_hook=logging_hook(i)) for i, b in enumerate((64, 128))], key=["n"],
+    restore_value=["x_ptr"], prune_configs_by={"early_config_prune": first_only_on_rank_1})(increment)
 
 
 @case

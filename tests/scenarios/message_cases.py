@@ -12,8 +12,8 @@ import time
 import torch
 import torch.distributed as dist
 import triton
-import triton.language as tl
 from _cases import case, emit, main, outcome
+from _kernels import increment
 
 import triton_dist_tune as tdt
 
@@ -109,12 +109,7 @@ def local_nearest():
     emit(rank=dist.get_rank(), served=served[0].item() - 1)
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 128)], key=["n"])
-@triton.jit
-def add_one(x_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+add_one = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (64, 128)], key=["n"])(increment)
 
 
 @case

@@ -392,7 +392,7 @@ def _rounds(tuner: TunedFunction, plan: Plan, build: Callable[[int], Call], coun
     summary = Summary(tuner.name, rows, time.perf_counter() - started, plan.units)
     logs.rank_log().info("%s", summary.text())
     if shows:  # headed as the progress lines are
-        logs.console().info("%s", summary.text().replace(f"campaign {tuner.name}:", f"campaign {shown}:", 1))
+        logs.console().info("%s", summary.text(shown))
     return summary
 
 

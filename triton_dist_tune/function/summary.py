@@ -115,15 +115,17 @@ class Summary:
         rows = [{k: v for k, v in r.to_json().items() if k != "record"} for r in self.rows]
         return {"function": self.function, "seconds": self.seconds, "units": self.units, "keys": rows}
 
-    def text(self) -> str:
-        """A table: every key with its choice, time, margin over the runner-up, how it was decided and where."""
+    def text(self, name: str | None = None) -> str:
+        """A table: every key with its choice, time, margin over the runner-up, how it was decided and where
+        (``name``: how its heading names the campaign, default its function)."""
         header = ("key", "state", "unit", "seconds", "ms", "margin", "config")
         body = [(r.key, r.state, str(r.unit), f"{r.seconds:.1f}", ms_text(r.time_ms),
                  ("~" if r.near_tie else "") + _pct(r.margin), r.config if r.state != "failed" else
                  f"ERROR {r.error}") for r in self.rows]
         counts = {s: sum(r.state == s for r in self.rows) for s in KEY_STATES}
-        head = (f"campaign {self.function}: {len(self.rows)} keys on {self.units} unit(s) in {self.seconds:.1f} s "
-                f"({counts['tuned']} tuned, {counts['cached']} from the cache, {counts['failed']} failed)")
+        head = (f"campaign {name or self.function}: {len(self.rows)} keys on {self.units} unit(s) in "
+                f"{self.seconds:.1f} s ({counts['tuned']} tuned, {counts['cached']} from the cache, "
+                f"{counts['failed']} failed)")
         note = ["~ before a margin: the runner-up is within the measured noise (a near tie: either config is about "
                 "as fast)"] if any(r.near_tie for r in self.rows) else []
         return "\n".join([head, text_table(header, body), *note])

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import BadInputError
 from ..space import fingerprint
 from .channel import ExchangeError, Group
+from .rank_names import rank_name
 
 
 @dataclass(frozen=True)
@@ -86,15 +87,6 @@ def difference(texts: Sequence[str]) -> list[str]:
 
 
 # -- what one rank computes for the group: its result or its error, on every rank ------------------------------------
-
-
-def rank_name(group: Group, rank: int) -> str:
-    """How messages name group rank ``rank``: ``rank r`` where group and global ranks agree (the default group,
-    one process), else ``group rank r (global rank g)``."""
-    ranks = list(getattr(group, "global_ranks", []) or [])
-    if not ranks or ranks == list(range(len(ranks))) or not 0 <= rank < len(ranks):
-        return f"rank {rank}"
-    return f"group rank {rank} (global rank {ranks[rank]})"
 
 
 def attempt(compute: Callable[[], Any]) -> list[Any]:

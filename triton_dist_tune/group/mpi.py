@@ -25,6 +25,7 @@ from typing import Any
 from .. import settings
 from ..errors import GroupTimeoutError
 from .channel import Group, combine_payloads, pack, report_waiting, unpack
+from .rank_names import renumbered
 
 #: a pending request is looked at without a pause for this long (a step of ranks that are all there needs only
 #: looks: each drives MPI's progress), then with pauses from :data:`_FIRST_POLL_S`, doubling up to :data:`_POLL_S`
@@ -88,7 +89,7 @@ class MpiGroup(Group):
                 report_at += every
             if now > deadline:
                 world = list(self.member_ranks)
-                if world and world != list(range(len(world))) and 0 <= rank < len(world):  # a sub-communicator
+                if renumbered(world) and 0 <= rank < len(world):  # a sub-communicator
                     where = f"rank {rank} (world rank {world[rank]}) of MPI group '{self.name}' (world ranks {world})"
                 else:
                     where = f"rank {rank} of MPI group '{self.name}'"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from ..errors import AutotuneError
 
@@ -45,11 +46,25 @@ def add_ranks_text(exc: Exception, title: str, members: Sequence[int]) -> None:
         exc.args = (f"{exc.args[0]}. {text}",)
 
 
+def renumbered(members: Sequence[int]) -> bool:
+    """Whether a group's global ranks (by group rank) are known and are not its own numbering (0, 1, ...)."""
+    return bool(members) and list(members) != list(range(len(members)))
+
+
+def rank_name(group: Any, rank: int) -> str:
+    """How messages name group rank ``rank``: ``rank r`` where group and global ranks agree (the default group,
+    one process), else ``group rank r (global rank g)``."""
+    ranks = list(getattr(group, "global_ranks", []) or [])
+    if not renumbered(ranks) or not 0 <= rank < len(ranks):
+        return f"rank {rank}"
+    return f"group rank {rank} (global rank {ranks[rank]})"
+
+
 def ranks_text(title: str, members: Sequence[int]) -> str:
     """``the ranks named are ranks of group 'ranks [2, 3]': group rank 0 is global rank 2, 1 is 3``; empty where
     group rank r is global rank r (the default group), the group is one rank, or its global ranks are not known."""
     members = list(members)
-    if len(members) <= 1 or members == list(range(len(members))):  # one rank's errors name its global rank
+    if len(members) <= 1 or not renumbered(members):  # one rank's errors name its global rank
         return ""
     head = f"The ranks named are ranks of group '{title}'" if title else "The ranks named are group ranks"
     if members == list(range(members[0], members[0] + len(members))) and len(members) > 4:

@@ -15,8 +15,8 @@ from ..disk.logs import ms_text
 from ..errors import DevicePoisonedError, GroupTimeoutError, describe_error
 from ..faults.journal import Journal
 from ..faults.watchdog import Guard, exchange_timeout
-from ..group.agreement import rank_name
 from ..group.channel import FailureReport, Group
+from ..group.rank_names import rank_name
 from ..records import COMPILE_PASS, FROM_THE_FILL, WARMUP, WARMUP_AGAIN, Outcome
 
 #: CUDA errors after which a process's context is unusable: every later launch on that rank would fail too

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .side_state import is_tensor
+
 #: torch.testing's default (rtol, atol) per dtype (by name) of those compared here; the others compared here
 #: (integers, bool) compare exactly
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
@@ -94,7 +96,7 @@ def _category(value: Any) -> str:
     "other" (numbers and the like, which torch.testing compares among themselves)."""
     if value is None:
         return "None"
-    if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "clone"):
+    if is_tensor(value):
         return "tensor"
     if isinstance(value, (list, tuple)):
         return "sequence"
