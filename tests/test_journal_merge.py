@@ -234,9 +234,32 @@ def test_a_cache_hit_removes_only_its_own_kept_sets_journal(tmp_path):
     cut.append(5, "started", config="{v: 5}")
     cut.append(5, "hung", config="{v: 5}", error="warmup exceeded 2 s")
     cut.close()
-    Journal(path, create=False).remove(only_kept="A")
+    Journal(path, create=False).remove(kept="A")
     assert path.exists() and [r["state"] for r in Journal(path, create=False).read()] == ["started", "hung"]
-    Journal(path, create=False).remove(only_kept="B")
+    Journal(path, create=False).remove(kept="B")
     assert not path.exists()
-    Journal(tmp_path / "absent" / "x.journal", create=False).remove(only_kept="A")  # nothing made, nothing said
+    Journal(tmp_path / "absent" / "x.journal", create=False).remove(kept="A")  # nothing made, nothing said
     assert not (tmp_path / "absent").exists()
+
+
+def test_an_ended_tuning_deletes_its_own_kept_sets_records_and_keeps_another_sets(tmp_path):
+    """One journal holds kept set B's cut attempt (a hang) and then kept set A's tuning, which ends: A's records go,
+    B's stay whole and readable (before: A's end deleted the file, and B's next tuning ran the hung config again)."""
+    path = tmp_path / "entry.g.rank0.journal"
+    cut = Journal(path, {"kept": "B"})
+    cut.append(5, "started", config="{v: 5}")
+    cut.append(5, "hung", config="{v: 5}", error="warmup exceeded 2 s")
+    cut.close()
+    with open(path, "ab") as f:
+        f.write(b'{"torn": \n')  # a damaged line: dropped by the rewrite
+    ended = Journal(path, {"kept": "A"})
+    ended.append(0, "started", config="{v: 0}")
+    ended.append(0, "measured", config="{v: 0}", time=1.0)
+    assert len(ended.read()) == 4
+    ended.remove(kept="A")
+    left = Journal(path, create=False)
+    assert [(r["state"], r["kept"]) for r in left.read()] == [("started", "B"), ("hung", "B")]
+    left.append(6, "started", config="{v: 6}")  # appends after the rewrite start a line of their own
+    assert [r["index"] for r in left.read()] == [5, 5, 6]
+    left.remove(kept="B")
+    assert not path.exists()

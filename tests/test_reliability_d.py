@@ -29,7 +29,9 @@ def calls(folder: Path, rank: int, run: str) -> Counter:
 def test_a_config_that_hung_is_left_out_whatever_the_next_attempt_keeps(tmp_path, second_keep):
     """Run 1 keeps configs 0, 1, 2; config 1 hangs on rank 1 and its watchdog ends it (exit 86). Run 2's
     ``prune_fn`` keeps another set with config 1 in it: config 1 must not run again, nor be chosen (before: the
-    kept set named the journals, run 2 opened empty ones, ran config 1 and chose it, the fastest)."""
+    kept set named the journals, run 2 opened empty ones, ran config 1 and chose it, the fastest). Run 3 keeps run
+    1's set again, after run 2 ended: config 1 is still left out (run 2's end deletes only its own kept set's
+    records)."""
     folder = tmp_path / "calls"
     env = tuner_env(tmp_path, timeout=3, FAULT_DIR=str(folder))
     first = run_ranks(CASES, 2, ["hang_then_prune"], env={**env, "RUN": "1", "KEEP": "0,1,2"}, timeout=60)
@@ -45,6 +47,13 @@ def test_a_config_that_hung_is_left_out_whatever_the_next_attempt_keeps(tmp_path
     if second_keep == "0,1,3":
         assert all(calls(folder, r.rank, "2")[3] >= 1 for r in second)  # the config run 1 pruned is measured
         assert all(calls(folder, r.rank, "2")[2] == 0 for r in second)  # the config run 2 prunes is not
+    # run 3 keeps run 1's set again: its cut attempt's records survived run 2's ending (before: run 2 deleted the
+    # whole journal, so run 3 ran config 1 again and chose it; on a real GPU, a second hang and restart)
+    third = run_ranks(CASES, 2, ["hang_then_prune"], env={**env, "RUN": "3", "KEEP": "0,1,2"}, timeout=60)
+    assert all(r.returncode == 0 for r in third), describe(third)
+    for r in third:
+        assert r.result["ok"] and r.result["chosen"] == 0, describe(third)
+        assert calls(folder, r.rank, "3")[1] == 0, (r.rank, calls(folder, r.rank, "3"))
 
 
 # -- defect 5: a collective campaign agrees its keys over the real group -----------------------------------------

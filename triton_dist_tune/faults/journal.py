@@ -37,8 +37,9 @@ config's compile pass blames nothing either, and the next one runs no compile pa
 same way). Every record names its attempt (``session``), so that readers know which config each attempt was inside
 when it ended.
 
-A tuning that ends (decided, or every config failed) removes its journals: nothing of it is replayed later. Only a
-tuning cut short (a crash, a hang, a lost rank, a poisoned GPU) leaves journals for the next attempt. With
+A tuning that ends (decided, or every config failed) removes its records, those of its kept set (another kept set's
+records are that set's cut attempt, and stay): nothing of it is replayed later. Only a tuning cut short (a crash, a
+hang, a lost rank, a poisoned GPU) leaves records for the next attempt. With
 ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1`` only records of the current job (its restarts) are used.
 """
 
@@ -251,18 +252,22 @@ class Journal:
             phase = {"phase": last["phase"]} if isinstance(last.get("phase"), str) else {}
             self.append(last["index"], "interrupted", config=last["config"], error=reason, **phase)
 
-    def remove(self, only_kept: str | None = None) -> None:
+    def remove(self, kept: str | None = None) -> None:
         """Delete the adopted journals (once the decision is in the cache; adopted now if need be: those no other
-        process holds) and release them. ``only_kept``: only where every record was written under that kept set
-        (a decision served from the cache ends its own kept set's cut attempt, not another's evidence)."""
+        process holds) and release them. ``kept``: delete only the records written under that kept set (see
+        :func:`~.evidence.merge`; a record that names none counts as this set's): another kept set's records are
+        that set's cut attempt, the evidence its next tuning resumes from, and stay; a journal left empty goes."""
         if not self._held and not self._broken:
             self._open()
-        if only_kept is not None and any(r.get("kept", only_kept) != only_kept for r in self.read()):
-            self.close()
-            return
-        for path, _ in self._held:
+        for path, fd in self._held:
             try:
-                path.unlink()
+                others = b"" if kept is None else _other_sets(os.pread(fd, os.fstat(fd).st_size, 0), kept)
+                if others:
+                    os.ftruncate(fd, 0)  # in place, under the lock: a file renamed over it would not be locked
+                    os.write(fd, others)  # (O_APPEND: at the new end, the start)
+                    os.fsync(fd)
+                else:
+                    path.unlink()
             except FileNotFoundError:
                 pass
             except OSError as exc:
@@ -281,6 +286,19 @@ class Journal:
                 os.close(fd)  # closing the last fd of the file releases the flock
             except OSError:
                 pass
+
+
+def _other_sets(data: bytes, kept: str) -> bytes:
+    """The lines of a journal's bytes that are well-formed records written under another kept set than ``kept``."""
+    lines = []
+    for line in data.split(b"\n"):
+        try:
+            record = read_json(line.decode(errors="replace"))
+        except Unreadable:
+            continue
+        if well_formed(record) and record.get("kept", kept) != kept:
+            lines.append(line + b"\n")
+    return b"".join(lines)
 
 
 def parse_records(data: bytes, path: Path) -> tuple[list[dict[str, Any]], list[int]]:

@@ -159,7 +159,7 @@ class Tuning:
             # a served decision is a decision: a later search of a nearby key is seeded from it, as after a tuning
             tuner.decisions[(group.name, self.key)] = decision_from_record(record, found, tuner.descriptions[found])
             rank_log.info("%s cache hit: config %d %s", self.label, found, tuner.descriptions[found])
-            journal_of(self, create=False).remove(only_kept=kept_print(self.kept_mark))  # a cut attempt's, if any
+            journal_of(self, create=False).remove(kept=kept_print(self.kept_mark))  # a cut attempt's, if any
             if group.rank == 0 and logs.printing_enabled(self.verbose):
                 logs.print_cache_hit(tuner.name, self.key_text, group, tuner.descriptions[found],
                                      tuner.cache.path(self.entry))
@@ -285,7 +285,7 @@ class Tuning:
             guard.close()
             board.close(clean)  # (not clean: a peer may still wait for this rank, and read why it left)
             if ended:
-                journal.remove()
+                journal.remove(kept=kept_print(self.kept_mark))
             journal.close()
         return decision
 
