@@ -263,3 +263,21 @@ def test_an_ended_tuning_deletes_its_own_kept_sets_records_and_keeps_another_set
     assert [r["index"] for r in left.read()] == [5, 5, 6]
     left.remove(kept="B")
     assert not path.exists()
+
+
+def test_journal_evidence_on_a_renumbered_group_names_global_ranks_too():
+    """On the group of global ranks [2, 3], the journals' evidence said "hung on rank 1" and "suspect: ranks [1]
+    were inside": group ranks, read as global rank 1, the wrong process. Records name their group's global ranks
+    (``ranks``), so the messages now name both; on the default group they read as before."""
+    def record(index: int, state: str, ranks: list[int], **extra):
+        return {"index": index, "state": state, "config": DESCRIPTIONS[index], "session": "s", "ranks": ranks, **extra}
+
+    for ranks, hung, inside in (([2, 3], "hung on group rank 1 (global rank 3)", "group ranks [1] (global ranks [3])"),
+                                ([0, 1], "hung on rank 1", "ranks [1]")):
+        per_rank = [[record(0, "started", ranks), record(2, "started", ranks)],
+                    [record(0, "started", ranks), record(0, "hung", ranks, error="warmup exceeded 2 s"),
+                     record(1, "started", ranks)]]
+        merged = merge(per_rank, DESCRIPTIONS)
+        assert merged[0]["error"].startswith(f"in an earlier attempt, {hung}: warmup exceeded 2 s"), merged[0]
+        assert merged[1]["error"].startswith(f"suspect: {inside} were inside this config"), merged[1]
+        assert merged[2]["error"].startswith("suspect: ranks [0] were inside") == (ranks == [0, 1]), merged[2]

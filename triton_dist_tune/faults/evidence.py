@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..group.rank_names import member_name, members_name
 from ..records import COMPILE_PASS, finite_number
 from .journal import FINAL, SCREENING, well_formed
 
@@ -87,6 +88,7 @@ def merge(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]]
     # index -> attempt -> the rank whose run of it raised from the NaN fill, where that rank started nothing of it
     # after (the group never got past the raise: a peer's hang in that attempt is the raise's)
     filled: dict[int, dict[str, int]] = {}
+    members = _members(per_rank)  # the group's global ranks, by group rank: messages name both where they differ
     for rank, records in sorted(per_rank.items()) if isinstance(per_rank, dict) else enumerate(per_rank):
         usable = [r for r in records if well_formed(r) and 0 <= r["index"] < len(descriptions)
                   and r["config"] == descriptions[r["index"]]
@@ -134,10 +136,11 @@ def merge(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]]
         if outcomes.get(i, {}).get("state") == "failed":
             continue
         # a rank that died inside it leaves the others failing with a lost peer: no evidence then
-        parts = [f"failed on rank {r}: {states['local_failure'].get('error', '')}"
+        parts = [f"failed on {member_name(members, r)}: {states['local_failure'].get('error', '')}"
                  for r, states in sorted(by_rank.items()) if "local_failure" in states
                  and not (i in crashes and LOST_PEER.search(states["local_failure"].get("error", "")))]
-        parts += [f"hung on rank {r}: {states['hung'].get('error', '')}" for r, states in sorted(by_rank.items())
+        parts += [f"hung on {member_name(members, r)}: {states['hung'].get('error', '')}"
+                  for r, states in sorted(by_rank.items())
                   if "hung" in states and "local_failure" not in states  # a hang stays a hang, but for one where
                   and not (isinstance(states["hung"].get("attempt"), str)  # a peer's run raised from the fill
                            and states["hung"]["attempt"] in filled.get(i, {}))]
@@ -147,14 +150,24 @@ def merge(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]]
         outcomes[i] = {"index": i, "state": "failed", "error": error, "config": descriptions[i]}
     for i, by_rank in sorted(crashes.items()):
         if outcomes.get(i, {}).get("state") != "failed":
-            outcomes[i] = crashed(i, descriptions[i], f"ranks {sorted(by_rank)}", launches.get(i, set()),
+            outcomes[i] = crashed(i, descriptions[i], members_name(members, by_rank), launches.get(i, set()),
                                   max(by_rank.values()))
     for i, ranks in sorted(passes.items()):
         ended = {"index": i, "state": "interrupted", "config": descriptions[i],
-                 "error": f"an earlier attempt ended in its {COMPILE_PASS} on rank(s) {sorted(ranks)}, blaming "
+                 "error": f"an earlier attempt ended in its {COMPILE_PASS} on {members_name(members, ranks)}, blaming "
                           f"nothing: warmed up without a {COMPILE_PASS}"}
         outcomes[i] = {**outcomes.get(i, ended), "skip_pass": True}
     return outcomes
+
+
+def _members(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]]) -> list[int]:
+    """The global ranks of the group whose records these are (each record names them in ``ranks``), or []."""
+    for records in per_rank.values() if isinstance(per_rank, dict) else per_rank:
+        for record in records if isinstance(records, list) else []:
+            ranks = record.get("ranks") if isinstance(record, dict) else None
+            if isinstance(ranks, list) and ranks and all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+                return ranks
+    return []
 
 
 def crashed(index: int, config: str, who: str, attempts: set[str], most: int = 0) -> dict[str, Any]:

@@ -54,10 +54,22 @@ def renumbered(members: Sequence[int]) -> bool:
 def rank_name(group: Any, rank: int) -> str:
     """How messages name group rank ``rank``: ``rank r`` where group and global ranks agree (the default group,
     one process), else ``group rank r (global rank g)``."""
-    ranks = list(getattr(group, "global_ranks", []) or [])
-    if not renumbered(ranks) or not 0 <= rank < len(ranks):
+    return member_name(list(getattr(group, "global_ranks", []) or []), rank)
+
+
+def member_name(members: Sequence[int], rank: int) -> str:
+    """:func:`rank_name` of group rank ``rank`` of a group whose global ranks by group rank are ``members``."""
+    if not renumbered(members) or not 0 <= rank < len(members):
         return f"rank {rank}"
-    return f"group rank {rank} (global rank {ranks[rank]})"
+    return f"group rank {rank} (global rank {members[rank]})"
+
+
+def members_name(members: Sequence[int], ranks: Sequence[int]) -> str:
+    """``ranks [0, 1]``, or ``group ranks [0, 1] (global ranks [2, 3])`` (as :func:`member_name`)."""
+    ranks = sorted(ranks)
+    if not renumbered(members) or not all(0 <= r < len(members) for r in ranks):
+        return f"ranks {ranks}"
+    return f"group ranks {ranks} (global ranks {[members[r] for r in ranks]})"
 
 
 def ranks_text(title: str, members: Sequence[int]) -> str:
