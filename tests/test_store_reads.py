@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -135,5 +136,55 @@ def test_a_look_at_the_beats_from_long_ago_is_taken_again_before_a_rank_is_read_
         time.sleep(board.beats_span + 1.5)
         server.add("t/look/beat/1", 1)  # rank 1's last beat, then it is killed
         assert board.stopped([1]) == [1]
+    finally:
+        board.close()
+
+
+class Counted:
+    """A real store client that counts the requests made through it, by method."""
+
+    def __init__(self, store) -> None:
+        self.store, self.requests = store, Counter()
+
+    def clone(self):
+        return self  # (the board's own client: counted too)
+
+    def __getattr__(self, name: str):
+        method = getattr(self.store, name)
+
+        def request(*args, **kwargs):
+            self.requests[name] += 1
+            return method(*args, **kwargs)
+
+        return request
+
+
+@pytest.mark.timeout(60)
+def test_a_look_at_the_beats_of_a_large_group_is_two_store_requests():
+    """Rank 0 of a group of 64 looks at its 63 peers' beats (the watchdog, a span before a deadline; every rank
+    does so at once) and then reads which stopped. Before, each read was one ``add`` per peer: 63 requests per rank,
+    about 8,000 over the group at one deadline; now ``check`` and ``multi_get``. A peer whose board is not open
+    yet (no counter) is read through the adds, as 0, and the counts read are the beats'."""
+    from harness import free_port
+
+    server = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=10),
+                           wait_for_workers=False)
+    scope = "t/beats/"
+    for rank in range(1, 64):
+        server.add(f"{scope}beat/{rank}", rank)
+    store = Counted(server)
+    board = StoreBoard(Owner(0, 64, store), scope, window=0.5)
+    try:
+        board.close()  # (its beat thread: the counts below are the look's and the read's alone)
+        store.requests.clear()
+        board.look()
+        assert sum(store.requests.values()) == 2, store.requests
+        server.add(f"{scope}beat/5", 1)  # rank 5 beats; the others stand still
+        assert board.stopped([3, 5, 7]) == [3, 7]
+        assert sum(store.requests.values()) == 4, store.requests
+        assert board._counts([1, 63]) == {1: 1, 63: 63}
+        store.requests.clear()
+        assert board._counts([2, 64]) == {2: 2, 64: 0}  # rank 64's board is not open: read through the adds
+        assert store.requests["add"] == 2, store.requests
     finally:
         board.close()

@@ -92,15 +92,27 @@ class StoreBoard(Board):
         window). The first look at a rank starts its clock."""
         if self.window is None:
             return []
-        store, now, silent = self.store, time.monotonic(), []
-        for rank in ranks:
-            count = int(store.add(f"{self.scope}beat/{rank}", 0))
+        now, silent = time.monotonic(), []
+        for rank, count in self._counts(ranks).items():
             seen = self._beats.get(rank)
             if seen is None or seen[0] != count:
                 self._beats[rank] = (count, now)
             elif now - seen[1] > self.window:
                 silent.append(rank)
         return silent
+
+    def _counts(self, ranks: Sequence[int]) -> dict[int, int]:
+        """Each of ``ranks``' beat count now, in two requests to the store (``check``, ``multi_get``) where every
+        counter exists, whatever the group's size (before, one request per rank: at a deadline on a group of N,
+        N (N - 1) requests over its ranks); one ``add`` per rank where a counter is missing (a peer that has not
+        opened its board yet: ``add`` of 0 reads it as 0) or the store reads no several keys at once."""
+        keys = [f"{self.scope}beat/{r}" for r in ranks]
+        try:
+            if keys and self.store.check(keys):
+                return {r: int(v) for r, v in zip(ranks, self.store.multi_get(keys), strict=True)}
+        except Exception:  # (a store without multi_get; a store going away fails the adds below too)
+            pass
+        return {r: int(self.store.add(k, 0)) for r, k in zip(ranks, keys, strict=True)}
 
     @property
     def beats_span(self) -> float:
@@ -114,8 +126,7 @@ class StoreBoard(Board):
         if self.window is None:
             return
         try:
-            counts = {r: int(self.store.add(f"{self.scope}beat/{r}", 0)) for r in range(self.group.size)
-                      if r != self.group.rank}
+            counts = self._counts([r for r in range(self.group.size) if r != self.group.rank])
         except Exception:  # the store is going away: nothing to compare with later
             return
         self._looked = (time.monotonic(), counts)
@@ -136,7 +147,8 @@ class StoreBoard(Board):
             return []
         time.sleep(max(0.0, self.beats_span - (time.monotonic() - looked[0])))
         try:
-            return [r for r in ranks if int(self.store.add(f"{self.scope}beat/{r}", 0)) == looked[1][r]]
+            now = self._counts(ranks)
+            return [r for r in ranks if now[r] == looked[1][r]]
         except Exception:  # the store is going away: nothing can be told
             return []
 
