@@ -656,3 +656,27 @@ def test_the_campaign_pages_sample_runs_without_a_warning_per_key(tmp_path):
     done = run_process(script, [str(ROOT / "docs" / "campaign.md"), str(ROOT)], env=tuner_env(tmp_path), timeout=300)
     assert done.returncode == 0 and "SAMPLE 0" in done.stdout, done.stderr[-2000:]
     assert "changed its argument" not in done.stderr, done.stderr[-2000:]
+
+
+def test_every_tuner_error_the_docs_name_is_importable_from_the_package():
+    """The docs tell users to catch ``RankFailedError``, ``CrossedTurnsError``, ``ExchangeError`` ...; before,
+    ``except tdt.RankFailedError`` was an AttributeError (they lived in ``triton_dist_tune.errors`` and
+    ``.group.channel`` only). Every :class:`AutotuneError` class a doc or the README names is in ``tdt``."""
+    import importlib
+    import pkgutil
+
+    import triton_dist_tune as tdt
+
+    for module in pkgutil.walk_packages(tdt.__path__, "triton_dist_tune."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    classes, stack = {}, [tdt.AutotuneError]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            classes[sub.__name__] = sub
+            stack.append(sub)
+    texts = [p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]]
+    named = {name for name in classes if any(f"`{name}`" in text for text in texts)}
+    assert {"RankFailedError", "CrossedTurnsError", "ExchangeError", "GroupTimeoutError"} <= named, named
+    assert {name for name in named if getattr(tdt, name, None) is not classes[name]} == set()
+    assert named <= set(tdt.__all__)

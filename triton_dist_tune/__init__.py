@@ -13,13 +13,16 @@ from .errors import (
     AutotuneError,
     BadInputError,
     CaptureError,
+    CrossedTurnsError,
     DevicePoisonedError,
     GroupTimeoutError,
     MismatchError,
+    RankFailedError,
 )
 from .function.campaign import campaign  # noqa: E402
 from .function.campaign_calls import Call  # noqa: E402
 from .function.summary import Summary  # noqa: E402
+from .group.channel import ExchangeError, PlainDataError  # noqa: E402
 from .group.dist import init_distributed  # noqa: E402
 from .tune import autotune, to_hashable  # noqa: E402
 
@@ -29,9 +32,13 @@ __all__ = [
     "BadInputError",
     "CaptureError",
     "Call",
+    "CrossedTurnsError",
     "DevicePoisonedError",
+    "ExchangeError",
     "GroupTimeoutError",
     "MismatchError",
+    "PlainDataError",
+    "RankFailedError",
     "Summary",
     "__version__",
     "autotune",
