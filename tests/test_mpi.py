@@ -258,3 +258,53 @@ def test_a_rank_local_campaign_shares_its_keys_over_a_communicator(comm):
     assert all(len(share) == len(keys) // size for share in shares), shares
     assert all(d == decided[0] and len(d) == len(keys) for d in decided), decided
     assert len(summary.rows) == len(keys), summary
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(90)
+def test_a_rank_whose_channel_setup_ran_out_and_calls_again_gets_a_named_error_at_once_and_posts_no_second_idup(
+        comm, monkeypatch):
+    """Rank 1 is late for its first tuning call on a communicator: rank 0's setup of the channel (``Idup``) runs
+    out and stays pending. Rank 0 catches the error and calls again, twice; only then (told by a message on the
+    world communicator, so no timing decides it) does rank 1 make its first call. Each call again raises
+    ``GroupTimeoutError`` saying the channel was never set up, posting nothing; the late rank's ``Idup`` meets rank
+    0's first one and its exchange then runs out, a ``GroupTimeoutError`` too. Before, each call again posted a new
+    ``Idup`` on the communicator and waited the whole timeout "for ranks that never arrived" (the late rank had
+    arrived, at the first one), leaving ``Idup`` s pending that the late rank's next collective on the communicator
+    would meet."""
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "2")
+    rank = comm.Get_rank()
+    late = comm.Dup()  # the test's own communicator: its channel is this test's alone
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, name="mpi_setup_again")
+    def f(x, *, variant):
+        return x
+
+    first, again, late_errors = "", [], []
+    if rank == 0:
+        try:
+            f(1, autotune_pg=late)
+        except tdt.GroupTimeoutError as exc:
+            first = str(exc)
+        for _ in range(2):
+            try:
+                f(1, autotune_pg=late)
+            except Exception as exc:  # noqa: BLE001 - the type is what the test is about
+                again.append(exc)
+        for other in range(1, comm.Get_size()):
+            comm.send("called again", dest=other, tag=79)
+    else:
+        assert comm.recv(source=0, tag=79) == "called again"
+        try:
+            f(1, autotune_pg=late)
+        except Exception as exc:  # noqa: BLE001
+            late_errors.append(exc)
+    comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
+    if rank == 0:
+        assert "waited 2 s at 'setting up its control channel (Idup)'" in first, first
+        assert len(again) == 2 and all(isinstance(exc, tdt.GroupTimeoutError) for exc in again), again
+        assert all("the channel was never set up" in str(exc) and "nothing was posted" in str(exc)
+                   for exc in again), [str(exc) for exc in again]
+    else:
+        assert len(late_errors) == 1 and isinstance(late_errors[0], tdt.GroupTimeoutError), \
+            [repr(exc) for exc in late_errors]

@@ -13,6 +13,17 @@ A channel whose wait ran out is out of step for good: its pending request is mat
 rank posts on the duplicate, so a later exchange of the rank that gave up would meet a late rank's next step of the
 abandoned one (lengths read as a message, ``MPI_ERR_TRUNCATE``). So every later exchange on it raises
 :class:`GroupTimeoutError` at once, naming the exchange that broke it, and posts nothing.
+
+So is a channel whose setup ran out: the ``Idup`` on the caller's communicator stays pending, and a late rank's
+``Idup`` matches it. Its channel is kept (:func:`.resolve._resolve` raises :attr:`MpiGroup.setup_error` once), so a
+later call on that communicator raises at once rather than posting a second ``Idup``, which MPI would match with a
+late rank's next collective on the communicator, the caller's own included (before: each later call waited the whole
+timeout at a new ``Idup``, "for ranks that never arrived" while the late rank waited at an exchange on the first
+one's duplicate, and a collective of the caller's own on the communicator met a pending ``Idup``: ``MPI Error in
+NBC subrequest``, error 15, ``MPI_ERR_TRUNCATE``, and it never completed). Not fixed, and no fault of the later
+calls: with Open MPI (5.0.11) the one pending ``Idup`` posts its later steps as it progresses, so a collective of the
+caller's own posted on the communicator before the late rank's ``Idup`` completes it can meet them (wrong results,
+``MPI_ERR_INTERN`` on the late rank; open-mpi/ompi#2025); the error says to end the job.
 """
 
 from __future__ import annotations
@@ -34,6 +45,8 @@ _FIRST_POLL_S = 0.0001
 _POLL_S = 0.005
 #: bytes of rank 0's result broadcast at once with its length: an exchange's result is mostly shorter
 _FIRST_BYTES = 4096
+#: the setup's step, as its timeout and a later call's error name it
+SETUP = "setting up its control channel (Idup)"
 
 
 class MpiGroup(Group):
@@ -49,22 +62,43 @@ class MpiGroup(Group):
 
         #: what broke the channel: an exchange step whose wait ran out, its request left pending (None: in step)
         self.broken: str | None = None
+        #: the setup's timeout (its ``Idup`` left pending), raised once by :meth:`raise_setup_error`
+        self.setup_error: GroupTimeoutError | None = None
+        self._setup: Any = None  # the setup's request, kept while it may be pending
 
         self._byte = MPI.BYTE
         self.name = self.title = f"mpi:{comm.Get_name() or 'comm'}"
         self.member_ranks = _world_ranks(comm)  # (named in the setup's timeout too)
+        self.rank = comm.Get_rank()  # (the duplicate's, which an Idup whose wait ran out cannot be asked)
+        self.size = comm.Get_size()
+        self.identity = ("mpi", self.name, self.member_ranks or (self.size,))
         if not hasattr(comm, "Idup"):
             self.comm = comm.Dup()
         else:  # Dup is collective: a rank that never calls with this communicator must not hang the others
-            self.comm, request = comm.Idup()
+            self.comm, self._setup = comm.Idup()
             timeout, every = _deadlines(timeout)
-            self._wait(request, "setting up its control channel (Idup)", timeout, every, comm.Get_rank())
-        self.rank = self.comm.Get_rank()
-        self.size = self.comm.Get_size()
-        self.identity = ("mpi", self.name, self.member_ranks or (self.size,))
+            try:
+                self._wait(self._setup, SETUP, timeout, every, self.rank)
+            except GroupTimeoutError as exc:  # the channel is kept broken: see the module's docstring
+                self.setup_error = exc
+
+    def raise_setup_error(self) -> None:
+        """Raise the setup's timeout, once: the call that set the channel up raises it, later calls on the
+        communicator meet :attr:`broken` at their first exchange."""
+        error, self.setup_error = self.setup_error, None
+        if error is not None:
+            raise error
 
     def _usable(self, what: str) -> None:
         """Raise :class:`GroupTimeoutError` at once where an earlier wait ran out (:attr:`broken`)."""
+        if self.broken is not None and SETUP in self.broken:
+            raise GroupTimeoutError(
+                f"triton_dist_tune: rank {self.rank} of MPI group '{self.name}' cannot exchange at '{what}': the "
+                f"channel was never set up: {self.broken}, and that Idup is still pending on the communicator (MPI "
+                "matches collectives in order, so another Idup would meet a late rank's next collective on it, "
+                "yours included); nothing was posted. Until the late ranks' Idup completes it, Open MPI may match "
+                "a collective of your own on the communicator with its later steps (open-mpi/ompi#2025: wrong "
+                "results, MPI_ERR_TRUNCATE): end the job, and tune again in a new one (the journals resume).")
         if self.broken is not None:
             raise GroupTimeoutError(
                 f"triton_dist_tune: rank {self.rank} of MPI group '{self.name}' cannot exchange at '{what}': the "
@@ -94,7 +128,7 @@ class MpiGroup(Group):
                 else:
                     where = f"rank {rank} of MPI group '{self.name}'"
                 where += f" waited {timeout:g} s at '{what}'"
-                if self.broken is None:  # (a timed-out Idup raises from __init__: its channel is never used)
+                if self.broken is None:
                     self.broken = f"its wait at '{what}' ran out after {timeout:g} s"
                 if later_step:
                     raise GroupTimeoutError(

@@ -141,7 +141,10 @@ def _resolve(pg: Any, option: str) -> Group:
                 f"not {type(pg).__name__}"
             )
         make = lambda: StoreGroup(pg, option)  # noqa: E731
-    return _groups.add(pg, lambda: _single_if_alone(make()))
+    group = _groups.add(pg, lambda: _single_if_alone(make()))
+    if isinstance(group, MpiGroup):  # a setup that ran out: its channel is kept broken, the call raises
+        group.raise_setup_error()
+    return group
 
 
 def _single_if_alone(group: Group) -> Group:
