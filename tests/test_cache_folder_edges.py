@@ -1,9 +1,10 @@
 """The command line and the tuner at the edges of a cache folder: decisions copied (their files' times reset),
 files that are not the tuner's, journals of a tuning in flight, keys naming a dtype vLLM's file names otherwise,
-damaged measurements, superseded decisions in a plot, foreign log lines.
+damaged measurements, superseded decisions in a plot, foreign log lines, a folder on a full disk.
 
 The command line runs in this process (``main``) on real files under pytest's ``tmp_path``; the tuner runs as a
-real process of its own (tests/harness.py ``tune_alone``), and a journal's lock is held by another real process."""
+real process of its own (tests/harness.py ``tune_alone``, or ``run_ranks``: two ranks), and a journal's lock is
+held by another real process."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import tune_alone
+from harness import describe, run_ranks, tune_alone, tuner_env
 
 from triton_dist_tune.cli.commands import main
 from triton_dist_tune.disk.cache import versions, write_json_atomic
@@ -361,3 +362,68 @@ def test_logs_prints_a_level_that_is_not_text(tmp_path, capsys):
     assert len(shown) == 5, out
     for line, level in zip(shown, ["None", "['x', 'y']", "{'a': 1}", "3", "INFO"], strict=True):
         assert f" {level} " in line, (line, level)
+
+
+EDGES_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "edges_cases.py"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs at ``tmp_path / "disk"`` (root only), unmounted after the test."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs (a disk that fills up) needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path) -> None:
+    """Write ``disk`` full (every write past it: no space left on device)."""
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, bytes(4096))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.timeout(300)
+def test_a_tuning_that_finishes_on_a_full_disk_removes_every_ranks_journal_and_says_the_cache_was_not_written(
+        tmp_path, small_disk, capsys):
+    """A tuning is cut (rank 1's process ends inside a config) in a cache folder on a small disk; one rank's
+    journal ends in a torn record that fills its last page (what a full disk leaves), and the disk is then full.
+    The next job tunes the key to the end: both ranks choose alike and raise nothing, rank 0 warns that the cache
+    could not be written, and no journal stays behind. Before, the rank whose journal was torn could not end the
+    torn line (that write failed on the full disk), gave its journals up unread ("cannot use the journal ...: this
+    tuning will not be resumable") and never removed them: the earlier attempt's journal stayed behind, which
+    ``list`` then showed as a tuning that never finished."""
+    cache = small_disk / "cache"
+    env = tuner_env(tmp_path, timeout=5, TRITON_DIST_AUTOTUNE_CACHE_DIR=str(cache))
+    run_ranks(EDGES_SCENARIO, 2, ["full_disk"], env={**env, "CUT": "1"}, timeout=120)
+    journals = sorted(cache.rglob("*.journal"))
+    assert len(journals) == 2 and all(p.stat().st_size for p in journals), journals
+    torn = journals[1]  # the last page of its file ends inside a record, and no byte more fits on the disk
+    data = torn.read_bytes()
+    page = os.sysconf("SC_PAGE_SIZE")
+    record = data.splitlines()[-1]
+    with open(torn, "ab") as fh:
+        fh.write((record * (page // len(record) + 1))[:page - len(data) % page])
+    fill(small_disk)
+    assert os.statvfs(small_disk).f_bavail == 0
+
+    results = run_ranks(EDGES_SCENARIO, 2, ["full_disk"], env=env, timeout=120)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert all(r.result["error"] == "" and r.result["chosen"] == [1] for r in results), describe(results)
+    assert "could not write the cache" in results[0].stderr and "No space left on device" in results[0].stderr
+    assert sorted(cache.rglob("*.journal")) == [], [p.name for p in cache.rglob("*")]
+    status, out, err = cli(["list", "--cache-dir", str(cache)], capsys)
+    assert "never finished" not in out, out

@@ -1,5 +1,6 @@
 """Issue 40's rank cases, run by tests/test_edges.py: a cache file nested deeper than the exchanges carry, and a
-``triton.autotune`` kernel whose config list depends on the rank.
+``triton.autotune`` kernel whose config list depends on the rank; and a tuning on a full disk, run by
+tests/test_cache_folder_edges.py.
 
 Usage: python edges_cases.py CASE (with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Each rank prints
 ``RESULT {json}`` lines.
@@ -89,6 +90,26 @@ def rank_configs():
         emit(type=None, message="", decided=len(layer.tuner.decisions))
     except tdt.AutotuneError as exc:
         emit(type=type(exc).__name__, message=str(exc), decided=len(layer.tuner.decisions))
+
+
+@case
+def full_disk():
+    """Tune key 8 over three configs; with ``CUT`` set, rank 1's process ends inside config 2 (the journals stay for
+    the next attempt)."""
+    tdt.init_distributed()
+    rank, cut = dist.get_rank(), bool(os.environ.get("CUT"))
+
+    @tdt.autotune([{"variant": v} for v in range(3)], key_fn=lambda n: n, n_warmup=1, n_repeat=2, name="full_disk")
+    def full_disk(n, *, variant):
+        if cut and rank == 1 and variant == 2:
+            os._exit(3)
+        time.sleep(SLEEP_MS[variant] / 1e3)
+        return n + variant
+
+    try:
+        emit(out=full_disk(8), error="", chosen=[c["variant"] for c in full_disk.tuner.decided.values()])
+    except tdt.AutotuneError as exc:
+        emit(out=None, error=f"{type(exc).__name__}: {exc}", chosen=[])
 
 
 if __name__ == "__main__":

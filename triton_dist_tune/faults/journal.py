@@ -163,8 +163,10 @@ class Journal:
                 raise OSError(f"all {MAX_SLOTS} journal slots are held by other processes")
             self.path, fd = self._held[0]
             size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                os.write(fd, b"\n")  # end a torn last line, so that the next record starts a line of its own
+            # a torn last line: the next record starts with a newline (:meth:`append`). Not written here: on a full
+            # disk that write failed and the journals were given up, unread and never removed (a finished tuning
+            # left an earlier attempt's journal behind, read by the next job as a tuning cut short)
+            self._torn = bool(size) and os.pread(fd, 1, size - 1) != b"\n"
         except OSError as exc:
             self.close()
             self._broken = True
