@@ -506,6 +506,46 @@ def test_a_rank_killed_among_three_is_the_one_every_survivor_names(env):
         assert "waiting for that rank" not in said, describe(results)
 
 
+@pytest.mark.timeout(240)
+def test_survivors_of_a_lost_rank_leave_the_exchange_without_waiting_out_the_timeout(env):
+    """A node lost from an elastic job (torchrun on two nodes does not stop the other node's ranks: only they can end
+    their own tuning): rank 2 of 3 SIGKILLed inside config 1's warm-up, T = 60 s. The survivors' collective breaks
+    and each reads rank 2's beat stopped; at the exchange after the run they stop waiting for it at once, and the
+    rerun measures config 1 again and ends with one choice. Before, they waited for rank 2 there until the
+    exchange's deadline, ``T + T/10`` (66 s here, 330 s with the defaults: ``... waited 66 s at '... config 1
+    warmup' for group ranks [2] ..., which never arrived``), and the surviving node's launcher could restart
+    nothing until then."""
+    env = {**env, "FAULTS": "1:kill@2", "TRITON_DIST_AUTOTUNE_TIMEOUT": "60"}
+    marker = Path(env["FAULT_DIR"]) / "kill-me.rank2"
+    killed: list[float] = []
+
+    def kill_rank_2() -> None:
+        deadline = time.monotonic() + 90
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if marker.exists():
+            os.kill(int(marker.read_text()), signal.SIGKILL)
+            killed.append(time.monotonic())
+
+    killer = threading.Thread(target=kill_rank_2, daemon=True)
+    killer.start()
+    results, _ = ranks("tune", 3, env, timeout=150)
+    ended = time.monotonic()
+    killer.join(timeout=5)
+    assert results[2].returncode == -signal.SIGKILL and killed, describe(results)
+    for survivor in results[:2]:
+        assert survivor.returncode not in (0, None), describe(results)
+        (said,) = [r["message"] for r in survivor.results if "error" in r]
+        assert "rank 2 showed no sign of life" in said, said
+        assert "their process ended or was killed" in said and "never arrived" not in said, said
+    assert ended - killed[0] < 40, (ended - killed[0], describe(results))  # before: over 66 s (the deadline)
+    again, _ = ranks("tune", 3, {**env, "RUN": "1"}, timeout=120)
+    assert all(r.returncode == 0 for r in again), describe(again)
+    finals = [r.results[-1] for r in again]
+    assert len({r["chosen"] for r in finals}) == 1 and finals[0]["states"][1] != "failed", finals
+    assert all(calls(env, rank)[1]["1.0"] >= 1 for rank in range(3))  # the suspect measured again
+
+
 @pytest.mark.timeout(90)
 def test_a_groups_journal_is_deleted_when_its_next_call_is_served_from_the_cache(env):
     """A group's tuning cut (its journal kept to resume from), then another group decides the key (the same cache

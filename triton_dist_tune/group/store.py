@@ -286,7 +286,7 @@ class StoreGroup(Group):
                 silent = board.silent(late)
                 if silent:  # their processes ended, were killed or froze: they never arrive either
                     raise GroupTimeoutError(self._silent_message(what, time.monotonic() - started, silent,
-                                                                 board.window or 0.0))
+                                                                 board.window or 0.0, board.quiet_s(silent)))
             notes, ended = NOTES.look(self.store, [self.global_ranks[r] for r in late], where)
             if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
                 said = {rank: note.text for rank, note in notes.items()}
@@ -345,10 +345,9 @@ class StoreGroup(Group):
             return ""
         return "".join(note.why_withdrawn(g, where.since, NOTE_CHARS) for g, note in notes.items())
 
-    def _silent_message(self, what: str, waited: float, silent: Sequence[int], window: float) -> str:
+    def _silent_message(self, what: str, waited: float, silent: Sequence[int], window: float, quiet: float) -> str:
         return (f"{self._waited(what, f'{waited:.1f}')}; group rank(s) {list(silent)} (global "
-                f"{[self.global_ranks[r] for r in silent]}) showed no sign of life for {window:g} s: their process "
-                "ended, was killed or is frozen.")
+                f"{[self.global_ranks[r] for r in silent]}) showed no sign of life for {_silence(window, quiet)}")
 
     def _arrived(self, key: str) -> bool:
         try:
@@ -360,6 +359,16 @@ class StoreGroup(Group):
         globals_ = [self.global_ranks[r] for r in missing]
         return (f"{self._waited(what, f'{timeout:g}')} for group ranks {list(missing)} (global {globals_}), which "
                 "never arrived: they crashed, hung, or called the tuned function with another autotune_pg or key.")
+
+
+def _silence(window: float, quiet: float) -> str:
+    """How long a silent rank's beat stood still, and what that tells: ``quiet`` (as this rank saw it) is at least
+    ``window``, said as the window, or less where this rank read the rank stopped after its collective with it broke
+    (:meth:`~triton_dist_tune.group.store_board.StoreBoard.silent`)."""
+    if quiet >= window:
+        return f"{window:g} s: their process ended, was killed or is frozen."
+    return (f"{quiet:.1f} s: their process ended or was killed (this rank's collective with them broke, and their "
+            "beat stands still).")
 
 
 def _job_store() -> Any:

@@ -64,6 +64,9 @@ class StoreBoard(Board):
         self._beats: dict[int, tuple[int, float]] = {}
         #: (when, every other rank's beat count then): the last :meth:`look`
         self._looked: tuple[float, dict[int, int]] | None = None
+        #: rank -> (beat count, since when it stood there): the ranks :meth:`stopped` read stopped, which
+        #: :meth:`silent` reads silent at once while their beat still stands there
+        self._stopped: dict[int, tuple[int, float]] = {}
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
         if self.window is not None:
@@ -89,13 +92,22 @@ class StoreBoard(Board):
 
     def silent(self, ranks: Sequence[int]) -> list[int]:
         """Of ``ranks``, those whose beat this rank has not seen move for ``window`` seconds (none without a
-        window). The first look at a rank starts its clock."""
+        window), and those :meth:`stopped` read stopped whose beat still stands where it stood then: this rank read
+        them so after its collective with them broke (a peer's process lost), and a broken connection and a still
+        beat together are a process that ended (one frozen keeps its connections). Before, a waiting rank gave them
+        the whole window, ``T``, at the exchange after that collective: a node lost from an elastic job left the
+        other node's ranks waiting ``T + T/10`` s (330 s with the defaults) before its launcher could restart them.
+        The first look at a rank starts its clock."""
         if self.window is None:
             return []
         now, silent = time.monotonic(), []
         for rank, count in self._counts(ranks).items():
-            seen = self._beats.get(rank)
-            if seen is None or seen[0] != count:
+            seen, stopped = self._beats.get(rank), self._stopped.pop(rank, None)
+            if stopped is not None and stopped[0] == count:
+                self._stopped[rank] = stopped
+                self._beats.setdefault(rank, stopped)
+                silent.append(rank)
+            elif seen is None or seen[0] != count:
                 self._beats[rank] = (count, now)
             elif now - seen[1] > self.window:
                 silent.append(rank)
@@ -113,6 +125,11 @@ class StoreBoard(Board):
         except Exception:  # (a store without multi_get; a store going away fails the adds below too)
             pass
         return {r: int(self.store.add(k, 0)) for r, k in zip(ranks, keys, strict=True)}
+
+    def quiet_s(self, ranks: Sequence[int]) -> float:
+        """The shortest time this rank has seen the beats of ``ranks`` stand still (0 for a rank never looked at)."""
+        now = time.monotonic()
+        return min((now - self._beats[r][1] if r in self._beats else 0.0 for r in ranks), default=0.0)
 
     @property
     def beats_span(self) -> float:
@@ -148,9 +165,11 @@ class StoreBoard(Board):
         time.sleep(max(0.0, self.beats_span - (time.monotonic() - looked[0])))
         try:
             now = self._counts(ranks)
-            return [r for r in ranks if now[r] == looked[1][r]]
+            found = [r for r in ranks if now[r] == looked[1][r]]
         except Exception:  # the store is going away: nothing can be told
             return []
+        self._stopped.update((r, (looked[1][r], looked[0])) for r in found)
+        return found
 
     def post(self, report: FailureReport) -> None:
         store = self.store

@@ -29,6 +29,8 @@ POISONED = re.compile(r"illegal memory access|unspecified launch failure|misalig
 #: the loss of a peer, whose own journal holds what happened to it, not evidence against this rank's config
 PEER_LOST = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|remote process exited"
                        r"|DistNetworkError|NCCL communicator was aborted", re.IGNORECASE)
+#: how a rank's report on the failure board says that its collective broke because a peer's process was lost
+LOST_PEER = "a peer's process was lost"
 
 #: phases that are best-effort: nothing that happens in them is evidence against a config
 BEST_EFFORT = (COMPILE_PASS,)
@@ -210,16 +212,16 @@ class Guarding:
         # breaks): this failure follows from the peer's, whose own journal holds the evidence
         reports = self._board_reports()
         peers = [r for r in reports if r.rank != self.group.rank and (r.interrupted or r.hung)]
+        causes = [r for r in peers if LOST_PEER not in r.error]  # not survivors of a lost peer: each reads its beat
         if peers or PEER_LOST.search(error):
-            cause = (f"rank {peers[0].rank} {'hung' if peers[0].hung else 'was interrupted'}" if peers
-                     else "a peer's process was lost")
+            cause = f"rank {causes[0].rank} {'hung' if causes[0].hung else 'was interrupted'}" if causes else LOST_PEER
             self.journal.append(index, "interrupted", config=desc, error=f"interrupted after {cause}: {error}")
-            if not peers:  # the others (a larger group) end too, blaming nothing: told which rank was lost
+            if not causes:  # the others (a larger group) end too, blaming nothing: told which rank was lost
                 self.guard.disarm()  # (the look waits a few beats: no deadline of the run's while it does)
                 lost = stopped_peers(self.group, self.guard.board, reports)
                 if lost:
                     cause = f"{', '.join(rank_name(self.group, r) for r in lost)} showed no sign of life"
-                    error, cause = f"{error} ({cause})", f"{cause} (a peer's process was lost)"
+                    error, cause = f"{error} ({cause})", f"{cause} ({LOST_PEER})"
                     self._posted[(index, step)] = error
                 try:
                     self.guard.board.post(FailureReport(self.group.rank, index, desc, f"interrupted: {cause}",
