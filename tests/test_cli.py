@@ -308,6 +308,35 @@ def test_clear_by_filter_removes_entries_and_journals(tuned, tmp_path):
     assert cli("clear", "--all", "--cache-dir", str(again)).returncode == 0 and entries_of(again) == []
 
 
+@pytest.mark.timeout(300)
+def test_clear_unfinished_removes_the_journals_of_tunings_never_finished_and_no_decision(tuned, tmp_path):
+    """A job cut short on 4 ranks and restarted on 2 tunes another entry (the group is part of its name): the
+    4-rank group's journals stay, listed as a tuning never finished. Before, ``clear`` removed them only with the
+    function's decisions (``--function``) or by age; ``--unfinished`` removes journals alone (``--function``,
+    ``--older-than`` narrow it), and refuses the filters that select decisions."""
+    cache = cache_copy(tuned, tmp_path)
+    decisions = entries_of(cache)
+    stem = decisions[0].stem
+    for rank in range(4):
+        journal = Journal(cache / "cli_sleepy" / f"{stem}.0123456789.rank{rank}.journal", {"ranks": [0, 1, 2, 3]})
+        journal.append(0, "started", config="{variant: 0}")
+        journal.close()
+    other = Journal(cache / "another_fn" / "feedfacefeedfacefeed.0123456789.rank0.journal")
+    other.append(2, "started", config="{variant: 2}")
+    other.close()
+    assert "never finished" in cli("list", "--cache-dir", str(cache)).stdout
+    refused = cli("clear", "--unfinished", "--stale", "--cache-dir", str(cache))
+    assert refused.returncode == 2 and "--unfinished" in refused.stderr, refused.stderr
+    young = cli("clear", "--unfinished", "--older-than", "1d", "--cache-dir", str(cache))
+    assert "removed 0 cache file(s) and 0 journal(s)" in young.stdout, young.stdout
+    mine = cli("clear", "--unfinished", "--function", "cli_sleepy", "--cache-dir", str(cache))
+    assert mine.returncode == 0 and "removed 0 cache file(s) and 4 journal(s)" in mine.stdout, mine.stdout
+    assert entries_of(cache) == decisions and other.path.exists()
+    rest = cli("clear", "--unfinished", "--cache-dir", str(cache))
+    assert "removed 0 cache file(s) and 1 journal(s)" in rest.stdout and not other.path.exists(), rest.stdout
+    assert entries_of(cache) == decisions and "never finished" not in cli("list", "--cache-dir", str(cache)).stdout
+
+
 @pytest.mark.timeout(120)
 def test_the_journals_of_a_first_tuning_cut_short_are_listed_and_shown(tmp_path):
     """No decision yet, only the journals of a first tuning that was cut short (issue 40, item 11): 'list' names

@@ -17,12 +17,20 @@ def cmd_clear(args: argparse.Namespace) -> int:
     """``clear``: remove the selected decisions and their journals: only files named as the tuner names them, and
     no journal a tuning in flight holds (kept, and said)."""
     root = _root(args)
-    if not (args.all or args.function or args.older_than or args.stale or args.superseded):
-        raise UsageError("clear what? give --all, --function NAME, --older-than AGE, --stale and/or --superseded")
+    if not (args.all or args.function or args.older_than or args.stale or args.superseded or args.unfinished):
+        raise UsageError("clear what? give --all, --function NAME, --older-than AGE, --stale, --superseded and/or "
+                         "--unfinished")
+    if args.unfinished and (args.stale or args.superseded):
+        raise UsageError("--unfinished removes journals of tunings never finished, not decisions: --stale and "
+                         "--superseded select decisions")
     entries, problems, _ = _selected(args)  # an unknown --function: a UsageError naming those list shows
     doomed = [e.path for e in entries] + [j for e in entries for j in dec.journals_of(e.path)]
     unfiltered = not (args.older_than or args.stale or args.superseded)
-    if unfiltered:  # everything of the folders: corrupt files and journals of tunings never finished too
+    if args.unfinished:  # the journals alone (a cut tuning of a group that will not come again), decisions kept
+        limit = time.time() - dec.parse_age(args.older_than) if args.older_than else None
+        doomed = [p for p in dec.journal_files(root) if (not args.function or p.parent.name == args.function)
+                  and (limit is None or p.stat().st_mtime < limit)]
+    elif unfiltered:  # everything of the folders: corrupt files and journals of tunings never finished too
         folders = {p.parent for p in dec.entry_files(root) + dec.journal_files(root)}
         if args.function:  # its own folder, and a folder of its decisions only (not contextual/, which is shared)
             chosen = {e.path for e in entries}
