@@ -8,6 +8,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from .threads import others_in_turns
+
 #: a store wait past its first slice looks for its keys this often instead of blocking (:func:`quiet_store_wait`)
 POLL_S = 0.05
 
@@ -24,8 +26,15 @@ def quiet_store_wait(store: Any, keys: list[str], seconds: float, block: bool,
     that runs out makes torch's store client print two ``waitForInput ... likely a timeout`` warnings on the
     rank's screen, although nothing is wrong: a wait that outlasts its first slice (a peer compiling, a campaign's
     unit tuning a key alone) goes on quietly. A store that is gone raises at once either way. ``poll``: called
-    before each look (not with ``block``)."""
-    if block:
+    before each look (not with ``block``).
+
+    Where another thread of this process tunes too (:func:`~triton_dist_tune.group.threads.others_in_turns`: two
+    groups' tunings on two threads, a tensor-parallel and a data-parallel one), the wait only looks, ``block`` or
+    not: the job store's client serves one request at a time, so a blocking wait held every request of the other
+    thread (its exchanges, on another group) for up to its whole slice, and the two threads' peers, each waiting
+    for the other's held request, stalled each other a second per exchange (6.7 s for two tunings of 0.8 s each
+    on 4 CPU ranks, and two store warnings per stall)."""
+    if block and not others_in_turns():
         store.wait(keys, timedelta(seconds=seconds))
         return
     deadline = time.monotonic() + seconds
