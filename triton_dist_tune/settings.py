@@ -327,5 +327,6 @@ def launcher() -> Launcher:
 def store_host() -> str:
     """Which process hosts the job's key-value store, as an error that lost it names it: torchrun's agent where the
     launcher says it does (``TORCHELASTIC_USE_AGENT_STORE=true``: it goes with the agent, which a scheduler or
-    Kubernetes ends first), else rank 0 (a job started without torchrun's agent)."""
-    return "torchrun's agent" if launcher().agent_store else "rank 0, started without torchrun's agent"
+    Kubernetes ends first), else global rank 0 (a job started without torchrun's agent; by its global rank: on a
+    group of other ranks, such as [2, 3], group rank 0 is another process)."""
+    return "torchrun's agent" if launcher().agent_store else "global rank 0, started without torchrun's agent"

@@ -11,13 +11,16 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import signal  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
-from _cases import case, emit, main, outcome  # noqa: E402
+from _cases import case, emit, main, outcome, waited_for  # noqa: E402
 from _kernels import increment  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
@@ -89,6 +92,48 @@ def tp_and_dp_tuned_on_two_threads() -> None:
     for thread in threads:
         thread.join()
     emit(results=results, tp=decided(f), dp=decided(g))
+
+
+def _killed_in_tp(store_gone: bool) -> None:
+    """Global rank 3 is SIGKILLed in its 6th run of its tensor-parallel group's tuning. ``store_gone``: ranks 0
+    and 1 end as soon as their own group's tuning has (rank 0 hosts the store), and rank 3 is killed only once
+    rank 0's process is gone; else rank 0 stays until rank 2 has printed its result."""
+    tdt.init_distributed()
+    tp, _ = groups()
+    rank, folder = dist.get_rank(), Path(os.environ["TRITON_DIST_AUTOTUNE_LOG_DIR"])
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"layers/pid{rank}", str(os.getpid()))
+    host_pid = int(store.get("layers/pid0"))
+
+    def on_run(count: int) -> None:
+        if rank == 3 and count == 6:
+            if store_gone:
+                deadline = time.monotonic() + 60
+                while Path(f"/proc/{host_pid}").exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    f = layer("tp_layer", tp, [0], on_run, n_warmup=2, n_repeat=4, timing="cold")
+    began = time.monotonic()
+    result = outcome(lambda: float(f(torch.ones(64), autotune_pg=tp)[0]))
+    emit(result=result, seconds=round(time.monotonic() - began, 1), decided=decided(f))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"done.rank{rank}").touch()
+    if rank == 0 and not store_gone:
+        waited_for([folder / "done.rank2"], 120)
+    os._exit(0)
+
+
+@case
+def killed_in_tp() -> None:
+    """Global rank 3 killed mid-tuning; the store's host lives."""
+    _killed_in_tp(store_gone=False)
+
+
+@case
+def killed_in_tp_store_gone() -> None:
+    """Global rank 3 killed mid-tuning after the store's host (global rank 0, of the other group) has ended."""
+    _killed_in_tp(store_gone=True)
 
 
 if __name__ == "__main__":

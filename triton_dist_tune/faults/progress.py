@@ -238,8 +238,10 @@ class RoundWatch:
                                getattr(self.group, "global_ranks", None), reported, window)
 
     def _store_lost(self, what: str, exc: Exception) -> str:
-        return (f"triton_dist_tune: rank {self.group.rank} of group '{self.group.title}' lost the key-value store "
-                f"at '{what}' ({type(exc).__name__}): the process hosting it ({store_host()}) has ended")
+        members = getattr(self.group, "global_ranks", None)
+        globals_ = f" (global ranks {list(members)})" if members else ""
+        return (f"triton_dist_tune: rank {self.group.rank} of group '{self.group.title}'{globals_} lost the key-value "
+                f"store at '{what}' ({type(exc).__name__}): the process hosting it ({store_host()}) has ended")
 
     def leave(self, why: str) -> None:
         """This unit leaves the work with an error (``why``): say so in the store, so that the units waiting

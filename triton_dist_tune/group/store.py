@@ -211,9 +211,9 @@ class StoreGroup(Group):
             log.debug("triton_dist_tune: could not delete %s (%s): the store's host has ended", key, exc)
 
     def _lost_message(self, what: str, waited: float, exc: BaseException) -> str:
-        return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' lost the key-value store after "
-                f"{waited:.1f} s at '{what}' ({type(exc).__name__}): the process hosting it "
-                f"({settings.store_host()}) has ended")
+        return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
+                f"lost the key-value store after {waited:.1f} s at '{what}' ({type(exc).__name__}): the process "
+                f"hosting it ({settings.store_host()}) has ended")
 
     def _write_new(self, seq: int, slot: int | str, payload: bytes, what: str) -> None:
         """Write ``payload`` under the key of ``slot`` (this rank's, or ``all``) at exchange ``seq``, which no one

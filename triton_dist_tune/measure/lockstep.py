@@ -50,6 +50,7 @@ from ..errors import CompileFailed, GroupTimeoutError, RankFailedError, WrongRes
 from ..faults.journal import Journal
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, Group
+from ..group.rank_names import rank_name
 from ..records import COMPILE_PASS, FROM_THE_FILL, WARMUP, WARMUP_AGAIN, Outcome
 from ..stats import median
 from . import breakdown, timing
@@ -386,5 +387,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
             if not error:
                 raise
             self._stop_if_poisoned(index, desc, error)  # this rank's own failure first: a poisoned device says so
-            raise RankFailedError(f"triton_dist_tune: rank {self.group.rank} failed in config {index} ({desc}): "
-                                  f"{error}; then: {exc}") from exc
+            # by its global rank too: the timeout that follows names global ranks, so no line is added saying
+            # which global rank a bare group rank is (:mod:`~triton_dist_tune.group.rank_names`)
+            raise RankFailedError(f"triton_dist_tune: {rank_name(self.group, self.group.rank)} failed in config "
+                                  f"{index} ({desc}): {error}; then: {exc}") from exc
