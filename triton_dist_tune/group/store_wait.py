@@ -12,6 +12,9 @@ from .threads import others_in_turns
 
 #: a store wait past its first slice looks for its keys this often instead of blocking (:func:`quiet_store_wait`)
 POLL_S = 0.05
+#: the first pause of a wait that looks instead of blocking because another thread tunes: doubled after each look
+#: up to :data:`POLL_S` (an exchange usually ends within milliseconds)
+QUICK_POLL_S = 0.001
 
 
 class StoreWaitTimeout(TimeoutError):
@@ -33,11 +36,12 @@ def quiet_store_wait(store: Any, keys: list[str], seconds: float, block: bool,
     not: the job store's client serves one request at a time, so a blocking wait held every request of the other
     thread (its exchanges, on another group) for up to its whole slice, and the two threads' peers, each waiting
     for the other's held request, stalled each other a second per exchange (6.7 s for two tunings of 0.8 s each
-    on 4 CPU ranks, and two store warnings per stall)."""
+    on 4 CPU ranks, and two store warnings per stall). Such a wait looks after 1 ms first, then twice as long after
+    each look, up to :data:`POLL_S`."""
     if block and not others_in_turns():
         store.wait(keys, timedelta(seconds=seconds))
         return
-    deadline = time.monotonic() + seconds
+    deadline, pause = time.monotonic() + seconds, QUICK_POLL_S if block else POLL_S
     while True:
         if poll is not None:
             poll()
@@ -46,4 +50,5 @@ def quiet_store_wait(store: Any, keys: list[str], seconds: float, block: bool,
         left = deadline - time.monotonic()
         if left <= 0:
             raise StoreWaitTimeout(f"store keys not set within {seconds:.3f} s")
-        time.sleep(min(POLL_S, left))
+        time.sleep(min(pause, left))
+        pause = min(POLL_S, 2 * pause)
