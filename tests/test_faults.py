@@ -965,7 +965,7 @@ def test_merge_marks_a_config_whose_compile_pass_ended_an_attempt_and_blames_not
     assert out[0]["state"] == "measured" and out[0]["time"] == 1.0 and out[0]["skip_pass"]  # the outcome still wins
     assert 1 not in out  # its pass ended no attempt
     assert out[2]["state"] == "interrupted" and out[2]["skip_pass"]  # a crash in the pass: no suspect
-    assert "ended in its compile pass on rank(s) [0, 1], blaming nothing" in out[2]["error"]
+    assert "ended in its compile pass on ranks [0, 1], blaming nothing" in out[2]["error"]
     assert 3 not in out  # not the last record of its attempt
     # across replicas: any replica's mark is kept, and an outcome outweighs an attempt that ended in the pass
     other = [{"index": 2, "state": "measured", "config": "c", "time": 2.0}, {"index": 0, "state": "measured",
