@@ -11,7 +11,9 @@ The engine's device name is the one thing replaced: vLLM's ``current_platform.ge
 ``get_device_name`` (as the config module imported it from ``sglang.srt.utils``) return ``--device-name``, the name
 the export was given. SGLang's package ``__init__`` chain does not import on a CPU-only torch (sgl_kernel's CUDA
 binary, torchvision built for CUDA): where the config module's normal import fails, it is loaded from its own file
-(its own imports, ``sglang.srt.utils`` and the server args, still run), and the line says so; its
+(its own imports, ``sglang.srt.utils`` and the server args, still run), and the line says so. Where torchvision
+cannot be imported (no build for this torch), its imports give placeholder modules, and the header line says so:
+SGLang's server args reach it through the multimodal model configs only (0.5.23), never the MoE lookup; its
 ``try_get_optimal_moe_config`` then imports that chain and is reported as not callable. SGLang releases that read
 the global server args get SGLang's own ``ServerArgs(model_path="dummy", device="cpu")`` set.
 
@@ -21,6 +23,8 @@ import chain asks for, one at a time, into the same folder::
     pip install --no-deps --target /tmp/fw_vllm_0.34.0 vllm==0.34.0
     pip install --no-deps --target /tmp/fw_vllm_0.34.0 psutil   # and each module the import names as missing
     pip install --no-deps --target /tmp/fw_sglang_0.5.23 sglang==0.5.23
+    pip install --no-deps --target /tmp/fw_sglang_0.5.23 dill apache-tvm-ffi sentencepiece compressed_tensors \
+        loguru gguf   # what 0.5.23's server args import, beside the earlier sessions' list
 
 Export, then check (the device name as given to the export)::
 
@@ -37,12 +41,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import inspect
 import json
 import os
 import re
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +190,58 @@ def sglang_module(root: Path) -> tuple[Any, str]:
     raise ImportError("; ".join(errors) or "no SGLang fused-MoE config module found")
 
 
+class _Placeholder:
+    """Any attribute, call or base class of a module that is not installed (what a placeholder module returns)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Placeholder:
+        return _Placeholder()
+
+    def __getattr__(self, name: str) -> _Placeholder:
+        return _Placeholder()
+
+    def __mro_entries__(self, bases: tuple) -> tuple:
+        return (object,)
+
+
+class _PlaceholderModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports of ``package`` and its submodules give empty modules whose every attribute is a
+    :class:`_Placeholder` (``__version__`` a plausible version, which transformers compares)."""
+
+    def __init__(self, package: str, version: str) -> None:
+        self.package, self.version = package, version
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name == self.package or name.startswith(self.package + "."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: Any) -> Any:
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        module.__version__ = self.version
+        module.__getattr__ = lambda name: _Placeholder()  # type: ignore[method-assign]
+        return module
+
+    def exec_module(self, module: Any) -> None:
+        pass
+
+
+def placeholder_torchvision() -> str:
+    """Where torchvision cannot be imported (no CPU build for this torch), imports of it give placeholders: SGLang's
+    server args import it through its multimodal model configs only, never on the MoE config lookup's path. Returns
+    what the header line says of it."""
+    try:
+        importlib.import_module("torchvision")
+        return ""
+    except Exception:  # noqa: BLE001 -- missing, or built for another torch
+        sys.modules.pop("torchvision", None)
+        sys.meta_path.insert(0, _PlaceholderModules("torchvision", "0.28.0"))
+        return "; torchvision (not importable here: SGLang's multimodal configs import it) replaced by placeholders"
+
+
 def check_sglang(export: Path, root: Path, device: str) -> None:
     os.environ["SGLANG_MOE_CONFIG_DIR"] = str(export)
     try:
@@ -194,6 +253,7 @@ def check_sglang(export: Path, root: Path, device: str) -> None:
     # the one replacement: SGLang's get_device_name, as the config module imported it, returns the export's name
     fm.get_device_name = lambda device_id=0: device
     no_args = None  # why get_moe_configs cannot run here: the server args it reads could not be set
+    placeholders = placeholder_torchvision()
     try:
         from sglang.srt.server_args import ServerArgs
         if hasattr(fm, "get_global_server_args"):  # 0.5.x releases that read the global server args
@@ -205,7 +265,7 @@ def check_sglang(export: Path, root: Path, device: str) -> None:
     except Exception as exc:  # noqa: BLE001 -- reported on each check it stops
         no_args = f"SGLang's ServerArgs(model_path='dummy', device='cpu') fails here: {first_line(exc)}"
     print(f"SGLang {version(root, 'sglang')}: {fm.__name__} {how}; replaced {fm.__name__}.get_device_name -> "
-          f"{device!r}; SGLANG_MOE_CONFIG_DIR={export}; Triton {triton.__version__}")
+          f"{device!r}; SGLANG_MOE_CONFIG_DIR={export}; Triton {triton.__version__}{placeholders}")
     files = sorted(export.glob("configs/triton_*/*.json"))
     if not files:
         say(False, f"files in {export}/configs/triton_*/", "none")
