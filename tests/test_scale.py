@@ -195,6 +195,19 @@ def test_a_waiting_rank_looks_up_its_late_ranks_once_a_second(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_waiting_rank_looks_up_each_late_rank_not_every_rank_at_each_look(tmp_path):
+    """6 ranks wait about 4.5 s for rank 5 and look up their late ranks once a second. A look checked every other
+    rank's message one by one (N - 1 requests on rank 0, N - 2 on another, at each look: N ranks waiting long for one
+    sent about N² requests a second to the store's server); now the first look does, and each later one confirms the
+    messages found in one request and checks only the ranks still missing (here rank 5): (N - 1) + looks at most."""
+    for r in run("late_rank_lookup_requests", 6, tuner_env(tmp_path, 60)):
+        if r["rank"] == 5:
+            continue
+        assert r["looks"] >= 3, r  # (waits of more than 3 s: a look-up per second)
+        assert r["one_by_one"] <= (r["size"] - 1) + r["looks"], r
+
+
+@pytest.mark.timeout(120)
 def test_tunings_leave_no_keys_in_the_store(tmp_path):
     """A long job tunes thousands of keys: each tuning's failure board (its report count, every rank's beat) and each
     progress watch (sharded, replicas) delete their keys when they close. Before, every tuning left its board's count

@@ -7,6 +7,7 @@ prints ``RESULT {json}`` lines.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -219,9 +220,9 @@ def late_ranks_looked_up():
     looks = [0]
     seen = StoreGroup._missing_seen_from
 
-    def counted(self, seq):
+    def counted(self, *args):
         looks[0] += 1
-        return seen(self, seq)
+        return seen(self, *args)
 
     StoreGroup._missing_seen_from = counted
     board = group.board(60.0)
@@ -232,6 +233,50 @@ def late_ranks_looked_up():
     group.barrier("second barrier")
     board.close()
     emit(rank=group.rank, looks=looks[0], seconds=time.monotonic() - started)
+
+
+class KeysLookedUp:
+    """The job's store, counting the message keys the tuner checks one by one (a waiting rank's look-up of its late
+    ranks; its polls check the result's key, or every message at once on rank 0)."""
+
+    def __init__(self, store) -> None:
+        self._store, self.one_by_one = store, 0
+
+    def check(self, keys):
+        if len(keys) == 1 and re.search(r"/\d+/\d+$", keys[0]):
+            self.one_by_one += 1
+        return self._store.check(keys)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+@case
+def late_rank_lookup_requests():
+    """N ranks, a beating failure board open: rank N - 1 comes to a barrier 4.5 s after the others, which wait and
+    look up their late ranks once a second. How many message keys each checked one by one, in how many looks."""
+    from triton_dist_tune.group import store as comm
+    from triton_dist_tune.group.unresolved import Notes
+
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    counted, looks, look = KeysLookedUp(comm._job_store()), [0], Notes.look
+    comm._job_store = lambda: counted
+
+    def counted_look(self, *args, **kwargs):
+        looks[0] += 1
+        return look(self, *args, **kwargs)
+
+    Notes.look = counted_look
+    board = group.board(60.0)
+    group.barrier("first barrier")
+    counted.one_by_one, looks[0] = 0, 0
+    if group.rank == group.size - 1:
+        time.sleep(4.5)
+    started = time.monotonic()
+    group.barrier("second barrier")
+    board.close()
+    emit(rank=group.rank, size=group.size, one_by_one=counted.one_by_one, looks=looks[0],
+         seconds=time.monotonic() - started)
 
 
 @case

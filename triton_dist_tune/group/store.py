@@ -32,7 +32,7 @@ from .channel import (
 )
 from .note import Note, Waiter
 from .store_board import StoreBoard
-from .store_wait import quiet_store_wait
+from .store_wait import Arrivals, quiet_store_wait
 from .unresolved import NOTES
 
 log = logging.getLogger("triton_dist_tune")
@@ -149,7 +149,7 @@ class StoreGroup(Group):
         keys = [self._key(seq, r) for r in range(1, self.size)]
         started = time.monotonic()
         with self._undone_on_a_note(seq, None):
-            self._wait(keys, what, timeout, lambda: [r for r in range(1, self.size) if not self._arrived(keys[r - 1])])
+            self._wait(keys, what, timeout, Arrivals(dict(enumerate(keys, 1)), self._all_arrived).missing)
         payloads = self._request(lambda: self.store.multi_get(keys), what, started)
         payload = combine_payloads(fn, [pack(obj, 0, what), *payloads], what)
         self._request(lambda: self._write_new(seq, "all", payload, what), what, started)
@@ -165,8 +165,9 @@ class StoreGroup(Group):
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
         started = time.monotonic()
         self._request(lambda: self._write_new(seq, self.rank, pack(obj, self.rank, what), what), what, started)
+        peers = Arrivals({r: self._key(seq, r) for r in range(1, self.size) if r != self.rank}, self._all_arrived)
         with self._undone_on_a_note(seq, mine):
-            self._wait([combined], what, timeout, lambda: self._missing_seen_from(seq))
+            self._wait([combined], what, timeout, lambda: self._missing_seen_from(seq, peers))
         payload = self._request(lambda: self.store.get(combined), what, started)
         self._tidy(mine)  # rank 0 has read it: it wrote the result
         return unpack(payload, what, self.rank)
@@ -239,11 +240,10 @@ class StoreGroup(Group):
         finally:
             raise ExchangeError(message)
 
-    def _missing_seen_from(self, seq: int) -> list[int]:
-        """On a timeout at a rank other than 0: the ranks whose message is not in the store, or rank 0 when every
-        other rank's is (then rank 0 never came to combine them)."""
-        late = [r for r in range(1, self.size) if r != self.rank and not self._arrived(self._key(seq, r))]
-        return late or [0]
+    def _missing_seen_from(self, seq: int, peers: Arrivals) -> list[int]:
+        """A look of a rank other than 0 waiting at exchange ``seq``: the ranks whose message is not in the store
+        (``peers``), or rank 0 when every other rank's is (then rank 0 never came to combine them)."""
+        return peers.missing() or [0]
 
     def at_exchange(self, name: str) -> str:
         """A key prefix of this group's namespace for a protocol beside the exchanges (a failure board, a progress
@@ -278,7 +278,7 @@ class StoreGroup(Group):
         where = Waiter(self.name, tuple(self.global_ranks), self.global_ranks[self.rank], time.time())
 
         def between_slices(waited: float) -> None:
-            late = missing()  # one look per slice (a request per rank): each check below reads this list
+            late = missing()  # one look per slice (:class:`.store_wait.Arrivals`): each check below reads this list
             if board is not None:  # ranks that ended to leave a collective never arrive: stop waiting for them
                 message = ended_message(board.read(), late)
                 if message is not None:
@@ -294,7 +294,7 @@ class StoreGroup(Group):
                 NOTES.pass_on(notes, message, where)  # the ranks waiting for this one learn it in turn
                 raise BadInputError(message)
             # a late rank's process ended: it never comes (unless the keys came before it left: the next slice returns)
-            if ended and not all(self._arrived(key) for key in keys):
+            if ended and not self._all_arrived(keys):
                 raise GroupTimeoutError(self._ended_message(what, time.monotonic() - started, ended))
             if waited < 0.999 * timeout and waited - reported[0] >= 0.999 * every:  # (at the deadline: its error)
                 reported[0] = waited
@@ -349,9 +349,10 @@ class StoreGroup(Group):
         return (f"{self._waited(what, f'{waited:.1f}')}; group rank(s) {list(silent)} (global "
                 f"{[self.global_ranks[r] for r in silent]}) showed no sign of life for {_silence(window, quiet)}")
 
-    def _arrived(self, key: str) -> bool:
+    def _all_arrived(self, keys: list[str]) -> bool:
+        """Whether every key of ``keys`` is in the store (one request; False where the store cannot say)."""
         try:
-            return self.store.check([key])
+            return self.store.check(keys)
         except Exception:
             return False
 

@@ -1,5 +1,5 @@
 """A wait for keys of the job's key-value store that prints nothing while nothing is wrong
-(:func:`quiet_store_wait`)."""
+(:func:`quiet_store_wait`), and the look-up of which ranks of a wait have set their key (:class:`Arrivals`)."""
 
 from __future__ import annotations
 
@@ -52,3 +52,33 @@ def quiet_store_wait(store: Any, keys: list[str], seconds: float, block: bool,
             raise StoreWaitTimeout(f"store keys not set within {seconds:.3f} s")
         time.sleep(min(pause, left))
         pause = min(POLL_S, 2 * pause)
+
+
+class Arrivals:
+    """Which ranks of a wait have set their key, looked up once per slice of the wait (a request per rank looked at),
+    remembering what the looks before found.
+
+    A key set stays set while the wait lasts (a message stays until the exchange's result is written, a round's
+    mark until every unit has passed the round): after the first look, the ranks found there are confirmed in one
+    request (``check`` of all their keys), and only the ranks still missing are looked at one by one. A look costs
+    ``1 + m`` requests for ``m`` ranks still missing, not ``N - 1`` for a group of ``N``: ``N`` ranks waiting
+    for one late rank sent about ``N²`` requests a second to the store's server, and now about ``2 N`` after their
+    first look. Where a confirmed key is gone (a rank took its message back: its wait ended on a late rank's note),
+    every rank is looked at again, as in a first look."""
+
+    def __init__(self, keys: dict[int, str], check: Callable[[list[str]], bool]) -> None:
+        #: rank -> its key; ``check(keys)``: whether every key of ``keys`` is set (one store request)
+        self.keys, self._check = keys, check
+        #: the ranks whose key the last look did not find (None: no look yet)
+        self._missing: list[int] | None = None
+
+    def missing(self) -> list[int]:
+        """The ranks whose key is not set now, in the order of :attr:`keys`."""
+        missing = self._missing
+        if missing is not None:
+            arrived = [key for rank, key in self.keys.items() if rank not in missing]
+            if arrived and not self._check(arrived):
+                missing = None  # (a key found before has gone: look at every rank again)
+        looked = list(self.keys) if missing is None else missing
+        self._missing = [rank for rank in looked if not self._check([self.keys[rank]])]
+        return list(self._missing)
