@@ -188,3 +188,74 @@ def test_a_look_at_the_beats_of_a_large_group_is_two_store_requests():
         assert store.requests["add"] == 2, store.requests
     finally:
         board.close()
+
+
+class Logged:
+    """A real store client that logs each request made through it (method and keys), and runs ``on_beats`` at the
+    first read of several beat counters (a waiting rank's look, once a slice of its wait has passed)."""
+
+    def __init__(self, store, on_beats=None) -> None:
+        self.store, self.log, self.on_beats = store, [], on_beats
+
+    def __getattr__(self, name: str):
+        method = getattr(self.store, name)
+
+        def request(*args, **kwargs):
+            keys = args[0] if args and isinstance(args[0], list) else [args[0]] if args else []
+            self.log.append((name, keys))
+            if self.on_beats is not None and name in ("multi_get", "add") and "/beat/" in keys[0]:
+                self.on_beats(), setattr(self, "on_beats", None)
+            return method(*args, **kwargs)
+
+        return request
+
+
+class Unit:
+    """A rank of a progress watch's group, as :class:`RoundWatch` needs it."""
+
+    def __init__(self, rank: int, size: int, store) -> None:
+        self.rank, self.size, self.store = rank, size, store
+        self.title, self.global_ranks = "default", list(range(size))
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_waiting_at_a_round_of_a_large_group_reads_no_unit_one_by_one_while_none_is_late():
+    """Rank 0 of a group of 64 waits at a round of a progress watch (a campaign's, a sharded or replicas tuning's).
+    Before, each wait read every other unit's mark and its note of leaving one by one: 126 requests per rank and round
+    where every unit had finished (8,000 at the server for the group), and as many again at each look while one was
+    late. Now: the marks at once, and whether some unit left at all (2 requests); with units 5 and 9 late, the
+    first look reads the 63 marks one by one once (after it, only the late ones'), their beats in two requests, and
+    no note of leaving. A unit that leaves is still found, and its error raised."""
+    from harness import free_port
+
+    from triton_dist_tune.errors import RankFailedError
+    from triton_dist_tune.faults.progress import RoundWatch
+
+    server = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=10),
+                           wait_for_workers=False)
+    scope, size = "t/watch/", 64
+    store = Logged(server)
+    watch = RoundWatch(Unit(0, size, store), "campaign t", 0.2, scope=scope)  # (a look every 0.05 s)
+    for unit in range(1, size):
+        server.set(f"{scope}done/0/{unit}", b"1")
+    watch.wait(0, "round 1")
+    assert len(store.log) == 2, store.log
+
+    late = (5, 9)
+    for unit in range(1, size):
+        server.add(f"{scope}beat/{unit}", 1)
+        if unit not in late:
+            server.set(f"{scope}done/1/{unit}", b"1")
+    store.log.clear()
+    store.on_beats = lambda: [server.set(f"{scope}done/1/{unit}", b"1") for unit in late]
+    watch.wait(1, "round 2")
+    one_by_one = [keys[0] for name, keys in store.log if name == "check" and len(keys) == 1 and "/done/" in keys[0]]
+    assert len(one_by_one) == size - 1, store.log
+    assert [name for name, keys in store.log if "/beat/" in keys[0]] == ["check", "multi_get"], store.log
+    assert not [name for name, _ in store.log if name in ("compare_set", "get", "add")], store.log
+
+    for unit in range(1, size):
+        server.set(f"{scope}done/2/{unit}", b"1")
+    RoundWatch(Unit(7, size, server), "campaign t", 0.2, scope=scope).leave("KeyboardInterrupt")
+    with pytest.raises(RankFailedError, match="left the campaign with KeyboardInterrupt"):
+        watch.wait(2, "round 3")

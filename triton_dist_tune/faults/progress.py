@@ -41,7 +41,7 @@ from ..errors import GroupTimeoutError, RankFailedError, describe_error
 from ..faults.watchdog import exchange_timeout
 from ..group.channel import Group, report_waiting
 from ..group.store_peek import peek
-from ..group.store_wait import StoreWaitTimeout, quiet_store_wait
+from ..group.store_wait import Arrivals, StoreWaitTimeout, quiet_store_wait
 from ..settings import current, store_host
 
 #: per thread: the user code without a deadline it is in (what, and when it entered), read by the beat threads
@@ -157,6 +157,10 @@ class RoundWatch:
     def _left_key(self, unit: int) -> str:
         return f"{self.scope}left/{unit}"
 
+    def _someone_left_key(self) -> str:
+        """Set by a unit that leaves, before its own key: a waiting rank reads the units' keys only when it is set."""
+        return f"{self.scope}left/some"
+
     def _beat(self) -> None:
         self.group.store.add(self._beat_key(self.group.rank), 1)  # type: ignore[attr-defined]
 
@@ -196,7 +200,13 @@ class RoundWatch:
 
     def wait(self, round_: int, what: str) -> None:
         """Return when every unit has finished round ``round_``; raise :class:`GroupTimeoutError` (naming the
-        units) when some unit shows no sign of life for ``exchange_timeout(T)`` seconds."""
+        units) when some unit shows no sign of life for ``exchange_timeout(T)`` seconds.
+
+        Its store requests do not grow with the number of units where nobody is late: one ``check`` of the marks
+        still missing (all at once) per look, each :func:`beat_interval` a look-up of the units still missing
+        (:class:`~triton_dist_tune.group.store_wait.Arrivals`) and of their beats (two requests), and one request
+        for whether some unit left (:meth:`_left`). Before, every unit's mark and its note of leaving were read one
+        by one at each round: ``2 (N - 1)`` requests per rank and round, ``2 N (N - 1)`` at the store's server."""
         if not self.watched:
             return
         store, every = self.group.store, beat_interval(self.timeout)  # type: ignore[attr-defined]
@@ -205,21 +215,24 @@ class RoundWatch:
         started = time.monotonic()
         seen = {u: _Seen(None, started) for u in others}
         reported = 0.0
+        marks = Arrivals({u: self._done_key(round_, u) for u in others}, store.check)
+        missing = others  # (the units whose mark this rank has not seen: a mark stays until every unit passed)
         while True:
             try:
-                missing = [u for u in others if not store.check([self._done_key(round_, u)])]
-                if not missing:
+                if not missing or store.check([marks.keys[u] for u in missing]):
+                    missing = []
                     # a unit that marked the round and then left (interrupted while it waited) misses the exchange
                     left = self._left(others)
                     if not left:
                         return
                 else:
                     try:  # a unit tunes its keys for seconds: look without blocking (no store warnings on screen)
-                        quiet_store_wait(store, [self._done_key(round_, u) for u in missing], every, block=False)
+                        quiet_store_wait(store, [marks.keys[u] for u in missing], every, block=False)
                         continue
                     except StoreWaitTimeout:  # ``every`` s passed (a store that is gone raises another error)
                         pass
-                    counts = {unit: int(store.add(self._beat_key(unit), 0)) for unit in missing}
+                    missing = marks.missing()
+                    counts = self._counts(missing)
                     left = self._left(missing)
                 now = time.monotonic()
             except Exception as exc:
@@ -237,6 +250,14 @@ class RoundWatch:
                 report_waiting(self.group.rank, self.group.title, what, missing,
                                getattr(self.group, "global_ranks", None), reported, window)
 
+    def _counts(self, units: list[int]) -> dict[int, int]:
+        """Each of ``units``' beat count now: two requests (``check``, ``multi_get``) where every counter exists,
+        else an ``add`` of 0 per unit (one that closed its watch: read as 0)."""
+        store, keys = self.group.store, [self._beat_key(u) for u in units]  # type: ignore[attr-defined]
+        if keys and store.check(keys):
+            return {u: int(v) for u, v in zip(units, store.multi_get(keys), strict=True)}
+        return {u: int(store.add(key, 0)) for u, key in zip(units, keys, strict=True)}
+
     def _store_lost(self, what: str, exc: Exception) -> str:
         members = getattr(self.group, "global_ranks", None)
         globals_ = f" (global ranks {list(members)})" if members else ""
@@ -248,7 +269,9 @@ class RoundWatch:
         at a round end at once (:meth:`wait`) instead of after ``exchange_timeout(T)`` with no beat."""
         if self.watched:
             try:
-                self.group.store.set(self._left_key(self.group.rank), why.encode())  # type: ignore[attr-defined]
+                store = self.group.store  # type: ignore[attr-defined]
+                store.set(self._someone_left_key(), b"1")  # (first: a rank that reads it unset reads no unit's)
+                store.set(self._left_key(self.group.rank), why.encode())
             except Exception:  # the store is gone (the others have ended): nobody waits
                 pass
 
@@ -259,7 +282,10 @@ class RoundWatch:
         return {u: value.decode(errors="replace") for u, value in values.items() if value is not None}
 
     def _left(self, units: list[int]) -> dict[int, str]:
-        """The error each of ``units`` said it left the work with (units that said nothing are left out)."""
+        """The error each of ``units`` said it left the work with (units that said nothing are left out): one
+        request while no unit has left (:meth:`_someone_left_key`), one more per unit of ``units`` once one has."""
+        if not units or not self.group.store.check([self._someone_left_key()]):  # type: ignore[attr-defined]
+            return {}
         return self._notes(units, self._left_key)
 
     def _left_message(self, left: dict[int, str], what: str, waited: float) -> str:
