@@ -188,6 +188,21 @@ def test_a_cache_file_from_a_newer_format_is_named_as_such_not_as_malformed(tmp_
     assert "malformed" not in caplog.text
 
 
+def test_a_decision_whose_index_is_true_is_a_retune_not_an_error_on_every_rank(tmp_path, caplog):
+    """``"index": true`` (JSON's true, which Python reads as 1) with config 1's text: group rank 0 served it, and
+    every rank's lookup then refused the index it broadcast (``ExchangeError: ... another process wrote under the
+    tuner's keys of the key-value store``, the job ended, on 2 gloo ranks). Now a malformed file: a re-tune."""
+    from triton_dist_tune.disk.cache import DiskCache
+    from triton_dist_tune.space import fingerprint
+
+    path = write_entry(tmp_path, index=1, config="{BLOCK: 128}", space=fingerprint("s"))
+    assert DiskCache("f", tmp_path).load(path.stem, "s", quiet=True)["index"] == 1  # the control: served
+    path = write_entry(tmp_path, index=True, config="{BLOCK: 128}", space=fingerprint("s"))
+    with caplog.at_level(logging.WARNING):
+        assert DiskCache("f", tmp_path).load(path.stem, "s") is None
+    assert "ignoring malformed cache file" in caplog.text
+
+
 def test_a_decision_that_cannot_be_written_names_its_file(tmp_path):
     """A full disk's error ('[Errno 28] No space left on device') named no file in the tuner's warning."""
     from triton_dist_tune.disk.cache import DiskCache

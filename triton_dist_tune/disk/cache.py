@@ -209,7 +209,7 @@ def _well_formed(data: Any) -> bool:
     return (
         isinstance(data, dict)
         and data.get("format") in READABLE_FORMATS
-        and isinstance(data.get("index"), int)
+        and type(data.get("index")) is int  # (``true`` read as 1 was served, then refused by every rank's lookup)
         and isinstance(data.get("config"), str)
         and isinstance(data.get("versions"), dict)
         and (rows is None or isinstance(rows, list) and all(isinstance(row, dict) for row in rows))
