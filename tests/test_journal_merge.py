@@ -281,3 +281,26 @@ def test_journal_evidence_on_a_renumbered_group_names_global_ranks_too():
         assert merged[0]["error"].startswith(f"in an earlier attempt, {hung}: warmup exceeded 2 s"), merged[0]
         assert merged[1]["error"].startswith(f"suspect: {inside} were inside this config"), merged[1]
         assert merged[2]["error"].startswith("suspect: ranks [0] were inside") == (ranks == [0, 1]), merged[2]
+
+
+@pytest.mark.parametrize("field, value", [("session", ["x"]), ("attempt", {"a": 1}), ("clock", ["graph"]),
+                                          ("error", 5), ("phase", [1]), ("stage", {})])
+def test_a_journal_line_whose_text_field_is_no_text_is_skipped_not_a_crash_of_every_rank(tmp_path, field, value):
+    """One line of one rank's journal with ``"session": ["x"]`` (or a ``clock`` that is a list) failed every rank's
+    merge (or its clock's choice) with ``TypeError: unhashable type: 'list'``, at every restart, on 2 gloo ranks; an
+    ``error`` that is a number failed the merge's lost-peer check. Now the line is damaged: skipped, named."""
+    from triton_dist_tune.faults.journal import parse_records
+    from triton_dist_tune.measure.graphs import journaled_clock
+
+    good = timed(0, "measured", [1.0], 1.0, "s", clock="eager")
+    lost = {"index": 1, "state": "local_failure", "config": "b", "error": "Connection reset by peer", "session": "s"}
+    started = {"index": 1, "state": "started", "config": "b", "session": "s"}
+    bad = {**timed(0, "measured", [2.0], 2.0, "t", clock="eager"), field: value}
+    if field == "error":
+        bad = {**lost, "error": value}
+    text = "\n".join(json.dumps(r) for r in (good, bad, lost, started)).encode()
+    records, damaged = parse_records(text, tmp_path / "e.rank0.journal")
+    assert damaged == [2] and len(records) == 3
+    merged = merge([[good, bad, lost, started], [good, started]], DESCRIPTIONS)
+    assert merged[0]["time"] == 1.0 and merged[1]["state"] == "suspect"
+    assert journaled_clock(merged.values()) == "eager"

@@ -319,11 +319,19 @@ def parse_records(data: bytes, path: Path) -> tuple[list[dict[str, Any]], list[i
     return records, damaged
 
 
+#: the fields of a record that readers group by, compare and quote as text (:func:`~.evidence.merge`, the clock a
+#: resumed attempt keeps, ``show``): text or null where present
+TEXT_FIELDS = ("session", "attempt", "error", "clock", "phase", "stage")
+
+
 def well_formed(record: Any) -> bool:
-    """Whether ``record`` is a usable journal record (a measured one needs a finite, non-negative time)."""
+    """Whether ``record`` is a usable journal record (a measured one needs a finite, non-negative time; its
+    :data:`TEXT_FIELDS` are text or null: a ``session`` that is a list failed every rank's merge with a TypeError)."""
     if not isinstance(record, dict) or type(record.get("index")) is not int:
         return False
     if record.get("state") not in FINAL + LOCAL or not isinstance(record.get("config"), str):
+        return False
+    if not all(isinstance(record.get(name), (str, type(None))) for name in TEXT_FIELDS):
         return False
     if record["state"] in ("measured", "stopped"):
         time = record.get("time")
