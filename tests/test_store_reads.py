@@ -259,3 +259,16 @@ def test_a_rank_waiting_at_a_round_of_a_large_group_reads_no_unit_one_by_one_whi
     RoundWatch(Unit(7, size, server), "campaign t", 0.2, scope=scope).leave("KeyboardInterrupt")
     with pytest.raises(RankFailedError, match="left the campaign with KeyboardInterrupt"):
         watch.wait(2, "round 3")
+
+
+def test_a_note_whose_second_line_nests_deeper_than_json_reads_is_a_note_of_unknown_calls_not_a_crash():
+    """A value under a rank's note key whose second line is 100,000 ``[`` (written by another process: the store has
+    no authentication) raised RecursionError out of the note's reading, so out of every waiting rank's look between
+    its store waits; now the line is not understood: a note about any call, posted at an unknown time."""
+    from triton_dist_tune.group.unresolved import Notes, _prefix
+
+    store = dist.HashStore()
+    store.add(f"{_prefix()}count", 1)
+    store.set(f"{_prefix()}1", "root\n" + "[" * 100_000 + "\nBadInputError: x")
+    notes = Notes.read(store, [0, 1])
+    assert list(notes) == [1] and notes[1].about == () and notes[1].text == "BadInputError: x"

@@ -111,7 +111,7 @@ def parse_about(line: str) -> tuple[tuple[str, ...], float | None, tuple[GroupId
     by another process: any call, at an unknown time, in groups not said."""
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested deeper than the JSON reader goes: not a note's line)
         return (), None, None
     names, posted, groups = ((value.get("about"), value.get("posted"), value.get("groups")) if isinstance(value, dict)
                              else (value, None, None))
@@ -127,7 +127,7 @@ def parse_marks(line: str) -> tuple[float | None, tuple[GroupId, ...], float | N
     :meth:`~triton_dist_tune.group.unresolved.Notes.end`); anything else: not withdrawn, not ended."""
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested deeper than the JSON reader goes: not a note's line)
         return None, (), None
     if not isinstance(value, dict):
         return None, (), None
@@ -139,7 +139,7 @@ def parse_process(line: str) -> tuple[str, int, int] | None:
     """A note's second line's ``process`` (:func:`this_process`), or None (not said, or not understood)."""
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested deeper than the JSON reader goes: not a note's line)
         return None
     found = value.get("process") if isinstance(value, dict) else None
     if not (isinstance(found, list) and len(found) == 3 and isinstance(found[0], str)
@@ -152,7 +152,7 @@ def parse_beat(line: str) -> float | None:
     """A note's second line's ``beat_s`` (a positive finite number of seconds), or None (not said, not understood)."""
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested deeper than the JSON reader goes: not a note's line)
         return None
     beat = _time_of(value.get("beat_s")) if isinstance(value, dict) else None
     return beat if beat is not None and beat > 0 else None
