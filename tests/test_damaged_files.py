@@ -292,3 +292,18 @@ def test_a_log_header_with_a_time_no_float_holds_does_not_stop_the_tuning(tmp_pa
     (folder / "rank-0.jsonl").write_text(json.dumps(header).replace('{"job"', '{"time": 1' + "0" * 400 + ', "job"')
                                          + "\n")
     _tune_once(tmp_path)
+
+
+@pytest.mark.parametrize("field", [{"probed": float("nan")}, {"resumed": float("inf")}, {"error": float("nan")},
+                                   {"error": {"a": float("nan")}}])
+def test_list_and_show_json_read_a_measurement_whose_flag_or_error_holds_nan(tmp_path, capsys, field):
+    """One measurement's ``"probed": NaN`` (or an error that is no text) was kept as read, and ``list --json`` and
+    ``show --json`` then failed whole: 'bad value: Out of range float values are not JSON compliant: nan', exit 2
+    (a NaN flag also read as true: a bound, never sampled again). Now the damaged field is left out."""
+    row = {"index": 0, "config": "{BLOCK: 64}", "state": "measured", "time": 1.0, "samples": 1, **field}
+    write_entry(tmp_path, measurements=[row])
+    for args in (["list", "--json"], ["show", "0123456789", "--json"]):
+        status, out, err = cli([*args, "--cache-dir", str(tmp_path)], capsys)
+        assert status == 0 and "{BLOCK: 64}" in out, (args, err)
+        assert "NaN" not in out and "Infinity" not in out
+

@@ -160,8 +160,11 @@ class Outcome:
         drift_free = values.get("drift_free")
         if drift_free is not None and not (finite_number(drift_free) and drift_free >= 0):
             values.pop("drift_free")  # damaged: the median of its samples
-        if type(values.get("settled_time")) is not bool:
-            values.pop("settled_time", None)  # damaged: the least of its samples
+        for flag in ("settled_time", "probed", "resumed"):  # damaged: not a drift-free time, nor a bound, nor resumed
+            if type(values.get(flag)) is not bool:  # (a NaN kept there made ``list --json`` fail whole)
+                values.pop(flag, None)
+        if not isinstance(values.get("error"), (str, type(None))):
+            values.pop("error")  # damaged: no error text
         if not _ranks_of(values.get("per_rank_of"), values.get("per_rank")):
             values.pop("per_rank_of", None)  # damaged: the times unlabelled
         try:
