@@ -307,3 +307,15 @@ def test_list_and_show_json_read_a_measurement_whose_flag_or_error_holds_nan(tmp
         assert status == 0 and "{BLOCK: 64}" in out, (args, err)
         assert "NaN" not in out and "Infinity" not in out
 
+
+def test_list_reads_an_unfinished_tunings_journal_whose_index_no_length_holds(tmp_path, capsys):
+    """A journal line of index 2**63 (a config index no space has): ``list`` ended in a traceback (OverflowError:
+    cannot fit 'int' into an index-sized integer, from the space the journals describe)."""
+    folder = tmp_path / "f"
+    folder.mkdir()
+    lines = [{"index": 0, "state": "started", "config": "{BLOCK: 64}", "session": "s"},
+             {"index": 2**63, "state": "started", "config": "x", "session": "s"}]
+    (folder / "0123456789abcdef0123.0123456789.rank0.journal").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    for args in (["list"], ["show", "0123456789"], ["list", "--json"]):
+        status, out, err = cli([*args, "--cache-dir", str(tmp_path)], capsys)
+        assert status == 0 and "Traceback" not in err, (args, err)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,7 +173,8 @@ class _Space(Sequence[str]):
 
     def __init__(self, descriptions: dict[int, str]) -> None:
         self._descriptions = descriptions
-        self._length = max((i for i in descriptions if i >= 0), default=-1) + 1
+        # (at most what ``len`` returns: a damaged record's index of 2**63 made ``list`` fail with an OverflowError)
+        self._length = min(max((i for i in descriptions if i >= 0), default=-1) + 1, sys.maxsize)
 
     def __len__(self) -> int:
         return self._length
