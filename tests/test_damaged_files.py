@@ -319,3 +319,19 @@ def test_list_reads_an_unfinished_tunings_journal_whose_index_no_length_holds(tm
     for args in (["list"], ["show", "0123456789"], ["list", "--json"]):
         status, out, err = cli([*args, "--cache-dir", str(tmp_path)], capsys)
         assert status == 0 and "Traceback" not in err, (args, err)
+
+
+def test_a_rank_log_record_quoting_a_lone_surrogate_from_a_journal_is_written_not_lost_as_a_full_disk(tmp_path):
+    """A journal's error ``"\\ud800"`` (valid JSON, read back as a lone surrogate) quoted in the rank log's text file:
+    the record was lost ('cannot write the rank log ... (UnicodeEncodeError ...; is the disk full?)', seen on 2 gloo
+    ranks), and a later full disk was never said. Now written, the surrogate escaped."""
+    from triton_dist_tune.disk import logs
+
+    handler = logs._open_locked(tmp_path / "rank-0.log", time.monotonic() + 5)
+    lost = logs._lost_records
+    try:
+        handler.emit(logging.LogRecord("t", logging.INFO, __file__, 1, "config 2 failed: \ud800 then", None, None))
+    finally:
+        handler.close()
+    assert logs._lost_records == lost
+    assert "config 2 failed: \\ud800 then" in (tmp_path / "rank-0.log").read_text()

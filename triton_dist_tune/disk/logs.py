@@ -179,7 +179,8 @@ def _open_locked(path: Path, deadline: float) -> logging.FileHandler | None:
     ``deadline``, else None. A file that a rotation replaced or removed while this process waited for its lock is
     let go, and the file the path names now is opened instead."""
     while time.monotonic() < deadline:
-        handler = _RankFile(path)
+        handler = _RankFile(path, errors="backslashreplace")  # text read from disk (a journal's error) may hold a
+        # lone surrogate (JSON's "\ud800"), which no encoding writes: that record was lost, said as a full disk
         fd = handler.stream.fileno()
         if not _flock(fd, fcntl.LOCK_SH, deadline):
             handler.close()
