@@ -335,3 +335,21 @@ def test_a_rank_log_record_quoting_a_lone_surrogate_from_a_journal_is_written_no
         handler.close()
     assert logs._lost_records == lost
     assert "config 2 failed: \\ud800 then" in (tmp_path / "rank-0.log").read_text()
+
+
+def test_list_and_show_print_a_decision_whose_key_holds_a_lone_surrogate(tmp_path):
+    """A key ``"(8,\\ud800)"`` (valid JSON, read back as a lone surrogate): printing it to a UTF-8 stdout failed
+    'list' and 'show' whole ("bad value: 'utf-8' codec can't encode character '\\ud800'", exit 2), every other
+    decision unlisted; so did 'logs' for such a message. Now it is shown escaped."""
+    import subprocess
+    import sys
+
+    from harness import ROOT, base_env
+
+    write_entry(tmp_path, key="(8,\ud800)")
+    env = {**base_env(), "PYTHONIOENCODING": "utf-8"}
+    for args in (["list"], ["show", "0123456789"]):
+        done = subprocess.run([sys.executable, "-m", "triton_dist_tune", *args, "--cache-dir", str(tmp_path)],
+                              cwd=ROOT, env=env, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert b"(8,\\ud800)" in done.stdout

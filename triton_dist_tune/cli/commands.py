@@ -10,6 +10,7 @@ refused over mismatching versions or different decisions already in the cache, a
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import time
 from collections.abc import Sequence
@@ -389,6 +390,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    for stream in (sys.stdout, sys.stderr):  # text read from files (JSON's "\ud800": a lone surrogate) is shown
+        if isinstance(stream, io.TextIOWrapper):  # escaped: it made 'list', 'show' and 'logs' fail whole
+            stream.reconfigure(errors="backslashreplace")
     args = parser().parse_args(argv)
     try:
         _check_age(getattr(args, "older_than", None))
