@@ -353,3 +353,16 @@ def test_list_and_show_print_a_decision_whose_key_holds_a_lone_surrogate(tmp_pat
                               cwd=ROOT, env=env, capture_output=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert b"(8,\\ud800)" in done.stdout
+
+
+def test_clear_and_list_name_a_journal_or_decision_that_is_a_loop_of_links(tmp_path, capsys):
+    """A journal that is a link to itself: 'clear --all' ended in a traceback (RuntimeError: Symlink loop, from the
+    message that names where a link out of the folder leads). Now it is named as a loop and skipped."""
+    write_entry(tmp_path)
+    (tmp_path / "f" / "0123456789abcdef0123.0123456789.rank0.journal").symlink_to(
+        "0123456789abcdef0123.0123456789.rank0.journal")
+    (tmp_path / "f" / "fedcba98765432100000.json").symlink_to("fedcba98765432100000.json")
+    for args in (["clear", "--all", "--dry-run"], ["list"]):
+        status, out, err = cli([*args, "--cache-dir", str(tmp_path)], capsys)
+        assert "Traceback" not in err and status in (0, 1), (args, status, err)
+

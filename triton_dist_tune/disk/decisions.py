@@ -61,8 +61,16 @@ def _files(root: Path, pattern: str) -> tuple[list[Path], list[CacheError]]:
         if inside(root, path):
             found.append(path)
         else:
-            outside.append(LinkOut(f"{path}: a link out of the cache folder (to {path.resolve()}); not followed"))
+            outside.append(LinkOut(f"{path}: a link out of the cache folder (to {_target(path)}); not followed"))
     return found, outside
+
+
+def _target(path: Path) -> str:
+    """Where the links from ``path`` lead, for a message: the path they resolve to, or that they loop."""
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):  # a loop of links (RuntimeError before Python 3.13): named, never a traceback
+        return "a loop of links"
 
 
 def entry_files(root: Path) -> list[Path]:
