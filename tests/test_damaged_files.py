@@ -366,3 +366,15 @@ def test_clear_and_list_name_a_journal_or_decision_that_is_a_loop_of_links(tmp_p
         status, out, err = cli([*args, "--cache-dir", str(tmp_path)], capsys)
         assert "Traceback" not in err and status in (0, 1), (args, status, err)
 
+
+@pytest.mark.timeout(60)
+def test_logs_skips_a_fifo_named_like_a_rank_log(tmp_path, capsys):
+    """A FIFO named ``rank-1.jsonl`` in the log folder held 'logs' for ever (opened for reading, waiting for a
+    writer); now it is skipped at once and the other ranks' records are shown."""
+    logs_dir = tmp_path / "logs"
+    logs_dir.mkdir()
+    record = {"time": time.time(), "job": "j1", "rank": 0, "host": "h", "level": "INFO", "message": "hello"}
+    (logs_dir / "rank-0.jsonl").write_text(json.dumps(record) + "\n")
+    os.mkfifo(logs_dir / "rank-1.jsonl")
+    status, out, err = cli(["logs", "--log-dir", str(logs_dir)], capsys)
+    assert status == 0 and "hello" in out, err

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records import finite_number
+from .files import read_regular
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,12 @@ def jobs_in(root: Path) -> list[JobLog]:
 def _records(root: Path) -> tuple[list[dict[str, Any]], int]:
     records, damaged = [], 0
     for path in sorted(root.glob("rank-*.jsonl")) if root.is_dir() else []:
-        for line in path.read_text(errors="replace").splitlines():
+        try:  # a FIFO named like a rank log held 'logs' for ever: refused at once, as no regular file
+            text = read_regular(path).decode(errors="replace")
+        except OSError:  # (a folder, a FIFO, unreadable): skipped, counted as damaged
+            damaged += 1
+            continue
+        for line in text.splitlines():
             try:
                 record = json.loads(line)
             except (ValueError, RecursionError):  # torn, garbage, nested too deep
