@@ -378,3 +378,15 @@ def test_logs_skips_a_fifo_named_like_a_rank_log(tmp_path, capsys):
     os.mkfifo(logs_dir / "rank-1.jsonl")
     status, out, err = cli(["logs", "--log-dir", str(logs_dir)], capsys)
     assert status == 0 and "hello" in out, err
+
+
+def test_list_counts_the_attempts_of_an_unfinished_tuning_whose_record_names_a_damaged_attempt(tmp_path, capsys):
+    """A journal record whose ``attempt`` is a list (kept as evidence, its attempt ignored, as the merge does):
+    'list' ended in a traceback (TypeError: unhashable type: 'list') counting the unfinished tuning's attempts."""
+    folder = tmp_path / "f"
+    folder.mkdir()
+    lines = [{"index": 0, "state": "started", "config": "{BLOCK: 64}", "session": "s", "attempt": ["A"]}]
+    (folder / "0123456789abcdef0123.0123456789.rank0.journal").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    for args in (["list"], ["show", "0123456789"]):
+        status, out, err = cli([*args, "--cache-dir", str(tmp_path)], capsys)
+        assert status == 0 and "Traceback" not in err, (args, err)

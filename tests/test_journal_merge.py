@@ -283,7 +283,7 @@ def test_journal_evidence_on_a_renumbered_group_names_global_ranks_too():
         assert merged[2]["error"].startswith("suspect: ranks [0] were inside") == (ranks == [0, 1]), merged[2]
 
 
-@pytest.mark.parametrize("field, value", [("session", ["x"]), ("attempt", {"a": 1}), ("clock", ["graph"]),
+@pytest.mark.parametrize("field, value", [("session", ["x"]), ("clock", ["graph"]),
                                           ("error", 5), ("phase", [1]), ("stage", {})])
 def test_a_journal_line_whose_text_field_is_no_text_is_skipped_not_a_crash_of_every_rank(tmp_path, field, value):
     """One line of one rank's journal with ``"session": ["x"]`` (or a ``clock`` that is a list) failed every rank's

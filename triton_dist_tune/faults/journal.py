@@ -320,8 +320,9 @@ def parse_records(data: bytes, path: Path) -> tuple[list[dict[str, Any]], list[i
 
 
 #: the fields of a record that readers group by, compare and quote as text (:func:`~.evidence.merge`, the clock a
-#: resumed attempt keeps, ``show``): text or null where present
-TEXT_FIELDS = ("session", "attempt", "error", "clock", "phase", "stage")
+#: resumed attempt keeps, ``show``): text or null where present (``attempt`` is not one: a damaged one is ignored,
+#: the record kept as evidence)
+TEXT_FIELDS = ("session", "error", "clock", "phase", "stage")
 
 
 def well_formed(record: Any) -> bool:

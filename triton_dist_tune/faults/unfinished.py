@@ -127,9 +127,10 @@ class Unfinished:
         named: dict[tuple[str, str], dict[Any, Any]] = {}  # (tag, rank) -> session -> its attempt
         for record in self.records:
             sessions = named.setdefault(_slot(record), {})
-            session = record.get("session")
-            if record.get("attempt") or session not in sessions:
-                sessions[session] = record.get("attempt") or session
+            session, attempt = record.get("session"), record.get("attempt")
+            attempt = attempt if isinstance(attempt, str) else None  # damaged (a list: unhashable): the session's
+            if attempt or session not in sessions:
+                sessions[session] = attempt or session
         return max((len(set(sessions.values())) for sessions in named.values()), default=0)
 
     def configs(self) -> list[ConfigRecord]:
