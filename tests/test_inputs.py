@@ -80,6 +80,26 @@ def test_codec_refuses_bytes_it_did_not_write(payload):
         codec.decode(payload)
 
 
+@pytest.mark.parametrize("fields", [
+    '"Outcome", "v": {"index": [0], "config": "c", "state": "measured"}',
+    '"Outcome", "v": {"index": 0, "config": "c", "state": "measured", "time": [1.0]}',
+    '"Outcome", "v": {"index": true, "config": "c", "state": "measured"}',
+    '"Outcome", "v": {"index": 0, "config": "c", "state": "measured", "per_rank": [1.0, "x"]}',
+    '"Failed", "v": {"message": "x", "refused": 1}',
+    '"Combined", "v": {"errors": null, "values": {"0": 1.0}, "elapsed": 0.5}',
+], ids=["index-a-list", "time-a-list", "index-a-bool", "a-text-among-times", "refused-an-int", "values-a-dict"])
+def test_codec_refuses_a_record_whose_field_is_not_of_its_type(fields):
+    """The fuzzer's find: such messages (which another process can write under the tuner's keys) were rebuilt into
+    records, an Outcome whose index is a list, to fail later and differently on each rank that read it."""
+    from triton_dist_tune.contextual.tracks import TrackInfo
+
+    with pytest.raises(codec.BadMessage, match="not of its types"):
+        codec.decode(('{"~": "record", "type": ' + fields + "}").encode())
+    info = TrackInfo("k", ["a"], ["a"], "e", "s", [0], "jit", ["x"], ([0], {0: 1.5}, 1), [{"B": 1}], None)
+    assert codec.decode(codec.encode(info)) == info  # the records the tuner sends still fit, the richest included
+    assert codec.decode(codec.encode(Combined(None, [1, 2.5], 0))) == Combined(None, [1, 2.5], 0)  # ints as floats
+
+
 @pytest.mark.timeout(180)
 def test_store_payloads_from_outsiders_never_run_and_unsendable_values_fail_every_rank_at_once(tmp_path):
     markers = tmp_path / "markers"

@@ -390,9 +390,6 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    for stream in (sys.stdout, sys.stderr):  # text read from files (JSON's "\ud800": a lone surrogate) is shown
-        if isinstance(stream, io.TextIOWrapper):  # escaped: it made 'list', 'show' and 'logs' fail whole
-            stream.reconfigure(errors="backslashreplace")
     args = parser().parse_args(argv)
     try:
         _check_age(getattr(args, "older_than", None))
@@ -412,6 +409,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    """The console script's entry point."""
+    """The console script's entry point (and ``python -m triton_dist_tune``'s)."""
+    for stream in (sys.stdout, sys.stderr):  # text read from files (JSON's "\ud800": a lone surrogate) is shown
+        if isinstance(stream, io.TextIOWrapper):  # escaped: it made 'list', 'show' and 'logs' fail whole
+            try:  # (only here: main() called from a user's process, a campaign's rank, leaves its streams alone;
+                stream.reconfigure(errors="backslashreplace")  # reconfiguring one mid-write raised "Illegal seek")
+            except (OSError, ValueError):
+                pass
     sys.exit(main())
 

@@ -8,8 +8,8 @@ What can be sent (exactly what the tuner exchanges): ``None``, ``bool``, ``int``
 infinities included), ``str``, ``list``, ``tuple``, ``dict`` (keys of those kinds too, e.g. ``(kernel, key)``
 tuples), and the few record dataclasses registered with :func:`record` (an :class:`~triton_dist_tune.records.Outcome`,
 the race's ``Combined``, the channel's ``Failed``, a contextual track's ``TrackInfo``), rebuilt field by field by
-their own constructor. Anything else raises :class:`NotPlainData` (a ``TypeError`` naming the type) on the rank that
-tries to send it.
+their own constructor once every field's value has the type the dataclass declares (:mod:`.record_types`).
+Anything else raises :class:`NotPlainData` (a ``TypeError`` naming the type) on the rank that tries to send it.
 
 JSON cannot say ``tuple`` or a dict with non-string keys, so those (and records) are written as a small tagged
 object ``{"~": kind, "v": ...}``; a plain dict that itself has a ``"~"`` key is written tagged too, so nothing is
@@ -28,6 +28,7 @@ import json
 from typing import Any, TypeVar
 
 from ..records import Outcome
+from .record_types import fields_fit
 
 TAG = "~"
 #: the deepest nesting :func:`decode` accepts (the tuner's messages are a few levels deep)
@@ -160,6 +161,8 @@ def _value(data: Any, depth: int) -> Any:
     cls = _RECORDS.get(data.get("type")) if kind == "record" else None  # type: ignore[arg-type]
     if cls is not None and isinstance(body, dict):
         names = {f.name for f in dataclasses.fields(cls) if f.init}
-        if set(body) <= names:
-            return cls(**{k: _value(v, depth + 1) for k, v in body.items()})
-    raise BadMessage(f"an unknown tagged value {str(data)[:100]}")
+        values = {k: _value(v, depth + 1) for k, v in body.items()} if set(body) <= names else None
+        if values is not None and fields_fit(cls, values):  # (a field of another type: see record_types)
+            return cls(**values)
+    raise BadMessage(f"an unknown tagged value, or a record whose fields are not its own or not of its types: "
+                     f"{str(data)[:100]}")
