@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _cpu_ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parent.parent
 EXCHANGES = ("allgather", "broadcast", "barrier")
@@ -154,44 +155,12 @@ def worker(rounds: int, tunings: int, per_rank_limit: int | None) -> None:
 # -- the driver -------------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_size(n: int, package_root: Path, rounds: int, tunings: int, timeout: float,
              per_rank_limit: int | None = None) -> list[dict[str, Any]]:
     """Start ``n`` ranks of this script in worker mode; return each rank's RESULT."""
-    port = _free_port()
-    work = Path(tempfile.mkdtemp(prefix=f"bench_traffic{n}_"))
-    procs = []
-    for rank in range(n):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": str(package_root),
-               "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
-               "TRITON_DIST_AUTOTUNE_CACHE_DIR": str(work / "cache"),
-               "TRITON_DIST_AUTOTUNE_LOG_DIR": str(work / "logs"),
-               "TRITON_DIST_AUTOTUNE_TIMEOUT": str(timeout)}
-        env.pop("TORCHELASTIC_RESTART_COUNT", None)
-        limit = [] if per_rank_limit is None else ["--per-rank-limit", str(per_rank_limit)]
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker", "--rounds", str(rounds),
-                                       "--tunings", str(tunings), *limit], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    deadline = time.monotonic() + timeout
-    results = []
-    for rank, proc in enumerate(procs):
-        try:
-            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise RuntimeError(f"{n} ranks did not finish within {timeout} s") from None
-        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        if proc.returncode != 0 or not lines:
-            raise RuntimeError(f"rank {rank} of {n} failed (rc={proc.returncode}):\n{err[-3000:]}")
-        results.append(json.loads(lines[-1][len("RESULT "):]))
-    return results
+    limit = [] if per_rank_limit is None else ["--per-rank-limit", str(per_rank_limit)]
+    return run_ranks(n, [__file__, "--worker", "--rounds", str(rounds), "--tunings", str(tunings), *limit],
+                     package_root, timeout, timeout, f"bench_traffic{n}_")
 
 
 def summarize(n: int, ranks: list[dict[str, Any]]) -> dict[str, Any]:

@@ -29,15 +29,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from _cpu_ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("set", "get", "add", "check", "multi_get", "multi_set", "wait", "compare_set", "delete_key")
@@ -188,41 +187,10 @@ def worker(late_s: float, steps: list[str]) -> None:
 # -- the driver -------------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_size(n: int, late_s: float, steps: list[str], timeout: float, tuner_timeout: float) -> list[dict[str, Any]]:
-    """Start ``n`` ranks of this script in worker mode; return each rank's RESULT."""
-    port, work = _free_port(), Path(tempfile.mkdtemp(prefix=f"store_requests{n}_"))
-    procs = []
-    for rank in range(n):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
-               "TRITON_DIST_AUTOTUNE_CACHE_DIR": str(work / "cache"),
-               "TRITON_DIST_AUTOTUNE_LOG_DIR": str(work / "logs"),
-               "TRITON_DIST_AUTOTUNE_TIMEOUT": str(tuner_timeout)}
-        env.pop("TORCHELASTIC_RESTART_COUNT", None)
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker", "--late-s", str(late_s),
-                                       "--steps", ",".join(steps)], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    deadline, results = time.monotonic() + timeout, []
-    for rank, proc in enumerate(procs):
-        try:
-            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise RuntimeError(f"{n} ranks did not finish within {timeout} s") from None
-        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        if proc.returncode != 0 or not lines:
-            for p in procs:
-                p.kill()
-            raise RuntimeError(f"rank {rank} of {n} failed (rc={proc.returncode}):\n{err[-3000:]}")
-        results.append(json.loads(lines[-1][len("RESULT "):]))
+    """Start ``n`` ranks of this script in worker mode; return each rank's RESULT, by rank."""
+    results = run_ranks(n, [__file__, "--worker", "--late-s", str(late_s), "--steps", ",".join(steps)], ROOT,
+                        timeout, tuner_timeout, f"store_requests{n}_")
     return sorted(results, key=lambda r: r["rank"])
 
 
