@@ -432,6 +432,24 @@ def torchrun_signalling_rank_1(env: dict[str, str], at_the_marker: Callable[[int
     return Job(proc.returncode, out, err, time.monotonic() - t0)
 
 
+def killing_rank_2(env: dict[str, str], killed: list[float]) -> threading.Thread:
+    """A started thread that SIGKILLs rank 2 once it writes its pid at the ``kill`` fault's marker (within 90 s),
+    appending when to ``killed``."""
+    marker = Path(env["FAULT_DIR"]) / "kill-me.rank2"
+
+    def kill_rank_2() -> None:
+        deadline = time.monotonic() + 90
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if marker.exists():
+            os.kill(int(marker.read_text()), signal.SIGKILL)
+            killed.append(time.monotonic())
+
+    killer = threading.Thread(target=kill_rank_2, daemon=True)
+    killer.start()
+    return killer
+
+
 @pytest.mark.timeout(90)
 def test_kill_9_of_one_rank_mid_tuning_then_torchrun_restarts_and_resumes(env):
     env = {**env, "FAULTS": "1:kill@1", "TRITON_DIST_AUTOTUNE_TIMEOUT": "20"}
@@ -485,17 +503,7 @@ def test_a_rank_killed_among_three_is_the_one_every_survivor_names(env):
     survivors named each other ("rank 1 failed ...: interrupted: a peer's process was lost, ... waiting for that
     rank"), and rank 2 nowhere. Now each names rank 2, whose beat stopped."""
     env = {**env, "FAULTS": "1:kill@2", "TRITON_DIST_AUTOTUNE_TIMEOUT": "10"}
-    marker = Path(env["FAULT_DIR"]) / "kill-me.rank2"
-
-    def kill_rank_2() -> None:
-        deadline = time.monotonic() + 90
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if marker.exists():
-            os.kill(int(marker.read_text()), signal.SIGKILL)
-
-    killer = threading.Thread(target=kill_rank_2, daemon=True)
-    killer.start()
+    killer = killing_rank_2(env, [])
     results, _ = ranks("tune", 4, env, timeout=100)
     killer.join(timeout=5)
     assert results[2].returncode == -signal.SIGKILL, describe(results)
@@ -516,19 +524,8 @@ def test_survivors_of_a_lost_rank_leave_the_exchange_without_waiting_out_the_tim
     warmup' for group ranks [2] ..., which never arrived``), and the surviving node's launcher could restart
     nothing until then."""
     env = {**env, "FAULTS": "1:kill@2", "TRITON_DIST_AUTOTUNE_TIMEOUT": "60"}
-    marker = Path(env["FAULT_DIR"]) / "kill-me.rank2"
     killed: list[float] = []
-
-    def kill_rank_2() -> None:
-        deadline = time.monotonic() + 90
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if marker.exists():
-            os.kill(int(marker.read_text()), signal.SIGKILL)
-            killed.append(time.monotonic())
-
-    killer = threading.Thread(target=kill_rank_2, daemon=True)
-    killer.start()
+    killer = killing_rank_2(env, killed)
     results, _ = ranks("tune", 3, env, timeout=150)
     ended = time.monotonic()
     killer.join(timeout=5)
