@@ -80,6 +80,14 @@ def test_pruning_that_keeps_nothing_raises_tritons_error_on_every_rank(env):
         assert res["kernel"] == "pruned_kernel" and "rank 1" in res["details"], res
 
 
+@pytest.mark.timeout(150)
+def test_a_pruning_beside_top_k_none_without_a_perf_model_tunes(env):
+    # "perf_model": None, "top_k": None is a common spelling (stock Triton reads top_k only with a perf model): the
+    # track's message carries top_k None, which the codec's field types refused (ExchangeError on both ranks)
+    for r in run("prune_without_top_k", 2, env):
+        assert r.result == {"ok": True, "error": None}, describe([r])
+
+
 @pytest.mark.triton_dependent
 @pytest.mark.timeout(120)
 def test_caller_given_meta_parameters_are_overridden_by_the_config_under_test(env, tmp_path):

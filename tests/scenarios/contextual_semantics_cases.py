@@ -178,6 +178,38 @@ def prune_empty():
              details=getattr(exc, "details", None))
 
 
+def keep_all(configs, named_args, **kwargs):
+    return configs
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32)], key=["n"],
+                 prune_configs_by={"early_config_prune": keep_all, "perf_model": None, "top_k": None})
+@triton.jit
+def no_top_k_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask), mask=mask)
+
+
+@case
+def prune_without_top_k():
+    """An early pruning beside ``"perf_model": None, "top_k": None`` (a common spelling: stock Triton reads top_k
+    only with a perf model): every rank tunes and runs the kernel."""
+    tdt.init_distributed()
+
+    @contextual_autotune(is_dist=True, n_warmup=0, n_repeat=1)
+    def layer(x):
+        out = torch.zeros_like(x)
+        no_top_k_kernel[grid(x.numel())](x, out, x.numel())
+        dist.all_reduce(out)
+        return out
+
+    try:
+        emit(ok=bool(torch.equal(layer(torch.ones(32)), 2 * torch.ones(32))), error=None)
+    except Exception as exc:
+        emit(ok=False, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+
+
 # -- caller-given meta-parameters --------------------------------------------------------------------------------
 
 # alone: rank 0 picks 1, rank 1 picks 2; the group (200, 160, 40 ms): 2, by 4x

@@ -52,8 +52,9 @@ class TrackInfo:
     #: the jitted function (:func:`~.intercept.jit_id`) and the wrapper's key names, to compare wrappers across ranks
     kernel: str | None = None
     keys: list[str] = field(default_factory=list)
-    #: the configs the early pruning keeps, the perf model's estimates and top_k (:attr:`LocalTrack.pruning`)
-    pruning: tuple[list[int], dict[int, float] | None, int | float] | None = None
+    #: the configs the early pruning keeps, the perf model's estimates and top_k (:attr:`LocalTrack.pruning`);
+    #: top_k is Any: without a perf model Triton never reads it, and ``"top_k": None`` is a common spelling
+    pruning: tuple[list[int], dict[int, float] | None, Any] | None = None
     #: each config's parameters, for the search's grid (:func:`config_params`)
     params: list[dict[str, Any]] | None = None
     #: the search mode this rank asks for (None: ``auto``)
