@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import time
 from collections import Counter
 from datetime import timedelta
 
@@ -196,6 +197,16 @@ class Logged:
 
     def __init__(self, store, on_beats=None) -> None:
         self.store, self.log, self.on_beats = store, [], on_beats
+        self.first = self  # (the client the test made: a clone logs into its log and runs its hook)
+
+    def clone(self) -> Logged:
+        """A client of its own (:func:`~triton_dist_tune.group.beat.own_client`), logged as this one."""
+        twin = Logged(self.store.clone())
+        twin.log, twin.first = self.log, self
+        return twin
+
+    def set_timeout(self, timeout) -> None:  # (not a request to the store: not logged)
+        self.store.set_timeout(timeout)
 
     def __getattr__(self, name: str):
         method = getattr(self.store, name)
@@ -203,8 +214,9 @@ class Logged:
         def request(*args, **kwargs):
             keys = args[0] if args and isinstance(args[0], list) else [args[0]] if args else []
             self.log.append((name, keys))
-            if self.on_beats is not None and name in ("multi_get", "add") and "/beat/" in keys[0]:
-                self.on_beats(), setattr(self, "on_beats", None)
+            first = self.first
+            if first.on_beats is not None and name in ("multi_get", "add") and "/beat/" in keys[0]:
+                first.on_beats(), setattr(first, "on_beats", None)
             return method(*args, **kwargs)
 
         return request
@@ -272,3 +284,25 @@ def test_a_note_whose_second_line_nests_deeper_than_json_reads_is_a_note_of_unkn
     store.set(f"{_prefix()}1", "root\n" + "[" * 100_000 + "\nBadInputError: x")
     notes = Notes.read(store, [0, 1])
     assert list(notes) == [1] and notes[1].about == () and notes[1].text == "BadInputError: x"
+
+
+@pytest.mark.timeout(60)
+def test_a_unit_that_closes_its_watch_while_its_beat_is_read_is_not_a_lost_store():
+    """Rank 0 waits at a round for unit 1, which marks it and closes its watch (deleting its beat counter) between
+    rank 0's ``check`` of the beat counters and its ``multi_get`` of them. A ``multi_get`` of a missing key waits for
+    the store's timeout: rank 0 waited it out and raised that it lost the key-value store (which is alive; the job's
+    store waits up to its timeout, 30 minutes by default). Now the round ends: unit 1 marked it."""
+    from harness import free_port
+
+    from triton_dist_tune.faults.progress import RoundWatch
+
+    server = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=10),
+                           wait_for_workers=False)
+    scope = "t/watch/"
+    store = Logged(server)
+    server.add(f"{scope}beat/1", 1)
+    store.on_beats = lambda: (server.set(f"{scope}done/0/1", b"1"), server.delete_key(f"{scope}beat/1"))
+    watch = RoundWatch(Unit(0, 2, store), "campaign t", 0.2, scope=scope)  # (a look every 0.05 s)
+    began = time.monotonic()
+    watch.wait(0, "round 1")
+    assert time.monotonic() - began < 9, "waited for the store's timeout"

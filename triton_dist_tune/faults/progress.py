@@ -39,6 +39,7 @@ from typing import Any
 
 from ..errors import GroupTimeoutError, RankFailedError, describe_error
 from ..faults.watchdog import exchange_timeout
+from ..group.beat import own_client
 from ..group.channel import Group, report_waiting
 from ..group.store_peek import peek
 from ..group.store_wait import Arrivals, StoreWaitTimeout, quiet_store_wait
@@ -98,6 +99,9 @@ class RoundWatch:
     _thread: threading.Thread | None = None
     #: the thread doing the work (whose :func:`user_code` marks stop the beat)
     _owner: int = field(default_factory=threading.get_ident)
+    #: a store client of this watch's own, with a short timeout, for the beats' ``multi_get`` (:meth:`_counts`);
+    #: made at the first read of beats (a wait that outlasted a look)
+    _reader: Any = None
 
     @classmethod
     def start(cls, group: Group, title: str, timeout: float, **words: str) -> RoundWatch:
@@ -252,10 +256,18 @@ class RoundWatch:
 
     def _counts(self, units: list[int]) -> dict[int, int]:
         """Each of ``units``' beat count now: two requests (``check``, ``multi_get``) where every counter exists,
-        else an ``add`` of 0 per unit (one that closed its watch: read as 0)."""
+        else an ``add`` of 0 per unit (one that closed its watch: read as 0). The ``multi_get`` goes through a client
+        with a short timeout (:func:`~triton_dist_tune.group.beat.own_client`): a unit that closes its watch between
+        the two deletes its counter, and a ``multi_get`` of a missing key waits for the store's timeout (on the
+        job's client: up to 30 minutes, then this rank said it lost the store, which is alive); then one by one."""
         store, keys = self.group.store, [self._beat_key(u) for u in units]  # type: ignore[attr-defined]
         if keys and store.check(keys):
-            return {u: int(v) for u, v in zip(units, store.multi_get(keys), strict=True)}
+            if self._reader is None:
+                self._reader = own_client(store)
+            try:
+                return {u: int(v) for u, v in zip(units, self._reader.multi_get(keys), strict=True)}
+            except Exception:  # a counter deleted since the check (or the store is gone: the adds below raise)
+                pass
         return {u: int(store.add(key, 0)) for u, key in zip(units, keys, strict=True)}
 
     def _store_lost(self, what: str, exc: Exception) -> str:
