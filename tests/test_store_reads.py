@@ -291,7 +291,7 @@ def test_a_unit_that_closes_its_watch_while_its_beat_is_read_is_not_a_lost_store
     """Rank 0 waits at a round for unit 1, which marks it and closes its watch (deleting its beat counter) between
     rank 0's ``check`` of the beat counters and its ``multi_get`` of them. A ``multi_get`` of a missing key waits for
     the store's timeout: rank 0 waited it out and raised that it lost the key-value store (which is alive; the job's
-    store waits up to its timeout, 30 minutes by default). Now the round ends: unit 1 marked it."""
+    client waits up to its timeout, 600 s under init_distributed's default). Now the round ends: unit 1 marked it."""
     from harness import free_port
 
     from triton_dist_tune.faults.progress import RoundWatch

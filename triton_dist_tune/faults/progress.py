@@ -259,7 +259,8 @@ class RoundWatch:
         else an ``add`` of 0 per unit (one that closed its watch: read as 0). The ``multi_get`` goes through a client
         with a short timeout (:func:`~triton_dist_tune.group.beat.own_client`): a unit that closes its watch between
         the two deletes its counter, and a ``multi_get`` of a missing key waits for the store's timeout (on the
-        job's client: up to 30 minutes, then this rank said it lost the store, which is alive); then one by one."""
+        job's client: 600 s under init_distributed's default, then this rank said it lost the store, which is
+        alive); then one by one."""
         store, keys = self.group.store, [self._beat_key(u) for u in units]  # type: ignore[attr-defined]
         if keys and store.check(keys):
             if self._reader is None:
