@@ -163,6 +163,25 @@ def test_a_sharded_rank_killed_mid_share_ends_the_others_within_the_exchange_dea
     assert first["seconds"] < 44, first  # 11 s and a beat; the old deadline was 88 s
 
 
+@pytest.mark.timeout(150)
+def test_a_sharded_rerun_after_a_kill_measures_only_what_no_share_measured(tmp_path):
+    """``sharded=True``, 4 configs on 2 ranks, T = 4 s: in attempt 0 rank 1 is SIGKILLed as it starts config 3, its
+    config 1 measured and journaled; rank 0 measured configs 0 and 2 and gives up at the exchange. The rerun on the
+    same cache takes configs 0, 1 and 2 from the journals (a share's measured config is whole) and measures only
+    config 3 (a suspect: inside it when the attempt ended). Before, the rerun measured all 4 again: a share's
+    ``measured`` record was taken for a race survivor, to race again."""
+    env = tuner_env(tmp_path, 4)
+    first = run_ranks(RECOVERY, 2, ["sharded_killed_then_resumed", "0"], env=env, timeout=100)
+    assert first[0].result.get("error") == "GroupTimeoutError", describe(first)
+    results = run_ranks(RECOVERY, 2, ["sharded_killed_then_resumed", "1"], env=env, timeout=100)
+    assert all(r.returncode == 0 and r.result.get("error") is None for r in results), describe(results)
+    chosen = results[0].result["chosen"]
+    assert [r.result["chosen"] for r in results] == [chosen, chosen], describe(results)
+    # rank 0 measures config 3 (the only config left: position 0 of the rerun's list); each rank then runs the choice
+    assert set(results[0].result["ran"]) <= {3, chosen}, describe(results)
+    assert set(results[1].result["ran"]) <= {chosen}, describe(results)
+
+
 @pytest.mark.timeout(120)
 def test_a_rank_killed_in_a_steady_round_ends_the_others_within_the_exchange_deadline(tmp_path):
     """Lock-step, T = 5 s, 8 configs: rank 1 is SIGKILLed at its last sample of the first steady round. Rank 0 waits

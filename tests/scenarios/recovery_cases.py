@@ -10,6 +10,8 @@ lives in fault_cases.py.
 - ``slow_warmup``: config 1's warm-up takes longer than the timeout in all, each of its runs well within it.
 - ``sharded_killed``: ``sharded=True`` over 8 configs; rank 1 is killed (SIGKILL) in its share's first config, while
   rank 0 measures its own share and then waits at the exchange of sharded results.
+- ``sharded_killed_then_resumed``: the same on 4 configs, then a second attempt on the same cache, which measures
+  only what the first did not (a share's measured config is final).
 - ``killed_in_steady_round``: lock-step; rank 1 is killed (SIGKILL) in a steady round, its samples queued, while
   rank 0 waits at the round's one exchange.
 - ``replicas_slow_share``: ``autotune_replicas`` over two one-rank groups; replica 1's share (config 1) is slow but
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -227,6 +230,31 @@ def sharded_killed():
 
     _emit_outcome(me, lambda: {"out": local(torch.ones(2)).tolist()})
     os._exit(0)  # no closing barrier: rank 1 is gone
+
+
+@case
+def sharded_killed_then_resumed():
+    """``sharded=True``, 4 configs on 2 ranks (rank 0's share 0 and 2, rank 1's 1 and 3). Attempt ``0`` (argv):
+    rank 1 kills itself as it starts config 3, its config 1 measured and journaled; rank 0 measures its share and
+    gives up at the exchange. Attempt ``1``, on the same cache: every rank emits the configs it ran."""
+    attempt = int(sys.argv[2])
+    tdt.init_distributed()
+    me = dist.get_rank()
+    ran: list[int] = []
+
+    @tdt.autotune(config_space=[{"v": v} for v in range(4)], key_fn=lambda x: 0, n_warmup=1, n_repeat=2,
+                  sharded=True, name="sharded_resumed")
+    def local(x, *, v):
+        if attempt == 0 and me == 1 and v == 3:
+            os.kill(os.getpid(), signal.SIGKILL)  # a process the OOM killer took, its first config journaled
+        if v not in ran:
+            ran.append(v)
+        time.sleep(0.002)
+        return x + v
+
+    _emit_outcome(me, lambda: {"chosen": next(iter(local.tuner.decisions.values())).index, "ran": ran}
+                  if local(torch.ones(2)) is not None else {})
+    os._exit(0)  # no closing barrier: in attempt 0 rank 1 is gone
 
 
 @case

@@ -37,6 +37,14 @@ def _latest(by_rank: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
     return by_rank[rank][-1]
 
 
+def settled(record: dict[str, Any], sharded: bool) -> bool:
+    """Whether an earlier attempt's merged ``record`` of a config is its outcome, taken as it is: failed or stopped,
+    or, in a ``sharded=True`` tuning, measured whole by one rank's share (``share``); a lock-step race's ``measured``
+    config was still racing when that attempt ended, and races again."""
+    state = record.get("state")
+    return state in ("failed", "stopped") or (sharded and state == "measured" and record.get("share") is True)
+
+
 def merge(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]], descriptions: list[str],
           only_job: str | None | bool = False, kept: str | None = None) -> dict[int, dict[str, Any]]:
     """Merge the journals of every rank (``per_rank``, by group rank: a list's position, or a dict's key where

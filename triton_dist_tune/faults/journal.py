@@ -218,13 +218,14 @@ class Journal:
                             "succeeds (not said again); the next one starts a line of its own",
                             self.path, written, len(line), exc)
 
-    def record(self, outcome: Outcome) -> None:
+    def record(self, outcome: Outcome, **extra: Any) -> None:
         """Record the group's final outcome of one config (measured, stopped or failed: a failure during any phase,
-        refinement included, is the config's outcome, so that no later attempt measures it again)."""
+        refinement included, is the config's outcome, so that no later attempt measures it again); ``extra``: more
+        fields of the record (``share``: a sharded rank's whole measurement of the config)."""
         fields = outcome.to_json()
         fields.pop("index")
         fields.pop("state")
-        self.append(outcome.index, outcome.state, durable=outcome.state == "failed", **fields)
+        self.append(outcome.index, outcome.state, durable=outcome.state == "failed", **fields, **extra)
 
     def read(self) -> list[dict[str, Any]]:
         """Every well-formed record of every adopted journal, oldest first (damaged lines, and lines nested deeper

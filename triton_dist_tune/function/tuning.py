@@ -43,7 +43,7 @@ from ..errors import (
     GroupTimeoutError,
     describe_error,
 )
-from ..faults.evidence import outcome_text
+from ..faults.evidence import outcome_text, settled
 from ..faults.journal import Journal
 from ..faults.recovery import across, interruptible, journal_path, shared_view
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
@@ -355,11 +355,11 @@ class Tuning:
         return decision
 
     def _resume(self, share: list[int], earlier: dict[int, dict[str, Any]]) -> tuple[list[Outcome], list[Todo]]:
-        """The outcomes an earlier attempt settled (failed or stopped), and the configs left to race."""
+        """The outcomes an earlier attempt settled (:func:`~..faults.evidence.settled`), and the configs to race."""
         outcomes: list[Outcome] = []
         todo: list[Todo] = []
         for i in share:
-            known = earlier.get(i, {}).get("state") in ("failed", "stopped")
+            known = settled(earlier.get(i, {}), self.tuner.options.sharded)
             resumed = Outcome.from_json({**earlier[i], "index": i}) if known else None
             if i in earlier:
                 logs.rank_log().info("%s config %d from the journal: %s", self.label, i, outcome_text(earlier[i]))

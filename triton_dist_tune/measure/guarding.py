@@ -322,9 +322,9 @@ class Guarding:
             self._stop_if_poisoned(index, desc, text)
         return outcome
 
-    def _final(self, outcome: Outcome) -> Outcome:
-        """Journal a measured or stopped outcome the group agreed on."""
-        self.journal.record(outcome)
+    def _final(self, outcome: Outcome, share: bool = False) -> Outcome:
+        """Journal a measured or stopped outcome the group agreed on (``share``: a sharded rank's, final)."""
+        self.journal.record(outcome, **({"share": True} if share else {}))
         self.log.info("%s config %d %s: own %s ms, group %s ms +-%.1f%% over %d sample(s): %s", self.label,
                       outcome.index, outcome.state, ms_text(outcome.own), ms_text(outcome.time),
                       100 * (outcome.spread or 0), outcome.samples, outcome.config)

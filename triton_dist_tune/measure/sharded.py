@@ -74,7 +74,7 @@ class Sharding:
                 time_ms = median(samples)
                 mine.append(self._final(Outcome(index, desc, "measured", time=time_ms, spread=spread(samples),
                                                 per_rank=[time_ms], samples=len(samples), own=time_ms,
-                                                round_times=samples)))
+                                                round_times=samples), share=True))
             last_s = time.monotonic() - began
         return mine
 
