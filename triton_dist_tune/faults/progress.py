@@ -39,7 +39,7 @@ from typing import Any
 
 from ..errors import GroupTimeoutError, RankFailedError, describe_error
 from ..faults.watchdog import exchange_timeout
-from ..group.beat import own_client
+from ..group.beat import counts, own_client
 from ..group.channel import Group, report_waiting
 from ..group.store_peek import peek
 from ..group.store_wait import Arrivals, StoreWaitTimeout, quiet_store_wait
@@ -255,21 +255,14 @@ class RoundWatch:
                                getattr(self.group, "global_ranks", None), reported, window)
 
     def _counts(self, units: list[int]) -> dict[int, int]:
-        """Each of ``units``' beat count now: two requests (``check``, ``multi_get``) where every counter exists,
-        else an ``add`` of 0 per unit (one that closed its watch: read as 0). The ``multi_get`` goes through a client
-        with a short timeout (:func:`~triton_dist_tune.group.beat.own_client`): a unit that closes its watch between
-        the two deletes its counter, and a ``multi_get`` of a missing key waits for the store's timeout (on the
-        job's client: 600 s under init_distributed's default, then this rank said it lost the store, which is
-        alive); then one by one."""
-        store, keys = self.group.store, [self._beat_key(u) for u in units]  # type: ignore[attr-defined]
-        if keys and store.check(keys):
-            if self._reader is None:
-                self._reader = own_client(store)
-            try:
-                return {u: int(v) for u, v in zip(units, self._reader.multi_get(keys), strict=True)}
-            except Exception:  # a counter deleted since the check (or the store is gone: the adds below raise)
-                pass
-        return {u: int(store.add(key, 0)) for u, key in zip(units, keys, strict=True)}
+        """Each of ``units``' beat count now (:func:`~triton_dist_tune.group.beat.counts`), the ``multi_get`` through
+        a client of this watch's own with a short timeout: on the job's client, a unit that closed its watch between
+        the two requests left it waiting for the store's timeout (600 s under init_distributed's default), then this
+        rank said it lost the store, which was alive."""
+        store = self.group.store  # type: ignore[attr-defined]
+        if self._reader is None:
+            self._reader = own_client(store)
+        return counts(store, self._reader, {u: self._beat_key(u) for u in units})
 
     def _store_lost(self, what: str, exc: Exception) -> str:
         members = getattr(self.group, "global_ranks", None)

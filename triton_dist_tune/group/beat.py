@@ -136,6 +136,20 @@ def own_client(store: Any, timeout_s: float = BEAT_WAIT_S) -> Any:
         return store
 
 
+def counts(store: Any, reader: Any, keys: dict[int, str]) -> dict[int, int]:
+    """Each counter of ``keys`` (rank -> key) now: two requests (``check`` on ``store``, ``multi_get`` on
+    ``reader``) where every counter exists, whatever their number; else an ``add`` of 0 each (a counter not there
+    yet, or deleted: read as 0). ``reader`` is a client with a short timeout (:func:`own_client`): an owner that
+    deletes its counter between the two requests leaves a ``multi_get`` waiting for the client's timeout, then the
+    adds read it (a store that is gone makes them raise)."""
+    if keys and store.check(list(keys.values())):
+        try:
+            return {r: int(v) for r, v in zip(keys, reader.multi_get(list(keys.values())), strict=True)}
+        except Exception:  # (a counter deleted since the check; a store without multi_get)
+            pass
+    return {r: int(store.add(key, 0)) for r, key in keys.items()}
+
+
 class Silence:
     """A waiting rank's reading of the beats of the notes whose process it cannot check on its own host."""
 

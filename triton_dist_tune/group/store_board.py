@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .beat import own_client
+from .beat import counts, own_client
 from .channel import BadBoardEntry, Board, FailureReport
 from .store_peek import peek
 
@@ -114,17 +114,9 @@ class StoreBoard(Board):
         return silent
 
     def _counts(self, ranks: Sequence[int]) -> dict[int, int]:
-        """Each of ``ranks``' beat count now, in two requests to the store (``check``, ``multi_get``) where every
-        counter exists, whatever the group's size (before, one request per rank: at a deadline on a group of N,
-        N (N - 1) requests over its ranks); one ``add`` per rank where a counter is missing (a peer that has not
-        opened its board yet: ``add`` of 0 reads it as 0) or the store reads no several keys at once."""
-        keys = [f"{self.scope}beat/{r}" for r in ranks]
-        try:
-            if keys and self.store.check(keys):
-                return {r: int(v) for r, v in zip(ranks, self.store.multi_get(keys), strict=True)}
-        except Exception:  # (a store without multi_get; a store going away fails the adds below too)
-            pass
-        return {r: int(self.store.add(k, 0)) for r, k in zip(ranks, keys, strict=True)}
+        """Each of ``ranks``' beat count now, in two requests where every counter exists (:func:`.beat.counts`;
+        before, one request per rank: at a deadline on a group of N, N (N - 1) requests over its ranks)."""
+        return counts(self.store, self.store, {r: f"{self.scope}beat/{r}" for r in ranks})
 
     def quiet_s(self, ranks: Sequence[int]) -> float:
         """The shortest time this rank has seen the beats of ``ranks`` stand still (0 for a rank never looked at)."""
