@@ -20,7 +20,7 @@ without build isolation or dependencies, or, where pip cannot, the ranks run fro
 says which; where torch or triton is missing, everything (torch, this package with its test, mpi and plot extras,
 Open MPI). The ranks then run this checkout's code (PYTHONPATH), whatever copy of the package is installed; where
 pip's install (or what a plain python imports) is another copy, launch.sh says so on stderr, naming both. With -m triton_dist_tune campaign, the campaign's
-MODULE:NAME and --keys are checked before torchrun starts. Arguments that ask for help (-h or --help) run the
+MODULE:NAME, --keys and --group-size (against the job's ranks) are checked before torchrun starts. Arguments that ask for help (-h or --help) run the
 script or module once, as one process, not on every rank: its help is printed once.
 
 Multi-node: set NNODES, with NODE_RANK, MASTER_ADDR and MASTER_PORT (default 29500), on every node; they are
@@ -154,9 +154,14 @@ export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 target=("$script")
 [[ $module -eq 1 ]] && target=(-m "$script")  # torchrun's -m: run the module as python -m does
 if [[ $module -eq 1 && "$script" == triton_dist_tune && "${1:-}" == campaign && $wants_help -eq 0 ]]; then
-  # a campaign's input (MODULE:NAME, --keys) is checked once here: a mistake is its one-line message and exit
-  # status 2, not that message from every rank followed by torchrun's traceback of the failed ranks
-  "${PYTHON:-python3}" -m triton_dist_tune "$@" --check-only || exit $?
+  # a campaign's input (MODULE:NAME, --keys, --group-size against the job's ranks) is checked once here: a mistake
+  # is its one-line message and exit status 2, not that message from every rank followed by torchrun's traceback of
+  # the failed ranks. The job's size: ranks per node times nodes (0, not known, for an elastic NNODES=MIN:MAX).
+  world="$nproc"
+  if [[ -n "${NNODES:-}" ]]; then
+    if [[ "$NNODES" =~ ^[1-9][0-9]*$ ]]; then world=$((nproc * NNODES)); else world=0; fi
+  fi
+  "${PYTHON:-python3}" -m triton_dist_tune "$@" --check-only "$world" || exit $?
 fi
 if [[ $wants_help -eq 1 || ( "$nproc" -eq 1 && "${rdzv[0]}" == --standalone ) ]]; then
   # One rank on one node: start it as torchrun would (its variables, a free port for the store rank 0 hosts), without

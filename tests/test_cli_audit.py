@@ -11,12 +11,13 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from cli_fork import run_cli
-from harness import base_env, tune_alone
+from harness import ROOT, base_env, run_command, tune_alone, tuner_env
 
 from triton_dist_tune.disk.cache import versions, write_json_atomic
 from triton_dist_tune.records import Outcome
@@ -216,3 +217,73 @@ def test_importing_a_bundle_again_says_what_it_wrote_and_leaves_identical_decisi
     assert json.loads(retuned.read_text()) == data and files[1].stat().st_mtime == 1_000_000
     text = cli("import", bundle, "--cache-dir", there)
     assert "nothing imported" in text.stdout and "2 decision(s) are there already" in text.stdout, text.stdout
+
+
+# -- the campaign command's --group-size against the job, under launch.sh and plain torchrun --------------------------
+
+#: a campaign module: a rank-local function of two configs, and the builder of its calls (cold timing: a race of
+#: single-call samples, which never has settled rounds)
+CAMPAIGN_MODULE = '''
+import torch
+import triton_dist_tune as tdt
+
+
+@tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold")
+def fn(x, *, v):
+    return x + v
+
+
+def build(n):
+    return torch.ones(n)
+'''
+
+#: what every rank, and now launch.sh's check, says of --group-size 3 on a job of 2 ranks
+NOT_DIVIDING = "triton-dist-tune: --group-size 3 does not divide the 2 rank(s) of the job"
+
+
+def campaign_work(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A folder holding :data:`CAMPAIGN_MODULE` as ``camp_mod.py``, and the environment to run a job in (its own
+    cache and logs under ``tmp_path``; no rank variables of the test's own process)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "camp_mod.py").write_text(CAMPAIGN_MODULE)
+    env = base_env(tuner_env(tmp_path))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_ERROR_FILE"):
+        env.pop(name, None)
+    return work, env
+
+
+@pytest.mark.timeout(240)
+def test_campaign_group_size_that_does_not_divide_the_job_ends_before_torchrun_under_launch_sh(tmp_path):
+    """``bash launch.sh --cpu -m triton_dist_tune campaign ... --group-size 3`` on 2 CPU ranks: before, each rank
+    said the one line, then torchrun's agent printed its traceback and ChildFailedError report, exit status 1 (the
+    check launch.sh runs before torchrun did not know the job's size). Now that check refuses it: the one line, exit
+    status 2, no rank started."""
+    work, env = campaign_work(tmp_path)
+    done = run_command(["bash", str(ROOT / "launch.sh"), "--cpu", "-m", "triton_dist_tune", "campaign", "camp_mod:fn",
+                        "--calls", "camp_mod:build", "--keys", "8", "16", "--group-size", "3"], work, env, timeout=200)
+    said = [line for line in done.stderr.splitlines() if not line.startswith("launch.sh:")]  # (its NOTE on copies)
+    assert done.returncode == 2 and said == [NOT_DIVIDING], (done.returncode, done.stderr[-3000:])
+    assert "Traceback" not in done.stderr and "ChildFailedError" not in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "logs").exists()  # no rank ran
+    fits = run_command(["bash", str(ROOT / "launch.sh"), "--cpu", "-m", "triton_dist_tune", "campaign", "camp_mod:fn",
+                        "--calls", "camp_mod:build", "--keys", "8", "16", "--group-size", "2"], work, env, timeout=200)
+    assert fits.returncode == 0 and "campaign fn: 2 keys on 1 unit(s)" in fits.stdout + fits.stderr, \
+        fits.stderr[-3000:]
+
+
+@pytest.mark.timeout(240)
+def test_campaign_group_size_error_under_plain_torchrun_is_the_root_cause_torchrun_reports(tmp_path):
+    """Started by torchrun itself, a rank that exits non-zero is reported by torchrun's agent with its own traceback
+    and exit status 1, whatever the rank's status. Before, that report's root cause read 'traceback : To enable
+    traceback see: https://pytorch.org/docs/stable/elastic/errors.html'; now each rank leaves its line in torchrun's
+    error file, and the report shows it."""
+    work, env = campaign_work(tmp_path)
+    done = run_command([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+                        "triton_dist_tune", "campaign", "camp_mod:fn", "--calls", "camp_mod:build", "--keys", "8",
+                        "16", "--group-size", "3"], work, env, timeout=200)
+    assert done.returncode != 0, done.stderr[-3000:]
+    cause = done.stderr[done.stderr.index("Root Cause"):]
+    assert f"traceback : {NOT_DIVIDING}" in cause, done.stderr[-3000:]
+    assert "To enable traceback see" not in done.stderr, done.stderr[-3000:]
+

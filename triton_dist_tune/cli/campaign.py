@@ -17,7 +17,9 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,29 @@ def _check_summary_file(path: Path) -> None:
         raise UsageError(f"--json {path}: a folder, not a file to write the summary into")
 
 
+def _check_group_size(size: int | None, world: int) -> None:
+    """A :class:`UsageError` when ``--group-size`` does not divide the job's ``world`` ranks."""
+    if size is not None and world % size:
+        raise UsageError(f"--group-size {size} does not divide the {world} rank(s) of the job")
+
+
+def tell_torchrun(text: str) -> None:
+    """Write ``text`` into this rank's torchrun error file (``TORCHELASTIC_ERROR_FILE``, set by torchrun for each
+    rank it starts), in the form torchrun reads: its report of the failed ranks ("ChildFailedError") then shows it
+    as each rank's traceback, not a link on how to record one. Torchrun reports any rank that exits non-zero that
+    way, with its own traceback: no exit status avoids it (``launch.sh`` checks the input before torchrun starts).
+    Nothing where the variable is unset or the file cannot be written."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    stamp = str(int(time.time()))
+    try:
+        Path(path).write_text(json.dumps({"message": {"message": text, "extraInfo": {"py_callstack": text,
+                                                                                     "timestamp": stamp}}}))
+    except OSError:
+        pass
+
+
 def _groups(size: int) -> tuple[Any, Any]:
     """Groups of ``size`` consecutive ranks and the replica groups linking their positions: (mine, my replicas)."""
     import torch.distributed as dist
@@ -114,11 +139,12 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     tuned, build = load(args.function), load(args.calls)
     if args.json and (launcher.rank or 0) == 0:  # the rank that writes it says so now, not after the whole campaign
         _check_summary_file(Path(args.json))  # (the launcher ends the others)
-    if args.check_only:  # launch.sh, before torchrun starts the ranks: the input is good
+    if args.check_only is not None:  # launch.sh, before torchrun starts the ranks: with the job's size where it
+        if args.check_only > 0:  # knows it (not for an elastic NNODES=MIN:MAX), --group-size against it too
+            _check_group_size(args.group_size, args.check_only)
         return 0
     world = launcher.world_size or 1  # the launcher's, the same on every rank: each refuses alike, before the group
-    if args.group_size is not None and world % args.group_size:
-        raise ValueError(f"--group-size {args.group_size} does not divide the {world} rank(s) of the job")
+    _check_group_size(args.group_size, world)
     if world > 1:
         tdt.init_distributed(backend=args.backend)
     pg = replicas = None
@@ -147,6 +173,7 @@ def add_parser(sub: Any) -> None:
                        "consecutive ranks: the keys are split between the groups (replicas)")
     p.add_argument("--backend", help="torch.distributed backend (default: nccl with CUDA, else gloo)")
     p.add_argument("--json", metavar="FILE", help="write the summary as JSON (rank 0)")
-    # launch.sh's check before torchrun starts: load the function and the builder, read the keys, run nothing
-    p.add_argument("--check-only", action="store_true", help=argparse.SUPPRESS)
+    # launch.sh's check before torchrun starts: load the function and the builder, read the keys, check --group-size
+    # against the job's world size (its value; 0 or none: not known), run nothing
+    p.add_argument("--check-only", nargs="?", const=0, type=int, metavar="WORLD", help=argparse.SUPPRESS)
     p.set_defaults(run=cmd_campaign)

@@ -395,17 +395,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_age(getattr(args, "older_than", None))
         return args.run(args)
     except (dec.CacheError, UsageError, campaign.LoadError) as exc:
-        print(f"triton-dist-tune: {exc}", file=sys.stderr)
-        return 2
+        return _refuse(args, f"triton-dist-tune: {exc}")
     except ValueError as exc:  # a bad --older-than
-        print(f"triton-dist-tune: bad value: {exc}", file=sys.stderr)
-        return 2
+        return _refuse(args, f"triton-dist-tune: bad value: {exc}")
     except BrokenPipeError:  # `... | head`
         return 0
     except OSError as exc:  # a read-only or full folder, a file that vanished: one line, never a traceback
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"triton-dist-tune: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
+
+
+def _refuse(args: argparse.Namespace, text: str) -> int:
+    """Say ``text`` in one line on stderr; exit status 2. A campaign's rank started by torchrun also leaves it in
+    torchrun's error file, which torchrun's report of the failed ranks shows instead of its hint on tracebacks."""
+    print(text, file=sys.stderr)
+    if args.command == "campaign":
+        campaign.tell_torchrun(text)
+    return 2
 
 
 def run() -> None:
