@@ -287,3 +287,60 @@ def test_campaign_group_size_error_under_plain_torchrun_is_the_root_cause_torchr
     assert f"traceback : {NOT_DIVIDING}" in cause, done.stderr[-3000:]
     assert "To enable traceback see" not in done.stderr, done.stderr[-3000:]
 
+
+# -- a rank-local campaign's decisions in list, show and plot --------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_rank_local_campaign_decisions_are_listed_as_local_and_show_names_the_rank_that_tuned_them(tmp_path):
+    """A rank-local campaign (``--rank-local``) on 2 CPU ranks: rank 0 tunes key 8 alone, rank 1 key 16, each stored
+    where plain calls of the 2-rank default group look. Before, ``list`` showed them as tuned by 1 rank and ``show``
+    said '1 rank(s) of group 'this process alone'', as if no call of the group would find them. Now ``list`` shows
+    ``local`` (and says what it means under the table), ``show`` names the rank and the group served, ``--json``
+    adds ``rank_local`` (``group_size`` unchanged) and ``plot`` says ``rank-local``."""
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import scan
+
+    work, env = campaign_work(tmp_path)
+    done = run_command(["bash", str(ROOT / "launch.sh"), "--cpu", "-m", "triton_dist_tune", "campaign", "camp_mod:fn",
+                        "--calls", "camp_mod:build", "--keys", "8", "16", "--rank-local"], work, env, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cache = tmp_path / "cache"
+    listed = cli("list", "--cache-dir", cache)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines() if line.startswith("  ") and "cpu" in line]
+    assert [(row[1], row[-4]) for row in rows] == [("8", "local"), ("16", "local")], listed.stdout
+    assert "ranks 'local': tuned by one rank alone (a rank-local campaign)" in listed.stdout, listed.stdout
+    data = json.loads(cli("list", "--json", "--cache-dir", cache).stdout)
+    by_key = {e["key"]: e for e in data["entries"]}
+    for key, rank in (("8", 0), ("16", 1)):
+        entry = by_key[key]
+        assert entry["rank_local"] == {"rank": rank, "group_size": 2, "group": "default"}, entry
+        assert entry["group_size"] == 1 and entry["group"] == "this process alone", entry  # as before
+        shown = cli("show", entry["file"], "--cache-dir", cache)
+        assert (f"group: rank-local: tuned by rank {rank} alone (a rank-local campaign), served to the 2 rank(s) of "
+                "group 'default'") in shown.stdout, shown.stdout
+        assert json.loads(cli("show", entry["file"], "--json").stdout)["rank_local"]["rank"] == rank
+    fig = plots.function_figure(scan(cache)[0])
+    assert "rank-local (1 rank alone)" in fig._suptitle.get_text(), fig._suptitle.get_text()
+
+
+
+def test_a_rank_local_decision_and_a_one_process_decision_of_the_key_supersede_neither(tmp_path):
+    """A one-process decision and a rank-local campaign's decision for 2 ranks (both record 1 rank: each was tuned
+    by one process) of the same function and key serve different groups: two cache entries, both live. Before,
+    'superseded' compared the ranks the records name, so when their spaces differed the older was marked
+    SUPERSEDED ('never served again'), though calls of its own group still served it. A rank-local decision
+    counts the ranks of the group it serves."""
+    cache = tmp_path / "cache"
+    now = time.time()
+    alone = decision(cache, "fn", "(8,)", origin="/work/m.py:fn", source="s", space="one", group_size=1,
+                     group="this process alone", created=now - 3600, served=now - 3600)
+    alone.rename(alone.with_name("0" * 20 + ".json"))  # its own entry (the helper names a file by function and key)
+    decision(cache, "fn", "(8,)", origin="/work/m.py:fn", source="s", space="two", group_size=1,
+             group="this process alone", created=now - 60, served=now - 60,
+             rank_local={"rank": 1, "group_size": 2, "group": "default"})
+    assert len(list((cache / "fn").glob("*.json"))) == 2
+    listed = cli("list", "--superseded", "--cache-dir", cache)
+    assert listed.returncode == 0 and "no decisions" in listed.stdout and "matching the filters" in listed.stdout, \
+        listed.stdout + listed.stderr

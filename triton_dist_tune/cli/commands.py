@@ -48,6 +48,9 @@ LIST_WIDTH = 120
 #: what the mark after a time in ``list`` means (its decision's times are least samples: :data:`~..disk.logs.
 #: LEAST_NOTE`, which ``show`` says, heading its time column "least ms")
 LEAST_MARK = "*"
+#: what ``local`` under ranks means (a rank-local campaign's decision), said under any table that shows it
+RANK_LOCAL_NOTE = ("ranks 'local': tuned by one rank alone (a rank-local campaign) for every rank of its group; 'show "
+                   "NAME' says which")
 #: what the mark before a margin means, said under any table that shows it
 NEAR_TIE_NOTE = ("~ before a margin: the runner-up is within the measured noise (a near tie: either config is about "
                  "as fast)")
@@ -102,7 +105,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             old.append(f"{about}: SUPERSEDED {superseded_text(e, replaced[e.path])}")
         state = "SUPERSEDED" if e.path in replaced else "current" if versions == "current" else "STALE"
         rows.append([e.path.stem[:8], e.key, e.config, ms_text(e.time_ms) + _least_mark(e),
-                     ("~" if e.near_tie else "") + _pct(e.margin), str(e.group_size or "-"), _clip(gpu, 12), state,
+                     ("~" if e.near_tie else "") + _pct(e.margin), e.ranks_text, _clip(gpu, 12), state,
                      dec.age_text(wall - e.created)])
     widths = _fit(rows, header, (1, 2), LIST_WIDTH)
 
@@ -126,6 +129,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(NEAR_TIE_NOTE)
     if any(_least_mark(e) for e in entries):
         print(f"{LEAST_MARK} after ms: {LEAST_NOTE}")
+    if any(e.rank_local is not None for e in entries):
+        print(RANK_LOCAL_NOTE)
     for text in journals.list_lines(cut_short, LIST_WIDTH):
         print(text)
     return status
@@ -205,7 +210,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                     + logs.faster_text(entry.margin, entry.runner_up).replace(f" than config {entry.runner_up}", "")
                     if entry.margin is not None else "-")
          + (" (a near tie: within the measurement's spread)" if entry.near_tie else "")),
-        ("group", f"{entry.group_size or '?'} rank(s)" + (f" of group '{entry.group}'" if entry.group else "")),
+        ("group", entry.rank_local.text() if entry.rank_local is not None else
+         f"{entry.group_size or '?'} rank(s)" + (f" of group '{entry.group}'" if entry.group else "")),
         ("gpu", f"{entry.gpu} x{entry.gpu_count}" if entry.gpu_count else entry.gpu),
         ("versions", _versions_text(entry, now)),
         ("tuned", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.created))

@@ -209,7 +209,7 @@ def _title(entry: Entry) -> str:
     return (f"{wrap(entry.function + (' / ' + entry.kernel if entry.kernel else ''), TITLE_WIDTH)}\n"
             f"key={wrap(entry.key, 100)}\n"
             + wrap(f"chosen #{entry.index} ({margin}{', within the measured noise' if entry.near_tie else ''}); "
-                   f"{entry.group_size or '?'} rank(s), {_gpu(entry)}, "
+                   f"{_ranks_of(entry)}, {_gpu(entry)}, "
                    f"triton {entry.versions.get('triton', '?')}, torch {entry.versions.get('torch', '?')}",
                    TITLE_WIDTH))
 
@@ -218,12 +218,21 @@ def _title(entry: Entry) -> str:
 TITLE_WIDTH = 120
 
 
+def _ranks_of(entry: Entry) -> str:
+    """How many ranks tuned one decision, from its own record (as ``list`` shows it): ``2 rank(s)``, or for a
+    rank-local campaign's ``rank-local (1 rank alone)``."""
+    return "rank-local (1 rank alone)" if entry.rank_local is not None else f"{entry.group_size or '?'} rank(s)"
+
+
 def _ranks_text(entries: list[Entry]) -> str:
     """How many ranks tuned the keys, from each decision's own record (as ``list`` shows it): ``2 rank(s)``, or
-    where keys differ ``1-2 rank(s) (per key, under its name)``."""
-    sizes = sorted({e.group_size for e in entries if e.group_size}) or [None]
-    if len(sizes) == 1:
-        return f"{sizes[0] or '?'} rank(s)"
+    where keys differ ``1-2 rank(s) (per key, under its name)``; rank-local decisions say so (:func:`_ranks_of`)."""
+    labels = {_ranks_of(e) for e in entries}
+    if len(labels) == 1:
+        return labels.pop()
+    sizes = sorted({e.group_size for e in entries if e.group_size})
+    if any(e.rank_local is not None for e in entries) or len(sizes) < 2:
+        return "ranks per key, under its name"
     return f"{sizes[0]}-{sizes[-1]} rank(s) (per key, under its name)"
 
 
@@ -338,9 +347,9 @@ def function_figure(entries: list[Entry]) -> Figure:
     plain = FuncFormatter(lambda value, _: f"{value:g}")
     across.yaxis.set_major_formatter(plain)
     across.yaxis.set_minor_formatter(plain)
-    per_key = len({e.group_size for e in entries}) > 1  # keys tuned on different rank counts: each says its own
+    per_key = len({_ranks_of(e) for e in entries}) > 1  # keys tuned on different rank counts: each says its own
     mixed = time_axis(entries) == MIXED_AXIS  # mark the keys whose times are least samples
-    across.set_xticks(range(len(entries)), [wrap(e.key, 24) + (f"\n{e.group_size or '?'} rank(s)" if per_key else "")
+    across.set_xticks(range(len(entries)), [wrap(e.key, 24) + (f"\n{_ranks_of(e)}" if per_key else "")
                                             + ("\nnoisy" if mixed and e.statistic == LEAST else "") for e in entries],
                       rotation=20 if len(entries) > 6 else 0, ha="right" if len(entries) > 6 else "center",
                       fontsize=8)

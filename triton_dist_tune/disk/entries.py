@@ -61,6 +61,38 @@ class ForeignFile(CacheError):
                          f"{whose})", path)
 
 
+@dataclass(frozen=True)
+class RankLocal:
+    """What a rank-local decision records (``rank_local`` in its file; a campaign of a rank-local function,
+    ``campaign(local=True)`` or ``sharded=True``): one rank tuned the key alone (``group_size`` 1, group ``this
+    process alone``), and the decision is stored where plain calls of a whole group look it up."""
+
+    #: the job's global rank that tuned it; None where not recorded
+    rank: int | None
+    #: the ranks of the group whose calls it serves (the default group's); None where not recorded
+    group_size: int | None
+    #: that group's title (``default``); None where not recorded
+    group: str | None
+
+    @classmethod
+    def from_json(cls, value: Any) -> RankLocal | None:
+        """The record's ``rank_local`` object; None for anything else (absent: not a rank-local decision)."""
+        if not isinstance(value, dict):
+            return None
+        rank, size = value.get("rank"), value.get("group_size")
+        return cls(rank if type(rank) is int else None, size if type(size) is int else None, _text(value.get("group")))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "group_size": self.group_size, "group": self.group}
+
+    def text(self) -> str:
+        """``rank-local: tuned by rank 1 alone (a rank-local campaign), served to the 2 rank(s) of group 'default'``."""
+        serves = (f"{self.group_size if self.group_size is not None else '?'} rank(s)"
+                  + (f" of group '{self.group}'" if self.group else ""))
+        who = f"rank {self.rank}" if self.rank is not None else "one rank"
+        return f"rank-local: tuned by {who} alone (a rank-local campaign), served to the {serves}"
+
+
 @dataclass
 class Entry:
     """One decision of the cache, whatever the format it was written in."""
@@ -103,6 +135,9 @@ class Entry:
     #: writes it with the decision and again at each cache hit: :meth:`~triton_dist_tune.disk.cache.DiskCache.served`),
     #: else (an earlier release's file) its modification time; 0 where unknown
     used: float = 0.0
+    #: a rank-local decision's facts (:class:`RankLocal`); None for a decision its whole group tuned (or a file
+    #: written before this was recorded)
+    rank_local: RankLocal | None = None
     measurements: list[Outcome] = field(default_factory=list)
     #: the raw JSON object as read from disk (what ``export`` ships)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -117,6 +152,18 @@ class Entry:
         """What ``list`` groups the entry under: its function, and for ``contextual_autotune`` its kernel
         (``layer:gemm_kernel@1a2b3c4d``); ``--function`` takes it too."""
         return self.function if self.kernel is None else f"{self.function}:{self.kernel.rsplit('.', 1)[-1]}"
+
+    @property
+    def ranks_text(self) -> str:
+        """The ranks as ``list`` shows them: ``2`` (the group that tuned it), ``local`` (:class:`RankLocal`), or
+        ``-`` where not recorded."""
+        return "local" if self.rank_local is not None else str(self.group_size or "-")
+
+    @property
+    def serves_size(self) -> int | None:
+        """How many ranks the group whose calls it serves has: the group that tuned it, or a rank-local decision's
+        group (whose size names its cache entry)."""
+        return self.rank_local.group_size if self.rank_local is not None else self.group_size
 
     def stale(self, now: dict[str, str] | None = None) -> bool:
         """Whether the entry was tuned under other software versions than this process runs."""
@@ -139,7 +186,9 @@ class Entry:
                 "source": self.source, "superseded_by": superseded_by.name if superseded_by is not None else None,
                 "tuning_seconds": self.tuning_seconds,
                 "breakdown": self.breakdown.to_json() if self.breakdown is not None else None,
-                "provisional": self.provisional, "measurements": [o.to_json() for o in self.measurements]}
+                "provisional": self.provisional,
+                "rank_local": self.rank_local.to_json() if self.rank_local is not None else None,
+                "measurements": [o.to_json() for o in self.measurements]}
 
 
 def _finite(value: Any) -> float | None:
@@ -250,7 +299,8 @@ def parse_entry(path: Path, data: Any) -> Entry:
                  breakdown=TimeBreakdown.from_json(data.get("breakdown")), provisional=data.get("provisional") is True,
                  statistic=recorded_statistic(data),
                  space=_text(data.get("space")), source=_text(data.get("source")),
-                 origin=_text(data.get("origin")), used=used, measurements=outcomes, raw=data)
+                 origin=_text(data.get("origin")), used=used, rank_local=RankLocal.from_json(data.get("rank_local")),
+                 measurements=outcomes, raw=data)
 
 
 def read_entry(path: Path) -> Entry:
@@ -268,10 +318,11 @@ def read_entry(path: Path) -> Entry:
 
 def lineage(entry: Entry) -> tuple[Any, ...]:
     """What question a decision answers, whatever code and config space it was tuned for: its function (cache
-    folder, name, where it is defined, and kernel for ``contextual_autotune``), key, group size, GPU model and
-    count, and timing mode. Where it is defined (``origin``, None in an earlier release's files) keeps apart two
+    folder, name, where it is defined, and kernel for ``contextual_autotune``), key, the size of the group it serves
+    (a rank-local decision's one rank serves a whole group: :attr:`Entry.serves_size`), GPU model and count, and
+    timing mode. Where it is defined (``origin``, None in an earlier release's files) keeps apart two
     programs whose functions share a name and a cache folder: neither supersedes the other's decisions."""
-    return (entry.path.parent.name, entry.function, entry.origin, entry.kernel, entry.key, entry.group_size,
+    return (entry.path.parent.name, entry.function, entry.origin, entry.kernel, entry.key, entry.serves_size,
             entry.gpu, entry.gpu_count, entry.timing)
 
 

@@ -67,6 +67,8 @@ class Plan:
     slot: Callable[[Hashable], Hashable]  #: key -> its slot in ``table``
     #: the entry of a key named by what its tuning depends on (after step 1 of the tuning): (tuning, extra) -> entry
     entry: Callable[[Tuning, str], str]
+    #: a rank-local plan's: the group whose calls its decisions serve (the default group); None: the tuning group's
+    home: Group | None = None
 
     @property
     def unit(self) -> int:
@@ -88,7 +90,7 @@ def _plan(tuner: TunedFunction, local: bool, pg: Any, replicas: Any) -> Plan:
         def home_entry(t: Tuning, extra: str) -> str:
             return entry_id(tuner.source, t.key_text, tuner.space_text, home.size, extra)
 
-        return Plan(SingleGroup(), units, tuner.decided, lambda key: key, home_entry)
+        return Plan(SingleGroup(), units, tuner.decided, lambda key: key, home_entry, home)
     group = resolve_group(pg, "pg")
     if replicas is None:
         if pg is None:
@@ -105,6 +107,9 @@ class _Tuning(Tuning):
     def __init__(self, plan: Plan, *args: Any) -> None:
         super().__init__(*args)
         self.plan = plan
+        if plan.home is not None:  # a rank-local plan's decision: which rank tuned it alone, for which group
+            self.rank_local = {"rank": logs.global_rank(), "group_size": plan.home.size,
+                               "group": logs.group_title(plan.home)}
 
     def _entry(self, extra: str) -> str:
         return self.plan.entry(self, extra)

@@ -125,6 +125,7 @@ class Tuning:
     protocol's steps on this rank."""
 
     env: settings.Settings  #: the settings as the environment says when the tuning starts
+    rank_local: dict[str, Any] | None = None  #: a rank-local campaign's decision: its record's ``rank_local`` field
 
     def __init__(self, tuner: TunedFunction, group: Group, key: Any, args: tuple, kwargs: dict[str, Any],
                  verbose: bool | None, overwrite: bool = False, layout: Layout | None = None) -> None:
@@ -235,7 +236,6 @@ class Tuning:
     def _lookup(self) -> tuple[int | None, Any]:
         """Step 3: the index of the cached choice and what rank 0 shares of its record (:meth:`_read_cache`; read
         by one rank, broadcast to all), or (None, None)."""
-        tuner = self.tuner
         what = f"{self.label} cache lookup"
         if self.layout is None:
             found = from_root(self.group, self._read_cache, what, timeout=self.timeout, error=AutotuneError)
@@ -244,7 +244,7 @@ class Tuning:
         if found is None:
             return None, None
         index = found[0] if isinstance(found, list) and len(found) == 2 else None
-        if not (type(index) is int and 0 <= index < len(tuner.space)):
+        if not (type(index) is int and 0 <= index < len(self.tuner.space)):
             raise ExchangeError(f"{what}: the index read is not one of the space's ({str(found)[:100]}): another "
                                 "process wrote under the tuner's keys of the key-value store")
         return index, found[1]
@@ -298,7 +298,7 @@ class Tuning:
                                                   decision)
             try:
                 return tuner.cache.store(self.entry, cache_record(tuner.name, self.key_text, self.group, decision,
-                                                                  tuner.source_print, tuner.origin),
+                                                                  tuner.source_print, tuner.origin, self.rank_local),
                                          tuner.space_text)
             except OSError as exc:  # a warning (conclude); the summary says that nothing was written
                 self.not_written = f"none written ({type(exc).__name__}: {exc.strerror or exc})"
