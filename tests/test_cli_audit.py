@@ -344,3 +344,27 @@ def test_a_rank_local_decision_and_a_one_process_decision_of_the_key_supersede_n
     listed = cli("list", "--superseded", "--cache-dir", cache)
     assert listed.returncode == 0 and "no decisions" in listed.stdout and "matching the filters" in listed.stdout, \
         listed.stdout + listed.stderr
+
+
+# -- logs: a file or a folder without logs as its argument; a race that never settled -------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_logs_of_a_rank_log_file_or_a_folder_without_logs_says_so_and_names_the_folder(tmp_path):
+    """``logs .autotune_logs/rank-0.jsonl`` was looked up as a job's name in the default folder, and the error named
+    only that folder ('no job logs in ./.autotune_logs'), not the file given. Now a file, or a folder without rank
+    logs, is one line saying so, naming a rank log's folder, which ``logs`` takes."""
+    tune_alone(tmp_path, CAMPAIGN_MODULE + "\nfn(build(8))\n")
+    folder = tmp_path / "logs"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**base_env(), "TRITON_DIST_AUTOTUNE_LOG_DIR": str(elsewhere)}  # the default folder: no logs there
+    for given, says in ((folder / "rank-0.jsonl", f"{folder / 'rank-0.jsonl'}: a file, not a job's name or a log "
+                         f"folder (give a log folder, which holds rank-*.jsonl files, or a job's name from 'logs "
+                         f"--list': 'logs {folder}' for its folder's latest job)"),
+                        (elsewhere, f"{elsewhere}: no job logs in this folder")):
+        refused = run_cli(["logs", str(given)], env, timeout=120)
+        assert refused.returncode == 2 and refused.stderr.startswith(f"triton-dist-tune: {says}"), refused.stderr
+    merged = run_cli(["logs", str(folder)], env, timeout=120)
+    assert merged.returncode == 0 and "[fn key=8] decision: config" in merged.stdout, merged.stdout + merged.stderr
+

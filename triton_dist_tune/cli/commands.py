@@ -1,10 +1,10 @@
 """The command line: ``triton-dist-tune`` / ``python -m triton_dist_tune``, over the cache, its journals and the logs.
 
 Subcommands: ``list``, ``show``, ``plot``, ``clear``, ``export`` and ``import`` (:mod:`.bundles`; ``--format
-vllm-moe`` and ``sglang-moe``: :mod:`.moe_export`), ``logs``, ``campaign`` (see :mod:`.campaign`). Data goes to
-stdout (as text, or as JSON with ``--json``); a problem is one line on stderr and exit status 2 (1 for ``import``
-refused over mismatching versions or different decisions already in the cache, and for ``list``, ``plot`` and
-``export`` that skipped unreadable cache files).
+vllm-moe`` and ``sglang-moe``: :mod:`.moe_export`), ``logs`` (:mod:`.runs`), ``campaign`` (see :mod:`.campaign`).
+Data goes to stdout (as text, or as JSON with ``--json``); a problem is one line on stderr and exit status 2 (1 for
+``import`` refused over mismatching versions or different decisions already in the cache, and for ``list``,
+``plot`` and ``export`` that skipped unreadable cache files).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..disk import decisions as dec
-from ..disk import logs, timeline
+from ..disk import logs
 from ..disk.logs import LEAST_NOTE, ms_text, text_table, time_heading
 from ..faults.unfinished import find_unfinished, unfinished
 from ..records import LEAST
-from . import bundles, campaign, clear, journals, moe_export
+from . import bundles, campaign, clear, journals, moe_export, runs
 from .common import (
     SUPERSEDED_NOTE,
     UsageError,
@@ -279,52 +279,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return status
 
 
-def cmd_logs(args: argparse.Namespace) -> int:
-    """``logs``: one job's per-rank logs merged into one timeline."""
-    given = Path(args.job) if args.job else None
-    if given is not None and given.is_dir() and any(given.glob("rank-*.jsonl")):
-        root, wanted = given, None  # a log folder given as the job argument: its latest job
-    else:
-        root, wanted = (Path(args.log_dir) if args.log_dir else logs.log_dir()), args.job
-    jobs = timeline.jobs_in(root)
-    if not jobs:
-        raise UsageError(f"no job logs in {root} (the default is ./.autotune_logs where the job ran; set "
-                         "TRITON_DIST_AUTOTUNE_LOG_DIR or pass --log-dir)")
-    if args.list:
-        if args.json:
-            _emit_json({"folder": str(root), "jobs": [{"job": j.name, "ranks": j.ranks, "first": j.first,
-                                                        "last": j.last} for j in jobs]})
-            return 0
-        for job in jobs:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.last))
-            print(f"{job.name}  {len(job.ranks)} rank(s)  last written {stamp}")
-        return 0
-    if wanted:
-        matches = [j for j in jobs if j.name == wanted] or [j for j in jobs if j.name.startswith(wanted)]
-        if len(matches) != 1:
-            raise UsageError(f"{'no' if not matches else 'more than one'} job {wanted!r} in {root} (--list)")
-        job = matches[0]
-    else:
-        job = jobs[-1]
-    records, damaged = timeline.read_job(root, job.name)
-    if args.rank is not None:
-        present = sorted({r.get("rank") for r in records if type(r.get("rank")) is int})
-        if args.rank not in present:
-            raise UsageError(f"job {job.name} has no records of rank {args.rank}: its ranks are "
-                             f"{', '.join(map(str, present)) or 'none'} ({root})")
-        records = [r for r in records if r.get("rank") == args.rank]
-    if args.json:
-        _emit_json({"job": job.name, "folder": str(root), "records": records, "damaged_lines": damaged})
-        return 0
-    ranks = sorted({r.get("rank") for r in records}, key=str)
-    print(f"job {job.name}: {len(records)} record(s) from rank(s) {ranks} ({root})")
-    for record in records:
-        print(timeline.render_record(record))
-    if damaged:
-        print(f"triton-dist-tune: skipped {damaged} damaged line(s)", file=sys.stderr)
-    return 0
-
-
 # -- parsing ---------------------------------------------------------------------------------------------------
 
 
@@ -389,7 +343,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-dir", help="the log folder (default: TRITON_DIST_AUTOTUNE_LOG_DIR or ./.autotune_logs)")
     p.add_argument("--list", action="store_true", help="list the jobs instead")
     p.add_argument("--rank", type=int, help="only this rank's records")
-    p.set_defaults(run=cmd_logs)
+    p.set_defaults(run=runs.cmd_logs)
     campaign.add_parser(sub)
     return main
 
