@@ -368,3 +368,12 @@ def test_logs_of_a_rank_log_file_or_a_folder_without_logs_says_so_and_names_the_
     merged = run_cli(["logs", str(folder)], env, timeout=120)
     assert merged.returncode == 0 and "[fn key=8] decision: config" in merged.stdout, merged.stdout + merged.stderr
 
+@pytest.mark.timeout(300)
+def test_a_race_that_never_settled_logs_no_settled_rounds_not_settled_from_none(tmp_path):
+    """A race that never reached settled rounds (cold timing has none) logged 'race: 2 round(s) (settled from None)',
+    which ``logs`` showed as is; it logs '(no settled rounds)' now."""
+    tune_alone(tmp_path, CAMPAIGN_MODULE + "\nfn(build(8))\n")
+    merged = run_cli(["logs", str(tmp_path / "logs")], base_env(), timeout=120)
+    assert merged.returncode == 0 and "[fn key=8] race: 2 round(s) (no settled rounds)" in merged.stdout, \
+        merged.stdout + merged.stderr
+    assert "settled from None" not in merged.stdout

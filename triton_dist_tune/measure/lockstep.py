@@ -91,6 +91,13 @@ def _raise(exc: Exception) -> None:
     raise exc
 
 
+def settled_text(race: Race) -> str:
+    """How a race's log line says where its settled rounds began: ``settled from 3``, or ``no settled rounds`` for
+    a race that never settled (it reached its round cap, or had too few configs to race; the line said 'settled
+    from None')."""
+    return f"settled from {race.settled_from}" if race.settled_from is not None else "no settled rounds"
+
+
 class Measurer(Sampling, Sharding, Guarding, SteadySteps):
     """Runs the measurement of one tuning call of one key (see the module docstring)."""
 
@@ -358,8 +365,8 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
             outcomes.update(self.probed_outcomes(far, todo, per_call, [outcomes[i] for i in entries]))
         if self.graphs is not None:
             self.graphs.release()
-        self.log.info("%s race: %d round(s) (settled from %s) in %.2f s%s%s", self.label, race.rounds,
-                      race.settled_from, time.monotonic() - started,
+        self.log.info("%s race: %d round(s) (%s) in %.2f s%s%s", self.label, race.rounds,
+                      settled_text(race), time.monotonic() - started,
                       "; noisy: times are least samples" if race.location() is not median else "",
                       sift_note(race) + levels_note(race))
         self.race = race
