@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..group.exits import count_out
 from .backstop import BACKSTOP_S as BACKSTOP_S
 from .backstop import Backstop
 
@@ -278,11 +279,15 @@ class Watchdog:
 
 
 def _end(message: str, code: int) -> None:
-    """Print ``message`` (with no handler configured, logging's last resort prints it on stderr) and exit."""
+    """Print ``message`` (with no handler configured, logging's last resort prints it on stderr), count this rank
+    out of the job (``os._exit`` runs no exit hook: the process hosting the store would otherwise wait for it at its
+    own exit; :func:`~triton_dist_tune.group.exits.count_out`, within a second) and exit."""
     log.critical(message)
     for handler in logging.getLogger("triton_dist_tune").handlers:
         handler.flush()
     sys.stderr.flush()
+    count_out(f"was ended by its watchdog (exit status {code}: "
+              f"{'a hang' if code == EXIT_CODE else 'another rank failed while it was inside a collective'})")
     os._exit(code)
 
 

@@ -8,6 +8,7 @@
 - :mod:`.mpi`: an mpi4py communicator, through a duplicate of it;
 - :mod:`.resolve`: the channel of a call's ``autotune_pg`` (one per group object and process);
 - :mod:`.dist`: :func:`~.dist.init_distributed`, a restart-safe ``init_process_group``;
+- :mod:`.exits`: each rank's count-out at its end, and the store host's wait for it at exit (the linger);
 - :mod:`.epoch`: the name of this attempt of the job, agreed by every rank (the keys' prefix after a restart), or
   by each group's ranks;
 - :mod:`.unresolved`, :mod:`.note`, :mod:`.beat`, :mod:`.calls`: a rank's wrong-group error told to the ranks that

@@ -8,15 +8,13 @@ or hang. :func:`init_distributed` gives every attempt its own key prefix, named 
 
 from __future__ import annotations
 
-import atexit
 import os
-import time
 from datetime import timedelta
 from typing import Any
 
 from .. import settings
 from ..errors import BadInputError
-from . import epoch
+from . import epoch, exits
 
 
 def _required(value: int | None, names: tuple[str, ...]) -> int:
@@ -69,25 +67,7 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, timeout_s)
     dist.init_process_group(backend, store=dist.PrefixStore(f"attempt{attempt}/", store), rank=rank,
                             world_size=world, timeout=timedelta(seconds=timeout_s))
-    if world > 1:
-        atexit.register(_linger, store, f"attempt{attempt}/triton_dist_tune/exited", world,
-                        rank == 0 and not job.agent_store)
+    if world > 1 and not job.agent_store:  # rank 0's process hosts the store: it lingers at exit (.exits)
+        exits.register(store, f"attempt{attempt}/triton_dist_tune/", rank, world, host=rank == 0)
     return dist.group.WORLD
 
-
-#: how long the process hosting the store waits at exit for the other ranks to end first (s)
-LINGER_S = 5.0
-
-
-def _linger(store: Any, key: str, world: int, host: bool) -> None:
-    """At a normal exit: count this rank out; the process that hosts the store (rank 0 without torchrun's agent)
-    then waits, up to :data:`LINGER_S`, until every rank has counted out, so that a rank still reading the last
-    exchange (the one that carries rank 0's error to everyone) is not cut off by the store's end."""
-    try:
-        count = store.add(key, 1)
-        deadline = time.monotonic() + LINGER_S
-        while host and count < world and time.monotonic() < deadline:
-            time.sleep(0.02)
-            count = store.add(key, 0)
-    except Exception:  # the store is gone or failing: nothing to wait for
-        return

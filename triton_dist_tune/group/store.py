@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
-from . import codec, epoch
+from . import codec, epoch, exits
 from .channel import (
     Board,
     ExchangeError,
@@ -285,8 +285,8 @@ class StoreGroup(Group):
                     raise RankEnded(message)
                 silent = board.silent(late)
                 if silent:  # their processes ended, were killed or froze: they never arrive either
-                    raise GroupTimeoutError(self._silent_message(what, time.monotonic() - started, silent,
-                                                                 board.window or 0.0, board.quiet_s(silent)))
+                    raise GroupTimeoutError(_silent_message(self, what, time.monotonic() - started, silent,
+                                                            board.window or 0.0, board.quiet_s(silent)))
             notes, ended = NOTES.look(self.store, [self.global_ranks[r] for r in late], where)
             if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
                 said = {rank: note.text for rank, note in notes.items()}
@@ -345,10 +345,6 @@ class StoreGroup(Group):
             return ""
         return "".join(note.why_withdrawn(g, where.since, NOTE_CHARS) for g, note in notes.items())
 
-    def _silent_message(self, what: str, waited: float, silent: Sequence[int], window: float, quiet: float) -> str:
-        return (f"{self._waited(what, f'{waited:.1f}')}; group rank(s) {list(silent)} (global "
-                f"{[self.global_ranks[r] for r in silent]}) showed no sign of life for {_silence(window, quiet)}")
-
     def _all_arrived(self, keys: list[str]) -> bool:
         """Whether every key of ``keys`` is in the store (one request; False where the store cannot say)."""
         try:
@@ -360,6 +356,16 @@ class StoreGroup(Group):
         globals_ = [self.global_ranks[r] for r in missing]
         return (f"{self._waited(what, f'{timeout:g}')} for group ranks {list(missing)} (global {globals_}), which "
                 "never arrived: they crashed, hung, or called the tuned function with another autotune_pg or key.")
+
+
+def _silent_message(group: StoreGroup, what: str, waited: float, silent: Sequence[int], window: float,
+                    quiet: float) -> str:
+    """The error of a wait that gives up on the ranks ``silent``, whose beat stood still ``quiet`` s; records them
+    given up on (:func:`.exits.given_up`: evidence that they are gone for the store host's wait at its exit)."""
+    globals_ = [group.global_ranks[r] for r in silent]
+    exits.given_up(globals_, f"its beat stood still for {quiet:.1f} s at '{what}'")
+    return (f"{group._waited(what, f'{waited:.1f}')}; group rank(s) {list(silent)} (global {globals_}) showed no "
+            f"sign of life for {_silence(window, quiet)}")
 
 
 def _silence(window: float, quiet: float) -> str:

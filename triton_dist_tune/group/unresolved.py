@@ -99,7 +99,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import settings
-from . import calls, epoch
+from . import calls, epoch, exits
 from .beat import BEAT_S, Beat, Silence, own_client
 from .note import (
     GroupId,
@@ -358,6 +358,7 @@ class Notes:
                 silent = self.silence.lost(store, f"{_prefix()}beat/{rank}", rank, note, lost_s)
                 if silent is not None:
                     ended[rank] = note._replace(silent=silent)
+                    exits.given_up([rank], f"its note's beat stood still for {silent:.0f} s")  # (for the store host)
         return stopping, ended
 
     def unanswered(self, store: Any, found: dict[int, Note], where: Waiter | None = None) -> dict[int, Note]:

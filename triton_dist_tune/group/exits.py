@@ -1,0 +1,263 @@
+"""A rank's end as the job's store hears it, and the wait at exit of the process that hosts the store (the linger).
+
+A job started through :func:`~triton_dist_tune.group.dist.init_distributed` without torchrun's agent has its
+key-value store in global rank 0's process: when that process ends, the store ends with it, and a rank still reading
+the last exchange (the one that carries rank 0's error to everyone) meets a raw ``DistNetworkError``. So every rank
+of such a job registers here (:func:`register`) and counts out at its end, and the host lingers at its normal exit
+until every rank has counted out or is known gone, at most :data:`LINGER_S` (:func:`linger`).
+
+Under the attempt's prefix ``P`` (``attempt<name>/triton_dist_tune/``):
+
+- ``P process/<rank>``: which process the rank is (:func:`~triton_dist_tune.group.note.this_process`: the machine's
+  boot id and pid namespace, its pid and start time), written once at registration;
+- ``P exited/<rank>``: how the rank ended, written as it counts out, before ``P exited`` (the count) is added 1;
+- ``P exited/unclean``: a line ``<rank> <how>`` for each rank that counted out on its way to ``os._exit``.
+
+A rank counts out in an exit hook at a normal exit, and, where the watchdog ends its process with ``os._exit`` (no
+exit hooks run; :mod:`~triton_dist_tune.faults.watchdog`), just before that (:func:`count_out`: on a client of its
+own, in a thread the exit waits for at most :data:`COUNT_OUT_WAIT_S`, every error swallowed: it never holds the
+exit longer). A process counts out once.
+
+The host stops waiting for a rank that has not counted out only on evidence that its process is gone: it ran on this
+host and pid namespace and ``/proc`` has no such process any more (or a zombie:
+:func:`~triton_dist_tune.group.note.process_gone`, as for a wrong-group note), or this process already gave up on it
+at an exchange because its beat stood still for the bound the waits use (:func:`given_up`, recorded by
+:mod:`.store`), and in both cases its ``exited/<rank>`` key is not there (it never counted out). Killed on another
+host without such a give-up, nothing tells it is gone within :data:`LINGER_S`: the host waits it out.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from .beat import own_client
+from .note import on_this_host, parse_process, process_gone, this_process
+from .store_peek import peek
+
+log = logging.getLogger("triton_dist_tune")
+
+#: how long the process hosting the store waits at exit for the other ranks to end first (s)
+LINGER_S = 5.0
+#: the most seconds a process ended by the watchdog waits for its count-out to reach the store
+COUNT_OUT_WAIT_S = 1.0
+#: how often the lingering host reads the count (s)
+POLL_S = 0.02
+#: how often the lingering host looks for evidence that a rank that has not counted out is gone (s)
+LOOK_S = 0.25
+#: how a rank that exits normally counts out
+NORMAL = "exited normally"
+
+
+@dataclass
+class Job:
+    """This process's rank of a job whose store a rank hosts: what it counts out in, and whether it lingers."""
+
+    store: Any
+    #: the attempt's prefix of every key here
+    prefix: str
+    rank: int
+    world: int
+    #: whether this process hosts the store (and lingers at exit)
+    host: bool
+    pid: int = field(default_factory=os.getpid)
+    #: whether this process has counted out (or begun to)
+    counted: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self) -> bool:
+        """Whether this call is this process's one count-out (False: done already, or a forked child's)."""
+        with self.lock:
+            if self.counted or self.pid != os.getpid():
+                return False
+            self.counted = True
+            return True
+
+
+class Linger(NamedTuple):
+    """What the host's wait at exit came to."""
+
+    #: why it stopped: "counted out" (every rank), "gone" (every rank counted out or known gone), "timeout"
+    #: (:data:`LINGER_S`), "store" (the store failed), "not the host" (no wait)
+    ended: str
+    waited_s: float
+    #: ranks counted out when it stopped (this one included)
+    counted: int
+    world: int
+    #: global rank -> how it ended, for each rank known to have ended otherwise than by a normal exit: counted out
+    #: on its way to ``os._exit`` (the watchdog), or read gone without counting out (why)
+    unclean: dict[int, str]
+
+    def describe(self) -> str:
+        """One line for the log."""
+        how = "; ".join(f"global rank {r} {why}" for r, why in sorted(self.unclean.items()))
+        said = {"counted out": "every rank has counted out",
+                "gone": "every rank has counted out or is known gone",
+                "timeout": f"{LINGER_S:g} s, the most it waits, ran out ({self.counted} of {self.world} ranks "
+                           "counted out; the others are not known gone)",
+                "store": "the store failed"}.get(self.ended, self.ended)
+        return (f"triton_dist_tune: global rank 0 (hosting the job's store) stopped waiting at exit for the other "
+                f"ranks after {self.waited_s:.2f} s: {said}{f' ({how})' if how else ''}")
+
+
+_job: Job | None = None
+#: global rank -> why this process gave up on it at an exchange (its beat stood still): evidence that it is gone
+_given_up: dict[int, str] = {}
+
+
+def register(store: Any, prefix: str, rank: int, world: int, host: bool) -> None:
+    """This process is global rank ``rank`` of ``world`` in a job whose store global rank 0 hosts (``host``: this
+    process): write which process it is, and count out at exit, the host after lingering (see the module
+    docstring)."""
+    global _job
+    job = _job = Job(store, prefix, rank, world, host)
+    _given_up.clear()
+    process = this_process()
+    if process is not None:
+        try:
+            store.set(f"{prefix}process/{rank}", json.dumps({"process": process}))
+        except Exception as exc:  # no record: the host cannot read this process gone from /proc
+            log.debug("triton_dist_tune: could not record this rank's process in the store: %s", exc)
+    atexit.register(_at_exit, job)
+
+
+def given_up(ranks: Iterable[int], why: str) -> None:
+    """This process gave up on global ranks ``ranks`` at an exchange, ``why`` (their beat stood still)."""
+    for rank in ranks:
+        _given_up.setdefault(rank, why)
+
+
+def count_out(how: str, wait_s: float = COUNT_OUT_WAIT_S) -> None:
+    """Count this rank out now, ``how`` it ends, for a process about to end without its exit hooks (``os._exit``):
+    on a client of its own, in a thread waited for at most ``wait_s`` (every error swallowed; nothing where this
+    process has counted out already, or registered nothing)."""
+    job = _job
+    if job is None or not job.take():
+        return
+
+    def write() -> None:
+        try:
+            _write_out(own_client(job.store, wait_s), job, how, unclean=True)
+        except Exception as exc:  # the store is gone or slow: the host waits, or reads this process gone
+            log.debug("triton_dist_tune: could not count this rank out: %s", exc)
+
+    try:
+        writer = threading.Thread(target=write, name="triton_dist_tune-count-out", daemon=True)
+        writer.start()
+    except RuntimeError:  # no new thread at the interpreter's exit: never wait on the store itself
+        return
+    writer.join(wait_s)
+
+
+def _at_exit(job: Job) -> None:
+    if job.take():
+        outcome = linger(job)
+        if outcome.ended != "not the host":
+            log.debug("%s", outcome.describe())
+
+
+def _write_out(store: Any, job: Job, how: str, unclean: bool = False) -> int:
+    """Count ``job``'s rank out on ``store`` (its ``exited/<rank>`` first, then the count); returns the count."""
+    store.set(f"{job.prefix}exited/{job.rank}", how)
+    if unclean:
+        store.append(f"{job.prefix}exited/unclean", f"{job.rank} {how}\n")
+    return int(store.add(f"{job.prefix}exited", 1))
+
+
+def linger(job: Job) -> Linger:
+    """Count this rank out; the host then waits, up to :data:`LINGER_S`, until every rank has counted out or is
+    known gone (:class:`_Evidence`), so that a rank still reading the last exchange is not cut off by the store's
+    end. The count is read before each look for evidence, so a rank read gone (its ``exited/<rank>`` not there)
+    is never also in the count it is added to."""
+    started = time.monotonic()
+    try:
+        count = _write_out(job.store, job, NORMAL)
+        if not job.host:
+            return Linger("not the host", 0.0, count, job.world, {})
+        evidence, gone, ended = _Evidence(job), {}, "counted out"
+        deadline, look_at = started + LINGER_S, started
+        while count < job.world:
+            now = time.monotonic()
+            if now >= look_at:
+                look_at = now + LOOK_S
+                gone = evidence.look()
+                if count + len(gone) >= job.world:
+                    ended = "gone"
+                    break
+            if now >= deadline:
+                ended = "timeout"
+                break
+            time.sleep(POLL_S)
+            count = int(job.store.add(f"{job.prefix}exited", 0))
+        return Linger(ended, time.monotonic() - started, count, job.world, {**_unclean(job), **gone})
+    except Exception as exc:  # the store is gone or failing: nothing to wait for
+        log.debug("triton_dist_tune: the store failed while this rank counted out: %s", exc)
+        return Linger("store", time.monotonic() - started, 0, job.world, {})
+
+
+def _unclean(job: Job) -> dict[int, str]:
+    """The ranks that counted out on their way to ``os._exit``, and how (``exited/unclean``)."""
+    text = (peek(job.store, f"{job.prefix}exited/unclean") or b"").decode(errors="replace")
+    found = {}
+    for line in text.splitlines():
+        rank, _, how = line.partition(" ")
+        if rank.isdigit():
+            found[int(rank)] = how
+    return found
+
+
+class _Evidence:
+    """The host's reading of which ranks that have not counted out are gone (see the module docstring)."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        #: the other ranks' processes on this host (read at the first look)
+        self.here: dict[int, tuple[str, int, int]] | None = None
+        #: ranks whose ``exited/<rank>`` key was there: counted out (or about to be)
+        self.out: set[int] = set()
+        #: ranks whose process was read gone from /proc and that never counted out (final)
+        self.gone: dict[int, str] = {}
+
+    def look(self) -> dict[int, str]:
+        """Global rank -> why, for the ranks known gone that have not counted out (read after the count)."""
+        if self.here is None:
+            self.here = self._processes_here()
+        for rank, process in self.here.items():
+            if rank not in self.out and rank not in self.gone and process_gone(process) and not self._out(rank):
+                self.gone[rank] = (f"is gone without counting out (its process, pid {process[1]} on this host, "
+                                   "was killed or ended without its exit hooks)")
+        found = dict(self.gone)
+        for rank, why in list(_given_up.items()):  # (a live one, frozen, may still count out: read each time)
+            if rank != self.job.rank and rank not in found and rank not in self.out and not self._out(rank):
+                found[rank] = f"is gone without counting out (this rank gave up on it: {why})"
+        return found
+
+    def _out(self, rank: int) -> bool:
+        """Whether ``rank``'s ``exited/<rank>`` key is there (remembered once it is)."""
+        if self.job.store.check([f"{self.job.prefix}exited/{rank}"]):
+            self.out.add(rank)
+            return True
+        return False
+
+    def _processes_here(self) -> dict[int, tuple[str, int, int]]:
+        """The other ranks' process records that name a process on this host and pid namespace."""
+        job = self.job
+        ranks = [r for r in range(job.world) if r != job.rank]
+        keys = [f"{job.prefix}process/{r}" for r in ranks]
+        if keys and job.store.check(keys):
+            values = [bytes(v) for v in job.store.multi_get(keys)]
+        else:  # (a rank that could not write its record: read each, never waiting)
+            values = [peek(job.store, key) or b"" for key in keys]
+        found = {}
+        for rank, value in zip(ranks, values, strict=True):
+            process = parse_process(value.decode(errors="replace"))
+            if on_this_host(process) and process is not None:
+                found[rank] = process
+        return found
