@@ -131,19 +131,24 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
                     return slow(args, kwargs)
             if len(known) < 1024:
                 known.update(kwargs)
+        given = kwargs  # what the slow path gets, tuner keywords and all
         if kwargs and not keywords.isdisjoint(kwargs):
-            pg = kwargs.pop("autotune_pg", None)
-            if pg is not None and keywords.isdisjoint(kwargs):  # a TP layer's call: its group, decided key
-                entry = channels.get(id(pg))
-                if entry is not None and entry[0]() is pg:  # this very group object's channel (not just its id)
-                    try:
-                        config = decided_in.get((entry[2], key_fn(*args, **kwargs)))
-                    except Exception:
-                        config = None
-                    if config is not None:
-                        return fn(*args, **kwargs, **config)
-            kwargs["autotune_pg"] = pg
-            return slow(args, kwargs)
+            # ``autotune=True``, ``autotune_pg=None``, ``autotune_verbose=...`` as Triton-distributed's callers pass
+            # them on every call (``ag_gemm(a, b, ctx=ctx, autotune=args.autotune)``): no-ops once a key is decided,
+            # so a decided call stays a lookup (through the slow path it cost ~10x the hot path's time)
+            kwargs = {k: v for k, v in kwargs.items() if k not in keywords or not _idle(k, v)}
+            if not keywords.isdisjoint(kwargs):
+                pg = kwargs.pop("autotune_pg", None)
+                if pg is not None and keywords.isdisjoint(kwargs):  # a TP layer's call: its group, decided key
+                    entry = channels.get(id(pg))
+                    if entry is not None and entry[0]() is pg:  # this very group object's channel (not its id)
+                        try:
+                            config = decided_in.get((entry[2], key_fn(*args, **kwargs)))
+                        except Exception:
+                            config = None
+                        if config is not None:
+                            return fn(*args, **kwargs, **config)
+                return slow(args, given)
         if alone:  # keys tuned by this rank alone before the job's group existed: dropped once it does
             tuner.forget_alone()
         try:
@@ -151,13 +156,27 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
         except Exception:  # an unhashable key or a failing key_fn: the slow path reports it to the group
             config = None
         if config is None:
-            return slow(args, kwargs)
+            return slow(args, given)
         return fn(*args, **kwargs, **config)
 
     watch_decided_calls(tuned.__code__)  # a stock kernel choosing a config in a decided call is said (its ``tuner``)
     tuned.tuner = tuner  # type: ignore[attr-defined]
     tuned.fn = fn  # type: ignore[attr-defined]  # the undecorated function, as Triton-distributed's tuner has it
     return tuned
+
+
+def _idle(name: str, value: Any) -> bool:
+    """Whether the call keyword ``name=value`` changes nothing for a decided key: ``autotune=True``,
+    ``autotune_pg=None``, ``autotune_replicas=None``, ``autotune_allow_arg_overwrite=False`` (each the default) and
+    ``autotune_verbose=True`` or ``False`` (a decided key prints nothing). A value that is not the flag's True or
+    False is none of these: the slow path names it as the mistake it is."""
+    if name == "autotune":
+        return value is True
+    if name == "autotune_verbose":
+        return value is True or value is False
+    if name == "autotune_allow_arg_overwrite":
+        return value is False
+    return value is None  # autotune_pg, autotune_replicas
 
 
 #: what tunes a key ahead, for the message of a call that would tune inside a CUDA-graph capture

@@ -281,5 +281,60 @@ def every_config_raises_the_users_error():
         emit(error=type(exc).__name__, cause=type(exc.__cause__).__name__, cause_text=str(exc.__cause__))
 
 
+def python_calls(call) -> int:
+    """How many Python function calls ``call()`` makes (``sys.setprofile``'s ``call`` events, itself included):
+    a count, not a time, so a loaded machine cannot move it."""
+    import sys
+
+    count = [0]
+
+    def profile(frame, event, arg):
+        if event == "call":
+            count[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return count[0]
+
+
+@case
+def decided_calls_with_the_tuner_keywords_set_to_their_defaults():
+    """Triton-distributed's callers pass ``autotune=args.autotune`` (True), ``autotune_pg=None`` (or their
+    group) and ``autotune_verbose=...`` on every call. A decided call with them: the Python calls it makes, against
+    the same call without them; a flag that is no bool is still the caller's mistake on a decided key."""
+    tdt.init_distributed()
+    group = dist.new_group([0, 1])
+
+    @tdt.autotune([{"chunks": c} for c in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2)
+    def f(x, *, chunks):
+        out = x.clone()
+        for part in out.chunk(chunks):
+            dist.all_reduce(part)
+        return out
+
+    x = torch.ones(8)
+    tuned = f(x, autotune=True, autotune_pg=None, autotune_verbose=False)  # undecided: tuned (on every rank)
+    f(x, autotune_pg=group, autotune=True)  # the group's own key: tuned too
+    forms = {"none": {}, "autotune": {"autotune": True}, "pg_none": {"autotune_pg": None},
+             "verbose": {"autotune_verbose": True}, "all": {"autotune": True, "autotune_pg": None,
+                                                            "autotune_verbose": False,
+                                                            "autotune_allow_arg_overwrite": False,
+                                                            "autotune_replicas": None},
+             "group": {"autotune_pg": group}, "group_autotune": {"autotune_pg": group, "autotune": True}}
+    for kwargs in forms.values():  # each form once, so that a first sight of a keyword costs nothing below
+        f(x, **kwargs)
+    calls = {name: python_calls(lambda kwargs=kwargs: f(x, **kwargs)) for name, kwargs in forms.items()}
+    try:
+        f(x, autotune=1)
+        mistake = None
+    except tdt.BadInputError as exc:
+        mistake = str(exc)
+    emit(ok=bool(torch.equal(tuned, x * dist.get_world_size())), decided=len(f.tuner.decided),
+         decided_in=len(f.tuner.decided_in), calls=calls, mistake=mistake)
+
+
 if __name__ == "__main__":
     main()
