@@ -149,3 +149,20 @@ def test_decided_calls_passing_the_tuner_keywords_as_triton_distributed_callers_
         for name, count in calls.items():
             assert count <= calls["none"] + 10, (name, calls)
         assert res["mistake"] and "autotune= must be True or False, not 1" in res["mistake"], res
+
+
+@pytest.mark.timeout(180)
+def test_a_prune_fn_reading_a_config_field_from_the_entry_is_told_where_it_is(tmp_path):
+    """Triton-distributed's documented prune_fn reads ``config["BLOCK_SIZE_M"]`` from a ``{"gemm_config": c}``
+    entry: the error said only ``prune_fn raised KeyError: 'BLOCK_SIZE_M'``. Now it names the entry's keys and what
+    to read (``config['gemm_config'].kwargs['BLOCK_SIZE_M']``), on every rank, tuned or with ``autotune=False``; a
+    KeyError of prune_fn's own (a name no value of the entry holds) stays as it was."""
+    results = run("prune_fn_reading_the_config_as_the_triton_config", 2, tmp_path)
+    for r in results:
+        said = r.result["said"]
+        for name in ("tuned", "untuned"):
+            assert said[name].startswith("BadInputError: ") and "prune_fn raised KeyError: 'BLOCK_SIZE_M'" in said[
+                name], said
+            assert "keys ['gemm_config']" in said[name], said
+            assert "read config['gemm_config'].kwargs['BLOCK_SIZE_M']" in said[name], said
+        assert said["own"] == "KeyError: 'torch.float32'", said

@@ -292,13 +292,44 @@ def keeps(prune_fn: Callable[..., Any] | None, config: Mapping[str, Any], args: 
     every config, and ``"False"`` is true too."""
     if prune_fn is None:
         return True
-    result = prune_fn(config, *args, **kwargs)
+    try:
+        result = prune_fn(config, *args, **kwargs)
+    except KeyError as exc:  # a name read from the entry that only a value inside it holds: said how to read it
+        hint = _entry_hint(exc, config)
+        if hint is None:
+            raise
+        raise BadInputError(f"prune_fn raised KeyError: {exc}: {hint}") from exc
     if result is None or isinstance(result, (str, bytes, Sequence, Mapping, set, frozenset)):
         raise BadInputError(f"prune_fn must return True or False for the one config it is given "
                             f"(prune_fn(config, *args, **kwargs)), not a {type(result).__name__}: it is called once "
                             "per config, unlike Triton's early_config_prune, which returns the configs to keep (None: "
                             "a missing return?)")
     return bool(result)
+
+
+def _entry_hint(exc: KeyError, config: Mapping[str, Any]) -> str | None:
+    """What to read instead, for ``prune_fn``'s ``KeyError`` on a name the config_space entry it is given lacks: the
+    entry's keys, and where the name is: a ``triton.Config`` (its kwargs or an attribute such as ``num_warps``)
+    or a dict among the entry's values holds it, as when a prune_fn written as Triton-distributed's documentation
+    shows it, for ``[{"gemm_config": c} for c in configs]``, reads ``config["BLOCK_SIZE_M"]``. None when the name
+    is one of the entry's keys or no value holds it (a KeyError of ``prune_fn``'s own)."""
+    name = exc.args[0] if len(exc.args) == 1 else None
+    try:
+        if name is None or name in config:
+            return None
+    except TypeError:  # an unhashable name
+        return None
+    for field, value in config.items():
+        inner = getattr(value, "kwargs", None) if type(value).__name__ == "Config" else value
+        if isinstance(inner, Mapping) and name in inner:
+            read = f"config[{field!r}].kwargs[{name!r}]" if inner is not value else f"config[{field!r}][{name!r}]"
+        elif inner is not value and isinstance(name, str) and name.isidentifier() and hasattr(value, name):
+            read = f"config[{field!r}].{name}"
+        else:
+            continue
+        return (f"prune_fn(config, *args, **kwargs) is given one config_space entry as it is, a dict with the keys "
+                f"{sorted(map(str, config))}; {name!r} is in its {field!r} ({type(value).__name__}): read {read}")
+    return None  # a name no value of the entry holds: a KeyError of prune_fn's own, raised as it is
 
 
 def plan_seed(key_text: str, space_text: str) -> str:

@@ -336,5 +336,32 @@ def decided_calls_with_the_tuner_keywords_set_to_their_defaults():
          decided_in=len(f.tuner.decided_in), calls=calls, mistake=mistake)
 
 
+@case
+def prune_fn_reading_the_config_as_the_triton_config():
+    """A prune_fn as Triton-distributed's documentation writes it for ``[{"gemm_config": c} for c in configs]``:
+    it reads ``config["BLOCK_SIZE_M"]``, where ``config`` is the entry (its one key ``gemm_config``). Tuned, then
+    with ``autotune=False``; and a prune_fn's own KeyError (a name no value of the entry holds) as it is."""
+    tdt.init_distributed()
+    space = [{"gemm_config": triton.Config({"BLOCK_SIZE_M": m, "BLOCK_SIZE_K": 32}, num_warps=4)} for m in (64, 128)]
+
+    def doc_prune(config, a, b, *args, **kwargs):
+        return config["BLOCK_SIZE_M"] * config["BLOCK_SIZE_K"] * a.element_size() < 48 * 1024
+
+    def own_error(config, a, b):
+        return {"fp16": 1}[str(a.dtype)] > 0
+
+    said = {}
+    for name, prune, kwargs in (("tuned", doc_prune, {}), ("untuned", doc_prune, {"autotune": False}),
+                                ("own", own_error, {"autotune": False})):
+        f = tdt.autotune(space, key_fn=lambda a, b: (tdt.to_hashable(a), tdt.to_hashable(b)), prune_fn=prune,
+                         n_warmup=1, n_repeat=2)(lambda a, b, *, gemm_config: a @ b)
+        try:
+            f(torch.ones(4, 4), torch.ones(4, 4), **kwargs)
+            said[name] = "ran"
+        except Exception as exc:
+            said[name] = f"{type(exc).__name__}: {exc}"
+    emit(said=said)
+
+
 if __name__ == "__main__":
     main()

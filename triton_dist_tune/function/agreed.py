@@ -111,6 +111,8 @@ def agreed_prune(tuner: TunedFunction, group: Group, label: str, args: tuple, kw
     try:
         with user_code("prune_fn"):  # no deadline of its own: a campaign unit stuck there stops beating
             mine = [keeps(tuner.prune_fn, c, args, kwargs) for c in tuner.space]
+    except BadInputError as exc:  # prune_fn's answer or error, said by keeps (``prune_fn ...``)
+        mine = str(exc)
     except Exception as exc:
         mine = f"prune_fn raised {describe_error(exc)}"
     everyone = group.allgather(mine, f"{label} prune", timeout=timeout)

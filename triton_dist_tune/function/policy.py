@@ -196,6 +196,8 @@ class Undecided:
             candidates = str(exc)  # as data: every rank of the group raises it, naming this rank
         try:
             mask: list[bool] | str = [bool(keeps(config)) for config in space]
+        except BadInputError as exc:  # prune_fn's answer or error, said by keeps (``prune_fn ...``)
+            mask = str(exc)
         except Exception as exc:  # as data: every rank learns of it (the key is tuned, which reports it)
             mask = f"prune_fn raised {exc!r}"
         if grouped_call:
