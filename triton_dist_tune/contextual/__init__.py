@@ -74,7 +74,8 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
 
     :param is_dist: ``None`` (the default) or ``True``: the default ``torch.distributed`` group when it is
         initialized (every rank of the job tunes together and ends on the same choices), else this process alone.
-        ``False``: this process tunes alone, even in a multi-rank job (each rank may choose differently). Or a
+        ``False``: this process tunes alone, even in a multi-rank job (each rank may choose differently, and runs the
+        function as many times as its own race takes: not for a function with collectives among the ranks). Or a
         ``torch.distributed`` process group or an ``mpi4py`` communicator to tune with. Anything else is a
         :class:`~triton_dist_tune.errors.BadInputError` when decorating. The tuner talks to the group through a
         control channel of its own (the job's store, or a duplicate communicator), never through the user's
