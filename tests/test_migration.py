@@ -4,8 +4,11 @@ tests/scenarios/migration_cases.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
-from harness import HERE, describe, run_ranks, tuner_env
+from harness import HERE, base_env, describe, run_ranks, tuner_env
 
 CASES = HERE / "scenarios" / "migration_cases.py"
 
@@ -166,3 +169,17 @@ def test_a_prune_fn_reading_a_config_field_from_the_entry_is_told_where_it_is(tm
             assert "keys ['gemm_config']" in said[name], said
             assert "read config['gemm_config'].kwargs['BLOCK_SIZE_M']" in said[name], said
         assert said["own"] == "KeyError: 'torch.float32'", said
+
+
+def test_both_decorated_functions_keep_the_undecorated_one_as_fn():
+    """Triton-distributed's decorators return objects whose ``.fn`` is the undecorated function (its ``AutoTuner``
+    and ``ContextualAutoTuner``); ``autotune``'s function had ``.fn``, ``contextual_autotune``'s had none
+    (AttributeError). Checked in a fresh interpreter: nothing is tuned or called."""
+    code = ("import triton_dist_tune as tdt\n"
+            "def f(x):\n    return x\n"
+            "def g(x, *, c):\n    return x\n"
+            "c = tdt.contextual_autotune(is_dist=False)(f)\n"
+            "a = tdt.autotune([{'c': 1}], key_fn=lambda x: 0)(g)\n"
+            "print(c.fn is f, a.fn is g, c.__name__, a.__name__)")
+    proc = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.split() == ["True", "True", "f", "g"], proc.stderr[-3000:]

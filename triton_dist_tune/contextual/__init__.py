@@ -147,6 +147,7 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
             return tuner(args, kwargs)
 
         tuned.tuner = tuner  # type: ignore[attr-defined]
+        tuned.fn = fn  # type: ignore[attr-defined]  # the undecorated function, as Triton-distributed's has it
         return tuned
 
     return decorator
