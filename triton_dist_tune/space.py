@@ -150,13 +150,19 @@ def index_of(space: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> i
 def validate_space(config_space: Any) -> list[dict[str, Any]]:
     """Check a config space and return it as a list of dicts (raises :class:`BadInputError`)."""
     if isinstance(config_space, (str, bytes, Mapping)) or not isinstance(config_space, Sequence):
-        raise BadInputError(f"config_space must be a list of dicts, not {type(config_space).__name__}")
+        raise BadInputError(f"config_space must be a list of dicts, not {type(config_space).__name__}"
+                            + _space_hint(config_space))
     if len(config_space) == 0:
         raise BadInputError("config_space is empty: give at least one config")
     space = []
     for i, config in enumerate(config_space):
         if not isinstance(config, Mapping):
-            raise BadInputError(f"config_space[{i}] must be a dict of keyword arguments, not {type(config).__name__}")
+            hint = ("; a list of triton.Config (triton.autotune's configs=) is passed as dicts: [{'config': c} for c "
+                    "in configs] gives the function each Config as its keyword config= (a plain @triton.jit kernel "
+                    "inside then takes **config.all_kwargs())"
+                    if type(config).__name__ == "Config" and hasattr(config, "all_kwargs") else "")
+            raise BadInputError(f"config_space[{i}] must be a dict of keyword arguments, not {type(config).__name__}"
+                                + hint)
         clash = CALL_KEYWORDS.intersection(config)
         if clash:
             raise BadInputError(f"config_space[{i}] uses the tuner's call keywords {sorted(clash)}")
@@ -169,6 +175,17 @@ def validate_space(config_space: Any) -> list[dict[str, Any]]:
                                 "and differs between processes: use values with a stable repr")
         space.append(dict(config))
     return space
+
+
+def _space_hint(config_space: Any) -> str:
+    """What to write instead of a config_space that is no list: a function (TileLang's ``configs=get_configs``)
+    is called, an iterator or set made a list."""
+    if callable(config_space) and not isinstance(config_space, type):
+        return (": call it (config_space=get_configs()); configs that depend on the call's arguments are "
+                "prune_fn's to leave out: prune_fn(config, *args, **kwargs)")
+    if isinstance(config_space, (set, frozenset)) or hasattr(config_space, "__next__"):
+        return ": make it a list (config_space=list(...)), in an order every rank shares"
+    return ""
 
 
 def without_repeats(space: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
