@@ -204,3 +204,20 @@ def test_a_config_space_written_for_another_tuner_is_told_what_to_write():
     assert "not function: call it (config_space=get_configs())" in function and "prune_fn" in function, function
     assert "not generator: make it a list (config_space=list(...))" in generator, generator
     assert "not Config; a list of triton.Config" in configs and "[{'config': c} for c in configs]" in configs, configs
+
+
+@pytest.mark.triton_dependent
+@pytest.mark.timeout(200)
+def test_a_kernels_own_benchmarking_left_unused_in_context_is_said_in_the_rank_log(tmp_path):
+    """Stock Triton times every config with the kernel's ``do_bench=`` (or one built from ``warmup=``/``rep=``);
+    inside ``contextual_autotune`` the tuner times the launches itself, and before, nothing said that the kernel's
+    own was left unused. Now each rank's log says it once per kernel, naming what was given."""
+    results = run("own_benchmarking_in_context", 2, tmp_path)
+    for r in results:
+        assert r.result["ok"] and r.result["bench_calls"] == 0, describe(results)
+    for rank in (0, 1):
+        text = (tmp_path / "logs" / f"rank-{rank}.log").read_text()
+        said = [line for line in text.splitlines() if "not used while it is tuned in context" in line]
+        assert len(said) == 2, text[-3000:]
+        assert any("its own do_bench=" in line for line in said), said
+        assert any("its own warmup=, rep=" in line for line in said), said

@@ -363,5 +363,35 @@ def prune_fn_reading_the_config_as_the_triton_config():
     emit(said=said)
 
 
+@case
+def own_benchmarking_in_context():
+    """Two stock kernels ported with their own benchmarking, ``do_bench=`` and the deprecated ``warmup=``/``rep=``,
+    tuned by a ``contextual_autotune`` function: neither is called (the tuner times the launches itself); what the
+    rank says of it."""
+    import warnings
+
+    tdt.init_distributed()
+    calls = []
+
+    def bench(fn, quantiles=None):
+        calls.append(1)
+        fn()
+        return [1.0, 1.0, 1.0]
+
+    with warnings.catch_warnings():  # (configs of their own: wrappers alike in configs and key are one track)
+        warnings.simplefilter("ignore")  # Triton's own deprecation warning for warmup=/rep=
+        own = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["n"],
+                              do_bench=bench)(add_one)
+        deprecated = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32)], key=["n"], warmup=10,
+                                     rep=100)(add_one)
+
+    @tdt.contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
+    def layer(x):
+        return launch_one(deprecated, launch_one(own, x))
+
+    x = torch.arange(100, dtype=torch.float32)
+    emit(ok=bool(torch.equal(layer(x), x + 2)), bench_calls=len(calls))
+
+
 if __name__ == "__main__":
     main()

@@ -62,6 +62,7 @@ def launch(session: CallState, autotuner: Any, args: tuple, kwargs: dict[str, An
             local = session.local.get(tid)
             if local is None:
                 _tensor_in_key(autotuner, key)
+                _own_benchmarking(autotuner)
                 local = session.local[tid] = LocalTrack(autotuner, key, args, kwargs, session.cache, group,
                                                         session.earlier, session.tuner.options.search,
                                                         session.attempt)
@@ -273,3 +274,22 @@ def _tensor_in_key(autotuner: Any, key: tuple) -> None:
             "again too), and ranks holding different values meet different keys; key by a size or another number "
             "instead")
     logs.warn(text, RuntimeWarning, stacklevel=2)
+
+
+def _own_benchmarking(autotuner: Any) -> None:
+    """Log once per kernel, in the rank's log, that its own ``do_bench=`` (or the deprecated ``warmup=``, ``rep=``,
+    ``use_cuda_graph=``, which Triton turns into one) is not called: the tuner times every tuning launch itself,
+    alike on every rank (docs/contextual.md). Stock Triton calls it for every config."""
+    if autotuner.__dict__.get("_tdt_bench_said"):
+        return
+    autotuner.__dict__["_tdt_bench_said"] = True
+    given = [name for name, attribute in (("warmup", "num_warmups"), ("rep", "num_reps"))
+             if getattr(autotuner, attribute, None) is not None]
+    if getattr(autotuner, "use_cuda_graph", False) is True:
+        given.append("use_cuda_graph")
+    if not given and getattr(autotuner, "_do_bench", None) is not None:  # (Triton builds one from those above)
+        given.append("do_bench")
+    if given:
+        logs.rank_log().info("triton_dist_tune: %s: its own %s= (triton.autotune): not used while it is tuned in "
+                             "context: the tuner times each tuning launch itself, n_warmup and n_repeat (with the "
+                             "race) set how often", intercept.kernel_name(autotuner), "=, ".join(given))
