@@ -189,18 +189,22 @@ def test_both_decorated_functions_keep_the_undecorated_one_as_fn():
 def test_a_config_space_written_for_another_tuner_is_told_what_to_write():
     """Ported from TileLang (``configs=get_configs``, a function), from a generator, or from ``triton.autotune``
     (a list of ``triton.Config``): the errors said only ``must be a list of dicts, not function`` / ``not
-    generator`` / ``not Config``. Now each says what to write. Decorating only, in a fresh interpreter."""
+    generator`` / ``not Config``; Triton-distributed's ``key_fn=None`` (one key for every call) said only that a
+    key_fn is needed. Now each says what to write. Decorating only, in a fresh interpreter."""
     code = ("import triton, triton_dist_tune as tdt\n"
             "def g(x, *, config=None):\n    return x\n"
-            "for space in (lambda: [{'config': 1}], ({'config': c} for c in (1, 2)), [triton.Config({'BLOCK': 64})]):\n"
+            "for space, key_fn in ((lambda: [{'config': 1}], len), (({'config': c} for c in (1, 2)), len),\n"
+            "                      ([triton.Config({'BLOCK': 64})], len), ([{'config': 1}], None)):\n"
             "    try:\n"
-            "        tdt.autotune(space, key_fn=lambda x: 0)(g)\n"
+            "        tdt.autotune(space, key_fn=key_fn)(g)\n"
             "    except tdt.BadInputError as exc:\n"
             "        print(exc)\n")
     proc = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True, text=True, timeout=60)
     lines = proc.stdout.splitlines()
-    assert proc.returncode == 0 and len(lines) == 3, (proc.stdout, proc.stderr[-3000:])
-    function, generator, configs = lines
+    assert proc.returncode == 0 and len(lines) == 4, (proc.stdout, proc.stderr[-3000:])
+    function, generator, configs, no_key_fn = lines
+    # Triton-distributed's key_fn=None (one decision for every call): said how to write it here
+    assert "key_fn=lambda *args, **kwargs: None" in no_key_fn, no_key_fn
     assert "not function: call it (config_space=get_configs())" in function and "prune_fn" in function, function
     assert "not generator: make it a list (config_space=list(...))" in generator, generator
     assert "not Config; a list of triton.Config" in configs and "[{'config': c} for c in configs]" in configs, configs

@@ -88,7 +88,8 @@ def autotune(config_space: Sequence[dict[str, Any]] | None = None, key_fn: Calla
                 "arguments: call it with them, @autotune(config_space, key_fn=...), as in "
                 "@autotune([{'BLOCK': 64}, {'BLOCK': 128}], key_fn=lambda x: to_hashable(x))")
         raise BadInputError("autotune needs a key_fn: autotune(config_space, key_fn=...) (key_fn(*args, **kwargs) "
-                            "returns the hashable key a decision is made and cached for)")
+                            "returns the hashable key a decision is made and cached for; for one decision for every "
+                            "call, as Triton-distributed's key_fn=None makes, key_fn=lambda *args, **kwargs: None)")
     options = functools.partial(
         TuneOptions, n_warmup=n_warmup, n_repeat=n_repeat, timeout=timeout, reset_to_zero=reset_to_zero,
         restore_value=restore_value, pre_hook=pre_hook, post_hook=post_hook, ref_prog=ref_prog, rtol=rtol, atol=atol,
