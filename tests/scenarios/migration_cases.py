@@ -1,6 +1,7 @@
-"""Scenarios of code ported from ``triton.autotune``: an ``early_config_prune`` that returns configs of its own
-making inside ``contextual_autotune``, and a stock ``@triton.autotune`` kernel launched by an ``autotune`` function
-under Triton's interpreter; run as real processes by tests/test_migration.py.
+"""Scenarios of code ported from ``triton.autotune`` and Triton-distributed: an ``early_config_prune`` that returns
+configs of its own making inside ``contextual_autotune``, a stock ``@triton.autotune`` kernel launched by an
+``autotune`` function under Triton's interpreter, a kernel's own benchmarking, Triton-distributed's call keywords
+and its documented ``prune_fn``; run as real processes by tests/test_migration.py.
 
 Usage: python migration_cases.py CASE (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set). Each rank prints
 ``RESULT {json}`` lines.
