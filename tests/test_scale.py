@@ -164,9 +164,13 @@ def test_replicas_split_the_first_pass_and_end_on_one_config(tmp_path, n):
     alone = max(len(r["calls"]) for r in independent)
     most = max(len(r["calls"]) for r in together)
     print(f"calls per rank: {alone} alone, at most {most} with {replicas} replicas")
-    # 2 replicas: 56 calls of 69 (71 of 99 when every screening sample on CPU ranks settled one call first, and
-    # 87 of 129 when every probe timed 3 calls)
-    assert most <= (0.85 if replicas == 2 else 0.5) * alone, (most, alone)
+    # the first pass's calls (configs 2-15, measured by one replica each) split between the replicas; the leaders'
+    # race is every replica's, and its rounds follow the noise (2 replicas, all calls: 56 of 69 idle, 64 of 69 at a
+    # load average of 17), so only the split part is counted
+    first_alone = max(sum(c >= 2 for c in r["calls"]) for r in independent)
+    first_most = max(sum(c >= 2 for c in r["calls"]) for r in together)
+    print(f"first-pass calls per rank: {first_alone} alone, at most {first_most} with {replicas} replicas")
+    assert first_most <= 0.6 * first_alone, (first_most, first_alone)
     files = list((tmp_path / "cache" / "replicas").glob("*.json"))
     assert len(files) == 1, files  # one decision for the layout, written once
     assert json.loads(files[0].read_text())["index"] == 1
