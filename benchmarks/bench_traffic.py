@@ -46,10 +46,16 @@ class CountingStore:
 
     COUNTED = ("set", "get", "wait", "multi_get", "multi_set", "check", "add", "delete_key", "compare_set")
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, counts: CountingStore | None = None) -> None:
         self._inner = inner
+        #: where the requests are counted: this store, or the one it is a clone of
+        self._counts = self if counts is None else counts
         self.requests = 0
         self.bytes = 0
+
+    def clone(self) -> CountingStore:
+        """A clone of the store whose requests count here too (a thread's own client for its blocking waits)."""
+        return CountingStore(self._inner.clone(), self._counts)
 
     def reset(self) -> None:
         self.requests = 0
@@ -62,8 +68,8 @@ class CountingStore:
 
         def counted(*args: Any) -> Any:
             result = target(*args)
-            self.requests += 1
-            self.bytes += _size(args) + _size(result)
+            self._counts.requests += 1
+            self._counts.bytes += _size(args) + _size(result)
             return result
 
         return counted

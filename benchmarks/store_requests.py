@@ -18,10 +18,10 @@ in these steps, each run alike on every rank:
 - ``late``: a tuning of a new key that the last rank starts ``--late-s`` seconds after the others.
 
 Requests are counted by a proxy in front of the job's store (``c10d._get_default_store``, which the tuner fetches on
-each use; a ``clone()`` of it, the failure board's and the beats' own clients, is counted too), on the calling
-thread: ``main`` (the exchanges, the waits and their looks) or ``bg`` (the beat threads). The server receives the sum
-over ranks. The table prints, per step and N, rank 0's requests, the busiest other rank's and the server's, each by
-kind, and the exchanges (the group's sequence numbers used).
+each use; a ``clone()`` of it, the failure board's, the beats' and each waiting thread's own clients, is counted
+too), on the calling thread: ``main`` (the exchanges, the waits and their looks) or ``bg`` (the beat threads). The
+server receives the sum over ranks. The table prints, per step and N, rank 0's requests, the busiest other rank's
+and the server's, each by kind, and the exchanges (the group's sequence numbers used).
 """
 
 from __future__ import annotations

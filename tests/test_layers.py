@@ -31,6 +31,20 @@ def test_two_threads_tuning_a_tp_and_a_dp_group_at_once_do_not_hold_each_others_
     assert dp[0] == dp[2] and dp[1] == dp[3], dp
 
 
+@pytest.mark.timeout(240)
+def test_a_thread_that_starts_tuning_while_another_is_inside_a_blocking_store_wait_is_not_held_by_it(tmp_path):
+    # before: ranks 0 and 2 printed torch's store warnings: thread A's first store wait (for its tensor-parallel
+    # peer, which comes only after thread B's first data-parallel exchange) blocked the job store's one client, so
+    # B's first requests waited behind it until its slice ran out (a_waits ['DistStoreError', ...])
+    results = run_ranks(CASES, 4, ["dp_started_while_tp_waits"], env=tuner_env(tmp_path, T), timeout=200)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert all("ok" in r.result["results"][name] for name in ("tp", "dp")), describe(results)
+        assert r.stderr.count(STORE_WARNING) == 0, r.stderr[-3000:]
+    for r in results[0::2]:
+        assert r.result["a_waits"][0] == "returned", describe(results)  # A's first wait, which B's requests end
+
+
 def killed(case: str, tmp_path):
     results = run_ranks(CASES, 4, [case], env=tuner_env(tmp_path, T), timeout=200, stuck=[3])
     assert [r.returncode for r in results[:3]] == [0, 0, 0], describe(results)

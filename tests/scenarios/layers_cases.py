@@ -94,6 +94,71 @@ def tp_and_dp_tuned_on_two_threads() -> None:
     emit(results=results, tp=decided(f), dp=decided(g))
 
 
+@case
+def dp_started_while_tp_waits() -> None:
+    """Thread A of every rank tunes its tensor-parallel layer, thread B its data-parallel layer. Global ranks 0 and
+    2 start A at once, and B only once A waits in the store at its first exchange (its tensor-parallel peer has not
+    come); ranks 1 and 3 start A only once their peer's B has ended its first exchange (a file). So the wait of A on
+    ranks 0 and 2 can end only after B's first store requests there: a B held behind A's blocking wait (the job
+    store's one client) holds it until that wait runs out, and torch prints its store warnings. A store wait's
+    first slice is 10 s here, not 1 s: a B that is not held ends its exchange, and rank 1 sends its message, well
+    inside it on a loaded machine. Prints how each of A's waits ended."""
+    from triton_dist_tune.group import store as store_module
+
+    store_module.BOARD_SLICE_S = 10.0
+    tdt.init_distributed()
+    tp, dp = groups()
+    rank, folder = dist.get_rank(), Path(os.environ["TRITON_DIST_AUTOTUNE_LOG_DIR"])
+    folder.mkdir(parents=True, exist_ok=True)
+    early = rank in (0, 2)
+    parked, a_thread, a_waits = threading.Event(), [0], []
+    plain_wait, plain_combine, firsts = store_module.quiet_store_wait, StoreGroup.combine, set()
+
+    def wait(store: Any, keys: list[str], seconds: float, **kwargs: Any) -> None:
+        if threading.get_ident() != a_thread[0]:
+            return plain_wait(store, keys, seconds, **kwargs)
+        if kwargs.get("block"):
+            parked.set()
+        try:
+            plain_wait(store, keys, seconds, **kwargs)
+            a_waits.append("returned")
+        except Exception as exc:
+            a_waits.append(f"{type(exc).__name__}")
+            raise
+
+    def combine(self: StoreGroup, *args: Any, **kwargs: Any) -> Any:
+        result = plain_combine(self, *args, **kwargs)
+        me = threading.get_ident()
+        if me != a_thread[0] and me not in firsts:
+            firsts.add(me)
+            (folder / f"dp_exchanged.rank{rank}").touch()
+        return result
+
+    store_module.quiet_store_wait = wait
+    StoreGroup.combine = combine  # type: ignore[method-assign]
+    f, g = layer("tp_layer", tp, n_warmup=1, n_repeat=2), layer("dp_layer", dp, n_warmup=1, n_repeat=2)
+    results: dict[str, Any] = {}
+
+    def run_tp() -> None:
+        a_thread[0] = threading.get_ident()
+        if not early:
+            waited_for([folder / f"dp_exchanged.rank{rank - 1}"], 60)
+        results["tp"] = outcome(lambda: float(f(torch.ones(64), autotune_pg=tp)[0]))
+
+    def run_dp() -> None:
+        if early:
+            parked.wait(30)
+            time.sleep(0.3)  # (A enters the store's wait: a few bytecodes after the event)
+        results["dp"] = outcome(lambda: float(g(torch.ones(32), autotune_pg=dp)[0]))
+
+    threads = [threading.Thread(target=run_tp), threading.Thread(target=run_dp)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    emit(results=results, a_waits=a_waits, tp=decided(f), dp=decided(g))
+
+
 def _killed_in_tp(store_gone: bool) -> None:
     """Global rank 3 is SIGKILLed in its 6th run of its tensor-parallel group's tuning. ``store_gone``: ranks 0
     and 1 end as soon as their own group's tuning has (rank 0 hosts the store), and rank 3 is killed only once

@@ -124,6 +124,10 @@ class HeldStore:
     def __getattr__(self, name):
         return getattr(self._store, name)
 
+    def clone(self):
+        """A clone held alike (a thread's blocking waits run on a clone of the store of its own)."""
+        return HeldStore(self._store.clone(), self._armed, self._hold)
+
     def _held(self, keys) -> None:
         if self._armed[0] and any(str(k).endswith("/all") for k in keys):
             self._armed[0] = False
@@ -154,8 +158,8 @@ def sharded_poison_store_gone():
     me = dist.get_rank()
     armed = [False]
     if me == 1:
-        real = store_module._job_store
-        store_module._job_store = lambda: HeldStore(real(), armed, os.environ["HOLD"])
+        held = HeldStore(store_module._job_store(), armed, os.environ["HOLD"])
+        store_module._job_store = lambda: held
 
     @tdt.autotune(config_space=[{"v": v} for v in range(4)], key_fn=lambda x: 0, n_warmup=1, n_repeat=2,
                   timing="cold", sharded=True, name="sharded_gone")

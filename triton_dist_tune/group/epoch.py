@@ -124,7 +124,8 @@ def agree(store: Any, base: str, rank: int, size: int, timeout_s: float) -> str:
 
     def wait(keys: list[str], missing: Callable[[], list[int]], poll: Callable[[], None] | None) -> None:
         try:  # a rank other than 0: one blocking request; rank 0: a look at the hellos before each at the keys
-            quiet_store_wait(store, keys, max(0.001, deadline - time.monotonic()), block=poll is None, poll=poll)
+            quiet_store_wait(store, keys, max(0.001, deadline - time.monotonic()), block=poll is None, poll=poll,
+                             alone=True)
         except Exception as exc:  # the store's timeout (DistStoreError), or the polling's own
             raise GroupTimeoutError(f"init_distributed: ranks {missing()} did not take part in naming this attempt "
                                     f"within {timeout_s:g} s (not started, or ended): {exc}") from exc

@@ -1,20 +1,19 @@
 """A wait for keys of the job's key-value store that prints nothing while nothing is wrong
-(:func:`quiet_store_wait`), and the look-up of which ranks of a wait have set their key (:class:`Arrivals`)."""
+(:func:`quiet_store_wait`), on a client of the waiting thread's own (:func:`own_waiter`), and the look-up of which
+ranks of a wait have set their key (:class:`Arrivals`)."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from .threads import others_in_turns
-
 #: a store wait past its first slice looks for its keys this often instead of blocking (:func:`quiet_store_wait`)
 POLL_S = 0.05
-#: the first pause of a wait that looks instead of blocking because another thread tunes: doubled after each look
-#: up to :data:`POLL_S` (an exchange usually ends within milliseconds)
-QUICK_POLL_S = 0.001
 
 
 class StoreWaitTimeout(TimeoutError):
@@ -22,26 +21,20 @@ class StoreWaitTimeout(TimeoutError):
 
 
 def quiet_store_wait(store: Any, keys: list[str], seconds: float, block: bool,
-                     poll: Callable[[], None] | None = None) -> None:
+                     poll: Callable[[], None] | None = None, alone: bool = False) -> None:
     """Return once every key of ``keys`` is in ``store``; raise :class:`StoreWaitTimeout` after ``seconds``.
-    ``block``: one blocking ``store.wait`` (a key set meanwhile ends it at once: the first slice of a wait, where
-    most exchanges end within milliseconds); else ``store.check`` every :data:`POLL_S` seconds. A blocking wait
-    that runs out makes torch's store client print two ``waitForInput ... likely a timeout`` warnings on the
-    rank's screen, although nothing is wrong: a wait that outlasts its first slice (a peer compiling, a campaign's
-    unit tuning a key alone) goes on quietly. A store that is gone raises at once either way. ``poll``: called
-    before each look (not with ``block``).
-
-    Where another thread of this process tunes too (:func:`~triton_dist_tune.group.threads.others_in_turns`: two
-    groups' tunings on two threads, a tensor-parallel and a data-parallel one), the wait only looks, ``block`` or
-    not: the job store's client serves one request at a time, so a blocking wait held every request of the other
-    thread (its exchanges, on another group) for up to its whole slice, and the two threads' peers, each waiting
-    for the other's held request, stalled each other a second per exchange (6.7 s for two tunings of 0.8 s each
-    on 4 CPU ranks, and two store warnings per stall). Such a wait looks after 1 ms first, then twice as long after
-    each look, up to :data:`POLL_S`."""
-    if block and not others_in_turns():
-        store.wait(keys, timedelta(seconds=seconds))
+    ``block``: one blocking ``wait`` (a key set meanwhile ends it at once: the first slice of a wait, where
+    most exchanges end within milliseconds), on this thread's own client of ``store`` (:func:`own_waiter`); else
+    ``store.check`` every :data:`POLL_S` seconds. A blocking wait that runs out makes torch's store client print
+    two ``waitForInput ... likely a timeout`` warnings on the rank's screen, although nothing is wrong: a wait that
+    outlasts its first slice (a peer compiling, a campaign's unit tuning a key alone) goes on quietly. A store
+    that is gone raises at once either way. ``poll``: called before each look (not with ``block``). ``alone``: no
+    other thread uses ``store`` (the attempt's naming in ``init_distributed``, before any group exists): a blocking
+    wait uses ``store`` itself, and the process keeps no connection for it."""
+    if block:
+        (store if alone else own_waiter(store)).wait(keys, timedelta(seconds=seconds))
         return
-    deadline, pause = time.monotonic() + seconds, QUICK_POLL_S if block else POLL_S
+    deadline = time.monotonic() + seconds
     while True:
         if poll is not None:
             poll()
@@ -50,8 +43,45 @@ def quiet_store_wait(store: Any, keys: list[str], seconds: float, block: bool,
         left = deadline - time.monotonic()
         if left <= 0:
             raise StoreWaitTimeout(f"store keys not set within {seconds:.3f} s")
-        time.sleep(min(pause, left))
-        pause = min(POLL_S, 2 * pause)
+        time.sleep(min(POLL_S, left))
+
+
+#: what :func:`own_waiter` remembers for a store that is its own client
+_ITSELF = object()
+#: per thread: the process it ran in (a forked child clones anew) and its own clients, by the store they clone
+_WAITERS = threading.local()
+
+
+def own_waiter(store: Any) -> Any:
+    """The calling thread's own client of ``store`` for its blocking waits: a clone (a connection of its own to the
+    store's server, made at the thread's first blocking wait on ``store`` and kept while ``store`` and the thread
+    live), or ``store`` itself where it cannot be cloned or remembered (a store served in-process, a Python store).
+
+    Torch's TCP store client serves one request at a time, and a blocking ``wait`` holds it until a key comes or
+    the wait runs out: every other request of the process on that client (another thread's exchanges, on another
+    group: a tensor-parallel and a data-parallel group tuned from two threads) waited behind it, up to the wait's
+    whole slice (a second), and their peers behind them. On a client of its own a thread's wait holds nobody's
+    requests, whichever thread began first; its other requests (quick: none waits for a key) stay on ``store``.
+    Its cost: one connection per thread that waits (a connect and torch's handshake, once), no request per wait.
+    A clone connects with ``store``'s timeout, so it is made while the store answered a request a moment before
+    (the thread's first exchange has just written its message): made after the store's host has gone, it would
+    fail only after that timeout."""
+    pid = os.getpid()
+    if getattr(_WAITERS, "pid", None) != pid:
+        _WAITERS.pid, _WAITERS.clients = pid, weakref.WeakKeyDictionary()
+    clients: weakref.WeakKeyDictionary = _WAITERS.clients
+    try:
+        client = clients.get(store)
+    except TypeError:  # (a store that takes no weak reference: not remembered, so not cloned at every wait)
+        return store
+    if client is None:
+        try:
+            client = store.clone()
+        except Exception:  # (a Python store without clone)
+            client = store
+        # (a store whose clone is itself, a local one, is remembered as such: a value that held its key would keep it)
+        clients[store] = _ITSELF if client is store else client
+    return store if client is _ITSELF else client
 
 
 class Arrivals:

@@ -150,16 +150,6 @@ class Turns:
         self.lock.release()
 
 
-def others_in_turns() -> bool:
-    """Whether a thread of this process other than this one holds some group's turn or waits for one: it tunes (or
-    is about to), and its store requests share the job store's one client with this thread's, which serves one
-    request at a time (:func:`~triton_dist_tune.group.store_wait.quiet_store_wait` then never blocks in the store)."""
-    me = threading.get_ident()
-    with _WAITS.guard:
-        return (any(owner[0] != me for owner in _WAITS.owner.values())
-                or any(thread != me for thread in _WAITS.wanted))
-
-
 def holds_a_turn() -> bool:
     """Whether this thread holds some group's turn now (it is inside a tuning, on any group)."""
     me = threading.get_ident()
