@@ -15,13 +15,18 @@ in these steps, each run alike on every rank:
 - ``local``: a ``campaign(local=True)`` of 2 N keys of a rank-local ``x + v`` (each rank tunes a share alone);
 - ``contextual``: a ``contextual_autotune`` call of a function launching a 2-config ``triton.autotune`` kernel
   (interpreted) and an ``all_reduce``;
-- ``late``: a tuning of a new key that the last rank starts ``--late-s`` seconds after the others.
+- ``late``: a tuning of a new key that the last rank starts ``--late-s`` seconds after the others;
+- ``half_watch``: one round of a progress watch (as a campaign's, a sharded or replicas tuning's) that the upper half
+  of the ranks reaches ``--late-s`` seconds after the lower half, which waits for it, then the round's exchange;
+- ``half_barrier``: a barrier that the upper half of the ranks reaches ``--late-s`` seconds after the lower half.
 
 Requests are counted by a proxy in front of the job's store (``c10d._get_default_store``, which the tuner fetches on
 each use; a ``clone()`` of it, the failure board's, the beats' and each waiting thread's own clients, is counted
 too), on the calling thread: ``main`` (the exchanges, the waits and their looks) or ``bg`` (the beat threads). The
 server receives the sum over ranks. The table prints, per step and N, rank 0's requests, the busiest other rank's
-and the server's, each by kind, and the exchanges (the group's sequence numbers used).
+and the server's, each by kind, the exchanges (the group's sequence numbers used), and the server's requests (main
+and beat threads) per second of the step's wall time (the slowest rank's): for the ``half_*`` steps, what a wait of
+half the group for the other half costs the server each second.
 """
 
 from __future__ import annotations
@@ -39,8 +44,8 @@ from typing import Any
 from _cpu_ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parent.parent
-KINDS = ("set", "get", "add", "check", "multi_get", "multi_set", "wait", "compare_set", "delete_key")
-SHORT = {"compare_set": "cas", "delete_key": "del", "multi_get": "mget", "multi_set": "mset"}
+KINDS = ("set", "get", "add", "check", "multi_get", "multi_set", "wait", "compare_set", "delete_key", "append")
+SHORT = {"compare_set": "cas", "delete_key": "del", "multi_get": "mget", "multi_set": "mset", "append": "app"}
 
 
 class Counts:
@@ -176,6 +181,24 @@ def worker(late_s: float, steps: list[str]) -> None:
                 time.sleep(late_s)
             f(torch.ones(16))
         measured("late", late)
+    later = rank >= size - size // 2  # (the upper half of the group)
+    if "half_watch" in steps:  # one round of a progress watch, the upper half late: the lower half waits at it
+        from triton_dist_tune.faults.progress import RoundWatch
+        from triton_dist_tune.settings import current
+
+        def half_watch() -> None:
+            with RoundWatch.start(group, "half late", current().timeout) as watch:
+                if later:
+                    time.sleep(late_s)
+                group.barrier("after the round", timeout=watch.arrive(0, "the round", 600.0))
+                watch.passed(0)
+        measured("half_watch", half_watch)
+    if "half_barrier" in steps:  # one exchange, the upper half late
+        def half_barrier() -> None:
+            if later:
+                time.sleep(late_s)
+            group.barrier("half late")
+        measured("half_barrier", half_barrier)
     sys.stdout.flush()
     os.write(1, ("RESULT " + json.dumps(out) + "\n").encode())
     group.barrier("done")
@@ -204,7 +227,8 @@ def table(runs: dict[int, list[dict[str, Any]]], steps: list[str]) -> str:
     """Per step and N: exchanges; rank 0's, the busiest other rank's and the server's requests on the calling
     thread by kind; the server's on the beat threads."""
     lines = ["| step | N | exchanges | rank 0 (main thread) | busiest other rank (main thread) | server, main threads "
-             "| server, beat threads | wall s |", "| --- | ---: | ---: | --- | --- | --- | --- | ---: |"]
+             "| server, beat threads | wall s | server requests / s |",
+             "| --- | ---: | ---: | --- | --- | --- | --- | ---: | ---: |"]
     for step in steps:
         for n, ranks in runs.items():
             parts = [r["steps"][step] for r in ranks]
@@ -213,9 +237,11 @@ def table(runs: dict[int, list[dict[str, Any]]], steps: list[str]) -> str:
             for c in counts:
                 server.update(c)
             busiest = max(counts[1:], key=lambda c: sum(v for k, v in c.items() if k.startswith("main.")))
+            wall = max(p["wall_s"] for p in parts)
+            total = sum(v for k, v in server.items() if k.startswith(("main.", "bg.")))
             lines.append(f"| {step} | {n} | {parts[0]['exchanges']:g} | {_fmt(counts[0], 'main')} | "
                          f"{_fmt(busiest, 'main')} | {_fmt(server, 'main')} | {_fmt(server, 'bg')} | "
-                         f"{max(p['wall_s'] for p in parts):.2f} |")
+                         f"{wall:.2f} | {total / wall if wall > 0 else 0:.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -223,8 +249,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ranks", default="2,4,8,16")
-    parser.add_argument("--steps", default="barrier,tuning,hot,campaign,sharded,local,contextual,late")
-    parser.add_argument("--late-s", type=float, default=4.0, help="how late the last rank comes to 'late'")
+    parser.add_argument("--steps", default="barrier,tuning,hot,campaign,sharded,local,contextual,late,half_watch,"
+                        "half_barrier")
+    parser.add_argument("--late-s", type=float, default=4.0,
+                        help="how late the last rank comes to 'late', the upper half to 'half_*'")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one size may take")
     parser.add_argument("--tuner-timeout", type=float, default=300.0, help="TRITON_DIST_AUTOTUNE_TIMEOUT")
     parser.add_argument("--json", type=Path, default=None, help="also write every rank's counts here")
