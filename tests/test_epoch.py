@@ -67,7 +67,7 @@ def test_ranks_agree_on_rank_0s_draw_over_an_earlier_attempts_hellos_reading_eac
                     poll()
                 if stores[r].check(keys):
                     return
-                assert time.monotonic() < deadline, missing()
+                assert time.monotonic() < deadline, missing.missing()
                 time.sleep(0.02)
 
         if r == 4:  # late: until rank 0 has looked 10 times (counted, not timed: a loaded machine looks slower)

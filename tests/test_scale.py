@@ -202,13 +202,46 @@ def test_a_waiting_rank_looks_up_its_late_ranks_once_a_second(tmp_path):
 def test_a_waiting_rank_looks_up_each_late_rank_not_every_rank_at_each_look(tmp_path):
     """6 ranks wait about 4.5 s for rank 5 and look up their late ranks once a second. A look checked every other
     rank's message one by one (N - 1 requests on rank 0, N - 2 on another, at each look: N ranks waiting long for one
-    sent about N² requests a second to the store's server); now the first look does, and each later one confirms the
-    messages found in one request and checks only the ranks still missing (here rank 5): (N - 1) + looks at most."""
+    sent about N² requests a second to the store's server); then the first look did, and each later one checked the
+    ranks still missing (here rank 5, once a look); now a look reads the exchange's log of arrivals and confirms the
+    messages it names in one request (a check of one key where it names one), and checks no late rank's message."""
     for r in run("late_rank_lookup_requests", 6, tuner_env(tmp_path, 60)):
         if r["rank"] == 5:
             continue
         assert r["looks"] >= 3, r  # (waits of more than 3 s: a look-up per second)
-        assert r["one_by_one"] <= (r["size"] - 1) + r["looks"], r
+        assert r["late_one_by_one"] == 0, r
+
+
+@pytest.mark.timeout(150)
+def test_half_the_group_waiting_for_the_other_half_checks_no_key_one_by_one(tmp_path):
+    """8 ranks: ranks 4-7 come to a barrier 4 s after ranks 0-3, then to a progress watch's round 3 s after them.
+    Before, each waiting rank's look checked the ranks still missing one by one (all of them at the first look): with
+    half the group waiting for the other half, about N²/4 requests a second at the server; here rank 0 checked 7
+    keys one by one at its first look, then the 4 late ranks' a look. Now each look reads the wait's log of arrivals
+    and confirms the keys it names in one request: no late rank's key is checked. The logs do not outlive the
+    waits."""
+    results = run("half_late_lookups", 8, tuner_env(tmp_path, 60), timeout=140)
+    for r in results:
+        assert r["logs_left"] == [], r
+        if r["later"]:
+            continue
+        assert r["exchange"]["looks"] >= 2 and r["round"]["looks"] >= 1, r
+        assert r["exchange"]["late_one_by_one"] == 0 and r["round"]["late_one_by_one"] == 0, r
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_wrote_its_message_and_ended_before_its_log_entry_is_not_given_up_on(tmp_path):
+    """The log of an exchange's arrivals is a hint, the messages the truth: rank 2 writes its message of a barrier
+    and ends before its first look (so it never appends to the log), and its beat stands still past the board's
+    window while ranks 0 and 1 wait for rank 3 (6 s late). They give up on no rank whose message is in the store:
+    the barrier completes on ranks 0, 1 and 3 (reading the log alone, they would raise that rank 2 showed no sign
+    of life)."""
+    results = run_ranks(CASES, 4, ["message_then_end"], env=tuner_env(tmp_path, 60), timeout=110)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    survivors = [r.result for r in results if r.rank != 2]
+    assert [r["rank"] for r in survivors] == [0, 1, 3], describe(results)
+    for r in survivors:
+        assert r["error"] is None, r
 
 
 @pytest.mark.timeout(120)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import torch.distributed as dist
-from _cases import case, emit, main
+from _cases import case, emit, main, waited_for
 
 import triton_dist_tune as tdt
 from triton_dist_tune.group.resolve import resolve_group
@@ -214,17 +214,17 @@ def late_ranks_looked_up():
     """4 ranks, a beating failure board open (as in a tuning): rank 3 comes to an exchange 5 s after the others,
     which wait. How many times a waiting rank looked up its late ranks (a store request per rank each time), and how
     many 1 s slices it waited."""
-    from triton_dist_tune.group.store import StoreGroup
+    from triton_dist_tune.group.store import _SeenFrom
 
     group = resolve_group(tdt.init_distributed(backend="gloo"))
     looks = [0]
-    seen = StoreGroup._missing_seen_from
+    seen = _SeenFrom.missing
 
-    def counted(self, *args):
+    def counted(self):
         looks[0] += 1
-        return seen(self, *args)
+        return seen(self)
 
-    StoreGroup._missing_seen_from = counted
+    _SeenFrom.missing = counted
     board = group.board(60.0)
     group.barrier("first barrier")
     if group.rank == 3:
@@ -236,15 +236,19 @@ def late_ranks_looked_up():
 
 
 class KeysLookedUp:
-    """The job's store, counting the message keys the tuner checks one by one (a waiting rank's look-up of its late
-    ranks; its polls check the result's key, or every message at once on rank 0)."""
+    """The job's store, counting the message keys (and a progress watch's round marks) the tuner checks one by one (a
+    waiting rank's look-up of its late ranks; its polls check the result's key, or every message at once on rank 0),
+    and those of them that are the keys of the ranks ``late`` (a look-up's confirmation of the keys its log names,
+    when it names one, is a check of one key too, of a rank that arrived)."""
 
-    def __init__(self, store) -> None:
-        self._store, self.one_by_one = store, 0
+    def __init__(self, store, late=()) -> None:
+        self._store, self.one_by_one, self.late, self.late_one_by_one = store, 0, set(late), 0
 
     def check(self, keys):
-        if len(keys) == 1 and re.search(r"/\d+/\d+$", keys[0]):
+        found = re.search(r"/\d+/(\d+)$", keys[0]) if len(keys) == 1 else None
+        if found:
             self.one_by_one += 1
+            self.late_one_by_one += int(found.group(1)) in self.late
         return self._store.check(keys)
 
     def __getattr__(self, name):
@@ -259,7 +263,7 @@ def late_rank_lookup_requests():
     from triton_dist_tune.group.unresolved import Notes
 
     group = resolve_group(tdt.init_distributed(backend="gloo"))
-    counted, looks, look = KeysLookedUp(comm._job_store()), [0], Notes.look
+    counted, looks, look = KeysLookedUp(comm._job_store(), [group.size - 1]), [0], Notes.look
     comm._job_store = lambda: counted
 
     def counted_look(self, *args, **kwargs):
@@ -269,14 +273,99 @@ def late_rank_lookup_requests():
     Notes.look = counted_look
     board = group.board(60.0)
     group.barrier("first barrier")
-    counted.one_by_one, looks[0] = 0, 0
+    counted.one_by_one, counted.late_one_by_one, looks[0] = 0, 0, 0
     if group.rank == group.size - 1:
         time.sleep(4.5)
     started = time.monotonic()
     group.barrier("second barrier")
     board.close()
-    emit(rank=group.rank, size=group.size, one_by_one=counted.one_by_one, looks=looks[0],
-         seconds=time.monotonic() - started)
+    emit(rank=group.rank, size=group.size, one_by_one=counted.one_by_one, late_one_by_one=counted.late_one_by_one,
+         looks=looks[0], seconds=time.monotonic() - started)
+
+
+@case
+def half_late_lookups():
+    """N ranks, a beating failure board open: the upper half comes to a barrier 4 s after the lower half, then to a
+    progress watch's round 3 s after it. How many message keys and round marks each checked one by one, in how many
+    looks, and which logs of arrivals (the barrier's, the round's) are still in the store after the waits."""
+    from triton_dist_tune.faults.progress import RoundWatch
+    from triton_dist_tune.group import store as comm
+    from triton_dist_tune.group.unresolved import Notes
+
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    later = range(group.size - group.size // 2, group.size)  # (the upper half)
+    counted, looks, look = KeysLookedUp(comm._job_store(), later), [0], Notes.look
+    comm._job_store = lambda: counted
+    watch_looks, beats = [0], RoundWatch._counts
+
+    def counted_look(self, *args, **kwargs):
+        looks[0] += 1
+        return look(self, *args, **kwargs)
+
+    def counted_beats(self, units):
+        watch_looks[0] += 1
+        return beats(self, units)
+
+    Notes.look, RoundWatch._counts = counted_look, counted_beats
+    board = group.board(60.0)
+    group.barrier("first barrier")
+    counted.one_by_one, counted.late_one_by_one, looks[0] = 0, 0, 0
+    if group.rank in later:
+        time.sleep(4)
+    seq = group._seq + 1
+    group.barrier("half late")
+    exchange = {"one_by_one": counted.one_by_one, "late_one_by_one": counted.late_one_by_one, "looks": looks[0]}
+    counted.one_by_one = counted.late_one_by_one = 0
+    with RoundWatch.start(group, "half late", 30.0) as watch:
+        if group.rank in later:
+            time.sleep(3)
+        group.barrier("after the round", timeout=watch.arrive(0, "the round", 60.0))
+        watch.passed(0)
+    round_ = {"one_by_one": counted.one_by_one, "late_one_by_one": counted.late_one_by_one,
+              "looks": watch_looks[0]}
+    group.barrier("last")
+    logs = [key for key in (group._key(seq, "log"), f"{watch.scope}done/0/log") if counted.check([key])]
+    board.close()
+    emit(rank=group.rank, later=group.rank in later, exchange=exchange, round=round_, logs_left=logs)
+
+
+@case
+def message_then_end():
+    """4 ranks, a failure board beating every 0.3 s (a window of 1.5 s): rank 2 writes its message of a barrier and
+    ends at once, before its wait's first look (where it would append to the barrier's log of arrivals); rank 3
+    comes 6 s late. What ranks 0, 1 and 3 raised at the barrier, and how long they waited."""
+    import threading
+
+    from triton_dist_tune.errors import AutotuneError
+    from triton_dist_tune.group import store as comm
+
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    board = group.board(1.5)
+    group.barrier("first barrier")
+    if group.rank == 2:
+        own, key = comm._job_store().clone(), group._key(group._seq + 1, 2)
+
+        def end_once_written() -> None:  # (a client of its own: the job's is held by the wait)
+            while not own.check([key]):
+                time.sleep(0.005)
+            os._exit(0)
+
+        threading.Thread(target=end_once_written, daemon=True).start()
+    if group.rank == 3:
+        time.sleep(6)
+    started, error = time.monotonic(), None
+    try:
+        group.barrier("second barrier")
+    except AutotuneError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    board.close()
+    emit(rank=group.rank, error=error, seconds=time.monotonic() - started)
+    folder = os.environ["TRITON_DIST_AUTOTUNE_LOG_DIR"]  # (rank 0 hosts the store: it ends after the others)
+    os.makedirs(folder, exist_ok=True)
+    open(os.path.join(folder, f"done.{group.rank}"), "w").close()
+    if group.rank == 0:
+        waited_for([os.path.join(folder, f"done.{r}") for r in (1, 3)], 30)
+    os._exit(0)
 
 
 @case

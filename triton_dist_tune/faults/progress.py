@@ -42,7 +42,7 @@ from ..faults.watchdog import exchange_timeout
 from ..group.beat import counts, own_client
 from ..group.channel import Group, report_waiting
 from ..group.store_peek import peek
-from ..group.store_wait import Arrivals, StoreWaitTimeout, quiet_store_wait
+from ..group.store_wait import ArrivalLog, Arrivals, StoreWaitTimeout, quiet_store_wait
 from ..settings import current, store_host
 
 #: per thread: the user code without a deadline it is in (what, and when it entered), read by the beat threads
@@ -206,22 +206,37 @@ class RoundWatch:
         """Return when every unit has finished round ``round_``; raise :class:`GroupTimeoutError` (naming the
         units) when some unit shows no sign of life for ``exchange_timeout(T)`` seconds.
 
-        Its store requests do not grow with the number of units where nobody is late: one ``check`` of the marks
-        still missing (all at once) per look, each :func:`beat_interval` a look-up of the units still missing
-        (:class:`~triton_dist_tune.group.store_wait.Arrivals`) and of their beats (two requests), and one request
-        for whether some unit left (:meth:`_left`). Before, every unit's mark and its note of leaving were read one
-        by one at each round: ``2 (N - 1)`` requests per rank and round, ``2 N (N - 1)`` at the store's server."""
+        Its store requests do not grow with the number of units: one ``check`` of the marks still missing (all at
+        once) per poll, each :func:`beat_interval` a look-up of the units still missing (a log of the round's
+        arrivals, which this unit appends to at its first look, and a ``check`` of the marks it names:
+        :class:`~triton_dist_tune.group.store_wait.Arrivals`), their beats (two requests), and one request for
+        whether some unit left (:meth:`_left`). The log is a hint, the marks the truth: a unit is given up on only
+        once its mark is read missing. Before, every unit's mark and its note of leaving were read one by one at
+        each round: ``2 (N - 1)`` requests per rank and round, ``2 N (N - 1)`` at the store's server; then, while
+        units were late, the look-up read the units still missing one by one: with half the group waiting for the
+        other half, about ``N² / 4`` requests a second at the server."""
         if not self.watched:
             return
+        store = self.group.store  # type: ignore[attr-defined]
+        others = [u for u in range(self.group.size) if u != self.group.rank]
+        marks = Arrivals({u: self._done_key(round_, u) for u in others}, store.check,
+                         ArrivalLog(store, f"{self.scope}done/{round_}/log", self.group.rank))
+        try:
+            self._wait(what, marks)
+        finally:
+            marks.close()
+
+    def _wait(self, what: str, marks: Arrivals) -> None:
+        """:meth:`wait`'s loop, looking up the units still missing through ``marks``."""
         store, every = self.group.store, beat_interval(self.timeout)  # type: ignore[attr-defined]
         window, progress_s = exchange_timeout(self.timeout), current().progress_s
-        others = [u for u in range(self.group.size) if u != self.group.rank]
+        others = list(marks.keys)
         started = time.monotonic()
         seen = {u: _Seen(None, started) for u in others}
         reported = 0.0
-        marks = Arrivals({u: self._done_key(round_, u) for u in others}, store.check)
         missing = others  # (the units whose mark this rank has not seen: a mark stays until every unit passed)
         while True:
+            counts: dict[int, int] = {}
             try:
                 if not missing or store.check([marks.keys[u] for u in missing]):
                     missing = []
@@ -235,18 +250,22 @@ class RoundWatch:
                         continue
                     except StoreWaitTimeout:  # ``every`` s passed (a store that is gone raises another error)
                         pass
-                    missing = marks.missing()
+                    missing = marks.missing()  # (a hint: each decision below reads the marks of the units it names)
                     counts = self._counts(missing)
                     left = self._left(missing)
+                    if left:  # (a unit that marked the round, then left: found once every unit marked it, above)
+                        kept = marks.confirm(list(left))
+                        left = {u: why for u, why in left.items() if u in kept}
                 now = time.monotonic()
+                for unit, count in counts.items():
+                    if count != seen[unit].count:
+                        seen[unit] = _Seen(count, now)
+                lost = [u for u in missing if now - seen[u].since > window]
+                lost = marks.confirm(lost) if lost and not left else lost  # (a unit that marked and ended is not)
             except Exception as exc:
                 raise GroupTimeoutError(self._store_lost(what, exc)) from exc
             if left:  # a unit that left with an error (Ctrl-C, SIGTERM, an exception) said so: no wait for it
                 raise RankFailedError(self._left_message(left, what, now - started))
-            for unit, count in counts.items():
-                if count != seen[unit].count:
-                    seen[unit] = _Seen(count, now)
-            lost = [u for u in missing if now - seen[u].since > window]
             if lost:
                 raise GroupTimeoutError(self._lost_message(lost, what, now - started, self._stuck(lost)))
             if now - started - reported >= progress_s:

@@ -33,7 +33,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, GroupTimeoutError
-from .store_wait import quiet_store_wait
+from .store_wait import ArrivalLog, Arrivals, Known, Lookup, quiet_store_wait
 
 _agreed: str | None = None
 
@@ -47,7 +47,10 @@ class Naming:
     :meth:`confirmations` is set. Each hello is one entry of a log (a counter and one key per entry), so rank 0
     reads each hello once: every look costs two requests (the counter and the confirmations) whatever the number
     of ranks, and the whole naming ``O(size)`` requests (before, rank 0 asked each unconfirmed rank's key at every
-    look: ``O(size)`` requests per look)."""
+    look: ``O(size)`` requests per look). A rank that confirms also appends its rank to a log of the confirmations
+    (:class:`~triton_dist_tune.group.store_wait.ArrivalLog`), so that rank 0's look-up of the ranks that have not
+    confirmed, once a second while a group names its attempt (:meth:`unconfirmed`), costs a few requests whatever
+    the number of ranks (before: one per rank)."""
 
     def __init__(self, store: Any, base: str, rank: int, size: int) -> None:
         self.store, self.base, self.rank, self.size = store, base, rank, size
@@ -55,6 +58,8 @@ class Naming:
         #: rank 0: the entries of the hello log read so far, and those counted but not written when last looked at
         self._read = 0
         self._unwritten: list[int] = []
+        #: rank 0: its look-up of the ranks that have not confirmed (made at the first look)
+        self._confirmed: Arrivals | None = None
 
     def ask(self) -> str:
         """A rank other than 0: write its draw into the hello log; returns the key of the reply to wait for."""
@@ -69,15 +74,32 @@ class Naming:
             raise AutotuneError(f"the attempt's name read from the key-value store is not one the tuner writes "
                                 f"({name[:40]!r}): a process other than the tuner wrote under its keys")
         self.store.set(f"{self.base}done/{name}/{self.rank}", "1")
+        try:  # (after its key: the key is the truth, the log a hint)
+            self.store.append(self._log_key(name), f"{self.rank},")
+        except Exception:  # a store without append: rank 0 looks at each rank's key
+            pass
         return name
+
+    def _log_key(self, name: str) -> str:
+        return f"{self.base}done/{name}/log"
 
     def confirmations(self) -> list[str]:
         """Rank 0: the keys every other rank sets once it has the name."""
         return [f"{self.base}done/{self.draw}/{r}" for r in range(1, self.size)]
 
+    def lookup(self) -> Lookup:
+        """Rank 0: the look-up of the ranks that have not confirmed the name (:class:`Arrivals`, through the log of
+        the confirmations: a few requests a look whatever the number of ranks)."""
+        if self._confirmed is None:
+            keys = {r: f"{self.base}done/{self.draw}/{r}" for r in range(1, self.size)}
+            self._confirmed = Arrivals(keys, self.store.check, ArrivalLog(self.store, self._log_key(self.draw), 0,
+                                                                          tidy=False))
+        return self._confirmed
+
     def unconfirmed(self) -> list[int]:
-        """Rank 0: the ranks that have not confirmed the name (a request each: for messages, not for every look)."""
-        return [r for r in range(1, self.size) if not self.store.check([f"{self.base}done/{self.draw}/{r}"])]
+        """Rank 0: the ranks not seen confirming the name (a look of :meth:`lookup`: the log a hint, and a rank that
+        confirmed but has not appended to it yet among them; its ``confirm`` reads their keys)."""
+        return self.lookup().missing()
 
     def answer(self) -> None:
         """Rank 0: reply the name to every hello written since the last look. An earlier attempt's hellos (the log
@@ -101,17 +123,16 @@ def _is_draw(text: str) -> bool:
     return len(text) == 16 and all(c in "0123456789abcdef" for c in text)
 
 
-def name_among(naming: Naming, wait: Callable[[list[str], Callable[[], list[int]], Callable[[], None] | None], None]
-               ) -> str:
-    """Run ``naming`` on this rank and return the attempt's name. ``wait(keys, missing, poll)`` returns once every
-    key of ``keys`` is set, calling ``poll`` (when given) between its looks, and raises on its deadline (``missing``:
-    the ranks it waits for)."""
+def name_among(naming: Naming, wait: Callable[[list[str], Lookup, Callable[[], None] | None], None]) -> str:
+    """Run ``naming`` on this rank and return the attempt's name. ``wait(keys, lookup, poll)`` returns once every
+    key of ``keys`` is set, calling ``poll`` (when given) between its looks, and raises on its deadline (``lookup``:
+    the ranks it waits for, :class:`~triton_dist_tune.group.store_wait.Lookup`)."""
     if naming.size == 1:
         return naming.draw
     if naming.rank == 0:
-        wait(naming.confirmations(), naming.unconfirmed, naming.answer)
+        wait(naming.confirmations(), naming.lookup(), naming.answer)
         return naming.draw
-    wait([naming.ask()], lambda: [0], None)
+    wait([naming.ask()], Known([0]), None)
     return naming.take()
 
 
@@ -122,13 +143,14 @@ def agree(store: Any, base: str, rank: int, size: int, timeout_s: float) -> str:
     global _agreed
     deadline = time.monotonic() + timeout_s
 
-    def wait(keys: list[str], missing: Callable[[], list[int]], poll: Callable[[], None] | None) -> None:
+    def wait(keys: list[str], lookup: Lookup, poll: Callable[[], None] | None) -> None:
         try:  # a rank other than 0: one blocking request; rank 0: a look at the hellos before each at the keys
             quiet_store_wait(store, keys, max(0.001, deadline - time.monotonic()), block=poll is None, poll=poll,
                              alone=True)
         except Exception as exc:  # the store's timeout (DistStoreError), or the polling's own
-            raise GroupTimeoutError(f"init_distributed: ranks {missing()} did not take part in naming this attempt "
-                                    f"within {timeout_s:g} s (not started, or ended): {exc}") from exc
+            raise GroupTimeoutError(f"init_distributed: ranks {lookup.confirm(lookup.missing())} did not take part "
+                                    f"in naming this attempt within {timeout_s:g} s (not started, or ended): {exc}"
+                                    ) from exc
 
     _agreed = name_among(Naming(store, base, rank, size), wait)
     return _agreed

@@ -7,7 +7,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,7 +32,7 @@ from .channel import (
 )
 from .note import Note, Waiter
 from .store_board import StoreBoard
-from .store_wait import Arrivals, quiet_store_wait
+from .store_wait import ArrivalLog, Arrivals, Lookup, quiet_store_wait
 from .unresolved import NOTES
 
 log = logging.getLogger("triton_dist_tune")
@@ -130,7 +130,7 @@ class StoreGroup(Group):
                               self.rank, self.size)
         what, started, timeout = "name this attempt in the group", time.monotonic(), timeout or default_timeout()
         name = self._request(lambda: epoch.name_among(
-            naming, lambda keys, missing, poll: self._wait(keys, what, timeout, missing, poll)), what, started)
+            naming, lambda keys, lookup, poll: self._wait(keys, what, timeout, lookup, poll)), what, started)
         self._prefix = namespace(self.name, self.global_ranks, name, self._incarnation)
         return self._prefix
 
@@ -149,7 +149,7 @@ class StoreGroup(Group):
         keys = [self._key(seq, r) for r in range(1, self.size)]
         started = time.monotonic()
         with self._undone_on_a_note(seq, None):
-            self._wait(keys, what, timeout, Arrivals(dict(enumerate(keys, 1)), self._all_arrived).missing)
+            self._wait(keys, what, timeout, _arrivals(self, seq, range(1, self.size)))
         payloads = self._request(lambda: self.store.multi_get(keys), what, started)
         payload = combine_payloads(fn, [pack(obj, 0, what), *payloads], what)
         self._request(lambda: self._write_new(seq, "all", payload, what), what, started)
@@ -165,9 +165,9 @@ class StoreGroup(Group):
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
         started = time.monotonic()
         self._request(lambda: self._write_new(seq, self.rank, pack(obj, self.rank, what), what), what, started)
-        peers = Arrivals({r: self._key(seq, r) for r in range(1, self.size) if r != self.rank}, self._all_arrived)
+        peers = _arrivals(self, seq, [r for r in range(1, self.size) if r != self.rank])
         with self._undone_on_a_note(seq, mine):
-            self._wait([combined], what, timeout, lambda: self._missing_seen_from(seq, peers))
+            self._wait([combined], what, timeout, _SeenFrom(peers))
         payload = self._request(lambda: self.store.get(combined), what, started)
         self._tidy(mine)  # rank 0 has read it: it wrote the result
         return unpack(payload, what, self.rank)
@@ -240,11 +240,6 @@ class StoreGroup(Group):
         finally:
             raise ExchangeError(message)
 
-    def _missing_seen_from(self, seq: int, peers: Arrivals) -> list[int]:
-        """A look of a rank other than 0 waiting at exchange ``seq``: the ranks whose message is not in the store
-        (``peers``), or rank 0 when every other rank's is (then rank 0 never came to combine them)."""
-        return peers.missing() or [0]
-
     def at_exchange(self, name: str) -> str:
         """A key prefix of this group's namespace for a protocol beside the exchanges (a failure board, a progress
         watch), scoped to the exchange sequence number now: the same on every rank that asks at the same point of
@@ -268,26 +263,29 @@ class StoreGroup(Group):
             if self._board is board:
                 self._board = board.outer
 
-    def _wait(self, keys: list[str], what: str, timeout: float, missing: Callable[[], list[int]],
+    def _wait(self, keys: list[str], what: str, timeout: float, lookup: Lookup,
               poll: Callable[[], None] | None = None) -> None:
-        """Wait until every key of ``keys`` is set, reading the signs of the ranks ``missing`` names between slices;
-        ``poll``: called before each look (the keys are then polled, never waited for in one blocking request)."""
+        """Wait until every key of ``keys`` is set, reading the signs of the ranks ``lookup`` names missing between
+        slices (a hint: a decision about a rank reads its key first, :func:`_keyed`); ``poll``: called before each
+        look (the keys are then polled, never waited for in one blocking request)."""
         started = time.monotonic()
         board, every = self._board, settings.current().progress_s
         reported = [0.0]
         where = Waiter(self.name, tuple(self.global_ranks), self.global_ranks[self.rank], time.time())
 
         def between_slices(waited: float) -> None:
-            late = missing()  # one look per slice (:class:`.store_wait.Arrivals`): each check below reads this list
+            late = lookup.missing()  # one look per slice (:class:`.store_wait.Arrivals`): each read below reads it
             if board is not None:  # ranks that ended to leave a collective never arrive: stop waiting for them
-                message = ended_message(board.read(), late)
+                reports = board.read()
+                message = ended_message(reports, _keyed(lookup, late, {r.rank for r in reports if r.ended}))
                 if message is not None:
                     raise RankEnded(message)
-                silent = board.silent(late)
+                silent = _keyed(lookup, late, board.silent(late))
                 if silent:  # their processes ended, were killed or froze: they never arrive either
                     raise GroupTimeoutError(_silent_message(self, what, time.monotonic() - started, silent,
                                                             board.window or 0.0, board.quiet_s(silent)))
-            notes, ended = NOTES.look(self.store, [self.global_ranks[r] for r in late], where)
+            notes, ended = _keyed_notes(lookup, late, self.global_ranks,
+                                        *NOTES.look(self.store, [self.global_ranks[r] for r in late], where))
             if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
                 said = {rank: note.text for rank, note in notes.items()}
                 message = self._unresolved_message(what, time.monotonic() - started, said)
@@ -316,9 +314,11 @@ class StoreGroup(Group):
             if waited < 0.9 * timeout:  # not a timeout: the store itself went away
                 message = self._lost_message(what, waited, exc)
             else:
-                late = missing()
+                late = lookup.confirm(lookup.missing())
                 message = self._late_message(what, late, timeout) + self._withdrawn_notes(late, where)
             raise GroupTimeoutError(message) from exc
+        finally:
+            lookup.close()
 
     def _waited(self, what: str, seconds: str) -> str:
         """The opening every message of a wait that ends in an error shares: who waited, how long, where."""
@@ -366,6 +366,50 @@ def _silent_message(group: StoreGroup, what: str, waited: float, silent: Sequenc
     exits.given_up(globals_, f"its beat stood still for {quiet:.1f} s at '{what}'")
     return (f"{group._waited(what, f'{waited:.1f}')}; group rank(s) {list(silent)} (global {globals_}) showed no "
             f"sign of life for {_silence(window, quiet)}")
+
+
+def _arrivals(group: StoreGroup, seq: int, ranks: Iterable[int]) -> Arrivals:
+    """The look-up of which of ``ranks`` have written their message of exchange ``seq``, through the log of the
+    exchange's arrivals (:class:`.store_wait.ArrivalLog`): each rank whose wait there outlasts its first slice
+    appends its rank at its first look, and deletes the log when its wait ends. An exchange whose ranks all come
+    within a slice writes none: still 4 requests per rank."""
+    return Arrivals({r: group._key(seq, r) for r in ranks}, group._all_arrived,
+                    ArrivalLog(group.store, group._key(seq, "log"), group.rank))
+
+
+def _keyed(lookup: Lookup, late: list[int], named: Collection[int]) -> list[int]:
+    """Of the ranks ``late`` (a look's list: a hint), those in ``named`` whose key is still not set, read key by key
+    (:meth:`.store_wait.Lookup.confirm`): what a decision about them reads. No request where ``named`` is empty."""
+    return lookup.confirm([r for r in late if r in named]) if named else []
+
+
+def _keyed_notes(lookup: Lookup, late: list[int], global_ranks: Sequence[int], notes: dict[int, Note],
+                 ended: dict[int, Note]) -> tuple[dict[int, Note], dict[int, Note]]:
+    """The notes a look found of the ranks ``late`` (by global rank: those that stop the wait, and those of ranks
+    that ended), less those of ranks whose message is in the store after all (:func:`_keyed`)."""
+    noted = {r for r in late if global_ranks[r] in {**notes, **ended}}
+    still = {global_ranks[r] for r in _keyed(lookup, late, noted)}
+    return ({g: n for g, n in notes.items() if g in still}, {g: n for g, n in ended.items() if g in still})
+
+
+class _SeenFrom:
+    """The look-up of a rank other than 0 waiting at an exchange for its result: its peers' messages (``peers``),
+    then rank 0, which has no message: rank 0 stays missing until its result is written."""
+
+    def __init__(self, peers: Arrivals) -> None:
+        self.peers = peers
+
+    def missing(self) -> list[int]:
+        """The ranks whose message this rank has not seen in the store, or rank 0 when it has seen every other
+        rank's (then rank 0 never came to combine them)."""
+        return self.peers.missing() or [0]
+
+    def confirm(self, ranks: list[int]) -> list[int]:
+        kept = set(self.peers.confirm([r for r in ranks if r != 0]))
+        return [r for r in ranks if r == 0 or r in kept]
+
+    def close(self) -> None:
+        self.peers.close()
 
 
 def _silence(window: float, quiet: float) -> str:

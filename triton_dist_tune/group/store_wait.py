@@ -1,6 +1,6 @@
 """A wait for keys of the job's key-value store that prints nothing while nothing is wrong
 (:func:`quiet_store_wait`), on a client of the waiting thread's own (:func:`own_waiter`), and the look-up of which
-ranks of a wait have set their key (:class:`Arrivals`)."""
+ranks of a wait have set their key (:class:`Arrivals`, through a log of the wait's arrivals: :class:`ArrivalLog`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ import os
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
+
+from .store_peek import peek
 
 #: a store wait past its first slice looks for its keys this often instead of blocking (:func:`quiet_store_wait`)
 POLL_S = 0.05
@@ -84,31 +88,139 @@ def own_waiter(store: Any) -> Any:
     return store if client is _ITSELF else client
 
 
-class Arrivals:
-    """Which ranks of a wait have set their key, looked up once per slice of the wait (a request per rank looked at),
-    remembering what the looks before found.
-
-    A key set stays set while the wait lasts (a message stays until the exchange's result is written, a round's
-    mark until every unit has passed the round): after the first look, the ranks found there are confirmed in one
-    request (``check`` of all their keys), and only the ranks still missing are looked at one by one. A look costs
-    ``1 + m`` requests for ``m`` ranks still missing, not ``N - 1`` for a group of ``N``: ``N`` ranks waiting
-    for one late rank sent about ``N²`` requests a second to the store's server, and now about ``2 N`` after their
-    first look. Where a confirmed key is gone (a rank took its message back: its wait ended on a late rank's note),
-    every rank is looked at again, as in a first look."""
-
-    def __init__(self, keys: dict[int, str], check: Callable[[list[str]], bool]) -> None:
-        #: rank -> its key; ``check(keys)``: whether every key of ``keys`` is set (one store request)
-        self.keys, self._check = keys, check
-        #: the ranks whose key the last look did not find (None: no look yet)
-        self._missing: list[int] | None = None
+class Lookup(Protocol):
+    """A waiting rank's look-up of which ranks have not arrived: :class:`Arrivals`, or a known list (:class:`Known`)."""
 
     def missing(self) -> list[int]:
-        """The ranks whose key is not set now, in the order of :attr:`keys`."""
-        missing = self._missing
-        if missing is not None:
-            arrived = [key for rank, key in self.keys.items() if rank not in missing]
-            if arrived and not self._check(arrived):
-                missing = None  # (a key found before has gone: look at every rank again)
-        looked = list(self.keys) if missing is None else missing
-        self._missing = [rank for rank in looked if not self._check([self.keys[rank]])]
-        return list(self._missing)
+        """The ranks not seen arrived at this look (a hint: see :class:`Arrivals`)."""
+        ...
+
+    def confirm(self, ranks: list[int]) -> list[int]:
+        """Of ``ranks``, those whose key is not set now, read key by key: what a decision about them reads."""
+        ...
+
+    def close(self) -> None:
+        """The wait is over: tidy what the look-ups wrote."""
+        ...
+
+
+class Known:
+    """A look-up whose answer is known: ``ranks`` (a rank other than 0 naming an attempt waits for rank 0)."""
+
+    def __init__(self, ranks: list[int]) -> None:
+        self.ranks = ranks
+
+    def missing(self) -> list[int]:
+        return list(self.ranks)
+
+    def confirm(self, ranks: list[int]) -> list[int]:
+        return list(ranks)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class ArrivalLog:
+    """The log of a wait's arrivals: one key of ``store`` per wait (an exchange's, a round's), to which each rank
+    that waits there appends ``"<me>,"`` at its first look (:class:`Arrivals`), after it set its own key: a rank
+    waits only once it has arrived, and every rank that arrived waits while one is missing. ``tidy``: each rank that
+    appended deletes the key when its wait ends (a wait ends for all once every rank arrived, and the last request
+    of each rank that appended is its delete: the key does not outlive the wait); else its owner keeps it (an
+    attempt's naming keeps its keys)."""
+
+    store: Any
+    key: str
+    me: int
+    tidy: bool = True
+
+
+class Arrivals:
+    """Which ranks of a wait have set their key, looked up once per slice of the wait, remembering what the looks
+    before found.
+
+    With an :class:`ArrivalLog` (a store with ``append``: torch's ``TCPStore``, ``FileStore``, ``HashStore``,
+    ``PrefixStore``) a look costs a few requests whatever the group's size: the rank appends its own id to the log
+    at its first look, then each look reads the log (one request that never waits,
+    :func:`~triton_dist_tune.group.store_peek.peek`) and confirms the ranks it names, with those found before, in
+    one ``check`` of their keys. The key stays the truth and the log a hint: a rank the log names whose key is not
+    set (a rank that took its message back: its wait ended on a late rank's note; an entry another process wrote)
+    fails that check, and the look then checks every rank's key one by one, and no longer trusts those entries; a
+    rank that set its key but has not appended yet (it arrived within the last look's slice, or ended between its
+    two requests) is missing from the log: :meth:`missing` names it, and a decision about it (the ranks a wait gives
+    up on) first reads its key (:meth:`confirm`). Before, the first look checked every rank's key one by one
+    (``N - 1`` requests per waiting rank) and each later one every rank still missing: with half the group waiting
+    for the other half, about ``N² / 4`` requests a second at the store's server.
+
+    Without a log (a store without ``append``: a Python ``Store`` of the user's) a look checks the keys one by one as
+    before: the first every rank's, each later one those found before in one request and the ranks still missing
+    one by one; where a confirmed key is gone, every rank is looked at again, as in a first look."""
+
+    def __init__(self, keys: dict[int, str], check: Callable[[list[str]], bool], log: ArrivalLog | None = None
+                 ) -> None:
+        #: rank -> its key; ``check(keys)``: whether every key of ``keys`` is set (one store request)
+        self.keys, self._check, self._log = keys, check, log
+        #: the ranks whose key the looks found (confirmed by key, at the last look or by :meth:`confirm`)
+        self._arrived: set[int] = set()
+        #: per rank: its entries in the log that the keys contradicted (not trusted again)
+        self._stale: Counter[int] = Counter()
+        self._announced = self._appended = False
+
+    def missing(self) -> list[int]:
+        """The ranks not seen arrived, in the order of :attr:`keys`: with a log, the ranks it does not name and no
+        look found (a hint: a rank that arrived since its last look may be among them); else those whose key is not
+        set now."""
+        entries = self._entries()
+        believed = set(self._arrived)
+        if entries is not None:
+            believed |= {r for r, n in entries.items() if n > self._stale[r]}
+        one_by_one = entries is None
+        if believed and not self._check([self.keys[r] for r in self.keys if r in believed]):
+            believed, one_by_one = set(), True  # (a key believed set is not: every rank is looked at, key by key)
+        if one_by_one:
+            believed |= {r for r in self.keys if r not in believed and self._check([self.keys[r]])}
+            if entries is not None:  # the log's entries that the keys contradict are not trusted again (a rank that
+                # arrives again appends again: its entries then outnumber those)
+                self._stale = Counter({r: n for r, n in entries.items() if r not in believed})
+        self._arrived = believed
+        return [r for r in self.keys if r not in believed]
+
+    def confirm(self, ranks: list[int]) -> list[int]:
+        """Of ``ranks``, those whose key is not set now (a request each; a rank without a key stays): what a
+        decision about them (giving up on them, naming them in an error) reads, never the log alone."""
+        found = {r for r in ranks if r in self.keys and self._check([self.keys[r]])}
+        self._arrived |= found
+        return [r for r in ranks if r not in found]
+
+    def close(self) -> None:
+        """The wait is over: delete the log where this rank appended to it (see :class:`ArrivalLog`)."""
+        log = self._log
+        if self._appended and log is not None and log.tidy:
+            try:
+                log.store.delete_key(log.key)
+            except Exception:  # the store is gone: nothing to tidy
+                pass
+
+    def _entries(self) -> Counter[int] | None:
+        """The log's entries by rank of :attr:`keys` (after this rank appended its own, at its first look), or
+        None where there is no log to read: none given, or a store without ``append``. A log deleted since this
+        rank appended (a rank whose wait ended tidied it: every rank has arrived, or that rank left with an error)
+        names nobody: the look keeps what the looks before found, and checks no key one by one (the wait ends at
+        its next poll; before, such a look, between rank 0's delete and its result, checked every rank still
+        missing one by one)."""
+        log = self._log
+        if log is None:
+            return None
+        try:
+            if not self._announced:
+                self._announced = True
+                log.store.append(log.key, f"{log.me},")
+                self._appended = True
+            value = peek(log.store, log.key)
+        except Exception:  # no append (a Python store), or the store is gone (its checks say so): keys one by one
+            self._log = None
+            return None
+        if value is None:
+            return Counter()
+        ids = (int(t) for t in value.decode("ascii", errors="replace").split(",") if t.isdigit() and len(t) < 10)
+        return Counter(r for r in ids if r in self.keys)
