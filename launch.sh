@@ -166,7 +166,32 @@ fi
 if [[ $wants_help -eq 1 || ( "$nproc" -eq 1 && "${rdzv[0]}" == --standalone ) ]]; then
   # One rank on one node: start it as torchrun would (its variables, a free port for the store rank 0 hosts), without
   # torchrun's agent, a second Python that imports torch (about 4 s of every one-GPU command). Help: one process too.
-  port="$("${PYTHON:-python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  # The port is free now and outside the kernel's range of ephemeral ports: the rank binds it seconds later (after
+  # importing torch), and a port the kernel hands out (bind to 0, or any outgoing connection's own end) could be
+  # taken meanwhile by another process's connection (EADDRINUSE: seen beside a busy test suite).
+  port="$("${PYTHON:-python3}" - <<'PICK'
+import random, socket
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low, high = (int(x) for x in f.read().split()[:2])
+except (OSError, ValueError):
+    low, high = 32768, 60999
+ports = [p for p in range(20000, 65536) if not low <= p <= high] or list(range(20000, 65536))
+random.shuffle(ports)
+for port in ports[:200]:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        print(port)
+        break
+else:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        print(s.getsockname()[1])
+PICK
+)"
   export RANK=0 LOCAL_RANK=0 GROUP_RANK=0 ROLE_RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 GROUP_WORLD_SIZE=1 \
     ROLE_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port"
   exec "${PYTHON:-python3}" "${target[@]}" "$@"

@@ -172,6 +172,25 @@ def test_launch_sh_prints_a_scripts_help_once(tmp_path: Path, target: list[str])
     assert text.count("usage:") == 1, text[-6000:]
 
 
+@pytest.mark.timeout(120)
+def test_a_one_rank_job_gets_a_store_port_outside_the_kernels_ephemeral_range(tmp_path: Path) -> None:
+    """launch.sh's one-rank form picks the port rank 0's store binds seconds later (after importing torch). A port
+    the kernel handed out (bind to 0) is one any outgoing connection may take meanwhile: a suite run beside other
+    jobs met EADDRINUSE. The port is now free and outside ``ip_local_port_range``."""
+    range_file = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    if not range_file.exists():
+        pytest.skip("no /proc/sys/net/ipv4/ip_local_port_range")
+    low, high = (int(x) for x in range_file.read_text().split()[:2])
+    script = tmp_path / "port.py"
+    script.write_text("import os\nprint('PORT', os.environ['MASTER_PORT'])\n")
+    ports = []
+    for _ in range(3):
+        done = run_command(["bash", LAUNCH, "--cpu", "--nproc", "1", script], tmp_path, user_env(tmp_path), timeout=60)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        ports += [int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("PORT ")]
+    assert len(ports) == 3 and all(not low <= p <= high for p in ports), (ports, low, high)
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_a_stray_master_addr_still_starts_a_standalone_job(tmp_path: Path, nproc: int) -> None:
