@@ -32,13 +32,19 @@ def quiet_store_wait(store: Any, keys: list[str], seconds: float, block: bool,
     ``store.check`` every :data:`POLL_S` seconds. A blocking wait that runs out makes torch's store client print
     two ``waitForInput ... likely a timeout`` warnings on the rank's screen, although nothing is wrong: a wait that
     outlasts its first slice (a peer compiling, a campaign's unit tuning a key alone) goes on quietly. A store
-    that is gone raises at once either way. ``poll``: called before each look (not with ``block``). ``alone``: no
-    other thread uses ``store`` (the attempt's naming in ``init_distributed``, before any group exists): a blocking
-    wait uses ``store`` itself, and the process keeps no connection for it."""
-    if block:
-        (store if alone else own_waiter(store)).wait(keys, timedelta(seconds=seconds))
-        return
-    deadline = time.monotonic() + seconds
+    that is gone raises at once either way (a thread's first blocking wait: after half of ``seconds``, at most
+    :data:`CLONE_WAIT_S`, spent waiting for its own client's connect, which a gone host makes fail only after the
+    store's timeout, twice; a connect not made by then, the wait looks instead for the rest of ``seconds``).
+    ``poll``: called before each look (not with ``block``). ``alone``: no other thread uses ``store`` (the
+    attempt's naming in ``init_distributed``, before any group exists): a blocking wait uses ``store`` itself, and
+    the process keeps no connection for it."""
+    started = time.monotonic()
+    if block:  # (a thread's first: its own client's connect waited for at most half the seconds, then it looks)
+        client = store if alone else own_waiter(store, min(seconds / 2, CLONE_WAIT_S))
+        if client is not None:
+            client.wait(keys, timedelta(seconds=max(seconds / 2, seconds - (time.monotonic() - started))))
+            return
+    deadline = started + seconds
     while True:
         if poll is not None:
             poll()
@@ -50,13 +56,15 @@ def quiet_store_wait(store: Any, keys: list[str], seconds: float, block: bool,
         time.sleep(min(POLL_S, left))
 
 
+#: the most seconds a thread's first blocking wait on a store waits for its own client to connect (:func:`own_waiter`)
+CLONE_WAIT_S = 1.0
 #: what :func:`own_waiter` remembers for a store that is its own client
 _ITSELF = object()
 #: per thread: the process it ran in (a forked child clones anew) and its own clients, by the store they clone
 _WAITERS = threading.local()
 
 
-def own_waiter(store: Any) -> Any:
+def own_waiter(store: Any, within: float = CLONE_WAIT_S) -> Any | None:
     """The calling thread's own client of ``store`` for its blocking waits: a clone (a connection of its own to the
     store's server, made at the thread's first blocking wait on ``store`` and kept while ``store`` and the thread
     live), or ``store`` itself where it cannot be cloned or remembered (a store served in-process, a Python store).
@@ -67,9 +75,14 @@ def own_waiter(store: Any) -> Any:
     whole slice (a second), and their peers behind them. On a client of its own a thread's wait holds nobody's
     requests, whichever thread began first; its other requests (quick: none waits for a key) stay on ``store``.
     Its cost: one connection per thread that waits (a connect and torch's handshake, once), no request per wait.
-    A clone connects with ``store``'s timeout, so it is made while the store answered a request a moment before
-    (the thread's first exchange has just written its message): made after the store's host has gone, it would
-    fail only after that timeout."""
+
+    The clone connects on a helper thread (:class:`_Cloning`), waited for at most ``within`` seconds: a connect to
+    a store whose host has gone (killed between this thread's last request and this wait) is retried until the
+    store's timeout, twice (~20 min at ``init_distributed``'s default), where a wait on ``store`` itself raises at
+    once; and a few connects in a hundred to a live host take 5 s (torch 2.13 on a 2-core machine under load: its
+    server then answers no connection for those 5 s). Not connected in time: None (this wait looks instead, as
+    one past its first slice does; the next one takes the clone once made); a connect that failed is tried again
+    at the thread's next blocking wait."""
     pid = os.getpid()
     if getattr(_WAITERS, "pid", None) != pid:
         _WAITERS.pid, _WAITERS.clients = pid, weakref.WeakKeyDictionary()
@@ -79,13 +92,50 @@ def own_waiter(store: Any) -> Any:
     except TypeError:  # (a store that takes no weak reference: not remembered, so not cloned at every wait)
         return store
     if client is None:
+        client = clients[store] = _Cloning(store)
+        if not client.start():  # (no new thread at the interpreter's exit)
+            del clients[store]
+            return store
+    if isinstance(client, _Cloning):
+        if not client.done.wait(within):  # still connecting: this wait looks instead
+            return None
+        if client.client is None:  # the connect failed (the host gone?): the next blocking wait tries again
+            del clients[store]
+            return None
+        # (a store whose clone is itself, a local one, is remembered as such: a value that held its key would keep it)
+        client = clients[store] = client.client
+    return store if client is _ITSELF else client
+
+
+class _Cloning:
+    """A clone of a store being made on a helper thread (:func:`own_waiter`), which holds the store only until its
+    connect ends."""
+
+    def __init__(self, store: Any) -> None:
+        self.done = threading.Event()
+        #: the clone; :data:`_ITSELF` for a store that cannot be cloned or whose clone is itself; None: it failed
+        self.client: Any = None
+        self._store: Any = store
+
+    def start(self) -> bool:
+        try:
+            threading.Thread(target=self._clone, name="triton_dist_tune-store-clone", daemon=True).start()
+            return True
+        except RuntimeError:
+            self._store = None
+            return False
+
+    def _clone(self) -> None:
+        store, self._store = self._store, None
         try:
             client = store.clone()
-        except Exception:  # (a Python store without clone)
-            client = store
-        # (a store whose clone is itself, a local one, is remembered as such: a value that held its key would keep it)
-        clients[store] = _ITSELF if client is store else client
-    return store if client is _ITSELF else client
+            self.client = _ITSELF if client is store else client
+        except Exception as exc:  # a connect that failed (torch's DistError: the host gone, or slower than the
+            # store's timeout): None, tried again; anything else (a Python store's pure virtual clone) is for good
+            self.client = None if any(c.__name__ == "DistError" for c in type(exc).__mro__) else _ITSELF
+        finally:
+            del store
+            self.done.set()
 
 
 class Lookup(Protocol):
