@@ -46,7 +46,10 @@ from _cases import case, contextual_virtual_clock, emit, main, spend  # noqa: E4
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 
-SLEEP_MS = [5, 80, 400]  # 16x and 5x apart: a loaded host cannot close either gap (1.5x did, once in CI)
+#: ms per config (16x and 5x apart): each config is timed once (``n_repeat=1``), so the layer times its launches on the
+#: virtual clock, which each launch advances by these (on the wall clock 1.5x closed once in CI, and one sample
+#: of 5 against 80 ms is no safer: a loaded run chose an 80 ms loser over a 5 ms winner in another scenario)
+SLEEP_MS = [5, 80, 400]
 
 
 def faults() -> Path:
@@ -61,6 +64,7 @@ def recording_hook(index: int):
         if index == 1 and me >= 2:
             raise RuntimeError("config 1 fails on group A")
         time.sleep(SLEEP_MS[index] / 1e3)
+        spend(SLEEP_MS[index])
 
     return hook
 
@@ -77,7 +81,8 @@ def copy_kernel(x, out, n, BLOCK: tl.constexpr):
 
 def layer_on(group, before=None, after=None):
     """The tuned layer: the kernel, then an all_reduce over ``group``; ``before``/``after`` run around the launch
-    with the run's number (1, 2, ...)."""
+    with the run's number (1, 2, ...). Launches are timed on the virtual clock (see SLEEP_MS)."""
+    contextual_virtual_clock()
     runs = [0]
 
     @contextual_autotune(is_dist=group if group is not None else True, n_warmup=1, n_repeat=1)

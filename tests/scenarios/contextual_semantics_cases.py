@@ -18,7 +18,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, emit, main  # noqa: E402
+from _cases import case, contextual_virtual_clock, emit, main, spend  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
@@ -29,13 +29,15 @@ def rank() -> int:
 
 
 def sleeps(ms_by_rank: dict[int, list[float]], log: list | None = None):
-    """Config pre_hooks that sleep ``ms_by_rank[rank % 2][index]`` (the tests' way of making one config the fastest)."""
+    """Config pre_hooks that sleep ``ms_by_rank[rank % 2][index]`` (the tests' way of making one config the fastest),
+    and spend it on the virtual clock, which the cases that time each config once use."""
 
     def make(index: int):
         def hook(nargs):
             if log is not None:
                 log.append(index)
             time.sleep(ms_by_rank[rank() % 2][index] / 1e3)
+            spend(ms_by_rank[rank() % 2][index])
 
         return hook
 
@@ -273,7 +275,9 @@ narrow = triton.autotune(configs=[triton.Config({"BLOCK": b},
 
 @case
 def two_wrappers():
-    """Two triton.autotune wrappers of one @triton.jit body: each is its own track, over its own configs."""
+    """Two triton.autotune wrappers of one @triton.jit body: each is its own track, over its own configs. Each config
+    is timed once, on the virtual clock (4 against 80 or 100 ms, one sample each: a load spike could swap them)."""
+    contextual_virtual_clock()
 
     @contextual_autotune(n_warmup=0, n_repeat=1)
     def f(x):
@@ -405,8 +409,10 @@ def _rank_1_keeps_only_64(configs, nargs, **kwargs):
 def pruned_choice_met_later():
     """The group tunes n=64 in call 1 from rank 0 alone (rank 1 does not launch it) and chooses BLOCK=128 (the
     faster); rank 1's early pruning keeps only BLOCK=64. In hot calls 2-4 rank 1 meets the key: it must run BLOCK=64
-    (never the 128 it prunes) and not settle the key again and again (the group never tunes a key it decided)."""
+    (never the 128 it prunes) and not settle the key again and again (the group never tunes a key it decided). The
+    choice rests on one sample of each config (1 against 50 ms): timed on the virtual clock."""
     tdt.init_distributed()
+    contextual_virtual_clock()
     seen: list[tuple[int, int]] = []
     call = [0]
 
@@ -414,6 +420,7 @@ def pruned_choice_met_later():
         def h(nargs):
             seen.append((call[0], nargs["BLOCK"]))
             time.sleep([0.05, 0.001][i])
+            spend([50.0, 1.0][i])
         return h
 
     @triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=hook(i)) for i, b in enumerate((64, 128))],

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import before_each_compile, case, emit, in_steady_round, main, outcome
+from _cases import before_each_compile, case, contextual_virtual_clock, emit, in_steady_round, main, outcome
 
 import triton_dist_tune as tdt
 
@@ -377,6 +377,7 @@ def contextual_compiles_queued_behind_a_stuck_one():
         time.sleep(0.3)  # a compile that takes time: not done at once when its turn to be waited for comes
 
     before_each_compile(queued_kernel, compile_hook)
+    contextual_virtual_clock()  # one sample a config (5 against 80 ms): the pre_hooks spend their sleep there
 
     @contextual_autotune(n_warmup=1, n_repeat=1)
     def f(x):

@@ -19,12 +19,14 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, emit, main  # noqa: E402
+from _cases import case, contextual_virtual_clock, emit, main, spend  # noqa: E402
 
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 
 BLOCKS = (16, 32, 128)
-#: seconds each config's pre_hook sleeps: BLOCK=128 is clearly the fastest
+#: seconds each config's pre_hook sleeps: BLOCK=128 is clearly the fastest. The layers time their launches on the
+#: virtual clock, which each launch advances by these (as ms): two samples of a 1 ms launch against 40 ms, the
+#: interpreter's run in each, a loaded machine's stall on one of them could swap
 SLEEP = {16: 0.060, 32: 0.040, 128: 0.001}
 #: BLOCK of every launch (config pre_hooks record them)
 LAUNCHED: list[int] = []
@@ -36,6 +38,7 @@ def _hook(block: int):
     def hook(nargs):
         LAUNCHED.append(block)
         time.sleep(SLEEP[block])
+        spend(SLEEP[block] * 1e3)
 
     return hook
 
@@ -71,6 +74,8 @@ def keep_from_env(configs, named_args, **kwargs):
 
 
 def layer_of(kernel, **options):
+    contextual_virtual_clock()  # see SLEEP
+
     @contextual_autotune(n_warmup=0, n_repeat=2, **options)
     def layer(n: int) -> bool:
         x = torch.arange(n, dtype=torch.float32)
