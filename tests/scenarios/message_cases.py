@@ -98,7 +98,8 @@ def local_nearest():
     """A rank-local campaign of two keys, then a key served by ``undecided='nearest'`` on every rank."""
     tdt.init_distributed(backend="gloo")
 
-    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=0, n_repeat=1,
+    # 3 samples a config: the served choice (2 against 30 ms) must not rest on one sample a stall can swap
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=0, n_repeat=3,
                   timing="cold", name="served", undecided="nearest")
     def kernel(x, *, variant):
         time.sleep(0.002 if variant == 0 else 0.03)

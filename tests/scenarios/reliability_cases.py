@@ -67,7 +67,8 @@ def tuner_bug_blames_no_config():
 
         lockstep.Measurer._warmup_runs = broken
 
-    f = tuned(n_warmup=0, n_repeat=1, timing="cold", name="tunerbug")
+    # 3 samples a config: the fixed attempt's choice of config 0 (5 ms against 80) must not rest on one sample
+    f = tuned(n_warmup=0, n_repeat=3, timing="cold", name="tunerbug")
 
     result = outcome(f, torch.ones(2))
     emit(result=result, states=states(f.tuner), journals=journals(f.tuner))
