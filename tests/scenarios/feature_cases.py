@@ -98,7 +98,7 @@ def wrong_on_one_rank():
     @tdt.autotune(space(), key_fn=lambda x: 0, n_warmup=1, n_repeat=2, ref_prog=reference, rtol=0, atol=0,
                   name="wrong")
     def double(x, *, variant):
-        time.sleep([0.080, 0.020, 0.005][variant])  # config 2 is fastest, config 1 next (4x apart), then 0
+        time.sleep([0.160, 0.020, 0.005][variant])  # config 2 is fastest, config 1 next (8x apart), then 0
         if variant == 2 and rank == 1:
             return x * 2 + 1
         return x * 2

@@ -185,6 +185,9 @@ def campaign_stuck_unit():
 
 
 TILES = [{"tile": t} for t in (16, 32, 64)]
+#: seconds each tile sleeps: the wider the faster, 6x and 10x apart (M = 32 chooses between 16 and 32: at 40 against
+#: 20 ms, 2x, its 3 samples could be swapped by a loaded machine's stalls)
+TILE_S = {16: 0.240, 32: 0.040, 64: 0.004}
 
 
 @case
@@ -207,7 +210,7 @@ def nearest_pruned():
                   name="tiles", undecided="nearest")
     def kernel(x, y, *, tile):
         ran.append((x.shape[0], y.shape[0], tile))
-        time.sleep({16: 0.040, 32: 0.020, 64: 0.004}[tile])
+        time.sleep(TILE_S[tile])
         y = x * tile
         dist.all_reduce(y)
         return y
@@ -239,7 +242,7 @@ def local_learned_pruned():
     @tdt.autotune(TILES, key_fn=lambda x, y: x.shape[0], prune_fn=prune, n_warmup=1, n_repeat=3, timing="cold",
                   name="local_tiles")
     def kernel(x, y, *, tile):
-        time.sleep({16: 0.040, 32: 0.020, 64: 0.004}[tile])
+        time.sleep(TILE_S[tile])
         return x * tile
 
     tdt.campaign(kernel, lambda m: (torch.ones(m), torch.ones(m if rank == 0 else 16)), [32, 64], local=True,

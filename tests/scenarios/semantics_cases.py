@@ -122,8 +122,9 @@ def prune_perf():
 
 # -- the function-level autotune: pruning before the cache ---------------------------------------------------------
 
-#: ms each variant sleeps: 3 is the fastest, then 2 (4x apart at least)
-VARIANT_MS = (160.0, 80.0, 20.0, 5.0)
+#: ms each variant sleeps: 3 is the fastest, then 2, then 1 (8x, 4x and 2x apart; the tests choose between 3 and 2
+#: and between 2 and 1: at 5 against 20 ms, 15 ms apart, a loaded machine's stall in a sample is as large as the gap)
+VARIANT_MS = (320.0, 160.0, 40.0, 5.0)
 
 
 @case
