@@ -221,21 +221,9 @@ def test_importing_a_bundle_again_says_what_it_wrote_and_leaves_identical_decisi
 
 # -- the campaign command's --group-size against the job, under launch.sh and plain torchrun --------------------------
 
-#: a campaign module: a rank-local function of two configs, and the builder of its calls (cold timing: a race of
-#: single-call samples, which never has settled rounds)
-CAMPAIGN_MODULE = '''
-import torch
-import triton_dist_tune as tdt
-
-
-@tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold")
-def fn(x, *, v):
-    return x + v
-
-
-def build(n):
-    return torch.ones(n)
-'''
+# the campaign module (test_newcomer's): a rank-local function of two configs and the builder of its calls (cold
+# timing: a race of single-call samples, which never has settled rounds)
+from test_newcomer import CAMPAIGN_MODULE  # noqa: E402
 
 #: what every rank, and now launch.sh's check, says of --group-size 3 on a job of 2 ranks
 NOT_DIVIDING = "triton-dist-tune: --group-size 3 does not divide the 2 rank(s) of the job"

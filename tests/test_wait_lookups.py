@@ -133,28 +133,13 @@ def test_a_log_entry_whose_mark_is_not_set_ends_no_wait_and_saves_no_unit():
         watch.wait(0, "round 1")
 
 
-class PlainStore(dist.Store):
-    """A Python store without append or compare-and-set (as a user's own store may be)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.values: dict[str, bytes] = {}
-
-    def set(self, key: str, value) -> None:
-        self.values[key] = value.encode() if isinstance(value, str) else bytes(value)
-
-    def get(self, key: str) -> bytes:
-        return self.values[key]
-
-    def check(self, keys: list[str]) -> bool:
-        return all(k in self.values for k in keys)
-
-
 @pytest.mark.timeout(60)
 def test_a_store_without_append_looks_up_each_key_as_before():
+    from test_store_reads import DictStore  # a Python store: no append, no compare-and-set
+
     from triton_dist_tune.group.store_wait import ArrivalLog, Arrivals
 
-    store = PlainStore()
+    store = DictStore()
     keys = {r: f"t/{r}" for r in range(1, 8)}
     for rank in (2, 5):
         store.set(keys[rank], "1")

@@ -202,3 +202,20 @@ def main(mpi: bool | None = None) -> None:
         dist.barrier()
         dist.destroy_process_group()
     os._exit(0)
+
+
+def python_calls(call) -> int:
+    """How many Python function calls ``call()`` makes (``sys.setprofile``'s ``call`` events, itself included):
+    a count, not a time, so a loaded machine cannot move it."""
+    count = [0]
+
+    def profile(frame, event, arg):
+        if event == "call":
+            count[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return count[0]

@@ -17,7 +17,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, emit, main  # noqa: E402
+from _cases import case, emit, main, python_calls  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 
@@ -280,25 +280,6 @@ def every_config_raises_the_users_error():
         f(torch.ones(4))
     except tdt.AllConfigsFailedError as exc:
         emit(error=type(exc).__name__, cause=type(exc.__cause__).__name__, cause_text=str(exc.__cause__))
-
-
-def python_calls(call) -> int:
-    """How many Python function calls ``call()`` makes (``sys.setprofile``'s ``call`` events, itself included):
-    a count, not a time, so a loaded machine cannot move it."""
-    import sys
-
-    count = [0]
-
-    def profile(frame, event, arg):
-        if event == "call":
-            count[0] += 1
-
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return count[0]
 
 
 @case

@@ -19,7 +19,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, contextual_virtual_clock, emit, main, spend  # noqa: E402
+from _cases import case, contextual_virtual_clock, emit, main, python_calls, spend  # noqa: E402
 
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 
@@ -232,22 +232,6 @@ def alone_on_purpose():
 # -- the decided path's cost ----------------------------------------------------------------------------------
 
 
-def _python_calls(fn) -> int:
-    """The Python functions entered during one call of ``fn`` (``sys.setprofile``'s "call" events)."""
-    count = [0]
-
-    def profile(frame, event, arg):
-        if event == "call":
-            count[0] += 1
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return count[0] - 1  # fn itself
-
-
 @case
 def decided_cost():
     """One decided call of a stock ``triton.autotune`` kernel and of a ``contextual_autotune`` function launching
@@ -284,7 +268,7 @@ def decided_cost():
     keys = []
     for args, kwargs in [((x, y, n), {}), ((x, y), {"n": n}), ((x, y, n), {"BLOCK": 256})]:
         keys.append(intercept.tuning_key(inner, args, kwargs) == (n, "torch.float32", "torch.float32"))
-    emit(stock=_python_calls(stock_call), contextual=_python_calls(contextual), installed=installed, keys=keys,
+    emit(stock=python_calls(stock_call) - 1, contextual=python_calls(contextual) - 1, installed=installed, keys=keys,
          runs=contextual.tuner.last_runs, plan=getattr(hot, "PLAN", None) in inner.__dict__)
 
 
