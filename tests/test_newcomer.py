@@ -241,6 +241,30 @@ def test_decision_plot_says_what_a_bar_is_and_keeps_labels_whole(tmp_path):
     assert len(fig.axes) == 2  # bars and the recorded timeline
 
 
+def test_a_plot_of_decisions_timed_by_one_rank_says_its_rank_not_the_slowest_rank(tmp_path):
+    """A one-rank group's decision and a rank-local campaign's are timed by one rank: their plots said "the slowest
+    rank's time" as for a group's (no max over ranks was taken). They now say whose time it is; a group's still says
+    the slowest rank's."""
+    pytest.importorskip("matplotlib")
+    from triton_dist_tune.cli import plots
+    from triton_dist_tune.disk.decisions import read_entry
+
+    configs = ["{BM: 64}", "{BM: 128}"]
+    group = write_entry(tmp_path, "f", "(1,)", configs, [1.0, 1.2], 0)
+    alone = write_entry(tmp_path, "g", "(2,)", configs, [1.0, 1.2], 0)
+    local = write_entry(tmp_path, "h", "(3,)", configs, [1.0, 1.2], 0)
+    for path, fields in ((alone, {"group_size": 1}),
+                         (local, {"group_size": 1, "rank_local": {"rank": 1, "group_size": 2, "group": "default"}})):
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps({**data, **fields}))
+    for path, whose in ((group, "slowest rank"), (alone, "one rank"), (local, "one rank")):
+        fig = plots.decision_figure(read_entry(path))
+        label = fig.axes[0].get_xlabel()
+        assert whose in label and ("slowest" in label) == (whose == "slowest rank"), (path.name, label)
+        assert whose in fig.axes[1].get_ylabel(), fig.axes[1].get_ylabel()
+    assert "slowest" not in plots.function_figure([read_entry(alone), read_entry(local)]).axes[0].get_ylabel()
+
+
 def test_contextual_plot_has_no_empty_panel_and_function_plot_names_configs_in_key_order(tmp_path):
     pytest.importorskip("matplotlib")
     from triton_dist_tune.cli import plots

@@ -8,7 +8,8 @@ key's timeline relative to its chosen config.
 
 A bar is a config's time as the tuner compares it: the median over its samples, or their least where the race's
 samples were noisy (the decision records which: :attr:`~triton_dist_tune.disk.entries.Entry.statistic`; the time
-axis says it, :func:`time_axis`), where a sample's time is the slowest rank's (the max over ranks). Config labels
+axis says it, :func:`time_axis`), where a sample's time is the slowest rank's (the max over ranks; a decision timed
+by one rank alone, its rank's, and the axis says so). Config labels
 are whole, wrapped, never cut. The figures are sized to be read at about 1000 pixels wide (the README shows one at
 that size).
 """
@@ -48,15 +49,27 @@ MAX_BARS = 16
 TIME_AXIS = "ms per call: median over samples of the slowest rank's time"
 LEAST_AXIS = "ms per call: least of the samples (a noisy race) of the slowest rank's time"
 MIXED_AXIS = "ms per call: median (least at keys marked 'noisy') over samples of the slowest rank's time"
+#: whose time a sample is where more than one rank timed it (:func:`whose_time`)
+SLOWEST = "the slowest rank's time"
 #: the figures' width in inches and their resolution: 1000 pixels, the size the README shows
 WIDTH, DPI = 10.0, 100
 
 
 def time_axis(entries: list[Entry]) -> str:
     """What the bars or points of ``entries`` are (:data:`TIME_AXIS`, :data:`LEAST_AXIS` or :data:`MIXED_AXIS`):
-    each decision records whether its times are medians or least samples (files from before say medians)."""
+    each decision records whether its times are medians or least samples (files from before say medians). Where
+    every decision was timed by one rank (a one-rank group, or a rank-local campaign's), the times are that rank's,
+    and the axis says so (:func:`whose_time`)."""
     least = [e.statistic == LEAST for e in entries]
-    return LEAST_AXIS if all(least) else MIXED_AXIS if any(least) else TIME_AXIS
+    axis = LEAST_AXIS if all(least) else MIXED_AXIS if any(least) else TIME_AXIS
+    return axis.replace(SLOWEST, whose_time(entries))
+
+
+def whose_time(entries: list[Entry]) -> str:
+    """``the slowest rank's time``, or ``its one rank's time`` where every decision of ``entries`` was timed by a
+    single rank (its group of one, or a rank-local campaign's rank: ``rank_local``)."""
+    alone = bool(entries) and all(e.rank_local is not None or e.group_size == 1 for e in entries)
+    return "its one rank's time" if alone else SLOWEST
 
 
 def wrap(text: str, width: int = LABEL_WIDTH) -> str:
@@ -193,7 +206,7 @@ def _timeline(ax: Axes, entry: Entry, drawn: set[int]) -> None:
                 linewidth=1, label=f"#{o.index}" + (" (chosen)" if big else ""), zorder=3 if big else 2)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("order measured (each sample; grey: configs not drawn above)", fontsize=9)
-    ax.set_ylabel("ms (slowest rank)", fontsize=9)
+    ax.set_ylabel("ms (its one rank)" if whose_time([entry]) != SLOWEST else "ms (slowest rank)", fontsize=9)
     ax.set_title("measurement timeline: a slope is drift", fontsize=10)
     if len(drawn) <= 12:
         ax.legend(fontsize=8, ncol=min(6, len(drawn)), loc="best")
@@ -348,7 +361,8 @@ def function_figure(entries: list[Entry]) -> Figure:
     across.yaxis.set_major_formatter(plain)
     across.yaxis.set_minor_formatter(plain)
     per_key = len({_ranks_of(e) for e in entries}) > 1  # keys tuned on different rank counts: each says its own
-    mixed = time_axis(entries) == MIXED_AXIS  # mark the keys whose times are least samples
+    least = [e.statistic == LEAST for e in entries]
+    mixed = any(least) and not all(least)  # mark the keys whose times are least samples
     across.set_xticks(range(len(entries)), [wrap(e.key, 24) + (f"\n{_ranks_of(e)}" if per_key else "")
                                             + ("\nnoisy" if mixed and e.statistic == LEAST else "") for e in entries],
                       rotation=20 if len(entries) > 6 else 0, ha="right" if len(entries) > 6 else "center",
