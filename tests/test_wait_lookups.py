@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 import torch.distributed as dist
+from test_store_reads import DictStore, Unit  # (a Python store: no append, no compare-and-set)
 
 from triton_dist_tune.errors import GroupTimeoutError
 from triton_dist_tune.faults.progress import RoundWatch
@@ -50,14 +51,6 @@ class Counted:
             return method(*args, **kwargs)
 
         return request
-
-
-class Unit:
-    """A rank of a progress watch's group, as :class:`RoundWatch` needs it."""
-
-    def __init__(self, rank: int, size: int, store) -> None:
-        self.rank, self.size, self.store = rank, size, store
-        self.title, self.global_ranks = "default", list(range(size))
 
 
 def arrive(server, scope: str, unit: int, logged: bool = True) -> None:
@@ -135,8 +128,6 @@ def test_a_log_entry_whose_mark_is_not_set_ends_no_wait_and_saves_no_unit():
 
 @pytest.mark.timeout(60)
 def test_a_store_without_append_looks_up_each_key_as_before():
-    from test_store_reads import DictStore  # a Python store: no append, no compare-and-set
-
     from triton_dist_tune.group.store_wait import ArrivalLog, Arrivals
 
     store = DictStore()
