@@ -15,16 +15,23 @@ T = 20
 STORE_WARNING = "waitForInput"
 
 
+def two_threads_tuned(tmp_path, case: str) -> list:
+    """The 4 ranks of ``case`` (a TP and a DP group tuned from two threads of each rank), each of whose tunings
+    ended ok on every rank with no store warning printed."""
+    results = run_ranks(CASES, 4, [case], env=tuner_env(tmp_path, T), timeout=200)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert all("ok" in r.result["results"][name] for name in ("tp", "dp")), describe(results)
+        assert r.stderr.count(STORE_WARNING) == 0, r.stderr[-3000:]
+    return results
+
+
 @pytest.mark.timeout(240)
 def test_two_threads_tuning_a_tp_and_a_dp_group_at_once_do_not_hold_each_others_store_requests(tmp_path):
     # before: a blocking store wait of one thread held the job store's one client, so the other thread's exchanges
     # (on its other group) waited behind it, and their peers behind them: two tunings of 0.8 s each took 6.7 s,
     # and every rank printed torch's store warnings, two per stalled second
-    results = run_ranks(CASES, 4, ["tp_and_dp_tuned_on_two_threads"], env=tuner_env(tmp_path, T), timeout=200)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    for r in results:
-        assert all("ok" in r.result["results"][name] for name in ("tp", "dp")), describe(results)
-        assert r.stderr.count(STORE_WARNING) == 0, r.stderr[-3000:]
+    results = two_threads_tuned(tmp_path, "tp_and_dp_tuned_on_two_threads")
     tp = [r.result["tp"] for r in results]
     dp = [r.result["dp"] for r in results]
     assert tp[0] == tp[1] and tp[2] == tp[3] and list(tp[0]) == ["64"] and list(tp[2]) == ["128"], tp
@@ -36,11 +43,7 @@ def test_a_thread_that_starts_tuning_while_another_is_inside_a_blocking_store_wa
     # before: ranks 0 and 2 printed torch's store warnings: thread A's first store wait (for its tensor-parallel
     # peer, which comes only after thread B's first data-parallel exchange) blocked the job store's one client, so
     # B's first requests waited behind it until its slice ran out (a_waits ['DistStoreError', ...])
-    results = run_ranks(CASES, 4, ["dp_started_while_tp_waits"], env=tuner_env(tmp_path, T), timeout=200)
-    assert all(r.returncode == 0 for r in results), describe(results)
-    for r in results:
-        assert all("ok" in r.result["results"][name] for name in ("tp", "dp")), describe(results)
-        assert r.stderr.count(STORE_WARNING) == 0, r.stderr[-3000:]
+    results = two_threads_tuned(tmp_path, "dp_started_while_tp_waits")
     for r in results[0::2]:
         assert r.result["a_waits"][0] == "returned", describe(results)  # A's first wait, which B's requests end
 
