@@ -100,14 +100,23 @@ def test_autotune_undecided_first_on_two_ranks_agrees_once_through_the_store_ins
 
 @pytest.mark.timeout(120)
 def test_autotune_a_decided_key_inside_a_capture_runs_its_config_with_no_store_group_or_file_access(tmp_path):
+    """And with ``autotune_replicas=`` beside ``autotune_pg=`` (a DP x TP layer's call): before, the capture check
+    looked in the default group's table for any call that named ``autotune_pg`` or a layout, and raised
+    ``CaptureError`` ("key 64 is not decided") for a key decided for that layout."""
     results = run(tmp_path, "autotune_decided_on_two_ranks", ranks=2)
-    assert results[0]["decided"] == results[1]["decided"] and results[0]["decided_pg"] == results[1]["decided_pg"]
+    for decided in ("decided", "decided_pg", "decided_layout"):
+        assert results[0][decided] == results[1][decided], (decided, results)
     for r in results:
-        for which, decided in (("inside", r["decided"]), ("inside_pg", r["decided_pg"])):  # default group, autotune_pg=
+        for which, decided in (("inside", r["decided"]), ("inside_pg", r["decided_pg"]),  # default group, a group,
+                               ("inside_layout", r["decided_layout"])):  # a group and its replicas'
+
             seen = r[which]
             assert "error" not in seen and seen["ok"] and seen["runs"] == [decided], (which, seen)
             assert untouched(seen), (which, seen)
             assert seen["asks"] == 0, (which, seen)  # a decided call never asks whether it is captured
+        slow = r["slow_layout"]  # ``autotune_allow_arg_overwrite=True``: the slow path, which asks, and runs
+        assert "error" not in slow and slow["ok"] and slow["runs"] == [r["decided_layout"]], slow
+        assert untouched(slow) and slow["asks"] >= 1, slow
 
 
 @pytest.mark.timeout(120)

@@ -143,14 +143,16 @@ def test_decided_calls_passing_the_tuner_keywords_as_triton_distributed_callers_
     on every call. With any of them a decided call went through the slow path (resolving the group, the settings,
     the stock-kernel watch): ~50 µs against ~5 µs on 2 gloo CPU ranks. Now ``autotune=True``, ``autotune_pg=None``,
     ``autotune_verbose=`` True or False, ``autotune_allow_arg_overwrite=False`` and ``autotune_replicas=None``
-    change nothing on a decided key: counted in Python calls (not timed), within 10 of the bare call."""
+    change nothing on a decided key: counted in Python calls (not timed), within 10 of the bare call. So does a
+    DP x TP layer's ``autotune_pg=tp, autotune_replicas=dp`` (before: the slow path on every decided call, 195
+    Python calls against 15)."""
     results = run("decided_calls_with_the_tuner_keywords_set_to_their_defaults", 2, tmp_path)
     for r in results:
         res = r.result
         assert res["ok"] and res["decided"] == 1 and res["decided_in"] == 1, describe(results)
         calls = res["calls"]
         for name, count in calls.items():
-            assert count <= calls["none"] + 10, (name, calls)
+            assert count <= calls["none"] + 10, (name, str(calls))
         assert res["mistake"] and "autotune= must be True or False, not 1" in res["mistake"], res
 
 

@@ -140,11 +140,16 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
             kwargs = {k: v for k, v in kwargs.items() if k not in keywords or not _idle(k, v)}
             if not keywords.isdisjoint(kwargs):
                 pg = kwargs.pop("autotune_pg", None)
+                replicas = kwargs.pop("autotune_replicas", None)
                 if pg is not None and keywords.isdisjoint(kwargs):  # a TP layer's call: its group, decided key
-                    entry = channels.get(id(pg))
-                    if entry is not None and entry[0]() is pg:  # this very group object's channel (not its id)
+                    # (with ``autotune_replicas``: a DP x TP layer's, decided for its group and replicas' group)
+                    place = _known_channel(channels, pg)
+                    if place is not None and replicas is not None:
+                        across = _known_channel(channels, replicas)
+                        place = None if across is None else (place[0], across[0])
+                    if place is not None:
                         try:
-                            config = decided_in.get((entry[2], key_fn(*args, **kwargs)))
+                            config = decided_in.get((*place, key_fn(*args, **kwargs)))
                         except Exception:
                             config = None
                         if config is not None:
@@ -164,6 +169,12 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
     tuned.tuner = tuner  # type: ignore[attr-defined]
     tuned.fn = fn  # type: ignore[attr-defined]  # the undecorated function, as Triton-distributed's tuner has it
     return tuned
+
+
+def _known_channel(channels: dict[int, tuple[Any, Any, tuple]], pg: Any) -> tuple[tuple] | None:
+    """``(identity,)`` of the channel of this very group object ``pg`` (not merely one at its id), else None."""
+    entry = channels.get(id(pg))
+    return (entry[2],) if entry is not None and entry[0]() is pg else None
 
 
 def _idle(name: str, value: Any) -> bool:
@@ -199,8 +210,7 @@ def _slow_path(tuner: Tuner, key_fn: Callable[..., Hashable], args: tuple, kwarg
             key: Any = key_fn(*args, **{k: v for k, v in kwargs.items() if k not in CALL_KEYWORDS})
         except Exception as exc:  # the message names what it can
             key = f"<key_fn failed: {type(exc).__name__}>"
-        table = tuner.decided if "autotune_pg" not in kwargs else None
-        if table is None or table.get(key) is None:
+        if tuner.decided_config(key, kwargs.get("autotune_pg"), kwargs.get("autotune_replicas")) is None:
             raise tuning_in_capture(tuner.name, f"key {key!r} is not decided", TUNE_AHEAD)
     return eagerly(_watched_call, tuner, args, kwargs)
 

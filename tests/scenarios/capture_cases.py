@@ -269,7 +269,8 @@ def autotune_served_on_two_ranks():
 
 @case
 def autotune_decided_on_two_ranks():
-    """A key tuned outside, then called inside a capture: on the default group, and with ``autotune_pg=``."""
+    """A key tuned outside, then called inside a capture: on the default group, with ``autotune_pg=``, and with
+    ``autotune_pg=`` and ``autotune_replicas=``."""
     CAPTURE.install()
     tdt.init_distributed(backend="gloo")
     channels = {id(c): c for c in (resolve_group(None), resolve_group(dist.group.WORLD))}
@@ -288,7 +289,20 @@ def autotune_decided_on_two_ranks():
     decided_pg = next(iter(g.tuner.decided_in.values()))["BLOCK"]
     runs_pg.clear()
     inside_pg = {**captured(g, x + 1, x, autotune_pg=dist.group.WORLD), "runs": list(runs_pg)}
-    emit(decided=decided, inside=inside, decided_pg=decided_pg, inside_pg=inside_pg)
+    # a DP x TP layer's call: each rank its own one-rank TP group, the two ranks the replicas of one another
+    singles = [dist.new_group([r]) for r in range(dist.get_world_size())]
+    layout = {"autotune_pg": singles[dist.get_rank()], "autotune_replicas": dist.group.WORLD}
+    runs_layout: list[int] = []
+    h = tdt.autotune(SPACE, key_fn=numel, n_warmup=0, n_repeat=2, name="cap_decided_layout")(
+        add_one_function(runs_layout))
+    h(x, **layout)
+    decided_layout = next(iter(h.tuner.decided_in.values()))["BLOCK"]
+    runs_layout.clear()
+    inside_layout = {**captured(h, x + 1, x, **layout), "runs": list(runs_layout)}
+    runs_layout.clear()  # a keyword that takes the slow path: its capture check finds the layout's decision
+    slow_layout = {**captured(h, x + 1, x, **layout, autotune_allow_arg_overwrite=True), "runs": list(runs_layout)}
+    emit(decided=decided, inside=inside, decided_pg=decided_pg, inside_pg=inside_pg, decided_layout=decided_layout,
+         inside_layout=inside_layout, slow_layout=slow_layout)
 
 
 # -- contextual_autotune: a function launching one triton.autotune kernel --------------------------------------------

@@ -309,6 +309,22 @@ def decided_calls_with_the_tuner_keywords_set_to_their_defaults():
     for kwargs in forms.values():  # each form once, so that a first sight of a keyword costs nothing below
         f(x, **kwargs)
     calls = {name: python_calls(lambda kwargs=kwargs: f(x, **kwargs)) for name, kwargs in forms.items()}
+    # a DP x TP layer's call: one-rank TP groups (its all-reduce on its own), the two ranks replicas of each other
+    tp = [dist.new_group([r]) for r in range(2)][dist.get_rank()]
+    layout = {"autotune_pg": tp, "autotune_replicas": dist.group.WORLD}
+
+    @tdt.autotune([{"chunks": c} for c in (1, 2)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2)
+    def g(x, *, chunks):
+        out = x.clone()
+        for part in out.chunk(chunks):
+            dist.all_reduce(part, group=tp)
+        return out
+
+    g(x, **layout)  # tuned across the replicas
+    for form in ("layout", "layout_autotune"):
+        kwargs = layout if form == "layout" else {**layout, "autotune": True, "autotune_verbose": False}
+        g(x, **kwargs)
+        calls[form] = python_calls(lambda kwargs=kwargs: g(x, **kwargs))
     try:
         f(x, autotune=1)
         mistake = None

@@ -14,6 +14,7 @@ from .. import settings
 from ..disk import logs
 from ..errors import BadInputError, describe_error
 from ..group.calls import calling
+from ..group.channel import Group
 from ..group.resolve import resolve_group
 from ..measure.replicas import Layout
 from ..space import CALL_KEYWORDS, check_call, check_no_clash, describe, describe_key, keeps
@@ -102,9 +103,7 @@ class Tuner(TunedFunction):
                 key, key_error = None, (f"key_fn returned an unhashable key ({describe_error(exc)}): return a tuple "
                                         "(of numbers, strings, tuples) instead of a list, dict, set or array")
         self.forget_alone()
-        table, slot = (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
-        if layout is not None:
-            table, slot = self.decided_in, (group.identity, layout.replicas.identity, key)
+        table, slot = self._place(key, pg, group, layout)
         config = table.get(slot) if key_error is None else None
         with ExitStack() as turn:
             # serving or tuning: threads of this process take turns on the group, so that their exchanges never
@@ -132,6 +131,25 @@ class Tuner(TunedFunction):
                 if table is self.decided and group.size == 1 and (settings.current().world_size or 1) > 1:
                     self.alone.add(key)  # tuned before the job's group existed: the group tunes it once it does
         return self._run(args, kwargs, config, overwrite)
+
+    def decided_config(self, key: Hashable, pg: Any, replicas: Any) -> dict[str, Any] | None:
+        """The config decided for ``key`` where a call with ``autotune_pg=pg`` and ``autotune_replicas=replicas``
+        looks for it, else None: the capture check's question, asked before anything runs (a wrong group raises
+        the call's own :class:`BadInputError`)."""
+        group = resolve_group(pg)
+        layout = None if replicas is None else Layout(group, resolve_group(replicas, "autotune_replicas"))
+        table, slot = self._place(key, pg, group, layout)
+        try:
+            return table.get(slot)
+        except TypeError:  # an unhashable key: never decided
+            return None
+
+    def _place(self, key: Hashable, pg: Any, group: Group, layout: Layout | None) -> tuple[dict, Hashable]:
+        """The table a decision for ``key`` lives in and its slot there: the default group's by key, another
+        group's by its identity, a layout's by both groups' identities."""
+        if layout is not None:
+            return self.decided_in, (group.identity, layout.replicas.identity, key)
+        return (self.decided, key) if pg is None else (self.decided_in, (group.identity, key))
 
     def _call_problem(self, args: tuple, kwargs: dict[str, Any] | None = None) -> str | None:
         """The message for a tuned parameter passed by position (what makes a ``key_fn`` written for the call
