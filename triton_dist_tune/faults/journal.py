@@ -22,7 +22,7 @@ sampled on another host: ``benchmarks/results/session_h200_16``.)
 
 While a process tunes an entry it holds an exclusive ``flock`` on its journal file. A second job tuning the same
 entry into the same folder at the same moment finds the file locked and uses a slot of its own
-(``<entry>.rank<r>.<k>.journal``), so it never mistakes a live job's configs in flight for crashed ones. A lock
+(``<entry>.<group>.rank<r>.<k>.journal``), so it never mistakes a live job's configs in flight for crashed ones. A lock
 held by a dead process is released by the kernel, so the next attempt adopts every unlocked journal of the entry:
 the leftovers of every earlier, dead attempt.
 
