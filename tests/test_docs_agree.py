@@ -1,0 +1,147 @@
+"""The docs and the code agree on names and defaults: every environment variable the package or the shell scripts
+read is named in the README or docs/, the table of variables gives each tuner variable's default as ``Settings``
+holds it, and docs/layout.md places every part of the package where scripts/check_house.py's ``LAYERS`` does.
+
+Each test reads the real files; none starts a process."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+from harness import ROOT
+
+PACKAGE = ROOT / "triton_dist_tune"
+SCRIPTS = [ROOT / "launch.sh", ROOT / "scripts" / "ensure_env.sh", ROOT / "tests" / "run.sh"]
+#: what every shell has, which no doc needs to name
+SHELL_OWN = {"HOME", "PATH", "PWD", "BASH_SOURCE", "IFS"}
+
+
+def docs_text() -> str:
+    return "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+
+
+def package_variables() -> dict[str, str]:
+    """Every environment variable the package reads, by name, with the file that reads it: literal names read
+    through ``os.environ`` or an ``env`` mapping (``.get``, ``[...]``, not assigned), the tuner's own
+    (``PREFIX + "..."``), and the launcher's tuples of names in settings.py and disk/versions.py."""
+    from triton_dist_tune import settings
+    from triton_dist_tune.disk import versions
+
+    found: dict[str, str] = {}
+    read = re.compile(r'(?:environ|env)(?:\.get\(|\[)\s*(PREFIX\s*\+\s*)?"([A-Z][A-Z0-9_]*)"(\s*\]\s*=(?!=))?')
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        for found_read in read.finditer(text):
+            if not found_read.group(3):  # ``os.environ["X"] = ...`` sets it for a child: no read
+                name = (settings.PREFIX if found_read.group(1) else "") + found_read.group(2)
+                found.setdefault(name, path.name)
+        for name in re.findall(r'PREFIX\s*\+\s*"([A-Z][A-Z0-9_]*)"', text):
+            found.setdefault(settings.PREFIX + name, path.name)
+    for group in (settings.RANK_VARIABLES, settings.SIZE_VARIABLES, settings.LOCAL_RANK_VARIABLES,
+                  settings.JOB_VARIABLES):
+        found.update(dict.fromkeys(group, "settings.py"))
+    found.update(dict.fromkeys(versions.LIBRARY_VARIABLES, "versions.py"))
+    return found
+
+
+def script_variables(path: Path) -> set[str]:
+    """The variables a shell script reads from its environment: those it reads with a default or a test of being
+    set (``${X:-...}``, ``${X-...}``, ``${X+...}``, ``${X:+...}``, ``${X:?...}``), and those it reads and never
+    assigns."""
+    text = "\n".join(line.split(" #")[0] for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+    defaulted = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)(?::?[-+?])", text))
+    used = set(re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", text))
+    assigned = set(re.findall(r"(?:^|[\s;(])(?:export\s+|local\s+)?([A-Z][A-Z0-9_]*)=", text, re.M))
+    return (defaulted | (used - assigned)) - SHELL_OWN
+
+
+def test_the_collector_finds_what_it_is_there_to_find():
+    # the regular expressions, on the forms the package and the scripts use (so that a change of form is noticed)
+    names = package_variables()
+    for name in ("TRITON_DIST_AUTOTUNE_TIMEOUT", "TRITON_INTERPRET", "TORCHELASTIC_ERROR_FILE", "MASTER_PORT",
+                 "PMIX_RANK", "LD_PRELOAD"):
+        assert name in names, name
+    assert "CUDA_VISIBLE_DEVICES" not in names  # only set for a worker process (measure/forked_worker.py)
+    launch = script_variables(ROOT / "launch.sh")
+    assert {"PYTHON", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"} <= launch, launch
+    assert "OMP_NUM_THREADS" in launch  # exported as its own default: read too
+    assert not {"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST"} & launch  # exported, never read
+    assert {"TORCH_INDEX_URL", "TMPDIR"} <= script_variables(ROOT / "scripts" / "ensure_env.sh")
+    assert {"TDT_TEST_WORKERS", "TRITON36_DIR", "XDG_CACHE_HOME"} <= script_variables(ROOT / "tests" / "run.sh")
+
+
+def test_every_environment_variable_the_code_reads_is_named_in_the_docs():
+    """A user learns the variables from the docs (docs/operations.md's tables for the package's). Before:
+    ``PYTHON`` (the interpreter of launch.sh, scripts/ensure_env.sh and tests/run.sh), ``CUDA_VISIBLE_DEVICES``
+    (how launch.sh counts GPUs) and ``TORCHELASTIC_ERROR_FILE`` (where a campaign's rank writes its error for
+    torchrun) were read and named nowhere in the README or docs/."""
+    docs = docs_text()
+    named = lambda name: re.search(rf"(?<![\w$]){re.escape(name)}(?!\w)", docs) is not None  # noqa: E731
+    missing = sorted(f"{name} (triton_dist_tune/.../{where})" for name, where in package_variables().items()
+                     if not named(name))
+    missing += sorted(f"{name} ({path.relative_to(ROOT)})" for path in SCRIPTS for name in script_variables(path)
+                      if not named(name))
+    assert not missing, missing
+
+
+def variable_table() -> dict[str, str]:
+    """docs/operations.md's table of the tuner's variables: name -> its default column."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    table = text[text.index("| variable | default | meaning |"):]
+    table = table[:table.index("\n\n")]
+    return {row.group(1): row.group(2).strip() for row in re.finditer(r"^\| `([A-Z_]+)` \| ([^|]*) \|", table, re.M)}
+
+
+def test_the_table_of_variables_has_a_row_with_the_default_of_every_variable_of_the_tuner():
+    """Every ``TRITON_DIST_AUTOTUNE_*`` variable the package reads, ``TRITON_PRINT_AUTOTUNING`` and
+    ``TRITON_INTERPRET`` have a row in docs/operations.md's table, and no row names a variable the package does not
+    read; a default written as a number in backquotes is ``Settings``'s (a switch's ``0``/``1``: off/on)."""
+    from triton_dist_tune import settings
+
+    rows = variable_table()
+    read = {name for name in package_variables() if name.startswith(settings.PREFIX)}
+    assert read | {"TRITON_PRINT_AUTOTUNING", "TRITON_INTERPRET"} == set(rows), sorted(set(rows) ^ read)
+    defaults = settings.Settings()
+    fields = {"TRITON_PRINT_AUTOTUNING": "print_autotuning", "TRITON_INTERPRET": "interpret"}
+    checked, wrong = 0, []
+    for name, default in rows.items():
+        number = re.fullmatch(r"`(\d+(?:\.\d+)?)`", default)
+        if number is None:
+            continue
+        field = fields.get(name, name.removeprefix(settings.PREFIX).lower())
+        held = getattr(defaults, field)
+        said = float(number.group(1))
+        if (bool(said) if isinstance(held, bool) else said) != held:
+            wrong.append((name, default, held))
+        checked += 1
+    assert not wrong, wrong
+    assert checked >= 10  # the timeout, the seconds, the counts and the switches
+
+
+def layers() -> tuple[tuple[str, ...], ...]:
+    """scripts/check_house.py's ``LAYERS``."""
+    spec = importlib.util.spec_from_file_location("check_house_layers", ROOT / "scripts" / "check_house.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("check_house_layers", module)
+    spec.loader.exec_module(module)
+    return module.LAYERS
+
+
+def test_layout_places_every_part_of_the_package_in_its_table_and_its_layers():
+    """docs/layout.md's table names every folder and module of the package (before, ``checks.py``, ``capture.py``
+    and ``autotuner.py`` were in no row), and its sentence of layers (``a`` → ``b`` → ...) lists exactly the parts
+    of each of check_house's ``LAYERS``, in order (before, ``_version.py`` was in none)."""
+    text = (ROOT / "docs" / "layout.md").read_text()
+    table = "\n".join(line.split(" | ")[0] for line in text.splitlines() if line.startswith("| `"))
+    parts = sorted([p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+                   + [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")])
+    assert [part for part in parts if f"`{part}" not in table and f"/{part}" not in table] == []
+    sentence = " ".join(text[text.index("Imports go one way"):].split(". In the")[0].split())
+    written = []
+    for step in sentence.split("→"):
+        names = re.findall(r"`([\w.]+?)(?:\.py|/)?`", step)
+        written.append(tuple(sorted("" if name == "__init__" else name for name in names)))
+    assert written == [tuple(sorted(layer)) for layer in layers()], written
