@@ -84,13 +84,13 @@ def contextual_autotune(is_dist: Any = None, n_repeat: int = 5, n_warmup: int = 
         diverge silently.)
     :param n_repeat: the most rounds of the race (one timed step per running config each), closing rounds aside.
     :param n_warmup: untimed steps (runs) per config before the race.
-    :param timeout: seconds a rank waits for the others at each exchange (default
-        ``TRITON_DIST_AUTOTUNE_TIMEOUT`` or 300); a rank that does not arrive makes the others raise
-        :class:`~triton_dist_tune.errors.GroupTimeoutError`.
+    :param timeout: seconds each tuning run may take under the watchdog (a run past it ends the hung rank), and
+        seconds a rank waits for the others at each exchange (default ``TRITON_DIST_AUTOTUNE_TIMEOUT`` or 300); a
+        rank that does not arrive makes the others raise :class:`~triton_dist_tune.errors.GroupTimeoutError`.
     :param precompile: on GPUs, compile the configs of a newly met kernel and key ahead, between runs, in a thread
         pool, each config once per node (the node's ranks split them; a config that fails to compile on some rank
         is left out on every rank). Done only when every rank of the group compiles ahead.
-    :param name: the name used in logs (default: the function's qualified name).
+    :param name: the name used in logs and recorded in its decisions (default: the function's qualified name).
     :param max_runs: the most runs of the function in one call (default ``TRITON_DIST_AUTOTUNE_MAX_RUNS`` or
         1000); when reached, every unfinished (kernel, key) takes its best config so far (a warning says which).
     :param sync_every: on a group, every this many calls the ranks make one exchange to tune the keys that some
