@@ -32,7 +32,7 @@ from .errors import BadInputError
 
 DEFAULT_TIMEOUT_S = 300.0
 #: the most seconds any duration setting or option may hold (about 11.6 days): every clock the tuner arms must hold
-#: it with room to spare. A deadline becomes ``faulthandler.dump_traceback_later(T + 5)`` (which overflows past
+#: it with room to spare. A deadline becomes ``faulthandler.dump_traceback_later(T + 6)`` (which overflows past
 #: ~9.2e9 s on Linux, ``threading.TIMEOUT_MAX``), and the waits of a round or a campaign are T times the configs
 #: in them: 1e6 keeps 9,000 configs' worth of a round under that limit
 MAX_SECONDS = 1e6
