@@ -36,10 +36,11 @@ from _cases import case, main, waited_for
 import triton_dist_tune as tdt
 
 MPI_MODE = os.environ.get("MODE") == "mpi"
-#: ms each config sleeps: alone in a healthy space, config 0 is the fastest, then 1, 2, 3
-#: (5 against 40 ms: 8x; 40 against 160: 4x; 160 against 320: 160 ms; each over 2 samples): the order survives the
-#: stalls of a loaded machine (tens of ms), which gaps of 16 ms might not
-SLEEP_MS = [5, 40, 160, 320]
+#: ms each config sleeps: alone in a healthy space, config 0 is the fastest, then 1, 2, 3. Every two neighbours are
+#: 4 times apart or more (5 against 40 ms: 8x; 40 against 160: 4x; 160 against 640: 4x; each over 2 samples), and
+#: 35 ms or more: the order survives the stalls of a loaded machine (tens of ms), which gaps of 16 ms might not, and
+#: its slowdowns (160 against 320 ms, 2x, decided the done-when scenario's choice between configs 2 and 3)
+SLEEP_MS = [5, 40, 160, 640]
 # cold timing (one call per sample) and 2 rounds: every config still running gets exactly N_WARMUP + N_REPEAT calls
 N_WARMUP, N_REPEAT = 1, 2
 
