@@ -21,8 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_search import landscapes  # noqa: E402
 
 KEY = re.compile(r"\[moe_gemm key=\((\d+),")
-OUTCOME = re.compile(r"config (\d+) (measured|stopped): own ([0-9.]+) ms, group [0-9.]+ ms \S+ over (\d+) sample\(s\): "
-                     r"(\{.*\})")
+#: a config's outcome on this rank: in the rank log's words before they said what each time is (``own``,
+#: ``group``), and after (``group time ...; this rank's own time ...``)
+OUTCOME = re.compile(r"config (\d+) (measured|stopped): "
+                     r"(?:own ([0-9.]+) ms, group [0-9.]+ ms \S+ over (\d+) sample\(s\)|"
+                     r"group time [0-9.]+ ms \S+ over (\d+) sample\(s\) .*?; this rank's own time ([0-9.]+) ms "
+                     r"\([^)]*\)): (\{.*\})")
 DECISION = re.compile(r"decision: config (\d+) \((\{.*?\})\)")
 FIELDS = (("M", "BLOCK_SIZE_M"), ("N", "BLOCK_SIZE_N"), ("K", "BLOCK_SIZE_K"), ("G", "GROUP_SIZE_M"),
           ("w", "num_warps"), ("s", "num_stages"))
@@ -45,7 +49,8 @@ def read(path: Path) -> dict[int, dict]:
                 continue
             entry = keys.setdefault(int(key.group(1)), {"outcomes": {}, "chosen": None})
             if (found := OUTCOME.search(line)) is not None:
-                _, state, ms, samples, config = found.groups()
+                _, state, old_ms, old_samples, samples, ms, config = found.groups()
+                ms, samples = ms or old_ms, samples or old_samples
                 entry["outcomes"].setdefault(text(config), []).append((float(ms), int(samples), state))
             elif (found := DECISION.search(line)) is not None:
                 entry["chosen"] = text(found.group(2))

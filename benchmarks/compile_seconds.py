@@ -23,7 +23,9 @@ from collections import defaultdict
 from pathlib import Path
 
 COMPILE = re.compile(r"\] compile of config (\d+): ([0-9.]+) s \(")
-MEASURED = re.compile(r"key=\(+(\d+),.*\] config (\d+) measured: own ([0-9.]+) ms")
+#: a config's time on this rank, in the rank log's words before and after they said what each time is
+MEASURED = re.compile(r"key=\(+(\d+),.*\] config (\d+) measured: (?:own |group time .*?; this rank's own time )"
+                      r"([0-9.]+) ms")
 DECISION = re.compile(r"key=\(+(\d+),.*\] decision: config \d+ .*?group time ([0-9.]+) ms")
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 KEY = re.compile(r"key=\((\d+),")
 WARM = re.compile(r"warm-up: (\d+) config\(s\) in ([0-9.]+) s")
-MEASURED = re.compile(r"config (\d+) measured: own ([0-9.]+) ms")
+#: a config's time on this rank, in the rank log's words before and after they said what each time is
+MEASURED = re.compile(r"config (\d+) measured: (?:own |group time .*?; this rank's own time )([0-9.]+) ms")
 DECISION = re.compile(r"decision: config (\d+) .*?group time ([0-9.]+) ms")
 
 

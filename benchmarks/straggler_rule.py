@@ -41,7 +41,8 @@ from triton_dist_tune.measure.search import PatternSearch, SearchPlan  # noqa: E
 from triton_dist_tune.measure.surrogate import AdditiveModel  # noqa: E402
 
 KEY = re.compile(r"key=\((\d+),")
-MEASURED = re.compile(r"config (\d+) measured: own ([0-9.]+) ms")
+#: a config's time on this rank, in the rank log's words before and after they said what each time is
+MEASURED = re.compile(r"config (\d+) measured: (?:own |group time .*?; this rank's own time )([0-9.]+) ms")
 WARM = re.compile(r"warm-up: (\d+) config\(s\) in ([0-9.]+) s")
 STAGE = re.compile(r"search stage \d+: (\d+) config\(s\) \((\d+) sampled again\)")
 DECISION = re.compile(r"decision: config \d+ .*?group time ([0-9.]+) ms")

@@ -59,7 +59,8 @@ def test_a_final_outcome_without_a_time_is_logged_without_a_traceback(tmp_path, 
 
     with caplog.at_level(logging.INFO, logger="triton_dist_tune.test_blame"):
         Measured()._final(Outcome(3, "{x: 1}", "stopped", samples=0))
-    assert "config 3 stopped: own - ms, group - ms" in caplog.text
+    assert "config 3 stopped: group time - ms +-0.0% over 0 sample(s) (" in caplog.text
+    assert "this rank's own time - ms (the median of its own samples): {x: 1}" in caplog.text
 
 
 # -- contextual_autotune: blame needs the same evidence as in autotune --------------------------------------------

@@ -500,3 +500,34 @@ def test_a_subgroups_ranks_text_is_added_only_to_errors_that_name_its_ranks_bare
         other = GroupTimeoutError(text)
         add_ranks_text(other, "tp", [4, 5])
         assert str(other) == text, other
+
+
+def test_a_configs_log_line_says_what_the_group_time_and_this_ranks_own_time_are():
+    """A rank log's line for a config said ``own 0.0623 ms, group 0.0289 ms +-4.1% over 5 sample(s)``: a group
+    time less than this rank's own read as a contradiction until a later line said the race's times were least
+    samples. Each time is now said with what it is, in every way the tuner makes it (the 2-rank job's log:
+    test_tune_dist.py::test_ranks_agree_where_each_alone_would_differ)."""
+    from triton_dist_tune.measure.guarding import final_text
+    from triton_dist_tune.records import Outcome
+
+    def outcome(**fields) -> Outcome:
+        return Outcome(3, "{v: 3}", "measured", time=0.0289, spread=0.041, samples=5, own=0.0623, **fields)
+
+    round_samples = "group time 0.0289 ms +-4.1% over 5 sample(s) (each sample the slowest rank's time in its round; "
+    own = "; this rank's own time 0.0623 ms (the median of its own samples)"
+    assert final_text(outcome(), least=True) == (
+        round_samples + "the group time is the least of them, the race's samples being noisy)" + own)
+    assert final_text(outcome()) == round_samples + "the group time is their median)" + own
+    assert final_text(outcome(drift_free=0.0289)) == (
+        round_samples + "the group time is drift-free: its median ratio, over its settled rounds, to the round's "
+        "median leader, scaled by the leaders' median sample)" + own)
+    assert final_text(outcome(drift_free=0.03), least=True).endswith("the least of them, the race's samples being "
+                                                                      "noisy)" + own)  # not the time it has
+    alone = Outcome(3, "{v: 3}", "measured", time=0.0623, spread=0.041, samples=5, own=0.0623)
+    assert final_text(alone, share=True) == (
+        "group time 0.0623 ms +-4.1% over 5 sample(s) (timed by this rank alone, its share of a sharded tuning: the "
+        "median of its samples); this rank's own time 0.0623 ms (the same)")
+    probed = Outcome(3, "{v: 3}", "measured", time=0.5, samples=1, own=0.5, probed=True)
+    assert final_text(probed) == (
+        "group time 0.5000 ms +-0.0% over 1 sample(s) (its warm-up probe standing in for a sample, on this rank: far "
+        "behind the fastest probe); this rank's own time 0.5000 ms (the same)")

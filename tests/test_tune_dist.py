@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -34,6 +35,15 @@ def failures(tmp_path_factory):
     return run_cases(CASES, 2, FAILURE_CASES, env=tuner_env(tmp_path_factory.mktemp("failures"), 20), timeout=90)
 
 
+#: a rank log's line for a raced config: the group's time and this rank's own, each said with what it is
+#: (guarding.final_text; before: "config 0 measured: own 5.0000 ms, group 320.0000 ms +-0.0% over 3 sample(s)",
+#: which read as a contradiction wherever the group's time was the less)
+RACED = (r"\] config {index} (?:measured|stopped): group time (?P<group>[0-9.]+) ms \+-[0-9.]+% over \d+ sample\(s\) "
+         r"\(each sample the slowest rank's time in its round; the group time is (?:their median|drift-free: [^)]*|"
+         r"the least of them, the race's samples being noisy)\); this rank's own time (?P<own>[0-9.]+) ms "
+         r"\(the median of its own samples\): \{{variant: {index}\}}")
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [2, 4])
 def test_ranks_agree_where_each_alone_would_differ(env, n, tmp_path):
@@ -47,6 +57,15 @@ def test_ranks_agree_where_each_alone_would_differ(env, n, tmp_path):
     assert logs == [f"rank-{i}.log" for i in range(n)]
     text = (job / "rank-1.log").read_text()
     assert "decision: config 2" in text and "group" in text
+    # each rank's log says what its two times are: the group's (each round's sample the slowest rank's: config 0
+    # takes 5 ms on the even ranks, 320 on the odd ones; config 1 the other way round, 80 against 5) and its own.
+    # Timed on the virtual clock: exact
+    for rank in range(n):
+        text = (job / f"rank-{rank}.log").read_text()
+        for index, own in ((0, 5.0 if rank % 2 == 0 else 320.0), (1, 80.0 if rank % 2 == 0 else 5.0)):
+            found = re.search(RACED.format(index=index), text)
+            assert found is not None, text[-3000:]
+            assert (float(found["group"]), float(found["own"])) == ((320.0, 80.0)[index], own), found[0]
 
 
 @pytest.mark.timeout(120)

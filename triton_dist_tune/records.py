@@ -62,10 +62,12 @@ def recorded_statistic(record: dict[str, Any]) -> str:
 class Outcome:
     """What the group knows of one config after (part of) a tuning.
 
-    ``time`` is the group's time in ms: the MAX over ranks of each rank's median sample. ``spread`` is the
-    relative half-width of the group's uncertainty about it (0.02: +-2%), ``per_rank`` each rank's median, and
-    ``samples`` how many samples each rank took (a sample is one timed call, or one batch of back-to-back calls in
-    steady timing, reported per call).
+    ``time`` is the group's time in ms, made from the group's samples, one per round: the slowest rank's time in
+    that round (the MAX over ranks). It is their median; or, where the race's samples were noisy, their least; or,
+    for a leader of the race's settled rounds, its drift-free time (:attr:`drift_free`). So it may be less than
+    some rank's own median (``own``, ``per_rank``). ``spread`` is the relative half-width of the group's uncertainty
+    about it (0.02: +-2%), ``per_rank`` each rank's median, and ``samples`` how many samples each rank took (a
+    sample is one timed call, or one batch of back-to-back calls in steady timing, reported per call).
     """
 
     index: int
@@ -79,7 +81,7 @@ class Outcome:
     #: met); None: every rank in order
     per_rank_of: list[int] | None = None
     error: str | None = None
-    #: rank-local times of this rank (not agreed; for logs only)
+    #: this rank's own time: the median of its own samples (not agreed; for logs only)
     own: float | None = None
     #: True when this outcome was read from an earlier attempt's journal instead of measured now
     resumed: bool = False

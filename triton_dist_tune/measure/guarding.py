@@ -322,12 +322,12 @@ class Guarding:
             self._stop_if_poisoned(index, desc, text)
         return outcome
 
-    def _final(self, outcome: Outcome, share: bool = False) -> Outcome:
-        """Journal a measured or stopped outcome the group agreed on (``share``: a sharded rank's, final)."""
+    def _final(self, outcome: Outcome, share: bool = False, least: bool = False) -> Outcome:
+        """Journal a measured or stopped outcome the group agreed on (``share``: a sharded rank's, final), and log
+        it (:func:`final_text`; ``least``: a race's time that is its least sample, the race's samples noisy)."""
         self.journal.record(outcome, **({"share": True} if share else {}))
-        self.log.info("%s config %d %s: own %s ms, group %s ms +-%.1f%% over %d sample(s): %s", self.label,
-                      outcome.index, outcome.state, ms_text(outcome.own), ms_text(outcome.time),
-                      100 * (outcome.spread or 0), outcome.samples, outcome.config)
+        self.log.info("%s config %d %s: %s: %s", self.label, outcome.index, outcome.state,
+                      final_text(outcome, share, least), outcome.config)
         return outcome
 
     def _stop_if_poisoned(self, index: int, desc: str, text: str) -> None:
@@ -340,6 +340,34 @@ class Guarding:
                        "restart the job (e.g. torchrun --max-restarts) to resume without it")
             self.log.error(message)
             raise DevicePoisonedError(message)
+
+
+def final_text(outcome: Outcome, share: bool = False, least: bool = False) -> str:
+    """A rank log's account of a config's two times, each said with what it is, so that one rank's log reads
+    without the code: the group's time (the one the choice is made by, the same on every rank) and this rank's own.
+    In a race each round's group sample is the slowest rank's time in that round, and the group's time is their
+    median, or their least where the race's samples are noisy (``least``; a later line of the race says so too), or
+    a settled leader's drift-free time; this rank's own time is the median of its own samples. So the group's time
+    may be less than this rank's own: a noisy race's least sample against a median, or a drift-free time. A sharded
+    rank's config (``share``) and one screened by its probe alone were timed by this rank only: both are one
+    time."""
+    spread = f" +-{100 * (outcome.spread or 0):.1f}%"
+    group = f"group time {ms_text(outcome.time)} ms{spread} over {outcome.samples} sample(s)"
+    if share:
+        how = "timed by this rank alone, its share of a sharded tuning: the median of its samples"
+    elif outcome.probed:
+        how = "its warm-up probe standing in for a sample, on this rank: far behind the fastest probe"
+    else:
+        if outcome.drift_free is not None and outcome.time == outcome.drift_free:
+            statistic = ("drift-free: its median ratio, over its settled rounds, to the round's median leader, "
+                         "scaled by the leaders' median sample")
+        elif least:
+            statistic = "the least of them, the race's samples being noisy"
+        else:
+            statistic = "their median"
+        how = f"each sample the slowest rank's time in its round; the group time is {statistic}"
+    own = "the same" if share or outcome.probed else "the median of its own samples"
+    return f"{group} ({how}); this rank's own time {ms_text(outcome.own)} ms ({own})"
 
 
 def stopped_peers(group: Group, board: Any, reports: list[FailureReport]) -> list[int]:

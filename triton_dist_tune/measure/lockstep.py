@@ -350,7 +350,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
                     elif race.entrants[index].state == "running":
                         race.record(index, combined.values)
                 for index in race.end_round():
-                    outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own))
+                    outcomes[index] = self._final(race.outcome(index, entries[index][1], self._own), least=race.noisy)
         self.watch.leave()
         self.budget.cut = self.budget.cut or race.cut
         # every config's time of the race's final statistic (Race.location): one that left the race took the
@@ -360,7 +360,7 @@ class Measurer(Sampling, Sharding, Guarding, SteadySteps):
                 continue
             outcome = race.outcome(index, entries[index][1], self._own)
             if entrant.state == "running" or index not in outcomes or outcomes[index].time != outcome.time:
-                outcomes[index] = self._final(outcome)
+                outcomes[index] = self._final(outcome, least=race.noisy)
         if screen:
             outcomes.update(self.probed_outcomes(far, todo, per_call, [outcomes[i] for i in entries]))
         if self.graphs is not None:

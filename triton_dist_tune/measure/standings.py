@@ -97,6 +97,11 @@ class Standings:
             self._noisy = (stamp, noise is not None and noise.sigma > NOISY)
         return min if self._noisy[1] else median
 
+    @property
+    def noisy(self) -> bool:
+        """Whether the race's samples read noisy now: its times are then least samples (:meth:`location`)."""
+        return self.location() is not median
+
     def _noise_runs(self) -> list[list[float]]:
         """The runs of samples the race's noise is measured from: every config's samples, or with
         :attr:`settled_noise` the settled leaders' samples relative to their round's median leader sample, once two
