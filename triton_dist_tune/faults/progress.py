@@ -42,7 +42,7 @@ from ..faults.watchdog import exchange_timeout
 from ..group.beat import counts, own_client
 from ..group.channel import Group, report_waiting
 from ..group.store_peek import peek
-from ..group.store_wait import ArrivalLog, Arrivals, StoreWaitTimeout, quiet_store_wait
+from ..group.store_wait import ArrivalLog, Arrivals, Pace, StoreWaitTimeout, quiet_store_wait
 from ..settings import current, store_host
 
 #: per thread: the user code without a deadline it is in (what, and when it entered), read by the beat threads
@@ -232,6 +232,7 @@ class RoundWatch:
         window, progress_s = exchange_timeout(self.timeout), current().progress_s
         others = list(marks.keys)
         started = time.monotonic()
+        pace = Pace(started)  # (the polls' pauses grow with the whole wait: :func:`~.store_wait.poll_pause`)
         seen = {u: _Seen(None, started) for u in others}
         reported = 0.0
         missing = others  # (the units whose mark this rank has not seen: a mark stays until every unit passed)
@@ -246,7 +247,7 @@ class RoundWatch:
                         return
                 else:
                     try:  # a unit tunes its keys for seconds: look without blocking (no store warnings on screen)
-                        quiet_store_wait(store, [marks.keys[u] for u in missing], every, block=False)
+                        quiet_store_wait(store, [marks.keys[u] for u in missing], every, block=False, pace=pace)
                         continue
                     except StoreWaitTimeout:  # ``every`` s passed (a store that is gone raises another error)
                         pass

@@ -32,7 +32,7 @@ from .channel import (
 )
 from .note import Note, Waiter
 from .store_board import StoreBoard
-from .store_wait import ArrivalLog, Arrivals, Lookup, quiet_store_wait
+from .store_wait import ArrivalLog, Arrivals, Lookup, Pace, quiet_store_wait
 from .unresolved import NOTES
 
 log = logging.getLogger("triton_dist_tune")
@@ -298,10 +298,12 @@ class StoreGroup(Group):
                 reported[0] = waited
                 report_waiting(self.rank, self.title, what, late, self.global_ranks, waited, timeout)
 
-        slices = itertools.count()
+        slices, pace = itertools.count(), Pace(started)
 
-        def wait(seconds: float) -> None:  # the first slice blocks, the others poll (no store warnings)
-            quiet_store_wait(self.store, keys, seconds, block=next(slices) == 0 and poll is None, poll=poll)
+        def wait(seconds: float) -> None:  # the first slice blocks, the others poll (no store warnings), their
+            # looks paced by the whole wait (less and less often), not each slice
+            quiet_store_wait(self.store, keys, seconds, block=next(slices) == 0 and poll is None, poll=poll,
+                             pace=pace)
 
         try:
             wait_in_slices(wait, timeout, between_slices, every=min(every, BOARD_SLICE_S))

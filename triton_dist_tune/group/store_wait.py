@@ -10,14 +10,51 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
 from .store_peek import peek
 
-#: a store wait past its first slice looks for its keys this often instead of blocking (:func:`quiet_store_wait`)
+#: a store wait that looks for its keys instead of blocking (:func:`quiet_store_wait`) looks this often during its
+#: first :data:`FAST_S` seconds
 POLL_S = 0.05
+#: the seconds of a wait during which it looks every :data:`POLL_S`: where a healthy exchange or round ends (an
+#: exchange's first second is one blocking wait anyway)
+FAST_S = 1.0
+#: past :data:`FAST_S`, the pause between two looks doubles every this many seconds of the wait...
+DOUBLING_S = 0.5
+#: ...up to this: a long wait (a straggler compiling, a slow unit) costs 4 looks a second per waiting rank, not 20,
+#: and notices its keys at most this much later than before. Far below the slices between which a wait reads the
+#: late ranks' signs of life (1 s at an exchange, ``beat_interval(T)`` at a progress watch): a pause never outlasts
+#: its slice, so those reads, and the giving up on a dead rank, keep their times
+POLL_CAP_S = 0.25
+
+
+def poll_pause(waited: float) -> float:
+    """The pause after a look made ``waited`` seconds into a wait: :data:`POLL_S` for its first :data:`FAST_S`
+    seconds, then growing geometrically (doubling every :data:`DOUBLING_S` s) to :data:`POLL_CAP_S`, reached 1.16 s
+    later (after about 12 looks). A wait of ``W`` s (``W`` > 2.2) looks about ``4 W + 23`` times, not ``20 W`` (an
+    exchange's, whose first second blocks: ``4 W + 3``, not ``20 (W - 1)``)."""
+    if waited <= FAST_S:
+        return POLL_S
+    return min(POLL_CAP_S, POLL_S * 2 ** ((waited - FAST_S) / DOUBLING_S))
+
+
+@dataclass
+class Pace:
+    """The looks of one wait, which may run in slices (several calls of :func:`quiet_store_wait`, with the late
+    ranks' signs of life read between them): when it began, and when it last looked. Each look comes
+    :func:`poll_pause` after the one before, whichever slice it falls in (a slice does not start the pauses again,
+    nor look at once after the look that ended the slice before)."""
+
+    since: float = field(default_factory=time.monotonic)
+    #: ``time.monotonic()`` at the last look (None: none yet)
+    last: float | None = None
+
+    def next_look(self) -> float:
+        """When the next look is due (``time.monotonic()``): at once for the first."""
+        return self.since if self.last is None else self.last + poll_pause(self.last - self.since)
 
 
 class StoreWaitTimeout(TimeoutError):
@@ -25,16 +62,20 @@ class StoreWaitTimeout(TimeoutError):
 
 
 def quiet_store_wait(store: Any, keys: list[str], seconds: float, block: bool,
-                     poll: Callable[[], None] | None = None, alone: bool = False) -> None:
+                     poll: Callable[[], None] | None = None, alone: bool = False, pace: Pace | None = None) -> None:
     """Return once every key of ``keys`` is in ``store``; raise :class:`StoreWaitTimeout` after ``seconds``.
     ``block``: one blocking ``wait`` (a key set meanwhile ends it at once: the first slice of a wait, where
     most exchanges end within milliseconds), on this thread's own client of ``store`` (:func:`own_waiter`); else
-    ``store.check`` every :data:`POLL_S` seconds. A blocking wait that runs out makes torch's store client print
-    two ``waitForInput ... likely a timeout`` warnings on the rank's screen, although nothing is wrong: a wait that
-    outlasts its first slice (a peer compiling, a campaign's unit tuning a key alone) goes on quietly. A store
-    that is gone raises at once either way (a thread's first blocking wait: after half of ``seconds``, at most
-    :data:`CLONE_WAIT_S`, spent waiting for its own client's connect, which a gone host makes fail only after the
-    store's timeout, twice; a connect not made by then, the wait looks instead for the rest of ``seconds``).
+    ``store.check`` at pauses that grow as the wait goes on (:func:`poll_pause`: every :data:`POLL_S` for its first
+    :data:`FAST_S` s, then less and less often, at least every :data:`POLL_CAP_S`), the last look at the deadline
+    (or less than :data:`POLL_S` before it: a slice that begins just after a look does not look again at once);
+    ``pace``: the :class:`Pace` of the whole wait, where this call is a slice of a longer one (default: a wait that
+    begins now). A blocking wait that runs out makes torch's store client print two ``waitForInput ... likely a
+    timeout`` warnings on the rank's screen, although nothing is wrong: a wait that outlasts its first slice (a peer
+    compiling, a campaign's unit tuning a key alone) goes on quietly. A store that is gone raises at once either way
+    (a thread's first blocking wait: after half of ``seconds``, at most :data:`CLONE_WAIT_S`, spent waiting for its
+    own client's connect, which a gone host makes fail only after the store's timeout, twice; a connect not made by
+    then, the wait looks instead for the rest of ``seconds``).
     ``poll``: called before each look (not with ``block``). ``alone``: no other thread uses ``store`` (the
     attempt's naming in ``init_distributed``, before any group exists): a blocking wait uses ``store`` itself, and
     the process keeps no connection for it."""
@@ -44,16 +85,21 @@ def quiet_store_wait(store: Any, keys: list[str], seconds: float, block: bool,
         if client is not None:
             client.wait(keys, timedelta(seconds=max(seconds / 2, seconds - (time.monotonic() - started))))
             return
-    deadline = started + seconds
+    deadline, pace = started + seconds, Pace(started) if pace is None else pace
     while True:
+        due, now = pace.next_look(), time.monotonic()
+        if due > deadline and pace.last is not None and deadline - pace.last < POLL_S:  # (looked just before)
+            time.sleep(max(0.0, deadline - now))
+            raise StoreWaitTimeout(f"store keys not set within {seconds:.3f} s")
+        if min(due, deadline) > now:
+            time.sleep(min(due, deadline) - now)
         if poll is not None:
             poll()
+        pace.last = time.monotonic()
         if store.check(keys):
             return
-        left = deadline - time.monotonic()
-        if left <= 0:
+        if pace.last >= deadline:
             raise StoreWaitTimeout(f"store keys not set within {seconds:.3f} s")
-        time.sleep(min(POLL_S, left))
 
 
 #: the most seconds a thread's first blocking wait on a store waits for its own client to connect (:func:`own_waiter`)
