@@ -391,5 +391,40 @@ def watch_after_a_side_watch():
     emit(rank=group.rank, error=error, seconds=time.monotonic() - started)
 
 
+class ChecksTimed(KeysLookedUp):
+    """The job's store, recording when each ``check`` was made (``time.monotonic()``) and of which keys."""
+
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self.checked: list[tuple[float, frozenset[str]]] = []
+
+    def check(self, keys):
+        self.checked.append((time.monotonic(), frozenset(keys)))
+        return super().check(keys)
+
+
+@case
+def late_barrier_polls():
+    """3 ranks: rank 2 comes to a barrier 10 s after ranks 0 and 1, which wait for it. How long each waited, and
+    when it made its polls, from the start of its wait: its ``check``s of every key it waits for at once (rank 0:
+    the two other ranks' messages; rank 1: the result), in all and from its third second on (its look-ups' checks
+    apart)."""
+    from triton_dist_tune.group import store as comm
+
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    counted = ChecksTimed(comm._job_store())
+    comm._job_store = lambda: counted
+    group.barrier("first barrier")
+    if group.rank == 2:
+        time.sleep(10)
+    counted.checked.clear()
+    seq, started = group._seq + 1, time.monotonic()
+    group.barrier("late barrier")
+    seconds = time.monotonic() - started
+    awaited = frozenset([group._key(seq, 1), group._key(seq, 2)] if group.rank == 0 else [group._key(seq, "all")])
+    polls = [t - started for t, keys in counted.checked if keys == awaited]
+    emit(rank=group.rank, seconds=seconds, checks=len(counted.checked), polls=len(polls),
+         polls_from_3s=sum(1 for t in polls if t >= 3.0))
+
 if __name__ == "__main__":
     main()

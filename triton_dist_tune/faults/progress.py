@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,9 +41,9 @@ from ..errors import GroupTimeoutError, RankFailedError, describe_error
 from ..faults.watchdog import exchange_timeout
 from ..group.beat import counts, own_client
 from ..group.channel import Group, report_waiting
-from ..group.store_peek import peek
 from ..group.store_wait import ArrivalLog, Arrivals, Pace, StoreWaitTimeout, quiet_store_wait
 from ..settings import current, store_host
+from .unit_notes import NoteLog
 
 #: per thread: the user code without a deadline it is in (what, and when it entered), read by the beat threads
 _inside: dict[int, tuple[str, float]] = {}
@@ -155,15 +155,11 @@ class RoundWatch:
     def _done_key(self, round_: int, unit: int) -> str:
         return f"{self.scope}done/{round_}/{unit}"
 
-    def _stuck_key(self, unit: int) -> str:
-        return f"{self.scope}stuck/{unit}"
-
-    def _left_key(self, unit: int) -> str:
-        return f"{self.scope}left/{unit}"
-
-    def _someone_left_key(self) -> str:
-        """Set by a unit that leaves, before its own key: a waiting rank reads the units' keys only when it is set."""
-        return f"{self.scope}left/some"
+    def _notes(self, kind: str, store: Any = None) -> NoteLog:
+        """The units' notes of ``kind`` (``"left"``: the error each left the work with; ``"stuck"``: where each is
+        stuck in user code), on ``store`` (default: the group's), read in one request (:class:`NoteLog`)."""
+        return NoteLog(self.group.store if store is None else store,  # type: ignore[attr-defined]
+                       f"{self.scope}{kind}/notes", lambda unit: f"{self.scope}{kind}/{unit}")
 
     def _beat(self) -> None:
         self.group.store.add(self._beat_key(self.group.rank), 1)  # type: ignore[attr-defined]
@@ -176,11 +172,11 @@ class RoundWatch:
             try:
                 if inside is not None and time.monotonic() - inside[1] > limit:
                     if not told:  # stuck in user code: no beat, the others end their wait as for a dead unit
-                        store.set(self._stuck_key(self.group.rank), inside[0].encode())
+                        self._notes("stuck", store).write(self.group.rank, inside[0])
                         told = True
                     continue
                 if told:  # it came back after all
-                    store.delete_key(self._stuck_key(self.group.rank))
+                    self._notes("stuck", store).write(self.group.rank, None)
                     told = False
                 self._beat()
             except Exception:  # the store is gone: the waits say so; a beat thread must never raise
@@ -207,10 +203,12 @@ class RoundWatch:
         units) when some unit shows no sign of life for ``exchange_timeout(T)`` seconds.
 
         Its store requests do not grow with the number of units: one ``check`` of the marks still missing (all at
-        once) per poll, each :func:`beat_interval` a look-up of the units still missing (a log of the round's
-        arrivals, which this unit appends to at its first look, and a ``check`` of the marks it names:
-        :class:`~triton_dist_tune.group.store_wait.Arrivals`), their beats (two requests), and one request for
-        whether some unit left (:meth:`_left`). The log is a hint, the marks the truth: a unit is given up on only
+        once) per poll (every 50 ms for the wait's first second, then less and less often, every 0.25 s from its
+        third: :func:`~triton_dist_tune.group.store_wait.poll_pause`), each :func:`beat_interval` a look-up of the
+        units still missing (a log of the round's arrivals, which this unit appends to at its first look, and a
+        ``check`` of the marks it names: :class:`~triton_dist_tune.group.store_wait.Arrivals`), their beats (two
+        requests), and one request for whether some unit left (:meth:`_left`; one more for every unit's note once
+        one has). The log is a hint, the marks the truth: a unit is given up on only
         once its mark is read missing. Before, every unit's mark and its note of leaving were read one by one at
         each round: ``2 (N - 1)`` requests per rank and round, ``2 N (N - 1)`` at the store's server; then, while
         units were late, the look-up read the units still missing one by one: with half the group waiting for the
@@ -239,18 +237,19 @@ class RoundWatch:
         while True:
             counts: dict[int, int] = {}
             try:
-                if not missing or store.check([marks.keys[u] for u in missing]):
-                    missing = []
+                if missing:
+                    try:  # a unit tunes its keys for seconds: look without blocking (no store warnings on screen),
+                        # less and less often as the wait goes on (its pace)
+                        quiet_store_wait(store, [marks.keys[u] for u in missing], every, block=False, pace=pace)
+                        missing = []
+                    except StoreWaitTimeout:  # ``every`` s passed (a store that is gone raises another error)
+                        pass
+                if not missing:
                     # a unit that marked the round and then left (interrupted while it waited) misses the exchange
                     left = self._left(others)
                     if not left:
                         return
                 else:
-                    try:  # a unit tunes its keys for seconds: look without blocking (no store warnings on screen)
-                        quiet_store_wait(store, [marks.keys[u] for u in missing], every, block=False, pace=pace)
-                        continue
-                    except StoreWaitTimeout:  # ``every`` s passed (a store that is gone raises another error)
-                        pass
                     missing = marks.missing()  # (a hint: each decision below reads the marks of the units it names)
                     counts = self._counts(missing)
                     left = self._left(missing)
@@ -295,24 +294,18 @@ class RoundWatch:
         at a round end at once (:meth:`wait`) instead of after ``exchange_timeout(T)`` with no beat."""
         if self.watched:
             try:
-                store = self.group.store  # type: ignore[attr-defined]
-                store.set(self._someone_left_key(), b"1")  # (first: a rank that reads it unset reads no unit's)
-                store.set(self._left_key(self.group.rank), why.encode())
+                self._notes("left").write(self.group.rank, why)
             except Exception:  # the store is gone (the others have ended): nobody waits
                 pass
 
-    def _notes(self, units: list[int], key: Callable[[int], str]) -> dict[int, str]:
-        """What each of ``units`` noted in the store under ``key(unit)`` (units that noted nothing are left out)."""
-        store = self.group.store  # type: ignore[attr-defined]
-        values = {u: peek(store, key(u)) for u in units}  # (a stuck unit that comes back deletes its note)
-        return {u: value.decode(errors="replace") for u, value in values.items() if value is not None}
-
     def _left(self, units: list[int]) -> dict[int, str]:
         """The error each of ``units`` said it left the work with (units that said nothing are left out): one
-        request while no unit has left (:meth:`_someone_left_key`), one more per unit of ``units`` once one has."""
-        if not units or not self.group.store.check([self._someone_left_key()]):  # type: ignore[attr-defined]
+        request while no unit has left, one more once one has, whatever the number of units (before: one per unit
+        of ``units``, at each look of a wait where some unit had left, and for every other unit at a round's end)."""
+        notes = self._notes("left")
+        if not units or not notes.noted():
             return {}
-        return self._notes(units, self._left_key)
+        return notes.read(units)
 
     def _left_message(self, left: dict[int, str], what: str, waited: float) -> str:
         ranks: Any = getattr(self.group, "global_ranks", None)
@@ -322,9 +315,10 @@ class RoundWatch:
                 f"waited {waited:.1f} s at '{what}': {units}. {self.rerun}")
 
     def _stuck(self, units: list[int]) -> dict[int, str]:
-        """Where each of ``units`` noted it is stuck in user code (units that noted nothing are left out)."""
+        """Where each of ``units`` noted it is stuck in user code (units that noted nothing, or came back, are left
+        out), in one request whatever their number (before: one per unit)."""
         try:
-            return self._notes(units, self._stuck_key)
+            return self._notes("stuck").read(units)
         except Exception:  # the store is gone: the units are reported as lost, without a place
             return {}
 

@@ -27,8 +27,16 @@ def peek(store: Any, key: str) -> bytes | None:
     try:
         value = store.compare_set(key, ABSENT, ABSENT)
     except (NotImplementedError, AttributeError, RuntimeError) as exc:
-        if isinstance(exc, RuntimeError) and "not implemented" not in str(exc).lower():
+        if not unsupported(exc):
             raise  # the store is gone, or refused: the caller's error
         return store.get(key) if store.check([key]) else None
     value = bytes(value)
     return None if value == ABSENT else value
+
+
+def unsupported(exc: Exception) -> bool:
+    """Whether ``exc``, raised by a store's method, says that the store does not implement it (a Python ``Store``
+    that does not override it: torch raises a RuntimeError saying ``Not implemented``), not that the store is
+    gone or refused."""
+    return isinstance(exc, (NotImplementedError, AttributeError)) or (
+        isinstance(exc, RuntimeError) and "not implemented" in str(exc).lower())
