@@ -230,7 +230,7 @@ class RoundWatch:
         window, progress_s = exchange_timeout(self.timeout), current().progress_s
         others = list(marks.keys)
         started = time.monotonic()
-        pace = Pace(started)  # (the polls' pauses grow with the whole wait: :func:`~.store_wait.poll_pause`)
+        pace = Pace(started)  # (the polls' pauses grow with the whole wait, not each slice)
         seen = {u: _Seen(None, started) for u in others}
         reported = 0.0
         missing = others  # (the units whose mark this rank has not seen: a mark stays until every unit passed)
