@@ -66,6 +66,21 @@ def test_autotune_replicas_on_some_ranks_of_a_group_only_is_a_mismatch_on_every_
 
 
 @pytest.mark.timeout(120)
+def test_autotune_replicas_missing_on_one_rank_whose_replica_partner_passes_it_is_an_error_on_every_rank_at_once(
+        env):
+    # rank 2 alone passes no autotune_replicas: it agrees with its TP peer 3 only, while rank 0 waits for it across
+    # replicas. Was: ranks 2 and 3 MismatchError at once, ranks 0, 1 and 3 GroupTimeoutError after T (rank 3's own
+    # mismatch lost behind its timeout waiting for rank 1)
+    results = four_ranks("replicas_missing_on_one_rank", env)
+    for r in results:
+        assert r.result["error"] in ("MismatchError", "BadInputError"), describe(results)
+        assert "differ in autotune_replicas (the replica count)" in r.result["message"], r.result
+        assert r.result["seconds"] < T / 4, r.result
+    assert [r.result["error"] for r in results[2:]] == ["MismatchError", "MismatchError"], describe(results)
+    assert "global rank 2 raised MismatchError" in results[0].result["message"], results[0].result
+
+
+@pytest.mark.timeout(120)
 def test_a_key_fn_that_raises_on_one_rank_of_a_layout_is_an_error_on_every_rank_at_once(env):
     # was: ranks 1 and 3 (its replica group) BadInputError at once; ranks 0 and 2 GroupTimeoutError after T
     every_rank_at_once(four_ranks("key_fn_raises_on_one_rank", env), "BadInputError",

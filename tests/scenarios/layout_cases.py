@@ -67,6 +67,14 @@ def replicas_on_some_ranks_only():
 
 
 @case
+def replicas_missing_on_one_rank():
+    """Rank 2 passes no autotune_replicas; ranks 0, 1 and 3 pass theirs. Rank 2 meets only its TP peer 3, while
+    rank 0, its partner across replicas, waits for it there (and rank 1 for rank 0, rank 3 for rank 1)."""
+    me, tp, across = two_by_two()
+    call(layer("replicas_missing"), autotune_pg=tp, **({} if me == 2 else {"autotune_replicas": across}))
+
+
+@case
 def replicas_overlap_the_group():
     """autotune_replicas is the whole job (it holds both ranks of each TP group), not one rank of each replica."""
     _, tp, _ = two_by_two()

@@ -13,6 +13,8 @@ from ..errors import AutotuneError, BadInputError, MismatchError, describe_error
 from ..faults.progress import user_code
 from ..group.agreement import agree
 from ..group.channel import ExchangeError, Group
+from ..group.rank_names import add_ranks_text
+from ..group.unresolved import NOTES
 from ..measure import compile_pass
 from ..measure.arguments import ArgumentState, fill_raised_before, named_arguments
 from ..measure.clocks import make_clock
@@ -22,6 +24,9 @@ from ..measure.timing import timing_mode
 from ..measure.trial import Trial
 from ..space import check_call, keeps
 from .tuned import TunedFunction
+
+#: the first agreement's field of the replica count (``autotune_replicas``'s group size, or "not given")
+REPLICAS_FIELD = "autotune_replicas (the replica count)"
 
 
 def agree_on_call(tuner: TunedFunction, group: Group, key_text: str, problem: str | None, args: tuple,
@@ -68,7 +73,7 @@ def _agree_in_group(tuner: TunedFunction, group: Group, key_text: str, problem: 
         except BadInputError as exc:
             problem = str(exc)
     fields = {"group size": str(group.size), "config space": tuner.space_text, "key": key_text,
-              "autotune_replicas (the replica count)": replicas, **protocol_fields(tuner),
+              REPLICAS_FIELD: replicas, **protocol_fields(tuner),
               "search mode (search= / TRITON_DIST_AUTOTUNE_SEARCH)": tuner.search_mode()}
     agreement = agree(group, fields, f"[{tuner.name}] agree on key and config space", tuner.options.timeout,
                       problem)
@@ -76,7 +81,13 @@ def _agree_in_group(tuner: TunedFunction, group: Group, key_text: str, problem: 
         raise BadInputError(f"{tuner.name}: " + per_rank(agreement.notes, tuner.name))
     for what, holders in agreement.differ.items():
         detail = "; ".join(f"ranks {ranks}: {text}" for ranks, text in holders)
-        raise MismatchError(f"{tuner.name}: the ranks of group '{group.title}' differ in {what}: {detail}")
+        error = MismatchError(f"{tuner.name}: the ranks of group '{group.title}' differ in {what}: {detail}")
+        if replicas == "not given" and REPLICAS_FIELD in agreement.differ:
+            # a peer of this group passed autotune_replicas: its partners across replicas (this rank's too, in a
+            # group this rank was not given) wait for this rank there, and learn from this note that it never comes
+            add_ranks_text(error, group.title, list(getattr(group, "global_ranks", None) or ()))
+            NOTES.post(str(error), kind="MismatchError")
+        raise error
 
 
 def protocol_fields(tuner: TunedFunction) -> dict[str, str]:

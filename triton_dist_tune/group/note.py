@@ -57,6 +57,8 @@ class Note(NamedTuple):
     #: never read from the store: set by a waiting rank that read the process gone by its beat, the seconds that
     #: beat had not moved (:meth:`~triton_dist_tune.group.beat.Silence.lost`)
     silent: float | None = None
+    #: the class of the rank's error (its note's ``error``; not said: a wrong group's ``BadInputError``)
+    kind: str = "BadInputError"
 
     def gone(self) -> bool:
         """Whether the rank's process has ended: its note says so (:attr:`ended`), or it ran on this host and is
@@ -93,12 +95,12 @@ class Note(NamedTuple):
             how = (f"its process (pid {self.process[1] if self.process else '?'}, on this host) is gone: it was killed "
                    "or died without running its exit hooks")
         return (f"global rank {rank}, which has ended: {how}, so it comes to no exchange any more and this wait "
-                f"cannot succeed. Before it ended, it raised BadInputError{self.went_on()}: {self.text[:chars]}")
+                f"cannot succeed. Before it ended, it raised {self.kind}{self.went_on()}: {self.text[:chars]}")
 
     def why_withdrawn(self, rank: int, since: float, chars: int) -> str:
         """For a timeout's message, of a wait for global rank ``rank`` that began at ``since`` (unix seconds) after
         this note's withdrawal: the likely cause, which no rule can tell (see :mod:`.unresolved`)."""
-        return (f" Before this wait began, global rank {rank} raised BadInputError in a call of this function"
+        return (f" Before this wait began, global rank {rank} raised {self.kind} in a call of this function"
                 f"{self.went_on()} (its note withdrawn {max(0.0, since - (self.withdrawn or 0.0)):.1f} s before this "
                 "wait began), never on this one: if this wait was for that call, the rank never comes (this rank "
                 "cannot tell that call from a later one the rank may still make here, so it waited its deadline): "
@@ -146,6 +148,17 @@ def parse_process(line: str) -> tuple[str, int, int] | None:
             and type(found[1]) is int and type(found[2]) is int):
         return None
     return found[0], found[1], found[2]
+
+
+def parse_kind(line: str) -> str:
+    """A note's second line's ``error``, the class of the rank's error (a short identifier), else a wrong group's
+    ``BadInputError``."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return "BadInputError"
+    kind = value.get("error") if isinstance(value, dict) else None
+    return kind if isinstance(kind, str) and kind.isidentifier() and len(kind) <= 40 else "BadInputError"
 
 
 def parse_beat(line: str) -> float | None:

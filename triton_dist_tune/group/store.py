@@ -287,7 +287,7 @@ class StoreGroup(Group):
             notes, ended = _keyed_notes(lookup, late, self.global_ranks,
                                         *NOTES.look(self.store, [self.global_ranks[r] for r in late], where))
             if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
-                said = {rank: note.text for rank, note in notes.items()}
+                said = {rank: f"{note.kind}: {note.text[:NOTE_CHARS]}" for rank, note in notes.items()}
                 message = self._unresolved_message(what, time.monotonic() - started, said)
                 NOTES.pass_on(notes, message, where)  # the ranks waiting for this one learn it in turn
                 raise BadInputError(message)
@@ -328,7 +328,7 @@ class StoreGroup(Group):
                 f"waited {seconds} s at '{what}'")
 
     def _unresolved_message(self, what: str, waited: float, said: dict[int, str]) -> str:
-        ranks = "; ".join(f"global rank {g} raised BadInputError: {text[:NOTE_CHARS]}" for g, text in said.items())
+        ranks = "; ".join(f"global rank {g} raised {text}" for g, text in said.items())
         return f"{self._waited(what, f'{waited:.1f}')} for ranks that will not come: {ranks}"
 
     def _ended_message(self, what: str, waited: float, ended: dict[int, Note]) -> str:

@@ -108,6 +108,7 @@ from .note import (
     on_this_host,
     parse_about,
     parse_beat,
+    parse_kind,
     parse_marks,
     parse_process,
     started_at,
@@ -176,10 +177,12 @@ class Notes:
         #: this process's beat while its note stands, and this rank's reading of the others' (:mod:`.beat`)
         self.beat, self.silence = Beat(), Silence()
 
-    def post(self, message: str, root: str | None = None, groups: Sequence[GroupId] | None = None) -> None:
+    def post(self, message: str, root: str | None = None, groups: Sequence[GroupId] | None = None,
+             kind: str | None = None) -> None:
         """Say to the job that this rank will not come to its group's exchanges of the call it is in
         (``calls.calling``): ``message`` is its error, which passes on the note ``root`` (None: an error of this
-        rank's own, a root of its own); ``groups``: the groups of that call, said in the note (:meth:`pass_on`)."""
+        rank's own, a root of its own); ``groups``: the groups of that call, said in the note (:meth:`pass_on`);
+        ``kind``: the class of the error where it is no ``BadInputError``."""
         store = _job_store()
         if store is None:
             return
@@ -197,6 +200,8 @@ class Notes:
                 said["process"] = process
             if groups is not None:
                 said["groups"] = [[name, list(ranks)] for name, ranks in groups]
+            if kind is not None:
+                said["error"] = kind
             if self.beat.start(store, f"{_prefix()}beat/{dist.get_rank()}"):  # (a beat first: never newer than it)
                 said["beat_s"] = BEAT_S
             store.set(key, f"{root}\n{json.dumps(said)}\n{message}".encode())
@@ -335,7 +340,7 @@ class Notes:
                 if since is not None and (posted is None or posted < since):
                     continue
                 found[rank] = Note(root, names, text, posted, groups, *parse_marks(about), parse_process(about),
-                                   parse_beat(about))
+                                   parse_beat(about), kind=parse_kind(about))
         return found
 
     def look(self, store: Any, global_ranks: Sequence[int],
