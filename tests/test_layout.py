@@ -81,6 +81,18 @@ def test_autotune_replicas_missing_on_one_rank_whose_replica_partner_passes_it_i
 
 
 @pytest.mark.timeout(120)
+def test_a_tp_groups_decisions_are_kept_in_decided_in_under_the_group_identity_as_documented(env):
+    # docs/autotune.md and docs/api.md said only that `.tuner.decided` maps a key to its config: a TP group's
+    # decisions are never there, and the pages now say where they are
+    for r in four_ranks("where_decisions_are_kept", env):
+        tp_name, tp_ranks = r.result["tp"]
+        across_name, across_ranks = r.result["across"]
+        tp_id, across_id = ("torch", tp_name, tuple(tp_ranks)), ("torch", across_name, tuple(across_ranks))
+        assert r.result["decided"] == [2], r.result
+        assert r.result["decided_in"] == sorted([repr((tp_id, 3)), repr((tp_id, across_id, 5))]), r.result
+
+
+@pytest.mark.timeout(120)
 def test_a_key_fn_that_raises_on_one_rank_of_a_layout_is_an_error_on_every_rank_at_once(env):
     # was: ranks 1 and 3 (its replica group) BadInputError at once; ranks 0 and 2 GroupTimeoutError after T
     every_rank_at_once(four_ranks("key_fn_raises_on_one_rank", env), "BadInputError",

@@ -75,6 +75,20 @@ def replicas_missing_on_one_rank():
 
 
 @case
+def where_decisions_are_kept():
+    """A call on the default group, one with autotune_pg (the TP group) and one with autotune_replicas too, each of
+    its own key: prints where each decision is kept (docs/autotune.md: ``decided`` and ``decided_in``)."""
+    me, tp, across = two_by_two()
+    f = layer("where_kept", key_fn=lambda x: x.numel())
+    f(torch.ones(2))
+    f(torch.ones(3), autotune_pg=tp)
+    f(torch.ones(5), autotune_pg=tp, autotune_replicas=across)
+    emit(decided=sorted(f.tuner.decided), decided_in=sorted(repr(slot) for slot in f.tuner.decided_in),
+         tp=[tp.group_name, dist.get_process_group_ranks(tp)],
+         across=[across.group_name, dist.get_process_group_ranks(across)])
+
+
+@case
 def replicas_overlap_the_group():
     """autotune_replicas is the whole job (it holds both ranks of each TP group), not one rank of each replica."""
     _, tp, _ = two_by_two()
