@@ -75,6 +75,14 @@ def replicas_missing_on_one_rank():
 
 
 @case
+def tp_group_on_two_ranks_default_group_on_two():
+    """Ranks 0 and 1 tune on their TP group; ranks 2 and 3 pass no autotune_pg (the default group), and wait there
+    for ranks 0 and 1, which never come to it."""
+    me, tp, _ = two_by_two()
+    call(layer("membership"), **({"autotune_pg": tp} if me < 2 else {}))
+
+
+@case
 def where_decisions_are_kept():
     """A call on the default group, one with autotune_pg (the TP group) and one with autotune_replicas too, each of
     its own key: prints where each decision is kept (docs/autotune.md: ``decided`` and ``decided_in``)."""

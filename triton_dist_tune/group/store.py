@@ -317,6 +317,8 @@ class StoreGroup(Group):
                 message = self._lost_message(what, waited, exc)
             else:
                 late = lookup.confirm(lookup.missing())
+                if isinstance(lookup, _SeenFrom) and 0 not in late and lookup.peers.logged(0) is False:
+                    late = [0, *late]  # rank 0 shows no message; it never waited here either (it logs at its look)
                 message = self._late_message(what, late, timeout) + self._withdrawn_notes(late, where)
             raise GroupTimeoutError(message) from exc
         finally:

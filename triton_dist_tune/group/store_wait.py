@@ -261,6 +261,8 @@ class Arrivals:
         #: per rank: its entries in the log that the keys contradicted (not trusted again)
         self._stale: Counter[int] = Counter()
         self._announced = self._appended = False
+        #: every rank a look found in the log, keyed or not (None: no look read the log yet; :meth:`logged`)
+        self._logged: set[int] | None = None
 
     def missing(self) -> list[int]:
         """The ranks not seen arrived, in the order of :attr:`keys`: with a log, the ranks it does not name and no
@@ -287,6 +289,12 @@ class Arrivals:
         found = {r for r in ranks if r in self.keys and self._check([self.keys[r]])}
         self._arrived |= found
         return [r for r in ranks if r not in found]
+
+    def logged(self, rank: int) -> bool | None:
+        """Whether some look of this wait found ``rank`` in the log (a rank without a key too: group rank 0, which
+        gathers an exchange, appends at its first look as every waiting rank does); None where no look read one
+        (no log, a store without ``append``, or a wait too short for a look)."""
+        return None if self._logged is None else rank in self._logged
 
     def close(self) -> None:
         """The wait is over: delete the log where this rank appended to it (see :class:`ArrivalLog`)."""
@@ -318,5 +326,6 @@ class Arrivals:
             return None
         if value is None:
             return Counter()
-        ids = (int(t) for t in value.decode("ascii", errors="replace").split(",") if t.isdigit() and len(t) < 10)
+        ids = [int(t) for t in value.decode("ascii", errors="replace").split(",") if t.isdigit() and len(t) < 10]
+        self._logged = (self._logged or set()).union(ids)
         return Counter(r for r in ids if r in self.keys)
