@@ -261,7 +261,8 @@ class Arrivals:
         #: per rank: its entries in the log that the keys contradicted (not trusted again)
         self._stale: Counter[int] = Counter()
         self._announced = self._appended = False
-        #: every rank a look found in the log, keyed or not (None: no look read the log yet; :meth:`logged`)
+        #: every rank a look found in the log, keyed or not (None: no look read the log yet), for
+        #: :meth:`Arrivals.logged`
         self._logged: set[int] | None = None
 
     def missing(self) -> list[int]:
