@@ -311,7 +311,10 @@ def test_a_variable_malformed_on_one_rank_fails_a_contextual_tuning_on_every_ran
 
 @pytest.mark.timeout(120)
 def test_ranks_at_different_steps_get_a_clear_error_naming_both(tmp_path):
-    results = run("steps_differ", tuner_env(tmp_path, 20))
+    """The error comes at once, not at the deadline (40 s): bounded by 10 s, which a new store connection's
+    occasional 5 s stall (docs/operations.md) and a loaded machine stay under (before: 20 s against 5 s, failed once
+    at 5.02 s in a loaded CI run)."""
+    results = run("steps_differ", tuner_env(tmp_path, 40))
     for r in results:
         result = r.result
         assert result["result"]["error"] == "ExchangeError", describe(results)
@@ -319,7 +322,7 @@ def test_ranks_at_different_steps_get_a_clear_error_naming_both(tmp_path):
         # every rank names its own step and rank 0's, and the rank at another step
         assert f"'config 0 warmup {r.rank + 1}'" in message and "which is at 'config 0 warmup 1'" in message, message
         assert "group rank(s) [1] are at another step" in message and "different steps" in message
-        assert result["seconds"] < 5
+        assert result["seconds"] < 10
         assert result["after"] == {"ok": [0, 1]}
 
 

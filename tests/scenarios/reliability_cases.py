@@ -230,8 +230,8 @@ def steps_differ():
     group = resolve_group(None)
     step = "config 0 warmup 1" if rank() == 0 else "config 0 warmup 2"
     t0 = time.monotonic()
-    result = outcome(lambda: group.combine(rank(), step, any, 20))
-    after = outcome(lambda: group.allgather(rank(), "the same step", 20))  # the channel still works
+    result = outcome(lambda: group.combine(rank(), step, any, 40))
+    after = outcome(lambda: group.allgather(rank(), "the same step", 40))  # the channel still works
     emit(result=result, seconds=time.monotonic() - t0, after=after)
 
 
