@@ -83,14 +83,18 @@ def test_autotune_replicas_missing_on_one_rank_whose_replica_partner_passes_it_i
 @pytest.mark.timeout(120)
 def test_a_timeout_names_group_rank_0_among_the_ranks_that_never_arrived(tmp_path):
     # ranks 2 and 3 wait on the default group, where ranks 0 and 1 never come (they tune on their TP group). Rank 0
-    # gathers an exchange and writes no message of its own: before, the timeout named group ranks [1] alone
-    results = run_ranks(CASES, 4, ["tp_group_on_two_ranks_default_group_on_two"], env=tuner_env(tmp_path, 3),
-                        timeout=90)
+    # gathers an exchange and writes no message of its own: before, the timeout named group ranks [1] alone, and so
+    # did the progress lines while they waited (a line a second here, T = 6 s)
+    env = tuner_env(tmp_path, 6, TRITON_DIST_AUTOTUNE_PROGRESS_S="1")
+    results = run_ranks(CASES, 4, ["tp_group_on_two_ranks_default_group_on_two"], env=env, timeout=90)
     assert all(r.returncode == 0 for r in results), describe(results)
     assert [r.result["error"] for r in results] == [None, None, "GroupTimeoutError", "GroupTimeoutError"], \
         describe(results)
     for r in results[2:]:
         assert "for group ranks [0, 1] (global [0, 1]), which never arrived" in r.result["message"], r.result
+        progress = [line for line in r.stderr.splitlines() if "has waited" in line]
+        # (the first line may come before any look read the log: it names rank 1 alone, as before)
+        assert progress and "for group ranks [0, 1] (global [0, 1])" in progress[-1], progress
 
 
 @pytest.mark.timeout(120)

@@ -296,7 +296,8 @@ class StoreGroup(Group):
                 raise GroupTimeoutError(self._ended_message(what, time.monotonic() - started, ended))
             if waited < 0.999 * timeout and waited - reported[0] >= 0.999 * every:  # (at the deadline: its error)
                 reported[0] = waited
-                report_waiting(self.rank, self.title, what, late, self.global_ranks, waited, timeout)
+                report_waiting(self.rank, self.title, what, _rank_0_too(lookup, late), self.global_ranks, waited,
+                               timeout)
 
         slices, pace = itertools.count(), Pace(started)
 
@@ -316,9 +317,7 @@ class StoreGroup(Group):
             if waited < 0.9 * timeout:  # not a timeout: the store itself went away
                 message = self._lost_message(what, waited, exc)
             else:
-                late = lookup.confirm(lookup.missing())
-                if isinstance(lookup, _SeenFrom) and 0 not in late and lookup.peers.logged(0) is False:
-                    late = [0, *late]  # rank 0 shows no message; it never waited here either (it logs at its look)
+                late = _rank_0_too(lookup, lookup.confirm(lookup.missing()))
                 message = self._late_message(what, late, timeout) + self._withdrawn_notes(late, where)
             raise GroupTimeoutError(message) from exc
         finally:
@@ -380,6 +379,15 @@ def _arrivals(group: StoreGroup, seq: int, ranks: Iterable[int]) -> Arrivals:
     return Arrivals({r: group._key(seq, r) for r in ranks}, group._all_arrived,
                     ArrivalLog(group.store, group._key(seq, "log"), group.rank))
 
+
+
+def _rank_0_too(lookup: Any, late: list[int]) -> list[int]:
+    """``late`` with group rank 0 first where no look of this wait found it in the exchange's log of arrivals: rank
+    0 gathers an exchange and sets no key of its own to be missed, but it appends to the log at its first look as
+    every waiting rank does; one that never did never came (for the progress lines and the timeout's message)."""
+    if isinstance(lookup, _SeenFrom) and 0 not in late and lookup.peers.logged(0) is False:
+        return [0, *late]
+    return late
 
 def _keyed(lookup: Lookup, late: list[int], named: Collection[int]) -> list[int]:
     """Of the ranks ``late`` (a look's list: a hint), those in ``named`` whose key is still not set, read key by key
