@@ -98,6 +98,17 @@ def test_a_timeout_names_group_rank_0_among_the_ranks_that_never_arrived(tmp_pat
 
 
 @pytest.mark.timeout(120)
+def test_a_short_wait_does_not_name_group_rank_0_that_came_before_it(tmp_path):
+    # rank 0 came first and waited; rank 1's wait of 0.3 s ran out before rank 0's first look (1 s into its wait)
+    # logged its arrival. Was: "for group ranks [0, 2] ..., which never arrived" (no look found rank 0 in the log)
+    results = run_ranks(CASES, 3, ["rank_0_waiting_first_and_a_short_wait_timing_out"], env=tuner_env(tmp_path, 60),
+                        timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert [r.result["error"] for r in results] == [None, "GroupTimeoutError", None], describe(results)
+    assert "for group ranks [2] (global [2]), which never arrived" in results[1].result["message"], results[1].result
+
+
+@pytest.mark.timeout(120)
 def test_a_tp_groups_decisions_are_kept_in_decided_in_under_the_group_identity_as_documented(env):
     # docs/autotune.md and docs/api.md said only that `.tuner.decided` maps a key to its config: a TP group's
     # decisions are never there, and the pages now say where they are

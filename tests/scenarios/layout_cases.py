@@ -83,6 +83,34 @@ def tp_group_on_two_ranks_default_group_on_two():
 
 
 @case
+def rank_0_waiting_first_and_a_short_wait_timing_out():
+    """3 ranks at a barrier: rank 0 comes first (deadline 60 s), then rank 1 (deadline 0.3 s, under the 1 s after
+    which rank 0's wait first looks and logs its arrival), while rank 2 comes only once rank 1 has given up. What
+    rank 1's timeout names as never arrived (rank 2 alone: rank 0 was there all along)."""
+    from triton_dist_tune.group import store as comm
+    from triton_dist_tune.group.resolve import resolve_group
+
+    tdt.init_distributed(backend="gloo")
+    group = resolve_group(None)
+    store = comm._job_store()
+    group.barrier("first barrier")
+    if group.rank == 0:
+        store.set("test/rank0_in", b"1")  # (just before its wait: rank 1 comes after it)
+    elif group.rank == 1:
+        store.wait(["test/rank0_in"])
+    else:
+        store.wait(["test/rank1_done"])
+    t0 = time.perf_counter()
+    try:
+        group.barrier("late barrier", timeout=0.3 if group.rank == 1 else 60)
+        emit(rank=group.rank, error=None, seconds=time.perf_counter() - t0)
+    except tdt.AutotuneError as exc:
+        emit(rank=group.rank, error=type(exc).__name__, message=str(exc), seconds=time.perf_counter() - t0)
+    if group.rank == 1:
+        store.set("test/rank1_done", b"1")
+
+
+@case
 def where_decisions_are_kept():
     """A call on the default group, one with autotune_pg (the TP group) and one with autotune_replicas too, each of
     its own key: prints where each decision is kept (docs/autotune.md: ``decided`` and ``decided_in``)."""

@@ -272,6 +272,7 @@ class StoreGroup(Group):
         board, every = self._board, settings.current().progress_s
         reported = [0.0]
         where = Waiter(self.name, tuple(self.global_ranks), self.global_ranks[self.rank], time.time())
+        rank_0_by = started + 2 * min(every, BOARD_SLICE_S)  # (a look of the log from then on can tell: _with_rank_0)
 
         def between_slices(waited: float) -> None:
             late = lookup.missing()  # one look per slice (:class:`.store_wait.Arrivals`): each read below reads it
@@ -296,8 +297,8 @@ class StoreGroup(Group):
                 raise GroupTimeoutError(self._ended_message(what, time.monotonic() - started, ended))
             if waited < 0.999 * timeout and waited - reported[0] >= 0.999 * every:  # (at the deadline: its error)
                 reported[0] = waited
-                report_waiting(self.rank, self.title, what, _rank_0_too(lookup, late), self.global_ranks, waited,
-                               timeout)
+                report_waiting(self.rank, self.title, what, _with_rank_0(lookup, late, rank_0_by), self.global_ranks,
+                               waited, timeout)
 
         slices, pace = itertools.count(), Pace(started)
 
@@ -317,7 +318,7 @@ class StoreGroup(Group):
             if waited < 0.9 * timeout:  # not a timeout: the store itself went away
                 message = self._lost_message(what, waited, exc)
             else:
-                late = _rank_0_too(lookup, lookup.confirm(lookup.missing()))
+                late = _with_rank_0(lookup, lookup.confirm(lookup.missing()), rank_0_by)
                 message = self._late_message(what, late, timeout) + self._withdrawn_notes(late, where)
             raise GroupTimeoutError(message) from exc
         finally:
@@ -380,14 +381,15 @@ def _arrivals(group: StoreGroup, seq: int, ranks: Iterable[int]) -> Arrivals:
                     ArrivalLog(group.store, group._key(seq, "log"), group.rank))
 
 
+def _with_rank_0(lookup: Lookup, late: list[int], since: float) -> list[int]:
+    """The ranks ``late`` that never arrived at a wait for an exchange's result, with group rank 0 first where it
+    shows no sign of having waited there either: it writes no message, and logs its arrival at its first look, a
+    slice into its wait, so only a look of the log made at ``since`` (two slices into this wait) or later can tell
+    (:meth:`.store_wait.Arrivals.logged`); before, a wait shorter than that named a rank 0 that had come first."""
+    if 0 in late or not isinstance(lookup, _SeenFrom) or lookup.peers.logged(0, since) is not False:
+        return late
+    return [0, *late]
 
-def _rank_0_too(lookup: Any, late: list[int]) -> list[int]:
-    """``late`` with group rank 0 first where no look of this wait found it in the exchange's log of arrivals: rank
-    0 gathers an exchange and sets no key of its own to be missed, but it appends to the log at its first look as
-    every waiting rank does; one that never did never came (for the progress lines and the timeout's message)."""
-    if isinstance(lookup, _SeenFrom) and 0 not in late and lookup.peers.logged(0) is False:
-        return [0, *late]
-    return late
 
 def _keyed(lookup: Lookup, late: list[int], named: Collection[int]) -> list[int]:
     """Of the ranks ``late`` (a look's list: a hint), those in ``named`` whose key is still not set, read key by key

@@ -261,9 +261,10 @@ class Arrivals:
         #: per rank: its entries in the log that the keys contradicted (not trusted again)
         self._stale: Counter[int] = Counter()
         self._announced = self._appended = False
-        #: every rank a look found in the log, keyed or not (None: no look read the log yet), for
-        #: :meth:`Arrivals.logged`
+        #: every rank a look found in the log, keyed or not (None: no look read the log yet), and when the last look
+        #: that found a log read it (``time.monotonic()``), for :meth:`Arrivals.logged`
         self._logged: set[int] | None = None
+        self._read_at = 0.0
 
     def missing(self) -> list[int]:
         """The ranks not seen arrived, in the order of :attr:`keys`: with a log, the ranks it does not name and no
@@ -291,11 +292,14 @@ class Arrivals:
         self._arrived |= found
         return [r for r in ranks if r not in found]
 
-    def logged(self, rank: int) -> bool | None:
+    def logged(self, rank: int, since: float = 0.0) -> bool | None:
         """Whether some look of this wait found ``rank`` in the log (a rank without a key too: group rank 0, which
-        gathers an exchange, appends at its first look as every waiting rank does); None where no look read one
-        (no log, a store without ``append``, or a wait too short for a look)."""
-        return None if self._logged is None else rank in self._logged
+        gathers an exchange, appends at its first look as every waiting rank does); None where no look read one at
+        ``since`` (``time.monotonic()``) or later (no log, a store without ``append``, a wait too short for a look,
+        or one whose looks all came before a rank that arrived with it could have logged itself: a rank appends
+        at its first look, a slice into its wait, so a look made sooner than that finds no rank that came at the
+        same time)."""
+        return None if self._logged is None or self._read_at < since else rank in self._logged
 
     def close(self) -> None:
         """The wait is over: delete the log where this rank appended to it (see :class:`ArrivalLog`)."""
@@ -328,5 +332,5 @@ class Arrivals:
         if value is None:
             return Counter()
         ids = [int(t) for t in value.decode("ascii", errors="replace").split(",") if t.isdigit() and len(t) < 10]
-        self._logged = (self._logged or set()).union(ids)
+        self._logged, self._read_at = (self._logged or set()).union(ids), time.monotonic()
         return Counter(r for r in ids if r in self.keys)
