@@ -117,6 +117,10 @@ def test_autotune_a_decided_key_inside_a_capture_runs_its_config_with_no_store_g
         slow = r["slow_layout"]  # ``autotune_allow_arg_overwrite=True``: the slow path, which asks, and runs
         assert "error" not in slow and slow["ok"] and slow["runs"] == [r["decided_layout"]], slow
         assert untouched(slow) and slow["asks"] >= 1, slow
+        fresh = r["fresh_group"]  # a group no call used: undecided there, and its channel not made inside the
+        # capture (before, it was: for an mpi4py communicator, an ``Idup`` on this rank alone)
+        assert fresh.get("error") == "CaptureError" and fresh["runs"] == [] and untouched(fresh), fresh
+        assert fresh["set_up"] is False, fresh
 
 
 @pytest.mark.timeout(120)

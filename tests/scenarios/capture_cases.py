@@ -36,7 +36,7 @@ from triton_dist_tune import settings  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 from triton_dist_tune.disk import logs  # noqa: E402
 from triton_dist_tune.group import store as store_module  # noqa: E402
-from triton_dist_tune.group.resolve import resolve_group  # noqa: E402
+from triton_dist_tune.group.resolve import find_group, resolve_group  # noqa: E402
 
 #: file events that read or change a folder's files
 FILE_EVENTS = ("open", "os.listdir", "os.scandir", "os.rename", "os.remove", "os.mkdir", "os.rmdir", "os.truncate")
@@ -301,8 +301,13 @@ def autotune_decided_on_two_ranks():
     inside_layout = {**captured(h, x + 1, x, **layout), "runs": list(runs_layout)}
     runs_layout.clear()  # a keyword that takes the slow path: its capture check finds the layout's decision
     slow_layout = {**captured(h, x + 1, x, **layout, autotune_allow_arg_overwrite=True), "runs": list(runs_layout)}
+    # a group object no call has used: nothing decided for it, and it is not set up inside the capture
+    fresh = dist.new_group(list(range(dist.get_world_size())))
+    runs_layout.clear()
+    fresh_group = {**captured(h, x + 1, x, autotune_pg=fresh), "runs": list(runs_layout),
+                   "set_up": find_group(fresh) is not None}
     emit(decided=decided, inside=inside, decided_pg=decided_pg, inside_pg=inside_pg, decided_layout=decided_layout,
-         inside_layout=inside_layout, slow_layout=slow_layout)
+         inside_layout=inside_layout, slow_layout=slow_layout, fresh_group=fresh_group)
 
 
 # -- contextual_autotune: a function launching one triton.autotune kernel --------------------------------------------

@@ -15,7 +15,7 @@ from ..disk import logs
 from ..errors import BadInputError, describe_error
 from ..group.calls import calling
 from ..group.channel import Group
-from ..group.resolve import resolve_group
+from ..group.resolve import find_group, resolve_group
 from ..measure.replicas import Layout
 from ..space import CALL_KEYWORDS, check_call, check_no_clash, describe, describe_key, keeps
 from .options import TuneOptions
@@ -134,10 +134,14 @@ class Tuner(TunedFunction):
 
     def decided_config(self, key: Hashable, pg: Any, replicas: Any) -> dict[str, Any] | None:
         """The config decided for ``key`` where a call with ``autotune_pg=pg`` and ``autotune_replicas=replicas``
-        looks for it, else None: the capture check's question, asked before anything runs (a wrong group raises
-        the call's own :class:`BadInputError`)."""
-        group = resolve_group(pg)
-        layout = None if replicas is None else Layout(group, resolve_group(replicas, "autotune_replicas"))
+        looks for it, else None: the capture check's question, asked before anything runs. A group object no call
+        has used yet has decided nothing: it is not set up here (an mpi4py communicator's would be a collective
+        inside the capture, on this rank alone)."""
+        group = resolve_group(None) if pg is None else find_group(pg)
+        across = None if replicas is None else find_group(replicas)
+        if group is None or (replicas is not None and across is None):
+            return None
+        layout = None if across is None else Layout(group, across)
         table, slot = self._place(key, pg, group, layout)
         try:
             return table.get(slot)
