@@ -61,6 +61,16 @@ def test_the_store_does_not_grow_with_the_number_of_exchanges(tmp_path):
         assert after_60 - after_10 <= 3, r
 
 
+@pytest.mark.timeout(120)
+def test_a_rank_makes_one_side_client_of_the_store_however_many_tunings_it_runs(tmp_path):
+    """Each tuning's failure board made a client of the job's store of its own: a new connection per tuning per rank,
+    each opened by torch with a reverse DNS lookup of the store's address (docs/operations.md: 1 in 25 took 5 s on
+    this project's CI machines). Now the process's boards and watches share one (``beat.side_client``). Six tunings
+    on 2 ranks: 7 clients a rank before, now at most 3."""
+    for r in run("store_clients_of_many_tunings", 2, tuner_env(tmp_path, 20)):
+        assert r["tunings"] == 6 and r["clones"] <= 3, r  # (2 here: the side client and this thread's waits')
+
+
 @pytest.mark.timeout(60)
 def test_a_board_opened_inside_another_gives_the_group_back_its_outer_board(tmp_path):
     """Before, closing the inner board left the group none: a contextual call's waits no longer read its board (a

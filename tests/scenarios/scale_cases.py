@@ -426,5 +426,28 @@ def late_barrier_polls():
     emit(rank=group.rank, seconds=seconds, checks=len(counted.checked), polls=len(polls),
          polls_from_3s=sum(1 for t in polls if t >= 3.0))
 
+@case
+def store_clients_of_many_tunings():
+    """Six keys of one function tuned one after the other (each tuning opens a failure board): how many clients of the
+    job's store this rank made (``clone`` of the store, counted where torch defines it; the clients are real)."""
+    made = {"clones": 0}
+    for cls in (dist.TCPStore, dist.PrefixStore):
+        def counted(self, _clone=cls.clone):
+            made["clones"] += 1
+            return _clone(self)
+
+        cls.clone = counted
+    tdt.init_distributed(backend="gloo")
+
+    @tdt.autotune([{"scale": s} for s in (1, 2)], key_fn=lambda n: n, n_warmup=0, n_repeat=1, timing="cold",
+                  name="many_boards")
+    def scaled(n, *, scale):
+        return n * scale
+
+    for n in range(6):
+        scaled(n)
+    emit(rank=dist.get_rank(), clones=made["clones"], tunings=len(scaled.tuner.decided))
+
+
 if __name__ == "__main__":
     main()

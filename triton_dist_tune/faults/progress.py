@@ -39,7 +39,7 @@ from typing import Any
 
 from ..errors import GroupTimeoutError, RankFailedError, describe_error
 from ..faults.watchdog import exchange_timeout
-from ..group.beat import counts, own_client
+from ..group.beat import counts, side_client
 from ..group.channel import Group, report_waiting
 from ..group.store_wait import ArrivalLog, Arrivals, Pace, StoreWaitTimeout, quiet_store_wait
 from ..settings import current, store_host
@@ -99,8 +99,9 @@ class RoundWatch:
     _thread: threading.Thread | None = None
     #: the thread doing the work (whose :func:`user_code` marks stop the beat)
     _owner: int = field(default_factory=threading.get_ident)
-    #: a store client of this watch's own, with a short timeout, for the beats' ``multi_get`` (:meth:`_counts`);
-    #: made at the first read of beats (a wait that outlasted a look)
+    #: a store client other than the job's, with a short timeout, for the beats' ``multi_get`` (:meth:`_counts`):
+    #: the process's side client (:func:`~triton_dist_tune.group.beat.side_client`), asked for at the first read of
+    #: beats (a wait that outlasted a look)
     _reader: Any = None
 
     @classmethod
@@ -280,7 +281,7 @@ class RoundWatch:
         rank said it lost the store, which was alive."""
         store = self.group.store  # type: ignore[attr-defined]
         if self._reader is None:
-            self._reader = own_client(store)
+            self._reader = side_client(store)
         return counts(store, self._reader, {u: self._beat_key(u) for u in units})
 
     def _store_lost(self, what: str, exc: Exception) -> str:

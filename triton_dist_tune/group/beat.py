@@ -40,6 +40,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -134,6 +135,34 @@ def own_client(store: Any, timeout_s: float = BEAT_WAIT_S) -> Any:
         return client
     except Exception:
         return store
+
+
+#: the side client of this process (:func:`side_client`): (a weak reference to the store it clones, the process
+#: that made it, the client)
+_side: tuple[weakref.ref, int, Any] | None = None
+_side_lock = threading.Lock()
+
+
+def side_client(store: Any) -> Any:
+    """This process's one client of ``store`` for the side traffic of its tunings (a failure board's beats and
+    reads, a progress watch's reads of beats), as :func:`own_client` makes it: made at the first need and kept while
+    ``store`` (the job's) lives, in this process. Before, each tuning's board and each watch made its own: a new
+    connection per tuning per rank, each of which torch's client opens with a reverse DNS lookup of the store's
+    address, which a slow resolver holds for seconds (docs/operations.md). The client holds no store server alive,
+    and the cache holds ``store`` only weakly: a job that destroys its process group and starts another gets a new
+    one. Boards and watches use it from several threads, as one board did from its beat thread before: torch's client
+    serves one request at a time."""
+    global _side
+    with _side_lock:
+        if _side is not None and _side[0]() is store and _side[1] == os.getpid():
+            return _side[2]
+        client = own_client(store)
+        if client is not store:  # (a store that cannot be cloned is used as it is, and not kept)
+            try:
+                _side = (weakref.ref(store), os.getpid(), client)
+            except TypeError:  # a store no weak reference can point at: a client per use, as before
+                pass
+        return client
 
 
 def counts(store: Any, reader: Any, keys: dict[int, str]) -> dict[int, int]:

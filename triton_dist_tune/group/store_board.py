@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .beat import counts, own_client
+from .beat import counts, side_client
 from .channel import BadBoardEntry, Board, FailureReport
 from .store_peek import peek
 
@@ -44,8 +44,9 @@ class StoreBoard(Board):
     ends a hung rank after ``T``): the waiting ranks give up on it then, not at the exchange's deadline, which for
     a steady round of ``n`` samples is ``n`` times longer.
 
-    The board talks to the store through a client of its own (:func:`~triton_dist_tune.group.beat.own_client`): the
-    job's client is the process group's too, and serves one request at a time, so a blocking ``get`` of the user's
+    The board talks to the store through a client other than the job's, this process's side client, which every
+    board and progress watch of the process shares (:func:`~triton_dist_tune.group.beat.side_client`): the job's
+    client is the process group's too, and serves one request at a time, so a blocking ``get`` of the user's
     (NCCL's first use of a communicator, waiting for an id a peer that raised never sends) held the beat, the
     watchdog's look at the board and the posts behind it: the rank was taken for dead, or ended by the backstop with
     its config a crash suspect."""
@@ -53,7 +54,8 @@ class StoreBoard(Board):
     def __init__(self, group: BoardOwner, scope: str, window: float | None = None,
                  outer: StoreBoard | None = None) -> None:
         self.group, self.scope = group, scope
-        self.store = own_client(group.store) if group.size > 1 else group.store  # (alone: nobody else to hear)
+        # (alone: nobody else to hear)
+        self.store = side_client(group.store) if group.size > 1 else group.store
         #: the board of a tuning this one runs inside (an ``autotune`` tuning in a ``contextual_autotune`` call on the
         #: same group): the group's board again when this one closes
         self.outer = outer
