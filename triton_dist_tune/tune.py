@@ -18,7 +18,7 @@ from .capture import capturing, eagerly, tuning_in_capture
 from .contextual.stock_watch import watch_decided_calls, watching
 from .errors import BadInputError
 from .function import TuneOptions, Tuner
-from .group.resolve import channel_entries
+from .group.resolve import find_group
 from .space import CALL_KEYWORDS
 
 
@@ -116,7 +116,6 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
     alone = tuner.alone
     limit, tuned_names = tuner.positional_limit, tuner.space_names
     known: set[str] = set()  # keyword names met in calls that are no tuner typo nor tuned parameter (checked once)
-    channels = channel_entries()
 
     def slow(args: tuple, kwargs: dict[str, Any]) -> Any:
         return _slow_path(tuner, key_fn, args, kwargs)
@@ -143,10 +142,7 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
                 replicas = kwargs.pop("autotune_replicas", None)
                 if pg is not None and keywords.isdisjoint(kwargs):  # a TP layer's call: its group, decided key
                     # (with ``autotune_replicas``: a DP x TP layer's, decided for its group and replicas' group)
-                    place = _known_channel(channels, pg)
-                    if place is not None and replicas is not None:
-                        across = _known_channel(channels, replicas)
-                        place = None if across is None else (place[0], across[0])
+                    place = _decided_under(pg, replicas)
                     if place is not None:
                         try:
                             config = decided_in.get((*place, key_fn(*args, **kwargs)))
@@ -171,10 +167,14 @@ def _hot_path(tuner: Tuner, fn: Callable[..., Any], key_fn: Callable[..., Hashab
     return tuned
 
 
-def _known_channel(channels: dict[int, tuple[Any, Any, tuple]], pg: Any) -> tuple[tuple] | None:
-    """``(identity,)`` of the channel of this very group object ``pg`` (not merely one at its id), else None."""
-    entry = channels.get(id(pg))
-    return (entry[2],) if entry is not None and entry[0]() is pg else None
+def _decided_under(pg: Any, replicas: Any) -> tuple | None:
+    """The identities a decision for a call on ``pg`` (and ``replicas``, or None) is kept under in
+    ``tuner.decided_in``, where each group object already has its channel (else None: the slow path sets it up)."""
+    group = find_group(pg)
+    if group is None or replicas is None:
+        return None if group is None else (group.identity,)
+    across = find_group(replicas)
+    return None if across is None else (group.identity, across.identity)
 
 
 def _idle(name: str, value: Any) -> bool:

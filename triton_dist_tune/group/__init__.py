@@ -17,7 +17,7 @@
 
 from .agreement import Agreement, agree
 from .channel import ExchangeError, Group, SingleGroup, default_timeout
-from .resolve import channel_entries, find_group, forget_groups, resolve_group
+from .resolve import find_group, forget_groups, resolve_group
 
-__all__ = ["Agreement", "ExchangeError", "Group", "SingleGroup", "agree", "channel_entries", "default_timeout",
+__all__ = ["Agreement", "ExchangeError", "Group", "SingleGroup", "agree", "default_timeout",
            "find_group", "forget_groups", "resolve_group"]

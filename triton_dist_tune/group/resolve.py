@@ -28,9 +28,9 @@ class GroupIndex:
     """
 
     def __init__(self) -> None:
-        #: id(group object) -> (weak reference to it, its channel, the channel's identity); read directly by the
-        #: hot path, which checks ``entry[0]() is pg`` itself
-        self.entries: dict[int, tuple[Any, Group, tuple]] = {}
+        #: id(group object) -> (weak reference to it, its channel); read through :meth:`find`, which checks
+        #: ``entry[0]() is pg``
+        self.entries: dict[int, tuple[Any, Group]] = {}
         self._lock = threading.Lock()
 
     def find(self, pg: Any) -> Group | None:
@@ -52,7 +52,7 @@ class GroupIndex:
                 ref: Any = weakref.ref(pg, lambda _, k=key: self._drop(k))
             except TypeError:  # not weakly referenceable: keep it alive instead (its id can then never be reused)
                 ref = (lambda obj: lambda: obj)(pg)
-            self.entries[key] = (ref, group, group.identity)
+            self.entries[key] = (ref, group)
             return group
 
     def _drop(self, key: int) -> None:
@@ -77,11 +77,6 @@ def _is_mpi_comm(obj: Any) -> bool:
 def find_group(pg: Any) -> Group | None:
     """The channel already made for ``pg`` (an explicit ``autotune_pg``), or None."""
     return _groups.find(pg)
-
-
-def channel_entries() -> dict[int, tuple[Any, Group, tuple]]:
-    """The hot path's view of the channels: see :attr:`GroupIndex.entries`."""
-    return _groups.entries
 
 
 def resolve_group(pg: Any = None, option: str = "autotune_pg") -> Group:

@@ -125,8 +125,8 @@ def own_waiter(store: Any, within: float = CLONE_WAIT_S) -> Any | None:
     The clone connects on a helper thread (:class:`_Cloning`), waited for at most ``within`` seconds: a connect to
     a store whose host has gone (killed between this thread's last request and this wait) is retried until the
     store's timeout, twice (~20 min at ``init_distributed``'s default), where a wait on ``store`` itself raises at
-    once; and a few connects in a hundred to a live host take 5 s (torch 2.13 on a 2-core machine under load: its
-    server then answers no connection for those 5 s). Not connected in time: None (this wait looks instead, as
+    once; and a connect to a live host can take seconds: torch's client reverse-resolves the host's address, which
+    a slow DNS server holds (1 connect in 25 took 5 s on this project's CPU machines: docs/operations.md). Not connected in time: None (this wait looks instead, as
     one past its first slice does; the next one takes the clone once made); a connect that failed is tried again
     at the thread's next blocking wait."""
     pid = os.getpid()
