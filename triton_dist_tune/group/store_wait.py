@@ -126,9 +126,9 @@ def own_waiter(store: Any, within: float = CLONE_WAIT_S) -> Any | None:
     a store whose host has gone (killed between this thread's last request and this wait) is retried until the
     store's timeout, twice (~20 min at ``init_distributed``'s default), where a wait on ``store`` itself raises at
     once; and a connect to a live host can take seconds: torch's client reverse-resolves the host's address, which
-    a slow DNS server holds (1 connect in 25 took 5 s on this project's CPU machines: docs/operations.md). Not connected in time: None (this wait looks instead, as
-    one past its first slice does; the next one takes the clone once made); a connect that failed is tried again
-    at the thread's next blocking wait."""
+    a slow DNS server holds (1 connect in 25 took 5 s on this project's CPU machines: docs/operations.md). Not
+    connected in time: None (this wait looks instead, as one past its first slice does; the next one takes the
+    clone once made); a connect that failed is tried again at the thread's next blocking wait."""
     pid = os.getpid()
     if getattr(_WAITERS, "pid", None) != pid:
         _WAITERS.pid, _WAITERS.clients = pid, weakref.WeakKeyDictionary()
