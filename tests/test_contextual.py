@@ -70,6 +70,13 @@ def test_two_kernels_around_a_collective(env, n, tmp_path):
             "'torch.float32'),\nfinished after ") in results[0].stderr
     assert "best config selected: BLOCK: 512, num_warps: 4" in results[0].stderr  # add's config 2
     assert all("Triton autotuning" not in r.stderr for r in results[1:])
+    # its table's rank column is rank 0's own time of each config, as autotune's summary shows it (before: '-' in
+    # every row of a contextual summary)
+    summary = results[0].stderr.split("Triton autotuning for function add_kernel,", 1)[1].split("cache file:")[0]
+    rows = [m.groups() for m in re.finditer(r"^(?:->)?\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\w+)", summary,
+                                            re.MULTILINE)]
+    assert [row[0] for row in rows] == ["0", "1", "2"], summary
+    assert all(own != "-" and float(own) > 0 for _, _, _, own, _, _ in rows), summary
 
 
 @pytest.mark.timeout(150)

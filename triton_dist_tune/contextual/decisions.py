@@ -106,4 +106,5 @@ def _print_summary(session: CallState, track: Track, written: Path | str) -> Non
         "'%s' (%d run(s) of %s),\nbest config selected: %s;\n%s\ncache file: %s\nlogs: %s", track.name,
         track.key_text, time.monotonic() - session.started, session.group.size, logs.group_title(session.group),
         track.runs, session.tuner.options.name, track.names[track.best],
-        logs.format_table(report.outcomes(track), track.best, track.statistic), written, logs.logs_text())
+        logs.format_table(report.outcomes(track, session.group.rank), track.best, track.statistic), written,
+        logs.logs_text())

@@ -12,8 +12,10 @@ if TYPE_CHECKING:
     from .schedule import Track
 
 
-def outcomes(track: Track) -> list[Outcome]:
-    """The track's table as typed outcomes, one per config in the order tried (measured, failed or pruned)."""
+def outcomes(track: Track, own_rank: int | None = None) -> list[Outcome]:
+    """The track's table as typed outcomes, one per config in the order tried (measured, failed or pruned); each
+    measured one's ``own`` time is group rank ``own_rank``'s (the summary's rank column: before, a contextual
+    summary showed ``-`` there in every row)."""
     result = []
     for i in track.order:
         if i in track.times:
@@ -22,6 +24,7 @@ def outcomes(track: Track) -> list[Outcome]:
             result.append(Outcome(i, track.descriptions[i], state, time=track.times[i],
                                   spread=track.spreads.get(i), per_rank=[track.per_rank[i][r] for r in ranks] or None,
                                   samples=samples, resumed=i in track.resumed,
+                                  own=track.per_rank.get(i, {}).get(own_rank),
                                   per_rank_of=ranks if ranks and ranks != list(range(len(ranks))) else None))
         elif i in track.failed:
             result.append(Outcome(i, track.descriptions[i], "failed", error=track.failed[i]))
