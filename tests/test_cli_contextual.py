@@ -82,3 +82,16 @@ def test_the_heading_list_shows_a_contextual_decision_under_selects_it(two_funct
     unknown = cli(env, "clear", "--function", "nope", "--cache-dir", str(cache))
     assert unknown.returncode == 2 and "contextual" not in unknown.stderr, unknown.stderr
     assert heading in unknown.stderr and "mlp:add_one@" in unknown.stderr, unknown.stderr
+
+
+@pytest.mark.timeout(150)
+def test_show_labels_a_contextual_decisions_rank_times_only_where_some_ranks_alone_met_its_key(two_functions):
+    """operations.md: ``show`` prints each rank's time, with ``r1:`` where some ranks alone met a contextual key.
+    Before, every contextual decision's times were labelled (``r0:0.0123``: its file names the ranks that met the
+    key, here all of them), unlike ``autotune``'s; ranks that alone met a key keep their labels
+    (``test_damaged_files.py::test_show_names_the_ranks_of_a_decision_some_ranks_measured``)."""
+    cache, env = two_functions
+    shown = cli(env, "show", "layer/", "--cache-dir", str(cache))
+    assert shown.returncode == 0, shown.stderr
+    rows = [line for line in shown.stdout.splitlines() if "Config(" in line]
+    assert rows and all(" r0:" not in row for row in rows), shown.stdout

@@ -143,8 +143,12 @@ def _least_mark(entry: dec.Entry) -> str:
 
 def _outcome_rows(entry: dec.Entry) -> list[list[str]]:
     rows = []
+    everyone = list(range(entry.group_size or 0))
     for o in entry.measurements:
-        labels = [f"r{r}:" for r in o.per_rank_of] if o.per_rank_of else [""] * len(o.per_rank or [])
+        # each time labelled with its rank only where some ranks alone met the key (a contextual decision's file
+        # names the ranks whatever they were)
+        some = o.per_rank_of and o.per_rank_of != everyone
+        labels = [f"r{r}:" for r in o.per_rank_of] if some else [""] * len(o.per_rank or [])
         per_rank = " ".join(f"{label}{t:.4f}" for label, t in zip(labels, o.per_rank, strict=False)) \
             if o.per_rank else "-"
         mark = "->" if o.index == entry.index else ""
