@@ -95,3 +95,16 @@ def test_show_labels_a_contextual_decisions_rank_times_only_where_some_ranks_alo
     assert shown.returncode == 0, shown.stderr
     rows = [line for line in shown.stdout.splitlines() if "Config(" in line]
     assert rows and all(" r0:" not in row for row in rows), shown.stdout
+
+
+@pytest.mark.timeout(150)
+def test_show_counts_a_contextual_decisions_samples_per_config(two_functions):
+    """``show``'s samples column holds how many timed samples each config took, for contextual decisions as for
+    ``autotune``'s (before: ``-`` in every row of a contextual decision: its file did not record them). Here
+    ``n_repeat=1``: one round, one sample per config."""
+    cache, env = two_functions
+    shown = cli(env, "show", "layer/", "--cache-dir", str(cache))
+    assert shown.returncode == 0, shown.stderr
+    rows = [line.split() for line in shown.stdout.splitlines() if line.rstrip().endswith("num_warps: 4})")
+            and "measured" in line]
+    assert len(rows) == 2 and all(row[row.index("measured") - 1] == "1" for row in rows), shown.stdout

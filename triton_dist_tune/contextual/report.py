@@ -45,7 +45,7 @@ def raced(track: Track, index: int) -> tuple[str, int]:
 
 def table(track: Track) -> list[dict[str, Any]]:
     """One row per config in the order tried: index, config, state (measured, resumed, failed or skipped), group
-    time, spread, per-rank medians and the ranks they are of, error."""
+    time, spread, per-rank medians and the ranks they are of, timed samples (``show``'s column), error."""
     rows = []
     for i in track.order:
         state = raced(track, i)[0] if i in track.times else "failed" if i in track.failed else "skipped"
@@ -55,5 +55,5 @@ def table(track: Track) -> list[dict[str, Any]]:
                      "spread": track.spreads.get(i),
                      "per_rank": [track.per_rank[i][r] for r in sorted(track.per_rank[i])] if i in track.per_rank
                      else None, "per_rank_of": sorted(track.per_rank[i]) if i in track.per_rank else None,
-                     "error": track.failed.get(i)})
+                     "samples": raced(track, i)[1] if i in track.times else 0, "error": track.failed.get(i)})
     return rows
