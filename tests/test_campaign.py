@@ -117,9 +117,36 @@ def test_a_build_that_gives_another_key_the_second_time_is_that_keys_error(tmp_p
         assert rows["8"]["state"] == "tuned", rows
         assert rows["16"]["state"] == "failed", rows
         assert "gave the key 17, not 16" in rows["16"]["error"], rows
+        if local:  # tuned by unit 1 alone: the error names global rank 1, not rank 0 of its group of one
+            assert "unsteady: rank 1: building call 1 again" in rows["16"]["error"], rows
         assert r.result["decided"] == ["8"], r.result
+    assert_same_rows(results)
     tuned = {size for rank in range(2) for size in calls_by_key(tmp_path / "calls", rank)}
     assert tuned == {8}, tuned
+
+
+def assert_same_rows(results) -> None:
+    """Every rank returned the same rows, error texts included (a row is its unit's group rank 0's, broadcast, then
+    gathered across the units)."""
+    rows = [r.result["summary"]["keys"] for r in results]
+    assert all(other == rows[0] for other in rows[1:]), rows
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_local_tunings_errors_name_the_rank_that_tuned_it(tmp_path):
+    """A rank-local campaign tunes each key on a group of one rank: its agreed errors (step 1, prune_fn, ref_prog)
+    named that group's rank 0, so a key that global rank 1 tuned said "rank 0: prune_fn raised ..." and sent the
+    user to rank 0's log. Now they name the rank in the job (as an error of every config failing did already), and
+    every rank returns the same rows."""
+    results = run_ranks(SCRIPT, 2, ["errors_name_their_rank"], env=env_for(tmp_path), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert_same_rows(results)
+    rows = {row["key"]: row for row in results[0].result["summary"]["keys"]}
+    assert [rows[k]["state"] for k in ("8", "16", "24", "32")] == ["tuned", "failed", "tuned", "failed"], rows
+    assert rows["16"]["unit"] == rows["32"]["unit"] == 1, rows
+    assert "named: rank 1: prune_fn raised ValueError: no pruning for 16" in rows["16"]["error"], rows
+    assert "rank 1: ref_prog raised ValueError: no reference for 32" in rows["32"]["error"], rows
+    assert "rank 0" not in rows["16"]["error"] + rows["32"]["error"], rows
 
 
 @pytest.mark.timeout(120)

@@ -135,6 +135,32 @@ def unsteady_build():
     emit(rank=rank, decided=sorted(str(k) for k in kernel.tuner.decided), summary=summary.to_json())
 
 
+@case
+def errors_name_their_rank():
+    """A rank-local function, 2 ranks, keys 8, 16, 24, 32 (unit 1 tunes 16 and 32, alone): prune_fn raises for 16's
+    call and ref_prog for 32's, on every rank (only the unit that tunes the key meets it in a tuning)."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+
+    def prune(config, x):
+        if x.shape[0] == 16:
+            raise ValueError("no pruning for 16")
+        return True
+
+    def reference(x):
+        if x.shape[0] == 32:
+            raise ValueError("no reference for 32")
+        return x
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], prune_fn=prune, ref_prog=reference, n_warmup=0, n_repeat=1,
+                  timing="cold", name="named")
+    def kernel(x, *, variant):
+        return x
+
+    summary = tdt.campaign(kernel, lambda n: torch.ones(n), [8, 16, 24, 32], local=True, progress=False)
+    emit(rank=rank, summary=summary.to_json())
+
+
 @tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold", name="cli")
 def cli_kernel(x, *, variant):
     record(int(os.environ["RANK"]), x.shape[0], variant)

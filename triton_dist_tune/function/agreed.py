@@ -52,6 +52,17 @@ def agree_on_call(tuner: TunedFunction, group: Group, key_text: str, problem: st
         raise BadInputError(f"{tuner.name}: " + "; ".join(f"replica {j}: {text}" for j, text in others))
 
 
+def in_job(group: Group, parts: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """``parts`` of an agreed error, by group rank, as :func:`~triton_dist_tune.errors.per_rank` names them: a group
+    of one rank (a rank-local campaign's unit, in a job of several processes) is this process, named by its rank in
+    the job, as :func:`~.decide.failure_text` names it (each such tuning would say ``rank 0``: a key that global rank
+    1 tuned sent the user to rank 0's log, tests/test_campaign.py)."""
+    if group.size != 1:
+        return parts
+    me = logs.global_rank()
+    return [(me, text) for _, text in parts]
+
+
 def _caught(step: Callable[[], None]) -> AutotuneError | None:
     """What ``step`` raised of an agreement's own errors (a mismatch, a bad input), else None."""
     try:
@@ -78,7 +89,7 @@ def _agree_in_group(tuner: TunedFunction, group: Group, key_text: str, problem: 
     agreement = agree(group, fields, f"[{tuner.name}] agree on key and config space", tuner.options.timeout,
                       problem)
     if agreement.notes:
-        raise BadInputError(f"{tuner.name}: " + per_rank(agreement.notes, tuner.name))
+        raise BadInputError(f"{tuner.name}: " + per_rank(in_job(group, agreement.notes), tuner.name))
     for what, holders in agreement.differ.items():
         detail = "; ".join(f"ranks {ranks}: {text}" for ranks, text in holders)
         error = MismatchError(f"{tuner.name}: the ranks of group '{group.title}' differ in {what}: {detail}")
@@ -134,11 +145,11 @@ def agreed_prune(tuner: TunedFunction, group: Group, label: str, args: tuple, kw
                                 "tuner (another process wrote under the tuner's keys of the key-value store)")
     errors = [(r, m) for r, m in enumerate(everyone) if isinstance(m, str)]
     if errors:
-        raise BadInputError(f"{tuner.name}: " + per_rank(errors, tuner.name))
+        raise BadInputError(f"{tuner.name}: " + per_rank(in_job(group, errors), tuner.name))
     kept = [i for i in range(len(tuner.space)) if all(m[i] for m in everyone)]
     if not kept:
         raise BadInputError(f"{label} prune_fn left no config that every rank keeps (of {len(tuner.space)}): "
-                            + per_rank([(r, _kept_by(m)) for r, m in enumerate(everyone)]))
+                            + per_rank(in_job(group, [(r, _kept_by(m)) for r, m in enumerate(everyone)])))
     return kept
 
 
@@ -189,7 +200,7 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
     if problems:
         if state is not None:
             state.put_back()
-        raise BadInputError(f"{label} before measuring any config: " + per_rank(problems, tuner.name))
+        raise BadInputError(f"{label} before measuring any config: " + per_rank(in_job(group, problems), tuner.name))
     assert state is not None
     if any(raised for _, _, raised in everyone):  # agreed: a rank that fills could end the attempt again
         state.never_fill()
