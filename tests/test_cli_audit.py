@@ -280,6 +280,83 @@ def test_campaign_group_size_error_under_plain_torchrun_is_the_root_cause_torchr
     assert "To enable traceback see" not in done.stderr, done.stderr[-3000:]
 
 
+#: a rank-local function whose every config fails at key 16 (a failed row; key 8 is tuned)
+FAILING_MODULE = '''
+import torch
+import triton_dist_tune as tdt
+
+
+@tdt.autotune([{"v": v} for v in range(2)], key_fn=lambda x: x.shape[0], n_warmup=0, n_repeat=1, timing="cold")
+def fn(x, *, v):
+    if x.shape[0] == 16:
+        raise ValueError("no kernel for 16 rows")
+    return x + v
+
+
+def build(n):
+    return torch.ones(n)
+'''
+
+
+def _read_fifo(path: Path, seconds: float) -> str:
+    """What a writer writes into the FIFO ``path`` before it closes it (empty: none came within ``seconds``)."""
+    import select
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks: a writer that never comes ends the wait
+    data, deadline = b"", time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            select.select([fd], [], [], 0.2)
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:  # a writer holds it open, nothing written yet
+                continue
+            if chunk:
+                data += chunk
+            elif data:  # the writer closed it
+                break
+    finally:
+        os.close(fd)
+    return data.decode()
+
+
+@pytest.mark.timeout(150)
+def test_a_campaign_with_a_failed_key_under_torchrun_ends_after_rank_0_wrote_its_summary(tmp_path):
+    """A key failed: every rank exited 1, and the first to exit had torchrun's agent SIGTERM the others, rank 0
+    among them, whether or not it had written ``--json`` yet (a slow disk: here a FIFO nobody reads yet, so rank
+    0's write waits); the report showed each rank failed, with a SIGTERM or torchrun's hint on tracebacks. Now
+    rank 0 alone exits 1, after the write, saying which keys failed in one line (in torchrun's error file too, so
+    the report's root cause shows it), and the other ranks exit 0: torchrun ends no rank early."""
+    work, env = campaign_work(tmp_path)
+    (work / "fail_mod.py").write_text(FAILING_MODULE)
+    fifo = tmp_path / "summary.json"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                             "--monitor-interval", "0.1", "-m", "triton_dist_tune", "campaign", "fail_mod:fn",
+                             "--calls", "fail_mod:build", "--keys", "8", "16", "--rank-local", "--json", str(fifo)],
+                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        try:  # rank 1 ends within seconds of the campaign; rank 0 waits for a reader of the FIFO
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pass
+        written = _read_fifo(fifo, 60)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.communicate()
+    assert written, f"torchrun ended rank 0 before it wrote --json (rc={proc.returncode}):\n{err[-4000:]}"
+    assert {k["key"]: k["state"] for k in json.loads(written)["keys"]} == {"8": "tuned", "16": "failed"}, written
+    assert proc.returncode == 1, err[-4000:]
+    line = "triton-dist-tune: campaign fn: 1 of 2 key(s) failed: 16 (the summary holds each error)"
+    assert line in out + err, err[-4000:]
+    cause = err[err.index("Root Cause"):]
+    assert f"traceback : {line}" in cause and "rank      : 0 " in cause, err[-4000:]
+    assert "SIGTERM" not in err and "To enable traceback see" not in err, err[-4000:]
+
+
 # -- a rank-local campaign's decisions in list, show and plot --------------------------------------------------------
 
 

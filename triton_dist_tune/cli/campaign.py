@@ -129,8 +129,11 @@ def _groups(size: int) -> tuple[Any, Any]:
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
-    """``campaign``: check the keys and load the function and builder, start the group, tune; 1 when some key
-    failed."""
+    """``campaign``: check the keys and load the function and builder, start the group, tune; 1 on rank 0 when some
+    key failed, once it has written ``--json``, 0 on the other ranks. (When every rank exited 1, the first to exit
+    had torchrun's agent or mpiexec end the others, rank 0 among them, maybe before its write: a slow disk lost the
+    summary, and torchrun's report showed each rank failed, with a SIGTERM or its hint on tracebacks;
+    tests/test_cli_audit.py.)"""
     import triton_dist_tune as tdt
     from triton_dist_tune import settings
 
@@ -151,9 +154,17 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     if args.group_size is not None and args.group_size < world:
         pg, replicas = _groups(args.group_size)
     summary = tdt.campaign(tuned, build, keys, local=True if args.local else None, pg=pg, replicas=replicas)
-    if args.json and (launcher.rank or 0) == 0:
+    if (launcher.rank or 0) != 0:
+        return 0  # every rank holds the same summary: rank 0 alone writes it and says how the campaign ended (below)
+    if args.json:
         Path(args.json).write_text(json.dumps(summary.to_json(), indent=1, default=str))
-    return 1 if summary.failed else 0
+    if not summary.failed:
+        return 0
+    text = (f"triton-dist-tune: campaign {summary.function}: {len(summary.failed)} of {len(summary.rows)} key(s) "
+            f"failed: {', '.join(row.key for row in summary.failed)} (the summary holds each error)")
+    print(text, file=sys.stderr)
+    tell_torchrun(text)
+    return 1
 
 
 def add_parser(sub: Any) -> None:
