@@ -187,3 +187,22 @@ def test_vllm_moe_conflict_of_one_key_says_to_delete_a_file(tmp_path, capsys):
                           "8", "--n", "128", "--cache-dir", str(cache)], capsys)
     assert status == 2 and f"{one} (tuned 2h ago" in err and f"{two} (tuned 1m ago" in err
     assert "for one key" in err and "delete the file not wanted" in err and "--where" not in err
+
+
+def test_vllm_moe_conflict_of_one_key_names_the_group_sizes_the_files_record(tmp_path, capsys):
+    """Rank-local campaigns of the MoE example on 2 and then 4 CPU ranks: two decisions per batch size, each
+    serving calls on its job's number of ranks, which the files record (``rank_local.group_size``; ``list`` and
+    ``show`` say it). The export said they differ 'in what the files do not record (..., the number of ranks a
+    rank-local campaign ran on)'; now it names each file's group size."""
+    cache, now = tmp_path / "cache", time.time()
+    tile = "{{BLOCK_SIZE_K: 32, BLOCK_SIZE_M: {m}, BLOCK_SIZE_N: 64, GROUP_SIZE_M: 1, num_stages: 2, num_warps: 4}}"
+    on = {size: {"rank": 0, "group_size": size, "group": "default"} for size in (2, 4)}
+    one = decision(cache, "a" * 20, "(8, 'torch.bfloat16')", tile.format(m=16), "s1", now - 7200, group_size=1,
+                   group="this process alone", rank_local=on[2])
+    two = decision(cache, "b" * 20, "(8, 'torch.bfloat16')", tile.format(m=32), "s1", now - 60, group_size=1,
+                   group="this process alone", rank_local=on[4])
+    status, _, err = cli(["export", str(tmp_path / "out"), "--format", "vllm-moe", "--function", "moe", "--experts",
+                          "8", "--n", "128", "--cache-dir", str(cache)], capsys)
+    assert status == 2 and f"{one} (tuned 2h ago" in err and f"{two} (tuned 1m ago" in err
+    assert "do not record" not in err and "serving calls on 2 and 4 ranks" in err, err
+    assert "delete the file not wanted" in err, err

@@ -258,6 +258,12 @@ def _conflict(batch: int, *choices: tuple[dec.Entry, dict[str, int]]) -> str:
     if len(machines) > 1:  # the files record the GPU count: --gpu takes it
         return (f"batch size {batch} has two different decisions: {both}, tuned on {' and '.join(map(repr, machines))}"
                 f" (as 'list' shows them): pick one with --gpu, e.g. --gpu {machines[0]!r}")
+    sizes = [entry.serves_size for entry, _ in choices]
+    if len({entry.key for entry, _ in choices}) == 1 and None not in sizes and len(set(sizes)) > 1:
+        # one key, for groups of different sizes (rank-local campaigns on 2 and then 4 ranks): the files say so
+        return (f"batch size {batch} has two different decisions for one key: {both}, serving calls on "
+                f"{' and '.join(map(str, sizes))} ranks ('list' shows them, 'show' says which): one file holds one "
+                "config per batch size: delete the file not wanted")
     if len({entry.key for entry, _ in choices}) == 1:  # one key: told apart by what the files do not record
         return (f"batch size {batch} has two different decisions for one key: {both}. They differ in what the files "
                 "do not record (cache_key_extra, the devices of the call's tensors, the number of ranks a rank-local "
