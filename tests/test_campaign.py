@@ -150,6 +150,19 @@ def test_a_rank_local_tunings_errors_name_the_rank_that_tuned_it(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_build_that_raises_on_one_rank_is_said_alone(tmp_path):
+    """Rank 1's build of key 24 raises: every rank raises the one error naming it. Before, the error went on with
+    "the ranks' keys differ: ... none (the list ends before it)", the raising rank's list cut short by its own
+    error, which read as a second mistake (the keys of the ranks whose builds all ran are still compared)."""
+    results = run_ranks(SCRIPT, 2, ["build_raises_on_one_rank"], env=env_for(tmp_path), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        error = r.result["error"]
+        assert error == ("campaign onerank: rank 1: building call 2 or its key raised ValueError: no memory for 24 "
+                         "rows"), error
+
+
+@pytest.mark.timeout(120)
 def test_campaign_command_line(tmp_path):
     """``triton-dist-tune campaign MODULE:FUNCTION --calls MODULE:BUILDER --keys ... --local`` on 2 ranks: each
     rank tunes 2 of the 4 keys, rank 0 writes the summary with every key."""

@@ -161,6 +161,27 @@ def errors_name_their_rank():
     emit(rank=rank, summary=summary.to_json())
 
 
+@case
+def build_raises_on_one_rank():
+    """2 ranks, a rank-local function; rank 1's build of key 24 raises, so its list of keys ends before it."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+
+    def make(n: int) -> torch.Tensor:
+        if rank == 1 and n == 24:
+            raise ValueError("no memory for 24 rows")
+        return torch.ones(n)
+
+    @tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=0, n_repeat=1, timing="cold", name="onerank")
+    def kernel(x, *, variant):
+        return x
+
+    try:
+        tdt.campaign(kernel, make, [8, 16, 24, 32], local=True, progress=False)
+    except tdt.BadInputError as exc:
+        emit(rank=rank, error=str(exc))
+
+
 @tdt.autotune(SPACE, key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=2, timing="cold", name="cli")
 def cli_kernel(x, *, variant):
     record(int(os.environ["RANK"]), x.shape[0], variant)

@@ -169,9 +169,12 @@ def _keys(tuner: TunedFunction, build: Callable[[int], Call], count: int, plan: 
             continue
         found = agree(group, fields, step, timeout, problem)
         notes = list(dict.fromkeys(note for _, note in found.notes))  # each note names its rank already
-        if found.differ:
-            notes += [f"the ranks' {f} differ: " + "; ".join(f"ranks {_global(group, r)}: {'key ' * (f == 'keys')}{t}"
-                                                         for r, t in held) for f, held in found.differ.items()]
+        raised = {r for r, _ in found.notes}  # their keys end where their build raised: no difference of their own
+        for f, held in found.differ.items():
+            held = [(ranks, t) for ranks, t in held if f != "keys" or not set(ranks) <= raised]
+            if len(held) > 1:
+                notes.append(f"the ranks' {f} differ: " + "; ".join(
+                    f"ranks {_global(group, r)}: {'key ' * (f == 'keys')}{t}" for r, t in held))
         problem = "; ".join(notes) or None
     if problem is not None:  # its ranks are global ranks (the turn on a subgroup adds nothing)
         raise global_ranks_named(BadInputError(f"campaign {tuner.name}: {problem}"))
