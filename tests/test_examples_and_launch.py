@@ -58,14 +58,16 @@ def test_moe_campaign_with_a_failed_batch_size_still_writes_the_vllm_file_then_e
     """``moe_gemm.py --tiny --campaign --export-vllm DIR`` where every config fails at M = 8 (of 3, 8, 20). Before,
     the reference checks called the tuned function at M = 8, which tuned it again and raised AllConfigsFailedError:
     every rank died before the vLLM file was written. Now the file is written with the two batch sizes decided, none
-    for 8 (as the example's docstring says), and every rank ends with exit status 1, rank 0 naming the batch size."""
+    for 8 (as the example's docstring says), and rank 0 ends with exit status 1, naming the batch size; the other rank
+    ends with 0 (before, both ended with 1, and under torchrun the first to end had its agent end the other, rank 0
+    maybe before it printed its report)."""
     script = tmp_path / "moe_failing_at_8.py"
     script.write_text(FAILING_AT_8)
     out = tmp_path / "vllm"
     ranks = run_ranks(script, 2, ["--tiny", "--campaign", "--export-vllm", str(out)], env=tuner_env(tmp_path),
                       timeout=100)
     output = describe(ranks)
-    assert [r.returncode for r in ranks] == [1, 1], output[-6000:]
+    assert [r.returncode for r in ranks] == [1, 0], output[-6000:]
     assert "AllConfigsFailedError" not in output, output[-6000:]
     result = parse_results(ranks[0].stdout)[-1]
     assert result["failed"] == 1 and result["failed_batches"] == [8], result
