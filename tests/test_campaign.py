@@ -226,3 +226,25 @@ def test_a_campaign_on_a_group_without_global_rank_0_prints_its_progress(tmp_pat
     said = [line for line in results[1].stderr.splitlines() if line.startswith("[campaign elsewhere on rank 1]")]
     assert any("2/2 keys" in line for line in said), results[1].stderr[-3000:]
     assert "campaign elsewhere on rank 1: 2 keys on 1 unit(s)" in results[1].stderr, results[1].stderr[-3000:]
+
+
+def test_a_campaign_whose_cache_folder_cannot_be_written_says_its_decisions_were_not_saved(tmp_path, monkeypatch):
+    """A campaign whose cache folder cannot be made (a file stands where it should be: as for a read-only or full
+    disk, every write fails): before, its summary said "2 tuned" like any other, and only the warnings of each write
+    told that nothing was kept, so a later ``export`` found nothing. Now the summary lists the keys not saved, in its
+    JSON and in its text."""
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where the cache folder's parent should be")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_LOG_DIR", str(tmp_path / "logs"))
+    import triton_dist_tune as tdt
+
+    @tdt.autotune([{"scale": 1}, {"scale": 2}], key_fn=lambda x: x, name="unsaved_campaign", n_warmup=0,
+                  n_repeat=1)
+    def scaled(x, *, scale):
+        return x * scale
+
+    summary = tdt.campaign(scaled, lambda size: (size,), [1, 2])
+    assert [row.state for row in summary.rows] == ["tuned", "tuned"], summary.text()
+    assert summary.unwritten == ["1", "2"] and summary.to_json()["unwritten"] == ["1", "2"], summary.text()
+    assert "NOT SAVED: 2 decided key(s) are not in this node's cache folder" in summary.text(), summary.text()

@@ -397,11 +397,20 @@ def _rounds(tuner: TunedFunction, plan: Plan, build: Callable[[int], Call], coun
                 logs.console().info(progress_line(shown, rows, len(todo), time.perf_counter() - started, r + 1, rounds))
     _unlearn_pruned(tuner, plan, rows, all_keys, masks, timeout)
     rows.sort(key=lambda row: row.position)
-    summary = Summary(tuner.name, rows, time.perf_counter() - started, plan.units)
+    summary = Summary(tuner.name, rows, time.perf_counter() - started, plan.units, _unwritten(tuner, rows))
     logs.rank_log().info("%s", summary.text())
     if shows:  # headed as the progress lines are
         logs.console().info("%s", summary.text(shown))
     return summary
+
+
+def _unwritten(tuner: TunedFunction, rows: list[KeyResult]) -> list[str]:
+    """On the rank that writes its node's cache folder (:func:`_learn`), the decided keys whose record the folder
+    lacks now: every write of this node's ranks has ended (their tunings' before the rounds' exchanges, this rank's
+    own in :func:`_learn`). Rank-local: said in this rank's summary, never exchanged."""
+    if settings.launcher().local_rank not in (None, 0):
+        return []
+    return [row.key for row in rows if row.state != "failed" and row.entry and not tuner.cache.path(row.entry).exists()]
 
 
 def _unlearn_pruned(tuner: TunedFunction, plan: Plan, rows: list[KeyResult], keys: list[Hashable],

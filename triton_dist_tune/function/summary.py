@@ -99,6 +99,10 @@ class Summary:
     rows: list[KeyResult]
     seconds: float  #: the campaign's wall time on this rank
     units: int  #: how many ranks (or replicas) tuned keys side by side
+    #: this rank's own, on the rank that writes its node's cache folder (local rank 0): the decided keys whose record
+    #: that folder lacks when the campaign ends (a folder it could not write: read-only, full). A later run there
+    #: tunes them again, and ``export`` finds none; the warnings of each write say why
+    unwritten: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[KeyResult]:
@@ -113,7 +117,8 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         """The summary as plain data: function, seconds, units and one dict per key (its cache record left out)."""
         rows = [{k: v for k, v in r.to_json().items() if k != "record"} for r in self.rows]
-        return {"function": self.function, "seconds": self.seconds, "units": self.units, "keys": rows}
+        return {"function": self.function, "seconds": self.seconds, "units": self.units, "keys": rows,
+                "unwritten": list(self.unwritten)}
 
     def text(self, name: str | None = None) -> str:
         """A table: every key with its choice, time, margin over the runner-up, how it was decided and where
@@ -128,6 +133,10 @@ class Summary:
                 f"{counts['failed']} failed)")
         note = ["~ before a margin: the runner-up is within the measured noise (a near tie: either config is about "
                 "as fast)"] if any(r.near_tie for r in self.rows) else []
+        if self.unwritten:  # (before: nothing here said it, and a later export found nothing)
+            note.append(f"NOT SAVED: {len(self.unwritten)} decided key(s) are not in this node's cache folder (it "
+                        f"could not be written: the warnings above say why), so a later run tunes them again and "
+                        f"export finds none: {', '.join(self.unwritten)}")
         return "\n".join([head, text_table(header, body), *note])
 
 
