@@ -109,6 +109,20 @@ def test_a_short_wait_does_not_name_group_rank_0_that_came_before_it(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_rank_that_times_out_leaves_rank_0s_arrival_for_the_ranks_that_come_later(tmp_path):
+    # rank 0 waits at a barrier and logs its arrival at its first look; rank 1 logs itself too, then gives up
+    # (deadline 2 s); rank 2 comes after that. Was: rank 1 deleted the log as its wait ended, rank 0's entry with
+    # it, and rank 2's timeout named "group ranks [0, 3] ..., which never arrived" (rank 0 was waiting there)
+    results = run_ranks(CASES, 4, ["rank_0_waiting_while_a_rank_that_logged_itself_times_out"],
+                        env=tuner_env(tmp_path, 60), timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert [r.result["error"] for r in results] == [None, "GroupTimeoutError", "GroupTimeoutError", None], \
+        describe(results)
+    assert "for group ranks [3] (global [3]), which never arrived" in results[2].result["message"], \
+        results[2].result
+
+
+@pytest.mark.timeout(120)
 def test_a_tp_groups_decisions_are_kept_in_decided_in_under_the_group_identity_as_documented(env):
     # docs/autotune.md and docs/api.md said only that `.tuner.decided` maps a key to its config: a TP group's
     # decisions are never there, and the pages now say where they are

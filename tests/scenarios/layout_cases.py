@@ -111,6 +111,37 @@ def rank_0_waiting_first_and_a_short_wait_timing_out():
 
 
 @case
+def rank_0_waiting_while_a_rank_that_logged_itself_times_out():
+    """4 ranks at a barrier: rank 0 comes first (deadline 60 s) and logs its arrival in the barrier's log of arrivals
+    at its first look; then rank 1 (deadline 2 s: it looks and logs itself too, then gives up); rank 2 comes only once
+    rank 1 has given up (deadline 3 s), and rank 3 only once rank 2 has. What rank 2's timeout names as never
+    arrived: rank 3 alone (rank 0 waits there all along, and rank 1's message is in the store)."""
+    from triton_dist_tune.group import store as comm
+    from triton_dist_tune.group.resolve import resolve_group
+    from triton_dist_tune.group.store_peek import peek
+
+    tdt.init_distributed(backend="gloo")
+    group = resolve_group(None)
+    store = comm._job_store()
+    group.barrier("first barrier")
+    log = group._key(group._seq + 1, "log")  # (the late barrier's log of arrivals)
+    if group.rank == 1:  # comes once rank 0's first look has logged it (deterministic: read, not timed)
+        deadline = time.monotonic() + 30
+        while b"0," not in (peek(store, log) or b"") and time.monotonic() < deadline:
+            time.sleep(0.05)
+    elif group.rank > 1:
+        store.wait([f"test/rank{group.rank - 1}_done"])
+    t0 = time.perf_counter()
+    try:
+        group.barrier("late barrier", timeout={1: 2.0, 2: 3.0}.get(group.rank, 60.0))
+        emit(rank=group.rank, error=None, seconds=time.perf_counter() - t0)
+    except tdt.AutotuneError as exc:
+        emit(rank=group.rank, error=type(exc).__name__, message=str(exc), seconds=time.perf_counter() - t0)
+    if group.rank in (1, 2):
+        store.set(f"test/rank{group.rank}_done", b"1")
+
+
+@case
 def where_decisions_are_kept():
     """A call on the default group, one with autotune_pg (the TP group) and one with autotune_replicas too, each of
     its own key: prints where each decision is kept (docs/autotune.md: ``decided`` and ``decided_in``)."""

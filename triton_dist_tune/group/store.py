@@ -78,7 +78,6 @@ class StoreGroup(Group):
     rank: linear in the group size when the result does not grow with it.
     """
 
-
     def __init__(self, pg: Any, option: str = "autotune_pg") -> None:
         import torch.distributed as dist
         from torch.distributed import distributed_c10d as c10d
@@ -307,11 +306,14 @@ class StoreGroup(Group):
             quiet_store_wait(self.store, keys, seconds, block=next(slices) == 0 and poll is None, poll=poll,
                              pace=pace)
 
+        left = True  # (the wait ends with this rank leaving it while others may still wait there)
         try:
             wait_in_slices(wait, timeout, between_slices, every=min(every, BOARD_SLICE_S))
+            left = False
         except RankEnded as exc:
             raise RankFailedError(str(exc)) from None
-        except (BadInputError, GroupTimeoutError):
+        except (BadInputError, GroupTimeoutError) as exc:  # (a BadInputError undoes the exchange on every rank:
+            left = not isinstance(exc, BadInputError)  # :meth:`_undone_on_a_note`)
             raise
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
             waited = time.monotonic() - started
@@ -319,10 +321,10 @@ class StoreGroup(Group):
                 message = self._lost_message(what, waited, exc)
             else:
                 late = _with_rank_0(lookup, lookup.confirm(lookup.missing()), rank_0_by)
-                message = self._late_message(what, late, timeout) + self._withdrawn_notes(late, where)
+                message = _late_message(self, what, late, timeout) + self._withdrawn_notes(late, where)
             raise GroupTimeoutError(message) from exc
         finally:
-            lookup.close()
+            lookup.close(left)
 
     def _waited(self, what: str, seconds: str) -> str:
         """The opening every message of a wait that ends in an error shares: who waited, how long, where."""
@@ -356,10 +358,11 @@ class StoreGroup(Group):
         except Exception:
             return False
 
-    def _late_message(self, what: str, missing: Sequence[int], timeout: float) -> str:
-        globals_ = [self.global_ranks[r] for r in missing]
-        return (f"{self._waited(what, f'{timeout:g}')} for group ranks {list(missing)} (global {globals_}), which "
-                "never arrived: they crashed, hung, or called the tuned function with another autotune_pg or key.")
+
+def _late_message(group: StoreGroup, what: str, missing: Sequence[int], timeout: float) -> str:
+    globals_ = [group.global_ranks[r] for r in missing]
+    return (f"{group._waited(what, f'{timeout:g}')} for group ranks {list(missing)} (global {globals_}), which "
+            "never arrived: they crashed, hung, or called the tuned function with another autotune_pg or key.")
 
 
 def _silent_message(group: StoreGroup, what: str, waited: float, silent: Sequence[int], window: float,
@@ -422,8 +425,8 @@ class _SeenFrom:
         kept = set(self.peers.confirm([r for r in ranks if r != 0]))
         return [r for r in ranks if r == 0 or r in kept]
 
-    def close(self) -> None:
-        self.peers.close()
+    def close(self, left: bool = False) -> None:
+        self.peers.close(left)
 
 
 def _silence(window: float, quiet: float) -> str:

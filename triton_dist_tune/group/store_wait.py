@@ -195,8 +195,9 @@ class Lookup(Protocol):
         """Of ``ranks``, those whose key is not set now, read key by key: what a decision about them reads."""
         ...
 
-    def close(self) -> None:
-        """The wait is over: tidy what the look-ups wrote."""
+    def close(self, left: bool = False) -> None:
+        """The wait is over: tidy what the look-ups wrote. ``left``: it ended with this rank leaving a wait the others
+        may still be at (a timeout, an error, an interrupt), whose log stays for them (:class:`ArrivalLog`)."""
         ...
 
 
@@ -212,7 +213,7 @@ class Known:
     def confirm(self, ranks: list[int]) -> list[int]:
         return list(ranks)
 
-    def close(self) -> None:
+    def close(self, left: bool = False) -> None:
         pass
 
 
@@ -223,7 +224,15 @@ class ArrivalLog:
     waits only once it has arrived, and every rank that arrived waits while one is missing. ``tidy``: each rank that
     appended deletes the key when its wait ends (a wait ends for all once every rank arrived, and the last request
     of each rank that appended is its delete: the key does not outlive the wait); else its owner keeps it (an
-    attempt's naming keeps its keys)."""
+    attempt's naming keeps its keys).
+
+    A rank that leaves a wait the others may still be at (an exchange's wait that timed out, gave up on a silent
+    rank, or was interrupted: ``close(left=True)``) keeps it: the ranks that come later read the entries of those
+    still waiting there, group rank 0's among them, whose arrival nothing else records (it gathers the exchange and
+    sets no key to be missed). Before, such a rank deleted the log, and a rank that came more than a slice later
+    named a rank 0 waiting there all along as "never arrived". Such a log stays after an exchange that failed, as
+    the messages of the ranks that gave up do; a rank whose wait ends with the exchange (or with the exchange
+    undone on every rank) deletes it, so a healthy exchange leaves no key and makes no request more."""
 
     store: Any
     key: str
@@ -301,10 +310,11 @@ class Arrivals:
         same time)."""
         return None if self._logged is None or self._read_at < since else rank in self._logged
 
-    def close(self) -> None:
-        """The wait is over: delete the log where this rank appended to it (see :class:`ArrivalLog`)."""
+    def close(self, left: bool = False) -> None:
+        """The wait is over: delete the log where this rank appended to it, unless it ``left`` a wait the others may
+        still be at (see :class:`ArrivalLog`)."""
         log = self._log
-        if self._appended and log is not None and log.tidy:
+        if self._appended and log is not None and log.tidy and not left:
             try:
                 log.store.delete_key(log.key)
             except Exception:  # the store is gone: nothing to tidy
@@ -313,10 +323,10 @@ class Arrivals:
     def _entries(self) -> Counter[int] | None:
         """The log's entries by rank of :attr:`keys` (after this rank appended its own, at its first look), or
         None where there is no log to read: none given, or a store without ``append``. A log deleted since this
-        rank appended (a rank whose wait ended tidied it: every rank has arrived, or that rank left with an error)
-        names nobody: the look keeps what the looks before found, and checks no key one by one (the wait ends at
-        its next poll; before, such a look, between rank 0's delete and its result, checked every rank still
-        missing one by one)."""
+        rank appended (a rank whose wait ended tidied it: every rank has arrived, or the exchange was undone; a
+        round's, also a unit that left it with an error) names nobody: the look keeps what the looks before found,
+        and checks no key one by one (the wait ends at its next poll; before, such a look, between rank 0's delete
+        and its result, checked every rank still missing one by one)."""
         log = self._log
         if log is None:
             return None
