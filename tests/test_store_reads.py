@@ -176,7 +176,8 @@ def test_a_look_at_the_beats_of_a_large_group_is_two_store_requests():
     store = Counted(server)
     board = StoreBoard(Owner(0, 64, store), scope, window=0.5)
     try:
-        board.close()  # (its beat thread: the counts below are the look's and the read's alone)
+        board._stop.set()  # (its beat thread stops: the counts below are the look's and the read's alone; not a
+        board._beater.join()  # close, which, the last of the group's boards to close, deletes every counter)
         store.requests.clear()
         board.look()
         assert sum(store.requests.values()) == 2, store.requests
@@ -313,3 +314,101 @@ def test_a_unit_that_closes_its_watch_while_its_beat_is_read_is_not_a_lost_store
     began = time.monotonic()
     watch.wait(0, "round 1")
     assert time.monotonic() - began < 9, "waited for the store's timeout"
+
+
+class Member(Unit):
+    """A rank of a group a progress watch starts on (:meth:`RoundWatch.start`): a unit whose group numbers its
+    exchanges (here always at exchange 0)."""
+
+    def at_exchange(self, name: str) -> str:
+        return f"t/{name}/0/"
+
+
+class ClosesBetween:
+    """A real store client (and each clone of it, :func:`~triton_dist_tune.group.beat.own_client`) through which,
+    right after the first ``check`` of beat counters, another rank closes its board or watch (``close``): between a
+    reader's ``check`` of the counters and its ``multi_get`` of them, the interleaving a loaded machine makes now and
+    then, here every time."""
+
+    def __init__(self, store, close, shared: dict | None = None) -> None:
+        self.store, self.shared = store, {"close": close, "closed": False} if shared is None else shared
+
+    def clone(self) -> ClosesBetween:
+        return ClosesBetween(self.store.clone(), None, self.shared)
+
+    def set_timeout(self, timeout) -> None:
+        self.store.set_timeout(timeout)
+
+    def __getattr__(self, name: str):
+        method = getattr(self.store, name)
+
+        def request(*args, **kwargs):
+            answer = method(*args, **kwargs)
+            if name == "check" and "/beat/" in repr(args) and not self.shared["closed"]:
+                self.shared["closed"] = True
+                self.shared["close"]()
+            return answer
+
+        return request
+
+
+def _keys_under(server, scope: str) -> list[str]:
+    return sorted(k for k in server.list_keys() if k.startswith(scope))
+
+
+@pytest.mark.timeout(60)
+def test_a_board_closed_between_a_peers_check_and_read_of_its_beat_does_not_hold_the_peer():
+    """Rank 1 closes its failure board (its tuning is over) between rank 0's ``check`` of rank 1's beat counter and
+    its ``multi_get`` of it (rank 0 still waits at the tuning's last exchange). Before, the close deleted the counter
+    and the ``multi_get`` waited for it for the side client's whole timeout (2 s), holding every board's beats on
+    that client, then the counter was read again with an ``add``, which wrote it again (a key left behind). Now a
+    counter is deleted only by the last board of the group to close: rank 0's look returns at once, and once it
+    closes too, no key of the boards is left."""
+    from harness import free_port
+
+    port, scope = free_port(), "t/closing/"
+    server = dist.TCPStore("127.0.0.1", port, 3, is_master=True, timeout=timedelta(seconds=20),
+                           wait_for_workers=False)
+    clients = [dist.TCPStore("127.0.0.1", port, 3, is_master=False, timeout=timedelta(seconds=20)) for _ in (0, 1)]
+    rank1 = StoreBoard(Owner(1, 2, clients[1]), scope, window=10.0)
+    store = ClosesBetween(clients[0], rank1.close)
+    rank0 = StoreBoard(Owner(0, 2, store), scope, window=10.0)
+    try:
+        began = time.monotonic()
+        assert rank0.silent([1]) == []
+        took = time.monotonic() - began
+        assert store.shared["closed"], "rank 1 never closed its board during rank 0's look"
+        assert took < 0.5, f"rank 0's look at the beats took {took:.2f} s (the side client's timeout: 2 s)"
+    finally:
+        rank0.close()
+    assert _keys_under(server, scope) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_unit_that_leaves_between_a_peers_check_and_read_of_its_beat_does_not_hold_the_peer():
+    """Unit 1 leaves the campaign with an error (its note, then its watch's close) between unit 0's ``check`` of its
+    beat counter and its ``multi_get`` of it, while unit 0 waits at a round. Before, the close deleted the counter and
+    the ``multi_get`` waited the side client's whole timeout (2 s) before unit 0 read the note; now unit 0 raises at
+    that look, and once its watch closes too, no key of the watch is left (the note of leaving with it)."""
+    from harness import free_port
+
+    from triton_dist_tune.errors import RankFailedError
+    from triton_dist_tune.faults.progress import RoundWatch
+
+    port = free_port()
+    server = dist.TCPStore("127.0.0.1", port, 3, is_master=True, timeout=timedelta(seconds=20),
+                           wait_for_workers=False)
+    clients = [dist.TCPStore("127.0.0.1", port, 3, is_master=False, timeout=timedelta(seconds=20)) for _ in (0, 1)]
+    unit1 = RoundWatch.start(Member(1, 2, clients[1]), "campaign t", 0.2)
+    store = ClosesBetween(clients[0], lambda: unit1.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None))
+    unit0 = RoundWatch.start(Member(0, 2, store), "campaign t", 0.2)  # (a look every 0.05 s)
+    try:
+        began = time.monotonic()
+        with pytest.raises(RankFailedError, match="unit 1 .*left the campaign with KeyboardInterrupt"):
+            unit0.wait(0, "round 1")
+        took = time.monotonic() - began
+        assert store.shared["closed"], "unit 1 never left during unit 0's look"
+        assert took < 0.5, f"unit 0's wait took {took:.2f} s (the side client's timeout: 2 s)"
+    finally:
+        unit0.__exit__(RankFailedError, RankFailedError("unit 1 left"), None)
+    assert _keys_under(server, unit0.scope) == []

@@ -149,3 +149,53 @@ def test_notes_on_a_store_without_append_are_kept_a_key_per_unit_and_a_withdrawn
         if not isinstance(store, DictStore):  # (a Python store without delete_key cannot withdraw a note)
             notes.write(1, None)
             assert notes.read([1, 2]) == {2: 'a "quoted"\nnote'}
+
+
+def _until(what: str, condition, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(60)
+def test_a_unit_that_was_stuck_and_came_back_leaves_no_key_once_the_round_ends():
+    """Unit 1 of 2 is stuck in user code (``key_fn``) for longer than the window, so it notes where (its watch's log
+    of such notes), then comes back and withdraws the note; both units finish the round, pass it and close their
+    watches. Before, the log of notes stayed in the store after the round (a withdrawal is a line more in it);
+    now no key of the watch is left."""
+    from test_store_reads import Member, _keys_under
+
+    from triton_dist_tune.group.store_peek import peek
+
+    server = tcp_store()
+    back, errors, exchange = threading.Event(), [], threading.Barrier(2, timeout=30)  # (the round's exchange)
+
+    def unit_1() -> None:  # (its own thread: the one whose user code the watch's beat looks at)
+        try:
+            with RoundWatch.start(Member(1, 2, server), "campaign t", 0.2) as watch:
+                notes = f"{watch.scope}stuck/notes"
+                with user_code("key_fn"):  # (noted after 1.2 s inside)
+                    _until("unit 1 never noted that it is stuck", lambda: b'1 "key_fn"' in (peek(server, notes) or b""))
+                _until("unit 1 never withdrew its note", lambda: b"1 -" in (peek(server, notes) or b""))
+                back.set()
+                watch.arrive(0, "round 1", 10.0)
+                exchange.wait()
+                watch.passed(0)
+        except BaseException as exc:  # (for the main thread to raise)
+            errors.append(exc)
+            back.set()
+            exchange.abort()
+
+    watch = RoundWatch.start(Member(0, 2, server), "campaign t", 0.2)
+    scope = watch.scope
+    other = threading.Thread(target=unit_1, daemon=True)
+    other.start()
+    with watch:
+        assert back.wait(40) and not errors, errors
+        watch.arrive(0, "round 1", 10.0)
+        exchange.wait()
+        watch.passed(0)
+    other.join(30)
+    assert not errors, errors
+    assert _keys_under(server, scope) == []

@@ -39,7 +39,7 @@ from typing import Any
 
 from ..errors import GroupTimeoutError, RankFailedError, describe_error
 from ..faults.watchdog import exchange_timeout
-from ..group.beat import counts, side_client
+from ..group.beat import Members, counts, side_client
 from ..group.channel import Group, report_waiting
 from ..group.store_wait import ArrivalLog, Arrivals, Pace, StoreWaitTimeout, quiet_store_wait
 from ..settings import current, store_host
@@ -103,6 +103,9 @@ class RoundWatch:
     #: the process's side client (:func:`~triton_dist_tune.group.beat.side_client`), asked for at the first read of
     #: beats (a wait that outlasted a look)
     _reader: Any = None
+    #: the units that have the watch open (:meth:`start`): the last to close deletes every unit's beat counter and
+    #: the notes (:meth:`close`)
+    _members: Members | None = None
 
     @classmethod
     def start(cls, group: Group, title: str, timeout: float, **words: str) -> RoundWatch:
@@ -115,6 +118,8 @@ class RoundWatch:
             # watches this process started would not be: a rank that ever started one the others did not would
             # never meet them again); a campaign's watch and a tuning's inside it are told apart by their kinds
             watch.scope = group.at_exchange(f"watch/{watch.work}/{watch.unit}")
+            watch._members = Members(group.store, f"{watch.scope}open")  # type: ignore[attr-defined]
+            watch._members.open()
             watch._beat()
             watch._thread = threading.Thread(target=watch._beating, name=f"tdt-beat-{title}", daemon=True)
             watch._thread.start()
@@ -336,13 +341,19 @@ class RoundWatch:
                 f"{self.rerun}")
 
     def close(self) -> None:
-        """Stop beating (the work is over, or this rank leaves it with an error) and delete this unit's beat key (a
-        unit that closed has marked every round it waits in, or said that it left: nobody reads its beat again)."""
+        """Stop beating (the work is over, or this rank leaves it with an error); the last unit to close its watch
+        deletes the watch's keys that every open unit reads: every unit's beat counter and the notes of why units left
+        and where they were stuck (:class:`~triton_dist_tune.group.beat.Members`). Before, each unit deleted its
+        own counter: one that left with an error while a unit still waited at a round held that unit's read of the
+        beats for 2 s (:func:`~triton_dist_tune.group.beat.counts`); and the notes stayed (a withdrawn note is a line
+        more in its log: a unit stuck in user code that came back left that key behind)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * beat_interval(self.timeout))
-        if self.watched:
+        if self._members is not None:
+            units = list(range(self.group.size))
             try:
-                self.group.store.delete_key(self._beat_key(self.group.rank))  # type: ignore[attr-defined]
+                self._members.close(lambda: [*map(self._beat_key, units), *self._notes("left").keys(units),
+                                             *self._notes("stuck").keys(units)])
             except Exception:  # the store is gone (the job is ending): nothing to tidy
                 pass

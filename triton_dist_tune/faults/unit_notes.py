@@ -70,6 +70,15 @@ class NoteLog:
         return {u: notes[u] for u in units if u in notes}
 
 
+    def keys(self, units: list[int]) -> list[str]:
+        """The keys that hold notes of ``units`` now, for the last unit out to delete them (one request, a read of
+        the log: none where no unit noted anything; on a store without ``append``, each unit's key too)."""
+        value = peek(self.store, self.key)
+        if value is None:
+            return []
+        return [self.key] if value else [self.key, *map(self.per_unit, units)]
+
+
 def _note(text: str) -> str | None:
     """A note's text from its entry's JSON string (None for anything else: a JSON string cannot nest, so no entry
     another process wrote makes the reading recurse)."""

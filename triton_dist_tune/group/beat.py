@@ -41,6 +41,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -168,9 +169,16 @@ def side_client(store: Any) -> Any:
 def counts(store: Any, reader: Any, keys: dict[int, str]) -> dict[int, int]:
     """Each counter of ``keys`` (rank -> key) now: two requests (``check`` on ``store``, ``multi_get`` on
     ``reader``) where every counter exists, whatever their number; else an ``add`` of 0 each (a counter not there
-    yet, or deleted: read as 0). ``reader`` is a client with a short timeout (:func:`own_client`): an owner that
-    deletes its counter between the two requests leaves a ``multi_get`` waiting for the client's timeout, then the
-    adds read it (a store that is gone makes them raise)."""
+    yet: read as 0, and written, deleted with the others by the last member out, :class:`Members`). No counter is
+    deleted between the two requests: the beats' counters of a board or a watch are deleted only once every member
+    that opened it has closed it (:class:`Members`), and a reader reads them only while its own is open. Before,
+    each member deleted its own counter as it closed: one that closed between a reader's two requests (its tuning
+    over while a peer still waited at the last exchange; a unit leaving with an error) left the ``multi_get``
+    waiting for ``reader``'s timeout (2 s, :func:`own_client`), holding every board's beats on the process's side
+    client, and the adds then wrote the counter again, a key left behind
+    (``test_store_reads.py::test_a_board_closed_between_a_peers_check_and_read_of_its_beat_does_not_hold_the_peer``).
+    ``reader``'s short timeout stays the bound where a counter goes anyway (another process deleting the tuner's
+    keys); a store that is gone makes the adds raise."""
     if keys and store.check(list(keys.values())):
         try:
             return {r: int(v) for r, v in zip(keys, reader.multi_get(list(keys.values())), strict=True)}
@@ -205,3 +213,31 @@ class Silence:
             return None
         silent = before - seen[2]
         return silent if silent >= max(lost_s, LEAST_BEATS * note.beat_s) else None
+
+
+class Members:
+    """The count of the members of a group that have a board or a progress watch open, under ``key`` of ``store``
+    (one ``add`` as each opens it, one as each closes it), so that the keys every member reads while its own is open
+    (the beats' counters, a watch's notes) are deleted by the last member out, once nobody reads them: a member that
+    closes while others still wait deletes nothing (:func:`counts`). A member that never opens (a process that ended
+    first) keeps the count above 0: those keys then stay, as the keys of a failed exchange do."""
+
+    def __init__(self, store: Any, key: str) -> None:
+        self.store, self.key = store, key
+        self._open = False
+
+    def open(self) -> None:
+        """This member opens it (before its first beat)."""
+        self.store.add(self.key, 1)
+        self._open = True
+
+    def close(self, keys: Callable[[], list[str]]) -> None:
+        """This member closes it (once; nothing where it never opened): the last one out deletes ``keys()`` and
+        the count. A store that is gone raises."""
+        if not self._open:
+            return
+        self._open = False
+        if int(self.store.add(self.key, -1)) > 0:
+            return
+        for key in [*keys(), self.key]:
+            self.store.delete_key(key)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .beat import counts, side_client
+from .beat import Members, counts, side_client
 from .channel import BadBoardEntry, Board, FailureReport
 from .store_peek import peek
 
@@ -71,7 +71,10 @@ class StoreBoard(Board):
         self._stopped: dict[int, tuple[int, float]] = {}
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
+        #: the members that have the board open: the last to close deletes every member's beat counter
+        self._members = Members(self.store, f"{scope}open")
         if self.window is not None:
+            self._members.open()
             self._beat()
             self._beater = threading.Thread(target=self._beating, name="tdt-board-beat", daemon=True)
             self._beater.start()
@@ -191,21 +194,21 @@ class StoreBoard(Board):
             return [r for r in self._seen if 0 <= r.rank < self.group.size]
 
     def close(self, clean: bool = True) -> None:
-        """The tuning is over: stop beating and delete this board's keys (each rank its beat; group rank 0 the
-        reports and their count), so that a job of thousands of tunings leaves no keys behind. Not ``clean`` (this
-        rank's tuning ended by its own error or interruption, its peers maybe still waiting for it): the keys stay,
-        so that a peer reads this rank's report of why it left (deleted, the report went unread and the peer waited
-        for the beat to fall silent: ``T + T/10``)."""
+        """The tuning is over: stop beating and delete this board's keys (the last rank to close its board every
+        rank's beat counter, :class:`~triton_dist_tune.group.beat.Members`: a peer still waiting at the tuning's last
+        exchange reads them; group rank 0 the reports and their count), so that a job of thousands of tunings leaves
+        no keys behind. Not ``clean`` (this rank's tuning ended by its own error or interruption, its peers maybe
+        still waiting for it): the reports stay, so that a peer reads this rank's report of why it left (deleted,
+        the report went unread and the peer waited for the beat to fall silent: ``T + T/10``)."""
         self._stop.set()
         if self._beater is not None:
             self._beater.join(timeout=2.0)  # its last beat must not write the key again after the deletion
         self.group.board_closed(self)
-        if not clean:
-            return
         try:
             store = self.store
-            if self.window is not None:
-                store.delete_key(f"{self.scope}beat/{self.group.rank}")
+            self._members.close(lambda: [f"{self.scope}beat/{r}" for r in range(self.group.size)])
+            if not clean:
+                return
             if self.group.rank == 0:  # the reports it read (up to a gap: a count another process added to is
                 self.read()  # no bound on the keys to delete, which went on for hours at close)
                 for n in range(1, min(int(store.add(f"{self.scope}count", 0)), len(self._seen)) + 1):
