@@ -219,8 +219,9 @@ class Members:
     """The count of the members of a group that have a board or a progress watch open, under ``key`` of ``store``
     (one ``add`` as each opens it, one as each closes it), so that the keys every member reads while its own is open
     (the beats' counters, a watch's notes) are deleted by the last member out, once nobody reads them: a member that
-    closes while others still wait deletes nothing (:func:`counts`). A member that never opens (a process that ended
-    first) keeps the count above 0: those keys then stay, as the keys of a failed exchange do."""
+    closes while others still wait deletes nothing (:func:`counts`). A member that opened and never closes (a process
+    that ended without its exit hooks) keeps the count above 0: those keys then stay, as the keys of a failed
+    exchange do."""
 
     def __init__(self, store: Any, key: str) -> None:
         self.store, self.key = store, key
