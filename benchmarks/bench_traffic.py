@@ -54,7 +54,7 @@ class CountingStore:
         self.bytes = 0
 
     def clone(self) -> CountingStore:
-        """A clone of the store whose requests count here too (a thread's own client for its blocking waits)."""
+        """A clone of the store whose requests count here too (a client lent to a blocking wait)."""
         return CountingStore(self._inner.clone(), self._counts)
 
     def reset(self) -> None:

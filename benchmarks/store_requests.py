@@ -21,7 +21,7 @@ in these steps, each run alike on every rank:
 - ``half_barrier``: a barrier that the upper half of the ranks reaches ``--late-s`` seconds after the lower half.
 
 Requests are counted by a proxy in front of the job's store (``c10d._get_default_store``, which the tuner fetches on
-each use; a ``clone()`` of it, the failure board's, the beats' and each waiting thread's own clients, is counted
+each use; a ``clone()`` of it, the side client, the beats' and the blocking waits' clients, is counted
 too), on the calling thread: ``main`` (the exchanges, the waits and their looks) or ``bg`` (the beat threads). The
 server receives the sum over ranks. The table prints, per step and N, rank 0's requests, the busiest other rank's
 and the server's, each by kind, the exchanges (the group's sequence numbers used), and the server's requests (main

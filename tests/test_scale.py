@@ -65,10 +65,32 @@ def test_the_store_does_not_grow_with_the_number_of_exchanges(tmp_path):
 def test_a_rank_makes_one_side_client_of_the_store_however_many_tunings_it_runs(tmp_path):
     """Each tuning's failure board made a client of the job's store of its own: a new connection per tuning per rank,
     each opened by torch with a reverse DNS lookup of the store's address (docs/operations.md: 1 in 25 took 5 s on
-    this project's CI machines). Now the process's boards and watches share one (``beat.side_client``). Six tunings
+    this project's CI machines). Now the process's boards and watches share one (``clients.side_client``). Six tunings
     on 2 ranks: 7 clients a rank before, now at most 3."""
     for r in run("store_clients_of_many_tunings", 2, tuner_env(tmp_path, 20)):
         assert r["tunings"] == 6 and r["clones"] <= 3, r  # (2 here: the side client and this thread's waits')
+
+
+@pytest.mark.timeout(150)
+def test_a_first_tuning_does_not_wait_for_a_slow_new_client_of_the_store(tmp_path):
+    """Every new client of the job's store takes 20 s to connect here (the clone wrapped to sleep first: torch's
+    reverse DNS lookup of the store's address on a slow resolver, made deterministic). Before, the first tuning's
+    failure board made the process's side client on the tuning's thread (20 s, and as long for every rank, which
+    waited for it at the first exchange), and each of a thread's first blocking waits waited up to 1 s for its
+    client's connect. Now both connect on helper threads, and the tuning uses the job's client (the board) or looks
+    for its keys (the waits) until they are made: the tuning takes less than a quarter of the 20 s, and asks for no
+    client on its own thread."""
+    for r in run("first_tuning_beside_slow_clones", 2, tuner_env(tmp_path, 60), timeout=120):
+        assert r["tunings"] == 1 and r["on_tuner"] == 0 and r["s"] < 5.0, r
+
+
+@pytest.mark.timeout(150)
+def test_four_threads_tuning_at_once_share_one_client_for_their_blocking_waits(tmp_path):
+    """Four threads tuning on one group at once (in turns: the group's lock). Before, each thread made a client of
+    the store of its own for its blocking waits (``own_waiter``: a thread-local clone), 5 a rank with the side
+    client; now the waits borrow clients from a pool, one per wait in progress: 2 a rank."""
+    for r in run("waiter_clients_of_four_threads", 2, tuner_env(tmp_path, 60), timeout=120):
+        assert r["tunings"] == 4 and r["clones"] <= 2, r
 
 
 @pytest.mark.timeout(60)

@@ -11,9 +11,17 @@ import pytest
 import torch.distributed as dist
 
 from triton_dist_tune.group.channel import FailureReport
+from triton_dist_tune.group.clients import side_client
 from triton_dist_tune.group.store_board import StoreBoard
 from triton_dist_tune.group.store_peek import peek
 
+
+def side_made(store) -> None:
+    """Wait until the process's side client of ``store`` is made (it connects on a helper thread; until then the
+    beats are read in an ``add`` each): the counts below are a look's once it is."""
+    deadline = time.monotonic() + 20
+    while side_client(store) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 class DictStore(dist.Store):
     """A Python store that implements no compare-and-set (as a user's own store may)."""
@@ -74,7 +82,7 @@ class DeletedAfterTheFirstLook:
         self.store, self.key, self.close, self.closed = store, key, close, False
 
     def clone(self):
-        """The board's own client (:func:`~triton_dist_tune.group.beat.own_client`): this same interleaving."""
+        """The board's own client (:func:`~triton_dist_tune.group.clients.own_client`): this same interleaving."""
         return self
 
     def set_timeout(self, timeout) -> None:
@@ -178,6 +186,7 @@ def test_a_look_at_the_beats_of_a_large_group_is_two_store_requests():
     try:
         board._stop.set()  # (its beat thread stops: the counts below are the look's and the read's alone; not a
         board._beater.join()  # close, which, the last of the group's boards to close, deletes every counter)
+        side_made(store)
         store.requests.clear()
         board.look()
         assert sum(store.requests.values()) == 2, store.requests
@@ -201,7 +210,7 @@ class Logged:
         self.first = self  # (the client the test made: a clone logs into its log and runs its hook)
 
     def clone(self) -> Logged:
-        """A client of its own (:func:`~triton_dist_tune.group.beat.own_client`), logged as this one."""
+        """A client of its own (:func:`~triton_dist_tune.group.clients.own_client`), logged as this one."""
         twin = Logged(self.store.clone())
         twin.log, twin.first = self.log, self
         return twin
@@ -251,6 +260,7 @@ def test_a_rank_waiting_at_a_round_of_a_large_group_reads_no_unit_one_by_one_whi
     scope, size = "t/watch/", 64
     store = Logged(server)
     watch = RoundWatch(Unit(0, size, store), "campaign t", 0.2, scope=scope)  # (a look every 0.05 s)
+    side_made(store)
     for unit in range(1, size):
         server.set(f"{scope}done/0/{unit}", b"1")
     watch.wait(0, "round 1")
@@ -325,7 +335,7 @@ class Member(Unit):
 
 
 class ClosesBetween:
-    """A real store client (and each clone of it, :func:`~triton_dist_tune.group.beat.own_client`) through which,
+    """A real store client (and each clone of it, :func:`~triton_dist_tune.group.clients.own_client`) through which,
     right after the first ``check`` of beat counters, another rank closes its board or watch (``close``): between a
     reader's ``check`` of the counters and its ``multi_get`` of them, the interleaving a loaded machine makes now and
     then, here every time."""

@@ -42,24 +42,76 @@ def test_a_blocking_wait_of_one_thread_does_not_hold_a_request_of_another_thread
     assert ended == ["returned"], ended
 
 
-@pytest.mark.timeout(60)
-def test_each_thread_waits_on_one_client_of_its_own_and_a_store_that_cannot_be_cloned_on_itself():
-    from triton_dist_tune.group.store_wait import own_waiter
+class Watched:
+    """A real clone of the store (``PrefixStore.clone``, wrapped) that says whether two waits ever held it at once."""
 
+    def __init__(self, client, made: list) -> None:
+        self.client, self.busy = client, 0
+        made.append(self)
+
+    def wait(self, keys, timeout) -> None:
+        self.busy += 1
+        try:
+            self.shared = getattr(self, "shared", False) or self.busy > 1
+            self.client.wait(keys, timeout)
+        finally:
+            self.busy -= 1
+
+
+@pytest.mark.timeout(60)
+def test_blocking_waits_borrow_a_client_each_and_threads_one_after_another_share_one(monkeypatch):
+    """Four threads block on a real TCP store at once, then four more one after another. Each wait held a client
+    of its own (a wait holds its client's one request: a client lent to two waits at once would hold the second
+    behind the first), and the eight waits made four clients, as many as waited at once. Before, each thread made
+    one of its own (a thread-local clone): eight."""
     server = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=30),
                            wait_for_workers=False)
     store = dist.PrefixStore("job/", server)
-    mine = own_waiter(store)
-    assert mine is not store and own_waiter(store) is mine  # one clone per thread, kept
-    store.set("k", "v")
-    assert mine.get("k") == b"v"  # the same keys, prefix and all
-    other: list = []
-    thread = threading.Thread(target=lambda: other.append(own_waiter(store)))
-    thread.start()
-    thread.join(30)
-    assert other[0] is not mine and other[0] is not store
-    local, python = dist.HashStore(), DictStore()
-    assert own_waiter(local) is local and own_waiter(python) is python  # (served in-process; no clone)
+    made: list[Watched] = []
+    real = dist.PrefixStore.clone
+    monkeypatch.setattr(dist.PrefixStore, "clone", lambda self: Watched(real(self), made))
+    ended: list = []
+
+    def wait(key: str) -> None:
+        try:
+            quiet_store_wait(store, [key], 20.0, block=True)
+            ended.append(key)
+        except Exception as exc:
+            ended.append(f"{type(exc).__name__}: {exc}")
+
+    together = [threading.Thread(target=wait, args=(f"k{i}",)) for i in range(4)]
+    for thread in together:
+        thread.start()
+    deadline = time.monotonic() + 20
+    while sum(c.busy for c in made) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sum(c.busy for c in made) == 4, [c.busy for c in made]  # every wait blocks, each on a client
+    for i in range(4):
+        store.set(f"k{i}", "1")
+    for thread in together:
+        thread.join(30)
+    for i in range(4):  # one after another, each on a new thread: a key already set ends its wait at once
+        thread = threading.Thread(target=wait, args=(f"k{i}",))
+        thread.start()
+        thread.join(30)
+    assert sorted(ended) == sorted([f"k{i}" for i in range(4)] * 2), ended
+    assert len(made) == 4 and not any(getattr(c, "shared", False) for c in made), len(made)
+
+
+@pytest.mark.timeout(60)
+def test_a_store_that_cannot_be_cloned_is_waited_on_itself():
+    from triton_dist_tune.group.clients import waiter
+
+    local = dist.HashStore()
+    local.set("k", "v")
+    quiet_store_wait(local, ["k"], 5.0, block=True)  # (served in-process: no clone; the wait returns)
+    for store in (local, DictStore()):  # (a Python store: its clone is not implemented)
+        loan = waiter(store)
+        deadline = time.monotonic() + 10
+        while loan.take() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert loan.take() is store
+        loan.close()
 
 
 @pytest.mark.timeout(120)

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 import torch.distributed as dist
-from test_store_reads import DictStore, Unit  # (a Python store: no append, no compare-and-set)
+from test_store_reads import DictStore, Unit, side_made  # (a Python store: no append, no compare-and-set)
 
 from triton_dist_tune.errors import GroupTimeoutError
 from triton_dist_tune.faults.progress import RoundWatch
@@ -83,6 +83,8 @@ def test_a_progress_watch_with_half_its_units_late_reads_no_unit_one_by_one_at_i
         if unit not in late:
             arrive(server, scope, unit)
     watch = RoundWatch(Unit(0, size, store), "campaign t", 0.2, scope=scope)  # (a look every 0.05 s)
+    side_made(store)
+    store.requests.clear()
     watch.wait(0, "round 1")
     assert store.looks >= 8, store.requests
     assert store.one_by_one == 0, (store.one_by_one, store.looks)  # before: 63 + 32 a look

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -447,6 +448,74 @@ def store_clients_of_many_tunings():
     for n in range(6):
         scaled(n)
     emit(rank=dist.get_rank(), clones=made["clones"], tunings=len(scaled.tuner.decided))
+
+
+#: the seconds each clone of the job's store takes in :func:`first_tuning_beside_slow_clones` (a resolver that
+#: stalls each new connection, made deterministic)
+SLOW_CLONE_S = 20.0
+
+
+def counted_clones(slow_s: float = 0.0) -> dict:
+    """Count each client of the job's store this process makes from now on (``clone``, wrapped where torch defines
+    it; the clients are real), by the thread that asks, each made ``slow_s`` seconds late."""
+    made: dict = {"clones": 0, "threads": []}
+    for cls in (dist.TCPStore, dist.PrefixStore):
+        def counted(self, _clone=cls.clone):
+            made["clones"] += 1
+            made["threads"].append(threading.current_thread().name)
+            time.sleep(slow_s)
+            return _clone(self)
+
+        cls.clone = counted
+    return made
+
+
+@case
+def first_tuning_beside_slow_clones():
+    """A first tuning (two configs) while every new client of the job's store takes :data:`SLOW_CLONE_S` to
+    connect (a slow resolver, made deterministic): its seconds, and the clients asked for on the tuning's thread."""
+    tdt.init_distributed(backend="gloo")
+    made = counted_clones(SLOW_CLONE_S)
+
+    @tdt.autotune([{"scale": s} for s in (1, 2)], key_fn=lambda n: n, n_warmup=0, n_repeat=1, timing="cold",
+                  name="slow_clones")
+    def scaled(n, *, scale):
+        return n * scale
+
+    began = time.monotonic()
+    scaled(3)
+    emit(rank=dist.get_rank(), s=round(time.monotonic() - began, 2), tunings=len(scaled.tuner.decided),
+         on_tuner=made["threads"].count(threading.current_thread().name))
+
+
+@case
+def waiter_clients_of_four_threads():
+    """Four threads each tune a function of its own on the default group, in the same order on every rank (each
+    starts once the one before is inside its tuning: all four in a turn at once): how many clients of the job's
+    store this rank made."""
+    tdt.init_distributed(backend="gloo")
+    made = counted_clones()
+    entered = [threading.Event() for _ in range(4)]
+
+    def tuned(i):
+        @tdt.autotune([{"scale": s} for s in (1, 2)], key_fn=lambda n: n, n_warmup=0, n_repeat=1, timing="cold",
+                      name=f"four_threads_{i}")
+        def scaled(n, *, scale):
+            entered[i].set()
+            time.sleep(0.05)
+            return n * scale
+
+        return scaled
+
+    fns, threads = [tuned(i) for i in range(4)], []
+    for i, fn in enumerate(fns):
+        if i:
+            entered[i - 1].wait(30)
+        threads.append(threading.Thread(target=fn, args=(i,), name=f"tuner-{i}"))
+        threads[-1].start()
+    for thread in threads:
+        thread.join(120)
+    emit(rank=dist.get_rank(), clones=made["clones"], tunings=sum(len(fn.tuner.decided) for fn in fns))
 
 
 if __name__ == "__main__":

@@ -39,8 +39,9 @@ from typing import Any
 
 from ..errors import GroupTimeoutError, RankFailedError, describe_error
 from ..faults.watchdog import exchange_timeout
-from ..group.beat import Members, counts, side_client
+from ..group.beat import Members, counts
 from ..group.channel import Group, report_waiting
+from ..group.clients import side_client
 from ..group.store_wait import ArrivalLog, Arrivals, Pace, StoreWaitTimeout, quiet_store_wait
 from ..settings import current, store_host
 from .unit_notes import NoteLog
@@ -100,8 +101,9 @@ class RoundWatch:
     #: the thread doing the work (whose :func:`user_code` marks stop the beat)
     _owner: int = field(default_factory=threading.get_ident)
     #: a store client other than the job's, with a short timeout, for the beats' ``multi_get`` (:meth:`_counts`):
-    #: the process's side client (:func:`~triton_dist_tune.group.beat.side_client`), asked for at the first read of
-    #: beats (a wait that outlasted a look)
+    #: the process's side client (:func:`~triton_dist_tune.group.clients.side_client`), asked for at each read of
+    #: beats (a wait that outlasted a look) until it is made (until then the beats are read with adds, which never
+    #: wait)
     _reader: Any = None
     #: the units that have the watch open (:meth:`start`): the last to close deletes every unit's beat counter and
     #: the notes (:meth:`close`)

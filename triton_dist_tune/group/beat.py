@@ -40,19 +40,16 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
+from .clients import own_client
 from .note import Note
 
 log = logging.getLogger("triton_dist_tune")
 
 #: seconds between two beats of a process whose note stands
 BEAT_S = 1.0
-#: the store's timeout of a beat's request (a store whose host is gone or frozen holds the beat thread no longer)
-BEAT_WAIT_S = 2.0
 #: the fewest of a note's beats a waiting rank sees missing before it reads the note's process gone
 LEAST_BEATS = 3
 
@@ -127,59 +124,21 @@ class _Beating:
         self.reconnected = False
 
 
-def own_client(store: Any, timeout_s: float = BEAT_WAIT_S) -> Any:
-    """A client of ``store`` of the caller's own, with ``timeout_s`` for its timeout, which holds no store host's
-    server alive (``store`` itself where it cannot be cloned: a local store, which nothing else serves)."""
-    try:
-        client = store.clone()
-        client.set_timeout(timedelta(seconds=timeout_s))
-        return client
-    except Exception:
-        return store
-
-
-#: the side client of this process (:func:`side_client`): (a weak reference to the store it clones, the process
-#: that made it, the client)
-_side: tuple[weakref.ref, int, Any] | None = None
-_side_lock = threading.Lock()
-
-
-def side_client(store: Any) -> Any:
-    """This process's one client of ``store`` for the side traffic of its tunings (a failure board's beats and
-    reads, a progress watch's reads of beats), as :func:`own_client` makes it: made at the first need and kept while
-    ``store`` (the job's) lives, in this process. Before, each tuning's board and each watch made its own: a new
-    connection per tuning per rank, each of which torch's client opens with a reverse DNS lookup of the store's
-    address, which a slow resolver holds for seconds (docs/operations.md). The client holds no store server alive,
-    and the cache holds ``store`` only weakly: a job that destroys its process group and starts another gets a new
-    one. Boards and watches use it from several threads, as one board did from its beat thread before: torch's client
-    serves one request at a time."""
-    global _side
-    with _side_lock:
-        if _side is not None and _side[0]() is store and _side[1] == os.getpid():
-            return _side[2]
-        client = own_client(store)
-        if client is not store:  # (a store that cannot be cloned is used as it is, and not kept)
-            try:
-                _side = (weakref.ref(store), os.getpid(), client)
-            except TypeError:  # a store no weak reference can point at: a client per use, as before
-                pass
-        return client
-
-
-def counts(store: Any, reader: Any, keys: dict[int, str]) -> dict[int, int]:
+def counts(store: Any, reader: Any | None, keys: dict[int, str]) -> dict[int, int]:
     """Each counter of ``keys`` (rank -> key) now: two requests (``check`` on ``store``, ``multi_get`` on
     ``reader``) where every counter exists, whatever their number; else an ``add`` of 0 each (a counter not there
-    yet: read as 0, and written, deleted with the others by the last member out, :class:`Members`). No counter is
-    deleted between the two requests: the beats' counters of a board or a watch are deleted only once every member
-    that opened it has closed it (:class:`Members`), and a reader reads them only while its own is open. Before,
-    each member deleted its own counter as it closed: one that closed between a reader's two requests (its tuning
-    over while a peer still waited at the last exchange; a unit leaving with an error) left the ``multi_get``
-    waiting for ``reader``'s timeout (2 s, :func:`own_client`), holding every board's beats on the process's side
-    client, and the adds then wrote the counter again, a key left behind
+    yet: read as 0, and written, deleted with the others by the last member out, :class:`Members`), and so always
+    without a ``reader`` (None: the side client is still connecting). No counter is deleted between the two
+    requests: the beats' counters of a board or a watch are deleted only once every member that opened it has
+    closed it (:class:`Members`), and a reader reads them only while its own is open. Before, each member deleted
+    its own counter as it closed: one that closed between a reader's two requests (its tuning over while a peer
+    still waited at the last exchange; a unit leaving with an error) left the ``multi_get`` waiting for ``reader``'s
+    timeout (2 s, :func:`~triton_dist_tune.group.clients.side_client`), holding every board's beats on the
+    process's side client, and the adds then wrote the counter again, a key left behind
     (``test_store_reads.py::test_a_board_closed_between_a_peers_check_and_read_of_its_beat_does_not_hold_the_peer``).
     ``reader``'s short timeout stays the bound where a counter goes anyway (another process deleting the tuner's
     keys); a store that is gone makes the adds raise."""
-    if keys and store.check(list(keys.values())):
+    if keys and reader is not None and store.check(list(keys.values())):
         try:
             return {r: int(v) for r, v in zip(keys, reader.multi_get(list(keys.values())), strict=True)}
         except Exception:  # (a counter deleted since the check; a store without multi_get)

@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .beat import own_client
+from .clients import own_client
 from .note import on_this_host, parse_process, process_gone, this_process
 from .store_peek import peek
 

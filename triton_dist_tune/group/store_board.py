@@ -9,8 +9,9 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .beat import Members, counts, side_client
+from .beat import Members, counts
 from .channel import BadBoardEntry, Board, FailureReport
+from .clients import side_client
 from .store_peek import peek
 
 
@@ -45,17 +46,22 @@ class StoreBoard(Board):
     a steady round of ``n`` samples is ``n`` times longer.
 
     The board talks to the store through a client other than the job's, this process's side client, which every
-    board and progress watch of the process shares (:func:`~triton_dist_tune.group.beat.side_client`): the job's
+    board and progress watch of the process shares (:func:`~triton_dist_tune.group.clients.side_client`): the job's
     client is the process group's too, and serves one request at a time, so a blocking ``get`` of the user's
     (NCCL's first use of a communicator, waiting for an id a peer that raised never sends) held the beat, the
     watchdog's look at the board and the posts behind it: the rank was taken for dead, or ended by the backstop with
-    its config a crash suspect."""
+    its config a crash suspect. The side client connects on a helper thread, begun as the process's first board
+    opens; until it is made (milliseconds, or seconds where the resolver is slow), the board uses the job's client,
+    in requests that never wait (:attr:`store`; for that while, a blocking ``get`` of the user's holds them, as it
+    did before there was a side client). Before, the first board made it on the tuning's thread, and its connect
+    held the tuning's first exchange, so every rank's
+    (``test_scale.py::test_a_first_tuning_does_not_wait_for_a_slow_new_client_of_the_store``)."""
 
     def __init__(self, group: BoardOwner, scope: str, window: float | None = None,
                  outer: StoreBoard | None = None) -> None:
         self.group, self.scope = group, scope
-        # (alone: nobody else to hear)
-        self.store = side_client(group.store) if group.size > 1 else group.store
+        if group.size > 1:  # (its connect begins now; alone: nobody else to hear, no client but the job's)
+            side_client(group.store)
         #: the board of a tuning this one runs inside (an ``autotune`` tuning in a ``contextual_autotune`` call on the
         #: same group): the group's board again when this one closes
         self.outer = outer
@@ -78,6 +84,13 @@ class StoreBoard(Board):
             self._beat()
             self._beater = threading.Thread(target=self._beating, name="tdt-board-beat", daemon=True)
             self._beater.start()
+
+    @property
+    def store(self) -> Any:
+        """The client the board talks through: the process's side client, the job's until it is made (alone: the
+        job's)."""
+        job = self.group.store
+        return (side_client(job) or job) if self.group.size > 1 else job
 
     def _beat(self) -> None:
         self.store.add(f"{self.scope}beat/{self.group.rank}", 1)
@@ -121,7 +134,9 @@ class StoreBoard(Board):
     def _counts(self, ranks: Sequence[int]) -> dict[int, int]:
         """Each of ``ranks``' beat count now, in two requests where every counter exists (:func:`.beat.counts`;
         before, one request per rank: at a deadline on a group of N, N (N - 1) requests over its ranks)."""
-        return counts(self.store, self.store, {r: f"{self.scope}beat/{r}" for r in ranks})
+        job = self.group.store  # (no side client yet: adds on the job's client, never a multi_get that may wait)
+        side = side_client(job) if self.group.size > 1 else job
+        return counts(side or job, side, {r: f"{self.scope}beat/{r}" for r in ranks})
 
     def quiet_s(self, ranks: Sequence[int]) -> float:
         """The shortest time this rank has seen the beats of ``ranks`` stand still (0 for a rank never looked at)."""

@@ -1,19 +1,18 @@
 """A wait for keys of the job's key-value store that prints nothing while nothing is wrong
-(:func:`quiet_store_wait`), on a client of the waiting thread's own (:func:`own_waiter`), and the look-up of which
-ranks of a wait have set their key (:class:`Arrivals`, through a log of the wait's arrivals: :class:`ArrivalLog`)."""
+(:func:`quiet_store_wait`), on a client that no other request uses while it waits
+(:func:`~triton_dist_tune.group.clients.waiter`), and the look-up of which ranks of a wait have set their key
+(:class:`Arrivals`, through a log of the wait's arrivals: :class:`ArrivalLog`)."""
 
 from __future__ import annotations
 
-import os
-import threading
 import time
-import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
+from .clients import waiter
 from .store_peek import peek
 
 #: a store wait that looks for its keys instead of blocking (:func:`quiet_store_wait`) looks this often during its
@@ -65,123 +64,54 @@ def quiet_store_wait(store: Any, keys: list[str], seconds: float, block: bool,
                      poll: Callable[[], None] | None = None, alone: bool = False, pace: Pace | None = None) -> None:
     """Return once every key of ``keys`` is in ``store``; raise :class:`StoreWaitTimeout` after ``seconds``.
     ``block``: one blocking ``wait`` (a key set meanwhile ends it at once: the first slice of a wait, where
-    most exchanges end within milliseconds), on this thread's own client of ``store`` (:func:`own_waiter`); else
-    ``store.check`` at pauses that grow as the wait goes on (:func:`poll_pause`: every :data:`POLL_S` for its first
-    :data:`FAST_S` s, then less and less often, at least every :data:`POLL_CAP_S`), the last look at the deadline
-    (or less than :data:`POLL_S` before it: a slice that begins just after a look does not look again at once);
-    ``pace``: the :class:`Pace` of the whole wait, where this call is a slice of a longer one (default: a wait that
-    begins now). A blocking wait that runs out makes torch's store client print two ``waitForInput ... likely a
-    timeout`` warnings on the rank's screen, although nothing is wrong: a wait that outlasts its first slice (a peer
-    compiling, a campaign's unit tuning a key alone) goes on quietly. A store that is gone raises at once either way
-    (a thread's first blocking wait: after half of ``seconds``, at most :data:`CLONE_WAIT_S`, spent waiting for its
-    own client's connect, which a gone host makes fail only after the store's timeout, twice; a connect not made by
-    then, the wait looks instead for the rest of ``seconds``).
+    most exchanges end within milliseconds), on a client of ``store`` that no other request uses while it waits
+    (:func:`~triton_dist_tune.group.clients.waiter`: none free yet, its connect under way, the wait looks as below
+    until one is, then blocks for the rest of ``seconds``); else ``store.check`` at pauses that grow as the wait
+    goes on (:func:`poll_pause`: every :data:`POLL_S` for its first :data:`FAST_S` s, then less and less often, at
+    least every :data:`POLL_CAP_S`), the last look at the deadline (or less than :data:`POLL_S` before it: a slice
+    that begins just after a look does not look again at once); ``pace``: the :class:`Pace` of the whole wait,
+    where this call is a slice of a longer one (default: a wait that begins now). A blocking wait that runs out
+    makes torch's store client print two ``waitForInput ... likely a timeout`` warnings on the rank's screen,
+    although nothing is wrong: a wait that outlasts its first slice (a peer compiling, a campaign's unit tuning a
+    key alone) goes on quietly. A store that is gone raises at once either way (a blocking wait without a client
+    yet: at its first look; before, a thread's first blocking wait waited up to half its seconds for its client's
+    connect, which a gone host makes fail only after the store's timeout, twice).
     ``poll``: called before each look (not with ``block``). ``alone``: no other thread uses ``store`` (the
     attempt's naming in ``init_distributed``, before any group exists): a blocking wait uses ``store`` itself, and
     the process keeps no connection for it."""
     started = time.monotonic()
-    if block:  # (a thread's first: its own client's connect waited for at most half the seconds, then it looks)
-        client = store if alone else own_waiter(store, min(seconds / 2, CLONE_WAIT_S))
-        if client is not None:
-            client.wait(keys, timedelta(seconds=max(seconds / 2, seconds - (time.monotonic() - started))))
-            return
+    if block and alone:
+        store.wait(keys, timedelta(seconds=seconds))
+        return
     deadline, pace = started + seconds, Pace(started) if pace is None else pace
-    while True:
-        due, now = pace.next_look(), time.monotonic()
-        if due > deadline and pace.last is not None and deadline - pace.last < POLL_S:  # (looked just before)
-            time.sleep(max(0.0, deadline - now))
-            raise StoreWaitTimeout(f"store keys not set within {seconds:.3f} s")
-        if min(due, deadline) > now:
-            time.sleep(min(due, deadline) - now)
-        if poll is not None:
-            poll()
-        pace.last = time.monotonic()
-        if store.check(keys):
-            return
-        if pace.last >= deadline:
-            raise StoreWaitTimeout(f"store keys not set within {seconds:.3f} s")
-
-
-#: the most seconds a thread's first blocking wait on a store waits for its own client to connect (:func:`own_waiter`)
-CLONE_WAIT_S = 1.0
-#: what :func:`own_waiter` remembers for a store that is its own client
-_ITSELF = object()
-#: per thread: the process it ran in (a forked child clones anew) and its own clients, by the store they clone
-_WAITERS = threading.local()
-
-
-def own_waiter(store: Any, within: float = CLONE_WAIT_S) -> Any | None:
-    """The calling thread's own client of ``store`` for its blocking waits: a clone (a connection of its own to the
-    store's server, made at the thread's first blocking wait on ``store`` and kept while ``store`` and the thread
-    live), or ``store`` itself where it cannot be cloned or remembered (a store served in-process, a Python store).
-
-    Torch's TCP store client serves one request at a time, and a blocking ``wait`` holds it until a key comes or
-    the wait runs out: every other request of the process on that client (another thread's exchanges, on another
-    group: a tensor-parallel and a data-parallel group tuned from two threads) waited behind it, up to the wait's
-    whole slice (a second), and their peers behind them. On a client of its own a thread's wait holds nobody's
-    requests, whichever thread began first; its other requests (quick: none waits for a key) stay on ``store``.
-    Its cost: one connection per thread that waits (a connect and torch's handshake, once), no request per wait.
-
-    The clone connects on a helper thread (:class:`_Cloning`), waited for at most ``within`` seconds: a connect to
-    a store whose host has gone (killed between this thread's last request and this wait) is retried until the
-    store's timeout, twice (~20 min at ``init_distributed``'s default), where a wait on ``store`` itself raises at
-    once; and a connect to a live host can take seconds: torch's client reverse-resolves the host's address, which
-    a slow DNS server holds (1 connect in 25 took 5 s on this project's CPU machines: docs/operations.md). Not
-    connected in time: None (this wait looks instead, as one past its first slice does; the next one takes the
-    clone once made); a connect that failed is tried again at the thread's next blocking wait."""
-    pid = os.getpid()
-    if getattr(_WAITERS, "pid", None) != pid:
-        _WAITERS.pid, _WAITERS.clients = pid, weakref.WeakKeyDictionary()
-    clients: weakref.WeakKeyDictionary = _WAITERS.clients
+    loan = waiter(store) if block else None
+    broken = False
     try:
-        client = clients.get(store)
-    except TypeError:  # (a store that takes no weak reference: not remembered, so not cloned at every wait)
-        return store
-    if client is None:
-        client = clients[store] = _Cloning(store)
-        if not client.start():  # (no new thread at the interpreter's exit)
-            del clients[store]
-            return store
-    if isinstance(client, _Cloning):
-        if not client.done.wait(within):  # still connecting: this wait looks instead
-            return None
-        if client.client is None:  # the connect failed (the host gone?): the next blocking wait tries again
-            del clients[store]
-            return None
-        # (a store whose clone is itself, a local one, is remembered as such: a value that held its key would keep it)
-        client = clients[store] = client.client
-    return store if client is _ITSELF else client
-
-
-class _Cloning:
-    """A clone of a store being made on a helper thread (:func:`own_waiter`), which holds the store only until its
-    connect ends."""
-
-    def __init__(self, store: Any) -> None:
-        self.done = threading.Event()
-        #: the clone; :data:`_ITSELF` for a store that cannot be cloned or whose clone is itself; None: it failed
-        self.client: Any = None
-        self._store: Any = store
-
-    def start(self) -> bool:
-        try:
-            threading.Thread(target=self._clone, name="triton_dist_tune-store-clone", daemon=True).start()
-            return True
-        except RuntimeError:
-            self._store = None
-            return False
-
-    def _clone(self) -> None:
-        store, self._store = self._store, None
-        try:
-            client = store.clone()
-            self.client = _ITSELF if client is store else client
-        except Exception as exc:  # a connect that failed (torch's DistError: the host gone, or slower than the
-            # store's timeout): None, tried again; anything else (a Python store's pure virtual clone) is for good
-            self.client = None if any(c.__name__ == "DistError" for c in type(exc).__mro__) else _ITSELF
-        finally:
-            del store
-            self.done.set()
+        while True:
+            client = loan.take() if loan is not None else None
+            if client is not None and deadline - time.monotonic() >= POLL_S:
+                try:
+                    client.wait(keys, timedelta(seconds=deadline - time.monotonic()))
+                except Exception as exc:  # (a lost connection is not lent again; a timeout's client is)
+                    broken = any(c.__name__ == "DistNetworkError" for c in type(exc).__mro__)
+                    raise
+                return
+            due, now = pace.next_look(), time.monotonic()
+            if due > deadline and pace.last is not None and deadline - pace.last < POLL_S:  # (looked just before)
+                time.sleep(max(0.0, deadline - now))
+                raise StoreWaitTimeout(f"store keys not set within {seconds:.3f} s")
+            if min(due, deadline) > now:
+                time.sleep(min(due, deadline) - now)
+            if poll is not None:
+                poll()
+            pace.last = time.monotonic()
+            if store.check(keys):
+                return
+            if pace.last >= deadline:
+                raise StoreWaitTimeout(f"store keys not set within {seconds:.3f} s")
+    finally:
+        if loan is not None:
+            loan.close(broken)
 
 
 class Lookup(Protocol):

@@ -100,7 +100,8 @@ from typing import Any
 
 from .. import settings
 from . import calls, epoch, exits
-from .beat import BEAT_S, Beat, Silence, own_client
+from .beat import BEAT_S, Beat, Silence
+from .clients import own_client
 from .note import (
     GroupId,
     Note,
