@@ -66,3 +66,40 @@ def test_the_store_host_stops_lingering_for_a_peer_it_gave_up_on_by_its_beat(tmp
     line = linger_line(results[0].stderr)
     assert "every rank has counted out or is known gone" in line, describe(results)
     assert "global rank 1 is gone without counting out (this rank gave up on it: its beat stood still" in line, line
+
+
+class Counted:
+    """A real store client that counts the requests made through it."""
+
+    def __init__(self, store) -> None:
+        self.store, self.requests = store, 0
+
+    def __getattr__(self, name: str):
+        method = getattr(self.store, name)
+
+        def request(*args, **kwargs):
+            self.requests += 1
+            return method(*args, **kwargs)
+
+        return request
+
+
+@pytest.mark.timeout(60)
+def test_the_store_hosts_wait_at_exit_reads_the_count_at_the_pace_of_the_waits():
+    """The host's wait at exit for a rank that never counts out (nothing tells it is gone: the whole 5 s), on a real
+    TCP store. Before, it read the count every 20 ms: about 250 requests; now at the pace of the exchanges' waits
+    (``store_wait.poll_pause``: every 50 ms for its first second, then less and less often, every 0.25 s from
+    2.2 s on): about 4 x 5 + 23 = 43."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from harness import free_port
+
+    from triton_dist_tune.group import exits
+
+    server = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=30),
+                           wait_for_workers=False)
+    store = Counted(dist.PrefixStore("job/", server))
+    outcome = exits.linger(exits.Job(store, "attempt0/", 0, 2, host=True))
+    assert outcome.ended == "timeout" and outcome.counted == 1, outcome
+    assert store.requests <= 60, store.requests
