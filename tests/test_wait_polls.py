@@ -199,3 +199,25 @@ def test_a_unit_that_was_stuck_and_came_back_leaves_no_key_once_the_round_ends()
     other.join(30)
     assert not errors, errors
     assert _keys_under(server, scope) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_unit_that_left_before_another_opened_its_watch_is_read_as_left():
+    """Unit 1 of 2 leaves the campaign with an error (its note of leaving, then its watch's close) before unit 0 has
+    started its watch (unit 0 left the exchange before the watch later than unit 1: a wait past its first slice polls
+    every 0.25 s). Unit 0 then waits at round 1 for unit 1's mark. Its wait must end on unit 1's note: unit 1 said
+    why it left. Before, unit 1, the only member then open, was the last one out and deleted the notes with the beat
+    counters, so unit 0 found no note and waited for unit 1's beat to stand still for the whole window
+    (``exchange_timeout(T)``), then said unit 1 showed no sign of life. Once both have closed, no key is left."""
+    from test_store_reads import Member, _keys_under
+
+    server = tcp_store()
+    with pytest.raises(KeyboardInterrupt):
+        with RoundWatch.start(Member(1, 2, server), "campaign t", 0.2):
+            raise KeyboardInterrupt
+    watch = RoundWatch.start(Member(0, 2, server), "campaign t", 0.2)
+    scope = watch.scope
+    with pytest.raises(RankFailedError, match="unit 1 .*left the campaign with KeyboardInterrupt"):
+        with watch:
+            watch.wait(0, "round 1")
+    assert _keys_under(server, scope) == []

@@ -105,7 +105,7 @@ class RoundWatch:
     #: beats (a wait that outlasted a look) until it is made (until then the beats are read with adds, which never
     #: wait)
     _reader: Any = None
-    #: the units that have the watch open (:meth:`start`): the last to close deletes every unit's beat counter and
+    #: the units that have closed the watch: the last of the group's to close deletes every unit's beat counter and
     #: the notes (:meth:`close`)
     _members: Members | None = None
 
@@ -120,7 +120,7 @@ class RoundWatch:
             # watches this process started would not be: a rank that ever started one the others did not would
             # never meet them again); a campaign's watch and a tuning's inside it are told apart by their kinds
             watch.scope = group.at_exchange(f"watch/{watch.work}/{watch.unit}")
-            watch._members = Members(group.store, f"{watch.scope}open")  # type: ignore[attr-defined]
+            watch._members = Members(group.store, f"{watch.scope}closed", group.size)  # type: ignore[attr-defined]
             watch._members.open()
             watch._beat()
             watch._thread = threading.Thread(target=watch._beating, name=f"tdt-beat-{title}", daemon=True)
@@ -343,12 +343,12 @@ class RoundWatch:
                 f"{self.rerun}")
 
     def close(self) -> None:
-        """Stop beating (the work is over, or this rank leaves it with an error); the last unit to close its watch
-        deletes the watch's keys that every open unit reads: every unit's beat counter and the notes of why units left
-        and where they were stuck (:class:`~triton_dist_tune.group.beat.Members`). Before, each unit deleted its
-        own counter: one that left with an error while a unit still waited at a round held that unit's read of the
-        beats for 2 s (:func:`~triton_dist_tune.group.beat.counts`); and the notes stayed (a withdrawn note is a line
-        more in its log: a unit stuck in user code that came back left that key behind)."""
+        """Stop beating (the work is over, or this rank leaves it with an error); the last of the group's units to
+        close its watch deletes the watch's keys that every open unit reads: every unit's beat counter and the notes
+        of why units left and where they were stuck (:class:`~triton_dist_tune.group.beat.Members`). Before, each
+        unit deleted its own counter: one that left with an error while a unit still waited at a round held that
+        unit's read of the beats for 2 s (:func:`~triton_dist_tune.group.beat.counts`); and the notes stayed (a
+        withdrawn note is a line more in its log: a unit stuck in user code that came back left that key behind)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * beat_interval(self.timeout))

@@ -127,10 +127,10 @@ class _Beating:
 def counts(store: Any, reader: Any | None, keys: dict[int, str]) -> dict[int, int]:
     """Each counter of ``keys`` (rank -> key) now: two requests (``check`` on ``store``, ``multi_get`` on
     ``reader``) where every counter exists, whatever their number; else an ``add`` of 0 each (a counter not there
-    yet: read as 0, and written, deleted with the others by the last member out, :class:`Members`), and so always
+    yet: read as 0, and written, deleted with the others by the last member to close, :class:`Members`), and so always
     without a ``reader`` (None: the side client is still connecting). No counter is deleted between the two
-    requests: the beats' counters of a board or a watch are deleted only once every member that opened it has
-    closed it (:class:`Members`), and a reader reads them only while its own is open. Before, each member deleted
+    requests: the beats' counters of a board or a watch are deleted only once every member of its group has closed
+    it (:class:`Members`), and a reader reads them only while its own is open. Before, each member deleted
     its own counter as it closed: one that closed between a reader's two requests (its tuning over while a peer
     still waited at the last exchange; a unit leaving with an error) left the ``multi_get`` waiting for ``reader``'s
     timeout (2 s, :func:`~triton_dist_tune.group.clients.side_client`), holding every board's beats on the
@@ -175,29 +175,32 @@ class Silence:
 
 
 class Members:
-    """The count of the members of a group that have a board or a progress watch open, under ``key`` of ``store``
-    (one ``add`` as each opens it, one as each closes it), so that the keys every member reads while its own is open
-    (the beats' counters, a watch's notes) are deleted by the last member out, once nobody reads them: a member that
-    closes while others still wait deletes nothing (:func:`counts`). A member that opened and never closes (a process
-    that ended without its exit hooks) keeps the count above 0: those keys then stay, as the keys of a failed
-    exchange do."""
+    """The members of a group that have closed a board or a progress watch, counted under ``key`` of ``store`` (one
+    ``add`` as each closes it), so that the keys every member reads while its own is open (the beats' counters, a
+    watch's notes) are deleted by the last of the group's ``size`` members to close, once nobody reads them or will:
+    a member that closes while others still wait, or have not opened theirs yet, deletes nothing (:func:`counts`).
+    Counting the members open instead (an ``add`` as each opened) let a member that left with an error before a peer
+    opened (the peer a poll behind it out of the exchange before) be the last out: it deleted its note of leaving,
+    and the peer waited for its beat to stand still for the whole window
+    (``test_wait_polls.py::test_a_unit_that_left_before_another_opened_its_watch_is_read_as_left``). A member that
+    never closes (a process that ended without its exit hooks) keeps the count below ``size``: those keys then stay,
+    as the keys of a failed exchange do."""
 
-    def __init__(self, store: Any, key: str) -> None:
-        self.store, self.key = store, key
+    def __init__(self, store: Any, key: str, size: int) -> None:
+        self.store, self.key, self.size = store, key, size
         self._open = False
 
     def open(self) -> None:
-        """This member opens it (before its first beat)."""
-        self.store.add(self.key, 1)
+        """This member opens it (before its first beat; no request)."""
         self._open = True
 
     def close(self, keys: Callable[[], list[str]]) -> None:
-        """This member closes it (once; nothing where it never opened): the last one out deletes ``keys()`` and
-        the count. A store that is gone raises."""
+        """This member closes it (once; nothing where it never opened): the last of the group's members to close
+        deletes ``keys()`` and the count. A store that is gone raises."""
         if not self._open:
             return
         self._open = False
-        if int(self.store.add(self.key, -1)) > 0:
+        if int(self.store.add(self.key, 1)) < self.size:
             return
         for key in [*keys(), self.key]:
             self.store.delete_key(key)

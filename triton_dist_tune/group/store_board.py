@@ -77,8 +77,8 @@ class StoreBoard(Board):
         self._stopped: dict[int, tuple[int, float]] = {}
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
-        #: the members that have the board open: the last to close deletes every member's beat counter
-        self._members = Members(self.store, f"{scope}open")
+        #: the members that have closed the board: the last of the group's to close deletes every member's beat counter
+        self._members = Members(self.store, f"{scope}closed", group.size)
         if self.window is not None:
             self._members.open()
             self._beat()
