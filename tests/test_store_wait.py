@@ -155,3 +155,49 @@ def test_a_threads_first_blocking_wait_on_a_store_whose_host_has_died_ends_withi
     print("first blocking wait after the host died:", ended)
     assert ended and ended[0][0] != "returned", ended
     assert ended[0][1] < 2.5, ended  # (0.5 s and the look's at-once error; before: ~20 s)
+
+
+@pytest.mark.timeout(60)
+def test_a_child_forked_while_another_thread_holds_the_clients_lock_makes_its_own_clients():
+    """A process forks (a data loader's workers, ``multiprocessing`` with ``fork``) at the moment another of its
+    threads holds the lock of its store clients (``group/clients.py``: a connect's helper thread handing over its
+    client, a tuning thread taking a waiter's client; held here for that moment). The child has only the forking
+    thread, so nothing ever releases its copy of that lock: before, its first board, watch or blocking wait on the
+    store (``side_client``, ``waiter``) blocked for good. Now the child starts with a lock of its own: its side client
+    is made."""
+    import os
+
+    from triton_dist_tune.group import clients
+
+    server = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=30),
+                           wait_for_workers=False)
+    store = dist.PrefixStore("job/", server)
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with clients._lock:
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=holder, daemon=True)
+    thread.start()
+    assert held.wait(30)
+    pid = os.fork()
+    if pid == 0:  # the child: 0 once its side client is made, 3 where side_client never returned
+        code = 1
+        try:
+            made = threading.Event()
+
+            def make() -> None:
+                while clients.side_client(store) is None:
+                    time.sleep(0.01)
+                made.set()
+
+            threading.Thread(target=make, daemon=True).start()
+            code = 0 if made.wait(15) else 3
+        finally:
+            os._exit(code)
+    release.set()
+    thread.join(30)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's side_client blocked on the lock the fork copied held"

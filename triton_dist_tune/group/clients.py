@@ -85,19 +85,23 @@ class _Side:
 #: per store (weakly): its side client in this process (:func:`side_client`), and its waiters' clients (:class:`_Pool`)
 _sides: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-#: the process those clients belong to (a forked child makes its own)
-_pid = os.getpid()
 _lock = threading.Lock()
 
 
-def _per_process() -> None:
-    """Forget the clients of the parent process in a forked child (its connections are the parent's). Under
-    :data:`_lock`."""
-    global _pid
-    if _pid != os.getpid():
-        _pid = os.getpid()
-        _sides.clear()
-        _pools.clear()
+def _forked() -> None:
+    """In a forked child: forget the parent's clients (their connections are the parent's) and take a lock of its
+    own. The child has only the thread that forked: a copy of :data:`_lock` that another thread of the parent held
+    at the fork (a connect's helper thread handing over its client, a tuning thread taking a waiter's client) is
+    never released there, and the child's first board, watch or blocking wait on the store blocked on it for good
+    (``test_store_wait.py::test_a_child_forked_while_another_thread_holds_the_clients_lock_makes_its_own_clients``;
+    before, the child found the parent's clients by a change of ``os.getpid()``, under that lock)."""
+    global _lock
+    _lock = threading.Lock()
+    _sides.clear()
+    _pools.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def side_client(store: Any) -> Any | None:
@@ -109,7 +113,6 @@ def side_client(store: Any) -> Any | None:
     watches use it from several threads, as one board did from its beat thread before: torch's client serves one
     request at a time. ``store`` itself where it cannot be cloned (nothing else serves a local store)."""
     with _lock:
-        _per_process()
         try:
             side = _sides.get(store)
             if side is None:
@@ -163,7 +166,6 @@ class Waiter:
         self.client: Any = None
         self._pool: _Pool | None = None
         with _lock:
-            _per_process()
             try:
                 pool = _pools.get(store)
                 if pool is None:
