@@ -203,7 +203,9 @@ def torchrun_command(torchrun_args: Sequence[str], script: str | Path, args: Seq
 
 def run_mpiexec(script: str | Path, n: int, args: list[str], env: dict[str, str],
                 timeout: float = 100) -> subprocess.CompletedProcess:
-    """Run ``n`` ranks of ``script`` under ``mpiexec`` (skips the test where there is none)."""
+    """Run ``n`` ranks of ``script`` under ``mpiexec`` (skips the test where there is none). Past ``timeout`` every
+    process of the job is killed (:func:`kill_session`) and subprocess.TimeoutExpired raised, as subprocess.run
+    does."""
     import shutil
 
     import pytest
@@ -212,8 +214,49 @@ def run_mpiexec(script: str | Path, n: int, args: list[str], env: dict[str, str]
     if mpiexec is None:
         pytest.skip("mpiexec not installed")
     extra = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
-    return subprocess.run([mpiexec, "-n", str(n), "--oversubscribe", sys.executable, str(script), *args],
-                          env=base_env(extra), capture_output=True, text=True, timeout=timeout)
+    cmd = [mpiexec, "-n", str(n), "--oversubscribe", sys.executable, str(script), *args]
+    proc = subprocess.Popen(cmd, env=base_env(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_session(proc.pid)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def kill_session(session: int) -> None:
+    """SIGKILL every process of session ``session`` (a launcher started with ``start_new_session``), until none is
+    left. Open MPI's launcher (``prterun``) puts each rank in a process group of its own, so killing the launcher
+    or its process group leaves the ranks running, reparented to init; they stay in its session."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        members = [pid for pid in _session_members(session) if pid != os.getpid()]
+        if not members:
+            return
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:  # gone meanwhile
+                pass
+        time.sleep(0.05)
+
+
+def _session_members(session: int) -> list[int]:
+    """The live processes of session ``session`` (from /proc; zombies left out: they are dead already)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == session:  # state, ppid, pgrp, session
+            members.append(int(entry))
+    return members
 
 
 def run_cases(script: str | Path, n: int, cases: list[str], env: dict[str, str] | None = None,

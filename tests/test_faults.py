@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +24,17 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from harness import HERE, base_env, describe, parse_results, run_process, run_ranks, torchrun_command, tuner_env
+from harness import (
+    HERE,
+    base_env,
+    describe,
+    parse_results,
+    run_mpiexec,
+    run_process,
+    run_ranks,
+    torchrun_command,
+    tuner_env,
+)
 
 from triton_dist_tune.faults.backstop import SLACK_S
 from triton_dist_tune.faults.evidence import AGAIN, merge
@@ -94,13 +103,9 @@ MPIEXEC_S, MPI_TEST_S, MPI_TESTS_S = 150, 180, 240
 
 
 def mpiexec(case: str, env: dict[str, str], n: int = 2, timeout: float = MPIEXEC_S) -> Job:
-    exe = shutil.which("mpiexec")
-    if exe is None:
-        pytest.skip("mpiexec not installed")
-    extra = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "MODE": "mpi", **env}
+    extra = {"MODE": "mpi", **env}
     t0 = time.monotonic()
-    proc = subprocess.run([exe, "-n", str(n), "--oversubscribe", sys.executable, str(SCRIPT), case],
-                          env=base_env(extra), capture_output=True, text=True, timeout=timeout)
+    proc = run_mpiexec(SCRIPT, n, [case], extra, timeout=timeout)  # past its timeout, every rank is killed too
     return Job(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0)
 
 
