@@ -309,3 +309,59 @@ def test_a_rank_whose_channel_setup_ran_out_and_calls_again_gets_a_named_error_a
     else:
         assert len(late_errors) == 1 and isinstance(late_errors[0], tdt.GroupTimeoutError), \
             [repr(exc) for exc in late_errors]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(90)
+def test_a_communicator_of_a_subclass_of_mpi4pys_is_a_group_for_every_option(comm):
+    """A team's own communicator class, a subclass of ``MPI.Intracomm`` defined in its module (mpi4py's classes
+    are made to be subclassed: its ``util.pkl5`` does so), is an mpi4py communicator for ``autotune_pg``,
+    ``contextual_autotune(is_dist=)`` and ``campaign(pg=)``. Before, each refused it by its module's name:
+    ``BadInputError: autotune_pg must be a torch.distributed ProcessGroup, an mpi4py communicator or None, not
+    TeamComm``."""
+    import torch
+    from mpi4py import MPI
+
+    class TeamComm(MPI.Intracomm):
+        """a kernel team's communicator, with helpers of its own"""
+
+    team = TeamComm(comm.Dup())
+    rank = comm.Get_rank()
+
+    @tdt.autotune([{"variant": v} for v in range(3)], key_fn=lambda x: x, n_warmup=1, n_repeat=3,
+                  name="mpi_subclass")
+    def f(x, *, variant):
+        time.sleep(SLEEP_MS[rank % 2][variant] / 1e3)
+        return team.allreduce(x * variant)
+
+    assert f(1, autotune_pg=team) == 2 * comm.Get_size()
+
+    @tdt.contextual_autotune(is_dist=team, n_warmup=1, n_repeat=1)
+    def layer(x):
+        return x + team.allreduce(1)
+
+    assert layer(torch.ones(2)).tolist() == [1.0 + comm.Get_size()] * 2
+    summary = tdt.campaign(f, lambda n: (n,), [3], pg=team, progress=False)
+    assert len(summary.rows) == 1, summary
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_an_mpi4py_object_that_is_no_communicator_is_a_bad_input_naming_it(comm):
+    """An ``MPI.Group`` (what ``comm.Get_group()`` gives: the members, not a communicator), an ``MPI.Info`` or an
+    ``MPI.Datatype`` given as the group is a ``BadInputError`` naming the option, on every rank. Before, each has a
+    ``Dup`` and was taken for a communicator: mpi4py's raw ``AttributeError: 'mpi4py.MPI.Group' object has no
+    attribute 'Get_name'`` (``... 'Get_rank'`` for a Datatype)."""
+    from mpi4py import MPI
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, name="mpi_not_a_comm")
+    def f(x, *, variant):
+        return x
+
+    for wrong in (comm.Get_group(), MPI.INFO_NULL, MPI.DOUBLE):
+        said = rf"autotune_pg .*an mpi4py {type(wrong).__name__}, not a communicator"
+        with pytest.raises(tdt.BadInputError, match=said):
+            f(1, autotune_pg=wrong)
+    with pytest.raises(tdt.BadInputError, match="is_dist"):
+        tdt.contextual_autotune(is_dist=comm.Get_group())(lambda x: x)
+    assert f(1, autotune_pg=comm) == 1  # the group's next call with a communicator tunes in step

@@ -63,6 +63,7 @@ from typing import Any
 
 from .. import checks, settings
 from ..capture import eagerly, is_compiling
+from ..group.mpi import is_communicator
 from .options import ContextualOptions
 from .tuner import ContextualTuner
 
@@ -159,7 +160,7 @@ _OPTIONS = [name for name in inspect.signature(contextual_autotune).parameters i
 
 def _is_group(obj: Any) -> bool:
     module = type(obj).__module__
-    return module.startswith("mpi4py") or module.startswith("torch")
+    return is_communicator(obj) or module.startswith("mpi4py") or module.startswith("torch")
 
 
 __all__ = ["contextual_autotune"]

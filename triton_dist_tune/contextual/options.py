@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import checks, settings
 from ..errors import BadInputError
+from ..group.mpi import is_communicator, not_a_communicator
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def check_is_dist(value: Any) -> None:
     ``torch.distributed`` ProcessGroup or an ``mpi4py`` communicator (checked when decorating, never in a call)."""
     if value is None or value is True or value is False:
         return
-    if type(value).__module__.startswith("mpi4py"):
+    if is_communicator(value):
         return
     module = type(value).__module__
     if module.startswith("torch"):
@@ -87,7 +88,8 @@ def check_is_dist(value: Any) -> None:
             return
     raise BadInputError(f"contextual_autotune(is_dist=...) must be True, False, None (the default group when "
                         f"torch.distributed is initialized), a torch.distributed ProcessGroup or an mpi4py "
-                        f"communicator, not {value!r} ({type(value).__name__})")
+                        f"communicator, not {value!r} "
+                        f"({not_a_communicator(value) if module.startswith('mpi4py') else type(value).__name__})")
 
 
 def _check_steps(n_warmup: Any, n_repeat: Any) -> None:

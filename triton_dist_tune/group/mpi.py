@@ -28,6 +28,7 @@ caller's own posted on the communicator before the late rank's ``Idup`` complete
 
 from __future__ import annotations
 
+import sys
 import time
 from array import array
 from collections.abc import Callable
@@ -206,3 +207,24 @@ def _world_ranks(comm: Any) -> tuple:
     except Exception:
         return ()
     return tuple(int(r) for r in ranks) if all(r is not None and r >= 0 for r in ranks) else ()
+
+
+def is_communicator(obj: Any) -> bool:
+    """Whether ``obj`` is an mpi4py communicator: an ``MPI.Comm``, of mpi4py's classes or of a subclass defined
+    anywhere (mpi4py's ``util.pkl5``, a team's own; before, only classes of mpi4py's modules were taken, so a team's
+    subclass was refused as "not an mpi4py communicator", and any object of mpi4py's with a ``Dup``, an
+    ``MPI.Group``, ``MPI.Info`` or ``MPI.Datatype``, was taken for one and failed in mpi4py's ``AttributeError``).
+    Read from ``sys.modules``: no object of mpi4py's exists where ``mpi4py.MPI`` was never imported."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is not None and isinstance(obj, mpi.Comm)
+
+
+def not_a_communicator(obj: Any) -> str:
+    """Why ``obj``, an object of mpi4py's, is not a group, for an error: what it is, and for an ``MPI.Group`` (the
+    members of one, ``comm.Get_group()``) how to make its communicator."""
+    what = f"an mpi4py {type(obj).__name__}, not a communicator"
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and isinstance(obj, mpi.Group):
+        what += " (an MPI.Group names ranks; its communicator is comm.Create_group(group), made on its members)"
+    return what
+

@@ -12,7 +12,7 @@ from .. import settings
 from ..errors import BadInputError
 from .calls import joined
 from .channel import NON_MEMBER, Group, SingleGroup, not_a_member
-from .mpi import MpiGroup
+from .mpi import MpiGroup, is_communicator, not_a_communicator
 from .store import StoreGroup
 from .unresolved import NOTES
 
@@ -70,10 +70,6 @@ _groups = GroupIndex()
 _warned_world_size = False
 
 
-def _is_mpi_comm(obj: Any) -> bool:
-    return type(obj).__module__.startswith("mpi4py") and hasattr(obj, "Dup")
-
-
 def find_group(pg: Any) -> Group | None:
     """The channel already made for ``pg`` (an explicit ``autotune_pg``), or None."""
     return _groups.find(pg)
@@ -121,7 +117,7 @@ def _resolve(pg: Any, option: str) -> Group:
     found = _groups.find(pg)
     if found is not None:
         return found
-    if _is_mpi_comm(pg):
+    if is_communicator(pg):
         from mpi4py import MPI
 
         if pg == MPI.COMM_NULL:  # a rank outside a Split/Create: its calls would raise MPI_ERR_COMM
@@ -131,10 +127,9 @@ def _resolve(pg: Any, option: str) -> Group:
         from torch.distributed import ProcessGroup
 
         if not isinstance(pg, ProcessGroup):
-            raise BadInputError(
-                f"{option} must be a torch.distributed ProcessGroup, an mpi4py communicator or None, "
-                f"not {type(pg).__name__}"
-            )
+            what = not_a_communicator(pg) if type(pg).__module__.startswith("mpi4py") else type(pg).__name__
+            raise BadInputError(f"{option} must be a torch.distributed ProcessGroup, an mpi4py communicator or None, "
+                                f"not {what}")
         make = lambda: StoreGroup(pg, option)  # noqa: E731
     group = _groups.add(pg, lambda: _single_if_alone(make()))
     if isinstance(group, MpiGroup):  # a setup that ran out: its channel is kept broken, the call raises
