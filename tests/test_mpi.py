@@ -365,3 +365,29 @@ def test_an_mpi4py_object_that_is_no_communicator_is_a_bad_input_naming_it(comm)
     with pytest.raises(tdt.BadInputError, match="is_dist"):
         tdt.contextual_autotune(is_dist=comm.Get_group())(lambda x: x)
     assert f(1, autotune_pg=comm) == 1  # the group's next call with a communicator tunes in step
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_an_intercommunicator_is_a_bad_input_at_once_on_every_rank(comm, monkeypatch):
+    """An intercommunicator (two groups of ranks linked: ``Create_intercomm``) has no group of ranks to tune on: its
+    collectives move data between the two sides. Every rank raises ``BadInputError`` at once, naming it and how to
+    make one group of it (``Merge``). Before, a side of one rank (2 ranks) was taken for a group of one, each process
+    tuning alone, free to choose otherwise than the other side; with two ranks a side (4 ranks) the channel was set
+    up on it and every rank waited the timeout at the first agreement: ``GroupTimeoutError: ... waited 3 s at
+    '[mpi_inter] agree on key and config space' after every rank had come to it, for ranks that left it: ...
+    crashed or hung`` (no rank had)."""
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "3")
+    rank = comm.Get_rank()
+    side = comm.Split(rank % 2, rank)
+    inter = side.Create_intercomm(0, comm, 1 - rank % 2, tag=81)
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, name="mpi_inter")
+    def f(x, *, variant):
+        return x
+
+    began = time.monotonic()
+    with pytest.raises(tdt.BadInputError, match="autotune_pg .*an intercommunicator.*Merge"):
+        f(1, autotune_pg=inter)
+    assert time.monotonic() - began < 3, "raised at once, not after the timeout"
+    comm.Barrier()

@@ -122,6 +122,10 @@ def _resolve(pg: Any, option: str) -> Group:
 
         if pg == MPI.COMM_NULL:  # a rank outside a Split/Create: its calls would raise MPI_ERR_COMM
             raise BadInputError(not_a_member(option, mpi=True))
+        if pg.Is_inter():  # its collectives move data between its two sides: no group of ranks to agree in
+            raise BadInputError(f"{option} must be a torch.distributed ProcessGroup, an mpi4py communicator or None, "
+                                f"not an intercommunicator (it links two groups of ranks; tune on one group: "
+                                f"inter.Merge(), on both sides)")
         make: Callable[[], Group] = lambda: MpiGroup(pg)  # noqa: E731
     else:
         from torch.distributed import ProcessGroup
