@@ -391,3 +391,30 @@ def test_an_intercommunicator_is_a_bad_input_at_once_on_every_rank(comm, monkeyp
         f(1, autotune_pg=inter)
     assert time.monotonic() - began < 3, "raised at once, not after the timeout"
     comm.Barrier()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_ranks_whose_timeouts_differ_are_warned_naming_them_before_measuring(comm, monkeypatch, caplog):
+    """``TRITON_DIST_AUTOTUNE_TIMEOUT`` set on one rank only (an ``mpiexec -x`` forgotten, a job script that exports
+    it per node): each rank's watchdog and waits follow its own timeout, so a config that takes longer than the
+    short one but less than the long one is journaled ``hung`` by that rank alone and left out by every later
+    attempt (seen on 2 ranks, 2 s on rank 1 and 20 s on rank 0, a config of 3 s: rank 1's watchdog ended the job,
+    and the rerun with one timeout left the config out: ``in an earlier attempt, hung on rank 1: warmup exceeded 2
+    s``), and nothing said the timeouts differed. Now the first agreement carries the timeout: where the ranks'
+    differ every rank warns, naming each rank's, before anything is measured (a warning, not an error: the outcome
+    is still one for every rank, from the journals they share), and the tuning goes on."""
+    import logging
+
+    rank = comm.Get_rank()
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "20" if rank == 0 else "2")
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, name="mpi_timeouts_differ")
+    def f(x, *, variant):
+        return x
+
+    with caplog.at_level(logging.WARNING, logger="triton_dist_tune"):
+        assert f(1, autotune_pg=comm) == 1
+    said = [r.getMessage() for r in caplog.records if "differ in their timeout" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]
+    assert "ranks [0]: 20 s; ranks [1]: 2 s" in said[0] and "TRITON_DIST_AUTOTUNE_TIMEOUT" in said[0], said

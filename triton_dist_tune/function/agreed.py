@@ -4,6 +4,7 @@ same error on every rank, and no config is blamed for it."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,10 @@ from .tuned import TunedFunction
 
 #: the first agreement's field of the replica count (``autotune_replicas``'s group size, or "not given")
 REPLICAS_FIELD = "autotune_replicas (the replica count)"
+#: the first agreement's field of the tuning's timeout: ranks that differ in it are warned, not stopped
+TIMEOUT_FIELD = "timeout"
+
+log = logging.getLogger("triton_dist_tune")
 
 
 def agree_on_call(tuner: TunedFunction, group: Group, key_text: str, problem: str | None, args: tuple,
@@ -85,13 +90,17 @@ def _agree_in_group(tuner: TunedFunction, group: Group, key_text: str, problem: 
             problem = str(exc)
     fields = {"group size": str(group.size), "config space": tuner.space_text, "key": key_text,
               REPLICAS_FIELD: replicas, **protocol_fields(tuner),
-              "search mode (search= / TRITON_DIST_AUTOTUNE_SEARCH)": tuner.search_mode()}
+              "search mode (search= / TRITON_DIST_AUTOTUNE_SEARCH)": tuner.search_mode(),
+              TIMEOUT_FIELD: f"{_timeout(tuner):g} s"}
     agreement = agree(group, fields, f"[{tuner.name}] agree on key and config space", tuner.options.timeout,
                       problem)
     if agreement.notes:
         raise BadInputError(f"{tuner.name}: " + per_rank(in_job(group, agreement.notes), tuner.name))
     for what, holders in agreement.differ.items():
         detail = "; ".join(f"ranks {ranks}: {text}" for ranks, text in holders)
+        if what == TIMEOUT_FIELD:
+            _warn_timeouts_differ(tuner.name, group.title, detail)
+            continue
         error = MismatchError(f"{tuner.name}: the ranks of group '{group.title}' differ in {what}: {detail}")
         if replicas == "not given" and REPLICAS_FIELD in agreement.differ:
             # a peer of this group passed autotune_replicas: its partners across replicas (this rank's too, in a
@@ -99,6 +108,29 @@ def _agree_in_group(tuner: TunedFunction, group: Group, key_text: str, problem: 
             add_ranks_text(error, group.title, list(getattr(group, "global_ranks", None) or ()))
             NOTES.post(str(error), kind="MismatchError")
         raise error
+
+
+def _timeout(tuner: TunedFunction) -> float:
+    """The tuning's timeout: the decorator's ``timeout=``, else ``TRITON_DIST_AUTOTUNE_TIMEOUT``."""
+    return tuner.options.timeout if tuner.options.timeout is not None else settings.current().timeout
+
+
+def _warn_timeouts_differ(name: str, title: str, detail: str) -> None:
+    """Warn (once per function, group and values) that the ranks' timeouts differ. Each rank's watchdog and waits
+    follow its own, so a config slower than one rank's timeout and faster than another's is journaled ``hung`` by
+    that rank alone, and every later attempt leaves it out (seen under mpiexec with the variable exported on one rank
+    only). Not an error: the outcome is still one for every rank, from the journals they share, and a job may give
+    ranks different deadlines on purpose (the fault tests order which watchdog fires first so)."""
+    said = f"{name}: the ranks of group '{title}' differ in their timeout (timeout=, else TRITON_DIST_AUTOTUNE_TIMEOUT)"
+    if (said, detail) in _WARNED:
+        return
+    _WARNED.add((said, detail))
+    log.warning("triton_dist_tune: %s: %s. A config slower than the shortest is journaled as hung by the ranks "
+                "that have it, and left out by every later attempt: set one timeout on every rank", said, detail)
+
+
+#: the timeout warnings given, (what, each rank's value): each once per process
+_WARNED: set[tuple[str, str]] = set()
 
 
 def protocol_fields(tuner: TunedFunction) -> dict[str, str]:
