@@ -417,4 +417,50 @@ def test_ranks_whose_timeouts_differ_are_warned_naming_them_before_measuring(com
         assert f(1, autotune_pg=comm) == 1
     said = [r.getMessage() for r in caplog.records if "differ in their timeout" in r.getMessage()]
     assert len(said) == 1, [r.getMessage() for r in caplog.records]
-    assert "ranks [0]: 20 s; ranks [1]: 2 s" in said[0] and "TRITON_DIST_AUTOTUNE_TIMEOUT" in said[0], said
+    others = list(range(1, comm.Get_size()))
+    assert f"ranks [0]: 20 s; ranks {others}: 2 s" in said[0] and "TRITON_DIST_AUTOTUNE_TIMEOUT" in said[0], said
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(90)
+def test_a_step_whose_wait_ran_out_stays_alive_with_its_buffers_while_mpi_may_still_write_them(comm, monkeypatch):
+    """Rank 0 gives up on an exchange that the other ranks are late for: its nonblocking step (``Iallgather`` of the
+    message lengths) stays pending in MPI, which writes the late ranks' lengths into its receive buffer when they
+    come. mpi4py's request holds that buffer only while the request object lives. Before, the request was dropped
+    with the raise, so the buffer was freed while MPI still held its address, and the late ranks' step wrote into
+    freed memory: the 4-rank pytest-mpi run of this file ended in ``Fatal Python error: Segmentation fault``
+    (``Garbage-collecting``) in 2 of 3 runs on main, in whichever test ran next. Now every step whose wait ran out is
+    kept, with its buffers, for the life of the process (``group.mpi.ABANDONED``): here it completes when the late
+    ranks come, into a buffer still alive."""
+    from triton_dist_tune.group import mpi
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "2")
+    rank = comm.Get_rank()
+    world = comm.Dup()  # the test's own communicator: its channel is this test's alone
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, n_warmup=1, n_repeat=2,
+                  name="mpi_abandoned_step")
+    def f(x, *, variant):
+        return x
+
+    assert f(1, autotune_pg=world) == 1  # the channel is set up and in step
+    completed = None
+    if rank == 0:
+        before = len(mpi.ABANDONED)
+        with pytest.raises(tdt.GroupTimeoutError):
+            f(2, autotune_pg=world)  # the others are late: this rank gives up, its step pending
+        held = mpi.ABANDONED[before:]
+        for other in range(1, world.Get_size()):
+            comm.send("gave up", dest=other, tag=82)
+        deadline = time.monotonic() + 30
+        completed = False
+        while len(held) == 1 and not completed and time.monotonic() < deadline:
+            completed = held[0].Test()  # the late ranks' step completes it (each look drives MPI's progress)
+            time.sleep(0.01)
+    else:
+        assert comm.recv(source=0, tag=82) == "gave up"
+        with pytest.raises(tdt.GroupTimeoutError):
+            f(2, autotune_pg=world)  # its first step meets rank 0's pending one; the next never comes
+    comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
+    if rank == 0:
+        assert len(held) == 1 and completed, (len(held), completed)

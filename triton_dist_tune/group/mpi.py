@@ -48,6 +48,13 @@ _POLL_S = 0.005
 _FIRST_BYTES = 4096
 #: the setup's step, as its timeout and a later call's error name it
 SETUP = "setting up its control channel (Idup)"
+#: every step whose wait ran out (its request, and for a setup the duplicate it fills), kept for the life of the
+#: process: MPI still holds the addresses of its buffers, and writes into them when the late ranks come. mpi4py's
+#: request holds its buffers only while it lives, so a request dropped with the raise freed them under MPI, and the
+#: late ranks' step wrote into freed memory (on 4 ranks the pytest-mpi run of test_mpi.py ended in a segmentation
+#: fault while garbage-collecting, 2 runs in 3). Kept apart from the channel, which goes with the caller's
+#: communicator object. A few bytes each: one per wait that ran out.
+ABANDONED: list[Any] = []
 
 
 class MpiGroup(Group):
@@ -82,6 +89,7 @@ class MpiGroup(Group):
                 self._wait(self._setup, SETUP, timeout, every, self.rank)
             except GroupTimeoutError as exc:  # the channel is kept broken: see the module's docstring
                 self.setup_error = exc
+                ABANDONED.append(self.comm)  # the handle the pending Idup writes when the late ranks come
 
     def raise_setup_error(self) -> None:
         """Raise the setup's timeout, once: the call that set the channel up raises it, later calls on the
@@ -129,6 +137,7 @@ class MpiGroup(Group):
                 else:
                     where = f"rank {rank} of MPI group '{self.name}'"
                 where += f" waited {timeout:g} s at '{what}'"
+                ABANDONED.append(request)  # with its buffers, which MPI may still write (see ABANDONED)
                 if self.broken is None:
                     self.broken = f"its wait at '{what}' ran out after {timeout:g} s"
                 if later_step:
