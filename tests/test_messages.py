@@ -495,7 +495,12 @@ def test_a_subgroups_ranks_text_is_added_only_to_errors_that_name_its_ranks_bare
     bare = GroupTimeoutError("f: rank 1: key_fn failed")
     add_ranks_text(bare, "tp", [4, 5])
     assert str(bare).endswith("The ranks named are ranks of group 'tp': group rank 0 is global rank 4, 1 is 5"), bare
+    ended = GroupTimeoutError("f: rank 1 hung.")  # a sentence's own period: not doubled
+    add_ranks_text(ended, "tp", [4, 5])
+    assert str(ended).startswith("f: rank 1 hung. The ranks named are"), ended
     for text in ("waited 66 s at 'journals across replicas' for group ranks [0] (global [1]), which never arrived",
+                 "rank 0 (world rank 1) of MPI group 'mpi:comm' (world ranks [1, 0]) waited 2 s at 'x' for ranks "
+                 "that never arrived: they crashed, hung, or called with another group.",
                  "replica 1: rank 0: ValueError: x"):
         other = GroupTimeoutError(text)
         add_ranks_text(other, "tp", [4, 5])

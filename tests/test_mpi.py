@@ -236,6 +236,43 @@ def test_a_setup_timeout_on_a_sub_communicator_names_the_ranks_world_rank(comm, 
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(90)
+def test_an_exchange_timeout_on_a_sub_communicator_names_the_world_ranks_once(comm, monkeypatch):
+    """On a communicator whose rank 0 is the last world rank, set up by every rank, the last world rank tunes a new
+    key alone and its first agreement runs out. Its message names the world ranks inline; before, the tuning's turn
+    appended them again (``hung.. The ranks named are ranks of group 'mpi:comm': group rank 0 is global rank 1, 1 is
+    0``: a doubled period, and "global" for MPI's world ranks)."""
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "2")
+    rank, size = comm.Get_rank(), comm.Get_size()
+    reversed_comm = comm.Split(0, size - 1 - rank)  # its rank 0 is the last world rank
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, n_warmup=0, n_repeat=1,
+                  name="mpi_timeout_names_once")
+    def f(x, *, variant):
+        return x
+
+    assert f(1, autotune_pg=reversed_comm) == 1  # the channel is set up and in step
+    last, said = size - 1, ""
+    if rank == last:
+        try:
+            f(2, autotune_pg=reversed_comm)  # the others are late: this rank gives up at the first agreement
+        except tdt.GroupTimeoutError as exc:
+            said = str(exc)
+        for other in range(last):
+            comm.send("gave up", dest=other, tag=83)
+    else:
+        assert comm.recv(source=last, tag=83) == "gave up"
+        with pytest.raises(tdt.GroupTimeoutError):
+            f(2, autotune_pg=reversed_comm)  # its first step meets the last rank's pending one; the next never comes
+    comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
+    if rank == last:
+        world = list(range(size))[::-1]
+        assert said == (f"triton_dist_tune: rank 0 (world rank {last}) of MPI group 'mpi:comm' (world ranks {world}) "
+                        "waited 2 s at '[mpi_timeout_names_once] agree on key and config space' for ranks that "
+                        "never arrived: they crashed, hung, or called with another group."), said
+
+
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.timeout(120)
 def test_a_rank_local_campaign_shares_its_keys_over_a_communicator(comm):
     """An mpi4py job without torch.distributed: ``campaign(..., local=True, pg=comm)`` deals the keys over the

@@ -18,9 +18,10 @@ from ..errors import AutotuneError
 
 #: a rank named in a message: ``rank 1``, ``ranks [0, 1]``, ``group ranks [1]``
 _NAMES_A_RANK = re.compile(r"\branks? (\d|\[)")
-#: a message that names its ranks otherwise: by global rank already (an exchange's timeout, a lost store), or by
-#: replica (a replicas group's error, raised inside the turn of a tuning group it is not)
-_NAMED_OTHERWISE = re.compile(r"\(global|\breplicas? \d|\breplicas? \[")
+#: a message that names its ranks otherwise: by global rank already (an exchange's timeout, a lost store), by MPI
+#: world rank (an mpi4py sub-communicator's timeout: ``rank 0 (world rank 1) of MPI group ... (world ranks [1, 0])``),
+#: or by replica (a replicas group's error, raised inside the turn of a tuning group it is not)
+_NAMED_OTHERWISE = re.compile(r"\(global|\(world ranks? |\breplicas? \d|\breplicas? \[")
 
 
 @contextlib.contextmanager
@@ -43,7 +44,7 @@ def add_ranks_text(exc: Exception, title: str, members: Sequence[int]) -> None:
     exc.ranks_named = True  # type: ignore[attr-defined]
     text, message = ranks_text(title, members), exc.args[0]
     if text and _NAMES_A_RANK.search(message) and not _NAMED_OTHERWISE.search(message):
-        exc.args = (f"{exc.args[0]}. {text}",)
+        exc.args = (f"{message}{'' if message.endswith('.') else '.'} {text}",)
 
 
 def renumbered(members: Sequence[int]) -> bool:
