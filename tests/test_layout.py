@@ -186,6 +186,27 @@ def test_ranks_that_catch_a_wrong_group_error_and_call_again_tune_in_step(env):
         assert again["error"] is None and cached["error"] is None, describe(results)
 
 
+@pytest.mark.timeout(240)
+def test_a_wrong_groups_note_is_posted_without_waiting_for_a_slow_new_client_of_the_store(tmp_path):
+    """Every new client of the job's store takes 20 s to connect here (the clone wrapped to sleep first: torch's
+    reverse DNS lookup of the store's address on a slow resolver, docs/operations.md, made deterministic). Before, a
+    wrong autotune_pg's note made two clients on the caller's thread before its error was raised (its beat's, and
+    the one its exit marks the note on): 40 s for the wrong rank, and its peer, which posts the error on in turn,
+    waited for its note and then for its own two. Now both connect on other threads: each rank raises in under a
+    quarter of the 20 s, rank 1 asks for no client on its calling thread, and its exit still marks the note (on the
+    job's client while its own is connecting) within ENDED_WAIT_S."""
+    from triton_dist_tune.group.unresolved import ENDED_WAIT_S
+
+    results = run_ranks(CASES, 2, ["wrong_group_beside_slow_clones"], env=tuner_env(tmp_path, timeout=120),
+                        timeout=200)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    (waited, marked), (wrong, ended) = results[0].results, results[1].results
+    assert wrong["error"] == "BadInputError" and "autotune_pg must be" in wrong["message"], describe(results)
+    assert waited["error"] == "BadInputError" and "global rank 1 raised BadInputError" in waited["message"], waited
+    assert wrong["seconds"] < 5 and waited["seconds"] < 5, (wrong, waited)
+    assert ended["on_caller"] == 0 and ended["end_s"] < 2 * ENDED_WAIT_S and marked["marked"], (ended, marked)
+
+
 def first_call_stopped_rank_1s_group(results) -> None:
     """Every rank ended; in the first call rank 1 (a wrong autotune_pg) and rank 0, which waited for it, raised
     BadInputError, and ranks 2 and 3 (the other TP group) tuned."""
@@ -489,9 +510,9 @@ def test_a_beat_whose_connection_is_reset_while_the_store_lives_goes_on():
     try:
         before = sockets()
         assert beat.start(host, "beat/1")
-        theirs = sockets() - before  # the beat's clone of the store: its one connection
-        assert len(theirs) == 1
         assert within(20, lambda: int(host.add("beat/1", 0)) >= 3)
+        theirs = sockets() - before  # the beat's clone of the store (its thread's, at its first beat): one connection
+        assert len(theirs) == 1
         for fd in theirs:
             with socket.socket(fileno=os.dup(fd)) as sock:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -525,6 +546,7 @@ def test_the_ended_mark_is_the_notes_own_and_a_store_gone_at_exit_holds_no_exit(
     notes._said = ("1.1", {"about": ["f"], "posted": 1.0, "withdrawn": 2.0, "to": [["4", [1, 3]]]}, "its error")
     notes._end_with(host, "note/1")
     atexit.unregister(notes.end)  # (this test's process: its end is this test's)
+    assert within(10, lambda: notes._end[0].now()[1])  # its own client, made on a helper thread
     notes._end = (notes._end[0], notes._end[1], -1)  # as in a forked child: another process's note
     notes.end()
     assert not host.check(["note/1"])

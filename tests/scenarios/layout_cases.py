@@ -360,6 +360,44 @@ def withdrawn_before_a_peer_waits(name: str, end: str) -> None:
         os._exit(0)
 
 
+#: the seconds each new client of the job's store takes in :func:`wrong_group_beside_slow_clones` (a resolver that
+#: stalls each new connection: docs/operations.md, made deterministic)
+SLOW_CLONE_S = 20.0
+
+
+@case
+def wrong_group_beside_slow_clones():
+    """2 ranks; every new client of the job's store takes :data:`SLOW_CLONE_S` to connect (``clone`` wrapped to
+    sleep first, where torch defines it; the clients are real). Rank 1 calls with a wrong autotune_pg (its note
+    posted, its beat started, its exit's client asked for), rank 0 with the right group (it waits for rank 1, and
+    raises its note's error). Then rank 1 runs its exit's marking of the note (``Notes.end``, timed) and rank 0
+    reads whether the mark is in the store. Each rank's call: its seconds and error; rank 1: the clients asked for on
+    its calling thread."""
+    import threading
+
+    from triton_dist_tune.group.unresolved import NOTES, Notes
+
+    tdt.init_distributed()
+    me, store = dist.get_rank(), dist.distributed_c10d._get_default_store()
+    asked: list[str] = []
+    for cls in (dist.TCPStore, dist.PrefixStore):
+        def slow(self, _clone=cls.clone):
+            asked.append(threading.current_thread().name)
+            time.sleep(SLOW_CLONE_S)
+            return _clone(self)
+
+        cls.clone = slow
+    call(layer("slow_clones_note"), **({"autotune_pg": "not a group"} if me == 1 else {}))
+    if me == 1:
+        began = time.perf_counter()
+        NOTES.end()  # what its exit hook does (main() ends the process without exit hooks)
+        emit(end_s=time.perf_counter() - began, on_caller=asked.count(threading.current_thread().name))
+        store.set("case/ended", b"1")
+    else:
+        store.wait(["case/ended"])
+        emit(marked=Notes.read(store, [1])[1].ended is not None)
+
+
 @case
 def stale_pass_on_note():
     """As :func:`stale_note_same_function`, but the rank late to the second call is rank 0, the one that answered

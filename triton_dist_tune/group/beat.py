@@ -8,7 +8,11 @@ one per process, started at the first note) adds 1 to a counter under its global
 :data:`BEAT_S` seconds, on a client of its own (a clone of the store with a short timeout: it never holds the
 caller, nor the process's exit; every store error is swallowed), and the note says so (``beat_s`` in its second
 line, written only once the thread runs). The posting itself adds 1 first, on the caller's store, before it writes
-the note: a note is never newer than its beat.
+the note: a note is never newer than its beat. The thread makes that client itself, at its first beat for the
+note: a new connection may stall for seconds (torch's reverse DNS lookup of the store's address on a slow
+resolver, docs/operations.md), and the caller, about to raise its error, would wait for it (before, it did, and
+its note was posted that much later:
+``test_layout.py::test_a_wrong_groups_note_is_posted_without_waiting_for_a_slow_new_client_of_the_store``).
 
 A rank waiting for a late rank whose note says that it beats, and whose process it cannot check on its own host,
 reads the counter at each look (about once a second; :class:`Silence`) and reads the process gone when the counter
@@ -66,15 +70,16 @@ class Beat:
 
     def start(self, store: Any, key: str) -> bool:
         """Beat under ``key`` of ``store`` (the job's store) from now on: one beat now, on ``store``,
-        then one every :data:`BEAT_S` on a clone of it, in this process's beat thread (started if it does not run).
-        Returns whether the thread runs (only then may a note say that it beats); False on any error."""
+        then one every :data:`BEAT_S` on a clone of it that this process's beat thread (started if it does not run)
+        makes at its first beat, never the caller. Returns whether the thread runs (only then may a note say that it
+        beats); False on any error."""
         try:
             store.add(key, 1)
         except Exception as exc:  # the note then says no beat (the beat of a note posted before goes on)
             log.debug("triton_dist_tune: no beat for this rank's group error: %s", exc)
             return False
         with self._lock:
-            self._on = _Beating(store, own_client(store), key)
+            self._on = _Beating(store, key)
         if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
             return True
         try:
@@ -98,30 +103,31 @@ class Beat:
             on = self._on
             if on is None:
                 continue
-            if on.client is None:  # the connection was lost at the last beat: connect again, once
-                on.client, on.reconnected = own_client(on.store), True
+            if on.client is None:  # the note's first beat here, or the connection was lost at the last: connect
+                on.client = own_client(on.store)
             try:
                 on.client.add(on.key, 1)
-                on.reconnected = False
+                on.lost = False
             except Exception as exc:  # a slow store: the next beat tries again
                 log.debug("triton_dist_tune: could not beat for this rank's group error: %s", exc)
                 if not any(c.__name__ == "DistNetworkError" for c in type(exc).__mro__):
                     continue
-                if not on.reconnected:  # a reset connection: a new one at the next beat
-                    on.client = None
+                if not on.lost:  # a reset connection: a new one at the next beat, once
+                    on.client, on.lost = None, True
                     continue
                 with self._lock:  # a new connection lost too: the store is gone (torch prints each failure: two,
                     self._on = None if self._on is on else self._on  # not one a second)
 
 
 class _Beating:
-    """What the beat thread beats: the counter ``key`` through ``client`` (a clone of the caller's ``store``; None:
-    its connection was lost, a new clone is made at the next beat), and whether that client is such a new clone
-    that has not beaten yet."""
+    """What the beat thread beats: the counter ``key`` through ``client`` (a clone of the caller's ``store``, made
+    by the thread at its next beat while None: none made yet, or its connection was lost), and whether a connection
+    was lost with no beat landed since (a new one lost too: the store is gone)."""
 
-    def __init__(self, store: Any, client: Any, key: str) -> None:
-        self.store, self.client, self.key = store, client, key
-        self.reconnected = False
+    def __init__(self, store: Any, key: str) -> None:
+        self.store, self.key = store, key
+        self.client: Any = None
+        self.lost = False
 
 
 def counts(store: Any, reader: Any | None, keys: dict[int, str]) -> dict[int, int]:

@@ -1,6 +1,7 @@
 """The clients of the job's key-value store that a process makes beside the job's own: the side client that its
 failure boards and progress watches share (:func:`side_client`), the clients its threads' blocking waits borrow
-(:func:`waiter`), and a client of a caller's own with a short timeout (:func:`own_client`).
+(:func:`waiter`), and a client of a caller's own with a short timeout (:func:`own_client`; :class:`Connecting`
+where the caller must not wait for its connect).
 
 Each is a clone of the job's store: a TCP connection of its own to the store's host, which torch opens with a
 reverse DNS lookup of the host's address, which a slow resolver holds for seconds (docs/operations.md: 1 connect in
@@ -42,6 +43,35 @@ def own_client(store: Any, timeout_s: float = SHORT_WAIT_S) -> Any:
 #: what a clone that cannot be made for good comes to: the store is used itself (a store served in-process, a Python
 #: store whose ``clone`` is not implemented)
 _ITSELF = object()
+
+
+class Connecting:
+    """A client of ``store`` of the caller's own with ``timeout_s`` for its timeout, as :func:`own_client` makes,
+    connected on a helper thread (:class:`_Cloning`) for a caller that must not wait for the connect (a rank about
+    to raise its error). Only the helper holds ``store``, until its connect ends; this object holds it weakly, so
+    that, as a clone, it keeps no store host's server alive afterwards (a store that takes no weak reference is
+    held)."""
+
+    def __init__(self, store: Any, timeout_s: float) -> None:
+        try:
+            self._store: Callable[[], Any] = weakref.ref(store)
+        except TypeError:
+            self._store = lambda: store
+        self._made: Any = None
+        if not _Cloning(store, timeout_s, self._done).start():
+            self._done(None)
+
+    def _done(self, made: Any) -> None:
+        self._made = self._store() if made is _ITSELF else made
+
+    def now(self) -> tuple[Any, bool]:
+        """The client now, and whether its requests are bounded by ``timeout_s``: the clone once made (``store``
+        itself where it cannot be cloned: served in-process); else ``store`` itself while it lives (still
+        connecting: the helper holds it; a connect that failed), its own timeout bounding its requests, False; else
+        (None, False)."""
+        if self._made is not None:
+            return self._made, True
+        return self._store(), False
 
 
 class _Cloning:

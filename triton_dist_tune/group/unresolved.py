@@ -101,7 +101,7 @@ from typing import Any
 from .. import settings
 from . import calls, epoch, exits
 from .beat import BEAT_S, Beat, Silence
-from .clients import own_client
+from .clients import Connecting
 from .note import (
     GroupId,
     Note,
@@ -171,9 +171,10 @@ class Notes:
         self._seen: dict[str, float] = {}
         #: this process's note as posted: its root, its second line's fields, its error (for :meth:`withdraw`)
         self._said: tuple[str, dict[str, Any], str] | None = None
-        #: where :meth:`end` marks the note at this process's exit: a store (a client of its own where the store can
-        #: be cloned), the note's key, and the id of the process that posted it (a forked child marks nothing)
-        self._end: tuple[Any, str, int] | None = None
+        #: where :meth:`end` marks the note at this process's exit: a client of the store of its own (connecting
+        #: on a helper thread where it is not made yet), the note's key, and the id of the process that posted it
+        #: (a forked child marks nothing)
+        self._end: tuple[Connecting, str, int] | None = None
         self._hooked = False
         #: this process's beat while its note stands, and this rank's reading of the others' (:mod:`.beat`)
         self.beat, self.silence = Beat(), Silence()
@@ -218,8 +219,11 @@ class Notes:
     def _end_with(self, store: Any, key: str) -> None:
         """Keep what :meth:`end` needs to mark the note ``key`` at this process's exit, and register it (once). The
         store is cloned (a client of its own, with a short timeout: the job's store may be gone by then, its group
-        destroyed, and a clone keeps no store host's server alive); a store that cannot be cloned is kept itself."""
-        self._end = (own_client(store, ENDED_WAIT_S), key, os.getpid())
+        destroyed, and a clone keeps no store host's server alive; a store that cannot be cloned is kept itself), on
+        a helper thread (:class:`~.clients.Connecting`): a new connection may stall for seconds (a slow resolver,
+        docs/operations.md), and the rank posting its note, about to raise, waited for it (``test_layout.py::
+        test_a_wrong_groups_note_is_posted_without_waiting_for_a_slow_new_client_of_the_store``)."""
+        self._end = (Connecting(store, ENDED_WAIT_S), key, os.getpid())
         if not self._hooked:
             self._hooked = True
             atexit.register(self.end)
@@ -293,13 +297,17 @@ class Notes:
         (:meth:`look`). The mark is written on the store kept when the note was posted (:meth:`_end_with`) and read
         back once, so that it is in the store when the exit hooks registered before it run; within
         :data:`ENDED_WAIT_S` (the store's timeout, and the most the exit waits for a thread doing it), every error
-        swallowed."""
+        swallowed. Where that client is still connecting (a process that exits within a slow connect of its note's
+        posting), the mark is written on the job's store itself, which the connect holds: its timeout is the job's,
+        so only in the thread the exit waits :data:`ENDED_WAIT_S` for, never on the exit's own thread."""
         kept, said = self._end, self._said
         if kept is None or said is None or kept[2] != os.getpid():
             return
-        store, key, _ = kept
-        root, fields, message = said
         self.beat.stop()  # (the mark says more than a beat)
+        (store, bounded), key = kept[0].now(), kept[1]
+        if store is None:  # (its clone failed to connect, and the job's store is gone: nothing to write on)
+            return
+        root, fields, message = said
         value = f"{root}\n{json.dumps({**fields, 'ended': time.time()})}\n{message}".encode()
 
         def mark() -> None:
@@ -312,8 +320,9 @@ class Notes:
         try:
             writer = threading.Thread(target=mark, name="triton_dist_tune-note-ended", daemon=True)
             writer.start()
-        except RuntimeError:  # no new thread at the interpreter's exit (Python 3.12+): the store's timeout bounds it
-            mark()
+        except RuntimeError:  # no new thread at the interpreter's exit (Python 3.12+): the clone's timeout bounds it
+            if bounded:
+                mark()
             return
         writer.join(ENDED_WAIT_S)
 
