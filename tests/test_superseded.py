@@ -206,3 +206,26 @@ def test_vllm_moe_conflict_of_one_key_names_the_group_sizes_the_files_record(tmp
     assert status == 2 and f"{one} (tuned 2h ago" in err and f"{two} (tuned 1m ago" in err
     assert "do not record" not in err and "serving calls on 2 and 4 ranks" in err, err
     assert "delete the file not wanted" in err, err
+
+
+def test_vllm_moe_conflict_of_one_key_on_one_group_size_does_not_say_the_size_is_unrecorded(tmp_path, capsys):
+    """Two decisions of one key from rank-local campaigns on 4 ranks both times (the files record it): the export
+    listed 'the number of ranks a rank-local campaign ran on' among what the files do not record; now it says both
+    serve calls on 4 ranks. Older files without ``rank_local`` (one rank's group) still leave that unrecorded."""
+    cache, now = tmp_path / "cache", time.time()
+    tile = "{{BLOCK_SIZE_K: 32, BLOCK_SIZE_M: {m}, BLOCK_SIZE_N: 64, GROUP_SIZE_M: 1, num_stages: 2, num_warps: 4}}"
+    on = {"rank": 0, "group_size": 4, "group": "default"}
+    decision(cache, "a" * 20, "(8, 'torch.bfloat16')", tile.format(m=16), "s1", now - 7200, group_size=1,
+             group="this process alone", rank_local=on)
+    two = decision(cache, "b" * 20, "(8, 'torch.bfloat16')", tile.format(m=32), "s1", now - 60, group_size=1,
+                   group="this process alone", rank_local=on)
+    export = ["export", str(tmp_path / "out"), "--format", "vllm-moe", "--function", "moe", "--experts", "8", "--n",
+              "128", "--cache-dir", str(cache)]
+    status, _, err = cli(export, capsys)
+    assert status == 2 and "for one key" in err, err
+    assert ("They differ in what the files do not record (cache_key_extra, the devices of the call's tensors); "
+            "both serve calls on 4 ranks: delete the file not wanted") in err, err
+    for name, m, age in (("a", 16, 7200), ("b", 32, 60)):  # as an older tuner wrote them: no rank_local
+        decision(cache, name * 20, "(8, 'torch.bfloat16')", tile.format(m=m), "s1", now - age, group_size=1)
+    status, _, err = cli(export, capsys)
+    assert status == 2 and f"{two} (tuned 1m ago" in err and "the number of ranks a rank-local campaign ran on)" in err

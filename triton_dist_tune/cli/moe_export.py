@@ -265,9 +265,13 @@ def _conflict(batch: int, *choices: tuple[dec.Entry, dict[str, int]]) -> str:
                 f"{' and '.join(map(str, sizes))} ranks ('list' shows them, 'show' says which): one file holds one "
                 "config per batch size: delete the file not wanted")
     if len({entry.key for entry, _ in choices}) == 1:  # one key: told apart by what the files do not record
+        # a file without rank_local tuned on one rank may be an older rank-local campaign's, of any group size
+        unsized = any(entry.rank_local is None and (entry.group_size or 1) == 1 for entry, _ in choices)
+        unrecorded = ", the number of ranks a rank-local campaign ran on)" if unsized else \
+            f"); both serve calls on {sizes[0]} ranks"
         return (f"batch size {batch} has two different decisions for one key: {both}. They differ in what the files "
-                "do not record (cache_key_extra, the devices of the call's tensors, the number of ranks a rank-local "
-                "campaign ran on): delete the file not wanted")
+                f"do not record (cache_key_extra, the devices of the call's tensors{unrecorded}: delete the file not "
+                "wanted")
     return (f"batch size {batch} has two different decisions: {both}. Select one problem (E, N, dtype, GPU) per file "
             "(--where POS=VALUE picks keys), or remove the decision not wanted ('triton-dist-tune clear')")
 
