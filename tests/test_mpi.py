@@ -459,6 +459,44 @@ def test_ranks_whose_timeouts_differ_are_warned_naming_them_before_measuring(com
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_ranks_whose_timeouts_differ_are_warned_by_contextual_autotune_and_across_replicas(comm, monkeypatch,
+                                                                                          caplog):
+    """As test_ranks_whose_timeouts_differ_are_warned_naming_them_before_measuring, for the two other first
+    agreements: a ``contextual_autotune`` call's journal exchange (it carries each rank's timeout), and the
+    agreement across replicas of ``autotune_replicas`` (each rank alone in its group, the replicas linked by the
+    world: no group sees the difference). Before, neither said anything."""
+    import logging
+
+    import torch
+
+    rank = comm.Get_rank()
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "20" if rank == 0 else "2")
+    world = comm.Dup()  # the test's own communicators: their channels are this test's alone
+    alone = comm.Split(rank, 0)
+
+    @tdt.contextual_autotune(is_dist=world, n_warmup=1, n_repeat=1, name="mpi_contextual_timeouts_differ")
+    def layer(x):
+        return x + world.allreduce(1)
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, n_warmup=0, n_repeat=1, timing="cold",
+                  name="mpi_replicas_timeouts_differ")
+    def f(x, *, variant):
+        return x
+
+    with caplog.at_level(logging.WARNING, logger="triton_dist_tune"):
+        assert layer(torch.ones(2)).tolist() == [1.0 + comm.Get_size()] * 2
+        assert f(1, autotune_pg=alone, autotune_replicas=world) == 1
+    said = [r.getMessage() for r in caplog.records if "differ in their timeout" in r.getMessage()]
+    others = list(range(1, comm.Get_size()))
+    assert len(said) == 2, [r.getMessage() for r in caplog.records]
+    assert said[0].startswith("triton_dist_tune: [contextual mpi_contextual_timeouts_differ]: the ranks of group") and \
+        f"ranks [0]: 20 s; ranks {others}: 2 s" in said[0], said
+    assert said[1].startswith("triton_dist_tune: mpi_replicas_timeouts_differ: the replicas linked by group") and \
+        f"replicas [0]: 20 s; replicas {others}: 2 s" in said[1], said
+
+
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.timeout(90)
 def test_a_step_whose_wait_ran_out_stays_alive_with_its_buffers_while_mpi_may_still_write_them(comm, monkeypatch):
     """Rank 0 gives up on an exchange that the other ranks are late for: its nonblocking step (``Iallgather`` of the

@@ -178,9 +178,11 @@ class CallState:
         group (:func:`~triton_dist_tune.faults.recovery.gather_entries`), the view every resume decision of the
         call is taken from (which configs to leave out, which to launch first), identical on every rank. It carries
         this rank's malformed variable, if any: every rank raises it here (the call reads the environment leniently
-        up to this exchange, :meth:`~.tuner.ContextualTuner.__call__`)."""
+        up to this exchange, :meth:`~.tuner.ContextualTuner.__call__`), and its timeout: ranks whose timeouts
+        differ are warned."""
         self._earlier, self.attempt = gather_entries(self.group, self.cache.folder, f"{self.label} journal exchange",
-                                                     exchange_timeout(self.timeout), settings.problem(), self.label)
+                                                     exchange_timeout(self.timeout), settings.problem(), self.label,
+                                                     self.timeout)
         for local in self.local.values():  # tracks met before the exchange (a hot call turned tuning) name it too
             local.journal.attempt = self.attempt
 

@@ -8,6 +8,9 @@ every rank shares, from which every resume decision is taken (never from a rank'
 - :func:`shared_view`: one exchange of every rank's records, merged (:func:`~.evidence.merge`) into the same
   outcome per config on every rank; :func:`across` widens it over the replicas of a layout (a failure anywhere is a
   failure everywhere); :func:`gather_entries` gathers every journal of a group's contextual entries at once.
+- :func:`warn_timeouts_differ`: ranks whose timeouts differ each journal as hung what is slower than their own: a
+  warning, from the first agreement of each tuner (``autotune``'s in its group and across replicas, a contextual
+  call's journal exchange).
 - :func:`interruptible`: while a tuning runs on the main thread, SIGTERM (from the user or the launcher) raises
   ``SystemExit`` like Ctrl-C raises ``KeyboardInterrupt``, so that the attempt is journaled as interrupted and no
   config is blamed.
@@ -16,6 +19,7 @@ every rank shares, from which every resume decision is taken (never from a rank'
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -30,6 +34,8 @@ from ..group.channel import Group
 from ..space import fingerprint
 from .evidence import crashed, merge
 from .journal import Journal
+
+log = logging.getLogger("triton_dist_tune")
 
 #: the preference between outcomes of one config seen by different replicas: the strongest evidence wins (an
 #: attempt that ended in the config's compile pass, ``interrupted``, is none)
@@ -151,14 +157,17 @@ _SLOT = re.compile(r"^(?P<entry>.+)\.(?P<tag>[0-9a-f]{10})\.rank(?P<rank>\d+)(?:
 
 
 def gather_entries(group: Group, folder: Path, what: str, timeout: float, problem: str | None = None,
-                   label: str = "") -> tuple[dict[str, list[list[dict[str, Any]]]], str | None]:
+                   label: str = "", own_timeout: float | None = None,
+                   ) -> tuple[dict[str, list[list[dict[str, Any]]]], str | None]:
     """Every rank's records of every journal of this group in ``folder``, by entry and then by group rank (one
     exchange; the same on every rank): the shared view of a contextual tuning, taken before its first run. Each
     journal is read under its lock and released at once (one locked by a live tuner is skipped; none is created).
     ``problem``: this rank's malformed variable (:func:`~triton_dist_tune.settings.problem`), carried by the
     exchange so that every rank raises it (a :class:`~triton_dist_tune.errors.BadInputError` naming the ranks,
-    after ``label``) rather than this rank alone while the others wait for it. Also returns the attempt's name the
-    exchange agreed (group rank 0's draw), for the journals the call opens (:attr:`~.journal.Journal.attempt`)."""
+    after ``label``) rather than this rank alone while the others wait for it. ``own_timeout``: this rank's
+    timeout, carried too: where the ranks' differ, every rank warns (:func:`warn_timeouts_differ`). Also returns
+    the attempt's name the exchange agreed (group rank 0's draw), for the journals the call opens
+    (:attr:`~.journal.Journal.attempt`)."""
     tag, mine = group_tag(group), {}
     bases = set()
     for path in folder.glob(f"*.{tag}.rank{group.rank}*.journal") if folder.is_dir() else []:
@@ -171,13 +180,38 @@ def gather_entries(group: Group, folder: Path, what: str, timeout: float, proble
             mine[entry] = journal.read()
         finally:
             journal.close()
-    gathered = group.allgather([os.urandom(6).hex(), problem, mine], what, timeout=timeout)
-    problems = [f"rank {r}: {p}" for r, (_, p, _) in enumerate(gathered) if p]
+    gathered = group.allgather([os.urandom(6).hex(), problem, mine, own_timeout], what, timeout=timeout)
+    problems = [f"rank {r}: {p}" for r, (_, p, _, _) in enumerate(gathered) if p]
     if problems:
         raise BadInputError(f"{label}: " + "; ".join(problems))
-    by_rank = [by_entry for _, _, by_entry in gathered]
+    holders: dict[str, list[int]] = {}
+    for r, (_, _, _, said) in enumerate(gathered):
+        holders.setdefault(f"{said:g} s" if isinstance(said, (int, float)) else "not said", []).append(r)
+    if own_timeout is not None and len(holders) > 1:
+        warn_timeouts_differ(label, f"the ranks of group '{group.title}'",
+                             "; ".join(f"ranks {ranks}: {value}" for value, ranks in holders.items()))
+    by_rank = [by_entry for _, _, by_entry, _ in gathered]
     entries = sorted({entry for by_entry in by_rank for entry in by_entry})
     return {entry: [list(by_entry.get(entry, [])) for by_entry in by_rank] for entry in entries}, _attempt_of(gathered)
+
+
+def warn_timeouts_differ(name: str, whose: str, detail: str) -> None:
+    """Warn (once per function, group and values) that ranks' timeouts differ (``whose``: ``the ranks of group
+    'tp'``, ``the replicas linked by group 'dp'``; ``detail``: which ranks hold each value). Each rank's watchdog and
+    waits follow its own, so a config slower than one rank's timeout and faster than another's is journaled ``hung``
+    by that rank alone, and every later attempt leaves it out (seen under mpiexec with the variable exported on one
+    rank only). Not an error: the outcome is still one for every rank, from the journals they share, and a job may
+    give ranks different deadlines on purpose (the fault tests order which watchdog fires first so)."""
+    said = f"{name}: {whose} differ in their timeout (timeout=, else TRITON_DIST_AUTOTUNE_TIMEOUT)"
+    if (said, detail) in _WARNED:
+        return
+    _WARNED.add((said, detail))
+    log.warning("triton_dist_tune: %s: %s. A config slower than the shortest is journaled as hung by the ranks "
+                "that have it, and left out by every later attempt: set one timeout on every rank", said, detail)
+
+
+#: the timeout warnings given, (what, each rank's value): each once per process
+_WARNED: set[tuple[str, str]] = set()
 
 
 @contextlib.contextmanager

@@ -4,7 +4,6 @@ same error on every rank, and no config is blamed for it."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +11,7 @@ from .. import settings
 from ..disk import logs
 from ..errors import AutotuneError, BadInputError, MismatchError, describe_error, per_rank
 from ..faults.progress import user_code
+from ..faults.recovery import warn_timeouts_differ
 from ..group.agreement import agree
 from ..group.channel import ExchangeError, Group
 from ..group.rank_names import add_ranks_text
@@ -31,8 +31,6 @@ REPLICAS_FIELD = "autotune_replicas (the replica count)"
 #: the first agreement's field of the tuning's timeout: ranks that differ in it are warned, not stopped
 TIMEOUT_FIELD = "timeout"
 
-log = logging.getLogger("triton_dist_tune")
-
 
 def agree_on_call(tuner: TunedFunction, group: Group, key_text: str, problem: str | None, args: tuple,
                   kwargs: dict[str, Any], overwrite: bool = False, layout: Layout | None = None) -> None:
@@ -45,7 +43,8 @@ def agree_on_call(tuner: TunedFunction, group: Group, key_text: str, problem: st
     replicas again (carrying what the group found)."""
     if layout is None:
         return _agree_in_group(tuner, group, key_text, problem, args, kwargs, overwrite, "not given")
-    failed = _caught(lambda: layout.agree(tuner.name, key_text, tuner.space_text, tuner.options.timeout, problem))
+    failed = _caught(lambda: layout.agree(tuner.name, key_text, tuner.space_text, tuner.options.timeout, problem,
+                                          _timeout(tuner)))
     in_group = _caught(lambda: _agree_in_group(tuner, group, key_text, problem or _text(failed), args, kwargs,
                                                overwrite, str(layout.replicas.size)))
     failed = failed or in_group  # this rank's own error first: the group's carries it
@@ -99,7 +98,7 @@ def _agree_in_group(tuner: TunedFunction, group: Group, key_text: str, problem: 
     for what, holders in agreement.differ.items():
         detail = "; ".join(f"ranks {ranks}: {text}" for ranks, text in holders)
         if what == TIMEOUT_FIELD:
-            _warn_timeouts_differ(tuner.name, group.title, detail)
+            warn_timeouts_differ(tuner.name, f"the ranks of group '{group.title}'", detail)
             continue
         error = MismatchError(f"{tuner.name}: the ranks of group '{group.title}' differ in {what}: {detail}")
         if replicas == "not given" and REPLICAS_FIELD in agreement.differ:
@@ -113,24 +112,6 @@ def _agree_in_group(tuner: TunedFunction, group: Group, key_text: str, problem: 
 def _timeout(tuner: TunedFunction) -> float:
     """The tuning's timeout: the decorator's ``timeout=``, else ``TRITON_DIST_AUTOTUNE_TIMEOUT``."""
     return tuner.options.timeout if tuner.options.timeout is not None else settings.current().timeout
-
-
-def _warn_timeouts_differ(name: str, title: str, detail: str) -> None:
-    """Warn (once per function, group and values) that the ranks' timeouts differ. Each rank's watchdog and waits
-    follow its own, so a config slower than one rank's timeout and faster than another's is journaled ``hung`` by
-    that rank alone, and every later attempt leaves it out (seen under mpiexec with the variable exported on one rank
-    only). Not an error: the outcome is still one for every rank, from the journals they share, and a job may give
-    ranks different deadlines on purpose (the fault tests order which watchdog fires first so)."""
-    said = f"{name}: the ranks of group '{title}' differ in their timeout (timeout=, else TRITON_DIST_AUTOTUNE_TIMEOUT)"
-    if (said, detail) in _WARNED:
-        return
-    _WARNED.add((said, detail))
-    log.warning("triton_dist_tune: %s: %s. A config slower than the shortest is journaled as hung by the ranks "
-                "that have it, and left out by every later attempt: set one timeout on every rank", said, detail)
-
-
-#: the timeout warnings given, (what, each rank's value): each once per process
-_WARNED: set[tuple[str, str]] = set()
 
 
 def protocol_fields(tuner: TunedFunction) -> dict[str, str]:

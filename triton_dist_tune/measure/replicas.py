@@ -106,6 +106,7 @@ from typing import Any
 
 from ..errors import AutotuneError, BadInputError, MismatchError
 from ..faults.progress import RoundWatch
+from ..faults.recovery import warn_timeouts_differ
 from ..faults.watchdog import exchange_timeout
 from ..group.agreement import agree, attempt, unwrap_outcomes
 from ..group.channel import Group
@@ -116,6 +117,8 @@ from .leaders import decision, heavy_leaders, leaders, leaders_plan
 from .lockstep import Measurer, Todo
 from .noise import retaken, statistic
 
+#: the agreement across replicas' field of the tuning's timeout: replicas that differ in it are warned, not stopped
+_TIMEOUT = "timeout"
 #: a time budget's clock as the replicas exchange it: (cut on some replica, the latest agreed seconds)
 Clock = tuple[bool, float]
 #: a leader's outcome as each replica sends it in the leaders' exchange: (time, least sample, spread)
@@ -149,15 +152,21 @@ class Layout:
         return fingerprint(f"{entry}/replicas{self.replicas.size}")
 
     def agree(self, name: str, key_text: str, space_text: str, timeout: float | None,
-              problem: str | None = None) -> None:
+              problem: str | None = None, own_timeout: float | None = None) -> None:
         """Raise the same error on every rank when some replica reports a ``problem`` (a failing ``key_fn``), or
-        replicas differ in key, config space or group size (:class:`MismatchError`)."""
+        replicas differ in key, config space or group size (:class:`MismatchError`). ``own_timeout``: this rank's
+        tuning timeout, agreed too: replicas that differ in it are warned, not stopped (as a group's ranks are)."""
         fields = {"group size": str(self.group.size), "config space": space_text, "key": key_text}
+        if own_timeout is not None:
+            fields[_TIMEOUT] = f"{own_timeout:g} s"
         found = agree(self.replicas, fields, f"[{name}] agree across replicas", timeout, problem)
         if found.notes:
             raise BadInputError(f"{name}: " + "; ".join(f"replica {j}: {p}" for j, p in found.notes))
         for what, holders in found.differ.items():
             detail = "; ".join(f"replicas {ranks}: {text}" for ranks, text in holders)
+            if what == _TIMEOUT:
+                warn_timeouts_differ(name, f"the replicas linked by group '{self.replicas.name}'", detail)
+                continue
             raise MismatchError(f"{name}: the replicas linked by group '{self.replicas.name}' differ in {what}: "
                                 f"{detail}")
 
