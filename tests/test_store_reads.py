@@ -422,3 +422,41 @@ def test_a_unit_that_leaves_between_a_peers_check_and_read_of_its_beat_does_not_
     finally:
         unit0.__exit__(RankFailedError, RankFailedError("unit 1 left"), None)
     assert _keys_under(server, unit0.scope) == []
+
+
+def test_a_members_close_is_taken_back_only_where_it_did_not_make_the_count():
+    """group/beat.py Members, on a real store, 2 members. A side watch of member 0 alone, then the group's next
+    watch at the same scope: member 0 takes its side close back at its second open, so that the keys are deleted
+    only by the last of the two to close the shared watch, whichever it is (before: member 0's second close deleted
+    them at once, and member 1's close wrote the count again, left behind). Two watches of the whole group at one
+    scope, one after the other: the count made by the first, member 0's reopening takes nothing back, and the
+    second's keys are deleted too."""
+    from harness import free_port
+
+    from triton_dist_tune.group.beat import Members
+
+    server = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=5),
+                           wait_for_workers=False)
+    keys = ["s/beat/0", "s/beat/1"]
+
+    def member(rank: int) -> Members:
+        server.add(keys[rank], 1)  # (its beat)
+        opened = Members(server, "s/closed", 2, rank)
+        opened.open()
+        return opened
+
+    for first_out in (0, 1):
+        member(0).close(lambda: keys)  # the side watch: member 0 alone
+        assert _keys_under(server, "s/") == ["s/beat/0", "s/closed"]
+        shared = [member(0), member(1)]
+        shared[first_out].close(lambda: keys)
+        assert _keys_under(server, "s/") == ["s/beat/0", "s/beat/1", "s/closed"], first_out  # the other still reads
+        shared[1 - first_out].close(lambda: keys)
+        assert _keys_under(server, "s/") == [], first_out
+    first = [member(0), member(1)]
+    first[0].close(lambda: keys)
+    first[1].close(lambda: keys)
+    second = [member(0), member(1)]
+    for each in second:
+        each.close(lambda: keys)
+    assert _keys_under(server, "s/") == []

@@ -373,7 +373,9 @@ def message_then_end():
 @case
 def watch_after_a_side_watch():
     """2 ranks: rank 0 opens and closes a progress watch on the group that rank 1 never opens (a side path of its
-    own), then both watch one round of work and exchange its results. What each raised, and how long it took."""
+    own), then both watch one round of work and exchange its results. What each raised, how long it took, and
+    (once both have closed the watch) which of its keys are still in the store: its closes' count, the units' beats
+    and marks, the round's log of arrivals, the notes of leaving and being stuck."""
     from triton_dist_tune.errors import AutotuneError
     from triton_dist_tune.faults.progress import RoundWatch
 
@@ -389,7 +391,13 @@ def watch_after_a_side_watch():
             watch.passed(0)
     except AutotuneError as exc:
         error = f"{type(exc).__name__}: {exc}"
-    emit(rank=group.rank, error=error, seconds=time.monotonic() - started)
+    seconds = time.monotonic() - started
+    group.barrier("both closed the watch")
+    units = list(range(group.size))
+    keys = [watch._members.key, *(watch._beat_key(u) for u in units), *(watch._done_key(0, u) for u in units),
+            f"{watch.scope}done/0/log", *(k for kind in ("left", "stuck") for k in (watch._notes(kind).key,
+                                                                                   *watch._notes(kind).keys(units)))]
+    emit(rank=group.rank, error=error, seconds=seconds, left=[k for k in keys if group.store.check([k])])
 
 
 class ChecksTimed(KeysLookedUp):

@@ -120,7 +120,8 @@ class RoundWatch:
             # watches this process started would not be: a rank that ever started one the others did not would
             # never meet them again); a campaign's watch and a tuning's inside it are told apart by their kinds
             watch.scope = group.at_exchange(f"watch/{watch.work}/{watch.unit}")
-            watch._members = Members(group.store, f"{watch.scope}closed", group.size)  # type: ignore[attr-defined]
+            watch._members = Members(group.store, f"{watch.scope}closed", group.size,  # type: ignore[attr-defined]
+                                     group.rank)
             watch._members.open()
             watch._beat()
             watch._thread = threading.Thread(target=watch._beating, name=f"tdt-beat-{title}", daemon=True)

@@ -44,6 +44,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -190,15 +191,37 @@ class Members:
     and the peer waited for its beat to stand still for the whole window
     (``test_wait_polls.py::test_a_unit_that_left_before_another_opened_its_watch_is_read_as_left``). A member that
     never closes (a process that ended without its exit hooks) keeps the count below ``size``: those keys then stay,
-    as the keys of a failed exchange do."""
+    as the keys of a failed exchange do.
 
-    def __init__(self, store: Any, key: str, size: int) -> None:
+    A member that opens one again at a scope where its close did not make the count (a watch only some ranks open,
+    a side path of their own, then the group's next watch: no exchange between, so the same scope) takes that close
+    back first (one ``add`` of -1; one more where the count was made meanwhile, the keys deleted: nothing to take
+    back). Before, its first close counted as one of the group's: its second made the count at once, deleting the
+    keys while a peer might still read them, and the peer's close then wrote the count again, a key left behind
+    (``test_scale.py::test_a_rank_that_opened_a_watch_alone_is_in_step_at_the_next_watch``). Not covered: a peer
+    that leaves that next watch with an error before this member has opened it still makes the count with this
+    member's first close, and deletes its note of leaving: this member then reads it gone only once its beat has
+    stood still for the window, as in the early leaver's case above (and the keys of its own close stay)."""
+
+    def __init__(self, store: Any, key: str, size: int, member: int) -> None:
         self.store, self.key, self.size = store, key, size
+        #: this member's rank in the group (a test's process plays several)
+        self._me = (key, member)
         self._open = False
 
     def open(self) -> None:
-        """This member opens it (before its first beat; no request)."""
+        """This member opens it (before its first beat; no request, unless this process has closed one at this
+        scope before: its close is taken back)."""
         self._open = True
+        with _closed_lock:
+            try:
+                again = _closed_here.get(self.store, {}).pop(self._me, False) is None
+            except TypeError:  # (a store no weak reference can point at: nothing recorded)
+                again = False
+        if again and int(self.store.add(self.key, -1)) < 0:
+            # the count was made since (the group's last member closed it and deleted its keys): that close was one
+            # of the group's, of a watch every member had open; nothing to take back
+            self.store.add(self.key, 1)
 
     def close(self, keys: Callable[[], list[str]]) -> None:
         """This member closes it (once; nothing where it never opened): the last of the group's members to close
@@ -207,6 +230,23 @@ class Members:
             return
         self._open = False
         if int(self.store.add(self.key, 1)) < self.size:
+            with _closed_lock:
+                try:
+                    closed = _closed_here.setdefault(self.store, {})
+                except TypeError:  # (a store no weak reference can point at: never taken back, as before)
+                    return
+                closed[self._me] = None
+                while len(closed) > _CLOSED_KEPT:
+                    del closed[next(iter(closed))]
             return
         for key in [*keys(), self.key]:
             self.store.delete_key(key)
+
+
+#: per store (weakly), the count keys (and member) of the latest boards and watches this process closed before the
+#: count was made (in the order closed): one opened again at such a scope takes its close back
+#: (:meth:`Members.open`). It is opened again right after (the group's next exchange scopes the next one apart), so
+#: the latest few are kept
+_closed_here: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_closed_lock = threading.Lock()
+_CLOSED_KEPT = 64

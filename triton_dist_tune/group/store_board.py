@@ -78,7 +78,7 @@ class StoreBoard(Board):
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
         #: the members that have closed the board: the last of the group's to close deletes every member's beat counter
-        self._members = Members(self.store, f"{scope}closed", group.size)
+        self._members = Members(self.store, f"{scope}closed", group.size, group.rank)
         if self.window is not None:
             self._members.open()
             self._beat()
