@@ -44,8 +44,9 @@ deletes the note.
 
 A peer that reaches its wait for the rank only after the withdrawal, on a group the rank did not go on to, stops
 at once only if the rank's process has ended. A process that posted a note marks it ended at its normal exit (an
-exit hook, :meth:`Notes.end`, on a clone of the store kept from the note's posting, so that a process that
-destroyed its process group first still marks it; within :data:`ENDED_WAIT_S`, every error swallowed), withdrawn
+exit hook, :meth:`Notes.end`, on a clone of the store made from the note's posting on a helper thread, so that a
+process that destroyed its process group first still marks it, and on the job's client while that clone still
+connects; within :data:`ENDED_WAIT_S`, every error swallowed), withdrawn
 or not: the rank comes to no exchange of this restart attempt any more (the notes' keys are the attempt's), so a
 wait for it cannot succeed, whatever call the note was about. A waiting rank that finds a late rank's note so
 marked (and not one that stops it with its error, above) raises :class:`~triton_dist_tune.GroupTimeoutError` at
