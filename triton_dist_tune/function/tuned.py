@@ -21,6 +21,11 @@ from ..space import check_space_signature, describe, fingerprint, validate_space
 from .options import TuneOptions
 from .policy import Undecided
 
+#: the last line of :meth:`TunedFunction.entry_extra`, which names the timing mode: part of a cache entry's name (a
+#: decision timed cold is no answer for steady timing) but not of its journals' (a config that hung or crashed under
+#: one timing mode is left out under the other; ``Tuning._name_entry``)
+TIMING_LINE = "\ntiming: "
+
 
 def positional_limit(fn: Callable[..., Any], tuned: frozenset[str]) -> float:
     """How many positional arguments ``fn`` takes before its first tuned parameter (infinity when that cannot be
@@ -137,8 +142,8 @@ class TunedFunction:
     def entry_extra(self, args: tuple, kwargs: dict[str, Any]) -> str:
         """What the cache entry depends on besides the function's source, key, space and group size: the code it
         uses, the devices of its tensors, ``cache_key_extra`` and the timing mode (a decision timed cold is no
-        answer for steady timing)."""
+        answer for steady timing), last, after :data:`TIMING_LINE` (the journals are named without it)."""
         extra = self.options.cache_key_extra
         extra = extra() if callable(extra) else (extra or "")
-        return (f"{self.dependencies}\ndevices: {_tensor_devices(args, kwargs)}\nextra: {extra}\n"
-                f"timing: {timing_mode(self.options.timing)}")
+        return (f"{self.dependencies}\ndevices: {_tensor_devices(args, kwargs)}\nextra: {extra}"
+                f"{TIMING_LINE}{timing_mode(self.options.timing)}")

@@ -74,7 +74,7 @@ from .decide import (
 )
 from .next_key import NextKey, compile_next_key
 from .searched import Searched
-from .tuned import TunedFunction
+from .tuned import TIMING_LINE, TunedFunction
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -131,9 +131,9 @@ class Tuning:
                  verbose: bool | None, overwrite: bool = False, layout: Layout | None = None) -> None:
         self.tuner, self.group, self.key, self.layout = tuner, group, key, layout
         self.args, self.kwargs, self.verbose, self.overwrite = args, kwargs, verbose, overwrite
-        #: ``journal_entry``: the entry the journals are named after (the cache entry's name without the kept set);
-        #: ``kept_mark``: the part of the entry's identity naming the configs pruning kept ("" when it kept every one)
-        self.label = self.key_text = self.entry = self.extra = self.journal_entry = self.kept_mark = ""
+        #: ``journal_entry``: the entry without the kept set and timing mode (the journals'); ``kept_mark``: the
+        #: entry's part naming the configs pruning kept ("" for all); ``kept``: the records' :func:`kept_print`
+        self.label = self.key_text = self.entry = self.extra = self.journal_entry = self.kept_mark = self.kept = ""
         #: the tuning's timeout; when it started (``perf_counter``, for its seconds; ``monotonic``, for its budget)
         self.timeout = self.started = self.began = 0.0
         #: configs whose compile pass ended an earlier attempt (from the shared view): warmed up without one
@@ -160,7 +160,7 @@ class Tuning:
             # a served decision is a decision: a later search of a nearby key is seeded from it, as after a tuning
             tuner.decisions[(group.name, self.key)] = decision_from_record(record, found, tuner.descriptions[found])
             rank_log.info("%s cache hit: config %d %s", self.label, found, tuner.descriptions[found])
-            journal_of(self, create=False).remove(kept=kept_print(self.kept_mark))  # a cut attempt's, if any
+            journal_of(self, create=False).remove(kept=self.kept)  # a cut attempt's, if any
             if group.rank == 0 and logs.printing_enabled(self.verbose):
                 logs.print_cache_hit(tuner.name, self.key_text, group, tuner.descriptions[found],
                                      tuner.cache.path(self.entry))
@@ -203,13 +203,13 @@ class Tuning:
 
     def _name_entry(self, kept: list[int]) -> None:
         """The cache entry of this tuning: what it depends on (:meth:`~.tuned.TunedFunction.entry_extra`) and the
-        configs pruning kept, so that a decision made under another kept set is never served (it is tuned again).
-        The journals are named without the kept set (:attr:`journal_entry`): evidence belongs to the config, so a
-        config that hung or crashed under one kept set is left out under any other (the records carry their kept set
-        in ``kept``, and a time measured under another kept set is measured again:
-        :func:`~triton_dist_tune.faults.evidence.merge`)."""
+        configs pruning kept. Its journals are named without the kept set and the timing mode: a config that hung or
+        crashed under one is left out under any other (a rerun with another timing mode ran a hung config again); a
+        time does not cross either (``kept``: :func:`~triton_dist_tune.faults.evidence.merge` measures it again)."""
         self.kept_mark = kept_text(kept, len(self.tuner.space))
-        self.journal_entry = self._entry(self.extra)
+        common, timing = without_timing(self.extra)
+        self.kept = kept_print(self.kept_mark + timing)
+        self.journal_entry = self._entry(common)
         self.extra += self.kept_mark
         self.entry = self._entry(self.extra)
 
@@ -259,7 +259,7 @@ class Tuning:
         guard = WATCHDOG.guard(board, group.rank)
         try:
             earlier = shared_view(group, journal, tuner.descriptions, env.job_id if env.always_tune else False,
-                                  f"{label} journal exchange", self.timeout, kept=kept_print(self.kept_mark))
+                                  f"{label} journal exchange", self.timeout, kept=self.kept)
             if self.layout is not None:  # the leaders' round reads every replica's journals too
                 earlier = across(self.layout.replicas, earlier, f"{label} journals across replicas", self.timeout,
                                  journal)
@@ -285,7 +285,7 @@ class Tuning:
             guard.close()
             board.close(clean)  # (not clean: a peer may still wait for this rank, and read why it left)
             if ended:
-                journal.remove(kept=kept_print(self.kept_mark))
+                journal.remove(kept=self.kept)
             journal.close()
         return decision
 
@@ -428,7 +428,7 @@ def journal_of(tuning: Tuning, create: bool = True) -> Journal:
     group = tuning.group
     return Journal(journal_path(tuning.tuner.cache.folder, tuning.journal_entry, group),
                    {"job": tuning.env.job_id, "group": group.name, "ranks": list(group.member_ranks),
-                    "kept": kept_print(tuning.kept_mark)}, create)
+                    "kept": tuning.kept}, create)
 
 
 def kept_text(kept: list[int], size: int) -> str:
@@ -437,6 +437,13 @@ def kept_text(kept: list[int], size: int) -> str:
     return "" if len(kept) == size else "\nkept: " + ",".join(map(str, kept))
 
 
+def without_timing(extra: str) -> tuple[str, str]:
+    """``entry_extra``'s text without its last line, the timing mode's (:data:`~.tuned.TIMING_LINE`), and that line."""
+    cut = extra.rfind(TIMING_LINE)
+    return (extra, "") if cut < 0 else (extra[:cut], extra[cut:])
+
+
 def kept_print(mark: str) -> str:
-    """What a journal record says of the kept set it was written under: a fingerprint of :func:`kept_text`."""
+    """What a journal record says of the kept set and timing mode it was written under (``kept``): a fingerprint of
+    :func:`kept_text` and the timing line of ``entry_extra``."""
     return fingerprint(mark)[:12]
