@@ -27,6 +27,16 @@ from .policy import Undecided
 TIMING_LINE = "\ntiming: "
 
 
+def as_steady(extra: str) -> tuple[str, str]:
+    """``entry_extra``'s text as steady timing writes it (its last line names the timing mode:
+    :data:`TIMING_LINE`), and that line where it names another mode, else "": a steady tuning's journals and
+    records are named as before the timing mode left the journals' names."""
+    cut = extra.rfind(TIMING_LINE)
+    if cut < 0 or extra[cut:] == f"{TIMING_LINE}steady":
+        return extra, ""
+    return f"{extra[:cut]}{TIMING_LINE}steady", extra[cut:]
+
+
 def positional_limit(fn: Callable[..., Any], tuned: frozenset[str]) -> float:
     """How many positional arguments ``fn`` takes before its first tuned parameter (infinity when that cannot be
     told: no signature, or ``*args`` before any tuned parameter)."""

@@ -74,7 +74,7 @@ from .decide import (
 )
 from .next_key import NextKey, compile_next_key
 from .searched import Searched
-from .tuned import TIMING_LINE, TunedFunction
+from .tuned import TunedFunction, as_steady
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -131,7 +131,7 @@ class Tuning:
                  verbose: bool | None, overwrite: bool = False, layout: Layout | None = None) -> None:
         self.tuner, self.group, self.key, self.layout = tuner, group, key, layout
         self.args, self.kwargs, self.verbose, self.overwrite = args, kwargs, verbose, overwrite
-        #: ``journal_entry``: the entry without the kept set and timing mode (the journals'); ``kept_mark``: the
+        #: ``journal_entry``: the entry without the kept set, timed steady (the journals'); ``kept_mark``: the
         #: entry's part naming the configs pruning kept ("" for all); ``kept``: the records' :func:`kept_print`
         self.label = self.key_text = self.entry = self.extra = self.journal_entry = self.kept_mark = self.kept = ""
         #: the tuning's timeout; when it started (``perf_counter``, for its seconds; ``monotonic``, for its budget)
@@ -203,13 +203,13 @@ class Tuning:
 
     def _name_entry(self, kept: list[int]) -> None:
         """The cache entry of this tuning: what it depends on (:meth:`~.tuned.TunedFunction.entry_extra`) and the
-        configs pruning kept. Its journals are named without the kept set and the timing mode: a config that hung or
-        crashed under one is left out under any other (a rerun with another timing mode ran a hung config again); a
-        time does not cross either (``kept``: :func:`~triton_dist_tune.faults.evidence.merge` measures it again)."""
+        configs pruning kept. Its journals are named without the kept set, as steady timing names them in every mode:
+        a config that hung or crashed under one is left out under any other (a rerun with another timing mode ran a
+        hung config again); a time does not cross either (``kept``: ``evidence.merge`` measures it again)."""
         self.kept_mark = kept_text(kept, len(self.tuner.space))
-        common, timing = without_timing(self.extra)
+        steady, timing = as_steady(self.extra)
         self.kept = kept_print(self.kept_mark + timing)
-        self.journal_entry = self._entry(common)
+        self.journal_entry = self._entry(steady)
         self.extra += self.kept_mark
         self.entry = self._entry(self.extra)
 
@@ -435,12 +435,6 @@ def kept_text(kept: list[int], size: int) -> str:
     """The part of a cache entry's identity that names the configs pruning kept: nothing when it kept every one
     (so such entries keep their names), else the kept indices."""
     return "" if len(kept) == size else "\nkept: " + ",".join(map(str, kept))
-
-
-def without_timing(extra: str) -> tuple[str, str]:
-    """``entry_extra``'s text without its last line, the timing mode's (:data:`~.tuned.TIMING_LINE`), and that line."""
-    cut = extra.rfind(TIMING_LINE)
-    return (extra, "") if cut < 0 else (extra[:cut], extra[cut:])
 
 
 def kept_print(mark: str) -> str:
