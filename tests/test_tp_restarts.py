@@ -58,6 +58,11 @@ def torchrun_job(tmp_path: Path, case: str, nproc: int, restarts: int, timeout: 
     env = tuner_env(tmp_path, float(extra.pop("T", "30")), FAULT_DIR=str(tmp_path), HOME=str(tmp_path), **extra)
     cmd, full = torchrun_command(["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", str(restarts),
                                   "--monitor-interval", "0.1"], SCRIPT, [case], env)
+    return _run(tmp_path, cmd, full, nproc, timeout)
+
+
+def _run(tmp_path: Path, cmd: list[str], full: dict[str, str], nproc: int, timeout: float) -> dict:
+    """Run the torchrun command ``cmd`` in environment ``full`` (as :func:`torchrun_job` says)."""
     with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
         agent = subprocess.Popen(cmd, env=full, stdout=out, stderr=err, start_new_session=True, cwd=tmp_path)
     try:
@@ -159,3 +164,31 @@ def test_a_time_journaled_under_one_timing_mode_is_measured_again_under_the_othe
             assert ran and not ran & left, (ran, left)  # the configs that left the race are kept: not run again
         else:
             assert ran == {"0", "1", "2", "3"}, ran  # every config measured under cold timing
+
+
+@pytest.mark.timeout(120)
+def test_always_tune_under_a_torchrun_that_names_no_job_still_leaves_out_what_an_earlier_attempt_blamed(tmp_path):
+    """``torchrun --nproc-per-node 2 --max-restarts 1`` without ``--standalone`` or ``--rdzv-id`` (its run id is
+    ``none``) and ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1``: config 2 of the AG-GEMM hangs on rank 1 in attempt 0 and
+    would again in attempt 1. ``ALWAYS_TUNE`` ignores other jobs' records but keeps the earlier attempts' of this job,
+    so that a restart does not run a hung config again: attempt 1 leaves it out and the job ends on one choice. Before,
+    the job had no name (torchrun's ``none`` does not count), every record was ignored, attempt 1 ran config 2, hung
+    again, and the job failed with its restarts spent. Now ``init_distributed`` names the job by its first attempt, in
+    the store that outlives the attempts."""
+    from harness import free_port
+
+    port = free_port()
+    env = tuner_env(tmp_path, 8, FAULT_DIR=str(tmp_path), HOME=str(tmp_path), STOP="ag_gemm:2@1/0,ag_gemm:2@1/1",
+                    TRITON_DIST_AUTOTUNE_ALWAYS_TUNE="1")
+    cmd, full = torchrun_command(["--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", "1",
+                                  "--monitor-interval", "0.1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                                  f"127.0.0.1:{port}"], SCRIPT, ["mlp"], env)
+    for name in ("TRITON_DIST_AUTOTUNE_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"):
+        full.pop(name, None)
+    job = _run(tmp_path, cmd, full, 2, 100)
+    assert job["rc"] == 0, job["err"][-4000:]
+    final = {r["rank"]: r for r in job["results"]}
+    assert sorted(final) == [0, 1] and final[0]["ag_gemm"] == final[1]["ag_gemm"], job["results"]
+    for rank in (0, 1):
+        assert job["calls"][rank][("1", "ag_gemm", 2)] == 0, job["calls"][rank]  # left out
+        assert job["calls"][rank][("1", "ag_gemm", 0)] > 0, job["calls"][rank]  # the rest tuned afresh

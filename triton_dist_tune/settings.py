@@ -129,7 +129,8 @@ class Settings:
     #: reads that rank's process as gone (``..._LOST_S``, default 30; see :mod:`~triton_dist_tune.group.beat`)
     lost_s: float = 30.0
     #: the job's identity written into journals: ``..._JOB_ID``, else torchrun's ``TORCHELASTIC_RUN_ID``, else
-    #: Slurm's ``SLURM_JOB_ID``; None when none is set
+    #: Slurm's ``SLURM_JOB_ID``, else the name ``init_distributed`` kept in the job's store (:func:`name_job`); None
+    #: when there is none
     job_id: str | None = None
     #: the launcher's world size (``WORLD_SIZE`` / Open MPI's / PMI's); None outside a launcher
     world_size: int | None = None
@@ -187,7 +188,7 @@ class Settings:
         log_dir = env.get(PREFIX + "LOG_DIR")
         job = next((value for value in (env.get(PREFIX + "JOB_ID"), env.get("TORCHELASTIC_RUN_ID"),
                                         env.get("SLURM_JOB_ID"))
-                    if value and value.lower() != "none"), None)  # torchrun's run id is "none" unless it names one
+                    if value and value.lower() != "none"), _STORE_JOB[0])  # torchrun's is "none" unless named
         return cls(
             timeout=parsed(lambda: _timeout(env), cls.timeout),
             cache_dir=Path(cache_dir) if cache_dir else cls.cache_dir,
@@ -239,6 +240,18 @@ def _search(value: str) -> str | None:
     if mode and mode not in SEARCH_MODES:
         raise BadInputError(f"{PREFIX}SEARCH must be one of {', '.join(SEARCH_MODES)}, not {value!r}")
     return mode or None
+
+
+#: the job's name kept in its key-value store by ``init_distributed`` (:func:`name_job`), or None
+_STORE_JOB: list[str | None] = [None]
+
+
+def name_job(name: str) -> None:
+    """Name the job ``name`` where the launcher names none (torchrun's run id is ``none`` without ``--standalone`` or
+    ``--rdzv-id``): ``init_distributed`` keeps its first attempt's name in the store, which outlives the attempts,
+    so that ``..._ALWAYS_TUNE`` still reads the records of the job's earlier attempts (a restart then leaves out a
+    config that hung there, instead of running it again)."""
+    _STORE_JOB[0] = f"store-{name}"
 
 
 #: inside :func:`overlooking`: :func:`current` reads a malformed variable as its default

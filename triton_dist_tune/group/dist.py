@@ -65,6 +65,8 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     store = dist.TCPStore(job.master_addr, port, world, is_master=(rank == 0 and not job.agent_store),
                           timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
     attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, timeout_s)
+    # the job's name: its first attempt's, kept by the store that outlives them (the launcher may name none)
+    settings.name_job(store.compare_set("triton_dist_tune/job", "", attempt).decode(errors="replace")[:40])
     dist.init_process_group(backend, store=dist.PrefixStore(f"attempt{attempt}/", store), rank=rank,
                             world_size=world, timeout=timedelta(seconds=timeout_s))
     if world > 1 and not job.agent_store:  # rank 0's process hosts the store: it lingers at exit (.exits)
