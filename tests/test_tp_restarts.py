@@ -1,5 +1,5 @@
 """The examples' tensor-parallel layers under a real ``torchrun --max-restarts`` (gloo CPU ranks, ``init_distributed``)
-with a rank stopped inside a config by the scenario (tests/scenarios/tp_restart_cases.py) and real signals.
+with a rank hung inside a config by the scenario (tests/scenarios/tp_restart_cases.py; its watchdog ends it).
 
 Each test runs one torchrun job in a session of its own, under a deadline that kills the agent's session and every
 process below the agent (torchrun starts each worker in a session of its own: killing the agent's session alone
@@ -77,7 +77,7 @@ def _run(tmp_path: Path, cmd: list[str], full: dict[str, str], nproc: int, timeo
     for rank in range(nproc):
         path = tmp_path / f"calls.rank{rank}"
         lines = path.read_text().splitlines() if path.exists() else []
-        calls[rank] = Counter((a, f, int(i)) for a, f, i, _ in (line.split() for line in lines))
+        calls[rank] = Counter((a, f, int(i)) for a, f, i in (line.split() for line in lines))
     return {"rc": agent.returncode, "results": parse_results((tmp_path / "out").read_text()),
             "err": (tmp_path / "err").read_text(), "calls": calls}
 

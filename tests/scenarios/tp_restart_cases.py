@@ -1,13 +1,10 @@
 """The examples' tensor-parallel layers (AG-GEMM, GEMM-RS, the TP MLP) tuned under ``torchrun --max-restarts`` with a
-rank stopped inside a config, run by tests/test_tp_restarts.py.
+rank hung inside a config, run by tests/test_tp_restarts.py.
 
 Usage: ``python tp_restart_cases.py CASE`` as a torchrun worker (``init_distributed`` as the docs say). Every call
 of a tuned GEMM appends ``<attempt> <function> <config index>`` to ``calls.rank<r>`` in ``FAULT_DIR``
-(``<attempt>``: ``TORCHELASTIC_RESTART_COUNT``), then `` <rows>`` (A's rows: the campaign's key). ``STOP`` holds
-comma-separated ``function:index[:rows]@rank/attempt`` items: that rank's first call of that config (at that key)
-in that attempt writes ``at.<attempt>.rank<r>`` (its pid) into
-``FAULT_DIR`` and waits there, inside the config, for the test to signal it (or a process near it) from outside,
-or to write ``go.<attempt>``: then it goes on.
+(``<attempt>``: ``TORCHELASTIC_RESTART_COUNT``). ``STOP`` holds comma-separated ``function:index@rank/attempt``
+items: that rank's call of that config in that attempt hangs (its watchdog ends it).
 ``ENV_ATTEMPT_<n>`` (``NAME=VALUE`` items, space-separated) sets those variables in attempt ``n`` before it tunes:
 what a user changes between two runs of a job. Each rank prints ``RESULT {json}`` with the configs each layer ran
 last.
@@ -37,13 +34,13 @@ def _attempt() -> str:
     return os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 
 
-def _stops() -> dict[tuple[str, int, int, str], int | None]:
-    found = {}
+def _stops() -> set[tuple[str, int, int, str]]:
+    found = set()
     for item in filter(None, os.environ.get("STOP", "").split(",")):
         where, who = item.split("@")
-        name, index, *rows = where.split(":")
+        name, index = where.split(":")
         rank, attempt = who.split("/")
-        found[(name, int(index), int(rank), attempt)] = int(rows[0]) if rows else None
+        found.add((name, int(index), int(rank), attempt))
     return found
 
 
@@ -59,17 +56,10 @@ def _watched(fn, space: list[dict]):
         config = {k: kwargs[k] for k in ("algo", "splits", "gemm_config")}
         index = space.index(config)
         rank = dist.get_rank()
-        rows = args[0].shape[0]
         with open(folder / f"calls.rank{rank}", "a") as f:
-            f.write(f"{_attempt()} {name} {index} {rows}\n")
-        where = (name, index, rank, _attempt())
-        if where in stops and stops[where] in (None, rows):
-            marker = folder / f"at.{_attempt()}.rank{rank}"
-            if not marker.exists():
-                marker.with_suffix(".tmp").write_text(str(os.getpid()))
-                marker.with_suffix(".tmp").rename(marker)
-                while not (folder / f"go.{_attempt()}").exists():  # inside the config until the test signals
-                    time.sleep(0.05)
+            f.write(f"{_attempt()} {name} {index}\n")
+        if (name, index, rank, _attempt()) in stops:
+            time.sleep(3600)  # inside the config: a hang, which the rank's watchdog ends after T
         return fn(*args, **kwargs)
 
     return watched
@@ -109,30 +99,6 @@ def mlp() -> None:
     with torch.no_grad():
         layer(x[tp_rank * m_local:(tp_rank + 1) * m_local])
     emit(rank=rank, attempt=_attempt(), ag_gemm=LAST_CONFIG["ag_gemm"], gemm_rs=LAST_CONFIG["gemm_rs"])
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-@case
-def campaign() -> None:
-    """A campaign of the examples' AG-GEMM over three shapes (A's rows per rank ``CAMPAIGN_ROWS``, default 4 8 16) on
-    the TP groups of :func:`mlp` (replicas split the keys on 4 ranks), then a plain call at each shape."""
-    rank, world, tp, group, replicas = _layout()
-    rows = [int(r) for r in os.environ.get("CAMPAIGN_ROWS", "4 8 16").split()]
-    b = torch.randn(32, 32, generator=torch.Generator().manual_seed(7))
-    ag, _ = tuned_pair()
-
-    def build(m: int) -> tdt.Call:
-        return tdt.Call(torch.randn(m, 32, generator=torch.Generator().manual_seed(m + rank)), b, group=group)
-
-    summary = tdt.campaign(ag, build, rows, pg=group, replicas=replicas, progress=False)
-    chosen = []
-    for m in rows:
-        ag(*build(m).args, **build(m).kwargs, autotune_pg=group, **({"autotune_replicas": replicas} if replicas
-                                                                     else {}))
-        chosen.append(LAST_CONFIG["ag_gemm"])
-    emit(rank=rank, attempt=_attempt(), states=[r.state for r in summary.rows], chosen=chosen,
-         errors=[r.error for r in summary.rows])
     dist.barrier()
     dist.destroy_process_group()
 
