@@ -153,6 +153,21 @@ def test_one_process_groups_keep_journals_of_their_own_in_a_shared_folder_over_m
 
 
 
+def _in_step(comm, monkeypatch, timeout: str, name: str):
+    """An autotuned identity of two configs (``name``) on a communicator of the test's own (its channel is this
+    test's alone), with ``TRITON_DIST_AUTOTUNE_TIMEOUT=timeout``, called once: its channel set up and in step.
+    Returns (this rank, that communicator, the function)."""
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", timeout)
+    world = comm.Dup()
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, n_warmup=1, n_repeat=2, name=name)
+    def f(x, *, variant):
+        return x
+
+    assert f(1, autotune_pg=world) == 1
+    return comm.Get_rank(), world, f
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.timeout(90)
 def test_a_rank_that_catches_a_timeout_and_calls_again_gets_a_timeout_not_the_late_ranks_crossed_messages(comm,
@@ -167,16 +182,7 @@ def test_a_rank_that_catches_a_timeout_and_calls_again_gets_a_timeout_not_the_la
     AutotuneError; every later call on the communicator met the same."""
     from mpi4py import MPI
 
-    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "3")
-    rank = comm.Get_rank()
-    world = comm.Dup()  # the test's own communicator: its channel is this test's alone
-
-    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, n_warmup=1, n_repeat=2,
-                  name="mpi_catch_again")
-    def f(x, *, variant):
-        return x
-
-    assert f(1, autotune_pg=world) == 1  # the channel is set up and in step
+    rank, world, f = _in_step(comm, monkeypatch, "3", "mpi_catch_again")
     errors = []
     if rank == 0:
         with pytest.raises(tdt.GroupTimeoutError):
@@ -509,16 +515,7 @@ def test_a_step_whose_wait_ran_out_stays_alive_with_its_buffers_while_mpi_may_st
     ranks come, into a buffer still alive."""
     from triton_dist_tune.group import mpi
 
-    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "2")
-    rank = comm.Get_rank()
-    world = comm.Dup()  # the test's own communicator: its channel is this test's alone
-
-    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, n_warmup=1, n_repeat=2,
-                  name="mpi_abandoned_step")
-    def f(x, *, variant):
-        return x
-
-    assert f(1, autotune_pg=world) == 1  # the channel is set up and in step
+    rank, world, f = _in_step(comm, monkeypatch, "2", "mpi_abandoned_step")
     completed = None
     if rank == 0:
         before = len(mpi.ABANDONED)
