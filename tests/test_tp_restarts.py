@@ -9,7 +9,6 @@ knows which configs ran in which attempt.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -100,70 +99,6 @@ def test_a_config_that_hung_is_left_out_when_the_timing_mode_changes_before_the_
         assert job["calls"][rank][("1", "ag_gemm", 2)] == 0, job["calls"][rank]  # left out
     log = (tmp_path / "logs" / "rank-0.log").read_text()
     assert "config 2 from the journal" in log and "hung on rank 1" in log, log[-3000:]
-
-
-TIMED_THEN_KILLED = r"""
-import glob, json, os, signal, sys, time
-import torch
-import triton_dist_tune as tdt
-
-cache, calls = os.environ["TRITON_DIST_AUTOTUNE_CACHE_DIR"], os.environ["CALLS"]
-kill = os.environ.get("KILL") == "1"
-
-def stopped():
-    return any('"stopped"' in open(p).read() for p in glob.glob(f"{cache}/**/*.journal", recursive=True))
-
-@tdt.autotune([{"ms": ms, "v": v} for ms, v in ((1, 0), (1, 1), (60, 2), (90, 3))], key_fn=lambda x: x.numel(),
-              n_warmup=1, n_repeat=6, name="timed_then_killed")
-def f(x, *, ms, v):
-    with open(calls, "a") as out:
-        out.write(f"{v}\n")
-    if kill and stopped():  # a config left the race, journaled: the process dies (kill -9) at the next call
-        os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(ms / 1e3)
-    return x
-
-f(torch.ones(4))
-"""
-
-
-@pytest.mark.timeout(150)
-def test_a_time_journaled_under_one_timing_mode_is_measured_again_under_the_other(tmp_path):
-    """The journals are shared by the timing modes (so that a hang or crash under one counts under the other), but a
-    time is not: a one-process tuning under steady timing is killed (kill -9) once a config has left its race
-    (journaled ``stopped``). Resumed under steady timing, that config is not run again; resumed under
-    ``TRITON_DIST_AUTOTUNE_TIMING=cold`` it is measured again (its steady time is no cold time)."""
-    import shutil
-    import subprocess
-    import sys
-
-    from harness import base_env
-
-    script = tmp_path / "timed_then_killed.py"
-    script.write_text(TIMED_THEN_KILLED)
-
-    def run(folder: Path, **extra: str) -> subprocess.CompletedProcess:
-        env = base_env({**tuner_env(folder, 60), "CALLS": str(folder / "calls"), **extra})
-        env.pop("RANK", None), env.pop("WORLD_SIZE", None)
-        return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
-
-    first = tmp_path / "first"
-    first.mkdir()
-    killed = run(first, KILL="1")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    left = {str(r["index"]) for path in (first / "cache").rglob("*.journal") for line in path.read_text().splitlines()
-            if line.strip() for r in [json.loads(line)] if r["state"] == "stopped"}
-    assert left, "no config left the race before the kill"
-    for mode in ("steady", "cold"):
-        shutil.copytree(first, tmp_path / mode)
-        (tmp_path / mode / "calls").unlink()
-        again = run(tmp_path / mode, TRITON_DIST_AUTOTUNE_TIMING=mode)
-        assert again.returncode == 0, again.stderr[-3000:]
-        ran = set((tmp_path / mode / "calls").read_text().split())
-        if mode == "steady":
-            assert ran and not ran & left, (ran, left)  # the configs that left the race are kept: not run again
-        else:
-            assert ran == {"0", "1", "2", "3"}, ran  # every config measured under cold timing
 
 
 @pytest.mark.timeout(120)
