@@ -208,6 +208,22 @@ def test_a_rank_that_catches_a_timeout_and_calls_again_gets_a_timeout_not_the_la
     assert MPI.Is_initialized()
 
 
+def _last_gives_up(comm, call, tag: int) -> str:
+    """The last rank makes ``call`` while the others are late, keeps its GroupTimeoutError's text, then tells them it
+    gave up (message ``tag``); the others wait for that word. Returns the text (empty on the other ranks)."""
+    last, said = comm.Get_size() - 1, ""
+    if comm.Get_rank() == last:
+        try:
+            call()
+        except tdt.GroupTimeoutError as exc:
+            said = str(exc)
+        for other in range(last):
+            comm.send("gave up", dest=other, tag=tag)
+    else:
+        assert comm.recv(source=last, tag=tag) == "gave up"
+    return said
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.timeout(90)
 def test_a_setup_timeout_on_a_sub_communicator_names_the_ranks_world_rank(comm, monkeypatch):
@@ -222,16 +238,9 @@ def test_a_setup_timeout_on_a_sub_communicator_names_the_ranks_world_rank(comm, 
     def f(x, *, variant):
         return x
 
-    last, said = size - 1, ""
-    if rank == last:
-        try:
-            f(1, autotune_pg=reversed_comm)
-        except tdt.GroupTimeoutError as exc:
-            said = str(exc)
-        for other in range(last):
-            comm.send("gave up", dest=other, tag=78)
-    else:
-        assert comm.recv(source=last, tag=78) == "gave up"
+    last = size - 1
+    said = _last_gives_up(comm, lambda: f(1, autotune_pg=reversed_comm), 78)
+    if rank != last:
         _, request = reversed_comm.Idup()  # the pair of the abandoned Idup: nothing left pending for later tests
         request.Wait()
     comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
@@ -258,16 +267,10 @@ def test_an_exchange_timeout_on_a_sub_communicator_names_the_world_ranks_once(co
         return x
 
     assert f(1, autotune_pg=reversed_comm) == 1  # the channel is set up and in step
-    last, said = size - 1, ""
-    if rank == last:
-        try:
-            f(2, autotune_pg=reversed_comm)  # the others are late: this rank gives up at the first agreement
-        except tdt.GroupTimeoutError as exc:
-            said = str(exc)
-        for other in range(last):
-            comm.send("gave up", dest=other, tag=83)
-    else:
-        assert comm.recv(source=last, tag=83) == "gave up"
+    last = size - 1
+    # the others are late: the last rank gives up at the first agreement
+    said = _last_gives_up(comm, lambda: f(2, autotune_pg=reversed_comm), 83)
+    if rank != last:
         with pytest.raises(tdt.GroupTimeoutError):
             f(2, autotune_pg=reversed_comm)  # its first step meets the last rank's pending one; the next never comes
     comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
