@@ -1,22 +1,26 @@
 """The examples' tensor-parallel layers under a real ``torchrun --max-restarts`` (gloo CPU ranks, ``init_distributed``)
 with a rank hung inside a config by the scenario (tests/scenarios/tp_restart_cases.py; its watchdog ends it).
 
-Each test runs one torchrun job in a session of its own, under a deadline that kills the agent's session and every
+Each torchrun test runs one job in a session of its own, under a deadline that kills the agent's session and every
 process below the agent (torchrun starts each worker in a session of its own: killing the agent's session alone
 leaves them running). The scenario's ranks log every call of a tuned GEMM per attempt (``calls.rank<r>``), so a test
-knows which configs ran in which attempt.
+knows which configs ran in which attempt. The last test, the guard of the journals' timing modes, restarts by hand:
+one process killed at a call it chooses, then each resume in a process of its own, on a copy of its cache.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from harness import HERE, kill_session, parse_results, torchrun_command, tuner_env
+from harness import HERE, base_env, kill_session, parse_results, torchrun_command, tuner_env
 
 SCRIPT = HERE / "scenarios" / "tp_restart_cases.py"
 
@@ -127,3 +131,72 @@ def test_always_tune_under_a_torchrun_that_names_no_job_still_leaves_out_what_an
     for rank in (0, 1):
         assert job["calls"][rank][("1", "ag_gemm", 2)] == 0, job["calls"][rank]  # left out
         assert job["calls"][rank][("1", "ag_gemm", 0)] > 0, job["calls"][rank]  # the rest tuned afresh
+
+
+KILLED_AT_ITS_FIRST_CALL = r"""
+import os, signal
+import torch
+import triton_dist_tune as tdt
+
+calls, kill = os.environ["CALLS"], int(os.environ.get("KILL", "-1"))
+
+@tdt.autotune([{"v": v} for v in range(4)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=3, sharded=True,
+              name="journaled_times")
+def f(x, *, v):
+    with open(calls, "a") as out:
+        out.write(f"{v}\n")
+    if v == kill:  # its first call: configs 0 and 1 are measured and journaled (a share measures in order)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x + v
+
+print("CHOSE", int(f(torch.zeros(4))[0]))
+"""
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("first", ["steady", "cold"])
+def test_a_time_journaled_under_one_timing_mode_is_measured_again_under_the_other(tmp_path, first):
+    """The journals are shared by the timing modes (so that a hang or crash under one counts under the other), but a
+    time is not: the records fold the timing mode into their ``kept`` fingerprint. One process tunes 4 configs under
+    ``first`` timing, ``sharded=True`` (a one-rank share measures its configs one after another and journals each
+    whole, to be taken as it is by a resume), and kills itself (kill -9) at the first call of config 2: configs 0
+    and 1 are then journaled ``measured``, whatever the load (the premise is checked on disk). A copy of that cache
+    is resumed under the same timing mode (the control: configs 0 and 1 are taken from the journal, run again only
+    as the final call of the choice), another under the other mode (the guard: both measured again, warm-up and
+    samples). The earlier guard raced lock-step and killed itself once the race journaled a config ``stopped``,
+    which a loaded machine did not always do before the race's end (6d8da4c)."""
+    other = {"steady": "cold", "cold": "steady"}[first]
+    script = tmp_path / "killed_at_its_first_call.py"
+    script.write_text(KILLED_AT_ITS_FIRST_CALL)
+
+    def run(folder: Path, mode: str, **extra: str) -> tuple[subprocess.CompletedProcess, Counter]:
+        env = base_env({**tuner_env(folder, 30), "CALLS": str(folder / "calls"), "TRITON_DIST_AUTOTUNE_TIMING": mode,
+                        **extra})
+        env.pop("RANK", None), env.pop("WORLD_SIZE", None)
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=80)
+        calls = Counter(int(v) for v in (folder / "calls").read_text().split()) if (folder / "calls").exists() \
+            else Counter()
+        return done, calls
+
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    done, calls = run(killed, first, KILL="2")
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    assert calls[2] == 1 and calls[3] == 0, calls
+    records = [json.loads(line) for path in (killed / "cache").rglob("*.journal")
+               for line in path.read_text().splitlines() if line.strip()]
+    timed = {r["index"]: r for r in records if r["state"] == "measured"}
+    assert sorted(timed) == [0, 1] and all(r.get("share") is True for r in timed.values()), records
+    assert records[-1]["index"] == 2 and records[-1]["state"] == "started", records[-1]
+    for mode in (first, other):
+        folder = tmp_path / mode
+        shutil.copytree(killed, folder)
+        (folder / "calls").unlink()
+        done, calls = run(folder, mode)
+        assert done.returncode == 0, done.stderr[-3000:]
+        chosen = int(done.stdout.split("CHOSE")[-1])
+        assert calls[2] > 1 and calls[3] > 1, calls  # a suspect and a config never started: measured
+        if mode == first:  # taken from the journal: only the final call of the choice runs them
+            assert [calls[0], calls[1]] == [int(chosen == 0), int(chosen == 1)], (calls, chosen)
+        else:  # a time of the other mode: measured again (a warm-up call and 3 samples at the least)
+            assert calls[0] >= 4 and calls[1] >= 4, (calls, chosen)
