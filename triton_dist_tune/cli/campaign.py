@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..disk import logs
+from ..errors import AutotuneError, BadInputError, MismatchError, describe_error
 from .common import UsageError, at_least_one
 
 
@@ -133,7 +135,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     key failed, once it has written ``--json``, 0 on the other ranks. (When every rank exited 1, the first to exit
     had torchrun's agent or mpiexec end the others, rank 0 among them, maybe before its write: a slow disk lost the
     summary, and torchrun's report showed each rank failed, with a SIGTERM or its hint on tracebacks;
-    tests/test_cli_audit.py.)"""
+    tests/test_cli_audit.py.) A campaign that stops on the library's own error ends as :func:`stopped` says."""
     import triton_dist_tune as tdt
     from triton_dist_tune import settings
 
@@ -153,7 +155,11 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     pg = replicas = None
     if args.group_size is not None and args.group_size < world:
         pg, replicas = _groups(args.group_size)
-    summary = tdt.campaign(tuned, build, keys, local=True if args.local else None, pg=pg, replicas=replicas)
+    try:
+        summary = tdt.campaign(tuned, build, keys, local=True if args.local else None, pg=pg, replicas=replicas)
+    except AutotuneError as exc:  # the library's own: one line (an error of any other kind is a bug's: its traceback)
+        name = getattr(getattr(tuned, "tuner", None), "name", None) or args.function
+        return stopped(name, exc, launcher.rank or 0)
     if (launcher.rank or 0) != 0:
         return 0  # every rank holds the same summary: rank 0 alone writes it and says how the campaign ended (below)
     if args.json:
@@ -164,6 +170,38 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             f"failed: {', '.join(row.key for row in summary.failed)} (the summary holds each error)")
     print(text, file=sys.stderr)
     tell_torchrun(text)
+    return 1
+
+
+#: the errors a campaign raises on every rank alike, with the same message (agreed before any rank raises them: keys
+#: that differ between ranks, a call some rank cannot build, an exchange's refused row): rank 0 says them for the job
+AGREED = (BadInputError, MismatchError)
+
+
+def stopped(name: str, exc: AutotuneError, rank: int) -> int:
+    """End the campaign of function ``name`` on ``exc``, an error of the library's own that it raised on this rank
+    (global ``rank``); the exit status. Before, it left the command as a traceback on every rank (a
+    :class:`~triton_dist_tune.BadInputError`, a ValueError, as one line per rank taken for a bad command-line value,
+    exit status 2 on every rank): tests/test_cli_campaign_errors.py.
+
+    An error of :data:`AGREED` is said by rank 0 alone, in one line (in torchrun's error file too), exit status 1;
+    the other ranks print nothing and exit 0, as for failed keys (:func:`cmd_campaign`): no rank's exit has torchrun
+    end rank 0 before it has spoken. Any other (a unit lost, :class:`~triton_dist_tune.RankFailedError`: this rank's
+    own view, which the others may never reach) is one line on every rank that raised it, naming the rank, exit
+    status 1. Every rank's log keeps the error."""
+    logs.rank_log().error("campaign %s stopped: %s", name, describe_error(exc))
+    agreed = isinstance(exc, AGREED)
+    if agreed and rank != 0:
+        return 0
+    text = str(exc).removeprefix("triton_dist_tune: ").removeprefix(f"campaign {name}: ")
+    if agreed:
+        text += " (every rank stopped here: fix it and run the campaign again)"
+    elif "rerun" not in text.lower():
+        text += " (rerun the campaign: the keys decided so far are in the cache)"
+    line = f"triton-dist-tune: campaign {name} stopped{'' if agreed else f' on rank {rank}'}: " \
+           f"{type(exc).__name__}: {text}"
+    print(line, file=sys.stderr)
+    tell_torchrun(line)
     return 1
 
 

@@ -4,7 +4,7 @@ Subcommands: ``list``, ``show``, ``plot``, ``clear``, ``export`` and ``import`` 
 vllm-moe`` and ``sglang-moe``: :mod:`.moe_export`), ``logs`` (:mod:`.runs`), ``campaign`` (see :mod:`.campaign`).
 Data goes to stdout (as text, or as JSON with ``--json``); a problem is one line on stderr and exit status 2 (1 for
 ``import`` refused over mismatching versions or different decisions already in the cache, and for ``list``,
-``plot`` and ``export`` that skipped unreadable cache files).
+``plot`` and ``export`` that skipped unreadable cache files; ``campaign``'s own ends: :mod:`.campaign`).
 """
 
 from __future__ import annotations
