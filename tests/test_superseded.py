@@ -229,3 +229,24 @@ def test_vllm_moe_conflict_of_one_key_on_one_group_size_does_not_say_the_size_is
         decision(cache, name * 20, "(8, 'torch.bfloat16')", tile.format(m=m), "s1", now - age, group_size=1)
     status, _, err = cli(export, capsys)
     assert status == 2 and f"{two} (tuned 1m ago" in err and "the number of ranks a rank-local campaign ran on)" in err
+
+
+def test_vllm_moe_conflict_of_one_key_with_an_older_file_does_not_give_it_a_number_of_ranks(tmp_path, capsys):
+    """One key's decisions: a rank-local campaign's on 4 ranks (the file records it) and an older tuner's file
+    without ``rank_local``, tuned on one rank (one process's, or an older rank-local campaign's on any number of
+    ranks). The export said they serve calls 'on 4 and 1 ranks', though the older file records no number of ranks;
+    now it says that file does not record it, and names the other's."""
+    cache, now = tmp_path / "cache", time.time()
+    tile = "{{BLOCK_SIZE_K: 32, BLOCK_SIZE_M: {m}, BLOCK_SIZE_N: 64, GROUP_SIZE_M: 1, num_stages: 2, num_warps: 4}}"
+    on = {"rank": 0, "group_size": 4, "group": "default"}
+    recorded = decision(cache, "a" * 20, "(8, 'torch.bfloat16')", tile.format(m=16), "s1", now - 7200, group_size=1,
+                        group="this process alone", rank_local=on)
+    older = decision(cache, "b" * 20, "(8, 'torch.bfloat16')", tile.format(m=32), "s1", now - 60, group_size=1)
+    status, _, err = cli(["export", str(tmp_path / "out"), "--format", "vllm-moe", "--function", "moe", "--experts",
+                          "8", "--n", "128", "--cache-dir", str(cache)], capsys)
+    assert status == 2 and f"{recorded} (tuned 2h ago" in err and f"{older} (tuned 1m ago" in err, err
+    assert "1 ranks" not in err, err
+    assert (f"; {recorded.name} serves calls on 4 ranks; {older.name} does not record on how many (it has no "
+            "rank_local field: one process's tuning, or an older rank-local campaign's on any number of ranks): one "
+            "file holds one config per batch size") in err, err
+    assert "delete the file not wanted" in err and "--where" not in err, err

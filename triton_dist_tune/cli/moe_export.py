@@ -259,14 +259,19 @@ def _conflict(batch: int, *choices: tuple[dec.Entry, dict[str, int]]) -> str:
         return (f"batch size {batch} has two different decisions: {both}, tuned on {' and '.join(map(repr, machines))}"
                 f" (as 'list' shows them): pick one with --gpu, e.g. --gpu {machines[0]!r}")
     sizes = [entry.serves_size for entry, _ in choices]
+    # a file without rank_local tuned on one rank may be an older rank-local campaign's, of any group size
+    unsized = [entry for entry, _ in choices if entry.rank_local is None and (entry.group_size or 1) == 1]
     if len({entry.key for entry, _ in choices}) == 1 and None not in sizes and len(set(sizes)) > 1:
         # one key, for groups of different sizes (rank-local campaigns on 2 and then 4 ranks): the files say so
-        return (f"batch size {batch} has two different decisions for one key: {both}, serving calls on "
-                f"{' and '.join(map(str, sizes))} ranks ('list' shows them, 'show' says which): one file holds one "
+        serving = f", serving calls on {' and '.join(map(str, sizes))} ranks ('list' shows them, 'show' says which)"
+        if unsized:  # the other file's size, and none for the older one (its 1 is the rank that tuned it)
+            sized = next(entry for entry, _ in choices if entry is not unsized[0])
+            serving = (f"; {sized.path.name} serves calls on {sized.serves_size} ranks; {unsized[0].path.name} does "
+                       "not record on how many (it has no rank_local field: one process's tuning, or an older "
+                       "rank-local campaign's on any number of ranks)")
+        return (f"batch size {batch} has two different decisions for one key: {both}{serving}: one file holds one "
                 "config per batch size: delete the file not wanted")
     if len({entry.key for entry, _ in choices}) == 1:  # one key: told apart by what the files do not record
-        # a file without rank_local tuned on one rank may be an older rank-local campaign's, of any group size
-        unsized = any(entry.rank_local is None and (entry.group_size or 1) == 1 for entry, _ in choices)
         unrecorded = ", the number of ranks a rank-local campaign ran on)" if unsized else \
             f"); both serve calls on {sizes[0]} ranks"
         return (f"batch size {batch} has two different decisions for one key: {both}. They differ in what the files "
