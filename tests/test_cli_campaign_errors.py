@@ -106,7 +106,7 @@ def test_an_error_every_rank_raises_is_one_line_on_rank_0_alone(tmp_path, calls,
 @pytest.mark.timeout(200)
 def test_a_lost_unit_is_one_line_on_the_rank_that_waited_for_it(tmp_path):
     """Rank 1's process ends inside its key's tuning (a rank-local campaign): rank 0, waiting for it at the round's
-    exchange, raised GroupTimeoutError out of the command, a traceback of 20 frames. Now it is one line naming the
+    exchange, raised GroupTimeoutError out of the command, a Python traceback (28 lines). Now it is one line naming the
     lost unit and what to do, exit status 1."""
     ranks = campaign_ranks(tmp_path, "dies", "build", "--rank-local", timeout=6)
     assert [r.returncode for r in ranks] == [1, 5], describe(ranks)
