@@ -302,3 +302,17 @@ def test_a_rank_that_opened_a_watch_alone_is_in_step_at_the_next_watch(tmp_path)
         # watch, at the same scope, counted as one of the group's two closes: its second close deleted the keys
         # while rank 1 might still read them, and rank 1's close then wrote the count again, left behind)
         assert r["left"] == [], r
+
+
+@pytest.mark.timeout(120)
+def test_a_unit_that_left_before_a_side_watchs_rank_opened_the_next_watch_is_read_as_left(tmp_path):
+    """Rank 0 opened and closed a watch alone (a side path), then rank 1 left the group's next watch, at the same
+    scope, with an error before rank 0 opened it. Rank 0's wait at the round must end on rank 1's note of leaving,
+    at its first look (about 1 s). Before, rank 1's close made the count of closes with rank 0's side close and
+    deleted the note (group/beat.py Members): rank 0 found none and waited for rank 1's beat to stand still for
+    the whole window, ``exchange_timeout(10)`` = 11 s, then raised GroupTimeoutError ('showed no sign of life')."""
+    results = run("leaver_after_a_side_watch", 2, tuner_env(tmp_path, 30))
+    waited = results[0]
+    assert waited["error"] is not None and waited["error"].startswith("RankFailedError"), waited
+    assert "unit 1 (global rank 1) left the campaign with RuntimeError" in waited["error"], waited
+    assert waited["seconds"] < 2.75, waited  # (a 4x gap below the 11 s window)

@@ -400,6 +400,38 @@ def watch_after_a_side_watch():
     emit(rank=group.rank, error=error, seconds=seconds, left=[k for k in keys if group.store.check([k])])
 
 
+@case
+def leaver_after_a_side_watch():
+    """2 ranks: rank 0 opens and closes a progress watch on the group that rank 1 never opens (a side path of its
+    own); rank 1 then opens the group's next watch, at the same scope, and leaves it with an error before rank 0 has
+    opened it; rank 0 then opens it and waits at its first round. What rank 0 raised, and how long it waited."""
+    from triton_dist_tune.errors import AutotuneError
+    from triton_dist_tune.faults.progress import RoundWatch
+
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    timeout = 10.0  # (the window of a silent unit: exchange_timeout(10) = 11 s)
+    group.barrier("start")
+    started, error = time.monotonic(), None
+    if group.rank == 0:
+        with RoundWatch.start(group, "side work", timeout):
+            pass
+        group.store.wait(["test/rank 1 left"])
+        started = time.monotonic()
+        try:
+            with RoundWatch.start(group, "shared work", timeout) as watch:
+                watch.arrive(0, "round 1", 60.0)
+        except AutotuneError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+    else:
+        try:
+            with RoundWatch.start(group, "shared work", timeout):
+                raise RuntimeError("rank 1's own error")
+        except RuntimeError:
+            pass
+        group.store.set("test/rank 1 left", b"1")
+    emit(rank=group.rank, error=error, seconds=time.monotonic() - started)
+
+
 class ChecksTimed(KeysLookedUp):
     """The job's store, recording when each ``check`` was made (``time.monotonic()``) and of which keys."""
 

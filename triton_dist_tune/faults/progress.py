@@ -345,8 +345,9 @@ class RoundWatch:
 
     def close(self) -> None:
         """Stop beating (the work is over, or this rank leaves it with an error); the last of the group's units to
-        close its watch deletes the watch's keys that every open unit reads: every unit's beat counter and the notes
-        of why units left and where they were stuck (:class:`~triton_dist_tune.group.beat.Members`). Before, each
+        close its watch deletes the watch's keys that every open unit reads (:meth:`_keys_to_delete`: every unit's
+        beat counter, the notes of where units were stuck, and those of why they left where every unit left with
+        one; :class:`~triton_dist_tune.group.beat.Members`). Before, each
         unit deleted its own counter: one that left with an error while a unit still waited at a round held that
         unit's read of the beats for 2 s (:func:`~triton_dist_tune.group.beat.counts`); and the notes stayed (a
         withdrawn note is a line more in its log: a unit stuck in user code that came back left that key behind)."""
@@ -354,9 +355,23 @@ class RoundWatch:
         if self._thread is not None:
             self._thread.join(timeout=2 * beat_interval(self.timeout))
         if self._members is not None:
-            units = list(range(self.group.size))
             try:
-                self._members.close(lambda: [*map(self._beat_key, units), *self._notes("left").keys(units),
-                                             *self._notes("stuck").keys(units)])
+                self._members.close(self._keys_to_delete)
             except Exception:  # the store is gone (the job is ending): nothing to tidy
                 pass
+
+    def _keys_to_delete(self) -> list[str]:
+        """The watch's keys that the last of its group's units to close deletes (:meth:`close`): every unit's beat
+        counter and the notes of where units were stuck, which only a unit open with them reads; the notes of why
+        units left only where every unit left with one (two requests in all while no unit left: a read of each log).
+        A unit whose counted close was of a watch of its own at this scope (a side path, :class:`~triton_dist_tune.
+        group.beat.Members`) may still open the group's watch and wait there for a unit that left: it must read why.
+        Before, the last out deleted the notes of leaving whatever came after, and such a unit waited for the
+        leaver's beat to stand still for the whole window (``test_scale.py::
+        test_a_unit_that_left_before_a_side_watchs_rank_opened_the_next_watch_is_read_as_left``: 12 s, now 1 s); so
+        a failed watch where some unit closed without an error keeps its notes of leaving, as a failed exchange keeps
+        its keys."""
+        units, left = list(range(self.group.size)), self._notes("left")
+        every_left = len(left.read(units)) == len(units)
+        return [*map(self._beat_key, units), *(left.keys(units) if every_left else []),
+                *self._notes("stuck").keys(units)]

@@ -198,10 +198,13 @@ class Members:
     back first (one ``add`` of -1; one more where the count was made meanwhile, the keys deleted: nothing to take
     back). Before, its first close counted as one of the group's: its second made the count at once, deleting the
     keys while a peer might still read them, and the peer's close then wrote the count again, a key left behind
-    (``test_scale.py::test_a_rank_that_opened_a_watch_alone_is_in_step_at_the_next_watch``). Not covered: a peer
-    that leaves that next watch with an error before this member has opened it still makes the count with this
-    member's first close, and deletes its note of leaving: this member then reads it gone only once its beat has
-    stood still for the window, as in the early leaver's case above (and the keys of its own close stay)."""
+    (``test_scale.py::test_a_rank_that_opened_a_watch_alone_is_in_step_at_the_next_watch``). A peer that closes
+    that next watch before this member has opened it again (it left with an error) still makes the count with this
+    member's first close: no count tells a member's close of the group's watch from one of a watch of its own at
+    the same scope. So the last out deletes only the keys that a member opening again can do without; a watch keeps
+    its notes of leaving unless every member left with one
+    (:meth:`~triton_dist_tune.faults.progress.RoundWatch.close`), and that member reads why its peer left at its
+    first look, the keys of the failed watch then staying."""
 
     def __init__(self, store: Any, key: str, size: int, member: int) -> None:
         self.store, self.key, self.size = store, key, size
