@@ -37,6 +37,12 @@ config's compile pass blames nothing either, and the next one runs no compile pa
 same way). Every record names its attempt (``session``), so that readers know which config each attempt was inside
 when it ended.
 
+A cache folder this process cannot write (a read-only mount, a shared folder of another user) is still read: its
+journals are opened read-only (their ``flock`` needs no write access) and their records merged as ever, so a
+resumed attempt still leaves out the configs that hung or failed and adopts the times measured; nothing new is
+journaled, said once per folder. Before, the journals were opened for appending, which failed, so they were not
+read at all and the next attempt measured the culprit again (and hung again: ``tests/test_read_only_cache.py``).
+
 A tuning that ends (decided, or every config failed) removes its records, those of its kept set (another kept set's
 records are that set's cut attempt, and stay): nothing of it is replayed later. Only a tuning cut short (a crash, a
 hang, a lost rank, a poisoned GPU) leaves records for the next attempt. With
@@ -45,6 +51,7 @@ hang, a lost rank, a poisoned GPU) leaves records for the next attempt. With
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -68,6 +75,10 @@ FINAL = ("measured", "stopped", "failed")
 LOCAL = ("started", "local_failure", "hung", "interrupted")
 #: how many journals of one entry and rank may exist side by side (jobs tuning it at the same moment)
 MAX_SLOTS = 16
+#: what an ``open`` of a file for writing fails with where the file or folder may be read but not written
+_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+#: the folders whose journals this process could not write, each said once (:meth:`Journal.append`)
+_UNWRITABLE: set[Path] = set()
 #: the ``stage`` of the records a search writes while it screens (:attr:`Journal.stage`), kept apart by
 #: :func:`~.evidence.merge`
 SCREENING = "screening"
@@ -78,8 +89,9 @@ class Journal:
 
     The files are opened and locked on first use (:meth:`read` or :meth:`append`) and released by :meth:`remove`
     (after the decision is in the cache) or :meth:`close` (when the tuning ends with an error: the records stay
-    for the next attempt). Writing is best effort: a journal that cannot be written is a warning, not a failure.
-    With ``create=False`` it only reads the journals that exist (nothing is created).
+    for the next attempt). Writing is best effort: a journal that cannot be written is a warning, not a failure;
+    one that can be read but not written (a read-only folder) is still read. With ``create=False`` it only reads
+    the journals that exist (nothing is created).
     """
 
     def __init__(self, path: Path, identity: dict[str, Any] | None = None, create: bool = True) -> None:
@@ -93,6 +105,8 @@ class Journal:
         self._torn = False  # a short write left part of a line: the next record starts a line of its own
         self._lost = 0  # records lost since the last one written (the first loss is said, the others not)
         self._held: list[tuple[Path, int]] = []  # (path, locked fd) of every journal adopted, the first written
+        self._read_only: set[int] = set()  # the fds of ``_held`` opened read-only (the file cannot be written)
+        self._unwritable = ""  # why no journal here can be written (a read-only folder), or "" when one can
         self._warned: set[tuple[Path, int]] = set()  # the damaged lines a read warned of: warned once
         self._broken = False
         self._create = create  # False: only read what exists (a reader of other entries' journals)
@@ -115,12 +129,21 @@ class Journal:
         return self._base.with_name(f"{stem}.{k}.journal")
 
     def _lock(self, path: Path, create: bool) -> int | None:
-        """An fd of ``path`` locked by this process, or None when it is missing (and not created) or locked."""
+        """An fd of ``path`` locked by this process, or None when it is missing (and not created) or locked. An
+        existing file this process may read but not write is opened read-only (its fd in :attr:`_read_only`)."""
         while True:
+            read_only = False
             try:
                 fd = os.open(path, os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0), 0o644)
             except FileNotFoundError:
                 return None
+            except OSError as exc:
+                if create or exc.errno not in _READ_ONLY:
+                    raise
+                try:
+                    fd, read_only = os.open(path, os.O_RDONLY), True
+                except FileNotFoundError:
+                    return None
             if fcntl is None:
                 return fd
             try:
@@ -133,6 +156,8 @@ class Journal:
             except FileNotFoundError:
                 same = False
             if same:
+                if read_only:
+                    self._read_only.add(fd)
                 return fd
             os.close(fd)
             if not create:
@@ -140,12 +165,12 @@ class Journal:
 
     def _open(self) -> bool:
         """Adopt every unlocked journal of this entry and rank (creating one if need be); False if impossible."""
-        if self._held:
+        if self._held or self._unwritable:
             return True
         if self._broken or (not self._create and not self._base.parent.is_dir()):
             return False
         try:
-            self._base.parent.mkdir(parents=True, exist_ok=True)
+            self._make_folder()
             for k in range(MAX_SLOTS):
                 path = self._slot(k)
                 fd = self._lock(path, create=False)
@@ -153,14 +178,14 @@ class Journal:
                     self._held.append((path, fd))
             if not self._held and not self._create:
                 return False
-            if not self._held:
-                for k in range(MAX_SLOTS):
-                    fd = self._lock(self._slot(k), create=True)
-                    if fd is not None:
-                        self._held.append((self._slot(k), fd))
-                        break
-            if not self._held:
+            writable = [item for item in self._held if item[1] not in self._read_only]
+            if self._create and not writable and not self._unwritable:
+                writable = self._new_slot()
+            if not self._held and not self._unwritable:
                 raise OSError(f"all {MAX_SLOTS} journal slots are held by other processes")
+            if not self._held:
+                return True  # nothing to read, nowhere to write: records are dropped (:meth:`append` says so)
+            self._held.sort(key=lambda item: item not in writable)  # the one written first (stable: slots' order)
             self.path, fd = self._held[0]
             size = os.fstat(fd).st_size
             # a torn last line: the next record starts with a newline (:meth:`append`). Not written here: on a full
@@ -178,6 +203,34 @@ class Journal:
             log.info("triton_dist_tune: journal %s (adopted %s)", self.path, [str(p) for p, _ in self._held[1:]])
         return True
 
+    def _make_folder(self) -> None:
+        """Make the journal's folder where it is missing; one that cannot be made is noted in :attr:`_unwritable`
+        (a read-only folder above it: there is nothing there to read either)."""
+        try:
+            self._base.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if not self._create or exc.errno not in _READ_ONLY:
+                raise
+            self._unwritable = f"{type(exc).__name__}: {exc.strerror or exc}"
+
+    def _new_slot(self) -> list[tuple[Path, int]]:
+        """Create and lock a journal in the first free slot (in :attr:`_held`, and returned as a list of it), or
+        note in :attr:`_unwritable` that the folder cannot be written (and return [])."""
+        for k in range(MAX_SLOTS):
+            try:
+                fd = self._lock(self._slot(k), create=True)
+            except OSError as exc:
+                if exc.errno not in _READ_ONLY:
+                    raise
+                if self._slot(k).exists():  # a file this process may not write (adopted read-only): the next slot
+                    continue
+                self._unwritable = f"{type(exc).__name__}: {exc.strerror or exc}"
+                return []
+            if fd is not None:
+                self._held.append((self._slot(k), fd))
+                return [self._held[-1]]
+        return []
+
     def adopt(self) -> bool:
         """Open and lock this entry's journals now (the earlier attempts' files included), so that
         :meth:`remove` deletes them even when nothing is appended; False when impossible."""
@@ -194,6 +247,9 @@ class Journal:
             record.update({name: getattr(self, name)} if getattr(self, name) else {})
         line = (json.dumps(record, allow_nan=False, default=str) + "\n").encode()
         if not self._open():
+            return
+        if self._unwritable or not self._held or self._held[0][1] in self._read_only:
+            self._say_unwritable()
             return
         fd = self._held[0][1]
         if self._torn:
@@ -217,6 +273,17 @@ class Journal:
                             "is the disk full?): this record is lost, and so are the next ones until a write "
                             "succeeds (not said again); the next one starts a line of its own",
                             self.path, written, len(line), exc)
+
+    def _say_unwritable(self) -> None:
+        """Warn, once per folder in this process, that nothing can be journaled there (the records there are read)."""
+        folder = self._base.parent
+        if folder in _UNWRITABLE:
+            return
+        _UNWRITABLE.add(folder)
+        why = self._unwritable or "the journal is read-only"
+        log.warning("triton_dist_tune: cannot journal into %s (%s): the tunings there resume from the records "
+                    "already there (which stay), but write none, so a later attempt cannot resume from what they "
+                    "measure; said once for this folder", folder, why)
 
     def record(self, outcome: Outcome, **extra: Any) -> None:
         """Record the group's final outcome of one config (measured, stopped or failed: a failure during any phase,
@@ -265,7 +332,10 @@ class Journal:
         for path, fd in self._held:
             try:
                 others = b"" if kept is None else _other_sets(os.pread(fd, os.fstat(fd).st_size, 0), kept)
-                if others:
+                if fd in self._read_only:  # not this process's to change; unlinked where its folder allows
+                    if not others:
+                        _unlink_quietly(path)
+                elif others:
                     os.ftruncate(fd, 0)  # in place, under the lock: a file renamed over it would not be locked
                     os.write(fd, others)  # (O_APPEND: at the new end, the start)
                     os.fsync(fd)
@@ -284,11 +354,22 @@ class Journal:
     def close(self) -> None:
         """Release the journals, keeping their records for the next attempt."""
         held, self._held = self._held, []
+        self._read_only.clear()
+        self._unwritable = ""  # (looked at again by the next use)
         for _, fd in held:
             try:
                 os.close(fd)  # closing the last fd of the file releases the flock
             except OSError:
                 pass
+
+
+def _unlink_quietly(path: Path) -> None:
+    """Remove ``path`` where its folder allows (a journal opened read-only: the folder's warning said it may stay)."""
+    try:
+        path.unlink()
+    except OSError as exc:
+        if exc.errno not in (*_READ_ONLY, errno.ENOENT):
+            log.warning("triton_dist_tune: cannot remove journal %s (%s)", path, exc)
 
 
 def _other_sets(data: bytes, kept: str) -> bytes:
