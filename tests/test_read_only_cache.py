@@ -169,3 +169,18 @@ def test_a_journal_in_a_read_only_folder_is_read_whole_and_appends_are_dropped_s
     said = [r.getMessage() for r in caplog.records]
     assert sum("cannot journal" in m for m in said) == 1, said
     assert not any("will not be resumable" in m for m in said), said
+
+
+def test_a_cache_folder_that_is_a_file_is_no_unreadable_cache_file(tmp_path, caplog):
+    """A file where the cache folder should be (``TRITON_DIST_AUTOTUNE_CACHE_DIR`` naming a file, or a path through
+    one): every lookup warned ``ignoring unreadable cache file <path> (NotADirectoryError ...); tuning again``, of
+    a file that is not there. Now the lookup finds nothing, silently: the tuning's writes say what is wrong (``could
+    not write the cache ([Errno 20] Not a directory ...)``, and the journal's ``cannot use the journal``)."""
+    from triton_dist_tune.disk.cache import DiskCache
+
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where the cache folder should be")
+    with caplog.at_level(logging.WARNING, logger="triton_dist_tune"):
+        for root in (blocker, blocker / "cache"):
+            assert DiskCache("fn", root).load("0" * 20, "space") is None
+    assert not [r.getMessage() for r in caplog.records], [r.getMessage() for r in caplog.records]

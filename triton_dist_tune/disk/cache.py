@@ -150,8 +150,8 @@ class DiskCache:
         warn = (lambda *args: None) if quiet else log.warning
         try:  # checked to the limits of what is sent: rank 0 broadcasts what it serves
             data = read_json(read_regular(path))  # a FIFO named like the entry: refused, never waited on
-        except FileNotFoundError:
-            return None
+        except (FileNotFoundError, NotADirectoryError):  # no file (a file where a folder of its path should be:
+            return None  # no "unreadable cache file" of a file that is not there; the tuning's writes say what is)
         except Exception as exc:  # any problem: unreadable, not UTF-8, not JSON, nested too deep
             warn("triton_dist_tune: ignoring unreadable cache file %s (%s: %s); tuning again", path,
                  type(exc).__name__, str(exc)[:200])
