@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..disk import decisions as dec
 from ..disk.files import not_regular
+from ..faults.unfinished import journals_to_clear
 from .common import UsageError, _emit_json, _root, _selected, _warn_problems
 
 
@@ -24,7 +25,9 @@ def cmd_clear(args: argparse.Namespace) -> int:
         raise UsageError("--unfinished removes journals of tunings never finished, not decisions: --stale and "
                          "--superseded select decisions")
     entries, problems, _ = _selected(args)  # an unknown --function: a UsageError naming those list shows
-    doomed = [e.path for e in entries] + [j for e in entries for j in dec.journals_of(e.path)]
+    # a decision's journals: those holding its records only (one that holds another's too is kept: below)
+    journals, mixed = journals_to_clear([e.path for e in entries])
+    doomed = [e.path for e in entries] + journals
     unfiltered = not (args.older_than or args.stale or args.superseded)
     if args.unfinished:  # the journals alone (a cut tuning of a group that will not come again), decisions kept
         limit = time.time() - dec.parse_age(args.older_than) if args.older_than else None
@@ -44,6 +47,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
         doomed += [p for p in dec.journal_files(root) + strays
                    if (not args.function or p.parent.name == args.function) and p.stat().st_mtime < limit]
     doomed = sorted(p for p in set(doomed) if dec.tuner_named(p))  # never a file the tuner does not name so
+    mixed = {p: others for p, others in mixed.items() if p not in doomed}  # (--all, --unfinished: it goes)
     left = _not_files(doomed)
     doomed = [p for p in doomed if p not in left]
     for path, what in left.items():
@@ -57,16 +61,25 @@ def cmd_clear(args: argparse.Namespace) -> int:
                          f"{_reason(exc)}); removed {len(gone)}")
     if args.json:
         _emit_json({"removed" if not args.dry_run else "would_remove": [str(p) for p in gone],
-                    "kept": [str(p) for p in removal.kept], "left": [str(p) for p in left]})
+                    "kept": [str(p) for p in removal.kept], "left": [str(p) for p in left],
+                    "shared": {str(p): others for p, others in mixed.items()}})
     else:
         verb = "would remove" if args.dry_run else "removed"
         for path in gone:
             print(f"{verb} {path}")
         for path in removal.kept:
             print(f"kept {path}: a tuning in flight holds it")
+        for path, others in mixed.items():
+            print(f"kept {path}: it holds records of {_others_text(path, others)} too")
         counts = (sum(p.suffix == ".json" for p in gone), sum(p.suffix == ".journal" for p in gone))
         print(f"{verb} {counts[0]} cache file(s) and {counts[1]} journal(s) from {root}")
     return 0
+
+
+def _others_text(journal: Path, others: list[str]) -> str:
+    """The entries a journal also holds records of, for ``clear``'s line: each decision or tuning never finished."""
+    kinds = {True: "a decision", False: "a tuning never finished"}
+    return ", ".join(f"{entry[:8]} ({kinds[(journal.parent / f'{entry}.json').exists()]})" for entry in others)
 
 
 def _not_files(paths: list[Path]) -> dict[Path, str]:

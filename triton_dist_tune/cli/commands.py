@@ -19,7 +19,7 @@ from pathlib import Path
 from ..disk import decisions as dec
 from ..disk import logs
 from ..disk.logs import LEAST_NOTE, ms_text, text_table, time_heading
-from ..faults.unfinished import find_unfinished, unfinished
+from ..faults.unfinished import find_unfinished, journals_of, unfinished
 from ..records import LEAST
 from . import bundles, campaign, clear, journals, moe_export, runs
 from .common import (
@@ -204,7 +204,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(entry.to_json(now, newer))
         return 0
-    held = dec.journals_of(entry.path)
+    held = journals_of(entry.path)  # those holding its records, whatever their names
     facts = [
         ("file", str(entry.path)), ("function", entry.function + (f" (kernel {entry.kernel})" if entry.kernel else "")),
         ("key", entry.key), ("chosen", f"config {entry.index}: {entry.config}"),

@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .entries import JOURNAL_TAIL
 from .entries import CacheError as CacheError
 from .entries import Entry as Entry
 from .entries import ForeignFile as ForeignFile
@@ -129,14 +128,6 @@ def find(entries: list[Entry], name: str) -> Entry:
 
 class AmbiguousName(CacheError):
     """A name that names several decisions (:func:`find`): no other lookup (a tuning never finished) is tried."""
-
-
-def journals_of(entry_path: Path) -> list[Path]:
-    """The crash journals beside a cache entry: every group, every rank, every slot, of ``autotune`` and
-    ``contextual_autotune`` alike (``<entry>.<group>.rank<r>[.<k>].journal``); links out of its folder left out."""
-    stem, folder = entry_path.stem, entry_path.parent
-    return sorted(p for p in folder.glob(f"{stem}.*journal")
-                  if JOURNAL_TAIL.match(p.name[len(stem):]) and inside(folder, p))
 
 
 @dataclass

@@ -32,7 +32,6 @@ class LinkOut(CacheError):
 
 #: a journal's name after its entry: ``.<group tag>.rank<r>[.<k>].journal`` (the tag is absent in old journals)
 _TAIL = r"(?:\.[0-9a-f]{10})?\.rank[0-9]+(?:\.[0-9]+)?\.journal"
-JOURNAL_TAIL = re.compile(f"^{_TAIL}$")
 #: the names the tuner gives its files: a cache entry ``<entry>.json`` and a journal, ``<entry>`` the 20 hex digits of
 #: :func:`~triton_dist_tune.space.fingerprint` (:meth:`~triton_dist_tune.disk.cache.DiskCache.path`)
 _TUNER_NAME = re.compile(f"[0-9a-f]{{20}}(?:\\.json|{_TAIL})")

@@ -3,7 +3,9 @@
 Each rank keeps its own journal next to the cache entry it is tuning, in its own cache folder
 (``<entry>.<group>.rank<r>.journal``, where ``<group>`` is a fingerprint of the group's name and global ranks, and for a
 group of one process of that process's global rank, torch.distributed's or else mpi4py's ``COMM_WORLD`` rank, so that
-two groups tuning the same entry on one node, one-rank replicas included, never adopt each other's journals). Every
+two groups tuning the same entry on one node, one-rank replicas included, never adopt each other's journals). An
+``autotune`` record also names the kept set and timing mode it was timed under (``kept``) and the entry its decision
+will be written as (``decision``: the file is named after the steady, unpruned one). Every
 record carries the job's identity (``TRITON_DIST_AUTOTUNE_JOB_ID``, torchrun's run id or Slurm's job id) and attempt
 (:attr:`Journal.attempt`), the group's name and global ranks and the wall time it was written (``at``, unix
 seconds). A record is one line written with a single ``write``, so a record is either in the file whole or (after a

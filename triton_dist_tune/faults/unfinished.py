@@ -1,8 +1,10 @@
-"""Tunings that left journals but no decision: cut short (a crash, a hang, a lost rank, an interruption) or still in
-flight. A tuning that ends removes its journals, so a journal whose entry has no cache file is such a tuning; the
-command line lists them beside the decisions and shows what each journal recorded.
+"""The journals as the command line reads them: each record credited to the decision it is for, and the tunings that
+left records but no decision: cut short (a crash, a hang, a lost rank, an interruption) or still in flight. A tuning
+that ends removes its records, so records credited to an entry with no cache file are such a tuning; the command
+line lists them beside the decisions and shows what they recorded.
 
-A journal is ``<root>/<function>/<entry>.<group>.rank<r>[.<k>].journal`` (:mod:`~triton_dist_tune.faults.journal`).
+A journal is ``<root>/<function>/<entry>.<group>.rank<r>[.<k>].journal`` (:mod:`~triton_dist_tune.faults.journal`),
+named after the steady, unpruned entry: its records name their decision (``decision``, :func:`credit`).
 The files are read as they are, without taking their locks: a live tuner's journal is read too, and nothing is
 created or changed.
 """
@@ -25,6 +27,8 @@ from .recovery import strongest
 
 #: a journal's file name: its entry, its group's tag (absent in old journals), its group rank and slot
 _JOURNAL = re.compile(r"^(?P<entry>[^.]+)(?:\.(?P<tag>[0-9a-f]{10}))?\.rank(?P<rank>\d+)(?:\.\d+)?\.journal$")
+#: a cache entry's name as the tuner writes it (:func:`~triton_dist_tune.disk.cache.entry_id`): 20 hex digits
+_ENTRY = re.compile(r"^[0-9a-f]{20}$")
 
 
 @dataclass
@@ -190,29 +194,93 @@ _ORDER = {"measured": 0, "stopped": 1, "failed": 2, "suspect": 3, "interrupted":
 
 
 def unfinished(root: Path) -> list[Unfinished]:
-    """Every tuning under ``root`` that left journals and no cache file, sorted by function and entry."""
-    groups: dict[tuple[Path, str], list[Path]] = {}
-    for path in sorted(root.glob("*/*.journal")) if root.is_dir() else []:
+    """Every tuning under ``root`` that left journals and no cache file, sorted by function and entry: the records
+    credited to an entry (:func:`credit`) whose ``<entry>.json`` is not there, with the journals that hold them."""
+    found: dict[tuple[Path, str], Unfinished] = {}
+    for journal in read_journals(root, "*/*.journal"):
+        folder = journal.path.parent
+        for entry in journal.credits:
+            if (folder / f"{entry}.json").exists():
+                continue  # a decision's (a tuning of it again, in flight or cut short): 'show' names them
+            tuning = found.setdefault((folder, entry), Unfinished(folder, entry, []))
+            tuning.journals.append(journal.path)
+            tuning.records += [r for r in journal.records if credit(r, journal.entry) == entry]
+            tuning.damaged += journal.damaged
+    return [part for _, tuning in sorted(found.items()) for part in tuning.split()]
+
+
+def credit(record: dict[str, Any], named: str) -> str:
+    """The entry whose tuning wrote ``record``: its ``decision`` (the entry that tuning writes its decision as),
+    else ``named``, the entry its journal's name says. The journals are named after the entry as steady timing
+    names it without the kept set, so that a hang under one timing mode or kept set counts under every other
+    (``function/tuning.py``): one file holds the records of a cold tuning, or of a kept subset, beside those of the
+    steady decision its name is. Records written before ``decision`` was, and a contextual tuning's (its journals
+    are named after its decision), go by the name."""
+    decision = record.get("decision")
+    return decision if isinstance(decision, str) and _ENTRY.match(decision) else named
+
+
+@dataclass
+class JournalFile:
+    """One journal file as the command line reads it (without its lock)."""
+
+    path: Path
+    #: the entry its name says
+    entry: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+    #: damaged lines skipped, or the file unreadable: "<journal>: line <n>"
+    damaged: list[str] = field(default_factory=list)
+
+    @property
+    def credits(self) -> list[str]:
+        """The entries its records are credited to (:func:`credit`), sorted: its name's where it holds none."""
+        return sorted({credit(r, self.entry) for r in self.records}) or [self.entry]
+
+
+def read_journals(root: Path, pattern: str) -> list[JournalFile]:
+    """The journals ``pattern`` names under ``root``, sorted, read (a link out of ``root`` is never followed, as
+    the command line's other readers)."""
+    out = []
+    for path in sorted(root.glob(pattern)) if root.is_dir() else []:
         found = _JOURNAL.match(path.name)
         if found is None or path.name.startswith(".") or not path.is_file() or not inside(root, path):
-            continue  # a link out of the cache folder is never followed (as the command line's other readers)
-        if (path.parent / f"{found['entry']}.json").exists():
-            continue  # a decision's journals (a tuning of it again, in flight or cut short): 'show' names them
-        groups.setdefault((path.parent, found["entry"]), []).append(path)
-    out = []
-    for (folder, entry), journals in sorted(groups.items()):
-        tuning = Unfinished(folder, entry, journals)
-        for path in journals:
-            try:
-                data = path.read_bytes()
-            except OSError as exc:
-                tuning.damaged.append(f"{path.name}: unreadable ({exc.strerror or exc})")
-                continue
-            records, damaged = parse_records(data, path)
-            tuning.records += records
-            tuning.damaged += [f"{path.name}: line {n}" for n in damaged]
-        out += tuning.split()
+            continue
+        journal = JournalFile(path, found["entry"])
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            journal.damaged.append(f"{path.name}: unreadable ({exc.strerror or exc})")
+        else:
+            journal.records, damaged = parse_records(data, path)
+            journal.damaged += [f"{path.name}: line {n}" for n in damaged]
+        out.append(journal)
     return out
+
+
+def journals_of(decision: Path) -> list[Path]:
+    """The journals beside a decision (``<entry>.json``) that hold records credited to it (:func:`credit`): a
+    tuning of it again, in flight or cut short, whatever their names."""
+    return [j.path for j in read_journals(decision.parent, "*.journal") if decision.stem in j.credits]
+
+
+def journals_to_clear(decisions: list[Path]) -> tuple[list[Path], dict[Path, list[str]]]:
+    """What ``clear`` of ``decisions`` does with their journals (:func:`journals_of`, and those named after them):
+    those holding records of these decisions only (removed), and those that hold another entry's (kept: the
+    evidence of another decision's tuning, or of a tuning never finished), each with those entries."""
+    doomed, shared = [], {}
+    chosen: dict[Path, set[str]] = {}
+    for path in decisions:
+        chosen.setdefault(path.parent, set()).add(path.stem)
+    for folder, stems in sorted(chosen.items()):
+        for journal in read_journals(folder, "*.journal"):
+            if stems.isdisjoint(journal.credits) and journal.entry not in stems:
+                continue  # neither named after them nor holding their records
+            others = [entry for entry in journal.credits if entry not in stems]
+            if others:
+                shared[journal.path] = others
+            else:
+                doomed.append(journal.path)
+    return doomed, shared
 
 
 def find_unfinished(root: Path, name: str) -> list[Unfinished]:

@@ -424,11 +424,13 @@ class Tuning:
 
 def journal_of(tuning: Tuning, create: bool = True) -> Journal:
     """The tuning's crash journal on this rank, for its entry: its file names the group (name and global ranks)
-    (``create=False``: only the journals that exist, unlocked, such as a cut attempt's)."""
+    (``create=False``: only the journals that exist, unlocked, such as a cut attempt's). Its records name the entry
+    the decision will be written as (``decision``): the file's name is the steady one's, and the command line
+    credits each record to its decision (:func:`~triton_dist_tune.faults.unfinished.credit`)."""
     group = tuning.group
     return Journal(journal_path(tuning.tuner.cache.folder, tuning.journal_entry, group),
                    {"job": tuning.env.job_id, "group": group.name, "ranks": list(group.member_ranks),
-                    "kept": tuning.kept}, create)
+                    "kept": tuning.kept, "decision": tuning.entry}, create)
 
 
 def kept_text(kept: list[int], size: int) -> str:
