@@ -231,7 +231,8 @@ def test_clear_keeps_a_journal_a_tuning_in_flight_holds(tmp_path, capsys):
         status, out, err = cli(["clear", "--all", "--dry-run", "--json", "--cache-dir", cache], capsys)
         assert status == 0, err
         said = json.loads(out)
-        assert said == {"would_remove": sorted([str(entry), str(free)]), "kept": [str(held)], "left": []}, out
+        assert said == {"would_remove": sorted([str(entry), str(free)]), "kept": [str(held)], "left": [],
+                         "shared": {}}, out
         assert held.exists() and free.exists() and entry.exists()
         status, out, err = cli(["clear", "--all", "--cache-dir", cache], capsys)
         assert status == 0, err
@@ -242,7 +243,7 @@ def test_clear_keeps_a_journal_a_tuning_in_flight_holds(tmp_path, capsys):
         holder.kill()
         holder.wait()
     status, out, _ = cli(["clear", "--all", "--json", "--cache-dir", cache], capsys)
-    assert status == 0 and json.loads(out) == {"removed": [str(held)], "kept": [], "left": []}, out
+    assert status == 0 and json.loads(out) == {"removed": [str(held)], "kept": [], "left": [], "shared": {}}, out
     assert not held.exists()
 
 

@@ -112,6 +112,8 @@ def test_a_tuning_killed_under_another_entry_is_listed_shown_and_kept_apart_from
     data = json.loads(steady.read_text())
     data["versions"] = {**data["versions"], "torch": "1.0"}  # tuned under another torch: stale
     steady.write_text(json.dumps(data))
+    dry = json.loads(_cli(job, "clear", "--stale", "--dry-run", "--json").stdout)
+    assert dry["would_remove"] == [str(steady)] and dry["shared"] == {str(journals[0]): [decision[:20]]}, dry
     cleared = _cli(job, "clear", "--stale")
     assert not steady.exists() and all(p.exists() for p in journals), cleared.stdout
     said = [line for line in cleared.stdout.splitlines() if str(journals[0]) in line]
