@@ -70,7 +70,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
         for path in removal.kept:
             print(f"kept {path}: a tuning in flight holds it")
         for path, others in mixed.items():
-            print(f"kept {path}: it holds records of {_others_text(path, others)} too")
+            print(f"kept {path}: it holds records of {_others_text(path, others)}")
         counts = (sum(p.suffix == ".json" for p in gone), sum(p.suffix == ".journal" for p in gone))
         print(f"{verb} {counts[0]} cache file(s) and {counts[1]} journal(s) from {root}")
     return 0
