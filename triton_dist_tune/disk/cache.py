@@ -119,15 +119,14 @@ def kernels_of(fn: Any) -> dict[str, str]:
     return found
 
 
-def dependency_text(fn: Any, key_fn: Any, prune_fn: Any, extra: str) -> str:
-    """What a decision depends on besides the function's own source, key and space: the Triton kernels it
-    launches (their sources), the sources of ``key_fn`` and ``prune_fn``, and the user's ``cache_key_extra``."""
+def dependency_text(fn: Any, key_fn: Any, prune_fn: Any) -> str:
+    """The code a decision depends on besides the function's own source, key and space: the Triton kernels it
+    launches (their sources) and the sources of ``key_fn`` and ``prune_fn`` (the user's ``cache_key_extra`` is
+    added per call: :meth:`~triton_dist_tune.function.tuned.TunedFunction.entry_extra`)."""
     parts = [f"kernel {name}: {text}" for name, text in kernels_of(fn).items()]
     parts.append("key_fn: " + source_of(key_fn))
     if prune_fn is not None:
         parts.append("prune_fn: " + source_of(prune_fn))
-    if extra:
-        parts.append("extra: " + extra)
     return "\n".join(parts)
 
 

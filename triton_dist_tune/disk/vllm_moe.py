@@ -8,7 +8,7 @@ latter) and the dtype part (absent for fp16 and bf16);
 it opens the file in ``VLLM_TUNED_CONFIG_FOLDER`` first, then in its own ``configs`` folder, loads it with
 ``{int(k): v for k, v in json.load(f).items()}`` and, for a batch size it does not hold, uses the config of the
 nearest batch size in the file. How the name is built changed over vLLM's releases (each read from its wheel),
-which :func:`file_name` follows for the release ``vllm`` names (default: the newest rules, :data:`NEWEST`):
+which :func:`file_name` follows for the release ``vllm`` names (default: the newest rules, read up to vLLM 0.34.0):
 
 * the device part: each space one ``_`` (``.replace(" ", "_")``) before 0.26.0; from 0.26.0 each run of whitespace
   and ``/`` one ``_`` (``vllm/utils/platform_utils.py``: ``get_device_name_as_file_name``);
@@ -30,8 +30,6 @@ from .moe_file import device_part, device_text, dtype_selector, each_space, one_
 
 #: the vLLM releases whose file names changed (read from each release's wheel)
 BLOCK_SHAPE_SINCE, NO_SPACE_SINCE, H200_SINCE, COLLAPSE_SINCE = (0, 7, 1), (0, 7, 2), (0, 11, 1), (0, 26, 0)
-#: the newest release whose rules were read; a later one is named by the same rules
-NEWEST = (0, 34, 0)
 #: vLLM's names for the dtype part of a quantized MoE's file (``--dtype`` takes them): never a torch dtype's name
 SCHEMES = ("fp8_w8a8", "int8_w8a16", "int4_w4a16")
 

@@ -129,7 +129,7 @@ class TunedFunction:
         """The code a decision depends on besides the function's own source: the Triton kernels it names and the
         sources of ``key_fn`` and ``prune_fn`` (:func:`~triton_dist_tune.disk.cache.dependency_text`)."""
         if self._dependencies is None:
-            self._dependencies = dependency_text(self.fn, self.key_fn, self.prune_fn, "")
+            self._dependencies = dependency_text(self.fn, self.key_fn, self.prune_fn)
         return self._dependencies
 
     @property
