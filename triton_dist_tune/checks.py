@@ -68,11 +68,12 @@ def number(value: Any, option: str, above: float, what: str) -> None:
                             f"clocks must hold it), got {_given(value)}")
 
 
-def timeout(value: Any, option: str = "timeout") -> None:
-    """``value`` must be None or seconds of at least :data:`~triton_dist_tune.settings.MIN_TIMEOUT_S`."""
-    number(value, option, 0, "a positive number of seconds")
+def timeout(value: Any) -> None:
+    """The ``timeout`` option's ``value`` must be None or seconds of at least
+    :data:`~triton_dist_tune.settings.MIN_TIMEOUT_S`."""
+    number(value, "timeout", 0, "a positive number of seconds")
     if value is not None and float(value) < MIN_TIMEOUT_S:
-        raise BadInputError(f"{option} must be at least {MIN_TIMEOUT_S:g} s (a store wait or an exchange on a loaded "
+        raise BadInputError(f"timeout must be at least {MIN_TIMEOUT_S:g} s (a store wait or an exchange on a loaded "
                             f"machine takes hundreds of ms: a shorter one ends ranks that are only slow), got "
                             f"{_given(value)}")
 

@@ -70,13 +70,13 @@ def paired_ratios(slower: Sequence[float | None], faster: Sequence[float | None]
     return [s / f for s, f in zip(slower, faster, strict=False) if s is not None and f is not None and f > 0]
 
 
-def clearly_slower(ratios: Sequence[float], margin: float = INDIFFERENCE, alpha: float = ALPHA) -> bool:
+def clearly_slower(ratios: Sequence[float]) -> bool:
     """Whether a config is slower than another, judged on their paired per-round ratios: either every one of at
-    least two rounds shows a gap wider than :data:`WIDE_GAP`, or, with confidence ``1 - alpha``, the gap exceeds
-    ``margin`` (the lower bound of the median ratio is above ``1 + margin``; that needs three rounds at
-    ``alpha = 0.125``). Never true after a single round."""
+    least two rounds shows a gap wider than :data:`WIDE_GAP`, or, with confidence ``1 -`` :data:`ALPHA`, the gap
+    exceeds :data:`INDIFFERENCE` (the lower bound of the median ratio is above ``1 + INDIFFERENCE``; that needs
+    three rounds at ``ALPHA = 0.125``). Never true after a single round."""
     if len(ratios) >= 2 and min(ratios) > 1 + WIDE_GAP:
         return True
-    if _rank_for(len(ratios), alpha) < 0:
+    if _rank_for(len(ratios), ALPHA) < 0:
         return False
-    return median_bounds(ratios, alpha)[0] > 1 + margin
+    return median_bounds(ratios, ALPHA)[0] > 1 + INDIFFERENCE

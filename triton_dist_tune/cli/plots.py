@@ -77,10 +77,10 @@ def wrap(text: str, width: int = LABEL_WIDTH) -> str:
     return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False)) or text
 
 
-def config_labels(configs: list[str], width: int = LABEL_WIDTH) -> list[str]:
-    """One label per config description: the whole text, wrapped onto lines of ``width`` characters (never cut,
-    so two configs never look identical)."""
-    return [wrap(text, width) for text in configs]
+def config_labels(configs: list[str]) -> list[str]:
+    """One label per config description: the whole text, wrapped onto lines of :data:`LABEL_WIDTH` characters
+    (never cut, so two configs never look identical)."""
+    return [wrap(text, LABEL_WIDTH) for text in configs]
 
 
 def distinguishing(configs: list[str]) -> tuple[list[str], list[str]]:

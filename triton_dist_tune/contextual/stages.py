@@ -20,6 +20,8 @@ from .tracks import TrackInfo
 
 #: the share of a call's ``max_runs`` a search's screening may take (the finalists' race takes the rest)
 SEARCH_SHARE_OF_RUNS = 0.6
+#: configs the kernel's ``perf_model`` estimates fastest that seed a search, after the nearby keys' choices
+ESTIMATED_SEEDS = 4
 
 
 class Stages:
@@ -66,11 +68,11 @@ class Stages:
         return batch
 
 
-def estimated_best(infos: Mapping[int, TrackInfo], order: list[int], count: int = 4) -> list[int]:
-    """The ``count`` configs of ``order`` the kernel's ``perf_model`` estimates fastest (the largest estimate over
-    ranks), as seeds of a search; none without a perf model."""
+def estimated_best(infos: Mapping[int, TrackInfo], order: list[int]) -> list[int]:
+    """The :data:`ESTIMATED_SEEDS` configs of ``order`` the kernel's ``perf_model`` estimates fastest (the largest
+    estimate over ranks), as seeds of a search; none without a perf model."""
     parts = [info.pruning for _, info in sorted(infos.items())]
     if not parts or any(p is None or p[1] is None for p in parts):
         return []
     estimates = {i: max(float(p[1][i]) for p in parts) for i in order if all(i in p[1] for p in parts)}
-    return sorted(estimates, key=lambda i: (estimates[i], i))[:count]
+    return sorted(estimates, key=lambda i: (estimates[i], i))[:ESTIMATED_SEEDS]

@@ -42,10 +42,10 @@ POLICIES = settings.UNDECIDED_POLICIES
 Distance = Callable[[Hashable, Hashable], "float | None"]
 
 
-def check_policy(value: str | None, where: str = "undecided") -> str | None:
+def check_policy(value: str | None) -> str | None:
     """``value`` when it names a policy (or is None), else BadInputError."""
     if value is not None and value not in POLICIES:
-        raise BadInputError(f"{where} must be one of {', '.join(POLICIES)}, not {value!r}")
+        raise BadInputError(f"undecided must be one of {', '.join(POLICIES)}, not {value!r}")
     return value
 
 

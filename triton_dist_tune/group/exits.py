@@ -133,17 +133,17 @@ def given_up(ranks: Iterable[int], why: str) -> None:
         _given_up.setdefault(rank, why)
 
 
-def count_out(how: str, wait_s: float = COUNT_OUT_WAIT_S) -> None:
+def count_out(how: str) -> None:
     """Count this rank out now, ``how`` it ends, for a process about to end without its exit hooks (``os._exit``):
-    on a client of its own, in a thread waited for at most ``wait_s`` (every error swallowed; nothing where this
-    process has counted out already, or registered nothing)."""
+    on a client of its own, in a thread waited for at most :data:`COUNT_OUT_WAIT_S` (every error swallowed; nothing
+    where this process has counted out already, or registered nothing)."""
     job = _job
     if job is None or not job.take():
         return
 
     def write() -> None:
         try:
-            _write_out(own_client(job.store, wait_s), job, how, unclean=True)
+            _write_out(own_client(job.store, COUNT_OUT_WAIT_S), job, how, unclean=True)
         except Exception as exc:  # the store is gone or slow: the host waits, or reads this process gone
             log.debug("triton_dist_tune: could not count this rank out: %s", exc)
 
@@ -152,7 +152,7 @@ def count_out(how: str, wait_s: float = COUNT_OUT_WAIT_S) -> None:
         writer.start()
     except RuntimeError:  # no new thread at the interpreter's exit: never wait on the store itself
         return
-    writer.join(wait_s)
+    writer.join(COUNT_OUT_WAIT_S)
 
 
 def _at_exit(job: Job) -> None:
