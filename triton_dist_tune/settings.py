@@ -198,7 +198,7 @@ class Settings:
             lost_s=parsed(lambda: _seconds(env, PREFIX + "LOST_S", 30.0), cls.lost_s),
             job_id=job,
             world_size=_int(env, SIZE_VARIABLES),
-            timing=parsed(lambda: _timing(env.get(PREFIX + "TIMING", "")), cls.timing),
+            timing=parsed(lambda: _choice(env, PREFIX + "TIMING", ("steady", "cold")), cls.timing),
             max_runs=parsed(lambda: _count(env, PREFIX + "MAX_RUNS", 1000), cls.max_runs),
             sync_every=parsed(lambda: _count(env, PREFIX + "SYNC_EVERY", 64), cls.sync_every),
             interpret=flag(env.get("TRITON_INTERPRET")),
@@ -206,40 +206,22 @@ class Settings:
             new_key_grace=parsed(lambda: _seconds(env, PREFIX + "NEW_KEY_GRACE", 0.5), cls.new_key_grace),
             compile_threads=_threads(env),
             compile_processes=_processes(env),
-            compile_start=parsed(lambda: _compile_start(env.get(PREFIX + "COMPILE_START", "")), cls.compile_start),
+            compile_start=parsed(lambda: _choice(env, PREFIX + "COMPILE_START", ("fork", "spawn")), cls.compile_start),
             compile_next_key=flag(env.get(PREFIX + "COMPILE_NEXT_KEY", "1")),
             print_autotuning=flag(env.get("TRITON_PRINT_AUTOTUNING")),
-            undecided=parsed(lambda: _undecided(env.get(PREFIX + "UNDECIDED", "")), cls.undecided),
-            search=parsed(lambda: _search(env.get(PREFIX + "SEARCH", "")), cls.search),
+            undecided=parsed(lambda: _choice(env, PREFIX + "UNDECIDED", UNDECIDED_POLICIES), cls.undecided),
+            search=parsed(lambda: _choice(env, PREFIX + "SEARCH", SEARCH_MODES), cls.search),
         )
 
 
-def _timing(value: str) -> str | None:
-    mode = value.strip().lower()
-    if mode and mode not in ("steady", "cold"):
-        raise BadInputError(f"{PREFIX}TIMING must be steady or cold, not {value!r}")
-    return mode or None
-
-
-def _compile_start(value: str) -> str | None:
-    how = value.strip().lower()
-    if how and how not in ("fork", "spawn"):
-        raise BadInputError(f"{PREFIX}COMPILE_START must be fork or spawn, not {value!r}")
-    return how or None
-
-
-def _undecided(value: str) -> str | None:
-    policy = value.strip().lower()
-    if policy and policy not in UNDECIDED_POLICIES:
-        raise BadInputError(f"{PREFIX}UNDECIDED must be one of {', '.join(UNDECIDED_POLICIES)}, not {value!r}")
-    return policy or None
-
-
-def _search(value: str) -> str | None:
-    mode = value.strip().lower()
-    if mode and mode not in SEARCH_MODES:
-        raise BadInputError(f"{PREFIX}SEARCH must be one of {', '.join(SEARCH_MODES)}, not {value!r}")
-    return mode or None
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str | None:
+    """The variable ``name`` as one of ``choices``, any case; None where it is unset or blank."""
+    value = env.get(name, "")
+    chosen = value.strip().lower()
+    if chosen and chosen not in choices:
+        allowed = " or ".join(choices) if len(choices) == 2 else f"one of {', '.join(choices)}"
+        raise BadInputError(f"{name} must be {allowed}, not {value!r}")
+    return chosen or None
 
 
 #: the job's name kept in its key-value store by ``init_distributed`` (:func:`name_job`), or None
