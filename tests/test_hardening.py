@@ -211,6 +211,20 @@ def test_settings_are_read_in_one_place(monkeypatch, tmp_path):
     assert json.dumps(str(settings.Settings().cache_dir)).endswith('autotune"')
 
 
+def test_the_settings_and_the_launcher_read_a_padded_world_size_alike():
+    """``WORLD_SIZE`` is read by the settings (``Settings.world_size``, which says whether this process is one rank
+    of several) and by the launcher's view (``Launcher.world_size``, which ``init_distributed`` starts the group
+    with). Before, two readers did it: the settings' stripped the text, the launcher's did not, so ``" 2"`` was 2
+    ranks for one and no launcher for the other (torch itself reads it with ``int()``, which strips)."""
+    from triton_dist_tune import settings
+
+    for text, expected in ((" 2", 2), ("2\n", 2), ("2", 2), ("two", None), ("", None)):
+        env = {"WORLD_SIZE": text, "RANK": " 1 "}
+        assert settings.Settings.from_env(env).world_size == expected, text
+        assert settings.Launcher.from_env(env).world_size == expected, text
+        assert settings.Launcher.from_env(env).rank == 1
+
+
 def test_the_tuners_variables_that_take_any_text_are_the_ones_the_docs_name():
     """docs/operations.md said that every malformed number of the tuner's variables is a ``BadInputError``, but the
     compile counts (``COMPILE_THREADS=many``) fall back to their default, and the switches and folders take any text.

@@ -94,6 +94,8 @@ def _count(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 def _int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
+    """The first of the variables ``names`` set to a whole number (spaces around it as ``int()`` reads them, and
+    torch with it); None when none is."""
     for name in names:
         value = env.get(name, "").strip()
         if value.isdigit():
@@ -267,10 +269,6 @@ def overlooking() -> Iterator[None]:
         _OVERLOOKING.reset(token)
 
 
-def _launcher_int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
-    return next((int(env[name]) for name in names if env.get(name, "").isdigit()), None)
-
-
 @dataclass(frozen=True)
 class Launcher:
     """What the launcher told this process (see the module docstring): read by :func:`launcher`, never raises."""
@@ -301,10 +299,10 @@ class Launcher:
         env = os.environ if env is None else env
         jobs = ((name, env.get(name, "").strip()) for name in JOB_VARIABLES)
         return cls(
-            rank=_launcher_int(env, RANK_VARIABLES),
-            world_size=_launcher_int(env, SIZE_VARIABLES),
-            local_rank=_launcher_int(env, LOCAL_RANK_VARIABLES),
-            agents=_launcher_int(env, ("GROUP_WORLD_SIZE",)),
+            rank=_int(env, RANK_VARIABLES),
+            world_size=_int(env, SIZE_VARIABLES),
+            local_rank=_int(env, LOCAL_RANK_VARIABLES),
+            agents=_int(env, ("GROUP_WORLD_SIZE",)),
             master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
             master_port=env.get("MASTER_PORT"),
             agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
