@@ -111,10 +111,7 @@ def parse_about(line: str) -> tuple[tuple[str, ...], float | None, tuple[GroupId
     """A note's second line: a JSON object with the names (``about``), when it was posted (``posted``) and, for a
     note that passes an error on, its call's groups (``groups``), or a JSON list of names; anything else, written
     by another process: any call, at an unknown time, in groups not said."""
-    try:
-        value = json.loads(line)
-    except (ValueError, RecursionError):  # (nested deeper than the JSON reader goes: not a note's line)
-        return (), None, None
+    value = _read(line)
     names, posted, groups = ((value.get("about"), value.get("posted"), value.get("groups")) if isinstance(value, dict)
                              else (value, None, None))
     if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
@@ -127,23 +124,14 @@ def parse_marks(line: str) -> tuple[float | None, tuple[GroupId, ...], float | N
     (:meth:`~triton_dist_tune.group.unresolved.Notes.withdraw`), when (``withdrawn``, unix seconds) and the groups
     the rank went on to (``to``), and when its process ended (``ended``,
     :meth:`~triton_dist_tune.group.unresolved.Notes.end`); anything else: not withdrawn, not ended."""
-    try:
-        value = json.loads(line)
-    except (ValueError, RecursionError):  # (nested deeper than the JSON reader goes: not a note's line)
-        return None, (), None
-    if not isinstance(value, dict):
-        return None, (), None
+    value = _fields(line)
     when, ended = _time_of(value.get("withdrawn")), _time_of(value.get("ended"))
     return when, (_groups_of(value.get("to")) or ()) if when is not None else (), ended
 
 
 def parse_process(line: str) -> tuple[str, int, int] | None:
     """A note's second line's ``process`` (:func:`this_process`), or None (not said, or not understood)."""
-    try:
-        value = json.loads(line)
-    except (ValueError, RecursionError):  # (nested deeper than the JSON reader goes: not a note's line)
-        return None
-    found = value.get("process") if isinstance(value, dict) else None
+    found = _fields(line).get("process")
     if not (isinstance(found, list) and len(found) == 3 and isinstance(found[0], str)
             and type(found[1]) is int and type(found[2]) is int):
         return None
@@ -153,21 +141,13 @@ def parse_process(line: str) -> tuple[str, int, int] | None:
 def parse_kind(line: str) -> str:
     """A note's second line's ``error``, the class of the rank's error (a short identifier), else a wrong group's
     ``BadInputError``."""
-    try:
-        value = json.loads(line)
-    except (ValueError, RecursionError):
-        return "BadInputError"
-    kind = value.get("error") if isinstance(value, dict) else None
+    kind = _fields(line).get("error")
     return kind if isinstance(kind, str) and kind.isidentifier() and len(kind) <= 40 else "BadInputError"
 
 
 def parse_beat(line: str) -> float | None:
     """A note's second line's ``beat_s`` (a positive finite number of seconds), or None (not said, not understood)."""
-    try:
-        value = json.loads(line)
-    except (ValueError, RecursionError):  # (nested deeper than the JSON reader goes: not a note's line)
-        return None
-    beat = _time_of(value.get("beat_s")) if isinstance(value, dict) else None
+    beat = _time_of(_fields(line).get("beat_s"))
     return beat if beat is not None and beat > 0 else None
 
 
@@ -229,6 +209,21 @@ def _started(pid: int) -> int | None:
     (ended, not yet reaped)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _read(line: str) -> Any:
+    """A note's second line as JSON, or None where it is not JSON (nested deeper than the JSON reader goes too:
+    written by another process, no note's line)."""
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _fields(line: str) -> dict[str, Any]:
+    """A note's second line's JSON object; ``{}`` for anything else (each field then reads as not said)."""
+    value = _read(line)
+    return value if isinstance(value, dict) else {}
 
 
 def _time_of(value: Any) -> float | None:
