@@ -8,6 +8,7 @@ entry's ``measurements``; :meth:`Outcome.to_json` and :meth:`Outcome.from_json` 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -43,6 +44,16 @@ def finite_number(value: Any) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
+
+
+def a_date(seconds: float) -> bool:
+    """Whether unix time ``seconds`` is one this platform's clock can show (``time.localtime`` takes it): a time read
+    back from a file that is not (``1e300``) is read as not recorded."""
+    try:
+        time.localtime(seconds)
+    except (OverflowError, OSError, ValueError):
+        return False
+    return True
 
 
 def group_samples(value: Any) -> list[float]:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..group.codec import FILE_DEPTH, Unreadable, depth, read_json
-from ..records import MEDIAN, Outcome, TimeBreakdown, finite_number, recorded_statistic
+from ..records import MEDIAN, Outcome, TimeBreakdown, a_date, finite_number, recorded_statistic
 from ..stats import near_tie
 from .files import read_regular
 from .versions import versions as current_versions
@@ -200,15 +199,6 @@ def _text(value: Any) -> str | None:
     return None if value is None else value if isinstance(value, str) else json.dumps(value, default=str)
 
 
-def _a_date(seconds: float) -> bool:
-    """Whether unix time ``seconds`` is one this platform's clock can show (``time.localtime`` takes it)."""
-    try:
-        time.localtime(seconds)
-    except (OverflowError, OSError, ValueError):
-        return False
-    return True
-
-
 def _outcome_of_format1(row: Any) -> Outcome | None:
     """A format-1 measurement row (or a contextual table row) as an :class:`Outcome`."""
     if not isinstance(row, dict) or type(row.get("index")) is not int or not isinstance(row.get("config"), str):
@@ -274,10 +264,10 @@ def parse_entry(path: Path, data: Any) -> Entry:
     if fmt == 1 or "margin" not in data:  # not recorded (format 1, contextual entries): from the measurements
         margin, runner_up = _margin(outcomes, index)
     created = _finite(data.get("created"))
-    if created is not None and not _a_date(created):  # a time no clock shows (1e300): as if not recorded
+    if created is not None and not a_date(created):  # a time no clock shows (1e300): as if not recorded
         created = None
     used = _finite(data.get("served"))  # recorded: copies, checkouts and imports reset the mtime, never this
-    if used is None or not _a_date(used):
+    if used is None or not a_date(used):
         try:
             used = path.stat().st_mtime
         except OSError:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..records import finite_number
+from ..records import a_date, finite_number
 from .files import read_regular
 
 
@@ -61,13 +61,7 @@ def _well_formed(record: Any) -> bool:
     if not isinstance(record, dict) or "message" not in record:
         return False
     stamp, rank = record.get("time"), record.get("rank", 0)
-    if not finite_number(stamp) or type(rank) is not int:
-        return False
-    try:
-        time.localtime(stamp)
-    except (OverflowError, OSError, ValueError):
-        return False
-    return True
+    return finite_number(stamp) and type(rank) is int and a_date(stamp)
 
 
 def read_job(root: Path, job: str) -> tuple[list[dict[str, Any]], int]:
