@@ -23,6 +23,8 @@ from ..records import finite_number
 
 #: a group as a note names it: its name and its global ranks (those of :class:`Waiter`)
 GroupId = tuple[str, tuple[int, ...]]
+#: the most characters of a late rank's note that a waiting rank's error quotes
+NOTE_CHARS = 600
 
 
 class Note(NamedTuple):
@@ -83,9 +85,9 @@ class Note(NamedTuple):
             return ""
         return f" and called again on {', '.join(f'group {n!r} {list(r)}' for n, r in self.to) or 'another group'}"
 
-    def why_ended(self, rank: int, chars: int) -> str:
+    def why_ended(self, rank: int) -> str:
         """For the error of a wait for global rank ``rank``, whose note this is and whose process has ended: why the
-        wait stopped (the note's error quoted, up to ``chars`` characters)."""
+        wait stopped (the note's error quoted, up to :data:`NOTE_CHARS` characters)."""
         how = "its process exited normally (its exit hook marked its note in the job's store)"
         if self.ended is None and self.silent is not None:
             how = (f"its process (pid {self.process[1] if self.process else '?'}, on another host or pid namespace) "
@@ -95,16 +97,16 @@ class Note(NamedTuple):
             how = (f"its process (pid {self.process[1] if self.process else '?'}, on this host) is gone: it was killed "
                    "or died without running its exit hooks")
         return (f"global rank {rank}, which has ended: {how}, so it comes to no exchange any more and this wait "
-                f"cannot succeed. Before it ended, it raised {self.kind}{self.went_on()}: {self.text[:chars]}")
+                f"cannot succeed. Before it ended, it raised {self.kind}{self.went_on()}: {self.text[:NOTE_CHARS]}")
 
-    def why_withdrawn(self, rank: int, since: float, chars: int) -> str:
+    def why_withdrawn(self, rank: int, since: float) -> str:
         """For a timeout's message, of a wait for global rank ``rank`` that began at ``since`` (unix seconds) after
         this note's withdrawal: the likely cause, which no rule can tell (see :mod:`.unresolved`)."""
         return (f" Before this wait began, global rank {rank} raised {self.kind} in a call of this function"
                 f"{self.went_on()} (its note withdrawn {max(0.0, since - (self.withdrawn or 0.0)):.1f} s before this "
                 "wait began), never on this one: if this wait was for that call, the rank never comes (this rank "
                 "cannot tell that call from a later one the rank may still make here, so it waited its deadline): "
-                f"{self.text[:chars]}")
+                f"{self.text[:NOTE_CHARS]}")
 
 
 def parse_about(line: str) -> tuple[tuple[str, ...], float | None, tuple[GroupId, ...] | None]:

@@ -30,7 +30,7 @@ from .channel import (
     unpack,
     wait_in_slices,
 )
-from .note import Note, Waiter
+from .note import NOTE_CHARS, Note, Waiter
 from .store_board import StoreBoard
 from .store_wait import ArrivalLog, Arrivals, Lookup, Pace, quiet_store_wait
 from .unresolved import NOTES
@@ -41,9 +41,6 @@ log = logging.getLogger("triton_dist_tune")
 #: a board is open) and their notes (:mod:`.unresolved`), and Python runs its signal handlers (Ctrl-C, a launcher's
 #: SIGTERM), which cannot run while the store's C++ wait blocks
 BOARD_SLICE_S = 1.0
-
-#: the most characters of a late rank's note that a waiting rank's error quotes
-NOTE_CHARS = 600
 
 #: group identity -> how many channels this process made for it (a group destroyed and created again gets a new one)
 _incarnations: dict[tuple, int] = {}
@@ -336,7 +333,7 @@ class StoreGroup(Group):
         return f"{self._waited(what, f'{waited:.1f}')} for ranks that will not come: {ranks}"
 
     def _ended_message(self, what: str, waited: float, ended: dict[int, Note]) -> str:
-        ranks = "; ".join(note.why_ended(g, NOTE_CHARS) for g, note in ended.items())
+        ranks = "; ".join(note.why_ended(g) for g, note in ended.items())
         return f"{self._waited(what, f'{waited:.1f}')} for {ranks}"
 
     def _withdrawn_notes(self, late: Sequence[int], where: Waiter) -> str:
@@ -349,7 +346,7 @@ class StoreGroup(Group):
         except Exception as exc:  # the store is gone: the timeout's message stands alone
             log.debug("triton_dist_tune: could not read the late ranks' withdrawn notes: %s", exc)
             return ""
-        return "".join(note.why_withdrawn(g, where.since, NOTE_CHARS) for g, note in notes.items())
+        return "".join(note.why_withdrawn(g, where.since) for g, note in notes.items())
 
     def _all_arrived(self, keys: list[str]) -> bool:
         """Whether every key of ``keys`` is in the store (one request; False where the store cannot say)."""
