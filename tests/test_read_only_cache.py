@@ -184,3 +184,22 @@ def test_a_cache_folder_that_is_a_file_is_no_unreadable_cache_file(tmp_path, cap
         for root in (blocker, blocker / "cache"):
             assert DiskCache("fn", root).load("0" * 20, "space") is None
     assert not [r.getMessage() for r in caplog.records], [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.timeout(240)
+def test_a_hang_in_a_read_only_cache_folder_is_not_said_to_be_journaled(tmp_path, read_only):
+    """Rank 0 hangs inside config 1 while its cache folder cannot be written: the watchdog ends the process, and
+    its last words must not say the hang was "recorded as hung in the journal" (nothing could be written: the
+    next attempt will run config 1 again) but that it was not recorded, and why."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    view = read_only(cache)
+    env = tuner_env(tmp_path, T, FAULT_DIR=str(tmp_path / "calls"), FAULTS="1:hang@0",
+                    TRITON_DIST_AUTOTUNE_CACHE_DIR=str(view))
+    ranks = run_ranks(FAULTS, 2, ["tune"], env=env, timeout=120)
+    assert ranks[0].returncode == WATCHDOG_EXIT, describe(ranks)
+    last_words = [line for line in ranks[0].stderr.splitlines() if "watchdog: rank 0" in line]
+    assert len(last_words) == 1, describe(ranks)
+    assert "recorded as hung in the journal" not in last_words[0], last_words[0]
+    assert "not recorded" in last_words[0].lower() and str(view) in last_words[0], last_words[0]
+    assert list(cache.rglob("*.journal")) == []

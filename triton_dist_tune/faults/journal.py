@@ -276,6 +276,22 @@ class Journal:
                             "succeeds (not said again); the next one starts a line of its own",
                             self.path, written, len(line), exc)
 
+    @property
+    def unwritten(self) -> str:
+        """Why this journal's records are not reaching its file ("" while they are): a cache folder or journal this
+        process cannot write, a journal it could not open, or a last write that failed. The watchdog's last words
+        say it (:mod:`~triton_dist_tune.measure.guarding`): before, a hang in a read-only folder was said to be
+        "recorded as hung in the journal", and the next attempt ran the config again
+        (``tests/test_read_only_cache.py``)."""
+        if self._unwritable or (self._held and self._held[0][1] in self._read_only):
+            why = self._unwritable or "a read-only journal"
+            return f"its cache folder {self._base.parent} cannot be written: {why}"
+        if self._broken:
+            return f"the journal in {self._base.parent} could not be opened"
+        if self._lost:
+            return f"the journal's last write in {self._base.parent} failed"
+        return ""
+
     def _say_unwritable(self) -> None:
         """Warn, once per folder in this process, that nothing can be journaled there (the records there are read)."""
         folder = self._base.parent

@@ -110,10 +110,10 @@ class Guarding:
                                     error=f"interrupted: {phase} exceeded {self.plan.timeout:g} s (not blamed)")
             self.log.error("%s config %d %s: HUNG past %g s: %s", self.label, index, phase, self.plan.timeout, desc)
             if getattr(self, "sharding", False) and self.group.size > 1:  # likely the option, not the config
-                return ("recorded as hung in the journal (the config is left out); with sharded=True each rank "
-                        "measures its share of the configs alone, so a function whose calls are collective (or wait "
-                        "for another rank) hangs there: tune such a function without sharded=True")
-            return None
+                return (f"{hang_recorded(self.journal)}; with sharded=True each rank measures its share of the "
+                        "configs alone, so a function whose calls are collective (or wait for another rank) hangs "
+                        "there: tune such a function without sharded=True")
+            return hang_recorded(self.journal) if self.journal.unwritten else None
 
         def on_peer(report: FailureReport) -> str:  # another rank raised in this step: it failed, not this one
             if report.interrupted or not blames or report.index != index or report.error.startswith(FROM_THE_FILL):
@@ -389,3 +389,12 @@ def _from_the_fill(contributions: list[tuple[bool, bool]]) -> bool:
     """Rank 0's reduction of :meth:`Guarding._again_after_fill`: each rank sent (its warm-up ran, or raised from the
     NaN fill; it raised from the fill): True when every rank's is the first, and some rank's the second."""
     return all(ok for ok, _ in contributions) and any(filled for _, filled in contributions)
+
+
+def hang_recorded(journal: Journal) -> str:
+    """What the watchdog's last words say of a hang's journal record: recorded (the config is left out), or not
+    (:attr:`~triton_dist_tune.faults.journal.Journal.unwritten`: the next attempt may run it again)."""
+    unwritten = journal.unwritten
+    if unwritten:
+        return f"NOT recorded in the journal ({unwritten}): the next attempt may run this config again"
+    return "recorded as hung in the journal (the config is left out)"
