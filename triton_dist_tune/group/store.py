@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, RankFailedError
-from . import codec, epoch, exits
+from . import codec, epoch, exits, store_silence
 from .channel import (
     Board,
     ExchangeError,
@@ -210,7 +210,7 @@ class StoreGroup(Group):
     def _lost_message(self, what: str, waited: float, exc: BaseException) -> str:
         return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
                 f"lost the key-value store after {waited:.1f} s at '{what}' ({type(exc).__name__}): the process "
-                f"hosting it ({settings.store_host()}) has ended")
+                f"hosting it ({settings.store_host()}) {store_silence.lost_reason()}")
 
     def _write_new(self, seq: int, slot: int | str, payload: bytes, what: str) -> None:
         """Write ``payload`` under the key of ``slot`` (this rank's, or ``all``) at exchange ``seq``, which no one

@@ -9,10 +9,12 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from .. import settings
 from .beat import Members, counts
 from .channel import BadBoardEntry, Board, FailureReport
 from .clients import side_client
 from .store_peek import peek
+from .store_silence import Silence, was_cut
 
 
 class BoardOwner(Protocol):
@@ -79,7 +81,11 @@ class StoreBoard(Board):
         self._beater: threading.Thread | None = None
         #: the members that have closed the board: the last of the group's to close deletes every member's beat counter
         self._members = Members(self.store, f"{scope}closed", group.size, group.rank)
-        if self.window is not None:
+        #: a beat in flight for ``window`` s: the store's host does not answer (:mod:`.store_silence`)
+        self._silence = Silence(group.store, self.window, self._stop) if self.window is not None else None
+        if self._silence is not None:
+            self._silence.start()
+            self._silence.beating()
             self._members.open()
             self._beat()
             self._beater = threading.Thread(target=self._beating, name="tdt-board-beat", daemon=True)
@@ -93,7 +99,11 @@ class StoreBoard(Board):
         return (side_client(job) or job) if self.group.size > 1 else job
 
     def _beat(self) -> None:
+        if self._silence is not None:
+            self._silence.beating()
         self.store.add(f"{self.scope}beat/{self.group.rank}", 1)
+        if self._silence is not None:
+            self._silence.beaten()
 
     @property
     def every(self) -> float:
@@ -173,15 +183,24 @@ class StoreBoard(Board):
             self.look()
             looked = self._looked
         if looked is None:
-            return []
+            return self._silent_host(ranks)
         time.sleep(max(0.0, self.beats_span - (time.monotonic() - looked[0])))
         try:
             now = self._counts(ranks)
             found = [r for r in ranks if now[r] == looked[1][r]]
-        except Exception:  # the store is going away: nothing can be told
-            return []
+        except Exception:  # the store is going away: nothing can be told, unless its host stopped answering
+            return self._silent_host(ranks)
         self._stopped.update((r, (looked[1][r], looked[0])) for r in found)
         return found
+
+    def _silent_host(self, ranks: Sequence[int]) -> list[int]:
+        """Of ``ranks``, the one whose process hosts the store (global rank 0, without torchrun's agent) where this
+        process cut its connections to the store because it stopped answering (:mod:`.store_silence`): a frozen
+        host beats no more than a frozen peer does, and its beats cannot be read."""
+        if not was_cut() or settings.launcher().agent_store:
+            return []
+        world = getattr(self.group, "global_ranks", None) or []
+        return [r for r in ranks if r < len(world) and world[r] == 0]
 
     def post(self, report: FailureReport) -> None:
         store = self.store
