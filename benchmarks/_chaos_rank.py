@@ -17,8 +17,10 @@ and prints one ``RESULT {json}``: ``{"ok": true, "choices": {key: index}}`` or `
 Faults injected here (the plan's ``fault``; ``kill`` and ``stop`` at a random delay are the driver's): at the
 ``k``-th call of config ``config`` on rank ``rank``, ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself: the driver
 continues it later, or never), ``raise`` (a RuntimeError before or after the function's all_reduce: ``where``),
-``sleep`` (2 T, before the all_reduce); at the ``k``-th call of the key function, ``key_raise``; at the ``k``-th call
-of ``prune_fn`` for config ``config``, ``prune_raise``.
+``sleep`` (2 T, before the all_reduce); from the ``k``-th call of the key function on, ``key_raise``; from the
+``k``-th call of ``prune_fn`` for config ``config`` on, ``prune_raise`` (from then on: the tuner calls a key function
+again where its first call failed, so a single failure is no fault). ``fault.json`` says whether a call's fault came
+in a call of a decided key (``decided``: the user's own call after the tuning, the tuner no longer involved).
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ FAULT: dict[str, Any] = PLAN.get("fault", {})
 SLEEP_MS = [2, 6, 14, 30]
 #: calls seen so far on this rank, per (what, config)
 CALLS: Counter = Counter()
+#: the tuned function and the last key its key function gave (a fault in a call of a decided key is in the user's
+#: own call, after the tuning: ``fault.json`` says ``decided``)
+WORK: list[Any] = []
+LAST_KEY: list[Any] = []
 
 
 def rank() -> int:
@@ -61,11 +67,16 @@ def inject(what: str, config: int) -> None:
         return
     if what != "key" and config != FAULT["config"]:
         return
-    if CALLS[(what, config)] != FAULT["k"] or Path("fault.json").exists():
+    persistent = what != "call"  # a key_fn or prune_fn that fails from its k-th call on (the tuner retries them)
+    if CALLS[(what, config)] < FAULT["k"] or (not persistent and CALLS[(what, config)] > FAULT["k"]):
         return
-    Path("fault.json.tmp").write_text(json.dumps({"at": time.time(), "rank": rank(), "what": kind,
-                                                  "config": config, "k": FAULT["k"]}))
-    os.replace("fault.json.tmp", "fault.json")
+    if not Path("fault.json").exists():
+        decided = what == "call" and WORK and LAST_KEY and LAST_KEY[-1] in WORK[-1].tuner.decided
+        Path("fault.json.tmp").write_text(json.dumps({"at": time.time(), "rank": rank(), "what": kind,
+                                                      "config": config, "k": FAULT["k"], "decided": bool(decided)}))
+        os.replace("fault.json.tmp", "fault.json")
+    elif not persistent:
+        return
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif kind == "stop":
@@ -85,6 +96,7 @@ def collective(x: torch.Tensor) -> torch.Tensor:
 
 def key_of(x: torch.Tensor, **_: Any) -> tuple:
     inject("key", -1)
+    LAST_KEY[:] = [(x.numel(),)]
     return (x.numel(),)
 
 
@@ -115,6 +127,7 @@ def make_work():
 
 def tune_function() -> dict[str, int]:
     work = make_work()
+    WORK.append(work)
     if PLAN["mode"] == "campaign":
         summary = tdt.campaign(work, lambda n: torch.ones(n), PLAN["keys"], progress=False)
         return {str(k): v for k, v in sorted(summary.choices.items())} | {
