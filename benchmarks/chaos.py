@@ -100,6 +100,8 @@ class Job:
     fault_at: float | None = None  #: wall time the fault was injected (None: it never fired)
     cont_at: float | None = None  #: wall time a stopped rank was continued
     hang: bool = False
+    #: a driver's fault came after its rank had printed its outcome (its tuning over: nothing left to disturb)
+    victim_done: bool = False
     #: the fault came in the user's own call of a decided key, after the tuning: its errors are the user's
     after_decision: bool = False
     ranks: list[Rank] = field(default_factory=list)
@@ -171,6 +173,7 @@ def drive(job: Job, folder: Path, timeout: float) -> None:
                 and now >= ready_at + fault["delay"] and victim not in ended:
             os.kill(procs[victim].pid, signal.SIGKILL if fault["kind"] == "kill" else signal.SIGSTOP)
             job.fault_at = now
+            job.victim_done = "RESULT " in (folder / f"out.rank{victim}").read_text(errors="replace")
         if fault.get("kind") == "stop" and stopped_at is None and victim not in ended \
                 and proc_state(procs[victim].pid) == "T":
             stopped_at = now
@@ -290,7 +293,8 @@ def line(i: int, job: Job) -> str:
     verdict = ("OK" if not job.violations else "VIOLATION " + " | ".join(job.violations)) + (
         f" (note: {'; '.join(job.notes)})" if job.notes else "")
     return (f"job {i:3d} seed {job.seed:10d} {p['ranks']}r {p['mode']:10s} coll={int(p['collective'])} "
-            f"[{what}] fired={int(job.fault_at is not None)}{' after-decision' if job.after_decision else ''} "
+            f"[{what}] fired={int(job.fault_at is not None)}{' after-decision' if job.after_decision else ''}"
+            f"{' after-its-end' if job.victim_done else ''} "
             f"{job.seconds:5.1f}s "
             f"{' '.join(r.outcome for r in job.ranks)} -> {verdict}")
 

@@ -85,7 +85,6 @@ class StoreBoard(Board):
         self._silence = Silence(group.store, self.window, self._stop) if self.window is not None else None
         if self._silence is not None:
             self._silence.start()
-            self._silence.beating()
             self._members.open()
             self._beat()
             self._beater = threading.Thread(target=self._beating, name="tdt-board-beat", daemon=True)
@@ -99,10 +98,14 @@ class StoreBoard(Board):
         return (side_client(job) or job) if self.group.size > 1 else job
 
     def _beat(self) -> None:
-        if self._silence is not None:
+        store = self.store
+        # watched on the side client only: on the job's client (until the side client is made) a blocking ``get``
+        # of the user's holds the beat while the host is well
+        watched = self._silence is not None and store is not self.group.store
+        if watched:
             self._silence.beating()
-        self.store.add(f"{self.scope}beat/{self.group.rank}", 1)
-        if self._silence is not None:
+        store.add(f"{self.scope}beat/{self.group.rank}", 1)
+        if watched:
             self._silence.beaten()
 
     @property
