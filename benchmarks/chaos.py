@@ -235,7 +235,9 @@ def judge(job: Job, timeout: float) -> None:
             r.outcome = "killed"
         else:
             r.outcome = f"other:rc={r.rc}" + (f":{r.result.get('error')}" if r.result else "")
-    if job.hang:
+    if job.hang and job.after_decision:  # a rank frozen or asleep in the user's own call, its peers in its collective
+        job.notes.append("the user's own call after the decision hung (outside the tuning: gloo's timeout bounds it)")
+    elif job.hang:
         job.violations.append("HANG: ranks alive past 6T+30 s: " + ", ".join(
             f"{r.rank}" for r in job.ranks if r.outcome.startswith("other")))
     gone = {victim} if kind == "kill" or (kind == "stop" and fault.get("cont") is None) else set()
@@ -245,7 +247,7 @@ def judge(job: Job, timeout: float) -> None:
         for r in survivors:
             r.outcome = "user:" + r.outcome[6:] if r.outcome.startswith("other") and not job.hang else r.outcome
     bad = [r for r in survivors if r.outcome.startswith("other")]
-    job.notes = [f"rank {r.rank} ended by the faulthandler backstop" for r in survivors if r.outcome == "backstop"]
+    job.notes += [f"rank {r.rank} ended by the faulthandler backstop" for r in survivors if r.outcome == "backstop"]
     if bad and not job.hang:
         job.violations.append("NOT A LIBRARY END: " + "; ".join(f"rank {r.rank} {r.outcome}" for r in bad))
     if oks and len(oks) < len(survivors) and not job.after_decision:
