@@ -23,8 +23,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-#: the timeout of the clients made by :func:`own_client` and of the side client (s): a store whose host is gone or
-#: frozen holds their requests no longer
+#: the timeout of the clients made by :func:`own_client` and of the side client (s): a store whose host is gone
+#: holds their connects and server-side waits no longer. (Not a frozen host's: torch's client bounds no reply, so a
+#: request to a frozen host waits until :mod:`~.store_silence` cuts the connection)
 SHORT_WAIT_S = 2.0
 
 
