@@ -26,6 +26,7 @@ Usage::
 
     python benchmarks/heavy_noise_replay.py WORK --summary
     python benchmarks/heavy_noise_replay.py WORK --save delays.json     # the delays alone: a WORK for replays
+    python benchmarks/heavy_noise_replay.py WORK --rechoose             # the live choices, by the posterior
     python benchmarks/heavy_noise_replay.py WORK --tunings 0-4 --seeds 0-59 --variants baseline,optimistic
 """
 
@@ -77,6 +78,27 @@ def summary(work: Path, tunings: list[int]) -> None:
               f"{sum(ratio[i] <= 1.10 for i in finalists)} of {len(finalists)}; best config "
               f"{'raced' if BEST_INDEX in finalists else best['state']}, samples "
               f"{[round(t, 2) for t in best['round_times']]}")
+
+
+def rechoose(work: Path, tunings: list[int]) -> None:
+    """Each tuning's finalists chosen again by the search's posterior of the recorded samples (the others' screening
+    samples, the finalists' race samples: their screening samples are not in the record), beside the live choice;
+    and how much of a round's delay the race's last leaders share (the variance of the round's mean residual over
+    the total, of their log samples: i.i.d. delays give one over the leaders)."""
+    for k in tunings:
+        record, finalists = tuning_record(work, k)
+        by = {m["index"]: m for m in record["measurements"]}
+        history = {i: m["round_times"] for i, m in by.items() if m["state"] != "pruned" and m["round_times"]}
+        post = PatternSearch(SPACE, range(len(SPACE)), SearchPlan(seed="x")).posterior(history)
+        chosen = min(finalists, key=lambda i: post.times[i] or math.inf)
+        leaders = [m["round_times"] for m in by.values() if m["state"] == "measured" and len(m["round_times"]) >= 8]
+        rounds = min(map(len, leaders))
+        residuals = [[math.log(t) - statistics.mean(map(math.log, r[:rounds])) for t in r[:rounds]] for r in leaders]
+        shared = [statistics.mean(r[j] for r in residuals) for j in range(rounds)]
+        share = statistics.mean(x * x for x in shared) / statistics.mean(x * x for r in residuals for x in r)
+        print(f"tuning {k}: live {SLEEP[record['index']] / BEST:.3f}, by the posterior {SLEEP[chosen] / BEST:.3f}; "
+              f"{len(leaders)} last leaders x {rounds} rounds share {share:.2f} of their variance "
+              f"(i.i.d.: {1 / len(leaders):.2f})")
 
 
 def pools(work: Path, tunings: list[int]) -> dict[str, list[float]]:
@@ -190,6 +212,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("work", type=Path, help="a bench_noise_gloo.py work folder (noise_gloo_*), or a --save file")
     p.add_argument("--summary", action="store_true", help="per tuning, where the best config stood")
+    p.add_argument("--rechoose", action="store_true", help="the live finalists chosen again by the posterior")
     p.add_argument("--save", type=Path, help="write each tuning's delays to this file (a WORK for later replays)")
     p.add_argument("--tunings", default="0-9", help="the tunings whose delays are drawn (a range: 0-4)")
     p.add_argument("--seeds", default="0-59")
@@ -201,6 +224,9 @@ def main() -> None:
     tunings = span(args.tunings)
     if args.summary:
         summary(args.work, tunings)
+        return
+    if args.rechoose:
+        rechoose(args.work, tunings)
         return
     if args.save:
         args.save.write_text(json.dumps({str(k): pools(args.work, [k]) for k in tunings}))
