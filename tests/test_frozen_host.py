@@ -44,3 +44,22 @@ def test_peers_of_a_frozen_store_host_end_within_the_bound_naming_it(tmp_path: P
         assert "rank 0 showed no sign of life" in peer.stderr, peer.stderr[-3000:]
         assert "recorded as hung" not in peer.stderr, peer.stderr[-3000:]
     assert time.time() - frozen < 3 * T + 20, describe(results)
+
+
+@pytest.mark.timeout(120)
+def test_a_campaign_unit_waiting_at_a_round_for_a_frozen_store_host_ends_naming_it(tmp_path: Path):
+    """A campaign of units of one rank each has no failure board: its rounds are watched by a progress watch. Rank 0
+    (the store's host) stops itself inside its second key's tuning; rank 1, its key tuned, waits for it at the round.
+    It must end with the library's error within ``3 T + 10`` s of the freeze. Before, the watch's requests to the
+    frozen host blocked without end (torch's client bounds no reply): rank 1 waited until rank 0 was continued."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {**tuner_env(tmp_path, timeout=T), "FAULT_DIR": str(faults)}
+    results = run_ranks(SCRIPT, 2, ["frozen_host_in_a_campaign"], env=env, timeout=90, stuck=[0])
+    frozen = float((faults / "frozen").read_text())
+    peer = results[1]
+    assert peer.returncode == 3, describe(results)
+    said = peer.result
+    assert said["error"] in ("GroupTimeoutError", "RankFailedError"), said
+    assert "did not answer" in said["message"], said
+    assert said["ended"] - frozen < 3 * T + 10, said

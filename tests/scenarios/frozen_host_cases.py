@@ -49,5 +49,32 @@ def frozen_host():
         os._exit(3)  # no barrier: rank 0 never comes
 
 
+@case
+def frozen_host_in_a_campaign():
+    """A campaign of 4 keys on 2 ranks, each a unit of one rank (``local=True``: no failure board, the rounds
+    watched by a progress watch): rank 0 (the store's host) stops itself inside its second key's tuning, 2 s after
+    it began that key's config 1 (so that rank 1 is past the exchange after the first round), and rank 1, its own
+    second key tuned, waits for it at the round."""
+    tdt.init_distributed()
+    me, keys = dist.get_rank(), []
+
+    @tdt.autotune(config_space=[{"v": v} for v in range(3)], key_fn=lambda x: tuple(x.shape), n_warmup=1,
+                  n_repeat=2, timing="cold", name="frozen_campaign")
+    def work(x: torch.Tensor, *, v: int) -> torch.Tensor:
+        if me == 0 and v == 1 and tuple(x.shape) not in keys:
+            keys.append(tuple(x.shape))
+            if len(keys) == 2:
+                time.sleep(2.0)
+                Path(os.environ["FAULT_DIR"], "frozen").write_text(repr(time.time()))
+                os.kill(os.getpid(), signal.SIGSTOP)
+        return x * (v + 1)
+
+    try:
+        tdt.campaign(work, lambda n: (torch.ones(n),), keys=[4, 8, 12, 16], local=True, progress=False)
+        emit(rank=me, error=None, ended=time.time())
+    except tdt.AutotuneError as exc:
+        emit(rank=me, error=type(exc).__name__, message=str(exc), ended=time.time())
+        os._exit(3)  # no barrier: rank 0 never comes
+
 if __name__ == "__main__":
     main()

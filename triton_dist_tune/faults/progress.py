@@ -42,6 +42,7 @@ from ..faults.watchdog import exchange_timeout
 from ..group.beat import Members, counts
 from ..group.channel import Group, report_waiting
 from ..group.clients import side_client
+from ..group.store_silence import Silence, beat, lost_reason
 from ..group.store_wait import ArrivalLog, Arrivals, Pace, StoreWaitTimeout, quiet_store_wait
 from ..settings import current, store_host
 from .unit_notes import NoteLog
@@ -108,6 +109,8 @@ class RoundWatch:
     #: the units that have closed the watch: the last of the group's to close deletes every unit's beat counter and
     #: the notes (:meth:`close`)
     _members: Members | None = None
+    #: the watch over the beats on the side client: the store's host not answering (:mod:`~.group.store_silence`)
+    _silence: Silence | None = None
 
     @classmethod
     def start(cls, group: Group, title: str, timeout: float, **words: str) -> RoundWatch:
@@ -123,6 +126,8 @@ class RoundWatch:
             watch._members = Members(group.store, f"{watch.scope}closed", group.size,  # type: ignore[attr-defined]
                                      group.rank)
             watch._members.open()
+            watch._silence = Silence(group.store, exchange_timeout(timeout), watch._stop)  # type: ignore[attr-defined]
+            watch._silence.start()
             watch._beat()
             watch._thread = threading.Thread(target=watch._beating, name=f"tdt-beat-{title}", daemon=True)
             watch._thread.start()
@@ -171,7 +176,7 @@ class RoundWatch:
                        f"{self.scope}{kind}/notes", lambda unit: f"{self.scope}{kind}/{unit}")
 
     def _beat(self) -> None:
-        self.group.store.add(self._beat_key(self.group.rank), 1)  # type: ignore[attr-defined]
+        beat(self._silence, self.group.store, self._beat_key(self.group.rank))  # type: ignore[attr-defined]
 
     def _beating(self) -> None:
         every, limit = beat_interval(self.timeout), exchange_timeout(self.timeout)
@@ -296,7 +301,7 @@ class RoundWatch:
         members = getattr(self.group, "global_ranks", None)
         globals_ = f" (global ranks {list(members)})" if members else ""
         return (f"triton_dist_tune: rank {self.group.rank} of group '{self.group.title}'{globals_} lost the key-value "
-                f"store at '{what}' ({type(exc).__name__}): the process hosting it ({store_host()}) has ended")
+                f"store at '{what}' ({type(exc).__name__}): the process hosting it ({store_host()}) {lost_reason()}")
 
     def leave(self, why: str) -> None:
         """This unit leaves the work with an error (``why``): say so in the store, so that the units waiting
