@@ -109,7 +109,8 @@ class RoundWatch:
     #: the units that have closed the watch: the last of the group's to close deletes every unit's beat counter and
     #: the notes (:meth:`close`)
     _members: Members | None = None
-    #: the watch over the beats on the side client: the store's host not answering (:mod:`~.group.store_silence`)
+    #: the watch over the beats on the side client: the store's host not answering
+    #: (:mod:`~triton_dist_tune.group.store_silence`)
     _silence: Silence | None = None
 
     @classmethod
