@@ -250,7 +250,7 @@ class Journal:
         line = (json.dumps(record, allow_nan=False, default=str) + "\n").encode()
         if not self._open():
             return
-        if self._unwritable or not self._held or self._held[0][1] in self._read_only:
+        if self._unwritable or not self._held or self._first_read_only:
             self._say_unwritable()
             return
         fd = self._held[0][1]
@@ -277,13 +277,17 @@ class Journal:
                             self.path, written, len(line), exc)
 
     @property
+    def _first_read_only(self) -> bool:
+        """Whether the journal written first (``_held[0]``) was opened read-only: no record can be written."""
+        return bool(self._held) and self._held[0][1] in self._read_only
+
+    @property
     def unwritten(self) -> str:
         """Why this journal's records are not reaching its file ("" while they are): a cache folder or journal this
         process cannot write, a journal it could not open, or a last write that failed. The watchdog's last words
         say it (:mod:`~triton_dist_tune.measure.guarding`): before, a hang in a read-only folder was said to be
-        "recorded as hung in the journal", and the next attempt ran the config again
-        (``tests/test_read_only_cache.py``)."""
-        if self._unwritable or (self._held and self._held[0][1] in self._read_only):
+        "recorded as hung in the journal", which it was not (``tests/test_read_only_cache.py``)."""
+        if self._unwritable or self._first_read_only:
             why = self._unwritable or "a read-only journal"
             return f"its cache folder {self._base.parent} cannot be written: {why}"
         if self._broken:

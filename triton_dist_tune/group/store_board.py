@@ -14,7 +14,7 @@ from .beat import Members, counts
 from .channel import BadBoardEntry, Board, FailureReport
 from .clients import side_client
 from .store_peek import peek
-from .store_silence import Silence, was_cut
+from .store_silence import Silence, beat, was_cut
 
 
 class BoardOwner(Protocol):
@@ -98,15 +98,11 @@ class StoreBoard(Board):
         return (side_client(job) or job) if self.group.size > 1 else job
 
     def _beat(self) -> None:
-        store = self.store
-        # watched on the side client only: on the job's client (until the side client is made) a blocking ``get``
-        # of the user's holds the beat while the host is well
-        watched = self._silence is not None and store is not self.group.store
-        if watched:
-            self._silence.beating()
-        store.add(f"{self.scope}beat/{self.group.rank}", 1)
-        if watched:
-            self._silence.beaten()
+        key = f"{self.scope}beat/{self.group.rank}"
+        if self.group.size > 1:  # on the side client once it is made, watched there (:func:`.store_silence.beat`)
+            beat(self._silence, self.group.store, key)
+        else:
+            self.group.store.add(key, 1)
 
     @property
     def every(self) -> float:
