@@ -34,6 +34,7 @@ from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
 from triton_dist_tune.group.channel import Group  # noqa: E402
 from triton_dist_tune.group.resolve import resolve_group  # noqa: E402
 from triton_dist_tune.group.store import StoreGroup  # noqa: E402
+from triton_dist_tune.group.threads import Turns  # noqa: E402
 
 SPACE = [{"block": b} for b in (16, 32, 64)]
 #: ms per config: 16 is the fastest by 75 ms or more, on every rank
@@ -118,12 +119,37 @@ def crossed(names: list[str]) -> list[str]:
     return names if rank() == 0 else names[::-1]
 
 
+def lock_held() -> bool:
+    """Whether some thread (never the main one, which tunes nothing) holds the default group's lock now."""
+    lock = resolve_group(None).lock
+    if lock.acquire(blocking=False):
+        lock.release()
+        return False
+    return True
+
+
+def slow_to_take_the_lock(thread: str) -> None:
+    """On rank 0, the thread named ``thread`` waits 0.3 s between being counted at a group and taking its lock: the
+    moment in which :func:`inside_tuning` once let the next thread take the lock first (widened, so that a test whose
+    helper waited for the count alone fails every time, not once in CI)."""
+    real = Turns._acquire
+
+    def acquire(self: Turns, me: int) -> None:
+        if rank() == 0 and threading.current_thread().name == thread:
+            time.sleep(0.3)
+        real(self, me)
+
+    Turns._acquire = acquire  # type: ignore[method-assign]
+
+
 def inside_tuning(name: str) -> None:
-    """The crossed cases: the thread just started is tuning once this process counts one thread at the group
-    (where the library does not count them: a tenth of a second later)."""
+    """The crossed cases: the thread just started is tuning once this process counts one thread at the group and
+    that thread holds the group's lock (where the library does not count them: a tenth of a second later). A thread
+    is counted a moment before it takes the lock: in that moment the next thread could take it first, and the rank
+    would tune the two in the other order, uncrossed (both threads' tunings then succeed: seen once in CI)."""
     if crowd() < 0:
         time.sleep(0.1)
-    wait_for(lambda: crowd() >= 1)
+    wait_for(lambda: crowd() >= 1 and lock_held())
 
 
 @case
@@ -317,6 +343,8 @@ def same_or_crossed(calls: dict[str, Callable[[], Any]], order: list[str], cross
 
 def _mixed(cross: bool) -> None:
     tdt.init_distributed()
+    if cross:
+        slow_to_take_the_lock("caller-ctx")
     events = {"ctx": threading.Event(), "fn": threading.Event()}
     layer = contextual_layer(events["ctx"])
     f = tuned("beside_contextual", events["fn"])
