@@ -130,3 +130,46 @@ def test_a_rank_failed_error_is_one_line_on_the_rank_that_raised_it(tmp_path):
     assert lines[0].startswith("triton-dist-tune: campaign coll stopped on rank 1: RankFailedError: rank 1 failed "
                                "in config 0 ({v: 0}): RuntimeError: config 0 breaks on rank 1"), lines
     assert lines[0].endswith("(rerun the campaign: the keys decided so far are in the cache)"), lines
+
+
+#: the ranks started of a job whose other ranks never start: (started ranks' rank variables, the world size, what
+#: each started rank's line says is missing)
+NEVER_JOINED = {
+    "rank 0 alone of 2": ([0], 2, {0: "waited 3 s for ranks [1] of the job's 2 to join"}),
+    "rank 1 alone of 2": ([1], 2, {1: "could not reach the job's key-value store 127.0.0.1:{port}"}),
+    "ranks 0 and 1 of 3": ([0, 1], 3, {0: "waited 3 s for ranks [2] of the job's 3 to join",
+                                       1: "rank 0 waited 3 s for ranks [2] of the job's 3 to join"}),
+}
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("case", list(NEVER_JOINED))
+def test_a_rank_that_never_joins_ends_the_ranks_that_did_in_one_line_each_within_the_init_timeout(tmp_path, case):
+    """Ranks whose job has a rank that never starts (``TRITON_DIST_AUTOTUNE_INIT_TIMEOUT=3``): every started rank
+    ends within the bound, with one line naming the store's address and the ranks missing, exit status 1. Before,
+    ``init_distributed`` waited its 600 s whatever the environment said (no variable set it; the command has no
+    option for it), then the command ended in a Python traceback (rank 0: ``GroupTimeoutError``; a rank other than
+    0 that found no store: torch's ``DistNetworkError`` after two connect tries and about 40 lines of torch's C++
+    warnings; a rank that joined while another never did: torch's own timeout in ``init_process_group``)."""
+    from harness import free_port
+
+    started, world, says = NEVER_JOINED[case]
+    port = free_port()
+    module, runner = tmp_path / "camp.py", tmp_path / "runner.py"
+    module.write_text(MODULE)
+    runner.write_text(RUNNER)
+    per_rank = {i: {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_PORT": str(port)}
+                for i, rank in enumerate(started)}
+    ranks = run_ranks(runner, len(started), ["campaign", f"{module}:fn", "--calls", f"{module}:build", "--keys", "8",
+                                             "--rank-local"],
+                      env=tuner_env(tmp_path, 20, TRITON_DIST_AUTOTUNE_INIT_TIMEOUT="3"), timeout=60,
+                      per_rank_env=per_rank)
+    assert [r.returncode for r in ranks] == [1] * len(started), describe(ranks)
+    assert not any("Traceback" in r.stderr for r in ranks), describe(ranks)
+    for result, rank in zip(ranks, started, strict=True):
+        lines = said(result.stderr)
+        assert len(lines) == 1, describe(ranks)
+        assert lines[0].startswith(f"triton-dist-tune: campaign fn could not start on rank {rank}: GroupTimeoutError: "
+                                   f"init_distributed: "), lines
+        assert says[rank].format(port=port) in lines[0] and f"127.0.0.1:{port}" in lines[0], lines
+        assert lines[0].endswith("(set TRITON_DIST_AUTOTUNE_INIT_TIMEOUT to wait longer)"), lines

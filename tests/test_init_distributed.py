@@ -133,3 +133,16 @@ def test_wrong_group_notes_on_nodes_that_count_restarts_apart_are_read_and_an_ea
     assert "global rank 1 raised BadInputError" in first["wrong"]["message"], first
     assert "earlier attempt" not in first["wrong"]["message"], first
     assert first["wrong"]["seconds"] < T / 4, first
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("seconds", ["abc", "0", "-3", "inf"])
+def test_a_malformed_init_timeout_is_named(launcher, seconds):
+    """``TRITON_DIST_AUTOTUNE_INIT_TIMEOUT`` bounds the wait for the ranks to join: a value that is no positive number
+    of seconds is a BadInputError naming it, before any store starts."""
+    launcher.setenv("RANK", "0")
+    launcher.setenv("WORLD_SIZE", "2")
+    launcher.setenv("MASTER_PORT", "1")
+    launcher.setenv("TRITON_DIST_AUTOTUNE_INIT_TIMEOUT", seconds)
+    with pytest.raises(tdt.BadInputError, match="TRITON_DIST_AUTOTUNE_INIT_TIMEOUT must be a positive number"):
+        tdt.init_distributed(timeout_s=5)

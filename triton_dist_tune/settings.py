@@ -84,6 +84,14 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return seconds
 
 
+def init_timeout(default: float, env: Mapping[str, str] | None = None) -> float:
+    """Seconds ``init_distributed`` waits for the job's ranks to join (``..._INIT_TIMEOUT``; unset or blank:
+    ``default``, its ``timeout_s``); a :class:`~triton_dist_tune.errors.BadInputError` naming the variable for a
+    malformed value. Read by ``init_distributed`` alone, at the job's start, so it is no field of :class:`Settings`
+    (a malformed value would stop every tuning of a job that started long ago)."""
+    return _seconds(os.environ if env is None else env, PREFIX + "INIT_TIMEOUT", default)
+
+
 def _count(env: Mapping[str, str], name: str, default: int) -> int:
     text = env.get(name, "").strip()
     if not text:

@@ -150,15 +150,18 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         return 0
     world = launcher.world_size or 1  # the launcher's, the same on every rank: each refuses alike, before the group
     _check_group_size(args.group_size, world)
+    name = getattr(getattr(tuned, "tuner", None), "name", None) or args.function
     if world > 1:
-        tdt.init_distributed(backend=args.backend)
+        try:
+            tdt.init_distributed(backend=args.backend)
+        except AutotuneError as exc:  # a rank that never joined, a store not reached: this rank's own view
+            return not_started(name, exc, launcher.rank or 0)
     pg = replicas = None
     if args.group_size is not None and args.group_size < world:
         pg, replicas = _groups(args.group_size)
     try:
         summary = tdt.campaign(tuned, build, keys, local=True if args.local else None, pg=pg, replicas=replicas)
     except AutotuneError as exc:  # the library's own: one line (an error of any other kind is a bug's: its traceback)
-        name = getattr(getattr(tuned, "tuner", None), "name", None) or args.function
         return stopped(name, exc, launcher.rank or 0)
     if (launcher.rank or 0) != 0:
         return 0  # every rank holds the same summary: rank 0 alone writes it and says how the campaign ended (below)
@@ -200,6 +203,18 @@ def stopped(name: str, exc: AutotuneError, rank: int) -> int:
         text += " (rerun the campaign: the keys decided so far are in the cache)"
     line = f"triton-dist-tune: campaign {name} stopped{'' if agreed else f' on rank {rank}'}: " \
            f"{type(exc).__name__}: {text}"
+    print(line, file=sys.stderr)
+    tell_torchrun(line)
+    return 1
+
+
+def not_started(name: str, exc: AutotuneError, rank: int) -> int:
+    """End the campaign of function ``name`` whose job's group did not start on this rank (global ``rank``):
+    ``init_distributed`` raised ``exc`` (a rank that never joined within ``..._INIT_TIMEOUT``, a store not reached,
+    a launcher's variable that is not a number); one line on this rank, exit status 1. Before, a Python traceback,
+    after 600 s that no variable changed: tests/test_cli_campaign_errors.py."""
+    logs.rank_log().error("campaign %s did not start: %s", name, describe_error(exc))
+    line = f"triton-dist-tune: campaign {name} could not start on rank {rank}: {type(exc).__name__}: {exc}"
     print(line, file=sys.stderr)
     tell_torchrun(line)
     return 1

@@ -9,11 +9,13 @@ or hang. :func:`init_distributed` gives every attempt its own key prefix, named 
 from __future__ import annotations
 
 import os
+import socket
+import time
 from datetime import timedelta
 from typing import Any
 
 from .. import settings
-from ..errors import BadInputError
+from ..errors import AutotuneError, BadInputError, GroupTimeoutError, describe_error
 from . import epoch, exits
 
 
@@ -45,6 +47,14 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     (:func:`~triton_dist_tune.group.epoch.agree`; torchrun's restart count is each node's own). The backend
     defaults to NCCL when CUDA is available, else gloo; with CUDA, each process uses GPU ``LOCAL_RANK``. Does
     nothing but return the group when already initialized.
+
+    ``timeout_s`` is the store's and the process group's timeout. The wait for the ranks to join (a rank's connect
+    to the store, the naming, rank 0's word that every rank took part) is bounded by ``..._INIT_TIMEOUT`` where it
+    is set (:func:`~triton_dist_tune.settings.init_timeout`), else by ``timeout_s`` too: a rank that never starts
+    ends each rank that did with a :class:`~triton_dist_tune.GroupTimeoutError` naming the store's address and the
+    ranks missing (before, no variable bounded it: a rank whose store never started raised torch's
+    ``DistNetworkError`` after twice ``timeout_s``, and a rank that joined while another never did waited in torch's
+    ``init_process_group``; tests/test_cli_campaign_errors.py).
     """
     import torch
     import torch.distributed as dist
@@ -62,9 +72,19 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device((job.local_rank or 0) % torch.cuda.device_count())
-    store = dist.TCPStore(job.master_addr, port, world, is_master=(rank == 0 and not job.agent_store),
-                          timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
-    attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, timeout_s)
+    join_s = settings.init_timeout(timeout_s)
+    hosts = rank == 0 and not job.agent_store
+    where = f"the job's key-value store {job.master_addr}:{port} ({'this rank hosts it' if hosts else _host()})"
+    if not hosts:
+        _reach(job.master_addr, port, join_s, rank, where)
+    try:
+        store = dist.TCPStore(job.master_addr, port, world, is_master=hosts, timeout=timedelta(seconds=join_s),
+                              wait_for_workers=False)
+    except dist.DistError as exc:  # a port taken, or a store gone since it was reached: one line, not torch's
+        raise AutotuneError(f"init_distributed: rank {rank} could not {'start' if hosts else 'connect to'} {where}: "
+                            f"{describe_error(exc)}") from None
+    attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, join_s, where=where)
+    store.set_timeout(timedelta(seconds=timeout_s))
     # the job's name: its first attempt's, kept by the store that outlives them (the launcher may name none)
     settings.name_job(store.compare_set("triton_dist_tune/job", "", attempt).decode(errors="replace")[:40])
     dist.init_process_group(backend, store=dist.PrefixStore(f"attempt{attempt}/", store), rank=rank,
@@ -73,3 +93,28 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
         exits.register(store, f"attempt{attempt}/triton_dist_tune/", rank, world, host=rank == 0)
     return dist.group.WORLD
 
+
+
+def _host() -> str:
+    """Who hosts the store, as a message names it."""
+    return f"hosted by {settings.store_host()}"
+
+
+def _reach(host: str, port: int, seconds: float, rank: int, where: str) -> None:
+    """Return once something listens at ``host:port``, trying for ``seconds``; else a
+    :class:`~triton_dist_tune.GroupTimeoutError` naming ``where``. Torch's own client, given no store, retried for
+    twice its timeout and printed about 40 lines of C++ warnings before its ``DistNetworkError``; a plain connect,
+    closed at once, leaves a store that does listen none the worse (its host prints nothing)."""
+    deadline, pause = time.monotonic() + seconds, 0.05
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
+                return
+        except OSError as exc:
+            if time.monotonic() + pause >= deadline:
+                raise GroupTimeoutError(
+                    f"init_distributed: rank {rank} could not reach {where} within {seconds:g} s "
+                    f"({describe_error(exc)}): not started, ended, or at another address (MASTER_ADDR, MASTER_PORT) "
+                    f"{epoch.LONGER}") from None
+        time.sleep(pause)
+        pause = min(0.5, pause * 1.5)

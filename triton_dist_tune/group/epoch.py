@@ -26,16 +26,22 @@ launcher's restart count (a job that started torch.distributed itself: right on 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from .. import settings
-from ..errors import AutotuneError, GroupTimeoutError
-from .store_wait import ArrivalLog, Arrivals, Known, Lookup, quiet_store_wait
+from ..errors import AutotuneError, GroupTimeoutError, describe_error
+from .store_wait import ArrivalLog, Arrivals, Known, Lookup, StoreWaitTimeout, quiet_store_wait
 
 _agreed: str | None = None
+#: what every message of a wait for the ranks to join ends with (``init_distributed``'s bound)
+LONGER = f"(set {settings.PREFIX}INIT_TIMEOUT to wait longer)"
+#: the likely causes of a rank that never joined
+NEVER = "they never did (not started, ended, or given another MASTER_ADDR or MASTER_PORT)"
 
 
 class Naming:
@@ -136,24 +142,73 @@ def name_among(naming: Naming, wait: Callable[[list[str], Lookup, Callable[[], N
     return naming.take()
 
 
-def agree(store: Any, base: str, rank: int, size: int, timeout_s: float) -> str:
+def agree(store: Any, base: str, rank: int, size: int, timeout_s: float, where: str = "the key-value store") -> str:
     """This attempt's name among ``size`` processes (global ranks) through ``store``, under keys starting with
-    ``base``: rank 0's draw, returned on every rank (:class:`Naming`); raises
-    :class:`~triton_dist_tune.errors.GroupTimeoutError` when some rank does not take part within ``timeout_s``."""
+    ``base``: rank 0's draw, returned on every rank (:class:`Naming`), once every rank took part; raises
+    :class:`~triton_dist_tune.errors.GroupTimeoutError` naming ``where`` (the store, as a message names it) and the
+    ranks missing when some rank does not take part within ``timeout_s``.
+
+    A rank other than 0 has its reply as soon as rank 0 reads its hello, before every rank has: rank 0 then tells
+    every rank under ``joined/<name>`` whether all took part (:func:`_say_joined`), and each waits for that word
+    (:func:`_joined`). Before, a rank that joined while another never did went on into torch's
+    ``init_process_group``, which waited its own timeout for the missing rank and raised torch's error."""
     global _agreed
     deadline = time.monotonic() + timeout_s
+    missing: list[int] = []
 
     def wait(keys: list[str], lookup: Lookup, poll: Callable[[], None] | None) -> None:
         try:  # a rank other than 0: one blocking request; rank 0: a look at the hellos before each at the keys
             quiet_store_wait(store, keys, max(0.001, deadline - time.monotonic()), block=poll is None, poll=poll,
                              alone=True)
         except Exception as exc:  # the store's timeout (DistStoreError), or the polling's own
-            raise GroupTimeoutError(f"init_distributed: ranks {lookup.confirm(lookup.missing())} did not take part "
-                                    f"in naming this attempt within {timeout_s:g} s (not started, or ended): {exc}"
-                                    ) from exc
+            missing[:] = lookup.confirm(lookup.missing())
+            how = "" if isinstance(exc, StoreWaitTimeout) else f" ({describe_error(exc)})"
+            raise GroupTimeoutError(f"init_distributed: rank {rank} waited {timeout_s:g} s for ranks {missing} of "
+                                    f"the job's {size} to join at {where}; {NEVER}{how} {LONGER}") from exc
 
-    _agreed = name_among(Naming(store, base, rank, size), wait)
+    naming = Naming(store, base, rank, size)
+    if size > 1 and rank == 0:
+        try:
+            name_among(naming, wait)
+        except GroupTimeoutError:
+            _say_joined(store, f"{base}joined/{naming.draw}", timeout_s, missing)
+            raise
+        _say_joined(store, f"{base}joined/{naming.draw}", timeout_s, [])
+        _agreed = naming.draw
+    else:
+        _agreed = name_among(naming, wait)
+        if size > 1:  # rank 0's own wait began before it answered this rank: its word comes within timeout_s
+            _joined(store, f"{base}joined/{_agreed}", rank, size, timeout_s + 5, where)
     return _agreed
+
+
+def _say_joined(store: Any, key: str, waited_s: float, missing: list[int]) -> None:
+    """Rank 0: tell the ranks that took part which ranks did not (``missing``, none: every rank did) after
+    ``waited_s``. Where some did not, rank 0 ends next, and the store with it: a request that has a reply follows
+    the word, so that the store has sent it on to the ranks waiting for it before rank 0 goes on."""
+    try:
+        store.set(key, json.dumps({"waited_s": waited_s, "missing": missing}))
+        if missing:
+            store.check([key])
+    except Exception:  # best effort where some rank is missing: rank 0 raises its own error next
+        if not missing:
+            raise
+
+
+def _joined(store: Any, key: str, rank: int, size: int, seconds: float, where: str) -> None:
+    """A rank other than 0: wait up to ``seconds`` for rank 0's word (:func:`_say_joined`); a
+    :class:`~triton_dist_tune.errors.GroupTimeoutError` where some rank did not take part, or no word came."""
+    try:
+        store.set_timeout(timedelta(seconds=seconds))
+        word = json.loads(store.get(key))
+        waited, missing = float(word["waited_s"]), [int(r) for r in word["missing"]]
+    except Exception as exc:
+        raise GroupTimeoutError(f"init_distributed: rank {rank} took part, but rank 0 did not say within {seconds:g} "
+                                f"s whether every rank of the job's {size} did, at {where} (rank 0 ended, or the "
+                                f"store was lost: {describe_error(exc)}) {LONGER}") from None
+    if missing:
+        raise GroupTimeoutError(f"init_distributed: rank {rank} took part, but rank 0 waited {waited:g} s for ranks "
+                                f"{missing} of the job's {size} to join at {where}; {NEVER} {LONGER}")
 
 
 def named_by_each_group() -> bool:
