@@ -313,10 +313,15 @@ def test_clear_unfinished_removes_the_journals_of_tunings_never_finished_and_no_
     """A job cut short on 4 ranks and restarted on 2 tunes another entry (the group is part of its name): the
     4-rank group's journals stay, listed as a tuning never finished. Before, ``clear`` removed them only with the
     function's decisions (``--function``) or by age; ``--unfinished`` removes journals alone (``--function``,
-    ``--older-than`` narrow it), and refuses the filters that select decisions."""
+    ``--older-than`` narrow it), and refuses the filters that select decisions.
+
+    The 4-rank group's journals are named after an entry of their own (the group is part of it), no decision's:
+    they once took a decision's name here (``decisions[0].stem``), which this test read as a tuning never finished;
+    such journals are a tuning of that decision again, which ``--unfinished`` now keeps
+    (tests/test_cli_credit.py::test_clear_unfinished_keeps_a_decisions_cut_tuning_again_and_clear_of_the_decision_removes_it)."""
     cache = cache_copy(tuned, tmp_path)
     decisions = entries_of(cache)
-    stem = decisions[0].stem
+    stem = "0123456789abcdef4444"  # the 4-rank group's entry: no decision of it
     for rank in range(4):
         journal = Journal(cache / "cli_sleepy" / f"{stem}.0123456789.rank{rank}.journal", {"ranks": [0, 1, 2, 3]})
         journal.append(0, "started", config="{variant: 0}")

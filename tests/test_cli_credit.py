@@ -123,3 +123,47 @@ def test_a_tuning_killed_under_another_entry_is_listed_shown_and_kept_apart_from
         [decision.removesuffix(".json")]
     done, calls = _tune(job, KILL="2", **OTHER[other])
     assert done.returncode == 0 and calls[2] == 0, (calls, done.stderr[-3000:])  # the journal's evidence stood
+
+
+@pytest.mark.timeout(400)
+def test_clear_unfinished_keeps_a_decisions_cut_tuning_again_and_clear_of_the_decision_removes_it(tmp_path):
+    """A decision exists; the same key tuned again (``..._ALWAYS_TUNE=1``) is killed (kill -9) at config 2's first
+    call: its journal's records name that decision (checked). That journal is no tuning never finished (``list``
+    names none): ``clear --unfinished`` must keep it and say why (its line, ``shared`` in ``--json``), while it still
+    removes a tuning's journal that has no decision; ``clear`` of the decision (``--stale``) removes it. Before,
+    ``--unfinished`` removed every journal it selected, the decision's evidence of a config that killed its process
+    with them."""
+    from triton_dist_tune.faults.journal import Journal
+
+    job = tmp_path / "job"
+    job.mkdir()
+    done, _ = _tune(job)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (steady,) = _decisions(job)
+    done, calls = _tune(job, KILL="2", TRITON_DIST_AUTOTUNE_ALWAYS_TUNE="1")
+    assert done.returncode == -signal.SIGKILL and calls[2] == 1, (calls, done.stderr[-3000:])
+    journals = sorted((job / "cache" / "credited").glob("*.journal"))
+    records = [json.loads(line) for p in journals for line in p.read_text().splitlines() if line.strip()]
+    assert journals and records and {r.get("decision") for r in records} == {steady.stem}, records  # the premise
+    orphan = Journal(job / "cache" / "credited" / "feedfacefeedfacefeed.0123456789.rank0.journal")
+    orphan.append(2, "started", config="{v: 2}")
+    orphan.close()
+    assert [t["entry"] for t in json.loads(_cli(job, "list", "--json").stdout)["unfinished"]] == \
+        ["feedfacefeedfacefeed"]
+
+    dry = json.loads(_cli(job, "clear", "--unfinished", "--dry-run", "--json").stdout)
+    assert dry["would_remove"] == [str(orphan.path)], dry
+    assert dry["shared"] == {str(p): [steady.stem] for p in journals}, dry
+    cleared = _cli(job, "clear", "--unfinished")
+    assert all(p.exists() for p in journals) and not orphan.path.exists() and steady.exists(), cleared.stdout
+    said = [line for line in cleared.stdout.splitlines() if str(journals[0]) in line]
+    assert len(said) == 1 and said[0].startswith(f"kept {journals[0]}: it holds records of {steady.stem[:8]} "
+                                                 "(a decision"), cleared.stdout
+    assert "removed 0 cache file(s) and 1 journal(s)" in cleared.stdout, cleared.stdout
+
+    data = json.loads(steady.read_text())
+    data["versions"] = {**data["versions"], "torch": "1.0"}  # tuned under another torch: stale
+    steady.write_text(json.dumps(data))
+    gone = _cli(job, "clear", "--stale")
+    assert not steady.exists() and not any(p.exists() for p in journals), gone.stdout
+    assert f"removed 1 cache file(s) and {len(journals)} journal(s)" in gone.stdout, gone.stdout

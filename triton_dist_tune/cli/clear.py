@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..disk import decisions as dec
 from ..disk.files import not_regular
-from ..faults.unfinished import journals_to_clear
+from ..faults.unfinished import decisions_tuned_again, journals_to_clear
 from .common import UsageError, _emit_json, _root, _selected, _warn_problems
 
 
@@ -33,6 +33,8 @@ def cmd_clear(args: argparse.Namespace) -> int:
         limit = time.time() - dec.parse_age(args.older_than) if args.older_than else None
         doomed = [p for p in dec.journal_files(root) if (not args.function or p.parent.name == args.function)
                   and (limit is None or p.stat().st_mtime < limit)]
+        mixed = decisions_tuned_again(doomed)  # a decision's tuning again: kept, and said (clear of it removes them)
+        doomed = [p for p in doomed if p not in mixed]
     elif unfiltered:  # everything of the folders: corrupt files and journals of tunings never finished too
         folders = {p.parent for p in dec.entry_files(root) + dec.journal_files(root)}
         if args.function:  # its own folder, and a folder of its decisions only (not contextual/, which is shared)
@@ -78,7 +80,8 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 def _others_text(journal: Path, others: list[str]) -> str:
     """The entries a journal also holds records of, for ``clear``'s line: each decision or tuning never finished."""
-    kinds = {True: "a decision", False: "a tuning never finished"}
+    kinds = {True: "a decision: a tuning of it again, cut short or in flight; clear of the decision removes it",
+             False: "a tuning never finished"}
     return ", ".join(f"{entry[:8]} ({kinds[(journal.parent / f'{entry}.json').exists()]})" for entry in others)
 
 

@@ -323,7 +323,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--superseded", action="store_true", help="only those superseded by a newer decision of the same "
                    "key, tuned for another config space or source")
     p.add_argument("--unfinished", action="store_true", help="only the journals of tunings never finished (a cut "
-                   "tuning of a group that will not run again, e.g. after the world size changed), no decision")
+                   "tuning of a group that will not run again, e.g. after the world size changed), no decision; a "
+                   "journal of a decision's tuning again is kept (clear of the decision removes it)")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     p.set_defaults(run=clear.cmd_clear)
 

@@ -283,6 +283,23 @@ def journals_to_clear(decisions: list[Path]) -> tuple[list[Path], dict[Path, lis
     return doomed, shared
 
 
+def decisions_tuned_again(journals: list[Path]) -> dict[Path, list[str]]:
+    """Those of ``journals`` that hold records credited to a decision beside them (:func:`credit`: its
+    ``<entry>.json`` is there), each with those decisions: a tuning of the decision again (``..._ALWAYS_TUNE``, a
+    stale or superseded decision), cut short or in flight, whose evidence (a config that hung or crashed) its next
+    tuning starts from. ``clear --unfinished`` keeps them: they are no tuning never finished (:func:`unfinished`
+    leaves them out too), and ``clear`` of the decision removes them (:func:`journals_to_clear`). Before, it removed
+    every journal it selected: tests/test_cli_credit.py."""
+    chosen = set(journals)
+    out: dict[Path, list[str]] = {}
+    for folder in sorted({p.parent for p in journals}):
+        for journal in read_journals(folder, "*.journal"):
+            decided = [entry for entry in journal.credits if (folder / f"{entry}.json").exists()]
+            if journal.path in chosen and decided:
+                out[journal.path] = decided
+    return out
+
+
 def find_unfinished(root: Path, name: str) -> list[Unfinished]:
     """The unfinished tunings called ``name``: ``<function>/<entry>`` or its entry, else those whose entry (or
     ``<function>/<entry>``) starts with ``name``."""
