@@ -53,8 +53,8 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     is set (:func:`~triton_dist_tune.settings.init_timeout`), else by ``timeout_s`` too: a rank that never starts
     ends each rank that did with a :class:`~triton_dist_tune.GroupTimeoutError` naming the store's address and the
     ranks missing (before, no variable bounded it: a rank whose store never started raised torch's
-    ``DistNetworkError`` after twice ``timeout_s``, and a rank that joined while another never did waited in torch's
-    ``init_process_group``; tests/test_cli_campaign_errors.py).
+    ``DistNetworkError`` after two connect tries of ``timeout_s`` each, and a rank that joined while another never
+    did waited in torch's ``init_process_group``; tests/test_cli_campaign_errors.py).
     """
     import torch
     import torch.distributed as dist
@@ -102,9 +102,9 @@ def _host() -> str:
 
 def _reach(host: str, port: int, seconds: float, rank: int, where: str) -> None:
     """Return once something listens at ``host:port``, trying for ``seconds``; else a
-    :class:`~triton_dist_tune.GroupTimeoutError` naming ``where``. Torch's own client, given no store, retried for
-    twice its timeout and printed about 40 lines of C++ warnings before its ``DistNetworkError``; a plain connect,
-    closed at once, leaves a store that does listen none the worse (its host prints nothing)."""
+    :class:`~triton_dist_tune.GroupTimeoutError` naming ``where``. Torch's own client, given no store, tried twice
+    for its timeout each and printed about 40 lines of C++ warnings before its ``DistNetworkError``; a plain
+    connect, closed at once, leaves a store that does listen none the worse (its host prints nothing)."""
     deadline, pause = time.monotonic() + seconds, 0.05
     while True:
         try:

@@ -13,7 +13,9 @@ a log of hellos (``hellos`` counts the entries, ``hello/<n>`` holds the n-th) an
 by that draw (``reply/<draw>``), which no earlier attempt can have written; rank 0 answers every hello it reads (a
 stale one, from an earlier attempt, gets an answer nobody reads) until every rank has confirmed under a key named by
 rank 0's draw (``done/<name>/<rank>``). Every key of it is either named by a draw of this attempt or only answered,
-so an earlier attempt's keys can neither end it early nor stall it (:class:`Naming`).
+so an earlier attempt's keys can neither end it early nor stall it (:class:`Naming`). Rank 0 then tells every rank
+whether all took part (``joined/<name>``), so that a rank that never starts ends each rank that did within the
+bound, naming it (before, those that had their reply went on to wait in torch's ``init_process_group``).
 
 A job that starts torch.distributed itself does not agree a name at its start. Under torchrun on several nodes
 (:func:`named_by_each_group`), each group of the tuner then names the attempt among its own ranks, the same way, at
