@@ -525,6 +525,55 @@ def test_a_frozen_rank_leaves_its_peer_waiting_in_a_collective_and_no_config_is_
         assert r["states"][0] in ("measured", "stopped"), r  # measured once more, not left out
 
 
+def stopping_rank_1(env: dict[str, str], resume_after: float) -> threading.Thread:
+    """A started thread that freezes rank 1 (SIGSTOP) as soon as it writes its pid at the ``kill`` fault's marker
+    (inside the config's guarded run, just after its guard was armed) and continues it (SIGCONT) ``resume_after``
+    seconds later."""
+    marker = Path(env["FAULT_DIR"]) / "kill-me.rank1"
+
+    def stop_and_continue() -> None:
+        deadline = time.monotonic() + 90
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if marker.exists():
+            pid = int(marker.read_text())
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(resume_after)
+            os.kill(pid, signal.SIGCONT)
+
+    stopper = threading.Thread(target=stop_and_continue, daemon=True)
+    stopper.start()
+    return stopper
+
+
+@pytest.mark.timeout(150)
+def test_a_rank_continued_after_its_deadline_is_ended_by_its_watchdog_not_the_backstop(env, tmp_path):
+    """Rank 1 (T = 4 s) frozen (SIGSTOP) inside config 0's warm-up, before the function's all_reduce, and continued
+    (SIGCONT) 3 s past its deadline: before the faulthandler backstop's window (deadline + 5 to 6 s). Its watchdog
+    fires at once, and its last acts take longer than what was left of that window: rank 0 (T = 30 s, still inside
+    the all_reduce) posted nothing, so it reads rank 0's beats, a span of 3.5 s. Before, the backstop's timer,
+    overdue, ended it in that look (exit 1, every thread's stack, the config only ``started``: seen as 3 of 190
+    chaos jobs). Now the watchdog, as it fires, moves the backstop a whole window past that moment (a last act stuck
+    with the GIL still ends there): it journals the hang and exits 86. Rank 0 then names that hang, and the rerun
+    leaves config 0 out on both ranks: one outcome."""
+    env = {**env, "FAULTS": "0:kill@1"}
+    stopper = stopping_rank_1(env, 4 + 3.0)  # (the marker is written just after the guard is armed)
+    per_rank = {0: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "30"}, 1: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "4"}}
+    results, _ = ranks("tune", 2, env, timeout=100, per_rank_env=per_rank)
+    stopper.join(timeout=5)
+    frozen, peer = results[1], results[0]
+    assert frozen.returncode == WATCHDOG_EXIT, describe(results)
+    assert "Timeout (0:00" not in frozen.stderr, describe(results)
+    assert "recorded as hung in the journal" in frozen.stderr, describe(results)
+    said = [r for path in journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])) for r in records(path)]
+    assert any(r["state"] == "hung" and r["index"] == 0 for r in said), said
+    assert peer.returncode not in (0, None), describe(results)
+    assert "hung" in peer.stderr + json.dumps(peer.results), describe(results)
+    again, _ = ranks("tune", 2, {**env, "RUN": "1"}, timeout=100)
+    assert all(r.returncode == 0 for r in again), describe(again)
+    assert {r.results[-1]["chosen"] for r in again} == {1}, describe(again)
+
+
 @pytest.mark.timeout(120)
 def test_a_rank_killed_among_three_is_the_one_every_survivor_names(env):
     """Rank 2 of 3 SIGKILLed inside config 1's warm-up, the others inside the function's all_reduce. Before, the

@@ -10,6 +10,18 @@ when it would fire before that window or after it (about once per :data:`SLACK_S
 the last phase ends it is left for the watchdog's monitor to cancel :data:`IDLE_S` seconds later, unless a phase
 is armed again meanwhile (the next phase of a tuning usually is, within milliseconds).
 
+When the watchdog fires (a deadline passed, or another rank's report ends this one) its last acts take seconds: a
+look at the other ranks' beats waits a span of them (3.5 s), and the journal and the board are written. The timer,
+due a window after the deadline, could then end the process in the middle of them (exit 1, the config only
+``started``) instead of the watchdog (exit 86, the config journaled): the watchdog holds it (:meth:`~Backstop.hold`)
+first, a whole window (:data:`BACKSTOP_S` + :data:`SLACK_S`) past that moment, where nothing moves it again, so that
+last acts stuck with the GIL still end there. That happened where a rank was frozen (SIGSTOP) past its deadline and
+continued before its timer was due: the watchdog fired on waking and looked at the beats, and the overdue timer ended
+it in that look (two of the three jobs of 190 of ``benchmarks/chaos.py`` that a backstop ended; ``test_faults.py::
+test_a_rank_continued_after_its_deadline_is_ended_by_its_watchdog_not_the_backstop``). A rank continued after its
+timer was due (the third) is still ended by the timer, at once: faulthandler's timer counts the frozen seconds too,
+and its thread, which needs no GIL, runs before the watchdog's can (no timer of a frozen process can be moved).
+
 A process forked while the timer is armed would inherit it half-made (the timer's thread does not survive a fork,
 and cancelling it in the child then waits forever): the timer is cancelled before every ``os.fork`` and armed again
 after it in the parent.
@@ -45,6 +57,8 @@ class Backstop:
         self.at: float | None = None
         #: when a phase last armed or disarmed it
         self._used = 0.0
+        #: the watchdog fired: the timer stays where :meth:`hold` put it
+        self.held = False
         self._resume: float | None = None
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(before=self._before_fork, after_in_parent=self._after_fork_in_parent,
@@ -56,6 +70,8 @@ class Backstop:
         after :data:`IDLE_S`)."""
         with self._lock:
             self._used = time.monotonic()
+            if self.held:
+                return
             first = earliest()
             if first is None:
                 return
@@ -64,6 +80,21 @@ class Backstop:
                 return
             self._arm(due + SLACK_S)
 
+    def hold(self) -> None:
+        """The watchdog fires (its last acts, then the end of the process): fire a whole window
+        (:data:`BACKSTOP_S` + :data:`SLACK_S`) from now, and move no more (see the module docstring). The caller
+        holds no lock of the watchdog's (:meth:`keep` takes this object's lock, then the watchdog's)."""
+        with self._lock:
+            self.held = True
+            self._arm(time.monotonic() + BACKSTOP_S + SLACK_S)
+
+    def let_go(self, earliest: Callable[[], float | None]) -> None:
+        """The phase the watchdog fired for was disarmed before it could act (its run ended just then): the timer
+        follows the armed deadlines again (:meth:`keep`)."""
+        with self._lock:
+            self.held = False
+        self.keep(earliest)
+
     def idle_left(self) -> float | None:
         """Seconds until the monitor should cancel an armed timer once no phase is armed (None: none is)."""
         return None if self.at is None else self._used + IDLE_S - time.monotonic()
@@ -71,7 +102,7 @@ class Backstop:
     def cancel_if_idle(self, armed: Callable[[], bool]) -> None:
         """Cancel the timer unless ``armed()`` (read under this object's lock: a phase armed meanwhile keeps it)."""
         with self._lock:
-            if self.at is not None and not armed():
+            if self.at is not None and not self.held and not armed():
                 self._cancel()
 
     def stop(self) -> None:

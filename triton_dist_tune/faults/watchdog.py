@@ -20,7 +20,10 @@ The watchdog is a Python thread, which needs the GIL to run. As a backstop for c
 GIL, :mod:`faulthandler` is armed too, :data:`BACKSTOP_S` seconds (to 1 s more) after the earliest deadline
 (:mod:`~triton_dist_tune.faults.backstop`): it needs no GIL, prints every thread's stack and ends the process with
 status 1 (the journal then shows the config as started: a suspect, retried once by the next attempt). This takes
-over ``faulthandler.dump_traceback_later`` while a guarded phase runs, and for half a second after the last.
+over ``faulthandler.dump_traceback_later`` while a guarded phase runs, and for half a second after the last. When
+the watchdog fires, it first holds the backstop a whole window past that moment (:meth:`~triton_dist_tune.faults.
+backstop.Backstop.hold`), so that the backstop, due soon after a deadline this process was frozen through, does not
+end it in the middle of its last acts.
 """
 
 from __future__ import annotations
@@ -196,6 +199,11 @@ class Watchdog:
         with self.cond:
             while not self._stopping:
                 armed = [g for g in self._guards if g.deadline is not None]
+                now = time.monotonic()
+                late = [g for g in armed if g.deadline <= now]
+                if self.backstop.held != bool(late):  # the backstop held before a fire, let go if the phase ended first
+                    self._unlocked(self.backstop.hold if late else lambda: self.backstop.let_go(self._earliest))
+                    continue  # (out of the lock: keep takes the backstop's, then this one; read the deadlines again)
                 if not armed:
                     idle_left = self.backstop.idle_left()
                     if idle_left is None:
@@ -203,14 +211,8 @@ class Watchdog:
                     elif idle_left > 0:
                         self.cond.wait(idle_left)
                     else:  # no phase armed again meanwhile: cancel the backstop, outside the lock (as arm does)
-                        self.cond.release()
-                        try:
-                            self.backstop.cancel_if_idle(self._armed)
-                        finally:
-                            self.cond.acquire()
+                        self._unlocked(lambda: self.backstop.cancel_if_idle(self._armed))
                     continue
-                now = time.monotonic()
-                late = [g for g in armed if g.deadline <= now]
                 if late:
                     self._fire(late[0])
                 wait = min(g.deadline for g in armed) - now
@@ -223,6 +225,14 @@ class Watchdog:
                     finally:
                         self.cond.acquire()
                 self.cond.wait(max(0.001, wait))
+
+    def _unlocked(self, act: Callable[[], None]) -> None:
+        """Run ``act`` on the monitor's thread, which holds :attr:`cond`, without it."""
+        self.cond.release()
+        try:
+            act()
+        finally:
+            self.cond.acquire()
 
     def _check_board(self, guard: Guard) -> None:
         index = guard.index
@@ -264,6 +274,7 @@ class Watchdog:
         from ..disk.logs import global_rank
 
         what, journaled = guard.what, "Nothing was journaled"
+        self.backstop.hold()  # its last acts are not cut short (faults/backstop.py; this thread holds no lock here)
         try:
             if guard.on_peer is not None:
                 journaled = guard.on_peer(report)
