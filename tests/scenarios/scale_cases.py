@@ -371,64 +371,29 @@ def message_then_end():
 
 
 @case
-def watch_after_a_side_watch():
-    """2 ranks: rank 0 opens and closes a progress watch on the group that rank 1 never opens (a side path of its
-    own), then both watch one round of work and exchange its results. What each raised, how long it took, and
-    (once both have closed the watch) which of its keys are still in the store: its closes' count, the units' beats
-    and marks, the round's log of arrivals, the notes of leaving and being stuck."""
-    from triton_dist_tune.errors import AutotuneError
+def watch_after_a_side_watch_left_with_an_error():
+    """2 ranks: rank 0 opens a progress watch on the group that rank 1 never opens (a side path of its own) and
+    leaves it with an error; then both open the group's next watch, at the same point of the group's exchanges (the
+    same scope), and wait at its first round. What each raised, and how long it took."""
     from triton_dist_tune.faults.progress import RoundWatch
 
     group = resolve_group(tdt.init_distributed(backend="gloo"))
     group.barrier("start")
     if group.rank == 0:
-        with RoundWatch.start(group, "side work", 2.0):
-            pass
-    started, error = time.monotonic(), None
-    try:
-        with RoundWatch.start(group, "shared work", 2.0) as watch:
-            group.allgather(group.rank, "round 1", timeout=watch.arrive(0, "round 1", 10.0))
-            watch.passed(0)
-    except AutotuneError as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    seconds = time.monotonic() - started
-    group.barrier("both closed the watch")
-    units = list(range(group.size))
-    keys = [watch._members.key, *(watch._beat_key(u) for u in units), *(watch._done_key(0, u) for u in units),
-            f"{watch.scope}done/0/log", *(k for kind in ("left", "stuck") for k in (watch._notes(kind).key,
-                                                                                   *watch._notes(kind).keys(units)))]
-    emit(rank=group.rank, error=error, seconds=seconds, left=[k for k in keys if group.store.check([k])])
-
-
-@case
-def leaver_after_a_side_watch():
-    """2 ranks: rank 0 opens and closes a progress watch on the group that rank 1 never opens (a side path of its
-    own); rank 1 then opens the group's next watch, at the same scope, and leaves it with an error before rank 0 has
-    opened it; rank 0 then opens it and waits at its first round. What rank 0 raised, and how long it waited."""
-    from triton_dist_tune.errors import AutotuneError
-    from triton_dist_tune.faults.progress import RoundWatch
-
-    group = resolve_group(tdt.init_distributed(backend="gloo"))
-    timeout = 10.0  # (the window of a silent unit: exchange_timeout(10) = 11 s)
-    group.barrier("start")
-    started, error = time.monotonic(), None
-    if group.rank == 0:
-        with RoundWatch.start(group, "side work", timeout):
-            pass
-        group.store.wait(["test/rank 1 left"])
-        started = time.monotonic()
         try:
-            with RoundWatch.start(group, "shared work", timeout) as watch:
-                watch.arrive(0, "round 1", 60.0)
-        except AutotuneError as exc:
-            error = f"{type(exc).__name__}: {exc}"
-    else:
-        try:
-            with RoundWatch.start(group, "shared work", timeout):
-                raise RuntimeError("rank 1's own error")
+            with RoundWatch.start(group, "side work", 2.0):
+                raise RuntimeError("rank 0's error on its side path")
         except RuntimeError:
             pass
-        group.store.set("test/rank 1 left", b"1")
+        group.store.set("test/side watch closed", b"1")
+    else:
+        group.store.wait(["test/side watch closed"])
+    started, error = time.monotonic(), None
+    try:
+        with RoundWatch.start(group, "shared work", 2.0) as watch:  # (a silent unit's window: 3 s)
+            watch.arrive(0, "round 1", 10.0)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
     emit(rank=group.rank, error=error, seconds=time.monotonic() - started)
 
 

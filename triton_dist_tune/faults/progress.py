@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import GroupTimeoutError, RankFailedError, describe_error
+from ..errors import AutotuneError, GroupTimeoutError, RankFailedError, describe_error
 from ..faults.watchdog import exchange_timeout
 from ..group.beat import Members, counts
 from ..group.channel import Group, report_waiting
@@ -71,6 +72,36 @@ def beat_interval(timeout: float) -> float:
     """Seconds between two beats of a unit, and between two looks of a waiting rank: at most a second, and a
     quarter of the deadline for small ones."""
     return max(0.05, min(1.0, timeout / 4))
+
+
+#: per store (weakly), per (watch kind in a group's namespace, member): the exchange number this process last opened
+#: such a watch at
+_opened: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_opened_lock = threading.Lock()
+
+
+def _claimed(group: Any, kind: str) -> str:
+    """The store scope of a watch of ``kind`` on ``group`` (its exchange number now), claimed by this process's member
+    of ``group`` once. A second watch of one kind at one exchange number (no exchange of the group since the first:
+    a watch some ranks open and others do not, a side path of their own) would share the first's keys: a note of
+    leaving the first kept was then read, by a peer at the second, as the unit leaving the second, and the ranks'
+    outcomes differed (found on a real store). No path of the tuner opens one: every watch follows an exchange of its
+    group (a campaign's agreement on its keys, a tuning's exchange of journals, the replicas' agreement), so a watch
+    that would is the tuner's bug, refused here before a key is written
+    (``test_scale.py::test_a_second_watch_with_no_exchange_since_the_first_is_refused_and_no_stale_note_is_read``)."""
+    scope = group.at_exchange(kind)
+    base, _, seq = scope.rstrip("/").rpartition("/")
+    with _opened_lock:
+        try:
+            opened = _opened.setdefault(group.store, {})
+        except TypeError:  # (a store no weak reference can point at: not checked)
+            return scope
+        if opened.get((base, group.rank)) == seq:
+            raise AutotuneError(f"triton_dist_tune: rank {group.rank} of group '{group.title}' opened a second "
+                                f"progress watch ({kind}) with no exchange of the group since its first, at the same "
+                                "scope of the store (a bug of the tuner: please report it)")
+        opened[(base, group.rank)] = seq
+    return scope
 
 
 @dataclass
@@ -123,7 +154,7 @@ class RoundWatch:
             # scoped by the group's exchange number now, which every member shares at this point (a count of the
             # watches this process started would not be: a rank that ever started one the others did not would
             # never meet them again); a campaign's watch and a tuning's inside it are told apart by their kinds
-            watch.scope = group.at_exchange(f"watch/{watch.work}/{watch.unit}")
+            watch.scope = _claimed(group, f"watch/{watch.work}/{watch.unit}")
             watch._members = Members(group.store, f"{watch.scope}closed", group.size,  # type: ignore[attr-defined]
                                      group.rank)
             watch._members.open()
@@ -368,16 +399,9 @@ class RoundWatch:
 
     def _keys_to_delete(self) -> list[str]:
         """The watch's keys that the last of its group's units to close deletes (:meth:`close`): every unit's beat
-        counter and the notes of where units were stuck, which only a unit open with them reads; the notes of why
-        units left only where every unit left with one (two requests in all while no unit left: a read of each log).
-        A unit whose counted close was of a watch of its own at this scope (a side path, :class:`~triton_dist_tune.
-        group.beat.Members`) may still open the group's watch and wait there for a unit that left: it must read why.
-        Before, the last out deleted the notes of leaving whatever came after, and such a unit waited for the
-        leaver's beat to stand still for the whole window (``test_scale.py::
-        test_a_unit_that_left_before_a_side_watchs_rank_opened_the_next_watch_is_read_as_left``: 12 s, now 1 s); so
-        a failed watch where some unit closed without an error keeps its notes of leaving, as a failed exchange keeps
-        its keys."""
-        units, left = list(range(self.group.size)), self._notes("left")
-        every_left = len(left.read(units)) == len(units)
-        return [*map(self._beat_key, units), *(left.keys(units) if every_left else []),
-                *self._notes("stuck").keys(units)]
+        counter and the notes of why units left and of where they were stuck, which only a unit open with them reads
+        (no unit opens a watch at this scope again: :func:`_claimed`). Before that was refused, a failed watch where
+        some unit closed without an error kept its notes of leaving, for a unit whose counted close was of a watch of
+        its own at this scope (a side path), which could still open the group's watch there."""
+        units = list(range(self.group.size))
+        return [*map(self._beat_key, units), *self._notes("left").keys(units), *self._notes("stuck").keys(units)]

@@ -198,7 +198,8 @@ class Members:
     back first (one ``add`` of -1; one more where the count was made meanwhile, the keys deleted: nothing to take
     back). Before, its first close counted as one of the group's: its second made the count at once, deleting the
     keys while a peer might still read them, and the peer's close then wrote the count again, a key left behind
-    (``test_scale.py::test_a_rank_that_opened_a_watch_alone_is_in_step_at_the_next_watch``). A peer that closes
+    (``test_store_reads.py::test_a_members_close_is_taken_back_only_where_it_did_not_make_the_count``; a progress
+    watch refuses such a second opening: :func:`~triton_dist_tune.faults.progress._claimed`). A peer that closes
     that next watch before this member has opened it again (it left with an error) still makes the count with this
     member's first close: no count tells a member's close of the group's watch from one of a watch of its own at
     the same scope. So the last out deletes only the keys that a member opening again can do without; a watch keeps
