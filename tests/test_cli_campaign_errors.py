@@ -132,6 +132,19 @@ def test_a_rank_failed_error_is_one_line_on_the_rank_that_raised_it(tmp_path):
     assert lines[0].endswith("(rerun the campaign: the keys decided so far are in the cache)"), lines
 
 
+#: the runner of a job one of whose ranks reads rank 0's word on who joined late (``READ_LATE`` s): rank 0, which
+#: ends next, must not end its store before that rank has read it
+LATE_READER = """import os, time
+from triton_dist_tune.group import epoch
+real = epoch._joined
+def late(*args, **kwargs):
+    time.sleep(float(os.environ.get("READ_LATE", "0")))
+    return real(*args, **kwargs)
+epoch._joined = late
+from triton_dist_tune.cli.commands import run
+run()
+"""
+
 #: the ranks started of a job whose other ranks never start: (started ranks' rank variables, the world size, what
 #: each started rank's line says is missing)
 NEVER_JOINED = {
@@ -150,16 +163,19 @@ def test_a_rank_that_never_joins_ends_the_ranks_that_did_in_one_line_each_within
     ``init_distributed`` waited its 600 s whatever the environment said (no variable set it; the command has no
     option for it), then the command ended in a Python traceback (rank 0: ``GroupTimeoutError``; a rank other than
     0 that found no store: torch's ``DistNetworkError`` after two connect tries and about 40 lines of torch's C++
-    warnings; a rank that joined while another never did: torch's own timeout in ``init_process_group``)."""
+    warnings; a rank that joined while another never did: torch's own timeout in ``init_process_group``). A rank
+    other than 0 that joined reads rank 0's word 4 s late, after rank 0 has written it: before rank 0 waited for its
+    read (at most 5 s), it met the store ended (16 lines of torch's C++ warnings; seen once under load with no
+    delay)."""
     from harness import free_port
 
     started, world, says = NEVER_JOINED[case]
     port = free_port()
     module, runner = tmp_path / "camp.py", tmp_path / "runner.py"
     module.write_text(MODULE)
-    runner.write_text(RUNNER)
-    per_rank = {i: {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_PORT": str(port)}
-                for i, rank in enumerate(started)}
+    runner.write_text(LATE_READER)
+    per_rank = {i: {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_PORT": str(port),
+                    "READ_LATE": "4" if rank else "0"} for i, rank in enumerate(started)}
     ranks = run_ranks(runner, len(started), ["campaign", f"{module}:fn", "--calls", f"{module}:build", "--keys", "8",
                                              "--rank-local"],
                       env=tuner_env(tmp_path, 20, TRITON_DIST_AUTOTUNE_INIT_TIMEOUT="3"), timeout=60,
