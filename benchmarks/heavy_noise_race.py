@@ -7,8 +7,8 @@ finalists under several rules, each seeing the same search:
 
 - ``library``: the library's race as a 4-rank tuning on a host's clock planned it before this study (3 screening
   rounds, 6 settled leaders for 7 rounds: ``max_rounds`` 10; no sift, no far-behind rule, no near-tie block under
-  noise); ``noisy``: the same with the rule this study chose (``frace6x30p``) as the library now runs it
-  (``RacePlan.noisy_settled``), to check that it replays alike;
+  noise) (a ``noisy`` rule, the chosen ``frace6x30p`` as the helper's branch ran it in the library's ``Race``,
+  replayed alike in the ``.txt`` results; the live A/B did not keep it, and the rule is gone from here);
 - ``top{k}x{R}``: ``k`` settled leaders for ``R`` rounds (rule a: fewer leaders, more rounds);
 - ``spare{k}``: ``k`` settled leaders for 7 rounds plus as many as the screening's unused re-samples pay for (rule
   b: the search may take ``resample_share`` of its screened configs again; a re-sample is one call and a settled
@@ -62,7 +62,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from heavy_noise_replay import SLEEP, SPACE, span, tuning_record  # noqa: E402
 
 from triton_dist_tune.function.options import TuneOptions  # noqa: E402
-from triton_dist_tune.function.searched import NOISY_SETTLED  # noqa: E402
 from triton_dist_tune.measure.race import Race, RacePlan  # noqa: E402
 from triton_dist_tune.measure.search import TIE_BLOCKS, PatternSearch, SearchPlan  # noqa: E402
 from triton_dist_tune.measure.timing import steady_calls  # noqa: E402
@@ -196,8 +195,6 @@ def plan_of(rule: str, screened: Screened) -> tuple[RacePlan, int, bool | None]:
 
     if rule == "library":
         return LIBRARY, 0, None
-    if rule == "noisy":  # the library's finalists' race on a host's clock since this study (frace6x30p)
-        return replace(LIBRARY, noisy_settled=NOISY_SETTLED), 0, None
     if rule.startswith("top"):
         k, rounds = map(int, rule[3:].split("x"))
         return leaders(k, rounds), 0, None
