@@ -162,7 +162,11 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     try:
         summary = tdt.campaign(tuned, build, keys, local=True if args.local else None, pg=pg, replicas=replicas)
     except AutotuneError as exc:  # the library's own: one line (an error of any other kind is a bug's: its traceback)
+        if world > 1 and isinstance(exc, AGREED):
+            _destroy_group()
         return stopped(name, exc, launcher.rank or 0)
+    if world > 1:
+        _destroy_group()
     if (launcher.rank or 0) != 0:
         return 0  # every rank holds the same summary: rank 0 alone writes it and says how the campaign ended (below)
     if args.json:
@@ -174,6 +178,20 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     print(text, file=sys.stderr)
     tell_torchrun(text)
     return 1
+
+
+def _destroy_group() -> None:
+    """Destroy the job's group this command started, once the campaign ended alike on every rank (a summary, or an
+    :data:`AGREED` error): a process that exits with a gloo group alive can end in ``terminate called without an
+    active exception`` (SIGABRT: torch's gloo threads at the interpreter's end, pytorch/pytorch#190489; once in 80
+    jobs of ``benchmarks/chaos.py``). Not after a rank's own error: its peers may still be inside the group's
+    collectives."""
+    import torch.distributed as dist
+
+    try:
+        dist.destroy_process_group()
+    except Exception as exc:  # its end is the process's: said in the log, never in the way of the exit status
+        logs.rank_log().warning("campaign: could not destroy the job's group: %s", describe_error(exc))
 
 
 #: the errors a campaign raises on every rank alike, with the same message (agreed before any rank raises them: keys
