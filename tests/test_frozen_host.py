@@ -63,3 +63,47 @@ def test_a_campaign_unit_waiting_at_a_round_for_a_frozen_store_host_ends_naming_
     assert said["error"] in ("GroupTimeoutError", "RankFailedError"), said
     assert "did not answer" in said["message"], said
     assert said["ended"] - frozen < 3 * T + 10, said
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["campaign", "autotune"])
+def test_a_rank_at_an_exchange_without_a_board_ends_when_the_store_host_freezes(tmp_path: Path, where: str):
+    """Rank 0 (the store's host) stops itself once both ranks have the group; rank 1 goes on to an exchange that
+    neither a failure board nor a progress watch covers: a campaign's agreement on its keys, or a tuned function's
+    first exchange (its agreement on the key and config space, before its board opens). It must end with the
+    library's error saying the store did not answer, within ``3 T + 10`` s of the freeze. Before, nothing read the
+    host's silence there: rank 1's request waited without end (torch's client bounds no reply; TimeoutError)."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {**tuner_env(tmp_path, timeout=T), "FAULT_DIR": str(faults), "WHERE": where}
+    results = run_ranks(SCRIPT, 2, ["frozen_host_before_an_exchange"], env=env, timeout=60, stuck=[0])
+    frozen = float((faults / "frozen").read_text())
+    peer = results[1]
+    assert peer.returncode == 3, describe(results)
+    said = peer.result
+    assert said["error"] == "GroupTimeoutError", said
+    assert "did not answer" in said["message"] and "global rank 0" in said["message"], said
+    assert said["ended"] - frozen < 3 * T + 10, said
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["naming", "connect"])
+def test_init_distributed_ends_when_the_store_host_freezes_naming_its_address(tmp_path: Path, where: str):
+    """Rank 0 (the store's host) stops itself inside ``init_distributed``: once rank 1 has said hello in the naming
+    of the attempt (rank 1 waits for the reply), or before rank 1 connects (rank 1's connect reaches a host whose
+    kernel accepts it and whose process never answers). Rank 1 must end with one line naming the store's address
+    within ``3 T + 10`` s (``T + max(1, T/10)`` for a request in flight; a connect ends at ``init_distributed``'s own
+    ``timeout_s``, 8 s here, the bound it has for a host that never starts). Before, rank 1 waited without end in
+    the naming's wait, or in torch's connect (each try reads its reply without a time limit; TimeoutError)."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {**tuner_env(tmp_path, timeout=T), "FAULT_DIR": str(faults), "WHERE": where, "INIT_TIMEOUT": "8"}
+    results = run_ranks(SCRIPT, 2, ["frozen_host_in_init"], env=env, timeout=60, stuck=[0])
+    frozen = float((faults / "frozen").read_text())
+    peer = results[1]
+    assert peer.returncode == 3, describe(results)
+    said = peer.result
+    assert said["error"] == "GroupTimeoutError", said
+    assert "did not answer" in said["message"] and "127.0.0.1:" in said["message"], said
+    assert "\n" not in said["message"], said
+    assert said["ended"] - frozen < 3 * T + 10, said

@@ -76,5 +76,67 @@ def frozen_host_in_a_campaign():
         emit(rank=me, error=type(exc).__name__, message=str(exc), ended=time.time())
         os._exit(3)  # no barrier: rank 0 never comes
 
+def _freeze() -> None:
+    """Stop this process (the store's host) for good, after writing when into ``$FAULT_DIR/frozen``."""
+    Path(os.environ["FAULT_DIR"], "frozen").write_text(repr(time.time()))
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+@case
+def frozen_host_before_an_exchange():
+    """Rank 0 (the store's host) stops itself once both ranks have the group (a gloo barrier, no store request);
+    rank 1 goes on to an exchange that opens no failure board and no progress watch: ``WHERE=campaign``, a
+    campaign's agreement on its keys (its first exchange); ``WHERE=autotune``, a tuned function's first call, whose
+    first exchange (the agreement on its key and config space) comes before its failure board opens."""
+    tdt.init_distributed()
+    me = dist.get_rank()
+    dist.barrier()
+    if me == 0:
+        _freeze()
+
+    @tdt.autotune(config_space=[{"v": v} for v in range(2)], key_fn=lambda x: tuple(x.shape), n_warmup=1,
+                  n_repeat=1, timing="cold", name="frozen_before")
+    def work(x: torch.Tensor, *, v: int) -> torch.Tensor:
+        return x * (v + 1)
+
+    try:
+        if os.environ["WHERE"] == "campaign":
+            tdt.campaign(work, lambda n: (torch.ones(n),), keys=[4, 8], progress=False)
+        else:
+            work(torch.ones(4))
+        emit(rank=me, error=None, ended=time.time())
+    except tdt.AutotuneError as exc:
+        emit(rank=me, error=type(exc).__name__, message=str(exc), ended=time.time())
+        os._exit(3)  # no barrier: rank 0 never comes
+
+
+@case
+def frozen_host_in_init():
+    """Rank 0 (the store's host) stops itself inside ``init_distributed``, in its naming of the attempt:
+    ``WHERE=naming``, once rank 1 has said hello (rank 1 waits for its reply); ``WHERE=connect``, at its first look,
+    before rank 1 connects (rank 1 starts 1.5 s later and connects to a host that accepts no request). Rank 1 calls
+    ``init_distributed(timeout_s=$INIT_TIMEOUT)``."""
+    from triton_dist_tune.group import epoch
+
+    me = int(os.environ["RANK"])
+    if me == 0:
+        answer = epoch.Naming.answer
+
+        def answer_then_stop(naming: epoch.Naming) -> None:
+            if os.environ["WHERE"] == "connect" or int(naming.store.add(f"{naming.base}hellos", 0)) >= 1:
+                _freeze()
+            answer(naming)
+
+        epoch.Naming.answer = answer_then_stop  # type: ignore[method-assign]
+    elif os.environ["WHERE"] == "connect":
+        time.sleep(1.5)
+    try:
+        tdt.init_distributed(timeout_s=float(os.environ.get("INIT_TIMEOUT", "600")))
+        emit(rank=me, error=None, ended=time.time())
+    except tdt.AutotuneError as exc:
+        emit(rank=me, error=type(exc).__name__, message=str(exc), ended=time.time())
+        os._exit(3)
+
+
 if __name__ == "__main__":
     main()

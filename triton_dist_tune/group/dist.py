@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, describe_error
-from . import epoch, exits
+from . import epoch, exits, store_silence
 
 
 def _required(value: int | None, names: tuple[str, ...]) -> int:
@@ -77,20 +77,29 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     where = f"the job's key-value store {job.master_addr}:{port} ({'this rank hosts it' if hosts else _host()})"
     if not hosts:
         _reach(job.master_addr, port, join_s, rank, where)
-    try:
-        store = dist.TCPStore(job.master_addr, port, world, is_master=hosts, timeout=timedelta(seconds=join_s),
-                              wait_for_workers=False)
-    except dist.DistError as exc:  # a port taken, or a store gone since it was reached: one line, not torch's
-        raise AutotuneError(f"init_distributed: rank {rank} could not {'start' if hosts else 'connect to'} {where}: "
-                            f"{describe_error(exc)}") from None
-    attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, join_s, where=where)
-    store.set_timeout(timedelta(seconds=timeout_s))
-    # the job's name: its first attempt's, kept by the store that outlives them (the launcher may name none)
-    settings.name_job(store.compare_set("triton_dist_tune/job", "", attempt).decode(errors="replace")[:40])
-    dist.init_process_group(backend, store=dist.PrefixStore(f"attempt{attempt}/", store), rank=rank,
-                            world_size=world, timeout=timedelta(seconds=timeout_s))
-    if world > 1 and not job.agent_store:  # rank 0's process hosts the store: it lingers at exit (.exits)
-        exits.register(store, f"attempt{attempt}/triton_dist_tune/", rank, world, host=rank == 0)
+    try:  # a host that stops answering (frozen) ends this within T + max(1, T/10) s, a connect at join_s
+        with store_silence.answering((job.master_addr, port) if world > 1 else None, settings.current().timeout):
+            try:
+                store = dist.TCPStore(job.master_addr, port, world, is_master=hosts,
+                                      timeout=timedelta(seconds=join_s), wait_for_workers=False)
+            except dist.DistError as exc:  # a port taken, or a store gone since it was reached: one line
+                if store_silence.was_cut():
+                    raise
+                raise AutotuneError(f"init_distributed: rank {rank} could not {'start' if hosts else 'connect to'} "
+                                    f"{where}: {describe_error(exc)}") from None
+            attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, join_s, where=where)
+            store.set_timeout(timedelta(seconds=timeout_s))
+            # the job's name: its first attempt's, kept by the store that outlives them (the launcher may name none)
+            settings.name_job(store.compare_set("triton_dist_tune/job", "", attempt).decode(errors="replace")[:40])
+            dist.init_process_group(backend, store=dist.PrefixStore(f"attempt{attempt}/", store), rank=rank,
+                                    world_size=world, timeout=timedelta(seconds=timeout_s))
+            if world > 1 and not job.agent_store:  # rank 0's process hosts the store: it lingers at exit (.exits)
+                exits.register(store, f"attempt{attempt}/triton_dist_tune/", rank, world, host=rank == 0)
+    except Exception as exc:
+        if not store_silence.was_cut():
+            raise
+        raise GroupTimeoutError(f"triton_dist_tune: init_distributed (global rank {rank}): {where} "
+                                f"{store_silence.lost_reason()}") from exc
     return dist.group.WORLD
 
 

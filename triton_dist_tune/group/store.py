@@ -125,20 +125,22 @@ class StoreGroup(Group):
         naming = epoch.Naming(self.store, namespace(self.name, self.global_ranks, "-", self._incarnation) + "name/",
                               self.rank, self.size)
         what, started, timeout = "name this attempt in the group", time.monotonic(), timeout or default_timeout()
-        name = self._request(lambda: epoch.name_among(
-            naming, lambda keys, lookup, poll: self._wait(keys, what, timeout, lookup, poll)), what, started)
+        with store_silence.answering(self.store, default_timeout()):
+            name = self._request(lambda: epoch.name_among(
+                naming, lambda keys, lookup, poll: self._wait(keys, what, timeout, lookup, poll)), what, started)
         self._prefix = namespace(self.name, self.global_ranks, name, self._incarnation)
         return self._prefix
 
     def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
         timeout = default_timeout() if timeout is None else timeout
-        self._named(timeout)
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
-        if self.rank == 0:
-            return self._gather_and_send(seq, obj, fn, what, timeout)
-        return self._send_and_receive(seq, obj, what, timeout)
+        with store_silence.answering(self.store, default_timeout()):  # (a frozen host: no beat may tell)
+            self._named(timeout)
+            with self._lock:
+                self._seq += 1
+                seq = self._seq
+            if self.rank == 0:
+                return self._gather_and_send(seq, obj, fn, what, timeout)
+            return self._send_and_receive(seq, obj, what, timeout)
 
     def _gather_and_send(self, seq: int, obj: Any, fn: Callable[[list[Any]], Any], what: str,
                          timeout: float) -> Any:
@@ -314,7 +316,7 @@ class StoreGroup(Group):
             raise
         except Exception as exc:  # the store raises DistStoreError (or RuntimeError on older torch) on timeout
             waited = time.monotonic() - started
-            if waited < 0.9 * timeout:  # not a timeout: the store itself went away
+            if waited < 0.9 * timeout or store_silence.was_cut():  # not a timeout: the store itself went away
                 message = self._lost_message(what, waited, exc)
             else:
                 late = _with_rank_0(lookup, lookup.confirm(lookup.missing()), rank_0_by)

@@ -15,6 +15,14 @@ after which a waiting rank gives up on a silent peer, ``T + max(1, T/10)``) mean
 socket of this process connected to the store's port (read from ``/proc``: torch gives no handle on them), so the
 requests blocked on them raise a transport error, which the exchanges report as a lost store
 (:func:`lost_reason` says how it was lost), and later requests on those clients fail at once.
+
+Where no beat is watched (an exchange before a tuning's board opens or after it closes: a campaign's agreement on its
+keys, a tuned function's first exchange; ``init_distributed``, before any group exists), the exchange opens a
+section (:func:`answering`): while one is open and no board or watch of this process beats on the store's port,
+this process's prober (:class:`_Answering`, two daemon threads per store port, idle between sections) asks the
+store one quick question every ``window / 5`` s (at most every second; a section that ends sooner asks nothing) on a
+client of its own, watched as a beat is. Before, a rank at such an exchange waited without end for a frozen host
+(``test_frozen_host.py``).
 """
 
 from __future__ import annotations
@@ -24,9 +32,13 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
-from .clients import side_client
+from .clients import SHORT_WAIT_S, side_client
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -44,16 +56,23 @@ def was_cut() -> bool:
     return bool(_CUT)
 
 
-def store_port(store: Any) -> int | None:
-    """The port of the TCP store under ``store`` (prefix stores unwrapped); None where there is none."""
+def store_address(store: Any) -> tuple[str, int] | None:
+    """The host and port of the TCP store under ``store`` (prefix stores unwrapped); None where there is none."""
     for _ in range(16):
         port = getattr(store, "port", None)
         if isinstance(port, int):
-            return port
+            host = getattr(store, "host", None)
+            return (host if isinstance(host, str) else "", port)
         store = getattr(store, "underlying_store", None)
         if store is None:
             return None
     return None
+
+
+def store_port(store: Any) -> int | None:
+    """The port of the TCP store under ``store`` (prefix stores unwrapped); None where there is none."""
+    address = store_address(store)
+    return None if address is None else address[1]
 
 
 def cut_connections(port: int) -> int:
@@ -99,7 +118,16 @@ class Silence:
 
     def start(self) -> None:
         if self.port is not None:
-            threading.Thread(target=self._watch, name="tdt-store-silence", daemon=True).start()
+            with _lock:
+                _beating[self.port] += 1
+            try:
+                threading.Thread(target=self._watch, name="tdt-store-silence", daemon=True).start()
+            except RuntimeError:  # (the interpreter's exit)
+                self._done()
+
+    def _done(self) -> None:
+        with _lock:
+            _beating[self.port] -= 1
 
     def beating(self) -> None:
         self.since = time.monotonic()
@@ -108,18 +136,161 @@ class Silence:
         self.since = None
 
     def _watch(self) -> None:
-        every = max(0.05, min(1.0, self.window / 5))
-        while not self._stop.wait(every):
-            since = self.since
-            if since is None or time.monotonic() - since < self.window or self.port is None:
-                continue
-            waited = time.monotonic() - since
+        try:
+            while not self._stop.wait(every(self.window)):
+                since = self.since
+                if since is not None and self.port is not None and time.monotonic() - since >= self.window:
+                    _cut(self.port, time.monotonic() - since)
+                    return
+        finally:
+            self._done()
+
+
+def window_of(timeout: float) -> float:
+    """The silence after which a request reads as unanswered, for a group whose step waits ``timeout`` (``T``):
+    ``T + max(1, T/10)``, the bound after which a waiting rank gives up on a silent peer (the exchange timeout of
+    :func:`triton_dist_tune.faults.watchdog.exchange_timeout`, which this package does not import)."""
+    return timeout + max(1.0, 0.1 * timeout)
+
+
+def every(window: float) -> float:
+    """The pause between two beats (or probes) watched with ``window``: a fifth of it, from 0.05 to 1 s."""
+    return max(0.05, min(1.0, window / 5))
+
+
+def _cut(port: int, waited: float) -> None:
+    """The store at ``port`` did not answer a request for ``waited`` s: say so, and cut this process's connections."""
+    with _lock:
+        first = not _CUT
+        if first:
             _CUT.append(f"did not answer for {waited:.0f} s (frozen, or cut off from this host): this rank closed "
                         "its connections to it")
-            log.warning("triton_dist_tune: the key-value store (port %d) did not answer a request for %.1f s: its "
-                        "host is frozen or cut off; %d connection(s) to it closed", self.port, waited,
-                        cut_connections(self.port))
-            return
+    cut = cut_connections(port)
+    if first:
+        log.warning("triton_dist_tune: the key-value store (port %d) did not answer a request for %.1f s: its host "
+                    "is frozen or cut off; %d connection(s) to it closed", port, waited, cut)
+
+
+_lock = threading.Lock()
+#: per store port: how many :class:`Silence` watches of this process are watching beats on it now
+_beating: Counter[int] = Counter()
+#: per store port: this process's prober (:class:`_Answering`), made at its first section
+_answering: dict[int, _Answering] = {}
+
+
+class _Answering:
+    """This process's prober of the store at ``address`` during the sections of exchanges (:func:`answering`): a
+    thread that asks the store a quick question (``check``, on a client of its own with :data:`SHORT_WAIT_S` for its
+    timeout, connected at its first question) every :func:`every` s while a section is open and no
+    :class:`Silence` watches the port, and a thread that reads a question in flight for the open sections' window:
+    it then cuts this process's connections to the port, and again every :func:`every` s while a section stays
+    open (torch's connect tries again on a new connection within its timeout: ``init_distributed``'s)."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.address = address
+        self._cond = threading.Condition(_lock)
+        #: the windows of the sections open now (section id -> window)
+        self._open: dict[int, float] = {}
+        self._ids = 0
+        #: ``time.monotonic()`` when the question in flight was asked (None: none in flight)
+        self._since: float | None = None
+        self._client: Any = None
+        #: how many questions this prober has asked (for tests and measurements)
+        self.asked = 0
+        for target in (self._ask, self._watch):
+            threading.Thread(target=target, name="tdt-store-answering", daemon=True).start()
+
+    def open(self, window: float) -> int:
+        with self._cond:
+            self._ids += 1
+            self._open[self._ids] = window
+            self._cond.notify_all()
+            return self._ids
+
+    def close(self, section: int) -> None:
+        with self._cond:
+            self._open.pop(section, None)
+
+    def _window(self) -> float | None:
+        """The shortest window of the open sections, waited for while none is open (call under the lock)."""
+        while not self._open:
+            self._cond.wait()
+        return min(self._open.values())
+
+    def _ask(self) -> None:
+        while True:
+            with self._cond:
+                window = self._window()
+            time.sleep(every(window))
+            with self._cond:
+                if not self._open or _beating[self.address[1]] or _CUT:
+                    continue
+                self._since, self.asked = time.monotonic(), self.asked + 1
+            try:
+                if self._client is None:
+                    self._client = _client(self.address)
+                self._client.check(["triton_dist_tune/answering"])
+            except Exception as exc:  # no host yet, or gone: the section's own requests say so
+                log.debug("triton_dist_tune: the store did not take a question: %s", exc)
+                self._client = None
+            finally:
+                self._since = None
+
+    def _watch(self) -> None:
+        while True:
+            with self._cond:
+                window = self._window()
+            time.sleep(every(window))
+            since = self._since
+            with self._cond:
+                still = bool(self._open)
+            if still and (_CUT or (since is not None and time.monotonic() - since >= window)):
+                _cut(self.address[1], time.monotonic() - (since or time.monotonic()))
+
+
+def _client(address: tuple[str, int]) -> Any:
+    """A client of the store at ``address`` of the prober's own."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(address[0], address[1], is_master=False, timeout=timedelta(seconds=SHORT_WAIT_S),
+                         wait_for_workers=False)
+
+
+@contextmanager
+def answering(store: Any, timeout: float) -> Iterator[None]:
+    """A section of requests to ``store`` (a store, or its ``(host, port)``; nothing is watched but a TCP store)
+    that no beat may watch, of a group whose step waits ``timeout`` (``T``): a request (or connect) of it in flight
+    for :func:`window_of` ``(T)`` seconds reads as a host that does not answer, and this process's connections to
+    the store are cut (see the module docstring). Costs no request where the section ends within :func:`every` s
+    of its start; the store is not kept (a store kept would keep its host's server running)."""
+    address, window = store if isinstance(store, tuple) else store_address(store), window_of(timeout)
+    if address is None:
+        yield
+        return
+    try:
+        with _lock:
+            prober = _answering.get(address[1])
+            if prober is None or prober.address != address:
+                prober = _answering[address[1]] = _Answering(address)
+        section = prober.open(window)
+    except RuntimeError:  # no thread at the interpreter's exit: unwatched, as before
+        yield
+        return
+    try:
+        yield
+    finally:
+        prober.close(section)
+
+
+def _forked() -> None:
+    """In a forked child: the parent's probers' threads are not there; its own are made at its first section."""
+    global _lock
+    _lock = threading.Lock()
+    _answering.clear()
+    _beating.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def beat(silence: Silence | None, job: Any, key: str) -> None:
