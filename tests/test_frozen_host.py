@@ -107,3 +107,34 @@ def test_init_distributed_ends_when_the_store_host_freezes_naming_its_address(tm
     assert "did not answer" in said["message"] and "127.0.0.1:" in said["message"], said
     assert "\n" not in said["message"], said
     assert said["ended"] - frozen < 3 * T + 10, said
+
+
+@pytest.mark.timeout(120)
+def test_a_healthy_store_is_asked_nothing_in_short_exchanges_and_once_a_second_in_a_long_one(tmp_path: Path):
+    """The cost of watching exchanges for a frozen host (``store_silence.answering``), counted: 20 exchanges one
+    after another ask the store no question (an exchange shorter than ``min(1, window/5)`` s asks none, nor do
+    such exchanges back to back), and rank 1 waiting 3 s for rank 0 at an exchange asks about one a second (2 or
+    3; rank 0, which writes the result at once, none). No rank cuts the store. (At most 1 in the quick part: a rank
+    of a loaded machine may wait a second at one of them.)"""
+    env = tuner_env(tmp_path, timeout=T)
+    results = run_ranks(SCRIPT, 2, ["healthy_host_questions"], env=env, timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result["quick"] <= 1 and not r.result["cut"], r.result
+    assert results[0].result["slow"] <= 1, results[0].result
+    assert 1 <= results[1].result["slow"] <= 4, results[1].result
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_exiting_normally_while_the_store_host_is_frozen_ends(tmp_path: Path):
+    """Rank 0 (the store's host) stops itself; rank 1 then exits normally, and its exit hook counts it out in the
+    store (``group/exits.py``). Its process must end within ``LINGER_S + max(1, LINGER_S/10)`` s and a few (the
+    count-out is watched as an exchange is, with the linger's 5 s for ``T``: an exit never waits the tuning's
+    ``T``). Before, its count-out waited without end for the frozen host (TimeoutError)."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {**tuner_env(tmp_path, timeout=T), "FAULT_DIR": str(faults)}
+    results = run_ranks(SCRIPT, 2, ["frozen_host_at_exit"], env=env, timeout=60, stuck=[0])
+    ended = time.time()
+    assert results[1].returncode == 0, describe(results)
+    assert ended - results[1].result["exiting"] < 20, describe(results)

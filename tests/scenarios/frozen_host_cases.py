@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -136,6 +137,43 @@ def frozen_host_in_init():
     except tdt.AutotuneError as exc:
         emit(rank=me, error=type(exc).__name__, message=str(exc), ended=time.time())
         os._exit(3)
+
+
+@case
+def frozen_host_at_exit():
+    """Rank 0 (the store's host) stops itself once both ranks have the group; rank 1 exits normally (its exit hook
+    counts it out in the store: ``group/exits.py``)."""
+    tdt.init_distributed()
+    dist.barrier()
+    if dist.get_rank() == 0:
+        _freeze()
+    time.sleep(0.5)
+    emit(rank=1, exiting=time.time())
+    sys.stdout.flush()
+    sys.exit(0)  # a normal exit, its hooks run (not _cases.main's os._exit)
+
+
+@case
+def healthy_host_questions():
+    """No freeze: 20 exchanges one after another (each a few ms), then one that rank 1 waits 3 s at for rank 0.
+    Each rank says how many questions its prober asked the store after each part, and whether it cut the store."""
+    from triton_dist_tune.group import store_silence
+    from triton_dist_tune.group.store import StoreGroup
+
+    tdt.init_distributed()
+    group = StoreGroup(dist.group.WORLD)
+
+    def asked() -> int:
+        return sum(prober.asked for prober in store_silence._answering.values())
+
+    before = asked()
+    for i in range(20):
+        group.combine(i, "quick", lambda xs: sum(xs))
+    quick = asked() - before
+    if group.rank == 0:
+        time.sleep(3.0)
+    group.combine(0, "slow", lambda xs: sum(xs))
+    emit(rank=group.rank, quick=quick, slow=asked() - before - quick, cut=store_silence.was_cut())
 
 
 if __name__ == "__main__":

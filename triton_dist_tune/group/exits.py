@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from . import store_silence
 from .clients import own_client
 from .note import on_this_host, parse_process, process_gone, this_process
 from .store_peek import peek
@@ -181,7 +182,8 @@ def linger(job: Job) -> Linger:
     later."""
     started = time.monotonic()
     try:
-        count = _write_out(job.store, job, NORMAL)
+        with store_silence.answering(job.store, LINGER_S):  # (a frozen host: cut after 6 s, never waited for)
+            count = _write_out(job.store, job, NORMAL)
         if not job.host:
             return Linger("not the host", 0.0, count, job.world, {})
         evidence, gone, ended = _Evidence(job), {}, "counted out"

@@ -17,12 +17,12 @@ requests blocked on them raise a transport error, which the exchanges report as 
 (:func:`lost_reason` says how it was lost), and later requests on those clients fail at once.
 
 Where no beat is watched (an exchange before a tuning's board opens or after it closes: a campaign's agreement on its
-keys, a tuned function's first exchange; ``init_distributed``, before any group exists), the exchange opens a
-section (:func:`answering`): while one is open and no board or watch of this process beats on the store's port,
-this process's prober (:class:`_Answering`, two daemon threads per store port, idle between sections) asks the
-store one quick question every ``window / 5`` s (at most every second; a section that ends sooner asks nothing) on a
-client of its own, watched as a beat is. Before, a rank at such an exchange waited without end for a frozen host
-(``test_frozen_host.py``).
+keys, a tuned function's first exchange; ``init_distributed``, before any group exists; the count-out at exit), the
+requests run in a section (:func:`answering`). While one is open and no watched beat of this process (a board's, a
+progress watch's) began on the store's port within :data:`BEATEN_S` s, the process's prober (:class:`_Answering`:
+two daemon threads per port, idle between sections) asks the store one quick question every ``window / 5`` s (at
+most 1 s; none in sections shorter than that) on a client of its own, watched as a beat is. Before, a rank at such
+an exchange waited without end for a frozen host (``test_frozen_host.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import os
 import socket
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -118,32 +117,22 @@ class Silence:
 
     def start(self) -> None:
         if self.port is not None:
-            with _lock:
-                _beating[self.port] += 1
-            try:
-                threading.Thread(target=self._watch, name="tdt-store-silence", daemon=True).start()
-            except RuntimeError:  # (the interpreter's exit)
-                self._done()
-
-    def _done(self) -> None:
-        with _lock:
-            _beating[self.port] -= 1
+            threading.Thread(target=self._watch, name="tdt-store-silence", daemon=True).start()
 
     def beating(self) -> None:
         self.since = time.monotonic()
+        if self.port is not None:
+            _watched_at[self.port] = self.since
 
     def beaten(self) -> None:
         self.since = None
 
     def _watch(self) -> None:
-        try:
-            while not self._stop.wait(every(self.window)):
-                since = self.since
-                if since is not None and self.port is not None and time.monotonic() - since >= self.window:
-                    _cut(self.port, time.monotonic() - since)
-                    return
-        finally:
-            self._done()
+        while not self._stop.wait(every(self.window)):
+            since = self.since
+            if since is not None and self.port is not None and time.monotonic() - since >= self.window:
+                _cut(self.port, time.monotonic() - since)
+                return
 
 
 def window_of(timeout: float) -> float:
@@ -172,25 +161,30 @@ def _cut(port: int, waited: float) -> None:
 
 
 _lock = threading.Lock()
-#: per store port: how many :class:`Silence` watches of this process are watching beats on it now
-_beating: Counter[int] = Counter()
+#: per store port: ``time.monotonic()`` when this process's last watched beat began (:meth:`Silence.beating`: a
+#: board's or a progress watch's, on the side client): one within :data:`BEATEN_S` watches the store already
+_watched_at: dict[int, float] = {}
+#: a watched beat this recent stands for the prober's question (beats come at most 1 s apart)
+BEATEN_S = 2.0
 #: per store port: this process's prober (:class:`_Answering`), made at its first section
 _answering: dict[int, _Answering] = {}
 
 
 class _Answering:
     """This process's prober of the store at ``address`` during the sections of exchanges (:func:`answering`): a
-    thread that asks the store a quick question (``check``, on a client of its own with :data:`SHORT_WAIT_S` for its
-    timeout, connected at its first question) every :func:`every` s while a section is open and no
-    :class:`Silence` watches the port, and a thread that reads a question in flight for the open sections' window:
-    it then cuts this process's connections to the port, and again every :func:`every` s while a section stays
-    open (torch's connect tries again on a new connection within its timeout: ``init_distributed``'s)."""
+    thread asks the store a quick question (``check``, on a client of its own with :data:`SHORT_WAIT_S` for its
+    timeout, connected at its first question) every :func:`every` s while a section is open and no watched beat
+    began within :data:`BEATEN_S` s; another reads a question in flight for the open sections' window: it then cuts
+    this process's connections to the port, and again every :func:`every` s while a section stays open (torch's
+    connect tries again on a new connection within its timeout: ``init_distributed``'s)."""
 
     def __init__(self, address: tuple[str, int]) -> None:
         self.address = address
         self._cond = threading.Condition(_lock)
-        #: the windows of the sections open now (section id -> window)
-        self._open: dict[int, float] = {}
+        #: the sections open now: section id -> (window, ``time.monotonic()`` when it opened)
+        self._open: dict[int, tuple[float, float]] = {}
+        #: ``time.monotonic()`` of the last question due (asked, or skipped: a board beats)
+        self._asked_at = 0.0
         self._ids = 0
         #: ``time.monotonic()`` when the question in flight was asked (None: none in flight)
         self._since: float | None = None
@@ -203,7 +197,7 @@ class _Answering:
     def open(self, window: float) -> int:
         with self._cond:
             self._ids += 1
-            self._open[self._ids] = window
+            self._open[self._ids] = (window, time.monotonic())
             self._cond.notify_all()
             return self._ids
 
@@ -211,21 +205,30 @@ class _Answering:
         with self._cond:
             self._open.pop(section, None)
 
-    def _window(self) -> float | None:
+    def _window(self) -> float:
         """The shortest window of the open sections, waited for while none is open (call under the lock)."""
         while not self._open:
             self._cond.wait()
-        return min(self._open.values())
+        return min(window for window, _ in self._open.values())
+
+    def _due(self) -> float:
+        """When the next question is due (``time.monotonic()``; call under the lock, waits while no section is
+        open): :func:`every` s into the oldest open section and after the last question, so that a section that
+        ends sooner, or sections one after another each shorter than that, ask nothing."""
+        pause = every(self._window())
+        return max(min(opened for _, opened in self._open.values()), self._asked_at) + pause
 
     def _ask(self) -> None:
         while True:
             with self._cond:
-                window = self._window()
-            time.sleep(every(window))
-            with self._cond:
-                if not self._open or _beating[self.address[1]] or _CUT:
+                due, now = self._due(), time.monotonic()
+                if due > now:
+                    self._cond.wait(due - now)  # (a section opened meanwhile: looked at again)
                     continue
-                self._since, self.asked = time.monotonic(), self.asked + 1
+                self._asked_at = now
+                if now - _watched_at.get(self.address[1], -BEATEN_S) < BEATEN_S or _CUT:  # (a cut store is lost)
+                    continue
+                self._since, self.asked = now, self.asked + 1
             try:
                 if self._client is None:
                     self._client = _client(self.address)
@@ -287,7 +290,7 @@ def _forked() -> None:
     global _lock
     _lock = threading.Lock()
     _answering.clear()
-    _beating.clear()
+    _watched_at.clear()
 
 
 os.register_at_fork(after_in_child=_forked)
