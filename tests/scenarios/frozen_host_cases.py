@@ -88,11 +88,27 @@ def frozen_host_before_an_exchange():
     """Rank 0 (the store's host) stops itself once both ranks have the group (a gloo barrier, no store request);
     rank 1 goes on to an exchange that opens no failure board and no progress watch: ``WHERE=campaign``, a
     campaign's agreement on its keys (its first exchange); ``WHERE=autotune``, a tuned function's first call, whose
-    first exchange (the agreement on its key and config space) comes before its failure board opens."""
+    first exchange (the agreement on its key and config space) comes before its failure board opens;
+    ``WHERE=board``, a tuned function's first call, rank 0 stopping as its failure board opens, rank 1 opening its
+    own once rank 0 has stopped (a board's first requests come before any beat)."""
+    from triton_dist_tune.group.store import StoreGroup
+
     tdt.init_distributed()
-    me = dist.get_rank()
+    me, where = dist.get_rank(), os.environ["WHERE"]
     dist.barrier()
-    if me == 0:
+    if where == "board":  # rank 0 stops as its first board opens, rank 1 opens its own once rank 0 has stopped
+        board, frozen = StoreGroup.board, Path(os.environ["FAULT_DIR"], "frozen")
+
+        def freeze_then_open(group: StoreGroup, window: float | None = None):
+            if me == 0:
+                _freeze()
+            while not frozen.exists():
+                time.sleep(0.05)
+            time.sleep(0.2)
+            return board(group, window)
+
+        StoreGroup.board = freeze_then_open  # type: ignore[method-assign]
+    elif me == 0:
         _freeze()
 
     @tdt.autotune(config_space=[{"v": v} for v in range(2)], key_fn=lambda x: tuple(x.shape), n_warmup=1,
@@ -101,7 +117,7 @@ def frozen_host_before_an_exchange():
         return x * (v + 1)
 
     try:
-        if os.environ["WHERE"] == "campaign":
+        if where == "campaign":
             tdt.campaign(work, lambda n: (torch.ones(n),), keys=[4, 8], progress=False)
         else:
             work(torch.ones(4))

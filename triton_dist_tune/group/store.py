@@ -250,9 +250,10 @@ class StoreGroup(Group):
         """A failure board under this group's prefix, scoped to the exchange sequence number now (the same on
         every rank: each calls this at the same point of the sequence), beating while it is open when ``window``
         is given (:class:`StoreBoard`)."""
-        scope = self.at_exchange("board")
-        with self._lock:
-            board = self._board = StoreBoard(self, scope, window, self._board)
+        scope, started = self.at_exchange("board"), time.monotonic()  # (its first requests come before any beat)
+        with store_silence.answering(self.store, default_timeout()), self._lock:
+            board = self._board = self._request(lambda: StoreBoard(self, scope, window, self._board),
+                                                "open a failure board", started)
         return board
 
     def board_closed(self, board: StoreBoard) -> None:

@@ -14,7 +14,7 @@ from .beat import Members, counts
 from .channel import BadBoardEntry, Board, FailureReport
 from .clients import side_client
 from .store_peek import peek
-from .store_silence import Silence, beat, was_cut
+from .store_silence import Silence, answering, beat, was_cut
 
 
 class BoardOwner(Protocol):
@@ -237,15 +237,16 @@ class StoreBoard(Board):
         if self._beater is not None:
             self._beater.join(timeout=2.0)  # its last beat must not write the key again after the deletion
         self.group.board_closed(self)
-        try:
-            store = self.store
-            self._members.close(lambda: [f"{self.scope}beat/{r}" for r in range(self.group.size)])
-            if not clean:
-                return
-            if self.group.rank == 0:  # the reports it read (up to a gap: a count another process added to is
-                self.read()  # no bound on the keys to delete, which went on for hours at close)
-                for n in range(1, min(int(store.add(f"{self.scope}count", 0)), len(self._seen)) + 1):
-                    store.delete_key(f"{self.scope}{n}")
-                store.delete_key(f"{self.scope}count")
+        try:  # (no beat watches the store now: a frozen host is read by the section's prober)
+            with answering(self.group.store, settings.current().timeout):
+                store = self.store
+                self._members.close(lambda: [f"{self.scope}beat/{r}" for r in range(self.group.size)])
+                if not clean:
+                    return
+                if self.group.rank == 0:  # the reports it read (up to a gap: a count another process added to is
+                    self.read()  # no bound on the keys to delete, which went on for hours at close)
+                    for n in range(1, min(int(store.add(f"{self.scope}count", 0)), len(self._seen)) + 1):
+                        store.delete_key(f"{self.scope}{n}")
+                    store.delete_key(f"{self.scope}count")
         except Exception as exc:  # the store is gone (the job is ending): nothing to tidy
             log.debug("triton_dist_tune: could not delete the failure board's keys (%s)", exc)
