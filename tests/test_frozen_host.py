@@ -66,12 +66,13 @@ def test_a_campaign_unit_waiting_at_a_round_for_a_frozen_store_host_ends_naming_
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("where", ["campaign", "autotune", "board"])
+@pytest.mark.parametrize("where", ["campaign", "autotune", "board", "watch"])
 def test_a_rank_at_an_exchange_without_a_board_ends_when_the_store_host_freezes(tmp_path: Path, where: str):
     """Rank 0 (the store's host) stops itself once both ranks have the group; rank 1 goes on to an exchange that
     neither a failure board nor a progress watch covers: a campaign's agreement on its keys, or a tuned function's
     first exchange (its agreement on the key and config space, before its board opens), or rank 0 stops as its
-    failure board opens (rank 1's board's first requests come before any beat is watched). It must end with the
+    failure board (or a campaign's progress watch) opens: rank 1's board's first requests come before any beat is
+    watched. It must end with the
     library's error saying the store did not answer, within ``3 T + 10`` s of the freeze. Before, nothing read the
     host's silence there: rank 1's request waited without end (torch's client bounds no reply; TimeoutError)."""
     faults = tmp_path / "faults"

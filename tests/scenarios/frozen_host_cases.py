@@ -90,24 +90,28 @@ def frozen_host_before_an_exchange():
     campaign's agreement on its keys (its first exchange); ``WHERE=autotune``, a tuned function's first call, whose
     first exchange (the agreement on its key and config space) comes before its failure board opens;
     ``WHERE=board``, a tuned function's first call, rank 0 stopping as its failure board opens, rank 1 opening its
-    own once rank 0 has stopped (a board's first requests come before any beat)."""
+    own once rank 0 has stopped (a board's first requests come before any beat); ``WHERE=watch``, the same with a
+    campaign of units of one rank, whose rounds a progress watch watches."""
+    from triton_dist_tune.faults.progress import RoundWatch
     from triton_dist_tune.group.store import StoreGroup
 
     tdt.init_distributed()
     me, where = dist.get_rank(), os.environ["WHERE"]
     dist.barrier()
-    if where == "board":  # rank 0 stops as its first board opens, rank 1 opens its own once rank 0 has stopped
-        board, frozen = StoreGroup.board, Path(os.environ["FAULT_DIR"], "frozen")
+    if where in ("board", "watch"):  # rank 0 stops as it opens its first, rank 1 opens its own once rank 0 stopped
+        owner, name = (StoreGroup, "board") if where == "board" else (RoundWatch, "start")
+        opening, frozen = getattr(owner, name), Path(os.environ["FAULT_DIR"], "frozen")
 
-        def freeze_then_open(group: StoreGroup, window: float | None = None):
+        def freeze_then_open(*args, **kwargs):
             if me == 0:
                 _freeze()
             while not frozen.exists():
                 time.sleep(0.05)
             time.sleep(0.2)
-            return board(group, window)
+            return opening(*args, **kwargs)
 
-        StoreGroup.board = freeze_then_open  # type: ignore[method-assign]
+        setattr(owner, name, freeze_then_open if where == "board" else classmethod(
+            lambda cls, *args, **kwargs: freeze_then_open(*args, **kwargs)))
     elif me == 0:
         _freeze()
 
@@ -117,8 +121,8 @@ def frozen_host_before_an_exchange():
         return x * (v + 1)
 
     try:
-        if where == "campaign":
-            tdt.campaign(work, lambda n: (torch.ones(n),), keys=[4, 8], progress=False)
+        if where in ("campaign", "watch"):  # (units of one rank: a progress watch, no board)
+            tdt.campaign(work, lambda n: (torch.ones(n),), keys=[4, 8], local=where == "watch", progress=False)
         else:
             work(torch.ones(4))
         emit(rank=me, error=None, ended=time.time())

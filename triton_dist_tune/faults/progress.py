@@ -43,7 +43,7 @@ from ..faults.watchdog import exchange_timeout
 from ..group.beat import Members, counts
 from ..group.channel import Group, report_waiting
 from ..group.clients import side_client
-from ..group.store_silence import Silence, beat, lost_reason
+from ..group.store_silence import Silence, answering, beat, lost_reason
 from ..group.store_wait import ArrivalLog, Arrivals, Pace, StoreWaitTimeout, quiet_store_wait
 from ..settings import current, store_host
 from .unit_notes import NoteLog
@@ -155,12 +155,7 @@ class RoundWatch:
             # watches this process started would not be: a rank that ever started one the others did not would
             # never meet them again); a campaign's watch and a tuning's inside it are told apart by their kinds
             watch.scope = _claimed(group, f"watch/{watch.work}/{watch.unit}")
-            watch._members = Members(group.store, f"{watch.scope}closed", group.size,  # type: ignore[attr-defined]
-                                     group.rank)
-            watch._members.open()
-            watch._silence = Silence(group.store, exchange_timeout(timeout), watch._stop)  # type: ignore[attr-defined]
-            watch._silence.start()
-            watch._beat()
+            _open(watch, group.store)  # type: ignore[attr-defined]
             watch._thread = threading.Thread(target=watch._beating, name=f"tdt-beat-{title}", daemon=True)
             watch._thread.start()
         return watch
@@ -392,8 +387,9 @@ class RoundWatch:
         if self._thread is not None:
             self._thread.join(timeout=2 * beat_interval(self.timeout))
         if self._members is not None:
-            try:
-                self._members.close(self._keys_to_delete)
+            try:  # (no beat watches the store now)
+                with answering(self.group.store, self.timeout):  # type: ignore[attr-defined]
+                    self._members.close(self._keys_to_delete)
             except Exception:  # the store is gone (the job is ending): nothing to tidy
                 pass
 
@@ -405,3 +401,20 @@ class RoundWatch:
         its own at this scope (a side path), which could still open the group's watch there."""
         units = list(range(self.group.size))
         return [*map(self._beat_key, units), *self._notes("left").keys(units), *self._notes("stuck").keys(units)]
+
+
+def _open(watch: RoundWatch, store: Any) -> None:
+    """Open ``watch`` in ``store``: its members' count, the watch over its beats, its first beat. These requests come
+    before any watched beat: they run in a section (:func:`~triton_dist_tune.group.store_silence.answering`), so a
+    frozen host ends them (before, a unit that opened its watch as the host froze waited without end:
+    ``test_frozen_host.py``); a store lost there is the tuner's error."""
+    try:
+        with answering(store, watch.timeout):
+            watch._members = Members(store, f"{watch.scope}closed", watch.group.size, watch.group.rank)
+            watch._members.open()
+            watch._silence = Silence(store, exchange_timeout(watch.timeout), watch._stop)
+            watch._silence.start()
+            watch._beat()
+    except Exception as exc:
+        watch._stop.set()
+        raise GroupTimeoutError(watch._store_lost("open the progress watch", exc)) from exc
