@@ -140,3 +140,14 @@ def test_a_rank_exiting_normally_while_the_store_host_is_frozen_ends(tmp_path: P
     ended = time.time()
     assert results[1].returncode == 0, describe(results)
     assert ended - results[1].result["exiting"] < 20, describe(results)
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_waiting_for_a_host_that_starts_late_prints_no_failed_connect(tmp_path: Path):
+    """Rank 1 waits 4 s in ``init_distributed`` for rank 0's store to listen (a host not started yet, not a frozen
+    one). Its prober asks nothing until a connection of its own to the store is established: a connect of the
+    prober's to a port nobody listens on fails after its 2 s timeout, and torch prints each such failure with its
+    C++ stack (before this rule: rank 1's stderr had ``TCP client failed to connect``)."""
+    results = run_ranks(SCRIPT, 2, ["late_host"], env=tuner_env(tmp_path, timeout=T), timeout=90)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert "failed to connect" not in results[1].stderr, results[1].stderr[-3000:]

@@ -174,6 +174,16 @@ def frozen_host_at_exit():
 
 
 @case
+def late_host():
+    """Rank 0 (the store's host) starts ``init_distributed`` 4 s after rank 1: rank 1 waits for its store to listen.
+    Both say they have the group."""
+    if int(os.environ["RANK"]) == 0:
+        time.sleep(4.0)
+    tdt.init_distributed()
+    emit(rank=dist.get_rank(), ok=True)
+
+
+@case
 def healthy_host_questions():
     """No freeze: 20 exchanges one after another (each a few ms), then one that rank 1 waits 3 s at for rank 0.
     Each rank says how many questions its prober asked the store after each part, and whether it cut the store."""

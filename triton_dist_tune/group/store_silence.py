@@ -74,8 +74,8 @@ def store_port(store: Any) -> int | None:
     return None if address is None else address[1]
 
 
-def cut_connections(port: int) -> int:
-    """Shut down every socket of this process whose peer's port is ``port``; return how many."""
+def _sockets(port: int) -> list[tuple[int, str]]:
+    """This process's sockets whose peer's port is ``port``: (file descriptor, TCP state: ``01`` established)."""
     inodes: dict[str, int] = {}
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -84,7 +84,7 @@ def cut_connections(port: int) -> int:
             continue
         if link.startswith("socket:["):
             inodes[link[8:-1]] = int(fd)
-    cut = 0
+    found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as f:
@@ -93,16 +93,28 @@ def cut_connections(port: int) -> int:
             continue
         for row in rows:
             fields = row.split()
-            if len(fields) < 10 or fields[9] not in inodes or int(fields[2].rsplit(":", 1)[1], 16) != port:
-                continue
-            sock = socket.socket(fileno=inodes[fields[9]])
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-                cut += 1
-            except OSError:
-                pass
-            finally:
-                sock.detach()
+            if len(fields) >= 10 and fields[9] in inodes and int(fields[2].rsplit(":", 1)[1], 16) == port:
+                found.append((inodes[fields[9]], fields[3]))
+    return found
+
+
+def _established(port: int) -> bool:
+    """Whether a connection of this process to ``port`` is established (the host accepted it)."""
+    return any(state == "01" for _, state in _sockets(port))
+
+
+def cut_connections(port: int) -> int:
+    """Shut down every socket of this process whose peer's port is ``port``; return how many."""
+    cut = 0
+    for fd, _ in _sockets(port):
+        sock = socket.socket(fileno=fd)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+            cut += 1
+        except OSError:
+            pass
+        finally:
+            sock.detach()
     return cut
 
 
@@ -173,10 +185,11 @@ _answering: dict[int, _Answering] = {}
 class _Answering:
     """This process's prober of the store at ``address`` during the sections of exchanges (:func:`answering`): a
     thread asks the store a quick question (``check``, on a client of its own with :data:`SHORT_WAIT_S` for its
-    timeout, connected at its first question) every :func:`every` s while a section is open and no watched beat
-    began within :data:`BEATEN_S` s; another reads a question in flight for the open sections' window: it then cuts
-    this process's connections to the port, and again every :func:`every` s while a section stays open (torch's
-    connect tries again on a new connection within its timeout: ``init_distributed``'s)."""
+    timeout, connected at its first question once another connection of this process to the store is established)
+    every :func:`every` s while a section is open and no watched beat began within :data:`BEATEN_S` s; another reads
+    a question in flight for the open sections' window: it then cuts this process's connections to the port, and
+    again every :func:`every` s while a section stays open (torch's connect tries again on a new connection within
+    its timeout: ``init_distributed``'s)."""
 
     def __init__(self, address: tuple[str, int]) -> None:
         self.address = address
@@ -228,12 +241,15 @@ class _Answering:
                 self._asked_at = now
                 if now - _watched_at.get(self.address[1], -BEATEN_S) < BEATEN_S or _CUT:  # (a cut store is lost)
                     continue
-                self._since, self.asked = now, self.asked + 1
+            if self._client is None and not _established(self.address[1]):  # (a host that has not started yet:
+                continue  # torch prints each failed connect, with its stack)
+            self._since = time.monotonic()
             try:
                 if self._client is None:
                     self._client = _client(self.address)
                 self._client.check(["triton_dist_tune/answering"])
-            except Exception as exc:  # no host yet, or gone: the section's own requests say so
+                self.asked += 1
+            except Exception as exc:  # the host has gone: the section's own requests say so
                 log.debug("triton_dist_tune: the store did not take a question: %s", exc)
                 self._client = None
             finally:
