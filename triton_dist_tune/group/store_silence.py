@@ -210,8 +210,9 @@ class _Answering:
     def open(self, window: float) -> int:
         with self._cond:
             self._ids += 1
+            if not self._open:  # (the threads wait for a first section; a later one moves no question sooner)
+                self._cond.notify_all()
             self._open[self._ids] = (window, time.monotonic())
-            self._cond.notify_all()
             return self._ids
 
     def close(self, section: int) -> None:
