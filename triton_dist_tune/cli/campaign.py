@@ -151,6 +151,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     world = launcher.world_size or 1  # the launcher's, the same on every rank: each refuses alike, before the group
     _check_group_size(args.group_size, world)
     name = getattr(getattr(tuned, "tuner", None), "name", None) or args.function
+    started = world > 1 and not _group_started()  # (main() called in a process whose group is its own: kept)
     if world > 1:
         try:
             tdt.init_distributed(backend=args.backend)
@@ -162,10 +163,10 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     try:
         summary = tdt.campaign(tuned, build, keys, local=True if args.local else None, pg=pg, replicas=replicas)
     except AutotuneError as exc:  # the library's own: one line (an error of any other kind is a bug's: its traceback)
-        if world > 1 and isinstance(exc, AGREED):
+        if started and isinstance(exc, AGREED):
             _destroy_group()
         return stopped(name, exc, launcher.rank or 0)
-    if world > 1:
+    if started:
         _destroy_group()
     if (launcher.rank or 0) != 0:
         return 0  # every rank holds the same summary: rank 0 alone writes it and says how the campaign ended (below)
@@ -180,12 +181,19 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     return 1
 
 
+def _group_started() -> bool:
+    """Whether torch.distributed's default group exists already (the command was called in a process that made it)."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
 def _destroy_group() -> None:
-    """Destroy the job's group this command started, once the campaign ended alike on every rank (a summary, or an
-    :data:`AGREED` error): a process that exits with a gloo group alive can end in ``terminate called without an
-    active exception`` (SIGABRT: torch's gloo threads at the interpreter's end, pytorch/pytorch#190489; once in 80
-    jobs of ``benchmarks/chaos.py``). Not after a rank's own error: its peers may still be inside the group's
-    collectives."""
+    """Destroy the job's group this command started (not one its process had made before), once the campaign
+    ended alike on every rank (a summary, or an :data:`AGREED` error): a process that exits with a gloo group alive
+    can end in ``terminate called without an active exception`` (SIGABRT: torch's gloo threads at the interpreter's
+    end, pytorch/pytorch#190489; once in 80 jobs of ``benchmarks/chaos.py``). Not after a rank's own error: its
+    peers may still be inside the group's collectives."""
     import torch.distributed as dist
 
     try:
