@@ -78,7 +78,7 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     if not hosts:
         _reach(job.master_addr, port, join_s, rank, where)
     try:  # a host that stops answering (frozen) ends this within T + max(1, T/10) s, a connect at join_s
-        with store_silence.answering((job.master_addr, port) if world > 1 else None, settings.current().timeout):
+        with store_silence.answering((job.master_addr, port) if world > 1 else None, store_silence.tuner_timeout()):
             try:
                 store = dist.TCPStore(job.master_addr, port, world, is_master=hosts,
                                       timeout=timedelta(seconds=join_s), wait_for_workers=False)

@@ -125,7 +125,7 @@ class StoreGroup(Group):
         naming = epoch.Naming(self.store, namespace(self.name, self.global_ranks, "-", self._incarnation) + "name/",
                               self.rank, self.size)
         what, started, timeout = "name this attempt in the group", time.monotonic(), timeout or default_timeout()
-        with store_silence.answering(self.store, default_timeout()):
+        with store_silence.answering(self.store, store_silence.tuner_timeout()):
             name = self._request(lambda: epoch.name_among(
                 naming, lambda keys, lookup, poll: self._wait(keys, what, timeout, lookup, poll)), what, started)
         self._prefix = namespace(self.name, self.global_ranks, name, self._incarnation)
@@ -133,7 +133,7 @@ class StoreGroup(Group):
 
     def combine(self, obj: Any, what: str, fn: Callable[[list[Any]], Any], timeout: float | None = None) -> Any:
         timeout = default_timeout() if timeout is None else timeout
-        with store_silence.answering(self.store, default_timeout()):  # (a frozen host: no beat may tell)
+        with store_silence.answering(self.store, store_silence.tuner_timeout()):  # (a frozen host: no beat tells)
             self._named(timeout)
             with self._lock:
                 self._seq += 1
@@ -251,7 +251,7 @@ class StoreGroup(Group):
         every rank: each calls this at the same point of the sequence), beating while it is open when ``window``
         is given (:class:`StoreBoard`)."""
         scope, started = self.at_exchange("board"), time.monotonic()  # (its first requests come before any beat)
-        with store_silence.answering(self.store, default_timeout()), self._lock:
+        with store_silence.answering(self.store, store_silence.tuner_timeout()), self._lock:
             board = self._board = self._request(lambda: StoreBoard(self, scope, window, self._board),
                                                 "open a failure board", started)
         return board

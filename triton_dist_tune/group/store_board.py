@@ -14,7 +14,7 @@ from .beat import Members, counts
 from .channel import BadBoardEntry, Board, FailureReport
 from .clients import side_client
 from .store_peek import peek
-from .store_silence import Silence, answering, beat, was_cut
+from .store_silence import Silence, answering, beat, tuner_timeout, was_cut
 
 
 class BoardOwner(Protocol):
@@ -238,7 +238,7 @@ class StoreBoard(Board):
             self._beater.join(timeout=2.0)  # its last beat must not write the key again after the deletion
         self.group.board_closed(self)
         try:  # (no beat watches the store now: a frozen host is read by the section's prober)
-            with answering(self.group.store, settings.current().timeout):
+            with answering(self.group.store, tuner_timeout()):
                 store = self.store
                 self._members.close(lambda: [f"{self.scope}beat/{r}" for r in range(self.group.size)])
                 if not clean:

@@ -27,6 +27,7 @@ an exchange waited without end for a frozen host (``test_frozen_host.py``).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import socket
@@ -37,6 +38,8 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+from .. import settings
+from ..errors import AutotuneError
 from .clients import SHORT_WAIT_S, side_client
 
 log = logging.getLogger("triton_dist_tune")
@@ -154,6 +157,17 @@ def window_of(timeout: float) -> float:
     return timeout + max(1.0, 0.1 * timeout)
 
 
+def tuner_timeout() -> float:
+    """The tuner's ``T`` (``TRITON_DIST_AUTOTUNE_TIMEOUT``) for a section's window where the caller has none, never
+    raising: a variable malformed on one rank is an error the tuner agrees at its first exchange, on every rank alike
+    (``test_reliability.py``); read here, it raised on that rank alone, before the exchange, and the others waited
+    for it (five tests ran out of their 100 s). The default ``T`` then."""
+    try:
+        return settings.current().timeout
+    except AutotuneError:
+        return settings.DEFAULT_TIMEOUT_S
+
+
 def every(window: float) -> float:
     """The pause between two beats (or probes) watched with ``window``: a fifth of it, from 0.05 to 1 s."""
     return max(0.05, min(1.0, window / 5))
@@ -204,8 +218,22 @@ class _Answering:
         self._client: Any = None
         #: how many questions this prober has asked (for tests and measurements)
         self.asked = 0
-        for target in (self._ask, self._watch):
-            threading.Thread(target=target, name="tdt-store-answering", daemon=True).start()
+        #: set at the interpreter's exit (:func:`_stop_probers`): the threads end
+        self.stopping = False
+        self._threads = [threading.Thread(target=target, name="tdt-store-answering", daemon=True)
+                         for target in (self._ask, self._watch)]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """End the threads (at the interpreter's exit): a thread alive at its finalization can abort the process
+        after its work is done ("terminate called without an active exception"; ``test_tune_dist.py``). A question
+        in flight is waited for at most its client's timeout."""
+        with self._cond:
+            self.stopping = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=SHORT_WAIT_S + 0.5)
 
     def open(self, window: float) -> int:
         with self._cond:
@@ -219,23 +247,28 @@ class _Answering:
         with self._cond:
             self._open.pop(section, None)
 
-    def _window(self) -> float:
-        """The shortest window of the open sections, waited for while none is open (call under the lock)."""
-        while not self._open:
+    def _window(self) -> float | None:
+        """The shortest window of the open sections, waited for while none is open (call under the lock); None once
+        the prober stops."""
+        while not self._open and not self.stopping:
             self._cond.wait()
-        return min(window for window, _ in self._open.values())
+        return None if self.stopping else min(window for window, _ in self._open.values())
 
-    def _due(self) -> float:
+    def _due(self) -> float | None:
         """When the next question is due (``time.monotonic()``; call under the lock, waits while no section is
         open): :func:`every` s into the oldest open section and after the last question, so that a section that
-        ends sooner, or sections one after another each shorter than that, ask nothing."""
-        pause = every(self._window())
-        return max(min(opened for _, opened in self._open.values()), self._asked_at) + pause
+        ends sooner, or sections one after another each shorter than that, ask nothing; None once it stops."""
+        window = self._window()
+        if window is None:
+            return None
+        return max(min(opened for _, opened in self._open.values()), self._asked_at) + every(window)
 
     def _ask(self) -> None:
         while True:
             with self._cond:
                 due, now = self._due(), time.monotonic()
+                if due is None:
+                    return
                 if due > now:
                     self._cond.wait(due - now)  # (a section opened meanwhile: looked at again)
                     continue
@@ -260,6 +293,8 @@ class _Answering:
         while True:
             with self._cond:
                 window = self._window()
+            if window is None:
+                return
             time.sleep(every(window))
             since = self._since
             with self._cond:
@@ -291,6 +326,10 @@ def answering(store: Any, timeout: float) -> Iterator[None]:
         with _lock:
             prober = _answering.get(address[1])
             if prober is None or prober.address != address:
+                if _stopped:
+                    raise RuntimeError("exiting")
+                if not _answering:
+                    atexit.register(_stop_probers)  # (after the user's hooks made before the first section)
                 prober = _answering[address[1]] = _Answering(address)
         section = prober.open(window)
     except RuntimeError:  # no thread at the interpreter's exit: unwatched, as before
@@ -300,6 +339,20 @@ def answering(store: Any, timeout: float) -> Iterator[None]:
         yield
     finally:
         prober.close(section)
+
+
+#: set at the interpreter's exit: no prober starts again
+_stopped: list[bool] = []
+
+
+def _stop_probers() -> None:
+    """At the interpreter's exit, after the exit hooks registered later (the count-out at exit among them, which
+    runs in a section): end every prober's threads."""
+    with _lock:
+        _stopped.append(True)
+        probers = list(_answering.values())
+    for prober in probers:
+        prober.stop()
 
 
 def _forked() -> None:
