@@ -293,12 +293,13 @@ class _Answering:
         while True:
             with self._cond:
                 window = self._window()
-            if window is None:
-                return
-            time.sleep(every(window))
-            since = self._since
-            with self._cond:
+                if window is None:
+                    return
+                self._cond.wait(every(window))  # (woken early by a stop: the exit waits for no pause)
+                if self.stopping:
+                    return
                 still = bool(self._open)
+            since = self._since
             if still and (_CUT or (since is not None and time.monotonic() - since >= window)):
                 _cut(self.address[1], time.monotonic() - (since or time.monotonic()))
 
