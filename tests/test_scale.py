@@ -300,5 +300,5 @@ def test_a_second_watch_with_no_exchange_since_the_first_is_refused_and_no_stale
     results = run("watch_after_a_side_watch_left_with_an_error", 2, tuner_env(tmp_path, 30))
     side, peer = results
     assert side["error"].startswith("AutotuneError") and "second progress watch" in side["error"], side
-    assert side["seconds"] < 1, side
+    assert side["seconds"] < 5, side  # at once, not after a wait (T = 30 s)
     assert peer["error"].startswith(("RankFailedError", "GroupTimeoutError")), peer
