@@ -14,6 +14,16 @@ SCRIPT = ROOT / "tests" / "scenarios" / "frozen_host_cases.py"
 T = 4.0
 
 
+def frozen_host_run(tmp_path: Path, case: str, timeout: float, **env: str) -> tuple[list, float]:
+    """``case`` on 2 ranks whose rank 0 (the store's host) stops itself (never continued: killed once rank 1 has
+    ended), ``env`` added to the tuner's (``T``): every rank's result, and when rank 0 stopped (``time.time()``)."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {**tuner_env(tmp_path, timeout=T), "FAULT_DIR": str(faults), **env}
+    results = run_ranks(SCRIPT, 2, [case], env=env, timeout=timeout, stuck=[0])
+    return results, float((faults / "frozen").read_text())
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("collective", "at"), [("0", "1"), ("0", "2"), ("1", "1")],
                          ids=["at-a-warm-up-exchange", "at-a-sample-exchange", "inside-a-collective"])
@@ -27,12 +37,7 @@ def test_peers_of_a_frozen_store_host_end_within_the_bound_naming_it(tmp_path: P
     sample's exchange until rank 0 was continued (52 s in the chaos run, for ever here: TimeoutError), and inside
     a guarded phase (the warm-up's exchange, the collective) the watchdog's read of rank 0's beat blocked until the
     faulthandler backstop ended it (exit 1, every thread's stack)."""
-    faults = tmp_path / "faults"
-    faults.mkdir()
-    env = {**tuner_env(tmp_path, timeout=T), "FAULT_DIR": str(faults), "COLLECTIVE": collective,
-           "AT_CALL": at}
-    results = run_ranks(SCRIPT, 2, ["frozen_host"], env=env, timeout=90, stuck=[0])
-    frozen = float((faults / "frozen").read_text())
+    results, frozen = frozen_host_run(tmp_path, "frozen_host", 90, COLLECTIVE=collective, AT_CALL=at)
     peer = results[1]
     assert peer.returncode in (3, 86), describe(results)
     if peer.returncode == 3:
@@ -52,11 +57,7 @@ def test_a_campaign_unit_waiting_at_a_round_for_a_frozen_store_host_ends_naming_
     (the store's host) stops itself inside its second key's tuning; rank 1, its key tuned, waits for it at the round.
     It must end with the library's error within ``3 T + 10`` s of the freeze. Before, the watch's requests to the
     frozen host blocked without end (torch's client bounds no reply): rank 1 waited until rank 0 was continued."""
-    faults = tmp_path / "faults"
-    faults.mkdir()
-    env = {**tuner_env(tmp_path, timeout=T), "FAULT_DIR": str(faults)}
-    results = run_ranks(SCRIPT, 2, ["frozen_host_in_a_campaign"], env=env, timeout=90, stuck=[0])
-    frozen = float((faults / "frozen").read_text())
+    results, frozen = frozen_host_run(tmp_path, "frozen_host_in_a_campaign", 90)
     peer = results[1]
     assert peer.returncode == 3, describe(results)
     said = peer.result
@@ -75,11 +76,7 @@ def test_a_rank_at_an_exchange_without_a_board_ends_when_the_store_host_freezes(
     watched. It must end with the
     library's error saying the store did not answer, within ``3 T + 10`` s of the freeze. Before, nothing read the
     host's silence there: rank 1's request waited without end (torch's client bounds no reply; TimeoutError)."""
-    faults = tmp_path / "faults"
-    faults.mkdir()
-    env = {**tuner_env(tmp_path, timeout=T), "FAULT_DIR": str(faults), "WHERE": where}
-    results = run_ranks(SCRIPT, 2, ["frozen_host_before_an_exchange"], env=env, timeout=60, stuck=[0])
-    frozen = float((faults / "frozen").read_text())
+    results, frozen = frozen_host_run(tmp_path, "frozen_host_before_an_exchange", 60, WHERE=where)
     peer = results[1]
     assert peer.returncode == 3, describe(results)
     said = peer.result
@@ -97,11 +94,7 @@ def test_init_distributed_ends_when_the_store_host_freezes_naming_its_address(tm
     within ``3 T + 10`` s (``T + max(1, T/10)`` for a request in flight; a connect ends at ``init_distributed``'s own
     ``timeout_s``, 8 s here, the bound it has for a host that never starts). Before, rank 1 waited without end in
     the naming's wait, or in torch's connect (each try reads its reply without a time limit; TimeoutError)."""
-    faults = tmp_path / "faults"
-    faults.mkdir()
-    env = {**tuner_env(tmp_path, timeout=T), "FAULT_DIR": str(faults), "WHERE": where, "INIT_TIMEOUT": "8"}
-    results = run_ranks(SCRIPT, 2, ["frozen_host_in_init"], env=env, timeout=60, stuck=[0])
-    frozen = float((faults / "frozen").read_text())
+    results, frozen = frozen_host_run(tmp_path, "frozen_host_in_init", 60, WHERE=where, INIT_TIMEOUT="8")
     peer = results[1]
     assert peer.returncode == 3, describe(results)
     said = peer.result

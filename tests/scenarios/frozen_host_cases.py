@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -22,6 +23,17 @@ import torch.distributed as dist
 from _cases import case, emit, main
 
 import triton_dist_tune as tdt
+
+
+def said_when_ended(me: int, call: Callable[[], object]) -> None:
+    """Run ``call`` and say how it ended (the library's error, if any) and when; after an error, end the process
+    with status 3 (no barrier: rank 0 never comes)."""
+    try:
+        call()
+        emit(rank=me, error=None, ended=time.time())
+    except tdt.AutotuneError as exc:
+        emit(rank=me, error=type(exc).__name__, message=str(exc), ended=time.time())
+        os._exit(3)
 
 
 @case
@@ -42,12 +54,7 @@ def frozen_host():
             dist.all_reduce(y)
         return y
 
-    try:
-        work(torch.ones(4))
-        emit(rank=me, error=None, ended=time.time())
-    except tdt.AutotuneError as exc:
-        emit(rank=me, error=type(exc).__name__, message=str(exc), ended=time.time())
-        os._exit(3)  # no barrier: rank 0 never comes
+    said_when_ended(me, lambda: work(torch.ones(4)))
 
 
 @case
@@ -120,15 +127,11 @@ def frozen_host_before_an_exchange():
     def work(x: torch.Tensor, *, v: int) -> torch.Tensor:
         return x * (v + 1)
 
-    try:
-        if where in ("campaign", "watch"):  # (units of one rank: a progress watch, no board)
-            tdt.campaign(work, lambda n: (torch.ones(n),), keys=[4, 8], local=where == "watch", progress=False)
-        else:
-            work(torch.ones(4))
-        emit(rank=me, error=None, ended=time.time())
-    except tdt.AutotuneError as exc:
-        emit(rank=me, error=type(exc).__name__, message=str(exc), ended=time.time())
-        os._exit(3)  # no barrier: rank 0 never comes
+    if where in ("campaign", "watch"):  # (units of one rank: a progress watch, no board)
+        said_when_ended(me, lambda: tdt.campaign(work, lambda n: (torch.ones(n),), keys=[4, 8],
+                                                 local=where == "watch", progress=False))
+    else:
+        said_when_ended(me, lambda: work(torch.ones(4)))
 
 
 @case

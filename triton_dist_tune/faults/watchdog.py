@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..group.exits import count_out
+from ..group.store_silence import window_of
 from .backstop import BACKSTOP_S as BACKSTOP_S
 from .backstop import Backstop
 
@@ -57,9 +58,10 @@ def exchange_timeout(timeout: float) -> float:
     """How long a rank waits at the exchange after a phase that the watchdog bounds by ``timeout``.
 
     A little longer than the watchdog, so that a rank whose phase hung is ended by its own watchdog (and
-    journals the config as hung) before the ranks waiting for it give up with a ``GroupTimeoutError``.
+    journals the config as hung) before the ranks waiting for it give up with a ``GroupTimeoutError``
+    (``T + max(1, T/10)``: :func:`~triton_dist_tune.group.store_silence.window_of`, the same bound).
     """
-    return timeout + max(1.0, 0.1 * timeout)
+    return window_of(timeout)
 
 
 def failure_grace(timeout: float) -> float:

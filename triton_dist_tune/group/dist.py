@@ -74,7 +74,8 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
         torch.cuda.set_device((job.local_rank or 0) % torch.cuda.device_count())
     join_s = settings.init_timeout(timeout_s)
     hosts = rank == 0 and not job.agent_store
-    where = f"the job's key-value store {job.master_addr}:{port} ({'this rank hosts it' if hosts else _host()})"
+    host = "this rank hosts it" if hosts else f"hosted by {settings.store_host()}"
+    where = f"the job's key-value store {job.master_addr}:{port} ({host})"
     if not hosts:
         _reach(job.master_addr, port, join_s, rank, where)
     try:  # a host that stops answering (frozen) ends this within T + max(1, T/10) s, a connect at join_s
@@ -101,12 +102,6 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
         raise GroupTimeoutError(f"triton_dist_tune: init_distributed (global rank {rank}): {where} "
                                 f"{store_silence.lost_reason()}") from exc
     return dist.group.WORLD
-
-
-
-def _host() -> str:
-    """Who hosts the store, as a message names it."""
-    return f"hosted by {settings.store_host()}"
 
 
 def _reach(host: str, port: int, seconds: float, rank: int, where: str) -> None:

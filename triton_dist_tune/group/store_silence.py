@@ -152,8 +152,8 @@ class Silence:
 
 def window_of(timeout: float) -> float:
     """The silence after which a request reads as unanswered, for a group whose step waits ``timeout`` (``T``):
-    ``T + max(1, T/10)``, the bound after which a waiting rank gives up on a silent peer (the exchange timeout of
-    :func:`triton_dist_tune.faults.watchdog.exchange_timeout`, which this package does not import)."""
+    ``T + max(1, T/10)``, the bound after which a waiting rank gives up on a silent peer (the watchdog's
+    ``exchange_timeout`` is this)."""
     return timeout + max(1.0, 0.1 * timeout)
 
 
