@@ -1,13 +1,15 @@
-"""The tests' own mpiexec starter (``harness.run_mpiexec``): a job that outlives its timeout leaves no rank behind."""
+"""The tests' own mpiexec starter (``harness.run_mpiexec``): a job that outlives its timeout leaves no rank behind,
+and a launch whose launcher failed before any rank ran is started again."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+import warnings
 
 import pytest
-from harness import run_mpiexec
+from harness import MPIEXEC_LAUNCHES, run_mpiexec
 
 #: a rank of the job: writes its pid, then sleeps far past any timeout of the test
 SLEEPER = """
@@ -52,3 +54,25 @@ def test_an_mpiexec_job_past_its_timeout_leaves_no_rank_behind(tmp_path):
     for pid in left:  # the test's own cleanup: never leave them for the rest of the suite
         os.kill(pid, 9)
     assert not left, f"ranks still running after the job's timeout: {left}"
+
+
+@pytest.mark.timeout(120)
+def test_a_launch_whose_launcher_fails_before_any_rank_runs_is_started_again_and_a_rank_that_failed_is_not(tmp_path):
+    """CI failed once on ``mpiexec`` exiting 213 after 0.06 s, before any rank ran, its launcher's help text on
+    stderr: a launcher's failure failed a test that had not started. Here a real one: TMPDIR names a file, so the
+    launcher cannot make its session directory (exit 213, the same exit, within a second). Each such launch is
+    started again, with a warning, until the last; a job whose rank ran and exited nonzero is not."""
+    not_a_folder = tmp_path / "a-file"
+    not_a_folder.write_text("")
+    script = tmp_path / "exits.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    with pytest.warns(UserWarning, match="mpiexec's launcher failed") as said:
+        proc = run_mpiexec(script, 2, [], {"TMPDIR": str(not_a_folder)}, timeout=60)
+    assert proc.returncode != 0
+    assert len([w for w in said if "launcher failed" in str(w.message)]) == MPIEXEC_LAUNCHES - 1
+    started = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning here would be a rank's failure started again
+        proc = run_mpiexec(script, 2, [], {}, timeout=60)
+    assert proc.returncode == 3, proc
+    assert time.monotonic() - started < 60
