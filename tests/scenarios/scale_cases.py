@@ -245,6 +245,7 @@ class KeysLookedUp:
 
     def __init__(self, store, late=()) -> None:
         self._store, self.one_by_one, self.late, self.late_one_by_one = store, 0, set(late), 0
+        self.errors: list[str] = []  # what a request other than check raised (a look swallows it: keys one by one)
 
     def check(self, keys):
         found = re.search(r"/\d+/(\d+)$", keys[0]) if len(keys) == 1 else None
@@ -254,7 +255,18 @@ class KeysLookedUp:
         return self._store.check(keys)
 
     def __getattr__(self, name):
-        return getattr(self._store, name)
+        method = getattr(self._store, name)
+        if not callable(method):
+            return method
+
+        def recorded(*args, **kwargs):
+            try:
+                return method(*args, **kwargs)
+            except Exception as exc:
+                self.errors.append(f"{name}: {exc!r}"[:300])
+                raise
+
+        return recorded
 
 
 @case
@@ -328,7 +340,8 @@ def half_late_lookups():
     group.barrier("last")
     logs = [key for key in (group._key(seq, "log"), f"{watch.scope}done/0/log") if counted.check([key])]
     board.close()
-    emit(rank=group.rank, later=group.rank in later, exchange=exchange, round=round_, logs_left=logs)
+    emit(rank=group.rank, later=group.rank in later, exchange=exchange, round=round_, logs_left=logs,
+         store_errors=counted.errors)
 
 
 @case
