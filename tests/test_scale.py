@@ -259,7 +259,22 @@ def test_half_the_group_waiting_for_the_other_half_checks_no_key_one_by_one(tmp_
         if r["later"]:
             continue
         assert r["exchange"]["looks"] >= 2 and r["round"]["looks"] >= 1, r
-        assert r["exchange"]["late_one_by_one"] == 0 and r["round"]["late_one_by_one"] == 0, r
+        assert r["exchange"]["late_one_by_one"] == 0 and r["round"]["late_one_by_one"] == 0, (r["store_errors"], r)
+
+
+@pytest.mark.timeout(120)
+def test_a_look_that_reads_the_log_before_the_exchange_completes_checks_no_key_one_by_one(tmp_path):
+    """CI failed twice on the test above: an early rank checked every key one by one in one look. Its look had read
+    the log of arrivals naming a peer, and checked that peer's key only after the exchange had completed and the
+    peer, having read the result, had deleted its message (``_send_and_receive`` tidies it): the log read as
+    contradicted, and the look fell back to every key, one by one. Here rank 2's look waits, between the two, until
+    rank 1 has deleted its message. Before, it then checked its 2 peers' keys one by one (rank 3's among them: 3
+    single-key checks in all, the look's confirmation of rank 1 first); now a contradicted look first asks whether
+    the exchange has completed, and checks no key one by one (1 single-key check: that confirmation)."""
+    results = run("result_before_the_look", 4, tuner_env(tmp_path, 60), timeout=110)
+    rank_2 = results[2]
+    assert rank_2["widened"], rank_2
+    assert rank_2["late_one_by_one"] == 0 and rank_2["one_by_one"] <= 1, rank_2["checked"]
 
 
 @pytest.mark.timeout(120)

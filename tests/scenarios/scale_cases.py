@@ -246,11 +246,13 @@ class KeysLookedUp:
     def __init__(self, store, late=()) -> None:
         self._store, self.one_by_one, self.late, self.late_one_by_one = store, 0, set(late), 0
         self.errors: list[str] = []  # what a request other than check raised (a look swallows it: keys one by one)
+        self.checked: list[str] = []  # the keys checked one by one
 
     def check(self, keys):
         found = re.search(r"/\d+/(\d+)$", keys[0]) if len(keys) == 1 else None
         if found:
             self.one_by_one += 1
+            self.checked.append(keys[0])
             self.late_one_by_one += int(found.group(1)) in self.late
         return self._store.check(keys)
 
@@ -342,6 +344,41 @@ def half_late_lookups():
     board.close()
     emit(rank=group.rank, later=group.rank in later, exchange=exchange, round=round_, logs_left=logs,
          store_errors=counted.errors)
+
+
+@case
+def result_before_the_look():
+    """4 ranks: ranks 0-2 come to a barrier, rank 3 3 s after them. Rank 2's look that reads the log naming rank 1
+    then waits (the window widened, as load widens it) until rank 1 has deleted its message: rank 3 came, rank 0
+    wrote the result, rank 1 read it and tidied its key. The keys rank 2 checks one by one after that look, and
+    whether it then looked at all."""
+    from triton_dist_tune.group import store as comm
+    from triton_dist_tune.group.store_wait import Arrivals
+
+    group = resolve_group(tdt.init_distributed(backend="gloo"))
+    raw = comm._job_store()
+    counted = KeysLookedUp(raw, [3])
+    comm._job_store = lambda: counted
+    group.barrier("first barrier")
+    seq, widened = group._seq + 1, [False]
+    entries = Arrivals._entries
+
+    def late_look(self):
+        found = entries(self)
+        if group.rank == 2 and found and found.get(1) and not widened[0]:
+            widened[0] = True
+            deadline = time.monotonic() + 30
+            while raw.check([group._key(seq, 1)]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return found
+
+    Arrivals._entries = late_look
+    counted.one_by_one = counted.late_one_by_one = 0
+    if group.rank == 3:
+        time.sleep(3)
+    group.barrier("rank 3 late")
+    emit(rank=group.rank, widened=widened[0], one_by_one=counted.one_by_one, checked=counted.checked,
+         late_one_by_one=counted.late_one_by_one, store_errors=counted.errors)
 
 
 @case

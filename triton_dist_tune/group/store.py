@@ -163,7 +163,7 @@ class StoreGroup(Group):
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
         started = time.monotonic()
         self._request(lambda: self._write_new(seq, self.rank, pack(obj, self.rank, what), what), what, started)
-        peers = _arrivals(self, seq, [r for r in range(1, self.size) if r != self.rank])
+        peers = _arrivals(self, seq, [r for r in range(1, self.size) if r != self.rank], [combined])
         with self._undone_on_a_note(seq, mine):
             self._wait([combined], what, timeout, _SeenFrom(peers))
         payload = self._request(lambda: self.store.get(combined), what, started)
@@ -375,13 +375,13 @@ def _silent_message(group: StoreGroup, what: str, waited: float, silent: Sequenc
             f"sign of life for {_silence(window, quiet)}")
 
 
-def _arrivals(group: StoreGroup, seq: int, ranks: Iterable[int]) -> Arrivals:
-    """The look-up of which of ``ranks`` have written their message of exchange ``seq``, through the log of the
-    exchange's arrivals (:class:`.store_wait.ArrivalLog`): each rank whose wait there outlasts its first slice
-    appends its rank at its first look, and deletes the log when its wait ends. An exchange whose ranks all come
-    within a slice writes none: still 4 requests per rank."""
-    return Arrivals({r: group._key(seq, r) for r in ranks}, group._all_arrived,
-                    ArrivalLog(group.store, group._key(seq, "log"), group.rank))
+def _arrivals(group: StoreGroup, seq: int, ranks: Iterable[int], result: list[str] | None = None) -> Arrivals:
+    """The look-up of which of ``ranks`` wrote their message of exchange ``seq``, through its log of arrivals
+    (:class:`.store_wait.ArrivalLog`: each rank whose wait outlasts its first slice appends itself at its first look;
+    none where all come within a slice), and, for a rank other than 0, the ``result`` key: its peers delete their
+    messages once they have read it (:class:`.store_wait.Arrivals`' ``done``)."""
+    return Arrivals({r: group._key(seq, r) for r in ranks}, group._all_arrived, ArrivalLog(
+        group.store, group._key(seq, "log"), group.rank), result and (lambda: group._all_arrived(result)))
 
 
 def _with_rank_0(lookup: Lookup, late: list[int], since: float) -> list[int]:

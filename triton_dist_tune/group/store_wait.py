@@ -175,26 +175,29 @@ class Arrivals:
     before found.
 
     With an :class:`ArrivalLog` (a store with ``append``: torch's ``TCPStore``, ``FileStore``, ``HashStore``,
-    ``PrefixStore``) a look costs a few requests whatever the group's size: the rank appends its own id to the log
-    at its first look, then each look reads the log (one request that never waits,
-    :func:`~triton_dist_tune.group.store_peek.peek`) and confirms the ranks it names, with those found before, in
-    one ``check`` of their keys. The key stays the truth and the log a hint: a rank the log names whose key is not
-    set (a rank that took its message back: its wait ended on a late rank's note; an entry another process wrote)
-    fails that check, and the look then checks every rank's key one by one, and no longer trusts those entries; a
-    rank that set its key but has not appended yet (it arrived within the last look's slice, or ended between its
-    two requests) is missing from the log: :meth:`missing` names it, and a decision about it (the ranks a wait gives
-    up on) first reads its key (:meth:`confirm`). Before, the first look checked every rank's key one by one
-    (``N - 1`` requests per waiting rank) and each later one every rank still missing: with half the group waiting
-    for the other half, about ``N² / 4`` requests a second at the store's server.
+    ``PrefixStore``) a look costs a few requests whatever the group's size: the rank appends its own id to the log at
+    its first look, then each look reads the log (one request that never waits,
+    :func:`~triton_dist_tune.group.store_peek.peek`) and confirms the ranks it names, with those found before, in one
+    ``check`` of their keys. The key stays the truth and the log a hint: a rank the log names whose key is not set (a
+    rank that took its message back: its wait ended on a late rank's note; an entry another process wrote) fails that
+    check, and the look then checks every rank's key one by one, and no longer trusts those entries (unless ``done``
+    says the wait's own keys are set since: the ranks deleted their keys after the exchange completed, between the log's
+    read and the check; the look then names no rank missing, the wait ends at its next poll); a rank that set its key
+    but has not appended yet (it arrived within the last look's slice, or ended between its two requests) is missing
+    from the log: :meth:`missing` names it, and a decision about it (the ranks a wait gives up on) first reads its key
+    (:meth:`confirm`). Before, the first look checked every rank's key one by one (``N - 1`` requests per waiting rank)
+    and each later one every rank still missing: with half the group waiting for the other half, about ``N² / 4``
+    requests a second at the store's server.
 
     Without a log (a store without ``append``: a Python ``Store`` of the user's) a look checks the keys one by one as
     before: the first every rank's, each later one those found before in one request and the ranks still missing
     one by one; where a confirmed key is gone, every rank is looked at again, as in a first look."""
 
-    def __init__(self, keys: dict[int, str], check: Callable[[list[str]], bool], log: ArrivalLog | None = None
-                 ) -> None:
-        #: rank -> its key; ``check(keys)``: whether every key of ``keys`` is set (one store request)
-        self.keys, self._check, self._log = keys, check, log
+    def __init__(self, keys: dict[int, str], check: Callable[[list[str]], bool], log: ArrivalLog | None = None,
+                 done: Callable[[], bool] | None = None) -> None:
+        #: rank -> its key; ``check(keys)``: whether every key of ``keys`` is set (one store request); ``done()``:
+        #: whether the wait's own keys are set (one request), asked only where the keys contradict the log
+        self.keys, self._check, self._log, self._done = keys, check, log, done
         #: the ranks whose key the looks found (confirmed by key, at the last look or by :meth:`confirm`)
         self._arrived: set[int] = set()
         #: per rank: its entries in the log that the keys contradicted (not trusted again)
@@ -215,6 +218,9 @@ class Arrivals:
             believed |= {r for r, n in entries.items() if n > self._stale[r]}
         one_by_one = entries is None
         if believed and not self._check([self.keys[r] for r in self.keys if r in believed]):
+            if self._done is not None and self._done():  # (completed since the log was read: its ranks, having
+                self._arrived = set(self.keys)  # read the result, deleted their keys; the wait ends at its poll)
+                return []
             believed, one_by_one = set(), True  # (a key believed set is not: every rank is looked at, key by key)
         if one_by_one:
             believed |= {r for r in self.keys if r not in believed and self._check([self.keys[r]])}
