@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..group.exits import count_out
+from ..group.pauses import PAUSES
 from ..group.store_silence import window_of
 from .backstop import BACKSTOP_S as BACKSTOP_S
 from .backstop import Backstop
@@ -89,6 +90,9 @@ class Guard:
         self.seen: dict[int, float] = {}  # rank -> when its failure in the current config was first seen
         #: whether the monitor read the other ranks' beats in this phase (``board.look``, near its deadline)
         self.looked = False
+        #: set as the watchdog fires: seconds this process stood still in the phase (stopped: SIGSTOP, a debugger, a
+        #: paused machine; :mod:`~triton_dist_tune.group.pauses`) where they cover its overrun, else 0
+        self.paused = 0.0
 
     def arm(self, timeout: float, what: str, on_fire: Callable[[], str | None], index: int | None = None,
             on_peer: Callable[[Any], str] | None = None, step: str = "", patience: float = 0.0) -> None:
@@ -104,7 +108,7 @@ class Guard:
             self.what, self.timeout, self.index, self.step = what, timeout, index, step
             self.patience = patience
             self.on_fire, self.on_peer = on_fire, on_peer
-            self.seen, self.looked = {}, False
+            self.seen, self.looked, self.paused = {}, False, 0.0
         self._dog.watch(self)
 
     def restart(self) -> None:
@@ -226,7 +230,7 @@ class Watchdog:
                             self._check_board(g)
                     finally:
                         self.cond.acquire()
-                self.cond.wait(max(0.001, wait))
+                PAUSES.wait(self.cond.wait, max(0.001, wait))  # (late: the process stood still, pauses.py)
 
     def _unlocked(self, act: Callable[[], None]) -> None:
         """Run ``act`` on the monitor's thread, which holds :attr:`cond`, without it."""
@@ -263,6 +267,10 @@ class Watchdog:
 
         told: str | None = None
         try:
+            if guard.deadline is not None:  # the deadline would not have passed without the pauses: no evidence
+                now = time.monotonic()
+                paused = PAUSES.within(guard.deadline - guard.timeout, now)
+                guard.paused = paused if paused >= now - guard.deadline else 0.0
             if guard.on_fire is not None:
                 told = guard.on_fire()
         finally:

@@ -13,6 +13,7 @@ from .. import settings
 from .beat import Members, counts
 from .channel import BadBoardEntry, Board, FailureReport
 from .clients import side_client
+from .pauses import PAUSES
 from .store_peek import peek
 from .store_silence import Silence, answering, beat, tuner_timeout, was_cut
 
@@ -110,8 +111,8 @@ class StoreBoard(Board):
         return max(0.05, min(1.0, (self.window or 5.0) / 5))
 
     def _beating(self) -> None:
-        every = self.every
-        while not self._stop.wait(every):
+        every = self.every  # (a wait woken late shows this process stood still: :mod:`.pauses`)
+        while not PAUSES.wait(self._stop.wait, every):
             try:
                 self._beat()
             except Exception:  # the store is gone: the waits say so; a beat thread never raises

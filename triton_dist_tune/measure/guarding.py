@@ -88,10 +88,16 @@ class Guarding:
                      and not (r.hung and r.index == index)]
             if getattr(self, "waiting", False) and blames:
                 return self._waited_out(index, desc, phase, step)
+            paused = self.guard.paused if blames and not peers else 0.0  # this process stopped through its overrun
+            if paused:
+                return self._unblamed(index, desc, phase, step, *stood_still(paused, phase, self.plan.timeout),
+                                      paused=round(paused, 1))
             # a peer frozen, or holding the GIL, left this rank inside a collective: its beat stopped (a hang's beats)
             stopped = stopped_peers(self.group, self.guard.board, self._board_reports()) if blames and not peers else []
             if stopped:
-                return self._peer_stopped(index, desc, phase, step, stopped)
+                return self._unblamed(index, desc, phase, step,
+                                      *peer_stopped([rank_name(self.group, r) for r in stopped], phase,
+                                                    self.plan.timeout))
             if peers and blames:
                 first = peers[0]
                 self.journal.append(index, "interrupted", config=desc, phase=phase,
@@ -151,24 +157,18 @@ class Guarding:
         finally:
             self.guard.disarm()
 
-    def _peer_stopped(self, index: int, desc: str, phase: str, step: str, stopped: list[int]) -> str:
-        """The deadline passed while this rank was inside a run of config ``index`` and ``stopped`` ranks showed
-        no sign of life: this rank waited for them in a collective of the function (no hang of its own, and no
-        evidence against the config: the stopped ranks' journals end inside it, which counts as an attempt ended
-        there, once). Journaled ``interrupted`` and posted; returns what the watchdog's message says."""
-        who = ", ".join(rank_name(self.group, r) for r in stopped)
-        why = (f"interrupted: {phase} exceeded {self.plan.timeout:g} s while {who} showed no sign of life (frozen, "
-               "killed, or holding the GIL in one C call): this rank most likely waited for it in a collective of "
-               "the function")
-        self.journal.append(index, "interrupted", config=desc, phase=phase, error=why)
+    def _unblamed(self, index: int, desc: str, phase: str, step: str, why: str, told: str, **fields: Any) -> str:
+        """The deadline passed while this rank was inside a run of config ``index``, for a reason that is no
+        evidence against the config (``why``: :func:`peer_stopped`, :func:`stood_still`). Journaled ``interrupted``
+        (with ``fields``) and posted, so that the peers blame nothing either; returns ``told``, what the watchdog's
+        message says."""
+        self.journal.append(index, "interrupted", config=desc, phase=phase, error=why, **fields)
         try:
             self.guard.board.post(FailureReport(self.group.rank, index, desc, why, ended=True, step=step, exits=True))
         except Exception:  # the store is going away: the journal holds it
             pass
         self.log.error("%s config %d %s: %s", self.label, index, phase, why)
-        return (f"{who} showed no sign of life (frozen, killed, or holding the GIL in one C call), so this rank "
-                "most likely waited for it in a collective of the function; journaled as interrupted: no config is "
-                "blamed on this rank")
+        return told
 
     def _waited_out(self, index: int, desc: str, phase: str, step: str) -> str:
         """The deadline passed while this rank, its own run of config ``index`` done, waited at the exchange that
@@ -368,6 +368,31 @@ def final_text(outcome: Outcome, share: bool = False, least: bool = False) -> st
         how = f"each sample the slowest rank's time in its round; the group time is {statistic}"
     own = "the same" if share or outcome.probed else "the median of its own samples"
     return f"{group} ({how}); this rank's own time {ms_text(outcome.own)} ms ({own})"
+
+
+def peer_stopped(who: list[str], phase: str, timeout: float) -> tuple[str, str]:
+    """Why a rank whose deadline passed inside a run, while the ranks ``who`` showed no sign of life, blames nothing
+    (it waited for them in a collective of the function: no hang of its own; their journals end inside the config,
+    which counts as an attempt ended there, once), and what the watchdog's message says of it."""
+    names = ", ".join(who)
+    why = (f"interrupted: {phase} exceeded {timeout:g} s while {names} showed no sign of life (frozen, killed, or "
+           "holding the GIL in one C call): this rank most likely waited for it in a collective of the function")
+    return why, (f"{names} showed no sign of life (frozen, killed, or holding the GIL in one C call), so this rank "
+                 "most likely waited for it in a collective of the function; journaled as interrupted: no config is "
+                 "blamed on this rank")
+
+
+def stood_still(paused: float, phase: str, timeout: float) -> tuple[str, str]:
+    """Why a rank whose deadline passed inside a run while its own process stood still for ``paused`` seconds, which
+    cover the overrun (:attr:`~triton_dist_tune.faults.watchdog.Guard.paused`), blames nothing: the run did not have
+    its ``timeout`` to finish. Its record (with ``paused``) ends the attempt inside the config, as a ``kill -9``
+    does: a suspect, measured once more, left out after two such attempts (:func:`~triton_dist_tune.faults.
+    evidence.merge`). And what the watchdog's message says of it."""
+    stopped = f"this process was stopped for {paused:.1f} s (SIGSTOP, a debugger, a paused machine)"
+    why = f"interrupted: {phase} exceeded {timeout:g} s while {stopped}, which covers the overrun"
+    return why, (f"{stopped} in its {phase}, which covers the overrun: no evidence against the config. Journaled "
+                 "as interrupted, a suspect that the next attempt measures once more (left out if an attempt ends in "
+                 "it again)")
 
 
 def stopped_peers(group: Group, board: Any, reports: list[FailureReport]) -> list[int]:
