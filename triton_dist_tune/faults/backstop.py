@@ -18,7 +18,7 @@ first, a whole window (:data:`BACKSTOP_S` + :data:`SLACK_S`) past that moment, w
 last acts stuck with the GIL still end there. That happened where a rank was frozen (SIGSTOP) past its deadline and
 continued before its timer was due: the watchdog fired on waking and looked at the beats, and the overdue timer ended
 it in that look (two of the three jobs of 190 of ``benchmarks/chaos.py`` that a backstop ended; ``test_faults.py::
-test_a_rank_continued_after_its_deadline_is_ended_by_its_watchdog_not_the_backstop``). A rank continued after its
+test_a_rank_continued_after_its_deadline_blames_no_config_and_is_ended_by_its_watchdog``). A rank continued after its
 timer was due (the third) is still ended by the timer, at once: faulthandler's timer counts the frozen seconds too,
 and its thread, which needs no GIL, runs before the watchdog's can (no timer of a frozen process can be moved).
 

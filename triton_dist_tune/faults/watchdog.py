@@ -16,6 +16,12 @@ ends the process with :data:`PEER_EXIT_CODE`: a process is the only thing that c
 Under ``torchrun --max-restarts`` the job then restarts and the journal leaves that config out; without restarts,
 running the job again resumes the same way.
 
+A deadline that passed while this process was stopped (SIGSTOP, a debugger, a paused machine) is no evidence of a
+hang: the monitor's waits and the failure board's beats are timed waits whose late wakes say how long the process
+stood still (:mod:`~triton_dist_tune.group.pauses`), and where those spans within the phase cover its overrun the
+guard says so (:attr:`Guard.paused`, set before ``on_fire``): the tuner then journals the config ``interrupted``, a
+suspect measured once more, not ``hung``.
+
 The watchdog is a Python thread, which needs the GIL to run. As a backstop for code that hangs while holding the
 GIL, :mod:`faulthandler` is armed too, :data:`BACKSTOP_S` seconds (to 1 s more) after the earliest deadline
 (:mod:`~triton_dist_tune.faults.backstop`): it needs no GIL, prints every thread's stack and ends the process with
