@@ -108,6 +108,54 @@ def test_a_rank_left_waiting_in_a_hot_call_that_turned_tuning_blames_no_config(t
     assert "interrupted" in states and "hung" not in states, states
 
 
+@pytest.mark.timeout(200)
+def test_a_rank_stopped_through_its_deadline_in_a_contextual_run_blames_no_config(tmp_path):
+    """Rank 1 (T = 4 s) stopped (SIGSTOP) in run 2, just after its launch of config 1, and continued 3 s past its
+    deadline; rank 0 (T = 30 s) waits in the all_reduce. Rank 1's own threads saw the process stand still through
+    the overrun: its watchdog journals config 1 ``interrupted`` with ``paused`` (a suspect, measured once more), not
+    ``hung``, exits 86 and says so; no rank's journal says ``hung``, and the rerun chooses on both ranks with config 1
+    measured, not left out. Before, ``contextual_autotune``'s watchdog journaled it ``hung`` (``autotune``'s already
+    read the pause: ``test_faults.py::test_a_rank_continued_after_its_deadline_blames_no_config_...``)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    env = tuner_env(tmp_path, 4, FAULT_DIR=str(tmp_path / "faults"))
+    (tmp_path / "faults").mkdir()
+    marker = tmp_path / "faults" / "stop-me.rank1"
+
+    def stop_and_continue() -> None:
+        deadline = time.monotonic() + 90
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if marker.exists():
+            pid = int(marker.read_text())
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(4 + 3)
+            os.kill(pid, signal.SIGCONT)
+
+    stopper = threading.Thread(target=stop_and_continue, daemon=True)
+    stopper.start()
+    per_rank = {0: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "30"}, 1: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "4"}}
+    first = run_ranks(CASES, 2, ["stopped"], env={**env, "ATTEMPT": "0"}, timeout=100, per_rank_env=per_rank)
+    stopper.join(timeout=5)
+    assert first[1].returncode == 86, describe(first)
+    assert "this process was stopped for" in first[1].stderr and "recorded as hung" not in first[1].stderr, \
+        describe(first)
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    said = {p.name: records(p) for p in cache.rglob("*.journal")}
+    assert not any(r["state"] == "hung" for rs in said.values() for r in rs), said
+    (own,) = [rs for name, rs in said.items() if ".rank1" in name]
+    stood = [r for r in own if r.get("index") == 1][-1]
+    assert stood["state"] == "interrupted" and 1.0 <= stood["paused"] <= 60, own
+    again = run_ranks(CASES, 2, ["stopped"], env={**env, "ATTEMPT": "1"}, timeout=100)
+    assert all(r.returncode == 0 for r in again), describe(again)
+    for r in again:
+        (res,) = r.results
+        assert res["ok"] and res["chosen"] == 0 and res["states"][1] != "failed", res
+
+
 def torchrun(case: str, env: dict[str, str], restarts: int) -> subprocess.CompletedProcess:
     cmd, full_env = torchrun_command(["--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts),
                                       "--monitor-interval", "0.1"], CASES, [case], env)

@@ -28,6 +28,7 @@ from ..faults.recovery import gather_entries
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, FailureReport, Group, default_timeout
 from ..measure.clocks import make_clock
+from ..measure.guarding import stood_still
 from .newkeys import can_settle
 from .options import ContextualOptions
 from .schedule import Track
@@ -242,13 +243,21 @@ class CallState:
     def _hung(self) -> str | None:
         """The watchdog fired: every config this rank launched in the run is journaled as hung, unless a peer said
         on the board that its run raised or was interrupted: then this rank was left waiting in a collective of
-        the function, the evidence is the peer's, and its configs are journaled ``interrupted`` (blaming none)."""
+        the function, the evidence is the peer's, and its configs are journaled ``interrupted`` (blaming none); or
+        unless this process stood still (SIGSTOP, a debugger, a paused machine) for spans that cover the overrun
+        (:attr:`~triton_dist_tune.faults.watchdog.Guard.paused`): then they are journaled ``interrupted`` with
+        ``paused``, suspects measured once more, as ``autotune``'s are."""
         board, step, peers = self.board, f"run {self.runs}", []
         if board is not None:
             try:
                 peers = [r for r in board.read() if r.rank != self.group.rank and r.step == step]
             except Exception:  # the store is gone: no evidence either way, as without a board
                 pass
+        if not peers and self._guard.paused:  # this process stood still through the overrun: no evidence
+            why, told = stood_still(self._guard.paused, f"run {self.runs - 1}", self.timeout)
+            self._journal_inflight("interrupted", error=why, paused=round(self._guard.paused, 1))
+            self.post_run_failure(why, interrupted=True)  # (the peers blame nothing either)
+            return told
         if board is None or not peers:
             self._journal_inflight("hung", error=f"run {self.runs - 1} exceeded {self.timeout:g} s")
             return None
