@@ -144,3 +144,44 @@ def test_a_rank_waiting_for_a_host_that_starts_late_prints_no_failed_connect(tmp
     results = run_ranks(SCRIPT, 2, ["late_host"], env=tuner_env(tmp_path, timeout=T), timeout=90)
     assert all(r.returncode == 0 for r in results), describe(results)
     assert "failed to connect" not in results[1].stderr, results[1].stderr[-3000:]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["post", "withdraw"])
+def test_a_rank_telling_the_job_of_a_wrong_group_while_the_store_host_is_frozen_ends(tmp_path: Path, where: str):
+    """Rank 0 (the store's host) stops itself; rank 1 then makes the store requests of a wrong-group note
+    (``group/unresolved.py``): it posts one (a wrong ``autotune_pg``: the note is written before ``BadInputError``
+    is raised), or deletes the one it posted and withdrew before the freeze (a call on a group of its own, twice the
+    timeout after the withdrawal). It must end within ``3 T + 10`` s of the freeze: with its own ``BadInputError``
+    (the note not written), or its call's result (a group of one rank needs no store). Before, those requests ran in
+    no section (``store_silence.answering``): they waited without end for the frozen host (TimeoutError)."""
+    results, frozen = frozen_host_run(tmp_path, "frozen_host_and_a_wrong_group", 60, WHERE=where)
+    said = results[1].result
+    if where == "post":
+        assert results[1].returncode == 3, describe(results)
+        assert said["error"] == "BadInputError" and "autotune_pg" in said["message"], said
+    else:
+        assert results[1].returncode == 0 and said["error"] is None, describe(results)
+    assert said["ended"] - frozen < 3 * T + 10, said
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("frozen", [True, False], ids=["host-frozen", "host-well"])
+def test_a_rank_with_a_wrong_group_note_exiting_normally_ends_leaving_no_thread(tmp_path: Path, frozen: bool):
+    """Rank 1 posts a wrong-group note (a wrong ``autotune_pg``, its error caught), then rank 0 (the store's host)
+    stops itself (or not) and rank 1 exits normally: its exit hooks mark the note ended (``Notes.end``) and count it
+    out (``exits.linger``). It must end with status 0, within ``20`` s of its exit's start, without an abort, and
+    with no thread of the tuner alive at its last exit hook (a thread alive at the interpreter's finalization can
+    abort the process: ``test_tune_dist.py::test_no_thread_of_the_tuner_outlives_the_interpreter``). Before, the
+    note's beat thread was alive there, frozen host or not (it idled for a next note; with the host frozen it was
+    blocked in a request), and with the host frozen the exit took 2 s (the mark's bound) and the count-out's 6 s."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {**tuner_env(tmp_path, timeout=T), "FAULT_DIR": str(faults), "WHERE": "exit" if frozen else "exit_healthy"}
+    results = run_ranks(SCRIPT, 2, ["frozen_host_and_a_wrong_group"], env=env, timeout=60, stuck=[0] if frozen else [])
+    ended = time.time()
+    for r in results[1:] if frozen else results:
+        assert r.returncode == 0 and "terminate called" not in r.stderr, describe(results)
+        exiting, threads = (said for said in r.results if "exiting" in said or "threads" in said)
+        assert threads["threads"] == ["MainThread"], describe(results)
+        assert ended - exiting["exiting"] < 20, describe(results)

@@ -177,6 +177,61 @@ def frozen_host_at_exit():
 
 
 @case
+def frozen_host_and_a_wrong_group():
+    """Rank 0 (the store's host) stops itself once both ranks have the group (a gloo barrier); rank 1 then makes the
+    store requests of a wrong-group note (``group/unresolved.py``): ``WHERE=post``, a call with a wrong
+    ``autotune_pg`` (posting its note before it raises ``BadInputError``); ``WHERE=withdraw``, that call made before
+    the freeze (its note posted, its error caught), then a call on a group of its own (``[1]``: no exchange with rank
+    0) that withdraws it (a mark: a ``set``, which reads no reply), then, with ``T`` = 1 s and 2.5 s later, the
+    freeze, then another call on that group, which deletes the note (its requests read replies); ``WHERE=exit``, that
+    call made before the freeze, then a normal exit (its exit hook marks the note ended), the threads still alive
+    listed by an exit hook that runs after every other one (``WHERE=exit_healthy``: the same, no rank stopping,
+    both exiting normally). Rank 1 waits for the note's clients (its beat's, its mark's) to be connected before the
+    freeze: a connect to a frozen host is another case."""
+    import atexit
+    import threading
+
+    where = os.environ["WHERE"]
+    if where.startswith("exit"):  # registered first: runs last
+        atexit.register(lambda: emit(threads=sorted(t.name for t in threading.enumerate())))
+    tdt.init_distributed()
+    me = dist.get_rank()
+
+    @tdt.autotune(config_space=[{"v": v} for v in range(2)], key_fn=lambda x: tuple(x.shape), n_warmup=0,
+                  n_repeat=1, timing="cold", name="frozen_note")
+    def work(x: torch.Tensor, *, v: int) -> torch.Tensor:
+        return x * (v + 1)
+
+    alone = dist.new_group([1])
+    if me == 1 and where != "post":
+        from triton_dist_tune.group.unresolved import NOTES
+
+        try:
+            work(torch.ones(4), autotune_pg="not a group")
+        except tdt.BadInputError:
+            pass
+        while NOTES.beat._on.client is None or not NOTES._end[0].now()[1]:  # (connected: see above)
+            time.sleep(0.05)
+        if where == "withdraw":
+            work(torch.ones(4), autotune_pg=alone)
+            os.environ["TRITON_DIST_AUTOTUNE_TIMEOUT"] = "1"
+            time.sleep(2.5)  # twice the timeout: the next call deletes the note
+    dist.barrier()
+    if me == 0 and where != "exit_healthy":
+        _freeze()
+    while where != "exit_healthy" and not Path(os.environ["FAULT_DIR"], "frozen").exists():
+        time.sleep(0.05)
+    time.sleep(0.2)
+    if where.startswith("exit"):
+        emit(rank=me, exiting=time.time())
+        sys.stdout.flush()
+        sys.exit(0)  # a normal exit, its hooks run (not _cases.main's os._exit)
+    said_when_ended(me, lambda: work(torch.ones(8), autotune_pg="not a group" if where == "post" else alone))
+    sys.stdout.flush()
+    os._exit(0)  # (no barrier: rank 0 never comes)
+
+
+@case
 def late_host():
     """Rank 0 (the store's host) starts ``init_distributed`` 4 s after rank 1: rank 1 waits for its store to listen.
     Both say they have the group."""

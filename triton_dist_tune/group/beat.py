@@ -34,8 +34,11 @@ measured). The beat reads nothing on the rank's own host (``/proc`` tells there,
 ``beat_s`` (an older tuner's) or a counter that cannot be read is read as before: no beat rule. A beat whose
 connection to the store is lost (``DistNetworkError``) connects again, once, at its next beat (a new clone of the
 caller's store): a connection reset while the store lives costs one beat. Where that new connection fails too
-(the store's host gone) the beat stops until the next note: its peers, who read the store through that host too,
-then read the process gone as one cut off from it.
+(the store's host gone), or this process has cut its connections to the store (its host stopped answering:
+:mod:`.store_silence`; a new connection would wait for ever in torch's connect), the beat stops until the next note:
+its peers, who read the store through that host too, then read the process gone as one cut off from it. The thread
+ends once its note's beat stops (a next note starts another), and the exit that marks the note ended waits for it
+(:meth:`~triton_dist_tune.group.unresolved.Notes.end`): no thread of it is left at the interpreter's finalization.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from typing import Any
 
 from .clients import own_client
 from .note import Note
+from .store_silence import was_cut
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -67,6 +71,8 @@ class Beat:
         self._on: _Beating | None = None
         self._thread: threading.Thread | None = None
         self._pid = 0
+        #: set by :meth:`stop`: the thread wakes at once, and ends
+        self._stopped = threading.Event()
         self._lock = threading.Lock()  # (the thread turns a lost connection's beat off, never a newer one)
 
     def start(self, store: Any, key: str) -> bool:
@@ -79,32 +85,48 @@ class Beat:
         except Exception as exc:  # the note then says no beat (the beat of a note posted before goes on)
             log.debug("triton_dist_tune: no beat for this rank's group error: %s", exc)
             return False
-        with self._lock:
-            self._on = _Beating(store, key)
-        if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
-            return True
-        try:
-            self._thread = threading.Thread(target=self._run, name="triton_dist_tune-note-beat", daemon=True)
-            self._thread.start()
-        except RuntimeError as exc:  # no new thread (at the interpreter's exit): the note says no beat
-            log.debug("triton_dist_tune: no beat for this rank's group error: %s", exc)
-            self._thread, self._on = None, None
-            return False
-        self._pid = os.getpid()
+        with self._lock:  # (the thread ends under it once off: it is running, or made anew)
+            self._on, self._stopped = _Beating(store, key), threading.Event()
+            if self._thread is not None and self._pid == os.getpid():
+                return True
+            try:
+                self._thread = threading.Thread(target=self._run, name="triton_dist_tune-note-beat", daemon=True)
+                self._thread.start()
+            except RuntimeError as exc:  # no new thread (at the interpreter's exit): the note says no beat
+                log.debug("triton_dist_tune: no beat for this rank's group error: %s", exc)
+                self._thread, self._on = None, None
+                return False
+            self._pid = os.getpid()
         return True
 
     def stop(self) -> None:
-        """No more beats: the note is deleted, or marked ended (the thread stays, idle, until the next note)."""
+        """No more beats: the note is deleted, or marked ended. The thread ends (at once, unless a beat is in
+        flight); the next note starts another. Before, it stayed, idle, for the next note, and was still alive at
+        the interpreter's finalization after a note's process exited normally (a thread alive then can abort the
+        process; ``test_frozen_host.py``, a rank with a note exiting normally)."""
         with self._lock:
             self._on = None
+            self._stopped.set()
+
+    def join(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the thread to end (after :meth:`stop`): a beat in flight to a store whose host
+        is frozen ends when this process cuts its connections (:mod:`.store_silence`)."""
+        thread = self._thread
+        if thread is not None and self._pid == os.getpid():
+            thread.join(seconds)
 
     def _run(self) -> None:
         while True:
-            time.sleep(BEAT_S)
-            on = self._on
-            if on is None:
-                continue
+            self._stopped.wait(BEAT_S)  # (a note posted since its stop: a new event, not set)
+            with self._lock:
+                on = self._on
+                if on is None:
+                    self._thread = None
+                    return
             if on.client is None:  # the note's first beat here, or the connection was lost at the last: connect
+                if was_cut():  # (this process cut the store: a frozen host, whose connect would wait for ever)
+                    self._off(on)
+                    continue
                 on.client = own_client(on.store)
             try:
                 on.client.add(on.key, 1)
@@ -116,8 +138,14 @@ class Beat:
                 if not on.lost:  # a reset connection: a new one at the next beat, once
                     on.client, on.lost = None, True
                     continue
-                with self._lock:  # a new connection lost too: the store is gone (torch prints each failure: two,
-                    self._on = None if self._on is on else self._on  # not one a second)
+                self._off(on)  # a new connection lost too: the store is gone (torch prints each failure: two, not
+                # one a second)
+
+    def _off(self, on: _Beating) -> None:
+        """No more beats for ``on``, the store lost (a newer note's beat goes on)."""
+        with self._lock:
+            if self._on is on:
+                self._on = None
 
 
 class _Beating:

@@ -1,5 +1,5 @@
-"""A wrong-group note as the job's store holds it (:mod:`.unresolved`): its fields, read back from its lines, and
-where a rank waits when it reads notes.
+"""A wrong-group note as the job's store holds it (:mod:`.unresolved`): its fields, read back from its lines, the
+answers recorded for it (:func:`read_answers`), and where a rank waits when it reads notes.
 
 Everything here is read from the store, written by any process (the store has no authentication): plain JSON,
 checked field by field, never executed; a field not understood reads as not said.
@@ -12,6 +12,7 @@ reads (:mod:`~triton_dist_tune.group.beat`; a note says it beats in ``beat_s``).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -20,6 +21,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..records import finite_number
+from .store_peek import peek
+
+log = logging.getLogger("triton_dist_tune")
 
 #: a group as a note names it: its name and its global ranks (those of :class:`Waiter`)
 GroupId = tuple[str, tuple[int, ...]]
@@ -254,3 +258,22 @@ class Waiter(NamedTuple):
     me: int
     #: when the wait began (unix seconds; not said: after every withdrawal, :meth:`Note.matters`)
     since: float = math.inf
+
+
+def read_answers(store: Any, prefix: str, root: str) -> list[tuple[int, str, list[int]]]:
+    """The answers recorded for ``root`` under the notes' ``prefix``
+    (:meth:`~triton_dist_tune.group.unresolved.Notes.pass_on`): (global rank, group name, its global ranks)."""
+    found = []
+    try:
+        count = int(store.add(f"{prefix}answered/{root}/count", 0))
+        for k in range(1, count + 1):
+            key = f"{prefix}answered/{root}/{k}"
+            raw = peek(store, key)
+            if raw is not None:
+                value = json.loads(raw.decode(errors="replace"))
+                if (isinstance(value, list) and len(value) == 3 and type(value[0]) is int
+                        and isinstance(value[1], str) and isinstance(value[2], list)):
+                    found.append((value[0], value[1], value[2]))
+    except Exception as exc:  # a damaged or foreign value: the note is read as unanswered
+        log.debug("triton_dist_tune: could not read the answers to a group error: %s", exc)
+    return found

@@ -17,11 +17,12 @@ requests blocked on them raise a transport error, which the exchanges report as 
 (:func:`lost_reason` says how it was lost), and later requests on those clients fail at once.
 
 Where no beat is watched (an exchange before a tuning's board opens or after it closes: a campaign's agreement on its
-keys, a tuned function's first exchange; ``init_distributed``, before any group exists; the count-out at exit), the
-requests run in a section (:func:`answering`). While one is open and no watched beat of this process (a board's, a
-progress watch's) began on the store's port within :data:`BEATEN_S` s, the process's prober (:class:`_Answering`:
-two daemon threads per port, idle between sections) asks the store one quick question every ``window / 5`` s (at
-most 1 s; none in sections shorter than that) on a client of its own, watched as a beat is. Before, a rank at such
+keys, a tuned function's first exchange; ``init_distributed``, before any group exists; the count-out at exit; a
+wrong-group note's posting and withdrawal, ``unresolved.py``), the requests run in a section (:func:`answering`).
+While one is open and no watched beat of this process (a board's, a progress watch's) began on the store's port
+within :data:`BEATEN_S` s, the process's prober (:class:`_Answering`: two daemon threads per port, idle between
+sections) asks the store one quick question every ``window / 5`` s (at most 1 s; none in sections shorter than
+that) on a client of its own, watched as a beat is. Before, a rank at such
 an exchange waited without end for a frozen host (``test_frozen_host.py``).
 """
 
@@ -171,6 +172,16 @@ def tuner_timeout() -> float:
 def every(window: float) -> float:
     """The pause between two beats (or probes) watched with ``window``: a fifth of it, from 0.05 to 1 s."""
     return max(0.05, min(1.0, window / 5))
+
+
+def cut_store(store: Any, waited: float) -> None:
+    """A request to ``store`` (a TCP store, prefix stores unwrapped; nothing else is cut) was left unanswered for
+    ``waited`` s where the caller can wait no longer (the exit's mark of a wrong-group note, ``unresolved.py``): cut
+    this process's connections to it, as a section's prober does after its window, so that the threads whose
+    requests wait on them raise and end."""
+    port = store_port(store)
+    if port is not None:
+        _cut(port, waited)
 
 
 def _cut(port: int, waited: float) -> None:

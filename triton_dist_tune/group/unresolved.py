@@ -113,10 +113,12 @@ from .note import (
     parse_kind,
     parse_marks,
     parse_process,
+    read_answers,
     started_at,
     this_process,
 )
 from .store_peek import peek
+from .store_silence import answering, cut_store, tuner_timeout
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -131,6 +133,9 @@ STALE_GRACE_S = 10.0
 #: how long this process's exit may take to mark its note ended (:meth:`Notes.end`): the store's timeout of its
 #: requests there, and the most the exit waits for them (a store whose host is gone or frozen holds no exit longer)
 ENDED_WAIT_S = 2.0
+#: how long the exit then waits for the mark's thread and the note's beat to end, once it has cut a store that did
+#: not answer the mark (their requests then raise at once)
+ENDED_AFTER_CUT_S = 0.5
 
 
 #: the notes' namespace where no attempt name is shared by the whole job (:func:`epoch.named_by_each_group`: the job
@@ -192,24 +197,25 @@ class Notes:
         try:
             import torch.distributed as dist
 
-            key = f"{_prefix()}{dist.get_rank()}"
-            root = root or f"{dist.get_rank()}.{int(store.add(f'{_prefix()}roots', 1))}"
-            self.raised.add(root)
-            if not store.check([key]):
-                store.add(f"{_prefix()}count", 1)
-            said: dict[str, Any] = {"about": list(calls.names()), "posted": time.time()}
-            process = this_process()
-            if process is not None:
-                said["process"] = process
-            if groups is not None:
-                said["groups"] = [[name, list(ranks)] for name, ranks in groups]
-            if kind is not None:
-                said["error"] = kind
-            if self.beat.start(store, f"{_prefix()}beat/{dist.get_rank()}"):  # (a beat first: never newer than it)
-                said["beat_s"] = BEAT_S
-            store.set(key, f"{root}\n{json.dumps(said)}\n{message}".encode())
-            self._said = (root, said, message)
-            self.posted = True
+            with answering(store, tuner_timeout()):  # (a frozen host: cut, never waited for: store_silence)
+                key = f"{_prefix()}{dist.get_rank()}"
+                root = root or f"{dist.get_rank()}.{int(store.add(f'{_prefix()}roots', 1))}"
+                self.raised.add(root)
+                if not store.check([key]):
+                    store.add(f"{_prefix()}count", 1)
+                said: dict[str, Any] = {"about": list(calls.names()), "posted": time.time()}
+                process = this_process()
+                if process is not None:
+                    said["process"] = process
+                if groups is not None:
+                    said["groups"] = [[name, list(ranks)] for name, ranks in groups]
+                if kind is not None:
+                    said["error"] = kind
+                if self.beat.start(store, f"{_prefix()}beat/{dist.get_rank()}"):  # (a beat first: never newer)
+                    said["beat_s"] = BEAT_S
+                store.set(key, f"{root}\n{json.dumps(said)}\n{message}".encode())
+                self._said = (root, said, message)
+                self.posted = True
         except Exception as exc:  # best effort: the peers then wait their deadline, as before
             log.debug("triton_dist_tune: could not post this rank's group error to the job: %s", exc)
             if not self.posted:
@@ -273,21 +279,22 @@ class Notes:
         try:
             import torch.distributed as dist
 
-            key = f"{_prefix()}{dist.get_rank()}"
-            withdrawn = fields.get("withdrawn")
-            if withdrawn is not None and now - withdrawn > 2 * settings.current().timeout:
-                self.posted, self._said = False, None
-                if store.delete_key(key):
-                    store.add(f"{_prefix()}count", -1)
-                self.beat.stop()  # (once the note is out of the store)
-                return
-            to = fields.setdefault("to", [])
-            if withdrawn is not None and (group is None or [group[0], list(group[1])] in to):
-                return  # (a call on a group already named: nothing to write)
-            fields.setdefault("withdrawn", now)
-            if group is not None:
-                to.append([group[0], list(group[1])])
-            store.set(key, f"{root}\n{json.dumps(fields)}\n{message}".encode())
+            with answering(store, tuner_timeout()):  # (a frozen host: cut, never waited for: store_silence)
+                key = f"{_prefix()}{dist.get_rank()}"
+                withdrawn = fields.get("withdrawn")
+                if withdrawn is not None and now - withdrawn > 2 * settings.current().timeout:
+                    self.posted, self._said = False, None
+                    if store.delete_key(key):
+                        store.add(f"{_prefix()}count", -1)
+                    self.beat.stop()  # (once the note is out of the store)
+                    return
+                to = fields.setdefault("to", [])
+                if withdrawn is not None and (group is None or [group[0], list(group[1])] in to):
+                    return  # (a call on a group already named: nothing to write)
+                fields.setdefault("withdrawn", now)
+                if group is not None:
+                    to.append([group[0], list(group[1])])
+                store.set(key, f"{root}\n{json.dumps(fields)}\n{message}".encode())
         except Exception as exc:
             log.debug("triton_dist_tune: could not withdraw this rank's group error: %s", exc)
 
@@ -300,13 +307,19 @@ class Notes:
         :data:`ENDED_WAIT_S` (the store's timeout, and the most the exit waits for a thread doing it), every error
         swallowed. Where that client is still connecting (a process that exits within a slow connect of its note's
         posting), the mark is written on the job's store itself, which the connect holds: its timeout is the job's,
-        so only in the thread the exit waits :data:`ENDED_WAIT_S` for, never on the exit's own thread."""
+        so only in the thread the exit waits :data:`ENDED_WAIT_S` for, never on the exit's own thread. A mark still
+        unanswered then is a host that does not answer (frozen, or cut off): this process cuts its connections to
+        the store (:func:`~.store_silence.cut_store`), so that the mark's thread and a beat in flight raise, and
+        waits for them :data:`ENDED_AFTER_CUT_S` more. Before, both were still blocked at the interpreter's
+        finalization, and the count-out at exit waited its own 6 s (``test_frozen_host.py``: 11 s from the freeze
+        to the process's end, 3.0 s now)."""
         kept, said = self._end, self._said
         if kept is None or said is None or kept[2] != os.getpid():
             return
         self.beat.stop()  # (the mark says more than a beat)
         (store, bounded), key = kept[0].now(), kept[1]
         if store is None:  # (its clone failed to connect, and the job's store is gone: nothing to write on)
+            self.beat.join(ENDED_WAIT_S)
             return
         root, fields, message = said
         value = f"{root}\n{json.dumps({**fields, 'ended': time.time()})}\n{message}".encode()
@@ -318,6 +331,7 @@ class Notes:
             except Exception as exc:  # the store's host has ended, or the store is failing: nobody to tell
                 log.debug("triton_dist_tune: could not mark this rank's group error as ended: %s", exc)
 
+        started = time.monotonic()
         try:
             writer = threading.Thread(target=mark, name="triton_dist_tune-note-ended", daemon=True)
             writer.start()
@@ -326,6 +340,10 @@ class Notes:
                 mark()
             return
         writer.join(ENDED_WAIT_S)
+        if writer.is_alive():  # unanswered: a frozen host (torch's client bounds no reply); its threads end once cut
+            cut_store(store, time.monotonic() - started)
+            writer.join(ENDED_AFTER_CUT_S)
+        self.beat.join(max(ENDED_AFTER_CUT_S, ENDED_WAIT_S - (time.monotonic() - started)))
 
     @staticmethod
     def read(store: Any, global_ranks: Sequence[int]) -> dict[int, Note]:
@@ -411,7 +429,7 @@ class Notes:
           read as stale for :data:`STALE_GRACE_S` from when this rank first read it (the rank that waited for the
           note's rank in the call it was about answers within a second or two), then raised.
         """
-        answers = _answers(store, note.root)
+        answers = read_answers(store, _prefix(), note.root)
         group = (where.group, list(where.ranks))
         if any((name, ranks) == group for _, name, ranks in answers):
             return False
@@ -424,24 +442,6 @@ class Notes:
             return False
         first = self._seen.setdefault(note.root, time.monotonic())
         return time.monotonic() - first < STALE_GRACE_S
-
-
-def _answers(store: Any, root: str) -> list[tuple[int, str, list[int]]]:
-    """The answers recorded for ``root`` (:meth:`Notes.pass_on`): (global rank, group name, its global ranks)."""
-    found = []
-    try:
-        count = int(store.add(f"{_prefix()}answered/{root}/count", 0))
-        for k in range(1, count + 1):
-            key = f"{_prefix()}answered/{root}/{k}"
-            raw = peek(store, key)
-            if raw is not None:
-                value = json.loads(raw.decode(errors="replace"))
-                if (isinstance(value, list) and len(value) == 3 and type(value[0]) is int
-                        and isinstance(value[1], str) and isinstance(value[2], list)):
-                    found.append((value[0], value[1], value[2]))
-    except Exception as exc:  # a damaged or foreign value: the note is read as unanswered
-        log.debug("triton_dist_tune: could not read the answers to a group error: %s", exc)
-    return found
 
 
 NOTES = Notes()
