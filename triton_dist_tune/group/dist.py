@@ -78,16 +78,23 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     where = f"the job's key-value store {job.master_addr}:{port} ({host})"
     if not hosts:
         _reach(job.master_addr, port, join_s, rank, where)
-    try:  # a host that stops answering (frozen) ends this within T + max(1, T/10) s, a connect at join_s
-        with store_silence.answering((job.master_addr, port) if world > 1 else None, store_silence.tuner_timeout()):
+    tuner_t = store_silence.tuner_timeout()
+    # a host that listens (reached: one not started yet was waited for there) but never answers (frozen: its kernel
+    # accepts the connection) is cut by the section; torch's connect reads its reply without a limit and, after each
+    # cut, tries again on a new connection until its timeout: the window, not join_s (before: it ended only there;
+    # test_frozen_host.py::test_init_distributed_ends_when_the_store_host_freezes_naming_its_address[connect])
+    connect_s = join_s if hosts else min(join_s, store_silence.window_of(tuner_t))
+    try:  # a host that stops answering (frozen) ends this within T + max(1, T/10) s
+        with store_silence.answering((job.master_addr, port) if world > 1 else None, tuner_t):
             try:
                 store = dist.TCPStore(job.master_addr, port, world, is_master=hosts,
-                                      timeout=timedelta(seconds=join_s), wait_for_workers=False)
+                                      timeout=timedelta(seconds=connect_s), wait_for_workers=False)
             except dist.DistError as exc:  # a port taken, or a store gone since it was reached: one line
                 if store_silence.was_cut():
                     raise
                 raise AutotuneError(f"init_distributed: rank {rank} could not {'start' if hosts else 'connect to'} "
                                     f"{where}: {describe_error(exc)}") from None
+            store.set_timeout(timedelta(seconds=join_s))
             attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, join_s, where=where)
             store.set_timeout(timedelta(seconds=timeout_s))
             # the job's name: its first attempt's, kept by the store that outlives them (the launcher may name none)
