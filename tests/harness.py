@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -249,6 +250,25 @@ def run_mpiexec(script: str | Path, n: int, args: list[str], env: dict[str, str]
         warnings.warn(f"mpiexec's launcher failed (launch {launch} of {MPIEXEC_LAUNCHES}, exit {proc.returncode} "
                       f"after {seconds:.2f} s), starting the job again; its stderr:\n{err}", stacklevel=2)
     raise AssertionError("unreachable")
+
+
+def stopping_at(marker: Path, resume_after: float) -> threading.Thread:
+    """A started thread that freezes the process whose pid is written at ``marker`` (SIGSTOP) as soon as the file
+    appears (within 90 s), and continues it (SIGCONT) ``resume_after`` seconds later."""
+
+    def stop_and_continue() -> None:
+        deadline = time.monotonic() + 90
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if marker.exists():
+            pid = int(marker.read_text())
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(resume_after)
+            os.kill(pid, signal.SIGCONT)
+
+    stopper = threading.Thread(target=stop_and_continue, daemon=True)
+    stopper.start()
+    return stopper
 
 
 def kill_session(session: int) -> None:

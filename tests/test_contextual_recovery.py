@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from harness import HERE, describe, parse_results, run_ranks, torchrun_command, tuner_env
+from harness import HERE, describe, parse_results, run_ranks, stopping_at, torchrun_command, tuner_env
 
 from triton_dist_tune.faults.journal import Journal
 
@@ -116,27 +116,9 @@ def test_a_rank_stopped_through_its_deadline_in_a_contextual_run_blames_no_confi
     ``hung``, exits 86 and says so; no rank's journal says ``hung``, and the rerun chooses on both ranks with config 1
     measured, not left out. Before, ``contextual_autotune``'s watchdog journaled it ``hung`` (``autotune``'s already
     read the pause: ``test_faults.py::test_a_rank_continued_after_its_deadline_blames_no_config_...``)."""
-    import os
-    import signal
-    import threading
-    import time
-
     env = tuner_env(tmp_path, 4, FAULT_DIR=str(tmp_path / "faults"))
     (tmp_path / "faults").mkdir()
-    marker = tmp_path / "faults" / "stop-me.rank1"
-
-    def stop_and_continue() -> None:
-        deadline = time.monotonic() + 90
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if marker.exists():
-            pid = int(marker.read_text())
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(4 + 3)
-            os.kill(pid, signal.SIGCONT)
-
-    stopper = threading.Thread(target=stop_and_continue, daemon=True)
-    stopper.start()
+    stopper = stopping_at(tmp_path / "faults" / "stop-me.rank1", 4 + 3)
     per_rank = {0: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "30"}, 1: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "4"}}
     first = run_ranks(CASES, 2, ["stopped"], env={**env, "ATTEMPT": "0"}, timeout=100, per_rank_env=per_rank)
     stopper.join(timeout=5)

@@ -32,6 +32,7 @@ from harness import (
     run_mpiexec,
     run_process,
     run_ranks,
+    stopping_at,
     torchrun_command,
     tuner_env,
 )
@@ -529,21 +530,7 @@ def stopping_rank_1(env: dict[str, str], resume_after: float) -> threading.Threa
     """A started thread that freezes rank 1 (SIGSTOP) as soon as it writes its pid at the ``kill`` fault's marker
     (inside the config's guarded run, just after its guard was armed) and continues it (SIGCONT) ``resume_after``
     seconds later."""
-    marker = Path(env["FAULT_DIR"]) / "kill-me.rank1"
-
-    def stop_and_continue() -> None:
-        deadline = time.monotonic() + 90
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if marker.exists():
-            pid = int(marker.read_text())
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(resume_after)
-            os.kill(pid, signal.SIGCONT)
-
-    stopper = threading.Thread(target=stop_and_continue, daemon=True)
-    stopper.start()
-    return stopper
+    return stopping_at(Path(env["FAULT_DIR"]) / "kill-me.rank1", resume_after)
 
 
 @pytest.mark.timeout(200)
