@@ -274,7 +274,7 @@ def test_a_look_that_reads_the_log_before_the_exchange_completes_checks_no_key_o
     results = run("result_before_the_look", 4, tuner_env(tmp_path, 60), timeout=110)
     rank_2 = results[2]
     assert rank_2["widened"], rank_2
-    assert rank_2["late_one_by_one"] == 0 and rank_2["one_by_one"] <= 1, rank_2["checked"]
+    assert rank_2["late_one_by_one"] == 0 and rank_2["one_by_one"] <= 1, rank_2["singles"]
 
 
 @pytest.mark.timeout(120)

@@ -246,13 +246,13 @@ class KeysLookedUp:
     def __init__(self, store, late=()) -> None:
         self._store, self.one_by_one, self.late, self.late_one_by_one = store, 0, set(late), 0
         self.errors: list[str] = []  # what a request other than check raised (a look swallows it: keys one by one)
-        self.checked: list[str] = []  # the keys checked one by one
+        self.singles: list[str] = []  # the keys checked one by one
 
     def check(self, keys):
         found = re.search(r"/\d+/(\d+)$", keys[0]) if len(keys) == 1 else None
         if found:
             self.one_by_one += 1
-            self.checked.append(keys[0])
+            self.singles.append(keys[0])
             self.late_one_by_one += int(found.group(1)) in self.late
         return self._store.check(keys)
 
@@ -377,7 +377,7 @@ def result_before_the_look():
     if group.rank == 3:
         time.sleep(3)
     group.barrier("rank 3 late")
-    emit(rank=group.rank, widened=widened[0], one_by_one=counted.one_by_one, checked=counted.checked,
+    emit(rank=group.rank, widened=widened[0], one_by_one=counted.one_by_one, singles=counted.singles,
          late_one_by_one=counted.late_one_by_one, store_errors=counted.errors)
 
 
