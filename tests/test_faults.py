@@ -526,6 +526,30 @@ def test_a_frozen_rank_leaves_its_peer_waiting_in_a_collective_and_no_config_is_
         assert r["states"][0] in ("measured", "stopped"), r  # measured once more, not left out
 
 
+@pytest.mark.timeout(200)
+def test_a_peer_continued_within_the_last_look_at_the_beats_is_still_read_stopped_and_no_config_is_blamed(env):
+    """Rank 1 (T = 30 s) stopped (SIGSTOP) in config 0's warm-up, before the function's all_reduce, and continued 3 s
+    later, within the last 3.5 s before rank 0's deadline (rank 0: T = 4 s, waiting for it in the all_reduce); rank 1
+    reaches the all_reduce only 1.5 s after that, past rank 0's deadline. Rank 0's watchdog compares rank 1's beat
+    with the one it read 3.5 s before: it moved (rank 1 beat again once continued). Before, rank 0 then journaled
+    config 0 ``hung`` (its own hang: the config left out). Now rank 1's first beat after the stop says it stood still
+    (it adds a mark per second stopped, ``store_board.PAUSE_MARK``), rank 0 reads rank 1 stopped, journals config 0
+    ``interrupted`` naming it, and blames nothing."""
+    env = {**env, "FAULTS": "0:stop@1"}
+    stopper = stopping_at(Path(env["FAULT_DIR"]) / "stop-me.rank1", 3.0)
+    per_rank = {0: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "4"}, 1: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "30"}}
+    results, _ = ranks("tune", 2, env, timeout=100, per_rank_env=per_rank)
+    stopper.join(timeout=5)
+    waiting = results[0]
+    assert waiting.returncode == WATCHDOG_EXIT, describe(results)
+    assert "recorded as hung" not in waiting.stderr and "rank 1 showed no sign of life" in waiting.stderr, \
+        describe(results)
+    said = {path.name: records(path) for path in journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]))}
+    assert not any(r["state"] == "hung" for rs in said.values() for r in rs), said
+    (own,) = [rs for name, rs in said.items() if ".rank0" in name]
+    assert own[-1]["state"] == "interrupted" and own[-1]["index"] == 0, own
+
+
 def stopping_rank_1(env: dict[str, str], resume_after: float) -> threading.Thread:
     """A started thread that freezes rank 1 (SIGSTOP) as soon as it writes its pid at the ``kill`` fault's marker
     (inside the config's guarded run, just after its guard was armed) and continues it (SIGCONT) ``resume_after``

@@ -17,6 +17,10 @@ from .pauses import PAUSES
 from .store_peek import peek
 from .store_silence import Silence, answering, beat, tuner_timeout, was_cut
 
+#: what a board's beat adds per whole second its process stood still since its last beat (stopped: SIGSTOP, a
+#: debugger, a paused machine; :mod:`.pauses`), beside the beat's 1: far above any count of plain beats within a span
+PAUSE_MARK = 1_000_000
+
 
 class BoardOwner(Protocol):
     """What a board needs of its group (:class:`~triton_dist_tune.group.store.StoreGroup`)."""
@@ -98,12 +102,14 @@ class StoreBoard(Board):
         job = self.group.store
         return (side_client(job) or job) if self.group.size > 1 else job
 
-    def _beat(self) -> None:
-        key = f"{self.scope}beat/{self.group.rank}"
+    def _beat(self, stood_s: float = 0.0) -> None:
+        """One beat: 1, and :data:`PAUSE_MARK` more per whole second this process stood still since the last
+        (:mod:`.pauses`), which a peer whose deadline passed reads as this rank stopped (:meth:`stopped`)."""
+        key, amount = f"{self.scope}beat/{self.group.rank}", 1 + PAUSE_MARK * int(stood_s)
         if self.group.size > 1:  # on the side client once it is made, watched there (:func:`.store_silence.beat`)
-            beat(self._silence, self.group.store, key)
+            beat(self._silence, self.group.store, key, amount)
         else:
-            self.group.store.add(key, 1)
+            self.group.store.add(key, amount)
 
     @property
     def every(self) -> float:
@@ -112,9 +118,12 @@ class StoreBoard(Board):
 
     def _beating(self) -> None:
         every = self.every  # (a wait woken late shows this process stood still: :mod:`.pauses`)
-        while not PAUSES.wait(self._stop.wait, every):
+        while True:
+            began = time.monotonic()
+            if PAUSES.wait(self._stop.wait, every):
+                return
             try:
-                self._beat()
+                self._beat(PAUSES.within(began, time.monotonic()))
             except Exception:  # the store is gone: the waits say so; a beat thread never raises
                 return
 
@@ -173,9 +182,13 @@ class StoreBoard(Board):
     def stopped(self, ranks: Sequence[int]) -> list[int]:
         """Of ``ranks``, those whose beat has not moved for :attr:`beats_span` seconds, since :meth:`look` (or
         since now, waiting that long): a live process beats through any wait of its own, a hung kernel or a
-        collective included; one frozen (SIGSTOP), killed or holding the GIL in one C call does not. Asked by a rank
-        whose deadline passed inside a run (:mod:`~triton_dist_tune.measure.guarding`). None without beats, or when
-        the store cannot be read."""
+        collective included; one frozen (SIGSTOP), killed or holding the GIL in one C call does not. And those whose
+        beat says, within that span, that they stood still a second or more (:data:`PAUSE_MARK`): a rank continued
+        (SIGCONT) within the span, whose beat moved again, but which was stopped while this rank waited for it
+        (before, this rank then journaled its own config ``hung``:
+        ``test_faults.py::test_a_peer_continued_within_the_last_look_at_the_beats_is_still_read_stopped_...``).
+        Asked by a rank whose deadline passed inside a run (:mod:`~triton_dist_tune.measure.guarding`). None without
+        beats, or when the store cannot be read."""
         if self.window is None or not ranks:
             return []
         looked = self._looked  # a look from this phase's watchdog, a span ago; an older one would miss a recent end
@@ -186,8 +199,8 @@ class StoreBoard(Board):
             return self._silent_host(ranks)
         time.sleep(max(0.0, self.beats_span - (time.monotonic() - looked[0])))
         try:
-            now = self._counts(ranks)
-            found = [r for r in ranks if now[r] == looked[1][r]]
+            now = self._counts(ranks)  # (still, or beating again after standing still within the span: continued)
+            found = [r for r in ranks if now[r] == looked[1][r] or now[r] - looked[1][r] >= PAUSE_MARK]
         except Exception:  # the store is going away: nothing can be told, unless its host stopped answering
             return self._silent_host(ranks)
         self._stopped.update((r, (looked[1][r], looked[0])) for r in found)

@@ -378,15 +378,15 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 
-def beat(silence: Silence | None, job: Any, key: str) -> None:
-    """One beat (an ``add`` of 1 to ``key``): on the process's side client of ``job`` once it is made, watched there
-    by ``silence`` (on the job's client a user's blocking request can hold a beat while the host is well), else on
-    the job's client, unwatched. A progress watch beats so: before, a unit waiting at a campaign's round for a frozen
-    host (SIGSTOP, a paused VM) waited without end (``test_frozen_host.py``)."""
+def beat(silence: Silence | None, job: Any, key: str, amount: int = 1) -> None:
+    """One beat (an ``add`` of ``amount`` to ``key``): on the process's side client of ``job`` once it is made,
+    watched there by ``silence`` (on the job's client a user's blocking request can hold a beat while the host is
+    well), else on the job's client, unwatched. A progress watch beats so: before, a unit waiting at a campaign's
+    round for a frozen host (SIGSTOP, a paused VM) waited without end (``test_frozen_host.py``)."""
     side = side_client(job)
     if side is None or silence is None:
-        job.add(key, 1)
+        job.add(key, amount)
         return
     silence.beating()
-    side.add(key, 1)
+    side.add(key, amount)
     silence.beaten()
