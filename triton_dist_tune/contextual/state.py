@@ -28,7 +28,7 @@ from ..faults.recovery import gather_entries
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, FailureReport, Group, default_timeout
 from ..measure.clocks import make_clock
-from ..measure.guarding import stood_still
+from ..measure.guarding import paused_texts
 from .newkeys import can_settle
 from .options import ContextualOptions
 from .schedule import Track
@@ -254,7 +254,7 @@ class CallState:
             except Exception:  # the store is gone: no evidence either way, as without a board
                 pass
         if not peers and self._guard.paused:  # this process stood still through the overrun: no evidence
-            why, told = stood_still(self._guard.paused, f"run {self.runs - 1}", self.timeout)
+            why, told = paused_texts(self._guard.paused, f"run {self.runs - 1}", self.timeout)
             self._journal_inflight("interrupted", error=why, paused=round(self._guard.paused, 1))
             self.post_run_failure(why, interrupted=True)  # (the peers blame nothing either)
             return told

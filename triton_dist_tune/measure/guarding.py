@@ -90,13 +90,13 @@ class Guarding:
                 return self._waited_out(index, desc, phase, step)
             paused = self.guard.paused if blames and not peers else 0.0  # this process stopped through its overrun
             if paused:
-                return self._unblamed(index, desc, phase, step, *stood_still(paused, phase, self.plan.timeout),
+                return self._unblamed(index, desc, phase, step, *paused_texts(paused, phase, self.plan.timeout),
                                       paused=round(paused, 1))
             # a peer frozen, or holding the GIL, left this rank inside a collective: its beat stopped (a hang's beats)
             stopped = stopped_peers(self.group, self.guard.board, self._board_reports()) if blames and not peers else []
             if stopped:
                 return self._unblamed(index, desc, phase, step,
-                                      *peer_stopped([rank_name(self.group, r) for r in stopped], phase,
+                                      *peer_stopped_texts([rank_name(self.group, r) for r in stopped], phase,
                                                     self.plan.timeout))
             if peers and blames:
                 first = peers[0]
@@ -159,9 +159,9 @@ class Guarding:
 
     def _unblamed(self, index: int, desc: str, phase: str, step: str, why: str, told: str, **fields: Any) -> str:
         """The deadline passed while this rank was inside a run of config ``index``, for a reason that is no
-        evidence against the config (``why``: :func:`peer_stopped`, :func:`stood_still`). Journaled ``interrupted``
-        (with ``fields``) and posted, so that the peers blame nothing either; returns ``told``, what the watchdog's
-        message says."""
+        evidence against the config (``why``: :func:`peer_stopped_texts`, :func:`paused_texts`). Journaled
+        ``interrupted`` (with ``fields``) and posted, so that the peers blame nothing either; returns ``told``, what
+        the watchdog's message says."""
         self.journal.append(index, "interrupted", config=desc, phase=phase, error=why, **fields)
         try:
             self.guard.board.post(FailureReport(self.group.rank, index, desc, why, ended=True, step=step, exits=True))
@@ -370,7 +370,7 @@ def final_text(outcome: Outcome, share: bool = False, least: bool = False) -> st
     return f"{group} ({how}); this rank's own time {ms_text(outcome.own)} ms ({own})"
 
 
-def peer_stopped(who: list[str], phase: str, timeout: float) -> tuple[str, str]:
+def peer_stopped_texts(who: list[str], phase: str, timeout: float) -> tuple[str, str]:
     """Why a rank whose deadline passed inside a run, while the ranks ``who`` showed no sign of life, blames nothing
     (it waited for them in a collective of the function: no hang of its own; their journals end inside the config,
     which counts as an attempt ended there, once), and what the watchdog's message says of it."""
@@ -382,7 +382,7 @@ def peer_stopped(who: list[str], phase: str, timeout: float) -> tuple[str, str]:
                  "blamed on this rank")
 
 
-def stood_still(paused: float, phase: str, timeout: float) -> tuple[str, str]:
+def paused_texts(paused: float, phase: str, timeout: float) -> tuple[str, str]:
     """Why a rank whose deadline passed inside a run while its own process stood still for ``paused`` seconds, which
     cover the overrun (:attr:`~triton_dist_tune.faults.watchdog.Guard.paused`), blames nothing: the run did not have
     its ``timeout`` to finish. Its record (with ``paused``) ends the attempt inside the config, as a ``kill -9``
