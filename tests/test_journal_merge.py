@@ -188,24 +188,6 @@ def test_ends_inside_a_config_count_each_agreed_attempt_once_over_ranks_and_repl
     assert {r["index"]: r for r in strongest(same)}[2]["state"] == "suspect"  # one attempt on two replicas
 
 
-@pytest.mark.timeout(30)
-def test_an_attempt_ended_by_a_deadline_its_process_stood_still_through_is_a_suspect_then_left_out():
-    """A rank whose deadline passed while its process was stopped (SIGSTOP, a debugger: the watchdog journals
-    ``interrupted`` with ``paused``) ended the attempt inside the config without evidence: a suspect, as after a
-    ``kill -9`` (before: ``hung``, left out at once; a plain interruption blames nothing and counts nothing), and
-    left out when a second attempt ends in it too."""
-    paused = {**interrupted(2, "p1", 2.0, "run#0"), "paused": 7.2}
-    once = merge([[started(2, "p0", 1.0, "run#0"), interrupted(2, "p0", 2.5, "run#0")],
-                  [started(2, "p1", 1.0, "run#0"), paused]], DESCRIPTIONS)
-    assert once[2]["state"] == "suspect" and once[2]["attempts"] == ["run#0"], once
-    assert "stopped through a deadline" in once[2]["error"], once
-    plain = merge([[started(2, "p1", 1.0, "run#0"), interrupted(2, "p1", 2.0, "run#0")]], DESCRIPTIONS)
-    assert 2 not in plain, plain  # an interruption: measured again as new
-    twice = merge([[started(2, "p1", 1.0, "run#0"), paused, started(2, "q1", 5.0, "run#1")]], DESCRIPTIONS)
-    assert twice[2]["state"] == "failed" and twice[2]["error"].startswith("crashed: "), twice
-
-
-
 def _record(index: int, state: str, at: float, **extra) -> dict:
     return {"index": index, "state": state, "config": DESCRIPTIONS[index], "session": "s", "attempt": "A",
             "at": at, **extra}

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 CASES: dict[str, Callable[[], None]] = {}
 
@@ -119,6 +120,25 @@ def waited_for(paths: list[str] | list[os.PathLike], seconds: float = 60) -> boo
             return False
         time.sleep(0.01)
     return True
+
+
+def stopped_then_on(marker: Path) -> None:
+    """Write this process's pid at ``marker`` (the test stops the process there, SIGSTOP, and continues it), then go
+    on ``$GO_ON_S`` (1.5) s after being continued (a gap of a second or more between two 50 ms sleeps), or after 60 s
+    if never stopped."""
+    marker.with_suffix(".tmp").write_text(str(os.getpid()))
+    marker.with_suffix(".tmp").rename(marker)
+    go_on_s = float(os.environ.get("GO_ON_S", "1.5"))
+    started = last = time.monotonic()
+    resumed = None
+    while True:
+        time.sleep(0.05)
+        now = time.monotonic()
+        if now - last > 1.0:
+            resumed = now
+        last = now
+        if (resumed is not None and now - resumed >= go_on_s) or now - started > 60:
+            return
 
 
 def emit(**fields: object) -> None:

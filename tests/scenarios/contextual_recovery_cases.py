@@ -12,8 +12,8 @@ rank made them) and sleeps [5, 80, 400] ms, the same on every rank: config 0 win
   task: a ``BaseException`` that is no ``Exception``); it is journaled ``interrupted``, as Ctrl-C is.
 - ``left_waiting``: in run 2 rank 1's function is cancelled (``ERROR=cancel``) or raises (``ERROR=raise``) after its
   launch of config 1 and before the all_reduce, and rank 1 stays alive; rank 0 waits in the all_reduce.
-- ``stopped``: in run 2 rank 1 writes its pid after its launch of config 1 and sleeps; the test stops it there
-  (SIGSTOP) and continues it past its deadline; rank 0 waits in the all_reduce.
+- ``stopped``: in run 2 rank 1 writes its pid after its launch of config 1; the test stops it there (SIGSTOP) and
+  continues it; it goes on 1.5 s later; rank 0 waits in the all_reduce.
 - ``restarted`` (under ``torchrun --max-restarts``): in run 2 of each attempt listed in ``KILL_ATTEMPTS``, rank 1
   sleeps 1.5 s before its launch, writes the time to ``$FAULT_DIR/killed.attempt<n>``, then is SIGKILLed; rank 0
   has launched config 1 and waits at the exchange that ends the run, where torchrun's SIGTERM reaches it. Rank 0
@@ -43,7 +43,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from _cases import case, contextual_virtual_clock, emit, main, spend  # noqa: E402
+from _cases import case, contextual_virtual_clock, emit, main, spend, stopped_then_on  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 from triton_dist_tune.contextual import contextual_autotune  # noqa: E402
@@ -163,17 +163,14 @@ def left_waiting():
 @case
 def stopped():
     """In run 2, after its launch of config 1 and before the all_reduce, rank 1 writes its pid to
-    ``$FAULT_DIR/stop-me.rank1`` and sleeps (the test stops it there, SIGSTOP, and continues it past its deadline);
-    rank 0 waits in the all_reduce."""
+    ``$FAULT_DIR/stop-me.rank1`` (the test stops it there, SIGSTOP, and continues it) and goes on 1.5 s after it is
+    continued (``_cases.stopped_then_on``); rank 0 waits in the all_reduce."""
     tdt.init_distributed()
     me = dist.get_rank()
 
     def after(run):
         if run == 2 and me == 1 and os.environ["ATTEMPT"] == "0":
-            marker = faults() / "stop-me.rank1"
-            marker.with_suffix(".tmp").write_text(str(os.getpid()))
-            marker.with_suffix(".tmp").rename(marker)
-            time.sleep(3600)
+            stopped_then_on(faults() / "stop-me.rank1")
 
     layer = layer_on(None, after=after)
     x = torch.arange(64, dtype=torch.float32)

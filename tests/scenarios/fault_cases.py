@@ -12,8 +12,9 @@ Environment of the ``tune`` case:
   wait inside it), ``hang`` (sleep for an hour before the collective), ``hang_after`` (after it: the other ranks
   go on to the exchange and wait there), ``hang_gil`` (sleep in C holding the GIL),
   ``kill`` (first attempt only, of the runs ``KILL_RUNS`` names, default ``0``: write ``kill-me.rank<r>`` with the
-  pid into ``FAULT_DIR`` and wait to be killed, or signalled), ``stop`` (the first run only: write ``stop-me.rank<r>``
-  and go on 1.5 s after the test has stopped and continued the rank, :func:`stopped_then_on`).
+  pid into ``FAULT_DIR`` and wait to be killed, or signalled), ``stop`` (``RUN`` 0, the first call of the config
+  only: write ``stop-me.rank<r>`` and go on ``GO_ON_S`` (1.5) s after the test has stopped and continued the rank,
+  ``_cases.stopped_then_on``).
 - ``FAULT_DIR``: each rank appends one line ``<run>.<attempt> <config>`` to ``calls.rank<r>`` for every call of
   the tuned function, so the tests can count how often each config ran in each attempt.
 - ``RUN``: a label for the run (the tests' own reruns); the attempt is ``TORCHELASTIC_RESTART_COUNT``.
@@ -32,7 +33,7 @@ from pathlib import Path
 import _cases
 import torch
 import torch.distributed as dist
-from _cases import case, main, waited_for
+from _cases import case, main, stopped_then_on, waited_for
 
 import triton_dist_tune as tdt
 
@@ -44,6 +45,8 @@ MPI_MODE = os.environ.get("MODE") == "mpi"
 SLEEP_MS = [5, 40, 160, 640]
 # cold timing (one call per sample) and 2 rounds: every config still running gets exactly N_WARMUP + N_REPEAT calls
 N_WARMUP, N_REPEAT = 1, 2
+#: whether the ``stop`` fault fired in this process (it fires in its first call of the config only)
+STOPPED: list[int] = []
 
 
 
@@ -100,25 +103,6 @@ def collective(x: torch.Tensor) -> torch.Tensor:
     return x.clone()
 
 
-def stopped_then_on() -> None:
-    """Write ``stop-me.rank<r>`` with the pid into ``FAULT_DIR`` (the test stops this process there, SIGSTOP, and
-    continues it), then go on 1.5 s after being continued (a gap of a second or more between two 50 ms sleeps),
-    or after 60 s if never stopped."""
-    marker = Path(os.environ["FAULT_DIR"]) / f"stop-me.rank{rank()}"
-    marker.with_suffix(".tmp").write_text(str(os.getpid()))
-    marker.with_suffix(".tmp").rename(marker)
-    started = last = time.monotonic()
-    resumed = None
-    while True:
-        time.sleep(0.05)
-        now = time.monotonic()
-        if now - last > 1.0:
-            resumed = now
-        last = now
-        if (resumed is not None and now - resumed >= 1.5) or now - started > 60:
-            return
-
-
 def make_work(name: str = "work", **options):
     injected = faults()
 
@@ -147,8 +131,9 @@ def make_work(name: str = "work", **options):
             marker.with_suffix(".tmp").write_text(str(os.getpid()))
             marker.with_suffix(".tmp").rename(marker)
             time.sleep(3600)
-        if kind == "stop" and os.environ.get("RUN", "0") == "0":
-            stopped_then_on()
+        if kind == "stop" and os.environ.get("RUN", "0") == "0" and not STOPPED:
+            STOPPED.append(me)
+            stopped_then_on(Path(os.environ["FAULT_DIR"]) / f"stop-me.rank{rank()}")
         time.sleep(SLEEP_MS[variant] / 1e3)
         y = collective(x * (variant + 1))
         if kind == "hang_after":

@@ -27,8 +27,9 @@ from ..disk.cache import DiskCache
 from ..faults.recovery import gather_entries
 from ..faults.watchdog import WATCHDOG, Guard, exchange_timeout
 from ..group.channel import Board, FailureReport, Group, default_timeout
+from ..group.rank_names import rank_name
 from ..measure.clocks import make_clock
-from ..measure.guarding import paused_texts
+from ..measure.guarding import peer_stopped_texts, stopped_peers
 from .newkeys import can_settle
 from .options import ContextualOptions
 from .schedule import Track
@@ -202,7 +203,8 @@ class CallState:
             return
         _watching.owner = self
         self._armed = True
-        self._guard = self._guard or WATCHDOG.guard(rank=self.group.rank)  # this call's own deadline
+        # this call's own deadline; its monitor reads the peers' beats on the call's board (:meth:`_hung`)
+        self._guard = self._guard or WATCHDOG.guard(self.board, rank=self.group.rank)
         self._guard.arm(self.timeout, f"{self.label} run {self.runs - 1}", self._hung)
 
     def disarm(self) -> None:
@@ -244,18 +246,24 @@ class CallState:
         """The watchdog fired: every config this rank launched in the run is journaled as hung, unless a peer said
         on the board that its run raised or was interrupted: then this rank was left waiting in a collective of
         the function, the evidence is the peer's, and its configs are journaled ``interrupted`` (blaming none); or
-        unless this process stood still (SIGSTOP, a debugger, a paused machine) for spans that cover the overrun
-        (:attr:`~triton_dist_tune.faults.watchdog.Guard.paused`): then they are journaled ``interrupted`` with
-        ``paused``, suspects measured once more, as ``autotune``'s are."""
+        unless a peer showed no sign of life (its beat stood still: frozen, killed, or holding the GIL in one C call;
+        or it was stopped and continued in the run: :meth:`~triton_dist_tune.group.store_board.StoreBoard.stopped`):
+        then they are journaled ``interrupted`` naming it, and posted so, as ``autotune``'s are. (This process's
+        own stops moved its deadline: :meth:`~triton_dist_tune.faults.watchdog.Guard.credit_pauses`.)"""
         board, step, peers = self.board, f"run {self.runs}", []
+        reports: list[FailureReport] = []
         if board is not None:
             try:
-                peers = [r for r in board.read() if r.rank != self.group.rank and r.step == step]
+                reports = board.read()
+                peers = [r for r in reports if r.rank != self.group.rank and r.step == step]
             except Exception:  # the store is gone: no evidence either way, as without a board
                 pass
-        if not peers and self._guard.paused:  # this process stood still through the overrun: no evidence
-            why, told = paused_texts(self._guard.paused, f"run {self.runs - 1}", self.timeout)
-            self._journal_inflight("interrupted", error=why, paused=round(self._guard.paused, 1))
+        stopped = stopped_peers(self.group, board, reports, self._guard.began) if board is not None and not peers \
+            else []
+        if stopped:
+            phase = f"run {self.runs - 1}"
+            why, told = peer_stopped_texts([rank_name(self.group, r) for r in stopped], phase, self.timeout)
+            self._journal_inflight("interrupted", error=why)
             self.post_run_failure(why, interrupted=True)  # (the peers blame nothing either)
             return told
         if board is None or not peers:

@@ -57,8 +57,7 @@ def merge(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]]
     - ``failed`` when some rank recorded that it failed or hung in it (a failure recorded after a ``measured``
       one wins: the config failed in a later round), with "failed on rank r: <error>" / "hung on rank r: ...";
     - ``failed`` when ranks were inside it at the end of two attempts that ended without an error (``kill -9``,
-      the OOM killer, a lost node, or a process stopped through its deadline: its last record ``interrupted`` with
-      ``paused``, :func:`stood_still`); after one such attempt it is a ``suspect``: measured again once (the other
+      the OOM killer, a lost node); after one such attempt it is a ``suspect``: measured again once (the other
       ranks' lost-peer errors in it are then taken for consequences: a peer that vanished inside a collective);
     - the group's ``measured`` / ``stopped`` record otherwise; of several, the latest: attempts in the order they
       began, each one's records in the order written (a race journals a config that left it again at its end, of
@@ -127,7 +126,7 @@ def merge(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]]
             last = attempt[-1]
             if last.get("phase") == COMPILE_PASS:  # the attempt ended in this config's compile pass: no evidence
                 passes.setdefault(last["index"], set()).add(rank)
-            elif last["state"] == "started" or stood_still(last):  # it ended inside this config, with no error
+            elif last["state"] == "started":  # it ended inside this config, with no error
                 by_rank = crashes.setdefault(last["index"], {})
                 by_rank[rank] = by_rank.get(rank, 0) + 1
                 if isinstance(last.get("attempt"), str):
@@ -169,13 +168,6 @@ def merge(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]]
     return outcomes
 
 
-def stood_still(record: dict[str, Any]) -> bool:
-    """Whether ``record`` is the ``interrupted`` one of a rank whose deadline passed while its process stood still
-    (stopped by SIGSTOP or a debugger, its machine paused: ``paused`` seconds, :mod:`~triton_dist_tune.measure.
-    guarding`): its attempt ended inside the config without evidence, as a ``kill -9``'s does."""
-    return record.get("state") == "interrupted" and finite_number(record.get("paused"))
-
-
 def _members(per_rank: list[list[dict[str, Any]]] | dict[int, list[dict[str, Any]]]) -> list[int]:
     """The global ranks of the group whose records these are (each record names them in ``ranks``), or []."""
     for records in per_rank.values() if isinstance(per_rank, dict) else per_rank:
@@ -194,7 +186,7 @@ def crashed(index: int, config: str, who: str, attempts: set[str], most: int = 0
     :func:`~triton_dist_tune.faults.recovery.across` can count them over the replicas too."""
     times = max(most, len(attempts))
     what = (f"{who} were inside this config when {times} earlier attempt(s) ended without an error (killed, out of "
-            "memory, a lost node, or stopped through a deadline)")
+            "memory, a lost node)")
     if times >= 2:
         error, state = f"crashed: {what}{AGAIN}", "failed"
     else:

@@ -32,8 +32,7 @@ On the next attempt the ranks gather their journals and merge them (:func:`~.evi
 :mod:`~triton_dist_tune.faults.recovery`; of several outcomes of a config, the latest): configs whose group result
 is known are not measured again; configs that hung past the watchdog or failed on some rank are left out, with an
 error that says it comes from an earlier attempt and how to measure it again; configs in flight when an attempt
-ended without an error (or with a deadline that passed while the process was stopped: ``interrupted`` with
-``paused``) are *suspects*, measured once more, and left out after two such attempts (each counted once
+ended without an error are *suspects*, measured once more, and left out after two such attempts (each counted once
 over every rank and replica, by the ``attempt`` the tuning agreed and wrote into its records:
 :func:`~.evidence.crashed`); an interrupted attempt (SIGINT, SIGTERM) blames nothing; an attempt that ended inside a
 config's compile pass blames nothing either, and the next one runs no compile pass for that config (it would end the

@@ -16,11 +16,11 @@ ends the process with :data:`PEER_EXIT_CODE`: a process is the only thing that c
 Under ``torchrun --max-restarts`` the job then restarts and the journal leaves that config out; without restarts,
 running the job again resumes the same way.
 
-A deadline that passed while this process was stopped (SIGSTOP, a debugger, a paused machine) is no evidence of a
-hang: the monitor's waits and the failure board's beats are timed waits whose late wakes say how long the process
-stood still (:mod:`~triton_dist_tune.group.pauses`), and where those spans within the phase cover its overrun the
-guard says so (:attr:`Guard.paused`, set before ``on_fire``): the tuner then journals the config ``interrupted``, a
-suspect measured once more, not ``hung``.
+A deadline counts the time the phase's process ran, not the time it stood still (stopped by SIGSTOP or a debugger,
+its machine paused): the monitor's waits and the failure board's beats are timed waits whose late wakes say how long
+the process stood still (:mod:`~triton_dist_tune.group.pauses`), and a deadline that passes is first moved later by
+the seconds the process stood still in the phase (:meth:`Guard.credit_pauses`). A run stopped and continued then
+goes on with the whole timeout it was given; one that is still inside the phase once that time has run is hung.
 
 The watchdog is a Python thread, which needs the GIL to run. As a backstop for code that hangs while holding the
 GIL, :mod:`faulthandler` is armed too, :data:`BACKSTOP_S` seconds (to 1 s more) after the earliest deadline
@@ -59,6 +59,9 @@ PEER_EXIT_CODE = 87
 POLL_S = 0.5
 #: the most seconds a rank stays inside a config after another rank posted that this config raised there
 GRACE_S = 5.0
+#: how far into a guarded phase the monitor first reads the other ranks' beats (:meth:`Guard.next_look`): a phase that
+#: ends sooner reads none
+FIRST_LOOK_S = 1.0
 
 
 def exchange_timeout(timeout: float) -> float:
@@ -94,11 +97,14 @@ class Guard:
         self.on_fire: Callable[[], str | None] | None = None
         self.on_peer: Callable[[Any], str] | None = None
         self.seen: dict[int, float] = {}  # rank -> when its failure in the current config was first seen
-        #: whether the monitor read the other ranks' beats in this phase (``board.look``, near its deadline)
+        #: when the phase (or its current run, :meth:`restart`) began (``time.monotonic``)
+        self.began = 0.0
+        #: seconds this process stood still in the phase, already added to its deadline (:meth:`credit_pauses`)
+        self.credited = 0.0
+        #: whether the monitor read the other ranks' beats in this phase: early (:data:`FIRST_LOOK_S` in) and a
+        #: span before its deadline (``board.look``; :meth:`next_look`)
+        self.first_looked = False
         self.looked = False
-        #: set as the watchdog fires: seconds this process stood still in the phase (stopped: SIGSTOP, a debugger, a
-        #: paused machine; :mod:`~triton_dist_tune.group.pauses`) where they cover its overrun, else 0
-        self.paused = 0.0
 
     def arm(self, timeout: float, what: str, on_fire: Callable[[], str | None], index: int | None = None,
             on_peer: Callable[[Any], str] | None = None, step: str = "", patience: float = 0.0) -> None:
@@ -110,11 +116,12 @@ class Guard:
         report of another config of the step ends it only after ``patience`` seconds (at least the grace): the
         time this phase may take when it is not stuck (a rank-local function is never stuck)."""
         with self._dog.cond:
-            self.deadline = time.monotonic() + timeout
+            self.began = time.monotonic()
+            self.deadline = self.began + timeout
             self.what, self.timeout, self.index, self.step = what, timeout, index, step
             self.patience = patience
             self.on_fire, self.on_peer = on_fire, on_peer
-            self.seen, self.looked, self.paused = {}, False, 0.0
+            self.seen, self.credited, self.first_looked, self.looked = {}, 0.0, False, False
         self._dog.watch(self)
 
     def restart(self) -> None:
@@ -123,7 +130,9 @@ class Guard:
         with self._dog.cond:
             if self.deadline is None:
                 return
-            self.deadline = time.monotonic() + self.timeout
+            self.began = time.monotonic()
+            self.deadline = self.began + self.timeout
+            self.credited, self.first_looked = 0.0, False
             self.looked = False  # the beats a fire compares with are read again, a span before the new deadline
         # the deadline only moves later: the thread, which wakes at the earlier one and reads them again, is left
         # asleep (a wake per run cost the tuner's thread the GIL on a host whose CPUs compile); the backstop follows
@@ -143,7 +152,34 @@ class Guard:
 
     @property
     def watches_board(self) -> bool:
+        """Whether the monitor reads the board's reports for this phase (twice a second)."""
         return self.deadline is not None and self.index is not None and self.board is not None
+
+    def credit_pauses(self, now: float) -> bool:
+        """Move the deadline later by the seconds this process stood still in the phase (:mod:`~triton_dist_tune.
+        group.pauses`) that it was not moved by yet; whether it moved. (Called under the watchdog's lock, by the
+        monitor, as the deadline passes: a phase stopped and continued had its ``timeout`` of running time only when
+        it is still inside after it.)"""
+        stood = PAUSES.within(self.began, now)
+        if stood <= self.credited or self.deadline is None:
+            return False
+        self.deadline += stood - self.credited
+        self.credited = stood
+        return True
+
+    def next_look(self) -> tuple[float, bool] | None:
+        """When the monitor reads the other ranks' beats next in this phase (``board.look``), and whether that is
+        its first look (:data:`FIRST_LOOK_S` into the phase, where the phase's last look comes later: a peer stopped
+        after it and continued before that last look is still read stopped, by the mark its beat took:
+        :meth:`~triton_dist_tune.group.store_board.StoreBoard.stopped`), or the last, a span before the deadline (the
+        beats a fire compares with); None: no look is due (no board that beats, or both done)."""
+        span = getattr(self.board, "beats_span", 0.0)
+        if self.deadline is None or not span or self.looked:
+            return None
+        last = self.deadline - span
+        if not self.first_looked and last > self.began + FIRST_LOOK_S + POLL_S:
+            return self.began + FIRST_LOOK_S, True
+        return last, False
 
 
 class Watchdog:
@@ -212,6 +248,9 @@ class Watchdog:
             while not self._stopping:
                 armed = [g for g in self._guards if g.deadline is not None]
                 now = time.monotonic()
+                if [g for g in armed if g.deadline <= now and g.credit_pauses(now)]:  # it stood still: a later one
+                    self._unlocked(lambda: self.backstop.keep(self._earliest))  # (the backstop follows, unless held)
+                    continue
                 late = [g for g in armed if g.deadline <= now]
                 if self.backstop.held != bool(late):  # the backstop held before a fire, let go if the phase ended first
                     self._unlocked(self.backstop.hold if late else lambda: self.backstop.let_go(self._earliest))
@@ -228,14 +267,16 @@ class Watchdog:
                 if late:
                     self._fire(late[0])
                 wait = min(g.deadline for g in armed) - now
-                if any(g.watches_board for g in armed):
-                    wait = min(wait, POLL_S)
+                if any(g.watches_board or g.next_look() is not None for g in armed):
                     self.cond.release()
                     try:  # the board is read outside the lock: a slow store must not block arm and disarm
                         for g in armed:
                             self._check_board(g)
                     finally:
                         self.cond.acquire()
+                    now = time.monotonic()
+                    wait = min([wait, *(POLL_S for g in armed if g.watches_board),
+                                *(look[0] - now for g in armed if (look := g.next_look()) is not None)])
                 PAUSES.wait(self.cond.wait, max(0.001, wait))  # (late: the process stood still, pauses.py)
 
     def _unlocked(self, act: Callable[[], None]) -> None:
@@ -247,13 +288,17 @@ class Watchdog:
             self.cond.acquire()
 
     def _check_board(self, guard: Guard) -> None:
+        look = guard.next_look()
+        if look is not None and time.monotonic() >= look[0]:
+            first = look[1]
+            if first:
+                guard.first_looked = True
+            else:
+                guard.looked = True  # the beats a fire compares with (a frozen peer's stays still): once per phase
+            guard.board.look(first=first)
         index = guard.index
         if not guard.watches_board or index is None:
             return
-        deadline = guard.deadline
-        if not guard.looked and deadline is not None and deadline - time.monotonic() <= guard.board.beats_span:
-            guard.looked = True  # the beats a fire compares with (a frozen peer's stays still): once per phase
-            guard.board.look()
         try:
             reports = [r for r in guard.board.read() if r.rank != guard.rank and (not r.ended or r.interrupted)
                        and (r.step == guard.step if r.step and guard.step else r.index == index)]
@@ -273,10 +318,6 @@ class Watchdog:
 
         told: str | None = None
         try:
-            if guard.deadline is not None:  # the deadline would not have passed without the pauses: no evidence
-                now = time.monotonic()
-                paused = PAUSES.within(guard.deadline - guard.timeout, now)
-                guard.paused = paused if paused >= now - guard.deadline else 0.0
             if guard.on_fire is not None:
                 told = guard.on_fire()
         finally:

@@ -265,13 +265,13 @@ class Board:
         """Every report posted so far (cheap: read by the watchdog's monitor twice a second)."""
         return []
 
-    #: how long before a guarded phase's deadline the watchdog reads the ranks' beats (:meth:`look`; none here)
-    beats_span = 0.0
+    beats_span = 0.0  #: how long before a guarded phase's deadline the watchdog reads the beats (:meth:`look`)
 
-    def look(self) -> None:
-        """Read the other ranks' beats, for :meth:`stopped` (those still since: a board that beats tells)."""
+    def look(self, first: bool = False) -> None:
+        """Read the other ranks' beats for :meth:`stopped` (``first``: early in the phase); a board that beats does."""
 
-    def stopped(self, ranks: Sequence[int]) -> list[int]:
+    def stopped(self, ranks: Sequence[int], since: float | None = None) -> list[int]:
+        """Of ``ranks``, those that showed no sign of life (in the phase begun at ``since``)."""
         return []
 
     def close(self, clean: bool = True) -> None:

@@ -6,15 +6,17 @@ that waits ``s`` seconds wakes that much later than it was due. A hung run keeps
 failure board's beat, the watchdog's own wait): they wake on time. So the threads that wait in a loop anyway
 (:meth:`~triton_dist_tune.group.store_board.StoreBoard` beats, the watchdog's monitor) wait through
 :meth:`Pauses.wait`, which keeps each wait that ended :data:`MIN_S` or more past its due time, and the watchdog asks
-(:meth:`Pauses.within`) how long the process stood still in a phase whose deadline passed: a run whose overrun is
-covered by such spans (the deadline would not have passed without them) is no evidence against its config.
+(:meth:`Pauses.within`) how long the process stood still in a phase whose deadline passed, and moves that deadline
+later by as much (:meth:`~triton_dist_tune.faults.watchdog.Guard.credit_pauses`): a deadline counts the time the
+process ran. A board's beat also says so to the peers (:data:`~triton_dist_tune.group.store_board.PAUSE_MARK`).
 
 A thread also wakes late when it cannot have the GIL: another thread holds it in one C call. Where that call works
 (a compile holding the GIL, a spinning C loop) the process used CPU meanwhile, and a stopped one used none: a late
 wake counts only where the process used less than :data:`CPU_SHARE` CPU seconds per second of it, counted from the
 wait's start (a process busy on several cores just before it was stopped is then not read as stopped: its deadline
 is taken as a hang's, as before). A C call that holds the GIL while it waits uses no CPU either: that, where it
-returns before the faulthandler backstop ends the process, is read as a pause too.
+returns before the faulthandler backstop ends the process, is read as a pause too (a hang among such pauses is then
+journaled that much later).
 """
 
 from __future__ import annotations

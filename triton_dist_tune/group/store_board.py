@@ -18,7 +18,8 @@ from .store_peek import peek
 from .store_silence import Silence, answering, beat, tuner_timeout, was_cut
 
 #: what a board's beat adds per whole second its process stood still since its last beat (stopped: SIGSTOP, a
-#: debugger, a paused machine; :mod:`.pauses`), beside the beat's 1: far above any count of plain beats within a span
+#: debugger, a paused machine; :mod:`.pauses`), beside the beat's 1: far above any count of plain beats within a phase
+#: (at most one a second: 11 days of them)
 PAUSE_MARK = 1_000_000
 
 
@@ -79,6 +80,8 @@ class StoreBoard(Board):
         self._beats: dict[int, tuple[int, float]] = {}
         #: (when, every other rank's beat count then): the last :meth:`look`
         self._looked: tuple[float, dict[int, int]] | None = None
+        #: the same, of the last guarded phase's first look, early in it (``look(first=True)``)
+        self._first_look: tuple[float, dict[int, int]] = (-1.0, {})
         #: rank -> (beat count, since when it stood there): the ranks :meth:`stopped` read stopped, which
         #: :meth:`silent` reads silent at once while their beat still stands there
         self._stopped: dict[int, tuple[int, float]] = {}
@@ -168,27 +171,33 @@ class StoreBoard(Board):
         beats and half a second (0: no beats to read)."""
         return STOPPED_BEATS * self.every + 0.5 if self.window is not None else 0.0
 
-    def look(self) -> None:
-        """Read every other rank's beat counter now, for :meth:`stopped` (the watchdog looks once per guarded
-        phase, :attr:`beats_span` before its deadline: a phase that ends sooner pays nothing)."""
+    def look(self, first: bool = False) -> None:
+        """Read every other rank's beat counter now, for :meth:`stopped`: the watchdog looks :attr:`beats_span`
+        before a guarded phase's deadline, and, in a phase long enough, once early in it (``first``,
+        :data:`~triton_dist_tune.faults.watchdog.FIRST_LOOK_S` in; :meth:`~triton_dist_tune.faults.watchdog.Guard.
+        next_look`): a phase that ends sooner pays nothing."""
         if self.window is None:
             return
         try:
             counts = self._counts([r for r in range(self.group.size) if r != self.group.rank])
         except Exception:  # the store is going away: nothing to compare with later
             return
-        self._looked = (time.monotonic(), counts)
+        if first:
+            self._first_look = (time.monotonic(), counts)
+        else:
+            self._looked = (time.monotonic(), counts)
 
-    def stopped(self, ranks: Sequence[int]) -> list[int]:
+    def stopped(self, ranks: Sequence[int], since: float | None = None) -> list[int]:
         """Of ``ranks``, those whose beat has not moved for :attr:`beats_span` seconds, since :meth:`look` (or
         since now, waiting that long): a live process beats through any wait of its own, a hung kernel or a
         collective included; one frozen (SIGSTOP), killed or holding the GIL in one C call does not. And those whose
-        beat says, within that span, that they stood still a second or more (:data:`PAUSE_MARK`): a rank continued
-        (SIGCONT) within the span, whose beat moved again, but which was stopped while this rank waited for it
-        (before, this rank then journaled its own config ``hung``:
-        ``test_faults.py::test_a_peer_continued_within_the_last_look_at_the_beats_is_still_read_stopped_...``).
-        Asked by a rank whose deadline passed inside a run (:mod:`~triton_dist_tune.measure.guarding`). None without
-        beats, or when the store cannot be read."""
+        beat says that they stood still a second or more (:data:`PAUSE_MARK`) within that span, or since the
+        phase's first look (``first``) where it came after ``since``, the phase's start: a rank continued (SIGCONT)
+        since, whose beat moved again, but which was stopped while this rank waited for it (before, this rank then
+        journaled its own config ``hung``: ``test_faults.py::test_a_peer_continued_within_the_last_look_at_the_...``,
+        and, continued before the last look began, ``::test_a_peer_continued_before_the_last_look_...``). Asked by a
+        rank whose deadline passed inside a run (:mod:`~triton_dist_tune.measure.guarding`, :mod:`~triton_dist_tune.
+        contextual.state`). None without beats, or when the store cannot be read."""
         if self.window is None or not ranks:
             return []
         looked = self._looked  # a look from this phase's watchdog, a span ago; an older one would miss a recent end
@@ -200,7 +209,9 @@ class StoreBoard(Board):
         time.sleep(max(0.0, self.beats_span - (time.monotonic() - looked[0])))
         try:
             now = self._counts(ranks)  # (still, or beating again after standing still within the span: continued)
-            found = [r for r in ranks if now[r] == looked[1][r] or now[r] - looked[1][r] >= PAUSE_MARK]
+            first = self._first_look if since is not None and self._first_look[0] >= since else (-1.0, {})
+            found = [r for r in ranks if now[r] == looked[1][r] or now[r] - looked[1][r] >= PAUSE_MARK
+                     or now[r] - first[1].get(r, now[r]) >= PAUSE_MARK]
         except Exception:  # the store is going away: nothing can be told, unless its host stopped answering
             return self._silent_host(ranks)
         self._stopped.update((r, (looked[1][r], looked[0])) for r in found)

@@ -88,12 +88,11 @@ class Guarding:
                      and not (r.hung and r.index == index)]
             if getattr(self, "waiting", False) and blames:
                 return self._waited_out(index, desc, phase, step)
-            paused = self.guard.paused if blames and not peers else 0.0  # this process stopped through its overrun
-            if paused:
-                return self._unblamed(index, desc, phase, step, *paused_texts(paused, phase, self.plan.timeout),
-                                      paused=round(paused, 1))
-            # a peer frozen, or holding the GIL, left this rank inside a collective: its beat stopped (a hang's beats)
-            stopped = stopped_peers(self.group, self.guard.board, self._board_reports()) if blames and not peers else []
+            # a peer frozen, or holding the GIL, left this rank inside a collective: its beat stopped (a hang's beats),
+            # or it was stopped and continued in the phase (its beat's mark). (This process's own stops moved the
+            # deadline: :meth:`~triton_dist_tune.faults.watchdog.Guard.credit_pauses`)
+            stopped = stopped_peers(self.group, self.guard.board, self._board_reports(), self.guard.began) \
+                if blames and not peers else []
             if stopped:
                 return self._unblamed(index, desc, phase, step,
                                       *peer_stopped_texts([rank_name(self.group, r) for r in stopped], phase,
@@ -159,7 +158,7 @@ class Guarding:
 
     def _unblamed(self, index: int, desc: str, phase: str, step: str, why: str, told: str, **fields: Any) -> str:
         """The deadline passed while this rank was inside a run of config ``index``, for a reason that is no
-        evidence against the config (``why``: :func:`peer_stopped_texts`, :func:`paused_texts`). Journaled
+        evidence against the config (``why``: :func:`peer_stopped_texts`). Journaled
         ``interrupted`` (with ``fields``) and posted, so that the peers blame nothing either; returns ``told``, what
         the watchdog's message says."""
         self.journal.append(index, "interrupted", config=desc, phase=phase, error=why, **fields)
@@ -382,25 +381,12 @@ def peer_stopped_texts(who: list[str], phase: str, timeout: float) -> tuple[str,
                  "blamed on this rank")
 
 
-def paused_texts(paused: float, phase: str, timeout: float) -> tuple[str, str]:
-    """Why a rank whose deadline passed inside a run while its own process stood still for ``paused`` seconds, which
-    cover the overrun (:attr:`~triton_dist_tune.faults.watchdog.Guard.paused`), blames nothing: the run did not have
-    its ``timeout`` to finish. Its record (with ``paused``) ends the attempt inside the config, as a ``kill -9``
-    does: a suspect, measured once more, left out after two such attempts (:func:`~triton_dist_tune.faults.
-    evidence.merge`). And what the watchdog's message says of it."""
-    stopped = f"this process was stopped for {paused:.1f} s (SIGSTOP, a debugger, a paused machine)"
-    why = f"interrupted: {phase} exceeded {timeout:g} s while {stopped}, which covers the overrun"
-    return why, (f"{stopped} in its {phase}, which covers the overrun: no evidence against the config. Journaled "
-                 "as interrupted, a suspect that the next attempt measures once more (left out if an attempt ends in "
-                 "it again)")
-
-
-def stopped_peers(group: Group, board: Any, reports: list[FailureReport]) -> list[int]:
-    """The other ranks of ``group`` whose beat does not move now (:meth:`~triton_dist_tune.group.channel.Board.
-    stopped`), but for those that posted that they ended (a peer whose own watchdog fired first: its report says
-    why)."""
+def stopped_peers(group: Group, board: Any, reports: list[FailureReport], since: float | None = None) -> list[int]:
+    """The other ranks of ``group`` whose beat does not move now, or that stood still since ``since`` (the phase's
+    start; :meth:`~triton_dist_tune.group.channel.Board.stopped`), but for those that posted that they ended (a peer
+    whose own watchdog fired first: its report says why)."""
     ended = {r.rank for r in reports if r.ended}
-    return board.stopped([r for r in range(group.size) if r != group.rank and r not in ended])
+    return board.stopped([r for r in range(group.size) if r != group.rank and r not in ended], since)
 
 
 def fill_broke_the_device(text: str) -> bool:
