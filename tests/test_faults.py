@@ -1136,3 +1136,43 @@ def test_journal_records_outcomes_with_job_group_and_time_and_always_tune_keeps_
     assert sorted(merge([records_], ["a", "b"], only_job="job-a")) == [0, 1]
     assert merge([records_], ["a", "b"], only_job="job-b") == {}  # ALWAYS_TUNE in another job: nothing replays
     assert merge([records_], ["a", "b"], only_job=None) == {}  # ALWAYS_TUNE without a job id: nothing either
+
+
+def stopping_together(markers: list[Path], resume_after: float) -> threading.Thread:
+    """A started thread that, once every one of ``markers`` holds a pid (within 90 s), freezes those processes
+    together (SIGSTOP: a machine paused, a debugger holding every rank) and continues them ``resume_after`` s later."""
+
+    def stop_and_continue() -> None:
+        deadline = time.monotonic() + 90
+        while not all(m.exists() for m in markers) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pids = [int(m.read_text()) for m in markers if m.exists()]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(resume_after)
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+    stopper = threading.Thread(target=stop_and_continue, daemon=True)
+    stopper.start()
+    return stopper
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("where", ["inside the function", "at the exchange"])
+def test_every_rank_stopped_together_longer_than_the_timeout_then_continued_goes_on(env, where):
+    """Both ranks (T = 5 s) stopped together for 7 s (a paused machine, a debugger holding every rank), then
+    continued: rank 1 inside config 0's warm-up, rank 0 waiting for it in the function's all_reduce, or (``at the
+    exchange``: rank 1 just past the all_reduce) at the tuner's exchange after the run. Every clock of theirs counted
+    the 7 s, more than the timeout and the exchange's window (6 s), but no rank showed a sign of life less than
+    another: the tuning goes on and both ranks choose config 0. Before, rank 0 journaled config 0 ``interrupted``
+    (rank 1 read stopped) and exited 86, or raised ``GroupTimeoutError`` at the exchange (rank 1 "never arrived").
+    (A pause that outlasts a guarded phase's backstop, its deadline + 5 s, ends the rank: ``faults/backstop.py``.)"""
+    folder = Path(env["FAULT_DIR"])
+    env = {**env, "FAULTS": "0:mark@0,0:stop@1" if where == "inside the function" else "0:mark@0,0:stop_after@1",
+           "TRITON_DIST_AUTOTUNE_TIMEOUT": "5"}
+    stopper = stopping_together([folder / "stop-me.rank0", folder / "stop-me.rank1"], 7)
+    results, _ = ranks("tune", 2, env, timeout=100)
+    stopper.join(timeout=5)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert {r.results[-1]["chosen"] for r in results} == {0}, describe(results)

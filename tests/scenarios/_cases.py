@@ -126,8 +126,9 @@ def stopped_then_on(marker: Path) -> None:
     """Write this process's pid at ``marker`` (the test stops the process there, SIGSTOP, and continues it), then go
     on ``$GO_ON_S`` (1.5) s after being continued (a gap of a second or more between two 50 ms sleeps), or after 60 s
     if never stopped."""
-    marker.with_suffix(".tmp").write_text(str(os.getpid()))
-    marker.with_suffix(".tmp").rename(marker)
+    temporary = marker.with_name(marker.name + ".tmp")  # (one per rank: ranks may write theirs at once)
+    temporary.write_text(str(os.getpid()))
+    temporary.rename(marker)
     go_on_s = float(os.environ.get("GO_ON_S", "1.5"))
     started = last = time.monotonic()
     resumed = None

@@ -14,7 +14,8 @@ Environment of the ``tune`` case:
   ``kill`` (first attempt only, of the runs ``KILL_RUNS`` names, default ``0``: write ``kill-me.rank<r>`` with the
   pid into ``FAULT_DIR`` and wait to be killed, or signalled), ``stop`` (``RUN`` 0, the first call of the config
   only: write ``stop-me.rank<r>`` and go on ``GO_ON_S`` (1.5) s after the test has stopped and continued the rank,
-  ``_cases.stopped_then_on``).
+  ``_cases.stopped_then_on``), ``stop_after`` (the same, 1 s after the collective), ``mark`` (write
+  ``stop-me.rank<r>`` there and go on at once: the test stops the rank with another).
 - ``FAULT_DIR``: each rank appends one line ``<run>.<attempt> <config>`` to ``calls.rank<r>`` for every call of
   the tuned function, so the tests can count how often each config ran in each attempt.
 - ``RUN``: a label for the run (the tests' own reruns); the attempt is ``TORCHELASTIC_RESTART_COUNT``.
@@ -128,14 +129,23 @@ def make_work(name: str = "work", **options):
         if kind == "kill" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0" and \
                 os.environ.get("RUN", "0") in os.environ.get("KILL_RUNS", "0").split(","):
             marker = Path(os.environ["FAULT_DIR"]) / f"kill-me.rank{me}"
-            marker.with_suffix(".tmp").write_text(str(os.getpid()))
-            marker.with_suffix(".tmp").rename(marker)
+            marker.with_name(marker.name + ".tmp").write_text(str(os.getpid()))
+            marker.with_name(marker.name + ".tmp").rename(marker)
             time.sleep(3600)
-        if kind == "stop" and os.environ.get("RUN", "0") == "0" and not STOPPED:
+        marker = Path(os.environ["FAULT_DIR"]) / f"stop-me.rank{me}"
+        first_stop = kind.startswith(("stop", "mark")) and os.environ.get("RUN", "0") == "0" and not STOPPED
+        if first_stop:
             STOPPED.append(me)
-            stopped_then_on(Path(os.environ["FAULT_DIR"]) / f"stop-me.rank{rank()}")
+        if first_stop and kind == "mark":  # only say where this process is: the test stops it with another
+            marker.with_name(marker.name + ".tmp").write_text(str(os.getpid()))
+            marker.with_name(marker.name + ".tmp").rename(marker)
+        if first_stop and kind == "stop":
+            stopped_then_on(marker)
         time.sleep(SLEEP_MS[variant] / 1e3)
         y = collective(x * (variant + 1))
+        if first_stop and kind == "stop_after":  # past the collective: the others reach the tuner's exchange
+            time.sleep(1.0)
+            stopped_then_on(marker)
         if kind == "hang_after":
             time.sleep(3600)
         if kind == "raise":

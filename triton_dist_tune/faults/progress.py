@@ -43,6 +43,7 @@ from ..faults.watchdog import exchange_timeout
 from ..group.beat import Members, counts
 from ..group.channel import Group, report_waiting
 from ..group.clients import side_client
+from ..group.pauses import PAUSES, ran
 from ..group.store_silence import Silence, answering, beat, lost_reason
 from ..group.store_wait import ArrivalLog, Arrivals, Pace, StoreWaitTimeout, quiet_store_wait
 from ..settings import current, store_host
@@ -208,10 +209,10 @@ class RoundWatch:
     def _beating(self) -> None:
         every, limit = beat_interval(self.timeout), exchange_timeout(self.timeout)
         store, told = self.group.store, False  # type: ignore[attr-defined]
-        while not self._stop.wait(every):
+        while not PAUSES.wait(self._stop.wait, every):
             inside = _inside.get(self._owner)
             try:
-                if inside is not None and time.monotonic() - inside[1] > limit:
+                if inside is not None and ran(inside[1]) > limit:
                     if not told:  # stuck in user code: no beat, the others end their wait as for a dead unit
                         self._notes("stuck", store).write(self.group.rank, inside[0])
                         told = True
@@ -301,7 +302,7 @@ class RoundWatch:
                 for unit, count in counts.items():
                     if count != seen[unit].count:
                         seen[unit] = _Seen(count, now)
-                lost = [u for u in missing if now - seen[u].since > window]
+                lost = [u for u in missing if ran(seen[u].since, now) > window]  # (not a paused machine's seconds)
                 lost = marks.confirm(lost) if lost and not left else lost  # (a unit that marked and ended is not)
             except Exception as exc:
                 raise GroupTimeoutError(self._store_lost(what, exc)) from exc

@@ -34,6 +34,7 @@ from .. import settings
 from ..errors import BadInputError, MismatchError
 from ..records import COMPILE_PASS, FROM_THE_FILL
 from . import codec, meter
+from .pauses import ran
 from .rank_names import naming_ranks
 from .threads import Turns
 
@@ -65,22 +66,21 @@ def wait_in_slices(wait: Callable[[float], Any], timeout: float, on_progress: Ca
     """Call ``wait(seconds)`` (which raises when its time runs out) in slices of ``every`` seconds (default
     ``TRITON_DIST_AUTOTUNE_PROGRESS_S``, 30) until it returns, calling ``on_progress(seconds waited so far)`` after
     each slice that ran out, the last one too (what it learns then, such as a failure posted during that slice, is
-    raised instead of the timeout). Re-raises when ``timeout`` seconds have passed, or at once when a slice failed
-    before its time was up (not a timeout: e.g. the store went away)."""
+    raised instead of the timeout). Re-raises when ``timeout`` seconds have passed (the seconds this process stood
+    still not counted: :func:`~.pauses.ran`), or at once when a slice failed before its time was up (not a timeout:
+    e.g. the store went away)."""
+    start, left = time.monotonic(), timeout
     every = settings.current().progress_s if every is None else every
-    start = time.monotonic()
     while True:
-        left = timeout - (time.monotonic() - start)
-        chunk = max(0.001, min(every, left))
-        began = time.monotonic()
+        chunk, began = max(0.001, min(every, left)), time.monotonic()
         try:
             wait(chunk)
             return
         except Exception:
             if time.monotonic() - began < 0.9 * chunk:
                 raise
-            on_progress(time.monotonic() - start)
-            if chunk >= left:
+            on_progress(waited := ran(start))  # (a paused machine's seconds are not waited)
+            if (left := timeout - waited) <= 0.05 * chunk:
                 raise
 
 

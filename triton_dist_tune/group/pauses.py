@@ -84,3 +84,11 @@ class Pauses:
 
 
 PAUSES = Pauses()
+
+
+def ran(since: float, now: float | None = None) -> float:
+    """Seconds from ``since`` to ``now`` (default: now; ``time.monotonic``) this process ran: less the spans it stood
+    still (:data:`PAUSES`). What a wait for another process measures, so that a machine paused with every rank on it
+    (each clock counting the pause) reads no rank silent, and no wait run out, when it is continued."""
+    now = time.monotonic() if now is None else now
+    return now - since - PAUSES.within(since, now)

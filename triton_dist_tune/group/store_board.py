@@ -13,7 +13,7 @@ from .. import settings
 from .beat import Members, counts
 from .channel import BadBoardEntry, Board, FailureReport
 from .clients import side_client
-from .pauses import PAUSES
+from .pauses import PAUSES, ran
 from .store_peek import peek
 from .store_silence import Silence, answering, beat, tuner_timeout, was_cut
 
@@ -149,7 +149,7 @@ class StoreBoard(Board):
                 silent.append(rank)
             elif seen is None or seen[0] != count:
                 self._beats[rank] = (count, now)
-            elif now - seen[1] > self.window:
+            elif ran(seen[1], now) > self.window:  # (not a paused machine's seconds: every rank on it stood still)
                 silent.append(rank)
         return silent
 
@@ -163,7 +163,7 @@ class StoreBoard(Board):
     def quiet_s(self, ranks: Sequence[int]) -> float:
         """The shortest time this rank has seen the beats of ``ranks`` stand still (0 for a rank never looked at)."""
         now = time.monotonic()
-        return min((now - self._beats[r][1] if r in self._beats else 0.0 for r in ranks), default=0.0)
+        return min((ran(self._beats[r][1], now) if r in self._beats else 0.0 for r in ranks), default=0.0)
 
     @property
     def beats_span(self) -> float:

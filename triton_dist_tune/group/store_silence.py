@@ -42,6 +42,7 @@ from typing import Any
 from .. import settings
 from ..errors import AutotuneError
 from .clients import SHORT_WAIT_S, side_client
+from .pauses import PAUSES, ran
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -144,9 +145,9 @@ class Silence:
         self.since = None
 
     def _watch(self) -> None:
-        while not self._stop.wait(every(self.window)):
-            since = self.since
-            if since is not None and self.port is not None and time.monotonic() - since >= self.window:
+        while not PAUSES.wait(self._stop.wait, every(self.window)):
+            since = self.since  # (in flight while this process ran: a paused machine's seconds are not silence)
+            if since is not None and self.port is not None and ran(since) >= self.window:
                 _cut(self.port, time.monotonic() - since)
                 return
 
@@ -306,12 +307,12 @@ class _Answering:
                 window = self._window()
                 if window is None:
                     return
-                self._cond.wait(every(window))  # (woken early by a stop: the exit waits for no pause)
+                PAUSES.wait(self._cond.wait, every(window))  # (woken early by a stop: the exit waits for no pause)
                 if self.stopping:
                     return
                 still = bool(self._open)
             since = self._since
-            if still and (_CUT or (since is not None and time.monotonic() - since >= window)):
+            if still and (_CUT or (since is not None and ran(since) >= window)):
                 _cut(self.address[1], time.monotonic() - (since or time.monotonic()))
 
 
