@@ -133,7 +133,7 @@ def make_work(name: str = "work", **options):
             marker.with_name(marker.name + ".tmp").rename(marker)
             time.sleep(3600)
         marker = Path(os.environ["FAULT_DIR"]) / f"stop-me.rank{me}"
-        first_stop = kind.startswith(("stop", "mark")) and os.environ.get("RUN", "0") == "0" and not STOPPED
+        first_stop = (kind or "").startswith(("stop", "mark")) and os.environ.get("RUN", "0") == "0" and not STOPPED
         if first_stop:
             STOPPED.append(me)
         if first_stop and kind == "mark":  # only say where this process is: the test stops it with another
