@@ -271,6 +271,30 @@ def stopping_at(marker: Path, resume_after: float) -> threading.Thread:
     return stopper
 
 
+def stopping_together(markers: list[Path], resume_after: float, stagger: float = 0.0,
+                      lead: float = 0.0) -> threading.Thread:
+    """A started thread that, once every one of ``markers`` holds a pid (within 90 s), freezes those processes
+    together (SIGSTOP: a machine paused, a debugger holding every rank; the last marker's ``lead`` s before the
+    others) and continues them ``resume_after`` s later, in the order of ``markers``, ``stagger`` s apart."""
+
+    def stop_and_continue() -> None:
+        deadline = time.monotonic() + 90
+        while not all(m.exists() for m in markers) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pids = [int(m.read_text()) for m in markers if m.exists()]
+        for n, pid in enumerate(reversed(pids)):
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(lead if n == 0 else 0.0)
+        time.sleep(resume_after)
+        for n, pid in enumerate(pids):
+            time.sleep(stagger if n else 0.0)
+            os.kill(pid, signal.SIGCONT)
+
+    stopper = threading.Thread(target=stop_and_continue, daemon=True)
+    stopper.start()
+    return stopper
+
+
 def kill_session(session: int) -> None:
     """SIGKILL every process of session ``session`` (a launcher started with ``start_new_session``), until none is
     left. Open MPI's launcher (``prterun``) puts each rank in a process group of its own, so killing the launcher

@@ -33,6 +33,7 @@ from harness import (
     run_process,
     run_ranks,
     stopping_at,
+    stopping_together,
     torchrun_command,
     tuner_env,
 )
@@ -1136,26 +1137,6 @@ def test_journal_records_outcomes_with_job_group_and_time_and_always_tune_keeps_
     assert sorted(merge([records_], ["a", "b"], only_job="job-a")) == [0, 1]
     assert merge([records_], ["a", "b"], only_job="job-b") == {}  # ALWAYS_TUNE in another job: nothing replays
     assert merge([records_], ["a", "b"], only_job=None) == {}  # ALWAYS_TUNE without a job id: nothing either
-
-
-def stopping_together(markers: list[Path], resume_after: float) -> threading.Thread:
-    """A started thread that, once every one of ``markers`` holds a pid (within 90 s), freezes those processes
-    together (SIGSTOP: a machine paused, a debugger holding every rank) and continues them ``resume_after`` s later."""
-
-    def stop_and_continue() -> None:
-        deadline = time.monotonic() + 90
-        while not all(m.exists() for m in markers) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        pids = [int(m.read_text()) for m in markers if m.exists()]
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
-        time.sleep(resume_after)
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
-
-    stopper = threading.Thread(target=stop_and_continue, daemon=True)
-    stopper.start()
-    return stopper
 
 
 @pytest.mark.timeout(200)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cli_fork import run_cli
-from harness import base_env, describe, run_ranks, tuner_env
+from harness import base_env, describe, run_ranks, stopping_together, tuner_env
 
 from triton_dist_tune.disk.bundles import BUNDLE_FORMAT, BUNDLE_KIND
 from triton_dist_tune.disk.cache import hardware, versions
@@ -348,6 +348,25 @@ def test_campaign_notices_a_killed_unit_within_its_deadline(tmp_path):
     print(f"rank 0 ended {waited:.2f} s after rank 1 was killed ({out['seconds']:.2f} s into the campaign)")
     assert not out["ok"] and "unit(s) [1]" in out["error"] and "no sign of life" in out["error"], out
     assert waited < 10, out
+
+
+@pytest.mark.timeout(150)
+def test_campaign_units_stopped_together_longer_than_the_rounds_window_go_on(tmp_path):
+    """Both units of a rank-local campaign (T = 3 s: the round's window, and the limit of user code with no deadline,
+    4 s) stopped (SIGSTOP: a paused machine) for 7 s, rank 1 inside its key's build (user code) and stopped 1.5 s
+    before, rank 0 waiting at the round for it, then continued, rank 1 half a second after rank 0. Rank 0 saw rank
+    1's beat stand still for 1.5 s before the pause and 0.5 s after it, but its clock counted 9 s: the round and the
+    limit measure the time the process ran (``group/pauses.py`` ``ran``), and both ranks end the campaign normally.
+    Before, rank 0 raised ``GroupTimeoutError`` naming unit 1."""
+    (tmp_path / "faults").mkdir()
+    env = tuner_env(tmp_path, timeout=3, FAULT_DIR=str(tmp_path / "faults"))
+    stopper = stopping_together([tmp_path / "faults" / "stop-me.rank0", tmp_path / "faults" / "stop-me.rank1"], 7,
+                                stagger=0.5, lead=1.5)  # (rank 0's looks read rank 1's beat still, before and after)
+    results = run_ranks(CASES, 2, ["campaign_paused_together"], env=env, timeout=120)
+    stopper.join(timeout=5)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    assert all(r.result["ok"] for r in results), describe(results)
+    assert (tmp_path / "faults" / "stop-me.rank1").exists()  # rank 1 was stopped where it said
 
 
 @pytest.mark.timeout(150)

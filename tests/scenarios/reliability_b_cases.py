@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, spend, virtual_clock
+from _cases import case, emit, main, spend, stopped_then_on, virtual_clock
 
 import triton_dist_tune as tdt
 from triton_dist_tune.errors import GroupTimeoutError
@@ -95,6 +95,41 @@ def campaign_killed_unit():
     except GroupTimeoutError as exc:
         leave(rank=rank, ok=False, error=str(exc)[:600], ended=time.time(), seconds=time.monotonic() - started)
     leave(rank=rank, ok=True, ended=time.time(), seconds=time.monotonic() - started)
+
+
+@case
+def campaign_paused_together():
+    """Two keys, one per rank, T = 3 s (the round's window and the limit of user code with no deadline:
+    exchange_timeout(3) = 4 s): rank 0 writes its pid to ``$FAULT_DIR/stop-me.rank0`` at once and tunes its key;
+    rank 1's build of its key's tuning call (user code) sleeps 1.5 s, so that rank 0 waits at the round, then writes
+    its pid to ``stop-me.rank1`` and goes on 1.5 s after it is continued (``_cases.stopped_then_on``). The test stops
+    both together for longer than the window and continues them. Every rank must end the campaign normally."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    folder, builds = Path(os.environ["FAULT_DIR"]), Counter()
+    if rank == 0:
+        (folder / "stop-me.rank0.tmp").write_text(str(os.getpid()))
+        (folder / "stop-me.rank0.tmp").rename(folder / "stop-me.rank0")
+
+    def make(n: int) -> torch.Tensor:
+        builds[n] += 1
+        if n == SLOW_KEY and builds[n] == 2:  # the tuning's own build (the first one only computes the key)
+            time.sleep(1.5)
+            stopped_then_on(folder / "stop-me.rank1")
+        return torch.ones(n)
+
+    @tdt.autotune([{"v": v} for v in range(4)], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=3,
+                  timing="cold", name="paused_units")
+    def kernel(x, *, v):
+        time.sleep(0.01)
+        return x
+
+    started = time.monotonic()
+    try:
+        summary = tdt.campaign(kernel, make, [8, SLOW_KEY], local=True, progress=False)
+    except GroupTimeoutError as exc:
+        leave(rank=rank, ok=False, error=str(exc)[:600], seconds=time.monotonic() - started)
+    leave(rank=rank, ok=True, states=[row.state for row in summary.rows], seconds=time.monotonic() - started)
 
 
 @case
