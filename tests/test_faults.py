@@ -551,6 +551,28 @@ def test_a_peer_continued_within_the_last_look_at_the_beats_is_still_read_stoppe
     assert own[-1]["state"] == "interrupted" and own[-1]["index"] == 0, own
 
 
+@pytest.mark.timeout(200)
+def test_a_rank_waiting_at_its_phases_exchange_for_a_frozen_peer_names_it(env):
+    """Rank 1 (T = 30 s) frozen (SIGSTOP) for 12 s at once after the function's all_reduce in config 0's first
+    warm-up run of two; rank 0 (T = 4 s), its own run done, waits for it at the exchange that starts the next run
+    together, inside the guarded phase, until its deadline. It journals config 0 ``interrupted``, blaming nothing,
+    as before, and now names rank 1, whose beat stood still (``rank 1 showed no sign of life``). Before, it said
+    only that the others were "interrupted, crashed or hung" (the fresh-clone CI met this path in
+    ``test_frozen_host.py``, where the frozen rank hosts the store)."""
+    env = {**env, "FAULTS": "0:stop_after@1", "N_WARMUP": "2", "STOP_AFTER_S": "0"}
+    stopper = stopping_at(Path(env["FAULT_DIR"]) / "stop-me.rank1", 12)
+    per_rank = {0: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "4"}, 1: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "30"}}
+    results, _ = ranks("tune", 2, env, timeout=100, per_rank_env=per_rank)
+    stopper.join(timeout=5)
+    waiting = results[0]
+    assert waiting.returncode == WATCHDOG_EXIT, describe(results)
+    assert "for the other ranks to start its next run together (rank 1 showed no sign of life)" in waiting.stderr, \
+        describe(results)
+    said = {path.name: records(path) for path in journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]))}
+    (own,) = [rs for name, rs in said.items() if ".rank0" in name]
+    assert own[-1]["state"] == "interrupted" and "rank 1 showed no sign of life" in own[-1]["error"], own
+
+
 def stopping_rank_1(env: dict[str, str], resume_after: float) -> threading.Thread:
     """A started thread that freezes rank 1 (SIGSTOP) as soon as it writes its pid at the ``kill`` fault's marker
     (inside the config's guarded run, just after its guard was armed) and continues it (SIGCONT) ``resume_after``

@@ -14,8 +14,8 @@ Environment of the ``tune`` case:
   ``kill`` (first attempt only, of the runs ``KILL_RUNS`` names, default ``0``: write ``kill-me.rank<r>`` with the
   pid into ``FAULT_DIR`` and wait to be killed, or signalled), ``stop`` (``RUN`` 0, the first call of the config
   only: write ``stop-me.rank<r>`` and go on ``GO_ON_S`` (1.5) s after the test has stopped and continued the rank,
-  ``_cases.stopped_then_on``), ``stop_after`` (the same, 1 s after the collective), ``mark`` (write
-  ``stop-me.rank<r>`` there and go on at once: the test stops the rank with another).
+  ``_cases.stopped_then_on``), ``stop_after`` (the same, ``STOP_AFTER_S`` (1) s after the collective), ``mark``
+  (write ``stop-me.rank<r>`` there and go on at once: the test stops the rank with another).
 - ``FAULT_DIR``: each rank appends one line ``<run>.<attempt> <config>`` to ``calls.rank<r>`` for every call of
   the tuned function, so the tests can count how often each config ran in each attempt.
 - ``RUN``: a label for the run (the tests' own reruns); the attempt is ``TORCHELASTIC_RESTART_COUNT``.
@@ -45,6 +45,7 @@ MPI_MODE = os.environ.get("MODE") == "mpi"
 #: its slowdowns (160 against 320 ms, 2x, decided the done-when scenario's choice between configs 2 and 3)
 SLEEP_MS = [5, 40, 160, 640]
 # cold timing (one call per sample) and 2 rounds: every config still running gets exactly N_WARMUP + N_REPEAT calls
+# ($N_WARMUP sets the warm-up runs)
 N_WARMUP, N_REPEAT = 1, 2
 #: whether the ``stop`` fault fired in this process (it fires in its first call of the config only)
 STOPPED: list[int] = []
@@ -107,7 +108,8 @@ def collective(x: torch.Tensor) -> torch.Tensor:
 def make_work(name: str = "work", **options):
     injected = faults()
 
-    options = {"n_warmup": N_WARMUP, "n_repeat": N_REPEAT, "timing": "cold", **options}
+    options = {"n_warmup": int(os.environ.get("N_WARMUP", N_WARMUP)), "n_repeat": N_REPEAT, "timing": "cold",
+               **options}
 
     @tdt.autotune(config_space=[{"variant": v} for v in range(len(SLEEP_MS))], key_fn=lambda x: tuple(x.shape),
                   name=name, **options)
@@ -144,7 +146,7 @@ def make_work(name: str = "work", **options):
         time.sleep(SLEEP_MS[variant] / 1e3)
         y = collective(x * (variant + 1))
         if first_stop and kind == "stop_after":  # past the collective: the others reach the tuner's exchange
-            time.sleep(1.0)
+            time.sleep(float(os.environ.get("STOP_AFTER_S", "1.0")))
             stopped_then_on(marker)
         if kind == "hang_after":
             time.sleep(3600)

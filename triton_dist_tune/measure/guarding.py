@@ -171,11 +171,10 @@ class Guarding:
 
     def _waited_out(self, index: int, desc: str, phase: str, step: str) -> str:
         """The deadline passed while this rank, its own run of config ``index`` done, waited at the exchange that
-        starts the next run together: the others did not come (interrupted, crashed or hung: their own journals say
-        which; a group without a failure board, mpi4py's, cannot tell this rank). Journaled ``interrupted``, blaming
-        nothing here, and posted so; returns what the watchdog's message says was journaled. When this rank's own
-        run raised earlier in the phase (:attr:`own_failure`, journaled ``local_failure`` already), the message names
-        that error: the others most likely wait for this rank inside a collective of the function."""
+        starts the next run together: the others did not come (interrupted, crashed, hung: their journals say which;
+        or frozen: named). Journaled ``interrupted``, blaming nothing here, and posted so; returns what the
+        watchdog's message says was journaled. Where this rank's own run raised in the phase (:attr:`own_failure`),
+        it names that error: the others most likely wait for this rank inside a collective of the function."""
         own, state = self.own_failure, self.trial.state
         if own is not None:  # this rank's run raised: the others are likely inside a collective, waiting for it
             journaled = ("an interruption: it raised from the tuner's NaN fill"
@@ -185,9 +184,11 @@ class Guarding:
                       f"{self.plan.timeout:g} s for the other ranks to stop the "
                       "phase together (they did not come: most likely they wait for this rank inside a collective "
                       "of the function)")
-        else:
-            waited = (f"waited {self.plan.timeout:g} s for the other ranks to start its next run together (they were "
-                      "interrupted, crashed or hung: their own journals say which)")
+        else:  # (a peer whose beat stood still is named: frozen or killed, the store's host among them)
+            stopped = stopped_peers(self.group, self.guard.board, self._board_reports(), self.guard.began)
+            why = (f"{', '.join(rank_name(self.group, r) for r in stopped)} showed no sign of life" if stopped else
+                   "they were interrupted, crashed or hung: their own journals say which")
+            waited = f"waited {self.plan.timeout:g} s for the other ranks to start its next run together ({why})"
         self.journal.append(index, "interrupted", config=desc, phase=phase, error=f"interrupted: {waited}")
         try:
             self.guard.board.post(FailureReport(self.group.rank, index, desc, f"interrupted: {waited}", ended=True,
