@@ -528,17 +528,23 @@ def test_a_frozen_rank_leaves_its_peer_waiting_in_a_collective_and_no_config_is_
 
 
 @pytest.mark.timeout(200)
-def test_a_peer_continued_within_the_last_look_at_the_beats_is_still_read_stopped_and_no_config_is_blamed(env):
-    """Rank 1 (T = 30 s) stopped (SIGSTOP) in config 0's warm-up, before the function's all_reduce, and continued 3 s
-    later, within the last 3.5 s before rank 0's deadline (rank 0: T = 4 s, waiting for it in the all_reduce); rank 1
-    reaches the all_reduce only 1.5 s after that, past rank 0's deadline. Rank 0's watchdog compares rank 1's beat
-    with the one it read 3.5 s before: it moved (rank 1 beat again once continued). Before, rank 0 then journaled
-    config 0 ``hung`` (its own hang: the config left out). Now rank 1's first beat after the stop says it stood still
-    (it adds a mark per second stopped, ``store_board.PAUSE_MARK``), rank 0 reads rank 1 stopped, journals config 0
-    ``interrupted`` naming it, and blames nothing."""
-    env = {**env, "FAULTS": "0:stop@1"}
-    stopper = stopping_at(Path(env["FAULT_DIR"]) / "stop-me.rank1", 3.0)
-    per_rank = {0: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "4"}, 1: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "30"}}
+@pytest.mark.parametrize(("stop_s", "go_on_s", "timeout"), [(3.0, "1.5", "4"), (4.5, "8", "10")],
+                         ids=["within the last look", "before the last look"])
+def test_a_peer_continued_before_the_deadline_is_still_read_stopped_and_no_config_is_blamed(env, stop_s, go_on_s,
+                                                                                              timeout):
+    """Rank 1 (T = 30 s) stopped (SIGSTOP) at the start of config 0's warm-up, before the function's all_reduce, for
+    ``stop_s`` s, and reaching the all_reduce ``go_on_s`` s after it was continued, past the deadline of rank 0
+    (T = ``timeout`` s), which waits for it there. Rank 0's watchdog compares rank 1's beat with the one it read 3.5
+    s before the deadline: it moved, since rank 1 beat again once continued (``within the last look``: continued 3 s
+    in, within those 3.5 s; ``before the last look``: 4.5 s in, 2 s before that look). Before, rank 0 then journaled
+    config 0 ``hung`` (its own hang: the config left out); with the defaults (``T`` = 300 s), for any peer
+    continued more than 3.5 s before the deadline. Now rank 1's first beat after the stop says it stood still (a mark
+    per second stopped, ``store_board.PAUSE_MARK``), and rank 0 reads that mark within the span, or since its first
+    look, 1 s into a phase whose last look comes later (``watchdog.Guard.next_look``): it journals config 0
+    ``interrupted`` naming rank 1, and blames nothing."""
+    env = {**env, "FAULTS": "0:stop@1", "GO_ON_S": go_on_s}
+    stopper = stopping_at(Path(env["FAULT_DIR"]) / "stop-me.rank1", stop_s)
+    per_rank = {0: {"TRITON_DIST_AUTOTUNE_TIMEOUT": timeout}, 1: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "30"}}
     results, _ = ranks("tune", 2, env, timeout=100, per_rank_env=per_rank)
     stopper.join(timeout=5)
     waiting = results[0]
@@ -578,30 +584,6 @@ def stopping_rank_1(env: dict[str, str], resume_after: float) -> threading.Threa
     (inside the config's guarded run, just after its guard was armed) and continues it (SIGCONT) ``resume_after``
     seconds later."""
     return stopping_at(Path(env["FAULT_DIR"]) / "kill-me.rank1", resume_after)
-
-
-@pytest.mark.timeout(200)
-def test_a_peer_continued_before_the_last_look_at_the_beats_is_still_read_stopped_and_no_config_is_blamed(env):
-    """As above, but rank 1 is continued before the last look began: rank 0 (T = 10 s) reads the beats 6.5 s into its
-    warm-up (3.5 s before its deadline); rank 1 (T = 30 s) is stopped for 4.5 s from the start of its warm-up and
-    reaches the all_reduce 8 s after being continued, past rank 0's deadline. Its beat moves through that last look,
-    and the mark it took as it was continued is older. Before, rank 0 journaled config 0 ``hung`` (the config left
-    out): the same with the defaults (``T`` = 300 s), for any peer continued more than 3.5 s before the deadline.
-    Now the monitor also reads the beats 1 s into a phase whose last look comes later
-    (``watchdog.Guard.next_look``), and the mark taken since reads rank 1 stopped: ``interrupted``, naming it."""
-    env = {**env, "FAULTS": "0:stop@1", "GO_ON_S": "8"}
-    stopper = stopping_at(Path(env["FAULT_DIR"]) / "stop-me.rank1", 4.5)
-    per_rank = {0: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "10"}, 1: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "30"}}
-    results, _ = ranks("tune", 2, env, timeout=100, per_rank_env=per_rank)
-    stopper.join(timeout=5)
-    waiting = results[0]
-    assert waiting.returncode == WATCHDOG_EXIT, describe(results)
-    assert "recorded as hung" not in waiting.stderr and "rank 1 showed no sign of life" in waiting.stderr, \
-        describe(results)
-    said = {path.name: records(path) for path in journals(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]))}
-    assert not any(r["state"] == "hung" for rs in said.values() for r in rs), said
-    (own,) = [rs for name, rs in said.items() if ".rank0" in name]
-    assert own[-1]["state"] == "interrupted" and own[-1]["index"] == 0, own
 
 
 @pytest.mark.timeout(200)

@@ -194,8 +194,8 @@ class StoreBoard(Board):
         beat says that they stood still a second or more (:data:`PAUSE_MARK`) within that span, or since the
         phase's first look (``first``) where it came after ``since``, the phase's start: a rank continued (SIGCONT)
         since, whose beat moved again, but which was stopped while this rank waited for it (before, this rank then
-        journaled its own config ``hung``: ``test_faults.py::test_a_peer_continued_within_the_last_look_at_the_...``,
-        and, continued before the last look began, ``::test_a_peer_continued_before_the_last_look_...``). Asked by a
+        journaled its own config ``hung``:
+        ``test_faults.py::test_a_peer_continued_before_the_deadline_is_still_read_stopped_...``). Asked by a
         rank whose deadline passed inside a run (:mod:`~triton_dist_tune.measure.guarding`, :mod:`~triton_dist_tune.
         contextual.state`). None without beats, or when the store cannot be read."""
         if self.window is None or not ranks:
