@@ -156,12 +156,11 @@ class Guarding:
         finally:
             self.guard.disarm()
 
-    def _unblamed(self, index: int, desc: str, phase: str, step: str, why: str, told: str, **fields: Any) -> str:
+    def _unblamed(self, index: int, desc: str, phase: str, step: str, why: str, told: str) -> str:
         """The deadline passed while this rank was inside a run of config ``index``, for a reason that is no
-        evidence against the config (``why``: :func:`peer_stopped_texts`). Journaled
-        ``interrupted`` (with ``fields``) and posted, so that the peers blame nothing either; returns ``told``, what
-        the watchdog's message says."""
-        self.journal.append(index, "interrupted", config=desc, phase=phase, error=why, **fields)
+        evidence against the config (``why``: :func:`peer_stopped_texts`). Journaled ``interrupted`` and posted, so
+        that the peers blame nothing either; returns ``told``, what the watchdog's message says."""
+        self.journal.append(index, "interrupted", config=desc, phase=phase, error=why)
         try:
             self.guard.board.post(FailureReport(self.group.rank, index, desc, why, ended=True, step=step, exits=True))
         except Exception:  # the store is going away: the journal holds it
