@@ -122,13 +122,19 @@ def waited_for(paths: list[str] | list[os.PathLike], seconds: float = 60) -> boo
     return True
 
 
+def pid_marker(marker: Path) -> None:
+    """Write this process's pid at ``marker`` at once (through a temporary file of its own: ranks may write theirs at
+    once), for a test that signals the process there (``harness.stopping_at``, ``stopping_together``)."""
+    temporary = marker.with_name(marker.name + ".tmp")
+    temporary.write_text(str(os.getpid()))
+    temporary.rename(marker)
+
+
 def stopped_then_on(marker: Path) -> None:
     """Write this process's pid at ``marker`` (the test stops the process there, SIGSTOP, and continues it), then go
     on ``$GO_ON_S`` (1.5) s after being continued (a gap of a second or more between two 50 ms sleeps), or after 60 s
     if never stopped."""
-    temporary = marker.with_name(marker.name + ".tmp")  # (one per rank: ranks may write theirs at once)
-    temporary.write_text(str(os.getpid()))
-    temporary.rename(marker)
+    pid_marker(marker)
     go_on_s = float(os.environ.get("GO_ON_S", "1.5"))
     started = last = time.monotonic()
     resumed = None

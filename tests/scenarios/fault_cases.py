@@ -34,7 +34,7 @@ from pathlib import Path
 import _cases
 import torch
 import torch.distributed as dist
-from _cases import case, main, stopped_then_on, waited_for
+from _cases import case, main, pid_marker, stopped_then_on, waited_for
 
 import triton_dist_tune as tdt
 
@@ -130,17 +130,14 @@ def make_work(name: str = "work", **options):
             ctypes.PyDLL(None).sleep(3600)  # C code that never releases the GIL: only the backstop ends this
         if kind == "kill" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0" and \
                 os.environ.get("RUN", "0") in os.environ.get("KILL_RUNS", "0").split(","):
-            marker = Path(os.environ["FAULT_DIR"]) / f"kill-me.rank{me}"
-            marker.with_name(marker.name + ".tmp").write_text(str(os.getpid()))
-            marker.with_name(marker.name + ".tmp").rename(marker)
+            pid_marker(Path(os.environ["FAULT_DIR"]) / f"kill-me.rank{me}")
             time.sleep(3600)
         marker = Path(os.environ["FAULT_DIR"]) / f"stop-me.rank{me}"
         first_stop = (kind or "").startswith(("stop", "mark")) and os.environ.get("RUN", "0") == "0" and not STOPPED
         if first_stop:
             STOPPED.append(me)
         if first_stop and kind == "mark":  # only say where this process is: the test stops it with another
-            marker.with_name(marker.name + ".tmp").write_text(str(os.getpid()))
-            marker.with_name(marker.name + ".tmp").rename(marker)
+            pid_marker(marker)
         if first_stop and kind == "stop":
             stopped_then_on(marker)
         time.sleep(SLEEP_MS[variant] / 1e3)

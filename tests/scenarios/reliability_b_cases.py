@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, spend, stopped_then_on, virtual_clock
+from _cases import case, emit, main, pid_marker, spend, stopped_then_on, virtual_clock
 
 import triton_dist_tune as tdt
 from triton_dist_tune.errors import GroupTimeoutError
@@ -108,8 +108,7 @@ def campaign_paused_together():
     rank = dist.get_rank()
     folder, builds = Path(os.environ["FAULT_DIR"]), Counter()
     if rank == 0:
-        (folder / "stop-me.rank0.tmp").write_text(str(os.getpid()))
-        (folder / "stop-me.rank0.tmp").rename(folder / "stop-me.rank0")
+        pid_marker(folder / "stop-me.rank0")
 
     def make(n: int) -> torch.Tensor:
         builds[n] += 1
