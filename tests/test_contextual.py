@@ -156,6 +156,21 @@ def test_new_process_loads_choices_from_disk(env, tmp_path):
 
 
 @pytest.mark.timeout(150)
+def test_a_disk_cache_hit_sets_configs_timings_to_the_cached_group_times(env):
+    """docs/contextual.md: configs_timings holds each config's group time again where it came from the disk cache
+    (``[inf] * 3`` only for a config that failed). Before, a new process's cache hit set ``[inf] * 3`` for every
+    config, the chosen one included, as if every config had failed."""
+    first = run("disk", 2, env)
+    second = run("disk", 2, env)
+    assert [r.result["how"] for r in second] == [["disk cache"]] * 2, describe(second)
+    for tuned, hit in zip(first, second, strict=True):
+        for kernel, timings in tuned.result["timings"].items():
+            assert timings and all(t[0] < float("inf") for t in timings.values()), describe(first)
+            cached = hit.result["timings"][kernel]
+            assert cached == {block: [t[0]] * 3 for block, t in timings.items()}, (kernel, cached, timings)
+
+
+@pytest.mark.timeout(150)
 def test_ranks_with_different_cache_folders_follow_rank_0(env, tmp_path):
     folders = {r: {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / f"home{r}")} for r in range(2)}
     run("disk", 2, env, per_rank_env=folders)

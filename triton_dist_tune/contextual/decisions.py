@@ -50,7 +50,8 @@ def record_decision(session: CallState, track: Track) -> None:
 
 def _publish(session: CallState, track: Track, local: LocalTrack) -> None:
     """Set the choice on each autotuner of the track (and its timings; Triton's listener is called)."""
-    timings = {i: stock_timings(track.times.get(i), track.samples.get(i, [])) for i in track.order}
+    timings = {i: stock_timings(track.times.get(i, track.cached_times.get(i)), track.samples.get(i, []))
+               for i in track.order}
     for autotuner in local.autotuners:
         config = autotuner.configs[track.best]
         decide(autotuner, local.key, config, session.group)

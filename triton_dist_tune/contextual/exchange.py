@@ -10,6 +10,7 @@ exchange told (:class:`~.state.Exchanged`) decides what is compiled ahead before
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
@@ -161,12 +162,14 @@ def create_tracks(session: CallState, gathered: list[dict[str, Any]]) -> bool:
                                timeout=session.timeout, error=AutotuneError))
     for tid in created:
         track = session.tracks[tid]
-        index, kept = found.get(tid) or (None, None)
+        index, kept, times = (list(found.get(tid) or ()) + [None] * 3)[:3]
         # as in Triton, the configs the pruning keeps are part of a decision's identity: a decision made under
         # another kept set is tuned again, and a config the pruning leaves out now is never launched
         usable = index is not None and index in track.order and index not in track.failed
         if not track.done and usable and (kept is None or kept == track.order):
             track.finish(index, "disk cache")
+            track.cached_times = {i: t for i, t in enumerate(times if isinstance(times, list) else [])
+                                  if type(t) is float}
         if track.done:
             record_decision(session, track)
     return bool(created)
@@ -193,8 +196,9 @@ def revised(session: CallState, tid: TrackId, track: Track, was_done: bool, revi
 
 
 def lookup(session: CallState, infos: dict[TrackId, TrackInfo]) -> dict[TrackId, list | None]:
-    """Group rank 0 only: the disk cache's [config index, the configs the pruning kept then] for each (kernel, key)
-    of ``infos`` (None: not there, or unusable; the kept configs None in a record written before they were)."""
+    """Group rank 0 only: the disk cache's [config index, the configs the pruning kept then, each config's group
+    time (:func:`cached_times`)] for each (kernel, key) of ``infos`` (None: not there, or unusable; the kept configs
+    None in a record written before they were)."""
     if settings.current().always_tune:
         return dict.fromkeys(infos)
     found: dict[TrackId, list | None] = {}
@@ -207,8 +211,29 @@ def lookup(session: CallState, infos: dict[TrackId, TrackInfo]) -> dict[TrackId,
         kept = data.get("kept") if ok else None
         if kept is not None and not (isinstance(kept, list) and all(type(i) is int for i in kept)):
             ok = False  # a damaged record: tuned again
-        found[tid] = [index, kept] if ok else None
+        found[tid] = [index, kept, cached_times(data, info.descriptions)] if ok else None
     return found
+
+
+def cached_times(data: dict[str, Any], descriptions: list[str]) -> list[float | None]:
+    """Each config's group time as a disk cache decision's ``measurements`` recorded it, by config index, for the
+    kernel's ``configs_timings`` on a cache hit (as stock Triton's disk cache restores them); None for a config
+    with no time there (failed, never measured) or a row that does not fit the configs (a damaged record)."""
+    times: list[float | None] = [None] * len(descriptions)
+    rows = data.get("measurements")
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, dict) or row.get("state") == "failed":
+            continue
+        index, ms = row.get("index"), row.get("time")
+        if type(index) is not int or not 0 <= index < len(descriptions) or row.get("config") != descriptions[index]:
+            continue
+        try:
+            ms = float(ms) if type(ms) in (int, float) else math.nan
+        except OverflowError:  # an integer no float holds
+            ms = math.nan
+        if math.isfinite(ms) and ms >= 0:
+            times[index] = ms
+    return times
 
 
 def step_track(session: CallState, tid: TrackId, track: Track, gathered: list[dict[str, Any]]) -> None:

@@ -83,6 +83,9 @@ class Track:
         #: each close contender's drift-free median of its closing rounds, whatever the race's statistic (journaled)
         self.drift_free: dict[int, float] = {}
         self.failed: dict[int, str] = {}
+        #: each config's group time as the disk cache's decision recorded it, on a cache hit (the kernel's
+        #: ``configs_timings`` and Triton's listener report them; no choice is made from them)
+        self.cached_times: dict[int, float] = {}
         #: configs whose time came from an earlier attempt's journal
         self.resumed: set[int] = set()
         #: the finalists' screening times (and per-rank times), kept while their race runs afresh: a cut
