@@ -49,3 +49,28 @@ def test_an_undecided_policy_set_on_one_rank_only_is_a_clear_error_on_every_rank
         assert result["result"].get("error") == "ExchangeError", results
         assert "TRITON_DIST_AUTOTUNE_UNDECIDED" in result["result"]["message"]
         assert result["seconds"] < 5  # at once (the deadline is 20 s)
+
+
+@pytest.mark.timeout(200)
+def test_contextual_always_tune_on_one_rank_only_never_lets_the_ranks_choose_apart(tmp_path):
+    """The journals of an earlier job hold config 0 failed (a cut kept them); a later job sets ALWAYS_TUNE on rank 1
+    only, which leaves other jobs' records out of rank 1's view alone. Before, rank 0 resumed config 0 as failed and
+    launched config 1 while rank 1 launched config 0: neither rank's step ever counted, the stalled track was forced,
+    and the ranks chose apart (rank 0 config 1, rank 1 config 0), with no error. Now every rank gets the same
+    MismatchError naming the variable at the call's first exchange, as ``autotune``'s ranks do."""
+    env = tuner_env(tmp_path, 20)
+    first = run_ranks(CASES, 2, ["contextual_always_tune_differs"], timeout=100,
+                      env={**env, "PHASE": "1", "TRITON_DIST_AUTOTUNE_MAX_RUNS": "1",
+                           "TRITON_DIST_AUTOTUNE_JOB_ID": "job-a"})
+    assert all(r.returncode == 0 for r in first), describe(first)
+    assert [r.result["chosen"] for r in first] == [[1], [1]], describe(first)  # forced: a cut, journals kept
+    results = run("contextual_always_tune_differs", tmp_path, {0: {"TRITON_DIST_AUTOTUNE_JOB_ID": "job-b"},
+                                                               1: {"TRITON_DIST_AUTOTUNE_JOB_ID": "job-b",
+                                                                   "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1"}})
+    chosen = [result["chosen"] for result in results]
+    errors = [result["result"].get("error") for result in results]
+    assert errors == ["MismatchError", "MismatchError"], (chosen, results)
+    for result in results:
+        message = result["result"]["message"]
+        assert "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE" in message and "ranks [0]: off" in message, message
+        assert "ranks [1]: on" in message, message

@@ -75,5 +75,41 @@ def contextual_steps_differ():
     emit(result=outcome(lambda: float(layer(torch.ones(64)).sum())), seconds=time.monotonic() - started)
 
 
+def failing_in_phase_one(nargs):
+    """Config 0's ``pre_hook``: it raises in phase 1 only (``PHASE=1``), so that phase 1's journals hold it failed."""
+    if os.environ.get("PHASE") == "1":
+        raise RuntimeError("config 0 fails in phase 1")
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}, pre_hook=failing_in_phase_one), triton.Config({"BLOCK": 32})],
+                 key=["n"])
+@triton.jit
+def phased_kernel(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+
+@case
+def contextual_always_tune_differs():
+    """``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE`` decides which journal records a contextual call resumes from (only this
+    job's under it). Phase 1 (``PHASE=1``, ``TRITON_DIST_AUTOTUNE_MAX_RUNS=1``): config 0 fails in run 0 and the
+    bound ends the track, a cut: the journals (config 0 failed) stay. Phase 2 runs in another job, config 0 no
+    longer fails, and the test sets ``ALWAYS_TUNE`` on some ranks only. Emits each rank's choice (or its error)."""
+    tdt.init_distributed()
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=2)
+    def layer(x):
+        out = torch.empty_like(x)
+        phased_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        dist.all_reduce(out)
+        return out
+
+    started = time.monotonic()
+    result = outcome(lambda: float(layer(torch.ones(64)).sum()))
+    chosen = [d["index"] for d in layer.tuner.decisions.values()]
+    emit(result=result, chosen=chosen, seconds=time.monotonic() - started)
+
+
 if __name__ == "__main__":
     main()

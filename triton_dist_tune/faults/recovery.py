@@ -29,7 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadInputError
+from .. import settings
+from ..errors import BadInputError, MismatchError
 from ..group.channel import Group
 from ..space import fingerprint
 from .evidence import crashed, merge
@@ -156,6 +157,19 @@ def strongest(views: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 _SLOT = re.compile(r"^(?P<entry>.+)\.(?P<tag>[0-9a-f]{10})\.rank(?P<rank>\d+)(?:\.\d+)?\.journal$")
 
 
+#: the first agreement's field that says which earlier records a tuning resumes from (:func:`always_tune`)
+ALWAYS_TUNE_FIELD = ("TRITON_DIST_AUTOTUNE_ALWAYS_TUNE (and the job id: TRITON_DIST_AUTOTUNE_JOB_ID, "
+                     "TORCHELASTIC_RUN_ID or SLURM_JOB_ID)")
+
+
+def always_tune() -> str:
+    """This rank's ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE`` and the job id it reads journals by, as text (``off``, ``on,
+    job J``): under it an earlier job's journal records are left out of the shared view, so ranks that differ in
+    it would plan from different views (:data:`ALWAYS_TUNE_FIELD`; agreed by both tuners)."""
+    env = settings.current()
+    return f"on, job {env.job_id}" if env.always_tune else "off"
+
+
 def gather_entries(group: Group, folder: Path, what: str, timeout: float, problem: str | None = None,
                    label: str = "", own_timeout: float | None = None,
                    ) -> tuple[dict[str, list[list[dict[str, Any]]]], str | None]:
@@ -165,8 +179,11 @@ def gather_entries(group: Group, folder: Path, what: str, timeout: float, proble
     ``problem``: this rank's malformed variable (:func:`~triton_dist_tune.settings.problem`), carried by the
     exchange so that every rank raises it (a :class:`~triton_dist_tune.errors.BadInputError` naming the ranks,
     after ``label``) rather than this rank alone while the others wait for it. ``own_timeout``: this rank's
-    timeout, carried too: where the ranks' differ, every rank warns (:func:`warn_timeouts_differ`). Also returns
-    the attempt's name the exchange agreed (group rank 0's draw), for the journals the call opens
+    timeout, carried too: where the ranks' differ, every rank warns (:func:`warn_timeouts_differ`). So is this
+    rank's :func:`always_tune`, which decides the records each rank's view of them keeps: where the ranks' differ,
+    every rank raises :class:`~triton_dist_tune.errors.MismatchError` naming it (before, a rank with it off resumed
+    an earlier job's failure and launched another config than a rank with it on, and the ranks chose apart). Also
+    returns the attempt's name the exchange agreed (group rank 0's draw), for the journals the call opens
     (:attr:`~.journal.Journal.attempt`)."""
     tag, mine = group_tag(group), {}
     bases = set()
@@ -180,17 +197,24 @@ def gather_entries(group: Group, folder: Path, what: str, timeout: float, proble
             mine[entry] = journal.read()
         finally:
             journal.close()
-    gathered = group.allgather([os.urandom(6).hex(), problem, mine, own_timeout], what, timeout=timeout)
-    problems = [f"rank {r}: {p}" for r, (_, p, _, _) in enumerate(gathered) if p]
+    gathered = group.allgather([os.urandom(6).hex(), problem, mine, own_timeout, always_tune()], what,
+                               timeout=timeout)
+    problems = [f"rank {r}: {p}" for r, (_, p, _, _, _) in enumerate(gathered) if p]
     if problems:
         raise BadInputError(f"{label}: " + "; ".join(problems))
+    modes: dict[str, list[int]] = {}
+    for r, (_, _, _, _, mode) in enumerate(gathered):
+        modes.setdefault(str(mode), []).append(r)
+    if len(modes) > 1:
+        raise MismatchError(f"{label}: the ranks of group '{group.title}' differ in {ALWAYS_TUNE_FIELD}: "
+                            + "; ".join(f"ranks {ranks}: {mode}" for mode, ranks in modes.items()))
     holders: dict[str, list[int]] = {}
-    for r, (_, _, _, said) in enumerate(gathered):
+    for r, (_, _, _, said, _) in enumerate(gathered):
         holders.setdefault(f"{said:g} s" if isinstance(said, (int, float)) else "not said", []).append(r)
     if own_timeout is not None and len(holders) > 1:
         warn_timeouts_differ(label, f"the ranks of group '{group.title}'",
                              "; ".join(f"ranks {ranks}: {value}" for value, ranks in holders.items()))
-    by_rank = [by_entry for _, _, by_entry, _ in gathered]
+    by_rank = [by_entry for _, _, by_entry, _, _ in gathered]
     entries = sorted({entry for by_entry in by_rank for entry in by_entry})
     return {entry: [list(by_entry.get(entry, [])) for by_entry in by_rank] for entry in entries}, _attempt_of(gathered)
 

@@ -11,7 +11,7 @@ from .. import settings
 from ..disk import logs
 from ..errors import AutotuneError, BadInputError, MismatchError, describe_error, per_rank
 from ..faults.progress import user_code
-from ..faults.recovery import warn_timeouts_differ
+from ..faults.recovery import ALWAYS_TUNE_FIELD, always_tune, warn_timeouts_differ
 from ..group.agreement import agree
 from ..group.channel import ExchangeError, Group
 from ..group.rank_names import add_ranks_text
@@ -128,7 +128,6 @@ def protocol_fields(tuner: TunedFunction) -> dict[str, str]:
     ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE`` with the job id it reads journals by (an earlier job's records are left
     out of the shared view only under it: ranks that differ would plan different configs)."""
     options = tuner.options
-    env = settings.current()
     try:
         timing = timing_mode(options.timing)
     except BadInputError as exc:  # checked when decorating; the environment may still be bad: agreed as text
@@ -137,12 +136,10 @@ def protocol_fields(tuner: TunedFunction) -> dict[str, str]:
             f"budget={options.budget} early_stop={options.early_stop} refine_top={options.refine_top} "
             f"sharded={options.sharded} ref_prog={options.ref_prog is not None} "
             f"precompile_fn={options.precompile_fn is not None}")
-    always = f"on, job {env.job_id}" if env.always_tune else "off"
     return {"timing mode (TRITON_DIST_AUTOTUNE_TIMING, or timing=)": timing,
             "runs and rounds (n_warmup, n_repeat, batch, budget, early_stop, refine_top, sharded, ref_prog, "
             "precompile_fn)": runs,
-            "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE (and the job id: TRITON_DIST_AUTOTUNE_JOB_ID, TORCHELASTIC_RUN_ID or "
-            "SLURM_JOB_ID)": always}
+            ALWAYS_TUNE_FIELD: always_tune()}
 
 
 def agreed_prune(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
