@@ -458,6 +458,20 @@ def test_local_campaign_applies_only_decisions_prune_fn_keeps_here(tmp_path):
     assert results[1].result["decided"] == {"64": 16}, results[1].result
 
 
+
+@pytest.mark.timeout(150)
+def test_replicas_campaign_takes_a_pruned_decision_back_on_every_replica(tmp_path):
+    """Case 7 across replicas: rank 1 (replica 1, a one-rank group) builds its calls with a second input 16 long, so
+    its ``prune_fn`` leaves out replica 0's tile 32 for M = 32. Before, only replica 1 took that decision back: a
+    later call at M = 32 with the replicas ran tile 32 on rank 0 at once, while rank 1, undecided, tuned it and
+    waited for rank 0 at the agreement across replicas until its deadline (GroupTimeoutError). Now every replica
+    takes it back, and the call tunes it on both (tile 16, the one every replica keeps)."""
+    results = run_ranks(CASES, 2, ["replicas_learned_pruned"], env=tuner_env(tmp_path, timeout=10), timeout=140)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    for r in results:
+        assert r.result["decided"] == {"64": 16}, [x.result for x in results]
+        assert r.result["out"] == {"ok": 16.0}, [x.result for x in results]
+
 # -- case 9: a contextual key met off the agreement points stays pending and gets tuned --------------------------
 
 

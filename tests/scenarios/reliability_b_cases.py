@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _cases import case, emit, main, pid_marker, spend, stopped_then_on, virtual_clock
+from _cases import case, emit, main, outcome, pid_marker, spend, stopped_then_on, virtual_clock
 
 import triton_dist_tune as tdt
 from triton_dist_tune.errors import GroupTimeoutError
@@ -283,6 +283,37 @@ def local_learned_pruned():
     tdt.campaign(kernel, lambda m: (torch.ones(m), torch.ones(m if rank == 0 else 16)), [32, 64], local=True,
                  progress=False)
     emit(rank=rank, decided={str(k): v["tile"] for k, v in kernel.tuner.decided.items()})
+
+
+@case
+def replicas_learned_pruned():
+    """2 one-rank replicas (each rank's own group, linked by the default group) and a replicas campaign over M = 32
+    and 64 (replica 0 tunes 32, replica 1 tunes 64); rank 1 builds its calls with a second input 16 long, so its
+    ``prune_fn`` keeps only tile 16 and takes back replica 0's decision for M = 32 (tile 32). Then every rank calls
+    at M = 32 with the replicas: emits what each rank decided after the campaign and what the call gave (or its
+    error)."""
+    tdt.init_distributed(backend="gloo")
+    rank = dist.get_rank()
+    own = [dist.new_group([r]) for r in range(dist.get_world_size())][rank]
+    across = dist.group.WORLD
+
+    def prune(config, x, y):
+        return config["tile"] <= x.shape[0] and config["tile"] <= y.shape[0]
+
+    @tdt.autotune(TILES, key_fn=lambda x, y: x.shape[0], prune_fn=prune, n_warmup=1, n_repeat=3, timing="cold",
+                  name="replica_tiles")
+    def kernel(x, y, *, tile):
+        time.sleep(TILE_S[tile])
+        return x * tile
+
+    def build(m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.ones(m), torch.ones(m if rank == 0 else 16)
+
+    tdt.campaign(kernel, build, [32, 64], pg=own, replicas=across, progress=False)
+    decided = {str(slot[-1]): v["tile"] for slot, v in kernel.tuner.decided_in.items()}
+    started = time.monotonic()
+    out = outcome(lambda: kernel(*build(32), autotune_pg=own, autotune_replicas=across)[0].item())
+    emit(rank=rank, decided=decided, out=out, seconds=time.monotonic() - started)
 
 
 @case

@@ -417,13 +417,17 @@ def _unlearn_pruned(tuner: TunedFunction, plan: Plan, rows: list[KeyResult], key
                     masks: list[list[bool] | None], timeout: float) -> None:
     """A learned decision runs only where ``prune_fn`` keeps its config for the call: the positions whose config
     this rank's ``prune_fn`` leaves out for its own build of the call (another unit tuned it with its own) are
-    gathered over the rank's tuning group (whose ranks must run one config), and their decisions are taken back
-    on every rank of it: such a key stays undecided (a call tunes it or serves it by the ``undecided`` policy)."""
+    gathered over the rank's tuning group (whose ranks must run one config), then over the replicas (a later call
+    tunes an undecided key across them: a replica that kept it ran it while the others waited for it there), and
+    their decisions are taken back on every rank of them: such a key stays undecided (a call tunes it or serves it
+    by the ``undecided`` policy). A rank-local campaign's units each keep their own (they serve alone)."""
     mine = sorted(row.position for row in rows
                   if row.state != "failed" and masks[row.position] is not None
                   and not masks[row.position][row.index])  # type: ignore[index]
-    pruned = plan.tune_group.combine(mine, f"[campaign {tuner.name}] decisions prune_fn leaves out",
-                                     lambda values: sorted({p for ps in values for p in ps}), timeout)
+    what, union = f"[campaign {tuner.name}] decisions prune_fn leaves out", lambda values: sorted(set().union(*values))
+    pruned = plan.tune_group.combine(mine, what, union, timeout)
+    if plan.home is None and plan.across.size > 1:  # the replicas: after their groups, as the keys' agreement
+        pruned = plan.across.combine(pruned, f"{what} (across replicas)", union, timeout)
     for position in pruned:
         plan.table.pop(plan.slot(keys[position]), None)
         logs.rank_log().warning("campaign %s: key %s: prune_fn leaves out the decided config for this call on a "
