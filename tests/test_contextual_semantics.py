@@ -68,6 +68,27 @@ def test_restore_value_reset_to_zero_hooks_and_listener_inside_a_tuning(env):
 
 
 @pytest.mark.triton_dependent
+@pytest.mark.timeout(150)
+def test_a_listener_that_raises_on_one_rank_is_said_there_and_every_rank_goes_on_to_its_collective(env):
+    """Triton's autotuning listener raising on rank 1 only (its own disk full, a telemetry call) as the tuning
+    publishes its choice: the listener is an observer, so the error is logged on rank 1 (a warning naming the
+    kernel and the error) and both ranks go on, through the function's all_reduce, to the same choice, in this call
+    and the next. Before, rank 1 left the call with the listener's error between the tuning's last exchange and the
+    final run, while rank 0 waited for it in that run's all_reduce (outside any tuner deadline)."""
+    results = run_ranks(CASES, 2, ["listener_raises_on_one_rank"], env=env, timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    res = [r.result for r in results]
+    if "skipped" in res[0]:
+        pytest.skip(res[0]["skipped"])
+    for r in res:
+        assert r["errors"] == [] and r["outs"] == [True, True], describe(results)
+    assert res[0]["chosen"] == res[1]["chosen"] and res[1]["heard"], describe(results)
+    assert res[0]["listener_said"] == [], describe(results)
+    assert any("the listener's disk is full" in m and "inc_kernel" in m for m in res[1]["listener_said"]), \
+        describe(results)
+
+
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(120)
 def test_pruning_that_keeps_nothing_raises_tritons_error_on_every_rank(env):
     results = run("prune_empty", 2, env)

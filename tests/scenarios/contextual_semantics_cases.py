@@ -161,6 +161,53 @@ def pruned_kernel(x, out, n, BLOCK: tl.constexpr):
 
 
 @case
+def listener_raises_on_one_rank():
+    """Triton's autotuning listener (a process's own: telemetry, a log file) raises on rank 1 only, as the tuning
+    publishes its decision. The function's collective follows the tuned launch: rank 1 must not leave the call
+    while rank 0 waits in that collective. Two calls; each rank reports its result or error, its choice and the
+    tuner's warnings."""
+    import logging
+
+    tdt.init_distributed()
+    knobs = getattr(triton, "knobs", None)
+    if knobs is None or not hasattr(knobs.autotuning, "listener"):
+        emit(rank=rank(), skipped=f"Triton {triton.__version__} has no autotuning listener")
+        return
+    heard = []
+    if rank() == 1:
+        def listener(**kw):
+            heard.append(kw["best_config"].kwargs["BLOCK"])
+            raise RuntimeError("the listener's disk is full")
+
+        knobs.autotuning.listener = listener
+    said = []
+
+    class Said(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    logging.getLogger("triton_dist_tune").addHandler(Said(logging.WARNING))
+    n = 64
+
+    @contextual_autotune(is_dist=True, n_warmup=1, n_repeat=3)
+    def layer(src):
+        inc_kernel[grid(n)](src, n)
+        out = src.clone()
+        dist.all_reduce(out)
+        return out
+
+    outs, errors = [], []
+    for _ in range(2):
+        try:
+            outs.append(layer(torch.zeros(n)).tolist() == [2.0] * n)
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+    emit(rank=rank(), outs=outs, errors=errors, heard=heard,
+         chosen={k[1]: v["index"] for k, v in layer.tuner.decisions.items()},
+         listener_said=[m for m in said if "listener" in m])
+
+
+@case
 def prune_empty():
     """The kernel's pruning keeps nothing on rank 1: every rank raises Triton's own AutotunerError."""
     tdt.init_distributed()

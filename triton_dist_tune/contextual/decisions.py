@@ -49,7 +49,9 @@ def record_decision(session: CallState, track: Track) -> None:
 
 
 def _publish(session: CallState, track: Track, local: LocalTrack) -> None:
-    """Set the choice on each autotuner of the track (and its timings; Triton's listener is called)."""
+    """Set the choice on each autotuner of the track (and its timings; Triton's listener is called: where it raises,
+    the error is logged on this rank and the call goes on, since the other ranks go on to the function's next
+    collective: ``test_contextual_semantics.py::test_a_listener_that_raises_on_one_rank_is_said_there_...``)."""
     timings = {i: stock_timings(track.times.get(i, track.cached_times.get(i)), track.samples.get(i, []))
                for i in track.order}
     for autotuner in local.autotuners:
@@ -60,8 +62,16 @@ def _publish(session: CallState, track: Track, local: LocalTrack) -> None:
             autotuner.configs_timings = by_config
             autotuner.bench_time = time.monotonic() - session.started
             cached = track.how == "disk cache"
-            intercept.notify_listener(autotuner, local.key, config, by_config,
-                                      None if cached else autotuner.bench_time, cached)
+            try:
+                intercept.notify_listener(autotuner, local.key, config, by_config,
+                                          None if cached else autotuner.bench_time, cached)
+            except Exception as exc:  # an observer's own error: said here, never taking this rank out of its group
+                text = (f"triton_dist_tune: rank {logs.global_rank()}: {session.label} Triton's autotuning listener "
+                        f"raised for {track.label}: {type(exc).__name__}: {exc} (the decision stands on every rank "
+                        "and the call goes on: a listener's error must not leave this rank out of its group's "
+                        "next step)")
+                log.warning(text)
+                session.log.warning(text, exc_info=True)
     local.sample = None
 
 
