@@ -592,3 +592,11 @@ def test_a_notes_process_reads_gone_only_on_its_own_host_once_it_has_ended():
         child.kill()
         child.wait()
     assert process_gone((host, pid, start))
+
+
+@pytest.mark.timeout(120)
+def test_a_prune_fn_that_raises_on_one_rank_of_a_layout_is_an_error_on_every_rank_at_once(env):
+    # was: ranks 0 and 1 (its TP group) BadInputError at once; ranks 2 and 3 (the other replica) waited T (40 s) at
+    # 'prune (across replicas)' for partners that had left, then raised GroupTimeoutError
+    every_rank_at_once(four_ranks("prune_fn_raises_on_one_rank", env), "BadInputError",
+                       "prune_fn raised ValueError: no pruning on rank 1")

@@ -60,6 +60,25 @@ def key_fn_raises_on_one_rank():
 
 
 @case
+def prune_fn_raises_on_one_rank():
+    """prune_fn raises on rank 1 only: rank 0 (its TP peer) learns it at the tuning's exchange of the pruning; ranks
+    2, 3 (the other replica) must learn it too, at once."""
+    me, tp, across = two_by_two()
+
+    def prune(config, x):
+        if me == 1:
+            raise ValueError("no pruning on rank 1")
+        return True
+
+    @tdt.autotune([{"v": v} for v in range(4)], key_fn=lambda x: x.numel(), prune_fn=prune, n_warmup=0, n_repeat=1,
+                  timing="cold", name="prune_fn_raises")
+    def f(x, *, v):
+        return x * v
+
+    call(f, autotune_pg=tp, autotune_replicas=across)
+
+
+@case
 def replicas_on_some_ranks_only():
     """Ranks 0 and 2 pass autotune_replicas, their TP peers 1 and 3 do not."""
     me, tp, across = two_by_two()

@@ -20,7 +20,7 @@ from ..measure import compile_pass
 from ..measure.arguments import ArgumentState, fill_raised_before, named_arguments
 from ..measure.clocks import make_clock
 from ..measure.reference import Reference
-from ..measure.replicas import Layout
+from ..measure.replicas import Layout, kept_by_all
 from ..measure.timing import timing_mode
 from ..measure.trial import Trial
 from ..space import check_call, keeps
@@ -143,8 +143,10 @@ def protocol_fields(tuner: TunedFunction) -> dict[str, str]:
 
 
 def agreed_prune(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
-                 timeout: float) -> list[int]:
-    """Step 2: the indices of the configs that ``prune_fn`` keeps on every rank."""
+                 timeout: float, layout: Layout | None = None) -> list[int]:
+    """Step 2: the indices of the configs that ``prune_fn`` keeps on every rank (with a ``layout``, of every
+    replica: a replica's error, raised by ``prune_fn`` or for a pruning that keeps nothing, reaches every rank of
+    every replica in the same exchange, :func:`across_replicas`)."""
     mine: list[bool] | str
     try:
         with user_code("prune_fn"):  # no deadline of its own: a campaign unit stuck there stops beating
@@ -160,13 +162,40 @@ def agreed_prune(tuner: TunedFunction, group: Group, label: str, args: tuple, kw
             raise ExchangeError(f"{label} prune: the message read for group rank {r} is not a prune message of the "
                                 "tuner (another process wrote under the tuner's keys of the key-value store)")
     errors = [(r, m) for r, m in enumerate(everyone) if isinstance(m, str)]
+    failed, kept = None, []
     if errors:
-        raise BadInputError(f"{tuner.name}: " + per_rank(in_job(group, errors), tuner.name))
-    kept = [i for i in range(len(tuner.space)) if all(m[i] for m in everyone)]
-    if not kept:
-        raise BadInputError(f"{label} prune_fn left no config that every rank keeps (of {len(tuner.space)}): "
-                            + per_rank(in_job(group, [(r, _kept_by(m)) for r, m in enumerate(everyone)])))
+        failed = BadInputError(f"{tuner.name}: " + per_rank(in_job(group, errors), tuner.name))
+    else:
+        kept = [i for i in range(len(tuner.space)) if all(m[i] for m in everyone)]
+    if not kept and failed is None:
+        failed = BadInputError(f"{label} prune_fn left no config that every rank keeps (of {len(tuner.space)}): "
+                               + per_rank(in_job(group, [(r, _kept_by(m)) for r, m in enumerate(everyone)])))
+    if layout is not None:
+        return across_replicas(layout, tuner.name, failed, f"{label} prune", timeout, kept, kept_by_all)
+    if failed is not None:
+        raise failed
     return kept
+
+
+def across_replicas(layout: Layout, name: str, failed: AutotuneError | None, what: str, timeout: float,
+                    value: Any = None, merge: Callable[[list[Any]], Any] | None = None) -> Any:
+    """One exchange across the replicas of ``layout`` after a step that each replica's group agreed on inside itself:
+    its error there (``failed``, the same on every rank of this group, or None) is raised by every rank of every
+    replica at once, this replica's own first, else the others' (``replica j: ...``). Returns ``merge`` of every
+    replica's ``value``, by replica (None without ``merge``). Before, the ranks of the replica whose ``prune_fn`` or
+    ``ref_prog`` raised on one rank left the tuning alone, and the other replicas waited for them at their next
+    exchange across replicas until its deadline, then raised ``GroupTimeoutError``."""
+    def said(parts: list[list[Any]]) -> list[Any]:
+        errors = [[j, text] for j, (text, _) in enumerate(parts) if text]
+        return [errors, None if errors or merge is None else merge([part for _, part in parts])]
+
+    errors, merged = layout.replicas.combine([_text(failed), value], f"{what} (across replicas)", said, timeout)
+    if failed is not None:
+        raise failed
+    if errors:
+        raise BadInputError(f"{name}: " + "; ".join(f"replica {j}: {text.removeprefix(f'{name}: ')}"
+                                                    for j, text in errors))
+    return merged
 
 
 def _kept_by(mine: list[bool]) -> str:

@@ -196,10 +196,7 @@ class Tuning:
     def _prune(self) -> list[int]:
         """Step 2, before the cache is read (as Triton prunes before it looks a key up): the configs ``prune_fn``
         keeps on every rank (and every replica, with a layout)."""
-        kept = agreed_prune(self.tuner, self.group, self.label, self.args, self.kwargs, self.timeout)
-        if self.layout is not None:
-            kept = self.layout.keep_everywhere(kept, f"{self.label} prune", self.timeout)
-        return kept
+        return agreed_prune(self.tuner, self.group, self.label, self.args, self.kwargs, self.timeout, self.layout)
 
     def _name_entry(self, kept: list[int]) -> None:
         """The cache entry of this tuning: what it depends on (:meth:`~.tuned.TunedFunction.entry_extra`) and the

@@ -176,10 +176,6 @@ class Layout:
         found = self.replicas.broadcast(found, f"{what} (across replicas)", timeout=timeout)
         return unwrap_outcomes(self.group, [(0, found)], what, AutotuneError)
 
-    def keep_everywhere(self, kept: list[int], what: str, timeout: float) -> list[int]:
-        """The configs that every replica keeps (each replica's ``kept`` is already agreed inside its group)."""
-        return self.replicas.combine(kept, f"{what} (across replicas)", _kept_by_all, timeout)
-
     def share(self, kept: Sequence[int]) -> list[int]:
         """The configs this replica measures in the first pass."""
         return [i for position, i in enumerate(kept) if position % self.replicas.size == self.replicas.rank]
@@ -224,7 +220,8 @@ def _members(group: Group) -> tuple:
     return ranks if known else ()
 
 
-def _kept_by_all(kept: list[list[int]]) -> list[int]:
+def kept_by_all(kept: list[list[int]]) -> list[int]:
+    """The configs that every replica keeps (each replica's ``kept`` agreed inside its group already)."""
     common = set(kept[0]).intersection(*kept[1:])
     if not common:
         raise BadInputError(f"prune_fn left no config that every replica keeps (replicas kept {kept})")
