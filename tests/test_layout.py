@@ -600,3 +600,11 @@ def test_a_prune_fn_that_raises_on_one_rank_of_a_layout_is_an_error_on_every_ran
     # 'prune (across replicas)' for partners that had left, then raised GroupTimeoutError
     every_rank_at_once(four_ranks("prune_fn_raises_on_one_rank", env), "BadInputError",
                        "prune_fn raised ValueError: no pruning on rank 1")
+
+
+@pytest.mark.timeout(120)
+def test_a_ref_prog_that_raises_on_one_rank_of_a_layout_is_an_error_on_every_rank_at_once(env):
+    # was: ranks 0 and 1 (its TP group) BadInputError at once; ranks 2 and 3 (the other replica), which had passed
+    # the preparation of their own group, measured their share and then waited for a replica that never came
+    every_rank_at_once(four_ranks("ref_prog_raises_on_one_rank", env), "BadInputError",
+                       "ref_prog raised ValueError: no reference on rank 1")

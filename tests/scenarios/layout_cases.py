@@ -60,6 +60,25 @@ def key_fn_raises_on_one_rank():
 
 
 @case
+def ref_prog_raises_on_one_rank():
+    """ref_prog raises on rank 1 only: rank 0 (its TP peer) learns it at the tuning's exchange of the preparation;
+    ranks 2, 3 (the other replica) must learn it too, at once."""
+    me, tp, across = two_by_two()
+
+    def ref(x):
+        if me == 1:
+            raise ValueError("no reference on rank 1")
+        return x
+
+    @tdt.autotune([{"v": v} for v in range(4)], key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1, timing="cold",
+                  ref_prog=ref, name="ref_prog_raises")
+    def f(x, *, v):
+        return x * v
+
+    call(f, autotune_pg=tp, autotune_replicas=across)
+
+
+@case
 def prune_fn_raises_on_one_rank():
     """prune_fn raises on rank 1 only: rank 0 (its TP peer) learns it at the tuning's exchange of the pruning; ranks
     2, 3 (the other replica) must learn it too, at once."""

@@ -208,13 +208,16 @@ def _kept_by(mine: list[bool]) -> str:
     return f"keeps config{'s' if len(indices) > 1 else ''} [{shown}]"
 
 
-def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs: dict[str, Any],
-            timeout: float, journaled: list[dict[str, Any]]) -> tuple[Trial, ArgumentState]:
+def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs: dict[str, Any], timeout: float,
+            journaled: list[dict[str, Any]], layout: Layout | None = None) -> tuple[Trial, ArgumentState]:
     """What runs before the first aligned exchange of measuring: the timer, the argument snapshots and
     ``ref_prog``'s reference. Agreed like ``key_fn``: an exception on any rank is the same BadInputError on
     every rank, and no config is blamed for it; so is the kind of clock the samples' call counts follow.
     ``journaled``: this rank's journal records of the key: where any rank's show a run of an earlier attempt that
     raised from the NaN fill, no rank fills (:meth:`~triton_dist_tune.measure.arguments.ArgumentState.never_fill`).
+    With a ``layout``, a replica's problem reaches every rank of every replica in one exchange more
+    (:func:`across_replicas`): before, the other replicas measured their share and then waited for it at the
+    outcomes across replicas, ``T + max(1, T/10)`` s, and raised ``GroupTimeoutError``.
     """
     options = tuner.options
     state: ArgumentState | None = None
@@ -242,10 +245,17 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
     everyone = group.allgather((problem, kind, fill_raised_before(journaled)),
                                f"{label} prepare (arguments, timer, ref_prog)", timeout=timeout)
     problems = [(r, p) for r, (p, _, _) in enumerate(everyone) if p]
-    if problems:
+    failed = BadInputError(f"{label} before measuring any config: " + per_rank(in_job(group, problems), tuner.name)) \
+        if problems else None
+    try:
+        if layout is not None:
+            across_replicas(layout, tuner.name, failed, f"{label} prepare", timeout)
+        elif failed is not None:
+            raise failed
+    except AutotuneError:
         if state is not None:
             state.put_back()
-        raise BadInputError(f"{label} before measuring any config: " + per_rank(in_job(group, problems), tuner.name))
+        raise
     assert state is not None
     if any(raised for _, _, raised in everyone):  # agreed: a rank that fills could end the attempt again
         state.never_fill()

@@ -307,7 +307,8 @@ class Tuning:
                  seed: str, guard: Guard) -> Decision:
         """Steps 4 and 5: resume from the journals, precompile, measure; returns the group's choice."""
         tuner, layout = self.tuner, self.layout
-        trial, state = prepare(tuner, self.group, self.label, self.args, self.kwargs, self.timeout, journal.read())
+        trial, state = prepare(tuner, self.group, self.label, self.args, self.kwargs, self.timeout, journal.read(),
+                               layout)
         self.trial, timing = trial, timing_mode(tuner.options.timing)
         plan = tuner.options.plan(self.timeout, timing, seed, self.group.size)
         measurer = Measurer(self.group, trial, plan, journal, logs.rank_log(), self.label, guard)
