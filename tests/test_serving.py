@@ -57,3 +57,29 @@ def test_a_campaign_key_that_is_a_list_is_refused_at_the_keys_agreement(tmp_path
     for r in ranks(tmp_path, "campaign_key_that_is_a_list"):
         assert r["campaign"].get("error") == "BadInputError", r
         assert "unhashable" in r["campaign"]["message"], r
+
+
+def four_ranks(tmp_path: Path, case: str) -> list[dict]:
+    results = run_ranks(CASES, 4, [case], env=tuner_env(tmp_path, timeout=40), timeout=140)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    return [r.result for r in results]
+
+
+@pytest.mark.timeout(150)
+def test_a_prune_fn_raising_on_one_rank_of_a_replica_under_serving_is_an_error_on_every_rank_at_once(tmp_path):
+    # 4 ranks, TP groups {0, 1} {2, 3}, replicas {0, 2} {1, 3}; before: ranks 0 and 1 served 'ring', ranks 2 and 3
+    # tuned (their prune_fn failed) and waited T (40 s) at the tuning's agreement across replicas for partners that
+    # were serving, then raised GroupTimeoutError
+    results = four_ranks(tmp_path, "served_across_replicas_prune_fn_raising_on_one_rank")
+    for r in results:
+        assert r["first"].get("error") == "BadInputError", results
+        assert "no pruning on rank 3" in r["first"]["message"], results
+        assert r["seconds"] < 10, results
+
+
+@pytest.mark.timeout(150)
+def test_replicas_whose_prune_fn_keeps_different_configs_never_serve_different_configs(tmp_path):
+    # before: replica {0, 1} served 'ring', replica {2, 3} 'tree' (each agreed inside its TP group only); now every
+    # replica tunes, and the tuning keeps what every replica keeps
+    results = four_ranks(tmp_path, "served_across_replicas_pruned_apart")
+    assert len({str(r["first"]) for r in results}) == 1, results

@@ -98,5 +98,44 @@ def campaign_key_that_is_a_list() -> None:
                                        progress=False))
 
 
+def served_across_replicas(prune) -> None:
+    """4 ranks: TP groups {0, 1} and {2, 3}, replica groups {0, 2} and {1, 3}; a function of the TP group under
+    ``undecided="first"`` with ``prune``, called with both groups; each rank's outcome and how long it took."""
+    tdt.init_distributed(backend="gloo")
+    me = rank()
+    tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    across = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    tp = tps[me // 2]
+
+    @tdt.autotune([{"algo": a} for a in ("ring", "tree")], key_fn=lambda x: x.shape[0], prune_fn=prune,
+                  undecided="first", n_warmup=1, n_repeat=2, timing="cold", name="served_replicas")
+    def f(x, *, algo):
+        y = x.clone()
+        dist.all_reduce(y, group=tp)
+        return algo
+
+    started = time.perf_counter()
+    first = outcome(f, torch.ones(4), autotune_pg=tp, autotune_replicas=across[me % 2])
+    emit(rank=me, first=first, seconds=time.perf_counter() - started)
+
+
+@case
+def served_across_replicas_prune_fn_raising_on_one_rank() -> None:
+    """prune_fn raises on rank 3 only: its replica ({2, 3}) cannot serve, and must not tune alone while the other
+    replica serves (its tuning's agreement across replicas would wait for partners that never come)."""
+    def prune(config, x):
+        if rank() == 3:
+            raise ValueError("no pruning on rank 3")
+        return True
+
+    served_across_replicas(prune)
+
+
+@case
+def served_across_replicas_pruned_apart() -> None:
+    """prune_fn keeps only 'tree' on rank 3: replica {2, 3} would serve 'tree', replica {0, 1} 'ring'."""
+    served_across_replicas(lambda config, x: rank() != 3 or config["algo"] == "tree")
+
+
 if __name__ == "__main__":
     main()

@@ -12,7 +12,9 @@ A served config is always one ``prune_fn`` keeps for the call. For a function wh
 (one that is not rank-local: not ``sharded=True`` and never given to a ``local=True`` campaign) and a group of
 several ranks, the choice is agreed in one exchange when a key is first served (and again after a new decision):
 a config counts as kept only where every rank keeps it, so every rank serves the same config (or every rank tunes).
-A rank-local function's ranks choose alone, with no communication.
+With ``autotune_replicas``, each replica's choice is agreed across the replicas in one exchange more: every replica
+serves it when all made the same, else every replica tunes (a tuning agrees across them). A rank-local function's
+ranks choose alone, with no communication.
 
 ``TRITON_DIST_AUTOTUNE_UNDECIDED`` sets the policy of every tuned function of a job (it overrides the
 decorators'). A key served this way is logged once and is not a decision: a later campaign or call with
@@ -141,6 +143,18 @@ def _choose_for_group(values: list[Any]) -> tuple[Any, str | None] | None:
     return None if found is None else (found.index, found.source)
 
 
+def _alike_across_replicas(choices: list[Any]) -> Any:
+    """Group rank 0 of the replicas' group: each replica's agreed choice (:func:`_choose_for_group`, by replica) ->
+    the one every rank of every replica takes: the first replica's error or mismatch, naming it; the choice, when
+    every replica made the same; else None: every replica tunes. Before, each replica took its own: replicas whose
+    ``prune_fn`` kept different configs served different ones, and a replica that tuned (its ``prune_fn`` raised,
+    or kept nothing) waited at the tuning's agreement across replicas for partners that were serving, for ``T``."""
+    for j, choice in enumerate(choices):
+        if choice is not None and choice[0] in ("error", "mismatch"):
+            return (choice[0], f"replica {j}: {choice[1]}")
+    return choices[0] if all(choice == choices[0] for choice in choices) else None
+
+
 class Undecided:
     """The policy of one tuned function for keys that are not decided (see the module docstring)."""
 
@@ -159,7 +173,8 @@ class Undecided:
     def serve(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, grouped: bool,
               space: Sequence[dict[str, Any]], keeps: Callable[[dict[str, Any]], bool],
               group: Group | None = None, timeout: float | None = None,
-              announce: bool = True, problem: str | None = None, space_print: str = "") -> dict[str, Any] | None:
+              announce: bool = True, problem: str | None = None, space_print: str = "",
+              replicas: Group | None = None) -> dict[str, Any] | None:
         """The config for the undecided ``slot`` of ``table`` (None: tune it). ``grouped``: ``table`` is
         ``decided_in`` (slots are (group..., key)); ``keeps(config)``: whether ``prune_fn`` keeps ``config`` for
         this call (a served config is always one it keeps).
@@ -173,7 +188,8 @@ class Undecided:
         ``problem``: this rank cannot serve (a malformed variable, a key ``key_fn`` failed to give): a
         ``BadInputError`` saying so, raised on every rank of the group at the exchange (on this rank alone without
         one). ``space_print``: a fingerprint of ``space``, compared over the group (ranks whose spaces differ would
-        serve different configs by one index: a ``MismatchError`` on every rank)."""
+        serve different configs by one index: a ``MismatchError`` on every rank). ``replicas``: the group across
+        the replicas of ``group`` (``autotune_replicas``), which then agree too (:func:`_alike_across_replicas`)."""
         mode = self.current()
         if mode == "tune":
             return None
@@ -183,7 +199,7 @@ class Undecided:
         served = self._served.get(slot)
         if served is not None and served.seen == seen and problem is None:
             return served.config
-        grouped_call = group is not None and group.size > 1
+        grouped_call = group is not None and (group.size > 1 or replicas is not None)
         if problem is not None and not grouped_call:
             raise BadInputError(problem)
         try:
@@ -206,6 +222,8 @@ class Undecided:
             # (the key is compared, not named in the step: a rank whose key_fn failed has none to name)
             what = f"[{self.name}] serve an undecided key ({mode})"
             agreed = group.combine(mine, what, _choose_for_group, timeout)
+            if replicas is not None:
+                agreed = replicas.combine(agreed, f"{what} (across replicas)", _alike_across_replicas, timeout)
             if agreed is not None and agreed[0] == "mismatch":
                 raise MismatchError(f"triton_dist_tune: {what}: {agreed[1]}")
             if agreed is not None and agreed[0] == "error":

@@ -119,7 +119,7 @@ class Tuner(TunedFunction):
                 # a key key_fn could not give, or one that is no key (a tensor, nan): raised by every rank at the
                 # serving's exchange, as the tuning's agreement would (the ranks serving take no other step)
                 serve_problem = key_error or _key_problem(key) or env_problem
-                config = self._serve(table, slot, group, args, kwargs, overwrite, serve_problem)
+                config = self._serve(table, slot, group, args, kwargs, overwrite, serve_problem, layout)
             if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
                 problem = self._call_problem((), kwargs)  # a tuned parameter by keyword: named, decided key or not
             if config is not None and problem:
@@ -165,10 +165,12 @@ class Tuner(TunedFunction):
         return None
 
     def _serve(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, group: Any, args: tuple,
-               kwargs: dict[str, Any], overwrite: bool, problem: str | None = None) -> dict[str, Any] | None:
+               kwargs: dict[str, Any], overwrite: bool, problem: str | None = None,
+               layout: Layout | None = None) -> dict[str, Any] | None:
         """The ``undecided`` policy's config for an undecided key (None: tune it): one ``prune_fn`` keeps for this
-        call, agreed by the group unless the function is rank-local (see :mod:`.policy`); ``problem`` (a malformed
-        variable on this rank) is raised on every rank of the group instead."""
+        call, agreed by the group (and, with a ``layout``, across its replicas) unless the function is rank-local
+        (see :mod:`.policy`); ``problem`` (a malformed variable on this rank) is raised on every rank of the group
+        instead."""
         tuned_kwargs = self._tuned_kwargs(kwargs, overwrite)
 
         def kept(config: dict[str, Any]) -> bool:
@@ -178,7 +180,8 @@ class Tuner(TunedFunction):
         timeout = self.options.timeout if self.options.timeout is not None else settings.current().timeout
         config = self.undecided.serve(table, slot, table is self.decided_in, self.space, kept,
                                       None if local else group, timeout, announce=getattr(group, "rank", 0) == 0,
-                                      problem=problem, space_print=self.space_print)
+                                      problem=problem, space_print=self.space_print,
+                                      replicas=None if local or layout is None else layout.replicas)
         if config is not None and not overwrite:
             check_no_clash(config, tuned_kwargs)
         return config
