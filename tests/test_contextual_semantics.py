@@ -201,6 +201,23 @@ def test_a_late_rank_never_launches_a_config_its_pruning_drops(env, late):
 
 
 @pytest.mark.triton_dependent
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("late", ["1", "2"])
+def test_a_late_ranks_pruning_that_raises_is_the_same_pruning_error_naming_it_on_every_rank(env, late):
+    """As above, but rank 1's ``early_config_prune`` raises when it meets the key (from run ``late`` on): every rank
+    raises the same ContextualPruningError, naming rank 1 and quoting the pruning's own error, as when every rank
+    meets the key in one run. Before, the late rank's error was dropped: each config failed as ``rank 1: pruned``
+    and every rank raised AllConfigsFailedError saying so, with nothing of why."""
+    results = run_ranks(RUNS_CASES, 2, ["late_rank_pruning"], env={**env, "LATE": late, "PRUNE_RAISES": "1"},
+                        timeout=100)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    errors = [r.result.get("error") for r in results]
+    assert errors[0] == errors[1] and errors[0] is not None, describe(results)
+    assert errors[0].startswith("ContextualPruningError") and "rank 1" in errors[0], errors
+    assert "rank 1's pruning cannot read its shapes" in errors[0], errors
+
+
+@pytest.mark.triton_dependent
 @pytest.mark.timeout(60)
 def test_a_key_pruned_to_one_config_leaves_its_tensors_as_stock_triton_does(env):
     # a kernel whose pruning keeps one config adds into a reset_to_zero tensor the caller filled, in a call of 6 runs:

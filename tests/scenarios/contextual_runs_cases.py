@@ -36,7 +36,10 @@ def first_only(configs, nargs, **kwargs):
 
 
 def first_only_on_rank_1(configs, nargs, **kwargs):
-    """Rank 1 may run the first config only (its shapes leave out the others); rank 0 keeps them all."""
+    """Rank 1 may run the first config only (its shapes leave out the others); rank 0 keeps them all. With
+    ``PRUNE_RAISES`` set, rank 1's pruning raises instead."""
+    if rank() == 1 and os.environ.get("PRUNE_RAISES"):
+        raise ValueError("rank 1's pruning cannot read its shapes")
     return configs[:1] if rank() == 1 else configs
 
 
@@ -186,7 +189,11 @@ def late_rank_pruning():
 
     x = torch.arange(n, dtype=torch.float32)
     src = x.clone()
-    out = layer(src)
+    try:
+        out = layer(src)
+    except Exception as exc:
+        emit(rank=rank(), runs=len(RUNS), launched=LAUNCHED, error=f"{type(exc).__name__}: {exc}")
+        return
     emit(rank=rank(), runs=len(RUNS), launched=LAUNCHED, ok=out.tolist() == src.tolist() == (x + 1).tolist(),
          decisions={k[1]: v["index"] for k, v in layer.tuner.decisions.items()})
 

@@ -137,10 +137,15 @@ class Track:
     # -- updates, from gathered data only ----------------------------------------------------------------------------
 
     def join(self, infos: Mapping[int, TrackInfo]) -> None:
-        """Ranks that met this (kernel, key) later than the others: configs they prune are left out."""
+        """Ranks that met this (kernel, key) later than the others: configs they prune are left out. A late rank
+        whose pruning raised is the :class:`PruningError` every rank raises when all meet the key in one run, quoting
+        its error (before, each config failed as ``rank r: pruned``, and every rank raised ``AllConfigsFailedError``
+        with nothing of why)."""
         for rank, info in sorted(infos.items()):
             if rank in self.holders:
                 continue
+            if isinstance(info.pruned, str):
+                raise PruningError(f"{self.label}: pruning the configs failed: rank {rank}: {info.pruned}")
             self.holders = sorted([*self.holders, rank])
             pruning = info.pruning or (info.pruned if isinstance(info.pruned, list) else [], None, 0)
             kept = pruning[0]  # its early pruning (top_k is the group's)
