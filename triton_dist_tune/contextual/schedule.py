@@ -83,8 +83,7 @@ class Track:
         #: each close contender's drift-free median of its closing rounds, whatever the race's statistic (journaled)
         self.drift_free: dict[int, float] = {}
         self.failed: dict[int, str] = {}
-        #: each config's group time as the disk cache's decision recorded it, on a cache hit (the kernel's
-        #: ``configs_timings`` and Triton's listener report them; no choice is made from them)
+        #: on a disk cache hit, each config's group time as recorded there (for ``configs_timings``; never chosen by)
         self.cached_times: dict[int, float] = {}
         #: configs whose time came from an earlier attempt's journal
         self.resumed: set[int] = set()
@@ -137,15 +136,11 @@ class Track:
     # -- updates, from gathered data only ----------------------------------------------------------------------------
 
     def join(self, infos: Mapping[int, TrackInfo]) -> None:
-        """Ranks that met this (kernel, key) later than the others: configs they prune are left out. A late rank
-        whose pruning raised is the :class:`PruningError` every rank raises when all meet the key in one run, quoting
-        its error (before, each config failed as ``rank r: pruned``, and every rank raised ``AllConfigsFailedError``
-        with nothing of why)."""
+        """Ranks that met this (kernel, key) later than the others: configs they prune are left out."""
+        raise_pruning_errors(self.label, {r: info for r, info in infos.items() if r not in self.holders})
         for rank, info in sorted(infos.items()):
             if rank in self.holders:
                 continue
-            if isinstance(info.pruned, str):
-                raise PruningError(f"{self.label}: pruning the configs failed: rank {rank}: {info.pruned}")
             self.holders = sorted([*self.holders, rank])
             pruning = info.pruning or (info.pruned if isinstance(info.pruned, list) else [], None, 0)
             kept = pruning[0]  # its early pruning (top_k is the group's)
@@ -430,6 +425,12 @@ def agreed_search_mode(label: str, infos: Mapping[int, TrackInfo]) -> str:
     return next(iter(modes.values()))
 
 
+def raise_pruning_errors(label: str, infos: Mapping[int, TrackInfo]) -> None:
+    """The :class:`PruningError` of the ranks of ``infos`` whose pruning raised, if any (in one run or late)."""
+    if problems := [f"rank {r}: {i.pruned}" for r, i in sorted(infos.items()) if isinstance(i.pruned, str)]:
+        raise PruningError(f"{label}: pruning the configs failed: " + "; ".join(problems))
+
+
 def agreed_order(label: str, infos: Mapping[int, TrackInfo]) -> list[int]:
     """The indices of the configs that every rank of ``infos`` keeps after pruning, in the first rank's order.
 
@@ -441,9 +442,7 @@ def agreed_order(label: str, infos: Mapping[int, TrackInfo]) -> list[int]:
             theirs = difference(["\n".join(first.descriptions), "\n".join(info.descriptions)])
             raise MismatchError(f"{label}: the ranks differ in the kernel's configs: rank {min(infos)}: {theirs[0]}; "
                                 f"rank {rank}: {theirs[1]}")
-    problems = [f"rank {r}: {i.pruned}" for r, i in sorted(infos.items()) if isinstance(i.pruned, str)]
-    if problems:
-        raise PruningError(f"{label}: pruning the configs failed: " + "; ".join(problems))
+    raise_pruning_errors(label, infos)
     order = agreed_pruning(infos)
     if not order:
         raise PruningError(f"{label}: the configs' pruning (prune_configs_by) keeps no config that every rank "
