@@ -210,6 +210,52 @@ def test_a_rank_that_catches_a_timeout_and_calls_again_gets_a_timeout_not_the_la
     assert MPI.Is_initialized()
 
 
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(90)
+def test_a_rank_interrupted_at_an_exchange_that_calls_again_gets_a_timeout_not_the_late_ranks_crossed_messages(
+        comm, monkeypatch):
+    """Rank 0 is interrupted (a Ctrl-C's ``KeyboardInterrupt``, raised here where its wait logs its progress) while
+    it waits at an exchange that rank 1 is late for: its request stays pending on the channel, as after a timeout.
+    It catches the interrupt and calls again, and rank 1 comes then (told by a message on the caller's own
+    communicator). Every error after the interrupt, on both ranks, is the tuner's GroupTimeoutError; rank 0's call
+    again posts nothing. Before, an interrupt left the channel in step and dropped the pending request with its
+    buffers: rank 0's new exchange met rank 1's steps of the abandoned one (Open MPI's ``MPI Error in NBC
+    subrequest ... : 15``, then mpi4py's ``Exception: MPI_ERR_TRUNCATE: message truncated``), where a gloo group's
+    call again is a GroupTimeoutError."""
+    from triton_dist_tune.group import mpi
+
+    rank, world, f = _in_step(comm, monkeypatch, "5", "mpi_interrupted_again")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PROGRESS_S", "0.2")
+    errors = []
+    if rank == 0:
+        def interrupt(*args):
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as patch:
+            patch.setattr(mpi, "report_waiting", interrupt)
+            with pytest.raises(KeyboardInterrupt):
+                f(2, autotune_pg=world)  # the others are late: interrupted while it waits for them
+        for other in range(1, world.Get_size()):
+            comm.send("interrupted", dest=other, tag=83)
+        try:
+            f(2, autotune_pg=world)  # it catches the interrupt and calls again
+        except Exception as exc:  # noqa: BLE001 - the type is what the test is about
+            errors.append(exc)
+    else:
+        assert comm.recv(source=0, tag=83) == "interrupted"
+        try:
+            f(2, autotune_pg=world)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+    comm.Barrier()
+    assert errors, "the late rank's exchange, or the call again, cannot succeed"
+    assert all(isinstance(exc, tdt.GroupTimeoutError) for exc in errors), [repr(exc) for exc in errors]
+    if rank == 0:
+        assert all("out of step" in str(exc) and "interrupted" in str(exc) for exc in errors), \
+            [str(exc) for exc in errors]
+
+
 def _last_gives_up(comm, call, tag: int) -> str:
     """The last rank makes ``call`` while the others are late, keeps its GroupTimeoutError's text, then tells them it
     gave up (message ``tag``); the others wait for that word. Returns the text (empty on the other ranks)."""
@@ -357,6 +403,58 @@ def test_a_rank_whose_channel_setup_ran_out_and_calls_again_gets_a_named_error_a
     else:
         assert len(late_errors) == 1 and isinstance(late_errors[0], tdt.GroupTimeoutError), \
             [repr(exc) for exc in late_errors]
+
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(90)
+def test_a_rank_interrupted_in_its_channel_setup_that_calls_again_gets_a_named_error_at_once(comm, monkeypatch):
+    """Rank 0 is interrupted (a Ctrl-C's ``KeyboardInterrupt``, raised where its wait logs its progress) while its
+    channel's ``Idup`` waits for rank 1, late for its first call; it catches the interrupt and calls again, then
+    rank 1 calls (told by a message on the world communicator). As after a setup that ran out, the call again
+    raises ``GroupTimeoutError`` at once saying the channel was never set up, posting nothing, and the late rank's
+    ``Idup`` meets the first one, its exchange then running out. Before, the interrupted setup's channel was
+    dropped: the call again posted a second ``Idup`` and waited the whole timeout "for ranks that never arrived"."""
+    from triton_dist_tune.group import mpi
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "5")
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PROGRESS_S", "0.2")
+    rank = comm.Get_rank()
+    late = comm.Dup()  # the test's own communicator: its channel is this test's alone
+
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, name="mpi_setup_interrupted")
+    def f(x, *, variant):
+        return x
+
+    errors = []
+    if rank == 0:
+        def interrupt(*args):
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as patch:
+            patch.setattr(mpi, "report_waiting", interrupt)
+            with pytest.raises(KeyboardInterrupt):
+                f(1, autotune_pg=late)
+        began = time.monotonic()
+        try:
+            f(1, autotune_pg=late)
+        except Exception as exc:  # noqa: BLE001 - the type is what the test is about
+            errors.append(exc)
+        took = time.monotonic() - began
+        for other in range(1, comm.Get_size()):
+            comm.send("called again", dest=other, tag=84)
+    else:
+        assert comm.recv(source=0, tag=84) == "called again"
+        try:
+            f(1, autotune_pg=late)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+    comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
+    assert len(errors) == 1 and isinstance(errors[0], tdt.GroupTimeoutError), [repr(exc) for exc in errors]
+    if rank == 0:
+        said = str(errors[0])
+        assert "the channel was never set up" in said and "interrupted (KeyboardInterrupt)" in said, said
+        assert "nothing was posted" in said and took < 2.5, (took, said)  # at once, not after the 5 s timeout
 
 
 @pytest.mark.mpi(min_size=2)

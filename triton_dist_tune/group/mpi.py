@@ -12,18 +12,22 @@ that request, and would wait forever in a blocking second step that the rank whi
 A channel whose wait ran out is out of step for good: its pending request is matched, in order, by the next step any
 rank posts on the duplicate, so a later exchange of the rank that gave up would meet a late rank's next step of the
 abandoned one (lengths read as a message, ``MPI_ERR_TRUNCATE``). So every later exchange on it raises
-:class:`GroupTimeoutError` at once, naming the exchange that broke it, and posts nothing.
+:class:`GroupTimeoutError` at once, naming the exchange that broke it, and posts nothing. So does a channel whose wait
+was interrupted (Ctrl-C's ``KeyboardInterrupt``, SIGTERM's ``SystemExit``, caught by the caller), its request as
+pending (before, an interrupt left the channel in step: the call again met the late rank's steps, ``MPI Error in NBC
+subrequest``, mpi4py's ``MPI_ERR_TRUNCATE``).
 
-So is a channel whose setup ran out: the ``Idup`` on the caller's communicator stays pending, and a late rank's
-``Idup`` matches it. Its channel is kept (:func:`.resolve._resolve` raises :attr:`MpiGroup.setup_error` once), so a
-later call on that communicator raises at once rather than posting a second ``Idup``, which MPI would match with a
-late rank's next collective on the communicator, the caller's own included (before: each later call waited the whole
-timeout at a new ``Idup``, "for ranks that never arrived" while the late rank waited at an exchange on the first
-one's duplicate, and a collective of the caller's own on the communicator met a pending ``Idup``: ``MPI Error in
-NBC subrequest``, error 15, ``MPI_ERR_TRUNCATE``, and it never completed). Not fixed, and no fault of the later
-calls: with Open MPI (5.0.11) the one pending ``Idup`` posts its later steps as it progresses, so a collective of the
-caller's own posted on the communicator before the late rank's ``Idup`` completes it can meet them (wrong results,
-``MPI_ERR_INTERN`` on the late rank; open-mpi/ompi#2025); the error says to end the job.
+So is a channel whose setup ran out, or was interrupted: the ``Idup`` on the caller's communicator stays pending,
+and a late rank's ``Idup`` matches it. Its channel is kept (:func:`.resolve._resolve` raises
+:attr:`MpiGroup.setup_error` once), so a later call on that communicator raises at once rather than posting a second
+``Idup``, which MPI would match with a late rank's next collective on the communicator, the caller's own included
+(before: each later call waited the whole timeout at a new ``Idup``, "for ranks that never arrived" while the late
+rank waited at an exchange on the first one's duplicate, and a collective of the caller's own on the communicator
+met a pending ``Idup``: ``MPI Error in NBC subrequest``, error 15, ``MPI_ERR_TRUNCATE``, and it never completed).
+Not fixed, and no fault of the later calls: with Open MPI (5.0.11) the one pending ``Idup`` posts its later steps as
+it progresses, so a collective of the caller's own posted on the communicator before the late rank's ``Idup``
+completes it can meet them (wrong results, ``MPI_ERR_INTERN`` on the late rank; open-mpi/ompi#2025); the error says
+to end the job.
 """
 
 from __future__ import annotations
@@ -70,8 +74,8 @@ class MpiGroup(Group):
 
         #: what broke the channel: an exchange step whose wait ran out, its request left pending (None: in step)
         self.broken: str | None = None
-        #: the setup's timeout (its ``Idup`` left pending), raised once by :meth:`raise_setup_error`
-        self.setup_error: GroupTimeoutError | None = None
+        #: the setup's timeout, or its interrupt (its ``Idup`` left pending), raised once by :meth:`raise_setup_error`
+        self.setup_error: BaseException | None = None
         self._setup: Any = None  # the setup's request, kept while it may be pending
 
         self._byte = MPI.BYTE
@@ -87,13 +91,13 @@ class MpiGroup(Group):
             timeout, every = _deadlines(timeout)
             try:
                 self._wait(self._setup, SETUP, timeout, every, self.rank)
-            except GroupTimeoutError as exc:  # the channel is kept broken: see the module's docstring
-                self.setup_error = exc
+            except BaseException as exc:  # the channel is kept broken: see the module's docstring (before, an
+                self.setup_error = exc  # interrupt's was dropped, and a call again posted a second Idup)
                 ABANDONED.append(self.comm)  # the handle the pending Idup writes when the late ranks come
 
     def raise_setup_error(self) -> None:
-        """Raise the setup's timeout, once: the call that set the channel up raises it, later calls on the
-        communicator meet :attr:`broken` at their first exchange."""
+        """Raise the setup's timeout (or interrupt), once: the call that set the channel up raises it, later calls on
+        the communicator meet :attr:`broken` at their first exchange."""
         error, self.setup_error = self.setup_error, None
         if error is not None:
             raise error
@@ -120,7 +124,23 @@ class MpiGroup(Group):
               later_step: bool = False) -> None:
         """Poll ``request`` until it completes; raise :class:`GroupTimeoutError` once ``timeout`` seconds have passed
         since ``since`` (default: now), with a progress line every ``every`` seconds. ``later_step``: a step after
-        every rank had come to the exchange."""
+        every rank had come to the exchange. Left by a raise, its timeout's or an interrupt's (Ctrl-C's
+        ``KeyboardInterrupt``, SIGTERM's ``SystemExit`` in a tuning), the request stays pending: it is kept
+        (:data:`ABANDONED`) and the channel is :attr:`broken`."""
+        try:
+            self._poll(request, what, timeout, every, rank, since, later_step)
+        except BaseException as exc:
+            ABANDONED.append(request)  # with its buffers, which MPI may still write (see ABANDONED)
+            if self.broken is None:  # (before, an interrupt left it in step: the call again met the late rank's
+                # steps of the abandoned exchange, mpi4py's MPI_ERR_TRUNCATE, and MPI wrote into freed buffers)
+                how = (f"ran out after {timeout:g} s" if isinstance(exc, GroupTimeoutError)
+                       else f"was interrupted ({type(exc).__name__})")
+                self.broken = f"its wait at '{what}' {how}"
+            raise
+
+    def _poll(self, request: Any, what: str, timeout: float, every: float, rank: int, since: float | None,
+              later_step: bool) -> None:
+        """:meth:`_wait`'s looks at ``request``, raising its timeout."""
         began = time.monotonic()
         start = began if since is None else since
         deadline, report_at = start + timeout, start + every
@@ -137,9 +157,6 @@ class MpiGroup(Group):
                 else:
                     where = f"rank {rank} of MPI group '{self.name}'"
                 where += f" waited {timeout:g} s at '{what}'"
-                ABANDONED.append(request)  # with its buffers, which MPI may still write (see ABANDONED)
-                if self.broken is None:
-                    self.broken = f"its wait at '{what}' ran out after {timeout:g} s"
                 if later_step:
                     raise GroupTimeoutError(
                         f"triton_dist_tune: {where} after every rank had come to it, for ranks that left it: one "
