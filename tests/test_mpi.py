@@ -639,3 +639,45 @@ def test_a_step_whose_wait_ran_out_stays_alive_with_its_buffers_while_mpi_may_st
     comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
     if rank == 0:
         assert len(held) == 1 and completed, (len(held), completed)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(90)
+def test_two_threads_set_up_channels_on_two_communicators_in_either_order_and_both_tune(comm, monkeypatch):
+    """Two threads of each rank tune two functions at once, each on a communicator of its own, the threads started in
+    the other order on rank 1 than on rank 0, so that each rank's first setup (``Idup``) is on another
+    communicator. Both tune in step, as on two torch groups. Before, a channel's setup waited for its peers while
+    holding the lock of the process's index of channels: each rank's other thread waited behind it for the lock, and
+    both setups ran out (``GroupTimeoutError: ... waited 5 s at 'setting up its control channel (Idup)'``)."""
+    import threading
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "5")
+    rank = comm.Get_rank()
+    first, second = comm.Dup(), comm.Dup()
+
+    def tuned(name):
+        @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, n_warmup=0, n_repeat=1, timing="cold",
+                      name=name)
+        def f(x, *, variant):
+            return x + variant
+
+        return f
+
+    out = {}
+
+    def run(name, group):
+        try:
+            out[name] = tuned(name)(1, autotune_pg=group)
+        except Exception as exc:  # noqa: BLE001 - what a thread raised is the test's answer
+            out[name] = repr(exc)
+
+    threads = [threading.Thread(target=run, args=(name, group))
+               for name, group in [("mpi_threads_first", first), ("mpi_threads_second", second)]]
+    for thread in threads[::-1] if rank == 1 else threads:
+        thread.start()
+        time.sleep(0.2)  # its setup is under way before the other thread starts
+    for thread in threads:
+        thread.join()
+    comm.Barrier()
+    assert all(isinstance(v, int) for v in out.values()) and len(out) == 2, out
+    assert comm.allgather(out) == [out] * comm.Get_size()

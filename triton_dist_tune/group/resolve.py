@@ -32,6 +32,10 @@ class GroupIndex:
         #: ``entry[0]() is pg``
         self.entries: dict[int, tuple[Any, Group]] = {}
         self._lock = threading.Lock()
+        #: id(group object) -> the lock its channel is made under (an mpi4py channel's setup waits up to the timeout
+        #: for its peers: under :attr:`_lock`, another thread's setup on another communicator waited behind it, and
+        #: where the ranks' threads came in another order both setups ran out)
+        self._making: dict[int, threading.Lock] = {}
 
     def find(self, pg: Any) -> Group | None:
         """The channel of ``pg`` when one exists for this very object, else None."""
@@ -43,6 +47,8 @@ class GroupIndex:
     def add(self, pg: Any, make: Callable[[], Group]) -> Group:
         """The channel of ``pg``, made by ``make()`` when it has none yet."""
         with self._lock:
+            making = self._making.setdefault(id(pg), threading.Lock())  # (pg is alive: its id is its own)
+        with making:
             found = self.find(pg)
             if found is not None:
                 return found
@@ -52,18 +58,21 @@ class GroupIndex:
                 ref: Any = weakref.ref(pg, lambda _, k=key: self._drop(k))
             except TypeError:  # not weakly referenceable: keep it alive instead (its id can then never be reused)
                 ref = (lambda obj: lambda: obj)(pg)
-            self.entries[key] = (ref, group)
+            with self._lock:
+                self.entries[key] = (ref, group)
             return group
 
     def _drop(self, key: int) -> None:
         entry = self.entries.get(key)
         if entry is not None and entry[0]() is None:
             del self.entries[key]
+            self._making.pop(key, None)
 
     def clear(self) -> None:
         """Forget every channel."""
         with self._lock:
             self.entries.clear()
+            self._making.clear()
 
 
 _groups = GroupIndex()
