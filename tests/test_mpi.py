@@ -170,34 +170,49 @@ def _in_step(comm, monkeypatch, timeout: str, name: str):
     return comm.Get_rank(), world, f
 
 
+def _interrupt(*args):
+    """Where a wait logs its progress: raise a Ctrl-C's ``KeyboardInterrupt`` there."""
+    raise KeyboardInterrupt
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.timeout(90)
-def test_a_rank_that_catches_a_timeout_and_calls_again_gets_a_timeout_not_the_late_ranks_crossed_messages(comm,
-                                                                                                      monkeypatch):
-    """Rank 0 gives up on an exchange that rank 1 is late for (its request stays pending on the channel), catches
-    the error and calls again; rank 1 comes only once rank 0 has given up (told by a message on the caller's own
-    communicator, so no timing decides it). An exchange step of rank 0's call again must not meet the late rank's
-    step of the abandoned exchange: every error, on both ranks, is the tuner's GroupTimeoutError. Before, rank 0's
-    new exchange matched rank 1's next step of the old one: rank 1 read rank 0's length bytes as a result
-    (``ExchangeError: ... a process other than the tuner wrote under the tuner's keys of the key-value store``, an
-    MPI job has none) and rank 0 got mpi4py's ``Exception: MPI_ERR_TRUNCATE: message truncated``, not an
-    AutotuneError; every later call on the communicator met the same."""
+@pytest.mark.parametrize("leaves", ["timeout", "interrupt"])
+def test_a_rank_that_leaves_an_exchange_and_calls_again_gets_a_timeout_not_the_late_ranks_crossed_messages(
+        comm, monkeypatch, leaves):
+    """Rank 0 leaves an exchange that rank 1 is late for, by its timeout or by an interrupt (a Ctrl-C's
+    ``KeyboardInterrupt``, raised where its wait logs its progress): its request stays pending on the channel. It
+    catches the error and calls again, twice; rank 1 comes only once rank 0 has left (told by a message on the
+    caller's own communicator, so no timing decides it). An exchange step of rank 0's call again must not meet the
+    late rank's step of the abandoned exchange: every error, on both ranks, is the tuner's GroupTimeoutError, and
+    rank 0's say the channel is out of step (and why). Before, rank 0's new exchange matched rank 1's next step of
+    the old one: rank 1 read rank 0's length bytes as a result (``ExchangeError: ... a process other than the tuner
+    wrote under the tuner's keys of the key-value store``, an MPI job has none) and rank 0 got mpi4py's
+    ``Exception: MPI_ERR_TRUNCATE: message truncated`` (after an interrupt, Open MPI's ``MPI Error in NBC
+    subrequest ... : 15`` first: the interrupt had left the channel in step), not an AutotuneError."""
     from mpi4py import MPI
 
-    rank, world, f = _in_step(comm, monkeypatch, "3", "mpi_catch_again")
+    from triton_dist_tune.group import mpi
+
+    rank, world, f = _in_step(comm, monkeypatch, "3" if leaves == "timeout" else "5", f"mpi_left_{leaves}")
+    if leaves == "interrupt":
+        monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PROGRESS_S", "0.2")
     errors = []
     if rank == 0:
-        with pytest.raises(tdt.GroupTimeoutError):
-            f(2, autotune_pg=world)  # the others are late: this rank gives up
+        with monkeypatch.context() as patch:
+            if leaves == "interrupt":
+                patch.setattr(mpi, "report_waiting", _interrupt)
+            with pytest.raises(tdt.GroupTimeoutError if leaves == "timeout" else KeyboardInterrupt):
+                f(2, autotune_pg=world)  # the others are late: this rank leaves
         for other in range(1, world.Get_size()):
-            comm.send("gave up", dest=other, tag=77)
+            comm.send("left", dest=other, tag=77)
         for _ in range(2):  # it catches the error and calls again, twice
             try:
                 f(2, autotune_pg=world)
             except Exception as exc:  # noqa: BLE001 - the type is what the test is about
                 errors.append(exc)
     else:
-        assert comm.recv(source=0, tag=77) == "gave up"
+        assert comm.recv(source=0, tag=77) == "left"
         try:
             f(2, autotune_pg=world)
         except Exception as exc:  # noqa: BLE001
@@ -206,54 +221,9 @@ def test_a_rank_that_catches_a_timeout_and_calls_again_gets_a_timeout_not_the_la
     assert errors, "the late rank's exchange, or the call again, cannot succeed"
     assert all(isinstance(exc, tdt.GroupTimeoutError) for exc in errors), [repr(exc) for exc in errors]
     if rank == 0:
-        assert all("out of step" in str(exc) for exc in errors), [str(exc) for exc in errors]
+        why = "ran out" if leaves == "timeout" else "interrupted (KeyboardInterrupt)"
+        assert all("out of step" in str(exc) and why in str(exc) for exc in errors), [str(exc) for exc in errors]
     assert MPI.Is_initialized()
-
-
-
-@pytest.mark.mpi(min_size=2)
-@pytest.mark.timeout(90)
-def test_a_rank_interrupted_at_an_exchange_that_calls_again_gets_a_timeout_not_the_late_ranks_crossed_messages(
-        comm, monkeypatch):
-    """Rank 0 is interrupted (a Ctrl-C's ``KeyboardInterrupt``, raised here where its wait logs its progress) while
-    it waits at an exchange that rank 1 is late for: its request stays pending on the channel, as after a timeout.
-    It catches the interrupt and calls again, and rank 1 comes then (told by a message on the caller's own
-    communicator). Every error after the interrupt, on both ranks, is the tuner's GroupTimeoutError; rank 0's call
-    again posts nothing. Before, an interrupt left the channel in step and dropped the pending request with its
-    buffers: rank 0's new exchange met rank 1's steps of the abandoned one (Open MPI's ``MPI Error in NBC
-    subrequest ... : 15``, then mpi4py's ``Exception: MPI_ERR_TRUNCATE: message truncated``), where a gloo group's
-    call again is a GroupTimeoutError."""
-    from triton_dist_tune.group import mpi
-
-    rank, world, f = _in_step(comm, monkeypatch, "5", "mpi_interrupted_again")
-    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PROGRESS_S", "0.2")
-    errors = []
-    if rank == 0:
-        def interrupt(*args):
-            raise KeyboardInterrupt
-
-        with monkeypatch.context() as patch:
-            patch.setattr(mpi, "report_waiting", interrupt)
-            with pytest.raises(KeyboardInterrupt):
-                f(2, autotune_pg=world)  # the others are late: interrupted while it waits for them
-        for other in range(1, world.Get_size()):
-            comm.send("interrupted", dest=other, tag=83)
-        try:
-            f(2, autotune_pg=world)  # it catches the interrupt and calls again
-        except Exception as exc:  # noqa: BLE001 - the type is what the test is about
-            errors.append(exc)
-    else:
-        assert comm.recv(source=0, tag=83) == "interrupted"
-        try:
-            f(2, autotune_pg=world)
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
-    comm.Barrier()
-    assert errors, "the late rank's exchange, or the call again, cannot succeed"
-    assert all(isinstance(exc, tdt.GroupTimeoutError) for exc in errors), [repr(exc) for exc in errors]
-    if rank == 0:
-        assert all("out of step" in str(exc) and "interrupted" in str(exc) for exc in errors), \
-            [str(exc) for exc in errors]
 
 
 def _last_gives_up(comm, call, tag: int) -> str:
@@ -357,35 +327,46 @@ def test_a_rank_local_campaign_shares_its_keys_over_a_communicator(comm):
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.timeout(90)
-def test_a_rank_whose_channel_setup_ran_out_and_calls_again_gets_a_named_error_at_once_and_posts_no_second_idup(
-        comm, monkeypatch):
+@pytest.mark.parametrize("leaves", ["timeout", "interrupt"])
+def test_a_rank_that_leaves_its_channel_setup_and_calls_again_gets_a_named_error_at_once_and_posts_no_second_idup(
+        comm, monkeypatch, leaves):
     """Rank 1 is late for its first tuning call on a communicator: rank 0's setup of the channel (``Idup``) runs
-    out and stays pending. Rank 0 catches the error and calls again, twice; only then (told by a message on the
-    world communicator, so no timing decides it) does rank 1 make its first call. Each call again raises
-    ``GroupTimeoutError`` saying the channel was never set up, posting nothing; the late rank's ``Idup`` meets rank
-    0's first one and its exchange then runs out, a ``GroupTimeoutError`` too. Before, each call again posted a new
-    ``Idup`` on the communicator and waited the whole timeout "for ranks that never arrived" (the late rank had
-    arrived, at the first one), leaving ``Idup`` s pending that the late rank's next collective on the communicator
-    would meet."""
-    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "2")
+    out (2 s), or is interrupted (a Ctrl-C's ``KeyboardInterrupt``, raised where its wait logs its progress; the
+    timeout 12 s), and stays pending. Rank 0 catches the error and calls again, twice; only then (told by a message
+    on the world communicator, so no timing decides it) does rank 1 make its first call. Each call again raises
+    ``GroupTimeoutError`` at once (interrupted: under a third of the timeout), saying the channel was never set up
+    (and why), posting nothing; the late rank's ``Idup`` meets rank 0's first one and its exchange then runs out, a
+    ``GroupTimeoutError`` too. Before, each call again posted a new ``Idup`` on the communicator and waited the whole
+    timeout "for ranks that never arrived" (the late rank had arrived, at the first one), leaving ``Idup`` s pending
+    that the late rank's next collective on the communicator would meet; an interrupted setup's channel was
+    dropped, so the call again posted a second ``Idup`` too."""
+    from triton_dist_tune.group import mpi
+
+    timeout = 2 if leaves == "timeout" else 12
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", str(timeout))
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PROGRESS_S", "0.2")
     rank = comm.Get_rank()
     late = comm.Dup()  # the test's own communicator: its channel is this test's alone
 
-    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, name="mpi_setup_again")
+    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, name=f"mpi_setup_{leaves}")
     def f(x, *, variant):
         return x
 
-    first, again, late_errors = "", [], []
+    first, again, took, late_errors = "", [], [], []
     if rank == 0:
-        try:
-            f(1, autotune_pg=late)
-        except tdt.GroupTimeoutError as exc:
-            first = str(exc)
+        with monkeypatch.context() as patch:
+            if leaves == "interrupt":
+                patch.setattr(mpi, "report_waiting", _interrupt)
+            with pytest.raises(tdt.GroupTimeoutError if leaves == "timeout" else KeyboardInterrupt) as left:
+                f(1, autotune_pg=late)
+            first = str(left.value)
         for _ in range(2):
+            began = time.monotonic()
             try:
                 f(1, autotune_pg=late)
             except Exception as exc:  # noqa: BLE001 - the type is what the test is about
                 again.append(exc)
+            took.append(time.monotonic() - began)
         for other in range(1, comm.Get_size()):
             comm.send("called again", dest=other, tag=79)
     else:
@@ -396,65 +377,17 @@ def test_a_rank_whose_channel_setup_ran_out_and_calls_again_gets_a_named_error_a
             late_errors.append(exc)
     comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
     if rank == 0:
-        assert "waited 2 s at 'setting up its control channel (Idup)'" in first, first
+        if leaves == "timeout":
+            assert "waited 2 s at 'setting up its control channel (Idup)'" in first, first
         assert len(again) == 2 and all(isinstance(exc, tdt.GroupTimeoutError) for exc in again), again
+        why = "" if leaves == "timeout" else "interrupted (KeyboardInterrupt)"
         assert all("the channel was never set up" in str(exc) and "nothing was posted" in str(exc)
-                   for exc in again), [str(exc) for exc in again]
+                   and why in str(exc) for exc in again), [str(exc) for exc in again]
+        if leaves == "interrupt":
+            assert max(took) < timeout / 4, took  # at once, not after the timeout
     else:
         assert len(late_errors) == 1 and isinstance(late_errors[0], tdt.GroupTimeoutError), \
             [repr(exc) for exc in late_errors]
-
-
-
-@pytest.mark.mpi(min_size=2)
-@pytest.mark.timeout(90)
-def test_a_rank_interrupted_in_its_channel_setup_that_calls_again_gets_a_named_error_at_once(comm, monkeypatch):
-    """Rank 0 is interrupted (a Ctrl-C's ``KeyboardInterrupt``, raised where its wait logs its progress) while its
-    channel's ``Idup`` waits for rank 1, late for its first call; it catches the interrupt and calls again, then
-    rank 1 calls (told by a message on the world communicator). As after a setup that ran out, the call again
-    raises ``GroupTimeoutError`` at once saying the channel was never set up, posting nothing, and the late rank's
-    ``Idup`` meets the first one, its exchange then running out. Before, the interrupted setup's channel was
-    dropped: the call again posted a second ``Idup`` and waited the whole timeout "for ranks that never arrived"."""
-    from triton_dist_tune.group import mpi
-
-    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_TIMEOUT", "5")
-    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_PROGRESS_S", "0.2")
-    rank = comm.Get_rank()
-    late = comm.Dup()  # the test's own communicator: its channel is this test's alone
-
-    @tdt.autotune([{"variant": v} for v in range(2)], key_fn=lambda x: x, name="mpi_setup_interrupted")
-    def f(x, *, variant):
-        return x
-
-    errors = []
-    if rank == 0:
-        def interrupt(*args):
-            raise KeyboardInterrupt
-
-        with monkeypatch.context() as patch:
-            patch.setattr(mpi, "report_waiting", interrupt)
-            with pytest.raises(KeyboardInterrupt):
-                f(1, autotune_pg=late)
-        began = time.monotonic()
-        try:
-            f(1, autotune_pg=late)
-        except Exception as exc:  # noqa: BLE001 - the type is what the test is about
-            errors.append(exc)
-        took = time.monotonic() - began
-        for other in range(1, comm.Get_size()):
-            comm.send("called again", dest=other, tag=84)
-    else:
-        assert comm.recv(source=0, tag=84) == "called again"
-        try:
-            f(1, autotune_pg=late)
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
-    comm.Barrier()  # before any assertion: a rank failing one must not leave the other in a collective
-    assert len(errors) == 1 and isinstance(errors[0], tdt.GroupTimeoutError), [repr(exc) for exc in errors]
-    if rank == 0:
-        said = str(errors[0])
-        assert "the channel was never set up" in said and "interrupted (KeyboardInterrupt)" in said, said
-        assert "nothing was posted" in said and took < 2.5, (took, said)  # at once, not after the 5 s timeout
 
 
 @pytest.mark.mpi(min_size=2)
