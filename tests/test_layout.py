@@ -595,16 +595,11 @@ def test_a_notes_process_reads_gone_only_on_its_own_host_once_it_has_ended():
 
 
 @pytest.mark.timeout(120)
-def test_a_prune_fn_that_raises_on_one_rank_of_a_layout_is_an_error_on_every_rank_at_once(env):
-    # was: ranks 0 and 1 (its TP group) BadInputError at once; ranks 2 and 3 (the other replica) waited T (40 s) at
-    # 'prune (across replicas)' for partners that had left, then raised GroupTimeoutError
-    every_rank_at_once(four_ranks("prune_fn_raises_on_one_rank", env), "BadInputError",
-                       "prune_fn raised ValueError: no pruning on rank 1")
-
-
-@pytest.mark.timeout(120)
-def test_a_ref_prog_that_raises_on_one_rank_of_a_layout_is_an_error_on_every_rank_at_once(env):
-    # was: ranks 0 and 1 (its TP group) BadInputError at once; ranks 2 and 3 (the other replica), which had passed
-    # the preparation of their own group, measured their share and then waited for a replica that never came
-    every_rank_at_once(four_ranks("ref_prog_raises_on_one_rank", env), "BadInputError",
-                       "ref_prog raised ValueError: no reference on rank 1")
+@pytest.mark.parametrize("callable_", ["prune_fn", "ref_prog"])
+def test_a_prune_fn_or_ref_prog_that_raises_on_one_rank_of_a_layout_is_an_error_on_every_rank_at_once(env, callable_):
+    # was: ranks 0 and 1 (its TP group) BadInputError at once; ranks 2 and 3 (the other replica) waited T (40 s): for
+    # prune_fn at 'prune (across replicas)' for partners that had left; for ref_prog, having passed the preparation
+    # of their own group, they measured their share and then waited for a replica that never came
+    said = {"prune_fn": "prune_fn raised ValueError: no pruning on rank 1",
+            "ref_prog": "ref_prog raised ValueError: no reference on rank 1"}[callable_]
+    every_rank_at_once(four_ranks(f"{callable_}_raises_on_one_rank", env), "BadInputError", said)
