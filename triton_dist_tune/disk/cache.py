@@ -2,7 +2,8 @@
 
 Only group rank 0 reads it and broadcasts what it found (see ``function/``), so ranks whose disks differ never split.
 Files are written atomically (a temporary file in the same folder, then ``os.replace``), so any number of
-processes may write one folder. An unreadable or corrupt file, or one that holds more than the tuner's exchanges
+processes may write one folder; a cache hit's rewrite (its ``served`` time) is made only where the file is still the
+one it read. An unreadable or corrupt file, or one that holds more than the tuner's exchanges
 carry (:func:`~triton_dist_tune.group.codec.read_json`), is a warning and a re-tune, never a crash.
 
 The software versions (torch, triton, CUDA, NCCL, this package) are recorded in each file, not in its name: a file
@@ -21,7 +22,7 @@ from typing import Any
 from .. import settings
 from ..group.codec import read_json
 from ..space import fingerprint
-from .files import read_regular, write_json_atomic
+from .files import read_regular, rewrite_json, write_json_atomic
 from .versions import remember, versions
 
 log = logging.getLogger("triton_dist_tune")
@@ -178,10 +179,19 @@ class DiskCache:
         :meth:`load` just returned) and ``served`` set to now, so that the command line tells the decision a job uses
         from one tuned for a space or code it left (:func:`~.entries.superseded`) whatever the file's modification
         time (a copy, a checkout or an ``import`` resets it). Best effort: a read-only or shared folder keeps the file
-        as it was. Not fsynced (a cache hit costs a write, not a wait for the disk): a machine's crash may lose the
-        time, or leave the file torn, which is a re-tune."""
+        as it was. Only where the file still holds ``data`` (:func:`~.files.rewrite_json`): a decision another
+        process removed (``clear``) or replaced (a tuning again, an ``import``) since it was read is never put back.
+        Not fsynced (a cache hit costs a write, not a wait for the disk): a machine's crash may lose the time, or
+        leave the file torn, which is a re-tune."""
+
+        def unchanged(held: bytes) -> bool:
+            try:
+                return read_json(held) == data
+            except Exception:  # (torn or damaged since: not the decision read)
+                return False
+
         try:
-            write_json_atomic(self.path(entry), {**data, "served": time.time()}, durable=False)
+            rewrite_json(self.path(entry), {**data, "served": time.time()}, unchanged, durable=False)
         except (OSError, ValueError, TypeError):  # ValueError, TypeError: what standard JSON cannot hold
             pass
 

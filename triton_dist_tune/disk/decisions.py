@@ -25,6 +25,7 @@ from .entries import read_entry as read_entry
 from .entries import recorded_near_tie as recorded_near_tie
 from .entries import superseded as superseded
 from .entries import tuner_named as tuner_named
+from .files import holding
 from .versions import versions as current_versions
 
 try:
@@ -165,13 +166,15 @@ def remove(paths: list[Path], dry_run: bool = False) -> Removal:
 
 
 def _remove_unlocked(path: Path, dry_run: bool) -> bool:
-    """Delete ``path`` (a journal: while holding its lock, then released); False, and nothing deleted, when it is a
-    journal a tuning in flight holds. Raises ``FileNotFoundError`` when it is gone."""
+    """Delete ``path`` while holding its lock, then released (a decision's: :func:`~.files.holding`); False, and
+    nothing deleted, when it is a journal a tuning in flight holds. Raises ``FileNotFoundError`` when it is gone."""
     if path.suffix != ".journal" or fcntl is None:
-        if not dry_run:
+        if dry_run:
+            if not path.exists():
+                raise FileNotFoundError(path)
+            return True
+        with holding(path):  # (a decision's lock: a cache hit's rewrite never puts it back, files.rewrite_json)
             path.unlink()
-        elif not path.exists():
-            raise FileNotFoundError(path)
         return True
     for _ in range(3):  # a tuning may put a new journal in its place between the open and the lock: try that one
         fd = os.open(path, os.O_RDONLY)

@@ -1,14 +1,23 @@
 """Files written for a person or another program, atomically: readers never see half a file, and each file is as
-readable as any other new file under the process's umask."""
+readable as any other new file under the process's umask. A file is replaced or removed under its exclusive
+``flock`` (:func:`holding`), so that a rewrite made only where the file is still the one read (a cache hit's
+``served`` time) never puts back what another process removed or replaced in the meantime."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import stat
 import tempfile
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+#: the longest a writer waits for another's lock of the file it replaces (held for a rename only) before it goes on
+LOCK_WAIT_S = 5.0
 
 
 def new_file_mode() -> int:
@@ -29,10 +38,72 @@ def new_file_mode() -> int:
     return 0o666 & ~mask
 
 
+@contextlib.contextmanager
+def holding(path: Path) -> Iterator[int | None]:
+    """While replacing or removing ``path``: a read-only fd of the file ``path`` names now, holding that file's
+    exclusive ``flock`` (None where there is none). A lock not had within :data:`LOCK_WAIT_S` (a process stopped
+    while it held one), or refused by the file system, is gone without: the caller acts as it would unlocked."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError:
+            yield None
+            return
+        try:
+            locked = _lock(fd, deadline)
+            try:
+                same = not locked or os.path.samestat(os.fstat(fd), os.stat(path))
+            except OSError:
+                same = False  # removed while this process waited for its lock: the file named now, if any
+            if same:
+                yield fd
+                return
+        finally:
+            os.close(fd)  # closing it releases the lock
+
+
+def _lock(fd: int, deadline: float) -> bool:
+    """Take the exclusive ``flock`` of ``fd``, trying until the monotonic ``deadline``; whether it is held."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        except OSError:
+            return False
+
+
 def write_atomic(path: Path, data: str | bytes, suffix: str = ".tmp", durable: bool = True) -> Path:
     """Write ``data`` to ``path`` so that readers never see half a file: a hidden temporary file beside it (named
     ``.<name>.XXXX<suffix>``), written, fsynced (``durable``: a rewrite whose loss in a machine's crash costs
-    nothing may skip it) and renamed over ``path``; removed again when anything fails."""
+    nothing may skip it) and renamed over ``path`` under the lock of the file there (:func:`holding`); removed
+    again when anything fails."""
+    _write(path, data, suffix, durable)
+    return path
+
+
+def write_json_atomic(path: Path, data: Any, durable: bool = True) -> Path:
+    """Write ``data`` as standard JSON (no NaN or Infinity) to ``path`` so that readers never see half a file."""
+    return write_atomic(path, _json(data), durable=durable)
+
+
+def rewrite_json(path: Path, data: Any, unchanged: Callable[[bytes], bool], durable: bool = True) -> bool:
+    """Write ``data`` as :func:`write_json_atomic` does, only where ``path`` still holds a file whose bytes
+    ``unchanged`` accepts, read under that file's lock: never over a file another process wrote since, nor where
+    it removed one. Whether it was written."""
+    return _write(path, _json(data), ".tmp", durable, unchanged)
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
+
+
+def _write(path: Path, data: str | bytes, suffix: str, durable: bool,
+           unchanged: Callable[[bytes], bool] | None = None) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     try:
@@ -42,19 +113,18 @@ def write_atomic(path: Path, data: str | bytes, suffix: str = ".tmp", durable: b
             f.flush()
             if durable:
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with holding(path) as held:
+            if unchanged is not None and (held is None or not unchanged(read_regular(path))):
+                os.unlink(tmp)
+                return False
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
-    return path
-
-
-def write_json_atomic(path: Path, data: Any, durable: bool = True) -> Path:
-    """Write ``data`` as standard JSON (no NaN or Infinity) to ``path`` so that readers never see half a file."""
-    return write_atomic(path, json.dumps(data, indent=1, sort_keys=True, allow_nan=False), durable=durable)
+    return True
 
 
 #: what a file that is not a regular file is, by its type (``stat.S_IFMT``)
