@@ -91,11 +91,14 @@ def test_autotune_undecided_first_on_two_ranks_serves_one_config_inside_a_captur
 
 @pytest.mark.timeout(120)
 def test_autotune_undecided_first_on_two_ranks_agrees_once_through_the_store_inside_a_capture(served_on_two_ranks):
-    # docs/cuda-graphs.md: on a group, the first served call of a key agrees on what to serve in one exchange
-    # through the job's store (no device work); the served key's next call makes none (asserted above)
+    # docs/cuda-graphs.md: on a group, the first served call of a key looks the key up in the disk cache (the
+    # tuning's agreement, pruning and lookup) and agrees on what to serve in one exchange, all through the job's store
+    # (no device work); the served key's next call makes none (asserted above)
     for r in served_on_two_ranks:
-        assert [e for e in r["collective"]["exchanges"] if "serve an undecided key" in e] == \
-            r["collective"]["exchanges"] and len(r["collective"]["exchanges"]) == 1, r["collective"]
+        assert r["collective"]["exchanges"] == [
+            "[cap_first_group] agree on key and config space", "[cap_first_group key=65] prune",
+            "[cap_first_group key=65] cache lookup", "[cap_first_group] serve an undecided key (first)",
+        ], r["collective"]
 
 
 @pytest.mark.timeout(120)

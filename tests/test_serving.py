@@ -83,3 +83,16 @@ def test_replicas_whose_prune_fn_keeps_different_configs_never_serve_different_c
     # replica tunes, and the tuning keeps what every replica keeps
     results = four_ranks(tmp_path, "served_across_replicas_pruned_apart")
     assert len({str(r["first"]) for r in results}) == 1, results
+
+
+@pytest.mark.timeout(200)
+def test_a_key_the_cache_holds_is_served_its_decision_under_nearest(tmp_path):
+    # 4 ranks, TP groups {0, 1} {2, 3} linked as replicas. A first job tunes key 64 ('b', 8x faster); a second job
+    # under undecided="nearest" calls key 64, then 60. Before: both ran 'a' on every rank ("key 64 is not decided:
+    # serving the first kept config"), the cache never read; now 64 is a cache hit and 60 is served 64's decision.
+    env = tuner_env(tmp_path, timeout=20)
+    tuned = run_ranks(CASES, 4, ["cached_then_served"], env={**env, "TUNE": "1"}, timeout=150)
+    assert all(r.returncode == 0 for r in tuned), describe(tuned)
+    assert {tuple(r.result["ran"]) for r in tuned} == {("b",)}, describe(tuned)
+    served = four_ranks(tmp_path, "cached_then_served")
+    assert [r["ran"] for r in served] == [["b", "b"]] * 4, served

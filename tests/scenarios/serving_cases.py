@@ -137,5 +137,26 @@ def served_across_replicas_pruned_apart() -> None:
     served_across_replicas(lambda config, x: rank() != 3 or config["algo"] == "tree")
 
 
+@case
+def cached_then_served() -> None:
+    """4 ranks, TP groups {0, 1} {2, 3} linked as replicas: a collective function whose config "b" is 8x faster than
+    the others. ``TUNE=1``: tuned at key 64 (``undecided="tune"``, the cache written); else a new job, under
+    ``undecided="nearest"``, calls key 64, which the cache holds, and key 60, which it does not."""
+    tdt.init_distributed(backend="gloo")
+    r, world = rank(), dist.get_world_size()
+    groups = [dist.new_group(list(range(g, g + 2))) for g in range(0, world, 2)]
+    across = [dist.new_group(list(range(p, world, 2))) for p in range(2)]
+    layout = {"autotune_pg": groups[r // 2], "autotune_replicas": across[r % 2]}
+    @tdt.autotune([{"algo": a} for a in "abc"], key_fn=lambda x, **kw: x.numel(), n_warmup=1, n_repeat=3,
+                  undecided="tune" if os.environ.get("TUNE") else "nearest", name="cached_then_served")
+    def f(x, group=None, *, algo):
+        time.sleep(0.005 if algo == "b" else 0.04)
+        dist.all_reduce(x.clone(), group=group)
+        return algo
+
+    keys = [64] if os.environ.get("TUNE") else [64, 60]
+    emit(rank=r, ran=[f(torch.ones(n), group=layout["autotune_pg"], **layout) for n in keys])
+
+
 if __name__ == "__main__":
     main()

@@ -47,6 +47,7 @@ class Tuner(TunedFunction):
         super().__init__(fn, config_space, key_fn, prune_fn, options)
         self._overwrite_warned: set[str] = set()
         self._untuned_warned: set[int] = set()  # autotune=False's configs after a pruned first, said once each
+        self._not_cached: set[Hashable] = set()  # slots an ``undecided`` policy serves: their cache held nothing
 
     def call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A call that carries tuner keywords or whose key is not decided yet."""
@@ -117,9 +118,19 @@ class Tuner(TunedFunction):
             env_problem = settings.problem() if config is None else None  # agreed below, never raised alone
             if config is None and self.undecided.current() != "tune":  # ``undecided="nearest"|"first"``: no tuning
                 # a key key_fn could not give, or one that is no key (a tensor, nan): raised by every rank at the
-                # serving's exchange, as the tuning's agreement would (the ranks serving take no other step)
+                # cache lookup's agreement, else (a rank-local function, a key looked up before) at the serving
                 serve_problem = key_error or _key_problem(key) or env_problem
-                config = self._serve(table, slot, group, args, kwargs, overwrite, serve_problem, layout)
+                if not (self.options.sharded or self.rank_local or slot in self._not_cached):
+                    # a collective function's group reads the cache first, as a tuning does, agreeing on the call
+                    # (a rank-local function talks to nobody); a key the cache holds is decided, not served
+                    config = Tuning(self, group, key, args, self._tuned_kwargs(kwargs, overwrite), verbose, overwrite,
+                                    layout).run(key_error, problem or env_problem, cached_only=True)
+                    if config is None:
+                        self._not_cached.add(slot)
+                    else:
+                        table[slot] = config
+                if config is None:
+                    config = self._serve(table, slot, group, args, kwargs, overwrite, serve_problem, layout)
             if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
                 problem = self._call_problem((), kwargs)  # a tuned parameter by keyword: named, decided key or not
             if config is not None and problem:

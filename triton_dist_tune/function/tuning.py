@@ -142,13 +142,13 @@ class Tuning:
         self.next_key: NextKey | None = None  #: in a campaign: the unit's next key, compiled ahead (:mod:`.next_key`)
         self.trial: Trial | None = None  #: the measured calls' runner (its ``last_error``: this rank's last raise)
 
-    def run(self, key_error: str | None, problem: str | None) -> dict[str, Any]:
-        """Every step on this rank; returns the chosen config (the same on every rank)."""
+    def run(self, key_error: str | None, problem: str | None, cached_only: bool = False) -> dict[str, Any] | None:
+        """Every step: the chosen config, the same on every rank (``cached_only``: steps 1-3, None on a miss)."""
         self.started, self.began = time.perf_counter(), time.monotonic()
         with breakdown.watching(breakdown.Stopwatch(self.started)):
-            return self._run(key_error, problem)
+            return self._run(key_error, problem, cached_only)
 
-    def _run(self, key_error: str | None, problem: str | None) -> dict[str, Any]:
+    def _run(self, key_error: str | None, problem: str | None, cached_only: bool) -> dict[str, Any] | None:
         tuner, group = self.tuner, self.group
         rank_log = logs.rank_log()
         self.env = settings.current()
@@ -165,6 +165,8 @@ class Tuning:
                 logs.print_cache_hit(tuner.name, self.key_text, group, tuner.descriptions[found],
                                      tuner.cache.path(self.entry))
             return tuner.space[found]
+        if cached_only:
+            return None
         rank_log.info("%s tuning %d configs on %d rank(s) of group '%s'", self.label, len(tuner.space), group.size,
                       logs.group_title(group))
         random_state = RandomState()  # the final call draws what one untuned call would
