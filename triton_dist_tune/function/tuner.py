@@ -128,7 +128,7 @@ class Tuner(TunedFunction):
                     if config is None:
                         self._not_cached.add(slot)
                     else:
-                        table[slot] = config
+                        self._decided(table, slot, group, key, config)
                 if config is None:
                     config = self._serve(table, slot, group, args, kwargs, overwrite, serve_problem, layout)
             if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
@@ -138,10 +138,16 @@ class Tuner(TunedFunction):
             if config is None:
                 tuning = Tuning(self, group, key, args, self._tuned_kwargs(kwargs, overwrite), verbose, overwrite,
                                 layout)
-                config = table[slot] = tuning.run(key_error, problem or env_problem)
-                if table is self.decided and group.size == 1 and (settings.current().world_size or 1) > 1:
-                    self.alone.add(key)  # tuned before the job's group existed: the group tunes it once it does
+                config = self._decided(table, slot, group, key, tuning.run(key_error, problem or env_problem))
         return self._run(args, kwargs, config, overwrite)
+
+    def _decided(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, group: Any, key: Hashable,
+                 config: dict[str, Any]) -> dict[str, Any]:
+        """Keep ``config``, tuned or read from the cache, as ``slot``'s decision; returns it."""
+        table[slot] = config
+        if table is self.decided and group.size == 1 and (settings.current().world_size or 1) > 1:
+            self.alone.add(key)  # decided before the job's group existed: the group tunes it once it does
+        return config
 
     def decided_config(self, key: Hashable, pg: Any, replicas: Any) -> dict[str, Any] | None:
         """The config decided for ``key`` where a call with ``autotune_pg=pg`` and ``autotune_replicas=replicas``
