@@ -51,7 +51,7 @@ def holding(path: Path) -> Iterator[int | None]:
             yield None
             return
         try:
-            locked = _lock(fd, deadline)
+            locked = flock_within(fd, fcntl.LOCK_EX, deadline)
             try:
                 same = not locked or os.path.samestat(os.fstat(fd), os.stat(path))
             except OSError:
@@ -63,11 +63,12 @@ def holding(path: Path) -> Iterator[int | None]:
             os.close(fd)  # closing it releases the lock
 
 
-def _lock(fd: int, deadline: float) -> bool:
-    """Take the exclusive ``flock`` of ``fd``, trying until the monotonic ``deadline``; whether it is held."""
+def flock_within(fd: int, operation: int, deadline: float) -> bool:
+    """Take the ``flock`` ``operation`` (shared or exclusive) on ``fd``, trying until the monotonic ``deadline``;
+    whether it is held (False at once where the file system refuses ``flock``)."""
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
             if time.monotonic() >= deadline:

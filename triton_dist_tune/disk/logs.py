@@ -42,11 +42,12 @@ from typing import Any
 
 from .. import settings
 from ..records import LEAST, MEDIAN, Decision, Outcome
+from .files import flock_within
 from .identity import global_rank as global_rank
 from .identity import job_name as job_name
 from .rotation import LOCK_WAIT_S as LOCK_WAIT_S
-from .rotation import _flock, _rotation_lock
 from .rotation import _LogFile as _LogFile
+from .rotation import _rotation_lock
 from .rotation import keep_last_jobs as keep_last_jobs
 from .rotation import rotate as rotate
 
@@ -182,7 +183,7 @@ def _open_locked(path: Path, deadline: float) -> logging.FileHandler | None:
         handler = _RankFile(path, errors="backslashreplace")  # text read from disk (a journal's error) may hold a
         # lone surrogate (JSON's "\ud800"), which no encoding writes: that record was lost, said as a full disk
         fd = handler.stream.fileno()
-        if not _flock(fd, fcntl.LOCK_SH, deadline):
+        if not flock_within(fd, fcntl.LOCK_SH, deadline):
             handler.close()
             return None
         with contextlib.suppress(OSError):

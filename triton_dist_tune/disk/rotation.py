@@ -15,27 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..records import finite_number
+from .files import flock_within
 from .identity import job_name
 
 _HEADER = re.compile(r"^==== triton-dist-tune job (\S+) .*? started (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ====|"
                      r"^==== triton-dist-tune job (\S+) ")
 #: the longest a process waits for a lock of its log folder (another's rotation) before it goes on without it
 LOCK_WAIT_S = 5.0
-
-
-def _flock(fd: int, operation: int, deadline: float) -> bool:
-    """Take the ``flock`` ``operation`` (shared or exclusive) on ``fd``, trying until the monotonic ``deadline``;
-    whether it is held (False at once where the file system refuses ``flock``)."""
-    while True:
-        try:
-            fcntl.flock(fd, operation | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.02)
-        except OSError:
-            return False
 
 
 def _header(line: str) -> tuple[str, float | None, bool] | None:
@@ -153,7 +139,7 @@ def _rotation_lock(folder: Path) -> Iterator[bool]:
         yield False
         return
     try:
-        yield _flock(fd, fcntl.LOCK_EX, time.monotonic() + LOCK_WAIT_S)
+        yield flock_within(fd, fcntl.LOCK_EX, time.monotonic() + LOCK_WAIT_S)
     finally:
         os.close(fd)  # releases the lock
 
