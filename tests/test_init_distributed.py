@@ -146,3 +146,22 @@ def test_a_malformed_init_timeout_is_named(launcher, seconds):
     launcher.setenv("TRITON_DIST_AUTOTUNE_INIT_TIMEOUT", seconds)
     with pytest.raises(tdt.BadInputError, match="TRITON_DIST_AUTOTUNE_INIT_TIMEOUT must be a positive number"):
         tdt.init_distributed(timeout_s=5)
+
+
+@pytest.mark.timeout(120)
+def test_init_distributed_starts_again_after_destroy_process_group_where_rank_0_hosts_the_store(tmp_path):
+    """Two ranks started without torchrun's agent (as mpiexec starts them: rank 0 hosts the store) call
+    ``init_distributed``, ``destroy_process_group`` and ``init_distributed`` again, as torch's own
+    ``init_process_group`` allows. Both start again at once and all-reduce. Before: rank 0's first store still held
+    its port (kept for its wait at exit), so rank 0 raised at once (``could not start the job's key-value store
+    ...: EADDRINUSE``) and rank 1 ended with a ``GroupTimeoutError`` once rank 0's process was gone."""
+    from pathlib import Path
+
+    from harness import HERE, describe, run_ranks, tuner_env
+
+    results = run_ranks(Path(HERE) / "scenarios" / "restart_cases.py", 2, ["init_again_after_destroy"],
+                        env=tuner_env(tmp_path, 20), timeout=90)
+    assert [r.returncode for r in results] == [0, 0], describe(results)
+    for r in results:
+        assert "error" not in r.result and r.result["sum"] == 2.0, r.result
+        assert r.result["seconds"] < 15, r.result  # the wait bound is 20 s

@@ -107,5 +107,25 @@ def notes_on_nodes_that_count_restarts_apart():
     dist.barrier()
 
 
+@case
+def init_again_after_destroy():
+    """Every rank starts torch.distributed with ``init_distributed``, destroys the group and starts it again (a
+    program that runs two phases, or a test fixture), then all-reduces and prints the sum and how long the second
+    start took, or its error."""
+    tdt.init_distributed(backend="gloo", timeout_s=20)
+    dist.barrier()
+    dist.destroy_process_group()
+    t0 = time.monotonic()
+    try:
+        tdt.init_distributed(backend="gloo", timeout_s=20)
+    except Exception as exc:
+        emit(error=f"{type(exc).__name__}: {exc}"[:400], seconds=time.monotonic() - t0)
+        return
+    x = torch.ones(1)
+    dist.all_reduce(x)
+    emit(sum=x.item(), seconds=time.monotonic() - t0)
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     main()

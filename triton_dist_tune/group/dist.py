@@ -18,6 +18,11 @@ from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, describe_error
 from . import epoch, exits, store_silence
 
+#: the store this process hosts (global rank 0 without torchrun's agent), by its address: a later call after
+#: ``destroy_process_group`` starts again on it, since its port stays bound (:mod:`.exits` keeps it for the wait at
+#: exit; before, rank 0's new store met EADDRINUSE and the job could not start again)
+_hosted: dict[tuple[str, int], Any] = {}
+
 
 def _required(value: int | None, names: tuple[str, ...]) -> int:
     if value is None:
@@ -87,8 +92,12 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     try:  # a host that stops answering (frozen) ends this within T + max(1, T/10) s
         with store_silence.answering((job.master_addr, port) if world > 1 else None, tuner_t):
             try:
-                store = dist.TCPStore(job.master_addr, port, world, is_master=hosts,
-                                      timeout=timedelta(seconds=connect_s), wait_for_workers=False)
+                store = _hosted.get((job.master_addr, port)) if hosts else None
+                if store is None:
+                    store = dist.TCPStore(job.master_addr, port, world, is_master=hosts,
+                                          timeout=timedelta(seconds=connect_s), wait_for_workers=False)
+                if hosts:
+                    _hosted[(job.master_addr, port)] = store
             except dist.DistError as exc:  # a port taken, or a store gone since it was reached: one line
                 if store_silence.was_cut():
                     raise

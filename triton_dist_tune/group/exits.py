@@ -117,6 +117,8 @@ def register(store: Any, prefix: str, rank: int, world: int, host: bool) -> None
     process): write which process it is, and count out at exit, the host after lingering (see the module
     docstring)."""
     global _job
+    if _job is not None:  # an earlier start of this process (before destroy_process_group): this one counts out
+        _job.take()
     job = _job = Job(store, prefix, rank, world, host)
     _given_up.clear()
     process = this_process()
