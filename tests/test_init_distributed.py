@@ -165,3 +165,18 @@ def test_init_distributed_starts_again_after_destroy_process_group_where_rank_0_
     for r in results:
         assert "error" not in r.result and r.result["sum"] == 2.0, r.result
         assert r.result["seconds"] < 15, r.result  # the wait bound is 20 s
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("seconds", [0, -3, float("inf"), 2e6])
+def test_a_timeout_s_that_is_no_positive_number_of_seconds_is_named_not_the_unset_variable(launcher, seconds):
+    """``init_distributed(timeout_s=...)`` out of range, ``TRITON_DIST_AUTOTUNE_INIT_TIMEOUT`` unset: the error names
+    the argument. Before: ``TRITON_DIST_AUTOTUNE_INIT_TIMEOUT must be a positive number of seconds, not ''``, a
+    variable nobody set."""
+    launcher.setenv("RANK", "0")
+    launcher.setenv("WORLD_SIZE", "2")
+    launcher.setenv("MASTER_PORT", "1")
+    launcher.delenv("TRITON_DIST_AUTOTUNE_INIT_TIMEOUT", raising=False)
+    with pytest.raises(tdt.BadInputError, match=r"init_distributed: timeout_s must be") as caught:
+        tdt.init_distributed(timeout_s=seconds)
+    assert "INIT_TIMEOUT" not in str(caught.value)

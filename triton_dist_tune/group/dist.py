@@ -73,6 +73,9 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
         raise BadInputError(f"rank {rank} is not below the world size {world}: the launcher's "
                             f"{list(settings.RANK_VARIABLES)} and {list(settings.SIZE_VARIABLES)} disagree")
     port = _port(job.master_port)
+    if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= settings.MAX_SECONDS):  # (not the variable's)
+        raise BadInputError(f"init_distributed: timeout_s must be a positive number of seconds, at most "
+                            f"{settings.MAX_SECONDS:g}, not {timeout_s!r}")
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
