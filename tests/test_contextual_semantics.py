@@ -157,6 +157,19 @@ def test_max_runs_bounds_a_call_whose_new_keys_are_each_decided_as_met(env, tmp_
     assert "reached max_runs=5 still meeting a new kernel key in each run" in rank0_log(tmp_path)
 
 
+@pytest.mark.timeout(120)
+def test_a_run_after_a_max_runs_cut_that_raises_on_one_rank_raises_on_every_rank(env):
+    # the run after the cut raises on rank 1 alone (after the function's all_reduce). Before, rank 1 raised its own
+    # RuntimeError and rank 0 returned; rank 1's next call then tuned as the group's first while rank 0's ran hot:
+    # rank 1 waited at its journal exchange and rank 0 in the function's all_reduce, past the harness's 100 s
+    results = run("bounded_run_raises_on_one_rank", 2, env, script=RUNS_CASES, timeout=100)
+    for r in results:
+        first, second = r.result["calls"]
+        assert first.startswith("AutotuneError") and "rank 1" in first and "check of its data" in first, describe(
+            results)
+        assert second == "ok", describe(results)
+
+
 @pytest.mark.triton_dependent
 @pytest.mark.timeout(120)
 def test_a_key_decided_when_a_late_rank_joins_it_is_published_on_every_rank(env):

@@ -81,6 +81,43 @@ def bound_keys_decided_as_met():
         emit(runs=len(runs), error=f"{type(exc).__name__}: {str(exc)[:300]}", ok=False)
 
 
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["n"])
+@triton.jit
+def grown_kernel(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(x + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+@case
+def bounded_run_raises_on_one_rank():
+    """2 ranks, max_runs=3: the key grows on every run, so the bound cuts the first call; the run after the cut
+    raises on rank 1 alone, after the function's all_reduce (a check of its data there). Then a second call."""
+    tdt.init_distributed()
+    runs = []
+
+    @contextual_autotune(n_warmup=1, n_repeat=1, max_runs=3)
+    def step(x):
+        runs.append(1)
+        n = 16 + len(runs)
+        out = torch.zeros_like(x)
+        grown_kernel[(triton.cdiv(n, 32),)](x, out, n)
+        total = out.sum().reshape(1)
+        dist.all_reduce(total)
+        if rank() == 1 and len(runs) == 4:
+            raise RuntimeError("rank 1's check of its data failed")
+        return out
+
+    x = torch.zeros(64)
+    calls = []
+    for _ in range(2):
+        try:
+            step(x)
+            calls.append("ok")
+        except Exception as exc:
+            calls.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+    emit(calls=calls, runs=len(runs))
+
+
 # -- a rank that meets a key late ------------------------------------------------------------------------------------
 
 

@@ -43,14 +43,8 @@ def exchange(session: CallState, error: Exception | None) -> Exchanged:
         raise pruning_error(str(exc)) from local
     for tid in sorted(session.tracks):
         step_track(session, tid, session.tracks[tid], gathered)
-    raisers = [(r, m["raised"]) for r, m in enumerate(gathered) if m["raised"] and not m["excused"]]
-    if raisers:
-        text = per_rank(raisers, session.tuner.options.name)
-        session.log.error("%s the function raised in run=%d: %s", session.label, session.runs - 1, text)
-        session.not_blamed(f"interrupted: the tuned function raised its own error in run {session.runs - 1}, not "
-                           f"the config's: {text}")
-        raise AutotuneError(f"{session.label} the tuned function raised during tuning run {session.runs - 1} on "
-                            f"group '{group.title}': {text}") from error
+    raise_if_raised(session, [(r, m["raised"]) for r, m in enumerate(gathered) if m["raised"] and not m["excused"]],
+                    error)
     met: dict[TrackId, list[int]] = {}
     launched: dict[TrackId, set[int]] = {}
     for rank, message in enumerate(gathered):
@@ -59,6 +53,30 @@ def exchange(session: CallState, error: Exception | None) -> Exchanged:
         for tid, records in message["launches"].items():
             launched.setdefault(tid, set()).update(index for index, _, _ in records)
     return Exchanged(created, met, launched, all(message["compiles"] for message in gathered))
+
+
+def raise_if_raised(session: CallState, raisers: list[tuple[int, str]], error: Exception | None) -> None:
+    """The same :class:`AutotuneError` on every rank (``raisers``: the ranks whose run raised, by gathered data,
+    with what), chaining this rank's own ``error``; nothing when no rank's run raised."""
+    if not raisers:
+        return
+    text = per_rank(raisers, session.tuner.options.name)
+    session.log.error("%s the function raised in run=%d: %s", session.label, session.runs - 1, text)
+    session.not_blamed(f"interrupted: the tuned function raised its own error in run {session.runs - 1}, not "
+                       f"the config's: {text}")
+    raise AutotuneError(f"{session.label} the tuned function raised during tuning run {session.runs - 1} on "
+                        f"group '{session.group.title}': {text}") from error
+
+
+def ended_alike(session: CallState, error: Exception | None) -> None:
+    """After the run that follows a ``max_runs`` cut (no exchange of tracks): one ``allgather`` of whether the run
+    raised, so that a run that raised on some rank is the same :class:`AutotuneError` on every rank, as any tuning
+    run's is (:func:`raise_if_raised`). Otherwise the raising ranks' call ended with their own error, the others'
+    returned, and their next calls parted: the first tuned again as the group's first call, the others ran hot."""
+    raised = describe_error(error) if error is not None else None
+    gathered = session.group.allgather(raised, f"{session.label} end of run {session.runs - 1} (after max_runs)",
+                                       timeout=exchange_timeout(session.timeout))
+    raise_if_raised(session, [(r, text) for r, text in enumerate(gathered) if text], error)
 
 
 def _message(session: CallState, error: Exception | None) -> dict[str, Any]:

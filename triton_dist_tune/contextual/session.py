@@ -43,7 +43,7 @@ from ..group.channel import Group
 from . import intercept, launches
 from .compiling import precompile_new
 from .decisions import record_decision
-from .exchange import exchange
+from .exchange import ended_alike, exchange
 from .newkeys import settle
 from .state import CallState, RunRecord, TunerState
 
@@ -153,7 +153,8 @@ class Session(CallState):
 
     def _bounded(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         """The bound on runs per call is reached (on every rank at the same run): end every track with the best
-        config so far, run once more without communication, and return that run's result."""
+        config so far, run once more (no exchange of tracks: a key met first there is pending), agree whether that
+        run raised on some rank (then the same error on every rank), and return its result."""
         undone = sorted(tid for tid, t in self.tracks.items() if not t.done)
         bound = self.tuner.options.max_runs
         if undone:
@@ -173,8 +174,7 @@ class Session(CallState):
         self.pending_mode, self.tuning, self.needs_tuning, self.final_run = True, False, False, True
         self.met = None
         out, error = self._run_once(args, kwargs)
-        if error is not None:
-            raise error
+        ended_alike(self, error)  # a run that raised on some rank raises on every rank
         self._summary()
         return out
 
