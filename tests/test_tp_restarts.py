@@ -102,7 +102,11 @@ def test_a_config_that_hung_is_left_out_when_the_timing_mode_changes_before_the_
         assert job["calls"][rank][("0", "ag_gemm", 2)] == 1, job["calls"][rank]  # where it hung
         assert job["calls"][rank][("1", "ag_gemm", 2)] == 0, job["calls"][rank]  # left out
     log = (tmp_path / "logs" / "rank-0.log").read_text()
-    assert "config 2 from the journal" in log and "hung on rank 1" in log, log[-3000:]
+    # hung on rank 1, on rank 0 (waiting for it in the collective), or both: whichever watchdog fired before torchrun
+    # ended the other rank (the fresh-clone CI of the seventy-second session, on a loaded machine, had no 'hung on
+    # rank 1'; alone it reads 'hung on rank 0: ...; hung on rank 1: ...')
+    resumed = [line for line in log.splitlines() if "config 2 from the journal" in line]
+    assert resumed and "failed: in an earlier attempt, hung on rank" in resumed[0], resumed or log[-3000:]
 
 
 @pytest.mark.timeout(120)

@@ -112,12 +112,12 @@ def init_again_after_destroy():
     """Every rank starts torch.distributed with ``init_distributed``, destroys the group and starts it again (a
     program that runs two phases, or a test fixture), then all-reduces and prints the sum and how long the second
     start took, or its error."""
-    tdt.init_distributed(backend="gloo", timeout_s=20)
+    tdt.init_distributed(backend="gloo", timeout_s=60)
     dist.barrier()
     dist.destroy_process_group()
     t0 = time.monotonic()
     try:
-        tdt.init_distributed(backend="gloo", timeout_s=20)
+        tdt.init_distributed(backend="gloo", timeout_s=60)
     except Exception as exc:
         emit(error=f"{type(exc).__name__}: {exc}"[:400], seconds=time.monotonic() - t0)
         return
