@@ -56,6 +56,8 @@ def test_a_cache_hit_never_puts_back_a_decision_cleared_or_tuned_again_after_it_
     one's). Now the rewrite is made only where the file is still the one read."""
     cache, env = tune_alone(tmp_path, EDGES, FIRST="1")
     (path,) = (cache / "edges").glob("*.json")
+    # its two configs do the same work: the tuning may choose either (the fresh-clone CI once chose v=9)
+    chosen = f"{{4: {{'v': {[1, 9][json.loads(path.read_text())['index']]}}}}}"
     marks = tmp_path / "marks"
     marks.mkdir()
     script = tmp_path / "serve_paused.py"
@@ -75,7 +77,7 @@ def test_a_cache_hit_never_puts_back_a_decision_cleared_or_tuned_again_after_it_
         (marks / "go").touch()
         out, err = server.communicate(timeout=120)
         assert server.returncode == 0, err[-3000:]
-        assert "{4: {'v': 1}}" in out, out  # served from the cache
+        assert chosen in out, (chosen, out)  # served from the cache
     finally:
         if server.poll() is None:
             server.kill()
