@@ -199,24 +199,31 @@ def gather_entries(group: Group, folder: Path, what: str, timeout: float, proble
             journal.close()
     gathered = group.allgather([os.urandom(6).hex(), problem, mine, own_timeout, always_tune()], what,
                                timeout=timeout)
-    problems = [f"rank {r}: {p}" for r, (_, p, _, _, _) in enumerate(gathered) if p]
+    _, said_problems, by_rank, timeouts, modes = zip(*gathered, strict=True)
+    problems = [f"rank {r}: {p}" for r, p in enumerate(said_problems) if p]
     if problems:
         raise BadInputError(f"{label}: " + "; ".join(problems))
-    modes: dict[str, list[int]] = {}
-    for r, (_, _, _, _, mode) in enumerate(gathered):
-        modes.setdefault(str(mode), []).append(r)
-    if len(modes) > 1:
+    by_mode = _ranks_by([str(mode) for mode in modes])
+    if len(by_mode) > 1:
         raise MismatchError(f"{label}: the ranks of group '{group.title}' differ in {ALWAYS_TUNE_FIELD}: "
-                            + "; ".join(f"ranks {ranks}: {mode}" for mode, ranks in modes.items()))
-    holders: dict[str, list[int]] = {}
-    for r, (_, _, _, said, _) in enumerate(gathered):
-        holders.setdefault(f"{said:g} s" if isinstance(said, (int, float)) else "not said", []).append(r)
-    if own_timeout is not None and len(holders) > 1:
-        warn_timeouts_differ(label, f"the ranks of group '{group.title}'",
-                             "; ".join(f"ranks {ranks}: {value}" for value, ranks in holders.items()))
-    by_rank = [by_entry for _, _, by_entry, _, _ in gathered]
+                            + _ranks_text(by_mode))
+    by_timeout = _ranks_by([f"{t:g} s" if isinstance(t, (int, float)) else "not said" for t in timeouts])
+    if own_timeout is not None and len(by_timeout) > 1:
+        warn_timeouts_differ(label, f"the ranks of group '{group.title}'", _ranks_text(by_timeout))
     entries = sorted({entry for by_entry in by_rank for entry in by_entry})
     return {entry: [list(by_entry.get(entry, [])) for by_entry in by_rank] for entry in entries}, _attempt_of(gathered)
+
+
+def _ranks_by(values: list[str]) -> dict[str, list[int]]:
+    """Each value of ``values`` (by group rank) -> the ranks that said it."""
+    ranks: dict[str, list[int]] = {}
+    for rank, value in enumerate(values):
+        ranks.setdefault(value, []).append(rank)
+    return ranks
+
+
+def _ranks_text(by_value: dict[str, list[int]]) -> str:
+    return "; ".join(f"ranks {ranks}: {value}" for value, ranks in by_value.items())
 
 
 def warn_timeouts_differ(name: str, whose: str, detail: str) -> None:

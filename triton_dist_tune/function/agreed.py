@@ -48,18 +48,7 @@ def agree_on_call(tuner: TunedFunction, group: Group, key_text: str, problem: st
     in_group = _caught(lambda: _agree_in_group(tuner, group, key_text, problem or _text(failed), args, kwargs,
                                                overwrite, str(layout.replicas.size)))
     failed = failed or in_group  # this rank's own error first: the group's carries it
-    try:
-        others = layout.replicas.combine(_text(failed), f"[{tuner.name}] agreement across replicas",
-                                         lambda texts: [[j, t] for j, t in enumerate(texts) if t],
-                                         tuner.options.timeout)
-    except AutotuneError:  # a partner across replicas that raised a note of its own first, or went: this rank's
-        if failed is None:  # own error still comes first (before, the note's relayed BadInputError came instead,
-            raise  # once in a fresh-clone CI: test_layout.py's replicas_missing_on_one_rank test)
-        raise failed from None
-    if failed is not None:
-        raise failed
-    if others:
-        raise BadInputError(f"{tuner.name}: " + "; ".join(f"replica {j}: {text}" for j, text in others))
+    across_replicas(layout, tuner.name, failed, f"[{tuner.name}] agreement across replicas", tuner.options.timeout)
 
 
 def in_job(group: Group, parts: list[tuple[int, str]]) -> list[tuple[int, str]]:
@@ -171,25 +160,31 @@ def agreed_prune(tuner: TunedFunction, group: Group, label: str, args: tuple, kw
         failed = BadInputError(f"{label} prune_fn left no config that every rank keeps (of {len(tuner.space)}): "
                                + per_rank(in_job(group, [(r, _kept_by(m)) for r, m in enumerate(everyone)])))
     if layout is not None:
-        return across_replicas(layout, tuner.name, failed, f"{label} prune", timeout, kept, kept_by_all)
+        return across_replicas(layout, tuner.name, failed, f"{label} prune (across replicas)", timeout, kept,
+                               kept_by_all)
     if failed is not None:
         raise failed
     return kept
 
 
-def across_replicas(layout: Layout, name: str, failed: AutotuneError | None, what: str, timeout: float,
+def across_replicas(layout: Layout, name: str, failed: AutotuneError | None, what: str, timeout: float | None,
                     value: Any = None, merge: Callable[[list[Any]], Any] | None = None) -> Any:
-    """One exchange across the replicas of ``layout`` after a step that each replica's group agreed on inside itself:
-    its error there (``failed``, the same on every rank of this group, or None) is raised by every rank of every
-    replica at once, this replica's own first, else the others' (``replica j: ...``). Returns ``merge`` of every
-    replica's ``value``, by replica (None without ``merge``). Before, the ranks of the replica whose ``prune_fn`` or
-    ``ref_prog`` raised on one rank left the tuning alone, and the other replicas waited for them at their next
-    exchange across replicas until its deadline, then raised ``GroupTimeoutError``."""
+    """One exchange (step ``what``) across the replicas of ``layout`` after a step that each replica's group agreed
+    on inside itself: its error there (``failed``, the same on every rank of this group, or None) is raised by every
+    rank of every replica at once, this replica's own first, else the others' (``replica j: ...``). Returns
+    ``merge`` of every replica's ``value``, by replica (None without ``merge``). Before, the ranks of the replica
+    whose ``prune_fn`` or ``ref_prog`` raised on one rank left the tuning alone, and the other replicas waited for
+    them at their next exchange across replicas until its deadline, then raised ``GroupTimeoutError``."""
     def said(parts: list[list[Any]]) -> list[Any]:
         errors = [[j, text] for j, (text, _) in enumerate(parts) if text]
         return [errors, None if errors or merge is None else merge([part for _, part in parts])]
 
-    errors, merged = layout.replicas.combine([_text(failed), value], f"{what} (across replicas)", said, timeout)
+    try:
+        errors, merged = layout.replicas.combine([_text(failed), value], what, said, timeout)
+    except AutotuneError:  # a partner across replicas that raised a note of its own first, or went: this rank's
+        if failed is None:  # own error still comes first (before, the note's relayed BadInputError came instead,
+            raise  # once in a fresh-clone CI: test_layout.py's replicas_missing_on_one_rank test)
+        raise failed from None
     if failed is not None:
         raise failed
     if errors:
@@ -249,7 +244,7 @@ def prepare(tuner: TunedFunction, group: Group, label: str, args: tuple, kwargs:
         if problems else None
     try:
         if layout is not None:
-            across_replicas(layout, tuner.name, failed, f"{label} prepare", timeout)
+            across_replicas(layout, tuner.name, failed, f"{label} prepare (across replicas)", timeout)
         elif failed is not None:
             raise failed
     except AutotuneError:
