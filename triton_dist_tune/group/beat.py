@@ -18,10 +18,11 @@ A rank waiting for a late rank whose note says that it beats, and whose process 
 reads the counter at each look (about once a second; :class:`Silence`) and reads the process gone when the counter
 has not moved for ``TRITON_DIST_AUTOTUNE_LOST_S`` seconds (default 30; at least three of the note's beats), as the
 WAITING rank's monotonic clock measures between its own reads (from the reply of the read that first saw the value
-to the request of the read that sees it still): the ranks' wall clocks are never compared, and an unchanged value
-over that span means no beat reached the store in it. It then raises as for an ended process, naming the rank as
-showing no sign of life. A wait still ends at its deadline ``T`` whatever the beat says, so the rule shortens only
-waits where ``LOST_S < T``.
+to the request of the read that sees it still), less the spans the waiting rank itself stood still
+(:func:`~.pauses.ran`: a machine paused with both processes on it, then continued, reads no one gone): the ranks'
+wall clocks are never compared, and an unchanged value over that span means no beat reached the store in it. It
+then raises as for an ended process, naming the rank as showing no sign of life. A wait still ends at its deadline
+``T`` whatever the beat says, so the rule shortens only waits where ``LOST_S < T``.
 
 Limits, stated plainly: a live process whose beat thread cannot run for ``LOST_S`` is read gone too: a frozen
 process (SIGSTOP, a debugger), one whose main thread holds the GIL in one C call that long (the thread needs the GIL
@@ -53,6 +54,7 @@ from typing import Any
 
 from .clients import own_client
 from .note import Note
+from .pauses import ran
 from .store_silence import was_cut
 
 log = logging.getLogger("triton_dist_tune")
@@ -205,7 +207,7 @@ class Silence:
         if seen is None or seen[0] != which or seen[1] != value:
             self._seen[rank] = (which, value, after)
             return None
-        silent = before - seen[2]
+        silent = ran(seen[2], before)  # less the spans this rank stood still (its machine paused with the note's)
         return silent if silent >= max(lost_s, LEAST_BEATS * note.beat_s) else None
 
 
