@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -38,9 +36,6 @@ from ..errors import (
     AllConfigsFailedError,
     AutotuneError,
     BadInputError,
-    CrossedTurnsError,
-    DevicePoisonedError,
-    GroupTimeoutError,
     describe_error,
 )
 from ..faults.evidence import outcome_text, settled
@@ -72,6 +67,7 @@ from .decide import (
     served,
     warn_if_another_group_chose_otherwise,
 )
+from .measuring import measuring
 from .next_key import NextKey, compile_next_key
 from .searched import Searched
 from .tuned import TunedFunction, as_steady
@@ -83,41 +79,6 @@ def _not_that_config(path: Any, index: int, config: Any) -> None:
     """Say that the cache file ``path`` names, as its choice, no config of this space at ``index``."""
     log.warning("triton_dist_tune: ignoring cache file %s: its choice (config %d, %s) is not that config of this "
                 "space; tuning again", path, index, str(config)[:120])
-
-
-@contextmanager
-def measuring(measurer: Measurer, state: ArgumentState | None) -> Iterator[None]:
-    """Around step 5: an interrupt (SIGINT, SIGTERM, any ``BaseException`` that is not an ``Exception``) is journaled
-    and blames no config; the evidence of a failing, hung or poisoned rank is journaled where it arose; any other
-    exception (the tuner's own code, a refused exchange) blames no config in flight. The compiles are dropped and
-    the arguments put back either way; the CUDA graphs' memory goes back to the driver when the tuning ended normally
-    (after an interrupt a kernel may still run, and emptying the allocator would wait for it, outside any
-    deadline)."""
-    try:
-        yield
-        measurer.close_graphs()
-    except CrossedTurnsError as exc:  # threads of this process nested tunings in opposite orders: no config's fault
-        measurer.not_blamed(exc)
-        raise
-    except DevicePoisonedError:
-        raise
-    except GroupTimeoutError as exc:  # a peer failed, ended or went silent, or the store went: this rank's config in
-        # flight is no evidence (the peer's own journal holds any): journaled, not told (the peers' errors stand)
-        measurer.journal.interrupt_started(f"interrupted: the group's exchange failed ({describe_error(exc)[:300]})")
-        raise
-    except Exception as exc:
-        measurer.not_blamed(exc)
-        raise
-    except BaseException as exc:  # Ctrl-C, SIGTERM, a cancelled task's CancelledError: an interruption
-        measurer.interrupted(exc)
-        raise
-    finally:
-        measurer.compiles.close()
-        workers = measurer.compiles.workers_text()
-        if workers is not None:
-            logs.rank_log().info("%s %s", measurer.label, workers)
-        if state is not None:
-            state.put_back()
 
 
 class Tuning:
@@ -157,14 +118,7 @@ class Tuning:
         self._name_entry(kept)
         found, record = self._lookup()
         if found is not None:
-            # a served decision is a decision: a later search of a nearby key is seeded from it, as after a tuning
-            tuner.decisions[(group.name, self.key)] = decision_from_record(record, found, tuner.descriptions[found])
-            rank_log.info("%s cache hit: config %d %s", self.label, found, tuner.descriptions[found])
-            journal_of(self, create=False).remove(kept=self.kept)  # a cut attempt's, if any
-            if group.rank == 0 and logs.printing_enabled(self.verbose):
-                logs.print_cache_hit(tuner.name, self.key_text, group, tuner.descriptions[found],
-                                     tuner.cache.path(self.entry))
-            return tuner.space[found]
+            return cache_hit(self, found, record)
         if cached_only:
             return None
         rank_log.info("%s tuning %d configs on %d rank(s) of group '%s'", self.label, len(tuner.space), group.size,
@@ -420,6 +374,20 @@ class Tuning:
     def todo(self, index: int) -> Todo:
         """(index, config, description) of config ``index``."""
         return index, self.tuner.space[index], self.tuner.descriptions[index]
+
+
+def cache_hit(tuning: Tuning, found: int, record: Any) -> dict[str, Any]:
+    """Config ``found``, which the cache holds for ``tuning``'s entry (``record``: what ``_read_cache`` shares): a
+    decision, kept and said as such."""
+    tuner, group = tuning.tuner, tuning.group
+    # a served decision is a decision: a later search of a nearby key is seeded from it, as after a tuning
+    tuner.decisions[(group.name, tuning.key)] = decision_from_record(record, found, tuner.descriptions[found])
+    logs.rank_log().info("%s cache hit: config %d %s", tuning.label, found, tuner.descriptions[found])
+    journal_of(tuning, create=False).remove(kept=tuning.kept)  # a cut attempt's, if any
+    if group.rank == 0 and logs.printing_enabled(tuning.verbose):
+        logs.print_cache_hit(tuner.name, tuning.key_text, group, tuner.descriptions[found],
+                             tuner.cache.path(tuning.entry))
+    return tuner.space[found]
 
 
 def journal_of(tuning: Tuning, create: bool = True) -> Journal:
