@@ -82,9 +82,12 @@ def test_autotune_undecided_first_on_two_ranks_serves_one_config_inside_a_captur
             served = r[which]
             assert "error" not in served and served["ok"] and served["runs"] == [64], (which, served)
             assert served["asks"] == 0 and not served["cache_changed"], (which, served)
-        # a rank-local function (sharded=True) serves alone; a key served before is served again with no exchange
+        # a rank-local function (sharded=True) serves alone: it reads its own cache entry (one open, of a file that
+        # is not there) and makes no exchange; a key served before is served again with no exchange
         sharded = r["sharded"]  # (serving logs the served key once to the rank's log: not checked here)
-        assert sharded["store"] == 0 and sharded["exchanges"] == [] and sharded["files"] == [], sharded
+        assert sharded["store"] == 0 and sharded["exchanges"] == [], sharded
+        assert [f.split("/cache/")[-1].split("/")[0] for f in sharded["files"]] == ["cap_first_sharded"], sharded
+        assert all(f.startswith("open ") and f.endswith(".json") for f in sharded["files"]), sharded
         assert untouched(r["collective_again"]), r["collective_again"]
         assert r["decided"] == [] and r["cache_files"] == [], r
 

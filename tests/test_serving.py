@@ -94,5 +94,12 @@ def test_a_key_the_cache_holds_is_served_its_decision_under_nearest(tmp_path):
     tuned = run_ranks(CASES, 4, ["cached_then_served"], env={**env, "TUNE": "1"}, timeout=150)
     assert all(r.returncode == 0 for r in tuned), describe(tuned)
     assert {tuple(r.result["ran"]) for r in tuned} == {("b",)}, describe(tuned)
+    assert {tuple(r.result["alone"]) for r in tuned} == {("b",)}, describe(tuned)
+    assert {r.result["campaign"] for r in tuned} == {"b"}, describe(tuned)
     served = four_ranks(tmp_path, "cached_then_served")
     assert [r["ran"] for r in served] == [["b", "b"]] * 4, served
+    # a rank-local function (sharded=True) reads its own cache entry alone, with no exchange: before, it ran 'a'
+    # at both keys on every rank (its serving read no cache)
+    assert [r["alone"] for r in served] == [["b", "b"]] * 4, served
+    # so does a function made rank-local by a local=True campaign: before, it served key 32's decision ('c') at 64
+    assert [r["campaign"] for r in served] == ["b"] * 4, served

@@ -140,8 +140,11 @@ def served_across_replicas_pruned_apart() -> None:
 @case
 def cached_then_served() -> None:
     """4 ranks, TP groups {0, 1} {2, 3} linked as replicas: a collective function whose config "b" is 8x faster than
-    the others. ``TUNE=1``: tuned at key 64 (``undecided="tune"``, the cache written); else a new job, under
-    ``undecided="nearest"``, calls key 64, which the cache holds, and key 60, which it does not."""
+    the others, and a rank-local one (``sharded=True``, tuned on the default group) alike. ``TUNE=1``: each tuned
+    at key 64 (``undecided="tune"``, the cache written); else a new job, under ``undecided="nearest"``, calls key
+    64, which the cache holds, and key 60, which it does not. A third function, rank-local by a ``local=True``
+    campaign, whose best config is "b" at key 64 and "c" at 32: the first job's campaign tunes key 64, the second's
+    key 32, then calls key 64 (the cache holds it; the nearest key this process decided is 32)."""
     tdt.init_distributed(backend="gloo")
     r, world = rank(), dist.get_world_size()
     groups = [dist.new_group(list(range(g, g + 2))) for g in range(0, world, 2)]
@@ -154,8 +157,23 @@ def cached_then_served() -> None:
         dist.all_reduce(x.clone(), group=group)
         return algo
 
+    @tdt.autotune([{"algo": a} for a in "abc"], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=3, sharded=True,
+                  undecided="tune" if os.environ.get("TUNE") else "nearest", name="cached_then_served_alone")
+    def g(x, *, algo):  # rank-local (sharded=True): its serving talks to no other rank
+        time.sleep(0.005 if algo == "b" else 0.04)
+        return algo
+
+    @tdt.autotune([{"algo": a} for a in "abc"], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=3,
+                  undecided="tune" if os.environ.get("TUNE") else "nearest", name="cached_then_served_campaign")
+    def h(x, *, algo):  # rank-local once given to a local=True campaign; "b" is fastest at key 64, "c" at 32
+        time.sleep(0.005 if algo == ("b" if x.numel() > 48 else "c") else 0.04)
+        return algo
+
     keys = [64] if os.environ.get("TUNE") else [64, 60]
-    emit(rank=r, ran=[f(torch.ones(n), group=layout["autotune_pg"], **layout) for n in keys])
+    tdt.campaign(h, lambda n: tdt.Call(torch.ones(n)), keys=[64] if os.environ.get("TUNE") else [32], local=True,
+                 progress=False)
+    emit(rank=r, ran=[f(torch.ones(n), group=layout["autotune_pg"], **layout) for n in keys],
+         alone=[g(torch.ones(n)) for n in keys], campaign=h(torch.ones(64)))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from ..group.channel import Group
 from ..group.resolve import find_group, resolve_group
 from ..measure.replicas import Layout
 from ..space import CALL_KEYWORDS, check_call, check_no_clash, describe, describe_key, keeps
+from .cached_alone import cached_alone
 from .options import TuneOptions
 from .tuned import TunedFunction
 from .tuning import Tuning
@@ -120,15 +121,21 @@ class Tuner(TunedFunction):
                 # a key key_fn could not give, or one that is no key (a tensor, nan): raised by every rank at the
                 # cache lookup's agreement, else (a rank-local function, a key looked up before) at the serving
                 serve_problem = key_error or _key_problem(key) or env_problem
-                if not (self.options.sharded or self.rank_local or slot in self._not_cached):
-                    # a collective function's group reads the cache first, as a tuning does, agreeing on the call
-                    # (a rank-local function talks to nobody); a key the cache holds is decided, not served
-                    config = Tuning(self, group, key, args, self._tuned_kwargs(kwargs, overwrite), verbose, overwrite,
-                                    layout).run(key_error, problem or env_problem, cached_only=True)
-                    if config is None:
-                        self._not_cached.add(slot)
+                local = self.options.sharded or self.rank_local
+                if slot not in self._not_cached and not (local and serve_problem):
+                    # a key the cache holds is decided, not served: a collective function's group reads the cache
+                    # first, as a tuning does, agreeing on the call; a rank-local function's rank reads its own
+                    # entry alone (it talks to nobody: cached_alone.py)
+                    tuned_kwargs = self._tuned_kwargs(kwargs, overwrite)
+                    if local:
+                        config, serve_problem = cached_alone(self, group, key, args, tuned_kwargs, verbose, layout)
                     else:
+                        config = Tuning(self, group, key, args, tuned_kwargs, verbose, overwrite,
+                                        layout).run(key_error, problem or env_problem, cached_only=True)
+                    if config is not None:
                         self._decided(table, slot, group, key, config)
+                    elif serve_problem is None:
+                        self._not_cached.add(slot)
                 if config is None:
                     config = self._serve(table, slot, group, args, kwargs, overwrite, serve_problem, layout)
             if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
