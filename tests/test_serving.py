@@ -88,8 +88,10 @@ def test_replicas_whose_prune_fn_keeps_different_configs_never_serve_different_c
 @pytest.mark.timeout(200)
 def test_a_key_the_cache_holds_is_served_its_decision_under_nearest(tmp_path):
     # 4 ranks, TP groups {0, 1} {2, 3} linked as replicas. A first job tunes key 64 ('b', 8x faster); a second job
-    # under undecided="nearest" calls key 64, then 60. Before: both ran 'a' on every rank ("key 64 is not decided:
-    # serving the first kept config"), the cache never read; now 64 is a cache hit and 60 is served 64's decision.
+    # under undecided="nearest" calls key 56, 64, then 60. Before: 64 and 60 ran 'a' on every rank ("key 64 is not
+    # decided: serving the first kept config"), the cache never read; now 64 is a cache hit and 60 is served 64's
+    # decision. Key 56, called before this process decided any key, is served the decision of the cache folder's
+    # nearest key (64, read by group rank 0, its entry recomputed): before, 'a', the first kept config.
     env = tuner_env(tmp_path, timeout=20)
     tuned = run_ranks(CASES, 4, ["cached_then_served"], env={**env, "TUNE": "1"}, timeout=150)
     assert all(r.returncode == 0 for r in tuned), describe(tuned)
@@ -97,9 +99,9 @@ def test_a_key_the_cache_holds_is_served_its_decision_under_nearest(tmp_path):
     assert {tuple(r.result["alone"]) for r in tuned} == {("b",)}, describe(tuned)
     assert {r.result["campaign"] for r in tuned} == {"b"}, describe(tuned)
     served = four_ranks(tmp_path, "cached_then_served")
-    assert [r["ran"] for r in served] == [["b", "b"]] * 4, served
-    # a rank-local function (sharded=True) reads its own cache entry alone, with no exchange: before, it ran 'a'
-    # at both keys on every rank (its serving read no cache)
-    assert [r["alone"] for r in served] == [["b", "b"]] * 4, served
+    assert [r["ran"] for r in served] == [["b", "b", "b"]] * 4, served
+    # a rank-local function (sharded=True) reads its own cache entry (and folder) alone, with no exchange: before,
+    # it ran 'a' at every key on every rank (its serving read no cache)
+    assert [r["alone"] for r in served] == [["b", "b", "b"]] * 4, served
     # so does a function made rank-local by a local=True campaign: before, it served key 32's decision ('c') at 64
     assert [r["campaign"] for r in served] == ["b"] * 4, served

@@ -142,7 +142,8 @@ def cached_then_served() -> None:
     """4 ranks, TP groups {0, 1} {2, 3} linked as replicas: a collective function whose config "b" is 8x faster than
     the others, and a rank-local one (``sharded=True``, tuned on the default group) alike. ``TUNE=1``: each tuned
     at key 64 (``undecided="tune"``, the cache written); else a new job, under ``undecided="nearest"``, calls key
-    64, which the cache holds, and key 60, which it does not. A third function, rank-local by a ``local=True``
+    56 (no key decided in this process yet: the cache folder's are the candidates), 64, which the cache holds, and
+    60. A third function, rank-local by a ``local=True``
     campaign, whose best config is "b" at key 64 and "c" at 32: the first job's campaign tunes key 64, the second's
     key 32, then calls key 64 (the cache holds it; the nearest key this process decided is 32)."""
     tdt.init_distributed(backend="gloo")
@@ -169,7 +170,7 @@ def cached_then_served() -> None:
         time.sleep(0.005 if algo == ("b" if x.numel() > 48 else "c") else 0.04)
         return algo
 
-    keys = [64] if os.environ.get("TUNE") else [64, 60]
+    keys = [64] if os.environ.get("TUNE") else [56, 64, 60]
     tdt.campaign(h, lambda n: tdt.Call(torch.ones(n)), keys=[64] if os.environ.get("TUNE") else [32], local=True,
                  progress=False)
     emit(rank=r, ran=[f(torch.ones(n), group=layout["autotune_pg"], **layout) for n in keys],

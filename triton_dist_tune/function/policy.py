@@ -3,7 +3,9 @@
 - ``tune`` (the default): tune it now, with the group (today's behaviour).
 - ``nearest``: use the decision of the nearest decided key of the same group, by the decorator's ``distance`` or
   by the numeric parts of the keys, **among those whose config ``prune_fn`` keeps for this call**; no tuning.
-  Candidates are ordered by (distance, key text), never by the order in which this rank learnt them. When no
+  Candidates are ordered by (distance, key text), never by the order in which this rank learnt them; the decided
+  keys of the function's disk cache folder are candidates too (:mod:`.cached_keys`: read by group rank 0 alone and
+  sent inside the serving's exchange; by each rank of a rank-local function). When no
   comparable decided key's config is kept, it serves the first config ``prune_fn`` keeps, as ``first`` does;
   when ``prune_fn`` keeps none, the key is tuned (which raises the pruning BadInputError on every rank).
 - ``first``: the first config ``prune_fn`` keeps, with no tuning (none kept: tuned, as above).
@@ -46,6 +48,10 @@ POLICIES = settings.UNDECIDED_POLICIES
 
 #: ``distance(key, decided_key)``: a number (smaller is nearer), or None / inf for keys that are not comparable
 Distance = Callable[[Hashable, Hashable], "float | None"]
+#: the decided keys of a function's disk cache folder: () -> [(key, key text, config index)] (:mod:`.cached_keys`)
+OnDisk = Callable[[], "list[tuple[Hashable, str, int]]"]
+#: at most this many of them, nearest first, go into the serving's exchange
+MAX_ON_DISK = 64
 
 
 def check_policy(value: str | None) -> str | None:
@@ -122,9 +128,10 @@ def choose(candidates: Sequence[Candidate], keeps: Sequence[bool]) -> Choice | N
 
 
 def _choose_for_group(values: list[Any]) -> tuple[Any, str | None] | None:
-    """Group rank 0: the ranks' (candidates, keep mask, config space's fingerprint, key text) -> the choice every
-    rank serves. A config is kept only where every rank keeps it; a candidate counts only where every rank holds it
-    (rank 0's order: (distance, text)). None: some rank's ``prune_fn`` raised or nothing is kept everywhere (the
+    """Group rank 0: the ranks' (candidates, keep mask, config space's fingerprint, key text, the decided keys of
+    the disk cache, read on rank 0 only) -> the choice every rank serves. A config is kept only where every rank
+    keeps it; a candidate counts only where every rank holds it, or where rank 0's disk cache holds it (by (distance,
+    text)). None: some rank's ``prune_fn`` raised or nothing is kept everywhere (the
     key is tuned). ``("error", text)``: some rank cannot serve (its key, its distance); ``("mismatch", text)``: the
     ranks' config spaces or keys differ (a served index would name different configs, or serve another key)."""
     errors = [(r, value[0]) for r, value in enumerate(values) if isinstance(value[0], str)]
@@ -143,8 +150,14 @@ def _choose_for_group(values: list[Any]) -> tuple[Any, str | None] | None:
     keeps = [all(mask[i] for mask in masks) for i in range(len(masks[0]))]
     held = [{tuple(c) for c in value[0]} for value in values]
     common = [Candidate(*c) for c in values[0][0] if all(tuple(c) in h for h in held)]
-    found = choose(common, keeps)
+    found = choose(merged(common, [Candidate(*c) for c in values[0][4] or []]), keeps)
     return None if found is None else (found.index, found.source)
+
+
+def merged(held: Sequence[Candidate], on_disk: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates of both lists, each key text once, nearest first: by (distance, text)."""
+    texts = {c.text for c in held}
+    return sorted([*held, *(c for c in on_disk if c.text not in texts)], key=lambda c: (c.distance, c.text))
 
 
 def _alike_across_replicas(choices: list[Any]) -> Any:
@@ -178,7 +191,7 @@ class Undecided:
               space: Sequence[dict[str, Any]], keeps: Callable[[dict[str, Any]], bool],
               group: Group | None = None, timeout: float | None = None,
               announce: bool = True, problem: str | None = None, space_print: str = "",
-              replicas: Group | None = None) -> dict[str, Any] | None:
+              replicas: Group | None = None, on_disk: OnDisk | None = None) -> dict[str, Any] | None:
         """The config for the undecided ``slot`` of ``table`` (None: tune it). ``grouped``: ``table`` is
         ``decided_in`` (slots are (group..., key)); ``keeps(config)``: whether ``prune_fn`` keeps ``config`` for
         this call (a served config is always one it keeps).
@@ -193,7 +206,9 @@ class Undecided:
         ``BadInputError`` saying so, raised on every rank of the group at the exchange (on this rank alone without
         one). ``space_print``: a fingerprint of ``space``, compared over the group (ranks whose spaces differ would
         serve different configs by one index: a ``MismatchError`` on every rank). ``replicas``: the group across
-        the replicas of ``group`` (``autotune_replicas``), which then agree too (:func:`_alike_across_replicas`)."""
+        the replicas of ``group`` (``autotune_replicas``), which then agree too (:func:`_alike_across_replicas`).
+        ``on_disk``: the decided keys of the function's disk cache folder (``nearest``'s candidates too), read by
+        group rank 0 alone and sent inside the one exchange (without ``group``, by this rank)."""
         mode = self.current()
         if mode == "tune":
             return None
@@ -210,10 +225,14 @@ class Undecided:
             if problem is not None:
                 raise BadInputError(problem)
             candidates: list[Candidate] | str = self._nearest(table, slot, grouped, space) if mode == "nearest" else []
+            disk: list[Candidate] = []
+            if mode == "nearest" and on_disk is not None and (not grouped_call or group.rank == 0):  # type: ignore
+                text = _key_text(key)  # (a key the cache holds is a decision before it is served: never its own)
+                disk = self._ranked(key, [item for item in on_disk() if item[1] != text])
         except BadInputError as exc:  # a distance that raised or returned no number, or the problem
             if not grouped_call:
                 raise
-            candidates = str(exc)  # as data: every rank of the group raises it, naming this rank
+            candidates, disk = str(exc), []  # as data: every rank of the group raises it, naming this rank
         try:
             mask: list[bool] | str = [bool(keeps(config)) for config in space]
         except BadInputError as exc:  # prune_fn's answer or error, said by keeps (``prune_fn ...``)
@@ -222,7 +241,8 @@ class Undecided:
             mask = f"prune_fn raised {exc!r}"
         if grouped_call:
             mine = (candidates if isinstance(candidates, str) else [[c.distance, c.text, c.index] for c in candidates],
-                    mask, space_print, None if problem is not None else _key_text(key))
+                    mask, space_print, None if problem is not None else _key_text(key),
+                    [[c.distance, c.text, c.index] for c in disk[:MAX_ON_DISK]])
             # (the key is compared, not named in the step: a rank whose key_fn failed has none to name)
             what = f"[{self.name}] serve an undecided key ({mode})"
             agreed = group.combine(mine, what, _choose_for_group, timeout)
@@ -234,7 +254,7 @@ class Undecided:
                 raise BadInputError(f"triton_dist_tune: {what}: {agreed[1]}")
             found = None if agreed is None else Choice(int(agreed[0]), agreed[1])
         else:
-            found = choose(candidates, mask) if isinstance(mask, list) else None  # type: ignore[arg-type]
+            found = choose(merged(candidates, disk), mask) if isinstance(mask, list) else None  # type: ignore
         if found is None:  # nothing usable is kept: tune (the tuning raises the pruning error on every rank)
             return None
         config = space[found.index]
@@ -253,20 +273,24 @@ class Undecided:
                  space: Sequence[dict[str, Any]]) -> list[Candidate]:
         """The decided slots of the same group comparable with ``slot``, nearest first: by (distance, key text)."""
         prefix, key = _split(slot, grouped)
+        same = [(_split(other, grouped)[1], config) for other, config in list(table.items())
+                if _split(other, grouped)[0] == prefix]
+        # (a config's index by identity: {"s": 1} and {"s": 1.0} are two configs)
+        return self._ranked(key, [(other_key, None, index_of(space, config)) for other_key, config in same])
+
+    def _ranked(self, key: Hashable, others: Sequence[tuple[Hashable, str | None, int | None]]) -> list[Candidate]:
+        """``others`` ((decided key, its text or None, its config's index or None)) comparable with ``key``, nearest
+        first: by (distance, key text)."""
         found: list[Candidate] = []
-        for other, config in list(table.items()):
-            other_prefix, other_key = _split(other, grouped)
-            if other_prefix != prefix:
-                continue
+        for other_key, known, index in others:
             try:
                 d = self.distance(key, other_key)
-                text = describe_key(other_key)
+                text = known if known is not None else describe_key(other_key)
             except Exception as exc:
                 raise BadInputError(f"{self.name}: distance({key!r}, {other_key!r}) raised {exc!r}") from exc
             if d is not None and (isinstance(d, bool) or not isinstance(d, Real)):
                 raise BadInputError(f"{self.name}: distance({key!r}, {other_key!r}) returned {str(d)[:100]} "
                                     f"({type(d).__name__}): it must return a number (smaller is nearer) or None")
-            index = index_of(space, config)  # by identity: {"s": 1} and {"s": 1.0} are two configs
             if d is None or not math.isfinite(d) or index is None:
                 continue
             found.append(Candidate(float(d), text, index))

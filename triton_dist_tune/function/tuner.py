@@ -19,6 +19,7 @@ from ..group.resolve import find_group, resolve_group
 from ..measure.replicas import Layout
 from ..space import CALL_KEYWORDS, check_call, check_no_clash, describe, describe_key, keeps
 from .cached_alone import cached_alone
+from .cached_keys import cached_keys
 from .options import TuneOptions
 from .tuned import TunedFunction
 from .tuning import Tuning
@@ -200,12 +201,19 @@ class Tuner(TunedFunction):
         def kept(config: dict[str, Any]) -> bool:
             return keeps(self.prune_fn, config, args, tuned_kwargs)
 
+        def on_disk() -> list[tuple[Hashable, str, int]]:  # read on group rank 0 alone (this rank, if rank-local)
+            try:
+                extra = self.entry_extra(args, tuned_kwargs)
+            except Exception:  # a cache_key_extra that raises: no entry of the call to match (the lookup said why)
+                return []
+            return cached_keys(self, group.size, extra, layout)
+
         local = self.options.sharded or self.rank_local
         timeout = self.options.timeout if self.options.timeout is not None else settings.current().timeout
         config = self.undecided.serve(table, slot, table is self.decided_in, self.space, kept,
                                       None if local else group, timeout, announce=getattr(group, "rank", 0) == 0,
                                       problem=problem, space_print=self.space_print,
-                                      replicas=None if local or layout is None else layout.replicas)
+                                      replicas=None if local or layout is None else layout.replicas, on_disk=on_disk)
         if config is not None and not overwrite:
             check_no_clash(config, tuned_kwargs)
         return config
