@@ -5,9 +5,9 @@
   by the numeric parts of the keys, **among those whose config ``prune_fn`` keeps for this call**; no tuning.
   Candidates are ordered by (distance, key text), never by the order in which this rank learnt them; the decided
   keys of the function's disk cache folder are candidates too (:mod:`.cached_keys`: read by group rank 0 alone and
-  sent inside the serving's exchange; by each rank of a rank-local function). When no
-  comparable decided key's config is kept, it serves the first config ``prune_fn`` keeps, as ``first`` does;
-  when ``prune_fn`` keeps none, the key is tuned (which raises the pruning BadInputError on every rank).
+  sent inside the serving's exchange; by each rank of a rank-local function). When no comparable decided key's
+  config is kept, it serves the first config ``prune_fn`` keeps, as ``first`` does; when ``prune_fn`` keeps none,
+  the key is tuned (which raises the pruning BadInputError on every rank).
 - ``first``: the first config ``prune_fn`` keeps, with no tuning (none kept: tuned, as above).
 
 A collective function's group reads the disk cache before serving (``Tuner._tune_or_serve``: the tuning's steps 1 to
@@ -131,9 +131,9 @@ def _choose_for_group(values: list[Any]) -> tuple[Any, str | None] | None:
     """Group rank 0: the ranks' (candidates, keep mask, config space's fingerprint, key text, the decided keys of
     the disk cache, read on rank 0 only) -> the choice every rank serves. A config is kept only where every rank
     keeps it; a candidate counts only where every rank holds it, or where rank 0's disk cache holds it (by (distance,
-    text)). None: some rank's ``prune_fn`` raised or nothing is kept everywhere (the
-    key is tuned). ``("error", text)``: some rank cannot serve (its key, its distance); ``("mismatch", text)``: the
-    ranks' config spaces or keys differ (a served index would name different configs, or serve another key)."""
+    text)). None: some rank's ``prune_fn`` raised or nothing is kept everywhere (the key is tuned).
+    ``("error", text)``: some rank cannot serve (its key, its distance); ``("mismatch", text)``: the ranks' config
+    spaces or keys differ (a served index would name different configs, or serve another key)."""
     errors = [(r, value[0]) for r, value in enumerate(values) if isinstance(value[0], str)]
     if errors:  # some rank's distance or key failed: the same BadInputError on every rank
         return ("error", "; ".join(f"rank {r}: {text}" for r, text in errors))
