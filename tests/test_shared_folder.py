@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from harness import ROOT, tune_alone
+from harness import HERE, ROOT, describe, run_ranks, tune_alone, tuner_env
 from test_cache_folder_edges import EDGES, cli
+
+from triton_dist_tune.disk.files import write_json_atomic
 
 #: ``EDGES``, its cache reads paused: after each read of a decision it touches ``$MARKS/read`` and waits (at most
 #: 60 s) for ``$MARKS/go`` before going on with the cache hit (whose rewrite records when the decision was served)
@@ -87,3 +90,103 @@ def test_a_cache_hit_never_puts_back_a_decision_cleared_or_tuned_again_after_it_
     else:
         now = json.loads(path.read_text())
         assert now["created"] == newer["created"], (now["created"], newer["created"])  # before: the older one's
+
+
+#: ``EDGES``, its cache hit's rewrite paused while it holds the file's lock: once it has checked that the file still
+#: holds the decision it read, it touches ``$MARKS/locked`` and waits (at most 60 s) for ``$MARKS/go`` before renaming
+PAUSED_IN_LOCK = '''
+import os, time
+from pathlib import Path
+import triton_dist_tune.disk.cache as _cache
+
+_marks, _rewrite = Path(os.environ["MARKS"]), _cache.rewrite_json
+
+def _paused_rewrite(path, data, unchanged, durable=True):
+    def pausing(held):
+        same = unchanged(held)
+        (_marks / "locked").touch()
+        deadline = time.monotonic() + 60
+        while not (_marks / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return same
+    return _rewrite(path, data, pausing, durable)
+
+_cache.rewrite_json = _paused_rewrite
+''' + EDGES
+
+
+@pytest.mark.timeout(300)
+def test_a_cache_hit_never_puts_back_a_decision_imported_while_it_held_the_files_lock(tmp_path, capsys):
+    """``import --force`` replaces a decision while a job's cache hit holds the file's lock, between its check
+    that the file still holds what it read and its rename. Before, ``import`` renamed without taking the lock
+    (every other replacement takes it), so the cache hit's rename put the old decision back over the imported one
+    (lost, though ``import`` said it was written). Now ``import`` waits for the lock, and renames after."""
+    cache, env = tune_alone(tmp_path, EDGES, FIRST="1")
+    (path,) = (cache / "edges").glob("*.json")
+    bundle = tmp_path / "bundle.json"
+    status, _, err = cli(["export", bundle, "--cache-dir", cache], capsys)
+    assert status == 0, err
+    data = json.loads(bundle.read_text())
+    newer = data["entries"][0]["data"]["created"] + 1000  # another machine's decision of the entry, tuned later
+    data["entries"][0]["data"]["created"] = newer
+    bundle.write_text(json.dumps(data))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "serve_paused_in_lock.py"
+    script.write_text(PAUSED_IN_LOCK)
+    server = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env={**env, "MARKS": str(marks)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    imported: list[tuple[int, str, str]] = []
+    importer = threading.Thread(target=lambda: imported.append(
+        cli(["import", bundle, "--force", "--cache-dir", cache], capsys)))
+    try:
+        _wait_for(marks / "locked", server, 120)  # the serving job holds the file's lock, and waits
+        importer.start()
+        importer.join(1.0)  # before: the import has replaced the file by now; now it waits for the lock (5 s at most)
+        (marks / "go").touch()
+        out, err = server.communicate(timeout=120)
+        assert server.returncode == 0, err[-3000:]
+        importer.join(60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert imported and imported[0][0] == 0, imported
+    now = json.loads(path.read_text())
+    assert now["created"] == newer, (now["created"], newer)  # before: the served, older decision was back
+
+
+@pytest.mark.timeout(200)
+def test_a_campaigns_learned_decision_never_replaces_one_another_job_wrote_after_it_looked(tmp_path):
+    """A rank-local campaign on two "nodes" (a cache folder each): rank 0 learns rank 1's decision and writes it
+    where its folder has none. Another job writes a newer decision of that entry into rank 0's folder (a tuning
+    again, an ``import``) after rank 0 found none and before it wrote. Before, rank 0 checked (``exists``), then
+    replaced (``store``): the newer decision was lost under the campaign's older one. Now the check and the write
+    are one step (a hard link, which fails where a file is there): the newer decision stays."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    folders = [tmp_path / "node0", tmp_path / "node1"]
+    per_rank = {0: {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(folders[0]), "MARKS": str(marks)},
+                1: {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(folders[1]), "LOCAL_RANK": "0"}}
+    results: list = []
+    job = threading.Thread(target=lambda: results.append(run_ranks(
+        HERE / "scenarios" / "campaign_cases.py", 2, ["learned_write_paused"], env=tuner_env(tmp_path, 20),
+        timeout=150, per_rank_env=per_rank)))
+    job.start()
+    try:
+        deadline = time.monotonic() + 150
+        while not (marks / "entry").exists():  # rank 0 found no file of rank 1's decision, and waits
+            assert job.is_alive() and time.monotonic() < deadline, results and describe(results[0])
+            time.sleep(0.05)
+        entry = (marks / "entry").read_text()
+        record = json.loads((folders[1] / "learned" / f"{entry}.json").read_text())  # rank 1's tuning wrote it
+        newer = {**record, "created": record["created"] + 1000}
+        write_json_atomic(folders[0] / "learned" / f"{entry}.json", newer)  # the other job's write
+    finally:
+        (marks / "go").touch()
+        job.join(160)
+    assert results and [r.returncode for r in results[0]] == [0, 0], results and describe(results[0])
+    assert all(r.result["states"] == ["tuned", "tuned"] for r in results[0]), describe(results[0])
+    now = json.loads((folders[0] / "learned" / f"{entry}.json").read_text())
+    assert now["created"] == newer["created"], (now["created"], newer["created"])  # before: the campaign's older one
+

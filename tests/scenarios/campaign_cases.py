@@ -203,5 +203,41 @@ def cli():
     emit(rank=int(os.environ["RANK"]), rc=rc)  # (the command destroyed the group it started)
 
 
+@case
+def learned_write_paused():
+    """2 ranks on two "nodes" (a cache folder each, both local rank 0), a rank-local campaign of 2 keys: each rank
+    tunes one and writes the other's decision into its folder as it learns it, where its folder has none. The rank
+    given ``$MARKS`` pauses where it is about to write such a learned decision (its folder has no file of it): it
+    writes the entry's name to ``$MARKS/entry`` and waits (at most 60 s) for ``$MARKS/go``."""
+    import sys
+
+    from triton_dist_tune.disk.cache import DiskCache
+
+    marks = Path(os.environ["MARKS"]) if os.environ.get("MARKS") else None
+
+    def paused(write):
+        def pausing(self, entry, *args, **kwargs):
+            if marks is not None and sys._getframe(1).f_code.co_name == "_learn" and not self.path(entry).exists():
+                (marks / "entry.tmp").write_text(entry)
+                (marks / "entry.tmp").rename(marks / "entry")
+                deadline = time.monotonic() + 60
+                while not (marks / "go").exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            return write(self, entry, *args, **kwargs)
+        return pausing
+
+    for name in ("store", "add"):  # (the campaign wrote with ``store`` after its check; with ``add`` now)
+        if hasattr(DiskCache, name):
+            setattr(DiskCache, name, paused(getattr(DiskCache, name)))
+    tdt.init_distributed(backend="gloo")
+
+    @tdt.autotune(SPACE[:2], key_fn=lambda x: x.shape[0], n_warmup=1, n_repeat=1, timing="cold", name="learned")
+    def kernel(x, *, variant):
+        return x * (variant + 1)
+
+    summary = tdt.campaign(kernel, lambda n: torch.ones(n), [8, 16], local=True)
+    emit(rank=dist.get_rank(), states=[row.state for row in summary.rows])
+
+
 if __name__ == "__main__":
     main()

@@ -15,7 +15,7 @@ from typing import Any
 from ..group.codec import Unreadable, read_json
 from .decisions import tuner_named
 from .entries import CacheError, Entry, parse_entry
-from .files import new_file_mode, read_regular, write_atomic, write_json_atomic
+from .files import holding, new_file_mode, read_regular, write_atomic, write_json_atomic
 from .versions import versions as current_versions
 
 #: what a bundle file says it is (``export`` writes it, ``import`` checks it)
@@ -218,7 +218,8 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> Imported:
     done: list[tuple[Path, str, bytes | None]] = []
     try:
         for target, tmp, previous in staged:
-            os.replace(tmp, target)
+            with holding(target):  # as every replacement: a cache hit's rewrite never puts back what it replaced
+                os.replace(tmp, target)
             done.append((target, tmp, previous))
     except BaseException:
         for target, _, previous in reversed(done):  # put back what this import replaced

@@ -22,7 +22,7 @@ from typing import Any
 from .. import settings
 from ..group.codec import read_json
 from ..space import fingerprint
-from .files import read_regular, rewrite_json, write_json_atomic
+from .files import read_regular, rewrite_json, write_json_atomic, write_json_new
 from .versions import remember, versions
 
 log = logging.getLogger("triton_dist_tune")
@@ -198,16 +198,27 @@ class DiskCache:
     def store(self, entry: str, decision: dict[str, Any], space_text: str) -> Path:
         """Write ``decision`` atomically, ``served`` its creation time (now where it records none); returns the
         file's path."""
+        self._write(entry, decision, space_text, write_json_atomic)
+        return self.path(entry)
+
+    def add(self, entry: str, decision: dict[str, Any], space_text: str) -> bool:
+        """Write ``decision`` as :meth:`store` does, only where the folder has no file of ``entry`` (a campaign's
+        decision tuned on another node's disk): the check and the write are one step (:func:`~.files.write_json_new`),
+        so a decision another process writes meanwhile (a tuning again, an ``import``) is never replaced by this older
+        one. Whether it was written."""
+        return self._write(entry, decision, space_text, write_json_new)
+
+    def _write(self, entry: str, decision: dict[str, Any], space_text: str, write: Any) -> Any:
         data = {"format": FORMAT, "space": fingerprint(space_text), "versions": versions(), **hardware(),
                 **decision}
         created = data.get("created")
         data["served"] = created if type(created) in (int, float) else time.time()
         try:
-            path = write_json_atomic(self.path(entry), data)
+            done = write(self.path(entry), data)
         except OSError as exc:  # a full disk's error names no file: say which
             raise OSError(exc.errno, f"{exc.strerror or exc} (writing {self.path(entry)})") from exc
         remember(self.folder.parent, data["versions"])  # for ``list`` and ``show``: they need not import torch
-        return path
+        return done
 
 
 def _well_formed(data: Any) -> bool:

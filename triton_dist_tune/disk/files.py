@@ -1,11 +1,14 @@
 """Files written for a person or another program, atomically: readers never see half a file, and each file is as
 readable as any other new file under the process's umask. A file is replaced or removed under its exclusive
 ``flock`` (:func:`holding`), so that a rewrite made only where the file is still the one read (a cache hit's
-``served`` time) never puts back what another process removed or replaced in the meantime."""
+``served`` time) never puts back what another process removed or replaced in the meantime. A file written only where
+none is there (:func:`write_json_new`) is linked into place in one step that fails where a file is there, so a file
+another process writes meanwhile is never replaced by it."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -99,12 +102,20 @@ def rewrite_json(path: Path, data: Any, unchanged: Callable[[bytes], bool], dura
     return _write(path, _json(data), ".tmp", durable, unchanged)
 
 
+def write_json_new(path: Path, data: Any, durable: bool = True) -> bool:
+    """Write ``data`` as :func:`write_json_atomic` does, only where no file is at ``path``: the finished temporary
+    file is hard-linked to ``path``, which fails where a file is there, so the check and the write are one step
+    and a file another process writes meanwhile (a tuning, an ``import``) is never replaced. Whether it was written.
+    Where the file system has no hard links, the check and the rename follow each other closely instead."""
+    return _write(path, _json(data), ".tmp", durable, new=True)
+
+
 def _json(data: Any) -> str:
     return json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
 
 
 def _write(path: Path, data: str | bytes, suffix: str, durable: bool,
-           unchanged: Callable[[bytes], bool] | None = None) -> bool:
+           unchanged: Callable[[bytes], bool] | None = None, new: bool = False) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     try:
@@ -114,6 +125,8 @@ def _write(path: Path, data: str | bytes, suffix: str, durable: bool,
             f.flush()
             if durable:
                 os.fsync(f.fileno())
+        if new:
+            return _link_new(tmp, path)
         with holding(path) as held:
             if unchanged is not None and (held is None or not unchanged(read_regular(path))):
                 os.unlink(tmp)
@@ -126,6 +139,28 @@ def _write(path: Path, data: str | bytes, suffix: str, durable: bool,
             pass
         raise
     return True
+
+
+#: what ``link`` fails with where the file system has no hard links
+_NO_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK)
+
+
+def _link_new(tmp: str, path: Path) -> bool:
+    """Put the temporary file ``tmp`` at ``path`` only where no file is there (its link removed either way)."""
+    try:
+        os.link(tmp, path)  # fails where any file is at ``path``: the check and the write in one step
+        written = True
+    except FileExistsError:
+        written = False
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            raise
+        written = not os.path.lexists(path)
+        if written:
+            os.replace(tmp, path)
+            return True
+    os.unlink(tmp)
+    return written
 
 
 #: what a file that is not a regular file is, by its type (``stat.S_IFMT``)

@@ -441,9 +441,9 @@ def _learn(tuner: TunedFunction, plan: Plan, row: KeyResult, keys: list[Hashable
         return row
     plan.table[plan.slot(keys[row.position])] = tuner.space[row.index]
     writer = settings.launcher().local_rank in (None, 0)
-    if writer and row.record is not None and row.entry and not tuner.cache.path(row.entry).exists():
-        try:
-            tuner.cache.store(row.entry, row.record, tuner.space_text)
+    if writer and row.record is not None and row.entry:
+        try:  # only where the disk lacks it, in one step: never over a decision another job wrote meanwhile
+            tuner.cache.add(row.entry, row.record, tuner.space_text)
         except (OSError, ValueError, TypeError) as exc:  # a disk's, or a record it cannot write (served with NaN)
             logs.rank_log().warning("campaign %s: could not write key %s to the cache (%s)", tuner.name, row.key, exc)
     row.record = None
