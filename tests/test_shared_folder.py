@@ -1,5 +1,6 @@
 """One cache folder shared by several processes at once (a shared home, a node running several jobs): what one
-process writes never puts back what another removed or replaced in the meantime.
+process writes never puts back what another removed or replaced in the meantime, and a job's cache hit never deletes
+another job's crash journals.
 
 Real processes: the tuner runs as processes of its own (tests/harness.py ``tune_alone``, or a script started here),
 the command line in this process (``main``). A race is made deterministic by pausing the serving process, through a
@@ -190,3 +191,35 @@ def test_a_campaigns_learned_decision_never_replaces_one_another_job_wrote_after
     now = json.loads((folders[0] / "learned" / f"{entry}.json").read_text())
     assert now["created"] == newer["created"], (now["created"], newer["created"])  # before: the campaign's older one
 
+
+#: ``EDGES`` whose config ``v=9`` kills its process (SIGKILL) while ``$CRASH`` is set: a tuning ended inside it
+CRASHING = EDGES.replace("    return x + v", """    if os.environ.get("CRASH") and v == 9:
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x + v""")
+
+
+@pytest.mark.timeout(300)
+def test_a_cache_hit_keeps_the_journal_of_another_job_tuning_the_entry_again(tmp_path):
+    """Job X tunes a decided entry again (``ALWAYS_TUNE``) and is killed inside a config: its journal stays for its
+    restart, which resumes from it (and, after a second such end, leaves that config out). Before the restart,
+    job Y is served the entry from the same folder. Before, Y's cache hit deleted every unlocked journal of the
+    entry, X's included, so X's restart ran the config again as if nothing had happened. Now a cache hit deletes
+    only its own job's records (its cut attempts'): X's journal stays as it was."""
+    cache, env = tune_alone(tmp_path, CRASHING, FIRST="1", TRITON_DIST_AUTOTUNE_JOB_ID="first")  # decided
+    script = tmp_path / "crashing.py"
+    script.write_text(CRASHING)
+    crashed = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                             env={**env, "CRASH": "1", "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1",
+                                  "TRITON_DIST_AUTOTUNE_JOB_ID": "X"})
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    journals = {p: p.read_bytes() for p in (cache / "edges").glob("*.journal")}
+    records = [json.loads(line) for data in journals.values() for line in data.splitlines()]
+    assert records and {r["job"] for r in records} == {"X"}, records
+    assert any(r["state"] == "started" and r["config"] == "{v: 9}" for r in records), records
+    (tmp_path / "y").mkdir()
+    tune_alone(tmp_path / "y", CRASHING, FIRST="1", TRITON_DIST_AUTOTUNE_JOB_ID="Y",
+               TRITON_DIST_AUTOTUNE_CACHE_DIR=str(cache))
+    assert "cache hit" in " ".join(p.read_text() for p in (tmp_path / "y" / "logs").rglob("*.log")), "not served"
+    after = {p: p.read_bytes() for p in (cache / "edges").glob("*.journal")}
+    assert after == journals, (sorted(map(str, after)), sorted(map(str, journals)))  # before: deleted

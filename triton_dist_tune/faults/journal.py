@@ -47,8 +47,9 @@ read at all and the next attempt measured the culprit again (and hung again: ``t
 
 A tuning that ends (decided, or every config failed) removes its records, those of its kept set (another kept set's
 records are that set's cut attempt, and stay): nothing of it is replayed later. Only a tuning cut short (a crash, a
-hang, a lost rank, a poisoned GPU) leaves records for the next attempt. With
-``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1`` only records of the current job (its restarts) are used.
+hang, a lost rank, a poisoned GPU) leaves records for the next attempt. A call served from the cache deletes only
+this job's (or this process's) records of the entry: another job's unlocked journal may be that job's between two
+attempts. With ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE=1`` only records of the current job (its restarts) are used.
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..group.codec import Unreadable, read_json
-from ..records import Outcome, finite_number
+from ..records import Outcome
+from .journal_lines import FINAL, LOCAL, parse_records, removed_lines, well_formed
+
+__all__ = ["FINAL", "LOCAL", "MAX_SLOTS", "SCREENING", "Journal", "parse_records", "well_formed"]
 
 try:
     import fcntl
@@ -71,16 +74,15 @@ except ImportError:  # pragma: no cover - not POSIX: no locking, one job per cac
 
 log = logging.getLogger("triton_dist_tune")
 
-#: states written when the group agreed on a config's outcome
-FINAL = ("measured", "stopped", "failed")
-#: states one rank writes about itself, before the group knows
-LOCAL = ("started", "local_failure", "hung", "interrupted")
 #: how many journals of one entry and rank may exist side by side (jobs tuning it at the same moment)
 MAX_SLOTS = 16
 #: what an ``open`` of a file for writing fails with where the file or folder may be read but not written
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 #: the folders whose journals this process could not write, each said once (:meth:`Journal.append`)
 _UNWRITABLE: set[Path] = set()
+#: the attempts (``session``) of this process's journals: a cache hit's cleanup deletes their records
+#: (:meth:`Journal.remove` with ``own``)
+_SESSIONS: set[str] = set()
 #: the ``stage`` of the records a search writes while it screens (:attr:`Journal.stage`), kept apart by
 #: :func:`~.evidence.merge`
 SCREENING = "screening"
@@ -104,6 +106,7 @@ class Journal:
         self._base = path
         #: names this attempt in every record, so that readers know where one attempt's records end
         self.session = os.urandom(6).hex()
+        _SESSIONS.add(self.session)
         self._torn = False  # a short write left part of a line: the next record starts a line of its own
         self._lost = 0  # records lost since the last one written (the first loss is said, the others not)
         self._held: list[tuple[Path, int]] = []  # (path, locked fd) of every journal adopted, the first written
@@ -344,29 +347,18 @@ class Journal:
             phase = {"phase": last["phase"]} if isinstance(last.get("phase"), str) else {}
             self.append(last["index"], "interrupted", config=last["config"], error=reason, **phase)
 
-    def remove(self, kept: str | None = None) -> None:
+    def remove(self, kept: str | None = None, own: bool = False) -> None:
         """Delete the adopted journals (once the decision is in the cache; adopted now if need be: those no other
         process holds) and release them. ``kept``: delete only the records written under that kept set (see
         :func:`~.evidence.merge`; a record that names none counts as this set's): another kept set's records are
-        that set's cut attempt, the evidence its next tuning resumes from, and stay; a journal left empty goes."""
+        that set's cut attempt, the evidence its next tuning resumes from, and stay; a journal left empty goes.
+        ``own`` (a cache hit's cleanup): delete only the records of this job (its ``job``, where it has one) or of
+        this process's attempts: another job's unlocked journal may be that job's between two attempts (a restart
+        resumes from it), and stays (:func:`~.journal_lines.removed_lines`)."""
         if not self._held and not self._broken:
             self._open()
         for path, fd in self._held:
-            try:
-                others = b"" if kept is None else _other_sets(os.pread(fd, os.fstat(fd).st_size, 0), kept)
-                if fd in self._read_only:  # not this process's to change; unlinked where its folder allows
-                    if not others:
-                        _unlink_quietly(path)
-                elif others:
-                    os.ftruncate(fd, 0)  # in place, under the lock: a file renamed over it would not be locked
-                    os.write(fd, others)  # (O_APPEND: at the new end, the start)
-                    os.fsync(fd)
-                else:
-                    path.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                log.warning("triton_dist_tune: cannot remove journal %s (%s)", path, exc)
+            _remove_lines(path, fd, fd in self._read_only, kept, self.identity.get("job"), _SESSIONS if own else None)
         self.close()
 
     def __del__(self) -> None:
@@ -385,6 +377,31 @@ class Journal:
                 pass
 
 
+def _remove_lines(path: Path, fd: int, read_only: bool, kept: str | None, job: str | None,
+                  sessions: set[str] | None) -> None:
+    """Delete what :meth:`Journal.remove` deletes of one journal it holds locked (``fd``): the file, or its lines
+    that :func:`~.journal_lines.removed_lines` deletes (the others written back in place)."""
+    try:
+        whole = kept is None and sessions is None
+        data = b"" if whole else os.pread(fd, os.fstat(fd).st_size, 0)
+        others, removes = (b"", True) if whole else removed_lines(data, kept, job, sessions)
+        if not removes:
+            return
+        if read_only:  # not this process's to change; unlinked where its folder allows
+            if not others:
+                _unlink_quietly(path)
+        elif others:
+            os.ftruncate(fd, 0)  # in place, under the lock: a file renamed over it would not be locked
+            os.write(fd, others)  # (O_APPEND: at the new end, the start)
+            os.fsync(fd)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("triton_dist_tune: cannot remove journal %s (%s)", path, exc)
+
+
 def _unlink_quietly(path: Path) -> None:
     """Remove ``path`` where its folder allows (a journal opened read-only: the folder's warning said it may stay)."""
     try:
@@ -392,53 +409,3 @@ def _unlink_quietly(path: Path) -> None:
     except OSError as exc:
         if exc.errno not in (*_READ_ONLY, errno.ENOENT):
             log.warning("triton_dist_tune: cannot remove journal %s (%s)", path, exc)
-
-
-def _other_sets(data: bytes, kept: str) -> bytes:
-    """The lines of a journal's bytes that are well-formed records written under another kept set than ``kept``."""
-    lines = []
-    for line in data.split(b"\n"):
-        try:
-            record = read_json(line.decode(errors="replace"))
-        except Unreadable:
-            continue
-        if well_formed(record) and record.get("kept", kept) != kept:
-            lines.append(line + b"\n")
-    return b"".join(lines)
-
-
-def parse_records(data: bytes, path: Path) -> tuple[list[dict[str, Any]], list[int]]:
-    """The well-formed records of a journal's bytes (each naming ``path`` in ``file``), and the numbers of the
-    damaged lines skipped (a torn last line, garbage, an invalid record)."""
-    records, damaged = [], []
-    for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
-        try:  # checked to the limits of what is sent: the ranks exchange their records
-            record = read_json(line)
-        except Unreadable:
-            record = None
-        if well_formed(record):
-            records.append({**record, "file": str(path)})
-        elif line.strip():
-            damaged.append(number)
-    return records, damaged
-
-
-#: the fields of a record that readers group by, compare and quote as text (:func:`~.evidence.merge`, the clock a
-#: resumed attempt keeps, ``show``): text or null where present (``attempt`` is not one: a damaged one is ignored,
-#: the record kept as evidence)
-TEXT_FIELDS = ("session", "error", "clock", "phase", "stage")
-
-
-def well_formed(record: Any) -> bool:
-    """Whether ``record`` is a usable journal record (a measured one needs a finite, non-negative time; its
-    :data:`TEXT_FIELDS` are text or null: a ``session`` that is a list failed every rank's merge with a TypeError)."""
-    if not isinstance(record, dict) or type(record.get("index")) is not int:
-        return False
-    if record.get("state") not in FINAL + LOCAL or not isinstance(record.get("config"), str):
-        return False
-    if not all(isinstance(record.get(name), (str, type(None))) for name in TEXT_FIELDS):
-        return False
-    if record["state"] in ("measured", "stopped"):
-        time = record.get("time")
-        return finite_number(time) and time >= 0
-    return True

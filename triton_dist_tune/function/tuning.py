@@ -383,7 +383,7 @@ def cache_hit(tuning: Tuning, found: int, record: Any) -> dict[str, Any]:
     # a served decision is a decision: a later search of a nearby key is seeded from it, as after a tuning
     tuner.decisions[(group.name, tuning.key)] = decision_from_record(record, found, tuner.descriptions[found])
     logs.rank_log().info("%s cache hit: config %d %s", tuning.label, found, tuner.descriptions[found])
-    journal_of(tuning, create=False).remove(kept=tuning.kept)  # a cut attempt's, if any
+    journal_of(tuning, create=False).remove(kept=tuning.kept, own=True)  # this job's cut attempt's, if any
     if group.rank == 0 and logs.printing_enabled(tuning.verbose):
         logs.print_cache_hit(tuner.name, tuning.key_text, group, tuner.descriptions[found],
                              tuner.cache.path(tuning.entry))
