@@ -143,9 +143,9 @@ def cached_then_served() -> None:
     the others, and a rank-local one (``sharded=True``, tuned on the default group) alike. ``TUNE=1``: each tuned
     at key 64 (``undecided="tune"``, the cache written); else a new job, under ``undecided="nearest"``, calls key
     56 (no key decided in this process yet: the cache folder's are the candidates), 64, which the cache holds, and
-    60. A third function, rank-local by a ``local=True``
-    campaign, whose best config is "b" at key 64 and "c" at 32: the first job's campaign tunes key 64, the second's
-    key 32, then calls key 64 (the cache holds it; the nearest key this process decided is 32)."""
+    60. A third function, rank-local by a ``local=True`` campaign, whose best config is "b" at key 64 and "c" at 32:
+    the first job's campaign tunes key 64, the second's key 32, then calls key 64 (the cache holds it; the nearest
+    key this process decided is 32)."""
     tdt.init_distributed(backend="gloo")
     r, world = rank(), dist.get_world_size()
     groups = [dist.new_group(list(range(g, g + 2))) for g in range(0, world, 2)]
