@@ -7,7 +7,9 @@ usage() {
 Usage: bash launch.sh [--nproc N] [--cpu] script.py [args...]
        bash launch.sh [--nproc N] [--cpu] -m package.module [args...]
 
-Runs script.py (or, with -m, a module, as python -m does) under torchrun, one process per rank:
+Runs script.py (or, with -m, a module, as python -m does) under torchrun, one process per rank (a script that
+is not a file, or a module python -m would not find from here with this checkout on PYTHONPATH, is one line and
+exit status 2 before anything starts):
   * with GPUs: one rank per visible GPU (NCCL), unless --nproc N says otherwise;
   * without GPUs (or with --cpu): N CPU ranks (default 2) with gloo and TRITON_INTERPRET=1.
 One rank on one node (one GPU, or --nproc 1) runs without torchrun's agent: the script itself, with the variables
@@ -153,6 +155,54 @@ fi
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 target=("$script")
 [[ $module -eq 1 ]] && target=(-m "$script")  # torchrun's -m: run the module as python -m does
+if [[ $module -eq 1 ]]; then
+  # a module that is not there: one line and exit status 2 here, not python's "No module named" from every rank and
+  # then torchrun's traceback. Looked up as the ranks' python -m will: this interpreter, the current folder first,
+  # then this checkout (PYTHONPATH), as a script on stdin has them. The dotted name is followed through its
+  # packages' folders without importing them; only where that finds nothing does importlib.util.find_spec look
+  # again, which imports the parent packages (as python -m does: their side effects happen here once, and an error
+  # of their own, not a missing module, is left to the ranks to show). A package runs as its __main__ module.
+  found=0
+  "${PYTHON:-python3}" - "$script" <<'PYEOF' || found=$?
+import importlib.machinery, importlib.util, os, sys
+name = sys.argv[1]
+def walked(name):
+    """The spec found folder by folder, importing nothing; None where the walk finds nothing."""
+    path = None
+    for part in name.split("."):
+        spec = importlib.machinery.PathFinder.find_spec(part, path) if path or path is None else None
+        if spec is None:
+            return None
+        path = spec.submodule_search_locations or []
+    return spec
+def missing(name):
+    """Why python -m cannot run ``name`` (one line), or None where it can (or where only importing it can tell)."""
+    if not name or name.startswith(".") or not all(p.isidentifier() for p in name.split(".")):
+        return f"'{name}' is not a module name (python -m takes an absolute dotted name, as package.module)"
+    spec = walked(name)
+    if spec is None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (name + ".").startswith(exc.name + "."):
+                return f"no module named '{exc.name}'" + (f" (for '{name}')" if exc.name != name else "")
+            return None  # a parent package failed to import something else: the ranks say what
+        except Exception:
+            return None  # the same: an error of the package's own code, left to the ranks to show
+    if spec is None:
+        return f"no module named '{name}'"
+    if spec.submodule_search_locations is not None:  # a package: python -m runs its __main__
+        if importlib.machinery.PathFinder.find_spec("__main__", list(spec.submodule_search_locations)) is None:
+            return f"'{name}' is a package without a __main__ module: python -m cannot run it"
+    return None
+why = missing(name)
+if why:
+    print(f"launch.sh: {why} (from {os.getcwd()}, with this checkout on PYTHONPATH; a script is named without -m)",
+          file=sys.stderr)
+    sys.exit(2)
+PYEOF
+  [[ $found -ne 2 ]] || exit 2  # (any other failure of this check leaves the module to the ranks)
+fi
 if [[ $module -eq 1 && "$script" == triton_dist_tune && "${1:-}" == campaign && $wants_help -eq 0 ]]; then
   # a campaign's input (MODULE:NAME, --keys, --group-size against the job's ranks) is checked once here: a mistake
   # is its one-line message and exit status 2, not that message from every rank followed by torchrun's traceback of

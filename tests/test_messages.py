@@ -290,6 +290,30 @@ def test_launch_sh_names_a_script_that_is_not_there_and_starts_nothing(tmp_path)
     assert done.returncode == 2 and "no script at 'folder' (not a file)" in done.stderr, done.stderr[-3000:]
 
 
+@pytest.mark.timeout(60)
+def test_launch_sh_names_a_module_that_is_not_there_and_starts_nothing(tmp_path):
+    """``bash launch.sh -m no_such_module``: before, torchrun started two ranks, each printed python's "No module
+    named", and torchrun ended on about 40 lines of its ChildFailedError traceback, exit status 1. Now one line and
+    exit status 2 before torchrun starts, looked up as the ranks' ``python -m`` does (the current folder, then the
+    checkout): a missing parent package is named, and so is a package without ``__main__``; one that is there runs."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "here.py").write_text("print('RAN', __name__)\n")
+    env = base_env()
+    tail = f" (from {tmp_path}, with this checkout on PYTHONPATH; a script is named without -m)"
+    for module, said in [("no_such_module", "no module named 'no_such_module'"),
+                         ("no_such_pkg.mod", "no module named 'no_such_pkg' (for 'no_such_pkg.mod')"),
+                         ("pkg.not_here", "no module named 'pkg.not_here'"),
+                         ("pkg", "'pkg' is a package without a __main__ module: python -m cannot run it")]:
+        done = launch(["-m", module, "--flag"], tmp_path, env)
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr[-3000:]
+        lines = done.stderr.strip().splitlines()  # (before it, at most launch.sh's NOTE on another installed copy)
+        assert lines[-1] == f"launch.sh: {said}{tail}", done.stderr[-3000:]
+        assert all(line.startswith("launch.sh: ") for line in lines), done.stderr[-3000:]
+    done = launch(["--nproc", "1", "-m", "pkg.here"], tmp_path, env)  # (one rank: no torchrun, a second or so)
+    assert done.returncode == 0 and "RAN __main__" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 def fake_install(where: Path, project: Path) -> Path:
     """A folder that, on PYTHONPATH, looks like triton-dist-tune installed editable from ``project``: pip's
     metadata (with its direct_url.json) and a package of that name."""
