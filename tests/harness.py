@@ -211,10 +211,10 @@ MPIEXEC_LAUNCHES = 3
 
 
 def run_mpiexec(script: str | Path, n: int, args: list[str], env: dict[str, str],
-                timeout: float = 100) -> subprocess.CompletedProcess:
+                timeout: float = 100, python_args: Sequence[str] = ()) -> subprocess.CompletedProcess:
     """Run ``n`` ranks of ``script`` under ``mpiexec`` (skips the test where there is none). Past ``timeout`` every
     process of the job is killed (:func:`kill_session`) and subprocess.TimeoutExpired raised, as subprocess.run
-    does.
+    does. ``python_args``: the interpreter's own, before the script (``-m mpi4py``).
 
     A launch that failed before any rank could run (a nonzero exit within :data:`LAUNCHER_FAILED_WITHIN_S`, nothing
     printed on stdout, no process said to have exited) is Open MPI's launcher failing, not the job: it is started
@@ -231,7 +231,7 @@ def run_mpiexec(script: str | Path, n: int, args: list[str], env: dict[str, str]
     if mpiexec is None:
         pytest.skip("mpiexec not installed")
     extra = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
-    cmd = [mpiexec, "-n", str(n), "--oversubscribe", sys.executable, str(script), *args]
+    cmd = [mpiexec, "-n", str(n), "--oversubscribe", sys.executable, *python_args, str(script), *args]
     for launch in range(1, MPIEXEC_LAUNCHES + 1):
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, env=base_env(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -8,12 +8,13 @@ import time
 import pytest
 
 import triton_dist_tune as tdt
+from triton_dist_tune.group.rendezvous import IDENTITY_VARIABLES
 
 
 @pytest.fixture
 def launcher(monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
-                 "PMI_SIZE", "PMIX_RANK", "TORCHELASTIC_USE_AGENT_STORE"):
+                 "PMI_SIZE", "PMIX_RANK", "TORCHELASTIC_USE_AGENT_STORE", *IDENTITY_VARIABLES):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     return monkeypatch
@@ -180,3 +181,111 @@ def test_a_timeout_s_that_is_no_positive_number_of_seconds_is_named_not_the_unse
     with pytest.raises(tdt.BadInputError, match=r"init_distributed: timeout_s must be") as caught:
         tdt.init_distributed(timeout_s=seconds)
     assert "INIT_TIMEOUT" not in str(caught.value)
+
+
+@pytest.mark.timeout(30)
+def test_several_ranks_without_master_port_or_a_job_name_are_refused_naming_master_port(launcher):
+    """``MASTER_PORT`` unset, 2 ranks, no launcher variable that names the job, no MPI: nothing could tell this job's
+    store on the default port 29500 from another job's there, so the ranks are refused at once, naming MASTER_PORT
+    (before: rank 1 connected to whatever listened on 29500, another job's store included: see the next test; here,
+    with nothing there, it waited the init timeout and raised a GroupTimeoutError)."""
+    launcher.setenv("RANK", "1")
+    launcher.setenv("WORLD_SIZE", "2")
+    t0 = time.monotonic()
+    with pytest.raises(tdt.BadInputError, match="MASTER_PORT is unset and the launcher names no job"):
+        tdt.init_distributed(timeout_s=8)
+    assert time.monotonic() - t0 < 2
+
+
+def _job_rank(port: int, job: str, rank: int, value: float, env: dict[str, str]):
+    """A rank of job ``job`` (2 ranks, named by the launcher as mpiexec names its jobs) on store port ``port``."""
+    from pathlib import Path
+
+    from harness import HERE, base_env, spawn
+
+    rank_env = base_env({**env, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_PORT": str(port),
+                         "MASTER_ADDR": "127.0.0.1", "PMIX_NAMESPACE": f"job-{job}", "JOB_VALUE": str(value)})
+    return spawn(Path(HERE) / "scenarios" / "restart_cases.py", ["all_reduce_own_value"], rank_env)
+
+
+def _ended(proc, timeout: float) -> dict:
+    from harness import parse_results
+
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except Exception:
+        proc.kill()
+        out, err = proc.communicate()
+    results = parse_results(out)
+    assert proc.returncode == 0 and results, (proc.returncode, out[-2000:], err[-3000:])
+    return results[-1]
+
+
+@pytest.mark.timeout(120)
+def test_a_second_job_on_the_same_port_ends_at_once_and_never_joins_the_first(tmp_path):
+    """Two jobs of 2 ranks started without torchrun's agent (rank 0 hosts the store) on one host and one port, each
+    named by its launcher (``PMIX_NAMESPACE``, as mpiexec names its jobs). Job A's rank 0 starts first; job B's two
+    ranks start while it waits for its rank 1, which starts once they have ended. Job B's rank 0 cannot bind the
+    port and says so, naming MASTER_PORT; B's rank 1 reaches A's store, finds A's token there and ends at once with
+    one line naming MASTER_PORT; job A all-reduces its own ranks' values. Before: B's rank 1 took part in A's naming
+    of its attempt, A's rank 0 and B's rank 1 formed one group and all-reduced 1 + 100 = 101 (cross-talk), and A's
+    own rank 1 never got in (``GroupTimeoutError``)."""
+    import socket
+
+    from harness import free_port, tuner_env
+
+    port, init_s = free_port(), 30
+    env = tuner_env(tmp_path, 20, TRITON_DIST_AUTOTUNE_INIT_TIMEOUT="30")
+    go_b, go_a1 = tmp_path / "go_b", tmp_path / "go_a1"  # (every rank's process started at once: forks take ~1 s)
+    first = _job_rank(port, "A", 0, 1, env)
+    others = [_job_rank(port, "B", rank, 100, {**env, "GO_FILE": str(go_b)}) for rank in (0, 1)]
+    last = _job_rank(port, "A", 1, 1, {**env, "GO_FILE": str(go_a1)})
+    deadline = time.monotonic() + 60
+    while True:  # A's rank 0 hosts the store
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.02)
+    go_b.touch()
+    b0, b1 = (_ended(proc, 60) for proc in others)
+    go_a1.touch()
+    a1 = _ended(last, 60)
+    a0 = _ended(first, 60)
+    assert (a0.get("sum"), a1.get("sum")) == (2.0, 2.0), (a0, a1, b0, b1)
+    assert b0.get("error") == "AutotuneError" and f"port {port} is in use (MASTER_PORT={port}" in b0["message"], b0
+    assert b1.get("error") == "AutotuneError" and "is another job's (MASTER_PORT=" in b1["message"], b1
+    assert "'PMIX_NAMESPACE=job-A world=2', this rank's 'PMIX_NAMESPACE=job-B world=2'" in b1["message"], b1
+    assert all("give each job its own MASTER_PORT" in r["message"] for r in (b0, b1)), (b0, b1)
+    assert b1["seconds"] < init_s / 4, b1  # at once, not at the end of the init timeout
+
+
+@pytest.mark.timeout(150)
+def test_an_mpiexec_job_without_master_port_agrees_a_free_port_through_mpi(tmp_path):
+    """``mpiexec -n 2 python -m mpi4py`` with ``MASTER_PORT`` unset while the default port 29500 is taken (another
+    job's store there; here, this test listens on it): rank 0 starts the job's store on a port the kernel picks and
+    hands it to every rank through MPI, and the job all-reduces; so two such jobs on one host each have their own.
+    Before: rank 0 could not bind 29500 (EADDRINUSE) and rank 1 met whatever listened there (another job's store:
+    the cross-talk of the test above)."""
+    import socket
+    from pathlib import Path
+
+    pytest.importorskip("mpi4py")
+    from harness import HERE, parse_results, run_mpiexec, tuner_env
+
+    taken = socket.socket()
+    try:
+        taken.bind(("", 29500))
+        taken.listen()
+    except OSError:  # taken already, by another process: the same premise
+        pass
+    try:
+        env = {**tuner_env(tmp_path, 20, TRITON_DIST_AUTOTUNE_INIT_TIMEOUT="30"), "JOB_VALUE": "1"}
+        proc = run_mpiexec(Path(HERE) / "scenarios" / "restart_cases.py", 2, ["all_reduce_own_value"], env,
+                           timeout=120, python_args=["-m", "mpi4py"])
+    finally:
+        taken.close()
+    results = parse_results(proc.stdout)
+    assert sorted(r.get("rank") for r in results) == [0, 1], (proc.stdout[-2000:], proc.stderr[-3000:])
+    assert all(r.get("sum") == 2.0 for r in results), results

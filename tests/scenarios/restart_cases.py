@@ -1,4 +1,4 @@
-"""A job restarted by torchrun on two nodes, run by tests/test_init_distributed.py.
+"""A job restarted by torchrun on two nodes, and two jobs on one port, run by tests/test_init_distributed.py.
 
 Usage: under ``python -m torch.distributed.run --nnodes 2 ... restart_cases.py CASE`` (two agents), or as ranks with
 torchrun's variables set as two agents would set them. Each rank prints ``RESULT {json}`` lines naming the restart
@@ -124,6 +124,28 @@ def init_again_after_destroy():
     x = torch.ones(1)
     dist.all_reduce(x)
     emit(sum=x.item(), seconds=time.monotonic() - t0)
+    dist.destroy_process_group()
+
+
+
+@case
+def all_reduce_own_value():
+    """A rank of one of two jobs meeting on one host (tests/test_init_distributed.py): ``init_distributed``, then an
+    all-reduce of its job's ``JOB_VALUE``; prints the sum, or the error and how long it took to come. Where
+    ``GO_FILE`` is set, it starts once that file exists (at most 60 s later)."""
+    rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
+    deadline = time.monotonic() + 60
+    while os.environ.get("GO_FILE") and not Path(os.environ["GO_FILE"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    try:
+        tdt.init_distributed(backend="gloo", timeout_s=60)
+    except Exception as exc:
+        emit(rank=rank, error=type(exc).__name__, message=str(exc), seconds=time.monotonic() - t0)
+        return
+    x = torch.tensor([float(os.environ["JOB_VALUE"])])
+    dist.all_reduce(x)
+    emit(rank=rank, sum=x.item(), port=os.environ.get("MASTER_PORT"))
     dist.destroy_process_group()
 
 

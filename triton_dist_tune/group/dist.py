@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import AutotuneError, BadInputError, GroupTimeoutError, describe_error
-from . import epoch, exits, store_silence
+from . import epoch, exits, rendezvous, store_silence
 
 #: the store this process hosts (global rank 0 without torchrun's agent), by its address: a later call after
 #: ``destroy_process_group`` starts again on it, since its port stays bound (:mod:`.exits` keeps it for the wait at
@@ -33,16 +33,6 @@ def _required(value: int | None, names: tuple[str, ...]) -> int:
     return value
 
 
-def _port(text: str | None) -> int:
-    """``MASTER_PORT`` as a port number (29500 when unset), or a BadInputError naming it."""
-    if text is None:
-        return 29500
-    port = int(text) if text.strip().isdigit() else -1
-    if not 1 <= port <= 65535:
-        raise BadInputError(f"MASTER_PORT={text!r} is not a port: a whole number from 1 to 65535")
-    return port
-
-
 def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> Any:
     """Initialize the default process group, restart-safe, and return it.
 
@@ -52,6 +42,12 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     (:func:`~triton_dist_tune.group.epoch.agree`; torchrun's restart count is each node's own). The backend
     defaults to NCCL when CUDA is available, else gloo; with CUDA, each process uses GPU ``LOCAL_RANK``. Does
     nothing but return the group when already initialized.
+
+    Where global rank 0 hosts the store (no torchrun agent), it writes the job's token there and every other rank
+    checks it before it writes anything, so that a rank never joins another job that uses the same port; with
+    ``MASTER_PORT`` unset the port is agreed through MPI under ``python -m mpi4py``, else it is 29500 where the
+    launcher names the job, else a :class:`~triton_dist_tune.BadInputError` asks for one
+    (:mod:`~triton_dist_tune.group.rendezvous`).
 
     ``timeout_s`` is the store's and the process group's timeout. The wait for the ranks to join (a rank's connect
     to the store, the naming, rank 0's word that every rank took part) is bounded by ``..._INIT_TIMEOUT`` where it
@@ -72,7 +68,7 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     if not 0 <= rank < world:  # else rank 0 never starts the store, or a client waits timeout_s for a store
         raise BadInputError(f"rank {rank} is not below the world size {world}: the launcher's "
                             f"{list(settings.RANK_VARIABLES)} and {list(settings.SIZE_VARIABLES)} disagree")
-    port = _port(job.master_port)
+    rendezvous.parse_port(job.master_port)  # (a malformed one named before anything starts)
     if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= settings.MAX_SECONDS):  # (not the variable's)
         raise BadInputError(f"init_distributed: timeout_s must be a positive number of seconds, at most "
                             f"{settings.MAX_SECONDS:g}, not {timeout_s!r}")
@@ -82,6 +78,15 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
         torch.cuda.set_device((job.local_rank or 0) % torch.cuda.device_count())
     join_s = settings.init_timeout(timeout_s)
     hosts = rank == 0 and not job.agent_store
+
+    def start(port: int) -> Any:  # rank 0's store on the port agreed through MPI (0: the kernel picks it)
+        store = dist.TCPStore(job.master_addr, port, world, is_master=True, timeout=timedelta(seconds=join_s),
+                              wait_for_workers=False)
+        _hosted[(job.master_addr, int(store.port))] = store
+        return store
+
+    meeting = rendezvous.plan(job, rank, world, join_s, start)  # the port, and the job's token in its store
+    port = meeting.port
     host = "this rank hosts it" if hosts else f"hosted by {settings.store_host()}"
     where = f"the job's key-value store {job.master_addr}:{port} ({host})"
     if not hosts:
@@ -104,8 +109,14 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
             except dist.DistError as exc:  # a port taken, or a store gone since it was reached: one line
                 if store_silence.was_cut():
                     raise
+                if hosts and rendezvous.port_in_use(exc):
+                    raise AutotuneError(rendezvous.in_use_message(meeting, where)) from None
                 raise AutotuneError(f"init_distributed: rank {rank} could not {'start' if hosts else 'connect to'} "
                                     f"{where}: {describe_error(exc)}") from None
+            if hosts:  # the job's token, read by every other rank before it writes anything into the store
+                rendezvous.publish(store, meeting)
+            elif not job.agent_store:  # (torchrun's agent: a store of the job's own rendezvous)
+                rendezvous.check(store, meeting, rank, where, join_s)
             store.set_timeout(timedelta(seconds=join_s))
             attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, join_s, where=where)
             store.set_timeout(timedelta(seconds=timeout_s))
