@@ -223,3 +223,55 @@ def test_a_cache_hit_keeps_the_journal_of_another_job_tuning_the_entry_again(tmp
     assert "cache hit" in " ".join(p.read_text() for p in (tmp_path / "y" / "logs").rglob("*.log")), "not served"
     after = {p: p.read_bytes() for p in (cache / "edges").glob("*.journal")}
     assert after == journals, (sorted(map(str, after)), sorted(map(str, journals)))  # before: deleted
+
+
+#: a ``contextual_autotune`` function of one kernel (two configs) whose launch of config ``BLOCK=64`` kills its
+#: process (SIGKILL, in the launch's grid) while ``$CRASH`` is set: a tuning ended inside that config
+CONTEXTUAL_CRASHING = '''
+import os, signal, torch, triton, triton.language as tl
+import triton_dist_tune as tdt
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["n"])
+@triton.jit
+def double(x, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
+
+def grid(meta):
+    if os.environ.get("CRASH") and meta["BLOCK"] == 64:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return (triton.cdiv(100, meta["BLOCK"]),)
+
+@tdt.contextual_autotune(n_repeat=1, n_warmup=1)
+def layer(x):
+    double[grid](x, x.numel())
+    return x
+
+layer(torch.ones(100))
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_contextual_cache_hit_keeps_the_journal_of_another_job_tuning_the_entry_again(tmp_path):
+    """``contextual_autotune``'s case of the test above: job X tunes a decided key again (``ALWAYS_TUNE``) and is
+    killed inside a config; job Y's call is then served the key from the same folder. Before, Y's disk-cache hit
+    deleted every journal its track adopted, X's included (X's restart ran the config again as if nothing had
+    happened). Now it deletes only its own job's records: X's journal stays, and X's own cache hit (a restart
+    without ``ALWAYS_TUNE``) deletes it."""
+    cache, env = tune_alone(tmp_path, CONTEXTUAL_CRASHING, TRITON_DIST_AUTOTUNE_JOB_ID="first")  # decided
+    crashed = subprocess.run([sys.executable, str(tmp_path / "tune_alone.py")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120, env={**env, "CRASH": "1", "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1",
+                                                          "TRITON_DIST_AUTOTUNE_JOB_ID": "X"})
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    journals = {p: p.read_bytes() for p in (cache / "contextual").glob("*.journal")}
+    records = [json.loads(line) for data in journals.values() for line in data.splitlines()]
+    assert records and {r["job"] for r in records} == {"X"}, records
+    assert records[-1]["state"] == "started" and "BLOCK: 64" in records[-1]["config"], records
+    for job, kept in (("Y", journals), ("X", {})):  # another job's cache hit, then X's own (its restart's)
+        (tmp_path / job).mkdir()
+        tune_alone(tmp_path / job, CONTEXTUAL_CRASHING, TRITON_DIST_AUTOTUNE_JOB_ID=job,
+                   TRITON_DIST_AUTOTUNE_CACHE_DIR=str(cache))
+        said = " ".join(p.read_text() for p in (tmp_path / job / "logs").rglob("*.log"))
+        assert "how=disk cache" in said, f"{job} not served"
+        after = {p: p.read_bytes() for p in (cache / "contextual").glob("*.journal")}
+        assert after == kept, (job, sorted(map(str, after)), sorted(map(str, kept)))  # before: Y deleted X's

@@ -1,6 +1,7 @@
 """What happens on every rank when a track is decided: the choice goes to the kernel's autotuners (their
 ``cache``, ``configs_timings``, Triton's listener), to the process-wide tables, to ``tuner.decisions`` and the
-rank's log; group rank 0 writes it to the disk cache and prints Triton's summary; the track's journal is removed.
+rank's log; group rank 0 writes it to the disk cache and prints Triton's summary; the track's journal is removed
+(where nothing was tuned, a disk cache hit or a single config, only this job's or this process's records of it).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def record_decision(session: CallState, track: Track) -> None:
         if track.how == "disk cache" and session.group.rank == 0 and logs.printing_enabled(None):
             logs.print_cache_hit(track.name, track.key_text, session.group, track.names[track.best],
                                  session.cache.path(track.entry))
-        if local is not None:
-            local.journal.remove()
+        if local is not None:  # this job's (or process's) cut attempt's records only: another job's unlocked
+            local.journal.remove(own=True)  # journal may be that job's between two attempts, resumed from next
         return
     if session.group.rank == 0:
         _store(session, track, ms)
