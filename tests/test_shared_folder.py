@@ -9,6 +9,7 @@ marker file, between its read of a decision and what it does next."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -275,3 +276,78 @@ def test_a_contextual_cache_hit_keeps_the_journal_of_another_job_tuning_the_entr
         assert "how=disk cache" in said, f"{job} not served"
         after = {p: p.read_bytes() for p in (cache / "contextual").glob("*.journal")}
         assert after == kept, (job, sorted(map(str, after)), sorted(map(str, kept)))  # before: Y deleted X's
+
+
+#: ``EDGES`` tuning three keys (sizes 4, 8 and 16)
+EDGES_SIZES = EDGES.replace("edges(torch.ones(4))", "for n in (4, 8, 16):\n    edges(torch.ones(n))")
+
+#: the command line's ``import``, paused after it renamed two decisions into place: before it takes the third file's
+#: lock it touches ``$MARKS/renamed`` and waits (at most 60 s) for ``$MARKS/go``
+PAUSED_IMPORT = '''
+import contextlib, os, sys, time
+from pathlib import Path
+import triton_dist_tune.disk.bundles as _bundles
+from triton_dist_tune.cli.commands import main
+
+_marks, _holding, _taken = Path(os.environ["MARKS"]), _bundles.holding, []
+
+@contextlib.contextmanager
+def _paused_holding(path):
+    _taken.append(path)
+    if len(_taken) == 3:
+        (_marks / "renamed").touch()
+        deadline = time.monotonic() + 60
+        while not (_marks / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    with _holding(path) as fd:
+        yield fd
+
+_bundles.holding = _paused_holding
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+@pytest.mark.timeout(300)
+def test_an_imports_rollback_never_removes_or_replaces_a_decision_stored_meanwhile(tmp_path, capsys):
+    """``import --force`` of three decisions into a folder: the first is new there, the second replaces an older
+    one; while the import is paused after renaming those two, another process stores newer decisions of both
+    entries (as a tuning's store does: ``write_json_atomic``, under each file's lock), and a folder takes the
+    third's place, so its rename fails and the import rolls back. Before, the rollback removed the first file and
+    put the older bytes back over the second, without the lock or a look: both newer decisions were lost. Now each
+    is taken back under its lock only where it still holds the imported decision: the newer ones stay."""
+    source, env = tune_alone(tmp_path, EDGES_SIZES, FIRST="1")
+    bundle = tmp_path / "bundle.json"
+    status, _, err = cli(["export", bundle, "--cache-dir", source], capsys)
+    assert status == 0, err
+    data = json.loads(bundle.read_text())
+    data["entries"].sort(key=lambda e: int(e["data"]["key"]))  # renamed in this order: 4 (new), 8 (replacing), 16
+    for e in data["entries"]:
+        e["data"]["created"] += 1000  # another machine's decisions, tuned later
+    bundle.write_text(json.dumps(data))
+    first, second, third = (e["path"] for e in data["entries"])
+    cache = tmp_path / "target"
+    (cache / "edges").mkdir(parents=True)
+    shutil.copy(source / second, cache / second)  # the decision the import replaces
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "paused_import.py"
+    script.write_text(PAUSED_IMPORT)
+    importer = subprocess.Popen([sys.executable, str(script), "import", str(bundle), "--force", "--cache-dir",
+                                 str(cache)], cwd=ROOT, env={**env, "MARKS": str(marks)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(marks / "renamed", importer, 60)  # two decisions renamed into place; the import waits
+        for path in (first, second):  # another job tunes the key again and stores its decision
+            newer = {**json.loads((cache / path).read_text()), "created": time.time() + 2000}
+            write_json_atomic(cache / path, newer)
+        stored = {path: (cache / path).read_bytes() for path in (first, second)}
+        (cache / third).mkdir()  # in the way of the third rename: the import fails and rolls back
+        (marks / "go").touch()
+        out, err = importer.communicate(timeout=60)
+    finally:
+        if importer.poll() is None:
+            importer.kill()
+            importer.communicate()
+    assert importer.returncode != 0 and "nothing was imported" in err, (importer.returncode, out, err[-3000:])
+    now = {path: (cache / path).read_bytes() if (cache / path).exists() else None for path in (first, second)}
+    assert now == stored, now  # before: the first removed, the second the older decision the import had replaced

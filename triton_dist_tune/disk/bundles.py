@@ -15,7 +15,7 @@ from typing import Any
 from ..group.codec import Unreadable, read_json
 from .decisions import tuner_named
 from .entries import CacheError, Entry, parse_entry
-from .files import holding, new_file_mode, read_regular, write_atomic, write_json_atomic
+from .files import holding, new_file_mode, read_regular, remove_if, rewrite_atomic, write_json_atomic
 from .versions import versions as current_versions
 
 #: what a bundle file says it is (``export`` writes it, ``import`` checks it)
@@ -176,8 +176,9 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> Imported:
     link, or one whose place is taken by a folder, refuses the whole bundle), then every file is staged as a hidden
     temporary file beside its target, and only when every one is staged are they renamed into place. A failure
     while staging removes what was staged (and the folders made for it); a failure while renaming puts back the
-    files already replaced. Nothing is left half written; only a crash of this process between two renames can
-    leave part of the bundle in place.
+    files already replaced, each under its lock where it still holds the import's decision (a decision another
+    process wrote meanwhile stays: :func:`_take_back`). Nothing is left half written; only a crash of this process
+    between two renames can leave part of the bundle in place.
     """
     unchanged: list[Path] = []
     made: list[Path] = []
@@ -185,6 +186,7 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> Imported:
         root.mkdir(parents=True)
         made.append(root)
     staged: list[tuple[Path, str, bytes | None]] = []  # (target, temporary file, previous content or None)
+    staged_of: dict[str, Incoming] = {}  # temporary file -> the decision it holds
     try:
         targets = [_inside(root, item.path) for item in incoming]
         files: dict[Path, str] = {}
@@ -207,6 +209,7 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> Imported:
                 continue
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".import", dir=target.parent)
             staged.append((target, tmp, previous))
+            staged_of[tmp] = item
             os.fchmod(fd, new_file_mode())
             with os.fdopen(fd, "w") as f:
                 f.write(item.text or json.dumps(item.entry.raw, indent=1, sort_keys=True, allow_nan=False))
@@ -222,18 +225,29 @@ def write_incoming(root: Path, incoming: list[Incoming]) -> Imported:
                 os.replace(tmp, target)
             done.append((target, tmp, previous))
     except BaseException:
-        for target, _, previous in reversed(done):  # put back what this import replaced
-            try:
-                if previous is None:
-                    target.unlink()
-                else:
-                    write_atomic(target, previous, ".restore")  # the bytes it held before
-            except OSError:
-                pass
+        for target, tmp, previous in reversed(done):  # put back what this import replaced
+            _take_back(target, previous, staged_of[tmp])
         _discard([s for s in staged if s not in done], made)
         raise
     return Imported(new=[target for target, _, previous in staged if previous is None],
                     replaced=[target for target, _, previous in staged if previous is not None], unchanged=unchanged)
+
+
+def _take_back(target: Path, previous: bytes | None, item: Incoming) -> None:
+    """Undo this import's write of ``target``: remove the file (where there was none) or put back the bytes it held
+    before, under the file's lock and only where it still holds the import's decision (its ``served`` time aside: a
+    cache hit may have served it since). A decision another process wrote meanwhile (a tuning's store, taken under
+    the same lock) stays: before, it was removed, or replaced by the bytes the import had replaced."""
+    def imported(held: bytes) -> bool:
+        return _same_decision(held, item)
+
+    try:
+        if previous is None:
+            remove_if(target, imported)
+        else:
+            rewrite_atomic(target, previous, imported, ".restore")
+    except OSError:
+        pass
 
 
 def _discard(staged: list[tuple[Path, str, bytes | None]], made: list[Path]) -> None:

@@ -99,7 +99,25 @@ def rewrite_json(path: Path, data: Any, unchanged: Callable[[bytes], bool], dura
     """Write ``data`` as :func:`write_json_atomic` does, only where ``path`` still holds a file whose bytes
     ``unchanged`` accepts, read under that file's lock: never over a file another process wrote since, nor where
     it removed one. Whether it was written."""
-    return _write(path, _json(data), ".tmp", durable, unchanged)
+    return rewrite_atomic(path, _json(data), unchanged, durable=durable)
+
+
+def rewrite_atomic(path: Path, data: str | bytes, unchanged: Callable[[bytes], bool], suffix: str = ".tmp",
+                   durable: bool = True) -> bool:
+    """Write ``data`` as :func:`write_atomic` does, only where ``path`` still holds a file whose bytes ``unchanged``
+    accepts, read under that file's lock (as :func:`rewrite_json`). Whether it was written."""
+    return _write(path, data, suffix, durable, unchanged)
+
+
+def remove_if(path: Path, unchanged: Callable[[bytes], bool]) -> bool:
+    """Remove ``path`` only where it holds a file whose bytes ``unchanged`` accepts, read under that file's lock
+    (:func:`holding`): never a file another process wrote since (a tuning's decision, written under the same lock).
+    Whether it was removed."""
+    with holding(path) as held:
+        if held is None or not unchanged(read_regular(path)):
+            return False
+        os.unlink(path)
+        return True
 
 
 def write_json_new(path: Path, data: Any, durable: bool = True) -> bool:
