@@ -224,6 +224,14 @@ def test_a_cache_hit_keeps_the_journal_of_another_job_tuning_the_entry_again(tmp
     assert "cache hit" in " ".join(p.read_text() for p in (tmp_path / "y" / "logs").rglob("*.log")), "not served"
     after = {p: p.read_bytes() for p in (cache / "edges").glob("*.journal")}
     assert after == journals, (sorted(map(str, after)), sorted(map(str, journals)))  # before: deleted
+    # job Z tunes the entry again too (ALWAYS_TUNE), to the end: it resumed from its own job's records only, and
+    # deletes only those; before, its end deleted every journal it adopted, X's included
+    (tmp_path / "z").mkdir()
+    tune_alone(tmp_path / "z", CRASHING, FIRST="1", TRITON_DIST_AUTOTUNE_JOB_ID="Z",
+               TRITON_DIST_AUTOTUNE_ALWAYS_TUNE="1", TRITON_DIST_AUTOTUNE_CACHE_DIR=str(cache))
+    assert "cache hit" not in " ".join(p.read_text() for p in (tmp_path / "z" / "logs").rglob("*.log")), "served"
+    left = [json.loads(line) for p in (cache / "edges").glob("*.journal") for line in p.read_bytes().splitlines()]
+    assert left == records, left
 
 
 #: a ``contextual_autotune`` function of one kernel (two configs) whose launch of config ``BLOCK=64`` kills its
@@ -276,6 +284,14 @@ def test_a_contextual_cache_hit_keeps_the_journal_of_another_job_tuning_the_entr
         assert "how=disk cache" in said, f"{job} not served"
         after = {p: p.read_bytes() for p in (cache / "contextual").glob("*.journal")}
         assert after == kept, (job, sorted(map(str, after)), sorted(map(str, kept)))  # before: Y deleted X's
+        if job == "Y":  # job Z tunes the key again too (ALWAYS_TUNE), to the end: it deletes only its own records
+            (tmp_path / "Z").mkdir()  # (before, every journal its track adopted, X's included)
+            tune_alone(tmp_path / "Z", CONTEXTUAL_CRASHING, TRITON_DIST_AUTOTUNE_JOB_ID="Z",
+                       TRITON_DIST_AUTOTUNE_ALWAYS_TUNE="1", TRITON_DIST_AUTOTUNE_CACHE_DIR=str(cache))
+            assert "how=disk cache" not in " ".join(p.read_text() for p in (tmp_path / "Z" / "logs").rglob("*.log"))
+            left = [json.loads(line) for p in (cache / "contextual").glob("*.journal")
+                    for line in p.read_bytes().splitlines()]
+            assert left == records, left
 
 
 #: ``EDGES`` tuning three keys (sizes 4, 8 and 16)

@@ -1,7 +1,9 @@
 """What happens on every rank when a track is decided: the choice goes to the kernel's autotuners (their
 ``cache``, ``configs_timings``, Triton's listener), to the process-wide tables, to ``tuner.decisions`` and the
 rank's log; group rank 0 writes it to the disk cache and prints Triton's summary; the track's journal is removed
-(where nothing was tuned, a disk cache hit or a single config, only this job's or this process's records of it).
+(where nothing was tuned, a disk cache hit or a single config, only this job's or this process's records of it; so
+too after a tuning under ``TRITON_DIST_AUTOTUNE_ALWAYS_TUNE``, which resumed from this job's records only: another
+job's may be that job's between two attempts).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import logging
 import time
 from pathlib import Path
 
+from .. import settings
 from ..disk import logs
 from ..records import LEAST
 from . import intercept, report
@@ -44,8 +47,8 @@ def record_decision(session: CallState, track: Track) -> None:
         return
     if session.group.rank == 0:
         _store(session, track, ms)
-    if local is not None and not track.cut:
-        local.journal.remove()  # after the decision is in the cache (rank 0), so a crash loses nothing
+    if local is not None and not track.cut:  # after the decision is in the cache (rank 0), so a crash loses nothing
+        local.journal.remove(own=settings.current().always_tune)  # (ALWAYS_TUNE: the records it resumed from)
     # a cut's choice is provisional: the journals stay, so that the next job's tuning goes on from them
 
 

@@ -237,8 +237,8 @@ class Tuning:
             self.trial = None  # its arguments and its last error: not kept past the tuning
             guard.close()
             board.close(clean)  # (not clean: a peer may still wait for this rank, and read why it left)
-            if ended:
-                journal.remove(kept=self.kept)
+            if ended:  # under ALWAYS_TUNE only this job's records, the ones it resumed from: another job's may
+                journal.remove(kept=self.kept, own=self.env.always_tune)  # be that job's between two attempts
             journal.close()
         return decision
 
