@@ -105,3 +105,21 @@ def test_a_key_the_cache_holds_is_served_its_decision_under_nearest(tmp_path):
     assert [r["alone"] for r in served] == [["b", "b", "b"]] * 4, served
     # so does a function made rank-local by a local=True campaign: before, it served key 32's decision ('c') at 64
     assert [r["campaign"] for r in served] == ["b"] * 4, served
+
+
+@pytest.mark.timeout(150)
+def test_a_key_one_rank_of_a_rank_local_function_read_alone_is_tuned_by_the_whole_group(tmp_path):
+    # 2 ranks whose cache folders differ (node-local disks; rank 1's empty). A rank-local function's key 64, tuned
+    # by an earlier function object (rank 0's folder holds it), is called under undecided="nearest": rank 0 reads
+    # its own entry alone and runs 'b', rank 1 (a miss) serves 'a'. Then under undecided="tune": before, rank 0
+    # had put the key among its decisions and ran it, while rank 1 tuned it alone and waited at the tuning's
+    # agreement for a partner that never came (GroupTimeoutError after T, or the lost rank 0's error); now the
+    # read alone serves without deciding, and both ranks tune the key together (a cache hit: 'b' on both)
+    env = tuner_env(tmp_path, timeout=20)
+    results = run_ranks(CASES, 2, ["cached_alone_on_one_rank_then_tuned"], env=env, timeout=140,
+                        per_rank_env={1: {"TRITON_DIST_AUTOTUNE_CACHE_DIR": str(tmp_path / "cache_rank1")}})
+    assert all(r.returncode == 0 for r in results), describe(results)
+    got = [r.result for r in results]
+    assert [r["tuned"] for r in got] == ["b", "b"], got
+    assert [r["served"] for r in got] == [{"ok": "b"}, {"ok": "a"}], got
+    assert [r["again"] for r in got] == [{"ok": "b"}, {"ok": "b"}], got

@@ -14,7 +14,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from _cases import case, emit, main, outcome  # noqa: E402
+from _cases import case, emit, main, outcome, spend, virtual_clock  # noqa: E402
 
 import triton_dist_tune as tdt  # noqa: E402
 
@@ -175,6 +175,35 @@ def cached_then_served() -> None:
                  progress=False)
     emit(rank=r, ran=[f(torch.ones(n), group=layout["autotune_pg"], **layout) for n in keys],
          alone=[g(torch.ones(n)) for n in keys], campaign=h(torch.ones(64)))
+
+
+@case
+def cached_alone_on_one_rank_then_tuned() -> None:
+    """2 ranks whose cache folders differ (each node's own disk: rank 1's is empty). A rank-local function
+    (``sharded=True``) is tuned at key 64 (group rank 0 writes its folder); a second function object of the same
+    code (a new process's, as far as the cache can tell) is called at key 64 under ``undecided="nearest"`` (rank 0's
+    cache holds it, rank 1's does not), then under ``undecided="tune"``: a key served is not decided, so the group
+    tunes it now, together."""
+    tdt.init_distributed(backend="gloo")
+
+    def make():
+        @tdt.autotune([{"algo": a} for a in "abc"], key_fn=lambda x: x.numel(), n_warmup=0, n_repeat=1,
+                      sharded=True, timing="cold", name="cached_alone_split")
+        def g(x, *, algo):
+            spend(1 if algo == "b" else 8)  # 'b' is the fastest on the virtual clock
+            return algo
+
+        return g
+
+    with virtual_clock():
+        tuned = make()(torch.ones(64))
+        g = make()
+        os.environ["TRITON_DIST_AUTOTUNE_UNDECIDED"] = "nearest"
+        served = outcome(g, torch.ones(64))
+        os.environ["TRITON_DIST_AUTOTUNE_UNDECIDED"] = "tune"
+        started = time.perf_counter()
+        again = outcome(g, torch.ones(64))
+    emit(rank=rank(), tuned=tuned, served=served, again=again, seconds=time.perf_counter() - started)
 
 
 if __name__ == "__main__":

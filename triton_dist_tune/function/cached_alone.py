@@ -1,7 +1,9 @@
 """The disk cache read by one rank alone, for a rank-local function (``sharded=True``, or one given to a
 ``local=True`` campaign) whose key an ``undecided`` policy would serve: its first served call of a key looks up the
 entry its own tuning would read and write, with no exchange (the function talks to no other rank; reading the disk
-is local), and a decision found there is the key's, not the policy's config.
+is local), and a decision found there is served, not the policy's config. It is not a decision of the group (the
+tuner keeps it apart from its decided keys): another rank's folder may lack the entry, and under ``undecided="tune"``
+the whole group tunes the key together (a rank that held it as decided ran it while the others tuned it alone).
 
 A collective function's group reads the cache through the tuning's steps 1 to 3 instead (:mod:`.tuning`,
 ``cached_only``): agreed, read by group rank 0 and broadcast.

@@ -11,8 +11,9 @@
 - ``first``: the first config ``prune_fn`` keeps, with no tuning (none kept: tuned, as above).
 
 A collective function's group reads the disk cache before serving (``Tuner._tune_or_serve``: the tuning's steps 1 to
-3), and a rank-local function's rank reads its own entry alone (:mod:`.cached_alone`): a key the cache holds is a
-decision, never served by the policy.
+3), and a rank-local function's rank reads its own entry alone (:mod:`.cached_alone`): a key the cache holds is
+served its decision, never the policy's config (a rank-local function's, served without being decided: another
+rank's folder may lack it, and under ``tune`` the group tunes it together).
 
 A served config is always one ``prune_fn`` keeps for the call. For a function whose ranks must run the same config
 (one that is not rank-local: not ``sharded=True`` and never given to a ``local=True`` campaign) and a group of

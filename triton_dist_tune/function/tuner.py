@@ -50,6 +50,9 @@ class Tuner(TunedFunction):
         self._overwrite_warned: set[str] = set()
         self._untuned_warned: set[int] = set()  # autotune=False's configs after a pruned first, said once each
         self._not_cached: set[Hashable] = set()  # slots an ``undecided`` policy serves: their cache held nothing
+        #: a rank-local function's slots whose cache entry this rank read alone (:mod:`.cached_alone`): served that
+        #: decision, but not decided (another rank's entry may be missing: under ``tune`` the group tunes it together)
+        self._read_alone: dict[Hashable, dict[str, Any]] = {}
 
     def call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A call that carries tuner keywords or whose key is not decided yet."""
@@ -123,19 +126,25 @@ class Tuner(TunedFunction):
                 # cache lookup's agreement, else (a rank-local function, a key looked up before) at the serving
                 serve_problem = key_error or _key_problem(key) or env_problem
                 local = self.options.sharded or self.rank_local
-                if slot not in self._not_cached and not (local and serve_problem):
-                    # a key the cache holds is decided, not served: a collective function's group reads the cache
-                    # first, as a tuning does, agreeing on the call; a rank-local function's rank reads its own
-                    # entry alone (it talks to nobody: cached_alone.py)
+                if local and not serve_problem:
+                    config = self._read_alone.get(slot)
+                if config is None and slot not in self._not_cached and not (local and serve_problem):
+                    # a key the cache holds is its decision, not the policy's config: a collective function's group
+                    # reads the cache first, as a tuning does, agreeing on the call (a hit is decided on every rank);
+                    # a rank-local function's rank reads its own entry alone (it talks to nobody: cached_alone.py),
+                    # and a hit is served, never decided: another rank's entry may be missing (its node's disk), and
+                    # a decision held by some ranks only would have the others tune it alone under "tune"
                     tuned_kwargs = self._tuned_kwargs(kwargs, overwrite)
                     if local:
                         config, serve_problem = cached_alone(self, group, key, args, tuned_kwargs, verbose, layout)
+                        if config is not None:
+                            self._read_alone[slot] = config
                     else:
                         config = Tuning(self, group, key, args, tuned_kwargs, verbose, overwrite,
                                         layout).run(key_error, problem or env_problem, cached_only=True)
-                    if config is not None:
-                        self._decided(table, slot, group, key, config)
-                    elif serve_problem is None:
+                        if config is not None:
+                            self._decided(table, slot, group, key, config)
+                    if config is None and serve_problem is None:
                         self._not_cached.add(slot)
                 if config is None:
                     config = self._serve(table, slot, group, args, kwargs, overwrite, serve_problem, layout)
