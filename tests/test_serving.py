@@ -3,6 +3,8 @@ raises the same error naming the cause, at once, and no rank runs another config
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,3 +125,50 @@ def test_a_key_one_rank_of_a_rank_local_function_read_alone_is_tuned_by_the_whol
     assert [r["tuned"] for r in got] == ["b", "b"], got
     assert [r["served"] for r in got] == [{"ok": "b"}, {"ok": "a"}], got
     assert [r["again"] for r in got] == [{"ok": "b"}, {"ok": "b"}], got
+
+
+_OPENED: list[list[str]] = []  # the audit hook's list while one is being filled (hooks stay for the process)
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _OPENED and event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        _OPENED[-1].append(os.fsdecode(args[0]))
+
+
+@pytest.mark.timeout(60)
+def test_nearest_reads_each_unchanged_file_of_the_cache_folder_once(tmp_path, monkeypatch):
+    # One process, undecided="nearest": every served key reads the function's cache folder for decided keys
+    # (function/cached_keys.py). Before, each served key read every one of up to 256 files again (a folder of
+    # thousands: tens of ms per key, on group rank 0 inside the serving's exchange); now a file unchanged since it
+    # was read (same inode, size and modification time) is not read again
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRITON_DIST_AUTOTUNE_UNDECIDED", raising=False)
+
+    def make():
+        @tdt.autotune([{"s": 1}, {"s": 2}], key_fn=lambda n: n, undecided="tune", n_warmup=0, n_repeat=1,
+                      name="disk_scan")
+        def f(n, *, s):
+            return s
+
+        return f
+
+    decided = make()(64)
+    folder = tmp_path / "cache" / "disk_scan"
+    (original,) = folder.glob("*.json")
+    for i in range(40):  # files the scan reads but does not count (their names are no entry of theirs)
+        (folder / f"{i:020x}.json").write_bytes(original.read_bytes())
+    files = {str(p) for p in folder.glob("*.json")}
+    sys.addaudithook(_audit)
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_UNDECIDED", "nearest")
+    served = make()
+    reads = []
+    for n in (60, 56, 50):
+        _OPENED.append([])
+        try:
+            assert served(n) == decided  # the folder's key 64 is the nearest
+        finally:
+            reads.append(sorted(p for p in _OPENED.pop() if p in files))
+    assert len(reads[0]) == 41, reads[0]
+    assert reads[1:] == [[], []], reads

@@ -7,14 +7,18 @@ space, the group size and this call's ``entry_extra``, with the kept set its mea
 the layout's entry): so it provably belongs to this function, space, group size and code. The key is rebuilt from
 its text by ``ast.literal_eval`` (never executed), and must describe back to the same text. Read by group rank 0
 alone for a collective function (:mod:`.policy` sends what it found inside the serving's one exchange), by each
-rank alone for a rank-local one.
+rank alone for a rank-local one. A file unchanged since this process read it is not read again (a served key
+after another costs the folder's listing, not its files' reads again).
 """
 
 from __future__ import annotations
 
 import ast
+import weakref
 from collections.abc import Hashable
+from typing import Any
 
+from .. import settings
 from ..disk.cache import entry_id
 from ..errors import BadInputError
 from ..measure.replicas import Layout
@@ -32,24 +36,46 @@ def cached_keys(tuner: TunedFunction, group_size: int, extra: str,
     """(key, key text, config index) of every decision in ``tuner``'s cache folder whose file name is the entry a
     tuning of that key on a group of ``group_size`` (and ``layout``) with ``extra`` (the call's
     :meth:`~.tuned.TunedFunction.entry_extra`) writes; provisional ones, and files that are not this space's, left
-    out. Never raises for what the folder holds."""
+    out. A file unchanged since this process read it (its inode, size and modification time: every writer replaces
+    a file by a new one) is not read again. Never raises for what the folder holds."""
+    listed = []
     try:
-        files = sorted(tuner.cache.folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for path in tuner.cache.folder.glob("*.json"):
+            try:
+                seen = path.stat()
+            except OSError:  # removed since it was listed
+                continue
+            listed.append((seen.st_mtime_ns, path, (seen.st_ino, seen.st_size, seen.st_mtime_ns)))
     except OSError:
         return []
+    listed.sort(key=lambda item: item[0], reverse=True)
+    checks = settings.Settings.from_env(lenient=True).version_check  # (what DiskCache.load refuses depends on it)
+    held, kept = _READ.get(tuner, {}), {}
     found = []
-    for path in files[:MAX_FILES]:
-        try:
-            item = _decided_key(tuner, path.stem, group_size, extra, layout)
-        except Exception:  # a file removed or replaced while read, a key text that is no literal
-            item = None
-        if item is not None:
-            found.append(item)
+    for _, path, stamp in listed[:MAX_FILES]:
+        stamp = (*stamp, checks)
+        read = held.get(path.name)
+        if read is None or read[0] != stamp:
+            try:
+                read = (stamp, _decided_key(tuner, path.stem))
+            except Exception:  # a file removed or replaced while read, a key text that is no literal
+                read = (stamp, None)
+        kept[path.name] = read
+        item = read[1]
+        if item is not None and _named(tuner, item, group_size, extra, layout) == path.stem:
+            found.append(item[:3])
+    _READ[tuner] = kept
     return found
 
 
-def _decided_key(tuner: TunedFunction, entry: str, group_size: int, extra: str,
-                 layout: Layout | None) -> tuple[Hashable, str, int] | None:
+#: per tuned function, what :func:`cached_keys` read of each file of its folder: file name -> (the file's stamp,
+#: what :func:`_decided_key` made of it)
+_READ: weakref.WeakKeyDictionary[TunedFunction, dict[str, tuple[tuple, Any]]] = weakref.WeakKeyDictionary()
+
+
+def _decided_key(tuner: TunedFunction, entry: str) -> tuple[Hashable, str, int, list[int]] | None:
+    """(key, key text, config index, the kept configs its measurements record) of the decision in the file of
+    ``entry``, or None (none there, provisional, not this space's, a key text that is no literal of its own)."""
     data = tuner.cache.load(entry, tuner.space_text, quiet=True)
     if data is None or data.get("provisional") or not isinstance(data.get("key"), str):
         return None
@@ -63,8 +89,12 @@ def _decided_key(tuner: TunedFunction, entry: str, group_size: int, extra: str,
         hash(key)
     except (BadInputError, TypeError):
         return None
-    n = len(tuner.space)
     pruned = {row.get("index") for row in data.get("measurements") or [] if row.get("state") == "pruned"}
-    named = entry_id(tuner.source, text, tuner.space_text, group_size,
-                     extra + kept_text([i for i in range(n) if i not in pruned], n))
-    return (key, text, index) if (named if layout is None else layout.entry(named)) == entry else None
+    return key, text, index, [i for i in range(len(tuner.space)) if i not in pruned]
+
+
+def _named(tuner: TunedFunction, item: tuple[Hashable, str, int, list[int]], group_size: int, extra: str,
+           layout: Layout | None) -> str:
+    """The entry a tuning of ``item``'s key on a group of ``group_size`` (and ``layout``) with ``extra`` names."""
+    named = entry_id(tuner.source, item[1], tuner.space_text, group_size, extra + kept_text(item[3], len(tuner.space)))
+    return named if layout is None else layout.entry(named)
