@@ -172,3 +172,38 @@ def test_nearest_reads_each_unchanged_file_of_the_cache_folder_once(tmp_path, mo
             reads.append(sorted(p for p in _OPENED.pop() if p in files))
     assert len(reads[0]) == 41, reads[0]
     assert reads[1:] == [[], []], reads
+
+
+class _Tokens(int):
+    """A key type of the user's own: its text is the number's (``64``), so the cache folder's copy of the key comes
+    back as a plain int, which the user's ``distance`` below does not take."""
+
+    @property
+    def tokens(self) -> int:
+        return int(self)
+
+
+@pytest.mark.timeout(60)
+def test_nearest_leaves_out_a_cached_key_the_users_distance_cannot_take(tmp_path, monkeypatch):
+    # One process, undecided="nearest", keys of the user's own type, and a distance that reads their attribute.
+    # A key decided by an earlier process comes back from the cache folder as a literal (a plain int), which that
+    # distance cannot take: it is not comparable, and the call is served as with no decided key. Before, the
+    # distance's AttributeError was a BadInputError for a key this process never met
+    import triton_dist_tune as tdt
+
+    monkeypatch.setenv("TRITON_DIST_AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRITON_DIST_AUTOTUNE_UNDECIDED", raising=False)
+
+    def make(undecided):
+        @tdt.autotune([{"s": 1}, {"s": 2}], key_fn=lambda n: _Tokens(n), undecided=undecided, n_warmup=0, n_repeat=1,
+                      name="own_key_type", distance=lambda a, b: abs(a.tokens - b.tokens))
+        def f(n, *, s):
+            return s
+
+        return f
+
+    make("tune")(64)  # decided, in the cache folder
+    served = make("nearest")
+    assert served(60) == 1  # the first kept config: the folder's key is not comparable
+    assert served(64) in (1, 2)  # (the cache holds it: a decision)
+    assert served(62) == served(64)  # a key this process decided is comparable

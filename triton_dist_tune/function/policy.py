@@ -229,7 +229,7 @@ class Undecided:
             disk: list[Candidate] = []
             if mode == "nearest" and on_disk is not None and (not grouped_call or group.rank == 0):  # type: ignore
                 text = _key_text(key)  # (a key the cache holds is a decision before it is served: never its own)
-                disk = self._ranked(key, [item for item in on_disk() if item[1] != text])
+                disk = self._ranked(key, [item for item in on_disk() if item[1] != text], strict=False)
         except BadInputError as exc:  # a distance that raised or returned no number, or the problem
             if not grouped_call:
                 raise
@@ -279,17 +279,26 @@ class Undecided:
         # (a config's index by identity: {"s": 1} and {"s": 1.0} are two configs)
         return self._ranked(key, [(other_key, None, index_of(space, config)) for other_key, config in same])
 
-    def _ranked(self, key: Hashable, others: Sequence[tuple[Hashable, str | None, int | None]]) -> list[Candidate]:
+    def _ranked(self, key: Hashable, others: Sequence[tuple[Hashable, str | None, int | None]],
+                strict: bool = True) -> list[Candidate]:
         """``others`` ((decided key, its text or None, its config's index or None)) comparable with ``key``, nearest
-        first: by (distance, key text)."""
+        first: by (distance, key text). A ``distance`` that raises or returns no number is a BadInputError, unless
+        not ``strict`` (the disk cache's keys, rebuilt from their text: a literal of another type than the keys this
+        process met, which ``distance`` may not take): that key is then not comparable."""
         found: list[Candidate] = []
         for other_key, known, index in others:
             try:
                 d = self.distance(key, other_key)
                 text = known if known is not None else describe_key(other_key)
             except Exception as exc:
+                if not strict:
+                    log.debug("triton_dist_tune: %s: distance(%r, %r) raised %r: not comparable", self.name, key,
+                              other_key, exc)
+                    continue
                 raise BadInputError(f"{self.name}: distance({key!r}, {other_key!r}) raised {exc!r}") from exc
             if d is not None and (isinstance(d, bool) or not isinstance(d, Real)):
+                if not strict:
+                    continue
                 raise BadInputError(f"{self.name}: distance({key!r}, {other_key!r}) returned {str(d)[:100]} "
                                     f"({type(d).__name__}): it must return a number (smaller is nearer) or None")
             if d is None or not math.isfinite(d) or index is None:
