@@ -261,6 +261,34 @@ def test_a_second_job_on_the_same_port_ends_at_once_and_never_joins_the_first(tm
     assert b1["seconds"] < init_s / 4, b1  # at once, not at the end of the init timeout
 
 
+@pytest.mark.timeout(120)
+def test_two_one_rank_processes_without_master_port_both_start_on_one_host(tmp_path):
+    """Two processes of one rank each (no torchrun agent, ``MASTER_PORT`` unset: ``python script.py`` calling
+    ``init_distributed()``), the second started while the first holds its store: both start and all-reduce their own
+    value. Before, both took the default port 29500, and the second ended with its port in use."""
+    from pathlib import Path
+
+    from harness import HERE, base_env, spawn, tuner_env
+
+    up, hold = tmp_path / "up", tmp_path / "hold"
+
+    def alone(value: float, **extra: str):
+        env = base_env({**tuner_env(tmp_path, 20), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                        "JOB_VALUE": str(value), **extra})
+        for name in ("MASTER_PORT", "MASTER_ADDR", "PMIX_NAMESPACE", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"):
+            env.pop(name, None)
+        return spawn(Path(HERE) / "scenarios" / "restart_cases.py", ["all_reduce_own_value"], env)
+
+    first = alone(1, UP_FILE=str(up), HOLD_FILE=str(hold))
+    deadline = time.monotonic() + 60
+    while not up.exists():
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.02)
+    second = _ended(alone(5), 60)
+    hold.touch()
+    assert (_ended(first, 60).get("sum"), second.get("sum")) == (1.0, 5.0), second
+
+
 @pytest.mark.timeout(150)
 def test_an_mpiexec_job_without_master_port_agrees_a_free_port_through_mpi(tmp_path):
     """``mpiexec -n 2 python -m mpi4py`` with ``MASTER_PORT`` unset while the default port 29500 is taken (another

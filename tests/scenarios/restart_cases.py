@@ -132,7 +132,8 @@ def init_again_after_destroy():
 def all_reduce_own_value():
     """A rank of one of two jobs meeting on one host (tests/test_init_distributed.py): ``init_distributed``, then an
     all-reduce of its job's ``JOB_VALUE``; prints the sum, or the error and how long it took to come. Where
-    ``GO_FILE`` is set, it starts once that file exists (at most 60 s later)."""
+    ``GO_FILE`` is set, it starts once that file exists (at most 60 s later); where ``UP_FILE`` is, it touches it
+    once it printed, then, where ``HOLD_FILE`` is, waits for that file before it ends (within the same 60 s)."""
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
     deadline = time.monotonic() + 60
     while os.environ.get("GO_FILE") and not Path(os.environ["GO_FILE"]).exists() and time.monotonic() < deadline:
@@ -146,6 +147,10 @@ def all_reduce_own_value():
     x = torch.tensor([float(os.environ["JOB_VALUE"])])
     dist.all_reduce(x)
     emit(rank=rank, sum=x.item(), port=os.environ.get("MASTER_PORT"))
+    if os.environ.get("UP_FILE"):  # (a test starts another job while this one holds its store)
+        Path(os.environ["UP_FILE"]).touch()
+    while os.environ.get("HOLD_FILE") and not Path(os.environ["HOLD_FILE"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     dist.destroy_process_group()
 
 

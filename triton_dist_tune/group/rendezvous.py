@@ -17,6 +17,8 @@ job's own rank 1 was left out (``tests/test_init_distributed.py``). Now:
   (:func:`plan`): two such jobs on one host simply work. Elsewhere MPI is not initialized for it: at exit Open MPI's
   finalize waits for every rank, so a rank that raised would not end (nor mpiexec end the job) until all had;
   ``python -m mpi4py`` aborts the job on an unhandled exception instead;
+- ``MASTER_PORT`` unset in a job of one rank (no torchrun agent): its store is on a port the kernel picks, which
+  no other rank needs to know (two such processes on one host each start; before, the second's port was in use);
 - ``MASTER_PORT`` unset otherwise, and the launcher names no job (none of :data:`IDENTITY_VARIABLES`): nothing
   could tell this job's store on the default port from another job's, so :func:`plan` raises a
   :class:`~triton_dist_tune.BadInputError` asking for a ``MASTER_PORT`` (as torch's own ``env://`` start does).
@@ -99,8 +101,10 @@ def plan(job: settings.Launcher, rank: int, world: int, join_s: float, start: Ca
         port = parse_port(job.master_port)
         return Meeting(port, token(world), f"MASTER_PORT={port}")
     unset = Meeting(DEFAULT_PORT, token(world), f"MASTER_PORT unset: the default {DEFAULT_PORT}")
-    if world == 1 or job.agent_store:
+    if job.agent_store:
         return unset
+    if world == 1:  # a store nobody else joins: on a port the kernel picks (two such processes on one host)
+        return Meeting(0, token(world), "MASTER_PORT unset, one rank: a free port")
     if _by_mpi and _by_mpi[0].token.endswith(f" world={world}"):
         return Meeting(_by_mpi[0].port, _by_mpi[0].token, _by_mpi[0].said)
     comm = _mpi_world(rank, world)
