@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,9 +252,12 @@ def run_mpiexec(script: str | Path, n: int, args: list[str], env: dict[str, str]
     raise AssertionError("unreachable")
 
 
-def stopping_at(marker: Path, resume_after: float) -> threading.Thread:
+def stopping_at(marker: Path, resume_after: float, until: Callable[[], bool] | None = None,
+                after: float = 1.0) -> threading.Thread:
     """A started thread that freezes the process whose pid is written at ``marker`` (SIGSTOP) as soon as the file
-    appears (within 90 s), and continues it (SIGCONT) ``resume_after`` seconds later."""
+    appears (within 90 s), and continues it (SIGCONT) ``resume_after`` seconds later; or, given ``until``, as soon
+    as ``until()`` holds (looked at every 0.1 s) and ``after`` s more have passed, if that comes first (a stop that
+    needs to last only until a peer has acted on it)."""
 
     def stop_and_continue() -> None:
         deadline = time.monotonic() + 90
@@ -263,12 +266,30 @@ def stopping_at(marker: Path, resume_after: float) -> threading.Thread:
         if marker.exists():
             pid = int(marker.read_text())
             os.kill(pid, signal.SIGSTOP)
-            time.sleep(resume_after)
+            resume = time.monotonic() + resume_after
+            while until is not None and time.monotonic() < resume and not until():
+                time.sleep(0.1)
+            time.sleep(max(0.0, min(after if until is not None else resume_after, resume - time.monotonic())))
             os.kill(pid, signal.SIGCONT)
 
     stopper = threading.Thread(target=stop_and_continue, daemon=True)
     stopper.start()
     return stopper
+
+
+def journaled(folder: Path, rank: int, states: Sequence[str] = ("interrupted", "hung")) -> bool:
+    """Whether a journal of ``rank`` under ``folder`` holds a record of one of ``states`` (its watchdog gave up: it
+    exits next). Read without the journal's lock, as text: a reader holding the lock would send a rank opening its
+    journal then to another slot."""
+    said = [f'"state": "{state}"' for state in states]
+    for path in folder.rglob(f"*.rank{rank}*journal"):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        if any(s in text for s in said):
+            return True
+    return False
 
 
 def stopping_together(markers: list[Path], resume_after: float, stagger: float = 0.0,

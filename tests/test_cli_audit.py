@@ -320,6 +320,40 @@ def _read_fifo(path: Path, seconds: float) -> str:
     return data.decode()
 
 
+def _live_children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (from /proc; zombies left out: they have ended)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[1]) == pid:  # state, ppid
+                found.append(int(entry))
+    return found
+
+
+#: how long torchrun is given to act on a worker's end (its --monitor-interval is 0.1 s: 30 of them)
+TORCHRUN_ACTS_S = 3.0
+
+
+def _wait_for_a_worker_to_end(torchrun: subprocess.Popen, seconds: float) -> None:
+    """Until one of ``torchrun``'s two workers (its child processes) has ended and :data:`TORCHRUN_ACTS_S` more
+    have passed (its agent would have SIGTERMed the other by then, were it to), or torchrun has ended, or
+    ``seconds`` have passed."""
+    deadline, both_seen = time.monotonic() + seconds, False
+    while time.monotonic() < deadline and torchrun.poll() is None:
+        workers = len(_live_children(torchrun.pid))
+        if workers >= 2:
+            both_seen = True
+        elif both_seen:
+            time.sleep(TORCHRUN_ACTS_S)
+            return
+        time.sleep(0.1)
+
+
 @pytest.mark.timeout(150)
 def test_a_campaign_with_a_failed_key_under_torchrun_ends_after_rank_0_wrote_its_summary(tmp_path):
     """A key failed: every rank exited 1, and the first to exit had torchrun's agent SIGTERM the others, rank 0
@@ -337,10 +371,8 @@ def test_a_campaign_with_a_failed_key_under_torchrun_ends_after_rank_0_wrote_its
                             cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        try:  # rank 1 ends within seconds of the campaign; rank 0 waits for a reader of the FIFO
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            pass
+        # rank 1 ends within seconds of the campaign; rank 0 waits for a reader of the FIFO
+        _wait_for_a_worker_to_end(proc, 15)
         written = _read_fifo(fifo, 60)
         out, err = proc.communicate(timeout=60)
     finally:

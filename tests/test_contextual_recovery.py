@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from harness import HERE, describe, parse_results, run_ranks, stopping_at, torchrun_command, tuner_env
+from harness import HERE, describe, journaled, parse_results, run_ranks, stopping_at, torchrun_command, tuner_env
 
 from triton_dist_tune.faults.journal import Journal
 
@@ -137,14 +137,15 @@ def test_a_rank_waiting_for_a_frozen_peer_in_a_contextual_run_blames_no_config(t
     (``autotune`` did): rank 0 journaled config 1 ``hung`` and the rerun left it out."""
     env = tuner_env(tmp_path, 4, FAULT_DIR=str(tmp_path / "faults"))
     (tmp_path / "faults").mkdir()
-    stopper = stopping_at(tmp_path / "faults" / "stop-me.rank1", 12)
+    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
+    # rank 1 stands still until rank 0's watchdog has journaled the run (it exits next)
+    stopper = stopping_at(tmp_path / "faults" / "stop-me.rank1", 12, until=lambda: journaled(cache, 0))
     per_rank = {0: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "4"}, 1: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "30"}}
     first = run_ranks(CASES, 2, ["stopped"], env={**env, "ATTEMPT": "0"}, timeout=100, per_rank_env=per_rank)
     stopper.join(timeout=5)
     assert first[0].returncode == 86, describe(first)
     assert "rank 1 showed no sign of life" in first[0].stderr and "recorded as hung" not in first[0].stderr, \
         describe(first)
-    cache = Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"])
     said = {p.name: records(p) for p in cache.rglob("*.journal")}
     assert not any(r["state"] == "hung" for rs in said.values() for r in rs), said
     (own,) = [rs for name, rs in said.items() if ".rank0" in name]

@@ -28,6 +28,7 @@ from harness import (
     HERE,
     base_env,
     describe,
+    journaled,
     parse_results,
     run_mpiexec,
     run_process,
@@ -566,7 +567,8 @@ def test_a_rank_waiting_at_its_phases_exchange_for_a_frozen_peer_names_it(env):
     only that the others were "interrupted, crashed or hung" (the fresh-clone CI met this path in
     ``test_frozen_host.py``, where the frozen rank hosts the store)."""
     env = {**env, "FAULTS": "0:stop_after@1", "N_WARMUP": "2", "STOP_AFTER_S": "0"}
-    stopper = stopping_at(Path(env["FAULT_DIR"]) / "stop-me.rank1", 12)
+    stopper = stopping_at(Path(env["FAULT_DIR"]) / "stop-me.rank1", 12,
+                           until=lambda: journaled(Path(env["TRITON_DIST_AUTOTUNE_CACHE_DIR"]), 0))
     per_rank = {0: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "4"}, 1: {"TRITON_DIST_AUTOTUNE_TIMEOUT": "30"}}
     results, _ = ranks("tune", 2, env, timeout=100, per_rank_env=per_rank)
     stopper.join(timeout=5)

@@ -42,10 +42,19 @@ def test_an_mpiexec_job_past_its_timeout_leaves_no_rank_behind(tmp_path):
     2-rank job still alive, parent pid 1). Now it kills every process of the job's session."""
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
-    with pytest.raises((subprocess.TimeoutExpired, AssertionError)):
-        run_mpiexec(script, 2, [str(tmp_path)], {}, timeout=30)
-    pids = [int((tmp_path / f"pid.{r}").read_text()) for r in range(2) if (tmp_path / f"pid.{r}").exists()]
-    if len(pids) < 2:
+    pids: list[int] = []
+    # the job's timeout must pass with both ranks started: 8 s first (the ranks start within a second or two), then
+    # 30 s where a loaded machine started them later (the first job's ranks, if any, are checked below too)
+    for attempt, timeout in enumerate((8, 30)):
+        folder = tmp_path / f"job{attempt}"
+        folder.mkdir()
+        with pytest.raises((subprocess.TimeoutExpired, AssertionError)):
+            run_mpiexec(script, 2, [str(folder)], {}, timeout=timeout)
+        started = [int((folder / f"pid.{r}").read_text()) for r in range(2) if (folder / f"pid.{r}").exists()]
+        pids += started
+        if len(started) == 2:
+            break
+    else:
         pytest.skip("the ranks did not start within the 30 s timeout on this loaded machine")
     deadline = time.monotonic() + 10
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
