@@ -317,10 +317,10 @@ def test_a_peer_that_waits_only_after_a_wrong_ranks_note_is_withdrawn_times_out_
     """Rank 1 calls with a group it is not in (BadInputError, a note), then on its replica group {1, 3} with rank 3
     (the note withdrawn); only then does rank 0 call on its TP group {0, 1} and wait for rank 1, which never comes
     there. Rank 0 cannot tell that call from a later one rank 1 may still make on that group (see
-    group/unresolved.py), so it waits its deadline (20 s here) and raises GroupTimeoutError, whose message names
+    group/unresolved.py), so it waits its deadline (8 s here) and raises GroupTimeoutError, whose message names
     rank 1's withdrawn note and quotes its error. Before: the message only guessed (crashed, hung, another
     autotune_pg or key)."""
-    wrong, waited = wrong_then_at_once_another(tmp_path, "wrong_group_withdrawn_before_a_peer_waits", 20)
+    wrong, waited = wrong_then_at_once_another(tmp_path, "wrong_group_withdrawn_before_a_peer_waits", 8)
     assert waited["error"] == "GroupTimeoutError", waited
     assert "global rank 1 raised BadInputError" in waited["message"], waited
     assert wrong["message"][:200] in waited["message"], waited
