@@ -51,6 +51,17 @@ def _wait_for(path: Path, proc: subprocess.Popen, seconds: float) -> None:
         time.sleep(0.05)
 
 
+def _paused(tmp_path: Path, name: str, text: str, env: dict[str, str]) -> tuple[Path, subprocess.Popen]:
+    """(its marker folder, the process) of the script ``text`` saved as ``name``, run with ``MARKS`` set to a fresh
+    folder where it touches and waits for marker files."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / name
+    script.write_text(text)
+    return marks, subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env={**env, "MARKS": str(marks)},
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("meanwhile", ["clear", "tuned again"])
 def test_a_cache_hit_never_puts_back_a_decision_cleared_or_tuned_again_after_it_read_it(tmp_path, capsys, meanwhile):
@@ -63,12 +74,7 @@ def test_a_cache_hit_never_puts_back_a_decision_cleared_or_tuned_again_after_it_
     (path,) = (cache / "edges").glob("*.json")
     # its two configs do the same work: the tuning may choose either (the fresh-clone CI once chose v=9)
     chosen = f"{{4: {{'v': {[1, 9][json.loads(path.read_text())['index']]}}}}}"
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    script = tmp_path / "serve_paused.py"
-    script.write_text(PAUSED_AFTER_READ)
-    server = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env={**env, "MARKS": str(marks)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    marks, server = _paused(tmp_path, "serve_paused.py", PAUSED_AFTER_READ, env)
     try:
         _wait_for(marks / "read", server, 120)  # the serving job has read the decision, and waits
         if meanwhile == "clear":
@@ -132,12 +138,7 @@ def test_a_cache_hit_never_puts_back_a_decision_imported_while_it_held_the_files
     newer = data["entries"][0]["data"]["created"] + 1000  # another machine's decision of the entry, tuned later
     data["entries"][0]["data"]["created"] = newer
     bundle.write_text(json.dumps(data))
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    script = tmp_path / "serve_paused_in_lock.py"
-    script.write_text(PAUSED_IN_LOCK)
-    server = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env={**env, "MARKS": str(marks)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    marks, server = _paused(tmp_path, "serve_paused_in_lock.py", PAUSED_IN_LOCK, env)
     imported: list[tuple[int, str, str]] = []
     importer = threading.Thread(target=lambda: imported.append(
         cli(["import", bundle, "--force", "--cache-dir", cache], capsys)))
