@@ -145,3 +145,52 @@ def test_layout_places_every_part_of_the_package_in_its_table_and_its_layers():
         names = re.findall(r"`([\w.]+?)(?:\.py|/)?`", step)
         written.append(tuple(sorted("" if name == "__init__" else name for name in names)))
     assert written == [tuple(sorted(layer)) for layer in layers()], written
+
+
+def documented_cli_commands() -> list[tuple[str, str]]:
+    """Every ``triton-dist-tune SUBCOMMAND ...`` the README and docs/ give, in a bash block or in backquotes (the
+    command part, before a ``#`` comment; a ``\\``-continued line joined), and each ``-m triton_dist_tune campaign``
+    line's part after the module: (subcommand, its arguments)."""
+    docs = docs_text()
+    found: list[tuple[str, str]] = []
+    for block in re.findall(r"```bash\n(.*?)```", docs, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            command = line.split(" #")[0]
+            hit = re.search(r"(?:^|\s)(?:triton-dist-tune|-m triton_dist_tune) ([a-z]+)((?:\s+\S+)*)", command)
+            if hit:
+                found.append((hit.group(1), hit.group(2)))
+    for span in re.findall(r"`triton-dist-tune ([a-z]+)([^`]*)`", docs):
+        found.append(span)
+    return found
+
+
+def test_every_option_the_docs_give_a_command_line_subcommand_is_one_of_its_options():
+    """A user copies the docs' command lines (docs/operations.md's block, docs/campaign.md's): every ``--option``
+    they give a subcommand is one its parser takes (checked by running each on CPU ranks, task H8; this keeps it
+    so), and every subcommand they name exists."""
+    from triton_dist_tune.cli.commands import parser
+
+    subparsers = next(a for a in parser()._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    commands = documented_cli_commands()
+    wrong = []
+    for name, args in commands:
+        if name not in subparsers:
+            wrong.append((name, "no such subcommand"))
+            continue
+        options = set(subparsers[name]._option_string_actions)
+        wrong += [(name, option) for option in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", args)
+                  if option not in options]
+    assert not wrong, wrong
+    assert {"list", "show", "plot", "clear", "export", "import", "logs", "campaign"} <= {n for n, _ in commands}
+
+
+def test_the_campaign_docs_name_every_field_of_the_summarys_json():
+    """``summary.to_json()`` and ``--json FILE`` hold the rows under ``keys``: docs/campaign.md names each
+    top-level field (before, it said "the same table as data" and a script writer had to guess ``rows``, the
+    attribute's name, which the JSON does not have)."""
+    from triton_dist_tune.function.summary import Summary
+
+    fields = Summary(function="f", rows=[], seconds=0.0, units=1).to_json()
+    text = (ROOT / "docs" / "campaign.md").read_text()
+    said = text[text.index("`summary.to_json()`"):][:400]
+    assert all(f"`{field}`" in said for field in fields), (sorted(fields), said)
