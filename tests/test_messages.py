@@ -560,3 +560,26 @@ def test_a_configs_log_line_says_what_the_group_time_and_this_ranks_own_time_are
     assert final_text(probed) == (
         "group time 0.5000 ms +-0.0% over 1 sample(s) (its warm-up probe standing in for a sample, on this rank: far "
         "behind the fastest probe); this rank's own time 0.5000 ms (the same)")
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_interrupted_in_its_callable_and_called_again_stays_in_step_with_the_others(tmp_path):
+    """A KeyboardInterrupt in rank 1's ``prune_fn`` (before the failure board opens), then a SystemExit in rank 0's
+    measured run (rank 0 gathers the exchanges), each caught by its caller, which calls again as the other rank's
+    does. The interrupted rank's peer raises RankFailedError naming it and the interruption at once, and the second
+    calls tune together, to the same config. Before: the peer raised an ExchangeError about ranks at different
+    steps (``prune_fn``; or RankFailedError from the board, the run), and its call again waited the whole timeout
+    (60 s here) for the interrupted rank, whose call again had met the peer's abandoned exchange: one exchange
+    apart, for good."""
+    results = run_ranks(CASES, 2, ["interrupted_then_called_again"], env=tuner_env(tmp_path, 60), timeout=100)
+    said = {(r["rank"], r["fn"], r["call"]): r for result in results for r in result.results}
+    assert all(result.returncode == 0 for result in results) and len(said) == 8, describe(results)
+    for fn, rank, kind in (("pruned", 1, "KeyboardInterrupt"), ("ran", 0, "SystemExit")):
+        assert said[(rank, fn, 1)]["error"] == kind, said
+        peer = said[(1 - rank, fn, 1)]
+        assert peer["error"] == "RankFailedError", peer
+        message = peer["message"]
+        assert f"group rank(s) [{rank}] left the tuning (global rank {rank} " in message and kind in message, peer
+        assert peer["seconds"] < 15, peer  # told at once, not at the timeout (60 s)
+        again = [said[(r, fn, 2)] for r in (0, 1)]
+        assert all(a["error"] is None for a in again) and again[0]["value"] == again[1]["value"], again

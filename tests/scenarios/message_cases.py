@@ -157,5 +157,44 @@ def _interrupted_and_caught(contextual: bool) -> None:
     os._exit(0)
 
 
+@case
+def interrupted_then_called_again():
+    """A BaseException that is not an Exception, raised by a user callable on one rank only and caught by its caller
+    (a REPL, a serving loop handling SIGINT), which calls again, as every rank's caller does: rank 1's ``prune_fn``
+    raises KeyboardInterrupt (before the failure board opens), then rank 0's measured run raises SystemExit (a
+    ``sys.exit`` in the function; rank 0 gathers every exchange). Each rank emits what each call gave."""
+    tdt.init_distributed(backend="gloo")
+    me = dist.get_rank()
+    fired: set[str] = set()
+
+    def once(where: str, rank: int, error: BaseException) -> None:
+        if me == rank and where not in fired:
+            fired.add(where)
+            raise error
+
+    def prune_fn(config, x):
+        once("prune_fn", 1, KeyboardInterrupt())
+        return True
+
+    @tdt.autotune([{"c": c} for c in (1, 2, 3)], key_fn=lambda x: x.numel(), prune_fn=prune_fn, n_warmup=1,
+                  n_repeat=2, name="pruned")
+    def pruned(x, *, c):
+        return x * c
+
+    @tdt.autotune([{"c": c} for c in (1, 2, 3)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, name="ran")
+    def ran(x, *, c):
+        once("run", 0, SystemExit(3))
+        return x * c
+
+    for fn in (pruned, ran):
+        for call in (1, 2):
+            t0 = time.monotonic()
+            try:
+                said = {"error": None, "value": float(fn(torch.ones(8)).sum())}  # 8 c: the config chosen
+            except BaseException as exc:  # the user's catch: the process goes on, and calls again
+                said = {"error": type(exc).__name__, "message": str(exc)}
+            emit(rank=me, fn=fn.__name__.split(".")[-1], call=call, seconds=time.monotonic() - t0, **said)
+
+
 if __name__ == "__main__":
     main()

@@ -41,11 +41,12 @@ from typing import Any
 from ..errors import AutotuneError, GroupTimeoutError, RankFailedError, describe_error
 from ..faults.watchdog import exchange_timeout
 from ..group.beat import Members, counts
-from ..group.channel import Group, report_waiting
+from ..group.channel import Group
 from ..group.clients import side_client
 from ..group.pauses import PAUSES, ran
 from ..group.store_silence import Silence, answering, beat, lost_reason
 from ..group.store_wait import ArrivalLog, Arrivals, Pace, StoreWaitTimeout, quiet_store_wait
+from ..group.waiting import report_waiting
 from ..settings import current, store_host
 from .unit_notes import NoteLog
 

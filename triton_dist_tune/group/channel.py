@@ -25,16 +25,14 @@ import json
 import logging
 import operator
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from .. import settings
-from ..errors import BadInputError, MismatchError
+from ..errors import BadInputError, MismatchError, RankFailedError
 from ..records import COMPILE_PASS, FROM_THE_FILL
 from . import codec, meter
-from .pauses import ran
 from .rank_names import naming_ranks
 from .threads import Turns
 
@@ -55,41 +53,9 @@ def not_a_member(option: str = "autotune_pg", mpi: bool = False) -> str:
 log = logging.getLogger("triton_dist_tune")
 
 
-
 def default_timeout() -> float:
     """Seconds a rank waits for the others at one step (``TRITON_DIST_AUTOTUNE_TIMEOUT``, default 300)."""
     return settings.current().timeout
-
-
-def wait_in_slices(wait: Callable[[float], Any], timeout: float, on_progress: Callable[[float], None],
-                   every: float | None = None) -> None:
-    """Call ``wait(seconds)`` (which raises when its time runs out) in slices of ``every`` seconds (default
-    ``TRITON_DIST_AUTOTUNE_PROGRESS_S``, 30) until it returns, calling ``on_progress(seconds waited so far)`` after
-    each slice that ran out, the last one too (what it learns then, such as a failure posted during that slice, is
-    raised instead of the timeout). Re-raises when ``timeout`` seconds have passed (the seconds this process stood
-    still not counted: :func:`~.pauses.ran`), or at once when a slice failed before its time was up (not a timeout:
-    e.g. the store went away)."""
-    start, left = time.monotonic(), timeout
-    every = settings.current().progress_s if every is None else every
-    while True:
-        chunk, began = max(0.001, min(every, left)), time.monotonic()
-        try:
-            wait(chunk)
-            return
-        except Exception:
-            if time.monotonic() - began < 0.9 * chunk:
-                raise
-            on_progress(waited := ran(start))  # (a paused machine's seconds are not waited)
-            if (left := timeout - waited) <= 0.05 * chunk:
-                raise
-
-
-def report_waiting(rank: int, name: str, what: str, missing: Sequence[int], global_ranks: Sequence[int] | None,
-                   waited: float, timeout: float) -> None:
-    """The progress line of a rank that waits for others at a step of the protocol."""
-    globals_ = f" (global {[global_ranks[r] for r in missing]})" if global_ranks else ""
-    log.warning("triton_dist_tune: rank %d of group '%s' has waited %.0f s at '%s' for group ranks %s%s; giving up "
-                "after %g s", rank, name, waited, what, list(missing), globals_, timeout)
 
 
 class Group:
@@ -121,9 +87,22 @@ class Group:
     def turn(self) -> Iterator[None]:
         """Hold :attr:`lock` for one tuning on this group, one thread at a time (re-entrant), counting the threads
         that tune on it at once: an exchange error raised inside while another thread tuned on it too says so
-        (:mod:`.threads`); an error naming a rank says which global rank it is (:mod:`.rank_names`)."""
-        with naming_ranks(self.title, self.member_ranks), self.turns.turn(self.title, (MismatchError, ExchangeError)):
-            yield
+        (:mod:`.threads`); an error naming a rank says which global rank it is (:mod:`.rank_names`). An interruption
+        (any ``BaseException`` that is not an ``Exception``) leaving it leaves the group's exchanges (:meth:`leave`)."""
+        try:
+            with naming_ranks(self.title, self.member_ranks), self.turns.turn(self.title,
+                                                                              (MismatchError, ExchangeError)):
+                yield
+        except Exception:
+            raise
+        except BaseException as exc:  # Ctrl-C, sys.exit, a cancelled task: raised on, the others told
+            self.leave(exc)
+            raise
+
+    def leave(self, interruption: BaseException) -> None:
+        """This rank leaves the call it was in on this group by ``interruption`` (raised on): its peers, waiting
+        for it at an exchange or coming to one, must hear of it there and stay in step with it. This base tells
+        nobody (a single process; an MPI channel, whose waits mark it broken when they are interrupted)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every subclass's :meth:`combine` is charged to the tuning's ``exchange`` time (this thread's
@@ -333,6 +312,8 @@ class Failed:
 
     message: str
     refused: bool = False
+    #: sent by a rank that left the call instead of its message (:meth:`Group.leave`): raised as RankFailedError
+    left: bool = False
 
 
 def run_on_root(fn: Callable[[list[Any]], Any], values: list[Any]) -> Any:
@@ -347,6 +328,8 @@ def run_on_root(fn: Callable[[list[Any]], Any], values: list[Any]) -> Any:
 def unwrap(result: Any, what: str) -> Any:
     """An exchange's ``result`` as every rank receives it; a :class:`Failed` is raised instead, as
     :class:`PlainDataError` when a rank's message was refused, else as :class:`ExchangeError`."""
+    if isinstance(result, Failed) and result.left:
+        raise RankFailedError(f"triton_dist_tune: {result.message} (this rank was at '{what[:STEP_QUOTE]}')")
     if isinstance(result, Failed):
         kind = PlainDataError if result.refused else ExchangeError
         raise kind(f"triton_dist_tune: combining the ranks' messages at '{what}' failed: {result.message}")

@@ -40,8 +40,9 @@ from typing import Any
 
 from .. import settings
 from ..errors import GroupTimeoutError
-from .channel import Group, combine_payloads, pack, report_waiting, unpack
+from .channel import Group, combine_payloads, pack, unpack
 from .rank_names import renumbered
+from .waiting import report_waiting
 
 #: a pending request is looked at without a pause for this long (a step of ranks that are all there needs only
 #: looks: each drives MPI's progress), then with pauses from :data:`_FIRST_POLL_S`, doubling up to :data:`_POLL_S`

@@ -18,6 +18,7 @@ from .channel import (
     Board,
     ExchangeError,
     Failed,
+    FailureReport,
     Group,
     Message,
     RankEnded,
@@ -26,14 +27,14 @@ from .channel import (
     ended_message,
     not_a_member,
     pack,
-    report_waiting,
     unpack,
-    wait_in_slices,
 )
 from .note import NOTE_CHARS, Note, Waiter
 from .store_board import StoreBoard
+from .store_texts import ended_message_of, late_message, left_message, silent_message, unresolved_message
 from .store_wait import ArrivalLog, Arrivals, Lookup, Pace, quiet_store_wait
 from .unresolved import NOTES
+from .waiting import report_waiting, wait_in_slices
 
 log = logging.getLogger("triton_dist_tune")
 
@@ -98,6 +99,10 @@ class StoreGroup(Group):
         if not epoch.named_by_each_group():  # agreed by init_distributed, else the launcher's restart count
             self._prefix = namespace(self.name, self.global_ranks, epoch.current(), incarnation)
         self._seq = 0
+        #: the last exchange whose part of this rank's is written (its message; rank 0: the result), and its step;
+        #: the interruption this rank left the group's exchanges by, if any (:meth:`leave`)
+        self._sent, self._what, self._left = 0, "", None
+        self._told: FailureReport | None = None  #: this rank's last report on a board of the group (:meth:`leave`)
         #: the exchange whose key holds this rank's own notice of a key written by another process (0: none)
         self._notice = 0
         self._lock = threading.Lock()
@@ -137,7 +142,7 @@ class StoreGroup(Group):
             self._named(timeout)
             with self._lock:
                 self._seq += 1
-                seq = self._seq
+                seq, self._what = self._seq, what
             if self.rank == 0:
                 return self._gather_and_send(seq, obj, fn, what, timeout)
             return self._send_and_receive(seq, obj, what, timeout)
@@ -151,23 +156,25 @@ class StoreGroup(Group):
         payloads = self._request(lambda: self.store.multi_get(keys), what, started)
         payload = combine_payloads(fn, [pack(obj, 0, what), *payloads], what)
         self._request(lambda: self._write_new(seq, "all", payload, what), what, started)
+        self._sent = seq
         # the result two exchanges back: every rank has read it, as it wrote its message of the last exchange after
         # reading it. Not the last one: a message an outsider pre-wrote for a rank lets rank 0 through an exchange
         # that rank has not reached, and that rank must still find the last result to reach the forged key and
         # tell everyone (at the exchange after, which rank 0 cannot pass without it)
         if seq > 2:
-            self._tidy(self._key(seq - 2, "all"))
+            _tidy(self, self._key(seq - 2, "all"))
         return unpack(payload, what, 0)
 
     def _send_and_receive(self, seq: int, obj: Any, what: str, timeout: float) -> Any:
         mine, combined = self._key(seq, self.rank), self._key(seq, "all")
         started = time.monotonic()
         self._request(lambda: self._write_new(seq, self.rank, pack(obj, self.rank, what), what), what, started)
+        self._sent = seq
         peers = _arrivals(self, seq, [r for r in range(1, self.size) if r != self.rank], [combined])
         with self._undone_on_a_note(seq, mine):
             self._wait([combined], what, timeout, _SeenFrom(peers))
         payload = self._request(lambda: self.store.get(combined), what, started)
-        self._tidy(mine)  # rank 0 has read it: it wrote the result
+        _tidy(self, mine)  # rank 0 has read it: it wrote the result
         return unpack(payload, what, self.rank)
 
     @contextmanager
@@ -188,6 +195,25 @@ class StoreGroup(Group):
                     self._seq = seq - 1
             raise
 
+    def leave(self, interruption: BaseException) -> None:
+        """This rank leaves its call by ``interruption`` (:meth:`.channel.Group.turn`): it writes a
+        :class:`~.channel.Failed` as its part of the next exchange it has not written (that its peers wait for, or
+        come to), which they raise as ``RankFailedError`` at once, and counts it done, as they do: the ranks stay in
+        step (before, they waited their deadline there, and a call again met them one exchange apart). Best effort."""
+        if self._prefix is None or self._left is interruption:  # (no exchange yet; told already: nested turns)
+            return
+        with self._lock:
+            seq = self._seq = self._sent = self._seq + (self._sent == self._seq)
+        self._left, key, told, self._told = interruption, self._key(seq, "all" if self.rank == 0 else self.rank), \
+            self._told, None
+        text = left_message(self.rank, self.global_ranks[self.rank], self.title, self._what, interruption,
+                            told.describe() if told is not None and told.interrupted else None)
+        try:
+            with store_silence.answering(self.store, store_silence.tuner_timeout()):
+                self.store.set(key, codec.encode(Message("", Failed(text, left=True))))
+        except Exception as exc:  # the store is gone: the peers' waits say so
+            log.debug("triton_dist_tune: could not tell the group that this rank left: %s", exc)
+
     def _request(self, request: Callable[[], Any], what: str, started: float) -> Any:
         """One store request of an exchange: a transport error (the store's host ended: rank 0 of a job started
         without torchrun, after a peer's end) is the tuner's :class:`~triton_dist_tune.errors.GroupTimeoutError`
@@ -198,16 +224,6 @@ class StoreGroup(Group):
             raise
         except Exception as exc:
             raise GroupTimeoutError(self._lost_message(what, time.monotonic() - started, exc)) from exc
-
-    def _tidy(self, key: str) -> None:
-        """Delete a key every rank has read: the exchange is complete without it, so a store already gone (its
-        host ended after the exchange) is no error here; the next exchange, if any, says so."""
-        try:
-            self.store.delete_key(key)
-        except (AutotuneError, BadInputError):
-            raise
-        except Exception as exc:
-            log.debug("triton_dist_tune: could not delete %s (%s): the store's host has ended", key, exc)
 
     def _lost_message(self, what: str, waited: float, exc: BaseException) -> str:
         return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
@@ -261,6 +277,7 @@ class StoreGroup(Group):
         with self._lock:
             if self._board is board:
                 self._board = board.outer
+            self._told = board.posted
 
     def _wait(self, keys: list[str], what: str, timeout: float, lookup: Lookup,
               poll: Callable[[], None] | None = None) -> None:
@@ -282,18 +299,21 @@ class StoreGroup(Group):
                     raise RankEnded(message)
                 silent = _keyed(lookup, late, board.silent(late))
                 if silent:  # their processes ended, were killed or froze: they never arrive either
-                    raise GroupTimeoutError(_silent_message(self, what, time.monotonic() - started, silent,
-                                                            board.window or 0.0, board.quiet_s(silent)))
+                    quiet, globals_ = board.quiet_s(silent), [self.global_ranks[r] for r in silent]
+                    exits.given_up(globals_, f"its beat stood still for {quiet:.1f} s at '{what}'")  # (for the host)
+                    raise GroupTimeoutError(silent_message(self._waited(what, f"{time.monotonic() - started:.1f}"),
+                                                           silent, globals_, board.window or 0.0, quiet))
             notes, ended = _keyed_notes(lookup, late, self.global_ranks,
                                         *NOTES.look(self.store, [self.global_ranks[r] for r in late], where))
             if notes:  # a late rank passed a wrong group option: it will not come, nor will this one now
                 said = {rank: f"{note.kind}: {note.text[:NOTE_CHARS]}" for rank, note in notes.items()}
-                message = self._unresolved_message(what, time.monotonic() - started, said)
+                message = unresolved_message(self._waited(what, f"{time.monotonic() - started:.1f}"), said)
                 NOTES.pass_on(notes, message, where)  # the ranks waiting for this one learn it in turn
                 raise BadInputError(message)
             # a late rank's process ended: it never comes (unless the keys came before it left: the next slice returns)
             if ended and not self._all_arrived(keys):
-                raise GroupTimeoutError(self._ended_message(what, time.monotonic() - started, ended))
+                raise GroupTimeoutError(ended_message_of(self._waited(what, f"{time.monotonic() - started:.1f}"),
+                                                         ended))
             if waited < 0.999 * timeout and waited - reported[0] >= 0.999 * every:  # (at the deadline: its error)
                 reported[0] = waited
                 report_waiting(self.rank, self.title, what, _with_rank_0(lookup, late, rank_0_by), self.global_ranks,
@@ -321,7 +341,8 @@ class StoreGroup(Group):
                 message = self._lost_message(what, waited, exc)
             else:
                 late = _with_rank_0(lookup, lookup.confirm(lookup.missing()), rank_0_by)
-                message = _late_message(self, what, late, timeout) + self._withdrawn_notes(late, where)
+                message = late_message(self._waited(what, f"{timeout:g}"), late,
+                                       [self.global_ranks[r] for r in late]) + _withdrawn_notes(self, late, where)
             raise GroupTimeoutError(message) from exc
         finally:
             lookup.close(left)
@@ -331,26 +352,6 @@ class StoreGroup(Group):
         return (f"triton_dist_tune: rank {self.rank} of group '{self.title}' (global ranks {self.global_ranks}) "
                 f"waited {seconds} s at '{what}'")
 
-    def _unresolved_message(self, what: str, waited: float, said: dict[int, str]) -> str:
-        ranks = "; ".join(f"global rank {g} raised {text}" for g, text in said.items())
-        return f"{self._waited(what, f'{waited:.1f}')} for ranks that will not come: {ranks}"
-
-    def _ended_message(self, what: str, waited: float, ended: dict[int, Note]) -> str:
-        ranks = "; ".join(note.why_ended(g) for g, note in ended.items())
-        return f"{self._waited(what, f'{waited:.1f}')} for {ranks}"
-
-    def _withdrawn_notes(self, late: Sequence[int], where: Waiter) -> str:
-        """For a timeout's message: the late ranks' notes withdrawn before this wait began, the rank going on to
-        other groups (:meth:`~triton_dist_tune.group.unresolved.Notes.withdrawn_before`: no rule tells whether this
-        wait was for the call such a note was about, so none stopped it), quoted as a likely cause; best effort
-        (nothing on a store error)."""
-        try:
-            notes = NOTES.withdrawn_before(self.store, [self.global_ranks[r] for r in late], where)
-        except Exception as exc:  # the store is gone: the timeout's message stands alone
-            log.debug("triton_dist_tune: could not read the late ranks' withdrawn notes: %s", exc)
-            return ""
-        return "".join(note.why_withdrawn(g, where.since) for g, note in notes.items())
-
     def _all_arrived(self, keys: list[str]) -> bool:
         """Whether every key of ``keys`` is in the store (one request; False where the store cannot say)."""
         try:
@@ -359,20 +360,28 @@ class StoreGroup(Group):
             return False
 
 
-def _late_message(group: StoreGroup, what: str, missing: Sequence[int], timeout: float) -> str:
-    globals_ = [group.global_ranks[r] for r in missing]
-    return (f"{group._waited(what, f'{timeout:g}')} for group ranks {list(missing)} (global {globals_}), which "
-            "never arrived: they crashed, hung, or called the tuned function with another autotune_pg or key.")
+def _tidy(group: StoreGroup, key: str) -> None:
+    """Delete a key every rank has read: the exchange is complete without it, so a store already gone (its
+    host ended after the exchange) is no error here; the next exchange, if any, says so."""
+    try:
+        group.store.delete_key(key)
+    except (AutotuneError, BadInputError):
+        raise
+    except Exception as exc:
+        log.debug("triton_dist_tune: could not delete %s (%s): the store's host has ended", key, exc)
 
 
-def _silent_message(group: StoreGroup, what: str, waited: float, silent: Sequence[int], window: float,
-                    quiet: float) -> str:
-    """The error of a wait that gives up on the ranks ``silent``, whose beat stood still ``quiet`` s; records them
-    given up on (:func:`.exits.given_up`: evidence that they are gone for the store host's wait at its exit)."""
-    globals_ = [group.global_ranks[r] for r in silent]
-    exits.given_up(globals_, f"its beat stood still for {quiet:.1f} s at '{what}'")
-    return (f"{group._waited(what, f'{waited:.1f}')}; group rank(s) {list(silent)} (global {globals_}) showed no "
-            f"sign of life for {_silence(window, quiet)}")
+def _withdrawn_notes(group: StoreGroup, late: Sequence[int], where: Waiter) -> str:
+    """For a timeout's message: the late ranks' notes withdrawn before this wait began, the rank going on to
+    other groups (:meth:`~triton_dist_tune.group.unresolved.Notes.withdrawn_before`: no rule tells whether this
+    wait was for the call such a note was about, so none stopped it), quoted as a likely cause; best effort
+    (nothing on a store error)."""
+    try:
+        notes = NOTES.withdrawn_before(group.store, [group.global_ranks[r] for r in late], where)
+    except Exception as exc:  # the store is gone: the timeout's message stands alone
+        log.debug("triton_dist_tune: could not read the late ranks' withdrawn notes: %s", exc)
+        return ""
+    return "".join(note.why_withdrawn(g, where.since) for g, note in notes.items())
 
 
 def _arrivals(group: StoreGroup, seq: int, ranks: Iterable[int], result: list[str] | None = None) -> Arrivals:
@@ -427,16 +436,6 @@ class _SeenFrom:
 
     def close(self, left: bool = False) -> None:
         self.peers.close(left)
-
-
-def _silence(window: float, quiet: float) -> str:
-    """How long a silent rank's beat stood still, and what that tells: ``quiet`` (as this rank saw it) is at least
-    ``window``, said as the window, or less where this rank read the rank stopped after its collective with it broke
-    (:meth:`~triton_dist_tune.group.store_board.StoreBoard.silent`)."""
-    if quiet >= window:
-        return f"{window:g} s: their process ended, was killed or is frozen."
-    return (f"{quiet:.1f} s: their process ended or was killed (this rank's collective with them broke, and their "
-            "beat stands still).")
 
 
 def _job_store() -> Any:

@@ -1,0 +1,57 @@
+"""What a rank of a torch group's channel (:mod:`.store`) says when it gives up on a silent peer, or leaves the
+group's exchanges by an interruption."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from .note import Note
+
+
+def silent_message(waited: str, silent: Sequence[int], globals_: Sequence[int], window: float, quiet: float) -> str:
+    """The error of a wait (``waited``: its opening, who waited how long where) that gives up on the group ranks
+    ``silent`` (global ranks ``globals_``), whose beat stood still ``quiet`` s."""
+    return (f"{waited}; group rank(s) {list(silent)} (global {list(globals_)}) showed no sign of life for "
+            f"{silence(window, quiet)}")
+
+
+def unresolved_message(waited: str, said: Mapping[int, str]) -> str:
+    """The error of a wait (``waited``: its opening) stopped by the notes of late ranks (global rank -> what it
+    raised) that will not come (:mod:`.unresolved`)."""
+    ranks = "; ".join(f"global rank {g} raised {text}" for g, text in said.items())
+    return f"{waited} for ranks that will not come: {ranks}"
+
+
+def ended_message_of(waited: str, ended: Mapping[int, Note]) -> str:
+    """The error of a wait (``waited``: its opening) for late ranks whose notes say that their process ended."""
+    return f"{waited} for " + "; ".join(note.why_ended(g) for g, note in ended.items())
+
+
+def silence(window: float, quiet: float) -> str:
+    """How long a silent rank's beat stood still, and what that tells: ``quiet`` (as this rank saw it) is at least
+    ``window``, said as the window, or less where this rank read the rank stopped after its collective with it broke
+    (:meth:`~triton_dist_tune.group.store_board.StoreBoard.silent`)."""
+    if quiet >= window:
+        return f"{window:g} s: their process ended, was killed or is frozen."
+    return (f"{quiet:.1f} s: their process ended or was killed (this rank's collective with them broke, and their "
+            "beat stands still).")
+
+
+def late_message(waited: str, missing: Sequence[int], globals_: Sequence[int]) -> str:
+    """The error of a wait (``waited``: its opening) that ran out with the group ranks ``missing`` (global ranks
+    ``globals_``) not there."""
+    return (f"{waited} for group ranks {list(missing)} (global {list(globals_)}), which never arrived: they crashed, "
+            "hung, or called the tuned function with another autotune_pg or key.")
+
+
+def left_message(rank: int, global_rank: int, title: str, last: str, interruption: BaseException,
+                 told: str | None = None) -> str:
+    """What the peers of group rank ``rank`` raise (:class:`~triton_dist_tune.errors.RankFailedError`) when it left
+    the call it was in on group ``title`` by ``interruption`` (Ctrl-C's ``KeyboardInterrupt``, ``sys.exit``'s
+    ``SystemExit``, a cancelled task's ``CancelledError``), its last exchange being ``last`` ("" for none);
+    ``told``: what it posted on the tuning's failure board of that interruption (the config it was in), if any."""
+    said = told or f"group rank {rank} was interrupted ({type(interruption).__name__})"
+    after = f"after its exchange at '{last[:200]}'" if last else "before its first exchange"
+    return (f"{said} {after}; group rank(s) [{rank}] left the tuning (global rank {global_rank} of group '{title}'): "
+            "it comes to no later exchange of that call. No config is blamed (an interruption): the ranks are in "
+            "step again, and a call again on every rank tunes the key")
