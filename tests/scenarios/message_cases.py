@@ -162,7 +162,9 @@ def interrupted_then_called_again():
     """A BaseException that is not an Exception, raised by a user callable on one rank only and caught by its caller
     (a REPL, a serving loop handling SIGINT), which calls again, as every rank's caller does: rank 1's ``prune_fn``
     raises KeyboardInterrupt (before the failure board opens), then rank 0's measured run raises SystemExit (a
-    ``sys.exit`` in the function; rank 0 gathers every exchange). Each rank emits what each call gave."""
+    ``sys.exit`` in the function; rank 0 gathers every exchange). Then rank 1's ``prune_fn`` of a rank-local function
+    served by ``undecided="first"`` (no exchange) raises KeyboardInterrupt, and a collective function tunes on the
+    same group. Each rank emits what each call gave."""
     tdt.init_distributed(backend="gloo")
     me = dist.get_rank()
     fired: set[str] = set()
@@ -186,8 +188,21 @@ def interrupted_then_called_again():
         once("run", 0, SystemExit(3))
         return x * c
 
-    for fn in (pruned, ran):
-        for call in (1, 2):
+    def local_prune(config, x):
+        once("local_prune", 1, KeyboardInterrupt())
+        return True
+
+    @tdt.autotune([{"c": c} for c in (1, 2, 3)], key_fn=lambda x: x.numel(), prune_fn=local_prune, sharded=True,
+                  undecided="first", name="alone")
+    def alone(x, *, c):  # rank-local, served: its call makes no exchange
+        return x * c
+
+    @tdt.autotune([{"c": c} for c in (1, 2, 3)], key_fn=lambda x: x.numel(), n_warmup=1, n_repeat=2, name="after")
+    def after(x, *, c):
+        return x * c
+
+    for fn, calls in ((pruned, (1, 2)), (ran, (1, 2)), (alone, (1,)), (after, (1,))):
+        for call in calls:
             t0 = time.monotonic()
             try:
                 said = {"error": None, "value": float(fn(torch.ones(8)).sum())}  # 8 c: the config chosen

@@ -88,16 +88,25 @@ class Group:
         """Hold :attr:`lock` for one tuning on this group, one thread at a time (re-entrant), counting the threads
         that tune on it at once: an exchange error raised inside while another thread tuned on it too says so
         (:mod:`.threads`); an error naming a rank says which global rank it is (:mod:`.rank_names`). An interruption
-        (any ``BaseException`` that is not an ``Exception``) leaving it leaves the group's exchanges (:meth:`leave`)."""
-        try:
-            with naming_ranks(self.title, self.member_ranks), self.turns.turn(self.title,
-                                                                              (MismatchError, ExchangeError)):
+        (any ``BaseException`` that is not an ``Exception``) leaving it after this rank began an exchange in it leaves
+        the group's exchanges (:meth:`leave`): the peers are in the same call, one exchange on. Before its first one,
+        the rank has taken no step the peers have not (its call again joins them where they wait), and a call that
+        makes none (a rank-local function's serving) has no peer to tell: nothing is sent (a peer's later tuning
+        would have read it as this rank leaving)."""
+        with naming_ranks(self.title, self.member_ranks), self.turns.turn(self.title, (MismatchError, ExchangeError)):
+            begun = self.exchanges()  # (this thread's turn: another's exchanges are not counted)
+            try:
                 yield
-        except Exception:
-            raise
-        except BaseException as exc:  # Ctrl-C, sys.exit, a cancelled task: raised on, the others told
-            self.leave(exc)
-            raise
+            except Exception:
+                raise
+            except BaseException as exc:  # Ctrl-C, sys.exit, a cancelled task: raised on, the others told
+                if self.exchanges() != begun:
+                    self.leave(exc)
+                raise
+
+    def exchanges(self) -> int:
+        """How many exchanges this rank has begun on the group (0 where the channel does not count them)."""
+        return 0
 
     def leave(self, interruption: BaseException) -> None:
         """This rank leaves the call it was in on this group by ``interruption`` (raised on): its peers, waiting

@@ -68,13 +68,11 @@ class StoreGroup(Group):
       ``s-1/all`` (every rank has read it: each has arrived at ``s``).
 
     Every message is plain data (:mod:`.codec`: JSON, never pickle): the store has no authentication, and what
-    an outsider writes under these keys is refused, never run.
-
-    Every rank makes four store requests per exchange whatever the group size, and the server moves each message
-    once in (and back to its writer: a key is written with a compare-and-set expecting it absent, whose reply is the
-    value, so that a key another process wrote first is found; :meth:`_write_new`) and the result once out to each
-    rank: linear in the group size when the result does not grow with it.
-    """
+    an outsider writes under these keys is refused, never run. Every rank makes four store requests per exchange
+    whatever the group size, and the server moves each message once in (and back to its writer: a key is written
+    with a compare-and-set expecting it absent, whose reply is the value, so that a key another process wrote first
+    is found; :meth:`_write_new`) and the result once out to each rank: linear in the group size when the result
+    does not grow with it."""
 
     def __init__(self, pg: Any, option: str = "autotune_pg") -> None:
         import torch.distributed as dist
@@ -98,10 +96,9 @@ class StoreGroup(Group):
         self._prefix: str | None = None
         if not epoch.named_by_each_group():  # agreed by init_distributed, else the launcher's restart count
             self._prefix = namespace(self.name, self.global_ranks, epoch.current(), incarnation)
-        self._seq = 0
-        #: the last exchange whose part of this rank's is written (its message; rank 0: the result), and its step;
-        #: the interruption this rank left the group's exchanges by, if any (:meth:`leave`)
-        self._sent, self._what, self._left = 0, "", None
+        #: the exchanges begun; the last whose part of this rank's is written (its message; rank 0: the result), and
+        #: its step; the interruption this rank left the group's exchanges by, if any (:meth:`leave`)
+        self._seq, self._sent, self._what, self._left = 0, 0, "", None
         self._told: FailureReport | None = None  #: this rank's last report on a board of the group (:meth:`leave`)
         #: the exchange whose key holds this rank's own notice of a key written by another process (0: none)
         self._notice = 0
@@ -195,11 +192,14 @@ class StoreGroup(Group):
                     self._seq = seq - 1
             raise
 
+    def exchanges(self) -> int:
+        return self._seq
+
     def leave(self, interruption: BaseException) -> None:
         """This rank leaves its call by ``interruption`` (:meth:`.channel.Group.turn`): it writes a
-        :class:`~.channel.Failed` as its part of the next exchange it has not written (that its peers wait for, or
-        come to), which they raise as ``RankFailedError`` at once, and counts it done, as they do: the ranks stay in
-        step (before, they waited their deadline there, and a call again met them one exchange apart). Best effort."""
+        :class:`~.channel.Failed` as its part of the next exchange it has not written (its peers wait for it, or come
+        to it), which they raise as ``RankFailedError`` at once, and counts it done, as they do: the ranks stay in
+        step (before, a call again met them one exchange apart). Best effort."""
         if self._prefix is None or self._left is interruption:  # (no exchange yet; told already: nested turns)
             return
         with self._lock:
