@@ -140,6 +140,10 @@ def _as_another_user(fn) -> tuple[int, str]:
                     logger.handlers.clear()
                 logs._file_loggers.clear()
                 logs._unwritable.clear()
+                logs._folder = None  # (the earlier test's folder, kept for its process: not this one's)
+                if logs._console is not None:  # its handler writes to the stderr pytest gave the earlier test
+                    logs._console.handlers.clear()
+                    logs._console = None
             if os.geteuid() == 0:
                 os.setgid(65534)
                 os.setuid(65534)
