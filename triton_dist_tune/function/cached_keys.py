@@ -19,12 +19,11 @@ from collections.abc import Hashable
 from typing import Any
 
 from .. import settings
-from ..disk.cache import entry_id
 from ..errors import BadInputError
 from ..measure.replicas import Layout
 from ..space import describe_key
 from .tuned import TunedFunction
-from .tuning import kept_text
+from .tuning import entry_of, kept_text
 
 #: at most this many files of the folder are read per served key (the newest first: a folder of many decisions
 #: costs a bounded read)
@@ -96,5 +95,4 @@ def _decided_key(tuner: TunedFunction, entry: str) -> tuple[Hashable, str, int, 
 def _named(tuner: TunedFunction, item: tuple[Hashable, str, int, list[int]], group_size: int, extra: str,
            layout: Layout | None) -> str:
     """The entry a tuning of ``item``'s key on a group of ``group_size`` (and ``layout``) with ``extra`` names."""
-    named = entry_id(tuner.source, item[1], tuner.space_text, group_size, extra + kept_text(item[3], len(tuner.space)))
-    return named if layout is None else layout.entry(named)
+    return entry_of(tuner, item[1], group_size, extra + kept_text(item[3], len(tuner.space)), layout)

@@ -121,31 +121,17 @@ class Tuner(TunedFunction):
                 turn.enter_context(group.turn())
                 config = table.get(slot) if key_error is None else None  # decided by a thread before us?
             env_problem = settings.problem() if config is None else None  # agreed below, never raised alone
+
+            def tuning() -> Tuning:  # (made where a step of the protocol runs, never for a slot served already)
+                return Tuning(self, group, key, args, self._tuned_kwargs(kwargs, overwrite), verbose, overwrite,
+                              layout)
+
             if config is None and self.undecided.current() != "tune":  # ``undecided="nearest"|"first"``: no tuning
                 # a key key_fn could not give, or one that is no key (a tensor, nan): raised by every rank at the
                 # cache lookup's agreement, else (a rank-local function, a key looked up before) at the serving
                 serve_problem = key_error or _key_problem(key) or env_problem
-                local = self.options.sharded or self.rank_local
-                if local and not serve_problem:
-                    config = self._read_alone.get(slot)
-                if config is None and slot not in self._not_cached and not (local and serve_problem):
-                    # a key the cache holds is its decision, not the policy's config: a collective function's group
-                    # reads the cache first, as a tuning does, agreeing on the call (a hit is decided on every rank);
-                    # a rank-local function's rank reads its own entry alone (it talks to nobody: cached_alone.py),
-                    # and a hit is served, never decided: another rank's entry may be missing (its node's disk), and
-                    # a decision held by some ranks only would have the others tune it alone under "tune"
-                    tuned_kwargs = self._tuned_kwargs(kwargs, overwrite)
-                    if local:
-                        config, serve_problem = cached_alone(self, group, key, args, tuned_kwargs, verbose, layout)
-                        if config is not None:
-                            self._read_alone[slot] = config
-                    else:
-                        config = Tuning(self, group, key, args, tuned_kwargs, verbose, overwrite,
-                                        layout).run(key_error, problem or env_problem, cached_only=True)
-                        if config is not None:
-                            self._decided(table, slot, group, key, config)
-                    if config is None and serve_problem is None:
-                        self._not_cached.add(slot)
+                config, serve_problem = self._cached(table, slot, tuning, serve_problem, key_error,
+                                                     problem or env_problem)
                 if config is None:
                     config = self._serve(table, slot, group, args, kwargs, overwrite, serve_problem, layout)
             if config is not None and not problem and not overwrite and not self.space_names.isdisjoint(kwargs):
@@ -153,10 +139,38 @@ class Tuner(TunedFunction):
             if config is not None and problem:
                 raise BadInputError(problem)  # decided: the other ranks are not tuning, so nothing to agree on
             if config is None:
-                tuning = Tuning(self, group, key, args, self._tuned_kwargs(kwargs, overwrite), verbose, overwrite,
-                                layout)
-                config = self._decided(table, slot, group, key, tuning.run(key_error, problem or env_problem))
+                config = self._decided(table, slot, group, key, tuning().run(key_error, problem or env_problem))
         return self._run(args, kwargs, config, overwrite)
+
+    def _cached(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, tuning: Callable[[], Tuning],
+                serve_problem: str | None, key_error: str | None,
+                problem: str | None) -> tuple[dict[str, Any] | None, str | None]:
+        """Before an ``undecided`` policy serves ``slot``: (its decision in the disk cache, else None; the serving's
+        problem). A key the cache holds is its decision, not the policy's config: a collective function's group reads
+        the cache first, as a tuning does (``tuning()``'s steps 1 to 3), agreeing on the call, and a hit is decided on
+        every rank; a rank-local function's rank reads its own entry alone (it talks to nobody:
+        :mod:`.cached_alone`), and a hit is served, never decided: another rank's entry may be missing (its node's
+        disk), and a decision held by some ranks only would have the others tune it alone under ``tune``. Each slot's
+        cache is read once (a miss: :attr:`_not_cached`)."""
+        local = self.options.sharded or self.rank_local
+        if local and serve_problem:
+            return None, serve_problem
+        if local and slot in self._read_alone:
+            return self._read_alone[slot], None
+        if slot in self._not_cached:
+            return None, serve_problem
+        looked = tuning()
+        if local:
+            config, serve_problem = cached_alone(looked)
+            if config is not None:
+                self._read_alone[slot] = config
+        else:
+            config = looked.run(key_error, problem, cached_only=True)
+            if config is not None:
+                self._decided(table, slot, looked.group, looked.key, config)
+        if config is None and serve_problem is None:
+            self._not_cached.add(slot)
+        return config, serve_problem
 
     def _decided(self, table: dict[Hashable, dict[str, Any]], slot: Hashable, group: Any, key: Hashable,
                  config: dict[str, Any]) -> dict[str, Any]:

@@ -168,8 +168,7 @@ class Tuning:
 
     def _entry(self, extra: str) -> str:
         """The entry named by what this tuning depends on (``extra``), for its group (and layout)."""
-        entry = entry_id(self.tuner.source, self.key_text, self.tuner.space_text, self.group.size, extra)
-        return entry if self.layout is None else self.layout.entry(entry)
+        return entry_of(self.tuner, self.key_text, self.group.size, extra, self.layout)
 
     def _read_cache(self, quiet: bool = False) -> list | None:
         """``[index, what it shares]`` (:func:`served`) of the entry, or None (none, provisional, not this space's)."""
@@ -399,6 +398,13 @@ def journal_of(tuning: Tuning, create: bool = True) -> Journal:
     return Journal(journal_path(tuning.tuner.cache.folder, tuning.journal_entry, group),
                    {"job": tuning.env.job_id, "group": group.name, "ranks": list(group.member_ranks),
                     "kept": tuning.kept, "decision": tuning.entry}, create)
+
+
+def entry_of(tuner: TunedFunction, key_text: str, group_size: int, extra: str, layout: Layout | None) -> str:
+    """The cache entry a tuning of the key ``key_text`` names on a group of ``group_size`` (and ``layout``) with
+    ``extra`` (what it depends on, the kept set included)."""
+    entry = entry_id(tuner.source, key_text, tuner.space_text, group_size, extra)
+    return entry if layout is None else layout.entry(entry)
 
 
 def kept_text(kept: list[int], size: int) -> str:
