@@ -235,6 +235,33 @@ def test_a_cache_hit_keeps_the_journal_of_another_job_tuning_the_entry_again(tmp
     assert left == records, left
 
 
+@pytest.mark.timeout(300)
+def test_two_srun_steps_of_one_allocation_keep_each_others_journal_records(tmp_path):
+    """Two ``srun`` steps of one Slurm allocation (one ``SLURM_JOB_ID``, ``SLURM_STEP_ID`` 0 and 1) tune one decided
+    entry again under ``ALWAYS_TUNE`` in a shared folder. Step 0 is killed inside a config: its journal stays for
+    its restart. Before, both steps were job ``42``: step 1 resumed from step 0's records as its own and deleted
+    them at its end. Now each step is a job of its own (``42.0``, ``42.1``): step 1 tunes from scratch and leaves
+    step 0's records as they were."""
+    cache, env = tune_alone(tmp_path, CRASHING, FIRST="1", TRITON_DIST_AUTOTUNE_JOB_ID="first")  # decided
+    for name in ("TRITON_DIST_AUTOTUNE_JOB_ID", "TORCHELASTIC_RUN_ID"):
+        env.pop(name, None)
+    script = tmp_path / "crashing.py"
+    script.write_text(CRASHING)
+    crashed = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                             env={**env, "CRASH": "1", "TRITON_DIST_AUTOTUNE_ALWAYS_TUNE": "1", "SLURM_JOB_ID": "42",
+                                  "SLURM_STEP_ID": "0"})
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    records = [json.loads(line) for p in (cache / "edges").glob("*.journal") for line in p.read_bytes().splitlines()]
+    assert records and {r["job"] for r in records} == {"42.0"}, records
+    (tmp_path / "step1").mkdir()
+    tune_alone(tmp_path / "step1", CRASHING, FIRST="1", SLURM_JOB_ID="42", SLURM_STEP_ID="1",
+               TRITON_DIST_AUTOTUNE_ALWAYS_TUNE="1", TRITON_DIST_AUTOTUNE_CACHE_DIR=str(cache))
+    logs = " ".join(p.read_text() for p in (tmp_path / "step1" / "logs").rglob("*.log"))
+    assert "cache hit" not in logs and "resum" not in logs, logs[-3000:]
+    left = [json.loads(line) for p in (cache / "edges").glob("*.journal") for line in p.read_bytes().splitlines()]
+    assert left == records, left  # before: deleted by step 1's end
+
+
 #: a ``contextual_autotune`` function of one kernel (two configs) whose launch of config ``BLOCK=64`` kills its
 #: process (SIGKILL, in the launch's grid) while ``$CRASH`` is set: a tuning ended inside that config
 CONTEXTUAL_CRASHING = '''

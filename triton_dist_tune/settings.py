@@ -111,6 +111,17 @@ def _int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
     return None
 
 
+def _slurm_job(env: Mapping[str, str]) -> str | None:
+    """Slurm's job as journals name it: ``SLURM_JOB_ID``, with ``.SLURM_STEP_ID`` where that is set (Slurm's own
+    ``42.3``). Two ``srun`` steps of one allocation run at once as two jobs (each its own launch, its own ranks);
+    named by the allocation alone, one step's ``ALWAYS_TUNE`` tuning resumed from the other's journal records and
+    deleted them at its end, while the other step, killed inside a config, still needed them for its restart. A
+    torchrun restart stays within its step; a step started again (a retry loop in a batch script) is a new job."""
+    job = env.get("SLURM_JOB_ID", "").strip()
+    step = env.get("SLURM_STEP_ID", "").strip()
+    return f"{job}.{step}" if job and step else (job or None)
+
+
 def _threads(env: Mapping[str, str]) -> int | None:
     value = env.get(PREFIX + "COMPILE_THREADS", "")
     return int(value) if value.isdigit() and int(value) > 0 else None  # anything else: the default
@@ -139,8 +150,9 @@ class Settings:
     #: reads that rank's process as gone (``..._LOST_S``, default 30; see :mod:`~triton_dist_tune.group.beat`)
     lost_s: float = 30.0
     #: the job's identity written into journals: ``..._JOB_ID``, else torchrun's ``TORCHELASTIC_RUN_ID``, else
-    #: Slurm's ``SLURM_JOB_ID``, else the name ``init_distributed`` kept in the job's store (:func:`name_job`); None
-    #: when there is none
+    #: Slurm's ``SLURM_JOB_ID`` with its ``SLURM_STEP_ID`` (``42.3``: each ``srun`` step of an allocation is a job
+    #: of its own, :func:`_slurm_job`), else the name ``init_distributed`` kept in the job's store
+    #: (:func:`name_job`); None when there is none
     job_id: str | None = None
     #: the launcher's world size (``WORLD_SIZE`` / Open MPI's / PMI's); None outside a launcher
     world_size: int | None = None
@@ -196,8 +208,7 @@ class Settings:
 
         cache_dir = env.get(PREFIX + "CACHE_DIR")
         log_dir = env.get(PREFIX + "LOG_DIR")
-        job = next((value for value in (env.get(PREFIX + "JOB_ID"), env.get("TORCHELASTIC_RUN_ID"),
-                                        env.get("SLURM_JOB_ID"))
+        job = next((value for value in (env.get(PREFIX + "JOB_ID"), env.get("TORCHELASTIC_RUN_ID"), _slurm_job(env))
                     if value and value.lower() != "none"), _STORE_JOB[0])  # torchrun's is "none" unless named
         return cls(
             timeout=parsed(lambda: _timeout(env), cls.timeout),

@@ -159,7 +159,7 @@ _SLOT = re.compile(r"^(?P<entry>.+)\.(?P<tag>[0-9a-f]{10})\.rank(?P<rank>\d+)(?:
 
 #: the first agreement's field that says which earlier records a tuning resumes from (:func:`always_tune`)
 ALWAYS_TUNE_FIELD = ("TRITON_DIST_AUTOTUNE_ALWAYS_TUNE (and the job id: TRITON_DIST_AUTOTUNE_JOB_ID, "
-                     "TORCHELASTIC_RUN_ID or SLURM_JOB_ID)")
+                     "TORCHELASTIC_RUN_ID or SLURM_JOB_ID.SLURM_STEP_ID)")
 
 
 def always_tune() -> str:
