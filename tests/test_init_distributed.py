@@ -317,3 +317,63 @@ def test_an_mpiexec_job_without_master_port_agrees_a_free_port_through_mpi(tmp_p
     results = parse_results(proc.stdout)
     assert sorted(r.get("rank") for r in results) == [0, 1], (proc.stdout[-2000:], proc.stderr[-3000:])
     assert all(r.get("sum") == 2.0 for r in results), results
+
+
+@pytest.mark.timeout(120)
+def test_a_master_addr_with_spaces_around_it_starts_the_job(tmp_path):
+    """``MASTER_ADDR="127.0.0.1 "`` on both ranks of a job started without torchrun's agent (a trailing space, as
+    ``hostname -I`` prints one, or a quoted value in a job file): the address is read as ``RANK``, ``WORLD_SIZE`` and
+    ``MASTER_PORT`` are, without the spaces around it, and the two ranks all-reduce. Before: rank 1 tried to resolve
+    ``'127.0.0.1 '`` until the init timeout (``GroupTimeoutError ... gaierror``), and rank 0's store, whose own
+    client could not resolve it either, ended after two connect tries of the init timeout each in torch's
+    ``DistNetworkError`` and about 40 lines of its C++ warnings."""
+    from pathlib import Path
+
+    from harness import HERE, base_env, free_port, spawn, tuner_env
+
+    port = free_port()
+    env = tuner_env(tmp_path, 20, TRITON_DIST_AUTOTUNE_INIT_TIMEOUT="20")
+    ranks = [spawn(Path(HERE) / "scenarios" / "restart_cases.py", ["all_reduce_own_value"],
+                   base_env({**env, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                             "MASTER_PORT": str(port), "MASTER_ADDR": " 127.0.0.1 ", "PMIX_NAMESPACE": "job-A",
+                             "JOB_VALUE": "1"}))
+             for rank in (0, 1)]
+    assert [_ended(proc, 90).get("sum") for proc in ranks] == [2.0, 2.0]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("addr", ["", "  "])
+def test_a_blank_master_addr_is_named(launcher, addr):
+    """``MASTER_ADDR`` set to nothing (a launch script whose look-up of the store's node printed nothing): a
+    BadInputError naming it, at once. Before: rank 1 waited the init timeout to resolve ``''`` and rank 0 ended in
+    torch's C++ warnings after twice the init timeout."""
+    launcher.setenv("RANK", "1")
+    launcher.setenv("WORLD_SIZE", "2")
+    launcher.setenv("MASTER_PORT", "1")
+    launcher.setenv("MASTER_ADDR", addr)
+    t0 = time.monotonic()
+    with pytest.raises(tdt.BadInputError, match=f"MASTER_ADDR='{addr}' names no host"):
+        tdt.init_distributed(timeout_s=8)
+    assert time.monotonic() - t0 < 2
+
+
+@pytest.mark.timeout(60)
+def test_rank_0_with_a_master_addr_that_does_not_resolve_ends_in_one_line_within_the_init_timeout(tmp_path):
+    """Global rank 0, which hosts the store (no torchrun agent), given a ``MASTER_ADDR`` no resolver knows: one line
+    naming ``MASTER_ADDR`` and the name, within the init timeout (4 s here), and none of torch's C++ warnings.
+    Before: torch's client on rank 0 tried twice, the init timeout each (8 s), and rank 0 ended in an
+    ``AutotuneError`` wrapping torch's ``DistNetworkError`` after about 40 lines of C++ warnings on stderr."""
+    from pathlib import Path
+
+    from harness import HERE, base_env, free_port, parse_results, spawn, tuner_env
+
+    env = base_env({**tuner_env(tmp_path, 20, TRITON_DIST_AUTOTUNE_INIT_TIMEOUT="4"), "RANK": "0", "WORLD_SIZE": "2",
+                    "LOCAL_RANK": "0", "MASTER_PORT": str(free_port()), "MASTER_ADDR": "no-such-host.invalid",
+                    "PMIX_NAMESPACE": "job-A", "JOB_VALUE": "1"})
+    proc = spawn(Path(HERE) / "scenarios" / "restart_cases.py", ["all_reduce_own_value"], env)
+    out, err = proc.communicate(timeout=50)
+    said = parse_results(out)[-1]
+    assert said.get("error") == "GroupTimeoutError", (said, err[-3000:])
+    assert "MASTER_ADDR='no-such-host.invalid'" in said["message"] and "\n" not in said["message"], said
+    assert "TCPStore.cpp" not in err and "socket.cpp" not in err, err[-3000:]
+    assert said["seconds"] < 4 * 4, said

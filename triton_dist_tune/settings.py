@@ -300,7 +300,8 @@ class Launcher:
     local_rank: int | None = None
     #: torchrun's agents in the job, one per node (``GROUP_WORLD_SIZE``); None when unset
     agents: int | None = None
-    #: the host of the job's key-value store (``MASTER_ADDR``, default 127.0.0.1)
+    #: the host of the job's key-value store (``MASTER_ADDR`` without the spaces around it, as the numbers are read;
+    #: default 127.0.0.1; empty where it is set to nothing, which ``init_distributed`` refuses)
     master_addr: str = "127.0.0.1"
     #: the port of the job's key-value store as set (``MASTER_PORT``); None when unset
     master_port: str | None = None
@@ -322,7 +323,7 @@ class Launcher:
             world_size=_int(env, SIZE_VARIABLES),
             local_rank=_int(env, LOCAL_RANK_VARIABLES),
             agents=_int(env, ("GROUP_WORLD_SIZE",)),
-            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1").strip(),
             master_port=env.get("MASTER_PORT"),
             agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
             restart_count=env.get("TORCHELASTIC_RESTART_COUNT", "0"),

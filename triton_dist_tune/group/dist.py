@@ -69,6 +69,9 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
         raise BadInputError(f"rank {rank} is not below the world size {world}: the launcher's "
                             f"{list(settings.RANK_VARIABLES)} and {list(settings.SIZE_VARIABLES)} disagree")
     rendezvous.parse_port(job.master_port)  # (a malformed one named before anything starts)
+    if not job.master_addr:  # (torch's env:// start refuses it too; before, each rank waited to resolve '')
+        raise BadInputError(f"MASTER_ADDR={os.environ.get('MASTER_ADDR', '')!r} names no host: set it to the "
+                            f"address of global rank 0's node (the store's host), or unset it for this host")
     if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= settings.MAX_SECONDS):  # (not the variable's)
         raise BadInputError(f"init_distributed: timeout_s must be a positive number of seconds, at most "
                             f"{settings.MAX_SECONDS:g}, not {timeout_s!r}")
@@ -78,6 +81,8 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
         torch.cuda.set_device((job.local_rank or 0) % torch.cuda.device_count())
     join_s = settings.init_timeout(timeout_s)
     hosts = rank == 0 and not job.agent_store
+    if hosts:  # its own client connects there: a name that never resolves is one line, within join_s
+        _resolve(job.master_addr, join_s)
 
     def start(port: int) -> Any:  # rank 0's store on the port agreed through MPI (0: the kernel picks it)
         store = dist.TCPStore(job.master_addr, port, world, is_master=True, timeout=timedelta(seconds=join_s),
@@ -150,5 +155,25 @@ def _reach(host: str, port: int, seconds: float, rank: int, where: str) -> None:
                     f"init_distributed: rank {rank} could not reach {where} within {seconds:g} s "
                     f"({describe_error(exc)}): not started, ended, or at another address (MASTER_ADDR, MASTER_PORT) "
                     f"{epoch.LONGER}") from None
+        time.sleep(pause)
+        pause = min(0.5, pause * 1.5)
+
+
+def _resolve(host: str, seconds: float) -> None:
+    """Global rank 0, which hosts the store: return once ``host`` (``MASTER_ADDR``) resolves, trying for ``seconds``
+    (a cluster's name service may know a node's name only once the node is up); else a
+    :class:`~triton_dist_tune.GroupTimeoutError` naming it. Torch's own client, on a name that does not resolve,
+    tried twice for the timeout each and printed about 40 lines of C++ warnings before its ``DistNetworkError``."""
+    deadline, pause = time.monotonic() + seconds, 0.05
+    while True:
+        try:
+            socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            return
+        except OSError as exc:
+            if time.monotonic() + pause >= deadline:
+                raise GroupTimeoutError(
+                    f"init_distributed: rank 0 could not resolve MASTER_ADDR={host!r}, where it hosts the job's "
+                    f"key-value store, within {seconds:g} s ({describe_error(exc)}): set MASTER_ADDR to this node's "
+                    f"name or address, the same on every rank {epoch.LONGER}") from None
         time.sleep(pause)
         pause = min(0.5, pause * 1.5)
