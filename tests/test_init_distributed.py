@@ -377,3 +377,36 @@ def test_rank_0_with_a_master_addr_that_does_not_resolve_ends_in_one_line_within
     assert "MASTER_ADDR='no-such-host.invalid'" in said["message"] and "\n" not in said["message"], said
     assert "TCPStore.cpp" not in err and "socket.cpp" not in err, err[-3000:]
     assert said["seconds"] < 4 * 4, said
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_whose_port_holds_a_program_that_never_answers_ends_within_the_init_timeout(tmp_path):
+    """Rank 1 of a job without torchrun's agent, its ``MASTER_PORT`` held by a program that accepts connections and
+    never answers (not a key-value store: here, this test's socket), ``..._INIT_TIMEOUT=4`` and the tuner's timeout
+    at its default 300 s: one line naming the store's address and ``MASTER_PORT``, within 4 x 4 s. Before: torch's
+    client read the handshake's reply without a limit, and the rank was cut off only after the tuner's silence window
+    (``T + T/10``: 330 s), with a message saying the store's host froze."""
+    import socket
+    from pathlib import Path
+
+    from harness import HERE, base_env, free_port, parse_results, spawn, tuner_env
+
+    port = free_port()
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", port))
+        silent.listen(16)  # (the kernel accepts the connections; nobody reads them)
+        env = tuner_env(tmp_path, 300, TRITON_DIST_AUTOTUNE_INIT_TIMEOUT="4")
+        proc = spawn(Path(HERE) / "scenarios" / "restart_cases.py", ["all_reduce_own_value"],
+                     base_env({**env, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_PORT": str(port),
+                               "MASTER_ADDR": "127.0.0.1", "PMIX_NAMESPACE": "job-A", "JOB_VALUE": "1"}))
+        try:
+            out, err = proc.communicate(timeout=60)
+        except Exception:
+            proc.kill()
+            out, err = proc.communicate()
+    results = parse_results(out)
+    assert results and results[-1].get("error") == "GroupTimeoutError", (out[-2000:], err[-3000:])
+    said = results[-1]
+    assert f"127.0.0.1:{port}" in said["message"] and "MASTER_PORT" in said["message"], said
+    assert "\n" not in said["message"], said
+    assert said["seconds"] < 4 * 4, said

@@ -96,12 +96,15 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     where = f"the job's key-value store {job.master_addr}:{port} ({host})"
     if not hosts:
         _reach(job.master_addr, port, join_s, rank, where)
-    tuner_t = store_silence.tuner_timeout()
+    # the section's T: the tuner's, or the wait bound where that is shorter (a program on the port that is no store
+    # and never answers, like a frozen host, ends this within the init timeout, not the tuner's T + T/10: 330 s)
+    tuner_t = min(store_silence.tuner_timeout(), max(join_s, settings.MIN_TIMEOUT_S))
     # a host that listens (reached: one not started yet was waited for there) but never answers (frozen: its kernel
     # accepts the connection) is cut by the section; torch's connect reads its reply without a limit and, after each
     # cut, tries again on a new connection until its timeout: the window, not join_s (before: it ended only there;
     # test_frozen_host.py::test_init_distributed_ends_when_the_store_host_freezes_naming_its_address[connect])
     connect_s = join_s if hosts else min(join_s, store_silence.window_of(tuner_t))
+    checked = hosts or job.agent_store  # whether the store is known to be the job's (a rank that checked its token)
     try:  # a host that stops answering (frozen) ends this within T + max(1, T/10) s
         with store_silence.answering((job.master_addr, port) if world > 1 else None, tuner_t):
             try:
@@ -122,6 +125,7 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
                 rendezvous.publish(store, meeting)
             elif not job.agent_store:  # (torchrun's agent: a store of the job's own rendezvous)
                 rendezvous.check(store, meeting, rank, where, join_s)
+                checked = True
             store.set_timeout(timedelta(seconds=join_s))
             attempt = epoch.agree(store, "triton_dist_tune/attempt/", rank, world, join_s, where=where)
             store.set_timeout(timedelta(seconds=timeout_s))
@@ -134,8 +138,9 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> An
     except Exception as exc:
         if not store_silence.was_cut():
             raise
+        other = "" if checked else f"; or a program that is no key-value store listens there ({meeting.said})"
         raise GroupTimeoutError(f"triton_dist_tune: init_distributed (global rank {rank}): {where} "
-                                f"{store_silence.lost_reason()}") from exc
+                                f"{store_silence.lost_reason()}{other}") from exc
     return dist.group.WORLD
 
 
