@@ -26,7 +26,8 @@ MODULE:NAME, --keys and --group-size (against the job's ranks) are checked befor
 script or module once, as one process, not on every rank: its help is printed once.
 
 Multi-node: set NNODES, with NODE_RANK, MASTER_ADDR and MASTER_PORT (default 29500), on every node; they are
-passed to torchrun as --nnodes/--node-rank/--master-addr/--master-port. Without NNODES, --standalone is used, and a
+passed to torchrun as --nnodes/--node-rank/--master-addr/--master-port (checked first: a value torchrun
+cannot start from is one line and exit status 2). Without NNODES, --standalone is used, and a
 MASTER_ADDR or MASTER_PORT left in the environment is ignored.
 Environment: PYTHON (default python3) picks the interpreter.
 EOF
@@ -85,8 +86,27 @@ fi
 
 # multi-node only where NNODES says so: a MASTER_ADDR alone is often left over from another tool, not a request
 if [[ -n "${NNODES:-}" ]]; then
-  rdzv=(--nnodes "$NNODES" --node-rank "${NODE_RANK:-0}"
-        --master-addr "${MASTER_ADDR:-127.0.0.1}" --master-port "${MASTER_PORT:-29500}")
+  # each read without the spaces around it, and checked here: one line and exit status 2 before anything starts
+  # (before: torchrun's traceback for a malformed one; a NODE_RANK not below NNODES waited, silent, for nodes that
+  # never come)
+  trim() { local v="$1"; v="${v#"${v%%[![:space:]]*}"}"; printf '%s' "${v%"${v##*[![:space:]]}"}"; }
+  NNODES="$(trim "$NNODES")"
+  node_rank="$(trim "${NODE_RANK:-0}")"
+  master_port="$(trim "${MASTER_PORT:-29500}")"
+  if [[ ! "$NNODES" =~ ^[1-9][0-9]{0,5}(:[1-9][0-9]{0,5})?$ ]]; then
+    echo "launch.sh: NNODES='$NNODES' is not a number of nodes (N, or MIN:MAX for an elastic job)" >&2
+    exit 2
+  fi
+  if [[ ! "$node_rank" =~ ^[0-9]{1,6}$ ]] || (( 10#$node_rank >= 10#${NNODES#*:} )); then
+    echo "launch.sh: NODE_RANK='$node_rank' is not a node of NNODES=$NNODES (0 to $((10#${NNODES#*:} - 1)), another on each node)" >&2
+    exit 2
+  fi
+  if [[ ! "$master_port" =~ ^[0-9]{1,5}$ ]] || (( 10#$master_port < 1 || 10#$master_port > 65535 )); then
+    echo "launch.sh: MASTER_PORT='$master_port' is not a port: a whole number from 1 to 65535" >&2
+    exit 2
+  fi
+  rdzv=(--nnodes "$NNODES" --node-rank "$((10#$node_rank))"
+        --master-addr "$(trim "${MASTER_ADDR:-127.0.0.1}")" --master-port "$((10#$master_port))")
 else
   rdzv=(--standalone)
 fi

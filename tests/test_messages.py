@@ -290,6 +290,24 @@ def test_launch_sh_names_a_script_that_is_not_there_and_starts_nothing(tmp_path)
     assert done.returncode == 2 and "no script at 'folder' (not a file)" in done.stderr, done.stderr[-3000:]
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("variables", "said"), [
+    ({"NNODES": "2", "NODE_RANK": "2"}, "NODE_RANK='2' is not a node of NNODES=2 (0 to 1, another on each node)"),
+    ({"NNODES": "two"}, "NNODES='two' is not a number of nodes (N, or MIN:MAX for an elastic job)"),
+    ({"NNODES": "1", "MASTER_PORT": "295OO"}, "MASTER_PORT='295OO' is not a port: a whole number from 1 to 65535"),
+], ids=["node-rank-outside", "nnodes", "master-port"])
+def test_launch_sh_names_a_multi_node_variable_that_cannot_start_the_job(tmp_path, variables, said):
+    """``NNODES`` set (a multi-node run) with a variable torchrun cannot start from: one line naming it, exit status
+    2, nothing started. Before: ``NODE_RANK=2`` of ``NNODES=2`` waited, silent, for nodes that never come (torchrun's
+    rendezvous: past this test's 30 s); a malformed ``NNODES`` or ``MASTER_PORT`` ended in torchrun's traceback or
+    its usage text."""
+    (tmp_path / "script.py").write_text("print('started')\n")
+    env = base_env({"NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", **variables})
+    done = launch(["script.py"], tmp_path, env, timeout=30)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [f"launch.sh: {said}"], done.stderr[-3000:]
+
+
 @pytest.mark.timeout(60)
 def test_launch_sh_names_a_module_that_is_not_there_and_starts_nothing(tmp_path):
     """``bash launch.sh -m no_such_module``: before, torchrun started two ranks, each printed python's "No module
