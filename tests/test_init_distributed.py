@@ -410,3 +410,30 @@ def test_a_rank_whose_port_holds_a_program_that_never_answers_ends_within_the_in
     assert f"127.0.0.1:{port}" in said["message"] and "MASTER_PORT" in said["message"], said
     assert "\n" not in said["message"], said
     assert said["seconds"] < 4 * 4, said
+
+
+@pytest.mark.timeout(120)
+def test_ranks_of_one_job_that_disagree_on_its_size_are_told_so_not_to_change_the_port(tmp_path):
+    """Two ranks of one job (one ``PMIX_NAMESPACE``, one port), rank 0 with ``WORLD_SIZE=2`` and rank 1 with
+    ``WORLD_SIZE=3`` (a launch script's mistake): rank 1 ends at once with one line saying the ranks disagree on
+    the job's size, naming both. Before: "is another job's ... give each job its own MASTER_PORT", advice for two
+    jobs on one port that cannot help here."""
+    from pathlib import Path
+
+    from harness import HERE, base_env, free_port, spawn, tuner_env
+
+    port = free_port()
+    env = tuner_env(tmp_path, 20, TRITON_DIST_AUTOTUNE_INIT_TIMEOUT="8")
+
+    def rank_of(rank: int, world: int):
+        return spawn(Path(HERE) / "scenarios" / "restart_cases.py", ["all_reduce_own_value"],
+                     base_env({**env, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                               "MASTER_PORT": str(port), "MASTER_ADDR": "127.0.0.1", "PMIX_NAMESPACE": "job-A",
+                               "JOB_VALUE": "1"}))
+
+    first, second = rank_of(0, 2), rank_of(1, 3)
+    said = _ended(second, 60)
+    assert said.get("error") == "AutotuneError", said
+    assert "disagree on its size" in said["message"] and "world size of 2, this rank 3" in said["message"], said
+    assert "MASTER_PORT" not in said["message"], said
+    assert _ended(first, 60).get("error") == "GroupTimeoutError"  # (rank 0: rank 1 never took part)

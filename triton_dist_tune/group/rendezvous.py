@@ -10,7 +10,8 @@ job's own rank 1 was left out (``tests/test_init_distributed.py``). Now:
 - rank 0 writes the job's token (:func:`token`: the launcher's job variables and the world size) as soon as its
   store listens (:func:`publish`), and every other rank reads it before it writes anything there (:func:`check`):
   another job's store (another token), or another program's (no token within the wait), ends the rank with one
-  line naming ``MASTER_PORT`` and what to do;
+  line naming ``MASTER_PORT`` and what to do; the same job's token with another world size says that the job's
+  ranks disagree on its size (a launch script's mistake, which another port would not mend);
 - a port in use ends rank 0 with one such line (:func:`port_in_use`);
 - ``MASTER_PORT`` unset under ``python -m mpi4py`` (mpiexec's ranks; or MPI initialized by the program): rank 0
   starts the store on a port the kernel picks and hands it, and a random token, to every rank through MPI
@@ -189,6 +190,13 @@ def check(store: Any, meeting: Meeting, rank: int, where: str, seconds: float) -
         raise AutotuneError(f"init_distributed: rank {rank} found no job's token at {where} within {seconds:g} s "
                             f"({meeting.said}; {describe_error(exc)}): another program's store listens there; "
                             f"{ADVICE}") from None
+    (job, _, world), (ours, _, own) = theirs.rpartition(" world="), meeting.token.rpartition(" world=")
+    if theirs != meeting.token and job == ours and not ours.startswith("mpi="):  # one job, two sizes: not a port's
+        raise AutotuneError(f"init_distributed: rank {rank}: the job's ranks disagree on its size: rank 0, which "
+                            f"hosts {where}, has a world size of {world[:20]}, this rank {own} (the launcher's "
+                            f"{', '.join(settings.SIZE_VARIABLES)}): give every rank of the job the same"
+                            + ("" if identity() else f"; or, the launcher naming no job, another job's store listens "
+                               f"there ({meeting.said}): {ADVICE}"))
     if theirs != meeting.token:
         raise AutotuneError(f"init_distributed: rank {rank}: {where} is another job's ({meeting.said}): its job is "
                             f"'{theirs[:200]}', this rank's '{meeting.token}'; {ADVICE}")
